@@ -1,0 +1,55 @@
+# Everyday commands. Every target wraps `buildtool`; `make help` lists them.
+# Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION.
+SHELL := /bin/bash
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+BUILDTOOL := $(PYTHON) -m buildtool
+# The default image is pytorch-ngc for build-like targets; plan shows every cell by default.
+DEFAULT_IMAGE := pytorch-ngc
+export REGISTRY BASE_MIRROR DOCKER_CLIENT
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: setup
+setup: ## Install and start what a fresh machine needs (engine, registry, venv); idempotent
+	bash scripts/setup.sh
+
+.PHONY: render
+render: ## Render dockerfiles/ and docs/images.md from matrix.yaml and templates/
+	$(BUILDTOOL) render
+
+.PHONY: check
+check: ## Fail with a diff when committed generated files drift from matrix.yaml
+	$(BUILDTOOL) check
+
+.PHONY: plan
+plan: ## Show what each cell of FRAMEWORK (default: all) will build and how it is tagged
+	$(BUILDTOOL) plan --framework $(or $(FRAMEWORK),all)
+
+.PHONY: lint
+lint: ## ruff on the code, hadolint on every rendered Dockerfile
+	$(PYTHON) -m ruff check buildtool tests image-tests bench
+	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
+
+.PHONY: test
+test: ## The toolkit's own tests (unit and integration)
+	$(PYTHON) -m pytest -q
+
+.PHONY: build
+build: ## Build FRAMEWORK (default pytorch-ngc; all for every cell) and tag it <name>-dev:<git-sha>-<version>
+	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(BUILD_FLAGS)
+
+.PHONY: push
+push: ## Build FRAMEWORK if needed and push its dev tags, verifying digests
+	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) --push $(BUILD_FLAGS)
+
+.PHONY: bases
+bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap Debian, NGC stand-ins)
+	$(BUILDTOOL) bases --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
+
+.PHONY: validate
+validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))

@@ -1,0 +1,3 @@
+from buildtool.cli import main
+
+main()
