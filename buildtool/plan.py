@@ -21,6 +21,12 @@ from buildtool.matrix import Cell, Matrix
 
 DEFAULT_REGISTRY = "127.0.0.1:5000"
 LABEL_PREFIX = "io.dl-images"
+# Labels every built image carries (static ones come from templates/parts/labels.j2).
+LABEL_CELL = f"{LABEL_PREFIX}.cell"
+LABEL_CONTENT_KEY = f"{LABEL_PREFIX}.content-key"
+LABEL_RUN_PROFILE = f"{LABEL_PREFIX}.run-profile"      # JSON of the cell's run profile
+LABEL_STANDIN = f"{LABEL_PREFIX}.standin"              # "true" on stand-in bases and images built on them
+LABEL_STANDIN_FRAMEWORK = f"{LABEL_PREFIX}.standin.framework-version"  # what a stand-in really carries
 
 
 @dataclass(frozen=True)
