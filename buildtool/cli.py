@@ -148,6 +148,10 @@ def catalogue(matrix: MatrixOption = None) -> None:
     out.print(f"wrote {CATALOGUE_PATH}" if changed else f"{CATALOGUE_PATH} already up to date")
 
 
+# Commands that live in their own modules register here (one line each).
+# -- command registrations --
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turn our errors into one line and an exit code."""
     try:
