@@ -30,7 +30,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-out = Console(soft_wrap=True)
+# Wide output when piped (CI logs), the terminal's width otherwise.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True)
 
 FrameworkOption = Annotated[

@@ -9,6 +9,7 @@ environment and never appear in an exception, a log line or a report.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -227,11 +228,9 @@ class RegistryClient:
         # 202: the registry declined to mount and opened an upload instead; cancel it.
         location = response.headers.get("Location", "")
         if location:
-            try:
-                self.request("DELETE", location if location.startswith("http")
-                             else f"{self.scheme}://{self.host}{location}", ok=(204, 200, 404), repo=repo)
-            except RegistryError:
-                pass
+            url = location if location.startswith("http") else f"{self.scheme}://{self.host}{location}"
+            with contextlib.suppress(RegistryError):
+                self.request("DELETE", url, ok=(204, 200, 404), repo=repo)
         return False
 
     def tags(self, repo: str) -> list[str]:

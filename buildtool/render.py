@@ -132,8 +132,23 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
         for _, tmp in staged:
             tmp.unlink(missing_ok=True)
         raise
-    for rel, tmp in staged:
-        os.replace(tmp, root / rel)
+    # Keep the old bytes so a failure half-way through the renames can be undone.
+    previous = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel, _ in staged}
+    done: list[str] = []
+    try:
+        for rel, tmp in staged:
+            os.replace(tmp, root / rel)
+            done.append(rel)
+    except BaseException:
+        for rel in done:
+            old = previous[rel]
+            if old is None:
+                (root / rel).unlink(missing_ok=True)
+            else:
+                (root / rel).write_bytes(old)
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
     return changed
 
 

@@ -1,0 +1,50 @@
+"""Shared fixtures for the toolkit's own tests."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildtool.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under root (outside .git), to prove a failed command wrote nothing."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".git" not in p.parts}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the real project's matrix, templates and generated files, in a git repo."""
+    root = tmp_path / "project"
+    root.mkdir()
+    for name in ("matrix.yaml", ".hadolint.yaml"):
+        shutil.copy2(REPO / name, root / name)
+    for folder in ("templates", "dockerfiles", "docs"):
+        shutil.copytree(REPO / folder, root / folder)
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "fixture"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, timeout=30)
+    return root
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]):
+    """Run `buildtool ARGS` in-process; returns (exit code, stdout, stderr)."""
+
+    def _run(*args: str) -> tuple[int, str, str]:
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return _run

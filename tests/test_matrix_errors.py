@@ -1,0 +1,138 @@
+"""Every kind of bad matrix gives exit 2, one line with file:line and the key, and writes nothing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import snapshot
+
+# (id, text to replace in the real matrix.yaml, replacement, key expected in the message,
+#  substring of the replacement on the line the message must point at, message fragment)
+CASES = [
+    ("unknown-top-level-key", "source: https://", "colour: blue\nsource: https://", "colour", "colour", "unknown key"),
+    ("unknown-run-key", "    shm_size: 8g\n", "    shm_size: 8g\n    shm_sise: 1g\n", "defaults.run.shm_sise",
+     "shm_sise", "unknown key"),
+    ("unknown-version-key", '        framework_version: 2.9.0a0\n',
+     '        framework_version: 2.9.0a0\n        frameworkversion: x\n', "images[0].versions[0].frameworkversion",
+     "frameworkversion",
+     "unknown key"),
+    ("tests-not-a-list", "  tests: [common]\n", "  tests: common\n", "defaults.tests", "tests: common",
+     "valid list"),
+    ("ulimit-not-int", "      memlock: -1\n", "      memlock: lots\n", "defaults.run.ulimits.memlock", "memlock",
+     "valid integer"),
+    ("version-unquoted", '      - version: "2.13"\n', "      - version: 2.13\n", "images[2].versions[0].version",
+     "version: 2.13",
+     "quote it"),
+    ("version-unparsable", '      - version: "25.01"\n        base: nvcr.io/nvidia/pytorch',
+     '      - version: "twenty-five"\n        base: nvcr.io/nvidia/pytorch', "images[0].versions[1].version",
+     "twenty-five", "does not parse as a version"),
+    ("duplicate-image", "  - name: pytorch-cuda\n", "  - name: pytorch-cpu\n", "images[3].name",
+     "name: pytorch-cpu", "duplicate image 'pytorch-cpu'"),
+    ("duplicate-version", '      - version: "25.01"\n        base: nvcr.io/nvidia/pytorch',
+     '      - version: "25.10"\n        base: nvcr.io/nvidia/pytorch', "images[0].versions[1].version",
+     'version: "25.10"', "duplicate version '25.10'"),
+    ("duplicate-yaml-key", "    framework: pytorch\n    accelerator: cuda\n",
+     "    framework: pytorch\n    accelerator: cuda\n    accelerator: cpu\n", "images[0].accelerator",
+     "accelerator: cpu", "duplicate key"),
+    ("missing-template", "template: images/pytorch-ngc.Dockerfile.j2", "template: images/nope.Dockerfile.j2",
+     "images[0].template", "nope.Dockerfile.j2", "template 'images/nope.Dockerfile.j2' not found"),
+    ("bad-shm-size", "    shm_size: 8g\n", "    shm_size: 8 gigs\n", "defaults.run.shm_size", "8 gigs",
+     "must be a size"),
+    ("bad-ipc", "    ipc: private\n", "    ipc: shared\n", "defaults.run.ipc", "ipc: shared", "Input should be"),
+    ("bad-gpus", "    gpus: all\n", "    gpus: two\n", "defaults.run.gpus", "gpus: two", "Input should be"),
+    ("unknown-ulimit", "      stack: 67108864\n", "      stack: 67108864\n      stacks: 1\n",
+     "defaults.run.ulimits.stacks", "stacks", "Input should be"),
+    ("unknown-test-group", "    tests: [common, pytorch]\n    use: Default",
+     "    tests: [common, jax]\n    use: Default", "images[0].tests[1]", "tests: [common, jax]", "Input should be"),
+    ("missing-use", "    use: PyTorch with PyPI's CUDA wheels", "    usage: PyTorch with PyPI's CUDA wheels",
+     "images[3].usage", "usage:", "unknown key"),
+    ("bad-image-name", "  - name: pytorch-cuda\n", "  - name: PyTorch_CUDA\n", "images[3].name", "PyTorch_CUDA",
+     "not a valid image name"),
+    ("unknown-framework", "    framework: tensorflow\n    accelerator: cpu\n",
+     "    framework: jax\n    accelerator: cpu\n", "images[4].framework", "framework: jax", "Input should be"),
+    ("two-defaults", '      - version: "25.01"\n        base: nvcr.io/nvidia/pytorch',
+     '      - version: "25.01"\n        default: true\n        base: nvcr.io/nvidia/pytorch',
+     "images[0].versions", None, "more than one version has `default: true`"),
+    ("wrong-schema", "schema: 1\n", "schema: 2\n", "schema", "schema: 2", "Input should be 1"),
+    ("group-missing-framework", "    tests: [common, tensorflow]\n    use: TensorFlow on CPU",
+     "    tests: [common]\n    use: TensorFlow on CPU", "images[4].versions[0].tests", None,
+     "must run the 'tensorflow' test group"),
+    ("yaml-syntax", "  tests: [common]\n", "  tests: [common\n", "", None, "YAML syntax"),
+    ("bool-as-string", "    gpus: all\n", "    gpus: yes\n", "defaults.run.gpus", "gpus: yes", "Input should be"),
+]
+
+
+def _mutate(text: str, old: str, new: str) -> tuple[str, int | None, str]:
+    assert old in text, f"fixture text {old!r} no longer in matrix.yaml"
+    return text.replace(old, new, 1), text.index(old), new
+
+
+@pytest.mark.parametrize(("old", "new", "key", "marker", "fragment"),
+                         [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_bad_matrix_is_one_line_exit_2_and_writes_nothing(project: Path, run_cli, old, new, key, marker, fragment):
+    matrix = project / "matrix.yaml"
+    mutated, start, new = _mutate(matrix.read_text(), old, new)
+    matrix.write_text(mutated)
+    # Make the outputs stale so a render that went ahead would visibly write.
+    (project / "docs" / "images.md").write_text("stale\n")
+    before = snapshot(project)
+
+    code, out, err = run_cli("render", "--matrix", str(matrix))
+
+    assert code == 2, err
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    message = lines[0]
+    assert re.match(r"^error: matrix\.yaml:\d+: ", message), message
+    assert fragment in message
+    if key:
+        assert f": {key}" in message, message
+    if marker is not None:
+        expected_line = mutated.count("\n", 0, start) + 1 + new[: new.index(marker)].count("\n")
+        assert message.startswith(f"error: matrix.yaml:{expected_line}: "), (expected_line, message)
+    assert snapshot(project) == before
+
+
+def test_at_least_twenty_kinds_of_bad_input():
+    assert len(CASES) >= 20
+
+
+def test_empty_matrix(project: Path, run_cli):
+    (project / "matrix.yaml").write_text("")
+    code, _, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2
+    assert err.strip() == "error: matrix.yaml:1: the file is empty; declare `images:`"
+
+
+def test_undefined_template_variable_names_template_line_and_cell(project: Path, run_cli):
+    template = project / "templates" / "images" / "pytorch-pip.Dockerfile.j2"
+    text = template.read_text()
+    template.write_text(text.replace("{% block framework %}\n", "{% block framework %}\n# {{ cell.gpu_arch }}\n"))
+    before = snapshot(project)
+    code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    pattern = r"^error: templates/images/pytorch-pip\.Dockerfile\.j2:\d+: .*gpu_arch.* for cell pytorch-cpu:2\.13"
+    assert re.match(pattern, err.strip()), err
+    assert snapshot(project) == before
+
+
+def test_missing_included_part(project: Path, run_cli):
+    (project / "templates" / "parts" / "user.j2").unlink()
+    before = snapshot(project)
+    code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2
+    assert "parts/user.j2" in err and len(err.strip().splitlines()) == 1
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("command", [["plan", "--framework", "jax-ngc"], ["plan", "--json", "-f", "pytorch-cpu:9.9"]])
+def test_unknown_framework_on_command_line(project: Path, run_cli, command):
+    code, out, err = run_cli(*command, "--matrix", str(project / "matrix.yaml"))
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error: unknown FRAMEWORK=") and "pytorch-ngc" in err

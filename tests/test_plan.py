@@ -1,0 +1,109 @@
+"""Naming, tagging and the plan JSON that CI matrices consume."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildtool.errors import UserError
+from buildtool.plan import Settings, content_key, git_revision, mirror_base, split_reference
+
+
+def test_plan_json_has_one_include_entry_per_cell(project: Path, run_cli, monkeypatch):
+    monkeypatch.delenv("REGISTRY", raising=False)
+    monkeypatch.delenv("BASE_MIRROR", raising=False)
+    code, out, _ = run_cli("plan", "--json", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0
+    include = json.loads(out)["include"]
+    assert [e["cell"] for e in include] == ["pytorch-ngc:25.10", "pytorch-ngc:25.01", "tensorflow-ngc:25.02",
+                                             "tensorflow-ngc:25.01", "pytorch-cpu:2.13", "pytorch-cuda:2.13",
+                                             "tensorflow-cpu:2.21"]
+    sha = subprocess.run(["git", "-C", str(project), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    cpu = include[4]
+    assert set(cpu) >= {"cell", "image", "version", "dev_image", "release_repo", "release_tags", "moving_tags",
+                        "base", "upstream_base", "build_args", "tests", "run", "needs_gpu", "dockerfile", "use"}
+    assert cpu["dev_image"] == f"127.0.0.1:5000/pytorch-cpu-dev:{sha}-2.13"
+    assert cpu["release_repo"] == "127.0.0.1:5000/pytorch-cpu"
+    assert cpu["release_tags"] == ["2.13-{release}"] and cpu["moving_tags"] == ["2.13", "latest"]
+    assert cpu["build_args"] == {"BASE_IMAGE": "docker.io/library/debian:bookworm-slim"}
+    assert cpu["tests"] == ["common", "pytorch"] and cpu["needs_gpu"] is False
+    assert cpu["run"]["docker_flags"] == ["--shm-size=8g", "--ulimit=memlock=-1", "--ulimit=stack=67108864"]
+    assert include[0]["run"]["gpus"] == "all" and include[0]["needs_gpu"] is True
+    assert include[1]["moving_tags"] == ["25.01"]
+
+
+def test_plan_honours_registry_mirror_release_and_framework(project: Path, run_cli, monkeypatch):
+    monkeypatch.setenv("REGISTRY", "registry.example.org/ml")
+    monkeypatch.setenv("BASE_MIRROR", "127.0.0.1:5000")
+    code, out, _ = run_cli("plan", "--json", "-f", "tensorflow", "--release", "0.3.0",
+                           "--matrix", str(project / "matrix.yaml"))
+    assert code == 0
+    include = json.loads(out)["include"]
+    assert {e["image"] for e in include} == {"tensorflow-ngc", "tensorflow-cpu"}
+    ngc = include[0]
+    assert ngc["dev_repo"] == "registry.example.org/ml/tensorflow-ngc-dev"
+    assert ngc["base"] == "127.0.0.1:5000/nvidia/tensorflow:25.02-tf2-py3"
+    assert ngc["upstream_base"] == "nvcr.io/nvidia/tensorflow:25.02-tf2-py3"
+    assert ngc["release_tags"] == ["25.02-0.3.0"]
+
+
+def test_plan_table_for_people(project: Path, run_cli):
+    code, out, _ = run_cli("plan", "-f", "pytorch-cpu:2.13", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and "pytorch-cpu:2.13" in out and "pytorch-cpu-dev:" in out
+
+
+def test_dirty_tree_gets_a_distinct_revision(project: Path):
+    clean = git_revision(project)
+    assert re.fullmatch(r"[0-9a-f]{12}", clean)
+    (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + "\n# edit\n")
+    dirty = git_revision(project)
+    assert dirty.startswith(f"{clean}-dirty.") and dirty != clean
+    (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + "# another edit\n")
+    assert git_revision(project) not in (clean, dirty)
+
+
+def test_revision_outside_git_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(UserError, match="git"):
+        git_revision(tmp_path)
+
+
+@pytest.mark.parametrize(("base", "mirror", "expected"), [
+    ("nvcr.io/nvidia/pytorch:25.10-py3", "", "nvcr.io/nvidia/pytorch:25.10-py3"),
+    ("nvcr.io/nvidia/pytorch:25.10-py3", "127.0.0.1:5000", "127.0.0.1:5000/nvidia/pytorch:25.10-py3"),
+    ("docker.io/library/debian:bookworm-slim", "127.0.0.1:5000", "127.0.0.1:5000/library/debian:bookworm-slim"),
+    ("debian:bookworm-slim", "mirror.example/hub", "mirror.example/hub/library/debian:bookworm-slim"),
+    ("nvcr.io/nvidia/pytorch:25.10-py3", "docker.io=hub.local/proxy", "nvcr.io/nvidia/pytorch:25.10-py3"),
+    ("nvcr.io/nvidia/pytorch:25.10-py3", "docker.io=hub.local,nvcr.io=ngc.local/cache",
+     "ngc.local/cache/nvidia/pytorch:25.10-py3"),
+])
+def test_base_mirror(base: str, mirror: str, expected: str):
+    assert mirror_base(base, mirror) == expected
+
+
+def test_bad_base_mirror_is_a_user_error():
+    with pytest.raises(UserError, match="BASE_MIRROR"):
+        mirror_base("nvcr.io/nvidia/pytorch:25.10-py3", "nvcr.io=")
+
+
+def test_split_reference():
+    assert split_reference("localhost:5000/a/b:1") == ("localhost:5000", "a/b", "1")
+    assert split_reference("ubuntu") == ("docker.io", "library/ubuntu", "latest")
+
+
+def test_settings_from_env():
+    settings = Settings.from_env({"REGISTRY": "r.example/ml/", "BASE_MIRROR": " m "})
+    assert settings == Settings(registry="r.example/ml", release_registry="r.example/ml", base_mirror="m")
+
+
+def test_content_key_changes_with_each_input():
+    base = content_key(b"FROM x\n", "sha256:aa", {"client": "docker"})
+    assert base == content_key(b"FROM x\n", "sha256:aa", {"client": "docker"})
+    assert len({base, content_key(b"FROM y\n", "sha256:aa", {"client": "docker"}),
+                content_key(b"FROM x\n", "sha256:bb", {"client": "docker"}),
+                content_key(b"FROM x\n", "sha256:aa", {"client": "buildx"}),
+                content_key(b"FROM x\n", "sha256:aa", {"client": "docker"}, {"f": b"1"})}) == 5

@@ -1,0 +1,166 @@
+"""Rendering as text: golden files, determinism, drift, stale files, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildtool import render as render_module
+from buildtool.catalogue import catalogue_outputs
+from buildtool.matrix import load_matrix
+from buildtool.render import render_outputs, write_outputs
+from tests.conftest import REPO, snapshot
+
+FIXTURE = Path(__file__).parent / "fixtures" / "mini" / "matrix.yaml"
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _mini_outputs() -> dict[str, bytes]:
+    matrix = load_matrix(FIXTURE, REPO / "templates", display="matrix.yaml")
+    return render_outputs(matrix, REPO / "templates", extras=(catalogue_outputs,)).files
+
+
+@pytest.mark.parametrize(("rel", "golden"), [
+    ("dockerfiles/pytorch/mini-cpu/1.0/Dockerfile", "mini-cpu-1.0.Dockerfile"),
+    ("dockerfiles/tensorflow/mini-ngc/25.02/Dockerfile", "mini-ngc-25.02.Dockerfile"),
+    ("docs/images.md", "mini-images.md"),
+])
+def test_golden(rel: str, golden: str):
+    """Expected text, reviewed by hand; regenerate with UPDATE_GOLDEN=1 and review the diff."""
+    rendered = _mini_outputs()[rel].decode()
+    path = GOLDEN / golden
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(rendered)
+    assert rendered == path.read_text()
+
+
+def test_golden_dockerfile_essentials():
+    """The properties the golden text is there to pin, stated so a regeneration cannot lose them."""
+    text = _mini_outputs()["dockerfiles/pytorch/mini-cpu/1.0/Dockerfile"].decode()
+    assert text.startswith("# GENERATED FILE - DO NOT EDIT.\n# Cell mini-cpu:1.0 of matrix.yaml")
+    assert "ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim\nFROM ${BASE_IMAGE}\n" in text
+    assert "--mount=type=secret,id=pip.conf" in text and "--mount=type=secret,id=pip-ca" in text
+    assert '"torch==2.13.0+cpu"' in text and '"tensorboard==2.21.0"' in text
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in text
+    assert "python3-venv procps" in text
+    assert 'io.dl-images.run.flags="--shm-size=2g --ulimit=memlock=-1"' in text
+    ngc = _mini_outputs()["dockerfiles/tensorflow/mini-ngc/25.02/Dockerfile"].decode()
+    assert "apt-get" not in ngc and "--shm-size=16g" in ngc and "--gpus=all" in ngc
+
+
+def test_render_is_deterministic_across_runs_environments_and_folders(tmp_path: Path):
+    first = _mini_outputs()
+    assert _mini_outputs() == first
+    # A separate process with another locale, time zone, hash seed and working folder.
+    code = ("import sys,json;from pathlib import Path;from tests.test_render import _mini_outputs;"
+            "sys.stdout.write(json.dumps({k: v.decode() for k, v in _mini_outputs().items()}))")
+    env = {**os.environ, "LANG": "C", "LC_ALL": "C", "TZ": "Asia/Kolkata", "PYTHONHASHSEED": "12345",
+           "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=60, check=True)
+    import json
+    assert {k: v.encode() for k, v in json.loads(result.stdout).items()} == first
+
+
+def test_committed_files_match_the_matrix(run_cli):
+    code, out, err = run_cli("check", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, out + err
+
+
+def test_render_twice_writes_nothing_the_second_time(project: Path, run_cli):
+    code, out, _ = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and out == ""
+    before = snapshot(project)
+    run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert snapshot(project) == before
+
+
+def test_changing_one_version_changes_exactly_that_cell_and_the_catalogue(project: Path, run_cli):
+    matrix = project / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("framework_version: 2.6.0a0", "framework_version: 2.6.1a0"))
+    before = snapshot(project)
+    code, out, _ = run_cli("render", "--matrix", str(matrix))
+    assert code == 0
+    after = snapshot(project)
+    changed = sorted(rel for rel in after if after[rel] != before.get(rel))
+    assert changed == ["dockerfiles/pytorch/pytorch-ngc/25.01/Dockerfile", "docs/images.md"]
+    assert out.split() == ["wrote", "dockerfiles/pytorch/pytorch-ngc/25.01/Dockerfile", "wrote", "docs/images.md"]
+
+
+def test_check_prints_a_unified_diff_on_drift(project: Path, run_cli):
+    dockerfile = project / "dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("python3-venv", "python3-venv vim"))
+    code, out, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1
+    assert "--- a/dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile" in out
+    assert "- && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv vim \\" in out
+    assert "+ && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\" in out
+    assert "run `make render`" in err
+
+
+def test_check_reports_a_missing_generated_file(project: Path, run_cli):
+    (project / "docs" / "images.md").unlink()
+    code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1 and "+++ b/docs/images.md" in out
+
+
+def test_stale_dockerfile_is_reported_never_silently_deleted(project: Path, run_cli):
+    stale = project / "dockerfiles/pytorch/pytorch-old/1.0/Dockerfile"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("FROM scratch\n")
+    code, _, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1 and "stale: dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in err
+    code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and stale.exists() and "stale: dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in err
+    code, out, _ = run_cli("render", "--prune", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and not stale.exists() and not stale.parent.parent.exists()
+    assert "deleted dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in out
+
+
+def test_removing_a_cell_leaves_its_dockerfile_reported_as_stale(project: Path, run_cli):
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    start = text.index('      - version: "25.01"\n        base: nvcr.io/nvidia/pytorch')
+    end = text.index("  - name: tensorflow-ngc")
+    matrix.write_text(text[:start] + "\n" + text[end:])
+    code, _, err = run_cli("check", "--matrix", str(matrix))
+    assert code == 1 and "stale: dockerfiles/pytorch/pytorch-ngc/25.01/Dockerfile" in err
+
+
+def test_a_failure_while_writing_leaves_the_tree_as_it_was(project: Path, monkeypatch):
+    matrix = load_matrix(project / "matrix.yaml", project / "templates")
+    outputs = render_outputs(matrix, project / "templates", extras=(catalogue_outputs,))
+    for rel in list(outputs.files)[:3]:
+        (project / rel).write_text("old\n")
+    (project / list(outputs.files)[3]).unlink()
+    before = snapshot(project)
+    real_replace = os.replace
+    calls = {"n": 0}
+
+    def failing_replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(render_module.os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        write_outputs(project, outputs)
+    assert snapshot(project) == before
+    assert not list(project.rglob(".render-*"))
+
+
+def test_rendering_needs_no_docker_engine(project: Path, tmp_path: Path):
+    """No docker client or socket on PATH/env: render and check still work."""
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "DOCKER_HOST": "unix:///nonexistent",
+           "PYTHONPATH": str(REPO)}
+    shutil.rmtree(project / "dockerfiles")
+    for command in ("render", "check"):
+        result = subprocess.run([sys.executable, "-m", "buildtool", command, "--matrix", str(project / "matrix.yaml")],
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
