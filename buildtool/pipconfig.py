@@ -1,0 +1,233 @@
+"""The host's pip settings, handed to a build as BuildKit secrets and never as layers.
+
+A build needs what the host's pip needs: index URL, extra index URLs (which may carry a
+token), find-links folders and the CA bundle of an intercepting proxy. They become two
+secrets, mounted only while a `RUN` step runs:
+
+- `pip.conf`: a generated pip configuration (`cert = /run/secrets/pip-ca`, few retries so
+  an unreachable extra index costs seconds, not minutes);
+- `pip-ca`: the host's CA bundle.
+
+Local folders (`find-links = /opt/wheels`, `file:///opt/pypi/simple`) cannot be reached
+from a build container, and copying them into the context would put them in a layer.
+`PipSecrets` serves them read-only over a loopback HTTP server for the duration of the
+build (builds run with `--network host`), and the pip.conf points there.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shlex
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+SECRET_CONF = "pip.conf"
+SECRET_CA = "pip-ca"
+CA_IN_BUILD = "/run/secrets/pip-ca"
+# Keys carried into the build; everything else (cache dirs, constraints of this machine,
+# user options) stays on the host.
+_KEYS = ("index-url", "extra-index-url", "find-links", "cert", "trusted-host", "no-index")
+_SECTIONS = ("global", "install", "download", ":env:")  # later wins, as in pip
+
+
+@dataclass(frozen=True)
+class HostPip:
+    """The pip settings a build needs, as the host resolves them."""
+
+    index_url: str = ""
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    cert: str = ""
+    trusted_hosts: tuple[str, ...] = ()
+    no_index: bool = False
+
+    @classmethod
+    def parse(cls, listing: str) -> HostPip:
+        """Parse `pip config list` output (`section.key='value'` lines)."""
+        merged: dict[str, dict[str, str]] = {}
+        for line in listing.splitlines():
+            name, sep, raw = line.partition("=")
+            if not sep or "." not in name:
+                continue
+            section, _, key = name.rpartition(".")
+            value = raw.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            merged.setdefault(key, {})[section] = value
+        chosen: dict[str, str] = {}
+        for key, by_section in merged.items():
+            for section in _SECTIONS:
+                if section in by_section:
+                    chosen[key] = by_section[section]
+
+        def many(key: str) -> tuple[str, ...]:
+            return tuple(chosen.get(key, "").split())
+
+        return cls(
+            index_url=chosen.get("index-url", ""),
+            extra_index_urls=many("extra-index-url"),
+            find_links=many("find-links"),
+            cert=chosen.get("cert", ""),
+            trusted_hosts=many("trusted-host"),
+            no_index=chosen.get("no-index", "").lower() in ("1", "true", "yes", "on"),
+        )
+
+    @classmethod
+    def from_host(cls, python: str | None = None) -> HostPip:
+        """Ask the host's pip (config files and PIP_* environment) what it would use."""
+        try:
+            run = subprocess.run([python or sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                                 text=True, timeout=60, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        except (OSError, subprocess.TimeoutExpired):
+            return cls()
+        return cls.parse(run.stdout) if run.returncode == 0 else cls()
+
+
+def _local_path(location: str) -> Path | None:
+    """A local folder behind a find-links/index entry, or None for remote URLs."""
+    if location.startswith("file:"):
+        return Path(unquote(urlsplit(location).path))
+    if "://" not in location:
+        return Path(location)
+    return None
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Read-only file server over several folders mounted at /m<N>/ prefixes."""
+
+    def __init__(self, *args: object, mounts: dict[str, Path], **kwargs: object) -> None:
+        self.mounts = mounts
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def translate_path(self, path: str) -> str:
+        path = unquote(urlsplit(path).path)
+        prefix, _, rest = path.lstrip("/").partition("/")
+        root = self.mounts.get(prefix)
+        if root is None:
+            return "/nonexistent-pip-mount"
+        target = (root / rest).resolve()
+        if not target.is_relative_to(root):  # no escape through `..` or links
+            return "/nonexistent-pip-mount"
+        return str(target)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+@dataclass
+class PipSecrets:
+    """The secrets of one build session: files to pass as `--secret id=..,src=..`."""
+
+    files: dict[str, Path]
+    served: dict[str, str] = field(default_factory=dict)  # local folder -> loopback URL
+    conf_text: str = ""
+
+
+def render_conf(host: HostPip, url_of: dict[str, str], *, has_ca: bool) -> str:
+    """The pip.conf a build sees: local folders replaced by their loopback URLs."""
+
+    def mapped(location: str, index: bool) -> str:
+        local = _local_path(location)
+        if local is None:
+            return location
+        return url_of.get(str(local), location)
+
+    lines = ["[global]"]
+    if host.index_url:
+        lines.append(f"index-url = {mapped(host.index_url, True)}")
+    if host.extra_index_urls:
+        lines.append("extra-index-url = " + " ".join(mapped(u, True) for u in host.extra_index_urls))
+    if host.find_links:
+        lines.append("find-links = " + " ".join(mapped(u, False) for u in host.find_links))
+    if host.no_index:
+        lines.append("no-index = true")
+    trusted = list(host.trusted_hosts)
+    if url_of:
+        trusted.append("127.0.0.1")  # the loopback file server speaks plain HTTP
+    if trusted:
+        lines.append("trusted-host = " + " ".join(dict.fromkeys(trusted)))
+    if has_ca:
+        lines.append(f"cert = {CA_IN_BUILD}")
+    # An unreachable extra index (e.g. download.pytorch.org offline) must cost seconds.
+    lines += ["retries = 1", "timeout = 20", "disable-pip-version-check = true"]
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
+    """Generate the secrets and serve local folders on loopback while the context is open."""
+    host = host if host is not None else HostPip.from_host()
+    folders: list[Path] = []
+    for location in (host.index_url, *host.extra_index_urls, *host.find_links):
+        local = _local_path(location) if location else None
+        if local is not None and local.is_dir() and local not in folders:
+            folders.append(local)
+    # An index folder's pages link to `../../files/...`: serve the folder above `simple/`.
+    mounts: dict[str, Path] = {}
+    url_of: dict[str, str] = {}
+    server: socketserver.TCPServer | None = None
+    thread: threading.Thread | None = None
+    with tempfile.TemporaryDirectory(prefix="buildtool-pip-") as tmp:
+        os.chmod(tmp, 0o700)
+        try:
+            if folders:
+                for n, folder in enumerate(folders):
+                    resolved = folder.resolve()
+                    is_index = folder in {_local_path(u) for u in (host.index_url, *host.extra_index_urls) if u}
+                    root = resolved.parent if is_index else resolved
+                    mounts[f"m{n}"] = root
+                handler = partial(_Handler, mounts=mounts)
+                server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+                server.daemon_threads = True
+                port = server.server_address[1]
+                for n, folder in enumerate(folders):
+                    resolved = folder.resolve()
+                    suffix = resolved.name + "/" if mounts[f"m{n}"] != resolved else ""
+                    url_of[str(folder)] = f"http://127.0.0.1:{port}/m{n}/{suffix}"
+                thread = threading.Thread(target=server.serve_forever, name="pip-file-server", daemon=True)
+                thread.start()
+            files: dict[str, Path] = {}
+            has_ca = bool(host.cert) and Path(host.cert).is_file()
+            if has_ca:
+                files[SECRET_CA] = Path(host.cert)
+            conf = render_conf(host, url_of, has_ca=has_ca)
+            conf_path = Path(tmp) / "pip.conf"
+            fd = os.open(conf_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(conf)
+            files[SECRET_CONF] = conf_path
+            yield PipSecrets(files=files, served=url_of, conf_text=conf)
+        finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            if thread is not None:
+                thread.join(timeout=10)
+
+
+def describe(host: HostPip) -> str:
+    """A log-safe summary: which kinds of settings are handed in, never their values' secrets."""
+    parts = []
+    if host.index_url:
+        parts.append("index-url")
+    if host.extra_index_urls:
+        parts.append(f"{len(host.extra_index_urls)} extra index(es)")
+    if host.find_links:
+        parts.append(f"{len(host.find_links)} find-links")
+    if host.cert:
+        parts.append("CA bundle")
+    return "pip settings: " + (", ".join(parts) if parts else "none (PyPI defaults)")
+
+
+def quote_cmd(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
