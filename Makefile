@@ -53,3 +53,9 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 .PHONY: validate
 validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
 	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
+
+.PHONY: release
+release: ## Promote tested dev images of this commit (FROM=<sha>) to release tags: make release VERSION=0.1.0
+	@test -n "$(VERSION)" || { echo "error: set VERSION, e.g. make release VERSION=0.1.0" >&2; exit 2; }
+	RELEASE_REGISTRY="$(RELEASE_REGISTRY)" $(BUILDTOOL) release --version "$(VERSION)" \
+		--framework $(or $(FRAMEWORK),all) $(if $(FROM),--from $(FROM)) $(RELEASE_FLAGS)

@@ -152,6 +152,7 @@ def catalogue(matrix: MatrixOption = None) -> None:
 # Commands that live in their own modules register here (one line each).
 # -- command registrations --
 __import__("buildtool.cli_build").cli_build.register(app)
+__import__("buildtool.cli_release").cli_release.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

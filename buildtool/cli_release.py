@@ -1,0 +1,98 @@
+"""`buildtool release`: promote tested dev images of a commit to release tags."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from buildtool.errors import FailedError
+from buildtool.matrix import Cell
+from buildtool.plan import Settings, git_revision
+from buildtool.release import ReleaseOptions, ReleaseReport, release, resolve_revision
+from buildtool.release_notes import build_manifest, write_release_files
+
+
+def _cells(project: Any, framework: list[str] | None) -> list[Cell]:
+    """Cells of every --framework value (image, cell, framework or all), in matrix order, once."""
+    loaded = project.load()
+    names = [n.strip() for item in (framework or ["all"]) for n in item.split(",") if n.strip()]
+    chosen, seen = [], set()
+    for name in names or ["all"]:
+        for cell in loaded.select(name):
+            if cell.key not in seen:
+                seen.add(cell.key)
+                chosen.append(cell)
+    return chosen
+
+
+def print_report(report: ReleaseReport) -> None:
+    from buildtool.cli import out
+
+    title = f"Release {report.version} from {report.revision}"
+    title += " (dry run: nothing written)" if report.dry_run else ""
+    table = Table(title=title, show_lines=True)
+    for column in ("cell", "status", "digest", "tags", "notes"):
+        table.add_column(column, overflow="fold")
+    for item in report.images:
+        tags = "\n".join(f"{t.tag} ({t.action}{', moving' if t.moving else ''})" for t in item.tags)
+        notes = "\n".join([*item.problems, *(f"{t.tag}: {t.note}" for t in item.tags if t.note)])
+        table.add_row(item.cell, item.status, item.digest or "-", tags or "-", notes or "")
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    from buildtool.cli import err, find_project, out
+
+    @app.command("release")
+    def release_command(
+        version: Annotated[str, typer.Option("--version", envvar="VERSION",
+                                             help="Release version, e.g. 0.1.0 (tags <version>-<release>).")],
+        from_sha: Annotated[str | None, typer.Option("--from", help="Git sha whose dev images to promote "
+                                                     "(default: HEAD, as `buildtool build` names it).")] = None,
+        framework: Annotated[list[str] | None, typer.Option(
+            "--framework", "-f", help="An image, a cell, a framework or all (repeatable, or comma list).")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Check gates and show the tag plan; write nothing.")]
+        = False,
+        force: Annotated[bool, typer.Option("--force", help="Move the matrix's moving tags (e.g. latest) even to "
+                                            "an older release. Never moves version tags.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines instead of a table.")] = False,
+        matrix: Annotated[Path | None, typer.Option("--matrix", help="The version matrix (default: matrix.yaml).")]
+        = None,
+    ) -> None:
+        """Promote the dev images of a commit to release tags, digest for digest, inside the registry."""
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+        project = find_project(matrix)
+        cells = _cells(project, framework)
+        revision = resolve_revision(project.root, from_sha, git_revision)
+        if "-dirty." in revision:
+            err.print(f"warning: releasing {revision}: built from uncommitted changes", markup=False)
+        options = ReleaseOptions(version=version, revision=revision, force=force, dry_run=dry_run)
+        report = release(cells, Settings.from_env(), options)
+        manifest = build_manifest(report)
+        if as_json:
+            out.print(json.dumps({"ok": report.ok, "release": manifest,
+                                  "status": {i.cell: {"status": i.status, "problems": i.problems,
+                                                      "tags_made": i.tags_made} for i in report.images}},
+                                 indent=2), markup=False, highlight=False)
+        else:
+            print_report(report)
+        if report.refused:
+            raise FailedError(f"release {version} refused for {', '.join(i.cell for i in report.refused)}; "
+                              "nothing was promoted (see the table)")
+        if not report.ok:
+            done = [f"{i.cell} ({', '.join(i.tags_made) or 'no new tags'})" for i in report.images
+                    if i.status in ("promoted", "unchanged") or i.tags_made]
+            missing = [f"{i.cell}: {i.status}" for i in report.images if i.status not in ("promoted", "unchanged")]
+            raise FailedError(f"release {version} incomplete. Promoted: {'; '.join(done) or 'none'}. "
+                              f"Not promoted: {'; '.join(missing)}. Re-run the same command to complete it")
+        if dry_run:
+            err.print("dry run: no tags written, no release files written")
+            return
+        for path in write_release_files(project.root, manifest):
+            err.print(f"wrote {path.relative_to(project.root)}")
+
