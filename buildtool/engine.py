@@ -56,6 +56,16 @@ def _has_buildx(docker_bin: str) -> bool:
     return run.returncode == 0
 
 
+def _builtin_buildkit(docker_bin: str) -> bool:
+    try:
+        run = subprocess.run([docker_bin, "version", "--format", "{{.Client.Version}}"], capture_output=True,
+                             text=True, timeout=20)
+        major = int(run.stdout.strip().split(".")[0])
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return False
+    return major < 23
+
+
 @lru_cache(maxsize=8)
 def resolve_build_client(setting: str | None = None) -> BuildClient:
     """Pick the build client.
@@ -83,11 +93,12 @@ def resolve_build_client(setting: str | None = None) -> BuildClient:
         if _has_buildx(path):
             return BuildClient((path, "buildx", "build", "--load"), (), "buildx")
     for path in candidates:
-        if Path(path).is_file():
-            # Only a client whose own `build` speaks BuildKit works here; Debian's 20.10 does.
+        # Only a client whose own `build` speaks BuildKit works without buildx: up to 22.x
+        # (Debian's 20.10 does); from 23 on, `docker build` needs the buildx plugin.
+        if Path(path).is_file() and (setting == "classic" or _builtin_buildkit(path)):
             return BuildClient((path, "build"), (("DOCKER_BUILDKIT", "1"),), "classic")
-    raise UserError("no docker client found: install docker.io (bash scripts/setup.sh) or the buildx plugin, "
-                    "or set DOCKER_CLIENT to a docker binary")
+    raise UserError("no docker client that can build with BuildKit: install the buildx plugin or Debian's "
+                    "docker.io client (bash scripts/setup.sh), or set DOCKER_CLIENT to such a binary")
 
 
 @lru_cache(maxsize=1)

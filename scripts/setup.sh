@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Set up what a fresh machine needs to build, test and release images; idempotent.
+#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap
+#   2. the Docker engine, started with the flags these machines need, only if it is not running
+#   3. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
+#      nothing answers there
+#   4. .venv: a clean virtual environment with this project installed (`pip install -e '.[dev]'`)
+# Rerunning changes nothing; every step says whether it did something or found it done.
+# Settings: SETUP_SKIP_VENV=1 skips step 4; PYTHON picks the interpreter for the venv (python3).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STATE="$ROOT/.state"
+REGISTRY_ADDR="127.0.0.1:5000"
+DOCKER_SOCK="${DOCKER_SOCK:-/var/run/docker.sock}"
+PYTHON="${PYTHON:-python3}"
+mkdir -p "$STATE"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 2; }
+
+# -- 1. packages ----------------------------------------------------------------------------
+need=()
+command -v /usr/bin/docker >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+"$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+if ((${#need[@]})); then
+  [[ $(id -u) -eq 0 ]] || die "missing ${need[*]}; run this script as root (it installs them with apt-get)"
+  say "installing ${need[*]} (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 600 apt-get update -qq
+  timeout 1200 apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE/apt.log" 2>&1 \
+    || { tail -20 "$STATE/apt.log" >&2; die "apt-get install failed (log: .state/apt.log)"; }
+  # The docker-registry package starts a system registry on :5000 with its own storage; ours
+  # (step 3) uses the repository's config, so stop the packaged one if it grabbed the port.
+  if systemctl is-active --quiet docker-registry 2>/dev/null; then systemctl stop docker-registry || true; fi
+else
+  say "packages present: docker.io docker-registry skopeo debootstrap"
+fi
+
+# -- 2. Docker engine -----------------------------------------------------------------------
+engine_up() { timeout 10 /usr/bin/docker -H "unix://$DOCKER_SOCK" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+if engine_up; then
+  say "Docker engine already running ($DOCKER_SOCK)"
+else
+  [[ $(id -u) -eq 0 ]] || die "the Docker engine is not running; start it (as root: bash scripts/setup.sh)"
+  # iptables is unavailable on these machines: no NAT, so builds and containers that need
+  # the network use --network host.
+  say "starting dockerd --iptables=false --ip-forward=false --ip-masq=false (log: .state/dockerd.log)"
+  nohup dockerd --iptables=false --ip-forward=false --ip-masq=false >>"$STATE/dockerd.log" 2>&1 &
+  for _ in $(seq 1 60); do engine_up && break; sleep 1; done
+  engine_up || { tail -20 "$STATE/dockerd.log" >&2; die "dockerd did not answer within 60 s (log: .state/dockerd.log)"; }
+  say "Docker engine up"
+fi
+
+# -- 3. local registry ----------------------------------------------------------------------
+registry_up() { curl -fsS -m 5 -o /dev/null "http://$REGISTRY_ADDR/v2/" 2>/dev/null; }
+if registry_up; then
+  say "registry already answers on $REGISTRY_ADDR"
+else
+  mkdir -p "$STATE/registry"
+  say "starting docker-registry on $REGISTRY_ADDR (config/registry.yml, storage .state/registry, log: .state/registry.log)"
+  REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY="$STATE/registry" \
+    nohup docker-registry serve "$ROOT/config/registry.yml" >>"$STATE/registry.log" 2>&1 &
+  for _ in $(seq 1 30); do registry_up && break; sleep 1; done
+  registry_up || { tail -20 "$STATE/registry.log" >&2; die "registry did not answer on $REGISTRY_ADDR within 30 s"; }
+  say "registry up"
+fi
+
+# -- 4. virtual environment -----------------------------------------------------------------
+if [[ "${SETUP_SKIP_VENV:-0}" == 1 ]]; then
+  say "skipping .venv (SETUP_SKIP_VENV=1)"
+  exit 0
+fi
+VENV="$ROOT/.venv"
+# The stamp holds a hash of pyproject.toml: reinstall only when the dependencies changed.
+stamp="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [[ -x "$VENV/bin/python" && -f "$VENV/.setup-stamp" && "$(cat "$VENV/.setup-stamp")" == "$stamp" ]] \
+   && "$VENV/bin/python" -c 'import buildtool.cli, docker, pytest' >/dev/null 2>&1; then
+  say ".venv up to date"
+else
+  [[ -x "$VENV/bin/python" ]] || { say "creating .venv ($("$PYTHON" --version))"; "$PYTHON" -m venv "$VENV"; }
+  say "installing the project into .venv (pip install -e '.[dev]', log: .state/pip.log)"
+  (cd "$ROOT" && timeout 1200 "$VENV/bin/python" -m pip install -q -e '.[dev]') >"$STATE/pip.log" 2>&1 \
+    || { tail -20 "$STATE/pip.log" >&2; die "pip install into .venv failed (log: .state/pip.log)"; }
+  echo "$stamp" >"$VENV/.setup-stamp"
+  say ".venv ready"
+fi
