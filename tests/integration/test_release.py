@@ -1,0 +1,377 @@
+"""Release against the real local registry: digests kept, gates refuse, faults survived or reported.
+
+Images are real, pullable OCI images written straight into the registry (a gzip tar layer,
+a config with the labels `buildtool build` sets), single-arch and a two-platform index,
+under a unique `t-release-<random>/` prefix; verdicts are stored with `store_verdict`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import tarfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from buildtool.matrix import Cell, load_matrix
+from buildtool.plan import Settings
+from buildtool.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient, RetryPolicy, sha256_digest
+from buildtool.release import LOCK_TAG, ReleaseOptions, release
+from buildtool.verdicts import store_verdict, verdict_tag
+from tests.faultproxy import FaultProxy
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = os.environ.get("REGISTRY_HOST", "127.0.0.1:5000")
+MATRIX = load_matrix(REPO / "matrix.yaml", REPO / "templates")
+CELLS = {c.key: c for c in MATRIX.cells}
+CPU, TF_CPU, GPU, NGC = (CELLS["pytorch-cpu:2.13"], CELLS["tensorflow-cpu:2.21"], CELLS["pytorch-cuda:2.13"],
+                         CELLS["pytorch-ngc:25.10"])
+FAST = RetryPolicy(attempts=4, first_delay=0.05, max_delay=0.2, timeout=2.0)
+
+
+# -- building real images in the registry ------------------------------------------------------
+
+def layer(payload: bytes, name: str = "payload.bin") -> tuple[bytes, str]:
+    """A gzip tar layer holding one file; returns (compressed bytes, diff_id)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    uncompressed = raw.getvalue()
+    return gzip.compress(uncompressed, mtime=0), sha256_digest(uncompressed)
+
+
+def push_single(client: RegistryClient, repo: str, tag: str | None, labels: dict[str, str],
+                payload_size: int = 64 * 1024, arch: str = "amd64") -> tuple[str, int]:
+    """Push a one-layer image; returns (manifest digest, layer size). Random payload: incompressible."""
+    blob, diff_id = layer(os.urandom(payload_size))
+    config = json.dumps({"architecture": arch, "os": "linux", "config": {"Labels": labels},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                           "digest": client.put_blob(repo, config), "size": len(config)},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                            "digest": client.put_blob(repo, blob), "size": len(blob)}]}
+    raw = json.dumps(manifest).encode()
+    digest = client.put_manifest(repo, tag or sha256_digest(raw), raw, OCI_MANIFEST)
+    return digest, len(blob)
+
+
+def push_index(client: RegistryClient, repo: str, tag: str, labels: dict[str, str]) -> tuple[str, list[str]]:
+    children = []
+    for arch in ("amd64", "arm64"):
+        digest, _ = push_single(client, repo, None, labels, 4096, arch)
+        raw, _, _ = client.get_manifest(repo, digest)
+        children.append({"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw),
+                         "platform": {"os": "linux", "architecture": arch}})
+    raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": children}).encode()
+    return client.put_manifest(repo, tag, raw, OCI_INDEX), [c["digest"] for c in children]
+
+
+def labels_for(cell: Cell, **extra: str) -> dict[str, str]:
+    return {"io.dl-images.cell": cell.key, "io.dl-images.framework": cell.framework,
+            "io.dl-images.framework-version": cell.framework_version, "io.dl-images.python": cell.python, **extra}
+
+
+def verdict(cell: Cell, digest: str, result: str = "passed", tests: list[dict] | None = None) -> dict:
+    tests = tests if tests is not None else [
+        {"id": "common/test_python.py::test_python", "group": "common", "result": "passed", "duration_s": 0.1,
+         "message": "", "skip_reason": ""}]
+    return {"schema": 1, "digest": digest, "image": f"x@{digest}", "cell": cell.key, "result": result,
+            "started": "2026-01-01T00:00:00Z", "duration_s": 1.0, "test_code": "sha256:" + "0" * 64,
+            "runner": {"hostname": "ci", "gpus": [], "driver": ""}, "tests": tests, "figures": {}}
+
+
+class Space:
+    """A unique registry prefix: dev images under <prefix>/, releases under <prefix>/rel/."""
+
+    def __init__(self) -> None:
+        self.prefix = f"t-release-{uuid.uuid4().hex[:10]}"
+        self.client = RegistryClient(HOST, retry=FAST)
+        self.settings = Settings(registry=f"{HOST}/{self.prefix}", release_registry=f"{HOST}/{self.prefix}/rel")
+
+    def dev_repo(self, cell: Cell) -> str:
+        return f"{self.prefix}/{cell.name}-dev"
+
+    def rel_repo(self, cell: Cell) -> str:
+        return f"{self.prefix}/rel/{cell.name}"
+
+    def build(self, cell: Cell, revision: str, *, result: str | None = "passed", tests: list[dict] | None = None,
+              payload_size: int = 64 * 1024, **extra_labels: str) -> str:
+        """A dev image of `cell` at `revision`, with a stored verdict unless result is None."""
+        repo = self.dev_repo(cell)
+        digest, _ = push_single(self.client, repo, f"{revision}-{cell.version}", labels_for(cell, **extra_labels),
+                                payload_size)
+        if result is not None:
+            store_verdict(self.client, repo, digest, verdict(cell, digest, result, tests))
+        return digest
+
+    def resolve(self, cell: Cell, tag: str) -> str | None:
+        return self.client.manifest_digest(self.rel_repo(cell), tag)
+
+    def release(self, cells: list[Cell], revision: str, version: str, client: RegistryClient | None = None,
+                **kw: object):
+        options = ReleaseOptions(version=version, revision=revision, lock_settle_s=0.2, lock_wait_s=20, **kw)
+        return release(cells, self.settings, options, client_for=lambda host: client or self.client)
+
+
+@pytest.fixture
+def space() -> Iterator[Space]:
+    yield Space()
+
+
+def rev() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+# -- promotion -----------------------------------------------------------------------------------
+
+def test_single_arch_promoted_digest_for_digest_without_moving_layers(space: Space) -> None:
+    r = rev()
+    digest = space.build(CPU, r, payload_size=4 << 20)   # 4 MB incompressible layer
+    with FaultProxy(upstream=("127.0.0.1", int(HOST.rsplit(":", 1)[1])), mode="tcp") as proxy:
+        report = release([CPU], space.settings, ReleaseOptions("0.1.0", r, lock_settle_s=0.2),
+                         client_for=lambda host: RegistryClient(proxy.address, retry=FAST))
+        moved = proxy.bytes_to_client + proxy.bytes_to_upstream
+    item = report.images[0]
+    assert report.ok and item.status == "promoted", item.problems
+    assert sorted(item.tags_made) == ["2.13", "2.13-0.1.0", "latest"]
+    for tag in ("2.13-0.1.0", "2.13", "latest"):
+        assert space.resolve(CPU, tag) == digest
+    # Only manifests and small configs crossed the wire: far less than the one 4 MB layer.
+    assert moved < 1 << 20, moved
+    assert space.client.has_blob(space.rel_repo(CPU), json.loads(item._raw)["layers"][0]["digest"])
+    # The verdict travels with the release, findable by digest in the release repository.
+    assert space.client.manifest_digest(space.rel_repo(CPU), verdict_tag(digest)) is not None
+
+
+def test_multi_arch_index_copied_whole(space: Space) -> None:
+    r = rev()
+    repo = space.dev_repo(CPU)
+    index, children = push_index(space.client, repo, f"{r}-{CPU.version}", labels_for(CPU))
+    store_verdict(space.client, repo, index, verdict(CPU, index))
+    report = space.release([CPU], r, "0.1.0")
+    item = report.images[0]
+    assert report.ok, item.problems
+    assert [p.platform for p in item.platforms] == ["linux/amd64", "linux/arm64"]
+    assert space.resolve(CPU, "2.13-0.1.0") == index
+    raw, media_type, _ = space.client.get_manifest(space.rel_repo(CPU), "2.13-0.1.0")
+    assert media_type == OCI_INDEX and sha256_digest(raw) == index
+    for child in children:   # every platform is there, by the same digest
+        assert space.client.manifest_digest(space.rel_repo(CPU), child) == child
+
+
+def test_second_run_is_a_no_op(space: Space) -> None:
+    r = rev()
+    digest = space.build(CPU, r)
+    assert space.release([CPU], r, "0.1.0").ok
+    lock_before = space.client.manifest_digest(space.rel_repo(CPU), LOCK_TAG)
+    again = space.release([CPU], r, "0.1.0")
+    assert again.ok and again.images[0].status == "unchanged" and again.images[0].tags_made == []
+    assert space.client.manifest_digest(space.rel_repo(CPU), LOCK_TAG) == lock_before   # not even a lock write
+    assert space.resolve(CPU, "2.13-0.1.0") == digest
+
+
+# -- gates ---------------------------------------------------------------------------------------
+
+def assert_nothing_released(space: Space, cell: Cell) -> None:
+    assert space.client.tags(space.rel_repo(cell)) == []
+
+
+def test_unvalidated_digest_refused(space: Space) -> None:
+    r = rev()
+    space.build(CPU, r, result=None)
+    report = space.release([CPU], r, "0.1.0")
+    assert report.images[0].status == "refused"
+    assert "has no verdict" in report.images[0].problems[0]
+    assert_nothing_released(space, CPU)
+
+
+def test_failed_verdict_refused(space: Space) -> None:
+    r = rev()
+    failed = [{"id": "pytorch/test_ddp.py::test_ddp", "group": "pytorch", "result": "failed", "skip_reason": ""},
+              {"id": "common/test_x.py::test_x", "group": "common", "result": "passed", "skip_reason": ""}]
+    space.build(CPU, r, result="failed", tests=failed)
+    report = space.release([CPU], r, "0.1.0")
+    assert report.images[0].status == "refused"
+    assert "'failed'" in report.images[0].problems[0] and "test_ddp" in report.images[0].problems[0]
+    assert_nothing_released(space, CPU)
+
+
+def test_verdict_of_another_digest_does_not_count(space: Space) -> None:
+    r = rev()
+    space.build(CPU, r)                              # tested image ...
+    space.build(CPU, r, result=None)                 # ... then the dev tag is overwritten by an untested one
+    report = space.release([CPU], r, "0.1.0")
+    assert report.images[0].status == "refused"
+    assert_nothing_released(space, CPU)
+
+
+def test_gpu_skips_allowed_on_cpu_cell_only(space: Space) -> None:
+    skips = [{"id": "common/test_a.py::test_a", "group": "common", "result": "passed", "skip_reason": ""},
+             {"id": "pytorch/test_ddp.py::test_nccl", "group": "pytorch", "result": "skipped",
+              "skip_reason": "no GPU on this runner"}]
+    r = rev()
+    space.build(CPU, r, tests=skips)
+    space.build(GPU, r, tests=skips)
+    cpu = space.release([CPU], r, "0.1.0")
+    assert cpu.ok, cpu.images[0].problems
+    gpu = space.release([GPU], r, "0.1.0")
+    assert gpu.images[0].status == "refused"
+    assert "skipped where the matrix expects them to run" in gpu.images[0].problems[0]
+    assert_nothing_released(space, GPU)
+
+
+def test_standin_based_image_refused(space: Space) -> None:
+    r = rev()
+    space.build(NGC, r, **{"io.dl-images.standin": "true"})
+    report = space.release([NGC], r, "0.1.0")
+    assert report.images[0].status == "refused"
+    assert any("stand-in" in p for p in report.images[0].problems)
+    assert_nothing_released(space, NGC)
+
+
+def test_one_refusal_promotes_nothing(space: Space) -> None:
+    r = rev()
+    space.build(CPU, r)
+    space.build(TF_CPU, r, result=None)
+    report = space.release([CPU, TF_CPU], r, "0.1.0")
+    assert [i.status for i in report.images] == ["not attempted", "refused"]
+    assert_nothing_released(space, CPU)
+
+
+def test_version_tag_is_immutable_even_with_force(space: Space) -> None:
+    r1, r2 = rev(), rev()
+    first = space.build(CPU, r1)
+    assert space.release([CPU], r1, "0.1.0").ok
+    space.build(CPU, r2)
+    for force in (False, True):
+        report = space.release([CPU], r2, "0.1.0", force=force)
+        assert report.images[0].status == "refused"
+        assert "immutable" in report.images[0].problems[0]
+    for tag in ("2.13-0.1.0", "2.13", "latest"):
+        assert space.resolve(CPU, tag) == first
+
+
+def test_moving_tags_follow_the_newest_release(space: Space) -> None:
+    r1, r2, r3 = rev(), rev(), rev()
+    d1, d2, d3 = space.build(CPU, r1), space.build(CPU, r2), space.build(CPU, r3)
+    assert space.release([CPU], r1, "0.1.0").ok
+    assert space.release([CPU], r2, "0.2.0").ok
+    assert space.resolve(CPU, "latest") == d2 and space.resolve(CPU, "2.13-0.1.0") == d1
+    hotfix = space.release([CPU], r3, "0.1.1")      # older than 0.2.0: latest stays
+    assert hotfix.ok
+    assert {t.tag: t.action for t in hotfix.images[0].tags} == {"2.13-0.1.1": "create", "2.13": "keep",
+                                                                 "latest": "keep"}
+    assert space.resolve(CPU, "latest") == d2 and space.resolve(CPU, "2.13-0.1.1") == d3
+    forced = space.release([CPU], r3, "0.1.1", force=True)   # a deliberate roll-back moves them
+    assert forced.ok and space.resolve(CPU, "latest") == d3
+
+
+def test_dry_run_writes_nothing(space: Space) -> None:
+    r = rev()
+    space.build(CPU, r)
+    report = space.release([CPU], r, "0.1.0", dry_run=True)
+    assert report.ok and report.images[0].status == "dry-run"
+    assert [t.action for t in report.images[0].tags] == ["create", "create", "create"]
+    assert_nothing_released(space, CPU)
+
+
+# -- faults and concurrency ----------------------------------------------------------------------
+
+def proxied(proxy: FaultProxy) -> RegistryClient:
+    return RegistryClient(proxy.address, retry=FAST)
+
+
+def upstream() -> tuple[str, int]:
+    return "127.0.0.1", int(HOST.rsplit(":", 1)[1])
+
+
+def test_transient_faults_are_retried(space: Space) -> None:
+    r = rev()
+    digest = space.build(CPU, r)
+    with FaultProxy(upstream=upstream()) as proxy:
+        proxy.add(r"PUT .*/rel/.*/manifests/2\.13-0\.1\.0", "503", times=2)
+        proxy.add(r"POST .*/rel/.*/blobs/uploads/\?mount=", "reset")
+        proxy.add(r"HEAD .*/rel/.*/manifests/latest", "stall", stall_s=3)   # longer than the 2 s timeout
+        report = space.release([CPU], r, "0.1.0", client=proxied(proxy))
+        fired = sorted(s.fault for s in proxy.faults())
+    assert report.ok, report.images[0].problems
+    assert fired == ["503", "503", "reset", "stall"]
+    for tag in ("2.13-0.1.0", "2.13", "latest"):
+        assert space.resolve(CPU, tag) == digest
+
+
+def test_registry_down_mid_release_is_reported_and_rerun_completes(space: Space) -> None:
+    r = rev()
+    cpu, tf = space.build(CPU, r), space.build(TF_CPU, r)
+    with FaultProxy(upstream=upstream()) as proxy:
+        # The registry goes away once the second image's tags are being written, and stays away.
+        proxy.add(r"PUT .*/rel/tensorflow-cpu/manifests/2\.21-0\.1\.0", "reset", times=10_000)
+        report = space.release([CPU, TF_CPU], r, "0.1.0", client=proxied(proxy))
+    status = {i.cell: i for i in report.images}
+    assert not report.ok
+    assert status[CPU.key].status == "promoted" and status[CPU.key].tags_made
+    assert status[TF_CPU.key].status == "failed" and status[TF_CPU.key].tags_made == []
+    assert status[TF_CPU.key].problems          # says why
+    assert space.resolve(TF_CPU, "2.21-0.1.0") is None
+    # Re-running once the registry is back completes the release; the done part is a no-op.
+    again = space.release([CPU, TF_CPU], r, "0.1.0")
+    assert again.ok
+    assert [i.status for i in again.images] == ["unchanged", "promoted"]
+    assert space.resolve(CPU, "latest") == cpu and space.resolve(TF_CPU, "latest") == tf
+
+
+def test_concurrent_releases_of_one_version_do_not_corrupt_each_other(space: Space) -> None:
+    r1, r2 = rev(), rev()
+    digests = {r1: space.build(CPU, r1), r2: space.build(CPU, r2)}
+    reports: dict[str, object] = {}
+    barrier = threading.Barrier(2)
+
+    def run(r: str) -> None:
+        client = RegistryClient(HOST, retry=FAST)
+        barrier.wait()
+        reports[r] = space.release([CPU], r, "0.1.0", client=client)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in (r1, r2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    outcomes = {r: rep.images[0].status for r, rep in reports.items()}
+    winners = [r for r, s in outcomes.items() if s == "promoted"]
+    assert len(winners) == 1, outcomes
+    loser = r2 if winners[0] == r1 else r1
+    assert outcomes[loser] in ("refused", "failed")
+    for tag in ("2.13-0.1.0", "2.13", "latest"):
+        assert space.resolve(CPU, tag) == digests[winners[0]]
+
+
+def test_concurrent_identical_releases_both_succeed(space: Space) -> None:
+    r = rev()
+    digest = space.build(CPU, r)
+    reports = []
+    barrier = threading.Barrier(2)
+
+    def run() -> None:
+        client = RegistryClient(HOST, retry=FAST)
+        barrier.wait()
+        reports.append(space.release([CPU], r, "0.1.0", client=client))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(reports) == 2 and all(rep.ok for rep in reports), [rep.images[0].problems for rep in reports]
+    assert sorted(rep.images[0].status for rep in reports) == ["promoted", "unchanged"]
+    assert space.resolve(CPU, "latest") == digest
