@@ -1,0 +1,414 @@
+"""The validation report: verdicts -> one static HTML page and Markdown for a CI summary.
+
+Images are rows, checks are columns; every cell says pass/fail/skip with its reason and duration.
+When the previous night's verdicts are given, checks that fail now but did not fail then are
+"newly failing": they are listed first, and their rows and columns sort first. The page is a single
+self-contained file (inline CSS, plots next to it), so it can be published anywhere as is.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildtool.errors import UserError
+
+RESULTS = ("passed", "failed", "skipped")
+_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", None: "—"}
+_MD_MARK = {"passed": "✅ pass", "failed": "❌ **FAIL**", "skipped": "⏭️ skip", None: "—"}
+SCALING_PLOTS = ("time_per_epoch.png", "speedup.png")
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    group: str
+    result: str
+    duration_s: float | None
+    message: str
+    skip_reason: str
+
+    @property
+    def reason(self) -> str:
+        return self.skip_reason if self.result == "skipped" else self.message
+
+
+@dataclass(frozen=True)
+class Row:
+    """One validated image (one verdict)."""
+
+    cell: str
+    image: str
+    digest: str
+    result: str
+    started: str
+    duration_s: float | None
+    size_bytes: int | None
+    runner: dict[str, Any]
+    checks: dict[str, Check]
+    figures: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Trend:
+    cell: str
+    check: str
+    before: str | None
+    now: str
+
+
+@dataclass
+class Report:
+    rows: list[Row]
+    columns: list[str]
+    newly_failing: list[Trend] = field(default_factory=list)
+    fixed: list[Trend] = field(default_factory=list)
+    has_previous: bool = False
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(RESULTS, 0)
+        for row in self.rows:
+            for check in row.checks.values():
+                counts[check.result] = counts.get(check.result, 0) + 1
+        return counts
+
+    @property
+    def failed_images(self) -> list[str]:
+        return [row.cell for row in self.rows if row.result != "passed"]
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def parse_verdict(data: Any, where: str) -> Row:
+    """A verdict dict (schema 1) -> Row; anything malformed is a UserError naming `where`."""
+    if not isinstance(data, dict) or data.get("schema") != 1:
+        raise UserError(f"{where}: not a schema-1 verdict (expected a JSON object with \"schema\": 1)")
+    for key in ("digest", "cell", "result", "tests"):
+        if key not in data:
+            raise UserError(f"{where}: verdict lacks {key!r}")
+    if data["result"] not in ("passed", "failed"):
+        raise UserError(f"{where}: result must be passed or failed, not {data['result']!r}")
+    checks: dict[str, Check] = {}
+    for i, test in enumerate(data["tests"]):
+        if not isinstance(test, dict) or "id" not in test or test.get("result") not in RESULTS:
+            raise UserError(f"{where}: tests[{i}] needs an id and a result of {'/'.join(RESULTS)}")
+        checks[str(test["id"])] = Check(
+            id=str(test["id"]), group=str(test.get("group") or ""), result=test["result"],
+            duration_s=_number(test.get("duration_s")), message=str(test.get("message") or ""),
+            skip_reason=str(test.get("skip_reason") or ""))
+    size = data.get("size_bytes")
+    return Row(cell=str(data["cell"]), image=str(data.get("image") or ""), digest=str(data["digest"]),
+               result=data["result"], started=str(data.get("started") or ""),
+               duration_s=_number(data.get("duration_s")), size_bytes=size if isinstance(size, int) else None,
+               runner=dict(data.get("runner") or {}), checks=checks, figures=dict(data.get("figures") or {}))
+
+
+def load_verdicts(folder: Path) -> list[Row]:
+    """Every `*.json` verdict under `folder`; the newest verdict wins when a cell appears twice."""
+    if not folder.is_dir():
+        raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
+    rows: dict[str, Row] = {}
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{path}: cannot read verdict ({exc})") from None
+        row = parse_verdict(data, str(path))
+        if row.cell not in rows or row.started >= rows[row.cell].started:
+            rows[row.cell] = row
+    return list(rows.values())
+
+
+def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Path]:
+    """Write fetched verdicts as `<cell>.json` (the folder the next night compares against)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for data in rows_data:
+        path = folder / (str(data["cell"]).replace(":", "_").replace("/", "_") + ".json")
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def fetch_verdicts(dev_refs: dict[str, str]) -> list[dict[str, Any]]:
+    """Verdicts stored in the registry for each cell's dev image (cell -> ref), with image sizes.
+
+    A cell whose image or verdict is missing gets a failed pseudo-verdict saying so, so a build
+    that never produced an image shows up in the report instead of silently vanishing.
+    """
+    from buildtool.registry import NotFound, RegistryClient, split_repo
+    from buildtool.verdicts import load_verdict
+
+    found: list[dict[str, Any]] = []
+    clients: dict[str, RegistryClient] = {}
+    for cell, ref in dev_refs.items():
+        host, repo, tag = split_repo(ref)
+        client = clients.setdefault(host, RegistryClient(host))
+        try:
+            body, _, digest = client.get_manifest(repo, tag)
+        except NotFound:
+            found.append(_missing(cell, ref, f"no image {ref} in the registry (the build failed or did not run)"))
+            continue
+        verdict = load_verdict(client, repo, digest)
+        if verdict is None:
+            found.append(_missing(cell, ref, f"{ref} has no verdict (validation did not run or did not finish)",
+                                  digest))
+            continue
+        manifest = json.loads(body)
+        layers = manifest.get("layers") or []
+        verdict.setdefault("size_bytes", sum(int(layer.get("size", 0)) for layer in layers) or None)
+        found.append(verdict)
+    return found
+
+
+def _missing(cell: str, ref: str, reason: str, digest: str = "") -> dict[str, Any]:
+    return {"schema": 1, "digest": digest, "image": ref, "cell": cell, "result": "failed", "started": "",
+            "duration_s": None, "tests": [{"id": "image/verdict", "group": "pipeline", "result": "failed",
+                                           "duration_s": None, "message": reason, "skip_reason": ""}]}
+
+
+# -- the model ----------------------------------------------------------------------------------
+
+def build_report(current: list[Row], previous: list[Row] | None = None) -> Report:
+    before = {row.cell: row for row in previous or []}
+    newly: list[Trend] = []
+    fixed: list[Trend] = []
+    for row in sorted(current, key=lambda r: r.cell):
+        old = before.get(row.cell)
+        if old is None:
+            continue
+        for check in row.checks.values():
+            was = old.checks.get(check.id)
+            was_result = was.result if was else None
+            if check.result == "failed" and was_result != "failed":
+                newly.append(Trend(row.cell, check.id, was_result, check.result))
+            elif check.result == "passed" and was_result == "failed":
+                fixed.append(Trend(row.cell, check.id, was_result, check.result))
+    new_cells = {t.cell for t in newly}
+    new_checks = {t.check for t in newly}
+
+    def row_key(row: Row) -> tuple[int, int, str]:
+        return (row.cell not in new_cells, row.result == "passed", row.cell)
+
+    seen: dict[str, None] = {}
+    for row in current:
+        for check_id in row.checks:
+            seen.setdefault(check_id, None)
+    failing = {cid for row in current for cid, c in row.checks.items() if c.result == "failed"}
+    columns = sorted(seen, key=lambda cid: (cid not in new_checks, cid not in failing, cid))
+    return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
+                  has_previous=previous is not None)
+
+
+# -- formatting helpers -------------------------------------------------------------------------
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "—"
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1000
+    return f"{value:.2f} GB"
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def short_check(check_id: str) -> str:
+    return check_id.rsplit("::", 1)[-1] if "::" in check_id else check_id.rsplit("/", 1)[-1]
+
+
+def short_digest(digest: str) -> str:
+    algo, _, hexdigest = digest.partition(":")
+    return f"{algo}:{hexdigest[:12]}" if hexdigest else (digest or "—")
+
+
+def format_figure(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={format_figure(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _runner(row: Row) -> str:
+    gpus = row.runner.get("gpus") or []
+    gpu_text = f"{len(gpus)} GPU ({gpus[0]})" if gpus else "no GPU"
+    driver = f", driver {row.runner['driver']}" if row.runner.get("driver") else ""
+    return f"{row.runner.get('hostname', '?')}: {gpu_text}{driver}"
+
+
+# -- HTML ---------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1f2328; }
+h1 { font-size: 1.4rem; margin: 0 0 .5rem; }
+.summary span { display: inline-block; margin-right: 1rem; padding: .2rem .6rem; border-radius: 4px; }
+.summary .failed, .summary .newly { background: #ffd7d5; color: #82071e; font-weight: 600; }
+.summary .passed { background: #dafbe1; color: #116329; }
+.summary .skipped { background: #eaeef2; }
+table.verdicts { border-collapse: collapse; margin-top: 1rem; font-size: .85rem; }
+table.verdicts th, table.verdicts td { border: 1px solid #d0d7de; padding: .3rem .45rem; vertical-align: top; }
+table.verdicts thead th { background: #f6f8fa; position: sticky; top: 0; }
+th.check small { display: block; color: #57606a; font-weight: normal; }
+th.check.has-failed { background: #ffebe9; }
+th.check.newly-failing, th.image.newly-failing { box-shadow: inset 0 -3px 0 #cf222e; }
+td.result-passed { background: #dafbe1; color: #116329; }
+td.result-failed { background: #cf222e; color: #fff; font-weight: 600; }
+td.result-skipped { background: #eaeef2; color: #57606a; }
+td.result-missing { color: #8c959f; }
+td .why { display: block; font-weight: normal; font-size: .75rem; max-width: 18rem; white-space: normal; }
+td .dur { display: block; font-size: .7rem; opacity: .8; }
+td.newly::after { content: " NEW"; font-size: .65rem; background: #fff; color: #cf222e; padding: 0 .2rem;
+  border-radius: 3px; margin-left: .3rem; }
+tr.image-failed th.image { color: #82071e; }
+code { font-size: .8rem; }
+.trend li.newly { color: #82071e; font-weight: 600; }
+.plots img { max-width: 46%; margin-right: 2%; border: 1px solid #d0d7de; }
+"""
+
+
+def _cell_html(check: Check | None, newly: bool) -> str:
+    if check is None:
+        return '<td class="result-missing">—</td>'
+    classes = [f"result-{check.result}"] + (["newly"] if newly else [])
+    reason = check.reason
+    title = f' title="{html.escape(reason)}"' if reason else ""
+    why = f'<span class="why">{html.escape(reason[:200])}</span>' if reason else ""
+    dur = f'<span class="dur">{human_duration(check.duration_s)}</span>' if check.duration_s is not None else ""
+    return f'<td class="{" ".join(classes)}"{title}>{_MARK[check.result]}{why}{dur}</td>'
+
+
+def render_html(report: Report, title: str = "Image validation report", plots: Iterable[str] = ()) -> str:
+    counts = report.counts
+    new_pairs = {(t.cell, t.check) for t in report.newly_failing}
+    new_cells = {t.cell for t in report.newly_failing}
+    new_checks = {t.check for t in report.newly_failing}
+    failing_checks = {cid for row in report.rows for cid, c in row.checks.items() if c.result == "failed"}
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style></head><body>",
+           f"<h1>{html.escape(title)}</h1>", '<p class="summary">',
+           f'<span class="passed">{len(report.rows) - len(report.failed_images)} images passed</span>',
+           f'<span class="failed">{len(report.failed_images)} images failed</span>',
+           f'<span class="passed">{counts["passed"]} checks passed</span>',
+           f'<span class="failed">{counts["failed"]} checks failed</span>',
+           f'<span class="skipped">{counts["skipped"]} checks skipped</span>']
+    if report.has_previous:
+        out.append(f'<span class="newly">{len(report.newly_failing)} newly failing</span>')
+    out.append("</p>")
+    if report.has_previous:
+        out.append('<section class="trend"><h2>Since the previous night</h2><ul>')
+        for t in report.newly_failing:
+            out.append(f'<li class="newly">newly failing: {html.escape(t.cell)} '
+                       f'<code>{html.escape(t.check)}</code> (was {t.before or "absent"})</li>')
+        for t in report.fixed:
+            out.append(f'<li class="fixed">fixed: {html.escape(t.cell)} <code>{html.escape(t.check)}</code></li>')
+        if not report.newly_failing and not report.fixed:
+            out.append("<li>no change</li>")
+        out.append("</ul></section>")
+    else:
+        out.append('<p class="trend">No previous night to compare against.</p>')
+    out.append('<table class="verdicts"><thead><tr><th>image</th><th>result</th>')
+    for cid in report.columns:
+        classes = ["check"] + (["has-failed"] if cid in failing_checks else []) + \
+                  (["newly-failing"] if cid in new_checks else [])
+        group = next((r.checks[cid].group for r in report.rows if cid in r.checks), "")
+        out.append(f'<th class="{" ".join(classes)}" title="{html.escape(cid)}">{html.escape(short_check(cid))}'
+                   f"<small>{html.escape(group)}</small></th>")
+    out.append("<th>duration</th><th>size</th><th>digest</th><th>figures</th><th>runner</th></tr></thead><tbody>")
+    for row in report.rows:
+        row_classes = f"image-{row.result}" + (" newly-failing" if row.cell in new_cells else "")
+        head_classes = "image" + (" newly-failing" if row.cell in new_cells else "")
+        out.append(f'<tr class="{row_classes}" data-cell="{html.escape(row.cell)}">'
+                   f'<th class="{head_classes}" title="{html.escape(row.image)}">{html.escape(row.cell)}</th>'
+                   f'<td class="result-{row.result}">{_MARK[row.result]}</td>')
+        for cid in report.columns:
+            out.append(_cell_html(row.checks.get(cid), (row.cell, cid) in new_pairs))
+        figures = "<br>".join(f"{html.escape(k)}: {html.escape(format_figure(v))}"
+                              for k, v in sorted(row.figures.items()))
+        out.append(f"<td>{human_duration(row.duration_s)}</td><td>{human_size(row.size_bytes)}</td>"
+                   f'<td><code title="{html.escape(row.digest)}">{html.escape(short_digest(row.digest))}</code></td>'
+                   f"<td>{figures or '—'}</td><td>{html.escape(_runner(row))}</td></tr>")
+    out.append("</tbody></table>")
+    plots = list(plots)
+    if plots:
+        out.append('<section class="plots"><h2>DDP scaling</h2>')
+        out += [f'<img src="{html.escape(p)}" alt="{html.escape(p)}">' for p in plots]
+        out.append("</section>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+# -- Markdown -----------------------------------------------------------------------------------
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Report, title: str = "Image validation report") -> str:
+    counts = report.counts
+    lines = [f"## {title}", "",
+             f"{len(report.rows) - len(report.failed_images)} images passed, {len(report.failed_images)} failed; "
+             f"checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped.", ""]
+    if report.has_previous:
+        if report.newly_failing:
+            lines += ["### Newly failing", ""]
+            lines += [f"- ❌ `{t.cell}` `{t.check}` (was {t.before or 'absent'})" for t in report.newly_failing]
+            lines.append("")
+        if report.fixed:
+            lines += ["### Fixed", ""] + [f"- ✅ `{t.cell}` `{t.check}`" for t in report.fixed] + [""]
+        if not report.newly_failing and not report.fixed:
+            lines += ["No change since the previous night.", ""]
+    lines += ["| image | result | size | digest | " + " | ".join(_md(short_check(c)) for c in report.columns) + " |",
+              "|---" * (4 + len(report.columns)) + "|"]
+    for row in report.rows:
+        cells = []
+        for cid in report.columns:
+            check = row.checks.get(cid)
+            text = _MD_MARK[check.result if check else None]
+            if check and check.reason:
+                text += f" ({_md(check.reason[:80])})"
+            cells.append(text)
+        lines.append(f"| `{row.cell}` | {_MD_MARK[row.result]} | {human_size(row.size_bytes)} | "
+                     f"`{short_digest(row.digest)}` | " + " | ".join(cells) + " |")
+    figure_rows = [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())]
+    if figure_rows:
+        lines += ["", "### Figures", "", "| image | figure | value |", "|---|---|---|"]
+        lines += [f"| `{cell}` | {_md(k)} | {_md(format_figure(v))} |" for cell, k, v in figure_rows]
+    return "\n".join(lines) + "\n"
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+def write_report(report: Report, out_dir: Path, scaling_dir: Path | None = None) -> dict[str, Path]:
+    """Write report.html and report.md into `out_dir` (plots copied beside them); returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots: list[str] = []
+    if scaling_dir is not None and scaling_dir.is_dir():
+        target = out_dir / "scaling"
+        for name in SCALING_PLOTS:
+            source = scaling_dir / name
+            if source.is_file():
+                target.mkdir(exist_ok=True)
+                if source.resolve() != (target / name).resolve():
+                    shutil.copyfile(source, target / name)
+                plots.append(f"scaling/{name}")
+    paths = {"html": out_dir / "report.html", "markdown": out_dir / "report.md"}
+    paths["html"].write_text(render_html(report, plots=plots), encoding="utf-8")
+    paths["markdown"].write_text(render_markdown(report), encoding="utf-8")
+    return paths
