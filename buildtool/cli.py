@@ -22,6 +22,7 @@ from buildtool.errors import FailedError, UserError
 from buildtool.matrix import Matrix, load_matrix
 from buildtool.plan import Settings, git_revision, plan_matrix
 from buildtool.render import Outputs, drift, prune, render_outputs, write_outputs
+from buildtool.workflows import workflow_outputs
 
 app = typer.Typer(
     help="Build and verify deep-learning container images from one version matrix (matrix.yaml).",
@@ -74,7 +75,7 @@ def find_project(matrix: Path | None) -> Project:
 
 
 def all_outputs(project: Project, matrix: Matrix) -> Outputs:
-    return render_outputs(matrix, project.templates, extras=(catalogue_outputs,))
+    return render_outputs(matrix, project.templates, extras=(catalogue_outputs, workflow_outputs))
 
 
 @app.command()
@@ -153,6 +154,7 @@ def catalogue(matrix: MatrixOption = None) -> None:
 # -- command registrations --
 __import__("buildtool.cli_build").cli_build.register(app)
 __import__("buildtool.cli_release").cli_release.register(app)
+__import__("buildtool.cli_ops").cli_ops.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:
