@@ -93,6 +93,10 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             err.print("dry run: no tags written, no release files written")
             return
-        for path in write_release_files(project.root, manifest):
+        promoted = any(i.status == "promoted" for i in report.images)
+        written = write_release_files(project.root, manifest, promoted)
+        for path in written:
             err.print(f"wrote {path.relative_to(project.root)}")
+        if not written:
+            err.print(f"release {version} was already complete: nothing written")
 

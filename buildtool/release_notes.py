@@ -167,10 +167,15 @@ def merge_manifests(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def write_release_files(root: Path, manifest: dict[str, Any]) -> list[Path]:
-    """docs/releases/<version>.json and .md (merged with an earlier part of the same release)."""
+def write_release_files(root: Path, manifest: dict[str, Any], promoted: bool = True) -> list[Path]:
+    """docs/releases/<version>.json and .md (merged with an earlier part of the same release).
+
+    A re-run that promoted nothing leaves existing files alone: they record the release as it
+    was made (a later release may have moved `latest` on since)."""
     folder = root / RELEASES_DIR
     json_path, md_path = folder / f"{manifest['version']}.json", folder / f"{manifest['version']}.md"
+    if not promoted and json_path.is_file() and md_path.is_file():
+        return []
     if json_path.is_file():
         try:
             old = json.loads(json_path.read_text())

@@ -120,7 +120,8 @@ class Space:
 
     def release(self, cells: list[Cell], revision: str, version: str, client: RegistryClient | None = None,
                 **kw: object):
-        options = ReleaseOptions(version=version, revision=revision, lock_settle_s=0.2, lock_wait_s=20, **kw)
+        kw = {"lock_settle_s": 0.2, "lock_wait_s": 20.0, **kw}
+        options = ReleaseOptions(version=version, revision=revision, **kw)  # type: ignore[arg-type]
         return release(cells, self.settings, options, client_for=lambda host: client or self.client)
 
 
@@ -375,3 +376,104 @@ def test_concurrent_identical_releases_both_succeed(space: Space) -> None:
     assert len(reports) == 2 and all(rep.ok for rep in reports), [rep.images[0].problems for rep in reports]
     assert sorted(rep.images[0].status for rep in reports) == ["promoted", "unchanged"]
     assert space.resolve(CPU, "latest") == digest
+
+
+def test_held_lock_makes_another_release_wait_then_report(space: Space) -> None:
+    from buildtool.release import RepoLock
+
+    r = rev()
+    space.build(CPU, r)
+    space.client.put_blob(space.rel_repo(CPU), b"{}")
+    holder = RepoLock(RegistryClient(HOST, retry=FAST), space.rel_repo(CPU), settle_s=0.1, purpose="test holder")
+    holder.acquire()
+    try:
+        report = space.release([CPU], r, "0.1.0", lock_wait_s=1.0)
+    finally:
+        holder.release()
+    item = report.images[0]
+    assert not report.ok and item.status == "not attempted"
+    assert "test holder" in item.problems[0]
+    assert space.resolve(CPU, "2.13-0.1.0") is None
+    assert space.release([CPU], r, "0.1.0").ok      # once released, the lock is free again
+
+
+def test_mount_refusal_is_an_error_not_a_data_copy(space: Space) -> None:
+    from buildtool.registry import RegistryError
+    from buildtool.release import copy_manifest
+
+    r = rev()
+    digest = space.build(CPU, r)
+    raw, media_type, _ = space.client.get_manifest(space.dev_repo(CPU), digest)
+    with pytest.raises(RegistryError, match="declined to mount"):
+        # A source repository that lacks the blobs: the registry opens an upload instead of mounting.
+        copy_manifest(space.client, f"{space.prefix}/empty", space.rel_repo(CPU), raw, media_type, digest)
+    assert space.client.manifest_digest(space.rel_repo(CPU), digest) is None
+
+
+# -- the command, end to end ---------------------------------------------------------------------
+
+def git(root: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(root), "-c", "user.email=t@example.org", "-c", "user.name=t", *args],
+                          check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    space = Space()
+    monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    monkeypatch.chdir(project)
+    matrix = str(project / "matrix.yaml")
+    first = git(project, "rev-parse", "--short=12", "HEAD")
+    cpu1 = space.build(CPU, first, **{"io.dl-images.packages": json.dumps({"tensorboard": "2.21.0"})})
+    tf1 = space.build(TF_CPU, first)
+
+    code, out, err = run_cli("release", "--version", "nope", "--matrix", matrix)
+    assert code == 2 and "is not a version" in err
+
+    code, out, err = run_cli("release", "--version", "0.1.0", "--framework", "pytorch-cpu,tensorflow-cpu,pytorch-ngc",
+                             "--matrix", matrix)
+    assert code == 1 and "refused for pytorch-ngc:25.10" in err and "nothing was promoted" in err
+    assert not (project / "docs/releases/0.1.0.json").exists()
+
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "-f", "tensorflow-cpu",
+                             "--matrix", matrix, "--json")
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True
+    manifest = json.loads((project / "docs/releases/0.1.0.json").read_text())
+    assert manifest["source_commit"] == first
+    by_cell = {img["cell"]: img for img in manifest["images"]}
+    assert by_cell[CPU.key]["digest"] == cpu1 and by_cell[TF_CPU.key]["digest"] == tf1
+    assert by_cell[CPU.key]["tags"] == ["2.13-0.1.0", "2.13", "latest"]
+    assert by_cell[CPU.key]["verdict"]["ref"].startswith(f"{HOST}/{space.prefix}/pytorch-cpu-dev@sha256:")
+    assert by_cell[CPU.key]["versions"]["tensorboard"] == "2.21.0"
+    notes = (project / "docs/releases/0.1.0.md").read_text()
+    assert f"`{cpu1}`" in notes and "first release" in notes
+    for tag in ("2.13-0.1.0", "2.13", "latest"):
+        assert RegistryClient(HOST).manifest_digest(f"{space.prefix}/pytorch-cpu", tag) == cpu1
+
+    # A second commit with a newer framework build: 0.2.0 moves the moving tags; notes say what changed.
+    (project / "CHANGE").write_text("x")
+    git(project, "add", "CHANGE")
+    git(project, "commit", "-qm", "change")
+    second = git(project, "rev-parse", "--short=12", "HEAD")
+    cpu2 = space.build(CPU, second, payload_size=256 * 1024, **{
+        "io.dl-images.framework-version": "2.13.1+cpu", "io.dl-images.packages": json.dumps({"tensorboard": "2.22.0"})})
+    code, out, err = run_cli("release", "--version", "0.2.0", "--from", second, "-f", "pytorch-cpu",
+                             "--matrix", matrix)
+    assert code == 0, err
+    notes = (project / "docs/releases/0.2.0.md").read_text()
+    assert "Changes since release 0.1.0" in notes
+    assert "framework: pytorch 2.13.0+cpu -> pytorch 2.13.1+cpu" in notes
+    assert "tensorboard: 2.21.0 -> 2.22.0" in notes and "size:" in notes
+    assert RegistryClient(HOST).manifest_digest(f"{space.prefix}/pytorch-cpu", "latest") == cpu2
+
+    # Re-running 0.1.0 from the first commit: a no-op that still succeeds and rewrites identical files.
+    before = (project / "docs/releases/0.1.0.json").read_text()
+    code, out, err = run_cli("release", "--version", "0.1.0", "--from", first, "-f", "pytorch-cpu,tensorflow-cpu",
+                             "--matrix", matrix)
+    assert code == 0, err
+    assert "unchanged" in out
+    assert (project / "docs/releases/0.1.0.json").read_text() == before
+    assert RegistryClient(HOST).manifest_digest(f"{space.prefix}/pytorch-cpu", "latest") == cpu2
