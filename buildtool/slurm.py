@@ -107,6 +107,7 @@ def sbatch_script(job: DDPJob, opts: SlurmOptions) -> str:
         "VERIFY",
         "",
         "# Containers share the node's /dev/shm: refuse to start on a node where it is too small.",
+        "# shellcheck disable=SC2016  # the single-quoted script expands on each node, not here",
         "srun --ntasks-per-node=1 bash -c 'have=$(df -B1 --output=size /dev/shm | tail -n 1 | tr -d \" \"); "
         "if [ \"$have\" -lt \"$1\" ]; then echo \"error: /dev/shm on $(hostname) is $have bytes, "
         "need $1\" >&2; exit 1; fi' shm-check \"$SHM_BYTES\"",

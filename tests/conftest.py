@@ -26,7 +26,7 @@ def project(tmp_path: Path) -> Path:
     root.mkdir()
     for name in ("matrix.yaml", ".hadolint.yaml"):
         shutil.copy2(REPO / name, root / name)
-    for folder in ("templates", "dockerfiles", "docs"):
+    for folder in ("templates", "dockerfiles", "docs", ".github"):
         shutil.copytree(REPO / folder, root / folder)
     for args in (["init", "-q"], ["add", "-A"],
                  ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "fixture"]):
