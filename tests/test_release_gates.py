@@ -1,0 +1,217 @@
+"""Release gates and tag rules as pure functions: no engine, no registry."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildtool.errors import UserError
+from buildtool.matrix import load_matrix
+from buildtool.plan import Settings, plan_cell
+from buildtool.release import (
+    Platform,
+    check_version,
+    image_problems,
+    plan_tags,
+    release_number,
+    releases_in,
+    resolve_revision,
+    skip_allowed,
+    verdict_problems,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+CELLS = {c.key: c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells}
+CPU, GPU, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["pytorch-ngc:25.10"]
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+
+
+def test(id_: str, group: str, result: str, reason: str = "") -> dict:
+    return {"id": id_, "group": group, "result": result, "skip_reason": reason}
+
+
+test.__test__ = False  # a helper, not a pytest test
+
+
+def verdict(cell_key: str, result: str = "passed", tests: list[dict] | None = None, digest: str = D1) -> dict:
+    return {"digest": digest, "cell": cell_key, "result": result,
+            "tests": tests if tests is not None else [test("common::a", "common", "passed")]}
+
+
+# -- verdict gate --------------------------------------------------------------------------------
+
+def test_passing_verdict_has_no_problems() -> None:
+    assert verdict_problems(CPU, D1, verdict(CPU.key)) == []
+
+
+def test_missing_verdict_names_the_command_to_run() -> None:
+    [problem] = verdict_problems(CPU, D1, None)
+    assert "no verdict" in problem and "make validate FRAMEWORK=pytorch-cpu:2.13" in problem
+
+
+def test_failed_verdict_lists_failed_tests() -> None:
+    tests = [test("pytorch::ddp", "pytorch", "failed"), test("common::a", "common", "passed")]
+    problems = verdict_problems(CPU, D1, verdict(CPU.key, "failed", tests))
+    assert any("'failed'" in p and "pytorch::ddp" in p for p in problems)
+
+
+def test_verdict_for_another_cell_refused() -> None:
+    assert any("is for cell 'pytorch-cuda:2.13'" in p for p in verdict_problems(CPU, D1, verdict(GPU.key)))
+
+
+def test_all_skipped_is_not_a_pass() -> None:
+    tests = [test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner")]
+    assert any("no passed test" in p for p in verdict_problems(CPU, D1, verdict(CPU.key, tests=tests)))
+
+
+def test_unknown_test_result_refused() -> None:
+    tests = [test("common::a", "common", "passed"), test("common::b", "common", "xfail")]
+    assert any("unknown result" in p for p in verdict_problems(CPU, D1, verdict(CPU.key, tests=tests)))
+
+
+@pytest.mark.parametrize(("cell", "t", "allowed"), [
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner"), True),
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", "flaky, skipped for now"), False),
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", ""), False),
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", "No gpu"), False),         # exact prefix, on purpose
+    (GPU, test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner"), False),   # GPU cell: must run
+    (NGC, test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner"), False),
+    (CPU, test("tensorflow::x", "tensorflow", "skipped", "not this framework"), True),  # group not in the cell
+    (GPU, test("tensorflow::x", "tensorflow", "skipped", "anything"), True),
+])
+def test_skip_rule(cell, t, allowed) -> None:  # noqa: ANN001
+    assert skip_allowed(cell, t) is allowed
+
+
+def test_bad_skips_are_named() -> None:
+    tests = [test("common::a", "common", "passed"),
+             *(test(f"pytorch::g{i}", "pytorch", "skipped", "no GPU here") for i in range(5))]
+    [problem] = verdict_problems(GPU, D1, verdict(GPU.key, tests=tests))
+    assert "5 test(s) skipped" in problem and "pytorch::g0 (no GPU here)" in problem and "2 more" in problem
+
+
+# -- image gate ----------------------------------------------------------------------------------
+
+def test_standin_refused_on_any_platform() -> None:
+    good = Platform("linux/amd64", D1, 1, {"io.dl-images.cell": NGC.key})
+    bad = Platform("linux/arm64", D2, 1, {"io.dl-images.cell": NGC.key, "io.dl-images.standin": "true"})
+    assert image_problems(NGC, [good]) == []
+    [problem] = image_problems(NGC, [good, bad])
+    assert "stand-in" in problem and D2 in problem and "linux/arm64" in problem
+
+
+def test_cell_label_must_match() -> None:
+    [problem] = image_problems(CPU, [Platform("", D1, 1, {"io.dl-images.cell": "tensorflow-cpu:2.21"})])
+    assert "not pytorch-cpu:2.13" in problem
+
+
+# -- tags ----------------------------------------------------------------------------------------
+
+def plan_for(version: str):  # noqa: ANN201
+    return plan_cell(CPU, Settings(), "abcdef123456", version)
+
+
+def test_release_number_parses_only_this_cells_tags() -> None:
+    assert str(release_number("2.13-0.1.0", "{version}-{release}", CPU)) == "0.1.0"
+    assert release_number("2.12-0.1.0", "{version}-{release}", CPU) is None
+    assert release_number("latest", "{version}-{release}", CPU) is None
+    assert sorted(str(v) for v in releases_in(["2.13-0.1.0", "2.13-0.10.0", "2.13", "x"], CPU)) == ["0.1.0", "0.10.0"]
+
+
+def test_fresh_release_creates_every_tag() -> None:
+    actions, problems = plan_tags(plan_for("0.1.0"), D1, "0.1.0", {}, [], force=False)
+    assert problems == [] and [(a.tag, a.action) for a in actions] == [
+        ("2.13-0.1.0", "create"), ("2.13", "create"), ("latest", "create")]
+
+
+def test_rerun_is_all_exists() -> None:
+    current = {"2.13-0.1.0": D1, "2.13": D1, "latest": D1}
+    actions, problems = plan_tags(plan_for("0.1.0"), D1, "0.1.0", current, list(current), force=False)
+    assert problems == [] and {a.action for a in actions} == {"exists"}
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_version_tag_on_other_digest_refused_even_forced(force: bool) -> None:
+    current = {"2.13-0.1.0": D2}
+    _, problems = plan_tags(plan_for("0.1.0"), D1, "0.1.0", current, list(current), force=force)
+    assert len(problems) == 1 and "immutable" in problems[0] and D2 in problems[0]
+
+
+def test_moving_tags_move_forward_freely_and_back_only_with_force() -> None:
+    current = {"2.13": D2, "latest": D2}
+    tags = ["2.13-0.2.0", "2.13", "latest"]
+    forward, _ = plan_tags(plan_for("0.3.0"), D1, "0.3.0", current, tags, force=False)
+    assert [a.action for a in forward if a.moving] == ["move", "move"]
+    back, problems = plan_tags(plan_for("0.1.1"), D1, "0.1.1", current, tags, force=False)
+    assert problems == [] and [a.action for a in back if a.moving] == ["keep", "keep"]
+    assert "0.2.0" in back[1].note
+    forced, _ = plan_tags(plan_for("0.1.1"), D1, "0.1.1", current, tags, force=True)
+    assert [a.action for a in forced if a.moving] == ["move", "move"]
+
+
+# -- inputs --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", ["", "latest", "0.1.0/x", "{release}", "1.0 beta"])
+def test_bad_versions_refused(bad: str) -> None:
+    with pytest.raises(UserError, match="--version"):
+        check_version(bad)
+
+
+def test_good_versions() -> None:
+    for good in ("0.1.0", "1.2.3rc1", "2026.1"):
+        assert check_version(good) == good
+
+
+def test_resolve_revision(tmp_path: Path) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@e", "-c", "user.name=t", *args],
+                              check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "f").write_text("x")
+    git("add", "f")
+    git("commit", "-qm", "x")
+    full = git("rev-parse", "HEAD")
+    short = git("rev-parse", "--short=12", "HEAD")
+    assert resolve_revision(tmp_path, None, lambda root: "from-head") == "from-head"
+    assert resolve_revision(tmp_path, full, lambda root: "unused") == short
+    assert resolve_revision(tmp_path, full[:8].upper(), lambda root: "unused") == short
+    assert resolve_revision(tmp_path, f"{short}-dirty.0a1b2c3d", lambda root: "x") == f"{short}-dirty.0a1b2c3d"
+    assert resolve_revision(tmp_path, "ab" * 20, lambda root: "x") == ("ab" * 20)[:12]   # not in this clone
+    for bad in ("main", "abc", "zz" * 6):
+        with pytest.raises(UserError, match="--from"):
+            resolve_revision(tmp_path, bad, lambda root: "x")
+
+
+# -- lock staleness ------------------------------------------------------------------------------
+
+def test_lock_staleness_rules() -> None:
+    import os
+    import socket
+    import time
+
+    from buildtool.release import _ACTIVE_TOKENS, RepoLock
+
+    lock = RepoLock(None, "repo")  # type: ignore[arg-type]  # _free reads no registry
+    me, later = socket.gethostname(), f"{time.time() + 60:.3f}"
+
+    def info(**kw: str) -> dict[str, str]:
+        base = {"host": "elsewhere", "pid": "1", "token": "t", "expires": later, "released": "false"}
+        base.update(kw)
+        return {f"io.dl-images.lock.{k}": v for k, v in base.items()}
+
+    assert lock._free(info(released="true"))
+    assert lock._free(info(expires=f"{time.time() - 1:.3f}"))
+    assert not lock._free(info())                                   # another machine, not expired: busy
+    dead = subprocess.Popen(["true"])
+    dead.wait(timeout=10)
+    assert lock._free(info(host=me, pid=str(dead.pid)))             # holder on this host has ended
+    assert not lock._free(info(host=me, pid=str(os.getppid())))     # holder on this host still running
+    assert lock._free(info(host=me, pid=str(os.getpid()), token="gone"))   # an earlier call of this process
+    _ACTIVE_TOKENS.add("held")
+    try:
+        assert not lock._free(info(host=me, pid=str(os.getpid()), token="held"))
+    finally:
+        _ACTIVE_TOKENS.discard("held")

@@ -1,0 +1,75 @@
+"""Release manifest and notes from a report: deterministic, merged by cell, what changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from buildtool.release import ImageRelease, Platform, ReleaseReport, TagAction
+from buildtool.release_notes import build_manifest, changes, render_notes, versions_from_labels, write_release_files
+
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+LABELS = {"io.dl-images.framework": "pytorch", "io.dl-images.framework-version": "2.13.0+cpu",
+          "io.dl-images.python": "3.11", "io.dl-images.packages": json.dumps({"tensorboard": "2.21.0"}),
+          "io.dl-images.package.torch-tb-profiler": "0.4.3", "unrelated": "x"}
+
+
+def item(cell: str = "pytorch-cpu:2.13", digest: str = D1, size: int = 2_000_000, labels: dict | None = None,
+         previous: dict | None = None) -> ImageRelease:
+    it = ImageRelease(cell=cell, image=cell.split(":")[0], source=f"r/{cell.split(':')[0]}-dev:abc-2.13",
+                      release_repo=f"r/{cell.split(':')[0]}", digest=digest, media_type="x",
+                      platforms=[Platform("", digest, size, labels if labels is not None else LABELS)],
+                      verdict={"result": "passed", "started": "t", "test_code": "c", "runner": {"hostname": "h"},
+                               "tests": [{"id": "a", "result": "passed"},
+                                         {"id": "b", "result": "skipped", "skip_reason": "no GPU here"}]},
+                      verdict_ref=f"r/x-dev@{D2}",
+                      tags=[TagAction("2.13-0.2.0", False, None, "create"), TagAction("2.13", True, D2, "move"),
+                            TagAction("latest", True, D2, "keep", "stays on release 0.3.0 (newer)")],
+                      status="promoted", previous=previous)
+    return it
+
+
+def test_versions_from_labels() -> None:
+    assert versions_from_labels(LABELS) == {"framework": "pytorch 2.13.0+cpu", "python": "3.11",
+                                            "tensorboard": "2.21.0", "torch-tb-profiler": "0.4.3"}
+
+
+def test_first_release_and_same_image() -> None:
+    assert changes(item()) == ["first release of this image version"]
+    same = item(previous={"release": "0.1.0", "tag": "2.13-0.1.0", "digest": D1, "size": 1, "labels": {}})
+    assert changes(same) == [f"same image as release 0.1.0 ({D1})"]
+
+
+def test_changes_list_versions_size_and_digest() -> None:
+    old = dict(LABELS, **{"io.dl-images.framework-version": "2.12.0+cpu"})
+    lines = changes(item(previous={"release": "0.1.0", "tag": "2.13-0.1.0", "digest": D2, "size": 1_500_000,
+                                   "labels": old}))
+    assert lines == ["framework: pytorch 2.12.0+cpu -> pytorch 2.13.0+cpu", "size: 1.5 MB -> 2.0 MB (+0.5 MB)",
+                     f"digest: {D2} -> {D1}"]
+
+
+def test_manifest_lists_tags_that_point_at_the_digest_only() -> None:
+    manifest = build_manifest(ReleaseReport("0.2.0", "abc", [item()]))
+    [img] = manifest["images"]
+    assert img["tags"] == ["2.13-0.2.0", "2.13"]
+    assert img["not_moved"] == [{"tag": "latest", "note": "stays on release 0.3.0 (newer)"}]
+    assert img["verdict"]["passed"] == 1 and img["verdict"]["skipped_tests"] == [{"id": "b", "reason": "no GPU here"}]
+    notes = render_notes(manifest)
+    assert "Skipped (allowed for this cell): b: no GPU here" in notes and "Not moved: `latest`" in notes
+
+
+def test_files_are_deterministic_merged_and_kept_on_noop(tmp_path: Path) -> None:
+    first = build_manifest(ReleaseReport("0.2.0", "abc", [item()]))
+    paths = write_release_files(tmp_path, first)
+    assert [p.name for p in paths] == ["0.2.0.json", "0.2.0.md"]
+    text = paths[0].read_text()
+    write_release_files(tmp_path, first)
+    assert paths[0].read_text() == text
+    second = build_manifest(ReleaseReport("0.2.0", "def", [item("tensorflow-cpu:2.21", D2)]))
+    write_release_files(tmp_path, second)
+    merged = json.loads(paths[0].read_text())
+    assert [i["cell"] for i in merged["images"]] == ["pytorch-cpu:2.13", "tensorflow-cpu:2.21"]
+    assert merged["source_commit"] == "abc, def"
+    assert write_release_files(tmp_path, first, promoted=False) == []     # a no-op re-run keeps the record
+    assert json.loads(paths[0].read_text()) == merged
+    assert not list(tmp_path.rglob(".0.2.0*"))                               # no temp files left
