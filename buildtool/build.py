@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -195,9 +196,22 @@ class Builder:
         self.log = log
         self._lock = threading.Lock()
         self._configs: dict[str, dict] = {}
-        self.host_pip = HostPip.from_host()
         self.registry = _client(split_repo(f"{settings.registry}/x:y")[0])
-        self.client: engine.BuildClient | None = None
+        # Asked for only when a cell really builds: a no-op run stays well under a second.
+        self._host_pip: HostPip | None = None
+        self._secrets: PipSecrets | None = None
+        self._stack = ExitStack()
+        self._client: engine.BuildClient | None = None
+
+    def _build_env(self) -> tuple[engine.BuildClient, PipSecrets, HostPip]:
+        with self._lock:
+            if self._client is None:
+                self._client = engine.resolve_build_client()
+            if self._secrets is None:
+                self._host_pip = HostPip.from_host()
+                self._secrets = self._stack.enter_context(pip_secrets(self._host_pip))
+            assert self._host_pip is not None
+            return self._client, self._secrets, self._host_pip
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -223,7 +237,7 @@ class Builder:
 
     # -- one cell --------------------------------------------------------------------------
 
-    def run_cell(self, plan: CellPlan, base: BaseInfo, secrets: PipSecrets) -> CellResult:
+    def run_cell(self, plan: CellPlan, base: BaseInfo) -> CellResult:
         cell = plan.cell
         started = time.monotonic()
         log_path = self.options.log_dir / f"{cell.name}-{cell.version}.log"
@@ -236,7 +250,7 @@ class Builder:
                 if done:
                     result.seconds = time.monotonic() - started
                     return result
-            self._build(plan, base, key, secrets, log_path, result)
+            self._build(plan, base, key, log_path, result)
         except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
             result.result = "failed"
             result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
@@ -286,19 +300,18 @@ class Builder:
             return True
         return False
 
-    def _build(self, plan: CellPlan, base: BaseInfo, key: str, secrets: PipSecrets, log_path: Path,
-               result: CellResult) -> None:
-        assert self.client is not None
+    def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
+        client, secrets, host_pip = self._build_env()
         dockerfile = self.root / plan.cell.dockerfile
         labels = build_labels(plan, base, key, self.revision, self.source)
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
         try:
-            image_id = engine.build(self.client, dockerfile.parent, dockerfile,
+            image_id = engine.build(client, dockerfile.parent, dockerfile,
                                     build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
                                     secrets=secrets.files, log_path=log_path, timeout=self.options.timeout,
                                     no_cache=self.options.force)
         finally:
-            scrub_log(log_path, secret_strings(self.host_pip))
+            scrub_log(log_path, secret_strings(host_pip))
         engine.tag(image_id, plan.dev_ref)
         attrs = engine.image_attrs(plan.dev_ref) or {}
         result.size = int(attrs.get("Size", 0))
@@ -358,7 +371,6 @@ class Builder:
         except RegistryUnreachable:
             raise UserError(f"registry {self.settings.registry} is unreachable; start the local one with "
                             "`bash scripts/setup.sh` or set REGISTRY to a reachable registry") from None
-        self.client = engine.resolve_build_client()
         infos, missing = self.resolve_bases(plans)
         if missing and not infos:
             raise UserError(next(iter(missing.values())))
@@ -368,8 +380,8 @@ class Builder:
             results[key] = CellResult(cell=key, result="skipped", message=reason)
             self.log(f"[{key}] skipped: {reason}")
         todo = [p for p in plans if p.cell.key in infos]
-        with pip_secrets(self.host_pip) as secrets, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
-            futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key], secrets) for p in todo}
+        with self._stack, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
+            futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key]) for p in todo}
             for key, future in futures.items():
                 results[key] = future.result()
                 r = results[key]

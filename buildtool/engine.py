@@ -172,15 +172,19 @@ def build(
 
 
 def last_error_line(log_path: Path) -> str:
-    """The most telling line of a failed build log, for a one-line summary."""
+    """The most telling line of a failed build log, for a one-line summary: the tool's own
+    `ERROR:` (pip, apt) before BuildKit's generic `executor failed running`."""
     try:
         lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return "see log"
-    for line in reversed(lines):
-        if "ERROR" in line or "error:" in line.lower():
-            return line[:200]
-    return lines[-1][:200] if lines else "no output"
+    tool = [ln for ln in lines if "ERROR:" in ln and "executor failed" not in ln and "ERROR: process" not in ln]
+    if tool:
+        return tool[0][:240]
+    generic = [ln for ln in lines if "executor failed" in ln or "ERROR" in ln or "error:" in ln.lower()]
+    if generic:
+        return generic[-1][:240]
+    return lines[-2][:240] if len(lines) > 1 else "no output"
 
 
 # -- image store --------------------------------------------------------------------------

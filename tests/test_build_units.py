@@ -1,0 +1,196 @@
+"""Unit tests of the build step's pure parts: no engine, no registry."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from buildtool import engine
+from buildtool.bases import (
+    _standin_dockerfile,
+    debian_suite,
+    is_loopback_registry,
+    local_mirror,
+    standin_framework_version,
+)
+from buildtool.build import BaseInfo, build_labels, cell_content_key, scrub_log, secret_strings, short_digest
+from buildtool.errors import UserError
+from buildtool.matrix import load_matrix
+from buildtool.pipconfig import CA_IN_BUILD, SECRET_CA, SECRET_CONF, HostPip, pip_secrets, render_conf
+from buildtool.plan import (
+    LABEL_CONTENT_KEY,
+    LABEL_RUN_PROFILE,
+    LABEL_STANDIN,
+    LABEL_STANDIN_FRAMEWORK,
+    Settings,
+    plan_cell,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+LISTING = """\
+:env:.cert='/env/ca.pem'
+:env:.find-links='/opt/wheels'
+global.cert='/etc/ssl/certs/ca-certificates.crt'
+global.extra-index-url='file:///opt/pypi/simple https://user:s3cr3t-token@pkgs.example.com/simple'
+global.find-links='/ignored'
+install.trusted-host='pkgs.example.com'
+"""
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
+
+
+def cell(matrix, key):
+    return next(c for c in matrix.cells if c.key == key)
+
+
+def test_host_pip_parse_takes_environment_over_files():
+    host = HostPip.parse(LISTING)
+    assert host.cert == "/env/ca.pem"
+    assert host.find_links == ("/opt/wheels",)
+    assert host.extra_index_urls == ("file:///opt/pypi/simple", "https://user:s3cr3t-token@pkgs.example.com/simple")
+    assert host.trusted_hosts == ("pkgs.example.com",)
+
+
+def test_render_conf_points_at_the_secret_ca_and_maps_local_folders():
+    host = HostPip.parse(LISTING)
+    conf = render_conf(host, {"/opt/pypi/simple": "http://127.0.0.1:9/m0/simple/",
+                              "/opt/wheels": "http://127.0.0.1:9/m1/"}, has_ca=True)
+    assert f"cert = {CA_IN_BUILD}" in conf
+    assert "extra-index-url = http://127.0.0.1:9/m0/simple/ https://user:s3cr3t-token@pkgs.example.com/simple" in conf
+    assert "find-links = http://127.0.0.1:9/m1/" in conf
+    assert "retries = 1" in conf
+    assert "file://" not in conf and "/env/ca.pem" not in conf
+    assert "cert" not in render_conf(host, {}, has_ca=False)
+
+
+def test_pip_secrets_serves_index_and_find_links_and_nothing_else(tmp_path):
+    index = tmp_path / "pypi" / "simple" / "demo"
+    index.mkdir(parents=True)
+    (index / "index.html").write_text('<a href="../../files/demo-1.0-py3-none-any.whl">demo</a>')
+    (tmp_path / "pypi" / "files").mkdir()
+    (tmp_path / "pypi" / "files" / "demo-1.0-py3-none-any.whl").write_bytes(b"wheel-bytes")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "local-2.0-py3-none-any.whl").write_bytes(b"local-wheel")
+    (tmp_path / "private.txt").write_text("not served")
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n")
+    host = HostPip(extra_index_urls=(f"file://{tmp_path}/pypi/simple",), find_links=(str(wheels),), cert=str(ca))
+    with pip_secrets(host) as secrets:
+        assert secrets.files[SECRET_CA] == ca
+        conf = secrets.files[SECRET_CONF].read_text()
+        assert oct(secrets.files[SECRET_CONF].stat().st_mode & 0o777) == "0o600"
+        index_url = secrets.served[f"{tmp_path}/pypi/simple"]
+        links_url = secrets.served[str(wheels)]
+        assert index_url in conf and links_url in conf
+        page = urllib.request.urlopen(index_url + "demo/", timeout=5).read().decode()
+        wheel_url = urllib.parse.urljoin(index_url + "demo/", "../../files/demo-1.0-py3-none-any.whl")
+        assert urllib.request.urlopen(wheel_url, timeout=5).read() == b"wheel-bytes"
+        assert "demo" in page
+        assert "local-2.0-py3-none-any.whl" in urllib.request.urlopen(links_url, timeout=5).read().decode()
+        base = links_url.rsplit("/m", 1)[0]
+        for escape in (f"{links_url}../private.txt", f"{links_url}%2e%2e/private.txt", f"{base}/nomount/x"):
+            with pytest.raises(urllib.error.HTTPError):
+                urllib.request.urlopen(escape, timeout=5)
+        conf_path = secrets.files[SECRET_CONF]
+    assert not conf_path.exists()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(links_url, timeout=2)
+
+
+def test_secret_strings_and_scrub(tmp_path):
+    host = HostPip.parse(LISTING)
+    found = secret_strings(host)
+    assert "s3cr3t-token" in found
+    log = tmp_path / "x.log"
+    log.write_text("Looking in indexes: https://user:s3cr3t-token@pkgs.example.com/simple\n")
+    scrub_log(log, found)
+    assert "s3cr3t-token" not in log.read_text()
+
+
+def test_content_key_follows_dockerfile_base_digest_and_context(matrix, tmp_path):
+    c = cell(matrix, "pytorch-cpu:2.13")
+    plan = plan_cell(c, Settings(base_mirror="127.0.0.1:5000"), "abc")
+    base = BaseInfo(ref=plan.base, digest="sha256:" + "1" * 64)
+    key = cell_content_key(plan, ROOT, base)
+    assert key == cell_content_key(plan, ROOT, base)
+    assert key != cell_content_key(plan, ROOT, BaseInfo(ref=plan.base, digest="sha256:" + "2" * 64))
+    # Same base digest through another mirror (or none): same key, so mirrors share images.
+    direct = plan_cell(c, Settings(), "def")
+    assert cell_content_key(direct, ROOT, BaseInfo(ref=direct.base, digest=base.digest)) == key
+    fake_root = tmp_path
+    target = fake_root / c.dockerfile
+    target.parent.mkdir(parents=True)
+    target.write_bytes((ROOT / c.dockerfile).read_bytes())
+    assert cell_content_key(plan, fake_root, base) == key
+    (target.parent / "extra.sh").write_text("echo hi\n")
+    assert cell_content_key(plan, fake_root, base) != key
+    target.write_bytes((ROOT / c.dockerfile).read_bytes() + b"\nRUN true\n")
+    assert cell_content_key(plan, fake_root, base) != key
+
+
+def test_labels_carry_revision_base_run_profile_and_standin(matrix):
+    c = cell(matrix, "pytorch-ngc:25.10")
+    plan = plan_cell(c, Settings(base_mirror="127.0.0.1:5000"), "abc123")
+    base = BaseInfo(ref=plan.base, digest="sha256:" + "3" * 64,
+                    labels={LABEL_STANDIN: "true", LABEL_STANDIN_FRAMEWORK: "2.13.0+cpu"})
+    labels = build_labels(plan, base, "sha256:key", "abc123", matrix.source)
+    assert labels["org.opencontainers.image.revision"] == "abc123"
+    assert labels["org.opencontainers.image.base.name"] == "nvcr.io/nvidia/pytorch:25.10-py3"
+    assert labels["org.opencontainers.image.base.digest"] == base.digest
+    assert labels[LABEL_CONTENT_KEY] == "sha256:key"
+    assert labels[LABEL_STANDIN] == "true" and labels[LABEL_STANDIN_FRAMEWORK] == "2.13.0+cpu"
+    run = json.loads(labels[LABEL_RUN_PROFILE])
+    assert run["shm_size"] == "8g" and run["docker_flags"] == c.run.docker_flags()
+    real = build_labels(plan, BaseInfo(ref=plan.base, digest=base.digest), "k", "r", matrix.source)
+    assert LABEL_STANDIN not in real
+
+
+def test_base_pinned_by_digest():
+    info = BaseInfo(ref="127.0.0.1:5000/library/debian:bookworm-slim", digest="sha256:" + "a" * 64)
+    assert info.pinned == "127.0.0.1:5000/library/debian@sha256:" + "a" * 64
+    assert BaseInfo(ref="127.0.0.1:5000/x", digest="sha256:b").pinned == "127.0.0.1:5000/x@sha256:b"
+
+
+def test_bases_helpers(matrix):
+    assert debian_suite("docker.io/library/debian:bookworm-slim") == ("bookworm", True)
+    assert debian_suite("docker.io/library/debian:trixie") == ("trixie", False)
+    assert is_loopback_registry("127.0.0.1:5000") and is_loopback_registry("localhost:5000/x")
+    assert not is_loopback_registry("mirror.example.com")
+    assert local_mirror("") == "127.0.0.1:5000"
+    with pytest.raises(UserError):
+        local_mirror("nvcr.io=mirror.example.com")
+    tf = cell(matrix, "tensorflow-ngc:25.02")
+    assert standin_framework_version(tf) == "2.21.0"
+    text = _standin_dockerfile(cell(matrix, "pytorch-ngc:25.10"), "127.0.0.1:5000/library/debian:bookworm-slim")
+    assert 'io.dl-images.standin="true"' in text and "WORKDIR /workspace" in text
+    assert '"torch==2.13.0+cpu"' in text and "--mount=type=secret,id=pip-ca" in text
+
+
+def test_bad_docker_client_setting_is_one_line_user_error(tmp_path):
+    engine.resolve_build_client.cache_clear()
+    with pytest.raises(UserError, match="DOCKER_CLIENT"):
+        engine.resolve_build_client(str(tmp_path / "no-such-docker"))
+
+
+def test_missing_engine_is_one_line_user_error(monkeypatch):
+    engine.sdk.cache_clear()
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    try:
+        with pytest.raises(UserError) as info:
+            engine.sdk()
+        message = str(info.value)
+        assert "\n" not in message and "scripts/setup.sh" in message
+    finally:
+        engine.sdk.cache_clear()
+
+
+def test_short_digest():
+    assert short_digest("sha256:" + "ab" * 32) == "sha256:abababababab"
