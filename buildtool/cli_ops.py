@@ -136,6 +136,7 @@ def register(app: typer.Typer) -> None:
         shm_size: Annotated[str | None, typer.Option(help="/dev/shm size (default: the cell's run profile).")]
         = None,
         join_timeout: Annotated[int, typer.Option(help="c10d rendezvous join timeout, seconds.")] = 900,
+        rdzv_port: Annotated[int, typer.Option(help="Port of the c10d rendezvous store.")] = 29400,
         backoff_limit: Annotated[int, typer.Option(help="Restarts of the job before it counts as failed.")] = 2,
         max_restarts: Annotated[int, typer.Option(help="torchrun restarts per node.")] = 0,
         cpu: Annotated[str, typer.Option(help="CPU request per pod, e.g. 16.")] = "",
@@ -156,7 +157,8 @@ def register(app: typer.Typer) -> None:
         except KeyError:
             raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m") from None
         job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
-                     join_timeout_s=join_timeout, max_restarts=max_restarts, backoff_limit=backoff_limit)
+                     join_timeout_s=join_timeout, max_restarts=max_restarts, backoff_limit=backoff_limit,
+                     rdzv_port=rdzv_port)
         opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
                           node_selector=PodOptions.parse_selector(node_selector or []), active_deadline_s=deadline)
         source = read_ddp_script(_project(matrix).root)
@@ -176,6 +178,7 @@ def register(app: typer.Typer) -> None:
         shm_size: Annotated[str | None, typer.Option(help="/dev/shm size required on every node "
                                                           "(default: the cell's run profile).")] = None,
         join_timeout: Annotated[int, typer.Option(help="c10d rendezvous join timeout, seconds.")] = 900,
+        rdzv_port: Annotated[int, typer.Option(help="Port of the c10d rendezvous store.")] = 29400,
         max_restarts: Annotated[int, typer.Option(help="torchrun restarts per node.")] = 0,
         scripts_dir: Annotated[str, typer.Option(help="Where image-tests/scripts is on the cluster.")] = "",
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
@@ -189,7 +192,7 @@ def register(app: typer.Typer) -> None:
         if not re.fullmatch(r"[0-9]+[kmgKMG]?", shm):
             raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
         job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
-                     join_timeout_s=join_timeout, max_restarts=max_restarts)
+                     join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port)
         opts = SlurmOptions(runtime=runtime, partition=partition, account=account, time_limit=time_limit,
                             cpus_per_task=cpus_per_task, scripts_dir=scripts_dir)
         _write_or_print(sbatch_script(job, opts), out_file)

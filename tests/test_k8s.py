@@ -1,0 +1,164 @@
+"""`buildtool k8s`: manifests validated offline against the Kubernetes schemas (strict) and the
+PyTorchJob CRD's schema, defaults from the matrix, overrides, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate import utils as kv
+from referencing import Registry, Resource
+
+from buildtool.multinode import VERIFY_SOURCE
+
+REPO = Path(__file__).resolve().parent.parent
+K8S_VERSION = "1.33.0"
+IMAGE = "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.10"
+
+
+def pytorchjob_validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads((REPO / "tests/schemas/pytorchjob-v1.json").read_text())
+    defs = kv.schema_contents(f"kubernetes-json-schema/v{K8S_VERSION}-local-strict/_definitions.json", K8S_VERSION)
+    registry = Registry().with_resource("/api/_definitions.json", Resource.from_contents(defs))
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def validate(doc: dict) -> None:
+    if doc["kind"] == "PyTorchJob":
+        pytorchjob_validator().validate(doc)
+    else:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def generate(run_cli, *args: str) -> list[dict]:
+    code, out, err = run_cli("k8s", *args, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    return list(yaml.safe_load_all(out))
+
+
+@pytest.mark.parametrize("variant", ["pytorchjob", "job"])
+def test_manifests_pass_the_kubernetes_schemas(run_cli, variant: str) -> None:
+    docs = generate(run_cli, IMAGE, "--nodes", "3", "--gpus-per-node", "8", "--variant", variant,
+                    "--node-selector", "nvidia.com/gpu.product=H100", "--cpu", "32", "--memory", "200Gi")
+    kinds = [d["kind"] for d in docs]
+    assert kinds == (["ConfigMap", "PyTorchJob"] if variant == "pytorchjob" else ["ConfigMap", "Service", "Job"])
+    for doc in docs:
+        validate(doc)
+
+
+def test_the_validators_reject_broken_manifests(run_cli) -> None:
+    docs = generate(run_cli, IMAGE, "--nodes", "2", "--gpus-per-node", "8")
+    job = docs[1]
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"
+    with pytest.raises(jsonschema.ValidationError):
+        validate(job)
+    docs = generate(run_cli, IMAGE, "--nodes", "2", "--gpus-per-node", "8")
+    pod = docs[1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    pod["volumes"][0]["emptyDir"]["mediun"] = "Memory"  # a typo the strict pod schema must catch
+    with pytest.raises(jsonschema.ValidationError):
+        validate(docs[1])
+    docs = generate(run_cli, IMAGE, "--variant", "job")
+    docs[2]["spec"]["completionMode"] = 3
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(docs[2])
+
+
+def _pod(doc: dict) -> dict:
+    if doc["kind"] == "PyTorchJob":
+        return doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    return doc["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("variant", ["pytorchjob", "job"])
+def test_defaults_shm_rendezvous_and_bounded_restarts(run_cli, variant: str) -> None:
+    docs = generate(run_cli, IMAGE, "--nodes", "4", "--gpus-per-node", "8", "--variant", variant)
+    job = docs[-1]
+    pod = _pod(job)
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}  # pytorch-ngc's run profile: 8g
+    container = pod["containers"][0]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    command = container["command"]
+    assert "--rdzv-backend=c10d" in command and "--rdzv-conf=join_timeout=900" in command
+    assert "--nnodes=4" in command and "--nproc-per-node=8" in command
+    assert command[-1] == "/opt/image-tests/scripts/ddp_train.py"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+    if variant == "pytorchjob":
+        assert job["spec"]["runPolicy"]["backoffLimit"] == 2
+        assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+        assert container["name"] == "pytorch"
+        assert container["ports"][0]["name"] == "pytorchjob-port"
+    else:
+        assert job["spec"]["backoffLimit"] == 2
+        assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 4
+        assert pod["subdomain"] == docs[1]["metadata"]["name"] == "ddp-check"
+        assert "--rdzv-endpoint=ddp-check-0.ddp-check:29400" in command
+        assert docs[1]["spec"]["clusterIP"] == "None" and docs[1]["spec"]["publishNotReadyAddresses"] is True
+    configmap = docs[0]
+    assert configmap["data"]["ddp_train.py"] == (REPO / "image-tests/scripts/ddp_train.py").read_text()
+    assert configmap["data"]["verify_ddp.py"] == VERIFY_SOURCE
+
+
+def test_every_default_can_be_overridden(run_cli) -> None:
+    docs = generate(run_cli, IMAGE, "--nodes", "2", "--gpus-per-node", "4", "--shm-size", "32g",
+                    "--join-timeout", "1800", "--backoff-limit", "5", "--name", "nightly-ddp", "--namespace", "ml",
+                    "--gpu-resource", "amd.com/gpu", "--rdzv-port", "29500")
+    job = docs[1]
+    pod = _pod(job)
+    assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "32Gi"
+    assert "--rdzv-conf=join_timeout=1800" in pod["containers"][0]["command"]
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 5
+    assert job["metadata"] == {"name": "nightly-ddp", "namespace": "ml",
+                               "labels": {"app.kubernetes.io/name": "nightly-ddp",
+                                          "app.kubernetes.io/part-of": "dl-images"}}
+    assert pod["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 4}
+    assert pod["containers"][0]["ports"][0]["containerPort"] == 29500
+    assert pod["volumes"][1]["configMap"]["name"] == "nightly-ddp-scripts"
+    validate(job)
+
+
+def test_cpu_cell_gets_its_own_shm_and_no_gpu(run_cli) -> None:
+    docs = generate(run_cli, "127.0.0.1:5000/pytorch-cpu-dev:abc-2.13", "--nodes", "2", "--gpus-per-node", "0",
+                    "--variant", "job")
+    pod = _pod(docs[-1])
+    assert "resources" not in pod["containers"][0]
+    assert "--nproc-per-node=1" in pod["containers"][0]["command"]
+    for doc in docs:
+        validate(doc)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--nodes", "0"], "--nodes"),
+    (["--variant", "mpijob"], "--variant"),
+    (["--node-selector", "no-equals-sign"], "--node-selector"),
+    (["--shm-size", "lots"], "--shm-size"),
+])
+def test_bad_input_is_one_line_and_exit_2(run_cli, args: list[str], needle: str) -> None:
+    code, out, err = run_cli("k8s", IMAGE, *args, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == ""
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def _verify(tmp_path: Path, result: dict, exit_code: int = 0) -> subprocess.CompletedProcess[str]:
+    fake = tmp_path / "fake_torchrun.py"
+    fake.write_text(f"import sys\nprint('DDP_RESULT ' + {json.dumps(json.dumps(result))})\nsys.exit({exit_code})\n")
+    verify = tmp_path / "verify.py"
+    verify.write_text(VERIFY_SOURCE)
+    return subprocess.run([sys.executable, str(verify), sys.executable, str(fake)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_verifier_fails_a_run_that_did_not_train_in_sync(tmp_path: Path) -> None:
+    good = {"world_size": 4, "first_loss": 2.0, "last_loss": 0.5, "identical": True}
+    assert _verify(tmp_path, good).returncode == 0
+    diverged = _verify(tmp_path, {**good, "identical": False})
+    assert diverged.returncode == 1 and "different parameters" in diverged.stderr
+    stuck = _verify(tmp_path, {**good, "last_loss": 2.5})
+    assert stuck.returncode == 1 and "loss did not fall" in stuck.stderr
+    assert _verify(tmp_path, good, exit_code=3).returncode == 3
