@@ -351,7 +351,7 @@ class RepoLock:
     """
 
     def __init__(self, client: RegistryClient, repo: str, *, ttl_s: float = 300.0, wait_s: float = 60.0,
-                 settle_s: float = 0.3, poll_s: float = 0.5, purpose: str = ""):
+                 settle_s: float | None = None, poll_s: float = 0.5, purpose: str = ""):
         self.client, self.repo = client, repo
         self.ttl_s, self.wait_s, self.settle_s, self.poll_s = ttl_s, wait_s, settle_s, poll_s
         self.purpose = purpose
@@ -398,8 +398,12 @@ class RepoLock:
                 holder = self._holder()
                 if holder is None or self._free(holder[1]):
                     body = self._record(released=False)
+                    started = time.monotonic()
                     self.digest = self.client.put_manifest(self.repo, LOCK_TAG, body, OCI_MANIFEST)
-                    time.sleep(self.settle_s)
+                    # A contender that saw the lock free writes within about one round trip of its
+                    # read; waiting several round trips lets that write land before we read back.
+                    time.sleep(self.settle_s if self.settle_s is not None
+                               else max(0.05, 5 * (time.monotonic() - started)))
                     now = self._holder()
                     if now is not None and now[0] == self.digest:
                         return
@@ -468,14 +472,16 @@ def _tag_state(client: RegistryClient, repo: str, plan: CellPlan) -> tuple[dict[
     return current, tags
 
 
-def plan_item(client: RegistryClient, item: ImageRelease, plan: CellPlan, version: str, force: bool) -> None:
+def plan_item(client: RegistryClient, item: ImageRelease, plan: CellPlan, version: str, force: bool,
+              with_previous: bool = True) -> None:
     _, repo = _repo_path(plan.release_repo)
     current, tags = _tag_state(client, repo, plan)
     item.tags, problems = plan_tags(plan, item.digest, version, current, tags, force)
     item.problems += problems
     if problems:
         item.status = "refused"
-    item.previous = previous_release(client, repo, plan.cell, version, tags)
+    if with_previous:
+        item.previous = previous_release(client, repo, plan.cell, version, tags)
 
 
 def previous_release(client: RegistryClient, repo: str, cell: Cell, version: str,
@@ -540,7 +546,7 @@ class ReleaseOptions:
     dry_run: bool = False
     lock_wait_s: float = 60.0
     lock_ttl_s: float = 300.0
-    lock_settle_s: float = 0.3
+    lock_settle_s: float | None = None     # None: adaptive, 5 lock-write round trips (at least 50 ms)
 
 
 def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
@@ -595,7 +601,8 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
             if failure:
                 item.status = "not attempted"
                 continue
-            plan_item(client, item, p, options.version, options.force)   # re-read tags under the lock
+            # Re-read the tags under the lock: another release may have written since we looked.
+            plan_item(client, item, p, options.version, options.force, with_previous=False)
             if item.problems:
                 item.status = "refused"
                 failure = f"{item.cell}: {item.problems[-1]}"

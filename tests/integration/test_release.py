@@ -120,7 +120,7 @@ class Space:
 
     def release(self, cells: list[Cell], revision: str, version: str, client: RegistryClient | None = None,
                 **kw: object):
-        kw = {"lock_settle_s": 0.2, "lock_wait_s": 20.0, **kw}
+        kw = {"lock_wait_s": 20.0, **kw}
         options = ReleaseOptions(version=version, revision=revision, **kw)  # type: ignore[arg-type]
         return release(cells, self.settings, options, client_for=lambda host: client or self.client)
 
