@@ -6,6 +6,7 @@ are imported inside register() to avoid an import cycle with cli.py.
 
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from buildtool.bases import fill_bases, local_mirror
 from buildtool.build import Builder, BuildOptions, human_size, short_digest
-from buildtool.errors import FailedError
+from buildtool.errors import FailedError, UserError
 from buildtool.plan import Settings, git_revision, plan_matrix
 
 
@@ -36,6 +37,8 @@ def register(app: typer.Typer) -> None:
                                            help="When BASE_MIRROR is a loopback registry, create missing bases "
                                                 "there first (as `buildtool bases`).")] = True,
         log_dir: Annotated[Path, typer.Option("--log-dir", help="Per-cell build logs.")] = Path("build-logs"),
+        revision: Annotated[str | None, typer.Option("--revision", help="Revision for dev tags and labels "
+                                                     "(default: git's short sha, -dirty.<hash> when dirty).")] = None,
         as_json: JsonOption = False,
         matrix: MatrixOption = None,
     ) -> None:
@@ -45,7 +48,9 @@ def register(app: typer.Typer) -> None:
         loaded = project.load()
         cells = loaded.select(framework)
         settings = Settings.from_env()
-        revision = git_revision(project.root)
+        if revision is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}", revision):
+            raise UserError(f"--revision {revision!r} cannot be part of an image tag (letters, digits, '.', '_', '-')")
+        revision = revision or git_revision(project.root)
         plans = plan_matrix(loaded, cells, settings, revision)
         if not log_dir.is_absolute():
             log_dir = project.root / log_dir

@@ -1,0 +1,293 @@
+"""`buildtool build` against the real engine and the local registry (scripts/setup.sh starts both).
+
+Images are built once per session and shared by the tests (CI time): the four real cells
+go into a registry namespace of their own (`127.0.0.1:5000/t-build-<random>/...`), removed
+at the end; a tiny two-cell project (one good cell, one broken) checks failure handling and
+that a CA bundle and an index token leave no trace anywhere.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildtool import engine
+from buildtool.build import Builder, BuildOptions
+from buildtool.matrix import load_matrix
+from buildtool.pipconfig import HostPip
+from buildtool.plan import (
+    LABEL_CONTENT_KEY,
+    LABEL_RUN_PROFILE,
+    LABEL_STANDIN,
+    LABEL_STANDIN_FRAMEWORK,
+    Settings,
+    git_revision,
+    plan_cell,
+)
+from buildtool.registry import RegistryClient, split_repo
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = "127.0.0.1:5000"
+# Fixed for the session: other work in the tree must not change the dev tags mid-run.
+REVISION = git_revision(ROOT)
+CELLS = ("pytorch-cpu:2.13", "tensorflow-cpu:2.21", "pytorch-ngc:25.10", "tensorflow-ngc:25.02")
+
+
+def _cleanup_namespace(namespace: str) -> None:
+    """Remove this session's tags: local ones and the registry's manifests under the namespace."""
+    client = docker.from_env(timeout=120)
+    for image in client.images.list():
+        for ref in image.tags:
+            if ref.startswith(f"{LOCAL}/{namespace}/"):
+                client.images.remove(ref, noprune=False)
+    registry = RegistryClient(LOCAL)
+    catalog = registry.request("GET", "_catalog?n=1000").json().get("repositories") or []
+    for repo in catalog:
+        if repo.startswith(f"{namespace}/"):
+            for tag in registry.tags(repo):
+                digest = registry.manifest_digest(repo, tag)
+                if digest:
+                    registry.request("DELETE", f"{repo}/manifests/{digest}", ok=(202, 404), repo=repo)
+
+
+@pytest.fixture(scope="session")
+def namespace():
+    name = f"t-build-{secrets.token_hex(4)}"
+    engine.sdk()  # a missing engine fails here with the one-line hint, never a skip
+    RegistryClient(LOCAL).ping()
+    yield name
+    _cleanup_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def matrix():
+    return load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
+
+
+@pytest.fixture(scope="session")
+def settings(namespace):
+    return Settings(registry=f"{LOCAL}/{namespace}", release_registry=f"{LOCAL}/{namespace}", base_mirror=LOCAL)
+
+
+@pytest.fixture(scope="session")
+def built(matrix, settings, tmp_path_factory):
+    """The four real cells built (or retagged from identical local images) and pushed once."""
+    revision = REVISION
+    plans = [plan_cell(next(c for c in matrix.cells if c.key == key), settings, revision) for key in CELLS]
+    options = BuildOptions(push=True, jobs=2, log_dir=tmp_path_factory.mktemp("build-logs"))
+    results = Builder(ROOT, matrix.source, settings, revision, options, log=print).run(plans)
+    return {p.cell.key: (p, r) for p, r in zip(plans, results, strict=True)}
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path = ROOT, timeout: int = 1800):
+    return subprocess.run([sys.executable, "-m", "buildtool", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=timeout)
+
+
+def _registry_config(ref: str) -> tuple[str, dict]:
+    host, repo, tag = split_repo(ref)
+    client = RegistryClient(host)
+    body, _, digest = client.get_manifest(repo, tag)
+    config = json.loads(client.get_blob(repo, json.loads(body)["config"]["digest"]))
+    return digest, config
+
+
+@pytest.mark.parametrize("key", CELLS)
+def test_cell_is_tagged_labelled_and_pushed(built, key):
+    plan, result = built[key]
+    assert result.result in ("built", "retagged"), result.message
+    assert result.ref == f"{plan.dev_repo}:{REVISION}-{plan.cell.version}"
+    digest, config = _registry_config(result.ref)
+    assert digest == result.digest  # the pushed digest is what the registry serves
+    labels = config["config"]["Labels"]
+    # A rebuilt image names this commit; a retagged one keeps the commit it was built at
+    # (its bytes are that build's), while its dev tag names this commit.
+    if result.result == "built":
+        assert labels["org.opencontainers.image.revision"] == REVISION
+    else:
+        assert labels["org.opencontainers.image.revision"]
+    assert labels["org.opencontainers.image.version"] == plan.cell.version
+    assert labels["org.opencontainers.image.base.name"] == plan.cell.base
+    base_digest = RegistryClient(LOCAL).manifest_digest(*split_repo(plan.base)[1:])
+    assert labels["org.opencontainers.image.base.digest"] == base_digest
+    assert labels[LABEL_CONTENT_KEY] == result.content_key
+    run = json.loads(labels[LABEL_RUN_PROFILE])
+    assert run["docker_flags"] == plan.cell.run.docker_flags() and run["shm_size"] == plan.cell.run.shm_size
+    if plan.cell.key.startswith(("pytorch-ngc", "tensorflow-ngc")):
+        assert labels[LABEL_STANDIN] == "true"
+        assert labels[LABEL_STANDIN_FRAMEWORK] in ("2.13.0+cpu", "2.21.0")
+    else:
+        assert LABEL_STANDIN not in labels
+
+
+@pytest.mark.parametrize(("key", "code", "expected"), [
+    ("pytorch-cpu:2.13", "import torch; print(torch.__version__)", "2.13.0+cpu"),
+    ("tensorflow-cpu:2.21", "import tensorflow as tf, tensorboard_plugin_profile; print(tf.__version__)", "2.21.0"),
+    ("pytorch-ngc:25.10", "import os, torch; print(os.getcwd(), torch.__version__)", "/workspace 2.13.0+cpu"),
+])
+def test_built_image_carries_its_framework(built, key, code, expected):
+    _, result = built[key]
+    output = docker.from_env(timeout=300).containers.run(result.ref, ["python", "-c", code], remove=True,
+                                                         network_mode="none", environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert output.decode().strip().splitlines()[-1] == expected
+
+
+def test_second_build_is_a_noop(built, settings):
+    plan, first = built["pytorch-cpu:2.13"]
+    env = {"REGISTRY": settings.registry, "BASE_MIRROR": LOCAL}
+    run = _cli(["build", "-f", "pytorch-cpu:2.13", "--push", "--json", "--revision", REVISION], env)
+    assert run.returncode == 0, run.stderr
+    [again] = json.loads(run.stdout)["results"]
+    assert again["result"] == "up to date"
+    assert again["digest"] == first.digest and again["ref"] == first.ref
+
+
+def test_new_commit_retags_in_the_registry_without_building_or_pulling(built, matrix, settings, tmp_path):
+    plan, first = built["tensorflow-ngc:25.02"]
+    new = plan_cell(plan.cell, settings, "t-newcommit")
+    options = BuildOptions(push=False, jobs=1, log_dir=tmp_path)
+    [result] = Builder(ROOT, matrix.source, settings, "t-newcommit", options, log=print).run([new])
+    assert result.result == "retagged", result.message
+    assert result.digest == first.digest
+    assert RegistryClient(LOCAL).manifest_digest(*split_repo(new.dev_ref)[1:]) == first.digest
+    assert engine.image_attrs(new.dev_ref) is None  # nothing was pulled into the local store
+    assert not list(tmp_path.glob("*.log"))  # and nothing was built
+
+
+# -- a tiny project: one good cell, one broken cell, secrets in play ---------------------------
+
+TINY_TEMPLATE = """\
+{% extends "parts/image.j2" %}
+{% from "parts/pip.j2" import pip_install with context %}
+{% block python %}
+{% include "parts/python.j2" %}
+{% endblock %}
+{% block framework %}
+{{ pip_install(cell.framework_requirements, with_index=True) }}
+BROKEN
+{% endblock %}
+"""
+
+TINY_MATRIX = """\
+schema: 1
+source: https://example.invalid/t-build
+defaults:
+  python: "3.11"
+  framework: tensorflow
+  accelerator: cpu
+  base: docker.io/library/debian:bookworm-slim
+  tests: [common, tensorflow]
+  use: test fixture
+  framework_version: "1.17.0"
+  framework_requirements: ["six==1.17.0"]
+  packages: {idna: "3.10"}
+  run: {shm_size: 1g, ipc: private, ulimits: {memlock: -1}, gpus: none}
+images:
+  - name: NAME-ok
+    template: images/ok.Dockerfile.j2
+    versions: [{version: "1.0"}]
+  - name: NAME-broken
+    template: images/broken.Dockerfile.j2
+    versions: [{version: "1.0"}]
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny(namespace, tmp_path_factory):
+    """Build the tiny project once, with a marked CA bundle and a token-bearing extra index."""
+    root = tmp_path_factory.mktemp("tiny")
+    shutil.copytree(ROOT / "templates", root / "templates")
+    (root / "templates/images/ok.Dockerfile.j2").write_text(TINY_TEMPLATE.replace("BROKEN\n", ""))
+    (root / "templates/images/broken.Dockerfile.j2").write_text(
+        TINY_TEMPLATE.replace("BROKEN", "RUN echo 'this cell is broken on purpose' && exit 3"))
+    (root / "matrix.yaml").write_text(TINY_MATRIX.replace("NAME", namespace))
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "fixture"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, timeout=30)
+    assert _cli(["render", "--matrix", str(root / "matrix.yaml")], {}, cwd=root).returncode == 0
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, timeout=30)
+    subprocess.run(["git", "-C", str(root), "-c", "user.email=t@example.org", "-c", "user.name=t", "commit",
+                    "-qm", "render"], check=True, capture_output=True, timeout=30)
+
+    token = f"tok-{secrets.token_hex(12)}"
+    marker = f"t-build-ca-marker-{secrets.token_hex(12)}"
+    host = HostPip.from_host()
+    ca_source = Path(host.cert) if host.cert and Path(host.cert).is_file() \
+        else Path("/etc/ssl/certs/ca-certificates.crt")
+    ca = root.parent / "ca-bundle.pem"
+    ca.write_text(ca_source.read_text() + f"\n# {marker}\n")
+    extra = " ".join((*host.extra_index_urls, f"https://t-user:{token}@127.0.0.1:9/simple"))
+    env = {"REGISTRY": f"{LOCAL}/{namespace}", "BASE_MIRROR": LOCAL, "PIP_CERT": str(ca),
+           "PIP_EXTRA_INDEX_URL": extra}
+    log_dir = root.parent / "tiny-logs"
+    run = _cli(["build", "-f", "all", "--push", "--json", "--no-fill-bases", "--log-dir", str(log_dir),
+                "--matrix", str(root / "matrix.yaml")], env, cwd=root)
+    results = {r["cell"]: r for r in json.loads(run.stdout)["results"]} if run.stdout.strip() else {}
+    return {"run": run, "results": results, "token": token, "marker": marker, "root": root, "log_dir": log_dir,
+            "namespace": namespace}
+
+
+def test_failing_cell_leaves_others_built_and_no_dev_tag(tiny):
+    run, results, ns = tiny["run"], tiny["results"], tiny["namespace"]
+    assert run.returncode == 1, run.stderr
+    ok, broken = results[f"{ns}-ok:1.0"], results[f"{ns}-broken:1.0"]
+    assert ok["result"] == "built", ok["message"]
+    assert broken["result"] == "failed"
+    assert "exit code: 3" in broken["message"] or "exit code 3" in broken["message"] or "exit" in broken["message"]
+    assert "broken on purpose" in Path(broken["log"]).read_text()
+    revision = git_revision(tiny["root"])
+    broken_ref = f"{LOCAL}/{ns}/{ns}-broken-dev:{revision}-1.0"
+    assert engine.image_attrs(broken_ref) is None
+    assert RegistryClient(LOCAL).manifest_digest(f"{ns}/{ns}-broken-dev", f"{revision}-1.0") is None
+    assert RegistryClient(LOCAL).manifest_digest(f"{ns}/{ns}-ok-dev", f"{revision}-1.0") == ok["digest"]
+    assert "1 of 2 cells failed" in run.stderr
+
+
+def test_ca_bundle_and_index_token_leave_no_trace(tiny):
+    ok = tiny["results"][f"{tiny['namespace']}-ok:1.0"]
+    needles = [tiny["token"].encode(), tiny["marker"].encode()]
+    log = Path(ok["log"]).read_bytes()
+    # The token really reached pip (it prints the index with the password masked) ...
+    assert b"t-user:****@127.0.0.1:9" in log
+    # ... and is nowhere: not in the log, the CLI's output, history, labels or any layer.
+    history = subprocess.run(["docker", "history", "--no-trunc", ok["ref"]], capture_output=True, timeout=120,
+                             check=True).stdout
+    labels = json.dumps(engine.image_labels(ok["ref"])).encode()
+    outputs = (tiny["run"].stdout + tiny["run"].stderr).encode()
+    for needle in needles:
+        for name, blob in (("log", log), ("history", history), ("labels", labels), ("cli output", outputs)):
+            assert needle not in blob, f"secret found in {name}"
+    saved = io.BytesIO()
+    for chunk in docker.from_env(timeout=300).images.get(ok["ref"]).save(named=True):
+        saved.write(chunk)
+    saved.seek(0)
+    members = 0
+    with tarfile.open(fileobj=saved) as outer:
+        for member in outer.getmembers():
+            if not member.isfile():
+                continue
+            data = outer.extractfile(member).read()  # type: ignore[union-attr]
+            members += 1
+            for needle in needles:
+                assert needle not in data, f"secret found in {member.name}"
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                    for item in layer.getmembers():
+                        assert not item.name.startswith(("run/secrets", "./run/secrets")) or item.isdir()
+                        if item.isfile():
+                            content = layer.extractfile(item).read()  # type: ignore[union-attr]
+                            for needle in needles:
+                                assert needle not in content, f"secret found in {item.name} of {member.name}"
+    assert members > 3
