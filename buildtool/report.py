@@ -113,12 +113,16 @@ def parse_verdict(data: Any, where: str) -> Row:
                runner=dict(data.get("runner") or {}), checks=checks, figures=dict(data.get("figures") or {}))
 
 
+VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<digest>/verdict.json
+
+
 def load_verdicts(folder: Path) -> list[Row]:
-    """Every `*.json` verdict under `folder`; the newest verdict wins when a cell appears twice."""
+    """Every verdict file under `folder`; the newest verdict wins when a cell appears twice."""
     if not folder.is_dir():
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
     rows: dict[str, Row] = {}
-    for path in sorted(folder.rglob("*.json")):
+    paths = sorted({p for pattern in VERDICT_GLOBS for p in folder.rglob(pattern)})
+    for path in paths:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -130,11 +134,11 @@ def load_verdicts(folder: Path) -> list[Row]:
 
 
 def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Path]:
-    """Write fetched verdicts as `<cell>.json` (the folder the next night compares against)."""
+    """Write fetched verdicts as `<cell>.verdict.json` (the folder the next night compares against)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for data in rows_data:
-        path = folder / (str(data["cell"]).replace(":", "_").replace("/", "_") + ".json")
+        path = folder / (str(data["cell"]).replace(":", "_").replace("/", "_") + ".verdict.json")
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         written.append(path)
     return written
@@ -233,6 +237,11 @@ def short_check(check_id: str) -> str:
     return check_id.rsplit("::", 1)[-1] if "::" in check_id else check_id.rsplit("/", 1)[-1]
 
 
+def check_file(check_id: str) -> str:
+    """`image-tests/common/test_shm.py::test_x` -> `common/test_shm.py` (the column's sub-heading)."""
+    return check_id.split("::", 1)[0].removeprefix("image-tests/") if "::" in check_id else ""
+
+
 def short_digest(digest: str) -> str:
     algo, _, hexdigest = digest.partition(":")
     return f"{algo}:{hexdigest[:12]}" if hexdigest else (digest or "—")
@@ -265,14 +274,17 @@ h1 { font-size: 1.4rem; margin: 0 0 .5rem; }
 table.verdicts { border-collapse: collapse; margin-top: 1rem; font-size: .85rem; }
 table.verdicts th, table.verdicts td { border: 1px solid #d0d7de; padding: .3rem .45rem; vertical-align: top; }
 table.verdicts thead th { background: #f6f8fa; position: sticky; top: 0; }
+th.check { max-width: 8.5rem; overflow-wrap: anywhere; font-size: .78rem; }
 th.check small { display: block; color: #57606a; font-weight: normal; }
+th.image { white-space: nowrap; text-align: left; }
 th.check.has-failed { background: #ffebe9; }
 th.check.newly-failing, th.image.newly-failing { box-shadow: inset 0 -3px 0 #cf222e; }
 td.result-passed { background: #dafbe1; color: #116329; }
 td.result-failed { background: #cf222e; color: #fff; font-weight: 600; }
 td.result-skipped { background: #eaeef2; color: #57606a; }
 td.result-missing { color: #8c959f; }
-td .why { display: block; font-weight: normal; font-size: .75rem; max-width: 18rem; white-space: normal; }
+td .why { display: block; font-weight: normal; font-size: .7rem; max-width: 10rem; white-space: normal;
+  overflow-wrap: anywhere; }
 td .dur { display: block; font-size: .7rem; opacity: .8; }
 td.newly::after { content: " NEW"; font-size: .65rem; background: #fff; color: #cf222e; padding: 0 .2rem;
   border-radius: 3px; margin-left: .3rem; }
@@ -289,7 +301,9 @@ def _cell_html(check: Check | None, newly: bool) -> str:
     classes = [f"result-{check.result}"] + (["newly"] if newly else [])
     reason = check.reason
     title = f' title="{html.escape(reason)}"' if reason else ""
-    why = f'<span class="why">{html.escape(reason[:200])}</span>' if reason else ""
+    first = reason.strip().splitlines()[0] if reason.strip() else ""
+    brief = first if len(first) <= 110 else first[:107] + "..."
+    why = f'<span class="why">{html.escape(brief)}</span>' if brief else ""
     dur = f'<span class="dur">{human_duration(check.duration_s)}</span>' if check.duration_s is not None else ""
     return f'<td class="{" ".join(classes)}"{title}>{_MARK[check.result]}{why}{dur}</td>'
 
@@ -327,7 +341,7 @@ def render_html(report: Report, title: str = "Image validation report", plots: I
     for cid in report.columns:
         classes = ["check"] + (["has-failed"] if cid in failing_checks else []) + \
                   (["newly-failing"] if cid in new_checks else [])
-        group = next((r.checks[cid].group for r in report.rows if cid in r.checks), "")
+        group = check_file(cid) or next((r.checks[cid].group for r in report.rows if cid in r.checks), "")
         out.append(f'<th class="{" ".join(classes)}" title="{html.escape(cid)}">{html.escape(short_check(cid))}'
                    f"<small>{html.escape(group)}</small></th>")
     out.append("<th>duration</th><th>size</th><th>digest</th><th>figures</th><th>runner</th></tr></thead><tbody>")

@@ -1,0 +1,184 @@
+"""`buildtool report`: verdicts -> HTML + Markdown, the trend against the previous night, bad input,
+and the page rendered in a real headless Chromium (DOM checked, screenshot kept in reports/artefacts/)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from buildtool.errors import UserError
+from buildtool.report import build_report, load_verdicts, parse_verdict, render_html, render_markdown
+
+REPO = Path(__file__).resolve().parent.parent
+ARTEFACTS = REPO / "reports" / "artefacts"
+CHROMIUM_APT = "apt-get install -y --no-install-recommends chromium"
+
+
+def test(id_: str, result: str, message: str = "", skip: str = "", duration: float = 0.5) -> dict:
+    return {"id": id_, "group": "image-tests", "result": result, "duration_s": duration, "message": message,
+            "skip_reason": skip}
+
+
+test.__test__ = False  # a helper, not a pytest test
+
+SHM = "image-tests/common/test_shm.py::test_shm_size_matches_run_profile"
+DDP = "image-tests/pytorch/test_ddp.py::test_ddp_loss_falls"
+BUSBW = "image-tests/pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw"
+TB = "image-tests/tensorflow/test_tensorboard.py::test_profile_plugin"
+NO_GPU = "needs a GPU; this runner has none (runner.gpus is empty)"
+
+
+def verdict(cell: str, tests: list[dict], *, digest: str = "sha256:" + "ab" * 32, started: str = "2026-11-29T02:00:00",
+            figures: dict | None = None, gpus: list[str] | None = None) -> dict:
+    failed = any(t["result"] == "failed" for t in tests)
+    name, version = cell.split(":")
+    return {"schema": 1, "digest": digest, "image": f"127.0.0.1:5000/{name}-dev:abc-{version}", "cell": cell,
+            "result": "failed" if failed else "passed", "started": started, "duration_s": 42.0,
+            "test_code": "sha256:" + "cd" * 32, "size_bytes": 1_450_000_000,
+            "runner": {"hostname": "gpu-07", "gpus": gpus or [], "driver": "580.65" if gpus else ""},
+            "tests": tests, "figures": figures or {}}
+
+
+def tonight() -> list[dict]:
+    return [
+        verdict("pytorch-cpu:2.13", [test(SHM, "passed"), test(DDP, "passed", duration=6.1),
+                                     test(BUSBW, "skipped", skip=NO_GPU)]),
+        verdict("pytorch-ngc:25.10", [test(SHM, "passed"), test(DDP, "failed", "AssertionError: loss did not fall "
+                                                                                "<0.9 -> 0.91>"),
+                                      test(BUSBW, "passed")],
+                digest="sha256:" + "12" * 32, figures={"busbw_GBps": 182.4, "algbw_GBps": 97.3},
+                gpus=["NVIDIA H100 80GB HBM3"] * 8),
+        verdict("tensorflow-cpu:2.21", [test(SHM, "failed", "/dev/shm is 64 MB, the run profile says 8g"),
+                                        test(TB, "passed")], digest="sha256:" + "34" * 32),
+    ]
+
+
+def last_night() -> list[dict]:
+    previous = copy.deepcopy(tonight())
+    previous[1]["tests"][1] = test(DDP, "passed")           # pytorch-ngc DDP: newly failing tonight
+    previous[2]["tests"][0] = test(SHM, "failed", "same")   # tensorflow-cpu shm: still failing
+    previous[0]["tests"][1] = test(DDP, "failed", "was broken")  # pytorch-cpu DDP: fixed tonight
+    return previous
+
+
+def write(folder: Path, verdicts: list[dict]) -> Path:
+    for v in verdicts:
+        path = folder / v["cell"].split(":")[0] / v["digest"].split(":")[1][:12] / "verdict.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(v))
+        (path.parent / "results.json").write_text("[]")  # validate's other files are not verdicts
+    return folder
+
+
+def test_trend_puts_newly_failing_checks_first() -> None:
+    report = build_report([parse_verdict(v, "x") for v in tonight()], [parse_verdict(v, "y") for v in last_night()])
+    assert [(t.cell, t.check, t.before) for t in report.newly_failing] == [("pytorch-ngc:25.10", DDP, "passed")]
+    assert [(t.cell, t.check) for t in report.fixed] == [("pytorch-cpu:2.13", DDP)]
+    assert [r.cell for r in report.rows] == ["pytorch-ngc:25.10", "tensorflow-cpu:2.21", "pytorch-cpu:2.13"]
+    assert report.columns[0] == DDP and report.columns[1] == SHM
+    assert report.counts == {"passed": 5, "failed": 2, "skipped": 1}
+
+
+def test_html_shows_results_reasons_and_figures() -> None:
+    report = build_report([parse_verdict(v, "x") for v in tonight()], [parse_verdict(v, "y") for v in last_night()])
+    page = render_html(report)
+    assert "<script" not in page and "&lt;0.9 -&gt; 0.91&gt;" in page  # messages are escaped
+    assert NO_GPU in page and 'class="result-skipped"' in page
+    assert 'class="result-failed newly"' in page
+    assert "busbw_GBps: 182" in page and "1.45 GB" in page and "sha256:121212121212" in page
+    assert "8 GPU (NVIDIA H100 80GB HBM3), driver 580.65" in page
+
+
+def test_markdown_summary() -> None:
+    report = build_report([parse_verdict(v, "x") for v in tonight()], [parse_verdict(v, "y") for v in last_night()])
+    md = render_markdown(report)
+    assert "### Newly failing" in md and f"`pytorch-ngc:25.10` `{DDP}` (was passed)" in md
+    assert "### Fixed" in md and "⏭️ skip (needs a GPU" in md
+    table = [line for line in md.splitlines() if line.startswith("| `")]
+    assert table[0].startswith("| `pytorch-ngc:25.10` | ❌ **FAIL**")
+
+
+def test_without_a_previous_night_there_is_no_trend() -> None:
+    report = build_report([parse_verdict(v, "x") for v in tonight()])
+    assert report.newly_failing == [] and not report.has_previous
+    assert "No previous night" in render_html(report)
+
+
+def test_newest_verdict_of_a_cell_wins(tmp_path: Path) -> None:
+    old = verdict("pytorch-cpu:2.13", [test(SHM, "failed", "old")], digest="sha256:" + "01" * 32,
+                  started="2026-11-28T02:00:00")
+    new = verdict("pytorch-cpu:2.13", [test(SHM, "passed")], digest="sha256:" + "02" * 32)
+    rows = load_verdicts(write(tmp_path, [old, new]))
+    assert len(rows) == 1 and rows[0].result == "passed"
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ("{not json", "cannot read verdict"),
+    (json.dumps({"schema": 2}), "not a schema-1 verdict"),
+    (json.dumps({"schema": 1, "digest": "d", "cell": "c", "result": "maybe", "tests": []}), "result must be"),
+    (json.dumps({"schema": 1, "digest": "d", "cell": "c", "result": "passed", "tests": [{"id": "x"}]}), "tests[0]"),
+])
+def test_bad_verdicts_name_the_file(tmp_path: Path, content: str, needle: str) -> None:
+    (tmp_path / "c.verdict.json").write_text(content)
+    with pytest.raises(UserError, match=needle.replace("[", r"\[")) as info:
+        load_verdicts(tmp_path)
+    assert "c.verdict.json" in str(info.value)
+
+
+def test_cli_writes_html_and_markdown(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    code, stdout, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())),
+                                "--previous", str(write(tmp_path / "before", last_night())), "--out", str(out))
+    assert code == 0, err
+    assert "3 images, 2 failed / 5 passed / 1 skipped checks, 1 newly failing" in stdout
+    assert (out / "report.html").is_file() and (out / "report.md").is_file()
+
+
+def test_cli_missing_folder_is_exit_2(run_cli, tmp_path: Path) -> None:
+    code, stdout, err = run_cli("report", "--verdicts", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
+    assert code == 2 and "does not exist" in err and not (tmp_path / "o").exists()
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.fail(f"headless Chromium is needed for the report test: {CHROMIUM_APT}")
+    return found
+
+
+def browse(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory(prefix="t-report-chromium-") as profile:
+        return subprocess.run(
+            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--window-size=1400,900", *args, page.as_uri()],
+            capture_output=True, text=True, timeout=120)
+
+
+def test_report_renders_in_headless_chromium(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())),
+                           "--previous", str(write(tmp_path / "before", last_night())), "--out", str(out))
+    assert code == 0, err
+    dom = browse(out / "report.html", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert '<table class="verdicts">' in html
+    body = html.split("<tbody>", 1)[1]
+    first_row = body.split("</tr>", 1)[0]
+    assert 'data-cell="pytorch-ngc:25.10"' in first_row and "newly-failing" in first_row
+    assert first_row.count('class="result-failed') >= 2  # the image verdict and its failing check
+    assert html.count('class="result-failed') == 4  # 2 failed images + 2 failed checks, all marked
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTEFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    taken = browse(out / "report.html", f"--screenshot={shot}")
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a rendered page, not a blank one
