@@ -119,6 +119,8 @@ def resolve_base(plan: CellPlan) -> BaseInfo | None:
         digest, config = image_config(client, repo, tag)
     except NotFound:
         return None
+    except RegistryUnreachable:
+        raise RegistryUnreachable(f"no connection to {client.host}") from None
     except RegistryError as exc:
         if "Connection" in str(exc) or "Timeout" in str(exc):
             raise RegistryUnreachable(f"registry {host} cannot be reached") from None
@@ -354,8 +356,9 @@ class Builder:
             try:
                 info = resolve_base(plan)
             except RegistryUnreachable as exc:
-                missing[plan.cell.key] = (f"base {plan.base} cannot be reached ({exc}); run `make bases` "
-                                          "(buildtool bases) and build with BASE_MIRROR=127.0.0.1:5000")
+                missing[plan.cell.key] = (f"base {plan.base} cannot be reached ({exc}); build with "
+                                          "BASE_MIRROR=127.0.0.1:5000 (missing bases are then made in the local "
+                                          "registry, as `make bases` does)")
                 continue
             if info is None:
                 missing[plan.cell.key] = (f"base {plan.base} does not exist; run `make bases FRAMEWORK="
