@@ -1,0 +1,150 @@
+"""Generated GitHub Actions workflows: deterministic, from the matrix, drift-checked, schema-valid."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from buildtool.matrix import load_matrix
+from buildtool.workflows import NIGHTLY_PATH, PR_PATH, RELEASE_PATH, WorkflowOptions, ci_matrix, render_workflows
+
+REPO = Path(__file__).resolve().parent.parent
+PATHS = (PR_PATH, NIGHTLY_PATH, RELEASE_PATH)
+
+
+def matrix():
+    return load_matrix(REPO / "matrix.yaml", REPO / "templates", display="matrix.yaml")
+
+
+def check_jsonschema(path: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("check-jsonschema")
+    assert exe, "check-jsonschema is missing: pip install -e '.[dev]'"
+    return subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(path)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_rendering_is_deterministic_and_committed() -> None:
+    first, second = render_workflows(matrix()), render_workflows(matrix())
+    assert first == second and set(first) == set(PATHS)
+    for rel, data in first.items():
+        assert (REPO / rel).read_bytes() == data, f"{rel} drifted: run `make render`"
+
+
+@pytest.mark.parametrize("rel", PATHS)
+def test_committed_workflows_pass_the_github_schema(rel: str) -> None:
+    proc = check_jsonschema(REPO / rel)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_schema_check_catches_a_broken_workflow(tmp_path: Path) -> None:
+    doc = yaml.safe_load((REPO / NIGHTLY_PATH).read_text())
+    del doc["jobs"]["build-validate"]["runs-on"]
+    doc["jobs"]["report"]["timeout-minutes"] = "soon"
+    broken = tmp_path / "broken.yml"
+    broken.write_text(yaml.safe_dump(doc))
+    assert check_jsonschema(broken).returncode != 0
+
+
+def load(rel: str, options: WorkflowOptions | None = None) -> dict:
+    return yaml.safe_load(render_workflows(matrix(), options)[rel])
+
+
+def test_pull_request_builds_exactly_the_cells_without_gpu() -> None:
+    doc = load(PR_PATH)
+    # The key is written quoted ('on'), so YAML 1.1 readers do not turn it into True.
+    assert set(doc["on"]) == {"pull_request", "push"}
+    assert set(doc["jobs"]) == {"check", "lint", "test", "plan", "cpu-image"}
+    plan_step = next(s for s in doc["jobs"]["plan"]["steps"] if s.get("id") == "plan")
+    cells = plan_step["run"].split("--cells ")[1].split()[0].split(",")
+    assert cells == [c.key for c in matrix().cells if not c.needs_gpu] == ["pytorch-cpu:2.13", "tensorflow-cpu:2.21"]
+    job = doc["jobs"]["cpu-image"]
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    runs = [s.get("run", "") for s in job["steps"]]
+    assert "make push FRAMEWORK='${{ matrix.cell }}'" in runs and "make validate FRAMEWORK='${{ matrix.cell }}'" in runs
+    checks = " ".join(s.get("run", "") for s in doc["jobs"]["check"]["steps"])
+    assert "make check" in checks and "check-jsonschema --builtin-schema vendor.github-workflows" in checks
+
+
+def test_nightly_runs_every_cell_on_configurable_gpu_runners() -> None:
+    doc = load(NIGHTLY_PATH, WorkflowOptions(gpu_labels=("self-hosted", "h100"), nightly_cron="0 3 * * *"))
+    assert doc["on"]["schedule"] == [{"cron": "0 3 * * *"}]
+    plan_step = next(s for s in doc["jobs"]["plan"]["steps"] if s.get("id") == "plan")
+    assert plan_step["run"].split("--cells ")[1].split()[0].split(",") == [c.key for c in matrix().cells]
+    runs_on = doc["jobs"]["build-validate"]["runs-on"]
+    assert runs_on == """${{ fromJSON(vars.GPU_RUNNER_LABELS || '["self-hosted","h100"]') }}"""
+    assert doc["jobs"]["report"]["needs"] == ["build-validate", "scaling"]
+    report = " ".join(s.get("run", "") for s in doc["jobs"]["report"]["steps"])
+    assert "buildtool report --fetch" in report and "--previous previous-verdicts" in report
+    assert "GITHUB_STEP_SUMMARY" in report
+    assert "--cell pytorch-ngc:25.10" in doc["jobs"]["scaling"]["steps"][-2]["run"]
+
+
+def test_release_is_manual_with_a_version_input() -> None:
+    doc = load(RELEASE_PATH)
+    inputs = doc["on"]["workflow_dispatch"]["inputs"]
+    assert inputs["version"] == {"description": inputs["version"]["description"], "required": True, "type": "string"}
+    assert inputs["framework"]["options"] == ["all", *matrix().image_names]
+    step = next(s for s in doc["jobs"]["release"]["steps"] if "make release" in s.get("run", ""))
+    assert step["env"]["VERSION"] == "${{ inputs.version }}"
+
+
+def test_ci_matrix_narrows_real_plan_output(run_cli, tmp_path: Path) -> None:
+    code, out, err = run_cli("plan", "--json", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    plan = tmp_path / "plan.json"
+    plan.write_text(out)
+    code, out, err = run_cli("workflows", "ci-matrix", "--plan", str(plan), "--cells",
+                             "tensorflow-cpu:2.21,pytorch-cpu:2.13")
+    assert code == 0, err
+    assert out.startswith("matrix=") and out.count("\n") == 1  # one line, as $GITHUB_OUTPUT needs
+    include = json.loads(out.removeprefix("matrix="))["include"]
+    assert [e["cell"] for e in include] == ["pytorch-cpu:2.13", "tensorflow-cpu:2.21"]  # plan order
+    assert include[0]["dev_image"].endswith("-2.13") and include[0]["needs_gpu"] is False
+    code, out, err = run_cli("workflows", "ci-matrix", "--plan", str(plan), "--cells", "pytorch-cpu:9.9")
+    assert code == 2 and out == "" and "pytorch-cpu:9.9" in err
+
+
+def test_ci_matrix_rejects_non_plan_json() -> None:
+    with pytest.raises(ValueError, match="include"):
+        ci_matrix({"cells": []}, ["x"])
+
+
+def test_check_fails_when_a_workflow_is_edited_by_hand(project: Path, run_cli) -> None:
+    path = project / NIGHTLY_PATH
+    path.write_text(path.read_text().replace("timeout-minutes: 180", "timeout-minutes: 5"))
+    code, out, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1 and "+    timeout-minutes: 180" in out and NIGHTLY_PATH in out
+    code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and (project / NIGHTLY_PATH).read_text() == (REPO / NIGHTLY_PATH).read_text()
+
+
+def test_a_new_cell_changes_the_workflows(project: Path, run_cli) -> None:
+    text = (project / "matrix.yaml").read_text()
+    text = text.replace('''      - version: "2.13"
+        default: true
+        framework_version: 2.13.0+cpu''', '''      - version: "2.12"
+        framework_version: 2.12.0+cpu
+        framework_requirements: ["torch==2.12.0+cpu"]
+      - version: "2.13"
+        default: true
+        framework_version: 2.13.0+cpu''')
+    (project / "matrix.yaml").write_text(text)
+    code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1 and "pytorch-cpu:2.12" in out and PR_PATH in out
+
+
+def test_workflows_write_with_custom_labels(run_cli, tmp_path: Path) -> None:
+    code, out, err = run_cli("workflows", "write", "--gpu-labels", "self-hosted,a100", "--out", str(tmp_path),
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    written = (tmp_path / NIGHTLY_PATH).read_text()
+    assert '["self-hosted","a100"]' in written
+    assert check_jsonschema(tmp_path / NIGHTLY_PATH).returncode == 0
+    code, _, err = run_cli("workflows", "write", "--gpu-labels", " , ", "--out", str(tmp_path),
+                           "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and "--gpu-labels" in err
