@@ -28,6 +28,8 @@ from buildtool.registry import RegistryClient, split_repo
 
 DEBIAN_REPO = "library/debian"
 LABEL_BASE_SOURCE = f"{LABEL_PREFIX}.base.source"
+# The Python a stand-in really has (Debian's, not NGC's), probed from the built image.
+LABEL_STANDIN_PYTHON = f"{LABEL_PREFIX}.standin.python"
 DEBOOTSTRAP_TIMEOUT = 1200
 # What Debian's -slim images leave out (their dpkg excludes), so a debootstrapped -slim base
 # is about the same size and a later apt-get install adds no docs either.
@@ -204,7 +206,8 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
             continue
         done.add(ref)
         started = time.monotonic()
-        digest = None if force else registry_digest(ref)
+        # Kept even with force: a new Debian base changes every image's content key.
+        digest = registry_digest(ref)
         if digest:
             results.append(BaseResult(ref, "present", digest, time.monotonic() - started))
             continue
@@ -230,11 +233,16 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
         with tempfile.TemporaryDirectory(prefix="buildtool-standin-") as tmp, pip_secrets() as secrets:
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(_standin_dockerfile(cell, debian_ref))
+            client = engine.resolve_build_client()
             try:
-                engine.build(engine.resolve_build_client(), Path(tmp), dockerfile,
-                             build_args={"BASE_IMAGE": debian_ref}, labels={}, secrets=secrets.files,
-                             log_path=log_file, tag=ref)
-            except engine.BuildFailed as exc:
+                image = engine.build(client, Path(tmp), dockerfile, build_args={"BASE_IMAGE": debian_ref},
+                                     labels={}, secrets=secrets.files, log_path=log_file)
+                python = engine.run_output(image, ["python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+                # Same steps again, all cached, now with the probed label.
+                engine.build(client, Path(tmp), dockerfile, build_args={"BASE_IMAGE": debian_ref},
+                             labels={LABEL_STANDIN_PYTHON: python.strip()}, secrets=secrets.files,
+                             log_path=log_file.with_suffix(".label.log"), tag=ref)
+            except (engine.BuildFailed, RuntimeError) as exc:
                 raise FailedError(f"stand-in {ref}: {exc}; full log {log_file}") from None
         digest = push_verified(ref, log)
         results.append(BaseResult(ref, "stand-in", digest, time.monotonic() - started))

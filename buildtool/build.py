@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from buildtool import engine
-from buildtool.bases import fill_bases, is_loopback_registry, push_verified
+from buildtool.bases import LABEL_STANDIN_PYTHON, fill_bases, is_loopback_registry, push_verified
 from buildtool.errors import FailedError, UserError
 from buildtool.matrix import Cell
 from buildtool.pipconfig import HostPip, PipSecrets, pip_secrets
@@ -161,6 +161,8 @@ def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source
     if base.labels.get(LABEL_STANDIN) == "true":
         labels[LABEL_STANDIN] = "true"
         labels[LABEL_STANDIN_FRAMEWORK] = base.labels.get(LABEL_STANDIN_FRAMEWORK, "unknown")
+        if LABEL_STANDIN_PYTHON in base.labels:
+            labels[LABEL_STANDIN_PYTHON] = base.labels[LABEL_STANDIN_PYTHON]
     return labels
 
 

@@ -78,7 +78,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def bases(
         framework: FrameworkOption = None,
-        force: Annotated[bool, typer.Option("--force", help="Recreate bases that already exist.")] = False,
+        force: Annotated[bool, typer.Option("--force", help="Rebuild stand-ins that exist (Debian bases are kept: a "
+                                                      "new one changes every image's content key).")] = False,
         mirror: Annotated[str | None, typer.Option("--mirror", help="Registry to fill (default: BASE_MIRROR, "
                                                    "else 127.0.0.1:5000).")] = None,
         matrix: MatrixOption = None,

@@ -275,3 +275,17 @@ def import_rootfs(rootfs: Path, ref: str, changes: Sequence[str], timeout: float
     if not attrs:
         raise RuntimeError(f"docker import left no image {ref}: {str(result)[:300]}")
     return str(attrs["Id"])
+
+
+def run_output(image: str, command: list[str], timeout: int = 120) -> str:
+    """stdout of a short command in a throw-away container (no network), always removed."""
+    container = sdk().containers.create(image, command, network_disabled=True)
+    try:
+        container.start()
+        status = container.wait(timeout=timeout)
+        output = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        if status.get("StatusCode") != 0:
+            raise RuntimeError(f"{' '.join(command)} in {image} exited {status.get('StatusCode')}")
+        return output
+    finally:
+        container.remove(force=True)
