@@ -385,13 +385,37 @@ class Builder:
             results[key] = CellResult(cell=key, result="skipped", message=reason)
             self.log(f"[{key}] skipped: {reason}")
         todo = [p for p in plans if p.cell.key in infos]
-        with self._stack, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
-            futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key]) for p in todo}
-            for key, future in futures.items():
-                results[key] = future.result()
-                r = results[key]
-                self.log(f"[{key}] {r.result} in {r.seconds:.1f}s" + (f": {r.message}" if r.message else ""))
+        stop = threading.Event()
+        heartbeat = threading.Thread(target=self._heartbeat, args=(todo, stop), daemon=True)
+        heartbeat.start()
+        try:
+            with self._stack, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
+                futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key]) for p in todo}
+                for key, future in futures.items():
+                    results[key] = future.result()
+                    r = results[key]
+                    self.log(f"[{key}] {r.result} in {r.seconds:.1f}s" + (f": {r.message}" if r.message else ""))
+        finally:
+            stop.set()
         return [results[p.cell.key] for p in plans]
+
+    def _heartbeat(self, plans: list[CellPlan], stop: threading.Event, every: float = 30.0) -> None:
+        """Progress on the terminal: each running build's latest log line, every `every` seconds."""
+        started = time.monotonic()
+        while not stop.wait(every):
+            for plan in plans:
+                path = self.options.log_dir / f"{plan.cell.name}-{plan.cell.version}.log"
+                try:
+                    if path.stat().st_mtime < time.time() - every * 4:
+                        continue
+                    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+                except OSError:
+                    continue
+                if lines and not lines[-1].startswith("exit "):
+                    line = lines[-1]
+                    for secret in secret_strings(self._host_pip) if self._host_pip else ():
+                        line = line.replace(secret, "****")
+                    self.log(f"[{plan.cell.key}] {time.monotonic() - started:.0f}s: {line[:150]}")
 
 
 def _unique(cells: list[Cell]) -> list[Cell]:
