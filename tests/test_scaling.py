@@ -1,0 +1,133 @@
+"""Scaling benchmark: a real CPU DDP run (gloo, 1 and 2 processes) to metrics and plots, inside the
+pytorch-cpu dev image when the registry has one (and the engine holds it), else with the host's torch."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildtool.errors import FailedError, UserError
+from buildtool.scaling import Launcher, RunResult, parse_counts, run_one, with_speedups
+
+REPO = Path(__file__).resolve().parent.parent
+WORKER = REPO / "bench" / "ddp_epochs.py"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def cpu_image() -> str | None:
+    """A pytorch-cpu dev image from REGISTRY that the engine already holds (no 1.4 GB pull in a test)."""
+    registry = os.environ.get("REGISTRY") or "127.0.0.1:5000"
+    docker = shutil.which("docker")
+    if not docker:
+        return None
+    try:
+        listed = subprocess.run([docker, "images", "--format", "{{.Repository}}:{{.Tag}}",
+                                 f"{registry}/pytorch-cpu-dev"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    tags = sorted(line for line in listed.stdout.splitlines() if line.endswith("-2.13"))
+    return tags[-1] if listed.returncode == 0 and tags else None
+
+
+def test_scaling_run_produces_metrics_and_plots(run_cli, tmp_path: Path) -> None:
+    image = cpu_image()
+    where = ["--image", image] if image else ["--launcher", "host", "--python", sys.executable]
+    if not image:
+        probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, timeout=120)
+        assert probe.returncode == 0, "no pytorch-cpu dev image and no torch on the host: pip install -e '.[scaling]'"
+    out = tmp_path / "metrics"
+    code, stdout, err = run_cli("scaling", *where, "--counts", "2,1", "--samples", "1024", "--epochs", "2",
+                                "--out", str(out), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    data = json.loads((out / "scaling.json").read_text())
+    assert data["launcher"]["kind"] == ("docker" if image else "host")
+    runs = data["runs"]
+    assert [r["count"] for r in runs] == [1, 2]
+    for r in runs:
+        assert r["backend"] == "gloo" and r["identical"] is True
+        assert len(r["epoch_times_s"]) == 2 and all(t > 0 for t in r["epoch_times_s"])
+        assert r["losses"][-1] < r["losses"][0]  # it really trained
+        assert r["time_per_epoch_s"] == r["epoch_times_s"][1]  # the warm-up epoch is left out
+    assert runs[0]["speedup"] == 1.0
+    assert runs[1]["speedup"] == pytest.approx(runs[0]["time_per_epoch_s"] / runs[1]["time_per_epoch_s"])
+    rows = list(csv.reader((out / "scaling.csv").open()))
+    assert rows[0] == ["processes", "time_per_epoch_s", "speedup", "efficiency", "backend"] and len(rows) == 3
+    for name in ("time_per_epoch.png", "speedup.png"):
+        blob = (out / name).read_bytes()
+        assert blob[:8] == PNG and len(blob) > 10_000
+    assert "2 processes:" in stdout and "speed-up" in stdout
+    if image:
+        names = subprocess.run(["docker", "ps", "-a", "--filter", "name=t-scaling-", "--format", "{{.Names}}"],
+                               capture_output=True, text=True, timeout=30).stdout
+        assert names.strip() == "", f"containers left behind: {names}"
+
+
+def test_report_embeds_the_scaling_plots(run_cli, tmp_path: Path) -> None:
+    plots = tmp_path / "scaling"
+    plots.mkdir()
+    for name in ("time_per_epoch.png", "speedup.png"):
+        (plots / name).write_bytes(PNG + b"\0" * 64)
+    verdicts = tmp_path / "verdicts"
+    verdicts.mkdir()
+    (verdicts / "x.verdict.json").write_text(json.dumps({
+        "schema": 1, "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []}))
+    code, _, err = run_cli("report", "--verdicts", str(verdicts), "--scaling", str(plots), "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert '<img src="scaling/speedup.png"' in page and (tmp_path / "o" / "scaling" / "speedup.png").is_file()
+
+
+def test_speedups_are_against_the_smallest_run() -> None:
+    runs = [RunResult(count=c, backend="nccl", epoch_times_s=[], losses=[], identical=True, time_per_epoch_s=t)
+            for c, t in ((4, 30.0), (2, 50.0), (8, 20.0))]
+    out = with_speedups(runs)
+    assert [r.count for r in out] == [2, 4, 8]
+    assert [round(r.speedup, 3) for r in out] == [1.0, 1.667, 2.5]
+    assert [round(r.efficiency, 3) for r in out] == [1.0, 0.833, 0.625]
+
+
+@pytest.mark.parametrize("text", ["", "0,1", "1,two", "-2"])
+def test_bad_counts(text: str) -> None:
+    with pytest.raises(UserError, match="--counts"):
+        parse_counts(text)
+
+
+def test_too_small_a_subset_is_exit_2(run_cli, tmp_path: Path) -> None:
+    code, out, err = run_cli("scaling", "--launcher", "host", "--counts", "1,8", "--samples", "100",
+                             "--out", str(tmp_path / "m"), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and "--samples 100 is too small" in err and not (tmp_path / "m").exists()
+
+
+def test_docker_launch_uses_host_network_shm_and_read_only_bench() -> None:
+    cmd = Launcher(kind="docker", image="img:1", docker_flags=("--shm-size=8g", "--gpus=all")).command(
+        4, WORKER, {"SCALING_SAMPLES": "64"}, "t-scaling-x")
+    assert cmd[:5] == ["docker", "run", "--rm", "--name=t-scaling-x", "--network=host"]
+    assert "--shm-size=8g" in cmd and "--gpus=all" in cmd and "--env=SCALING_SAMPLES=64" in cmd
+    assert f"--volume={WORKER.parent}:/opt/dl-images-bench:ro" in cmd
+    assert cmd[-3:] == ["--standalone", "--nproc-per-node=4", "/opt/dl-images-bench/ddp_epochs.py"]
+
+
+def fake_python(tmp_path: Path, result: dict, code: int = 0) -> str:
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho 'SCALING_RESULT {json.dumps(result)}'\nexit {code}\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_a_run_whose_ranks_disagree_fails(tmp_path: Path) -> None:
+    result = {"backend": "gloo", "world_size": 2, "epoch_times_s": [1.0, 1.0], "losses": [2.0, 1.0],
+              "identical": False}
+    with pytest.raises(FailedError, match="different parameters"):
+        run_one(Launcher(kind="host", python=fake_python(tmp_path, result)), 2, WORKER, 256, 2, 64, 60)
+    with pytest.raises(FailedError, match="asked for 4 processes"):
+        run_one(Launcher(kind="host", python=fake_python(tmp_path, {**result, "identical": True})), 4, WORKER,
+                256, 2, 64, 60)
+    with pytest.raises(FailedError, match="exit 3"):
+        run_one(Launcher(kind="host", python=fake_python(tmp_path, result, 3)), 2, WORKER, 256, 2, 64, 60)
