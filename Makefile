@@ -59,3 +59,24 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 	@test -n "$(VERSION)" || { echo "error: set VERSION, e.g. make release VERSION=0.1.0" >&2; exit 2; }
 	RELEASE_REGISTRY="$(RELEASE_REGISTRY)" $(BUILDTOOL) release --version "$(VERSION)" \
 		--framework $(or $(FRAMEWORK),all) $(if $(FROM),--from $(FROM)) $(RELEASE_FLAGS)
+
+# The nightly, as the GPU runners run it (.github/workflows/nightly.yml, one cell per runner there):
+# build + push every cell, validate (verdicts stored by digest), the DDP scaling run, then the report
+# from the registry's verdicts with the trend against the previous run, all under NIGHTLY_OUT.
+# NGC bases come from the local stand-ins unless BASE_MIRROR is set (set it empty to pull upstream).
+NIGHTLY_OUT ?= reports/nightly
+NIGHTLY_SCALING_CELL ?= pytorch-cpu:2.13
+NIGHTLY_SCALING_COUNTS ?= 1,2
+NIGHTLY_MIRROR := $(if $(filter undefined,$(origin BASE_MIRROR)),$(or $(REGISTRY),127.0.0.1:5000),$(BASE_MIRROR))
+
+.PHONY: nightly
+nightly: ## Build, validate, scaling run and HTML report over FRAMEWORK (default all) into NIGHTLY_OUT
+	@out="$(NIGHTLY_OUT)"; status=0; export BASE_MIRROR="$(NIGHTLY_MIRROR)"; \
+	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),all) --push || status=1; \
+	$(BUILDTOOL) validate $(if $(FRAMEWORK),--framework $(FRAMEWORK),--all) --reports "$$out/validate" || status=1; \
+	$(BUILDTOOL) scaling --cell $(NIGHTLY_SCALING_CELL) --counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling" \
+		|| status=1; \
+	rm -rf "$$out/previous-verdicts"; if [ -d "$$out/verdicts" ]; then mv "$$out/verdicts" "$$out/previous-verdicts"; fi; \
+	$(BUILDTOOL) report --fetch --framework $(or $(FRAMEWORK),all) --verdicts "$$out/verdicts" \
+		--previous "$$out/previous-verdicts" --scaling "$$out/scaling" --out "$$out" || status=1; \
+	echo "nightly report: $$out/report.html (exit $$status)"; exit $$status

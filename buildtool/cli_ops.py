@@ -237,6 +237,12 @@ def register(app: typer.Typer) -> None:
             raise UserError("--launcher docker needs --image or --cell")
         if kind == "host" and not host_has_torch(python):
             raise UserError(f"{python} cannot import torch; `pip install '.[scaling]'` or pass --image")
+        if kind == "docker" and cell:
+            from buildtool.validate import probe_flags
+
+            # As validate does: an engine that cannot grant a ulimit runs with its default, and says so.
+            kept, _ = probe_flags(image, list(docker_flags), lambda line: err.print(line, markup=False))
+            docker_flags = tuple(kept)
         chosen_launcher = Launcher(kind=kind, image=image, python=python, docker_flags=docker_flags)
         result, paths = run_scaling(chosen_launcher, parse_counts(counts), project.root / WORKER, out_dir,
                                     samples=samples, epochs=epochs, batch=batch, unit=unit, timeout_s=timeout)

@@ -169,7 +169,8 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
     scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
     setup = _self_hosted_setup()
     labels = _labels_expr(options)
-    env = {"REGISTRY": "${{ vars.REGISTRY || '127.0.0.1:5000' }}"}
+    # BASE_MIRROR: a pull-through cache of nvcr.io and Docker Hub, when the site has one.
+    env = {"REGISTRY": "${{ vars.REGISTRY || '127.0.0.1:5000' }}", "BASE_MIRROR": "${{ vars.BASE_MIRROR }}"}
     jobs: dict[str, Any] = {
         "plan": _plan_job(HOSTED_RUNNER, cells),
         "build-validate": {
