@@ -67,7 +67,8 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 NIGHTLY_OUT ?= reports/nightly
 NIGHTLY_SCALING_CELL ?= pytorch-cpu:2.13
 NIGHTLY_SCALING_COUNTS ?= 1,2
-NIGHTLY_MIRROR := $(if $(filter undefined,$(origin BASE_MIRROR)),$(or $(REGISTRY),127.0.0.1:5000),$(BASE_MIRROR))
+NIGHTLY_MIRROR := $(if $(filter environment command% override,$(origin BASE_MIRROR)),$(BASE_MIRROR),$(or \
+	$(REGISTRY),127.0.0.1:5000))
 
 .PHONY: nightly
 nightly: ## Build, validate, scaling run and HTML report over FRAMEWORK (default all) into NIGHTLY_OUT
