@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -182,3 +183,42 @@ def test_report_renders_in_headless_chromium(run_cli, tmp_path: Path) -> None:
     assert taken.returncode == 0, taken.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a rendered page, not a blank one
+
+
+@pytest.mark.integration
+def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Path) -> None:
+    import uuid
+
+    from buildtool.registry import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
+    from buildtool.report import fetch_verdicts
+    from buildtool.verdicts import store_verdict
+
+    host = os.environ.get("REGISTRY") or "127.0.0.1:5000"
+    repo = f"t-report-{uuid.uuid4().hex[:8]}/pytorch-cpu-dev"
+    client = RegistryClient(host)
+    layer = b"not really a tarball, but bytes the registry counts" * 100
+    layer_digest = client.put_blob(repo, layer)
+    config_digest = client.put_blob(repo, EMPTY_JSON)
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                           "config": {"mediaType": EMPTY_JSON_TYPE, "digest": config_digest, "size": 2},
+                           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer_digest,
+                                       "size": len(layer)}]}).encode()
+    digest = client.put_manifest(repo, "abc-2.13", manifest, OCI_MANIFEST)
+    stored = verdict("pytorch-cpu:2.13", [test(SHM, "passed"), test(BUSBW, "skipped", skip=NO_GPU)], digest=digest)
+    del stored["size_bytes"]
+    store_verdict(client, repo, digest, stored)
+    client.put_manifest(repo, "novalidation-2.13", manifest.replace(b'"schemaVersion": 2', b'"schemaVersion":2'),
+                        OCI_MANIFEST)
+
+    fetched = fetch_verdicts({"pytorch-cpu:2.13": f"{host}/{repo}:abc-2.13",
+                              "tensorflow-cpu:2.21": f"{host}/{repo}:never-built-2.21",
+                              "pytorch-ngc:25.10": f"{host}/{repo}:novalidation-2.13"})
+    by_cell = {v["cell"]: v for v in fetched}
+    assert by_cell["pytorch-cpu:2.13"]["digest"] == digest and by_cell["pytorch-cpu:2.13"]["size_bytes"] == len(layer)
+    assert by_cell["pytorch-cpu:2.13"]["result"] == "passed"
+    missing = by_cell["tensorflow-cpu:2.21"]
+    assert missing["result"] == "failed" and "no image" in missing["tests"][0]["message"]
+    unvalidated = by_cell["pytorch-ngc:25.10"]
+    assert unvalidated["result"] == "failed" and "has no verdict" in unvalidated["tests"][0]["message"]
+    rows = build_report([parse_verdict(v, "registry") for v in fetched])
+    assert [r.cell for r in rows.rows][-1] == "pytorch-cpu:2.13"  # failures first
