@@ -91,8 +91,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def report(
-        verdicts: Annotated[Path, typer.Option(help="Folder of verdict JSON files (written to with --fetch).")]
-        = Path("reports/verdicts"),
+        verdicts: Annotated[Path, typer.Option(help="Folder searched for verdict.json / *.verdict.json files (as "
+                                                    "`buildtool validate` writes them); --fetch writes here.")]
+        = Path("reports"),
         previous: Annotated[Path | None, typer.Option(help="The previous night's verdict folder, for the trend.")]
         = None,
         fetch: Annotated[bool, typer.Option(help="First fetch each planned cell's verdict from the registry.")]
