@@ -68,6 +68,10 @@ def register(app: typer.Typer) -> None:
                               human_size(r.size), f"{r.seconds:.1f}")
             out.print(table)
             for r in results:
+                if r.ok and r.result != "skipped" and r.digest:
+                    # Full reference and digest, one per line, for people and scripts alike.
+                    out.print(f"{r.ref} {r.digest}", markup=False, highlight=False)
+            for r in results:
                 if r.result in ("failed", "skipped"):
                     err.print(f"{r.cell}: {r.result}: {r.message}" + (f" (log: {r.log})" if r.log else ""),
                               markup=False, highlight=False)
