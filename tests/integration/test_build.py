@@ -175,6 +175,8 @@ TINY_TEMPLATE = """\
 {% include "parts/python.j2" %}
 {% endblock %}
 {% block framework %}
+# Per session, so BuildKit's cache never skips the pip step that must see the secrets.
+ENV T_BUILD_SESSION={{ cell.name }}
 {{ pip_install(cell.framework_requirements, with_index=True) }}
 BROKEN
 {% endblock %}
@@ -201,6 +203,9 @@ images:
   - name: NAME-broken
     template: images/broken.Dockerfile.j2
     versions: [{version: "1.0"}]
+  - name: NAME-leaky
+    template: images/leaky.Dockerfile.j2
+    versions: [{version: "1.0"}]
 """
 
 
@@ -212,6 +217,11 @@ def tiny(namespace, tmp_path_factory):
     (root / "templates/images/ok.Dockerfile.j2").write_text(TINY_TEMPLATE.replace("BROKEN\n", ""))
     (root / "templates/images/broken.Dockerfile.j2").write_text(
         TINY_TEMPLATE.replace("BROKEN", "RUN echo 'this cell is broken on purpose' && exit 3"))
+    # Negative control: a cell that copies the secrets into a layer, so the leak check is
+    # shown to find what it looks for.
+    (root / "templates/images/leaky.Dockerfile.j2").write_text(TINY_TEMPLATE.replace(
+        "BROKEN", "RUN --mount=type=secret,id=pip.conf --mount=type=secret,id=pip-ca "
+                  "cat /run/secrets/pip.conf /run/secrets/pip-ca > /leaked.txt"))
     (root / "matrix.yaml").write_text(TINY_MATRIX.replace("NAME", namespace))
     for args in (["init", "-q"], ["add", "-A"],
                  ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "fixture"]):
@@ -252,42 +262,48 @@ def test_failing_cell_leaves_others_built_and_no_dev_tag(tiny):
     assert engine.image_attrs(broken_ref) is None
     assert RegistryClient(LOCAL).manifest_digest(f"{ns}/{ns}-broken-dev", f"{revision}-1.0") is None
     assert RegistryClient(LOCAL).manifest_digest(f"{ns}/{ns}-ok-dev", f"{revision}-1.0") == ok["digest"]
-    assert "1 of 2 cells failed" in run.stderr
+    assert "1 of 3 cells failed" in run.stderr
 
 
-def test_ca_bundle_and_index_token_leave_no_trace(tiny):
-    ok = tiny["results"][f"{tiny['namespace']}-ok:1.0"]
-    needles = [tiny["token"].encode(), tiny["marker"].encode()]
-    log = Path(ok["log"]).read_bytes()
-    # The token really reached pip (it prints the index with the password masked) ...
-    assert b"t-user:****@127.0.0.1:9" in log
-    # ... and is nowhere: not in the log, the CLI's output, history, labels or any layer.
-    history = subprocess.run(["docker", "history", "--no-trunc", ok["ref"]], capture_output=True, timeout=120,
+def _traces(ref: str, needles: list[bytes], extra: dict[str, bytes]) -> list[str]:
+    """Where any needle occurs: the given texts, `docker history --no-trunc`, labels, and every
+    file of every layer of `docker save`."""
+    found = []
+    history = subprocess.run(["/usr/bin/docker", "history", "--no-trunc", ref], capture_output=True, timeout=120,
                              check=True).stdout
-    labels = json.dumps(engine.image_labels(ok["ref"])).encode()
-    outputs = (tiny["run"].stdout + tiny["run"].stderr).encode()
-    for needle in needles:
-        for name, blob in (("log", log), ("history", history), ("labels", labels), ("cli output", outputs)):
-            assert needle not in blob, f"secret found in {name}"
+    texts = {**extra, "history": history, "labels": json.dumps(engine.image_labels(ref)).encode()}
+    found += [f"{name}" for name, blob in texts.items() for needle in needles if needle in blob]
     saved = io.BytesIO()
-    for chunk in docker.from_env(timeout=300).images.get(ok["ref"]).save(named=True):
+    for chunk in docker.from_env(timeout=300).images.get(ref).save(named=True):
         saved.write(chunk)
     saved.seek(0)
-    members = 0
     with tarfile.open(fileobj=saved) as outer:
         for member in outer.getmembers():
             if not member.isfile():
                 continue
             data = outer.extractfile(member).read()  # type: ignore[union-attr]
-            members += 1
-            for needle in needles:
-                assert needle not in data, f"secret found in {member.name}"
-            if member.name.endswith("layer.tar"):
-                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
-                    for item in layer.getmembers():
-                        assert not item.name.startswith(("run/secrets", "./run/secrets")) or item.isdir()
-                        if item.isfile():
-                            content = layer.extractfile(item).read()  # type: ignore[union-attr]
-                            for needle in needles:
-                                assert needle not in content, f"secret found in {item.name} of {member.name}"
-    assert members > 3
+            found += [member.name for needle in needles if needle in data]
+            if not member.name.endswith("layer.tar"):
+                continue
+            with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                for item in layer.getmembers():
+                    if item.isfile():
+                        content = layer.extractfile(item).read()  # type: ignore[union-attr]
+                        found += [f"{member.name}:{item.name}" for needle in needles if needle in content]
+    return found
+
+
+def test_ca_bundle_and_index_token_leave_no_trace(tiny):
+    ns = tiny["namespace"]
+    ok, leaky = tiny["results"][f"{ns}-ok:1.0"], tiny["results"][f"{ns}-leaky:1.0"]
+    needles = [tiny["token"].encode(), tiny["marker"].encode()]
+    log = Path(ok["log"]).read_bytes()
+    # The token really reached pip (it prints the index with the password masked) ...
+    assert b"t-user:****@127.0.0.1:9" in log
+    # ... and is nowhere: not in the log, the CLI's output, history, labels or any layer.
+    outputs = (tiny["run"].stdout + tiny["run"].stderr).encode()
+    assert _traces(ok["ref"], needles, {"log": log, "cli output": outputs}) == []
+    # The same check finds both secrets in the image that wrote them into a layer.
+    leaked = _traces(leaky["ref"], needles, {})
+    assert any(t.endswith(":leaked.txt") for t in leaked), leaked
+    assert len(leaked) >= 2, leaked
