@@ -154,6 +154,7 @@ def catalogue(matrix: MatrixOption = None) -> None:
 # -- command registrations --
 __import__("buildtool.cli_build").cli_build.register(app)
 __import__("buildtool.cli_release").cli_release.register(app)
+__import__("buildtool.cli_validate").cli_validate.register(app)
 __import__("buildtool.cli_ops").cli_ops.register(app)
 
 

@@ -1,0 +1,34 @@
+"""Print what the image really contains, as `CONTENTS <json>`: Python, framework, packages, GPUs."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import json
+import platform
+import sys
+
+
+def main() -> int:
+    framework, packages = sys.argv[1], sys.argv[2:]
+    out: dict[str, object] = {"python": platform.python_version(), "packages": {}}
+    for name in packages:
+        try:
+            out["packages"][name] = md.version(name)  # type: ignore[index]
+        except md.PackageNotFoundError:
+            out["packages"][name] = None  # type: ignore[index]
+    try:
+        module = importlib.import_module({"pytorch": "torch", "tensorflow": "tensorflow"}[framework])
+        out["framework_version"] = module.__version__
+        if framework == "pytorch":
+            out["gpu_count"] = module.cuda.device_count()
+        else:
+            out["gpu_count"] = len(module.config.list_physical_devices("GPU"))
+    except Exception as exc:  # report, the test names it
+        out["import_error"] = f"{type(exc).__name__}: {exc}"
+    print("CONTENTS " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
