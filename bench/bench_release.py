@@ -1,7 +1,7 @@
 """Promote one CPU image three ways, side by side: `buildtool release`, `skopeo copy`, and
 `docker pull` + `tag` + `push`; time and bytes moved each, at two image sizes.
 
-    python3 bench/bench_release.py [--sizes 16,200] [--registry 127.0.0.1:5000] [--docker /usr/bin/docker]
+    python3 bench/bench_release.py [--sizes 16,1500] [--repeat 3] [--registry 127.0.0.1:5000] [--docker /usr/bin/docker]
 
 Each size gets its own CPU image (a `docker import` of a tarball: random bytes, plus the
 torch CPU wheel from /opt/wheels for the big one, labelled as cell pytorch-cpu:2.13), pushed
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from buildtool.matrix import load_matrix  # noqa: E402
 from buildtool.plan import Settings  # noqa: E402
-from buildtool.registry import RegistryClient  # noqa: E402
+from buildtool.registry import RegistryClient, RegistryError  # noqa: E402
 from buildtool.release import ReleaseOptions, release  # noqa: E402
 from buildtool.verdicts import store_verdict  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
@@ -100,50 +101,66 @@ def bench_size(args: argparse.Namespace, proxy: FaultProxy, size_mb: int, cell) 
                    "message": "bench fixture: promotion mechanics only, not an image test", "skip_reason": ""}],
         "figures": {}})
     via = proxy.address
-    rows = []
+    src = f"{via}/{dev_repo}:{dev_tag}"
+    tag = f"{cell.version}-0.1.0"
+    time.sleep(2)   # let the registry settle after the setup push (the measured runs start equal)
 
-    def ours() -> None:
-        settings = Settings(registry=f"{via}/{prefix}", release_registry=f"{via}/{prefix}/rel-buildtool")
+    def ours(dst_repo: str) -> None:
+        settings = Settings(registry=f"{via}/{prefix}", release_registry=f"{via}/{dst_repo.rsplit('/', 1)[0]}")
         report = release([cell], settings, ReleaseOptions("0.1.0", revision))
         if not report.ok:
             raise SystemExit(f"release failed: {report.images[0].problems}")
 
-    seconds, moved = measure(proxy, ours)
-    rows.append(("buildtool release (3 tags + verdict)", seconds, moved,
-                 client.manifest_digest(f"{prefix}/rel-buildtool/{cell.name}", f"{cell.version}-0.1.0")))
+    def skopeo(dst_repo: str) -> None:
+        run(["timeout", str(TIMEOUT), args.skopeo, "copy", "--preserve-digests", "--src-tls-verify=false",
+             "--dest-tls-verify=false", f"docker://{src}", f"docker://{via}/{dst_repo}:{tag}"])
 
-    skopeo_dst = f"{prefix}/rel-skopeo/{cell.name}"
-    seconds, moved = measure(proxy, lambda: run(
-        ["timeout", str(TIMEOUT), args.skopeo, "copy", "--preserve-digests", "--src-tls-verify=false",
-         "--dest-tls-verify=false", f"docker://{via}/{dev_repo}:{dev_tag}",
-         f"docker://{via}/{skopeo_dst}:{cell.version}-0.1.0"]))
-    rows.append(("skopeo copy --preserve-digests (1 tag)", seconds, moved,
-                 client.manifest_digest(skopeo_dst, f"{cell.version}-0.1.0")))
+    def docker_way(dst_repo: str) -> None:
+        dst = f"{via}/{dst_repo}:{tag}"
+        try:
+            run([args.docker, "pull", "-q", src])
+            run([args.docker, "tag", src, dst])
+            run([args.docker, "push", dst])
+        finally:   # cold again for the next repetition; these are the bench's own tags
+            subprocess.run([args.docker, "rmi", src, dst], capture_output=True, timeout=120)
 
-    docker_dst = f"{prefix}/rel-docker/{cell.name}"
-    src, dst = f"{via}/{dev_repo}:{dev_tag}", f"{via}/{docker_dst}:{cell.version}-0.1.0"
+    methods = [("buildtool release (3 tags + verdict)", "rel-buildtool", ours),
+               ("skopeo copy --preserve-digests (1 tag)", "rel-skopeo", skopeo),
+               ("docker pull + tag + push (1 tag)", "rel-docker", docker_way)]
+    rows, made = [], [dev_repo]
+    for name, folder, action in methods:
+        times, moved, kept = [], [], True
+        for i in range(args.repeat):   # each repetition into a fresh repository
+            dst_repo = f"{prefix}/{folder}-{i}/{cell.name}"
+            made.append(dst_repo)
+            seconds, nbytes = measure(proxy, lambda a=action, d=dst_repo: a(d))
+            times.append(seconds)
+            moved.append(nbytes)
+            kept = kept and client.manifest_digest(dst_repo, tag) == digest
+        rows.append({"size_mb": image_bytes / 1e6, "method": name, "seconds": statistics.median(times),
+                     "runs": times, "moved": moved, "bytes": statistics.median(moved), "digest_kept": kept})
+    cleanup(client, made)
+    return rows
 
-    def docker_way() -> None:
-        run([args.docker, "pull", "-q", src])
-        run([args.docker, "tag", src, dst])
-        run([args.docker, "push", dst])
 
-    try:
-        seconds, moved = measure(proxy, docker_way)
-    finally:
-        subprocess.run([args.docker, "rmi", src, dst], capture_output=True, timeout=120)
-    rows.append(("docker pull + tag + push (1 tag)", seconds, moved,
-                 client.manifest_digest(docker_dst, f"{cell.version}-0.1.0")))
-    return [{"size_mb": image_bytes / 1e6, "method": m, "seconds": s, "bytes": b, "digest_kept": d == digest}
-            for m, s, b, d in rows]
+def cleanup(client: RegistryClient, repos: list[str]) -> None:
+    """Untag what the bench made (its own t-bench prefix); the registry's GC reclaims the blobs."""
+    for repo in repos:
+        digests = {client.manifest_digest(repo, tag) for tag in client.tags(repo)}
+        for digest in filter(None, digests):
+            try:
+                client.request("DELETE", f"{repo}/manifests/{digest}", ok=(202, 404), repo=repo)
+            except RegistryError as exc:
+                print(f"cleanup of {repo}: {exc}", file=sys.stderr)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="16,200", help="image sizes in MB, comma separated")
+    parser.add_argument("--sizes", default="16,1500", help="image sizes in MB, comma separated")
     parser.add_argument("--registry", default=os.environ.get("REGISTRY", "127.0.0.1:5000"))
     parser.add_argument("--docker", default="/usr/bin/docker")
     parser.add_argument("--skopeo", default="skopeo")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per method (median shown)")
     args = parser.parse_args()
     host, _, port = args.registry.partition(":")
     cell = {c.key: c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells}["pytorch-cpu:2.13"]
@@ -151,6 +168,7 @@ def main() -> None:
     with FaultProxy(upstream=(host, int(port or 80)), mode="tcp") as proxy:
         for size in (int(s) for s in args.sizes.split(",")):
             results += bench_size(args, proxy, size, cell)
+    print(f"median of {args.repeat} runs each; bytes counted by a TCP proxy that every client goes through")
     print(f"{'image MB':>9} {'method':<40} {'seconds':>8} {'MB moved':>9} {'digest kept':>11} {'x slower':>9}")
     for size in sorted({r["size_mb"] for r in results}):
         rows = [r for r in results if r["size_mb"] == size]
@@ -158,6 +176,10 @@ def main() -> None:
         for r in rows:
             print(f"{size:9.1f} {r['method']:<40} {r['seconds']:8.2f} {r['bytes'] / 1e6:9.2f} "
                   f"{'yes' if r['digest_kept'] else 'NO':>11} {r['seconds'] / ours:9.1f}")
+    print("every run (seconds / MB moved):")
+    for r in results:
+        runs = ", ".join(f"{s:.2f}s/{b / 1e6:.1f}MB" for s, b in zip(r["runs"], r["moved"], strict=True))
+        print(f"{r['size_mb']:9.1f} {r['method']:<40} {runs}")
     sizes = sorted({r["size_mb"] for r in results})
     if len(sizes) > 1:
         per = {m: [r["seconds"] for r in results if r["method"] == m] for m in dict.fromkeys(r["method"]

@@ -165,16 +165,36 @@ class ReleaseReport:
 
 # -- gates ---------------------------------------------------------------------------------------
 
+def _cpu_only(cell: Cell, _match: re.Match[str]) -> bool:
+    return cell.run.gpus == "none" and not cell.needs_gpu
+
+
+# A skip counts only when its reason is one of these AND the matrix, checked here again, says
+# the test cannot apply to this cell; the reason text alone is never trusted.
+ALLOWED_SKIPS: tuple[tuple[re.Pattern[str], Callable[[Cell, re.Match[str]], bool], str], ...] = (
+    (re.compile(rf"^{NO_GPU_PREFIX}\b"), _cpu_only, "GPU test on a cell whose run profile has no GPUs"),
+    (re.compile(r"^the run profile sets no (\w+) ulimit$"),
+     lambda cell, m: m.group(1) not in dict(cell.run.ulimits), "ulimit the cell's run profile does not set"),
+    (re.compile(r"^the cell pins no extra packages$"), lambda cell, m: not cell.packages,
+     "the cell pins no extra packages"),
+)
+
+
 def skip_allowed(cell: Cell, test: dict[str, Any]) -> bool:
     """A skipped test is acceptable only where the matrix says it cannot run on this cell:
-    its group is not among the cell's test groups, or the cell runs without GPUs
-    (`run.gpus: none`, i.e. a CPU image) and the test was skipped for want of a GPU
-    (skip_reason starting with "no GPU"). A GPU cell validated on a runner without GPUs
-    has not been tested and is refused."""
+    its group is not among the cell's test groups, or its reason is one of ALLOWED_SKIPS and
+    the matrix confirms it (e.g. "no GPU ..." only on a cell with `run.gpus: none`, so a GPU
+    cell validated on a runner without GPUs has not been tested and is refused). Skips for
+    the runner's or the commit's circumstances (an engine that refused a ulimit, a missing
+    peer image) are refused: validate where the test can run."""
     if test.get("group") not in cell.tests:
         return True
     reason = str(test.get("skip_reason") or "")
-    return cell.run.gpus == "none" and not cell.needs_gpu and reason.startswith(NO_GPU_PREFIX)
+    for pattern, matrix_agrees, _ in ALLOWED_SKIPS:
+        match = pattern.match(reason)
+        if match:
+            return matrix_agrees(cell, match)
+    return False
 
 
 def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None) -> list[str]:
@@ -403,7 +423,7 @@ class RepoLock:
                     # A contender that saw the lock free writes within about one round trip of its
                     # read; waiting several round trips lets that write land before we read back.
                     time.sleep(self.settle_s if self.settle_s is not None
-                               else max(0.05, 5 * (time.monotonic() - started)))
+                               else max(0.02, 5 * (time.monotonic() - started)))
                     now = self._holder()
                     if now is not None and now[0] == self.digest:
                         return
@@ -507,6 +527,15 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
         item.status = "unchanged"
         return
     copy_manifest(client, src, dst, item._raw, item.media_type, item.digest)
+    if copy_verdict and item.verdict_ref:
+        # Users of the release repository can check the verdict by digest there too. Copied
+        # before any tag, so a release whose tags are all in place has its verdict as well.
+        vdigest = item.verdict_ref.rsplit("@", 1)[1]
+        vraw, vtype, _ = client.get_manifest(src, vdigest)
+        for blob in _blobs(json.loads(vraw)):
+            if not client.mount_blob(dst, blob, src):
+                raise RegistryError(f"registry declined to mount verdict blob {blob} into {dst}")
+        client.put_manifest(dst, verdict_tag(item.digest), vraw, vtype)
     for t in todo:
         if lock is not None and not lock.still_held():
             raise RegistryError(f"lost the release lock of {dst} before tagging {t.tag}; nothing more was tagged")
@@ -515,13 +544,6 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
             raise RegistryError(f"{plan.release_repo}:{t.tag} changed to {now} during the release")
         client.put_manifest(dst, t.tag, item._raw, item.media_type)
         item.tags_made.append(t.tag)
-    if copy_verdict and item.verdict_ref:
-        # Users of the release repository can check the verdict by digest there too.
-        vdigest = item.verdict_ref.rsplit("@", 1)[1]
-        vraw, vtype, _ = client.get_manifest(src, vdigest)
-        for blob in _blobs(json.loads(vraw)):
-            client.mount_blob(dst, blob, src)
-        client.put_manifest(dst, verdict_tag(item.digest), vraw, vtype)
     item.status = "promoted"
 
 
@@ -546,7 +568,7 @@ class ReleaseOptions:
     dry_run: bool = False
     lock_wait_s: float = 60.0
     lock_ttl_s: float = 300.0
-    lock_settle_s: float | None = None     # None: adaptive, 5 lock-write round trips (at least 50 ms)
+    lock_settle_s: float | None = None     # None: adaptive, 5 lock-write round trips (at least 20 ms)
 
 
 def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,

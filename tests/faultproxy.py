@@ -117,6 +117,8 @@ class FaultProxy:
             except OSError:
                 return
             self._track(client)
+            # No Nagle on either leg: small requests must not wait for delayed ACKs in the proxy.
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             target = self._serve_http if self.mode == "http" else self._serve_tcp
             threading.Thread(target=target, args=(client,), daemon=True).start()
 
@@ -132,6 +134,7 @@ class FaultProxy:
             _close(client)
             return
         self._track(server)
+        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def pipe(src: socket.socket, dst: socket.socket, upward: bool) -> None:
             try:

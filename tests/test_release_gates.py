@@ -80,6 +80,13 @@ def test_unknown_test_result_refused() -> None:
     (NGC, test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner"), False),
     (CPU, test("tensorflow::x", "tensorflow", "skipped", "not this framework"), True),  # group not in the cell
     (GPU, test("tensorflow::x", "tensorflow", "skipped", "anything"), True),
+    # reasons the release checks against the matrix again (image-tests' wording)
+    (CPU, test("common::ulimit[nofile]", "common", "skipped", "the run profile sets no nofile ulimit"), True),
+    (CPU, test("common::ulimit[memlock]", "common", "skipped", "the run profile sets no memlock ulimit"), False),
+    (CPU, test("common::pkgs", "common", "skipped", "the cell pins no extra packages"), False),  # it pins some
+    (CPU, test("common::ulimit[memlock]", "common", "skipped",
+               "this runner's Docker engine cannot grant --ulimit memlock=-1"), False),           # runner, not matrix
+    (CPU, test("common::cross", "common", "skipped", "no tensorflow image of this commit to exchange"), False),
 ])
 def test_skip_rule(cell, t, allowed) -> None:  # noqa: ANN001
     assert skip_allowed(cell, t) is allowed
@@ -215,3 +222,11 @@ def test_lock_staleness_rules() -> None:
         assert not lock._free(info(host=me, pid=str(os.getpid()), token="held"))
     finally:
         _ACTIVE_TOKENS.discard("held")
+
+
+def test_package_skip_allowed_only_when_the_matrix_pins_none() -> None:
+    import dataclasses
+
+    bare = dataclasses.replace(CPU, packages=())
+    t = test("common::pkgs", "common", "skipped", "the cell pins no extra packages")
+    assert skip_allowed(bare, t) and not skip_allowed(CPU, t)

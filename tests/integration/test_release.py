@@ -477,3 +477,26 @@ def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.
     assert "unchanged" in out
     assert (project / "docs/releases/0.1.0.json").read_text() == before
     assert RegistryClient(HOST).manifest_digest(f"{space.prefix}/pytorch-cpu", "latest") == cpu2
+
+
+def test_command_reports_partial_release_without_leaking_credentials(
+        project: Path, run_cli, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+    space = Space()
+    secret = f"pw-{uuid.uuid4().hex}"
+    monkeypatch.setenv("REGISTRY_USER", "releaser")
+    monkeypatch.setenv("REGISTRY_PASSWORD", secret)       # sent as basic auth; the local registry ignores it
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    monkeypatch.chdir(project)
+    revision = git(project, "rev-parse", "--short=12", "HEAD")
+    space.build(CPU, revision)
+    space.build(TF_CPU, revision)
+    with FaultProxy(upstream=upstream()) as proxy:
+        monkeypatch.setenv("REGISTRY", f"{proxy.address}/{space.prefix}")
+        proxy.add(r"PUT .*/tensorflow-cpu/manifests/2\.21-0\.1\.0", "reset", times=10_000)
+        code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu,tensorflow-cpu",
+                                 "--matrix", str(project / "matrix.yaml"))
+    assert code == 1
+    assert "incomplete" in err and "Promoted: pytorch-cpu:2.13 (2.13-0.1.0, 2.13, latest)" in err
+    assert "Not promoted: tensorflow-cpu:2.21: failed" in err and "Re-run the same command" in err
+    assert not (project / "docs/releases/0.1.0.json").exists()
+    assert secret not in out + err + caplog.text
