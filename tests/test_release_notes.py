@@ -73,3 +73,14 @@ def test_files_are_deterministic_merged_and_kept_on_noop(tmp_path: Path) -> None
     assert write_release_files(tmp_path, first, promoted=False) == []     # a no-op re-run keeps the record
     assert json.loads(paths[0].read_text()) == merged
     assert not list(tmp_path.rglob(".0.2.0*"))                               # no temp files left
+
+
+def test_catalogue_helpers_read_releases_in_version_order(tmp_path: Path) -> None:
+    from buildtool.release_notes import latest_by_cell, load_release_manifests
+
+    write_release_files(tmp_path, build_manifest(ReleaseReport("0.10.0", "b", [item(digest=D2)])))
+    write_release_files(tmp_path, build_manifest(ReleaseReport("0.9.0", "a", [item(digest=D1)])))
+    (tmp_path / "docs/releases/notes.json").write_text("{}")          # ignored: not a release manifest
+    assert [m["version"] for m in load_release_manifests(tmp_path)] == ["0.9.0", "0.10.0"]
+    assert latest_by_cell(tmp_path)["pytorch-cpu:2.13"] == {
+        "release": "0.10.0", "tags": ["2.13-0.2.0", "2.13"], "pinned": f"r/pytorch-cpu@{D2}", "digest": D2}
