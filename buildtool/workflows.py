@@ -29,6 +29,7 @@ RELEASE_PATH = f"{WORKFLOW_DIR}/release.yml"
 # Runner labels of the self-hosted GPU runners; a repository variable overrides them without
 # regenerating (Settings > Variables: GPU_RUNNER_LABELS='["self-hosted","linux","gpu","a100"]').
 DEFAULT_GPU_LABELS = ("self-hosted", "linux", "x64", "gpu")
+DEFAULT_RELEASE_LABELS = ("self-hosted", "linux", "x64")  # override: variable RELEASE_RUNNER_LABELS
 HOSTED_RUNNER = "ubuntu-24.04"
 PYTHON = "3.11"
 CHECKOUT = "actions/checkout@v4"
@@ -253,6 +254,8 @@ def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
                         "required": True, "type": "string"},
             "framework": {"description": "Which images to release", "required": True, "type": "choice",
                           "default": "all", "options": images},
+            "from": {"description": "Commit whose validated dev images to promote (default: the dispatched one)",
+                     "required": False, "type": "string", "default": ""},
         }}},
         "permissions": {"contents": "read"},
         "concurrency": {"group": "release", "cancel-in-progress": False},
@@ -261,15 +264,19 @@ def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
         "jobs": {
             "release": {
                 "name": "release ${{ inputs.version }}",
-                "runs-on": HOSTED_RUNNER, "timeout-minutes": 30,
-                "steps": [*_setup_steps(),
+                # On the site's own runners: they reach the registry the nightly pushed dev images to.
+                "runs-on": "${{ fromJSON(vars.RELEASE_RUNNER_LABELS || '" + json.dumps(list(DEFAULT_RELEASE_LABELS),
+                                                                                      separators=(",", ":")) + "') }}",
+                "timeout-minutes": 30,
+                "steps": [*_self_hosted_setup(),
                           {"name": "Check the version",
-                           "run": "python -m buildtool plan --framework \"$FRAMEWORK\" --release \"$VERSION\" --json "
-                                  "> release-plan.json\n",
+                           "run": ".venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
+                                  "--release \"$VERSION\" --json > release-plan.json\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
                           {"name": "Retag the validated dev images",
-                           "run": "make release FRAMEWORK=\"$FRAMEWORK\" VERSION=\"$VERSION\"\n",
-                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
+                           "run": "make release FRAMEWORK=\"$FRAMEWORK\" VERSION=\"$VERSION\" FROM=\"$FROM\"\n",
+                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
+                                   "FROM": "${{ inputs.from }}"}},
                           {"uses": UPLOAD, "with": {"name": "release-plan", "path": "release-plan.json"}}],
             },
         },

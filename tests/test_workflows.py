@@ -90,7 +90,8 @@ def test_release_is_manual_with_a_version_input() -> None:
     assert inputs["version"] == {"description": inputs["version"]["description"], "required": True, "type": "string"}
     assert inputs["framework"]["options"] == ["all", *matrix().image_names]
     step = next(s for s in doc["jobs"]["release"]["steps"] if "make release" in s.get("run", ""))
-    assert step["env"]["VERSION"] == "${{ inputs.version }}"
+    assert step["env"]["VERSION"] == "${{ inputs.version }}" and step["env"]["FROM"] == "${{ inputs.from }}"
+    assert "RELEASE_RUNNER_LABELS" in doc["jobs"]["release"]["runs-on"]  # where the site registry is reachable
 
 
 def test_ci_matrix_narrows_real_plan_output(run_cli, tmp_path: Path) -> None:
