@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from buildtool.errors import FailedError
+from buildtool.errors import FailedError, UserError
 from buildtool.matrix import Cell
 from buildtool.plan import Settings, git_revision
 from buildtool.release import ReleaseOptions, ReleaseReport, release, resolve_revision
@@ -60,6 +61,10 @@ def register(app: typer.Typer) -> None:
         = False,
         force: Annotated[bool, typer.Option("--force", help="Move the matrix's moving tags (e.g. latest) even to "
                                             "an older release. Never moves version tags.")] = False,
+        accept_skip: Annotated[list[str] | None, typer.Option(
+            "--accept-skip", help="Accept skipped tests whose skip reason matches this regex although the matrix "
+            "expects them to run (a runner limit); recorded as a waiver in the release notes. Never covers GPU "
+            "tests of GPU images.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines instead of a table.")] = False,
         matrix: Annotated[Path | None, typer.Option("--matrix", help="The version matrix (default: matrix.yaml).")]
         = None,
@@ -71,7 +76,13 @@ def register(app: typer.Typer) -> None:
         revision = resolve_revision(project.root, from_sha, git_revision)
         if "-dirty." in revision:
             err.print(f"warning: releasing {revision}: built from uncommitted changes", markup=False)
-        options = ReleaseOptions(version=version, revision=revision, force=force, dry_run=dry_run)
+        for pattern in accept_skip or []:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise UserError(f"--accept-skip {pattern!r} is not a regular expression ({exc})") from None
+        options = ReleaseOptions(version=version, revision=revision, force=force, dry_run=dry_run,
+                                 accept_skips=tuple(accept_skip or ()))
         report = release(cells, Settings.from_env(), options)
         manifest = build_manifest(report)
         if as_json:

@@ -8,7 +8,9 @@ manifests first, so the index digest is unchanged.
 
 Gates (all images are gated before anything is written; one refusal promotes nothing):
 - the digest has a verdict stored in the registry, result "passed", for this cell, with
-  at least one passed test, and every skip is an allowed skip (see `skip_allowed`);
+  at least one passed test, and every skip is one the matrix allows (see `skip_allowed`) or
+  one the releaser waived by name (`--accept-skip REGEX`, recorded in the notes; never for a
+  GPU test on a GPU cell);
 - no config of the image carries `io.dl-images.standin=true`, and its cell label (when
   present) names this cell;
 - no immutable (version) tag exists on another digest; `--force` moves only tags the
@@ -133,6 +135,7 @@ class ImageRelease:
     problems: list[str] = field(default_factory=list)
     tags_made: list[str] = field(default_factory=list)
     previous: dict[str, Any] | None = None
+    skips: list[dict[str, Any]] = field(default_factory=list)   # each skipped test and what accepted it
     _raw: bytes = b""
 
     @property
@@ -197,7 +200,17 @@ def skip_allowed(cell: Cell, test: dict[str, Any]) -> bool:
     return False
 
 
-def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None) -> list[str]:
+def waiver_for(cell: Cell, test: dict[str, Any], accept: tuple[str, ...]) -> str | None:
+    """The `--accept-skip` pattern that waives this skip, if any. A waiver never covers a GPU
+    test skipped on a GPU cell: releasing an untested GPU image is what this gate exists to stop."""
+    reason = str(test.get("skip_reason") or "")
+    if cell.needs_gpu and reason.startswith(NO_GPU_PREFIX):
+        return None
+    return next((pattern for pattern in accept if reason and re.search(pattern, reason)), None)
+
+
+def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None,
+                     accept: tuple[str, ...] = ()) -> list[str]:
     """Why a verdict does not let `digest` be released as `cell` (empty: it does)."""
     if verdict is None:
         return [f"{digest} has no verdict in the registry; run `make validate FRAMEWORK={cell.key}` first"]
@@ -214,12 +227,13 @@ def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None) ->
     for t in tests:
         if t.get("result") not in ("passed", "skipped", "failed"):
             problems.append(f"test {t.get('id')} has unknown result {t.get('result')!r}")
-    bad_skips = [t for t in tests if t.get("result") == "skipped" and not skip_allowed(cell, t)]
+    bad_skips = [t for t in tests if t.get("result") == "skipped" and not skip_allowed(cell, t)
+                 and waiver_for(cell, t, accept) is None]
     if bad_skips:
         shown = ", ".join(f"{t.get('id')} ({t.get('skip_reason') or 'no reason'})" for t in bad_skips[:3])
         more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
         problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
-                        "validate on a runner that can run them")
+                        "validate on a runner that can run them (or waive a runner limit with --accept-skip)")
     return problems
 
 
@@ -459,7 +473,7 @@ def _repo_path(ref_repo: str) -> tuple[str, str]:
     return host, path
 
 
-def gather(client: RegistryClient, plan: CellPlan) -> ImageRelease:
+def gather(client: RegistryClient, plan: CellPlan, accept: tuple[str, ...] = ()) -> ImageRelease:
     """Read-only: resolve the dev tag, load verdict and configs, apply the image gates."""
     _, dev_repo = _repo_path(plan.dev_repo)
     item = ImageRelease(cell=plan.cell.key, image=plan.cell.name, source=plan.dev_ref, release_repo=plan.release_repo)
@@ -479,7 +493,13 @@ def gather(client: RegistryClient, plan: CellPlan) -> ImageRelease:
         if client.manifest_digest(dev_repo, vtag) != before:
             item.problems.append(f"the verdict of {digest} changed while it was read; re-run the release")
         item.verdict_ref = f"{plan.dev_repo}@{before}"
-    item.problems += verdict_problems(plan.cell, digest, item.verdict)
+    item.problems += verdict_problems(plan.cell, digest, item.verdict, accept)
+    if item.verdict is not None:
+        for t in item.verdict.get("tests", []):
+            if t.get("result") == "skipped":
+                pattern = None if skip_allowed(plan.cell, t) else waiver_for(plan.cell, t, accept)
+                item.skips.append({"id": t.get("id"), "reason": t.get("skip_reason"),
+                                   "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
     item.problems += image_problems(plan.cell, item.platforms)
     item.status = "refused" if item.problems else "ready"
     return item
@@ -568,6 +588,7 @@ class ReleaseOptions:
     dry_run: bool = False
     lock_wait_s: float = 60.0
     lock_ttl_s: float = 300.0
+    accept_skips: tuple[str, ...] = ()      # --accept-skip regexes: explicit, recorded waivers
     lock_settle_s: float | None = None     # None: adaptive, 5 lock-write round trips (at least 20 ms)
 
 
@@ -588,7 +609,7 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
     client.ping()
     report = ReleaseReport(version, options.revision, [], options.dry_run)
     for p in plans:
-        report.images.append(gather(client, p))
+        report.images.append(gather(client, p, options.accept_skips))
     for item, p in zip(report.images, plans, strict=True):
         if item.status == "ready":
             plan_item(client, item, p, version, options.force)

@@ -55,8 +55,8 @@ def _verdict_summary(item: ImageRelease) -> dict[str, Any]:
         "test_code": v.get("test_code"),
         "runner": (v.get("runner") or {}).get("hostname"),
         **count,
-        "skipped_tests": [{"id": t.get("id"), "reason": t.get("skip_reason")} for t in tests
-                          if t.get("result") == "skipped"],
+        "skipped_tests": item.skips or [{"id": t.get("id"), "reason": t.get("skip_reason")} for t in tests
+                                        if t.get("result") == "skipped"],
     }
 
 
@@ -134,7 +134,9 @@ def render_notes(manifest: dict[str, Any]) -> str:
         if len(img["platforms"]) > 1:
             lines.append("- Platforms: " + ", ".join(f"{p['platform']} ({_mb(p['size'])})" for p in img["platforms"]))
         for skipped in img["verdict"]["skipped_tests"]:
-            lines.append(f"- Skipped (allowed for this cell): {skipped['id']}: {skipped['reason']}")
+            by = skipped.get("accepted_by", "matrix")
+            why = "allowed by the matrix" if by == "matrix" else f"WAIVED by the releaser: {by}"
+            lines.append(f"- Skipped ({why}): {skipped['id']}: {skipped['reason']}")
         for kept in img["not_moved"]:
             lines.append(f"- Not moved: `{kept['tag']}` {kept['note']}")
         prev = img["previous"]

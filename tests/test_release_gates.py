@@ -230,3 +230,14 @@ def test_package_skip_allowed_only_when_the_matrix_pins_none() -> None:
     bare = dataclasses.replace(CPU, packages=())
     t = test("common::pkgs", "common", "skipped", "the cell pins no extra packages")
     assert skip_allowed(bare, t) and not skip_allowed(CPU, t)
+
+
+def test_waivers_are_explicit_and_never_cover_gpu_tests_of_gpu_cells() -> None:
+    runner = test("common::ulimit[memlock]", "common", "skipped",
+                  "this runner's Docker engine cannot grant --ulimit memlock=-1 (it refused ...)")
+    gpu = test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner (nvidia-smi found none)")
+    ok = test("common::a", "common", "passed")
+    assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]))            # refused by default
+    assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]), ("cannot grant --ulimit memlock",)) == []
+    assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]), ("cannot grant --ulimit stack",))
+    assert verdict_problems(GPU, D1, verdict(GPU.key, tests=[ok, gpu]), ("no GPU", ".*"))   # no waiver for this

@@ -55,7 +55,7 @@ def test_manifest_lists_tags_that_point_at_the_digest_only() -> None:
     assert img["not_moved"] == [{"tag": "latest", "note": "stays on release 0.3.0 (newer)"}]
     assert img["verdict"]["passed"] == 1 and img["verdict"]["skipped_tests"] == [{"id": "b", "reason": "no GPU here"}]
     notes = render_notes(manifest)
-    assert "Skipped (allowed for this cell): b: no GPU here" in notes and "Not moved: `latest`" in notes
+    assert "Skipped (allowed by the matrix): b: no GPU here" in notes and "Not moved: `latest`" in notes
 
 
 def test_files_are_deterministic_merged_and_kept_on_noop(tmp_path: Path) -> None:

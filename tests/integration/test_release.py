@@ -500,3 +500,19 @@ def test_command_reports_partial_release_without_leaking_credentials(
     assert "Not promoted: tensorflow-cpu:2.21: failed" in err and "Re-run the same command" in err
     assert not (project / "docs/releases/0.1.0.json").exists()
     assert secret not in out + err + caplog.text
+
+
+def test_runner_skip_refused_unless_waived_and_the_waiver_is_recorded(space: Space) -> None:
+    from buildtool.release_notes import build_manifest, render_notes
+
+    tests = [{"id": "common/test_a.py::test_a", "group": "common", "result": "passed", "skip_reason": ""},
+             {"id": "common/test_run_profile.py::test_ulimit[memlock]", "group": "common", "result": "skipped",
+              "skip_reason": "this runner's Docker engine cannot grant --ulimit memlock=-1"}]
+    r = rev()
+    space.build(CPU, r, tests=tests)
+    assert space.release([CPU], r, "0.1.0").images[0].status == "refused"
+    assert_nothing_released(space, CPU)
+    report = space.release([CPU], r, "0.1.0", accept_skips=("cannot grant --ulimit memlock",))
+    assert report.ok
+    notes = render_notes(build_manifest(report))
+    assert "WAIVED by the releaser: --accept-skip cannot grant --ulimit memlock" in notes
