@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -159,24 +158,18 @@ __import__("buildtool.cli_ops").cli_ops.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: turn our errors into one line and an exit code."""
+    """Entry point: turn our errors into one line and an exit code.
+
+    Typer's standalone mode already answers usage errors (exit 2), --help and Ctrl-C.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv)
     except UserError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         sys.exit(exc.exit_code)
     except FailedError as exc:
         err.print(f"failed: {exc}", markup=False, highlight=False)
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        err.print("interrupted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(2)
-
 
 if __name__ == "__main__":
     main()

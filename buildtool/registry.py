@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from buildtool.errors import UserError
+from buildtool.errors import FailedError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,8 @@ EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
 
 
-class RegistryError(Exception):
+class RegistryError(FailedError):
     """A registry refused a request or stayed unreachable after retries (exit 1)."""
-
-    exit_code = 1
 
 
 class RegistryUnreachable(UserError):
