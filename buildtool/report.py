@@ -69,6 +69,7 @@ class Report:
     newly_failing: list[Trend] = field(default_factory=list)
     fixed: list[Trend] = field(default_factory=list)
     has_previous: bool = False
+    scaling: dict[str, Any] | None = None  # scaling.json of the night's scaling run, when there was one
 
     @property
     def counts(self) -> dict[str, int]:
@@ -360,8 +361,17 @@ def render_html(report: Report, title: str = "Image validation report", plots: I
                    f"<td>{figures or '—'}</td><td>{html.escape(_runner(row))}</td></tr>")
     out.append("</tbody></table>")
     plots = list(plots)
-    if plots:
+    if plots or report.scaling:
         out.append('<section class="plots"><h2>DDP scaling</h2>')
+        if report.scaling:
+            unit = html.escape(str(report.scaling.get("unit", "workers")))
+            out.append(f'<table class="verdicts scaling"><thead><tr><th>{unit}</th><th>time per epoch</th>'
+                       "<th>speed-up</th><th>efficiency</th><th>backend</th></tr></thead><tbody>")
+            for run in report.scaling.get("runs", []):
+                out.append(f"<tr><td>{run['count']}</td><td>{run['time_per_epoch_s']:.3f} s</td>"
+                           f"<td>{run['speedup']:.2f}x</td><td>{run['efficiency']:.0%}</td>"
+                           f"<td>{html.escape(str(run['backend']))}</td></tr>")
+            out.append("</tbody></table>")
         out += [f'<img src="{html.escape(p)}" alt="{html.escape(p)}">' for p in plots]
         out.append("</section>")
     out.append("</body></html>")
@@ -400,6 +410,12 @@ def render_markdown(report: Report, title: str = "Image validation report") -> s
             cells.append(text)
         lines.append(f"| `{row.cell}` | {_MD_MARK[row.result]} | {human_size(row.size_bytes)} | "
                      f"`{short_digest(row.digest)}` | " + " | ".join(cells) + " |")
+    if report.scaling:
+        unit = report.scaling.get("unit", "workers")
+        lines += ["", "### DDP scaling", "", f"| {unit} | time per epoch | speed-up | efficiency |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r['count']} | {r['time_per_epoch_s']:.3f} s | {r['speedup']:.2f}x | {r['efficiency']:.0%} |"
+                  for r in report.scaling.get("runs", [])]
     figure_rows = [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())]
     if figure_rows:
         lines += ["", "### Figures", "", "| image | figure | value |", "|---|---|---|"]
@@ -413,6 +429,11 @@ def write_report(report: Report, out_dir: Path, scaling_dir: Path | None = None)
     """Write report.html and report.md into `out_dir` (plots copied beside them); returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plots: list[str] = []
+    if scaling_dir is not None and (scaling_dir / "scaling.json").is_file():
+        try:
+            report.scaling = json.loads((scaling_dir / "scaling.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"{scaling_dir / 'scaling.json'}: cannot read the scaling results ({exc})") from None
     if scaling_dir is not None and scaling_dir.is_dir():
         target = out_dir / "scaling"
         for name in SCALING_PLOTS:

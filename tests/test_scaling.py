@@ -74,6 +74,9 @@ def test_report_embeds_the_scaling_plots(run_cli, tmp_path: Path) -> None:
     plots.mkdir()
     for name in ("time_per_epoch.png", "speedup.png"):
         (plots / name).write_bytes(PNG + b"\0" * 64)
+    (plots / "scaling.json").write_text(json.dumps({"unit": "gpus", "runs": [
+        {"count": 1, "time_per_epoch_s": 8.0, "speedup": 1.0, "efficiency": 1.0, "backend": "nccl"},
+        {"count": 8, "time_per_epoch_s": 1.25, "speedup": 6.4, "efficiency": 0.8, "backend": "nccl"}]}))
     verdicts = tmp_path / "verdicts"
     verdicts.mkdir()
     (verdicts / "x.verdict.json").write_text(json.dumps({
@@ -82,6 +85,8 @@ def test_report_embeds_the_scaling_plots(run_cli, tmp_path: Path) -> None:
     assert code == 0, err
     page = (tmp_path / "o" / "report.html").read_text()
     assert '<img src="scaling/speedup.png"' in page and (tmp_path / "o" / "scaling" / "speedup.png").is_file()
+    assert "<td>8</td><td>1.250 s</td><td>6.40x</td><td>80%</td>" in page
+    assert "| 8 | 1.250 s | 6.40x | 80% |" in (tmp_path / "o" / "report.md").read_text()
 
 
 def test_speedups_are_against_the_smallest_run() -> None:
