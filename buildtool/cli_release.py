@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from buildtool.errors import FailedError, UserError
 from buildtool.matrix import Cell
@@ -34,7 +35,7 @@ def _cells(project: Any, framework: list[str] | None) -> list[Cell]:
 def print_report(report: ReleaseReport) -> None:
     from buildtool.cli import out
 
-    title = f"Release {report.version} from {report.revision}"
+    title = f"Release {report.version} from {report.revision}".replace("[", "\\[")
     title += " (dry run: nothing written)" if report.dry_run else ""
     table = Table(title=title, show_lines=True)
     for column in ("cell", "status", "digest", "tags", "notes"):
@@ -42,7 +43,8 @@ def print_report(report: ReleaseReport) -> None:
     for item in report.images:
         tags = "\n".join(f"{t.tag} ({t.action}{', moving' if t.moving else ''})" for t in item.tags)
         notes = "\n".join([*item.problems, *(f"{t.tag}: {t.note}" for t in item.tags if t.note)])
-        table.add_row(item.cell, item.status, item.digest or "-", tags or "-", notes or "")
+        # Text, not markup: test ids such as test_ulimit[memlock] must print as they are.
+        table.add_row(*(Text(v) for v in (item.cell, item.status, item.digest or "-", tags or "-", notes)))
     out.print(table)
 
 

@@ -140,7 +140,7 @@ def render_notes(manifest: dict[str, Any]) -> str:
         for kept in img["not_moved"]:
             lines.append(f"- Not moved: `{kept['tag']}` {kept['note']}")
         prev = img["previous"]
-        lines += ["", f"Changes since {'release ' + prev['release'] if prev else 'nothing (first release)'}:", ""]
+        lines += ["", f"Changes since release {prev['release']}:" if prev else "Changes:", ""]
         lines += [f"- {line}" for line in img["changes"]]
     return "\n".join(lines) + "\n"
 
