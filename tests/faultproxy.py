@@ -157,8 +157,16 @@ class FaultProxy:
         _close(client)
         _close(server)
 
+    def go_down_at(self, pattern: str) -> None:
+        """From the first request matching `pattern` on, every request is reset (the registry died)."""
+        with self._lock:
+            self._trip = pattern
+
     def _pick(self, method: str, path: str) -> Rule | None:
         with self._lock:
+            trip = getattr(self, "_trip", None)
+            if trip and re.search(trip, f"{method} {path}"):
+                self.down = True
             if self.down:
                 return Rule(".*", "reset", 1)
             for rule in self.rules:

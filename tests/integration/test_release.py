@@ -516,3 +516,22 @@ def test_runner_skip_refused_unless_waived_and_the_waiver_is_recorded(space: Spa
     assert report.ok
     notes = render_notes(build_manifest(report))
     assert "WAIVED by the releaser: --accept-skip cannot grant --ulimit memlock" in notes
+
+
+def test_registry_dying_mid_tagging_leaves_a_report_and_a_stale_lock_that_a_rerun_takes(space: Space) -> None:
+    r = rev()
+    digest = space.build(CPU, r)
+    with FaultProxy(upstream=upstream()) as proxy:
+        proxy.go_down_at(r"PUT .*/rel/pytorch-cpu/manifests/2\.13$")      # after the version tag, before the rest
+        report = space.release([CPU], r, "0.1.0", client=proxied(proxy))
+    item = report.images[0]
+    assert not report.ok and item.status == "failed"
+    assert item.tags_made == ["2.13-0.1.0"] and "unreachable" in item.problems[-1]
+    lock = space.client.get_manifest(space.rel_repo(CPU), LOCK_TAG)[0]
+    assert json.loads(lock)["annotations"]["io.dl-images.lock.released"] == "false"   # could not be released
+    again = space.release([CPU], r, "0.1.0", lock_wait_s=2.0)     # the holder is gone: its lock is stale
+    assert again.ok and again.images[0].status == "promoted"
+    assert {t.tag: t.action for t in again.images[0].tags} == {"2.13-0.1.0": "exists", "2.13": "create",
+                                                                "latest": "create"}
+    for tag in ("2.13-0.1.0", "2.13", "latest"):
+        assert space.resolve(CPU, tag) == digest
