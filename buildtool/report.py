@@ -263,50 +263,79 @@ def _runner(row: Row) -> str:
     return f"{row.runner.get('hostname', '?')}: {gpu_text}{driver}"
 
 
+# -- details shared by both formats ---------------------------------------------------------------
+
+def failures(report: Report) -> list[tuple[str, Check, bool]]:
+    """Every failed check as (cell, check, newly failing), newly failing first, in row order."""
+    new_pairs = {(t.cell, t.check) for t in report.newly_failing}
+    found = [(row.cell, check, (row.cell, cid) in new_pairs)
+             for row in report.rows for cid in report.columns
+             if (check := row.checks.get(cid)) is not None and check.result == "failed"]
+    return sorted(found, key=lambda item: not item[2])
+
+
+def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
+    """Skips grouped by reason: (reason, checks, images); the same GPU skip is listed once."""
+    groups: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
+    for row in report.rows:
+        for cid in report.columns:
+            check = row.checks.get(cid)
+            if check is not None and check.result == "skipped":
+                checks, cells = groups.setdefault(check.skip_reason or "no reason given", ({}, {}))
+                checks[cid] = None
+                cells[row.cell] = None
+    return [(reason, list(checks), list(cells)) for reason, (checks, cells) in groups.items()]
+
+
 # -- HTML ---------------------------------------------------------------------------------------
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1f2328; }
 h1 { font-size: 1.4rem; margin: 0 0 .5rem; }
+h2 { font-size: 1.1rem; margin: 1.2rem 0 .4rem; }
 .summary span { display: inline-block; margin-right: 1rem; padding: .2rem .6rem; border-radius: 4px; }
 .summary .failed, .summary .newly { background: #ffd7d5; color: #82071e; font-weight: 600; }
 .summary .passed { background: #dafbe1; color: #116329; }
 .summary .skipped { background: #eaeef2; }
-table.verdicts { border-collapse: collapse; margin-top: 1rem; font-size: .85rem; }
-table.verdicts th, table.verdicts td { border: 1px solid #d0d7de; padding: .3rem .45rem; vertical-align: top; }
-table.verdicts thead th { background: #f6f8fa; position: sticky; top: 0; }
-th.check { max-width: 8.5rem; overflow-wrap: anywhere; font-size: .78rem; }
-th.check small { display: block; color: #57606a; font-weight: normal; }
+table.verdicts { border-collapse: collapse; margin-top: .5rem; font-size: .8rem; }
+table.verdicts th, table.verdicts td { border: 1px solid #d0d7de; padding: .25rem .35rem; vertical-align: middle; }
+table.verdicts thead th { background: #f6f8fa; }
+th.check { writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap; font-weight: 600;
+  text-align: left; vertical-align: bottom; padding: .4rem .15rem; }
+th.check small { color: #57606a; font-weight: normal; margin-top: .3rem; }
+th.check.has-failed { background: #ffebe9; color: #82071e; }
+th.check.newly-failing { background: #ffd7d5; }
 th.image { white-space: nowrap; text-align: left; }
-th.check.has-failed { background: #ffebe9; }
-th.check.newly-failing, th.image.newly-failing { box-shadow: inset 0 -3px 0 #cf222e; }
+td.result-passed, td.result-failed, td.result-skipped, td.result-missing { text-align: center; white-space: nowrap; }
 td.result-passed { background: #dafbe1; color: #116329; }
-td.result-failed { background: #cf222e; color: #fff; font-weight: 600; }
+td.result-failed { background: #cf222e; color: #fff; font-weight: 700; }
+td.result-failed a { color: #fff; }
 td.result-skipped { background: #eaeef2; color: #57606a; }
 td.result-missing { color: #8c959f; }
-td .why { display: block; font-weight: normal; font-size: .7rem; max-width: 10rem; white-space: normal;
-  overflow-wrap: anywhere; }
-td .dur { display: block; font-size: .7rem; opacity: .8; }
-td.newly::after { content: " NEW"; font-size: .65rem; background: #fff; color: #cf222e; padding: 0 .2rem;
-  border-radius: 3px; margin-left: .3rem; }
+td .dur { display: block; font-size: .65rem; opacity: .8; }
+td.newly { outline: 3px solid #ffb000; outline-offset: -3px; }
+td.newly::after { content: "NEW"; display: block; font-size: .6rem; }
 tr.image-failed th.image { color: #82071e; }
-code { font-size: .8rem; }
-.trend li.newly { color: #82071e; font-weight: 600; }
+td.meta { white-space: nowrap; }
+code { font-size: .78rem; }
+.trend li.newly, .failures li.newly { color: #82071e; font-weight: 600; }
+.failures pre { white-space: pre-wrap; font-size: .75rem; background: #fff8f7; border-left: 3px solid #cf222e;
+  padding: .3rem .5rem; margin: .2rem 0 .6rem; max-height: 12rem; overflow: auto; font-weight: normal; color: #1f2328; }
+.skips li { margin-bottom: .3rem; }
 .plots img { max-width: 46%; margin-right: 2%; border: 1px solid #d0d7de; }
 """
 
 
-def _cell_html(check: Check | None, newly: bool) -> str:
+def _cell_html(check: Check | None, newly: bool, anchor: str) -> str:
     if check is None:
-        return '<td class="result-missing">—</td>'
+        return '<td class="result-missing" title="not run for this image">—</td>'
     classes = [f"result-{check.result}"] + (["newly"] if newly else [])
-    reason = check.reason
-    title = f' title="{html.escape(reason)}"' if reason else ""
-    first = reason.strip().splitlines()[0] if reason.strip() else ""
-    brief = first if len(first) <= 110 else first[:107] + "..."
-    why = f'<span class="why">{html.escape(brief)}</span>' if brief else ""
+    title = f"{check.id}: {check.reason}" if check.reason else check.id
+    mark = _MARK[check.result]
+    if check.result == "failed":
+        mark = f'<a href="#{anchor}">{mark}</a>'
     dur = f'<span class="dur">{human_duration(check.duration_s)}</span>' if check.duration_s is not None else ""
-    return f'<td class="{" ".join(classes)}"{title}>{_MARK[check.result]}{why}{dur}</td>'
+    return f'<td class="{" ".join(classes)}" title="{html.escape(title)}">{mark}{dur}</td>'
 
 
 def render_html(report: Report, title: str = "Image validation report", plots: Iterable[str] = ()) -> str:
@@ -315,6 +344,7 @@ def render_html(report: Report, title: str = "Image validation report", plots: I
     new_cells = {t.cell for t in report.newly_failing}
     new_checks = {t.check for t in report.newly_failing}
     failing_checks = {cid for row in report.rows for cid, c in row.checks.items() if c.result == "failed"}
+    anchors = {(cell, check.id): f"f{i}" for i, (cell, check, _) in enumerate(failures(report), 1)}
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style></head><body>",
            f"<h1>{html.escape(title)}</h1>", '<p class="summary">',
@@ -338,28 +368,48 @@ def render_html(report: Report, title: str = "Image validation report", plots: I
         out.append("</ul></section>")
     else:
         out.append('<p class="trend">No previous night to compare against.</p>')
-    out.append('<table class="verdicts"><thead><tr><th>image</th><th>result</th>')
+    out.append('<table class="verdicts"><thead><tr><th class="image">image</th><th>result</th>')
     for cid in report.columns:
         classes = ["check"] + (["has-failed"] if cid in failing_checks else []) + \
                   (["newly-failing"] if cid in new_checks else [])
-        group = check_file(cid) or next((r.checks[cid].group for r in report.rows if cid in r.checks), "")
+        sub = check_file(cid) or next((r.checks[cid].group for r in report.rows if cid in r.checks), "")
         out.append(f'<th class="{" ".join(classes)}" title="{html.escape(cid)}">{html.escape(short_check(cid))}'
-                   f"<small>{html.escape(group)}</small></th>")
-    out.append("<th>duration</th><th>size</th><th>digest</th><th>figures</th><th>runner</th></tr></thead><tbody>")
+                   f"<small>{html.escape(sub)}</small></th>")
+    out.append('<th>duration</th><th title="sum of the compressed layers in the registry">size</th><th>digest</th>'
+               "<th>figures</th><th>runner</th></tr></thead><tbody>")
     for row in report.rows:
         row_classes = f"image-{row.result}" + (" newly-failing" if row.cell in new_cells else "")
-        head_classes = "image" + (" newly-failing" if row.cell in new_cells else "")
         out.append(f'<tr class="{row_classes}" data-cell="{html.escape(row.cell)}">'
-                   f'<th class="{head_classes}" title="{html.escape(row.image)}">{html.escape(row.cell)}</th>'
+                   f'<th class="image" title="{html.escape(row.image)}">{html.escape(row.cell)}</th>'
                    f'<td class="result-{row.result}">{_MARK[row.result]}</td>')
         for cid in report.columns:
-            out.append(_cell_html(row.checks.get(cid), (row.cell, cid) in new_pairs))
+            out.append(_cell_html(row.checks.get(cid), (row.cell, cid) in new_pairs, anchors.get((row.cell, cid), "")))
         figures = "<br>".join(f"{html.escape(k)}: {html.escape(format_figure(v))}"
                               for k, v in sorted(row.figures.items()))
-        out.append(f"<td>{human_duration(row.duration_s)}</td><td>{human_size(row.size_bytes)}</td>"
-                   f'<td><code title="{html.escape(row.digest)}">{html.escape(short_digest(row.digest))}</code></td>'
-                   f"<td>{figures or '—'}</td><td>{html.escape(_runner(row))}</td></tr>")
+        out.append(f'<td class="meta">{human_duration(row.duration_s)}</td>'
+                   f'<td class="meta">{human_size(row.size_bytes)}</td>'
+                   f'<td class="meta"><code title="{html.escape(row.digest)}">{html.escape(short_digest(row.digest))}'
+                   f"</code></td><td class=\"meta\">{figures or '—'}</td>"
+                   f"<td>{html.escape(_runner(row))}</td></tr>")
     out.append("</tbody></table>")
+    failed = failures(report)
+    if failed:
+        out.append('<section class="failures"><h2>Failures</h2><ol>')
+        for cell, check, newly in failed:
+            badge = " (newly failing)" if newly else ""
+            out.append(f'<li id="{anchors[(cell, check.id)]}"{" class=newly" if newly else ""}>'
+                       f"{html.escape(cell)} <code>{html.escape(check.id)}</code>{badge}"
+                       f"<pre>{html.escape(check.message or 'no message')}</pre></li>")
+        out.append("</ol></section>")
+    skips = skip_reasons(report)
+    if skips:
+        out.append('<section class="skips"><h2>Skipped, and why</h2><ul>')
+        for reason, checks, cells in skips:
+            out.append(f"<li><strong>{html.escape(reason)}</strong>: "
+                       f"{', '.join(f'<code>{html.escape(short_check(c))}</code>' for c in checks)} "
+                       f"on {len(cells)} image{'s' if len(cells) != 1 else ''} "
+                       f"({html.escape(', '.join(cells))})</li>")
+        out.append("</ul></section>")
     plots = list(plots)
     if plots or report.scaling:
         out.append('<section class="plots"><h2>DDP scaling</h2>')
@@ -398,18 +448,24 @@ def render_markdown(report: Report, title: str = "Image validation report") -> s
             lines += ["### Fixed", ""] + [f"- ✅ `{t.cell}` `{t.check}`" for t in report.fixed] + [""]
         if not report.newly_failing and not report.fixed:
             lines += ["No change since the previous night.", ""]
+    failed = failures(report)
+    if failed:
+        lines += ["### Failures", ""]
+        for cell, check, newly in failed:
+            first = (check.message.strip().splitlines() or ["no message"])[0]
+            lines.append(f"- ❌ `{cell}` `{check.id}`{' (new)' if newly else ''}: {_md(first[:300])}")
+        lines.append("")
     lines += ["| image | result | size | digest | " + " | ".join(_md(short_check(c)) for c in report.columns) + " |",
               "|---" * (4 + len(report.columns)) + "|"]
     for row in report.rows:
-        cells = []
-        for cid in report.columns:
-            check = row.checks.get(cid)
-            text = _MD_MARK[check.result if check else None]
-            if check and check.reason:
-                text += f" ({_md(check.reason[:80])})"
-            cells.append(text)
+        cells = [_MD_MARK[row.checks[cid].result if cid in row.checks else None] for cid in report.columns]
         lines.append(f"| `{row.cell}` | {_MD_MARK[row.result]} | {human_size(row.size_bytes)} | "
                      f"`{short_digest(row.digest)}` | " + " | ".join(cells) + " |")
+    skips = skip_reasons(report)
+    if skips:
+        lines += ["", "### Skipped, and why", ""]
+        lines += [f"- ⏭️ {_md(reason)}: {', '.join(f'`{short_check(c)}`' for c in checks)} "
+                  f"({len(cells)} image{'s' if len(cells) != 1 else ''})" for reason, checks, cells in skips]
     if report.scaling:
         unit = report.scaling.get("unit", "workers")
         lines += ["", "### DDP scaling", "", f"| {unit} | time per epoch | speed-up | efficiency |",

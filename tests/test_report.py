@@ -92,6 +92,9 @@ def test_html_shows_results_reasons_and_figures() -> None:
     assert "<script" not in page and "&lt;0.9 -&gt; 0.91&gt;" in page  # messages are escaped
     assert NO_GPU in page and 'class="result-skipped"' in page
     assert 'class="result-failed newly"' in page
+    details = page.split('<section class="failures">', 1)[1].split("</section>", 1)[0]
+    assert details.index("pytorch-ngc:25.10") < details.index("tensorflow-cpu:2.21")  # newly failing first
+    assert '<a href="#f1">FAIL</a>' in page and 'id="f1"' in details
     assert "busbw_GBps: 182" in page and "1.45 GB" in page and "sha256:121212121212" in page
     assert "8 GPU (NVIDIA H100 80GB HBM3), driver 580.65" in page
 
@@ -100,7 +103,8 @@ def test_markdown_summary() -> None:
     report = build_report([parse_verdict(v, "x") for v in tonight()], [parse_verdict(v, "y") for v in last_night()])
     md = render_markdown(report)
     assert "### Newly failing" in md and f"`pytorch-ngc:25.10` `{DDP}` (was passed)" in md
-    assert "### Fixed" in md and "⏭️ skip (needs a GPU" in md
+    assert "### Fixed" in md and f"- ⏭️ {NO_GPU}: `test_ddp_nccl_allreduce_busbw` (1 image)" in md
+    assert f"- ❌ `pytorch-ngc:25.10` `{DDP}` (new): AssertionError: loss did not fall" in md
     table = [line for line in md.splitlines() if line.startswith("| `")]
     assert table[0].startswith("| `pytorch-ngc:25.10` | ❌ **FAIL**")
 
