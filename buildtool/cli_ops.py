@@ -143,6 +143,8 @@ def register(app: typer.Typer) -> None:
         cpu: Annotated[str, typer.Option(help="CPU request per pod, e.g. 16.")] = "",
         memory: Annotated[str, typer.Option(help="Memory request and limit per pod (include /dev/shm).")] = "",
         node_selector: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
+        toleration: Annotated[list[str] | None, typer.Option(help="KEY[=VALUE]:EFFECT, repeatable "
+                                                                  "(e.g. nvidia.com/gpu:NoSchedule).")] = None,
         gpu_resource: Annotated[str, typer.Option(help="Extended resource name of a GPU.")] = "nvidia.com/gpu",
         deadline: Annotated[int, typer.Option(help="activeDeadlineSeconds of the job.")] = 3600,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
@@ -161,7 +163,8 @@ def register(app: typer.Typer) -> None:
                      join_timeout_s=join_timeout, max_restarts=max_restarts, backoff_limit=backoff_limit,
                      rdzv_port=rdzv_port)
         opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
-                          node_selector=PodOptions.parse_selector(node_selector or []), active_deadline_s=deadline)
+                          node_selector=PodOptions.parse_selector(node_selector or []), active_deadline_s=deadline,
+                          tolerations=PodOptions.parse_tolerations(toleration or []))
         source = read_ddp_script(_project(matrix).root)
         _write_or_print(to_yaml(manifests(job, opts, source, variant)), out_file)
 

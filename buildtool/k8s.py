@@ -31,9 +31,24 @@ class PodOptions:
     cpu: str = ""
     memory: str = ""
     node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, str], ...] = ()
     gpu_resource: str = "nvidia.com/gpu"
     service_account: str = ""
     active_deadline_s: int = 3600
+
+    @staticmethod
+    def parse_tolerations(items: list[str]) -> tuple[dict[str, str], ...]:
+        """`KEY[=VALUE]:EFFECT` (e.g. nvidia.com/gpu:NoSchedule) -> Kubernetes tolerations."""
+        effects = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+        out = []
+        for item in items:
+            key_value, sep, effect = item.rpartition(":")
+            if not sep or not key_value or effect not in effects:
+                raise UserError(f"--toleration {item!r} is not KEY[=VALUE]:EFFECT, EFFECT one of {', '.join(effects)}")
+            key, eq, value = key_value.partition("=")
+            out.append({"key": key, "operator": "Equal", "value": value, "effect": effect} if eq
+                       else {"key": key, "operator": "Exists", "effect": effect})
+        return tuple(out)
 
     @staticmethod
     def parse_selector(items: list[str]) -> dict[str, str]:
@@ -94,6 +109,8 @@ def _pod_spec(job: DDPJob, opts: PodOptions, container: dict[str, Any], restart:
     }
     if opts.node_selector:
         spec["nodeSelector"] = dict(sorted(opts.node_selector.items()))
+    if opts.tolerations:
+        spec["tolerations"] = [dict(t) for t in opts.tolerations]
     if opts.service_account:
         spec["serviceAccountName"] = opts.service_account
     return spec

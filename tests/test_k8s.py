@@ -45,11 +45,17 @@ def generate(run_cli, *args: str) -> list[dict]:
 @pytest.mark.parametrize("variant", ["pytorchjob", "job"])
 def test_manifests_pass_the_kubernetes_schemas(run_cli, variant: str) -> None:
     docs = generate(run_cli, IMAGE, "--nodes", "3", "--gpus-per-node", "8", "--variant", variant,
-                    "--node-selector", "nvidia.com/gpu.product=H100", "--cpu", "32", "--memory", "200Gi")
+                    "--node-selector", "nvidia.com/gpu.product=H100", "--cpu", "32", "--memory", "200Gi",
+                    "--toleration", "nvidia.com/gpu:NoSchedule", "--toleration", "pool=training:NoExecute")
     kinds = [d["kind"] for d in docs]
     assert kinds == (["ConfigMap", "PyTorchJob"] if variant == "pytorchjob" else ["ConfigMap", "Service", "Job"])
     for doc in docs:
         validate(doc)
+    pod = _pod(docs[-1])
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "H100"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                  {"key": "pool", "operator": "Equal", "value": "training", "effect": "NoExecute"}]
+    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "32", "memory": "200Gi"}
 
 
 def test_the_validators_reject_broken_manifests(run_cli) -> None:
@@ -138,6 +144,7 @@ def test_cpu_cell_gets_its_own_shm_and_no_gpu(run_cli) -> None:
     (["--variant", "mpijob"], "--variant"),
     (["--node-selector", "no-equals-sign"], "--node-selector"),
     (["--shm-size", "lots"], "--shm-size"),
+    (["--toleration", "nvidia.com/gpu:Sometimes"], "--toleration"),
 ])
 def test_bad_input_is_one_line_and_exit_2(run_cli, args: list[str], needle: str) -> None:
     code, out, err = run_cli("k8s", IMAGE, *args, "--matrix", str(REPO / "matrix.yaml"))
