@@ -535,3 +535,24 @@ def test_registry_dying_mid_tagging_leaves_a_report_and_a_stale_lock_that_a_reru
                                                                 "latest": "create"}
     for tag in ("2.13-0.1.0", "2.13", "latest"):
         assert space.resolve(CPU, tag) == digest
+
+
+def test_concurrent_releases_of_two_versions_leave_latest_on_the_newer(space: Space) -> None:
+    r1, r2 = rev(), rev()
+    d1, d2 = space.build(CPU, r1), space.build(CPU, r2)
+    barrier = threading.Barrier(2)
+    reports = []
+
+    def run(r: str, version: str) -> None:
+        client = RegistryClient(HOST, retry=FAST)
+        barrier.wait()
+        reports.append(space.release([CPU], r, version, client=client))
+
+    threads = [threading.Thread(target=run, args=a) for a in ((r1, "0.1.0"), (r2, "0.2.0"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(reports) == 2 and all(rep.ok for rep in reports)
+    assert space.resolve(CPU, "2.13-0.1.0") == d1 and space.resolve(CPU, "2.13-0.2.0") == d2
+    assert space.resolve(CPU, "latest") == d2 and space.resolve(CPU, "2.13") == d2   # whichever ran last
