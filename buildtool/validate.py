@@ -214,7 +214,7 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
     return expect
 
 
-def test_code_hash(tests_dir: Path) -> str:
+def image_tests_hash(tests_dir: Path) -> str:
     """sha256 over image-tests/ (paths and bytes): which test code produced a verdict."""
     digest = hashlib.sha256()
     for path in sorted(p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
@@ -253,6 +253,13 @@ def _run_pytest(argv: list[str], cwd: Path, log_path: Path, timeout: float, log:
             raise
         finally:
             timer.cancel()
+
+
+def overall_result(pytest_exit: int, tests: list[dict[str, Any]]) -> str:
+    """Passed only when pytest succeeded, something passed and nothing failed: skips never count."""
+    failed = any(t["result"] == "failed" for t in tests)
+    passed = any(t["result"] == "passed" for t in tests)
+    return "passed" if pytest_exit == 0 and passed and not failed else "failed"
 
 
 def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: Log) -> dict[str, Any]:
@@ -304,13 +311,11 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         raise UserError(f"image-tests did not run (pytest exit {rc}); see {out_dir / 'pytest.log'}")
     results = json.loads(results_path.read_text())
     tests = results["tests"]
-    failed = [t for t in tests if t["result"] == "failed"]
-    passed = [t for t in tests if t["result"] == "passed"]
     verdict = {
         "schema": VERDICT_SCHEMA, "digest": image.digest, "image": ref, "cell": cell.key,
-        "result": "passed" if rc == 0 and passed and not failed else "failed",
+        "result": overall_result(rc, tests),
         "started": started_at.isoformat(timespec="seconds"), "duration_s": round(duration, 2),
-        "test_code": test_code_hash(tests_dir),
+        "test_code": image_tests_hash(tests_dir),
         "runner": {"hostname": socket.gethostname(), "gpus": [g["name"] for g in gpus], "driver": driver},
         "groups": groups, "run_flags": target["run_flags"], "pytest_exit": rc,
         "tests": tests, "figures": results.get("figures", {}),

@@ -95,8 +95,8 @@ def start_container(target: dict[str, Any], shared_dir: Path):
     """Start more containers (peers); all removed when the session ends."""
     started: list[Container] = []
 
-    def _start(image: str, extra: list[str] | None = None, hint: str = "peer") -> Container:
-        flags = [f for f in target["run_flags"] if not f.startswith("--gpus")] + list(extra or [])
+    def _start(image: str, extra: list[str] | None = None, hint: str = "peer", gpus: bool = False) -> Container:
+        flags = [f for f in target["run_flags"] if gpus or not f.startswith("--gpus")] + list(extra or [])
         container = Container(image, flags, run_id=target["run_id"], shared=shared_dir, name_hint=hint)
         started.append(container)
         return container

@@ -13,9 +13,12 @@ _CAUSES = ("timed out", "Timeout", "Connection refused", "unreachable", "No rout
 
 def reach_failure(result: Result, addr: str) -> str:
     lines = [line.strip() for line in result.text.splitlines() if any(c in line for c in _CAUSES)]
+    hint = "(check MASTER_ADDR, the network and that the port is open between ranks)"
     if result.rc != 0 and lines:
-        return (f"DDP ranks could not reach each other through {addr}: {lines[-1][:300]} "
-                "(check MASTER_ADDR, the network and that the port is open between ranks)")
+        return f"DDP ranks could not reach each other through {addr}: {lines[-1][:300]} {hint}"
+    if result.rc == 124 and "DDP_RESULT" not in result.out:
+        return (f"DDP ranks could not reach each other through {addr}: no result within "
+                f"{result.seconds:.0f}s, killed {hint}")
     return ""
 
 
@@ -24,10 +27,10 @@ def ddp_run(main, target, runner_gpus):
     nproc = len(runner_gpus) if runner_gpus else 2
     port = free_port()
     addr = f"{target.get('ddp_master_addr', '127.0.0.1')}:{port}"
+    timeout = float(target.get("ddp_timeout_s", 120))  # rendezvous and collectives
     cmd = ["torchrun", "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "static",
            "--master-addr", addr.split(":")[0], "--master-port", str(port),
-           "/imagetests/ddp_train.py"]
-    timeout = float(target.get("ddp_timeout_s", 120))
+           "--rdzv-conf", f"timeout={int(timeout)}", "/imagetests/ddp_train.py"]
     result = main.exec(cmd, timeout=timeout + 120, env={"DDP_TIMEOUT_S": str(int(timeout))})
     cause = reach_failure(result, addr)
     assert not cause, cause

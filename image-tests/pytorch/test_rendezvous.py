@@ -33,23 +33,30 @@ def timeout_message(result: Result, waited: float, port: int) -> str:
 def test_two_nodes_rendezvous_and_agree(main, target, start_container):
     join = float(target.get("rdzv_join_timeout_s", 900))
     port = free_port()
-    peer = start_container(target["image"], target.get("peer_run_flags", []), hint="node1")
+    peer = start_container(target["image"], target.get("peer_run_flags", []), hint="node1", gpus=True)
     results: dict[str, Result] = {}
     env = {"DDP_STEPS": "20", "DDP_TIMEOUT_S": "120"}
+    # On a GPU runner each node takes its own GPU (NCCL); with fewer than two, the nodes use gloo.
+    gpus = target.get("runner_gpus") or []
+    node_env = [{**env, "CUDA_VISIBLE_DEVICES": str(i)} if len(gpus) >= 2 else {**env, "DDP_DEVICE": "cpu"}
+                for i in range(2)]
 
     run = f"imgtest-{uuid.uuid4().hex[:8]}"  # both nodes must name the same rendezvous
 
     def node(name, container, is_host):
-        results[name] = container.exec(torchrun_2nodes(port, join, is_host, run), timeout=join + 180, env=env)
+        results[name] = container.exec(torchrun_2nodes(port, join, is_host, run), timeout=join + 180,
+                                       env=node_env[0 if is_host else 1])
 
     started = time.monotonic()
     threads = [threading.Thread(target=node, args=("node0", main, True)),
                threading.Thread(target=node, args=("node1", peer, False))]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    threads[0].join()
     waited = time.monotonic() - started
+    if results["node0"].rc != 0:
+        peer.remove()  # node0 gave up: stop a node1 that may still be retrying the endpoint
+    threads[1].join()
     node0 = results["node0"]
     if node0.rc != 0 and _TIMEOUT_WORDS.search(node0.text):
         raise AssertionError(timeout_message(node0, waited, port))

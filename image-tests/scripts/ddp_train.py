@@ -45,7 +45,8 @@ def busbw(device: torch.device, world: int) -> dict[str, float]:
 
 
 def main() -> int:
-    cuda = torch.cuda.is_available()
+    # DDP_DEVICE=cpu: two nodes sharing one GPU would trip NCCL's duplicate-GPU check.
+    cuda = torch.cuda.is_available() and os.environ.get("DDP_DEVICE") != "cpu"
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=float(os.environ.get("DDP_TIMEOUT_S", "120")))
     dist.init_process_group(backend=backend, timeout=timeout)

@@ -89,6 +89,8 @@ def main() -> int:
         result["started"] = True
         result["plugins"] = {name: bool(info.get("enabled")) for name, info in listing.items()} \
             if isinstance(listing, dict) else {}
+        if args.mode in ("empty", "profiler") and "pytorch_profiler" not in result["plugins"]:
+            return emit(result)  # no plugin: nothing to wait for
         if args.mode == "empty":
             status, body = get(base, f"{PROFILER}/runs", timeout=args.timeout)
             result["profiler_runs"] = {"status": status, "body": body}

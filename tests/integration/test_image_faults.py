@@ -133,3 +133,48 @@ def test_missing_rendezvous_peer_is_caught(images, validate):
 def test_contents_mismatch_is_caught(images, validate):
     verdict = validate(images["pytorch-mislabelled"], select="framework_version")
     assert_fails(verdict, "test_framework_version", "claims torch 2.12.0+cpu but the image contains torch 2.13.0+cpu")
+
+
+# -- the command line: exit codes and verdicts stored by digest ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pushed_pytorch(images) -> str:
+    """The good PyTorch fixture in the local registry, as a dev image would be."""
+    import subprocess
+
+    ref = f"127.0.0.1:5000/{images['pytorch'].replace(':', '-dev:')}"
+    for args in (["tag", images["pytorch"], ref], ["push", ref]):
+        subprocess.run([fixture_images.DOCKER, *args], check=True, capture_output=True, timeout=900)
+    return ref
+
+
+def test_validate_stores_verdict_by_digest(pushed_pytorch, run_cli, tmp_path):
+    from buildtool.registry import RegistryClient, split_repo
+    from buildtool.verdicts import load_verdict
+
+    code, out, err = run_cli("validate", pushed_pytorch, "-k", "framework_version or shm_size", "--json",
+                             "--reports", str(tmp_path), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    host, repo, tag = split_repo(pushed_pytorch)
+    client = RegistryClient(host)
+    digest = client.manifest_digest(repo, tag)
+    stored = load_verdict(client, repo, digest)
+    assert stored is not None and stored["digest"] == digest and stored["result"] == "passed"
+    assert stored["cell"] == "pytorch-cpu:2.13"
+    assert {t["id"].split("::")[-1] for t in stored["tests"]} == {"test_framework_version",
+                                                                  "test_shm_size_matches_run_profile"}
+    assert (Path(tmp_path) / "pytorch-cpu" / digest.split(":")[1][:12] / "junit.xml").is_file()
+
+
+def test_validate_exit_codes(images, run_cli, tmp_path):
+    common = ["--reports", str(tmp_path), "--matrix", str(REPO / "matrix.yaml")]
+    code, out, err = run_cli("validate", images["pytorch-mislabelled"], "--no-store", "-k", "framework_version",
+                             *common)
+    assert code == 1 and "claims torch 2.12.0+cpu" in out, (out, err)
+    code, _, err = run_cli("validate", "t-imgtest-no-such-image:1", "--no-store", *common)
+    assert code == 2 and "not found" in err
+    code, _, err = run_cli("validate", "127.0.0.1:5000/t-imgtest-no-such-repo:1", *common)
+    assert code == 2 and "not found in registry" in err
+    code, _, err = run_cli("validate", images["pytorch"], *common)  # local only: no digest to store under
+    assert code == 2 and "--no-store" in err

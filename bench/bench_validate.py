@@ -1,0 +1,107 @@
+"""Validation time per CPU image, split across checks, side by side with what a user would
+otherwise run: the same probes as one `docker run --rm` each (a fresh container per check,
+no shared fixtures), in the same process on the same machine.
+
+    python bench/bench_validate.py                  # this commit's dev images, else the test fixtures
+    python bench/bench_validate.py IMAGE [IMAGE...]
+
+Prints a table; asserts nothing about time (the target: a CPU image validated in < 90 s).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from buildtool.matrix import load_matrix  # noqa: E402
+from buildtool.plan import Settings, git_revision, plan_cell  # noqa: E402
+from buildtool.validate import Options, probe_flags, resolve, run_flags, validate_image  # noqa: E402
+
+SCRIPTS = REPO / "image-tests" / "scripts"
+
+
+def default_images(matrix) -> list[str]:
+    from buildtool.cli_validate import _exists
+
+    revision = git_revision(REPO)
+    refs = [plan_cell(c, Settings.from_env(), revision).dev_ref for c in matrix.cells
+            if c.key in ("pytorch-cpu:2.13", "tensorflow-cpu:2.21")]
+    if all(_exists(r) for r in refs):
+        return refs
+    import fixture_images
+
+    print("(no dev images of this commit in the registry: using the test fixture images)", file=sys.stderr)
+    return [fixture_images.ensure("pytorch"), fixture_images.ensure("tensorflow")]
+
+
+def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float, dict[str, float]]:
+    """The checks as a user would run them by hand: one fresh container per check."""
+    py = "python3 /imagetests/"
+    if framework == "pytorch":
+        checks = {
+            "contents": f"{py}contents.py pytorch tensorboard torch-tb-profiler",
+            "shm": f"df -B1 /dev/shm && {py}shm_workers.py torch",
+            "ddp": "torchrun --standalone --nproc-per-node 2 /imagetests/ddp_train.py",
+            "profiler": f"{py}torch_profile.py /tmp/p run1 && {py}tb_query.py --logdir /tmp/p --mode profiler "
+                        "--run run1",
+        }
+    else:
+        checks = {
+            "contents": f"{py}contents.py tensorflow tensorboard",
+            "shm": f"df -B1 /dev/shm && {py}shm_workers.py python",
+            "tensorboard": f"{py}tf_write.py /tmp/t train && {py}tb_query.py --logdir /tmp/t --mode scalars "
+                           "--run train --tag loss",
+        }
+    split = {}
+    for name, cmd in checks.items():
+        start = time.monotonic()
+        subprocess.run(["docker", "run", "--rm", "--network", "host", *flags, "-v", f"{SCRIPTS}:/imagetests:ro",
+                        image, "bash", "-c", cmd], capture_output=True, timeout=900, check=False)
+        split[name] = time.monotonic() - start
+    return sum(split.values()), split
+
+
+def main(argv: list[str]) -> int:
+    matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates")
+    images = argv or default_images(matrix)
+    rows = []
+    with tempfile.TemporaryDirectory() as reports:
+        for image in images:
+            start = time.monotonic()
+            verdict = validate_image(image, matrix, REPO, Options(store=False, reports=Path(reports)),
+                                     log=lambda line: None)
+            total = time.monotonic() - start
+            by_check: dict[str, float] = defaultdict(float)
+            for test in verdict["tests"]:
+                by_check[test["id"].split("::")[0].removeprefix("image-tests/")] += test["duration_s"]
+            resolved = resolve(image, lambda line: None)
+            cell = next(c for c in matrix.cells if c.key == verdict["cell"])
+            flags, _ = probe_flags(resolved.run_ref, run_flags(cell, resolved.labels, [], print), print)
+            manual_total, manual = manual_baseline(resolved.run_ref, cell.framework, flags)
+            rows.append((image, verdict, total, by_check, manual_total, manual))
+
+    for image, verdict, total, by_check, manual_total, manual in rows:
+        counts = {k: sum(t["result"] == k for t in verdict["tests"]) for k in ("passed", "failed", "skipped")}
+        print(f"\n{image}  ({verdict['cell']}, {verdict['result']}: {counts['passed']} passed, "
+              f"{counts['failed']} failed, {counts['skipped']} skipped)")
+        print(f"  buildtool validate, all groups        {total:7.1f} s   (target < 90 s)")
+        for name, seconds in sorted(by_check.items(), key=lambda kv: -kv[1]):
+            print(f"    {name:<36}{seconds:7.1f} s")
+        print(f"  by hand, fewer checks, one docker run each {manual_total:6.1f} s")
+        for name, seconds in manual.items():
+            print(f"    {name:<36}{seconds:7.1f} s")
+        print(f"  ratio validate / by hand: {total / manual_total:.2f} "
+              "(validate also runs rendezvous, cross-framework and timeout checks)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""Unit tests of `buildtool validate`'s pure parts: expectations, run flags, results (no engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from buildtool.errors import UserError
+from buildtool.matrix import load_matrix
+from buildtool.validate import (
+    expectations,
+    find_cell,
+    has_registry,
+    image_tests_hash,
+    overall_result,
+    run_flags,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(REPO / "matrix.yaml", REPO / "templates")
+
+
+def cell_of(matrix, key):
+    return next(c for c in matrix.cells if c.key == key)
+
+
+def test_expectations_from_cell_and_label(matrix):
+    cell = cell_of(matrix, "pytorch-cpu:2.13")
+    expect = expectations(cell, {"io.dl-images.framework-version": "2.12.0+cpu"})
+    assert expect["python"] == "3.11"
+    assert expect["standin"] is False
+    assert expect["framework_claims"] == [
+        {"source": "matrix cell pytorch-cpu:2.13", "value": "2.13.0+cpu"},
+        {"source": "label io.dl-images.framework-version", "value": "2.12.0+cpu"},
+    ]
+    assert expect["packages"] == {"tensorboard": "2.21.0", "torch-tb-profiler": "0.4.3"}
+
+
+def test_standin_compares_against_standin_version_and_says_so(matrix):
+    cell = cell_of(matrix, "pytorch-ngc:25.10")
+    labels = {"io.dl-images.standin": "true", "io.dl-images.standin.framework-version": "2.13.0+cpu",
+              "io.dl-images.framework-version": "2.9.0a0"}
+    expect = expectations(cell, labels)
+    (claim,) = expect["framework_claims"]
+    assert claim["value"] == "2.13.0+cpu"
+    assert "stand-in" in claim["note"] and "2.9.0a0" in claim["note"]
+    assert expect["python"] == "" and "stand-in" in expect["python_skip_reason"]
+
+
+def test_standin_without_its_version_label_is_bad_input(matrix):
+    with pytest.raises(UserError, match="standin.framework-version"):
+        expectations(cell_of(matrix, "pytorch-ngc:25.10"), {"io.dl-images.standin": "true"})
+
+
+def test_gpus_flag_only_where_the_runner_has_gpus(matrix):
+    ngc = cell_of(matrix, "pytorch-ngc:25.10")
+    gpu = [{"index": "0", "name": "H100", "driver": "550"}]
+    assert not any(f.startswith("--gpus") for f in run_flags(ngc, {}, [], print))
+    assert "--gpus=all" in run_flags(ngc, {}, gpu, print)
+    cpu = cell_of(matrix, "pytorch-cpu:2.13")
+    assert not any(f.startswith("--gpus") for f in run_flags(cpu, {}, gpu, print))
+    assert "--shm-size=8g" in run_flags(cpu, {}, [], print)
+
+
+def test_cell_from_label_or_bad_input(matrix):
+    assert find_cell(matrix, {"io.dl-images.cell": "tensorflow-cpu:2.21"}, None, "x").key == "tensorflow-cpu:2.21"
+    assert find_cell(matrix, {}, "pytorch-cpu:2.13", "x").key == "pytorch-cpu:2.13"
+    with pytest.raises(UserError, match="no io.dl-images.cell label"):
+        find_cell(matrix, {}, None, "img")
+    with pytest.raises(UserError, match="not in the matrix"):
+        find_cell(matrix, {"io.dl-images.cell": "pytorch-cpu:9.9"}, None, "img")
+
+
+def test_skipped_never_counts_as_passed():
+    skipped = {"result": "skipped"}
+    assert overall_result(0, [skipped, skipped]) == "failed"
+    assert overall_result(0, [{"result": "passed"}, skipped]) == "passed"
+    assert overall_result(1, [{"result": "passed"}, {"result": "failed"}]) == "failed"
+    assert overall_result(2, [{"result": "passed"}]) == "failed"
+
+
+def test_registry_references():
+    assert has_registry("127.0.0.1:5000/pytorch-cpu-dev:abc-2.13")
+    assert has_registry("localhost/x:y") and has_registry("ghcr.io/a/b:c")
+    assert not has_registry("t-imgtest-pytorch:abc") and not has_registry("library/debian:12")
+
+
+def test_test_code_hash_follows_the_test_code(tmp_path):
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "test_a.py").write_text("x = 1\n")
+    first = image_tests_hash(tmp_path)
+    (tmp_path / "common" / "test_a.py").write_text("x = 2\n")
+    assert image_tests_hash(tmp_path) != first and first.startswith("sha256:")
+
+
+@pytest.mark.parametrize("args", [
+    ["validate"],
+    ["validate", "img:1", "--all"],
+    ["validate", "img:1", "--peer", "jax=img:2"],
+    ["validate", "--framework", "no-such-image"],
+])
+def test_bad_input_exits_2(run_cli, args):
+    code, _, err = run_cli(*args, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2, err
+    assert "error:" in err
+
+
+def test_unreachable_registry_exits_2(run_cli):
+    code, _, err = run_cli("validate", "127.0.0.1:9/pytorch-cpu-dev:x-2.13", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and "unreachable" in err, err
