@@ -4,7 +4,8 @@
 #   2. the Docker engine, started with the flags these machines need, only if it is not running
 #   3. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
-#   4. .venv: a clean virtual environment with this project installed (`pip install -e '.[dev]'`)
+#   4. .venv: a clean virtual environment with this project installed (`pip install -e '.[dev,scaling]'`;
+#      the scaling extra is torch 2.13.0, which pip takes from a local CPU wheel where one is configured)
 # Rerunning changes nothing; every step says whether it did something or found it done.
 # Settings: SETUP_SKIP_VENV=1 skips step 4; PYTHON picks the interpreter for the venv (python3).
 set -euo pipefail
@@ -25,6 +26,8 @@ command -v /usr/bin/docker >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# Headless Chromium renders the nightly report in its test.
+command -v /usr/bin/chromium >/dev/null 2>&1 || need+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if ((${#need[@]})); then
   [[ $(id -u) -eq 0 ]] || die "missing ${need[*]}; run this script as root (it installs them with apt-get)"
@@ -37,7 +40,7 @@ if ((${#need[@]})); then
   # (step 3) uses the repository's config, so stop the packaged one if it grabbed the port.
   if systemctl is-active --quiet docker-registry 2>/dev/null; then systemctl stop docker-registry || true; fi
 else
-  say "packages present: docker.io docker-registry skopeo debootstrap"
+  say "packages present: docker.io docker-registry skopeo debootstrap chromium"
 fi
 
 # -- 2. Docker engine -----------------------------------------------------------------------
@@ -82,8 +85,8 @@ if [[ -x "$VENV/bin/python" && -f "$VENV/.setup-stamp" && "$(cat "$VENV/.setup-s
   say ".venv up to date"
 else
   [[ -x "$VENV/bin/python" ]] || { say "creating .venv ($("$PYTHON" --version))"; "$PYTHON" -m venv "$VENV"; }
-  say "installing the project into .venv (pip install -e '.[dev]', log: .state/pip.log)"
-  (cd "$ROOT" && timeout 1200 "$VENV/bin/python" -m pip install -q -e '.[dev]') >"$STATE/pip.log" 2>&1 \
+  say "installing the project into .venv (pip install -e '.[dev,scaling]', log: .state/pip.log)"
+  (cd "$ROOT" && timeout 1200 "$VENV/bin/python" -m pip install -q -e '.[dev,scaling]') >"$STATE/pip.log" 2>&1 \
     || { tail -20 "$STATE/pip.log" >&2; die "pip install into .venv failed (log: .state/pip.log)"; }
   echo "$stamp" >"$VENV/.setup-stamp"
   say ".venv ready"
