@@ -42,7 +42,9 @@ def get(base: str, path: str, timeout: float = 10) -> tuple[int, object]:
         return exc.code, exc.read().decode("utf-8", "replace")[:300]
 
 
-def wait_for(base: str, path: str, deadline: float, ready=lambda status, body: status == 200) -> tuple[int, object]:
+def wait_for(base: str, path: str, deadline: float, ready=lambda status, body: status == 200,
+             gone=lambda: False) -> tuple[int, object]:
+    """Poll until `ready`, the deadline, or `gone()` (TensorBoard exited: no point waiting)."""
     last: tuple[int, object] = (0, "no answer")
     while time.monotonic() < deadline:
         try:
@@ -51,6 +53,8 @@ def wait_for(base: str, path: str, deadline: float, ready=lambda status, body: s
                 return last
         except (OSError, urllib.error.URLError) as exc:
             last = (0, str(exc))
+        if gone():
+            return last
         time.sleep(0.3)
     return last
 
@@ -76,8 +80,7 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     deadline = started + args.timeout
     try:
-        status, listing = wait_for(base, "/data/plugins_listing", deadline,
-                                   lambda s, b: s == 200 or proc.poll() is not None)
+        status, listing = wait_for(base, "/data/plugins_listing", deadline, gone=lambda: proc.poll() is not None)
         result["startup_s"] = round(time.monotonic() - started, 2)
         if status != 200:
             result["started"] = False
