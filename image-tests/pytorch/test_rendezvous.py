@@ -23,6 +23,14 @@ def torchrun_2nodes(port: int, join_timeout: float, is_host: bool, run: str) -> 
             "--rdzv-conf", conf, "--max-restarts", "0", "/imagetests/ddp_train.py"]
 
 
+def stop_torchrun(container, run: str) -> None:
+    """SIGTERM the torchrun of rendezvous `run` in `container` (images need not ship pkill)."""
+    me = '[ "${p#/proc/}" = "$$" ] && continue'  # not this shell, whose command line matches too
+    script = (f'for p in /proc/[0-9]*; do {me}; tr "\\0" " " < "$p/cmdline" 2>/dev/null '
+              f'| grep -q -- "--rdzv-id {run} " && kill -TERM "${{p#/proc/}}"; done; true')
+    container.exec(["bash", "-c", script], timeout=30)
+
+
 def timeout_message(result: Result, waited: float, port: int) -> str:
     lines = [line.strip() for line in result.text.splitlines() if _TIMEOUT_WORDS.search(line)]
     detail = lines[-1][:300] if lines else result.tail(2)
@@ -52,11 +60,17 @@ def test_two_nodes_rendezvous_and_agree(main, target, start_container):
                threading.Thread(target=node, args=("node1", peer, False))]
     for thread in threads:
         thread.start()
-    threads[0].join()
+    # When one node fails, stop the other at once: it would wait out the join timeout or
+    # torchrun's exit barrier (300 s) for a peer that is gone.
+    while all(thread.is_alive() for thread in threads):
+        time.sleep(0.2)
+    if results.get("node0") and results["node0"].rc != 0:
+        peer.remove()
+    if results.get("node1") and results["node1"].rc != 0:
+        stop_torchrun(main, run)
+    for thread in threads:
+        thread.join()
     waited = time.monotonic() - started
-    if results["node0"].rc != 0:
-        peer.remove()  # node0 gave up: stop a node1 that may still be retrying the endpoint
-    threads[1].join()
     node0 = results["node0"]
     if node0.rc != 0 and _TIMEOUT_WORDS.search(node0.text):
         raise AssertionError(timeout_message(node0, waited, port))
