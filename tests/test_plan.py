@@ -32,7 +32,7 @@ def test_plan_json_has_one_include_entry_per_cell(project: Path, run_cli, monkey
     assert cpu["release_tags"] == ["2.13-{release}"] and cpu["moving_tags"] == ["2.13", "latest"]
     assert cpu["build_args"] == {"BASE_IMAGE": "docker.io/library/debian:bookworm-slim"}
     assert cpu["tests"] == ["common", "pytorch"] and cpu["needs_gpu"] is False
-    assert cpu["run"]["docker_flags"] == ["--shm-size=8g", "--ulimit=memlock=-1", "--ulimit=stack=67108864"]
+    assert cpu["run"]["docker_flags"] == ["--shm-size=8g", "--ulimit=stack=67108864"]
     assert include[0]["run"]["gpus"] == "all" and include[0]["needs_gpu"] is True
     assert include[1]["moving_tags"] == ["25.01"]
 
