@@ -21,7 +21,7 @@ CASES = [
      "unknown key"),
     ("tests-not-a-list", "  tests: [common]\n", "  tests: common\n", "defaults.tests", "tests: common",
      "valid list"),
-    ("ulimit-not-int", "      memlock: -1\n", "      memlock: lots\n", "defaults.run.ulimits.memlock", "memlock",
+    ("ulimit-not-int", "      stack: 67108864\n", "      stack: lots\n", "defaults.run.ulimits.stack", "stack",
      "valid integer"),
     ("version-unquoted", '      - version: "2.13"\n', "      - version: 2.13\n", "images[2].versions[0].version",
      "version: 2.13",

@@ -82,9 +82,9 @@ def test_unknown_test_result_refused() -> None:
     (GPU, test("tensorflow::x", "tensorflow", "skipped", "anything"), True),
     # reasons the release checks against the matrix again (image-tests' wording)
     (CPU, test("common::ulimit[nofile]", "common", "skipped", "the run profile sets no nofile ulimit"), True),
-    (CPU, test("common::ulimit[memlock]", "common", "skipped", "the run profile sets no memlock ulimit"), False),
+    (NGC, test("common::ulimit[memlock]", "common", "skipped", "the run profile sets no memlock ulimit"), False),
     (CPU, test("common::pkgs", "common", "skipped", "the cell pins no extra packages"), False),  # it pins some
-    (CPU, test("common::ulimit[memlock]", "common", "skipped",
+    (GPU, test("common::ulimit[memlock]", "common", "skipped",
                "this runner's Docker engine cannot grant --ulimit memlock=-1"), False),           # runner, not matrix
     (CPU, test("common::cross", "common", "skipped", "no tensorflow image of this commit to exchange"), False),
 ])
