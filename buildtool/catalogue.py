@@ -1,13 +1,18 @@
 """docs/images.md: which images we offer, what each is for, and how to run it.
 
-Generated from the matrix only (no registry, no engine), so it is deterministic and
+Generated from the matrix and the committed release manifests (docs/releases/*.json,
+written by `buildtool release`); no registry, no engine, so it is deterministic and
 drift-checked like the Dockerfiles. Stand-in bases are test fixtures and never appear.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from buildtool.matrix import Cell, Matrix
 from buildtool.plan import expand_tag
+from buildtool.release_notes import RELEASES_DIR, latest_by_cell
 
 CATALOGUE_PATH = "docs/images.md"
 
@@ -23,7 +28,17 @@ def _run_command(cell: Cell) -> str:
     return f"docker run --rm -it {flags} <registry>/{cell.name}:{cell.version}"
 
 
-def render_catalogue(matrix: Matrix) -> str:
+def _released(cell: Cell, released: dict[str, dict[str, Any]]) -> str:
+    latest = released.get(cell.key)
+    if not latest:
+        return "- Released: not yet"
+    tags = ", ".join(f"`{cell.name}:{t}`" for t in latest["tags"])
+    return (f"- Released: {tags} in release {latest['release']}, digest `{latest['digest']}` "
+            f"([notes]({Path(RELEASES_DIR).relative_to('docs')}/{latest['release']}.md))")
+
+
+def render_catalogue(matrix: Matrix, released: dict[str, dict[str, Any]] | None = None) -> str:
+    released = released or {}
     lines = [
         "<!-- GENERATED FILE - DO NOT EDIT. Rendered from matrix.yaml by `buildtool catalogue`"
         " (also `make render`); `make check` fails when it drifts. -->",
@@ -51,6 +66,7 @@ def render_catalogue(matrix: Matrix) -> str:
                 f"### {cell.key}",
                 "",
                 f"- Tags: {_tags(cell)}",
+                _released(cell, released),
                 f"- Base: `{cell.base}`",
                 f"- Framework: {cell.framework} {cell.framework_version}; Python {cell.python}",
                 f"- Extra packages: {packages}",
@@ -66,5 +82,7 @@ def render_catalogue(matrix: Matrix) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def catalogue_outputs(matrix: Matrix) -> dict[str, bytes]:
-    return {CATALOGUE_PATH: render_catalogue(matrix).encode()}
+def catalogue_outputs(matrix: Matrix, root: Path | None = None) -> dict[str, bytes]:
+    """The catalogue; with `root`, each cell also lists its newest release from docs/releases/."""
+    released = latest_by_cell(root) if root is not None else {}
+    return {CATALOGUE_PATH: render_catalogue(matrix, released).encode()}

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from buildtool.catalogue import CATALOGUE_PATH, catalogue_outputs, render_catalogue
+from buildtool.catalogue import CATALOGUE_PATH, catalogue_outputs
 from buildtool.errors import FailedError, UserError
 from buildtool.matrix import Matrix, load_matrix
 from buildtool.plan import Settings, git_revision, plan_matrix
@@ -74,7 +74,10 @@ def find_project(matrix: Path | None) -> Project:
 
 
 def all_outputs(project: Project, matrix: Matrix) -> Outputs:
-    return render_outputs(matrix, project.templates, extras=(catalogue_outputs, workflow_outputs))
+    def catalogue(m: Matrix) -> dict[str, bytes]:
+        return catalogue_outputs(m, project.root)
+
+    return render_outputs(matrix, project.templates, extras=(catalogue, workflow_outputs))
 
 
 @app.command()
@@ -144,7 +147,7 @@ def plan(
 def catalogue(matrix: MatrixOption = None) -> None:
     """Write docs/images.md, the catalogue of every image (also done by `render`)."""
     project = find_project(matrix)
-    outputs = Outputs(files={CATALOGUE_PATH: render_catalogue(project.load()).encode()})
+    outputs = Outputs(files=catalogue_outputs(project.load(), project.root))
     changed = write_outputs(project.root, outputs)
     out.print(f"wrote {CATALOGUE_PATH}" if changed else f"{CATALOGUE_PATH} already up to date")
 

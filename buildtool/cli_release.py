@@ -12,11 +12,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from buildtool.catalogue import catalogue_outputs
 from buildtool.errors import FailedError, UserError
 from buildtool.matrix import Cell
 from buildtool.plan import Settings, git_revision
 from buildtool.release import ReleaseOptions, ReleaseReport, release, resolve_revision
 from buildtool.release_notes import build_manifest, write_release_files
+from buildtool.render import Outputs, write_outputs
 
 
 def _cells(project: Any, framework: list[str] | None) -> list[Cell]:
@@ -111,6 +113,10 @@ def register(app: typer.Typer) -> None:
         written = write_release_files(project.root, manifest, promoted)
         for path in written:
             err.print(f"wrote {path.relative_to(project.root)}")
+        if written:
+            # The catalogue lists each image's newest release tags (read from docs/releases/).
+            for rel in write_outputs(project.root, Outputs(files=catalogue_outputs(project.load(), project.root))):
+                err.print(f"wrote {rel}")
         if not written:
             err.print(f"release {version} was already complete: nothing written")
 

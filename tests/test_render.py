@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -63,7 +64,6 @@ def test_render_is_deterministic_across_runs_environments_and_folders(tmp_path: 
            "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=60, check=True)
-    import json
     assert {k: v.encode() for k, v in json.loads(result.stdout).items()} == first
 
 
@@ -164,3 +164,19 @@ def test_rendering_needs_no_docker_engine(project: Path, tmp_path: Path):
         result = subprocess.run([sys.executable, "-m", "buildtool", command, "--matrix", str(project / "matrix.yaml")],
                                 env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
+
+
+def test_catalogue_lists_the_newest_release_of_each_cell(project: Path, run_cli):
+    releases = project / "docs" / "releases"
+    releases.mkdir()
+    digest = "sha256:" + "ab" * 32
+    for version, tags in (("0.1.0", ["2.13-0.1.0", "2.13", "latest"]), ("0.2.0", ["2.13-0.2.0", "2.13", "latest"])):
+        image = {"cell": "pytorch-cpu:2.13", "tags": tags, "pinned": "x", "digest": digest}
+        (releases / f"{version}.json").write_text(json.dumps({"version": version, "images": [image]}))
+    code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1 and "+- Released: `pytorch-cpu:2.13-0.2.0`" in out
+    code, _, _ = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    text = (project / "docs" / "images.md").read_text()
+    assert (f"- Released: `pytorch-cpu:2.13-0.2.0`, `pytorch-cpu:2.13`, `pytorch-cpu:latest` in release 0.2.0, "
+            f"digest `{digest}` ([notes](releases/0.2.0.md))") in text
+    assert text.count("- Released: not yet") == 6
