@@ -76,4 +76,6 @@ def test_build_validate_and_release_gates_on_the_real_cpu_images(tmp_path: Path)
                           "--dry-run", "--json"], env, 600)
     assert release.returncode == 0, release.stdout[-3000:] + release.stderr[-3000:]
     report = json.loads(release.stdout)
-    assert {i["cell"]: i["status"] for i in report["images"]} == {key: "dry-run" for key in CELLS}
+    assert report["ok"] is True
+    assert {cell: s["status"] for cell, s in report["status"].items()} == {key: "dry-run" for key in CELLS}
+    assert {i["cell"]: i["digest"] for i in report["release"]["images"]} == digests
