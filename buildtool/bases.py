@@ -23,13 +23,18 @@ from buildtool import engine
 from buildtool.errors import FailedError, UserError
 from buildtool.matrix import Cell
 from buildtool.pipconfig import pip_secrets
-from buildtool.plan import DEFAULT_REGISTRY, LABEL_PREFIX, LABEL_STANDIN, LABEL_STANDIN_FRAMEWORK, mirror_base
+from buildtool.plan import (
+    DEFAULT_REGISTRY,
+    LABEL_PREFIX,
+    LABEL_STANDIN,
+    LABEL_STANDIN_FRAMEWORK,
+    LABEL_STANDIN_PYTHON,
+    mirror_base,
+)
 from buildtool.registry import RegistryClient, split_repo
 
 DEBIAN_REPO = "library/debian"
 LABEL_BASE_SOURCE = f"{LABEL_PREFIX}.base.source"
-# The Python a stand-in really has (Debian's, not NGC's), probed from the built image.
-LABEL_STANDIN_PYTHON = f"{LABEL_PREFIX}.standin.python"
 DEBOOTSTRAP_TIMEOUT = 1200
 # What Debian's -slim images leave out (their dpkg excludes), so a debootstrapped -slim base
 # is about the same size and a later apt-get install adds no docs either.

@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from buildtool import engine
-from buildtool.bases import LABEL_STANDIN_PYTHON, fill_bases, is_loopback_registry, push_verified
+from buildtool.bases import fill_bases, is_loopback_registry, push_verified
 from buildtool.errors import FailedError, UserError
 from buildtool.matrix import Cell
 from buildtool.pipconfig import HostPip, PipSecrets, pip_secrets
@@ -34,6 +34,7 @@ from buildtool.plan import (
     LABEL_RUN_PROFILE,
     LABEL_STANDIN,
     LABEL_STANDIN_FRAMEWORK,
+    LABEL_STANDIN_PYTHON,
     CellPlan,
     Settings,
     content_key,

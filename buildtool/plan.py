@@ -27,6 +27,7 @@ LABEL_CONTENT_KEY = f"{LABEL_PREFIX}.content-key"
 LABEL_RUN_PROFILE = f"{LABEL_PREFIX}.run-profile"      # JSON of the cell's run profile
 LABEL_STANDIN = f"{LABEL_PREFIX}.standin"              # "true" on stand-in bases and images built on them
 LABEL_STANDIN_FRAMEWORK = f"{LABEL_PREFIX}.standin.framework-version"  # what a stand-in really carries
+LABEL_STANDIN_PYTHON = f"{LABEL_PREFIX}.standin.python"                # the Python a stand-in really has
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,19 @@ from typing import Any
 
 from buildtool.errors import UserError
 from buildtool.matrix import Cell, Matrix
-from buildtool.plan import LABEL_CELL, LABEL_RUN_PROFILE, LABEL_STANDIN, LABEL_STANDIN_FRAMEWORK
+from buildtool.plan import (
+    LABEL_CELL,
+    LABEL_PREFIX,
+    LABEL_RUN_PROFILE,
+    LABEL_STANDIN,
+    LABEL_STANDIN_FRAMEWORK,
+    LABEL_STANDIN_PYTHON,
+)
 from buildtool.registry import NotFound, RegistryClient, split_repo
 from buildtool.verdicts import VERDICT_SCHEMA, store_verdict
 
 DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
-LABEL_FRAMEWORK_VERSION = "io.dl-images.framework-version"
-LABEL_STANDIN_PYTHON = "io.dl-images.standin.python"
+LABEL_FRAMEWORK_VERSION = f"{LABEL_PREFIX}.framework-version"
 RUN_LABEL = "io.dl-images.imagetest.run"  # every container image-tests start carries it
 DEFAULT_JOIN_TIMEOUT_S = 900.0
 MIN_SHM_BYTES = 1 << 30
