@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from buildtool import engine  # noqa: E402
-from buildtool.matrix import load_matrix  # noqa: E402
-from buildtool.pipconfig import pip_secrets  # noqa: E402
-from buildtool.plan import mirror_base  # noqa: E402
-from buildtool.registry import RegistryClient  # noqa: E402
+from buildtool.build import engine  # noqa: E402
+from buildtool.build.pipconfig import pip_secrets  # noqa: E402
+from buildtool.matrix.plan import mirror_base  # noqa: E402
+from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.registry.client import RegistryClient  # noqa: E402
 
 LOCAL = "127.0.0.1:5000"
 

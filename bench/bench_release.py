@@ -28,11 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from buildtool.matrix import load_matrix  # noqa: E402
-from buildtool.plan import Settings  # noqa: E402
-from buildtool.registry import RegistryClient, RegistryError  # noqa: E402
-from buildtool.release import ReleaseOptions, release  # noqa: E402
-from buildtool.verdicts import store_verdict  # noqa: E402
+from buildtool.contracts import label_keys  # noqa: E402
+from buildtool.matrix.plan import Settings  # noqa: E402
+from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
+from buildtool.release.promote import ReleaseOptions, release  # noqa: E402
+from buildtool.validate.verdicts import store_verdict  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
 
 WHEELS = Path("/opt/wheels")
@@ -62,7 +63,7 @@ def make_image(docker: str, ref: str, size_mb: int, cell_key: str, labels: dict[
                 handle.write(os.urandom(chunk))
                 left -= chunk
         tar.add(payload, arcname="opt/payload.bin")
-    changes = [f"LABEL {k}={v}" for k, v in {**labels, "io.dl-images.cell": cell_key}.items()]
+    changes = [f"LABEL {k}={v}" for k, v in {**labels, label_keys.CELL: cell_key}.items()]
     argv = [docker, "import"]
     for change in changes:
         argv += ["--change", change]
@@ -86,7 +87,7 @@ def bench_size(args: argparse.Namespace, proxy: FaultProxy, size_mb: int, cell) 
     client = RegistryClient(args.registry)
     with tempfile.TemporaryDirectory() as tmp:
         make_image(args.docker, direct, size_mb, cell.key,
-                   {"io.dl-images.framework-version": cell.framework_version}, Path(tmp))
+                   {label_keys.FRAMEWORK_VERSION: cell.framework_version}, Path(tmp))
     try:
         run([args.docker, "push", direct])
     finally:

@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from buildtool.catalogue import catalogue_outputs  # noqa: E402
-from buildtool.matrix import load_matrix  # noqa: E402
-from buildtool.render import render_outputs, write_outputs  # noqa: E402
+from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.render.catalogue import catalogue_outputs  # noqa: E402
+from buildtool.render.dockerfiles import render_outputs, write_outputs  # noqa: E402
 
 TARGET_S = 1.0
 

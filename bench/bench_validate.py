@@ -21,9 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from buildtool.matrix import load_matrix  # noqa: E402
-from buildtool.plan import Settings, git_revision, plan_cell  # noqa: E402
-from buildtool.validate import Options, probe_flags, resolve, run_flags, validate_image  # noqa: E402
+from buildtool.contracts import label_keys  # noqa: E402
+from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
+from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.validate.runner import Options, probe_flags, resolve, run_flags, validate_image  # noqa: E402
 
 SCRIPTS = REPO / "image-tests" / "scripts"
 # The checks the by-hand baseline also runs (pytest -k expressions).
@@ -32,7 +33,7 @@ SAME_CHECKS = {"pytorch": "test_contents or test_shm or test_ddp or (test_profil
 
 
 def default_images(matrix) -> list[str]:
-    from buildtool.cli_validate import _exists
+    from buildtool.cli.validate import _exists
 
     revision = git_revision(REPO)
     refs = [plan_cell(c, Settings.from_env(), revision).dev_ref for c in matrix.cells
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
     frameworks = {}
     for image in images:
         labels = resolve(image, lambda line: None).labels
-        frameworks[image] = next(c.framework for c in matrix.cells if c.key == labels.get("io.dl-images.cell"))
+        frameworks[image] = next(c.framework for c in matrix.cells if c.key == labels.get(label_keys.CELL))
     with tempfile.TemporaryDirectory() as reports:
         for image in images:
             peers = {fw: ref for ref, fw in frameworks.items() if fw != frameworks[image]}

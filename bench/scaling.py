@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from buildtool.errors import FailedError, UserError  # noqa: E402
-from buildtool.scaling import WORKER, Launcher, host_has_torch, parse_counts, run_scaling  # noqa: E402
+from buildtool.common.errors import FailedError, UserError  # noqa: E402
+from buildtool.launch.scaling import WORKER, Launcher, host_has_torch, parse_counts, run_scaling  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

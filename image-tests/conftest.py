@@ -16,8 +16,12 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Container, install_signal_cleanup, remove_all  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from harness import Container, install_signal_cleanup, remove_all, skip  # noqa: E402
+
+from buildtool.contracts import skips  # noqa: E402
+from buildtool.contracts.target import load_target  # noqa: E402
 
 _RESULTS: list[dict[str, Any]] = []
 _FIGURES: dict[str, Any] = {}
@@ -40,7 +44,8 @@ def _load_target(config: pytest.Config) -> dict[str, Any]:
     path = config.getoption("--target")
     if not path:
         pytest.exit("image-tests need --target FILE (run them with `buildtool validate IMAGE`)", returncode=4)
-    return json.loads(Path(path).read_text())
+    return load_target(Path(path))
+
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -60,10 +65,13 @@ def runner_gpus(target: dict[str, Any]) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def require_gpu(runner_gpus: list[dict[str, str]]):
+def require_gpu(runner_gpus: list[dict[str, str]], target: dict[str, Any]):
     def _require(what: str) -> None:
-        if not runner_gpus:
-            pytest.skip(f"no GPU on this runner (nvidia-smi found none): {what} not run")
+        if runner_gpus:
+            return
+        if target.get("needs_gpu"):
+            skip(skips.NO_GPU_ON_RUNNER, f"no GPU on this runner (nvidia-smi found none): {what} not run")
+        skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")
     return _require
 
 
@@ -115,18 +123,35 @@ def _message(report: pytest.TestReport) -> str:
     return str(report.longrepr or "")
 
 
+_IDS: dict[str, str] = {}
+
+
+def test_id(item: pytest.Item) -> str:
+    """`<group>/<file>::<name>`: relative to image-tests/, whatever pytest took as its rootdir
+    (which depends on the paths on its command line), so ids and groups are the same for every run."""
+    name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    return f"{item.path.resolve().relative_to(HERE).as_posix()}::{name}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        _IDS[item.nodeid] = test_id(item)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    test_id = report.nodeid
-    entry = next((r for r in _RESULTS if r["id"] == test_id), None)
+    ident = _IDS.get(report.nodeid, report.nodeid)
+    entry = next((r for r in _RESULTS if r["id"] == ident), None)
     if entry is None:
-        entry = {"id": test_id, "group": test_id.split("/", 1)[0], "result": "passed", "duration_s": 0.0,
-                 "message": "", "skip_reason": ""}
+        entry = {"id": ident, "group": ident.split("/", 1)[0], "result": "passed", "duration_s": 0.0,
+                 "message": "", "skip_code": "", "skip_subject": "", "skip_reason": "",
+                 "gpu": "gpu" in report.keywords}
         _RESULTS.append(entry)
     entry["duration_s"] = round(entry["duration_s"] + report.duration, 3)
     if report.skipped:
         entry["result"] = "skipped"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else _message(report)
-        entry["skip_reason"] = str(reason).removeprefix("Skipped: ")
+        code, subject, text = skips.parse_skip(str(reason).removeprefix("Skipped: "))
+        entry.update(skip_code=code, skip_subject=subject, skip_reason=text)
     elif report.failed:
         entry["result"] = "failed"
         where = "" if report.when == "call" else f"(in {report.when}) "

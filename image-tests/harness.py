@@ -23,11 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from buildtool.contracts import label_keys, skips
+
 DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SCRIPTS_IN = "/imagetests"
 SHARED_IN = "/shared"
-RUN_LABEL = "io.dl-images.imagetest.run"
+RUN_LABEL = label_keys.IMAGETEST_RUN
 _LIVE: set[str] = set()
 
 
@@ -154,3 +158,8 @@ def human(n: int) -> str:
 
 def quote(args: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in args)
+
+
+def skip(code: skips.SkipCode, text: str, subject: str = "") -> None:
+    """Skip with a code the release gate can judge (buildtool.contracts.skips), never with bare prose."""
+    pytest.skip(skips.skip_text(code, text, subject))

@@ -9,26 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from buildtool import engine
-from buildtool.bases import (
+from buildtool.build import engine
+from buildtool.build.bases import (
     _standin_dockerfile,
     debian_suite,
     is_loopback_registry,
     local_mirror,
     standin_framework_version,
 )
-from buildtool.build import BaseInfo, build_labels, cell_content_key, scrub_log, secret_strings, short_digest
-from buildtool.errors import UserError
-from buildtool.matrix import load_matrix
-from buildtool.pipconfig import CA_IN_BUILD, SECRET_CA, SECRET_CONF, HostPip, pip_secrets, render_conf
-from buildtool.plan import (
-    LABEL_CONTENT_KEY,
-    LABEL_RUN_PROFILE,
-    LABEL_STANDIN,
-    LABEL_STANDIN_FRAMEWORK,
-    Settings,
-    plan_cell,
-)
+from buildtool.build.builder import BaseInfo, build_labels, cell_content_key, scrub_log, secret_strings
+from buildtool.build.pipconfig import CA_IN_BUILD, SECRET_CA, SECRET_CONF, HostPip, pip_secrets, render_conf
+from buildtool.common.errors import UserError
+from buildtool.common.units import short_digest
+from buildtool.contracts import label_keys
+from buildtool.matrix.plan import Settings, plan_cell
+from buildtool.matrix.schema import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 LISTING = """\
@@ -140,17 +135,17 @@ def test_labels_carry_revision_base_run_profile_and_standin(matrix):
     c = cell(matrix, "pytorch-ngc:25.10")
     plan = plan_cell(c, Settings(base_mirror="127.0.0.1:5000"), "abc123")
     base = BaseInfo(ref=plan.base, digest="sha256:" + "3" * 64,
-                    labels={LABEL_STANDIN: "true", LABEL_STANDIN_FRAMEWORK: "2.13.0+cpu"})
+                    labels={label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"})
     labels = build_labels(plan, base, "sha256:key", "abc123", matrix.source)
     assert labels["org.opencontainers.image.revision"] == "abc123"
     assert labels["org.opencontainers.image.base.name"] == "nvcr.io/nvidia/pytorch:25.10-py3"
     assert labels["org.opencontainers.image.base.digest"] == base.digest
-    assert labels[LABEL_CONTENT_KEY] == "sha256:key"
-    assert labels[LABEL_STANDIN] == "true" and labels[LABEL_STANDIN_FRAMEWORK] == "2.13.0+cpu"
-    run = json.loads(labels[LABEL_RUN_PROFILE])
+    assert labels[label_keys.CONTENT_KEY] == "sha256:key"
+    assert labels[label_keys.STANDIN] == "true" and labels[label_keys.STANDIN_FRAMEWORK] == "2.13.0+cpu"
+    run = json.loads(labels[label_keys.RUN_PROFILE])
     assert run["shm_size"] == "8g" and run["docker_flags"] == c.run.docker_flags()
     real = build_labels(plan, BaseInfo(ref=plan.base, digest=base.digest), "k", "r", matrix.source)
-    assert LABEL_STANDIN not in real
+    assert label_keys.STANDIN not in real
 
 
 def test_base_pinned_by_digest():

@@ -15,7 +15,7 @@ import yaml
 from kubernetes_validate import utils as kv
 from referencing import Registry, Resource
 
-from buildtool.multinode import VERIFY_SOURCE
+from buildtool.launch.multinode import VERIFY_SOURCE
 
 REPO = Path(__file__).resolve().parent.parent
 K8S_VERSION = "1.33.0"

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.errors import UserError
-from buildtool.plan import Settings, content_key, git_revision, mirror_base, split_reference
+from buildtool.common.errors import UserError
+from buildtool.common.refs import split_reference
+from buildtool.matrix.plan import Settings, content_key, git_revision, mirror_base
 
 
 def test_plan_json_has_one_include_entry_per_cell(project: Path, run_cli, monkeypatch):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from buildtool.cli_release import print_report
-from buildtool.release import ImageRelease, ReleaseReport
+from buildtool.cli.release import print_report
+from buildtool.release.promote import ImageRelease, ReleaseReport
 
 
 def test_table_prints_test_ids_with_brackets_verbatim(capsys: pytest.CaptureFixture[str]) -> None:
@@ -17,7 +17,7 @@ def test_table_prints_test_ids_with_brackets_verbatim(capsys: pytest.CaptureFixt
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--version", "0.1.0", "--from", "main"], "--from 'main' is not a git commit sha"),
+    (["--version", "0.1.0", "--from", "no/such-branch"], "--from 'no/such-branch' is neither a commit"),
     (["--version", "x.y"], "--version 'x.y' is not a version"),
     (["--version", "0.1.0", "--accept-skip", "("], "--accept-skip '(' is not a regular expression"),
     (["--version", "0.1.0", "--framework", "nope"], "unknown FRAMEWORK='nope'"),

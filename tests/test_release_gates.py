@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.errors import UserError
-from buildtool.matrix import load_matrix
-from buildtool.plan import Settings, plan_cell
-from buildtool.release import (
+from buildtool.common.errors import UserError
+from buildtool.contracts import skips
+from buildtool.matrix.plan import Settings, plan_cell, resolve_revision
+from buildtool.matrix.schema import load_matrix
+from buildtool.release.promote import (
     Platform,
     check_version,
     image_problems,
     plan_tags,
     release_number,
     releases_in,
-    resolve_revision,
     skip_allowed,
     verdict_problems,
 )
@@ -29,7 +29,10 @@ D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 
 
 def test(id_: str, group: str, result: str, reason: str = "") -> dict:
-    return {"id": id_, "group": group, "result": result, "skip_reason": reason}
+    """A result entry; a skip's `reason` is the message the image test skipped with ([code] text)."""
+    code, subject, text = skips.parse_skip(reason) if result == "skipped" else ("", "", "")
+    return {"id": id_, "group": group, "result": result, "skip_code": code, "skip_subject": subject,
+            "skip_reason": text}
 
 
 test.__test__ = False  # a helper, not a pytest test
@@ -62,7 +65,7 @@ def test_verdict_for_another_cell_refused() -> None:
 
 
 def test_all_skipped_is_not_a_pass() -> None:
-    tests = [test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner")]
+    tests = [test("pytorch::nccl", "pytorch", "skipped", NOT_IN_CELL)]
     assert any("no passed test" in p for p in verdict_problems(CPU, D1, verdict(CPU.key, tests=tests)))
 
 
@@ -71,22 +74,28 @@ def test_unknown_test_result_refused() -> None:
     assert any("unknown result" in p for p in verdict_problems(CPU, D1, verdict(CPU.key, tests=tests)))
 
 
+NO_GPU = "[no-gpu-on-runner] no GPU on this runner"
+NOT_IN_CELL = "[gpu-not-in-cell] the cell's run profile has no GPUs"
+
+
 @pytest.mark.parametrize(("cell", "t", "allowed"), [
-    (CPU, test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner"), True),
-    (CPU, test("pytorch::nccl", "pytorch", "skipped", "flaky, skipped for now"), False),
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", NOT_IN_CELL), True),
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", "flaky, skipped for now"), False),     # no code: refused
     (CPU, test("pytorch::nccl", "pytorch", "skipped", ""), False),
-    (CPU, test("pytorch::nccl", "pytorch", "skipped", "No gpu"), False),         # exact prefix, on purpose
-    (GPU, test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner"), False),   # GPU cell: must run
-    (NGC, test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner"), False),
-    (CPU, test("tensorflow::x", "tensorflow", "skipped", "not this framework"), True),  # group not in the cell
-    (GPU, test("tensorflow::x", "tensorflow", "skipped", "anything"), True),
-    # reasons the release checks against the matrix again (image-tests' wording)
-    (CPU, test("common::ulimit[nofile]", "common", "skipped", "the run profile sets no nofile ulimit"), True),
-    (NGC, test("common::ulimit[memlock]", "common", "skipped", "the run profile sets no memlock ulimit"), False),
-    (CPU, test("common::pkgs", "common", "skipped", "the cell pins no extra packages"), False),  # it pins some
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", "[no-such-code] anything"), False),     # unknown code
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", NO_GPU), False),       # a runner's state, not the matrix's
+    (GPU, test("pytorch::nccl", "pytorch", "skipped", NOT_IN_CELL), False),  # the matrix gives it GPUs: a lie
+    (GPU, test("pytorch::nccl", "pytorch", "skipped", NO_GPU), False),       # GPU cell: must run
+    (NGC, test("pytorch::nccl", "pytorch", "skipped", NO_GPU), False),
+    (CPU, test("tensorflow::x", "tensorflow", "skipped", "not this framework"), False),  # prose never counts
+    # reasons the release checks against the matrix again
+    (CPU, test("common::ulimit[nofile]", "common", "skipped", "[ulimit-not-in-profile:nofile] not set"), True),
+    (NGC, test("common::ulimit[memlock]", "common", "skipped", "[ulimit-not-in-profile:memlock] not set"), False),
+    (CPU, test("common::pkgs", "common", "skipped", "[no-pinned-packages] none"), False),  # it pins some
     (GPU, test("common::ulimit[memlock]", "common", "skipped",
-               "this runner's Docker engine cannot grant --ulimit memlock=-1"), False),           # runner, not matrix
-    (CPU, test("common::cross", "common", "skipped", "no tensorflow image of this commit to exchange"), False),
+               "[ulimit-not-granted:memlock] this runner's Docker engine cannot grant --ulimit memlock=-1"),
+     False),                                                                                # runner, not matrix
+    (CPU, test("common::cross", "common", "skipped", "[no-peer-image] no tensorflow image"), False),
 ])
 def test_skip_rule(cell, t, allowed) -> None:  # noqa: ANN001
     assert skip_allowed(cell, t) is allowed
@@ -94,9 +103,10 @@ def test_skip_rule(cell, t, allowed) -> None:  # noqa: ANN001
 
 def test_bad_skips_are_named() -> None:
     tests = [test("common::a", "common", "passed"),
-             *(test(f"pytorch::g{i}", "pytorch", "skipped", "no GPU here") for i in range(5))]
+             *(test(f"pytorch::g{i}", "pytorch", "skipped", f"{NO_GPU} here") for i in range(5))]
     [problem] = verdict_problems(GPU, D1, verdict(GPU.key, tests=tests))
-    assert "5 test(s) skipped" in problem and "pytorch::g0 (no GPU here)" in problem and "2 more" in problem
+    assert "5 test(s) skipped" in problem and "pytorch::g0 (no GPU on this runner here)" in problem
+    assert "2 more" in problem
 
 
 # -- image gate ----------------------------------------------------------------------------------
@@ -187,9 +197,14 @@ def test_resolve_revision(tmp_path: Path) -> None:
     assert resolve_revision(tmp_path, full[:8].upper(), lambda root: "unused") == short
     assert resolve_revision(tmp_path, f"{short}-dirty.0a1b2c3d", lambda root: "x") == f"{short}-dirty.0a1b2c3d"
     assert resolve_revision(tmp_path, "ab" * 20, lambda root: "x") == ("ab" * 20)[:12]   # not in this clone
-    for bad in ("main", "abc", "zz" * 6):
+    # A branch of the clone names its commit; a revision a pipeline named itself is used as it is
+    # (build --revision X, then validate --revision X).
+    branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    assert resolve_revision(tmp_path, branch, lambda root: "x") == short
+    assert resolve_revision(tmp_path, "nightly-42", lambda root: "x") == "nightly-42"
+    for bad in ("a/b", "-x", "x y", "v:1"):
         with pytest.raises(UserError, match="--from"):
-            resolve_revision(tmp_path, bad, lambda root: "x")
+            resolve_revision(tmp_path, bad, lambda root: "x", option="--from")
 
 
 # -- lock staleness ------------------------------------------------------------------------------
@@ -199,7 +214,7 @@ def test_lock_staleness_rules() -> None:
     import socket
     import time
 
-    from buildtool.release import _ACTIVE_TOKENS, RepoLock
+    from buildtool.release.promote import _ACTIVE_TOKENS, RepoLock
 
     lock = RepoLock(None, "repo")  # type: ignore[arg-type]  # _free reads no registry
     me, later = socket.gethostname(), f"{time.time() + 60:.3f}"
@@ -228,14 +243,15 @@ def test_package_skip_allowed_only_when_the_matrix_pins_none() -> None:
     import dataclasses
 
     bare = dataclasses.replace(CPU, packages=())
-    t = test("common::pkgs", "common", "skipped", "the cell pins no extra packages")
+    t = test("common::pkgs", "common", "skipped", "[no-pinned-packages] the cell pins no extra packages")
     assert skip_allowed(bare, t) and not skip_allowed(CPU, t)
 
 
 def test_waivers_are_explicit_and_never_cover_gpu_tests_of_gpu_cells() -> None:
     runner = test("common::ulimit[memlock]", "common", "skipped",
-                  "this runner's Docker engine cannot grant --ulimit memlock=-1 (it refused ...)")
-    gpu = test("pytorch::nccl", "pytorch", "skipped", "no GPU on this runner (nvidia-smi found none)")
+                  "[ulimit-not-granted:memlock] this runner's Docker engine cannot grant --ulimit memlock=-1 (it "
+                  "refused ...)")
+    gpu = test("pytorch::nccl", "pytorch", "skipped", f"{NO_GPU} (nvidia-smi found none)")
     ok = test("common::a", "common", "passed")
     assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]))            # refused by default
     assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]), ("cannot grant --ulimit memlock",)) == []

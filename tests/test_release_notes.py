@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from buildtool.release import ImageRelease, Platform, ReleaseReport, TagAction
-from buildtool.release_notes import build_manifest, changes, render_notes, versions_from_labels, write_release_files
+from buildtool.release.notes import build_manifest, changes, render_notes, versions_from_labels, write_release_files
+from buildtool.release.promote import ImageRelease, Platform, ReleaseReport, TagAction
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 LABELS = {"io.dl-images.framework": "pytorch", "io.dl-images.framework-version": "2.13.0+cpu",
@@ -76,7 +76,7 @@ def test_files_are_deterministic_merged_and_kept_on_noop(tmp_path: Path) -> None
 
 
 def test_catalogue_helpers_read_releases_in_version_order(tmp_path: Path) -> None:
-    from buildtool.release_notes import latest_by_cell, load_release_manifests
+    from buildtool.contracts.releases import latest_by_cell, load_release_manifests
 
     write_release_files(tmp_path, build_manifest(ReleaseReport("0.10.0", "b", [item(digest=D2)])))
     write_release_files(tmp_path, build_manifest(ReleaseReport("0.9.0", "a", [item(digest=D1)])))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from buildtool import render as render_module
-from buildtool.catalogue import catalogue_outputs
-from buildtool.matrix import load_matrix
-from buildtool.render import render_outputs, write_outputs
+from buildtool.matrix.schema import load_matrix
+from buildtool.render import dockerfiles as render_module
+from buildtool.render.catalogue import catalogue_outputs
+from buildtool.render.dockerfiles import render_outputs, write_outputs
 from tests.conftest import REPO, snapshot
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mini" / "matrix.yaml"

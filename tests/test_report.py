@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.errors import UserError
-from buildtool.report import build_report, load_verdicts, parse_verdict, render_html, render_markdown
+from buildtool.common.errors import UserError
+from buildtool.report.nightly import build_report, load_verdicts, parse_verdict, render_html, render_markdown
 
 REPO = Path(__file__).resolve().parent.parent
 ARTEFACTS = REPO / "reports" / "artefacts"
@@ -193,9 +193,9 @@ def test_report_renders_in_headless_chromium(run_cli, tmp_path: Path) -> None:
 def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Path) -> None:
     import uuid
 
-    from buildtool.registry import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
-    from buildtool.report import fetch_verdicts
-    from buildtool.verdicts import store_verdict
+    from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
+    from buildtool.report.nightly import fetch_verdicts
+    from buildtool.validate.verdicts import store_verdict
 
     host = os.environ.get("REGISTRY") or "127.0.0.1:5000"
     repo = f"t-report-{uuid.uuid4().hex[:8]}/pytorch-cpu-dev"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.errors import FailedError, UserError
-from buildtool.scaling import Launcher, RunResult, parse_counts, run_one, with_speedups
+from buildtool.common.errors import FailedError, UserError
+from buildtool.launch.scaling import Launcher, RunResult, parse_counts, run_one, with_speedups
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = REPO / "bench" / "ddp_epochs.py"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.errors import UserError
-from buildtool.matrix import load_matrix
-from buildtool.validate import (
+from buildtool.common.errors import UserError
+from buildtool.matrix.schema import load_matrix
+from buildtool.validate.runner import (
     expectations,
     find_cell,
     has_registry,

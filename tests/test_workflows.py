@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from buildtool.matrix import load_matrix
-from buildtool.workflows import NIGHTLY_PATH, PR_PATH, RELEASE_PATH, WorkflowOptions, ci_matrix, render_workflows
+from buildtool.matrix.schema import load_matrix
+from buildtool.render.workflows import NIGHTLY_PATH, PR_PATH, RELEASE_PATH, WorkflowOptions, ci_matrix, render_workflows
 
 REPO = Path(__file__).resolve().parent.parent
 PATHS = (PR_PATH, NIGHTLY_PATH, RELEASE_PATH)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from harness import skip
+
+from buildtool.contracts import skips
 
 
 @pytest.fixture(scope="module")
 def contents(main, target):
     packages = sorted(target["expect"].get("packages", {}))
-    result = main.python("contents.py", target["framework"], *packages, timeout=180)
+    info = target["framework_info"]
+    result = main.python("contents.py", info["module"], info["gpu_count_expr"], *packages, timeout=180)
     found = result.payload("CONTENTS")
     assert found is not None, f"contents probe failed (rc {result.rc}): {result.tail()}"
     return found
@@ -17,14 +21,14 @@ def contents(main, target):
 def test_python_version(contents, target):
     expected = target["expect"].get("python")
     if not expected:
-        pytest.skip(target["expect"].get("python_skip_reason", "no Python version claimed"))
+        skip(skips.STANDIN_PYTHON, target["expect"].get("python_skip_reason") or "no Python version claimed")
     actual = contents["python"]
     assert actual == expected or actual.startswith(expected + "."), (
         f"image claims Python {expected} but contains Python {actual}")
 
 
 def test_framework_version(contents, target):
-    module = {"pytorch": "torch", "tensorflow": "tensorflow"}[target["framework"]]
+    module = target["framework_info"]["module"]
     assert "import_error" not in contents, f"import {module} fails in the image: {contents['import_error']}"
     actual = contents["framework_version"]
     wrong = [c for c in target["expect"]["framework_claims"] if c["value"] != actual]
@@ -36,7 +40,7 @@ def test_framework_version(contents, target):
 def test_extra_packages(contents, target):
     expected = target["expect"].get("packages", {})
     if not expected:
-        pytest.skip("the cell pins no extra packages")
+        skip(skips.NO_PINNED_PACKAGES, "the cell pins no extra packages")
     wrong = {name: (version, contents["packages"].get(name)) for name, version in expected.items()
              if contents["packages"].get(name) != version}
     assert not wrong, "; ".join(

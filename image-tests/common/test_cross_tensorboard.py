@@ -7,24 +7,28 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from harness import skip
 
-WRITERS = {"pytorch": ("torch_events.py", []), "tensorflow": ("tf_write.py", ["--no-profile"])}
+from buildtool.contracts import skips
 
 
 @pytest.fixture(scope="module")
 def peer(target, start_container):
-    other = "tensorflow" if target["framework"] == "pytorch" else "pytorch"
-    image = (target.get("peers") or {}).get(other)
-    if not image:
-        pytest.skip(f"no {other} image of this commit to exchange event files with "
-                    f"(build it, or pass --peer {other}=IMAGE)")
-    return other, start_container(image, hint=f"peer-{other}")
+    """The first other framework with an image of this commit (the framework table lists them)."""
+    others = sorted(target.get("peer_frameworks") or {})
+    for other in others:
+        image = (target.get("peers") or {}).get(other)
+        if image:
+            return target["peer_frameworks"][other], start_container(image, hint=f"peer-{other}")
+    names = " or ".join(others) or "another framework"
+    skip(skips.NO_PEER_IMAGE, f"no {names} image of this commit to exchange event files with "
+         f"(build it, or pass --peer FRAMEWORK=IMAGE)")
 
 
-def _write(container, framework: str, logdir: str, run: str) -> None:
-    script, extra = WRITERS[framework]
+def _write(container, framework: dict, logdir: str, run: str) -> None:
+    script, *extra = framework["events_writer"]
     result = container.python(script, logdir, run, *extra, timeout=240)
-    assert result.rc == 0, f"{framework} could not write event files: {result.tail(5)}"
+    assert result.rc == 0, f"{framework['name']} could not write event files: {result.tail(5)}"
 
 
 def _read(container, logdir: str, run: str) -> list:
@@ -41,12 +45,12 @@ def _read(container, logdir: str, run: str) -> list:
 def test_our_tensorboard_reads_other_frameworks_events(main, target, peer):
     other, container = peer
     logdir = f"/shared/cross-{uuid.uuid4().hex[:6]}"
-    _write(container, other, logdir, f"{other}-run")
-    _read(main, logdir, f"{other}-run")
+    _write(container, other, logdir, f"{other['name']}-run")
+    _read(main, logdir, f"{other['name']}-run")
 
 
 def test_other_tensorboard_reads_our_events(main, target, peer):
     other, container = peer
     logdir = f"/shared/cross-{uuid.uuid4().hex[:6]}"
-    _write(main, target["framework"], logdir, f"{target['framework']}-run")
+    _write(main, target["framework_info"], logdir, f"{target['framework']}-run")
     _read(container, logdir, f"{target['framework']}-run")

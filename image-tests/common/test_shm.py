@@ -18,7 +18,7 @@ def test_shm_size_matches_run_profile(main, target):
 
 
 def test_workers_pass_large_batches_through_shm(main, target):
-    mode = "torch" if target["framework"] == "pytorch" else "python"
+    mode = target["framework_info"]["shm_workers"]
     what = "a DataLoader with 2 workers" if mode == "torch" else "2 worker processes"
     result = main.python("shm_workers.py", mode, timeout=240)
     if result.rc != 0 or "SHM_OK" not in result.out:

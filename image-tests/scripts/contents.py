@@ -10,7 +10,8 @@ import sys
 
 
 def main() -> int:
-    framework, packages = sys.argv[1], sys.argv[2:]
+    # The framework table's row (buildtool.contracts.frameworks): its module and how it counts GPUs.
+    module_name, gpu_count_expr, packages = sys.argv[1], sys.argv[2], sys.argv[3:]
     out: dict[str, object] = {"python": platform.python_version(), "packages": {}}
     for name in packages:
         try:
@@ -18,12 +19,9 @@ def main() -> int:
         except md.PackageNotFoundError:
             out["packages"][name] = None  # type: ignore[index]
     try:
-        module = importlib.import_module({"pytorch": "torch", "tensorflow": "tensorflow"}[framework])
+        module = importlib.import_module(module_name)
         out["framework_version"] = module.__version__
-        if framework == "pytorch":
-            out["gpu_count"] = module.cuda.device_count()
-        else:
-            out["gpu_count"] = len(module.config.list_physical_devices("GPU"))
+        out["gpu_count"] = eval(gpu_count_expr, {module_name: module})  # noqa: S307 - from the framework table
     except Exception as exc:  # report, the test names it
         out["import_error"] = f"{type(exc).__name__}: {exc}"
     print("CONTENTS " + json.dumps(out), flush=True)

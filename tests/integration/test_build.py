@@ -21,20 +21,14 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildtool import engine
-from buildtool.build import Builder, BuildOptions
-from buildtool.matrix import load_matrix
-from buildtool.pipconfig import HostPip
-from buildtool.plan import (
-    LABEL_CONTENT_KEY,
-    LABEL_RUN_PROFILE,
-    LABEL_STANDIN,
-    LABEL_STANDIN_FRAMEWORK,
-    Settings,
-    git_revision,
-    plan_cell,
-)
-from buildtool.registry import RegistryClient, split_repo
+from buildtool.build import engine
+from buildtool.build.builder import Builder, BuildOptions
+from buildtool.build.pipconfig import HostPip
+from buildtool.common.refs import split_repo
+from buildtool.contracts import label_keys
+from buildtool.matrix.plan import Settings, git_revision, plan_cell
+from buildtool.matrix.schema import load_matrix
+from buildtool.registry.client import RegistryClient
 
 pytestmark = pytest.mark.integration
 
@@ -122,14 +116,14 @@ def test_cell_is_tagged_labelled_and_pushed(built, key):
     assert labels["org.opencontainers.image.base.name"] == plan.cell.base
     base_digest = RegistryClient(LOCAL).manifest_digest(*split_repo(plan.base)[1:])
     assert labels["org.opencontainers.image.base.digest"] == base_digest
-    assert labels[LABEL_CONTENT_KEY] == result.content_key
-    run = json.loads(labels[LABEL_RUN_PROFILE])
+    assert labels[label_keys.CONTENT_KEY] == result.content_key
+    run = json.loads(labels[label_keys.RUN_PROFILE])
     assert run["docker_flags"] == plan.cell.run.docker_flags() and run["shm_size"] == plan.cell.run.shm_size
     if plan.cell.key.startswith(("pytorch-ngc", "tensorflow-ngc")):
-        assert labels[LABEL_STANDIN] == "true"
-        assert labels[LABEL_STANDIN_FRAMEWORK] in ("2.13.0+cpu", "2.21.0")
+        assert labels[label_keys.STANDIN] == "true"
+        assert labels[label_keys.STANDIN_FRAMEWORK] in ("2.13.0+cpu", "2.21.0")
     else:
-        assert LABEL_STANDIN not in labels
+        assert label_keys.STANDIN not in labels
 
 
 @pytest.mark.parametrize(("key", "code", "expected"), [

@@ -18,8 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
-from buildtool.matrix import load_matrix  # noqa: E402
-from buildtool.validate import Options, validate_image  # noqa: E402
+from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -149,8 +149,9 @@ def pushed_pytorch(images) -> str:
 
 
 def test_validate_stores_verdict_by_digest(pushed_pytorch, run_cli, tmp_path):
-    from buildtool.registry import RegistryClient, split_repo
-    from buildtool.verdicts import load_verdict
+    from buildtool.common.refs import split_repo
+    from buildtool.registry.client import RegistryClient
+    from buildtool.validate.verdicts import load_verdict
 
     code, out, err = run_cli("validate", pushed_pytorch, "-k", "framework_version or shm_size", "--json",
                              "--reports", str(tmp_path), "--matrix", str(REPO / "matrix.yaml"))

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.matrix import load_matrix
-from buildtool.plan import Settings, git_revision, plan_cell
-from buildtool.registry import RegistryClient, split_repo
-from buildtool.verdicts import load_verdict
+from buildtool.common.refs import split_repo
+from buildtool.matrix.plan import Settings, git_revision, plan_cell
+from buildtool.matrix.schema import load_matrix
+from buildtool.registry.client import RegistryClient
+from buildtool.validate.verdicts import load_verdict
 
 pytestmark = pytest.mark.integration
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.matrix import Cell, load_matrix
-from buildtool.plan import Settings
-from buildtool.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient, RetryPolicy, sha256_digest
-from buildtool.release import LOCK_TAG, ReleaseOptions, release
-from buildtool.verdicts import store_verdict, verdict_tag
+from buildtool.matrix.plan import Settings
+from buildtool.matrix.schema import Cell, load_matrix
+from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient, RetryPolicy, sha256_digest
+from buildtool.release.promote import LOCK_TAG, ReleaseOptions, release
+from buildtool.validate.verdicts import store_verdict, verdict_tag
 from tests.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
@@ -382,7 +382,7 @@ def test_concurrent_identical_releases_both_succeed(space: Space) -> None:
 
 
 def test_held_lock_makes_another_release_wait_then_report(space: Space) -> None:
-    from buildtool.release import RepoLock
+    from buildtool.release.promote import RepoLock
 
     r = rev()
     space.build(CPU, r)
@@ -401,8 +401,8 @@ def test_held_lock_makes_another_release_wait_then_report(space: Space) -> None:
 
 
 def test_mount_refusal_is_an_error_not_a_data_copy(space: Space) -> None:
-    from buildtool.registry import RegistryError
-    from buildtool.release import copy_manifest
+    from buildtool.registry.client import RegistryError
+    from buildtool.release.promote import copy_manifest
 
     r = rev()
     digest = space.build(CPU, r)
@@ -506,7 +506,7 @@ def test_command_reports_partial_release_without_leaking_credentials(
 
 
 def test_runner_skip_refused_unless_waived_and_the_waiver_is_recorded(space: Space) -> None:
-    from buildtool.release_notes import build_manifest, render_notes
+    from buildtool.release.notes import build_manifest, render_notes
 
     tests = [{"id": "common/test_a.py::test_a", "group": "common", "result": "passed", "skip_reason": ""},
              {"id": "common/test_run_profile.py::test_ulimit[memlock]", "group": "common", "result": "skipped",

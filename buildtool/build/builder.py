@@ -1,0 +1,413 @@
+"""`buildtool build`: build, tag and push dev images, and skip what is already built.
+
+Per cell: resolve the base to a digest, compute the content key (plan.content_key), then
+- an image with the dev tag and that key exists (registry or local store): nothing to do;
+- an image with that key exists under another tag: retag it (in the registry a manifest PUT,
+  no bytes move and nothing is pulled; locally an engine tag);
+- otherwise build it with BuildKit (pip settings as secrets), tag it, push it if asked.
+Cells run with bounded parallelism; one failing cell never stops the others, and it
+leaves no dev tag behind.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from buildtool.build import engine
+from buildtool.build.bases import fill_bases, is_loopback_registry, push_verified
+from buildtool.build.pipconfig import HostPip, PipSecrets, pip_secrets
+from buildtool.common.errors import FailedError, UserError
+from buildtool.common.refs import split_repo
+from buildtool.contracts import label_keys
+from buildtool.matrix.plan import CellPlan, Settings, content_key
+from buildtool.matrix.schema import Cell
+from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
+
+# Docker Hub's API lives on another host than its image names.
+_API_HOST = {"docker.io": "registry-1.docker.io"}
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    push: bool = False
+    force: bool = False
+    jobs: int = 2
+    log_dir: Path = Path("build-logs")
+    timeout: float = 3600
+    fill_bases: bool = True  # fill a loopback BASE_MIRROR with missing bases (`buildtool bases`)
+
+
+@dataclass
+class CellResult:
+    cell: str
+    result: str  # built, retagged, up to date, pushed, failed, skipped
+    ref: str = ""
+    digest: str = ""
+    size: int = 0
+    seconds: float = 0.0
+    message: str = ""
+    log: str = ""
+    content_key: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result not in ("failed",)
+
+    def to_json(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in ("cell", "result", "ref", "digest", "size", "seconds", "message", "log",
+                                              "content_key")}
+
+
+@dataclass(frozen=True)
+class BaseInfo:
+    ref: str        # what the build pulls (the mirror when BASE_MIRROR is set)
+    digest: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.ref.rsplit(':', 1)[0] if ':' in self.ref.rsplit('/', 1)[-1] else self.ref}@{self.digest}"
+
+
+def _client(host: str, quick: bool = False) -> RegistryClient:
+    retry = RetryPolicy(attempts=2, first_delay=0.5, timeout=15) if quick else RetryPolicy(timeout=60)
+    return RegistryClient(_API_HOST.get(host, host), retry=retry)
+
+
+def image_config(client: RegistryClient, repo: str, ref: str) -> tuple[str, dict]:
+    """(manifest digest, image config) of repo:ref; single-platform manifests, or linux/amd64 of an index."""
+    body, media_type, digest = client.get_manifest(repo, ref)
+    manifest = json.loads(body)
+    if "manifests" in manifest:
+        chosen = next((m for m in manifest["manifests"]
+                       if m.get("platform", {}).get("architecture") == "amd64"
+                       and m.get("platform", {}).get("os") == "linux"), None)
+        if chosen is None:
+            raise RegistryError(f"{repo}:{ref} has no linux/amd64 image")
+        body, media_type, _ = client.get_manifest(repo, chosen["digest"])
+        manifest = json.loads(body)
+    config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
+    return digest, config
+
+
+def resolve_base(plan: CellPlan) -> BaseInfo | None:
+    """Digest and labels of the base the build will pull; None when its registry has no such tag.
+    Raises RegistryUnreachable when the registry cannot be reached at all."""
+    host, repo, tag = split_repo(plan.base)
+    client = _client(host, quick=True)
+    try:
+        digest, config = image_config(client, repo, tag)
+    except NotFound:
+        return None
+    except RegistryUnreachable:
+        raise RegistryUnreachable(f"no connection to {client.host}") from None
+    except RegistryError as exc:
+        if "Connection" in str(exc) or "Timeout" in str(exc):
+            raise RegistryUnreachable(f"registry {host} cannot be reached") from None
+        raise
+    labels = (config.get("config") or {}).get("Labels") or {}
+    return BaseInfo(ref=plan.base, digest=digest, labels=dict(labels))
+
+
+def context_files(dockerfile: Path) -> dict[str, bytes]:
+    """Every file in the build context (the Dockerfile's folder) that a COPY could use."""
+    folder = dockerfile.parent
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p != dockerfile}
+
+
+def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo) -> str:
+    dockerfile = root / plan.cell.dockerfile
+    settings = {"base": plan.cell.base, **{k: v for k, v in plan.build_args.items() if k != "BASE_IMAGE"}}
+    return content_key(dockerfile.read_bytes(), base.digest, settings, context_files(dockerfile))
+
+
+def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source: str) -> dict[str, str]:
+    cell = plan.cell
+    run = {"shm_size": cell.run.shm_size, "ipc": cell.run.ipc, "ulimits": dict(cell.run.ulimits),
+           "gpus": cell.run.gpus, "docker_flags": cell.run.docker_flags()}
+    labels = {
+        "org.opencontainers.image.source": source,
+        "org.opencontainers.image.revision": revision,
+        "org.opencontainers.image.version": cell.version,
+        "org.opencontainers.image.created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "org.opencontainers.image.base.name": cell.base,
+        "org.opencontainers.image.base.digest": base.digest,
+        label_keys.BASE_REF: base.ref,
+        label_keys.CELL: cell.key,
+        label_keys.CONTENT_KEY: key,
+        label_keys.RUN_PROFILE: json.dumps(run, sort_keys=True, separators=(",", ":")),
+    }
+    if base.labels.get(label_keys.STANDIN) == "true":
+        labels[label_keys.STANDIN] = "true"
+        labels[label_keys.STANDIN_FRAMEWORK] = base.labels.get(label_keys.STANDIN_FRAMEWORK, "unknown")
+        if label_keys.STANDIN_PYTHON in base.labels:
+            labels[label_keys.STANDIN_PYTHON] = base.labels[label_keys.STANDIN_PYTHON]
+    return labels
+
+
+def secret_strings(host: HostPip) -> list[str]:
+    """Credentials inside index URLs: scrubbed from logs as a second line of defence."""
+    found = []
+    for url in (host.index_url, *host.extra_index_urls, *host.find_links):
+        parts = urlsplit(url) if "://" in url else None
+        if parts and parts.password:
+            found.append(parts.password)
+        if parts and parts.username and parts.password:
+            found.append(f"{parts.username}:{parts.password}")
+    return [s for s in found if len(s) >= 4]
+
+
+def scrub_log(path: Path, secrets: list[str]) -> None:
+    if not secrets or not path.is_file():
+        return
+    text = path.read_text(errors="replace")
+    for secret in secrets:
+        text = text.replace(secret, "****")
+    path.write_text(text)
+
+
+class Builder:
+    """One `build` run over several cells."""
+
+    def __init__(self, root: Path, source: str, settings: Settings, revision: str, options: BuildOptions,
+                 log: Log):
+        self.root = root
+        self.source = source
+        self.settings = settings
+        self.revision = revision
+        self.options = options
+        self.log = log
+        self._lock = threading.Lock()
+        self._configs: dict[str, dict] = {}
+        self.registry = _client(split_repo(f"{settings.registry}/x:y")[0])
+        # Asked for only when a cell really builds: a no-op run stays well under a second.
+        self._host_pip: HostPip | None = None
+        self._secrets: PipSecrets | None = None
+        self._stack = ExitStack()
+        self._client: engine.BuildClient | None = None
+
+    def _build_env(self) -> tuple[engine.BuildClient, PipSecrets, HostPip]:
+        with self._lock:
+            if self._client is None:
+                self._client = engine.resolve_build_client()
+            if self._secrets is None:
+                self._host_pip = HostPip.from_host()
+                self._secrets = self._stack.enter_context(pip_secrets(self._host_pip))
+            assert self._host_pip is not None
+            return self._client, self._secrets, self._host_pip
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def _registry_labels(self, repo: str, ref: str) -> tuple[str, dict[str, str]] | None:
+        try:
+            digest, config = image_config(self.registry, repo, ref)
+        except NotFound:
+            return None
+        return digest, dict((config.get("config") or {}).get("Labels") or {})
+
+    def _registry_match(self, plan: CellPlan, key: str) -> tuple[str, str] | None:
+        """(tag, digest) of an image in the dev repo with this content key, the dev tag first."""
+        _, repo, _ = split_repo(plan.dev_ref)
+        tags = self.registry.tags(repo)
+        suffix = f"-{plan.cell.version}"
+        ordered = [plan.dev_tag] if plan.dev_tag in tags else []
+        ordered += sorted((t for t in tags if t.endswith(suffix) and t != plan.dev_tag), reverse=True)
+        for tag in ordered:
+            found = self._registry_labels(repo, tag)
+            if found and found[1].get(label_keys.CONTENT_KEY) == key:
+                return tag, found[0]
+        return None
+
+    # -- one cell --------------------------------------------------------------------------
+
+    def run_cell(self, plan: CellPlan, base: BaseInfo) -> CellResult:
+        cell = plan.cell
+        started = time.monotonic()
+        log_path = self.options.log_dir / f"{cell.name}-{cell.version}.log"
+        result = CellResult(cell=cell.key, result="failed", ref=plan.dev_ref, log=str(log_path))
+        try:
+            key = cell_content_key(plan, self.root, base)
+            result.content_key = key
+            if not self.options.force:
+                done = self._reuse(plan, key, result)
+                if done:
+                    result.seconds = time.monotonic() - started
+                    return result
+            self._build(plan, base, key, log_path, result)
+        except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
+            result.result = "failed"
+            result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            result.digest = ""
+            self._drop_stale_dev_tag(plan, result.content_key)
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
+        """Retag or skip when an image with this content key exists. True when done."""
+        _, repo, _ = split_repo(plan.dev_ref)
+        local = engine.image_attrs(plan.dev_ref)
+        local_key = ((local or {}).get("Config") or {}).get("Labels", {}) or {}
+        local_ok = local is not None and local_key.get(label_keys.CONTENT_KEY) == key
+        match = self._registry_match(plan, key)
+        if match and match[0] == plan.dev_tag:
+            result.result, result.digest = "up to date", match[1]
+            result.message = "the registry already holds this dev tag with the same content key"
+            result.size = local["Size"] if local_ok and local else 0
+            return True
+        if match:
+            # Same content under another commit's tag: a manifest PUT, no layer moves.
+            body, media_type, digest = self.registry.get_manifest(repo, match[0])
+            self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
+            result.result, result.digest = "retagged", digest
+            result.message = f"same content key as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
+            return True
+        if local_ok:
+            result.size = int(local["Size"])
+            if self.options.push:
+                result.digest = push_verified(plan.dev_ref, self.log)
+                result.result, result.message = "pushed", "built earlier with the same content key; pushed"
+            else:
+                result.result, result.digest = "up to date", str(local["Id"])
+                result.message = "the local store already holds this dev tag with the same content key"
+            return True
+        same = engine.find_by_label(label_keys.CONTENT_KEY, key)
+        if same:
+            engine.tag(same[0]["Id"], plan.dev_ref)
+            result.size = int(same[0].get("Size", 0))
+            if self.options.push:
+                result.digest = push_verified(plan.dev_ref, self.log)
+            else:
+                result.digest = str(same[0]["Id"])
+            result.result = "retagged"
+            result.message = "same content key as a local image; tagged, nothing rebuilt"
+            return True
+        return False
+
+    def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
+        client, secrets, host_pip = self._build_env()
+        dockerfile = self.root / plan.cell.dockerfile
+        labels = build_labels(plan, base, key, self.revision, self.source)
+        self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
+        try:
+            image_id = engine.build(client, dockerfile.parent, dockerfile,
+                                    build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
+                                    secrets=secrets.files, log_path=log_path, timeout=self.options.timeout,
+                                    no_cache=self.options.force)
+        finally:
+            scrub_log(log_path, secret_strings(host_pip))
+        engine.tag(image_id, plan.dev_ref)
+        attrs = engine.image_attrs(plan.dev_ref) or {}
+        result.size = int(attrs.get("Size", 0))
+        result.digest = image_id
+        result.result = "built"
+        if self.options.push:
+            result.digest = push_verified(plan.dev_ref, self.log)
+
+    def _drop_stale_dev_tag(self, plan: CellPlan, key: str) -> None:
+        """A failed build must not leave a dev tag that looks like this commit's image."""
+        try:
+            labels = engine.image_labels(plan.dev_ref)
+            if labels and labels.get(label_keys.CONTENT_KEY) != key:
+                engine.untag(plan.dev_ref)
+        except Exception as exc:  # noqa: BLE001 - best effort on the failure path
+            self.log(f"[{plan.cell.key}] could not check for a stale dev tag: {exc}")
+
+    # -- many cells ------------------------------------------------------------------------
+
+    def resolve_bases(self, plans: list[CellPlan]) -> tuple[dict[str, BaseInfo], dict[str, str]]:
+        """Base info per cell key, and a reason per cell whose base cannot be had."""
+        infos: dict[str, BaseInfo] = {}
+        missing: dict[str, str] = {}
+        mirror = self.settings.base_mirror
+        auto = self.options.fill_bases and mirror and "=" not in mirror and is_loopback_registry(mirror)
+        if auto:
+            to_fill = []
+            for plan in plans:
+                try:
+                    if resolve_base(plan) is None:
+                        to_fill.append(plan.cell)
+                except RegistryUnreachable:
+                    raise UserError(f"BASE_MIRROR registry {mirror} is unreachable; start it with "
+                                    "`bash scripts/setup.sh`") from None
+            if to_fill:
+                self.log(f"filling {mirror} with missing bases for {', '.join(c.key for c in to_fill)} "
+                         "(as `buildtool bases` does)")
+                fill_bases(_unique(to_fill), mirror, force=False, log=self.log, log_dir=self.options.log_dir)
+        for plan in plans:
+            try:
+                info = resolve_base(plan)
+            except RegistryUnreachable as exc:
+                missing[plan.cell.key] = (f"base {plan.base} cannot be reached ({exc}); build with "
+                                          "BASE_MIRROR=127.0.0.1:5000 (missing bases are then made in the local "
+                                          "registry, as `make bases` does)")
+                continue
+            if info is None:
+                missing[plan.cell.key] = (f"base {plan.base} does not exist; run `make bases FRAMEWORK="
+                                          f"{plan.cell.name} BASE_MIRROR={mirror or '127.0.0.1:5000'}`")
+                continue
+            infos[plan.cell.key] = info
+        return infos, missing
+
+    def run(self, plans: list[CellPlan]) -> list[CellResult]:
+        engine.sdk()
+        try:
+            self.registry.ping()
+        except RegistryUnreachable:
+            raise UserError(f"registry {self.settings.registry} is unreachable; start the local one with "
+                            "`bash scripts/setup.sh` or set REGISTRY to a reachable registry") from None
+        infos, missing = self.resolve_bases(plans)
+        if missing and not infos:
+            raise UserError(next(iter(missing.values())))
+        self.options.log_dir.mkdir(parents=True, exist_ok=True)
+        results: dict[str, CellResult] = {}
+        for key, reason in missing.items():
+            results[key] = CellResult(cell=key, result="skipped", message=reason)
+            self.log(f"[{key}] skipped: {reason}")
+        todo = [p for p in plans if p.cell.key in infos]
+        stop = threading.Event()
+        heartbeat = threading.Thread(target=self._heartbeat, args=(todo, stop), daemon=True)
+        heartbeat.start()
+        try:
+            with self._stack, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
+                futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key]) for p in todo}
+                for key, future in futures.items():
+                    results[key] = future.result()
+                    r = results[key]
+                    self.log(f"[{key}] {r.result} in {r.seconds:.1f}s" + (f": {r.message}" if r.message else ""))
+        finally:
+            stop.set()
+        return [results[p.cell.key] for p in plans]
+
+    def _heartbeat(self, plans: list[CellPlan], stop: threading.Event, every: float = 30.0) -> None:
+        """Progress on the terminal: each running build's latest log line, every `every` seconds."""
+        started = time.monotonic()
+        while not stop.wait(every):
+            for plan in plans:
+                path = self.options.log_dir / f"{plan.cell.name}-{plan.cell.version}.log"
+                try:
+                    if path.stat().st_mtime < time.time() - every * 4:
+                        continue
+                    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+                except OSError:
+                    continue
+                if lines and not lines[-1].startswith("exit "):
+                    line = lines[-1]
+                    for secret in secret_strings(self._host_pip) if self._host_pip else ():
+                        line = line.replace(secret, "****")
+                    self.log(f"[{plan.cell.key}] {time.monotonic() - started:.0f}s: {line[:150]}")
+
+
+def _unique(cells: list[Cell]) -> list[Cell]:
+    return list({c.key: c for c in cells}.values())

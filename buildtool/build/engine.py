@@ -1,0 +1,292 @@
+"""Everything that talks to the Docker engine: BuildKit builds, inspect, tag, push, remove.
+
+Builds go through a docker CLI because BuildKit (secrets, `RUN --mount`, host network) is
+only reachable that way: `docker buildx build` where the plugin exists, otherwise a client
+with built-in BuildKit (`DOCKER_BUILDKIT=1 /usr/bin/docker build`, Debian's 20.10 client).
+The choice is configurable through DOCKER_CLIENT. Everything else uses the Docker SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from buildtool.common.errors import UserError
+from buildtool.common.refs import parse_reference
+
+ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
+               "or point DOCKER_HOST at a running engine")
+# The Debian docker.io client: built-in BuildKit, no buildx plugin needed.
+CLASSIC_CLIENT = "/usr/bin/docker"
+SDK_TIMEOUT = 120
+
+
+class BuildFailed(Exception):
+    """`docker build` exited non-zero; the log file holds the details."""
+
+
+@dataclass(frozen=True)
+class BuildClient:
+    """How to invoke a BuildKit build: argv prefix plus extra environment."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    kind: str  # "buildx" or "classic"
+
+    def describe(self) -> str:
+        prefix = " ".join(f"{k}={v}" for k, v in self.env)
+        return f"{prefix} {' '.join(self.argv)}".strip()
+
+
+def _has_buildx(docker_bin: str) -> bool:
+    try:
+        run = subprocess.run([docker_bin, "buildx", "version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return run.returncode == 0
+
+
+def _builtin_buildkit(docker_bin: str) -> bool:
+    try:
+        run = subprocess.run([docker_bin, "version", "--format", "{{.Client.Version}}"], capture_output=True,
+                             text=True, timeout=20)
+        major = int(run.stdout.strip().split(".")[0])
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return False
+    return major < 23
+
+
+@lru_cache(maxsize=8)
+def resolve_build_client(setting: str | None = None) -> BuildClient:
+    """Pick the build client.
+
+    DOCKER_CLIENT may be `buildx` (docker buildx build), `classic` (Debian's client with
+    DOCKER_BUILDKIT=1) or a path to a docker binary (buildx used if it has the plugin).
+    Unset: the docker on PATH if it has buildx, else /usr/bin/docker with built-in BuildKit.
+    """
+    setting = (setting if setting is not None else os.environ.get("DOCKER_CLIENT", "")).strip()
+    if setting == "classic":
+        candidates = [CLASSIC_CLIENT]
+    elif setting == "buildx":
+        path = shutil.which("docker")
+        if not path or not _has_buildx(path):
+            raise UserError("DOCKER_CLIENT=buildx but `docker buildx` is not installed; install the buildx "
+                            "plugin or set DOCKER_CLIENT=classic")
+        return BuildClient((path, "buildx", "build", "--load"), (), "buildx")
+    elif setting:
+        if not (shutil.which(setting) or Path(setting).is_file()):
+            raise UserError(f"DOCKER_CLIENT={setting!r} is not an executable; set it to buildx, classic or a path")
+        candidates = [shutil.which(setting) or setting]
+    else:
+        candidates = [p for p in (shutil.which("docker"), CLASSIC_CLIENT) if p]
+    for path in candidates:
+        if _has_buildx(path):
+            return BuildClient((path, "buildx", "build", "--load"), (), "buildx")
+    for path in candidates:
+        # Only a client whose own `build` speaks BuildKit works without buildx: up to 22.x
+        # (Debian's 20.10 does); from 23 on, `docker build` needs the buildx plugin.
+        if Path(path).is_file() and (setting == "classic" or _builtin_buildkit(path)):
+            return BuildClient((path, "build"), (("DOCKER_BUILDKIT", "1"),), "classic")
+    raise UserError("no docker client that can build with BuildKit: install the buildx plugin or Debian's "
+                    "docker.io client (bash scripts/setup.sh), or set DOCKER_CLIENT to such a binary")
+
+
+@lru_cache(maxsize=1)
+def sdk() -> docker.DockerClient:
+    """A Docker SDK client for a live engine, or a one-line UserError saying how to start one."""
+    try:
+        client = docker.from_env(timeout=SDK_TIMEOUT)
+        client.ping()
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise UserError(f"no Docker engine answers at {where} ({reason}); {ENGINE_HINT}") from None
+    return client
+
+
+def build(
+    client: BuildClient,
+    context: Path,
+    dockerfile: Path,
+    *,
+    build_args: Mapping[str, str],
+    labels: Mapping[str, str],
+    secrets: Mapping[str, Path],
+    log_path: Path,
+    timeout: float = 3600,
+    tag: str | None = None,
+    network_host: bool = True,
+    no_cache: bool = False,
+) -> str:
+    """Run one BuildKit build; the full log goes to `log_path`. Returns the image id.
+
+    Secrets are passed by file path (`--secret id=..,src=..`), so their content never
+    appears on a command line, in a build arg or in the log.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    iidfile = log_path.with_suffix(".iid")
+    iidfile.unlink(missing_ok=True)
+    argv: list[str] = [*client.argv, "--progress=plain", "--iidfile", str(iidfile), "-f", str(dockerfile)]
+    if network_host:
+        # Containers on the default bridge cannot reach anything here (iptables off), and
+        # the pip file server listens on loopback.
+        argv += ["--network", "host"]
+    if no_cache:
+        argv.append("--no-cache")
+    if tag:
+        argv += ["-t", tag]
+    for key, value in sorted(build_args.items()):
+        argv += ["--build-arg", f"{key}={value}"]
+    for key, value in sorted(labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    for sid, path in sorted(secrets.items()):
+        argv += ["--secret", f"id={sid},src={path}"]
+    argv.append(str(context))
+    env = {**os.environ, **dict(client.env)}
+    started = time.monotonic()
+    with log_path.open("w") as log:
+        log.write(f"$ {client.describe()} ... {context}\n")
+        log.flush()
+        try:
+            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            log.write(f"\nbuild timed out after {timeout:.0f}s\n")
+            raise BuildFailed(f"timed out after {timeout:.0f}s") from None
+        log.write(f"\nexit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
+    if proc.returncode != 0:
+        raise BuildFailed(f"{' '.join(client.argv)} exited {proc.returncode}: {last_error_line(log_path)}")
+    image_id = iidfile.read_text().strip()
+    iidfile.unlink(missing_ok=True)
+    return image_id
+
+
+def last_error_line(log_path: Path) -> str:
+    """The most telling line of a failed build log, for a one-line summary: the tool's own
+    `ERROR:` (pip, apt) before BuildKit's generic `executor failed running`."""
+    try:
+        lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "see log"
+    tool = [ln for ln in lines if "ERROR:" in ln and "executor failed" not in ln and "ERROR: process" not in ln]
+    if tool:
+        return tool[0][:240]
+    generic = [ln for ln in lines if "executor failed" in ln or "ERROR" in ln or "error:" in ln.lower()]
+    if generic:
+        return generic[-1][:240]
+    return lines[-2][:240] if len(lines) > 1 else "no output"
+
+
+# -- image store --------------------------------------------------------------------------
+
+
+def image_attrs(ref: str) -> dict[str, Any] | None:
+    """`docker image inspect` as a dict, or None when the image is not in the local store."""
+    try:
+        return sdk().api.inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        if exc.status_code == 404:
+            return None
+        raise
+
+
+def image_labels(ref: str) -> dict[str, str]:
+    attrs = image_attrs(ref) or {}
+    return dict((attrs.get("Config") or {}).get("Labels") or {})
+
+
+def find_by_label(key: str, value: str) -> list[dict[str, Any]]:
+    """Local images carrying label key=value (newest first)."""
+    found = sdk().api.images(filters={"label": f"{key}={value}"})
+    return sorted(found, key=lambda i: i.get("Created", 0), reverse=True)
+
+
+def tag(image: str, ref: str) -> None:
+    parsed = parse_reference(ref)
+    if not sdk().api.tag(image, parsed.name, parsed.tag or "latest", force=True):
+        raise RuntimeError(f"engine refused to tag {image} as {ref}")
+
+
+def untag(ref: str) -> None:
+    """Remove one tag (never the image under other tags); quiet when absent."""
+    try:
+        sdk().api.remove_image(ref, noprune=False)
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if exc.status_code != 404:
+            raise
+
+
+def push(ref: str) -> str:
+    """Push one tag; returns the manifest digest the engine reports. Raises RuntimeError on error."""
+    repo, _, tagname = ref.rpartition(":")
+    digest = ""
+    for event in sdk().api.push(repo, tag=tagname, stream=True, decode=True):
+        if "error" in event:
+            raise RuntimeError(str(event.get("error"))[:300])
+        aux = event.get("aux") or {}
+        digest = aux.get("Digest", digest)
+    if not digest:
+        raise RuntimeError(f"push of {ref} reported no digest")
+    return digest
+
+
+def repo_digest(ref: str) -> str:
+    """The registry digest the local store recorded for `ref`'s repository, or ''."""
+    attrs = image_attrs(ref) or {}
+    repo = ref.rpartition(":")[0]
+    for item in attrs.get("RepoDigests") or []:
+        name, _, digest = item.partition("@")
+        if name == repo:
+            return digest
+    return ""
+
+
+def import_rootfs(rootfs: Path, ref: str, changes: Sequence[str], timeout: float = 900) -> str:
+    """`tar -C rootfs -c . | docker import` through the SDK; returns the image id."""
+    tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    repo, _, tagname = ref.rpartition(":")
+    try:
+        assert tar.stdout is not None
+        result = sdk().api.import_image_from_stream(tar.stdout, repository=repo, tag=tagname,
+                                                    changes=list(changes))
+    finally:
+        if tar.stdout:
+            tar.stdout.close()
+        tar.wait(timeout=timeout)
+    if tar.returncode != 0:
+        raise RuntimeError(f"tar of {rootfs} exited {tar.returncode}")
+    if "error" in str(result).lower() and "status" not in str(result):
+        raise RuntimeError(f"docker import failed: {str(result)[:300]}")
+    attrs = image_attrs(ref)
+    if not attrs:
+        raise RuntimeError(f"docker import left no image {ref}: {str(result)[:300]}")
+    return str(attrs["Id"])
+
+
+def run_output(image: str, command: list[str], timeout: int = 120) -> str:
+    """stdout of a short command in a throw-away container (no network), always removed."""
+    container = sdk().containers.create(image, command, network_disabled=True)
+    try:
+        container.start()
+        status = container.wait(timeout=timeout)
+        output = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        if status.get("StatusCode") != 0:
+            raise RuntimeError(f"{' '.join(command)} in {image} exited {status.get('StatusCode')}")
+        return output
+    finally:
+        container.remove(force=True)

@@ -1,0 +1,115 @@
+"""Commands that generate files from the matrix and show its plan: render, check, plan, catalogue."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, Project, RevisionOption, err, find_project
+from buildtool.cli.options import out as stdout
+
+if TYPE_CHECKING:
+    from buildtool.matrix.schema import Matrix
+    from buildtool.render.dockerfiles import Outputs
+
+
+def all_outputs(project: Project, matrix: Matrix) -> Outputs:
+    """Every generated file: Dockerfiles, the catalogue and the CI workflows."""
+    from buildtool.render.catalogue import catalogue_outputs
+    from buildtool.render.dockerfiles import render_outputs
+    from buildtool.render.workflows import workflow_outputs
+
+    def catalogue(m: Matrix) -> dict[str, bytes]:
+        return catalogue_outputs(m, project.root)
+
+    return render_outputs(matrix, project.templates, extras=(catalogue, workflow_outputs))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(render)
+    app.command()(check)
+    app.command()(plan)
+    app.command()(catalogue)
+
+
+def render(
+    matrix: MatrixOption = None,
+    prune_stale: Annotated[bool, typer.Option("--prune", help="Delete Dockerfiles of cells no longer in the matrix.")]
+    = False,
+) -> None:
+    """Render every cell's Dockerfile under dockerfiles/ and the catalogue, atomically."""
+    from buildtool.render.dockerfiles import prune, write_outputs
+
+    project = find_project(matrix)
+    outputs = all_outputs(project, project.load())
+    changed = write_outputs(project.root, outputs)
+    for rel in changed:
+        stdout.print(f"wrote {rel}")
+    stale = outputs.stale(project.root)
+    if stale and prune_stale:
+        prune(project.root, stale)
+        for rel in stale:
+            stdout.print(f"deleted {rel} (its cell is gone from the matrix)")
+    elif stale:
+        for rel in stale:
+            err.print(f"stale: {rel} belongs to no cell; delete it or run `buildtool render --prune`")
+    if not changed:
+        err.print(f"{len(outputs.files)} generated files already up to date")
+
+
+def check(matrix: MatrixOption = None) -> None:
+    """Fail (exit 1, printing a unified diff) when committed generated files differ from the matrix."""
+    from buildtool.common.errors import FailedError
+    from buildtool.render.dockerfiles import drift
+
+    project = find_project(matrix)
+    outputs = all_outputs(project, project.load())
+    diff, stale = drift(project.root, outputs)
+    if diff:
+        stdout.print(diff, end="", markup=False, highlight=False)
+    for rel in stale:
+        err.print(f"stale: {rel} belongs to no cell in the matrix; delete it or run `buildtool render --prune`")
+    if diff or stale:
+        raise FailedError("generated files drifted from matrix.yaml; run `make render` and commit the result")
+    err.print(f"{len(outputs.files)} generated files match matrix.yaml")
+
+
+def plan(
+    framework: FrameworkOption = None,
+    as_json: JsonOption = False,
+    release: Annotated[str, typer.Option(help="Release version to fill into release tags.")] = "{release}",
+    revision: RevisionOption = None,
+    matrix: MatrixOption = None,
+) -> None:
+    """Show, per cell, the dev and release images, base, build args, tests and run profile."""
+    from rich.table import Table
+
+    from buildtool.matrix.plan import Settings, plan_matrix
+
+    project = find_project(matrix)
+    loaded = project.load()
+    cells = loaded.select(framework)
+    plans = plan_matrix(loaded, cells, Settings.from_env(), project.revision(revision), release)
+    if as_json:
+        stdout.print(json.dumps({"include": [p.to_json() for p in plans]}, indent=2), markup=False, highlight=False)
+        return
+    table = Table(title="Build plan", show_lines=True)
+    for column in ("cell", "dev image", "release tags", "base", "tests", "run flags"):
+        table.add_column(column, overflow="fold")
+    for p in plans:
+        tags = "\n".join(f"{p.release_repo}:{t}" for t in (*p.release_tags, *p.moving_tags))
+        table.add_row(p.cell.key, p.dev_ref, tags, p.base, ",".join(p.cell.tests), " ".join(p.cell.run.docker_flags()))
+    stdout.print(table)
+
+
+def catalogue(matrix: MatrixOption = None) -> None:
+    """Write docs/images.md, the catalogue of every image (also done by `render`)."""
+    from buildtool.render.catalogue import CATALOGUE_PATH, catalogue_outputs
+    from buildtool.render.dockerfiles import Outputs, write_outputs
+
+    project = find_project(matrix)
+    outputs = Outputs(files=catalogue_outputs(project.load(), project.root))
+    changed = write_outputs(project.root, outputs)
+    stdout.print(f"wrote {CATALOGUE_PATH}" if changed else f"{CATALOGUE_PATH} already up to date")

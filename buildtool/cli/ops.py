@@ -1,0 +1,252 @@
+"""Commands for running validation at scale: report, k8s, slurm, workflows, scaling."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildtool.cli.options import FrameworkOption, MatrixOption, Project, RevisionOption, err, find_project, out
+from buildtool.common.errors import UserError
+from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT
+from buildtool.launch.k8s import ACTIVE_DEADLINE_S, GPU_RESOURCE
+
+
+def _project(matrix: Path | None) -> Project:
+    return find_project(matrix)
+
+
+def _write_or_print(text: str, target: Path | None) -> None:
+    if target is None:
+        sys.stdout.write(text)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    out.print(f"wrote {target}")
+
+
+def _shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:
+    """The run profile's shm size of the image's cell, unless given."""
+    if shm_size:
+        return shm_size
+    from buildtool.launch.multinode import DEFAULT_SHM, cell_for_image
+
+    cell = cell_for_image(_project(matrix).load(), image)
+    if cell is None:
+        err.print(f"{image} matches no cell in the matrix; /dev/shm defaults to {DEFAULT_SHM}")
+        return DEFAULT_SHM
+    return cell.run.shm_size
+
+
+def register(app: typer.Typer) -> None:
+    workflows_app = typer.Typer(help="GitHub Actions workflows generated from the matrix.", no_args_is_help=True)
+    app.add_typer(workflows_app, name="workflows")
+
+    @workflows_app.command("write")
+    def workflows_write(
+        gpu_labels: Annotated[str, typer.Option(help="Comma list of the GPU runners' labels.")]
+        = "self-hosted,linux,x64,gpu",
+        cron: Annotated[str, typer.Option(help="When the nightly runs (cron, UTC).")] = "17 2 * * *",
+        out_dir: Annotated[Path | None, typer.Option("--out", help="Folder to write into (default: the project).")]
+        = None,
+        matrix: MatrixOption = None,
+    ) -> None:
+        """Write .github/workflows/*.yml (`make render` writes them with the defaults)."""
+        from buildtool.render.dockerfiles import Outputs, write_outputs
+        from buildtool.render.workflows import WorkflowOptions, render_workflows
+
+        project = _project(matrix)
+        labels = tuple(label.strip() for label in gpu_labels.split(",") if label.strip())
+        if not labels:
+            raise UserError("--gpu-labels must name at least one runner label")
+        files = render_workflows(project.load(), WorkflowOptions(gpu_labels=labels, nightly_cron=cron))
+        for rel in write_outputs(out_dir or project.root, Outputs(files=files)):
+            out.print(f"wrote {rel}")
+
+    @workflows_app.command("ci-matrix")
+    def workflows_ci_matrix(
+        plan: Annotated[Path, typer.Option(help="Output of `buildtool plan --json`.")],
+        cells: Annotated[str, typer.Option(help="Comma list of cells to keep.")],
+    ) -> None:
+        """Print `matrix=<one-line JSON>` for $GITHUB_OUTPUT: the plan narrowed to CELLS."""
+        from buildtool.render.workflows import ci_matrix
+
+        try:
+            data = json.loads(plan.read_text(encoding="utf-8"))
+            narrowed = ci_matrix(data, [c for c in cells.split(",") if c])
+        except (OSError, json.JSONDecodeError, ValueError) as exc:
+            raise UserError(f"{plan}: {exc}") from None
+        sys.stdout.write("matrix=" + json.dumps(narrowed, separators=(",", ":"), sort_keys=True) + "\n")
+
+    @app.command()
+    def report(
+        verdicts: Annotated[Path, typer.Option(help="Folder searched for verdict.json / *.verdict.json files (as "
+                                                    "`buildtool validate` writes them); --fetch writes here.")]
+        = Path("reports"),
+        previous: Annotated[Path | None, typer.Option(help="The previous night's verdict folder, for the trend.")]
+        = None,
+        fetch: Annotated[bool, typer.Option(help="First fetch each planned cell's verdict from the registry.")]
+        = False,
+        framework: FrameworkOption = "all",
+        revision: RevisionOption = None,
+        scaling: Annotated[Path | None, typer.Option(help="Folder with the scaling plots to include.")] = None,
+        out_dir: Annotated[Path, typer.Option("--out", help="Where report.html and report.md go.")]
+        = Path("reports/nightly"),
+        matrix: MatrixOption = None,
+    ) -> None:
+        """Turn verdicts into one static HTML page and Markdown (images by rows, checks by columns)."""
+        from buildtool.report import nightly as rep
+
+        if fetch:
+            from buildtool.matrix.plan import Settings, plan_matrix
+
+            project = _project(matrix)
+            loaded = project.load()
+            plans = plan_matrix(loaded, loaded.select(framework), Settings.from_env(), project.revision(revision))
+            fetched = rep.fetch_verdicts({p.cell.key: p.dev_ref for p in plans})
+            rep.save_verdicts(fetched, verdicts)
+        prev_rows = rep.load_verdicts(previous) if previous is not None and previous.is_dir() else None
+        if previous is not None and prev_rows is None:
+            err.print(f"no previous verdicts in {previous}; the report shows no trend")
+        model = rep.build_report(rep.load_verdicts(verdicts), prev_rows)
+        paths = rep.write_report(model, out_dir, scaling)
+        counts = model.counts
+        out.print(f"{paths['html']}: {len(model.rows)} images, {counts['failed']} failed / {counts['passed']} passed"
+                  f" / {counts['skipped']} skipped checks, {len(model.newly_failing)} newly failing")
+
+    @app.command()
+    def k8s(
+        image: Annotated[str, typer.Argument(help="The image to check (a dev or release reference).")],
+        nodes: Annotated[int, typer.Option(help="Pods (nodes) taking part.")] = 2,
+        gpus_per_node: Annotated[int, typer.Option(help="GPUs per pod; 0 runs one CPU process with gloo.")] = 8,
+        variant: Annotated[str, typer.Option(help="pytorchjob (Kubeflow training operator) or job "
+                                                  "(indexed Job + headless Service).")] = "pytorchjob",
+        name: Annotated[str, typer.Option(help="Name of the job and its objects.")] = "ddp-check",
+        namespace: Annotated[str, typer.Option(help="Namespace (default: the kubectl context's).")] = "",
+        shm_size: Annotated[str | None, typer.Option(help="/dev/shm size (default: the cell's run profile).")]
+        = None,
+        join_timeout: Annotated[int, typer.Option(help="c10d rendezvous join timeout, seconds.")] = JOIN_TIMEOUT_S,
+        rdzv_port: Annotated[int, typer.Option(help="Port of the c10d rendezvous store.")] = RDZV_PORT,
+        backoff_limit: Annotated[int, typer.Option(help="Restarts of the job before it counts as failed.")]
+        = BACKOFF_LIMIT,
+        max_restarts: Annotated[int, typer.Option(help="torchrun restarts per node.")] = MAX_RESTARTS,
+        cpu: Annotated[str, typer.Option(help="CPU request per pod, e.g. 16.")] = "",
+        memory: Annotated[str, typer.Option(help="Memory request and limit per pod (include /dev/shm).")] = "",
+        node_selector: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
+        toleration: Annotated[list[str] | None, typer.Option(help="KEY[=VALUE]:EFFECT, repeatable "
+                                                                  "(e.g. nvidia.com/gpu:NoSchedule).")] = None,
+        gpu_resource: Annotated[str, typer.Option(help="Extended resource name of a GPU.")] = GPU_RESOURCE,
+        deadline: Annotated[int, typer.Option(help="activeDeadlineSeconds of the job.")] = ACTIVE_DEADLINE_S,
+        out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
+        matrix: MatrixOption = None,
+    ) -> None:
+        """Manifests that run the image-tests' multi-node DDP check on Kubernetes."""
+        from buildtool.launch.k8s import PodOptions, manifests, to_yaml
+        from buildtool.launch.multinode import DDPJob, k8s_quantity, read_ddp_script
+
+        shm = _shm_for(image, shm_size, matrix)
+        try:
+            k8s_quantity(shm)
+        except KeyError:
+            raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m") from None
+        job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
+                     join_timeout_s=join_timeout, max_restarts=max_restarts, backoff_limit=backoff_limit,
+                     rdzv_port=rdzv_port)
+        opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
+                          node_selector=PodOptions.parse_selector(node_selector or []), active_deadline_s=deadline,
+                          tolerations=PodOptions.parse_tolerations(toleration or []))
+        source = read_ddp_script(_project(matrix).root)
+        _write_or_print(to_yaml(manifests(job, opts, source, variant)), out_file)
+
+    @app.command()
+    def slurm(
+        image: Annotated[str, typer.Argument(help="The image to check (registry reference, or a .sif file).")],
+        nodes: Annotated[int, typer.Option(help="Nodes taking part.")] = 2,
+        gpus_per_node: Annotated[int, typer.Option(help="GPUs per node; 0 runs one CPU process with gloo.")] = 8,
+        runtime: Annotated[str, typer.Option(help="apptainer or pyxis (enroot).")] = "apptainer",
+        name: Annotated[str, typer.Option(help="Job name.")] = "ddp-check",
+        partition: Annotated[str, typer.Option(help="SLURM partition.")] = "",
+        account: Annotated[str, typer.Option(help="SLURM account.")] = "",
+        time_limit: Annotated[str, typer.Option("--time", help="Wall-clock limit.")] = "01:00:00",
+        cpus_per_task: Annotated[int, typer.Option(help="CPUs per task (0: the partition's default).")] = 0,
+        shm_size: Annotated[str | None, typer.Option(help="/dev/shm size required on every node "
+                                                          "(default: the cell's run profile).")] = None,
+        join_timeout: Annotated[int, typer.Option(help="c10d rendezvous join timeout, seconds.")] = JOIN_TIMEOUT_S,
+        rdzv_port: Annotated[int, typer.Option(help="Port of the c10d rendezvous store.")] = RDZV_PORT,
+        max_restarts: Annotated[int, typer.Option(help="torchrun restarts per node.")] = MAX_RESTARTS,
+        scripts_dir: Annotated[str, typer.Option(help="Where image-tests/scripts is on the cluster.")] = "",
+        out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
+        matrix: MatrixOption = None,
+    ) -> None:
+        """An sbatch script that runs the multi-node DDP check under srun."""
+        from buildtool.launch.multinode import DDPJob
+        from buildtool.launch.slurm import SlurmOptions, sbatch_script
+
+        shm = _shm_for(image, shm_size, matrix)
+        if not re.fullmatch(r"[0-9]+[kmgKMG]?", shm):
+            raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
+        job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
+                     join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port)
+        opts = SlurmOptions(runtime=runtime, partition=partition, account=account, time_limit=time_limit,
+                            cpus_per_task=cpus_per_task, scripts_dir=scripts_dir)
+        _write_or_print(sbatch_script(job, opts), out_file)
+        if out_file is not None:
+            out_file.chmod(0o755)
+
+    @app.command()
+    def scaling(
+        counts: Annotated[str, typer.Option(help="Comma list of process (GPU) counts.")] = "1,2",
+        image: Annotated[str, typer.Option(help="Run inside this image (docker run, host network).")] = "",
+        cell: Annotated[str, typer.Option(help="Run inside this cell's dev image of the current commit.")] = "",
+        launcher: Annotated[str, typer.Option(help="docker, host or auto (docker when an image is given).")]
+        = "auto",
+        python: Annotated[str, typer.Option(help="Host Python with torch, for --launcher host.")] = sys.executable,
+        samples: Annotated[int, typer.Option(help="Data subset size (samples per epoch).")] = 4096,
+        epochs: Annotated[int, typer.Option(help="Epochs per run (the first is warm-up).")] = 3,
+        batch: Annotated[int, typer.Option(help="Batch size per rank.")] = 64,
+        unit: Annotated[str, typer.Option(help="What the counts are, for the plots: processes, gpus.")]
+        = "processes",
+        timeout: Annotated[int, typer.Option(help="Seconds per run before it is stopped.")] = 600,
+        out_dir: Annotated[Path, typer.Option("--out", help="Metrics folder (JSON, CSV, plots).")]
+        = Path("reports/scaling"),
+        revision: RevisionOption = None,
+        matrix: MatrixOption = None,
+    ) -> None:
+        """DDP scaling benchmark: time per epoch at each count, speed-up plots."""
+        from buildtool.launch.scaling import WORKER, Launcher, host_has_torch, parse_counts, run_scaling
+
+        project = _project(matrix)
+        docker_flags: tuple[str, ...] = ("--shm-size=1g",)
+        if cell:
+            from buildtool.matrix.plan import Settings, plan_cell
+
+            chosen = project.load().select(cell)
+            if len(chosen) != 1:
+                raise UserError(f"--cell {cell!r} names {len(chosen)} cells; name one, like pytorch-cpu:2.13")
+            plan = plan_cell(chosen[0], Settings.from_env(), project.revision(revision))
+            image = image or plan.dev_ref
+            docker_flags = tuple(chosen[0].run.docker_flags())
+            unit = "gpus" if chosen[0].needs_gpu and unit == "processes" else unit
+        kind = launcher if launcher != "auto" else ("docker" if image else "host")
+        if kind == "docker" and not image:
+            raise UserError("--launcher docker needs --image or --cell")
+        if kind == "host" and not host_has_torch(python):
+            raise UserError(f"{python} cannot import torch; `pip install '.[scaling]'` or pass --image")
+        if kind == "docker" and cell:
+            from buildtool.validate.runner import probe_flags
+
+            # As validate does: an engine that cannot grant a ulimit runs with its default, and says so.
+            kept, _ = probe_flags(image, list(docker_flags), lambda line: err.print(line, markup=False))
+            docker_flags = tuple(kept)
+        chosen_launcher = Launcher(kind=kind, image=image, python=python, docker_flags=docker_flags)
+        result, paths = run_scaling(chosen_launcher, parse_counts(counts), project.root / WORKER, out_dir,
+                                    samples=samples, epochs=epochs, batch=batch, unit=unit, timeout_s=timeout)
+        base = result.runs[0]
+        for r in result.runs:
+            out.print(f"{r.count:>3} {unit}: {r.time_per_epoch_s:.3f} s/epoch, speed-up {r.speedup:.2f}x "
+                      f"(ideal {r.count / base.count:.0f}x), efficiency {r.efficiency:.0%}")
+        out.print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -1,0 +1,127 @@
+"""`buildtool validate IMAGE... | --framework X | --all`: run image-tests, store verdicts by digest.
+
+Exit 0 when every image passed, 1 when a test failed, 2 for bad input (unknown image or
+cell, registry or engine unreachable).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildtool.cli.options import JsonOption, MatrixOption, RevisionOption, err, find_project, log, out
+from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts import frameworks
+from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
+
+
+def _peers(values: list[str]) -> dict[str, str]:
+    peers = {}
+    known = frameworks.names()
+    for value in values:
+        framework, sep, image = value.partition("=")
+        if not sep or framework not in known or not image:
+            raise UserError(f"--peer {value!r} must be FRAMEWORK=IMAGE with FRAMEWORK one of {', '.join(known)}")
+        peers[framework] = image
+    return peers
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def validate(
+        images: Annotated[list[str] | None, typer.Argument(help="Image references to validate.")] = None,
+        framework: Annotated[str | None, typer.Option(
+            "--framework", "-f", help="Validate this commit's dev images of an image, cell or framework.")] = None,
+        all_cells: Annotated[bool, typer.Option("--all", help="Validate the dev images of every cell.")] = False,
+        store: Annotated[bool, typer.Option(
+            "--store/--no-store", help="Store the verdict in the image's registry repository.")] = True,
+        select: Annotated[str | None, typer.Option("-k", help="Only tests matching this pytest expression.")] = None,
+        peer: Annotated[list[str] | None, typer.Option(
+            help="framework=IMAGE of the other framework, for the cross-framework TensorBoard tests.")] = None,
+        cell: Annotated[str | None, typer.Option(help="Cell to test against when the image has no cell label.")]
+        = None,
+        rdzv_join_timeout: Annotated[float, typer.Option(
+            envvar="DL_IMAGES_RDZV_JOIN_TIMEOUT", help="torchrun rendezvous join timeout, seconds.")]
+        = float(JOIN_TIMEOUT_S),
+        reports: Annotated[Path, typer.Option(help="Where JUnit XML and verdicts go.")] = Path("reports"),
+        revision: RevisionOption = None,
+        as_json: JsonOption = False,
+        matrix: MatrixOption = None,
+    ) -> None:
+        """Run image-tests inside images and store a verdict per digest (JUnit + JSON under reports/)."""
+        from rich.table import Table
+
+        from buildtool.matrix.plan import Settings, plan_cell
+        from buildtool.validate.runner import Options, validate_image
+
+        chosen = sum((bool(images), framework is not None, all_cells))
+        if chosen != 1:
+            raise UserError("name the images to validate: IMAGE..., --framework X or --all (exactly one)")
+        project = find_project(matrix)
+        loaded = project.load()
+        peers = _peers(peer or [])
+        refs = list(images or [])
+        if not refs:
+            rev = project.revision(revision)
+            plans = [plan_cell(c, Settings.from_env(), rev) for c in loaded.select(framework)]
+            refs = [p.dev_ref for p in plans]
+            # The other framework's dev image of the same commit, for the cross-framework tests.
+            everything = [plan_cell(c, Settings.from_env(), rev) for c in loaded.cells]
+            for p in plans:
+                for other in frameworks.others(p.cell.framework):
+                    name = other.name
+                    if name not in peers:
+                        twin = next((q for q in everything if q.cell.framework == name
+                                     and q.cell.accelerator == p.cell.accelerator), None)
+                        if twin and _exists(twin.dev_ref):
+                            peers[name] = twin.dev_ref
+        # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed.
+        signal.signal(signal.SIGTERM, _interrupt)
+        options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
+                          reports=reports, cell=cell)
+        verdicts = []
+        for ref in refs:
+            verdicts.append(validate_image(ref, loaded, project.root, options, log))
+        if as_json:
+            out.print(json.dumps(verdicts, indent=1), markup=False, highlight=False)
+        else:
+            table = Table(title="Validation")
+            for column in ("image", "cell", "digest", "result", "passed", "failed", "skipped", "seconds"):
+                table.add_column(column, overflow="fold")
+            for v in verdicts:
+                counts = {k: sum(t["result"] == k for t in v["tests"]) for k in ("passed", "failed", "skipped")}
+                table.add_row(v["image"], v["cell"], v["digest"][:19], v["result"], str(counts["passed"]),
+                              str(counts["failed"]), str(counts["skipped"]), f"{v['duration_s']:.1f}")
+            out.print(table)
+            for v in verdicts:
+                for t in v["tests"]:
+                    if t["result"] == "failed":
+                        out.print(f"FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}",
+                                  markup=False, highlight=False)
+                    elif t["result"] == "skipped":
+                        out.print(f"SKIPPED {t['id']}: {t['skip_reason']}", markup=False, highlight=False)
+                if v.get("stored"):
+                    err.print(f"verdict for {v['digest']} stored as {v['stored']}")
+        failed = [v["image"] for v in verdicts if v["result"] != "passed"]
+        if failed:
+            raise FailedError(f"image tests failed for {', '.join(failed)}; see reports under {reports}/")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _exists(ref: str) -> bool:
+    """Whether a dev image is in its registry (a quick check; any failure means no)."""
+    from buildtool.common.refs import split_repo
+    from buildtool.registry.client import RegistryClient, RetryPolicy
+
+    try:
+        host, repo, tag = split_repo(ref)
+        return RegistryClient(host, retry=RetryPolicy(attempts=1, timeout=5)).manifest_digest(repo, tag) is not None
+    except Exception:  # noqa: BLE001 - a missing twin only means the cross tests skip
+        return False

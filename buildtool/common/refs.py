@@ -1,0 +1,142 @@
+"""Image references, parsed once, by the OCI distribution reference grammar.
+
+    reference  := name [ ":" tag ] [ "@" digest ]
+    name       := [ domain "/" ] path-component { "/" path-component }
+    domain     := host [ ":" port ]            (the first part is a domain when it has a '.'
+                                                or ':' or is `localhost`, as Docker decides)
+    path-component := [a-z0-9]+ ( ( "." | "_" | "__" | "-"+ ) [a-z0-9]+ )*
+    tag        := [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
+    digest     := algorithm ":" hex             (sha256: 64 lower-case hex digits)
+
+Every module that needs a registry host, a repository path, a tag or a digest out of a
+reference gets it here; nothing else splits references on ':' or '/'.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+DOCKER_HUB = "docker.io"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?$")
+_PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
+_SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+NAME_MAX = 255
+
+
+class ReferenceError(ValueError):
+    """Not an image reference; the message says which part is wrong."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    domain: str      # registry host[:port]; "" when the reference names none
+    path: str        # repository path inside the registry
+    tag: str = ""
+    digest: str = ""
+
+    @property
+    def registry(self) -> str:
+        return self.domain or DOCKER_HUB
+
+    @property
+    def repository(self) -> str:
+        """The path as the registry's API knows it (Docker Hub's official images under library/)."""
+        if self.registry == DOCKER_HUB and "/" not in self.path:
+            return f"library/{self.path}"
+        return self.path
+
+    @property
+    def name(self) -> str:
+        return f"{self.domain}/{self.path}" if self.domain else self.path
+
+    @property
+    def ref_in_repo(self) -> str:
+        """What to ask the registry's manifests endpoint for: the digest, else the tag (latest)."""
+        return self.digest or self.tag or "latest"
+
+    def with_tag(self, tag: str) -> Reference:
+        return replace(self, tag=tag, digest="")
+
+    def with_digest(self, digest: str) -> Reference:
+        return replace(self, tag="", digest=digest)
+
+    def __str__(self) -> str:
+        return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
+
+
+def _looks_like_domain(first: str) -> bool:
+    return "." in first or ":" in first or first == "localhost" or first.lower() != first
+
+
+def parse_reference(text: str) -> Reference:
+    """Parse `text`; ReferenceError (a ValueError) names what is wrong."""
+    if not text or text != text.strip() or any(c.isspace() for c in text):
+        raise ReferenceError(f"{text!r} is not an image reference (empty or contains whitespace)")
+    rest, at, digest = text.partition("@")
+    if at:
+        if not _DIGEST_RE.match(digest):
+            raise ReferenceError(f"{text!r}: digest {digest!r} is not algorithm:hex (e.g. sha256:<64 hex digits>)")
+        if digest.startswith("sha256:") and not _SHA256_RE.match(digest):
+            raise ReferenceError(f"{text!r}: a sha256 digest has 64 lower-case hex digits")
+    tag = ""
+    last = rest.rsplit("/", 1)[-1]
+    if ":" in last:
+        rest, tag = rest.rsplit(":", 1)
+        if not _TAG_RE.match(tag):
+            raise ReferenceError(f"{text!r}: tag {tag!r} is not a valid tag "
+                                 "(letters, digits, '_', '.', '-'; at most 128; not starting with '.' or '-')")
+    first, sep, remainder = rest.partition("/")
+    if sep and _looks_like_domain(first):
+        domain, path = first, remainder
+        if not _DOMAIN_RE.match(domain):
+            raise ReferenceError(f"{text!r}: registry host {domain!r} is not a host[:port]")
+    else:
+        domain, path = "", rest
+    if not path:
+        raise ReferenceError(f"{text!r}: no repository name")
+    for component in path.split("/"):
+        if not _PATH_COMPONENT_RE.match(component):
+            hint = " (repository names are lower case)" if component.lower() != component else ""
+            raise ReferenceError(f"{text!r}: repository part {component!r} is not valid{hint}; use lower-case "
+                                 "letters, digits and single separators ('.', '_', '__', '-')")
+    if len(f"{domain}/{path}" if domain else path) > NAME_MAX:
+        raise ReferenceError(f"{text!r}: the name is longer than {NAME_MAX} characters")
+    return Reference(domain, path, tag, digest)
+
+
+def is_reference(text: str) -> bool:
+    try:
+        parse_reference(text)
+    except ReferenceError:
+        return False
+    return True
+
+
+def has_registry(text: str) -> bool:
+    """Whether the reference names its registry (else it means Docker Hub or a local image)."""
+    try:
+        return bool(parse_reference(text).domain)
+    except ReferenceError:
+        return False
+
+
+def split_reference(text: str) -> tuple[str, str, str]:
+    """(registry, repository, tag or `@digest`), Docker Hub's implicit host and `library/` explicit."""
+    ref = parse_reference(text)
+    return ref.registry, ref.repository, ref.tag or (f"@{ref.digest}" if ref.digest else "latest")
+
+
+def split_repo(text: str) -> tuple[str, str, str]:
+    """(host, repository path, digest or tag) of a reference that names its registry."""
+    ref = parse_reference(text)
+    return ref.registry, ref.repository, ref.ref_in_repo
+
+
+def split_repo_path(repo: str) -> tuple[str, str]:
+    """`host:port/team/name` (a repository with its host, no tag) -> (host, path)."""
+    ref = parse_reference(repo)
+    return ref.registry, ref.repository

@@ -1,0 +1,64 @@
+"""Every label and annotation key the stages write and read, declared once.
+
+Static labels are written by templates/parts/labels.j2 (the render context passes this
+module as `label_keys`), build-time ones by the builder, stand-in ones by the bases. Image tests
+check the ones that state a fact about the image against the image itself; release reads
+the provenance ones.
+"""
+
+from __future__ import annotations
+
+PREFIX = "io.dl-images"
+
+# -- OCI standard labels (org.opencontainers.image.*) -----------------------------------------
+OCI_TITLE = "org.opencontainers.image.title"
+OCI_DESCRIPTION = "org.opencontainers.image.description"
+OCI_VERSION = "org.opencontainers.image.version"
+OCI_SOURCE = "org.opencontainers.image.source"
+OCI_REVISION = "org.opencontainers.image.revision"
+OCI_CREATED = "org.opencontainers.image.created"
+OCI_BASE_NAME = "org.opencontainers.image.base.name"
+OCI_BASE_DIGEST = "org.opencontainers.image.base.digest"
+
+# -- what the image is (static, from the matrix) ------------------------------------------------
+CELL = f"{PREFIX}.cell"
+FRAMEWORK = f"{PREFIX}.framework"
+FRAMEWORK_VERSION = f"{PREFIX}.framework-version"
+PYTHON = f"{PREFIX}.python"
+ACCELERATOR = f"{PREFIX}.accelerator"
+CUDA = f"{PREFIX}.cuda"                     # CUDA version of a GPU image
+TESTS = f"{PREFIX}.tests"
+RUN_FLAGS = f"{PREFIX}.run.flags"
+
+# -- build-time facts (added by `buildtool build`) ----------------------------------------------
+CONTENT_KEY = f"{PREFIX}.content-key"
+RUN_PROFILE = f"{PREFIX}.run-profile"       # JSON of the cell's run profile
+BASE_REF = f"{PREFIX}.base.ref"             # the base reference the build pulled (mirror or upstream)
+BASE_SOURCE = f"{PREFIX}.base.source"       # how a locally made base was made (debootstrap ...)
+
+# -- stand-ins (test fixtures, never released) ---------------------------------------------------
+STANDIN = f"{PREFIX}.standin"                                   # "true" on stand-in bases and images on them
+STANDIN_PREFIX = f"{PREFIX}.standin"                            # any key starting so marks a stand-in
+STANDIN_FRAMEWORK = f"{PREFIX}.standin.framework-version"       # what a stand-in really carries
+STANDIN_PYTHON = f"{PREFIX}.standin.python"                     # the Python a stand-in really has
+STANDIN_FOR = f"{PREFIX}.standin.for"                           # the upstream base it stands in for
+
+# -- containers started by the image tests -------------------------------------------------------
+IMAGETEST_RUN = f"{PREFIX}.imagetest.run"   # every container image-tests start carries it (run id)
+
+# -- annotations on artifacts in the registry ----------------------------------------------------
+VERDICT_RESULT = f"{PREFIX}.verdict.result"
+VERDICT_CELL = f"{PREFIX}.verdict.cell"
+ARTIFACT_CREATED = "org.opencontainers.image.created"
+ARTIFACT_TITLE = "org.opencontainers.image.title"
+LOCK_TOKEN = f"{PREFIX}.lock.token"
+LOCK_HOST = f"{PREFIX}.lock.host"
+LOCK_PID = f"{PREFIX}.lock.pid"
+LOCK_PURPOSE = f"{PREFIX}.lock.purpose"
+LOCK_EXPIRES = f"{PREFIX}.lock.expires"
+LOCK_RELEASED = f"{PREFIX}.lock.released"
+
+
+def standin_keys(labels: dict[str, str]) -> list[str]:
+    """Every stand-in label an image carries (any of them marks a stand-in, whatever its value)."""
+    return sorted(key for key in labels if key == STANDIN or key.startswith(STANDIN_PREFIX + "."))

@@ -1,0 +1,108 @@
+"""Every name one stage makes and another reads: its format and its parser, side by side.
+
+- revision:     `<git sha, 12 hex>` or `<sha>-dirty.<8 hex>` (or any tag-safe word a CI passes)
+- dev image:    `<registry>/<name>-dev:<revision>-<cell version>`
+- release tags: templates from the matrix with `{version}` (the cell's) and `{release}`
+- artifacts:    what is attached to an image digest in its repository (verdicts, SBOMs)
+
+Change a format here and every stage follows; nothing else builds or splits these strings.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+
+DEFAULT_REGISTRY = "127.0.0.1:5000"
+DEV_SUFFIX = "-dev"
+
+# Docker's tag grammar.
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# What `git_revision` produces; `--from`/`--revision` may abbreviate the sha to 7 digits.
+GIT_REVISION_RE = re.compile(r"^(?P<sha>[0-9a-f]{7,40})(?:-dirty\.(?P<dirty>[0-9a-f]{8}))?$")
+# A revision a pipeline names itself (e.g. a build number): tag-safe, no '-' last.
+CUSTOM_REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
+RELEASE_PLACEHOLDERS = ("version", "release")
+
+
+def dev_repo(registry: str, image: str) -> str:
+    return f"{registry.rstrip('/')}/{image}{DEV_SUFFIX}"
+
+
+def release_repo(registry: str, image: str) -> str:
+    return f"{registry.rstrip('/')}/{image}"
+
+
+def dev_tag(revision: str, cell_version: str) -> str:
+    return f"{revision}-{cell_version}"
+
+
+@dataclass(frozen=True)
+class DevTag:
+    revision: str
+    version: str
+
+
+def parse_dev_tag(tag: str, cell_version: str | None = None) -> DevTag | None:
+    """Split a dev tag; with `cell_version`, only a tag of that version matches. Versions may
+    contain '-', so without it the split is at the first '-' that follows a git revision."""
+    if cell_version is not None:
+        suffix = f"-{cell_version}"
+        if not tag.endswith(suffix) or len(tag) == len(suffix):
+            return None
+        return DevTag(tag[: -len(suffix)], cell_version)
+    match = re.match(r"^(?P<rev>[0-9a-f]{7,40}(?:-dirty\.[0-9a-f]{8})?)-(?P<ver>.+)$", tag)
+    if match:
+        return DevTag(match.group("rev"), match.group("ver"))
+    head, sep, tail = tag.partition("-")
+    return DevTag(head, tail) if sep and tail else None
+
+
+def image_of_repo_path(path: str) -> str:
+    """`team/pytorch-cpu-dev` -> `pytorch-cpu` (the matrix image a repository holds)."""
+    return path.rsplit("/", 1)[-1].removesuffix(DEV_SUFFIX)
+
+
+def check_revision(text: str) -> str:
+    """A revision usable inside a dev tag, or ValueError naming the rule."""
+    if GIT_REVISION_RE.match(text) or CUSTOM_REVISION_RE.match(text):
+        return text
+    raise ValueError(f"revision {text!r} cannot be part of an image tag (letters, digits, '.', '_', '-')")
+
+
+def template_fields(template: str) -> list[str]:
+    """Placeholders named in a tag template; ValueError for a malformed one."""
+    try:
+        return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        raise ValueError(f"tag template {template!r} is malformed ({exc}); use {{version}} and {{release}}") from None
+
+
+def expand_tag(template: str, version: str, release: str) -> str:
+    """Fill a release tag template; ValueError for an unknown placeholder or an invalid tag."""
+    unknown = [f for f in template_fields(template) if f not in RELEASE_PLACEHOLDERS]
+    if unknown:
+        raise ValueError(f"unknown placeholder {{{unknown[0]}}} in tag template {template!r}; "
+                         "use {version} and {release}")
+    return template.replace("{version}", version).replace("{release}", release)
+
+
+# -- artifacts attached to an image digest -------------------------------------------------------
+
+VERDICT_TYPE = "application/vnd.dl-images.verdict.v1+json"
+ATTESTATION_TYPE = "application/vnd.dl-images.attestation.v1+json"   # a DSSE envelope of an in-toto Statement
+SBOM_TYPE = "application/vnd.cyclonedx+json"
+RELEASE_LOCK_TYPE = "application/vnd.dl-images.release-lock.v1+json"
+RELEASE_LOCK_TAG = "release-lock"
+
+
+def referrers_tag(digest: str) -> str:
+    """The OCI 1.1 referrers tag schema: `sha256:abc` -> `sha256-abc` (an index of referrers)."""
+    algorithm, _, hexdigest = digest.partition(":")
+    return f"{algorithm}-{hexdigest}"
+
+
+def verdict_tag(digest: str) -> str:
+    """The verdict's own tag (schema 1 verdicts; kept so older verdicts stay readable)."""
+    return f"{referrers_tag(digest)}.verdict"

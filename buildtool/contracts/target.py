@@ -1,0 +1,83 @@
+"""The target file: what `buildtool validate` tells image-tests about the image under test.
+
+Written by validate (buildtool.validate.runner), read by image-tests/conftest.py through
+`load_target`, so both sides agree on every field. Image tests read it as a plain dict
+(`target["framework"]`); the model is what makes a missing or misspelt field an error at
+the start of the run instead of a KeyError in the middle of it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FrameworkClaim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str                  # where the claim comes from ("matrix cell ...", "label ...")
+    value: str
+    note: str = ""
+
+
+class Expectations(BaseModel):
+    """What the image claims to contain: from its matrix cell and its labels."""
+
+    model_config = ConfigDict(extra="forbid")
+    packages: dict[str, str] = Field(default_factory=dict)
+    standin: bool = False
+    framework_claims: list[FrameworkClaim] = Field(default_factory=list)
+    python: str = ""
+    python_skip_reason: str = ""
+
+
+class FrameworkInfo(BaseModel):
+    """The framework table's row, for scripts that run inside the image (no buildtool there)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    module: str
+    gpu_count_expr: str
+    events_writer: list[str]
+    shm_workers: str = "python"
+
+
+class Target(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    image: str                   # what containers start from (repo@digest when in a registry)
+    ref: str                     # what the user named
+    digest: str
+    cell: str
+    framework: str
+    framework_info: FrameworkInfo
+    peer_frameworks: dict[str, FrameworkInfo] = Field(default_factory=dict)
+    accelerator: str
+    needs_gpu: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+    run_flags: list[str]
+    ulimits: dict[str, int] = Field(default_factory=dict)
+    ulimits_not_granted: list[str] = Field(default_factory=list)
+    extra_run_flags: list[str] = Field(default_factory=list)    # fault injection (toolkit's own tests)
+    peer_run_flags: list[str] = Field(default_factory=list)
+    shm_promised: str
+    shm_expected_bytes: int
+    expect: Expectations
+    runner_gpus: list[dict[str, str]] = Field(default_factory=list)
+    rdzv_join_timeout_s: float = 900.0
+    missing_peer_timeout_s: float = 10.0
+    ddp_master_addr: str = "127.0.0.1"
+    ddp_timeout_s: float = 120.0
+    peers: dict[str, str] = Field(default_factory=dict)
+    run_id: str
+
+
+def write_target(path: Path, target: Target) -> None:
+    path.write_text(json.dumps(target.model_dump(mode="json"), indent=1))
+
+
+def load_target(path: Path) -> dict[str, Any]:
+    """Read and check a target file; returns it as a plain dict for the tests."""
+    return Target.model_validate_json(path.read_text()).model_dump(mode="json")

@@ -1,0 +1,204 @@
+"""Kubernetes manifests for the multi-node DDP check.
+
+Two shapes: a Kubeflow PyTorchJob (training operator) and, for clusters without it, an indexed
+Job behind a headless Service (pod `<job>-0.<service>` hosts the rendezvous). Both mount the
+check's scripts from a ConfigMap (the image under test is never changed), give /dev/shm a
+memory-backed emptyDir sized from the cell's run profile (the container default is 64 MB, far too
+small for DataLoader workers and NCCL), use a c10d rendezvous with a long join timeout, and bound
+restarts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from buildtool.common.errors import UserError
+from buildtool.launch.multinode import DDP_SCRIPT, MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob, k8s_quantity
+
+VARIANTS = ("pytorchjob", "job")
+GPU_RESOURCE = "nvidia.com/gpu"
+ACTIVE_DEADLINE_S = 3600
+LABEL_APP = "app.kubernetes.io/name"
+LABEL_PART = "app.kubernetes.io/part-of"
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """Scheduling and resources, all optional; GPUs come from the job."""
+
+    namespace: str = ""
+    cpu: str = ""
+    memory: str = ""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, str], ...] = ()
+    gpu_resource: str = GPU_RESOURCE
+    service_account: str = ""
+    active_deadline_s: int = ACTIVE_DEADLINE_S
+
+    @staticmethod
+    def parse_tolerations(items: list[str]) -> tuple[dict[str, str], ...]:
+        """`KEY[=VALUE]:EFFECT` (e.g. nvidia.com/gpu:NoSchedule) -> Kubernetes tolerations."""
+        effects = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+        out = []
+        for item in items:
+            key_value, sep, effect = item.rpartition(":")
+            if not sep or not key_value or effect not in effects:
+                raise UserError(f"--toleration {item!r} is not KEY[=VALUE]:EFFECT, EFFECT one of {', '.join(effects)}")
+            key, eq, value = key_value.partition("=")
+            out.append({"key": key, "operator": "Equal", "value": value, "effect": effect} if eq
+                       else {"key": key, "operator": "Exists", "effect": effect})
+        return tuple(out)
+
+    @staticmethod
+    def parse_selector(items: list[str]) -> dict[str, str]:
+        selector: dict[str, str] = {}
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise UserError(f"--node-selector {item!r} is not KEY=VALUE")
+            selector[key] = value
+        return selector
+
+
+def _metadata(job: DDPJob, opts: PodOptions, name: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {LABEL_APP: job.name, LABEL_PART: "dl-images"}}
+    if opts.namespace:
+        meta["namespace"] = opts.namespace
+    return meta
+
+
+def config_map(job: DDPJob, opts: PodOptions, ddp_source: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(job, opts, f"{job.name}-scripts"),
+            "data": {DDP_SCRIPT: ddp_source, VERIFY_SCRIPT: VERIFY_SOURCE}}
+
+
+def _container(job: DDPJob, opts: PodOptions, name: str, command: list[str], port_name: str) -> dict[str, Any]:
+    limits: dict[str, Any] = {}
+    requests: dict[str, Any] = {}
+    if job.gpus_per_node:
+        limits[opts.gpu_resource] = job.gpus_per_node
+    if opts.cpu:
+        requests["cpu"] = opts.cpu
+    if opts.memory:
+        # The memory-backed /dev/shm counts against this limit: size it above shm_size.
+        requests["memory"] = limits["memory"] = opts.memory
+    container: dict[str, Any] = {
+        "name": name,
+        "image": job.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "env": [{"name": k, "value": v} for k, v in sorted(job.env.items())],
+        "ports": [{"name": port_name, "containerPort": job.rdzv_port, "protocol": "TCP"}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                         {"name": "scripts", "mountPath": MOUNT_DIR, "readOnly": True}],
+    }
+    if limits or requests:
+        container["resources"] = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
+    return container
+
+
+def _pod_spec(job: DDPJob, opts: PodOptions, container: dict[str, Any], restart: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": restart,
+        "containers": [container],
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(job.shm_size)}},
+            {"name": "scripts", "configMap": {"name": f"{job.name}-scripts"}},
+        ],
+    }
+    if opts.node_selector:
+        spec["nodeSelector"] = dict(sorted(opts.node_selector.items()))
+    if opts.tolerations:
+        spec["tolerations"] = [dict(t) for t in opts.tolerations]
+    if opts.service_account:
+        spec["serviceAccountName"] = opts.service_account
+    return spec
+
+
+def pytorch_job(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
+    """A kubeflow.org/v1 PyTorchJob: one Master and nodes-1 Workers.
+
+    The operator sets MASTER_ADDR and MASTER_PORT (from the port named `pytorchjob-port`) in
+    every pod, so the c10d store runs on the master on the rendezvous port.
+    """
+    command = job.torchrun("$(MASTER_ADDR):$(MASTER_PORT)", job.name)
+    # The operator requires the container to be called `pytorch`.
+    container = _container(job, opts, "pytorch", command, "pytorchjob-port")
+    # The replica's restartPolicy is what the operator applies; the pod's says the same.
+    template = {"metadata": {"labels": {LABEL_APP: job.name}}, "spec": _pod_spec(job, opts, container, "OnFailure")}
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
+    if job.nodes > 1:
+        replicas["Worker"] = {"replicas": job.nodes - 1, "restartPolicy": "OnFailure", "template": template}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": _metadata(job, opts, job.name),
+        "spec": {
+            "runPolicy": {"backoffLimit": job.backoff_limit, "cleanPodPolicy": "None",
+                          "activeDeadlineSeconds": opts.active_deadline_s},
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
+
+
+def headless_service(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(job, opts, job.name),
+        "spec": {
+            "clusterIP": "None",
+            # Pods must resolve each other before they are ready: the rendezvous is how they get ready.
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_APP: job.name},
+            "ports": [{"name": "rdzv", "port": job.rdzv_port, "targetPort": job.rdzv_port, "protocol": "TCP"}],
+        },
+    }
+
+
+def indexed_job(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
+    """A batch/v1 indexed Job: pod `<name>-0` (DNS `<name>-0.<name>`) hosts the c10d store."""
+    endpoint = f"{job.name}-0.{job.name}:{job.rdzv_port}"
+    container = _container(job, opts, "ddp-check", job.torchrun(endpoint, job.name), "rdzv")
+    spec = _pod_spec(job, opts, container, "Never")
+    spec["subdomain"] = job.name
+    return {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(job, opts, job.name),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": job.nodes,
+            "parallelism": job.nodes,
+            "backoffLimit": job.backoff_limit,
+            "activeDeadlineSeconds": opts.active_deadline_s,
+            "template": {"metadata": {"labels": {LABEL_APP: job.name}}, "spec": spec},
+        },
+    }
+
+
+def manifests(job: DDPJob, opts: PodOptions, ddp_source: str, variant: str) -> list[dict[str, Any]]:
+    if variant not in VARIANTS:
+        raise UserError(f"--variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
+    docs = [config_map(job, opts, ddp_source)]
+    if variant == "pytorchjob":
+        docs.append(pytorch_job(job, opts))
+    else:
+        docs += [headless_service(job, opts), indexed_job(job, opts)]
+    return docs
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(docs: list[dict[str, Any]]) -> str:
+    header = "# Generated by `buildtool k8s`: the multi-node DDP check of dl-images.\n"
+    return header + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, explicit_start=True, width=120)

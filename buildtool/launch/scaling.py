@@ -1,0 +1,199 @@
+"""DDP scaling benchmark: the same training at 1, 2, 4, ... processes (one per GPU, or per core).
+
+Each count is one torchrun launch of bench/ddp_epochs.py, either inside an image (docker run with
+the cell's run profile, host network) or with a Python that has torch. Time per epoch is the median
+over the epochs after the first (which pays for warm-up). Results go to a metrics folder as JSON
+and CSV, with two plots: absolute time per epoch (log-log) and speed-up against the smallest run
+next to the ideal linear line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+import subprocess
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.errors import FailedError, UserError
+
+WORKER = "bench/ddp_epochs.py"
+RESULT_PREFIX = "SCALING_RESULT "
+CONTAINER_BENCH = "/opt/dl-images-bench"
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """Where torchrun runs: `docker` (in `image`) or `host` (with `python`)."""
+
+    kind: str
+    image: str = ""
+    python: str = "python3"
+    docker: str = "docker"
+    docker_flags: tuple[str, ...] = ("--shm-size=1g",)
+
+    def command(self, nprocs: int, worker: Path, env: dict[str, str], name: str) -> list[str]:
+        torchrun = ["--standalone", f"--nproc-per-node={nprocs}"]
+        if self.kind == "host":
+            return [self.python, "-m", "torch.distributed.run", *torchrun, str(worker)]
+        if self.kind != "docker":
+            raise UserError(f"launcher must be docker or host, not {self.kind!r}")
+        env_flags = [f"--env={k}={v}" for k, v in sorted(env.items())]
+        return [self.docker, "run", "--rm", f"--name={name}", "--network=host", *self.docker_flags, *env_flags,
+                f"--volume={worker.parent.resolve()}:{CONTAINER_BENCH}:ro", self.image,
+                "torchrun", *torchrun, f"{CONTAINER_BENCH}/{worker.name}"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    count: int
+    backend: str
+    epoch_times_s: list[float]
+    losses: list[float]
+    identical: bool
+    time_per_epoch_s: float = 0.0
+    speedup: float = 0.0
+    efficiency: float = 0.0
+
+
+@dataclass
+class ScalingResult:
+    unit: str
+    samples: int
+    epochs: int
+    launcher: dict[str, Any]
+    runs: list[RunResult] = field(default_factory=list)
+
+
+def parse_counts(text: str) -> list[int]:
+    try:
+        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UserError(f"--counts {text!r} must be a comma list of whole numbers like 1,2,4") from None
+    if not counts or counts[0] < 1:
+        raise UserError(f"--counts {text!r} must name at least one count, all 1 or more")
+    return counts
+
+
+def _epoch_time(times: list[float]) -> float:
+    steady = times[1:] if len(times) > 1 else times
+    return statistics.median(steady)
+
+
+def run_one(launcher: Launcher, count: int, worker: Path, samples: int, epochs: int, batch: int,
+            timeout_s: float) -> RunResult:
+    env = {"SCALING_SAMPLES": str(samples), "SCALING_EPOCHS": str(epochs), "SCALING_BATCH": str(batch)}
+    name = f"t-scaling-{uuid.uuid4().hex[:10]}"
+    cmd = launcher.command(count, worker, env, name)
+    full_env = {**os.environ, **env}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=full_env, check=False)
+    except subprocess.TimeoutExpired:
+        raise FailedError(f"scaling run with {count} processes took over {timeout_s:.0f} s") from None
+    except FileNotFoundError as exc:
+        raise UserError(f"cannot start {cmd[0]} ({exc}); install it or choose another --launcher") from None
+    finally:
+        if launcher.kind == "docker":  # interrupted or timed out: the container must not outlive us
+            subprocess.run([launcher.docker, "rm", "-f", name], capture_output=True, timeout=60, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise FailedError(f"scaling run with {count} processes failed (exit {proc.returncode}):\n{tail}")
+    data = json.loads(lines[-1][len(RESULT_PREFIX):])
+    if data["world_size"] != count:
+        raise FailedError(f"asked for {count} processes, the run had {data['world_size']}")
+    if not data["identical"]:
+        raise FailedError(f"run with {count} processes ended with different parameters on different ranks")
+    return RunResult(count=count, backend=data["backend"], epoch_times_s=data["epoch_times_s"],
+                     losses=data["losses"], identical=True, time_per_epoch_s=_epoch_time(data["epoch_times_s"]))
+
+
+def with_speedups(runs: list[RunResult]) -> list[RunResult]:
+    """Speed-up and parallel efficiency against the smallest count."""
+    base = min(runs, key=lambda r: r.count)
+    out = []
+    for r in sorted(runs, key=lambda r: r.count):
+        speedup = base.time_per_epoch_s / r.time_per_epoch_s
+        out.append(RunResult(**{**asdict(r), "speedup": speedup, "efficiency": speedup / (r.count / base.count)}))
+    return out
+
+
+def write_metrics(result: ScalingResult, folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"json": folder / "scaling.json", "csv": folder / "scaling.csv"}
+    paths["json"].write_text(json.dumps(asdict(result), indent=1) + "\n", encoding="utf-8")
+    with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([result.unit, "time_per_epoch_s", "speedup", "efficiency", "backend"])
+        for r in result.runs:
+            writer.writerow([r.count, f"{r.time_per_epoch_s:.6f}", f"{r.speedup:.4f}", f"{r.efficiency:.4f}",
+                             r.backend])
+    return paths
+
+
+def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = [r.count for r in result.runs]
+    times = [r.time_per_epoch_s for r in result.runs]
+    speedups = [r.speedup for r in result.runs]
+    paths = {"time": folder / "time_per_epoch.png", "speedup": folder / "speedup.png"}
+    label = f"{result.unit} ({result.runs[0].backend})"
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.loglog(counts, times, "o-", base=2, label="measured")
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.set_xlabel(label)
+    ax.set_ylabel("time per epoch (s)")
+    ax.set_title(f"DDP time per epoch, {result.samples} samples")
+    ax.grid(True, which="both", alpha=.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(paths["time"], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ideal = [c / counts[0] for c in counts]
+    ax.plot(counts, ideal, "--", color="grey", label="ideal (linear)")
+    ax.plot(counts, speedups, "o-", label="measured")
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.set_xlabel(label)
+    ax.set_ylabel(f"speed-up vs {counts[0]}")
+    ax.set_title("DDP speed-up")
+    ax.grid(True, alpha=.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(paths["speedup"], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def run_scaling(launcher: Launcher, counts: list[int], worker: Path, out: Path, *, samples: int = 4096,
+                epochs: int = 3, batch: int = 64, unit: str = "processes",
+                timeout_s: float = 600.0) -> tuple[ScalingResult, dict[str, Path]]:
+    if not worker.is_file():
+        raise UserError(f"{worker} not found; run from the project checkout")
+    if samples < max(counts) * batch:
+        raise UserError(f"--samples {samples} is too small: every one of {max(counts)} ranks needs a full batch "
+                        f"of {batch}; use at least {max(counts) * batch}")
+    runs = [run_one(launcher, count, worker, samples, epochs, batch, timeout_s) for count in counts]
+    info = {"kind": launcher.kind, "image": launcher.image,
+            "python": launcher.python if launcher.kind == "host" else ""}
+    result = ScalingResult(unit=unit, samples=samples, epochs=epochs, launcher=info, runs=with_speedups(runs))
+    paths = write_metrics(result, out)
+    paths.update(plot(result, out))
+    return result, paths
+
+
+def host_has_torch(python: str) -> bool:
+    try:
+        return subprocess.run([python, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False

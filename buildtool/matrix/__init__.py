@@ -1,0 +1,1 @@
+"""Stage 1: the version matrix (schema, YAML loader with lines) and the plan (names, tags, content keys)."""

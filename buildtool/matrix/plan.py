@@ -1,0 +1,228 @@
+"""Naming and tagging rules, in one place: what each cell builds and is called.
+
+- dev image:     <registry>/<name>-dev:<git-sha>-<cell version>   (one per commit and cell)
+- release image: <release registry>/<name>:<tag> for each of the cell's release tags
+  (the formats and their parsers live in buildtool.contracts.names)
+- base image:    the upstream base, or its mirror when BASE_MIRROR is set
+- content key:   a hash of what decides the image's bytes, stored as a label, so an
+                 unchanged cell is retagged instead of rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildtool.common.errors import UserError
+from buildtool.common.refs import split_reference
+from buildtool.contracts import names
+from buildtool.contracts.names import DEFAULT_REGISTRY
+from buildtool.matrix.schema import Cell, Matrix
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where images go and where bases come from; read from the environment (make passes them)."""
+
+    registry: str = DEFAULT_REGISTRY
+    release_registry: str = DEFAULT_REGISTRY
+    base_mirror: str = ""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        registry = env.get("REGISTRY") or DEFAULT_REGISTRY
+        return cls(
+            registry=registry.rstrip("/"),
+            release_registry=(env.get("RELEASE_REGISTRY") or registry).rstrip("/"),
+            base_mirror=env.get("BASE_MIRROR", "").strip(),
+        )
+
+
+def mirror_base(base: str, base_mirror: str) -> str:
+    """Map an upstream base to its mirror.
+
+    BASE_MIRROR is either one registry (optionally with a path prefix) that mirrors every
+    upstream, `127.0.0.1:5000` -> `127.0.0.1:5000/nvidia/pytorch:25.10-py3`, or a comma list
+    of `upstream-host=mirror` pairs for sites with one pull-through cache per upstream.
+    """
+    if not base_mirror:
+        return base
+    host, path, tag = split_reference(base)
+    target = base_mirror
+    if "=" in base_mirror:
+        pairs = {}
+        for item in base_mirror.split(","):
+            upstream, sep, mirror = item.strip().partition("=")
+            if not sep or not upstream or not mirror:
+                raise UserError(f"BASE_MIRROR item {item!r} is not `upstream-host=mirror`")
+            pairs[upstream] = mirror
+        if host not in pairs:
+            return base
+        target = pairs[host]
+    sep = "" if tag.startswith("@") else ":"
+    return f"{target.rstrip('/')}/{path}{sep}{tag}"
+
+
+def git_revision(repo: Path) -> str:
+    """Short sha of HEAD; a dirty work tree gets `-dirty.<hash of the changes>`.
+
+    The suffix differs for every distinct set of uncommitted changes, so a dirty build is
+    never mistaken for the commit's image nor for another dirty build.
+    """
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                                  text=True, timeout=30).stdout
+        except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
+            raise UserError(f"cannot read the git revision of {repo} ({exc}); run inside a git clone "
+                            "with at least one commit") from None
+
+    sha = git("rev-parse", "--short=12", "HEAD").strip()
+    status = git("status", "--porcelain", "--untracked-files=normal")
+    if not status.strip():
+        return sha
+    digest = hashlib.sha256(git("diff", "HEAD").encode() + status.encode())
+    for line in status.splitlines():
+        if line.startswith("??"):
+            path = repo / line[3:].strip()
+            if path.is_file():
+                digest.update(path.read_bytes())
+    return f"{sha}-dirty.{digest.hexdigest()[:8]}"
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """What one cell will produce; the JSON form is what CI matrices consume."""
+
+    cell: Cell
+    revision: str
+    dev_repo: str
+    dev_tag: str
+    release_repo: str
+    release_tags: tuple[str, ...]
+    moving_tags: tuple[str, ...]
+    base: str
+    build_args: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def dev_ref(self) -> str:
+        return f"{self.dev_repo}:{self.dev_tag}"
+
+    def to_json(self) -> dict[str, object]:
+        c = self.cell
+        return {
+            "cell": c.key,
+            "image": c.name,
+            "version": c.version,
+            "default": c.default,
+            "framework": c.framework,
+            "framework_version": c.framework_version,
+            "accelerator": c.accelerator,
+            "python": c.python,
+            "dockerfile": c.dockerfile,
+            "dev_image": self.dev_ref,
+            "dev_repo": self.dev_repo,
+            "dev_tag": self.dev_tag,
+            "release_repo": self.release_repo,
+            "release_tags": list(self.release_tags),
+            "moving_tags": list(self.moving_tags),
+            "upstream_base": c.base,
+            "base": self.base,
+            "build_args": dict(self.build_args),
+            "tests": list(c.tests),
+            "needs_gpu": c.needs_gpu,
+            "run": {
+                "shm_size": c.run.shm_size,
+                "ipc": c.run.ipc,
+                "ulimits": dict(c.run.ulimits),
+                "gpus": c.run.gpus,
+                "docker_flags": c.run.docker_flags(),
+            },
+            "use": c.use,
+        }
+
+
+def expand_tag(template: str, cell: Cell, release: str) -> str:
+    return names.expand_tag(template, cell.version, release)
+
+
+def plan_cell(cell: Cell, settings: Settings, revision: str, release: str = "{release}") -> CellPlan:
+    base = mirror_base(cell.base, settings.base_mirror)
+    return CellPlan(
+        cell=cell,
+        revision=revision,
+        dev_repo=names.dev_repo(settings.registry, cell.name),
+        dev_tag=names.dev_tag(revision, cell.version),
+        release_repo=names.release_repo(settings.release_registry, cell.name),
+        release_tags=tuple(expand_tag(t, cell, release) for t in cell.release_tags),
+        moving_tags=tuple(expand_tag(t, cell, release) for t in cell.moving_tags),
+        base=base,
+        build_args={"BASE_IMAGE": base},
+    )
+
+
+def plan_matrix(matrix: Matrix, cells: list[Cell], settings: Settings, revision: str,
+                release: str = "{release}") -> list[CellPlan]:
+    del matrix  # the cells carry everything; kept for a stable call shape
+    return [plan_cell(cell, settings, revision, release) for cell in cells]
+
+
+def content_key(dockerfile: bytes, base_digest: str, settings: dict[str, str],
+                copied_files: dict[str, bytes] | None = None) -> str:
+    """Hash of what decides an image's content: its Dockerfile, the files it copies, the
+    base's digest and the build settings that change the result (never secrets)."""
+    digest = hashlib.sha256()
+    digest.update(b"dockerfile\0" + dockerfile + b"\0")
+    for name, data in sorted((copied_files or {}).items()):
+        digest.update(f"file\0{name}\0".encode() + hashlib.sha256(data).digest())
+    digest.update(f"base\0{base_digest}\0".encode())
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def resolve_revision(root: Path, override: str | None, current: Callable[[Path], str],
+                     option: str = "--revision") -> str:
+    """The revision whose dev tags a command uses: `override` or the work tree's (`current`).
+
+    A git sha (any abbreviation, any case, with or without `-dirty.<hash>`) or a git ref of this
+    clone (a branch, a tag) becomes the 12-digit sha builds tag with; any other tag-safe word is a
+    revision a pipeline named itself (`build --revision nightly-42`) and is kept as it is."""
+    if not override:
+        return current(root)
+    text = override.strip()
+    match = names.GIT_REVISION_RE.match(text.lower())
+    if match is not None:
+        sha, dirty = match.group("sha"), match.group("dirty")
+        short = _git_commit(root, sha)
+        if short is None:
+            if len(sha) < 12:
+                raise UserError(f"{option} {override!r} is not a commit of this clone; pass at least 12 hex digits")
+            short = sha[:12]
+        return f"{short}-dirty.{dirty}" if dirty else short
+    short = _git_commit(root, text)
+    if short is not None:
+        return short
+    try:
+        return names.check_revision(text)
+    except ValueError as exc:
+        raise UserError(f"{option} {override!r} is neither a commit of this clone nor a revision name: {exc}") \
+            from None
+
+
+def _git_commit(root: Path, name: str) -> str | None:
+    """12-digit sha of the commit `name` names in this clone (sha prefix, branch, tag), or None."""
+    if name.startswith("-"):
+        return None
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", "--short=12",
+                               f"{name}^{{commit}}"], capture_output=True, text=True, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None

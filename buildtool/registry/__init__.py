@@ -1,0 +1,1 @@
+"""The OCI distribution API client and the artifacts attached to image digests (referrers)."""

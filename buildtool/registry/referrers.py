@@ -1,0 +1,189 @@
+"""Artifacts attached to an image digest (verdicts, attestations, SBOMs): OCI 1.1 referrers.
+
+An artifact is an OCI image manifest with an `artifactType`, its payload as layers, and a
+`subject` naming the image. It is pushed by digest (no tag of its own, so nothing can be
+overwritten in place), and made findable through the referrers API where the registry has one
+(`GET /v2/<repo>/referrers/<digest>`), else through the OCI 1.1 fallback: an image index under
+the tag `sha256-<hex>` listing every referrer. Attaching adds to that list; it never removes or
+replaces an entry. Any OCI 1.1 client (oras, regctl, cosign) finds the same artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildtool.contracts.label_keys import ARTIFACT_CREATED, ARTIFACT_TITLE
+from buildtool.contracts.names import referrers_tag
+from buildtool.registry.client import (
+    EMPTY_JSON,
+    EMPTY_JSON_TYPE,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    NotFound,
+    RegistryClient,
+    RegistryError,
+    sha256_digest,
+)
+
+_INDEX_UPDATE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Payload:
+    """One file of an artifact: stored as a layer blob."""
+
+    media_type: str
+    data: bytes
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Referrer:
+    """A descriptor of an artifact attached to a subject, as the referrers list gives it."""
+
+    digest: str
+    artifact_type: str
+    size: int
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_descriptor(cls, d: dict[str, Any]) -> Referrer:
+        return cls(digest=str(d.get("digest")), artifact_type=str(d.get("artifactType") or ""),
+                   size=int(d.get("size") or 0), annotations=dict(d.get("annotations") or {}))
+
+    def descriptor(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mediaType": OCI_MANIFEST, "digest": self.digest, "size": self.size,
+                               "artifactType": self.artifact_type}
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
+        return out
+
+
+def attach(client: RegistryClient, repo: str, subject_digest: str, artifact_type: str, payloads: list[Payload],
+           annotations: dict[str, str] | None = None) -> Referrer:
+    """Push an artifact whose subject is `subject_digest` (which must exist in `repo`) and list it
+    as a referrer of it. Returns its descriptor."""
+    subject_body, subject_type, subject = client.get_manifest(repo, subject_digest)
+    if subject != subject_digest:
+        raise RegistryError(f"{repo}@{subject_digest} came back as {subject}")
+    layers = []
+    for payload in payloads:
+        digest = client.put_blob(repo, payload.data)
+        layer: dict[str, Any] = {"mediaType": payload.media_type, "digest": digest, "size": len(payload.data)}
+        if payload.title:
+            layer["annotations"] = {ARTIFACT_TITLE: payload.title}
+        layers.append(layer)
+    empty = client.put_blob(repo, EMPTY_JSON)
+    notes = {ARTIFACT_CREATED: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(annotations or {})}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
+        "config": {"mediaType": EMPTY_JSON_TYPE, "digest": empty, "size": len(EMPTY_JSON)},
+        "layers": layers,
+        "subject": {"mediaType": subject_type, "digest": subject_digest, "size": len(subject_body)},
+        "annotations": notes,
+    }
+    raw = json.dumps(manifest, sort_keys=True).encode()
+    digest = client.put_manifest(repo, sha256_digest(raw), raw, OCI_MANIFEST)
+    referrer = Referrer(digest=digest, artifact_type=artifact_type, size=len(raw), annotations=notes)
+    if not _has_referrers_api(client, repo, subject_digest):
+        _add_to_fallback_index(client, repo, subject_digest, referrer)
+    return referrer
+
+
+def referrers(client: RegistryClient, repo: str, subject_digest: str,
+              artifact_type: str | None = None) -> list[Referrer]:
+    """Every artifact attached to `subject_digest` in `repo` (of one type when given), oldest first
+    by their creation annotation."""
+    found = _api_referrers(client, repo, subject_digest)
+    if found is None:
+        found = _fallback_referrers(client, repo, subject_digest)
+    chosen = [r for r in found if artifact_type is None or r.artifact_type == artifact_type]
+    return sorted(chosen, key=lambda r: r.annotations.get(ARTIFACT_CREATED, ""))
+
+
+def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest: str) -> list[Payload]:
+    """The payloads of an artifact, checked to be attached to `subject_digest` (a descriptor in a
+    mutable list proves nothing; the artifact's own manifest, addressed by digest, does)."""
+    raw, _, digest = client.get_manifest(repo, referrer.digest)
+    if digest != referrer.digest:
+        raise RegistryError(f"artifact {referrer.digest} came back as {digest}")
+    manifest = json.loads(raw)
+    if (manifest.get("subject") or {}).get("digest") != subject_digest:
+        raise RegistryError(f"artifact {referrer.digest} is not attached to {subject_digest}")
+    if manifest.get("artifactType") != referrer.artifact_type:
+        raise RegistryError(f"artifact {referrer.digest} is a {manifest.get('artifactType')}, "
+                            f"not a {referrer.artifact_type}")
+    payloads = []
+    for layer in manifest.get("layers", []):
+        data = client.get_blob(repo, layer["digest"])   # get_blob checks the digest
+        title = (layer.get("annotations") or {}).get(ARTIFACT_TITLE, "")
+        payloads.append(Payload(media_type=str(layer.get("mediaType")), data=data, title=title))
+    return payloads
+
+
+def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer, subject_digest: str) -> None:
+    """Make an artifact of `subject_digest` in src_repo a referrer of the same digest in dst_repo
+    (blobs mounted, manifest bytes unchanged, so its digest and any signature in it still hold)."""
+    raw, media_type, _ = client.get_manifest(src_repo, referrer.digest)
+    manifest = json.loads(raw)
+    for blob in [manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]:
+        if not client.mount_blob(dst_repo, blob, src_repo):
+            raise RegistryError(f"registry declined to mount {blob} from {src_repo} into {dst_repo}")
+    client.put_manifest(dst_repo, referrer.digest, raw, media_type)
+    if not _has_referrers_api(client, dst_repo, subject_digest):
+        _add_to_fallback_index(client, dst_repo, subject_digest, referrer)
+
+
+# -- the two ways of listing -----------------------------------------------------------------
+
+def _api_referrers(client: RegistryClient, repo: str, subject_digest: str) -> list[Referrer] | None:
+    """The referrers API's answer, or None where the registry has no such API (404)."""
+    try:
+        response = client.request("GET", f"{repo}/referrers/{subject_digest}", repo=repo,
+                                  headers={"Accept": OCI_INDEX})
+    except NotFound:
+        return None
+    if response.headers.get("Content-Type", "").split(";")[0] != OCI_INDEX:
+        return None
+    return [Referrer.from_descriptor(d) for d in response.json().get("manifests", [])]
+
+
+def _has_referrers_api(client: RegistryClient, repo: str, subject_digest: str) -> bool:
+    return _api_referrers(client, repo, subject_digest) is not None
+
+
+def _fallback_index(client: RegistryClient, repo: str, subject_digest: str) -> dict[str, Any]:
+    try:
+        raw, _, _ = client.get_manifest(repo, referrers_tag(subject_digest))
+    except NotFound:
+        return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    index = json.loads(raw)
+    if index.get("mediaType") != OCI_INDEX or not isinstance(index.get("manifests"), list):
+        raise RegistryError(f"{repo}:{referrers_tag(subject_digest)} is not an OCI referrers index")
+    return index
+
+
+def _fallback_referrers(client: RegistryClient, repo: str, subject_digest: str) -> list[Referrer]:
+    return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
+
+
+def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: str, referrer: Referrer) -> None:
+    """Append to the `sha256-<hex>` index. Registries have no compare-and-swap on tags, so the
+    write is read back: when a concurrent writer's index replaced ours, add ours again."""
+    tag = referrers_tag(subject_digest)
+    for _ in range(_INDEX_UPDATE_ATTEMPTS):
+        index = _fallback_index(client, repo, subject_digest)
+        if any(d.get("digest") == referrer.digest for d in index["manifests"]):
+            return
+        index["manifests"].append(referrer.descriptor())
+        raw = json.dumps(index, sort_keys=True).encode()
+        client.put_manifest(repo, tag, raw, OCI_INDEX)
+        time.sleep(0.05)
+    if not any(d.get("digest") == referrer.digest for d in _fallback_index(client, repo, subject_digest)["manifests"]):
+        raise RegistryError(f"could not list {referrer.digest} in {repo}:{tag}: concurrent writers kept replacing it")
+

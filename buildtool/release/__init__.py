@@ -1,0 +1,1 @@
+"""Stage 5: promoting validated digests to release tags, release manifests and notes."""

@@ -1,0 +1,176 @@
+"""The release manifest (JSON, for machines) and release notes (Markdown, for people).
+
+Both come from what `release` read from the registry: digests, verdicts, image labels and
+manifest sizes, never from the work tree. They are deterministic (no wall-clock time), so
+re-running a release rewrites identical files. Written to docs/releases/<version>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.files import write_atomic
+from buildtool.contracts import label_keys
+from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
+from buildtool.release.promote import ImageRelease, ReleaseReport
+
+# Labels that carry versions worth comparing between releases.
+_VERSION_LABELS = {
+    f"{label_keys.PREFIX}.framework-version": "framework",
+    f"{label_keys.PREFIX}.python": "python",
+    "org.opencontainers.image.base.name": "base",
+}
+_PACKAGE_PREFIX = f"{label_keys.PREFIX}.package."
+_PACKAGES_LABEL = f"{label_keys.PREFIX}.packages"   # JSON object name -> version, when the build sets it
+
+
+def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:
+    """framework/python/base and package versions an image's labels declare."""
+    found = {name: labels[key] for key, name in _VERSION_LABELS.items() if key in labels}
+    framework = labels.get(f"{label_keys.PREFIX}.framework")
+    if framework and "framework" in found:
+        found["framework"] = f"{framework} {found['framework']}"
+    try:
+        packages = json.loads(labels.get(_PACKAGES_LABEL, "{}"))
+    except ValueError:
+        packages = {}
+    if isinstance(packages, dict):
+        found.update({str(k): str(v) for k, v in packages.items()})
+    found.update({k[len(_PACKAGE_PREFIX):]: v for k, v in labels.items() if k.startswith(_PACKAGE_PREFIX)})
+    return dict(sorted(found.items()))
+
+
+def _verdict_summary(item: ImageRelease) -> dict[str, Any]:
+    v = item.verdict or {}
+    tests = v.get("tests", [])
+    count = {r: sum(1 for t in tests if t.get("result") == r) for r in ("passed", "failed", "skipped")}
+    return {
+        "ref": item.verdict_ref,
+        "result": v.get("result"),
+        "started": v.get("started"),
+        "test_code": v.get("test_code"),
+        "runner": (v.get("runner") or {}).get("hostname"),
+        **count,
+        "skipped_tests": item.skips or [{"id": t.get("id"), "reason": t.get("skip_reason")} for t in tests
+                                        if t.get("result") == "skipped"],
+    }
+
+
+def changes(item: ImageRelease) -> list[str]:
+    """What differs from the previous release of the same cell, one line each."""
+    prev = item.previous
+    if prev is None:
+        return ["first release of this image version"]
+    if prev["digest"] == item.digest:
+        return [f"same image as release {prev['release']} ({item.digest})"]
+    lines = []
+    before, after = versions_from_labels(prev.get("labels", {})), versions_from_labels(item.labels)
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            lines.append(f"{name}: {before.get(name, '(none)')} -> {after.get(name, '(none)')}")
+    delta = item.size - int(prev.get("size", 0))
+    lines.append(f"size: {_mb(prev.get('size', 0))} -> {_mb(item.size)} ({'+' if delta >= 0 else ''}{_mb(delta)})")
+    lines.append(f"digest: {prev['digest']} -> {item.digest}")
+    return lines
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+def build_manifest(report: ReleaseReport) -> dict[str, Any]:
+    images = []
+    for item in report.images:
+        tags = [t.tag for t in item.tags if t.action in ("create", "move", "exists")]
+        images.append({
+            "cell": item.cell,
+            "image": item.image,
+            "repository": item.release_repo,
+            "tags": tags,
+            "references": [f"{item.release_repo}:{t}" for t in tags],
+            "pinned": f"{item.release_repo}@{item.digest}",
+            "digest": item.digest,
+            "media_type": item.media_type,
+            "size": item.size,
+            "platforms": [{"platform": p.platform or "single", "digest": p.digest, "size": p.size}
+                          for p in item.platforms],
+            "versions": versions_from_labels(item.labels),
+            "source": item.source,
+            "source_commit": report.revision,
+            "verdict": _verdict_summary(item),
+            "previous": None if item.previous is None else
+            {k: item.previous[k] for k in ("release", "tag", "digest", "size")},
+            "changes": changes(item),
+            "not_moved": [{"tag": t.tag, "note": t.note} for t in item.tags if t.action == "keep"],
+        })
+    return {"schema": MANIFEST_SCHEMA, "version": report.version, "source_commit": report.revision,
+            "dirty": "-dirty." in report.revision, "images": images}
+
+
+def render_notes(manifest: dict[str, Any]) -> str:
+    lines = [f"# Release {manifest['version']}", "",
+             f"Source commit `{manifest['source_commit']}`"
+             + (" (uncommitted changes: not reproducible from git alone)" if manifest["dirty"] else "")
+             + f"; {len(manifest['images'])} image(s). Every tag below resolves to the digest that passed "
+             "its image tests (verdict stored in the registry by digest).", "",
+             "| Image | Tags | Digest | Size | Verdict |", "|---|---|---|---|---|"]
+    for img in manifest["images"]:
+        v = img["verdict"]
+        verdict = f"{v['result']}: {v['passed']} passed, {v['skipped']} skipped"
+        tags = ", ".join(f"`{t}`" for t in img["tags"])
+        lines.append(f"| `{img['repository']}` | {tags} | `{img['digest']}` | {_mb(img['size'])} | {verdict} |")
+    for img in manifest["images"]:
+        lines += ["", f"## {img['cell']}", "",
+                  f"- Pull: `docker pull {img['pinned']}`",
+                  f"- Built from: `{img['source']}`",
+                  f"- Verdict: `{img['verdict']['ref']}` (tests from image-tests `{img['verdict']['test_code']}`, "
+                  f"run on {img['verdict']['runner']} at {img['verdict']['started']})"]
+        if img["versions"]:
+            lines.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in img["versions"].items()))
+        if len(img["platforms"]) > 1:
+            lines.append("- Platforms: " + ", ".join(f"{p['platform']} ({_mb(p['size'])})" for p in img["platforms"]))
+        for skipped in img["verdict"]["skipped_tests"]:
+            by = skipped.get("accepted_by", "matrix")
+            why = "allowed by the matrix" if by == "matrix" else f"WAIVED by the releaser: {by}"
+            lines.append(f"- Skipped ({why}): {skipped['id']}: {skipped['reason']}")
+        for kept in img["not_moved"]:
+            lines.append(f"- Not moved: `{kept['tag']}` {kept['note']}")
+        prev = img["previous"]
+        lines += ["", f"Changes since release {prev['release']}:" if prev else "Changes:", ""]
+        lines += [f"- {line}" for line in img["changes"]]
+    return "\n".join(lines) + "\n"
+
+
+def merge_manifests(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A release made in parts (`--framework a`, then `--framework b`) keeps every part;
+    an image released again replaces its own entry."""
+    by_cell = {img["cell"]: img for img in old.get("images", [])}
+    by_cell.update({img["cell"]: img for img in new["images"]})
+    commits = sorted({img.get("source_commit", old.get("source_commit")) for img in by_cell.values()})
+    merged = dict(new, images=list(by_cell.values()))
+    merged["source_commit"] = commits[0] if len(commits) == 1 else ", ".join(commits)
+    merged["dirty"] = any("-dirty." in c for c in commits)
+    return merged
+
+
+def write_release_files(root: Path, manifest: dict[str, Any], promoted: bool = True) -> list[Path]:
+    """docs/releases/<version>.json and .md (merged with an earlier part of the same release).
+
+    A re-run that promoted nothing leaves existing files alone: they record the release as it
+    was made (a later release may have moved `latest` on since)."""
+    folder = root / RELEASES_DIR
+    json_path, md_path = folder / f"{manifest['version']}.json", folder / f"{manifest['version']}.md"
+    if not promoted and json_path.is_file() and md_path.is_file():
+        return []
+    if json_path.is_file():
+        try:
+            old = json.loads(json_path.read_text())
+        except ValueError:
+            old = {}
+        if old.get("version") == manifest["version"]:
+            manifest = merge_manifests(old, manifest)
+    write_atomic(json_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_atomic(md_path, render_notes(manifest))
+    return [json_path, md_path]

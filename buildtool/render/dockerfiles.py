@@ -1,0 +1,181 @@
+"""Render the generated files (Dockerfiles, catalogue) from the matrix and templates.
+
+Rendering needs no Docker engine and is a pure function of matrix + templates, so it is
+byte-identical across runs and machines. Writes are all-or-nothing: everything is
+rendered in memory first, then staged next to its target and moved into place.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys
+from buildtool.matrix.schema import Cell, Matrix
+
+GENERATED_DIRS = ("dockerfiles",)
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+class TemplateError(UserError):
+    """A template could not be rendered for a cell (exit 2)."""
+
+
+def _environment(templates_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    # `| sh`: a value that reaches a shell (RUN lines) as exactly one inert word.
+    env.filters["sh"] = shlex.quote
+    return env
+
+
+def _tidy(text: str) -> str:
+    """Stable whitespace: no trailing spaces, at most one blank line, one final newline."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    return _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip("\n") + "\n"
+
+
+def _template_location(exc: BaseException, templates_dir: Path) -> str:
+    """Innermost template frame of a Jinja2 error, as `templates/<file>:<line>`."""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith(str(templates_dir)):
+            where = f"templates/{Path(filename).relative_to(templates_dir)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell) -> str:
+    context = {
+        "cell": cell,
+        "matrix_path": Path(matrix.path).name,
+        "source": matrix.source,
+        "label_keys": label_keys,
+        "pinned_packages": [f"{name}=={version}" for name, version in cell.packages],
+    }
+    try:
+        return _tidy(env.get_template(cell.template).render(context))
+    except jinja2.UndefinedError as exc:
+        where = _template_location(exc, templates_dir) or f"templates/{cell.template}"
+        raise TemplateError(f"{where}: {exc.message} for cell {cell.key}; define it in matrix.yaml "
+                            "or fix the template") from None
+    except jinja2.TemplateNotFound as exc:
+        raise TemplateError(f"templates/{cell.template}: includes missing template {exc.name!r} "
+                            f"(cell {cell.key})") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"templates/{exc.name or cell.template}:{exc.lineno}: {exc.message}") from None
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Every generated file, relative path -> bytes, plus the folders it owns."""
+
+    files: dict[str, bytes]
+
+    def owned_existing(self, root: Path) -> set[str]:
+        found: set[str] = set()
+        for folder in GENERATED_DIRS:
+            base = root / folder
+            if base.is_dir():
+                found |= {str(p.relative_to(root)) for p in base.rglob("Dockerfile") if p.is_file()}
+        return found
+
+    def stale(self, root: Path) -> list[str]:
+        """Generated-looking files on disk that no cell renders any more."""
+        return sorted(self.owned_existing(root) - set(self.files))
+
+
+Extra = Callable[[Matrix], dict[str, bytes]]
+
+
+def render_outputs(matrix: Matrix, templates_dir: Path, extras: tuple[Extra, ...] = ()) -> Outputs:
+    """Render everything in memory; raises before anything is written."""
+    env = _environment(templates_dir)
+    files = {cell.dockerfile: render_dockerfile(env, templates_dir, matrix, cell).encode() for cell in matrix.cells}
+    for extra in extras:
+        files.update(extra(matrix))
+    return Outputs(files=files)
+
+
+def write_outputs(root: Path, outputs: Outputs) -> list[str]:
+    """Write changed files atomically; returns the relative paths that changed.
+
+    All new contents are staged as temporary files beside their targets first; only when
+    every one is staged are they renamed into place, so a failure leaves the tree as it was.
+    """
+    changed = [rel for rel, data in sorted(outputs.files.items())
+               if not (root / rel).is_file() or (root / rel).read_bytes() != data]
+    staged: list[tuple[str, Path]] = []
+    try:
+        for rel in changed:
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".render-", dir=target.parent)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(outputs.files[rel])
+            os.chmod(tmp, 0o644)
+            staged.append((rel, Path(tmp)))
+    except BaseException:
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    # Keep the old bytes so a failure half-way through the renames can be undone.
+    previous = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel, _ in staged}
+    done: list[str] = []
+    try:
+        for rel, tmp in staged:
+            os.replace(tmp, root / rel)
+            done.append(rel)
+    except BaseException:
+        for rel in done:
+            old = previous[rel]
+            if old is None:
+                (root / rel).unlink(missing_ok=True)
+            else:
+                (root / rel).write_bytes(old)
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    return changed
+
+
+def drift(root: Path, outputs: Outputs) -> tuple[str, list[str]]:
+    """Unified diff of committed files against what the matrix renders, and stale files."""
+    chunks: list[str] = []
+    for rel, data in sorted(outputs.files.items()):
+        path = root / rel
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        wanted = data.decode()
+        if current != wanted:
+            chunks.extend(difflib.unified_diff(
+                current.splitlines(keepends=True), wanted.splitlines(keepends=True),
+                fromfile=f"a/{rel}" if path.is_file() else "/dev/null", tofile=f"b/{rel}"))
+    return "".join(chunks), outputs.stale(root)
+
+
+def prune(root: Path, stale: list[str]) -> None:
+    """Remove stale generated files (only when asked) and the empty folders they leave."""
+    for rel in stale:
+        path = root / rel
+        path.unlink()
+        parent = path.parent
+        while parent != root and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent

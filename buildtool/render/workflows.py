@@ -1,0 +1,313 @@
+"""GitHub Actions workflows, generated from the matrix (committed, drift-checked like the Dockerfiles).
+
+Three workflows:
+- pull request: drift check, lint, the toolkit's tests, and build + validate of the cells that need no GPU;
+- nightly on self-hosted GPU runners: build and validate every cell, push verdicts, scaling run, report;
+- release: the release pipeline for one version, on manual dispatch.
+
+The job matrices come from `buildtool plan --json` at run time (a `plan` job, `fromJSON` in the
+consumers), so dev tags carry the commit being built; which cells a workflow covers is decided here
+from the matrix and written into the file, so adding a cell changes the committed workflow and
+`buildtool check` notices. Output is a pure function of the matrix: byte-identical on every machine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from buildtool.matrix.schema import Matrix
+
+WORKFLOW_DIR = ".github/workflows"
+PR_PATH = f"{WORKFLOW_DIR}/pull-request.yml"
+NIGHTLY_PATH = f"{WORKFLOW_DIR}/nightly.yml"
+RELEASE_PATH = f"{WORKFLOW_DIR}/release.yml"
+
+# Runner labels of the self-hosted GPU runners; a repository variable overrides them without
+# regenerating (Settings > Variables: GPU_RUNNER_LABELS='["self-hosted","linux","gpu","a100"]').
+DEFAULT_GPU_LABELS = ("self-hosted", "linux", "x64", "gpu")
+DEFAULT_RELEASE_LABELS = ("self-hosted", "linux", "x64")  # override: variable RELEASE_RUNNER_LABELS
+HOSTED_RUNNER = "ubuntu-24.04"
+PYTHON = "3.11"
+CHECKOUT = "actions/checkout@v4"
+SETUP_PYTHON = "actions/setup-python@v5"
+UPLOAD = "actions/upload-artifact@v4"
+DOWNLOAD = "actions/download-artifact@v4"
+CACHE_RESTORE = "actions/cache/restore@v4"
+CACHE_SAVE = "actions/cache/save@v4"
+PAGES_UPLOAD = "actions/upload-pages-artifact@v3"
+PAGES_DEPLOY = "actions/deploy-pages@v4"
+
+HEADER = ("# GENERATED FILE - DO NOT EDIT. Rendered from matrix.yaml by `buildtool workflows` "
+          "(also `make render`);\n# `make check` fails when it drifts.\n")
+
+
+@dataclass(frozen=True)
+class WorkflowOptions:
+    """What a site may change when generating (the committed files use the defaults)."""
+
+    gpu_labels: tuple[str, ...] = DEFAULT_GPU_LABELS
+    nightly_cron: str = "17 2 * * *"
+    scaling_counts: str = "1,2,4,8"
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (readable `run:` scripts), no aliases, stable order."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_workflow(doc: dict[str, Any], cells_note: str) -> bytes:
+    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120, default_flow_style=False)
+    return (HEADER + cells_note + body).encode()
+
+
+def _labels_expr(options: WorkflowOptions) -> str:
+    default = json.dumps(list(options.gpu_labels), separators=(",", ":"))
+    return "${{ fromJSON(vars.GPU_RUNNER_LABELS || '" + default + "') }}"
+
+
+def _setup_steps() -> list[dict[str, Any]]:
+    return [
+        {"uses": CHECKOUT},
+        {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
+        {"name": "Install the toolkit", "run": "python -m pip install -e '.[dev]'"},
+    ]
+
+
+def _self_hosted_setup() -> list[dict[str, Any]]:
+    # Self-hosted runners keep their engine and Python; a venv per job keeps runs apart.
+    return [
+        {"uses": CHECKOUT},
+        {"name": "Install the toolkit", "run": "python3 -m venv .venv\n.venv/bin/python -m pip install -e '.[dev]'\n"},
+    ]
+
+
+def _plan_job(runs_on: str, cells: list[str]) -> dict[str, Any]:
+    """A job whose output `matrix` is `buildtool plan --json` narrowed to `cells`, on one line."""
+    return {
+        "runs-on": runs_on,
+        "timeout-minutes": 10,
+        "outputs": {"matrix": "${{ steps.plan.outputs.matrix }}"},
+        "steps": [
+            *_setup_steps(),
+            {"id": "plan", "name": "Plan the cells",
+             "run": ("python -m buildtool plan --json > plan.json\n"
+                     f"python -m buildtool workflows ci-matrix --plan plan.json --cells {','.join(cells)} "
+                     ">> \"$GITHUB_OUTPUT\"\n")},
+            {"uses": UPLOAD, "with": {"name": "plan", "path": "plan.json"}},
+        ],
+    }
+
+
+def _cells_note(label: str, cells: list[str]) -> str:
+    return f"# {label}: {', '.join(cells)}\n"
+
+
+def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
+    cpu_cells = [c.key for c in matrix.cells if not c.needs_gpu]
+    setup = _setup_steps()
+    doc: dict[str, Any] = {
+        "name": "pull-request",
+        "on": {"pull_request": {}, "push": {"branches": ["main"]}},
+        "permissions": {"contents": "read"},
+        "concurrency": {"group": "pr-${{ github.ref }}", "cancel-in-progress": True},
+        "jobs": {
+            "check": {
+                "name": "generated files match matrix.yaml",
+                "runs-on": HOSTED_RUNNER, "timeout-minutes": 10,
+                "steps": [*setup,
+                          {"name": "Drift check", "run": "make check"},
+                          {"name": "Workflow schema",
+                           "run": "check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml"}],
+            },
+            "lint": {
+                "runs-on": HOSTED_RUNNER, "timeout-minutes": 10,
+                "steps": [*setup, {"name": "ruff and hadolint", "run": "make lint"}],
+            },
+            "test": {
+                "name": "toolkit tests",
+                "runs-on": HOSTED_RUNNER, "timeout-minutes": 45,
+                "steps": [*setup,
+                          {"name": "Engine, registry and browser", "run": "make setup"},
+                          {"name": "Tests", "run": "make test"},
+                          {"if": "always()", "uses": UPLOAD,
+                           "with": {"name": "test-artefacts", "path": "reports/artefacts/",
+                                    "if-no-files-found": "ignore"}}],
+            },
+            "plan": _plan_job(HOSTED_RUNNER, cpu_cells),
+            "cpu-image": {
+                "name": "build and validate ${{ matrix.cell }}",
+                "needs": "plan",
+                "runs-on": HOSTED_RUNNER, "timeout-minutes": 60,
+                "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
+                # Bases come from the job's own registry (debootstrap Debian), as on a machine without Docker Hub.
+                "env": {"BASE_MIRROR": "${{ vars.BASE_MIRROR || '127.0.0.1:5000' }}"},
+                "steps": [*setup,
+                          {"name": "Engine and registry", "run": "make setup"},
+                          {"name": "Bases", "run": "make bases FRAMEWORK='${{ matrix.cell }}'"},
+                          {"name": "Build and push ${{ matrix.dev_image }}",
+                           "run": "make push FRAMEWORK='${{ matrix.cell }}'"},
+                          {"name": "Validate", "run": "make validate FRAMEWORK='${{ matrix.cell }}'"}],
+            },
+        },
+    }
+    return doc, cpu_cells
+
+
+def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
+    cells = [c.key for c in matrix.cells]
+    scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
+    setup = _self_hosted_setup()
+    labels = _labels_expr(options)
+    # BASE_MIRROR: a pull-through cache of nvcr.io and Docker Hub, when the site has one.
+    env = {"REGISTRY": "${{ vars.REGISTRY || '127.0.0.1:5000' }}", "BASE_MIRROR": "${{ vars.BASE_MIRROR }}"}
+    jobs: dict[str, Any] = {
+        "plan": _plan_job(HOSTED_RUNNER, cells),
+        "build-validate": {
+            "name": "${{ matrix.cell }} on GPU runners",
+            "needs": "plan",
+            "runs-on": labels, "timeout-minutes": 180,
+            "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
+            "steps": [*setup,
+                      {"name": "Build and push ${{ matrix.dev_image }}",
+                       "run": "make push FRAMEWORK='${{ matrix.cell }}'"},
+                      {"name": "Validate with GPUs and push the verdict",
+                       "run": "make validate FRAMEWORK='${{ matrix.cell }}'"}],
+        },
+    }
+    needs = ["build-validate"]
+    if scaling_cell is not None:
+        jobs["scaling"] = {
+            "name": f"DDP scaling of {scaling_cell.key}",
+            "needs": "build-validate",
+            "if": "${{ !cancelled() }}",
+            "runs-on": labels, "timeout-minutes": 60,
+            "steps": [*setup,
+                      {"name": "Scaling run",
+                       "run": (f".venv/bin/python -m buildtool scaling --cell {scaling_cell.key} "
+                               f"--counts {options.scaling_counts} --out site/scaling\n")},
+                      {"if": "always()", "uses": UPLOAD,
+                       "with": {"name": "scaling", "path": "site/scaling/", "if-no-files-found": "ignore"}}],
+        }
+        needs.append("scaling")
+    jobs["report"] = {
+        "name": "nightly report",
+        "needs": needs,
+        "if": "${{ !cancelled() }}",
+        "runs-on": labels, "timeout-minutes": 20,
+        "steps": [*setup,
+                  {"name": "Previous night's verdicts", "uses": CACHE_RESTORE,
+                   "with": {"path": "previous-verdicts", "key": "nightly-verdicts-${{ github.run_id }}",
+                            "restore-keys": "nightly-verdicts-"}},
+                  {"uses": DOWNLOAD, "continue-on-error": True,
+                   "with": {"name": "scaling", "path": "site/scaling"}},
+                  {"name": "Report",
+                   "run": (".venv/bin/python -m buildtool report --fetch --framework all --verdicts verdicts "
+                           "--previous previous-verdicts --scaling site/scaling --out site\n"
+                           "cat site/report.md >> \"$GITHUB_STEP_SUMMARY\"\n"
+                           "rm -rf previous-verdicts && cp -r verdicts previous-verdicts\n")},
+                  {"name": "Keep tonight's verdicts for tomorrow's trend", "if": "always()", "uses": CACHE_SAVE,
+                   "with": {"path": "previous-verdicts", "key": "nightly-verdicts-${{ github.run_id }}"}},
+                  {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": "site/"}},
+                  {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": "site/"}}],
+    }
+    jobs["publish"] = {
+        "needs": "report",
+        # Opt in per repository once GitHub Pages is enabled (variable PUBLISH_PAGES=true).
+        "if": "${{ !cancelled() && needs.report.result == 'success' && vars.PUBLISH_PAGES == 'true' }}",
+        "runs-on": HOSTED_RUNNER, "timeout-minutes": 10,
+        "permissions": {"pages": "write", "id-token": "write"},
+        "environment": {"name": "github-pages", "url": "${{ steps.deploy.outputs.page_url }}"},
+        "steps": [{"id": "deploy", "uses": PAGES_DEPLOY}],
+    }
+    doc: dict[str, Any] = {
+        "name": "nightly",
+        "on": {"schedule": [{"cron": options.nightly_cron}], "workflow_dispatch": {}},
+        "permissions": {"contents": "read"},
+        "concurrency": {"group": "nightly", "cancel-in-progress": False},
+        "env": env,
+        "jobs": jobs,
+    }
+    return doc, cells
+
+
+def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
+    cells = [c.key for c in matrix.cells]
+    images = ["all", *matrix.image_names]
+    doc: dict[str, Any] = {
+        "name": "release",
+        "on": {"workflow_dispatch": {"inputs": {
+            "version": {"description": "Release version filled into the release tags (e.g. 2026.11.1)",
+                        "required": True, "type": "string"},
+            "framework": {"description": "Which images to release", "required": True, "type": "choice",
+                          "default": "all", "options": images},
+            "from": {"description": "Commit whose validated dev images to promote (default: the dispatched one)",
+                     "required": False, "type": "string", "default": ""},
+        }}},
+        "permissions": {"contents": "read"},
+        "concurrency": {"group": "release", "cancel-in-progress": False},
+        "env": {"REGISTRY": "${{ vars.REGISTRY || '127.0.0.1:5000' }}",
+                "RELEASE_REGISTRY": "${{ vars.RELEASE_REGISTRY || vars.REGISTRY || '127.0.0.1:5000' }}"},
+        "jobs": {
+            "release": {
+                "name": "release ${{ inputs.version }}",
+                # On the site's own runners: they reach the registry the nightly pushed dev images to.
+                "runs-on": "${{ fromJSON(vars.RELEASE_RUNNER_LABELS || '" + json.dumps(list(DEFAULT_RELEASE_LABELS),
+                                                                                      separators=(",", ":")) + "') }}",
+                "timeout-minutes": 30,
+                "steps": [*_self_hosted_setup(),
+                          {"name": "Check the version",
+                           "run": ".venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
+                                  "--release \"$VERSION\" --json > release-plan.json\n",
+                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
+                          {"name": "Retag the validated dev images",
+                           "run": "make release FRAMEWORK=\"$FRAMEWORK\" VERSION=\"$VERSION\" FROM=\"$FROM\"\n",
+                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
+                                   "FROM": "${{ inputs.from }}"}},
+                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": "release-plan.json"}}],
+            },
+        },
+    }
+    return doc, cells
+
+
+def render_workflows(matrix: Matrix, options: WorkflowOptions | None = None) -> dict[str, bytes]:
+    options = options or WorkflowOptions()
+    pr, pr_cells = pull_request_workflow(matrix)
+    nightly, nightly_cells = nightly_workflow(matrix, options)
+    release, release_cells = release_workflow(matrix)
+    return {
+        PR_PATH: dump_workflow(pr, _cells_note("Cells built on pull requests (no GPU needed)", pr_cells)),
+        NIGHTLY_PATH: dump_workflow(nightly, _cells_note("Cells built and validated nightly", nightly_cells)),
+        RELEASE_PATH: dump_workflow(release, _cells_note("Cells released", release_cells)),
+    }
+
+
+def workflow_outputs(matrix: Matrix) -> dict[str, bytes]:
+    """The `render`/`check` extra: committed workflows with the default options."""
+    return render_workflows(matrix)
+
+
+def ci_matrix(plan: dict[str, Any], cells: list[str]) -> dict[str, Any]:
+    """`buildtool plan --json` output narrowed to `cells` (in plan order); unknown cells are an error."""
+    include = plan.get("include")
+    if not isinstance(include, list):
+        raise ValueError("plan JSON has no `include` list; produce it with `buildtool plan --json`")
+    known = {entry.get("cell") for entry in include}
+    missing = [c for c in cells if c not in known]
+    if missing:
+        raise ValueError(f"cells {', '.join(missing)} are not in the plan; regenerate the workflows (`make render`)")
+    return {"include": [entry for entry in include if entry.get("cell") in set(cells)]}

@@ -1,0 +1,1 @@
+"""The nightly report: verdicts into HTML and Markdown."""

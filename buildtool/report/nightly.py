@@ -1,0 +1,501 @@
+"""The validation report: verdicts -> one static HTML page and Markdown for a CI summary.
+
+Images are rows, checks are columns; every cell says pass/fail/skip with its reason and duration.
+When the previous night's verdicts are given, checks that fail now but did not fail then are
+"newly failing": they are listed first, and their rows and columns sort first. The page is a single
+self-contained file (inline CSS, plots next to it), so it can be published anywhere as is.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.errors import UserError
+from buildtool.common.units import human_size as _human_size
+from buildtool.common.units import short_digest as _short_digest
+
+RESULTS = ("passed", "failed", "skipped")
+_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", None: "—"}
+_MD_MARK = {"passed": "✅ pass", "failed": "❌ **FAIL**", "skipped": "⏭️ skip", None: "—"}
+SCALING_PLOTS = ("time_per_epoch.png", "speedup.png")
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    group: str
+    result: str
+    duration_s: float | None
+    message: str
+    skip_reason: str
+
+    @property
+    def reason(self) -> str:
+        return self.skip_reason if self.result == "skipped" else self.message
+
+
+@dataclass(frozen=True)
+class Row:
+    """One validated image (one verdict)."""
+
+    cell: str
+    image: str
+    digest: str
+    result: str
+    started: str
+    duration_s: float | None
+    size_bytes: int | None
+    runner: dict[str, Any]
+    checks: dict[str, Check]
+    figures: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Trend:
+    cell: str
+    check: str
+    before: str | None
+    now: str
+
+
+@dataclass
+class Report:
+    rows: list[Row]
+    columns: list[str]
+    newly_failing: list[Trend] = field(default_factory=list)
+    fixed: list[Trend] = field(default_factory=list)
+    has_previous: bool = False
+    scaling: dict[str, Any] | None = None  # scaling.json of the night's scaling run, when there was one
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(RESULTS, 0)
+        for row in self.rows:
+            for check in row.checks.values():
+                counts[check.result] = counts.get(check.result, 0) + 1
+        return counts
+
+    @property
+    def failed_images(self) -> list[str]:
+        return [row.cell for row in self.rows if row.result != "passed"]
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def parse_verdict(data: Any, where: str) -> Row:
+    """A verdict dict (schema 1) -> Row; anything malformed is a UserError naming `where`."""
+    if not isinstance(data, dict) or data.get("schema") != 1:
+        raise UserError(f"{where}: not a schema-1 verdict (expected a JSON object with \"schema\": 1)")
+    for key in ("digest", "cell", "result", "tests"):
+        if key not in data:
+            raise UserError(f"{where}: verdict lacks {key!r}")
+    if data["result"] not in ("passed", "failed"):
+        raise UserError(f"{where}: result must be passed or failed, not {data['result']!r}")
+    checks: dict[str, Check] = {}
+    for i, test in enumerate(data["tests"]):
+        if not isinstance(test, dict) or "id" not in test or test.get("result") not in RESULTS:
+            raise UserError(f"{where}: tests[{i}] needs an id and a result of {'/'.join(RESULTS)}")
+        checks[str(test["id"])] = Check(
+            id=str(test["id"]), group=str(test.get("group") or ""), result=test["result"],
+            duration_s=_number(test.get("duration_s")), message=str(test.get("message") or ""),
+            skip_reason=str(test.get("skip_reason") or ""))
+    size = data.get("size_bytes")
+    return Row(cell=str(data["cell"]), image=str(data.get("image") or ""), digest=str(data["digest"]),
+               result=data["result"], started=str(data.get("started") or ""),
+               duration_s=_number(data.get("duration_s")), size_bytes=size if isinstance(size, int) else None,
+               runner=dict(data.get("runner") or {}), checks=checks, figures=dict(data.get("figures") or {}))
+
+
+VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<digest>/verdict.json
+
+
+def load_verdicts(folder: Path) -> list[Row]:
+    """Every verdict file under `folder`; the newest verdict wins when a cell appears twice."""
+    if not folder.is_dir():
+        raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
+    rows: dict[str, Row] = {}
+    paths = sorted({p for pattern in VERDICT_GLOBS for p in folder.rglob(pattern)})
+    for path in paths:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{path}: cannot read verdict ({exc})") from None
+        row = parse_verdict(data, str(path))
+        if row.cell not in rows or row.started >= rows[row.cell].started:
+            rows[row.cell] = row
+    return list(rows.values())
+
+
+def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Path]:
+    """Write fetched verdicts as `<cell>.verdict.json` (the folder the next night compares against)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for data in rows_data:
+        path = folder / (str(data["cell"]).replace(":", "_").replace("/", "_") + ".verdict.json")
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def fetch_verdicts(dev_refs: dict[str, str]) -> list[dict[str, Any]]:
+    """Verdicts stored in the registry for each cell's dev image (cell -> ref), with image sizes.
+
+    A cell whose image or verdict is missing gets a failed pseudo-verdict saying so, so a build
+    that never produced an image shows up in the report instead of silently vanishing.
+    """
+    from buildtool.common.refs import split_repo
+    from buildtool.registry.client import NotFound, RegistryClient
+    from buildtool.validate.verdicts import load_verdict
+
+    found: list[dict[str, Any]] = []
+    clients: dict[str, RegistryClient] = {}
+    for cell, ref in dev_refs.items():
+        host, repo, tag = split_repo(ref)
+        client = clients.setdefault(host, RegistryClient(host))
+        try:
+            body, _, digest = client.get_manifest(repo, tag)
+        except NotFound:
+            found.append(_missing(cell, ref, f"no image {ref} in the registry (the build failed or did not run)"))
+            continue
+        verdict = load_verdict(client, repo, digest)
+        if verdict is None:
+            found.append(_missing(cell, ref, f"{ref} has no verdict (validation did not run or did not finish)",
+                                  digest))
+            continue
+        manifest = json.loads(body)
+        layers = manifest.get("layers") or []
+        verdict.setdefault("size_bytes", sum(int(layer.get("size", 0)) for layer in layers) or None)
+        found.append(verdict)
+    return found
+
+
+def _missing(cell: str, ref: str, reason: str, digest: str = "") -> dict[str, Any]:
+    return {"schema": 1, "digest": digest, "image": ref, "cell": cell, "result": "failed", "started": "",
+            "duration_s": None, "tests": [{"id": "image/verdict", "group": "pipeline", "result": "failed",
+                                           "duration_s": None, "message": reason, "skip_reason": ""}]}
+
+
+# -- the model ----------------------------------------------------------------------------------
+
+def build_report(current: list[Row], previous: list[Row] | None = None) -> Report:
+    before = {row.cell: row for row in previous or []}
+    newly: list[Trend] = []
+    fixed: list[Trend] = []
+    for row in sorted(current, key=lambda r: r.cell):
+        old = before.get(row.cell)
+        if old is None:
+            continue
+        for check in row.checks.values():
+            was = old.checks.get(check.id)
+            was_result = was.result if was else None
+            if check.result == "failed" and was_result != "failed":
+                newly.append(Trend(row.cell, check.id, was_result, check.result))
+            elif check.result == "passed" and was_result == "failed":
+                fixed.append(Trend(row.cell, check.id, was_result, check.result))
+    new_cells = {t.cell for t in newly}
+    new_checks = {t.check for t in newly}
+
+    def row_key(row: Row) -> tuple[int, int, str]:
+        return (row.cell not in new_cells, row.result == "passed", row.cell)
+
+    seen: dict[str, None] = {}
+    for row in current:
+        for check_id in row.checks:
+            seen.setdefault(check_id, None)
+    failing = {cid for row in current for cid, c in row.checks.items() if c.result == "failed"}
+    columns = sorted(seen, key=lambda cid: (cid not in new_checks, cid not in failing, cid))
+    return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
+                  has_previous=previous is not None)
+
+
+# -- formatting helpers -------------------------------------------------------------------------
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def short_check(check_id: str) -> str:
+    return check_id.rsplit("::", 1)[-1] if "::" in check_id else check_id.rsplit("/", 1)[-1]
+
+
+def check_file(check_id: str) -> str:
+    """`image-tests/common/test_shm.py::test_x` -> `common/test_shm.py` (the column's sub-heading)."""
+    return check_id.split("::", 1)[0].removeprefix("image-tests/") if "::" in check_id else ""
+
+
+
+def format_figure(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={format_figure(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _runner(row: Row) -> str:
+    gpus = row.runner.get("gpus") or []
+    gpu_text = f"{len(gpus)} GPU ({gpus[0]})" if gpus else "no GPU"
+    driver = f", driver {row.runner['driver']}" if row.runner.get("driver") else ""
+    return f"{row.runner.get('hostname', '?')}: {gpu_text}{driver}"
+
+
+# -- details shared by both formats ---------------------------------------------------------------
+
+def failures(report: Report) -> list[tuple[str, Check, bool]]:
+    """Every failed check as (cell, check, newly failing), newly failing first, in row order."""
+    new_pairs = {(t.cell, t.check) for t in report.newly_failing}
+    found = [(row.cell, check, (row.cell, cid) in new_pairs)
+             for row in report.rows for cid in report.columns
+             if (check := row.checks.get(cid)) is not None and check.result == "failed"]
+    return sorted(found, key=lambda item: not item[2])
+
+
+def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
+    """Skips grouped by reason: (reason, checks, images); the same GPU skip is listed once."""
+    groups: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
+    for row in report.rows:
+        for cid in report.columns:
+            check = row.checks.get(cid)
+            if check is not None and check.result == "skipped":
+                checks, cells = groups.setdefault(check.skip_reason or "no reason given", ({}, {}))
+                checks[cid] = None
+                cells[row.cell] = None
+    return [(reason, list(checks), list(cells)) for reason, (checks, cells) in groups.items()]
+
+
+# -- HTML ---------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1f2328; }
+h1 { font-size: 1.4rem; margin: 0 0 .5rem; }
+h2 { font-size: 1.1rem; margin: 1.2rem 0 .4rem; }
+.summary span { display: inline-block; margin-right: 1rem; padding: .2rem .6rem; border-radius: 4px; }
+.summary .failed, .summary .newly { background: #ffd7d5; color: #82071e; font-weight: 600; }
+.summary .passed { background: #dafbe1; color: #116329; }
+.summary .skipped { background: #eaeef2; }
+table.verdicts { border-collapse: collapse; margin-top: .5rem; font-size: .8rem; }
+table.verdicts th, table.verdicts td { border: 1px solid #d0d7de; padding: .25rem .35rem; vertical-align: middle; }
+table.verdicts thead th { background: #f6f8fa; }
+th.check { writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap; font-weight: 600;
+  text-align: left; vertical-align: bottom; padding: .4rem .15rem; }
+th.check small { color: #57606a; font-weight: normal; margin-top: .3rem; }
+th.check.has-failed { background: #ffebe9; color: #82071e; }
+th.check.newly-failing { background: #ffd7d5; }
+th.image { white-space: nowrap; text-align: left; }
+td.result-passed, td.result-failed, td.result-skipped, td.result-missing { text-align: center; white-space: nowrap; }
+td.result-passed { background: #dafbe1; color: #116329; }
+td.result-failed { background: #cf222e; color: #fff; font-weight: 700; }
+td.result-failed a { color: #fff; }
+td.result-skipped { background: #eaeef2; color: #57606a; }
+td.result-missing { color: #8c959f; }
+td .dur { display: block; font-size: .65rem; opacity: .8; }
+td.newly { outline: 3px solid #ffb000; outline-offset: -3px; }
+td.newly::after { content: "NEW"; display: block; font-size: .6rem; }
+tr.image-failed th.image { color: #82071e; }
+td.meta { white-space: nowrap; }
+code { font-size: .78rem; }
+.trend li.newly, .failures li.newly { color: #82071e; font-weight: 600; }
+.failures pre { white-space: pre-wrap; font-size: .75rem; background: #fff8f7; border-left: 3px solid #cf222e;
+  padding: .3rem .5rem; margin: .2rem 0 .6rem; max-height: 12rem; overflow: auto; font-weight: normal; color: #1f2328; }
+.skips li { margin-bottom: .3rem; }
+.plots img { max-width: 46%; margin-right: 2%; border: 1px solid #d0d7de; }
+"""
+
+
+def _cell_html(check: Check | None, newly: bool, anchor: str) -> str:
+    if check is None:
+        return '<td class="result-missing" title="not run for this image">—</td>'
+    classes = [f"result-{check.result}"] + (["newly"] if newly else [])
+    title = f"{check.id}: {check.reason}" if check.reason else check.id
+    mark = _MARK[check.result]
+    if check.result == "failed":
+        mark = f'<a href="#{anchor}">{mark}</a>'
+    dur = f'<span class="dur">{human_duration(check.duration_s)}</span>' if check.duration_s is not None else ""
+    return f'<td class="{" ".join(classes)}" title="{html.escape(title)}">{mark}{dur}</td>'
+
+
+def render_html(report: Report, title: str = "Image validation report", plots: Iterable[str] = ()) -> str:
+    counts = report.counts
+    new_pairs = {(t.cell, t.check) for t in report.newly_failing}
+    new_cells = {t.cell for t in report.newly_failing}
+    new_checks = {t.check for t in report.newly_failing}
+    failing_checks = {cid for row in report.rows for cid, c in row.checks.items() if c.result == "failed"}
+    anchors = {(cell, check.id): f"f{i}" for i, (cell, check, _) in enumerate(failures(report), 1)}
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style></head><body>",
+           f"<h1>{html.escape(title)}</h1>", '<p class="summary">',
+           f'<span class="passed">{len(report.rows) - len(report.failed_images)} images passed</span>',
+           f'<span class="failed">{len(report.failed_images)} images failed</span>',
+           f'<span class="passed">{counts["passed"]} checks passed</span>',
+           f'<span class="failed">{counts["failed"]} checks failed</span>',
+           f'<span class="skipped">{counts["skipped"]} checks skipped</span>']
+    if report.has_previous:
+        out.append(f'<span class="newly">{len(report.newly_failing)} newly failing</span>')
+    out.append("</p>")
+    if report.has_previous:
+        out.append('<section class="trend"><h2>Since the previous night</h2><ul>')
+        for t in report.newly_failing:
+            out.append(f'<li class="newly">newly failing: {html.escape(t.cell)} '
+                       f'<code>{html.escape(t.check)}</code> (was {t.before or "absent"})</li>')
+        for t in report.fixed:
+            out.append(f'<li class="fixed">fixed: {html.escape(t.cell)} <code>{html.escape(t.check)}</code></li>')
+        if not report.newly_failing and not report.fixed:
+            out.append("<li>no change</li>")
+        out.append("</ul></section>")
+    else:
+        out.append('<p class="trend">No previous night to compare against.</p>')
+    out.append('<table class="verdicts"><thead><tr><th class="image">image</th><th>result</th>')
+    for cid in report.columns:
+        classes = ["check"] + (["has-failed"] if cid in failing_checks else []) + \
+                  (["newly-failing"] if cid in new_checks else [])
+        sub = check_file(cid) or next((r.checks[cid].group for r in report.rows if cid in r.checks), "")
+        out.append(f'<th class="{" ".join(classes)}" title="{html.escape(cid)}">{html.escape(short_check(cid))}'
+                   f"<small>{html.escape(sub)}</small></th>")
+    out.append('<th>duration</th><th title="sum of the compressed layers in the registry">size</th><th>digest</th>'
+               "<th>figures</th><th>runner</th></tr></thead><tbody>")
+    for row in report.rows:
+        row_classes = f"image-{row.result}" + (" newly-failing" if row.cell in new_cells else "")
+        out.append(f'<tr class="{row_classes}" data-cell="{html.escape(row.cell)}">'
+                   f'<th class="image" title="{html.escape(row.image)}">{html.escape(row.cell)}</th>'
+                   f'<td class="result-{row.result}">{_MARK[row.result]}</td>')
+        for cid in report.columns:
+            out.append(_cell_html(row.checks.get(cid), (row.cell, cid) in new_pairs, anchors.get((row.cell, cid), "")))
+        figures = "<br>".join(f"{html.escape(k)}: {html.escape(format_figure(v))}"
+                              for k, v in sorted(row.figures.items()))
+        out.append(f'<td class="meta">{human_duration(row.duration_s)}</td>'
+                   f'<td class="meta">{human_size(row.size_bytes)}</td>'
+                   f'<td class="meta"><code title="{html.escape(row.digest)}">{html.escape(short_digest(row.digest))}'
+                   f"</code></td><td class=\"meta\">{figures or '—'}</td>"
+                   f"<td>{html.escape(_runner(row))}</td></tr>")
+    out.append("</tbody></table>")
+    failed = failures(report)
+    if failed:
+        out.append('<section class="failures"><h2>Failures</h2><ol>')
+        for cell, check, newly in failed:
+            badge = " (newly failing)" if newly else ""
+            out.append(f'<li id="{anchors[(cell, check.id)]}"{" class=newly" if newly else ""}>'
+                       f"{html.escape(cell)} <code>{html.escape(check.id)}</code>{badge}"
+                       f"<pre>{html.escape(check.message or 'no message')}</pre></li>")
+        out.append("</ol></section>")
+    skips = skip_reasons(report)
+    if skips:
+        out.append('<section class="skips"><h2>Skipped, and why</h2><ul>')
+        for reason, checks, cells in skips:
+            out.append(f"<li><strong>{html.escape(reason)}</strong>: "
+                       f"{', '.join(f'<code>{html.escape(short_check(c))}</code>' for c in checks)} "
+                       f"on {len(cells)} image{'s' if len(cells) != 1 else ''} "
+                       f"({html.escape(', '.join(cells))})</li>")
+        out.append("</ul></section>")
+    plots = list(plots)
+    if plots or report.scaling:
+        out.append('<section class="plots"><h2>DDP scaling</h2>')
+        if report.scaling:
+            unit = html.escape(str(report.scaling.get("unit", "workers")))
+            out.append(f'<table class="verdicts scaling"><thead><tr><th>{unit}</th><th>time per epoch</th>'
+                       "<th>speed-up</th><th>efficiency</th><th>backend</th></tr></thead><tbody>")
+            for run in report.scaling.get("runs", []):
+                out.append(f"<tr><td>{run['count']}</td><td>{run['time_per_epoch_s']:.3f} s</td>"
+                           f"<td>{run['speedup']:.2f}x</td><td>{run['efficiency']:.0%}</td>"
+                           f"<td>{html.escape(str(run['backend']))}</td></tr>")
+            out.append("</tbody></table>")
+        out += [f'<img src="{html.escape(p)}" alt="{html.escape(p)}">' for p in plots]
+        out.append("</section>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+# -- Markdown -----------------------------------------------------------------------------------
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Report, title: str = "Image validation report") -> str:
+    counts = report.counts
+    lines = [f"## {title}", "",
+             f"{len(report.rows) - len(report.failed_images)} images passed, {len(report.failed_images)} failed; "
+             f"checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped.", ""]
+    if report.has_previous:
+        if report.newly_failing:
+            lines += ["### Newly failing", ""]
+            lines += [f"- ❌ `{t.cell}` `{t.check}` (was {t.before or 'absent'})" for t in report.newly_failing]
+            lines.append("")
+        if report.fixed:
+            lines += ["### Fixed", ""] + [f"- ✅ `{t.cell}` `{t.check}`" for t in report.fixed] + [""]
+        if not report.newly_failing and not report.fixed:
+            lines += ["No change since the previous night.", ""]
+    failed = failures(report)
+    if failed:
+        lines += ["### Failures", ""]
+        for cell, check, newly in failed:
+            first = (check.message.strip().splitlines() or ["no message"])[0]
+            lines.append(f"- ❌ `{cell}` `{check.id}`{' (new)' if newly else ''}: {_md(first[:300])}")
+        lines.append("")
+    lines += ["| image | result | size | digest | " + " | ".join(_md(short_check(c)) for c in report.columns) + " |",
+              "|---" * (4 + len(report.columns)) + "|"]
+    for row in report.rows:
+        cells = [_MD_MARK[row.checks[cid].result if cid in row.checks else None] for cid in report.columns]
+        lines.append(f"| `{row.cell}` | {_MD_MARK[row.result]} | {human_size(row.size_bytes)} | "
+                     f"`{short_digest(row.digest)}` | " + " | ".join(cells) + " |")
+    skips = skip_reasons(report)
+    if skips:
+        lines += ["", "### Skipped, and why", ""]
+        lines += [f"- ⏭️ {_md(reason)}: {', '.join(f'`{short_check(c)}`' for c in checks)} "
+                  f"({len(cells)} image{'s' if len(cells) != 1 else ''})" for reason, checks, cells in skips]
+    if report.scaling:
+        unit = report.scaling.get("unit", "workers")
+        lines += ["", "### DDP scaling", "", f"| {unit} | time per epoch | speed-up | efficiency |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r['count']} | {r['time_per_epoch_s']:.3f} s | {r['speedup']:.2f}x | {r['efficiency']:.0%} |"
+                  for r in report.scaling.get("runs", [])]
+    figure_rows = [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())]
+    if figure_rows:
+        lines += ["", "### Figures", "", "| image | figure | value |", "|---|---|---|"]
+        lines += [f"| `{cell}` | {_md(k)} | {_md(format_figure(v))} |" for cell, k, v in figure_rows]
+    return "\n".join(lines) + "\n"
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+def write_report(report: Report, out_dir: Path, scaling_dir: Path | None = None) -> dict[str, Path]:
+    """Write report.html and report.md into `out_dir` (plots copied beside them); returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots: list[str] = []
+    if scaling_dir is not None and (scaling_dir / "scaling.json").is_file():
+        try:
+            report.scaling = json.loads((scaling_dir / "scaling.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"{scaling_dir / 'scaling.json'}: cannot read the scaling results ({exc})") from None
+    if scaling_dir is not None and scaling_dir.is_dir():
+        target = out_dir / "scaling"
+        for name in SCALING_PLOTS:
+            source = scaling_dir / name
+            if source.is_file():
+                target.mkdir(exist_ok=True)
+                if source.resolve() != (target / name).resolve():
+                    shutil.copyfile(source, target / name)
+                plots.append(f"scaling/{name}")
+    paths = {"html": out_dir / "report.html", "markdown": out_dir / "report.md"}
+    paths["html"].write_text(render_html(report, plots=plots), encoding="utf-8")
+    paths["markdown"].write_text(render_markdown(report), encoding="utf-8")
+    return paths
+
+
+def human_size(size: int | None) -> str:
+    return _human_size(size, missing="—")
+
+
+def short_digest(digest: str) -> str:
+    return _short_digest(digest, missing="—")

@@ -1,0 +1,339 @@
+"""Validate an image: run image-tests/ inside it and record a verdict by its digest.
+
+Flow: resolve the reference to a digest (registry manifest, pulled so the engine runs exactly
+that digest) -> find its matrix cell (label `io.dl-images.cell`) -> the cell's test groups and
+run profile -> `pytest image-tests/<groups>` with a target file -> JUnit XML + JSON verdict
+under reports/ -> the verdict stored in the image's registry repository (buildtool.validate.verdicts).
+GPU paths run only where `nvidia-smi` on the host finds GPUs; elsewhere they are reported as
+skipped with the reason, never as passed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.errors import UserError
+from buildtool.common.refs import has_registry, split_repo
+from buildtool.contracts import frameworks, label_keys
+from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
+from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
+from buildtool.matrix.schema import Cell, Matrix
+from buildtool.registry.client import NotFound, RegistryClient
+from buildtool.validate.verdicts import VERDICT_SCHEMA, store_verdict
+
+DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
+DEFAULT_JOIN_TIMEOUT_S = float(JOIN_TIMEOUT_S)
+MIN_SHM_BYTES = 1 << 30
+PULL_TIMEOUT_S = 1800
+PYTEST_TIMEOUT_S = 3600
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An image reference pinned to a digest, with its labels."""
+
+    ref: str             # what the user named
+    run_ref: str         # what containers are started from (repo@digest when in a registry)
+    digest: str          # registry manifest digest, or the local image id when not in a registry
+    host: str | None     # registry host; None for a local-only image
+    repo: str | None
+    labels: dict[str, str]
+
+
+@dataclass
+class Options:
+    store: bool = True
+    select: str | None = None
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S
+    missing_peer_timeout_s: float = 10.0
+    peers: dict[str, str] = field(default_factory=dict)
+    reports: Path = Path("reports")
+    cell: str | None = None
+    # Fault injection for the toolkit's own tests: flags appended after the run profile's.
+    extra_run_flags: list[str] = field(default_factory=list)
+    peer_run_flags: list[str] = field(default_factory=list)
+    ddp_master_addr: str = "127.0.0.1"
+    ddp_timeout_s: float = 120.0
+
+
+def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise UserError(f"docker client {DOCKER!r} not found; install Docker or set IMAGETEST_DOCKER") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"`docker {args[0]}` did not answer within {timeout:.0f}s; is the engine running?") from None
+
+
+def _inspect(ref: str) -> dict[str, Any] | None:
+    proc = _docker("image", "inspect", ref, timeout=60)
+    if proc.returncode != 0:
+        if "Cannot connect" in proc.stderr or "Is the docker daemon running" in proc.stderr:
+            raise UserError(f"the Docker engine is not reachable ({proc.stderr.strip()}); start it (make setup)")
+        return None
+    return json.loads(proc.stdout)[0]
+
+
+def resolve(ref: str, log: Log) -> Resolved:
+    """Pin `ref` to a digest and make sure the engine holds exactly that image."""
+    if not has_registry(ref):
+        attrs = _inspect(ref)
+        if attrs is None:
+            raise UserError(f"image {ref!r} not found locally; build it or name it with its registry")
+        return Resolved(ref, ref, attrs["Id"], None, None, attrs["Config"].get("Labels") or {})
+    host, repo, tag_or_digest = split_repo(ref)
+    client = RegistryClient(host)
+    client.ping()  # RegistryUnreachable (exit 2) when nothing answers
+    digest = tag_or_digest if tag_or_digest.startswith("sha256:") else client.manifest_digest(repo, tag_or_digest)
+    if digest is None:
+        raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)")
+    run_ref = f"{host}/{repo}@{digest}"
+    attrs = _inspect(run_ref)
+    if attrs is None:
+        log(f"pulling {run_ref}")
+        proc = _docker("pull", run_ref, timeout=PULL_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise UserError(f"cannot pull {run_ref}: {proc.stderr.strip()[-300:]}")
+        attrs = _inspect(run_ref)
+        if attrs is None:
+            raise UserError(f"pulled {run_ref} but the engine does not show it")
+    return Resolved(ref, run_ref, digest, host, repo, attrs["Config"].get("Labels") or {})
+
+
+def runner_gpus() -> tuple[list[dict[str, str]], str]:
+    """GPUs on this host as nvidia-smi sees them (none when it is missing) and the driver."""
+    try:
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return [], ""
+    if proc.returncode != 0:
+        return [], ""
+    gpus = []
+    for line in proc.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            gpus.append({"index": parts[0], "name": parts[1], "driver": parts[2]})
+    return gpus, (gpus[0]["driver"] if gpus else "")
+
+
+def find_cell(matrix: Matrix, labels: dict[str, str], override: str | None, ref: str) -> Cell:
+    key = override or labels.get(label_keys.CELL)
+    if not key:
+        raise UserError(f"image {ref} has no {label_keys.CELL} label; pass --cell NAME:VERSION")
+    for cell in matrix.cells:
+        if cell.key == key:
+            return cell
+    raise UserError(f"image {ref} names cell {key!r}, which is not in the matrix; pass --cell or update matrix.yaml")
+
+
+def run_flags(cell: Cell, labels: dict[str, str], gpus: list[dict[str, str]], log: Log) -> list[str]:
+    """The cell's run profile as docker flags; `--gpus` only where this runner has GPUs."""
+    label = labels.get(label_keys.RUN_PROFILE)
+    if label:
+        try:
+            built = json.loads(label)
+            if built.get("shm_size") not in (None, cell.run.shm_size):
+                log(f"note: the image was built with run profile shm_size={built.get('shm_size')}, "
+                    f"the matrix now says {cell.run.shm_size}; testing the matrix's")
+        except (ValueError, AttributeError):
+            log(f"note: label {label_keys.RUN_PROFILE} is not JSON; ignored")
+    flags = [f for f in cell.run.docker_flags() if not f.startswith("--gpus")]
+    if gpus and cell.run.gpus != "none":
+        flags.append(f"--gpus={cell.run.gpus}")
+    return flags
+
+
+def probe_flags(image: str, flags: list[str], log: Log) -> tuple[list[str], list[str]]:
+    """Start a throwaway container with `flags`; drop ulimits the engine cannot grant.
+
+    Some engines (rootless, nested, locked-down hosts) cannot raise a hard limit such as
+    memlock=-1. The run then goes on with the engine's default for that limit, and the
+    deviation is recorded so the ulimit test reports it as skipped, never as passed.
+    """
+    proc = _docker("run", "--rm", "--network", "none", *flags, image, "true", timeout=120)
+    if proc.returncode == 0:
+        return flags, []
+    if "rlimit" not in proc.stderr:
+        raise UserError(f"cannot start {image} with its run profile ({' '.join(flags)}): {proc.stderr.strip()[-300:]}")
+    kept, dropped = [], []
+    for flag in flags:
+        if flag.startswith("--ulimit") and _docker("run", "--rm", "--network", "none", flag, image, "true",
+                                                   timeout=120).returncode != 0:
+            dropped.append(flag.split("=", 1)[1].split("=")[0])
+            log(f"note: this engine cannot grant {flag}; running with its default and reporting the check as skipped")
+        else:
+            kept.append(flag)
+    return kept, dropped
+
+
+def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
+    """What the image claims to contain: from its matrix cell and its labels."""
+    standin = labels.get(label_keys.STANDIN) == "true"
+    module = frameworks.get(cell.framework).module
+    expect: dict[str, Any] = {"packages": dict(cell.packages), "standin": standin}
+    if standin:
+        value = labels.get(label_keys.STANDIN_FRAMEWORK)
+        if not value:
+            raise UserError(f"stand-in image without {label_keys.STANDIN_FRAMEWORK}; rebuild it with `buildtool build`")
+        expect["framework_claims"] = [{
+            "source": f"stand-in label {label_keys.STANDIN_FRAMEWORK}", "value": value,
+            "note": (f"stand-in image: compared against the stand-in's {module}, "
+                     f"not the cell's {cell.framework_version}"),
+        }]
+        expect["python"] = labels.get(label_keys.STANDIN_PYTHON, "")
+        expect["python_skip_reason"] = (f"stand-in image: its Python comes from the stand-in base, "
+                                        f"the cell's Python {cell.python} does not apply")
+    else:
+        claims = [{"source": f"matrix cell {cell.key}", "value": cell.framework_version}]
+        if labels.get(label_keys.FRAMEWORK_VERSION):
+            claims.append({"source": f"label {label_keys.FRAMEWORK_VERSION}",
+                           "value": labels[label_keys.FRAMEWORK_VERSION]})
+        expect["framework_claims"] = claims
+        expect["python"] = cell.python
+    return expect
+
+
+def framework_info(framework: frameworks.Framework) -> FrameworkInfo:
+    return FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
+                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers)
+
+
+def image_tests_hash(tests_dir: Path) -> str:
+    """sha256 over image-tests/ (paths and bytes): which test code produced a verdict."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(tests_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"sha256:{digest.hexdigest()}"
+
+
+def remove_run_containers(run_id: str) -> None:
+    """Remove every container a test run started (a safety net behind the fixtures)."""
+    proc = _docker("ps", "-aq", "--filter", f"label={label_keys.IMAGETEST_RUN}={run_id}", timeout=60)
+    ids = proc.stdout.split()
+    if ids:
+        _docker("rm", "-f", "-v", *ids, timeout=120)
+
+
+def _run_pytest(argv: list[str], cwd: Path, log_path: Path, timeout: float, log: Log) -> int:
+    """Run pytest, streaming its output to the log; killed (whole group) after `timeout`."""
+    with log_path.open("w") as sink:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGTERM))
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sink.write(line)
+                log(line.rstrip("\n"))
+            return proc.wait()
+        except BaseException:
+            # Ctrl-C reaches only us (pytest runs in its own session): let pytest tear down.
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        finally:
+            timer.cancel()
+
+
+def overall_result(pytest_exit: int, tests: list[dict[str, Any]]) -> str:
+    """Passed only when pytest succeeded, something passed and nothing failed: skips never count."""
+    failed = any(t["result"] == "failed" for t in tests)
+    passed = any(t["result"] == "passed" for t in tests)
+    return "passed" if pytest_exit == 0 and passed and not failed else "failed"
+
+
+def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: Log) -> dict[str, Any]:
+    """Run the cell's image-tests against `ref`; returns the verdict (stored when possible)."""
+    image = resolve(ref, log)
+    if options.store and image.host is None:
+        raise UserError(f"image {ref} is not in a registry, so its verdict cannot be stored by digest; "
+                        "push it, or pass --no-store")
+    cell = find_cell(matrix, image.labels, options.cell, ref)
+    tests_dir = root / "image-tests"
+    groups = [g for g in cell.tests if (tests_dir / g).is_dir()]
+    if not groups:
+        raise UserError(f"no test groups of {cell.key} ({', '.join(cell.tests)}) under {tests_dir}")
+    gpus, driver = runner_gpus()
+    flags, not_granted = probe_flags(image.run_ref, run_flags(cell, image.labels, gpus, log), log)
+    run_id = uuid.uuid4().hex[:12]
+    out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    framework = frameworks.get(cell.framework)
+    target = Target(
+        image=image.run_ref, ref=ref, digest=image.digest, cell=cell.key,
+        framework=cell.framework, framework_info=framework_info(framework),
+        peer_frameworks={f.name: framework_info(f) for f in frameworks.others(cell.framework)},
+        accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, labels=image.labels,
+        run_flags=flags, ulimits=dict(cell.run.ulimits), ulimits_not_granted=not_granted,
+        extra_run_flags=options.extra_run_flags, peer_run_flags=options.peer_run_flags,
+        shm_promised=cell.run.shm_size, shm_expected_bytes=max(cell.run.shm_bytes, MIN_SHM_BYTES),
+        expect=Expectations.model_validate(expectations(cell, image.labels)), runner_gpus=gpus,
+        rdzv_join_timeout_s=options.join_timeout_s, missing_peer_timeout_s=options.missing_peer_timeout_s,
+        ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
+        peers=options.peers, run_id=run_id,
+    )
+    write_target(out_dir / "target.json", target)
+    results_path, junit = out_dir / "results.json", out_dir / "junit.xml"
+    results_path.unlink(missing_ok=True)
+    # --rootdir: test ids must not depend on where the target and reports are (pytest derives its
+    # rootdir from every path on its command line).
+    argv = [sys.executable, "-m", "pytest", *[str(tests_dir / g) for g in groups], "--rootdir", str(tests_dir),
+            "-c", str(tests_dir / "pytest.ini"), "--target",
+            str(out_dir / "target.json"), "--results", str(results_path), "--junitxml", str(junit),
+            "-o", "junit_family=xunit2", "-o", f"junit_suite_name={cell.key}", "-rs", "-q"]
+    if options.select:
+        argv += ["-k", options.select]
+    log(f"validating {ref} ({image.digest}) as {cell.key}: groups {', '.join(groups)}; "
+        f"run flags {' '.join(target.run_flags) or '(none)'}; "
+        f"GPUs: {', '.join(g['name'] for g in gpus) or 'none (GPU paths will be skipped)'}")
+    started_at = dt.datetime.now(dt.UTC)
+    started = time.monotonic()
+    try:
+        rc = _run_pytest(argv, root, out_dir / "pytest.log", PYTEST_TIMEOUT_S, log)
+    finally:
+        remove_run_containers(run_id)
+    duration = time.monotonic() - started
+    if not results_path.is_file():
+        raise UserError(f"image-tests did not run (pytest exit {rc}); see {out_dir / 'pytest.log'}")
+    results = json.loads(results_path.read_text())
+    tests = results["tests"]
+    verdict = {
+        "schema": VERDICT_SCHEMA, "digest": image.digest, "image": ref, "cell": cell.key,
+        "result": overall_result(rc, tests),
+        "started": started_at.isoformat(timespec="seconds"), "duration_s": round(duration, 2),
+        "test_code": image_tests_hash(tests_dir),
+        "runner": {"hostname": socket.gethostname(), "gpus": [g["name"] for g in gpus], "driver": driver},
+        "groups": groups, "run_flags": target.run_flags, "pytest_exit": rc,
+        "tests": tests, "figures": results.get("figures", {}),
+    }
+    (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
+    verdict["reports"] = str(out_dir)
+    if options.store and image.host and image.repo:
+        stored = dict(verdict)
+        stored.pop("reports")
+        try:
+            verdict["stored"] = store_verdict(RegistryClient(image.host), image.repo, image.digest, stored)
+        except NotFound as exc:
+            raise UserError(f"cannot store the verdict: {exc}") from None
+    return verdict
