@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,12 @@ import pytest
 from buildtool.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Tools the dev extra installs (shellcheck, check-jsonschema, hadolint) live beside the interpreter
+# running the tests; `make test` runs `.venv/bin/python -m pytest` without activating the venv.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
