@@ -58,7 +58,8 @@ def test_build_validate_and_release_gates_on_the_real_cpu_images(tmp_path: Path)
 
     # As `make validate FRAMEWORK=...` runs it: this commit's dev image, the other framework's as the peer.
     for image in ("pytorch-cpu", "tensorflow-cpu"):
-        validate = _buildtool(["validate", "-f", image, "--reports", str(tmp_path / "reports")], env, 1800)
+        validate = _buildtool(["validate", "-f", image, "--revision", revision,
+                               "--reports", str(tmp_path / "reports")], env, 1800)
         assert validate.returncode == 0, validate.stdout[-3000:] + validate.stderr[-3000:]
 
     for plan in plans:
