@@ -220,7 +220,7 @@ def test_verdict_of_another_digest_does_not_count(space: Space) -> None:
 def test_gpu_skips_allowed_on_cpu_cell_only(space: Space) -> None:
     skips = [{"id": "common/test_a.py::test_a", "group": "common", "result": "passed", "skip_reason": ""},
              {"id": "pytorch/test_ddp.py::test_nccl", "group": "pytorch", "result": "skipped",
-              "skip_reason": "no GPU on this runner"}]
+              "skip_code": "gpu-not-in-cell", "skip_reason": "the cell's run profile has no GPUs"}]
     r = rev()
     space.build(CPU, r, tests=skips)
     space.build(GPU, r, tests=skips)
@@ -510,6 +510,7 @@ def test_runner_skip_refused_unless_waived_and_the_waiver_is_recorded(space: Spa
 
     tests = [{"id": "common/test_a.py::test_a", "group": "common", "result": "passed", "skip_reason": ""},
              {"id": "common/test_run_profile.py::test_ulimit[memlock]", "group": "common", "result": "skipped",
+              "skip_code": "ulimit-not-granted", "skip_subject": "memlock",
               "skip_reason": "this runner's Docker engine cannot grant --ulimit memlock=-1"}]
     r = rev()
     space.build(CPU, r, tests=tests)
