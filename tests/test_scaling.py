@@ -36,6 +36,7 @@ def cpu_image() -> str | None:
     return tags[-1] if listed.returncode == 0 and tags else None
 
 
+@pytest.mark.integration   # starts containers of the pytorch-cpu dev image when there is one
 def test_scaling_run_produces_metrics_and_plots(run_cli, tmp_path: Path) -> None:
     image = cpu_image()
     where = ["--image", image] if image else ["--launcher", "host", "--python", sys.executable]

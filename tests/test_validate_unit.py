@@ -98,16 +98,20 @@ def test_test_code_hash_follows_the_test_code(tmp_path):
     assert image_tests_hash(tmp_path) != first and first.startswith("sha256:")
 
 
-@pytest.mark.parametrize("args", [
-    ["validate"],
-    ["validate", "img:1", "--all"],
-    ["validate", "img:1", "--peer", "jax=img:2"],
-    ["validate", "--framework", "no-such-image"],
+@pytest.mark.parametrize(("args", "message"), [
+    (["validate"], "error: name the images to validate: IMAGE..., --framework X or --all (exactly one)"),
+    (["validate", "img:1", "--all"],
+     "error: name the images to validate: IMAGE..., --framework X or --all (exactly one)"),
+    (["validate", "img:1", "--peer", "jax=img:2"],
+     "error: --peer 'jax=img:2' must be FRAMEWORK=IMAGE with FRAMEWORK one of pytorch, tensorflow"),
+    (["validate", "--framework", "no-such-image"], "error: unknown FRAMEWORK='no-such-image'; choose one of: all, "),
 ])
-def test_bad_input_exits_2(run_cli, args):
-    code, _, err = run_cli(*args, "--matrix", str(REPO / "matrix.yaml"))
+def test_bad_input_exits_2(run_cli, args, message):
+    code, out, err = run_cli(*args, "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2, err
-    assert "error:" in err
+    assert out == ""
+    [line] = err.strip().splitlines()
+    assert line.startswith(message), line
 
 
 def test_unreachable_registry_exits_2(run_cli):

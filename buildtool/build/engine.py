@@ -245,17 +245,6 @@ def push(ref: str) -> str:
     return digest
 
 
-def repo_digest(ref: str) -> str:
-    """The registry digest the local store recorded for `ref`'s repository, or ''."""
-    attrs = image_attrs(ref) or {}
-    repo = ref.rpartition(":")[0]
-    for item in attrs.get("RepoDigests") or []:
-        name, _, digest = item.partition("@")
-        if name == repo:
-            return digest
-    return ""
-
-
 def import_rootfs(rootfs: Path, ref: str, changes: Sequence[str], timeout: float = 900) -> str:
     """`tar -C rootfs -c . | docker import` through the SDK; returns the image id."""
     tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import shlex
 import socketserver
 import subprocess
 import sys
@@ -213,21 +212,3 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
                 server.server_close()
             if thread is not None:
                 thread.join(timeout=10)
-
-
-def describe(host: HostPip) -> str:
-    """A log-safe summary: which kinds of settings are handed in, never their values' secrets."""
-    parts = []
-    if host.index_url:
-        parts.append("index-url")
-    if host.extra_index_urls:
-        parts.append(f"{len(host.extra_index_urls)} extra index(es)")
-    if host.find_links:
-        parts.append(f"{len(host.find_links)} find-links")
-    if host.cert:
-        parts.append("CA bundle")
-    return "pip settings: " + (", ".join(parts) if parts else "none (PyPI defaults)")
-
-
-def quote_cmd(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
