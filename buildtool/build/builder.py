@@ -25,9 +25,11 @@ from urllib.parse import urlsplit
 from buildtool.build import engine
 from buildtool.build.bases import fill_bases, is_loopback_registry, push_verified
 from buildtool.build.pipconfig import HostPip, PipSecrets, pip_secrets
+from buildtool.build.progress import LogProgress, Progress, StepWatcher
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import split_repo
 from buildtool.contracts import label_keys
+from buildtool.contracts.names import parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
@@ -182,8 +184,10 @@ class Builder:
     """One `build` run over several cells."""
 
     def __init__(self, root: Path, source: str, settings: Settings, revision: str, options: BuildOptions,
-                 log: Log):
+                 log: Log, progress: Progress | None = None):
         self.root = root
+        self.progress: Progress = progress or LogProgress(log)
+        self._steps: StepWatcher | None = None
         self.source = source
         self.settings = settings
         self.revision = revision
@@ -221,9 +225,8 @@ class Builder:
         """(tag, digest) of an image in the dev repo with this content key, the dev tag first."""
         _, repo, _ = split_repo(plan.dev_ref)
         tags = self.registry.tags(repo)
-        suffix = f"-{plan.cell.version}"
         ordered = [plan.dev_tag] if plan.dev_tag in tags else []
-        ordered += sorted((t for t in tags if t.endswith(suffix) and t != plan.dev_tag), reverse=True)
+        ordered += sorted((t for t in tags if t != plan.dev_tag and parse_dev_tag(t, plan.cell.version)), reverse=True)
         for tag in ordered:
             found = self._registry_labels(repo, tag)
             if found and found[1].get(label_keys.CONTENT_KEY) == key:
@@ -237,6 +240,7 @@ class Builder:
         started = time.monotonic()
         log_path = self.options.log_dir / f"{cell.name}-{cell.version}.log"
         result = CellResult(cell=cell.key, result="failed", ref=plan.dev_ref, log=str(log_path))
+        self.progress.update(cell.key, "checking", "content key and existing images")
         try:
             key = cell_content_key(plan, self.root, base)
             result.content_key = key
@@ -253,6 +257,10 @@ class Builder:
             self._drop_stale_dev_tag(plan, result.content_key)
         result.seconds = time.monotonic() - started
         return result
+
+    def _push(self, plan: CellPlan) -> str:
+        self.progress.update(plan.cell.key, "pushing", plan.dev_ref)
+        return push_verified(plan.dev_ref, self.log)
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""
@@ -276,7 +284,7 @@ class Builder:
         if local_ok:
             result.size = int(local["Size"])
             if self.options.push:
-                result.digest = push_verified(plan.dev_ref, self.log)
+                result.digest = self._push(plan)
                 result.result, result.message = "pushed", "built earlier with the same content key; pushed"
             else:
                 result.result, result.digest = "up to date", str(local["Id"])
@@ -287,7 +295,7 @@ class Builder:
             engine.tag(same[0]["Id"], plan.dev_ref)
             result.size = int(same[0].get("Size", 0))
             if self.options.push:
-                result.digest = push_verified(plan.dev_ref, self.log)
+                result.digest = self._push(plan)
             else:
                 result.digest = str(same[0]["Id"])
             result.result = "retagged"
@@ -300,12 +308,17 @@ class Builder:
         dockerfile = self.root / plan.cell.dockerfile
         labels = build_labels(plan, base, key, self.revision, self.source)
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
+        self.progress.update(plan.cell.key, "building", "starting BuildKit")
+        if self._steps is not None:
+            self._steps.watch(plan.cell.key, log_path)
         try:
             image_id = engine.build(client, dockerfile.parent, dockerfile,
                                     build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
                                     secrets=secrets.files, log_path=log_path, timeout=self.options.timeout,
                                     no_cache=self.options.force)
         finally:
+            if self._steps is not None:
+                self._steps.unwatch(plan.cell.key)
             scrub_log(log_path, secret_strings(host_pip))
         engine.tag(image_id, plan.dev_ref)
         attrs = engine.image_attrs(plan.dev_ref) or {}
@@ -313,7 +326,7 @@ class Builder:
         result.digest = image_id
         result.result = "built"
         if self.options.push:
-            result.digest = push_verified(plan.dev_ref, self.log)
+            result.digest = self._push(plan)
 
     def _drop_stale_dev_tag(self, plan: CellPlan, key: str) -> None:
         """A failed build must not leave a dev tag that looks like this commit's image."""
@@ -376,37 +389,25 @@ class Builder:
             results[key] = CellResult(cell=key, result="skipped", message=reason)
             self.log(f"[{key}] skipped: {reason}")
         todo = [p for p in plans if p.cell.key in infos]
-        stop = threading.Event()
-        heartbeat = threading.Thread(target=self._heartbeat, args=(todo, stop), daemon=True)
-        heartbeat.start()
-        try:
-            with self._stack, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
-                futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key]) for p in todo}
-                for key, future in futures.items():
-                    results[key] = future.result()
-                    r = results[key]
-                    self.log(f"[{key}] {r.result} in {r.seconds:.1f}s" + (f": {r.message}" if r.message else ""))
-        finally:
-            stop.set()
+        for p in todo:
+            self.progress.update(p.cell.key, "queued")
+        with StepWatcher(self.progress, scrub=self._scrub) as self._steps:
+            try:
+                with self._stack, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
+                    futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key]) for p in todo}
+                    for key, future in futures.items():
+                        results[key] = future.result()
+                        r = results[key]
+                        self.progress.update(key, r.result, r.message)
+            finally:
+                self._steps = None
         return [results[p.cell.key] for p in plans]
 
-    def _heartbeat(self, plans: list[CellPlan], stop: threading.Event, every: float = 30.0) -> None:
-        """Progress on the terminal: each running build's latest log line, every `every` seconds."""
-        started = time.monotonic()
-        while not stop.wait(every):
-            for plan in plans:
-                path = self.options.log_dir / f"{plan.cell.name}-{plan.cell.version}.log"
-                try:
-                    if path.stat().st_mtime < time.time() - every * 4:
-                        continue
-                    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-                except OSError:
-                    continue
-                if lines and not lines[-1].startswith("exit "):
-                    line = lines[-1]
-                    for secret in secret_strings(self._host_pip) if self._host_pip else ():
-                        line = line.replace(secret, "****")
-                    self.log(f"[{plan.cell.key}] {time.monotonic() - started:.0f}s: {line[:150]}")
+    def _scrub(self, line: str) -> str:
+        """A log line with the host's pip secrets (tokens in index URLs) masked."""
+        for secret in secret_strings(self._host_pip) if self._host_pip else ():
+            line = line.replace(secret, "****")
+        return line
 
 
 def _unique(cells: list[Cell]) -> list[Cell]:

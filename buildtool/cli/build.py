@@ -46,7 +46,8 @@ def register(app: typer.Typer) -> None:
         if not log_dir.is_absolute():
             log_dir = project.root / log_dir
         options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill)
-        results = Builder(project.root, loaded.source, settings, revision, options, log).run(plans)
+        with build_progress([p.cell.key for p in plans]) as progress:
+            results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
         if as_json:
             out.print(json.dumps({"results": [r.to_json() for r in results]}, indent=2), markup=False,
                       highlight=False)
@@ -96,3 +97,60 @@ def register(app: typer.Typer) -> None:
         for r in results:
             table.add_row(r.ref, r.action, r.digest, f"{r.seconds:.1f}")
         out.print(table)
+
+
+class LiveProgress:
+    """A live table on the terminal: per cell, its state, elapsed time and current build step."""
+
+    def __init__(self, cells: list[str]) -> None:
+        import threading
+        import time
+
+        from rich.live import Live
+
+        self._time = time.monotonic
+        self._rows: dict[str, list] = {cell: ["queued", "", None, None] for cell in cells}
+        self._lock = threading.Lock()
+        self._live = Live(self._table(), console=err, refresh_per_second=4, transient=True,
+                          get_renderable=self._table)
+
+    def update(self, cell: str, state: str, step: str = "") -> None:
+        with self._lock:
+            row = self._rows.setdefault(cell, ["queued", "", None, None])
+            if state != "queued" and row[2] is None:
+                row[2] = self._time()
+            if state not in ("queued", "checking", "building", "pushing"):
+                row[3] = self._time()
+            row[0], row[1] = state, step
+
+    def _table(self):  # noqa: ANN202 - a rich renderable
+        from rich.table import Table
+
+        table = Table(title="build", expand=True)
+        for column, opts in (("cell", {"no_wrap": True}), ("state", {"no_wrap": True}),
+                             ("elapsed", {"justify": "right"}), ("step", {"overflow": "ellipsis", "no_wrap": True})):
+            table.add_column(column, **opts)
+        now = self._time()
+        with self._lock:
+            for cell, (state, step, started, ended) in self._rows.items():
+                elapsed = "" if started is None else f"{(ended or now) - started:.0f}s"
+                table.add_row(cell, state, elapsed, step)
+        return table
+
+    def __enter__(self) -> LiveProgress:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.__exit__(None, None, None)
+
+
+def build_progress(cells: list[str]):  # noqa: ANN201 - a context manager giving a Progress
+    """The live table when stderr is a terminal; one line per change otherwise (CI logs)."""
+    import contextlib
+
+    from buildtool.build.progress import LogProgress
+
+    if err.is_terminal:
+        return LiveProgress(cells)
+    return contextlib.nullcontext(LogProgress(log))

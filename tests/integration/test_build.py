@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -258,6 +259,10 @@ def test_failing_cell_leaves_others_built_and_no_dev_tag(tiny):
     assert RegistryClient(LOCAL).manifest_digest(f"{ns}/{ns}-broken-dev", f"{revision}-1.0") is None
     assert RegistryClient(LOCAL).manifest_digest(f"{ns}/{ns}-ok-dev", f"{revision}-1.0") == ok["digest"]
     assert "1 of 3 cells failed" in run.stderr
+    # Progress in a log (stderr is not a terminal): one line per change of each cell's state.
+    for state in ("queued", "checking: content key and existing images", "building: starting BuildKit", "built"):
+        assert re.search(rf"^\[{ns}-ok:1\.0\] +\d+s {re.escape(state)}", run.stderr, re.M), (state, run.stderr)
+    assert re.search(rf"^\[{ns}-broken:1\.0\] +\d+s failed: .*exit code: 3", run.stderr, re.M), run.stderr
 
 
 def _traces(ref: str, needles: list[bytes], extra: dict[str, bytes]) -> list[str]:
