@@ -30,8 +30,9 @@ plan: ## Show what each cell of FRAMEWORK (default: all) will build and how it i
 	$(BUILDTOOL) plan --framework $(or $(FRAMEWORK),all)
 
 .PHONY: lint
-lint: ## ruff on the code, hadolint on every rendered Dockerfile
+lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Dockerfile
 	$(PYTHON) -m ruff check buildtool tests image-tests bench
+	$(PYTHON) -m mypy
 	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
 
 .PHONY: test

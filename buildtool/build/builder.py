@@ -281,7 +281,7 @@ class Builder:
             result.result, result.digest = "retagged", digest
             result.message = f"same content key as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
             return True
-        if local_ok:
+        if local_ok and local is not None:
             result.size = int(local["Size"])
             if self.options.push:
                 result.digest = self._push(plan)

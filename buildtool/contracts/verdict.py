@@ -54,7 +54,7 @@ class Selection(_Model):
 
 
 class Verdict(_Model):
-    schema_: Literal[2] = Field(SCHEMA, alias="schema")
+    schema_: Literal[2] = Field(2, alias="schema")
     digest: str
     image: str
     cell: str

@@ -127,21 +127,21 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
         for rel in changed:
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".render-", dir=target.parent)
+            fd, name = tempfile.mkstemp(prefix=".render-", dir=target.parent)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(outputs.files[rel])
-            os.chmod(tmp, 0o644)
-            staged.append((rel, Path(tmp)))
+            os.chmod(name, 0o644)
+            staged.append((rel, Path(name)))
     except BaseException:
-        for _, tmp in staged:
-            tmp.unlink(missing_ok=True)
+        for _, path in staged:
+            path.unlink(missing_ok=True)
         raise
     # Keep the old bytes so a failure half-way through the renames can be undone.
     previous = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel, _ in staged}
     done: list[str] = []
     try:
-        for rel, tmp in staged:
-            os.replace(tmp, root / rel)
+        for rel, path in staged:
+            os.replace(path, root / rel)
             done.append(rel)
     except BaseException:
         for rel in done:
@@ -150,8 +150,8 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
                 (root / rel).unlink(missing_ok=True)
             else:
                 (root / rel).write_bytes(old)
-        for _, tmp in staged:
-            tmp.unlink(missing_ok=True)
+        for _, path in staged:
+            path.unlink(missing_ok=True)
         raise
     return changed
 
