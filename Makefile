@@ -25,6 +25,10 @@ render: ## Render dockerfiles/ and docs/images.md from matrix.yaml and templates
 check: ## Fail with a diff when committed generated files drift from matrix.yaml
 	$(BUILDTOOL) check
 
+.PHONY: lock
+lock: ## Re-resolve the locks of FRAMEWORK (default all) with uv; PACKAGE=name moves only that package
+	$(BUILDTOOL) lock --framework $(or $(FRAMEWORK),all) $(if $(PACKAGE),--package $(PACKAGE))
+
 .PHONY: plan
 plan: ## Show what each cell of FRAMEWORK (default: all) will build and how it is tagged
 	$(BUILDTOOL) plan --framework $(or $(FRAMEWORK),all)

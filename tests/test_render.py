@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,14 +44,24 @@ def test_golden_dockerfile_essentials():
     """The properties the golden text is there to pin, stated so a regeneration cannot lose them."""
     text = _mini_outputs()["dockerfiles/pytorch/mini-cpu/1.0/Dockerfile"].decode()
     assert text.startswith("# GENERATED FILE - DO NOT EDIT.\n# Cell mini-cpu:1.0 of matrix.yaml")
-    assert "ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim\nFROM ${BASE_IMAGE}\n" in text
-    assert "--mount=type=secret,id=pip.conf" in text and "--mount=type=secret,id=pip-ca" in text
-    assert '"torch==2.13.0+cpu"' in text and '"tensorboard==2.21.0"' in text
-    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in text
+    assert "ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim\nFROM ${BASE_IMAGE} AS base\n" in text
+    # uv from a stage of its own, by hash, with the pip secrets; never a layer of the image.
+    assert "FROM base AS uv\n" in text and "--require-hashes" in text and "uv==0.13.9 --hash=sha256:" in text
+    assert "--mount=type=secret,id=pip.conf,target=/run/secrets/pip.conf" in text
+    # Installs come from the cell's locks (framework first, own layer), hashes required, no resolution.
+    framework = text.index("--mount=type=bind,source=framework.lock")
+    tools = text.index("--mount=type=bind,source=tools.lock")
+    assert framework < tools and text.count("--require-hashes --no-deps") == 2
+    assert "--mount=type=secret,id=uv.toml,target=/run/secrets/uv.toml" in text
+    assert "--mount=type=cache,id=dl-images-uv,target=/run/uv/cache" in text
+    # The only pip run installs uv (by hash); every package of the image comes through `uv pip install`.
+    assert len(re.findall(r'pip"? install', text)) == text.count("uv pip install") + 1 == 3
     assert "python3-venv procps" in text
     assert 'io.dl-images.run.flags="--shm-size=2g --ulimit=memlock=-1"' in text
     ngc = _mini_outputs()["dockerfiles/tensorflow/mini-ngc/25.02/Dockerfile"].decode()
     assert "apt-get" not in ngc and "--shm-size=16g" in ngc and "--gpus=all" in ngc
+    # NGC: only tools.lock, under the base's own PIP_CONSTRAINT files.
+    assert "framework.lock" not in ngc and 'export UV_CONSTRAINT="$PIP_CONSTRAINT"' in ngc
 
 
 def test_render_is_deterministic_across_runs_environments_and_folders(tmp_path: Path):
@@ -159,7 +169,8 @@ def test_rendering_needs_no_docker_engine(project: Path, tmp_path: Path):
     """No docker client or socket on PATH/env: render and check still work."""
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "DOCKER_HOST": "unix:///nonexistent",
            "PYTHONPATH": str(REPO)}
-    shutil.rmtree(project / "dockerfiles")
+    for dockerfile in (project / "dockerfiles").rglob("Dockerfile"):   # the locks beside them stay
+        dockerfile.unlink()
     for command in ("render", "check"):
         result = subprocess.run([sys.executable, "-m", "buildtool", command, "--matrix", str(project / "matrix.yaml")],
                                 env=env, capture_output=True, text=True, timeout=60)

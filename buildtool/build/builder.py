@@ -24,7 +24,9 @@ from urllib.parse import urlsplit
 
 from buildtool.build import engine
 from buildtool.build.bases import fill_bases, is_loopback_registry, push_verified
-from buildtool.build.pipconfig import HostPip, PipSecrets, pip_secrets
+from buildtool.build.contents import attach_sbom
+from buildtool.build.lock import locked_versions, reachable
+from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets
 from buildtool.build.progress import LogProgress, Progress, StepWatcher
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import split_repo
@@ -33,6 +35,7 @@ from buildtool.contracts.names import parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
+from buildtool.registry.sbom import find_sbom
 
 # Docker Hub's API lives on another host than its image names.
 _API_HOST = {"docker.io": "registry-1.docker.io"}
@@ -61,6 +64,7 @@ class CellResult:
     message: str = ""
     log: str = ""
     content_key: str = ""
+    sbom: str = ""   # digest of the SBOM artifact attached to the pushed digest
 
     @property
     def ok(self) -> bool:
@@ -68,7 +72,7 @@ class CellResult:
 
     def to_json(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in ("cell", "result", "ref", "digest", "size", "seconds", "message", "log",
-                                              "content_key")}
+                                              "content_key", "sbom")}
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,8 @@ def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo) -> str:
     return content_key(dockerfile.read_bytes(), base.digest, settings, context_files(dockerfile))
 
 
-def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source: str) -> dict[str, str]:
+def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source: str,
+                 locked: dict[str, str] | None = None) -> dict[str, str]:
     cell = plan.cell
     run = {"shm_size": cell.run.shm_size, "ipc": cell.run.ipc, "ulimits": dict(cell.run.ulimits),
            "gpus": cell.run.gpus, "docker_flags": cell.run.docker_flags()}
@@ -151,6 +156,9 @@ def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source
         label_keys.CONTENT_KEY: key,
         label_keys.RUN_PROFILE: json.dumps(run, sort_keys=True, separators=(",", ":")),
     }
+    if locked is not None:
+        # What the locks install: the contents check and the SBOM step prove it inside the image.
+        labels[label_keys.PACKAGES] = json.dumps(locked, sort_keys=True, separators=(",", ":"))
     if base.labels.get(label_keys.STANDIN) == "true":
         labels[label_keys.STANDIN] = "true"
         labels[label_keys.STANDIN_FRAMEWORK] = base.labels.get(label_keys.STANDIN_FRAMEWORK, "unknown")
@@ -247,9 +255,13 @@ class Builder:
             if not self.options.force:
                 done = self._reuse(plan, key, result)
                 if done:
+                    if self.options.push and result.digest.startswith("sha256:"):
+                        self._ensure_sbom(plan, result)
                     result.seconds = time.monotonic() - started
                     return result
             self._build(plan, base, key, log_path, result)
+            if self.options.push and result.digest.startswith("sha256:"):
+                self._ensure_sbom(plan, result)
         except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
             result.result = "failed"
             result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
@@ -261,6 +273,20 @@ class Builder:
     def _push(self, plan: CellPlan) -> str:
         self.progress.update(plan.cell.key, "pushing", plan.dev_ref)
         return push_verified(plan.dev_ref, self.log)
+
+    def _ensure_sbom(self, plan: CellPlan, result: CellResult) -> None:
+        """Every pushed digest gets its SBOM (kept when one is attached already)."""
+        _, repo, _ = split_repo(plan.dev_ref)
+        found = find_sbom(self.registry, repo, result.digest)
+        if found is not None:
+            result.sbom = found.digest
+            return
+        local = engine.image_attrs(plan.dev_ref)
+        if local is None:
+            raise FailedError(f"{plan.dev_ref} has no SBOM in the registry and is not in the local store to make "
+                              "one from; rebuild it with --force --push")
+        self.progress.update(plan.cell.key, "sbom", "probing the image's packages")
+        result.sbom = attach_sbom(self.root, self.registry, repo, result.digest, plan.dev_ref)
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""
@@ -306,7 +332,9 @@ class Builder:
     def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
         client, secrets, host_pip = self._build_env()
         dockerfile = self.root / plan.cell.dockerfile
-        labels = build_labels(plan, base, key, self.revision, self.source)
+        labels = build_labels(plan, base, key, self.revision, self.source, locked_versions(self.root, plan.cell))
+        # The cell's own index URLs (e.g. PyTorch's CPU index) reach uv only where they answer.
+        files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
         self.progress.update(plan.cell.key, "building", "starting BuildKit")
         if self._steps is not None:
@@ -314,7 +342,7 @@ class Builder:
         try:
             image_id = engine.build(client, dockerfile.parent, dockerfile,
                                     build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
-                                    secrets=secrets.files, log_path=log_path, timeout=self.options.timeout,
+                                    secrets=files, log_path=log_path, timeout=self.options.timeout,
                                     no_cache=self.options.force)
         finally:
             if self._steps is not None:

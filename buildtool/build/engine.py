@@ -279,3 +279,12 @@ def run_output(image: str, command: list[str], timeout: int = 120) -> str:
         return output
     finally:
         container.remove(force=True)
+
+
+def pull(ref: str) -> None:
+    """Pull one image into the local store; RuntimeError with the engine's reason on failure."""
+    repo, _, tagname = ref.rpartition(":") if "@" not in ref else (ref, "", "")
+    try:
+        sdk().api.pull(repo, tag=tagname or None)
+    except docker.errors.APIError as exc:
+        raise RuntimeError(f"pull of {ref} failed: {str(exc.explanation or exc)[:200]}") from None

@@ -12,11 +12,17 @@ Local folders (`find-links = /opt/wheels`, `file:///opt/pypi/simple`) cannot be 
 from a build container, and copying them into the context would put them in a layer.
 `PipSecrets` serves them read-only over a loopback HTTP server for the duration of the
 build (builds run with `--network host`), and the pip.conf points there.
+
+uv (which installs the locks) does not read pip.conf: a third secret, `uv.toml`, carries the
+same indexes, find-links and loopback URLs (plus a cell's own index URLs, see
+`PipSecrets.uv_config`); the CA bundle reaches uv as SSL_CERT_FILE=/run/secrets/pip-ca.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.server
+import json
 import os
 import socketserver
 import subprocess
@@ -31,6 +37,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 SECRET_CONF = "pip.conf"
+SECRET_UV = "uv.toml"
 SECRET_CA = "pip-ca"
 CA_IN_BUILD = "/run/secrets/pip-ca"
 # Keys carried into the build; everything else (cache dirs, constraints of this machine,
@@ -130,6 +137,24 @@ class PipSecrets:
     files: dict[str, Path]
     served: dict[str, str] = field(default_factory=dict)  # local folder -> loopback URL
     conf_text: str = ""
+    host: HostPip = field(default_factory=HostPip)
+    folder: Path | None = None
+
+    def uv_config(self, extra_index_urls: tuple[str, ...] = ()) -> Path:
+        """A `uv.toml` secret with a cell's own index URLs in front of the host's (written once)."""
+        if not extra_index_urls or self.folder is None:
+            return self.files[SECRET_UV]
+        text = render_uv_toml(self.host, self.served, extra_index_urls)
+        path = self.folder / f"uv-{hashlib.sha256(text.encode()).hexdigest()[:12]}.toml"
+        if not path.exists():
+            _write_private(path, text)
+        return path
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
 
 
 def render_conf(host: HostPip, url_of: dict[str, str], *, has_ca: bool) -> str:
@@ -159,6 +184,37 @@ def render_conf(host: HostPip, url_of: dict[str, str], *, has_ca: bool) -> str:
         lines.append(f"cert = {CA_IN_BUILD}")
     # An unreachable extra index (e.g. download.pytorch.org offline) must cost seconds.
     lines += ["retries = 1", "timeout = 20", "disable-pip-version-check = true"]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_list(values: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def render_uv_toml(host: HostPip, url_of: dict[str, str], extra_index_urls: tuple[str, ...] = ()) -> str:
+    """The uv configuration a build sees (secret `uv.toml`): the same indexes, find-links and
+    loopback URLs as its pip.conf. uv cannot take a CA path in its config: the build exports
+    SSL_CERT_FILE=/run/secrets/pip-ca. Best match across indexes, as pip does: the locks'
+    hashes decide which file is acceptable, so no index can substitute another."""
+
+    def mapped(location: str) -> str:
+        local = _local_path(location)
+        return location if local is None else url_of.get(str(local), location)
+
+    lines = []
+    if host.index_url:
+        lines.append(f"index-url = {json.dumps(mapped(host.index_url))}")
+    extra = [*extra_index_urls, *(mapped(u) for u in host.extra_index_urls)]
+    if extra:
+        lines.append(f"extra-index-url = {_toml_list(list(dict.fromkeys(extra)))}")
+    if host.find_links:
+        lines.append(f"find-links = {_toml_list([mapped(u) for u in host.find_links])}")
+    if host.no_index:
+        lines.append("no-index = true")
+    insecure = [*host.trusted_hosts, *(["127.0.0.1"] if url_of else [])]
+    if insecure:
+        lines.append(f"allow-insecure-host = {_toml_list(list(dict.fromkeys(insecure)))}")
+    lines += ['index-strategy = "unsafe-best-match"', "concurrent-downloads = 8"]
     return "\n".join(lines) + "\n"
 
 
@@ -205,7 +261,9 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
             with os.fdopen(fd, "w") as handle:
                 handle.write(conf)
             files[SECRET_CONF] = conf_path
-            yield PipSecrets(files=files, served=url_of, conf_text=conf)
+            files[SECRET_UV] = Path(tmp) / SECRET_UV
+            _write_private(files[SECRET_UV], render_uv_toml(host, url_of))
+            yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, folder=Path(tmp))
         finally:
             if server is not None:
                 server.shutdown()

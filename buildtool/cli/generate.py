@@ -60,20 +60,30 @@ def render(
 
 
 def check(matrix: MatrixOption = None) -> None:
-    """Fail (exit 1, printing a unified diff) when committed generated files differ from the matrix."""
+    """Fail (exit 1, printing a unified diff) when committed generated files differ from the matrix,
+    or a cell's lock is missing, broken or stale (made from other matrix values)."""
+    from buildtool.build.lock import check_cell
     from buildtool.common.errors import FailedError
     from buildtool.render.dockerfiles import drift
 
     project = find_project(matrix)
-    outputs = all_outputs(project, project.load())
+    loaded = project.load()
+    outputs = all_outputs(project, loaded)
     diff, stale = drift(project.root, outputs)
     if diff:
         stdout.print(diff, end="", markup=False, highlight=False)
     for rel in stale:
         err.print(f"stale: {rel} belongs to no cell in the matrix; delete it or run `buildtool render --prune`")
+    # Each cell's locks (beside its Dockerfile) against the matrix values they were made from.
+    lock_problems = [problem for cell in loaded.cells for problem in check_cell(project.root, cell)]
+    for problem in lock_problems:
+        err.print(f"lock: {problem}", markup=False, highlight=False)
     if diff or stale:
         raise FailedError("generated files drifted from matrix.yaml; run `make render` and commit the result")
-    err.print(f"{len(outputs.files)} generated files match matrix.yaml")
+    if lock_problems:
+        raise FailedError(f"{len(lock_problems)} lock problem(s); run `make lock` (FRAMEWORK=<cell> PACKAGE=<name> "
+                          "for one package) and commit the locks")
+    err.print(f"{len(outputs.files)} generated files match matrix.yaml; the locks of {len(loaded.cells)} cells too")
 
 
 def plan(

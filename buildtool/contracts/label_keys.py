@@ -33,6 +33,7 @@ RUN_FLAGS = f"{PREFIX}.run.flags"
 # -- build-time facts (added by `buildtool build`) ----------------------------------------------
 CONTENT_KEY = f"{PREFIX}.content-key"
 RUN_PROFILE = f"{PREFIX}.run-profile"       # JSON of the cell's run profile
+PACKAGES = f"{PREFIX}.packages"             # JSON name -> version of every package the cell's locks install
 BASE_REF = f"{PREFIX}.base.ref"             # the base reference the build pulled (mirror or upstream)
 BASE_SOURCE = f"{PREFIX}.base.source"       # how a locally made base was made (debootstrap ...)
 

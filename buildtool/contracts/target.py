@@ -31,6 +31,8 @@ class Expectations(BaseModel):
     framework_claims: list[FrameworkClaim] = Field(default_factory=list)
     python: str = ""
     python_skip_reason: str = ""
+    # name -> version of every package the cell's locks installed (the build's label); None: no label.
+    locked: dict[str, str] | None = None
 
 
 class FrameworkInfo(BaseModel):

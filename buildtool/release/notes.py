@@ -23,7 +23,7 @@ _VERSION_LABELS = {
     "org.opencontainers.image.base.name": "base",
 }
 _PACKAGE_PREFIX = f"{label_keys.PREFIX}.package."
-_PACKAGES_LABEL = f"{label_keys.PREFIX}.packages"   # JSON object name -> version, when the build sets it
+_PACKAGES_LABEL = label_keys.PACKAGES   # JSON object name -> version of the locked packages (build sets it)
 
 
 def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:

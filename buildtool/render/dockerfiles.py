@@ -20,6 +20,7 @@ import jinja2
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys
+from buildtool.contracts.locks import UV_LOCK, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix
 
 GENERATED_DIRS = ("dockerfiles",)
@@ -62,6 +63,16 @@ def _template_location(exc: BaseException, templates_dir: Path) -> str:
     return where
 
 
+def uv_pin(templates_dir: Path) -> dict[str, str]:
+    """The pinned uv (templates/uv.lock): its version and one hashed requirement line."""
+    path = templates_dir / UV_LOCK
+    try:
+        version, requirement = uv_requirement(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TemplateError(f"templates/{UV_LOCK}: {exc}; run `make lock` to write it") from None
+    return {"version": version, "requirement": requirement}
+
+
 def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell) -> str:
     context = {
         "cell": cell,
@@ -69,6 +80,9 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         "source": matrix.source,
         "label_keys": label_keys,
         "pinned_packages": [f"{name}=={version}" for name, version in cell.packages],
+        "uv": uv_pin(templates_dir),
+        # NGC cells (and their stand-ins) bring Python and the framework; only tools are installed.
+        "ngc": not cell.framework_requirements,
     }
     try:
         return _tidy(env.get_template(cell.template).render(context))

@@ -188,6 +188,12 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
     standin = labels.get(label_keys.STANDIN) == "true"
     module = frameworks.get(cell.framework).module
     expect: dict[str, Any] = {"packages": dict(cell.packages), "standin": standin}
+    try:
+        locked = json.loads(labels[label_keys.PACKAGES]) if label_keys.PACKAGES in labels else None
+    except ValueError:
+        raise UserError(f"label {label_keys.PACKAGES} of the image is not JSON; rebuild it with `buildtool build`") \
+            from None
+    expect["locked"] = locked if isinstance(locked, dict) else None
     if standin:
         value = labels.get(label_keys.STANDIN_FRAMEWORK)
         if not value:

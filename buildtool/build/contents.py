@@ -1,0 +1,84 @@
+"""What a built image contains: one in-image probe, checked against the cell's locks, and
+turned into the SBOM that is attached to the image's digest when it is pushed.
+
+The probe is image-tests/scripts/packages.py (standard library only), run once in a
+throw-away container without network. A pushed image whose Python packages differ from its
+lock (the `io.dl-images.packages` label the build wrote from it) fails the build: an image
+never gets an SBOM that contradicts its lock.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from buildtool.build import engine
+from buildtool.common.errors import FailedError
+from buildtool.contracts import label_keys
+from buildtool.contracts.locks import normalize
+from buildtool.registry import sbom
+from buildtool.registry.client import RegistryClient
+
+PROBE = Path("image-tests") / "scripts" / "packages.py"
+
+
+def probe(root: Path, image: str, timeout: int = 180) -> dict[str, Any]:
+    """The probe's JSON for `image` (Python and Debian packages, Python version, CUDA)."""
+    source = (root / PROBE).read_text()
+    try:
+        output = engine.run_output(image, ["python", "-c", source], timeout=timeout)
+        return dict(json.loads(output.strip().splitlines()[-1]))
+    except (RuntimeError, ValueError, IndexError) as exc:
+        raise FailedError(f"the package probe failed in {image}: {str(exc).splitlines()[0][:160]}") from None
+
+
+def lock_mismatches(locked: dict[str, str], installed: dict[str, str]) -> list[str]:
+    """One line per locked package that is missing or at another version."""
+    have = {normalize(k): v for k, v in installed.items()}
+    return [f"{name}: locked {version}, image has {have.get(name) or 'nothing installed'}"
+            for name, version in sorted(locked.items()) if have.get(normalize(name)) != version]
+
+
+def facts(labels: dict[str, str], found: dict[str, Any]) -> dict[str, str]:
+    """The headline of an SBOM and of release notes: framework, Python, CUDA, base (+ cell, revision)."""
+    framework = labels.get(label_keys.FRAMEWORK, "")
+    version = labels.get(label_keys.STANDIN_FRAMEWORK) or labels.get(label_keys.FRAMEWORK_VERSION, "")
+    cuda = str(found.get("cuda") or "")
+    if not cuda:   # PyPI's CUDA wheels: the runtime's version, e.g. nvidia-cuda-runtime-cu12
+        cuda = next((v for k, v in sorted(found.get("python_packages", {}).items())
+                     if k.startswith("nvidia-cuda-runtime")), "")
+    base = labels.get(label_keys.OCI_BASE_NAME, "")
+    if labels.get(label_keys.OCI_BASE_DIGEST):
+        base += f"@{labels[label_keys.OCI_BASE_DIGEST]}"
+    return {
+        "framework": f"{framework} {version}".strip(),
+        "python": str(found.get("python", "")),
+        "cuda": cuda,
+        "base": base,
+        "os": str(found.get("os", "")),
+        "cell": labels.get(label_keys.CELL, ""),
+        "revision": labels.get(label_keys.OCI_REVISION, ""),
+        "standin": "true" if labels.get(label_keys.STANDIN) == "true" else "",
+    }
+
+
+def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, local_ref: str) -> str:
+    """Probe the local image, check it against its lock, attach its SBOM to repo@digest.
+    Returns the SBOM artifact's digest; an SBOM already attached to the digest is kept."""
+    existing = sbom.find_sbom(client, repo, digest)
+    if existing is not None:
+        return existing.digest
+    labels = engine.image_labels(local_ref)
+    found = probe(root, local_ref)
+    try:
+        locked = json.loads(labels.get(label_keys.PACKAGES, "{}"))
+    except ValueError:
+        locked = {}
+    wrong = lock_mismatches(locked, found.get("python_packages", {}))
+    if wrong:
+        raise FailedError(f"{local_ref} differs from its lock: " + "; ".join(wrong[:5])
+                          + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
+    document = sbom.make_sbom(found, repository=f"{client.host}/{repo}", digest=digest, facts=facts(labels, found))
+    sbom.validate_sbom(document)
+    return sbom.store_sbom(client, repo, digest, document)

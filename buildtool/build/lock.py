@@ -1,0 +1,435 @@
+"""`buildtool lock`: per-cell locks of everything a cell installs on top of its base.
+
+One resolution (`uv pip compile --generate-hashes` over the framework requirements, the matrix's
+tool pins and pip) for the image's Python and platform, split in two files beside the
+Dockerfile (format: buildtool.contracts.locks): `framework.lock`, the framework's dependency
+closure taken from that resolution, and `tools.lock`, the rest. A tool bump that leaves the
+framework's closure alone leaves framework.lock byte-identical, so the framework layer stays
+cached. NGC cells have no framework lock: the base is asked (one throw-away container) for its
+Python, its installed distributions and its PIP_CONSTRAINT files; those are constraints of the
+resolution and are left out of the lock, so torch and the CUDA stack are never replaced.
+
+Each file's header fingerprints the matrix values it came from, so `buildtool check` finds a
+stale lock offline; `buildtool lock` (network) refreshes every package or, with --package,
+only the named ones (other pins kept). Index settings come from the host's pip configuration
+plus the cell's own index URLs; remote ones that cannot be reached are left out with a note:
+the hashes decide what may be installed, an index only where it is downloaded from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildtool.build.pipconfig import HostPip
+from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts.locks import (
+    FRAMEWORK_LOCK,
+    LOCK_FILES,
+    TOOLS_LOCK,
+    UV_LOCK,
+    Entry,
+    LockFile,
+    normalize,
+    parse_lock,
+)
+from buildtool.matrix.schema import Cell
+
+LOCK_FORMAT = 1
+# Wheels for the images' platform (glibc 2.28+ x86_64: Debian 12, NGC's Ubuntu).
+PLATFORM = "x86_64-manylinux_2_28"
+UV_TIMEOUT = 600
+
+Log = Callable[[str], None]
+
+
+# -- what a cell locks ------------------------------------------------------------------------
+
+def is_ngc(cell: Cell) -> bool:
+    """Cells whose base brings Python and the framework (NGC and its stand-ins)."""
+    return not cell.framework_requirements
+
+
+def framework_requirements(cell: Cell) -> list[str]:
+    return list(cell.framework_requirements)
+
+
+def tool_requirements(cell: Cell) -> list[str]:
+    """The matrix's tool pins, plus pip on cells that make their own venv (so pip is locked too)."""
+    reqs = [f"{name}=={version}" for name, version in cell.packages]
+    if not is_ngc(cell):
+        reqs.append("pip")
+    return reqs
+
+
+def fingerprint(cell: Cell, part: str = TOOLS_LOCK) -> str:
+    """What a lock file depends on in the matrix: a change here makes it stale. The tools lock
+    comes from the whole resolution; the framework lock only from the framework's inputs, so a
+    tool bump that leaves the framework's closure alone leaves framework.lock byte-identical."""
+    data = {
+        "format": LOCK_FORMAT,
+        "framework": framework_requirements(cell),
+        "tools": tool_requirements(cell) if part == TOOLS_LOCK else None,
+        "python": cell.python,
+        "platform": PLATFORM,
+        "base": cell.base,
+        "index_url": cell.index_url,
+        "extra_index_urls": list(cell.extra_index_urls),
+    }
+    return "sha256:" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def lock_paths(root: Path, cell: Cell) -> dict[str, Path]:
+    folder = (root / cell.dockerfile).parent
+    names = (TOOLS_LOCK,) if is_ngc(cell) else LOCK_FILES
+    return {name: folder / name for name in names}
+
+
+def read_locks(root: Path, cell: Cell) -> dict[str, LockFile]:
+    """The committed locks of a cell; UserError naming the file when one is missing or broken."""
+    found = {}
+    for name, path in lock_paths(root, cell).items():
+        rel = path.relative_to(root)
+        if not path.is_file():
+            raise UserError(f"{rel} is missing; run `make lock FRAMEWORK={cell.key}`")
+        try:
+            found[name] = parse_lock(path.read_text())
+        except ValueError as exc:
+            raise UserError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
+    return found
+
+
+def locked_versions(root: Path, cell: Cell) -> dict[str, str]:
+    """name -> version of every package the cell's locks install."""
+    merged: dict[str, str] = {}
+    for lock in read_locks(root, cell).values():
+        merged.update(lock.versions())
+    return dict(sorted(merged.items()))
+
+
+def check_cell(root: Path, cell: Cell) -> list[str]:
+    """Problems with a cell's committed locks (empty: up to date and consistent)."""
+    problems = []
+    try:
+        locks = read_locks(root, cell)
+    except UserError as exc:
+        return [str(exc)]
+    for name, lock in locks.items():
+        rel = lock_paths(root, cell)[name].relative_to(root)
+        if lock.inputs != fingerprint(cell, name):
+            problems.append(f"{rel} is stale (matrix inputs changed); run `make lock FRAMEWORK={cell.key}`")
+    if FRAMEWORK_LOCK in locks:
+        overlap = set(locks[FRAMEWORK_LOCK].entries) & set(locks[TOOLS_LOCK].entries)
+        if overlap:
+            problems.append(f"{cell.key}: {', '.join(sorted(overlap))} in both lock files")
+    versions = {n: v for lock in locks.values() for n, v in lock.versions().items()}
+    for req in framework_requirements(cell) + tool_requirements(cell):
+        name, sep, version = re.split(r"(===|==)", req, maxsplit=1) if "==" in req else (req, "", "")
+        have = versions.get(normalize(name))
+        if have is None:
+            problems.append(f"{cell.key}: the lock has no {name}; run `make lock FRAMEWORK={cell.key}`")
+        elif sep and have != version:
+            problems.append(f"{cell.key}: the matrix pins {name}=={version} but the lock has {have}; "
+                            f"run `make lock FRAMEWORK={cell.key}`")
+    return problems
+
+
+# -- resolving ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BaseFacts:
+    """What the base image already has (NGC cells): never replaced, left out of the lock."""
+
+    python: str
+    packages: dict[str, str] = field(default_factory=dict)   # normalized name -> version
+    constraints: str = ""          # the text of the base's PIP_CONSTRAINT file(s)
+    standin: bool = False
+    ref: str = ""
+
+
+def uv_binary() -> str:
+    """The pinned uv installed beside this interpreter (pyproject pins it)."""
+    candidate = Path(sys.executable).parent / "uv"
+    if candidate.is_file():
+        return str(candidate)
+    found = shutil.which("uv")
+    if not found:
+        raise UserError("uv is not installed; run `bash scripts/setup.sh` (installs the pinned uv into .venv)")
+    return found
+
+
+def index_args(host: HostPip, index_url: str | None, extra_index_urls: tuple[str, ...],
+               reachable: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+    """uv arguments for the cell's and the host's indexes; unreachable remote ones are left out
+    (with the reason): a lock's hashes decide what is installed, the index only where it comes from."""
+    args: list[str] = ["--index-strategy", "unsafe-best-match"]
+    skipped: list[str] = []
+    index = index_url or host.index_url
+    if index:
+        args += ["--index-url", index]
+    for url in (*extra_index_urls, *host.extra_index_urls):
+        if "://" in url and not url.startswith("file:") and not reachable(url):
+            skipped.append(url)
+            continue
+        args += ["--extra-index-url", url]
+    for link in host.find_links:
+        args += ["--find-links", link]
+    if host.no_index:
+        args.append("--no-index")
+    return args, skipped
+
+
+def _reachable(url: str, timeout: float = 10.0) -> bool:
+    import requests
+
+    try:
+        requests.head(url, timeout=timeout, allow_redirects=True)
+        return True
+    except requests.RequestException:
+        return False
+
+
+_ANSWERS: dict[str, bool] = {}
+
+
+def reachable(urls: tuple[str, ...], log: Log) -> tuple[str, ...]:
+    """The remote index URLs that answer from here (asked once per process); the others are named
+    in the log. A build that needs a package only such an index has fails with uv's own message."""
+    found = []
+    for url in urls:
+        if url not in _ANSWERS:
+            _ANSWERS[url] = url.startswith("file:") or "://" not in url or _reachable(url)
+            if not _ANSWERS[url]:
+                log(f"index {url} cannot be reached from here; builds use the host's indexes and find-links "
+                    "(the locks' hashes decide what is installed)")
+        if _ANSWERS[url]:
+            found.append(url)
+    return tuple(found)
+
+
+def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=UV_TIMEOUT, env=env, cwd=cwd,
+                             stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise FailedError(f"uv pip compile timed out after {UV_TIMEOUT}s") from None
+    if run.returncode != 0:
+        lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+        raise FailedError("uv pip compile failed: " + " | ".join(lines[-4:])[:600])
+
+
+def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], upgrade: tuple[str, ...] | None,
+                 base: BaseFacts | None, log: Log, reachable: Callable[[str], bool] = _reachable) -> dict[str, str]:
+    """Resolve a cell; returns lock file name -> text. `upgrade` None: move every package to its
+    newest allowed version; a tuple: keep the previous pins except those packages."""
+    python = base.python if base else cell.python
+    args, skipped = index_args(host, cell.index_url, cell.extra_index_urls, reachable)
+    for url in skipped:
+        log(f"[{cell.key}] index {url} cannot be reached from here; left out (hashes decide what is installed)")
+    uv = uv_binary()
+    env = {**os.environ, "UV_NO_CONFIG": "1"}
+    if host.cert:
+        env["SSL_CERT_FILE"] = host.cert
+    common = [uv, "pip", "compile", "--quiet", "--generate-hashes", "--no-header", "--python-version", python,
+              "--python-platform", PLATFORM, *args]
+    with tempfile.TemporaryDirectory(prefix="buildtool-lock-") as tmp:
+        tmpdir = Path(tmp)
+        reqs = tmpdir / "matrix.in"  # shows as `# via -r matrix.in` in the lock
+        reqs.write_text("\n".join(framework_requirements(cell) + tool_requirements(cell)) + "\n")
+        full = tmpdir / "full.txt"
+        constraints: list[str] = []
+        if base is not None:
+            pins = tmpdir / "base-constraints.txt"
+            pins.write_text(base.constraints + "\n" + "\n".join(f"{n}=={v}" for n, v in sorted(base.packages.items()))
+                            + "\n")
+            constraints = ["--constraint", pins.name]
+        if upgrade is not None and previous:
+            # uv keeps what the output file already pins (its preferences) unless upgraded.
+            full.write_text("\n".join(e.text for lock in previous.values() for e in lock.entries.values()) + "\n")
+        upgrade_args = ["--upgrade"] if upgrade is None else [a for p in upgrade for a in ("--upgrade-package", p)]
+        _run_uv([*common, *constraints, *upgrade_args, "-o", full.name, reqs.name], env, tmpdir)
+        resolved = parse_lock(full.read_text())
+        entries = {n: e for n, e in resolved.entries.items()
+                   if not (base and base.packages.get(n) == e.version)}
+        framework: dict[str, Entry] = {}
+        if framework_requirements(cell):
+            fw_in = tmpdir / "framework.in"
+            fw_in.write_text("\n".join(framework_requirements(cell)) + "\n")
+            fw_out = tmpdir / "framework.txt"
+            # The framework's closure, pinned to the full resolution's versions.
+            _run_uv([*common, *constraints, "--constraint", full.name, "-o", fw_out.name, fw_in.name], env, tmpdir)
+            framework = {n: entries[n] for n in parse_lock(fw_out.read_text()).entries if n in entries}
+    tools = {n: e for n, e in entries.items() if n not in framework}
+    header = _header(cell, base)
+    out = {TOOLS_LOCK: header("tools") + _body(tools)}
+    if framework_requirements(cell):
+        out[FRAMEWORK_LOCK] = header("framework") + _body(framework)
+    return out
+
+
+def _body(entries: dict[str, Entry]) -> str:
+    return "".join(entries[n].text + "\n" for n in sorted(entries))
+
+
+def _header(cell: Cell, base: BaseFacts | None) -> Callable[[str], str]:
+    def make(part: str) -> str:
+        name = FRAMEWORK_LOCK if part == "framework" else TOOLS_LOCK
+        lines = [
+            "# GENERATED FILE - DO NOT EDIT. Refresh with `make lock FRAMEWORK=" + cell.key + "` "
+            "(all packages) or `make lock FRAMEWORK=" + cell.key + " PACKAGE=<name>` (one).",
+            f"# Lock of cell {cell.key}, {part} layer: installed with hashes required "
+            "(uv pip install --require-hashes --no-deps).",
+            f"# inputs: {fingerprint(cell, name)}",
+            f"# python {base.python if base else cell.python}, platform {PLATFORM}",
+        ]
+        if base is not None:
+            what = "a local stand-in for " + cell.base if base.standin else cell.base
+            lines.append(f"# resolved against the base ({what}): its {len(base.packages)} Python packages"
+                         + (" and its PIP_CONSTRAINT file" if base.constraints.strip() else "")
+                         + " are constraints and not listed here")
+            if base.standin:
+                lines.append("# STAND-IN: re-run `make lock` where the real NGC base can be pulled "
+                             "before building on it")
+        return "\n".join(lines) + "\n"
+    return make
+
+
+def write_locks(root: Path, cell: Cell, texts: dict[str, str]) -> list[Path]:
+    """Atomic writes of a cell's locks; returns the files that changed."""
+    changed = []
+    for name, path in lock_paths(root, cell).items():
+        text = texts[name]
+        if path.is_file() and path.read_text() == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+        changed.append(path)
+    return changed
+
+
+# What a base already has, asked inside it (stdlib only): Python, its distributions and the
+# text of the files its PIP_CONSTRAINT names.
+BASE_PROBE = r"""
+import importlib.metadata as md, json, os, re, sys
+packages = {}
+for dist in md.distributions():
+    name = dist.metadata["Name"]
+    if name:
+        packages.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+texts = []
+for path in os.environ.get("PIP_CONSTRAINT", "").split():
+    try:
+        texts.append(open(path).read())
+    except OSError as exc:
+        texts.append("# unreadable %s: %s" % (path, exc))
+print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "packages": packages,
+                  "constraints": "\n".join(texts)}))
+"""
+
+
+def parse_base_probe(output: str, *, ref: str, standin: bool) -> BaseFacts:
+    data = json.loads(output.strip().splitlines()[-1])
+    # Constraint lines that are not plain pins (comments, URLs, markers) are passed through as they are.
+    return BaseFacts(python=str(data["python"]), packages={normalize(k): str(v) for k, v in data["packages"].items()},
+                     constraints=str(data.get("constraints", "")), standin=standin, ref=ref)
+
+
+def base_facts(base_ref: str) -> BaseFacts:
+    """Ask the base image itself (pulled when missing) what it already has."""
+    from buildtool.build import engine
+    from buildtool.contracts import label_keys
+
+    try:
+        if engine.image_attrs(base_ref) is None:
+            engine.pull(base_ref)
+        output = engine.run_output(base_ref, ["python", "-c", BASE_PROBE], timeout=120)
+    except RuntimeError as exc:
+        raise FailedError(f"cannot ask the base {base_ref} for its packages: {str(exc)[:200]}") from None
+    standin = engine.image_labels(base_ref).get(label_keys.STANDIN) == "true"
+    return parse_base_probe(output, ref=base_ref, standin=standin)
+
+
+@dataclass(frozen=True)
+class LockResult:
+    cell: str
+    changed: list[str]
+    packages: int
+
+
+def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], packages: tuple[str, ...],
+               log: Log, host: HostPip | None = None) -> list[LockResult]:
+    """Refresh the locks of `cells`: every package (no `packages`) or only the named ones.
+    `base_refs` maps NGC cells to the base reference to ask (their mirror or stand-in)."""
+    host = host if host is not None else HostPip.from_host()
+    wanted = tuple(normalize(p) for p in packages)
+    results = []
+    for cell in cells:
+        previous: dict[str, LockFile] = {}
+        for name, path in lock_paths(root, cell).items():
+            try:
+                previous[name] = parse_lock(path.read_text())
+            except (OSError, ValueError):
+                continue
+        known = {n for lock in previous.values() for n in lock.entries} | {
+            normalize(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0])
+            for r in framework_requirements(cell) + tool_requirements(cell)}
+        unknown = [p for p in wanted if p not in known]
+        if unknown and len(cells) == 1:
+            raise UserError(f"--package {', '.join(unknown)}: not in the lock of {cell.key}; name a package "
+                            "it lists (or leave --package out to refresh all)")
+        base = None
+        if is_ngc(cell):
+            ref = base_refs[cell.key]
+            log(f"[{cell.key}] asking the base {ref} what it has")
+            base = base_facts(ref)
+        upgrade = None if not wanted else tuple(p for p in wanted if p in known)
+        texts = compile_cell(cell, host, previous=previous, upgrade=upgrade, base=base, log=log)
+        changed = write_locks(root, cell, texts)
+        count = sum(len(parse_lock(t).entries) for t in texts.values())
+        results.append(LockResult(cell.key, [str(p.relative_to(root)) for p in changed], count))
+    return results
+
+
+def uv_version() -> str:
+    """The version of the pinned uv this project runs (`uv --version`)."""
+    try:
+        run = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UserError(f"uv does not run ({exc}); run `bash scripts/setup.sh`") from None
+    match = re.match(r"uv (\S+)", run.stdout)
+    if not match:
+        raise UserError(f"cannot tell uv's version from {run.stdout.strip()!r}; run `bash scripts/setup.sh`")
+    return match.group(1)
+
+
+def write_uv_lock(templates: Path, host: HostPip | None = None) -> Path | None:
+    """templates/uv.lock: the uv every build installs, the same version as this project's, with the
+    hashes of all its wheels. Returns the path when it changed."""
+    host = host if host is not None else HostPip.from_host()
+    version = uv_version()
+    env = {**os.environ, "UV_NO_CONFIG": "1", **({"SSL_CERT_FILE": host.cert} if host.cert else {})}
+    args, _ = index_args(host, None, (), lambda url: True)
+    with tempfile.TemporaryDirectory(prefix="buildtool-lock-") as tmp:
+        (Path(tmp) / "uv.in").write_text(f"uv=={version}\n")
+        _run_uv([uv_binary(), "pip", "compile", "--quiet", "--generate-hashes", "--no-header", "--no-annotate",
+                 *args, "-o", "uv.txt", "uv.in"], env, Path(tmp))
+        body = (Path(tmp) / "uv.txt").read_text()
+    text = ("# GENERATED FILE - DO NOT EDIT. The uv every image build installs its locks with; refreshed by "
+            "`make lock`\n# (the version pinned in pyproject.toml). Hashes of every wheel of that release.\n" + body)
+    path = templates / UV_LOCK
+    if path.is_file() and path.read_text() == text:
+        return None
+    path.write_text(text)
+    return path

@@ -1,0 +1,41 @@
+"""Every package the cell's locks installed is in the image at its locked version.
+
+One probe (scripts/packages.py, JSON) lists every distribution in the image; the locked set
+comes from the image's `io.dl-images.packages` label, which `buildtool build` writes from the
+locks the image was built with. A package removed, replaced or changed after the build (pip in
+a derived image, a hand-edited container committed as an image) fails here, named.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@pytest.fixture(scope="module")
+def installed(main):
+    result = main.python("packages.py", timeout=180)
+    assert result.rc == 0, f"package probe failed (rc {result.rc}): {result.tail()}"
+    try:
+        found = json.loads(result.out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        pytest.fail(f"package probe printed no JSON: {result.tail()}")
+    return {_norm(k): v for k, v in found["python_packages"].items()}
+
+
+def test_locked_packages_installed_at_their_versions(installed, target):
+    locked = target["expect"].get("locked")
+    assert locked is not None, ("the image has no io.dl-images.packages label, so nothing says what its locks "
+                                "installed; build it with `buildtool build` (which writes it from the cell's locks)")
+    assert locked, "the image's io.dl-images.packages label lists no package"
+    wrong = {name: (version, installed.get(_norm(name))) for name, version in locked.items()
+             if installed.get(_norm(name)) != version}
+    assert not wrong, f"{len(wrong)} of {len(locked)} locked packages differ: " + "; ".join(
+        f"{name}: locked {want}, image has {have or 'nothing installed'}"
+        for name, (want, have) in sorted(wrong.items()))

@@ -1,0 +1,152 @@
+"""Locks: parsing, the drift check, the framework/tools split and the uv arguments (no network)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from buildtool.build import lock
+from buildtool.build.pipconfig import HostPip
+from buildtool.common.errors import UserError
+from buildtool.contracts import locks
+from buildtool.matrix.schema import load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+H = "--hash=sha256:" + "a" * 64
+
+
+def _cell(key: str = "pytorch-cpu:2.13"):
+    return next(c for c in load_matrix(ROOT / "matrix.yaml").cells if c.key == key)
+
+
+def _lock_text(cell, entries: dict[str, str], part: str = locks.TOOLS_LOCK) -> str:
+    body = "".join(f"{n}=={v} \\\n    {H}\n    # via x\n" for n, v in entries.items())
+    return f"# header\n# inputs: {lock.fingerprint(cell, part)}\n{body}"
+
+
+def test_parse_lock_reads_entries_hashes_and_inputs():
+    text = ("# inputs: sha256:" + "b" * 64 + "\n"
+            "Torch==2.13.0+cpu \\\n    --hash=sha256:" + "1" * 64 + "\n    # via -r matrix.in\n"
+            "typing_extensions==4.16.0 \\\n    --hash=sha256:" + "2" * 64 + " \\\n    --hash=sha256:" + "3" * 64 + "\n")
+    parsed = locks.parse_lock(text)
+    assert parsed.inputs == "sha256:" + "b" * 64
+    assert parsed.versions() == {"torch": "2.13.0+cpu", "typing-extensions": "4.16.0"}
+    assert len(parsed.entries["typing-extensions"].hashes) == 2
+
+
+@pytest.mark.parametrize("text, message", [
+    ("numpy>=1\n", "not a pinned requirement"),
+    ("numpy==2.0\n", "numpy==2.0 has no --hash"),
+    (f"numpy==2.0 {H}\nNumPy==2.0 {H}\n", "numpy is listed twice"),
+])
+def test_parse_lock_refuses_what_cannot_be_installed_with_hashes(text, message):
+    with pytest.raises(ValueError, match=message):
+        locks.parse_lock(text)
+
+
+def _write(tmp_path: Path, cell, framework: dict[str, str] | None, tools: dict[str, str]) -> None:
+    folder = (tmp_path / cell.dockerfile).parent
+    folder.mkdir(parents=True)
+    if framework is not None:
+        (folder / locks.FRAMEWORK_LOCK).write_text(_lock_text(cell, framework, locks.FRAMEWORK_LOCK))
+    (folder / locks.TOOLS_LOCK).write_text(_lock_text(cell, tools))
+
+
+GOOD_FW = {"torch": "2.13.0+cpu", "sympy": "1.14.0"}
+GOOD_TOOLS = {"tensorboard": "2.21.0", "torch-tb-profiler": "0.4.3", "pip": "26.3", "numpy": "2.4.6"}
+
+
+def test_check_passes_on_consistent_locks(tmp_path: Path):
+    cell = _cell()
+    _write(tmp_path, cell, GOOD_FW, GOOD_TOOLS)
+    assert lock.check_cell(tmp_path, cell) == []
+    assert lock.locked_versions(tmp_path, cell)["torch"] == "2.13.0+cpu"
+
+
+def test_check_names_a_stale_lock_after_a_matrix_change(tmp_path: Path):
+    cell = _cell()
+    _write(tmp_path, cell, GOOD_FW, GOOD_TOOLS)
+    bumped = replace(cell, packages=(("tensorboard", "2.20.0"), ("torch-tb-profiler", "0.4.3")))
+    problems = lock.check_cell(tmp_path, bumped)
+    assert any("tools.lock is stale" in p and "make lock FRAMEWORK=pytorch-cpu:2.13" in p for p in problems)
+    assert not any("framework.lock is stale" in p for p in problems)  # a tool bump leaves it alone
+    assert any("pins tensorboard==2.20.0 but the lock has 2.21.0" in p for p in problems)
+
+
+def test_check_names_missing_files_packages_and_overlaps(tmp_path: Path):
+    cell = _cell()
+    tools = {k: v for k, v in GOOD_TOOLS.items() if k != "torch-tb-profiler"} | {"sympy": "1.14.0"}
+    _write(tmp_path, cell, GOOD_FW, tools)
+    problems = lock.check_cell(tmp_path, cell)
+    assert any("the lock has no torch-tb-profiler" in p for p in problems)
+    assert any("sympy in both lock files" in p for p in problems)
+    (tmp_path / cell.dockerfile).parent.joinpath(locks.FRAMEWORK_LOCK).unlink()
+    assert lock.check_cell(tmp_path, cell) == [
+        f"{Path(cell.dockerfile).parent / locks.FRAMEWORK_LOCK} is missing; run `make lock FRAMEWORK={cell.key}`"]
+    with pytest.raises(UserError, match="is missing"):
+        lock.locked_versions(tmp_path, cell)
+
+
+def test_ngc_cells_lock_only_their_tools():
+    cell = _cell("pytorch-ngc:25.10")
+    assert lock.is_ngc(cell)
+    assert list(lock.lock_paths(Path("/r"), cell)) == [locks.TOOLS_LOCK]
+    assert lock.tool_requirements(cell) == ["tensorboard==2.21.0", "torch-tb-profiler==0.4.3"]
+
+
+def test_index_arguments_keep_host_settings_and_drop_unreachable_indexes():
+    cell = _cell()
+    host = HostPip(extra_index_urls=("file:///opt/pypi/simple",), find_links=("/opt/wheels",))
+    args, skipped = lock.index_args(host, cell.index_url, cell.extra_index_urls, reachable=lambda url: False)
+    assert skipped == ["https://download.pytorch.org/whl/cpu"]
+    assert args == ["--index-strategy", "unsafe-best-match", "--extra-index-url", "file:///opt/pypi/simple",
+                    "--find-links", "/opt/wheels"]
+    args, skipped = lock.index_args(host, cell.index_url, cell.extra_index_urls, reachable=lambda url: True)
+    assert "https://download.pytorch.org/whl/cpu" in args and not skipped
+
+
+def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
+    """The framework lock is the framework's closure taken from the full resolution; the rest are tools;
+    on NGC cells the base's packages (same version) are left out and passed as constraints."""
+    calls: list[list[str]] = []
+    current: list = []
+    full = {"torch": "2.13.0+cpu", "sympy": "1.14.0", "numpy": "2.4.6", "tensorboard": "2.21.0",
+            "torch-tb-profiler": "0.4.3", "pip": "26.3"}
+
+    def fake_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        calls.append(argv)
+        out = argv[argv.index("-o") + 1]
+        names = ["torch", "sympy"] if argv[-1] == "framework.in" else list(full)
+        if argv[-1] != "framework.in":
+            assert (cwd / argv[-1]).read_text().split() == (lock.framework_requirements(current[0])
+                                                            + lock.tool_requirements(current[0]))
+        (cwd / out).write_text("".join(f"{n}=={full[n]} \\\n    {H}\n" for n in names))
+
+    monkeypatch.setattr(lock, "_run_uv", fake_uv)
+    monkeypatch.setattr(lock, "uv_binary", lambda: "uv")
+    cell = _cell()
+    current.append(cell)
+    texts = lock.compile_cell(cell, HostPip(), previous={}, upgrade=None, base=None, log=print,
+                              reachable=lambda url: True)
+    assert locks.parse_lock(texts[locks.FRAMEWORK_LOCK]).versions() == {"torch": "2.13.0+cpu", "sympy": "1.14.0"}
+    assert set(locks.parse_lock(texts[locks.TOOLS_LOCK]).versions()) == {"numpy", "tensorboard", "torch-tb-profiler",
+                                                                         "pip"}
+    assert locks.parse_lock(texts[locks.TOOLS_LOCK]).inputs == lock.fingerprint(cell)
+    assert "--upgrade" in calls[0] and "--generate-hashes" in calls[0]
+    assert calls[0][calls[0].index("--python-version") + 1] == "3.11"
+
+    calls.clear()
+    ngc = _cell("pytorch-ngc:25.10")
+    current[0] = ngc
+    full["numpy"] = "1.26.4"
+    base = lock.BaseFacts(python="3.12", packages={"torch": "2.13.0+cpu", "numpy": "1.26.4", "sympy": "1.14.0"},
+                          constraints="torch==2.13.0+cpu\n", standin=True)
+    texts = lock.compile_cell(ngc, HostPip(), previous={}, upgrade=("tensorboard",), base=base, log=print,
+                              reachable=lambda url: True)
+    assert list(texts) == [locks.TOOLS_LOCK]
+    assert set(locks.parse_lock(texts[locks.TOOLS_LOCK]).versions()) == {"tensorboard", "torch-tb-profiler", "pip"}
+    assert "STAND-IN" in texts[locks.TOOLS_LOCK]
+    assert calls[0][calls[0].index("--upgrade-package") + 1] == "tensorboard"
+    assert "--constraint" in calls[0]
