@@ -182,7 +182,8 @@ def test_catalogue_lists_the_newest_release_of_each_cell(project: Path, run_cli)
     releases.mkdir()
     digest = "sha256:" + "ab" * 32
     for version, tags in (("0.1.0", ["2.13-0.1.0", "2.13", "latest"]), ("0.2.0", ["2.13-0.2.0", "2.13", "latest"])):
-        image = {"cell": "pytorch-cpu:2.13", "tags": tags, "pinned": "x", "digest": digest}
+        image = {"cell": "pytorch-cpu:2.13", "tags": tags, "pinned": "x", "digest": digest,
+                 "packages": {"sbom": f"r/pytorch-cpu@sha256:{'5' * 64}"} if version == "0.2.0" else None}
         (releases / f"{version}.json").write_text(json.dumps({"version": version, "images": [image]}))
     code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "+- Released: `pytorch-cpu:2.13-0.2.0`" in out
@@ -190,4 +191,6 @@ def test_catalogue_lists_the_newest_release_of_each_cell(project: Path, run_cli)
     text = (project / "docs" / "images.md").read_text()
     assert (f"- Released: `pytorch-cpu:2.13-0.2.0`, `pytorch-cpu:2.13`, `pytorch-cpu:latest` in release 0.2.0, "
             f"digest `{digest}` ([notes](releases/0.2.0.md))") in text
+    assert (f"- SBOM (CycloneDX JSON, attached to the digest): `r/pytorch-cpu@sha256:{'5' * 64}`; print it with "
+            "`buildtool sbom x`") in text
     assert text.count("- Released: not yet") == 6

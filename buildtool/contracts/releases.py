@@ -25,10 +25,10 @@ def load_release_manifests(root: Path) -> list[dict[str, Any]]:
 
 
 def latest_by_cell(root: Path) -> dict[str, dict[str, Any]]:
-    """cell key -> {release, tags, pinned, digest} of its newest release: what the catalogue can list."""
+    """cell key -> {release, tags, pinned, digest, sbom} of its newest release: what the catalogue can list."""
     latest: dict[str, dict[str, Any]] = {}
     for manifest in load_release_manifests(root):
         for img in manifest["images"]:
             latest[img["cell"]] = {"release": manifest["version"], "tags": img["tags"], "pinned": img["pinned"],
-                                   "digest": img["digest"]}
+                                   "digest": img["digest"], "sbom": (img.get("packages") or {}).get("sbom")}
     return latest

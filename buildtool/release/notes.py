@@ -14,6 +14,7 @@ from typing import Any
 from buildtool.common.files import write_atomic
 from buildtool.contracts import label_keys
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
+from buildtool.release.packages import notes_lines as package_notes
 from buildtool.release.promote import ImageRelease, ReleaseReport
 
 # Labels that carry versions worth comparing between releases.
@@ -103,6 +104,7 @@ def build_manifest(report: ReleaseReport) -> dict[str, Any]:
             "previous": None if item.previous is None else
             {k: item.previous[k] for k in ("release", "tag", "digest", "size")},
             "changes": changes(item),
+            "packages": item.packages,
             "not_moved": [{"tag": t.tag, "note": t.note} for t in item.tags if t.action == "keep"],
         })
     return {"schema": MANIFEST_SCHEMA, "version": report.version, "source_commit": report.revision,
@@ -138,6 +140,7 @@ def render_notes(manifest: dict[str, Any]) -> str:
         for kept in img["not_moved"]:
             lines.append(f"- Not moved: `{kept['tag']}` {kept['note']}")
         prev = img["previous"]
+        lines += package_notes(img.get("packages"), prev["release"] if prev else None)
         lines += ["", f"Changes since release {prev['release']}:" if prev else "Changes:", ""]
         lines += [f"- {line}" for line in img["changes"]]
     return "\n".join(lines) + "\n"

@@ -54,6 +54,7 @@ from buildtool.registry.client import (
     RegistryUnreachable,
     sha256_digest,
 )
+from buildtool.release.packages import copy_sbom, package_section
 from buildtool.validate.verdicts import load_verdict, verdict_tag
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class ImageRelease:
     tags_made: list[str] = field(default_factory=list)
     previous: dict[str, Any] | None = None
     skips: list[dict[str, Any]] = field(default_factory=list)   # each skipped test and what accepted it
+    packages: dict[str, Any] | None = None   # SBOM and package changes (release.packages)
     _raw: bytes = b""
 
     @property
@@ -512,6 +514,7 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
             if not client.mount_blob(dst, blob, src):
                 raise RegistryError(f"registry declined to mount verdict blob {blob} into {dst}")
         client.put_manifest(dst, verdict_tag(item.digest), vraw, vtype)
+    copy_sbom(client, src, dst, item.digest)   # the SBOM travels with the image (release.packages)
     for t in todo:
         if lock is not None and not lock.still_held():
             raise RegistryError(f"lost the release lock of {dst} before tagging {t.tag}; nothing more was tagged")
@@ -569,6 +572,7 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
     for item, p in zip(report.images, plans, strict=True):
         if item.status == "ready":
             plan_item(client, item, p, version, options.force)
+            item.packages = package_section(client, item.digest, p.dev_repo, p.release_repo, item.previous)
     if report.refused or options.dry_run:
         for item in report.images:
             if item.status == "ready":

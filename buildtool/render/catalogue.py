@@ -34,7 +34,15 @@ def _released(cell: Cell, released: dict[str, dict[str, Any]]) -> str:
         return "- Released: not yet"
     tags = ", ".join(f"`{cell.name}:{t}`" for t in latest["tags"])
     return (f"- Released: {tags} in release {latest['release']}, digest `{latest['digest']}` "
-            f"([notes]({Path(RELEASES_DIR).relative_to('docs')}/{latest['release']}.md))")
+            f"([notes]({Path(RELEASES_DIR).relative_to('docs')}/{latest['release']}.md))" + _sbom(latest))
+
+
+def _sbom(latest: dict[str, Any]) -> str:
+    """Where the released image's SBOM is: a referrer of its digest, readable by any OCI client."""
+    if not latest.get("sbom"):
+        return "\n- SBOM: none recorded for this release"
+    return (f"\n- SBOM (CycloneDX JSON, attached to the digest): `{latest['sbom']}`; print it with "
+            f"`buildtool sbom {latest['pinned']}` or fetch it with `oras pull` / `skopeo copy`")
 
 
 def render_catalogue(matrix: Matrix, released: dict[str, dict[str, Any]] | None = None) -> str:

@@ -1,0 +1,131 @@
+"""Reproducibility report: two cold builds of the same commit of one cell, compared.
+
+Builds the cell's rendered Dockerfile (and locks) twice with nothing of it in the build cache
+(a unique CACHE_EPOCH after the first FROM, a unique uv cache mount: the shared engine's cache
+is never pruned wholesale), then reports:
+- package sets, by the SBOM probe (image-tests/scripts/packages.py): Python and Debian packages;
+- layer digests (diff IDs) one by one;
+- for every layer that differs, which files differ and how (content, mtime only, mode/owner,
+  present in one build only), from `docker save` of both images.
+Exits 1 when the package sets differ. Images and this run's cache mounts are removed at the end.
+    python bench/repro_build.py [--cell pytorch-cpu:2.13]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_uv_build import LOCAL, cache_mounts, cold_variant  # noqa: E402
+
+from buildtool.build import engine  # noqa: E402
+from buildtool.build.contents import probe  # noqa: E402
+from buildtool.build.pipconfig import pip_secrets  # noqa: E402
+from buildtool.matrix.plan import mirror_base  # noqa: E402
+from buildtool.matrix.schema import load_matrix  # noqa: E402
+
+
+def layer_members(saved: tarfile.TarFile, name: str) -> dict[str, tuple[int, str, int, int]]:
+    found = {}
+    with tarfile.open(fileobj=saved.extractfile(name)) as inner:
+        for member in inner:
+            data = inner.extractfile(member) if member.isfile() else None
+            content = hashlib.sha256(data.read()).hexdigest() if data else member.linkname
+            found[member.name] = (int(member.mtime), content, member.mode, member.uid)
+    return found
+
+
+def compare_layers(first: Path, second: Path) -> list[dict[str, object]]:
+    report = []
+    with tarfile.open(first) as a, tarfile.open(second) as b:
+        layers_a = json.load(a.extractfile("manifest.json"))[0]["Layers"]  # type: ignore[arg-type]
+        layers_b = json.load(b.extractfile("manifest.json"))[0]["Layers"]  # type: ignore[arg-type]
+        for n, (la, lb) in enumerate(zip(layers_a, layers_b, strict=True)):
+            ma, mb = layer_members(a, la), layer_members(b, lb)
+            kinds: collections.Counter[str] = collections.Counter()
+            examples: dict[str, list[str]] = collections.defaultdict(list)
+            for path in sorted(set(ma) | set(mb)):
+                if path not in ma or path not in mb:
+                    kind = "in one build only"
+                elif ma[path] == mb[path]:
+                    continue
+                elif ma[path][1] != mb[path][1]:
+                    kind = "content"
+                elif ma[path][0] != mb[path][0]:
+                    kind = "mtime only"
+                else:
+                    kind = "mode/owner"
+                kinds[kind] += 1
+                if len(examples[kind]) < 5:
+                    examples[kind].append(path)
+            report.append({"layer": n, "entries": len(ma), "differences": dict(kinds), "examples": dict(examples)})
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cell", default="pytorch-cpu:2.13")
+    args = parser.parse_args()
+    cell = next((c for c in load_matrix(ROOT / "matrix.yaml").cells if c.key == args.cell), None)
+    if cell is None:
+        print(f"--cell {args.cell}: not a cell of matrix.yaml", file=sys.stderr)
+        return 2
+    folder = (ROOT / cell.dockerfile).parent
+    client = engine.resolve_build_client()
+    before = set(cache_mounts())
+    tag = f"repro-{secrets.token_hex(3)}"
+    refs: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="repro-") as tmpdir, pip_secrets() as pip:
+            tmp = Path(tmpdir)
+            for n in (1, 2):
+                epoch = secrets.token_hex(6)
+                ctx = tmp / f"ctx{n}"
+                shutil.copytree(folder, ctx)
+                (ctx / "Dockerfile").write_text(cold_variant((folder / "Dockerfile").read_text(), f"repro-{epoch}"))
+                ref = f"{tag}/{cell.name}:{n}"
+                engine.build(client, ctx, ctx / "Dockerfile", build_args={"BASE_IMAGE": mirror_base(cell.base, LOCAL),
+                             "CACHE_EPOCH": epoch}, labels={}, secrets=pip.files, log_path=tmp / f"{n}.log", tag=ref)
+                refs.append(ref)
+                print(f"built {ref}", file=sys.stderr)
+            probes = [probe(ROOT, ref) for ref in refs]
+            layers = [(engine.image_attrs(ref) or {})["RootFS"]["Layers"] for ref in refs]
+            for n, ref in enumerate(refs, 1):
+                subprocess.run(["/usr/bin/docker", "save", ref, "-o", str(tmp / f"{n}.tar")], check=True,
+                               timeout=900)
+            files = compare_layers(tmp / "1.tar", tmp / "2.tar")
+    finally:
+        for ref in refs:
+            subprocess.run(["/usr/bin/docker", "rmi", "-f", ref], capture_output=True, timeout=120)
+        for record, description in cache_mounts().items():
+            if record not in before and "uv/cache" in description:
+                subprocess.run(["/usr/bin/docker", "builder", "prune", "-f", "--filter", f"id={record}"],
+                               capture_output=True, timeout=300)
+    same_python = probes[0]["python_packages"] == probes[1]["python_packages"]
+    same_apt = probes[0]["apt_packages"] == probes[1]["apt_packages"]
+    print(json.dumps({
+        "cell": cell.key,
+        "python_packages_identical": same_python, "python_packages": len(probes[0]["python_packages"]),
+        "apt_packages_identical": same_apt, "apt_packages": len(probes[0]["apt_packages"]),
+        "layers": [{"layer": n, "identical": a == b, "diff_id_1": a, "diff_id_2": b}
+                   for n, (a, b) in enumerate(zip(layers[0], layers[1], strict=True))],
+        "files": files,
+    }, indent=1))
+    return 0 if same_python and same_apt else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""SBOMs in the local registry (no engine, about 3 s): attached to an image digest, printed by
+`buildtool sbom`, compared by `buildtool diff`, read by skopeo (a client other than buildtool),
+copied to a release repository, and turned into the package part of release notes."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
+from buildtool.registry.sbom import contents, load_sbom, make_sbom, store_sbom, validate_sbom
+from buildtool.release.packages import copy_sbom, notes_lines, package_section
+
+pytestmark = pytest.mark.integration
+HOST = "127.0.0.1:5000"
+PROBE = {"python": "3.11.2", "os": "Debian GNU/Linux 12 (bookworm)", "cuda": "",
+         "python_packages": {"torch": "2.13.0+cpu", "numpy": "2.4.6", "torch-tb-profiler": "0.4.3"},
+         "apt_packages": {"python3.11": "3.11.2-6+deb12u6", "bash": "5.2.15-2+b13"}}
+FACTS = {"framework": "pytorch 2.13.0+cpu", "python": "3.11.2", "base": "docker.io/library/debian:bookworm-slim"}
+
+
+def _image(client: RegistryClient, repo: str, tag: str) -> str:
+    layer = secrets.token_bytes(64)
+    layer_digest = client.put_blob(repo, layer)
+    config = client.put_blob(repo, EMPTY_JSON)
+    raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                      "config": {"mediaType": EMPTY_JSON_TYPE, "digest": config, "size": 2},
+                      "layers": [{"mediaType": "application/octet-stream", "digest": layer_digest, "size": 64}]},
+                     sort_keys=True).encode()
+    return client.put_manifest(repo, tag, raw, OCI_MANIFEST)
+
+
+def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run_cli, tmp_path: Path):
+    client = RegistryClient(HOST)
+    space = f"t-sbom-{secrets.token_hex(4)}"
+    dev, rel = f"{space}/pytorch-cpu-dev", f"{space}/pytorch-cpu"
+    old_digest, new_digest = _image(client, dev, "old"), _image(client, dev, "new")
+    old_doc = make_sbom(PROBE, repository=f"{HOST}/{dev}", digest=old_digest, facts=FACTS)
+    changed = json.loads(json.dumps(PROBE))
+    del changed["python_packages"]["torch-tb-profiler"]                  # a release that lost the plugin
+    changed["python_packages"]["numpy"] = "2.5.0"
+    changed["apt_packages"]["python3.11"] = "3.11.2-6+deb12u7"
+    new_doc = make_sbom(changed, repository=f"{HOST}/{dev}", digest=new_digest, facts=dict(FACTS, python="3.11.3"))
+    validate_sbom(new_doc)
+    old_artifact = store_sbom(client, dev, old_digest, old_doc)
+    new_artifact = store_sbom(client, dev, new_digest, new_doc)
+    assert load_sbom(client, dev, new_digest) == (new_doc, new_artifact)
+
+    code, out, err = run_cli("sbom", f"{HOST}/{dev}:new")
+    assert code == 0, err
+    assert json.loads(out) == new_doc and new_artifact in err
+
+    code, out, err = run_cli("diff", f"{HOST}/{dev}:old", f"{HOST}/{dev}@{new_digest}")
+    assert code == 0, err
+    assert out.splitlines() == ["python: 3.11.2 -> 3.11.3", "numpy (python): 2.4.6 -> 2.5.0",
+                                "removed torch-tb-profiler (python) 0.4.3",
+                                "python3.11 (apt): 3.11.2-6+deb12u6 -> 3.11.2-6+deb12u7"]
+    code, out, err = run_cli("diff", "--json", f"{HOST}/{dev}:old", f"{HOST}/{dev}:new")
+    assert code == 0 and {"kind": "removed", "scope": "python", "name": "torch-tb-profiler", "before": "0.4.3",
+                          "after": None} in json.loads(out)["changes"]
+
+    # A client other than buildtool: skopeo reads the OCI 1.1 fallback index and the artifact.
+    skopeo = shutil.which("skopeo")
+    assert skopeo, "skopeo is installed by scripts/setup.sh"
+    tag = new_digest.replace(":", "-")
+    index = json.loads(subprocess.run([skopeo, "inspect", "--tls-verify=false", "--raw",
+                                       f"docker://{HOST}/{dev}:{tag}"], capture_output=True, text=True,
+                                      timeout=60, check=True).stdout)
+    [listed] = [d for d in index["manifests"] if d["artifactType"] == "application/vnd.cyclonedx+json"]
+    assert listed["digest"] == new_artifact
+    subprocess.run([skopeo, "copy", "--src-tls-verify=false", f"docker://{HOST}/{dev}@{new_artifact}",
+                    f"dir:{tmp_path / 'sbom'}"], capture_output=True, text=True, timeout=120, check=True)
+    manifest = json.loads((tmp_path / "sbom" / "manifest.json").read_text())
+    blob = tmp_path / "sbom" / manifest["layers"][0]["digest"].split(":", 1)[1]
+    assert json.loads(blob.read_text()) == new_doc
+
+    # Release: the SBOMs travel to the release repository; notes list the package changes.
+    assert copy_sbom(client, dev, rel, old_digest) == old_artifact   # the previous release, as release did
+    section = package_section(client, new_digest, f"{HOST}/{dev}", f"{HOST}/{rel}",
+                              {"release": "0.1.0", "digest": old_digest})
+    assert section["sbom"] == f"{HOST}/{rel}@{new_artifact}"
+    assert section["previous_sbom"] == f"{HOST}/{rel}@{old_artifact}"
+    assert [c["name"] for c in section["changes"]] == ["python", "numpy", "torch-tb-profiler", "python3.11"]
+    lines = notes_lines(section, "0.1.0")
+    assert "- REMOVED torch-tb-profiler (python) 0.4.3" in lines and "- python: 3.11.2 -> 3.11.3" in lines
+    assert copy_sbom(client, dev, rel, new_digest) == new_artifact
+    assert load_sbom(client, rel, new_digest) == (new_doc, new_artifact)
+    assert contents(load_sbom(client, rel, old_digest)[0]).python["torch-tb-profiler"] == "0.4.3"
+
+
+def test_sbom_of_an_image_without_one_is_a_failure_and_a_bad_reference_is_bad_input(run_cli):
+    client = RegistryClient(HOST)
+    repo = f"t-sbom-{secrets.token_hex(4)}/img"
+    _image(client, repo, "bare")
+    code, _, err = run_cli("sbom", f"{HOST}/{repo}:bare")
+    assert code == 1 and "has no SBOM attached" in err
+    code, _, err = run_cli("sbom", "pytorch-cpu:2.13")
+    assert code == 2 and "names no registry" in err
+    code, _, err = run_cli("sbom", f"{HOST}/{repo}:missing")
+    assert code == 2 and "no such tag" in err
