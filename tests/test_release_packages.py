@@ -51,7 +51,7 @@ def test_release_json_and_markdown_carry_the_package_section() -> None:
 
 
 def test_missing_sboms_are_said_not_hidden() -> None:
-    section = {"sbom": None, "changes": [], "note": f"no SBOM is stored for {D1}: its packages and their changes "
-               "are unknown", "python_packages": 0, "apt_packages": 0}
-    assert notes_lines(section, "0.1.0")[-1] == f"- no SBOM is stored for {D1}: its packages and their changes are unknown"
+    note = f"no SBOM is stored for {D1}: its packages and their changes are unknown"
+    section = {"sbom": None, "changes": [], "note": note, "python_packages": 0, "apt_packages": 0}
+    assert notes_lines(section, "0.1.0")[-1] == f"- {note}"
     assert notes_lines(None, None) == []

@@ -45,10 +45,13 @@ NO_PEER_IMAGE = SkipCode("no-peer-image", "no image of the other framework to ex
                          waivable=True)
 STANDIN_PYTHON = SkipCode("standin-python", "a stand-in image's Python comes from the stand-in base",
                           lambda cell, _s: cell.standin is not None)
+# Never expected, never waivable: an image that does not say what its locks installed is not released.
+NO_LOCK_LABEL = SkipCode("no-lock-label", "the image has no label listing the packages its locks installed "
+                         "(not built by `buildtool build` from locks)")
 
 CODES: dict[str, SkipCode] = {c.code: c for c in (
     GPU_NOT_IN_CELL, NO_GPU_ON_RUNNER, ULIMIT_NOT_IN_PROFILE, ULIMIT_NOT_GRANTED, NO_PINNED_PACKAGES,
-    NO_PEER_IMAGE, STANDIN_PYTHON)}
+    NO_PEER_IMAGE, STANDIN_PYTHON, NO_LOCK_LABEL)}
 
 _TEXT_RE = re.compile(r"^\[(?P<code>[a-z0-9-]+)(?::(?P<subject>[^\]]*))?\]\s*(?P<text>.*)$", re.DOTALL)
 

@@ -12,6 +12,9 @@ import json
 import re
 
 import pytest
+from harness import skip
+
+from buildtool.contracts import skips
 
 
 def _norm(name: str) -> str:
@@ -31,8 +34,10 @@ def installed(main):
 
 def test_locked_packages_installed_at_their_versions(installed, target):
     locked = target["expect"].get("locked")
-    assert locked is not None, ("the image has no io.dl-images.packages label, so nothing says what its locks "
-                                "installed; build it with `buildtool build` (which writes it from the cell's locks)")
+    if locked is None:
+        # A skip the release gate refuses: such an image is never released.
+        skip(skips.NO_LOCK_LABEL, "the image has no io.dl-images.packages label, so nothing says what its locks "
+             "installed; build it with `buildtool build` (which writes it from the cell's locks)")
     assert locked, "the image's io.dl-images.packages label lists no package"
     wrong = {name: (version, installed.get(_norm(name))) for name, version in locked.items()
              if installed.get(_norm(name)) != version}
