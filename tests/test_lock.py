@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -150,3 +152,32 @@ def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
     assert "STAND-IN" in texts[locks.TOOLS_LOCK]
     assert calls[0][calls[0].index("--upgrade-package") + 1] == "tensorboard"
     assert "--constraint" in calls[0]
+
+
+def test_uv_pin_follows_pyproject(tmp_path: Path):
+    (tmp_path / "templates").mkdir()
+    shutil.copy(ROOT / "templates" / locks.UV_LOCK, tmp_path / "templates" / locks.UV_LOCK)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    assert lock.uv_pin_problems(tmp_path) == []
+    text = (tmp_path / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(re.sub(r'"uv==[^"]+"', '"uv==9.9.9"', text))
+    assert lock.uv_pin_problems(tmp_path) == ["templates/uv.lock pins uv 0.13.9 but pyproject.toml pins 9.9.9; "
+                                              "run `make lock`"]
+
+
+def test_check_fails_on_a_pin_bump_until_the_lock_follows(project: Path, run_cli):
+    """A tool pin lives in the lock, not the Dockerfile: only the lock check sees the bump."""
+    matrix = project / "matrix.yaml"
+    assert run_cli("check", "--matrix", str(matrix))[0] == 0
+    matrix.write_text(matrix.read_text().replace('tensorboard: "2.21.0"', 'tensorboard: "2.20.0"'))
+    code, out, err = run_cli("check", "--matrix", str(matrix))
+    assert code == 1
+    assert "lock: dockerfiles/pytorch/pytorch-cpu/2.13/tools.lock is stale" in err
+    assert "the matrix pins tensorboard==2.20.0 but the lock has 2.21.0" in err
+    assert "framework.lock is stale" not in err   # a tool bump leaves the framework's lock alone
+
+
+def test_lock_refuses_an_unknown_package_before_resolving(project: Path, run_cli):
+    code, _, err = run_cli("lock", "-f", "pytorch-cpu:2.13", "--package", "no-such-package",
+                           "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "--package no-such-package: not in the lock of pytorch-cpu:2.13" in err

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 from buildtool.build import engine
 from buildtool.build.bases import fill_bases, is_loopback_registry, push_verified
 from buildtool.build.contents import attach_sbom
-from buildtool.build.lock import locked_versions, reachable
-from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets
+from buildtool.build.lock import locked_versions
+from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
 from buildtool.build.progress import LogProgress, Progress, StepWatcher
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import split_repo
@@ -217,6 +217,9 @@ class Builder:
             if self._secrets is None:
                 self._host_pip = HostPip.from_host()
                 self._secrets = self._stack.enter_context(pip_secrets(self._host_pip))
+                # uv fails on an index it cannot reach: say which of the host's are left out of uv.toml.
+                reachable(tuple(u for u in (self._host_pip.index_url, *self._host_pip.extra_index_urls) if u),
+                          self.log)
             assert self._host_pip is not None
             return self._client, self._secrets, self._host_pip
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildtool.build.pipconfig import HostPip
+from buildtool.build.pipconfig import HostPip, answers, redact
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.locks import (
     FRAMEWORK_LOCK,
@@ -188,34 +188,6 @@ def index_args(host: HostPip, index_url: str | None, extra_index_urls: tuple[str
     return args, skipped
 
 
-def _reachable(url: str, timeout: float = 10.0) -> bool:
-    import requests
-
-    try:
-        requests.head(url, timeout=timeout, allow_redirects=True)
-        return True
-    except requests.RequestException:
-        return False
-
-
-_ANSWERS: dict[str, bool] = {}
-
-
-def reachable(urls: tuple[str, ...], log: Log) -> tuple[str, ...]:
-    """The remote index URLs that answer from here (asked once per process); the others are named
-    in the log. A build that needs a package only such an index has fails with uv's own message."""
-    found = []
-    for url in urls:
-        if url not in _ANSWERS:
-            _ANSWERS[url] = url.startswith("file:") or "://" not in url or _reachable(url)
-            if not _ANSWERS[url]:
-                log(f"index {url} cannot be reached from here; builds use the host's indexes and find-links "
-                    "(the locks' hashes decide what is installed)")
-        if _ANSWERS[url]:
-            found.append(url)
-    return tuple(found)
-
-
 def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
     try:
         run = subprocess.run(argv, capture_output=True, text=True, timeout=UV_TIMEOUT, env=env, cwd=cwd,
@@ -228,13 +200,14 @@ def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
 
 
 def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], upgrade: tuple[str, ...] | None,
-                 base: BaseFacts | None, log: Log, reachable: Callable[[str], bool] = _reachable) -> dict[str, str]:
+                 base: BaseFacts | None, log: Log, reachable: Callable[[str], bool] = answers) -> dict[str, str]:
     """Resolve a cell; returns lock file name -> text. `upgrade` None: move every package to its
     newest allowed version; a tuple: keep the previous pins except those packages."""
     python = base.python if base else cell.python
     args, skipped = index_args(host, cell.index_url, cell.extra_index_urls, reachable)
     for url in skipped:
-        log(f"[{cell.key}] index {url} cannot be reached from here; left out (hashes decide what is installed)")
+        log(f"[{cell.key}] index {redact(url)} cannot be reached from here; left out (hashes decide what is "
+            "installed)")
     uv = uv_binary()
     env = {**os.environ, "UV_NO_CONFIG": "1"}
     if host.cert:
@@ -433,3 +406,20 @@ def write_uv_lock(templates: Path, host: HostPip | None = None) -> Path | None:
         return None
     path.write_text(text)
     return path
+
+
+def uv_pin_problems(root: Path) -> list[str]:
+    """templates/uv.lock must pin the uv that pyproject.toml pins (the one `lock` resolves with)."""
+    import tomllib
+
+    from buildtool.contracts.locks import uv_requirement
+
+    try:
+        pinned = next((d.split("==", 1)[1] for d in tomllib.loads((root / "pyproject.toml").read_text())
+                       ["project"]["dependencies"] if normalize(d.split("==", 1)[0]) == "uv" and "==" in d), None)
+        version, _ = uv_requirement((root / "templates" / UV_LOCK).read_text())
+    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError) as exc:
+        return [f"templates/{UV_LOCK}: {exc}; run `make lock`"]
+    if pinned and pinned != version:
+        return [f"templates/{UV_LOCK} pins uv {version} but pyproject.toml pins {pinned}; run `make lock`"]
+    return []

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -97,6 +97,46 @@ class HostPip:
         except (OSError, subprocess.TimeoutExpired):
             return cls()
         return cls.parse(run.stdout) if run.returncode == 0 else cls()
+
+
+def redact(url: str) -> str:
+    """A URL fit for a log line: any password replaced by ****."""
+    parts = urlsplit(url) if "://" in url else None
+    if parts is None or not parts.password:
+        return url
+    return url.replace(f":{parts.password}@", ":****@", 1)
+
+
+_ANSWERS: dict[str, bool] = {}
+
+
+def answers(url: str, timeout: float = 10.0) -> bool:
+    """Whether a remote index answers at all (any HTTP status): asked once per process. uv, unlike
+    pip, fails on an index it cannot connect to, so such an index is left out of its settings;
+    the locks' hashes decide what may be installed, an index only where it comes from."""
+    if url.startswith("file:") or "://" not in url:
+        return True
+    if url not in _ANSWERS:
+        import requests
+
+        try:
+            requests.head(url, timeout=timeout, allow_redirects=False)
+            _ANSWERS[url] = True
+        except requests.RequestException:
+            _ANSWERS[url] = False
+    return _ANSWERS[url]
+
+
+def reachable(urls: tuple[str, ...], log: Callable[[str], None]) -> tuple[str, ...]:
+    """The URLs that answer; each one that does not is named (redacted) in the log."""
+    found = []
+    for url in urls:
+        if answers(url):
+            found.append(url)
+        else:
+            log(f"index {redact(url)} cannot be reached from here; left out of uv's settings (the locks' hashes "
+                "decide what is installed)")
+    return tuple(found)
 
 
 def _local_path(location: str) -> Path | None:
@@ -202,9 +242,9 @@ def render_uv_toml(host: HostPip, url_of: dict[str, str], extra_index_urls: tupl
         return location if local is None else url_of.get(str(local), location)
 
     lines = []
-    if host.index_url:
+    if host.index_url and answers(host.index_url):
         lines.append(f"index-url = {json.dumps(mapped(host.index_url))}")
-    extra = [*extra_index_urls, *(mapped(u) for u in host.extra_index_urls)]
+    extra = [*extra_index_urls, *(mapped(u) for u in host.extra_index_urls if _local_path(u) or answers(u))]
     if extra:
         lines.append(f"extra-index-url = {_toml_list(list(dict.fromkeys(extra)))}")
     if host.find_links:

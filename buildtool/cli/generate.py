@@ -62,7 +62,7 @@ def render(
 def check(matrix: MatrixOption = None) -> None:
     """Fail (exit 1, printing a unified diff) when committed generated files differ from the matrix,
     or a cell's lock is missing, broken or stale (made from other matrix values)."""
-    from buildtool.build.lock import check_cell
+    from buildtool.build.lock import check_cell, uv_pin_problems
     from buildtool.common.errors import FailedError
     from buildtool.render.dockerfiles import drift
 
@@ -76,6 +76,8 @@ def check(matrix: MatrixOption = None) -> None:
         err.print(f"stale: {rel} belongs to no cell in the matrix; delete it or run `buildtool render --prune`")
     # Each cell's locks (beside its Dockerfile) against the matrix values they were made from.
     lock_problems = [problem for cell in loaded.cells for problem in check_cell(project.root, cell)]
+    if (project.root / "pyproject.toml").is_file():
+        lock_problems += uv_pin_problems(project.root)
     for problem in lock_problems:
         err.print(f"lock: {problem}", markup=False, highlight=False)
     if diff or stale:

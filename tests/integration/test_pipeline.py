@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.build.engine import image_labels as engine_labels
 from buildtool.common.refs import split_repo
+from buildtool.contracts import label_keys
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
+from buildtool.registry.sbom import contents, load_sbom
 from buildtool.validate.verdicts import load_verdict
 
 pytestmark = pytest.mark.integration
@@ -81,3 +84,15 @@ def test_build_validate_and_release_gates_on_the_real_cpu_images(tmp_path: Path)
     assert report["ok"] is True
     assert {cell: s["status"] for cell, s in report["status"].items()} == {key: "dry-run" for key in CELLS}
     assert {i["cell"]: i["digest"] for i in report["release"]["images"]} == digests
+    # Every pushed digest has its SBOM, lock-exact, that the release notes point at.
+    for plan in plans:
+        _, repo, _ = split_repo(plan.dev_ref)
+        found = load_sbom(client, repo, digests[plan.cell.key])
+        assert found is not None, f"no SBOM attached to {plan.dev_ref}"
+        python = contents(found[0]).python
+        locked = json.loads(engine_labels(plan.dev_ref)[label_keys.PACKAGES])
+        assert locked and all(python.get(name) == version for name, version in locked.items())
+    for image in report["release"]["images"]:
+        assert image["packages"]["sbom"].startswith(image["repository"] + "@sha256:"), image["packages"]
+        assert image["packages"]["note"] == "first release of this image version"
+        assert image["packages"]["python_packages"] >= 20 and image["packages"]["apt_packages"] > 100

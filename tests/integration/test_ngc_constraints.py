@@ -1,0 +1,76 @@
+"""NGC cells install their tools lock under the base's own PIP_CONSTRAINT: with constraints the
+lock agrees with, the build succeeds and the framework is untouched; with a base that pins a
+locked package to another version (as NGC pins its numpy), the build fails naming it instead of
+replacing anything. The base is the local pytorch-ngc stand-in plus a constraint file and
+PIP_CONSTRAINT, as NGC sets them (about 60 s: two thin bases, two tool installs)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+
+from buildtool.build import engine
+from buildtool.build.bases import fill_bases
+from buildtool.build.lock import read_locks
+from buildtool.build.pipconfig import pip_secrets
+from buildtool.contracts.locks import TOOLS_LOCK
+from buildtool.matrix.plan import mirror_base
+from buildtool.matrix.schema import load_matrix
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = "127.0.0.1:5000"
+CELL = "pytorch-ngc:25.10"
+
+
+def _ngc_like_base(tmp: Path, standin: str, extra_pin: str, ref: str) -> str:
+    """The stand-in with a constraint file of its own packages (+ one pin) named by PIP_CONSTRAINT."""
+    tmp.mkdir()
+    (tmp / "Dockerfile").write_text(f"""\
+ARG BASE_IMAGE={standin}
+FROM ${{BASE_IMAGE}}
+RUN mkdir -p /etc/pip && python -m pip list --format=freeze > /etc/pip/constraint.txt \\
+ && echo '{extra_pin}' >> /etc/pip/constraint.txt
+ENV PIP_CONSTRAINT=/etc/pip/constraint.txt
+""")
+    engine.build(engine.resolve_build_client(), tmp, tmp / "Dockerfile", build_args={"BASE_IMAGE": standin},
+                 labels={}, secrets={}, log_path=tmp / "base.log", tag=ref)
+    engine.push(ref)
+    return ref
+
+
+def test_tools_are_installed_under_the_bases_constraints_and_a_conflict_fails(tmp_path: Path):
+    cell = next(c for c in load_matrix(ROOT / "matrix.yaml").cells if c.key == CELL)
+    fill_bases([cell], LOCAL, force=False, log=print, log_dir=tmp_path)
+    standin = mirror_base(cell.base, LOCAL)
+    space = f"{LOCAL}/t-ngc-{secrets.token_hex(4)}"
+    numpy = read_locks(ROOT, cell)[TOOLS_LOCK].versions()["numpy"]
+    folder = (ROOT / cell.dockerfile).parent
+    refs = []
+    try:
+        with pip_secrets() as pip:
+            agreeing = _ngc_like_base(tmp_path / "a", standin, "# nothing more", f"{space}/base:agree")
+            built = f"{space}/pytorch-ngc-dev:agree"
+            engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile",
+                         build_args={"BASE_IMAGE": agreeing}, labels={}, secrets=pip.files,
+                         log_path=tmp_path / "agree.log", tag=built)
+            refs += [agreeing, built]
+            torch_before = engine.run_output(agreeing, ["python", "-c", "import torch; print(torch.__version__)"])
+            torch_after = engine.run_output(built, ["python", "-c", "import torch, tensorboard, numpy; "
+                                                     "print(torch.__version__)"])
+            assert torch_after == torch_before
+            assert engine.run_output(built, ["python", "-c", "import numpy; print(numpy.__version__)"]).strip() == numpy
+
+            conflicting = _ngc_like_base(tmp_path / "c", standin, "numpy==1.26.4", f"{space}/base:conflict")
+            refs.append(conflicting)
+            with pytest.raises(engine.BuildFailed):
+                engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile",
+                             build_args={"BASE_IMAGE": conflicting}, labels={}, secrets=pip.files,
+                             log_path=tmp_path / "conflict.log", tag=f"{space}/pytorch-ngc-dev:conflict")
+            log = (tmp_path / "conflict.log").read_text()
+            assert f"numpy=={numpy} and numpy==1.26.4" in log and "unsatisfiable" in log, log[-2000:]
+    finally:
+        for ref in refs:
+            engine.untag(ref)
