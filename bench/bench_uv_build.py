@@ -214,7 +214,7 @@ def main() -> int:
             for ref in bench.images:
                 subprocess.run(["/usr/bin/docker", "rmi", "-f", ref], capture_output=True, timeout=120)
             for record, description in cache_mounts().items():
-                if record not in before and "uv-cache" in description:
+                if record not in before and "/run/uv/cache" in description:
                     subprocess.run(["/usr/bin/docker", "builder", "prune", "-f", "--filter", f"id={record}"],
                                    capture_output=True, timeout=300)
 

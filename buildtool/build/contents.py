@@ -21,11 +21,14 @@ from buildtool.registry import sbom
 from buildtool.registry.client import RegistryClient
 
 PROBE = Path("image-tests") / "scripts" / "packages.py"
+# A project without image-tests of its own uses the toolkit's.
+_TOOLKIT = Path(__file__).resolve().parents[2]
 
 
 def probe(root: Path, image: str, timeout: int = 180) -> dict[str, Any]:
     """The probe's JSON for `image` (Python and Debian packages, Python version, CUDA)."""
-    source = (root / PROBE).read_text()
+    script = root / PROBE if (root / PROBE).is_file() else _TOOLKIT / PROBE
+    source = script.read_text()
     try:
         output = engine.run_output(image, ["python", "-c", source], timeout=timeout)
         return dict(json.loads(output.strip().splitlines()[-1]))
