@@ -83,4 +83,5 @@ def test_catalogue_helpers_read_releases_in_version_order(tmp_path: Path) -> Non
     (tmp_path / "docs/releases/notes.json").write_text("{}")          # ignored: not a release manifest
     assert [m["version"] for m in load_release_manifests(tmp_path)] == ["0.9.0", "0.10.0"]
     assert latest_by_cell(tmp_path)["pytorch-cpu:2.13"] == {
-        "release": "0.10.0", "tags": ["2.13-0.2.0", "2.13"], "pinned": f"r/pytorch-cpu@{D2}", "digest": D2}
+        "release": "0.10.0", "tags": ["2.13-0.2.0", "2.13"], "pinned": f"r/pytorch-cpu@{D2}", "digest": D2,
+        "sbom": None}
