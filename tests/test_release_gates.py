@@ -11,16 +11,8 @@ from buildtool.common.errors import UserError
 from buildtool.contracts import skips
 from buildtool.matrix.plan import Settings, plan_cell, resolve_revision
 from buildtool.matrix.schema import load_matrix
-from buildtool.release.promote import (
-    Platform,
-    check_version,
-    image_problems,
-    plan_tags,
-    release_number,
-    releases_in,
-    skip_allowed,
-    verdict_problems,
-)
+from buildtool.release.gates import Platform, check_version, image_problems, skip_allowed, verdict_problems
+from buildtool.release.promote import plan_tags, release_number, releases_in
 
 REPO = Path(__file__).resolve().parent.parent
 CELLS = {c.key: c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells}
@@ -28,19 +20,29 @@ CPU, GPU, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["py
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 
 
-def test(id_: str, group: str, result: str, reason: str = "") -> dict:
+def test(id_: str, group: str, result: str, reason: str = "", gpu: bool = False) -> dict:
     """A result entry; a skip's `reason` is the message the image test skipped with ([code] text)."""
     code, subject, text = skips.parse_skip(reason) if result == "skipped" else ("", "", "")
+    if "/" not in id_:
+        id_ = f"{group}/test_{id_.split('::')[0]}.py::{id_.split('::')[-1]}"
     return {"id": id_, "group": group, "result": result, "skip_code": code, "skip_subject": subject,
-            "skip_reason": text}
+            "skip_reason": text, "gpu": gpu}
 
 
 test.__test__ = False  # a helper, not a pytest test
 
 
-def verdict(cell_key: str, result: str = "passed", tests: list[dict] | None = None, digest: str = D1) -> dict:
-    return {"digest": digest, "cell": cell_key, "result": result,
-            "tests": tests if tests is not None else [test("common::a", "common", "passed")]}
+def verdict(cell_key: str, result: str = "passed", tests: list[dict] | None = None, digest: str = D1,
+            **changes: object) -> dict:
+    """A schema-2 verdict covering the cell's groups: every listed test is defined, nothing deselected."""
+    tests = tests if tests is not None else [test("common::a", "common", "passed"),
+                                             test(f"{CELLS[cell_key].framework}::b", CELLS[cell_key].framework,
+                                                  "passed")]
+    body = {"schema": 2, "digest": digest, "cell": cell_key, "result": result, "tests": tests,
+            "groups": list(CELLS[cell_key].tests), "defined_tests": [t["id"] for t in tests],
+            "selection": {"expression": None, "deselected": []}}
+    body.update(changes)
+    return body
 
 
 # -- verdict gate --------------------------------------------------------------------------------
@@ -57,7 +59,7 @@ def test_missing_verdict_names_the_command_to_run() -> None:
 def test_failed_verdict_lists_failed_tests() -> None:
     tests = [test("pytorch::ddp", "pytorch", "failed"), test("common::a", "common", "passed")]
     problems = verdict_problems(CPU, D1, verdict(CPU.key, "failed", tests))
-    assert any("'failed'" in p and "pytorch::ddp" in p for p in problems)
+    assert any("'failed'" in p and "pytorch/test_pytorch.py::ddp" in p for p in problems)
 
 
 def test_verdict_for_another_cell_refused() -> None:
@@ -105,22 +107,70 @@ def test_bad_skips_are_named() -> None:
     tests = [test("common::a", "common", "passed"),
              *(test(f"pytorch::g{i}", "pytorch", "skipped", f"{NO_GPU} here") for i in range(5))]
     [problem] = verdict_problems(GPU, D1, verdict(GPU.key, tests=tests))
-    assert "5 test(s) skipped" in problem and "pytorch::g0 (no GPU on this runner here)" in problem
+    assert "5 test(s) skipped" in problem and "pytorch/test_pytorch.py::g0 (no GPU on this runner here)" in problem
     assert "2 more" in problem
 
 
-# -- image gate ----------------------------------------------------------------------------------
+# -- image gate: provenance ----------------------------------------------------------------------
+
+NGC_BASE = {"io.dl-images.cell": NGC.key, "org.opencontainers.image.base.name": NGC.base}
+CPU_BASE = {"io.dl-images.cell": CPU.key, "org.opencontainers.image.base.name": CPU.base}
+
 
 def test_standin_refused_on_any_platform() -> None:
-    good = Platform("linux/amd64", D1, 1, {"io.dl-images.cell": NGC.key})
-    bad = Platform("linux/arm64", D2, 1, {"io.dl-images.cell": NGC.key, "io.dl-images.standin": "true"})
+    good = Platform("linux/amd64", D1, 1, NGC_BASE)
+    bad = Platform("linux/arm64", D2, 1, {**NGC_BASE, "io.dl-images.standin": "true"})
     assert image_problems(NGC, [good]) == []
     [problem] = image_problems(NGC, [good, bad])
     assert "stand-in" in problem and D2 in problem and "linux/arm64" in problem
 
 
+@pytest.mark.parametrize("labels", [
+    {"io.dl-images.standin": "false", "io.dl-images.standin.for": "nvcr.io/nvidia/pytorch:25.10-py3"},  # relabelled
+    {"io.dl-images.standin.framework-version": "2.13.0+cpu"},            # only one of the others left
+    {"io.dl-images.standin-note": "x"},                                   # any key starting so
+])
+def test_any_standin_label_refuses_whatever_its_value(labels: dict) -> None:
+    [problem] = image_problems(NGC, [Platform("", D1, 1, {**NGC_BASE, **labels})])
+    assert "stand-in labels" in problem and next(iter(labels)) in problem
+
+
+def test_base_digest_or_layers_of_a_mirror_standin_refuse_without_any_label() -> None:
+    from buildtool.release.gates import StandIns
+
+    standins = StandIns()
+    standins.add("127.0.0.1:5000/nvidia/pytorch:25.10-py3", D2, ["sha256:aa", "sha256:bb"])
+    by_digest = Platform("", D1, 1, {**NGC_BASE, "org.opencontainers.image.base.digest": D2})
+    [problem] = image_problems(NGC, [by_digest], standins)
+    assert "built on" in problem and "stand-in 127.0.0.1:5000/nvidia/pytorch:25.10-py3" in problem
+    # Labels rewritten to claim another base: the layers still start with the stand-in's.
+    by_layers = Platform("", D1, 1, {**NGC_BASE, "org.opencontainers.image.base.digest": "sha256:" + "9" * 64},
+                         layers=("sha256:aa", "sha256:bb", "sha256:cc"))
+    [problem] = image_problems(NGC, [by_layers], standins)
+    assert "starts with the layers of the stand-in" in problem
+    not_on_it = Platform("", D1, 1, NGC_BASE, layers=("sha256:aa", "sha256:cc"))
+    assert image_problems(NGC, [not_on_it], standins) == []
+
+
+def test_a_base_labelled_standin_refuses() -> None:
+    on_standin = Platform("", D1, 1, {**NGC_BASE, "org.opencontainers.image.base.digest": D2},
+                          base_labels={"io.dl-images.standin": "true"})
+    [problem] = image_problems(NGC, [on_standin])
+    assert "labelled a stand-in" in problem
+    assert image_problems(NGC, [Platform("", D1, 1, NGC_BASE, base_labels={"x": "y"})]) == []
+
+
+@pytest.mark.parametrize("base", [None, "docker.io/library/debian:bookworm-slim", "127.0.0.1:5000/nvidia/pytorch:x"])
+def test_base_name_must_be_the_matrix_upstream(base: str | None) -> None:
+    labels = {k: v for k, v in NGC_BASE.items() if k != "org.opencontainers.image.base.name"}
+    if base is not None:
+        labels["org.opencontainers.image.base.name"] = base
+    [problem] = image_problems(NGC, [Platform("", D1, 1, labels)])
+    assert f"not the matrix's {NGC.base}" in problem and str(base or "(none)") in problem
+
+
 def test_cell_label_must_match() -> None:
-    [problem] = image_problems(CPU, [Platform("", D1, 1, {"io.dl-images.cell": "tensorflow-cpu:2.21"})])
+    [problem] = image_problems(CPU, [Platform("", D1, 1, {**CPU_BASE, "io.dl-images.cell": "tensorflow-cpu:2.21"})])
     assert "not pytorch-cpu:2.13" in problem
 
 

@@ -15,7 +15,7 @@ import sys
 import typer
 
 from buildtool.cli import build, contents, generate, ops, release, validate
-from buildtool.cli.options import err
+from buildtool.cli.options import emit_json, err, json_emitted, reset_json
 from buildtool.common.errors import FailedError, UserError
 
 app = typer.Typer(
@@ -32,16 +32,39 @@ for module in (generate, build, contents, validate, release, ops):
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turn our errors into one line and an exit code.
 
-    Typer's standalone mode already answers usage errors (exit 2), --help and Ctrl-C.
+    Typer's standalone mode already answers usage errors (exit 2), --help and Ctrl-C. With
+    `release --json`, stdout always carries one JSON document: a release that fails before it
+    has a report (bad input, a registry that is down) prints `{"ok": false, "error": ...}`.
     """
+    args = list(sys.argv[1:] if argv is None else argv)
+    reset_json()
     try:
-        app(args=argv)
+        app(args=args)
     except UserError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        sys.exit(exc.exit_code)
+        _failed(args, f"error: {exc}", exc.exit_code)
     except FailedError as exc:
-        err.print(f"failed: {exc}", markup=False, highlight=False)
-        sys.exit(exc.exit_code)
+        _failed(args, f"failed: {exc}", exc.exit_code)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code != 0 and _json_wanted(args):
+            _json_error(f"exit {code}: see stderr (usage error or interrupted)", code)
+        raise
+
+
+def _failed(args: list[str], message: str, code: int) -> None:
+    err.print(message, markup=False, highlight=False)
+    if _json_wanted(args):
+        _json_error(message, code)
+    sys.exit(code)
+
+
+def _json_wanted(args: list[str]) -> bool:
+    return args[:1] == ["release"] and "--json" in args and not json_emitted()
+
+
+def _json_error(message: str, code: int) -> None:
+    # The keys a release's document always has, plus why there is no report.
+    emit_json({"ok": False, "error": message, "exit_code": code, "release": None, "status": {}})
 
 
 if __name__ == "__main__":

@@ -41,6 +41,25 @@ RevisionOption = Annotated[
 ]
 
 
+_JSON_EMITTED: list[bool] = []
+
+
+def emit_json(document: object) -> None:
+    """Print the command's one JSON document on stdout (and remember that it was printed)."""
+    import json
+
+    out.print(json.dumps(document, indent=2), markup=False, highlight=False)
+    _JSON_EMITTED.append(True)
+
+
+def json_emitted() -> bool:
+    return bool(_JSON_EMITTED)
+
+
+def reset_json() -> None:
+    _JSON_EMITTED.clear()
+
+
 def log(message: str) -> None:
     """Progress and notes: stderr, verbatim."""
     err.print(message, markup=False, highlight=False)

@@ -50,6 +50,7 @@ IMAGETEST_RUN = f"{PREFIX}.imagetest.run"   # every container image-tests start 
 # -- annotations on artifacts in the registry ----------------------------------------------------
 VERDICT_RESULT = f"{PREFIX}.verdict.result"
 VERDICT_CELL = f"{PREFIX}.verdict.cell"
+VERDICT_SIGNER = f"{PREFIX}.verdict.signer"   # key id that signed the attestation (a hint: the envelope decides)
 ARTIFACT_CREATED = "org.opencontainers.image.created"
 ARTIFACT_TITLE = "org.opencontainers.image.title"
 LOCK_TOKEN = f"{PREFIX}.lock.token"
@@ -61,5 +62,6 @@ LOCK_RELEASED = f"{PREFIX}.lock.released"
 
 
 def standin_keys(labels: dict[str, str]) -> list[str]:
-    """Every stand-in label an image carries (any of them marks a stand-in, whatever its value)."""
-    return sorted(key for key in labels if key == STANDIN or key.startswith(STANDIN_PREFIX + "."))
+    """Every stand-in label an image carries: any key starting `io.dl-images.standin` marks a stand-in,
+    whatever its value (`standin=false` beside `standin.for=...` is still a stand-in)."""
+    return sorted(key for key in labels if key.startswith(STANDIN_PREFIX))

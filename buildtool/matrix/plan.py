@@ -69,11 +69,17 @@ def mirror_base(base: str, base_mirror: str) -> str:
     return f"{target.rstrip('/')}/{path}{sep}{tag}"
 
 
+# What `release` writes (release manifests and notes, the catalogue that lists them) changes no
+# image, so it never makes the tree dirty: re-running a release finds the same dev tags.
+REVISION_PATHSPEC = (".", ":(exclude)docs/releases", ":(exclude)docs/images.md")
+
+
 def git_revision(repo: Path) -> str:
     """Short sha of HEAD; a dirty work tree gets `-dirty.<hash of the changes>`.
 
     The suffix differs for every distinct set of uncommitted changes, so a dirty build is
-    never mistaken for the commit's image nor for another dirty build.
+    never mistaken for the commit's image nor for another dirty build. Changes to the files
+    a release writes (REVISION_PATHSPEC) do not count.
     """
 
     def git(*args: str) -> str:
@@ -85,10 +91,10 @@ def git_revision(repo: Path) -> str:
                             "with at least one commit") from None
 
     sha = git("rev-parse", "--short=12", "HEAD").strip()
-    status = git("status", "--porcelain", "--untracked-files=normal")
+    status = git("status", "--porcelain", "--untracked-files=normal", "--", *REVISION_PATHSPEC)
     if not status.strip():
         return sha
-    digest = hashlib.sha256(git("diff", "HEAD").encode() + status.encode())
+    digest = hashlib.sha256(git("diff", "HEAD", "--", *REVISION_PATHSPEC).encode() + status.encode())
     for line in status.splitlines():
         if line.startswith("??"):
             path = repo / line[3:].strip()

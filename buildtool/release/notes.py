@@ -53,10 +53,21 @@ def _verdict_summary(item: ImageRelease) -> dict[str, Any]:
         "started": v.get("started"),
         "test_code": v.get("test_code"),
         "runner": (v.get("runner") or {}).get("hostname"),
+        "signed_by": item.signer,
         **count,
         "skipped_tests": item.skips or [{"id": t.get("id"), "reason": t.get("skip_reason")} for t in tests
                                         if t.get("result") == "skipped"],
+        "ignored_attestations": list(item.ignored),
+        "notes": list(item.notes),
     }
+
+
+def package_changes(item: ImageRelease) -> list[str] | None:
+    """HOOK (issue 13): the package-level content diff against the previous release, one line per
+    added / removed / changed Python (and apt) package, read from the two images' SBOMs. Returns
+    None while no SBOM is available; `changes` then falls back to what the labels declare."""
+    del item
+    return None
 
 
 def changes(item: ImageRelease) -> list[str]:
@@ -67,10 +78,14 @@ def changes(item: ImageRelease) -> list[str]:
     if prev["digest"] == item.digest:
         return [f"same image as release {prev['release']} ({item.digest})"]
     lines = []
-    before, after = versions_from_labels(prev.get("labels", {})), versions_from_labels(item.labels)
-    for name in sorted(set(before) | set(after)):
-        if before.get(name) != after.get(name):
-            lines.append(f"{name}: {before.get(name, '(none)')} -> {after.get(name, '(none)')}")
+    packages = package_changes(item)
+    if packages is not None:
+        lines += packages
+    else:
+        before, after = versions_from_labels(prev.get("labels", {})), versions_from_labels(item.labels)
+        for name in sorted(set(before) | set(after)):
+            if before.get(name) != after.get(name):
+                lines.append(f"{name}: {before.get(name, '(none)')} -> {after.get(name, '(none)')}")
     delta = item.size - int(prev.get("size", 0))
     lines.append(f"size: {_mb(prev.get('size', 0))} -> {_mb(item.size)} ({'+' if delta >= 0 else ''}{_mb(delta)})")
     lines.append(f"digest: {prev['digest']} -> {item.digest}")
@@ -106,6 +121,7 @@ def build_manifest(report: ReleaseReport) -> dict[str, Any]:
             "changes": changes(item),
             "packages": item.packages,
             "not_moved": [{"tag": t.tag, "note": t.note} for t in item.tags if t.action == "keep"],
+            "repaired": list(item.repaired),
         })
     return {"schema": MANIFEST_SCHEMA, "version": report.version, "source_commit": report.revision,
             "dirty": "-dirty." in report.revision, "images": images}
@@ -115,8 +131,9 @@ def render_notes(manifest: dict[str, Any]) -> str:
     lines = [f"# Release {manifest['version']}", "",
              f"Source commit `{manifest['source_commit']}`"
              + (" (uncommitted changes: not reproducible from git alone)" if manifest["dirty"] else "")
-             + f"; {len(manifest['images'])} image(s). Every tag below resolves to the digest that passed "
-             "its image tests (verdict stored in the registry by digest).", "",
+             + f"; {len(manifest['images'])} image(s). Every tag below resolves to the digest whose newest "
+             "verdict signed by a trusted key passed its image tests (a signed attestation attached to the "
+             "digest in the registry).", "",
              "| Image | Tags | Digest | Size | Verdict |", "|---|---|---|---|---|"]
     for img in manifest["images"]:
         v = img["verdict"]
@@ -128,7 +145,8 @@ def render_notes(manifest: dict[str, Any]) -> str:
                   f"- Pull: `docker pull {img['pinned']}`",
                   f"- Built from: `{img['source']}`",
                   f"- Verdict: `{img['verdict']['ref']}` (tests from image-tests `{img['verdict']['test_code']}`, "
-                  f"run on {img['verdict']['runner']} at {img['verdict']['started']})"]
+                  f"run on {img['verdict']['runner']} at {img['verdict']['started']}, signed by key "
+                  f"{img['verdict'].get('signed_by') or '(unknown)'})"]
         if img["versions"]:
             lines.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in img["versions"].items()))
         if len(img["platforms"]) > 1:
@@ -137,6 +155,12 @@ def render_notes(manifest: dict[str, Any]) -> str:
             by = skipped.get("accepted_by", "matrix")
             why = "allowed by the matrix" if by == "matrix" else f"WAIVED by the releaser: {by}"
             lines.append(f"- Skipped ({why}): {skipped['id']}: {skipped['reason']}")
+        for note in img["verdict"].get("notes", []):
+            lines.append(f"- Note: {note}")
+        for ignored in img["verdict"].get("ignored_attestations", []):
+            lines.append(f"- Ignored attestation (did not verify): {ignored}")
+        for fixed in img.get("repaired", []):
+            lines.append(f"- Repaired: `{fixed}`")
         for kept in img["not_moved"]:
             lines.append(f"- Not moved: `{kept['tag']}` {kept['note']}")
         prev = img["previous"]

@@ -1,25 +1,22 @@
 """Promote tested dev images to release tags, digest for digest, inside the registry.
 
 For each chosen cell: find the dev image of the commit (`<name>-dev:<sha>-<version>`),
-check the gates, then give the same digest its release tags in the release repository.
-No layer data passes through this client: blobs are linked by cross-repository mounts
-and only manifests (a few KB) are written. Multi-arch indexes are copied whole, child
-manifests first, so the index digest is unchanged.
+check the gates (buildtool.release.gates), then give the same digest its release tags in the
+release repository. No layer data passes through this client: blobs are linked by
+cross-repository mounts and only manifests (a few KB) are written. Multi-arch indexes are
+copied whole, child manifests first, so the index digest is unchanged. The verdict that let
+the image through (a signed attestation) is attached to the same digest in the release repository.
 
-Gates (all images are gated before anything is written; one refusal promotes nothing):
-- the digest has a verdict stored in the registry, result "passed", for this cell, with
-  at least one passed test, and every skip is one the matrix allows (see `skip_allowed`) or
-  one the releaser waived by name (`--accept-skip REGEX`, recorded in the notes; never for a
-  GPU test on a GPU cell);
-- no config of the image carries `io.dl-images.standin=true`, and its cell label (when
-  present) names this cell;
-- no immutable (version) tag exists on another digest; `--force` moves only tags the
-  matrix declares as moving, and is needed only to move them to an older release.
+All images are gated before anything is written; one refusal promotes nothing. Version tags
+are immutable (never moved, not even with --force); `--force` moves only the matrix's moving
+tags, and is needed only to move them to an older release.
 
 Concurrency: distribution registries have no compare-and-swap on tags, so each release
 repository gets a lock tag (`release-lock`, a small OCI artifact naming its holder and an
 expiry) taken by write-then-read-back, and every tag is compared before it is written and
-verified after. See `RepoLock`.
+verified after. See `RepoLock`. A write that reaches the registry late (a request the network
+held after this client gave up on it) is caught by a final re-check of every tag after the
+last write, still under the lock: a moving tag found elsewhere is put back (and reported).
 """
 
 from __future__ import annotations
@@ -32,16 +29,17 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from buildtool.common.errors import UserError
-from buildtool.common.refs import split_repo_path
-from buildtool.contracts import label_keys, names, skips
-from buildtool.matrix.plan import CellPlan, Settings, plan_cell
+from buildtool.common.refs import split_repo, split_repo_path
+from buildtool.contracts import label_keys, names
+from buildtool.matrix.plan import CellPlan, Settings, mirror_base, plan_cell
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import (
     EMPTY_JSON,
@@ -52,10 +50,21 @@ from buildtool.registry.client import (
     RegistryClient,
     RegistryError,
     RegistryUnreachable,
+    RetryPolicy,
     sha256_digest,
 )
+from buildtool.registry.referrers import Referrer
+from buildtool.release.gates import (
+    Platform,
+    StandIns,
+    check_version,
+    image_problems,
+    skip_allowed,
+    verdict_problems,
+    waiver_for,
+)
 from buildtool.release.packages import copy_sbom, package_section
-from buildtool.validate.verdicts import load_verdict, verdict_tag
+from buildtool.validate.keys import TrustedKeys
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +72,8 @@ LOCK_TAG = names.RELEASE_LOCK_TAG
 LOCK_TYPE = names.RELEASE_LOCK_TYPE
 _TAG_RE = names.TAG_RE
 
-
-# -- input checks ------------------------------------------------------------------------------
-
-def check_version(version: str) -> str:
-    """A release version must order (PEP 440, e.g. 0.1.0) and be usable inside a tag."""
-    try:
-        Version(version)
-    except InvalidVersion:
-        raise UserError(f"--version {version!r} is not a version like 0.1.0") from None
-    if not _TAG_RE.match(version):
-        raise UserError(f"--version {version!r} cannot be part of a tag; use letters, digits, '.', '-', '_'")
-    return version
+__all__ = ["ImageRelease", "Platform", "ReleaseOptions", "ReleaseReport", "RepoLock", "TagAction", "check_version",
+           "release"]
 
 
 # -- what a release of one image looks like ------------------------------------------------------
@@ -84,16 +83,8 @@ class TagAction:
     tag: str
     moving: bool
     current: str | None          # digest the tag points at now (None: absent)
-    action: str = ""             # create | exists | move | keep
+    action: str = ""             # create | exists | move | keep | refuse
     note: str = ""
-
-
-@dataclass
-class Platform:
-    platform: str                # os/arch[/variant], or "" for a single-arch image
-    digest: str
-    size: int                    # config + compressed layers, bytes
-    labels: dict[str, str]
 
 
 @dataclass
@@ -108,11 +99,16 @@ class ImageRelease:
     media_type: str = ""
     platforms: list[Platform] = field(default_factory=list)
     verdict: dict[str, Any] | None = None
-    verdict_ref: str = ""
+    verdict_ref: str = ""        # <dev repo>@<attestation digest>
+    attestation: Referrer | None = None
+    signer: str = ""             # key id (and name) that signed the verdict
+    ignored: list[str] = field(default_factory=list)    # attestations that did not verify, and why
+    notes: list[str] = field(default_factory=list)      # facts worth a line in the release notes
     tags: list[TagAction] = field(default_factory=list)
     status: str = "pending"      # refused | ready | promoted | unchanged | failed | not attempted | dry-run
     problems: list[str] = field(default_factory=list)
     tags_made: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)   # moving tags put back by the final re-check
     previous: dict[str, Any] | None = None
     skips: list[dict[str, Any]] = field(default_factory=list)   # each skipped test and what accepted it
     packages: dict[str, Any] | None = None   # SBOM and package changes (release.packages)
@@ -146,73 +142,7 @@ class ReleaseReport:
         return [i for i in self.images if i.status == "refused"]
 
 
-# -- gates ---------------------------------------------------------------------------------------
-
-def skip_judgement(cell: Cell, test: dict[str, Any]) -> skips.Judgement:
-    """What the matrix says of a skipped test (buildtool.contracts.skips): its code's rule, checked
-    against this cell; the skip's prose is never read."""
-    return skips.judge(cell, str(test.get("skip_code") or ""), str(test.get("skip_subject") or ""))
-
-
-def skip_allowed(cell: Cell, test: dict[str, Any]) -> bool:
-    """A skipped test is acceptable only where the matrix says it cannot run on this cell (e.g.
-    a GPU check on a cell with `run.gpus: none`; a GPU cell validated on a runner without GPUs
-    has not been tested and is refused). Skips for the runner's or the commit's circumstances
-    (an engine that refused a ulimit, a missing peer image) are refused: validate where the
-    test can run, or waive a runner's limit by name."""
-    return skip_judgement(cell, test) == "expected"
-
-
-def waiver_for(cell: Cell, test: dict[str, Any], accept: tuple[str, ...]) -> str | None:
-    """The `--accept-skip` pattern that waives this skip, if any: only codes the contract marks
-    waivable (a runner's limits), never a GPU check of a GPU cell."""
-    if skip_judgement(cell, test) != "waivable":
-        return None
-    reason = f"[{test.get('skip_code')}] {test.get('skip_reason') or ''}"
-    return next((pattern for pattern in accept if re.search(pattern, reason)), None)
-
-
-def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None,
-                     accept: tuple[str, ...] = ()) -> list[str]:
-    """Why a verdict does not let `digest` be released as `cell` (empty: it does)."""
-    if verdict is None:
-        return [f"{digest} has no verdict in the registry; run `make validate FRAMEWORK={cell.key}` first"]
-    problems = []
-    if verdict.get("cell") != cell.key:
-        problems.append(f"verdict of {digest} is for cell {verdict.get('cell')!r}, not {cell.key}")
-    if verdict.get("result") != "passed":
-        failed = [t.get("id") for t in verdict.get("tests", []) if t.get("result") == "failed"]
-        problems.append(f"verdict of {digest} is {verdict.get('result')!r}"
-                        + (f" (failed: {', '.join(map(str, failed[:3]))})" if failed else ""))
-    tests = verdict.get("tests", [])
-    if not any(t.get("result") == "passed" for t in tests):
-        problems.append(f"verdict of {digest} has no passed test")
-    for t in tests:
-        if t.get("result") not in ("passed", "skipped", "failed"):
-            problems.append(f"test {t.get('id')} has unknown result {t.get('result')!r}")
-    bad_skips = [t for t in tests if t.get("result") == "skipped" and not skip_allowed(cell, t)
-                 and waiver_for(cell, t, accept) is None]
-    if bad_skips:
-        shown = ", ".join(f"{t.get('id')} ({t.get('skip_reason') or 'no reason'})" for t in bad_skips[:3])
-        more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
-        problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
-                        "validate on a runner that can run them (or waive a runner limit with --accept-skip)")
-    return problems
-
-
-def image_problems(cell: Cell, platforms: list[Platform]) -> list[str]:
-    """Stand-in and cell-label gates on every platform's image config."""
-    problems = []
-    for p in platforms:
-        where = f" ({p.platform})" if p.platform else ""
-        if p.labels.get(label_keys.STANDIN, "").lower() == "true":
-            problems.append(f"{p.digest}{where} is built on a stand-in base ({label_keys.STANDIN}=true); "
-                            "stand-ins are test fixtures and are never released")
-        labelled = p.labels.get(label_keys.CELL)
-        if labelled is not None and labelled != cell.key:
-            problems.append(f"{p.digest}{where} is labelled {label_keys.CELL}={labelled}, not {cell.key}")
-    return problems
-
+# -- tags ----------------------------------------------------------------------------------------
 
 def release_number(tag: str, template: str, cell: Cell) -> Version | None:
     """The release a tag made from `template` names, e.g. `2.13-0.1.0` -> 0.1.0."""
@@ -243,7 +173,19 @@ def plan_tags(plan: CellPlan, digest: str, version: str, current: dict[str, str 
               existing_tags: list[str], force: bool) -> tuple[list[TagAction], list[str]]:
     """Decide per tag: create, exists (already there: no-op), move (moving tags), keep."""
     actions, problems = [], []
-    newer = sorted(v for v in releases_in(existing_tags, plan.cell) if v > Version(version))
+    spelt = {}
+    for tag in existing_tags:
+        for template in plan.cell.release_tags:
+            number = release_number(tag, template, plan.cell)
+            if number is not None:
+                spelt[tag] = number
+    same = sorted(tag for tag, number in spelt.items() if number == Version(version)
+                  and tag not in plan.release_tags)
+    if same:
+        problems.append(f"release {version} of {plan.cell.key} already exists as {plan.release_repo}:{same[0]} "
+                        f"(the same PEP 440 version, spelt otherwise); one release has one spelling: use its "
+                        "spelling, or a new --version")
+    newer = sorted(v for v in spelt.values() if v > Version(version))
     for tag in plan.release_tags:
         action = TagAction(tag, False, current.get(tag))
         if action.current is None:
@@ -292,27 +234,97 @@ def copy_manifest(client: RegistryClient, src_repo: str, dst_repo: str, raw: byt
     client.put_manifest(dst_repo, digest, raw, media_type)
 
 
+def _platform_name(descriptor: dict[str, Any]) -> str:
+    plat = descriptor.get("platform") or {}
+    return "/".join(x for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
+
+
+def _config_labels(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> dict[str, str]:
+    config = manifest.get("config", {})
+    if not config.get("digest"):
+        return {}
+    body = json.loads(client.get_blob(repo, config["digest"]))
+    return dict((body.get("config") or {}).get("Labels") or {})
+
+
 def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: str) -> list[Platform]:
-    """Size and labels of each platform image (config blobs are small; layers are not read)."""
+    """Size, labels and layers of each platform image (config blobs are small; layers are not read),
+    and the labels of the base each names by digest, where that base is in the same registry."""
     manifest = json.loads(raw)
     if media_type in INDEX_TYPES:
         out = []
         for child in manifest.get("manifests", []):
-            plat = child.get("platform") or {}
-            name = "/".join(x for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
+            name = _platform_name(child)
             if name == "unknown/unknown":   # attestation manifests of BuildKit
                 continue
             child_raw, child_type, child_digest = client.get_manifest(repo, child["digest"])
             for p in read_platforms(client, repo, child_raw, child_type):
-                out.append(Platform(name, child_digest, p.size, p.labels))
+                out.append(Platform(name, child_digest, p.size, p.labels, p.layers, p.base_labels))
         return out
     config = manifest.get("config", {})
+    layers = tuple(str(layer.get("digest")) for layer in manifest.get("layers", []))
     size = int(config.get("size", 0)) + sum(int(layer.get("size", 0)) for layer in manifest.get("layers", []))
-    labels: dict[str, str] = {}
-    if config.get("digest"):
-        body = json.loads(client.get_blob(repo, config["digest"]))
-        labels = (body.get("config") or {}).get("Labels") or {}
-    return [Platform("", sha256_digest(raw), size, labels)]
+    labels = _config_labels(client, repo, manifest)
+    return [Platform("", sha256_digest(raw), size, labels, layers, _base_labels(client, labels))]
+
+
+def _base_labels(client: RegistryClient, labels: dict[str, str]) -> dict[str, str] | None:
+    """The labels of the base image the labels name (by digest, in the repository of the base the
+    build pulled), when that repository is in this registry; None when it cannot be found here."""
+    digest, ref = labels.get(label_keys.OCI_BASE_DIGEST, ""), labels.get(label_keys.BASE_REF, "")
+    if not digest.startswith("sha256:") or not ref:
+        return None
+    try:
+        host, repo, _ = split_repo(ref)
+    except ValueError:
+        return None
+    if host != client.host:
+        return None
+    try:
+        raw, media_type, _ = client.get_manifest(repo, digest)
+        manifest = json.loads(raw)
+        if media_type in INDEX_TYPES:
+            child = next((m for m in manifest.get("manifests", []) if _platform_name(m) != "unknown/unknown"), None)
+            if child is None:
+                return {}
+            manifest = json.loads(client.get_manifest(repo, child["digest"])[0])
+        return _config_labels(client, repo, manifest)
+    except NotFound:
+        return None
+
+
+def read_standins(client: RegistryClient, settings: Settings, cells: Sequence[Cell]) -> tuple[StandIns, list[str]]:
+    """The stand-in bases of the mirror (BASE_MIRROR, or the registry released into when unset):
+    digests and layer lists of every upstream base the matrix gives a stand-in for. Returns them
+    and the problems reading them (a mirror that cannot be read cannot vouch for provenance)."""
+    found, problems = StandIns(), []
+    mirror = settings.base_mirror or client.host
+    for cell in cells:
+        if cell.standin is None:
+            continue
+        ref = mirror_base(cell.base, mirror)
+        try:
+            host, repo, tag = split_repo(ref)
+        except ValueError:
+            continue
+        if host != client.host and not settings.base_mirror:
+            continue
+        reader = client if host == client.host else RegistryClient(host, retry=RetryPolicy(attempts=2, timeout=10))
+        try:
+            raw, media_type, digest = reader.get_manifest(repo, tag)
+        except NotFound:
+            continue
+        except (RegistryError, RegistryUnreachable) as exc:
+            problems.append(f"cannot read the stand-in {ref} to check provenance ({exc})")
+            continue
+        manifest = json.loads(raw)
+        found.add(ref, digest, [str(layer.get("digest")) for layer in manifest.get("layers", [])])
+        if media_type in INDEX_TYPES:
+            for child in manifest.get("manifests", []):
+                child_raw, _, child_digest = reader.get_manifest(repo, child["digest"])
+                layers = [str(layer.get("digest")) for layer in json.loads(child_raw).get("layers", [])]
+                found.add(ref, child_digest, layers)
+    return found, problems
 
 
 # -- the lock ------------------------------------------------------------------------------------
@@ -431,8 +443,61 @@ class RepoLock:
 
 # -- the pipeline --------------------------------------------------------------------------------
 
-def gather(client: RegistryClient, plan: CellPlan, accept: tuple[str, ...] = ()) -> ImageRelease:
-    """Read-only: resolve the dev tag, load verdict and configs, apply the image gates."""
+@dataclass
+class ReleaseOptions:
+    version: str
+    revision: str
+    force: bool = False
+    dry_run: bool = False
+    lock_wait_s: float = 60.0
+    lock_ttl_s: float = 300.0
+    accept_skips: tuple[str, ...] = ()      # --accept-skip regexes: explicit, recorded waivers
+    lock_settle_s: float | None = None     # None: adaptive, 5 lock-write round trips (at least 20 ms)
+    trusted: TrustedKeys = field(default_factory=TrustedKeys)   # keys whose verdicts count (none: nothing passes)
+    tests_dir: Path | None = None          # this checkout's image-tests/, to compare what verdicts ran with
+
+
+def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
+                  options: ReleaseOptions) -> None:
+    from buildtool.validate.verdicts import find_verdicts
+
+    findings = find_verdicts(client, dev_repo, item.digest, options.trusted, plan.cell.key)
+    item.ignored = [f"{r.artifact}: {r.reason}" for r in findings.rejected]
+    chosen = findings.chosen
+    if chosen is None:
+        if findings.rejected or findings.legacy:
+            item.problems.append(f"{item.digest} has no valid verdict: {findings.why_none(options.trusted)}")
+        else:
+            item.problems.append(f"{item.digest} has no verdict in the registry; run `make validate "
+                                 f"FRAMEWORK={plan.cell.key}` first")
+        return
+    item.verdict, item.attestation = chosen.verdict, chosen.referrer
+    item.verdict_ref = f"{plan.dev_repo}@{chosen.artifact}"
+    item.signer = options.trusted.describe(chosen.keyid)
+    if chosen.keyid in options.trusted.dev:
+        item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
+    local, groups = None, None
+    if options.tests_dir is not None:
+        from buildtool.validate.collect import cell_groups, defined_tests, image_tests_hash
+
+        groups = cell_groups(plan.cell, options.tests_dir)
+        code = image_tests_hash(options.tests_dir)
+        if chosen.verdict.get("test_code") == code:
+            local = defined_tests(plan.cell, options.tests_dir, code)
+        else:
+            item.notes.append(f"verdict ran image-tests {chosen.verdict.get('test_code')}, not this checkout's "
+                              f"{code}: its defined tests were checked against its own list only")
+    item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local, groups)
+    for t in chosen.verdict.get("tests", []):
+        if t.get("result") == "skipped":
+            pattern = None if skip_allowed(plan.cell, t) else waiver_for(plan.cell, t, options.accept_skips)
+            item.skips.append({"id": t.get("id"), "reason": t.get("skip_reason"),
+                               "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
+
+
+def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
+           standins: StandIns | None = None) -> ImageRelease:
+    """Read-only: resolve the dev tag, verify the verdict, read the configs, apply the gates."""
     _, dev_repo = split_repo_path(plan.dev_repo)
     item = ImageRelease(cell=plan.cell.key, image=plan.cell.name, source=plan.dev_ref, release_repo=plan.release_repo)
     try:
@@ -444,21 +509,8 @@ def gather(client: RegistryClient, plan: CellPlan, accept: tuple[str, ...] = ())
         return item
     item.digest, item.media_type, item._raw = digest, media_type, raw
     item.platforms = read_platforms(client, dev_repo, raw, media_type)
-    vtag = verdict_tag(digest)
-    before = client.manifest_digest(dev_repo, vtag)
-    item.verdict = load_verdict(client, dev_repo, digest)
-    if item.verdict is not None:
-        if client.manifest_digest(dev_repo, vtag) != before:
-            item.problems.append(f"the verdict of {digest} changed while it was read; re-run the release")
-        item.verdict_ref = f"{plan.dev_repo}@{before}"
-    item.problems += verdict_problems(plan.cell, digest, item.verdict, accept)
-    if item.verdict is not None:
-        for t in item.verdict.get("tests", []):
-            if t.get("result") == "skipped":
-                pattern = None if skip_allowed(plan.cell, t) else waiver_for(plan.cell, t, accept)
-                item.skips.append({"id": t.get("id"), "reason": t.get("skip_reason"),
-                                   "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
-    item.problems += image_problems(plan.cell, item.platforms)
+    _gate_verdict(client, item, plan, dev_repo, options)
+    item.problems += image_problems(plan.cell, item.platforms, standins)
     item.status = "refused" if item.problems else "ready"
     return item
 
@@ -498,6 +550,8 @@ def previous_release(client: RegistryClient, repo: str, cell: Cell, version: str
 def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: RepoLock | None,
             copy_verdict: bool = True) -> None:
     """Copy, tag (compare before each write), verify. Raises RegistryError on a fault."""
+    from buildtool.registry.referrers import copy as copy_referrer
+
     _, src = split_repo_path(plan.dev_repo)
     _, dst = split_repo_path(plan.release_repo)
     todo = [t for t in item.tags if t.action in ("create", "move")]
@@ -505,15 +559,10 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
         item.status = "unchanged"
         return
     copy_manifest(client, src, dst, item._raw, item.media_type, item.digest)
-    if copy_verdict and item.verdict_ref:
-        # Users of the release repository can check the verdict by digest there too. Copied
-        # before any tag, so a release whose tags are all in place has its verdict as well.
-        vdigest = item.verdict_ref.rsplit("@", 1)[1]
-        vraw, vtype, _ = client.get_manifest(src, vdigest)
-        for blob in _blobs(json.loads(vraw)):
-            if not client.mount_blob(dst, blob, src):
-                raise RegistryError(f"registry declined to mount verdict blob {blob} into {dst}")
-        client.put_manifest(dst, verdict_tag(item.digest), vraw, vtype)
+    if copy_verdict and item.attestation is not None:
+        # Users of the release repository can check the signed verdict by digest there too. Copied
+        # before any tag (bytes unchanged, so the signature holds), so released tags have it as well.
+        copy_referrer(client, src, dst, item.attestation, item.digest)
     copy_sbom(client, src, dst, item.digest)   # the SBOM travels with the image (release.packages)
     for t in todo:
         if lock is not None and not lock.still_held():
@@ -539,21 +588,37 @@ def verify(client: RegistryClient, item: ImageRelease) -> list[str]:
     return wrong
 
 
-@dataclass
-class ReleaseOptions:
-    version: str
-    revision: str
-    force: bool = False
-    dry_run: bool = False
-    lock_wait_s: float = 60.0
-    lock_ttl_s: float = 300.0
-    accept_skips: tuple[str, ...] = ()      # --accept-skip regexes: explicit, recorded waivers
-    lock_settle_s: float | None = None     # None: adaptive, 5 lock-write round trips (at least 20 ms)
+def recheck(client: RegistryClient, items: list[ImageRelease]) -> None:
+    """After the last write, under the lock: every tag this run wrote must still name its digest.
+    A moving tag found elsewhere was moved by a late write (a request delivered after its client
+    gave up, from this run or an earlier one): it is put back and reported. A version tag found
+    elsewhere cannot be put back (it is immutable): the image is reported failed."""
+    for item in items:
+        if item.status != "promoted":
+            continue
+        _, dst = split_repo_path(item.release_repo)
+        for t in item.tags:
+            if t.action not in ("create", "move", "exists"):
+                continue
+            now = client.manifest_digest(dst, t.tag)
+            if now == item.digest:
+                continue
+            if t.moving:
+                client.put_manifest(dst, t.tag, item._raw, item.media_type)
+                item.repaired.append(f"{t.tag} was moved to {now} after it was written (a late write); put back")
+                log.warning("%s:%s was on %s after the release wrote it; put back on %s", item.release_repo, t.tag,
+                            now, item.digest)
+            else:
+                item.status = "failed"
+                item.problems.append(f"{item.release_repo}:{t.tag} resolves to {now} after it was written, not "
+                                     f"{item.digest}")
 
 
 def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
-            client_for: Callable[[str], RegistryClient] = RegistryClient) -> ReleaseReport:
-    """Gate every image, then promote them all; the report says what was and was not done."""
+            client_for: Callable[[str], RegistryClient] = RegistryClient,
+            matrix_cells: Sequence[Cell] | None = None) -> ReleaseReport:
+    """Gate every image, then promote them all; the report says what was and was not done.
+    `matrix_cells`: every cell of the matrix (its stand-ins are checked), default `cells`."""
     version = check_version(options.version)
     plans = [plan_cell(c, settings, options.revision, version) for c in cells]
     for p in plans:
@@ -566,9 +631,14 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
                         "an in-registry promotion needs one registry: point RELEASE_REGISTRY at the same host")
     client = client_for(hosts.pop())
     client.ping()
+    standins, standin_problems = read_standins(client, settings, matrix_cells or cells)
     report = ReleaseReport(version, options.revision, [], options.dry_run)
     for p in plans:
-        report.images.append(gather(client, p, options.accept_skips))
+        item = gather(client, p, options, standins)
+        if standin_problems and item.status != "refused":
+            item.problems += standin_problems
+            item.status = "refused"
+        report.images.append(item)
     for item, p in zip(report.images, plans, strict=True):
         if item.status == "ready":
             plan_item(client, item, p, version, options.force)
@@ -622,6 +692,7 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
                 item.status = "failed"
                 item.problems += wrong
                 failure = wrong[0]
+        recheck(client, [i for i, _ in pending])
     except (RegistryError, RegistryUnreachable) as exc:
         for item, _ in pending:
             if item.status in ("ready", "pending"):

@@ -14,11 +14,14 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildtool.common.errors import UserError
 from buildtool.common.units import human_size as _human_size
 from buildtool.common.units import short_digest as _short_digest
+
+if TYPE_CHECKING:
+    from buildtool.validate.keys import TrustedKeys
 
 RESULTS = ("passed", "failed", "skipped")
 _MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", None: "—"}
@@ -93,14 +96,14 @@ def _number(value: Any) -> float | None:
 
 
 def parse_verdict(data: Any, where: str) -> Row:
-    """A verdict dict (schema 1) -> Row; anything malformed is a UserError naming `where`."""
-    if not isinstance(data, dict) or data.get("schema") != 1:
-        raise UserError(f"{where}: not a schema-1 verdict (expected a JSON object with \"schema\": 1)")
+    """A verdict dict (schema 1 or 2) -> Row; anything malformed is a UserError naming `where`."""
+    if not isinstance(data, dict) or data.get("schema") not in (1, 2):
+        raise UserError(f"{where}: not a verdict (expected a JSON object with \"schema\": 1 or 2)")
     for key in ("digest", "cell", "result", "tests"):
         if key not in data:
             raise UserError(f"{where}: verdict lacks {key!r}")
-    if data["result"] not in ("passed", "failed"):
-        raise UserError(f"{where}: result must be passed or failed, not {data['result']!r}")
+    if data["result"] not in ("passed", "failed", "incomplete"):
+        raise UserError(f"{where}: result must be passed, failed or incomplete, not {data['result']!r}")
     checks: dict[str, Check] = {}
     for i, test in enumerate(data["tests"]):
         if not isinstance(test, dict) or "id" not in test or test.get("result") not in RESULTS:
@@ -147,16 +150,19 @@ def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Pat
     return written
 
 
-def fetch_verdicts(dev_refs: dict[str, str]) -> list[dict[str, Any]]:
-    """Verdicts stored in the registry for each cell's dev image (cell -> ref), with image sizes.
+def fetch_verdicts(dev_refs: dict[str, str], trusted: TrustedKeys | None = None) -> list[dict[str, Any]]:
+    """Verdicts stored in the registry for each cell's dev image (cell -> ref), with image sizes: the
+    newest signed by a key in `trusted` (see buildtool.validate.verdicts), as release would read it.
 
-    A cell whose image or verdict is missing gets a failed pseudo-verdict saying so, so a build
+    A cell whose image or valid verdict is missing gets a failed pseudo-verdict saying so, so a build
     that never produced an image shows up in the report instead of silently vanishing.
     """
     from buildtool.common.refs import split_repo
     from buildtool.registry.client import NotFound, RegistryClient
-    from buildtool.validate.verdicts import load_verdict
+    from buildtool.validate.keys import TrustedKeys
+    from buildtool.validate.verdicts import find_verdicts
 
+    trusted = trusted or TrustedKeys()
     found: list[dict[str, Any]] = []
     clients: dict[str, RegistryClient] = {}
     for cell, ref in dev_refs.items():
@@ -167,11 +173,14 @@ def fetch_verdicts(dev_refs: dict[str, str]) -> list[dict[str, Any]]:
         except NotFound:
             found.append(_missing(cell, ref, f"no image {ref} in the registry (the build failed or did not run)"))
             continue
-        verdict = load_verdict(client, repo, digest)
-        if verdict is None:
-            found.append(_missing(cell, ref, f"{ref} has no verdict (validation did not run or did not finish)",
-                                  digest))
+        findings = find_verdicts(client, repo, digest, trusted, cell)
+        chosen = findings.chosen
+        if chosen is None:
+            why = findings.why_none(trusted) if findings.rejected or findings.legacy else \
+                "no verdict (validation did not run or did not finish)"
+            found.append(_missing(cell, ref, f"{ref} has {why}", digest))
             continue
+        verdict = dict(chosen.verdict)
         manifest = json.loads(body)
         layers = manifest.get("layers") or []
         verdict.setdefault("size_bytes", sum(int(layer.get("size", 0)) for layer in layers) or None)

@@ -3,7 +3,8 @@
 Flow: resolve the reference to a digest (registry manifest, pulled so the engine runs exactly
 that digest) -> find its matrix cell (label `io.dl-images.cell`) -> the cell's test groups and
 run profile -> `pytest image-tests/<groups>` with a target file -> JUnit XML + JSON verdict
-under reports/ -> the verdict stored in the image's registry repository (buildtool.validate.verdicts).
+under reports/ -> the verdict (schema 2: what ran, what the groups define, what a selection left
+out) signed and attached to the image digest in its registry repository (buildtool.validate.verdicts).
 GPU paths run only where `nvidia-smi` on the host finds GPUs; elsewhere they are reported as
 skipped with the reason, never as passed.
 """
@@ -11,7 +12,6 @@ skipped with the reason, never as passed.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import signal
@@ -31,9 +31,10 @@ from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import frameworks, label_keys
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
+from buildtool.contracts.verdict import Gpu, Runner, Selection, TestResult, Verdict
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
-from buildtool.validate.verdicts import VERDICT_SCHEMA, store_verdict
+from buildtool.validate.collect import PLUGIN, cell_groups, image_tests_hash
 
 DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
 DEFAULT_JOIN_TIMEOUT_S = float(JOIN_TIMEOUT_S)
@@ -221,14 +222,6 @@ def framework_info(framework: frameworks.Framework) -> FrameworkInfo:
                          events_writer=list(framework.events_writer), shm_workers=framework.shm_workers)
 
 
-def image_tests_hash(tests_dir: Path) -> str:
-    """sha256 over image-tests/ (paths and bytes): which test code produced a verdict."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(str(path.relative_to(tests_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return f"sha256:{digest.hexdigest()}"
-
-
 def remove_run_containers(run_id: str) -> None:
     """Remove every container a test run started (a safety net behind the fixtures)."""
     proc = _docker("ps", "-aq", "--filter", f"label={label_keys.IMAGETEST_RUN}={run_id}", timeout=60)
@@ -277,7 +270,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
                         "push it, or pass --no-store")
     cell = find_cell(matrix, image.labels, options.cell, ref)
     tests_dir = root / "image-tests"
-    groups = [g for g in cell.tests if (tests_dir / g).is_dir()]
+    groups = cell_groups(cell, tests_dir)
     if not groups:
         raise UserError(f"no test groups of {cell.key} ({', '.join(cell.tests)}) under {tests_dir}")
     gpus, driver = runner_gpus()
@@ -301,13 +294,16 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     )
     write_target(out_dir / "target.json", target)
     results_path, junit = out_dir / "results.json", out_dir / "junit.xml"
+    defined_path = out_dir / "defined.json"
     results_path.unlink(missing_ok=True)
+    defined_path.unlink(missing_ok=True)
     # --rootdir: test ids must not depend on where the target and reports are (pytest derives its
     # rootdir from every path on its command line).
     argv = [sys.executable, "-m", "pytest", *[str(tests_dir / g) for g in groups], "--rootdir", str(tests_dir),
             "-c", str(tests_dir / "pytest.ini"), "--target",
             str(out_dir / "target.json"), "--results", str(results_path), "--junitxml", str(junit),
-            "-o", "junit_family=xunit2", "-o", f"junit_suite_name={cell.key}", "-rs", "-q"]
+            "-o", "junit_family=xunit2", "-o", f"junit_suite_name={cell.key}", "-rs", "-q",
+            "-p", PLUGIN, "--defined-tests", str(defined_path)]
     if options.select:
         argv += ["-k", options.select]
     log(f"validating {ref} ({image.digest}) as {cell.key}: groups {', '.join(groups)}; "
@@ -323,23 +319,49 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     if not results_path.is_file():
         raise UserError(f"image-tests did not run (pytest exit {rc}); see {out_dir / 'pytest.log'}")
     results = json.loads(results_path.read_text())
-    tests = results["tests"]
-    verdict = {
-        "schema": VERDICT_SCHEMA, "digest": image.digest, "image": ref, "cell": cell.key,
-        "result": overall_result(rc, tests),
-        "started": started_at.isoformat(timespec="seconds"), "duration_s": round(duration, 2),
-        "test_code": image_tests_hash(tests_dir),
-        "runner": {"hostname": socket.gethostname(), "gpus": [g["name"] for g in gpus], "driver": driver},
-        "groups": groups, "run_flags": target.run_flags, "pytest_exit": rc,
-        "tests": tests, "figures": results.get("figures", {}),
-    }
+    verdict = make_verdict(image, cell, started_at, duration, tests_dir, groups, gpus, driver, target.run_flags,
+                           rc, results, defined_path, options.select).to_json()
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(out_dir)
     if options.store and image.host and image.repo:
-        stored = dict(verdict)
-        stored.pop("reports")
+        from buildtool.validate.keys import signing_key
+        from buildtool.validate.verdicts import attest
+
+        key = signing_key(log)
+        stored = {k: v for k, v in verdict.items() if k != "reports"}
         try:
-            verdict["stored"] = store_verdict(RegistryClient(image.host), image.repo, image.digest, stored)
+            artifact = attest(RegistryClient(image.host), image.repo, image.digest, stored, key)
         except NotFound as exc:
             raise UserError(f"cannot store the verdict: {exc}") from None
+        verdict["stored"] = artifact.digest
+        verdict["signed_by"] = key.key.keyid
+        log(f"verdict signed with {key.source} (key {key.key.keyid[:16]}) and attached to {image.digest} "
+            f"as {artifact.digest}")
     return verdict
+
+
+def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration: float, tests_dir: Path,
+                 groups: list[str], gpus: list[dict[str, str]], driver: str, run_flags: list[str], rc: int,
+                 results: dict[str, Any], defined_path: Path, select: str | None) -> Verdict:
+    """The schema-2 verdict: what ran, what the groups define, what a selection left out, the runner."""
+    tests = [TestResult.model_validate(t) for t in results["tests"]]
+    try:
+        collected = json.loads(defined_path.read_text())
+    except (OSError, ValueError):
+        collected = {"defined": [], "deselected": []}
+    defined = [str(d["id"]) for d in collected["defined"]]
+    deselected = sorted(set(collected["deselected"]))
+    ran = {t.id for t in tests}
+    result = overall_result(rc, results["tests"])
+    # A defined test that neither ran nor was deselected: the run stopped early (crash, timeout).
+    if result == "passed" and (set(defined) - ran - set(deselected) or not defined):
+        result = "incomplete"
+    return Verdict(
+        digest=image.digest, image=image.ref, cell=cell.key, result=result,
+        started=started_at.isoformat(timespec="milliseconds"), duration_s=round(duration, 2),
+        test_code=image_tests_hash(tests_dir),
+        runner=Runner(hostname=socket.gethostname(),
+                      gpus=[Gpu(index=g["index"], name=g["name"], driver=g.get("driver", "")) for g in gpus],
+                      driver=driver),
+        groups=groups, defined_tests=defined, selection=Selection(expression=select or None, deselected=deselected),
+        run_flags=run_flags, pytest_exit=rc, tests=tests, figures=results.get("figures", {}))

@@ -1,67 +1,156 @@
-"""Verdicts stored with the image in its registry, addressed by the image's digest.
+"""Verdicts stored with the image in its registry, as signed attestations attached to its digest.
 
-A verdict is a JSON document (what ran, what passed, figures, the runner). It is pushed
-as an OCI artifact into the image's own repository: an image manifest whose
-`artifactType` is VERDICT_TYPE, whose one layer is the verdict JSON and whose `subject`
-is the image. Registries without the referrers API (distribution 2.8 among them) find it
-through the fallback tag `sha256-<hex>.verdict`, the convention cosign uses. Any machine
-can then ask "did this exact digest pass?" with nothing but registry access.
+validate signs each verdict (an in-toto Statement in a DSSE envelope, see
+buildtool.contracts.attestation) and attaches it to the image digest as an OCI referrer
+(buildtool.registry.referrers): pushed by digest, listed in the registry's referrers API or
+the `sha256-<hex>` index, never replacing an earlier verdict. Any machine with registry access
+can ask "did this exact digest pass?"; only a verdict signed by a trusted key answers.
+
+Which verdict counts (the rule release and report apply): of the attestations attached to the
+digest, those that verify (a signature by a trusted key, a statement whose signed subject is
+this digest, a schema-2 verdict naming this digest and, for release, this cell), the newest by
+the signed `started` time; ties by the attestation digest. A newer verdict that does not verify
+never hides an older one that does; a newer valid verdict that failed blocks an older pass.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
+from buildtool.common.dsse import EnvelopeError, open_envelope, sign_envelope
 from buildtool.contracts import label_keys
-from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, NotFound, RegistryClient
+from buildtool.contracts.attestation import (
+    DSSE_MEDIA_TYPE,
+    ENVELOPE_TITLE,
+    PAYLOAD_TYPE,
+    StatementError,
+    read_statement,
+    statement,
+)
+from buildtool.contracts.names import ATTESTATION_TYPE, VERDICT_TYPE, verdict_tag
+from buildtool.registry.client import NotFound, RegistryClient, RegistryError
+from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
+from buildtool.validate.keys import SigningKey, TrustedKeys
 
-VERDICT_TYPE = "application/vnd.dl-images.verdict.v1+json"
-VERDICT_SCHEMA = 1
-
-
-def verdict_tag(image_digest: str) -> str:
-    algorithm, _, hexdigest = image_digest.partition(":")
-    return f"{algorithm}-{hexdigest}.verdict"
-
-
-def store_verdict(client: RegistryClient, repo: str, image_digest: str, verdict: dict[str, Any]) -> str:
-    """Push `verdict` for `image_digest` into `repo`; returns the verdict manifest's digest.
-
-    Storing again for the same digest replaces the pointer tag (a re-validation wins).
-    """
-    if verdict.get("digest") != image_digest:
-        raise ValueError(f"verdict is for {verdict.get('digest')}, not {image_digest}")
-    subject_body, subject_type, subject_digest = client.get_manifest(repo, image_digest)
-    body = json.dumps(verdict, sort_keys=True, indent=1).encode()
-    layer_digest = client.put_blob(repo, body)
-    empty_digest = client.put_blob(repo, EMPTY_JSON)
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": VERDICT_TYPE,
-        "config": {"mediaType": EMPTY_JSON_TYPE, "digest": empty_digest, "size": len(EMPTY_JSON)},
-        "layers": [{"mediaType": VERDICT_TYPE, "digest": layer_digest, "size": len(body),
-                    "annotations": {"org.opencontainers.image.title": "verdict.json"}}],
-        "subject": {"mediaType": subject_type, "digest": subject_digest, "size": len(subject_body)},
-        "annotations": {label_keys.VERDICT_RESULT: str(verdict.get("result")),
-                        label_keys.VERDICT_CELL: str(verdict.get("cell"))},
-    }
-    raw = json.dumps(manifest, sort_keys=True).encode()
-    return client.put_manifest(repo, verdict_tag(image_digest), raw, OCI_MANIFEST)
+__all__ = ["Found", "Findings", "Rejected", "attest", "find_verdicts", "verdict_tag"]
 
 
-def load_verdict(client: RegistryClient, repo: str, image_digest: str) -> dict[str, Any] | None:
-    """The verdict stored for `image_digest` in `repo`, or None when there is none."""
+def attest(client: RegistryClient, repo: str, digest: str, verdict: dict[str, Any], key: SigningKey) -> Referrer:
+    """Sign `verdict` (schema 2, about `digest`) and attach it to the image; returns the artifact."""
+    if verdict.get("digest") != digest:
+        raise ValueError(f"verdict is for {verdict.get('digest')}, not {digest}")
+    envelope = sign_envelope(key.key, PAYLOAD_TYPE, statement(f"{client.host}/{repo}", digest, verdict))
+    data = json.dumps(envelope, sort_keys=True).encode()
+    # Annotations are hints for people listing referrers; release reads only the signed statement.
+    notes = {label_keys.VERDICT_RESULT: str(verdict.get("result")), label_keys.VERDICT_CELL: str(verdict.get("cell")),
+             label_keys.VERDICT_SIGNER: key.key.keyid}
+    return attach(client, repo, digest, ATTESTATION_TYPE, [Payload(DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)], notes)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A verdict that verified."""
+
+    artifact: str                  # digest of the attestation artifact
+    verdict: dict[str, Any]
+    keyid: str
+    referrer: Referrer
+
+    @property
+    def started(self) -> dt.datetime:
+        return _when(self.verdict.get("started"))
+
+
+@dataclass(frozen=True)
+class Rejected:
+    artifact: str
+    reason: str
+
+
+@dataclass
+class Findings:
+    found: list[Found] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    legacy: bool = False           # an unsigned schema-1 verdict sits under the old `.verdict` tag
+
+    @property
+    def chosen(self) -> Found | None:
+        """The newest verdict that verified (see the module's rule)."""
+        if not self.found:
+            return None
+        return max(self.found, key=lambda f: (f.started, f.artifact))
+
+    def why_none(self, trusted: TrustedKeys) -> str:
+        """Why no verdict counts, for the message that refuses the image."""
+        if self.rejected:
+            shown = "; ".join(f"{r.artifact[:19]}…: {r.reason}" for r in self.rejected[:4])
+            more = f" (and {len(self.rejected) - 4} more)" if len(self.rejected) > 4 else ""
+            return f"no verdict verifies against {trusted.source}: {shown}{more}"
+        if self.legacy:
+            return ("only an unsigned verdict (the old `.verdict` tag, schema 1): release needs a signed "
+                    "verdict; validate the image again")
+        return "no verdict"
+
+
+def _when(value: Any) -> dt.datetime:
     try:
-        raw, _, _ = client.get_manifest(repo, verdict_tag(image_digest))
-    except NotFound:
-        return None
-    manifest = json.loads(raw)
-    if manifest.get("artifactType") != VERDICT_TYPE or manifest.get("subject", {}).get("digest") != image_digest:
-        return None
-    layer = next((d for d in manifest.get("layers", []) if d.get("mediaType") == VERDICT_TYPE), None)
-    if layer is None:
-        return None
-    verdict = json.loads(client.get_blob(repo, layer["digest"]))
-    return verdict if verdict.get("digest") == image_digest else None
+        when = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
+def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys,
+                  cell: str | None = None) -> Findings:
+    """Every verdict attached to `digest` in `repo`, verified against `trusted`; `cell` set: a
+    verdict for another cell is rejected too."""
+    findings = Findings()
+    for ref in referrers(client, repo, digest):
+        if ref.artifact_type == VERDICT_TYPE:
+            findings.rejected.append(Rejected(ref.digest, "unsigned: a plain verdict artifact, not a signed "
+                                                          "attestation (hand-pushed?)"))
+            continue
+        if ref.artifact_type != ATTESTATION_TYPE:
+            continue
+        try:
+            payloads = fetch(client, repo, ref, digest)
+        except NotFound:
+            findings.rejected.append(Rejected(ref.digest, "missing: listed, but the artifact is not in the registry"))
+            continue
+        except RegistryError as exc:
+            findings.rejected.append(Rejected(ref.digest, f"mismatched: {exc}"))
+            continue
+        outcome = _verify(payloads, digest, trusted, cell)
+        if isinstance(outcome, str):
+            findings.rejected.append(Rejected(ref.digest, outcome))
+        else:
+            verdict, keyid = outcome
+            findings.found.append(Found(ref.digest, verdict, keyid, ref))
+    if not findings.found and not findings.rejected:
+        findings.legacy = client.manifest_digest(repo, verdict_tag(digest)) is not None
+    return findings
+
+
+def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
+            cell: str | None) -> tuple[dict[str, Any], str] | str:
+    envelopes = [p for p in payloads if p.media_type == DSSE_MEDIA_TYPE]
+    if len(envelopes) != 1:
+        return f"unsigned: {len(envelopes)} DSSE envelopes in the artifact, not one"
+    try:
+        opened = open_envelope(envelopes[0].data, trusted.keys)
+    except EnvelopeError as exc:
+        return str(exc)
+    if opened.payload_type != PAYLOAD_TYPE:
+        return f"not an in-toto statement: payloadType {opened.payload_type!r}"
+    try:
+        verdict = read_statement(opened.payload, digest)
+    except StatementError as exc:
+        return str(exc)
+    if verdict.get("schema") != 2:
+        return f"unsupported verdict schema {verdict.get('schema')!r} (release reads schema 2)"
+    if cell is not None and verdict.get("cell") != cell:
+        return f"mismatched: the verdict is for cell {verdict.get('cell')!r}, not {cell}"
+    return verdict, opened.keyid

@@ -1,0 +1,178 @@
+"""DSSE envelopes signed with Ed25519 keys (https://github.com/secure-systems-lab/dsse).
+
+An envelope is `{"payloadType", "payload" (base64), "signatures": [{"keyid", "sig"}]}`; the
+signature covers the pre-authentication encoding PAE(payloadType, payload), so neither the
+type nor the bytes can be swapped without breaking it. Keys are Ed25519 (the `cryptography`
+package, imported only when a key is used), stored as PEM: PKCS#8 private keys, SubjectPublicKeyInfo
+public keys, the formats cosign, openssl and securesystemslib read. A key id is the sha256 of
+the raw 32-byte public key, hex: the same key always has the same id, whatever file holds it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class EnvelopeError(ValueError):
+    """An envelope or key that cannot be used; the message names why."""
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    keyid: str
+    pem: str
+
+    def verifies(self, payload_type: str, payload: bytes, signature: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+        key = load_pem_public_key(self.pem.encode())
+        try:
+            key.verify(signature, pae(payload_type, payload))  # type: ignore[call-arg, union-attr]
+        except InvalidSignature:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class PrivateKey:
+    keyid: str
+    pem: bytes
+
+    def public(self) -> PublicKey:
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
+
+        key = load_pem_private_key(self.pem, password=None)
+        pem = key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
+        return PublicKey(self.keyid, pem)
+
+    def sign(self, payload_type: str, payload: bytes) -> bytes:
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+        key = load_pem_private_key(self.pem, password=None)
+        return key.sign(pae(payload_type, payload))  # type: ignore[call-arg, union-attr]
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def _raw_public(key: Any) -> bytes:
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def keyid_of(raw_public: bytes) -> str:
+    return hashlib.sha256(raw_public).hexdigest()
+
+
+def generate() -> PrivateKey:
+    """A new Ed25519 key pair."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    return PrivateKey(keyid_of(_raw_public(key.public_key())), pem)
+
+
+def load_private(pem: bytes, where: str) -> PrivateKey:
+    """An Ed25519 private key from PEM (PKCS#8); EnvelopeError naming `where` otherwise."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    try:
+        key = load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise EnvelopeError(f"{where} is not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise EnvelopeError(f"{where} is a {type(key).__name__}, not an Ed25519 key (make one with `buildtool keys`)")
+    return PrivateKey(keyid_of(_raw_public(key.public_key())), pem)
+
+
+def load_public(pem: str, where: str) -> PublicKey:
+    """An Ed25519 public key from PEM (SubjectPublicKeyInfo); EnvelopeError naming `where` otherwise."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    try:
+        key = load_pem_public_key(pem.encode())
+    except (ValueError, TypeError) as exc:
+        raise EnvelopeError(f"{where} is not a PEM public key ({exc})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise EnvelopeError(f"{where} is a {type(key).__name__}, not an Ed25519 public key")
+    return PublicKey(keyid_of(_raw_public(key)), pem)
+
+
+def write_private(path: Path, key: PrivateKey) -> None:
+    """Write a private key readable by its owner only (created 0600, never widened)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(key.pem)
+
+
+def sign_envelope(key: PrivateKey, payload_type: str, payload: bytes) -> dict[str, Any]:
+    return {"payloadType": payload_type, "payload": base64.b64encode(payload).decode(),
+            "signatures": [{"keyid": key.keyid, "sig": base64.b64encode(key.sign(payload_type, payload)).decode()}]}
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a verified envelope says, and who signed it."""
+
+    payload_type: str
+    payload: bytes
+    keyid: str
+
+
+def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
+    """Verify an envelope against trusted keys (keyid -> key); EnvelopeError naming the cause:
+    not an envelope, unsigned, signed only by untrusted keys, or a signature that does not verify."""
+    try:
+        envelope = json.loads(data)
+    except ValueError:
+        raise EnvelopeError("unsigned: not a DSSE envelope (not JSON)") from None
+    if not isinstance(envelope, dict) or not {"payloadType", "payload"} <= set(envelope):
+        raise EnvelopeError("unsigned: not a DSSE envelope (no payloadType/payload)")
+    signatures = envelope.get("signatures")
+    if not isinstance(signatures, list) or not signatures:
+        raise EnvelopeError("unsigned: the envelope carries no signature")
+    try:
+        payload = base64.b64decode(str(envelope["payload"]), validate=True)
+    except ValueError:
+        raise EnvelopeError("malformed: the payload is not base64") from None
+    payload_type = str(envelope["payloadType"])
+    untrusted, bad = [], []
+    for entry in signatures:
+        keyid = str((entry or {}).get("keyid") or "") if isinstance(entry, dict) else ""
+        key = trusted.get(keyid)
+        if key is None:
+            untrusted.append(keyid or "(no key id)")
+            continue
+        try:
+            sig = base64.b64decode(str(entry.get("sig") or ""), validate=True)
+        except ValueError:
+            bad.append(keyid)
+            continue
+        if key.verifies(payload_type, payload, sig):
+            return Opened(payload_type, payload, keyid)
+        bad.append(keyid)
+    if bad:
+        raise EnvelopeError(f"wrongly signed: the signature of trusted key {short(bad[0])} does not verify "
+                            "(payload tampered with, or signed by another key under that id)")
+    raise EnvelopeError(f"untrusted key: signed by {', '.join(short(k) for k in untrusted)}, "
+                        "which is not a trusted key")
+
+
+def short(keyid: str) -> str:
+    return keyid[:16]

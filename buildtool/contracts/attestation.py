@@ -1,0 +1,79 @@
+"""A verdict as an attestation: an in-toto Statement v1 about one image digest, in a DSSE envelope.
+
+    Statement {"_type": STATEMENT_TYPE,
+               "subject": [{"name": <repository>, "digest": {"sha256": <hex of the image digest>}}],
+               "predicateType": VERDICT_PREDICATE,
+               "predicate": <the verdict, schema 2 (buildtool.contracts.verdict)>}
+
+The envelope's payloadType is the in-toto one; the envelope is the one layer (DSSE_MEDIA_TYPE)
+of an OCI artifact (names.ATTESTATION_TYPE) whose subject is the image, attached with
+buildtool.registry.referrers (append-only). The signed subject is what ties the verdict to a
+digest: an artifact's own `subject` field and the registry's lists are not signed and prove nothing.
+
+Signing keys (who may sign verdicts is decided by the trusted keys file, not here):
+- SIGNING_KEY_ENV: the validating runner's private key (PEM text or a path to it), a CI secret;
+- otherwise a local development key under the user's config folder (DEV_KEY_FILE), created on
+  first use; release trusts it only when told to (`--trust-local-key`) and only for a loopback registry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+VERDICT_PREDICATE = "https://github.com/dl-images/dl-images/attestations/verdict/v2"
+ENVELOPE_TITLE = "verdict.intoto.jsonl"
+
+SIGNING_KEY_ENV = "DL_IMAGES_SIGNING_KEY"
+TRUSTED_KEYS_FILE = "config/trusted-keys.yaml"
+DEV_KEY_FILE = "dl-images/dev-signing-key.pem"     # under $XDG_CONFIG_HOME (default ~/.config)
+
+
+def config_home() -> Path:
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+
+
+def dev_key_path() -> Path:
+    return config_home() / DEV_KEY_FILE
+
+
+def statement(repository: str, digest: str, verdict: dict[str, Any]) -> bytes:
+    """The statement's bytes (canonical JSON: sorted keys, no spaces)."""
+    algorithm, _, hexdigest = digest.partition(":")
+    body = {"_type": STATEMENT_TYPE,
+            "subject": [{"name": repository, "digest": {algorithm: hexdigest}}],
+            "predicateType": VERDICT_PREDICATE,
+            "predicate": verdict}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+class StatementError(ValueError):
+    """A statement that is not a verdict about the expected digest; the message names why."""
+
+
+def read_statement(payload: bytes, digest: str) -> dict[str, Any]:
+    """The verdict a verified statement carries, checked to be about `digest`."""
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        raise StatementError("malformed: the signed payload is not JSON") from None
+    if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:
+        kind = body.get("_type") if isinstance(body, dict) else "?"
+        raise StatementError(f"not an in-toto Statement v1 (_type {kind!r})")
+    if body.get("predicateType") != VERDICT_PREDICATE:
+        raise StatementError(f"not a verdict: predicateType {body.get('predicateType')!r}")
+    subjects = body.get("subject") if isinstance(body.get("subject"), list) else []
+    named = [f"{k}:{v}" for s in subjects if isinstance(s, dict) for k, v in (s.get("digest") or {}).items()]
+    if digest not in named:
+        raise StatementError(f"replayed: signed for {', '.join(named) or 'no digest'}, not for {digest}")
+    predicate = body.get("predicate")
+    if not isinstance(predicate, dict):
+        raise StatementError("malformed: the predicate is not a verdict object")
+    if predicate.get("digest") != digest:
+        raise StatementError(f"mismatched: the verdict inside names {predicate.get('digest')}, not {digest}")
+    return predicate

@@ -1,0 +1,237 @@
+"""What must hold before a digest is released as a cell: pure checks on what release read.
+
+- the version: PEP 440, in its normal form, not already released under another spelling;
+- the verdict (the newest validly signed one, see buildtool.validate.verdicts): for this cell and
+  digest, `passed`, run on the groups the matrix gives the cell, every test those groups define
+  present (compared with this checkout's own collection when the verdict ran this checkout's
+  test code), no selection, every GPU test of a GPU cell passed, every skip one the matrix
+  expects or one the releaser waived by name (`--accept-skip`, only for codes marked waivable);
+- the image's provenance: no stand-in label of any value, no stand-in base by digest or by its
+  layers, and the base the matrix names.
+
+No waiver covers anything but waivable skips.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys, names, skips
+from buildtool.matrix.schema import Cell
+
+_TAG_RE = names.TAG_RE
+
+
+# -- versions ------------------------------------------------------------------------------------
+
+def check_version(version: str) -> str:
+    """The release version in PEP 440's normal form (`v1.0` -> `1.0`, `1.0-RC1` -> `1.0rc1`); it must
+    order and be usable inside a tag. Equal versions spelt differently (`1.0`, `1.0.0`) are caught
+    against what is already released (`spelling_problems`)."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        raise UserError(f"--version {version!r} is not a version like 0.1.0") from None
+    normal = str(parsed)
+    if not _TAG_RE.match(normal):
+        raise UserError(f"--version {version!r} cannot be part of a tag; use letters, digits, '.', '-', '_'")
+    return normal
+
+
+def spelling_problems(version: str, released: dict[Version, str], what: str) -> list[str]:
+    """A version equal by PEP 440 to a released one but spelt otherwise (1.0 vs 1.0.0) is refused:
+    one release, one spelling. `released`: version -> where it is (a tag, a release file)."""
+    wanted = Version(version)
+    for number, where in released.items():
+        if number == wanted and str(number) != version:
+            return [f"release {version} of {what} already exists as {where} ({number} and {version} are the "
+                    f"same PEP 440 version); use --version {number}, or a new version"]
+    return []
+
+
+# -- the verdict ---------------------------------------------------------------------------------
+
+def skip_judgement(cell: Cell, test: dict[str, Any]) -> skips.Judgement:
+    """What the matrix says of a skipped test (buildtool.contracts.skips): its code's rule, checked
+    against this cell; the skip's prose is never read."""
+    return skips.judge(cell, str(test.get("skip_code") or ""), str(test.get("skip_subject") or ""))
+
+
+def skip_allowed(cell: Cell, test: dict[str, Any]) -> bool:
+    """A skipped test is acceptable only where the matrix says it cannot run on this cell (e.g.
+    a GPU check on a cell with `run.gpus: none`)."""
+    return skip_judgement(cell, test) == "expected"
+
+
+def waiver_for(cell: Cell, test: dict[str, Any], accept: tuple[str, ...]) -> str | None:
+    """The `--accept-skip` pattern that waives this skip, if any: only codes the contract marks
+    waivable (a runner's limits), never a GPU check of a GPU cell."""
+    if skip_judgement(cell, test) != "waivable":
+        return None
+    reason = f"[{test.get('skip_code')}] {test.get('skip_reason') or ''}"
+    return next((pattern for pattern in accept if re.search(pattern, reason)), None)
+
+
+def is_gpu_cell(cell: Cell) -> bool:
+    return cell.needs_gpu or cell.run.gpus != "none"
+
+
+def _listed(ids: Iterable[str], limit: int = 3) -> str:
+    ids = sorted(ids)
+    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+    return ", ".join(ids[:limit]) + more
+
+
+def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None, accept: tuple[str, ...] = (),
+                     local_tests: dict[str, bool] | None = None, groups: list[str] | None = None) -> list[str]:
+    """Why a verdict does not let `digest` be released as `cell` (empty: it does).
+
+    `groups`: the cell's test groups (default: the matrix's); `local_tests`: id -> gpu of what this
+    checkout's image-tests define for the cell, given when the verdict ran this checkout's test code."""
+    if verdict is None:
+        return [f"{digest} has no verdict in the registry; run `make validate FRAMEWORK={cell.key}` first"]
+    problems = []
+    if verdict.get("cell") != cell.key:
+        problems.append(f"verdict of {digest} is for cell {verdict.get('cell')!r}, not {cell.key}")
+    if verdict.get("digest") not in (None, digest):
+        problems.append(f"verdict names digest {verdict.get('digest')}, not {digest}")
+    if verdict.get("result") != "passed":
+        failed = [str(t.get("id")) for t in verdict.get("tests", []) if t.get("result") == "failed"]
+        problems.append(f"verdict of {digest} is {verdict.get('result')!r}"
+                        + (f" (failed: {_listed(failed)})" if failed else ""))
+    tests = verdict.get("tests", [])
+    if not any(t.get("result") == "passed" for t in tests):
+        problems.append(f"verdict of {digest} has no passed test")
+    for t in tests:
+        if t.get("result") not in ("passed", "skipped", "failed"):
+            problems.append(f"test {t.get('id')} has unknown result {t.get('result')!r}")
+    problems += _coverage_problems(cell, verdict, local_tests, groups)
+    if is_gpu_cell(cell):
+        gpu_ids = {str(t.get("id")) for t in tests if t.get("gpu")} | {i for i, gpu in (local_tests or {}).items()
+                                                                       if gpu}
+        results = {str(t.get("id")): t.get("result") for t in tests}
+        not_passed = sorted(i for i in gpu_ids if results.get(i) != "passed")
+        if not_passed:
+            problems.append(f"{len(not_passed)} GPU test(s) of GPU cell {cell.key} did not pass: "
+                            f"{_listed(not_passed)}; validate on a GPU runner (no waiver covers them)")
+    bad_skips = [t for t in tests if t.get("result") == "skipped" and not skip_allowed(cell, t)
+                 and waiver_for(cell, t, accept) is None]
+    if bad_skips:
+        shown = ", ".join(f"{t.get('id')} ({t.get('skip_reason') or 'no reason'})" for t in bad_skips[:3])
+        more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
+        problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
+                        "validate on a runner that can run them (or waive a runner limit with --accept-skip)")
+    return problems
+
+
+def _coverage_problems(cell: Cell, verdict: dict[str, Any], local_tests: dict[str, bool] | None,
+                       groups: list[str] | None) -> list[str]:
+    """The verdict must cover exactly what the matrix defines for the cell: its groups, every test
+    those groups define, no selection."""
+    problems = []
+    selection = verdict.get("selection") or {}
+    if selection.get("expression"):
+        problems.append(f"the verdict ran a selection (-k {selection['expression']!r}), not the whole suite; "
+                        "validate without -k")
+    if selection.get("deselected"):
+        problems.append(f"the verdict deselected {len(selection['deselected'])} test(s): "
+                        f"{_listed(map(str, selection['deselected']))}")
+    wanted = list(groups if groups is not None else cell.tests)
+    ran_groups = [str(g) for g in verdict.get("groups") or []]
+    if sorted(ran_groups) != sorted(wanted):
+        problems.append(f"the verdict ran groups {', '.join(ran_groups) or '(none)'}, but the matrix gives "
+                        f"{cell.key} the groups {', '.join(wanted)}")
+    defined = [str(i) for i in verdict.get("defined_tests") or []]
+    if not defined:
+        problems.append("the verdict lists no defined tests (a schema-2 verdict from `buildtool validate` does)")
+    outside = [i for i in defined if i.split("/", 1)[0] not in wanted]
+    if outside:
+        problems.append(f"the verdict defines tests outside the cell's groups: {_listed(outside)}")
+    ran = [str(t.get("id")) for t in verdict.get("tests", [])]
+    if len(set(ran)) != len(ran):
+        problems.append("the verdict lists a test more than once")
+    missing, extra = set(defined) - set(ran), set(ran) - set(defined)
+    if missing:
+        problems.append(f"{len(missing)} defined test(s) have no result in the verdict: {_listed(missing)}")
+    if extra:
+        problems.append(f"the verdict has results for tests its groups do not define: {_listed(extra)}")
+    wrong_group = [str(t.get("id")) for t in verdict.get("tests", [])
+                   if str(t.get("group")) != str(t.get("id")).split("/", 1)[0]]
+    if wrong_group:
+        problems.append(f"test group does not match the test id for {_listed(wrong_group)}")
+    if local_tests is not None:
+        here = set(local_tests)
+        gone, new = here - set(defined), set(defined) - here
+        if gone or new:
+            problems.append("the verdict's defined tests differ from what this checkout's image-tests (same test code) "
+                            f"define for {cell.key}: " + "; ".join(
+                                p for p in (f"missing {_listed(gone)}" if gone else "",
+                                            f"unknown {_listed(new)}" if new else "") if p))
+    return problems
+
+
+# -- provenance ----------------------------------------------------------------------------------
+
+@dataclass
+class StandIns:
+    """The stand-in bases the mirror holds: by manifest digest, and by their layer lists."""
+
+    digests: dict[str, str] = field(default_factory=dict)          # digest -> ref
+    layers: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+    def add(self, ref: str, digest: str, layers: list[str]) -> None:
+        self.digests[digest] = ref
+        if layers:
+            self.layers[tuple(layers)] = ref
+
+    def built_on(self, layers: list[str]) -> str | None:
+        """The stand-in whose layers this image's layers start with, if any."""
+        for base, ref in self.layers.items():
+            if tuple(layers[: len(base)]) == base:
+                return ref
+        return None
+
+
+@dataclass(frozen=True)
+class Platform:
+    platform: str                # os/arch[/variant], or "" for a single-arch image
+    digest: str
+    size: int                    # config + compressed layers, bytes
+    labels: dict[str, str]
+    layers: tuple[str, ...] = ()
+    base_labels: dict[str, str] | None = None   # labels of the base image named by its base digest, when found
+
+
+def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | None = None) -> list[str]:
+    """Provenance on every platform's image: stand-in labels (any key, any value), a stand-in base by
+    digest, by layers or by its own labels, a base other than the matrix's, and the cell label."""
+    problems = []
+    standins = standins or StandIns()
+    for p in platforms:
+        where = f"{p.digest}" + (f" ({p.platform})" if p.platform else "")
+        marks = label_keys.standin_keys(p.labels)
+        if marks:
+            problems.append(f"{where} carries stand-in labels ({', '.join(f'{k}={p.labels[k]}' for k in marks)}); "
+                            "stand-ins are test fixtures and are never released")
+        base_digest = p.labels.get(label_keys.OCI_BASE_DIGEST, "")
+        if base_digest in standins.digests:
+            problems.append(f"{where} is built on {base_digest}, the stand-in {standins.digests[base_digest]}")
+        on = standins.built_on(list(p.layers))
+        if on is not None and base_digest not in standins.digests:
+            problems.append(f"{where} starts with the layers of the stand-in {on} (whatever its labels say)")
+        if p.base_labels is not None and label_keys.standin_keys(p.base_labels):
+            problems.append(f"{where} names base {base_digest}, which is labelled a stand-in")
+        base_name = p.labels.get(label_keys.OCI_BASE_NAME)
+        if base_name != cell.base:
+            problems.append(f"{where} names base {base_name or '(none)'} ({label_keys.OCI_BASE_NAME}), not the "
+                            f"matrix's {cell.base}; build it with `buildtool build`")
+        labelled = p.labels.get(label_keys.CELL)
+        if labelled is not None and labelled != cell.key:
+            problems.append(f"{where} is labelled {label_keys.CELL}={labelled}, not {cell.key}")
+    return problems

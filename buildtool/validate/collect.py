@@ -1,0 +1,93 @@
+"""The tests a cell's groups define in this checkout (`pytest --collect-only`), for the release gate.
+
+Collection needs only the cell's ulimits (the one parametrised test); the image is never
+started. The answer depends only on the image-tests code and those inputs, so it is cached
+under ~/.cache/dl-images/defined-tests/ by their hash: a release pays for pytest once per
+test-code version, not once per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from buildtool.common.errors import FailedError
+from buildtool.contracts import frameworks
+from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
+from buildtool.matrix.schema import Cell
+
+COLLECT_TIMEOUT_S = 300
+PLUGIN = "buildtool.validate.collect_plugin"
+
+
+def image_tests_hash(tests_dir: Path) -> str:
+    """sha256 over image-tests/ (paths and bytes): which test code produced a verdict."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(tests_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"sha256:{digest.hexdigest()}"
+
+
+def cell_groups(cell: Cell, tests_dir: Path) -> list[str]:
+    """The cell's test groups that exist as folders of image-tests/ (what validate runs)."""
+    return [g for g in cell.tests if (tests_dir / g).is_dir()]
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dl-images" / "defined-tests"
+
+
+def _target(cell: Cell) -> Target:
+    """A target file good enough to collect with (nothing is run)."""
+    framework = frameworks.get(cell.framework)
+    info = FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
+                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers)
+    return Target(image="collect-only", ref="collect-only", digest="", cell=cell.key, framework=cell.framework,
+                  framework_info=info, accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, run_flags=[],
+                  ulimits=dict(cell.run.ulimits), shm_promised=cell.run.shm_size, shm_expected_bytes=0,
+                  expect=Expectations(), run_id="collect-only")
+
+
+def defined_tests(cell: Cell, tests_dir: Path, test_code: str | None = None) -> dict[str, bool]:
+    """id -> marked gpu, for every test the cell's groups define in `tests_dir`."""
+    groups = cell_groups(cell, tests_dir)
+    code = test_code or image_tests_hash(tests_dir)
+    key = hashlib.sha256(json.dumps([code, groups, sorted(dict(cell.run.ulimits))]).encode()).hexdigest()
+    cached = _cache_dir() / f"{key}.json"
+    try:
+        return {str(k): bool(v) for k, v in json.loads(cached.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        pass
+    with tempfile.TemporaryDirectory(prefix="buildtool-collect-") as tmp:
+        target, out = Path(tmp) / "target.json", Path(tmp) / "defined.json"
+        write_target(target, _target(cell))
+        argv = [sys.executable, "-m", "pytest", *[str(tests_dir / g) for g in groups], "--rootdir", str(tests_dir),
+                "-c", str(tests_dir / "pytest.ini"), "--collect-only", "-q", "-p", PLUGIN, "--defined-tests", str(out),
+                "--target", str(target), "-p", "no:cacheprovider"]
+        # The plugin comes from this very buildtool, wherever it is installed or checked out.
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root,
+                                                                           os.environ.get("PYTHONPATH")]))}
+        try:
+            proc = subprocess.run(argv, cwd=tests_dir, capture_output=True, text=True, timeout=COLLECT_TIMEOUT_S,
+                                  env=env)
+        except subprocess.TimeoutExpired:
+            raise FailedError(f"collecting the image tests of {cell.key} took over {COLLECT_TIMEOUT_S}s") from None
+        if proc.returncode != 0 or not out.is_file():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+            raise FailedError(f"cannot collect the image tests of {cell.key} (pytest exit {proc.returncode}): "
+                              + " | ".join(tail))
+        found = {str(d["id"]): bool(d["gpu"]) for d in json.loads(out.read_text())["defined"]}
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp_file = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp_file.write_text(json.dumps(found, sort_keys=True))
+        tmp_file.replace(cached)
+    except OSError:
+        pass   # a cache that cannot be written only costs the next run a collection
+    return found

@@ -1,0 +1,79 @@
+"""Signed verdicts for the toolkit's own tests: a test key, schema-2 verdicts, attestations.
+
+A real `buildtool validate` signs with the runner's key; here verdicts are made by hand (what
+an image test run would record) and signed with a key made for the test session, or with an
+attacker's key, or not at all, to show what release does with each.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from buildtool.common.dsse import PrivateKey, generate, sign_envelope
+from buildtool.contracts.attestation import DSSE_MEDIA_TYPE, PAYLOAD_TYPE, statement
+from buildtool.contracts.names import ATTESTATION_TYPE
+from buildtool.matrix.schema import Cell
+from buildtool.registry.client import RegistryClient
+from buildtool.registry.referrers import Payload, Referrer, attach
+from buildtool.validate.keys import SigningKey, TrustedKeys
+
+KEY = generate()            # the trusted runner's key, for this test session
+ATTACKER = generate()       # a key nobody trusts
+
+
+def trusted(*keys: PrivateKey) -> TrustedKeys:
+    found = TrustedKeys(source="config/trusted-keys.yaml")
+    for key in keys or (KEY,):
+        public = key.public()
+        found.keys[public.keyid] = public
+        found.names[public.keyid] = "test runner"
+    return found
+
+
+def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gpu: bool = False,
+           subject: str = "") -> dict[str, Any]:
+    return {"id": id_, "group": id_.split("/", 1)[0], "result": outcome, "duration_s": 0.1, "message": "",
+            "skip_code": code, "skip_subject": subject, "skip_reason": text, "gpu": gpu}
+
+
+def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dict[str, Any]] | None = None,
+            started: str = "2026-01-01T00:00:00.000+00:00", **changes: Any) -> dict[str, Any]:
+    """A schema-2 verdict that covers the cell's groups: every test listed is a defined test."""
+    tests = tests if tests is not None else [result(f"{g}/test_x.py::test_{g}") for g in cell.tests]
+    body = {"schema": 2, "digest": digest, "image": f"x@{digest}", "cell": cell.key, "result": outcome,
+            "started": started, "duration_s": 1.0, "test_code": "sha256:" + "0" * 64,
+            "runner": {"hostname": "ci", "gpu_runner": False, "gpus": [], "driver": "", "cuda_driver": "",
+                       "gpu_problem": ""},
+            "groups": list(cell.tests), "defined_tests": [t["id"] for t in tests],
+            "selection": {"expression": None, "deselected": []}, "run_flags": [], "pytest_exit": 0,
+            "tests": tests, "figures": {}}
+    body.update(changes)
+    return body
+
+
+def envelope(repo_name: str, digest: str, body: dict[str, Any], key: PrivateKey = KEY) -> bytes:
+    return json.dumps(sign_envelope(key, PAYLOAD_TYPE, statement(repo_name, digest, body)), sort_keys=True).encode()
+
+
+def attest(client: RegistryClient, repo: str, digest: str, body: dict[str, Any], key: PrivateKey = KEY) -> Referrer:
+    """Sign and attach as validate does."""
+    from buildtool.validate.verdicts import attest as real_attest
+
+    return real_attest(client, repo, digest, body, SigningKey(key, "test key", dev=False))
+
+
+def attach_raw(client: RegistryClient, repo: str, digest: str, data: bytes,
+               artifact_type: str = ATTESTATION_TYPE, media_type: str = DSSE_MEDIA_TYPE) -> Referrer:
+    """Attach any bytes as a referrer of `digest`, as anyone with push access can (ORAS-style)."""
+    return attach(client, repo, digest, artifact_type, [Payload(media_type, data, "verdict")])
+
+
+def tamper(data: bytes, change: dict[str, Any]) -> bytes:
+    """The envelope with its statement's predicate changed and the old signature kept."""
+    env = json.loads(data)
+    body = json.loads(base64.b64decode(env["payload"]))
+    body["predicate"].update(change)
+    env["payload"] = base64.b64encode(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).decode()
+    return json.dumps(env, sort_keys=True).encode()

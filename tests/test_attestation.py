@@ -1,0 +1,151 @@
+"""Signed verdicts without a registry: DSSE, the in-toto statement, keys, and which verdict counts."""
+
+from __future__ import annotations
+
+import base64
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from buildtool.common.dsse import EnvelopeError, generate, load_private, load_public, open_envelope, pae
+from buildtool.common.errors import UserError
+from buildtool.contracts.attestation import PAYLOAD_TYPE, StatementError, read_statement, statement
+from buildtool.matrix.schema import load_matrix
+from buildtool.registry.referrers import Payload, Referrer
+from buildtool.validate.keys import load_trusted, signing_key, trusted_entry
+from buildtool.validate.verdicts import Findings, Found, _verify
+from tests.signing import ATTACKER, KEY, envelope, tamper, trusted, verdict
+
+REPO = Path(__file__).resolve().parent.parent
+CPU = next(c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells if c.key == "pytorch-cpu:2.13")
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+DSSE = "application/vnd.dsse.envelope.v1+json"
+
+
+def check(data: bytes, digest: str = D1, keys=None, cell: str | None = CPU.key):  # noqa: ANN001, ANN201
+    return _verify([Payload(DSSE, data)], digest, keys or trusted(), cell)
+
+
+def test_pae_is_dsse_v1() -> None:
+    assert pae("a/b", b"hello") == b"DSSEv1 3 a/b 5 hello"
+
+
+def test_a_signed_verdict_verifies_and_names_its_key() -> None:
+    body = verdict(CPU, D1)
+    verdict_back, keyid = check(envelope("reg/pytorch-cpu-dev", D1, body))
+    assert verdict_back == body and keyid == KEY.keyid
+
+
+@pytest.mark.parametrize(("make", "cause"), [
+    # forged: a hand-made verdict, no envelope at all (what an ORAS push of a JSON file gives)
+    (lambda: json.dumps(verdict(CPU, D1)).encode(), "unsigned: not a DSSE envelope"),
+    # an envelope with its signatures stripped
+    (lambda: json.dumps({**json.loads(envelope("r", D1, verdict(CPU, D1))), "signatures": []}).encode(),
+     "unsigned: the envelope carries no signature"),
+    # tampered: a failing verdict edited to `passed`, the old signature kept
+    (lambda: tamper(envelope("r", D1, verdict(CPU, D1, "failed")), {"result": "passed"}), "wrongly signed"),
+    # wrongly signed: the attacker's signature under the trusted key's id
+    (lambda: json.dumps({**json.loads(envelope("r", D1, verdict(CPU, D1), ATTACKER)),
+                         "signatures": [{"keyid": KEY.keyid, "sig": json.loads(envelope(
+                             "r", D1, verdict(CPU, D1), ATTACKER))["signatures"][0]["sig"]}]}).encode(),
+     "wrongly signed"),
+    # untrusted: properly signed, by a key the repository does not list
+    (lambda: envelope("r", D1, verdict(CPU, D1), ATTACKER), "untrusted key: signed by " + ATTACKER.keyid[:16]),
+    # replayed: a valid verdict of another digest attached to this one
+    (lambda: envelope("r", D2, verdict(CPU, D2)), f"replayed: signed for {D2}, not for {D1}"),
+    # mismatched: a statement about this digest carrying another digest's verdict
+    (lambda: envelope("r", D1, verdict(CPU, D2)), f"mismatched: the verdict inside names {D2}"),
+    # another cell's verdict of the same digest
+    (lambda: envelope("r", D1, verdict(CPU, D1, cell="pytorch-cuda:2.13")), "mismatched: the verdict is for cell"),
+])
+def test_each_bad_attestation_is_refused_naming_the_cause(make, cause: str) -> None:  # noqa: ANN001
+    outcome = check(make())
+    assert isinstance(outcome, str) and cause in outcome, outcome
+
+
+def test_statement_subject_is_checked() -> None:
+    payload = statement("r", D1, verdict(CPU, D1))
+    assert read_statement(payload, D1)["digest"] == D1
+    with pytest.raises(StatementError, match="replayed"):
+        read_statement(payload, D2)
+    wrong_type = json.loads(payload)
+    wrong_type["predicateType"] = "https://slsa.dev/provenance/v1"
+    with pytest.raises(StatementError, match="not a verdict"):
+        read_statement(json.dumps(wrong_type).encode(), D1)
+
+
+def test_open_envelope_rejects_garbage() -> None:
+    for data in (b"\xff", b"[]", b'{"payloadType": "x", "payload": "!!", "signatures": [{"keyid": "k"}]}'):
+        with pytest.raises(EnvelopeError):
+            open_envelope(data, trusted().keys)
+
+
+# -- which verdict counts ------------------------------------------------------------------------
+
+def found(started: str, outcome: str, artifact: str) -> Found:
+    return Found(artifact, verdict(CPU, D1, outcome, started=started), KEY.keyid, Referrer(artifact, "t", 1))
+
+
+def test_the_newest_valid_verdict_counts_by_its_signed_time() -> None:
+    older_pass = found("2026-01-01T10:00:00.000+00:00", "passed", "sha256:b")
+    newer_fail = found("2026-01-02T10:00:00.000+00:00", "failed", "sha256:a")
+    assert Findings(found=[older_pass, newer_fail]).chosen is newer_fail
+    assert Findings(found=[newer_fail, older_pass]).chosen is newer_fail
+    # Same second, other time zone spelling: compared as times, not strings.
+    utc = found("2026-01-02T10:00:00.000+00:00", "passed", "sha256:x")
+    later_in_cet = found("2026-01-02T11:00:01.000+01:00", "failed", "sha256:y")
+    assert Findings(found=[utc, later_in_cet]).chosen is later_in_cet
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+def test_dev_key_is_made_once_owner_only_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("DL_IMAGES_SIGNING_KEY", raising=False)
+    said: list[str] = []
+    first = signing_key(said.append)
+    again = signing_key(said.append)
+    path = tmp_path / "dl-images/dev-signing-key.pem"
+    assert first.dev and first.key.keyid == again.key.keyid and len(said) == 1 and "--trust-local-key" in said[0]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_signing_key_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("DL_IMAGES_SIGNING_KEY", KEY.pem.decode())
+    assert signing_key(print).key.keyid == KEY.keyid and not (tmp_path / "dl-images").exists()
+    (tmp_path / "k.pem").write_bytes(KEY.pem)
+    monkeypatch.setenv("DL_IMAGES_SIGNING_KEY", str(tmp_path / "k.pem"))
+    assert signing_key(print).key.keyid == KEY.keyid
+    for bad, message in ((str(tmp_path / "missing.pem"), "cannot be read"), ("-----BEGIN nonsense", "not an")):
+        monkeypatch.setenv("DL_IMAGES_SIGNING_KEY", bad)
+        with pytest.raises(UserError, match=message):
+            signing_key(print)
+
+
+def test_trusted_keys_file_round_trip_and_bad_input(tmp_path: Path) -> None:
+    assert load_trusted(tmp_path).keys == {}                          # no file: nobody is trusted
+    (tmp_path / "config").mkdir()
+    path = tmp_path / "config/trusted-keys.yaml"
+    path.write_text("keys:\n" + trusted_entry("ci", KEY.public()))
+    loaded = load_trusted(tmp_path)
+    assert list(loaded.keys) == [KEY.keyid] and loaded.describe(KEY.keyid).endswith("(ci)")
+    for text, message in (("keys: 3\n", "expected `keys:`"), ("keys: [{name: x}]\n", "needs name and public_key"),
+                          ("keys: [{name: x, public_key: nope}]\n", "not a PEM public key"), ("{", "cannot read")):
+        path.write_text(text)
+        with pytest.raises(UserError, match=message):
+            load_trusted(tmp_path)
+
+
+def test_key_files_load_only_ed25519(tmp_path: Path) -> None:
+    key = generate()
+    assert load_private(key.pem, "x").keyid == key.keyid == load_public(key.public().pem, "y").keyid
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+    other = ec.generate_private_key(ec.SECP256R1()).private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    with pytest.raises(EnvelopeError, match="not an Ed25519 key"):
+        load_private(other, "ec.pem")
+    assert base64.b64decode(json.loads(envelope("r", D1, verdict(CPU, D1)))["payload"])

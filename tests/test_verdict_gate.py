@@ -1,0 +1,106 @@
+"""The verdict must cover what the matrix defines for the cell; no waiver covers these rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from buildtool.matrix.schema import load_matrix
+from buildtool.release.gates import check_version, spelling_problems, verdict_problems
+from tests.signing import result, verdict
+
+REPO = Path(__file__).resolve().parent.parent
+CELLS = {c.key: c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells}
+CPU, CUDA, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["pytorch-ngc:25.10"]
+D1 = "sha256:" + "1" * 64
+ALL = (".*",)       # a releaser who waives everything they can
+
+
+def problems(cell, body, **kw):  # noqa: ANN001, ANN201
+    return verdict_problems(cell, D1, body, kw.pop("accept", ALL), **kw)
+
+
+def test_a_complete_verdict_passes() -> None:
+    assert problems(CPU, verdict(CPU, D1)) == []
+
+
+def test_default_reports_folder_regression_group_image_tests_is_refused() -> None:
+    """Issue 11, item 1: with reports inside the project, ids began `image-tests/...` and every test's
+    group was `image-tests`; such a verdict names groups the cell does not have."""
+    tests = [result("image-tests/common/test_x.py::test_a"), result("image-tests/pytorch/test_y.py::test_b")]
+    body = verdict(CPU, D1, tests=tests, groups=["image-tests"])
+    found = problems(CPU, body)
+    assert any("ran groups image-tests" in p and "common, pytorch" in p for p in found)
+    assert any("outside the cell's groups" in p for p in found)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"selection": {"expression": "shm", "deselected": []}}, "ran a selection (-k 'shm')"),
+    ({"selection": {"expression": None, "deselected": ["common/test_x.py::test_z"]}}, "deselected 1 test(s)"),
+    ({"groups": ["common"]}, "ran groups common, but the matrix gives pytorch-cpu:2.13 the groups common, pytorch"),
+    ({"defined_tests": []}, "lists no defined tests"),
+    ({"result": "incomplete"}, "is 'incomplete'"),
+    ({"result": "failed"}, "is 'failed'"),
+    ({"cell": "pytorch-cuda:2.13"}, "is for cell 'pytorch-cuda:2.13'"),
+    ({"digest": "sha256:" + "2" * 64}, "names digest sha256:2222"),
+])
+def test_coverage_rules_refuse_and_no_waiver_covers_them(change: dict, message: str) -> None:
+    body = verdict(CPU, D1)
+    body.update(change)
+    found = problems(CPU, body)
+    assert any(message in p for p in found), found
+
+
+def test_every_defined_test_needs_a_result_and_nothing_else_may_appear() -> None:
+    body = verdict(CPU, D1)
+    body["defined_tests"] = [*body["defined_tests"], "pytorch/test_ddp.py::test_ddp_loss_falls"]
+    assert any("1 defined test(s) have no result" in p and "test_ddp_loss_falls" in p for p in problems(CPU, body))
+    body = verdict(CPU, D1)
+    body["tests"] = [*body["tests"], result("pytorch/test_ddp.py::test_extra")]
+    assert any("results for tests its groups do not define" in p for p in problems(CPU, body))
+    body = verdict(CPU, D1)
+    body["tests"][0]["group"] = "image-tests"
+    assert any("group does not match the test id" in p for p in problems(CPU, body))
+
+
+def test_defined_tests_are_compared_with_this_checkouts_collection() -> None:
+    body = verdict(CPU, D1)
+    same = {i: False for i in body["defined_tests"]}
+    assert problems(CPU, body, local_tests=same) == []
+    more = {**same, "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw": True}
+    [found] = problems(CPU, body, local_tests=more)
+    assert "differ from what this checkout's image-tests" in found and "missing pytorch/test_ddp.py" in found
+
+
+def test_gpu_cell_needs_every_gpu_test_passed_and_no_waiver_helps() -> None:
+    tests = [result("common/test_x.py::test_a"), result("pytorch/test_ddp.py::test_nccl", "skipped",
+                                                        "no-gpu-on-runner", "no GPU", gpu=True)]
+    found = problems(CUDA, verdict(CUDA, D1, tests=tests))
+    assert any("1 GPU test(s) of GPU cell pytorch-cuda:2.13 did not pass" in p for p in found)
+    # The GPU flag of this checkout's collection counts even when the verdict does not carry it.
+    tests = [result("common/test_x.py::test_a"), result("pytorch/test_ddp.py::test_nccl", "failed")]
+    local = {"common/test_x.py::test_a": False, "pytorch/test_ddp.py::test_nccl": True}
+    found = problems(NGC, verdict(NGC, D1, "failed", tests=tests), local_tests=local)
+    assert any("GPU test(s) of GPU cell" in p and "test_nccl" in p for p in found)
+    # On a CPU cell a GPU test skipped as not in the cell is what the matrix expects.
+    tests = [result("common/test_x.py::test_a"), result("pytorch/test_ddp.py::test_nccl", "skipped",
+                                                        "gpu-not-in-cell", "no GPUs in the profile", gpu=True)]
+    assert problems(CPU, verdict(CPU, D1, tests=tests)) == []
+
+
+# -- versions --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("given", "normal"), [("v1.0", "1.0"), ("1.0", "1.0"), ("1.0.0", "1.0.0"),
+                                               ("V2.1-RC1", "2.1rc1"), ("2026.01.5", "2026.1.5")])
+def test_versions_are_taken_in_pep440_normal_form(given: str, normal: str) -> None:
+    assert check_version(given) == normal
+
+
+def test_a_version_released_under_another_spelling_is_refused() -> None:
+    from packaging.version import Version
+
+    released = {Version("1.0"): "pytorch-cpu:2.13-1.0"}
+    [problem] = spelling_problems("1.0.0", released, "pytorch-cpu:2.13")
+    assert "already exists as pytorch-cpu:2.13-1.0" in problem and "use --version 1.0" in problem
+    assert spelling_problems("1.0", released, "x") == [] and spelling_problems("1.1", released, "x") == []
