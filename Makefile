@@ -59,6 +59,10 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
 	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
 
+.PHONY: keys
+keys: ## Make the key pair validating runners sign verdicts with; prints where each half goes (NAME=...)
+	$(BUILDTOOL) keys $(if $(NAME),--name $(NAME))
+
 .PHONY: release
 release: ## Promote tested dev images of this commit (FROM=<sha>) to release tags: make release VERSION=0.1.0
 	@test -n "$(VERSION)" || { echo "error: set VERSION, e.g. make release VERSION=0.1.0" >&2; exit 2; }

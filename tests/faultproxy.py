@@ -3,9 +3,11 @@
 Two modes, both listening on 127.0.0.1 only and forwarding to a loopback upstream only:
 
 - `http`: reads each request (bodies by Content-Length), and either answers it with a fault
-  (a connection reset, a 503, or a stall: no answer for `stall_s` seconds, then close) or
-  forwards it on a fresh upstream connection. Faults are chosen by rules matched against
-  "METHOD /path", each firing a bounded number of times, or by `down` (every request reset).
+  (a connection reset, a 503, a stall: no answer for `stall_s` seconds, then close, or a late
+  delivery: no answer, the client gives up, and the request reaches the registry afterwards,
+  when `hold` is set or `stall_s` has passed) or forwards it on a fresh upstream connection.
+  Faults are chosen by rules matched against "METHOD /path", each firing a bounded number of
+  times, or by `down` (every request reset).
 - `tcp`: a byte pipe per connection that only counts bytes in each direction; any client
   (docker, skopeo) can go through it, so benchmarks measure bytes moved the same way.
 
@@ -31,10 +33,12 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te
 @dataclass
 class Rule:
     pattern: str             # regex searched in "METHOD /v2/path?query"
-    fault: str               # reset | 503 | stall
+    fault: str               # reset | 503 | stall | late
     times: int = 1           # how many matching requests get the fault
     stall_s: float = 5.0
     fired: int = 0
+    hold: threading.Event = field(default_factory=threading.Event)        # late: deliver once set
+    delivered: threading.Event = field(default_factory=threading.Event)   # late: the registry has it
 
 
 @dataclass
@@ -91,7 +95,7 @@ class FaultProxy:
         self.stop()
 
     def add(self, pattern: str, fault: str, times: int = 1, stall_s: float = 5.0) -> Rule:
-        if fault not in ("reset", "503", "stall"):
+        if fault not in ("reset", "503", "stall", "late"):
             raise ValueError(f"unknown fault {fault!r}")
         rule = Rule(pattern, fault, times, min(stall_s, MAX_STALL_S))
         with self._lock:
@@ -196,6 +200,14 @@ class FaultProxy:
                     if rule.fault == "503":
                         client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
                                        b"Connection: close\r\n\r\n")
+                        return
+                    if rule.fault == "late":
+                        # Never answered: the client times out and moves on; the request still reaches
+                        # the registry later, as a request held up in the network would.
+                        rule.hold.wait(rule.stall_s)
+                        with contextlib.suppress(OSError, http.client.HTTPException):
+                            self._forward(method, path, headers, body)
+                        rule.delivered.set()
                         return
                     self._stop.wait(rule.stall_s)   # stall: no answer, then close
                     return

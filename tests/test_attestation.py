@@ -11,7 +11,7 @@ import pytest
 
 from buildtool.common.dsse import EnvelopeError, generate, load_private, load_public, open_envelope, pae
 from buildtool.common.errors import UserError
-from buildtool.contracts.attestation import PAYLOAD_TYPE, StatementError, read_statement, statement
+from buildtool.contracts.attestation import StatementError, read_statement, statement
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.referrers import Payload, Referrer
 from buildtool.validate.keys import load_trusted, signing_key, trusted_entry

@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from buildtool.cli import build, contents, generate, ops, release, validate
+from buildtool.cli import build, contents, generate, keys, ops, release, validate
 from buildtool.cli.options import emit_json, err, json_emitted, reset_json
 from buildtool.common.errors import FailedError, UserError
 
@@ -25,7 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-for module in (generate, build, contents, validate, release, ops):
+for module in (generate, build, contents, validate, release, keys, ops):
     module.register(app)
 
 

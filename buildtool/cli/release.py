@@ -99,9 +99,10 @@ def register(app: typer.Typer) -> None:
         trusted = load_trusted(project.root)
         if trust_local_key:
             _trust_local_key(trusted, settings)
+        tests_dir = project.root / "image-tests"
         options = ReleaseOptions(version=normal, revision=revision, force=force, dry_run=dry_run,
                                  accept_skips=tuple(accept_skip or ()), trusted=trusted,
-                                 tests_dir=project.root / "image-tests")
+                                 tests_dir=tests_dir if tests_dir.is_dir() else None)
         report = release(cells, settings, options, matrix_cells=project.load().cells)
         _finish(project, report, as_json, dry_run)
 

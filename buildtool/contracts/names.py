@@ -103,6 +103,17 @@ def referrers_tag(digest: str) -> str:
     return f"{algorithm}-{hexdigest}"
 
 
+def verdict_pin_tag(subject: str, attestation: str) -> str:
+    """A tag per signed verdict, named by the subject's digest and the attestation's own digest
+    (`sha256-<subject hex>.v-<32 hex of the attestation>`): anyone who may push can overwrite the
+    `sha256-<hex>` index, but a tag named by its content cannot be pointed elsewhere unnoticed,
+    and removing it takes delete permission."""
+    return f"{referrers_tag(subject)}{VERDICT_PIN_INFIX}{attestation.partition(':')[2][:32]}"
+
+
+VERDICT_PIN_INFIX = ".v-"
+
+
 def verdict_tag(digest: str) -> str:
     """The verdict's own tag (schema 1 verdicts; kept so older verdicts stay readable)."""
     return f"{referrers_tag(digest)}.verdict"

@@ -463,6 +463,10 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
 
     findings = find_verdicts(client, dev_repo, item.digest, options.trusted, plan.cell.key)
     item.ignored = [f"{r.artifact}: {r.reason}" for r in findings.rejected]
+    if findings.overwritten:
+        item.problems.append(f"a verdict of {item.digest} was overwritten in the registry "
+                             f"({'; '.join(findings.overwritten)}): the registry was tampered with; find out who "
+                             "wrote it, then validate the image again")
     chosen = findings.chosen
     if chosen is None:
         if findings.rejected or findings.legacy:
@@ -575,12 +579,13 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
     item.status = "promoted"
 
 
-def verify(client: RegistryClient, item: ImageRelease) -> list[str]:
-    """Every release tag of the item must resolve to exactly the source digest."""
+def verify(client: RegistryClient, item: ImageRelease, moving: bool = True) -> list[str]:
+    """Every release tag of the item (only the version tags with `moving=False`) must resolve to
+    exactly the source digest."""
     _, dst = split_repo_path(item.release_repo)
     wrong = []
     for t in item.tags:
-        if t.action == "keep":
+        if t.action == "keep" or (t.moving and not moving):
             continue
         got = client.manifest_digest(dst, t.tag)
         if got != item.digest:
@@ -682,7 +687,7 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
                 continue
             try:
                 promote(client, item, p, lock_of[split_repo_path(p.release_repo)[1]])
-                wrong = verify(client, item)
+                wrong = verify(client, item, moving=False)   # moving tags: after the final re-check
             except (RegistryError, RegistryUnreachable) as exc:
                 item.status = "failed"
                 item.problems.append(str(exc))
@@ -693,6 +698,11 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
                 item.problems += wrong
                 failure = wrong[0]
         recheck(client, [i for i, _ in pending])
+        for item, _ in pending:
+            wrong = verify(client, item) if item.status == "promoted" else []
+            if wrong:
+                item.status = "failed"
+                item.problems += wrong
     except (RegistryError, RegistryUnreachable) as exc:
         for item, _ in pending:
             if item.status in ("ready", "pending"):

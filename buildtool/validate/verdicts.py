@@ -3,8 +3,16 @@
 validate signs each verdict (an in-toto Statement in a DSSE envelope, see
 buildtool.contracts.attestation) and attaches it to the image digest as an OCI referrer
 (buildtool.registry.referrers): pushed by digest, listed in the registry's referrers API or
-the `sha256-<hex>` index, never replacing an earlier verdict. Any machine with registry access
-can ask "did this exact digest pass?"; only a verdict signed by a trusted key answers.
+the `sha256-<hex>` index, never replacing an earlier verdict, and pinned by a tag named by its
+own digest (names.verdict_pin_tag). Any machine with registry access can ask "did this exact
+digest pass?"; only a verdict signed by a trusted key answers.
+
+What an attacker who may push (but not delete) can and cannot do: a forged, tampered, replayed
+or untrusted verdict never counts (it does not verify); rewriting the `sha256-<hex>` index to
+drop a verdict does not hide it (its pin tag still lists it); pointing a pin tag at another
+manifest is detected (the tag's name is its content's digest) and refuses the release. Hiding
+a verdict takes deleting its manifest: delete permission on the registry (as it does with the
+OCI referrers API, where the registry keeps the list).
 
 Which verdict counts (the rule release and report apply): of the attestations attached to the
 digest, those that verify (a signature by a trusted key, a statement whose signed subject is
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +39,19 @@ from buildtool.contracts.attestation import (
     read_statement,
     statement,
 )
-from buildtool.contracts.names import ATTESTATION_TYPE, VERDICT_TYPE, verdict_tag
+from buildtool.contracts.names import (
+    ATTESTATION_TYPE,
+    VERDICT_PIN_INFIX,
+    VERDICT_TYPE,
+    referrers_tag,
+    verdict_pin_tag,
+    verdict_tag,
+)
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
 from buildtool.validate.keys import SigningKey, TrustedKeys
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Found", "Findings", "Rejected", "attest", "find_verdicts", "verdict_tag"]
 
@@ -47,7 +65,16 @@ def attest(client: RegistryClient, repo: str, digest: str, verdict: dict[str, An
     # Annotations are hints for people listing referrers; release reads only the signed statement.
     notes = {label_keys.VERDICT_RESULT: str(verdict.get("result")), label_keys.VERDICT_CELL: str(verdict.get("cell")),
              label_keys.VERDICT_SIGNER: key.key.keyid}
-    return attach(client, repo, digest, ATTESTATION_TYPE, [Payload(DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)], notes)
+    referrer = attach(client, repo, digest, ATTESTATION_TYPE, [Payload(DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)], notes)
+    pin(client, repo, digest, referrer.digest)
+    return referrer
+
+
+def pin(client: RegistryClient, repo: str, subject: str, artifact: str) -> None:
+    """Tag the attestation by its own digest (names.verdict_pin_tag), so that it stays findable
+    when the mutable referrers index is rewritten."""
+    raw, media_type, _ = client.get_manifest(repo, artifact)
+    client.put_manifest(repo, verdict_pin_tag(subject, artifact), raw, media_type)
 
 
 @dataclass(frozen=True)
@@ -75,6 +102,7 @@ class Findings:
     found: list[Found] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     legacy: bool = False           # an unsigned schema-1 verdict sits under the old `.verdict` tag
+    overwritten: list[str] = field(default_factory=list)   # verdict pin tags pointed elsewhere: tampering
 
     @property
     def chosen(self) -> Found | None:
@@ -105,10 +133,18 @@ def _when(value: Any) -> dt.datetime:
 
 def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys,
                   cell: str | None = None) -> Findings:
-    """Every verdict attached to `digest` in `repo`, verified against `trusted`; `cell` set: a
-    verdict for another cell is rejected too."""
+    """Every verdict attached to `digest` in `repo` (listed as a referrer, or pinned by a tag of
+    its own), verified against `trusted`; `cell` set: a verdict for another cell is rejected too."""
     findings = Findings()
-    for ref in referrers(client, repo, digest):
+    listed = {r.digest: r for r in referrers(client, repo, digest)}
+    for tag, artifact in _pinned(client, repo, digest, findings).items():
+        if artifact not in listed:
+            raw, _, _ = client.get_manifest(repo, artifact)
+            manifest = json.loads(raw)
+            listed[artifact] = Referrer(artifact, str(manifest.get("artifactType") or ""), len(raw),
+                                        dict(manifest.get("annotations") or {}))
+            log.info("verdict %s of %s is pinned by tag %s but not listed as a referrer", artifact, digest, tag)
+    for ref in listed.values():
         if ref.artifact_type == VERDICT_TYPE:
             findings.rejected.append(Rejected(ref.digest, "unsigned: a plain verdict artifact, not a signed "
                                                           "attestation (hand-pushed?)"))
@@ -132,6 +168,24 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
     if not findings.found and not findings.rejected:
         findings.legacy = client.manifest_digest(repo, verdict_tag(digest)) is not None
     return findings
+
+
+def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) -> dict[str, str]:
+    """tag -> attestation digest of every verdict pin tag of `digest`; a pin tag that no longer
+    names the manifest its name says was overwritten: recorded in `findings.overwritten`."""
+    prefix = f"{referrers_tag(digest)}{VERDICT_PIN_INFIX}"
+    pins = {}
+    for tag in client.tags(repo):
+        if not tag.startswith(prefix):
+            continue
+        now = client.manifest_digest(repo, tag)
+        if now is None:
+            continue
+        if not now.partition(":")[2].startswith(tag[len(prefix):]):
+            findings.overwritten.append(f"{tag} now names {now}")
+            continue
+        pins[tag] = now
+    return pins
 
 
 def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,

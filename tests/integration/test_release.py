@@ -2,7 +2,8 @@
 
 Images are real, pullable OCI images written straight into the registry (a gzip tar layer,
 a config with the labels `buildtool build` sets), single-arch and a two-platform index,
-under a unique `t-release-<random>/` prefix; verdicts are stored with `store_verdict`.
+under a unique `t-release-<random>/` prefix; verdicts are signed with a test key and attached
+as validate attaches them (tests/signing.py).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts.names import ATTESTATION_TYPE
 from buildtool.matrix.plan import Settings
 from buildtool.matrix.schema import Cell, load_matrix
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient, RetryPolicy, sha256_digest
+from buildtool.registry.referrers import referrers
 from buildtool.release.promote import LOCK_TAG, ReleaseOptions, release
-from buildtool.validate.verdicts import store_verdict, verdict_tag
+from tests import signing
 from tests.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
@@ -79,16 +82,16 @@ def push_index(client: RegistryClient, repo: str, tag: str, labels: dict[str, st
 
 def labels_for(cell: Cell, **extra: str) -> dict[str, str]:
     return {"io.dl-images.cell": cell.key, "io.dl-images.framework": cell.framework,
-            "io.dl-images.framework-version": cell.framework_version, "io.dl-images.python": cell.python, **extra}
+            "io.dl-images.framework-version": cell.framework_version, "io.dl-images.python": cell.python,
+            "org.opencontainers.image.base.name": cell.base, **extra}
 
 
 def verdict(cell: Cell, digest: str, result: str = "passed", tests: list[dict] | None = None) -> dict:
-    tests = tests if tests is not None else [
-        {"id": "common/test_python.py::test_python", "group": "common", "result": "passed", "duration_s": 0.1,
-         "message": "", "skip_reason": ""}]
-    return {"schema": 1, "digest": digest, "image": f"x@{digest}", "cell": cell.key, "result": result,
-            "started": "2026-01-01T00:00:00Z", "duration_s": 1.0, "test_code": "sha256:" + "0" * 64,
-            "runner": {"hostname": "ci", "gpus": [], "driver": ""}, "tests": tests, "figures": {}}
+    return signing.verdict(cell, digest, result, tests=tests)
+
+
+def store_verdict(client: RegistryClient, repo: str, digest: str, body: dict) -> None:
+    signing.attest(client, repo, digest, body)
 
 
 class Space:
@@ -120,7 +123,7 @@ class Space:
 
     def release(self, cells: list[Cell], revision: str, version: str, client: RegistryClient | None = None,
                 **kw: object):
-        kw = {"lock_wait_s": 20.0, **kw}
+        kw = {"lock_wait_s": 20.0, "trusted": signing.trusted(), **kw}
         options = ReleaseOptions(version=version, revision=revision, **kw)  # type: ignore[arg-type]
         return release(cells, self.settings, options, client_for=lambda host: client or self.client)
 
@@ -140,7 +143,8 @@ def test_single_arch_promoted_digest_for_digest_without_moving_layers(space: Spa
     r = rev()
     digest = space.build(CPU, r, payload_size=4 << 20)   # 4 MB incompressible layer
     with FaultProxy(upstream=("127.0.0.1", int(HOST.rsplit(":", 1)[1])), mode="tcp") as proxy:
-        report = release([CPU], space.settings, ReleaseOptions("0.1.0", r, lock_settle_s=0.2),
+        report = release([CPU], space.settings, ReleaseOptions("0.1.0", r, lock_settle_s=0.2,
+                                                               trusted=signing.trusted()),
                          client_for=lambda host: RegistryClient(proxy.address, retry=FAST))
         moved = proxy.bytes_to_client + proxy.bytes_to_upstream
     item = report.images[0]
@@ -151,8 +155,9 @@ def test_single_arch_promoted_digest_for_digest_without_moving_layers(space: Spa
     # Only manifests and small configs crossed the wire: far less than the one 4 MB layer.
     assert moved < 1 << 20, moved
     assert space.client.has_blob(space.rel_repo(CPU), json.loads(item._raw)["layers"][0]["digest"])
-    # The verdict travels with the release, findable by digest in the release repository.
-    assert space.client.manifest_digest(space.rel_repo(CPU), verdict_tag(digest)) is not None
+    # The signed verdict travels with the release, attached to the digest in the release repository.
+    [copied] = referrers(space.client, space.rel_repo(CPU), digest, ATTESTATION_TYPE)
+    assert item.verdict_ref.endswith(copied.digest)
 
 
 def test_multi_arch_index_copied_whole(space: Space) -> None:
@@ -422,8 +427,19 @@ def git(root: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
 
+def trust(project: Path) -> None:
+    """The project trusts the test runner's key (as config/trusted-keys.yaml would list a CI key)."""
+    from buildtool.validate.keys import trusted_entry
+
+    (project / "config").mkdir(exist_ok=True)
+    (project / "config/trusted-keys.yaml").write_text("keys:\n" + trusted_entry("test", signing.KEY.public()))
+    git(project, "add", "config/trusted-keys.yaml")
+    git(project, "commit", "-qm", "trust the test runner's key")
+
+
 def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     space = Space()
+    trust(project)
     monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
     monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
     monkeypatch.chdir(project)
@@ -485,6 +501,7 @@ def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.
 def test_command_reports_partial_release_without_leaking_credentials(
         project: Path, run_cli, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
     space = Space()
+    trust(project)
     secret = f"pw-{uuid.uuid4().hex}"
     monkeypatch.setenv("REGISTRY_USER", "releaser")
     monkeypatch.setenv("REGISTRY_PASSWORD", secret)       # sent as basic auth; the local registry ignores it

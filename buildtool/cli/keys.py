@@ -1,0 +1,69 @@
+"""`buildtool keys`: make the key pair a validating runner signs verdicts with.
+
+The private key signs (it belongs to the runners that validate, as a CI secret); the public
+key goes into config/trusted-keys.yaml by a reviewed commit, which is what makes release accept
+verdicts signed with it. `--dev` makes (or shows) this machine's local development key instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildtool.cli.options import err, log, say
+from buildtool.common.errors import UserError
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def keys(
+        name: Annotated[str, typer.Option(help="Who holds the key, e.g. gpu-runners-2026 (file names, trust entry).")]
+        = "validate-runners",
+        out_dir: Annotated[Path | None, typer.Option(
+            "--out", help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
+        = None,
+        dev: Annotated[bool, typer.Option(
+            "--dev", help="Make (or show) this machine's local dev key, which validate uses when "
+            "DL_IMAGES_SIGNING_KEY is unset.")] = False,
+    ) -> None:
+        """Create an Ed25519 key pair for signing verdicts and say where each half must live."""
+        from buildtool.common.dsse import generate, write_private
+        from buildtool.contracts.attestation import SIGNING_KEY_ENV, TRUSTED_KEYS_FILE, config_home, dev_key_path
+        from buildtool.validate.keys import signing_key, trusted_entry
+
+        if dev:
+            import os
+
+            os.environ.pop(SIGNING_KEY_ENV, None)   # the dev key, whatever this shell has set
+            key = signing_key(log)
+            say(f"local dev key: {dev_key_path()} (key id {key.key.keyid})")
+            say("validate signs with it when DL_IMAGES_SIGNING_KEY is unset; release trusts it only with "
+                "--trust-local-key, and only for a loopback registry (e.g. 127.0.0.1:5000)")
+            return
+        if not name or set(name) - _NAME_CHARS:
+            raise UserError(f"--name {name!r}: use lower-case letters, digits, '-', '_' and '.'")
+        folder = (out_dir or config_home() / "dl-images" / "keys").expanduser().resolve()
+        private, public = folder / f"{name}.key", folder / f"{name}.pub"
+        for path in (private, public):
+            if path.exists():
+                raise UserError(f"{path} exists; keys are never overwritten: choose another --name or --out")
+        if _inside_git_work_tree(folder):
+            err.print(f"warning: {folder} is inside a git work tree; never commit {private.name}", markup=False)
+        key = generate()
+        write_private(private, key)
+        public.write_text(key.public().pem)
+        say(f"key id:      {key.keyid}")
+        say(f"private key: {private} (owner-only). Store its content as the CI secret {SIGNING_KEY_ENV} of the "
+            "jobs that run `make validate` (the nightly and GPU runners: .github/workflows/nightly.yml passes "
+            f"secrets.{SIGNING_KEY_ENV}), then delete this file. Never commit it, never give it to pull-request jobs.")
+        say(f"public key:  {public}. Trust it by adding these lines under `keys:` in {TRUSTED_KEYS_FILE}, "
+            "in a reviewed commit:")
+        say(trusted_entry(name, key.public()).rstrip("\n"))
+
+
+def _inside_git_work_tree(folder: Path) -> bool:
+    return any((parent / ".git").exists() for parent in (folder, *folder.parents))
