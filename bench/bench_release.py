@@ -1,14 +1,22 @@
-"""Promote one CPU image three ways, side by side: `buildtool release`, `skopeo copy`, and
-`docker pull` + `tag` + `push`; time and bytes moved each, at two image sizes.
+"""Release one image as a whole process, beside what a user would otherwise run, each as a whole process.
 
-    python3 bench/bench_release.py [--sizes 16,1500] [--repeat 3] [--registry 127.0.0.1:5000] [--docker /usr/bin/docker]
+    python3 bench/bench_release.py [--runs 7] [--size-mb 16] [--registry 127.0.0.1:5000] [--docker /usr/bin/docker]
 
-Each size gets its own CPU image (a `docker import` of a tarball: random bytes, plus the
-torch CPU wheel from /opt/wheels for the big one, labelled as cell pytorch-cpu:2.13), pushed
-under a throwaway `t-bench-<random>/` prefix and removed from the local engine so every pull
-is cold. Bytes are counted by a TCP proxy (tests/faultproxy.py, tcp mode) that every client
-goes through. The bench image has no image tests, so a verdict marked "bench fixture" is
-stored for it in the bench prefix: this measures promotion mechanics, not validation.
+Every figure is the wall time of a complete command started from a shell (`subprocess.run`), so
+interpreter start-up, imports, configuration and every registry round trip are in it; medians of
+`--runs` runs, each into a fresh repository, printed side by side with the ratio to skopeo:
+
+- `buildtool release` (the real command: matrix, git revision, gates, signed verdict verified,
+  lock, 3 tags, attestation copied, re-check, release notes and catalogue written);
+- `buildtool release --dry-run` (the same reads and gates, nothing written);
+- `skopeo copy --preserve-digests` of the same image, blobs warm (already in the registry, skopeo's
+  blob-info cache primed by one copy before the timed runs): one tag, no gates;
+- `docker pull` + `tag` + `push` with the layers already in the engine: one tag, no gates;
+- start-up alone: `buildtool --help` and `python -c pass`.
+
+The image is a `docker import` of random bytes labelled as cell pytorch-cpu:2.13, pushed under a
+throwaway `t-bench-<random>/` prefix; its verdict is a schema-2 verdict signed with a key made for
+the run and trusted by a throwaway copy of the project (it measures promotion, not validation).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -23,178 +32,163 @@ import tarfile
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from buildtool.common.dsse import generate  # noqa: E402
 from buildtool.contracts import label_keys  # noqa: E402
-from buildtool.matrix.plan import Settings  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
-from buildtool.release.promote import ReleaseOptions, release  # noqa: E402
-from buildtool.validate.verdicts import store_verdict  # noqa: E402
-from tests.faultproxy import FaultProxy  # noqa: E402
+from buildtool.validate.keys import SigningKey, trusted_entry  # noqa: E402
+from buildtool.validate.verdicts import attest  # noqa: E402
 
-WHEELS = Path("/opt/wheels")
 TIMEOUT = 900
+CELL = "pytorch-cpu:2.13"
 
 
-def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, **kw)  # type: ignore[call-overload]
     if result.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:3])} failed: {result.stderr.strip()[-400:]}")
+        raise SystemExit(f"{' '.join(argv[:4])} failed ({result.returncode}): {(result.stdout + result.stderr)[-600:]}")
     return result
 
 
-def make_image(docker: str, ref: str, size_mb: int, cell_key: str, labels: dict[str, str], work: Path) -> None:
-    """A CPU image of about size_mb MB: incompressible random bytes, plus the torch wheel when big enough."""
-    tar_path = work / "rootfs.tar"
-    with tarfile.open(tar_path, "w") as tar:
-        left = size_mb << 20
-        wheel = next(iter(sorted(WHEELS.glob("torch-*.whl"))), None) if WHEELS.is_dir() else None
-        if wheel is not None and wheel.stat().st_size < left:
-            tar.add(wheel, arcname=f"opt/{wheel.name}")
-            left -= wheel.stat().st_size
-        payload = work / "payload.bin"
-        with payload.open("wb") as handle:
-            while left > 0:
-                chunk = min(left, 8 << 20)
-                handle.write(os.urandom(chunk))
-                left -= chunk
+def timed(action: Callable[[int], None], runs: int) -> list[float]:
+    times = []
+    for i in range(runs):
+        start = time.perf_counter()
+        action(i)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def make_project(work: Path, key_pub: str) -> Path:
+    """A copy of the project's matrix, templates and generated files, trusting the bench key, in git."""
+    project = work / "project"
+    project.mkdir()
+    for name in ("matrix.yaml",):
+        shutil.copy2(ROOT / name, project / name)
+    for folder in ("templates", "dockerfiles", "docs", "image-tests"):
+        shutil.copytree(ROOT / folder, project / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(project / "docs/releases", ignore_errors=True)
+    (project / "config").mkdir()
+    (project / "config/trusted-keys.yaml").write_text("keys:\n" + key_pub)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=b@e", "-c", "user.name=b", "commit", "-qm", "b"]):
+        run(["git", "-C", str(project), *args])
+    return project
+
+
+def make_image(docker: str, ref: str, size_mb: int, labels: dict[str, str], work: Path) -> None:
+    payload = work / "payload.bin"
+    payload.write_bytes(os.urandom(size_mb << 20))
+    with tarfile.open(work / "rootfs.tar", "w") as tar:
         tar.add(payload, arcname="opt/payload.bin")
-    changes = [f"LABEL {k}={v}" for k, v in {**labels, label_keys.CELL: cell_key}.items()]
     argv = [docker, "import"]
-    for change in changes:
-        argv += ["--change", change]
-    run([*argv, str(tar_path), ref])
-    tar_path.unlink()
-
-
-def measure(proxy: FaultProxy, action) -> tuple[float, int]:  # noqa: ANN001
-    before = proxy.bytes_to_client + proxy.bytes_to_upstream
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start, proxy.bytes_to_client + proxy.bytes_to_upstream - before
-
-
-def bench_size(args: argparse.Namespace, proxy: FaultProxy, size_mb: int, cell) -> list[dict]:  # noqa: ANN001
-    prefix = f"t-bench-{uuid.uuid4().hex[:8]}"
-    revision = uuid.uuid4().hex[:12]
-    dev_repo = f"{prefix}/{cell.name}-dev"
-    dev_tag = f"{revision}-{cell.version}"
-    direct = f"{args.registry}/{dev_repo}:{dev_tag}"
-    client = RegistryClient(args.registry)
-    with tempfile.TemporaryDirectory() as tmp:
-        make_image(args.docker, direct, size_mb, cell.key,
-                   {label_keys.FRAMEWORK_VERSION: cell.framework_version}, Path(tmp))
-    try:
-        run([args.docker, "push", direct])
-    finally:
-        run([args.docker, "rmi", direct])       # cold pulls below: the engine does not hold the layers
-    digest = client.manifest_digest(dev_repo, dev_tag)
-    raw, _, _ = client.get_manifest(dev_repo, dev_tag)
-    image_bytes = sum(layer["size"] for layer in json.loads(raw)["layers"])
-    store_verdict(client, dev_repo, digest, {
-        "schema": 1, "digest": digest, "image": direct, "cell": cell.key, "result": "passed",
-        "started": "", "duration_s": 0.0, "test_code": "", "runner": {"hostname": "bench fixture", "gpus": []},
-        "tests": [{"id": "bench/fixture", "group": "common", "result": "passed", "duration_s": 0.0,
-                   "message": "bench fixture: promotion mechanics only, not an image test", "skip_reason": ""}],
-        "figures": {}})
-    via = proxy.address
-    src = f"{via}/{dev_repo}:{dev_tag}"
-    tag = f"{cell.version}-0.1.0"
-    time.sleep(2)   # let the registry settle after the setup push (the measured runs start equal)
-
-    def ours(dst_repo: str) -> None:
-        settings = Settings(registry=f"{via}/{prefix}", release_registry=f"{via}/{dst_repo.rsplit('/', 1)[0]}")
-        report = release([cell], settings, ReleaseOptions("0.1.0", revision))
-        if not report.ok:
-            raise SystemExit(f"release failed: {report.images[0].problems}")
-
-    def skopeo(dst_repo: str) -> None:
-        run(["timeout", str(TIMEOUT), args.skopeo, "copy", "--preserve-digests", "--src-tls-verify=false",
-             "--dest-tls-verify=false", f"docker://{src}", f"docker://{via}/{dst_repo}:{tag}"])
-
-    def docker_way(dst_repo: str) -> None:
-        dst = f"{via}/{dst_repo}:{tag}"
-        try:
-            run([args.docker, "pull", "-q", src])
-            run([args.docker, "tag", src, dst])
-            run([args.docker, "push", dst])
-        finally:   # cold again for the next repetition; these are the bench's own tags
-            subprocess.run([args.docker, "rmi", src, dst], capture_output=True, timeout=120)
-
-    methods = [("buildtool release (3 tags + verdict)", "rel-buildtool", ours),
-               ("skopeo copy --preserve-digests (1 tag)", "rel-skopeo", skopeo),
-               ("docker pull + tag + push (1 tag)", "rel-docker", docker_way)]
-    rows, made = [], [dev_repo]
-    for name, folder, action in methods:
-        times, moved, kept = [], [], True
-        for i in range(args.repeat):   # each repetition into a fresh repository
-            dst_repo = f"{prefix}/{folder}-{i}/{cell.name}"
-            made.append(dst_repo)
-            seconds, nbytes = measure(proxy, lambda a=action, d=dst_repo: a(d))
-            times.append(seconds)
-            moved.append(nbytes)
-            kept = kept and client.manifest_digest(dst_repo, tag) == digest
-        rows.append({"size_mb": image_bytes / 1e6, "method": name, "seconds": statistics.median(times),
-                     "runs": times, "moved": moved, "bytes": statistics.median(moved), "digest_kept": kept})
-        if action is skopeo:
-            # skopeo's blob-info cache learns where blobs live on its first copy and mounts them on
-            # later ones; the first copy is what a fresh CI runner sees, so show it on its own too.
-            rows.append({"size_mb": image_bytes / 1e6, "method": "skopeo copy, first copy (cold cache)",
-                         "seconds": times[0], "runs": times[:1], "moved": moved[:1], "bytes": moved[0],
-                         "digest_kept": kept})
-    cleanup(client, made)
-    return rows
-
-
-def cleanup(client: RegistryClient, repos: list[str]) -> None:
-    """Untag what the bench made (its own t-bench prefix); the registry's GC reclaims the blobs."""
-    for repo in repos:
-        digests = {client.manifest_digest(repo, tag) for tag in client.tags(repo)}
-        for digest in filter(None, digests):
-            try:
-                client.request("DELETE", f"{repo}/manifests/{digest}", ok=(202, 404), repo=repo)
-            except RegistryError as exc:
-                print(f"cleanup of {repo}: {exc}", file=sys.stderr)
+    for key, value in labels.items():
+        argv += ["--change", f"LABEL {key}={value}"]
+    run([*argv, str(work / "rootfs.tar"), ref])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="16,1500", help="image sizes in MB, comma separated")
-    parser.add_argument("--registry", default=os.environ.get("REGISTRY", "127.0.0.1:5000"))
+    parser.add_argument("--runs", type=int, default=7, help="runs per command (median shown)")
+    parser.add_argument("--size-mb", type=int, default=16)
+    parser.add_argument("--registry", default=os.environ.get("REGISTRY_HOST", "127.0.0.1:5000"))
     parser.add_argument("--docker", default="/usr/bin/docker")
     parser.add_argument("--skopeo", default="skopeo")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per method (median shown)")
     args = parser.parse_args()
-    host, _, port = args.registry.partition(":")
-    cell = {c.key: c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells}["pytorch-cpu:2.13"]
-    results = []
-    with FaultProxy(upstream=(host, int(port or 80)), mode="tcp") as proxy:
-        for size in (int(s) for s in args.sizes.split(",")):
-            results += bench_size(args, proxy, size, cell)
-    print(f"median of {args.repeat} runs each (each into a fresh repository); bytes counted by a TCP proxy that "
-          "every client goes through. buildtool release also gates, locks, verifies and copies the verdict.")
-    print(f"{'image MB':>9} {'method':<40} {'seconds':>8} {'MB moved':>9} {'digest kept':>11} {'x slower':>9}")
-    for size in sorted({r["size_mb"] for r in results}):
-        rows = [r for r in results if r["size_mb"] == size]
-        ours = rows[0]["seconds"]
-        for r in rows:
-            print(f"{size:9.1f} {r['method']:<40} {r['seconds']:8.2f} {r['bytes'] / 1e6:9.2f} "
-                  f"{'yes' if r['digest_kept'] else 'NO':>11} {r['seconds'] / ours:9.1f}")
-    print("every run (seconds / MB moved):")
-    for r in results:
-        runs = ", ".join(f"{s:.2f}s/{b / 1e6:.1f}MB" for s, b in zip(r["runs"], r["moved"], strict=True))
-        print(f"{r['size_mb']:9.1f} {r['method']:<40} {runs}")
-    sizes = sorted({r["size_mb"] for r in results})
-    if len(sizes) > 1:
-        per = {m: [r["seconds"] for r in results if r["method"] == m] for m in dict.fromkeys(r["method"]
-                                                                                             for r in results)}
-        growth = ", ".join(f"{m.split(' (')[0]}: x{t[-1] / t[0]:.1f}" for m, t in per.items())
-        print(f"time at {sizes[-1]:.0f} MB vs {sizes[0]:.0f} MB: {growth}")
-    print(json.dumps(results), file=sys.stderr)
+    cell = {c.key: c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells}[CELL]
+    prefix = f"t-bench-{uuid.uuid4().hex[:8]}"
+    client = RegistryClient(args.registry)
+    key = generate()
+    python = sys.executable
+    with tempfile.TemporaryDirectory(prefix="bench-release-") as tmp:
+        work = Path(tmp)
+        project = make_project(work, trusted_entry("bench", key.public()))
+        revision = run(["git", "-C", str(project), "rev-parse", "--short=12", "HEAD"]).stdout.strip()
+        dev_repo, dev_tag = f"{prefix}/{cell.name}-dev", f"{revision}-{cell.version}"
+        dev_ref = f"{args.registry}/{dev_repo}:{dev_tag}"
+        make_image(args.docker, dev_ref, args.size_mb, {label_keys.CELL: cell.key,
+                                                        label_keys.OCI_BASE_NAME: cell.base}, work)
+        run([args.docker, "push", dev_ref])
+        digest = client.manifest_digest(dev_repo, dev_tag)
+        assert digest
+        tests = [{"id": f"{g}/test_bench.py::test_fixture", "group": g, "result": "passed", "duration_s": 0.0,
+                  "message": "bench fixture: promotion only", "skip_code": "", "skip_subject": "", "skip_reason": "",
+                  "gpu": False} for g in cell.tests]
+        verdict = {"schema": 2, "digest": digest, "image": dev_ref, "cell": cell.key, "result": "passed",
+                   "started": "2026-01-01T00:00:00+00:00", "duration_s": 0.0, "test_code": "bench",
+                   "runner": {"hostname": "bench fixture"}, "groups": list(cell.tests),
+                   "defined_tests": [t["id"] for t in tests], "selection": {"expression": None, "deselected": []},
+                   "run_flags": [], "pytest_exit": 0, "tests": tests, "figures": {}}
+        attest(client, dev_repo, digest, verdict, SigningKey(key, "bench", dev=False))
+        env = {**os.environ, "REGISTRY": f"{args.registry}/{prefix}", "XDG_CACHE_HOME": str(work / "cache"),
+               "XDG_CONFIG_HOME": str(work / "config")}
+        made = [dev_repo]
+
+        def release(i: int, *extra: str) -> None:
+            dest = f"{prefix}/rel-{'dry' if extra else 'real'}-{i}"
+            made.append(f"{dest}/{cell.name}")
+            run([python, "-m", "buildtool", "release", "--version", f"0.1.{i}", "-f", cell.name, *extra],
+                cwd=project, env={**env, "RELEASE_REGISTRY": f"{args.registry}/{dest}"})
+            shutil.rmtree(project / "docs/releases", ignore_errors=True)
+
+        src = f"docker://{args.registry}/{dev_repo}:{dev_tag}"
+
+        def skopeo(i: int) -> None:
+            dest = f"{prefix}/rel-skopeo-{i}/{cell.name}"
+            made.append(dest)
+            run(["timeout", str(TIMEOUT), args.skopeo, "copy", "-q", "--preserve-digests", "--src-tls-verify=false",
+                 "--dest-tls-verify=false", src, f"docker://{args.registry}/{dest}:{cell.version}-0.1.{i}"])
+
+        def docker_way(i: int) -> None:
+            dest = f"{args.registry}/{prefix}/rel-docker-{i}/{cell.name}:{cell.version}-0.1.{i}"
+            made.append(dest.split("/", 1)[1].rsplit(":", 1)[0])
+            run([args.docker, "pull", "-q", dev_ref])
+            run([args.docker, "tag", dev_ref, dest])
+            run([args.docker, "push", "-q", dest])
+            subprocess.run([args.docker, "rmi", dest], capture_output=True, timeout=120)
+
+        skopeo(-1)          # warm skopeo's blob-info cache (not timed)
+        release(-1)         # warm the OS file cache for the interpreter and the collected-tests cache (not timed)
+        rows = [
+            ("buildtool release", "whole process: gates, signed verdict, lock, 3 tags, attestation copy, "
+             "re-check, notes + catalogue", timed(release, args.runs)),
+            ("buildtool release --dry-run", "whole process: the same reads and gates, nothing written",
+             timed(lambda i: release(i, "--dry-run"), args.runs)),
+            ("skopeo copy --preserve-digests", "whole process: one tag, blobs warm, no gates",
+             timed(skopeo, args.runs)),
+            ("docker pull + tag + push", "three whole processes: one tag, layers already in the engine",
+             timed(docker_way, args.runs)),
+            ("buildtool --help", "whole process: start-up and imports only",
+             timed(lambda i: run([python, "-m", "buildtool", "--help"], cwd=project), args.runs)),
+            ("python -c pass", "whole process: the interpreter alone",
+             timed(lambda i: run([python, "-c", "pass"]), args.runs)),
+        ]
+        run([args.docker, "rmi", dev_ref])
+        cleanup(client, made)
+    base = statistics.median(next(t for name, _, t in rows if name.startswith("skopeo")))
+    print(f"Whole processes against whole processes: median (min) of {args.runs} runs, each release into a fresh "
+          f"repository; image {args.size_mb} MB; ratio = median / skopeo's median.")
+    print(f"{'command':<32} {'median s':>9} {'min s':>7} {'x skopeo':>9}  measured")
+    for name, what, times in rows:
+        print(f"{name:<32} {statistics.median(times):9.3f} {min(times):7.3f} {statistics.median(times) / base:9.2f}  "
+              f"{what}")
+    print(json.dumps({name: times for name, _, times in rows}), file=sys.stderr)
+
+
+def cleanup(client: RegistryClient, repos: list[str]) -> None:
+    """Untag what the bench made (its own t-bench prefix); the registry's GC reclaims the blobs."""
+    for repo in dict.fromkeys(repos):
+        try:
+            digests = {client.manifest_digest(repo, tag) for tag in client.tags(repo)}
+            for digest in filter(None, digests):
+                client.request("DELETE", f"{repo}/manifests/{digest}", ok=(202, 404), repo=repo)
+        except RegistryError as exc:
+            print(f"cleanup of {repo}: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,16 @@ if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_config(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keys and caches the toolkit keeps per user (the local dev signing key, the collected-tests
+    cache) go to this session's own folders: tests never touch the user's ~/.config or ~/.cache.
+    Subprocesses inherit them."""
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    os.environ.pop("DL_IMAGES_SIGNING_KEY", None)
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under root (outside .git), to prove a failed command wrote nothing."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))

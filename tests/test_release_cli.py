@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import stat
+from pathlib import Path
+
 import pytest
 
 from buildtool.cli.release import print_report
@@ -36,3 +40,90 @@ def test_unreachable_registry_is_exit_2_naming_the_fix(project, run_cli, monkeyp
                              "--matrix", str(project / "matrix.yaml"))
     assert code == 2 and "registry 127.0.0.1:1 is unreachable" in err and "REGISTRY" in err
     assert not (project / "docs/releases").exists()
+
+
+# -- --json: always one JSON document on stdout ---------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["--version", "x.y"],                                        # bad input (exit 2)
+    ["--version", "0.1.0", "--bogus-option"],                    # a usage error typer answers (exit 2)
+])
+def test_json_document_on_bad_input(project, run_cli, args) -> None:  # noqa: ANN001
+    code, out, err = run_cli("release", *args, "--json", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["exit_code"] == 2 and doc["release"] is None and doc["error"]
+
+
+def test_json_document_when_the_registry_is_unreachable_or_failing(project, run_cli, monkeypatch) -> None:  # noqa: ANN001
+    import buildtool.registry.client as registry_client
+    from tests.faultproxy import FaultProxy
+
+    monkeypatch.setattr(registry_client.RetryPolicy, "__init__", _fast_retry)
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    monkeypatch.setenv("REGISTRY", "127.0.0.1:1")
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--json",
+                             "--matrix", str(project / "matrix.yaml"))
+    doc = json.loads(out)
+    assert code == 2 and doc["ok"] is False and "unreachable" in doc["error"]
+    # A registry that answers 503 to everything (the proxy never reaches its upstream).
+    with FaultProxy(upstream=("127.0.0.1", 1)) as proxy:
+        proxy.add(".*", "503", times=1000)
+        monkeypatch.setenv("REGISTRY", proxy.address)
+        code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--json",
+                                 "--matrix", str(project / "matrix.yaml"))
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and "HTTP 503" in doc["error"], (out, err)
+
+
+def _fast_retry(self, attempts: int = 2, first_delay: float = 0.01, max_delay: float = 0.01,  # noqa: ANN001
+                timeout: float = 2.0) -> None:
+    self.attempts, self.first_delay, self.max_delay, self.timeout = attempts, first_delay, max_delay, timeout
+
+
+def test_version_released_under_another_spelling_in_release_files_is_refused(project, run_cli) -> None:  # noqa: ANN001
+    (project / "docs/releases").mkdir(parents=True, exist_ok=True)
+    (project / "docs/releases/1.0.json").write_text("{}")
+    code, out, err = run_cli("release", "--version", "1.0.0", "-f", "pytorch-cpu", "--matrix",
+                             str(project / "matrix.yaml"))
+    assert code == 2 and "already exists as docs/releases/1.0.json" in err and "use --version 1.0" in err
+
+
+def test_local_dev_key_is_trusted_only_for_a_loopback_registry(project, run_cli, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("REGISTRY", "registry.example.com/team")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--trust-local-key",
+                             "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "--trust-local-key is only for a loopback registry" in err
+    assert "config/trusted-keys.yaml" in err
+
+
+# -- buildtool keys ---------------------------------------------------------------------------------
+
+def test_keys_makes_a_pair_says_where_each_half_goes_and_never_overwrites(run_cli, tmp_path: Path) -> None:
+    from buildtool.common.dsse import load_private, load_public
+
+    code, out, err = run_cli("keys", "--name", "gpu-runners", "--out", str(tmp_path))
+    assert code == 0, err
+    private, public = tmp_path / "gpu-runners.key", tmp_path / "gpu-runners.pub"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    key = load_private(private.read_bytes(), "k")
+    assert load_public(public.read_text(), "p").keyid == key.keyid and key.keyid in out
+    assert "DL_IMAGES_SIGNING_KEY" in out and "config/trusted-keys.yaml" in out and "Never commit it" in out
+    entry = out[out.index("  - name: gpu-runners"):]
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/trusted-keys.yaml").write_text("keys:\n" + entry)
+    from buildtool.validate.keys import load_trusted
+
+    assert list(load_trusted(tmp_path).keys) == [key.keyid]          # the printed entry is a valid trust entry
+    code, out, err = run_cli("keys", "--name", "gpu-runners", "--out", str(tmp_path))
+    assert code == 2 and "never overwritten" in err and private.read_bytes() == key.pem
+    code, out, err = run_cli("keys", "--name", "Bad/Name", "--out", str(tmp_path))
+    assert code == 2 and "--name" in err
+
+
+def test_keys_dev_makes_the_local_dev_key_once(run_cli) -> None:
+    code, first, err = run_cli("keys", "--dev")
+    assert code == 0 and "--trust-local-key" in first
+    code, second, _ = run_cli("keys", "--dev")
+    assert first.split("key id ")[1][:64] == second.split("key id ")[1][:64]

@@ -124,7 +124,8 @@ def test_newest_verdict_of_a_cell_wins(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "needle"), [
     ("{not json", "cannot read verdict"),
-    (json.dumps({"schema": 2}), "not a schema-1 verdict"),
+    (json.dumps({"schema": 3}), "not a verdict"),
+    (json.dumps({"schema": 2}), "verdict lacks"),
     (json.dumps({"schema": 1, "digest": "d", "cell": "c", "result": "maybe", "tests": []}), "result must be"),
     (json.dumps({"schema": 1, "digest": "d", "cell": "c", "result": "passed", "tests": [{"id": "x"}]}), "tests[0]"),
 ])
@@ -192,7 +193,7 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
 
     from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
     from buildtool.report.nightly import fetch_verdicts
-    from buildtool.validate.verdicts import store_verdict
+    from tests import signing
 
     host = os.environ.get("REGISTRY") or "127.0.0.1:5000"
     repo = f"t-report-{uuid.uuid4().hex[:8]}/pytorch-cpu-dev"
@@ -207,13 +208,18 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     digest = client.put_manifest(repo, "abc-2.13", manifest, OCI_MANIFEST)
     stored = verdict("pytorch-cpu:2.13", [test(SHM, "passed"), test(BUSBW, "skipped", skip=NO_GPU)], digest=digest)
     del stored["size_bytes"]
-    store_verdict(client, repo, digest, stored)
+    stored["schema"] = 2
+    signing.attest(client, repo, digest, stored)
+    forged = client.put_manifest(repo, "forged-2.13", manifest.replace(b'"schemaVersion": 2', b'"schemaVersion":  2'),
+                                 OCI_MANIFEST)
+    signing.attest(client, repo, forged, dict(stored, digest=forged), key=signing.ATTACKER)
     client.put_manifest(repo, "novalidation-2.13", manifest.replace(b'"schemaVersion": 2', b'"schemaVersion":2'),
                         OCI_MANIFEST)
 
     fetched = fetch_verdicts({"pytorch-cpu:2.13": f"{host}/{repo}:abc-2.13",
                               "tensorflow-cpu:2.21": f"{host}/{repo}:never-built-2.21",
-                              "pytorch-ngc:25.10": f"{host}/{repo}:novalidation-2.13"})
+                              "pytorch-ngc:25.10": f"{host}/{repo}:novalidation-2.13",
+                              "pytorch-cuda:2.13": f"{host}/{repo}:forged-2.13"}, signing.trusted())
     by_cell = {v["cell"]: v for v in fetched}
     assert by_cell["pytorch-cpu:2.13"]["digest"] == digest and by_cell["pytorch-cpu:2.13"]["size_bytes"] == len(layer)
     assert by_cell["pytorch-cpu:2.13"]["result"] == "passed"
@@ -221,5 +227,7 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     assert missing["result"] == "failed" and "no image" in missing["tests"][0]["message"]
     unvalidated = by_cell["pytorch-ngc:25.10"]
     assert unvalidated["result"] == "failed" and "has no verdict" in unvalidated["tests"][0]["message"]
+    untrusted = by_cell["pytorch-cuda:2.13"]      # signed, but by nobody the repository trusts
+    assert untrusted["result"] == "failed" and "untrusted key" in untrusted["tests"][0]["message"]
     rows = build_report([parse_verdict(v, "registry") for v in fetched])
     assert [r.cell for r in rows.rows][-1] == "pytorch-cpu:2.13"  # failures first

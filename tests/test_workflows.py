@@ -149,3 +149,13 @@ def test_workflows_write_with_custom_labels(run_cli, tmp_path: Path) -> None:
     code, _, err = run_cli("workflows", "write", "--gpu-labels", " , ", "--out", str(tmp_path),
                            "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and "--gpu-labels" in err
+
+
+def test_only_the_nightly_runners_get_the_verdict_signing_key() -> None:
+    """Verdicts the release trusts are signed by the GPU runners; pull-request jobs (untrusted code)
+    validate with a throwaway dev key, whose verdicts release refuses."""
+    steps = [s for job in load(NIGHTLY_PATH)["jobs"].values() for s in job.get("steps", [])]
+    validate = [s for s in steps if "make validate" in s.get("run", "")]
+    assert validate and all(s["env"]["DL_IMAGES_SIGNING_KEY"] == "${{ secrets.DL_IMAGES_SIGNING_KEY }}"
+                            for s in validate)
+    assert "DL_IMAGES_SIGNING_KEY" not in (REPO / PR_PATH).read_text()

@@ -12,8 +12,14 @@ import typer
 
 from buildtool.cli.options import FrameworkOption, MatrixOption, Project, RevisionOption, err, find_project, out
 from buildtool.common.errors import UserError
-from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT
-from buildtool.launch.k8s import ACTIVE_DEADLINE_S, GPU_RESOURCE
+from buildtool.contracts.rendezvous import (
+    ACTIVE_DEADLINE_S,
+    BACKOFF_LIMIT,
+    GPU_RESOURCE,
+    JOIN_TIMEOUT_S,
+    MAX_RESTARTS,
+    RDZV_PORT,
+)
 
 
 def _project(matrix: Path | None) -> Project:

@@ -10,19 +10,38 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from buildtool.common.errors import UserError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from buildtool.matrix.schema import Matrix
 
-# Wide output when piped (CI logs), the terminal's width otherwise.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True)
+
+class _LazyConsole:
+    """A rich Console made on first use: importing rich costs more than `buildtool --help` may take."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            if self._stderr:
+                self._console = Console(stderr=True, soft_wrap=True)
+            else:   # wide output when piped (CI logs), the terminal's width otherwise
+                self._console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+        return getattr(self._console, name)
+
+
+out: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]
+err: Console = _LazyConsole(stderr=True)  # type: ignore[assignment]
 
 FrameworkOption = Annotated[
     str | None,

@@ -16,11 +16,10 @@ from typing import Any
 import yaml
 
 from buildtool.common.errors import UserError
+from buildtool.contracts.rendezvous import ACTIVE_DEADLINE_S, GPU_RESOURCE
 from buildtool.launch.multinode import DDP_SCRIPT, MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob, k8s_quantity
 
 VARIANTS = ("pytorchjob", "job")
-GPU_RESOURCE = "nvidia.com/gpu"
-ACTIVE_DEADLINE_S = 3600
 LABEL_APP = "app.kubernetes.io/name"
 LABEL_PART = "app.kubernetes.io/part-of"
 

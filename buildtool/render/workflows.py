@@ -184,8 +184,11 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
             "steps": [*setup,
                       {"name": "Build and push ${{ matrix.dev_image }}",
                        "run": "make push FRAMEWORK='${{ matrix.cell }}'"},
-                      {"name": "Validate with GPUs and push the verdict",
-                       "run": "make validate FRAMEWORK='${{ matrix.cell }}'"}],
+                      {"name": "Validate with GPUs and push the signed verdict",
+                       "run": "make validate FRAMEWORK='${{ matrix.cell }}'",
+                       # The runners' signing key (`buildtool keys`); its public half is in
+                       # config/trusted-keys.yaml. Pull-request jobs never get it.
+                       "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
         },
     }
     needs = ["build-validate"]

@@ -9,6 +9,7 @@ that never joins) are the good image started with different flags.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,8 @@ def pushed_pytorch(images) -> str:
 def test_validate_stores_verdict_by_digest(pushed_pytorch, run_cli, tmp_path):
     from buildtool.common.refs import split_repo
     from buildtool.registry.client import RegistryClient
-    from buildtool.validate.verdicts import load_verdict
+    from buildtool.validate.keys import TrustedKeys, dev_public_key
+    from buildtool.validate.verdicts import find_verdicts
 
     code, out, err = run_cli("validate", pushed_pytorch, "-k", "framework_version or shm_size", "--json",
                              "--reports", str(tmp_path), "--matrix", str(REPO / "matrix.yaml"))
@@ -159,8 +161,13 @@ def test_validate_stores_verdict_by_digest(pushed_pytorch, run_cli, tmp_path):
     host, repo, tag = split_repo(pushed_pytorch)
     client = RegistryClient(host)
     digest = client.manifest_digest(repo, tag)
-    stored = load_verdict(client, repo, digest)
-    assert stored is not None and stored["digest"] == digest and stored["result"] == "passed"
+    trusted = TrustedKeys()
+    trusted.add_dev(dev_public_key())          # validate signed with this machine's dev key
+    chosen = find_verdicts(client, repo, digest, trusted).chosen
+    assert chosen is not None and json.loads(out)[0]["stored"] == chosen.artifact
+    stored = chosen.verdict
+    assert stored["digest"] == digest and stored["result"] == "passed"
+    assert stored["selection"]["expression"] == "framework_version or shm_size" and stored["selection"]["deselected"]
     assert stored["cell"] == "pytorch-cpu:2.13"
     assert {t["id"].split("::")[-1] for t in stored["tests"]} == {"test_framework_version",
                                                                   "test_shm_size_matches_run_profile"}
