@@ -152,8 +152,8 @@ def main() -> None:
             run([args.docker, "push", "-q", dest])
             subprocess.run([args.docker, "rmi", dest], capture_output=True, timeout=120)
 
-        skopeo(-1)          # warm skopeo's blob-info cache (not timed)
-        release(-1)         # warm the OS file cache for the interpreter and the collected-tests cache (not timed)
+        skopeo(99)          # warm skopeo's blob-info cache (not timed)
+        release(99)         # warm the OS file cache for the interpreter and the collected-tests cache (not timed)
         rows = [
             ("buildtool release", "whole process: gates, signed verdict, lock, 3 tags, attestation copy, "
              "re-check, notes + catalogue", timed(release, args.runs)),
@@ -169,7 +169,10 @@ def main() -> None:
              timed(lambda i: run([python, "-c", "pass"]), args.runs)),
         ]
         run([args.docker, "rmi", dev_ref])
-        cleanup(client, made)
+        if not os.environ.get("BENCH_KEEP"):
+            cleanup(client, made)
+        else:
+            print(f"kept {project} {prefix}", file=sys.stderr); shutil.copytree(project, "/tmp/i11/benchproject", dirs_exist_ok=True)
     base = statistics.median(next(t for name, _, t in rows if name.startswith("skopeo")))
     print(f"Whole processes against whole processes: median (min) of {args.runs} runs, each release into a fresh "
           f"repository; image {args.size_mb} MB; ratio = median / skopeo's median.")

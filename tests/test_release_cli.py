@@ -127,3 +127,26 @@ def test_keys_dev_makes_the_local_dev_key_once(run_cli) -> None:
     assert code == 0 and "--trust-local-key" in first
     code, second, _ = run_cli("keys", "--dev")
     assert first.split("key id ")[1][:64] == second.split("key id ")[1][:64]
+
+
+def test_fast_path_parses_the_same_options_as_the_typer_command() -> None:
+    """`buildtool release` is parsed without typer (start-up time); both must accept the same options."""
+    import typer.main
+
+    from buildtool.cli.app import app
+    from buildtool.cli.release_run import OPTIONS
+
+    command = typer.main.get_command(app).commands["release"]  # type: ignore[attr-defined]
+    typer_options = {tuple(sorted(p.opts)): (p.envvar, p.multiple, p.is_flag) for p in command.params}
+    fast = {tuple(sorted(flags)): (envvar, kind == "append", kind == "flag") for flags, _, kind, envvar in OPTIONS}
+    assert fast == typer_options
+
+
+def test_fast_path_and_typer_agree_on_a_run(project, run_cli, monkeypatch) -> None:  # noqa: ANN001
+    """The same bad version through either parser: the same one-line message and exit code."""
+    import buildtool.cli as cli
+
+    args = ["release", "--version", "x.y", "-f", "pytorch-cpu", "--matrix", str(project / "matrix.yaml")]
+    fast = run_cli(*args)
+    monkeypatch.setattr(cli, "_fast_path", lambda argv: False)
+    assert run_cli(*args) == fast and fast[0] == 2 and "is not a version" in fast[2]

@@ -3,30 +3,27 @@
 stdout carries results (`--json` for machines); stderr carries logs. Exit codes:
 0 success, 1 a check, build or test failed, 2 bad input or usage.
 
-Each command module registers its commands on the app here; they share options through the
-leaf module `buildtool.cli.options` and import the stages they call inside each command, so
-the CLI has no import cycle and `buildtool --help` imports no stage at all.
+Each command module registers its commands on the app (buildtool.cli.app); they share options
+through the leaf module `buildtool.cli.options` and import the stages they call inside each
+command, so the CLI has no import cycle and `buildtool --help` imports no stage at all.
+`buildtool release ...` takes a fast path that does not import typer (buildtool.cli.release_run).
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-import typer
-
-from buildtool.cli import build, contents, generate, keys, ops, release, validate
-from buildtool.cli.options import emit_json, err, json_emitted, reset_json
+from buildtool.cli.console import emit_json, json_emitted, log, reset_json
 from buildtool.common.errors import FailedError, UserError
 
-app = typer.Typer(
-    help="Build and verify deep-learning container images from one version matrix (matrix.yaml).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-for module in (generate, build, contents, validate, release, keys, ops):
-    module.register(app)
+
+def __getattr__(name: str) -> Any:
+    if name == "app":   # `from buildtool.cli import app` still works, built on first use
+        from buildtool.cli.app import app
+
+        return app
+    raise AttributeError(name)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,11 +36,16 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     reset_json()
     try:
-        app(args=args)
+        if not _fast_path(args):
+            from buildtool.cli.app import app
+
+            app(args=args)
     except UserError as exc:
         _failed(args, f"error: {exc}", exc.exit_code)
     except FailedError as exc:
         _failed(args, f"failed: {exc}", exc.exit_code)
+    except KeyboardInterrupt:   # typer answers Ctrl-C itself; this is for the fast path
+        _failed(args, "Aborted!", 130)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code != 0 and _json_wanted(args):
@@ -51,8 +53,17 @@ def main(argv: list[str] | None = None) -> None:
         raise
 
 
+def _fast_path(args: list[str]) -> bool:
+    """`release` without typer (see buildtool.cli.release_run); True when it ran."""
+    if args[:1] != ["release"]:
+        return False
+    from buildtool.cli.release_run import fast_release
+
+    return fast_release(args[1:])
+
+
 def _failed(args: list[str], message: str, code: int) -> None:
-    err.print(message, markup=False, highlight=False)
+    log(message)
     if _json_wanted(args):
         _json_error(message, code)
     sys.exit(code)

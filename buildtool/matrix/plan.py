@@ -17,12 +17,15 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.contracts import names
 from buildtool.contracts.names import DEFAULT_REGISTRY
-from buildtool.matrix.schema import Cell, Matrix
+
+if TYPE_CHECKING:
+    from buildtool.matrix.schema import Cell, Matrix
 
 
 @dataclass(frozen=True)

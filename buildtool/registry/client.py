@@ -3,7 +3,9 @@
 Small on purpose: manifests and blobs by digest, tags, cross-repository blob mounts.
 Every call has a timeout; connection errors, timeouts and 5xx are retried with
 exponential backoff, 4xx never are. Credentials come from the Docker config or the
-environment and never appear in an exception, a log line or a report.
+environment and never appear in an exception, a log line or a report. Plain-http
+(loopback) registries are spoken to over the standard library (buildtool.registry.transport),
+https ones through `requests`, imported only then.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import requests
+from typing import TYPE_CHECKING, Any
 
 from buildtool.common.errors import FailedError, UserError
+from buildtool.registry.transport import LoopbackTransport, Response, TransportConnectionError, TransportTimeout
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,9 @@ MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
+
+
+_OUR_ERRORS = {TransportConnectionError: "ConnectionError", TransportTimeout: "Timeout"}
 
 
 class RegistryError(FailedError):
@@ -86,12 +93,38 @@ class RegistryClient:
         local = host.split(":")[0] in ("127.0.0.1", "localhost") or host.startswith("127.")
         self.scheme = scheme or ("http" if local else "https")
         self.retry = retry or RetryPolicy()
-        self.session = requests.Session()
+        self._session: requests.Session | None = None
+        self._loopback = LoopbackTransport() if self.scheme == "http" else None
         self._sleep = sleep
         self._auth = _docker_config_auth(host)
         self._tokens: dict[str, str] = {}
 
     # -- transport -------------------------------------------------------------------------
+
+    @property
+    def session(self) -> requests.Session:
+        """requests, for https registries and token servers (imported on first use)."""
+        if self._session is None:
+            import requests
+
+            self._session = requests.Session()
+        return self._session
+
+    def _send(self, method: str, url: str, auth: tuple[str, str] | None,
+              **kwargs: Any) -> Response | requests.Response:
+        if self._loopback is not None and url.startswith("http://"):
+            return self._loopback.send(method, url, headers=kwargs.get("headers") or {}, data=kwargs.get("data"),
+                                       timeout=self.retry.timeout, auth=auth, params=kwargs.get("params"))
+        return self.session.request(method, url, timeout=self.retry.timeout, auth=auth, **kwargs)
+
+    def _transient(self) -> tuple[type[BaseException], ...]:
+        """The errors a retry may cure: connection failures and timeouts, of either transport."""
+        errors: tuple[type[BaseException], ...] = (TransportConnectionError, TransportTimeout)
+        if self._loopback is None or self._session is not None:
+            import requests
+
+            errors += (requests.ConnectionError, requests.Timeout)
+        return errors
 
     def _url(self, path: str) -> str:
         return path if path.startswith("http") else f"{self.scheme}://{self.host}/v2/{path}"
@@ -102,7 +135,7 @@ class RegistryClient:
         realm = params.pop("realm", None)
         if not realm:
             return None
-        response = self.session.get(realm, params=params, auth=self._auth, timeout=self.retry.timeout)
+        response = self._send("GET", realm, self._auth, params=params)
         if response.status_code != 200:
             return None
         body = response.json()
@@ -111,7 +144,7 @@ class RegistryClient:
         return token
 
     def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "",
-                **kwargs: Any) -> requests.Response:
+                **kwargs: Any) -> Response | requests.Response:
         """One API call with retries on connection errors, timeouts and 5xx (never 4xx)."""
         url = self._url(path)
         delay = self.retry.first_delay
@@ -123,10 +156,9 @@ class RegistryClient:
             if token:
                 headers["Authorization"] = f"Bearer {token}"
             try:
-                response = self.session.request(method, url, timeout=self.retry.timeout,
-                                                auth=None if token else self._auth, **kwargs)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                last = type(exc).__name__
+                response = self._send(method, url, None if token else self._auth, **kwargs)
+            except self._transient() as exc:
+                last = _OUR_ERRORS.get(type(exc), type(exc).__name__)
             else:
                 if response.status_code == 401 and "Bearer" in response.headers.get("WWW-Authenticate", "") \
                         and repo not in self._tokens and self._token(response.headers["WWW-Authenticate"], repo):
@@ -238,7 +270,7 @@ class RegistryClient:
             return []
 
 
-def _error_text(response: requests.Response) -> str:
+def _error_text(response: Response | requests.Response) -> str:
     try:
         errors = response.json().get("errors", [])
         return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:300]

@@ -17,13 +17,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys, names, skips
-from buildtool.matrix.schema import Cell
+
+if TYPE_CHECKING:
+    from buildtool.matrix.schema import Cell
 
 _TAG_RE = names.TAG_RE
 

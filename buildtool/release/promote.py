@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -40,7 +40,6 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import split_repo, split_repo_path
 from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import CellPlan, Settings, mirror_base, plan_cell
-from buildtool.matrix.schema import Cell
 from buildtool.registry.client import (
     EMPTY_JSON,
     EMPTY_JSON_TYPE,
@@ -65,6 +64,9 @@ from buildtool.release.gates import (
 )
 from buildtool.release.packages import copy_sbom, package_section
 from buildtool.validate.keys import TrustedKeys
+
+if TYPE_CHECKING:
+    from buildtool.matrix.schema import Cell
 
 log = logging.getLogger(__name__)
 
@@ -568,9 +570,9 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
         # before any tag (bytes unchanged, so the signature holds), so released tags have it as well.
         copy_referrer(client, src, dst, item.attestation, item.digest)
     copy_sbom(client, src, dst, item.digest)   # the SBOM travels with the image (release.packages)
+    if lock is not None and not lock.still_held():
+        raise RegistryError(f"lost the release lock of {dst} before tagging; nothing was tagged")
     for t in todo:
-        if lock is not None and not lock.still_held():
-            raise RegistryError(f"lost the release lock of {dst} before tagging {t.tag}; nothing more was tagged")
         now = client.manifest_digest(dst, t.tag)
         if now not in (t.current, item.digest):
             raise RegistryError(f"{plan.release_repo}:{t.tag} changed to {now} during the release")
@@ -613,6 +615,11 @@ def recheck(client: RegistryClient, items: list[ImageRelease]) -> None:
                 item.repaired.append(f"{t.tag} was moved to {now} after it was written (a late write); put back")
                 log.warning("%s:%s was on %s after the release wrote it; put back on %s", item.release_repo, t.tag,
                             now, item.digest)
+                again = client.manifest_digest(dst, t.tag)
+                if again != item.digest:
+                    item.status = "failed"
+                    item.problems.append(f"{item.release_repo}:{t.tag} resolves to {again} even after it was put "
+                                         f"back on {item.digest}")
             else:
                 item.status = "failed"
                 item.problems.append(f"{item.release_repo}:{t.tag} resolves to {now} after it was written, not "
@@ -697,12 +704,7 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
                 item.status = "failed"
                 item.problems += wrong
                 failure = wrong[0]
-        recheck(client, [i for i, _ in pending])
-        for item, _ in pending:
-            wrong = verify(client, item) if item.status == "promoted" else []
-            if wrong:
-                item.status = "failed"
-                item.problems += wrong
+        recheck(client, [i for i, _ in pending])   # every tag read once more, moving ones repaired
     except (RegistryError, RegistryUnreachable) as exc:
         for item, _ in pending:
             if item.status in ("ready", "pending"):

@@ -8,11 +8,13 @@ drift-checked like the Dockerfiles. Stand-in bases are test fixtures and never a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildtool.contracts.releases import RELEASES_DIR, latest_by_cell
 from buildtool.matrix.plan import expand_tag
-from buildtool.matrix.schema import Cell, Matrix
+
+if TYPE_CHECKING:
+    from buildtool.matrix.schema import Cell, Matrix
 
 CATALOGUE_PATH = "docs/images.md"
 

@@ -15,11 +15,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildtool.common.errors import FailedError
 from buildtool.contracts import frameworks
-from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
-from buildtool.matrix.schema import Cell
+
+if TYPE_CHECKING:
+    from buildtool.contracts.target import Target
+    from buildtool.matrix.schema import Cell
 
 COLLECT_TIMEOUT_S = 300
 PLUGIN = "buildtool.validate.collect_plugin"
@@ -44,6 +47,8 @@ def _cache_dir() -> Path:
 
 def _target(cell: Cell) -> Target:
     """A target file good enough to collect with (nothing is run)."""
+    from buildtool.contracts.target import Expectations, FrameworkInfo, Target
+
     framework = frameworks.get(cell.framework)
     info = FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
                          events_writer=list(framework.events_writer), shm_workers=framework.shm_workers)
@@ -63,6 +68,8 @@ def defined_tests(cell: Cell, tests_dir: Path, test_code: str | None = None) -> 
         return {str(k): bool(v) for k, v in json.loads(cached.read_text()).items()}
     except (OSError, ValueError, AttributeError):
         pass
+    from buildtool.contracts.target import write_target
+
     with tempfile.TemporaryDirectory(prefix="buildtool-collect-") as tmp:
         target, out = Path(tmp) / "target.json", Path(tmp) / "defined.json"
         write_target(target, _target(cell))

@@ -1,0 +1,121 @@
+"""The CLI's plumbing without typer: consoles, JSON output, the project. Imported by every command
+module through buildtool.cli.options, and directly by the fast path of `release` (buildtool.cli),
+which must not pay for importing typer."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from buildtool.common.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from buildtool.matrix.schema import Matrix
+
+
+class _LazyConsole:
+    """A rich Console made on first use: importing rich costs more than `buildtool --help` may take."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            if self._stderr:
+                self._console = Console(stderr=True, soft_wrap=True)
+            else:   # wide output when piped (CI logs), the terminal's width otherwise
+                self._console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+        return getattr(self._console, name)
+
+
+out: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]
+err: Console = _LazyConsole(stderr=True)  # type: ignore[assignment]
+
+_JSON_EMITTED: list[bool] = []
+
+
+def emit_json(document: object) -> None:
+    """Print the command's one JSON document on stdout (and remember that it was printed)."""
+    import json
+
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    sys.stdout.flush()
+    _JSON_EMITTED.append(True)
+
+
+def json_emitted() -> bool:
+    return bool(_JSON_EMITTED)
+
+
+def reset_json() -> None:
+    _JSON_EMITTED.clear()
+
+
+def log(message: str) -> None:
+    """Progress and notes: stderr, verbatim (no rich: nothing to import, nothing interpreted)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def say(message: str) -> None:
+    """A result line: stdout, verbatim."""
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
+@dataclass(frozen=True)
+class Project:
+    """Where the matrix, templates and generated files are."""
+
+    root: Path
+    matrix_path: Path
+
+    @property
+    def templates(self) -> Path:
+        return self.root / "templates"
+
+    def load(self) -> Matrix:
+        from buildtool.matrix.schema import load_matrix
+
+        display = self._display()
+        loaded = load_matrix(self.matrix_path, self.templates, display=display)
+        from buildtool.matrix import snapshot
+
+        snapshot.write(loaded, snapshot.snapshot_key(self.matrix_path, self.templates, display),
+                       snapshot.selection_names(loaded))
+        return loaded
+
+    def load_fast(self) -> Matrix:
+        """The matrix from its snapshot when one is fresh (no pydantic), else loaded (buildtool.matrix.snapshot)."""
+        from buildtool.matrix import snapshot
+
+        key = snapshot.snapshot_key(self.matrix_path, self.templates, self._display())
+        return snapshot.read(key, self.load) or self.load()  # type: ignore[return-value]
+
+    def _display(self) -> str:
+        return (str(self.matrix_path.relative_to(self.root))
+                if self.matrix_path.is_relative_to(self.root) else str(self.matrix_path))
+
+    def revision(self, override: str | None = None) -> str:
+        """The revision dev images are tagged with: `override` (checked) or the work tree's."""
+        from buildtool.matrix.plan import git_revision, resolve_revision
+
+        return resolve_revision(self.root, override, git_revision)
+
+
+def find_project(matrix: Path | None) -> Project:
+    if matrix is not None:
+        matrix = matrix.resolve()
+        return Project(root=matrix.parent, matrix_path=matrix)
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "matrix.yaml").is_file():
+            return Project(root=folder, matrix_path=folder / "matrix.yaml")
+    raise UserError("no matrix.yaml in this folder or above; run from the project or pass --matrix")

@@ -1,0 +1,205 @@
+"""`buildtool release`, the part that runs: parse (fast path), gate, promote, report, write the notes.
+
+Kept free of typer: `buildtool release ...` is parsed here with argparse (buildtool.cli.main takes
+this path), because typer builds a pydantic validator per option on every call, which costs more
+than releasing one image to a loopback registry. `buildtool release --help`, and anything this
+parser does not understand, go to the typer command (buildtool.cli.release), which declares the
+same options; tests/test_release_cli.py checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildtool.cli.console import Project, emit_json, find_project, log, out
+from buildtool.common.errors import FailedError, UserError
+
+if TYPE_CHECKING:
+    from buildtool.matrix.plan import Settings
+    from buildtool.matrix.schema import Cell, Matrix
+    from buildtool.release.promote import ReleaseReport
+    from buildtool.validate.keys import TrustedKeys
+
+# (flags, dest, kind, envvar): kind is "value", "append" or "flag". The typer command declares the same.
+OPTIONS: tuple[tuple[tuple[str, ...], str, str, str | None], ...] = (
+    (("--version",), "version", "value", "VERSION"),
+    (("--from", "--revision"), "from_sha", "value", "REVISION"),
+    (("--framework", "-f"), "framework", "append", None),
+    (("--dry-run",), "dry_run", "flag", None),
+    (("--force",), "force", "flag", None),
+    (("--accept-skip",), "accept_skip", "append", None),
+    (("--trust-local-key",), "trust_local_key", "flag", None),
+    (("--json",), "as_json", "flag", None),
+    (("--matrix",), "matrix", "value", None),
+)
+
+
+def fast_release(args: list[str]) -> bool:
+    """Run `release ARGS` without typer; False when ARGS are for typer to answer (help, usage errors)."""
+    if any(a in ("--help", "-h") for a in args):
+        return False
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for flags, dest, kind, envvar in OPTIONS:
+        if kind == "flag":
+            parser.add_argument(*flags, dest=dest, action="store_true")
+        else:
+            default = os.environ.get(envvar) if envvar else None
+            parser.add_argument(*flags, dest=dest, action="append" if kind == "append" else "store",
+                                default=default or None)
+    try:
+        parsed, unknown = parser.parse_known_args(args)
+    except argparse.ArgumentError:
+        return False
+    if unknown or not parsed.version:
+        return False   # typer says what is wrong, as it does for every other command
+    run_release(version=parsed.version, from_sha=parsed.from_sha, framework=parsed.framework,
+                dry_run=parsed.dry_run, force=parsed.force, accept_skip=parsed.accept_skip,
+                trust_local_key=parsed.trust_local_key, as_json=parsed.as_json,
+                matrix=Path(parsed.matrix) if parsed.matrix else None)
+    return True
+
+
+def _cells(loaded: Matrix, framework: list[str] | None) -> list[Cell]:
+    """Cells of every --framework value (image, cell, framework or all), in matrix order, once."""
+    names = [n.strip() for item in (framework or ["all"]) for n in item.split(",") if n.strip()]
+    chosen, seen = [], set()
+    for name in names or ["all"]:
+        for cell in loaded.select(name):
+            if cell.key not in seen:
+                seen.add(cell.key)
+                chosen.append(cell)
+    return chosen
+
+
+def print_report(report: ReleaseReport) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    title = f"Release {report.version} from {report.revision}".replace("[", "\\[")
+    title += " (dry run: nothing written)" if report.dry_run else ""
+    table = Table(title=title, show_lines=True)
+    for column in ("cell", "status", "digest", "tags", "notes"):
+        table.add_column(column, overflow="fold")
+    for item in report.images:
+        tags = "\n".join(f"{t.tag} ({t.action}{', moving' if t.moving else ''})" for t in item.tags)
+        notes = "\n".join([*item.problems, *(f"{t.tag}: {t.note}" for t in item.tags if t.note)])
+        # Text, not markup: test ids such as test_ulimit[memlock] must print as they are.
+        table.add_row(*(Text(v) for v in (item.cell, item.status, item.digest or "-", tags or "-", notes)))
+    out.print(table)
+
+
+def run_release(*, version: str, from_sha: str | None, framework: list[str] | None, dry_run: bool, force: bool,
+                accept_skip: list[str] | None, trust_local_key: bool, as_json: bool, matrix: Path | None) -> None:
+    """Promote the dev images of a commit to release tags, digest for digest, inside the registry."""
+    from buildtool.matrix.plan import Settings, git_revision, resolve_revision
+    from buildtool.release.gates import check_version
+    from buildtool.release.promote import ReleaseOptions, release
+    from buildtool.validate.keys import load_trusted
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    project = find_project(matrix)
+    loaded = project.load_fast()
+    cells = _cells(loaded, framework)
+    revision = resolve_revision(project.root, from_sha, git_revision, option="--from")
+    if "-dirty." in revision:
+        log(f"warning: releasing {revision}: built from uncommitted changes")
+    normal = check_version(version)
+    if normal != version:
+        log(f"note: --version {version} is release {normal} (PEP 440 normal form); its tags use {normal}")
+    _check_release_files(project, normal)
+    for pattern in accept_skip or []:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UserError(f"--accept-skip {pattern!r} is not a regular expression ({exc})") from None
+    settings = Settings.from_env()
+    trusted = load_trusted(project.root)
+    if trust_local_key:
+        _trust_local_key(trusted, settings)
+    tests_dir = project.root / "image-tests"
+    options = ReleaseOptions(version=normal, revision=revision, force=force, dry_run=dry_run,
+                             accept_skips=tuple(accept_skip or ()), trusted=trusted,
+                             tests_dir=tests_dir if tests_dir.is_dir() else None)
+    report = release(cells, settings, options, matrix_cells=loaded.cells)
+    _finish(project, loaded, report, as_json, dry_run)
+
+
+def _check_release_files(project: Project, version: str) -> None:
+    """A version already released under another spelling (docs/releases/1.0.0.json for 1.0) is refused."""
+    from packaging.version import InvalidVersion, Version
+
+    from buildtool.contracts.releases import RELEASES_DIR
+    from buildtool.release.gates import spelling_problems
+
+    released = {}
+    for path in (project.root / RELEASES_DIR).glob("*.json"):
+        try:
+            released[Version(path.stem)] = str(path.relative_to(project.root))
+        except InvalidVersion:
+            continue
+    for problem in spelling_problems(version, released, "this project"):
+        raise UserError(problem)
+
+
+def _trust_local_key(trusted: TrustedKeys, settings: Settings) -> None:
+    from buildtool.validate.keys import dev_public_key
+
+    registry = settings.release_registry
+    host = registry.split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    if not (host in ("localhost", "::1") or host.startswith("127.")):
+        raise UserError(f"--trust-local-key is only for a loopback registry, not {registry}; for a real release "
+                        "add the validating runner's public key to config/trusted-keys.yaml (see `buildtool keys`)")
+    key = dev_public_key()
+    if key is None:
+        raise UserError("--trust-local-key: this machine has no local dev key (validate makes one when "
+                        "DL_IMAGES_SIGNING_KEY is unset; or run `buildtool keys --dev`)")
+    trusted.add_dev(key)
+
+
+def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bool, dry_run: bool) -> None:
+    from buildtool.release.notes import build_manifest, write_release_files
+
+    version = report.version
+    manifest = build_manifest(report)
+    if as_json:
+        emit_json({"ok": report.ok, "release": manifest,
+                   "status": {i.cell: {"status": i.status, "problems": i.problems, "tags_made": i.tags_made,
+                                       "repaired": i.repaired, "ignored_attestations": i.ignored}
+                              for i in report.images}})
+    else:
+        print_report(report)
+    promoted_any = any(i.tags_made for i in report.images)
+    if report.refused and not promoted_any:
+        raise FailedError(f"release {version} refused for {', '.join(i.cell for i in report.refused)}; "
+                          "nothing was promoted (see the table)")
+    if not report.ok:
+        done = [f"{i.cell} ({', '.join(i.tags_made) or 'no new tags'})" for i in report.images
+                if i.status in ("promoted", "unchanged") or i.tags_made]
+        missing = [f"{i.cell}: {i.status}" for i in report.images if i.status not in ("promoted", "unchanged")]
+        raise FailedError(f"release {version} incomplete. Promoted: {'; '.join(done) or 'none'}. "
+                          f"Not promoted: {'; '.join(missing)}. Re-run the same command to complete it")
+    if dry_run:
+        log("dry run: no tags written, no release files written")
+        return
+    promoted = any(i.status == "promoted" for i in report.images)
+    written = write_release_files(project.root, manifest, promoted)
+    for path in written:
+        log(f"wrote {path.relative_to(project.root)}")
+    if written:
+        from buildtool.common.files import write_atomic
+        from buildtool.render.catalogue import catalogue_outputs
+
+        # The catalogue lists each image's newest release tags (read from docs/releases/); one file,
+        # written atomically (the Dockerfile renderer, and Jinja with it, is not needed for it).
+        for rel, data in catalogue_outputs(loaded, project.root).items():
+            target = project.root / rel
+            if not target.is_file() or target.read_bytes() != data:
+                write_atomic(target, data)
+                log(f"wrote {rel}")
+    if not written:
+        log(f"release {version} was already complete: nothing written")

@@ -1,0 +1,165 @@
+"""A snapshot of the loaded matrix, for commands that must start fast (`buildtool release`).
+
+Loading the matrix means importing pydantic and building the schema's models, which costs more
+than releasing one image to a loopback registry. A snapshot is what `load_matrix` returned,
+written as JSON under ~/.cache/dl-images/matrix/, keyed by a hash of matrix.yaml, the names of
+the template files and the code that turns them into cells (buildtool/matrix/, the framework
+table). Reading it gives objects with every field, property and argument-less method of the
+real Cell, Run and Matrix, with the values the real code computed when the snapshot was made:
+nothing here re-implements a rule. `Matrix.select` is answered from the selections the real
+matrix made for every name it knows; any other name is loaded for real (to raise its error).
+A missing, stale or unreadable snapshot means a real load, which writes a fresh one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_VERSION = 1
+_CODE = ("matrix/schema.py", "matrix/yamlsource.py", "matrix/snapshot.py", "contracts/frameworks.py")
+
+
+class Record:
+    """Attribute access to a snapshot's values; zero-argument methods return their stored result."""
+
+    def __init__(self, values: dict[str, Any], calls: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+        for name, result in calls.items():
+            self.__dict__[name] = _returning(result)
+
+    def __repr__(self) -> str:
+        return f"Record({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items() if not callable(v))})"
+
+
+def _returning(result: Any) -> Callable[[], Any]:
+    def call() -> Any:
+        return list(result) if isinstance(result, list) else result
+    return call
+
+
+class MatrixSnapshot(Record):
+    def __init__(self, values: dict[str, Any], calls: dict[str, Any], selections: dict[str, list[int]],
+                 load: Callable[[], Any]) -> None:
+        super().__init__(values, calls)
+        self._selections, self._load = selections, load
+
+    def select(self, framework: str | None) -> list[Any]:
+        picked = self._selections.get("" if framework is None else framework)
+        if picked is None:
+            return self._load().select(framework)   # unknown: the real matrix raises the real error
+        return [self.cells[i] for i in picked]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dl-images" / "matrix"
+
+
+def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
+    digest = hashlib.sha256(f"v{_VERSION}\0{display}\0".encode())
+    digest.update(matrix_path.read_bytes())
+    names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
+        if templates.is_dir() else []
+    digest.update("\0".join(names).encode())
+    package = Path(__file__).resolve().parents[1]
+    for rel in _CODE:
+        digest.update(rel.encode() + b"\0" + (package / rel).read_bytes())
+    return digest.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON, with enough structure to rebuild it (tuples stay tuples)."""
+    if isinstance(value, tuple):
+        return {"t": [_plain(v) for v in value]}
+    if isinstance(value, list):
+        return {"l": [_plain(v) for v in value]}
+    if isinstance(value, dict):
+        return {"d": {str(k): _plain(v) for k, v in value.items()}}
+    if dataclasses.is_dataclass(value) or hasattr(value, "model_dump"):
+        return {"o": _record(value)}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise TypeError(f"cannot snapshot a {type(value).__name__}")
+
+
+def _record(obj: Any) -> dict[str, Any]:
+    """Every field, property and argument-less public method of `obj` (a dataclass), evaluated;
+    of a pydantic model (the stand-in settings), its fields."""
+    if not dataclasses.is_dataclass(obj):
+        values = {name: getattr(obj, name) for name in type(obj).model_fields}
+        return {"values": {k: _plain(v) for k, v in values.items()}, "calls": {}}
+    import inspect  # only when writing a snapshot
+
+    values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    calls = {}
+    for cls in type(obj).__mro__[:-1]:
+        for name, member in vars(cls).items():
+            if name.startswith("_") or name in values or name in calls:
+                continue
+            if isinstance(member, property):
+                values[name] = getattr(obj, name)
+            elif inspect.isfunction(member) and len(inspect.signature(member).parameters) == 1:
+                calls[name] = getattr(obj, name)()
+    return {"values": {k: _plain(v) for k, v in values.items()}, "calls": {k: _plain(v) for k, v in calls.items()}}
+
+
+def _rebuild(data: Any) -> Any:
+    if isinstance(data, dict):
+        if "t" in data:
+            return tuple(_rebuild(v) for v in data["t"])
+        if "l" in data:
+            return [_rebuild(v) for v in data["l"]]
+        if "d" in data:
+            return {k: _rebuild(v) for k, v in data["d"].items()}
+        if "o" in data:
+            return Record({k: _rebuild(v) for k, v in data["o"]["values"].items()},
+                          {k: _rebuild(v) for k, v in data["o"]["calls"].items()})
+    return data
+
+
+def write(matrix: Any, key: str, names: list[str]) -> None:
+    """Store `matrix` (a real Matrix) under `key`; `names` are the selections to remember."""
+    record = _record(matrix)
+    record["values"].pop("cells")
+    cells = [_record(c) for c in matrix.cells]
+    index = {id(c): i for i, c in enumerate(matrix.cells)}
+    selections = {}
+    for name in names:
+        try:
+            selections[name] = [index[id(c)] for c in matrix.select(name or None)]
+        except Exception:  # noqa: BLE001 - a name the matrix refuses is simply not remembered
+            continue
+    body = json.dumps({"version": _VERSION, "matrix": record, "cells": cells, "selections": selections})
+    path = cache_dir() / f"{key}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(body)
+        tmp.replace(path)
+    except OSError:
+        pass    # no cache: the next command loads for real again
+
+
+def read(key: str, load: Callable[[], Any]) -> MatrixSnapshot | None:
+    try:
+        data = json.loads((cache_dir() / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != _VERSION:
+        return None
+    cells = tuple(_rebuild({"o": c}) for c in data["cells"])
+    values = {k: _rebuild(v) for k, v in data["matrix"]["values"].items()}
+    calls = {k: _rebuild(v) for k, v in data["matrix"]["calls"].items()}
+    values["cells"] = cells
+    return MatrixSnapshot(values, calls, data["selections"], load)
+
+
+def selection_names(matrix: Any) -> list[str]:
+    """Every name `select` knows: all, each image, each cell, each framework."""
+    return ["", "all", *matrix.image_names, *(c.key for c in matrix.cells),
+            *dict.fromkeys(c.framework for c in matrix.cells)]

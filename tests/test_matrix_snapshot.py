@@ -1,0 +1,78 @@
+"""The matrix snapshot `release` starts from: the same values the real load gives, never stale."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import shutil
+from pathlib import Path
+
+import pytest
+
+from buildtool.cli.console import Project
+from buildtool.common.errors import UserError
+from buildtool.matrix import snapshot
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def same(real: object, snap: object, where: str) -> None:
+    """Every field, property and argument-less method of `real` has the same value on `snap`."""
+    if dataclasses.is_dataclass(real):
+        names = [f.name for f in dataclasses.fields(real)]
+        for cls in type(real).__mro__[:-1]:
+            for name, member in vars(cls).items():
+                if name.startswith("_"):
+                    continue
+                if isinstance(member, property):
+                    names.append(name)
+                elif inspect.isfunction(member) and len(inspect.signature(member).parameters) == 1:
+                    assert getattr(real, name)() == getattr(snap, name)(), f"{where}.{name}()"
+        for name in names:
+            same(getattr(real, name), getattr(snap, name), f"{where}.{name}")
+    elif hasattr(type(real), "model_fields"):
+        for name in type(real).model_fields:
+            same(getattr(real, name), getattr(snap, name), f"{where}.{name}")
+    elif isinstance(real, tuple | list):
+        assert type(real) is type(snap) and len(real) == len(snap), where
+        for i, (a, b) in enumerate(zip(real, snap, strict=True)):
+            same(a, b, f"{where}[{i}]")
+    else:
+        assert real == snap, where
+
+
+@pytest.mark.parametrize("matrix", [REPO / "matrix.yaml", REPO / "tests/fixtures/mini/matrix.yaml"])
+def test_snapshot_gives_every_value_of_the_real_matrix(tmp_path: Path, matrix: Path) -> None:
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(matrix, root / "matrix.yaml")
+    templates = matrix.parent / "templates"
+    shutil.copytree(templates if templates.is_dir() else REPO / "templates", root / "templates")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    real = project.load()                          # writes the snapshot
+    snap = project.load_fast()
+    assert isinstance(snap, snapshot.MatrixSnapshot)
+    same(real, snap, "matrix")
+    for name in snapshot.selection_names(real):
+        assert [c.key for c in snap.select(name)] == [c.key for c in real.select(name)]
+    with pytest.raises(UserError, match="unknown FRAMEWORK='nope'"):
+        snap.select("nope")                        # unknown names go to the real matrix
+
+
+def test_a_changed_matrix_is_loaded_for_real(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project.load()
+    text = (root / "matrix.yaml").read_text().replace('shm_size: 8g', 'shm_size: 4g', 1)
+    (root / "matrix.yaml").write_text(text)
+    fresh = project.load_fast()
+    assert not isinstance(fresh, snapshot.MatrixSnapshot)       # the key changed: a real load
+    assert fresh.cells[0].run.shm_size == "4g"
+    assert project.load_fast().cells[0].run.shm_size == "4g"    # and its snapshot from then on
+    (snapshot.cache_dir()).mkdir(parents=True, exist_ok=True)
+    for path in snapshot.cache_dir().glob("*.json"):
+        path.write_text("{not json")                             # a broken cache is ignored
+    assert project.load_fast().cells[0].run.shm_size == "4g"
