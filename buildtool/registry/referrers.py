@@ -182,8 +182,11 @@ def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: st
             return
         index["manifests"].append(referrer.descriptor())
         raw = json.dumps(index, sort_keys=True).encode()
+        started = time.monotonic()
         client.put_manifest(repo, tag, raw, OCI_INDEX)
-        time.sleep(0.05)
+        # A writer that read the index when we did writes within about one round trip of us: waiting
+        # several round trips (as the release lock does) lets its write land before we read back.
+        time.sleep(max(0.01, 5 * (time.monotonic() - started)))
     if not any(d.get("digest") == referrer.digest for d in _fallback_index(client, repo, subject_digest)["manifests"]):
         raise RegistryError(f"could not list {referrer.digest} in {repo}:{tag}: concurrent writers kept replacing it")
 

@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+READ_THREADS = 8
 LOCK_TAG = names.RELEASE_LOCK_TAG
 LOCK_TYPE = names.RELEASE_LOCK_TYPE
 _TAG_RE = names.TAG_RE
@@ -502,8 +504,9 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
 
 
 def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
-           standins: StandIns | None = None) -> ImageRelease:
-    """Read-only: resolve the dev tag, verify the verdict, read the configs, apply the gates."""
+           standins: StandIns | None = None, image_gate: bool = True) -> ImageRelease:
+    """Read-only: resolve the dev tag, verify the verdict, read the configs, apply the gates
+    (the image's provenance gate too, unless the caller applies it: `image_gate=False`)."""
     _, dev_repo = split_repo_path(plan.dev_repo)
     item = ImageRelease(cell=plan.cell.key, image=plan.cell.name, source=plan.dev_ref, release_repo=plan.release_repo)
     try:
@@ -514,9 +517,12 @@ def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
                              f"(make push FRAMEWORK={plan.cell.key}) or pass --from <sha> of a built commit")
         return item
     item.digest, item.media_type, item._raw = digest, media_type, raw
-    item.platforms = read_platforms(client, dev_repo, raw, media_type)
-    _gate_verdict(client, item, plan, dev_repo, options)
-    item.problems += image_problems(plan.cell, item.platforms, standins)
+    with ThreadPoolExecutor(max_workers=1) as side:    # configs and the verdict are read side by side
+        platforms = side.submit(read_platforms, client, dev_repo, raw, media_type)
+        _gate_verdict(client, item, plan, dev_repo, options)
+        item.platforms = platforms.result()
+    if image_gate:
+        item.problems += image_problems(plan.cell, item.platforms, standins)
     item.status = "refused" if item.problems else "ready"
     return item
 
@@ -528,16 +534,32 @@ def _tag_state(client: RegistryClient, repo: str, plan: CellPlan) -> tuple[dict[
     return current, tags
 
 
-def plan_item(client: RegistryClient, item: ImageRelease, plan: CellPlan, version: str, force: bool,
-              with_previous: bool = True) -> None:
+@dataclass
+class TagState:
+    current: dict[str, str | None]
+    tags: list[str]
+    previous: dict[str, Any] | None = None
+
+
+def read_tag_state(client: RegistryClient, plan: CellPlan, version: str, with_previous: bool = True) -> TagState:
+    """The release repository's tags of this cell now, and its previous release."""
     _, repo = split_repo_path(plan.release_repo)
     current, tags = _tag_state(client, repo, plan)
-    item.tags, problems = plan_tags(plan, item.digest, version, current, tags, force)
+    state = TagState(current, tags)
+    if with_previous:
+        state.previous = previous_release(client, repo, plan.cell, version, tags)
+    return state
+
+
+def plan_item(client: RegistryClient, item: ImageRelease, plan: CellPlan, version: str, force: bool,
+              with_previous: bool = True, state: TagState | None = None) -> None:
+    state = state or read_tag_state(client, plan, version, with_previous)
+    item.tags, problems = plan_tags(plan, item.digest, version, state.current, state.tags, force)
     item.problems += problems
     if problems:
         item.status = "refused"
     if with_previous:
-        item.previous = previous_release(client, repo, plan.cell, version, tags)
+        item.previous = state.previous
 
 
 def previous_release(client: RegistryClient, repo: str, cell: Cell, version: str,
@@ -643,18 +665,27 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
                         "an in-registry promotion needs one registry: point RELEASE_REGISTRY at the same host")
     client = client_for(hosts.pop())
     client.ping()
-    standins, standin_problems = read_standins(client, settings, matrix_cells or cells)
     report = ReleaseReport(version, options.revision, [], options.dry_run)
-    for p in plans:
-        item = gather(client, p, options, standins)
-        if standin_problems and item.status != "refused":
-            item.problems += standin_problems
-            item.status = "refused"
-        report.images.append(item)
-    for item, p in zip(report.images, plans, strict=True):
-        if item.status == "ready":
-            plan_item(client, item, p, version, options.force)
-            item.packages = package_section(client, item.digest, p.dev_repo, p.release_repo, item.previous)
+    # Everything before the first write is reads: done side by side (stand-ins, each image and its
+    # verdict, each release repository's tags, the SBOMs), then judged in matrix order.
+    with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="release-read") as pool:
+        standins_job = pool.submit(read_standins, client, settings, matrix_cells or cells)
+        items = [pool.submit(gather, client, p, options, None, False) for p in plans]
+        states = [pool.submit(read_tag_state, client, p, version) for p in plans]
+        standins, standin_problems = standins_job.result()
+        sboms = []
+        for job, state, p in zip(items, states, plans, strict=True):
+            item = job.result()
+            if item.digest:
+                item.problems += image_problems(p.cell, item.platforms, standins) + standin_problems
+                item.status = "refused" if item.problems else "ready"
+            if item.status == "ready":
+                plan_item(client, item, p, version, options.force, state=state.result())
+                sboms.append((item, pool.submit(package_section, client, item.digest, p.dev_repo, p.release_repo,
+                                                item.previous)))
+            report.images.append(item)
+        for item, section in sboms:
+            item.packages = section.result()
     if report.refused or options.dry_run:
         for item in report.images:
             if item.status == "ready":
