@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from buildtool.cli import build, contents, generate, keys, ops, release, validate
+from buildtool.cli.build import register as register_build
+from buildtool.cli.contents import register as register_contents
+from buildtool.cli.generate import register as register_generate
+from buildtool.cli.keys import register as register_keys
+from buildtool.cli.ops import register as register_ops
+from buildtool.cli.release import register as register_release
+from buildtool.cli.validate import register as register_validate
 
 app = typer.Typer(
     help="Build and verify deep-learning container images from one version matrix (matrix.yaml).",
@@ -13,5 +19,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-for module in (generate, build, contents, validate, release, keys, ops):
-    module.register(app)
+for register in (register_generate, register_build, register_contents, register_validate, register_release,
+                 register_keys, register_ops):
+    register(app)

@@ -39,8 +39,8 @@ def register(app: typer.Typer) -> None:
             import os
 
             os.environ.pop(SIGNING_KEY_ENV, None)   # the dev key, whatever this shell has set
-            key = signing_key(log)
-            say(f"local dev key: {dev_key_path()} (key id {key.key.keyid})")
+            dev_key = signing_key(log)
+            say(f"local dev key: {dev_key_path()} (key id {dev_key.key.keyid})")
             say("validate signs with it when DL_IMAGES_SIGNING_KEY is unset; release trusts it only with "
                 "--trust-local-key, and only for a loopback registry (e.g. 127.0.0.1:5000)")
             return

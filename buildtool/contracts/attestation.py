@@ -67,7 +67,8 @@ def read_statement(payload: bytes, digest: str) -> dict[str, Any]:
         raise StatementError(f"not an in-toto Statement v1 (_type {kind!r})")
     if body.get("predicateType") != VERDICT_PREDICATE:
         raise StatementError(f"not a verdict: predicateType {body.get('predicateType')!r}")
-    subjects = body.get("subject") if isinstance(body.get("subject"), list) else []
+    subject = body.get("subject")
+    subjects: list[Any] = subject if isinstance(subject, list) else []
     named = [f"{k}:{v}" for s in subjects if isinstance(s, dict) for k, v in (s.get("digest") or {}).items()]
     if digest not in named:
         raise StatementError(f"replayed: signed for {', '.join(named) or 'no digest'}, not for {digest}")

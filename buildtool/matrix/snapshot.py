@@ -44,6 +44,8 @@ def _returning(result: Any) -> Callable[[], Any]:
 
 
 class MatrixSnapshot(Record):
+    cells: tuple[Any, ...]
+
     def __init__(self, values: dict[str, Any], calls: dict[str, Any], selections: dict[str, list[int]],
                  load: Callable[[], Any]) -> None:
         super().__init__(values, calls)
@@ -97,7 +99,8 @@ def _record(obj: Any) -> dict[str, Any]:
 
     values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     calls = {}
-    for cls in type(obj).__mro__[:-1]:
+    kind: type = type(obj)   # a dataclass instance here, not the class
+    for cls in kind.__mro__[:-1]:
         for name, member in vars(cls).items():
             if name.startswith("_") or name in values or name in calls:
                 continue

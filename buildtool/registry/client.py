@@ -40,7 +40,8 @@ EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
 
 
-_OUR_ERRORS = {TransportConnectionError: "ConnectionError", TransportTimeout: "Timeout"}
+_OUR_ERRORS: dict[type[BaseException], str] = {TransportConnectionError: "ConnectionError",
+                                                TransportTimeout: "Timeout"}
 
 
 class RegistryError(FailedError):

@@ -24,14 +24,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import frameworks, label_keys
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
-from buildtool.contracts.verdict import Gpu, Runner, Selection, TestResult, Verdict
+from buildtool.contracts.verdict import Gpu, Result, Runner, Selection, TestResult, Verdict
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.validate.collect import PLUGIN, cell_groups, image_tests_hash
@@ -352,12 +352,12 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
     defined = [str(d["id"]) for d in collected["defined"]]
     deselected = sorted(set(collected["deselected"]))
     ran = {t.id for t in tests}
-    result = overall_result(rc, results["tests"])
+    result = cast(Result, overall_result(rc, results["tests"]))
     # A defined test that neither ran nor was deselected: the run stopped early (crash, timeout).
     if result == "passed" and (set(defined) - ran - set(deselected) or not defined):
         result = "incomplete"
     return Verdict(
-        digest=image.digest, image=image.ref, cell=cell.key, result=result,
+        schema=2, digest=image.digest, image=image.ref, cell=cell.key, result=result,
         started=started_at.isoformat(timespec="milliseconds"), duration_s=round(duration, 2),
         test_code=image_tests_hash(tests_dir),
         runner=Runner(hostname=socket.gethostname(),
