@@ -149,3 +149,10 @@ def test_key_files_load_only_ed25519(tmp_path: Path) -> None:
     with pytest.raises(EnvelopeError, match="not an Ed25519 key"):
         load_private(other, "ec.pem")
     assert base64.b64decode(json.loads(envelope("r", D1, verdict(CPU, D1)))["payload"])
+
+
+def test_a_signed_but_malformed_verdict_is_refused_not_crashed_on() -> None:
+    for change in ({"tests": "all good"}, {"defined_tests": [1, 2]}, {"selection": None}, {"groups": "common"}):
+        body = dict(verdict(CPU, D1), **change)
+        outcome = check(envelope("r", D1, body))
+        assert isinstance(outcome, str) and outcome.startswith("malformed verdict"), (change, outcome)

@@ -269,6 +269,11 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         raise UserError(f"image {ref} is not in a registry, so its verdict cannot be stored by digest; "
                         "push it, or pass --no-store")
     cell = find_cell(matrix, image.labels, options.cell, ref)
+    key = None
+    if options.store:
+        from buildtool.validate.keys import signing_key
+
+        key = signing_key(log)   # a bad DL_IMAGES_SIGNING_KEY is said now, not after the tests ran
     tests_dir = root / "image-tests"
     groups = cell_groups(cell, tests_dir)
     if not groups:
@@ -323,11 +328,9 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
                            rc, results, defined_path, options.select).to_json()
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(out_dir)
-    if options.store and image.host and image.repo:
-        from buildtool.validate.keys import signing_key
+    if key is not None and image.host and image.repo:
         from buildtool.validate.verdicts import attest
 
-        key = signing_key(log)
         stored = {k: v for k, v in verdict.items() if k != "reports"}
         try:
             artifact = attest(RegistryClient(image.host), image.repo, image.digest, stored, key)

@@ -139,7 +139,10 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
     listed = {r.digest: r for r in referrers(client, repo, digest)}
     for tag, artifact in _pinned(client, repo, digest, findings).items():
         if artifact not in listed:
-            raw, _, _ = client.get_manifest(repo, artifact)
+            try:
+                raw, _, _ = client.get_manifest(repo, artifact)
+            except NotFound:
+                continue   # deleted since the tag was read: nothing to verify
             manifest = json.loads(raw)
             listed[artifact] = Referrer(artifact, str(manifest.get("artifactType") or ""), len(raw),
                                         dict(manifest.get("annotations") or {}))
@@ -188,6 +191,23 @@ def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) 
     return pins
 
 
+def _shape_problem(verdict: dict[str, Any]) -> str:
+    """What the gates read must have the types they expect (a signed verdict is still input)."""
+    tests = verdict.get("tests")
+    if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("id"), str) for t in tests):
+        return "`tests` is not a list of results with ids"
+    for key in ("groups", "defined_tests"):
+        value = verdict.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return f"`{key}` is not a list of names"
+    selection = verdict.get("selection")
+    if not isinstance(selection, dict) or not isinstance(selection.get("deselected", []), list):
+        return "`selection` is not {expression, deselected}"
+    if not isinstance(verdict.get("cell"), str) or not isinstance(verdict.get("result"), str):
+        return "`cell` and `result` must be strings"
+    return ""
+
+
 def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
             cell: str | None) -> tuple[dict[str, Any], str] | str:
     envelopes = [p for p in payloads if p.media_type == DSSE_MEDIA_TYPE]
@@ -205,6 +225,9 @@ def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
         return str(exc)
     if verdict.get("schema") != 2:
         return f"unsupported verdict schema {verdict.get('schema')!r} (release reads schema 2)"
+    shape = _shape_problem(verdict)
+    if shape:
+        return f"malformed verdict: {shape}"
     if cell is not None and verdict.get("cell") != cell:
         return f"mismatched: the verdict is for cell {verdict.get('cell')!r}, not {cell}"
     return verdict, opened.keyid
