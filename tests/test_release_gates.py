@@ -307,3 +307,26 @@ def test_waivers_are_explicit_and_never_cover_gpu_tests_of_gpu_cells() -> None:
     assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]), ("cannot grant --ulimit memlock",)) == []
     assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]), ("cannot grant --ulimit stack",))
     assert verdict_problems(GPU, D1, verdict(GPU.key, tests=[ok, gpu]), ("no GPU", ".*"))   # no waiver for this
+
+
+def test_standins_are_read_from_the_mirror_only() -> None:
+    """BASE_MIRROR in upstream=mirror form maps only some hosts: an unmapped base is the upstream
+    itself, not a mirror's stand-in, and is not read (nvcr.io cannot be reached)."""
+    from buildtool.release.promote import read_standins
+
+    class Reads:
+        host = "127.0.0.1:5000"
+        asked: list[str] = []
+
+        def get_manifest(self, repo: str, ref: str):  # noqa: ANN201
+            self.asked.append(f"{repo}:{ref}")
+            from buildtool.registry.client import NotFound
+
+            raise NotFound(repo)
+
+    client = Reads()
+    found, problems = read_standins(client, Settings(base_mirror="docker.io=127.0.0.1:5000/hub"),  # type: ignore[arg-type]
+                                    [NGC])
+    assert problems == [] and client.asked == [] and found.digests == {}
+    read_standins(client, Settings(base_mirror="127.0.0.1:5000"), [NGC])  # type: ignore[arg-type]
+    assert client.asked == ["nvidia/pytorch:25.10-py3"]

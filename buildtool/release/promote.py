@@ -307,6 +307,8 @@ def read_standins(client: RegistryClient, settings: Settings, cells: Sequence[Ce
         if cell.standin is None:
             continue
         ref = mirror_base(cell.base, mirror)
+        if ref == cell.base:
+            continue   # BASE_MIRROR maps other upstreams only: this base has no mirror to hold a stand-in
         try:
             host, repo, tag = split_repo(ref)
         except ValueError:
