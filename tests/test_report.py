@@ -208,7 +208,8 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     digest = client.put_manifest(repo, "abc-2.13", manifest, OCI_MANIFEST)
     stored = verdict("pytorch-cpu:2.13", [test(SHM, "passed"), test(BUSBW, "skipped", skip=NO_GPU)], digest=digest)
     del stored["size_bytes"]
-    stored["schema"] = 2
+    stored.update(schema=2, groups=sorted({t["group"] for t in stored["tests"]}),
+                  defined_tests=[t["id"] for t in stored["tests"]], selection={"expression": None, "deselected": []})
     signing.attest(client, repo, digest, stored)
     forged = client.put_manifest(repo, "forged-2.13", manifest.replace(b'"schemaVersion": 2', b'"schemaVersion":  2'),
                                  OCI_MANIFEST)
