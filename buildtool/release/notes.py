@@ -62,14 +62,6 @@ def _verdict_summary(item: ImageRelease) -> dict[str, Any]:
     }
 
 
-def package_changes(item: ImageRelease) -> list[str] | None:
-    """HOOK (issue 13): the package-level content diff against the previous release, one line per
-    added / removed / changed Python (and apt) package, read from the two images' SBOMs. Returns
-    None while no SBOM is available; `changes` then falls back to what the labels declare."""
-    del item
-    return None
-
-
 def changes(item: ImageRelease) -> list[str]:
     """What differs from the previous release of the same cell, one line each."""
     prev = item.previous
@@ -78,14 +70,10 @@ def changes(item: ImageRelease) -> list[str]:
     if prev["digest"] == item.digest:
         return [f"same image as release {prev['release']} ({item.digest})"]
     lines = []
-    packages = package_changes(item)
-    if packages is not None:
-        lines += packages
-    else:
-        before, after = versions_from_labels(prev.get("labels", {})), versions_from_labels(item.labels)
-        for name in sorted(set(before) | set(after)):
-            if before.get(name) != after.get(name):
-                lines.append(f"{name}: {before.get(name, '(none)')} -> {after.get(name, '(none)')}")
+    before, after = versions_from_labels(prev.get("labels", {})), versions_from_labels(item.labels)
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            lines.append(f"{name}: {before.get(name, '(none)')} -> {after.get(name, '(none)')}")
     delta = item.size - int(prev.get("size", 0))
     lines.append(f"size: {_mb(prev.get('size', 0))} -> {_mb(item.size)} ({'+' if delta >= 0 else ''}{_mb(delta)})")
     lines.append(f"digest: {prev['digest']} -> {item.digest}")
