@@ -193,3 +193,19 @@ def test_missing_engine_is_one_line_user_error(monkeypatch):
 
 def test_short_digest():
     assert short_digest("sha256:" + "ab" * 32) == "sha256:abababababab"
+
+
+def test_a_local_image_is_reused_by_content_key_only_when_it_is_a_dev_image_of_the_cell() -> None:
+    """Images built FROM a dev image (fault fixtures, users' derived images) inherit its labels, the
+    content key among them; only a dev tag of the cell's own dev repository makes one reusable."""
+    from buildtool.build.builder import built_for
+
+    matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
+    cell = next(c for c in matrix.cells if c.key == "pytorch-cpu:2.13")
+    plan = plan_cell(cell, Settings(), "abcdef123456")
+    derived = {"Id": "sha256:d", "RepoTags": ["t-imgtest-pytorch-banner:1234", "127.0.0.1:5000/other-dev:x-2.13"]}
+    other_version = {"Id": "sha256:v", "RepoTags": ["127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.12"]}
+    untagged = {"Id": "sha256:u", "RepoTags": None}
+    genuine = {"Id": "sha256:g", "RepoTags": ["127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13"]}
+    assert built_for(plan, [derived, other_version, untagged, genuine]) == [genuine]
+    assert built_for(plan, [derived, untagged]) == []

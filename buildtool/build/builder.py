@@ -20,6 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from buildtool.build import engine
@@ -29,7 +30,7 @@ from buildtool.build.lock import locked_versions
 from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
 from buildtool.build.progress import LogProgress, Progress, StepWatcher
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import split_repo
+from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key
@@ -188,6 +189,24 @@ def scrub_log(path: Path, secrets: list[str]) -> None:
     path.write_text(text)
 
 
+def built_for(plan: CellPlan, images: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of local images carrying a content key, those this tool built for the cell: tagged in the
+    cell's dev repository with one of its dev tags. An image built FROM a dev image inherits all
+    its labels, content key included, so the label alone does not say what an image is."""
+    repo = parse_reference(f"{plan.dev_repo}:x").name
+    chosen = []
+    for image in images:
+        for ref in image.get("RepoTags") or []:
+            try:
+                parsed = parse_reference(ref)
+            except ReferenceError:
+                continue
+            if parsed.name == repo and parse_dev_tag(parsed.tag, plan.cell.version):
+                chosen.append(image)
+                break
+    return chosen
+
+
 class Builder:
     """One `build` run over several cells."""
 
@@ -319,7 +338,7 @@ class Builder:
                 result.result, result.digest = "up to date", str(local["Id"])
                 result.message = "the local store already holds this dev tag with the same content key"
             return True
-        same = engine.find_by_label(label_keys.CONTENT_KEY, key)
+        same = built_for(plan, engine.find_by_label(label_keys.CONTENT_KEY, key))
         if same:
             engine.tag(same[0]["Id"], plan.dev_ref)
             result.size = int(same[0].get("Size", 0))

@@ -3,8 +3,8 @@
 Loading the matrix means importing pydantic and building the schema's models, which costs more
 than releasing one image to a loopback registry. A snapshot is what `load_matrix` returned,
 written as JSON under ~/.cache/dl-images/matrix/, keyed by a hash of matrix.yaml, the names of
-the template files and the code that turns them into cells (buildtool/matrix/, the framework
-table). Reading it gives objects with every field, property and argument-less method of the
+the template files and the code that turns them into cells (buildtool/matrix/, buildtool/contracts/
+with the framework table, buildtool/common/). Reading it gives objects with every field, property and argument-less method of the
 real Cell, Run and Matrix, with the values the real code computed when the snapshot was made:
 nothing here re-implements a rule. `Matrix.select` is answered from the selections the real
 matrix made for every name it knows; any other name is loaded for real (to raise its error).
@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 _VERSION = 1
-_CODE = ("matrix/schema.py", "matrix/yamlsource.py", "matrix/snapshot.py", "contracts/frameworks.py")
+# Every module whose code decides what the loaded matrix holds (value checks, the framework table).
+_CODE_DIRS = ("common", "contracts", "matrix")
 
 
 class Record:
@@ -69,8 +70,8 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
         if templates.is_dir() else []
     digest.update("\0".join(names).encode())
     package = Path(__file__).resolve().parents[1]
-    for rel in _CODE:
-        digest.update(rel.encode() + b"\0" + (package / rel).read_bytes())
+    for path in sorted(p for folder in _CODE_DIRS for p in (package / folder).glob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
