@@ -208,3 +208,19 @@ def test_slurm_scaling_bad_input_is_exit_2(run_cli, tmp_path: Path, args: list[s
     code, out, err = run_cli("scaling", "--launcher", "slurm", *args, "--out", str(tmp_path / "m"),
                              "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and message in err and not (tmp_path / "m").exists(), err
+
+
+def test_the_nightly_runs_the_slurm_scaling_and_reports_it_when_a_bundle_folder_is_set() -> None:
+    def dry(*args: str) -> str:
+        proc = subprocess.run(["make", "-s", "-n", "nightly", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return " ".join(proc.stdout.replace("\\\n", " ").split())  # one line, single spaces
+
+    plain = dry()
+    assert "--launcher slurm" not in plain and "scaling-slurm" not in plain
+    slurm = dry("NIGHTLY_SLURM_BUNDLE=/shared/bundles/nightly", "NIGHTLY_SLURM_FLAGS=--partition gpu")
+    assert 'bundle "$image" "/shared/bundles/nightly" --force' in slurm
+    assert ('scaling --launcher slurm --runtime oci --image "/shared/bundles/nightly"' in slurm
+            and '--nodes 1,2 --partition gpu --metrics-dir "$out/scaling-slurm"' in slurm)
+    assert '--scaling "$out/scaling" --scaling "$out/scaling-slurm" --out "$out"' in slurm
