@@ -9,8 +9,9 @@ nodes (own names, own ports, all on 127.0.0.1):
 
 Everything lives under one folder (config, state, logs, munge key and socket, runc state); the ports
 are picked free at start. Every daemon runs in the foreground as a child of this process and is stopped
-by its PID; jobs are cancelled and containers deleted first; `leftovers()` lists any process still tied
-to the folder, and `stop()` ends those too (by PID) and returns them.
+by its PID; jobs are cancelled and containers deleted first; `leftovers()` lists this cluster's processes
+still running (slurmstepd and runc tied to the folder, and what runs below them), and `stop()` ends those too
+(by PID) and returns them.
 
 SLURM's OCI containers: oci.conf runs oci_run.py (beside this file), which gives each logical node a
 hostname of its own and applies test faults (a late start, a smaller /dev/shm) before exec'ing runc.
@@ -46,6 +47,8 @@ SMALL_SHM_NODE = "n3"
 # Containers see the nodes at distinct loopback addresses, as separate hosts (see oci_run.py).
 NODE_ADDRS = {"n1": "127.0.1.1", "n2": "127.0.1.2", "n3": "127.0.1.3"}
 CALL_TIMEOUT_S = 30
+# Executables whose processes belong to this cluster when they refer to its folder.
+DAEMON_EXES = ("munged", "slurmctld", "slurmd", "slurmstepd", "runc")
 
 
 class ClusterError(RuntimeError):
@@ -244,20 +247,41 @@ RunTimeRun="{run}"
                            timeout=CALL_TIMEOUT_S)
 
     def leftovers(self) -> list[int]:
-        """PIDs of processes still tied to this cluster's folder (command line, working folder or open files)."""
-        mine, root = [], str(self.root)
+        """PIDs of this cluster's processes still running: the daemons started here, SLURM's and runc's processes
+        tied to this cluster's folder (slurmstepd daemonises away from slurmd), and everything below them."""
+        root = str(self.root)
+        parents: dict[int, int] = {}
+        seeds = {p.pid for p in self.procs.values() if p.poll() is None}
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            if not entry.name.isdigit():
                 continue
+            pid = int(entry.name)
             try:
+                parents[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                exe = os.path.basename(os.readlink(entry / "exe"))
+                if exe not in DAEMON_EXES:
+                    continue
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                cwd = os.readlink(entry / "cwd")
                 fds = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
-            except OSError:
+            except (OSError, ValueError, IndexError):
                 continue
-            if root in cmdline or cwd.startswith(root) or any(f.startswith(root) for f in fds):
-                mine.append(int(entry.name))
-        return mine
+            if root in cmdline or any(f.startswith(root) for f in fds):
+                seeds.add(pid)
+        children: dict[int, list[int]] = {}
+        for pid, parent in parents.items():
+            children.setdefault(parent, []).append(pid)
+        found, todo = set(), list(seeds)
+        while todo:
+            pid = todo.pop()
+            if pid not in found and pid in parents:
+                found.add(pid)
+                todo.extend(children.get(pid, []))
+        mine = os.getpid()
+        ancestors = set()
+        while mine in parents and mine not in ancestors:
+            ancestors.add(mine)
+            mine = parents[mine]
+        return sorted(found - ancestors)
 
     # -- using it ----------------------------------------------------------------------------
 
