@@ -168,7 +168,7 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
         raise FailedError(f"run with {what} ended with different parameters on different ranks")
     return RunResult(count=count, backend=data["backend"], epoch_times_s=data["epoch_times_s"],
                      losses=data["losses"], identical=True, time_per_epoch_s=_epoch_time(data["epoch_times_s"]),
-                     wall_clock_s=round(wall_clock, 3))
+                     wall_clock_s=round(wall_clock, 6))
 
 
 def with_speedups(runs: list[RunResult]) -> list[RunResult]:
