@@ -253,6 +253,12 @@ def test_parse_output() -> None:
     limit = parse_output(PASSED.splitlines()[0] + "\n" + TIME_LIMIT)
     assert not limit.passed and limit.reason == "DDP check failed: the job reached its time limit"
     assert not parse_output("").passed and parse_output("").reason == "DDP check failed: the job ended without a result"
+    norun = parse_output('runc run failed: unable to start container process: error setting rlimits for ready '
+                         'process: error setting rlimit type 8: operation not permitted\n'
+                         'srun: error: n1: task 0: Exited with exit code 1\n'
+                         'DDP check failed: the /dev/shm check step failed (exit 1): a node\'s /dev/shm is too small '
+                         '(above), or the container did not start there (runc\'s error above)\n')
+    assert not norun.passed and norun.failed_node == "n1" and "the /dev/shm check step failed" in norun.reason
     # A pass line followed by a failure (the verifier passed on one node, another failed) is a failure.
     assert not parse_output(PASSED + KILLED).passed
 

@@ -107,7 +107,7 @@ def _quote(word: str) -> str:
     return shlex.quote(word)
 
 
-def _shm_check(opts: SlurmOptions) -> list[str]:
+def _shm_check(opts: SlurmOptions, failed: str) -> list[str]:
     test = ("have=$(df -B1 --output=size /dev/shm | tail -n 1 | tr -d \" \"); if [ \"$have\" -lt \"$1\" ]; then "
             "echo \"error: /dev/shm on NODE is $have bytes, need $1 as the run profile says\" >&2; exit 1; fi")
     if opts.runtime == "oci":
@@ -116,7 +116,9 @@ def _shm_check(opts: SlurmOptions) -> list[str]:
         return ["# /dev/shm is the bundle's own tmpfs: check it inside the container, on every node.",
                 "# shellcheck disable=SC2016  # the single-quoted script expands in the container, not here",
                 f"srun --ntasks-per-node=1 --export=NONE --container=\"$OCI_BUNDLE\" sh -c '{inner}' "
-                "shm-check \"$SHM_BYTES\""]
+                "shm-check \"$SHM_BYTES\" || { status=$?; echo \"" + failed + ": the /dev/shm check step failed "
+                "(exit $status): a node's /dev/shm is too small (above), or the container did not start there "
+                "(runc's error above)\" >&2; exit \"$status\"; }"]
     inner = test.replace("NODE", "${SLURMD_NODENAME:-$(hostname)}")
     return ["# Containers share the node's /dev/shm: refuse to start on a node where it is too small.",
             "# shellcheck disable=SC2016  # the single-quoted script expands on each node, not here",
@@ -207,7 +209,7 @@ def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
     for name, text in work.embedded.items():
         marker = re.sub(r"\W", "_", name).upper()
         lines += [f"cat > \"$workdir/{name}\" <<'{marker}'", text.rstrip("\n"), marker]
-    lines += ["", *_shm_check(opts), ""]
+    lines += ["", *_shm_check(opts, failed), ""]
     launch = " ".join(_quote(w) for w in _launch(job, opts, work))
     lines += [
         "# Keep the step's output to say what failed: srun names the node whose task ended first.",
