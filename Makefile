@@ -76,17 +76,30 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 NIGHTLY_OUT ?= reports/nightly
 NIGHTLY_SCALING_CELL ?= pytorch-cpu:2.13
 NIGHTLY_SCALING_COUNTS ?= 1,2
+# On a SLURM site, the scaling also runs over SLURM nodes: set NIGHTLY_SLURM_BUNDLE to a folder on the shared
+# file system; the nightly makes it a bundle of NIGHTLY_SCALING_CELL's fresh dev image (replacing the last
+# night's) and runs one job per node count in NIGHTLY_SLURM_NODES (SLURM's own containers, --runtime oci).
+# NIGHTLY_SLURM_FLAGS passes more, e.g. --partition gpu --gpus-per-node 8 --time 00:30:00.
+NIGHTLY_SLURM_BUNDLE ?=
+NIGHTLY_SLURM_NODES ?= 1,2
+NIGHTLY_SLURM_FLAGS ?=
 NIGHTLY_MIRROR := $(if $(filter environment command% override,$(origin BASE_MIRROR)),$(BASE_MIRROR),$(or \
 	$(REGISTRY),127.0.0.1:5000))
 
 .PHONY: nightly
-nightly: ## Build, validate, scaling run and HTML report over FRAMEWORK (default all) into NIGHTLY_OUT
+nightly: ## Build, validate, scaling run (and over SLURM nodes with NIGHTLY_SLURM_BUNDLE), HTML report into NIGHTLY_OUT
 	@out="$(NIGHTLY_OUT)"; status=0; export BASE_MIRROR="$(NIGHTLY_MIRROR)"; \
 	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),all) --push || status=1; \
 	$(BUILDTOOL) validate $(if $(FRAMEWORK),--framework $(FRAMEWORK),--all) --reports "$$out/validate" || status=1; \
 	$(BUILDTOOL) scaling --cell $(NIGHTLY_SCALING_CELL) --counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling" \
 		|| status=1; \
+	$(if $(NIGHTLY_SLURM_BUNDLE),image=$$($(BUILDTOOL) plan --framework $(NIGHTLY_SCALING_CELL) --json \
+		| $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["include"][0]["dev_image"])') \
+		&& $(BUILDTOOL) bundle "$$image" "$(NIGHTLY_SLURM_BUNDLE)" --force \
+		&& $(BUILDTOOL) scaling --launcher slurm --runtime oci --image "$(NIGHTLY_SLURM_BUNDLE)" \
+			--nodes $(NIGHTLY_SLURM_NODES) $(NIGHTLY_SLURM_FLAGS) --metrics-dir "$$out/scaling-slurm" || status=1;) \
 	rm -rf "$$out/previous-verdicts"; if [ -d "$$out/verdicts" ]; then mv "$$out/verdicts" "$$out/previous-verdicts"; fi; \
 	$(BUILDTOOL) report --fetch --framework $(or $(FRAMEWORK),all) --verdicts "$$out/verdicts" \
-		--previous "$$out/previous-verdicts" --scaling "$$out/scaling" --out "$$out" || status=1; \
+		--previous "$$out/previous-verdicts" --scaling "$$out/scaling" \
+		$(if $(NIGHTLY_SLURM_BUNDLE),--scaling "$$out/scaling-slurm") --out "$$out" || status=1; \
 	echo "nightly report: $$out/report.html (exit $$status)"; exit $$status

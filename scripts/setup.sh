@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Set up what a fresh machine needs to build, test and release images; idempotent.
-#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap
+#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap, and for
+#      the SLURM tests slurm-wlm, munge, runc and umoci (SETUP_SKIP_SLURM=1 leaves these out; the tests
+#      start their own private SLURM and stop it, nothing here starts a daemon of these packages)
 #   2. the Docker engine, started with the flags these machines need, only if it is not running
 #   3. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
 #   4. .venv: a clean virtual environment with this project installed (`pip install -e '.[dev,scaling]'`;
 #      the scaling extra is torch 2.13.0, which pip takes from a local CPU wheel where one is configured)
 # Rerunning changes nothing; every step says whether it did something or found it done.
-# Settings: SETUP_SKIP_VENV=1 skips step 4; PYTHON picks the interpreter for the venv (python3).
+# Settings: SETUP_SKIP_VENV=1 skips step 4; SETUP_SKIP_SLURM=1 leaves out the SLURM packages; PYTHON picks
+# the interpreter for the venv (python3).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +32,14 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 # Headless Chromium renders the nightly report in its test.
 command -v /usr/bin/chromium >/dev/null 2>&1 || need+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+# A real SLURM for tests/integration/test_slurm_cluster.py: two nodes on this machine, SLURM's own OCI
+# containers through runc, bundles unpacked with umoci (about 13 s to install).
+if [[ "${SETUP_SKIP_SLURM:-0}" != 1 ]]; then
+  [[ -x /usr/sbin/slurmctld && -x /usr/sbin/slurmd ]] || need+=(slurm-wlm)
+  [[ -x /usr/sbin/munged ]] || need+=(munge)
+  command -v runc >/dev/null 2>&1 || need+=(runc)
+  command -v umoci >/dev/null 2>&1 || need+=(umoci)
+fi
 if ((${#need[@]})); then
   [[ $(id -u) -eq 0 ]] || die "missing ${need[*]}; run this script as root (it installs them with apt-get)"
   say "installing ${need[*]} (apt-get)"
@@ -39,8 +50,15 @@ if ((${#need[@]})); then
   # The docker-registry package starts a system registry on :5000 with its own storage; ours
   # (step 3) uses the repository's config, so stop the packaged one if it grabbed the port.
   if systemctl is-active --quiet docker-registry 2>/dev/null; then systemctl stop docker-registry || true; fi
+  # Likewise the SLURM packages' own daemons, when this run installed them: the tests start private ones.
+  if [[ " ${need[*]} " == *" slurm-wlm "* || " ${need[*]} " == *" munge "* ]]; then
+    for unit in slurmctld slurmd munge; do
+      if systemctl is-active --quiet "$unit" 2>/dev/null; then systemctl disable --now "$unit" || true; fi
+    done
+  fi
 else
-  say "packages present: docker.io docker-registry skopeo debootstrap chromium"
+  say "packages present: docker.io docker-registry skopeo debootstrap chromium$([[ "${SETUP_SKIP_SLURM:-0}" == 1 ]] \
+    || echo ' slurm-wlm munge runc umoci')"
 fi
 
 # -- 2. Docker engine -----------------------------------------------------------------------

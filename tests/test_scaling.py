@@ -137,3 +137,90 @@ def test_a_run_whose_ranks_disagree_fails(tmp_path: Path) -> None:
                 256, 2, 64, 60)
     with pytest.raises(FailedError, match="exit 3"):
         run_one(Launcher(kind="host", python=fake_python(tmp_path, result, 3)), 2, WORKER, 256, 2, 64, 60)
+
+
+def test_the_report_has_a_section_per_scaling_run(run_cli, tmp_path: Path) -> None:
+    runs = {"processes": ({"kind": "docker"}, "gloo", 2), "nodes": ({"kind": "slurm", "runtime": "oci"}, "gloo", 2)}
+    folders = []
+    for unit, (launcher, backend, top) in runs.items():
+        folder = tmp_path / unit
+        folder.mkdir()
+        for name in ("time_per_epoch.png", "speedup.png"):
+            (folder / name).write_bytes(PNG + unit.encode())
+        (folder / "scaling.json").write_text(json.dumps({"unit": unit, "launcher": launcher, "runs": [
+            {"count": 1, "time_per_epoch_s": 4.0, "speedup": 1.0, "efficiency": 1.0, "backend": backend},
+            {"count": top, "time_per_epoch_s": 2.5, "speedup": 1.6, "efficiency": 0.8, "backend": backend}]}))
+        folders += ["--scaling", str(folder)]
+    verdicts = tmp_path / "verdicts"
+    verdicts.mkdir()
+    (verdicts / "x.verdict.json").write_text(json.dumps({
+        "schema": 1, "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []}))
+    out = tmp_path / "o"
+    code, _, err = run_cli("report", "--verdicts", str(verdicts), *folders, "--out", str(out))
+    assert code == 0, err
+    page = (out / "report.html").read_text()
+    assert "<h2>DDP scaling</h2>" in page and "<h2>DDP scaling over SLURM nodes (oci containers)</h2>" in page
+    assert page.index("<th>processes</th>") < page.index("<h2>DDP scaling over SLURM") < page.index("<th>nodes</th>")
+    assert '<img src="scaling-2/speedup.png"' in page and (out / "scaling-2" / "speedup.png").read_bytes().endswith(
+        b"nodes")
+    assert (out / "scaling" / "speedup.png").read_bytes().endswith(b"processes")
+    markdown = (out / "report.md").read_text()
+    assert "### DDP scaling over SLURM nodes (oci containers)" in markdown and "| nodes | time per epoch" in markdown
+
+
+def test_a_slurm_run_is_one_job_per_node_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildtool.launch import slurmjobs
+    from buildtool.launch.scaling import SlurmLauncher
+
+    submitted: list[str] = []
+
+    def fake_run_job(script: Path, *, cwd: Path, timeout_s: float, env=None, args=()) -> slurmjobs.JobEnd:
+        submitted.append(script.read_text())
+        world = 4 if "--nnodes=2" in submitted[-1] else 2
+        result = {"backend": "gloo", "world_size": world, "epoch_times_s": [2.0, 1.0], "losses": [2.0, 1.0],
+                  "identical": True}
+        return slurmjobs.JobEnd(job_id="7", state="COMPLETED", exit_code="0:0", output_path=cwd / "x.out",
+                                output=f"SCALING_RESULT {json.dumps(result)}\n", seconds=1.0)
+
+    monkeypatch.setattr(slurmjobs, "run_job", fake_run_job)
+    launcher = SlurmLauncher(runtime="oci", image="/shared/bundle", workdir=tmp_path / "jobs", gpus_per_node=2)
+    run = run_one(launcher, 2, WORKER, 512, 2, 64, 60)
+    assert run.count == 2 and run.time_per_epoch_s == 1.0 and run.wall_clock_s > 0
+    script = submitted[0]
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=2" in script
+    assert "--nnodes=2 --nproc-per-node=2" in script and "--rdzv-conf=join_timeout=300,read_timeout=300" in script
+    assert "--export=SCALING_BATCH,SCALING_EPOCHS,SCALING_SAMPLES" in script
+    assert "cat > \"$workdir/ddp_epochs.py\" <<'DDP_EPOCHS_PY'" in script and WORKER.read_text().strip() in script
+    assert (tmp_path / "jobs" / "ddp-scaling-2n.sbatch").read_text() == script
+    four_gpus = SlurmLauncher(runtime="oci", image="/shared/bundle", workdir=tmp_path / "jobs", gpus_per_node=4)
+    with pytest.raises(FailedError, match=r"asked for 1 node \(4 processes\), the run had 2"):
+        run_one(four_gpus, 1, WORKER, 512, 2, 64, 60)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--runtime", "oci", "--cell", "pytorch-cpu:2.13"], "--runtime oci needs --image BUNDLE"),
+    (["--runtime", "oci"], "--launcher slurm needs --image"),
+    (["--runtime", "oci", "--image", "/b", "--nodes", "0,2"], "--nodes '0,2'"),
+    (["--runtime", "oci", "--image", "relative/bundle"], "--runtime oci takes the bundle folder"),
+    (["--runtime", "docker", "--image", "/b"], "--runtime must be one of"),
+])
+def test_slurm_scaling_bad_input_is_exit_2(run_cli, tmp_path: Path, args: list[str], message: str) -> None:
+    code, out, err = run_cli("scaling", "--launcher", "slurm", *args, "--out", str(tmp_path / "m"),
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and message in err and not (tmp_path / "m").exists(), err
+
+
+def test_the_nightly_runs_the_slurm_scaling_and_reports_it_when_a_bundle_folder_is_set() -> None:
+    def dry(*args: str) -> str:
+        proc = subprocess.run(["make", "-s", "-n", "nightly", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return " ".join(proc.stdout.replace("\\\n", " ").split())  # one line, single spaces
+
+    plain = dry()
+    assert "--launcher slurm" not in plain and "scaling-slurm" not in plain
+    slurm = dry("NIGHTLY_SLURM_BUNDLE=/shared/bundles/nightly", "NIGHTLY_SLURM_FLAGS=--partition gpu")
+    assert 'bundle "$image" "/shared/bundles/nightly" --force' in slurm
+    assert ('scaling --launcher slurm --runtime oci --image "/shared/bundles/nightly"' in slurm
+            and '--nodes 1,2 --partition gpu --metrics-dir "$out/scaling-slurm"' in slurm)
+    assert '--scaling "$out/scaling" --scaling "$out/scaling-slurm" --out "$out"' in slurm

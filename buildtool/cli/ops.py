@@ -6,11 +6,22 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.options import FrameworkOption, MatrixOption, Project, RevisionOption, err, find_project, out
+from buildtool.cli.options import (
+    FrameworkOption,
+    JsonOption,
+    MatrixOption,
+    Project,
+    RevisionOption,
+    err,
+    find_project,
+    log,
+    out,
+    say,
+)
 from buildtool.common.errors import UserError
 from buildtool.contracts.rendezvous import (
     ACTIVE_DEADLINE_S,
@@ -20,6 +31,9 @@ from buildtool.contracts.rendezvous import (
     MAX_RESTARTS,
     RDZV_PORT,
 )
+
+if TYPE_CHECKING:
+    from buildtool.launch.scaling import ScalingResult
 
 
 def _project(matrix: Path | None) -> Project:
@@ -46,6 +60,20 @@ def _shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:
         err.print(f"{image} matches no cell in the matrix; /dev/shm defaults to {DEFAULT_SHM}")
         return DEFAULT_SHM
     return cell.run.shm_size
+
+
+def _bundle_shm(bundle: str, shm_size: str | None) -> str:
+    """The /dev/shm size a bundle was made with (its record), unless given."""
+    if shm_size:
+        return shm_size
+    from buildtool.launch.bundle import read_meta
+    from buildtool.launch.multinode import DEFAULT_SHM
+
+    meta = read_meta(Path(bundle))
+    if meta is None or not isinstance(meta.get("shm_size"), str):
+        err.print(f"no bundle record in {bundle} here; /dev/shm defaults to {DEFAULT_SHM} (pass --shm-size)")
+        return DEFAULT_SHM
+    return str(meta["shm_size"])
 
 
 def register(app: typer.Typer) -> None:
@@ -99,7 +127,9 @@ def register(app: typer.Typer) -> None:
         = False,
         framework: FrameworkOption = "all",
         revision: RevisionOption = None,
-        scaling: Annotated[Path | None, typer.Option(help="Folder with the scaling plots to include.")] = None,
+        scaling: Annotated[list[Path] | None, typer.Option(help="Folder with a scaling run's results and plots to "
+                                                                "include (repeat: processes, SLURM nodes).")]
+        = None,
         out_dir: Annotated[Path, typer.Option("--out", help="Where report.html and report.md go.")]
         = Path("reports/nightly"),
         matrix: MatrixOption = None,
@@ -181,7 +211,9 @@ def register(app: typer.Typer) -> None:
         image: Annotated[str, typer.Argument(help="The image to check (registry reference, or a .sif file).")],
         nodes: Annotated[int, typer.Option(help="Nodes taking part.")] = 2,
         gpus_per_node: Annotated[int, typer.Option(help="GPUs per node; 0 runs one CPU process with gloo.")] = 8,
-        runtime: Annotated[str, typer.Option(help="apptainer or pyxis (enroot).")] = "apptainer",
+        runtime: Annotated[str, typer.Option(help="apptainer, pyxis (enroot) or oci (SLURM's own containers: "
+                                                  "IMAGE is the bundle folder made by `buildtool bundle`).")]
+        = "apptainer",
         name: Annotated[str, typer.Option(help="Job name.")] = "ddp-check",
         partition: Annotated[str, typer.Option(help="SLURM partition.")] = "",
         account: Annotated[str, typer.Option(help="SLURM account.")] = "",
@@ -193,18 +225,22 @@ def register(app: typer.Typer) -> None:
         rdzv_port: Annotated[int, typer.Option(help="Port of the c10d rendezvous store.")] = RDZV_PORT,
         max_restarts: Annotated[int, typer.Option(help="torchrun restarts per node.")] = MAX_RESTARTS,
         scripts_dir: Annotated[str, typer.Option(help="Where image-tests/scripts is on the cluster.")] = "",
+        steps: Annotated[int, typer.Option(help="Training steps of the check.")] = 40,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
         matrix: MatrixOption = None,
     ) -> None:
         """An sbatch script that runs the multi-node DDP check under srun."""
         from buildtool.launch.multinode import DDPJob
-        from buildtool.launch.slurm import SlurmOptions, sbatch_script
+        from buildtool.launch.slurm import SlurmOptions, check_image, sbatch_script
 
-        shm = _shm_for(image, shm_size, matrix)
+        check_image(image, runtime)
+        shm = _bundle_shm(image, shm_size) if runtime == "oci" else _shm_for(image, shm_size, matrix)
         if not re.fullmatch(r"[0-9]+[kmgKMG]?", shm):
             raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
+        if steps < 3:
+            raise UserError(f"--steps must be at least 3 (the check compares the first and last three), not {steps}")
         job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
-                     join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port)
+                     join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port, steps=steps)
         opts = SlurmOptions(runtime=runtime, partition=partition, account=account, time_limit=time_limit,
                             cpus_per_task=cpus_per_task, scripts_dir=scripts_dir)
         _write_or_print(sbatch_script(job, opts), out_file)
@@ -212,28 +248,92 @@ def register(app: typer.Typer) -> None:
             out_file.chmod(0o755)
 
     @app.command()
+    def bundle(
+        image: Annotated[str, typer.Argument(help="The image, as a registry reference (a dev or release tag).")],
+        dest: Annotated[Path, typer.Argument(help="The bundle folder to create, where the cluster's nodes will "
+                                                  "find it (a shared file system).")],
+        shm_size: Annotated[str | None, typer.Option(help="/dev/shm size (default: the run profile's).")] = None,
+        ulimit: Annotated[list[str] | None, typer.Option(help="NAME=VALUE over the run profile's ulimits, for nodes "
+                                                               "that cannot grant one (e.g. memlock=8388608).")]
+        = None,
+        hosts: Annotated[Path | None, typer.Option(help="A hosts file to bind at /etc/hosts (default: the node's "
+                                                        "/etc/hosts and /etc/resolv.conf).")] = None,
+        jobs_dir: Annotated[Path | None, typer.Option(help="Where jobs write their scripts, seen read-only inside "
+                                                           "(default: DEST/jobs, writable by everyone).")] = None,
+        writable: Annotated[bool, typer.Option(help="A writable root file system (default: read-only).")] = False,
+        force: Annotated[bool, typer.Option(help="Replace DEST when it exists.")] = False,
+        json_out: JsonOption = False,
+        matrix: MatrixOption = None,
+    ) -> None:
+        """An OCI bundle of IMAGE for `srun --container` (`buildtool slurm --runtime oci`), run-profile ready."""
+        from dataclasses import asdict
+
+        from buildtool.launch.bundle import Profile, make_bundle, parse_ulimits
+        from buildtool.launch.multinode import cell_for_image
+
+        fallback = None
+        try:
+            cell = cell_for_image(_project(matrix).load(), image)
+        except UserError:
+            cell = None  # outside a checkout: the image's own label is the profile
+        if cell is not None:
+            run = cell.run
+            fallback = Profile(shm_size=run.shm_size, ulimits=run.ulimits, gpus=run.gpus != "none",
+                               ipc_host=run.ipc == "host", source=f"the matrix cell {cell.key}")
+        overrides = parse_ulimits(ulimit or [])
+        made = make_bundle(image, dest, fallback=fallback, shm_size=shm_size, ulimits=overrides, hosts=hosts,
+                           jobs_dir=jobs_dir, read_only=not writable, force=force, log=log)
+        if json_out:
+            say(json.dumps(asdict(made), indent=1))
+            return
+        limits = ", ".join(f"{k}={v}" for k, v in made.ulimits.items()) or "none"
+        say(f"{made.path}: {made.image}@{made.digest}")
+        say(f"  /dev/shm {made.shm_size}, ulimits {limits}, root {'read-only' if made.read_only else 'writable'}, "
+            f"hosts {made.hosts}, jobs in {made.jobs_dir} (profile: {made.profile_source}; {made.seconds:.0f} s)")
+
+    @app.command()
     def scaling(
         counts: Annotated[str, typer.Option(help="Comma list of process (GPU) counts.")] = "1,2",
-        image: Annotated[str, typer.Option(help="Run inside this image (docker run, host network).")] = "",
+        image: Annotated[str, typer.Option(help="Run inside this image (docker run, host network); with --launcher "
+                                                "slurm the image, .sif or (--runtime oci) bundle folder.")] = "",
         cell: Annotated[str, typer.Option(help="Run inside this cell's dev image of the current commit.")] = "",
-        launcher: Annotated[str, typer.Option(help="docker, host or auto (docker when an image is given).")]
-        = "auto",
+        launcher: Annotated[str, typer.Option(help="docker, host, slurm (one job per node count) or auto (docker "
+                                                   "when an image is given).")] = "auto",
         python: Annotated[str, typer.Option(help="Host Python with torch, for --launcher host.")] = sys.executable,
-        samples: Annotated[int, typer.Option(help="Data subset size (samples per epoch).")] = 4096,
+        samples: Annotated[int, typer.Option("--samples", "--subset-size",
+                                             help="Data subset size (samples per epoch).")] = 4096,
         epochs: Annotated[int, typer.Option(help="Epochs per run (the first is warm-up).")] = 3,
         batch: Annotated[int, typer.Option(help="Batch size per rank.")] = 64,
         unit: Annotated[str, typer.Option(help="What the counts are, for the plots: processes, gpus.")]
         = "processes",
-        timeout: Annotated[int, typer.Option(help="Seconds per run before it is stopped.")] = 600,
-        out_dir: Annotated[Path, typer.Option("--out", help="Metrics folder (JSON, CSV, plots).")]
+        timeout: Annotated[int, typer.Option(help="Seconds per run (SLURM: per job, queueing included) before it is "
+                                                  "stopped.")] = 600,
+        nodes: Annotated[str, typer.Option(help="--launcher slurm: comma list of node counts.")] = "1,2",
+        runtime: Annotated[str, typer.Option(help="--launcher slurm: apptainer, pyxis or oci.")] = "oci",
+        gpus_per_node: Annotated[int, typer.Option(help="--launcher slurm: GPUs per node (0: one CPU process).")]
+        = 0,
+        partition: Annotated[str, typer.Option(help="--launcher slurm: partition.")] = "",
+        account: Annotated[str, typer.Option(help="--launcher slurm: account.")] = "",
+        time_limit: Annotated[str, typer.Option("--time", help="--launcher slurm: each job's time limit.")]
+        = "00:30:00",
+        shm_size: Annotated[str | None, typer.Option(help="--launcher slurm: /dev/shm each node needs (default: the "
+                                                          "bundle's or the cell's run profile).")] = None,
+        rdzv_port: Annotated[int, typer.Option(help="--launcher slurm: port of the c10d store.")] = RDZV_PORT,
+        out_dir: Annotated[Path, typer.Option("--out", "--metrics-dir", help="Metrics folder (JSON, CSV, plots).")]
         = Path("reports/scaling"),
         revision: RevisionOption = None,
         matrix: MatrixOption = None,
     ) -> None:
-        """DDP scaling benchmark: time per epoch at each count, speed-up plots."""
+        """DDP scaling benchmark: time per epoch at each count (processes, or SLURM nodes), speed-up plots."""
         from buildtool.launch.scaling import WORKER, Launcher, host_has_torch, parse_counts, run_scaling
 
         project = _project(matrix)
+        if launcher == "slurm":
+            _scaling_over_slurm(project, image=image, cell=cell, nodes=nodes, runtime=runtime,
+                                gpus_per_node=gpus_per_node, partition=partition, account=account,
+                                time_limit=time_limit, shm_size=shm_size, rdzv_port=rdzv_port, samples=samples,
+                                epochs=epochs, batch=batch, timeout=timeout, out_dir=out_dir, revision=revision)
+            return
         docker_flags: tuple[str, ...] = ("--shm-size=1g",)
         if cell:
             from buildtool.matrix.plan import Settings, plan_cell
@@ -259,8 +359,47 @@ def register(app: typer.Typer) -> None:
         chosen_launcher = Launcher(kind=kind, image=image, python=python, docker_flags=docker_flags)
         result, paths = run_scaling(chosen_launcher, parse_counts(counts), project.root / WORKER, out_dir,
                                     samples=samples, epochs=epochs, batch=batch, unit=unit, timeout_s=timeout)
-        base = result.runs[0]
-        for r in result.runs:
-            out.print(f"{r.count:>3} {unit}: {r.time_per_epoch_s:.3f} s/epoch, speed-up {r.speedup:.2f}x "
-                      f"(ideal {r.count / base.count:.0f}x), efficiency {r.efficiency:.0%}")
-        out.print("wrote " + ", ".join(str(p) for p in paths.values()))
+        _print_scaling(result, paths)
+
+
+def _print_scaling(result: ScalingResult, paths: dict[str, Path]) -> None:
+    base = result.runs[0]
+    for r in result.runs:
+        out.print(f"{r.count:>3} {result.unit}: {r.time_per_epoch_s:.3f} s/epoch, speed-up {r.speedup:.2f}x "
+                  f"(ideal {r.count / base.count:.0f}x), efficiency {r.efficiency:.0%}, "
+                  f"wall-clock {r.wall_clock_s:.1f} s")
+    out.print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+def _scaling_over_slurm(project: Project, *, image: str, cell: str, nodes: str, runtime: str, gpus_per_node: int,
+                        partition: str, account: str, time_limit: str, shm_size: str | None, rdzv_port: int,
+                        samples: int, epochs: int, batch: int, timeout: int, out_dir: Path,
+                        revision: str | None) -> None:
+    """`buildtool scaling --launcher slurm`: one sbatch job per node count, submitted from METRICS_DIR/jobs."""
+    from buildtool.launch.scaling import WORKER, SlurmLauncher, parse_counts, run_scaling
+    from buildtool.launch.slurm import SlurmOptions, check_image
+
+    SlurmOptions(runtime=runtime, time_limit=time_limit)  # refuses a bad runtime or time limit up front
+    if cell and not image:
+        if runtime == "oci":
+            raise UserError("--runtime oci needs --image BUNDLE (the folder `buildtool bundle` made), not --cell")
+        from buildtool.matrix.plan import Settings, plan_cell
+
+        chosen = project.load().select(cell)
+        if len(chosen) != 1:
+            raise UserError(f"--cell {cell!r} names {len(chosen)} cells; name one, like pytorch-cpu:2.13")
+        image = plan_cell(chosen[0], Settings.from_env(), project.revision(revision)).dev_ref
+    if not image:
+        raise UserError("--launcher slurm needs --image (an image, a .sif or, with --runtime oci, a bundle folder)")
+    check_image(image, runtime)
+    shm = _bundle_shm(image, shm_size) if runtime == "oci" else _shm_for(image, shm_size, project.matrix_path)
+    try:
+        counts = parse_counts(nodes)
+    except UserError:
+        raise UserError(f"--nodes {nodes!r} must be a comma list of node counts like 1,2") from None
+    slurm = SlurmLauncher(runtime=runtime, image=image, workdir=out_dir.absolute() / "jobs",
+                          gpus_per_node=gpus_per_node, shm_size=shm, partition=partition, account=account,
+                          time_limit=time_limit, rdzv_port=rdzv_port)
+    result, paths = run_scaling(slurm, counts, project.root / WORKER, out_dir, samples=samples, epochs=epochs,
+                                batch=batch, unit="nodes", timeout_s=timeout)
+    _print_scaling(result, paths)

@@ -1,7 +1,9 @@
-"""DDP scaling benchmark: the same training at 1, 2, 4, ... processes (one per GPU, or per core).
+"""DDP scaling benchmark: the same training at 1, 2, 4, ... processes (one per GPU, or per core), or nodes.
 
 Each count is one torchrun launch of bench/ddp_epochs.py, either inside an image (docker run with
-the cell's run profile, host network) or with a Python that has torch. Time per epoch is the median
+the cell's run profile, host network), with a Python that has torch, or as a SLURM job over that many
+nodes (`SlurmLauncher`: the sbatch script of `buildtool slurm` with this workload, any of its runtimes;
+submitted, waited for with a bound, its output parsed). Time per epoch is the median
 over the epochs after the first (which pays for warm-up). Results go to a metrics folder as JSON
 and CSV, with two plots: absolute time per epoch (log-log) and speed-up against the smallest run
 next to the ideal linear line.
@@ -14,12 +16,14 @@ import json
 import os
 import statistics
 import subprocess
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts.rendezvous import RDZV_PORT
 
 WORKER = "bench/ddp_epochs.py"
 RESULT_PREFIX = "SCALING_RESULT "
@@ -35,6 +39,9 @@ class Launcher:
     python: str = "python3"
     docker: str = "docker"
     docker_flags: tuple[str, ...] = ("--shm-size=1g",)
+
+    def world_size(self, count: int) -> int:
+        return count
 
     def command(self, nprocs: int, worker: Path, env: dict[str, str], name: str) -> list[str]:
         torchrun = ["--standalone", f"--nproc-per-node={nprocs}"]
@@ -58,6 +65,7 @@ class RunResult:
     time_per_epoch_s: float = 0.0
     speedup: float = 0.0
     efficiency: float = 0.0
+    wall_clock_s: float = 0.0      # the whole launch: start, rendezvous, every epoch, teardown
 
 
 @dataclass
@@ -84,9 +92,45 @@ def _epoch_time(times: list[float]) -> float:
     return statistics.median(steady)
 
 
-def run_one(launcher: Launcher, count: int, worker: Path, samples: int, epochs: int, batch: int,
-            timeout_s: float) -> RunResult:
-    env = {"SCALING_SAMPLES": str(samples), "SCALING_EPOCHS": str(epochs), "SCALING_BATCH": str(batch)}
+@dataclass(frozen=True)
+class SlurmLauncher:
+    """Each count is a number of nodes: one sbatch job of `buildtool slurm`'s script running the benchmark."""
+
+    runtime: str                         # apptainer, pyxis or oci
+    image: str                           # image reference, .sif, or (oci) the bundle folder
+    workdir: Path                        # where the scripts go and the jobs run from (their output files)
+    gpus_per_node: int = 0
+    shm_size: str = "8g"
+    partition: str = ""
+    account: str = ""
+    time_limit: str = "00:30:00"
+    join_timeout_s: int = 300
+    rdzv_port: int = RDZV_PORT
+    env: dict[str, str] | None = None    # sbatch's environment (None: this process's)
+    kind: str = "slurm"
+
+    def world_size(self, count: int) -> int:
+        return count * (self.gpus_per_node or 1)
+
+    def run(self, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+        from buildtool.launch.multinode import DDPJob
+        from buildtool.launch.slurm import SlurmOptions, Workload, render, torchrun
+        from buildtool.launch.slurmjobs import run_job
+
+        job = DDPJob(image=self.image, nodes=count, gpus_per_node=self.gpus_per_node, name=f"ddp-scaling-{count}n",
+                     shm_size=self.shm_size, join_timeout_s=self.join_timeout_s, rdzv_port=self.rdzv_port)
+        opts = SlurmOptions(runtime=self.runtime, partition=self.partition, account=self.account,
+                            time_limit=self.time_limit)
+        work = Workload(label="DDP scaling run", command=torchrun(job, f"$jobdir/{worker.name}"), env=env,
+                        embedded={worker.name: worker.read_text(encoding="utf-8")})
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        script = self.workdir / f"{job.name}.sbatch"
+        script.write_text(render(job, opts, work), encoding="utf-8")
+        end = run_job(script, cwd=self.workdir, timeout_s=timeout_s, env=self.env)
+        return (0 if end.state == "COMPLETED" else 1), f"{end.output}\n[job {end.job_id}: {end.state} {end.exit_code}]"
+
+
+def _launch(launcher: Launcher, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
     name = f"t-scaling-{uuid.uuid4().hex[:10]}"
     cmd = launcher.command(count, worker, env, name)
     full_env = {**os.environ, **env}
@@ -99,17 +143,32 @@ def run_one(launcher: Launcher, count: int, worker: Path, samples: int, epochs: 
     finally:
         if launcher.kind == "docker":  # interrupted or timed out: the container must not outlive us
             subprocess.run([launcher.docker, "rm", "-f", name], capture_output=True, timeout=60, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-    if proc.returncode != 0 or not lines:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-        raise FailedError(f"scaling run with {count} processes failed (exit {proc.returncode}):\n{tail}")
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, samples: int, epochs: int, batch: int,
+            timeout_s: float) -> RunResult:
+    env = {"SCALING_SAMPLES": str(samples), "SCALING_EPOCHS": str(epochs), "SCALING_BATCH": str(batch)}
+    what = f"{count} node{'s' if count != 1 else ''}" if isinstance(launcher, SlurmLauncher) else f"{count} processes"
+    started = time.monotonic()
+    if isinstance(launcher, SlurmLauncher):
+        code, output = launcher.run(count, worker, env, timeout_s)
+    else:
+        code, output = _launch(launcher, count, worker, env, timeout_s)
+    wall_clock = time.monotonic() - started
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
+    if code != 0 or not lines:
+        tail = "\n".join(output.splitlines()[-15:])
+        raise FailedError(f"scaling run with {what} failed (exit {code}):\n{tail}")
     data = json.loads(lines[-1][len(RESULT_PREFIX):])
-    if data["world_size"] != count:
-        raise FailedError(f"asked for {count} processes, the run had {data['world_size']}")
+    expected = launcher.world_size(count)
+    if data["world_size"] != expected:
+        raise FailedError(f"asked for {what} ({expected} processes), the run had {data['world_size']}")
     if not data["identical"]:
-        raise FailedError(f"run with {count} processes ended with different parameters on different ranks")
+        raise FailedError(f"run with {what} ended with different parameters on different ranks")
     return RunResult(count=count, backend=data["backend"], epoch_times_s=data["epoch_times_s"],
-                     losses=data["losses"], identical=True, time_per_epoch_s=_epoch_time(data["epoch_times_s"]))
+                     losses=data["losses"], identical=True, time_per_epoch_s=_epoch_time(data["epoch_times_s"]),
+                     wall_clock_s=round(wall_clock, 6))
 
 
 def with_speedups(runs: list[RunResult]) -> list[RunResult]:
@@ -152,7 +211,7 @@ def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     ax.set_xticks(counts, [str(c) for c in counts])
     ax.set_xlabel(label)
     ax.set_ylabel("time per epoch (s)")
-    ax.set_title(f"DDP time per epoch, {result.samples} samples")
+    ax.set_title(f"DDP time per epoch (absolute wall-clock), {result.samples} samples")
     ax.grid(True, which="both", alpha=.3)
     ax.legend()
     fig.tight_layout()
@@ -166,7 +225,7 @@ def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     ax.set_xticks(counts, [str(c) for c in counts])
     ax.set_xlabel(label)
     ax.set_ylabel(f"speed-up vs {counts[0]}")
-    ax.set_title("DDP speed-up")
+    ax.set_title("DDP speed-up (relative wall-clock)")
     ax.grid(True, alpha=.3)
     ax.legend()
     fig.tight_layout()
@@ -175,17 +234,21 @@ def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def run_scaling(launcher: Launcher, counts: list[int], worker: Path, out: Path, *, samples: int = 4096,
+def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: Path, out: Path, *, samples: int = 4096,
                 epochs: int = 3, batch: int = 64, unit: str = "processes",
                 timeout_s: float = 600.0) -> tuple[ScalingResult, dict[str, Path]]:
     if not worker.is_file():
         raise UserError(f"{worker} not found; run from the project checkout")
-    if samples < max(counts) * batch:
-        raise UserError(f"--samples {samples} is too small: every one of {max(counts)} ranks needs a full batch "
-                        f"of {batch}; use at least {max(counts) * batch}")
+    ranks = launcher.world_size(max(counts))
+    if samples < ranks * batch:
+        raise UserError(f"--samples {samples} is too small: every one of {ranks} ranks needs a full batch "
+                        f"of {batch}; use at least {ranks * batch}")
     runs = [run_one(launcher, count, worker, samples, epochs, batch, timeout_s) for count in counts]
-    info = {"kind": launcher.kind, "image": launcher.image,
-            "python": launcher.python if launcher.kind == "host" else ""}
+    info: dict[str, Any] = {"kind": launcher.kind, "image": launcher.image}
+    if isinstance(launcher, SlurmLauncher):
+        info.update(runtime=launcher.runtime, gpus_per_node=launcher.gpus_per_node, partition=launcher.partition)
+    else:
+        info["python"] = launcher.python if launcher.kind == "host" else ""
     result = ScalingResult(unit=unit, samples=samples, epochs=epochs, launcher=info, runs=with_speedups(runs))
     paths = write_metrics(result, out)
     paths.update(plot(result, out))

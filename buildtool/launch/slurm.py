@@ -1,21 +1,37 @@
-"""An sbatch script for the multi-node DDP check, with Apptainer or enroot/pyxis as the runtime.
+"""An sbatch script for the multi-node DDP check, with Apptainer, enroot/pyxis or SLURM's own OCI containers.
 
 One task per node; each runs torchrun (c10d rendezvous on the first node of the allocation) in
-the image, with the check's scripts bound read-only from a job folder on the shared file system.
-HPC containers share the node's /dev/shm, so the script checks it is at least the run profile's
-shm size on every node before starting, instead of letting NCCL fail obscurely later.
+the image, with the check's scripts in a job folder on the shared file system:
+
+- apptainer / pyxis: the job folder sits in the submit folder and is bound read-only into the container.
+  These containers share the node's /dev/shm, so the /dev/shm check runs on the node itself.
+- oci (`srun --container=BUNDLE`, SLURM's native containers; the bundle made by `buildtool bundle`):
+  SLURM 22.05 has no per-job bind mounts, so the job folder is `BUNDLE/jobs/<job>`, which the bundle's
+  config binds read-only at JOBS_MOUNT. /dev/shm is the bundle's own tmpfs, so the check runs inside the
+  container. `--export=<names>` keeps the image's PATH: with the default (ALL) 22.05 writes the host's
+  environment over the image's. Per-task SLURM_* variables are wrong inside these containers; torchrun's
+  rendezvous needs none of them.
+
+The check's output is kept: when the step fails, the script says why in one line, naming the node that
+failed first (srun's `NODE: task N: ...`) or the rendezvous timeout. `parse_output` reads a job's output
+back into a result.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
+from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, size_bytes
 from buildtool.launch.multinode import DDP_SCRIPT, MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob
 
-RUNTIMES = ("apptainer", "pyxis")
+RUNTIMES = ("apptainer", "pyxis", "oci")
+PASSED_PREFIX = "DDP check passed: "
 
 
 @dataclass(frozen=True)
@@ -30,6 +46,19 @@ class SlurmOptions:
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise UserError(f"--runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}")
+        if not re.fullmatch(r"(\d+-)?\d+(:\d{2}){0,2}", self.time_limit):
+            raise UserError(f"--time {self.time_limit!r} must be a SLURM time limit like 01:00:00 or 1-00:00:00")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What runs on every node: files in the job folder, one command, its environment."""
+
+    label: str                                  # names the job folder and the failure line
+    command: list[str]                          # may use $jobdir (the job folder as the container sees it)
+    env: dict[str, str] = field(default_factory=dict)
+    copied: tuple[str, ...] = ()                # from $SCRIPTS_DIR into the job folder
+    embedded: dict[str, str] = field(default_factory=dict)  # name -> text, written by the script
 
 
 def enroot_image(image: str) -> str:
@@ -41,27 +70,78 @@ def enroot_image(image: str) -> str:
     return f"{host}#{path}{suffix}"
 
 
-def _container_prefix(job: DDPJob, opts: SlurmOptions) -> list[str]:
-    bind = f"$workdir:{MOUNT_DIR}:ro"
-    if opts.runtime == "apptainer":
-        source = job.image if job.image.endswith(".sif") else f"docker://{job.image}"
-        nv = ["--nv"] if job.gpus_per_node else []
-        return ["apptainer", "exec", *nv, "--bind", bind, source]
-    return [f"--container-image={enroot_image(job.image)}", f"--container-mounts={bind}",
-            "--no-container-mount-home"]
+def check_image(image: str, runtime: str) -> None:
+    if runtime == "oci":
+        if not image.startswith("/"):
+            raise UserError(f"--runtime oci takes the bundle folder made by `buildtool bundle` as an absolute path "
+                            f"on the cluster, not {image!r}")
+    elif image.startswith("/") and not image.endswith(".sif"):
+        raise UserError(f"{image!r} is a path: --runtime {runtime} takes an image reference"
+                        f"{' or a .sif file' if runtime == 'apptainer' else ''}; a bundle folder needs --runtime oci")
+
+
+def rdzv_conf(job: DDPJob) -> str:
+    # read_timeout bounds every c10d store operation, a node's first connection to the store host included:
+    # at its default (60 s) a node fails waiting for a head node that is late but within the join timeout.
+    return f"join_timeout={job.join_timeout_s},read_timeout={job.join_timeout_s}"
+
+
+def torchrun(job: DDPJob, script: str) -> list[str]:
+    """torchrun on every node, with the c10d rendezvous on the first node of the allocation."""
+    return ["torchrun", f"--nnodes={job.nodes}", f"--nproc-per-node={job.procs_per_node}", "--rdzv-backend=c10d",
+            "--rdzv-endpoint=$endpoint", "--rdzv-id=$SLURM_JOB_ID", f"--rdzv-conf={rdzv_conf(job)}",
+            f"--max-restarts={job.max_restarts}", script]
+
+
+def ddp_check(job: DDPJob) -> Workload:
+    """The DDP check: ddp_train.py under torchrun, wrapped by the verifier that fails unless it trained in sync."""
+    command = ["python3", f"$jobdir/{VERIFY_SCRIPT}", *torchrun(job, f"$jobdir/{DDP_SCRIPT}")]
+    return Workload(label="DDP check", command=command, env=job.env, copied=(DDP_SCRIPT,),
+                    embedded={VERIFY_SCRIPT: VERIFY_SOURCE})
 
 
 def _quote(word: str) -> str:
-    """Shell-quote, but leave $workdir / $endpoint expandable."""
+    """Shell-quote, but leave $jobdir / $endpoint / $SLURM_JOB_ID expandable."""
     if "$" in word:
         return '"' + word.replace('"', '\\"') + '"'
     return shlex.quote(word)
 
 
-def sbatch_script(job: DDPJob, opts: SlurmOptions) -> str:
-    from buildtool.matrix.schema import Run
+def _shm_check(opts: SlurmOptions, failed: str) -> list[str]:
+    test = ("have=$(df -B1 --output=size /dev/shm | tail -n 1 | tr -d \" \"); if [ \"$have\" -lt \"$1\" ]; then "
+            "echo \"error: /dev/shm on NODE is $have bytes, need $1 as the run profile says\" >&2; exit 1; fi")
+    if opts.runtime == "oci":
+        # In the container: /dev/shm is the bundle's tmpfs. The node's hostname names it (no uts namespace).
+        inner = test.replace("NODE", "$(hostname)")
+        return ["# /dev/shm is the bundle's own tmpfs: check it inside the container, on every node.",
+                "# shellcheck disable=SC2016  # the single-quoted script expands in the container, not here",
+                f"srun --ntasks-per-node=1 --export=NONE --container=\"$OCI_BUNDLE\" sh -c '{inner}' "
+                "shm-check \"$SHM_BYTES\" || { status=$?; echo \"" + failed + ": the /dev/shm check step failed "
+                "(exit $status): a node's /dev/shm is too small (above), or the container did not start there "
+                "(runc's error above)\" >&2; exit \"$status\"; }"]
+    inner = test.replace("NODE", "${SLURMD_NODENAME:-$(hostname)}")
+    return ["# Containers share the node's /dev/shm: refuse to start on a node where it is too small.",
+            "# shellcheck disable=SC2016  # the single-quoted script expands on each node, not here",
+            f"srun --ntasks-per-node=1 bash -c '{inner}' shm-check \"$SHM_BYTES\""]
 
-    shm_bytes = Run(shm_size=job.shm_size, ipc="private", ulimits=(), gpus="none").shm_bytes
+
+def _launch(job: DDPJob, opts: SlurmOptions, work: Workload) -> list[str]:
+    if opts.runtime == "apptainer":
+        source = job.image if job.image.endswith(".sif") else f"docker://{job.image}"
+        nv = ["--nv"] if job.gpus_per_node else []
+        prefix = ["apptainer", "exec", *nv, "--bind", f"$workdir:{MOUNT_DIR}:ro", source]
+        return ["srun", "--kill-on-bad-exit=1", *prefix, *work.command]
+    if opts.runtime == "pyxis":
+        return ["srun", "--kill-on-bad-exit=1", f"--container-image={enroot_image(job.image)}",
+                f"--container-mounts=$workdir:{MOUNT_DIR}:ro", "--no-container-mount-home", *work.command]
+    names = ",".join(sorted(work.env)) or "NONE"
+    return ["srun", "--kill-on-bad-exit=1", f"--export={names}", "--container=$OCI_BUNDLE", *work.command]
+
+
+def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
+    """The sbatch script running WORK on JOB's nodes in opts.runtime's containers."""
+    check_image(job.image, opts.runtime)
+    shm_bytes = size_bytes(job.shm_size)
     directives = [f"--job-name={job.name}", f"--nodes={job.nodes}", "--ntasks-per-node=1",
                   f"--time={opts.time_limit}", f"--output={job.name}-%j.out"]
     if job.gpus_per_node:
@@ -72,49 +152,135 @@ def sbatch_script(job: DDPJob, opts: SlurmOptions) -> str:
         directives.append(f"--partition={opts.partition}")
     if opts.account:
         directives.append(f"--account={opts.account}")
-    torchrun = job.torchrun("$endpoint", "$SLURM_JOB_ID")
-    prefix = _container_prefix(job, opts)
-    # apptainer: `srun apptainer exec ... IMAGE cmd`; pyxis: `srun --container-image=IMAGE ... cmd`.
-    launch = ["srun", "--kill-on-bad-exit=1", *prefix, *torchrun]
+    oci = opts.runtime == "oci"
+    failed = f"{work.label} failed"
     scripts_dir = opts.scripts_dir or "${SLURM_SUBMIT_DIR:-$PWD}/image-tests/scripts"
-    env_lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(job.env.items())]
+    folder = f"{job.name}-$SLURM_JOB_ID"
     lines = [
         "#!/bin/bash",
-        f"# Generated by `buildtool slurm`: the multi-node DDP check of dl-images ({opts.runtime}).",
-        "# Submit with: sbatch THIS_FILE   (override SCRIPTS_DIR to point at image-tests/scripts)",
+        f"# Generated by buildtool: the multi-node {work.label} of dl-images ({opts.runtime}).",
+        "# Submit with: sbatch THIS_FILE   (override SCRIPTS_DIR to point at image-tests/scripts"
+        + (", OCI_BUNDLE at the bundle)" if oci else ")"),
         *[f"#SBATCH {d}" for d in directives],
         "set -euo pipefail",
         "",
-        f"SCRIPTS_DIR=\"${{SCRIPTS_DIR:-{scripts_dir}}}\"",
-        f"SHM_BYTES={shm_bytes}  # {job.shm_size}, the run profile's --shm-size",
-        *env_lines,
-        "",
-        "if [ ! -f \"$SCRIPTS_DIR/" + DDP_SCRIPT + "\" ]; then",
-        "  echo \"error: $SCRIPTS_DIR/" + DDP_SCRIPT + " not found; set SCRIPTS_DIR to image-tests/scripts\" >&2",
-        "  exit 2",
-        "fi",
+    ]
+    if work.copied:
+        lines.append(f"SCRIPTS_DIR=\"${{SCRIPTS_DIR:-{scripts_dir}}}\"")
+    if oci:
+        lines.append(f"OCI_BUNDLE=\"${{OCI_BUNDLE:-{job.image}}}\"")
+    lines += [f"SHM_BYTES={shm_bytes}  # {job.shm_size}, the run profile's --shm-size",
+              f"JOIN_TIMEOUT_S={job.join_timeout_s}",
+              *[f"export {k}={shlex.quote(v)}" for k, v in sorted(work.env.items())], ""]
+    for name in work.copied:
+        lines += [f"if [ ! -f \"$SCRIPTS_DIR/{name}\" ]; then",
+                  f"  echo \"error: $SCRIPTS_DIR/{name} not found; set SCRIPTS_DIR to image-tests/scripts\" >&2",
+                  "  exit 2", "fi"]
+    if oci:
+        lines += ["if [ ! -f \"$OCI_BUNDLE/config.json\" ] || [ ! -d \"$OCI_BUNDLE/" + JOBS_DIR + "\" ]; then",
+                  "  echo \"error: $OCI_BUNDLE is not a bundle made by \\`buildtool bundle\\`; set OCI_BUNDLE\" >&2",
+                  "  exit 2", "fi"]
+    lines += [
         "",
         "# The first node of the allocation hosts the c10d rendezvous.",
         "# sed, not head: head would close the pipe early and pipefail would kill the job (SIGPIPE).",
         "head_node=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)\"",
         f"endpoint=\"$head_node:{job.rdzv_port}\"",
         "",
-        "# Scripts go to a job folder on the shared file system, bound read-only into the container.",
-        "workdir=\"${SLURM_SUBMIT_DIR:-$PWD}/.ddp-check-$SLURM_JOB_ID\"",
-        "mkdir -p \"$workdir\"",
-        "trap 'rm -rf \"$workdir\"' EXIT",
-        f"cp \"$SCRIPTS_DIR/{DDP_SCRIPT}\" \"$workdir/{DDP_SCRIPT}\"",
-        f"cat > \"$workdir/{VERIFY_SCRIPT}\" <<'VERIFY'",
-        VERIFY_SOURCE.rstrip("\n"),
-        "VERIFY",
-        "",
-        "# Containers share the node's /dev/shm: refuse to start on a node where it is too small.",
-        "# shellcheck disable=SC2016  # the single-quoted script expands on each node, not here",
-        "srun --ntasks-per-node=1 bash -c 'have=$(df -B1 --output=size /dev/shm | tail -n 1 | tr -d \" \"); "
-        "if [ \"$have\" -lt \"$1\" ]; then echo \"error: /dev/shm on $(hostname) is $have bytes, "
-        "need $1\" >&2; exit 1; fi' shm-check \"$SHM_BYTES\"",
-        "",
-        " ".join(_quote(w) for w in launch),
+    ]
+    if oci:
+        lines += [
+            "# SLURM 22.05 has no per-job bind mounts: the bundle binds its jobs/ folder read-only at "
+            f"{JOBS_MOUNT}.",
+            f"workdir=\"$OCI_BUNDLE/{JOBS_DIR}/{folder}\"",
+            f"jobdir=\"{JOBS_MOUNT}/{folder}\"",
+            "mkdir -p \"$workdir\" || { echo \"error: cannot write $OCI_BUNDLE/" + JOBS_DIR + "; make the bundle "
+            "with --jobs-dir on a folder you can write\" >&2; exit 2; }",
+        ]
+    else:
+        lines += [
+            "# Scripts go to a job folder on the shared file system, bound read-only into the container.",
+            f"workdir=\"${{SLURM_SUBMIT_DIR:-$PWD}}/.{folder}\"",
+            f"jobdir={MOUNT_DIR}",
+            "mkdir -p \"$workdir\"",
+        ]
+    lines.append("trap 'rm -rf \"$workdir\"' EXIT")
+    lines += [f"cp \"$SCRIPTS_DIR/{name}\" \"$workdir/{name}\"" for name in work.copied]
+    for name, text in work.embedded.items():
+        marker = re.sub(r"\W", "_", name).upper()
+        lines += [f"cat > \"$workdir/{name}\" <<'{marker}'", text.rstrip("\n"), marker]
+    lines += ["", *_shm_check(opts, failed), ""]
+    launch = " ".join(_quote(w) for w in _launch(job, opts, work))
+    lines += [
+        "# Keep the step's output to say what failed: srun names the node whose task ended first.",
+        "set +e",
+        f"{launch} 2>&1 | tee \"$workdir/step.log\"",
+        "status=${PIPESTATUS[0]}",
+        "set -e",
+        "if [ \"$status\" -ne 0 ]; then",
+        "  first=\"$(grep -m 1 -E '^srun: error: [^ ]+: tasks? [0-9]' \"$workdir/step.log\" "
+        "| sed 's/^srun: error: //' || true)\"",
+        "  if grep -q -E 'Rendezvous(Timeout|Connection|Closed)Error' \"$workdir/step.log\"; then",
+        f"    echo \"{failed}: the c10d rendezvous timed out: not every node joined within the join timeout "
+        "of ${JOIN_TIMEOUT_S} s (${first%%:*} gave up first: ${first#*: })\" >&2",
+        "  elif [ -n \"$first\" ]; then",
+        f"    echo \"{failed} on node ${{first%%:*}}: ${{first#*: }}; --kill-on-bad-exit stopped the "
+        "other nodes\" >&2",
+        "  else",
+        f"    echo \"{failed}: the step exited $status (see the output above)\" >&2",
+        "  fi",
+        "fi",
+        "exit \"$status\"",
         "",
     ]
     return "\n".join(lines)
+
+
+def sbatch_script(job: DDPJob, opts: SlurmOptions) -> str:
+    return render(job, opts, ddp_check(job))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A job's result, read from its output."""
+
+    passed: bool
+    reason: str                       # the one line that says so
+    failed_node: str = ""             # the node srun reported first, or whose /dev/shm is too small
+    rendezvous_timeout: bool = False
+    result: dict[str, Any] | None = None   # the last `<marker><json>` line (rank 0's report)
+
+    @property
+    def world_size(self) -> int:
+        return int((self.result or {}).get("world_size", 0))
+
+
+def parse_output(text: str, label: str = "DDP check", marker: str = "DDP_RESULT ",
+                 passed_prefix: str | None = PASSED_PREFIX) -> Outcome:
+    """What a job said: passed (its `passed_prefix` line, or its result when there is no such line) or why not."""
+    lines = text.splitlines()
+    result = None
+    for line in lines:
+        if line.startswith(marker):
+            try:
+                result = json.loads(line[len(marker):])
+            except ValueError:
+                continue
+    failed = [line for line in lines if line.startswith(f"{label} failed")]
+    shm = [line for line in lines if line.startswith("error: /dev/shm on ")]
+    limit = re.search(r"CANCELLED AT \S+ DUE TO TIME LIMIT", text)
+    srun = re.search(r"^srun: error: ([^ :]+): tasks? [0-9]", text, re.MULTILINE)
+    passed = [line for line in lines if passed_prefix and line.startswith(passed_prefix)]
+    if not failed and not shm and not limit and (passed or (passed_prefix is None and result is not None)):
+        return Outcome(passed=True, reason=(passed or [f"{label} reported {marker.strip()}"])[-1], result=result)
+    if shm:
+        node = re.match(r"error: /dev/shm on (\S+) ", shm[0])
+        return Outcome(passed=False, reason=shm[0], failed_node=node.group(1) if node else "", result=result)
+    if failed:
+        reason = failed[0]  # the first says the cause (the verifier's, or the script's summary of srun's)
+    elif limit:
+        reason = f"{label} failed: the job reached its time limit"
+    else:
+        reason = f"{label} failed: the job ended without a result"
+    return Outcome(passed=False, reason=reason, failed_node=srun.group(1) if srun else "",
+                   rendezvous_timeout="rendezvous timed out" in reason, result=result)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import json
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,7 +74,9 @@ class Report:
     newly_failing: list[Trend] = field(default_factory=list)
     fixed: list[Trend] = field(default_factory=list)
     has_previous: bool = False
-    scaling: dict[str, Any] | None = None  # scaling.json of the night's scaling run, when there was one
+    # scaling.json of each of the night's scaling runs (processes in one container, nodes over SLURM), with the
+    # report-relative paths of its plots under "plots"
+    scaling: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -408,18 +410,21 @@ def render_html(report: Report, title: str = "Image validation report", plots: I
                        f"({html.escape(', '.join(cells))})</li>")
         out.append("</ul></section>")
     plots = list(plots)
-    if plots or report.scaling:
-        out.append('<section class="plots"><h2>DDP scaling</h2>')
-        if report.scaling:
-            unit = html.escape(str(report.scaling.get("unit", "workers")))
+    for index, scaling in enumerate(report.scaling or [{}]):
+        shown = [*(plots if index == 0 else []), *scaling.get("plots", [])]
+        if not shown and not scaling:
+            continue
+        out.append(f'<section class="plots"><h2>{html.escape(scaling_title(scaling))}</h2>')
+        if scaling.get("runs"):
+            unit = html.escape(str(scaling.get("unit", "workers")))
             out.append(f'<table class="verdicts scaling"><thead><tr><th>{unit}</th><th>time per epoch</th>'
                        "<th>speed-up</th><th>efficiency</th><th>backend</th></tr></thead><tbody>")
-            for run in report.scaling.get("runs", []):
+            for run in scaling.get("runs", []):
                 out.append(f"<tr><td>{run['count']}</td><td>{run['time_per_epoch_s']:.3f} s</td>"
                            f"<td>{run['speedup']:.2f}x</td><td>{run['efficiency']:.0%}</td>"
                            f"<td>{html.escape(str(run['backend']))}</td></tr>")
             out.append("</tbody></table>")
-        out += [f'<img src="{html.escape(p)}" alt="{html.escape(p)}">' for p in plots]
+        out += [f'<img src="{html.escape(p)}" alt="{html.escape(p)}">' for p in shown]
         out.append("</section>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
@@ -463,12 +468,12 @@ def render_markdown(report: Report, title: str = "Image validation report") -> s
         lines += ["", "### Skipped, and why", ""]
         lines += [f"- ⏭️ {_md(reason)}: {', '.join(f'`{short_check(c)}`' for c in checks)} "
                   f"({len(cells)} image{'s' if len(cells) != 1 else ''})" for reason, checks, cells in skips]
-    if report.scaling:
-        unit = report.scaling.get("unit", "workers")
-        lines += ["", "### DDP scaling", "", f"| {unit} | time per epoch | speed-up | efficiency |",
+    for scaling in report.scaling:
+        unit = scaling.get("unit", "workers")
+        lines += ["", f"### {_md(scaling_title(scaling))}", "", f"| {unit} | time per epoch | speed-up | efficiency |",
                   "|---|---|---|---|"]
         lines += [f"| {r['count']} | {r['time_per_epoch_s']:.3f} s | {r['speedup']:.2f}x | {r['efficiency']:.0%} |"
-                  for r in report.scaling.get("runs", [])]
+                  for r in scaling.get("runs", [])]
     figure_rows = [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())]
     if figure_rows:
         lines += ["", "### Figures", "", "| image | figure | value |", "|---|---|---|"]
@@ -478,26 +483,44 @@ def render_markdown(report: Report, title: str = "Image validation report") -> s
 
 # -- writing ------------------------------------------------------------------------------------
 
-def write_report(report: Report, out_dir: Path, scaling_dir: Path | None = None) -> dict[str, Path]:
-    """Write report.html and report.md into `out_dir` (plots copied beside them); returns the paths."""
+def scaling_title(scaling: dict[str, Any]) -> str:
+    launcher = scaling.get("launcher") or {}
+    if launcher.get("kind") == "slurm":
+        return f"DDP scaling over SLURM nodes ({launcher.get('runtime', '?')} containers)"
+    return "DDP scaling"
+
+
+def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Path] | None = None
+                 ) -> dict[str, Path]:
+    """Write report.html and report.md into `out_dir` (plots copied beside them); returns the paths.
+
+    Each scaling folder (a `buildtool scaling` metrics folder) becomes a section; the first one's plots go to
+    `scaling/`, the next ones' to `scaling-2/`, ...
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots: list[str] = []
-    if scaling_dir is not None and (scaling_dir / "scaling.json").is_file():
-        try:
-            report.scaling = json.loads((scaling_dir / "scaling.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UserError(f"{scaling_dir / 'scaling.json'}: cannot read the scaling results ({exc})") from None
-    if scaling_dir is not None and scaling_dir.is_dir():
-        target = out_dir / "scaling"
-        for name in SCALING_PLOTS:
-            source = scaling_dir / name
-            if source.is_file():
-                target.mkdir(exist_ok=True)
-                if source.resolve() != (target / name).resolve():
-                    shutil.copyfile(source, target / name)
-                plots.append(f"scaling/{name}")
+    folders = [scaling_dirs] if isinstance(scaling_dirs, Path) else list(scaling_dirs or [])
+    report.scaling = []
+    for index, folder in enumerate(folders):
+        data: dict[str, Any] = {}
+        if (folder / "scaling.json").is_file():
+            try:
+                data = json.loads((folder / "scaling.json").read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise UserError(f"{folder / 'scaling.json'}: cannot read the scaling results ({exc})") from None
+        plots: list[str] = []
+        if folder.is_dir():
+            sub = "scaling" if index == 0 else f"scaling-{index + 1}"
+            for name in SCALING_PLOTS:
+                source = folder / name
+                if source.is_file():
+                    (out_dir / sub).mkdir(exist_ok=True)
+                    if source.resolve() != (out_dir / sub / name).resolve():
+                        shutil.copyfile(source, out_dir / sub / name)
+                    plots.append(f"{sub}/{name}")
+        if data or plots:
+            report.scaling.append({**data, "plots": plots})
     paths = {"html": out_dir / "report.html", "markdown": out_dir / "report.md"}
-    paths["html"].write_text(render_html(report, plots=plots), encoding="utf-8")
+    paths["html"].write_text(render_html(report), encoding="utf-8")
     paths["markdown"].write_text(render_markdown(report), encoding="utf-8")
     return paths
 

@@ -1,0 +1,277 @@
+"""An OCI bundle of an image for SLURM's own containers (`srun --container=BUNDLE`), fitted to its run profile.
+
+skopeo copies the image from its registry into an OCI layout; umoci unpacks it (`rootfs/` and a runtime
+`config.json`); this module then fits umoci's generic config to what the multi-node check needs and what
+the image's run profile (its `io.dl-images.run-profile` label, else the matrix cell's) says:
+
+- `/dev/shm`: a tmpfs of the profile's size (umoci gives 64 MB; DataLoader workers and NCCL fail on that);
+- the profile's ulimits as rlimits (stack, memlock, ...) and no others: umoci's nofile 1024 goes, so the
+  job's own limits apply as under apptainer and pyxis; `ipc: host` shares the node's IPC namespace;
+- no private pid, network or uts namespace: the container is the node (its hostname and addresses for
+  the c10d rendezvous and gloo/NCCL), as with apptainer and pyxis; two c10d agents on one host are
+  told apart by hostname and pid, so a private pid namespace would make them collide;
+- a read-only root file system (every node of every job runs the same bundle) with a private /tmp;
+- the node's /etc/hosts and /etc/resolv.conf bound read-only (or a hosts file of your own), so node
+  names resolve inside;
+- `jobs/` beside rootfs, bound read-only at JOBS_MOUNT: SLURM 22.05 has no per-job bind mounts, so a
+  job's scripts go to `BUNDLE/jobs/<job>/` to be seen inside (`--jobs-dir` puts that folder elsewhere);
+- `terminal: false` (srun steps have no terminal), and for GPU profiles the NVIDIA_* variables that the
+  NVIDIA runtime hook of a GPU site's oci.conf reads.
+
+Mount sources are absolute paths: a bundle is made for the place it lives in. The folder appears whole or
+not at all (built beside DEST in a temporary folder, renamed into place).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.errors import FailedError, UserError
+from buildtool.common.refs import ReferenceError, parse_reference
+from buildtool.contracts import label_keys
+
+JOBS_DIR = "jobs"
+JOBS_MOUNT = "/opt/dl-images/jobs"
+HOSTS_FILE = "hosts"
+META_FILE = "dl-images-bundle.json"
+COPY_TIMEOUT_S = 1800
+UNPACK_TIMEOUT_S = 1800
+UNLIMITED = 2**64 - 1
+# docker --ulimit names -> OCI rlimit types
+RLIMITS = {"stack": "RLIMIT_STACK", "memlock": "RLIMIT_MEMLOCK", "nofile": "RLIMIT_NOFILE", "nproc": "RLIMIT_NPROC",
+           "core": "RLIMIT_CORE", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "as": "RLIMIT_AS",
+           "rss": "RLIMIT_RSS", "msgqueue": "RLIMIT_MSGQUEUE", "sigpending": "RLIMIT_SIGPENDING",
+           "nice": "RLIMIT_NICE", "rtprio": "RLIMIT_RTPRIO", "locks": "RLIMIT_LOCKS", "data": "RLIMIT_DATA"}
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the bundle takes from a run profile."""
+
+    shm_size: str
+    ulimits: tuple[tuple[str, int], ...] = ()
+    gpus: bool = False
+    ipc_host: bool = False
+    source: str = ""          # where it came from, for the summary
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: str
+    image: str
+    digest: str
+    profile_source: str
+    shm_size: str
+    shm_bytes: int
+    ulimits: dict[str, int]
+    read_only: bool
+    hosts: str
+    jobs_dir: str
+    seconds: float
+
+
+def size_bytes(size: str) -> int:
+    """Docker size (8g, 512m, 1048576) -> bytes."""
+    text = size.strip().lower()
+    number, unit = (text[:-1], text[-1]) if text[-1:] in "bkmg" and text[-1:] else (text, "")
+    if not number.isdigit():
+        raise UserError(f"--shm-size {size!r} must be a size like 8g or 512m")
+    return int(number) * _UNITS[unit]
+
+
+def profile_from_labels(labels: dict[str, str]) -> Profile | None:
+    """The run profile an image carries in its label (None when it carries none or a broken one)."""
+    raw = labels.get(label_keys.RUN_PROFILE)
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("shm_size"), str):
+        return None
+    ulimits = data.get("ulimits") or {}
+    return Profile(shm_size=data["shm_size"], ulimits=tuple(sorted((str(k), int(v)) for k, v in ulimits.items())),
+                   gpus=data.get("gpus") not in (None, "none"), ipc_host=data.get("ipc") == "host",
+                   source=f"the image's {label_keys.RUN_PROFILE} label")
+
+
+def fit_config(config: dict[str, Any], bundle: Path, profile: Profile, *, hosts: bool, jobs_dir: Path | None,
+               read_only: bool = True) -> dict[str, Any]:
+    """umoci's config.json -> one for `srun --container` with PROFILE (pure; BUNDLE is where it will live)."""
+    cfg = json.loads(json.dumps(config))
+    process = cfg.setdefault("process", {})
+    process["terminal"] = False
+    # umoci writes nofile 1024 (too few for DataLoader workers); without an entry the job's own limit applies,
+    # as under apptainer and pyxis (SLURM propagates the submitter's limits). Only the profile's are set.
+    limits = {r["type"]: r for r in process.get("rlimits", []) if r.get("type") != "RLIMIT_NOFILE"}
+    for name, value in profile.ulimits:
+        kind = RLIMITS.get(name)
+        if kind is None:
+            raise UserError(f"run profile ulimit {name!r} has no OCI rlimit; known: {', '.join(sorted(RLIMITS))}")
+        amount = UNLIMITED if value < 0 else value
+        limits[kind] = {"type": kind, "hard": amount, "soft": amount}
+    process["rlimits"] = [limits[k] for k in sorted(limits)]
+    if profile.gpus:
+        env = [e for e in process.get("env", [])
+               if not e.startswith(("NVIDIA_VISIBLE_DEVICES=", "NVIDIA_DRIVER_CAPABILITIES="))]
+        process["env"] = [*env, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+    cfg.pop("hostname", None)
+    linux = cfg.setdefault("linux", {})
+    keep = {"mount"} if profile.ipc_host else {"mount", "ipc"}
+    linux["namespaces"] = [ns for ns in linux.get("namespaces", []) if ns.get("type") in keep]
+    cfg.setdefault("root", {"path": "rootfs"})["readonly"] = read_only
+    replaced = {"/dev/shm", "/etc/hosts", "/etc/resolv.conf", "/tmp", JOBS_MOUNT}
+    mounts = [m for m in cfg.get("mounts", []) if m.get("destination") not in replaced]
+    mounts.append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+                   "options": ["nosuid", "nodev", "mode=1777", f"size={size_bytes(profile.shm_size)}"]})
+    mounts.append({"destination": "/etc/hosts", "type": "bind",
+                   "source": str(bundle / HOSTS_FILE) if hosts else "/etc/hosts", "options": ["rbind", "ro"]})
+    if not hosts:
+        mounts.append({"destination": "/etc/resolv.conf", "type": "bind", "source": "/etc/resolv.conf",
+                       "options": ["rbind", "ro"]})
+    if read_only:
+        mounts.append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+                       "options": ["nosuid", "nodev", "mode=1777"]})
+    mounts.append({"destination": JOBS_MOUNT, "type": "bind", "source": str(jobs_dir or bundle / JOBS_DIR),
+                   "options": ["rbind", "ro"]})
+    cfg["mounts"] = mounts
+    return cfg
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        raise UserError(f"`buildtool bundle` needs {name} on PATH; install it (Debian: apt-get install skopeo umoci)")
+    return path
+
+
+def _run(argv: list[str], timeout: float, what: str) -> None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise FailedError(f"{what} took over {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise FailedError(f"{what} failed (exit {proc.returncode}): {tail}")
+
+
+def _blob(layout: Path, digest: str) -> dict[str, Any]:
+    algorithm, _, hexdigest = digest.partition(":")
+    return json.loads((layout / "blobs" / algorithm / hexdigest).read_text(encoding="utf-8"))
+
+
+def layout_image(layout: Path) -> tuple[str, dict[str, str]]:
+    """(manifest digest, labels) of the one image in an OCI layout written by skopeo."""
+    index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
+    digest = index["manifests"][0]["digest"]
+    manifest = _blob(layout, digest)
+    config = _blob(layout, manifest["config"]["digest"])
+    return digest, dict((config.get("config") or {}).get("Labels") or {})
+
+
+def _loopback(host: str) -> bool:
+    # As the registry client decides http vs https: a registry on this machine speaks plain http.
+    return host.split(":")[0] in ("localhost", "127.0.0.1") or host.startswith("127.")
+
+
+def parse_ulimits(items: list[str]) -> tuple[tuple[str, int], ...]:
+    """`NAME=VALUE` (docker's --ulimit form, one value for soft and hard; -1 unlimited) -> pairs."""
+    pairs = []
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in RLIMITS or not value.lstrip("-").isdigit():
+            raise UserError(f"--ulimit {item!r} must be NAME=VALUE with NAME one of {', '.join(sorted(RLIMITS))} "
+                            "and VALUE a number (-1: unlimited)")
+        pairs.append((name, int(value)))
+    return tuple(pairs)
+
+
+def make_bundle(image: str, dest: Path, *, fallback: Profile | None = None, shm_size: str | None = None,
+                ulimits: tuple[tuple[str, int], ...] = (), hosts: Path | None = None, jobs_dir: Path | None = None,
+                read_only: bool = True, force: bool = False, log: Callable[[str], None] = lambda _: None) -> Bundle:
+    """Copy IMAGE from its registry, unpack it, write the fitted config: DEST appears whole or not at all.
+
+    The profile is the image's label, else FALLBACK (the matrix cell's); SHM_SIZE and ULIMITS override it
+    (for nodes that cannot grant a limit, e.g. memlock without CAP_SYS_RESOURCE; the record says so).
+    """
+    started = time.monotonic()
+    try:
+        ref = parse_reference(image)
+    except ReferenceError as exc:
+        raise UserError(f"IMAGE: {exc}") from None
+    if shm_size is not None:
+        size_bytes(shm_size)
+    if hosts is not None and not hosts.is_file():
+        raise UserError(f"--hosts {hosts} is not a file")
+    dest = Path(os.path.abspath(dest))
+    if dest.exists() and not force:
+        raise UserError(f"{dest} exists; remove it or pass --force to replace it")
+    skopeo, umoci = _tool("skopeo"), _tool("umoci")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        layout = work / "layout"
+        log(f"copying {image} into an OCI layout (skopeo)")
+        tls = ["--src-tls-verify=false"] if _loopback(ref.registry) else []
+        _run([skopeo, "copy", "--quiet", *tls, f"docker://{image}", f"oci:{layout}:image"], COPY_TIMEOUT_S,
+             f"skopeo copy of {image}")
+        digest, labels = layout_image(layout)
+        profile = profile_from_labels(labels) or fallback
+        if profile is None and shm_size is None:
+            raise UserError(f"{image} carries no {label_keys.RUN_PROFILE} label and matches no matrix cell; "
+                            "pass --shm-size (and check its ulimits by hand)")
+        if profile is None:
+            profile = Profile(shm_size=str(shm_size), source="--shm-size")
+        elif shm_size is not None:
+            profile = replace(profile, shm_size=shm_size, source=f"{profile.source}, /dev/shm from --shm-size")
+        if ulimits:
+            merged = dict(profile.ulimits) | dict(ulimits)
+            given = ", ".join(f"{k}={v}" for k, v in ulimits)
+            profile = replace(profile, ulimits=tuple(sorted(merged.items())),
+                              source=f"{profile.source}, --ulimit {given}")
+        staged = work / "bundle"
+        log(f"unpacking {digest[:19]} (umoci)")
+        _run([umoci, "unpack", "--image", f"{layout}:image", str(staged)], UNPACK_TIMEOUT_S, f"umoci unpack of {image}")
+        shutil.rmtree(layout)  # the layers now live in rootfs/; the layout would double the disk used
+        config = json.loads((staged / "config.json").read_text(encoding="utf-8"))
+        jobs = Path(os.path.abspath(jobs_dir)) if jobs_dir is not None else None
+        fitted = fit_config(config, dest, profile, hosts=hosts is not None, jobs_dir=jobs, read_only=read_only)
+        (staged / "config.json").write_text(json.dumps(fitted, indent=1) + "\n", encoding="utf-8")
+        if hosts is not None:
+            shutil.copyfile(hosts, staged / HOSTS_FILE)
+        if jobs is not None:
+            jobs.mkdir(parents=True, exist_ok=True)
+            (staged / JOBS_DIR).symlink_to(jobs)
+        else:
+            (staged / JOBS_DIR).mkdir()
+            (staged / JOBS_DIR).chmod(0o1777)  # every user's jobs write here, as in /tmp
+        bundle = Bundle(path=str(dest), image=image, digest=digest, profile_source=profile.source,
+                        shm_size=profile.shm_size, shm_bytes=size_bytes(profile.shm_size),
+                        ulimits=dict(profile.ulimits), read_only=read_only,
+                        hosts=str(dest / HOSTS_FILE) if hosts is not None else "/etc/hosts (the node's)",
+                        jobs_dir=str(jobs or dest / JOBS_DIR), seconds=round(time.monotonic() - started, 1))
+        (staged / META_FILE).write_text(json.dumps(asdict(bundle), indent=1) + "\n", encoding="utf-8")
+        if dest.exists():
+            os.rename(dest, work / "replaced")
+        os.rename(staged, dest)
+        return bundle
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def read_meta(bundle: Path) -> dict[str, Any] | None:
+    """What `make_bundle` recorded about a bundle (None when the folder holds no record)."""
+    try:
+        data = json.loads((bundle / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,109 @@
+"""Submit an sbatch script and wait for it, bounded: what `buildtool scaling --launcher slurm` and the tests use.
+
+`sbatch --wait` polls with a growing interval (a 14 s job returned after 42 s here), so this polls
+`scontrol show job` itself. A job still running at the bound, or when the caller is interrupted, is
+cancelled and waited for: nothing is left in the queue.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildtool.common.errors import FailedError, UserError
+
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                          "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"})
+CALL_TIMEOUT_S = 60
+CANCEL_WAIT_S = 60
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    job_id: str
+    state: str
+    exit_code: str          # "status:signal", as SLURM writes it
+    output_path: Path
+    output: str
+    seconds: float
+
+
+def _call(argv: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT_S, env=env,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise UserError(f"{argv[0]} not found: run this on a SLURM submit host") from None
+    except subprocess.TimeoutExpired:
+        raise FailedError(f"{' '.join(argv[:3])} did not answer within {CALL_TIMEOUT_S} s") from None
+
+
+def submit(script: Path, *, cwd: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> str:
+    """sbatch SCRIPT from CWD; the job id."""
+    try:
+        proc = subprocess.run(["sbatch", "--parsable", *args, str(script)], capture_output=True, text=True,
+                              timeout=CALL_TIMEOUT_S, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise UserError("sbatch not found: run this on a SLURM submit host") from None
+    except subprocess.TimeoutExpired:
+        raise FailedError(f"sbatch did not answer within {CALL_TIMEOUT_S} s") from None
+    if proc.returncode != 0:
+        raise FailedError(f"sbatch refused {script.name}: {proc.stderr.strip()}")
+    return proc.stdout.strip().split(";")[0]
+
+
+def job_fields(job_id: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """`scontrol show job -o ID` as a dict ({} when SLURM no longer knows the job)."""
+    proc = _call(["scontrol", "show", "job", "-o", job_id], env)
+    if proc.returncode != 0:
+        return {}
+    return {m.group(1): m.group(2) for m in re.finditer(r"(\w+)=(\S*)", proc.stdout)}
+
+
+def cancel(job_id: str, env: dict[str, str] | None = None) -> None:
+    """scancel, then wait (bounded) until the job has ended."""
+    _call(["scancel", job_id], env)
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        if job_fields(job_id, env).get("JobState", "CANCELLED") in FINAL_STATES:
+            return
+        time.sleep(0.5)
+
+
+def wait(job_id: str, *, timeout_s: float, env: dict[str, str] | None = None, poll_s: float = 0.5,
+         started: float | None = None, what: str = "") -> JobEnd:
+    """Wait for a submitted job to end; past TIMEOUT_S (counted from STARTED) or interrupted, it is cancelled."""
+    started = time.monotonic() if started is None else started
+    fields: dict[str, str] = {}
+    try:
+        while True:
+            fields = job_fields(job_id, env) or fields
+            if fields.get("JobState") in FINAL_STATES:
+                break
+            if time.monotonic() - started > timeout_s:
+                cancel(job_id, env)
+                raise FailedError(f"job {job_id}{f' ({what})' if what else ''} still "
+                                  f"{fields.get('JobState', 'queued')} after {timeout_s:.0f} s; cancelled")
+            time.sleep(poll_s)
+    except BaseException:
+        if fields.get("JobState") not in FINAL_STATES:
+            cancel(job_id, env)
+        raise
+    output_path = Path(fields.get("StdOut") or f"slurm-{job_id}.out")
+    try:
+        output = output_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        output = ""
+    return JobEnd(job_id=job_id, state=fields.get("JobState", "UNKNOWN"), exit_code=fields.get("ExitCode", ""),
+                  output_path=output_path, output=output, seconds=round(time.monotonic() - started, 1))
+
+
+def run_job(script: Path, *, cwd: Path, timeout_s: float, env: dict[str, str] | None = None,
+            args: tuple[str, ...] = (), poll_s: float = 0.5) -> JobEnd:
+    """sbatch SCRIPT from CWD and wait for it to end; past TIMEOUT_S (or interrupted) it is cancelled."""
+    started = time.monotonic()
+    job_id = submit(script, cwd=cwd, env=env, args=args)
+    return wait(job_id, timeout_s=timeout_s, env=env, poll_s=poll_s, started=started, what=script.name)

@@ -1,0 +1,76 @@
+"""Submitting and waiting for SLURM jobs is bounded: with stand-ins for sbatch, scontrol and scancel that keep the
+job's state in a file, a job past the bound is cancelled and waited for, and a finished job's output is read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from buildtool.common.errors import FailedError, UserError
+from buildtool.launch.slurmjobs import run_job
+
+SBATCH = '#!/bin/sh\necho "sbatch $*" >> "$STUB_DIR/log"\necho "123;cluster"\n'
+SCONTROL = ('#!/bin/sh\n'
+            'echo "JobId=123 JobName=x JobState=$(cat "$STUB_DIR/state") ExitCode=$(cat "$STUB_DIR/exit") '
+            'StdOut=$STUB_DIR/job-123.out"\n')
+SCANCEL = '#!/bin/sh\necho "scancel $*" >> "$STUB_DIR/log"\necho CANCELLED > "$STUB_DIR/state"\n'
+
+
+@pytest.fixture
+def stubs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "stubs"
+    folder.mkdir()
+    for name, body in (("sbatch", SBATCH), ("scontrol", SCONTROL), ("scancel", SCANCEL)):
+        (folder / name).write_text(body)
+        (folder / name).chmod(0o755)
+    (folder / "exit").write_text("0:0\n")
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.setenv("STUB_DIR", str(folder))
+    return folder
+
+
+def test_a_finished_job_is_read_back(stubs: Path, tmp_path: Path) -> None:
+    (stubs / "state").write_text("COMPLETED\n")
+    (stubs / "job-123.out").write_text("DDP check passed: world size 2\n")
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\n")
+    end = run_job(script, cwd=tmp_path, timeout_s=30, args=("--partition=gpu",))
+    assert (end.job_id, end.state, end.exit_code) == ("123", "COMPLETED", "0:0")
+    assert end.output == "DDP check passed: world size 2\n" and end.output_path == stubs / "job-123.out"
+    assert (stubs / "log").read_text() == f"sbatch --parsable --partition=gpu {script}\n"
+
+
+def test_a_job_past_its_bound_is_cancelled(stubs: Path, tmp_path: Path) -> None:
+    (stubs / "state").write_text("RUNNING\n")
+    with pytest.raises(FailedError, match=r"job 123 \(job.sbatch\) still RUNNING after 1 s; cancelled"):
+        run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=1, poll_s=0.1)
+    assert (stubs / "log").read_text().splitlines()[-1] == "scancel 123"
+    assert (stubs / "state").read_text().strip() == "CANCELLED"
+
+
+def test_an_interrupted_wait_cancels_the_job(stubs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildtool.launch import slurmjobs
+
+    polls: list[str] = []
+    real = slurmjobs.job_fields
+
+    def ctrl_c_on_the_second_poll(job_id: str, env: dict[str, str] | None = None) -> dict[str, str]:
+        polls.append(job_id)
+        if len(polls) == 2:
+            raise KeyboardInterrupt
+        return real(job_id, env)
+
+    (stubs / "state").write_text("PENDING\n")
+    monkeypatch.setattr(slurmjobs, "job_fields", ctrl_c_on_the_second_poll)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=60, poll_s=0.05)
+    assert (stubs / "log").read_text().splitlines()[-1] == "scancel 123"
+    assert (stubs / "state").read_text().strip() == "CANCELLED"
+
+
+def test_no_slurm_here_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UserError, match="sbatch not found"):
+        run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=5)
