@@ -5,8 +5,8 @@ than releasing one image to a loopback registry. A snapshot is what `load_matrix
 written as JSON under ~/.cache/dl-images/matrix/, keyed by a hash of matrix.yaml, the names of
 the template files and the code that turns them into cells (buildtool/matrix/, buildtool/contracts/
 with the framework table, buildtool/common/). Reading it gives objects with every field, property
-and argument-less method of the real Cell, Run and Matrix, with the values the real code computed when the snapshot was made:
-nothing here re-implements a rule. `Matrix.select` is answered from the selections the real
+and argument-less method of the real Cell, Run and Matrix, with the values the real code computed
+when the snapshot was made: nothing here re-implements a rule. `Matrix.select` is answered from the selections the real
 matrix made for every name it knows; any other name is loaded for real (to raise its error).
 A missing, stale or unreadable snapshot means a real load, which writes a fresh one.
 """
