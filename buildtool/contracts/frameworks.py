@@ -17,6 +17,8 @@ class Framework:
     gpu_count_expr: str             # Python, evaluated in the image with `module` imported: GPUs it sees
     events_writer: tuple[str, ...]  # image-tests/scripts command that writes TensorBoard scalars "loss"
     shm_workers: str = "python"     # how shm_workers.py loads batches through /dev/shm: torch DataLoader or python
+    cuda_build_expr: str = "''"     # Python, in the image: the CUDA version the framework was built with, '' if none
+    container_version_env: str = "" # what an NGC container of this framework sets to its release (25.10)
 
     @property
     def test_group(self) -> str:
@@ -42,11 +44,15 @@ register(Framework(
     name="pytorch", module="torch", distributions=("torch",),
     gpu_count_expr="torch.cuda.device_count()",
     events_writer=("torch_events.py",), shm_workers="torch",
+    cuda_build_expr="torch.version.cuda or ''", container_version_env="NVIDIA_PYTORCH_VERSION",
 ))
 register(Framework(
     name="tensorflow", module="tensorflow", distributions=("tensorflow", "tensorflow-cpu"),
     gpu_count_expr="len(tensorflow.config.list_physical_devices('GPU'))",
     events_writer=("tf_write.py", "--no-profile"),
+    cuda_build_expr=("tensorflow.sysconfig.get_build_info().get('cuda_version', '') "
+                     "if tensorflow.test.is_built_with_cuda() else ''"),
+    container_version_env="NVIDIA_TENSORFLOW_VERSION",
 ))
 
 

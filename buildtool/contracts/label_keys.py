@@ -61,6 +61,33 @@ LOCK_EXPIRES = f"{PREFIX}.lock.expires"
 LOCK_RELEASED = f"{PREFIX}.lock.released"
 
 
+# -- labels that state a fact about the image, checked against the image itself -----------------
+# (image-tests/common/test_labels.py). The value says what in the image proves the label:
+#   python             the major.minor of the image's python3
+#   framework          the framework table's module for this name imports
+#   framework-version  the imported module's __version__ (common/test_contents.py compares versions)
+#   accelerator        cpu: the framework was built without CUDA; cuda: with CUDA
+#   cuda               the CUDA version the framework was built with (major.minor)
+#   version            the framework's release (pip cells: 2.13 -> torch 2.13.x) or, on NGC, the
+#                      container's own NVIDIA_<FRAMEWORK>_VERSION
+# Every static label the templates write is also checked against the matrix cell the image
+# names (validate renders the cell's Dockerfile to know them). Build-time provenance (revision,
+# created, base digest, content key, run profile) is read by release, not checked here.
+FACTS: dict[str, str] = {
+    PYTHON: "python",
+    FRAMEWORK: "framework",
+    FRAMEWORK_VERSION: "framework-version",
+    ACCELERATOR: "accelerator",
+    CUDA: "cuda",
+    OCI_VERSION: "version",
+    STANDIN_PYTHON: "python",
+    STANDIN_FRAMEWORK: "framework-version",
+}
+# On a stand-in (a test fixture standing in for an NGC image) these describe the real upstream
+# image, not the stand-in's contents: the stand-in's own labels above are checked instead.
+UPSTREAM_CLAIMS = frozenset({PYTHON, FRAMEWORK_VERSION, ACCELERATOR, CUDA, OCI_VERSION})
+
+
 def standin_keys(labels: dict[str, str]) -> list[str]:
     """Every stand-in label an image carries: any key starting `io.dl-images.standin` marks a stand-in,
     whatever its value (`standin=false` beside `standin.for=...` is still a stand-in)."""

@@ -22,6 +22,18 @@ class FrameworkClaim(BaseModel):
     note: str = ""
 
 
+class LabelCheck(BaseModel):
+    """One label of the image, what the matrix cell says it must be, and what in the image proves it."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    value: str | None            # what the image's label says (None: the image lacks it)
+    cell_value: str | None = None  # what the matrix cell's rendered Dockerfile says (None: not a template label)
+    fact: str = ""               # label_keys.FACTS kind checked inside the image ("" for none)
+    expected: str = ""           # for fact "version": how to prove it ("framework-release" or "env:NAME")
+    note: str = ""
+
+
 class Expectations(BaseModel):
     """What the image claims to contain: from its matrix cell and its labels."""
 
@@ -33,6 +45,7 @@ class Expectations(BaseModel):
     python_skip_reason: str = ""
     # name -> version of every package the cell's locks installed (the build's label); None: no label.
     locked: dict[str, str] | None = None
+    labels: list[LabelCheck] = Field(default_factory=list)
 
 
 class FrameworkInfo(BaseModel):
@@ -44,6 +57,8 @@ class FrameworkInfo(BaseModel):
     gpu_count_expr: str
     events_writer: list[str]
     shm_workers: str = "python"
+    cuda_build_expr: str = "''"
+    container_version_env: str = ""
 
 
 class Target(BaseModel):
@@ -66,6 +81,7 @@ class Target(BaseModel):
     peer_run_flags: list[str] = Field(default_factory=list)
     shm_promised: str
     shm_expected_bytes: int
+    shm_fix: str = ""            # where the promise is made ("run.shm_size of pytorch-cpu in matrix.yaml (line 9)")
     expect: Expectations
     runner_gpus: list[dict[str, str]] = Field(default_factory=list)
     rdzv_join_timeout_s: float = 900.0
@@ -74,6 +90,7 @@ class Target(BaseModel):
     ddp_timeout_s: float = 120.0
     peers: dict[str, str] = Field(default_factory=dict)
     run_id: str
+    deadline_s: float = 0.0      # the whole image's budget for the tests; every probe is cut to what is left
 
 
 def write_target(path: Path, target: Target) -> None:

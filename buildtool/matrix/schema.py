@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from buildtool.common.errors import MatrixError, UserError
-from buildtool.contracts import frameworks
+from buildtool.contracts import frameworks, runprofile
 from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml
 
 SCHEMA_VERSION = 1
@@ -100,6 +100,29 @@ class StandIn(_Strict):
     workdir: StrictStr = "/workspace"
 
 
+# -- validate: how long the image tests of a cell may take (issue 14) ----------------------------
+class ValidateSettings(_Strict):
+    """How `buildtool validate` runs this cell's image tests."""
+
+    # The whole image's budget: every probe is cut to what is left of it, a hang fails the step
+    # that hung, and validation goes on with the next image.
+    deadline_s: StrictInt | None = None
+
+    @field_validator("deadline_s")
+    @classmethod
+    def _deadline(cls, value: int | None) -> int | None:
+        if value is not None and not 60 <= value <= runprofile.MAX_DEADLINE_S:
+            raise ValueError(f"must be between 60 and {runprofile.MAX_DEADLINE_S} seconds (got {value})")
+        return value
+
+
+def deadline_for(merged: dict[str, Any]) -> int:
+    """The cell's deadline: its own, or the default for its accelerator."""
+    own = (merged.get("validate_") or {}).get("deadline_s")
+    return int(own or runprofile.DEFAULT_DEADLINE_S.get(merged.get("accelerator", "cpu"), 480))
+# -- end of the validate block ------------------------------------------------------------------
+
+
 class CellFields(_Strict):
     """Fields a cell may take; every one may be set in defaults, image or version."""
 
@@ -118,6 +141,7 @@ class CellFields(_Strict):
     tests: list[TestGroup] | None = None
     use: StrictStr | None = None
     release: ReleaseTags | None = None
+    validate_: ValidateSettings | None = Field(None, alias="validate")  # `validate` would shadow BaseModel's
 
 
 class VersionSpec(CellFields):
@@ -185,6 +209,7 @@ class Cell:
     release_tags: tuple[str, ...]
     moving_tags: tuple[str, ...]
     line: int
+    validate_deadline_s: int = runprofile.DEFAULT_DEADLINE_S["cpu"]
 
     @property
     def key(self) -> str:
@@ -355,6 +380,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
                 release_tags=tuple(release.get("tags", ("{version}",))),
                 moving_tags=tuple(release.get("moving", ())),
                 line=doc.line_of(loc) or 0,
+                validate_deadline_s=deadline_for(merged),
             )
             if cell.framework not in cell.tests:
                 raise MatrixError(doc.path, doc.line_of(loc), dotted((*loc, "tests")),
