@@ -1,15 +1,21 @@
 """Fixtures for tests that run inside an image.
 
-`buildtool validate` writes a target file (image, digest, cell, run flags, expectations) and
-runs `pytest image-tests/<groups> --target FILE --results FILE`. One container per image
-per run is started from the cell's run profile and shared by every test that can share it;
-tests that need more (a second rendezvous node, a TensorBoard of the other framework) start
-their own, and all of them are removed at the end, on interrupts too.
+`buildtool validate` writes a target file (image, digest, cell, run flags, expectations,
+deadline) and runs `pytest image-tests/<groups> --target FILE --results FILE`. One container
+per image per run is started from the cell's run profile and shared by every test that can
+share it; tests that need more (a second rendezvous node, a TensorBoard of the other framework)
+start their own, and all of them are removed at the end, on interrupts too.
+
+Results: a test counts as passed only when its call phase passed. A test that was running
+when the session was interrupted (SIGTERM, Ctrl-C, the deadline's backstop) is recorded as
+failed, with the interruption as its message; tests never started because the image's
+deadline was spent fail with "not run: ...".
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +24,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
 from harness import Container, install_signal_cleanup, remove_all, skip  # noqa: E402
 
 from buildtool.contracts import skips  # noqa: E402
@@ -25,6 +32,9 @@ from buildtool.contracts.target import load_target  # noqa: E402
 
 _RESULTS: list[dict[str, Any]] = []
 _FIGURES: dict[str, Any] = {}
+_TARGET: dict[str, Any] = {}
+_INTERRUPTED: list[str] = []
+NOT_RUN = "not run: "
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,6 +44,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     install_signal_cleanup()
+    if config.getoption("--target", None):
+        _TARGET.update(_load_target(config))
+        harness.set_deadline(float(_TARGET.get("deadline_s") or 0))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -41,17 +54,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _load_target(config: pytest.Config) -> dict[str, Any]:
+    if _TARGET:
+        return _TARGET
     path = config.getoption("--target")
     if not path:
         pytest.exit("image-tests need --target FILE (run them with `buildtool validate IMAGE`)", returncode=4)
     return load_target(Path(path))
 
 
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "ulimit_name" in metafunc.fixturenames:
         names = sorted(_load_target(metafunc.config).get("ulimits", {}))
         metafunc.parametrize("ulimit_name", names, ids=names)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture: a spent deadline means not run; a GPU check without GPUs is a skip,
+    even when the fixtures it needs would fail (they never start)."""
+    if harness.DEADLINE.spent():
+        pytest.fail(NOT_RUN + harness.DEADLINE.describe(), pytrace=False)
+    if item.get_closest_marker("gpu") is not None and not _load_target(item.config).get("runner_gpus"):
+        target = _load_target(item.config)
+        what = item.get_closest_marker("gpu").kwargs.get("what") or item.name
+        if target.get("needs_gpu"):
+            skip(skips.NO_GPU_ON_RUNNER, f"no GPU on this runner (nvidia-smi found none): {what} not run")
+        skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")
 
 
 @pytest.fixture(scope="session")
@@ -88,24 +116,63 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def main(target: dict[str, Any], shared_dir: Path):
+def out_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where probes write their records and results (mounted at /imagetests-out in every container)."""
+    path = tmp_path_factory.mktemp("probes")
+    path.chmod(0o1777)
+    return path
+
+
+@pytest.fixture(scope="session")
+def main(target: dict[str, Any], shared_dir: Path, out_root: Path):
     """The container of the image under test, started exactly as users are told to run it."""
     flags = [*target["run_flags"], *target.get("extra_run_flags", [])]
-    container = Container(target["image"], flags, run_id=target["run_id"], shared=shared_dir)
+    container = Container(target["image"], flags, run_id=target["run_id"], shared=shared_dir, out_root=out_root)
     try:
         yield container
     finally:
         container.remove()
 
 
+CONTENTS_TIMEOUT_S = 60  # start Python, import the framework, read a few versions
+
+
 @pytest.fixture(scope="session")
-def start_container(target: dict[str, Any], shared_dir: Path):
+def contents(main, target) -> dict[str, Any]:
+    """What the image really contains (scripts/contents.py), read once per image."""
+    info = target["framework_info"]
+    spec = {"module": info["module"], "gpu_count_expr": info["gpu_count_expr"],
+            "cuda_expr": info.get("cuda_build_expr") or "''", "packages": sorted(target["expect"].get("packages", {})),
+            "commands": ["torchrun", "tensorboard"],
+            "env": [info["container_version_env"]] if info.get("container_version_env") else []}
+    probe = main.python("contents.py", json.dumps(spec), step=f"import {info['module']} and read its version",
+                        timeout=CONTENTS_TIMEOUT_S)
+    found = probe.result
+    assert probe.ok and isinstance(found, dict) and "stage" not in found, probe.cause() or "no result"
+    return found
+
+
+LIMITS_TIMEOUT_S = 30  # `python3 -I -S` reading getrlimit and statvfs
+
+
+@pytest.fixture(scope="session")
+def limits(main) -> dict[str, Any]:
+    """The rlimits and /dev/shm a process of the image's user really gets (scripts/limits.py)."""
+    probe = main.run(["python3", "-I", "-S", "/imagetests/limits.py"], step="read the container's limits",
+                     timeout=LIMITS_TIMEOUT_S)
+    assert probe.ok and isinstance(probe.result, dict), probe.cause() or "no result"
+    return probe.result
+
+
+@pytest.fixture(scope="session")
+def start_container(target: dict[str, Any], shared_dir: Path, out_root: Path):
     """Start more containers (peers); all removed when the session ends."""
     started: list[Container] = []
 
     def _start(image: str, extra: list[str] | None = None, hint: str = "peer", gpus: bool = False) -> Container:
         flags = [f for f in target["run_flags"] if gpus or not f.startswith("--gpus")] + list(extra or [])
-        container = Container(image, flags, run_id=target["run_id"], shared=shared_dir, name_hint=hint)
+        container = Container(image, flags, run_id=target["run_id"], shared=shared_dir, name_hint=hint,
+                              out_root=out_root)
         started.append(container)
         return container
 
@@ -118,9 +185,11 @@ def start_container(target: dict[str, Any], shared_dir: Path):
 
 def _message(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
-        return str(crash.message)
-    return str(report.longrepr or "")
+    text = str(crash.message) if crash is not None else str(report.longrepr or "")
+    # pytest prefixes assertion messages with the exception type and appends the failed expression.
+    for prefix in ("AssertionError: ", "Failed: "):
+        text = text.removeprefix(prefix)
+    return text.split("\nassert ", 1)[0]
 
 
 _IDS: dict[str, str] = {}
@@ -138,14 +207,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _IDS[item.nodeid] = test_id(item)
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    ident = _IDS.get(report.nodeid, report.nodeid)
+def _entry(nodeid: str, gpu: bool) -> dict[str, Any]:
+    ident = _IDS.get(nodeid, nodeid)
     entry = next((r for r in _RESULTS if r["id"] == ident), None)
     if entry is None:
-        entry = {"id": ident, "group": ident.split("/", 1)[0], "result": "passed", "duration_s": 0.0,
-                 "message": "", "skip_code": "", "skip_subject": "", "skip_reason": "",
-                 "gpu": "gpu" in report.keywords}
+        # "running" until a phase decides: an interrupted test must never read as passed.
+        entry = {"id": ident, "group": ident.split("/", 1)[0], "result": "running", "duration_s": 0.0,
+                 "message": "", "skip_code": "", "skip_subject": "", "skip_reason": "", "gpu": gpu}
         _RESULTS.append(entry)
+    return entry
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _entry(nodeid, False)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    entry = _entry(report.nodeid, "gpu" in report.keywords)
+    entry["gpu"] = entry["gpu"] or "gpu" in report.keywords
     entry["duration_s"] = round(entry["duration_s"] + report.duration, 3)
     if report.skipped:
         entry["result"] = "skipped"
@@ -153,13 +232,31 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         code, subject, text = skips.parse_skip(str(reason).removeprefix("Skipped: "))
         entry.update(skip_code=code, skip_subject=subject, skip_reason=text)
     elif report.failed:
+        message = _message(report)
+        where = "" if report.when == "call" or message.startswith(NOT_RUN) else f"(in {report.when}) "
+        if entry["result"] != "failed":  # the first failure is the cause; a teardown error adds to it
+            entry["message"] = (where + message)[:4000]
         entry["result"] = "failed"
-        where = "" if report.when == "call" else f"(in {report.when}) "
-        entry["message"] = (where + _message(report))[:2000]
+    elif report.when == "call" and entry["result"] == "running":
+        entry["result"] = "passed"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    _INTERRUPTED.append(str(excinfo.value) or "KeyboardInterrupt")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    why = _INTERRUPTED[0] if _INTERRUPTED else f"pytest exit {int(exitstatus)}"
+    for entry in _RESULTS:
+        if entry["result"] == "running":
+            entry["result"] = "failed"
+            entry["message"] = f"interrupted while running ({why}); never finished, so never passed"
     path = session.config.getoption("--results")
     if path:
-        Path(path).write_text(json.dumps({"tests": _RESULTS, "figures": _FIGURES, "exitstatus": int(exitstatus)},
-                                         indent=1))
+        data = {"tests": _RESULTS, "figures": _FIGURES, "exitstatus": int(exitstatus),
+                "interrupted": _INTERRUPTED[0] if _INTERRUPTED else "",
+                "deadline_s": harness.DEADLINE.total_s, "deadline_spent_by": harness.DEADLINE.spent_by}
+        tmp = Path(f"{path}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)  # never half-written

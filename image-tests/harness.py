@@ -1,9 +1,20 @@
-"""Tracked containers for image tests: started detached from a run profile, every exec wrapped
-in a timeout (inside the container with coreutils `timeout`, and around the `docker exec`),
-and always removed, on errors, Ctrl-C and SIGTERM included.
+"""Tracked containers for image tests, and probes run in them with bounded time and structured results.
 
-Nothing is installed into the image under test: the scripts under image-tests/scripts are
-bind-mounted read-only at /imagetests.
+A container is started detached from the cell's run profile, through the image's own
+entrypoint (as `docker run IMAGE CMD` is), and always removed: on errors, Ctrl-C and SIGTERM
+too. Nothing is installed into the image: image-tests/scripts is mounted read-only at
+/imagetests, and a host folder at /imagetests-out receives what probes write.
+
+A probe is one command run with `docker exec` as the image's default user in its working
+directory, under scripts/supervise.py (`python3 -I -S`: no site, no sitecustomize), which kills
+it and everything it started after the probe's own timeout and records how it ended in a JSON
+file. The command writes its findings as JSON into its own folder ($IMAGETEST_OUT). Nothing is
+decided from text a process prints, so banners, a motd, BASH_ENV or an entrypoint that talks
+cannot change a result; no login shell is ever started.
+
+Every probe's timeout is sized to what it does and cut to what is left of the image's deadline
+(`buildtool validate` sets it from the matrix); a hang is reported as the step that hung and
+the time it was given.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,84 +41,281 @@ from buildtool.contracts import label_keys, skips
 DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SCRIPTS_IN = "/imagetests"
+OUT_IN = "/imagetests-out"
 SHARED_IN = "/shared"
 RUN_LABEL = label_keys.IMAGETEST_RUN
+# The host waits this much longer than a probe's timeout: the supervisor needs a few seconds
+# to kill the probe (SIGTERM, then SIGKILL) and to write down how it ended.
+HOST_GRACE_S = 20.0
+START_TIMEOUT_S = 180.0
 _LIVE: set[str] = set()
 
 
+# -- the image's deadline ---------------------------------------------------------------------
+
+
 @dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-    seconds: float
+class Deadline:
+    """The whole image's time budget: every probe's timeout is cut to what is left of it."""
+
+    total_s: float = 0.0           # 0: no deadline
+    ends_at: float = 0.0           # time.monotonic() value
+    spent_by: str = ""             # the step that ran into it
+
+    def left(self) -> float:
+        return self.ends_at - time.monotonic() if self.total_s else float("inf")
+
+    def spent(self) -> bool:
+        return bool(self.total_s) and self.left() <= 0
+
+    def describe(self) -> str:
+        by = f" ({self.spent_by} ran into it)" if self.spent_by else ""
+        return f"the image's validation deadline of {self.total_s:.0f}s is spent{by}"
+
+
+DEADLINE = Deadline()
+
+
+def set_deadline(total_s: float) -> None:
+    DEADLINE.total_s = float(total_s)
+    DEADLINE.ends_at = time.monotonic() + float(total_s) if total_s else 0.0
+    DEADLINE.spent_by = ""
+
+
+# -- probes -----------------------------------------------------------------------------------
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def last_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+@dataclass
+class Probe:
+    """How one probe ended, and what it wrote."""
+
+    step: str                      # what it does, in words ("import torch and read versions")
+    argv: list[str]
+    timeout: float                 # the seconds it was given
+    clamped: bool = False          # cut to what was left of the image's deadline
+    rc: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    not_found: bool = False
+    seconds: float = 0.0
+    error: str = ""                # why it could not run at all (from the supervisor or the engine)
+    result: Any = None             # the probe's own result.json
+    out: str = ""                  # output tails: for people, never parsed
+    err: str = ""
+    dir: Path | None = None        # its folder on the host (rank files and the like)
+    files: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def text(self) -> str:
-        return self.out + self.err
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out and not self.error
 
-    def tail(self, lines: int = 15) -> str:
-        return "\n".join(self.text.strip().splitlines()[-lines:])
+    def tail(self, lines: int = 12) -> str:
+        text = (self.out + "\n" + self.err).strip()
+        return "\n".join(text.splitlines()[-lines:])
 
-    def payload(self, marker: str) -> Any:
-        """The JSON after the last `MARKER ` line, or None."""
-        found = None
-        for line in self.out.splitlines():
-            if line.startswith(marker + " "):
-                found = line[len(marker) + 1:]
-        return json.loads(found) if found is not None else None
+    def json(self, name: str) -> Any:
+        """Another JSON file the probe wrote into its folder (None when absent or unreadable)."""
+        if self.dir is None:
+            return None
+        try:
+            return json.loads((self.dir / name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def jsons(self, pattern: str) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        if self.dir is not None:
+            for path in sorted(self.dir.glob(pattern)):
+                with contextlib.suppress(OSError, ValueError):
+                    found[path.name] = json.loads(path.read_text())
+        return found
+
+    def hung(self) -> str:
+        given = f"{self.timeout:.0f}s"
+        if self.clamped:
+            given += f", all that was left of the image's {DEADLINE.total_s:.0f}s deadline"
+        return f"{self.step} hung: no result within {given}; killed"
+
+    def cause(self) -> str:
+        """One line: why it failed (the first line a console prints must carry it)."""
+        if self.error:
+            return f"{self.step}: {self.error}"
+        if self.timed_out:
+            return self.hung()
+        if isinstance(self.result, dict) and self.result.get("error"):
+            return f"{self.step}: {self.result['error']}"
+        if self.signal:
+            return f"{self.step} was killed by {signal_name(self.signal)}"
+        if self.rc not in (0, None):
+            last = last_line(self.err) or last_line(self.out) or "no output"
+            return f"{self.step} exited with {self.rc}: {last[:300]}"
+        if self.result is None:
+            return f"{self.step} wrote no result"
+        return ""
 
 
 def _docker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
 
 
+def _read(path: Path, limit: int = 20000) -> str:
+    try:
+        with path.open("rb") as fh:
+            size = path.stat().st_size
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _make_dir(root: Path, name: str) -> Path:
+    path = root / name
+    path.mkdir(parents=True)
+    path.chmod(0o1777)  # whatever user the image runs as writes here
+    return path
+
+
 class Container:
     """One running container of the image under test."""
 
-    def __init__(self, image: str, run_flags: list[str], *, run_id: str, shared: Path | None = None,
-                 network: str = "host", name_hint: str = "main") -> None:
+    def __init__(self, image: str, run_flags: list[str], *, run_id: str, out_root: Path,
+                 shared: Path | None = None, network: str = "host", name_hint: str = "main") -> None:
         self.image = image
         self.name = f"t-imagetest-{name_hint}-{uuid.uuid4().hex[:8]}"
+        self.out_root = out_root
         if any(flag.startswith("--network") for flag in run_flags):
             network = ""  # a fault test's own network setting replaces the default
         args = ["run", "-d", "--init", "--name", self.name, "--label", f"{RUN_LABEL}={run_id}",
                 *(["--network", network] if network else []), "-v", f"{SCRIPTS}:{SCRIPTS_IN}:ro",
-                "-e", "PYTHONUNBUFFERED=1"]
+                "-v", f"{out_root}:{OUT_IN}", "-e", "PYTHONUNBUFFERED=1"]
         if shared is not None:
             args += ["-v", f"{shared}:{SHARED_IN}"]
         # The run profile's flags come last so a fault test's override (e.g. --shm-size=64m) wins.
         args += [*run_flags, image, "sleep", "infinity"]
         _LIVE.add(self.name)
-        proc = _docker(*args, timeout=300)
+        try:
+            proc = _docker(*args, timeout=START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.remove()
+            raise RuntimeError(f"starting a container of {image} did not finish within {START_TIMEOUT_S:.0f}s")\
+                from None
         if proc.returncode != 0:
             self.remove()
-            raise RuntimeError(f"cannot start {image} with {' '.join(run_flags)}: {proc.stderr.strip()}")
+            raise RuntimeError(f"cannot start {image} with {' '.join(run_flags)}: {last_line(proc.stderr)}")
 
-    def exec(self, cmd: list[str] | str, *, timeout: float = 120, env: dict[str, str] | None = None) -> Result:
-        """Run `cmd` in the container, killed after `timeout` seconds (rc 124 then)."""
-        argv = ["bash", "-lc", cmd] if isinstance(cmd, str) else list(cmd)
-        envs = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v}")]
-        full = ["exec", *envs, self.name, "timeout", "-k", "5", str(int(timeout)), *argv]
+    # -- state --------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        proc = _docker("inspect", "--format", "{{json .State}}", self.name, timeout=60)
+        if proc.returncode != 0:
+            return {}
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return {}
+
+    def stopped_cause(self) -> str:
+        """Why the container is not running, when it is not ('' while it runs)."""
+        state = self.state()
+        if not state:
+            return f"the container {self.name} is gone"
+        if state.get("Running"):
+            return ""
+        logs = _docker("logs", "--tail", "5", self.name, timeout=60)
+        said = last_line(logs.stdout + "\n" + logs.stderr)
+        oom = " (killed: out of memory)" if state.get("OOMKilled") else ""
+        entry = image_entrypoint(self.image)
+        return (f"the container stopped (exit code {state.get('ExitCode')}{oom}): the image's entrypoint "
+                f"{entry} did not keep running the command it was given (`sleep infinity`), as "
+                f"`docker run IMAGE CMD` must" + (f"; its last output: {said[:200]}" if said else ""))
+
+    # -- probes -------------------------------------------------------------------------------
+
+    def run(self, argv: list[str], *, step: str, timeout: float, env: dict[str, str] | None = None) -> Probe:
+        """Run `argv` under the supervisor as the image's user in its working directory.
+
+        `step` names what it does (messages say "<step> hung: no result within Ns"); `timeout`
+        is sized to what it does and cut to what is left of the image's deadline."""
+        if isinstance(argv, str):  # never a shell: its start-up files are the image's, not ours
+            raise TypeError("probes take an argument list, never a shell string")
+        probe = Probe(step=step, argv=list(argv), timeout=float(timeout))
+        left = DEADLINE.left()
+        if left <= 1:
+            probe.error = "not run: " + DEADLINE.describe()
+            return probe
+        if left < timeout:
+            probe.timeout, probe.clamped = max(1.0, left), True
+        ident = f"{re.sub(r'[^a-z0-9]+', '-', step.lower())[:40].strip('-')}-{uuid.uuid4().hex[:8]}"
+        host_dir = _make_dir(self.out_root, ident)
+        probe.dir = host_dir
+        inside = f"{OUT_IN}/{ident}"
+        # "{out}" in a value is the probe's own folder inside the container.
+        envs = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v.replace('{out}', inside)}")]
+        full = ["exec", *envs, self.name, "python3", "-I", "-S", f"{SCRIPTS_IN}/supervise.py", inside,
+                str(probe.timeout), ident, "--", *argv]
         started = time.monotonic()
         try:
-            proc = _docker(*full, timeout=timeout + 30)
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            return Result(124, out, f"docker exec did not return within {timeout + 30:.0f}s",
-                          time.monotonic() - started)
-        return Result(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started)
+            proc = _docker(*full, timeout=probe.timeout + HOST_GRACE_S)
+            engine_rc, engine_err = proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired:
+            self._kill_supervisor(host_dir)
+            engine_rc, engine_err = None, ""
+        probe.seconds = time.monotonic() - started
+        record = _json(host_dir / "exit.json")
+        probe.out, probe.err = _read(host_dir / "stdout"), _read(host_dir / "stderr")
+        probe.result = _json(host_dir / "result.json")
+        if record is not None:
+            probe.rc, probe.signal = record.get("rc"), record.get("signal")
+            probe.timed_out, probe.not_found = bool(record.get("timed_out")), bool(record.get("not_found"))
+            probe.error = record.get("error") or ""
+        elif engine_rc is None:
+            probe.timed_out = True  # even the supervisor did not come back
+        else:
+            stopped = self.stopped_cause()
+            if stopped:
+                probe.error = stopped
+            elif engine_rc in (126, 127) and not (host_dir / "supervisor.json").exists():
+                probe.error = (f"cannot run python3 in the image as its default user (docker exec exit "
+                               f"{engine_rc}: {last_line(engine_err)[:200]})")
+            else:
+                probe.error = f"the probe ended without a record (docker exec exit {engine_rc}: " \
+                              f"{last_line(engine_err)[:200]})"
+        if probe.timed_out and probe.clamped:
+            DEADLINE.spent_by = DEADLINE.spent_by or step
+        return probe
 
-    def python(self, script: str, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> Result:
-        return self.exec(["python3", f"{SCRIPTS_IN}/{script}", *args], timeout=timeout, env=env)
+    def python(self, script: str, *args: str, step: str, timeout: float,
+               env: dict[str, str] | None = None) -> Probe:
+        """One of image-tests/scripts with the image's own Python (its site, as a user's script gets)."""
+        return self.run(["python3", f"{SCRIPTS_IN}/{script}", *args], step=step, timeout=timeout, env=env)
 
-    def testinfra(self) -> Any:
-        import testinfra
-
-        return testinfra.get_host(f"docker://{self.name}")
+    def _kill_supervisor(self, host_dir: Path) -> None:
+        """The supervisor itself did not come back: kill it (and so its probe) from a second exec."""
+        pid = (_json(host_dir / "supervisor.json") or {}).get("pid")
+        if not pid:
+            return
+        code = f"import os, signal\ntry:\n    os.kill({int(pid)}, signal.SIGTERM)\nexcept OSError:\n    pass"
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            _docker("exec", self.name, "python3", "-I", "-S", "-c", code, timeout=30)
 
     def remove(self) -> None:
-        _docker("rm", "-f", "-v", self.name, timeout=120)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            _docker("rm", "-f", "-v", self.name, timeout=120)
         _LIVE.discard(self.name)
 
     def __enter__(self) -> Container:
@@ -115,6 +323,56 @@ class Container:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def image_entrypoint(image: str) -> str:
+    """The image's ENTRYPOINT as JSON, or '(none)'."""
+    proc = _docker("image", "inspect", "--format", "{{json .Config.Entrypoint}}", image, timeout=60)
+    try:
+        entry = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        entry = None
+    return json.dumps(entry) if entry else "(none)"
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, out_root: Path,
+             timeout: float, step: str) -> tuple[Probe, Path]:
+    """`docker run --rm IMAGE ARGV...` through the image's entrypoint, as a user runs a command."""
+    probe = Probe(step=step, argv=list(argv), timeout=float(timeout))
+    left = DEADLINE.left()
+    if left <= 1:
+        probe.error = "not run: " + DEADLINE.describe()
+        return probe, out_root
+    if left < timeout:
+        probe.timeout, probe.clamped = max(1.0, left), True
+    ident = f"once-{uuid.uuid4().hex[:8]}"
+    host_dir = _make_dir(out_root, ident)
+    probe.dir = host_dir
+    name = f"t-imagetest-once-{uuid.uuid4().hex[:8]}"
+    args = ["run", "--rm", "--init", "--name", name, "--label", f"{RUN_LABEL}={run_id}", "--network", "none",
+            "-v", f"{SCRIPTS}:{SCRIPTS_IN}:ro", "-v", f"{out_root}:{OUT_IN}", "-e", f"IMAGETEST_OUT={OUT_IN}/{ident}",
+            *[f for f in run_flags if not f.startswith("--gpus")], image, *argv]
+    _LIVE.add(name)
+    started = time.monotonic()
+    try:
+        proc = _docker(*args, timeout=probe.timeout)
+        probe.rc, probe.out, probe.err = proc.returncode, proc.stdout[-20000:], proc.stderr[-20000:]
+    except subprocess.TimeoutExpired:
+        probe.timed_out = True
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            _docker("rm", "-f", "-v", name, timeout=120)
+        _LIVE.discard(name)
+    probe.seconds = time.monotonic() - started
+    probe.result = _json(host_dir / "result.json")
+    return probe, host_dir
 
 
 def remove_all() -> None:
@@ -139,14 +397,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def size_bytes(text: str) -> int:
-    """`65536k`, `8g`, `1073741824` -> bytes."""
-    match = re.fullmatch(r"(\d+)([kmgt]?)b?", text.strip().lower())
-    if not match:
-        raise ValueError(f"not a size: {text!r}")
-    return int(match.group(1)) * 1024 ** " kmgt".index(match.group(2) or " ")
 
 
 def human(n: int) -> str:

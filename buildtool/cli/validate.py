@@ -47,6 +47,9 @@ def register(app: typer.Typer) -> None:
         rdzv_join_timeout: Annotated[float, typer.Option(
             envvar="DL_IMAGES_RDZV_JOIN_TIMEOUT", help="torchrun rendezvous join timeout, seconds.")]
         = float(JOIN_TIMEOUT_S),
+        deadline: Annotated[float | None, typer.Option(
+            min=1, help="Seconds the tests of one image may take in all (default: the cell's validate.deadline_s).")]
+        = None,
         reports: Annotated[Path, typer.Option(help="Where JUnit XML and verdicts go.")] = Path("reports"),
         revision: RevisionOption = None,
         as_json: JsonOption = False,
@@ -82,7 +85,7 @@ def register(app: typer.Typer) -> None:
         # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed.
         signal.signal(signal.SIGTERM, _interrupt)
         options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
-                          reports=reports, cell=cell)
+                          reports=reports, cell=cell, deadline_s=deadline)
         verdicts = []
         for ref in refs:
             verdicts.append(validate_image(ref, loaded, project.root, options, log))
@@ -98,6 +101,8 @@ def register(app: typer.Typer) -> None:
                               str(counts["failed"]), str(counts["skipped"]), f"{v['duration_s']:.1f}")
             out.print(table)
             for v in verdicts:
+                if v.get("problem"):
+                    out.print(f"FAILED {v['image']}: {v['problem']}", markup=False, highlight=False)
                 for t in v["tests"]:
                     if t["result"] == "failed":
                         out.print(f"FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}",

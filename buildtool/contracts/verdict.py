@@ -70,6 +70,8 @@ class Verdict(_Model):
     pytest_exit: int
     tests: list[TestResult]
     figures: dict[str, Any] = Field(default_factory=dict)
+    problem: str = ""                # why the run did not end by itself (deadline ran out, interrupted)
+    deadline_s: float = 0.0          # the image's validation deadline (matrix validate.deadline_s or --deadline)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -7,10 +7,16 @@ under reports/ -> the verdict (schema 2: what ran, what the groups define, what 
 out) signed and attached to the image digest in its registry repository (buildtool.validate.verdicts).
 GPU paths run only where `nvidia-smi` on the host finds GPUs; elsewhere they are reported as
 skipped with the reason, never as passed.
+
+Bounded in time: the cell's `validate.deadline_s` (matrix) is the image's whole budget. The image
+tests cut every probe to what is left of it and report a hang as the step that hung; pytest
+itself is stopped shortly after the deadline as a backstop, and the tests it did not finish are
+failed, never passed. Validation then goes on with the next image.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -35,12 +41,16 @@ from buildtool.contracts.verdict import Gpu, Result, Runner, Selection, TestResu
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.validate.collect import PLUGIN, cell_groups, image_tests_hash
+from buildtool.validate.labels import label_checks
 
 DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
 DEFAULT_JOIN_TIMEOUT_S = float(JOIN_TIMEOUT_S)
-MIN_SHM_BYTES = 1 << 30
 PULL_TIMEOUT_S = 1800
-PYTEST_TIMEOUT_S = 3600
+# The tests' probes stop this long before the image's deadline: removing containers and writing
+# results fit in it, so a validation that hangs still ends by its deadline. pytest is stopped at
+# the deadline itself (SIGTERM, as Ctrl-C), and killed if it still runs TEARDOWN_GRACE_S later.
+RESERVE_S = 30
+TEARDOWN_GRACE_S = 60
 
 Log = Callable[[str], None]
 
@@ -70,7 +80,8 @@ class Options:
     extra_run_flags: list[str] = field(default_factory=list)
     peer_run_flags: list[str] = field(default_factory=list)
     ddp_master_addr: str = "127.0.0.1"
-    ddp_timeout_s: float = 120.0
+    ddp_timeout_s: float = 60.0
+    deadline_s: float | None = None   # overrides the cell's validate.deadline_s
 
 
 def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -168,15 +179,20 @@ def probe_flags(image: str, flags: list[str], log: Log) -> tuple[list[str], list
     memlock=-1. The run then goes on with the engine's default for that limit, and the
     deviation is recorded so the ulimit test reports it as skipped, never as passed.
     """
-    proc = _docker("run", "--rm", "--network", "none", *flags, image, "true", timeout=120)
-    if proc.returncode == 0:
+    # `--entrypoint true`: only the engine's answer to the flags matters here, and an image whose
+    # entrypoint ignores its command or hangs must not stall validation (the tests report it).
+    # Exit 125 is the engine refusing to start the container; any other code means it started.
+    def start(*args: str) -> subprocess.CompletedProcess[str]:
+        return _docker("run", "--rm", "--network", "none", "--entrypoint", "true", *args, image, timeout=120)
+
+    proc = start(*flags)
+    if proc.returncode != 125:
         return flags, []
     if "rlimit" not in proc.stderr:
         raise UserError(f"cannot start {image} with its run profile ({' '.join(flags)}): {proc.stderr.strip()[-300:]}")
     kept, dropped = [], []
     for flag in flags:
-        if flag.startswith("--ulimit") and _docker("run", "--rm", "--network", "none", flag, image, "true",
-                                                   timeout=120).returncode != 0:
+        if flag.startswith("--ulimit") and start(flag).returncode == 125:
             dropped.append(flag.split("=", 1)[1].split("=")[0])
             log(f"note: this engine cannot grant {flag}; running with its default and reporting the check as skipped")
         else:
@@ -219,7 +235,15 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
 
 def framework_info(framework: frameworks.Framework) -> FrameworkInfo:
     return FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
-                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers)
+                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers,
+                         cuda_build_expr=framework.cuda_build_expr,
+                         container_version_env=framework.container_version_env)
+
+
+def shm_fix(cell: Cell, matrix: Matrix) -> str:
+    """Where the /dev/shm promise is made, for messages that tell what to change."""
+    line = f", line {cell.line}" if cell.line else ""
+    return f"run.shm_size of {cell.key} in {Path(matrix.path).name}{line}"
 
 
 def remove_run_containers(run_id: str) -> None:
@@ -230,12 +254,32 @@ def remove_run_containers(run_id: str) -> None:
         _docker("rm", "-f", "-v", *ids, timeout=120)
 
 
-def _run_pytest(argv: list[str], cwd: Path, log_path: Path, timeout: float, log: Log) -> int:
-    """Run pytest, streaming its output to the log; killed (whole group) after `timeout`."""
+def _stop_group(pgid: int, fired: list[bool] | None = None) -> None:
+    """SIGTERM a process group (pytest tears its containers down on it); SIGKILL if it lingers."""
+    if fired is not None:
+        fired.append(True)
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+
+    def _kill() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+    later = threading.Timer(TEARDOWN_GRACE_S, _kill)
+    later.daemon = True
+    later.start()
+
+
+def _run_pytest(argv: list[str], cwd: Path, log_path: Path, timeout: float, log: Log,
+                fired: list[bool] | None = None) -> int:
+    """Run pytest, streaming its output to the log; stopped (whole group) after `timeout`."""
     with log_path.open("w") as sink:
         proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
-        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGTERM))
+        timer = threading.Timer(timeout, _stop_group, args=(proc.pid, fired))
+        timer.daemon = True
         timer.start()
         try:
             assert proc.stdout is not None
@@ -257,9 +301,23 @@ def _run_pytest(argv: list[str], cwd: Path, log_path: Path, timeout: float, log:
 
 def overall_result(pytest_exit: int, tests: list[dict[str, Any]]) -> str:
     """Passed only when pytest succeeded, something passed and nothing failed: skips never count."""
-    failed = any(t["result"] == "failed" for t in tests)
+    failed = any(t["result"] not in ("passed", "skipped") for t in tests)
     passed = any(t["result"] == "passed" for t in tests)
     return "passed" if pytest_exit == 0 and passed and not failed else "failed"
+
+
+def deadline_problem(deadline_s: float, fired: bool, results: dict[str, Any] | None, rc: int) -> str:
+    """What to say when the run did not end by itself ('' when it did)."""
+    if fired:
+        running = [t["id"] for t in (results or {}).get("tests", []) if "interrupted" in t.get("message", "")]
+        during = f" while {', '.join(running)} ran" if running else ""
+        return (f"the image's validation deadline of {deadline_s:.0f}s ran out{during}; the tests were stopped "
+                f"(raise validate.deadline_s in matrix.yaml only if the image is healthy but slow)")
+    if results is None:
+        return f"image-tests wrote no results (pytest exit {rc})"
+    if results.get("interrupted"):
+        return f"image-tests were interrupted ({results['interrupted']})"
+    return ""
 
 
 def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: Log) -> dict[str, Any]:
@@ -278,6 +336,8 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     groups = cell_groups(cell, tests_dir)
     if not groups:
         raise UserError(f"no test groups of {cell.key} ({', '.join(cell.tests)}) under {tests_dir}")
+    deadline_s = float(options.deadline_s or cell.validate_deadline_s)
+    started = time.monotonic()
     gpus, driver = runner_gpus()
     flags, not_granted = probe_flags(image.run_ref, run_flags(cell, image.labels, gpus, log), log)
     run_id = uuid.uuid4().hex[:12]
@@ -291,11 +351,13 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, labels=image.labels,
         run_flags=flags, ulimits=dict(cell.run.ulimits), ulimits_not_granted=not_granted,
         extra_run_flags=options.extra_run_flags, peer_run_flags=options.peer_run_flags,
-        shm_promised=cell.run.shm_size, shm_expected_bytes=max(cell.run.shm_bytes, MIN_SHM_BYTES),
-        expect=Expectations.model_validate(expectations(cell, image.labels)), runner_gpus=gpus,
+        shm_promised=cell.run.shm_size, shm_expected_bytes=cell.run.shm_bytes, shm_fix=shm_fix(cell, matrix),
+        expect=Expectations.model_validate({**expectations(cell, image.labels), "labels": label_checks(
+            matrix, cell, image.labels, root / "templates")}), runner_gpus=gpus,
         rdzv_join_timeout_s=options.join_timeout_s, missing_peer_timeout_s=options.missing_peer_timeout_s,
         ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
         peers=options.peers, run_id=run_id,
+        deadline_s=max(1.0, deadline_s - (time.monotonic() - started) - RESERVE_S),
     )
     write_target(out_dir / "target.json", target)
     results_path, junit = out_dir / "results.json", out_dir / "junit.xml"
@@ -308,24 +370,30 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
             "-c", str(tests_dir / "pytest.ini"), "--target",
             str(out_dir / "target.json"), "--results", str(results_path), "--junitxml", str(junit),
             "-o", "junit_family=xunit2", "-o", f"junit_suite_name={cell.key}", "-rs", "-q",
-            "-p", PLUGIN, "--defined-tests", str(defined_path)]
+            "-p", PLUGIN, "--defined-tests", str(defined_path),
+            # What every probe wrote (records, outputs, results) stays beside the verdict for a post-mortem.
+            "--basetemp", str(out_dir / "probes")]
     if options.select:
         argv += ["-k", options.select]
     log(f"validating {ref} ({image.digest}) as {cell.key}: groups {', '.join(groups)}; "
-        f"run flags {' '.join(target.run_flags) or '(none)'}; "
+        f"run flags {' '.join(target.run_flags) or '(none)'}; deadline {deadline_s:.0f}s; "
         f"GPUs: {', '.join(g['name'] for g in gpus) or 'none (GPU paths will be skipped)'}")
     started_at = dt.datetime.now(dt.UTC)
-    started = time.monotonic()
+    fired: list[bool] = []
     try:
-        rc = _run_pytest(argv, root, out_dir / "pytest.log", PYTEST_TIMEOUT_S, log)
+        rc = _run_pytest(argv, root, out_dir / "pytest.log", max(1.0, deadline_s - (time.monotonic() - started)),
+                         log, fired)
     finally:
         remove_run_containers(run_id)
     duration = time.monotonic() - started
-    if not results_path.is_file():
-        raise UserError(f"image-tests did not run (pytest exit {rc}); see {out_dir / 'pytest.log'}")
-    results = json.loads(results_path.read_text())
+    try:
+        results = json.loads(results_path.read_text())
+    except (OSError, ValueError):
+        results = None
+    problem = deadline_problem(deadline_s, bool(fired), results, rc)
     verdict = make_verdict(image, cell, started_at, duration, tests_dir, groups, gpus, driver, target.run_flags,
-                           rc, results, defined_path, options.select).to_json()
+                           rc, results or {"tests": []}, defined_path, options.select, problem,
+                           deadline_s).to_json()
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(out_dir)
     if key is not None and image.host and image.repo:
@@ -345,8 +413,10 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
 
 def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration: float, tests_dir: Path,
                  groups: list[str], gpus: list[dict[str, str]], driver: str, run_flags: list[str], rc: int,
-                 results: dict[str, Any], defined_path: Path, select: str | None) -> Verdict:
-    """The schema-2 verdict: what ran, what the groups define, what a selection left out, the runner."""
+                 results: dict[str, Any], defined_path: Path, select: str | None, problem: str = "",
+                 deadline_s: float = 0.0) -> Verdict:
+    """The schema-2 verdict: what ran, what the groups define, what a selection left out, the runner;
+    `problem`: why the run did not end by itself (its deadline ran out, it was interrupted)."""
     tests = [TestResult.model_validate(t) for t in results["tests"]]
     try:
         collected = json.loads(defined_path.read_text())
@@ -355,7 +425,7 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
     defined = [str(d["id"]) for d in collected["defined"]]
     deselected = sorted(set(collected["deselected"]))
     ran = {t.id for t in tests}
-    result = cast(Result, overall_result(rc, results["tests"]))
+    result = cast(Result, "failed" if problem else overall_result(rc, results["tests"]))
     # A defined test that neither ran nor was deselected: the run stopped early (crash, timeout).
     if result == "passed" and (set(defined) - ran - set(deselected) or not defined):
         result = "incomplete"
@@ -367,4 +437,5 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
                       gpus=[Gpu(index=g["index"], name=g["name"], driver=g.get("driver", "")) for g in gpus],
                       driver=driver),
         groups=groups, defined_tests=defined, selection=Selection(expression=select or None, deselected=deselected),
-        run_flags=run_flags, pytest_exit=rc, tests=tests, figures=results.get("figures", {}))
+        run_flags=run_flags, pytest_exit=rc, tests=tests, figures=results.get("figures", {}), problem=problem,
+        deadline_s=deadline_s)

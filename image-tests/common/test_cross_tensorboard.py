@@ -25,17 +25,26 @@ def peer(target, start_container):
          f"(build it, or pass --peer FRAMEWORK=IMAGE)")
 
 
+WRITE_TIMEOUT_S = 120  # import the framework, write ten scalars
+TB_START_S = 60
+
+
 def _write(container, framework: dict, logdir: str, run: str) -> None:
     script, *extra = framework["events_writer"]
-    result = container.python(script, logdir, run, *extra, timeout=240)
-    assert result.rc == 0, f"{framework['name']} could not write event files: {result.tail(5)}"
+    probe = container.python(script, logdir, run, *extra, step=f"{framework['name']} writing event files",
+                             timeout=WRITE_TIMEOUT_S)
+    found = probe.result
+    assert probe.ok and isinstance(found, dict) and found.get("ok"), (
+        f"{framework['name']} could not write event files: {(found or {}).get('error') or probe.cause()}")
 
 
 def _read(container, logdir: str, run: str) -> list:
-    result = container.python("tb_query.py", "--logdir", logdir, "--mode", "scalars", "--run", run,
-                              "--tag", "loss", "--timeout", "90", timeout=150)
-    found = result.payload("TB_RESULT")
-    assert found and found.get("started"), f"TensorBoard did not start: {(found or {}).get('log_tail', result.tail())}"
+    probe = container.python("tb_query.py", "--logdir", logdir, "--mode", "scalars", "--run", run,
+                             "--tag", "loss", "--timeout", str(TB_START_S), step="TensorBoard reading the events",
+                             timeout=TB_START_S + 30)
+    found = probe.result
+    assert isinstance(found, dict), probe.cause()
+    assert found.get("started"), f"TensorBoard could not start: {found.get('error') or probe.cause()}"
     status, values = found["scalars"]
     assert status == 200 and isinstance(values, list) and len(values) == 10, (
         f"TensorBoard did not serve the scalars of run {run!r}: tags={found['tags']}, scalars={found['scalars']}")

@@ -1,60 +1,93 @@
 """torch.profiler with tensorboard_trace_handler, read back through TensorBoard's
-pytorch_profiler plugin (torch-tb-profiler) over HTTP from inside the container."""
+pytorch_profiler plugin (torch-tb-profiler) over HTTP from inside the container: its JSON API
+(runs, views, worker overview) and its frontend (the module TensorBoard loads for the tab, its
+index.html and what that page loads, the trace viewer), as a browser would fetch them. Traces
+are written where a user's training writes them: in the image's working directory, as its user."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
-LOGDIR = "/tmp/imgtest-profiler"
+LOGDIR = f"imgtest-profiler-{uuid.uuid4().hex[:6]}"  # relative: the image's working directory
 RUN = "run1"
+PROFILE_TIMEOUT_S = 90   # import torch, profile six small steps, write one trace
+TB_START_S = 60          # TensorBoard start-up and the run appearing
 EMPTY_BOUND_S = 60
-NO_PLUGIN = "the pytorch_profiler plugin is not loaded (is torch-tb-profiler installed?)"
+PLUGIN = "pytorch_profiler"
+UI_PAGES = ("trace_viewer_full.html", "trace_embedding.html")
 
 
 @pytest.fixture(scope="module")
 def profiled(main):
-    result = main.python("torch_profile.py", LOGDIR, RUN, timeout=180)
-    assert result.rc == 0 and "PROFILE_OK" in result.out, f"torch.profiler run failed:\n{result.tail()}"
-    return result.out
+    probe = main.python("torch_profile.py", LOGDIR, RUN, step="torch.profiler writing a trace",
+                        timeout=PROFILE_TIMEOUT_S)
+    found = probe.result
+    assert isinstance(found, dict) and found.get("ok"), (
+        f"torch.profiler could not write its trace in the image's working directory: "
+        f"{(found or {}).get('error') or probe.cause()}")
+    return found
+
+
+def _missing(served: dict) -> str:
+    return f"TensorBoard did not load the {PLUGIN} plugin: {served.get('plugin_missing') or 'reason unknown'}"
 
 
 @pytest.fixture(scope="module")
 def served(main, profiled):
-    result = main.python("tb_query.py", "--logdir", LOGDIR, "--mode", "profiler", "--run", RUN,
-                         "--timeout", "120", timeout=180)
-    found = result.payload("TB_RESULT")
-    assert found, f"TensorBoard query failed (exit {result.rc}):\n{result.tail()}"
-    assert found["started"], f"TensorBoard did not start (exit {found.get('exit_code')}):\n{found.get('log_tail')}"
+    args = ["--logdir", LOGDIR, "--mode", "profiler", "--run", RUN, "--timeout", str(TB_START_S), "--ui", PLUGIN,
+            *[x for page in UI_PAGES for x in ("--ui-page", page)], "--expect-plugin", PLUGIN,
+            "--plugin-dist", "torch-tb-profiler"]
+    probe = main.python("tb_query.py", *args, step="TensorBoard serving the profile", timeout=TB_START_S + 30)
+    found = probe.result
+    assert isinstance(found, dict), probe.cause()
+    assert found["started"], f"TensorBoard could not serve the profile: {found.get('error') or probe.cause()}"
     return found
 
 
 def test_profiler_writes_trace(profiled):
-    assert ".pt.trace.json" in profiled, f"no Chrome trace written by tensorboard_trace_handler: {profiled}"
+    assert any(f.endswith(".pt.trace.json") for f in profiled["files"]), (
+        f"no Chrome trace written by tensorboard_trace_handler in {profiled['logdir']}: {profiled['files']}")
 
 
 def test_profiler_plugin_active(served):
-    assert "pytorch_profiler" in served["plugins"], (
-        "TensorBoard has no pytorch_profiler plugin (is torch-tb-profiler installed?); "
-        f"plugins: {sorted(served['plugins'])}")
+    assert PLUGIN in served["plugins"], _missing(served)
     status, body = served["runs"]["status"], served["runs"]["body"]  # present when the plugin is
     assert status == 200 and RUN in body.get("runs", []), f"the profiler plugin does not list {RUN!r}: {status} {body}"
 
 
 def test_profiler_views(served, runner_gpus):
-    assert "views" in served, f"no views: the run was not listed ({served.get('runs', NO_PLUGIN)})"
+    assert "views" in served, (f"no views: the run was not listed ({served['runs']})" if "runs" in served
+                               else _missing(served))
     status, views = served["views"]
     expected = {"Overview", "Operator", "Trace"} | ({"Kernel"} if runner_gpus else set())
     assert status == 200 and expected <= set(views), f"profiler views {views} lack {sorted(expected - set(views))}"
 
 
 def test_profiler_worker_overview(served):
+    if "runs" not in served:
+        raise AssertionError(_missing(served))
     status, workers = served.get("workers", [0, None])
-    assert status == 200 and workers, (f"no workers listed for {RUN}: {status} {workers}"
-                                       if "runs" in served else NO_PLUGIN)
+    assert status == 200 and workers, f"no workers listed for {RUN}: {status} {workers}"
     status, keys = served.get("overview", [0, None])
     assert status == 200 and "steps" in keys, f"worker overview not served: {status} {keys}"
 
 
+def test_profiler_frontend_served(served):
+    """The tab a browser opens: blank when the plugin's static files are gone, though its API answers."""
+    if PLUGIN not in served["plugins"]:
+        raise AssertionError(_missing(served))
+    fetched = served.get("frontend") or {}
+    module = f"/data/plugin/{PLUGIN}/"
+    needed = [f"{module}index.js", f"{module}index.html", *[module + page for page in UI_PAGES], "/"]
+    broken = [f"{path} answered {fetched[path][0]} with {fetched[path][1]} bytes" for path in fetched
+              if fetched[path][0] != 200 or not fetched[path][1]]
+    broken += [f"{path} was not fetched" for path in needed if path not in fetched]
+    assert not broken, f"the {PLUGIN} tab would not render in a browser: " + "; ".join(broken)
+
+
+@pytest.mark.gpu(what="CUDA activity in the profiler (Kernel view, GPU device type)")
 def test_profiler_cuda_kernels(served, require_gpu):
     require_gpu("CUDA activity in the profiler (Kernel view, GPU device type)")
     envs = {e["title"]: e["value"] for e in served.get("environments") or []}
@@ -62,13 +95,14 @@ def test_profiler_cuda_kernels(served, require_gpu):
 
 
 def test_tensorboard_answers_on_empty_logdir(main):
-    main.exec("mkdir -p /tmp/imgtest-empty", timeout=30)
-    result = main.python("tb_query.py", "--logdir", "/tmp/imgtest-empty", "--mode", "empty",
-                         "--timeout", str(EMPTY_BOUND_S), timeout=EMPTY_BOUND_S + 30)
-    found = result.payload("TB_RESULT")
-    assert result.rc != 124 and found, f"TensorBoard on an empty log folder hung past {EMPTY_BOUND_S}s"
-    assert found["started"], f"TensorBoard did not start on an empty log folder:\n{found.get('log_tail')}"
+    empty = f"imgtest-empty-{uuid.uuid4().hex[:6]}"
+    probe = main.python("tb_query.py", "--logdir", empty, "--mkdir", "--mode", "empty", "--timeout",
+                        str(EMPTY_BOUND_S), "--expect-plugin", PLUGIN, "--plugin-dist", "torch-tb-profiler",
+                        step="TensorBoard on an empty log folder", timeout=EMPTY_BOUND_S + 30)
+    found = probe.result
+    assert isinstance(found, dict), probe.cause()
+    assert found["started"], f"TensorBoard could not start on an empty log folder: {found.get('error')}"
     runs = found.get("profiler_runs")
-    assert runs is not None, f"TensorBoard on an empty log folder: {NO_PLUGIN}"
+    assert runs is not None, _missing(found)
     assert runs["status"] == 200 and found["answered_s"] <= EMPTY_BOUND_S, (
-        f"the pytorch_profiler plugin did not answer on an empty log folder within {EMPTY_BOUND_S}s: {runs}")
+        f"the {PLUGIN} plugin did not answer on an empty log folder within {EMPTY_BOUND_S}s: {runs}")

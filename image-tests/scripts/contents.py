@@ -1,30 +1,50 @@
-"""Print what the image really contains, as `CONTENTS <json>`: Python, framework, packages, GPUs."""
+"""What the image really contains, as facts its labels and its matrix cell are checked against.
+
+Argument: a JSON object {"module", "gpu_count_expr", "cuda_expr", "packages": [...],
+"commands": [...], "env": [...]} (the framework table's row and what the test wants to know).
+Writes result.json: python, the framework's version and CUDA build, GPUs it sees, the versions
+of the named packages, which commands are on PATH, and the named environment variables.
+"""
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
-import json
+import os
 import platform
+import shutil
 import sys
+
+from probe_io import error_line, result
 
 
 def main() -> int:
-    # The framework table's row (buildtool.contracts.frameworks): its module and how it counts GPUs.
-    module_name, gpu_count_expr, packages = sys.argv[1], sys.argv[2], sys.argv[3:]
-    out: dict[str, object] = {"python": platform.python_version(), "packages": {}}
-    for name in packages:
+    spec = __import__("json").loads(sys.argv[1])
+    module_name = spec["module"]
+    out = {"python": platform.python_version(), "executable": sys.executable, "packages": {},
+           "commands": {name: shutil.which(name) for name in spec.get("commands", [])},
+           "env": {name: os.environ.get(name) for name in spec.get("env", [])}}
+    for name in spec.get("packages", []):
         try:
-            out["packages"][name] = md.version(name)  # type: ignore[index]
+            out["packages"][name] = md.version(name)
         except md.PackageNotFoundError:
-            out["packages"][name] = None  # type: ignore[index]
+            out["packages"][name] = None
+    result(dict(out, stage="import"))  # what is known before the import (which may hang)
     try:
         module = importlib.import_module(module_name)
-        out["framework_version"] = module.__version__
-        out["gpu_count"] = eval(gpu_count_expr, {module_name: module})  # noqa: S307 - from the framework table
-    except Exception as exc:  # report, the test names it
-        out["import_error"] = f"{type(exc).__name__}: {exc}"
-    print("CONTENTS " + json.dumps(out), flush=True)
+        out["framework_version"] = str(module.__version__)
+    except BaseException as exc:  # noqa: BLE001 - reported, the test names it
+        out["import_error"] = error_line(exc)
+        result(out)
+        return 0
+    scope = {module_name: module}
+    for key, expr in (("cuda_build", spec.get("cuda_expr") or "''"), ("gpu_count", spec.get("gpu_count_expr") or "0")):
+        try:
+            out[key] = eval(expr, scope)  # noqa: S307 - from the framework table
+        except Exception as exc:  # noqa: BLE001
+            out[key + "_error"] = error_line(exc)
+    out["cuda_build"] = str(out.get("cuda_build") or "")
+    result(out)
     return 0
 
 

@@ -3,6 +3,11 @@ processes with gloo on CPU). Rank 0 prints `DDP_RESULT <json>`:
 the loss at the start and the end, whether every rank holds identical parameters
 (a hash of each rank's parameters, gathered with all_gather_object), and on GPUs the
 all-reduce bus bandwidth of a large tensor (busbw = algbw * 2(n-1)/n, as nccl-tests).
+
+Under the image-tests harness ($IMAGETEST_OUT set) every rank also writes rank-<N>.json
+(ok, or the first line of its error and where it was raised), rank 0 writes result.json, and
+rank 0 saves and reloads a checkpoint in the working directory, as a user's training does.
+Self-contained (the Kubernetes launcher ships this one file).
 """
 
 from __future__ import annotations
@@ -13,12 +18,41 @@ import json
 import os
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STEPS = int(os.environ.get("DDP_STEPS", "40"))
+OUT = os.environ.get("IMAGETEST_OUT", "")
+
+
+def write(name: str, data: dict) -> None:
+    """A JSON file into the harness's folder (nothing without the harness)."""
+    if OUT:
+        path = os.path.join(OUT, name)
+        with open(path + ".tmp", "w") as fh:
+            json.dump(data, fh)
+        os.replace(path + ".tmp", path)
+
+
+def error_line(exc: BaseException) -> str:
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def checkpoint(model: torch.nn.Module) -> dict[str, object]:
+    """Save and reload the model in the working directory, as training does."""
+    path = os.path.join(os.getcwd(), f"imgtest-checkpoint-{os.environ.get('IMAGETEST_STEP', os.getpid())}.pt")
+    try:
+        torch.save(model.state_dict(), path)
+        loaded = torch.load(path, map_location="cpu")
+        same = all(torch.equal(loaded[k].cpu(), v.detach().cpu()) for k, v in model.state_dict().items())
+        os.remove(path)
+        return {"path": path, "ok": same, "error": "" if same else "the reloaded checkpoint differs"}
+    except Exception as exc:  # noqa: BLE001 - reported: the test names the path and the error
+        return {"path": path, "ok": False, "error": error_line(exc)}
 
 
 def param_hash(model: torch.nn.Module) -> str:
@@ -81,16 +115,38 @@ def main() -> int:
     }
     if cuda:
         result["figures"] = busbw(device, world)
+    if rank == 0 and OUT:
+        result["checkpoint"] = checkpoint(model)
     dist.barrier()
     if rank == 0:
+        write("result.json", result)
         print("DDP_RESULT " + json.dumps(result), flush=True)
     dist.barrier()  # nobody tears down while a peer still talks to it
     dist.destroy_process_group()
     return 0
 
 
+def guarded() -> int:
+    """main(), with this rank's outcome written down: the first error line, not a traceback's last frames."""
+    rank = os.environ.get("RANK", "?")
+    write(f"rank-{rank}.start.json", {"rank": rank, "pid": os.getpid(), "host": os.uname()[1]})
+    if OUT:  # a fatal signal (SIGSEGV, SIGBUS, SIGABRT...) leaves its name in rank-N.fault
+        import faulthandler
+
+        faulthandler.enable(file=open(os.path.join(OUT, f"rank-{rank}.fault"), "w"))  # noqa: SIM115 - kept open
+    try:
+        code = main()
+    except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised for torchrun
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        write(f"rank-{rank}.json", {"rank": rank, "ok": False, "error": error_line(exc), "where": where})
+        raise
+    write(f"rank-{rank}.json", {"rank": rank, "ok": True})
+    return code
+
+
 if __name__ == "__main__":
-    code = main()
+    code = guarded()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: gloo's background threads intermittently abort there

@@ -1,35 +1,44 @@
 """Profile a few training steps with torch.profiler and tensorboard_trace_handler into
-LOGDIR/RUN (CUDA activity too when a GPU is there). Prints `PROFILE_OK <files>`."""
+LOGDIR/RUN (CUDA activity too when a GPU is there), as a user's training does: LOGDIR is
+relative to the working directory the image sets. Writes result.json: {"ok", "logdir" (absolute),
+"files", "error"} (a PermissionError names the path it could not write)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-import torch
-from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+from probe_io import error_line, result
 
 
 def main() -> int:
     logdir, run = sys.argv[1], sys.argv[2]
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    target = os.path.join(logdir, run)
-    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(target, worker_name="worker0")) as prof:
-        for _ in range(6):
-            x = torch.randn(128, 256, device=device)
-            loss = model(x).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            prof.step()
-    files = sorted(os.listdir(target))
-    print("PROFILE_OK " + " ".join(files), flush=True)
-    return 0 if files else 1
+    target = os.path.abspath(os.path.join(logdir, run))
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        cuda = torch.cuda.is_available()
+        device = torch.device("cuda" if cuda else "cpu")
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
+                     on_trace_ready=tensorboard_trace_handler(target, worker_name="worker0")) as prof:
+            for _ in range(6):
+                x = torch.randn(128, 256, device=device)
+                loss = model(x).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                prof.step()
+        files = sorted(os.listdir(target))
+    except Exception as exc:  # noqa: BLE001 - the test names it
+        result({"ok": False, "logdir": target, "files": [], "error": error_line(exc)})
+        return 1
+    result({"ok": bool(files), "logdir": target, "files": files, "cuda": cuda,
+            "error": "" if files else f"tensorboard_trace_handler wrote nothing into {target}"})
+    return 0
 
 
 if __name__ == "__main__":

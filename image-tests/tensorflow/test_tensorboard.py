@@ -1,37 +1,48 @@
-"""TensorFlow writes scalars and a profile; TensorBoard in the image starts, serves the scalars
-and has the profile plugin loaded. GPUs are visible to TensorFlow where there are GPUs."""
+"""TensorFlow writes scalars, a profile and a checkpoint where a user's training writes them (the
+image's working directory, as its user); TensorBoard in the image starts, serves the scalars,
+has the profile plugin loaded and serves that plugin's frontend (the tab a browser opens).
+GPUs are visible to TensorFlow where there are GPUs."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
-LOGDIR = "/tmp/imgtest-tf"
+LOGDIR = f"imgtest-tf-{uuid.uuid4().hex[:6]}"  # relative: the image's working directory
 RUN = "train"
+WRITE_TIMEOUT_S = 120   # import tensorflow, ten steps with summaries and a profile, a checkpoint
+TB_START_S = 60         # TensorBoard start-up and the scalars appearing
+PLUGIN = "profile"
+UI_PAGES = ("trace_viewer_index.html", "bundle.js")  # bundle.js: index.html loads it from a script
 
 
 @pytest.fixture(scope="module")
 def written(main):
-    result = main.python("tf_write.py", LOGDIR, RUN, timeout=240)
-    assert result.rc == 0 and "TF_WRITE_OK" in result.out, f"TensorFlow could not write summaries:\n{result.tail()}"
-    return int(result.out.split("TF_WRITE_OK")[-1].split()[0])
+    probe = main.python("tf_write.py", LOGDIR, RUN, step="TensorFlow writing summaries, a profile and a checkpoint",
+                        timeout=WRITE_TIMEOUT_S)
+    found = probe.result
+    assert isinstance(found, dict) and found.get("ok"), (
+        f"TensorFlow could not write summaries in the image's working directory: "
+        f"{(found or {}).get('error') or probe.cause()}")
+    return found
 
 
 @pytest.fixture(scope="module")
 def served(main, written):
-    result = main.python("tb_query.py", "--logdir", LOGDIR, "--mode", "scalars", "--run", RUN, "--tag", "loss",
-                         "--timeout", "120", timeout=180)
-    found = result.payload("TB_RESULT")
-    assert found, f"TensorBoard query failed (exit {result.rc}):\n{result.tail()}"
-    if not found["started"]:
-        tail = (found.get("log_tail") or "").strip().splitlines()
-        cause = next((line for line in reversed(tail) if "Error" in line), tail[-1] if tail else "no output")
-        raise AssertionError(f"TensorBoard crashed on start (exit {found.get('exit_code')}): {cause}")
+    probe = main.python("tb_query.py", "--logdir", LOGDIR, "--mode", "scalars", "--run", RUN, "--tag", "loss",
+                        "--timeout", str(TB_START_S), "--ui", PLUGIN, *[x for p in UI_PAGES for x in ("--ui-page", p)],
+                        "--expect-plugin", PLUGIN, "--plugin-dist", "tensorboard-plugin-profile",
+                        "--plugin-dist", "xprof", step="TensorBoard serving the scalars", timeout=TB_START_S + 30)
+    found = probe.result
+    assert isinstance(found, dict), probe.cause()
+    assert found["started"], f"TensorBoard could not start: {found.get('error') or probe.cause()}"
     return found
 
 
-def test_tf_writes_profile(main, written):
-    found = main.exec(f"ls {LOGDIR}/plugins/profile/*/*.xplane.pb", timeout=30)
-    assert found.rc == 0, f"tf.profiler.experimental wrote no .xplane.pb under {LOGDIR}/plugins/profile"
+def test_tf_writes_profile(written):
+    assert written.get("profile_files"), (
+        f"tf.profiler.experimental wrote no .xplane.pb under {written['logdir']}/plugins/profile")
 
 
 def test_tensorboard_serves_scalars(served):
@@ -41,10 +52,25 @@ def test_tensorboard_serves_scalars(served):
 
 
 def test_profile_plugin_loaded(served):
-    assert "profile" in served["plugins"], (
-        f"TensorBoard has no profile plugin (is tensorboard-plugin-profile installed?): {sorted(served['plugins'])}")
+    assert PLUGIN in served["plugins"], (
+        f"TensorBoard did not load the {PLUGIN} plugin: {served.get('plugin_missing') or 'reason unknown'}")
 
 
+def test_profile_plugin_frontend_served(served):
+    """The Profile tab a browser opens: blank when the plugin's static files are gone."""
+    if PLUGIN not in served["plugins"]:
+        raise AssertionError(f"TensorBoard did not load the {PLUGIN} plugin: {served.get('plugin_missing')}")
+    fetched = served.get("frontend") or {}
+    module = f"/data/plugin/{PLUGIN}/"
+    needed = [f"{module}index.js", f"{module}index.html", *[module + page for page in UI_PAGES], "/"]
+    broken = [f"{path} answered {fetched[path][0]} with {fetched[path][1]} bytes" for path in fetched
+              if fetched[path][0] != 200 or not fetched[path][1]]
+    broken += [f"{path} was not fetched" for path in needed if path not in fetched]
+    assert not broken, f"the {PLUGIN} tab would not render in a browser: " + "; ".join(broken)
+
+
+@pytest.mark.gpu(what="TensorFlow GPU visibility")
 def test_tensorflow_sees_gpus(written, runner_gpus, require_gpu):
     require_gpu("TensorFlow GPU visibility")
-    assert written == len(runner_gpus), f"TensorFlow sees {written} GPUs, the runner has {len(runner_gpus)}"
+    assert written["gpus"] == len(runner_gpus), (
+        f"TensorFlow sees {written['gpus']} GPUs, the runner has {len(runner_gpus)}")

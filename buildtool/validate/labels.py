@@ -1,0 +1,77 @@
+"""What each label of an image must say, and what inside the image proves it.
+
+Two sources of truth: the matrix cell the image names (its rendered Dockerfile gives every
+static label exactly as the template writes it), and the image's contents for the labels that
+state a fact (label_keys.FACTS: Python, framework, framework version, accelerator, CUDA,
+version). image-tests/common/test_labels.py compares them; this module only says what to compare.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from buildtool.contracts import frameworks, label_keys
+from buildtool.matrix.schema import Cell, Matrix
+from buildtool.render.dockerfiles import _environment, render_dockerfile
+
+
+def dockerfile_labels(text: str) -> dict[str, str]:
+    """Every `LABEL k=v ...` of a Dockerfile (continuation lines joined, values unquoted as Docker does)."""
+    labels: dict[str, str] = {}
+    instruction = ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not instruction and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.endswith("\\"):
+            instruction += line[:-1] + " "
+            continue
+        instruction += line
+        word, _, rest = instruction.strip().partition(" ")
+        if word.upper() == "LABEL":
+            for token in shlex.split(rest):
+                key, sep, value = token.partition("=")
+                if sep:
+                    labels[key] = value
+        instruction = ""
+    return labels
+
+
+def template_labels(matrix: Matrix, cell: Cell, templates_dir: Path) -> dict[str, str]:
+    """The static labels the cell's template writes (what the matrix says the image is)."""
+    return dockerfile_labels(render_dockerfile(_environment(templates_dir), templates_dir, matrix, cell))
+
+
+def version_proof(cell: Cell) -> str:
+    """How the image proves its version label: the framework's release (pip cells, 2.13 -> 2.13.x) or
+    the NGC container's own version variable; '' when neither applies."""
+    try:
+        framework, version = Version(cell.framework_version).release, Version(cell.version).release
+    except InvalidVersion:
+        return ""
+    if framework[:len(version)] == version:
+        return "framework-release"
+    env = frameworks.get(cell.framework).container_version_env
+    return f"env:{env}" if env else ""
+
+
+def label_checks(matrix: Matrix, cell: Cell, labels: dict[str, str], templates_dir: Path) -> list[dict[str, Any]]:
+    """One entry per label to check: its value on the image, the cell's value, the fact to prove inside."""
+    standin = labels.get(label_keys.STANDIN) == "true"
+    stated = template_labels(matrix, cell, templates_dir)
+    checks: list[dict[str, Any]] = []
+    for key in sorted(set(stated) | (set(label_keys.FACTS) & set(labels))):
+        fact = label_keys.FACTS.get(key, "")
+        note = ""
+        if standin and key in label_keys.UPSTREAM_CLAIMS:
+            fact, note = "", "stand-in: describes the upstream image; the stand-in's own labels are checked"
+        expected = version_proof(cell) if fact == "version" else ""
+        if fact == "version" and not expected:
+            fact = ""
+        checks.append({"key": key, "value": labels.get(key), "cell_value": stated.get(key), "fact": fact,
+                       "expected": expected, "note": note})
+    return checks

@@ -1,0 +1,51 @@
+"""Collectives give the known result (scripts/collectives.py under torchrun): all_reduce SUM and
+MAX, broadcast and all_gather of tensors built from the rank numbers. On CPU with gloo (two
+ranks); on GPUs with NCCL, one rank per GPU. DDP's own checks may pass with a collective that
+silently does nothing; these may not."""
+
+from __future__ import annotations
+
+import pytest
+import ranks
+from harness import free_port
+
+COLLECTIVES_TIMEOUT_S = 90  # two Python start-ups, importing torch, a handful of tiny collectives
+
+
+def run_collectives(main, nproc: int, device: str) -> tuple[str, dict]:
+    port = free_port()
+    what = f"collectives on {nproc} ranks ({'NCCL' if device == 'cuda' else 'gloo'})"
+    cmd = ["torchrun", "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "static",
+           "--master-addr", "127.0.0.1", "--master-port", str(port), "/imagetests/collectives.py"]
+    env = {"DDP_TIMEOUT_S": "60", **ranks.LAUNCHER_ENV, **({"DDP_DEVICE": "cpu"} if device == "cpu" else {})}
+    probe = main.run(cmd, step=what, timeout=COLLECTIVES_TIMEOUT_S, env=env)
+    cause = ranks.cause(probe, what, f"127.0.0.1:{port}")
+    assert not cause, cause
+    found = ranks.read(probe).ended
+    assert len(found) == nproc, f"{what}: {len(found)} of {nproc} ranks reported ({probe.cause() or 'no error'})"
+    return what, found
+
+
+def wrong_results(what: str, found: dict) -> list[str]:
+    wrong = []
+    for rank, entry in sorted(found.items()):
+        for name, check in sorted((entry.get("checks") or {}).items()):
+            if not check["ok"]:
+                wrong.append(f"{name} on rank {rank} gave {check['got']}, expected {check['want']}")
+    return wrong
+
+
+def test_collectives_give_known_results_on_cpu(main):
+    what, found = run_collectives(main, 2, "cpu")
+    assert all(e.get("backend") == "gloo" for e in found.values()), f"{what}: backends {found}"
+    wrong = wrong_results(what, found)
+    assert not wrong, f"{what}: " + "; ".join(wrong)
+
+
+@pytest.mark.gpu(what="NCCL collectives (all_reduce, broadcast, all_gather)")
+def test_collectives_give_known_results_with_nccl(main, runner_gpus, require_gpu):
+    require_gpu("NCCL collectives (all_reduce, broadcast, all_gather)")
+    what, found = run_collectives(main, len(runner_gpus), "cuda")
+    assert all(e.get("backend") == "nccl" for e in found.values()), f"{what}: not NCCL: {found}"
+    wrong = wrong_results(what, found)
+    assert not wrong, f"{what}: " + "; ".join(wrong)

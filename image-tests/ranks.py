@@ -1,0 +1,88 @@
+"""What a torchrun probe tells, read from files, not from its output.
+
+ddp_train.py and collectives.py write rank-<N>.start.json when a rank starts, rank-<N>.json
+when it ends (ok, or the first line of its error and where it was raised) and rank-<N>.fault
+when a fatal signal kills it (Python's faulthandler writes it). torchrun itself records an
+error that stops it before or around the ranks (a rendezvous timeout, a store it cannot reach)
+in TORCHELASTIC_ERROR_FILE as `{"message": {"message": "<ExceptionType>: ..."}}`. From these
+the cause is named: the failing rank's own error line, a rank's fatal signal, or torchrun's
+exception, by its type, never by words that some other failure could also print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import Probe, first_line
+
+LAUNCHER_ERROR_FILE = "launcher-error.json"
+LAUNCHER_ENV = {"TORCHELASTIC_ERROR_FILE": "{out}/" + LAUNCHER_ERROR_FILE}
+# torchrun exceptions that mean the nodes or ranks could not reach each other or the store.
+NETWORK_ERRORS = frozenset({"DistNetworkError", "DistStoreError", "RendezvousConnectionError", "TimeoutError",
+                            "ConnectionError", "ConnectionRefusedError", "socket.timeout", "gaierror"})
+RENDEZVOUS_TIMEOUT = "RendezvousTimeoutError"
+
+
+@dataclass
+class Ranks:
+    started: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    faults: dict[str, str] = field(default_factory=dict)
+    launcher_type: str = ""        # the exception type torchrun recorded, "" when none
+    launcher_error: str = ""       # its first line
+
+    @property
+    def failed(self) -> dict[str, dict[str, Any]]:
+        return {r: e for r, e in self.ended.items() if not e.get("ok")}
+
+
+def read(probe: Probe) -> Ranks:
+    ranks = Ranks()
+    for name, data in probe.jsons("rank-*.json").items():
+        rank = name.removeprefix("rank-").split(".")[0]
+        (ranks.started if name.endswith(".start.json") else ranks.ended)[rank] = data
+    if probe.dir is not None:
+        for path in sorted(probe.dir.glob("rank-*.fault")):
+            text = path.read_text(errors="replace").strip()
+            if text:
+                ranks.faults[path.name.removeprefix("rank-").split(".")[0]] = first_line(text)
+    launcher = probe.json(LAUNCHER_ERROR_FILE) or {}
+    message = str((launcher.get("message") or {}).get("message") or "") if isinstance(launcher, dict) else ""
+    if message:
+        kind, _, rest = message.partition(": ")
+        ranks.launcher_type = kind.strip()
+        ranks.launcher_error = f"{kind.strip()}: {first_line(rest)}" if rest else kind.strip()
+    return ranks
+
+
+def cause(probe: Probe, what: str, addr: str = "") -> str:
+    """One line naming why a torchrun probe failed ('' when it did not)."""
+    if probe.not_found or (probe.error and not probe.timed_out):
+        return probe.cause()
+    ranks = read(probe)
+    if ranks.failed:
+        rank, entry = sorted(ranks.failed.items(), key=lambda kv: kv[0])[0]
+        others = f" (ranks failing: {', '.join(sorted(ranks.failed))})" if len(ranks.failed) > 1 else ""
+        where = f" (at {entry['where']})" if entry.get("where") else ""
+        return f"{what} failed: rank {rank}: {entry.get('error')}{where}{others}"
+    if ranks.faults:
+        rank, line = sorted(ranks.faults.items())[0]
+        return f"{what} failed: rank {rank} died: {line}"
+    if not ranks.started and ranks.launcher_type:
+        if ranks.launcher_type in NETWORK_ERRORS:
+            return (f"{what}: the ranks could not reach each other through {addr or 'the rendezvous endpoint'}: "
+                    f"torchrun {ranks.launcher_error} (check MASTER_ADDR, the network, and that the port is open "
+                    f"between ranks)")
+        return f"{what}: torchrun failed before any rank started: {ranks.launcher_error}"
+    if probe.timed_out:
+        done = sorted(r for r, e in ranks.ended.items() if e.get("ok"))
+        return (f"{probe.hung()} (ranks started: {', '.join(sorted(ranks.started)) or 'none'}; "
+                f"finished: {', '.join(done) or 'none'})")
+    if probe.rc not in (0, None):
+        silent = sorted(set(ranks.started) - set(ranks.ended))
+        if silent:
+            return (f"{what} failed: rank {', '.join(silent)} ended without an error of its own "
+                    f"(torchrun exit {probe.rc}; {ranks.launcher_error or 'no error recorded by torchrun'})")
+        return f"{what} failed: torchrun exit {probe.rc}; {ranks.launcher_error or 'no error recorded'}"
+    return ""
