@@ -10,6 +10,8 @@ Prints a table; asserts nothing about time (the target: a CPU image validated in
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -49,9 +51,14 @@ def default_images(matrix) -> list[str]:
 def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float, dict[str, float]]:
     """The checks as a user would run them by hand: one fresh container per check."""
     py = "python3 /imagetests/"
+
+    def contents(module: str, *packages: str) -> str:
+        spec = {"module": module, "gpu_count_expr": "0", "packages": list(packages)}
+        return f"{py}contents.py {shlex.quote(json.dumps(spec))}"
+
     if framework == "pytorch":
         checks = {
-            "contents": f"{py}contents.py pytorch tensorboard torch-tb-profiler",
+            "contents": contents("torch", "tensorboard", "torch-tb-profiler"),
             "shm": f"df -B1 /dev/shm && {py}shm_workers.py torch",
             "ddp": "torchrun --standalone --nproc-per-node 2 /imagetests/ddp_train.py",
             "profiler": f"{py}torch_profile.py /tmp/p run1 && {py}tb_query.py --logdir /tmp/p --mode profiler "
@@ -59,7 +66,7 @@ def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float
         }
     else:
         checks = {
-            "contents": f"{py}contents.py tensorflow tensorboard",
+            "contents": contents("tensorflow", "tensorboard"),
             "shm": f"df -B1 /dev/shm && {py}shm_workers.py python",
             "tensorboard": f"{py}tf_write.py /tmp/t train && {py}tb_query.py --logdir /tmp/t --mode scalars "
                            "--run train --tag loss",

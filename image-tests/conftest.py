@@ -46,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     install_signal_cleanup()
     if config.getoption("--target", None):
         _TARGET.update(_load_target(config))
-        harness.set_deadline(float(_TARGET.get("deadline_s") or 0))
+        harness.set_deadline(float(_TARGET.get("probe_budget_s") or 0), float(_TARGET.get("deadline_s") or 0))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -72,14 +72,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before any fixture: a spent deadline means not run; a GPU check without GPUs is a skip,
     even when the fixtures it needs would fail (they never start)."""
-    if harness.DEADLINE.spent():
-        pytest.fail(NOT_RUN + harness.DEADLINE.describe(), pytrace=False)
     if item.get_closest_marker("gpu") is not None and not _load_target(item.config).get("runner_gpus"):
         target = _load_target(item.config)
         what = item.get_closest_marker("gpu").kwargs.get("what") or item.name
         if target.get("needs_gpu"):
             skip(skips.NO_GPU_ON_RUNNER, f"no GPU on this runner (nvidia-smi found none): {what} not run")
         skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")
+    if harness.DEADLINE.spent():
+        pytest.fail(NOT_RUN + harness.DEADLINE.describe(), pytrace=False)
 
 
 @pytest.fixture(scope="session")

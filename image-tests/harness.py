@@ -58,15 +58,15 @@ _LIVE: set[str] = set()
 class Deadline:
     """The whole image's time budget: every probe's timeout is cut to what is left of it."""
 
-    total_s: float = 0.0           # 0: no deadline
-    ends_at: float = 0.0           # time.monotonic() value
+    total_s: float = 0.0           # the image's deadline as declared (0: none)
+    ends_at: float = 0.0           # time.monotonic() when the tests must stop (teardown fits after it)
     spent_by: str = ""             # the step that ran into it
 
     def left(self) -> float:
-        return self.ends_at - time.monotonic() if self.total_s else float("inf")
+        return self.ends_at - time.monotonic() if self.ends_at else float("inf")
 
     def spent(self) -> bool:
-        return bool(self.total_s) and self.left() <= 0
+        return bool(self.ends_at) and self.left() <= 0
 
     def describe(self) -> str:
         by = f" ({self.spent_by} ran into it)" if self.spent_by else ""
@@ -76,9 +76,10 @@ class Deadline:
 DEADLINE = Deadline()
 
 
-def set_deadline(total_s: float) -> None:
-    DEADLINE.total_s = float(total_s)
-    DEADLINE.ends_at = time.monotonic() + float(total_s) if total_s else 0.0
+def set_deadline(budget_s: float, total_s: float = 0.0) -> None:
+    """The tests may run `budget_s` more seconds, of the image's `total_s` deadline (0: no deadline)."""
+    DEADLINE.total_s = float(total_s or budget_s)
+    DEADLINE.ends_at = time.monotonic() + float(budget_s) if budget_s else 0.0
     DEADLINE.spent_by = ""
 
 
@@ -344,7 +345,10 @@ def _json(path: Path) -> Any:
 
 def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, out_root: Path,
              timeout: float, step: str) -> tuple[Probe, Path]:
-    """`docker run --rm IMAGE ARGV...` through the image's entrypoint, as a user runs a command."""
+    """`docker run IMAGE ARGV...` through the image's entrypoint, as a user runs a command.
+
+    Done as soon as the command has written its result.json (or the container has stopped);
+    a container still running without it after `timeout` is reported as timed out."""
     probe = Probe(step=step, argv=list(argv), timeout=float(timeout))
     left = DEADLINE.left()
     if left <= 1:
@@ -356,22 +360,34 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
     host_dir = _make_dir(out_root, ident)
     probe.dir = host_dir
     name = f"t-imagetest-once-{uuid.uuid4().hex[:8]}"
-    args = ["run", "--rm", "--init", "--name", name, "--label", f"{RUN_LABEL}={run_id}", "--network", "none",
+    args = ["run", "-d", "--init", "--name", name, "--label", f"{RUN_LABEL}={run_id}", "--network", "none",
             "-v", f"{SCRIPTS}:{SCRIPTS_IN}:ro", "-v", f"{out_root}:{OUT_IN}", "-e", f"IMAGETEST_OUT={OUT_IN}/{ident}",
             *[f for f in run_flags if not f.startswith("--gpus")], image, *argv]
     _LIVE.add(name)
     started = time.monotonic()
     try:
-        proc = _docker(*args, timeout=probe.timeout)
-        probe.rc, probe.out, probe.err = proc.returncode, proc.stdout[-20000:], proc.stderr[-20000:]
-    except subprocess.TimeoutExpired:
-        probe.timed_out = True
+        proc = _docker(*args, timeout=START_TIMEOUT_S)
+        if proc.returncode != 0:
+            probe.error = f"cannot start {image}: {last_line(proc.stderr)}"
+            return probe, host_dir
+        while True:
+            probe.result = _json(host_dir / "result.json")
+            state = _docker("inspect", "--format", "{{json .State}}", name, timeout=60)
+            info = json.loads(state.stdout) if state.returncode == 0 and state.stdout.strip() else {}
+            if probe.result is not None or not info.get("Running", False):
+                probe.rc = info.get("ExitCode") if not info.get("Running", False) else 0
+                break
+            if time.monotonic() - started > probe.timeout:
+                probe.timed_out = True
+                break
+            time.sleep(0.3)
+        logs = _docker("logs", "--tail", "20", name, timeout=60)
+        probe.out, probe.err = logs.stdout[-20000:], logs.stderr[-20000:]
     finally:
         with contextlib.suppress(subprocess.TimeoutExpired):
             _docker("rm", "-f", "-v", name, timeout=120)
         _LIVE.discard(name)
-    probe.seconds = time.monotonic() - started
-    probe.result = _json(host_dir / "result.json")
+        probe.seconds = time.monotonic() - started
     return probe, host_dir
 
 

@@ -90,7 +90,8 @@ class Target(BaseModel):
     ddp_timeout_s: float = 120.0
     peers: dict[str, str] = Field(default_factory=dict)
     run_id: str
-    deadline_s: float = 0.0      # the whole image's budget for the tests; every probe is cut to what is left
+    deadline_s: float = 0.0      # the image's whole validation deadline (matrix validate.deadline_s or --deadline)
+    probe_budget_s: float = 0.0  # what is left of it for the tests when pytest starts; every probe is cut to it
 
 
 def write_target(path: Path, target: Target) -> None:

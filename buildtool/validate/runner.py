@@ -357,7 +357,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         rdzv_join_timeout_s=options.join_timeout_s, missing_peer_timeout_s=options.missing_peer_timeout_s,
         ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
         peers=options.peers, run_id=run_id,
-        deadline_s=max(1.0, deadline_s - (time.monotonic() - started) - RESERVE_S),
+        deadline_s=deadline_s, probe_budget_s=max(1.0, deadline_s - (time.monotonic() - started) - RESERVE_S),
     )
     write_target(out_dir / "target.json", target)
     results_path, junit = out_dir / "results.json", out_dir / "junit.xml"

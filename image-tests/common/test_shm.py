@@ -25,13 +25,13 @@ def test_shm_size_matches_run_profile(target, limits):
         f"did not get the profile's shared memory (a later --shm-size or the engine overrode it)")
 
 
-def worker_failure(found: dict, what: str, fix: str) -> str:
-    """One line: which worker hung or died and how, and /dev/shm only when it is to blame."""
+def worker_failure(found: dict, what: str, fix: str, raised: dict | None = None) -> str:
+    """One line: which worker hung, died or failed and how; /dev/shm only when it is to blame
+    (a SIGBUS, or a batch larger than the room /dev/shm had)."""
     shm = found.get("shm") or {}
     room = f"/dev/shm {human(int(shm['size']))}, {human(int(shm['free']))} free" if "size" in shm else "/dev/shm ?"
     workers = found.get("workers") or []
     dead = [w for w in workers if not w.get("alive") and w.get("exitcode") not in (0, None)]
-    waiting = found.get("waiting_for")
     if dead:
         w = dead[0]
         code = w["exitcode"]
@@ -40,8 +40,17 @@ def worker_failure(found: dict, what: str, fix: str) -> str:
         if code == -7:  # SIGBUS: a page of /dev/shm could not be had
             line += f": out of shared memory ({room}); raise {fix}"
         return f"{line} [{found.get('error', '')}]"
+    for entry in sorted((raised or {}).values(), key=lambda e: e.get("worker", 0)):
+        at = entry.get("shm") or {}
+        line = f"{what}: worker {entry['worker']} (pid {entry['pid']}) could not put a {human(int(entry['bytes']))} " \
+               f"batch into shared memory: {entry['error']}"
+        if "free" in at and int(at["free"]) < int(entry["bytes"]):
+            line += (f": out of shared memory (/dev/shm {human(int(at['size']))}, {human(int(at['free']))} free); "
+                     f"raise {fix}")
+        return line
+    waiting = found.get("waiting_for")
     hung = [w for w in workers if w.get("alive") and (waiting is None or w["worker"] == waiting)]
-    if hung:
+    if found.get("timed_out") and hung:
         w = hung[0]
         return (f"{what}: worker {w['worker']} (pid {w['pid']}) hung: no batch within {found.get('timeout_s', 0):.0f}s "
                 f"({room}) [{found.get('error', '')}]")
@@ -57,4 +66,5 @@ def test_workers_pass_large_batches_through_shm(main, target):
                         timeout=WORKERS_TIMEOUT_S)
     found = probe.result
     assert isinstance(found, dict), probe.cause()
-    assert found.get("ok"), worker_failure(found, what, target.get("shm_fix") or "run.shm_size in matrix.yaml")
+    assert found.get("ok"), worker_failure(found, what, target.get("shm_fix") or "run.shm_size in matrix.yaml",
+                                           probe.jsons("worker-*.json"))

@@ -3,17 +3,21 @@ worker processes, the way a DataLoader does.
 
 `torch` mode uses torch.utils.data.DataLoader with worker processes; `python` mode uses
 multiprocessing.shared_memory (for images without torch). Writes result.json: {"ok", "moved",
-"error", "workers": [{"worker", "pid", "alive", "exitcode"}], "waiting_for": the worker that
-owed the next batch when the loader gave up, "timeout_s", "shm": {"size", "free"}}, so the test
-can say which worker hung or died and with which signal, and blame /dev/shm only for SIGBUS.
+"error", "workers": [{"worker", "pid", "alive", "exitcode"}], "timed_out" (no batch for the
+loader's whole timeout), "waiting_for": the worker that owed the next batch then, "timeout_s",
+"shm": {"size", "free"}}; a worker whose batch could not be put into /dev/shm writes
+worker-<N>.json itself (its error and /dev/shm's room at that moment). So the test can say
+which worker hung, died (and with which signal) or failed, and blame /dev/shm only for a
+SIGBUS or a batch that did not fit.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
-from probe_io import error_line, result
+from probe_io import error_line, result, write
 
 BATCH_BYTES = 96 << 20  # above 64 MB on purpose
 BATCHES = 4
@@ -36,8 +40,39 @@ def _workers(procs) -> list:
             alive = proc.is_alive()  # reaps a dead worker, so its exit code is known
         except (AssertionError, ValueError, OSError):
             alive = False
-        out.append({"worker": i, "pid": proc.pid, "alive": alive, "exitcode": proc.exitcode})
+        args = getattr(proc, "_args", ())
+        worker = args[10] if len(args) > 10 and isinstance(args[10], int) else i  # DataLoader's worker_id
+        out.append({"worker": worker, "pid": proc.pid, "alive": alive, "exitcode": proc.exitcode})
     return out
+
+
+def _loader_workers(it) -> list:
+    """The DataLoader's worker processes: from the iterator, or, when the failure came while the
+    iterator was still being made (a worker dying at once), from this process's children."""
+    procs = list(getattr(it, "_workers", None) or [])
+    if not procs:
+        import multiprocessing.process as mpp
+
+        children = [p for p in list(getattr(mpp, "_children", ())) if len(getattr(p, "_args", ())) > 10]
+        procs = sorted(children, key=lambda p: p._args[10] if isinstance(p._args[10], int) else 0)
+    return _workers(procs)
+
+
+def _collate(batch):
+    """default_collate (which puts the batch into /dev/shm inside the worker), with its failure written
+    down by the worker itself: which worker, the error, and /dev/shm's room at that moment."""
+    import torch
+    from torch.utils.data import default_collate, get_worker_info
+
+    try:
+        return default_collate(batch)
+    except Exception as exc:
+        info = get_worker_info()
+        worker = info.id if info is not None else -1
+        nbytes = sum(t.numel() * t.element_size() for t in batch if isinstance(t, torch.Tensor))
+        write(f"worker-{worker}.json", {"worker": worker, "pid": os.getpid(), "error": error_line(exc),
+                                        "bytes": nbytes, "shm": shm()})
+        raise
 
 
 def torch_mode() -> dict:
@@ -52,18 +87,23 @@ def torch_mode() -> dict:
             return torch.full((BATCH_BYTES // 4,), float(i), dtype=torch.float32)
 
     total = 0
-    loader = DataLoader(Big(), batch_size=1, num_workers=WORKERS, timeout=WORKER_TIMEOUT_S)
-    it = iter(loader)
+    loader = DataLoader(Big(), batch_size=1, num_workers=WORKERS, timeout=WORKER_TIMEOUT_S, collate_fn=_collate)
+    it = None
+    last = time.monotonic()
     try:
+        it = iter(loader)  # workers start here: one that dies at once is reported from here
         for batch in it:
             if batch.numel() * 4 != BATCH_BYTES:
                 return {"ok": False, "moved": total,
                         "error": f"a batch arrived with {batch.numel() * 4} bytes, not {BATCH_BYTES}"}
             total += batch.numel() * 4
+            last = time.monotonic()
     except Exception as exc:  # noqa: BLE001 - diagnosed below
         task = getattr(it, "_task_info", {}).get(getattr(it, "_rcvd_idx", -1))
+        waited = time.monotonic() - last
         return {"ok": False, "moved": total, "error": error_line(exc), "errno": getattr(exc, "errno", None),
-                "workers": _workers(getattr(it, "_workers", [])),
+                "workers": _loader_workers(it), "waited_s": round(waited, 1),
+                "timed_out": waited >= WORKER_TIMEOUT_S - 0.5,  # no batch for the loader's whole timeout
                 "waiting_for": task[0] if isinstance(task, tuple) and len(task) == 1 else None}
     return {"ok": True, "moved": total}
 
@@ -97,6 +137,7 @@ def python_mode() -> dict:
                         p.kill()
                 first = bad[0]
                 return {"ok": False, "moved": total, "workers": states, "waiting_for": first["worker"],
+                        "timed_out": bool(first["alive"]),
                         "error": f"worker {first['worker']} "
                                  + ("hung" if first["alive"] else f"exited with {first['exitcode']}")}
             for b in blocks:

@@ -13,8 +13,8 @@ plugin is not loaded, why: not installed, no entry point, or an entry point that
 from __future__ import annotations
 
 import argparse
-import gzip
 import contextlib
+import gzip
 import html.parser
 import importlib.metadata as md
 import json

@@ -1,157 +1,284 @@
-"""Small, reusable test images for the image-test layer: one good PyTorch CPU image, one good
-TensorFlow CPU image, and broken ones derived from them with thin layers.
+"""Test images for the image-test layer: this commit's real CPU dev images, and thin layers over
+them that each add one fault (or, for the controls, one healthy oddity such as a talking
+entrypoint or another user).
 
-Each image is tagged `t-imgtest-<name>:<hash of its recipe and its parent's tag>`, so a second
-run finds it and reuses it (idempotent, cheap in CI after the first build). Layers are made
-with `docker run` + `docker commit`: host wheel folders and the CA bundle are bind mounts
-(never part of a layer), package installs need the host network, and the engine's BuildKit
-cannot use local images as bases anyway. These are test fixtures, labelled as such, never
-released.
+The dev images are built by buildtool's own Builder from the committed Dockerfiles (a retag, no
+build, when an image with the same content key exists, e.g. from test_build earlier in the
+session) and tagged locally as `t-imgtest-<name>:<image id>`, so validate runs exactly them.
+Each layer is a small Dockerfile `FROM` its parent, built by the engine's classic builder
+(which uses local images as bases) in about a second, tagged
+`t-imgtest-<name>:<hash of the parent's image id and the layer>` and reused while both are the
+same. A layer that installs packages gets wheels downloaded on the host (the host's pip settings,
+never copied into a layer) and installs them offline. Every layer relabels its content key, so
+`buildtool build` can never take a fault image for the real one. Test fixtures, never released.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import io
 import os
-import shutil
 import subprocess
+import sys
+import tarfile
 import tempfile
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from buildtool.contracts import label_keys
+
+REPO = Path(__file__).resolve().parents[2]
 DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
 PREFIX = "t-imgtest"
-BASE_TIMEOUT_S = 900
-STEP_TIMEOUT_S = 1800
-CA_BUNDLE = Path(os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
-# Host wheel folders and local indexes handed to pip inside the build container, read-only.
-LOCAL_PIP_DIRS = [Path(p) for p in ("/opt/wheels", "/opt/pypi", "/opt/pypi-more")]
-
-PYTORCH_PROFILE = {"shm_size": "8g", "ipc": "private", "ulimits": {"memlock": -1, "stack": 67108864},
-                   "gpus": "none"}
-
-
-def _labels(cell: str, framework: str, version: str, tests: str) -> dict[str, str]:
-    return {
-        "io.dl-images.cell": cell,
-        "io.dl-images.framework": framework,
-        "io.dl-images.framework-version": version,
-        "io.dl-images.python": "3.11",
-        "io.dl-images.accelerator": "cpu",
-        "io.dl-images.tests": tests,
-        "io.dl-images.run-profile": json.dumps(PYTORCH_PROFILE, sort_keys=True),
-        "io.dl-images.fixture": "true",
-    }
+BUILD_TIMEOUT_S = 600
+SITE = "/opt/venv/lib/python3.11/site-packages"
+DEV_CELLS = {"pytorch": "pytorch-cpu:2.13", "tensorflow": "tensorflow-cpu:2.21"}
+# Where the fixtures' dev images are tagged by the Builder (never pushed).
+DEV_REGISTRY = "127.0.0.1:5000/t-imgtest"
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Layer:
     name: str
-    parent: str  # a recipe name, or "" for the debootstrap base
-    script: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
+    parent: str              # a dev image ("pytorch", "tensorflow") or another layer
+    what: str                # the fault or the oddity, in words
+    dockerfile: str          # the instructions after FROM
+    wheels: tuple[str, ...] = ()  # requirements downloaded on the host into wheels/ of the build context
 
 
-_VENV = ("apt-get update && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv "
-         "&& rm -rf /var/lib/apt/lists/* && python3 -m venv /opt/venv && mkdir -p /workspace")
-_PIP = "/opt/venv/bin/python -m pip install --no-cache-dir --progress-bar off"
+def _py(path: str, code: str) -> str:
+    """A RUN line that writes `code` to `path` (printf keeps the lines; no shell quoting surprises)."""
+    lines = " ".join("'" + line.replace("'", "'\"'\"'") + "'" for line in code.strip("\n").splitlines())
+    return f"RUN printf '%s\\n' {lines} > {path}\n"
 
-RECIPES: dict[str, Recipe] = {r.name: r for r in [
-    Recipe("debian", ""),
-    Recipe("python", "debian", _VENV),
-    Recipe("pytorch", "python",
-           f"{_PIP} torch==2.13.0+cpu tensorboard==2.21.0 torch-tb-profiler==0.4.3",
-           _labels("pytorch-cpu:2.13", "pytorch", "2.13.0+cpu", "common,pytorch")),
-    Recipe("tensorflow", "python",
-           f"{_PIP} tensorflow-cpu==2.21.0 tensorboard==2.21.0 tensorboard-plugin-profile==2.21.6",
-           _labels("tensorflow-cpu:2.21", "tensorflow", "2.21.0", "common,tensorflow")),
-    # Faults, each a thin layer on a good image.
-    Recipe("pytorch-noprofiler", "pytorch", "/opt/venv/bin/python -m pip uninstall -y torch-tb-profiler"),
+
+def _append(path: str, code: str) -> str:
+    lines = " ".join("'" + line.replace("'", "'\"'\"'") + "'" for line in code.strip("\n").splitlines())
+    return f"RUN printf '%s\\n' {lines} >> {path}\n"
+
+
+_TALK = """#!/bin/sh
+echo "=============== Welcome to the imgtest container ==============="
+echo "NVIDIA Release 25.10 (build 1234) -- this banner is what NGC prints" >&2
+echo "ulimit stack 8192 | /dev/shm 64m | 42"
+"""
+_ENTRY = _TALK + 'exec "$@"\n'
+_SITE_BANNER = """import sys
+print("Welcome to the imgtest image: 8 GiB | 42")
+print("sitecustomize says hello", file=sys.stderr)
+"""
+_BANNERS = (
+    "USER root\n"
+    + _py("/etc/profile.d/zz-imgtest-banner.sh", _TALK)
+    + _py("/etc/imgtest-bash-env.sh", _TALK)
+    + _py("/usr/local/bin/imgtest-entrypoint.sh", _ENTRY)
+    + _py(f"{SITE}/imgtest_banner.py", _SITE_BANNER)
+    + f"RUN echo 'import imgtest_banner' > {SITE}/imgtest-banner.pth\n"
+    + "RUN chmod 755 /usr/local/bin/imgtest-entrypoint.sh && echo 'Welcome (motd)' > /etc/motd"
+      " && cat /etc/profile.d/zz-imgtest-banner.sh >> /etc/bash.bashrc"
+      " && useradd --create-home --uid 1000 trainer\n"
+    "ENV BASH_ENV=/etc/imgtest-bash-env.sh ENV=/etc/imgtest-bash-env.sh\n"
+    'ENTRYPOINT ["/usr/local/bin/imgtest-entrypoint.sh"]\n'
+    'CMD ["bash"]\n'
+    "USER trainer\n"
+)
+_SLOW_TORCH = """import sys
+import time
+
+
+class _SlowTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            time.sleep(600)
+        return None
+
+
+sys.meta_path.insert(0, _SlowTorch())
+"""
+_NOOP_ALL_REDUCE = """
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):  # imgtest fault: does nothing
+    return None
+"""
+_WORKER_HANGS = """
+
+import threading as _imgtest_threading
+
+_imgtest_worker_loop = _worker_loop
+
+
+def _worker_loop(*args, **kwargs):  # imgtest fault: worker 1 deadlocks before its first batch
+    if args[10] == 1:
+        _imgtest_threading.Event().wait()
+    return _imgtest_worker_loop(*args, **kwargs)
+"""
+_WORKER_CRASHES = """
+
+import os as _imgtest_os
+import signal as _imgtest_signal
+
+_imgtest_worker_loop = _worker_loop
+
+
+def _worker_loop(*args, **kwargs):  # imgtest fault: worker 1 segfaults
+    if args[10] == 1:
+        _imgtest_os.kill(_imgtest_os.getpid(), _imgtest_signal.SIGSEGV)
+    return _imgtest_worker_loop(*args, **kwargs)
+"""
+_RANK1_CRASHES = """
+
+import os as _imgtest_os
+import signal as _imgtest_signal
+
+_imgtest_ddp_init = DistributedDataParallel.__init__
+
+
+def _imgtest_init(self, *args, **kwargs):  # imgtest fault: rank 1 segfaults when it builds DDP
+    if _imgtest_os.environ.get("RANK") == "1":
+        _imgtest_os.kill(_imgtest_os.getpid(), _imgtest_signal.SIGSEGV)
+    _imgtest_ddp_init(self, *args, **kwargs)
+
+
+DistributedDataParallel.__init__ = _imgtest_init
+"""
+
+LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
+    # -- controls: unusual but healthy ------------------------------------------------------------
+    Layer("pytorch-banners", "pytorch", "banners everywhere (profile.d, bashrc, BASH_ENV, motd, an NGC-like "
+          "entrypoint that prints and execs, a start-up hook that prints at every Python start), run as another "
+          "user (uid 1000, home, writable workdir)", _BANNERS),
+    Layer("tensorflow-banners", "tensorflow", "the same banners and user on TensorFlow", _BANNERS),
+    # -- faults -----------------------------------------------------------------------------------
+    # Debian's own /usr/lib/python3.11/sitecustomize.py comes first on sys.path; a .pth file runs at
+    # every start-up as a site hook does.
+    Layer("pytorch-import-hangs", "pytorch", "a start-up hook (.pth) makes `import torch` sleep 600 s",
+          _py(f"{SITE}/imgtest_slow.py", _SLOW_TORCH) + f"RUN echo 'import imgtest_slow' > {SITE}/imgtest-slow.pth\n"),
+    Layer("pytorch-labels-lie", "pytorch", "labels that lie: Python 3.12, version 2.14, accelerator cuda",
+          'LABEL io.dl-images.python="3.12" org.opencontainers.image.version="2.14" '
+          'io.dl-images.accelerator="cuda"\n'),
+    Layer("pytorch-mislabelled", "pytorch", "framework-version label 2.12.0+cpu on torch 2.13.0+cpu",
+          'LABEL io.dl-images.framework-version="2.12.0+cpu"\n'),
+    Layer("pytorch-profiler-nostatic", "pytorch", "torch-tb-profiler without its static frontend",
+          f"RUN rm -rf {SITE}/torch_tb_profiler/static\n"),
+    Layer("pytorch-profiler-noentrypoint", "pytorch", "torch-tb-profiler installed, its entry point gone",
+          f"RUN sed -i '/tensorboard_plugins/,$d' {SITE}/torch_tb_profiler-0.4.3.dist-info/entry_points.txt\n"),
+    Layer("pytorch-noprofiler", "pytorch", "torch-tb-profiler uninstalled",
+          "RUN /opt/venv/bin/python -m pip uninstall -y torch-tb-profiler\n"),
+    Layer("pytorch-notensorboard", "pytorch", "the `tensorboard` script removed",
+          "RUN rm /opt/venv/bin/tensorboard\n"),
+    Layer("pytorch-allreduce-noop", "pytorch", "torch.distributed.all_reduce patched into a no-op",
+          _append(f"{SITE}/torch/distributed/distributed_c10d.py", _NOOP_ALL_REDUCE)),
+    Layer("pytorch-nobody", "pytorch", "default user 65534 with an unwritable HOME and working directory",
+          "RUN chmod 755 /workspace\nUSER 65534:65534\n"),
+    Layer("pytorch-tmp-readonly", "pytorch", "/tmp not writable for the image's user (uid 1000)",
+          "RUN useradd --create-home --uid 1000 trainer && chmod 755 /tmp\nUSER trainer\n"),
+    Layer("pytorch-gloo-ifname", "pytorch", "GLOO_SOCKET_IFNAME names an interface that does not exist",
+          "ENV GLOO_SOCKET_IFNAME=nonexistent0\n"),
+    Layer("pytorch-worker-hangs", "pytorch", "DataLoader worker 1 deadlocks",
+          _append(f"{SITE}/torch/utils/data/_utils/worker.py", _WORKER_HANGS)),
+    Layer("pytorch-worker-crashes", "pytorch", "DataLoader worker 1 segfaults",
+          _append(f"{SITE}/torch/utils/data/_utils/worker.py", _WORKER_CRASHES)),
+    Layer("pytorch-rank-crashes", "pytorch", "DDP rank 1 segfaults",
+          _append(f"{SITE}/torch/nn/parallel/distributed.py", _RANK1_CRASHES)),
+    Layer("pytorch-notorchrun", "pytorch", "no `torchrun` in the image", "RUN rm /opt/venv/bin/torchrun\n"),
+    Layer("pytorch-entrypoint-ignores", "pytorch", "an entrypoint that ignores the command and exits",
+          'ENTRYPOINT ["python3", "-c", "print(\'notebook server ready\')"]\n'),
+    Layer("pytorch-entrypoint-blocks", "pytorch", "an entrypoint that ignores the command and runs forever",
+          'ENTRYPOINT ["/bin/sh", "-c", "echo serving; exec sleep infinity"]\n'),
+    Layer("tensorflow-profile-nostatic", "tensorflow", "the profile plugin without its static frontend",
+          f"RUN rm -rf {SITE}/xprof/static\n"),
     # tensorboard 2.20 imports pkg_resources on start; setuptools 82 dropped it.
-    Recipe("tensorflow-setuptools82", "tensorflow",
-           f"{_PIP} --no-deps tensorboard==2.20.0 'setuptools>=82'"),
-    Recipe("pytorch-mislabelled", "pytorch", "",
-           {"io.dl-images.framework-version": "2.12.0+cpu"}),
+    Layer("tensorflow-setuptools82", "tensorflow", "tensorboard 2.20 with setuptools 82 (crashes on start)",
+          "COPY wheels /tmp/imgtest-wheels\n"
+          "RUN /opt/venv/bin/python -m pip install --no-index --no-deps /tmp/imgtest-wheels/*.whl"
+          " && rm -rf /tmp/imgtest-wheels\n",
+          wheels=("tensorboard==2.20.0", "setuptools==82.0.0")),
 ]}
+RECIPES = {**{name: None for name in DEV_CELLS}, **LAYERS}  # every fixture name
 
 
-def _docker(*args: str, timeout: float = 120, check: bool = True, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=check, **kw)
+def _docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=check)
 
 
-def image_exists(ref: str) -> bool:
-    return _docker("image", "inspect", ref, check=False, timeout=60).returncode == 0
+def image_id(ref: str) -> str | None:
+    proc = _docker("image", "inspect", "--format", "{{.Id}}", ref, check=False, timeout=60)
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def recipe_ref(name: str) -> str:
-    """The content-addressed tag of a recipe: its own fields plus its parent's tag."""
-    recipe = RECIPES[name]
-    parent = recipe_ref(recipe.parent) if recipe.parent else "debootstrap:bookworm:minbase"
-    body = json.dumps([parent, recipe.script, sorted(recipe.labels.items())]).encode()
-    return f"{PREFIX}-{name}:{hashlib.sha256(body).hexdigest()[:12]}"
+def dev_image(name: str) -> str:
+    """This commit's dev image of a CPU cell, built (or retagged) by buildtool and tagged locally."""
+    from buildtool.build.builder import Builder, BuildOptions
+    from buildtool.matrix.plan import Settings, git_revision, plan_cell
+    from buildtool.matrix.schema import load_matrix
+
+    matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates")
+    settings = Settings(registry=DEV_REGISTRY, release_registry=DEV_REGISTRY, base_mirror="127.0.0.1:5000")
+    revision = git_revision(REPO)
+    plan = plan_cell(next(c for c in matrix.cells if c.key == DEV_CELLS[name]), settings, revision)
+    with tempfile.TemporaryDirectory(prefix="t-imgtest-build-") as logs:
+        (result,) = Builder(REPO, matrix.source, settings, revision, BuildOptions(push=False, log_dir=Path(logs)),
+                            log=lambda line: print(line, file=sys.stderr)).run([plan])
+        if not result.ok:
+            raise RuntimeError(f"building the {plan.cell.key} dev image failed: {result.message}")
+    ident = image_id(plan.dev_ref)
+    assert ident, plan.dev_ref
+    ref = f"{PREFIX}-{name}:{ident.split(':')[-1][:12]}"
+    _docker("tag", plan.dev_ref, ref)
+    return ref
 
 
-def _build_debian(ref: str) -> None:
-    root = Path(tempfile.mkdtemp(prefix="t-imgtest-rootfs-"))
-    try:
-        subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(root / "fs")], check=True,
-                       capture_output=True, timeout=BASE_TIMEOUT_S)
-        tar = subprocess.Popen(["tar", "-C", str(root / "fs"), "-c", "."], stdout=subprocess.PIPE)
-        try:
-            subprocess.run([DOCKER, "import", "--change", 'CMD ["bash"]', "-", ref], stdin=tar.stdout, check=True,
-                           capture_output=True, timeout=BASE_TIMEOUT_S)
-        finally:
-            tar.wait(timeout=60)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def layer_ref(layer: Layer, parent_ref: str) -> str:
+    parent_id = image_id(parent_ref) or parent_ref
+    body = "\0".join([parent_id, layer.dockerfile, *layer.wheels]).encode()
+    return f"{PREFIX}-{layer.name}:{hashlib.sha256(body).hexdigest()[:12]}"
 
 
-def _pip_mounts_and_env() -> tuple[list[str], str]:
-    mounts, env = [], []
-    if CA_BUNDLE.is_file():
-        mounts += ["-v", f"{CA_BUNDLE}:/run/imgtest-ca.pem:ro"]
-        env.append("PIP_CERT=/run/imgtest-ca.pem")
-    links = [p for p in LOCAL_PIP_DIRS[:1] if p.is_dir()]
-    indexes = [p for p in LOCAL_PIP_DIRS[1:3] if (p / "simple").is_dir()]
-    for path in {*links, *indexes}:
-        mounts += ["-v", f"{path}:{path}:ro"]
-    if links:
-        env.append(f"PIP_FIND_LINKS={links[0]}")
-    if indexes:
-        env.append("PIP_EXTRA_INDEX_URL='" + " ".join(f"file://{p}/simple" for p in indexes) + "'")
-    return mounts, " ".join(env)
+def _context(layer: Layer, parent_ref: str, folder: Path) -> None:
+    relabel = (f'LABEL {label_keys.CONTENT_KEY}="fixture:{layer.name}" io.dl-images.fixture="true" '
+               f'io.dl-images.fixture.fault="{layer.name}"\n')
+    (folder / "Dockerfile").write_text(f"FROM {parent_ref}\n{layer.dockerfile}{relabel}")
+    if layer.wheels:
+        (folder / "wheels").mkdir()
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "--dest", str(folder / "wheels"), *layer.wheels], check=True, capture_output=True,
+                       timeout=BUILD_TIMEOUT_S)
 
 
-def _build_step(recipe: Recipe, parent: str, ref: str) -> None:
-    name = f"{PREFIX}-build-{uuid.uuid4().hex[:8]}"
-    changes = ["ENV VIRTUAL_ENV=/opt/venv", "ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:"
-               "/usr/bin:/sbin:/bin", "ENV PYTHONDONTWRITEBYTECODE=1", "WORKDIR /workspace", 'CMD ["bash"]']
-    changes += [f"LABEL {k}={json.dumps(v)}" for k, v in sorted(recipe.labels.items())]
-    try:
-        mounts, env = _pip_mounts_and_env()
-        script = f"set -e; export {env}; {recipe.script}" if env else f"set -e; {recipe.script}"
-        _docker("run", "--name", name, "--network", "host", *mounts, parent, "bash", "-c",
-                script if recipe.script else "true", timeout=STEP_TIMEOUT_S)
-        args = [arg for change in changes for arg in ("--change", change)]
-        _docker("commit", *args, name, ref, timeout=600)
-    except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"building fixture {ref} failed: {exc.stderr[-2000:]}") from None
-    finally:
-        _docker("rm", "-f", name, check=False, timeout=120)
+def build_layer(layer: Layer, parent_ref: str, ref: str) -> None:
+    import docker
+
+    client = docker.from_env(timeout=BUILD_TIMEOUT_S)
+    with tempfile.TemporaryDirectory(prefix="t-imgtest-ctx-") as tmp:
+        folder = Path(tmp)
+        _context(layer, parent_ref, folder)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(folder, arcname=".")
+        buf.seek(0)
+        # The classic builder: BuildKit here resolves FROM through a registry, not the local store.
+        log = []
+        for chunk in client.api.build(fileobj=buf, custom_context=True, tag=ref, rm=True, forcerm=True,
+                                      decode=True, pull=False, network_mode="none"):
+            log.append(str(chunk.get("stream") or chunk.get("error") or ""))
+            if "error" in chunk:
+                raise RuntimeError(f"building fixture {ref} failed: {chunk['error']}\n{''.join(log)[-2000:]}")
+
+
+_DEV: dict[str, str] = {}
 
 
 def ensure(name: str) -> str:
-    """Build (or reuse) the fixture image `name` and its parents; returns its reference."""
-    ref = recipe_ref(name)
-    if image_exists(ref):
-        return ref
-    recipe = RECIPES[name]
-    if not recipe.parent:
-        _build_debian(ref)
-    else:
-        _build_step(recipe, ensure(recipe.parent), ref)
+    """Build (or reuse) the fixture image `name` and its parents; returns its local reference."""
+    if name in DEV_CELLS:
+        if name not in _DEV:
+            _DEV[name] = dev_image(name)
+        return _DEV[name]
+    layer = LAYERS[name]
+    parent = ensure(layer.parent)
+    ref = layer_ref(layer, parent)
+    if image_id(ref) is None:
+        build_layer(layer, parent, ref)
     return ref
 
 

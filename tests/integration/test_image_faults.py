@@ -1,16 +1,22 @@
-"""Fault injection: every image-test check passes on a good image and fails, naming the cause,
-on a real image or container that has the fault it is for.
+"""Fault injection: every image-test check passes on healthy images and fails, naming the cause
+on the first line of its message (the line the console prints), on a real image or container
+that has the fault it is for.
 
-Images come from fixture_images (one good PyTorch CPU image, one good TensorFlow CPU image,
-thin broken layers on top), built once and reused by their content-hash tags. Faults that are
-about how a container is run (a 64 MB /dev/shm, ranks that cannot reach each other, a peer
-that never joins) are the good image started with different flags.
+Images come from fixture_images: this commit's real CPU dev images, and thin layers over them
+that each add one fault, or one healthy oddity for the controls (banners everywhere, an
+entrypoint that talks, another user). Faults that are about how a container is run (a small
+/dev/shm, a ulimit, ranks that cannot reach each other, a peer that never joins) are the dev
+image started with different flags. Each fault is validated with `-k` restricted to the checks
+meant for it (a restricted run is never a verdict for release); the controls run everything.
+What it costs is printed per validation (pytest -s) and summed in the report.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,8 @@ from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
+GPU_TESTS = ("test_gpus_visible", "test_ddp_nccl_allreduce_busbw", "test_profiler_cuda_kernels",
+             "test_collectives_give_known_results_with_nccl")
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +50,10 @@ def validate(matrix, tmp_path_factory):
 
     def _validate(image: str, **overrides: Any) -> dict[str, Any]:
         options = Options(store=False, reports=reports, **overrides)
-        return validate_image(image, matrix, REPO, options, log=lambda line: None)
+        started = time.monotonic()
+        verdict = validate_image(image, matrix, REPO, options, log=lambda line: None)
+        print(f"\n[cost] validate {image} -k {overrides.get('select')!r}: {time.monotonic() - started:.0f}s")
+        return verdict
 
     return _validate
 
@@ -51,88 +62,203 @@ def results(verdict: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["id"].split("::")[-1]: t for t in verdict["tests"]}
 
 
-def assert_fails(verdict: dict[str, Any], test: str, *causes: str) -> None:
-    """`test` failed, and its message names one of `causes`."""
+def assert_fails(verdict: dict[str, Any], test: str, *causes: str, absent: tuple[str, ...] = ()) -> None:
+    """`test` failed, and the first line of its message names every one of `causes`."""
     assert verdict["result"] == "failed", verdict
     found = results(verdict)
     assert test in found, f"{test} did not run: {sorted(found)}"
     outcome = found[test]
     assert outcome["result"] == "failed", f"{test} did not fail: {outcome}"
-    print(f"{test}: {outcome['message'].splitlines()[0]}")  # shown with -rA: what a user reads
-    assert any(c.lower() in outcome["message"].lower() for c in causes), (
-        f"{test} failed without naming {causes}: {outcome['message']}")
+    line = outcome["message"].splitlines()[0] if outcome["message"] else ""
+    print(f"{test}: {line}")  # shown with -rA/-s: what a user reads
+    missing = [c for c in causes if c.lower() not in line.lower()]
+    assert not missing, f"{test}'s first line does not name {missing}: {line}"
+    wrong = [a for a in absent if a.lower() in outcome["message"].lower()]
+    assert not wrong, f"{test} blames {wrong}, which is not the cause: {outcome['message']}"
 
 
-@pytest.fixture(scope="session")
-def good_pytorch(images, validate) -> dict[str, Any]:
-    return validate(images["pytorch"], peers={"tensorflow": images["tensorflow"]}, join_timeout_s=120)
-
-
-@pytest.fixture(scope="session")
-def good_tensorflow(images, validate) -> dict[str, Any]:
-    return validate(images["tensorflow"], peers={"pytorch": images["pytorch"]})
-
-
-def test_good_pytorch_image_passes_every_check(good_pytorch):
-    found = results(good_pytorch)
+def assert_all_pass(verdict: dict[str, Any], must_pass: tuple[str, ...]) -> None:
+    found = results(verdict)
     failed = {k: v["message"] for k, v in found.items() if v["result"] == "failed"}
     assert not failed, failed
-    assert good_pytorch["result"] == "passed"
-    for name in ("test_shm_size_matches_run_profile", "test_workers_pass_large_batches_through_shm",
-                 "test_framework_version", "test_ddp_loss_falls", "test_ddp_ranks_end_identical",
-                 "test_two_nodes_rendezvous_and_agree", "test_missing_peer_fails_with_clear_timeout",
-                 "test_profiler_plugin_active", "test_profiler_views", "test_profiler_worker_overview",
-                 "test_tensorboard_answers_on_empty_logdir", "test_our_tensorboard_reads_other_frameworks_events",
-                 "test_other_tensorboard_reads_our_events"):
+    assert verdict["result"] == "passed", verdict.get("problem") or verdict["result"]
+    for name in must_pass:
         assert found[name]["result"] == "passed", (name, found[name])
     # No GPU here: the GPU paths are reported as skipped, with the reason, never as passed.
-    for name in ("test_ddp_nccl_allreduce_busbw", "test_profiler_cuda_kernels", "test_gpus_visible"):
-        assert found[name]["result"] == "skipped" and "no GPU" in found[name]["skip_reason"], found[name]
+    for name in GPU_TESTS:
+        if name in found:
+            assert found[name]["result"] == "skipped" and "no GPUs" in found[name]["skip_reason"], found[name]
 
 
-def test_good_tensorflow_image_passes_every_check(good_tensorflow):
-    found = results(good_tensorflow)
-    failed = {k: v["message"] for k, v in found.items() if v["result"] == "failed"}
-    assert not failed, failed
-    for name in ("test_tensorboard_serves_scalars", "test_profile_plugin_loaded", "test_tf_writes_profile",
-                 "test_shm_size_matches_run_profile", "test_workers_pass_large_batches_through_shm",
-                 "test_our_tensorboard_reads_other_frameworks_events"):
-        assert found[name]["result"] == "passed", (name, found[name])
+# -- controls: unusual but healthy images pass every check ------------------------------------------
 
 
-def test_shm_64m_is_caught(images, validate):
-    verdict = validate(images["pytorch"], select="shm", extra_run_flags=["--shm-size=64m"])
-    assert_fails(verdict, "test_shm_size_matches_run_profile", "/dev/shm is 64 MiB")
-    assert_fails(verdict, "test_workers_pass_large_batches_through_shm", "out of shared memory")
+@pytest.fixture(scope="session")
+def banners_pytorch(images, validate) -> dict[str, Any]:
+    return validate(images["pytorch-banners"], peers={"tensorflow": images["tensorflow-banners"]},
+                    join_timeout_s=120)
 
 
-def test_missing_torch_tb_profiler_is_caught(images, validate):
-    verdict = validate(images["pytorch-noprofiler"], select="profiler_plugin_active or profiler_views")
-    assert_fails(verdict, "test_profiler_plugin_active", "no pytorch_profiler plugin", "torch-tb-profiler")
+def test_pytorch_with_banners_and_another_user_passes_every_check(banners_pytorch):
+    """profile.d, bashrc, BASH_ENV and motd banners, an NGC-like entrypoint that prints and execs,
+    a start-up hook that prints at every Python start, and uid 1000 as the default user."""
+    assert_all_pass(banners_pytorch, (
+        "test_ulimit[stack]", "test_shm_size_matches_run_profile", "test_workers_pass_large_batches_through_shm",
+        "test_python_version", "test_framework_version", "test_labels_state_the_matrix_cell",
+        "test_labels_state_the_image_contents", "test_image_user_can_write_in_its_workdir",
+        "test_image_user_can_write_tmp", "test_entrypoint_runs_the_command", "test_ddp_loss_falls",
+        "test_ddp_ranks_end_identical", "test_ddp_checkpoint_saved_in_workdir",
+        "test_collectives_give_known_results_on_cpu", "test_two_nodes_rendezvous_and_agree",
+        "test_missing_peer_fails_with_clear_timeout", "test_profiler_plugin_active", "test_profiler_views",
+        "test_profiler_worker_overview", "test_profiler_frontend_served", "test_tensorboard_answers_on_empty_logdir",
+        "test_our_tensorboard_reads_other_frameworks_events", "test_other_tensorboard_reads_our_events"))
 
 
-def test_tensorboard_broken_by_setuptools82_is_caught(images, validate):
-    verdict = validate(images["tensorflow-setuptools82"], select="serves_scalars")
-    assert_fails(verdict, "test_tensorboard_serves_scalars", "pkg_resources")
+def test_tensorflow_with_banners_and_another_user_passes_every_check(images, validate):
+    verdict = validate(images["tensorflow-banners"], peers={"pytorch": images["pytorch-banners"]})
+    assert_all_pass(verdict, (
+        "test_ulimit[stack]", "test_shm_size_matches_run_profile", "test_workers_pass_large_batches_through_shm",
+        "test_labels_state_the_matrix_cell", "test_labels_state_the_image_contents",
+        "test_image_user_can_write_in_its_workdir", "test_entrypoint_runs_the_command",
+        "test_tensorboard_serves_scalars", "test_profile_plugin_loaded", "test_profile_plugin_frontend_served",
+        "test_tf_writes_profile", "test_our_tensorboard_reads_other_frameworks_events"))
 
 
-def test_ddp_ranks_that_cannot_reach_each_other_are_caught(images, validate):
-    # No network but loopback, and a master address on another host: rank 0's store is unreachable.
-    verdict = validate(images["pytorch"], select="ddp_loss_falls", extra_run_flags=["--network=none"],
-                       ddp_master_addr="192.0.2.1", ddp_timeout_s=20)
-    assert_fails(verdict, "test_ddp_loss_falls", "could not reach each other")
+# -- faults: each caught by the check meant for it, the cause on the first line --------------------
 
 
-def test_missing_rendezvous_peer_is_caught(images, validate):
-    # The second node cannot reach the rendezvous endpoint (no network): it never joins.
-    verdict = validate(images["pytorch"], select="two_nodes", peer_run_flags=["--network=none"],
-                       join_timeout_s=15)
-    assert_fails(verdict, "test_two_nodes_rendezvous_and_agree", "rendezvous timed out")
+@dataclass(frozen=True)
+class Fault:
+    image: str
+    select: str
+    fails: dict[str, tuple[str, ...]]            # test -> what its first line must name
+    overrides: dict[str, Any] = field(default_factory=dict)
+    absent: tuple[str, ...] = ()                 # words that would blame the wrong cause
+    passes: tuple[str, ...] = ()                 # checks that (rightly or tellingly) still pass
+    skipped: tuple[str, ...] = ()                # GPU checks: a skip even when their setup fails
 
 
-def test_contents_mismatch_is_caught(images, validate):
-    verdict = validate(images["pytorch-mislabelled"], select="framework_version")
-    assert_fails(verdict, "test_framework_version", "claims torch 2.12.0+cpu but the image contains torch 2.13.0+cpu")
+FAULTS: dict[str, Fault] = {
+    "labels-lie": Fault("pytorch-labels-lie", "labels", {
+        "test_labels_state_the_matrix_cell": (
+            "io.dl-images.python='3.12', but matrix cell pytorch-cpu:2.13 says '3.11'",
+            "org.opencontainers.image.version='2.14', but matrix cell pytorch-cpu:2.13 says '2.13'",
+            "io.dl-images.accelerator='cuda', but matrix cell pytorch-cpu:2.13 says 'cpu'"),
+        "test_labels_state_the_image_contents": (
+            "says Python 3.12, but the image's python3 is 3.11",
+            "says version 2.14, but the image contains torch 2.13.0+cpu",
+            "says cuda, but torch in the image is built without CUDA")}),
+    "framework-version-label": Fault("pytorch-mislabelled", "framework_version", {
+        "test_framework_version": ("claims torch 2.12.0+cpu but the image contains torch 2.13.0+cpu",)}),
+    "profiler-static-removed": Fault("pytorch-profiler-nostatic", "profiler_frontend or profiler_views", {
+        "test_profiler_frontend_served": ("tab would not render", "index.html answered 404")},
+        passes=("test_profiler_views",)),  # its JSON API still answers: why the frontend check exists
+    "profiler-entry-point-gone": Fault("pytorch-profiler-noentrypoint", "profiler_plugin_active or cuda_kernels", {
+        "test_profiler_plugin_active": ("torch-tb-profiler 0.4.3 is installed but declares no `tensorboard_plugins` "
+                                        "entry point",)},
+        absent=("not installed",), skipped=("test_profiler_cuda_kernels",)),
+    "profiler-uninstalled": Fault("pytorch-noprofiler", "profiler_plugin_active", {
+        "test_profiler_plugin_active": ("torch-tb-profiler is not installed",)}),
+    "tensorboard-script-gone": Fault("pytorch-notensorboard", "profiler", {
+        "test_profiler_plugin_active": ("no `tensorboard` command on PATH",),
+        "test_tensorboard_answers_on_empty_logdir": ("no `tensorboard` command on PATH",)},
+        skipped=("test_profiler_cuda_kernels",)),
+    # DDP's reducer does not call it (test_ddp passes on this image): why the collective check exists.
+    "all-reduce-noop": Fault("pytorch-allreduce-noop", "collectives", {
+        "test_collectives_give_known_results_on_cpu": ("all_reduce(SUM) on rank 0 gave [1.0",
+                                                       "expected [3.0")}),
+    "user-cannot-write-workdir": Fault("pytorch-nobody", "test_user or ddp_checkpoint or profiler_writes", {
+        "test_image_user_can_write_in_its_workdir": ("user 65534 (nobody) cannot write in its working directory "
+                                                     "/workspace: PermissionError",),
+        "test_ddp_checkpoint_saved_in_workdir": ("Permission denied", "/workspace/imgtest-checkpoint-"),
+        "test_profiler_writes_trace": ("/workspace/imgtest-profiler-",)}),
+    "tmp-not-writable": Fault("pytorch-tmp-readonly", "test_user", {
+        "test_image_user_can_write_tmp": ("user 1000 (trainer) cannot write in /tmp: PermissionError",
+                                          "'/tmp/")}),
+    "gloo-interface-missing": Fault("pytorch-gloo-ifname", "ddp_loss or collectives", {
+        "test_ddp_loss_falls": ("failed: rank", "RuntimeError", "Unable to find address for: nonexistent0"),
+        "test_collectives_give_known_results_on_cpu": ("Unable to find address for: nonexistent0",)},
+        absent=("SIGTERM", "exitcode -15")),
+    "dataloader-worker-hangs": Fault("pytorch-worker-hangs", "workers_pass", {
+        "test_workers_pass_large_batches_through_shm": ("worker 1 (pid", "hung: no batch within 30s")},
+        absent=("out of shared memory", "waiter.acquire")),
+    "dataloader-worker-crashes": Fault("pytorch-worker-crashes", "workers_pass", {
+        "test_workers_pass_large_batches_through_shm": ("worker 1 (pid", "died with SIGSEGV")},
+        absent=("out of shared memory", "os.waitpid")),
+    "ddp-rank-crashes": Fault("pytorch-rank-crashes", "ddp_loss", {
+        "test_ddp_loss_falls": ("rank 1 died: Fatal Python error: Segmentation fault",)}),
+    "no-torchrun": Fault("pytorch-notorchrun", "missing_peer", {
+        "test_missing_peer_fails_with_clear_timeout": ("torchrun: not found in the image",)}),
+    "entrypoint-ignores-command": Fault("pytorch-entrypoint-ignores", "entrypoint or python_version", {
+        "test_entrypoint_runs_the_command": ("did not run the command: the image's entrypoint",
+                                             "notebook server ready"),
+        "test_python_version": ("the container stopped (exit code 0): the image's entrypoint",)}),
+    "entrypoint-runs-something-else": Fault("pytorch-entrypoint-blocks", "entrypoint", {
+        "test_entrypoint_runs_the_command": ("did not run within 20s", "keeps the container running without "
+                                             "running the command")}),
+    "run-flags-shm-and-ulimit": Fault("pytorch", "shm or ulimit", {
+        "test_shm_size_matches_run_profile": ("/dev/shm is 64 MiB but the run profile promises 8g",
+                                              "run.shm_size of pytorch-cpu:2.13 in matrix.yaml"),
+        "test_workers_pass_large_batches_through_shm": ("could not put a 96 MiB batch into shared memory",
+                                                        "out of shared memory",
+                                                        "raise run.shm_size of pytorch-cpu:2.13"),
+        "test_ulimit[stack]": ("ulimit stack in the container is 8388608", "asks for 67108864")},
+        overrides={"extra_run_flags": ["--shm-size=64m", "--ulimit=stack=8388608"]},
+        absent=("--shm-size=64m",)),
+    "shm-256m": Fault("pytorch", "shm_size", {
+        "test_shm_size_matches_run_profile": ("/dev/shm is 256 MiB but the run profile promises 8g",
+                                              "run.shm_size of pytorch-cpu:2.13 in matrix.yaml")},
+        overrides={"extra_run_flags": ["--shm-size=256m"]}, absent=("--shm-size=256m",)),
+    "ddp-ranks-unreachable": Fault("pytorch", "ddp_loss", {
+        "test_ddp_loss_falls": ("could not reach each other through 192.0.2.1",)},
+        # No network but loopback, and a master address on another host: rank 0's store is unreachable.
+        overrides={"extra_run_flags": ["--network=none"], "ddp_master_addr": "192.0.2.1", "ddp_timeout_s": 20}),
+    "rendezvous-peer-cannot-reach": Fault("pytorch", "two_nodes", {
+        "test_two_nodes_rendezvous_and_agree": ("rendezvous timed out after", "the second node never joined",
+                                                "RendezvousTimeoutError")},
+        # The second node has no network: it cannot reach the rendezvous endpoint and never joins.
+        overrides={"peer_run_flags": ["--network=none"], "join_timeout_s": 15}),
+    "tensorflow-profile-static-removed": Fault("tensorflow-profile-nostatic", "profile_plugin", {
+        "test_profile_plugin_frontend_served": ("profile tab would not render", "index.html answered 404")},
+        passes=("test_profile_plugin_loaded",)),
+    "tensorflow-tensorboard-crashes": Fault("tensorflow-setuptools82", "serves_scalars", {
+        "test_tensorboard_serves_scalars": ("TensorBoard exited with code", "pkg_resources")}),
+    "tensorflow-shm-64m": Fault("tensorflow", "workers_pass", {
+        "test_workers_pass_large_batches_through_shm": ("worker", "died with SIGBUS: out of shared memory")},
+        overrides={"extra_run_flags": ["--shm-size=64m"]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_fault_is_caught_naming_its_cause(name, images, validate):
+    fault = FAULTS[name]
+    verdict = validate(images[fault.image], select=fault.select, **fault.overrides)
+    for test, causes in fault.fails.items():
+        assert_fails(verdict, test, *causes, absent=fault.absent)
+    found = results(verdict)
+    for test in fault.passes:
+        assert found[test]["result"] == "passed", (test, found[test])
+    for test in fault.skipped:
+        assert found[test]["result"] == "skipped" and found[test]["skip_code"] == "gpu-not-in-cell", found[test]
+
+
+def test_hang_is_bounded_by_the_deadline_and_validation_goes_on(images, run_cli, tmp_path):
+    """`import torch` sleeps 600 s: each probe fails at its own timeout or at what is left of the
+    image's deadline, naming the step and the time it was given; the next image is validated."""
+    started = time.monotonic()
+    code, out, err = run_cli("validate", images["pytorch-import-hangs"], images["pytorch"], "--no-store", "--json",
+                             "-k", "contents or collectives", "--deadline", "100", "--reports", str(tmp_path),
+                             "--matrix", str(REPO / "matrix.yaml"))
+    print(f"\n[cost] the hang and a healthy image, deadline 100s: {time.monotonic() - started:.0f}s")
+    assert code == 1, err
+    hung, healthy = json.loads(out)
+    assert_fails(hung, "test_python_version", "import torch and read its version hung: no result within 60s")
+    assert_fails(hung, "test_collectives_give_known_results_on_cpu", "hung: no result within",
+                 "all that was left of the image's 100s deadline")
+    assert results(hung)["test_collectives_give_known_results_with_nccl"]["result"] == "skipped"
+    assert hung["deadline_s"] == 100
+    print(f"hang: validated in {hung['duration_s']:.0f}s against a 100s deadline")
+    assert healthy["result"] == "passed", healthy  # validation went on with the next image
 
 
 # -- the command line: exit codes and verdicts stored by digest ------------------------------------
@@ -140,7 +266,7 @@ def test_contents_mismatch_is_caught(images, validate):
 
 @pytest.fixture(scope="session")
 def pushed_pytorch(images) -> str:
-    """The good PyTorch fixture in the local registry, as a dev image would be."""
+    """The PyTorch dev image in the local registry under a fixture name, as a dev image would be."""
     import subprocess
 
     ref = f"127.0.0.1:5000/{images['pytorch'].replace(':', '-dev:')}"

@@ -1,0 +1,359 @@
+"""Unit tests of the image-test machinery that need no engine: the probe supervisor (run here with
+this machine's Python, as it runs inside an image), result recording (an interrupted test never
+passes; a GPU check without GPUs is a skip before its fixtures; a spent deadline means not run),
+cause naming from rank and worker files, and what validate asks of labels and deadlines."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from buildtool.common.errors import MatrixError
+from buildtool.contracts import label_keys
+from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
+from buildtool.matrix.schema import load_matrix, parse_matrix
+from buildtool.matrix.yamlsource import load_yaml
+from buildtool.validate import runner
+from buildtool.validate.labels import dockerfile_labels, label_checks, template_labels, version_proof
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS_DIR = REPO / "image-tests"
+SUPERVISE = TESTS_DIR / "scripts" / "supervise.py"
+sys.path.insert(0, str(TESTS_DIR))
+sys.path.insert(0, str(TESTS_DIR / "common"))
+import harness  # noqa: E402
+import ranks  # noqa: E402
+import test_labels as labels_test  # noqa: E402
+import test_shm as shm_test  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(REPO / "matrix.yaml", REPO / "templates")
+
+
+def cell_of(matrix, key):
+    return next(c for c in matrix.cells if c.key == key)
+
+
+# -- the supervisor ---------------------------------------------------------------------------------
+
+
+def supervise(tmp_path: Path, timeout: float, *argv: str) -> dict:
+    out = tmp_path / "probe"
+    out.mkdir()
+    subprocess.run([sys.executable, "-I", "-S", str(SUPERVISE), str(out), str(timeout), "unit-step", "--", *argv],
+                   check=True, timeout=timeout + 30)
+    return json.loads((out / "exit.json").read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_supervisor_kills_a_hung_probe_and_what_it_started(tmp_path):
+    code = textwrap.dedent("""
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+        open(os.path.join(os.environ["IMAGETEST_OUT"], "child.pid"), "w").write(str(child.pid))
+        time.sleep(300)
+    """)
+    record = supervise(tmp_path, 2, sys.executable, "-c", code)
+    assert record["timed_out"] and record["signal"] == signal.SIGTERM and record["leftovers"] >= 1
+    child = int((tmp_path / "probe" / "child.pid").read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "a process the probe started in its own session survived the probe"
+
+
+def test_supervisor_records_not_found_and_signals(tmp_path):
+    record = supervise(tmp_path, 10, "no-such-command-imgtest")
+    assert record["not_found"] and record["rc"] == 127 and "no-such-command-imgtest: not found" in record["error"]
+    shutil.rmtree(tmp_path / "probe")
+    record = supervise(tmp_path, 10, sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert record["signal"] == signal.SIGSEGV and not record["timed_out"]
+
+
+def test_output_never_decides_only_the_result_file(tmp_path):
+    code = ("import json, os; print('RESULT {\"fake\": true}'); "
+            "json.dump({'real': 1}, open(os.path.join(os.environ['IMAGETEST_OUT'], 'result.json'), 'w'))")
+    record = supervise(tmp_path, 10, sys.executable, "-c", code)
+    assert record["rc"] == 0
+    assert json.loads((tmp_path / "probe" / "result.json").read_text()) == {"real": 1}
+
+
+def test_probes_refuse_a_shell_string():
+    container = object.__new__(harness.Container)
+    with pytest.raises(TypeError, match="never a shell string"):
+        container.run("ulimit -s", step="x", timeout=1)
+
+
+def test_hang_message_names_the_step_and_its_time():
+    harness.set_deadline(0)
+    probe = harness.Probe(step="import torch", argv=["python3"], timeout=60, timed_out=True)
+    assert probe.cause() == "import torch hung: no result within 60s; killed"
+    harness.set_deadline(50, 480)
+    probe = harness.Probe(step="DDP", argv=["torchrun"], timeout=12, clamped=True, timed_out=True)
+    assert probe.cause() == "DDP hung: no result within 12s, all that was left of the image's 480s deadline; killed"
+    harness.set_deadline(0)
+
+
+# -- causes from rank files ----------------------------------------------------------------------------
+
+
+def rank_probe(tmp_path: Path, files: dict[str, object], rc: int = 1, **kw) -> harness.Probe:
+    for name, data in files.items():
+        (tmp_path / name).write_text(data if isinstance(data, str) else json.dumps(data))
+    return harness.Probe(step="torchrun DDP", argv=["torchrun"], timeout=60, rc=rc, dir=tmp_path, **kw)
+
+
+def test_rank_error_is_the_cause_not_the_ranks_torchrun_killed(tmp_path):
+    probe = rank_probe(tmp_path, {
+        "rank-0.start.json": {"rank": "0"}, "rank-1.start.json": {"rank": "1"},
+        "rank-1.json": {"rank": "1", "ok": False, "error": "RuntimeError: Unable to find address for: nonexistent0",
+                        "where": "distributed_c10d.py:2169"}})
+    assert ranks.cause(probe, "DDP") == ("DDP failed: rank 1: RuntimeError: Unable to find address for: nonexistent0 "
+                                         "(at distributed_c10d.py:2169)")
+
+
+def test_a_rank_killed_by_a_signal_is_named(tmp_path):
+    probe = rank_probe(tmp_path, {"rank-0.start.json": {}, "rank-1.start.json": {},
+                                  "rank-1.fault": "Fatal Python error: Segmentation fault\n\nCurrent thread ..."})
+    assert ranks.cause(probe, "DDP") == "DDP failed: rank 1 died: Fatal Python error: Segmentation fault"
+
+
+def test_launcher_errors_are_told_by_their_type(tmp_path):
+    message = {"message": {"message": "RendezvousTimeoutError: ", "extraInfo": {}}}
+    found = ranks.read(rank_probe(tmp_path, {ranks.LAUNCHER_ERROR_FILE: message}))
+    assert found.launcher_type == ranks.RENDEZVOUS_TIMEOUT
+    store = {"message": {"message": "DistNetworkError: The client socket has timed out after 20000ms while trying "
+                                    "to connect to (192.0.2.1, 29500).\nmore", "extraInfo": {}}}
+    probe = rank_probe(tmp_path, {ranks.LAUNCHER_ERROR_FILE: store})
+    cause = ranks.cause(probe, "DDP", "192.0.2.1:29500")
+    assert cause.startswith("DDP: the ranks could not reach each other through 192.0.2.1:29500: torchrun "
+                            "DistNetworkError: The client socket has timed out")
+    # The word "timeout" in some other error never makes it a rendezvous timeout.
+    other = {"message": {"message": "ValueError: bad timeout=timeout value", "extraInfo": {}}}
+    assert ranks.read(rank_probe(tmp_path, {ranks.LAUNCHER_ERROR_FILE: other})).launcher_type == "ValueError"
+
+
+def test_a_missing_torchrun_is_not_a_rendezvous_timeout(tmp_path):
+    probe = harness.Probe(step="torchrun", argv=["torchrun"], timeout=60, rc=127, not_found=True,
+                          error="torchrun: not found in the image (PATH=/usr/bin)", dir=tmp_path)
+    assert ranks.cause(probe, "torchrun") == "torchrun: torchrun: not found in the image (PATH=/usr/bin)"
+    assert ranks.read(probe).launcher_type == ""
+
+
+# -- DataLoader worker causes --------------------------------------------------------------------------
+
+
+SHM = {"size": 8 << 30, "free": 8 << 30}
+
+
+def test_worker_failures_name_the_worker_and_blame_shm_only_for_sigbus():
+    fix = "run.shm_size of pytorch-cpu:2.13 in matrix.yaml"
+    crashed = {"error": "RuntimeError: DataLoader worker (pid(s) 16) exited unexpectedly", "shm": SHM,
+               "workers": [{"worker": 0, "pid": 15, "alive": True, "exitcode": None},
+                           {"worker": 1, "pid": 16, "alive": False, "exitcode": -11}]}
+    line = shm_test.worker_failure(crashed, "a DataLoader", fix)
+    assert line.startswith("a DataLoader: worker 1 (pid 16) died with SIGSEGV") and "shared memory" not in line
+    bus = dict(crashed, workers=[{"worker": 0, "pid": 15, "alive": False, "exitcode": -7}],
+               shm={"size": 64 << 20, "free": 0})
+    line = shm_test.worker_failure(bus, "a DataLoader", fix)
+    assert "worker 0 (pid 15) died with SIGBUS: out of shared memory (/dev/shm 64 MiB, 0 B free)" in line
+    assert f"raise {fix}" in line
+    hung = {"error": "RuntimeError: DataLoader timed out after 30.0 seconds", "shm": SHM, "timeout_s": 30,
+            "timed_out": True,
+            "waiting_for": 1, "workers": [{"worker": 0, "pid": 15, "alive": True, "exitcode": None},
+                                          {"worker": 1, "pid": 16, "alive": True, "exitcode": None}]}
+    line = shm_test.worker_failure(hung, "a DataLoader", fix)
+    assert line.startswith("a DataLoader: worker 1 (pid 16) hung: no batch within 30s") and "out of" not in line
+    # A worker that raised is alive but did not hang: its own record names the error and /dev/shm's room.
+    small = {"size": 64 << 20, "free": 60 << 20}
+    error = "RuntimeError: unable to write to file </torch_1_2_3>: No space left on device"
+    raised = {"worker-0.json": {"worker": 0, "pid": 15, "bytes": 96 << 20, "shm": small, "error": error}}
+    line = shm_test.worker_failure(dict(hung, timed_out=False), "a DataLoader", fix, raised)
+    assert line.startswith("a DataLoader: worker 0 (pid 15) could not put a 96 MiB batch into shared memory")
+    assert "out of shared memory (/dev/shm 64 MiB, 60 MiB free); raise" in line and "hung" not in line
+    roomy = {"worker-0.json": dict(raised["worker-0.json"], shm=SHM, error="ValueError: bad batch")}
+    assert "out of shared memory" not in shm_test.worker_failure(dict(hung, timed_out=False), "a DataLoader", fix,
+                                                                  roomy)
+
+
+# -- labels ------------------------------------------------------------------------------------------------
+
+
+def test_dockerfile_labels_parse_continuations_and_quotes():
+    text = 'FROM x\n# LABEL a=b\nLABEL a="one two" \\\n      b=plain \\\n      c="say \\"hi\\""\nRUN true\n'
+    assert dockerfile_labels(text) == {"a": "one two", "b": "plain", "c": 'say "hi"'}
+
+
+def test_template_labels_are_what_the_committed_dockerfile_says(matrix):
+    for cell in matrix.cells:
+        committed = dockerfile_labels((REPO / cell.dockerfile).read_text())
+        rendered = template_labels(matrix, cell, REPO / "templates")
+        assert rendered == committed, cell.key
+        assert rendered[label_keys.OCI_VERSION] == cell.version and rendered[label_keys.PYTHON] == cell.python
+
+
+def test_every_template_label_is_checked_and_facts_are_labels(matrix):
+    cell = cell_of(matrix, "pytorch-cpu:2.13")
+    checks = {c["key"]: c for c in label_checks(matrix, cell, {}, REPO / "templates")}
+    assert set(template_labels(matrix, cell, REPO / "templates")) <= set(checks)
+    assert checks[label_keys.PYTHON]["fact"] == "python" and checks[label_keys.ACCELERATOR]["fact"] == "accelerator"
+    assert checks[label_keys.OCI_VERSION]["expected"] == "framework-release"
+    constants = {v for k, v in vars(label_keys).items() if k.isupper() and isinstance(v, str)}
+    assert set(label_keys.FACTS) <= constants
+
+
+def test_standin_labels_describe_upstream_and_are_not_checked_against_contents(matrix):
+    cell = cell_of(matrix, "pytorch-ngc:25.10")
+    labels = {label_keys.STANDIN: "true", label_keys.STANDIN_PYTHON: "3.11", label_keys.PYTHON: "3.12"}
+    checks = {c["key"]: c for c in label_checks(matrix, cell, labels, REPO / "templates")}
+    assert checks[label_keys.PYTHON]["fact"] == "" and "stand-in" in checks[label_keys.PYTHON]["note"]
+    assert checks[label_keys.STANDIN_PYTHON]["fact"] == "python"
+    assert checks[label_keys.PYTHON]["cell_value"] == "3.12"  # still what the matrix cell says
+    assert version_proof(cell) == "env:NVIDIA_PYTORCH_VERSION"
+
+
+def test_label_facts_against_contents():
+    target = {"framework": "pytorch", "framework_info": {"module": "torch"}}
+    contents = {"python": "3.11.2", "framework_version": "2.13.0+cpu", "cuda_build": "", "env": {}}
+    check = {"key": label_keys.PYTHON, "value": "3.12", "fact": "python"}
+    assert labels_test._content_mismatch(check, contents, target) == (
+        "label io.dl-images.python says Python 3.12, but the image's python3 is 3.11.2")
+    assert labels_test._content_mismatch(dict(check, value="3.11"), contents, target) == ""
+    version = {"key": label_keys.OCI_VERSION, "value": "2.14", "fact": "version", "expected": "framework-release"}
+    assert "contains torch 2.13.0+cpu" in labels_test._content_mismatch(version, contents, target)
+    assert labels_test._content_mismatch(dict(version, value="2.13"), contents, target) == ""
+    ngc = dict(version, value="25.10", expected="env:NVIDIA_PYTORCH_VERSION")
+    assert labels_test._content_mismatch(ngc, dict(contents, env={"NVIDIA_PYTORCH_VERSION": "25.10"}), target) == ""
+    assert "NVIDIA_PYTORCH_VERSION is 25.01" in labels_test._content_mismatch(
+        ngc, dict(contents, env={"NVIDIA_PYTORCH_VERSION": "25.01"}), target)
+    accel = {"key": label_keys.ACCELERATOR, "value": "cuda", "fact": "accelerator"}
+    assert "built without CUDA" in labels_test._content_mismatch(accel, contents, target)
+    cuda = {"key": label_keys.CUDA, "value": "13.0", "fact": "cuda"}
+    assert labels_test._content_mismatch(cuda, dict(contents, cuda_build="13.0"), target) == ""
+    assert "built with CUDA 12.8" in labels_test._content_mismatch(cuda, dict(contents, cuda_build="12.8"), target)
+
+
+# -- the matrix's deadline ------------------------------------------------------------------------------
+
+
+def test_deadlines_come_from_the_matrix(matrix, tmp_path):
+    assert cell_of(matrix, "pytorch-cpu:2.13").validate_deadline_s == 480
+    assert cell_of(matrix, "pytorch-ngc:25.10").validate_deadline_s == 1500
+    text = (REPO / "matrix.yaml").read_text().replace("    deadline_s: 480", "    deadline_s: 5")
+    (tmp_path / "matrix.yaml").write_text(text)
+    with pytest.raises(MatrixError, match=r"defaults\.validate\.deadline_s: must be between 60 and 10800"):
+        parse_matrix(load_yaml(tmp_path / "matrix.yaml"))
+
+
+# -- results: interrupted never passes; GPU skips before setup; deadline means not run --------------------
+
+
+def _target(tmp_path: Path, budget: float) -> Path:
+    info = FrameworkInfo(name="pytorch", module="torch", gpu_count_expr="0", events_writer=["x.py"])
+    target = Target(image="img", ref="img", digest="sha256:0", cell="pytorch-cpu:2.13", framework="pytorch",
+                    framework_info=info, accelerator="cpu", run_flags=[], shm_promised="8g",
+                    shm_expected_bytes=8 << 30, expect=Expectations(), run_id="unit", deadline_s=480,
+                    probe_budget_s=budget)
+    path = tmp_path / "target.json"
+    write_target(path, target)
+    return path
+
+
+def run_image_tests(tmp_path: Path, body: str, budget: float = 0) -> dict:
+    """pytest on a copy of image-tests' conftest and harness with one test file; its results JSON."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in ("conftest.py", "harness.py", "ranks.py", "pytest.ini"):
+        shutil.copy2(TESTS_DIR / name, suite / name)
+    (suite / "test_unit.py").write_text(textwrap.dedent(body))
+    results = tmp_path / "results.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-m", "pytest", str(suite), "-c", str(suite / "pytest.ini"), "--rootdir",
+                    str(suite), "--target", str(_target(tmp_path, budget)), "--results", str(results), "-q"],
+                   env=env, capture_output=True, text=True, timeout=120)
+    return {t["id"].split("::")[-1]: t for t in json.loads(results.read_text())["tests"]}
+
+
+def test_an_interrupted_test_is_failed_never_passed(tmp_path):
+    found = run_image_tests(tmp_path, """
+        import os, signal, time
+
+        def test_ok():
+            pass
+
+        def test_interrupted():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+
+        def test_after():
+            pass
+    """)
+    assert found["test_ok"]["result"] == "passed"
+    assert found["test_interrupted"]["result"] == "failed"
+    assert "interrupted while running (signal 15)" in found["test_interrupted"]["message"]
+    assert "test_after" not in found
+    assert not [t for t in found.values() if t["result"] not in ("passed", "failed", "skipped")]
+
+
+def test_a_gpu_check_without_gpus_is_skipped_before_its_fixtures(tmp_path):
+    found = run_image_tests(tmp_path, """
+        import pytest
+
+        @pytest.fixture
+        def broken():
+            raise RuntimeError("TensorBoard is broken")
+
+        @pytest.mark.gpu(what="CUDA kernels")
+        def test_kernels(broken):
+            pass
+    """)
+    assert found["test_kernels"]["result"] == "skipped"
+    assert found["test_kernels"]["skip_code"] == "gpu-not-in-cell" and "CUDA kernels" in found["test_kernels"][
+        "skip_reason"]
+
+
+def test_a_spent_deadline_fails_the_tests_as_not_run(tmp_path):
+    found = run_image_tests(tmp_path, """
+        import time
+
+        def test_slow():
+            time.sleep(1.5)
+
+        def test_next():
+            pass
+    """, budget=1)
+    assert found["test_slow"]["result"] == "passed"
+    assert found["test_next"]["result"] == "failed"
+    assert found["test_next"]["message"].startswith("not run: the image's validation deadline of 480s is spent")
+
+
+# -- validate's backstop ------------------------------------------------------------------------------------
+
+
+def test_pytest_is_stopped_at_the_deadline(tmp_path):
+    fired: list[bool] = []
+    argv = [sys.executable, "-c", "import time; print('working', flush=True); time.sleep(60)"]
+    rc = runner._run_pytest(argv, tmp_path, tmp_path / "log", 1, lambda line: None, fired)
+    assert fired and rc == -signal.SIGTERM
+    assert "ran out" in runner.deadline_problem(480, True, None, rc)
+    assert runner.deadline_problem(480, False, {"tests": [], "interrupted": ""}, 0) == ""
+    assert runner.overall_result(0, [{"result": "passed"}, {"result": "running"}]) == "failed"
