@@ -221,6 +221,17 @@ def test_every_template_label_is_checked_and_facts_are_labels(matrix):
     assert set(label_keys.FACTS) <= constants
 
 
+def test_run_profile_label_is_compared_in_one_spelling(matrix):
+    cell = cell_of(matrix, "pytorch-cpu:2.13")
+    spaced = json.dumps({"gpus": "none", "ipc": "private", "shm_size": "8g", "ulimits": {"stack": 67108864},
+                         "docker_flags": ["--shm-size=8g", "--ulimit=stack=67108864"]}, indent=2)
+    checks = {c["key"]: c for c in label_checks(matrix, cell, {label_keys.RUN_PROFILE: spaced}, REPO / "templates")}
+    assert checks[label_keys.RUN_PROFILE]["value"] == checks[label_keys.RUN_PROFILE]["cell_value"]
+    lie = spaced.replace('"8g"', '"64m"')
+    checks = {c["key"]: c for c in label_checks(matrix, cell, {label_keys.RUN_PROFILE: lie}, REPO / "templates")}
+    assert checks[label_keys.RUN_PROFILE]["value"] != checks[label_keys.RUN_PROFILE]["cell_value"]
+
+
 def test_standin_labels_describe_upstream_and_are_not_checked_against_contents(matrix):
     cell = cell_of(matrix, "pytorch-ngc:25.10")
     labels = {label_keys.STANDIN: "true", label_keys.STANDIN_PYTHON: "3.11", label_keys.PYTHON: "3.12"}

@@ -8,6 +8,7 @@ version). image-tests/common/test_labels.py compares them; this module only says
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,30 @@ def version_proof(cell: Cell) -> str:
     return f"env:{env}" if env else ""
 
 
+def _canonical(text: str | None) -> str | None:
+    """A JSON label in one spelling (sorted keys, compact), or the text itself when it is not JSON."""
+    if text is None:
+        return None
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text
+
+
+def run_profile_label(cell: Cell) -> str:
+    """What io.dl-images.run-profile must say for this cell (the run profile users are told to use)."""
+    run = cell.run
+    return json.dumps({"shm_size": run.shm_size, "ipc": run.ipc, "ulimits": dict(run.ulimits), "gpus": run.gpus,
+                       "docker_flags": run.docker_flags()}, sort_keys=True, separators=(",", ":"))
+
+
 def label_checks(matrix: Matrix, cell: Cell, labels: dict[str, str], templates_dir: Path) -> list[dict[str, Any]]:
     """One entry per label to check: its value on the image, the cell's value, the fact to prove inside."""
     standin = labels.get(label_keys.STANDIN) == "true"
     stated = template_labels(matrix, cell, templates_dir)
+    if label_keys.RUN_PROFILE in labels:  # a build-time label, but it states the cell's run profile
+        stated[label_keys.RUN_PROFILE] = run_profile_label(cell)
+        labels = {**labels, label_keys.RUN_PROFILE: _canonical(labels[label_keys.RUN_PROFILE]) or ""}
     checks: list[dict[str, Any]] = []
     for key in sorted(set(stated) | (set(label_keys.FACTS) & set(labels))):
         fact = label_keys.FACTS.get(key, "")

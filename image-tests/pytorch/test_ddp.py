@@ -12,6 +12,7 @@ from harness import free_port
 
 DDP_TIMEOUT_S = 60.0   # default for the ranks' rendezvous and collective timeout (target: ddp_timeout_s)
 DDP_RUN_S = 60.0       # on top of it: two Python start-ups, importing torch, 40 steps
+BUSBW_S = 180.0        # on GPUs, on top of that: the all-reduce bus bandwidth measurement
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def ddp_run(main, target, runner_gpus):
            "--master-addr", addr.split(":")[0], "--master-port", str(port),
            "--rdzv-conf", f"timeout={int(timeout)}", "/imagetests/ddp_train.py"]
     what = f"torchrun DDP ({nproc} ranks)"
-    probe = main.run(cmd, step=what, timeout=timeout + DDP_RUN_S,
+    probe = main.run(cmd, step=what, timeout=timeout + DDP_RUN_S + (BUSBW_S if runner_gpus else 0),
                      env={"DDP_TIMEOUT_S": str(int(timeout)), **ranks.LAUNCHER_ENV})
     cause = ranks.cause(probe, what, addr)
     assert not cause, cause

@@ -153,9 +153,9 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
     # every start-up as a site hook does.
     Layer("pytorch-import-hangs", "pytorch", "a start-up hook (.pth) makes `import torch` sleep 600 s",
           _py(f"{SITE}/imgtest_slow.py", _SLOW_TORCH) + f"RUN echo 'import imgtest_slow' > {SITE}/imgtest-slow.pth\n"),
-    Layer("pytorch-labels-lie", "pytorch", "labels that lie: Python 3.12, version 2.14, accelerator cuda",
-          'LABEL io.dl-images.python="3.12" org.opencontainers.image.version="2.14" '
-          'io.dl-images.accelerator="cuda"\n'),
+    Layer("pytorch-labels-lie", "pytorch", "labels that lie: Python 3.12, version 2.14, accelerator cuda, a "
+          "run profile of 64m", 'LABEL io.dl-images.python="3.12" org.opencontainers.image.version="2.14" '
+          'io.dl-images.accelerator="cuda" io.dl-images.run-profile="{\\"shm_size\\": \\"64m\\"}"\n'),
     Layer("pytorch-mislabelled", "pytorch", "framework-version label 2.12.0+cpu on torch 2.13.0+cpu",
           'LABEL io.dl-images.framework-version="2.12.0+cpu"\n'),
     Layer("pytorch-profiler-nostatic", "pytorch", "torch-tb-profiler without its static frontend",

@@ -143,7 +143,8 @@ FAULTS: dict[str, Fault] = {
         "test_labels_state_the_matrix_cell": (
             "io.dl-images.python='3.12', but matrix cell pytorch-cpu:2.13 says '3.11'",
             "org.opencontainers.image.version='2.14', but matrix cell pytorch-cpu:2.13 says '2.13'",
-            "io.dl-images.accelerator='cuda', but matrix cell pytorch-cpu:2.13 says 'cpu'"),
+            "io.dl-images.accelerator='cuda', but matrix cell pytorch-cpu:2.13 says 'cpu'",
+            """io.dl-images.run-profile='{"shm_size":"64m"}', but matrix cell pytorch-cpu:2.13 says"""),
         "test_labels_state_the_image_contents": (
             "says Python 3.12, but the image's python3 is 3.11",
             "says version 2.14, but the image contains torch 2.13.0+cpu",
