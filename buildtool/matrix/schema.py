@@ -141,7 +141,7 @@ class CellFields(_Strict):
     tests: list[TestGroup] | None = None
     use: StrictStr | None = None
     release: ReleaseTags | None = None
-    validate_: ValidateSettings | None = Field(None, alias="validate")  # `validate` would shadow BaseModel's
+    validate_: ValidateSettings | None = Field(default=None, alias="validate")  # `validate` would shadow BaseModel's
 
 
 class VersionSpec(CellFields):

@@ -143,6 +143,8 @@ DistributedDataParallel.__init__ = _imgtest_init
 """
 
 LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
+    # A Python image for fixtures that need nothing else (the PyTorch dev image, relabelled).
+    Layer("python", "pytorch", "a plain Python 3.11 image", ""),
     # -- controls: unusual but healthy ------------------------------------------------------------
     Layer("pytorch-banners", "pytorch", "banners everywhere (profile.d, bashrc, BASH_ENV, motd, an NGC-like "
           "entrypoint that prints and execs, a start-up hook that prints at every Python start), run as another "
