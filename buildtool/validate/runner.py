@@ -9,9 +9,9 @@ GPU paths run only where `nvidia-smi` on the host finds GPUs; elsewhere they are
 skipped with the reason, never as passed.
 
 Bounded in time: the cell's `validate.deadline_s` (matrix) is the image's whole budget. The image
-tests cut every probe to what is left of it and report a hang as the step that hung; pytest
-itself is stopped shortly after the deadline as a backstop, and the tests it did not finish are
-failed, never passed. Validation then goes on with the next image.
+tests cut every probe to what is left of it (less RESERVE_S for teardown) and report a hang as
+the step that hung; pytest itself is stopped at the deadline as a backstop, and the tests it did
+not finish are failed, never passed. Validation then goes on with the next image.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -306,10 +307,25 @@ def overall_result(pytest_exit: int, tests: list[dict[str, Any]]) -> str:
     return "passed" if pytest_exit == 0 and passed and not failed else "failed"
 
 
+def probes_dir(out_dir: Path, run_id: str) -> Path:
+    """A fresh folder for this run's probe files; earlier runs' are dropped where we may (containers
+    running as another user may have left files we cannot remove: those stay)."""
+    root = out_dir / "probes"
+    if root.is_dir():
+        for old in root.iterdir():
+            if old.is_symlink() or not old.is_dir():
+                old.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(old, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    return root / run_id
+
+
 def deadline_problem(deadline_s: float, fired: bool, results: dict[str, Any] | None, rc: int) -> str:
     """What to say when the run did not end by itself ('' when it did)."""
     if fired:
-        running = [t["id"] for t in (results or {}).get("tests", []) if "interrupted" in t.get("message", "")]
+        running = [t["id"] for t in (results or {}).get("tests", [])
+                   if t.get("message", "").startswith("interrupted while running")]  # image-tests/conftest.py
         during = f" while {', '.join(running)} ran" if running else ""
         return (f"the image's validation deadline of {deadline_s:.0f}s ran out{during}; the tests were stopped "
                 f"(raise validate.deadline_s in matrix.yaml only if the image is healthy but slow)")
@@ -372,7 +388,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
             "-o", "junit_family=xunit2", "-o", f"junit_suite_name={cell.key}", "-rs", "-q",
             "-p", PLUGIN, "--defined-tests", str(defined_path),
             # What every probe wrote (records, outputs, results) stays beside the verdict for a post-mortem.
-            "--basetemp", str(out_dir / "probes")]
+            "--basetemp", str(probes_dir(out_dir, run_id))]
     if options.select:
         argv += ["-k", options.select]
     log(f"validating {ref} ({image.digest}) as {cell.key}: groups {', '.join(groups)}; "
