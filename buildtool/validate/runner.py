@@ -207,7 +207,8 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
     module = frameworks.get(cell.framework).module
     expect: dict[str, Any] = {"packages": dict(cell.packages), "standin": standin}
     try:
-        locked = json.loads(labels[label_keys.PACKAGES]) if label_keys.PACKAGES in labels else None
+        # An empty label is no label (a derived image cannot delete one, only empty it).
+        locked = json.loads(labels[label_keys.PACKAGES]) if labels.get(label_keys.PACKAGES) else None
     except ValueError:
         raise UserError(f"label {label_keys.PACKAGES} of the image is not JSON; rebuild it with `buildtool build`") \
             from None

@@ -1,6 +1,6 @@
 """Every package the cell's locks installed is in the image at its locked version.
 
-One probe (scripts/packages.py, JSON) lists every distribution in the image; the locked set
+One probe (scripts/packages.py, its result.json) lists every distribution in the image; the locked set
 comes from the image's `io.dl-images.packages` label, which `buildtool build` writes from the
 locks the image was built with. A package removed, replaced or changed after the build (pip in
 a derived image, a hand-edited container committed as an image) fails here, named.
@@ -8,7 +8,6 @@ a derived image, a hand-edited container committed as an image) fails here, name
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -21,14 +20,14 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+PACKAGES_TIMEOUT_S = 60  # list the image's distributions and Debian packages (no imports)
+
+
 @pytest.fixture(scope="module")
 def installed(main):
-    result = main.python("packages.py", timeout=180)
-    assert result.rc == 0, f"package probe failed (rc {result.rc}): {result.tail()}"
-    try:
-        found = json.loads(result.out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        pytest.fail(f"package probe printed no JSON: {result.tail()}")
+    probe = main.python("packages.py", step="list the image's packages", timeout=PACKAGES_TIMEOUT_S)
+    found = probe.result
+    assert probe.ok and isinstance(found, dict), probe.cause() or "no result"
     return {_norm(k): v for k, v in found["python_packages"].items()}
 
 

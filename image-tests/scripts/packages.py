@@ -1,6 +1,8 @@
 """Print what the image contains as one JSON object on stdout: Python distributions (PEP 503
 names -> versions, the first on sys.path wins, as for an import), Debian packages, Python
-version, OS, CUDA. Standard library only; one exec per image (image-tests and the SBOM step)."""
+version, OS, CUDA. Standard library only; one exec per image (image-tests and the SBOM step).
+Under the image-tests harness ($IMAGETEST_OUT set) the same object also goes to result.json,
+which is what the tests read (the build runs this file's text with `python -c`)."""
 
 from __future__ import annotations
 
@@ -62,6 +64,11 @@ def main() -> int:
         "apt_packages": apt_packages(),
     }
     print(json.dumps(out, sort_keys=True))
+    folder = os.environ.get("IMAGETEST_OUT")
+    if folder:
+        with open(os.path.join(folder, "result.json.tmp"), "w") as handle:
+            json.dump(out, handle, sort_keys=True)
+        os.replace(os.path.join(folder, "result.json.tmp"), os.path.join(folder, "result.json"))
     return 0
 
 

@@ -158,6 +158,8 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
     Layer("pytorch-labels-lie", "pytorch", "labels that lie: Python 3.12, version 2.14, accelerator cuda, a "
           "run profile of 64m", 'LABEL io.dl-images.python="3.12" org.opencontainers.image.version="2.14" '
           'io.dl-images.accelerator="cuda" io.dl-images.run-profile="{\\"shm_size\\": \\"64m\\"}"\n'),
+    Layer("pytorch-nolock", "pytorch", "the lock label emptied (what an image not built by buildtool says)",
+          f'LABEL {label_keys.PACKAGES}=""\n'),
     Layer("pytorch-mislabelled", "pytorch", "framework-version label 2.12.0+cpu on torch 2.13.0+cpu",
           'LABEL io.dl-images.framework-version="2.12.0+cpu"\n'),
     Layer("pytorch-profiler-nostatic", "pytorch", "torch-tb-profiler without its static frontend",

@@ -52,7 +52,8 @@ def images():
     found = json.loads(_docker("run", "--rm", "--network", "none", parent, "python3", "-c", PROBE.read_text()))
     locked = json.dumps(found["python_packages"], sort_keys=True)
     assert "torch-tb-profiler" in found["python_packages"] and "numpy" in found["python_packages"]
-    good = _commit(parent, "", {label_keys.PACKAGES: locked})
+    # A new content key too: `buildtool build` must never take these for the real image.
+    good = _commit(parent, "", {label_keys.PACKAGES: locked, label_keys.CONTENT_KEY: "fixture:locked"})
     numpy = found["python_packages"]["numpy"]
     broken = _commit(good, "set -e; /opt/venv/bin/python -m pip uninstall -y -q torch-tb-profiler; "
                            f"meta=$(ls -d /opt/venv/lib/python3*/site-packages/numpy-{numpy}.dist-info)/METADATA; "
@@ -82,7 +83,7 @@ def test_every_locked_package_is_proven_and_each_change_is_named(images, tmp_pat
 def test_an_image_without_the_lock_label_is_a_skip_the_release_refuses(tmp_path: Path):
     from buildtool.contracts import skips
 
-    outcome = _run(fixture_images.ensure("pytorch"), tmp_path)
+    outcome = _run(fixture_images.ensure("pytorch-nolock"), tmp_path)
     assert outcome["result"] == "skipped" and outcome["skip_code"] == skips.NO_LOCK_LABEL.code, outcome
     cell = next(c for c in load_matrix(REPO / "matrix.yaml").cells if c.key == "pytorch-cpu:2.13")
     assert skips.judge(cell, skips.NO_LOCK_LABEL.code) == "refused"
