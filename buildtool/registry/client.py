@@ -38,6 +38,7 @@ MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
+_CONCURRENT_COMMIT_RETRIES = 3
 
 
 _OUR_ERRORS: dict[type[BaseException], str] = {TransportConnectionError: "ConnectionError",
@@ -214,8 +215,17 @@ class RegistryClient:
         return digest or self.get_manifest(repo, ref)[2]
 
     def put_manifest(self, repo: str, ref: str, body: bytes, media_type: str) -> str:
-        response = self.request("PUT", f"{repo}/manifests/{ref}", ok=(201, 200), repo=repo, data=body,
-                                headers={"Content-Type": media_type})
+        for attempt in range(_CONCURRENT_COMMIT_RETRIES + 1):
+            try:
+                response = self.request("PUT", f"{repo}/manifests/{ref}", ok=(201, 200), repo=repo, data=body,
+                                        headers={"Content-Type": media_type})
+                break
+            except RegistryError as exc:
+                # A blob another writer is committing at this moment (concurrent releases mount
+                # and upload the same blobs) is briefly unknown to the registry: ask again.
+                if "MANIFEST_BLOB_UNKNOWN" not in str(exc) or attempt == _CONCURRENT_COMMIT_RETRIES:
+                    raise
+                self._sleep(0.2 * (attempt + 1))
         digest = response.headers.get("Docker-Content-Digest") or sha256_digest(body)
         if digest != sha256_digest(body):
             raise RegistryError(f"registry stored {repo}:{ref} as {digest}, not {sha256_digest(body)}")
@@ -244,8 +254,14 @@ class RegistryClient:
         if location.startswith("/"):
             location = f"{self.scheme}://{self.host}{location}"
         sep = "&" if "?" in location else "?"
-        self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
-                     headers={"Content-Type": "application/octet-stream"})
+        try:
+            self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
+                         headers={"Content-Type": "application/octet-stream"})
+        except RegistryError:
+            # Two writers uploading the same blob at once: the registry may refuse the second
+            # commit (DIGEST_INVALID) although the blob is there, whole, by then.
+            if not self.has_blob(repo, digest):
+                raise
         return digest
 
     def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:

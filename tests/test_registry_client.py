@@ -1,0 +1,119 @@
+"""RegistryClient against a scripted registry: what concurrent writers make a real one answer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
+
+
+class Script:
+    """Answers per (method, path prefix): a list of (status, body) consumed in order, then 201."""
+
+    def __init__(self) -> None:
+        self.answers: dict[tuple[str, str], list[tuple[int, dict]]] = {}
+        self.blobs: set[str] = set()
+        self.seen: list[tuple[str, str]] = []
+        self.other_writer_commits = False   # a refused blob commit lands anyway (another writer's)
+
+
+def _error(code: str) -> dict:
+    return {"errors": [{"code": code, "message": code.lower().replace("_", " ")}]}
+
+
+@pytest.fixture
+def registry() -> Iterator[tuple[Script, str]]:
+    script = Script()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            path = self.path.split("?", 1)[0]
+            script.seen.append((self.command, path))
+            for (method, prefix), queue in script.answers.items():
+                if method == self.command and path.startswith(prefix) and queue:
+                    status, payload = queue.pop(0)
+                    if script.other_writer_commits and "digest=" in self.path:
+                        script.blobs.add(self.path.split("digest=", 1)[1].split("&", 1)[0])
+                    data = json.dumps(payload).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+            if self.command == "HEAD" and "/blobs/" in path:
+                self.send_response(200 if path.rsplit("/", 1)[1] in script.blobs else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.command == "POST":
+                self.send_response(202)
+                self.send_header("Location", path + "session")
+            else:
+                self.send_response(201)
+                if "/manifests/" in path:
+                    self.send_header("Docker-Content-Digest", "sha256:" + hashlib.sha256(body).hexdigest())
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = do_PUT = do_POST = _answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield script, f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def client(host: str) -> RegistryClient:
+    return RegistryClient(host, retry=RetryPolicy(attempts=1, timeout=5), sleep=lambda s: None)
+
+
+def test_a_manifest_whose_blob_another_writer_is_committing_is_put_again(registry) -> None:
+    script, host = registry
+    script.answers[("PUT", "/v2/r/manifests/")] = [(400, _error("MANIFEST_BLOB_UNKNOWN"))] * 2
+    body = b'{"schemaVersion": 2}'
+    assert client(host).put_manifest("r", "t", body, "application/vnd.oci.image.manifest.v1+json") == \
+        "sha256:" + hashlib.sha256(body).hexdigest()
+    assert script.seen.count(("PUT", "/v2/r/manifests/t")) == 3
+
+
+def test_a_manifest_whose_blob_stays_unknown_fails_and_other_400s_are_not_retried(registry) -> None:
+    script, host = registry
+    script.answers[("PUT", "/v2/r/manifests/")] = [(400, _error("MANIFEST_BLOB_UNKNOWN"))] * 10
+    with pytest.raises(RegistryError, match="MANIFEST_BLOB_UNKNOWN"):
+        client(host).put_manifest("r", "t", b"{}", "application/json")
+    assert script.seen.count(("PUT", "/v2/r/manifests/t")) == 4
+    script.answers[("PUT", "/v2/r/manifests/")] = [(400, _error("MANIFEST_INVALID"))]
+    with pytest.raises(RegistryError, match="MANIFEST_INVALID"):
+        client(host).put_manifest("r", "u", b"{}", "application/json")
+    assert script.seen.count(("PUT", "/v2/r/manifests/u")) == 1
+
+
+def test_a_blob_commit_refused_while_another_writer_committed_it_counts_as_uploaded(registry) -> None:
+    script, host = registry
+    data = b"{}"
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    script.answers[("PUT", "/v2/r/blobs/uploads/")] = [(400, _error("DIGEST_INVALID"))]
+    script.other_writer_commits = True
+    assert client(host).put_blob("r", data) == digest
+    # Without the blob there afterwards, the refusal stands.
+    script.blobs.clear()
+    script.other_writer_commits = False
+    script.answers[("PUT", "/v2/r/blobs/uploads/")] = [(400, _error("DIGEST_INVALID"))]
+    with pytest.raises(RegistryError, match="DIGEST_INVALID"):
+        client(host).put_blob("r", data)
