@@ -13,10 +13,11 @@ import argparse
 import logging
 import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool.cli.console import Project, emit_json, find_project, log, out
+from buildtool.cli.console import Project, emit_json, find_project, log
 from buildtool.common.errors import FailedError, UserError
 
 if TYPE_CHECKING:
@@ -77,20 +78,36 @@ def _cells(loaded: Matrix, framework: list[str] | None) -> list[Cell]:
 
 
 def print_report(report: ReleaseReport) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    title = f"Release {report.version} from {report.revision}".replace("[", "\\[")
+    """The release as a plain-text table (rich's tables cost more to import than a release takes)."""
+    title = f"Release {report.version} from {report.revision}"
     title += " (dry run: nothing written)" if report.dry_run else ""
-    table = Table(title=title, show_lines=True)
-    for column in ("cell", "status", "digest", "tags", "notes"):
-        table.add_column(column, overflow="fold")
+    rows = [("cell", "status", "digest", "tags", "notes")]
     for item in report.images:
         tags = "\n".join(f"{t.tag} ({t.action}{', moving' if t.moving else ''})" for t in item.tags)
         notes = "\n".join([*item.problems, *(f"{t.tag}: {t.note}" for t in item.tags if t.note)])
-        # Text, not markup: test ids such as test_ulimit[memlock] must print as they are.
-        table.add_row(*(Text(v) for v in (item.cell, item.status, item.digest or "-", tags or "-", notes)))
-    out.print(table)
+        rows.append((item.cell, item.status, item.digest or "-", tags or "-", notes))
+    sys.stdout.write(f"{title}\n{text_table(rows)}\n")
+
+
+def text_table(rows: list[tuple[str, ...]], max_width: int = 72) -> str:
+    """Columns padded to their widest line (cells may hold several lines; long lines are folded)."""
+    import textwrap
+
+    def lines(value: str) -> list[str]:
+        return [part for line in (value or "").splitlines() or [""]
+                for part in (textwrap.wrap(line, max_width) or [""])]
+
+    cells = [[lines(value) for value in row] for row in rows]
+    widths = [max(len(line) for row in cells for line in row[i]) for i in range(len(rows[0]))]
+    rule = "+".join("-" * (w + 2) for w in widths)
+    out_lines = []
+    for n, row in enumerate(cells):
+        for k in range(max(len(c) for c in row)):
+            out_lines.append(" | ".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths,
+                                                                                               strict=True)).rstrip())
+        if n == 0 or n < len(cells) - 1:
+            out_lines.append(rule)
+    return "\n".join(out_lines)
 
 
 def run_release(*, version: str, from_sha: str | None, framework: list[str] | None, dry_run: bool, force: bool,

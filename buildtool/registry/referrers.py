@@ -126,9 +126,12 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
     return payloads
 
 
-def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer, subject_digest: str) -> None:
+def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer, subject_digest: str,
+         exclusive: bool = False) -> None:
     """Make an artifact of `subject_digest` in src_repo a referrer of the same digest in dst_repo
-    (blobs mounted, manifest bytes unchanged, so its digest and any signature in it still hold)."""
+    (blobs mounted, manifest bytes unchanged, so its digest and any signature in it still hold).
+    `exclusive`: the caller holds a lock every writer of dst_repo takes (release's repository lock),
+    so the referrers index is written once, without waiting for a concurrent writer to land."""
     raw, media_type, _ = client.get_manifest(src_repo, referrer.digest)
     manifest = json.loads(raw)
     for blob in [manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]:
@@ -136,7 +139,7 @@ def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referre
             raise RegistryError(f"registry declined to mount {blob} from {src_repo} into {dst_repo}")
     client.put_manifest(dst_repo, referrer.digest, raw, media_type)
     if not _has_referrers_api(client, dst_repo, subject_digest):
-        _add_to_fallback_index(client, dst_repo, subject_digest, referrer)
+        _add_to_fallback_index(client, dst_repo, subject_digest, referrer, settle=not exclusive)
 
 
 # -- the two ways of listing -----------------------------------------------------------------
@@ -172,9 +175,11 @@ def _fallback_referrers(client: RegistryClient, repo: str, subject_digest: str) 
     return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
 
 
-def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: str, referrer: Referrer) -> None:
+def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: str, referrer: Referrer,
+                           settle: bool = True) -> None:
     """Append to the `sha256-<hex>` index. Registries have no compare-and-swap on tags, so the
-    write is read back: when a concurrent writer's index replaced ours, add ours again."""
+    write is read back: when a concurrent writer's index replaced ours, add ours again. Without
+    `settle` (no concurrent writer possible) the first write stands."""
     tag = referrers_tag(subject_digest)
     for _ in range(_INDEX_UPDATE_ATTEMPTS):
         index = _fallback_index(client, repo, subject_digest)
@@ -184,6 +189,8 @@ def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: st
         raw = json.dumps(index, sort_keys=True).encode()
         started = time.monotonic()
         client.put_manifest(repo, tag, raw, OCI_INDEX)
+        if not settle:
+            return
         # A writer that read the index when we did writes within about one round trip of us: waiting
         # several round trips (as the release lock does) lets its write land before we read back.
         time.sleep(max(0.01, 5 * (time.monotonic() - started)))

@@ -96,8 +96,9 @@ def notes_lines(section: dict[str, Any] | None, previous_release: str | None) ->
     return lines
 
 
-def copy_sbom(client: RegistryClient, src_repo: str, dst_repo: str, digest: str) -> str | None:
+def copy_sbom(client: RegistryClient, src_repo: str, dst_repo: str, digest: str,
+              exclusive: bool = False) -> str | None:
     """Promotion's part: the image's SBOM becomes a referrer of the same digest in the release repo."""
     from buildtool.registry.sbom import copy_sbom as copy
 
-    return copy(client, src_repo, dst_repo, digest)
+    return copy(client, src_repo, dst_repo, digest, exclusive=exclusive)

@@ -592,8 +592,10 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
     if copy_verdict and item.attestation is not None:
         # Users of the release repository can check the signed verdict by digest there too. Copied
         # before any tag (bytes unchanged, so the signature holds), so released tags have it as well.
-        copy_referrer(client, src, dst, item.attestation, item.digest)
-    copy_sbom(client, src, dst, item.digest)   # the SBOM travels with the image (release.packages)
+        copy_referrer(client, src, dst, item.attestation, item.digest, exclusive=lock is not None)
+    # The SBOM travels with the image (release.packages). Under the repository lock no other
+    # release writes this repository's referrers index.
+    copy_sbom(client, src, dst, item.digest, exclusive=lock is not None)
     if lock is not None and not lock.still_held():
         raise RegistryError(f"lost the release lock of {dst} before tagging; nothing was tagged")
     for t in todo:
