@@ -170,7 +170,7 @@ def test_bases_helpers(matrix):
     assert standin_framework_version(tf) == "2.21.0"
     text = _standin_dockerfile(cell(matrix, "pytorch-ngc:25.10"), "127.0.0.1:5000/library/debian:bookworm-slim")
     assert 'io.dl-images.standin="true"' in text and "WORKDIR /workspace" in text
-    assert '"torch==2.13.0+cpu"' in text and "--mount=type=secret,id=pip-ca" in text
+    assert "--no-cache-dir torch==2.13.0+cpu\n" in text and "--mount=type=secret,id=pip-ca" in text
 
 
 def test_bad_docker_client_setting_is_one_line_user_error(tmp_path):

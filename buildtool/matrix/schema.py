@@ -9,32 +9,36 @@ is known to be good.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from packaging.version import InvalidVersion, Version
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
+    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
 from buildtool.common.errors import MatrixError, UserError
-from buildtool.contracts import frameworks, runprofile
-from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml
+from buildtool.contracts import frameworks
+from buildtool.contracts import runprofile
+from buildtool.contracts.runprofile import size_bytes
+from buildtool.matrix import values
+from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml, paused_gc
 
 SCHEMA_VERSION = 1
-_NAME_RE = re.compile(r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
-_SIZE_RE = re.compile(r"^([0-9]+)([kmgKMG]?)$")
 UlimitName = Literal["memlock", "stack", "nofile", "nproc", "core", "fsize", "cpu", "as", "data", "rss", "rtprio",
                      "sigpending"]
 
@@ -42,20 +46,41 @@ UlimitName = Literal["memlock", "stack", "nofile", "nproc", "core", "fsize", "cp
 def _known_framework(value: str) -> str:
     if value not in frameworks.names():
         raise ValueError(f"unknown framework {value!r}; one of {', '.join(frameworks.names())} "
-                         "(a new one needs a row in buildtool/contracts/frameworks.py)")
+                         "(a new one needs a row in buildtool/contracts/frameworks.py)"
+                         f"{values.suggest(value, frameworks.names())}")
     return value
 
 
 def _known_group(value: str) -> str:
     groups = frameworks.test_groups()
     if value not in groups:
-        raise ValueError(f"unknown test group {value!r}; one of {', '.join(groups)}")
+        raise ValueError(f"unknown test group {value!r}; one of {', '.join(groups)}{values.suggest(value, groups)}")
     return value
 
 
+def _checked(check: Callable[[str], Any]) -> Any:
+    """A string field checked by one of `values`' grammars."""
+    return Annotated[StrictStr, AfterValidator(check)]
+
+
 # Checked against the framework table when the matrix loads (not a Literal: the table can grow).
-FrameworkName = Annotated[StrictStr, AfterValidator(_known_framework)]
-TestGroup = Annotated[StrictStr, AfterValidator(_known_group)]
+FrameworkName = _checked(_known_framework)
+TestGroup = _checked(_known_group)
+ImageRef = _checked(values.reference)
+PinnedRequirement = _checked(values.requirement)
+PackageName = _checked(values.dist_name)
+PackageVersion = _checked(values.version)
+AptPackage = _checked(values.apt_package)
+IndexUrl = _checked(values.index_url)
+TagTemplate = _checked(values.tag_template)
+OneLine = _checked(values.one_line)
+PythonVersion = _checked(values.python_version)
+WorkDir = _checked(values.workdir)
+CellVersion = _checked(values.cell_version)
+ImageName = _checked(values.image_name)
+SourceUrl = _checked(values.source_url)
+ShmSize = Annotated[Any, PlainValidator(values.shm_size)]
+UlimitValue = Annotated[Any, PlainValidator(values.ulimit)]
 
 
 class _Strict(BaseModel):
@@ -65,39 +90,32 @@ class _Strict(BaseModel):
 class RunProfile(_Strict):
     """How the image must be run: the flags users pass to `docker run` and the tests use."""
 
-    shm_size: StrictStr | None = None
+    shm_size: ShmSize | None = None
     ipc: Literal["private", "host", "shareable"] | None = None
-    ulimits: dict[UlimitName, StrictInt] | None = None
+    ulimits: dict[UlimitName, UlimitValue] | None = None
     gpus: Literal["none", "all"] | None = None
-
-    @field_validator("shm_size")
-    @classmethod
-    def _size(cls, value: str | None) -> str | None:
-        if value is not None and not _SIZE_RE.match(value):
-            raise ValueError("must be a size like 1g, 512m or 8G")
-        return value
 
 
 class PackageIndex(_Strict):
     """Public package index settings a cell needs. Host secrets (CA, tokens) never go here."""
 
-    url: StrictStr | None = None
-    extra_urls: list[StrictStr] | None = None
+    url: IndexUrl | None = None
+    extra_urls: list[IndexUrl] | None = None
 
 
 class ReleaseTags(_Strict):
     """Tag templates for `<name>:<tag>`; `{version}` is the cell version, `{release}` the release."""
 
-    tags: list[StrictStr] | None = None
-    moving: list[StrictStr] | None = None
+    tags: list[TagTemplate] | None = None
+    moving: list[TagTemplate] | None = None
 
 
 class StandIn(_Strict):
     """A local stand-in for an unreachable base (test fixture, never released)."""
 
-    base: StrictStr
-    requirements: list[StrictStr]
-    workdir: StrictStr = "/workspace"
+    base: ImageRef
+    requirements: Annotated[list[PinnedRequirement], Field(min_length=1)]
+    workdir: WorkDir = "/workspace"
 
 
 # -- validate: how long the image tests of a cell may take (issue 14) ----------------------------
@@ -117,8 +135,9 @@ class ValidateSettings(_Strict):
 
 
 def deadline_for(merged: dict[str, Any]) -> int:
-    """The cell's deadline: its own, or the default for its accelerator."""
-    own = (merged.get("validate_") or {}).get("deadline_s")
+    """The cell's deadline: its own, or the default for its accelerator (`merged` holds the
+    matrix's own keys: `validate`)."""
+    own = (merged.get("validate") or {}).get("deadline_s")
     return int(own or runprofile.DEFAULT_DEADLINE_S.get(merged.get("accelerator", "cpu"), 480))
 # -- end of the validate block ------------------------------------------------------------------
 
@@ -129,34 +148,46 @@ class CellFields(_Strict):
     framework: FrameworkName | None = None
     accelerator: Literal["cpu", "cuda"] | None = None
     template: StrictStr | None = None
-    base: StrictStr | None = None
+    base: ImageRef | None = None
     standin: StandIn | None = None
-    python: StrictStr | None = None
-    framework_version: StrictStr | None = None
-    framework_requirements: list[StrictStr] | None = None
-    packages: dict[str, StrictStr] | None = None
-    apt_packages: list[StrictStr] | None = None
+    python: PythonVersion | None = None
+    framework_version: PackageVersion | None = None
+    framework_requirements: list[PinnedRequirement] | None = None
+    packages: dict[PackageName, PackageVersion] | None = None
+    apt_packages: list[AptPackage] | None = None
     index: PackageIndex | None = None
     run: RunProfile | None = None
     tests: list[TestGroup] | None = None
-    use: StrictStr | None = None
+    use: OneLine | None = None
     release: ReleaseTags | None = None
     validate_: ValidateSettings | None = Field(default=None, alias="validate")  # `validate` would shadow BaseModel's
 
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Inside templates/ (and there, when the folder is known): checked at the matrix's line."""
+        if value is None:
+            return value
+        context = info.context or {}
+        seen: dict[str, str] = context.setdefault("templates_seen", {})
+        if value not in seen:
+            seen[value] = values.template_path(value, context.get("templates_dir"))
+        return seen[value]
+
 
 class VersionSpec(CellFields):
-    version: StrictStr
-    default: bool = False
+    version: CellVersion
+    default: StrictBool = False
 
 
 class ImageSpec(CellFields):
-    name: StrictStr
+    name: ImageName
     versions: Annotated[list[VersionSpec], Field(min_length=1)]
 
 
 class MatrixFile(_Strict):
     schema_: Literal[1] = Field(alias="schema")
-    source: StrictStr
+    source: SourceUrl
     defaults: CellFields = CellFields()
     images: Annotated[list[ImageSpec], Field(min_length=1)]
 
@@ -170,8 +201,7 @@ class Run:
 
     @property
     def shm_bytes(self) -> int:
-        number, unit = _SIZE_RE.match(self.shm_size).groups()  # type: ignore[union-attr]
-        return int(number) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit.lower()]
+        return size_bytes(self.shm_size)
 
     def docker_flags(self) -> list[str]:
         """The `docker run` flags this profile means, in a stable order."""
@@ -251,57 +281,264 @@ class Matrix:
 
 _REQUIRED = ("framework", "accelerator", "template", "base", "python", "framework_version", "run", "tests", "use")
 _REQUIRED_RUN = ("shm_size", "ipc", "ulimits", "gpus")
+# Where a key belongs, for a key written one level off ("`shm_size` belongs under `run:`").
+_HOME = {
+    "default": "on one entry under `versions:` (`default: true`)",
+    "version": "on an entry under `versions:` (`- version: \"1.0\"`)",
+    "name": "on an image under `images:` (`- name: ...`)",
+    "versions": "on an image under `images:`",
+    **{key: "at the top level" for key in ("schema", "source", "defaults", "images")},
+    **{key: "under `run:`" for key in RunProfile.model_fields},
+    **{key: "under `index:`" for key in PackageIndex.model_fields},
+    **{key: "under `release:`" for key in ReleaseTags.model_fields},
+    **{key: "under `standin:`" for key in ("requirements", "workdir")},
+}
 
 
-def _merge(*layers: dict[str, Any]) -> dict[str, Any]:
-    """Later layers win; mappings merge key by key, everything else replaces."""
-    out: dict[str, Any] = {}
-    for layer in layers:
-        for key, value in layer.items():
-            if value is None:
-                continue
-            if isinstance(value, dict) and isinstance(out.get(key), dict):
-                out[key] = _merge(out[key], value)
-            else:
-                out[key] = value
-    return out
+# -- errors: pydantic's, turned into one located line that says what to write -----------------
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated and Optional from a field's type."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin is not None and type(None) in get_args(annotation):
+            rest = [a for a in get_args(annotation) if a is not type(None)]
+            if len(rest) != 1:
+                return annotation
+            annotation = rest[0]
+        else:
+            return annotation
 
 
-def _fields(model: BaseModel) -> dict[str, Any]:
-    names = CellFields.model_fields
-    return {k: v for k, v in model.model_dump(exclude_none=True).items() if k in names}
+def _keys_at(loc: Loc) -> tuple[str, ...]:
+    """The keys the schema allows in the mapping at `loc` (model fields, or a dict's literal keys)."""
+    target: Any = MatrixFile
+    for part in loc:
+        target = _unwrap(target)
+        if isinstance(part, int):
+            if get_origin(target) is not list:
+                return ()
+            target = get_args(target)[0]
+        elif isinstance(target, type) and issubclass(target, BaseModel):
+            fields = {f.alias or name: f for name, f in target.model_fields.items()}
+            if part not in fields:
+                return ()
+            target = fields[part].annotation
+        elif get_origin(target) is dict:
+            target = get_args(target)[1]
+        else:
+            return ()
+    target = _unwrap(target)
+    if isinstance(target, type) and issubclass(target, BaseModel):
+        return tuple(f.alias or name for name, f in target.model_fields.items())
+    if get_origin(target) is dict:
+        key_type = _unwrap(get_args(target)[0])
+        if get_origin(key_type) is Literal:
+            return get_args(key_type)
+    return ()
+
+
+def _quoted_example(doc: Located, loc: Loc, given: object) -> str:
+    raw = doc.raw.get(loc, str(given).lower() if isinstance(given, bool) else str(given))
+    text = '"' + raw.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"{loc[-1]}: {text}" if loc and isinstance(loc[-1], str) else f"- {text}"
+
+
+def _message(doc: Located, error: Any, loc: Loc, on_key: bool) -> str:
+    kind, given = error["type"], error.get("input")
+    name = loc[-1] if loc and isinstance(loc[-1], str) else "this entry"
+    if kind == "extra_forbidden":
+        allowed = _keys_at(loc[:-1])
+        hint = values.suggest(str(name), allowed)
+        if not hint and name in _HOME:
+            hint = f"; `{name}` belongs {_HOME[name]}"
+        return f"unknown key `{name}`{hint or '; remove it or check its spelling'}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error" and on_key:
+        allowed = _keys_at(loc[:-1])
+        return f"unknown key `{name}`{values.suggest(str(name), allowed)} (one of {', '.join(allowed)})"
+    if given is None:
+        return "is empty; write a value or remove the line"
+    if kind == "string_type":
+        if isinstance(given, dict | list):
+            return f"must be a string, not a {'mapping' if isinstance(given, dict) else 'list'}"
+        return f"must be a string; quote it: {_quoted_example(doc, loc, given)}"
+    if kind == "bool_type":
+        return f"must be true or false (got {given!r})"
+    if kind == "list_type":
+        if isinstance(given, str | int | float):
+            return f"must be a list; write {name}: [{doc.raw.get(loc, given)}]"
+        return "must be a list (`- item` lines or [a, b])"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        shown = "a list" if isinstance(given, list) else repr(given)
+        return f"must be a mapping (`key: value` lines), not {shown}"
+    if kind == "too_short":
+        return "is empty; list at least one entry"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if kind == "literal_error":
+        choices = [str(c) for c in (error.get("ctx") or {}).get("expected", "").replace("'", "").split(" or ")]
+        message = f"{message} (got {given!r}){values.suggest(str(given), choices)}"
+        if isinstance(given, bool):
+            message += "; YAML reads yes, no, on and off as true/false"
+        return message
+    if kind != "value_error":
+        message = f"{message} (got {given!r})"
+    return message
 
 
 def _pydantic_error(doc: Located, exc: ValidationError) -> MatrixError:
-    first = exc.errors()[0]
-    loc: Loc = tuple("schema" if part == "schema_" else part for part in first["loc"])
-    kind, message = first["type"], first["msg"]
-    if kind == "extra_forbidden":
-        message = "unknown key; remove it or check its spelling"
-    elif kind == "missing":
-        message = "required key is missing"
-    elif kind == "string_type" and isinstance(first.get("input"), int | float):
-        message = f"must be a string; quote it (YAML read {first['input']!r})"
-    elif kind.endswith("_type") or kind == "literal_error":
-        message = f"{message} (got {first.get('input')!r})"
-    message = message.removeprefix("Value error, ")
-    return MatrixError(doc.path, doc.line_of(loc), dotted(loc), message)
+    """The error to show first: by line, a missing key last (a misspelt key explains it)."""
+    found = []
+    for index, error in enumerate(exc.errors()):
+        loc: Loc = tuple("schema" if part == "schema_" else part for part in error["loc"])
+        on_key = bool(loc) and loc[-1] == "[key]"
+        loc = loc[:-1] if on_key else loc
+        line = doc.line_of(loc)
+        found.append(((error["type"] == "missing", line or 0, index), line, loc, error, on_key))
+    _, line, loc, error, on_key = min(found, key=lambda item: item[0])
+    return MatrixError(doc.path, line, dotted(loc), _message(doc, error, loc, on_key))
 
 
-def _check_templates(doc: Located, cells: Iterable[tuple[Cell, Loc]], templates_dir: Path) -> None:
-    for cell, loc in cells:
-        if not (templates_dir / cell.template).is_file():
-            raise MatrixError(doc.path, doc.line_of(loc), dotted(loc),
-                              f"template {cell.template!r} not found under {templates_dir}/")
+# -- checks that need more than one value ----------------------------------------------------
+
+def _check_layer(doc: Located, base: Loc, fields: CellFields) -> None:
+    """Within one layer (defaults, an image, a version): no package or test group twice."""
+    def fail(loc: Loc, message: str) -> MatrixError:
+        return MatrixError(doc.path, doc.line_of(loc), dotted(loc), message)
+
+    seen: dict[str, str] = {}
+    for name in fields.packages or {}:
+        canonical = canonicalize_name(name)
+        if canonical in seen:
+            raise fail((*base, "packages", name), f"{name!r} is the same package as {seen[canonical]!r} "
+                                                  "(names compare without case, '-', '_' or '.'); keep one")
+        seen[canonical] = name
+    for key in ("tests", "apt_packages", "framework_requirements"):
+        items: list[str] = getattr(fields, key) or []
+        for k, item in enumerate(items):
+            if item in items[:k]:
+                raise fail((*base, key, k), f"{item!r} is listed twice; keep one")
 
 
-def _template_loc(spec: MatrixFile, image_index: int, version_index: int) -> Loc:
-    image = spec.images[image_index]
-    if image.versions[version_index].template is not None:
-        return ("images", image_index, "versions", version_index, "template")
-    if image.template is not None:
-        return ("images", image_index, "template")
-    return ("defaults", "template")
+# The keys a layer may set, as the matrix spells them (`validate`, not the field's `validate_`).
+_CELL_KEYS = frozenset(f.alias or name for name, f in CellFields.model_fields.items())
+
+
+def _layer(data: Any) -> dict[str, Any]:
+    """A layer's cell fields as written (already validated; a null means "not set here")."""
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if k in _CELL_KEYS and v is not None}
+
+
+def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """Later layer wins; mappings merge key by key, everything else replaces. New dicts only:
+    the layers (shared by YAML aliases, or by every version of an image) are never changed."""
+    out = dict(base)
+    for key, value in layer.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            old = out.get(key)
+            out[key] = _merge(old if isinstance(old, dict) else {}, value)
+        else:
+            out[key] = value
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _installs(requirement: str, framework: str, version: str) -> bool:
+    """Whether `requirement` leaves `version` of `framework` installable (True when it names
+    another distribution)."""
+    req = Requirement(requirement)
+    carriers = {canonicalize_name(d) for d in frameworks.get(framework).distributions}
+    return canonicalize_name(req.name) not in carriers or req.specifier.contains(version, prereleases=True)
+
+
+Layers = tuple[tuple[dict[str, Any], Loc], ...]
+
+
+class _CellCheck:
+    """Checks on one cell's merged fields. Where a value came from (which layer set it) is
+    worked out only for an error, so a valid matrix pays nothing for it."""
+
+    def __init__(self, doc: Located, loc: Loc, merged: dict[str, Any], layers: Layers):
+        self.doc, self.loc, self.merged, self.layers = doc, loc, merged, layers
+
+    def where(self, *path: str | int) -> Loc:
+        """The matrix location of the merged value at `path` (the last layer that sets it)."""
+        keys = tuple(p for p in path if isinstance(p, str))
+        index = tuple(p for p in path if isinstance(p, int))
+        found: Loc = (*self.loc, *keys)
+        for data, base in self.layers:
+            node: Any = data
+            for key in keys:
+                node = node.get(key) if isinstance(node, dict) else None
+            if node is not None:
+                found = (*base, *keys)
+        return (*found, *index)
+
+    def fail(self, loc: Loc, message: str) -> MatrixError:
+        return MatrixError(self.doc.path, self.doc.line_of(loc), dotted(loc), message)
+
+    def required(self) -> None:
+        for key in _REQUIRED:
+            if key not in self.merged:
+                raise self.fail((*self.loc, key), "required key is missing (set it in defaults, the image or "
+                                                  "this version)")
+        for key in _REQUIRED_RUN:
+            if key not in self.merged["run"]:
+                raise self.fail((*self.loc, "run", key), "required key is missing (set it in defaults.run, the "
+                                                         "image or this version)")
+
+    def framework(self) -> None:
+        framework, version = self.merged["framework"], self.merged["framework_version"]
+        if framework not in self.merged["tests"]:
+            raise self.fail(self.where("tests"), f"a {framework} image must run the {framework!r} test group; "
+                                                 f"add it to tests")
+        for k, text in enumerate(self.merged.get("framework_requirements", ())):
+            if not _installs(text, framework, version):
+                line = self.doc.line_of(self.where("framework_version"))
+                raise self.fail(self.where("framework_requirements", k),
+                                f"{text!r} does not install framework_version {version} (line {line}); "
+                                "make the two agree")
+
+    def tag_loc(self, field: str, k: int) -> Loc:
+        release = self.merged.get("release", {})
+        return self.where("release", field, k) if field in release else (*self.loc, "release", field)
+
+    def tags(self, version: str, claimed: dict[str, tuple[str, _CellCheck, str, int]],
+             key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Render every dev and release tag now (not at release time); a tag names one cell."""
+        try:
+            values.dev_tag(version)
+        except ValueError as exc:
+            raise self.fail((*self.loc, "version"), str(exc)) from None
+        release = self.merged.get("release", {})
+        rendered: dict[str, list[str]] = {"tags": list(release.get("tags", ("{version}",))),
+                                          "moving": list(release.get("moving", ()))}
+        mine: set[str] = set()
+        for field, templates in rendered.items():
+            for k, template in enumerate(templates):
+                try:
+                    tag = values.rendered_tag(template, version)
+                except ValueError as exc:
+                    raise self.fail(self.tag_loc(field, k), str(exc)) from None
+                if tag in mine:
+                    raise self.fail(self.tag_loc(field, k), f"tag template {template!r} gives the tag {tag!r} "
+                                                            f"twice for {key}; keep one")
+                if tag in claimed:
+                    other, check, other_field, other_k = claimed[tag]
+                    line = self.doc.line_of(check.tag_loc(other_field, other_k))
+                    raise self.fail(self.tag_loc(field, k), f"tag template {template!r} gives {tag!r}, also a tag "
+                                                            f"of {other} (line {line}); a tag names one cell, so "
+                                                            "keep it on one version")
+                mine.add(tag)
+                claimed[tag] = (key, self, field, k)
+        return tuple(rendered["tags"]), tuple(rendered["moving"])
 
 
 def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
@@ -309,55 +546,59 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
     if not isinstance(doc.data, dict):
         raise MatrixError(doc.path, 1, "", "the top level must be a mapping with `schema`, `source` and `images`")
     try:
-        spec = MatrixFile.model_validate(doc.data)
+        spec = MatrixFile.model_validate(doc.data, context={"templates_dir": templates_dir})
     except ValidationError as exc:
         raise _pydantic_error(doc, exc) from None
 
-    cells: list[tuple[Cell, Loc]] = []
+    # Merging works on the validated document itself (strict validation keeps values as
+    # written): cheaper than dumping the models again, and the same values.
+    _check_layer(doc, ("defaults",), spec.defaults)
+    defaults = _layer(doc.data.get("defaults"))
+    lines = doc.lines
+    cells: list[Cell] = []
     seen_images: dict[str, int] = {}
-    for i, image in enumerate(spec.images):
-        name_loc: Loc = ("images", i, "name")
-        if not _NAME_RE.match(image.name):
-            raise MatrixError(doc.path, doc.line_of(name_loc), dotted(name_loc),
-                              f"{image.name!r} is not a valid image name (lower case, digits, '-' and '.')")
+    for i, (image, raw_image) in enumerate(zip(spec.images, doc.data["images"], strict=True)):
+        image_loc: Loc = ("images", i)
+        name_loc: Loc = (*image_loc, "name")
         if image.name in seen_images:
             raise MatrixError(doc.path, doc.line_of(name_loc), dotted(name_loc),
                               f"duplicate image {image.name!r} (first declared on line {seen_images[image.name]})")
-        seen_images[image.name] = doc.line_of(name_loc) or 0
+        seen_images[image.name] = lines.get(name_loc, 0)
+        _check_layer(doc, image_loc, image)
+        image_layer = _layer(raw_image)
+        image_fields = _merge(defaults, image_layer)
         seen_versions: dict[str, int] = {}
-        defaults_in_image = 0
-        for j, ver in enumerate(image.versions):
-            loc: Loc = ("images", i, "versions", j)
+        first_default: tuple[str, int | None] | None = None
+        claimed: dict[str, tuple[str, _CellCheck, str, int]] = {}
+        for j, (ver, raw_ver) in enumerate(zip(image.versions, raw_image["versions"], strict=True)):
+            loc: Loc = (*image_loc, "versions", j)
             vloc = (*loc, "version")
-            line = doc.line_of(vloc) or 0
-            try:
-                Version(ver.version)
-            except InvalidVersion:
-                raise MatrixError(doc.path, line, dotted(vloc),
-                                  f"{ver.version!r} does not parse as a version (PEP 440, e.g. 25.10 or 2.13)"
-                                  ) from None
-            if not _TAG_RE.match(ver.version):
-                raise MatrixError(doc.path, line, dotted(vloc), f"{ver.version!r} cannot be used in an image tag")
+            line = lines.get(vloc, 0)
             if ver.version in seen_versions:
                 raise MatrixError(doc.path, line, dotted(vloc),
                                   f"duplicate version {ver.version!r} of {image.name} "
                                   f"(first declared on line {seen_versions[ver.version]})")
             seen_versions[ver.version] = line
-            defaults_in_image += ver.default
-            merged = _merge(_fields(spec.defaults), _fields(image), _fields(ver))
-            for key in _REQUIRED:
-                if key not in merged:
-                    raise MatrixError(doc.path, doc.line_of(loc), dotted((*loc, key)),
-                                      "required key is missing (set it in defaults, the image or this version)")
-            for key in _REQUIRED_RUN:
-                if key not in merged["run"]:
-                    raise MatrixError(doc.path, doc.line_of(loc), dotted((*loc, "run", key)),
-                                      "required key is missing (set it in defaults.run, the image or this version)")
+            if ver.default:
+                dloc = (*loc, "default")
+                if first_default is not None:
+                    raise MatrixError(doc.path, doc.line_of(dloc), dotted(dloc),
+                                      f"a second version of {image.name} with `default: true` (the first is "
+                                      f"{first_default[0]}, line {first_default[1]}); keep one")
+                first_default = (ver.version, doc.line_of(dloc))
+            _check_layer(doc, loc, ver)
+            version_layer = _layer(raw_ver)
+            merged = _merge(image_fields, version_layer)
+            check = _CellCheck(doc, loc, merged, ((defaults, ("defaults",)), (image_layer, image_loc),
+                                                  (version_layer, loc)))
+            check.required()
+            check.framework()
+            key = f"{image.name}:{ver.version}"
+            release_tags, moving_tags = check.tags(ver.version, claimed, key)
             index = merged.get("index", {})
-            release = merged.get("release", {})
             run = merged["run"]
             standin = merged.get("standin")
-            cell = Cell(
+            cells.append(Cell(
                 name=image.name,
                 version=ver.version,
                 default=ver.default,
@@ -365,7 +606,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
                 accelerator=merged["accelerator"],
                 template=merged["template"],
                 base=merged["base"],
-                standin=StandIn(**standin) if standin else None,
+                standin=_standin(check, standin) if standin else None,
                 python=merged["python"],
                 framework_version=merged["framework_version"],
                 framework_requirements=tuple(merged.get("framework_requirements", ())),
@@ -373,27 +614,40 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
                 apt_packages=tuple(merged.get("apt_packages", ())),
                 index_url=index.get("url"),
                 extra_index_urls=tuple(index.get("extra_urls", ())),
-                run=Run(shm_size=run["shm_size"], ipc=run["ipc"], ulimits=tuple(sorted(run["ulimits"].items())),
-                        gpus=run["gpus"]),
+                # A whole number of bytes (YAML int) is Docker's size without a unit.
+                run=Run(shm_size=str(run["shm_size"]), ipc=run["ipc"],
+                        ulimits=tuple(sorted(run["ulimits"].items())), gpus=run["gpus"]),
                 tests=tuple(merged["tests"]),
                 use=merged["use"],
-                release_tags=tuple(release.get("tags", ("{version}",))),
-                moving_tags=tuple(release.get("moving", ())),
-                line=doc.line_of(loc) or 0,
+                release_tags=release_tags,
+                moving_tags=moving_tags,
+                line=lines.get(loc, 0),
                 validate_deadline_s=deadline_for(merged),
-            )
-            if cell.framework not in cell.tests:
-                raise MatrixError(doc.path, doc.line_of(loc), dotted((*loc, "tests")),
-                                  f"a {cell.framework} image must run the {cell.framework!r} test group")
-            cells.append((cell, _template_loc(spec, i, j)))
-        if defaults_in_image > 1:
-            loc = ("images", i, "versions")
-            raise MatrixError(doc.path, doc.line_of(loc), dotted(loc), "more than one version has `default: true`")
-    if templates_dir is not None:
-        _check_templates(doc, cells, templates_dir)
-    return Matrix(path=doc.path, source=spec.source, cells=tuple(cell for cell, _ in cells))
+            ))
+        if first_default is None:
+            raise MatrixError(doc.path, doc.line_of(image_loc), dotted(image_loc),
+                              f"no version of {image.name} has `default: true`; set it on exactly one (the "
+                              "version `latest` and the nightly jobs use)")
+    return Matrix(path=doc.path, source=spec.source, cells=tuple(cells))
+
+
+@lru_cache(maxsize=1024)
+def _standin_model(base: str, requirements: tuple[str, ...], workdir: str) -> StandIn:
+    return StandIn(base=base, requirements=list(requirements), workdir=workdir)
+
+
+def _standin(check: _CellCheck, fields: dict[str, Any]) -> StandIn:
+    """A stand-in merged from several layers must still be whole."""
+    try:
+        return _standin_model(fields.get("base"), tuple(fields.get("requirements") or ()),
+                              fields.get("workdir", "/workspace"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise check.fail((*check.where("standin"), *first["loc"]),
+                         "required key is missing" if first["type"] == "missing" else first["msg"]) from None
 
 
 def load_matrix(path: Path, templates_dir: Path | None = None, display: str | None = None) -> Matrix:
     """Load and validate `matrix.yaml`; raises MatrixError (exit 2) naming file:line and key."""
-    return parse_matrix(load_yaml(path, display), templates_dir)
+    with paused_gc():
+        return parse_matrix(load_yaml(path, display), templates_dir)

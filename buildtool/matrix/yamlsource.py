@@ -1,20 +1,50 @@
-"""Load YAML keeping the line of every key, and refusing duplicate keys.
+"""Load YAML keeping the line of every key and value, and refusing what a matrix never needs.
 
-PyYAML's plain loader silently keeps the last of two equal keys and forgets where
-things were; the matrix loader needs both to report `file:line: key: problem`.
+PyYAML's plain loader silently keeps the last of two equal keys and forgets where things
+were; the matrix loader needs both to report `file:line: key: problem`. It also trusts its
+input: an alias bomb expands without bound, a deeply nested flow collection is quadratic in
+libyaml's scanner (and overflows the C stack of its composer). So the document is built here
+from libyaml's event stream (the pure-Python parser when libyaml is missing), with bounds on
+nesting and on alias expansion that stop as soon as they are crossed, at the line crossing them.
 """
 
 from __future__ import annotations
 
+import gc
+import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml import events as ev
 
 from buildtool.common.errors import MatrixError
 
+try:
+    from yaml import CSafeLoader as _Loader
+
+    LIBYAML = True
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+
+    LIBYAML = False
+
 Loc = tuple[str | int, ...]
+
+MAX_BYTES = 16 << 20          # far above any real matrix; keeps every answer within seconds
+MAX_DEPTH = 32                # the matrix nests 7 deep
+MAX_ALIAS_VALUES = 10_000     # values that aliases may add; a "billion laughs" needs billions
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_COLLECTION_TAGS = (None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+# What YAML 1.1 allows in a stream (PyYAML's Reader): no other control characters.
+_NOT_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_RESOLVER = yaml.resolver.Resolver()
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
 
 @dataclass
@@ -24,6 +54,9 @@ class Located:
     data: Any
     path: str
     lines: dict[Loc, int] = field(default_factory=dict)
+    # Source text of scalars YAML read as something other than a string (`2.10` -> 2.1),
+    # so advice can show the exact text to quote.
+    raw: dict[Loc, str] = field(default_factory=dict)
 
     def line_of(self, loc: Loc) -> int | None:
         """Line of the deepest known prefix of `loc` (pydantic locs may go past the YAML)."""
@@ -33,59 +66,300 @@ class Located:
         return None
 
 
-def _convert(node: yaml.Node, loc: Loc, doc: Located) -> Any:
-    doc.lines[loc] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise MatrixError(doc.path, key_node.start_mark.line + 1, _dotted(loc), "keys must be plain strings")
-            key = key_node.value
-            if key in out:
-                raise MatrixError(doc.path, key_node.start_mark.line + 1, _dotted((*loc, key)),
-                                  "duplicate key (already set on line "
-                                  f"{doc.lines[(*loc, key)]}); keep one")
-            doc.lines[(*loc, key)] = key_node.start_mark.line + 1
-            out[key] = _convert(value_node, (*loc, key), doc)
-            doc.lines[(*loc, key)] = key_node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*loc, i), doc) for i, item in enumerate(node.value)]
-    # Scalars: YAML's resolver decides the type (int, float, bool, null, str).
-    return _SCALAR_LOADER.construct_object(node, deep=True)
-
-
-_SCALAR_LOADER = yaml.SafeLoader("")
-
-
 def _dotted(loc: Loc) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
         else:
-            parts.append(("." if parts else "") + item)
+            parts.append(("." if parts else "") + str(item))
     return "".join(parts)
 
 
 dotted = _dotted
 
 
-def load_yaml(path: Path, display: str | None = None) -> Located:
-    """Parse `path`; syntax errors become MatrixError with the line YAML reports."""
-    shown = display or str(path)
+def _read(path: Path, shown: str) -> str:
+    """The file's text; every way of not being a readable UTF-8 file is a one-line MatrixError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
     except FileNotFoundError:
         raise MatrixError(shown, None, "", "file not found; pass --matrix or create it") from None
+    except OSError as exc:
+        raise MatrixError(shown, None, "", f"cannot read it ({exc.strerror or exc}); pass a readable matrix "
+                                           "file with --matrix") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise MatrixError(shown, None, "", "is a directory; pass the matrix file itself, e.g. "
+                                           f"--matrix {Path(shown) / 'matrix.yaml'}")
+    if not stat.S_ISREG(info.st_mode):
+        raise MatrixError(shown, None, "", "is not a regular file (a device, pipe or socket); pass the matrix file")
+    if info.st_size > MAX_BYTES:
+        raise MatrixError(shown, None, "", f"is {info.st_size / 2**20:.1f} MiB; a matrix is at most "
+                                           f"{MAX_BYTES >> 20} MiB (split it or remove generated content)")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        raise MatrixError(shown, line, "", f"YAML syntax: {exc.problem or exc.context}") from None
+        with path.open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise MatrixError(shown, None, "", f"cannot read it ({exc.strerror or exc}); pass a readable matrix "
+                                           "file with --matrix") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise MatrixError(shown, line, "", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column}); "
+                                           "save the file as UTF-8") from None
+    text = text.removeprefix("\ufeff")
+    bad = _NOT_PRINTABLE.search(text)
+    if bad is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        raise MatrixError(shown, line, "", f"control character U+{ord(bad.group()):04X} at column {column}; "
+                                           "YAML text has none (is this a binary file?)")
+    return text
+
+
+class _Frame:
+    """A mapping or sequence being filled."""
+
+    __slots__ = ("loc", "data", "is_map", "anchor", "size", "key", "key_line", "merges")
+
+    def __init__(self, loc: Loc, data: Any, anchor: str | None):
+        self.loc, self.data, self.anchor = loc, data, anchor
+        self.is_map = isinstance(data, dict)
+        self.size = 1                       # values in this subtree, aliases expanded
+        self.key: str | None = None         # mapping: the key whose value comes next
+        self.key_line = 0
+        self.merges: list[tuple[Any, int]] = []
+
+
+class _Builder:
+    """Builds plain data from YAML events, recording lines, enforcing the bounds.
+
+    `run` is the hot loop (a 5 MB matrix is about 450,000 events): plain scalars in
+    mappings and sequences take the short path; anchors, aliases, tags, merge keys and
+    errors the long one.
+    """
+
+    def __init__(self, doc: Located):
+        self.doc = doc
+        self.stack: list[_Frame] = []
+        self.anchors: dict[str, tuple[Any, int]] = {}
+        self.open_anchors: set[str] = set()
+        self.expanded = 0
+        self.documents = 0
+        self.root: Any = None
+        self.seen_root = False
+
+    def fail(self, line: int | None, loc: Loc, message: str) -> MatrixError:
+        return MatrixError(self.doc.path, line, _dotted(loc), message)
+
+    def run(self, get_event: Any) -> None:
+        lines, stack = self.doc.lines, self.stack
+        scalar_event, map_start, seq_start = ev.ScalarEvent, ev.MappingStartEvent, ev.SequenceStartEvent
+        ends = (ev.MappingEndEvent, ev.SequenceEndEvent)
+        str_styles = ("'", '"', "|", ">")
+        resolve = _RESOLVER.resolve
+        scalar_node = yaml.ScalarNode
+        while (event := get_event()) is not None:
+            kind = type(event)
+            if kind is scalar_event and stack:
+                top = stack[-1]
+                line = event.start_mark.line + 1
+                if top.is_map:
+                    if top.key is None:
+                        key = event.value
+                        if key in top.data or key == "<<" or event.anchor:
+                            self._key(top, event, line)
+                        else:
+                            top.key, top.key_line = key, line
+                        continue
+                    loc = (*top.loc, top.key)
+                else:
+                    loc = (*top.loc, len(top.data))
+                tag = event.tag
+                if event.anchor or (tag is not None and tag != "!") or len(stack) >= MAX_DEPTH:
+                    self._node(event, line)
+                    continue
+                if event.style in str_styles or resolve(scalar_node, event.value, event.implicit) == _STR_TAG:
+                    value: Any = event.value
+                else:
+                    value = self._scalar(event, loc, line)
+                lines[loc] = line
+                top.size += 1
+                if top.is_map:
+                    top.data[top.key] = value
+                    top.key = None
+                else:
+                    top.data.append(value)
+            elif kind in ends:
+                self._close(stack.pop())
+            elif kind is map_start or kind is seq_start or kind is scalar_event or kind is ev.AliasEvent:
+                line = event.start_mark.line + 1
+                top = stack[-1] if stack else None
+                if top is not None and top.is_map and top.key is None:
+                    self._key(top, event, line)
+                else:
+                    self._node(event, line)
+            elif kind is ev.DocumentStartEvent:
+                self.documents += 1
+                if self.documents > 1:
+                    raise self.fail(event.start_mark.line + 1, (), "a second YAML document (`---`); the matrix "
+                                                                   "is one document")
+
+    def _node(self, event: Any, line: int) -> None:
+        """A value: a collection opening, an alias, or a scalar off the short path."""
+        parent = self.stack[-1] if self.stack else None
+        loc = self._child_loc(parent)
+        if len(self.stack) >= MAX_DEPTH:
+            raise self.fail(line, loc, f"nested more than {MAX_DEPTH} levels deep; the matrix needs at most 8")
+        if isinstance(event, ev.CollectionStartEvent):
+            if event.tag not in _COLLECTION_TAGS:
+                raise self.fail(line, loc, f"YAML tag {event.tag} is not supported here; remove it")
+            self.doc.lines[loc] = parent.key_line if parent is not None and parent.is_map else line
+            if event.anchor:
+                self.open_anchors.add(event.anchor)
+            self.stack.append(_Frame(loc, {} if isinstance(event, ev.MappingStartEvent) else [], event.anchor))
+            return
+        if isinstance(event, ev.AliasEvent):
+            if event.anchor in self.open_anchors:
+                raise self.fail(line, loc, f"alias *{event.anchor} refers to a value that contains it; "
+                                           "a value cannot include itself")
+            if event.anchor not in self.anchors:
+                raise self.fail(line, loc, f"alias *{event.anchor} has no anchor &{event.anchor} before it")
+            value, size = self.anchors[event.anchor]
+            self.expanded += size
+            if self.expanded > MAX_ALIAS_VALUES:
+                raise self.fail(line, loc, f"YAML aliases expand to more than {MAX_ALIAS_VALUES} values "
+                                           "(an alias bomb?); write the values out or set them in `defaults`")
+            self.doc.lines.setdefault(loc, line)
+            self._attach(parent, loc, value, size, line)
+            return
+        self.doc.lines[loc] = line
+        value = self._scalar(event, loc, line)
+        if event.anchor:
+            self.anchors[event.anchor] = (value, 1)
+        self._attach(parent, loc, value, 1, line)
+
+    def _child_loc(self, parent: _Frame | None) -> Loc:
+        if parent is None:
+            return ()
+        if parent.is_map:
+            return (*parent.loc, parent.key)  # type: ignore[arg-type]
+        return (*parent.loc, len(parent.data))
+
+    def _key(self, parent: _Frame, event: Any, line: int) -> None:
+        if not isinstance(event, ev.ScalarEvent) or event.anchor:
+            raise self.fail(line, parent.loc, "keys must be plain strings (no anchors, aliases or collections)")
+        key = event.value
+        if key == "<<" and event.implicit[0] and _RESOLVER.resolve(yaml.ScalarNode, key, event.implicit) == _MERGE_TAG:
+            parent.key, parent.key_line = "<<", line
+            return
+        if key in parent.data:
+            raise self.fail(line, (*parent.loc, key), "duplicate key (already set on line "
+                                                      f"{self.doc.lines.get((*parent.loc, key))}); keep one")
+        parent.key, parent.key_line = key, line
+
+    def _scalar(self, event: Any, loc: Loc, line: int) -> Any:
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+        if tag == _STR_TAG:
+            return event.value
+        constructor = _CONSTRUCTOR.yaml_constructors.get(tag)
+        if constructor is None or tag == _MERGE_TAG:
+            raise self.fail(line, loc, f"YAML tag {event.tag or tag} is not supported here; remove it")
+        node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+        try:
+            value = constructor(_CONSTRUCTOR, node)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+            raise self.fail(line, loc, f"{event.value!r} cannot be read as {tag.rsplit(':', 1)[-1]}; "
+                                       "quote it if it is text") from None
+        self.doc.raw[loc] = event.value
+        return value
+
+    def _attach(self, parent: _Frame | None, loc: Loc, value: Any, size: int, line: int | None) -> None:
+        if parent is None:
+            self.root, self.seen_root = value, True
+            return
+        parent.size += size
+        if not parent.is_map:
+            parent.data.append(value)
+            return
+        if parent.key == "<<":
+            parent.merges.append((value, line or 0))
+        else:
+            parent.data[parent.key] = value
+            self.doc.lines.setdefault(loc, parent.key_line)
+        parent.key = None
+
+    def _close(self, frame: _Frame) -> None:
+        for value, line in frame.merges:
+            sources = value if isinstance(value, list) else [value]
+            if not all(isinstance(s, dict) for s in sources):
+                raise self.fail(line, frame.loc, "`<<` merges a mapping (e.g. <<: *base); got something else")
+            for source in sources:
+                for key, item in source.items():
+                    if key not in frame.data:
+                        frame.data[key] = item
+                        self.doc.lines[(*frame.loc, key)] = line
+        if frame.anchor:
+            self.open_anchors.discard(frame.anchor)
+            self.anchors[frame.anchor] = (frame.data, frame.size)
+        parent = self.stack[-1] if self.stack else None
+        self._attach(parent, frame.loc, frame.data, frame.size, self.doc.lines.get(frame.loc))
+
+
+def _syntax_error(shown: str, exc: yaml.MarkedYAMLError) -> MatrixError:
+    """YAML's own error, one line, at the line to fix: where an unclosed quote or bracket opened."""
+    context = (exc.context or "").strip()
+    problem = (exc.problem or context or "invalid YAML").strip()
+    opened = context.startswith(("while parsing a flow", "while scanning a quoted", "while scanning a block scalar"))
+    mark = exc.context_mark if opened and exc.context_mark is not None else (exc.problem_mark or exc.context_mark)
+    line = mark.line + 1 if mark is not None else None
+    detail = f"YAML syntax: {problem}"
+    if opened and exc.problem_mark is not None and exc.context_mark is not None:
+        detail += f" ({context} opened here; noticed on line {exc.problem_mark.line + 1})"
+    elif context and context != problem:
+        detail += f" ({context})"
+    return MatrixError(shown, line, "", " ".join(detail.split()))
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a matrix loads: it is a few hundred thousand small
+    containers at most, none cyclic, and the collector's full passes over them would cost
+    more than the parse itself (a 5 MB matrix: 8 s instead of 0.6 s in libyaml)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def parse_yaml(text: str, shown: str) -> Located:
+    """Parse YAML text into a Located document (MatrixError for anything a matrix cannot be)."""
     doc = Located(data=None, path=shown)
-    if node is None:
+    builder = _Builder(doc)
+    loader = _Loader(text)
+    try:
+        with paused_gc():
+            builder.run(loader.get_event)
+    except yaml.MarkedYAMLError as exc:
+        raise _syntax_error(shown, exc) from None
+    except yaml.YAMLError as exc:
+        raise MatrixError(shown, None, "", "YAML: " + " ".join(str(exc).split())) from None
+    finally:
+        loader.dispose()
+    if not builder.seen_root or builder.root is None:
         raise MatrixError(shown, 1, "", "the file is empty; declare `images:`")
-    doc.data = _convert(node, (), doc)
+    doc.data = builder.root
     return doc
+
+
+def load_yaml(path: Path, display: str | None = None) -> Located:
+    """Read and parse `path`; every problem is a MatrixError naming the file (and line)."""
+    shown = display or str(path)
+    return parse_yaml(_read(path, shown), shown)
