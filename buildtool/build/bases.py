@@ -11,6 +11,7 @@ When the upstream registries cannot be reached (air-gapped sites, this project's
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +29,7 @@ from buildtool.contracts.names import DEFAULT_REGISTRY
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import RegistryClient
+from buildtool.render.dockerfiles import label_value
 
 DEBIAN_REPO = "library/debian"
 DEBOOTSTRAP_TIMEOUT = 1200
@@ -145,7 +147,8 @@ def _debootstrap(suite: str, slim: bool, ref: str, log: Log, log_file: Path) -> 
 
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
     assert cell.standin is not None
-    reqs = " ".join(f'"{r}"' for r in cell.standin.requirements)
+    # Matrix values on the RUN line are single inert shell words; LABEL values are escaped.
+    reqs = " ".join(shlex.quote(r) for r in cell.standin.requirements)
     return f"""\
 # Stand-in for {cell.base}: a test fixture, never released.
 ARG BASE_IMAGE={debian_ref}
@@ -164,8 +167,8 @@ RUN --mount=type=secret,id=pip.conf \\
     PIP_CONFIG_FILE=/run/secrets/pip.conf python -m pip install --no-cache-dir {reqs}
 WORKDIR {cell.standin.workdir}
 LABEL {label_keys.STANDIN}="true" \\
-      {label_keys.STANDIN_FRAMEWORK}="{standin_framework_version(cell)}" \\
-      {label_keys.PREFIX}.standin.for="{cell.base}"
+      {label_keys.STANDIN_FRAMEWORK}={label_value(standin_framework_version(cell))} \\
+      {label_keys.PREFIX}.standin.for={label_value(cell.base)}
 """
 
 

@@ -15,13 +15,14 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys
 from buildtool.contracts.locks import UV_LOCK, uv_requirement
-from buildtool.matrix.schema import Cell, Matrix
+from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
 GENERATED_DIRS = ("dockerfiles",)
 _BLANK_RUNS = re.compile(r"\n{3,}")
@@ -31,17 +32,75 @@ class TemplateError(UserError):
     """A template could not be rendered for a cell (exit 2)."""
 
 
+_LINE_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+class UnsafeValue(TemplateError):
+    """A value that would change the Dockerfile's structure (exit 2)."""
+
+
+def _one_line(value: object, what: str) -> None:
+    """A string from the matrix never holds a line break (nor another control character): in a
+    Dockerfile it would end the instruction it sits in and start one of the matrix's choosing."""
+    if isinstance(value, str):
+        if _LINE_BREAKS.search(value):
+            raise UnsafeValue(f"{what} {value!r} contains a line break or control character; it cannot go into "
+                              "a Dockerfile (fix it in matrix.yaml)")
+    elif isinstance(value, tuple | list):
+        for item in value:
+            _one_line(item, what)
+
+
+def sh_word(value: object) -> str:
+    """`| sh`: a value that reaches a shell (RUN lines) as exactly one inert word."""
+    text = str(value)
+    _one_line(text, "a value on a RUN line")
+    return shlex.quote(text)
+
+
+def label_value(value: object) -> str:
+    """`| label`: a double-quoted Dockerfile word (LABEL values): `\\`, `"` and `$` escaped, so the
+    value is one word and no build variable is substituted into it."""
+    text = str(value)
+    _one_line(text, "a LABEL value")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+class _Environment(jinja2.Environment):
+    """Checks every value a template reads from a cell (see `_one_line`)."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        value = super().getattr(obj, attribute)
+        if isinstance(obj, Cell | Run | StandIn):
+            _one_line(value, f"{type(obj).__name__.lower()}.{attribute}")
+        return value
+
+
+class _Loader(jinja2.FileSystemLoader):
+    """Templates are UTF-8; a file that is not is named with its line."""
+
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str | None, Callable[[], bool]]:
+        try:
+            return super().get_source(environment, template)
+        except UnicodeDecodeError as exc:
+            data = exc.object if isinstance(exc.object, bytes) else b""
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise TemplateError(f"templates/{template}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+                                "save the template as UTF-8") from None
+
+
 def _environment(templates_dir: Path) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir)),
+    env = _Environment(
+        loader=_Loader(str(templates_dir)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
     )
-    # `| sh`: a value that reaches a shell (RUN lines) as exactly one inert word.
-    env.filters["sh"] = shlex.quote
+    # Every matrix value on a RUN line goes through `| sh`, every LABEL value through `| label`.
+    env.filters["sh"] = sh_word
+    env.filters["label"] = label_value
     return env
 
 
@@ -84,8 +143,12 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         # NGC cells (and their stand-ins) bring Python and the framework; only tools are installed.
         "ngc": not cell.framework_requirements,
     }
+    for key in ("matrix_path", "source", "pinned_packages"):
+        _one_line(context[key], key)
     try:
         return _tidy(env.get_template(cell.template).render(context))
+    except TemplateError:
+        raise
     except jinja2.UndefinedError as exc:
         where = _template_location(exc, templates_dir) or f"templates/{cell.template}"
         raise TemplateError(f"{where}: {exc.message} for cell {cell.key}; define it in matrix.yaml "
@@ -95,6 +158,11 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
                             f"(cell {cell.key})") from None
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"templates/{exc.name or cell.template}:{exc.lineno}: {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 - any other mistake in a template is the template's, not ours
+        where = _template_location(exc, templates_dir) or f"templates/{cell.template}"
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise TemplateError(f"{where}: {type(exc).__name__}: {detail} (cell {cell.key}); fix the template") \
+            from None
 
 
 @dataclass(frozen=True)
