@@ -74,8 +74,11 @@ def _looks_like_domain(first: str) -> bool:
 
 def parse_reference(text: str) -> Reference:
     """Parse `text`; ReferenceError (a ValueError) names what is wrong."""
-    if not text or text != text.strip() or any(c.isspace() for c in text):
-        raise ReferenceError(f"{text!r} is not an image reference (empty or contains whitespace)")
+    if not text:
+        raise ReferenceError("an image reference is empty; write one like nvcr.io/nvidia/pytorch:25.10-py3")
+    if any(c.isspace() for c in text):
+        raise ReferenceError(f"{text!r} contains whitespace; an image reference is one word like "
+                             "nvcr.io/nvidia/pytorch:25.10-py3")
     rest, at, digest = text.partition("@")
     if at:
         if not _DIGEST_RE.match(digest):
@@ -86,6 +89,8 @@ def parse_reference(text: str) -> Reference:
     last = rest.rsplit("/", 1)[-1]
     if ":" in last:
         rest, tag = rest.rsplit(":", 1)
+        if not tag:
+            raise ReferenceError(f"{text!r} ends its name with ':' but names no tag; add the tag or remove the ':'")
         if not _TAG_RE.match(tag):
             raise ReferenceError(f"{text!r}: tag {tag!r} is not a valid tag "
                                  "(letters, digits, '_', '.', '-'; at most 128; not starting with '.' or '-')")
@@ -99,6 +104,8 @@ def parse_reference(text: str) -> Reference:
     if not path:
         raise ReferenceError(f"{text!r}: no repository name")
     for component in path.split("/"):
+        if not component:
+            raise ReferenceError(f"{text!r}: the repository path has an empty part ('//' or a '/' at an end)")
         if not _PATH_COMPONENT_RE.match(component):
             hint = " (repository names are lower case)" if component.lower() != component else ""
             raise ReferenceError(f"{text!r}: repository part {component!r} is not valid{hint}; use lower-case "

@@ -273,9 +273,17 @@ class Matrix:
             return list(self.cells)
         chosen = [c for c in self.cells if framework in (c.name, c.key, c.framework)]
         if not chosen:
-            names = ", ".join(self.image_names)
+            name, sep, _ = framework.partition(":")
+            if sep and name in self.image_names:
+                versions = ", ".join(c.version for c in self.cells if c.name == name)
+                hint = f"; {name} has version(s) {versions}"
+            else:
+                hint = values.suggest(framework, ["all", *frameworks.names(), *self.image_names,
+                                                  *(c.key for c in self.cells)])
+            names = self.image_names
+            shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more images" if len(names) > 20 else "")
             raise UserError(f"unknown FRAMEWORK={framework!r}; choose one of: all, "
-                            f"{', '.join(frameworks.names())}, {names}")
+                            f"{', '.join(frameworks.names())}, {shown}{hint}")
         return chosen
 
 
@@ -554,7 +562,6 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
     # written): cheaper than dumping the models again, and the same values.
     _check_layer(doc, ("defaults",), spec.defaults)
     defaults = _layer(doc.data.get("defaults"))
-    lines = doc.lines
     cells: list[Cell] = []
     seen_images: dict[str, int] = {}
     for i, (image, raw_image) in enumerate(zip(spec.images, doc.data["images"], strict=True)):
@@ -563,7 +570,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
         if image.name in seen_images:
             raise MatrixError(doc.path, doc.line_of(name_loc), dotted(name_loc),
                               f"duplicate image {image.name!r} (first declared on line {seen_images[image.name]})")
-        seen_images[image.name] = lines.get(name_loc, 0)
+        seen_images[image.name] = doc.line_of(name_loc) or 0
         _check_layer(doc, image_loc, image)
         image_layer = _layer(raw_image)
         image_fields = _merge(defaults, image_layer)
@@ -573,7 +580,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
         for j, (ver, raw_ver) in enumerate(zip(image.versions, raw_image["versions"], strict=True)):
             loc: Loc = (*image_loc, "versions", j)
             vloc = (*loc, "version")
-            line = lines.get(vloc, 0)
+            line = doc.line_of(vloc) or 0
             if ver.version in seen_versions:
                 raise MatrixError(doc.path, line, dotted(vloc),
                                   f"duplicate version {ver.version!r} of {image.name} "
@@ -621,7 +628,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
                 use=merged["use"],
                 release_tags=release_tags,
                 moving_tags=moving_tags,
-                line=lines.get(loc, 0),
+                line=doc.line_of(loc) or 0,
                 validate_deadline_s=deadline_for(merged),
             ))
         if first_default is None:

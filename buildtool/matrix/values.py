@@ -148,7 +148,8 @@ def _url(text: str, schemes: tuple[str, ...], what: str) -> str:
     except ValueError as exc:
         raise ValueError(f"{text!r} is not a URL ({exc})") from None
     if parts.scheme not in schemes:
-        raise ValueError(f"{text!r}: {what} must start with {', '.join(s + '://' for s in schemes)}")
+        starts = [s + "://" for s in schemes]
+        raise ValueError(f"{text!r}: {what} must start with {', '.join(starts[:-1])} or {starts[-1]}")
     if parts.scheme != "file" and not parts.hostname:
         raise ValueError(f"{text!r} names no host; write it like {parts.scheme or 'https'}://pypi.example.org/simple")
     if parts.username is not None or parts.password is not None:
@@ -225,12 +226,15 @@ def template_path(text: str, templates_dir: Path | None) -> str:
     if templates_dir is None:
         return text
     root = templates_dir.resolve()
+    if not root.is_dir():
+        raise ValueError(f"template {text!r}: there is no templates/ folder beside the matrix; run from the "
+                         "project or pass the project's matrix.yaml with --matrix")
     target = (root / text).resolve()
     if not target.is_relative_to(root):
         raise ValueError(f"{text!r} leads outside templates/ (through a link); use a template inside it")
     if not target.is_file():
         choices = sorted(str(p.relative_to(root)) for p in root.rglob("*.j2") if p.is_file())
-        raise ValueError(f"template {text!r} not found under {templates_dir}/{suggest(text, choices)}")
+        raise ValueError(f"template {text!r} not found under templates/{suggest(text, choices)}")
     return text
 
 

@@ -49,21 +49,34 @@ _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
 @dataclass
 class Located:
-    """The parsed document plus the 1-based line of each path in it."""
+    """The parsed document plus the 1-based line of each value in it.
+
+    Lines are kept per container (`tables[id(container)]`: key or index -> line), not per
+    path: building a path tuple for each of a big matrix's values would cost more than
+    parsing them. A mapping's scalar value has its own line; a collection, its key's line.
+    """
 
     data: Any
     path: str
-    lines: dict[Loc, int] = field(default_factory=dict)
+    tables: dict[int, dict[str | int, int]] = field(default_factory=dict)
+    root_line: int | None = None
     # Source text of scalars YAML read as something other than a string (`2.10` -> 2.1),
     # so advice can show the exact text to quote.
     raw: dict[Loc, str] = field(default_factory=dict)
 
     def line_of(self, loc: Loc) -> int | None:
         """Line of the deepest known prefix of `loc` (pydantic locs may go past the YAML)."""
-        for end in range(len(loc), -1, -1):
-            if loc[:end] in self.lines:
-                return self.lines[loc[:end]]
-        return None
+        node, line = self.data, self.root_line
+        for part in loc:
+            table = self.tables.get(id(node))
+            if table is None or part not in table:
+                break
+            line = table[part]
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                break
+        return line
 
 
 def _dotted(loc: Loc) -> str:
@@ -92,7 +105,8 @@ def _read(path: Path, shown: str) -> str:
         raise MatrixError(shown, None, "", "is a directory; pass the matrix file itself, e.g. "
                                            f"--matrix {Path(shown) / 'matrix.yaml'}")
     if not stat.S_ISREG(info.st_mode):
-        raise MatrixError(shown, None, "", "is not a regular file (a device, pipe or socket); pass the matrix file")
+        raise MatrixError(shown, None, "", f"is not a regular file ({path} is a device, pipe or socket); pass the "
+                                           "matrix file")
     if info.st_size > MAX_BYTES:
         raise MatrixError(shown, None, "", f"is {info.st_size / 2**20:.1f} MiB; a matrix is at most "
                                            f"{MAX_BYTES >> 20} MiB (split it or remove generated content)")
@@ -122,15 +136,16 @@ def _read(path: Path, shown: str) -> str:
 class _Frame:
     """A mapping or sequence being filled."""
 
-    __slots__ = ("loc", "data", "is_map", "anchor", "size", "key", "key_line", "merges")
+    __slots__ = ("loc", "data", "is_map", "anchor", "start_line", "size", "key", "key_line", "merges", "lines")
 
-    def __init__(self, loc: Loc, data: Any, anchor: str | None):
-        self.loc, self.data, self.anchor = loc, data, anchor
+    def __init__(self, loc: Loc, data: Any, anchor: str | None, start_line: int):
+        self.loc, self.data, self.anchor, self.start_line = loc, data, anchor, start_line
         self.is_map = isinstance(data, dict)
         self.size = 1                       # values in this subtree, aliases expanded
         self.key: str | None = None         # mapping: the key whose value comes next
         self.key_line = 0
         self.merges: list[tuple[Any, int]] = []
+        self.lines: dict[str | int, int] = {}
 
 
 class _Builder:
@@ -155,42 +170,43 @@ class _Builder:
         return MatrixError(self.doc.path, line, _dotted(loc), message)
 
     def run(self, get_event: Any) -> None:
-        lines, stack = self.doc.lines, self.stack
+        stack = self.stack
         scalar_event, map_start, seq_start = ev.ScalarEvent, ev.MappingStartEvent, ev.SequenceStartEvent
         ends = (ev.MappingEndEvent, ev.SequenceEndEvent)
-        str_styles = ("'", '"', "|", ">")
+        resolved: dict[str, str] = {}       # plain scalar text -> tag (values repeat a lot)
         resolve = _RESOLVER.resolve
-        scalar_node = yaml.ScalarNode
+        scalar_node, plain = yaml.ScalarNode, (True, False)
         while (event := get_event()) is not None:
             kind = type(event)
             if kind is scalar_event and stack:
                 top = stack[-1]
                 line = event.start_mark.line + 1
-                if top.is_map:
-                    if top.key is None:
-                        key = event.value
-                        if key in top.data or key == "<<" or event.anchor:
-                            self._key(top, event, line)
-                        else:
-                            top.key, top.key_line = key, line
-                        continue
-                    loc = (*top.loc, top.key)
-                else:
-                    loc = (*top.loc, len(top.data))
+                key = top.key
+                if top.is_map and key is None:
+                    key = event.value
+                    if key in top.data or key in top.lines or key == "<<" or event.anchor:
+                        self._key(top, event, line)
+                    else:
+                        top.key, top.key_line = key, line
+                    continue
                 tag = event.tag
                 if event.anchor or (tag is not None and tag != "!") or len(stack) >= MAX_DEPTH:
                     self._node(event, line)
                     continue
-                if event.style in str_styles or resolve(scalar_node, event.value, event.implicit) == _STR_TAG:
-                    value: Any = event.value
-                else:
-                    value = self._scalar(event, loc, line)
-                lines[loc] = line
+                value: Any = event.value
+                if event.implicit[0]:
+                    tag = resolved.get(value)
+                    if tag is None:
+                        tag = resolved[value] = resolve(scalar_node, value, plain)
+                    if tag != _STR_TAG:
+                        value = self._scalar(event, self._child_loc(top), line, tag)
                 top.size += 1
                 if top.is_map:
-                    top.data[top.key] = value
+                    top.lines[key] = line  # type: ignore[index]
+                    top.data[key] = value
                     top.key = None
                 else:
+                    top.lines[len(top.data)] = line
                     top.data.append(value)
             elif kind in ends:
                 self._close(stack.pop())
@@ -216,10 +232,10 @@ class _Builder:
         if isinstance(event, ev.CollectionStartEvent):
             if event.tag not in _COLLECTION_TAGS:
                 raise self.fail(line, loc, f"YAML tag {event.tag} is not supported here; remove it")
-            self.doc.lines[loc] = parent.key_line if parent is not None and parent.is_map else line
             if event.anchor:
                 self.open_anchors.add(event.anchor)
-            self.stack.append(_Frame(loc, {} if isinstance(event, ev.MappingStartEvent) else [], event.anchor))
+            data: Any = {} if isinstance(event, ev.MappingStartEvent) else []
+            self.stack.append(_Frame(loc, data, event.anchor, line))
             return
         if isinstance(event, ev.AliasEvent):
             if event.anchor in self.open_anchors:
@@ -232,14 +248,15 @@ class _Builder:
             if self.expanded > MAX_ALIAS_VALUES:
                 raise self.fail(line, loc, f"YAML aliases expand to more than {MAX_ALIAS_VALUES} values "
                                            "(an alias bomb?); write the values out or set them in `defaults`")
-            self.doc.lines.setdefault(loc, line)
-            self._attach(parent, loc, value, size, line)
+            self._attach(parent, value, size, line)
             return
-        self.doc.lines[loc] = line
-        value = self._scalar(event, loc, line)
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+        value = self._scalar(event, loc, line, tag)
         if event.anchor:
             self.anchors[event.anchor] = (value, 1)
-        self._attach(parent, loc, value, 1, line)
+        self._attach(parent, value, 1, line)
 
     def _child_loc(self, parent: _Frame | None) -> Loc:
         if parent is None:
@@ -255,15 +272,13 @@ class _Builder:
         if key == "<<" and event.implicit[0] and _RESOLVER.resolve(yaml.ScalarNode, key, event.implicit) == _MERGE_TAG:
             parent.key, parent.key_line = "<<", line
             return
-        if key in parent.data:
+        if key in parent.data or key in parent.lines:
             raise self.fail(line, (*parent.loc, key), "duplicate key (already set on line "
-                                                      f"{self.doc.lines.get((*parent.loc, key))}); keep one")
+                                                      f"{parent.lines.get(key)}); keep one")
         parent.key, parent.key_line = key, line
 
-    def _scalar(self, event: Any, loc: Loc, line: int) -> Any:
-        tag = event.tag
-        if tag is None or tag == "!":
-            tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+    def _scalar(self, event: Any, loc: Loc, line: int, tag: str) -> Any:
+        """A scalar YAML reads as something other than a string (or tagged)."""
         if tag == _STR_TAG:
             return event.value
         constructor = _CONSTRUCTOR.yaml_constructors.get(tag)
@@ -278,19 +293,22 @@ class _Builder:
         self.doc.raw[loc] = event.value
         return value
 
-    def _attach(self, parent: _Frame | None, loc: Loc, value: Any, size: int, line: int | None) -> None:
+    def _attach(self, parent: _Frame | None, value: Any, size: int, line: int) -> None:
+        """Put a finished value (scalar, alias or closed collection) into its parent."""
         if parent is None:
             self.root, self.seen_root = value, True
+            self.doc.root_line = line
             return
         parent.size += size
         if not parent.is_map:
+            parent.lines[len(parent.data)] = line
             parent.data.append(value)
             return
         if parent.key == "<<":
-            parent.merges.append((value, line or 0))
+            parent.merges.append((value, line))
         else:
+            parent.lines[parent.key] = line  # type: ignore[index]
             parent.data[parent.key] = value
-            self.doc.lines.setdefault(loc, parent.key_line)
         parent.key = None
 
     def _close(self, frame: _Frame) -> None:
@@ -302,15 +320,72 @@ class _Builder:
                 for key, item in source.items():
                     if key not in frame.data:
                         frame.data[key] = item
-                        self.doc.lines[(*frame.loc, key)] = line
+                        frame.lines[key] = line
+        self.doc.tables[id(frame.data)] = frame.lines
         if frame.anchor:
             self.open_anchors.discard(frame.anchor)
             self.anchors[frame.anchor] = (frame.data, frame.size)
         parent = self.stack[-1] if self.stack else None
-        self._attach(parent, frame.loc, frame.data, frame.size, self.doc.lines.get(frame.loc))
+        # A collection in a mapping is located at its key, in a sequence at its first line.
+        line = parent.key_line if parent is not None and parent.is_map else frame.start_line
+        self._attach(parent, frame.data, frame.size, line)
 
 
-def _syntax_error(shown: str, exc: yaml.MarkedYAMLError) -> MatrixError:
+# What libyaml's terse problems usually mean in a matrix, and what to do.
+_HINTS = (
+    ("mapping values are not allowed", "quote a value that contains ': ' or ends with ':'"),
+    ("cannot start any token", "quote a value that starts with @, `, %, ! or &"),
+    ("tab character", "indent with spaces, not tabs"),
+    ("could not find expected ':'", "each line of a mapping is `key: value`"),
+    ("did not find expected key", "check the indentation of this line and the one before"),
+    ("did not find expected '-' indicator", "align the `- ` entries of a list"),
+)
+
+
+def _closing_quote(line: str, start: int) -> int | None:
+    quote, i = line[start], start + 1
+    while i < len(line):
+        if quote == '"' and line[i] == "\\":
+            i += 2
+            continue
+        if line[i] == quote:
+            if quote == "'" and line[i + 1:i + 2] == "'":
+                i += 2
+                continue
+            return i
+        i += 1
+    return None
+
+
+def _quote_problem(text: str, upto: int) -> tuple[int, str] | None:
+    """A quote YAML misread, the usual cause of a syntax error lines later: the first line
+    before `upto` where a quoted value opens and does not close, or text after a closing
+    quote on line `upto` itself. Quotes inside plain text (`NVIDIA's`) do not count."""
+    for number, line in enumerate(text.split("\n")[:upto], 1):
+        i, prev, spaced = 0, "", True
+        while i < len(line):
+            char = line[i]
+            starts_value = prev in ("", "[", "{", ",", "?") or (prev in (":", "-") and spaced)
+            if char in "\"'" and starts_value:
+                end = _closing_quote(line, i)
+                if end is None:
+                    return (number, "unclosed") if number < upto else None
+                rest = line[end + 1:].lstrip()
+                if number == upto and rest and rest[0] not in ",]}#:":
+                    return number, "after"
+                i, prev, spaced = end + 1, "x", False
+                continue
+            if char == "#" and (i == 0 or line[i - 1] in " \t"):
+                break
+            if char in " \t":
+                spaced = True
+            else:
+                prev, spaced = (char if char in ":-[{,?" else "x"), False
+            i += 1
+    return None
+
+
+def _syntax_error(shown: str, exc: yaml.MarkedYAMLError, text: str) -> MatrixError:
     """YAML's own error, one line, at the line to fix: where an unclosed quote or bracket opened."""
     context = (exc.context or "").strip()
     problem = (exc.problem or context or "invalid YAML").strip()
@@ -322,6 +397,16 @@ def _syntax_error(shown: str, exc: yaml.MarkedYAMLError) -> MatrixError:
         detail += f" ({context} opened here; noticed on line {exc.problem_mark.line + 1})"
     elif context and context != problem:
         detail += f" ({context})"
+    hint = next((advice for words, advice in _HINTS if words in problem), "")
+    misread = _quote_problem(text, line) if line and not opened else None
+    if misread is not None and misread[1] == "unclosed":
+        detail = (f"YAML syntax: a quote opens here and does not close on this line (YAML fails on line {line}: "
+                  f"{problem})")
+        line, hint = misread[0], "close the quote"
+    elif misread is not None:
+        hint = "text follows a closing quote: quote the whole value (inside '...' write '' for a ')"
+    if hint:
+        detail += f"; {hint}"
     return MatrixError(shown, line, "", " ".join(detail.split()))
 
 
@@ -348,7 +433,7 @@ def parse_yaml(text: str, shown: str) -> Located:
         with paused_gc():
             builder.run(loader.get_event)
     except yaml.MarkedYAMLError as exc:
-        raise _syntax_error(shown, exc) from None
+        raise _syntax_error(shown, exc, text) from None
     except yaml.YAMLError as exc:
         raise MatrixError(shown, None, "", "YAML: " + " ".join(str(exc).split())) from None
     finally:

@@ -1,0 +1,555 @@
+"""A corpus of malformed matrices and command lines, each answered as a user needs it.
+
+Every case: exit code 2, the exact first line of stderr (file:line, key, what to fix), no
+traceback, nothing written (tests.conftest.snapshot), and an answer within a bound (an
+alarm ends a hang as a failure; no time is asserted). The mutations start from the real
+matrix.yaml, the way a user edits it; a second set checks that applying the advice a
+message gives gets past that error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.yamlsource import MAX_ALIAS_VALUES
+from tests.conftest import REPO, snapshot
+
+MATRIX = (REPO / "matrix.yaml").read_text()
+BOUND_S = 60  # a hang fails the test; answers are expected within a few seconds
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    expected: str                        # the exact first line of stderr
+    old: str = ""                        # replaced once in the real matrix.yaml ...
+    new: str = ""
+    data: bytes | None = None            # ... or the whole file
+    args: tuple[str, ...] = ("check", "--matrix", "{matrix}")
+    setup: Callable[[Path], None] | None = None
+
+
+def _bomb() -> bytes:
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _template(rel: str, old: str, new: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        path = root / "templates" / rel
+        text = path.read_text()
+        assert old in text, (rel, old)
+        path.write_text(text.replace(old, new, 1))
+    return edit
+
+
+LONG_TAG = "{version}-" + "x" * 100 + "-{release}"
+
+CASES = [
+    # -- values that would have reached a shell (issue 9) -----------------------------------------
+    Case("requirement-quote-injection",
+         'error: matrix.yaml:99: images[2].versions[0].framework_requirements[0]: \'torch==2.13.0+cpu" && id && echo '
+         '"\' is not a PEP 508 requirement (Expected comma (within version specifier), semicolon (after version '
+         'specifier) or end); write it like torch==2.13.0',
+         old='framework_requirements: ["torch==2.13.0+cpu"]',
+         new='framework_requirements: [\'torch==2.13.0+cpu" && id && echo "\']'),
+    Case("package-version-command-substitution",
+         "error: matrix.yaml:94: images[2].packages.torch-tb-profiler: '$(id)' is not a version (PEP 440, e.g. "
+         '2.21.0)',
+         old='torch-tb-profiler: "0.4.3"\n    versions:\n      - version: "2.13"',
+         new='torch-tb-profiler: "$(id)"\n    versions:\n      - version: "2.13"',
+         args=("render", "--matrix", "{matrix}")),
+    Case("requirement-backtick",
+         "error: matrix.yaml:139: images[4].versions[0].framework_requirements[0]: 'tensorflow-cpu==2.21.0`id`' is "
+         'not a PEP 508 requirement (Expected comma (within version specifier), semicolon (after version specifier) '
+         'or end); write it like torch==2.13.0',
+         old='framework_requirements: ["tensorflow-cpu==2.21.0"]',
+         new='framework_requirements: ["tensorflow-cpu==2.21.0`id`"]',
+         args=("plan", "--matrix", "{matrix}")),
+    Case("index-url-and-and",
+         "error: matrix.yaml:92: images[2].index.extra_urls[0]: 'https://download.pytorch.org/whl/cpu && id' "
+         'contains a space; an index URL is a plain URL with no whitespace, quotes or shell metacharacters '
+         '(percent-encode the character if the URL really has it)',
+         old='extra_urls: ["https://download.pytorch.org/whl/cpu"]',
+         new='extra_urls: ["https://download.pytorch.org/whl/cpu && id"]'),
+    Case("package-name-command-substitution",
+         "error: matrix.yaml:13: defaults.packages.tensorboard$(id): 'tensorboard$(id)' is not a package name "
+         "(letters, digits, '.', '_' and '-', starting and ending with a letter or digit)",
+         old='    tensorboard: "2.21.0"',
+         new='    tensorboard$(id): "2.21.0"',
+         args=("plan", "--json", "--matrix", "{matrix}")),
+    Case("framework-version-injection",
+         "error: matrix.yaml:98: images[2].versions[0].framework_version: '2.13.0+cpu\\nRUN id' is not a version "
+         '(PEP 440, e.g. 2.21.0)',
+         old='framework_version: 2.13.0+cpu',
+         new='framework_version: "2.13.0+cpu\\nRUN id"',
+         args=("render", "--matrix", "{matrix}")),
+    Case("use-with-line-break",
+         'error: matrix.yaml:130: images[4].use: contains a line break; write one line of plain text',
+         old='    use: TensorFlow on CPU for laptops',
+         new='    use: "TensorFlow\\nRUN id" # for laptops',
+         args=("catalogue", "--matrix", "{matrix}")),
+    # -- base references --------------------------------------------------------------------------
+    Case("base-with-space",
+         "error: matrix.yaml:45: images[0].versions[0].base: 'nvcr.io/nvidia/pytorch 25.10-py3' contains whitespace; "
+         'an image reference is one word like nvcr.io/nvidia/pytorch:25.10-py3',
+         old='base: nvcr.io/nvidia/pytorch:25.10-py3',
+         new='base: nvcr.io/nvidia/pytorch 25.10-py3'),
+    Case("base-uppercase-repository",
+         "error: matrix.yaml:45: images[0].versions[0].base: 'nvcr.io/nvidia/PyTorch:25.10-py3': repository part "
+         "'PyTorch' is not valid (repository names are lower case); use lower-case letters, digits and single "
+         "separators ('.', '_', '__', '-')",
+         old='base: nvcr.io/nvidia/pytorch:25.10-py3',
+         new='base: nvcr.io/nvidia/PyTorch:25.10-py3'),
+    Case("base-empty-tag",
+         "error: matrix.yaml:51: images[0].versions[1].base: 'nvcr.io/nvidia/pytorch:' ends its name with ':' but "
+         "names no tag; add the tag or remove the ':'",
+         old='base: nvcr.io/nvidia/pytorch:25.01-py3',
+         new='base: "nvcr.io/nvidia/pytorch:"'),
+    Case("base-empty-tag-unquoted",
+         'error: matrix.yaml:51: YAML syntax: mapping values are not allowed in this context; quote a value that '
+         "contains ': ' or ends with ':'",
+         old='base: nvcr.io/nvidia/pytorch:25.01-py3',
+         new='base: nvcr.io/nvidia/pytorch:'),
+    Case("quote-inside-single-quotes",
+         'error: matrix.yaml:112: YAML syntax: did not find expected key (while parsing a block mapping); text '
+         "follows a closing quote: quote the whole value (inside '...' write '' for a ')",
+         old="    use: PyTorch with PyPI's CUDA wheels",
+         new="    use: 'PyTorch with PyPI's CUDA wheels"),
+    Case("value-starting-with-at",
+         'error: matrix.yaml:118: YAML syntax: found character that cannot start any token (while scanning for the '
+         'next token); quote a value that starts with @, `, %, ! or &',
+         old='      - version: "2.13"\n        default: true\n        framework_version: 2.13.0\n',
+         new='      - version: "2.13"\n        default: true\n        framework_version: @2.13.0\n'),
+    Case("base-without-tag",
+         "error: matrix.yaml:72: images[1].versions[0].base: 'nvcr.io/nvidia/tensorflow' names no tag or digest; pin "
+         'it, e.g. nvcr.io/nvidia/tensorflow:TAG or nvcr.io/nvidia/tensorflow@sha256:DIGEST',
+         old='base: nvcr.io/nvidia/tensorflow:25.02-tf2-py3',
+         new='base: nvcr.io/nvidia/tensorflow',
+         args=("workflows", "write", "--matrix", "{matrix}")),
+    Case("standin-base-bad-digest",
+         "error: matrix.yaml:40: images[0].standin.base: 'docker.io/library/debian@sha256:abc': digest 'sha256:abc' "
+         'is not algorithm:hex (e.g. sha256:<64 hex digits>)',
+         old='      base: docker.io/library/debian:bookworm-slim\n      requirements: ["torch',
+         new='      base: docker.io/library/debian@sha256:abc\n      requirements: ["torch'),
+    # -- tags -------------------------------------------------------------------------------------
+    Case("release-tag-unknown-placeholder",
+         'error: matrix.yaml:24: defaults.release.tags[0]: unknown placeholder {nope} in tag template '
+         "'{version}-{nope}'; use {version} and {release}",
+         old='tags: ["{version}-{release}"]',
+         new='tags: ["{version}-{nope}"]',
+         args=("plan", "--matrix", "{matrix}")),
+    Case("release-tag-with-slash",
+         "error: matrix.yaml:24: defaults.release.tags[0]: tag template '{version}/{release}' renders to "
+         "'25.10/2026.12.31.post999.dev999', which is not a Docker tag (letters, digits, '_', '.', '-'; not starting "
+         "with '.' or '-'; no '/', ':' or spaces)",
+         old='tags: ["{version}-{release}"]',
+         new='tags: ["{version}/{release}"]'),
+    Case("release-tag-too-long",
+         'error: matrix.yaml:24: defaults.release.tags[0]: tag template '
+         "'{version}-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+         "xxxxxxxxxxxx-{release}' renders to 132 characters for version 25.10 with {release} as long as "
+         "'2026.12.31.post999.dev999' (the longest plausible release); a Docker tag has at most 128",
+         old='tags: ["{version}-{release}"]',
+         new=f'tags: ["{LONG_TAG}"]'),
+    Case("release-tag-typo-placeholder",
+         'error: matrix.yaml:25: defaults.release.moving[0]: unknown placeholder {verison} in tag template '
+         "'{verison}'; use {version} and {release}; did you mean `version`?",
+         old='moving: ["{version}"] ',
+         new='moving: ["{verison}"] '),
+    Case("moving-tag-on-two-versions",
+         "error: matrix.yaml:55: images[0].versions[1].release.moving[0]: tag template 'latest' gives 'latest', also "
+         'a tag of pytorch-ngc:25.10 (line 49); a tag names one cell, so keep it on one version',
+         old='        framework_version: 2.6.0a0\n',
+         new='        framework_version: 2.6.0a0\n        release:\n          moving: [latest]\n'),
+    # -- defaults ---------------------------------------------------------------------------------
+    Case("no-default-version",
+         'error: matrix.yaml:124: images[4]: no version of tensorflow-cpu has `default: true`; set it on exactly one '
+         '(the version `latest` and the nightly jobs use)',
+         old='        default: true\n        framework_version: 2.21.0',
+         new='        framework_version: 2.21.0'),
+    Case("two-default-versions",
+         'error: matrix.yaml:78: images[1].versions[1].default: a second version of tensorflow-ngc with `default: '
+         'true` (the first is 25.02, line 71); keep one',
+         old='      - version: "25.01"\n        base: nvcr.io/nvidia/tensorflow',
+         new='      - version: "25.01"\n        default: true\n        base: nvcr.io/nvidia/tensorflow'),
+    Case("default-on-the-image",
+         'error: matrix.yaml:85: images[2].default: unknown key `default`; `default` belongs on one entry under '
+         '`versions:` (`default: true`)',
+         old='    framework: pytorch\n    accelerator: cpu\n',
+         new='    framework: pytorch\n    accelerator: cpu\n    default: true\n'),
+    # -- templates --------------------------------------------------------------------------------
+    Case("template-outside-relative",
+         "error: matrix.yaml:31: images[0].template: '../../etc/passwd' is not a path inside templates/ (relative, "
+         "no '..', e.g. images/pytorch-pip.Dockerfile.j2)",
+         old='template: images/pytorch-ngc.Dockerfile.j2',
+         new='template: ../../etc/passwd'),
+    Case("template-outside-absolute",
+         "error: matrix.yaml:31: images[0].template: '/etc/passwd' is not a path inside templates/ (relative, no "
+         "'..', e.g. images/pytorch-pip.Dockerfile.j2)",
+         old='template: images/pytorch-ngc.Dockerfile.j2',
+         new='template: /etc/passwd'),
+    Case("template-missing-suggests",
+         "error: matrix.yaml:127: images[4].template: template 'images/tensorflow_pip.Dockerfile.j2' not found under "
+         'templates/; did you mean `images/tensorflow-pip.Dockerfile.j2`?',
+         old='template: images/tensorflow-pip.Dockerfile.j2',
+         new='template: images/tensorflow_pip.Dockerfile.j2'),
+    Case("template-syntax-error",
+         "error: templates/parts/labels.j2:3: unexpected '}'",
+         setup=_template("parts/labels.j2", "{{ cell.name | label }}", "{{ cell.name | label }"),
+         args=("render", "--matrix", "{matrix}")),
+    Case("template-runtime-error",
+         'error: templates/parts/user.j2:2: TypeError: can only concatenate tuple (not "int") to tuple (cell '
+         'pytorch-ngc:25.10); fix the template',
+         setup=_template("parts/user.j2", "RUN mkdir", "{{ cell.tests + 1 }}\nRUN mkdir")),
+    Case("template-unknown-filter",
+         "error: templates/parts/python.j2:4: TemplateRuntimeError: No filter named 'shell'. (cell "
+         'pytorch-cpu:2.13); fix the template',
+         setup=_template("parts/python.j2", '| map("sh")', '| map("shell")')),
+    # -- run profile ------------------------------------------------------------------------------
+    Case("shm-size-negative",
+         'error: matrix.yaml:18: defaults.run.shm_size: -1 is not a size; write a size of at least 1g for /dev/shm, '
+         'e.g. shm_size: 8g (there is no unlimited /dev/shm)',
+         old='    shm_size: 8g\n',
+         new='    shm_size: -1\n'),
+    Case("shm-size-below-minimum",
+         'error: matrix.yaml:18: defaults.run.shm_size: 256m is below the 1g of /dev/shm the image checks need '
+         '(DataLoader workers, NCCL); write at least shm_size: 1g, e.g. shm_size: 8g',
+         old='    shm_size: 8g\n',
+         new='    shm_size: "256m"\n'),
+    Case("shm-size-docker-units",
+         "error: matrix.yaml:18: defaults.run.shm_size: '8GB' is not a size; write it like shm_size: 8g (a whole "
+         'number with k, m or g)',
+         old='    shm_size: 8g\n',
+         new='    shm_size: 8GB\n'),
+    Case("ulimit-unlimited-word",
+         'error: matrix.yaml:34: images[0].run.ulimits.memlock: must be a whole number (-1 for unlimited); got '
+         "'unlimited'; write -1 for unlimited",
+         old='        memlock: -1\n    tests: [common, pytorch]\n    use: Default',
+         new='        memlock: unlimited\n    tests: [common, pytorch]\n    use: Default'),
+    Case("ulimit-misspelt",
+         'error: matrix.yaml:21: defaults.run.ulimits.stakc: unknown key `stakc`; did you mean `stack`? (one of '
+         'memlock, stack, nofile, nproc, core, fsize, cpu, as, data, rss, rtprio, sigpending)',
+         old='      stack: 67108864\n',
+         new='      stakc: 67108864\n'),
+    Case("gpus-yes",
+         "error: matrix.yaml:22: defaults.run.gpus: Input should be 'none' or 'all' (got True); YAML reads yes, no, "
+         'on and off as true/false',
+         old='    gpus: all\n',
+         new='    gpus: yes\n'),
+    Case("run-key-at-image-level",
+         'error: matrix.yaml:87: images[2].shm_size: unknown key `shm_size`; `shm_size` belongs under `run:`',
+         old='    tests: [common, pytorch]\n    use: PyTorch on CPU',
+         new='    shm_size: 16g\n    tests: [common, pytorch]\n    use: PyTorch on CPU'),
+    # -- keys and types ---------------------------------------------------------------------------
+    Case("versions-misspelt",
+         'error: matrix.yaml:95: images[2].verisons: unknown key `verisons`; did you mean `versions`?',
+         old='    versions:\n      - version: "2.13"\n        default: true\n        framework_version: 2.13.0+cpu',
+         new='    verisons:\n      - version: "2.13"\n        default: true\n        framework_version: 2.13.0+cpu'),
+    Case("framework-version-misspelt",
+         'error: matrix.yaml:74: images[1].versions[0].framework_verison: unknown key `framework_verison`; did you '
+         'mean `framework_version`?',
+         old='        framework_version: 2.17.0\n        release:',
+         new='        framework_verison: 2.17.0\n        release:'),
+    Case("python-unquoted",
+         'error: matrix.yaml:10: defaults.python: must be a string; quote it: python: "3.10"',
+         old='  python: "3.11"',
+         new='  python: 3.10'),
+    Case("package-version-unquoted",
+         'error: matrix.yaml:13: defaults.packages.tensorboard: must be a string; quote it: tensorboard: "2.21"',
+         old='    tensorboard: "2.21.0"',
+         new='    tensorboard: 2.21'),
+    Case("tests-not-a-list",
+         'error: matrix.yaml:129: images[4].tests: must be a list; write tests: [tensorflow]',
+         old='    tests: [common, tensorflow]\n    use: TensorFlow on CPU',
+         new='    tests: tensorflow\n    use: TensorFlow on CPU'),
+    Case("apt-package-bad-name",
+         "error: matrix.yaml:131: images[4].apt_packages[0]: 'Curl' is not a Debian package name (lower-case "
+         "letters, digits, '+', '-' and '.', at least two characters; optionally =VERSION)",
+         old='    run:\n      gpus: none\n    packages:\n      tensorboard-plugin-profile',
+         new='    apt_packages: [Curl]\n    run:\n      gpus: none\n    packages:\n      tensorboard-plugin-profile'),
+    Case("index-url-credentials",
+         "error: matrix.yaml:92: images[2].index.extra_urls[0]: 'https://user:secret@download.pytorch.org/whl/cpu' "
+         "carries credentials; never put them in the matrix: the host's pip configuration supplies them to builds as "
+         'secrets',
+         old='extra_urls: ["https://download.pytorch.org/whl/cpu"]',
+         new='extra_urls: ["https://user:secret@download.pytorch.org/whl/cpu"]'),
+    Case("index-url-ftp",
+         "error: matrix.yaml:92: images[2].index.extra_urls[0]: 'ftp://download.pytorch.org/whl/cpu': an index URL "
+         'must start with https://, http:// or file://',
+         old='extra_urls: ["https://download.pytorch.org/whl/cpu"]',
+         new='extra_urls: ["ftp://download.pytorch.org/whl/cpu"]'),
+    Case("same-package-twice",
+         "error: matrix.yaml:39: images[0].packages.torch_tb_profiler: 'torch_tb_profiler' is the same package as "
+         "'torch-tb-profiler' (names compare without case, '-', '_' or '.'); keep one",
+         old='      torch-tb-profiler: "0.4.3"\n    standin:',
+         new='      torch-tb-profiler: "0.4.3"\n      torch_tb_profiler: "0.4.3"\n    standin:'),
+    Case("requirement-disagrees-with-framework-version",
+         "error: matrix.yaml:120: images[3].versions[0].framework_requirements[0]: 'torch==2.12.0' does not install "
+         'framework_version 2.13.0 (line 118); make the two agree',
+         old='framework_requirements: ["torch===2.13.0"]',
+         new='framework_requirements: ["torch==2.12.0"]'),
+    Case("standin-requirement-unpinned",
+         "error: matrix.yaml:68: images[1].standin.requirements[0]: 'tensorflow-cpu' names no version; pin one, e.g. "
+         'tensorflow-cpu==1.0',
+         old='requirements: ["tensorflow-cpu==2.21.0"]',
+         new='requirements: ["tensorflow-cpu"]'),
+    Case("standin-workdir-relative",
+         "error: matrix.yaml:42: images[0].standin.workdir: 'workspace' is not an absolute path like /workspace "
+         "(letters, digits, '.', '_', '-', '/')",
+         old='      requirements: ["torch==2.13.0+cpu"]\n',
+         new='      requirements: ["torch==2.13.0+cpu"]\n      workdir: workspace\n'),
+    Case("source-not-a-url",
+         "error: matrix.yaml:7: source: 'github.com/dl-images': the source must start with https:// or http://",
+         old='source: https://github.com/dl-images/dl-images',
+         new='source: github.com/dl-images'),
+    Case("use-too-long",
+         'error: matrix.yaml:130: images[4].use: is 443 characters; keep it to at most 300',
+         old='    use: TensorFlow on CPU for laptops',
+         new="    use: " + "very " * 70 + "long; for laptops"),
+    Case("empty-versions",
+         'error: matrix.yaml:135: images[4].versions: is empty; list at least one entry',
+         old='    versions:\n      - version: "2.21"\n        default: true\n        framework_version: 2.21.0\n     '
+             '   framework_requirements: ["tensorflow-cpu==2.21.0"]\n        release:\n          moving: '
+             '["{version}", latest]\n',
+         new='    versions: []\n'),
+    Case("image-is-a-string",
+         "error: matrix.yaml:103: images[3]: must be a mapping (`key: value` lines), not 'pytorch-cuda'",
+         old='  - name: pytorch-cuda\n',
+         new='  - pytorch-cuda\n  - name: pytorch-cuda2\n'),
+    # -- YAML itself ------------------------------------------------------------------------------
+    Case("unclosed-flow-list",
+         "error: matrix.yaml:11: YAML syntax: did not find expected ',' or ']' (while parsing a flow sequence opened "
+         'here; noticed on line 12)',
+         old='  tests: [common]\n',
+         new='  tests: [common\n'),
+    Case("unclosed-quote",
+         'error: matrix.yaml:10: YAML syntax: a quote opens here and does not close on this line (YAML fails on line '
+         '13: did not find expected key); close the quote',
+         old='  python: "3.11"',
+         new='  python: "3.11'),
+    Case("tab-indent",
+         'error: matrix.yaml:19: YAML syntax: found a tab character that violates indentation (while scanning a '
+         'plain scalar); indent with spaces, not tabs',
+         old='    ipc: private\n',
+         new='\tipc: private\n'),
+    Case("duplicate-key",
+         'error: matrix.yaml:23: defaults.run.gpus: duplicate key (already set on line 22); keep one',
+         old='    gpus: all\n',
+         new='    gpus: all\n    gpus: none\n'),
+    Case("python-object-tag",
+         'error: matrix.yaml:6: schema: YAML tag tag:yaml.org,2002:python/object/apply:os.system is not supported '
+         'here; remove it',
+         old='schema: 1',
+         new='schema: !!python/object/apply:os.system [id]'),
+    Case("non-utf8-byte",
+         'error: matrix.yaml:36: not UTF-8 text (byte 0xb4 at column 64); save the file as UTF-8',
+         data=MATRIX.replace("NVIDIA's NGC stack", "NVIDIA\xb4s NGC stack").encode("latin-1")),
+    Case("nul-byte",
+         'error: matrix.yaml:7: control character U+0000 at column 8; YAML text has none (is this a binary file?)',
+         data=MATRIX.replace("source:", "source:\x00").encode()),
+    Case("binary-junk",
+         'error: matrix.yaml:2: not UTF-8 text (byte 0x80 at column 118); save the file as UTF-8',
+         data=bytes(range(256)) * 64),
+    Case("empty-file",
+         'error: matrix.yaml:1: the file is empty; declare `images:`',
+         data=b""),
+    Case("only-comments",
+         'error: matrix.yaml:1: the file is empty; declare `images:`',
+         data=b"# nothing here yet\n"),
+    Case("alias-bomb",
+         'error: matrix.yaml:5: e[0]: YAML aliases expand to more than 10000 values (an alias bomb?); write the '
+         'values out or set them in `defaults`',
+         data=_bomb()),
+    Case("recursive-alias",
+         'error: matrix.yaml:2: images[0]: alias *x refers to a value that contains it; a value cannot include itself',
+         data=b"schema: 1\nimages: &x [*x]\n"),
+    Case("deep-nesting",
+         'error: matrix.yaml:2: '
+         'images[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]: '
+         'nested more than 32 levels deep; the matrix needs at most 8',
+         data=b"schema: 1\nimages: " + b"[" * 50000 + b"]" * 50000 + b"\n"),
+    Case("two-documents",
+         'error: matrix.yaml:142: a second YAML document (`---`); the matrix is one document',
+         data=MATRIX.encode() + b"---\nschema: 1\n"),
+    Case("top-level-list",
+         'error: matrix.yaml:1: the top level must be a mapping with `schema`, `source` and `images`',
+         data=b"- schema: 1\n"),
+    # -- command lines ----------------------------------------------------------------------------
+    Case("matrix-is-a-directory",
+         'error: templates: is a directory; pass the matrix file itself, e.g. --matrix templates/matrix.yaml',
+         args=("plan", "--matrix", "{root}/templates")),
+    Case("matrix-missing",
+         'error: matrx.yaml: file not found; pass --matrix or create it',
+         args=("render", "--matrix", "{root}/matrx.yaml")),
+    Case("matrix-is-a-fifo",
+         'error: pipe.yaml: is not a regular file (<root>/pipe.yaml is a device, pipe or socket); pass the matrix '
+         'file',
+         args=("check", "--matrix", "{root}/pipe.yaml"),
+         setup=lambda root: os.mkfifo(root / "pipe.yaml")),
+    Case("framework-unknown-suggests",
+         "error: unknown FRAMEWORK='pytorch_cpu'; choose one of: all, pytorch, tensorflow, pytorch-ngc, "
+         'tensorflow-ngc, pytorch-cpu, pytorch-cuda, tensorflow-cpu; did you mean `pytorch-cpu`?',
+         args=("plan", "--framework", "pytorch_cpu", "--matrix", "{matrix}")),
+    Case("framework-unknown-version",
+         "error: unknown FRAMEWORK='pytorch-cpu:2.12'; choose one of: all, pytorch, tensorflow, pytorch-ngc, "
+         'tensorflow-ngc, pytorch-cpu, pytorch-cuda, tensorflow-cpu; pytorch-cpu has version(s) 2.13',
+         args=("plan", "--json", "-f", "pytorch-cpu:2.12", "--matrix", "{matrix}")),
+    Case("framework-empty-version",
+         "error: unknown FRAMEWORK='tensorflow-cpu:'; choose one of: all, pytorch, tensorflow, pytorch-ngc, "
+         'tensorflow-ngc, pytorch-cpu, pytorch-cuda, tensorflow-cpu; tensorflow-cpu has version(s) 2.21',
+         args=("build", "-f", "tensorflow-cpu:", "--matrix", "{matrix}")),
+]
+
+
+@pytest.fixture
+def bounded() -> Iterator[None]:
+    """A hang becomes a failure after BOUND_S instead of stalling the suite."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"no answer within {BOUND_S}s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(BOUND_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _prepare(project: Path, case: Case) -> Path:
+    matrix = project / "matrix.yaml"
+    if case.data is not None:
+        matrix.write_bytes(case.data)
+    elif case.old:
+        text = matrix.read_text()
+        assert case.old in text, f"fixture text {case.old!r} no longer in matrix.yaml"
+        matrix.write_text(text.replace(case.old, case.new, 1))
+    if case.setup is not None:
+        case.setup(project)
+    # Stale outputs: a command that went ahead would visibly write.
+    (project / "docs" / "images.md").write_text("stale\n")
+    return matrix
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_corpus_case(project: Path, run_cli, bounded, case: Case):
+    matrix = _prepare(project, case)
+    before = snapshot(project)
+    args = [a.format(matrix=matrix, root=project) for a in case.args]
+    code, out, err = run_cli(*args)
+    assert "Traceback" not in out + err
+    first = err.strip().splitlines()[0] if err.strip() else ""
+    if os.environ.get("RECORD_CORPUS"):
+        print(f"\nRECORD {case.id}\t{first}")
+    assert code == 2, err
+    assert first == case.expected.replace("<root>", str(project))
+    assert snapshot(project) == before
+
+
+def test_corpus_is_large_enough():
+    assert len(CASES) >= 40
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_unreadable_matrix(project: Path, run_cli, bounded, monkeypatch: pytest.MonkeyPatch):
+    """Root reads any file, so the permission error is raised where the file is opened."""
+    matrix = project / "matrix.yaml"
+    real_open = Path.open
+
+    def refuse(self: Path, *args, **kwargs):
+        if self == matrix:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    before = snapshot(project)
+    monkeypatch.setattr(Path, "open", refuse)
+    code, _, err = run_cli("check", "--matrix", str(matrix))
+    monkeypatch.undo()
+    assert code == 2
+    assert err.strip() == ("error: matrix.yaml: cannot read it (Permission denied); pass a readable matrix file "
+                           "with --matrix")
+    assert snapshot(project) == before
+
+
+def test_alias_bound_is_small_but_real_aliases_work(tmp_path: Path):
+    """Anchors, aliases and merge keys a user writes to share values still load."""
+    text = MATRIX.replace("  run:\n    shm_size: 8g\n", "  run: &run\n    shm_size: 8g\n", 1)
+    text = text.replace("    run:\n      gpus: none\n    index:",
+                        "    run:\n      <<: *run\n      gpus: none\n    index:", 1)
+    (tmp_path / "matrix.yaml").write_text(text)
+    cells = {c.key: c for c in load_matrix(tmp_path / "matrix.yaml", REPO / "templates").cells}
+    assert cells["pytorch-cpu:2.13"].run.gpus == "none"
+    assert cells["pytorch-cpu:2.13"].run.shm_size == "8g"
+    assert MAX_ALIAS_VALUES <= 100_000
+
+
+# -- advice that works: apply what the message says, and that error is gone ---------------------------
+
+def _apply(text: str, message: str) -> str:
+    """Apply the fix a one-line message proposes to the line it names."""
+    line_no = int(re.match(r"^error: matrix\.yaml:(\d+): ", message).group(1))
+    lines = text.split("\n")
+    line = lines[line_no - 1]
+    if m := re.search(r"unknown key `([^`]+)`; did you mean `([^`]+)`\?", message):
+        lines[line_no - 1] = line.replace(m.group(1), m.group(2), 1)
+    elif m := re.search(r"(?:quote it: |write it like |write at least |write |e\.g\. )"
+                        r"([a-z_]+): (.+?)(?= \(|, e\.g\.|;|$)", message):
+        key, value = m.group(1), m.group(2)
+        lines[line_no - 1] = re.sub(rf"{key}:.*$", f"{key}: {value}", line)
+    elif m := re.search(r"unknown placeholder (\{[^}]*\}).*did you mean `([^`]+)`", message):
+        lines[line_no - 1] = line.replace(m.group(1), "{" + m.group(2) + "}", 1)
+    elif "did you mean" in message:
+        wrong = re.search(r"'([^']+)'", message).group(1)
+        right = re.search(r"did you mean `([^`]+)`", message).group(1)
+        lines[line_no - 1] = line.replace(wrong, right, 1)
+    elif "keep one" in message:
+        del lines[line_no - 1]
+    elif "set it on exactly one" in message:
+        index = next(i for i in range(line_no, len(lines)) if lines[i].strip().startswith("- version:"))
+        lines.insert(index + 1, " " * (lines[index].index("-") + 2) + "default: true")
+    else:
+        raise AssertionError(f"no advice to apply in {message!r}")
+    return "\n".join(lines)
+
+
+ADVICE = [c for c in CASES if c.id in {
+    "versions-misspelt", "framework-version-misspelt", "python-unquoted", "package-version-unquoted",
+    "tests-not-a-list", "shm-size-negative", "shm-size-below-minimum", "shm-size-docker-units",
+    "two-default-versions", "no-default-version", "duplicate-key", "same-package-twice",
+    "release-tag-typo-placeholder", "template-missing-suggests", "ulimit-misspelt",
+}]
+
+
+# Cases whose advice, applied, gives back exactly the matrix the mutation started from.
+RESTORES = {"versions-misspelt", "framework-version-misspelt", "release-tag-typo-placeholder", "ulimit-misspelt",
+            "template-missing-suggests", "two-default-versions", "no-default-version", "duplicate-key",
+            "same-package-twice", "shm-size-negative", "shm-size-docker-units"}
+
+
+@pytest.mark.parametrize("case", ADVICE, ids=[c.id for c in ADVICE])
+def test_applying_the_advice_gets_past_the_error(project: Path, run_cli, case: Case):
+    _, original_plan, _ = run_cli("plan", "--json", "--revision", "0123456789ab", "--matrix",
+                                  str(project / "matrix.yaml"))
+    matrix = _prepare(project, case)
+    _, _, err = run_cli("plan", "--json", "--matrix", str(matrix))
+    message = err.strip().splitlines()[0]
+    fixed = _apply(matrix.read_text(), message)
+    matrix.write_text(fixed)
+    code, plan, err = run_cli("plan", "--json", "--revision", "0123456789ab", "--matrix", str(matrix))
+    assert code == 0, f"after applying {message!r}: {err}"
+    if case.id in RESTORES:
+        assert plan == original_plan, f"applying {message!r} did not restore the matrix"
+
+
+def test_advice_sample_is_large_enough():
+    assert len(ADVICE) >= 12
