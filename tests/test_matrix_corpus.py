@@ -327,6 +327,49 @@ CASES = [
          "error: matrix.yaml:103: images[3]: must be a mapping (`key: value` lines), not 'pytorch-cuda'",
          old='  - name: pytorch-cuda\n',
          new='  - pytorch-cuda\n  - name: pytorch-cuda2\n'),
+    Case("schema-true",
+         'error: matrix.yaml:6: schema: must be 1, the matrix format this buildtool reads; got True',
+         old='schema: 1',
+         new='schema: true'),
+    Case("accelerator-gpu",
+         "error: matrix.yaml:84: images[2].accelerator: Input should be 'cpu' or 'cuda' (got 'gpu'); did you mean "
+         '`cuda`?',
+         old='    framework: pytorch\n    accelerator: cpu\n',
+         new='    framework: pytorch\n    accelerator: gpu\n'),
+    Case("ipc-capitalised",
+         "error: matrix.yaml:19: defaults.run.ipc: Input should be 'private', 'host' or 'shareable' (got 'Host'); "
+         'did you mean `host`?',
+         old='    ipc: private\n',
+         new='    ipc: Host\n'),
+    Case("pip-template-without-requirements",
+         'error: matrix.yaml:136: images[4].versions[0].framework_requirements: template '
+         'images/tensorflow-pip.Dockerfile.j2 needs framework_requirements (its first line says so); set it in '
+         'defaults, the image or this version, e.g. framework_requirements: ["tensorflow==2.21.0"]',
+         old='        framework_requirements: ["tensorflow-cpu==2.21.0"]\n',
+         new=''),
+    Case("immutable-tag-without-release",
+         "error: matrix.yaml:24: defaults.release.tags[0]: immutable tag template '{version}' has no {release}, so a "
+         'second release would need to move it; add {release} or list it under moving',
+         old='tags: ["{version}-{release}"]',
+         new='tags: ["{version}"]'),
+    Case("no-immutable-tag",
+         'error: matrix.yaml:24: defaults.release.tags: lists no immutable tag; keep at least one, e.g. tags: '
+         '["{version}-{release}"]',
+         old='tags: ["{version}-{release}"]',
+         new='tags: []'),
+    Case("mapping-key-given-a-value",
+         'error: matrix.yaml:17: YAML syntax: `run` has a value on this line and an indented block under it; keep '
+         "one of the two (a mapping's keys go on the lines below, with nothing after the colon)",
+         old='  run:\n    shm_size: 8g\n',
+         new='  run: 8g\n    shm_size: 8g\n'),
+    Case("required-key-empty",
+         'error: matrix.yaml:7: source: is empty; give it a value',
+         old='source: https://github.com/dl-images/dl-images',
+         new='source:'),
+    Case("version-missing",
+         'error: matrix.yaml:136: images[4].versions[0].version: required key is missing',
+         old='      - version: "2.21"\n        default: true\n',
+         new='      - default: true\n'),
     # -- YAML itself ------------------------------------------------------------------------------
     Case("unclosed-flow-list",
          "error: matrix.yaml:11: YAML syntax: did not find expected ',' or ']' (while parsing a flow sequence opened "

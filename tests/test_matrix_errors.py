@@ -57,7 +57,7 @@ CASES = [
     ("two-defaults", '      - version: "25.01"\n        base: nvcr.io/nvidia/pytorch',
      '      - version: "25.01"\n        default: true\n        base: nvcr.io/nvidia/pytorch',
      "images[0].versions[1].default", "default: true", "a second version of pytorch-ngc with `default: true`"),
-    ("wrong-schema", "schema: 1\n", "schema: 2\n", "schema", "schema: 2", "Input should be 1"),
+    ("wrong-schema", "schema: 1\n", "schema: 2\n", "schema", "schema: 2", "must be 1, the matrix format"),
     ("group-missing-framework", "    tests: [common, tensorflow]\n    use: TensorFlow on CPU",
      "    tests: [common]\n    use: TensorFlow on CPU", "images[4].tests", "tests: [common]",
      "must run the 'tensorflow' test group"),

@@ -9,6 +9,7 @@ is known to be good.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -38,7 +39,7 @@ from buildtool.contracts.runprofile import size_bytes
 from buildtool.matrix import values
 from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml, paused_gc
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = values.SCHEMA_VERSION
 UlimitName = Literal["memlock", "stack", "nofile", "nproc", "core", "fsize", "cpu", "as", "data", "rss", "rtprio",
                      "sigpending"]
 
@@ -186,7 +187,7 @@ class ImageSpec(CellFields):
 
 
 class MatrixFile(_Strict):
-    schema_: Literal[1] = Field(alias="schema")
+    schema_: Annotated[Any, PlainValidator(values.schema_version)] = Field(alias="schema")
     source: SourceUrl
     defaults: CellFields = CellFields()
     images: Annotated[list[ImageSpec], Field(min_length=1)]
@@ -305,6 +306,10 @@ _HOME = {
 
 # -- errors: pydantic's, turned into one located line that says what to write -----------------
 
+# Words users write for a choice the schema names otherwise.
+_ALIASES = {"gpu": "cuda", "nvidia": "cuda", "shared": "shareable", "true": "all", "false": "none", "no": "none"}
+_ULIMIT_KEYS = get_args(UlimitName)
+
 def _unwrap(annotation: Any) -> Any:
     """Strip Annotated and Optional from a field's type."""
     while True:
@@ -369,7 +374,11 @@ def _message(doc: Located, error: Any, loc: Loc, on_key: bool) -> str:
         allowed = _keys_at(loc[:-1])
         return f"unknown key `{name}`{values.suggest(str(name), allowed)} (one of {', '.join(allowed)})"
     if given is None:
-        return "is empty; write a value or remove the line"
+        if isinstance(loc[-1] if loc else None, int):
+            return "is an empty entry; remove it or give it a value"
+        if name in _keys_at(loc[:-1]) and _keys_at(loc[:-1]) != _ULIMIT_KEYS:
+            return "is empty; give it a value"
+        return "is empty; give it a value or remove the line"
     if kind == "string_type":
         if isinstance(given, dict | list):
             return f"must be a string, not a {'mapping' if isinstance(given, dict) else 'list'}"
@@ -377,8 +386,9 @@ def _message(doc: Located, error: Any, loc: Loc, on_key: bool) -> str:
     if kind == "bool_type":
         return f"must be true or false (got {given!r})"
     if kind == "list_type":
-        if isinstance(given, str | int | float):
-            return f"must be a list; write {name}: [{doc.raw.get(loc, given)}]"
+        shown = doc.raw.get(loc, given)
+        if isinstance(given, str | int | float) and values.is_plain_word(str(shown)):
+            return f"must be a list; write {name}: [{shown}]"
         return "must be a list (`- item` lines or [a, b])"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         shown = "a list" if isinstance(given, list) else repr(given)
@@ -387,8 +397,10 @@ def _message(doc: Located, error: Any, loc: Loc, on_key: bool) -> str:
         return "is empty; list at least one entry"
     message = str(error["msg"]).removeprefix("Value error, ")
     if kind == "literal_error":
-        choices = [str(c) for c in (error.get("ctx") or {}).get("expected", "").replace("'", "").split(" or ")]
-        message = f"{message} (got {given!r}){values.suggest(str(given), choices)}"
+        choices = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        alias = _ALIASES.get(given) if isinstance(given, str) else None
+        hint = f"; did you mean `{alias}`?" if alias in choices else ""
+        message = f"{message} (got {given!r}){hint or values.suggest(str(given), choices)}"
         if isinstance(given, bool):
             message += "; YAML reads yes, no, on and off as true/false"
         return message
@@ -435,11 +447,18 @@ def _check_layer(doc: Located, base: Loc, fields: CellFields) -> None:
 _CELL_KEYS = frozenset(f.alias or name for name, f in CellFields.model_fields.items())
 
 
+def _unset_nulls(value: Any) -> Any:
+    """A null anywhere in a mapping means "not set here"."""
+    if isinstance(value, dict):
+        return {k: _unset_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def _layer(data: Any) -> dict[str, Any]:
-    """A layer's cell fields as written (already validated; a null means "not set here")."""
+    """A layer's cell fields as written (already validated)."""
     if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in data.items() if k in _CELL_KEYS and v is not None}
+    return {k: _unset_nulls(v) for k, v in data.items() if k in _CELL_KEYS and v is not None}
 
 
 def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
@@ -455,6 +474,25 @@ def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+_NEEDS_RE = re.compile(r"^\{#-?\s*needs:\s*([a-z_]+(?:\s*,\s*[a-z_]+)*)")
+
+
+def _template_needs(templates_dir: Path | None, template: str, cache: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """Cell fields a template declares it needs: `{# needs: framework_requirements #}` as its first line."""
+    if templates_dir is None:
+        return ()
+    if template not in cache:
+        try:
+            with (templates_dir / template).open(encoding="utf-8", errors="replace") as handle:
+                first = handle.readline()
+        except OSError:
+            first = ""
+        match = _NEEDS_RE.match(first)
+        found = tuple(n.strip() for n in match.group(1).split(",")) if match else ()
+        cache[template] = tuple(n for n in found if n in _CELL_KEYS)
+    return cache[template]
 
 
 @lru_cache(maxsize=65536)
@@ -514,6 +552,18 @@ class _CellCheck:
                                 f"{text!r} does not install framework_version {version} (line {line}); "
                                 "make the two agree")
 
+    def needs(self, needed: tuple[str, ...]) -> None:
+        """Fields the cell's template says (in its first line) it cannot do without."""
+        for key in needed:
+            if not self.merged.get(key):
+                where = self.where(key) if key in self.merged else (*self.loc, key)
+                example = ""
+                if key == "framework_requirements" and "framework" in self.merged:
+                    dist = frameworks.get(self.merged["framework"]).distributions[0]
+                    example = f', e.g. {key}: ["{dist}=={self.merged.get("framework_version", "1.0")}"]'
+                raise self.fail(where, f"template {self.merged['template']} needs {key} (its first line says so); "
+                                       f"set it in defaults, the image or this version{example}")
+
     def tag_loc(self, field: str, k: int) -> Loc:
         release = self.merged.get("release", {})
         return self.where("release", field, k) if field in release else (*self.loc, "release", field)
@@ -528,6 +578,14 @@ class _CellCheck:
         release = self.merged.get("release", {})
         rendered: dict[str, list[str]] = {"tags": list(release.get("tags", ("{version}",))),
                                           "moving": list(release.get("moving", ()))}
+        if not rendered["tags"]:
+            raise self.fail(self.tag_loc("tags", 0)[:-1] if "tags" in release else (*self.loc, "release", "tags"),
+                            "lists no immutable tag; keep at least one, e.g. tags: [\"{version}-{release}\"]")
+        for k, template in enumerate(rendered["tags"]):
+            if "{release}" not in template:
+                raise self.fail(self.tag_loc("tags", k), f"immutable tag template {template!r} has no {{release}}, "
+                                                         "so a second release would need to move it; add "
+                                                         "{release} or list it under moving")
         mine: set[str] = set()
         for field, templates in rendered.items():
             for k, template in enumerate(templates):
@@ -562,6 +620,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
     # written): cheaper than dumping the models again, and the same values.
     _check_layer(doc, ("defaults",), spec.defaults)
     defaults = _layer(doc.data.get("defaults"))
+    needs_cache: dict[str, tuple[str, ...]] = {}
     cells: list[Cell] = []
     seen_images: dict[str, int] = {}
     for i, (image, raw_image) in enumerate(zip(spec.images, doc.data["images"], strict=True)):
@@ -599,6 +658,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
             check = _CellCheck(doc, loc, merged, ((defaults, ("defaults",)), (image_layer, image_loc),
                                                   (version_layer, loc)))
             check.required()
+            check.needs(_template_needs(templates_dir, merged["template"], needs_cache))
             check.framework()
             key = f"{image.name}:{ver.version}"
             release_tags, moving_tags = check.tags(ver.version, claimed, key)

@@ -38,6 +38,7 @@ _TEMPLATE_RE = re.compile(r"^[A-Za-z0-9._/-]+$")
 # What a URL in the matrix may contain: RFC 3986 characters minus everything a shell,
 # a Dockerfile or a YAML reader would treat specially.
 _URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/%+=,@]")
+SCHEMA_VERSION = 1
 IMAGE_NAME_MAX = 128
 ONE_LINE_MAX = 300
 INDEX_SCHEMES = ("https", "http", "file")
@@ -64,6 +65,12 @@ def _first_bad_char(text: str) -> str | None:
         if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") or char in "\u0085":
             return char
     return None
+
+
+@functools.lru_cache(maxsize=65536)
+def is_plain_word(text: str) -> bool:
+    """Whether `text` can be shown as a bare YAML word in advice (no spaces, quotes, breaks)."""
+    return bool(re.fullmatch(r"[A-Za-z0-9_.+/=:@-]{1,80}", text))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -225,14 +232,21 @@ def template_path(text: str, templates_dir: Path | None) -> str:
                          "images/pytorch-pip.Dockerfile.j2)")
     if templates_dir is None:
         return text
+    if len(text) > 255:
+        raise ValueError(f"template path is {len(text)} characters; name a template file inside templates/")
     root = templates_dir.resolve()
     if not root.is_dir():
         raise ValueError(f"template {text!r}: there is no templates/ folder beside the matrix; run from the "
                          "project or pass the project's matrix.yaml with --matrix")
-    target = (root / text).resolve()
+    try:
+        target = (root / text).resolve()
+        is_file = target.is_file()
+    except OSError as exc:
+        raise ValueError(f"template {text!r} cannot be opened ({exc.strerror}); name a file inside templates/") \
+            from None
     if not target.is_relative_to(root):
         raise ValueError(f"{text!r} leads outside templates/ (through a link); use a template inside it")
-    if not target.is_file():
+    if not is_file:
         choices = sorted(str(p.relative_to(root)) for p in root.rglob("*.j2") if p.is_file())
         raise ValueError(f"template {text!r} not found under templates/{suggest(text, choices)}")
     return text
@@ -279,6 +293,14 @@ def dev_tag(cell_version_text: str) -> str:
     if not names.TAG_RE.match(tag):
         raise ValueError(f"the dev tag {tag!r} (longest revision) is not a Docker tag; shorten the version")
     return tag
+
+
+def schema_version(value: object) -> int:
+    """`schema: 1`, the only matrix format there is (not `true`, `1.0` or "1")."""
+    if type(value) is not int or value != SCHEMA_VERSION:
+        hint = " (write it unquoted)" if value == str(SCHEMA_VERSION) else ""
+        raise ValueError(f"must be {SCHEMA_VERSION}, the matrix format this buildtool reads; got {value!r}{hint}")
+    return value
 
 
 def _size_hint(text: str) -> str:

@@ -385,6 +385,28 @@ def _quote_problem(text: str, upto: int) -> tuple[int, str] | None:
     return None
 
 
+_KEY_WITH_VALUE = re.compile(r"^(\s*(?:- )?)([^\s#:][^:#]*):\s+([^\s#&!|>].*)$")
+
+
+def _value_and_block(text: str, line: int) -> tuple[int, str] | None:
+    """(line, key) when the line before `line` gives its key a value and `line` is indented
+    under it as if the key held a mapping (`run: 8g` with `shm_size: ...` below): YAML
+    reports the second line, the mistake is on the first."""
+    lines = text.split("\n")
+    if not 1 < line <= len(lines):
+        return None
+    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
+    for number in range(line - 1, 0, -1):
+        before = lines[number - 1]
+        if not before.strip() or before.lstrip().startswith("#"):
+            continue
+        match = _KEY_WITH_VALUE.match(before)
+        if match and len(match.group(1)) < indent:
+            return number, match.group(2).strip()
+        return None
+    return None
+
+
 def _syntax_error(shown: str, exc: yaml.MarkedYAMLError, text: str) -> MatrixError:
     """YAML's own error, one line, at the line to fix: where an unclosed quote or bracket opened."""
     context = (exc.context or "").strip()
@@ -399,7 +421,12 @@ def _syntax_error(shown: str, exc: yaml.MarkedYAMLError, text: str) -> MatrixErr
         detail += f" ({context})"
     hint = next((advice for words, advice in _HINTS if words in problem), "")
     misread = _quote_problem(text, line) if line and not opened else None
-    if misread is not None and misread[1] == "unclosed":
+    both = _value_and_block(text, line) if line and not opened and misread is None else None
+    if both is not None and ("mapping values are not allowed" in problem or "expected key" in problem):
+        line, key = both
+        detail = f"YAML syntax: `{key}` has a value on this line and an indented block under it"
+        hint = "keep one of the two (a mapping's keys go on the lines below, with nothing after the colon)"
+    elif misread is not None and misread[1] == "unclosed":
         detail = (f"YAML syntax: a quote opens here and does not close on this line (YAML fails on line {line}: "
                   f"{problem})")
         line, hint = misread[0], "close the quote"
