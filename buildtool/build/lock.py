@@ -71,6 +71,16 @@ def tool_requirements(cell: Cell) -> list[str]:
     return reqs
 
 
+def requirement_lines(reqs: list[str]) -> str:
+    """The requirements file uv reads, one requirement a line. The matrix schema admits only
+    PEP 508 requirements; a value that got past it with a line break or a leading '-' would
+    add lines or options of its own choosing here, so it is refused again."""
+    for req in reqs:
+        if not req.strip() or req.lstrip().startswith("-") or any(c in req for c in "\r\n\x00"):
+            raise UserError(f"requirement {req!r} is not one PEP 508 requirement; fix it in matrix.yaml")
+    return "\n".join(reqs) + "\n"
+
+
 def fingerprint(cell: Cell, part: str = TOOLS_LOCK) -> str:
     """What a lock file depends on in the matrix: a change here makes it stale. The tools lock
     comes from the whole resolution; the framework lock only from the framework's inputs, so a
@@ -217,7 +227,7 @@ def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], up
     with tempfile.TemporaryDirectory(prefix="buildtool-lock-") as tmp:
         tmpdir = Path(tmp)
         reqs = tmpdir / "matrix.in"  # shows as `# via -r matrix.in` in the lock
-        reqs.write_text("\n".join(framework_requirements(cell) + tool_requirements(cell)) + "\n")
+        reqs.write_text(requirement_lines(framework_requirements(cell) + tool_requirements(cell)))
         full = tmpdir / "full.txt"
         constraints: list[str] = []
         if base is not None:
@@ -236,7 +246,7 @@ def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], up
         framework: dict[str, Entry] = {}
         if framework_requirements(cell):
             fw_in = tmpdir / "framework.in"
-            fw_in.write_text("\n".join(framework_requirements(cell)) + "\n")
+            fw_in.write_text(requirement_lines(framework_requirements(cell)))
             fw_out = tmpdir / "framework.txt"
             # The framework's closure, pinned to the full resolution's versions.
             _run_uv([*common, *constraints, "--constraint", full.name, "-o", fw_out.name, fw_in.name], env, tmpdir)

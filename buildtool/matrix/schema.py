@@ -288,6 +288,8 @@ class Matrix:
         return chosen
 
 
+# Without `release.tags`, one immutable tag per release (an immutable tag names its release).
+DEFAULT_TAGS = ("{version}-{release}",)
 _REQUIRED = ("framework", "accelerator", "template", "base", "python", "framework_version", "run", "tests", "use")
 _REQUIRED_RUN = ("shm_size", "ipc", "ulimits", "gpus")
 # Where a key belongs, for a key written one level off ("`shm_size` belongs under `run:`").
@@ -576,7 +578,7 @@ class _CellCheck:
         except ValueError as exc:
             raise self.fail((*self.loc, "version"), str(exc)) from None
         release = self.merged.get("release", {})
-        rendered: dict[str, list[str]] = {"tags": list(release.get("tags", ("{version}",))),
+        rendered: dict[str, list[str]] = {"tags": list(release.get("tags", DEFAULT_TAGS)),
                                           "moving": list(release.get("moving", ()))}
         if not rendered["tags"]:
             raise self.fail(self.tag_loc("tags", 0)[:-1] if "tags" in release else (*self.loc, "release", "tags"),
