@@ -10,7 +10,6 @@ is known to be good.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -59,27 +58,22 @@ def _known_group(value: str) -> str:
     return value
 
 
-def _checked(check: Callable[[str], Any]) -> Any:
-    """A string field checked by one of `values`' grammars."""
-    return Annotated[StrictStr, AfterValidator(check)]
-
-
-# Checked against the framework table when the matrix loads (not a Literal: the table can grow).
-FrameworkName = _checked(_known_framework)
-TestGroup = _checked(_known_group)
-ImageRef = _checked(values.reference)
-PinnedRequirement = _checked(values.requirement)
-PackageName = _checked(values.dist_name)
-PackageVersion = _checked(values.version)
-AptPackage = _checked(values.apt_package)
-IndexUrl = _checked(values.index_url)
-TagTemplate = _checked(values.tag_template)
-OneLine = _checked(values.one_line)
-PythonVersion = _checked(values.python_version)
-WorkDir = _checked(values.workdir)
-CellVersion = _checked(values.cell_version)
-ImageName = _checked(values.image_name)
-SourceUrl = _checked(values.source_url)
+# Each string field checked by one of `values`' grammars (or the framework table, which can grow).
+FrameworkName = Annotated[StrictStr, AfterValidator(_known_framework)]
+TestGroup = Annotated[StrictStr, AfterValidator(_known_group)]
+ImageRef = Annotated[StrictStr, AfterValidator(values.reference)]
+PinnedRequirement = Annotated[StrictStr, AfterValidator(values.requirement)]
+PackageName = Annotated[StrictStr, AfterValidator(values.dist_name)]
+PackageVersion = Annotated[StrictStr, AfterValidator(values.version)]
+AptPackage = Annotated[StrictStr, AfterValidator(values.apt_package)]
+IndexUrl = Annotated[StrictStr, AfterValidator(values.index_url)]
+TagTemplate = Annotated[StrictStr, AfterValidator(values.tag_template)]
+OneLine = Annotated[StrictStr, AfterValidator(values.one_line)]
+PythonVersion = Annotated[StrictStr, AfterValidator(values.python_version)]
+WorkDir = Annotated[StrictStr, AfterValidator(values.workdir)]
+CellVersion = Annotated[StrictStr, AfterValidator(values.cell_version)]
+ImageName = Annotated[StrictStr, AfterValidator(values.image_name)]
+SourceUrl = Annotated[StrictStr, AfterValidator(values.source_url)]
 ShmSize = Annotated[Any, PlainValidator(values.shm_size)]
 UlimitValue = Annotated[Any, PlainValidator(values.ulimit)]
 
@@ -270,7 +264,7 @@ class Matrix:
     def select(self, framework: str | None) -> list[Cell]:
         """Cells of one image (`pytorch-cpu`), one cell (`pytorch-cpu:2.13`), a framework
         (`pytorch`), or all (`None`/`all`)."""
-        if framework in (None, "", "all"):
+        if not framework or framework == "all":
             return list(self.cells)
         chosen = [c for c in self.cells if framework in (c.name, c.key, c.framework)]
         if not chosen:

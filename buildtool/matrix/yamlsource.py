@@ -212,9 +212,8 @@ class _Builder:
                 self._close(stack.pop())
             elif kind is map_start or kind is seq_start or kind is scalar_event or kind is ev.AliasEvent:
                 line = event.start_mark.line + 1
-                top = stack[-1] if stack else None
-                if top is not None and top.is_map and top.key is None:
-                    self._key(top, event, line)
+                if stack and stack[-1].is_map and stack[-1].key is None:
+                    self._key(stack[-1], event, line)
                 else:
                     self._node(event, line)
             elif kind is ev.DocumentStartEvent:

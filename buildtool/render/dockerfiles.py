@@ -79,7 +79,7 @@ class _Environment(jinja2.Environment):
 class _Loader(jinja2.FileSystemLoader):
     """Templates are UTF-8; a file that is not is named with its line."""
 
-    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str | None, Callable[[], bool]]:
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, Callable[[], bool]]:
         try:
             return super().get_source(environment, template)
         except UnicodeDecodeError as exc:
