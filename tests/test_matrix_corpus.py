@@ -57,6 +57,12 @@ def _template(rel: str, old: str, new: str, line_of: str) -> Callable[[Path], di
     return edit
 
 
+def _remove_user_part(root: Path) -> dict[str, str]:
+    (root / "templates" / "parts" / "user.j2").unlink()
+    text = (root / "templates" / "parts" / "image.j2").read_text()
+    return {"<line>": str(text[:text.index('"parts/user.j2"')].count("\n") + 1)}
+
+
 LONG_TAG = "{version}-" + "x" * 100 + "-{release}"
 
 CASES = [
@@ -220,6 +226,9 @@ CASES = [
          "error: templates/parts/python.j2:<line>: TemplateRuntimeError: No filter named 'shell'. (cell "
          'pytorch-cpu:2.13); fix the template',
          setup=_template("parts/python.j2", '| map("sh")', '| map("shell")', 'map("shell")')),
+    Case("template-includes-missing-part",
+         "error: templates/parts/image.j2:<line>: includes missing template 'parts/user.j2' (cell pytorch-ngc:25.10)",
+         setup=_remove_user_part, args=("render", "--matrix", "{matrix}")),
     # -- run profile ------------------------------------------------------------------------------
     Case("shm-size-negative",
          'error: matrix.yaml:18: defaults.run.shm_size: -1 is not a size; write a size of at least 1g for /dev/shm, '

@@ -154,8 +154,8 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         raise TemplateError(f"{where}: {exc.message} for cell {cell.key}; define it in matrix.yaml "
                             "or fix the template") from None
     except jinja2.TemplateNotFound as exc:
-        raise TemplateError(f"templates/{cell.template}: includes missing template {exc.name!r} "
-                            f"(cell {cell.key})") from None
+        where = _template_location(exc, templates_dir) or f"templates/{cell.template}"
+        raise TemplateError(f"{where}: includes missing template {exc.name!r} (cell {cell.key})") from None
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"templates/{exc.name or cell.template}:{exc.lineno}: {exc.message}") from None
     except Exception as exc:  # noqa: BLE001 - any other mistake in a template is the template's, not ours
