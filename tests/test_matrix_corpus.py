@@ -35,6 +35,7 @@ class Case:
     data: bytes | None = None            # ... or the whole file
     args: tuple[str, ...] = ("check", "--matrix", "{matrix}")
     setup: Callable[[Path], dict[str, str] | None] | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def _bomb() -> bytes:
@@ -453,6 +454,14 @@ CASES = [
          'file',
          args=("check", "--matrix", "{root}/pipe.yaml"),
          setup=lambda root: os.mkfifo(root / "pipe.yaml")),
+    Case("registry-setting-with-space",
+         "error: REGISTRY='my registry:5000' is not a registry host[:port] with an optional path, e.g. "
+         "127.0.0.1:5000 or ghcr.io/team",
+         args=("plan", "--revision", "0123456789ab", "--matrix", "{matrix}"), env=(("REGISTRY", "my registry:5000"),)),
+    Case("release-option-not-a-tag",
+         "error: --release '0.1/beta' gives the tag '25.10-0.1/beta', which is not a Docker tag; use a version like "
+         "0.1.0",
+         args=("plan", "--release", "0.1/beta", "--revision", "0123456789ab", "--matrix", "{matrix}")),
     Case("framework-unknown-suggests",
          "error: unknown FRAMEWORK='pytorch_cpu'; choose one of: all, pytorch, tensorflow, pytorch-ngc, "
          'tensorflow-ngc, pytorch-cpu, pytorch-cuda, tensorflow-cpu; did you mean `pytorch-cpu`?',
@@ -497,7 +506,9 @@ def _prepare(project: Path, case: Case) -> tuple[Path, dict[str, str]]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_corpus_case(project: Path, run_cli, bounded, case: Case):
+def test_corpus_case(project: Path, run_cli, bounded, case: Case, monkeypatch: pytest.MonkeyPatch):
+    for name, value in case.env:
+        monkeypatch.setenv(name, value)
     matrix, fill = _prepare(project, case)
     before = snapshot(project)
     args = [a.format(matrix=matrix, root=project) for a in case.args]

@@ -97,8 +97,22 @@ def test_split_reference():
 
 
 def test_settings_from_env():
-    settings = Settings.from_env({"REGISTRY": "r.example/ml/", "BASE_MIRROR": " m "})
-    assert settings == Settings(registry="r.example/ml", release_registry="r.example/ml", base_mirror="m")
+    settings = Settings.from_env({"REGISTRY": "r.example/ml/", "BASE_MIRROR": " m.example "})
+    assert settings == Settings(registry="r.example/ml", release_registry="r.example/ml", base_mirror="m.example")
+
+
+@pytest.mark.parametrize(("env", "fragment"), [
+    ({"REGISTRY": "bad host"}, "REGISTRY='bad host' is not a registry"),
+    ({"REGISTRY": "myregistry"}, "REGISTRY='myregistry' is not a registry"),
+    ({"RELEASE_REGISTRY": "r.example/a:b"}, "RELEASE_REGISTRY='r.example/a:b' is not a registry"),
+    ({"BASE_MIRROR": "m"}, "BASE_MIRROR='m' is not a registry"),
+    ({"BASE_MIRROR": "nvcr.io="}, "BASE_MIRROR item 'nvcr.io=' is not `upstream-host=mirror`"),
+    ({"BASE_MIRROR": "nvcr.io=mirror.example/ngc,$(id)=x.example"}, "BASE_MIRROR upstream='$(id)' is not a registry"),
+])
+def test_registry_settings_are_checked(env: dict[str, str], fragment: str):
+    """REGISTRY, RELEASE_REGISTRY and BASE_MIRROR end up in image references: refused at once."""
+    with pytest.raises(UserError, match=re.escape(fragment)):
+        Settings.from_env(env)
 
 
 def test_content_key_changes_with_each_input():

@@ -104,6 +104,14 @@ def plan(
     loaded = project.load()
     cells = loaded.select(framework)
     plans = plan_matrix(loaded, cells, Settings.from_env(), project.revision(revision), release)
+    if release != "{release}":
+        from buildtool.common.errors import UserError
+        from buildtool.contracts.names import TAG_RE
+
+        bad = next((t for p in plans for t in (*p.release_tags, *p.moving_tags) if not TAG_RE.match(t)), None)
+        if bad is not None:
+            raise UserError(f"--release {release!r} gives the tag {bad!r}, which is not a Docker tag; use a version "
+                            "like 0.1.0")
     if as_json:
         # Straight to the stream: rich's rendering of a big matrix's JSON takes seconds.
         stdout.file.write(json.dumps({"include": [p.to_json() for p in plans]}, indent=2) + "\n")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
-from buildtool.common.refs import split_reference
+from buildtool.common.refs import ReferenceError, parse_reference, split_reference
 from buildtool.contracts import names
 from buildtool.contracts.names import DEFAULT_REGISTRY
 
@@ -40,11 +40,34 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         registry = env.get("REGISTRY") or DEFAULT_REGISTRY
-        return cls(
+        settings = cls(
             registry=registry.rstrip("/"),
             release_registry=(env.get("RELEASE_REGISTRY") or registry).rstrip("/"),
             base_mirror=env.get("BASE_MIRROR", "").strip(),
         )
+        check_registry("REGISTRY", settings.registry)
+        check_registry("RELEASE_REGISTRY", settings.release_registry)
+        for item in filter(None, (i.strip() for i in settings.base_mirror.split(","))):
+            upstream, sep, mirror = item.rpartition("=")
+            if sep and not (upstream and mirror):
+                raise UserError(f"BASE_MIRROR item {item!r} is not `upstream-host=mirror`")
+            if sep:
+                check_registry("BASE_MIRROR upstream", upstream)
+            check_registry("BASE_MIRROR", mirror)
+        return settings
+
+
+def check_registry(setting: str, value: str) -> str:
+    """A registry host[:port] with an optional path (`127.0.0.1:5000`, `ghcr.io/team`)."""
+    try:
+        ok = bool(value) and bool(parse_reference(f"{value}/x").domain) and "@" not in value and ":" not in \
+            value.partition("/")[2]
+    except ReferenceError:
+        ok = False
+    if not ok:
+        raise UserError(f"{setting}={value!r} is not a registry host[:port] with an optional path, e.g. "
+                        f"{DEFAULT_REGISTRY} or ghcr.io/team")
+    return value
 
 
 def mirror_base(base: str, base_mirror: str) -> str:
