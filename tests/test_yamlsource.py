@@ -1,0 +1,90 @@
+"""The line-keeping YAML loader: libyaml's events, or PyYAML's pure-Python parser where
+libyaml is missing, give the same document, the same lines and the same refusals."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from buildtool.common.errors import MatrixError
+from buildtool.matrix import yamlsource
+from tests.conftest import REPO
+
+MATRIX = (REPO / "matrix.yaml").read_text()
+LOADERS = [pytest.param(yaml.SafeLoader, id="pure-python")]
+if yamlsource.LIBYAML:
+    LOADERS.append(pytest.param(yaml.CSafeLoader, id="libyaml"))
+
+
+@pytest.fixture(params=LOADERS)
+def loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type:
+    monkeypatch.setattr(yamlsource, "_Loader", request.param)
+    return request.param
+
+
+def test_libyaml_is_what_runs_here():
+    """The speed target needs libyaml; the project's PyYAML wheel ships it."""
+    assert yamlsource.LIBYAML and yamlsource._Loader is yaml.CSafeLoader
+
+
+def test_same_data_as_pyyaml(loader: type):
+    doc = yamlsource.parse_yaml(MATRIX, "matrix.yaml")
+    assert doc.data == yaml.safe_load(MATRIX)
+
+
+def test_lines_of_keys_values_and_items(loader: type):
+    doc = yamlsource.parse_yaml(MATRIX, "matrix.yaml")
+    lines = MATRIX.split("\n")
+
+    def line(loc: tuple) -> str:
+        return lines[doc.line_of(loc) - 1]
+
+    assert line(("schema",)) == "schema: 1"
+    assert line(("defaults", "run", "shm_size")).strip() == "shm_size: 8g"
+    assert line(("images", 2, "name")).strip() == "- name: pytorch-cpu"
+    assert line(("images", 2, "versions", 0, "framework_requirements", 0)).strip().startswith(
+        "framework_requirements:")
+    assert line(("images", 0, "versions")).strip() == "versions:"
+    # Past the document (pydantic locations can be): the deepest known part.
+    assert line(("images", 0, "versions", 0, "nope", 3)).strip() == '- version: "25.10"'
+
+
+def test_a_value_on_its_own_line_is_located_there(loader: type):
+    doc = yamlsource.parse_yaml("a:\n  b:\n    long value\n", "m.yaml")
+    assert doc.line_of(("a", "b")) == 3 and doc.line_of(("a",)) == 1
+
+
+def test_anchors_aliases_and_merge_keys(loader: type):
+    text = "base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  y: 3\nlist: [*b]\n"
+    doc = yamlsource.parse_yaml(text, "m.yaml")
+    assert doc.data == {"base": {"x": 1, "y": 2}, "other": {"x": 1, "y": 3}, "list": [{"x": 1, "y": 2}]}
+    assert doc.line_of(("other", "x")) == 3 and doc.line_of(("other", "y")) == 4
+
+
+@pytest.mark.parametrize(("text", "line", "fragment"), [
+    ("a: 1\na: 2\n", 2, "duplicate key (already set on line 1)"),
+    ("a: [" + "[" * 40 + "]" * 41 + "\n", 1, "nested more than 32 levels deep"),
+    ("a: &a [*a]\n", 1, "alias *a refers to a value that contains it"),
+    ("a: *nope\n", 1, "alias *nope has no anchor"),
+    ("a: !!python/name:os.system x\n", 1, "YAML tag"),
+    ("a: 1\n---\nb: 2\n", 2, "a second YAML document"),
+    ("? [a, b]\n: c\n", 1, "keys must be plain strings"),
+    ("a: 0x1G\nb: !!int x\n", 2, "cannot be read as int"),
+    ("a: 'it's'\n", 1, "text follows a closing quote"),
+])
+def test_refusals_are_located(loader: type, text: str, line: int, fragment: str):
+    with pytest.raises(MatrixError) as caught:
+        yamlsource.parse_yaml(text, "m.yaml")
+    assert caught.value.line == line and fragment in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_alias_expansion_is_bounded(loader: type):
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    with pytest.raises(MatrixError, match="aliases expand to more than"):
+        yamlsource.parse_yaml("\n".join(lines) + "\n", "m.yaml")
+    # Well under the bound, aliases are ordinary YAML.
+    small = "a: &a [1, 2, 3]\nb: [*a, *a, *a]\n"
+    assert yamlsource.parse_yaml(small, "m.yaml").data["b"] == [[1, 2, 3]] * 3
