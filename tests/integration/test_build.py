@@ -210,13 +210,13 @@ defaults:
 images:
   - name: NAME-ok
     template: images/ok.Dockerfile.j2
-    versions: [{version: "1.0"}]
+    versions: [{version: "1.0", default: true}]
   - name: NAME-broken
     template: images/broken.Dockerfile.j2
-    versions: [{version: "1.0"}]
+    versions: [{version: "1.0", default: true}]
   - name: NAME-leaky
     template: images/leaky.Dockerfile.j2
-    versions: [{version: "1.0"}]
+    versions: [{version: "1.0", default: true}]
 """
 
 
