@@ -64,8 +64,15 @@ def cache_dir() -> Path:
 
 
 def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
+    """The snapshot's name; "" (no snapshot) when the matrix is not a readable regular file,
+    so the real load reports that (a directory, a pipe or /dev/zero is never read here)."""
     digest = hashlib.sha256(f"v{_VERSION}\0{display}\0".encode())
-    digest.update(matrix_path.read_bytes())
+    try:
+        if not matrix_path.is_file():
+            return ""
+        digest.update(matrix_path.read_bytes())
+    except OSError:
+        return ""
     names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
         if templates.is_dir() else []
     digest.update("\0".join(names).encode())
@@ -128,6 +135,8 @@ def _rebuild(data: Any) -> Any:
 
 def write(matrix: Any, key: str, names: list[str]) -> None:
     """Store `matrix` (a real Matrix) under `key`; `names` are the selections to remember."""
+    if not key:
+        return
     record = _record(matrix)
     record["values"].pop("cells")
     cells = [_record(c) for c in matrix.cells]
@@ -150,6 +159,8 @@ def write(matrix: Any, key: str, names: list[str]) -> None:
 
 
 def read(key: str, load: Callable[[], Any]) -> MatrixSnapshot | None:
+    if not key:
+        return None
     try:
         data = json.loads((cache_dir() / f"{key}.json").read_text())
     except (OSError, ValueError):
