@@ -76,3 +76,26 @@ def test_a_changed_matrix_is_loaded_for_real(tmp_path: Path) -> None:
     for path in snapshot.cache_dir().glob("*.json"):
         path.write_text("{not json")                             # a broken cache is ignored
     assert project.load_fast().cells[0].run.shm_size == "4g"
+
+
+def test_a_template_that_now_needs_a_field_is_loaded_for_real(tmp_path: Path) -> None:
+    """A template's first line may name fields the matrix must set: a snapshot taken before the
+    template said so must not let a release skip that check."""
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project.load()
+    assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
+    template = root / "templates" / "images" / "pytorch-ngc.Dockerfile.j2"
+    template.write_text("{# needs: apt_packages #}\n" + template.read_text())
+    with pytest.raises(UserError, match="needs apt_packages"):
+        project.load_fast()
+
+
+def test_no_snapshot_of_what_is_not_a_matrix_file(tmp_path: Path) -> None:
+    """A directory, a pipe or a device is reported by the real load, never read for a key."""
+    assert snapshot.snapshot_key(tmp_path, tmp_path / "templates", "x") == ""
+    assert snapshot.snapshot_key(Path("/dev/zero"), tmp_path / "templates", "x") == ""
+    assert snapshot.read("", lambda: None) is None

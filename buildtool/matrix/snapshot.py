@@ -3,12 +3,14 @@
 Loading the matrix means importing pydantic and building the schema's models, which costs more
 than releasing one image to a loopback registry. A snapshot is what `load_matrix` returned,
 written as JSON under ~/.cache/dl-images/matrix/, keyed by a hash of matrix.yaml, the names of
-the template files and the code that turns them into cells (buildtool/matrix/, buildtool/contracts/
-with the framework table, buildtool/common/). Reading it gives objects with every field, property
-and argument-less method of the real Cell, Run and Matrix, with the values the real code computed
-when the snapshot was made: nothing here re-implements a rule. `Matrix.select` is answered from the selections the real
-matrix made for every name it knows; any other name is loaded for real (to raise its error).
-A missing, stale or unreadable snapshot means a real load, which writes a fresh one.
+the template files (and their first lines, where a template names the cell fields it needs) and
+the code that turns them into cells (buildtool/matrix/, buildtool/contracts/ with the framework
+table, buildtool/common/). Reading it gives objects with every field, property and argument-less
+method of the real Cell, Run and Matrix, with the values the real code computed when the
+snapshot was made: nothing here re-implements a rule. `Matrix.select` is answered from the
+selections the real matrix made for every name it knows; any other name is loaded for real (to
+raise its error). A missing, stale or unreadable snapshot means a real load, which writes a
+fresh one.
 """
 
 from __future__ import annotations
@@ -76,6 +78,13 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
     names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
         if templates.is_dir() else []
     digest.update("\0".join(names).encode())
+    # A template's first line may name the cell fields it needs (schema.py checks them).
+    for name in names:
+        try:
+            with (templates / name).open("rb") as handle:
+                digest.update(b"\0" + handle.readline(512))
+        except OSError:
+            return ""
     package = Path(__file__).resolve().parents[1]
     for path in sorted(p for folder in _CODE_DIRS for p in (package / folder).glob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
