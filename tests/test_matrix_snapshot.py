@@ -99,3 +99,19 @@ def test_no_snapshot_of_what_is_not_a_matrix_file(tmp_path: Path) -> None:
     assert snapshot.snapshot_key(tmp_path, tmp_path / "templates", "x") == ""
     assert snapshot.snapshot_key(Path("/dev/zero"), tmp_path / "templates", "x") == ""
     assert snapshot.read("", lambda: None) is None
+
+
+def test_a_matrix_too_big_to_pay_off_gets_no_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every load writes a snapshot; past MAX_CELLS that would cost more than it saves."""
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    monkeypatch.setattr(snapshot, "MAX_CELLS", len(project.load().cells) - 1)
+    (root / "matrix.yaml").write_text((root / "matrix.yaml").read_text() + "\n# changed\n")
+    project.load()
+    assert not isinstance(project.load_fast(), snapshot.MatrixSnapshot)
+    monkeypatch.setattr(snapshot, "MAX_CELLS", 1000)
+    project.load()
+    assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)

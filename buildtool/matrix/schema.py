@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -261,12 +261,22 @@ class Matrix:
     def image_names(self) -> list[str]:
         return list(dict.fromkeys(cell.name for cell in self.cells))
 
+    @cached_property
+    def _by_name(self) -> dict[str, list[Cell]]:
+        """Cells by image name, cell key and framework, in matrix order (`select` is asked
+        for every name when a snapshot is written: a scan per name is quadratic)."""
+        index: dict[str, list[Cell]] = {}
+        for cell in self.cells:
+            for name in dict.fromkeys((cell.name, cell.key, cell.framework)):
+                index.setdefault(name, []).append(cell)
+        return index
+
     def select(self, framework: str | None) -> list[Cell]:
         """Cells of one image (`pytorch-cpu`), one cell (`pytorch-cpu:2.13`), a framework
         (`pytorch`), or all (`None`/`all`)."""
         if not framework or framework == "all":
             return list(self.cells)
-        chosen = [c for c in self.cells if framework in (c.name, c.key, c.framework)]
+        chosen = list(self._by_name.get(framework, ()))
         if not chosen:
             name, sep, _ = framework.partition(":")
             if sep and name in self.image_names:

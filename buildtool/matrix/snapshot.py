@@ -16,6 +16,7 @@ fresh one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 _VERSION = 1
+MAX_CELLS = 1000
 # Every module whose code decides what the loaded matrix holds (value checks, the framework table).
 _CODE_DIRS = ("common", "contracts", "matrix")
 
@@ -93,6 +95,8 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
 
 def _plain(value: Any) -> Any:
     """A value as JSON, with enough structure to rebuild it (tuples stay tuples)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
     if isinstance(value, tuple):
         return {"t": [_plain(v) for v in value]}
     if isinstance(value, list):
@@ -101,9 +105,27 @@ def _plain(value: Any) -> Any:
         return {"d": {str(k): _plain(v) for k, v in value.items()}}
     if dataclasses.is_dataclass(value) or hasattr(value, "model_dump"):
         return {"o": _record(value)}
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
     raise TypeError(f"cannot snapshot a {type(value).__name__}")
+
+
+@functools.lru_cache(maxsize=64)
+def _members(kind: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(fields, properties, argument-less public methods) of a dataclass type, worked out once
+    per type: a big matrix has thousands of cells of the same few types."""
+    import inspect  # only when writing a snapshot
+
+    fields = tuple(f.name for f in dataclasses.fields(kind))
+    properties: list[str] = []
+    calls: list[str] = []
+    for cls in kind.__mro__[:-1]:
+        for name, member in vars(cls).items():
+            if name.startswith("_") or name in fields or name in properties or name in calls:
+                continue
+            if isinstance(member, property):
+                properties.append(name)
+            elif inspect.isfunction(member) and len(inspect.signature(member).parameters) == 1:
+                calls.append(name)
+    return fields, tuple(properties), tuple(calls)
 
 
 def _record(obj: Any) -> dict[str, Any]:
@@ -112,20 +134,10 @@ def _record(obj: Any) -> dict[str, Any]:
     if not dataclasses.is_dataclass(obj):
         values = {name: getattr(obj, name) for name in type(obj).model_fields}
         return {"values": {k: _plain(v) for k, v in values.items()}, "calls": {}}
-    import inspect  # only when writing a snapshot
-
-    values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    calls = {}
-    kind: type = type(obj)   # a dataclass instance here, not the class
-    for cls in kind.__mro__[:-1]:
-        for name, member in vars(cls).items():
-            if name.startswith("_") or name in values or name in calls:
-                continue
-            if isinstance(member, property):
-                values[name] = getattr(obj, name)
-            elif inspect.isfunction(member) and len(inspect.signature(member).parameters) == 1:
-                calls[name] = getattr(obj, name)()
-    return {"values": {k: _plain(v) for k, v in values.items()}, "calls": {k: _plain(v) for k, v in calls.items()}}
+    fields, properties, methods = _members(type(obj))
+    values = {name: _plain(getattr(obj, name)) for name in (*fields, *properties)}
+    calls = {name: _plain(getattr(obj, name)()) for name in methods}
+    return {"values": values, "calls": calls}
 
 
 def _rebuild(data: Any) -> Any:
@@ -143,8 +155,10 @@ def _rebuild(data: Any) -> Any:
 
 
 def write(matrix: Any, key: str, names: list[str]) -> None:
-    """Store `matrix` (a real Matrix) under `key`; `names` are the selections to remember."""
-    if not key:
+    """Store `matrix` (a real Matrix) under `key`; `names` are the selections to remember.
+    Every command that loads the matrix writes one, so a matrix too big for a snapshot to pay
+    off gets none (writing costs about 0.2 ms a cell; release then loads it for real)."""
+    if not key or len(matrix.cells) > MAX_CELLS:
         return
     record = _record(matrix)
     record["values"].pop("cells")
