@@ -134,7 +134,8 @@ def _record(obj: Any) -> dict[str, Any]:
     if not dataclasses.is_dataclass(obj):
         values = {name: getattr(obj, name) for name in type(obj).model_fields}
         return {"values": {k: _plain(v) for k, v in values.items()}, "calls": {}}
-    fields, properties, methods = _members(type(obj))
+    kind: type = type(obj)   # a dataclass instance here, not the class
+    fields, properties, methods = _members(kind)
     values = {name: _plain(getattr(obj, name)) for name in (*fields, *properties)}
     calls = {name: _plain(getattr(obj, name)()) for name in methods}
     return {"values": values, "calls": calls}
