@@ -36,6 +36,21 @@ class Case:
     args: tuple[str, ...] = ("check", "--matrix", "{matrix}")
     setup: Callable[[Path], dict[str, str] | None] | None = None
     env: tuple[tuple[str, str], ...] = ()
+    # Lines named in `expected` as tokens (`<line>`, `<l2>`), each found by the text on that line
+    # in the mutated matrix: after the mutation, or from the top with a leading `^`. So other work
+    # on matrix.yaml moves no expectation, while every line number is still checked exactly.
+    lines: tuple[tuple[str, str], ...] = ()
+
+
+def _line_tokens(case: Case, text: str) -> dict[str, str]:
+    start = MATRIX.index(case.old) if case.old else 0
+    found = {}
+    for token, anchor in case.lines:
+        from_top = anchor.startswith("^")
+        index = text.find(anchor.removeprefix("^"), 0 if from_top else start)
+        assert index >= 0, f"{case.id}: {anchor!r} is not in the mutated matrix"
+        found[token] = str(text.count("\n", 0, index) + 1)
+    return found
 
 
 def _bomb() -> bytes:
@@ -69,352 +84,420 @@ LONG_TAG = "{version}-" + "x" * 100 + "-{release}"
 CASES = [
     # -- values that would have reached a shell (issue 9) -----------------------------------------
     Case("requirement-quote-injection",
-         'error: matrix.yaml:99: images[2].versions[0].framework_requirements[0]: \'torch==2.13.0+cpu" && id && echo '
-         '"\' is not a PEP 508 requirement (Expected comma (within version specifier), semicolon (after version '
+         'error: matrix.yaml:<line>: images[2].versions[0].framework_requirements[0]: \'torch==2.13.0+cpu" && id && '
+         'echo "\' is not a PEP 508 requirement (Expected comma (within version specifier), semicolon (after version '
          'specifier) or end); write it like torch==2.13.0',
          old='framework_requirements: ["torch==2.13.0+cpu"]',
-         new='framework_requirements: [\'torch==2.13.0+cpu" && id && echo "\']'),
+         new='framework_requirements: [\'torch==2.13.0+cpu" && id && echo "\']',
+         lines=(('<line>', 'framework_requirements: '),)),
     Case("package-version-command-substitution",
-         "error: matrix.yaml:94: images[2].packages.torch-tb-profiler: '$(id)' is not a version (PEP 440, e.g. "
+         "error: matrix.yaml:<line>: images[2].packages.torch-tb-profiler: '$(id)' is not a version (PEP 440, e.g. "
          '2.21.0)',
          old='torch-tb-profiler: "0.4.3"\n    versions:\n      - version: "2.13"',
          new='torch-tb-profiler: "$(id)"\n    versions:\n      - version: "2.13"',
-         args=("render", "--matrix", "{matrix}")),
+         args=("render", "--matrix", "{matrix}"),
+         lines=(('<line>', 'torch-tb-profiler: "$(id'),)),
     Case("requirement-backtick",
-         "error: matrix.yaml:139: images[4].versions[0].framework_requirements[0]: 'tensorflow-cpu==2.21.0`id`' is "
-         'not a PEP 508 requirement (Expected comma (within version specifier), semicolon (after version specifier) '
-         'or end); write it like torch==2.13.0',
+         "error: matrix.yaml:<line>: images[4].versions[0].framework_requirements[0]: 'tensorflow-cpu==2.21.0`id`' "
+         'is not a PEP 508 requirement (Expected comma (within version specifier), semicolon (after version '
+         'specifier) or end); write it like torch==2.13.0',
          old='framework_requirements: ["tensorflow-cpu==2.21.0"]',
          new='framework_requirements: ["tensorflow-cpu==2.21.0`id`"]',
-         args=("plan", "--matrix", "{matrix}")),
+         args=("plan", "--matrix", "{matrix}"),
+         lines=(('<line>', 'framework_requirements: '),)),
     Case("index-url-and-and",
-         "error: matrix.yaml:92: images[2].index.extra_urls[0]: 'https://download.pytorch.org/whl/cpu && id' "
+         "error: matrix.yaml:<line>: images[2].index.extra_urls[0]: 'https://download.pytorch.org/whl/cpu && id' "
          'contains a space; an index URL is a plain URL with no whitespace, quotes or shell metacharacters '
          '(percent-encode the character if the URL really has it)',
          old='extra_urls: ["https://download.pytorch.org/whl/cpu"]',
-         new='extra_urls: ["https://download.pytorch.org/whl/cpu && id"]'),
+         new='extra_urls: ["https://download.pytorch.org/whl/cpu && id"]',
+         lines=(('<line>', 'extra_urls: ["https://do'),)),
     Case("package-name-command-substitution",
-         "error: matrix.yaml:13: defaults.packages.tensorboard$(id): 'tensorboard$(id)' is not a package name "
+         "error: matrix.yaml:<line>: defaults.packages.tensorboard$(id): 'tensorboard$(id)' is not a package name "
          "(letters, digits, '.', '_' and '-', starting and ending with a letter or digit)",
          old='    tensorboard: "2.21.0"',
          new='    tensorboard$(id): "2.21.0"',
-         args=("plan", "--json", "--matrix", "{matrix}")),
+         args=("plan", "--json", "--matrix", "{matrix}"),
+         lines=(('<line>', 'tensorboard$(id): "2.21.'),)),
     Case("framework-version-injection",
-         "error: matrix.yaml:98: images[2].versions[0].framework_version: '2.13.0+cpu\\nRUN id' is not a version "
+         "error: matrix.yaml:<line>: images[2].versions[0].framework_version: '2.13.0+cpu\\nRUN id' is not a version "
          '(PEP 440, e.g. 2.21.0)',
          old='framework_version: 2.13.0+cpu',
          new='framework_version: "2.13.0+cpu\\nRUN id"',
-         args=("render", "--matrix", "{matrix}")),
+         args=("render", "--matrix", "{matrix}"),
+         lines=(('<line>', 'framework_version: "2.13'),)),
     Case("use-with-line-break",
-         'error: matrix.yaml:130: images[4].use: contains a line break; write one line of plain text',
+         'error: matrix.yaml:<line>: images[4].use: contains a line break; write one line of plain text',
          old='    use: TensorFlow on CPU for laptops',
          new='    use: "TensorFlow\\nRUN id" # for laptops',
-         args=("catalogue", "--matrix", "{matrix}")),
+         args=("catalogue", "--matrix", "{matrix}"),
+         lines=(('<line>', 'use: "TensorFlow\\nRUN id'),)),
     # -- base references --------------------------------------------------------------------------
     Case("base-with-space",
-         "error: matrix.yaml:45: images[0].versions[0].base: 'nvcr.io/nvidia/pytorch 25.10-py3' contains whitespace; "
-         'an image reference is one word like nvcr.io/nvidia/pytorch:25.10-py3',
+         "error: matrix.yaml:<line>: images[0].versions[0].base: 'nvcr.io/nvidia/pytorch 25.10-py3' contains "
+         'whitespace; an image reference is one word like nvcr.io/nvidia/pytorch:25.10-py3',
          old='base: nvcr.io/nvidia/pytorch:25.10-py3',
-         new='base: nvcr.io/nvidia/pytorch 25.10-py3'),
+         new='base: nvcr.io/nvidia/pytorch 25.10-py3',
+         lines=(('<line>', 'base: nvcr.io/nvidia/pyt'),)),
     Case("base-uppercase-repository",
-         "error: matrix.yaml:45: images[0].versions[0].base: 'nvcr.io/nvidia/PyTorch:25.10-py3': repository part "
+         "error: matrix.yaml:<line>: images[0].versions[0].base: 'nvcr.io/nvidia/PyTorch:25.10-py3': repository part "
          "'PyTorch' is not valid (repository names are lower case); use lower-case letters, digits and single "
          "separators ('.', '_', '__', '-')",
          old='base: nvcr.io/nvidia/pytorch:25.10-py3',
-         new='base: nvcr.io/nvidia/PyTorch:25.10-py3'),
+         new='base: nvcr.io/nvidia/PyTorch:25.10-py3',
+         lines=(('<line>', 'base: nvcr.io/nvidia/PyT'),)),
     Case("base-empty-tag",
-         "error: matrix.yaml:51: images[0].versions[1].base: 'nvcr.io/nvidia/pytorch:' ends its name with ':' but "
-         "names no tag; add the tag or remove the ':'",
+         "error: matrix.yaml:<line>: images[0].versions[1].base: 'nvcr.io/nvidia/pytorch:' ends its name with ':' "
+         "but names no tag; add the tag or remove the ':'",
          old='base: nvcr.io/nvidia/pytorch:25.01-py3',
-         new='base: "nvcr.io/nvidia/pytorch:"'),
+         new='base: "nvcr.io/nvidia/pytorch:"',
+         lines=(('<line>', 'base: "nvcr.io/nvidia/py'),)),
     Case("base-empty-tag-unquoted",
-         'error: matrix.yaml:51: YAML syntax: mapping values are not allowed in this context; quote a value that '
+         'error: matrix.yaml:<line>: YAML syntax: mapping values are not allowed in this context; quote a value that '
          "contains ': ' or ends with ':'",
          old='base: nvcr.io/nvidia/pytorch:25.01-py3',
-         new='base: nvcr.io/nvidia/pytorch:'),
+         new='base: nvcr.io/nvidia/pytorch:',
+         lines=(('<line>', 'base: nvcr.io/nvidia/pyt'),)),
     Case("quote-inside-single-quotes",
-         'error: matrix.yaml:112: YAML syntax: did not find expected key (while parsing a block mapping); text '
+         'error: matrix.yaml:<line>: YAML syntax: did not find expected key (while parsing a block mapping); text '
          "follows a closing quote: quote the whole value (inside '...' write '' for a ')",
          old="    use: PyTorch with PyPI's CUDA wheels",
-         new="    use: 'PyTorch with PyPI's CUDA wheels"),
+         new="    use: 'PyTorch with PyPI's CUDA wheels",
+         lines=(('<line>', "use: 'PyTorch with PyPI'"),)),
     Case("value-starting-with-at",
-         'error: matrix.yaml:118: YAML syntax: found character that cannot start any token (while scanning for the '
-         'next token); quote a value that starts with @, `, %, ! or &',
+         'error: matrix.yaml:<line>: YAML syntax: found character that cannot start any token (while scanning for '
+         'the next token); quote a value that starts with @, `, %, ! or &',
          old='      - version: "2.13"\n        default: true\n        framework_version: 2.13.0\n',
-         new='      - version: "2.13"\n        default: true\n        framework_version: @2.13.0\n'),
+         new='      - version: "2.13"\n        default: true\n        framework_version: @2.13.0\n',
+         lines=(('<line>', 'framework_version: @2.13'),)),
     Case("base-without-tag",
-         "error: matrix.yaml:72: images[1].versions[0].base: 'nvcr.io/nvidia/tensorflow' names no tag or digest; pin "
-         'it, e.g. nvcr.io/nvidia/tensorflow:TAG or nvcr.io/nvidia/tensorflow@sha256:DIGEST',
+         "error: matrix.yaml:<line>: images[1].versions[0].base: 'nvcr.io/nvidia/tensorflow' names no tag or digest; "
+         'pin it, e.g. nvcr.io/nvidia/tensorflow:TAG or nvcr.io/nvidia/tensorflow@sha256:DIGEST',
          old='base: nvcr.io/nvidia/tensorflow:25.02-tf2-py3',
          new='base: nvcr.io/nvidia/tensorflow',
-         args=("workflows", "write", "--matrix", "{matrix}")),
+         args=("workflows", "write", "--matrix", "{matrix}"),
+         lines=(('<line>', 'base: nvcr.io/nvidia/ten'),)),
     Case("standin-base-bad-digest",
-         "error: matrix.yaml:40: images[0].standin.base: 'docker.io/library/debian@sha256:abc': digest 'sha256:abc' "
-         'is not algorithm:hex (e.g. sha256:<64 hex digits>)',
+         "error: matrix.yaml:<line>: images[0].standin.base: 'docker.io/library/debian@sha256:abc': digest "
+         "'sha256:abc' is not algorithm:hex (e.g. sha256:<64 hex digits>)",
          old='      base: docker.io/library/debian:bookworm-slim\n      requirements: ["torch',
-         new='      base: docker.io/library/debian@sha256:abc\n      requirements: ["torch'),
+         new='      base: docker.io/library/debian@sha256:abc\n      requirements: ["torch',
+         lines=(('<line>', 'base: docker.io/library/'),)),
     # -- tags -------------------------------------------------------------------------------------
     Case("release-tag-unknown-placeholder",
-         'error: matrix.yaml:24: defaults.release.tags[0]: unknown placeholder {nope} in tag template '
+         'error: matrix.yaml:<line>: defaults.release.tags[0]: unknown placeholder {nope} in tag template '
          "'{version}-{nope}'; use {version} and {release}",
          old='tags: ["{version}-{release}"]',
          new='tags: ["{version}-{nope}"]',
-         args=("plan", "--matrix", "{matrix}")),
+         args=("plan", "--matrix", "{matrix}"),
+         lines=(('<line>', 'tags: ["{version}-{nope}'),)),
     Case("release-tag-with-slash",
-         "error: matrix.yaml:24: defaults.release.tags[0]: tag template '{version}/{release}' renders to "
+         "error: matrix.yaml:<line>: defaults.release.tags[0]: tag template '{version}/{release}' renders to "
          "'25.10/2026.12.31.post999.dev999', which is not a Docker tag (letters, digits, '_', '.', '-'; not starting "
          "with '.' or '-'; no '/', ':' or spaces)",
          old='tags: ["{version}-{release}"]',
-         new='tags: ["{version}/{release}"]'),
+         new='tags: ["{version}/{release}"]',
+         lines=(('<line>', 'tags: ["{version}/{relea'),)),
     Case("release-tag-too-long",
-         'error: matrix.yaml:24: defaults.release.tags[0]: tag template '
+         'error: matrix.yaml:<line>: defaults.release.tags[0]: tag template '
          "'{version}-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
          "xxxxxxxxxxxx-{release}' renders to 132 characters for version 25.10 with {release} as long as "
          "'2026.12.31.post999.dev999' (the longest plausible release); a Docker tag has at most 128",
          old='tags: ["{version}-{release}"]',
-         new=f'tags: ["{LONG_TAG}"]'),
+         new=f'tags: ["{LONG_TAG}"]',
+         lines=(('<line>', 'tags: ["{version}-xxxxxx'),)),
     Case("release-tag-typo-placeholder",
-         'error: matrix.yaml:25: defaults.release.moving[0]: unknown placeholder {verison} in tag template '
+         'error: matrix.yaml:<line>: defaults.release.moving[0]: unknown placeholder {verison} in tag template '
          "'{verison}'; use {version} and {release}; did you mean `version`?",
          old='moving: ["{version}"] ',
-         new='moving: ["{verison}"] '),
+         new='moving: ["{verison}"] ',
+         lines=(('<line>', 'moving: ["{verison}"]   '),)),
     Case("moving-tag-on-two-versions",
-         "error: matrix.yaml:55: images[0].versions[1].release.moving[0]: tag template 'latest' gives 'latest', also "
-         'a tag of pytorch-ngc:25.10 (line 49); a tag names one cell, so keep it on one version',
+         "error: matrix.yaml:<line>: images[0].versions[1].release.moving[0]: tag template 'latest' gives 'latest', "
+         'also a tag of pytorch-ngc:25.10 (line <l2>); a tag names one cell, so keep it on one version',
          old='        framework_version: 2.6.0a0\n',
-         new='        framework_version: 2.6.0a0\n        release:\n          moving: [latest]\n'),
+         new='        framework_version: 2.6.0a0\n        release:\n          moving: [latest]\n',
+         lines=(('<line>', 'moving: [latest]'), ('<l2>', '^moving: ["{version}", la'),)),
     # -- defaults ---------------------------------------------------------------------------------
     Case("no-default-version",
-         'error: matrix.yaml:124: images[4]: no version of tensorflow-cpu has `default: true`; set it on exactly one '
-         '(the version `latest` and the nightly jobs use)',
+         'error: matrix.yaml:<line>: images[4]: no version of tensorflow-cpu has `default: true`; set it on exactly '
+         'one (the version `latest` and the nightly jobs use)',
          old='        default: true\n        framework_version: 2.21.0',
-         new='        framework_version: 2.21.0'),
+         new='        framework_version: 2.21.0',
+         lines=(('<line>', '^- name: tensorflow-cpu'),)),
     Case("two-default-versions",
-         'error: matrix.yaml:78: images[1].versions[1].default: a second version of tensorflow-ngc with `default: '
-         'true` (the first is 25.02, line 71); keep one',
+         'error: matrix.yaml:<line>: images[1].versions[1].default: a second version of tensorflow-ngc with '
+         '`default: true` (the first is 25.02, line <l2>); keep one',
          old='      - version: "25.01"\n        base: nvcr.io/nvidia/tensorflow',
-         new='      - version: "25.01"\n        default: true\n        base: nvcr.io/nvidia/tensorflow'),
+         new='      - version: "25.01"\n        default: true\n        base: nvcr.io/nvidia/tensorflow',
+         lines=(('<line>', 'default: true'),
+                ('<l2>', '^default: true\n        base: nvcr.io/nvidia/tensorflow:25.02'))),
     Case("default-on-the-image",
-         'error: matrix.yaml:85: images[2].default: unknown key `default`; `default` belongs on one entry under '
+         'error: matrix.yaml:<line>: images[2].default: unknown key `default`; `default` belongs on one entry under '
          '`versions:` (`default: true`)',
          old='    framework: pytorch\n    accelerator: cpu\n',
-         new='    framework: pytorch\n    accelerator: cpu\n    default: true\n'),
+         new='    framework: pytorch\n    accelerator: cpu\n    default: true\n',
+         lines=(('<line>', 'default: true'),)),
     # -- templates --------------------------------------------------------------------------------
     Case("template-outside-relative",
-         "error: matrix.yaml:31: images[0].template: '../../etc/passwd' is not a path inside templates/ (relative, "
-         "no '..', e.g. images/pytorch-pip.Dockerfile.j2)",
+         "error: matrix.yaml:<line>: images[0].template: '../../etc/passwd' is not a path inside templates/ "
+         "(relative, no '..', e.g. images/pytorch-pip.Dockerfile.j2)",
          old='template: images/pytorch-ngc.Dockerfile.j2',
-         new='template: ../../etc/passwd'),
+         new='template: ../../etc/passwd',
+         lines=(('<line>', 'template: ../../etc/pass'),)),
     Case("template-outside-absolute",
-         "error: matrix.yaml:31: images[0].template: '/etc/passwd' is not a path inside templates/ (relative, no "
+         "error: matrix.yaml:<line>: images[0].template: '/etc/passwd' is not a path inside templates/ (relative, no "
          "'..', e.g. images/pytorch-pip.Dockerfile.j2)",
          old='template: images/pytorch-ngc.Dockerfile.j2',
-         new='template: /etc/passwd'),
+         new='template: /etc/passwd',
+         lines=(('<line>', 'template: /etc/passwd'),)),
     Case("template-missing-suggests",
-         "error: matrix.yaml:127: images[4].template: template 'images/tensorflow_pip.Dockerfile.j2' not found under "
-         'templates/; did you mean `images/tensorflow-pip.Dockerfile.j2`?',
+         "error: matrix.yaml:<line>: images[4].template: template 'images/tensorflow_pip.Dockerfile.j2' not found "
+         'under templates/; did you mean `images/tensorflow-pip.Dockerfile.j2`?',
          old='template: images/tensorflow-pip.Dockerfile.j2',
-         new='template: images/tensorflow_pip.Dockerfile.j2'),
+         new='template: images/tensorflow_pip.Dockerfile.j2',
+         lines=(('<line>', 'template: images/tensorf'),)),
     Case("template-syntax-error",
-         "error: templates/parts/labels.j2:<line>: unexpected '}'",
+         "error: templates/parts/labels.j2:4: unexpected '}'",
          setup=_template("parts/labels.j2", "{{ cell.name | label }}", "{{ cell.name | label }", "{{ cell.name"),
          args=("render", "--matrix", "{matrix}")),
     Case("template-runtime-error",
-         'error: templates/parts/user.j2:<line>: TypeError: can only concatenate tuple (not "int") to tuple (cell '
+         'error: templates/parts/user.j2:3: TypeError: can only concatenate tuple (not "int") to tuple (cell '
          'pytorch-ngc:25.10); fix the template',
          setup=_template("parts/user.j2", "RUN mkdir", "{{ cell.tests + 1 }}\nRUN mkdir", "{{ cell.tests + 1")),
     Case("template-unknown-filter",
-         "error: templates/parts/python.j2:<line>: TemplateRuntimeError: No filter named 'shell'. (cell "
+         "error: templates/parts/python.j2:8: TemplateRuntimeError: No filter named 'shell'. (cell "
          'pytorch-cpu:2.13); fix the template',
          setup=_template("parts/python.j2", '| map("sh")', '| map("shell")', 'map("shell")')),
     Case("template-includes-missing-part",
-         "error: templates/parts/image.j2:<line>: includes missing template 'parts/user.j2' (cell pytorch-ngc:25.10)",
-         setup=_remove_user_part, args=("render", "--matrix", "{matrix}")),
+         "error: templates/parts/image.j2:11: includes missing template 'parts/user.j2' (cell pytorch-ngc:25.10)",
+         setup=_remove_user_part,
+         args=("render", "--matrix", "{matrix}")),
     # -- run profile ------------------------------------------------------------------------------
     Case("shm-size-negative",
-         'error: matrix.yaml:18: defaults.run.shm_size: -1 is not a size; write a size of at least 1g for /dev/shm, '
-         'e.g. shm_size: 8g (there is no unlimited /dev/shm)',
+         'error: matrix.yaml:<line>: defaults.run.shm_size: -1 is not a size; write a size of at least 1g for '
+         '/dev/shm, e.g. shm_size: 8g (there is no unlimited /dev/shm)',
          old='    shm_size: 8g\n',
-         new='    shm_size: -1\n'),
+         new='    shm_size: -1\n',
+         lines=(('<line>', 'shm_size: -1'),)),
     Case("shm-size-below-minimum",
-         'error: matrix.yaml:18: defaults.run.shm_size: 256m is below the 1g of /dev/shm the image checks need '
+         'error: matrix.yaml:<line>: defaults.run.shm_size: 256m is below the 1g of /dev/shm the image checks need '
          '(DataLoader workers, NCCL); write at least shm_size: 1g, e.g. shm_size: 8g',
          old='    shm_size: 8g\n',
-         new='    shm_size: "256m"\n'),
+         new='    shm_size: "256m"\n',
+         lines=(('<line>', 'shm_size: "256m"'),)),
     Case("shm-size-docker-units",
-         "error: matrix.yaml:18: defaults.run.shm_size: '8GB' is not a size; write it like shm_size: 8g (a whole "
+         "error: matrix.yaml:<line>: defaults.run.shm_size: '8GB' is not a size; write it like shm_size: 8g (a whole "
          'number with k, m or g)',
          old='    shm_size: 8g\n',
-         new='    shm_size: 8GB\n'),
+         new='    shm_size: 8GB\n',
+         lines=(('<line>', 'shm_size: 8GB'),)),
     Case("ulimit-unlimited-word",
-         'error: matrix.yaml:34: images[0].run.ulimits.memlock: must be a whole number (-1 for unlimited); got '
+         'error: matrix.yaml:<line>: images[0].run.ulimits.memlock: must be a whole number (-1 for unlimited); got '
          "'unlimited'; write -1 for unlimited",
          old='        memlock: -1\n    tests: [common, pytorch]\n    use: Default',
-         new='        memlock: unlimited\n    tests: [common, pytorch]\n    use: Default'),
+         new='        memlock: unlimited\n    tests: [common, pytorch]\n    use: Default',
+         lines=(('<line>', 'memlock: unlimited'),)),
     Case("ulimit-misspelt",
-         'error: matrix.yaml:21: defaults.run.ulimits.stakc: unknown key `stakc`; did you mean `stack`? (one of '
+         'error: matrix.yaml:<line>: defaults.run.ulimits.stakc: unknown key `stakc`; did you mean `stack`? (one of '
          'memlock, stack, nofile, nproc, core, fsize, cpu, as, data, rss, rtprio, sigpending)',
          old='      stack: 67108864\n',
-         new='      stakc: 67108864\n'),
+         new='      stakc: 67108864\n',
+         lines=(('<line>', 'stakc: 67108864'),)),
     Case("gpus-yes",
-         "error: matrix.yaml:22: defaults.run.gpus: Input should be 'none' or 'all' (got True); YAML reads yes, no, "
-         'on and off as true/false',
+         "error: matrix.yaml:<line>: defaults.run.gpus: Input should be 'none' or 'all' (got True); YAML reads yes, "
+         'no, on and off as true/false',
          old='    gpus: all\n',
-         new='    gpus: yes\n'),
+         new='    gpus: yes\n',
+         lines=(('<line>', 'gpus: yes'),)),
     Case("run-key-at-image-level",
-         'error: matrix.yaml:87: images[2].shm_size: unknown key `shm_size`; `shm_size` belongs under `run:`',
+         'error: matrix.yaml:<line>: images[2].shm_size: unknown key `shm_size`; `shm_size` belongs under `run:`',
          old='    tests: [common, pytorch]\n    use: PyTorch on CPU',
-         new='    shm_size: 16g\n    tests: [common, pytorch]\n    use: PyTorch on CPU'),
+         new='    shm_size: 16g\n    tests: [common, pytorch]\n    use: PyTorch on CPU',
+         lines=(('<line>', 'shm_size: 16g'),)),
     # -- keys and types ---------------------------------------------------------------------------
     Case("versions-misspelt",
-         'error: matrix.yaml:95: images[2].verisons: unknown key `verisons`; did you mean `versions`?',
+         'error: matrix.yaml:<line>: images[2].verisons: unknown key `verisons`; did you mean `versions`?',
          old='    versions:\n      - version: "2.13"\n        default: true\n        framework_version: 2.13.0+cpu',
-         new='    verisons:\n      - version: "2.13"\n        default: true\n        framework_version: 2.13.0+cpu'),
+         new='    verisons:\n      - version: "2.13"\n        default: true\n        framework_version: 2.13.0+cpu',
+         lines=(('<line>', 'verisons:'),)),
     Case("framework-version-misspelt",
-         'error: matrix.yaml:74: images[1].versions[0].framework_verison: unknown key `framework_verison`; did you '
-         'mean `framework_version`?',
+         'error: matrix.yaml:<line>: images[1].versions[0].framework_verison: unknown key `framework_verison`; did '
+         'you mean `framework_version`?',
          old='        framework_version: 2.17.0\n        release:',
-         new='        framework_verison: 2.17.0\n        release:'),
+         new='        framework_verison: 2.17.0\n        release:',
+         lines=(('<line>', 'framework_verison: 2.17.'),)),
     Case("python-unquoted",
-         'error: matrix.yaml:10: defaults.python: must be a string; quote it: python: "3.10"',
+         'error: matrix.yaml:<line>: defaults.python: must be a string; quote it: python: "3.10"',
          old='  python: "3.11"',
-         new='  python: 3.10'),
+         new='  python: 3.10',
+         lines=(('<line>', 'python: 3.10'),)),
     Case("package-version-unquoted",
-         'error: matrix.yaml:13: defaults.packages.tensorboard: must be a string; quote it: tensorboard: "2.21"',
+         'error: matrix.yaml:<line>: defaults.packages.tensorboard: must be a string; quote it: tensorboard: "2.21"',
          old='    tensorboard: "2.21.0"',
-         new='    tensorboard: 2.21'),
+         new='    tensorboard: 2.21',
+         lines=(('<line>', 'tensorboard: 2.21'),)),
     Case("tests-not-a-list",
-         'error: matrix.yaml:129: images[4].tests: must be a list; write tests: [tensorflow]',
+         'error: matrix.yaml:<line>: images[4].tests: must be a list; write tests: [tensorflow]',
          old='    tests: [common, tensorflow]\n    use: TensorFlow on CPU',
-         new='    tests: tensorflow\n    use: TensorFlow on CPU'),
+         new='    tests: tensorflow\n    use: TensorFlow on CPU',
+         lines=(('<line>', 'tests: tensorflow'),)),
     Case("apt-package-bad-name",
-         "error: matrix.yaml:131: images[4].apt_packages[0]: 'Curl' is not a Debian package name (lower-case "
+         "error: matrix.yaml:<line>: images[4].apt_packages[0]: 'Curl' is not a Debian package name (lower-case "
          "letters, digits, '+', '-' and '.', at least two characters; optionally =VERSION)",
          old='    run:\n      gpus: none\n    packages:\n      tensorboard-plugin-profile',
-         new='    apt_packages: [Curl]\n    run:\n      gpus: none\n    packages:\n      tensorboard-plugin-profile'),
+         new='    apt_packages: [Curl]\n    run:\n      gpus: none\n    packages:\n      tensorboard-plugin-profile',
+         lines=(('<line>', 'apt_packages: [Curl]'),)),
     Case("index-url-credentials",
-         "error: matrix.yaml:92: images[2].index.extra_urls[0]: 'https://user:secret@download.pytorch.org/whl/cpu' "
-         "carries credentials; never put them in the matrix: the host's pip configuration supplies them to builds as "
-         'secrets',
+         'error: matrix.yaml:<line>: images[2].index.extra_urls[0]: '
+         "'https://user:secret@download.pytorch.org/whl/cpu' carries credentials; never put them in the matrix: the "
+         "host's pip configuration supplies them to builds as secrets",
          old='extra_urls: ["https://download.pytorch.org/whl/cpu"]',
-         new='extra_urls: ["https://user:secret@download.pytorch.org/whl/cpu"]'),
+         new='extra_urls: ["https://user:secret@download.pytorch.org/whl/cpu"]',
+         lines=(('<line>', 'extra_urls: ["https://us'),)),
     Case("index-url-ftp",
-         "error: matrix.yaml:92: images[2].index.extra_urls[0]: 'ftp://download.pytorch.org/whl/cpu': an index URL "
-         'must start with https://, http:// or file://',
+         "error: matrix.yaml:<line>: images[2].index.extra_urls[0]: 'ftp://download.pytorch.org/whl/cpu': an index "
+         'URL must start with https://, http:// or file://',
          old='extra_urls: ["https://download.pytorch.org/whl/cpu"]',
-         new='extra_urls: ["ftp://download.pytorch.org/whl/cpu"]'),
+         new='extra_urls: ["ftp://download.pytorch.org/whl/cpu"]',
+         lines=(('<line>', 'extra_urls: ["ftp://down'),)),
     Case("same-package-twice",
-         "error: matrix.yaml:39: images[0].packages.torch_tb_profiler: 'torch_tb_profiler' is the same package as "
-         "'torch-tb-profiler' (names compare without case, '-', '_' or '.'); keep one",
+         "error: matrix.yaml:<line>: images[0].packages.torch_tb_profiler: 'torch_tb_profiler' is the same package "
+         "as 'torch-tb-profiler' (names compare without case, '-', '_' or '.'); keep one",
          old='      torch-tb-profiler: "0.4.3"\n    standin:',
-         new='      torch-tb-profiler: "0.4.3"\n      torch_tb_profiler: "0.4.3"\n    standin:'),
+         new='      torch-tb-profiler: "0.4.3"\n      torch_tb_profiler: "0.4.3"\n    standin:',
+         lines=(('<line>', 'torch_tb_profiler: "0.4.'),)),
     Case("requirement-disagrees-with-framework-version",
-         "error: matrix.yaml:120: images[3].versions[0].framework_requirements[0]: 'torch==2.12.0' does not install "
-         'framework_version 2.13.0 (line 118); make the two agree',
+         "error: matrix.yaml:<line>: images[3].versions[0].framework_requirements[0]: 'torch==2.12.0' does not "
+         'install framework_version 2.13.0 (line <l2>); make the two agree',
          old='framework_requirements: ["torch===2.13.0"]',
-         new='framework_requirements: ["torch==2.12.0"]'),
+         new='framework_requirements: ["torch==2.12.0"]',
+         lines=(('<line>', 'framework_requirements: '), ('<l2>', '^framework_version: 2.13.0\n'))),
     Case("standin-requirement-unpinned",
-         "error: matrix.yaml:68: images[1].standin.requirements[0]: 'tensorflow-cpu' names no version; pin one, e.g. "
-         'tensorflow-cpu==1.0',
+         "error: matrix.yaml:<line>: images[1].standin.requirements[0]: 'tensorflow-cpu' names no version; pin one, "
+         'e.g. tensorflow-cpu==1.0',
          old='requirements: ["tensorflow-cpu==2.21.0"]',
-         new='requirements: ["tensorflow-cpu"]'),
+         new='requirements: ["tensorflow-cpu"]',
+         lines=(('<line>', 'requirements: ["tensorfl'),)),
     Case("standin-workdir-relative",
-         "error: matrix.yaml:42: images[0].standin.workdir: 'workspace' is not an absolute path like /workspace "
+         "error: matrix.yaml:<line>: images[0].standin.workdir: 'workspace' is not an absolute path like /workspace "
          "(letters, digits, '.', '_', '-', '/')",
          old='      requirements: ["torch==2.13.0+cpu"]\n',
-         new='      requirements: ["torch==2.13.0+cpu"]\n      workdir: workspace\n'),
+         new='      requirements: ["torch==2.13.0+cpu"]\n      workdir: workspace\n',
+         lines=(('<line>', 'workdir: workspace'),)),
     Case("source-not-a-url",
-         "error: matrix.yaml:7: source: 'github.com/dl-images': the source must start with https:// or http://",
+         "error: matrix.yaml:<line>: source: 'github.com/dl-images': the source must start with https:// or http://",
          old='source: https://github.com/dl-images/dl-images',
-         new='source: github.com/dl-images'),
+         new='source: github.com/dl-images',
+         lines=(('<line>', 'source: github.com/dl-im'),)),
     Case("use-too-long",
-         'error: matrix.yaml:130: images[4].use: is 443 characters; keep it to at most 300',
+         'error: matrix.yaml:<line>: images[4].use: is 443 characters; keep it to at most 300',
          old='    use: TensorFlow on CPU for laptops',
-         new="    use: " + "very " * 70 + "long; for laptops"),
+         new="    use: " + "very " * 70 + "long; for laptops",
+         lines=(('<line>', 'use: very very very very'),)),
     Case("empty-versions",
-         'error: matrix.yaml:135: images[4].versions: is empty; list at least one entry',
+         'error: matrix.yaml:<line>: images[4].versions: is empty; list at least one entry',
          old='    versions:\n      - version: "2.21"\n        default: true\n        framework_version: 2.21.0\n     '
              '   framework_requirements: ["tensorflow-cpu==2.21.0"]\n        release:\n          moving: '
              '["{version}", latest]\n',
-         new='    versions: []\n'),
+         new='    versions: []\n',
+         lines=(('<line>', 'versions: []'),)),
     Case("image-is-a-string",
-         "error: matrix.yaml:103: images[3]: must be a mapping (`key: value` lines), not 'pytorch-cuda'",
+         "error: matrix.yaml:<line>: images[3]: must be a mapping (`key: value` lines), not 'pytorch-cuda'",
          old='  - name: pytorch-cuda\n',
-         new='  - pytorch-cuda\n  - name: pytorch-cuda2\n'),
+         new='  - pytorch-cuda\n  - name: pytorch-cuda2\n',
+         lines=(('<line>', '- pytorch-cuda'),)),
     Case("schema-true",
-         'error: matrix.yaml:6: schema: must be 1, the matrix format this buildtool reads; got True',
+         'error: matrix.yaml:<line>: schema: must be 1, the matrix format this buildtool reads; got True',
          old='schema: 1',
-         new='schema: true'),
+         new='schema: true',
+         lines=(('<line>', 'schema: true'),)),
     Case("accelerator-gpu",
-         "error: matrix.yaml:84: images[2].accelerator: Input should be 'cpu' or 'cuda' (got 'gpu'); did you mean "
-         '`cuda`?',
+         "error: matrix.yaml:<line>: images[2].accelerator: Input should be 'cpu' or 'cuda' (got 'gpu'); did you "
+         'mean `cuda`?',
          old='    framework: pytorch\n    accelerator: cpu\n',
-         new='    framework: pytorch\n    accelerator: gpu\n'),
+         new='    framework: pytorch\n    accelerator: gpu\n',
+         lines=(('<line>', 'accelerator: gpu'),)),
     Case("ipc-capitalised",
-         "error: matrix.yaml:19: defaults.run.ipc: Input should be 'private', 'host' or 'shareable' (got 'Host'); "
-         'did you mean `host`?',
+         "error: matrix.yaml:<line>: defaults.run.ipc: Input should be 'private', 'host' or 'shareable' (got "
+         "'Host'); did you mean `host`?",
          old='    ipc: private\n',
-         new='    ipc: Host\n'),
+         new='    ipc: Host\n',
+         lines=(('<line>', 'ipc: Host'),)),
     Case("pip-template-without-requirements",
-         'error: matrix.yaml:136: images[4].versions[0].framework_requirements: template '
+         'error: matrix.yaml:<line>: images[4].versions[0].framework_requirements: template '
          'images/tensorflow-pip.Dockerfile.j2 needs framework_requirements (its first line says so); set it in '
          'defaults, the image or this version, e.g. framework_requirements: ["tensorflow==2.21.0"]',
          old='        framework_requirements: ["tensorflow-cpu==2.21.0"]\n',
-         new=''),
+         new='',
+         lines=(('<line>', '^- version: "2.21"'),)),
     Case("immutable-tag-without-release",
-         "error: matrix.yaml:24: defaults.release.tags[0]: immutable tag template '{version}' has no {release}, so a "
-         'second release would need to move it; add {release} or list it under moving',
+         "error: matrix.yaml:<line>: defaults.release.tags[0]: immutable tag template '{version}' has no {release}, "
+         'so a second release would need to move it; add {release} or list it under moving',
          old='tags: ["{version}-{release}"]',
-         new='tags: ["{version}"]'),
+         new='tags: ["{version}"]',
+         lines=(('<line>', 'tags: ["{version}"]     '),)),
     Case("no-immutable-tag",
-         'error: matrix.yaml:24: defaults.release.tags: lists no immutable tag; keep at least one, e.g. tags: '
+         'error: matrix.yaml:<line>: defaults.release.tags: lists no immutable tag; keep at least one, e.g. tags: '
          '["{version}-{release}"]',
          old='tags: ["{version}-{release}"]',
-         new='tags: []'),
+         new='tags: []',
+         lines=(('<line>', 'tags: []     # immutable'),)),
     Case("mapping-key-given-a-value",
-         'error: matrix.yaml:17: YAML syntax: `run` has a value on this line and an indented block under it; keep '
-         "one of the two (a mapping's keys go on the lines below, with nothing after the colon)",
+         'error: matrix.yaml:<line>: YAML syntax: `run` has a value on this line and an indented block under it; '
+         "keep one of the two (a mapping's keys go on the lines below, with nothing after the colon)",
          old='  run:\n    shm_size: 8g\n',
-         new='  run: 8g\n    shm_size: 8g\n'),
+         new='  run: 8g\n    shm_size: 8g\n',
+         lines=(('<line>', 'run: 8g'),)),
     Case("required-key-empty",
-         'error: matrix.yaml:7: source: is empty; give it a value',
+         'error: matrix.yaml:<line>: source: is empty; give it a value',
          old='source: https://github.com/dl-images/dl-images',
-         new='source:'),
+         new='source:',
+         lines=(('<line>', 'source:'),)),
     Case("version-missing",
-         'error: matrix.yaml:136: images[4].versions[0].version: required key is missing',
+         'error: matrix.yaml:<line>: images[4].versions[0].version: required key is missing',
          old='      - version: "2.21"\n        default: true\n',
-         new='      - default: true\n'),
+         new='      - default: true\n',
+         lines=(('<line>', '- default: true'),)),
     # -- YAML itself ------------------------------------------------------------------------------
     Case("unclosed-flow-list",
-         "error: matrix.yaml:11: YAML syntax: did not find expected ',' or ']' (while parsing a flow sequence opened "
-         'here; noticed on line 12)',
+         "error: matrix.yaml:<line>: YAML syntax: did not find expected ',' or ']' (while parsing a flow sequence "
+         'opened here; noticed on line <l2>)',
          old='  tests: [common]\n',
-         new='  tests: [common\n'),
+         new='  tests: [common\n',
+         lines=(('<line>', 'tests: [common'), ('<l2>', 'packages:'),)),
     Case("unclosed-quote",
-         'error: matrix.yaml:10: YAML syntax: a quote opens here and does not close on this line (YAML fails on line '
-         '13: did not find expected key); close the quote',
+         'error: matrix.yaml:<line>: YAML syntax: a quote opens here and does not close on this line (YAML fails on '
+         'line <l2>: did not find expected key); close the quote',
          old='  python: "3.11"',
-         new='  python: "3.11'),
+         new='  python: "3.11',
+         lines=(('<line>', 'python: "3.11'), ('<l2>', 'tensorboard: "2.21.0"'),)),
     Case("tab-indent",
-         'error: matrix.yaml:19: YAML syntax: found a tab character that violates indentation (while scanning a '
+         'error: matrix.yaml:<line>: YAML syntax: found a tab character that violates indentation (while scanning a '
          'plain scalar); indent with spaces, not tabs',
          old='    ipc: private\n',
-         new='\tipc: private\n'),
+         new='\tipc: private\n',
+         lines=(('<line>', 'ipc: private'),)),
     Case("duplicate-key",
-         'error: matrix.yaml:23: defaults.run.gpus: duplicate key (already set on line 22); keep one',
+         'error: matrix.yaml:<line>: defaults.run.gpus: duplicate key (already set on line <l2>); keep one',
          old='    gpus: all\n',
-         new='    gpus: all\n    gpus: none\n'),
+         new='    gpus: all\n    gpus: none\n',
+         lines=(('<line>', 'gpus: none'), ('<l2>', 'gpus: all'),)),
     Case("python-object-tag",
-         'error: matrix.yaml:6: schema: YAML tag tag:yaml.org,2002:python/object/apply:os.system is not supported '
-         'here; remove it',
+         'error: matrix.yaml:<line>: schema: YAML tag tag:yaml.org,2002:python/object/apply:os.system is not '
+         'supported here; remove it',
          old='schema: 1',
-         new='schema: !!python/object/apply:os.system [id]'),
+         new='schema: !!python/object/apply:os.system [id]',
+         lines=(('<line>', 'schema: !!python/object/'),)),
     Case("non-utf8-byte",
-         'error: matrix.yaml:36: not UTF-8 text (byte 0xb4 at column 64); save the file as UTF-8',
-         data=MATRIX.replace("NVIDIA's NGC stack", "NVIDIA\xb4s NGC stack").encode("latin-1")),
+         'error: matrix.yaml:<line>: not UTF-8 text (byte 0xb4 at column 64); save the file as UTF-8',
+         data=MATRIX.replace("NVIDIA's NGC stack", "NVIDIA\xb4s NGC stack").encode("latin-1"),
+         lines=(('<line>', 'use: Default PyTorch ima'),)),
     Case("nul-byte",
-         'error: matrix.yaml:7: control character U+0000 at column 8; YAML text has none (is this a binary file?)',
-         data=MATRIX.replace("source:", "source:\x00").encode()),
+         'error: matrix.yaml:<line>: control character U+0000 at column 8; YAML text has none (is this a binary '
+         'file?)',
+         data=MATRIX.replace("source:", "source:\x00").encode(),
+         lines=(('<line>', 'source:\x00 https://github.'),)),
     Case("binary-junk",
          'error: matrix.yaml:2: not UTF-8 text (byte 0x80 at column 118); save the file as UTF-8',
          data=bytes(range(256)) * 64),
@@ -437,8 +520,9 @@ CASES = [
          'nested more than 32 levels deep; the matrix needs at most 8',
          data=b"schema: 1\nimages: " + b"[" * 50000 + b"]" * 50000 + b"\n"),
     Case("two-documents",
-         'error: matrix.yaml:142: a second YAML document (`---`); the matrix is one document',
-         data=MATRIX.encode() + b"---\nschema: 1\n"),
+         'error: matrix.yaml:<line>: a second YAML document (`---`); the matrix is one document',
+         data=MATRIX.encode() + b"---\nschema: 1\n",
+         lines=(('<line>', '---'),)),
     Case("top-level-list",
          'error: matrix.yaml:1: the top level must be a mapping with `schema`, `source` and `images`',
          data=b"- schema: 1\n"),
@@ -447,11 +531,11 @@ CASES = [
          'error: templates: is a directory; pass the matrix file itself, e.g. --matrix templates/matrix.yaml',
          args=("plan", "--matrix", "{root}/templates")),
     Case("release-matrix-is-a-directory",
-         "error: templates: is a directory; pass the matrix file itself, e.g. --matrix templates/matrix.yaml",
+         'error: templates: is a directory; pass the matrix file itself, e.g. --matrix templates/matrix.yaml',
          args=("release", "--version", "0.1.0", "--matrix", "{root}/templates")),
     Case("release-matrix-is-a-fifo",
-         "error: pipe.yaml: is not a regular file (<root>/pipe.yaml is a device, pipe or socket); pass the matrix "
-         "file",
+         'error: pipe.yaml: is not a regular file (<root>/pipe.yaml is a device, pipe or socket); pass the matrix '
+         'file',
          args=("release", "--version", "0.1.0", "--matrix", "{root}/pipe.yaml"),
          setup=lambda root: os.mkfifo(root / "pipe.yaml")),
     Case("matrix-missing",
@@ -464,11 +548,12 @@ CASES = [
          setup=lambda root: os.mkfifo(root / "pipe.yaml")),
     Case("registry-setting-with-space",
          "error: REGISTRY='my registry:5000' is not a registry host[:port] with an optional path, e.g. "
-         "127.0.0.1:5000 or ghcr.io/team",
-         args=("plan", "--revision", "0123456789ab", "--matrix", "{matrix}"), env=(("REGISTRY", "my registry:5000"),)),
+         '127.0.0.1:5000 or ghcr.io/team',
+         args=("plan", "--revision", "0123456789ab", "--matrix", "{matrix}"),
+         env=(("REGISTRY", "my registry:5000"),)),
     Case("release-option-not-a-tag",
          "error: --release '0.1/beta' gives the tag '25.10-0.1/beta', which is not a Docker tag; use a version like "
-         "0.1.0",
+         '0.1.0',
          args=("plan", "--release", "0.1/beta", "--revision", "0123456789ab", "--matrix", "{matrix}")),
     Case("framework-unknown-suggests",
          "error: unknown FRAMEWORK='pytorch_cpu'; choose one of: all, pytorch, tensorflow, pytorch-ngc, "
@@ -508,6 +593,8 @@ def _prepare(project: Path, case: Case) -> tuple[Path, dict[str, str]]:
         assert case.old in text, f"fixture text {case.old!r} no longer in matrix.yaml"
         matrix.write_text(text.replace(case.old, case.new, 1))
     found = (case.setup(project) if case.setup is not None else None) or {}
+    if case.lines:
+        found.update(_line_tokens(case, matrix.read_bytes().decode("latin-1")))
     # Stale outputs: a command that went ahead would visibly write.
     (project / "docs" / "images.md").write_text("stale\n")
     return matrix, {"<root>": str(project), **found}

@@ -32,8 +32,7 @@ from pydantic import (
 )
 
 from buildtool.common.errors import MatrixError, UserError
-from buildtool.contracts import frameworks
-from buildtool.contracts import runprofile
+from buildtool.contracts import frameworks, runprofile
 from buildtool.contracts.runprofile import size_bytes
 from buildtool.matrix import values
 from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml, paused_gc
