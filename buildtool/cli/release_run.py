@@ -81,7 +81,7 @@ def print_report(report: ReleaseReport) -> None:
     """The release as a plain-text table (rich's tables cost more to import than a release takes)."""
     title = f"Release {report.version} from {report.revision}"
     title += " (dry run: nothing written)" if report.dry_run else ""
-    rows = [("cell", "status", "digest", "tags", "notes")]
+    rows: list[tuple[str, ...]] = [("cell", "status", "digest", "tags", "notes")]
     for item in report.images:
         tags = "\n".join(f"{t.tag} ({t.action}{', moving' if t.moving else ''})" for t in item.tags)
         notes = "\n".join([*item.problems, *(f"{t.tag}: {t.note}" for t in item.tags if t.note)])
