@@ -17,6 +17,10 @@ help: ## List the targets
 setup: ## Install and start what a fresh machine needs (engine, registry, venv); idempotent
 	bash scripts/setup.sh
 
+.PHONY: lock-deps
+lock-deps: ## Refresh requirements.lock: exact versions of the toolkit's own dependencies (clean venv)
+	UPGRADE=$(UPGRADE) bash scripts/lock-deps.sh
+
 .PHONY: render
 render: ## Render dockerfiles/ and docs/images.md from matrix.yaml and templates/
 	$(BUILDTOOL) render

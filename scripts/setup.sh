@@ -6,7 +6,8 @@
 #   2. the Docker engine, started with the flags these machines need, only if it is not running
 #   3. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
-#   4. .venv: a clean virtual environment with this project installed (`pip install -e '.[dev,scaling]'`;
+#   4. .venv: a clean virtual environment with this project installed (`pip install -c requirements.lock
+#      -e '.[dev,scaling]'`: pyproject.toml's ranges, requirements.lock's exact versions;
 #      the scaling extra is torch 2.13.0, which pip takes from a local CPU wheel where one is configured)
 # Rerunning changes nothing; every step says whether it did something or found it done.
 # Settings: SETUP_SKIP_VENV=1 skips step 4; SETUP_SKIP_SLURM=1 leaves out the SLURM packages; PYTHON picks
@@ -96,15 +97,16 @@ if [[ "${SETUP_SKIP_VENV:-0}" == 1 ]]; then
   exit 0
 fi
 VENV="$ROOT/.venv"
-# The stamp holds a hash of pyproject.toml: reinstall only when the dependencies changed.
-stamp="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+# The stamp holds a hash of pyproject.toml and requirements.lock: reinstall only when they changed.
+stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" | sha256sum | cut -c1-16)"
 if [[ -x "$VENV/bin/python" && -f "$VENV/.setup-stamp" && "$(cat "$VENV/.setup-stamp")" == "$stamp" ]] \
    && "$VENV/bin/python" -c 'import buildtool.cli, docker, pytest' >/dev/null 2>&1; then
   say ".venv up to date"
 else
   [[ -x "$VENV/bin/python" ]] || { say "creating .venv ($("$PYTHON" --version))"; "$PYTHON" -m venv "$VENV"; }
-  say "installing the project into .venv (pip install -e '.[dev,scaling]', log: .state/pip.log)"
-  (cd "$ROOT" && timeout 1200 "$VENV/bin/python" -m pip install -q -e '.[dev,scaling]') >"$STATE/pip.log" 2>&1 \
+  say "installing the project into .venv (pip install -c requirements.lock -e '.[dev,scaling]', log: .state/pip.log)"
+  (cd "$ROOT" && timeout 1200 "$VENV/bin/python" -m pip install -q -c requirements.lock -e '.[dev,scaling]') \
+    >"$STATE/pip.log" 2>&1 \
     || { tail -20 "$STATE/pip.log" >&2; die "pip install into .venv failed (log: .state/pip.log)"; }
   echo "$stamp" >"$VENV/.setup-stamp"
   say ".venv ready"

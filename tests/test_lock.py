@@ -154,14 +154,14 @@ def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
     assert "--constraint" in calls[0]
 
 
-def test_uv_pin_follows_pyproject(tmp_path: Path):
+def test_uv_pin_follows_the_toolkits_lock(tmp_path: Path):
     (tmp_path / "templates").mkdir()
     shutil.copy(ROOT / "templates" / locks.UV_LOCK, tmp_path / "templates" / locks.UV_LOCK)
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(ROOT / "requirements.lock", tmp_path / "requirements.lock")
     assert lock.uv_pin_problems(tmp_path) == []
-    text = (tmp_path / "pyproject.toml").read_text()
-    (tmp_path / "pyproject.toml").write_text(re.sub(r'"uv==[^"]+"', '"uv==9.9.9"', text))
-    assert lock.uv_pin_problems(tmp_path) == ["templates/uv.lock pins uv 0.13.9 but pyproject.toml pins 9.9.9; "
+    text = (tmp_path / "requirements.lock").read_text()
+    (tmp_path / "requirements.lock").write_text(re.sub(r"(?m)^uv==.*$", "uv==9.9.9", text))
+    assert lock.uv_pin_problems(tmp_path) == ["templates/uv.lock pins uv 0.13.9 but requirements.lock pins 9.9.9; "
                                               "run `make lock`"]
 
 

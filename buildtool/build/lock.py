@@ -167,7 +167,7 @@ class BaseFacts:
 
 
 def uv_binary() -> str:
-    """The pinned uv installed beside this interpreter (pyproject pins it)."""
+    """The pinned uv installed beside this interpreter (requirements.lock pins it)."""
     candidate = Path(sys.executable).parent / "uv"
     if candidate.is_file():
         return str(candidate)
@@ -410,7 +410,7 @@ def write_uv_lock(templates: Path, host: HostPip | None = None) -> Path | None:
                  *args, "-o", "uv.txt", "uv.in"], env, Path(tmp))
         body = (Path(tmp) / "uv.txt").read_text()
     text = ("# GENERATED FILE - DO NOT EDIT. The uv every image build installs its locks with; refreshed by "
-            "`make lock`\n# (the version pinned in pyproject.toml). Hashes of every wheel of that release.\n" + body)
+            "`make lock`\n# (the version pinned in requirements.lock). Hashes of every wheel of that release.\n" + body)
     path = templates / UV_LOCK
     if path.is_file() and path.read_text() == text:
         return None
@@ -419,17 +419,16 @@ def write_uv_lock(templates: Path, host: HostPip | None = None) -> Path | None:
 
 
 def uv_pin_problems(root: Path) -> list[str]:
-    """templates/uv.lock must pin the uv that pyproject.toml pins (the one `lock` resolves with)."""
-    import tomllib
-
+    """templates/uv.lock must pin the uv the toolkit installs (requirements.lock's exact pin, the one
+    `lock` resolves with)."""
     from buildtool.contracts.locks import uv_requirement
 
     try:
-        pinned = next((d.split("==", 1)[1] for d in tomllib.loads((root / "pyproject.toml").read_text())
-                       ["project"]["dependencies"] if normalize(d.split("==", 1)[0]) == "uv" and "==" in d), None)
+        pinned = next((line.split("==", 1)[1].strip() for line in (root / "requirements.lock").read_text().splitlines()
+                       if normalize(line.split("==", 1)[0]) == "uv" and "==" in line), None)
         version, _ = uv_requirement((root / "templates" / UV_LOCK).read_text())
-    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         return [f"templates/{UV_LOCK}: {exc}; run `make lock`"]
     if pinned and pinned != version:
-        return [f"templates/{UV_LOCK} pins uv {version} but pyproject.toml pins {pinned}; run `make lock`"]
+        return [f"templates/{UV_LOCK} pins uv {version} but requirements.lock pins {pinned}; run `make lock`"]
     return []

@@ -76,7 +76,7 @@ def check(matrix: MatrixOption = None) -> None:
         err.print(f"stale: {rel} belongs to no cell in the matrix; delete it or run `buildtool render --prune`")
     # Each cell's locks (beside its Dockerfile) against the matrix values they were made from.
     lock_problems = [problem for cell in loaded.cells for problem in check_cell(project.root, cell)]
-    if (project.root / "pyproject.toml").is_file():
+    if (project.root / "requirements.lock").is_file():
         lock_problems += uv_pin_problems(project.root)
     for problem in lock_problems:
         err.print(f"lock: {problem}", markup=False, highlight=False)
