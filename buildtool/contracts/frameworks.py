@@ -19,6 +19,7 @@ class Framework:
     shm_workers: str = "python"     # how shm_workers.py loads batches through /dev/shm: torch DataLoader or python
     cuda_build_expr: str = "''"     # Python, in the image: the CUDA version the framework was built with, '' if none
     container_version_env: str = "" # what an NGC container of this framework sets to its release (25.10)
+    local_versions: str = "plain"   # how builds mark themselves in __version__'s local part (contracts.versions)
 
     @property
     def test_group(self) -> str:
@@ -43,7 +44,7 @@ def unregister(name: str) -> None:
 register(Framework(
     name="pytorch", module="torch", distributions=("torch",),
     gpu_count_expr="torch.cuda.device_count()",
-    events_writer=("torch_events.py",), shm_workers="torch",
+    events_writer=("torch_events.py",), shm_workers="torch", local_versions="torch",
     cuda_build_expr="torch.version.cuda or ''", container_version_env="NVIDIA_PYTORCH_VERSION",
 ))
 register(Framework(

@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     PlainValidator,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -155,6 +156,9 @@ class CellFields(_Strict):
     use: OneLine | None = None
     release: ReleaseTags | None = None
     validate_: ValidateSettings | None = Field(default=None, alias="validate")  # `validate` would shadow BaseModel's
+    # GPU fields (see the GPU block below): the CUDA of a GPU cell, bus-bandwidth floors per GPU model.
+    cuda: StrictStr | None = None
+    busbw_floor_GBps: dict[StrictStr, StrictInt | StrictFloat] | None = None
 
     @field_validator("template")
     @classmethod
@@ -234,6 +238,8 @@ class Cell:
     moving_tags: tuple[str, ...]
     line: int
     validate_deadline_s: int = runprofile.DEFAULT_DEADLINE_S["cpu"]
+    cuda: str | None = None                                 # GPU cells: the CUDA the image is built for
+    busbw_floor_GBps: tuple[tuple[str, float], ...] = ()    # GPU model (nvidia-smi name part) -> floor
 
     @property
     def key(self) -> str:
@@ -612,6 +618,37 @@ class _CellCheck:
         return tuple(rendered["tags"]), tuple(rendered["moving"])
 
 
+# -- GPU fields (issue 10: GPU runners) ----------------------------------------------------------
+# `cuda` is required on GPU cells (accelerator: cuda) and refused on CPU cells: it decides the
+# NVIDIA_REQUIRE_CUDA of the image, the minimum driver the catalogue states, and the local version
+# (+cu130) PyTorch's CUDA wheels report. `busbw_floor_GBps` maps a GPU model (a part of its
+# nvidia-smi name, e.g. H100) to the all-reduce bus bandwidth below which the NCCL check fails.
+
+def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
+    from buildtool.contracts.gpu import check_cuda
+
+    merged = check.merged
+    cuda, floors = merged.get("cuda"), merged.get("busbw_floor_GBps") or {}
+    gpu = merged["accelerator"] == "cuda"
+    if gpu and cuda is None:
+        raise check.fail((*check.loc, "cuda"), "a GPU cell (accelerator: cuda) needs its CUDA version, "
+                                               "e.g. cuda: \"13.0\"")
+    if not gpu and cuda is not None:
+        raise check.fail(check.where("cuda"), "only GPU cells (accelerator: cuda) have a CUDA version; remove it")
+    if not gpu and floors:
+        raise check.fail(check.where("busbw_floor_GBps"), "bus-bandwidth floors apply to GPU cells only; remove them")
+    if cuda is not None:
+        try:
+            check_cuda(cuda)
+        except ValueError as exc:
+            raise check.fail(check.where("cuda"), str(exc)) from None
+    for model, floor in floors.items():
+        if not model.strip() or floor <= 0:
+            raise check.fail((*check.where("busbw_floor_GBps"), model),
+                             "needs a GPU model name and a floor above 0 GB/s, e.g. H100: 300")
+    return {"cuda": cuda, "busbw_floor_GBps": tuple(sorted((k, float(v)) for k, v in floors.items()))}
+
+
 def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
     """Validate a located YAML document and expand it into cells."""
     if not isinstance(doc.data, dict):
@@ -695,6 +732,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
                 moving_tags=moving_tags,
                 line=doc.line_of(loc) or 0,
                 validate_deadline_s=deadline_for(merged),
+                **_gpu_fields(check),
             ))
         if first_default is None:
             raise MatrixError(doc.path, doc.line_of(image_loc), dotted(image_loc),

@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from buildtool.contracts.gpu import min_driver
 from buildtool.contracts.releases import RELEASES_DIR, latest_by_cell
+from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.plan import expand_tag
 
 if TYPE_CHECKING:
@@ -45,6 +47,16 @@ def _sbom(latest: dict[str, Any]) -> str:
         return "\n- SBOM: none recorded for this release"
     return (f"\n- SBOM (CycloneDX JSON, attached to the digest): `{latest['sbom']}`; print it with "
             f"`buildtool sbom {latest['pinned']}` or fetch it with `oras pull` / `skopeo copy`")
+
+
+def _gpu_lines(cell: Cell) -> list[str]:
+    """A GPU image's CUDA and the host driver it needs (what `docker run --gpus` refuses without)."""
+    if not cell.needs_gpu or not cell.cuda:
+        return []
+    note = (" (NGC's own requirement also admits some older datacenter drivers through CUDA forward "
+            "compatibility)" if ngc_release(cell.base) else "")
+    return [f"- CUDA: {cell.cuda}; host NVIDIA driver {min_driver(cell.cuda)} or newer{note}, "
+            "and the NVIDIA Container Toolkit for `--gpus`"]
 
 
 def render_catalogue(matrix: Matrix, released: dict[str, dict[str, Any]] | None = None) -> str:
@@ -82,6 +94,7 @@ def render_catalogue(matrix: Matrix, released: dict[str, dict[str, Any]] | None 
                 f"- Extra packages: {packages}",
                 f"- Image tests: {', '.join(cell.tests)}",
                 f"- Needs a GPU: {'yes' if cell.needs_gpu else 'no'}",
+                *_gpu_lines(cell),
                 "- Run it with the flags it is validated with:",
                 "",
                 "  ```sh",

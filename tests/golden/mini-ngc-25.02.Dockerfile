@@ -49,6 +49,14 @@ RUN --mount=type=tmpfs,target=/run \
 RUN mkdir -p /workspace && chmod 1777 /workspace && touch --date="@${SOURCE_DATE_EPOCH}" /workspace
 WORKDIR /workspace
 
+# GPU runtimes (docker --gpus, pyxis/enroot, Apptainer --nv, Kubernetes' device plugin) inject the GPUs
+# and driver libraries these name; the container toolkit refuses a driver older than CUDA 12.8.
+# A base that sets them (NGC, with its forward-compatibility driver branches) keeps its own values.
+ENV NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-all} \
+    NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES:-compute,utility} \
+    NVIDIA_REQUIRE_CUDA=${NVIDIA_REQUIRE_CUDA:-cuda>=12.8}
+LABEL io.dl-images.cuda="12.8"
+
 # What the image is and how it must be run; build-time facts (revision, created, base
 # digest, content key) are added as labels by `buildtool build`.
 LABEL org.opencontainers.image.title="mini-ngc" \

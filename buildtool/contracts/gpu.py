@@ -1,0 +1,121 @@
+"""What GPU images and GPU runners agree on: the CUDA a cell needs, the driver that runs it,
+the NVIDIA container variables, how a runner declares that it must have GPUs, and the
+bus-bandwidth figure's shape.
+
+Imported by the matrix (CUDA versions it accepts), the catalogue (minimum drivers), validate
+(runner checks) and image-tests (expected NVIDIA_* variables, busbw comparisons).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+# A runner that must have usable GPUs: `buildtool validate --require-gpu`, or this variable set
+# to 1/true/yes (the generated nightly workflow sets it on its GPU jobs).
+REQUIRE_GPU_ENV = "DL_IMAGES_REQUIRE_GPU"
+
+# Linux x86_64 driver of each CUDA toolkit's GA release (NVIDIA's CUDA Toolkit release notes,
+# "CUDA Toolkit and Corresponding Driver Versions"). The driver must support the image's CUDA:
+# NVIDIA_REQUIRE_CUDA makes the container toolkit refuse older ones.
+CUDA_MIN_DRIVER: dict[str, str] = {
+    "11.8": "520.61.05",
+    "12.0": "525.60.13",
+    "12.1": "530.30.02",
+    "12.2": "535.54.03",
+    "12.3": "545.23.06",
+    "12.4": "550.54.14",
+    "12.5": "555.42.02",
+    "12.6": "560.28.03",
+    "12.8": "570.26",
+    "12.9": "575.51.03",
+    "13.0": "580.65.06",
+}
+
+CUDA_RE = re.compile(r"^(?P<major>[0-9]{2})\.(?P<minor>[0-9])$")
+
+# The variables a GPU image sets so every runtime injects its GPUs (docker --gpus sets them too,
+# but pyxis/enroot, Apptainer --nv and Kubernetes' device plugin read them from the image).
+NVIDIA_VISIBLE_DEVICES = "all"
+NVIDIA_DRIVER_CAPABILITIES = "compute,utility"
+
+# Docker's message when the engine has no NVIDIA runtime (the NVIDIA Container Toolkit) for --gpus.
+NO_RUNTIME_MARKERS = ("could not select device driver", "unknown or invalid runtime name: nvidia")
+TOOLKIT_FIX = ("install the NVIDIA Container Toolkit and register it with the engine "
+               "(`nvidia-ctk runtime configure --runtime=docker`, then restart dockerd)")
+# nvidia-container-cli's refusal when NVIDIA_REQUIRE_CUDA is not met by the host driver.
+DRIVER_TOO_OLD_MARKERS = ("unsatisfied condition: cuda", "please update your driver")
+
+# A fall of the bus bandwidth by more than this against the previous verdict fails the check.
+BUSBW_MAX_FALL = 0.20
+BUSBW_FIGURE = "allreduce_busbw"
+
+
+def require_gpu_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    value = (environ if environ is not None else os.environ).get(REQUIRE_GPU_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_cuda(cuda: str) -> str:
+    """`cuda` if it is a CUDA version this project knows a minimum driver for, else ValueError."""
+    if not CUDA_RE.match(cuda):
+        raise ValueError(f"{cuda!r} is not a CUDA version like 12.8 or 13.0")
+    if cuda not in CUDA_MIN_DRIVER:
+        raise ValueError(f"CUDA {cuda} has no known minimum driver; known: {', '.join(CUDA_MIN_DRIVER)} "
+                         "(add it to buildtool/contracts/gpu.py from NVIDIA's CUDA release notes)")
+    return cuda
+
+
+def min_driver(cuda: str) -> str:
+    return CUDA_MIN_DRIVER[check_cuda(cuda)]
+
+
+def cuda_tag(cuda: str) -> str:
+    """`13.0` -> `cu130`, `12.8` -> `cu128`: the local version PyPI/PyTorch CUDA wheels carry."""
+    match = CUDA_RE.match(check_cuda(cuda))
+    assert match is not None
+    return f"cu{match.group('major')}{match.group('minor')}"
+
+
+def nvidia_env(cuda: str) -> dict[str, str]:
+    """The NVIDIA_* variables a GPU image of this CUDA sets (templates/parts/nvidia.j2 writes them)."""
+    return {"NVIDIA_VISIBLE_DEVICES": NVIDIA_VISIBLE_DEVICES,
+            "NVIDIA_DRIVER_CAPABILITIES": NVIDIA_DRIVER_CAPABILITIES,
+            "NVIDIA_REQUIRE_CUDA": f"cuda>={check_cuda(cuda)}"}
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"[0-9]+", version))
+
+
+def driver_problem(cuda: str, driver: str, cuda_driver: str) -> str:
+    """Why this host's driver cannot run an image of `cuda` ("" when it can or nothing is known).
+
+    The CUDA version the driver reports (nvidia-smi's "CUDA Version") decides, as the container
+    toolkit's NVIDIA_REQUIRE_CUDA check does; the driver number is the fallback."""
+    need = min_driver(cuda)
+    if cuda_driver:
+        if _numbers(cuda_driver)[:2] >= _numbers(cuda)[:2]:
+            return ""
+    elif not driver or _numbers(driver) >= _numbers(need):
+        return ""
+    have = f"driver {driver or '?'}" + (f" (CUDA {cuda_driver})" if cuda_driver else "")
+    return (f"the NVIDIA {have} on this runner is too old for the image's CUDA {cuda}: "
+            f"install NVIDIA driver {need} or newer")
+
+
+def floor_for(floors: Mapping[str, float], gpu_name: str) -> tuple[str, float] | None:
+    """The bus-bandwidth floor the matrix sets for this GPU model: the longest key that the
+    nvidia-smi name contains, case-insensitively (`H100` matches `NVIDIA H100 80GB HBM3`)."""
+    found = [(key, value) for key, value in floors.items() if key.lower() in gpu_name.lower()]
+    return max(found, key=lambda item: len(item[0])) if found else None
+
+
+def busbw_peak(figures: Mapping[str, Any]) -> float | None:
+    """The peak bus bandwidth of a verdict's figures (GB/s), or None."""
+    figure = figures.get(BUSBW_FIGURE)
+    if isinstance(figure, Mapping) and isinstance(figure.get("peak_GBps"), int | float):
+        return float(figure["peak_GBps"])
+    return None

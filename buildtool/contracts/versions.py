@@ -1,0 +1,96 @@
+"""What "the image contains framework version X" means, for every kind of build we ship.
+
+A framework's `__version__` is a PEP 440 version whose local part (after `+`) says which
+build it is: PyPI/PyTorch wheels report `2.13.0+cpu` or `2.13.0+cu130`, NGC's PyTorch reports
+`2.9.0a0+50eac811a6.nv25.10` (source commit and container release), TensorFlow reports a plain
+`2.17.0`. A claim (the matrix's `framework_version`, a label) is checked in two parts:
+
+- the public part (release, pre-release) must equal the claim's, compared with packaging.version
+  (so `2.13` and `2.13.0` agree);
+- the local part must be the one the cell's build produces: the claim's own local part when it
+  has one, else the cell's rule (`+cpu` on CPU cells, `+cu<CUDA>` on PyPI CUDA cells, NGC's
+  `<sha>.nvYY.MM` with the cell's container release on NGC cells).
+
+validate computes the rule from the cell (`expectation`) and writes it into the target file;
+image-tests/common/test_contents.py applies it (`problems`). Both import this module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from buildtool.contracts.gpu import cuda_tag
+
+# How a framework's builds mark themselves in the local version part (frameworks.Framework.local_versions).
+TORCH = "torch"    # +cpu, +cuXYZ, NGC +<sha>.nvYY.MM
+PLAIN = "plain"    # no local part (TensorFlow; NGC's may add nvYY.MM)
+SCHEMES = (TORCH, PLAIN)
+
+_NGC_BASE_RE = re.compile(r"^nvcr\.io/nvidia/[^:@]+:(?P<yy>[0-9]{2})\.(?P<mm>[0-9]{2})(?:[-.].*)?$")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """The local part a claim's build must report: a regex over the raw local part ("" = none)."""
+
+    local_pattern: str
+    local_text: str       # for messages: "+cu130 (PyPI's CUDA 13.0 build)"
+
+
+def ngc_release(base: str) -> str | None:
+    """`nvcr.io/nvidia/pytorch:25.10-py3` -> `25.10`; None for a base that is not NGC's."""
+    match = _NGC_BASE_RE.match(base)
+    return f"{match.group('yy')}.{match.group('mm')}" if match else None
+
+
+def _ngc_local(release: str) -> str:
+    # NGC writes the month with two digits (nv25.01); accept one too (packaging normalises it away).
+    yy, mm = release.split(".")
+    return rf"nv{int(yy)}\.0?{int(mm)}"
+
+
+def expectation(claim: str, *, scheme: str, accelerator: str, cuda: str | None,
+                ngc: str | None) -> Expectation:
+    """The local part a build of this cell must report next to `claim`."""
+    local = split(claim)[1]
+    if local:
+        return Expectation(rf"{re.escape(local)}", f"+{local} (as claimed)")
+    if scheme == TORCH:
+        if ngc:
+            return Expectation(rf"[0-9a-f]{{7,40}}\.{_ngc_local(ngc)}",
+                               f"+<commit>.nv{ngc} (NGC's PyTorch of container release {ngc})")
+        if accelerator == "cuda":
+            if not cuda:
+                raise ValueError("a CUDA cell needs its `cuda` version to know its wheels' local version")
+            return Expectation(re.escape(cuda_tag(cuda)), f"+{cuda_tag(cuda)} (the CUDA {cuda} build)")
+        return Expectation("cpu", "+cpu (the CPU build)")
+    if scheme == PLAIN:
+        if ngc:
+            return Expectation(rf"(?:{_ngc_local(ngc)})?", f"no local part or +nv{ngc} (NGC container {ngc})")
+        return Expectation("", "no local part")
+    raise ValueError(f"unknown version scheme {scheme!r}; one of {', '.join(SCHEMES)}")
+
+
+def split(version: str) -> tuple[str, str]:
+    """(public, local) of a version string as written: `2.9.0a0+50eac8.nv25.10` -> (`2.9.0a0`, `50eac8.nv25.10`)."""
+    public, _, local = version.strip().partition("+")
+    return public, local
+
+
+def problems(actual: str, claim: str, expect: Expectation) -> list[str]:
+    """Why `actual` (the image's `__version__`) does not satisfy `claim`; empty when it does."""
+    found: list[str] = []
+    try:
+        have, want = Version(actual), Version(claim)
+    except InvalidVersion as exc:
+        return [f"not a PEP 440 version ({exc})"]
+    if have.public != want.public:
+        found.append(f"version {have.public} is not {want.public}")
+    local = split(actual)[1]
+    if not re.fullmatch(expect.local_pattern, local):
+        shown = f"+{local}" if local else "no local part"
+        found.append(f"build {shown} is not the cell's {expect.local_text}")
+    return found
