@@ -32,6 +32,7 @@ from buildtool.contracts.target import load_target  # noqa: E402
 
 _RESULTS: list[dict[str, Any]] = []
 _FIGURES: dict[str, Any] = {}
+_FACTS: dict[str, Any] = {}
 _TARGET: dict[str, Any] = {}
 _INTERRUPTED: list[str] = []
 NOT_RUN = "not run: "
@@ -76,7 +77,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         target = _load_target(item.config)
         what = item.get_closest_marker("gpu").kwargs.get("what") or item.name
         if target.get("needs_gpu"):
-            skip(skips.NO_GPU_ON_RUNNER, f"no GPU on this runner (nvidia-smi found none): {what} not run")
+            why = target.get("gpu_problem") or "nvidia-smi found none"
+            skip(skips.NO_GPU_ON_RUNNER, f"no usable GPU on this runner ({why}): {what} not run")
         skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")
     if harness.DEADLINE.spent():
         pytest.fail(NOT_RUN + harness.DEADLINE.describe(), pytrace=False)
@@ -98,7 +100,8 @@ def require_gpu(runner_gpus: list[dict[str, str]], target: dict[str, Any]):
         if runner_gpus:
             return
         if target.get("needs_gpu"):
-            skip(skips.NO_GPU_ON_RUNNER, f"no GPU on this runner (nvidia-smi found none): {what} not run")
+            why = target.get("gpu_problem") or "nvidia-smi found none"
+            skip(skips.NO_GPU_ON_RUNNER, f"no usable GPU on this runner ({why}): {what} not run")
         skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")
     return _require
 
@@ -106,6 +109,12 @@ def require_gpu(runner_gpus: list[dict[str, str]], target: dict[str, Any]):
 @pytest.fixture(scope="session")
 def figures() -> dict[str, Any]:
     return _FIGURES
+
+
+@pytest.fixture(scope="session")
+def facts() -> dict[str, Any]:
+    """What the image reported about itself that the verdict keeps (the framework's full version)."""
+    return _FACTS
 
 
 @pytest.fixture(scope="session")
@@ -149,6 +158,8 @@ def contents(main, target) -> dict[str, Any]:
                         timeout=CONTENTS_TIMEOUT_S)
     found = probe.result
     assert probe.ok and isinstance(found, dict) and "stage" not in found, probe.cause() or "no result"
+    if found.get("framework_version"):
+        _FACTS["framework_version"] = found["framework_version"]  # the full string, local part included
     return found
 
 
@@ -202,7 +213,13 @@ def test_id(item: pytest.Item) -> str:
     return f"{item.path.resolve().relative_to(HERE).as_posix()}::{name}"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # tryfirst: before -k deselects, so every defined test is checked.
+    unmarked = [item.nodeid for item in items
+                if "require_gpu" in getattr(item, "fixturenames", ()) and item.get_closest_marker("gpu") is None]
+    if unmarked:  # the verdict's list of GPU tests comes from the marker: it must be complete
+        raise pytest.UsageError(f"tests using require_gpu must be marked @pytest.mark.gpu: {', '.join(unmarked)}")
     for item in items:
         _IDS[item.nodeid] = test_id(item)
 
@@ -254,7 +271,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             entry["message"] = f"interrupted while running ({why}); never finished, so never passed"
     path = session.config.getoption("--results")
     if path:
-        data = {"tests": _RESULTS, "figures": _FIGURES, "exitstatus": int(exitstatus),
+        data = {"tests": _RESULTS, "figures": _FIGURES, "facts": _FACTS, "exitstatus": int(exitstatus),
                 "interrupted": _INTERRUPTED[0] if _INTERRUPTED else "",
                 "deadline_s": harness.DEADLINE.total_s, "deadline_spent_by": harness.DEADLINE.spent_by}
         tmp = Path(f"{path}.tmp-{os.getpid()}")

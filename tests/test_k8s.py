@@ -4,6 +4,7 @@ PyTorchJob CRD's schema, defaults from the matrix, overrides, and bad input."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,7 +92,8 @@ def test_defaults_shm_rendezvous_and_bounded_restarts(run_cli, variant: str) -> 
     container = pod["containers"][0]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     command = container["command"]
-    assert "--rdzv-backend=c10d" in command and "--rdzv-conf=join_timeout=900" in command
+    # The store's read timeout follows the join timeout: late nodes may join after 60 s.
+    assert "--rdzv-backend=c10d" in command and "--rdzv-conf=join_timeout=900,read_timeout=900" in command
     assert "--nnodes=4" in command and "--nproc-per-node=8" in command
     assert command[-1] == "/opt/image-tests/scripts/ddp_train.py"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
@@ -118,7 +120,9 @@ def test_every_default_can_be_overridden(run_cli) -> None:
     job = docs[1]
     pod = _pod(job)
     assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "32Gi"
-    assert "--rdzv-conf=join_timeout=1800" in pod["containers"][0]["command"]
+    assert "--rdzv-conf=join_timeout=1800,read_timeout=1800" in pod["containers"][0]["command"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["DDP_EXPECT_WORLD_SIZE"] == "8" and env["DDP_EXPECT_BACKEND"] == "nccl"
     assert job["spec"]["runPolicy"]["backoffLimit"] == 5
     assert job["metadata"] == {"name": "nightly-ddp", "namespace": "ml",
                                "labels": {"app.kubernetes.io/name": "nightly-ddp",
@@ -152,20 +156,47 @@ def test_bad_input_is_one_line_and_exit_2(run_cli, args: list[str], needle: str)
     assert needle in err and len(err.strip().splitlines()) == 1
 
 
-def _verify(tmp_path: Path, result: dict, exit_code: int = 0) -> subprocess.CompletedProcess[str]:
+def _verify(tmp_path: Path, result: dict, exit_code: int = 0, world: int = 4,
+            backend: str = "nccl") -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "fake_torchrun.py"
     fake.write_text(f"import sys\nprint('DDP_RESULT ' + {json.dumps(json.dumps(result))})\nsys.exit({exit_code})\n")
     verify = tmp_path / "verify.py"
     verify.write_text(VERIFY_SOURCE)
+    env = {**os.environ, "DDP_EXPECT_WORLD_SIZE": str(world), "DDP_EXPECT_BACKEND": backend}
     return subprocess.run([sys.executable, str(verify), sys.executable, str(fake)], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, env=env)
 
 
 def test_the_verifier_fails_a_run_that_did_not_train_in_sync(tmp_path: Path) -> None:
-    good = {"world_size": 4, "first_loss": 2.0, "last_loss": 0.5, "identical": True}
+    good = {"backend": "nccl", "world_size": 4, "first_loss": 2.0, "last_loss": 0.5, "identical": True}
     assert _verify(tmp_path, good).returncode == 0
     diverged = _verify(tmp_path, {**good, "identical": False})
     assert diverged.returncode == 1 and "different parameters" in diverged.stderr
     stuck = _verify(tmp_path, {**good, "last_loss": 2.5})
     assert stuck.returncode == 1 and "loss did not fall" in stuck.stderr
     assert _verify(tmp_path, good, exit_code=3).returncode == 3
+
+
+def test_the_verifier_fails_the_wrong_backend_or_world_size(tmp_path: Path) -> None:
+    """GPUs asked for but none reached the containers: DDP falls back to gloo on CPU and trains
+    fine; the verifier must still fail it. Likewise a world smaller than the launcher asked for."""
+    good = {"backend": "nccl", "world_size": 16, "first_loss": 2.0, "last_loss": 0.5, "identical": True}
+    assert _verify(tmp_path, good, world=16).returncode == 0
+    gloo = _verify(tmp_path, {**good, "backend": "gloo"}, world=16)
+    assert gloo.returncode == 1 and "trained with gloo, not nccl" in gloo.stderr, gloo.stderr
+    small = _verify(tmp_path, {**good, "world_size": 8}, world=16)
+    assert small.returncode == 1 and "world size 8, not the 16 asked for" in small.stderr, small.stderr
+    unset = subprocess.run([sys.executable, str(tmp_path / "verify.py"), "true"], capture_output=True, text=True,
+                           timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith("DDP_EXPECT")})
+    assert unset.returncode != 0 and "DDP_EXPECT_WORLD_SIZE" in unset.stderr
+
+
+def test_job_expectations_follow_nodes_and_gpus() -> None:
+    from buildtool.launch.multinode import DDPJob
+
+    assert DDPJob(image="x:1", nodes=3, gpus_per_node=8).env["DDP_EXPECT_WORLD_SIZE"] == "24"
+    assert DDPJob(image="x:1", nodes=3, gpus_per_node=8).backend == "nccl"
+    cpu = DDPJob(image="x:1", nodes=2, gpus_per_node=0)
+    assert (cpu.world_size, cpu.backend) == (2, "gloo")
+    command = DDPJob(image="x:1", nodes=2, gpus_per_node=8, join_timeout_s=1200).torchrun("h:1", "r")
+    assert "--rdzv-conf=join_timeout=1200,read_timeout=1200" in command

@@ -34,9 +34,9 @@ def test_expectations_from_cell_and_label(matrix):
     expect = expectations(cell, {"io.dl-images.framework-version": "2.12.0+cpu"})
     assert expect["python"] == "3.11"
     assert expect["standin"] is False
-    assert expect["framework_claims"] == [
-        {"source": "matrix cell pytorch-cpu:2.13", "value": "2.13.0+cpu"},
-        {"source": "label io.dl-images.framework-version", "value": "2.12.0+cpu"},
+    assert [{k: c[k] for k in ("source", "value", "local_pattern")} for c in expect["framework_claims"]] == [
+        {"source": "matrix cell pytorch-cpu:2.13", "value": "2.13.0+cpu", "local_pattern": "cpu"},
+        {"source": "label io.dl-images.framework-version", "value": "2.12.0+cpu", "local_pattern": "cpu"},
     ]
     assert expect["packages"] == {"tensorboard": "2.21.0", "torch-tb-profiler": "0.4.3"}
 

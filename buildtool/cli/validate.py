@@ -1,7 +1,10 @@
 """`buildtool validate IMAGE... | --framework X | --all`: run image-tests, store verdicts by digest.
 
-Exit 0 when every image passed, 1 when a test failed, 2 for bad input (unknown image or
-cell, registry or engine unreachable).
+Exit 0 when no image failed (a verdict may be `incomplete`: a selection removed tests, or a GPU
+cell had no usable GPU; it is stored as such, said on stderr, and can never release the image),
+1 when a test failed or the runner's GPUs are broken (listed but unusable, a driver too old,
+or none on a declared GPU runner: --require-gpu / DL_IMAGES_REQUIRE_GPU), 2 for bad input
+(unknown image or cell, registry or engine unreachable).
 """
 
 from __future__ import annotations
@@ -51,6 +54,13 @@ def register(app: typer.Typer) -> None:
             min=1, help="Seconds the tests of one image may take in all (default: the cell's validate.deadline_s).")]
         = None,
         reports: Annotated[Path, typer.Option(help="Where JUnit XML and verdicts go.")] = Path("reports"),
+        require_gpu: Annotated[bool, typer.Option(
+            "--require-gpu", help="This is a GPU runner: exit 1 unless its GPUs are seen and usable "
+                                  "(also set by DL_IMAGES_REQUIRE_GPU=1).")] = False,
+        baseline: Annotated[list[Path] | None, typer.Option(
+            envvar="DL_IMAGES_BASELINE",
+            help="Folder of earlier verdicts to compare the bus bandwidth with (same cell and GPUs); "
+                 "the reports folder is always searched.")] = None,
         revision: RevisionOption = None,
         as_json: JsonOption = False,
         matrix: MatrixOption = None,
@@ -58,6 +68,7 @@ def register(app: typer.Typer) -> None:
         """Run image-tests inside images and store a verdict per digest (JUnit + JSON under reports/)."""
         from rich.table import Table
 
+        from buildtool.contracts.gpu import require_gpu_from_env
         from buildtool.matrix.plan import Settings, plan_cell
         from buildtool.validate.runner import Options, validate_image
 
@@ -85,7 +96,8 @@ def register(app: typer.Typer) -> None:
         # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed.
         signal.signal(signal.SIGTERM, _interrupt)
         options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
-                          reports=reports, cell=cell, deadline_s=deadline)
+                          reports=reports, cell=cell, deadline_s=deadline,
+                          require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []))
         verdicts = []
         for ref in refs:
             verdicts.append(validate_image(ref, loaded, project.root, options, log))
@@ -111,7 +123,13 @@ def register(app: typer.Typer) -> None:
                         out.print(f"SKIPPED {t['id']}: {t['skip_reason']}", markup=False, highlight=False)
                 if v.get("stored"):
                     err.print(f"verdict for {v['digest']} stored as {v['stored']}")
-        failed = [v["image"] for v in verdicts if v["result"] != "passed"]
+        for v in verdicts:
+            if v["result"] == "incomplete":
+                err.print(f"INCOMPLETE {v['cell']} ({v['image']}): " + "; ".join(v["incomplete"])
+                          + ". The verdict is stored as incomplete and cannot release this image"
+                          + ("; validate it on a runner with usable GPUs" if any("GPU" in r for r in v["incomplete"])
+                             else "; validate without -k"), markup=False, highlight=False)
+        failed = [v["image"] for v in verdicts if v["result"] == "failed"]
         if failed:
             raise FailedError(f"image tests failed for {', '.join(failed)}; see reports under {reports}/")
 

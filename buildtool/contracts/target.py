@@ -20,6 +20,10 @@ class FrameworkClaim(BaseModel):
     source: str                  # where the claim comes from ("matrix cell ...", "label ...")
     value: str
     note: str = ""
+    # The local version part the cell's build reports (contracts.versions.Expectation): a regex
+    # over what follows `+` ("" = none) and how to say it in a message.
+    local_pattern: str = ""
+    local_text: str = "no local part"
 
 
 class LabelCheck(BaseModel):
@@ -74,6 +78,7 @@ class Target(BaseModel):
     accelerator: str
     needs_gpu: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
+    image_env: dict[str, str] = Field(default_factory=dict)     # the image config's Env (as the engine reports it)
     run_flags: list[str]
     ulimits: dict[str, int] = Field(default_factory=dict)
     ulimits_not_granted: list[str] = Field(default_factory=list)
@@ -83,7 +88,14 @@ class Target(BaseModel):
     shm_expected_bytes: int
     shm_fix: str = ""            # where the promise is made ("run.shm_size of pytorch-cpu in matrix.yaml (line 9)")
     expect: Expectations
+    # GPUs the tests may use: the runner's, when this cell's containers can be given them (empty
+    # for CPU cells and on runners without usable GPUs; gpu_problem then says why, when it is known).
     runner_gpus: list[dict[str, str]] = Field(default_factory=list)
+    gpu_problem: str = ""
+    cuda: str = ""                                # the cell's CUDA (GPU cells)
+    busbw_floor_GBps: float | None = None         # the matrix's floor for the runner's GPU model
+    busbw_floor_model: str = ""                   # the matrix key that matched it
+    busbw_baseline: dict[str, Any] = Field(default_factory=dict)   # previous verdict's busbw (same cell, GPUs)
     rdzv_join_timeout_s: float = 900.0
     missing_peer_timeout_s: float = 10.0
     ddp_master_addr: str = "127.0.0.1"

@@ -3,6 +3,12 @@
 Typed here once; `validate` builds it, the registry stores it by digest, `release` gates on
 it and `report` shows it. Schema 2 records what a reader needs to trust a `passed`: the tests
 the cell's groups define, which of them a selection removed, and the runner's GPUs.
+
+The result (`derive_result`): `failed` when a test failed, pytest did not succeed, or nothing
+passed; `incomplete` when nothing failed but the verdict does not cover the cell: a defined test
+neither ran nor was deselected (the run stopped early), a selection (-k) removed tests, or a GPU
+cell's GPU tests (marked `gpu`) did not all pass, i.e. no GPU could be used; `passed` otherwise. A GPU cell
+validated where no GPU could be used is therefore never `passed`, whatever the options.
 """
 
 from __future__ import annotations
@@ -42,9 +48,11 @@ class Gpu(_Model):
 class Runner(_Model):
     hostname: str
     gpu_runner: bool = False         # declared a GPU runner (--require-gpu or DL_IMAGES_REQUIRE_GPU)
-    gpus: list[Gpu] = Field(default_factory=list)
+    gpus: list[Gpu] = Field(default_factory=list)   # what nvidia-smi lists on the host
     driver: str = ""                 # NVIDIA driver version
     cuda_driver: str = ""            # CUDA version the driver supports
+    # Whether the cell's containers got the GPUs (probed with the engine); None: not asked (CPU cell).
+    gpus_usable: bool | None = None
     gpu_problem: str = ""            # why GPUs could not be used, when they could not
 
 
@@ -65,6 +73,9 @@ class Verdict(_Model):
     runner: Runner
     groups: list[str]
     defined_tests: list[str]         # every test the cell's groups define, before any selection
+    gpu_tests: list[str] = Field(default_factory=list)   # the defined tests marked `gpu`
+    incomplete: list[str] = Field(default_factory=list)  # why the result is `incomplete` (else empty)
+    framework_version: str = ""      # the framework's __version__ in the image, as it reports it
     selection: Selection = Field(default_factory=Selection)
     run_flags: list[str] = Field(default_factory=list)
     pytest_exit: int
@@ -80,3 +91,35 @@ class Verdict(_Model):
 
     def counts(self) -> dict[str, int]:
         return {k: sum(t.result == k for t in self.tests) for k in ("passed", "failed", "skipped")}
+
+
+def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: list[str], deselected: list[str],
+                  expression: str | None, gpu_cell: bool, gpu_tests: list[str],
+                  gpu_problem: str = "") -> tuple[Result, list[str]]:
+    """(result, reasons): see the module docstring. Reasons explain `failed` and `incomplete`."""
+    outcome = {str(t["id"]): t["result"] for t in tests}
+    failed = [i for i, r in outcome.items() if r not in ("passed", "skipped")]   # "running": interrupted
+    if failed:
+        return "failed", [f"{len(failed)} test(s) failed: {', '.join(failed[:3])}"]
+    if pytest_exit != 0:
+        return "failed", [f"pytest exited with {pytest_exit}"]
+    if "passed" not in outcome.values():
+        return "failed", ["no test passed (skips never count as passes)"]
+    reasons = []
+    missing = [i for i in defined if i not in outcome and i not in deselected]
+    if missing or not defined:
+        # The run stopped early (a crash, a timeout), or nothing says what the groups define.
+        reasons.append(f"{len(missing)} defined test(s) neither ran nor were deselected: {', '.join(missing[:3])}"
+                       if missing else "no list of the tests the cell's groups define")
+    if deselected:
+        reasons.append(f"{len(deselected)} of the cell's {len(defined)} tests deselected"
+                       + (f" by -k {expression!r}" if expression else ""))
+    if gpu_cell:
+        not_on_gpu = [i for i in gpu_tests if outcome.get(i) != "passed"]
+        if not_on_gpu:
+            why = f" ({gpu_problem})" if gpu_problem else ""
+            reasons.append(f"{len(not_on_gpu)} GPU test(s) of this GPU cell did not pass on a GPU{why}: "
+                           + ", ".join(i.rsplit("::", 1)[-1] for i in not_on_gpu))
+        if not gpu_tests:
+            reasons.append("the cell needs a GPU but its groups define no GPU test")
+    return ("incomplete", reasons) if reasons else ("passed", [])

@@ -5,8 +5,15 @@ that digest) -> find its matrix cell (label `io.dl-images.cell`) -> the cell's t
 run profile -> `pytest image-tests/<groups>` with a target file -> JUnit XML + JSON verdict
 under reports/ -> the verdict (schema 2: what ran, what the groups define, what a selection left
 out) signed and attached to the image digest in its registry repository (buildtool.validate.verdicts).
-GPU paths run only where `nvidia-smi` on the host finds GPUs; elsewhere they are reported as
-skipped with the reason, never as passed.
+
+GPUs: the matrix says whether a cell needs them, the runner says what it has (`nvidia-smi`:
+model, count, driver, the CUDA the driver supports) and the engine says whether containers get
+them (a throwaway `docker run --gpus`). GPU tests run only where the cell's containers have
+GPUs; elsewhere they are skipped with the reason and the verdict of a GPU cell is `incomplete`
+(contracts.verdict.derive_result), never `passed`. A runner that lists GPUs the engine cannot
+give to containers (no NVIDIA Container Toolkit, a driver too old for the image's CUDA), or a
+runner declared a GPU runner (--require-gpu, DL_IMAGES_REQUIRE_GPU) that cannot see its GPUs,
+fails with exit 1 and a message naming the fix, before any test runs.
 
 Bounded in time: the cell's `validate.deadline_s` (matrix) is the image's whole budget. The image
 tests cut every probe to what is left of it (less RESERVE_S for teardown) and report a hang as
@@ -20,6 +27,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -31,14 +39,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from buildtool.common.errors import UserError
+from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import has_registry, split_repo
-from buildtool.contracts import frameworks, label_keys
+from buildtool.contracts import frameworks, gpu, label_keys, versions
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
-from buildtool.contracts.verdict import Gpu, Result, Runner, Selection, TestResult, Verdict
+from buildtool.contracts.verdict import Gpu, Runner, Selection, TestResult, Verdict, derive_result
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.validate.collect import PLUGIN, cell_groups, image_tests_hash
@@ -66,6 +74,7 @@ class Resolved:
     host: str | None     # registry host; None for a local-only image
     repo: str | None
     labels: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)   # the image config's Env
 
 
 @dataclass
@@ -83,6 +92,11 @@ class Options:
     ddp_master_addr: str = "127.0.0.1"
     ddp_timeout_s: float = 60.0
     deadline_s: float | None = None   # overrides the cell's validate.deadline_s
+    # A declared GPU runner: fail (exit 1) unless its GPUs are seen and usable.
+    require_gpu: bool = False
+    # Folders of earlier verdicts (verdict.json, *.verdict.json) to compare bus bandwidth with;
+    # the reports folder is always searched too.
+    baselines: list[Path] = field(default_factory=list)
 
 
 def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -103,13 +117,20 @@ def _inspect(ref: str) -> dict[str, Any] | None:
     return json.loads(proc.stdout)[0]
 
 
+def _config(attrs: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, env) of an inspected image."""
+    config = attrs.get("Config") or {}
+    env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+    return config.get("Labels") or {}, env
+
+
 def resolve(ref: str, log: Log) -> Resolved:
     """Pin `ref` to a digest and make sure the engine holds exactly that image."""
     if not has_registry(ref):
         attrs = _inspect(ref)
         if attrs is None:
             raise UserError(f"image {ref!r} not found locally; build it or name it with its registry")
-        return Resolved(ref, ref, attrs["Id"], None, None, attrs["Config"].get("Labels") or {})
+        return Resolved(ref, ref, attrs["Id"], None, None, *_config(attrs))
     host, repo, tag_or_digest = split_repo(ref)
     client = RegistryClient(host)
     client.ping()  # RegistryUnreachable (exit 2) when nothing answers
@@ -126,24 +147,71 @@ def resolve(ref: str, log: Log) -> Resolved:
         attrs = _inspect(run_ref)
         if attrs is None:
             raise UserError(f"pulled {run_ref} but the engine does not show it")
-    return Resolved(ref, run_ref, digest, host, repo, attrs["Config"].get("Labels") or {})
+    return Resolved(ref, run_ref, digest, host, repo, *_config(attrs))
 
 
-def runner_gpus() -> tuple[list[dict[str, str]], str]:
-    """GPUs on this host as nvidia-smi sees them (none when it is missing) and the driver."""
+@dataclass(frozen=True)
+class Inventory:
+    """The runner's GPUs as nvidia-smi on the host reports them."""
+
+    gpus: list[Gpu]
+    driver: str = ""
+    cuda_driver: str = ""
+    problem: str = ""     # why nvidia-smi gave no GPUs (missing, failing), "" when it listed some
+
+    def as_dicts(self) -> list[dict[str, str]]:
+        return [{"index": g.index, "name": g.name, "driver": g.driver} for g in self.gpus]
+
+
+NVIDIA_SMI_TIMEOUT_S = 30
+_CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
+
+
+def _nvidia_smi(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
+
+
+def gpu_inventory() -> Inventory:
+    """Model, count, driver and the driver's CUDA version of this host's GPUs (nvidia-smi first on PATH)."""
     try:
-        proc = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
-        return [], ""
+        proc = _nvidia_smi("--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits")
+    except FileNotFoundError:
+        return Inventory([], problem="nvidia-smi not found (no NVIDIA driver on this runner)")
+    except subprocess.TimeoutExpired:
+        return Inventory([], problem=f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S}s")
     if proc.returncode != 0:
-        return [], ""
+        said = (proc.stdout + proc.stderr).strip().splitlines()
+        return Inventory([], problem=f"nvidia-smi failed (exit {proc.returncode}): {said[0] if said else 'no output'}")
     gpus = []
     for line in proc.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3:
-            gpus.append({"index": parts[0], "name": parts[1], "driver": parts[2]})
-    return gpus, (gpus[0]["driver"] if gpus else "")
+        if len(parts) >= 3:
+            memory = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else None
+            gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2], memory_mib=memory))
+    if not gpus:
+        return Inventory([], problem="nvidia-smi lists no GPU")
+    cuda_driver = ""
+    try:
+        header = _nvidia_smi()
+        match = _CUDA_VERSION_RE.search(header.stdout)
+        cuda_driver = match.group(1) if match else ""
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return Inventory(gpus, driver=gpus[0].driver, cuda_driver=cuda_driver)
+
+
+def runner_gpus() -> tuple[list[dict[str, str]], str]:
+    """GPUs on this host as nvidia-smi sees them (none when it is missing or failing) and the driver."""
+    found = gpu_inventory()
+    return found.as_dicts(), found.driver
+
+
+def require_gpus(inventory: Inventory) -> None:
+    """A declared GPU runner that cannot see its GPUs fails at once (exit 1), before any test."""
+    if not inventory.gpus:
+        raise FailedError(f"this runner is declared a GPU runner (--require-gpu or {gpu.REQUIRE_GPU_ENV}) but has "
+                          f"no usable GPU: {inventory.problem}; fix the NVIDIA driver (nvidia-smi must list the "
+                          "GPUs; after a kernel or driver update, reboot or reload the nvidia modules)")
 
 
 def find_cell(matrix: Matrix, labels: dict[str, str], override: str | None, ref: str) -> Cell:
@@ -173,32 +241,63 @@ def run_flags(cell: Cell, labels: dict[str, str], gpus: list[dict[str, str]], lo
     return flags
 
 
-def probe_flags(image: str, flags: list[str], log: Log) -> tuple[list[str], list[str]]:
+def gpu_start_problem(stderr: str, cuda: str | None) -> str:
+    """What a refused `docker run --gpus` means, with the fix."""
+    said = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "no message"
+    lower = stderr.lower()
+    if any(marker in lower for marker in gpu.NO_RUNTIME_MARKERS):
+        return f"the Docker engine has no NVIDIA runtime for --gpus ({said}): {gpu.TOOLKIT_FIX}"
+    if any(marker in lower for marker in gpu.DRIVER_TOO_OLD_MARKERS):
+        need = f"NVIDIA driver {gpu.min_driver(cuda)} or newer (CUDA {cuda})" if cuda else "a newer NVIDIA driver"
+        return f"the host's NVIDIA driver is too old for this image ({said}): install {need}"
+    return f"containers cannot be started with their GPUs ({said}); check the NVIDIA driver and Container Toolkit"
+
+
+def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None) -> tuple[list[str], list[str]]:
     """Start a throwaway container with `flags`; drop ulimits the engine cannot grant.
 
     Some engines (rootless, nested, locked-down hosts) cannot raise a hard limit such as
     memlock=-1. The run then goes on with the engine's default for that limit, and the
     deviation is recorded so the ulimit test reports it as skipped, never as passed.
+    GPU flags are probed on their own afterwards: an engine that cannot give containers their
+    GPUs is a failure of this runner (FailedError, exit 1) that names the fix.
     """
     # `--entrypoint true`: only the engine's answer to the flags matters here, and an image whose
     # entrypoint ignores its command or hangs must not stall validation (the tests report it).
     # Exit 125 is the engine refusing to start the container; any other code means it started.
-    def start(*args: str) -> subprocess.CompletedProcess[str]:
-        return _docker("run", "--rm", "--network", "none", "--entrypoint", "true", *args, image, timeout=120)
+    def start(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return _docker("run", "--rm", "--network", "none", "--entrypoint", "true", *args, image, timeout=timeout)
 
-    proc = start(*flags)
-    if proc.returncode != 125:
-        return flags, []
-    if "rlimit" not in proc.stderr:
-        raise UserError(f"cannot start {image} with its run profile ({' '.join(flags)}): {proc.stderr.strip()[-300:]}")
-    kept, dropped = [], []
-    for flag in flags:
-        if flag.startswith("--ulimit") and start(flag).returncode == 125:
-            dropped.append(flag.split("=", 1)[1].split("=")[0])
-            log(f"note: this engine cannot grant {flag}; running with its default and reporting the check as skipped")
-        else:
-            kept.append(flag)
-    return kept, dropped
+    gpu_flags = [f for f in flags if f.startswith("--gpus")]
+    plain = [f for f in flags if not f.startswith("--gpus")]
+    proc = start(*plain)
+    kept, dropped = list(plain), []
+    if proc.returncode == 125:
+        if "rlimit" not in proc.stderr:
+            raise UserError(f"cannot start {image} with its run profile ({' '.join(plain)}): "
+                            f"{proc.stderr.strip()[-300:]}")
+        kept = []
+        for flag in plain:
+            if flag.startswith("--ulimit") and start(flag).returncode == 125:
+                dropped.append(flag.split("=", 1)[1].split("=")[0])
+                log(f"note: this engine cannot grant {flag}; running with its default and reporting the check "
+                    "as skipped")
+            else:
+                kept.append(flag)
+    if gpu_flags:
+        proc = start(*kept, *gpu_flags, timeout=300)
+        if proc.returncode == 125:
+            raise FailedError(f"this runner lists GPUs but {image} cannot be started with them: "
+                              + gpu_start_problem(proc.stderr, cuda))
+    return kept + gpu_flags, dropped
+
+
+def check_cell_gpus(cell: Cell, inventory: Inventory) -> None:
+    """A GPU cell on a runner that lists GPUs: its driver must support the cell's CUDA (exit 1 if not)."""
+    if cell.needs_gpu and inventory.gpus and cell.cuda:
+        problem = gpu.driver_problem(cell.cuda, inventory.driver, inventory.cuda_driver)
+        if problem:
+            raise FailedError(f"cannot validate {cell.key} here: {problem}")
 
 
 def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
@@ -232,6 +331,13 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
                            "value": labels[label_keys.FRAMEWORK_VERSION]})
         expect["framework_claims"] = claims
         expect["python"] = cell.python
+    scheme = frameworks.get(cell.framework).local_versions
+    for claim in expect["framework_claims"]:
+        # A stand-in is a CPU build of the framework, whatever the cell it stands in for.
+        rule = versions.expectation(claim["value"], scheme=scheme,
+                                    accelerator="cpu" if standin else cell.accelerator,
+                                    cuda=cell.cuda, ngc=None if standin else versions.ngc_release(cell.base))
+        claim.update(local_pattern=rule.local_pattern, local_text=rule.local_text)
     return expect
 
 
@@ -308,6 +414,39 @@ def overall_result(pytest_exit: int, tests: list[dict[str, Any]]) -> str:
     return "passed" if pytest_exit == 0 and passed and not failed else "failed"
 
 
+BASELINE_GLOBS = ("verdict.json", "*.verdict.json")   # as validate and `buildtool report --fetch` write them
+
+
+def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory) -> dict[str, Any]:
+    """The newest earlier verdict of `cell` on the same GPU model and count whose bus-bandwidth
+    check passed: its peak, where it comes from and when ({} when there is none)."""
+    if not inventory.gpus:
+        return {}
+    model, count = inventory.gpus[0].name, len(inventory.gpus)
+    best: dict[str, Any] = {}
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in sorted({p for pattern in BASELINE_GLOBS for p in folder.rglob(pattern)}):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if not isinstance(data, dict) or data.get("schema") != 2 or data.get("cell") != cell:
+                continue
+            gpus = (data.get("runner") or {}).get("gpus") or []
+            peak = gpu.busbw_peak(data.get("figures") or {})
+            checked = any(t.get("gpu") and "busbw" in str(t.get("id")) and t.get("result") == "passed"
+                          for t in data.get("tests") or [])
+            if peak is None or not checked or len(gpus) != count or gpus[0].get("name") != model:
+                continue
+            started = str(data.get("started") or "")
+            if not best or started > best["started"]:
+                best = {"peak_GBps": peak, "started": started, "digest": data.get("digest", ""),
+                        "gpu_model": model, "gpus": count, "source": f"{path} ({started})"}
+    return best
+
+
 def probes_dir(out_dir: Path, run_id: str) -> Path:
     """A fresh folder for this run's probe files; earlier runs' are dropped where we may (containers
     running as another user may have left files we cannot remove: those stay)."""
@@ -339,6 +478,9 @@ def deadline_problem(deadline_s: float, fired: bool, results: dict[str, Any] | N
 
 def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: Log) -> dict[str, Any]:
     """Run the cell's image-tests against `ref`; returns the verdict (stored when possible)."""
+    inventory = gpu_inventory()
+    if options.require_gpu:
+        require_gpus(inventory)
     image = resolve(ref, log)
     if options.store and image.host is None:
         raise UserError(f"image {ref} is not in a registry, so its verdict cannot be stored by digest; "
@@ -355,22 +497,31 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         raise UserError(f"no test groups of {cell.key} ({', '.join(cell.tests)}) under {tests_dir}")
     deadline_s = float(options.deadline_s or cell.validate_deadline_s)
     started = time.monotonic()
-    gpus, driver = runner_gpus()
-    flags, not_granted = probe_flags(image.run_ref, run_flags(cell, image.labels, gpus, log), log)
+    check_cell_gpus(cell, inventory)
+    seen = inventory.as_dicts()
+    flags, not_granted = probe_flags(image.run_ref, run_flags(cell, image.labels, seen, log), log, cell.cuda)
+    # The tests get GPUs only where this cell's containers were started with them (probed above).
+    usable = seen if any(f.startswith("--gpus") for f in flags) else []
+    gpu_problem = inventory.problem if cell.needs_gpu and not usable else ""
+    floor = gpu.floor_for(dict(cell.busbw_floor_GBps), usable[0]["name"]) if usable else None
     run_id = uuid.uuid4().hex[:12]
     out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    baseline = busbw_baseline([root / options.reports, *options.baselines], cell.key, inventory) if usable else {}
     framework = frameworks.get(cell.framework)
     target = Target(
         image=image.run_ref, ref=ref, digest=image.digest, cell=cell.key,
         framework=cell.framework, framework_info=framework_info(framework),
         peer_frameworks={f.name: framework_info(f) for f in frameworks.others(cell.framework)},
-        accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, labels=image.labels,
+        accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, labels=image.labels, image_env=image.env,
         run_flags=flags, ulimits=dict(cell.run.ulimits), ulimits_not_granted=not_granted,
         extra_run_flags=options.extra_run_flags, peer_run_flags=options.peer_run_flags,
         shm_promised=cell.run.shm_size, shm_expected_bytes=cell.run.shm_bytes, shm_fix=shm_fix(cell, matrix),
         expect=Expectations.model_validate({**expectations(cell, image.labels), "labels": label_checks(
-            matrix, cell, image.labels, root / "templates")}), runner_gpus=gpus,
+            matrix, cell, image.labels, root / "templates")}), runner_gpus=usable,
+        gpu_problem=gpu_problem, cuda=cell.cuda or "",
+        busbw_floor_GBps=floor[1] if floor else None, busbw_floor_model=floor[0] if floor else "",
+        busbw_baseline=baseline,
         rdzv_join_timeout_s=options.join_timeout_s, missing_peer_timeout_s=options.missing_peer_timeout_s,
         ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
         peers=options.peers, run_id=run_id,
@@ -392,9 +543,11 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
             "--basetemp", str(probes_dir(out_dir, run_id))]
     if options.select:
         argv += ["-k", options.select]
+    gpu_note = (f"{len(usable)}x {usable[0]['name']}" if usable else
+                f"none usable ({inventory.problem or 'CPU cell'}); GPU paths will be skipped")
     log(f"validating {ref} ({image.digest}) as {cell.key}: groups {', '.join(groups)}; "
         f"run flags {' '.join(target.run_flags) or '(none)'}; deadline {deadline_s:.0f}s; "
-        f"GPUs: {', '.join(g['name'] for g in gpus) or 'none (GPU paths will be skipped)'}")
+        f"GPUs: {gpu_note}")
     started_at = dt.datetime.now(dt.UTC)
     fired: list[bool] = []
     try:
@@ -408,9 +561,9 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     except (OSError, ValueError):
         results = None
     problem = deadline_problem(deadline_s, bool(fired), results, rc)
-    verdict = make_verdict(image, cell, started_at, duration, tests_dir, groups, gpus, driver, target.run_flags,
-                           rc, results or {"tests": []}, defined_path, options.select, problem,
-                           deadline_s).to_json()
+    verdict = make_verdict(image, cell, started_at, duration, tests_dir, groups, inventory, usable, gpu_problem,
+                           options.require_gpu, target.run_flags, rc, results or {"tests": []}, defined_path,
+                           options.select, problem, deadline_s).to_json()
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(out_dir)
     if key is not None and image.host and image.repo:
@@ -429,10 +582,11 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
 
 
 def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration: float, tests_dir: Path,
-                 groups: list[str], gpus: list[dict[str, str]], driver: str, run_flags: list[str], rc: int,
-                 results: dict[str, Any], defined_path: Path, select: str | None, problem: str = "",
-                 deadline_s: float = 0.0) -> Verdict:
-    """The schema-2 verdict: what ran, what the groups define, what a selection left out, the runner;
+                 groups: list[str], inventory: Inventory, usable: list[dict[str, str]], gpu_problem: str,
+                 gpu_runner: bool, run_flags: list[str], rc: int, results: dict[str, Any], defined_path: Path,
+                 select: str | None, problem: str = "", deadline_s: float = 0.0) -> Verdict:
+    """The schema-2 verdict: what ran, what the groups define (the collect plugin's file), what a
+    selection left out, the runner's GPUs, and the result with why it is not `passed`;
     `problem`: why the run did not end by itself (its deadline ran out, it was interrupted)."""
     tests = [TestResult.model_validate(t) for t in results["tests"]]
     try:
@@ -440,19 +594,23 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
     except (OSError, ValueError):
         collected = {"defined": [], "deselected": []}
     defined = [str(d["id"]) for d in collected["defined"]]
+    gpu_tests = [str(d["id"]) for d in collected["defined"] if d.get("gpu")]
     deselected = sorted(set(collected["deselected"]))
-    ran = {t.id for t in tests}
-    result = cast(Result, "failed" if problem else overall_result(rc, results["tests"]))
-    # A defined test that neither ran nor was deselected: the run stopped early (crash, timeout).
-    if result == "passed" and (set(defined) - ran - set(deselected) or not defined):
-        result = "incomplete"
+    result, reasons = derive_result(rc, results["tests"], defined=defined, deselected=deselected, expression=select,
+                                    gpu_cell=cell.needs_gpu, gpu_tests=gpu_tests, gpu_problem=gpu_problem)
+    if problem:
+        result, reasons = "failed", [problem]
     return Verdict(
         schema=2, digest=image.digest, image=image.ref, cell=cell.key, result=result,
         started=started_at.isoformat(timespec="milliseconds"), duration_s=round(duration, 2),
         test_code=image_tests_hash(tests_dir),
-        runner=Runner(hostname=socket.gethostname(),
-                      gpus=[Gpu(index=g["index"], name=g["name"], driver=g.get("driver", "")) for g in gpus],
-                      driver=driver),
-        groups=groups, defined_tests=defined, selection=Selection(expression=select or None, deselected=deselected),
+        runner=Runner(hostname=socket.gethostname(), gpu_runner=gpu_runner, gpus=inventory.gpus,
+                      driver=inventory.driver, cuda_driver=inventory.cuda_driver,
+                      gpus_usable=bool(usable) if cell.needs_gpu else None,
+                      gpu_problem=gpu_problem or inventory.problem),
+        groups=groups, defined_tests=defined, gpu_tests=gpu_tests,
+        selection=Selection(expression=select or None, deselected=deselected),
+        incomplete=reasons if result == "incomplete" else [],
+        framework_version=str((results.get("facts") or {}).get("framework_version") or ""),
         run_flags=run_flags, pytest_exit=rc, tests=tests, figures=results.get("figures", {}), problem=problem,
         deadline_s=deadline_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from harness import skip
 
-from buildtool.contracts import skips
+from buildtool.contracts import gpu, label_keys, skips, versions
 
 
 def test_python_version(contents, target):
@@ -18,13 +18,19 @@ def test_python_version(contents, target):
 
 
 def test_framework_version(contents, target):
+    """The public version must equal each claim's (packaging.version); the local part must be the
+    cell's build: +cpu, +cu<CUDA>, NGC's <commit>.nvYY.MM (buildtool.contracts.versions)."""
     module = target["framework_info"]["module"]
     assert "import_error" not in contents, f"import {module} fails in the image: {contents['import_error']}"
     actual = contents["framework_version"]
-    wrong = [c for c in target["expect"]["framework_claims"] if c["value"] != actual]
-    assert not wrong, "; ".join(
-        f"{c['source']} claims {module} {c['value']} but the image contains {module} {actual}"
-        + (f" ({c['note']})" if c.get("note") else "") for c in wrong)
+    wrong = []
+    for claim in target["expect"]["framework_claims"]:
+        expect = versions.Expectation(claim["local_pattern"], claim["local_text"])
+        found = versions.problems(actual, claim["value"], expect)
+        if found:
+            wrong.append(f"{claim['source']} claims {module} {claim['value']} but the image contains {module} "
+                         f"{actual}: {'; '.join(found)}" + (f" ({claim['note']})" if claim.get("note") else ""))
+    assert not wrong, "; ".join(wrong)
 
 
 def test_extra_packages(contents, target):
@@ -36,6 +42,33 @@ def test_extra_packages(contents, target):
     assert not wrong, "; ".join(
         f"{name}: cell pins {want} but the image has {have or 'nothing installed'}"
         for name, (want, have) in sorted(wrong.items()))
+
+
+def test_nvidia_runtime_variables(target):
+    """A GPU image names what GPU runtimes must inject and the CUDA its driver must support
+    (pyxis/enroot inject no GPU without them); a CPU image demands no CUDA driver."""
+    env = target.get("image_env") or {}
+    labels = target.get("labels") or {}
+    if not target.get("needs_gpu"):
+        assert "NVIDIA_REQUIRE_CUDA" not in env, (
+            f"a CPU image sets NVIDIA_REQUIRE_CUDA={env['NVIDIA_REQUIRE_CUDA']}: GPU runtimes would refuse "
+            "to start it on hosts without that driver")
+        return
+    cuda = target["cuda"]
+    problems = []
+    if env.get("NVIDIA_VISIBLE_DEVICES") in (None, "", "void", "none"):
+        problems.append(f"NVIDIA_VISIBLE_DEVICES is {env.get('NVIDIA_VISIBLE_DEVICES')!r} (want all)")
+    capabilities = set((env.get("NVIDIA_DRIVER_CAPABILITIES") or "").split(","))
+    if not ({"compute", "utility"} <= capabilities or "all" in capabilities):
+        problems.append(f"NVIDIA_DRIVER_CAPABILITIES is {env.get('NVIDIA_DRIVER_CAPABILITIES')!r} "
+                        "(want compute,utility)")
+    require = env.get("NVIDIA_REQUIRE_CUDA") or ""
+    if not require.startswith(f"cuda>={cuda}"):
+        problems.append(f"NVIDIA_REQUIRE_CUDA is {require!r}, not cuda>={cuda} "
+                        f"(the cell's CUDA; drivers older than {gpu.min_driver(cuda)} must be refused)")
+    if labels.get(label_keys.CUDA) != cuda:
+        problems.append(f"label {label_keys.CUDA} is {labels.get(label_keys.CUDA)!r}, not the cell's {cuda}")
+    assert not problems, "GPU image not ready for GPU runtimes: " + "; ".join(problems)
 
 
 @pytest.mark.gpu(what="GPU visibility check (device count, nvidia-smi)")

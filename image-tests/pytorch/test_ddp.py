@@ -1,18 +1,23 @@
 """DDP inside one container: torchrun starts one process per GPU with NCCL, or two processes
 with gloo when there is no GPU. The loss must fall and every rank must end with identical
-parameters; rank 0 saves a checkpoint in the image's working directory, as its user; on GPUs
-the all-reduce bus bandwidth is recorded as a figure. A failure names the failing rank's own
+parameters; rank 0 saves a checkpoint in the image's working directory, as its user; the
+all-reduce bus bandwidth is measured as nccl-tests does (gloo and small sizes on CPU, so the code
+always runs; NCCL and 8 MiB..1 GiB on GPUs, recorded as a figure and compared with the matrix's
+floor and the previous verdict). A failure names the failing rank's own
 first error line (ranks.py), not torchrun's summary of who was killed afterwards."""
 
 from __future__ import annotations
 
 import pytest
 import ranks
-from harness import free_port
+from harness import free_port, skip
+
+from buildtool.contracts import gpu, skips
 
 DDP_TIMEOUT_S = 60.0   # default for the ranks' rendezvous and collective timeout (target: ddp_timeout_s)
 DDP_RUN_S = 60.0       # on top of it: two Python start-ups, importing torch, 40 steps
 BUSBW_S = 180.0        # on GPUs, on top of that: the all-reduce bus bandwidth measurement
+CPU_BUSBW_SIZES = "64K:1M"   # on CPU the bus-bandwidth code runs too, with gloo and small sizes
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +30,10 @@ def ddp_run(main, target, runner_gpus):
            "--master-addr", addr.split(":")[0], "--master-port", str(port),
            "--rdzv-conf", f"timeout={int(timeout)}", "/imagetests/ddp_train.py"]
     what = f"torchrun DDP ({nproc} ranks)"
-    probe = main.run(cmd, step=what, timeout=timeout + DDP_RUN_S + (BUSBW_S if runner_gpus else 0),
-                     env={"DDP_TIMEOUT_S": str(int(timeout)), **ranks.LAUNCHER_ENV})
+    env = {"DDP_TIMEOUT_S": str(int(timeout)), "DDP_BUSBW": "1", **ranks.LAUNCHER_ENV}
+    if not runner_gpus:
+        env["BUSBW_SIZES"] = CPU_BUSBW_SIZES
+    probe = main.run(cmd, step=what, timeout=timeout + DDP_RUN_S + (BUSBW_S if runner_gpus else 0), env=env)
     cause = ranks.cause(probe, what, addr)
     assert not cause, cause
     found = probe.result
@@ -51,11 +58,51 @@ def test_ddp_checkpoint_saved_in_workdir(ddp_run):
                              f"{saved.get('error') or 'no checkpoint attempted'} ({saved.get('path')})")
 
 
+def test_allreduce_busbw_measured_as_nccl_tests(ddp_run):
+    """The measurement itself (gloo on CPU, NCCL on GPUs): warm-up and timed iterations, every
+    size, busbw = algbw * 2(n-1)/n, peak = the best size."""
+    table = ddp_run.get("busbw")
+    assert table, f"no bus-bandwidth table in the DDP result: {sorted(ddp_run)}"
+    n = ddp_run["world_size"]
+    assert table["ranks"] == n and table["warmup"] == 5 and table["iters"] == 20, table
+    sizes = [row["bytes"] for row in table["sizes"]]
+    assert len(sizes) >= 2 and all(b == 2 * a for a, b in zip(sizes, sizes[1:], strict=False)), sizes
+    for row in table["sizes"]:
+        assert row["time_us"] > 0 and row["algbw_GBps"] > 0, row
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * (n - 1) / n, rel=1e-3), row
+    assert table["peak_GBps"] == max(row["busbw_GBps"] for row in table["sizes"]), table
+
+
 @pytest.mark.gpu(what="NCCL DDP and all-reduce bus bandwidth")
-def test_ddp_nccl_allreduce_busbw(ddp_run, require_gpu, figures):
+def test_ddp_nccl_allreduce_busbw(ddp_run, require_gpu, target, runner_gpus, figures):
+    """NCCL on GPUs, 8 MiB..1 GiB; the peak must reach the matrix's floor for this GPU model and
+    must not fall more than 20% below the previous verdict of this cell on the same GPUs."""
     require_gpu("NCCL DDP and all-reduce bus bandwidth")
     assert ddp_run["backend"] == "nccl", f"DDP on GPUs used {ddp_run['backend']}, not NCCL"
-    figures["allreduce_busbw_GBps"] = ddp_run["figures"]["busbw_GBps"]
-    figures["allreduce_algbw_GBps"] = ddp_run["figures"]["algbw_GBps"]
-    figures["allreduce_bytes"] = ddp_run["figures"]["allreduce_bytes"]
-    figures["allreduce_ranks"] = ddp_run["world_size"]
+    table = ddp_run["busbw"]
+    assert table["backend"] == "nccl" and table["sizes"][0]["bytes"] == 8 << 20 and \
+        table["sizes"][-1]["bytes"] == 1 << 30, f"not the 8 MiB..1 GiB NCCL table: {table}"
+    if ddp_run["world_size"] < 2:
+        skip(skips.ONE_GPU_ON_RUNNER, "one GPU on this runner: an all-reduce moves no data between GPUs, "
+             "so there is no bus bandwidth to measure; validate on a runner with two or more GPUs")
+    model = runner_gpus[0]["name"]
+    figure = {**table, "gpu_model": model}
+    problems = []
+    floor = target.get("busbw_floor_GBps")
+    if floor is not None:
+        figure["floor_GBps"] = floor
+        if table["peak_GBps"] < floor:
+            problems.append(f"peak {table['peak_GBps']:.1f} GB/s is below the matrix's floor {floor:g} GB/s for "
+                            f"{target.get('busbw_floor_model') or model}")
+    baseline = target.get("busbw_baseline") or {}
+    if baseline.get("peak_GBps"):
+        before = float(baseline["peak_GBps"])
+        figure["previous_GBps"] = before
+        figure["previous_verdict"] = baseline.get("source", "")
+        figure["change"] = round(table["peak_GBps"] / before - 1, 4)
+        if table["peak_GBps"] < (1 - gpu.BUSBW_MAX_FALL) * before:
+            problems.append(f"peak {table['peak_GBps']:.1f} GB/s fell {-figure['change']:.0%} from "
+                            f"{before:.1f} GB/s in the previous verdict ({baseline.get('source', '?')})")
+    figures[gpu.BUSBW_FIGURE] = figure
+    figures["allreduce_busbw_GBps"] = table["peak_GBps"]
+    assert not problems, f"all-reduce bus bandwidth on {ddp_run['world_size']}x {model}: " + "; ".join(problems)

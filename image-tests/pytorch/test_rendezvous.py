@@ -1,7 +1,10 @@
 """Multi-node rendezvous: two containers act as two nodes on the host network and join through
 torchrun's c10d rendezvous (`--nnodes 2`), train DDP together and agree on parameters. The
 join timeout defaults to 900 s (a cold node may still be pulling the image) and is set by the
-target (`buildtool validate --rdzv-join-timeout`); a missing peer must fail with torchrun's
+target (`buildtool validate --rdzv-join-timeout`); the c10d store's read timeout follows it, so
+a node may arrive that late (tests/integration/test_late_peer.py shows one arriving after 60 s).
+Each node gets its own NCCL_HOSTID: on one machine NCCL would otherwise take the two containers
+for one host and bypass the network. A missing peer must fail with torchrun's
 RendezvousTimeoutError, not hang. Both are decided from what torchrun and the ranks record
 (ranks.py): the exception's type, never words in the output, which another failure may print."""
 
@@ -14,13 +17,15 @@ import uuid
 import ranks
 from harness import Probe, free_port
 
+from buildtool.contracts.rendezvous import rdzv_conf
+
 TWO_NODE_RUN_S = 180   # on top of the join timeout: start-ups, 20 DDP steps, the exit barrier
 MISSING_PEER_RUN_S = 60  # on top of its short join timeout: start-up and torchrun's own shutdown
 STOP_TIMEOUT_S = 30
 
 
 def torchrun_2nodes(port: int, join_timeout: float, is_host: bool, run: str) -> list[str]:
-    conf = f"join_timeout={int(join_timeout)},is_host={'true' if is_host else 'false'}"
+    conf = rdzv_conf(join_timeout, is_host=is_host)  # read_timeout follows the join timeout
     return ["torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run,
             "--rdzv-conf", conf, "--max-restarts", "0", "/imagetests/ddp_train.py"]
@@ -42,13 +47,16 @@ def test_two_nodes_rendezvous_and_agree(main, target, start_container):
     port = free_port()
     peer = start_container(target["image"], target.get("peer_run_flags", []), hint="node1", gpus=True)
     results: dict[str, Probe] = {}
-    env = {"DDP_STEPS": "20", "DDP_TIMEOUT_S": "120", **ranks.LAUNCHER_ENV}
-    # On a GPU runner each node takes its own GPU (NCCL); with fewer than two, the nodes use gloo.
-    gpus = target.get("runner_gpus") or []
-    node_env = [{**env, "CUDA_VISIBLE_DEVICES": str(i)} if len(gpus) >= 2 else {**env, "DDP_DEVICE": "cpu"}
-                for i in range(2)]
-
     run = f"imgtest-{uuid.uuid4().hex[:8]}"  # both nodes must name the same rendezvous
+    env = {"DDP_STEPS": "20", "DDP_TIMEOUT_S": "120", "DDP_BUSBW": "0", **ranks.LAUNCHER_ENV}
+    # On a GPU runner each node takes its own GPU (NCCL); with fewer than two, the nodes use gloo.
+    # Both containers share the host network, hostname and boot id: a host id per node makes NCCL
+    # treat them as two hosts and go through the network, as real nodes do (its debug log, written
+    # beside the ranks' records, shows the transport it chose).
+    gpus = target.get("runner_gpus") or []
+    node_env = [{**env, "CUDA_VISIBLE_DEVICES": str(i), "NCCL_HOSTID": f"{run}-node{i}", "NCCL_DEBUG": "INFO"}
+                if len(gpus) >= 2 else {**env, "DDP_DEVICE": "cpu", "NCCL_HOSTID": f"{run}-node{i}"}
+                for i in range(2)]
 
     def node(name, container, is_host):
         results[name] = container.run(torchrun_2nodes(port, join, is_host, run), step=f"two-node DDP ({name})",
@@ -87,6 +95,14 @@ def test_two_nodes_rendezvous_and_agree(main, target, start_container):
     found = node0.result or results["node1"].result
     assert isinstance(found, dict), "no node wrote a DDP result"
     assert found["world_size"] == 2, f"expected 2 ranks across 2 nodes, got {found['world_size']}"
+    if len(gpus) >= 2:
+        assert found["backend"] == "nccl", f"two GPU nodes trained with {found['backend']}, not NCCL"
+        logs = [p for probe in results.values() if probe.dir is not None for p in probe.dir.glob("nccl-*.log")]
+        assert logs, "NCCL wrote no debug log (NCCL_DEBUG=INFO, NCCL_DEBUG_FILE)"
+        shortcut = [line.strip() for path in logs for line in path.read_text(errors="replace").splitlines()
+                    if " via P2P" in line or " via SHM" in line]
+        assert not shortcut, ("NCCL took the two nodes for one host and bypassed the network "
+                              f"(NCCL_HOSTID not honoured?): {shortcut[:2]}")
     assert found["identical"], f"the nodes ended with different parameters: {found['param_hashes']}"
     assert found["last_loss"] < 0.5 * found["first_loss"], f"loss did not fall: {found}"
 

@@ -2,7 +2,15 @@
 processes with gloo on CPU). Rank 0 prints `DDP_RESULT <json>`:
 the loss at the start and the end, whether every rank holds identical parameters
 (a hash of each rank's parameters, gathered with all_gather_object), and on GPUs the
-all-reduce bus bandwidth of a large tensor (busbw = algbw * 2(n-1)/n, as nccl-tests).
+all-reduce bus bandwidth measured as nccl-tests measures it (`busbw`).
+
+Bus bandwidth (DDP_BUSBW=1, or by default on GPUs): for each size from BUSBW_SIZES (default
+8M:1G, powers of two), BUSBW_WARMUP (5) untimed all-reduces, then BUSBW_ITERS (20) timed ones,
+each started together after a barrier and timed on every rank to completion; an iteration takes
+as long as its slowest rank (an all-reduce MAX of the per-rank times after the loop). The time
+per size is the mean over iterations; algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests'
+all-reduce factor). The result is the per-size table and its peak. The same code runs with gloo
+on CPU (small sizes), so CI exercises it.
 
 Under the image-tests harness ($IMAGETEST_OUT set) every rank also writes rank-<N>.json
 (ok, or the first line of its error and where it was raised), rank 0 writes result.json, and
@@ -16,6 +24,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -25,6 +34,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STEPS = int(os.environ.get("DDP_STEPS", "40"))
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 OUT = os.environ.get("IMAGETEST_OUT", "")
 
 
@@ -62,20 +72,78 @@ def param_hash(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def busbw(device: torch.device, world: int) -> dict[str, float]:
-    tensor = torch.ones(64 << 20, dtype=torch.float32, device=device)  # 256 MiB
-    for _ in range(3):
-        dist.all_reduce(tensor)
-    torch.cuda.synchronize()
-    iters = 10
-    start = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(tensor)
-    torch.cuda.synchronize()
-    seconds = (time.perf_counter() - start) / iters
-    algbw = tensor.numel() * tensor.element_size() / seconds / 1e9
-    return {"allreduce_bytes": tensor.numel() * tensor.element_size(), "algbw_GBps": round(algbw, 2),
-            "busbw_GBps": round(algbw * 2 * (world - 1) / world, 2)}
+def parse_sizes(text: str) -> list[int]:
+    """`8M:1G` -> 8 MiB, 16 MiB, ... 1 GiB (powers of two); `64K,1M` -> exactly those."""
+    def one(part: str) -> int:
+        match = re.fullmatch(r"([0-9]+)([KMG]?)", part.strip().upper())
+        if not match:
+            raise SystemExit(f"BUSBW_SIZES: {part!r} is not a size like 8M or 1G")
+        return int(match.group(1)) * _UNITS[match.group(2)]
+    if ":" in text:
+        low, high = (one(p) for p in text.split(":", 1))
+        sizes = []
+        while low <= high:
+            sizes.append(low)
+            low *= 2
+        return sizes
+    return [one(p) for p in text.split(",") if p.strip()]
+
+
+def _sig(value: float) -> float:
+    return float(f"{value:.5g}")  # five significant digits: GB/s on GPUs and on CPU alike
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def busbw(device: torch.device, world: int, sizes: list[int], warmup: int = 5, iters: int = 20,
+          slow_rank: tuple[int, float] | None = None) -> dict[str, object]:
+    """The all-reduce bus bandwidth table (see the module docstring). `slow_rank` (rank, seconds)
+    delays one rank inside each timed iteration: the toolkit's tests use it to show the slowest
+    rank decides the figure."""
+    rank = dist.get_rank()
+    rows = []
+    for nbytes in sizes:
+        tensor = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+        for _ in range(warmup):
+            dist.all_reduce(tensor)
+        _sync(device)
+        times = torch.zeros(iters, dtype=torch.float64)
+        for i in range(iters):
+            dist.barrier()
+            _sync(device)
+            start = time.perf_counter()
+            dist.all_reduce(tensor)
+            _sync(device)
+            if slow_rank is not None and slow_rank[0] == rank:
+                time.sleep(slow_rank[1])
+            times[i] = time.perf_counter() - start
+        slowest = times.to(device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # per iteration, the slowest rank's time
+        seconds = float(slowest.mean().item())
+        size = tensor.numel() * tensor.element_size()
+        algbw = size / seconds / 1e9
+        rows.append({"bytes": size, "time_us": _sig(seconds * 1e6), "algbw_GBps": _sig(algbw),
+                     "busbw_GBps": _sig(algbw * 2 * (world - 1) / world)})
+        del tensor
+    peak = max(rows, key=lambda r: r["busbw_GBps"])
+    return {"backend": dist.get_backend(), "ranks": world, "warmup": warmup, "iters": iters,
+            "peak_GBps": peak["busbw_GBps"], "peak_bytes": peak["bytes"], "sizes": rows}
+
+
+def _busbw_wanted(cuda: bool) -> bool:
+    wanted = os.environ.get("DDP_BUSBW", "auto").lower()
+    return cuda if wanted == "auto" else wanted in ("1", "true", "yes", "on")
+
+
+def _slow_rank() -> tuple[int, float] | None:
+    value = os.environ.get("BUSBW_SLOW_RANK", "")
+    if not value:
+        return None
+    rank, _, seconds = value.partition(":")
+    return int(rank), float(seconds)
 
 
 def main() -> int:
@@ -83,6 +151,9 @@ def main() -> int:
     cuda = torch.cuda.is_available() and os.environ.get("DDP_DEVICE") != "cpu"
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=float(os.environ.get("DDP_TIMEOUT_S", "120")))
+    if cuda and OUT and os.environ.get("NCCL_DEBUG") and not os.environ.get("NCCL_DEBUG_FILE"):
+        # NCCL's own log (which transport joins which ranks) beside this rank's record, not in the output tail.
+        os.environ["NCCL_DEBUG_FILE"] = os.path.join(OUT, f"nccl-{os.environ.get('RANK', 'x')}.%p.log")
     dist.init_process_group(backend=backend, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -113,8 +184,10 @@ def main() -> int:
         "first_loss": sum(losses[:3]) / 3, "last_loss": sum(losses[-3:]) / 3,
         "param_hashes": hashes, "identical": len(set(hashes)) == 1,
     }
-    if cuda:
-        result["figures"] = busbw(device, world)
+    if _busbw_wanted(cuda):
+        result["busbw"] = busbw(device, world, parse_sizes(os.environ.get("BUSBW_SIZES", "8M:1G")),
+                                int(os.environ.get("BUSBW_WARMUP", "5")), int(os.environ.get("BUSBW_ITERS", "20")),
+                                _slow_rank())
     if rank == 0 and OUT:
         result["checkpoint"] = checkpoint(model)
     dist.barrier()

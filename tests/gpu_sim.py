@@ -1,0 +1,101 @@
+"""A GPU runner, simulated: a fake `nvidia-smi` first on PATH and a Docker engine shim.
+
+Nothing here has a GPU. The fake nvidia-smi answers the queries validate makes
+(`--query-gpu=...`, the plain header with "CUDA Version", `-L`) as a runner with GPUs would,
+or fails as nvidia-smi does after a driver/NVML mismatch. The engine shim (IMAGETEST_DOCKER)
+passes every command to the real client, except `--gpus`, which it refuses with Docker's own
+message for an engine without the NVIDIA Container Toolkit, or silently drops (an engine that
+starts the container without its GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+# Docker 20.10's message when no runtime can provide GPUs.
+NO_RUNTIME = 'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'
+NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+
+
+@dataclass(frozen=True)
+class FakeGpus:
+    count: int = 8
+    name: str = "NVIDIA H100 80GB HBM3"
+    driver: str = "580.65.06"
+    cuda: str = "13.0"
+    memory_mib: int = 81559
+    broken: str = ""          # nvidia-smi prints this and exits 9 (e.g. NVML_MISMATCH)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def fake_nvidia_smi(folder: Path, gpus: FakeGpus) -> Path:
+    """Write `folder/nvidia-smi`; put `folder` first on PATH to use it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if gpus.broken:
+        body = f'echo "{gpus.broken}"\nexit 9\n'
+    else:
+        rows = "\n".join(f"{i}, {gpus.name}, {gpus.driver}, {gpus.memory_mib}" for i in range(gpus.count))
+        listing = "\n".join(f"GPU {i}: {gpus.name} (UUID: GPU-fake-{i})" for i in range(gpus.count))
+        body = f"""case "$*" in
+  *--query-gpu*) cat <<'EOF'
+{rows}
+EOF
+  ;;
+  *-L*) cat <<'EOF'
+{listing}
+EOF
+  ;;
+  *) echo "| NVIDIA-SMI {gpus.driver}   Driver Version: {gpus.driver}   CUDA Version: {gpus.cuda}     |" ;;
+esac
+"""
+    return _write(folder / "nvidia-smi", "#!/bin/bash\n# fake nvidia-smi (tests/gpu_sim.py)\n" + body)
+
+
+def engine_shim(folder: Path, mode: str, docker: str | None = None) -> Path:
+    """Write `folder/docker-shim`: the real client, but `--gpus` is refused (mode `refuse`) or
+    dropped (mode `drop`). Set IMAGETEST_DOCKER to it."""
+    real = docker or os.environ.get("IMAGETEST_DOCKER") or shutil.which("docker") or "docker"
+    if mode not in ("refuse", "drop"):
+        raise ValueError(mode)
+    folder.mkdir(parents=True, exist_ok=True)
+    script = f"""#!/bin/bash
+# docker engine shim (tests/gpu_sim.py): mode {mode}
+args=()
+skip_next=0
+for a in "$@"; do
+  if [ "$skip_next" = 1 ]; then skip_next=0; continue; fi
+  case "$a" in
+    --gpus|--gpus=*)
+      {'echo ' + repr(NO_RUNTIME) + ' >&2; exit 125' if mode == 'refuse' else '[ "$a" = --gpus ] && skip_next=1; continue'} ;;
+  esac
+  args+=("$a")
+done
+exec {real} "${{args[@]}}"
+"""
+    return _write(folder / "docker-shim", script)
+
+
+def runner_env(folder: Path, gpus: FakeGpus | None, engine: str = "", base: dict[str, str] | None = None
+               ) -> dict[str, str]:
+    """An environment for `python -m buildtool validate` on the simulated runner: nvidia-smi is the
+    fake one (or missing: PATH without any nvidia-smi), the engine the shim (`refuse`/`drop`) or real."""
+    env = dict(base if base is not None else os.environ)
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    if gpus is not None:
+        fake_nvidia_smi(bin_dir, gpus)
+    # Only folders without a real nvidia-smi stay on PATH, so "no GPU" means none at all.
+    rest = [p for p in env.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "nvidia-smi").exists()]
+    env["PATH"] = os.pathsep.join([str(bin_dir), *rest])
+    if engine:
+        env["IMAGETEST_DOCKER"] = str(engine_shim(folder / "engine", engine))
+    return env
