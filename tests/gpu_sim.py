@@ -67,6 +67,8 @@ def engine_shim(folder: Path, mode: str, docker: str | None = None) -> Path:
     if mode not in ("refuse", "drop"):
         raise ValueError(mode)
     folder.mkdir(parents=True, exist_ok=True)
+    on_gpus = (f"echo {NO_RUNTIME!r} >&2; exit 125" if mode == "refuse"
+               else '[ "$a" = --gpus ] && skip_next=1; continue')
     script = f"""#!/bin/bash
 # docker engine shim (tests/gpu_sim.py): mode {mode}
 args=()
@@ -75,7 +77,7 @@ for a in "$@"; do
   if [ "$skip_next" = 1 ]; then skip_next=0; continue; fi
   case "$a" in
     --gpus|--gpus=*)
-      {'echo ' + repr(NO_RUNTIME) + ' >&2; exit 125' if mode == 'refuse' else '[ "$a" = --gpus ] && skip_next=1; continue'} ;;
+      {on_gpus} ;;
   esac
   args+=("$a")
 done

@@ -87,7 +87,7 @@ def problems(actual: str, claim: str, expect: Expectation) -> list[str]:
         have, want = Version(actual), Version(claim)
     except InvalidVersion as exc:
         return [f"not a PEP 440 version ({exc})"]
-    if have.public != want.public:
+    if Version(have.public) != Version(want.public):
         found.append(f"version {have.public} is not {want.public}")
     local = split(actual)[1]
     if not re.fullmatch(expect.local_pattern, local):

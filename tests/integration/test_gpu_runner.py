@@ -77,7 +77,7 @@ def validate(tmp_path: Path, env: dict[str, str], image: str, *args: str) -> tup
     return proc.returncode, proc.stdout, proc.stderr, (verdicts[0] if verdicts else {})
 
 
-def leftover_containers(run_label_value: str = "") -> list[str]:
+def leftover_containers() -> list[str]:
     proc = subprocess.run([fixture_images.DOCKER, "ps", "-aq", "--filter", "label=io.dl-images.imagetest.run"],
                           capture_output=True, text=True, timeout=60)
     return proc.stdout.split()
@@ -142,7 +142,8 @@ def test_engine_that_drops_the_gpus_fails_the_visibility_check(gpu_cell_image, t
     print(test["message"].splitlines()[0])
     assert test["result"] == "failed" and "the runner has 2 GPUs but pytorch in the image sees 0" in test["message"]
     assert verdict["result"] == "failed" and len(verdict["runner"]["gpus"]) == 2
-    assert verdict["runner"]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3" and verdict["runner"]["cuda_driver"] == "13.0"
+    assert verdict["runner"]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert verdict["runner"]["cuda_driver"] == "13.0"
 
 
 def test_require_gpu_on_a_runner_without_gpus_exits_1(gpu_cell_image, tmp_path):

@@ -1,0 +1,376 @@
+"""GPU runners without a GPU: version semantics with real version strings, CUDA and drivers,
+the matrix's GPU fields, rendered NVIDIA variables, the runner's inventory from a fake
+nvidia-smi, the verdict's result rules, bus-bandwidth baselines, and the measuring code itself
+(gloo on the host's torch)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildtool.common.errors import FailedError, MatrixError
+from buildtool.contracts import gpu, versions
+from buildtool.contracts.verdict import derive_result
+from buildtool.matrix.schema import load_matrix, parse_matrix
+from buildtool.render.catalogue import render_catalogue
+from buildtool.render.dockerfiles import render_outputs
+from buildtool.validate import runner
+from tests.gpu_sim import NO_RUNTIME, NVML_MISMATCH, FakeGpus, engine_shim, runner_env
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(REPO / "matrix.yaml", REPO / "templates")
+
+
+def cell(matrix, key):
+    return next(c for c in matrix.cells if c.key == key)
+
+
+# -- version semantics ------------------------------------------------------------------------------
+
+def rule(matrix, key, claim=None):
+    c = cell(matrix, key)
+    return versions.expectation(claim or c.framework_version, scheme="torch" if c.framework == "pytorch" else "plain",
+                                accelerator=c.accelerator, cuda=c.cuda, ngc=versions.ngc_release(c.base))
+
+
+@pytest.mark.parametrize(("key", "actual"), [
+    ("pytorch-cpu:2.13", "2.13.0+cpu"),                       # PyTorch's CPU wheel
+    ("pytorch-cuda:2.13", "2.13.0+cu130"),                    # PyPI's CUDA 13.0 wheel
+    ("pytorch-ngc:25.10", "2.9.0a0+50eac811a6.nv25.10"),      # NGC PyTorch 25.10
+    ("pytorch-ngc:25.01", "2.6.0a0+ecf3bae40a.nv25.01"),      # NGC PyTorch 25.01
+    ("tensorflow-ngc:25.02", "2.17.0"),                       # NGC TensorFlow 25.02
+    ("tensorflow-cpu:2.21", "2.21.0"),                        # PyPI tensorflow-cpu
+])
+def test_real_versions_of_each_kind_pass(matrix, key, actual):
+    c = cell(matrix, key)
+    assert versions.problems(actual, c.framework_version, rule(matrix, key)) == []
+
+
+@pytest.mark.parametrize(("key", "actual", "why"), [
+    ("pytorch-cuda:2.13", "2.13.0+cpu", "build +cpu is not the cell's +cu130"),     # the CPU wheel slipped in
+    ("pytorch-cuda:2.13", "2.13.0+cu128", "build +cu128 is not the cell's +cu130"),
+    ("pytorch-cuda:2.13", "2.13.0", "build no local part is not the cell's +cu130"),
+    ("pytorch-cuda:2.13", "2.12.1+cu130", "version 2.12.1 is not 2.13.0"),
+    ("pytorch-cpu:2.13", "2.13.0+cu130", "build +cu130 is not the cell's +cpu"),
+    ("pytorch-ngc:25.10", "2.9.0a0+50eac811a6.nv25.09", "nv25.10"),               # another container release
+    ("pytorch-ngc:25.10", "2.9.0+50eac811a6.nv25.10", "version 2.9.0 is not 2.9.0a0"),
+    ("pytorch-ngc:25.10", "2.9.0a0+cpu", "is not the cell's"),
+    ("pytorch-ngc:25.01", "2.6.0a0+ecf3bae40a.nv25.10", "nv25.01"),
+    ("tensorflow-cpu:2.21", "2.21.0+cu128", "no local part"),
+    ("tensorflow-ngc:25.02", "2.18.0", "version 2.18.0 is not 2.17.0"),
+])
+def test_wrong_versions_fail_and_say_why(matrix, key, actual, why):
+    found = versions.problems(actual, cell(matrix, key).framework_version, rule(matrix, key))
+    assert found and why in "; ".join(found), found
+
+
+def test_release_part_compares_as_versions_not_strings():
+    expect = versions.Expectation("cu130", "+cu130")
+    assert versions.problems("2.13.0+cu130", "2.13", expect) == []
+    assert versions.problems("2.13.1+cu130", "2.13", expect) == ["version 2.13.1 is not 2.13"]
+    assert versions.problems("not-a-version", "2.13", expect)[0].startswith("not a PEP 440 version")
+
+
+def test_ngc_tensorflow_may_carry_its_release_and_claims_keep_their_local_part(matrix):
+    assert versions.problems("2.17.0+nv25.2", "2.17.0", rule(matrix, "tensorflow-ngc:25.02")) == []
+    # A claim with a local part (a stand-in's label, pytorch-cpu's matrix value) is matched exactly.
+    standin = versions.expectation("2.13.0+cpu", scheme="torch", accelerator="cpu", cuda=None, ngc=None)
+    assert versions.problems("2.13.0+cpu", "2.13.0+cpu", standin) == []
+    assert versions.problems("2.13.0+cu130", "2.13.0+cpu", standin)
+
+
+def test_validate_writes_the_rule_into_the_target(matrix):
+    claims = runner.expectations(cell(matrix, "pytorch-cuda:2.13"), {})["framework_claims"]
+    assert claims[0]["local_pattern"] == "cu130" and "CUDA 13.0" in claims[0]["local_text"]
+    ngc = runner.expectations(cell(matrix, "pytorch-ngc:25.10"), {})["framework_claims"][0]
+    assert "nv25" in ngc["local_pattern"]
+    standin = runner.expectations(cell(matrix, "pytorch-ngc:25.10"), {
+        "io.dl-images.standin": "true", "io.dl-images.standin.framework-version": "2.13.0+cpu"})
+    assert standin["framework_claims"][0]["local_pattern"] == "cpu"
+
+
+# -- CUDA, drivers, the matrix and what is rendered ---------------------------------------------------
+
+def test_cuda_tags_and_minimum_drivers():
+    assert gpu.cuda_tag("13.0") == "cu130" and gpu.cuda_tag("12.8") == "cu128"
+    assert gpu.min_driver("13.0") == "580.65.06" and gpu.min_driver("12.8") == "570.26"
+    with pytest.raises(ValueError, match="no known minimum driver"):
+        gpu.min_driver("14.2")
+    with pytest.raises(ValueError, match="not a CUDA version"):
+        gpu.check_cuda("13")
+
+
+@pytest.mark.parametrize(("driver", "cuda_driver", "ok"), [
+    ("580.65.06", "13.0", True), ("590.10", "13.1", True), ("550.54.14", "12.4", False),
+    ("575.51.03", "12.9", False), ("580.65.06", "", True), ("570.26", "", False), ("", "", True),
+])
+def test_driver_check_for_cuda_13(driver, cuda_driver, ok):
+    problem = gpu.driver_problem("13.0", driver, cuda_driver)
+    assert (problem == "") == ok, problem
+    if not ok:
+        assert "580.65.06 or newer" in problem
+
+
+def test_busbw_floor_by_gpu_model(matrix):
+    floors = dict(cell(matrix, "pytorch-cuda:2.13").busbw_floor_GBps)
+    assert gpu.floor_for(floors, "NVIDIA H100 80GB HBM3") == ("H100 80GB HBM3", 100.0)
+    assert gpu.floor_for(floors, "NVIDIA H200") == ("H200", 100.0)
+    assert gpu.floor_for(floors, "NVIDIA H100 PCIe") is None   # another part: no floor claimed
+    assert gpu.floor_for({"H100": 1.0, "H100 80GB": 2.0}, "NVIDIA H100 80GB HBM3") == ("H100 80GB", 2.0)
+
+
+def test_every_gpu_cell_declares_cuda_and_no_cpu_cell_does(matrix):
+    for c in matrix.cells:
+        assert (c.cuda is not None) == c.needs_gpu, c.key
+
+
+def _matrix_text(gpu_lines: str, accelerator: str = "cuda") -> str:
+    return f"""schema: 1
+source: x
+images:
+  - name: g
+    framework: pytorch
+    accelerator: {accelerator}
+    template: images/pytorch-pip.Dockerfile.j2
+    base: docker.io/library/debian:bookworm-slim
+    python: "3.11"
+    tests: [common, pytorch]
+    use: u
+    run: {{shm_size: 1g, ipc: private, ulimits: {{}}, gpus: all}}
+    versions:
+      - version: "1.0"
+        framework_version: 2.13.0
+{gpu_lines}"""
+
+
+@pytest.mark.parametrize(("lines", "accelerator", "message"), [
+    ("", "cuda", "needs its CUDA version"),
+    ('        cuda: "13.0"\n', "cpu", "only GPU cells"),
+    ('        cuda: "14.7"\n', "cuda", "no known minimum driver"),
+    ('        cuda: "13"\n', "cuda", "not a CUDA version"),
+    ('        cuda: "13.0"\n        busbw_floor_GBps: {H100: 0}\n', "cuda", "floor above 0"),
+    ("        busbw_floor_GBps: {H100: 10}\n", "cpu", "GPU cells only"),
+])
+def test_matrix_gpu_field_errors_name_file_line_and_key(tmp_path, lines, accelerator, message):
+    path = tmp_path / "matrix.yaml"
+    path.write_text(_matrix_text(lines, accelerator))
+    from buildtool.matrix.yamlsource import load_yaml
+
+    with pytest.raises(MatrixError, match=message) as caught:
+        parse_matrix(load_yaml(path))
+    assert caught.value.line and caught.value.key.startswith("images[0].versions[0].")
+
+
+def test_gpu_images_carry_the_nvidia_variables_and_cpu_images_do_not(matrix):
+    files = render_outputs(matrix, REPO / "templates").files
+    for c in matrix.cells:
+        text = files[c.dockerfile].decode()
+        if c.needs_gpu:
+            assert f"NVIDIA_REQUIRE_CUDA=${{NVIDIA_REQUIRE_CUDA:-cuda>={c.cuda}}}" in text, c.key
+            assert "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-all}" in text
+            assert "NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES:-compute,utility}" in text
+            assert f'io.dl-images.cuda="{c.cuda}"' in text
+        else:
+            assert "NVIDIA_" not in text and "io.dl-images.cuda" not in text, c.key
+
+
+def test_catalogue_states_cuda_and_minimum_driver(matrix):
+    text = render_catalogue(matrix)
+    section = text.split("### pytorch-cuda:2.13")[1].split("###")[0]
+    assert "- CUDA: 13.0; host NVIDIA driver 580.65.06 or newer" in section
+    assert "NVIDIA Container Toolkit" in section
+    assert "CUDA:" not in text.split("### pytorch-cpu:2.13")[1].split("###")[0]
+
+
+# -- the runner's inventory -------------------------------------------------------------------------
+
+def test_inventory_from_nvidia_smi(tmp_path, monkeypatch):
+    env = runner_env(tmp_path, FakeGpus(count=4, name="NVIDIA H200", driver="580.82.07", cuda="13.0"))
+    monkeypatch.setenv("PATH", env["PATH"])
+    found = runner.gpu_inventory()
+    assert [g.name for g in found.gpus] == ["NVIDIA H200"] * 4 and found.gpus[0].memory_mib == 81559
+    assert (found.driver, found.cuda_driver, found.problem) == ("580.82.07", "13.0", "")
+
+
+def test_inventory_says_why_there_is_none(tmp_path, monkeypatch):
+    env = runner_env(tmp_path / "a", FakeGpus(broken=NVML_MISMATCH))
+    monkeypatch.setenv("PATH", env["PATH"])
+    found = runner.gpu_inventory()
+    assert found.gpus == [] and NVML_MISMATCH in found.problem and "exit 9" in found.problem
+    monkeypatch.setenv("PATH", runner_env(tmp_path / "b", None)["PATH"])
+    assert "nvidia-smi not found" in runner.gpu_inventory().problem
+    with pytest.raises(FailedError, match="declared a GPU runner.*nvidia-smi not found"):
+        runner.require_gpus(runner.gpu_inventory())
+
+
+def test_require_gpu_fails_before_touching_engine_or_registry(run_cli, tmp_path, monkeypatch):
+    """The image is on an unreachable registry: reaching it would be exit 2; a declared GPU runner
+    without GPUs stops first, with exit 1."""
+    monkeypatch.setenv("PATH", runner_env(tmp_path, FakeGpus(broken=NVML_MISMATCH))["PATH"])
+    args = ["validate", "127.0.0.1:9/pytorch-cuda-dev:x-2.13", "--matrix", str(REPO / "matrix.yaml")]
+    code, _, err = run_cli(*args, "--require-gpu")
+    assert code == 1 and "declared a GPU runner" in err and NVML_MISMATCH in err, err
+    monkeypatch.setenv("DL_IMAGES_REQUIRE_GPU", "yes")
+    code, _, err = run_cli(*args)
+    assert code == 1 and "declared a GPU runner" in err, err
+    monkeypatch.setenv("DL_IMAGES_REQUIRE_GPU", "0")
+    code, _, err = run_cli(*args)
+    assert code == 2 and "unreachable" in err, err   # not declared: it goes on, and meets the registry
+
+
+def test_engine_without_nvidia_runtime_is_a_failure_naming_the_toolkit(tmp_path, monkeypatch):
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/bash\nfor a in \"$@\"; do case \"$a\" in --gpus*) "
+                    f"echo {NO_RUNTIME!r} >&2; exit 125;; esac; done\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(runner, "DOCKER", str(fake))
+    flags, dropped = runner.probe_flags("img", ["--shm-size=8g"], print)
+    assert flags == ["--shm-size=8g"] and dropped == []
+    with pytest.raises(FailedError) as caught:
+        runner.probe_flags("img", ["--shm-size=8g", "--gpus=all"], print, "13.0")
+    assert "NVIDIA Container Toolkit" in str(caught.value) and "could not select device driver" in str(caught.value)
+
+
+def test_refusals_are_told_apart():
+    old = ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.0, please update your "
+           "driver to a newer version, or use an earlier cuda container: unknown")
+    assert "580.65.06 or newer" in runner.gpu_start_problem(old, "13.0")
+    assert "NVIDIA Container Toolkit" in runner.gpu_start_problem(NO_RUNTIME, "13.0")
+    other = runner.gpu_start_problem("nvidia-container-cli: initialization error: nvml error: driver not loaded", None)
+    assert "driver not loaded" in other and "check the NVIDIA driver" in other
+
+
+def test_shim_refuses_gpus_with_dockers_message(tmp_path):
+    shim = engine_shim(tmp_path, "refuse", docker="/bin/echo")
+    refused = subprocess.run([str(shim), "run", "--gpus=all", "img"], capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 125 and "could not select device driver" in refused.stderr
+    dropped = subprocess.run([str(engine_shim(tmp_path / "d", "drop", docker="/bin/echo")), "run", "--gpus", "all",
+                              "img"], capture_output=True, text=True, timeout=30)
+    assert dropped.stdout.split() == ["run", "img"]
+
+
+# -- the verdict's result --------------------------------------------------------------------------
+
+GPU_TESTS = ["common/t.py::test_gpus_visible", "pytorch/t.py::test_busbw"]
+OTHER = ["common/t.py::test_version", "pytorch/t.py::test_ddp"]
+
+
+def _tests(gpu_result: str, selected: list[str]) -> list[dict]:
+    return [{"id": i, "result": gpu_result if i in GPU_TESTS else "passed"} for i in selected]
+
+
+@pytest.mark.parametrize(("gpu_result", "deselect"), list(itertools.product(
+    ["skipped", "passed"], [[], GPU_TESTS[:1], GPU_TESTS, OTHER[:1]])))
+def test_a_gpu_cell_is_passed_only_when_every_gpu_test_passed(gpu_result, deselect):
+    """Every combination of a selection and GPU outcomes: `passed` needs all GPU tests passed and
+    nothing deselected; otherwise `incomplete` (nothing failed)."""
+    defined = OTHER + GPU_TESTS
+    selected = [i for i in defined if i not in deselect]
+    result, reasons = derive_result(0, _tests(gpu_result, selected), defined=defined, deselected=deselect,
+                                    expression="x" if deselect else None, gpu_cell=True, gpu_tests=GPU_TESTS,
+                                    gpu_problem="nvidia-smi not found")
+    if gpu_result == "passed" and not deselect:
+        assert (result, reasons) == ("passed", [])
+    else:
+        assert result == "incomplete" and reasons
+    if gpu_result == "skipped" or set(deselect) & set(GPU_TESTS):
+        assert any("GPU test(s)" in r for r in reasons)
+
+
+def test_result_rules_for_failures_and_cpu_cells():
+    defined = OTHER + GPU_TESTS
+    cpu = _tests("skipped", defined)   # a CPU cell's GPU tests skip as gpu-not-in-cell
+    assert derive_result(0, cpu, defined=defined, deselected=[], expression=None, gpu_cell=False,
+                         gpu_tests=GPU_TESTS) == ("passed", [])
+    failed = [*cpu[:-1], {"id": GPU_TESTS[-1], "result": "failed"}]
+    assert derive_result(1, failed, defined=defined, deselected=[], expression=None, gpu_cell=True,
+                         gpu_tests=GPU_TESTS)[0] == "failed"
+    missing = derive_result(0, cpu[1:], defined=defined, deselected=[], expression=None, gpu_cell=False,
+                            gpu_tests=GPU_TESTS)
+    assert missing[0] == "failed" and "neither ran nor were deselected" in missing[1][0]
+    only_skips = derive_result(0, _tests("skipped", GPU_TESTS), defined=defined, deselected=OTHER,
+                               expression="gpu", gpu_cell=True, gpu_tests=GPU_TESTS)
+    assert only_skips[0] == "failed"   # nothing passed at all
+    assert derive_result(2, cpu, defined=defined, deselected=[], expression=None, gpu_cell=False,
+                         gpu_tests=GPU_TESTS)[0] == "failed"
+
+
+# -- bus bandwidth: baselines and the measuring code ------------------------------------------------
+
+def _verdict(cell_key: str, started: str, peak: float, model: str = "NVIDIA H100 80GB HBM3", count: int = 8,
+             check: str = "passed", schema: int = 2) -> dict:
+    return {"schema": schema, "cell": cell_key, "digest": f"sha256:{started}", "started": started,
+            "runner": {"gpus": [{"index": str(i), "name": model} for i in range(count)]},
+            "figures": {gpu.BUSBW_FIGURE: {"peak_GBps": peak}},
+            "tests": [{"id": "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "gpu": True, "result": check}]}
+
+
+def test_baseline_is_the_newest_passing_verdict_of_the_cell_on_the_same_gpus(tmp_path):
+    key = "pytorch-cuda:2.13"
+    files = {
+        "a/verdict.json": _verdict(key, "2026-01-01T00:00:00+00:00", 400.0),
+        "b/verdict.json": _verdict(key, "2026-01-03T00:00:00+00:00", 380.0),
+        "c/verdict.json": _verdict(key, "2026-01-04T00:00:00+00:00", 90.0, check="failed"),   # a fallen night
+        "d/verdict.json": _verdict(key, "2026-01-05T00:00:00+00:00", 700.0, model="NVIDIA H200"),
+        "e/verdict.json": _verdict(key, "2026-01-06T00:00:00+00:00", 200.0, count=4),
+        "f/verdict.json": _verdict("pytorch-ngc:25.10", "2026-01-07T00:00:00+00:00", 410.0),
+        "g/verdict.json": _verdict(key, "2026-01-08T00:00:00+00:00", 10.0, schema=1),
+        "prev/pytorch-cuda_2.13.verdict.json": _verdict(key, "2026-01-02T00:00:00+00:00", 390.0),
+    }
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(json.dumps(data))
+    (tmp_path / "broken.verdict.json").write_text("{not json")
+    inventory = runner.Inventory([runner.Gpu(index=str(i), name="NVIDIA H100 80GB HBM3") for i in range(8)])
+    found = runner.busbw_baseline([tmp_path, tmp_path / "missing"], key, inventory)
+    assert found["peak_GBps"] == 380.0 and found["started"].startswith("2026-01-03")
+    assert "b/verdict.json" in found["source"]
+    assert runner.busbw_baseline([tmp_path], key, runner.Inventory([])) == {}
+
+
+def _torchrun(tmp_path: Path, env: dict[str, str]) -> dict:
+    script = REPO / "image-tests" / "scripts" / "ddp_train.py"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "DDP_STEPS": "5", "DDP_BUSBW": "1", **env})
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("DDP_RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(lines[-1].removeprefix("DDP_RESULT "))["busbw"]
+
+
+def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
+    """The code the GPU runners use (image-tests/scripts/ddp_train.py), with gloo and small sizes."""
+    table = _torchrun(tmp_path, {"BUSBW_SIZES": "64K:512K"})
+    assert table["backend"] == "gloo" and table["ranks"] == 2 and (table["warmup"], table["iters"]) == (5, 20)
+    assert [r["bytes"] for r in table["sizes"]] == [64 << 10, 128 << 10, 256 << 10, 512 << 10]
+    for row in table["sizes"]:
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * (2 - 1) / 2, rel=1e-3)
+        assert row["algbw_GBps"] == pytest.approx(row["bytes"] / (row["time_us"] / 1e6) / 1e9, rel=1e-3)
+    assert table["peak_GBps"] == max(r["busbw_GBps"] for r in table["sizes"])
+
+
+def test_busbw_time_is_the_slowest_ranks(tmp_path):
+    """Rank 1 takes 50 ms longer in every timed iteration; rank 0 alone would not see it."""
+    table = _torchrun(tmp_path, {"BUSBW_SIZES": "64K", "BUSBW_SLOW_RANK": "1:0.05"})
+    assert table["sizes"][0]["time_us"] >= 50_000, table
+
+
+def test_default_sizes_are_8mib_to_1gib():
+    sys.path.insert(0, str(REPO / "image-tests" / "scripts"))
+    try:
+        import ddp_train
+    finally:
+        sys.path.pop(0)
+    sizes = ddp_train.parse_sizes("8M:1G")
+    assert sizes[0] == 8 << 20 and sizes[-1] == 1 << 30 and len(sizes) == 8
+    assert ddp_train.parse_sizes("64K,1M") == [64 << 10, 1 << 20]
