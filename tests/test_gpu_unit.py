@@ -374,3 +374,53 @@ def test_default_sizes_are_8mib_to_1gib():
     sizes = ddp_train.parse_sizes("8M:1G")
     assert sizes[0] == 8 << 20 and sizes[-1] == 1 << 30 and len(sizes) == 8
     assert ddp_train.parse_sizes("64K,1M") == [64 << 10, 1 << 20]
+
+
+# -- the nightly workflow and the scaling counts ----------------------------------------------------
+
+def test_nightly_shares_one_registry_and_requires_gpus(matrix, tmp_path):
+    import yaml
+
+    from buildtool.render.workflows import NIGHTLY_PATH, REGISTRY_CHECK, render_workflows
+
+    doc = yaml.safe_load(render_workflows(matrix)[NIGHTLY_PATH])
+    assert doc["env"]["REGISTRY"] == "${{ inputs.registry || vars.REGISTRY }}"
+    assert "127.0.0.1" not in json.dumps(doc)
+    assert doc["on"]["workflow_dispatch"]["inputs"]["registry"]["type"] == "string"
+    for name in ("plan", "build-validate", "scaling", "report"):
+        assert doc["jobs"][name]["steps"][0]["run"] == REGISTRY_CHECK, name
+    for name in ("build-validate", "scaling"):
+        assert doc["jobs"][name]["env"]["DL_IMAGES_REQUIRE_GPU"] == "1"
+    validate_job = doc["jobs"]["build-validate"]
+    assert validate_job["env"]["DL_IMAGES_BASELINE"] == "previous-verdicts"
+    names = [s.get("name", "") for s in validate_job["steps"]]
+    assert names.index("Previous night's verdicts") < names.index("Validate with GPUs and push the verdict")
+    assert "--counts gpus" in doc["jobs"]["scaling"]["steps"][-2]["run"]
+    script = tmp_path / "check.sh"
+    script.write_text(REGISTRY_CHECK)
+    for registry, code in (("", 1), ("127.0.0.1:5000", 1), ("localhost:5000", 1), ("[::1]:5000", 1),
+                           ("registry.example.org:5000", 0)):
+        proc = subprocess.run(["bash", str(script)], env={**os.environ, "REGISTRY": registry}, capture_output=True,
+                              text=True, timeout=30)
+        assert proc.returncode == code, (registry, proc.stderr)
+
+
+def test_scaling_counts_follow_the_runners_gpus(run_cli, tmp_path, monkeypatch):
+    from buildtool.common.errors import UserError
+    from buildtool.launch.scaling import check_counts_fit, counts_for_gpus
+
+    assert counts_for_gpus(8) == [1, 2, 4, 8] and counts_for_gpus(1) == [1]
+    assert counts_for_gpus(6) == [1, 2, 4, 6] and counts_for_gpus(2) == [1, 2]
+    with pytest.raises(FailedError):
+        counts_for_gpus(0)
+    with pytest.raises(UserError, match="has 4 GPU"):
+        check_counts_fit([1, 2, 4, 8], 4)
+    # On a runner with 2 GPUs, the nightly's 1,2,4,8 of a GPU cell is refused before anything starts.
+    monkeypatch.setenv("PATH", runner_env(tmp_path, FakeGpus(count=2))["PATH"])
+    code, _, err = run_cli("scaling", "--cell", "pytorch-cuda:2.13", "--counts", "1,2,4,8", "--out",
+                           str(tmp_path / "out"), "--matrix", str(REPO / "matrix.yaml"), "--revision", "abc")
+    assert code == 2 and "this runner has 2 GPU(s), so 4, 8 cannot run" in err, err
+    monkeypatch.setenv("PATH", runner_env(tmp_path / "none", None)["PATH"])
+    code, _, err = run_cli("scaling", "--counts", "gpus", "--launcher", "host", "--out", str(tmp_path / "o"),
+                           "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 1 and "needs GPUs" in err and "nvidia-smi not found" in err, err

@@ -22,7 +22,7 @@ from buildtool.cli.options import (
     out,
     say,
 )
-from buildtool.common.errors import UserError
+from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.rendezvous import (
     ACTIVE_DEADLINE_S,
     BACKOFF_LIMIT,
@@ -293,7 +293,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def scaling(
-        counts: Annotated[str, typer.Option(help="Comma list of process (GPU) counts.")] = "1,2",
+        counts: Annotated[str, typer.Option(help="Comma list of process (GPU) counts, or `gpus`: 1, 2, 4, ... "
+                                                 "up to this runner's GPU count.")] = "1,2",
         image: Annotated[str, typer.Option(help="Run inside this image (docker run, host network); with --launcher "
                                                 "slurm the image, .sif or (--runtime oci) bundle folder.")] = "",
         cell: Annotated[str, typer.Option(help="Run inside this cell's dev image of the current commit.")] = "",
@@ -325,7 +326,16 @@ def register(app: typer.Typer) -> None:
         matrix: MatrixOption = None,
     ) -> None:
         """DDP scaling benchmark: time per epoch at each count (processes, or SLURM nodes), speed-up plots."""
-        from buildtool.launch.scaling import WORKER, Launcher, host_has_torch, parse_counts, run_scaling
+        from buildtool.launch.scaling import (
+            GPU_COUNTS,
+            WORKER,
+            Launcher,
+            check_counts_fit,
+            counts_for_gpus,
+            host_has_torch,
+            parse_counts,
+            run_scaling,
+        )
 
         project = _project(matrix)
         if launcher == "slurm":
@@ -350,6 +360,18 @@ def register(app: typer.Typer) -> None:
             raise UserError("--launcher docker needs --image or --cell")
         if kind == "host" and not host_has_torch(python):
             raise UserError(f"{python} cannot import torch; `pip install '.[scaling]'` or pass --image")
+        # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
+        if counts == GPU_COUNTS or (kind == "docker" and any(f.startswith("--gpus") for f in docker_flags)):
+            from buildtool.validate.runner import gpu_inventory
+
+            inventory = gpu_inventory()
+            if not inventory.gpus:
+                raise FailedError(f"the scaling run needs GPUs and this runner has none usable ({inventory.problem})")
+            wanted = counts_for_gpus(len(inventory.gpus)) if counts == GPU_COUNTS else parse_counts(counts)
+            check_counts_fit(wanted, len(inventory.gpus))
+            unit = "gpus" if unit == "processes" else unit
+        else:
+            wanted = parse_counts(counts)
         if kind == "docker" and cell:
             from buildtool.validate.runner import probe_flags
 
@@ -357,7 +379,7 @@ def register(app: typer.Typer) -> None:
             kept, _ = probe_flags(image, list(docker_flags), lambda line: err.print(line, markup=False))
             docker_flags = tuple(kept)
         chosen_launcher = Launcher(kind=kind, image=image, python=python, docker_flags=docker_flags)
-        result, paths = run_scaling(chosen_launcher, parse_counts(counts), project.root / WORKER, out_dir,
+        result, paths = run_scaling(chosen_launcher, wanted, project.root / WORKER, out_dir,
                                     samples=samples, epochs=epochs, batch=batch, unit=unit, timeout_s=timeout)
         _print_scaling(result, paths)
 

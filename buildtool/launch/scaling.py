@@ -77,6 +77,28 @@ class ScalingResult:
     runs: list[RunResult] = field(default_factory=list)
 
 
+GPU_COUNTS = "gpus"   # --counts gpus: 1, 2, 4, ... up to the runner's GPU count (and the count itself)
+
+
+def counts_for_gpus(gpus: int) -> list[int]:
+    """1, 2, 4, ... up to `gpus`, and `gpus` itself when it is not a power of two."""
+    if gpus < 1:
+        raise FailedError("--counts gpus: this runner has no usable GPU (nvidia-smi lists none)")
+    counts, count = [], 1
+    while count <= gpus:
+        counts.append(count)
+        count *= 2
+    return counts if counts[-1] == gpus else [*counts, gpus]
+
+
+def check_counts_fit(counts: list[int], gpus: int) -> None:
+    """One process per GPU: a count above the runner's GPUs cannot run (NCCL refuses shared GPUs)."""
+    too_many = [c for c in counts if c > gpus]
+    if too_many:
+        raise UserError(f"--counts {','.join(map(str, counts))}: this runner has {gpus} GPU(s), so "
+                        f"{', '.join(map(str, too_many))} cannot run one process per GPU; use --counts gpus")
+
+
 def parse_counts(text: str) -> list[int]:
     try:
         counts = sorted({int(part) for part in text.split(",") if part.strip()})

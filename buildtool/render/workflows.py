@@ -51,7 +51,7 @@ class WorkflowOptions:
 
     gpu_labels: tuple[str, ...] = DEFAULT_GPU_LABELS
     nightly_cron: str = "17 2 * * *"
-    scaling_counts: str = "1,2,4,8"
+    scaling_counts: str = "gpus"     # 1, 2, 4, ... up to each runner's GPU count (`buildtool scaling --counts`)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -167,23 +167,50 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
     return doc, cpu_cells
 
 
+# Every runner of the nightly must reach the same registry: each pushes its dev image and verdict
+# there, and the scaling and report jobs (on other runners) read them back. A loopback address
+# would be each runner's own registry, so the check refuses it.
+REGISTRY_CHECK = """case "$REGISTRY" in
+  ""|127.*|localhost|localhost:*|"[::1]"*)
+    echo "::error::REGISTRY is '$REGISTRY', not a registry every runner shares:" \\
+      "set the repository variable REGISTRY (or the dispatch input registry)" >&2
+    exit 1 ;;
+esac
+echo "shared registry: $REGISTRY"
+"""
+
+
+def _registry_check() -> dict[str, Any]:
+    return {"name": "Check the shared registry", "run": REGISTRY_CHECK}
+
+
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
     cells = [c.key for c in matrix.cells]
     scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
     setup = _self_hosted_setup()
     labels = _labels_expr(options)
     # BASE_MIRROR: a pull-through cache of nvcr.io and Docker Hub, when the site has one.
-    env = {"REGISTRY": "${{ vars.REGISTRY || '127.0.0.1:5000' }}", "BASE_MIRROR": "${{ vars.BASE_MIRROR }}"}
+    env = {"REGISTRY": "${{ inputs.registry || vars.REGISTRY }}", "BASE_MIRROR": "${{ vars.BASE_MIRROR }}"}
+    # On the GPU runners: no usable GPU is a failure (exit 1), not a quietly skipped GPU check.
+    gpu_env = {"DL_IMAGES_REQUIRE_GPU": "1"}
+    previous = {"name": "Previous night's verdicts", "uses": CACHE_RESTORE,
+                "with": {"path": "previous-verdicts", "key": "nightly-verdicts-${{ github.run_id }}",
+                         "restore-keys": "nightly-verdicts-"}}
+    plan = _plan_job(HOSTED_RUNNER, cells)
+    plan["steps"].insert(0, _registry_check())
     jobs: dict[str, Any] = {
-        "plan": _plan_job(HOSTED_RUNNER, cells),
+        "plan": plan,
         "build-validate": {
             "name": "${{ matrix.cell }} on GPU runners",
             "needs": "plan",
             "runs-on": labels, "timeout-minutes": 180,
             "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
-            "steps": [*setup,
+            # The bus bandwidth is compared with the previous night's verdict of the cell on the same GPUs.
+            "env": {**gpu_env, "DL_IMAGES_BASELINE": "previous-verdicts"},
+            "steps": [_registry_check(), *setup,
                       {"name": "Build and push ${{ matrix.dev_image }}",
                        "run": "make push FRAMEWORK='${{ matrix.cell }}'"},
+                      previous,
                       {"name": "Validate with GPUs and push the signed verdict",
                        "run": "make validate FRAMEWORK='${{ matrix.cell }}'",
                        # The runners' signing key (`buildtool keys`); its public half is in
@@ -198,7 +225,8 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
             "needs": "build-validate",
             "if": "${{ !cancelled() }}",
             "runs-on": labels, "timeout-minutes": 60,
-            "steps": [*setup,
+            "env": gpu_env,
+            "steps": [_registry_check(), *setup,
                       {"name": "Scaling run",
                        "run": (f".venv/bin/python -m buildtool scaling --cell {scaling_cell.key} "
                                f"--counts {options.scaling_counts} --out site/scaling\n")},
@@ -211,10 +239,7 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
         "needs": needs,
         "if": "${{ !cancelled() }}",
         "runs-on": labels, "timeout-minutes": 20,
-        "steps": [*setup,
-                  {"name": "Previous night's verdicts", "uses": CACHE_RESTORE,
-                   "with": {"path": "previous-verdicts", "key": "nightly-verdicts-${{ github.run_id }}",
-                            "restore-keys": "nightly-verdicts-"}},
+        "steps": [_registry_check(), *setup, previous,
                   {"uses": DOWNLOAD, "continue-on-error": True,
                    "with": {"name": "scaling", "path": "site/scaling"}},
                   {"name": "Report",
@@ -238,7 +263,9 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
     }
     doc: dict[str, Any] = {
         "name": "nightly",
-        "on": {"schedule": [{"cron": options.nightly_cron}], "workflow_dispatch": {}},
+        "on": {"schedule": [{"cron": options.nightly_cron}], "workflow_dispatch": {"inputs": {
+            "registry": {"description": "Registry every runner shares (default: the REGISTRY variable)",
+                         "required": False, "type": "string", "default": ""}}}},
         "permissions": {"contents": "read"},
         "concurrency": {"group": "nightly", "cancel-in-progress": False},
         "env": env,
