@@ -424,3 +424,46 @@ def test_scaling_counts_follow_the_runners_gpus(run_cli, tmp_path, monkeypatch):
     code, _, err = run_cli("scaling", "--counts", "gpus", "--launcher", "host", "--out", str(tmp_path / "o"),
                            "--matrix", str(REPO / "matrix.yaml"))
     assert code == 1 and "needs GPUs" in err and "nvidia-smi not found" in err, err
+
+
+# -- the nightly report ------------------------------------------------------------------------------
+
+def _schema2(cell_key: str, result: str, peak: float | None, started: str, **extra) -> dict:
+    sizes = [{"bytes": 8 << 20 << i, "time_us": 100.0 * (i + 1), "algbw_GBps": 50.0 + i, "busbw_GBps": 87.5 + i}
+             for i in range(8)]
+    figures = {} if peak is None else {gpu.BUSBW_FIGURE: {"backend": "nccl", "ranks": 8, "peak_GBps": peak,
+                                                          "sizes": sizes, "gpu_model": "NVIDIA H100 80GB HBM3",
+                                                          "floor_GBps": 100.0, **extra},
+                                       "allreduce_busbw_GBps": peak}
+    return {"schema": 2, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
+            "result": result, "started": started, "duration_s": 1.0,
+            "runner": {"hostname": "gpu-01", "gpus": [{"index": str(i), "name": "NVIDIA H100 80GB HBM3"}
+                                                       for i in range(8)], "driver": "580.65.06",
+                       "cuda_driver": "13.0", "gpus_usable": True},
+            "incomplete": ["3 GPU test(s) of this GPU cell did not pass on a GPU (nvidia-smi not found)"]
+            if result == "incomplete" else [],
+            "tests": [{"id": "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "group": "pytorch",
+                       "result": "passed" if result == "passed" else "skipped", "gpu": True}],
+            "figures": figures}
+
+
+def test_report_shows_incomplete_verdicts_and_bus_bandwidth_against_last_night():
+    from buildtool.report.nightly import build_report, parse_verdict, render_html, render_markdown
+
+    tonight = [_schema2("pytorch-cuda:2.13", "passed", 300.0, "2026-12-02T02:00:00"),
+               _schema2("pytorch-ngc:25.10", "incomplete", None, "2026-12-02T02:00:00")]
+    last = [_schema2("pytorch-cuda:2.13", "passed", 420.0, "2026-12-01T02:00:00")]
+    report = build_report([parse_verdict(v, "x") for v in tonight], [parse_verdict(v, "y") for v in last])
+    md = render_markdown(report)
+    assert "1 images passed, 0 failed, 1 incomplete" in md
+    assert "⚠️ `pytorch-ngc:25.10`: 3 GPU test(s) of this GPU cell did not pass on a GPU" in md
+    assert ("| `pytorch-cuda:2.13` | 8x NVIDIA H100 80GB HBM3 | 300.0 GB/s | 100.0 GB/s | 420.0 GB/s | -29% | "
+            "❌ fell 29% |") in md
+    assert "| 8 MiB | 100.0 µs | 50.00 GB/s | 87.50 GB/s |" in md and "| 1 GiB |" in md
+    page = render_html(report)
+    assert "All-reduce bus bandwidth" in page and "fell 29%" in page and "INCOMPLETE" in page
+    assert "images incomplete" in page
+    # A verdict that carries its own comparison (validate had a baseline) is shown as it is.
+    own = _schema2("pytorch-cuda:2.13", "failed", 60.0, "2026-12-03T02:00:00", previous_GBps=300.0)
+    md = render_markdown(build_report([parse_verdict(own, "z")]))
+    assert "| 60.0 GB/s | 100.0 GB/s | 300.0 GB/s | -80% | ❌ below floor |" in md

@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any
 from buildtool.common.errors import UserError
 from buildtool.common.units import human_size as _human_size
 from buildtool.common.units import short_digest as _short_digest
+from buildtool.contracts.gpu import BUSBW_FIGURE, BUSBW_MAX_FALL
 
 if TYPE_CHECKING:
     from buildtool.validate.keys import TrustedKeys
 
 RESULTS = ("passed", "failed", "skipped")
-_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", None: "—"}
-_MD_MARK = {"passed": "✅ pass", "failed": "❌ **FAIL**", "skipped": "⏭️ skip", None: "—"}
+_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", "incomplete": "INCOMPLETE", None: "—"}
+_MD_MARK = {"passed": "✅ pass", "failed": "❌ **FAIL**", "skipped": "⏭️ skip", "incomplete": "⚠️ **incomplete**",
+            None: "—"}
 SCALING_PLOTS = ("time_per_epoch.png", "speedup.png")
 
 
@@ -57,6 +59,8 @@ class Row:
     runner: dict[str, Any]
     checks: dict[str, Check]
     figures: dict[str, Any]
+    incomplete: tuple[str, ...] = ()     # why a schema-2 verdict is incomplete
+    framework_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class Report:
     newly_failing: list[Trend] = field(default_factory=list)
     fixed: list[Trend] = field(default_factory=list)
     has_previous: bool = False
+    previous_rows: list[Row] = field(default_factory=list)
     # scaling.json of each of the night's scaling runs (processes in one container, nodes over SLURM), with the
     # report-relative paths of its plots under "plots"
     scaling: list[dict[str, Any]] = field(default_factory=list)
@@ -88,7 +93,12 @@ class Report:
 
     @property
     def failed_images(self) -> list[str]:
+        """Images whose verdict is not `passed` (failed or incomplete)."""
         return [row.cell for row in self.rows if row.result != "passed"]
+
+    @property
+    def incomplete_images(self) -> list[str]:
+        return [row.cell for row in self.rows if row.result == "incomplete"]
 
 
 # -- loading ------------------------------------------------------------------------------------
@@ -118,7 +128,9 @@ def parse_verdict(data: Any, where: str) -> Row:
     return Row(cell=str(data["cell"]), image=str(data.get("image") or ""), digest=str(data["digest"]),
                result=data["result"], started=str(data.get("started") or ""),
                duration_s=_number(data.get("duration_s")), size_bytes=size if isinstance(size, int) else None,
-               runner=dict(data.get("runner") or {}), checks=checks, figures=dict(data.get("figures") or {}))
+               runner=dict(data.get("runner") or {}), checks=checks, figures=dict(data.get("figures") or {}),
+               incomplete=tuple(str(r) for r in data.get("incomplete") or []),
+               framework_version=str(data.get("framework_version") or ""))
 
 
 VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<digest>/verdict.json
@@ -226,7 +238,7 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     failing = {cid for row in current for cid, c in row.checks.items() if c.result == "failed"}
     columns = sorted(seen, key=lambda cid: (cid not in new_checks, cid not in failing, cid))
     return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
-                  has_previous=previous is not None)
+                  has_previous=previous is not None, previous_rows=list(previous or []))
 
 
 # -- formatting helpers -------------------------------------------------------------------------
@@ -255,11 +267,83 @@ def format_figure(value: Any) -> str:
     return str(value)
 
 
+def gpu_names(runner: dict[str, Any]) -> list[str]:
+    """GPU models of a verdict's runner (schema 1: names; schema 2: inventory entries)."""
+    return [str(g.get("name", "?")) if isinstance(g, dict) else str(g) for g in runner.get("gpus") or []]
+
+
 def _runner(row: Row) -> str:
-    gpus = row.runner.get("gpus") or []
+    gpus = gpu_names(row.runner)
     gpu_text = f"{len(gpus)} GPU ({gpus[0]})" if gpus else "no GPU"
     driver = f", driver {row.runner['driver']}" if row.runner.get("driver") else ""
-    return f"{row.runner.get('hostname', '?')}: {gpu_text}{driver}"
+    cuda = f" (CUDA {row.runner['cuda_driver']})" if row.runner.get("cuda_driver") else ""
+    usable = {True: "", False: ", GPUs not usable", None: ""}.get(row.runner.get("gpus_usable"), "")
+    problem = f": {row.runner['gpu_problem']}" if row.runner.get("gpu_problem") and not gpus else ""
+    return f"{row.runner.get('hostname', '?')}: {gpu_text}{driver}{cuda}{usable}{problem}"
+
+
+# -- bus bandwidth --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Busbw:
+    """One image's all-reduce bus bandwidth (image-tests' NCCL check), with what it is compared to."""
+
+    cell: str
+    gpus: str
+    peak_GBps: float
+    floor_GBps: float | None
+    previous_GBps: float | None
+    change: float | None
+    sizes: list[dict[str, Any]]
+
+    @property
+    def verdict(self) -> str:
+        if self.floor_GBps is not None and self.peak_GBps < self.floor_GBps:
+            return "below floor"
+        if self.change is not None and self.change < -BUSBW_MAX_FALL:
+            return f"fell {-self.change:.0%}"
+        return "ok"
+
+
+def busbw_rows(report: Report) -> list[Busbw]:
+    """Each image's busbw figure; the change against the previous night's figure of the same cell on
+    the same GPUs when the verdict itself carries none."""
+    before = {row.cell: row for row in report.previous_rows}
+    found = []
+    for row in report.rows:
+        figure = row.figures.get(BUSBW_FIGURE)
+        if not isinstance(figure, dict) or not isinstance(figure.get("peak_GBps"), int | float):
+            continue
+        peak = float(figure["peak_GBps"])
+        prev = figure.get("previous_GBps")
+        old = before.get(row.cell)
+        if prev is None and old is not None and gpu_names(old.runner) == gpu_names(row.runner):
+            prev = (old.figures.get(BUSBW_FIGURE) or {}).get("peak_GBps")
+        change = (peak / float(prev) - 1) if isinstance(prev, int | float) and prev else None
+        gpus = gpu_names(row.runner)
+        found.append(Busbw(cell=row.cell, gpus=f"{figure.get('ranks', len(gpus))}x {figure.get('gpu_model') or '?'}",
+                           peak_GBps=peak, floor_GBps=figure.get("floor_GBps"),
+                           previous_GBps=float(prev) if isinstance(prev, int | float) else None, change=change,
+                           sizes=list(figure.get("sizes") or [])))
+    return found
+
+
+def _binary(size: Any) -> str:
+    """Message sizes as nccl-tests' tables think of them: 8 MiB, 1 GiB."""
+    if not isinstance(size, int):
+        return "?"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
+def _gbps(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} GB/s"
+
+
+def _change(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.0%}"
 
 
 # -- details shared by both formats ---------------------------------------------------------------
@@ -348,7 +432,8 @@ def render_html(report: Report, title: str = "Image validation report", plots: I
            f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style></head><body>",
            f"<h1>{html.escape(title)}</h1>", '<p class="summary">',
            f'<span class="passed">{len(report.rows) - len(report.failed_images)} images passed</span>',
-           f'<span class="failed">{len(report.failed_images)} images failed</span>',
+           f'<span class="failed">{len(report.failed_images) - len(report.incomplete_images)} images failed</span>',
+           f'<span class="failed">{len(report.incomplete_images)} images incomplete</span>',
            f'<span class="passed">{counts["passed"]} checks passed</span>',
            f'<span class="failed">{counts["failed"]} checks failed</span>',
            f'<span class="skipped">{counts["skipped"]} checks skipped</span>']
@@ -384,7 +469,7 @@ def render_html(report: Report, title: str = "Image validation report", plots: I
         for cid in report.columns:
             out.append(_cell_html(row.checks.get(cid), (row.cell, cid) in new_pairs, anchors.get((row.cell, cid), "")))
         figures = "<br>".join(f"{html.escape(k)}: {html.escape(format_figure(v))}"
-                              for k, v in sorted(row.figures.items()))
+                              for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE)
         out.append(f'<td class="meta">{human_duration(row.duration_s)}</td>'
                    f'<td class="meta">{human_size(row.size_bytes)}</td>'
                    f'<td class="meta"><code title="{html.escape(row.digest)}">{html.escape(short_digest(row.digest))}'
@@ -409,6 +494,33 @@ def render_html(report: Report, title: str = "Image validation report", plots: I
                        f"on {len(cells)} image{'s' if len(cells) != 1 else ''} "
                        f"({html.escape(', '.join(cells))})</li>")
         out.append("</ul></section>")
+    incomplete = [row for row in report.rows if row.result == "incomplete"]
+    if incomplete:
+        out.append('<section class="incomplete"><h2>Incomplete: not a release candidate</h2><ul>')
+        for row in incomplete:
+            out.append(f"<li><strong>{html.escape(row.cell)}</strong>: "
+                       f"{html.escape('; '.join(row.incomplete) or 'no reason recorded')}</li>")
+        out.append("</ul></section>")
+    bandwidth = busbw_rows(report)
+    if bandwidth:
+        out.append('<section class="busbw"><h2>All-reduce bus bandwidth (NCCL, as nccl-tests)</h2>'
+                   '<table class="verdicts"><thead><tr><th>image</th><th>GPUs</th><th>peak</th><th>floor</th>'
+                   "<th>previous</th><th>change</th><th>check</th></tr></thead><tbody>")
+        for b in bandwidth:
+            bad = b.verdict != "ok"
+            out.append(f"<tr><th class=\"image\">{html.escape(b.cell)}</th><td>{html.escape(b.gpus)}</td>"
+                       f"<td>{_gbps(b.peak_GBps)}</td><td>{_gbps(b.floor_GBps)}</td><td>{_gbps(b.previous_GBps)}</td>"
+                       f"<td>{_change(b.change)}</td><td class=\"result-{'failed' if bad else 'passed'}\">"
+                       f"{html.escape(b.verdict)}</td></tr>")
+        out.append("</tbody></table>")
+        for b in bandwidth:
+            out.append(f"<details><summary>{html.escape(b.cell)}: per size</summary><table class=\"verdicts\">"
+                       "<thead><tr><th>size</th><th>time</th><th>algbw</th><th>busbw</th></tr></thead><tbody>")
+            out += [f"<tr><td>{_binary(r.get('bytes'))}</td><td>{r.get('time_us', 0):.1f} µs</td>"
+                    f"<td>{r.get('algbw_GBps', 0):.2f} GB/s</td><td>{r.get('busbw_GBps', 0):.2f} GB/s</td></tr>"
+                    for r in b.sizes]
+            out.append("</tbody></table></details>")
+        out.append("</section>")
     plots = list(plots)
     for index, scaling in enumerate(report.scaling or [{}]):
         shown = [*(plots if index == 0 else []), *scaling.get("plots", [])]
@@ -439,7 +551,9 @@ def _md(text: str) -> str:
 def render_markdown(report: Report, title: str = "Image validation report") -> str:
     counts = report.counts
     lines = [f"## {title}", "",
-             f"{len(report.rows) - len(report.failed_images)} images passed, {len(report.failed_images)} failed; "
+             f"{len(report.rows) - len(report.failed_images)} images passed, "
+             f"{len(report.failed_images) - len(report.incomplete_images)} failed, "
+             f"{len(report.incomplete_images)} incomplete; "
              f"checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped.", ""]
     if report.has_previous:
         if report.newly_failing:
@@ -468,13 +582,29 @@ def render_markdown(report: Report, title: str = "Image validation report") -> s
         lines += ["", "### Skipped, and why", ""]
         lines += [f"- ⏭️ {_md(reason)}: {', '.join(f'`{short_check(c)}`' for c in checks)} "
                   f"({len(cells)} image{'s' if len(cells) != 1 else ''})" for reason, checks, cells in skips]
+    incomplete = [row for row in report.rows if row.result == "incomplete"]
+    if incomplete:
+        lines += ["", "### Incomplete (not release candidates)", ""]
+        lines += [f"- ⚠️ `{row.cell}`: {_md('; '.join(row.incomplete) or 'no reason recorded')}" for row in incomplete]
+    bandwidth = busbw_rows(report)
+    if bandwidth:
+        lines += ["", "### All-reduce bus bandwidth (NCCL, as nccl-tests)", "",
+                  "| image | GPUs | peak | floor | previous | change | check |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| `{b.cell}` | {_md(b.gpus)} | {_gbps(b.peak_GBps)} | {_gbps(b.floor_GBps)} | "
+                  f"{_gbps(b.previous_GBps)} | {_change(b.change)} | "
+                  f"{'❌ ' if b.verdict != 'ok' else ''}{b.verdict} |" for b in bandwidth]
+        for b in bandwidth:
+            lines += ["", f"`{b.cell}` per size:", "", "| size | time | algbw | busbw |", "|---|---|---|---|"]
+            lines += [f"| {_binary(r.get('bytes'))} | {r.get('time_us', 0):.1f} µs | "
+                      f"{r.get('algbw_GBps', 0):.2f} GB/s | {r.get('busbw_GBps', 0):.2f} GB/s |" for r in b.sizes]
     for scaling in report.scaling:
         unit = scaling.get("unit", "workers")
         lines += ["", f"### {_md(scaling_title(scaling))}", "", f"| {unit} | time per epoch | speed-up | efficiency |",
                   "|---|---|---|---|"]
         lines += [f"| {r['count']} | {r['time_per_epoch_s']:.3f} s | {r['speedup']:.2f}x | {r['efficiency']:.0%} |"
                   for r in scaling.get("runs", [])]
-    figure_rows = [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())]
+    figure_rows = [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())
+                   if k != BUSBW_FIGURE]
     if figure_rows:
         lines += ["", "### Figures", "", "| image | figure | value |", "|---|---|---|"]
         lines += [f"| `{cell}` | {_md(k)} | {_md(format_figure(v))} |" for cell, k, v in figure_rows]
