@@ -1,0 +1,112 @@
+"""A node that joins the c10d rendezvous more than a minute after the others (a cold node still
+pulling a 5 GB image) must not kill them: the store's read timeout follows the join timeout.
+
+Two rendezvous run at once, each with one node started LATE_PEER_S (default 70) seconds after
+the other, both on CPU with gloo:
+- the image tests' own command (image-tests/pytorch/test_rendezvous.py) in two containers of
+  the PyTorch fixture image, the late node being the one that hosts the store (clients wait for
+  it: the case where torch's default 60 s read timeout bites);
+- the command Kubernetes and SLURM run (buildtool.launch.multinode.DDPJob.torchrun, with its
+  verifier) on the host's torch.
+
+Cost: about 90 s. Measured once here (docs/gpu.md): with torch's default read_timeout an
+early node gives up when the store's host is about two minutes late (its client retries the
+connection once); set LATE_PEER_S=150 to run that case (about 3 minutes).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "image-tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "image-tests" / "pytorch"))
+import fixture_images  # noqa: E402
+from harness import free_port  # noqa: E402
+from test_rendezvous import torchrun_2nodes  # noqa: E402
+
+from buildtool.launch.multinode import DDP_SCRIPT, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob  # noqa: E402
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+LATE_S = float(os.environ.get("LATE_PEER_S", "70"))
+JOIN_S = 900
+RUN_TIMEOUT_S = LATE_S + 240
+
+
+def _run(argv: list[str], results: dict[str, subprocess.CompletedProcess[str]], key: str,
+         env: dict[str, str] | None = None, delay: float = 0.0) -> None:
+    time.sleep(delay)
+    try:
+        results[key] = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        results[key] = subprocess.CompletedProcess(argv, 124, out, f"killed after {RUN_TIMEOUT_S:.0f}s")
+
+
+def _containers(image: str, results: dict, names: list[str]) -> list[threading.Thread]:
+    """The image tests' two-node command: the store's host (is_host=true) starts LATE_S late."""
+    port, run = free_port(), f"late-{uuid.uuid4().hex[:8]}"
+    threads = []
+    for key, is_host, delay in (("image:early", False, 0.0), ("image:late-host", True, LATE_S)):
+        name = f"t-i10-late-{uuid.uuid4().hex[:8]}"
+        names.append(name)
+        argv = [fixture_images.DOCKER, "run", "--rm", "--init", "--name", name, "--network", "host",
+                "--shm-size=1g", "-v", f"{REPO / 'image-tests' / 'scripts'}:/imagetests:ro",
+                "-e", "DDP_STEPS=20", "-e", f"DDP_TIMEOUT_S={JOIN_S}", "-e", "DDP_DEVICE=cpu", "-e", "DDP_BUSBW=0",
+                image, *torchrun_2nodes(port, JOIN_S, is_host, run)]
+        threads.append(threading.Thread(target=_run, args=(argv, results, key), kwargs={"delay": delay}))
+    return threads
+
+
+def _launcher_nodes(tmp_path: Path, results: dict) -> list[threading.Thread]:
+    """What `buildtool k8s` and `buildtool slurm` run on every node, one node LATE_S late."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / DDP_SCRIPT).write_text((REPO / "image-tests" / "scripts" / DDP_SCRIPT).read_text())
+    (scripts / VERIFY_SCRIPT).write_text(VERIFY_SOURCE)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(sys.executable)
+    (bindir / "torchrun").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m torch.distributed.run \"$@\"\n")
+    (bindir / "torchrun").chmod(0o755)
+    job = DDPJob(image="unused", nodes=2, gpus_per_node=0, join_timeout_s=JOIN_S, steps=20)
+    argv = job.torchrun(f"127.0.0.1:{free_port()}", f"late-{uuid.uuid4().hex[:8]}", script_dir=str(scripts))
+    env = {**os.environ, **job.env, "DDP_DEVICE": "cpu", "DDP_BUSBW": "0",
+           "PATH": f"{bindir}:{os.environ['PATH']}"}
+    return [threading.Thread(target=_run, args=(argv, results, key), kwargs={"env": env, "delay": delay})
+            for key, delay in (("launcher:early", 0.0), ("launcher:late", LATE_S))]
+
+
+def test_a_node_joining_more_than_a_minute_late_is_waited_for(tmp_path):
+    assert LATE_S > 60
+    image = fixture_images.ensure("pytorch")
+    results: dict[str, subprocess.CompletedProcess[str]] = {}
+    names: list[str] = []
+    threads = _containers(image, results, names) + _launcher_nodes(tmp_path, results)
+    started = time.monotonic()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for name in names:
+            subprocess.run([fixture_images.DOCKER, "rm", "-f", name], capture_output=True, timeout=60)
+    waited = time.monotonic() - started
+    print(f"late node started after {LATE_S:.0f}s; all four nodes done after {waited:.0f}s")
+    failed = {k: f"exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}" for k, r in results.items() if r.returncode}
+    assert not failed, failed
+    image_out = results["image:early"].stdout + results["image:late-host"].stdout
+    assert '"world_size": 2' in image_out and '"identical": true' in image_out, image_out[-2000:]
+    launcher_out = results["launcher:early"].stdout + results["launcher:late"].stdout
+    assert "DDP check passed: world size 2, gloo" in launcher_out, launcher_out[-2000:]
