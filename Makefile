@@ -39,7 +39,7 @@ plan: ## Show what each cell of FRAMEWORK (default: all) will build and how it i
 
 .PHONY: lint
 lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Dockerfile
-	$(PYTHON) -m ruff check buildtool tests image-tests bench
+	$(PYTHON) -m ruff check buildtool tests image-tests bench scripts
 	$(PYTHON) -m mypy
 	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
 
@@ -107,3 +107,22 @@ nightly: ## Build, validate, scaling run (and over SLURM nodes with NIGHTLY_SLUR
 		--previous "$$out/previous-verdicts" --scaling "$$out/scaling" \
 		$(if $(NIGHTLY_SLURM_BUNDLE),--scaling "$$out/scaling-slurm") --out "$$out" || status=1; \
 	echo "nightly report: $$out/report.html (exit $$status)"; exit $$status
+
+# The GPU paths in one short run (NCCL DDP, bus bandwidth, the profiler's Kernel view, /dev/shm),
+# one JSON under GPU_SMOKE_OUT. With an engine that has GPUs: in GPU_SMOKE_IMAGE (default: this
+# commit's pytorch-cuda dev image). Without an engine: GPU_SMOKE_PYTHON=/path/to/python (CUDA torch
+# and TensorBoard; torch-tb-profiler comes from bench/wheels, see gpu-smoke-wheels). No GPU: "not run".
+GPU_SMOKE_OUT ?= reports/gpu-smoke.json
+GPU_SMOKE_WHEELS ?= bench/wheels
+
+.PHONY: gpu-smoke
+gpu-smoke: ## GPU paths in < 8 min into GPU_SMOKE_OUT (GPU_SMOKE_IMAGE=... or GPU_SMOKE_PYTHON=...)
+	@if [ -n "$(GPU_SMOKE_PYTHON)" ]; then where=(--python "$(GPU_SMOKE_PYTHON)" --wheels "$(GPU_SMOKE_WHEELS)"); \
+	else image="$(GPU_SMOKE_IMAGE)"; if [ -z "$$image" ]; then image=$$($(BUILDTOOL) plan --framework pytorch-cuda \
+		--json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)["include"][0]["dev_image"])') || exit 2; fi; \
+	where=(--image "$$image"); fi; \
+	timeout 540 $(PYTHON) scripts/gpu_smoke.py "$${where[@]}" --out "$(GPU_SMOKE_OUT)"
+
+.PHONY: gpu-smoke-wheels
+gpu-smoke-wheels: ## Download torch-tb-profiler (a wheel) into GPU_SMOKE_WHEELS for gpu-smoke on a machine without an index
+	$(PYTHON) -m pip download --no-deps --only-binary=:all: --dest "$(GPU_SMOKE_WHEELS)" torch-tb-profiler==0.4.3
