@@ -48,6 +48,7 @@ RUN --mount=type=tmpfs,target=/run \
 # Root by default as on NGC; /workspace is writable for `docker run --user "$(id -u):$(id -g)"` too.
 RUN mkdir -p /workspace && chmod 1777 /workspace && touch --date="@${SOURCE_DATE_EPOCH}" /workspace
 WORKDIR /workspace
+
 # GPU runtimes (docker --gpus, pyxis/enroot, Apptainer --nv, Kubernetes' device plugin) inject the GPUs
 # and driver libraries these name; the container toolkit refuses a driver older than CUDA 12.8.
 # A base that sets them (NGC, with its forward-compatibility driver branches) keeps its own values.
