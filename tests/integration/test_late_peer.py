@@ -4,14 +4,15 @@ pulling a 5 GB image) must not kill them: the store's read timeout follows the j
 Two rendezvous run at once, each with one node started LATE_PEER_S (default 65) seconds after
 the other, both on CPU with gloo:
 - the image tests' own command (image-tests/pytorch/test_rendezvous.py) in two containers of
-  the PyTorch fixture image, the late node being the one that hosts the store (clients wait for
-  it: the case where torch's default 60 s read timeout bites);
+  the PyTorch fixture image, the late node being the one that hosts the store (the early node's
+  store client waits for it: the read timeout bounds that wait);
 - the command Kubernetes and SLURM run (buildtool.launch.multinode.DDPJob.torchrun, with its
   verifier) on the host's torch.
 
-Cost: about 80 s (77 s measured on a quiet machine). Measured once here (docs/gpu.md): with torch's default read_timeout an
-early node gives up when the store's host is about two minutes late (its client retries the
-connection once); set LATE_PEER_S=150 to run that case (about 3 minutes).
+Cost: about 80 s (77 s measured on a quiet machine). Measured here (docs/gpu.md): with torch's
+default read_timeout (60 s) an early node still reaches a store host 75 s late (its client
+retries the connection once) but gives up on one about two minutes late. LATE_PEER_S=150 runs
+that case (about 3.5 minutes): it failed without read_timeout and passed with it.
 """
 
 from __future__ import annotations
