@@ -13,7 +13,7 @@ import pytest
 from buildtool.contracts.verdict import Verdict
 from buildtool.matrix.schema import load_matrix
 from buildtool.validate.collect import defined_tests
-from buildtool.validate.runner import Resolved, make_verdict
+from buildtool.validate.runner import Inventory, Resolved, make_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "image-tests"
@@ -38,8 +38,8 @@ def _verdict(tmp_path: Path, ran: list[dict], defined: list[str], deselected: li
     (tmp_path / "defined.json").write_text(json.dumps({"defined": [{"id": i, "gpu": False} for i in defined],
                                                        "deselected": deselected}))
     image = Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
-    return make_verdict(image, CPU, dt.datetime.now(dt.UTC), 1.0, TESTS, ["common", "pytorch"], [], "", [], rc,
-                        {"tests": ran, "figures": {}}, tmp_path / "defined.json", select)
+    return make_verdict(image, CPU, dt.datetime.now(dt.UTC), 1.0, TESTS, ["common", "pytorch"], Inventory([]), [], "",
+                        False, [], rc, {"tests": ran, "figures": {}}, tmp_path / "defined.json", select)
 
 
 def entry(id_: str, result: str = "passed") -> dict:
@@ -50,7 +50,9 @@ def entry(id_: str, result: str = "passed") -> dict:
 def test_a_selection_is_recorded_with_what_it_left_out(tmp_path: Path) -> None:
     v = _verdict(tmp_path, [entry("common/a.py::t")], ["common/a.py::t", "pytorch/b.py::u"], ["pytorch/b.py::u"],
                  select="t")
-    assert v.result == "passed" and v.selection.expression == "t" and v.selection.deselected == ["pytorch/b.py::u"]
+    # A selection never gives `passed`: the verdict does not cover the cell (the gate refuses it too).
+    assert v.result == "incomplete" and "1 of the cell's 2 tests deselected by -k 't'" in v.incomplete[0]
+    assert v.selection.expression == "t" and v.selection.deselected == ["pytorch/b.py::u"]
     assert v.defined_tests == ["common/a.py::t", "pytorch/b.py::u"] and v.schema_ == 2
 
 

@@ -394,7 +394,7 @@ def test_nightly_shares_one_registry_and_requires_gpus(matrix, tmp_path):
     validate_job = doc["jobs"]["build-validate"]
     assert validate_job["env"]["DL_IMAGES_BASELINE"] == "previous-verdicts"
     names = [s.get("name", "") for s in validate_job["steps"]]
-    assert names.index("Previous night's verdicts") < names.index("Validate with GPUs and push the verdict")
+    assert names.index("Previous night's verdicts") < names.index("Validate with GPUs and push the signed verdict")
     assert "--counts gpus" in doc["jobs"]["scaling"]["steps"][-2]["run"]
     script = tmp_path / "check.sh"
     script.write_text(REGISTRY_CHECK)

@@ -125,10 +125,12 @@ def register(app: typer.Typer) -> None:
                     err.print(f"verdict for {v['digest']} stored as {v['stored']}")
         for v in verdicts:
             if v["result"] == "incomplete":
-                err.print(f"INCOMPLETE {v['cell']} ({v['image']}): " + "; ".join(v["incomplete"])
-                          + ". The verdict is stored as incomplete and cannot release this image"
-                          + ("; validate it on a runner with usable GPUs" if any("GPU" in r for r in v["incomplete"])
-                             else "; validate without -k"), markup=False, highlight=False)
+                reasons = v["incomplete"]
+                hint = ("validate it on a runner with usable GPUs" if any("GPU" in r for r in reasons) else
+                        "validate without -k" if any("deselected" in r for r in reasons) else "validate it again")
+                err.print(f"INCOMPLETE {v['cell']} ({v['image']}): {'; '.join(reasons)}. The verdict is "
+                          f"{'stored ' if v.get('stored') else ''}incomplete and cannot release this image; {hint}",
+                          markup=False, highlight=False)
         failed = [v["image"] for v in verdicts if v["result"] == "failed"]
         if failed:
             raise FailedError(f"image tests failed for {', '.join(failed)}; see reports under {reports}/")
