@@ -149,7 +149,9 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
     else:
         # SLURM's own containers: the bundle, only the check's variables exported (the image's PATH survives),
         # the /dev/shm check inside the container, scripts in the bundle's jobs/ folder, removed afterwards.
-        assert launch[1:3] == ["--export=DDP_STEPS,DDP_TIMEOUT_S", f"--container={bundle}"]
+        # DDP_EXPECT_*: what the verifier checks the run against (world size, backend).
+        assert launch[1:3] == ["--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_STEPS,DDP_TIMEOUT_S",
+                               f"--container={bundle}"]
         shm = srun_calls[0][1:]
         assert shm[:3] == ["--ntasks-per-node=1", "--export=NONE", f"--container={bundle}"] and shm[3] == "sh"
         command = launch[launch.index("python3"):]
@@ -167,7 +169,8 @@ def test_dry_run_fails_when_ranks_disagree(run_cli, tmp_path: Path) -> None:
     broken = tmp_path / "broken-scripts"
     broken.mkdir()
     (broken / "ddp_train.py").write_text(
-        'print(\'DDP_RESULT {"world_size": 1, "first_loss": 1.0, "last_loss": 0.1, "identical": false}\')\n')
+        'print(\'DDP_RESULT {"backend": "gloo", "world_size": 1, "first_loss": 1.0, "last_loss": 0.1, '
+        '"identical": false}\')\n')
     script = generate(run_cli, tmp_path, IMAGE, "--nodes", "1", "--gpus-per-node", "0", "--shm-size", "1m",
                       "--rdzv-port", str(free_port()))
     # torchrun is stubbed by a plain python here: the fault is in what the script reports.

@@ -27,6 +27,7 @@ from typing import Any
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
+from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
 from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, size_bytes
 from buildtool.launch.multinode import DDP_SCRIPT, MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob
 
@@ -83,7 +84,7 @@ def check_image(image: str, runtime: str) -> None:
 def rdzv_conf(job: DDPJob) -> str:
     # read_timeout bounds every c10d store operation, a node's first connection to the store host included:
     # at its default (60 s) a node fails waiting for a head node that is late but within the join timeout.
-    return f"join_timeout={job.join_timeout_s},read_timeout={job.join_timeout_s}"
+    return contracts_rdzv_conf(job.join_timeout_s)   # one definition for validate, k8s and SLURM
 
 
 def torchrun(job: DDPJob, script: str) -> list[str]:
