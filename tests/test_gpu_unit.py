@@ -136,7 +136,7 @@ def test_every_gpu_cell_declares_cuda_and_no_cpu_cell_does(matrix):
 
 def _matrix_text(gpu_lines: str, accelerator: str = "cuda") -> str:
     return f"""schema: 1
-source: x
+source: https://example.org/x
 images:
   - name: g
     framework: pytorch
@@ -149,6 +149,7 @@ images:
     run: {{shm_size: 1g, ipc: private, ulimits: {{}}, gpus: all}}
     versions:
       - version: "1.0"
+        default: true
         framework_version: 2.13.0
 {gpu_lines}"""
 
