@@ -51,7 +51,8 @@ def _run(argv: list[str], results: dict[str, subprocess.CompletedProcess[str]], 
         results[key] = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        results[key] = subprocess.CompletedProcess(argv, 124, out, f"killed after {RUN_TIMEOUT_S:.0f}s")
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        results[key] = subprocess.CompletedProcess(argv, 124, out, f"{err}\nkilled after {RUN_TIMEOUT_S:.0f}s")
 
 
 def _containers(image: str, results: dict, names: list[str]) -> list[threading.Thread]:
