@@ -100,3 +100,45 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert ("buildtool.release.promote", True) in imports
     assert ("buildtool.report", False) in imports
     assert not any(m.startswith("buildtool.cli") for m, _ in imports)
+
+
+# HTML tags, Markdown table rows and links inside Python string literals. (Not `# ` lines: generated shell,
+# YAML and lock files carry comments, and those are not documents.)
+_MARKUP = (r"(?<!\?P)<(?:html|head|body|p|div|span|table|thead|tbody|tr|td|th|ul|ol|li|h[1-6]|pre|code|section|details"
+           r"|img|a|br|small|strong)[\s>/]",
+           r"^\|.*\|\s*$", r"^\|---", r"\]\((?:https?://|[\w./-]+\.md\b)")
+
+
+def _string_literals(path: Path) -> list[tuple[int, str]]:
+    """Every str constant (f-string parts included) in a module, with its line; docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_no_html_or_markdown_assembled_in_python() -> None:
+    """Documents people read come from the Jinja2 templates beside each stage (buildtool/*/templates/),
+    never from strings glued together in code, where escaping is forgotten one call at a time."""
+    import re
+
+    patterns = [re.compile(p, re.MULTILINE) for p in _MARKUP]
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}: {text[:60]!r}"
+             for path in PACKAGE.rglob("*.py") for line, text in _string_literals(path)
+             if any(p.search(text) for p in patterns)]
+    assert not found, "\n".join(found)
+
+
+def test_document_templates_ship_with_the_package() -> None:
+    """Every template a stage renders is declared package data, so an installed wheel can render it."""
+    import fnmatch
+    import tomllib
+
+    data = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    globs = data["tool"]["setuptools"]["package-data"]["buildtool"]
+    templates = [str(p.relative_to(PACKAGE)) for p in PACKAGE.glob("*/templates/*")]
+    assert templates, "no document templates found"
+    assert [t for t in templates if not any(fnmatch.fnmatch(t, g) for g in globs)] == []

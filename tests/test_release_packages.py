@@ -7,7 +7,7 @@ import json
 
 from buildtool.registry.sbom import contents, diff, make_sbom
 from buildtool.release.notes import build_manifest, render_notes
-from buildtool.release.packages import notes_lines
+from buildtool.release.packages import package_notes
 from buildtool.release.promote import ReleaseReport
 from tests.test_release_notes import D1, item
 
@@ -30,7 +30,7 @@ def _section() -> dict:
 
 
 def test_notes_list_the_sbom_and_every_change_headline_first() -> None:
-    lines = notes_lines(_section(), "0.1.0")
+    lines = package_notes(_section(), "0.1.0").splitlines()
     assert lines[0] == "- SBOM (CycloneDX, 1 Python and 1 Debian packages): `r/pytorch-cpu@sha256:" + "a" * 64 + "`"
     body = lines[lines.index("Package changes since release 0.1.0 (from the SBOMs):") + 2:]
     assert body == ["- 0 added, 1 removed, 1 changed",
@@ -53,5 +53,5 @@ def test_release_json_and_markdown_carry_the_package_section() -> None:
 def test_missing_sboms_are_said_not_hidden() -> None:
     note = f"no SBOM is stored for {D1}: its packages and their changes are unknown"
     section = {"sbom": None, "changes": [], "note": note, "python_packages": 0, "apt_packages": 0}
-    assert notes_lines(section, "0.1.0")[-1] == f"- {note}"
-    assert notes_lines(None, None) == []
+    assert package_notes(section, "0.1.0").splitlines()[-1] == f"- {note}"
+    assert package_notes(None, None).splitlines() == []

@@ -11,10 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from buildtool.common.documents import render_document
 from buildtool.common.files import write_atomic
 from buildtool.contracts import label_keys
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
-from buildtool.release.packages import notes_lines as package_notes
+from buildtool.release.packages import NOTES_LIMIT
 from buildtool.release.promote import ImageRelease, ReleaseReport
 
 # Labels that carry versions worth comparing between releases.
@@ -116,46 +117,8 @@ def build_manifest(report: ReleaseReport) -> dict[str, Any]:
 
 
 def render_notes(manifest: dict[str, Any]) -> str:
-    lines = [f"# Release {manifest['version']}", "",
-             f"Source commit `{manifest['source_commit']}`"
-             + (" (uncommitted changes: not reproducible from git alone)" if manifest["dirty"] else "")
-             + f"; {len(manifest['images'])} image(s). Every tag below resolves to the digest whose newest "
-             "verdict signed by a trusted key passed its image tests (a signed attestation attached to the "
-             "digest in the registry).", "",
-             "| Image | Tags | Digest | Size | Verdict |", "|---|---|---|---|---|"]
-    for img in manifest["images"]:
-        v = img["verdict"]
-        verdict = f"{v['result']}: {v['passed']} passed, {v['skipped']} skipped"
-        tags = ", ".join(f"`{t}`" for t in img["tags"])
-        lines.append(f"| `{img['repository']}` | {tags} | `{img['digest']}` | {_mb(img['size'])} | {verdict} |")
-    for img in manifest["images"]:
-        lines += ["", f"## {img['cell']}", "",
-                  f"- Pull: `docker pull {img['pinned']}`",
-                  f"- Built from: `{img['source']}`",
-                  f"- Verdict: `{img['verdict']['ref']}` (tests from image-tests `{img['verdict']['test_code']}`, "
-                  f"run on {img['verdict']['runner']} at {img['verdict']['started']}, signed by key "
-                  f"{img['verdict'].get('signed_by') or '(unknown)'})"]
-        if img["versions"]:
-            lines.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in img["versions"].items()))
-        if len(img["platforms"]) > 1:
-            lines.append("- Platforms: " + ", ".join(f"{p['platform']} ({_mb(p['size'])})" for p in img["platforms"]))
-        for skipped in img["verdict"]["skipped_tests"]:
-            by = skipped.get("accepted_by", "matrix")
-            why = "allowed by the matrix" if by == "matrix" else f"WAIVED by the releaser: {by}"
-            lines.append(f"- Skipped ({why}): {skipped['id']}: {skipped['reason']}")
-        for note in img["verdict"].get("notes", []):
-            lines.append(f"- Note: {note}")
-        for ignored in img["verdict"].get("ignored_attestations", []):
-            lines.append(f"- Ignored attestation (did not verify): {ignored}")
-        for fixed in img.get("repaired", []):
-            lines.append(f"- Repaired: `{fixed}`")
-        for kept in img["not_moved"]:
-            lines.append(f"- Not moved: `{kept['tag']}` {kept['note']}")
-        prev = img["previous"]
-        lines += package_notes(img.get("packages"), prev["release"] if prev else None)
-        lines += ["", f"Changes since release {prev['release']}:" if prev else "Changes:", ""]
-        lines += [f"- {line}" for line in img["changes"]]
-    return "\n".join(lines) + "\n"
+    """The release notes (templates/notes.md.j2) from the release manifest."""
+    return render_document("buildtool.release", "notes.md.j2", filters={"mb": _mb}, limit=NOTES_LIMIT, **manifest)
 
 
 def merge_manifests(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

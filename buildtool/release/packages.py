@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from buildtool.common.documents import render_document
 from buildtool.common.refs import split_repo_path
 from buildtool.registry.client import RegistryClient, RegistryError, RegistryUnreachable
 from buildtool.registry.sbom import Contents, contents, diff, load_sbom
@@ -63,37 +64,11 @@ def package_section(client: RegistryClient, digest: str, dev_repo: str, release_
     return section
 
 
-def change_line(change: dict[str, Any]) -> str:
-    name, scope = change["name"], change["scope"]
-    label = name if scope == "fact" else f"{name} ({scope})"
-    if change["kind"] == "added":
-        return f"added {label} {change['after']}"
-    if change["kind"] == "removed":
-        return f"REMOVED {label} {change['before']}"
-    return f"{label}: {change['before']} -> {change['after']}"
-
-
-def notes_lines(section: dict[str, Any] | None, previous_release: str | None) -> list[str]:
-    """Markdown lines for one image: its SBOM, then its package changes (headline facts first)."""
-    if not section:
-        return []
-    lines = []
-    if section.get("sbom"):
-        lines.append(f"- SBOM (CycloneDX, {section['python_packages']} Python and {section['apt_packages']} "
-                     f"Debian packages): `{section['sbom']}`")
-    changes = section.get("changes") or []
-    title = f"Package changes since release {previous_release}" if previous_release else "Package changes"
-    lines += ["", f"{title} (from the SBOMs):", ""]
-    if section.get("note") and not changes:
-        lines.append(f"- {section['note']}")
-    counts = {k: sum(1 for c in changes if c["kind"] == k and c["scope"] != "fact")
-              for k in ("added", "removed", "changed")}
-    if changes:
-        lines.append(f"- {counts['added']} added, {counts['removed']} removed, {counts['changed']} changed")
-    lines += [f"- {change_line(c)}" for c in changes[:NOTES_LIMIT]]
-    if len(changes) > NOTES_LIMIT:
-        lines.append(f"- ... and {len(changes) - NOTES_LIMIT} more (all in the release JSON)")
-    return lines
+def package_notes(section: dict[str, Any] | None, previous_release: str | None) -> str:
+    """The Markdown lines release notes give one image: its SBOM, then its package changes
+    (templates/packages.md.j2, which the notes template includes)."""
+    return render_document("buildtool.release", "packages.md.j2", standalone=True, section=section,
+                           previous_release=previous_release, limit=NOTES_LIMIT)
 
 
 def copy_sbom(client: RegistryClient, src_repo: str, dst_repo: str, digest: str,

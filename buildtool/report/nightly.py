@@ -8,7 +8,6 @@ self-contained file (inline CSS, plots next to it), so it can be published anywh
 
 from __future__ import annotations
 
-import html
 import json
 import shutil
 from collections.abc import Iterable, Sequence
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from buildtool.common.documents import render_document
 from buildtool.common.errors import UserError
 from buildtool.common.units import human_size as _human_size
 from buildtool.common.units import short_digest as _short_digest
@@ -370,245 +370,57 @@ def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
     return [(reason, list(checks), list(cells)) for reason, (checks, cells) in groups.items()]
 
 
-# -- HTML ---------------------------------------------------------------------------------------
+# -- rendering (templates/report.html.j2 and report.md.j2) ------------------------------------------
 
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1f2328; }
-h1 { font-size: 1.4rem; margin: 0 0 .5rem; }
-h2 { font-size: 1.1rem; margin: 1.2rem 0 .4rem; }
-.summary span { display: inline-block; margin-right: 1rem; padding: .2rem .6rem; border-radius: 4px; }
-.summary .failed, .summary .newly { background: #ffd7d5; color: #82071e; font-weight: 600; }
-.summary .passed { background: #dafbe1; color: #116329; }
-.summary .skipped { background: #eaeef2; }
-table.verdicts { border-collapse: collapse; margin-top: .5rem; font-size: .8rem; }
-table.verdicts th, table.verdicts td { border: 1px solid #d0d7de; padding: .25rem .35rem; vertical-align: middle; }
-table.verdicts thead th { background: #f6f8fa; }
-th.check { writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap; font-weight: 600;
-  text-align: left; vertical-align: bottom; padding: .4rem .15rem; }
-th.check small { color: #57606a; font-weight: normal; margin-top: .3rem; }
-th.check.has-failed { background: #ffebe9; color: #82071e; }
-th.check.newly-failing { background: #ffd7d5; }
-th.image { white-space: nowrap; text-align: left; }
-td.result-passed, td.result-failed, td.result-skipped, td.result-missing { text-align: center; white-space: nowrap; }
-td.result-passed { background: #dafbe1; color: #116329; }
-td.result-failed { background: #cf222e; color: #fff; font-weight: 700; }
-td.result-failed a { color: #fff; }
-td.result-skipped { background: #eaeef2; color: #57606a; }
-td.result-missing { color: #8c959f; }
-td .dur { display: block; font-size: .65rem; opacity: .8; }
-td.newly { outline: 3px solid #ffb000; outline-offset: -3px; }
-td.newly::after { content: "NEW"; display: block; font-size: .6rem; }
-tr.image-failed th.image { color: #82071e; }
-td.meta { white-space: nowrap; }
-code { font-size: .78rem; }
-.trend li.newly, .failures li.newly { color: #82071e; font-weight: 600; }
-.failures pre { white-space: pre-wrap; font-size: .75rem; background: #fff8f7; border-left: 3px solid #cf222e;
-  padding: .3rem .5rem; margin: .2rem 0 .6rem; max-height: 12rem; overflow: auto; font-weight: normal; color: #1f2328; }
-.skips li { margin-bottom: .3rem; }
-.plots img { max-width: 46%; margin-right: 2%; border: 1px solid #d0d7de; }
-"""
+def _filters() -> dict[str, Any]:
+    """How the report formats numbers; the same helpers serve both templates."""
+    return {"duration": human_duration, "size": human_size, "short_digest": short_digest, "short_check": short_check,
+            "figure": format_figure, "gbps": _gbps, "change": _change, "binary": _binary,
+            "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title}
 
 
-def _cell_html(check: Check | None, newly: bool, anchor: str) -> str:
-    if check is None:
-        return '<td class="result-missing" title="not run for this image">—</td>'
-    classes = [f"result-{check.result}"] + (["newly"] if newly else [])
-    title = f"{check.id}: {check.reason}" if check.reason else check.id
-    mark = _MARK[check.result]
-    if check.result == "failed":
-        mark = f'<a href="#{anchor}">{mark}</a>'
-    dur = f'<span class="dur">{human_duration(check.duration_s)}</span>' if check.duration_s is not None else ""
-    return f'<td class="{" ".join(classes)}" title="{html.escape(title)}">{mark}{dur}</td>'
-
-
-def render_html(report: Report, title: str = "Image validation report", plots: Iterable[str] = ()) -> str:
-    counts = report.counts
+def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, Any]:
+    """Everything both templates show, decided once: order, anchors, what is newly failing."""
     new_pairs = {(t.cell, t.check) for t in report.newly_failing}
     new_cells = {t.cell for t in report.newly_failing}
     new_checks = {t.check for t in report.newly_failing}
     failing_checks = {cid for row in report.rows for cid, c in row.checks.items() if c.result == "failed"}
-    anchors = {(cell, check.id): f"f{i}" for i, (cell, check, _) in enumerate(failures(report), 1)}
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style></head><body>",
-           f"<h1>{html.escape(title)}</h1>", '<p class="summary">',
-           f'<span class="passed">{len(report.rows) - len(report.failed_images)} images passed</span>',
-           f'<span class="failed">{len(report.failed_images) - len(report.incomplete_images)} images failed</span>',
-           f'<span class="failed">{len(report.incomplete_images)} images incomplete</span>',
-           f'<span class="passed">{counts["passed"]} checks passed</span>',
-           f'<span class="failed">{counts["failed"]} checks failed</span>',
-           f'<span class="skipped">{counts["skipped"]} checks skipped</span>']
-    if report.has_previous:
-        out.append(f'<span class="newly">{len(report.newly_failing)} newly failing</span>')
-    out.append("</p>")
-    if report.has_previous:
-        out.append('<section class="trend"><h2>Since the previous night</h2><ul>')
-        for t in report.newly_failing:
-            out.append(f'<li class="newly">newly failing: {html.escape(t.cell)} '
-                       f'<code>{html.escape(t.check)}</code> (was {t.before or "absent"})</li>')
-        for t in report.fixed:
-            out.append(f'<li class="fixed">fixed: {html.escape(t.cell)} <code>{html.escape(t.check)}</code></li>')
-        if not report.newly_failing and not report.fixed:
-            out.append("<li>no change</li>")
-        out.append("</ul></section>")
-    else:
-        out.append('<p class="trend">No previous night to compare against.</p>')
-    out.append('<table class="verdicts"><thead><tr><th class="image">image</th><th>result</th>')
-    for cid in report.columns:
-        classes = ["check"] + (["has-failed"] if cid in failing_checks else []) + \
-                  (["newly-failing"] if cid in new_checks else [])
-        sub = check_file(cid) or next((r.checks[cid].group for r in report.rows if cid in r.checks), "")
-        out.append(f'<th class="{" ".join(classes)}" title="{html.escape(cid)}">{html.escape(short_check(cid))}'
-                   f"<small>{html.escape(sub)}</small></th>")
-    out.append('<th>duration</th><th title="sum of the compressed layers in the registry">size</th><th>digest</th>'
-               "<th>figures</th><th>runner</th></tr></thead><tbody>")
-    for row in report.rows:
-        row_classes = f"image-{row.result}" + (" newly-failing" if row.cell in new_cells else "")
-        out.append(f'<tr class="{row_classes}" data-cell="{html.escape(row.cell)}">'
-                   f'<th class="image" title="{html.escape(row.image)}">{html.escape(row.cell)}</th>'
-                   f'<td class="result-{row.result}">{_MARK[row.result]}</td>')
-        for cid in report.columns:
-            out.append(_cell_html(row.checks.get(cid), (row.cell, cid) in new_pairs, anchors.get((row.cell, cid), "")))
-        figures = "<br>".join(f"{html.escape(k)}: {html.escape(format_figure(v))}"
-                              for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE)
-        out.append(f'<td class="meta">{human_duration(row.duration_s)}</td>'
-                   f'<td class="meta">{human_size(row.size_bytes)}</td>'
-                   f'<td class="meta"><code title="{html.escape(row.digest)}">{html.escape(short_digest(row.digest))}'
-                   f"</code></td><td class=\"meta\">{figures or '—'}</td>"
-                   f"<td>{html.escape(_runner(row))}</td></tr>")
-    out.append("</tbody></table>")
     failed = failures(report)
-    if failed:
-        out.append('<section class="failures"><h2>Failures</h2><ol>')
-        for cell, check, newly in failed:
-            badge = " (newly failing)" if newly else ""
-            out.append(f'<li id="{anchors[(cell, check.id)]}"{" class=newly" if newly else ""}>'
-                       f"{html.escape(cell)} <code>{html.escape(check.id)}</code>{badge}"
-                       f"<pre>{html.escape(check.message or 'no message')}</pre></li>")
-        out.append("</ol></section>")
-    skips = skip_reasons(report)
-    if skips:
-        out.append('<section class="skips"><h2>Skipped, and why</h2><ul>')
-        for reason, checks, cells in skips:
-            out.append(f"<li><strong>{html.escape(reason)}</strong>: "
-                       f"{', '.join(f'<code>{html.escape(short_check(c))}</code>' for c in checks)} "
-                       f"on {len(cells)} image{'s' if len(cells) != 1 else ''} "
-                       f"({html.escape(', '.join(cells))})</li>")
-        out.append("</ul></section>")
-    incomplete = [row for row in report.rows if row.result == "incomplete"]
-    if incomplete:
-        out.append('<section class="incomplete"><h2>Incomplete: not a release candidate</h2><ul>')
-        for row in incomplete:
-            out.append(f"<li><strong>{html.escape(row.cell)}</strong>: "
-                       f"{html.escape('; '.join(row.incomplete) or 'no reason recorded')}</li>")
-        out.append("</ul></section>")
-    bandwidth = busbw_rows(report)
-    if bandwidth:
-        out.append('<section class="busbw"><h2>All-reduce bus bandwidth (NCCL, as nccl-tests)</h2>'
-                   '<table class="verdicts"><thead><tr><th>image</th><th>GPUs</th><th>peak</th><th>floor</th>'
-                   "<th>previous</th><th>change</th><th>check</th></tr></thead><tbody>")
-        for b in bandwidth:
-            bad = b.verdict != "ok"
-            out.append(f"<tr><th class=\"image\">{html.escape(b.cell)}</th><td>{html.escape(b.gpus)}</td>"
-                       f"<td>{_gbps(b.peak_GBps)}</td><td>{_gbps(b.floor_GBps)}</td><td>{_gbps(b.previous_GBps)}</td>"
-                       f"<td>{_change(b.change)}</td><td class=\"result-{'failed' if bad else 'passed'}\">"
-                       f"{html.escape(b.verdict)}</td></tr>")
-        out.append("</tbody></table>")
-        for b in bandwidth:
-            out.append(f"<details><summary>{html.escape(b.cell)}: per size</summary><table class=\"verdicts\">"
-                       "<thead><tr><th>size</th><th>time</th><th>algbw</th><th>busbw</th></tr></thead><tbody>")
-            out += [f"<tr><td>{_binary(r.get('bytes'))}</td><td>{r.get('time_us', 0):.1f} µs</td>"
-                    f"<td>{r.get('algbw_GBps', 0):.2f} GB/s</td><td>{r.get('busbw_GBps', 0):.2f} GB/s</td></tr>"
-                    for r in b.sizes]
-            out.append("</tbody></table></details>")
-        out.append("</section>")
-    plots = list(plots)
-    for index, scaling in enumerate(report.scaling or [{}]):
-        shown = [*(plots if index == 0 else []), *scaling.get("plots", [])]
-        if not shown and not scaling:
-            continue
-        out.append(f'<section class="plots"><h2>{html.escape(scaling_title(scaling))}</h2>')
-        if scaling.get("runs"):
-            unit = html.escape(str(scaling.get("unit", "workers")))
-            out.append(f'<table class="verdicts scaling"><thead><tr><th>{unit}</th><th>time per epoch</th>'
-                       "<th>speed-up</th><th>efficiency</th><th>backend</th></tr></thead><tbody>")
-            for run in scaling.get("runs", []):
-                out.append(f"<tr><td>{run['count']}</td><td>{run['time_per_epoch_s']:.3f} s</td>"
-                           f"<td>{run['speedup']:.2f}x</td><td>{run['efficiency']:.0%}</td>"
-                           f"<td>{html.escape(str(run['backend']))}</td></tr>")
-            out.append("</tbody></table>")
-        out += [f'<img src="{html.escape(p)}" alt="{html.escape(p)}">' for p in shown]
-        out.append("</section>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    anchors = {(cell, check.id): f"f{i}" for i, (cell, check, _) in enumerate(failed, 1)}
+    columns = [{"id": cid,
+                "classes": ["check"] + (["has-failed"] if cid in failing_checks else [])
+                + (["newly-failing"] if cid in new_checks else []),
+                "file": check_file(cid) or next((r.checks[cid].group for r in report.rows if cid in r.checks), "")}
+               for cid in report.columns]
+    rows = [{"row": row,
+             "classes": f"image-{row.result}" + (" newly-failing" if row.cell in new_cells else ""),
+             "cells": [{"check": row.checks.get(cid), "newly": (row.cell, cid) in new_pairs,
+                        "anchor": anchors.get((row.cell, cid), "")} for cid in report.columns],
+             "figures": [(k, v) for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE]}
+            for row in report.rows]
+    scaling = []
+    for index, found in enumerate(report.scaling or [{}]):
+        shown = [*(plots if index == 0 else []), *found.get("plots", [])]
+        if shown or found:
+            scaling.append({"title": scaling_title(found), "unit": str(found.get("unit", "workers")),
+                            "runs": found.get("runs", []), "plots": shown})
+    return {"title": title, "report": report, "counts": report.counts, "marks": _MARK, "md_marks": _MD_MARK,
+            "columns": columns, "rows": rows, "failures": failed, "anchors": anchors,
+            "skips": skip_reasons(report), "incomplete": [row for row in report.rows if row.result == "incomplete"],
+            "bandwidth": busbw_rows(report), "scaling": scaling,
+            "figure_rows": [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())
+                            if k != BUSBW_FIGURE]}
 
 
-# -- Markdown -----------------------------------------------------------------------------------
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def render_html(report: Report, title: str = "Image validation report", plots: Iterable[str] = ()) -> str:
+    """One self-contained page; every value is autoescaped by the template."""
+    return render_document("buildtool.report", "report.html.j2", filters=_filters(),
+                           **_view(report, title, list(plots)))
 
 
 def render_markdown(report: Report, title: str = "Image validation report") -> str:
-    counts = report.counts
-    lines = [f"## {title}", "",
-             f"{len(report.rows) - len(report.failed_images)} images passed, "
-             f"{len(report.failed_images) - len(report.incomplete_images)} failed, "
-             f"{len(report.incomplete_images)} incomplete; "
-             f"checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped.", ""]
-    if report.has_previous:
-        if report.newly_failing:
-            lines += ["### Newly failing", ""]
-            lines += [f"- ❌ `{t.cell}` `{t.check}` (was {t.before or 'absent'})" for t in report.newly_failing]
-            lines.append("")
-        if report.fixed:
-            lines += ["### Fixed", ""] + [f"- ✅ `{t.cell}` `{t.check}`" for t in report.fixed] + [""]
-        if not report.newly_failing and not report.fixed:
-            lines += ["No change since the previous night.", ""]
-    failed = failures(report)
-    if failed:
-        lines += ["### Failures", ""]
-        for cell, check, newly in failed:
-            first = (check.message.strip().splitlines() or ["no message"])[0]
-            lines.append(f"- ❌ `{cell}` `{check.id}`{' (new)' if newly else ''}: {_md(first[:300])}")
-        lines.append("")
-    lines += ["| image | result | size | digest | " + " | ".join(_md(short_check(c)) for c in report.columns) + " |",
-              "|---" * (4 + len(report.columns)) + "|"]
-    for row in report.rows:
-        cells = [_MD_MARK[row.checks[cid].result if cid in row.checks else None] for cid in report.columns]
-        lines.append(f"| `{row.cell}` | {_MD_MARK[row.result]} | {human_size(row.size_bytes)} | "
-                     f"`{short_digest(row.digest)}` | " + " | ".join(cells) + " |")
-    skips = skip_reasons(report)
-    if skips:
-        lines += ["", "### Skipped, and why", ""]
-        lines += [f"- ⏭️ {_md(reason)}: {', '.join(f'`{short_check(c)}`' for c in checks)} "
-                  f"({len(cells)} image{'s' if len(cells) != 1 else ''})" for reason, checks, cells in skips]
-    incomplete = [row for row in report.rows if row.result == "incomplete"]
-    if incomplete:
-        lines += ["", "### Incomplete (not release candidates)", ""]
-        lines += [f"- ⚠️ `{row.cell}`: {_md('; '.join(row.incomplete) or 'no reason recorded')}" for row in incomplete]
-    bandwidth = busbw_rows(report)
-    if bandwidth:
-        lines += ["", "### All-reduce bus bandwidth (NCCL, as nccl-tests)", "",
-                  "| image | GPUs | peak | floor | previous | change | check |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| `{b.cell}` | {_md(b.gpus)} | {_gbps(b.peak_GBps)} | {_gbps(b.floor_GBps)} | "
-                  f"{_gbps(b.previous_GBps)} | {_change(b.change)} | "
-                  f"{'❌ ' if b.verdict != 'ok' else ''}{b.verdict} |" for b in bandwidth]
-        for b in bandwidth:
-            lines += ["", f"`{b.cell}` per size:", "", "| size | time | algbw | busbw |", "|---|---|---|---|"]
-            lines += [f"| {_binary(r.get('bytes'))} | {r.get('time_us', 0):.1f} µs | "
-                      f"{r.get('algbw_GBps', 0):.2f} GB/s | {r.get('busbw_GBps', 0):.2f} GB/s |" for r in b.sizes]
-    for scaling in report.scaling:
-        unit = scaling.get("unit", "workers")
-        lines += ["", f"### {_md(scaling_title(scaling))}", "", f"| {unit} | time per epoch | speed-up | efficiency |",
-                  "|---|---|---|---|"]
-        lines += [f"| {r['count']} | {r['time_per_epoch_s']:.3f} s | {r['speedup']:.2f}x | {r['efficiency']:.0%} |"
-                  for r in scaling.get("runs", [])]
-    figure_rows = [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())
-                   if k != BUSBW_FIGURE]
-    if figure_rows:
-        lines += ["", "### Figures", "", "| image | figure | value |", "|---|---|---|"]
-        lines += [f"| `{cell}` | {_md(k)} | {_md(format_figure(v))} |" for cell, k, v in figure_rows]
-    return "\n".join(lines) + "\n"
+    """The same report for a CI job summary."""
+    return render_document("buildtool.report", "report.md.j2", filters=_filters(), **_view(report, title))
 
 
 # -- writing ------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
 from buildtool.registry.sbom import contents, load_sbom, make_sbom, store_sbom, validate_sbom
-from buildtool.release.packages import copy_sbom, notes_lines, package_section
+from buildtool.release.packages import copy_sbom, package_notes, package_section
 
 pytestmark = pytest.mark.integration
 HOST = "127.0.0.1:5000"
@@ -86,7 +86,7 @@ def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run
     assert section["sbom"] == f"{HOST}/{rel}@{new_artifact}"
     assert section["previous_sbom"] == f"{HOST}/{rel}@{old_artifact}"
     assert [c["name"] for c in section["changes"]] == ["python", "numpy", "torch-tb-profiler", "python3.11"]
-    lines = notes_lines(section, "0.1.0")
+    lines = package_notes(section, "0.1.0").splitlines()
     assert "- REMOVED torch-tb-profiler (python) 0.4.3" in lines and "- python: 3.11.2 -> 3.11.3" in lines
     assert copy_sbom(client, dev, rel, new_digest) == new_artifact
     assert load_sbom(client, rel, new_digest) == (new_doc, new_artifact)

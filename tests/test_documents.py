@@ -1,0 +1,56 @@
+"""The document templates: HTML is escaped, Markdown cells cannot break their table, and a template
+that names a field nobody passes fails instead of printing nothing."""
+
+from __future__ import annotations
+
+import jinja2
+import pytest
+
+from buildtool.common.documents import code_span, markdown_cell, plural, render_document
+from buildtool.release.notes import render_notes
+from buildtool.report.nightly import build_report, parse_verdict, render_html, render_markdown
+
+
+def _verdict(cell: str, message: str) -> dict:
+    return {"schema": 2, "digest": "sha256:" + "a" * 64, "cell": cell, "image": f"reg/{cell}", "result": "failed",
+            "started": "2026-11-30T00:00:00Z", "tests": [
+                {"id": "image-tests/common/test_x.py::test_y", "group": "common", "result": "failed",
+                 "duration_s": 1.0, "message": message}]}
+
+
+def test_markdown_cell_keeps_one_cell_on_one_line() -> None:
+    assert markdown_cell("a|b\nc\r\nd") == "a\\|b c  d"
+
+
+def test_code_span_with_a_backtick_gets_a_longer_fence() -> None:
+    assert code_span("x") == "`x`"
+    assert code_span("a`b") == "`` a`b ``"
+
+
+def test_plural() -> None:
+    assert (plural(1, "image"), plural(2, "image"), plural(0, "image")) == ("1 image", "2 images", "0 images")
+
+
+def test_html_report_escapes_every_value_from_a_verdict() -> None:
+    hostile = '<script>alert(1)</script>" onmouseover="x'
+    report = build_report([parse_verdict(_verdict(f"cell{hostile}", hostile), "v")])
+    page = render_html(report)
+    assert "<script>" not in page and 'onmouseover="x' not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&#34; onmouseover=&#34;x" in page
+
+
+def test_markdown_report_keeps_a_pipe_in_a_message_inside_its_line() -> None:
+    report = build_report([parse_verdict(_verdict("c", "expected a | b\nsecond line"), "v")])
+    text = render_markdown(report)
+    failure = next(line for line in text.splitlines() if line.startswith("- ❌"))
+    assert failure.endswith("expected a \\| b")
+
+
+def test_release_notes_fail_loudly_on_a_manifest_missing_a_field() -> None:
+    with pytest.raises(jinja2.UndefinedError, match="source_commit"):
+        render_notes({"version": "0.1.0", "dirty": False, "images": []})
+
+
+def test_a_template_that_does_not_exist_is_an_error() -> None:
+    with pytest.raises(jinja2.TemplateNotFound):
+        render_document("buildtool.report", "nope.md.j2")
