@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from buildtool.common.dsse import generate  # noqa: E402
-from buildtool.contracts import label_keys  # noqa: E402
+from buildtool.contracts import label_keys, names  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
 from buildtool.validate.keys import SigningKey, trusted_entry  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
         work = Path(tmp)
         project = make_project(work, trusted_entry("bench", key.public()))
         revision = run(["git", "-C", str(project), "rev-parse", "--short=12", "HEAD"]).stdout.strip()
-        dev_repo, dev_tag = f"{prefix}/{cell.name}-dev", f"{revision}-{cell.version}"
+        dev_repo, dev_tag = names.dev_repo(prefix, cell.name), names.dev_tag(revision, cell.version)
         dev_ref = f"{args.registry}/{dev_repo}:{dev_tag}"
         make_image(args.docker, dev_ref, args.size_mb, {label_keys.CELL: cell.key,
                                                         label_keys.OCI_BASE_NAME: cell.base}, work)

@@ -21,7 +21,7 @@ from buildtool.build.builder import BaseInfo, build_labels, cell_content_key, sc
 from buildtool.build.pipconfig import CA_IN_BUILD, SECRET_CA, SECRET_CONF, HostPip, pip_secrets, render_conf
 from buildtool.common.errors import UserError
 from buildtool.common.units import short_digest
-from buildtool.contracts import label_keys
+from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, plan_cell
 from buildtool.matrix.schema import load_matrix
 
@@ -203,9 +203,12 @@ def test_a_local_image_is_reused_by_content_key_only_when_it_is_a_dev_image_of_t
     matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
     cell = next(c for c in matrix.cells if c.key == "pytorch-cpu:2.13")
     plan = plan_cell(cell, Settings(), "abcdef123456")
-    derived = {"Id": "sha256:d", "RepoTags": ["t-imgtest-pytorch-banner:1234", "127.0.0.1:5000/other-dev:x-2.13"]}
-    other_version = {"Id": "sha256:v", "RepoTags": ["127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.12"]}
+    own_repo = names.dev_repo(names.DEFAULT_REGISTRY, "pytorch-cpu")
+    other_repo = names.dev_repo(names.DEFAULT_REGISTRY, "other")
+    derived = {"Id": "sha256:d",
+               "RepoTags": ["t-imgtest-pytorch-banner:1234", f"{other_repo}:{names.dev_tag('x', '2.13')}"]}
+    other_version = {"Id": "sha256:v", "RepoTags": [f"{own_repo}:{names.dev_tag('0123456789ab', '2.12')}"]}
     untagged = {"Id": "sha256:u", "RepoTags": None}
-    genuine = {"Id": "sha256:g", "RepoTags": ["127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13"]}
+    genuine = {"Id": "sha256:g", "RepoTags": [f"{own_repo}:{names.dev_tag('0123456789ab', '2.13')}"]}
     assert built_for(plan, [derived, other_version, untagged, genuine]) == [genuine]
     assert built_for(plan, [derived, untagged]) == []

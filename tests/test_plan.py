@@ -11,6 +11,7 @@ import pytest
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
+from buildtool.contracts import names
 from buildtool.matrix.plan import Settings, content_key, git_revision, mirror_base
 
 
@@ -28,7 +29,7 @@ def test_plan_json_has_one_include_entry_per_cell(project: Path, run_cli, monkey
     cpu = include[4]
     assert set(cpu) >= {"cell", "image", "version", "dev_image", "release_repo", "release_tags", "moving_tags",
                         "base", "upstream_base", "build_args", "tests", "run", "needs_gpu", "dockerfile", "use"}
-    assert cpu["dev_image"] == f"127.0.0.1:5000/pytorch-cpu-dev:{sha}-2.13"
+    assert cpu["dev_image"] == f"{names.dev_repo(names.DEFAULT_REGISTRY, 'pytorch-cpu')}:{names.dev_tag(sha, '2.13')}"
     assert cpu["release_repo"] == "127.0.0.1:5000/pytorch-cpu"
     assert cpu["release_tags"] == ["2.13-{release}"] and cpu["moving_tags"] == ["2.13", "latest"]
     assert cpu["build_args"] == {"BASE_IMAGE": "docker.io/library/debian:bookworm-slim"}

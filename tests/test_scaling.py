@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts import names
 from buildtool.launch.scaling import Launcher, RunResult, parse_counts, run_one, with_speedups
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,16 +24,16 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def cpu_image() -> str | None:
     """A pytorch-cpu dev image from REGISTRY that the engine already holds (no 1.4 GB pull in a test)."""
-    registry = os.environ.get("REGISTRY") or "127.0.0.1:5000"
+    registry = os.environ.get("REGISTRY") or names.DEFAULT_REGISTRY
     docker = shutil.which("docker")
     if not docker:
         return None
     try:
         listed = subprocess.run([docker, "images", "--format", "{{.Repository}}:{{.Tag}}",
-                                 f"{registry}/pytorch-cpu-dev"], capture_output=True, text=True, timeout=30)
+                                 names.dev_repo(registry, "pytorch-cpu")], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    tags = sorted(line for line in listed.stdout.splitlines() if line.endswith("-2.13"))
+    tags = sorted(line for line in listed.stdout.splitlines() if names.parse_dev_tag(line.rsplit(":", 1)[1], "2.13"))
     return tags[-1] if listed.returncode == 0 and tags else None
 
 

@@ -36,8 +36,6 @@ def _cpu_cell(cell: Cell, _subject: str) -> bool:
 GPU_NOT_IN_CELL = SkipCode("gpu-not-in-cell", "GPU check on a cell whose run profile has no GPUs", _cpu_cell)
 NO_GPU_ON_RUNNER = SkipCode("no-gpu-on-runner", "GPU check of a GPU cell on a runner without usable GPUs")
 ONE_GPU_ON_RUNNER = SkipCode("one-gpu-on-runner", "multi-GPU check (bus bandwidth) on a runner with one GPU")
-ULIMIT_NOT_IN_PROFILE = SkipCode("ulimit-not-in-profile", "a ulimit the cell's run profile does not set",
-                                 lambda cell, name: name not in dict(cell.run.ulimits))
 ULIMIT_NOT_GRANTED = SkipCode("ulimit-not-granted", "the engine cannot grant a ulimit of the run profile",
                               waivable=True)
 NO_PINNED_PACKAGES = SkipCode("no-pinned-packages", "the cell pins no extra packages",
@@ -51,7 +49,7 @@ NO_LOCK_LABEL = SkipCode("no-lock-label", "the image has no label listing the pa
                          "(not built by `buildtool build` from locks)")
 
 CODES: dict[str, SkipCode] = {c.code: c for c in (
-    GPU_NOT_IN_CELL, NO_GPU_ON_RUNNER, ONE_GPU_ON_RUNNER, ULIMIT_NOT_IN_PROFILE, ULIMIT_NOT_GRANTED,
+    GPU_NOT_IN_CELL, NO_GPU_ON_RUNNER, ONE_GPU_ON_RUNNER, ULIMIT_NOT_GRANTED,
     NO_PINNED_PACKAGES, NO_PEER_IMAGE, STANDIN_PYTHON, NO_LOCK_LABEL)}
 
 _TEXT_RE = re.compile(r"^\[(?P<code>[a-z0-9-]+)(?::(?P<subject>[^\]]*))?\]\s*(?P<text>.*)$", re.DOTALL)

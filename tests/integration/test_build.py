@@ -30,7 +30,7 @@ from buildtool.build import engine
 from buildtool.build.builder import Builder, BuildOptions
 from buildtool.build.pipconfig import HostPip
 from buildtool.common.refs import split_repo
-from buildtool.contracts import label_keys
+from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
@@ -107,7 +107,7 @@ def _registry_config(ref: str) -> tuple[str, dict]:
 def test_cell_is_tagged_labelled_and_pushed(built, key):
     plan, result = built[key]
     assert result.result in ("built", "retagged"), result.message
-    assert result.ref == f"{plan.dev_repo}:{REVISION}-{plan.cell.version}"
+    assert result.ref == f"{plan.dev_repo}:{names.dev_tag(REVISION, plan.cell.version)}"
     digest, config = _registry_config(result.ref)
     assert digest == result.digest  # the pushed digest is what the registry serves
     labels = config["config"]["Labels"]
@@ -278,10 +278,11 @@ def test_failing_cell_leaves_others_built_and_no_dev_tag(tiny):
     assert "exit code: 3" in broken["message"] and "broken on purpose" in broken["message"], broken["message"]
     assert "broken on purpose" in Path(broken["log"]).read_text()
     revision = git_revision(tiny["root"])
-    broken_ref = f"{LOCAL}/{ns}/{ns}-broken-dev:{revision}-1.0"
-    assert engine.image_attrs(broken_ref) is None
-    assert RegistryClient(LOCAL).manifest_digest(f"{ns}/{ns}-broken-dev", f"{revision}-1.0") is None
-    assert RegistryClient(LOCAL).manifest_digest(f"{ns}/{ns}-ok-dev", f"{revision}-1.0") == ok["digest"]
+    tag = names.dev_tag(revision, "1.0")
+    broken_repo, ok_repo = names.dev_repo(ns, f"{ns}-broken"), names.dev_repo(ns, f"{ns}-ok")
+    assert engine.image_attrs(f"{LOCAL}/{broken_repo}:{tag}") is None
+    assert RegistryClient(LOCAL).manifest_digest(broken_repo, tag) is None
+    assert RegistryClient(LOCAL).manifest_digest(ok_repo, tag) == ok["digest"]
     assert "1 of 3 cells failed" in run.stderr
     # Progress in a log (stderr is not a terminal): one line per change of each cell's state.
     for state in ("queued", "checking: content key and existing images", "building: starting BuildKit", "built"):

@@ -25,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
+from buildtool.contracts import names  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
@@ -272,7 +273,8 @@ def pushed_pytorch(images) -> str:
     """The PyTorch dev image in the local registry under a fixture name, as a dev image would be."""
     import subprocess
 
-    ref = f"127.0.0.1:5000/{images['pytorch'].replace(':', '-dev:')}"
+    repo, tag = images["pytorch"].split(":")
+    ref = f"{names.dev_repo(names.DEFAULT_REGISTRY, repo)}:{names.dev_tag(tag, '2.13')}"
     for args in (["tag", images["pytorch"], ref], ["push", ref]):
         subprocess.run([fixture_images.DOCKER, *args], check=True, capture_output=True, timeout=900)
     return ref

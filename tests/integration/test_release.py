@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts import names
 from buildtool.contracts.names import ATTESTATION_TYPE
 from buildtool.matrix.plan import Settings
 from buildtool.matrix.schema import Cell, load_matrix
@@ -103,7 +104,7 @@ class Space:
         self.settings = Settings(registry=f"{HOST}/{self.prefix}", release_registry=f"{HOST}/{self.prefix}/rel")
 
     def dev_repo(self, cell: Cell) -> str:
-        return f"{self.prefix}/{cell.name}-dev"
+        return names.dev_repo(self.prefix, cell.name)
 
     def rel_repo(self, cell: Cell) -> str:
         return f"{self.prefix}/rel/{cell.name}"
@@ -112,8 +113,8 @@ class Space:
               payload_size: int = 64 * 1024, **extra_labels: str) -> str:
         """A dev image of `cell` at `revision`, with a stored verdict unless result is None."""
         repo = self.dev_repo(cell)
-        digest, _ = push_single(self.client, repo, f"{revision}-{cell.version}", labels_for(cell, **extra_labels),
-                                payload_size)
+        digest, _ = push_single(self.client, repo, names.dev_tag(revision, cell.version),
+                                labels_for(cell, **extra_labels), payload_size)
         if result is not None:
             store_verdict(self.client, repo, digest, verdict(cell, digest, result, tests))
         return digest
@@ -163,7 +164,7 @@ def test_single_arch_promoted_digest_for_digest_without_moving_layers(space: Spa
 def test_multi_arch_index_copied_whole(space: Space) -> None:
     r = rev()
     repo = space.dev_repo(CPU)
-    index, children = push_index(space.client, repo, f"{r}-{CPU.version}", labels_for(CPU))
+    index, children = push_index(space.client, repo, names.dev_tag(r, CPU.version), labels_for(CPU))
     store_verdict(space.client, repo, index, verdict(CPU, index))
     report = space.release([CPU], r, "0.1.0")
     item = report.images[0]

@@ -14,6 +14,7 @@ import json
 import pytest
 import requests
 
+from buildtool.contracts import names
 from buildtool.contracts.names import ATTESTATION_TYPE, VERDICT_TYPE, referrers_tag, verdict_pin_tag, verdict_tag
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient, sha256_digest
 from buildtool.registry.referrers import referrers
@@ -249,7 +250,7 @@ def test_relabelled_standin_is_refused_by_its_labels_base_and_layers(space: Spac
                         "digest": client.put_blob(space.dev_repo(NGC), config), "size": len(config)},
              "layers": [manifest["layers"][0], extra_layer]}
     r3 = rev()
-    on_standin = client.put_manifest(space.dev_repo(NGC), f"{r3}-{NGC.version}", json.dumps(image).encode(),
+    on_standin = client.put_manifest(space.dev_repo(NGC), names.dev_tag(r3, NGC.version), json.dumps(image).encode(),
                                      OCI_MANIFEST)
     signing.attest(client, space.dev_repo(NGC), on_standin, signing.verdict(NGC, on_standin))
     refused(space.release([NGC], r3, "0.1.0"), "starts with the layers of the stand-in")

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from buildtool.contracts import names
 from buildtool.launch.slurm import Outcome, parse_output
 from buildtool.launch.slurmjobs import JobEnd, cancel, job_fields, run_job, submit, wait
 from tests.slurmcluster import LocalSlurm, hosts_file, missing_tools
@@ -100,7 +101,8 @@ def cluster(workspace: Path) -> Iterator[LocalSlurm]:
 def image() -> Iterator[str]:
     """The pytorch CPU test image (tests/integration/fixture_images.py) in a registry namespace of our own."""
     local = fixture_images.ensure("pytorch")
-    ref = f"{REGISTRY}/t-slurm-{secrets.token_hex(4)}/pytorch-cpu-dev:{local.split(':')[-1]}-2.13"
+    repo = names.dev_repo(f"{REGISTRY}/t-slurm-{secrets.token_hex(4)}", "pytorch-cpu")
+    ref = f"{repo}:{names.dev_tag(local.split(':')[-1], '2.13')}"
     subprocess.run(["docker", "tag", local, ref], check=True, capture_output=True, timeout=60)
     try:
         started = time.monotonic()
