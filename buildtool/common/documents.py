@@ -8,11 +8,15 @@ text, never as markup. Markdown has no escaping of its own; table cells go throu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
+from buildtool.common.files import cache_root
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 def markdown_cell(value: Any) -> str:
@@ -35,6 +39,8 @@ def plural(count: int, word: str) -> str:
 
 @cache
 def _environment(package: str) -> jinja2.Environment:
+    import jinja2  # here, not at the top: `release --dry-run` and `--help` never render a document
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader(package, "templates"),
         autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
@@ -42,11 +48,36 @@ def _environment(package: str) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        # Compiling a template costs more than a whole release to a loopback registry; the cache is keyed
+        # by each template's source checksum, so an edited template is compiled again.
+        bytecode_cache=_bytecode_cache(),
     )
     env.filters["md"] = markdown_cell
     env.filters["code"] = code_span
     env.filters["plural"] = plural
     return env
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    import jinja2
+
+    class Cache(jinja2.FileSystemBytecodeCache):
+        """A cache that cannot be read or written (read-only home, full disk) only costs a compile."""
+
+        def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+            with contextlib.suppress(OSError):
+                super().load_bytecode(bucket)
+
+        def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+            with contextlib.suppress(OSError):
+                super().dump_bytecode(bucket)
+
+    folder = cache_root() / "templates"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return Cache(str(folder))
 
 
 def render_document(package: str, template: str, filters: Mapping[str, Callable[..., str]] | None = None,

@@ -7,6 +7,11 @@ import tempfile
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """Where the toolkit keeps what it can always recompute (matrix snapshots, compiled templates)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dl-images"
+
+
 def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     """Write `data` to a temporary file beside `path`, then rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from buildtool.common.files import cache_root
+
 _VERSION = 1
 MAX_CELLS = 1000
 # Every module whose code decides what the loaded matrix holds (value checks, the framework table).
@@ -64,7 +66,7 @@ class MatrixSnapshot(Record):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dl-images" / "matrix"
+    return cache_root() / "matrix"
 
 
 def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
