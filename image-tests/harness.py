@@ -26,7 +26,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -36,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from buildtool.common.net import free_port  # noqa: F401  (image tests import it from here)
 from buildtool.contracts import label_keys, skips
 
 DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
@@ -415,13 +415,6 @@ def install_signal_cleanup() -> None:
 
     signal.signal(signal.SIGTERM, _term)
     atexit.register(remove_all)
-
-
-def free_port() -> int:
-    """A free TCP port on this host (the containers share its network)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def human(n: int) -> str:

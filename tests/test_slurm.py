@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from buildtool.common.net import free_port
 from buildtool.launch.slurm import parse_output
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,12 +52,6 @@ cmd = [a.replace(dst, src) if dst and a.startswith(dst) else a for a in args[1:]
 os.execvp(cmd[0], cmd)
 '''
 SCONTROL = '#!/bin/sh\necho localhost\necho node2\n'
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def generate(run_cli, tmp_path: Path, *args: str) -> Path:

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "image-tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "image-tests" / "pytorch"))
 import fixture_images  # noqa: E402
-from harness import free_port  # noqa: E402
 from test_rendezvous import torchrun_2nodes  # noqa: E402
 
+from buildtool.common.net import free_port  # noqa: E402
 from buildtool.launch.multinode import DDP_SCRIPT, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,6 @@ import json
 import resource
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from buildtool.common.net import free_port
 from buildtool.contracts import names
 from buildtool.launch.slurm import Outcome, parse_output
 from buildtool.launch.slurmjobs import JobEnd, cancel, job_fields, run_job, submit, wait
@@ -45,12 +45,6 @@ JOB_BOUND_S = 240              # no job here needs more; each also has a SLURM t
 def _buildtool(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "buildtool", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +141,7 @@ def bundle(workspace: Path, image: str) -> Iterator[Path]:
 def _generate(tmp_path: Path, image: str, *args: str, name: str = "ddp-check") -> Path:
     script = tmp_path / f"{name}.sbatch"
     made = _buildtool("slurm", image, "--nodes", "2", "--gpus-per-node", "0", "--time", "00:04:00", "--name", name,
-                      "--rdzv-port", str(_free_port()), "--out", str(script), *args)
+                      "--rdzv-port", str(free_port()), "--out", str(script), *args)
     assert made.returncode == 0, made.stderr
     return script
 
@@ -296,7 +290,7 @@ def test_scaling_over_one_and_two_slurm_nodes(cluster: LocalSlurm, bundle: Path,
     metrics = tmp_path / "metrics"
     run = _buildtool("scaling", "--launcher", "slurm", "--runtime", "oci", "--image", str(bundle), "--nodes", "2,1",
                      "--subset-size", "1024", "--epochs", "2", "--time", "00:04:00", "--timeout", "240",
-                     "--rdzv-port", str(_free_port()), "--metrics-dir", str(metrics), env=cluster.env, timeout=600)
+                     "--rdzv-port", str(free_port()), "--metrics-dir", str(metrics), env=cluster.env, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     data = json.loads((metrics / "scaling.json").read_text())
     assert data["unit"] == "nodes" and data["launcher"]["kind"] == "slurm" and data["launcher"]["runtime"] == "oci"

@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from buildtool.common.net import free_port
+
 HERE = Path(__file__).resolve().parent
 OCI_RUN = HERE / "oci_run.py"
 APPTAINER_STANDIN = HERE / "apptainer_standin.py"
@@ -61,12 +63,6 @@ def _which(tool: str) -> str | None:
 
 def missing_tools() -> list[str]:
     return [t for t in TOOLS if _which(t) is None]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def hosts_file() -> str:
@@ -144,12 +140,12 @@ class LocalSlurm:
         root = self.root
         # CPUs=4 on a 2-core machine (config_overrides: believe the config): the test jobs mostly wait
         # (rendezvous, faults), so several may share it.
-        nodes = "\n".join(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=4 "
+        nodes = "\n".join(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} CPUs=4 "
                           "RealMemory=4000 State=UNKNOWN" for n in NODES)
         self.conf.write_text(f"""\
 ClusterName=t{hashlib.sha1(str(root).encode()).hexdigest()[:10]}
 SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={_free_port()}
+SlurmctldPort={free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
