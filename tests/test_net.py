@@ -1,5 +1,5 @@
-"""free_port: a rendezvous port bound minutes after it is chosen must not be one the kernel hands
-out meanwhile (the late-peer test hung when another job's gloo sockets took its port)."""
+"""free_port: a rendezvous port bound minutes after it is chosen is not one the kernel hands out
+meanwhile to other sockets, and never a port in use."""
 
 from __future__ import annotations
 

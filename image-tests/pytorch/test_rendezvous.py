@@ -4,7 +4,8 @@ join timeout defaults to 900 s (a cold node may still be pulling the image) and 
 target (`buildtool validate --rdzv-join-timeout`); the c10d store's read timeout follows it, so
 a node may arrive that late (tests/integration/test_late_peer.py shows one arriving after 60 s).
 Each node gets its own NCCL_HOSTID: on one machine NCCL would otherwise take the two containers
-for one host and bypass the network. A missing peer must fail with torchrun's
+for one host and bypass the network, and its own address for torch's rendezvous (see NODE_ADDRS).
+A missing peer must fail with torchrun's
 RendezvousTimeoutError, not hang. Both are decided from what torchrun and the ranks record
 (ranks.py): the exception's type, never words in the output, which another failure may print."""
 
@@ -22,11 +23,17 @@ from buildtool.contracts.rendezvous import rdzv_conf
 TWO_NODE_RUN_S = 180   # on top of the join timeout: start-ups, 20 DDP steps, the exit barrier
 MISSING_PEER_RUN_S = 60  # on top of its short join timeout: start-up and torchrun's own shutdown
 STOP_TIMEOUT_S = 30
+# torch's rendezvous tells nodes apart by (address, pid). Both containers share the host's network, so
+# the same hostname, and each has its own pid namespace: two torchruns with the same pid (each the
+# first process of its container, say) are then one node to the rendezvous, which waits forever for
+# the second. A loopback address per node keeps them two nodes, and reachable as MASTER_ADDR.
+NODE_ADDRS = {True: "127.0.0.1", False: "127.0.0.2"}   # is_host -> --local-addr
 
 
 def torchrun_2nodes(port: int, join_timeout: float, is_host: bool, run: str) -> list[str]:
     conf = rdzv_conf(join_timeout, is_host=is_host)  # read_timeout follows the join timeout
-    return ["torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+    return ["torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--local-addr", NODE_ADDRS[is_host],
+            "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run,
             "--rdzv-conf", conf, "--max-restarts", "0", "/imagetests/ddp_train.py"]
 

@@ -45,28 +45,31 @@ RUN_TIMEOUT_S = LATE_S + 240
 
 
 def _run(argv: list[str], results: dict[str, subprocess.CompletedProcess[str]], key: str,
-         env: dict[str, str] | None = None, delay: float = 0.0) -> None:
+         env: dict[str, str] | None = None, delay: float = 0.0, timeout: float = RUN_TIMEOUT_S) -> None:
     time.sleep(delay)
     try:
-        results[key] = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
+        results[key] = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        results[key] = subprocess.CompletedProcess(argv, 124, out, f"{err}\nkilled after {RUN_TIMEOUT_S:.0f}s")
+        results[key] = subprocess.CompletedProcess(argv, 124, out, f"{err}\nkilled after {timeout:.0f}s")
 
 
-def _containers(image: str, results: dict, names: list[str]) -> list[threading.Thread]:
-    """The image tests' two-node command: the store's host (is_host=true) starts LATE_S late."""
+def _containers(image: str, results: dict, names: list[str], late_s: float = LATE_S, init: bool = True,
+                timeout: float = RUN_TIMEOUT_S) -> list[threading.Thread]:
+    """The image tests' two-node command: the store's host (is_host=true) starts `late_s` late."""
     port, run = free_port(), f"late-{uuid.uuid4().hex[:8]}"
     threads = []
-    for key, is_host, delay in (("image:early", False, 0.0), ("image:late-host", True, LATE_S)):
+    for key, is_host, delay in (("image:early", False, 0.0), ("image:late-host", True, late_s)):
         name = f"t-i10-late-{uuid.uuid4().hex[:8]}"
         names.append(name)
-        argv = [fixture_images.DOCKER, "run", "--rm", "--init", "--name", name, "--network", "host",
+        argv = [fixture_images.DOCKER, "run", "--rm", *(["--init"] if init else []), "--name", name,
+                "--network", "host",
                 "--shm-size=1g", "-v", f"{REPO / 'image-tests' / 'scripts'}:/imagetests:ro",
                 "-e", "DDP_STEPS=10", "-e", f"DDP_TIMEOUT_S={JOIN_S}", "-e", "DDP_DEVICE=cpu", "-e", "DDP_BUSBW=0",
                 image, *torchrun_2nodes(port, JOIN_S, is_host, run)]
-        threads.append(threading.Thread(target=_run, args=(argv, results, key), kwargs={"delay": delay}))
+        threads.append(threading.Thread(target=_run, args=(argv, results, key),
+                                        kwargs={"delay": delay, "timeout": timeout}))
     return threads
 
 
@@ -112,3 +115,26 @@ def test_a_node_joining_more_than_a_minute_late_is_waited_for(tmp_path):
     assert '"world_size": 2' in image_out and '"identical": true' in image_out, image_out[-2000:]
     launcher_out = results["launcher:early"].stdout + results["launcher:late"].stdout
     assert "DDP check passed: world size 2, gloo" in launcher_out, launcher_out[-2000:]
+
+
+def test_two_nodes_with_the_same_pid_on_one_host_are_two_nodes() -> None:
+    """Without --init, torchrun is pid 1 in both containers, and both have the host's hostname: to
+    torch's rendezvous, which tells nodes apart by (address, pid), they were one node waiting
+    forever for a second (a hang seen whenever the two pids happened to match). Each node's own
+    --local-addr (test_rendezvous.NODE_ADDRS) keeps them apart. About 20 s."""
+    image = fixture_images.ensure("pytorch")
+    results: dict[str, subprocess.CompletedProcess[str]] = {}
+    names: list[str] = []
+    threads = _containers(image, results, names, late_s=2.0, init=False, timeout=150)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for name in names:
+            subprocess.run([fixture_images.DOCKER, "rm", "-f", name], capture_output=True, timeout=60)
+    failed = {k: f"exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}" for k, r in results.items() if r.returncode}
+    assert not failed, failed
+    out = results["image:early"].stdout + results["image:late-host"].stdout
+    assert '"world_size": 2' in out and '"identical": true' in out, out[-2000:]
