@@ -417,6 +417,17 @@ def install_signal_cleanup() -> None:
     atexit.register(remove_all)
 
 
+def frontend_problems(served: dict[str, Any], plugin: str, pages: tuple[str, ...]) -> list[str]:
+    """What a browser opening a TensorBoard plugin's tab would miss, from what tb_query.py fetched:
+    its module, its index page, its own `pages` and TensorBoard's page, each answered 200 and non-empty."""
+    fetched = served.get("frontend") or {}
+    module = f"/data/plugin/{plugin}/"
+    needed = [f"{module}index.js", f"{module}index.html", *[module + page for page in pages], "/"]
+    broken = [f"{path} answered {fetched[path][0]} with {fetched[path][1]} bytes" for path in fetched
+              if fetched[path][0] != 200 or not fetched[path][1]]
+    return broken + [f"{path} was not fetched" for path in needed if path not in fetched]
+
+
 def human(n: int) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:

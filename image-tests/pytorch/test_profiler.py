@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from harness import frontend_problems
 
 LOGDIR = f"imgtest-profiler-{uuid.uuid4().hex[:6]}"  # relative: the image's working directory
 RUN = "run1"
@@ -78,12 +79,7 @@ def test_profiler_frontend_served(served):
     """The tab a browser opens: blank when the plugin's static files are gone, though its API answers."""
     if PLUGIN not in served["plugins"]:
         raise AssertionError(_missing(served))
-    fetched = served.get("frontend") or {}
-    module = f"/data/plugin/{PLUGIN}/"
-    needed = [f"{module}index.js", f"{module}index.html", *[module + page for page in UI_PAGES], "/"]
-    broken = [f"{path} answered {fetched[path][0]} with {fetched[path][1]} bytes" for path in fetched
-              if fetched[path][0] != 200 or not fetched[path][1]]
-    broken += [f"{path} was not fetched" for path in needed if path not in fetched]
+    broken = frontend_problems(served, PLUGIN, UI_PAGES)
     assert not broken, f"the {PLUGIN} tab would not render in a browser: " + "; ".join(broken)
 
 

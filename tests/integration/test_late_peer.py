@@ -92,13 +92,8 @@ def _launcher_nodes(tmp_path: Path, results: dict) -> list[threading.Thread]:
             for key, delay in (("launcher:early", 0.0), ("launcher:late", LATE_S))]
 
 
-def test_a_node_joining_more_than_a_minute_late_is_waited_for(tmp_path):
-    assert LATE_S > 60
-    image = fixture_images.ensure("pytorch")
-    results: dict[str, subprocess.CompletedProcess[str]] = {}
-    names: list[str] = []
-    threads = _containers(image, results, names) + _launcher_nodes(tmp_path, results)
-    started = time.monotonic()
+def _run_all(threads: list[threading.Thread], names: list[str]) -> None:
+    """Start every node, wait for all, and remove their containers whatever happened."""
     try:
         for thread in threads:
             thread.start()
@@ -107,6 +102,16 @@ def test_a_node_joining_more_than_a_minute_late_is_waited_for(tmp_path):
     finally:
         for name in names:
             subprocess.run([fixture_images.DOCKER, "rm", "-f", name], capture_output=True, timeout=60)
+
+
+def test_a_node_joining_more_than_a_minute_late_is_waited_for(tmp_path):
+    assert LATE_S > 60
+    image = fixture_images.ensure("pytorch")
+    results: dict[str, subprocess.CompletedProcess[str]] = {}
+    names: list[str] = []
+    threads = _containers(image, results, names) + _launcher_nodes(tmp_path, results)
+    started = time.monotonic()
+    _run_all(threads, names)
     waited = time.monotonic() - started
     print(f"late node started after {LATE_S:.0f}s; all four nodes done after {waited:.0f}s")
     failed = {k: f"exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}" for k, r in results.items() if r.returncode}
@@ -126,14 +131,7 @@ def test_two_nodes_with_the_same_pid_on_one_host_are_two_nodes() -> None:
     results: dict[str, subprocess.CompletedProcess[str]] = {}
     names: list[str] = []
     threads = _containers(image, results, names, late_s=2.0, init=False, timeout=150)
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        for name in names:
-            subprocess.run([fixture_images.DOCKER, "rm", "-f", name], capture_output=True, timeout=60)
+    _run_all(threads, names)
     failed = {k: f"exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}" for k, r in results.items() if r.returncode}
     assert not failed, failed
     out = results["image:early"].stdout + results["image:late-host"].stdout
