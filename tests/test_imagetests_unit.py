@@ -195,6 +195,58 @@ def test_worker_failures_name_the_worker_and_blame_shm_only_for_sigbus():
                                                                   roomy)
 
 
+_DIES_BEFORE_ITER_RETURNS = """
+import json, os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import torch.utils.data._utils.worker as worker_module
+from torch.utils.data import DataLoader
+import shm_workers
+
+shm_workers.BATCH_BYTES = 1 << 20
+loop = worker_module._worker_loop
+
+
+def crashing_loop(*args, **kwargs):
+    if args[10] == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return loop(*args, **kwargs)
+
+
+worker_module._worker_loop = crashing_loop
+make_iter = DataLoader.__iter__
+
+
+def iter_that_fails(self):
+    # torch's SIGCHLD handler raising inside iter(): the workers exist, the iterator never reaches the probe
+    it = make_iter(self)
+    pid = it._workers[1].pid
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    raise RuntimeError(f"DataLoader worker (pid {pid}) is killed by signal: Segmentation fault.")
+
+
+DataLoader.__iter__ = iter_that_fails
+print(json.dumps(shm_workers.torch_mode()))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_a_worker_that_dies_inside_iter_is_still_named(tmp_path):
+    """The CI failure of stop 17: worker 1 died before iter(loader) returned, torch's SIGCHLD handler
+    raised there, and the probe (which looked for workers on the iterator) named none."""
+    pytest.importorskip("torch")
+    script = tmp_path / "dies_in_iter.py"
+    script.write_text(_DIES_BEFORE_ITER_RETURNS)
+    done = subprocess.run([sys.executable, str(script), str(TESTS_DIR / "scripts")], capture_output=True,
+                          text=True, timeout=120, check=False)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not found["ok"] and "is killed by signal" in found["error"], found
+    dead = [w for w in found["workers"] if not w["alive"]]
+    assert [(w["worker"], w["exitcode"]) for w in dead] == [(1, -signal.SIGSEGV)], found
+    line = shm_test.worker_failure(dict(found, shm=SHM), "a DataLoader", "run.shm_size")
+    assert line.startswith("a DataLoader: worker 1 (pid ") and "died with SIGSEGV" in line
+
+
 # -- labels ------------------------------------------------------------------------------------------------
 
 

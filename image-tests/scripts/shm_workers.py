@@ -34,28 +34,35 @@ def shm() -> dict:
 
 
 def _workers(procs) -> list:
+    """`procs`: (worker id, process) pairs."""
     out = []
-    for i, proc in enumerate(procs):
+    for worker, proc in procs:
         try:
             alive = proc.is_alive()  # reaps a dead worker, so its exit code is known
         except (AssertionError, ValueError, OSError):
             alive = False
-        args = getattr(proc, "_args", ())
-        worker = args[10] if len(args) > 10 and isinstance(args[10], int) else i  # DataLoader's worker_id
         out.append({"worker": worker, "pid": proc.pid, "alive": alive, "exitcode": proc.exitcode})
     return out
 
 
-def _loader_workers(it) -> list:
-    """The DataLoader's worker processes: from the iterator, or, when the failure came while the
-    iterator was still being made (a worker dying at once), from this process's children."""
-    procs = list(getattr(it, "_workers", None) or [])
-    if not procs:
-        import multiprocessing.process as mpp
+def _recording_context(made: list):
+    """This interpreter's default multiprocessing context, recording each process it makes in `made`
+    as (worker id, process). The DataLoader's own list of workers does not exist yet when a worker
+    dies at once (its SIGCHLD handler raises inside iter()), and a started Process forgets its args,
+    so the workers are recorded where they are made."""
+    import multiprocessing
 
-        children = [p for p in list(getattr(mpp, "_children", ())) if len(getattr(p, "_args", ())) > 10]
-        procs = sorted(children, key=lambda p: p._args[10] if isinstance(p._args[10], int) else 0)
-    return _workers(procs)
+    base = multiprocessing.get_context()
+
+    class Recording(type(base)):  # type: ignore[misc]
+        def Process(self, *args, **kwargs):  # noqa: N802 - multiprocessing's name
+            proc = base.Process(*args, **kwargs)
+            worker_args = kwargs.get("args") or ()
+            worker = worker_args[10] if len(worker_args) > 10 and isinstance(worker_args[10], int) else len(made)
+            made.append((worker, proc))  # _worker_loop's 11th argument is the worker id
+            return proc
+
+    return Recording()
 
 
 def _collate(batch):
@@ -87,7 +94,9 @@ def torch_mode() -> dict:
             return torch.full((BATCH_BYTES // 4,), float(i), dtype=torch.float32)
 
     total = 0
-    loader = DataLoader(Big(), batch_size=1, num_workers=WORKERS, timeout=WORKER_TIMEOUT_S, collate_fn=_collate)
+    made: list = []
+    loader = DataLoader(Big(), batch_size=1, num_workers=WORKERS, timeout=WORKER_TIMEOUT_S, collate_fn=_collate,
+                        multiprocessing_context=_recording_context(made))
     it = None
     last = time.monotonic()
     try:
@@ -102,7 +111,7 @@ def torch_mode() -> dict:
         task = getattr(it, "_task_info", {}).get(getattr(it, "_rcvd_idx", -1))
         waited = time.monotonic() - last
         return {"ok": False, "moved": total, "error": error_line(exc), "errno": getattr(exc, "errno", None),
-                "workers": _loader_workers(it), "waited_s": round(waited, 1),
+                "workers": _workers(made), "waited_s": round(waited, 1),
                 "timed_out": waited >= WORKER_TIMEOUT_S - 0.5,  # no batch for the loader's whole timeout
                 "waiting_for": task[0] if isinstance(task, tuple) and len(task) == 1 else None}
     return {"ok": True, "moved": total}
@@ -129,7 +138,7 @@ def python_mode() -> dict:
                 p.start()
             for p in procs:
                 p.join(WORKER_TIMEOUT_S)
-            states = _workers(procs)
+            states = _workers(list(enumerate(procs)))
             bad = [s for s in states if s["alive"] or s["exitcode"] != 0]
             if bad:
                 for p in procs:
