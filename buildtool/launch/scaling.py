@@ -168,6 +168,10 @@ def _launch(launcher: Launcher, count: int, worker: Path, env: dict[str, str], t
     return proc.returncode, proc.stdout + proc.stderr
 
 
+# Several nodes' torchrun output interleaves: enough lines that the failing rank's traceback is in view.
+FAILURE_TAIL_LINES = 40
+
+
 def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, samples: int, epochs: int, batch: int,
             timeout_s: float) -> RunResult:
     env = {"SCALING_SAMPLES": str(samples), "SCALING_EPOCHS": str(epochs), "SCALING_BATCH": str(batch)}
@@ -180,7 +184,7 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
     wall_clock = time.monotonic() - started
     lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
     if code != 0 or not lines:
-        tail = "\n".join(output.splitlines()[-15:])
+        tail = "\n".join(output.splitlines()[-FAILURE_TAIL_LINES:])
         raise FailedError(f"scaling run with {what} failed (exit {code}):\n{tail}")
     data = json.loads(lines[-1][len(RESULT_PREFIX):])
     expected = launcher.world_size(count)
