@@ -113,14 +113,28 @@ def text_table(rows: list[tuple[str, ...]], max_width: int = 72) -> str:
 def run_release(*, version: str, from_sha: str | None, framework: list[str] | None, dry_run: bool, force: bool,
                 accept_skip: list[str] | None, trust_local_key: bool, as_json: bool, matrix: Path | None) -> None:
     """Promote the dev images of a commit to release tags, digest for digest, inside the registry."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from buildtool.matrix.plan import Settings, git_revision, resolve_revision
     from buildtool.release.gates import check_version
     from buildtool.release.promote import ReleaseOptions, release
-    from buildtool.validate.keys import load_trusted
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     project = find_project(matrix)
     loaded = project.load_fast()
+    settings = Settings.from_env()
+    # What only the verdict check and the notes need (the trusted keys: YAML and cryptography; the
+    # notes: Jinja2 and its templates) is read in a thread while this one waits on git and the
+    # registry, instead of before them. A short switch interval hands the interpreter back to a
+    # thread whose response has arrived within 1 ms rather than the default 5.
+    sys.setswitchinterval(0.001)
+    if trust_local_key:
+        _check_loopback(settings)
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-prefetch")
+    trusted = background.submit(_trusted_keys, project.root, trust_local_key, settings)
+    if not dry_run:
+        background.submit(_preload_documents)
+    background.shutdown(wait=False)
     cells = _cells(loaded, framework)
     revision = resolve_revision(project.root, from_sha, git_revision, option="--from")
     if "-dirty." in revision:
@@ -134,15 +148,12 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
             re.compile(pattern)
         except re.error as exc:
             raise UserError(f"--accept-skip {pattern!r} is not a regular expression ({exc})") from None
-    settings = Settings.from_env()
-    trusted = load_trusted(project.root)
-    if trust_local_key:
-        _trust_local_key(trusted, settings)
     tests_dir = project.root / "image-tests"
     options = ReleaseOptions(version=normal, revision=revision, force=force, dry_run=dry_run,
                              accept_skips=tuple(accept_skip or ()), trusted=trusted,
                              tests_dir=tests_dir if tests_dir.is_dir() else None)
     report = release(cells, settings, options, matrix_cells=loaded.cells)
+    trusted.result()   # a malformed keys file is bad input even when no image got as far as its verdict
     _finish(project, loaded, report, as_json, dry_run)
 
 
@@ -163,14 +174,35 @@ def _check_release_files(project: Project, version: str) -> None:
         raise UserError(problem)
 
 
-def _trust_local_key(trusted: TrustedKeys, settings: Settings) -> None:
-    from buildtool.validate.keys import dev_public_key
+def _trusted_keys(root: Path, trust_local_key: bool, settings: Settings) -> TrustedKeys:
+    """config/trusted-keys.yaml, and this machine's dev key with --trust-local-key."""
+    from buildtool.validate.keys import load_trusted
 
+    trusted = load_trusted(root)
+    if trust_local_key:
+        _trust_local_key(trusted, settings)
+    return trusted
+
+
+def _preload_documents() -> None:
+    from buildtool.common.documents import preload
+
+    preload("buildtool.release", "notes.md.j2", "packages.md.j2")
+    preload("buildtool.render", "catalogue.md.j2")
+
+
+def _check_loopback(settings: Settings) -> None:
     registry = settings.release_registry
     host = registry.split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
     if not (host in ("localhost", "::1") or host.startswith("127.")):
         raise UserError(f"--trust-local-key is only for a loopback registry, not {registry}; for a real release "
                         "add the validating runner's public key to config/trusted-keys.yaml (see `buildtool keys`)")
+
+
+def _trust_local_key(trusted: TrustedKeys, settings: Settings) -> None:
+    from buildtool.validate.keys import dev_public_key
+
+    _check_loopback(settings)
     key = dev_public_key()
     if key is None:
         raise UserError("--trust-local-key: this machine has no local dev key (validate makes one when "

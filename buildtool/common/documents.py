@@ -9,8 +9,8 @@ text, never as markup. Markdown has no escaping of its own; table cells go throu
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Mapping
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from buildtool.common.files import cache_root
@@ -37,8 +37,28 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-@cache
+_ENVIRONMENTS: dict[str, jinja2.Environment] = {}
+_ENVIRONMENTS_LOCK = threading.Lock()   # `preload` may build one in a thread while another renders
+
+
 def _environment(package: str) -> jinja2.Environment:
+    with _ENVIRONMENTS_LOCK:
+        if package not in _ENVIRONMENTS:
+            _ENVIRONMENTS[package] = _new_environment(package)
+        return _ENVIRONMENTS[package]
+
+
+def preload(package: str, *templates: str) -> None:
+    """Import Jinja2 and load `templates` (compiled, or read from the bytecode cache) before they are
+    rendered: release does it in a thread while it waits on the registry. Best effort: a template
+    that cannot be loaded here fails again, with its message, where it is rendered."""
+    with contextlib.suppress(Exception):
+        env = _environment(package)
+        for template in templates:
+            env.get_template(template)
+
+
+def _new_environment(package: str) -> jinja2.Environment:
     import jinja2  # here, not at the top: `release --dry-run` and `--help` never render a document
 
     env = jinja2.Environment(

@@ -100,6 +100,8 @@ class RegistryClient:
         self._sleep = sleep
         self._auth = _docker_config_auth(host)
         self._tokens: dict[str, str] = {}
+        # Repositories that answered the referrers API with 404 (buildtool.registry.referrers).
+        self.no_referrers_api: set[str] = set()
 
     # -- transport -------------------------------------------------------------------------
 
@@ -265,9 +267,9 @@ class RegistryClient:
         return digest
 
     def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
-        """Cross-repository mount: the registry links the blob, no data moves. True if mounted."""
-        if self.has_blob(repo, digest):
-            return True
+        """Cross-repository mount: the registry links the blob, no data moves. True if mounted
+        (or already there). One request when the registry mounts: a mount of a blob the target
+        already has answers 201 as well, so there is no HEAD first."""
         response = self.request("POST", f"{repo}/blobs/uploads/?mount={digest}&from={from_repo}",
                                 ok=(201, 202), repo=repo)
         if response.status_code == 201:
@@ -278,7 +280,7 @@ class RegistryClient:
             url = location if location.startswith("http") else f"{self.scheme}://{self.host}{location}"
             with contextlib.suppress(RegistryError):
                 self.request("DELETE", url, ok=(204, 200, 404), repo=repo)
-        return False
+        return self.has_blob(repo, digest)   # declined, but the target may hold it already
 
     def tags(self, repo: str) -> list[str]:
         try:

@@ -90,8 +90,7 @@ def attach(client: RegistryClient, repo: str, subject_digest: str, artifact_type
     raw = json.dumps(manifest, sort_keys=True).encode()
     digest = client.put_manifest(repo, sha256_digest(raw), raw, OCI_MANIFEST)
     referrer = Referrer(digest=digest, artifact_type=artifact_type, size=len(raw), annotations=notes)
-    if not _has_referrers_api(client, repo, subject_digest):
-        _add_to_fallback_index(client, repo, subject_digest, referrer)
+    add_referrers(client, repo, subject_digest, [referrer])
     return referrer
 
 
@@ -132,26 +131,47 @@ def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referre
     (blobs mounted, manifest bytes unchanged, so its digest and any signature in it still hold).
     `exclusive`: the caller holds a lock every writer of dst_repo takes (release's repository lock),
     so the referrers index is written once, without waiting for a concurrent writer to land."""
+    copy_artifact(client, src_repo, dst_repo, referrer)
+    add_referrers(client, dst_repo, subject_digest, [referrer], exclusive=exclusive)
+
+
+def copy_artifact(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer) -> None:
+    """The artifact's manifest and blobs in dst_repo, by digest and untagged, not yet listed as a
+    referrer (`add_referrers` does that). Content-addressed: safe to do without any lock."""
     raw, media_type, _ = client.get_manifest(src_repo, referrer.digest)
     manifest = json.loads(raw)
     for blob in [manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]:
         if not client.mount_blob(dst_repo, blob, src_repo):
             raise RegistryError(f"registry declined to mount {blob} from {src_repo} into {dst_repo}")
     client.put_manifest(dst_repo, referrer.digest, raw, media_type)
-    if not _has_referrers_api(client, dst_repo, subject_digest):
-        _add_to_fallback_index(client, dst_repo, subject_digest, referrer, settle=not exclusive)
+
+
+def add_referrers(client: RegistryClient, repo: str, subject_digest: str, found: list[Referrer],
+                  exclusive: bool = False) -> None:
+    """List artifacts already in `repo` as referrers of `subject_digest` (where the registry has no
+    referrers API, in the fallback index: one write for all of them). See `copy` for `exclusive`."""
+    if found and not _has_referrers_api(client, repo, subject_digest):
+        _add_to_fallback_index(client, repo, subject_digest, found, settle=not exclusive)
 
 
 # -- the two ways of listing -----------------------------------------------------------------
 
 def _api_referrers(client: RegistryClient, repo: str, subject_digest: str) -> list[Referrer] | None:
-    """The referrers API's answer, or None where the registry has no such API (404)."""
+    """The referrers API's answer, or None where the registry has no such API (404).
+
+    A repository that answered without the API once is not asked again by this client: OCI 1.1
+    forbids a 404 from a registry that has the API, so the answer holds for the run (kept per
+    repository, because some registries do answer 404 for a repository that does not exist yet)."""
+    if repo in client.no_referrers_api:
+        return None
     try:
         response = client.request("GET", f"{repo}/referrers/{subject_digest}", repo=repo,
                                   headers={"Accept": OCI_INDEX})
     except NotFound:
+        client.no_referrers_api.add(repo)
         return None
     if response.headers.get("Content-Type", "").split(";")[0] != OCI_INDEX:
+        client.no_referrers_api.add(repo)
         return None
     return [Referrer.from_descriptor(d) for d in response.json().get("manifests", [])]
 
@@ -175,17 +195,23 @@ def _fallback_referrers(client: RegistryClient, repo: str, subject_digest: str) 
     return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
 
 
-def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: str, referrer: Referrer,
+def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: str, found: list[Referrer],
                            settle: bool = True) -> None:
     """Append to the `sha256-<hex>` index. Registries have no compare-and-swap on tags, so the
     write is read back: when a concurrent writer's index replaced ours, add ours again. Without
     `settle` (no concurrent writer possible) the first write stands."""
     tag = referrers_tag(subject_digest)
+
+    def missing(index: dict[str, Any]) -> list[Referrer]:
+        listed = {d.get("digest") for d in index["manifests"]}
+        return [r for r in found if r.digest not in listed]
+
     for _ in range(_INDEX_UPDATE_ATTEMPTS):
         index = _fallback_index(client, repo, subject_digest)
-        if any(d.get("digest") == referrer.digest for d in index["manifests"]):
+        todo = missing(index)
+        if not todo:
             return
-        index["manifests"].append(referrer.descriptor())
+        index["manifests"] += [r.descriptor() for r in todo]
         raw = json.dumps(index, sort_keys=True).encode()
         started = time.monotonic()
         client.put_manifest(repo, tag, raw, OCI_INDEX)
@@ -194,6 +220,7 @@ def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: st
         # A writer that read the index when we did writes within about one round trip of us: waiting
         # several round trips (as the release lock does) lets its write land before we read back.
         time.sleep(max(0.01, 5 * (time.monotonic() - started)))
-    if not any(d.get("digest") == referrer.digest for d in _fallback_index(client, repo, subject_digest)["manifests"]):
-        raise RegistryError(f"could not list {referrer.digest} in {repo}:{tag}: concurrent writers kept replacing it")
-
+    left = missing(_fallback_index(client, repo, subject_digest))
+    if left:
+        raise RegistryError(f"could not list {', '.join(r.digest for r in left)} in {repo}:{tag}: concurrent "
+                            "writers kept replacing it")

@@ -3,8 +3,8 @@ its cell, read from the SBOMs stored with both digests (framework, Python, CUDA 
 then added, removed and changed Python and Debian packages).
 
 Kept apart from the gates and the promotion (release.promote) and from the layout of the notes
-(release.notes): `package_section` is called once per image while the release is planned, and
-`copy_sbom` once per image while it is promoted, so the SBOM travels with the image.
+(release.notes): `package_section` is called once per image while the release is planned (the
+promotion copies the SBOM itself, so it travels with the image).
 """
 
 from __future__ import annotations
@@ -69,11 +69,3 @@ def package_notes(section: dict[str, Any] | None, previous_release: str | None) 
     (templates/packages.md.j2, which the notes template includes)."""
     return render_document("buildtool.release", "packages.md.j2", standalone=True, section=section,
                            previous_release=previous_release, limit=NOTES_LIMIT)
-
-
-def copy_sbom(client: RegistryClient, src_repo: str, dst_repo: str, digest: str,
-              exclusive: bool = False) -> str | None:
-    """Promotion's part: the image's SBOM becomes a referrer of the same digest in the release repo."""
-    from buildtool.registry.sbom import copy_sbom as copy
-
-    return copy(client, src_repo, dst_repo, digest, exclusive=exclusive)

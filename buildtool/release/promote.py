@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +63,7 @@ from buildtool.release.gates import (
     verdict_problems,
     waiver_for,
 )
-from buildtool.release.packages import copy_sbom, package_section
+from buildtool.release.packages import package_section
 from buildtool.validate.keys import TrustedKeys
 
 if TYPE_CHECKING:
@@ -231,8 +231,11 @@ def copy_manifest(client: RegistryClient, src_repo: str, dst_repo: str, raw: byt
         for child in manifest.get("manifests", []):
             child_raw, child_type, child_digest = client.get_manifest(src_repo, child["digest"])
             copy_manifest(client, src_repo, dst_repo, child_raw, child_type, child_digest)
-    for blob in _blobs(manifest):
-        if not client.mount_blob(dst_repo, blob, src_repo):
+    blobs = _blobs(manifest)
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, max(1, len(blobs)))) as pool:   # each one request
+        mounted = list(pool.map(lambda blob: client.mount_blob(dst_repo, blob, src_repo), blobs))
+    for blob, ok in zip(blobs, mounted, strict=True):
+        if not ok:
             # Moving the data through this client is exactly what release must not do.
             raise RegistryError(f"registry declined to mount {blob} from {src_repo} into {dst_repo}")
     client.put_manifest(dst_repo, digest, raw, media_type)
@@ -366,10 +369,11 @@ class RepoLock:
     """
 
     def __init__(self, client: RegistryClient, repo: str, *, ttl_s: float = 300.0, wait_s: float = 60.0,
-                 settle_s: float | None = None, poll_s: float = 0.5, purpose: str = ""):
+                 settle_s: float | None = None, poll_s: float = 0.5, purpose: str = "", blob_source: str = ""):
         self.client, self.repo = client, repo
         self.ttl_s, self.wait_s, self.settle_s, self.poll_s = ttl_s, wait_s, settle_s, poll_s
         self.purpose = purpose
+        self.blob_source = blob_source   # a repository likely to hold the empty blob: mounted, not uploaded
         self.token = uuid.uuid4().hex
         self.digest = ""
 
@@ -403,8 +407,12 @@ class RepoLock:
                 return info.get(label_keys.LOCK_TOKEN) not in _ACTIVE_TOKENS
         return False
 
-    def acquire(self) -> None:
-        self.client.put_blob(self.repo, EMPTY_JSON)
+    def acquire(self, while_settling: Callable[[], None] | None = None) -> None:
+        """Take the lock. `while_settling` runs (once) in the settle wait after our lock write: work
+        that needs no lock (content-addressed, untagged writes) done there costs no time of its own."""
+        empty = sha256_digest(EMPTY_JSON)
+        if not (self.blob_source and self.client.mount_blob(self.repo, empty, self.blob_source)):
+            self.client.put_blob(self.repo, EMPTY_JSON)
         deadline = time.monotonic() + self.wait_s
         with _ACTIVE_GUARD:
             _ACTIVE_TOKENS.add(self.token)
@@ -417,8 +425,12 @@ class RepoLock:
                     self.digest = self.client.put_manifest(self.repo, LOCK_TAG, body, OCI_MANIFEST)
                     # A contender that saw the lock free writes within about one round trip of its
                     # read; waiting several round trips lets that write land before we read back.
-                    time.sleep(self.settle_s if self.settle_s is not None
-                               else max(0.02, 5 * (time.monotonic() - started)))
+                    written = time.monotonic()
+                    settle = self.settle_s if self.settle_s is not None else max(0.02, 5 * (written - started))
+                    if while_settling is not None:
+                        work, while_settling = while_settling, None
+                        work()
+                    time.sleep(max(0.0, written + settle - time.monotonic()))
                     now = self._holder()
                     if now is not None and now[0] == self.digest:
                         return
@@ -459,15 +471,21 @@ class ReleaseOptions:
     lock_ttl_s: float = 300.0
     accept_skips: tuple[str, ...] = ()      # --accept-skip regexes: explicit, recorded waivers
     lock_settle_s: float | None = None     # None: adaptive, 5 lock-write round trips (at least 20 ms)
-    trusted: TrustedKeys = field(default_factory=TrustedKeys)   # keys whose verdicts count (none: nothing passes)
+    # Keys whose verdicts count (none: nothing passes); a Future when they are still being read
+    # (buildtool.cli.release_run reads them while the first registry requests are on their way).
+    trusted: TrustedKeys | Future[TrustedKeys] = field(default_factory=TrustedKeys)
     tests_dir: Path | None = None          # this checkout's image-tests/, to compare what verdicts ran with
+
+    def trusted_keys(self) -> TrustedKeys:
+        return self.trusted.result() if isinstance(self.trusted, Future) else self.trusted
 
 
 def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
                   options: ReleaseOptions) -> None:
     from buildtool.validate.verdicts import find_verdicts
 
-    findings = find_verdicts(client, dev_repo, item.digest, options.trusted, plan.cell.key)
+    trusted = options.trusted_keys()
+    findings = find_verdicts(client, dev_repo, item.digest, trusted, plan.cell.key)
     item.ignored = [f"{r.artifact}: {r.reason}" for r in findings.rejected]
     if findings.overwritten:
         item.problems.append(f"a verdict of {item.digest} was overwritten in the registry "
@@ -476,15 +494,15 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
     chosen = findings.chosen
     if chosen is None:
         if findings.rejected or findings.legacy:
-            item.problems.append(f"{item.digest} has no valid verdict: {findings.why_none(options.trusted)}")
+            item.problems.append(f"{item.digest} has no valid verdict: {findings.why_none(trusted)}")
         else:
             item.problems.append(f"{item.digest} has no verdict in the registry; run `make validate "
                                  f"FRAMEWORK={plan.cell.key}` first")
         return
     item.verdict, item.attestation = chosen.verdict, chosen.referrer
     item.verdict_ref = f"{plan.dev_repo}@{chosen.artifact}"
-    item.signer = options.trusted.describe(chosen.keyid)
-    if chosen.keyid in options.trusted.dev:
+    item.signer = trusted.describe(chosen.keyid)
+    if chosen.keyid in trusted.dev:
         item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
     local, groups = None, None
     if options.tests_dir is not None:
@@ -577,48 +595,81 @@ def previous_release(client: RegistryClient, repo: str, cell: Cell, version: str
             "size": sum(p.size for p in platforms), "labels": platforms[0].labels if platforms else {}}
 
 
-def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: RepoLock | None,
-            copy_verdict: bool = True) -> None:
-    """Copy, tag (compare before each write), verify. Raises RegistryError on a fault."""
-    from buildtool.registry.referrers import copy as copy_referrer
+def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> list[Referrer]:
+    """The writes of a promotion that need no lock: the image's manifests (children first, blobs
+    mounted) and its signed verdict and SBOM artifacts, all by digest and untagged in the release
+    repository. Returns the artifacts, for `promote` to list as referrers of the image."""
+    from buildtool.registry.referrers import copy_artifact
+    from buildtool.registry.sbom import find_sbom
 
     _, src = split_repo_path(plan.dev_repo)
+    _, dst = split_repo_path(plan.release_repo)
+    copy_manifest(client, src, dst, item._raw, item.media_type, item.digest)
+    # Users of the release repository can check the signed verdict by digest there too (bytes
+    # unchanged, so the signature holds), and the SBOM travels with the image (release.packages).
+    artifacts = [a for a in (item.attestation, find_sbom(client, src, item.digest)) if a is not None]
+    for artifact in artifacts:
+        copy_artifact(client, src, dst, artifact)
+    return artifacts
+
+
+def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: RepoLock | None,
+            staged: list[Referrer] | None = None) -> None:
+    """Copy (unless `stage` already did: `staged`), list the artifacts, tag (compare before each
+    write), verify. Raises RegistryError on a fault."""
+    from buildtool.registry.referrers import add_referrers
+
     _, dst = split_repo_path(plan.release_repo)
     todo = [t for t in item.tags if t.action in ("create", "move")]
     if not todo:
         item.status = "unchanged"
         return
-    copy_manifest(client, src, dst, item._raw, item.media_type, item.digest)
-    if copy_verdict and item.attestation is not None:
-        # Users of the release repository can check the signed verdict by digest there too. Copied
-        # before any tag (bytes unchanged, so the signature holds), so released tags have it as well.
-        copy_referrer(client, src, dst, item.attestation, item.digest, exclusive=lock is not None)
-    # The SBOM travels with the image (release.packages). Under the repository lock no other
+    artifacts = stage(client, item, plan) if staged is None else staged
+    # Listed before any tag, so released tags have them. Under the repository lock no other
     # release writes this repository's referrers index.
-    copy_sbom(client, src, dst, item.digest, exclusive=lock is not None)
+    add_referrers(client, dst, item.digest, artifacts, exclusive=lock is not None)
     if lock is not None and not lock.still_held():
         raise RegistryError(f"lost the release lock of {dst} before tagging; nothing was tagged")
-    for t in todo:
+    # Version tags first, then the moving ones: a moving tag never names a release whose version
+    # tag was not written. Within each group the tags are independent: compared and written side by side.
+    for group in ([t for t in todo if not t.moving], [t for t in todo if t.moving]):
+        if group:
+            _write_tags(client, item, plan, dst, group)
+    item.status = "promoted"
+
+
+def _write_tags(client: RegistryClient, item: ImageRelease, plan: CellPlan, dst: str, group: list[TagAction]) -> None:
+    def write(t: TagAction) -> None:
         now = client.manifest_digest(dst, t.tag)
         if now not in (t.current, item.digest):
             raise RegistryError(f"{plan.release_repo}:{t.tag} changed to {now} during the release")
         client.put_manifest(dst, t.tag, item._raw, item.media_type)
-        item.tags_made.append(t.tag)
-    item.status = "promoted"
+
+    with ThreadPoolExecutor(max_workers=len(group)) as pool:
+        outcomes = [pool.submit(write, t) for t in group]
+    for t, outcome in zip(group, outcomes, strict=True):
+        if outcome.exception() is None:
+            item.tags_made.append(t.tag)
+    for outcome in outcomes:
+        if outcome.exception() is not None:
+            raise outcome.exception()  # type: ignore[misc]
+
+
+def _digests(client: RegistryClient, repo: str, tags: list[str]) -> dict[str, str | None]:
+    """What each tag names now, read side by side."""
+    if len(tags) < 2:
+        return {t: client.manifest_digest(repo, t) for t in tags}
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(tags))) as pool:
+        return dict(zip(tags, pool.map(lambda t: client.manifest_digest(repo, t), tags), strict=True))
 
 
 def verify(client: RegistryClient, item: ImageRelease, moving: bool = True) -> list[str]:
     """Every release tag of the item (only the version tags with `moving=False`) must resolve to
     exactly the source digest."""
     _, dst = split_repo_path(item.release_repo)
-    wrong = []
-    for t in item.tags:
-        if t.action == "keep" or (t.moving and not moving):
-            continue
-        got = client.manifest_digest(dst, t.tag)
-        if got != item.digest:
-            wrong.append(f"{item.release_repo}:{t.tag} resolves to {got}, not {item.digest}")
-    return wrong
+    checked = [t.tag for t in item.tags if t.action != "keep" and (moving or not t.moving)]
+    return [f"{item.release_repo}:{tag} resolves to {got}, not {item.digest}"
+            for tag, got in _digests(client, dst, checked).items() if got != item.digest]
 
 
 def recheck(client: RegistryClient, items: list[ImageRelease]) -> None:
@@ -630,10 +681,10 @@ def recheck(client: RegistryClient, items: list[ImageRelease]) -> None:
         if item.status != "promoted":
             continue
         _, dst = split_repo_path(item.release_repo)
-        for t in item.tags:
-            if t.action not in ("create", "move", "exists"):
-                continue
-            now = client.manifest_digest(dst, t.tag)
+        written = [t for t in item.tags if t.action in ("create", "move", "exists")]
+        found = _digests(client, dst, [t.tag for t in written])
+        for t in written:
+            now = found[t.tag]
             if now == item.digest:
                 continue
             if t.moving:
@@ -710,11 +761,27 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
         return
     locks: list[RepoLock] = []
     failure: str = ""
+    staged: dict[int, list[Referrer] | RegistryError | RegistryUnreachable] = {}
+
+    def stage_for(repo: str) -> Callable[[], None]:
+        """Each pending image of `repo` staged while its lock settles (an error is raised where the
+        image is promoted, as if staging had happened there)."""
+        def work() -> None:
+            for item, p in pending:
+                if split_repo_path(p.release_repo)[1] == repo:
+                    try:
+                        staged[id(item)] = stage(client, item, p)
+                    except (RegistryError, RegistryUnreachable) as exc:
+                        staged[id(item)] = exc
+        return work
+
     try:
         for repo in sorted({split_repo_path(p.release_repo)[1] for _, p in pending}):   # sorted: no deadlock
+            source = next(split_repo_path(p.dev_repo)[1] for _, p in pending
+                          if split_repo_path(p.release_repo)[1] == repo)
             lock = RepoLock(client, repo, ttl_s=options.lock_ttl_s, wait_s=options.lock_wait_s,
-                            settle_s=options.lock_settle_s, purpose=f"release {options.version}")
-            lock.acquire()
+                            settle_s=options.lock_settle_s, purpose=f"release {options.version}", blob_source=source)
+            lock.acquire(while_settling=stage_for(repo))
             locks.append(lock)
         lock_of = {lk.repo: lk for lk in locks}
         for item, p in pending:
@@ -728,7 +795,10 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
                 failure = f"{item.cell}: {item.problems[-1]}"
                 continue
             try:
-                promote(client, item, p, lock_of[split_repo_path(p.release_repo)[1]])
+                done = staged.get(id(item))
+                if isinstance(done, (RegistryError, RegistryUnreachable)):
+                    raise done
+                promote(client, item, p, lock_of[split_repo_path(p.release_repo)[1]], staged=done)
                 wrong = verify(client, item, moving=False)   # moving tags: after the final re-check
             except (RegistryError, RegistryUnreachable) as exc:
                 item.status = "failed"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
-from buildtool.registry.sbom import contents, load_sbom, make_sbom, store_sbom, validate_sbom
-from buildtool.release.packages import copy_sbom, package_notes, package_section
+from buildtool.registry.sbom import contents, copy_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
+from buildtool.release.packages import package_notes, package_section
 
 pytestmark = pytest.mark.integration
 HOST = "127.0.0.1:5000"
