@@ -12,7 +12,10 @@ interpreter start-up, imports, configuration and every registry round trip are i
 - `skopeo copy --preserve-digests` of the same image, blobs warm (already in the registry, skopeo's
   blob-info cache primed by one copy before the timed runs): one tag, no gates;
 - `docker pull` + `tag` + `push` with the layers already in the engine: one tag, no gates;
-- start-up alone: `buildtool --help` and `python -c pass`.
+- start-up alone: `buildtool --help` and `python -c pass`;
+- the imports of a release alone: the interpreter importing every module one release imports
+  (the list read from `-X importtime` of an untimed release), doing nothing else. The release
+  cannot be faster than this row: it is the floor set by Python and the libraries it uses.
 
 The image is a `docker import` of random bytes labelled as cell pytorch-cpu:2.13, pushed under a
 throwaway `t-bench-<random>/` prefix; its verdict is a schema-2 verdict signed with a key made for
@@ -132,12 +135,13 @@ def main() -> None:
                    XDG_CONFIG_HOME=str(work / "config"))
         made = [dev_repo]
 
-        def release(i: int, *extra: str) -> None:
+        def release(i: int, *extra: str, python_flags: tuple[str, ...] = ()) -> str:
             dest = f"{prefix}/rel-{'dry' if extra else 'real'}-{i}"
             made.append(f"{dest}/{cell.name}")
-            run([python, "-m", "buildtool", "release", "--version", f"0.1.{i}", "-f", cell.name, *extra],
-                cwd=project, env={**env, "RELEASE_REGISTRY": f"{args.registry}/{dest}"})
+            done = run([python, *python_flags, "-m", "buildtool", "release", "--version", f"0.1.{i}", "-f",
+                        cell.name, *extra], cwd=project, env={**env, "RELEASE_REGISTRY": f"{args.registry}/{dest}"})
             shutil.rmtree(project / "docs/releases", ignore_errors=True)
+            return done.stderr
 
         src = f"docker://{args.registry}/{dev_repo}:{dev_tag}"
 
@@ -157,6 +161,8 @@ def main() -> None:
 
         skopeo(99)          # warm skopeo's blob-info cache (not timed)
         release(99)         # warm: bytecode, the matrix snapshot, the OS file cache (not timed)
+        modules = imported_modules(release(98, python_flags=("-X", "importtime")))
+        import_all = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)"
         methods = [
             ("buildtool release", "whole process: gates, signed verdict, lock, 3 tags, attestation copy, "
              "re-check, notes + catalogue", release),
@@ -168,6 +174,9 @@ def main() -> None:
             ("buildtool --help", "whole process: start-up and imports only",
              lambda i: run([python, "-m", "buildtool", "--help"], cwd=project, env=env)),
             ("python -c pass", "whole process: the interpreter alone", lambda i: run([python, "-c", "pass"])),
+            ("imports of a release alone", f"whole process: the interpreter importing the {len(modules)} modules a "
+             "release imports, nothing else (the floor)",
+             lambda i: run([python, "-c", import_all, *modules], cwd=project, env=env)),
         ]
         # Round-robin: every method once per round, so a burst of load on a shared machine hits all alike.
         times: dict[str, list[float]] = {name: [] for name, _, _ in methods}
@@ -186,6 +195,17 @@ def main() -> None:
         print(f"{name:<32} {statistics.median(times):9.3f} {min(times):7.3f} {statistics.median(times) / base:9.2f}  "
               f"{what}")
     print(json.dumps({name: times for name, _, times in rows}), file=sys.stderr)
+
+
+def imported_modules(importtime: str) -> list[str]:
+    """Every module `-X importtime` reported, in order (nesting is not used: imports done in a
+    thread are printed nested under whatever another thread was importing at the time)."""
+    names = [line.rsplit("|", 1)[1].strip() for line in importtime.splitlines()
+             if line.startswith("import time:") and "|" in line]
+    names = [n for n in names if n and n != "imported package"]
+    if not names:
+        raise SystemExit("the release printed no -X importtime lines: cannot measure the import floor")
+    return names
 
 
 def cleanup(client: RegistryClient, repos: list[str]) -> None:

@@ -16,7 +16,6 @@ docker://REPO:sha256-<hex>` (the fallback index) and `skopeo copy docker://REPO@
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +32,8 @@ HEADLINE = ("framework", "python", "cuda", "base")
 
 def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dict[str, str]) -> dict[str, Any]:
     """A CycloneDX 1.6 document (as a dict) for the image `repository@digest`."""
+    import uuid  # here, with cyclonedx: release reads SBOMs and never makes one
+
     from cyclonedx.model import Property
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType

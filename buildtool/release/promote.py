@@ -28,7 +28,6 @@ import re
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -374,7 +373,7 @@ class RepoLock:
         self.ttl_s, self.wait_s, self.settle_s, self.poll_s = ttl_s, wait_s, settle_s, poll_s
         self.purpose = purpose
         self.blob_source = blob_source   # a repository likely to hold the empty blob: mounted, not uploaded
-        self.token = uuid.uuid4().hex
+        self.token = os.urandom(16).hex()   # not uuid: importing it costs more than a lock round trip
         self.digest = ""
 
     def _record(self, released: bool) -> bytes:
