@@ -164,8 +164,8 @@ def main() -> None:
         modules = imported_modules(release(98, python_flags=("-X", "importtime")))
         # A name the release tried and failed to import (an optional module of another platform) is
         # tried here too, and fails the same way.
-        import_all = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n        importlib.import_module(name)"
-                      "\n    except ImportError:\n        pass")
+        import_all = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n"
+                      "        importlib.import_module(name)\n    except ImportError:\n        pass")
         methods = [
             ("buildtool release", "whole process: gates, signed verdict, lock, 3 tags, attestation copy, "
              "re-check, notes + catalogue", release),

@@ -92,3 +92,56 @@ def test_copy_keeps_the_artifact_digest_in_the_target_repository(repo):
     listed = referrers(client, target, digest)
     assert [r.digest for r in listed] == [art.digest]
     assert fetch(client, target, listed[0], digest)[0].data == b"payload"
+
+
+def _proxied(proxy) -> RegistryClient:  # noqa: ANN001
+    return RegistryClient(proxy.address)
+
+
+def test_a_repository_without_the_referrers_api_is_asked_once_per_client(repo):
+    from tests.faultproxy import FaultProxy
+
+    _, name, digest = repo
+    with FaultProxy(upstream=("127.0.0.1", 5000)) as proxy:
+        client = _proxied(proxy)
+        art = attach(client, name, digest, "application/x.test", [Payload("text/plain", b"one")])
+        assert [r.digest for r in referrers(client, name, digest)] == [art.digest]
+        assert [r.digest for r in referrers(client, name, digest)] == [art.digest]
+        asked = [s for s in proxy.seen if "/referrers/" in s.path]
+        assert len(asked) == 1, asked          # distribution 2.8 answered 404 once; the fallback index since
+        # Another client (another run) asks again: the answer is kept per client, not forever.
+        assert [r.digest for r in referrers(_proxied(proxy), name, digest)] == [art.digest]
+        assert len([s for s in proxy.seen if "/referrers/" in s.path]) == 2
+
+
+def test_several_artifacts_are_listed_with_one_index_write_and_never_twice(repo):
+    from buildtool.registry.referrers import add_referrers, copy_artifact
+    from tests.faultproxy import FaultProxy
+
+    client, name, digest = repo
+    arts = [attach(client, name, digest, f"application/x.test-{i}", [Payload("text/plain", b"%d" % i)])
+            for i in range(2)]
+    target = name.rsplit("/", 1)[0] + "/listed"
+    raw, media_type, _ = client.get_manifest(name, digest)
+    for blob in [json.loads(raw)["config"]["digest"]] + [layer["digest"] for layer in json.loads(raw)["layers"]]:
+        assert client.mount_blob(target, blob, name)
+    client.put_manifest(target, digest, raw, media_type)
+    with FaultProxy(upstream=("127.0.0.1", 5000)) as proxy:
+        via = _proxied(proxy)
+        for art in arts:
+            copy_artifact(via, name, target, art)
+        add_referrers(via, target, digest, arts, exclusive=True)
+        add_referrers(via, target, digest, arts, exclusive=True)     # already listed: nothing written
+        index_writes = [s for s in proxy.seen if s.method == "PUT" and "/manifests/sha256-" in s.path]
+    assert len(index_writes) == 1, index_writes
+    assert sorted(r.digest for r in referrers(client, target, digest)) == sorted(a.digest for a in arts)
+
+
+def test_mount_of_a_blob_the_target_already_has_is_true_even_when_the_source_lacks_it(repo):
+    client, name, _ = repo
+    blob = client.put_blob(name, secrets.token_bytes(32))
+    empty_source = name.rsplit("/", 1)[0] + "/nothing-here"
+    assert client.mount_blob(name, blob, empty_source)          # declined (202), but the target holds it
+    other = name.rsplit("/", 1)[0] + "/other"
+    assert not client.mount_blob(other, blob, empty_source)     # neither has it: a refusal, not a copy
+    assert not client.has_blob(other, blob)

@@ -584,3 +584,59 @@ def test_concurrent_releases_of_two_versions_leave_latest_on_the_newer(space: Sp
     assert len(reports) == 2 and all(rep.ok for rep in reports)
     assert space.resolve(CPU, "2.13-0.1.0") == d1 and space.resolve(CPU, "2.13-0.2.0") == d2
     assert space.resolve(CPU, "latest") == d2 and space.resolve(CPU, "2.13") == d2   # whichever ran last
+
+
+# -- the lock's settle wait and what is done in it ---------------------------------------------
+
+def test_work_in_the_lock_settle_runs_once_and_a_lost_race_is_retaken_without_it(space: Space) -> None:
+    from buildtool.release.promote import RepoLock
+
+    repo = space.rel_repo(CPU)
+    space.client.put_blob(repo, b"{}")
+    lock = RepoLock(RegistryClient(HOST, retry=FAST), repo, settle_s=0.05, purpose="settling")
+    contender = RepoLock(RegistryClient(HOST, retry=FAST), repo, purpose="contender")
+    seen: list[str | None] = []
+
+    def work() -> None:
+        holder = lock._holder()
+        seen.append(holder[0] if holder else None)
+        # A contender's lock write lands inside our settle wait: the read-back must see it and
+        # we must not think we hold the lock. (Its holder is this process and not active, so it
+        # is stale at once and the next attempt takes the lock over.)
+        space.client.put_manifest(repo, LOCK_TAG, contender._record(released=False), OCI_MANIFEST)
+
+    first_write = []
+    real_put = lock.client.put_manifest
+
+    def recording_put(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+        digest = real_put(*args, **kw)
+        first_write.append(digest)
+        return digest
+
+    lock.client.put_manifest = recording_put  # type: ignore[method-assign]
+    lock.acquire(while_settling=work)
+    try:
+        assert seen == [first_write[0]]        # ran once, after our first write, before the read-back
+        assert len(first_write) == 2           # lost the race, wrote again; the work was not repeated
+        assert lock.still_held() and lock.digest == first_write[1]
+    finally:
+        lock.release()
+
+
+def test_a_fault_while_staging_fails_the_image_with_no_tag_and_the_lock_released(space: Space) -> None:
+    r = rev()
+    digest = space.build(CPU, r)
+    raw, _, _ = space.client.get_manifest(space.dev_repo(CPU), digest)
+    config = json.loads(raw)["config"]["digest"]
+    with FaultProxy(upstream=upstream()) as proxy:
+        # The image's config blob cannot be mounted (the staging done while the lock settles).
+        proxy.add(rf"POST .*/rel/pytorch-cpu/blobs/uploads/\?mount={config}", "reset", times=10_000)
+        report = space.release([CPU], r, "0.1.0", client=proxied(proxy))
+    item = report.images[0]
+    assert not report.ok and item.status == "failed" and item.tags_made == []
+    assert "unreachable" in item.problems[-1], item.problems
+    for tag in ("2.13-0.1.0", "2.13", "latest"):
+        assert space.resolve(CPU, tag) is None
+    lock = json.loads(space.client.get_manifest(space.rel_repo(CPU), LOCK_TAG)[0])
+    assert lock["annotations"]["io.dl-images.lock.released"] == "true"
+    assert space.release([CPU], r, "0.1.0").ok      # nothing half-done stands in the way of a re-run
