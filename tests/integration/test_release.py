@@ -640,3 +640,21 @@ def test_a_fault_while_staging_fails_the_image_with_no_tag_and_the_lock_released
     lock = json.loads(space.client.get_manifest(space.rel_repo(CPU), LOCK_TAG)[0])
     assert lock["annotations"]["io.dl-images.lock.released"] == "true"
     assert space.release([CPU], r, "0.1.0").ok      # nothing half-done stands in the way of a re-run
+
+
+def test_a_malformed_trusted_keys_file_is_bad_input_even_when_no_image_reaches_its_verdict(
+        project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    # The keys are read in a thread while the registry answers; a release refused before any verdict
+    # was read (no dev image here) must still say that the keys file is broken, as bad input.
+    space = Space()
+    (project / "config").mkdir(exist_ok=True)
+    (project / "config/trusted-keys.yaml").write_text("keys: [\n")
+    git(project, "add", "config/trusted-keys.yaml")
+    git(project, "commit", "-qm", "a broken keys file")
+    monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    monkeypatch.chdir(project)
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--matrix",
+                             str(project / "matrix.yaml"))
+    assert code == 2 and "config/trusted-keys.yaml: cannot read the trusted keys" in err, (out, err)
+    assert not (project / "docs/releases").exists()
