@@ -15,7 +15,9 @@ interpreter start-up, imports, configuration and every registry round trip are i
 - start-up alone: `buildtool --help` and `python -c pass`;
 - the imports of a release alone: the interpreter importing every module one release imports
   (the list read from `-X importtime` of an untimed release), doing nothing else. The release
-  cannot be faster than this row: it is the floor set by Python and the libraries it uses.
+  cannot be faster than this row: it is the floor set by Python and the libraries it uses;
+- the least any Python release with signed verdicts imports: the standard library's HTTP client
+  and JSON, and cryptography's Ed25519 (no YAML, no templates, none of buildtool).
 
 The image is a `docker import` of random bytes labelled as cell pytorch-cpu:2.13, pushed under a
 throwaway `t-bench-<random>/` prefix; its verdict is a schema-2 verdict signed with a key made for
@@ -49,6 +51,7 @@ from buildtool.validate.keys import SigningKey, trusted_entry  # noqa: E402
 from buildtool.validate.verdicts import attest  # noqa: E402
 
 TIMEOUT = 900
+MINIMAL_IMPORTS = "import http.client, json, cryptography.hazmat.primitives.asymmetric.ed25519"
 CELL = "pytorch-cpu:2.13"
 
 
@@ -180,6 +183,8 @@ def main() -> None:
             ("imports of a release alone", f"whole process: the interpreter importing the {len(modules)} modules a "
              "release imports, nothing else (the floor)",
              lambda i: run([python, "-c", import_all, *modules], cwd=project, env=env)),
+            ("HTTP + JSON + Ed25519 imports", "whole process: the interpreter importing http.client, json and "
+             "cryptography's Ed25519, nothing else", lambda i: run([python, "-c", MINIMAL_IMPORTS])),
         ]
         # Round-robin: every method once per round, so a burst of load on a shared machine hits all alike.
         times: dict[str, list[float]] = {name: [] for name, _, _ in methods}
