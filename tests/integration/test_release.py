@@ -603,7 +603,8 @@ def test_work_in_the_lock_settle_runs_once_and_a_lost_race_is_retaken_without_it
         # A contender's lock write lands inside our settle wait: the read-back must see it and
         # we must not think we hold the lock. (Its holder is this process and not active, so it
         # is stale at once and the next attempt takes the lock over.)
-        space.client.put_manifest(repo, LOCK_TAG, contender._record(released=False), OCI_MANIFEST)
+        if len(seen) == 1:
+            space.client.put_manifest(repo, LOCK_TAG, contender._record(released=False), OCI_MANIFEST)
 
     first_write = []
     real_put = lock.client.put_manifest
