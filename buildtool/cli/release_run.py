@@ -131,7 +131,7 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     if trust_local_key:
         _check_loopback(settings)
     background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-prefetch")
-    trusted = background.submit(_trusted_keys, project.root, trust_local_key, settings)
+    trusted = background.submit(_trusted_keys, project.root, trust_local_key)
     if not dry_run:
         background.submit(_preload_documents)
     background.shutdown(wait=False)
@@ -174,13 +174,17 @@ def _check_release_files(project: Project, version: str) -> None:
         raise UserError(problem)
 
 
-def _trusted_keys(root: Path, trust_local_key: bool, settings: Settings) -> TrustedKeys:
+def _trusted_keys(root: Path, trust_local_key: bool) -> TrustedKeys:
     """config/trusted-keys.yaml, and this machine's dev key with --trust-local-key."""
-    from buildtool.validate.keys import load_trusted
+    from buildtool.validate.keys import dev_public_key, load_trusted
 
     trusted = load_trusted(root)
-    if trust_local_key:
-        _trust_local_key(trusted, settings)
+    if trust_local_key:   # the registry was checked to be a loopback one before this ran
+        key = dev_public_key()
+        if key is None:
+            raise UserError("--trust-local-key: this machine has no local dev key (validate makes one when "
+                            "DL_IMAGES_SIGNING_KEY is unset; or run `buildtool keys --dev`)")
+        trusted.add_dev(key)
     return trusted
 
 
@@ -197,17 +201,6 @@ def _check_loopback(settings: Settings) -> None:
     if not (host in ("localhost", "::1") or host.startswith("127.")):
         raise UserError(f"--trust-local-key is only for a loopback registry, not {registry}; for a real release "
                         "add the validating runner's public key to config/trusted-keys.yaml (see `buildtool keys`)")
-
-
-def _trust_local_key(trusted: TrustedKeys, settings: Settings) -> None:
-    from buildtool.validate.keys import dev_public_key
-
-    _check_loopback(settings)
-    key = dev_public_key()
-    if key is None:
-        raise UserError("--trust-local-key: this machine has no local dev key (validate makes one when "
-                        "DL_IMAGES_SIGNING_KEY is unset; or run `buildtool keys --dev`)")
-    trusted.add_dev(key)
 
 
 def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bool, dry_run: bool) -> None:

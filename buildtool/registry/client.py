@@ -282,6 +282,17 @@ class RegistryClient:
                 self.request("DELETE", url, ok=(204, 200, 404), repo=repo)
         return self.has_blob(repo, digest)   # declined, but the target may hold it already
 
+    def mount_blobs(self, repo: str, digests: list[str], from_repo: str) -> None:
+        """Mount every blob from `from_repo`, side by side; a declined mount is an error, because
+        moving the data through this client is exactly what a promotion must not do."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(digests)))) as pool:
+            mounted = list(pool.map(lambda blob: self.mount_blob(repo, blob, from_repo), digests))
+        for blob, ok in zip(digests, mounted, strict=True):
+            if not ok:
+                raise RegistryError(f"registry declined to mount {blob} from {from_repo} into {repo}")
+
     def tags(self, repo: str) -> list[str]:
         try:
             return self.request("GET", f"{repo}/tags/list", repo=repo).json().get("tags") or []

@@ -140,9 +140,8 @@ def copy_artifact(client: RegistryClient, src_repo: str, dst_repo: str, referrer
     referrer (`add_referrers` does that). Content-addressed: safe to do without any lock."""
     raw, media_type, _ = client.get_manifest(src_repo, referrer.digest)
     manifest = json.loads(raw)
-    for blob in [manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]:
-        if not client.mount_blob(dst_repo, blob, src_repo):
-            raise RegistryError(f"registry declined to mount {blob} from {src_repo} into {dst_repo}")
+    blobs = [manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]
+    client.mount_blobs(dst_repo, blobs, src_repo)
     client.put_manifest(dst_repo, referrer.digest, raw, media_type)
 
 

@@ -187,14 +187,3 @@ def load_sbom(client: RegistryClient, repo: str, digest: str) -> tuple[dict[str,
                 raise RegistryError(f"SBOM {referrer.digest} describes {component.get('version')}, not {digest}")
             return document, referrer.digest
     raise RegistryError(f"artifact {referrer.digest} of {repo}@{digest} holds no {SBOM_TYPE} layer")
-
-
-def copy_sbom(client: RegistryClient, src_repo: str, dst_repo: str, digest: str, exclusive: bool = False) -> str | None:
-    """Make the SBOM of `digest` in src_repo a referrer of the same digest in dst_repo (release:
-    the SBOM travels with the image). Returns the artifact digest, None when there is no SBOM."""
-    referrer = find_sbom(client, src_repo, digest)
-    if referrer is None:
-        return None
-    if referrer.digest not in {r.digest for r in referrers.referrers(client, dst_repo, digest, SBOM_TYPE)}:
-        referrers.copy(client, src_repo, dst_repo, referrer, digest, exclusive=exclusive)
-    return referrer.digest

@@ -230,13 +230,7 @@ def copy_manifest(client: RegistryClient, src_repo: str, dst_repo: str, raw: byt
         for child in manifest.get("manifests", []):
             child_raw, child_type, child_digest = client.get_manifest(src_repo, child["digest"])
             copy_manifest(client, src_repo, dst_repo, child_raw, child_type, child_digest)
-    blobs = _blobs(manifest)
-    with ThreadPoolExecutor(max_workers=min(READ_THREADS, max(1, len(blobs)))) as pool:   # each one request
-        mounted = list(pool.map(lambda blob: client.mount_blob(dst_repo, blob, src_repo), blobs))
-    for blob, ok in zip(blobs, mounted, strict=True):
-        if not ok:
-            # Moving the data through this client is exactly what release must not do.
-            raise RegistryError(f"registry declined to mount {blob} from {src_repo} into {dst_repo}")
+    client.mount_blobs(dst_repo, _blobs(manifest), src_repo)
     client.put_manifest(dst_repo, digest, raw, media_type)
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
-from buildtool.registry.sbom import contents, copy_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
+from buildtool.registry.referrers import add_referrers, copy_artifact
+from buildtool.registry.sbom import contents, find_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
 from buildtool.release.packages import package_notes, package_section
 
 pytestmark = pytest.mark.integration
@@ -80,7 +81,7 @@ def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run
     assert json.loads(blob.read_text()) == new_doc
 
     # Release: the SBOMs travel to the release repository; notes list the package changes.
-    assert copy_sbom(client, dev, rel, old_digest) == old_artifact   # the previous release, as release did
+    assert copy_sbom(client, dev, rel, old_digest) == old_artifact   # the previous release, as release does
     section = package_section(client, new_digest, f"{HOST}/{dev}", f"{HOST}/{rel}",
                               {"release": "0.1.0", "digest": old_digest})
     assert section["sbom"] == f"{HOST}/{rel}@{new_artifact}"
@@ -103,3 +104,13 @@ def test_sbom_of_an_image_without_one_is_a_failure_and_a_bad_reference_is_bad_in
     assert code == 2 and "names no registry" in err
     code, _, err = run_cli("sbom", f"{HOST}/{repo}:missing")
     assert code == 2 and "no such tag" in err
+
+
+def copy_sbom(client: RegistryClient, dev: str, rel: str, digest: str) -> str:
+    """What a promotion does with an image's SBOM (release.promote.stage, then promote): the newest
+    one of the dev repository becomes a referrer of the same digest in the release repository."""
+    sbom = find_sbom(client, dev, digest)
+    assert sbom is not None
+    copy_artifact(client, dev, rel, sbom)
+    add_referrers(client, rel, digest, [sbom])
+    return sbom.digest
