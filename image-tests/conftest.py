@@ -25,7 +25,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
-from harness import Container, install_signal_cleanup, remove_all, skip  # noqa: E402
+from harness import Container, install_signal_cleanup, remove_all, skip, warm_up  # noqa: E402
 
 from buildtool.contracts import skips  # noqa: E402
 from buildtool.contracts.target import load_target  # noqa: E402
@@ -134,16 +134,15 @@ def out_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def main(target: dict[str, Any], shared_dir: Path, out_root: Path):
-    """The container of the image under test, started exactly as users are told to run it."""
+    """The container of the image under test, started exactly as users are told to run it, its
+    framework imported once first (the cold start, recorded in the verdict; later probes run warm)."""
     flags = [*target["run_flags"], *target.get("extra_run_flags", [])]
     container = Container(target["image"], flags, run_id=target["run_id"], shared=shared_dir, out_root=out_root)
     try:
+        _FACTS["cold_start"] = warm_up(container, target["framework_info"]["module"])
         yield container
     finally:
         container.remove()
-
-
-CONTENTS_TIMEOUT_S = 60  # start Python, import the framework, read a few versions
 
 
 @pytest.fixture(scope="session")
@@ -154,8 +153,7 @@ def contents(main, target) -> dict[str, Any]:
             "cuda_expr": info.get("cuda_build_expr") or "''", "packages": sorted(target["expect"].get("packages", {})),
             "commands": ["torchrun", "tensorboard"],
             "env": [info["container_version_env"]] if info.get("container_version_env") else []}
-    probe = main.python("contents.py", json.dumps(spec), step=f"import {info['module']} and read its version",
-                        timeout=CONTENTS_TIMEOUT_S)
+    probe = main.python("contents.py", json.dumps(spec), step=f"import {info['module']} and read its version")
     found = probe.result
     assert probe.ok and isinstance(found, dict) and "stage" not in found, probe.cause() or "no result"
     if found.get("framework_version"):
@@ -163,14 +161,10 @@ def contents(main, target) -> dict[str, Any]:
     return found
 
 
-LIMITS_TIMEOUT_S = 30  # `python3 -I -S` reading getrlimit and statvfs
-
-
 @pytest.fixture(scope="session")
 def limits(main) -> dict[str, Any]:
     """The rlimits and /dev/shm a process of the image's user really gets (scripts/limits.py)."""
-    probe = main.run(["python3", "-I", "-S", "/imagetests/limits.py"], step="read the container's limits",
-                     timeout=LIMITS_TIMEOUT_S)
+    probe = main.run(["python3", "-I", "-S", "/imagetests/limits.py"], step="read the container's limits")
     assert probe.ok and isinstance(probe.result, dict), probe.cause() or "no result"
     return probe.result
 
@@ -180,11 +174,15 @@ def start_container(target: dict[str, Any], shared_dir: Path, out_root: Path):
     """Start more containers (peers); all removed when the session ends."""
     started: list[Container] = []
 
-    def _start(image: str, extra: list[str] | None = None, hint: str = "peer", gpus: bool = False) -> Container:
+    def _start(image: str, extra: list[str] | None = None, hint: str = "peer", gpus: bool = False,
+               warm: str = "") -> Container:
+        """`warm`: the framework module of another image, imported once first (as `main` does)."""
         flags = [f for f in target["run_flags"] if gpus or not f.startswith("--gpus")] + list(extra or [])
         container = Container(image, flags, run_id=target["run_id"], shared=shared_dir, name_hint=hint,
                               out_root=out_root)
         started.append(container)
+        if warm:
+            warm_up(container, warm)
         return container
 
     try:

@@ -6,15 +6,19 @@ too. Nothing is installed into the image: image-tests/scripts is mounted read-on
 /imagetests, and a host folder at /imagetests-out receives what probes write.
 
 A probe is one command run with `docker exec` as the image's default user in its working
-directory, under scripts/supervise.py (`python3 -I -S`: no site, no sitecustomize), which kills
-it and everything it started after the probe's own timeout and records how it ended in a JSON
-file. The command writes its findings as JSON into its own folder ($IMAGETEST_OUT). Nothing is
-decided from text a process prints, so banners, a motd, BASH_ENV or an entrypoint that talks
-cannot change a result; no login shell is ever started.
+directory, under scripts/supervise.py (`python3 -I -S`: no site, no sitecustomize), which records
+how it ended in a JSON file. The command writes its findings as JSON into its own folder
+($IMAGETEST_OUT). Nothing is decided from text a process prints, so banners, a motd, BASH_ENV or
+an entrypoint that talks cannot change a result; no login shell is ever started.
 
-Every probe's timeout is sized to what it does and cut to what is left of the image's deadline
-(`buildtool validate` sets it from the matrix); a hang is reported as the step that hung and
-the time it was given.
+Slow is not hung. A probe may run as long as what is left of the image's deadline
+(`buildtool validate` sets it from the matrix) while it makes progress (its processes' CPU time,
+page faults or I/O grow); it is cut as hung when none of that has grown for its quiet window
+(QUIET_S, or longer where the probe legitimately waits: a peer, a timeout of its own). So a cold
+page cache, which makes the first `import tensorflow` read for most of a minute, passes, and an
+import that blocks forever fails as "<step> hung: no CPU or I/O for 30 s" long before the
+deadline. The framework is imported once per image, first (`warm_up`), and its cold import time
+and bytes read go into the verdict.
 """
 
 from __future__ import annotations
@@ -44,9 +48,13 @@ SCRIPTS_IN = "/imagetests"
 OUT_IN = "/imagetests-out"
 SHARED_IN = "/shared"
 RUN_LABEL = label_keys.IMAGETEST_RUN
-# The host waits this much longer than a probe's timeout: the supervisor needs a few seconds
+# The host waits this much longer than a probe's bound: the supervisor needs a few seconds
 # to kill the probe (SIGTERM, then SIGKILL) and to write down how it ended.
 HOST_GRACE_S = 20.0
+# A probe with no CPU, page fault or I/O progress for this long has hung. A cold disk still
+# makes progress (bytes read grow); waits on a peer or on a timeout of the probe's own get a
+# longer window from their caller.
+QUIET_S = 30.0
 START_TIMEOUT_S = 180.0
 _LIVE: set[str] = set()
 
@@ -71,6 +79,13 @@ class Deadline:
     def describe(self) -> str:
         by = f" ({self.spent_by} ran into it)" if self.spent_by else ""
         return f"the image's validation deadline of {self.total_s:.0f}s is spent{by}"
+
+    def describe_total(self) -> str:
+        return f"validate.deadline_s {self.total_s:.0f} s" if self.total_s else "no deadline was set"
+
+    def bound(self) -> float:
+        """What a probe starting now may use: what is left before the tests must stop."""
+        return self.left()
 
 
 DEADLINE = Deadline()
@@ -107,13 +122,17 @@ class Probe:
 
     step: str                      # what it does, in words ("import torch and read versions")
     argv: list[str]
-    timeout: float                 # the seconds it was given
-    clamped: bool = False          # cut to what was left of the image's deadline
+    quiet: float = QUIET_S         # seconds with no progress after which it is hung
+    bound: float = 0.0             # the seconds it was allowed: what was left of the image's deadline
     rc: int | None = None
     signal: int | None = None
-    timed_out: bool = False
+    stalled: bool = False          # killed: no CPU or I/O for `quiet` seconds
+    timed_out: bool = False        # killed: still making progress when the deadline ran out
+    lost: bool = False             # the supervisor itself gave no record (the host killed it)
     not_found: bool = False
     seconds: float = 0.0
+    cpu_s: float = 0.0             # CPU time of its processes
+    read_bytes: int = 0            # bytes its processes read from storage (page cache misses)
     error: str = ""                # why it could not run at all (from the supervisor or the engine)
     result: Any = None             # the probe's own result.json
     out: str = ""                  # output tails: for people, never parsed
@@ -127,7 +146,12 @@ class Probe:
 
     @property
     def ok(self) -> bool:
-        return self.rc == 0 and not self.timed_out and not self.error
+        return self.rc == 0 and not self.cut and not self.error
+
+    @property
+    def cut(self) -> bool:
+        """It did not end by itself: hung, out of deadline, or lost."""
+        return self.stalled or self.timed_out or self.lost
 
     def tail(self, lines: int = 12) -> str:
         text = (self.out + "\n" + self.err).strip()
@@ -151,16 +175,21 @@ class Probe:
         return found
 
     def hung(self) -> str:
-        given = f"{self.timeout:.0f}s"
-        if self.clamped:
-            given += f", all that was left of the image's {DEADLINE.total_s:.0f}s deadline"
-        return f"{self.step} hung: no result within {given}; killed"
+        """One line on why it was cut: hung (no progress), slow (the deadline ran out while it
+        still made progress), or lost (not even the supervisor answered)."""
+        if self.stalled:
+            return f"{self.step} hung: no CPU or I/O for {self.quiet:.0f} s; killed after {self.seconds:.0f} s"
+        if self.timed_out:
+            return (f"{self.step}: still running after {self.seconds:.0f} s ({megabytes(self.read_bytes)} read, "
+                    f"{self.cpu_s:.0f} s of CPU): the image's deadline ran out ({DEADLINE.describe_total()})")
+        return (f"{self.step} hung: not even its supervisor answered within {self.bound + HOST_GRACE_S:.0f} s; "
+                f"killed")
 
     def cause(self) -> str:
         """One line: why it failed (the first line a console prints must carry it)."""
         if self.error:
             return f"{self.step}: {self.error}"
-        if self.timed_out:
+        if self.cut:
             return self.hung()
         if isinstance(self.result, dict) and self.result.get("error"):
             return f"{self.step}: {self.result['error']}"
@@ -174,7 +203,7 @@ class Probe:
         return ""
 
 
-def _docker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def _docker(*args: str, timeout: float | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
 
 
@@ -251,20 +280,20 @@ class Container:
 
     # -- probes -------------------------------------------------------------------------------
 
-    def run(self, argv: list[str], *, step: str, timeout: float, env: dict[str, str] | None = None) -> Probe:
+    def run(self, argv: list[str], *, step: str, quiet: float = QUIET_S,
+            env: dict[str, str] | None = None) -> Probe:
         """Run `argv` under the supervisor as the image's user in its working directory.
 
-        `step` names what it does (messages say "<step> hung: no result within Ns"); `timeout`
-        is sized to what it does and cut to what is left of the image's deadline."""
+        `step` names what it does ("<step> hung: no CPU or I/O for 30 s"); `quiet` is the longest
+        it may show no progress (raise it where the probe waits on a peer or on a timeout of its
+        own); it may run as long as the image's deadline allows while it makes progress."""
         if isinstance(argv, str):  # never a shell: its start-up files are the image's, not ours
             raise TypeError("probes take an argument list, never a shell string")
-        probe = Probe(step=step, argv=list(argv), timeout=float(timeout))
-        left = DEADLINE.left()
-        if left <= 1:
+        probe = Probe(step=step, argv=list(argv), quiet=float(quiet))
+        probe.bound = DEADLINE.bound()
+        if probe.bound <= 1:
             probe.error = "not run: " + DEADLINE.describe()
             return probe
-        if left < timeout:
-            probe.timeout, probe.clamped = max(1.0, left), True
         ident = f"{re.sub(r'[^a-z0-9]+', '-', step.lower())[:40].strip('-')}-{uuid.uuid4().hex[:8]}"
         host_dir = _make_dir(self.out_root, ident)
         probe.dir = host_dir
@@ -272,10 +301,10 @@ class Container:
         # "{out}" in a value is the probe's own folder inside the container.
         envs = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v.replace('{out}', inside)}")]
         full = ["exec", *envs, self.name, "python3", "-I", "-S", f"{SCRIPTS_IN}/supervise.py", inside,
-                str(probe.timeout), ident, "--", *argv]
+                _seconds(probe.bound), _seconds(probe.quiet), ident, "--", *argv]
         started = time.monotonic()
         try:
-            proc = _docker(*full, timeout=probe.timeout + HOST_GRACE_S)
+            proc = _docker(*full, timeout=None if probe.bound == float("inf") else probe.bound + HOST_GRACE_S)
             engine_rc, engine_err = proc.returncode, proc.stderr
         except subprocess.TimeoutExpired:
             self._kill_supervisor(host_dir)
@@ -286,10 +315,13 @@ class Container:
         probe.result = _json(host_dir / "result.json")
         if record is not None:
             probe.rc, probe.signal = record.get("rc"), record.get("signal")
-            probe.timed_out, probe.not_found = bool(record.get("timed_out")), bool(record.get("not_found"))
+            probe.stalled, probe.timed_out = bool(record.get("stalled")), bool(record.get("timed_out"))
+            probe.not_found = bool(record.get("not_found"))
+            probe.seconds = float(record.get("seconds") or probe.seconds)
+            probe.cpu_s, probe.read_bytes = float(record.get("cpu_s") or 0), int(record.get("read_bytes") or 0)
             probe.error = record.get("error") or ""
         elif engine_rc is None:
-            probe.timed_out = True  # even the supervisor did not come back
+            probe.lost = True  # even the supervisor did not come back
         else:
             stopped = self.stopped_cause()
             if stopped:
@@ -300,19 +332,19 @@ class Container:
             else:
                 probe.error = f"the probe ended without a record (docker exec exit {engine_rc}: " \
                               f"{last_line(engine_err)[:200]})"
-        if probe.timed_out and probe.clamped:
+        if probe.timed_out or probe.lost:
             DEADLINE.spent_by = DEADLINE.spent_by or step
         return probe
 
-    def exec(self, argv: list[str], *, timeout: float = 60, env: dict[str, str] | None = None) -> Probe:
+    def exec(self, argv: list[str], *, quiet: float = QUIET_S, env: dict[str, str] | None = None) -> Probe:
         """A command whose output its caller reads (a fixture framework's own group test); the
         shipped checks read result files instead."""
-        return self.run(argv, step=f"`{' '.join(argv)[:60]}`", timeout=timeout, env=env)
+        return self.run(argv, step=f"`{' '.join(argv)[:60]}`", quiet=quiet, env=env)
 
-    def python(self, script: str, *args: str, step: str, timeout: float,
+    def python(self, script: str, *args: str, step: str, quiet: float = QUIET_S,
                env: dict[str, str] | None = None) -> Probe:
         """One of image-tests/scripts with the image's own Python (its site, as a user's script gets)."""
-        return self.run(["python3", f"{SCRIPTS_IN}/{script}", *args], step=step, timeout=timeout, env=env)
+        return self.run(["python3", f"{SCRIPTS_IN}/{script}", *args], step=step, quiet=quiet, env=env)
 
     def _kill_supervisor(self, host_dir: Path) -> None:
         """The supervisor itself did not come back: kill it (and so its probe) from a second exec."""
@@ -335,6 +367,26 @@ class Container:
         self.remove()
 
 
+# What the first probe of a container imports besides the framework: TensorBoard and its
+# plugins, which later probes start with their own bounds (tb_query.py waits 60 s).
+WARM_UP_IMPORTS = ("tensorboard", "tensorboard_plugins")
+
+
+def warm_up(container: Container, module: str) -> dict[str, Any]:
+    """Import the framework (and TensorBoard) once in a new container, before any check: on a cold
+    page cache this reads the image's libraries from disk, which may take most of a minute and
+    is progress, not a hang. Returns what it cost (the verdict's cold_start). A hang or a spent
+    deadline here fails every test that needs the container, naming it; an import that fails
+    is left to the checks that need the module, which name it."""
+    probe = container.python("warm_import.py", json.dumps([module, *WARM_UP_IMPORTS]),
+                             step=f"import {module} for the first time in this image (cold start)")
+    if probe.cut or (probe.error and probe.error.startswith("not run: ")):
+        pytest.fail(probe.cause(), pytrace=False)
+    imports = (probe.result or {}).get("imports") if isinstance(probe.result, dict) else None
+    return {"image": container.image, "imports": imports or [], "seconds": round(probe.seconds, 2),
+            "cpu_s": probe.cpu_s, "read_bytes": probe.read_bytes, "error": probe.cause() if not probe.ok else ""}
+
+
 def image_entrypoint(image: str) -> str:
     """The image's ENTRYPOINT as JSON, or '(none)'."""
     proc = _docker("image", "inspect", "--format", "{{json .Config.Entrypoint}}", image, timeout=60)
@@ -353,20 +405,21 @@ def _json(path: Path) -> Any:
 
 
 def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, out_root: Path,
-             timeout: float, step: str) -> tuple[Probe, Path]:
+             step: str, quiet: float = QUIET_S) -> tuple[Probe, Path]:
     """`docker run IMAGE ARGV...` through the image's entrypoint, as a user runs a command.
 
-    Done as soon as the command has written its result.json (or the container has stopped);
-    a container still running without it after `timeout` is reported as timed out."""
-    probe = Probe(step=step, argv=list(argv), timeout=float(timeout))
-    left = DEADLINE.left()
-    if left <= 1:
+    Done as soon as the command has written its result.json (or the container has stopped). The
+    command is the user's, so no supervisor starts it: a watcher exec'd beside it (supervise.py
+    --watch) records when every process of the container has been quiet for `quiet` seconds
+    (hung), and the image's deadline bounds the rest."""
+    probe = Probe(step=step, argv=list(argv), quiet=float(quiet))
+    probe.bound = DEADLINE.bound()
+    if probe.bound <= 1:
         probe.error = "not run: " + DEADLINE.describe()
         return probe, out_root
-    if left < timeout:
-        probe.timeout, probe.clamped = max(1.0, left), True
     ident = f"once-{uuid.uuid4().hex[:8]}"
     host_dir = _make_dir(out_root, ident)
+    watch_dir = _make_dir(host_dir, "watch")
     probe.dir = host_dir
     name = f"t-imagetest-once-{uuid.uuid4().hex[:8]}"
     args = ["run", "-d", "--init", "--name", name, "--label", f"{RUN_LABEL}={run_id}", "--network", "none",
@@ -374,11 +427,16 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
             *[f for f in run_flags if not f.startswith("--gpus")], image, *argv]
     _LIVE.add(name)
     started = time.monotonic()
+    watcher: subprocess.Popen[bytes] | None = None
     try:
         proc = _docker(*args, timeout=START_TIMEOUT_S)
         if proc.returncode != 0:
             probe.error = f"cannot start {image}: {last_line(proc.stderr)}"
             return probe, host_dir
+        watcher = subprocess.Popen(
+            [DOCKER, "exec", name, "python3", "-I", "-S", f"{SCRIPTS_IN}/supervise.py", "--watch",
+             f"{OUT_IN}/{ident}/watch", _seconds(probe.bound), _seconds(probe.quiet)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while True:
             probe.result = _json(host_dir / "result.json")
             state = _docker("inspect", "--format", "{{json .State}}", name, timeout=60)
@@ -386,8 +444,12 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
             if probe.result is not None or not info.get("Running", False):
                 probe.rc = info.get("ExitCode") if not info.get("Running", False) else 0
                 break
-            if time.monotonic() - started > probe.timeout:
-                probe.timed_out = True
+            watched = _json(watch_dir / "exit.json") or {}
+            if watched.get("stalled") or watched.get("timed_out"):
+                probe.stalled, probe.timed_out = bool(watched.get("stalled")), bool(watched.get("timed_out"))
+                break
+            if time.monotonic() - started > probe.bound + HOST_GRACE_S:
+                probe.lost = True
                 break
             time.sleep(0.3)
         logs = _docker("logs", "--tail", "20", name, timeout=60)
@@ -396,6 +458,9 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
         with contextlib.suppress(subprocess.TimeoutExpired):
             _docker("rm", "-f", "-v", name, timeout=120)
         _LIVE.discard(name)
+        if watcher is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watcher.wait(timeout=30)
         probe.seconds = time.monotonic() - started
     return probe, host_dir
 
@@ -426,6 +491,15 @@ def frontend_problems(served: dict[str, Any], plugin: str, pages: tuple[str, ...
     broken = [f"{path} answered {fetched[path][0]} with {fetched[path][1]} bytes" for path in fetched
               if fetched[path][0] != 200 or not fetched[path][1]]
     return broken + [f"{path} was not fetched" for path in needed if path not in fetched]
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:.0f} MB"
+
+
+def _seconds(value: float) -> str:
+    """A bound for supervise.py's command line ('inf' where no deadline was set)."""
+    return "inf" if value == float("inf") else f"{value:.1f}"
 
 
 def human(n: int) -> str:

@@ -58,7 +58,7 @@ def read(probe: Probe) -> Ranks:
 
 def cause(probe: Probe, what: str, addr: str = "") -> str:
     """One line naming why a torchrun probe failed ('' when it did not)."""
-    if probe.not_found or (probe.error and not probe.timed_out):
+    if probe.not_found or (probe.error and not probe.cut):
         return probe.cause()
     ranks = read(probe)
     if ranks.failed:
@@ -75,7 +75,7 @@ def cause(probe: Probe, what: str, addr: str = "") -> str:
                     f"torchrun {ranks.launcher_error} (check MASTER_ADDR, the network, and that the port is open "
                     f"between ranks)")
         return f"{what}: torchrun failed before any rank started: {ranks.launcher_error}"
-    if probe.timed_out:
+    if probe.cut:
         done = sorted(r for r, e in ranks.ended.items() if e.get("ok"))
         return (f"{probe.hung()} (ranks started: {', '.join(sorted(ranks.started)) or 'none'}; "
                 f"finished: {', '.join(done) or 'none'})")

@@ -48,11 +48,13 @@ def cell_of(matrix, key):
 # -- the supervisor ---------------------------------------------------------------------------------
 
 
-def supervise(tmp_path: Path, timeout: float, *argv: str) -> dict:
+def supervise(tmp_path: Path, bound: float, *argv: str, quiet: float = 30) -> dict:
+    """Run supervise.py as harness.py does: BOUND (what is left of the deadline), QUIET (how long
+    the probe may show no progress), the step id, then the command."""
     out = tmp_path / "probe"
     out.mkdir()
-    subprocess.run([sys.executable, "-I", "-S", str(SUPERVISE), str(out), str(timeout), "unit-step", "--", *argv],
-                   check=True, timeout=timeout + 30)
+    subprocess.run([sys.executable, "-I", "-S", str(SUPERVISE), str(out), str(bound), str(quiet), "unit-step", "--",
+                    *argv], check=True, timeout=min(bound, quiet) + 60)
     return json.loads((out / "exit.json").read_text())
 
 
@@ -72,8 +74,8 @@ def test_supervisor_kills_a_hung_probe_and_what_it_started(tmp_path):
         open(os.path.join(os.environ["IMAGETEST_OUT"], "child.pid"), "w").write(str(child.pid))
         time.sleep(300)
     """)
-    record = supervise(tmp_path, 2, sys.executable, "-c", code)
-    assert record["timed_out"] and record["signal"] == signal.SIGTERM and record["leftovers"] >= 1
+    record = supervise(tmp_path, 60, sys.executable, "-c", code, quiet=2)
+    assert record["stalled"] and record["signal"] == signal.SIGTERM and record["leftovers"] >= 1
     child = int((tmp_path / "probe" / "child.pid").read_text())
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:
@@ -86,7 +88,7 @@ def test_supervisor_records_not_found_and_signals(tmp_path):
     assert record["not_found"] and record["rc"] == 127 and "no-such-command-imgtest: not found" in record["error"]
     shutil.rmtree(tmp_path / "probe")
     record = supervise(tmp_path, 10, sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
-    assert record["signal"] == signal.SIGSEGV and not record["timed_out"]
+    assert record["signal"] == signal.SIGSEGV and not record["timed_out"] and not record["stalled"]
 
 
 def test_output_never_decides_only_the_result_file(tmp_path):
@@ -97,20 +99,67 @@ def test_output_never_decides_only_the_result_file(tmp_path):
     assert json.loads((tmp_path / "probe" / "result.json").read_text()) == {"real": 1}
 
 
+# Slow is not hung: what a cold page cache looks like (busy for longer than any fixed bound) passes;
+# a probe that does nothing is hung within its quiet window, long before the deadline.
+BUSY = """
+import os, sys, time
+end = time.monotonic() + float(sys.argv[1])
+mode = sys.argv[2]
+with open(sys.executable, "rb") as fh:
+    while time.monotonic() < end:
+        if mode == "spin":
+            sum(range(20000))
+        else:  # reads a little, then waits: I/O progress with hardly any CPU
+            fh.seek(0)
+            fh.read(1 << 16)
+            time.sleep(0.3)
+open(os.path.join(os.environ["IMAGETEST_OUT"], "result.json"), "w").write('{"done": true}')
+"""
+
+
+@pytest.mark.parametrize("mode", ["spin", "read"])
+def test_a_probe_that_is_slow_but_busy_runs_past_its_quiet_window(tmp_path, mode):
+    """Busy for 4 s (CPU, or reads with sleeps between them) with a quiet window of 1.5 s: it runs
+    to its end, as an import reading a cold disk must."""
+    record = supervise(tmp_path, 60, sys.executable, "-c", BUSY, "4", mode, quiet=1.5)
+    assert record["rc"] == 0 and not record["stalled"] and not record["timed_out"], record
+    assert record["seconds"] >= 4 and json.loads((tmp_path / "probe" / "result.json").read_text()) == {"done": True}
+    if mode == "spin":
+        assert record["cpu_s"] >= 2, record
+    else:
+        assert record["rchar"] >= 10 * (1 << 16) and record["io_visible"], record
+
+
+def test_a_probe_that_sleeps_is_hung_within_its_quiet_window_not_its_bound(tmp_path):
+    started = time.monotonic()
+    record = supervise(tmp_path, 120, sys.executable, "-c", "import time; time.sleep(300)", quiet=2)
+    assert record["stalled"] and not record["timed_out"] and record["quiet_s"] == 2, record
+    assert record["idle_s"] >= 2 and time.monotonic() - started < 20, record
+
+
+def test_a_busy_probe_is_cut_when_the_deadline_runs_out_and_says_it_was_busy(tmp_path):
+    record = supervise(tmp_path, 3, sys.executable, "-c", BUSY, "300", "spin", quiet=30)
+    assert record["timed_out"] and not record["stalled"] and record["signal"] == signal.SIGTERM, record
+    assert 3 <= record["seconds"] < 15 and record["cpu_s"] >= 1, record
+
+
 def test_probes_refuse_a_shell_string():
     container = object.__new__(harness.Container)
     with pytest.raises(TypeError, match="never a shell string"):
-        container.run("ulimit -s", step="x", timeout=1)
+        container.run("ulimit -s", step="x")
 
 
-def test_hang_message_names_the_step_and_its_time():
-    harness.set_deadline(0)
-    probe = harness.Probe(step="import torch", argv=["python3"], timeout=60, timed_out=True)
-    assert probe.cause() == "import torch hung: no result within 60s; killed"
+def test_hang_messages_tell_hung_from_slow():
+    probe = harness.Probe(step="import torch", argv=["python3"], quiet=30, stalled=True, seconds=31.4)
+    assert probe.cause() == "import torch hung: no CPU or I/O for 30 s; killed after 31 s"
     harness.set_deadline(50, 480)
-    probe = harness.Probe(step="DDP", argv=["torchrun"], timeout=12, clamped=True, timed_out=True)
-    assert probe.cause() == "DDP hung: no result within 12s, all that was left of the image's 480s deadline; killed"
+    probe = harness.Probe(step="import tensorflow", argv=["python3"], timed_out=True, seconds=412,
+                          read_bytes=1_650_000_000, cpu_s=37.2)
+    assert probe.cause() == ("import tensorflow: still running after 412 s (1650 MB read, 37 s of CPU): the "
+                             "image's deadline ran out (validate.deadline_s 480 s)")
     harness.set_deadline(0)
+    probe = harness.Probe(step="DDP", argv=["torchrun"], bound=100, lost=True)
+    assert probe.cause() == "DDP hung: not even its supervisor answered within 120 s; killed"
 
 
 # -- causes from rank files ----------------------------------------------------------------------------
@@ -119,7 +168,7 @@ def test_hang_message_names_the_step_and_its_time():
 def rank_probe(tmp_path: Path, files: dict[str, object], rc: int = 1, **kw) -> harness.Probe:
     for name, data in files.items():
         (tmp_path / name).write_text(data if isinstance(data, str) else json.dumps(data))
-    return harness.Probe(step="torchrun DDP", argv=["torchrun"], timeout=60, rc=rc, dir=tmp_path, **kw)
+    return harness.Probe(step="torchrun DDP", argv=["torchrun"], rc=rc, dir=tmp_path, **kw)
 
 
 def test_rank_error_is_the_cause_not_the_ranks_torchrun_killed(tmp_path):
@@ -153,7 +202,7 @@ def test_launcher_errors_are_told_by_their_type(tmp_path):
 
 
 def test_a_missing_torchrun_is_not_a_rendezvous_timeout(tmp_path):
-    probe = harness.Probe(step="torchrun", argv=["torchrun"], timeout=60, rc=127, not_found=True,
+    probe = harness.Probe(step="torchrun", argv=["torchrun"], rc=127, not_found=True,
                           error="torchrun: not found in the image (PATH=/usr/bin)", dir=tmp_path)
     assert ranks.cause(probe, "torchrun") == "torchrun: torchrun: not found in the image (PATH=/usr/bin)"
     assert ranks.read(probe).launcher_type == ""

@@ -56,6 +56,26 @@ class Runner(_Model):
     gpu_problem: str = ""            # why GPUs could not be used, when they could not
 
 
+class ColdImport(_Model):
+    module: str                      # a module, or "tensorboard_plugins" (every TensorBoard plugin entry point)
+    seconds: float                   # the import alone, timed inside the image
+    read_bytes: int = 0              # bytes it read from storage (0 when the page cache held everything)
+    rchar: int = 0                   # bytes it read through read() calls, page cache included
+    error: str = ""                  # why the import failed (the checks that need the module name it too)
+
+
+class ColdStart(_Model):
+    """The first import of the framework (and TensorBoard) in a new container of the image, before
+    any check: what a cold page cache costs (a fresh runner that just pulled the image)."""
+
+    image: str = ""
+    imports: list[ColdImport] = Field(default_factory=list)
+    seconds: float = 0.0             # the whole probe, Python start-up included
+    cpu_s: float = 0.0
+    read_bytes: int = 0              # everything its processes read from storage
+    error: str = ""                  # why the probe did not end cleanly ('' when it did)
+
+
 class Selection(_Model):
     expression: str | None = None    # pytest -k, when one was given
     deselected: list[str] = Field(default_factory=list)
@@ -76,6 +96,7 @@ class Verdict(_Model):
     gpu_tests: list[str] = Field(default_factory=list)   # the defined tests marked `gpu`
     incomplete: list[str] = Field(default_factory=list)  # why the result is `incomplete` (else empty)
     framework_version: str = ""      # the framework's __version__ in the image, as it reports it
+    cold_start: ColdStart | None = None  # the first import in a new container (None: it never ran)
     selection: Selection = Field(default_factory=Selection)
     run_flags: list[str] = Field(default_factory=list)
     pytest_exit: int

@@ -46,7 +46,7 @@ from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import frameworks, gpu, label_keys, versions
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
-from buildtool.contracts.verdict import Gpu, Runner, Selection, TestResult, Verdict, derive_result
+from buildtool.contracts.verdict import ColdStart, Gpu, Runner, Selection, TestResult, Verdict, derive_result
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.validate.collect import PLUGIN, cell_groups, image_tests_hash
@@ -612,5 +612,6 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
         selection=Selection(expression=select or None, deselected=deselected),
         incomplete=reasons if result == "incomplete" else [],
         framework_version=str((results.get("facts") or {}).get("framework_version") or ""),
+        cold_start=ColdStart.model_validate(cold) if (cold := (results.get("facts") or {}).get("cold_start")) else None,
         run_flags=run_flags, pytest_exit=rc, tests=tests, figures=results.get("figures", {}), problem=problem,
         deadline_s=deadline_s)

@@ -19,20 +19,19 @@ def peer(target, start_container):
     for other in others:
         image = (target.get("peers") or {}).get(other)
         if image:
-            return target["peer_frameworks"][other], start_container(image, hint=f"peer-{other}")
+            info = target["peer_frameworks"][other]
+            return info, start_container(image, hint=f"peer-{other}", warm=info["module"])
     names = " or ".join(others) or "another framework"
     skip(skips.NO_PEER_IMAGE, f"no {names} image of this commit to exchange event files with "
          f"(build it, or pass --peer FRAMEWORK=IMAGE)")
 
 
-WRITE_TIMEOUT_S = 120  # import the framework, write ten scalars
-TB_START_S = 60
+TB_START_S = 60  # TensorBoard start-up and the scalars appearing (tb_query.py's own bound)
 
 
 def _write(container, framework: dict, logdir: str, run: str) -> None:
     script, *extra = framework["events_writer"]
-    probe = container.python(script, logdir, run, *extra, step=f"{framework['name']} writing event files",
-                             timeout=WRITE_TIMEOUT_S)
+    probe = container.python(script, logdir, run, *extra, step=f"{framework['name']} writing event files")
     found = probe.result
     assert probe.ok and isinstance(found, dict) and found.get("ok"), (
         f"{framework['name']} could not write event files: {(found or {}).get('error') or probe.cause()}")
@@ -41,7 +40,7 @@ def _write(container, framework: dict, logdir: str, run: str) -> None:
 def _read(container, logdir: str, run: str) -> list:
     probe = container.python("tb_query.py", "--logdir", logdir, "--mode", "scalars", "--run", run,
                              "--tag", "loss", "--timeout", str(TB_START_S), step="TensorBoard reading the events",
-                             timeout=TB_START_S + 30)
+                             quiet=TB_START_S + 30)
     found = probe.result
     assert isinstance(found, dict), probe.cause()
     assert found.get("started"), f"TensorBoard could not start: {found.get('error') or probe.cause()}"

@@ -8,7 +8,9 @@ from harness import human, signal_name
 
 from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE
 
-WORKERS_TIMEOUT_S = 120  # 4 batches of 96 MiB through 2 workers; each worker gets 30 s per batch
+# The loader waits up to 30 s (scripts/shm_workers.py) for a worker's batch, idle, before it names the
+# worker that hung; the supervisor calls the probe hung only after that had its chance.
+WORKERS_QUIET_S = 60
 
 
 def test_shm_size_matches_run_profile(target, limits):
@@ -63,7 +65,7 @@ def test_workers_pass_large_batches_through_shm(main, target):
     mode = target["framework_info"]["shm_workers"]
     what = "a DataLoader with 2 workers" if mode == "torch" else "2 worker processes"
     probe = main.python("shm_workers.py", mode, step=f"{what} passing 96 MiB batches through /dev/shm",
-                        timeout=WORKERS_TIMEOUT_S)
+                        quiet=WORKERS_QUIET_S)
     found = probe.result
     assert isinstance(found, dict), probe.cause()
     assert found.get("ok"), worker_failure(found, what, target.get("shm_fix") or "run.shm_size in matrix.yaml",

@@ -9,7 +9,8 @@ import pytest
 import ranks
 from harness import free_port
 
-COLLECTIVES_TIMEOUT_S = 90  # two Python start-ups, importing torch, a handful of tiny collectives
+COLLECTIVE_TIMEOUT_S = 60  # a rank waits this long for the others before gloo/NCCL fails with its own error
+COLLECTIVES_QUIET_S = COLLECTIVE_TIMEOUT_S + 30  # idle ranks are hung only after that error had its chance
 
 
 def run_collectives(main, nproc: int, device: str) -> tuple[str, dict]:
@@ -17,8 +18,9 @@ def run_collectives(main, nproc: int, device: str) -> tuple[str, dict]:
     what = f"collectives on {nproc} ranks ({'NCCL' if device == 'cuda' else 'gloo'})"
     cmd = ["torchrun", "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "static",
            "--master-addr", "127.0.0.1", "--master-port", str(port), "/imagetests/collectives.py"]
-    env = {"DDP_TIMEOUT_S": "60", **ranks.LAUNCHER_ENV, **({"DDP_DEVICE": "cpu"} if device == "cpu" else {})}
-    probe = main.run(cmd, step=what, timeout=COLLECTIVES_TIMEOUT_S, env=env)
+    env = {"DDP_TIMEOUT_S": str(COLLECTIVE_TIMEOUT_S), **ranks.LAUNCHER_ENV,
+           **({"DDP_DEVICE": "cpu"} if device == "cpu" else {})}
+    probe = main.run(cmd, step=what, quiet=COLLECTIVES_QUIET_S, env=env)
     cause = ranks.cause(probe, what, f"127.0.0.1:{port}")
     assert not cause, cause
     found = ranks.read(probe).ended

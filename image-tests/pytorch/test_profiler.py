@@ -13,17 +13,16 @@ from harness import frontend_problems
 
 LOGDIR = f"imgtest-profiler-{uuid.uuid4().hex[:6]}"  # relative: the image's working directory
 RUN = "run1"
-PROFILE_TIMEOUT_S = 90   # import torch, profile six small steps, write one trace
-TB_START_S = 60          # TensorBoard start-up and the run appearing
+TB_START_S = 60          # TensorBoard start-up and the run appearing (tb_query.py's own bound)
 EMPTY_BOUND_S = 60
+TB_QUIET_S = TB_START_S + 30  # tb_query waits on TensorBoard; it is hung only after its own bound had its chance
 PLUGIN = "pytorch_profiler"
 UI_PAGES = ("trace_viewer_full.html", "trace_embedding.html")
 
 
 @pytest.fixture(scope="module")
 def profiled(main):
-    probe = main.python("torch_profile.py", LOGDIR, RUN, step="torch.profiler writing a trace",
-                        timeout=PROFILE_TIMEOUT_S)
+    probe = main.python("torch_profile.py", LOGDIR, RUN, step="torch.profiler writing a trace")
     found = probe.result
     assert isinstance(found, dict) and found.get("ok"), (
         f"torch.profiler could not write its trace in the image's working directory: "
@@ -40,7 +39,7 @@ def served(main, profiled):
     args = ["--logdir", LOGDIR, "--mode", "profiler", "--run", RUN, "--timeout", str(TB_START_S), "--ui", PLUGIN,
             *[x for page in UI_PAGES for x in ("--ui-page", page)], "--expect-plugin", PLUGIN,
             "--plugin-dist", "torch-tb-profiler"]
-    probe = main.python("tb_query.py", *args, step="TensorBoard serving the profile", timeout=TB_START_S + 30)
+    probe = main.python("tb_query.py", *args, step="TensorBoard serving the profile", quiet=TB_QUIET_S)
     found = probe.result
     assert isinstance(found, dict), probe.cause()
     assert found["started"], f"TensorBoard could not serve the profile: {found.get('error') or probe.cause()}"
@@ -94,7 +93,7 @@ def test_tensorboard_answers_on_empty_logdir(main):
     empty = f"imgtest-empty-{uuid.uuid4().hex[:6]}"
     probe = main.python("tb_query.py", "--logdir", empty, "--mkdir", "--mode", "empty", "--timeout",
                         str(EMPTY_BOUND_S), "--expect-plugin", PLUGIN, "--plugin-dist", "torch-tb-profiler",
-                        step="TensorBoard on an empty log folder", timeout=EMPTY_BOUND_S + 30)
+                        step="TensorBoard on an empty log folder", quiet=EMPTY_BOUND_S + 30)
     found = probe.result
     assert isinstance(found, dict), probe.cause()
     assert found["started"], f"TensorBoard could not start on an empty log folder: {found.get('error')}"

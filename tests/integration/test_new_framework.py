@@ -50,7 +50,7 @@ TEMPLATE = """{% extends "parts/image.j2" %}
 """
 GROUP_TEST = '''
 def test_fixture_framework_module_answers(main, target):
-    result = main.exec(["python3", "-c", "import json; print(json.__version__)"], timeout=60)
+    result = main.exec(["python3", "-c", "import json; print(json.__version__)"])
     assert result.rc == 0 and result.out.strip() == target["expect"]["framework_claims"][0]["value"], result.text
 '''
 
