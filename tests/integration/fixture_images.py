@@ -95,6 +95,31 @@ class _SlowTorch:
 
 sys.meta_path.insert(0, _SlowTorch())
 """
+# A cold page cache without depending on this machine's disk: the first `import torch` in a container
+# stays busy (CPU and reads through the page cache) for longer than the fixed 60 s the import was
+# once given, then the container is "warm" (a marker in /tmp), as the page cache would be.
+SLOW_IMPORT_S = 75
+_SLOW_BUSY_TORCH = f"""import os
+import sys
+import time
+
+_MARK = "/tmp/imgtest-torch-warm"
+
+
+class _SlowBusyTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not os.path.exists(_MARK):
+            end = time.monotonic() + {SLOW_IMPORT_S}
+            with open(sys.executable, "rb") as fh:
+                while time.monotonic() < end:
+                    fh.seek(0)
+                    fh.read(1 << 20)
+            open(_MARK, "w").close()
+        return None
+
+
+sys.meta_path.insert(0, _SlowBusyTorch())
+"""
 _NOOP_ALL_REDUCE = """
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):  # imgtest fault: does nothing
@@ -155,6 +180,10 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
     # every start-up as a site hook does.
     Layer("pytorch-import-hangs", "pytorch", "a start-up hook (.pth) makes `import torch` sleep 600 s",
           _py(f"{SITE}/imgtest_slow.py", _SLOW_TORCH) + f"RUN echo 'import imgtest_slow' > {SITE}/imgtest-slow.pth\n"),
+    Layer("pytorch-import-slow", "pytorch", f"the first `import torch` in a container stays busy for {SLOW_IMPORT_S} s "
+          "(a cold page cache, without a cold disk)",
+          _py(f"{SITE}/imgtest_slowbusy.py", _SLOW_BUSY_TORCH)
+          + f"RUN echo 'import imgtest_slowbusy' > {SITE}/imgtest-slowbusy.pth\n"),
     Layer("pytorch-labels-lie", "pytorch", "labels that lie: Python 3.12, version 2.14, accelerator cuda, a "
           "run profile of 64m", 'LABEL io.dl-images.python="3.12" org.opencontainers.image.version="2.14" '
           'io.dl-images.accelerator="cuda" io.dl-images.run-profile="{\\"shm_size\\": \\"64m\\"}"\n'),

@@ -196,8 +196,8 @@ FAULTS: dict[str, Fault] = {
                                              "notebook server ready"),
         "test_python_version": ("the container stopped (exit code 0): the image's entrypoint",)}),
     "entrypoint-runs-something-else": Fault("pytorch-entrypoint-blocks", "entrypoint", {
-        "test_entrypoint_runs_the_command": ("did not run within 20s", "keeps the container running without "
-                                             "running the command")}),
+        "test_entrypoint_runs_the_command": ("did not run", "hung: no CPU or I/O for 30 s",
+                                             "keeps the container running without running the command")}),
     "run-flags-shm-and-ulimit": Fault("pytorch", "shm or ulimit", {
         "test_shm_size_matches_run_profile": ("/dev/shm is 64 MiB but the run profile promises 8g",
                                               "run.shm_size of pytorch-cpu:2.13 in matrix.yaml"),
@@ -244,25 +244,58 @@ def test_fault_is_caught_naming_its_cause(name, images, validate):
         assert found[test]["result"] == "skipped" and found[test]["skip_code"] == "gpu-not-in-cell", found[test]
 
 
-def test_hang_is_bounded_by_the_deadline_and_validation_goes_on(images, run_cli, tmp_path):
-    """`import torch` sleeps 600 s: each probe fails at its own timeout or at what is left of the
-    image's deadline, naming the step and the time it was given; the next image is validated."""
+def test_hang_is_named_within_its_quiet_window_and_validation_goes_on(images, run_cli, tmp_path):
+    """`import torch` sleeps 600 s: the first import (the cold start, before any check) shows no CPU
+    or I/O for 30 s and is killed as hung, long before the image's deadline; every check that needs
+    the container fails naming it; the next image is validated."""
     started = time.monotonic()
     code, out, err = run_cli("validate", images["pytorch-import-hangs"], images["pytorch"], "--no-store", "--json",
-                             "-k", "contents or collectives", "--deadline", "100", "--reports", str(tmp_path),
+                             "-k", "contents or collectives", "--deadline", "200", "--reports", str(tmp_path),
                              "--matrix", str(REPO / "matrix.yaml"))
-    print(f"\n[cost] the hang and a healthy image, deadline 100s: {time.monotonic() - started:.0f}s")
+    print(f"\n[cost] the hang and a healthy image, deadline 200s: {time.monotonic() - started:.0f}s")
     assert code == 1, err
     hung, healthy = json.loads(out)
-    assert_fails(hung, "test_python_version", "import torch and read its version hung: no result within 60s")
-    assert_fails(hung, "test_collectives_give_known_results_on_cpu", "hung: no result within",
-                 "all that was left of the image's 100s deadline")
+    cause = "import torch for the first time in this image (cold start) hung: no CPU or I/O for 30 s"
+    assert_fails(hung, "test_python_version", cause)
+    assert_fails(hung, "test_collectives_give_known_results_on_cpu", cause)
     assert results(hung)["test_collectives_give_known_results_with_nccl"]["result"] == "skipped"
-    assert hung["deadline_s"] == 100
-    print(f"hang: validated in {hung['duration_s']:.0f}s against a 100s deadline")
+    assert hung["deadline_s"] == 200 and hung["duration_s"] < 120, hung["duration_s"]
+    assert hung["cold_start"] is None  # it never finished, so there is no cold import to report
+    print(f"hang: validated in {hung['duration_s']:.0f}s against a 200s deadline")
     # Validation went on with the next image: nothing failed there (-k makes its verdict incomplete).
     assert healthy["result"] == "incomplete" and not [t for t in healthy["tests"] if t["result"] == "failed"], healthy
     assert healthy["incomplete"] and "deselected by -k" in healthy["incomplete"][0], healthy["incomplete"]
+    cold = {i["module"]: i for i in healthy["cold_start"]["imports"]}
+    assert cold["torch"]["seconds"] > 0 and not cold["torch"]["error"], healthy["cold_start"]
+
+
+def test_a_slow_but_busy_first_import_passes_and_its_cost_is_in_the_verdict(images, run_cli, tmp_path):
+    """The first `import torch` stays busy (CPU and reads) for 75 s, longer than the 60 s the import
+    was once given: what a cold page cache does to a healthy image on a fresh runner. It passes, the
+    later checks run warm, and the verdict records what the cold import cost. With a deadline too
+    short for it, it fails saying it was still busy when the deadline ran out, not that it hung."""
+    slow = fixture_images.SLOW_IMPORT_S
+    code, out, err = run_cli("validate", images["pytorch-import-slow"], "--no-store", "--json", "-k", "contents",
+                             "--reports", str(tmp_path / "default"), "--matrix", str(REPO / "matrix.yaml"))
+    verdict = json.loads(out)[0]
+    failed = {t["id"]: t["message"] for t in verdict["tests"] if t["result"] == "failed"}
+    assert not failed, failed
+    assert code == 0 and verdict["result"] == "incomplete" and "deselected by -k" in verdict["incomplete"][0], err
+    for test in ("test_python_version", "test_framework_version", "test_extra_packages"):
+        assert results(verdict)[test]["result"] == "passed", results(verdict)[test]
+    cold = verdict["cold_start"]
+    first = {i["module"]: i for i in cold["imports"]}["torch"]
+    assert first["seconds"] >= slow and not first["error"] and cold["cpu_s"] >= slow / 2, cold
+
+    code, out, err = run_cli("validate", images["pytorch-import-slow"], "--no-store", "--json", "-k", "contents",
+                             "--deadline", "70", "--reports", str(tmp_path / "short"),
+                             "--matrix", str(REPO / "matrix.yaml"))
+    short = json.loads(out)[0]
+    assert code == 1, err
+    assert_fails(short, "test_python_version", "import torch for the first time in this image (cold start): still "
+                 "running after", "s of CPU): the image's deadline ran out (validate.deadline_s 70 s)",
+                 absent=("hung",))
+    print(f"slow import: torch first imported in {first['seconds']:.0f}s, then every check warm")
 
 
 # -- the command line: exit codes and verdicts stored by digest ------------------------------------
