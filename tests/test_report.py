@@ -232,3 +232,17 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     assert untrusted["result"] == "failed" and "untrusted key" in untrusted["tests"][0]["message"]
     rows = build_report([parse_verdict(v, "registry") for v in fetched])
     assert [r.cell for r in rows.rows][-1] == "pytorch-cpu:2.13"  # failures first
+
+
+def test_the_cold_start_of_each_image_is_shown_where_it_is_known() -> None:
+    """What the first import cost on the runner (a cold page cache after a pull) is a figure of the
+    image in both pages; a verdict without it (older, or the import hung) shows none."""
+    verdicts = tonight()
+    verdicts[0]["cold_start"] = {"image": "x", "seconds": 56.0, "cpu_s": 9.1, "read_bytes": 1_700_000_000,
+                                 "imports": [{"module": "tensorflow", "seconds": 54.7, "read_bytes": 1_650_000_000,
+                                              "rchar": 0, "error": ""}], "error": ""}
+    report = build_report([parse_verdict(v, "x") for v in verdicts])
+    shown = "import tensorflow 54.7 s, 1650 MB read"
+    assert f"cold start: {shown}" in render_html(report)
+    assert f"| `{verdicts[0]['cell']}` | cold start | {shown} |" in render_markdown(report)
+    assert [r.cold_start for r in report.rows].count("") == len(verdicts) - 1

@@ -61,6 +61,7 @@ class Row:
     figures: dict[str, Any]
     incomplete: tuple[str, ...] = ()     # why a schema-2 verdict is incomplete
     framework_version: str = ""
+    cold_start: str = ""                 # what the first import of the framework cost ('' when unknown)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,19 @@ def parse_verdict(data: Any, where: str) -> Row:
                duration_s=_number(data.get("duration_s")), size_bytes=size if isinstance(size, int) else None,
                runner=dict(data.get("runner") or {}), checks=checks, figures=dict(data.get("figures") or {}),
                incomplete=tuple(str(r) for r in data.get("incomplete") or []),
-               framework_version=str(data.get("framework_version") or ""))
+               framework_version=str(data.get("framework_version") or ""),
+               cold_start=cold_start_text(data.get("cold_start")))
+
+
+def cold_start_text(cold: Any) -> str:
+    """`import torch 54.7 s, 1650 MB read` from a verdict's cold_start ('' when absent)."""
+    if not isinstance(cold, dict) or not cold.get("imports"):
+        return ""
+    first = cold["imports"][0] if isinstance(cold["imports"][0], dict) else {}
+    seconds, read = _number(first.get("seconds")), _number(first.get("read_bytes"))
+    if seconds is None:
+        return ""
+    return f"import {first.get('module', '?')} {seconds:.1f} s" + (f", {read / 1e6:.0f} MB read" if read else "")
 
 
 VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<digest>/verdict.json
@@ -396,7 +409,8 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
              "classes": f"image-{row.result}" + (" newly-failing" if row.cell in new_cells else ""),
              "cells": [{"check": row.checks.get(cid), "newly": (row.cell, cid) in new_pairs,
                         "anchor": anchors.get((row.cell, cid), "")} for cid in report.columns],
-             "figures": [(k, v) for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE]}
+             "figures": [(k, v) for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE]
+             + ([("cold start", row.cold_start)] if row.cold_start else [])}
             for row in report.rows]
     scaling = []
     for index, found in enumerate(report.scaling or [{}]):
@@ -408,7 +422,9 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
             "columns": columns, "rows": rows, "failures": failed, "anchors": anchors,
             "skips": skip_reasons(report), "incomplete": [row for row in report.rows if row.result == "incomplete"],
             "bandwidth": busbw_rows(report), "scaling": scaling,
-            "figure_rows": [(row.cell, k, v) for row in report.rows for k, v in sorted(row.figures.items())
+            "figure_rows": [(row.cell, k, v) for row in report.rows
+                            for k, v in [*sorted(row.figures.items()), *([("cold start", row.cold_start)]
+                                                                          if row.cold_start else [])]
                             if k != BUSBW_FIGURE]}
 
 
