@@ -196,11 +196,16 @@ def _preload_documents() -> None:
 
 
 def _check_loopback(settings: Settings) -> None:
-    registry = settings.release_registry
-    host = registry.split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
-    if not (host in ("localhost", "::1") or host.startswith("127.")):
-        raise UserError(f"--trust-local-key is only for a loopback registry, not {registry}; for a real release "
-                        "add the validating runner's public key to config/trusted-keys.yaml (see `buildtool keys`)")
+    """Both registries (dev images are read from REGISTRY, tags written to RELEASE_REGISTRY) must be
+    this machine by address (buildtool.common.refs.is_loopback_host), never by a name's spelling."""
+    from buildtool.common.refs import is_loopback_host
+
+    for variable, registry in (("REGISTRY", settings.registry), ("RELEASE_REGISTRY", settings.release_registry)):
+        host = registry.split("/", 1)[0]
+        if not is_loopback_host(host):
+            raise UserError(f"--trust-local-key is only for a loopback registry (127.0.0.0/8, ::1 or localhost), not "
+                            f"{variable}={registry} ({host} is not a loopback address); for a real release add the "
+                            "validating runner's public key to config/trusted-keys.yaml (see `buildtool keys`)")
 
 
 def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bool, dry_run: bool) -> None:
