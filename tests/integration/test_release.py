@@ -657,5 +657,34 @@ def test_a_malformed_trusted_keys_file_is_bad_input_even_when_no_image_reaches_i
     monkeypatch.chdir(project)
     code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--matrix",
                              str(project / "matrix.yaml"))
-    assert code == 2 and "config/trusted-keys.yaml: cannot read the trusted keys" in err, (out, err)
+    assert code == 2 and "config/trusted-keys.yaml:2: YAML syntax" in err, (out, err)
+    assert not (project / "docs/releases").exists()
+
+
+@pytest.mark.parametrize("shape", ["two keys mappings", "one key under two names"])
+def test_a_trusted_keys_file_that_says_two_things_refuses_a_release_that_would_pass(
+        project: Path, run_cli, monkeypatch: pytest.MonkeyPatch, shape: str) -> None:  # noqa: ANN001
+    """Issue 20, hole 2: both shapes were accepted without a word; now exit 2 naming the line(s),
+    although the image, its verdict and the key that signed it are otherwise all good."""
+    from buildtool.validate.keys import trusted_entry
+
+    space = Space()
+    entry = trusted_entry("ci-2026", signing.KEY.public())
+    text = ("keys: []\nkeys:\n" + entry if shape == "two keys mappings"
+            else "keys:\n" + entry + trusted_entry("ci-old", signing.KEY.public()))
+    (project / "config").mkdir(exist_ok=True)
+    (project / "config/trusted-keys.yaml").write_text(text)
+    git(project, "add", "config/trusted-keys.yaml")
+    git(project, "commit", "-qm", "keys")
+    monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    monkeypatch.chdir(project)
+    space.build(CPU, git(project, "rev-parse", "--short=12", "HEAD"))
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--dry-run", "--matrix",
+                             str(project / "matrix.yaml"))
+    if shape == "two keys mappings":
+        assert code == 2 and "config/trusted-keys.yaml:2: keys: duplicate key (already set on line 1)" in err, err
+    else:
+        second = 2 + entry.count("\n")
+        assert code == 2 and "listed twice: ci-2026 (line 2) and ci-old (line " + str(second) + ")" in err, err
     assert not (project / "docs/releases").exists()
