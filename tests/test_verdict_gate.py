@@ -104,3 +104,46 @@ def test_a_version_released_under_another_spelling_is_refused() -> None:
     [problem] = spelling_problems("1.0.0", released, "pytorch-cpu:2.13")
     assert "already exists as pytorch-cpu:2.13-1.0" in problem and "use --version 1.0" in problem
     assert spelling_problems("1.0", released, "x") == [] and spelling_problems("1.1", released, "x") == []
+
+
+# -- issue 20, hole 4: a skip code is judged per test, not per cell ---------------------------------
+
+@pytest.mark.parametrize(("test_id", "code", "gpu"), [
+    ("pytorch/test_ddp.py::test_ddp_loss_falls", "gpu-not-in-cell", False),        # gloo DDP, not a GPU test
+    ("common/test_contents.py::test_extra_packages", "gpu-not-in-cell", False),
+    ("pytorch/test_ddp.py::test_ddp_loss_falls", "no-pinned-packages", False),      # expected on a bare cell
+    ("pytorch/test_ddp.py::test_ddp_loss_falls", "no-peer-image", False),           # waivable, but not this test
+    ("common/test_contents.py::test_gpus_visible", "one-gpu-on-runner", True),      # only the bus bandwidth test
+    ("pytorch/test_ddp.py::test_ddp_loss_falls", "ulimit-not-granted", False),
+])
+def test_a_skip_code_this_test_cannot_carry_is_refused_naming_test_and_code(test_id: str, code: str,
+                                                                            gpu: bool) -> None:
+    import dataclasses
+
+    tests = [result("common/test_x.py::test_a"), result(test_id, "skipped", code, "does not apply", gpu=gpu)]
+    bare = dataclasses.replace(CPU, packages=())
+    found = problems(bare, verdict(bare, D1, tests=tests))
+    assert any(test_id in p and f"[{code}]" in p and "may not carry" in p for p in found), found
+
+
+def test_the_gpu_marker_comes_from_this_checkouts_collection_when_known() -> None:
+    """A verdict that calls a gloo test `gpu` to make its gpu-not-in-cell skip pass: the checkout's
+    collection says it is not marked gpu."""
+    tests = [result("common/test_x.py::test_a"),
+             result("pytorch/test_ddp.py::test_ddp_loss_falls", "skipped", "gpu-not-in-cell", "no GPUs", gpu=True)]
+    body = verdict(CPU, D1, tests=tests)
+    local = {"common/test_x.py::test_a": False, "pytorch/test_ddp.py::test_ddp_loss_falls": False}
+    found = problems(CPU, body, local_tests=local)
+    assert any("pytorch/test_ddp.py::test_ddp_loss_falls" in p and "[gpu-not-in-cell]" in p for p in found), found
+    # the same skip of a test the collection marks gpu is what the matrix expects on a CPU cell
+    assert problems(CPU, body, local_tests={**local, "pytorch/test_ddp.py::test_ddp_loss_falls": True}) == []
+
+
+@pytest.mark.parametrize(("test_id", "code", "gpu"), [
+    ("common/test_contents.py::test_gpus_visible", "gpu-not-in-cell", True),
+    ("common/test_cross_tensorboard.py::test_other_tensorboard_reads_our_events", "no-peer-image", False),
+    ("common/test_run_profile.py::test_ulimit[memlock]", "ulimit-not-granted", False),
+])
+def test_a_code_its_test_may_carry_is_judged_as_before(test_id: str, code: str, gpu: bool) -> None:
+    tests = [result("common/test_x.py::test_a"), result(test_id, "skipped", code, "x", gpu=gpu, subject="memlock")]
+    assert problems(CPU, verdict(CPU, D1, tests=tests)) == []          # expected, or waived by ALL

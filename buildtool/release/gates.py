@@ -59,22 +59,33 @@ def spelling_problems(version: str, released: dict[Version, str], what: str) -> 
 
 # -- the verdict ---------------------------------------------------------------------------------
 
-def skip_judgement(cell: Cell, test: dict[str, Any]) -> skips.Judgement:
+def marked_gpu(test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> bool:
+    """Whether a test is marked gpu: this checkout's collection says so when it knows the test
+    (a verdict cannot promote a gloo test to a GPU test), else the verdict's own flag."""
+    test_id = str(test.get("id"))
+    if local_tests is not None and test_id in local_tests:
+        return local_tests[test_id]
+    return bool(test.get("gpu"))
+
+
+def skip_judgement(cell: Cell, test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> skips.Judgement:
     """What the matrix says of a skipped test (buildtool.contracts.skips): its code's rule, checked
-    against this cell; the skip's prose is never read."""
-    return skips.judge(cell, str(test.get("skip_code") or ""), str(test.get("skip_subject") or ""))
+    against this cell and this test (a code only some tests may carry); the skip's prose is never read."""
+    return skips.judge(cell, str(test.get("skip_code") or ""), str(test.get("skip_subject") or ""),
+                       str(test.get("id")), marked_gpu(test, local_tests))
 
 
-def skip_allowed(cell: Cell, test: dict[str, Any]) -> bool:
+def skip_allowed(cell: Cell, test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> bool:
     """A skipped test is acceptable only where the matrix says it cannot run on this cell (e.g.
-    a GPU check on a cell with `run.gpus: none`)."""
-    return skip_judgement(cell, test) == "expected"
+    a GPU check on a cell with `run.gpus: none`), and only with a code that test may carry."""
+    return skip_judgement(cell, test, local_tests) == "expected"
 
 
-def waiver_for(cell: Cell, test: dict[str, Any], accept: tuple[str, ...]) -> str | None:
+def waiver_for(cell: Cell, test: dict[str, Any], accept: tuple[str, ...],
+               local_tests: dict[str, bool] | None = None) -> str | None:
     """The `--accept-skip` pattern that waives this skip, if any: only codes the contract marks
     waivable (a runner's limits), never a GPU check of a GPU cell."""
-    if skip_judgement(cell, test) != "waivable":
+    if skip_judgement(cell, test, local_tests) != "waivable":
         return None
     reason = f"[{test.get('skip_code')}] {test.get('skip_reason') or ''}"
     return next((pattern for pattern in accept if re.search(pattern, reason)), None)
@@ -122,8 +133,17 @@ def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None, ac
         if not_passed:
             problems.append(f"{len(not_passed)} GPU test(s) of GPU cell {cell.key} did not pass: "
                             f"{_listed(not_passed)}; validate on a GPU runner (no waiver covers them)")
-    bad_skips = [t for t in tests if t.get("result") == "skipped" and not skip_allowed(cell, t)
-                 and waiver_for(cell, t, accept) is None]
+    skipped = [t for t in tests if t.get("result") == "skipped"]
+    misplaced = [why for t in skipped
+                 if (why := skips.misplaced(str(t.get("skip_code") or ""), str(t.get("id")),
+                                            marked_gpu(t, local_tests))) is not None]
+    if misplaced:
+        problems.append(f"{len(misplaced)} skip code(s) on tests that may not carry them: {'; '.join(misplaced[:3])}"
+                        + (f" and {len(misplaced) - 3} more" if len(misplaced) > 3 else "")
+                        + "; no waiver covers this: validate again with this checkout's image-tests")
+    bad_skips = [t for t in skipped if skips.misplaced(str(t.get("skip_code") or ""), str(t.get("id")),
+                                                       marked_gpu(t, local_tests)) is None
+                 and not skip_allowed(cell, t, local_tests) and waiver_for(cell, t, accept, local_tests) is None]
     if bad_skips:
         shown = ", ".join(f"{t.get('id')} ({t.get('skip_reason') or 'no reason'})" for t in bad_skips[:3])
         more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""

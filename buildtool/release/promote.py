@@ -511,7 +511,8 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
     item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local, groups)
     for t in chosen.verdict.get("tests", []):
         if t.get("result") == "skipped":
-            pattern = None if skip_allowed(plan.cell, t) else waiver_for(plan.cell, t, options.accept_skips)
+            pattern = None if skip_allowed(plan.cell, t, local) else waiver_for(plan.cell, t, options.accept_skips,
+                                                                                 local)
             item.skips.append({"id": t.get("id"), "reason": t.get("skip_reason"),
                                "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
 
