@@ -133,6 +133,8 @@ def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None, ac
         if not_passed:
             problems.append(f"{len(not_passed)} GPU test(s) of GPU cell {cell.key} did not pass: "
                             f"{_listed(not_passed)}; validate on a GPU runner (no waiver covers them)")
+    if is_gpu_cell(cell):
+        problems += inventory_problems(verdict)
     skipped = [t for t in tests if t.get("result") == "skipped"]
     misplaced = [why for t in skipped
                  if (why := skips.misplaced(str(t.get("skip_code") or ""), str(t.get("id")),
@@ -149,6 +151,48 @@ def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None, ac
         more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
         problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
                         "validate on a runner that can run them (or waive a runner limit with --accept-skip)")
+    return problems
+
+
+def inventory_problems(verdict: dict[str, Any]) -> list[str]:
+    """A GPU cell's verdict must say which GPUs its GPU tests ran on, and agree with what they report:
+    `runner.gpus` non-empty, each with a model name, `gpus_usable` true; the bus-bandwidth test's
+    figure (ranks, gpu_model) equal to the inventory (it passed: the figure must be there; skipped as
+    one GPU: the inventory lists one). A passed GPU test with no usable GPU is a verdict that lies."""
+    from buildtool.contracts.gpu import BUSBW_FIGURE
+
+    runner = verdict.get("runner")
+    if not isinstance(runner, dict):
+        return ["the verdict of a GPU cell has no runner inventory (runner); validate on a GPU runner"]
+    gpus = runner.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return ["the verdict's runner lists no GPU (runner.gpus is empty), yet this is a GPU cell whose GPU tests "
+                "must have run on GPUs; validate on a GPU runner"]
+    problems = []
+    if runner.get("gpus_usable") is not True:
+        problems.append(f"the runner's GPUs were not usable (gpus_usable is {runner.get('gpus_usable')}"
+                        + (f": {runner['gpu_problem']}" if runner.get("gpu_problem") else "")
+                        + "), yet this is a GPU cell whose GPU tests must have run on them")
+    names = [str(g.get("name") or "") if isinstance(g, dict) else "" for g in gpus]
+    if not all(names):
+        problems.append("the verdict's runner lists a GPU without a model name: the inventory is not nvidia-smi's")
+    results = {str(t.get("id")): t for t in verdict.get("tests", []) if isinstance(t, dict)}
+    figure = (verdict.get("figures") or {}).get(BUSBW_FIGURE)
+    busbw = next((t for i, t in results.items() if i.split("[", 1)[0].endswith("::test_ddp_nccl_allreduce_busbw")),
+                 None)
+    if busbw is not None and busbw.get("result") == "passed" and not isinstance(figure, dict):
+        problems.append(f"{busbw.get('id')} passed but the verdict has no {BUSBW_FIGURE} figure (ranks, GPU model) "
+                        "to check against the runner's GPUs")
+    if busbw is not None and busbw.get("skip_code") == "one-gpu-on-runner" and len(gpus) != 1:
+        problems.append(f"{busbw.get('id')} was skipped as one-gpu-on-runner, but the runner lists {len(gpus)} GPUs")
+    if isinstance(figure, dict):
+        ranks, model = figure.get("ranks"), figure.get("gpu_model")
+        if ranks != len(gpus):
+            problems.append(f"the bus-bandwidth test ran on {ranks} GPUs, but the runner lists {len(gpus)} "
+                            f"({', '.join(names)})")
+        if model not in names:
+            problems.append(f"the bus-bandwidth test reports GPU model {model!r}, but the runner lists "
+                            f"{', '.join(sorted(set(names)))}")
     return problems
 
 
