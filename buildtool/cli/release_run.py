@@ -148,12 +148,19 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
             re.compile(pattern)
         except re.error as exc:
             raise UserError(f"--accept-skip {pattern!r} is not a regular expression ({exc})") from None
-    tests_dir = project.root / "image-tests"
+    # The image-tests a verdict may have run: as committed at the image's revision and at the release
+    # commit (git archive, hashed as validate hashes them), read while the registry answers.
+    from buildtool.release.testcode import known_code
+
+    code_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-testcode")
+    known = code_reader.submit(known_code, project.root, [("the image's revision", revision),
+                                                          ("the release commit", "HEAD")])
+    code_reader.shutdown(wait=False)
     options = ReleaseOptions(version=normal, revision=revision, force=force, dry_run=dry_run,
-                             accept_skips=tuple(accept_skip or ()), trusted=trusted,
-                             tests_dir=tests_dir if tests_dir.is_dir() else None)
+                             accept_skips=tuple(accept_skip or ()), trusted=trusted, known_code=known)
     report = release(cells, settings, options, matrix_cells=loaded.cells)
     trusted.result()   # a malformed keys file is bad input even when no image got as far as its verdict
+    known.result()
     _finish(project, loaded, report, as_json, dry_run)
 
 

@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
@@ -63,6 +62,7 @@ from buildtool.release.gates import (
     waiver_for,
 )
 from buildtool.release.packages import package_section
+from buildtool.release.testcode import KnownCode
 from buildtool.validate.keys import TrustedKeys
 
 if TYPE_CHECKING:
@@ -467,10 +467,15 @@ class ReleaseOptions:
     # Keys whose verdicts count (none: nothing passes); a Future when they are still being read
     # (buildtool.cli.release_run reads them while the first registry requests are on their way).
     trusted: TrustedKeys | Future[TrustedKeys] = field(default_factory=TrustedKeys)
-    tests_dir: Path | None = None          # this checkout's image-tests/, to compare what verdicts ran with
+    # The image-tests code a verdict may have run (buildtool.release.testcode: image-tests as committed
+    # at the image's revision and at the release commit); None: nothing to compare with, so no verdict counts.
+    known_code: KnownCode | Future[KnownCode] | None = None
 
     def trusted_keys(self) -> TrustedKeys:
         return self.trusted.result() if isinstance(self.trusted, Future) else self.trusted
+
+    def test_code(self) -> KnownCode | None:
+        return self.known_code.result() if isinstance(self.known_code, Future) else self.known_code
 
 
 def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
@@ -498,16 +503,22 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
     if chosen.keyid in trusted.dev:
         item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
     local, groups = None, None
-    if options.tests_dir is not None:
-        from buildtool.validate.collect import cell_groups, defined_tests, image_tests_hash
+    known, code = options.test_code(), str(chosen.verdict.get("test_code") or "")
+    if known is None:
+        item.problems.append("no image-tests code to compare the verdict's with (release reads image-tests from "
+                             "the git checkout it runs in)")
+    elif code not in known.codes:
+        item.problems.append(f"the verdict ran image-tests {code or '(none)'}, which is neither image-tests at the "
+                             f"image's revision nor at the release commit ({known.describe()}); test code that git "
+                             "does not hold at either proves nothing: validate again with committed image-tests")
+    else:
+        where, folder = known.codes[code]
+        item.notes.append(f"verdict ran {where} ({code})")
+        if folder is not None:
+            from buildtool.validate.collect import cell_groups, defined_tests
 
-        groups = cell_groups(plan.cell, options.tests_dir)
-        code = image_tests_hash(options.tests_dir)
-        if chosen.verdict.get("test_code") == code:
-            local = defined_tests(plan.cell, options.tests_dir, code)
-        else:
-            item.notes.append(f"verdict ran image-tests {chosen.verdict.get('test_code')}, not this checkout's "
-                              f"{code}: its defined tests were checked against its own list only")
+            groups = cell_groups(plan.cell, folder)
+            local = defined_tests(plan.cell, folder, code)
     item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local, groups)
     for t in chosen.verdict.get("tests", []):
         if t.get("result") == "skipped":
