@@ -223,6 +223,7 @@ def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bo
     if as_json:
         emit_json({"ok": report.ok, "release": manifest,
                    "status": {i.cell: {"status": i.status, "problems": i.problems, "tags_made": i.tags_made,
+                                       "tags_unknown": i.tags_unknown,
                                        "repaired": i.repaired, "ignored_attestations": i.ignored}
                               for i in report.images}})
     else:
@@ -232,8 +233,9 @@ def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bo
         raise FailedError(f"release {version} refused for {', '.join(i.cell for i in report.refused)}; "
                           "nothing was promoted (see the table)")
     if not report.ok:
-        done = [f"{i.cell} ({', '.join(i.tags_made) or 'no new tags'})" for i in report.images
-                if i.status in ("promoted", "unchanged") or i.tags_made]
+        done = [f"{i.cell} ({', '.join(i.tags_made) or 'no new tags'}"
+                + (f"; unknown: {', '.join(i.tags_unknown)}" if i.tags_unknown else "") + ")"
+                for i in report.images if i.status in ("promoted", "unchanged") or i.tags_made or i.tags_unknown]
         missing = [f"{i.cell}: {i.status}" for i in report.images if i.status not in ("promoted", "unchanged")]
         raise FailedError(f"release {version} incomplete. Promoted: {'; '.join(done) or 'none'}. "
                           f"Not promoted: {'; '.join(missing)}. Re-run the same command to complete it")

@@ -111,6 +111,8 @@ class ImageRelease:
     status: str = "pending"      # refused | ready | promoted | unchanged | failed | not attempted | dry-run
     problems: list[str] = field(default_factory=list)
     tags_made: list[str] = field(default_factory=list)
+    # After a failure, tags whose write got no answer and that could not be read back: unknown.
+    tags_unknown: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)   # moving tags put back by the final re-check
     previous: dict[str, Any] | None = None
     skips: list[dict[str, Any]] = field(default_factory=list)   # each skipped test and what accepted it
@@ -660,6 +662,27 @@ def _write_tags(client: RegistryClient, item: ImageRelease, plan: CellPlan, dst:
             raise outcome.exception()  # type: ignore[misc]
 
 
+def read_back(client: RegistryClient, item: ImageRelease) -> None:
+    """After a failure, what the report says was made is what the registry holds: every tag this
+    run meant to write is read again, and `tags_made` becomes those that name the image (a write
+    whose answer was lost may have landed; one that was answered may since have been undone). Tags
+    that cannot be read back are `tags_unknown`, never reported as made or as missing."""
+    _, dst = split_repo_path(item.release_repo)
+    meant = [t.tag for t in item.tags if t.action in ("create", "move")]
+    try:
+        found = _digests(client, dst, meant)
+    except (RegistryError, RegistryUnreachable) as exc:
+        item.tags_unknown = [t for t in meant if t not in item.tags_made]
+        item.problems.append(f"could not read the tags back after the failure ({exc}); "
+                             f"{', '.join(item.tags_unknown) or 'no tag'} unknown: list the tags of {item.release_repo}")
+        return
+    held = [t for t in meant if found[t] == item.digest]
+    if held != item.tags_made:
+        item.problems.append(f"read back after the failure: {item.release_repo} holds "
+                             f"{', '.join(held) or 'none'} of {', '.join(meant)} on {item.digest}")
+    item.tags_made, item.tags_unknown = held, []
+
+
 def _digests(client: RegistryClient, repo: str, tags: list[str]) -> dict[str, str | None]:
     """What each tag names now, read side by side."""
     if len(tags) < 2:
@@ -809,17 +832,21 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
                 item.status = "failed"
                 item.problems.append(str(exc))
                 failure = str(exc)
+                read_back(client, item)
                 continue
             if wrong:
                 item.status = "failed"
                 item.problems += wrong
                 failure = wrong[0]
+                read_back(client, item)
         recheck(client, [i for i, _ in pending])   # every tag read once more, moving ones repaired
     except (RegistryError, RegistryUnreachable) as exc:
         for item, _ in pending:
             if item.status in ("ready", "pending"):
                 item.status = "not attempted"
                 item.problems.append(str(exc))
+            if item.status != "not attempted" or item.tags_made:
+                read_back(client, item)     # the re-check itself failed: say what is there, not what was meant
     finally:
         for lock in locks:
             try:

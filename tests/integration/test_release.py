@@ -751,3 +751,31 @@ def test_a_verdict_of_test_code_git_does_not_hold_is_refused_naming_both_revisio
                              "--matrix", str(project / "matrix.yaml"), "--json")
     assert code == 0, (out, err)
     assert json.loads(out)["status"][TF_CPU.key]["status"] == "dry-run"
+
+
+def skopeo_tags(repo: str) -> set[str]:
+    import subprocess
+
+    out = subprocess.run(["skopeo", "list-tags", "--tls-verify=false", f"docker://{HOST}/{repo}"], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    return set(json.loads(out)["Tags"])
+
+
+@pytest.mark.parametrize("lost", [r"2\.13-0\.1\.0$", r"/2\.13$", r"/latest$"])
+def test_after_a_fault_the_report_lists_exactly_the_tags_the_registry_holds(space: Space, lost: str) -> None:
+    """Issue 20, hole 7: a tag write lands but its answer is lost (reset after the write, on every
+    retry): the report said "Promoted: none" / one tag while the registry held more. After any
+    failure release reads the tags back: reported == `skopeo list-tags`."""
+    r = rev()
+    digest = space.build(CPU, r)
+    with FaultProxy(upstream=upstream()) as proxy:
+        proxy.add(rf"PUT .*/rel/pytorch-cpu/manifests{lost if lost.startswith('/') else '/' + lost}", "lost",
+                  times=10_000)
+        report = space.release([CPU], r, "0.1.0", client=proxied(proxy))
+    item = report.images[0]
+    assert not report.ok and item.status == "failed", item.problems
+    release_tags = {"2.13-0.1.0", "2.13", "latest"}
+    held = skopeo_tags(space.rel_repo(CPU)) & release_tags
+    assert set(item.tags_made) == held and item.tags_unknown == [], (item.tags_made, held)
+    assert {t for t in held if space.resolve(CPU, t) == digest} == held
+    assert any("read back" in p for p in item.problems), item.problems
