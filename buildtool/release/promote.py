@@ -674,7 +674,8 @@ def read_back(client: RegistryClient, item: ImageRelease) -> None:
     except (RegistryError, RegistryUnreachable) as exc:
         item.tags_unknown = [t for t in meant if t not in item.tags_made]
         item.problems.append(f"could not read the tags back after the failure ({exc}); "
-                             f"{', '.join(item.tags_unknown) or 'no tag'} unknown: list the tags of {item.release_repo}")
+                             f"{', '.join(item.tags_unknown) or 'no tag'} unknown: list the tags of "
+                             f"{item.release_repo}")
         return
     held = [t for t in meant if found[t] == item.digest]
     if held != item.tags_made:

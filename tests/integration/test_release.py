@@ -198,9 +198,11 @@ def assert_nothing_released(space: Space, cell: Cell) -> None:
 
 def test_unvalidated_digest_refused(space: Space) -> None:
     r = rev()
-    space.build(CPU, r, result=None)
+    digest = space.build(CPU, r, result=None)
     report = space.release([CPU], r, "0.1.0")
     assert report.images[0].status == "refused"
+    assert report.images[0].problems == [f"{digest} has no verdict in the registry; run `make validate "
+                                         f"FRAMEWORK={CPU.key}` first"]
     assert "has no verdict" in report.images[0].problems[0]
     assert_nothing_released(space, CPU)
 
@@ -218,10 +220,12 @@ def test_failed_verdict_refused(space: Space) -> None:
 
 def test_verdict_of_another_digest_does_not_count(space: Space) -> None:
     r = rev()
-    space.build(CPU, r)                              # tested image ...
-    space.build(CPU, r, result=None)                 # ... then the dev tag is overwritten by an untested one
+    tested = space.build(CPU, r)                     # tested image ...
+    untested = space.build(CPU, r, result=None)      # ... then the dev tag is overwritten by an untested one
     report = space.release([CPU], r, "0.1.0")
-    assert report.images[0].status == "refused"
+    assert report.images[0].status == "refused" and report.images[0].digest == untested != tested
+    assert report.images[0].problems == [f"{untested} has no verdict in the registry; run `make validate "
+                                         f"FRAMEWORK={CPU.key}` first"]
     assert_nothing_released(space, CPU)
 
 
@@ -256,6 +260,7 @@ def test_one_refusal_promotes_nothing(space: Space) -> None:
     space.build(TF_CPU, r, result=None)
     report = space.release([CPU, TF_CPU], r, "0.1.0")
     assert [i.status for i in report.images] == ["not attempted", "refused"]
+    assert any("has no verdict in the registry" in p for p in report.images[1].problems), report.images[1].problems
     assert_nothing_released(space, CPU)
 
 
@@ -557,7 +562,10 @@ def test_runner_skip_refused_unless_waived_and_the_waiver_is_recorded(space: Spa
               "skip_reason": "this runner's Docker engine cannot grant --ulimit memlock=-1"}]
     r = rev()
     space.build(CPU, r, tests=tests)
-    assert space.release([CPU], r, "0.1.0").images[0].status == "refused"
+    first = space.release([CPU], r, "0.1.0").images[0]
+    assert first.status == "refused"
+    assert any("1 test(s) skipped where the matrix expects them to run" in p and "test_ulimit[memlock]" in p
+               for p in first.problems), first.problems
     assert_nothing_released(space, CPU)
     report = space.release([CPU], r, "0.1.0", accept_skips=("cannot grant --ulimit memlock",))
     assert report.ok
