@@ -33,7 +33,7 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te
 @dataclass
 class Rule:
     pattern: str             # regex searched in "METHOD /v2/path?query"
-    fault: str               # reset | 503 | stall | late
+    fault: str               # reset | 503 | stall | late | lost (delivered, then the answer is reset)
     times: int = 1           # how many matching requests get the fault
     stall_s: float = 5.0
     fired: int = 0
@@ -95,7 +95,7 @@ class FaultProxy:
         self.stop()
 
     def add(self, pattern: str, fault: str, times: int = 1, stall_s: float = 5.0) -> Rule:
-        if fault not in ("reset", "503", "stall", "late"):
+        if fault not in ("reset", "503", "stall", "late", "lost"):
             raise ValueError(f"unknown fault {fault!r}")
         rule = Rule(pattern, fault, times, min(stall_s, MAX_STALL_S))
         with self._lock:
@@ -193,6 +193,13 @@ class FaultProxy:
                 with self._lock:
                     self.seen.append(Seen(method, path, rule.fault if rule else ""))
                 if rule is not None:
+                    if rule.fault == "lost":
+                        # The registry did it; its answer never reaches the client (a connection reset
+                        # after the write, as when the registry goes down right after writing).
+                        with contextlib.suppress(OSError, http.client.HTTPException):
+                            self._forward(method, path, headers, body)
+                        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        return
                     if rule.fault == "reset":
                         # SO_LINGER 0: close sends RST, the client sees "connection reset by peer".
                         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -17,9 +17,11 @@ from buildtool.contracts.names import ATTESTATION_TYPE
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.referrers import Payload, Referrer, attach
+from buildtool.release.testcode import KnownCode
 from buildtool.validate.keys import SigningKey, TrustedKeys
 
 KEY = generate()            # the trusted runner's key, for this test session
+CODE = "sha256:" + "0" * 64     # the image-tests code hash of the verdicts made here
 ATTACKER = generate()       # a key nobody trusts
 
 
@@ -30,6 +32,13 @@ def trusted(*keys: PrivateKey) -> TrustedKeys:
         found.keys[public.keyid] = public
         found.names[public.keyid] = "test runner"
     return found
+
+
+def known_code(*codes: str) -> KnownCode:
+    """Release's view of which image-tests code verdicts may have run (buildtool.release.testcode),
+    as if `CODE` were image-tests at the image's revision; no folder: nothing to collect from."""
+    return KnownCode({code: (f"image-tests at the image's revision ({code[7:19]})", None) for code in codes or (CODE,)},
+                     [f"the image's revision abc: {code}" for code in codes or (CODE,)])
 
 
 def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gpu: bool = False,
@@ -43,7 +52,7 @@ def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dic
     """A schema-2 verdict that covers the cell's groups: every test listed is a defined test."""
     tests = tests if tests is not None else [result(f"{g}/test_x.py::test_{g}") for g in cell.tests]
     body = {"schema": 2, "digest": digest, "image": f"x@{digest}", "cell": cell.key, "result": outcome,
-            "started": started, "duration_s": 1.0, "test_code": "sha256:" + "0" * 64,
+            "started": started, "duration_s": 1.0, "test_code": CODE,
             "runner": {"hostname": "ci", "gpu_runner": False, "gpus": [], "driver": "", "cuda_driver": "",
                        "gpu_problem": ""},
             "groups": list(cell.tests), "defined_tests": [t["id"] for t in tests],

@@ -150,3 +150,41 @@ def test_fast_path_and_typer_agree_on_a_run(project, run_cli, monkeypatch) -> No
     fast = run_cli(*args)
     monkeypatch.setattr(cli, "_fast_path", lambda argv: False)
     assert run_cli(*args) == fast and fast[0] == 2 and "is not a version" in fast[2]
+
+
+# -- issue 20, hole 1: loopback is an address, not a text prefix ------------------------------------
+
+@pytest.mark.parametrize(("registry", "release_registry"), [
+    ("127.attacker.invalid:5000/p", "127.attacker.invalid:5000/p/r"),      # the audit's command
+    ("127.0.0.1.nip.io:5000/p", "127.0.0.1.nip.io:5000/p/r"),              # resolves to 127.0.0.1, still a name
+    ("127.0.0.1:5000/p", "127.attacker.invalid:5000/p/r"),                 # only RELEASE_REGISTRY is remote
+    ("127.attacker.invalid:5000/p", "127.0.0.1:5000/p/r"),                 # only REGISTRY is remote
+    ("localhost.attacker.invalid:5000/p", None),
+])
+def test_trust_local_key_refuses_a_registry_whose_name_only_looks_loopback(
+        project, run_cli, monkeypatch, registry, release_registry) -> None:  # noqa: ANN001
+    monkeypatch.setenv("REGISTRY", registry)
+    if release_registry is None:
+        monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    else:
+        monkeypatch.setenv("RELEASE_REGISTRY", release_registry)
+    code, out, err = run_cli("release", "--version", "0.7.3", "-f", "pytorch-cpu", "--trust-local-key", "--dry-run",
+                             "--matrix", str(project / "matrix.yaml"))
+    remote = next(r for r in (registry, release_registry) if r and not r.startswith("127.0.0.1:"))
+    assert code == 2 and "--trust-local-key is only for a loopback registry" in err, (code, err)
+    assert remote.split("/")[0] in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1:5000", True), ("127.5.6.7", True), ("localhost", True), ("localhost:5000", True),
+    ("[::1]:5000", True), ("[::1]", True), ("::1", True),
+    ("127.attacker.invalid:5000", False), ("127.0.0.1.nip.io:5000", False), ("localhost.example:5000", False),
+    ("128.0.0.1:5000", False), ("[::2]:5000", False), ("LOCALHOST:5000", False), ("127.0.0.1:x", False),
+    ("", False), ("registry.example.com", False), ("0.0.0.0:5000", False), ("[::ffff:127.0.0.1]:5000", False),
+])
+def test_one_loopback_predicate_decides_trust_and_plain_http(host: str, loopback: bool) -> None:
+    from buildtool.common.refs import is_loopback_host
+    from buildtool.registry.client import RegistryClient
+
+    assert is_loopback_host(host) is loopback
+    assert RegistryClient(host or "x").scheme == ("http" if loopback and host else "https")

@@ -81,14 +81,15 @@ NOT_IN_CELL = "[gpu-not-in-cell] the cell's run profile has no GPUs"
 
 
 @pytest.mark.parametrize(("cell", "t", "allowed"), [
-    (CPU, test("pytorch::nccl", "pytorch", "skipped", NOT_IN_CELL), True),
+    (CPU, test("pytorch::nccl", "pytorch", "skipped", NOT_IN_CELL, gpu=True), True),
+    (CPU, test("pytorch::gloo", "pytorch", "skipped", NOT_IN_CELL), False),   # a code only GPU tests may carry
     (CPU, test("pytorch::nccl", "pytorch", "skipped", "flaky, skipped for now"), False),     # no code: refused
     (CPU, test("pytorch::nccl", "pytorch", "skipped", ""), False),
     (CPU, test("pytorch::nccl", "pytorch", "skipped", "[no-such-code] anything"), False),     # unknown code
     (CPU, test("pytorch::nccl", "pytorch", "skipped", NO_GPU), False),       # a runner's state, not the matrix's
-    (GPU, test("pytorch::nccl", "pytorch", "skipped", NOT_IN_CELL), False),  # the matrix gives it GPUs: a lie
-    (GPU, test("pytorch::nccl", "pytorch", "skipped", NO_GPU), False),       # GPU cell: must run
-    (NGC, test("pytorch::nccl", "pytorch", "skipped", NO_GPU), False),
+    (GPU, test("pytorch::nccl", "pytorch", "skipped", NOT_IN_CELL, gpu=True), False),  # the matrix gives it GPUs
+    (GPU, test("pytorch::nccl", "pytorch", "skipped", NO_GPU, gpu=True), False),       # GPU cell: must run
+    (NGC, test("pytorch::nccl", "pytorch", "skipped", NO_GPU, gpu=True), False),
     (CPU, test("tensorflow::x", "tensorflow", "skipped", "not this framework"), False),  # prose never counts
     # reasons the release checks against the matrix again
     # a code no image test emits is no code (test_skip_codes keeps the list and the tests in step)
@@ -105,8 +106,10 @@ def test_skip_rule(cell, t, allowed) -> None:  # noqa: ANN001
 
 def test_bad_skips_are_named() -> None:
     tests = [test("common::a", "common", "passed"),
-             *(test(f"pytorch::g{i}", "pytorch", "skipped", f"{NO_GPU} here") for i in range(5))]
-    [problem] = verdict_problems(GPU, D1, verdict(GPU.key, tests=tests))
+             *(test(f"pytorch::g{i}", "pytorch", "skipped", f"{NO_GPU} here", gpu=True) for i in range(5))]
+    found = verdict_problems(GPU, D1, verdict(GPU.key, tests=tests))
+    [problem] = [p for p in found if "skipped where the matrix expects them to run" in p]
+    assert any("5 GPU test(s) of GPU cell" in p for p in found)
     assert "5 test(s) skipped" in problem and "pytorch/test_pytorch.py::g0 (no GPU on this runner here)" in problem
     assert "2 more" in problem
 
@@ -293,15 +296,16 @@ def test_package_skip_allowed_only_when_the_matrix_pins_none() -> None:
     import dataclasses
 
     bare = dataclasses.replace(CPU, packages=())
-    t = test("common::pkgs", "common", "skipped", "[no-pinned-packages] the cell pins no extra packages")
+    t = test("common/test_contents.py::test_extra_packages", "common", "skipped",
+             "[no-pinned-packages] the cell pins no extra packages")
     assert skip_allowed(bare, t) and not skip_allowed(CPU, t)
 
 
 def test_waivers_are_explicit_and_never_cover_gpu_tests_of_gpu_cells() -> None:
-    runner = test("common::ulimit[memlock]", "common", "skipped",
+    runner = test("common/test_run_profile.py::test_ulimit[memlock]", "common", "skipped",
                   "[ulimit-not-granted:memlock] this runner's Docker engine cannot grant --ulimit memlock=-1 (it "
                   "refused ...)")
-    gpu = test("pytorch::nccl", "pytorch", "skipped", f"{NO_GPU} (nvidia-smi found none)")
+    gpu = test("pytorch::nccl", "pytorch", "skipped", f"{NO_GPU} (nvidia-smi found none)", gpu=True)
     ok = test("common::a", "common", "passed")
     assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]))            # refused by default
     assert verdict_problems(CPU, D1, verdict(CPU.key, tests=[ok, runner]), ("cannot grant --ulimit memlock",)) == []

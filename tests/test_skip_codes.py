@@ -56,3 +56,62 @@ def test_a_skip_message_round_trips() -> None:
     text = skips.skip_text(skips.ULIMIT_NOT_GRANTED, "engine refused", "memlock")
     assert skips.parse_skip(text) == ("ulimit-not-granted", "memlock", "engine refused")
     assert skips.parse_skip("free text") == ("", "", "free text")
+
+
+def _gpu_marked(function: ast.FunctionDef) -> bool:
+    return any("mark.gpu" in ast.unparse(d) for d in function.decorator_list)
+
+
+def _tests_emitting() -> list[tuple[str, str, bool, str]]:
+    """(code name, test id prefix `file::function`, marked gpu, where) for every skip an image test can
+    emit: from its own body, or from a fixture it asks for (a fixture of its module, or of a conftest).
+    A skip in a pytest hook is returned with the test id `<hook>`."""
+    modules = _modules()
+    functions = {path: [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)] for path, tree in modules.items()}
+    fixtures: dict[tuple[Path, str], ast.FunctionDef] = {}
+    for path, found in functions.items():
+        for f in found:
+            if any("fixture" in ast.unparse(d) for d in f.decorator_list):
+                fixtures[(path, f.name)] = f
+    out = []
+    for name, places in _emitted().items():
+        for place in places:
+            file, line = place.rsplit(":", 1)
+            path = IMAGE_TESTS / file
+            inside = [f for f in functions[path] if f.lineno <= int(line) <= (f.end_lineno or f.lineno)]
+            outer = inside[0] if inside else None
+            assert outer is not None, f"{place}: a skip outside any function"
+            if outer.name.startswith("test_"):
+                out.append((name, f"{file}::{outer.name}", _gpu_marked(outer), place))
+            elif outer.name.startswith("pytest_"):
+                out.append((name, f"<{outer.name}>", False, place))
+            else:
+                assert (path, outer.name) in fixtures, f"{place}: a skip in {outer.name}, neither test nor fixture"
+                users = [(p, f) for p, fs in functions.items() for f in fs if f.name.startswith("test_")
+                         and outer.name in [a.arg for a in f.args.args]
+                         and (p == path or path.name == "conftest.py")]
+                assert users, f"{place}: fixture {outer.name} is used by no test"
+                out += [(name, f"{p.relative_to(IMAGE_TESTS)}::{f.name}", _gpu_marked(f), place) for p, f in users]
+    return out
+
+
+def test_every_emitted_code_is_emitted_only_from_tests_it_is_allowed_for() -> None:
+    """Issue 20, hole 4: the gate refuses a code on a test that may not carry it, so the image tests
+    must never emit one there: every test that can skip with a code (itself or through a fixture it
+    asks for) is among those the code declares, and GPU codes only from tests marked gpu. A pytest
+    hook may emit only GPU codes, and only for items it finds marked gpu."""
+    wrong = []
+    for name, test_id, gpu, place in _tests_emitting():
+        code = getattr(skips, name)
+        if test_id.startswith("<"):
+            hook = next(f for f in ast.walk(ast.parse((IMAGE_TESTS / place.rsplit(":", 1)[0]).read_text()))
+                        if isinstance(f, ast.FunctionDef) and f"<{f.name}>" == test_id)
+            if not (code.gpu_only and "get_closest_marker('gpu')" in ast.unparse(hook)):
+                wrong.append(f"{place}: {code.code} in hook {test_id}")
+        elif not code.allows(test_id, gpu):
+            wrong.append(f"{place}: {code.code} from {test_id} (gpu={gpu}); it may come only from {code.who()}")
+    assert wrong == []
+    assert {t for _, t, _, _ in _tests_emitting()} >= {
+        "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw",                       # in the test itself
+        "common/test_cross_tensorboard.py::test_other_tensorboard_reads_our_events",  # through a fixture
+        "common/test_contents.py::test_gpus_visible"}                                 # through a conftest fixture

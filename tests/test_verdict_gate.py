@@ -104,3 +104,100 @@ def test_a_version_released_under_another_spelling_is_refused() -> None:
     [problem] = spelling_problems("1.0.0", released, "pytorch-cpu:2.13")
     assert "already exists as pytorch-cpu:2.13-1.0" in problem and "use --version 1.0" in problem
     assert spelling_problems("1.0", released, "x") == [] and spelling_problems("1.1", released, "x") == []
+
+
+# -- issue 20, hole 4: a skip code is judged per test, not per cell ---------------------------------
+
+@pytest.mark.parametrize(("test_id", "code", "gpu"), [
+    ("pytorch/test_ddp.py::test_ddp_loss_falls", "gpu-not-in-cell", False),        # gloo DDP, not a GPU test
+    ("common/test_contents.py::test_extra_packages", "gpu-not-in-cell", False),
+    ("pytorch/test_ddp.py::test_ddp_loss_falls", "no-pinned-packages", False),      # expected on a bare cell
+    ("pytorch/test_ddp.py::test_ddp_loss_falls", "no-peer-image", False),           # waivable, but not this test
+    ("common/test_contents.py::test_gpus_visible", "one-gpu-on-runner", True),      # only the bus bandwidth test
+    ("pytorch/test_ddp.py::test_ddp_loss_falls", "ulimit-not-granted", False),
+])
+def test_a_skip_code_this_test_cannot_carry_is_refused_naming_test_and_code(test_id: str, code: str,
+                                                                            gpu: bool) -> None:
+    import dataclasses
+
+    tests = [result("common/test_x.py::test_a"), result(test_id, "skipped", code, "does not apply", gpu=gpu)]
+    bare = dataclasses.replace(CPU, packages=())
+    found = problems(bare, verdict(bare, D1, tests=tests))
+    assert any(test_id in p and f"[{code}]" in p and "may not carry" in p for p in found), found
+
+
+def test_the_gpu_marker_comes_from_this_checkouts_collection_when_known() -> None:
+    """A verdict that calls a gloo test `gpu` to make its gpu-not-in-cell skip pass: the checkout's
+    collection says it is not marked gpu."""
+    tests = [result("common/test_x.py::test_a"),
+             result("pytorch/test_ddp.py::test_ddp_loss_falls", "skipped", "gpu-not-in-cell", "no GPUs", gpu=True)]
+    body = verdict(CPU, D1, tests=tests)
+    local = {"common/test_x.py::test_a": False, "pytorch/test_ddp.py::test_ddp_loss_falls": False}
+    found = problems(CPU, body, local_tests=local)
+    assert any("pytorch/test_ddp.py::test_ddp_loss_falls" in p and "[gpu-not-in-cell]" in p for p in found), found
+    # the same skip of a test the collection marks gpu is what the matrix expects on a CPU cell
+    assert problems(CPU, body, local_tests={**local, "pytorch/test_ddp.py::test_ddp_loss_falls": True}) == []
+
+
+@pytest.mark.parametrize(("test_id", "code", "gpu"), [
+    ("common/test_contents.py::test_gpus_visible", "gpu-not-in-cell", True),
+    ("common/test_cross_tensorboard.py::test_other_tensorboard_reads_our_events", "no-peer-image", False),
+    ("common/test_run_profile.py::test_ulimit[memlock]", "ulimit-not-granted", False),
+])
+def test_a_code_its_test_may_carry_is_judged_as_before(test_id: str, code: str, gpu: bool) -> None:
+    tests = [result("common/test_x.py::test_a"), result(test_id, "skipped", code, "x", gpu=gpu, subject="memlock")]
+    assert problems(CPU, verdict(CPU, D1, tests=tests)) == []          # expected, or waived by ALL
+
+
+# -- issue 20, hole 5: a GPU cell's verdict must carry a usable GPU inventory that agrees ----------
+
+BUSBW = "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw"
+H100 = {"index": "0", "name": "NVIDIA H100 80GB HBM3", "driver": "550.54", "memory_mib": 81559}
+
+
+def gpu_verdict(gpus: list[dict], usable: bool | None = True, busbw: dict | None = None,
+                busbw_result: str = "passed", skip: str = "") -> dict:
+    tests = [result("common/test_x.py::test_a"), result("common/test_contents.py::test_gpus_visible", gpu=True),
+             result(BUSBW, busbw_result, skip, "one GPU" if skip else "", gpu=True)]
+    body = verdict(CUDA, D1, tests=tests)
+    body["runner"] = {"hostname": "gpu-1", "gpu_runner": True, "gpus": gpus, "driver": "550.54", "cuda_driver": "12.4",
+                      "gpus_usable": usable, "gpu_problem": ""}
+    body["gpu_tests"] = [t["id"] for t in tests if t["gpu"]]
+    if busbw is not None:
+        body["figures"] = {"allreduce_busbw": busbw, "allreduce_busbw_GBps": busbw.get("peak_GBps", 1.0)}
+    return body
+
+
+def two(name: str = H100["name"]) -> list[dict]:
+    return [{**H100, "name": name}, {**H100, "index": "1", "name": name}]
+
+
+def test_a_gpu_verdict_with_an_agreeing_inventory_passes() -> None:
+    assert problems(CUDA, gpu_verdict(two(), busbw={"ranks": 2, "gpu_model": H100["name"], "peak_GBps": 300.0})) == []
+
+
+@pytest.mark.parametrize(("body", "cause"), [
+    # the audit's verdict: GPU tests `passed`, no GPU listed, GPUs not usable (an edited conftest)
+    (gpu_verdict([], usable=False, busbw={"ranks": 2, "gpu_model": "NVIDIA H100", "peak_GBps": 300.0}),
+     "runner lists no GPU"),
+    (gpu_verdict(two(), usable=False, busbw={"ranks": 2, "gpu_model": H100["name"], "peak_GBps": 300.0}),
+     "the runner's GPUs were not usable (gpus_usable is False)"),
+    (gpu_verdict(two(), usable=None, busbw={"ranks": 2, "gpu_model": H100["name"], "peak_GBps": 300.0}),
+     "the runner's GPUs were not usable (gpus_usable is None)"),
+    (gpu_verdict([{**H100, "name": ""}, {**H100, "index": "1"}], busbw={"ranks": 2, "gpu_model": H100["name"]}),
+     "runner lists a GPU without a model name"),
+    (gpu_verdict(two(), busbw={"ranks": 4, "gpu_model": H100["name"], "peak_GBps": 300.0}),
+     "the bus-bandwidth test ran on 4 GPUs, but the runner lists 2"),
+    (gpu_verdict(two(), busbw={"ranks": 2, "gpu_model": "NVIDIA A100-SXM4-80GB", "peak_GBps": 300.0}),
+     "the bus-bandwidth test reports GPU model 'NVIDIA A100-SXM4-80GB', but the runner lists NVIDIA H100 80GB HBM3"),
+    (gpu_verdict(two()), f"{BUSBW} passed but the verdict has no allreduce_busbw figure"),
+    (gpu_verdict(two(), busbw_result="skipped", skip="one-gpu-on-runner"),
+     "skipped as one-gpu-on-runner, but the runner lists 2 GPUs"),
+])
+def test_a_gpu_verdict_whose_inventory_is_empty_unusable_or_disagrees_is_refused(body: dict, cause: str) -> None:
+    found = problems(CUDA, body)
+    assert any(cause in p for p in found), found
+
+
+def test_a_cpu_cell_needs_no_gpu_inventory() -> None:
+    assert problems(CPU, verdict(CPU, D1)) == []

@@ -23,7 +23,7 @@ from pathlib import Path
 from buildtool.build import engine
 from buildtool.build.pipconfig import pip_secrets
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import split_repo
+from buildtool.common.refs import is_loopback_host, split_repo
 from buildtool.contracts import frameworks, label_keys
 from buildtool.contracts.names import DEFAULT_REGISTRY
 from buildtool.matrix.plan import mirror_base
@@ -68,8 +68,7 @@ def local_mirror(base_mirror: str) -> str:
 
 
 def is_loopback_registry(ref_or_host: str) -> bool:
-    host = ref_or_host.split("/", 1)[0].split(":")[0]
-    return host in ("localhost", "::1") or host.startswith("127.")
+    return is_loopback_host(ref_or_host.split("/", 1)[0])
 
 
 def debian_suite(upstream: str) -> tuple[str, bool]:

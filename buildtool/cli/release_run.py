@@ -148,12 +148,19 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
             re.compile(pattern)
         except re.error as exc:
             raise UserError(f"--accept-skip {pattern!r} is not a regular expression ({exc})") from None
-    tests_dir = project.root / "image-tests"
+    # The image-tests a verdict may have run: as committed at the image's revision and at the release
+    # commit (git archive, hashed as validate hashes them), read while the registry answers.
+    from buildtool.release.testcode import known_code
+
+    code_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-testcode")
+    known = code_reader.submit(known_code, project.root, [("the image's revision", revision),
+                                                          ("the release commit", "HEAD")])
+    code_reader.shutdown(wait=False)
     options = ReleaseOptions(version=normal, revision=revision, force=force, dry_run=dry_run,
-                             accept_skips=tuple(accept_skip or ()), trusted=trusted,
-                             tests_dir=tests_dir if tests_dir.is_dir() else None)
+                             accept_skips=tuple(accept_skip or ()), trusted=trusted, known_code=known)
     report = release(cells, settings, options, matrix_cells=loaded.cells)
     trusted.result()   # a malformed keys file is bad input even when no image got as far as its verdict
+    known.result()
     _finish(project, loaded, report, as_json, dry_run)
 
 
@@ -196,11 +203,16 @@ def _preload_documents() -> None:
 
 
 def _check_loopback(settings: Settings) -> None:
-    registry = settings.release_registry
-    host = registry.split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
-    if not (host in ("localhost", "::1") or host.startswith("127.")):
-        raise UserError(f"--trust-local-key is only for a loopback registry, not {registry}; for a real release "
-                        "add the validating runner's public key to config/trusted-keys.yaml (see `buildtool keys`)")
+    """Both registries (dev images are read from REGISTRY, tags written to RELEASE_REGISTRY) must be
+    this machine by address (buildtool.common.refs.is_loopback_host), never by a name's spelling."""
+    from buildtool.common.refs import is_loopback_host
+
+    for variable, registry in (("REGISTRY", settings.registry), ("RELEASE_REGISTRY", settings.release_registry)):
+        host = registry.split("/", 1)[0]
+        if not is_loopback_host(host):
+            raise UserError(f"--trust-local-key is only for a loopback registry (127.0.0.0/8, ::1 or localhost), not "
+                            f"{variable}={registry} ({host} is not a loopback address); for a real release add the "
+                            "validating runner's public key to config/trusted-keys.yaml (see `buildtool keys`)")
 
 
 def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bool, dry_run: bool) -> None:
@@ -211,6 +223,7 @@ def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bo
     if as_json:
         emit_json({"ok": report.ok, "release": manifest,
                    "status": {i.cell: {"status": i.status, "problems": i.problems, "tags_made": i.tags_made,
+                                       "tags_unknown": i.tags_unknown,
                                        "repaired": i.repaired, "ignored_attestations": i.ignored}
                               for i in report.images}})
     else:
@@ -220,8 +233,9 @@ def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bo
         raise FailedError(f"release {version} refused for {', '.join(i.cell for i in report.refused)}; "
                           "nothing was promoted (see the table)")
     if not report.ok:
-        done = [f"{i.cell} ({', '.join(i.tags_made) or 'no new tags'})" for i in report.images
-                if i.status in ("promoted", "unchanged") or i.tags_made]
+        done = [f"{i.cell} ({', '.join(i.tags_made) or 'no new tags'}"
+                + (f"; unknown: {', '.join(i.tags_unknown)}" if i.tags_unknown else "") + ")"
+                for i in report.images if i.status in ("promoted", "unchanged") or i.tags_made or i.tags_unknown]
         missing = [f"{i.cell}: {i.status}" for i in report.images if i.status not in ("promoted", "unchanged")]
         raise FailedError(f"release {version} incomplete. Promoted: {'; '.join(done) or 'none'}. "
                           f"Not promoted: {'; '.join(missing)}. Re-run the same command to complete it")

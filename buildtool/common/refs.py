@@ -147,3 +147,33 @@ def split_repo_path(repo: str) -> tuple[str, str]:
     """`host:port/team/name` (a repository with its host, no tag) -> (host, path)."""
     ref = parse_reference(repo)
     return ref.registry, ref.repository
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a registry host (`host[:port]`) is this machine by its address, not by its name's
+    spelling: an IP literal in 127.0.0.0/8, `::1` (bare or `[::1]`), or exactly `localhost`, each
+    with an optional numeric port. `127.attacker.invalid` or `127.0.0.1.nip.io` are names anyone can
+    point anywhere: not loopback. The one predicate for both `--trust-local-key` and plain HTTP."""
+    import ipaddress
+
+    name, port = host, ""
+    if host.startswith("["):
+        name, sep, rest = host[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return False
+        port = rest[1:] if rest else ""
+        if rest and not port:
+            return False
+    elif host.count(":") == 1:
+        name, port = host.split(":")
+        if not port:
+            return False
+    if port and not (port.isascii() and port.isdigit()):
+        return False
+    if name == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return address.is_loopback

@@ -5,6 +5,12 @@ lets the gate check the matrix). The gate never reads the text: it asks the code
 whether the matrix says the test cannot apply to this cell (`expected`), whether a releaser
 may waive it by name for a runner's limits (`waivable`), or neither (`refused`). A skip
 without a known code is refused.
+
+Each code also says which tests may carry it (`gpu_only`: tests marked `gpu`; `tests`: test ids
+of image-tests/, `file.py` for every test of a file, `file.py::name` for one test and its
+parameters). A code on any other test is refused whatever the cell (`allows`): a gloo DDP test
+skipped with `gpu-not-in-cell` is a test that did not run, not one the matrix excuses.
+tests/test_skip_codes.py checks that every image test emits each code only where it may.
 """
 
 from __future__ import annotations
@@ -27,26 +33,51 @@ class SkipCode:
     # True when the matrix confirms the test cannot apply to this cell (None: never).
     expected_for: Callable[[Cell, str], bool] | None = None
     waivable: bool = False   # a runner's limitation the releaser may accept by name (--accept-skip)
+    gpu_only: bool = False   # only tests marked `gpu` may carry it
+    tests: tuple[str, ...] = ()   # the only tests that may carry it (`file.py` or `file.py::name`); () = any
+
+    def allows(self, test_id: str, gpu: bool) -> bool:
+        """Whether the test `test_id` (marked gpu or not) may be skipped with this code."""
+        if self.gpu_only and not gpu:
+            return False
+        if not self.tests:
+            return True
+        file, _, name = test_id.partition("::")
+        function = name.split("[", 1)[0]
+        return any(allowed in (file, f"{file}::{function}") for allowed in self.tests)
+
+    def who(self) -> str:
+        """Which tests may carry the code, for a message."""
+        parts = ["tests marked gpu"] if self.gpu_only else []
+        if self.tests:
+            parts.append(", ".join(self.tests))
+        return " among ".join(parts) if len(parts) == 2 else (parts[0] if parts else "any test")
 
 
 def _cpu_cell(cell: Cell, _subject: str) -> bool:
     return cell.run.gpus == "none" and not cell.needs_gpu
 
 
-GPU_NOT_IN_CELL = SkipCode("gpu-not-in-cell", "GPU check on a cell whose run profile has no GPUs", _cpu_cell)
-NO_GPU_ON_RUNNER = SkipCode("no-gpu-on-runner", "GPU check of a GPU cell on a runner without usable GPUs")
-ONE_GPU_ON_RUNNER = SkipCode("one-gpu-on-runner", "multi-GPU check (bus bandwidth) on a runner with one GPU")
+GPU_NOT_IN_CELL = SkipCode("gpu-not-in-cell", "GPU check on a cell whose run profile has no GPUs", _cpu_cell,
+                           gpu_only=True)
+NO_GPU_ON_RUNNER = SkipCode("no-gpu-on-runner", "GPU check of a GPU cell on a runner without usable GPUs",
+                            gpu_only=True)
+ONE_GPU_ON_RUNNER = SkipCode("one-gpu-on-runner", "multi-GPU check (bus bandwidth) on a runner with one GPU",
+                             gpu_only=True, tests=("pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw",))
 ULIMIT_NOT_GRANTED = SkipCode("ulimit-not-granted", "the engine cannot grant a ulimit of the run profile",
-                              waivable=True)
+                              waivable=True, tests=("common/test_run_profile.py::test_ulimit",))
 NO_PINNED_PACKAGES = SkipCode("no-pinned-packages", "the cell pins no extra packages",
-                              lambda cell, _s: not cell.packages)
+                              lambda cell, _s: not cell.packages,
+                              tests=("common/test_contents.py::test_extra_packages",))
 NO_PEER_IMAGE = SkipCode("no-peer-image", "no image of the other framework to exchange event files with",
-                         waivable=True)
+                         waivable=True, tests=("common/test_cross_tensorboard.py",))
 STANDIN_PYTHON = SkipCode("standin-python", "a stand-in image's Python comes from the stand-in base",
-                          lambda cell, _s: cell.standin is not None)
+                          lambda cell, _s: cell.standin is not None,
+                          tests=("common/test_contents.py::test_python_version",))
 # Never expected, never waivable: an image that does not say what its locks installed is not released.
 NO_LOCK_LABEL = SkipCode("no-lock-label", "the image has no label listing the packages its locks installed "
-                         "(not built by `buildtool build` from locks)")
+                         "(not built by `buildtool build` from locks)",
+                         tests=("common/test_locked_packages.py::test_locked_packages_installed_at_their_versions",))
 
 CODES: dict[str, SkipCode] = {c.code: c for c in (
     GPU_NOT_IN_CELL, NO_GPU_ON_RUNNER, ONE_GPU_ON_RUNNER, ULIMIT_NOT_GRANTED,
@@ -68,9 +99,21 @@ def parse_skip(message: str) -> tuple[str, str, str]:
     return match.group("code"), match.group("subject") or "", match.group("text")
 
 
-def judge(cell: Cell, code: str, subject: str = "") -> Judgement:
+def misplaced(code: str, test_id: str, gpu: bool) -> str | None:
+    """Why test `test_id` may not carry `code` (None: it may, or the code is unknown: `judge` refuses it)."""
+    rule = CODES.get(code)
+    if rule is None or rule.allows(test_id, gpu):
+        return None
+    return (f"{test_id} is skipped with [{code}]: this test may not carry it (only {rule.who()} may"
+            + (")" if gpu or not rule.gpu_only else "; it is not marked gpu)"))
+
+
+def judge(cell: Cell, code: str, subject: str = "", test_id: str | None = None, gpu: bool = False) -> Judgement:
+    """The code's rule for this cell; with `test_id`, `refused` also when that test may not carry it."""
     rule = CODES.get(code)
     if rule is None:
+        return "refused"
+    if test_id is not None and not rule.allows(test_id, gpu):
         return "refused"
     if rule.expected_for is not None and rule.expected_for(cell, subject):
         return "expected"

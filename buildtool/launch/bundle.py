@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import ReferenceError, parse_reference
+from buildtool.common.refs import ReferenceError, is_loopback_host, parse_reference
 from buildtool.contracts import label_keys
 
 JOBS_DIR = "jobs"
@@ -180,7 +180,7 @@ def layout_image(layout: Path) -> tuple[str, dict[str, str]]:
 
 def _loopback(host: str) -> bool:
     # As the registry client decides http vs https: a registry on this machine speaks plain http.
-    return host.split(":")[0] in ("localhost", "127.0.0.1") or host.startswith("127.")
+    return is_loopback_host(host)
 
 
 def parse_ulimits(items: list[str]) -> tuple[tuple[str, int], ...]:

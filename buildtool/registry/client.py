@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildtool.common.errors import FailedError, UserError
+from buildtool.common.refs import is_loopback_host
 from buildtool.registry.transport import LoopbackTransport, Response, TransportConnectionError, TransportTimeout
 
 if TYPE_CHECKING:
@@ -92,8 +93,8 @@ class RegistryClient:
     def __init__(self, host: str, *, retry: RetryPolicy | None = None, scheme: str | None = None,
                  sleep: Callable[[float], None] = time.sleep):
         self.host = host
-        local = host.split(":")[0] in ("127.0.0.1", "localhost") or host.startswith("127.")
-        self.scheme = scheme or ("http" if local else "https")
+        # Plain HTTP only for this machine by address (the same predicate --trust-local-key uses).
+        self.scheme = scheme or ("http" if is_loopback_host(host) else "https")
         self.retry = retry or RetryPolicy()
         self._session: requests.Session | None = None
         self._loopback = LoopbackTransport() if self.scheme == "http" else None

@@ -59,22 +59,33 @@ def spelling_problems(version: str, released: dict[Version, str], what: str) -> 
 
 # -- the verdict ---------------------------------------------------------------------------------
 
-def skip_judgement(cell: Cell, test: dict[str, Any]) -> skips.Judgement:
+def marked_gpu(test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> bool:
+    """Whether a test is marked gpu: this checkout's collection says so when it knows the test
+    (a verdict cannot promote a gloo test to a GPU test), else the verdict's own flag."""
+    test_id = str(test.get("id"))
+    if local_tests is not None and test_id in local_tests:
+        return local_tests[test_id]
+    return bool(test.get("gpu"))
+
+
+def skip_judgement(cell: Cell, test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> skips.Judgement:
     """What the matrix says of a skipped test (buildtool.contracts.skips): its code's rule, checked
-    against this cell; the skip's prose is never read."""
-    return skips.judge(cell, str(test.get("skip_code") or ""), str(test.get("skip_subject") or ""))
+    against this cell and this test (a code only some tests may carry); the skip's prose is never read."""
+    return skips.judge(cell, str(test.get("skip_code") or ""), str(test.get("skip_subject") or ""),
+                       str(test.get("id")), marked_gpu(test, local_tests))
 
 
-def skip_allowed(cell: Cell, test: dict[str, Any]) -> bool:
+def skip_allowed(cell: Cell, test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> bool:
     """A skipped test is acceptable only where the matrix says it cannot run on this cell (e.g.
-    a GPU check on a cell with `run.gpus: none`)."""
-    return skip_judgement(cell, test) == "expected"
+    a GPU check on a cell with `run.gpus: none`), and only with a code that test may carry."""
+    return skip_judgement(cell, test, local_tests) == "expected"
 
 
-def waiver_for(cell: Cell, test: dict[str, Any], accept: tuple[str, ...]) -> str | None:
+def waiver_for(cell: Cell, test: dict[str, Any], accept: tuple[str, ...],
+               local_tests: dict[str, bool] | None = None) -> str | None:
     """The `--accept-skip` pattern that waives this skip, if any: only codes the contract marks
     waivable (a runner's limits), never a GPU check of a GPU cell."""
-    if skip_judgement(cell, test) != "waivable":
+    if skip_judgement(cell, test, local_tests) != "waivable":
         return None
     reason = f"[{test.get('skip_code')}] {test.get('skip_reason') or ''}"
     return next((pattern for pattern in accept if re.search(pattern, reason)), None)
@@ -122,13 +133,66 @@ def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None, ac
         if not_passed:
             problems.append(f"{len(not_passed)} GPU test(s) of GPU cell {cell.key} did not pass: "
                             f"{_listed(not_passed)}; validate on a GPU runner (no waiver covers them)")
-    bad_skips = [t for t in tests if t.get("result") == "skipped" and not skip_allowed(cell, t)
-                 and waiver_for(cell, t, accept) is None]
+    if is_gpu_cell(cell):
+        problems += inventory_problems(verdict)
+    skipped = [t for t in tests if t.get("result") == "skipped"]
+    misplaced = [why for t in skipped
+                 if (why := skips.misplaced(str(t.get("skip_code") or ""), str(t.get("id")),
+                                            marked_gpu(t, local_tests))) is not None]
+    if misplaced:
+        problems.append(f"{len(misplaced)} skip code(s) on tests that may not carry them: {'; '.join(misplaced[:3])}"
+                        + (f" and {len(misplaced) - 3} more" if len(misplaced) > 3 else "")
+                        + "; no waiver covers this: validate again with this checkout's image-tests")
+    bad_skips = [t for t in skipped if skips.misplaced(str(t.get("skip_code") or ""), str(t.get("id")),
+                                                       marked_gpu(t, local_tests)) is None
+                 and not skip_allowed(cell, t, local_tests) and waiver_for(cell, t, accept, local_tests) is None]
     if bad_skips:
         shown = ", ".join(f"{t.get('id')} ({t.get('skip_reason') or 'no reason'})" for t in bad_skips[:3])
         more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
         problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
                         "validate on a runner that can run them (or waive a runner limit with --accept-skip)")
+    return problems
+
+
+def inventory_problems(verdict: dict[str, Any]) -> list[str]:
+    """A GPU cell's verdict must say which GPUs its GPU tests ran on, and agree with what they report:
+    `runner.gpus` non-empty, each with a model name, `gpus_usable` true; the bus-bandwidth test's
+    figure (ranks, gpu_model) equal to the inventory (it passed: the figure must be there; skipped as
+    one GPU: the inventory lists one). A passed GPU test with no usable GPU is a verdict that lies."""
+    from buildtool.contracts.gpu import BUSBW_FIGURE
+
+    runner = verdict.get("runner")
+    if not isinstance(runner, dict):
+        return ["the verdict of a GPU cell has no runner inventory (runner); validate on a GPU runner"]
+    gpus = runner.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return ["the verdict's runner lists no GPU (runner.gpus is empty), yet this is a GPU cell whose GPU tests "
+                "must have run on GPUs; validate on a GPU runner"]
+    problems = []
+    if runner.get("gpus_usable") is not True:
+        problems.append(f"the runner's GPUs were not usable (gpus_usable is {runner.get('gpus_usable')}"
+                        + (f": {runner['gpu_problem']}" if runner.get("gpu_problem") else "")
+                        + "), yet this is a GPU cell whose GPU tests must have run on them")
+    names = [str(g.get("name") or "") if isinstance(g, dict) else "" for g in gpus]
+    if not all(names):
+        problems.append("the verdict's runner lists a GPU without a model name: the inventory is not nvidia-smi's")
+    results = {str(t.get("id")): t for t in verdict.get("tests", []) if isinstance(t, dict)}
+    figure = (verdict.get("figures") or {}).get(BUSBW_FIGURE)
+    busbw = next((t for i, t in results.items() if i.split("[", 1)[0].endswith("::test_ddp_nccl_allreduce_busbw")),
+                 None)
+    if busbw is not None and busbw.get("result") == "passed" and not isinstance(figure, dict):
+        problems.append(f"{busbw.get('id')} passed but the verdict has no {BUSBW_FIGURE} figure (ranks, GPU model) "
+                        "to check against the runner's GPUs")
+    if busbw is not None and busbw.get("skip_code") == "one-gpu-on-runner" and len(gpus) != 1:
+        problems.append(f"{busbw.get('id')} was skipped as one-gpu-on-runner, but the runner lists {len(gpus)} GPUs")
+    if isinstance(figure, dict):
+        ranks, model = figure.get("ranks"), figure.get("gpu_model")
+        if ranks != len(gpus):
+            problems.append(f"the bus-bandwidth test ran on {ranks} GPUs, but the runner lists {len(gpus)} "
+                            f"({', '.join(names)})")
+        if model not in names:
+            problems.append(f"the bus-bandwidth test reports GPU model {model!r}, but the runner lists "
+                            f"{', '.join(sorted(set(names)))}")
     return problems
 
 

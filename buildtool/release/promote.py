@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
@@ -63,6 +62,7 @@ from buildtool.release.gates import (
     waiver_for,
 )
 from buildtool.release.packages import package_section
+from buildtool.release.testcode import KnownCode
 from buildtool.validate.keys import TrustedKeys
 
 if TYPE_CHECKING:
@@ -111,6 +111,8 @@ class ImageRelease:
     status: str = "pending"      # refused | ready | promoted | unchanged | failed | not attempted | dry-run
     problems: list[str] = field(default_factory=list)
     tags_made: list[str] = field(default_factory=list)
+    # After a failure, tags whose write got no answer and that could not be read back: unknown.
+    tags_unknown: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)   # moving tags put back by the final re-check
     previous: dict[str, Any] | None = None
     skips: list[dict[str, Any]] = field(default_factory=list)   # each skipped test and what accepted it
@@ -467,10 +469,15 @@ class ReleaseOptions:
     # Keys whose verdicts count (none: nothing passes); a Future when they are still being read
     # (buildtool.cli.release_run reads them while the first registry requests are on their way).
     trusted: TrustedKeys | Future[TrustedKeys] = field(default_factory=TrustedKeys)
-    tests_dir: Path | None = None          # this checkout's image-tests/, to compare what verdicts ran with
+    # The image-tests code a verdict may have run (buildtool.release.testcode: image-tests as committed
+    # at the image's revision and at the release commit); None: nothing to compare with, so no verdict counts.
+    known_code: KnownCode | Future[KnownCode] | None = None
 
     def trusted_keys(self) -> TrustedKeys:
         return self.trusted.result() if isinstance(self.trusted, Future) else self.trusted
+
+    def test_code(self) -> KnownCode | None:
+        return self.known_code.result() if isinstance(self.known_code, Future) else self.known_code
 
 
 def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
@@ -498,20 +505,27 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
     if chosen.keyid in trusted.dev:
         item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
     local, groups = None, None
-    if options.tests_dir is not None:
-        from buildtool.validate.collect import cell_groups, defined_tests, image_tests_hash
+    known, code = options.test_code(), str(chosen.verdict.get("test_code") or "")
+    if known is None:
+        item.problems.append("no image-tests code to compare the verdict's with (release reads image-tests from "
+                             "the git checkout it runs in)")
+    elif code not in known.codes:
+        item.problems.append(f"the verdict ran image-tests {code or '(none)'}, which is neither image-tests at the "
+                             f"image's revision nor at the release commit ({known.describe()}); test code that git "
+                             "does not hold at either proves nothing: validate again with committed image-tests")
+    else:
+        where, folder = known.codes[code]
+        item.notes.append(f"verdict ran {where} ({code})")
+        if folder is not None:
+            from buildtool.validate.collect import cell_groups, defined_tests
 
-        groups = cell_groups(plan.cell, options.tests_dir)
-        code = image_tests_hash(options.tests_dir)
-        if chosen.verdict.get("test_code") == code:
-            local = defined_tests(plan.cell, options.tests_dir, code)
-        else:
-            item.notes.append(f"verdict ran image-tests {chosen.verdict.get('test_code')}, not this checkout's "
-                              f"{code}: its defined tests were checked against its own list only")
+            groups = cell_groups(plan.cell, folder)
+            local = defined_tests(plan.cell, folder, code)
     item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local, groups)
     for t in chosen.verdict.get("tests", []):
         if t.get("result") == "skipped":
-            pattern = None if skip_allowed(plan.cell, t) else waiver_for(plan.cell, t, options.accept_skips)
+            pattern = None if skip_allowed(plan.cell, t, local) else waiver_for(plan.cell, t, options.accept_skips,
+                                                                                 local)
             item.skips.append({"id": t.get("id"), "reason": t.get("skip_reason"),
                                "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
 
@@ -646,6 +660,28 @@ def _write_tags(client: RegistryClient, item: ImageRelease, plan: CellPlan, dst:
     for outcome in outcomes:
         if outcome.exception() is not None:
             raise outcome.exception()  # type: ignore[misc]
+
+
+def read_back(client: RegistryClient, item: ImageRelease) -> None:
+    """After a failure, what the report says was made is what the registry holds: every tag this
+    run meant to write is read again, and `tags_made` becomes those that name the image (a write
+    whose answer was lost may have landed; one that was answered may since have been undone). Tags
+    that cannot be read back are `tags_unknown`, never reported as made or as missing."""
+    _, dst = split_repo_path(item.release_repo)
+    meant = [t.tag for t in item.tags if t.action in ("create", "move")]
+    try:
+        found = _digests(client, dst, meant)
+    except (RegistryError, RegistryUnreachable) as exc:
+        item.tags_unknown = [t for t in meant if t not in item.tags_made]
+        item.problems.append(f"could not read the tags back after the failure ({exc}); "
+                             f"{', '.join(item.tags_unknown) or 'no tag'} unknown: list the tags of "
+                             f"{item.release_repo}")
+        return
+    held = [t for t in meant if found[t] == item.digest]
+    if held != item.tags_made:
+        item.problems.append(f"read back after the failure: {item.release_repo} holds "
+                             f"{', '.join(held) or 'none'} of {', '.join(meant)} on {item.digest}")
+    item.tags_made, item.tags_unknown = held, []
 
 
 def _digests(client: RegistryClient, repo: str, tags: list[str]) -> dict[str, str | None]:
@@ -797,17 +833,21 @@ def _promote_all(client: RegistryClient, report: ReleaseReport, plans: list[Cell
                 item.status = "failed"
                 item.problems.append(str(exc))
                 failure = str(exc)
+                read_back(client, item)
                 continue
             if wrong:
                 item.status = "failed"
                 item.problems += wrong
                 failure = wrong[0]
+                read_back(client, item)
         recheck(client, [i for i, _ in pending])   # every tag read once more, moving ones repaired
     except (RegistryError, RegistryUnreachable) as exc:
         for item, _ in pending:
             if item.status in ("ready", "pending"):
                 item.status = "not attempted"
                 item.problems.append(str(exc))
+            if item.status != "not attempted" or item.tags_made:
+                read_back(client, item)     # the re-check itself failed: say what is there, not what was meant
     finally:
         for lock in locks:
             try:

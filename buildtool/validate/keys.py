@@ -19,6 +19,7 @@ Trust (release): config/trusted-keys.yaml in the repository, a reviewed list of 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,9 +103,21 @@ class TrustedKeys:
         self.dev.add(key.keyid)
 
 
+_ENTRY_FIELDS = ("name", "public_key")
+# A name that says the key is a developer's own (`local dev key`, `alice-dev`, `dev-signing-key`).
+_DEV_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])dev(?:[^a-z0-9]|$)")
+
+
 def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
-    """The repository's trusted keys; a missing file trusts nobody, a malformed one is bad input."""
-    import yaml
+    """The repository's trusted keys; a missing file trusts nobody, anything else not exactly a list
+    of {name, public_key} is bad input naming its line (read with the matrix's duplicate-refusing,
+    line-tracking loader: a second `keys:` is not silently the one that counts). Refused too: one
+    public key under two entries (removing one would leave it trusted), and the local dev key, by
+    its key or by an entry that says it is one: dev-signed verdicts are trusted only with
+    --trust-local-key on a loopback registry, never through this file."""
+    from buildtool.common.errors import MatrixError
+    from buildtool.contracts.attestation import dev_key_path
+    from buildtool.matrix.yamlsource import load_yaml
 
     path = path or root / TRUSTED_KEYS_FILE
     shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
@@ -112,21 +125,51 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
     if not path.is_file():
         return trusted
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"{shown}: cannot read the trusted keys ({exc})") from None
+        doc = load_yaml(path, shown)
+    except MatrixError as exc:
+        raise UserError(str(exc).replace("declare `images:`", "declare `keys:`")) from None
+
+    def bad(line: int | None, message: str) -> UserError:
+        return UserError(f"{shown}:{line}: {message}" if line else f"{shown}: {message}")
+
+    data = doc.data
     entries = data.get("keys") if isinstance(data, dict) else None
-    if not isinstance(entries, list):
-        raise UserError(f"{shown}: expected `keys:` with a list of {{name, public_key}}")
+    if not isinstance(entries, list) or set(data) != {"keys"}:
+        raise bad(doc.line_of(()), "expected only `keys:` with a list of {name, public_key}")
+    dev = dev_public_key()
+    seen: dict[str, tuple[str, int | None]] = {}
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not isinstance(entry.get("public_key"), str):
-            raise UserError(f"{shown}: keys[{i}] needs name and public_key (PEM)")
+        line = doc.line_of(("keys", i))
+        if not isinstance(entry, dict) or not isinstance(entry.get("public_key"), str) \
+                or not isinstance(entry.get("name"), str) or not entry["name"].strip():
+            raise bad(line, f"keys[{i}] needs name and public_key (PEM)")
+        name = entry["name"]
+        if "dev" in entry:
+            raise bad(line, f"keys[{i}] ({name}) says it is a dev key (it has a `dev` field); a dev key is never "
+                            "listed here: release trusts it only with --trust-local-key on a loopback registry")
+        unknown = sorted(set(entry) - set(_ENTRY_FIELDS))
+        if unknown:
+            raise bad(line, f"keys[{i}] ({name}) has unknown field {', '.join(unknown)}; an entry has only name "
+                            "and public_key")
+        if _DEV_NAME.search(name):
+            raise bad(line, f"keys[{i}] ({name}): its name says it is a dev key; a dev key is never listed here "
+                            "(release trusts it only with --trust-local-key on a loopback registry); give a CI key "
+                            "its runners' name")
         try:
-            key = load_public(entry["public_key"], f"{shown} keys[{i}]")
+            key = load_public(entry["public_key"], f"{shown}:{line} keys[{i}]")
         except EnvelopeError as exc:
             raise UserError(str(exc)) from None
+        if dev is not None and key.keyid == dev.keyid:
+            raise bad(line, f"keys[{i}] ({name}) is this machine's local dev key {dev_key_path()} (key "
+                            f"{short(key.keyid)}); it is never listed here: release trusts it only with "
+                            "--trust-local-key on a loopback registry")
+        if key.keyid in seen:
+            first, first_line = seen[key.keyid]
+            raise bad(line, f"public key {short(key.keyid)} is listed twice: {first} (line {first_line}) and "
+                            f"{name} (line {line}); list each key once (removing one entry would leave it trusted)")
+        seen[key.keyid] = (name, line)
         trusted.keys[key.keyid] = key
-        trusted.names[key.keyid] = str(entry.get("name") or "")
+        trusted.names[key.keyid] = name
     return trusted
 
 

@@ -87,8 +87,9 @@ def labels_for(cell: Cell, **extra: str) -> dict[str, str]:
             "org.opencontainers.image.base.name": cell.base, **extra}
 
 
-def verdict(cell: Cell, digest: str, result: str = "passed", tests: list[dict] | None = None) -> dict:
-    return signing.verdict(cell, digest, result, tests=tests)
+def verdict(cell: Cell, digest: str, result: str = "passed", tests: list[dict] | None = None,
+            **changes: object) -> dict:
+    return signing.verdict(cell, digest, result, tests=tests, **changes)
 
 
 def store_verdict(client: RegistryClient, repo: str, digest: str, body: dict) -> None:
@@ -110,13 +111,13 @@ class Space:
         return f"{self.prefix}/rel/{cell.name}"
 
     def build(self, cell: Cell, revision: str, *, result: str | None = "passed", tests: list[dict] | None = None,
-              payload_size: int = 64 * 1024, **extra_labels: str) -> str:
+              payload_size: int = 64 * 1024, verdict_changes: dict | None = None, **extra_labels: str) -> str:
         """A dev image of `cell` at `revision`, with a stored verdict unless result is None."""
         repo = self.dev_repo(cell)
         digest, _ = push_single(self.client, repo, names.dev_tag(revision, cell.version),
                                 labels_for(cell, **extra_labels), payload_size)
         if result is not None:
-            store_verdict(self.client, repo, digest, verdict(cell, digest, result, tests))
+            store_verdict(self.client, repo, digest, verdict(cell, digest, result, tests, **(verdict_changes or {})))
         return digest
 
     def resolve(self, cell: Cell, tag: str) -> str | None:
@@ -124,7 +125,7 @@ class Space:
 
     def release(self, cells: list[Cell], revision: str, version: str, client: RegistryClient | None = None,
                 **kw: object):
-        kw = {"lock_wait_s": 20.0, "trusted": signing.trusted(), **kw}
+        kw = {"lock_wait_s": 20.0, "trusted": signing.trusted(), "known_code": signing.known_code(), **kw}
         options = ReleaseOptions(version=version, revision=revision, **kw)  # type: ignore[arg-type]
         return release(cells, self.settings, options, client_for=lambda host: client or self.client)
 
@@ -145,7 +146,8 @@ def test_single_arch_promoted_digest_for_digest_without_moving_layers(space: Spa
     digest = space.build(CPU, r, payload_size=4 << 20)   # 4 MB incompressible layer
     with FaultProxy(upstream=("127.0.0.1", int(HOST.rsplit(":", 1)[1])), mode="tcp") as proxy:
         report = release([CPU], space.settings, ReleaseOptions("0.1.0", r, lock_settle_s=0.2,
-                                                               trusted=signing.trusted()),
+                                                               trusted=signing.trusted(),
+                                                               known_code=signing.known_code()),
                          client_for=lambda host: RegistryClient(proxy.address, retry=FAST))
         moved = proxy.bytes_to_client + proxy.bytes_to_upstream
     item = report.images[0]
@@ -196,9 +198,11 @@ def assert_nothing_released(space: Space, cell: Cell) -> None:
 
 def test_unvalidated_digest_refused(space: Space) -> None:
     r = rev()
-    space.build(CPU, r, result=None)
+    digest = space.build(CPU, r, result=None)
     report = space.release([CPU], r, "0.1.0")
     assert report.images[0].status == "refused"
+    assert report.images[0].problems == [f"{digest} has no verdict in the registry; run `make validate "
+                                         f"FRAMEWORK={CPU.key}` first"]
     assert "has no verdict" in report.images[0].problems[0]
     assert_nothing_released(space, CPU)
 
@@ -216,17 +220,19 @@ def test_failed_verdict_refused(space: Space) -> None:
 
 def test_verdict_of_another_digest_does_not_count(space: Space) -> None:
     r = rev()
-    space.build(CPU, r)                              # tested image ...
-    space.build(CPU, r, result=None)                 # ... then the dev tag is overwritten by an untested one
+    tested = space.build(CPU, r)                     # tested image ...
+    untested = space.build(CPU, r, result=None)      # ... then the dev tag is overwritten by an untested one
     report = space.release([CPU], r, "0.1.0")
-    assert report.images[0].status == "refused"
+    assert report.images[0].status == "refused" and report.images[0].digest == untested != tested
+    assert report.images[0].problems == [f"{untested} has no verdict in the registry; run `make validate "
+                                         f"FRAMEWORK={CPU.key}` first"]
     assert_nothing_released(space, CPU)
 
 
 def test_gpu_skips_allowed_on_cpu_cell_only(space: Space) -> None:
     skips = [{"id": "common/test_a.py::test_a", "group": "common", "result": "passed", "skip_reason": ""},
              {"id": "pytorch/test_ddp.py::test_nccl", "group": "pytorch", "result": "skipped",
-              "skip_code": "gpu-not-in-cell", "skip_reason": "the cell's run profile has no GPUs"}]
+              "skip_code": "gpu-not-in-cell", "skip_reason": "the cell's run profile has no GPUs", "gpu": True}]
     r = rev()
     space.build(CPU, r, tests=skips)
     space.build(GPU, r, tests=skips)
@@ -234,7 +240,8 @@ def test_gpu_skips_allowed_on_cpu_cell_only(space: Space) -> None:
     assert cpu.ok, cpu.images[0].problems
     gpu = space.release([GPU], r, "0.1.0")
     assert gpu.images[0].status == "refused"
-    assert "skipped where the matrix expects them to run" in gpu.images[0].problems[0]
+    assert any("skipped where the matrix expects them to run" in p and "test_nccl (the cell's run profile" in p
+               for p in gpu.images[0].problems), gpu.images[0].problems
     assert_nothing_released(space, GPU)
 
 
@@ -253,6 +260,7 @@ def test_one_refusal_promotes_nothing(space: Space) -> None:
     space.build(TF_CPU, r, result=None)
     report = space.release([CPU, TF_CPU], r, "0.1.0")
     assert [i.status for i in report.images] == ["not attempted", "refused"]
+    assert any("has no verdict in the registry" in p for p in report.images[1].problems), report.images[1].problems
     assert_nothing_released(space, CPU)
 
 
@@ -428,6 +436,25 @@ def git(root: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
 
+def commit_image_tests(project: Path) -> str:
+    """A small image-tests/ committed in the project: one test per group, named as tests/signing.py
+    names a verdict's tests, collectable as release collects them. Returns its code hash, which the
+    verdicts of the CLI tests carry (release compares it with image-tests as committed)."""
+    from buildtool.validate.collect import image_tests_hash
+
+    tests = project / "image-tests"
+    tests.mkdir()
+    (tests / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib\n"
+                                      "markers =\n    gpu: needs a GPU\n")
+    (tests / "conftest.py").write_text("def pytest_addoption(parser):\n    parser.addoption('--target')\n")
+    for group in ("common", "pytorch", "tensorflow"):
+        (tests / group).mkdir()
+        (tests / group / "test_x.py").write_text(f"def test_{group}():\n    pass\n")
+    git(project, "add", "image-tests")
+    git(project, "commit", "-qm", "image tests")
+    return image_tests_hash(tests)
+
+
 def trust(project: Path) -> None:
     """The project trusts the test runner's key (as config/trusted-keys.yaml would list a CI key)."""
     from buildtool.validate.keys import trusted_entry
@@ -441,13 +468,15 @@ def trust(project: Path) -> None:
 def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     space = Space()
     trust(project)
+    code_of = {"test_code": commit_image_tests(project)}
     monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
     monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
     monkeypatch.chdir(project)
     matrix = str(project / "matrix.yaml")
     first = git(project, "rev-parse", "--short=12", "HEAD")
-    cpu1 = space.build(CPU, first, **{"io.dl-images.packages": json.dumps({"tensorboard": "2.21.0"})})
-    tf1 = space.build(TF_CPU, first)
+    cpu1 = space.build(CPU, first, verdict_changes=code_of,
+                       **{"io.dl-images.packages": json.dumps({"tensorboard": "2.21.0"})})
+    tf1 = space.build(TF_CPU, first, verdict_changes=code_of)
 
     code, out, err = run_cli("release", "--version", "nope", "--matrix", matrix)
     assert code == 2 and "is not a version" in err
@@ -478,7 +507,7 @@ def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.
     git(project, "add", "CHANGE")
     git(project, "commit", "-qm", "change")
     second = git(project, "rev-parse", "--short=12", "HEAD")
-    cpu2 = space.build(CPU, second, payload_size=256 * 1024, **{
+    cpu2 = space.build(CPU, second, payload_size=256 * 1024, verdict_changes=code_of, **{
         "io.dl-images.framework-version": "2.13.1+cpu", "io.dl-images.packages": json.dumps({"tensorboard": "2.22.0"})})
     code, out, err = run_cli("release", "--version", "0.2.0", "--from", second, "-f", "pytorch-cpu",
                              "--matrix", matrix)
@@ -508,9 +537,10 @@ def test_command_reports_partial_release_without_leaking_credentials(
     monkeypatch.setenv("REGISTRY_PASSWORD", secret)       # sent as basic auth; the local registry ignores it
     monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
     monkeypatch.chdir(project)
+    code_of = {"test_code": commit_image_tests(project)}
     revision = git(project, "rev-parse", "--short=12", "HEAD")
-    space.build(CPU, revision)
-    space.build(TF_CPU, revision)
+    space.build(CPU, revision, verdict_changes=code_of)
+    space.build(TF_CPU, revision, verdict_changes=code_of)
     with FaultProxy(upstream=upstream()) as proxy:
         monkeypatch.setenv("REGISTRY", f"{proxy.address}/{space.prefix}")
         proxy.add(r"PUT .*/tensorflow-cpu/manifests/2\.21-0\.1\.0", "reset", times=10_000)
@@ -532,7 +562,10 @@ def test_runner_skip_refused_unless_waived_and_the_waiver_is_recorded(space: Spa
               "skip_reason": "this runner's Docker engine cannot grant --ulimit memlock=-1"}]
     r = rev()
     space.build(CPU, r, tests=tests)
-    assert space.release([CPU], r, "0.1.0").images[0].status == "refused"
+    first = space.release([CPU], r, "0.1.0").images[0]
+    assert first.status == "refused"
+    assert any("1 test(s) skipped where the matrix expects them to run" in p and "test_ulimit[memlock]" in p
+               for p in first.problems), first.problems
     assert_nothing_released(space, CPU)
     report = space.release([CPU], r, "0.1.0", accept_skips=("cannot grant --ulimit memlock",))
     assert report.ok
@@ -657,5 +690,100 @@ def test_a_malformed_trusted_keys_file_is_bad_input_even_when_no_image_reaches_i
     monkeypatch.chdir(project)
     code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--matrix",
                              str(project / "matrix.yaml"))
-    assert code == 2 and "config/trusted-keys.yaml: cannot read the trusted keys" in err, (out, err)
+    assert code == 2 and "config/trusted-keys.yaml:2: YAML syntax" in err, (out, err)
     assert not (project / "docs/releases").exists()
+
+
+@pytest.mark.parametrize("shape", ["two keys mappings", "one key under two names"])
+def test_a_trusted_keys_file_that_says_two_things_refuses_a_release_that_would_pass(
+        project: Path, run_cli, monkeypatch: pytest.MonkeyPatch, shape: str) -> None:  # noqa: ANN001
+    """Issue 20, hole 2: both shapes were accepted without a word; now exit 2 naming the line(s),
+    although the image, its verdict and the key that signed it are otherwise all good."""
+    from buildtool.validate.keys import trusted_entry
+
+    space = Space()
+    entry = trusted_entry("ci-2026", signing.KEY.public())
+    text = ("keys: []\nkeys:\n" + entry if shape == "two keys mappings"
+            else "keys:\n" + entry + trusted_entry("ci-old", signing.KEY.public()))
+    (project / "config").mkdir(exist_ok=True)
+    (project / "config/trusted-keys.yaml").write_text(text)
+    git(project, "add", "config/trusted-keys.yaml")
+    git(project, "commit", "-qm", "keys")
+    monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    monkeypatch.chdir(project)
+    space.build(CPU, git(project, "rev-parse", "--short=12", "HEAD"))
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--dry-run", "--matrix",
+                             str(project / "matrix.yaml"))
+    if shape == "two keys mappings":
+        assert code == 2 and "config/trusted-keys.yaml:2: keys: duplicate key (already set on line 1)" in err, err
+    else:
+        second = 2 + entry.count("\n")
+        assert code == 2 and "listed twice: ci-2026 (line 2) and ci-old (line " + str(second) + ")" in err, err
+    assert not (project / "docs/releases").exists()
+
+
+def test_a_verdict_of_test_code_git_does_not_hold_is_refused_naming_both_revisions(
+        project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """Issue 20, hole 6: a runner with a trusted key ran edited image-tests (its code hash is neither
+    image-tests at the image's revision nor at the release commit): refused, with the hashes git gives.
+    A verdict of image-tests as committed at the image's own revision, released from a later commit
+    whose image-tests changed, is accepted."""
+    from buildtool.validate.collect import image_tests_hash
+
+    space = Space()
+    trust(project)
+    committed = commit_image_tests(project)
+    monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    monkeypatch.chdir(project)
+    first = git(project, "rev-parse", "--short=12", "HEAD")
+    (project / "image-tests/common/test_x.py").write_text("def test_common():\n    assert True  # edited\n")
+    edited = image_tests_hash(project / "image-tests")
+    git(project, "checkout", "--", "image-tests")
+    space.build(CPU, first, verdict_changes={"test_code": edited})
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--dry-run", "--matrix",
+                             str(project / "matrix.yaml"), "--json")
+    assert code == 1, err
+    [problem] = json.loads(out)["status"][CPU.key]["problems"]
+    assert f"the verdict ran image-tests {edited}, which is neither image-tests at the image's revision nor at the " \
+           "release commit" in problem, problem
+    assert f"the image's revision {git(project, 'rev-parse', '--short=12', first)}: {committed}" in problem
+
+    # The same release from a later commit with other image-tests: the image's own revision still counts.
+    (project / "image-tests/common/test_y.py").write_text("def test_more():\n    pass\n")
+    git(project, "add", "image-tests")
+    git(project, "commit", "-qm", "more image tests")
+    space.build(TF_CPU, first, verdict_changes={"test_code": committed})
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "tensorflow-cpu", "--from", first, "--dry-run",
+                             "--matrix", str(project / "matrix.yaml"), "--json")
+    assert code == 0, (out, err)
+    assert json.loads(out)["status"][TF_CPU.key]["status"] == "dry-run"
+
+
+def skopeo_tags(repo: str) -> set[str]:
+    import subprocess
+
+    out = subprocess.run(["skopeo", "list-tags", "--tls-verify=false", f"docker://{HOST}/{repo}"], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    return set(json.loads(out)["Tags"])
+
+
+@pytest.mark.parametrize("lost", [r"2\.13-0\.1\.0$", r"/2\.13$", r"/latest$"])
+def test_after_a_fault_the_report_lists_exactly_the_tags_the_registry_holds(space: Space, lost: str) -> None:
+    """Issue 20, hole 7: a tag write lands but its answer is lost (reset after the write, on every
+    retry): the report said "Promoted: none" / one tag while the registry held more. After any
+    failure release reads the tags back: reported == `skopeo list-tags`."""
+    r = rev()
+    digest = space.build(CPU, r)
+    with FaultProxy(upstream=upstream()) as proxy:
+        proxy.add(rf"PUT .*/rel/pytorch-cpu/manifests{lost if lost.startswith('/') else '/' + lost}", "lost",
+                  times=10_000)
+        report = space.release([CPU], r, "0.1.0", client=proxied(proxy))
+    item = report.images[0]
+    assert not report.ok and item.status == "failed", item.problems
+    release_tags = {"2.13-0.1.0", "2.13", "latest"}
+    held = skopeo_tags(space.rel_repo(CPU)) & release_tags
+    assert set(item.tags_made) == held and item.tags_unknown == [], (item.tags_made, held)
+    assert {t for t in held if space.resolve(CPU, t) == digest} == held
+    assert any("read back" in p for p in item.problems), item.problems

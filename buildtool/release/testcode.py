@@ -1,0 +1,85 @@
+"""Which image-tests code a verdict may have run: computed from git, never taken from the verdict.
+
+A verdict records the sha256 of the image-tests it ran (buildtool.validate.collect.image_tests_hash).
+Release accepts it only when that hash equals image-tests as committed at the image's own revision
+or at the release commit (HEAD of this checkout): each tree is extracted with `git archive` into a
+temporary folder and hashed there the same way, and the defined tests the gate compares with are
+collected from that very folder. A verdict made by any other test code (edited on the runner,
+or from a branch nobody released from) is refused.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildtool.common.errors import UserError
+
+GIT_TIMEOUT_S = 60
+TESTS = "image-tests"
+
+
+@dataclass
+class KnownCode:
+    """hash -> (where it comes from, the extracted image-tests folder; None only in the toolkit's tests)."""
+
+    codes: dict[str, tuple[str, Path | None]] = field(default_factory=dict)
+    looked_at: list[str] = field(default_factory=list)    # every revision asked, with its hash or why none
+
+    def describe(self) -> str:
+        return "; ".join(self.looked_at) or "no revision"
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
+
+
+def _commit(root: Path, revision: str) -> str | None:
+    """The full commit a revision names in this clone (the commit part of `<sha>-dirty.<hash>`)."""
+    base = revision.split("-dirty.", 1)[0]
+    proc = _git(root, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}")
+    return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+
+def _extract(root: Path, commit: str, into: Path) -> Path | None:
+    """image-tests/ at `commit`, extracted under `into` (None when that commit has none)."""
+
+    proc = _git(root, "archive", "--format=tar", commit, "--", TESTS)
+    if proc.returncode != 0:
+        return None
+    target = into / commit
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        tar.extractall(target, filter="data")
+    return target / TESTS if (target / TESTS).is_dir() else None
+
+
+def known_code(root: Path, revisions: list[tuple[str, str]]) -> KnownCode:
+    """The image-tests hashes of each (label, revision) that git knows, e.g. [("the image's revision",
+    "abc123"), ("the release commit", "HEAD")]."""
+    from buildtool.validate.collect import image_tests_hash
+
+    if _git(root, "rev-parse", "--git-dir").returncode != 0:
+        raise UserError(f"{root} is not a git checkout: release compares the verdict's test code with image-tests "
+                        "as committed, and needs the repository")
+    workdir = Path(tempfile.mkdtemp(prefix="buildtool-image-tests-"))
+    atexit.register(shutil.rmtree, workdir, True)
+    known = KnownCode()
+    for label, revision in revisions:
+        commit = _commit(root, revision)
+        if commit is None:
+            known.looked_at.append(f"{label} {revision}: not a commit of this clone")
+            continue
+        folder = _extract(root, commit, workdir)
+        if folder is None:
+            known.looked_at.append(f"{label} {commit[:12]}: no image-tests/")
+            continue
+        code = image_tests_hash(folder)
+        known.codes.setdefault(code, (f"image-tests at {label} {commit[:12]}", folder))
+        known.looked_at.append(f"{label} {commit[:12]}: {code}")
+    return known

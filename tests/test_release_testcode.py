@@ -1,0 +1,47 @@
+"""Which image-tests code a verdict may have run is computed from git (issue 20, hole 6)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildtool.common.errors import UserError
+from buildtool.release.testcode import known_code
+from buildtool.validate.collect import image_tests_hash
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), "-c", "user.email=t@e", "-c", "user.name=t", *args], check=True,
+                          capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+def test_hashes_are_image_tests_as_committed_at_each_revision(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    tests = tmp_path / "image-tests"
+    (tests / "common").mkdir(parents=True)
+    (tests / "common/test_a.py").write_text("def test_a():\n    pass\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "one")
+    first, one = git(tmp_path, "rev-parse", "--short=12", "HEAD"), image_tests_hash(tests)
+    (tests / "common/test_b.py").write_text("def test_b():\n    pass\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "two")
+    two = image_tests_hash(tests)
+    (tests / "common/test_a.py").write_text("def test_a():\n    assert True  # not committed\n")
+    edited = image_tests_hash(tests)
+    (tests / "common/__pycache__").mkdir()
+    known = known_code(tmp_path, [("the image's revision", first), ("the release commit", "HEAD"),
+                                  ("a name", "nightly-42")])
+    assert set(known.codes) == {one, two} and edited not in known.codes
+    assert known.codes[one][0] == f"image-tests at the image's revision {first}"
+    assert image_tests_hash(known.codes[two][1]) == two              # collected from what was hashed
+    assert "a name nightly-42: not a commit of this clone" in known.describe()
+    dirty = known_code(tmp_path, [("the image's revision", f"{first}-dirty.0a1b2c3d")])
+    assert set(dirty.codes) == {one}                                   # the commit part of a dirty revision
+
+
+def test_a_folder_that_is_not_a_git_checkout_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="is not a git checkout"):
+        known_code(tmp_path, [("the release commit", "HEAD")])

@@ -1,0 +1,92 @@
+"""config/trusted-keys.yaml is read as strictly as the matrix (issue 20, holes 2 and 3): a second
+`keys:`, one public key under two names, or the local dev key (by its key, or by an entry that says
+it is one) is bad input naming the line, never a silent choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from buildtool.common.dsse import generate, write_private
+from buildtool.common.errors import UserError
+from buildtool.contracts.attestation import dev_key_path
+from buildtool.validate.keys import load_trusted, trusted_entry
+
+CI, OTHER = generate(), generate()
+
+
+def write(root: Path, text: str) -> Path:
+    (root / "config").mkdir(exist_ok=True)
+    path = root / "config/trusted-keys.yaml"
+    path.write_text(text)
+    return path
+
+
+def refusal(root: Path) -> str:
+    with pytest.raises(UserError) as caught:
+        load_trusted(root)
+    assert caught.value.exit_code == 2
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_good_file_loads(tmp_path: Path) -> None:
+    write(tmp_path, "keys:\n" + trusted_entry("ci", CI.public()) + trusted_entry("other", OTHER.public()))
+    assert set(load_trusted(tmp_path).keys) == {CI.public().keyid, OTHER.public().keyid}
+
+
+def test_a_second_keys_mapping_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """`keys: []` first, then the real list: PyYAML silently took the second."""
+    write(tmp_path, "keys: []\nkeys:\n" + trusted_entry("ci", CI.public()))
+    message = refusal(tmp_path)
+    assert "config/trusted-keys.yaml:2" in message and "duplicate key" in message and "line 1" in message
+
+
+def test_one_public_key_under_two_names_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    text = "keys:\n" + trusted_entry("ci-2026", CI.public()) + trusted_entry("ci-old", CI.public())
+    write(tmp_path, text)
+    message = refusal(tmp_path)
+    second = 2 + trusted_entry("ci-2026", CI.public()).count("\n")
+    assert "config/trusted-keys.yaml" in message and "listed twice" in message
+    assert "ci-2026 (line 2)" in message and f"ci-old (line {second})" in message, message
+
+
+def test_the_local_dev_key_is_never_a_trusted_key(tmp_path: Path) -> None:
+    dev = generate()
+    dev_key_path().parent.mkdir(parents=True, exist_ok=True)
+    dev_key_path().unlink(missing_ok=True)
+    write_private(dev_key_path(), dev)
+    try:
+        write(tmp_path, "keys:\n" + trusted_entry("ci", CI.public()) + trusted_entry("laptop", dev.public()))
+        message = refusal(tmp_path)
+        line = 2 + trusted_entry("ci", CI.public()).count("\n")
+        assert f"config/trusted-keys.yaml:{line}" in message and "local dev key" in message
+        assert str(dev_key_path()) in message and "--trust-local-key" in message
+    finally:
+        dev_key_path().unlink()
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ("  - name: ci\n    dev: true\n", "says it is a dev key (it has a `dev` field)"),
+    ("  - name: local dev key\n", "its name says it is a dev key"),
+    ("  - name: alice-dev\n", "its name says it is a dev key"),
+])
+def test_an_entry_that_says_it_is_a_dev_key_is_refused(tmp_path: Path, entry: str, why: str) -> None:
+    body = trusted_entry("x", OTHER.public()).split("\n", 1)[1]     # the key lines under a new name
+    write(tmp_path, "keys:\n" + entry + body)
+    message = refusal(tmp_path)
+    assert "config/trusted-keys.yaml:2" in message and why in message, message
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("keys:\n  - name: ci\n    public_key: x\n    owner: me\n", "unknown field owner"),
+    ("keys:\n  - public_key: x\n", "needs name and public_key"),
+    ("---\nkeys: []\n---\nkeys: []\n", "second YAML document"),
+    ("", "empty"),
+])
+def test_other_malformed_files_are_refused_naming_the_line(tmp_path: Path, text: str, why: str) -> None:
+    write(tmp_path, text)
+    message = refusal(tmp_path)
+    assert "config/trusted-keys.yaml" in message and why in message, message
