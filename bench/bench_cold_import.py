@@ -9,7 +9,7 @@ first cold, then at once warm. Prints, per image, the medians over --runs rounds
 `docker run` process and of the import alone, cold and warm, the ratio cold/warm, and the bytes
 the cold import read from storage. Asserts nothing about time.
 
-    .venv/bin/python bench/bench_cold_import.py                 # this commit's pytorch-cpu and tensorflow-cpu dev images
+    .venv/bin/python bench/bench_cold_import.py     # this commit's pytorch-cpu and tensorflow-cpu dev images
     .venv/bin/python bench/bench_cold_import.py --runs 3 IMAGE=MODULE [IMAGE=MODULE ...]
 """
 
