@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,11 @@ def supervise(tmp_path: Path, bound: float, *argv: str, quiet: float = 30) -> di
     the probe may show no progress), the step id, then the command."""
     out = tmp_path / "probe"
     out.mkdir()
-    subprocess.run([sys.executable, "-I", "-S", str(SUPERVISE), str(out), str(bound), str(quiet), "unit-step", "--",
+    # A step id of its own, as harness.py gives each probe: the supervisor kills every process marked
+    # with it, so a shared id would let one run's supervisor kill another's probe (other test runs
+    # on the same machine included).
+    step = f"unit-step-{uuid.uuid4().hex[:8]}"
+    subprocess.run([sys.executable, "-I", "-S", str(SUPERVISE), str(out), str(bound), str(quiet), step, "--",
                     *argv], check=True, timeout=min(bound, quiet) + 60)
     return json.loads((out / "exit.json").read_text())
 
