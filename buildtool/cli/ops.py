@@ -419,11 +419,11 @@ def _scaling_over_slurm(project: Project, *, image: str, cell: str, nodes: str, 
     if not image:
         raise UserError("--launcher slurm needs --image (an image, a .sif or, with --runtime oci, a bundle folder)")
     check_image(image, runtime)
-    shm = _bundle_shm(image, shm_size) if runtime == "oci" else _shm_for(image, shm_size, project.matrix_path)
     try:
         counts = parse_counts(nodes)
     except UserError:
         raise UserError(f"--nodes {nodes!r} must be a comma list of node counts like 1,2") from None
+    shm = _bundle_shm(image, shm_size) if runtime == "oci" else _shm_for(image, shm_size, project.matrix_path)
     slurm = SlurmLauncher(runtime=runtime, image=image, workdir=out_dir.absolute() / "jobs",
                           gpus_per_node=gpus_per_node, shm_size=shm, partition=partition, account=account,
                           time_limit=time_limit, rdzv_port=rdzv_port)
