@@ -58,7 +58,12 @@ def _known_group(value: str, info: ValidationInfo) -> str:
         raise ValueError(f"unknown test group {value!r}; one of {', '.join(groups)}{values.suggest(value, groups)}")
     context = info.context or {}
     tests_dir: Path | None = context.get("tests_dir")
-    if tests_dir is not None and not (tests_dir / value).is_dir():
+    if tests_dir is None:
+        return value
+    seen: dict[str, bool] = context.setdefault("groups_seen", {})   # one look per group, not per cell
+    if value not in seen:
+        seen[value] = (tests_dir / value).is_dir()
+    if not seen[value]:
         shown = context.get("tests_display") or str(tests_dir)
         raise ValueError(f"test group {value!r} has no folder {shown}/{value}/; add the group's tests there, or "
                          "remove it from tests")
