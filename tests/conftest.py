@@ -39,13 +39,15 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A copy of the real project's matrix, templates and generated files, in a git repo."""
+    """A copy of the real project's matrix, templates, image tests and generated files, in a git repo."""
     root = tmp_path / "project"
     root.mkdir()
     for name in ("matrix.yaml", ".hadolint.yaml"):
         shutil.copy2(REPO / name, root / name)
     for folder in ("templates", "dockerfiles", "docs", ".github"):
         shutil.copytree(REPO / folder, root / folder)
+    # Every test group a cell names must be a folder beside the matrix (checked when it loads).
+    shutil.copytree(REPO / "image-tests", root / "image-tests", ignore=shutil.ignore_patterns("__pycache__"))
     for args in (["init", "-q"], ["add", "-A"],
                  ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "fixture"]):
         subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, timeout=30)

@@ -84,7 +84,11 @@ def test_values() -> None:
         with pytest.raises(UserError, match="--ulimit"):
             parse_ulimits([bad])
     assert profile_from_labels({}) is None
-    assert profile_from_labels({"io.dl-images.run-profile": "not json"}) is None
+    for broken in ("not json", "[]", '{"shm_size": 8}', '{"shm_size": "8g", "ulimits": {"stack": "big"}}'):
+        with pytest.raises(UserError) as caught:       # a label that does not parse is no missing label
+            profile_from_labels({"io.dl-images.run-profile": broken})
+        assert str(caught.value).startswith(f"the image's io.dl-images.run-profile label {broken!r} is not a run "
+                                            "profile"), caught.value
     with pytest.raises(UserError, match="has no OCI rlimit"):
         fit_config(UMOCI_CONFIG, Path("/b"), Profile(shm_size="1g", ulimits=(("heap", 1),)), hosts=False,
                    jobs_dir=None)
@@ -217,3 +221,14 @@ def test_force_replaces_a_bundle_whole(run_cli, tools: Path, tmp_path: Path) -> 
     assert not (dest / "jobs" / "stale").exists()
     assert json.loads((dest / "dl-images-bundle.json").read_text())["shm_size"] == "1g"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "stub.log", "stubs"]
+
+
+def test_a_matrix_image_whose_tag_names_no_cell_is_exit_2_not_the_default_cells_profile(
+        run_cli, tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: `-25.01` is no version of pytorch-cpu; the 2.13 cell's profile is not the answer."""
+    monkeypatch.setenv("STUB_LABELS", "{}")
+    image = "127.0.0.1:5000/t/pytorch-cpu-dev:abc-25.01"
+    code, out, err = run_cli("bundle", image, str(tmp_path / "a"), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert f"{image}: tag 'abc-25.01' names no cell of pytorch-cpu in the matrix (its versions: 2.13)" in err, err
+    assert not (tmp_path / "a").exists()

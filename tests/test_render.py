@@ -22,7 +22,7 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def _mini_outputs() -> dict[str, bytes]:
-    matrix = load_matrix(FIXTURE, REPO / "templates", display="matrix.yaml")
+    matrix = load_matrix(FIXTURE, REPO / "templates", display="matrix.yaml", tests_dir=REPO / "image-tests")
     return render_outputs(matrix, REPO / "templates", extras=(catalogue_outputs,)).files
 
 

@@ -117,3 +117,17 @@ def test_bad_input_exits_2(run_cli, args, message):
 def test_unreachable_registry_exits_2(run_cli):
     code, _, err = run_cli("validate", "127.0.0.1:9/pytorch-cpu-dev:x-2.13", "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and "unreachable" in err, err
+
+
+def test_cell_groups_are_the_cells_and_a_group_without_a_folder_is_named(matrix, tmp_path: Path) -> None:
+    """Issue 21: a group with no folder is an error naming it, never dropped from what runs."""
+    from buildtool.validate.collect import cell_groups
+
+    cell = cell_of(matrix, "pytorch-cpu:2.13")
+    (tmp_path / "common").mkdir()
+    with pytest.raises(UserError) as caught:
+        cell_groups(cell, tmp_path)
+    assert str(caught.value) == (f"pytorch-cpu:2.13 names the test group pytorch, but there is no folder "
+                                 f"{tmp_path / 'pytorch'}/; every group a cell names is a folder of image-tests")
+    (tmp_path / "pytorch").mkdir()
+    assert cell_groups(cell, tmp_path) == ["common", "pytorch"]

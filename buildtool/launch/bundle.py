@@ -90,18 +90,23 @@ def size_bytes(size: str) -> int:
 
 
 def profile_from_labels(labels: dict[str, str]) -> Profile | None:
-    """The run profile an image carries in its label (None when it carries none or a broken one)."""
+    """The run profile an image carries in its label (None when it carries none; a label that does
+    not parse is an error naming it, never taken for a missing one)."""
     raw = labels.get(label_keys.RUN_PROFILE)
+    if not raw:
+        return None
     try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("shm_size"), str):
-        return None
-    ulimits = data.get("ulimits") or {}
-    return Profile(shm_size=data["shm_size"], ulimits=tuple(sorted((str(k), int(v)) for k, v in ulimits.items())),
-                   gpus=data.get("gpus") not in (None, "none"), ipc_host=data.get("ipc") == "host",
-                   source=f"the image's {label_keys.RUN_PROFILE} label")
+        data = json.loads(raw)
+        if not isinstance(data, dict) or not isinstance(data.get("shm_size"), str):
+            raise ValueError
+        ulimits = data.get("ulimits") or {}
+        limits = tuple(sorted((str(k), int(v)) for k, v in ulimits.items()))
+    except (ValueError, TypeError, AttributeError):
+        raise UserError(f"the image's {label_keys.RUN_PROFILE} label {raw!r} is not a run profile (JSON with "
+                        "shm_size and whole-number ulimits, as `buildtool build` writes it); rebuild the image or "
+                        "pass --shm-size") from None
+    return Profile(shm_size=data["shm_size"], ulimits=limits, gpus=data.get("gpus") not in (None, "none"),
+                   ipc_host=data.get("ipc") == "host", source=f"the image's {label_keys.RUN_PROFILE} label")
 
 
 def fit_config(config: dict[str, Any], bundle: Path, profile: Profile, *, hosts: bool, jobs_dir: Path | None,

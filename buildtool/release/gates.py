@@ -2,7 +2,7 @@
 
 - the version: PEP 440, in its normal form, not already released under another spelling;
 - the verdict (the newest validly signed one, see buildtool.validate.verdicts): for this cell and
-  digest, `passed`, run on the groups the matrix gives the cell, every test those groups define
+  digest, `passed`, run on every group the matrix gives the cell, every test those groups define
   present (compared with this checkout's own collection when the verdict ran this checkout's
   test code), no selection, every GPU test of a GPU cell passed, every skip one the matrix
   expects or one the releaser waived by name (`--accept-skip`, only for codes marked waivable);
@@ -102,11 +102,12 @@ def _listed(ids: Iterable[str], limit: int = 3) -> str:
 
 
 def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None, accept: tuple[str, ...] = (),
-                     local_tests: dict[str, bool] | None = None, groups: list[str] | None = None) -> list[str]:
+                     local_tests: dict[str, bool] | None = None) -> list[str]:
     """Why a verdict does not let `digest` be released as `cell` (empty: it does).
 
-    `groups`: the cell's test groups (default: the matrix's); `local_tests`: id -> gpu of what this
-    checkout's image-tests define for the cell, given when the verdict ran this checkout's test code."""
+    The verdict must have run every test group the matrix gives the cell (`cell.tests`, never a list
+    filtered by what some checkout holds); `local_tests`: id -> gpu of what this checkout's image-tests
+    define for the cell, given when the verdict ran this checkout's test code."""
     if verdict is None:
         return [f"{digest} has no verdict in the registry; run `make validate FRAMEWORK={cell.key}` first"]
     problems = []
@@ -124,7 +125,7 @@ def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None, ac
     for t in tests:
         if t.get("result") not in ("passed", "skipped", "failed"):
             problems.append(f"test {t.get('id')} has unknown result {t.get('result')!r}")
-    problems += _coverage_problems(cell, verdict, local_tests, groups)
+    problems += _coverage_problems(cell, verdict, local_tests)
     if is_gpu_cell(cell):
         gpu_ids = {str(t.get("id")) for t in tests if t.get("gpu")} | {i for i, gpu in (local_tests or {}).items()
                                                                        if gpu}
@@ -196,8 +197,7 @@ def inventory_problems(verdict: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _coverage_problems(cell: Cell, verdict: dict[str, Any], local_tests: dict[str, bool] | None,
-                       groups: list[str] | None) -> list[str]:
+def _coverage_problems(cell: Cell, verdict: dict[str, Any], local_tests: dict[str, bool] | None) -> list[str]:
     """The verdict must cover exactly what the matrix defines for the cell: its groups, every test
     those groups define, no selection."""
     problems = []
@@ -208,11 +208,16 @@ def _coverage_problems(cell: Cell, verdict: dict[str, Any], local_tests: dict[st
     if selection.get("deselected"):
         problems.append(f"the verdict deselected {len(selection['deselected'])} test(s): "
                         f"{_listed(map(str, selection['deselected']))}")
-    wanted = list(groups if groups is not None else cell.tests)
+    wanted = list(cell.tests)
     ran_groups = [str(g) for g in verdict.get("groups") or []]
-    if sorted(ran_groups) != sorted(wanted):
-        problems.append(f"the verdict ran groups {', '.join(ran_groups) or '(none)'}, but the matrix gives "
-                        f"{cell.key} the groups {', '.join(wanted)}")
+    not_run = [g for g in wanted if g not in ran_groups]
+    foreign = [g for g in ran_groups if g not in wanted]
+    if not_run or foreign or len(set(ran_groups)) != len(ran_groups):
+        said = [f"ran groups {', '.join(foreign)} that the matrix does not give {cell.key}" if foreign else "",
+                f"did not run the group(s) {', '.join(not_run)} that the matrix gives {cell.key}" if not_run else ""]
+        problems.append(f"the verdict {' and '.join(s for s in said if s) or 'lists a group twice'} (it ran "
+                        f"{', '.join(ran_groups) or '(none)'}; the cell's groups are {', '.join(wanted)}); "
+                        "validate again with every group of the cell")
     defined = [str(i) for i in verdict.get("defined_tests") or []]
     if not defined:
         problems.append("the verdict lists no defined tests (a schema-2 verdict from `buildtool validate` does)")

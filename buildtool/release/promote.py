@@ -504,7 +504,7 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
     item.signer = trusted.describe(chosen.keyid)
     if chosen.keyid in trusted.dev:
         item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
-    local, groups = None, None
+    local = None
     known, code = options.test_code(), str(chosen.verdict.get("test_code") or "")
     if known is None:
         item.problems.append("no image-tests code to compare the verdict's with (release reads image-tests from "
@@ -517,11 +517,16 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
         where, folder = known.codes[code]
         item.notes.append(f"verdict ran {where} ({code})")
         if folder is not None:
-            from buildtool.validate.collect import cell_groups, defined_tests
+            from buildtool.validate.collect import defined_tests, missing_groups
 
-            groups = cell_groups(plan.cell, folder)
-            local = defined_tests(plan.cell, folder, code)
-    item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local, groups)
+            # The gate compares with the cell's groups, all of them: a folder that lacks one is a refusal.
+            missing = missing_groups(plan.cell, folder)
+            for group in missing:
+                item.problems.append(f"{where} has no folder {folder / group}/ for the group {group} of "
+                                     f"{plan.cell.key}: no verdict of that test code can have run it")
+            if not missing:
+                local = defined_tests(plan.cell, folder, code)
+    item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local)
     for t in chosen.verdict.get("tests", []):
         if t.get("result") == "skipped":
             pattern = None if skip_allowed(plan.cell, t, local) else waiver_for(plan.cell, t, options.accept_skips,

@@ -225,6 +225,8 @@ def tiny(namespace, tmp_path_factory):
     """Build the tiny project once, with a marked CA bundle and a token-bearing extra index."""
     root = tmp_path_factory.mktemp("tiny")
     shutil.copytree(ROOT / "templates", root / "templates")
+    shutil.copytree(ROOT / "image-tests", root / "image-tests",    # the test groups its cells name
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (root / "templates/images/ok.Dockerfile.j2").write_text(TINY_TEMPLATE.replace("BROKEN\n", ""))
     (root / "templates/images/broken.Dockerfile.j2").write_text(
         TINY_TEMPLATE.replace("BROKEN", "RUN echo 'this cell is broken on purpose' && exit 3"))

@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import tarfile
 import threading
 import uuid
@@ -443,6 +444,7 @@ def commit_image_tests(project: Path) -> str:
     from buildtool.validate.collect import image_tests_hash
 
     tests = project / "image-tests"
+    shutil.rmtree(tests, ignore_errors=True)     # in place of the project's copy of the real one
     tests.mkdir()
     (tests / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib\n"
                                       "markers =\n    gpu: needs a GPU\n")
