@@ -19,7 +19,7 @@ from buildtool.launch.bundle import (
     fit_config,
     parse_ulimits,
     profile_from_labels,
-    size_bytes,
+    shm_bytes,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,10 +75,10 @@ def test_gpu_ipc_host_hosts_file_writable_and_jobs_elsewhere(tmp_path: Path) -> 
 
 
 def test_values() -> None:
-    assert size_bytes("8g") == 8 << 30 and size_bytes("512M") == 512 << 20 and size_bytes("4096") == 4096
-    for bad in ("", "g", "1.5g", "8t"):
-        with pytest.raises(UserError, match="--shm-size"):
-            size_bytes(bad)
+    assert shm_bytes("8g") == 8 << 30 and shm_bytes("512M") == 512 << 20 and shm_bytes("4096") == 4096
+    for bad in ("", "g", "1.5g", "8t", " 8g"):      # the one size grammar (tests/test_sizes.py), named
+        with pytest.raises(UserError, match=f"--shm-size: {bad!r} is not a size"):
+            shm_bytes(bad)
     assert parse_ulimits(["memlock=8388608", "stack=-1"]) == (("memlock", 8388608), ("stack", -1))
     for bad in ("memlock", "heap=1", "stack=big"):
         with pytest.raises(UserError, match="--ulimit"):
@@ -181,7 +181,7 @@ def test_bad_input_is_refused_before_copying(run_cli, tools: Path, tmp_path: Pat
     cases = [
         (["bundle", IMAGE, str(taken)], "exists; remove it or pass --force"),
         (["bundle", "Not An Image", str(tmp_path / "x")], "IMAGE:"),
-        (["bundle", IMAGE, str(tmp_path / "x"), "--shm-size", "lots"], "--shm-size 'lots'"),
+        (["bundle", IMAGE, str(tmp_path / "x"), "--shm-size", "lots"], "--shm-size: 'lots' is not a size"),
         (["bundle", IMAGE, str(tmp_path / "x"), "--ulimit", "heap=1"], "--ulimit 'heap=1'"),
         (["bundle", IMAGE, str(tmp_path / "x"), "--hosts", str(tmp_path / "none")], "is not a file"),
     ]

@@ -5,6 +5,7 @@ nvidia-smi, the verdict's result rules, bus-bandwidth baselines, and the measuri
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -351,7 +352,7 @@ def _torchrun(tmp_path: Path, env: dict[str, str]) -> dict:
 
 def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
     """The code the GPU runners use (image-tests/scripts/ddp_train.py), with gloo and small sizes."""
-    table = _torchrun(tmp_path, {"BUSBW_SIZES": "64K:512K"})
+    table = _torchrun(tmp_path, {"BUSBW_SIZES": _ddp_test().busbw_sizes("64k", "512k")})
     assert table["backend"] == "gloo" and table["ranks"] == 2 and (table["warmup"], table["iters"]) == (5, 20)
     assert [r["bytes"] for r in table["sizes"]] == [64 << 10, 128 << 10, 256 << 10, 512 << 10]
     for row in table["sizes"]:
@@ -362,19 +363,51 @@ def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
 
 def test_busbw_time_is_the_slowest_ranks(tmp_path):
     """Rank 1 takes 50 ms longer in every timed iteration; rank 0 alone would not see it."""
-    table = _torchrun(tmp_path, {"BUSBW_SIZES": "64K", "BUSBW_SLOW_RANK": "1:0.05"})
+    table = _torchrun(tmp_path, {"BUSBW_SIZES": str(64 << 10), "BUSBW_SLOW_RANK": "1:0.05"})
     assert table["sizes"][0]["time_us"] >= 50_000, table
 
 
-def test_default_sizes_are_8mib_to_1gib():
-    sys.path.insert(0, str(REPO / "image-tests" / "scripts"))
+def _import_from(folder: Path, name: str):
+    sys.path.insert(0, str(folder))
     try:
-        import ddp_train
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
-    sizes = ddp_train.parse_sizes("8M:1G")
+
+
+def _ddp_test():
+    """image-tests/pytorch/test_ddp.py, whose busbw_sizes writes BUSBW_SIZES on the host."""
+    sys.path.insert(0, str(REPO / "image-tests"))
+    try:
+        return _import_from(REPO / "image-tests" / "pytorch", "test_ddp")
+    finally:
+        sys.path.pop(0)
+
+
+def test_default_sizes_are_8mib_to_1gib():
+    ddp_train = _import_from(REPO / "image-tests" / "scripts", "ddp_train")
+    sizes = ddp_train.DEFAULT_BUSBW_SIZES
     assert sizes[0] == 8 << 20 and sizes[-1] == 1 << 30 and len(sizes) == 8
-    assert ddp_train.parse_sizes("64K,1M") == [64 << 10, 1 << 20]
+    assert ddp_train.parse_sizes("65536,1048576") == [64 << 10, 1 << 20]
+
+
+@pytest.mark.parametrize("text", ["8M", "64K,1M", "8M:1G", "", "0", "65536,", " 65536", "1e6", "-1", "65536.0"])
+def test_the_in_image_script_reads_byte_counts_only(text: str):
+    """Sizes with units are the host's grammar (buildtool.common.sizes); the script names what it refuses."""
+    ddp_train = _import_from(REPO / "image-tests" / "scripts", "ddp_train")
+    with pytest.raises(SystemExit, match="is not a byte count") as caught:
+        ddp_train.parse_sizes(text)
+    assert repr(text) in str(caught.value)
+
+
+def test_the_host_writes_busbw_sizes_with_the_one_size_grammar():
+    busbw_sizes = _ddp_test().busbw_sizes
+    assert busbw_sizes("64k", "512K") == "65536,131072,262144,524288"
+    assert busbw_sizes("8m", "1g") == ",".join(str((8 << 20) << i) for i in range(8))
+    with pytest.raises(ValueError, match="'64KB' is not a size"):
+        busbw_sizes("64KB", "1m")
+    with pytest.raises(ValueError, match="at most the last"):
+        busbw_sizes("1m", "64k")
 
 
 # -- the nightly workflow and the scaling counts ----------------------------------------------------

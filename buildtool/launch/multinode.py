@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
-from buildtool.contracts.names import image_of_repo_path, parse_dev_tag
+from buildtool.common.sizes import parse_size
+from buildtool.contracts.names import image_of_repo_path, parse_dev_tag, parse_release_tag
 from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT, rdzv_conf
 
 if TYPE_CHECKING:
@@ -146,15 +147,14 @@ def cell_for_image(matrix: Matrix, image: str) -> Cell | None:
     name = image_of_repo_path(ref.path)
     candidates = [c for c in matrix.cells if c.name == name]
     for cell in candidates:
-        if ref.tag == cell.version or parse_dev_tag(ref.tag, cell.version) or ref.tag.startswith(f"{cell.version}-"):
+        if ref.tag == cell.version or parse_dev_tag(ref.tag, cell.version) or any(
+                parse_release_tag(ref.tag, t, cell.version) for t in cell.release_tags):
             return cell
     defaults = [c for c in candidates if c.default]
     return defaults[0] if defaults else None
 
 
 def k8s_quantity(size: str) -> str:
-    """Docker size (8g, 512m) -> Kubernetes quantity (8Gi, 512Mi)."""
-    number, unit = size[:-1], size[-1].lower()
-    if unit.isdigit():
-        return size
-    return f"{number}{ {'k': 'Ki', 'm': 'Mi', 'g': 'Gi'}[unit] }"
+    """Docker size (8g, 512m, 1048576) -> Kubernetes quantity (8Gi, 512Mi, 1048576); SizeError naming it."""
+    parsed = parse_size(size)
+    return f"{parsed.number}{ {'': '', 'b': '', 'k': 'Ki', 'm': 'Mi', 'g': 'Gi'}[parsed.unit] }"
