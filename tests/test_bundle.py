@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys
 from buildtool.launch.bundle import (
     JOBS_MOUNT,
     UNLIMITED,
@@ -42,9 +43,9 @@ UMOCI_CONFIG = {
 
 
 def test_the_config_follows_the_profile(tmp_path: Path) -> None:
-    profile = profile_from_labels({"io.dl-images.run-profile": json.dumps(PROFILE)})
+    profile = profile_from_labels({label_keys.RUN_PROFILE: json.dumps(PROFILE)})
     assert profile == Profile(shm_size="8g", ulimits=(("memlock", -1), ("stack", 67108864)), gpus=False,
-                              ipc_host=False, source="the image's io.dl-images.run-profile label")
+                              ipc_host=False, source=f"the image's {label_keys.RUN_PROFILE} label")
     bundle = tmp_path / "b"
     cfg = fit_config(UMOCI_CONFIG, bundle, profile, hosts=False, jobs_dir=None)
     assert cfg["process"]["terminal"] is False and "hostname" not in cfg
@@ -84,7 +85,7 @@ def test_values() -> None:
         with pytest.raises(UserError, match="--ulimit"):
             parse_ulimits([bad])
     assert profile_from_labels({}) is None
-    assert profile_from_labels({"io.dl-images.run-profile": "not json"}) is None
+    assert profile_from_labels({label_keys.RUN_PROFILE: "not json"}) is None
     with pytest.raises(UserError, match="has no OCI rlimit"):
         fit_config(UMOCI_CONFIG, Path("/b"), Profile(shm_size="1g", ulimits=(("heap", 1),)), hosts=False,
                    jobs_dir=None)
@@ -135,7 +136,7 @@ def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     log = tmp_path / "stub.log"
     monkeypatch.setenv("PATH", f"{stubs}:{os.environ['PATH']}")
     monkeypatch.setenv("STUB_LOG", str(log))
-    monkeypatch.setenv("STUB_LABELS", json.dumps({"io.dl-images.run-profile": json.dumps(PROFILE)}))
+    monkeypatch.setenv("STUB_LABELS", json.dumps({label_keys.RUN_PROFILE: json.dumps(PROFILE)}))
     monkeypatch.setenv("STUB_CONFIG", json.dumps(UMOCI_CONFIG))
     return log
 
@@ -150,7 +151,7 @@ def test_bundle_command_end_to_end(run_cli, tools: Path, tmp_path: Path) -> None
     made = json.loads(out)
     assert made["path"] == str(dest) and made["shm_size"] == "8g" and made["shm_bytes"] == 8 << 30
     assert made["ulimits"] == {"memlock": 8388608, "stack": 67108864}
-    assert made["profile_source"] == "the image's io.dl-images.run-profile label, --ulimit memlock=8388608"
+    assert made["profile_source"] == f"the image's {label_keys.RUN_PROFILE} label, --ulimit memlock=8388608"
     assert made["digest"].startswith("sha256:") and len(made["digest"]) == 71
     copy, unpack = tools.read_text().splitlines()
     # A loopback registry speaks plain http; the layout sits in a temporary folder beside DEST.
@@ -200,7 +201,7 @@ def test_an_image_without_a_profile_takes_the_cells_or_needs_shm_size(run_cli, t
     assert code == 0, err
     assert json.loads(out)["profile_source"] == "the matrix cell pytorch-cpu:2.13"
     code, out, err = run_cli("bundle", "127.0.0.1:5000/t/unknown:1", str(tmp_path / "b"), *matrix)
-    assert code == 2 and "carries no io.dl-images.run-profile label and matches no matrix cell" in err
+    assert code == 2 and f"carries no {label_keys.RUN_PROFILE} label and matches no matrix cell" in err
     assert not (tmp_path / "b").exists()
     code, out, err = run_cli("bundle", "127.0.0.1:5000/t/unknown:1", str(tmp_path / "b"), "--shm-size", "2g",
                              "--json", *matrix)

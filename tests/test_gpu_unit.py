@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import FailedError, MatrixError
-from buildtool.contracts import gpu, versions
+from buildtool.contracts import gpu, label_keys, versions
 from buildtool.contracts.verdict import derive_result
 from buildtool.matrix.schema import load_matrix, parse_matrix
 from buildtool.render.catalogue import render_catalogue
@@ -96,7 +96,7 @@ def test_validate_writes_the_rule_into_the_target(matrix):
     ngc = runner.expectations(cell(matrix, "pytorch-ngc:25.10"), {})["framework_claims"][0]
     assert "nv25" in ngc["local_pattern"]
     standin = runner.expectations(cell(matrix, "pytorch-ngc:25.10"), {
-        "io.dl-images.standin": "true", "io.dl-images.standin.framework-version": "2.13.0+cpu"})
+        label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"})
     assert standin["framework_claims"][0]["local_pattern"] == "cpu"
 
 
@@ -181,9 +181,9 @@ def test_gpu_images_carry_the_nvidia_variables_and_cpu_images_do_not(matrix):
             assert f"NVIDIA_REQUIRE_CUDA=${{NVIDIA_REQUIRE_CUDA:-cuda>={c.cuda}}}" in text, c.key
             assert "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-all}" in text
             assert "NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES:-compute,utility}" in text
-            assert f'io.dl-images.cuda="{c.cuda}"' in text
+            assert f'{label_keys.CUDA}="{c.cuda}"' in text
         else:
-            assert "NVIDIA_" not in text and "io.dl-images.cuda" not in text, c.key
+            assert "NVIDIA_" not in text and label_keys.CUDA not in text, c.key
 
 
 def test_catalogue_states_cuda_and_minimum_driver(matrix):

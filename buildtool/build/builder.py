@@ -146,12 +146,12 @@ def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source
     run = {"shm_size": cell.run.shm_size, "ipc": cell.run.ipc, "ulimits": dict(cell.run.ulimits),
            "gpus": cell.run.gpus, "docker_flags": cell.run.docker_flags()}
     labels = {
-        "org.opencontainers.image.source": source,
-        "org.opencontainers.image.revision": revision,
-        "org.opencontainers.image.version": cell.version,
-        "org.opencontainers.image.created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "org.opencontainers.image.base.name": cell.base,
-        "org.opencontainers.image.base.digest": base.digest,
+        label_keys.OCI_SOURCE: source,
+        label_keys.OCI_REVISION: revision,
+        label_keys.OCI_VERSION: cell.version,
+        label_keys.OCI_CREATED: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        label_keys.OCI_BASE_NAME: cell.base,
+        label_keys.OCI_BASE_DIGEST: base.digest,
         label_keys.BASE_REF: base.ref,
         label_keys.CELL: cell.key,
         label_keys.CONTENT_KEY: key,

@@ -3,7 +3,7 @@ turned into the SBOM that is attached to the image's digest when it is pushed.
 
 The probe is image-tests/scripts/packages.py (standard library only), run once in a
 throw-away container without network. A pushed image whose Python packages differ from its
-lock (the `io.dl-images.packages` label the build wrote from it) fails the build: an image
+lock (the label_keys.PACKAGES label the build wrote from it) fails the build: an image
 never gets an SBOM that contradicts its lock.
 """
 

@@ -20,18 +20,18 @@ from buildtool.release.promote import ImageRelease, ReleaseReport
 
 # Labels that carry versions worth comparing between releases.
 _VERSION_LABELS = {
-    f"{label_keys.PREFIX}.framework-version": "framework",
-    f"{label_keys.PREFIX}.python": "python",
-    "org.opencontainers.image.base.name": "base",
+    label_keys.FRAMEWORK_VERSION: "framework",
+    label_keys.PYTHON: "python",
+    label_keys.OCI_BASE_NAME: "base",
 }
-_PACKAGE_PREFIX = f"{label_keys.PREFIX}.package."
+_PACKAGE_PREFIX = label_keys.PACKAGE_PREFIX
 _PACKAGES_LABEL = label_keys.PACKAGES   # JSON object name -> version of the locked packages (build sets it)
 
 
 def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:
     """framework/python/base and package versions an image's labels declare."""
     found = {name: labels[key] for key, name in _VERSION_LABELS.items() if key in labels}
-    framework = labels.get(f"{label_keys.PREFIX}.framework")
+    framework = labels.get(label_keys.FRAMEWORK)
     if framework and "framework" in found:
         found["framework"] = f"{framework} {found['framework']}"
     try:
