@@ -85,7 +85,9 @@ def test_values() -> None:
         with pytest.raises(UserError, match="--ulimit"):
             parse_ulimits([bad])
     assert profile_from_labels({}) is None
-    assert profile_from_labels({label_keys.RUN_PROFILE: "not json"}) is None
+    for broken, cause in (("not json", "is not a JSON object"), ('{"shm_size": "lots"}', "'lots' is not a size")):
+        with pytest.raises(UserError, match=f"the image's label {label_keys.RUN_PROFILE}.*{cause}"):
+            profile_from_labels({label_keys.RUN_PROFILE: broken})
     with pytest.raises(UserError, match="has no OCI rlimit"):
         fit_config(UMOCI_CONFIG, Path("/b"), Profile(shm_size="1g", ulimits=(("heap", 1),)), hosts=False,
                    jobs_dir=None)

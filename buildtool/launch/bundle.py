@@ -39,6 +39,7 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, is_loopback_host, parse_reference
 from buildtool.common.sizes import SizeError, size_bytes
 from buildtool.contracts import label_keys
+from buildtool.contracts.image_labels import ImageLabels, LabelError
 
 JOBS_DIR = "jobs"
 JOBS_MOUNT = "/opt/dl-images/jobs"
@@ -93,18 +94,16 @@ def _profile_shm_bytes(profile: Profile) -> int:
 
 
 def profile_from_labels(labels: dict[str, str]) -> Profile | None:
-    """The run profile an image carries in its label (None when it carries none or a broken one)."""
-    raw = labels.get(label_keys.RUN_PROFILE)
+    """The run profile an image carries in its label (None when it carries none); a label that does not
+    parse (contracts.image_labels) is a UserError naming it, never a fallback to the matrix cell's."""
     try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
+        run = ImageLabels.parse(labels).run_profile
+    except LabelError as exc:
+        raise UserError(f"the image's {exc}; rebuild it with `buildtool build`") from None
+    if run is None:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("shm_size"), str):
-        return None
-    ulimits = data.get("ulimits") or {}
-    return Profile(shm_size=data["shm_size"], ulimits=tuple(sorted((str(k), int(v)) for k, v in ulimits.items())),
-                   gpus=data.get("gpus") not in (None, "none"), ipc_host=data.get("ipc") == "host",
-                   source=f"the image's {label_keys.RUN_PROFILE} label")
+    return Profile(shm_size=run.shm_size, ulimits=run.ulimits or (), gpus=run.gpus not in (None, "none"),
+                   ipc_host=run.ipc == "host", source=f"the image's {label_keys.RUN_PROFILE} label")
 
 
 def fit_config(config: dict[str, Any], bundle: Path, profile: Profile, *, hosts: bool, jobs_dir: Path | None,
