@@ -82,3 +82,40 @@ def test_there_is_one_tag_grammar() -> None:
 ])
 def test_the_tag_grammar_at_its_boundaries(tag: str, ok: bool) -> None:
     assert bool(names.TAG_RE.match(tag)) is ok
+
+
+def test_a_verdict_pin_tag_parses_back_to_the_attestation_it_names() -> None:
+    subject, attestation = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    tag = names.verdict_pin_tag(subject, attestation)
+    assert names.parse_verdict_pin_tag(tag, subject) == "b" * 32
+    assert names.parse_verdict_pin_tag(tag, "sha256:" + "c" * 64) is None          # another subject's pin
+
+
+@pytest.mark.parametrize("suffix", ["", "b" * 31, "b" * 33, "B" * 32, "x" * 32])
+def test_what_is_not_a_verdict_pin_tag_does_not_parse(suffix: str) -> None:
+    """An empty or short name would match any attestation digest it is compared with."""
+    subject = "sha256:" + "a" * 64
+    tag = f"{names.referrers_tag(subject)}{names.VERDICT_PIN_INFIX}{suffix}"
+    assert names.parse_verdict_pin_tag(tag, subject) is None
+
+
+def test_validate_reads_pin_tags_through_the_parser() -> None:
+    """A tag `sha256-<subject>.v-` (no name) pointed at any manifest was taken as a pin before: an empty
+    name is a prefix of every digest. Now it is not a pin tag at all."""
+    from buildtool.validate.verdicts import Findings, _pinned
+
+    subject, attestation = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    good = names.verdict_pin_tag(subject, attestation)
+    nameless = f"{names.referrers_tag(subject)}{names.VERDICT_PIN_INFIX}"
+    digests = {good: attestation, nameless: "sha256:" + "e" * 64}
+
+    class Client:
+        def tags(self, repo: str) -> list[str]:
+            return [good, nameless]
+
+        def manifest_digest(self, repo: str, tag: str) -> str:
+            return digests[tag]
+
+    findings = Findings()
+    assert _pinned(Client(), "r", subject, findings) == {good: attestation}  # type: ignore[arg-type]
+    assert findings.overwritten == []

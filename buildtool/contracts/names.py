@@ -149,6 +149,16 @@ def verdict_pin_tag(subject: str, attestation: str) -> str:
 VERDICT_PIN_INFIX = ".v-"
 
 
+def parse_verdict_pin_tag(tag: str, subject: str) -> str | None:
+    """The 32 hex digits of the attestation digest a verdict pin tag of `subject` names (`verdict_pin_tag`'s
+    format), or None when `tag` is not such a tag."""
+    prefix = f"{referrers_tag(subject)}{VERDICT_PIN_INFIX}"
+    if not tag.startswith(prefix):
+        return None
+    named = tag[len(prefix):]
+    return named if re.fullmatch(r"[0-9a-f]{32}", named) else None
+
+
 def verdict_tag(digest: str) -> str:
     """The verdict's own tag (schema 1 verdicts; kept so older verdicts stay readable)."""
     return f"{referrers_tag(digest)}.verdict"
