@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ def test_standin_compares_against_standin_version_and_says_so(matrix):
 
 
 def test_standin_without_its_version_label_is_bad_input(matrix):
-    with pytest.raises(UserError, match="standin.framework-version"):
+    with pytest.raises(UserError, match=f"stand-in image without {re.escape(label_keys.STANDIN_FRAMEWORK)};"):
         expectations(cell_of(matrix, "pytorch-ngc:25.10"), {label_keys.STANDIN: "true"})
 
 
