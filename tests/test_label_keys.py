@@ -134,6 +134,27 @@ def key_literals(root: Path) -> list[str]:
     return found
 
 
+def key_mentions(root: Path) -> list[str]:
+    """Keys the Markdown documents name (for people, so spelt out) that the module does not declare:
+    after a rename, the documents still naming the old key."""
+    declared = set(KEYS.values())
+    mention = re.compile(_KEY_TEXT.pattern.replace(r"\.[A-Za-z]", r"\.[a-z][a-z0-9.-]*[a-z0-9]"))
+    found = []
+    for path in sorted(root.rglob("*.md")):
+        rel = path.relative_to(root)
+        if ".venv" in rel.parts or rel.parts[:2] == ("docs", "releases"):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            found += [f"{rel}:{number}: {m.group(0)}" for m in mention.finditer(line) if m.group(0) not in declared]
+    return found
+
+
+def test_the_documents_name_only_declared_keys() -> None:
+    found = key_mentions(REPO)
+    assert found == [], "documents name label keys that buildtool.contracts.label_keys does not declare:\n" + \
+        "\n".join(found)
+
+
 def test_no_label_key_is_written_outside_its_module() -> None:
     found = key_literals(REPO)
     assert found == [], "label keys written out; use buildtool.contracts.label_keys:\n" + "\n".join(found)
@@ -166,3 +187,9 @@ def test_what_is_not_a_key_is_not_found(tmp_path: Path) -> None:
         'from buildtool.contracts import label_keys\nPREFIX = "t-imgtest"\nref = f"{PREFIX}-x"\n'
         'url = "https://github.com/dl-images/dl-images"\nk = label_keys.CELL\n')
     assert key_literals(tmp_path) == []
+
+
+def test_a_document_naming_an_undeclared_key_is_found(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("the `io.dl-images.cell` label\nthe `io.dl-images.cell-name` label\n")
+    assert key_mentions(tmp_path) == ["docs/a.md:2: io.dl-images.cell-name"]
