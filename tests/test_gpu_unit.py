@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import FailedError, MatrixError
+from buildtool.common.sizes import SizeError, doubling
 from buildtool.contracts import gpu, label_keys, versions
 from buildtool.contracts.verdict import derive_result
 from buildtool.matrix.schema import load_matrix, parse_matrix
@@ -352,7 +353,7 @@ def _torchrun(tmp_path: Path, env: dict[str, str]) -> dict:
 
 def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
     """The code the GPU runners use (image-tests/scripts/ddp_train.py), with gloo and small sizes."""
-    table = _torchrun(tmp_path, {"BUSBW_SIZES": _ddp_test().busbw_sizes("64k", "512k")})
+    table = _torchrun(tmp_path, {"BUSBW_SIZES": ",".join(str(s) for s in doubling("64k", "512k"))})
     assert table["backend"] == "gloo" and table["ranks"] == 2 and (table["warmup"], table["iters"]) == (5, 20)
     assert [r["bytes"] for r in table["sizes"]] == [64 << 10, 128 << 10, 256 << 10, 512 << 10]
     for row in table["sizes"]:
@@ -375,15 +376,6 @@ def _import_from(folder: Path, name: str):
         sys.path.pop(0)
 
 
-def _ddp_test():
-    """image-tests/pytorch/test_ddp.py, whose busbw_sizes writes BUSBW_SIZES on the host."""
-    sys.path.insert(0, str(REPO / "image-tests"))
-    try:
-        return _import_from(REPO / "image-tests" / "pytorch", "test_ddp")
-    finally:
-        sys.path.pop(0)
-
-
 def test_default_sizes_are_8mib_to_1gib():
     ddp_train = _import_from(REPO / "image-tests" / "scripts", "ddp_train")
     sizes = ddp_train.DEFAULT_BUSBW_SIZES
@@ -401,13 +393,14 @@ def test_the_in_image_script_reads_byte_counts_only(text: str):
 
 
 def test_the_host_writes_busbw_sizes_with_the_one_size_grammar():
-    busbw_sizes = _ddp_test().busbw_sizes
-    assert busbw_sizes("64k", "512K") == "65536,131072,262144,524288"
-    assert busbw_sizes("8m", "1g") == ",".join(str((8 << 20) << i) for i in range(8))
-    with pytest.raises(ValueError, match="'64KB' is not a size"):
-        busbw_sizes("64KB", "1m")
-    with pytest.raises(ValueError, match="at most the last"):
-        busbw_sizes("1m", "64k")
+    assert doubling("64k", "512K") == [65536, 131072, 262144, 524288]
+    assert doubling("8m", "1g") == [(8 << 20) << i for i in range(8)]
+    assert doubling("64k", "100k") == [65536]
+    with pytest.raises(SizeError, match="'64KB' is not a size"):
+        doubling("64KB", "1m")
+    for low, high in (("1m", "64k"), ("0", "1k")):
+        with pytest.raises(SizeError, match="above 0 and at most the last"):
+            doubling(low, high)
 
 
 # -- the nightly workflow and the scaling counts ----------------------------------------------------

@@ -42,3 +42,15 @@ def parse_size(text: object) -> Size:
 def size_bytes(text: object) -> int:
     """`8g` -> 8589934592; SizeError (a ValueError) naming `text` when it is not a size."""
     return parse_size(text).bytes
+
+
+def doubling(low: str, high: str) -> list[int]:
+    """Byte counts LOW, 2*LOW, ... up to HIGH (`64k`, `1m` -> 65536 ... 1048576), as the bus-bandwidth
+    measurement takes them; SizeError for a size that does not parse or a range that is empty."""
+    first, last = size_bytes(low), size_bytes(high)
+    if not 0 < first <= last:
+        raise SizeError(f"sizes {low}..{high}: the first must be above 0 and at most the last")
+    sizes = [first]
+    while sizes[-1] * 2 <= last:
+        sizes.append(sizes[-1] * 2)
+    return sizes

@@ -12,26 +12,16 @@ import pytest
 import ranks
 from harness import free_port, skip
 
-from buildtool.common.sizes import size_bytes
+from buildtool.common.sizes import doubling
 from buildtool.contracts import gpu, skips
 
 DDP_TIMEOUT_S = 60.0   # default for the ranks' rendezvous and collective timeout (target: ddp_timeout_s)
 # Ranks may wait on each other that long without CPU or I/O before gloo or NCCL gives up with
 # an error of its own (the cause a failure must name); the supervisor waits this much longer.
 QUIET_MARGIN_S = 30.0
-CPU_BUSBW_SIZES = ("64k", "1m")   # on CPU the bus-bandwidth code runs too, with gloo and small sizes
-
-
-def busbw_sizes(low: str, high: str) -> str:
-    """BUSBW_SIZES for ddp_train.py, which parses byte counts only (it runs on the image's own Python):
-    LOW, 2*LOW, ... up to HIGH, sizes read by the one size grammar here on the host."""
-    first, last = size_bytes(low), size_bytes(high)
-    if not 0 < first <= last:
-        raise ValueError(f"bus-bandwidth sizes {low}..{high}: the first must be above 0 and at most the last")
-    sizes = [first]
-    while sizes[-1] * 2 <= last:
-        sizes.append(sizes[-1] * 2)
-    return ",".join(str(s) for s in sizes)
+# On CPU the bus-bandwidth code runs too, with gloo and small sizes. ddp_train.py runs on the image's own
+# Python and reads byte counts only: the host writes them with its one size grammar.
+CPU_BUSBW_SIZES = ",".join(str(size) for size in doubling("64k", "1m"))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +36,7 @@ def ddp_run(main, target, runner_gpus):
     what = f"torchrun DDP ({nproc} ranks)"
     env = {"DDP_TIMEOUT_S": str(int(timeout)), "DDP_BUSBW": "1", **ranks.LAUNCHER_ENV}
     if not runner_gpus:
-        env["BUSBW_SIZES"] = busbw_sizes(*CPU_BUSBW_SIZES)
+        env["BUSBW_SIZES"] = CPU_BUSBW_SIZES
     probe = main.run(cmd, step=what, quiet=timeout + QUIET_MARGIN_S, env=env)
     cause = ranks.cause(probe, what, addr)
     assert not cause, cause
