@@ -352,7 +352,7 @@ def test_label_facts_against_contents():
     contents = {"python": "3.11.2", "framework_version": "2.13.0+cpu", "cuda_build": "", "env": {}}
     check = {"key": label_keys.PYTHON, "value": "3.12", "fact": "python"}
     assert labels_test._content_mismatch(check, contents, target) == (
-        "label io.dl-images.python says Python 3.12, but the image's python3 is 3.11.2")
+        f"label {label_keys.PYTHON} says Python 3.12, but the image's python3 is 3.11.2")
     assert labels_test._content_mismatch(dict(check, value="3.11"), contents, target) == ""
     version = {"key": label_keys.OCI_VERSION, "value": "2.14", "fact": "version", "expected": "framework-release"}
     assert "contains torch 2.13.0+cpu" in labels_test._content_mismatch(version, contents, target)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from buildtool.contracts import label_keys
 from buildtool.release.notes import build_manifest, changes, render_notes, versions_from_labels, write_release_files
 from buildtool.release.promote import ImageRelease, Platform, ReleaseReport, TagAction
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
-LABELS = {"io.dl-images.framework": "pytorch", "io.dl-images.framework-version": "2.13.0+cpu",
-          "io.dl-images.python": "3.11", "io.dl-images.packages": json.dumps({"tensorboard": "2.21.0"}),
-          "io.dl-images.package.torch-tb-profiler": "0.4.3", "unrelated": "x"}
+LABELS = {label_keys.FRAMEWORK: "pytorch", label_keys.FRAMEWORK_VERSION: "2.13.0+cpu",
+          label_keys.PYTHON: "3.11", label_keys.PACKAGES: json.dumps({"tensorboard": "2.21.0"}),
+          f"{label_keys.PACKAGE_PREFIX}torch-tb-profiler": "0.4.3", "unrelated": "x"}
 
 
 def item(cell: str = "pytorch-cpu:2.13", digest: str = D1, size: int = 2_000_000, labels: dict | None = None,
@@ -41,7 +42,7 @@ def test_first_release_and_same_image() -> None:
 
 
 def test_changes_list_versions_size_and_digest() -> None:
-    old = dict(LABELS, **{"io.dl-images.framework-version": "2.12.0+cpu"})
+    old = dict(LABELS, **{label_keys.FRAMEWORK_VERSION: "2.12.0+cpu"})
     lines = changes(item(previous={"release": "0.1.0", "tag": "2.13-0.1.0", "digest": D2, "size": 1_500_000,
                                    "labels": old}))
     assert lines == ["framework: pytorch 2.12.0+cpu -> pytorch 2.13.0+cpu", "size: 1.5 MB -> 2.0 MB (+0.5 MB)",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys
 from buildtool.matrix.schema import load_matrix
 from buildtool.validate.runner import (
     expectations,
@@ -31,20 +33,20 @@ def cell_of(matrix, key):
 
 def test_expectations_from_cell_and_label(matrix):
     cell = cell_of(matrix, "pytorch-cpu:2.13")
-    expect = expectations(cell, {"io.dl-images.framework-version": "2.12.0+cpu"})
+    expect = expectations(cell, {label_keys.FRAMEWORK_VERSION: "2.12.0+cpu"})
     assert expect["python"] == "3.11"
     assert expect["standin"] is False
     assert [{k: c[k] for k in ("source", "value", "local_pattern")} for c in expect["framework_claims"]] == [
         {"source": "matrix cell pytorch-cpu:2.13", "value": "2.13.0+cpu", "local_pattern": "cpu"},
-        {"source": "label io.dl-images.framework-version", "value": "2.12.0+cpu", "local_pattern": "cpu"},
+        {"source": f"label {label_keys.FRAMEWORK_VERSION}", "value": "2.12.0+cpu", "local_pattern": "cpu"},
     ]
     assert expect["packages"] == {"tensorboard": "2.21.0", "torch-tb-profiler": "0.4.3"}
 
 
 def test_standin_compares_against_standin_version_and_says_so(matrix):
     cell = cell_of(matrix, "pytorch-ngc:25.10")
-    labels = {"io.dl-images.standin": "true", "io.dl-images.standin.framework-version": "2.13.0+cpu",
-              "io.dl-images.framework-version": "2.9.0a0"}
+    labels = {label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu",
+              label_keys.FRAMEWORK_VERSION: "2.9.0a0"}
     expect = expectations(cell, labels)
     (claim,) = expect["framework_claims"]
     assert claim["value"] == "2.13.0+cpu"
@@ -53,8 +55,8 @@ def test_standin_compares_against_standin_version_and_says_so(matrix):
 
 
 def test_standin_without_its_version_label_is_bad_input(matrix):
-    with pytest.raises(UserError, match="standin.framework-version"):
-        expectations(cell_of(matrix, "pytorch-ngc:25.10"), {"io.dl-images.standin": "true"})
+    with pytest.raises(UserError, match=f"stand-in image without {re.escape(label_keys.STANDIN_FRAMEWORK)};"):
+        expectations(cell_of(matrix, "pytorch-ngc:25.10"), {label_keys.STANDIN: "true"})
 
 
 def test_gpus_flag_only_where_the_runner_has_gpus(matrix):
@@ -68,12 +70,12 @@ def test_gpus_flag_only_where_the_runner_has_gpus(matrix):
 
 
 def test_cell_from_label_or_bad_input(matrix):
-    assert find_cell(matrix, {"io.dl-images.cell": "tensorflow-cpu:2.21"}, None, "x").key == "tensorflow-cpu:2.21"
+    assert find_cell(matrix, {label_keys.CELL: "tensorflow-cpu:2.21"}, None, "x").key == "tensorflow-cpu:2.21"
     assert find_cell(matrix, {}, "pytorch-cpu:2.13", "x").key == "pytorch-cpu:2.13"
-    with pytest.raises(UserError, match="no io.dl-images.cell label"):
+    with pytest.raises(UserError, match=f"no {label_keys.CELL} label"):
         find_cell(matrix, {}, None, "img")
     with pytest.raises(UserError, match="not in the matrix"):
-        find_cell(matrix, {"io.dl-images.cell": "pytorch-cpu:9.9"}, None, "img")
+        find_cell(matrix, {label_keys.CELL: "pytorch-cpu:9.9"}, None, "img")
 
 
 def test_skipped_never_counts_as_passed():

@@ -198,8 +198,8 @@ def register(app: typer.Typer) -> None:
         shm = _shm_for(image, shm_size, matrix)
         try:
             k8s_quantity(shm)
-        except KeyError:
-            raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m") from None
+        except ValueError as exc:   # SizeError: the one size grammar's message names the text
+            raise UserError(f"--shm-size: {exc}") from None
         job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
                      join_timeout_s=join_timeout, max_restarts=max_restarts, backoff_limit=backoff_limit,
                      rdzv_port=rdzv_port)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
+from buildtool.common.sizes import parse_size
 from buildtool.contracts.names import check_revision, dev_tag, image_of_repo_path, parse_dev_tag
 from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT, rdzv_conf
 
@@ -203,8 +204,6 @@ def cell_for_image(matrix: Matrix, image: str) -> Cell | None:
 
 
 def k8s_quantity(size: str) -> str:
-    """Docker size (8g, 512m) -> Kubernetes quantity (8Gi, 512Mi)."""
-    number, unit = size[:-1], size[-1].lower()
-    if unit.isdigit():
-        return size
-    return f"{number}{ {'k': 'Ki', 'm': 'Mi', 'g': 'Gi'}[unit] }"
+    """Docker size (8g, 512m, 1048576) -> Kubernetes quantity (8Gi, 512Mi, 1048576); SizeError naming it."""
+    parsed = parse_size(size)
+    return f"{parsed.number}{ {'': '', 'b': '', 'k': 'Ki', 'm': 'Mi', 'g': 'Gi'}[parsed.unit] }"

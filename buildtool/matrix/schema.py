@@ -33,8 +33,8 @@ from pydantic import (
 )
 
 from buildtool.common.errors import MatrixError, UserError
+from buildtool.common.sizes import size_bytes
 from buildtool.contracts import frameworks, runprofile
-from buildtool.contracts.runprofile import size_bytes
 from buildtool.matrix import values
 from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml, paused_gc
 

@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys, names, skips
+from buildtool.contracts.image_labels import ImageLabels, LabelError
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
@@ -286,11 +287,16 @@ def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | N
     standins = standins or StandIns()
     for p in platforms:
         where = f"{p.digest}" + (f" ({p.platform})" if p.platform else "")
-        marks = label_keys.standin_keys(p.labels)
+        try:
+            labels = ImageLabels.parse(p.labels)
+        except LabelError as exc:
+            problems.append(f"{where}: {exc}; rebuild it with `buildtool build`")
+            continue
+        marks = labels.standin_keys
         if marks:
             problems.append(f"{where} carries stand-in labels ({', '.join(f'{k}={p.labels[k]}' for k in marks)}); "
                             "stand-ins are test fixtures and are never released")
-        base_digest = p.labels.get(label_keys.OCI_BASE_DIGEST, "")
+        base_digest = labels.base_digest
         if base_digest in standins.digests:
             problems.append(f"{where} is built on {base_digest}, the stand-in {standins.digests[base_digest]}")
         on = standins.built_on(list(p.layers))
@@ -298,11 +304,11 @@ def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | N
             problems.append(f"{where} starts with the layers of the stand-in {on} (whatever its labels say)")
         if p.base_labels is not None and label_keys.standin_keys(p.base_labels):
             problems.append(f"{where} names base {base_digest}, which is labelled a stand-in")
-        base_name = p.labels.get(label_keys.OCI_BASE_NAME)
+        base_name = labels.base_name
         if base_name != cell.base:
             problems.append(f"{where} names base {base_name or '(none)'} ({label_keys.OCI_BASE_NAME}), not the "
                             f"matrix's {cell.base}; build it with `buildtool build`")
-        labelled = p.labels.get(label_keys.CELL)
+        labelled = p.labels.get(label_keys.CELL)   # absent: nothing claimed; "" claims a cell, wrongly
         if labelled is not None and labelled != cell.key:
             problems.append(f"{where} is labelled {label_keys.CELL}={labelled}, not {cell.key}")
     return problems

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -151,14 +150,11 @@ class ReleaseReport:
 
 def release_number(tag: str, template: str, cell: Cell) -> Version | None:
     """The release a tag made from `template` names, e.g. `2.13-0.1.0` -> 0.1.0."""
-    if "{release}" not in template:
-        return None
-    pattern = re.escape(template).replace(re.escape("{version}"), re.escape(cell.version))
-    match = re.fullmatch(pattern.replace(re.escape("{release}"), "(?P<r>.+)"), tag)
-    if not match:
+    parsed = names.parse_release_tag(tag, template, cell.version)
+    if parsed is None or not parsed.release:
         return None
     try:
-        return Version(match.group("r"))
+        return Version(parsed.release)
     except InvalidVersion:
         return None
 

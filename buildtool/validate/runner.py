@@ -1,7 +1,7 @@
 """Validate an image: run image-tests/ inside it and record a verdict by its digest.
 
 Flow: resolve the reference to a digest (registry manifest, pulled so the engine runs exactly
-that digest) -> find its matrix cell (label `io.dl-images.cell`) -> the cell's test groups and
+that digest) -> find its matrix cell (label label_keys.CELL) -> the cell's test groups and
 run profile -> `pytest image-tests/<groups>` with a target file -> JUnit XML + JSON verdict
 under reports/ -> the verdict (schema 2: what ran, what the groups define, what a selection left
 out) signed and attached to the image digest in its registry repository (buildtool.validate.verdicts).

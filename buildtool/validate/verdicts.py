@@ -41,9 +41,8 @@ from buildtool.contracts.attestation import (
 )
 from buildtool.contracts.names import (
     ATTESTATION_TYPE,
-    VERDICT_PIN_INFIX,
     VERDICT_TYPE,
-    referrers_tag,
+    parse_verdict_pin_tag,
     verdict_pin_tag,
     verdict_tag,
 )
@@ -176,15 +175,15 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
 def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) -> dict[str, str]:
     """tag -> attestation digest of every verdict pin tag of `digest`; a pin tag that no longer
     names the manifest its name says was overwritten: recorded in `findings.overwritten`."""
-    prefix = f"{referrers_tag(digest)}{VERDICT_PIN_INFIX}"
     pins = {}
     for tag in client.tags(repo):
-        if not tag.startswith(prefix):
+        named = parse_verdict_pin_tag(tag, digest)
+        if named is None:
             continue
         now = client.manifest_digest(repo, tag)
         if now is None:
             continue
-        if not now.partition(":")[2].startswith(tag[len(prefix):]):
+        if not now.partition(":")[2].startswith(named):
             findings.overwritten.append(f"{tag} now names {now}")
             continue
         pins[tag] = now

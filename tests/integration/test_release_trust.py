@@ -14,7 +14,7 @@ import json
 import pytest
 import requests
 
-from buildtool.contracts import names
+from buildtool.contracts import label_keys, names
 from buildtool.contracts.names import ATTESTATION_TYPE, VERDICT_TYPE, referrers_tag, verdict_pin_tag, verdict_tag
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient, sha256_digest
 from buildtool.registry.referrers import referrers
@@ -66,7 +66,7 @@ def oras_push(repo: str, subject: str, data: bytes, artifact_type: str, layer_ty
                 "layers": [{"mediaType": layer_type, "digest": blob(data), "size": len(data)}],
                 "subject": {"mediaType": OCI_MANIFEST, "digest": subject,
                             "size": int(head.headers["Content-Length"])},
-                "annotations": {"org.opencontainers.image.created": "2099-01-01T00:00:00Z"}}
+                "annotations": {label_keys.OCI_CREATED: "2099-01-01T00:00:00Z"}}
     raw = json.dumps(manifest).encode()
     digest = sha256_digest(raw)
     requests.put(f"{base}/manifests/{tag or digest}", data=raw, timeout=10,
@@ -222,18 +222,18 @@ def test_a_verdict_pin_tag_pointed_elsewhere_refuses_the_release(space: Space) -
 # -- stand-ins by provenance -----------------------------------------------------------------------
 
 def test_relabelled_standin_is_refused_by_its_labels_base_and_layers(space: Space) -> None:
-    """Issue 11's attack: `io.dl-images.standin=false` with its other stand-in labels left. And with every
+    """Issue 11's attack: the stand-in label set to false with its other stand-in labels left. And with every
     stand-in label removed: the base digest is the mirror's stand-in, and its layers are the image's first."""
     client = space.client
     mirror_repo = f"{space.prefix}/nvidia/pytorch"
-    standin, _ = push_single(client, mirror_repo, "25.10-py3", {"io.dl-images.standin": "true"})
+    standin, _ = push_single(client, mirror_repo, "25.10-py3", {label_keys.STANDIN: "true"})
     space.settings = dataclasses.replace(space.settings, base_mirror=f"{HOST}/{space.prefix}")
     r1 = rev()
-    space.build(NGC, r1, **{"io.dl-images.standin": "false",
-                            "io.dl-images.standin.for": "nvcr.io/nvidia/pytorch:25.10-py3"})
-    refused(space.release([NGC], r1, "0.1.0"), "stand-in labels", "io.dl-images.standin=false")
+    space.build(NGC, r1, **{label_keys.STANDIN: "false",
+                            label_keys.STANDIN_FOR: "nvcr.io/nvidia/pytorch:25.10-py3"})
+    refused(space.release([NGC], r1, "0.1.0"), "stand-in labels", f"{label_keys.STANDIN}=false")
     r2 = rev()
-    space.build(NGC, r2, **{"org.opencontainers.image.base.digest": standin})
+    space.build(NGC, r2, **{label_keys.OCI_BASE_DIGEST: standin})
     refused(space.release([NGC], r2, "0.1.0"), f"is built on {standin}", "the stand-in")
     # No label at all: the image is the stand-in's layers plus one of its own.
     raw, _, _ = client.get_manifest(mirror_repo, standin)
@@ -242,7 +242,7 @@ def test_relabelled_standin_is_refused_by_its_labels_base_and_layers(space: Spac
         client.mount_blob(space.dev_repo(NGC), blob, mirror_repo)
     extra, _ = push_single(client, space.dev_repo(NGC), None, {})
     extra_layer = json.loads(client.get_manifest(space.dev_repo(NGC), extra)[0])["layers"][0]
-    labels = {"io.dl-images.cell": NGC.key, "org.opencontainers.image.base.name": NGC.base}
+    labels = {label_keys.CELL: NGC.key, label_keys.OCI_BASE_NAME: NGC.base}
     config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": labels},
                          "rootfs": {"type": "layers", "diff_ids": []}}).encode()
     image = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
