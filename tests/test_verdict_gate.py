@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts.verdict import parse_verdict
 from buildtool.matrix.schema import load_matrix
 from buildtool.release.gates import check_version, spelling_problems, verdict_problems
 from tests.signing import result, verdict
@@ -18,7 +19,8 @@ ALL = (".*",)       # a releaser who waives everything they can
 
 
 def problems(cell, body, **kw):  # noqa: ANN001, ANN201
-    return verdict_problems(cell, D1, body, kw.pop("accept", ALL), **kw)
+    """The gate's problems with `body`, parsed as release parses a signed verdict."""
+    return verdict_problems(cell, D1, parse_verdict(body, "test verdict"), kw.pop("accept", ALL), **kw)
 
 
 def test_a_complete_verdict_passes() -> None:
