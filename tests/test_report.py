@@ -252,6 +252,30 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
         "no image" in r.checks["image/verdict"].message for r in rows.rows if r.cell == "tensorflow-cpu:2.21")
 
 
+def test_a_schema_2_verdict_renders_as_a_schema_3_one_does() -> None:
+    """The report reads the schema before the current one: the same night written as schema 2 gives
+    the same pages."""
+    as_2 = [dict(v, schema=2) for v in tonight()]
+    pages = [(render_html(report), render_markdown(report)) for report in (
+        build_report([parse_verdict(v, "x") for v in tonight()]), build_report([parse_verdict(v, "x") for v in as_2]))]
+    assert pages[0] == pages[1] and "8 GPU (NVIDIA H100 80GB HBM3), driver 580.65" in pages[1][0]
+
+
+def test_a_missing_record_of_the_old_form_is_still_read_and_nothing_else_of_schema_1(tmp_path: Path) -> None:
+    """Before typed verdicts `report --fetch` saved an image without a verdict as a schema-1 pseudo-verdict;
+    the nightly keeps the previous night's folder, so that form is read (a failed row naming why)."""
+    old = {"schema": 1, "digest": "", "image": "r/x:abc", "cell": "tensorflow-cpu:2.21", "result": "failed",
+           "started": "", "duration_s": None, "tests": [{"id": "image/verdict", "group": "pipeline", "result": "failed",
+                                                         "duration_s": None, "message": "no image r/x:abc",
+                                                         "skip_reason": ""}]}
+    [row] = build_report([parse_verdict(old, "old.json")]).rows
+    assert row.result == "failed" and row.checks["image/verdict"].message == "no image r/x:abc"
+    assert row.runner is None and "| `tensorflow-cpu:2.21` | ❌ **FAIL**" in render_markdown(build_report([row]))
+    (tmp_path / "c.verdict.json").write_text(json.dumps(dict(old, tests=[test(SHM, "passed")])))
+    with pytest.raises(UserError, match=r"c\.verdict\.json: unsupported verdict schema 1 "):
+        load_verdicts(tmp_path)
+
+
 def test_the_cold_start_of_each_image_is_shown_where_it_is_known() -> None:
     """What the first import cost on the runner (a cold page cache after a pull) is a figure of the
     image in both pages; a verdict without it (older, or the import hung) shows none."""

@@ -150,7 +150,7 @@ class _LegacyMissing(BaseModel):
     cell: str
     image: str = ""
     digest: str = ""
-    tests: tuple[_LegacyCheck]
+    tests: list[_LegacyCheck] = Field(min_length=1, max_length=1)
 
 
 def _legacy_missing(data: dict[str, Any]) -> Missing | None:
