@@ -24,6 +24,7 @@ from buildtool.render.catalogue import render_catalogue
 from buildtool.render.dockerfiles import render_outputs
 from buildtool.validate import runner
 from tests.gpu_sim import NO_RUNTIME, NVML_MISMATCH, FakeGpus, engine_shim, runner_env
+from tests.signing import complete
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -312,10 +313,11 @@ def test_result_rules_for_failures_and_cpu_cells():
 
 def _verdict(cell_key: str, started: str, peak: float, model: str = "NVIDIA H100 80GB HBM3", count: int = 8,
              check: str = "passed", schema: int = 2) -> dict:
-    return {"schema": schema, "cell": cell_key, "digest": f"sha256:{started}", "started": started,
-            "runner": {"gpus": [{"index": str(i), "name": model} for i in range(count)]},
-            "figures": {gpu.BUSBW_FIGURE: {"peak_GBps": peak}},
-            "tests": [{"id": "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "gpu": True, "result": check}]}
+    return complete({"schema": schema, "cell": cell_key, "digest": f"sha256:{started}", "started": started,
+                     "runner": {"gpus": [{"index": str(i), "name": model} for i in range(count)]},
+                     "figures": {gpu.BUSBW_FIGURE: {"peak_GBps": peak}},
+                     "tests": [{"id": "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "gpu": True,
+                                "result": check}]})
 
 
 def test_baseline_is_the_newest_passing_verdict_of_the_cell_on_the_same_gpus(tmp_path):
@@ -462,7 +464,7 @@ def _schema2(cell_key: str, result: str, peak: float | None, started: str, **ext
                                                           "sizes": sizes, "gpu_model": "NVIDIA H100 80GB HBM3",
                                                           "floor_GBps": 100.0, **extra},
                                        "allreduce_busbw_GBps": peak}
-    return {"schema": 2, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
+    return complete({"schema": 2, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
             "result": result, "started": started, "duration_s": 1.0,
             "runner": {"hostname": "gpu-01", "gpus": [{"index": str(i), "name": "NVIDIA H100 80GB HBM3"}
                                                        for i in range(8)], "driver": "580.65.06",
@@ -471,7 +473,7 @@ def _schema2(cell_key: str, result: str, peak: float | None, started: str, **ext
             if result == "incomplete" else [],
             "tests": [{"id": "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "group": "pytorch",
                        "result": "passed" if result == "passed" else "skipped", "gpu": True}],
-            "figures": figures}
+            "figures": figures})
 
 
 def test_report_shows_incomplete_verdicts_and_bus_bandwidth_against_last_night():

@@ -9,10 +9,13 @@ import pytest
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys, skips
+from buildtool.contracts.verdict import TestResult as Outcome
+from buildtool.contracts.verdict import Verdict, VerdictError, parse_verdict
 from buildtool.matrix.plan import Settings, plan_cell, resolve_revision
 from buildtool.matrix.schema import load_matrix
 from buildtool.release.gates import Platform, check_version, image_problems, skip_allowed, verdict_problems
 from buildtool.release.promote import plan_tags, release_number, releases_in
+from tests import signing
 
 REPO = Path(__file__).resolve().parent.parent
 CELLS = {c.key: c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells}
@@ -20,29 +23,26 @@ CPU, GPU, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["py
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 
 
-def test(id_: str, group: str, result: str, reason: str = "", gpu: bool = False) -> dict:
+def test(id_: str, group: str, result: str, reason: str = "", gpu: bool = False) -> Outcome:
     """A result entry; a skip's `reason` is the message the image test skipped with ([code] text)."""
     code, subject, text = skips.parse_skip(reason) if result == "skipped" else ("", "", "")
     if "/" not in id_:
         id_ = f"{group}/test_{id_.split('::')[0]}.py::{id_.split('::')[-1]}"
-    return {"id": id_, "group": group, "result": result, "skip_code": code, "skip_subject": subject,
-            "skip_reason": text, "gpu": gpu}
+    return Outcome.model_validate({"id": id_, "group": group, "result": result, "skip_code": code,
+                                      "skip_subject": subject, "skip_reason": text, "gpu": gpu})
 
 
 test.__test__ = False  # a helper, not a pytest test
 
 
-def verdict(cell_key: str, result: str = "passed", tests: list[dict] | None = None, digest: str = D1,
-            **changes: object) -> dict:
-    """A schema-2 verdict covering the cell's groups: every listed test is defined, nothing deselected."""
+def verdict(cell_key: str, result: str = "passed", tests: list[Outcome] | None = None, digest: str = D1,
+            **changes: object) -> Verdict:
+    """A verdict covering the cell's groups: every listed test is defined, nothing deselected."""
     tests = tests if tests is not None else [test("common::a", "common", "passed"),
                                              test(f"{CELLS[cell_key].framework}::b", CELLS[cell_key].framework,
                                                   "passed")]
-    body = {"schema": 2, "digest": digest, "cell": cell_key, "result": result, "tests": tests,
-            "groups": list(CELLS[cell_key].tests), "defined_tests": [t["id"] for t in tests],
-            "selection": {"expression": None, "deselected": []}}
-    body.update(changes)
-    return body
+    body = signing.verdict(CELLS[cell_key], digest, result, tests=[t.model_dump() for t in tests], **changes)
+    return parse_verdict(body, "test verdict")
 
 
 # -- verdict gate --------------------------------------------------------------------------------
@@ -71,9 +71,12 @@ def test_all_skipped_is_not_a_pass() -> None:
     assert any("no passed test" in p for p in verdict_problems(CPU, D1, verdict(CPU.key, tests=tests)))
 
 
-def test_unknown_test_result_refused() -> None:
-    tests = [test("common::a", "common", "passed"), test("common::b", "common", "xfail")]
-    assert any("unknown result" in p for p in verdict_problems(CPU, D1, verdict(CPU.key, tests=tests)))
+def test_unknown_test_result_refused_where_the_verdict_is_read() -> None:
+    """A result the schema does not know never reaches the gate: parsing refuses it, naming the field."""
+    body = signing.verdict(CPU, D1, tests=[signing.result("common/test_x.py::test_a"),
+                                           signing.result("common/test_x.py::test_b", "xfail")])
+    with pytest.raises(VerdictError, match=r"`tests\[1\]\.result`: input should be 'passed', 'failed' or 'skipped'"):
+        parse_verdict(body, "x")
 
 
 NO_GPU = "[no-gpu-on-runner] no GPU on this runner"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts.verdict import parse_verdict
 from buildtool.matrix.schema import load_matrix
 from buildtool.release.gates import check_version, spelling_problems, verdict_problems
 from tests.signing import result, verdict
@@ -18,7 +19,8 @@ ALL = (".*",)       # a releaser who waives everything they can
 
 
 def problems(cell, body, **kw):  # noqa: ANN001, ANN201
-    return verdict_problems(cell, D1, body, kw.pop("accept", ALL), **kw)
+    """The gate's problems with `body`, parsed as release parses a signed verdict."""
+    return verdict_problems(cell, D1, parse_verdict(body, "test verdict"), kw.pop("accept", ALL), **kw)
 
 
 def test_a_complete_verdict_passes() -> None:
@@ -227,8 +229,8 @@ def test_release_gates_on_the_cells_groups_even_where_the_checkout_lacks_a_folde
     (folder / "common").mkdir(parents=True)
     tests = [result("common/test_x.py::test_common")]
     body = verdict(CPU, D1, tests=tests, groups=["common"])
-    chosen = verdicts.Found(artifact="sha256:" + "a" * 64, verdict=body, keyid=KEY.public().keyid,
-                            referrer=None)  # type: ignore[arg-type]
+    chosen = verdicts.Found(artifact="sha256:" + "a" * 64, verdict=parse_verdict(body, "test"),
+                            keyid=KEY.public().keyid, referrer=None)
     monkeypatch.setattr(verdicts, "find_verdicts", lambda *args, **kwargs: verdicts.Findings(found=[chosen]))
     monkeypatch.setattr(collect, "defined_tests", lambda cell, tests_dir, code=None: {t["id"]: False for t in tests})
     plan = CellPlan(cell=CPU, revision="0123456789ab", dev_repo="127.0.0.1:5000/pytorch-cpu-dev",

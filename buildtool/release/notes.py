@@ -33,19 +33,18 @@ def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def _verdict_summary(item: ImageRelease) -> dict[str, Any]:
-    v = item.verdict or {}
-    tests = v.get("tests", [])
-    count = {r: sum(1 for t in tests if t.get("result") == r) for r in ("passed", "failed", "skipped")}
+    v = item.verdict
+    tests = v.tests if v is not None else []
     return {
         "ref": item.verdict_ref,
-        "result": v.get("result"),
-        "started": v.get("started"),
-        "test_code": v.get("test_code"),
-        "runner": (v.get("runner") or {}).get("hostname"),
+        "result": v.result if v is not None else None,
+        "started": v.started if v is not None else None,
+        "test_code": v.test_code if v is not None else None,
+        "runner": v.runner.hostname if v is not None else None,
         "signed_by": item.signer,
-        **count,
-        "skipped_tests": item.skips or [{"id": t.get("id"), "reason": t.get("skip_reason")} for t in tests
-                                        if t.get("result") == "skipped"],
+        **{r: sum(1 for t in tests if t.result == r) for r in ("passed", "failed", "skipped")},
+        "skipped_tests": item.skips or [{"id": t.id, "reason": t.skip_reason} for t in tests
+                                        if t.result == "skipped"],
         "ignored_attestations": list(item.ignored),
         "notes": list(item.notes),
     }

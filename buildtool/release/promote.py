@@ -37,6 +37,7 @@ from packaging.version import InvalidVersion, Version
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_repo, split_repo_path
 from buildtool.contracts import label_keys, names
+from buildtool.contracts.verdict import Verdict
 from buildtool.matrix.plan import CellPlan, Settings, mirror_base, plan_cell
 from buildtool.registry.client import (
     EMPTY_JSON,
@@ -100,7 +101,7 @@ class ImageRelease:
     digest: str = ""
     media_type: str = ""
     platforms: list[Platform] = field(default_factory=list)
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None    # the counting verdict, typed (parsed where it was read)
     verdict_ref: str = ""        # <dev repo>@<attestation digest>
     attestation: Referrer | None = None
     signer: str = ""             # key id (and name) that signed the verdict
@@ -501,7 +502,7 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
     if chosen.keyid in trusted.dev:
         item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
     local = None
-    known, code = options.test_code(), str(chosen.verdict.get("test_code") or "")
+    known, code = options.test_code(), chosen.verdict.test_code
     if known is None:
         item.problems.append("no image-tests code to compare the verdict's with (release reads image-tests from "
                              "the git checkout it runs in)")
@@ -523,11 +524,11 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
             if not missing:
                 local = defined_tests(plan.cell, folder, code)
     item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local)
-    for t in chosen.verdict.get("tests", []):
-        if t.get("result") == "skipped":
+    for t in chosen.verdict.tests:
+        if t.result == "skipped":
             pattern = None if skip_allowed(plan.cell, t, local) else waiver_for(plan.cell, t, options.accept_skips,
                                                                                  local)
-            item.skips.append({"id": t.get("id"), "reason": t.get("skip_reason"),
+            item.skips.append({"id": t.id, "reason": t.skip_reason,
                                "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
 
 

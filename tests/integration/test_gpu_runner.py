@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
 from buildtool.contracts import label_keys  # noqa: E402
+from buildtool.contracts.verdict import SCHEMA  # noqa: E402
 from tests.gpu_sim import NVML_MISMATCH, FakeGpus, runner_env  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -135,7 +136,7 @@ def test_gpu_cell_without_usable_gpus_is_incomplete_never_passed(gpu_cell_image,
     assert verdict["framework_version"] == "2.13.0+cpu"
     # The verdict file validate wrote says the same.
     written = json.loads(next((tmp_path / "reports").rglob("verdict.json")).read_text())
-    assert written["result"] == "incomplete" and written["schema"] == 2
+    assert written["result"] == "incomplete" and written["schema"] == SCHEMA
 
 
 def test_engine_that_drops_the_gpus_fails_the_visibility_check(gpu_cell_image, tmp_path):

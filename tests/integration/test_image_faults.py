@@ -331,11 +331,11 @@ def test_validate_stores_verdict_by_digest(pushed_pytorch, run_cli, tmp_path):
     assert chosen is not None and json.loads(out)[0]["stored"] == chosen.artifact
     stored = chosen.verdict
     # -k narrows the run: the verdict says so (incomplete, with the selection) and can never release it.
-    assert stored["digest"] == digest and stored["result"] == "incomplete"
-    assert stored["selection"]["expression"] == "framework_version or shm_size" and stored["selection"]["deselected"]
-    assert stored["cell"] == "pytorch-cpu:2.13"
-    assert {t["id"].split("::")[-1] for t in stored["tests"]} == {"test_framework_version",
-                                                                  "test_shm_size_matches_run_profile"}
+    assert stored.digest == digest and stored.result == "incomplete"
+    assert stored.selection.expression == "framework_version or shm_size" and stored.selection.deselected
+    assert stored.cell == "pytorch-cpu:2.13"
+    assert {t.id.split("::")[-1] for t in stored.tests} == {"test_framework_version",
+                                                            "test_shm_size_matches_run_profile"}
     assert (Path(tmp_path) / "pytorch-cpu" / digest.split(":")[1][:12] / "junit.xml").is_file()
 
 

@@ -165,6 +165,34 @@ def test_verdict_signed_by_an_untrusted_key_is_refused(space: Space) -> None:
     assert space.release([CPU], r, "0.1.0", trusted=signing.trusted(signing.KEY, signing.ATTACKER)).ok
 
 
+# -- schemas ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schema", [2, 3])
+def test_a_validly_signed_verdict_of_the_current_schema_or_the_one_before_releases(space: Space, schema: int) -> None:
+    """validate writes schema 3 (.../verdict/v3); verdicts it signed as schema 2 (.../verdict/v2) still release."""
+    r = rev()
+    digest = space.build(CPU, r, result=None)
+    signing.attest(space.client, space.dev_repo(CPU), digest, signing.verdict(CPU, digest, schema=schema))
+    report = space.release([CPU], r, "0.1.0")
+    assert report.ok, report.images[0].problems
+    assert report.images[0].verdict is not None and report.images[0].verdict.schema_ == schema
+    assert "2.13-0.1.0" in released(space)
+
+
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"schema": 4}, "unsupported verdict schema 4 (this toolkit reads schemas 2 and 3)"),
+    ({"tests": None}, "`tests`: input should be a valid list"),
+    ({"runner": {"gpus": []}}, "`runner.hostname` is missing"),
+])
+def test_a_validly_signed_verdict_that_does_not_parse_is_refused_naming_why(space: Space, change: dict,
+                                                                           cause: str) -> None:
+    r = rev()
+    digest = space.build(CPU, r, result=None)
+    signing.attest(space.client, space.dev_repo(CPU), digest, {**signing.verdict(CPU, digest), **change})
+    refused(space.release([CPU], r, "0.1.0"), "no valid verdict", cause)
+    assert released(space) == []
+
+
 # -- overwritten and append-only -------------------------------------------------------------------
 
 def test_verdicts_are_append_only_and_the_newest_valid_one_counts(space: Space) -> None:
