@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -11,8 +12,15 @@ from pathlib import Path
 import pytest
 
 from buildtool.cli import main
+from buildtool.cli.console import Project
+from buildtool.cli.generate import all_outputs
+from buildtool.matrix.schema import Matrix, load_matrix
+from buildtool.render.dockerfiles import write_outputs
 
 REPO = Path(__file__).resolve().parent.parent
+# What the unit tests run against: a frozen matrix with its locks (tests/fixtures/project/).
+FIXTURE_PROJECT = REPO / "tests" / "fixtures" / "project"
+FIXTURE_MATRIX = FIXTURE_PROJECT / "matrix.yaml"
 
 # Tools the dev extra installs (shellcheck, check-jsonschema, hadolint) live beside the interpreter
 # running the tests; `make test` runs `.venv/bin/python -m pytest` without activating the venv.
@@ -37,19 +45,42 @@ def snapshot(root: Path) -> dict[str, bytes]:
             if p.is_file() and ".git" not in p.parts}
 
 
+@functools.cache
+def fixture_matrix() -> Matrix:
+    """The fixture matrix (tests/fixtures/project/matrix.yaml) with the real templates: what unit
+    tests look cells up in, so a new cell in the real matrix.yaml moves none of them."""
+    return load_matrix(FIXTURE_MATRIX, REPO / "templates", display="matrix.yaml")
+
+
+@pytest.fixture(scope="session")
+def fixture_project(tmp_path_factory: pytest.TempPathFactory, _private_config: None) -> Path:
+    """The fixture project, complete and read-only by convention: the fixture matrix and its locks,
+    the real templates/ and .hadolint.yaml, and the generated files rendered from them once per
+    session (Dockerfiles, docs/images.md, .github/workflows/), as `make render` writes them; one
+    commit, so commands that name the git revision run there."""
+    root = tmp_path_factory.mktemp("fixture") / "project"
+    shutil.copytree(FIXTURE_PROJECT, root)
+    shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copy2(REPO / ".hadolint.yaml", root / ".hadolint.yaml")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    write_outputs(root, all_outputs(project, load_matrix(root / "matrix.yaml", root / "templates")))
+    _commit(root)
+    return root
+
+
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the real project's matrix, templates and generated files, in a git repo."""
+def project(tmp_path: Path, fixture_project: Path) -> Path:
+    """A writable copy of the fixture project (never the real matrix), committed in a git repo."""
     root = tmp_path / "project"
-    root.mkdir()
-    for name in ("matrix.yaml", ".hadolint.yaml"):
-        shutil.copy2(REPO / name, root / name)
-    for folder in ("templates", "dockerfiles", "docs", ".github"):
-        shutil.copytree(REPO / folder, root / folder)
+    shutil.copytree(fixture_project, root, ignore=shutil.ignore_patterns(".git"))
+    _commit(root)
+    return root
+
+
+def _commit(root: Path) -> None:
     for args in (["init", "-q"], ["add", "-A"],
                  ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "fixture"]):
         subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, timeout=30)
-    return root
 
 
 @pytest.fixture

@@ -17,10 +17,11 @@ import pytest
 from buildtool.common.errors import FailedError, MatrixError
 from buildtool.contracts import gpu, versions
 from buildtool.contracts.verdict import derive_result
-from buildtool.matrix.schema import load_matrix, parse_matrix
+from buildtool.matrix.schema import parse_matrix
 from buildtool.render.catalogue import render_catalogue
 from buildtool.render.dockerfiles import render_outputs
 from buildtool.validate import runner
+from tests.conftest import fixture_matrix
 from tests.gpu_sim import NO_RUNTIME, NVML_MISMATCH, FakeGpus, engine_shim, runner_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def matrix():
-    return load_matrix(REPO / "matrix.yaml", REPO / "templates")
+    return fixture_matrix()
 
 
 def cell(matrix, key):

@@ -20,10 +20,11 @@ import pytest
 from buildtool.common.errors import MatrixError
 from buildtool.contracts import label_keys
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
-from buildtool.matrix.schema import load_matrix, parse_matrix
+from buildtool.matrix.schema import parse_matrix
 from buildtool.matrix.yamlsource import load_yaml
 from buildtool.validate import runner
 from buildtool.validate.labels import dockerfile_labels, label_checks, template_labels, version_proof
+from tests.conftest import FIXTURE_MATRIX, fixture_matrix
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO / "image-tests"
@@ -38,7 +39,7 @@ import test_shm as shm_test  # noqa: E402
 
 @pytest.fixture(scope="module")
 def matrix():
-    return load_matrix(REPO / "matrix.yaml", REPO / "templates")
+    return fixture_matrix()
 
 
 def cell_of(matrix, key):
@@ -369,7 +370,7 @@ def test_label_facts_against_contents():
 def test_deadlines_come_from_the_matrix(matrix, tmp_path):
     assert cell_of(matrix, "pytorch-cpu:2.13").validate_deadline_s == 480
     assert cell_of(matrix, "pytorch-ngc:25.10").validate_deadline_s == 1500
-    text = (REPO / "matrix.yaml").read_text().replace("    deadline_s: 480", "    deadline_s: 5")
+    text = FIXTURE_MATRIX.read_text().replace("    deadline_s: 480", "    deadline_s: 5")
     (tmp_path / "matrix.yaml").write_text(text)
     with pytest.raises(MatrixError, match=r"defaults\.validate\.deadline_s: must be between 60 and 10800"):
         parse_matrix(load_yaml(tmp_path / "matrix.yaml"))

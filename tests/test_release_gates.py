@@ -10,12 +10,12 @@ import pytest
 from buildtool.common.errors import UserError
 from buildtool.contracts import skips
 from buildtool.matrix.plan import Settings, plan_cell, resolve_revision
-from buildtool.matrix.schema import load_matrix
 from buildtool.release.gates import Platform, check_version, image_problems, skip_allowed, verdict_problems
 from buildtool.release.promote import plan_tags, release_number, releases_in
+from tests.conftest import fixture_matrix
 
 REPO = Path(__file__).resolve().parent.parent
-CELLS = {c.key: c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells}
+CELLS = {c.key: c for c in fixture_matrix().cells}
 CPU, GPU, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["pytorch-ngc:25.10"]
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 
