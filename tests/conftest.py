@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -39,6 +40,32 @@ def _private_config(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ.pop("DL_IMAGES_SIGNING_KEY", None)
 
 
+# What a marker's need is, for the needs the tests themselves can see. A test marked with a need that
+# is missing fails here, naming it: tests are deselected by marker (`make test-fast`), never skipped.
+CHROMIUM = ("chromium", "chromium-browser")
+
+
+def _missing_needs(item: pytest.Item) -> list[str]:
+    missing = []
+    if item.get_closest_marker("host_torch") and importlib.util.find_spec("torch") is None:
+        missing.append(f"torch is not importable by {sys.executable} (pip install -e '.[scaling]')")
+    if item.get_closest_marker("browser") and not any(shutil.which(name) for name in CHROMIUM):
+        missing.append("headless Chromium is not on PATH (apt-get install -y chromium)")
+    for mark in item.iter_markers("tools"):
+        if not mark.args:
+            missing.append("@pytest.mark.tools names no tool")
+        missing += [f"{name} is not on PATH (pip install -e '.[dev]')" for name in mark.args if not shutil.which(name)]
+    return missing
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    missing = _missing_needs(item)
+    if missing:
+        marks = sorted({m.name for m in item.iter_markers()} & {"host_torch", "browser", "tools"})
+        pytest.fail(f"this test needs what is missing here: {'; '.join(missing)}; install it, or deselect the "
+                    f"test with -m 'not {' and not '.join(marks)}' (make test-fast)", pytrace=False)
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under root (outside .git), to prove a failed command wrote nothing."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
@@ -72,8 +99,7 @@ def fixture_project(tmp_path_factory: pytest.TempPathFactory, _private_config: N
 def project(tmp_path: Path, fixture_project: Path) -> Path:
     """A writable copy of the fixture project (never the real matrix), committed in a git repo."""
     root = tmp_path / "project"
-    shutil.copytree(fixture_project, root, ignore=shutil.ignore_patterns(".git"))
-    _commit(root)
+    shutil.copytree(fixture_project, root)      # with its .git: a copy costs less than a commit
     return root
 
 
@@ -81,6 +107,16 @@ def _commit(root: Path) -> None:
     for args in (["init", "-q"], ["add", "-A"],
                  ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "fixture"]):
         subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def no_registry_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registry calls retry as they do for users (every attempt made), without the backoff's 7.5 s of
+    sleeping: for tests of what an unreachable registry gives."""
+    from buildtool.registry import client
+
+    monkeypatch.setattr(client.RetryPolicy, "__init__",
+                        functools.partialmethod(client.RetryPolicy.__init__, first_delay=0.0, max_delay=0.0))
 
 
 @pytest.fixture

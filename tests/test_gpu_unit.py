@@ -215,7 +215,7 @@ def test_inventory_says_why_there_is_none(tmp_path, monkeypatch):
         runner.require_gpus(runner.gpu_inventory())
 
 
-def test_require_gpu_fails_before_touching_engine_or_registry(run_cli, tmp_path, monkeypatch):
+def test_require_gpu_fails_before_touching_engine_or_registry(run_cli, tmp_path, monkeypatch, no_registry_backoff):
     """The image is on an unreachable registry: reaching it would be exit 2; a declared GPU runner
     without GPUs stops first, with exit 1."""
     monkeypatch.setenv("PATH", runner_env(tmp_path, FakeGpus(broken=NVML_MISMATCH))["PATH"])
@@ -350,6 +350,7 @@ def _torchrun(tmp_path: Path, env: dict[str, str]) -> dict:
     return json.loads(lines[-1].removeprefix("DDP_RESULT "))["busbw"]
 
 
+@pytest.mark.host_torch
 def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
     """The code the GPU runners use (image-tests/scripts/ddp_train.py), with gloo and small sizes."""
     table = _torchrun(tmp_path, {"BUSBW_SIZES": "64K:512K"})
@@ -361,12 +362,14 @@ def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
     assert table["peak_GBps"] == max(r["busbw_GBps"] for r in table["sizes"])
 
 
+@pytest.mark.host_torch
 def test_busbw_time_is_the_slowest_ranks(tmp_path):
     """Rank 1 takes 50 ms longer in every timed iteration; rank 0 alone would not see it."""
     table = _torchrun(tmp_path, {"BUSBW_SIZES": "64K", "BUSBW_SLOW_RANK": "1:0.05"})
     assert table["sizes"][0]["time_us"] >= 50_000, table
 
 
+@pytest.mark.host_torch
 def test_default_sizes_are_8mib_to_1gib():
     sys.path.insert(0, str(REPO / "image-tests" / "scripts"))
     try:
@@ -407,6 +410,7 @@ def test_nightly_shares_one_registry_and_requires_gpus(matrix, tmp_path):
         assert proc.returncode == code, (registry, proc.stderr)
 
 
+@pytest.mark.host_torch
 def test_scaling_counts_follow_the_runners_gpus(run_cli, tmp_path, monkeypatch):
     from buildtool.common.errors import UserError
     from buildtool.launch.scaling import check_counts_fit, counts_for_gpus

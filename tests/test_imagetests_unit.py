@@ -281,6 +281,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.host_torch
 def test_a_worker_that_dies_inside_iter_is_still_named(tmp_path):
     """The CI failure of stop 17: worker 1 died before iter(loader) returned, torch's SIGCHLD handler
     raised there, and the probe (which looked for workers on the iterator) named none."""

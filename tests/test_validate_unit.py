@@ -112,7 +112,7 @@ def test_bad_input_exits_2(run_cli, fixture_project: Path, args, message):
     assert line.startswith(message), line
 
 
-def test_unreachable_registry_exits_2(run_cli, fixture_project: Path):
+def test_unreachable_registry_exits_2(run_cli, fixture_project: Path, no_registry_backoff):
     code, _, err = run_cli("validate", "127.0.0.1:9/pytorch-cpu-dev:x-2.13",
                            "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 2 and "unreachable" in err, err

@@ -43,12 +43,14 @@ def test_real_project_workflows_are_deterministic_and_committed() -> None:
         assert (REPO / rel).read_bytes() == data, f"{rel} drifted: run `make render`"
 
 
+@pytest.mark.tools("check-jsonschema")
 @pytest.mark.parametrize("rel", PATHS)
 def test_real_project_committed_workflows_pass_the_github_schema(rel: str) -> None:
     proc = check_jsonschema(REPO / rel)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.tools("check-jsonschema")
 def test_the_schema_check_catches_a_broken_workflow(tmp_path: Path) -> None:
     doc = load(NIGHTLY_PATH)
     del doc["jobs"]["build-validate"]["runs-on"]
@@ -149,6 +151,7 @@ def test_a_new_cell_changes_the_workflows(project: Path, run_cli) -> None:
     assert code == 1 and "pytorch-cpu:2.12" in out and PR_PATH in out
 
 
+@pytest.mark.tools("check-jsonschema")
 def test_workflows_write_with_custom_labels(run_cli, tmp_path: Path, fixture_project: Path) -> None:
     code, out, err = run_cli("workflows", "write", "--gpu-labels", "self-hosted,a100", "--out", str(tmp_path),
                              "--matrix", str(fixture_project / "matrix.yaml"))
