@@ -92,6 +92,10 @@ def fixture_project(tmp_path_factory: pytest.TempPathFactory, _private_config: N
     project = Project(root=root, matrix_path=root / "matrix.yaml")
     write_outputs(root, all_outputs(project, load_matrix(root / "matrix.yaml", root / "templates")))
     _commit(root)
+    # Each test copies this tree: its commit packed and no sample hooks keep that (and pytest's
+    # removal of old tmp folders) to a few files.
+    subprocess.run(["git", "-C", str(root), "gc", "-q"], check=True, capture_output=True, timeout=60)
+    shutil.rmtree(root / ".git" / "hooks")
     return root
 
 
