@@ -117,6 +117,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-matrix-") as tmp:
         project = Path(tmp)
         shutil.copytree(ROOT / "templates", project / "templates")
+        shutil.copytree(ROOT / "image-tests", project / "image-tests")   # the test groups cells name
         text = big_matrix(5_000_000)
         last = text.rindex('torch==2.12.0+cpu"')
         files = {

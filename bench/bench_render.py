@@ -41,6 +41,7 @@ def main() -> None:
         for name in ("matrix.yaml",):
             shutil.copy2(ROOT / name, root / name)
         shutil.copytree(ROOT / "templates", root / "templates")
+        shutil.copytree(ROOT / "image-tests", root / "image-tests")   # the test groups cells name
 
         def render_in_process() -> None:
             matrix = load_matrix(root / "matrix.yaml", root / "templates")

@@ -443,6 +443,8 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
             info = json.loads(state.stdout) if state.returncode == 0 and state.stdout.strip() else {}
             if probe.result is not None or not info.get("Running", False):
                 probe.rc = info.get("ExitCode") if not info.get("Running", False) else 0
+                # It may have written its result and exited between our read and the inspect.
+                probe.result = probe.result if probe.result is not None else _json(host_dir / "result.json")
                 break
             watched = _json(watch_dir / "exit.json") or {}
             if watched.get("stalled") or watched.get("timed_out"):

@@ -76,19 +76,21 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def fixture_matrix() -> Matrix:
     """The fixture matrix (tests/fixtures/project/matrix.yaml) with the real templates: what unit
     tests look cells up in, so a new cell in the real matrix.yaml moves none of them."""
-    return load_matrix(FIXTURE_MATRIX, REPO / "templates", display="matrix.yaml")
+    return load_matrix(FIXTURE_MATRIX, REPO / "templates", display="matrix.yaml", tests_dir=REPO / "image-tests")
 
 
 @pytest.fixture(scope="session")
 def fixture_project(tmp_path_factory: pytest.TempPathFactory, _private_config: None) -> Path:
     """The fixture project, complete and read-only by convention: the fixture matrix and its locks,
-    the real templates/ and .hadolint.yaml, and the generated files rendered from them once per
+    the real templates/, image-tests/ and .hadolint.yaml, and the generated files rendered from them once per
     session (Dockerfiles, docs/images.md, .github/workflows/), as `make render` writes them; one
     commit, so commands that name the git revision run there."""
     root = tmp_path_factory.mktemp("fixture") / "project"
     shutil.copytree(FIXTURE_PROJECT, root)
     shutil.copytree(REPO / "templates", root / "templates")
     shutil.copy2(REPO / ".hadolint.yaml", root / ".hadolint.yaml")
+    # Every test group a cell names must be a folder beside the matrix (checked when it loads).
+    shutil.copytree(REPO / "image-tests", root / "image-tests", ignore=shutil.ignore_patterns("__pycache__"))
     project = Project(root=root, matrix_path=root / "matrix.yaml")
     write_outputs(root, all_outputs(project, load_matrix(root / "matrix.yaml", root / "templates")))
     _commit(root)

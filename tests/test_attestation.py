@@ -11,7 +11,8 @@ import pytest
 
 from buildtool.common.dsse import EnvelopeError, generate, load_private, load_public, open_envelope, pae
 from buildtool.common.errors import UserError
-from buildtool.contracts.attestation import StatementError, read_statement, statement
+from buildtool.contracts.attestation import StatementError, read_statement, statement, verdict_predicate
+from buildtool.contracts.verdict import parse_verdict
 from buildtool.registry.referrers import Payload, Referrer
 from buildtool.validate.keys import load_trusted, signing_key, trusted_entry
 from buildtool.validate.verdicts import Findings, Found, _verify
@@ -35,7 +36,41 @@ def test_pae_is_dsse_v1() -> None:
 def test_a_signed_verdict_verifies_and_names_its_key() -> None:
     body = verdict(CPU, D1)
     verdict_back, keyid = check(envelope("reg/pytorch-cpu-dev", D1, body))
-    assert verdict_back == body and keyid == KEY.keyid
+    assert verdict_back == parse_verdict(body, "x") and keyid == KEY.keyid
+    assert verdict_back.schema_ == 3 and verdict_back.to_json() == {**body, **verdict_back.to_json()}
+
+
+@pytest.mark.parametrize("schema", [2, 3])
+def test_a_signed_verdict_of_the_current_schema_and_of_the_one_before_verifies(schema: int) -> None:
+    """Validate writes schema 3 (predicateType .../verdict/v3); a signed schema-2 verdict (.../verdict/v2),
+    as validate wrote them before, still counts."""
+    body = verdict(CPU, D1, schema=schema)
+    if schema == 2:
+        body.pop("cold_start", None)
+    signed = envelope("r", D1, body)
+    predicate_type = json.loads(base64.b64decode(json.loads(signed)["payload"]))["predicateType"]
+    assert predicate_type == f"https://github.com/dl-images/dl-images/attestations/verdict/v{schema}"
+    found, _ = check(signed)
+    assert found.schema_ == schema and found.result == "passed" and found.cell == CPU.key
+
+
+@pytest.mark.parametrize(("schema", "predicate", "cause"), [
+    (7, 7, "unsupported verdict schema 7 (this toolkit reads schemas 2 and 3)"),
+    (1, 1, "unsupported verdict schema 1"),
+    (3, 2, "mismatched: predicateType https://github.com/dl-images/dl-images/attestations/verdict/v2 carries a "
+           "schema-3 verdict"),
+    (2, 3, "carries a schema-2 verdict"),
+    (3, 9, "verdict/v9 carries a schema-3 verdict"),
+])
+def test_a_signed_verdict_of_an_unknown_schema_or_under_another_predicate_type_is_refused(
+        schema: int, predicate: int, cause: str) -> None:
+    body = verdict(CPU, D1, schema=schema)
+    statement_body = json.loads(statement("r", D1, body))
+    statement_body["predicateType"] = verdict_predicate(predicate)
+    payload = json.dumps(statement_body, sort_keys=True, separators=(",", ":")).encode()
+    with pytest.raises(StatementError) as info:
+        read_statement(payload, D1)
+    assert cause in str(info.value)
 
 
 @pytest.mark.parametrize(("make", "cause"), [
@@ -67,7 +102,7 @@ def test_each_bad_attestation_is_refused_naming_the_cause(make, cause: str) -> N
 
 def test_statement_subject_is_checked() -> None:
     payload = statement("r", D1, verdict(CPU, D1))
-    assert read_statement(payload, D1)["digest"] == D1
+    assert read_statement(payload, D1).digest == D1
     with pytest.raises(StatementError, match="replayed"):
         read_statement(payload, D2)
     wrong_type = json.loads(payload)
@@ -85,7 +120,8 @@ def test_open_envelope_rejects_garbage() -> None:
 # -- which verdict counts ------------------------------------------------------------------------
 
 def found(started: str, outcome: str, artifact: str) -> Found:
-    return Found(artifact, verdict(CPU, D1, outcome, started=started), KEY.keyid, Referrer(artifact, "t", 1))
+    return Found(artifact, parse_verdict(verdict(CPU, D1, outcome, started=started), "x"), KEY.keyid,
+                 Referrer(artifact, "t", 1))
 
 
 def test_the_newest_valid_verdict_counts_by_its_signed_time() -> None:
@@ -153,8 +189,18 @@ def test_key_files_load_only_ed25519(tmp_path: Path) -> None:
     assert base64.b64decode(json.loads(envelope("r", D1, verdict(CPU, D1)))["payload"])
 
 
-def test_a_signed_but_malformed_verdict_is_refused_not_crashed_on() -> None:
-    for change in ({"tests": "all good"}, {"defined_tests": [1, 2]}, {"selection": None}, {"groups": "common"}):
-        body = dict(verdict(CPU, D1), **change)
-        outcome = check(envelope("r", D1, body))
-        assert isinstance(outcome, str) and outcome.startswith("malformed verdict"), (change, outcome)
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"tests": "all good"}, "`tests`: input should be a valid list"),
+    ({"defined_tests": [1, 2]}, "`defined_tests[0]`: input should be a valid string (got int '1')"),
+    ({"selection": None}, "`selection`: input should be a valid dictionary or instance of Selection"),
+    ({"groups": "common"}, "`groups`: input should be a valid list"),
+    ({"started": None}, "`started`: input should be a valid string"),
+    ({"runner": {"hostname": "ci", "gpus": [{"index": "0"}]}}, "`runner.gpus[0].name` is missing"),
+    ({"verdict_by": "me"}, "`verdict_by` is not a field of this schema"),
+])
+def test_a_signed_but_malformed_verdict_is_refused_naming_the_field(change: dict, cause: str) -> None:
+    body = dict(verdict(CPU, D1), **change)
+    outcome = check(envelope("r", D1, body))
+    assert isinstance(outcome, str), outcome
+    assert outcome.startswith("the signed predicate: malformed schema-3 verdict: "), outcome
+    assert cause in outcome, outcome

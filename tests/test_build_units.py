@@ -141,9 +141,9 @@ def test_labels_carry_revision_base_run_profile_and_standin(matrix):
     base = BaseInfo(ref=plan.base, digest="sha256:" + "3" * 64,
                     labels={label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"})
     labels = build_labels(plan, base, "sha256:key", "abc123", matrix.source)
-    assert labels["org.opencontainers.image.revision"] == "abc123"
-    assert labels["org.opencontainers.image.base.name"] == "nvcr.io/nvidia/pytorch:25.10-py3"
-    assert labels["org.opencontainers.image.base.digest"] == base.digest
+    assert labels[label_keys.OCI_REVISION] == "abc123"
+    assert labels[label_keys.OCI_BASE_NAME] == "nvcr.io/nvidia/pytorch:25.10-py3"
+    assert labels[label_keys.OCI_BASE_DIGEST] == base.digest
     assert labels[label_keys.CONTENT_KEY] == "sha256:key"
     assert labels[label_keys.STANDIN] == "true" and labels[label_keys.STANDIN_FRAMEWORK] == "2.13.0+cpu"
     run = json.loads(labels[label_keys.RUN_PROFILE])
@@ -169,7 +169,7 @@ def test_bases_helpers(matrix):
     tf = cell(matrix, "tensorflow-ngc:25.02")
     assert standin_framework_version(tf) == "2.21.0"
     text = _standin_dockerfile(cell(matrix, "pytorch-ngc:25.10"), "127.0.0.1:5000/library/debian:bookworm-slim")
-    assert 'io.dl-images.standin="true"' in text and "WORKDIR /workspace" in text
+    assert f'{label_keys.STANDIN}="true"' in text and "WORKDIR /workspace" in text
     assert "--no-cache-dir torch==2.13.0+cpu\n" in text and "--mount=type=secret,id=pip-ca" in text
 
 

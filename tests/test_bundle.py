@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys
 from buildtool.launch.bundle import (
     JOBS_MOUNT,
     UNLIMITED,
@@ -19,7 +20,7 @@ from buildtool.launch.bundle import (
     fit_config,
     parse_ulimits,
     profile_from_labels,
-    size_bytes,
+    shm_bytes,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,9 +43,9 @@ UMOCI_CONFIG = {
 
 
 def test_the_config_follows_the_profile(tmp_path: Path) -> None:
-    profile = profile_from_labels({"io.dl-images.run-profile": json.dumps(PROFILE)})
+    profile = profile_from_labels({label_keys.RUN_PROFILE: json.dumps(PROFILE)})
     assert profile == Profile(shm_size="8g", ulimits=(("memlock", -1), ("stack", 67108864)), gpus=False,
-                              ipc_host=False, source="the image's io.dl-images.run-profile label")
+                              ipc_host=False, source=f"the image's {label_keys.RUN_PROFILE} label")
     bundle = tmp_path / "b"
     cfg = fit_config(UMOCI_CONFIG, bundle, profile, hosts=False, jobs_dir=None)
     assert cfg["process"]["terminal"] is False and "hostname" not in cfg
@@ -75,16 +76,22 @@ def test_gpu_ipc_host_hosts_file_writable_and_jobs_elsewhere(tmp_path: Path) -> 
 
 
 def test_values() -> None:
-    assert size_bytes("8g") == 8 << 30 and size_bytes("512M") == 512 << 20 and size_bytes("4096") == 4096
-    for bad in ("", "g", "1.5g", "8t"):
-        with pytest.raises(UserError, match="--shm-size"):
-            size_bytes(bad)
+    assert shm_bytes("8g") == 8 << 30 and shm_bytes("512M") == 512 << 20 and shm_bytes("4096") == 4096
+    for bad in ("", "g", "1.5g", "8t", " 8g"):      # the one size grammar (tests/test_sizes.py), named
+        with pytest.raises(UserError, match=f"--shm-size: {bad!r} is not a size"):
+            shm_bytes(bad)
     assert parse_ulimits(["memlock=8388608", "stack=-1"]) == (("memlock", 8388608), ("stack", -1))
     for bad in ("memlock", "heap=1", "stack=big"):
         with pytest.raises(UserError, match="--ulimit"):
             parse_ulimits([bad])
     assert profile_from_labels({}) is None
-    assert profile_from_labels({"io.dl-images.run-profile": "not json"}) is None
+    for broken, cause in (("not json", "is not a JSON object"), ('{"shm_size": "lots"}', "'lots' is not a size")):
+        with pytest.raises(UserError, match=f"the image's label {label_keys.RUN_PROFILE}.*{cause}"):
+            profile_from_labels({label_keys.RUN_PROFILE: broken})
+    for broken in ("[]", '{"shm_size": 8}', '{"shm_size": "8g", "ulimits": {"stack": "big"}}'):
+        with pytest.raises(UserError) as caught:       # a label that does not parse is no missing label
+            profile_from_labels({label_keys.RUN_PROFILE: broken})
+        assert str(caught.value).startswith(f"the image's label {label_keys.RUN_PROFILE}"), caught.value
     with pytest.raises(UserError, match="has no OCI rlimit"):
         fit_config(UMOCI_CONFIG, Path("/b"), Profile(shm_size="1g", ulimits=(("heap", 1),)), hosts=False,
                    jobs_dir=None)
@@ -135,7 +142,7 @@ def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     log = tmp_path / "stub.log"
     monkeypatch.setenv("PATH", f"{stubs}:{os.environ['PATH']}")
     monkeypatch.setenv("STUB_LOG", str(log))
-    monkeypatch.setenv("STUB_LABELS", json.dumps({"io.dl-images.run-profile": json.dumps(PROFILE)}))
+    monkeypatch.setenv("STUB_LABELS", json.dumps({label_keys.RUN_PROFILE: json.dumps(PROFILE)}))
     monkeypatch.setenv("STUB_CONFIG", json.dumps(UMOCI_CONFIG))
     return log
 
@@ -150,7 +157,7 @@ def test_bundle_command_end_to_end(run_cli, tools: Path, tmp_path: Path) -> None
     made = json.loads(out)
     assert made["path"] == str(dest) and made["shm_size"] == "8g" and made["shm_bytes"] == 8 << 30
     assert made["ulimits"] == {"memlock": 8388608, "stack": 67108864}
-    assert made["profile_source"] == "the image's io.dl-images.run-profile label, --ulimit memlock=8388608"
+    assert made["profile_source"] == f"the image's {label_keys.RUN_PROFILE} label, --ulimit memlock=8388608"
     assert made["digest"].startswith("sha256:") and len(made["digest"]) == 71
     copy, unpack = tools.read_text().splitlines()
     # A loopback registry speaks plain http; the layout sits in a temporary folder beside DEST.
@@ -181,7 +188,7 @@ def test_bad_input_is_refused_before_copying(run_cli, tools: Path, tmp_path: Pat
     cases = [
         (["bundle", IMAGE, str(taken)], "exists; remove it or pass --force"),
         (["bundle", "Not An Image", str(tmp_path / "x")], "IMAGE:"),
-        (["bundle", IMAGE, str(tmp_path / "x"), "--shm-size", "lots"], "--shm-size 'lots'"),
+        (["bundle", IMAGE, str(tmp_path / "x"), "--shm-size", "lots"], "--shm-size: 'lots' is not a size"),
         (["bundle", IMAGE, str(tmp_path / "x"), "--ulimit", "heap=1"], "--ulimit 'heap=1'"),
         (["bundle", IMAGE, str(tmp_path / "x"), "--hosts", str(tmp_path / "none")], "is not a file"),
     ]
@@ -200,7 +207,7 @@ def test_an_image_without_a_profile_takes_the_cells_or_needs_shm_size(run_cli, t
     assert code == 0, err
     assert json.loads(out)["profile_source"] == "the matrix cell pytorch-cpu:2.13"
     code, out, err = run_cli("bundle", "127.0.0.1:5000/t/unknown:1", str(tmp_path / "b"), *matrix)
-    assert code == 2 and "carries no io.dl-images.run-profile label and matches no matrix cell" in err
+    assert code == 2 and f"carries no {label_keys.RUN_PROFILE} label and matches no matrix cell" in err
     assert not (tmp_path / "b").exists()
     code, out, err = run_cli("bundle", "127.0.0.1:5000/t/unknown:1", str(tmp_path / "b"), "--shm-size", "2g",
                              "--json", *matrix)
@@ -217,3 +224,14 @@ def test_force_replaces_a_bundle_whole(run_cli, tools: Path, tmp_path: Path) -> 
     assert not (dest / "jobs" / "stale").exists()
     assert json.loads((dest / "dl-images-bundle.json").read_text())["shm_size"] == "1g"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "stub.log", "stubs"]
+
+
+def test_a_matrix_image_whose_tag_names_no_cell_is_exit_2_not_the_default_cells_profile(
+        run_cli, tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: `-25.01` is no version of pytorch-cpu; the 2.13 cell's profile is not the answer."""
+    monkeypatch.setenv("STUB_LABELS", "{}")
+    image = "127.0.0.1:5000/t/pytorch-cpu-dev:abc-25.01"
+    code, out, err = run_cli("bundle", image, str(tmp_path / "a"), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert f"{image}: tag 'abc-25.01' names no cell of pytorch-cpu in the matrix (its versions: 2.13)" in err, err
+    assert not (tmp_path / "a").exists()

@@ -9,13 +9,14 @@ import pytest
 from buildtool.common.documents import code_span, markdown_cell, plural, render_document
 from buildtool.release.notes import render_notes
 from buildtool.report.nightly import build_report, parse_verdict, render_html, render_markdown
+from tests.signing import complete
 
 
 def _verdict(cell: str, message: str) -> dict:
-    return {"schema": 2, "digest": "sha256:" + "a" * 64, "cell": cell, "image": f"reg/{cell}", "result": "failed",
-            "started": "2026-11-30T00:00:00Z", "tests": [
+    return complete({"schema": 2, "digest": "sha256:" + "a" * 64, "cell": cell, "image": f"reg/{cell}",
+                     "result": "failed", "started": "2026-11-30T00:00:00Z", "tests": [
                 {"id": "image-tests/common/test_x.py::test_y", "group": "common", "result": "failed",
-                 "duration_s": 1.0, "message": message}]}
+                 "duration_s": 1.0, "message": message}]})
 
 
 def test_markdown_cell_keeps_one_cell_on_one_line() -> None:

@@ -5,6 +5,7 @@ nvidia-smi, the verdict's result rules, bus-bandwidth baselines, and the measuri
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import FailedError, MatrixError
-from buildtool.contracts import gpu, versions
+from buildtool.common.sizes import SizeError, doubling
+from buildtool.contracts import gpu, label_keys, versions
 from buildtool.contracts.verdict import derive_result
 from buildtool.matrix.schema import parse_matrix
 from buildtool.render.catalogue import render_catalogue
@@ -23,6 +25,7 @@ from buildtool.render.dockerfiles import render_outputs
 from buildtool.validate import runner
 from tests.conftest import fixture_matrix
 from tests.gpu_sim import NO_RUNTIME, NVML_MISMATCH, FakeGpus, engine_shim, runner_env
+from tests.signing import complete
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,7 +99,7 @@ def test_validate_writes_the_rule_into_the_target(matrix):
     ngc = runner.expectations(cell(matrix, "pytorch-ngc:25.10"), {})["framework_claims"][0]
     assert "nv25" in ngc["local_pattern"]
     standin = runner.expectations(cell(matrix, "pytorch-ngc:25.10"), {
-        "io.dl-images.standin": "true", "io.dl-images.standin.framework-version": "2.13.0+cpu"})
+        label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"})
     assert standin["framework_claims"][0]["local_pattern"] == "cpu"
 
 
@@ -181,9 +184,9 @@ def test_gpu_images_carry_the_nvidia_variables_and_cpu_images_do_not(matrix):
             assert f"NVIDIA_REQUIRE_CUDA=${{NVIDIA_REQUIRE_CUDA:-cuda>={c.cuda}}}" in text, c.key
             assert "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-all}" in text
             assert "NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES:-compute,utility}" in text
-            assert f'io.dl-images.cuda="{c.cuda}"' in text
+            assert f'{label_keys.CUDA}="{c.cuda}"' in text
         else:
-            assert "NVIDIA_" not in text and "io.dl-images.cuda" not in text, c.key
+            assert "NVIDIA_" not in text and label_keys.CUDA not in text, c.key
 
 
 def test_catalogue_states_cuda_and_minimum_driver(matrix):
@@ -311,10 +314,11 @@ def test_result_rules_for_failures_and_cpu_cells():
 
 def _verdict(cell_key: str, started: str, peak: float, model: str = "NVIDIA H100 80GB HBM3", count: int = 8,
              check: str = "passed", schema: int = 2) -> dict:
-    return {"schema": schema, "cell": cell_key, "digest": f"sha256:{started}", "started": started,
-            "runner": {"gpus": [{"index": str(i), "name": model} for i in range(count)]},
-            "figures": {gpu.BUSBW_FIGURE: {"peak_GBps": peak}},
-            "tests": [{"id": "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "gpu": True, "result": check}]}
+    return complete({"schema": schema, "cell": cell_key, "digest": f"sha256:{started}", "started": started,
+                     "runner": {"gpus": [{"index": str(i), "name": model} for i in range(count)]},
+                     "figures": {gpu.BUSBW_FIGURE: {"peak_GBps": peak}},
+                     "tests": [{"id": "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "gpu": True,
+                                "result": check}]})
 
 
 def test_baseline_is_the_newest_passing_verdict_of_the_cell_on_the_same_gpus(tmp_path):
@@ -353,7 +357,7 @@ def _torchrun(tmp_path: Path, env: dict[str, str]) -> dict:
 @pytest.mark.host_torch
 def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
     """The code the GPU runners use (image-tests/scripts/ddp_train.py), with gloo and small sizes."""
-    table = _torchrun(tmp_path, {"BUSBW_SIZES": "64K:512K"})
+    table = _torchrun(tmp_path, {"BUSBW_SIZES": ",".join(str(s) for s in doubling("64k", "512k"))})
     assert table["backend"] == "gloo" and table["ranks"] == 2 and (table["warmup"], table["iters"]) == (5, 20)
     assert [r["bytes"] for r in table["sizes"]] == [64 << 10, 128 << 10, 256 << 10, 512 << 10]
     for row in table["sizes"]:
@@ -365,20 +369,45 @@ def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
 @pytest.mark.host_torch
 def test_busbw_time_is_the_slowest_ranks(tmp_path):
     """Rank 1 takes 50 ms longer in every timed iteration; rank 0 alone would not see it."""
-    table = _torchrun(tmp_path, {"BUSBW_SIZES": "64K", "BUSBW_SLOW_RANK": "1:0.05"})
+    table = _torchrun(tmp_path, {"BUSBW_SIZES": str(64 << 10), "BUSBW_SLOW_RANK": "1:0.05"})
     assert table["sizes"][0]["time_us"] >= 50_000, table
+
+
+def _import_from(folder: Path, name: str):
+    sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
 
 
 @pytest.mark.host_torch
 def test_default_sizes_are_8mib_to_1gib():
-    sys.path.insert(0, str(REPO / "image-tests" / "scripts"))
-    try:
-        import ddp_train
-    finally:
-        sys.path.pop(0)
-    sizes = ddp_train.parse_sizes("8M:1G")
+    ddp_train = _import_from(REPO / "image-tests" / "scripts", "ddp_train")
+    sizes = ddp_train.DEFAULT_BUSBW_SIZES
     assert sizes[0] == 8 << 20 and sizes[-1] == 1 << 30 and len(sizes) == 8
-    assert ddp_train.parse_sizes("64K,1M") == [64 << 10, 1 << 20]
+    assert ddp_train.parse_sizes("65536,1048576") == [64 << 10, 1 << 20]
+
+
+@pytest.mark.host_torch   # the script imports torch
+@pytest.mark.parametrize("text", ["8M", "64K,1M", "8M:1G", "", "0", "65536,", " 65536", "1e6", "-1", "65536.0"])
+def test_the_in_image_script_reads_byte_counts_only(text: str):
+    """Sizes with units are the host's grammar (buildtool.common.sizes); the script names what it refuses."""
+    ddp_train = _import_from(REPO / "image-tests" / "scripts", "ddp_train")
+    with pytest.raises(SystemExit, match="is not a byte count") as caught:
+        ddp_train.parse_sizes(text)
+    assert repr(text) in str(caught.value)
+
+
+def test_the_host_writes_busbw_sizes_with_the_one_size_grammar():
+    assert doubling("64k", "512K") == [65536, 131072, 262144, 524288]
+    assert doubling("8m", "1g") == [(8 << 20) << i for i in range(8)]
+    assert doubling("64k", "100k") == [65536]
+    with pytest.raises(SizeError, match="'64KB' is not a size"):
+        doubling("64KB", "1m")
+    for low, high in (("1m", "64k"), ("0", "1k")):
+        with pytest.raises(SizeError, match="above 0 and at most the last"):
+            doubling(low, high)
 
 
 # -- the nightly workflow and the scaling counts ----------------------------------------------------
@@ -441,7 +470,7 @@ def _schema2(cell_key: str, result: str, peak: float | None, started: str, **ext
                                                           "sizes": sizes, "gpu_model": "NVIDIA H100 80GB HBM3",
                                                           "floor_GBps": 100.0, **extra},
                                        "allreduce_busbw_GBps": peak}
-    return {"schema": 2, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
+    return complete({"schema": 2, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
             "result": result, "started": started, "duration_s": 1.0,
             "runner": {"hostname": "gpu-01", "gpus": [{"index": str(i), "name": "NVIDIA H100 80GB HBM3"}
                                                        for i in range(8)], "driver": "580.65.06",
@@ -450,7 +479,7 @@ def _schema2(cell_key: str, result: str, peak: float | None, started: str, **ext
             if result == "incomplete" else [],
             "tests": [{"id": "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "group": "pytorch",
                        "result": "passed" if result == "passed" else "skipped", "gpu": True}],
-            "figures": figures}
+            "figures": figures})
 
 
 def test_report_shows_incomplete_verdicts_and_bus_bandwidth_against_last_night():

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,11 @@ def supervise(tmp_path: Path, bound: float, *argv: str, quiet: float = 30) -> di
     the probe may show no progress), the step id, then the command."""
     out = tmp_path / "probe"
     out.mkdir()
-    subprocess.run([sys.executable, "-I", "-S", str(SUPERVISE), str(out), str(bound), str(quiet), "unit-step", "--",
+    # A step id of its own, as harness.py gives each probe: the supervisor kills every process marked
+    # with it, so a shared id would let one run's supervisor kill another's probe (other test runs
+    # on the same machine included).
+    step = f"unit-step-{uuid.uuid4().hex[:8]}"
+    subprocess.run([sys.executable, "-I", "-S", str(SUPERVISE), str(out), str(bound), str(quiet), step, "--",
                     *argv], check=True, timeout=min(bound, quiet) + 60)
     return json.loads((out / "exit.json").read_text())
 
@@ -349,7 +354,7 @@ def test_label_facts_against_contents():
     contents = {"python": "3.11.2", "framework_version": "2.13.0+cpu", "cuda_build": "", "env": {}}
     check = {"key": label_keys.PYTHON, "value": "3.12", "fact": "python"}
     assert labels_test._content_mismatch(check, contents, target) == (
-        "label io.dl-images.python says Python 3.12, but the image's python3 is 3.11.2")
+        f"label {label_keys.PYTHON} says Python 3.12, but the image's python3 is 3.11.2")
     assert labels_test._content_mismatch(dict(check, value="3.11"), contents, target) == ""
     version = {"key": label_keys.OCI_VERSION, "value": "2.14", "fact": "version", "expected": "framework-release"}
     assert "contains torch 2.13.0+cpu" in labels_test._content_mismatch(version, contents, target)

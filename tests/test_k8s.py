@@ -200,3 +200,48 @@ def test_job_expectations_follow_nodes_and_gpus() -> None:
     assert (cpu.world_size, cpu.backend) == (2, "gloo")
     command = DDPJob(image="x:1", nodes=2, gpus_per_node=8, join_timeout_s=1200).torchrun("h:1", "r")
     assert "--rdzv-conf=join_timeout=1200,read_timeout=1200" in command
+
+
+# -- the image's cell comes from its tag, or the command stops (issue 21: never the default cell) -----
+
+@pytest.mark.parametrize(("image", "tag", "name"), [
+    ("127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-25.01", "0123456789ab-25.01", "pytorch-cpu"),  # no such version
+    ("127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-24.01", "0123456789ab-24.01", "pytorch-ngc"),
+    ("127.0.0.1:5000/pytorch-ngc:garbage", "garbage", "pytorch-ngc"),
+])
+def test_a_tag_that_names_no_cell_is_exit_2_never_the_default_cell(run_cli, image: str, tag: str, name: str) -> None:
+    code, out, err = run_cli("k8s", image, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"{image}: tag {tag!r} names no cell of {name} in the matrix" in err, err
+    assert "a tag is <version>, <version>-<release>" in err and "or a dev tag <revision>-<version>" in err, err
+
+
+def test_a_tag_of_each_accepted_form_names_its_cell() -> None:
+    from buildtool.launch.multinode import cell_for_image
+    from buildtool.matrix.schema import load_matrix
+
+    matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates")
+    found = {ref: getattr(cell_for_image(matrix, ref), "key", None) for ref in (
+        "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.01", "127.0.0.1:5000/pytorch-ngc-dev:build.7-25.10",
+        "pytorch-ngc:25.01", "pytorch-ngc:25.01-0.1.0", "pytorch-ngc:latest", "registry.example/team/pytorch-ngc:25.10",
+        "pytorch-cpu:latest", "ghcr.io/someone/other:1")}
+    assert found == {
+        "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.01": "pytorch-ngc:25.01",
+        "127.0.0.1:5000/pytorch-ngc-dev:build.7-25.10": "pytorch-ngc:25.10",
+        "pytorch-ngc:25.01": "pytorch-ngc:25.01", "pytorch-ngc:25.01-0.1.0": "pytorch-ngc:25.01",
+        "pytorch-ngc:latest": "pytorch-ngc:25.10", "registry.example/team/pytorch-ngc:25.10": "pytorch-ngc:25.10",
+        "pytorch-cpu:latest": "pytorch-cpu:2.13", "ghcr.io/someone/other:1": None}
+
+
+@pytest.mark.parametrize(("image", "message"), [
+    ("pytorch-ngc:latest-0.1.0", "tag 'latest-0.1.0' names no cell of pytorch-ngc"),  # latest is the 25.10 cell's alone
+    ("pytorch-cpu@sha256:" + "a" * 64, "names no tag, so no cell of pytorch-cpu"),
+    ("127.0.0.1:5000/pytorch-cpu:", "ends its name with ':' but names no tag"),
+    ("ghcr.io/someone/other:1", "ghcr.io/someone/other:1 is no image of the matrix (pytorch-ngc, "),
+])
+def test_an_image_the_matrix_cannot_place_is_exit_2_naming_it(run_cli, image: str, message: str) -> None:
+    code, out, err = run_cli("k8s", image, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and message in err, err
+    code, out, err = run_cli("k8s", image, "--shm-size", "2g", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == (2 if image.endswith(":") else 0), err   # --shm-size: nothing to read from the matrix

@@ -651,7 +651,8 @@ def test_alias_bound_is_small_but_real_aliases_work(tmp_path: Path):
     text = text.replace("    run:\n      gpus: none\n    index:",
                         "    run:\n      <<: *run\n      gpus: none\n    index:", 1)
     (tmp_path / "matrix.yaml").write_text(text)
-    cells = {c.key: c for c in load_matrix(tmp_path / "matrix.yaml", REPO / "templates").cells}
+    cells = {c.key: c for c in load_matrix(tmp_path / "matrix.yaml", REPO / "templates",
+                                           tests_dir=REPO / "image-tests").cells}
     assert cells["pytorch-cpu:2.13"].run.gpus == "none"
     assert cells["pytorch-cpu:2.13"].run.shm_size == "8g"
     assert MAX_ALIAS_VALUES <= 100_000

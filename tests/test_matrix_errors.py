@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import snapshot
+from buildtool.common.errors import MatrixError
+from buildtool.matrix.schema import load_matrix
+from tests.conftest import REPO, snapshot
 
 # (id, text to replace in the real matrix.yaml, replacement, key expected in the message,
 #  substring of the replacement on the line the message must point at, message fragment)
@@ -137,3 +140,42 @@ def test_unknown_framework_on_command_line(project: Path, run_cli, command):
     assert code == 2
     assert out == ""
     assert err.startswith("error: unknown FRAMEWORK=") and "pytorch-ngc" in err
+
+
+# -- a test group is a folder: a cell that names one without it fails at load (issue 21) ---------------
+
+@pytest.mark.parametrize(("group", "key", "marker"), [
+    ("tensorflow", "images[1].tests[1]", "    tests: [common, tensorflow]\n"),   # the first cell that names it
+    ("common", "defaults.tests[0]", "  tests: [common]\n"),                      # named in defaults: located there
+])
+def test_a_test_group_without_its_folder_is_exit_2_at_load(project: Path, run_cli, group: str, key: str,
+                                                            marker: str) -> None:
+    shutil.rmtree(project / "image-tests" / group)
+    text = (project / "matrix.yaml").read_text()
+    line = text[: text.index(marker)].count("\n") + 1
+    before = snapshot(project)
+    for command in ("render", "check", "plan"):
+        code, out, err = run_cli(command, "--matrix", str(project / "matrix.yaml"))
+        assert code == 2 and out == "", (command, err)
+        assert err.strip() == (f"error: matrix.yaml:{line}: {key}: test group {group!r} has no folder "
+                               f"image-tests/{group}/; add the group's tests there, or remove it from tests"), err
+    assert snapshot(project) == before
+
+
+def test_image_tests_are_looked_for_beside_the_matrix_unless_named(tmp_path: Path) -> None:
+    """A matrix elsewhere (a fixture project) finds no groups beside it, and says where it looked;
+    `tests_dir` names the folder for it."""
+    matrix = tmp_path / "project" / "matrix.yaml"
+    matrix.parent.mkdir()
+    shutil.copy2(REPO / "matrix.yaml", matrix)
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(matrix, REPO / "templates")
+    assert str(caught.value) == (f"{matrix}:11: defaults.tests[0]: test group 'common' has no folder "
+                                 "image-tests/common/; add the group's tests there, or remove it from tests")
+    cells = load_matrix(matrix, REPO / "templates", tests_dir=REPO / "image-tests").cells
+    assert {c.key: c.tests for c in cells}["pytorch-cpu:2.13"] == ("common", "pytorch")
+    elsewhere = tmp_path / "suite"
+    (elsewhere / "common").mkdir(parents=True)
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(matrix, REPO / "templates", tests_dir=elsewhere)
+    assert f":41: images[0].tests[1]: test group 'pytorch' has no folder {elsewhere}/pytorch/;" in str(caught.value)

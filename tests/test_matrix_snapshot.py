@@ -48,6 +48,7 @@ def test_snapshot_gives_every_value_of_the_real_matrix(tmp_path: Path, matrix: P
     shutil.copy2(matrix, root / "matrix.yaml")
     templates = matrix.parent / "templates"
     shutil.copytree(templates if templates.is_dir() else REPO / "templates", root / "templates")
+    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
     project = Project(root=root, matrix_path=root / "matrix.yaml")
     real = project.load()                          # writes the snapshot
     snap = project.load_fast()
@@ -64,6 +65,7 @@ def test_a_changed_matrix_is_loaded_for_real(tmp_path: Path) -> None:
     root.mkdir()
     shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
     shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
     project = Project(root=root, matrix_path=root / "matrix.yaml")
     project.load()
     text = (root / "matrix.yaml").read_text().replace('shm_size: 8g', 'shm_size: 4g', 1)
@@ -85,12 +87,29 @@ def test_a_template_that_now_needs_a_field_is_loaded_for_real(tmp_path: Path) ->
     root.mkdir()
     shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
     shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
     project = Project(root=root, matrix_path=root / "matrix.yaml")
     project.load()
     assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
     template = root / "templates" / "images" / "pytorch-ngc.Dockerfile.j2"
     template.write_text("{# needs: apt_packages #}\n" + template.read_text())
     with pytest.raises(UserError, match="needs apt_packages"):
+        project.load_fast()
+
+
+def test_a_removed_test_group_folder_is_loaded_for_real(tmp_path: Path) -> None:
+    """Every group a cell names must be a folder of image-tests: a snapshot taken while it was there
+    must not let a release skip that check once it is gone."""
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copytree(REPO / "image-tests", root / "image-tests")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project.load()
+    assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
+    shutil.rmtree(root / "image-tests" / "tensorflow")
+    with pytest.raises(UserError, match=r"test group 'tensorflow' has no folder image-tests/tensorflow/"):
         project.load_fast()
 
 
@@ -107,6 +126,7 @@ def test_a_matrix_too_big_to_pay_off_gets_no_snapshot(tmp_path: Path, monkeypatc
     root.mkdir()
     shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
     shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
     project = Project(root=root, matrix_path=root / "matrix.yaml")
     monkeypatch.setattr(snapshot, "MAX_CELLS", len(project.load().cells) - 1)
     (root / "matrix.yaml").write_text((root / "matrix.yaml").read_text() + "\n# changed\n")

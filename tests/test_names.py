@@ -33,3 +33,89 @@ def test_the_dev_repository_names_its_image() -> None:
 def test_a_revision_that_cannot_be_in_a_tag_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="cannot be part of an image tag"):
         names.check_revision(bad)
+
+
+@pytest.mark.parametrize("tag", ["not-a-dev-tag", "build-1234-2.13", "-2.13", "2.13", "a b-2.13"])
+def test_what_is_not_a_dev_tag_does_not_parse(tag: str) -> None:
+    """Fail closed: no split at a guessed '-' (a custom revision needs the cell's version to split)."""
+    assert names.parse_dev_tag(tag) is None
+    if tag != "build-1234-2.13":
+        assert names.parse_dev_tag(tag, "2.13") is None
+    else:
+        assert names.parse_dev_tag(tag, "2.13") == names.DevTag("build-1234", "2.13")
+
+
+def test_a_dev_tag_prints_as_its_format() -> None:
+    assert str(names.DevTag("0123456789ab", "2.13")) == names.dev_tag("0123456789ab", "2.13") == "0123456789ab-2.13"
+
+
+@pytest.mark.parametrize(("template", "release"), [("{version}-{release}", "0.1.0"), ("r{release}-{version}", "1.0rc1"),
+                                                   ("{version}", ""), ("latest", "")])
+def test_a_release_tag_parses_back_to_what_made_it(template: str, release: str) -> None:
+    tag = names.expand_tag(template, "2.13", release or "9.9.9")
+    parsed = names.parse_release_tag(tag, template, "2.13")
+    assert parsed == names.ReleaseTag(tag, template, "2.13", release)
+    if "{version}" in template:
+        assert names.parse_release_tag(tag, template, "9.99") is None    # another cell's version never matches
+
+
+@pytest.mark.parametrize("tag", ["2.13", "2.13-", "2.130-0.1.0", "x2.13-0.1.0", "2.13-0.1.0 "])
+def test_what_the_template_did_not_make_is_not_its_release_tag(tag: str) -> None:
+    assert names.parse_release_tag(tag, "{version}-{release}", "2.13") is None
+
+
+def test_a_malformed_release_template_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"unknown placeholder \{rel\} in tag template '\{version\}-\{rel\}'"):
+        names.parse_release_tag("2.13-1", "{version}-{rel}", "2.13")
+
+
+def test_there_is_one_tag_grammar() -> None:
+    from buildtool.common import refs
+
+    assert names.TAG_RE is refs.TAG_RE
+
+
+@pytest.mark.parametrize(("tag", "ok"), [
+    ("a", True), ("_a", True), ("A9_.-", True), ("x" * 128, True),
+    ("x" * 129, False), ("", False), (".a", False), ("-a", False), ("a/b", False), ("a:b", False), ("a b", False),
+    ("a+b", False), ("ä", False), ("a\n", False),
+])
+def test_the_tag_grammar_at_its_boundaries(tag: str, ok: bool) -> None:
+    assert bool(names.TAG_RE.match(tag)) is ok
+
+
+def test_a_verdict_pin_tag_parses_back_to_the_attestation_it_names() -> None:
+    subject, attestation = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    tag = names.verdict_pin_tag(subject, attestation)
+    assert names.parse_verdict_pin_tag(tag, subject) == "b" * 32
+    assert names.parse_verdict_pin_tag(tag, "sha256:" + "c" * 64) is None          # another subject's pin
+
+
+@pytest.mark.parametrize("suffix", ["", "b" * 31, "b" * 33, "B" * 32, "x" * 32])
+def test_what_is_not_a_verdict_pin_tag_does_not_parse(suffix: str) -> None:
+    """An empty or short name would match any attestation digest it is compared with."""
+    subject = "sha256:" + "a" * 64
+    tag = f"{names.referrers_tag(subject)}{names.VERDICT_PIN_INFIX}{suffix}"
+    assert names.parse_verdict_pin_tag(tag, subject) is None
+
+
+def test_validate_reads_pin_tags_through_the_parser() -> None:
+    """A tag `sha256-<subject>.v-` (no name) pointed at any manifest was taken as a pin before: an empty
+    name is a prefix of every digest. Now it is not a pin tag at all."""
+    from buildtool.validate.verdicts import Findings, _pinned
+
+    subject, attestation = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    good = names.verdict_pin_tag(subject, attestation)
+    nameless = f"{names.referrers_tag(subject)}{names.VERDICT_PIN_INFIX}"
+    digests = {good: attestation, nameless: "sha256:" + "e" * 64}
+
+    class Client:
+        def tags(self, repo: str) -> list[str]:
+            return [good, nameless]
+
+        def manifest_digest(self, repo: str, tag: str) -> str:
+            return digests[tag]
+
+    findings = Findings()
+    assert _pinned(Client(), "r", subject, findings) == {good: attestation}  # type: ignore[arg-type]
+    assert findings.overwritten == []

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import skips
+from buildtool.contracts import label_keys, skips
+from buildtool.contracts.verdict import TestResult as Outcome
+from buildtool.contracts.verdict import Verdict, VerdictError, parse_verdict
 from buildtool.matrix.plan import Settings, plan_cell, resolve_revision
 from buildtool.release.gates import Platform, check_version, image_problems, skip_allowed, verdict_problems
 from buildtool.release.promote import plan_tags, release_number, releases_in
+from tests import signing
 from tests.conftest import fixture_matrix
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,29 +23,26 @@ CPU, GPU, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["py
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 
 
-def test(id_: str, group: str, result: str, reason: str = "", gpu: bool = False) -> dict:
+def test(id_: str, group: str, result: str, reason: str = "", gpu: bool = False) -> Outcome:
     """A result entry; a skip's `reason` is the message the image test skipped with ([code] text)."""
     code, subject, text = skips.parse_skip(reason) if result == "skipped" else ("", "", "")
     if "/" not in id_:
         id_ = f"{group}/test_{id_.split('::')[0]}.py::{id_.split('::')[-1]}"
-    return {"id": id_, "group": group, "result": result, "skip_code": code, "skip_subject": subject,
-            "skip_reason": text, "gpu": gpu}
+    return Outcome.model_validate({"id": id_, "group": group, "result": result, "skip_code": code,
+                                      "skip_subject": subject, "skip_reason": text, "gpu": gpu})
 
 
 test.__test__ = False  # a helper, not a pytest test
 
 
-def verdict(cell_key: str, result: str = "passed", tests: list[dict] | None = None, digest: str = D1,
-            **changes: object) -> dict:
-    """A schema-2 verdict covering the cell's groups: every listed test is defined, nothing deselected."""
+def verdict(cell_key: str, result: str = "passed", tests: list[Outcome] | None = None, digest: str = D1,
+            **changes: object) -> Verdict:
+    """A verdict covering the cell's groups: every listed test is defined, nothing deselected."""
     tests = tests if tests is not None else [test("common::a", "common", "passed"),
                                              test(f"{CELLS[cell_key].framework}::b", CELLS[cell_key].framework,
                                                   "passed")]
-    body = {"schema": 2, "digest": digest, "cell": cell_key, "result": result, "tests": tests,
-            "groups": list(CELLS[cell_key].tests), "defined_tests": [t["id"] for t in tests],
-            "selection": {"expression": None, "deselected": []}}
-    body.update(changes)
-    return body
+    body = signing.verdict(CELLS[cell_key], digest, result, tests=[t.model_dump() for t in tests], **changes)
+    return parse_verdict(body, "test verdict")
 
 
 # -- verdict gate --------------------------------------------------------------------------------
@@ -71,9 +71,12 @@ def test_all_skipped_is_not_a_pass() -> None:
     assert any("no passed test" in p for p in verdict_problems(CPU, D1, verdict(CPU.key, tests=tests)))
 
 
-def test_unknown_test_result_refused() -> None:
-    tests = [test("common::a", "common", "passed"), test("common::b", "common", "xfail")]
-    assert any("unknown result" in p for p in verdict_problems(CPU, D1, verdict(CPU.key, tests=tests)))
+def test_unknown_test_result_refused_where_the_verdict_is_read() -> None:
+    """A result the schema does not know never reaches the gate: parsing refuses it, naming the field."""
+    body = signing.verdict(CPU, D1, tests=[signing.result("common/test_x.py::test_a"),
+                                           signing.result("common/test_x.py::test_b", "xfail")])
+    with pytest.raises(VerdictError, match=r"`tests\[1\]\.result`: input should be 'passed', 'failed' or 'skipped'"):
+        parse_verdict(body, "x")
 
 
 NO_GPU = "[no-gpu-on-runner] no GPU on this runner"
@@ -116,22 +119,22 @@ def test_bad_skips_are_named() -> None:
 
 # -- image gate: provenance ----------------------------------------------------------------------
 
-NGC_BASE = {"io.dl-images.cell": NGC.key, "org.opencontainers.image.base.name": NGC.base}
-CPU_BASE = {"io.dl-images.cell": CPU.key, "org.opencontainers.image.base.name": CPU.base}
+NGC_BASE = {label_keys.CELL: NGC.key, label_keys.OCI_BASE_NAME: NGC.base}
+CPU_BASE = {label_keys.CELL: CPU.key, label_keys.OCI_BASE_NAME: CPU.base}
 
 
 def test_standin_refused_on_any_platform() -> None:
     good = Platform("linux/amd64", D1, 1, NGC_BASE)
-    bad = Platform("linux/arm64", D2, 1, {**NGC_BASE, "io.dl-images.standin": "true"})
+    bad = Platform("linux/arm64", D2, 1, {**NGC_BASE, label_keys.STANDIN: "true"})
     assert image_problems(NGC, [good]) == []
     [problem] = image_problems(NGC, [good, bad])
     assert "stand-in" in problem and D2 in problem and "linux/arm64" in problem
 
 
 @pytest.mark.parametrize("labels", [
-    {"io.dl-images.standin": "false", "io.dl-images.standin.for": "nvcr.io/nvidia/pytorch:25.10-py3"},  # relabelled
-    {"io.dl-images.standin.framework-version": "2.13.0+cpu"},            # only one of the others left
-    {"io.dl-images.standin-note": "x"},                                   # any key starting so
+    {label_keys.STANDIN: "false", label_keys.STANDIN_FOR: "nvcr.io/nvidia/pytorch:25.10-py3"},  # relabelled
+    {label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"},            # only one of the others left
+    {f"{label_keys.STANDIN_PREFIX}-note": "x"},                           # any key starting so
 ])
 def test_any_standin_label_refuses_whatever_its_value(labels: dict) -> None:
     [problem] = image_problems(NGC, [Platform("", D1, 1, {**NGC_BASE, **labels})])
@@ -143,11 +146,11 @@ def test_base_digest_or_layers_of_a_mirror_standin_refuse_without_any_label() ->
 
     standins = StandIns()
     standins.add("127.0.0.1:5000/nvidia/pytorch:25.10-py3", D2, ["sha256:aa", "sha256:bb"])
-    by_digest = Platform("", D1, 1, {**NGC_BASE, "org.opencontainers.image.base.digest": D2})
+    by_digest = Platform("", D1, 1, {**NGC_BASE, label_keys.OCI_BASE_DIGEST: D2})
     [problem] = image_problems(NGC, [by_digest], standins)
     assert "built on" in problem and "stand-in 127.0.0.1:5000/nvidia/pytorch:25.10-py3" in problem
     # Labels rewritten to claim another base: the layers still start with the stand-in's.
-    by_layers = Platform("", D1, 1, {**NGC_BASE, "org.opencontainers.image.base.digest": "sha256:" + "9" * 64},
+    by_layers = Platform("", D1, 1, {**NGC_BASE, label_keys.OCI_BASE_DIGEST: "sha256:" + "9" * 64},
                          layers=("sha256:aa", "sha256:bb", "sha256:cc"))
     [problem] = image_problems(NGC, [by_layers], standins)
     assert "starts with the layers of the stand-in" in problem
@@ -156,8 +159,8 @@ def test_base_digest_or_layers_of_a_mirror_standin_refuse_without_any_label() ->
 
 
 def test_a_base_labelled_standin_refuses() -> None:
-    on_standin = Platform("", D1, 1, {**NGC_BASE, "org.opencontainers.image.base.digest": D2},
-                          base_labels={"io.dl-images.standin": "true"})
+    on_standin = Platform("", D1, 1, {**NGC_BASE, label_keys.OCI_BASE_DIGEST: D2},
+                          base_labels={label_keys.STANDIN: "true"})
     [problem] = image_problems(NGC, [on_standin])
     assert "labelled a stand-in" in problem
     assert image_problems(NGC, [Platform("", D1, 1, NGC_BASE, base_labels={"x": "y"})]) == []
@@ -165,15 +168,15 @@ def test_a_base_labelled_standin_refuses() -> None:
 
 @pytest.mark.parametrize("base", [None, "docker.io/library/debian:bookworm-slim", "127.0.0.1:5000/nvidia/pytorch:x"])
 def test_base_name_must_be_the_matrix_upstream(base: str | None) -> None:
-    labels = {k: v for k, v in NGC_BASE.items() if k != "org.opencontainers.image.base.name"}
+    labels = {k: v for k, v in NGC_BASE.items() if k != label_keys.OCI_BASE_NAME}
     if base is not None:
-        labels["org.opencontainers.image.base.name"] = base
+        labels[label_keys.OCI_BASE_NAME] = base
     [problem] = image_problems(NGC, [Platform("", D1, 1, labels)])
     assert f"not the matrix's {NGC.base}" in problem and str(base or "(none)") in problem
 
 
 def test_cell_label_must_match() -> None:
-    [problem] = image_problems(CPU, [Platform("", D1, 1, {**CPU_BASE, "io.dl-images.cell": "tensorflow-cpu:2.21"})])
+    [problem] = image_problems(CPU, [Platform("", D1, 1, {**CPU_BASE, label_keys.CELL: "tensorflow-cpu:2.21"})])
     assert "not pytorch-cpu:2.13" in problem
 
 
@@ -275,7 +278,9 @@ def test_lock_staleness_rules() -> None:
     def info(**kw: str) -> dict[str, str]:
         base = {"host": "elsewhere", "pid": "1", "token": "t", "expires": later, "released": "false"}
         base.update(kw)
-        return {f"io.dl-images.lock.{k}": v for k, v in base.items()}
+        keys = {"host": label_keys.LOCK_HOST, "pid": label_keys.LOCK_PID, "token": label_keys.LOCK_TOKEN,
+                "expires": label_keys.LOCK_EXPIRES, "released": label_keys.LOCK_RELEASED}
+        return {keys[k]: v for k, v in base.items()}
 
     assert lock._free(info(released="true"))
     assert lock._free(info(expires=f"{time.time() - 1:.3f}"))

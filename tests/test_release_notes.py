@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from buildtool.contracts import label_keys
+from buildtool.contracts.verdict import parse_verdict
 from buildtool.release.notes import build_manifest, changes, render_notes, versions_from_labels, write_release_files
 from buildtool.release.promote import ImageRelease, Platform, ReleaseReport, TagAction
+from tests.signing import complete
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
-LABELS = {"io.dl-images.framework": "pytorch", "io.dl-images.framework-version": "2.13.0+cpu",
-          "io.dl-images.python": "3.11", "io.dl-images.packages": json.dumps({"tensorboard": "2.21.0"}),
-          "io.dl-images.package.torch-tb-profiler": "0.4.3", "unrelated": "x"}
+LABELS = {label_keys.FRAMEWORK: "pytorch", label_keys.FRAMEWORK_VERSION: "2.13.0+cpu",
+          label_keys.PYTHON: "3.11", label_keys.PACKAGES: json.dumps({"tensorboard": "2.21.0"}),
+          f"{label_keys.PACKAGE_PREFIX}torch-tb-profiler": "0.4.3", "unrelated": "x"}
 
 
 def item(cell: str = "pytorch-cpu:2.13", digest: str = D1, size: int = 2_000_000, labels: dict | None = None,
@@ -19,9 +22,10 @@ def item(cell: str = "pytorch-cpu:2.13", digest: str = D1, size: int = 2_000_000
     it = ImageRelease(cell=cell, image=cell.split(":")[0], source=f"r/{cell.split(':')[0]}-dev:abc-2.13",
                       release_repo=f"r/{cell.split(':')[0]}", digest=digest, media_type="x",
                       platforms=[Platform("", digest, size, labels if labels is not None else LABELS)],
-                      verdict={"result": "passed", "started": "t", "test_code": "c", "runner": {"hostname": "h"},
-                               "tests": [{"id": "a", "result": "passed"},
-                                         {"id": "b", "result": "skipped", "skip_reason": "no GPU here"}]},
+                      verdict=parse_verdict(complete({
+                          "result": "passed", "started": "t", "test_code": "c", "runner": {"hostname": "h"},
+                          "tests": [{"id": "a", "result": "passed"},
+                                    {"id": "b", "result": "skipped", "skip_reason": "no GPU here"}]}), "x"),
                       verdict_ref=f"r/x-dev@{D2}",
                       tags=[TagAction("2.13-0.2.0", False, None, "create"), TagAction("2.13", True, D2, "move"),
                             TagAction("latest", True, D2, "keep", "stays on release 0.3.0 (newer)")],
@@ -41,7 +45,7 @@ def test_first_release_and_same_image() -> None:
 
 
 def test_changes_list_versions_size_and_digest() -> None:
-    old = dict(LABELS, **{"io.dl-images.framework-version": "2.12.0+cpu"})
+    old = dict(LABELS, **{label_keys.FRAMEWORK_VERSION: "2.12.0+cpu"})
     lines = changes(item(previous={"release": "0.1.0", "tag": "2.13-0.1.0", "digest": D2, "size": 1_500_000,
                                    "labels": old}))
     assert lines == ["framework: pytorch 2.12.0+cpu -> pytorch 2.13.0+cpu", "size: 1.5 MB -> 2.0 MB (+0.5 MB)",

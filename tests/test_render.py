@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts import label_keys
 from buildtool.matrix.schema import load_matrix
 from buildtool.render import dockerfiles as render_module
 from buildtool.render.catalogue import catalogue_outputs
@@ -22,7 +23,7 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def _mini_outputs() -> dict[str, bytes]:
-    matrix = load_matrix(FIXTURE, REPO / "templates", display="matrix.yaml")
+    matrix = load_matrix(FIXTURE, REPO / "templates", display="matrix.yaml", tests_dir=REPO / "image-tests")
     return render_outputs(matrix, REPO / "templates", extras=(catalogue_outputs,)).files
 
 
@@ -57,7 +58,7 @@ def test_golden_dockerfile_essentials():
     # The only pip run installs uv (by hash); every package of the image comes through `uv pip install`.
     assert len(re.findall(r'pip"? install', text)) == text.count("uv pip install") + 1 == 3
     assert "python3-venv procps" in text
-    assert 'io.dl-images.run.flags="--shm-size=2g --ulimit=memlock=-1"' in text
+    assert f'{label_keys.RUN_FLAGS}="--shm-size=2g --ulimit=memlock=-1"' in text
     ngc = _mini_outputs()["dockerfiles/tensorflow/mini-ngc/25.02/Dockerfile"].decode()
     assert "apt-get" not in ngc and "--shm-size=16g" in ngc and "--gpus=all" in ngc
     # NGC: only tools.lock, under the base's own PIP_CONSTRAINT files.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -35,14 +36,17 @@ NO_GPU = "needs a GPU; this runner has none (runner.gpus is empty)"
 
 
 def verdict(cell: str, tests: list[dict], *, digest: str = "sha256:" + "ab" * 32, started: str = "2026-11-29T02:00:00",
-            figures: dict | None = None, gpus: list[str] | None = None) -> dict:
+            figures: dict | None = None, gpus: list[str] | None = None, schema: int = 3) -> dict:
+    """A verdict as `buildtool report --fetch` saves it: the verdict plus the image's size."""
     failed = any(t["result"] == "failed" for t in tests)
     name, version = cell.split(":")
-    return {"schema": 1, "digest": digest, "image": f"127.0.0.1:5000/{name}-dev:abc-{version}", "cell": cell,
+    return {"schema": schema, "digest": digest, "image": f"127.0.0.1:5000/{name}-dev:abc-{version}", "cell": cell,
             "result": "failed" if failed else "passed", "started": started, "duration_s": 42.0,
             "test_code": "sha256:" + "cd" * 32, "size_bytes": 1_450_000_000,
-            "runner": {"hostname": "gpu-07", "gpus": gpus or [], "driver": "580.65" if gpus else ""},
-            "tests": tests, "figures": figures or {}}
+            "runner": {"hostname": "gpu-07", "gpus": [{"index": str(i), "name": g} for i, g in enumerate(gpus or [])],
+                       "driver": "580.65" if gpus else ""},
+            "groups": sorted({t["group"] for t in tests}), "defined_tests": [t["id"] for t in tests],
+            "pytest_exit": int(failed), "tests": tests, "figures": figures or {}}
 
 
 def tonight() -> list[dict]:
@@ -122,16 +126,26 @@ def test_newest_verdict_of_a_cell_wins(tmp_path: Path) -> None:
     assert len(rows) == 1 and rows[0].result == "passed"
 
 
+def _changed(**change: object) -> str:
+    return json.dumps({**tonight()[0], **change})
+
+
 @pytest.mark.parametrize(("content", "needle"), [
     ("{not json", "cannot read verdict"),
-    (json.dumps({"schema": 3}), "not a verdict"),
-    (json.dumps({"schema": 2}), "verdict lacks"),
-    (json.dumps({"schema": 1, "digest": "d", "cell": "c", "result": "maybe", "tests": []}), "result must be"),
-    (json.dumps({"schema": 1, "digest": "d", "cell": "c", "result": "passed", "tests": [{"id": "x"}]}), "tests[0]"),
+    ("[]", "not a verdict (a JSON list, not an object)"),
+    (json.dumps({"cell": "c"}), "not a verdict (no schema number)"),
+    (_changed(schema=4), "unsupported verdict schema 4 (this toolkit reads schemas 2 and 3)"),
+    (_changed(schema=1), "unsupported verdict schema 1"),
+    (json.dumps({"schema": 2}), "malformed schema-2 verdict: `digest` is missing; `image` is missing"),
+    (_changed(result="maybe"), "`result`: input should be 'passed', 'failed' or 'incomplete'"),
+    (_changed(tests=[{"id": "x"}]), "`tests[0].group` is missing"),
+    (_changed(duration_s="42"), "`duration_s`: input should be a valid number (got str '42')"),
+    (_changed(size_bytes="1.4 GB"), "`size_bytes` (the image size the report adds) must be an integer or null"),
+    (json.dumps({"missing": True, "cell": "c"}), "malformed missing-verdict record"),
 ])
 def test_bad_verdicts_name_the_file(tmp_path: Path, content: str, needle: str) -> None:
     (tmp_path / "c.verdict.json").write_text(content)
-    with pytest.raises(UserError, match=needle.replace("[", r"\[")) as info:
+    with pytest.raises(UserError, match=re.escape(needle)) as info:
         load_verdicts(tmp_path)
     assert "c.verdict.json" in str(info.value)
 
@@ -226,14 +240,42 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     by_cell = {v["cell"]: v for v in fetched}
     assert by_cell["pytorch-cpu:2.13"]["digest"] == digest and by_cell["pytorch-cpu:2.13"]["size_bytes"] == len(layer)
     assert by_cell["pytorch-cpu:2.13"]["result"] == "passed"
+    assert by_cell["pytorch-cpu:2.13"]["schema"] == 2     # a signed schema-2 verdict is read as it was signed
     missing = by_cell["tensorflow-cpu:2.21"]
-    assert missing["result"] == "failed" and "no image" in missing["tests"][0]["message"]
+    assert missing["missing"] is True and "no image" in missing["reason"]
     unvalidated = by_cell["pytorch-ngc:25.10"]
-    assert unvalidated["result"] == "failed" and "has no verdict" in unvalidated["tests"][0]["message"]
+    assert unvalidated["missing"] is True and "has no verdict" in unvalidated["reason"]
     untrusted = by_cell["pytorch-cuda:2.13"]      # signed, but by nobody the repository trusts
-    assert untrusted["result"] == "failed" and "untrusted key" in untrusted["tests"][0]["message"]
+    assert untrusted["missing"] is True and "untrusted key" in untrusted["reason"]
     rows = build_report([parse_verdict(v, "registry") for v in fetched])
     assert [r.cell for r in rows.rows][-1] == "pytorch-cpu:2.13"  # failures first
+    assert {r.cell: r.result for r in rows.rows}["tensorflow-cpu:2.21"] == "failed"
+    assert "no image" in rows.rows[0].checks["image/verdict"].message or any(
+        "no image" in r.checks["image/verdict"].message for r in rows.rows if r.cell == "tensorflow-cpu:2.21")
+
+
+def test_a_schema_2_verdict_renders_as_a_schema_3_one_does() -> None:
+    """The report reads the schema before the current one: the same night written as schema 2 gives
+    the same pages."""
+    as_2 = [dict(v, schema=2) for v in tonight()]
+    pages = [(render_html(report), render_markdown(report)) for report in (
+        build_report([parse_verdict(v, "x") for v in tonight()]), build_report([parse_verdict(v, "x") for v in as_2]))]
+    assert pages[0] == pages[1] and "8 GPU (NVIDIA H100 80GB HBM3), driver 580.65" in pages[1][0]
+
+
+def test_a_missing_record_of_the_old_form_is_still_read_and_nothing_else_of_schema_1(tmp_path: Path) -> None:
+    """Before typed verdicts `report --fetch` saved an image without a verdict as a schema-1 pseudo-verdict;
+    the nightly keeps the previous night's folder, so that form is read (a failed row naming why)."""
+    old = {"schema": 1, "digest": "", "image": "r/x:abc", "cell": "tensorflow-cpu:2.21", "result": "failed",
+           "started": "", "duration_s": None, "tests": [{"id": "image/verdict", "group": "pipeline", "result": "failed",
+                                                         "duration_s": None, "message": "no image r/x:abc",
+                                                         "skip_reason": ""}]}
+    [row] = build_report([parse_verdict(old, "old.json")]).rows
+    assert row.result == "failed" and row.checks["image/verdict"].message == "no image r/x:abc"
+    assert row.runner is None and "| `tensorflow-cpu:2.21` | ❌ **FAIL**" in render_markdown(build_report([row]))
+    (tmp_path / "c.verdict.json").write_text(json.dumps(dict(old, tests=[test(SHM, "passed")])))
+    with pytest.raises(UserError, match=r"c\.verdict\.json: unsupported verdict schema 1 "):
+        load_verdicts(tmp_path)
 
 
 def test_the_cold_start_of_each_image_is_shown_where_it_is_known() -> None:

@@ -16,6 +16,7 @@ import pytest
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import names
 from buildtool.launch.scaling import Launcher, RunResult, parse_counts, run_one, with_speedups
+from tests.signing import complete
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = REPO / "bench" / "ddp_epochs.py"
@@ -82,8 +83,8 @@ def test_report_embeds_the_scaling_plots(run_cli, tmp_path: Path) -> None:
         {"count": 8, "time_per_epoch_s": 1.25, "speedup": 6.4, "efficiency": 0.8, "backend": "nccl"}]}))
     verdicts = tmp_path / "verdicts"
     verdicts.mkdir()
-    (verdicts / "x.verdict.json").write_text(json.dumps({
-        "schema": 1, "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []}))
+    (verdicts / "x.verdict.json").write_text(json.dumps(complete({
+        "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []})))
     code, _, err = run_cli("report", "--verdicts", str(verdicts), "--scaling", str(plots), "--out", str(tmp_path / "o"))
     assert code == 0, err
     page = (tmp_path / "o" / "report.html").read_text()
@@ -156,8 +157,8 @@ def test_the_report_has_a_section_per_scaling_run(run_cli, tmp_path: Path) -> No
         folders += ["--scaling", str(folder)]
     verdicts = tmp_path / "verdicts"
     verdicts.mkdir()
-    (verdicts / "x.verdict.json").write_text(json.dumps({
-        "schema": 1, "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []}))
+    (verdicts / "x.verdict.json").write_text(json.dumps(complete({
+        "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []})))
     out = tmp_path / "o"
     code, _, err = run_cli("report", "--verdicts", str(verdicts), *folders, "--out", str(out))
     assert code == 0, err

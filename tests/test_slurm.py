@@ -66,8 +66,9 @@ def generate(run_cli, tmp_path: Path, *args: str) -> Path:
 @pytest.mark.parametrize("gpus", ["8", "0"])
 def test_script_is_shellcheck_clean(run_cli, tmp_path: Path, runtime: str, gpus: str) -> None:
     image = "/shared/bundles/pytorch-cpu" if runtime == "oci" else IMAGE
+    shm = ["--shm-size", "8g"] if runtime == "oci" else []    # a bundle on the cluster, not here: no record to read
     script = generate(run_cli, tmp_path, image, "--runtime", runtime, "--nodes", "4", "--gpus-per-node", gpus,
-                      "--partition", "gpu", "--account", "ml", "--cpus-per-task", "16")
+                      "--partition", "gpu", "--account", "ml", "--cpus-per-task", "16", *shm)
     proc = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stdout
@@ -202,6 +203,17 @@ def test_oci_takes_a_bundle_folder_and_the_others_an_image(run_cli) -> None:
     assert code == 2 and out == "" and "a bundle folder needs --runtime oci" in err
     code, out, err = run_cli("slurm", IMAGE, "--time", "soon", *matrix)
     assert code == 2 and out == "" and "--time 'soon'" in err
+
+
+def test_oci_without_a_bundle_record_needs_shm_size(run_cli, tmp_path: Path) -> None:
+    """Issue 21: no record to read the bundle's /dev/shm from is an error, not 8g."""
+    bundle = fake_bundle(tmp_path)
+    code, out, err = run_cli("slurm", str(bundle), "--runtime", "oci", "--out", str(tmp_path / "s.sbatch"),
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert err.strip() == (f"error: no bundle record (dl-images-bundle.json) in {bundle} on this machine, so the "
+                           "bundle's /dev/shm size is unknown; pass --shm-size (the size it was made with)"), err
+    assert not (tmp_path / "s.sbatch").exists()
 
 
 def test_oci_shm_comes_from_the_bundle_record(run_cli, tmp_path: Path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys
 from buildtool.validate.runner import (
     expectations,
     find_cell,
@@ -29,20 +31,20 @@ def cell_of(matrix, key):
 
 def test_expectations_from_cell_and_label(matrix):
     cell = cell_of(matrix, "pytorch-cpu:2.13")
-    expect = expectations(cell, {"io.dl-images.framework-version": "2.12.0+cpu"})
+    expect = expectations(cell, {label_keys.FRAMEWORK_VERSION: "2.12.0+cpu"})
     assert expect["python"] == "3.11"
     assert expect["standin"] is False
     assert [{k: c[k] for k in ("source", "value", "local_pattern")} for c in expect["framework_claims"]] == [
         {"source": "matrix cell pytorch-cpu:2.13", "value": "2.13.0+cpu", "local_pattern": "cpu"},
-        {"source": "label io.dl-images.framework-version", "value": "2.12.0+cpu", "local_pattern": "cpu"},
+        {"source": f"label {label_keys.FRAMEWORK_VERSION}", "value": "2.12.0+cpu", "local_pattern": "cpu"},
     ]
     assert expect["packages"] == {"tensorboard": "2.21.0", "torch-tb-profiler": "0.4.3"}
 
 
 def test_standin_compares_against_standin_version_and_says_so(matrix):
     cell = cell_of(matrix, "pytorch-ngc:25.10")
-    labels = {"io.dl-images.standin": "true", "io.dl-images.standin.framework-version": "2.13.0+cpu",
-              "io.dl-images.framework-version": "2.9.0a0"}
+    labels = {label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu",
+              label_keys.FRAMEWORK_VERSION: "2.9.0a0"}
     expect = expectations(cell, labels)
     (claim,) = expect["framework_claims"]
     assert claim["value"] == "2.13.0+cpu"
@@ -51,8 +53,8 @@ def test_standin_compares_against_standin_version_and_says_so(matrix):
 
 
 def test_standin_without_its_version_label_is_bad_input(matrix):
-    with pytest.raises(UserError, match="standin.framework-version"):
-        expectations(cell_of(matrix, "pytorch-ngc:25.10"), {"io.dl-images.standin": "true"})
+    with pytest.raises(UserError, match=f"stand-in image without {re.escape(label_keys.STANDIN_FRAMEWORK)};"):
+        expectations(cell_of(matrix, "pytorch-ngc:25.10"), {label_keys.STANDIN: "true"})
 
 
 def test_gpus_flag_only_where_the_runner_has_gpus(matrix):
@@ -66,12 +68,12 @@ def test_gpus_flag_only_where_the_runner_has_gpus(matrix):
 
 
 def test_cell_from_label_or_bad_input(matrix):
-    assert find_cell(matrix, {"io.dl-images.cell": "tensorflow-cpu:2.21"}, None, "x").key == "tensorflow-cpu:2.21"
+    assert find_cell(matrix, {label_keys.CELL: "tensorflow-cpu:2.21"}, None, "x").key == "tensorflow-cpu:2.21"
     assert find_cell(matrix, {}, "pytorch-cpu:2.13", "x").key == "pytorch-cpu:2.13"
-    with pytest.raises(UserError, match="no io.dl-images.cell label"):
+    with pytest.raises(UserError, match=f"no {label_keys.CELL} label"):
         find_cell(matrix, {}, None, "img")
     with pytest.raises(UserError, match="not in the matrix"):
-        find_cell(matrix, {"io.dl-images.cell": "pytorch-cpu:9.9"}, None, "img")
+        find_cell(matrix, {label_keys.CELL: "pytorch-cpu:9.9"}, None, "img")
 
 
 def test_skipped_never_counts_as_passed():
@@ -116,3 +118,17 @@ def test_unreachable_registry_exits_2(run_cli, fixture_project: Path, no_registr
     code, _, err = run_cli("validate", "127.0.0.1:9/pytorch-cpu-dev:x-2.13",
                            "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 2 and "unreachable" in err, err
+
+
+def test_cell_groups_are_the_cells_and_a_group_without_a_folder_is_named(matrix, tmp_path: Path) -> None:
+    """Issue 21: a group with no folder is an error naming it, never dropped from what runs."""
+    from buildtool.validate.collect import cell_groups
+
+    cell = cell_of(matrix, "pytorch-cpu:2.13")
+    (tmp_path / "common").mkdir()
+    with pytest.raises(UserError) as caught:
+        cell_groups(cell, tmp_path)
+    assert str(caught.value) == (f"pytorch-cpu:2.13 names the test group pytorch, but there is no folder "
+                                 f"{tmp_path / 'pytorch'}/; every group a cell names is a folder of image-tests")
+    (tmp_path / "pytorch").mkdir()
+    assert cell_groups(cell, tmp_path) == ["common", "pytorch"]

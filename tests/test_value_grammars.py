@@ -427,7 +427,7 @@ def test_immutable_tags(tmp_path, tags: str, expected: str | None) -> None:
 
     def grammar(_: str) -> object:
         try:
-            return load_matrix(tmp_path / "matrix.yaml", REPO / "templates")
+            return load_matrix(tmp_path / "matrix.yaml", REPO / "templates", tests_dir=REPO / "image-tests")
         except MatrixError as exc:
             raise ValueError(str(exc)) from None
     check(grammar, tags, expected)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts.verdict import parse_verdict
 from buildtool.release.gates import check_version, spelling_problems, verdict_problems
 from tests.conftest import fixture_matrix
 from tests.signing import result, verdict
@@ -18,7 +19,8 @@ ALL = (".*",)       # a releaser who waives everything they can
 
 
 def problems(cell, body, **kw):  # noqa: ANN001, ANN201
-    return verdict_problems(cell, D1, body, kw.pop("accept", ALL), **kw)
+    """The gate's problems with `body`, parsed as release parses a signed verdict."""
+    return verdict_problems(cell, D1, parse_verdict(body, "test verdict"), kw.pop("accept", ALL), **kw)
 
 
 def test_a_complete_verdict_passes() -> None:
@@ -38,7 +40,8 @@ def test_default_reports_folder_regression_group_image_tests_is_refused() -> Non
 @pytest.mark.parametrize(("change", "message"), [
     ({"selection": {"expression": "shm", "deselected": []}}, "ran a selection (-k 'shm')"),
     ({"selection": {"expression": None, "deselected": ["common/test_x.py::test_z"]}}, "deselected 1 test(s)"),
-    ({"groups": ["common"]}, "ran groups common, but the matrix gives pytorch-cpu:2.13 the groups common, pytorch"),
+    ({"groups": ["common"]}, "did not run the group(s) pytorch that the matrix gives pytorch-cpu:2.13 (it ran "
+                             "common; the cell's groups are common, pytorch)"),
     ({"defined_tests": []}, "lists no defined tests"),
     ({"result": "incomplete"}, "is 'incomplete'"),
     ({"result": "failed"}, "is 'failed'"),
@@ -201,3 +204,44 @@ def test_a_gpu_verdict_whose_inventory_is_empty_unusable_or_disagrees_is_refused
 
 def test_a_cpu_cell_needs_no_gpu_inventory() -> None:
     assert problems(CPU, verdict(CPU, D1)) == []
+
+
+# -- the cell's groups, all of them (issue 21: fail closed) ------------------------------------------
+
+def test_a_verdict_that_ran_fewer_groups_than_the_cell_names_is_refused_naming_them() -> None:
+    tests = [result("common/test_x.py::test_common")]
+    found = problems(CPU, verdict(CPU, D1, tests=tests, groups=["common"]))
+    assert any("did not run the group(s) pytorch that the matrix gives pytorch-cpu:2.13" in p for p in found), found
+
+
+def test_release_gates_on_the_cells_groups_even_where_the_checkout_lacks_a_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """image-tests at the image's revision has no pytorch/ folder, and the verdict ran `common` alone
+    (what validate did when it dropped a group without a folder): release refuses it, naming the group,
+    instead of comparing the verdict with the groups that folder happens to have."""
+    from buildtool.matrix.plan import CellPlan
+    from buildtool.release import promote
+    from buildtool.release.testcode import KnownCode
+    from buildtool.validate import collect, verdicts
+    from tests.signing import CODE, KEY, trusted
+
+    folder = tmp_path / "image-tests"
+    (folder / "common").mkdir(parents=True)
+    tests = [result("common/test_x.py::test_common")]
+    body = verdict(CPU, D1, tests=tests, groups=["common"])
+    chosen = verdicts.Found(artifact="sha256:" + "a" * 64, verdict=parse_verdict(body, "test"),
+                            keyid=KEY.public().keyid, referrer=None)
+    monkeypatch.setattr(verdicts, "find_verdicts", lambda *args, **kwargs: verdicts.Findings(found=[chosen]))
+    monkeypatch.setattr(collect, "defined_tests", lambda cell, tests_dir, code=None: {t["id"]: False for t in tests})
+    plan = CellPlan(cell=CPU, revision="0123456789ab", dev_repo="127.0.0.1:5000/pytorch-cpu-dev",
+                    dev_tag="0123456789ab-2.13", release_repo="127.0.0.1:5000/pytorch-cpu",
+                    release_tags=("2.13-0.1.0",), moving_tags=(), base=CPU.base)
+    item = promote.ImageRelease(cell=CPU.key, image=CPU.name, source=plan.dev_ref, release_repo=plan.release_repo,
+                                digest=D1)
+    options = promote.ReleaseOptions("0.1.0", "0123456789ab", trusted=trusted(),
+                                     known_code=KnownCode({CODE: ("image-tests at the image's revision", folder)}))
+    promote._gate_verdict(None, item, plan, "pytorch-cpu-dev", options)  # type: ignore[arg-type]
+    assert any(f"image-tests at the image's revision has no folder {folder / 'pytorch'}/ for the group pytorch "
+               "of pytorch-cpu:2.13" in p for p in item.problems), item.problems
+    assert any("did not run the group(s) pytorch that the matrix gives pytorch-cpu:2.13" in p
+               for p in item.problems), item.problems

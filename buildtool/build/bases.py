@@ -167,7 +167,7 @@ RUN --mount=type=secret,id=pip.conf \\
 WORKDIR {cell.standin.workdir}
 LABEL {label_keys.STANDIN}="true" \\
       {label_keys.STANDIN_FRAMEWORK}={label_value(standin_framework_version(cell))} \\
-      {label_keys.PREFIX}.standin.for={label_value(cell.base)}
+      {label_keys.STANDIN_FOR}={label_value(cell.base)}
 """
 
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from buildtool.build.progress import LogProgress, Progress, StepWatcher
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys
+from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
 from buildtool.contracts.names import parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key
 from buildtool.matrix.schema import Cell
@@ -142,30 +143,25 @@ def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo) -> str:
 
 def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source: str,
                  locked: dict[str, str] | None = None) -> dict[str, str]:
+    """The labels `buildtool build` adds (contracts.image_labels writes them; the templates write the rest).
+    `locked`: what the locks install, which the contents check and the SBOM step prove inside the image."""
     cell = plan.cell
-    run = {"shm_size": cell.run.shm_size, "ipc": cell.run.ipc, "ulimits": dict(cell.run.ulimits),
-           "gpus": cell.run.gpus, "docker_flags": cell.run.docker_flags()}
-    labels = {
-        "org.opencontainers.image.source": source,
-        "org.opencontainers.image.revision": revision,
-        "org.opencontainers.image.version": cell.version,
-        "org.opencontainers.image.created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "org.opencontainers.image.base.name": cell.base,
-        "org.opencontainers.image.base.digest": base.digest,
-        label_keys.BASE_REF: base.ref,
-        label_keys.CELL: cell.key,
-        label_keys.CONTENT_KEY: key,
-        label_keys.RUN_PROFILE: json.dumps(run, sort_keys=True, separators=(",", ":")),
-    }
-    if locked is not None:
-        # What the locks install: the contents check and the SBOM step prove it inside the image.
-        labels[label_keys.PACKAGES] = json.dumps(locked, sort_keys=True, separators=(",", ":"))
-    if base.labels.get(label_keys.STANDIN) == "true":
-        labels[label_keys.STANDIN] = "true"
-        labels[label_keys.STANDIN_FRAMEWORK] = base.labels.get(label_keys.STANDIN_FRAMEWORK, "unknown")
-        if label_keys.STANDIN_PYTHON in base.labels:
-            labels[label_keys.STANDIN_PYTHON] = base.labels[label_keys.STANDIN_PYTHON]
-    return labels
+    run = RunProfile(shm_size=cell.run.shm_size, ipc=cell.run.ipc, ulimits=tuple(sorted(cell.run.ulimits)),
+                     gpus=cell.run.gpus, docker_flags=tuple(cell.run.docker_flags()))
+    try:
+        on_standin = ImageLabels.parse(base.labels)
+    except LabelError as exc:
+        raise UserError(f"base {base.ref}: {exc}") from None
+    labels = ImageLabels(
+        source=source, revision=revision, version=cell.version,
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), base_name=cell.base, base_digest=base.digest,
+        base_ref=base.ref, cell=cell.key, content_key=key, run_profile=run,
+        packages=None if locked is None else dict(sorted(locked.items())),
+    )
+    if on_standin.standin:
+        labels = replace(labels, standin=True, standin_framework=on_standin.standin_framework or "unknown",
+                         standin_python=on_standin.standin_python)
+    return labels.to_dict()
 
 
 def secret_strings(host: HostPip) -> list[str]:

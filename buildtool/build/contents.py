@@ -3,7 +3,7 @@ turned into the SBOM that is attached to the image's digest when it is pushed.
 
 The probe is image-tests/scripts/packages.py (standard library only), run once in a
 throw-away container without network. A pushed image whose Python packages differ from its
-lock (the `io.dl-images.packages` label the build wrote from it) fails the build: an image
+lock (the label_keys.PACKAGES label the build wrote from it) fails the build: an image
 never gets an SBOM that contradicts its lock.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from buildtool.build import engine
 from buildtool.common.errors import FailedError
-from buildtool.contracts import label_keys
+from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.locks import normalize
 from buildtool.registry import sbom
 from buildtool.registry.client import RegistryClient
@@ -43,26 +43,26 @@ def lock_mismatches(locked: dict[str, str], installed: dict[str, str]) -> list[s
             for name, version in sorted(locked.items()) if have.get(normalize(name)) != version]
 
 
-def facts(labels: dict[str, str], found: dict[str, Any]) -> dict[str, str]:
+def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:
     """The headline of an SBOM and of release notes: framework, Python, CUDA, base (+ cell, revision)."""
-    framework = labels.get(label_keys.FRAMEWORK, "")
-    version = labels.get(label_keys.STANDIN_FRAMEWORK) or labels.get(label_keys.FRAMEWORK_VERSION, "")
+    framework = labels.framework
+    version = labels.standin_framework or labels.framework_version
     cuda = str(found.get("cuda") or "")
     if not cuda:   # PyPI's CUDA wheels: the runtime's version, e.g. nvidia-cuda-runtime-cu12
         cuda = next((v for k, v in sorted(found.get("python_packages", {}).items())
                      if k.startswith("nvidia-cuda-runtime")), "")
-    base = labels.get(label_keys.OCI_BASE_NAME, "")
-    if labels.get(label_keys.OCI_BASE_DIGEST):
-        base += f"@{labels[label_keys.OCI_BASE_DIGEST]}"
+    base = labels.base_name
+    if labels.base_digest:
+        base += f"@{labels.base_digest}"
     return {
         "framework": f"{framework} {version}".strip(),
         "python": str(found.get("python", "")),
         "cuda": cuda,
         "base": base,
         "os": str(found.get("os", "")),
-        "cell": labels.get(label_keys.CELL, ""),
-        "revision": labels.get(label_keys.OCI_REVISION, ""),
-        "standin": "true" if labels.get(label_keys.STANDIN) == "true" else "",
+        "cell": labels.cell,
+        "revision": labels.revision,
+        "standin": "true" if labels.standin else "",
     }
 
 
@@ -72,12 +72,12 @@ def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, loca
     existing = sbom.find_sbom(client, repo, digest)
     if existing is not None:
         return existing.digest
-    labels = engine.image_labels(local_ref)
-    found = probe(root, local_ref)
     try:
-        locked = json.loads(labels.get(label_keys.PACKAGES, "{}"))
-    except ValueError:
-        locked = {}
+        labels = ImageLabels.parse(engine.image_labels(local_ref))
+    except LabelError as exc:
+        raise FailedError(f"{local_ref}: {exc}") from None
+    found = probe(root, local_ref)
+    locked = dict(labels.packages or {})
     wrong = lock_mismatches(locked, found.get("python_packages", {}))
     if wrong:
         raise FailedError(f"{local_ref} differs from its lock: " + "; ".join(wrong[:5])

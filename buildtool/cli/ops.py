@@ -53,12 +53,16 @@ def _shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:
     """The run profile's shm size of the image's cell, unless given."""
     if shm_size:
         return shm_size
-    from buildtool.launch.multinode import DEFAULT_SHM, cell_for_image
+    from buildtool.launch.multinode import cell_for_image
 
-    cell = cell_for_image(_project(matrix).load(), image)
+    if image.startswith("/"):
+        raise UserError(f"{image} is a file, not a registry image: the matrix has no run profile for it; "
+                        "pass --shm-size")
+    loaded = _project(matrix).load()
+    cell = cell_for_image(loaded, image)
     if cell is None:
-        err.print(f"{image} matches no cell in the matrix; /dev/shm defaults to {DEFAULT_SHM}")
-        return DEFAULT_SHM
+        raise UserError(f"{image} is no image of the matrix ({', '.join(loaded.image_names)}), so it has no run "
+                        "profile to take /dev/shm from; pass --shm-size")
     return cell.run.shm_size
 
 
@@ -66,13 +70,12 @@ def _bundle_shm(bundle: str, shm_size: str | None) -> str:
     """The /dev/shm size a bundle was made with (its record), unless given."""
     if shm_size:
         return shm_size
-    from buildtool.launch.bundle import read_meta
-    from buildtool.launch.multinode import DEFAULT_SHM
+    from buildtool.launch.bundle import META_FILE, read_meta
 
     meta = read_meta(Path(bundle))
     if meta is None or not isinstance(meta.get("shm_size"), str):
-        err.print(f"no bundle record in {bundle} here; /dev/shm defaults to {DEFAULT_SHM} (pass --shm-size)")
-        return DEFAULT_SHM
+        raise UserError(f"no bundle record ({META_FILE}) in {bundle} on this machine, so the bundle's /dev/shm size is "
+                        "unknown; pass --shm-size (the size it was made with)")
     return str(meta["shm_size"])
 
 
@@ -195,8 +198,8 @@ def register(app: typer.Typer) -> None:
         shm = _shm_for(image, shm_size, matrix)
         try:
             k8s_quantity(shm)
-        except KeyError:
-            raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m") from None
+        except ValueError as exc:   # SizeError: the one size grammar's message names the text
+            raise UserError(f"--shm-size: {exc}") from None
         job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
                      join_timeout_s=join_timeout, max_restarts=max_restarts, backoff_limit=backoff_limit,
                      rdzv_port=rdzv_port)
@@ -273,9 +276,11 @@ def register(app: typer.Typer) -> None:
 
         fallback = None
         try:
-            cell = cell_for_image(_project(matrix).load(), image)
+            project = _project(matrix)
         except UserError:
-            cell = None  # outside a checkout: the image's own label is the profile
+            project = None  # outside a checkout: the image's own label is the profile
+        # A matrix that does not load, or a tag that names no cell of a matrix image, stops here.
+        cell = cell_for_image(project.load(), image) if project is not None else None
         if cell is not None:
             run = cell.run
             fallback = Profile(shm_size=run.shm_size, ulimits=run.ulimits, gpus=run.gpus != "none",
@@ -414,11 +419,11 @@ def _scaling_over_slurm(project: Project, *, image: str, cell: str, nodes: str, 
     if not image:
         raise UserError("--launcher slurm needs --image (an image, a .sif or, with --runtime oci, a bundle folder)")
     check_image(image, runtime)
-    shm = _bundle_shm(image, shm_size) if runtime == "oci" else _shm_for(image, shm_size, project.matrix_path)
     try:
         counts = parse_counts(nodes)
     except UserError:
         raise UserError(f"--nodes {nodes!r} must be a comma list of node counts like 1,2") from None
+    shm = _bundle_shm(image, shm_size) if runtime == "oci" else _shm_for(image, shm_size, project.matrix_path)
     slurm = SlurmLauncher(runtime=runtime, image=image, workdir=out_dir.absolute() / "jobs",
                           gpus_per_node=gpus_per_node, shm_size=shm, partition=partition, account=account,
                           time_limit=time_limit, rdzv_port=rdzv_port)

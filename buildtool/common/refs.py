@@ -21,7 +21,8 @@ DOCKER_HUB = "docker.io"
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?$")
 _PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# Docker's tag grammar, the only copy (contracts.names builds its tags against it).
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
 _SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_MAX = 255
@@ -91,7 +92,7 @@ def parse_reference(text: str) -> Reference:
         rest, tag = rest.rsplit(":", 1)
         if not tag:
             raise ReferenceError(f"{text!r} ends its name with ':' but names no tag; add the tag or remove the ':'")
-        if not _TAG_RE.match(tag):
+        if not TAG_RE.match(tag):
             raise ReferenceError(f"{text!r}: tag {tag!r} is not a valid tag "
                                  "(letters, digits, '_', '.', '-'; at most 128; not starting with '.' or '-')")
     first, sep, remainder = rest.partition("/")

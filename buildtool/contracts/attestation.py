@@ -2,8 +2,12 @@
 
     Statement {"_type": STATEMENT_TYPE,
                "subject": [{"name": <repository>, "digest": {"sha256": <hex of the image digest>}}],
-               "predicateType": VERDICT_PREDICATE,
-               "predicate": <the verdict, schema 2 (buildtool.contracts.verdict)>}
+               "predicateType": verdict_predicate(<the verdict's schema>),   # .../verdict/v3
+               "predicate": <the verdict (buildtool.contracts.verdict)>}
+
+The predicate type names the schema of the verdict it carries: `.../verdict/v3` for what validate
+writes now, `.../verdict/v2` for the schema before it (still read). A statement whose predicate type
+and verdict schema disagree, or whose predicate type names a schema not read, is refused naming it.
 
 The envelope's payloadType is the in-toto one; the envelope is the one layer (DSSE_MEDIA_TYPE)
 of an OCI artifact (names.ATTESTATION_TYPE) whose subject is the image, attached with
@@ -23,10 +27,20 @@ import os
 from pathlib import Path
 from typing import Any
 
+from buildtool.contracts.verdict import SCHEMA, Verdict, VerdictError, parse_verdict
+
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
-VERDICT_PREDICATE = "https://github.com/dl-images/dl-images/attestations/verdict/v2"
+VERDICT_PREDICATE_PREFIX = "https://github.com/dl-images/dl-images/attestations/verdict/v"
+
+
+def verdict_predicate(schema: int) -> str:
+    """The predicate type of a statement carrying a verdict of `schema`."""
+    return f"{VERDICT_PREDICATE_PREFIX}{schema}"
+
+
+VERDICT_PREDICATE = verdict_predicate(SCHEMA)     # what validate writes
 ENVELOPE_TITLE = "verdict.intoto.jsonl"
 
 SIGNING_KEY_ENV = "DL_IMAGES_SIGNING_KEY"
@@ -43,11 +57,13 @@ def dev_key_path() -> Path:
 
 
 def statement(repository: str, digest: str, verdict: dict[str, Any]) -> bytes:
-    """The statement's bytes (canonical JSON: sorted keys, no spaces)."""
+    """The statement's bytes (canonical JSON: sorted keys, no spaces); the predicate type names the
+    verdict's schema. `verdict` is JSON as signed (Verdict.to_json(); tests sign hand-made ones too)."""
     algorithm, _, hexdigest = digest.partition(":")
+    schema = verdict.get("schema")
     body = {"_type": STATEMENT_TYPE,
             "subject": [{"name": repository, "digest": {algorithm: hexdigest}}],
-            "predicateType": VERDICT_PREDICATE,
+            "predicateType": verdict_predicate(schema) if isinstance(schema, int) else VERDICT_PREDICATE,
             "predicate": verdict}
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
@@ -56,8 +72,9 @@ class StatementError(ValueError):
     """A statement that is not a verdict about the expected digest; the message names why."""
 
 
-def read_statement(payload: bytes, digest: str) -> dict[str, Any]:
-    """The verdict a verified statement carries, checked to be about `digest`."""
+def read_statement(payload: bytes, digest: str) -> Verdict:
+    """The verdict a verified statement carries, parsed (buildtool.contracts.verdict.parse_verdict)
+    and checked to be about `digest`."""
     try:
         body = json.loads(payload)
     except ValueError:
@@ -65,8 +82,9 @@ def read_statement(payload: bytes, digest: str) -> dict[str, Any]:
     if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:
         kind = body.get("_type") if isinstance(body, dict) else "?"
         raise StatementError(f"not an in-toto Statement v1 (_type {kind!r})")
-    if body.get("predicateType") != VERDICT_PREDICATE:
-        raise StatementError(f"not a verdict: predicateType {body.get('predicateType')!r}")
+    predicate_type = body.get("predicateType")
+    if not isinstance(predicate_type, str) or not predicate_type.startswith(VERDICT_PREDICATE_PREFIX):
+        raise StatementError(f"not a verdict: predicateType {predicate_type!r}")
     subject = body.get("subject")
     subjects: list[Any] = subject if isinstance(subject, list) else []
     named = [f"{k}:{v}" for s in subjects if isinstance(s, dict) for k, v in (s.get("digest") or {}).items()]
@@ -77,4 +95,11 @@ def read_statement(payload: bytes, digest: str) -> dict[str, Any]:
         raise StatementError("malformed: the predicate is not a verdict object")
     if predicate.get("digest") != digest:
         raise StatementError(f"mismatched: the verdict inside names {predicate.get('digest')}, not {digest}")
-    return predicate
+    try:
+        verdict = parse_verdict(predicate, "the signed predicate")
+    except VerdictError as exc:
+        raise StatementError(str(exc)) from None
+    if predicate_type != verdict_predicate(verdict.schema_):
+        raise StatementError(f"mismatched: predicateType {predicate_type} carries a schema-{verdict.schema_} verdict "
+                             f"(a schema-{verdict.schema_} verdict is signed as {verdict_predicate(verdict.schema_)})")
+    return verdict

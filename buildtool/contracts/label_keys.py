@@ -1,4 +1,5 @@
-"""Every label and annotation key the stages write and read, declared once.
+"""Every label and annotation key the stages write and read, declared once: the only module that spells
+one (tests/test_label_keys.py refuses a key written out anywhere else, and pins each key here).
 
 Static labels are written by templates/parts/labels.j2 (the render context passes this
 module as `label_keys`), build-time ones by the builder, stand-in ones by the bases. Image tests
@@ -9,16 +10,17 @@ the provenance ones.
 from __future__ import annotations
 
 PREFIX = "io.dl-images"
+OCI_PREFIX = "org.opencontainers.image"
 
 # -- OCI standard labels (org.opencontainers.image.*) -----------------------------------------
-OCI_TITLE = "org.opencontainers.image.title"
-OCI_DESCRIPTION = "org.opencontainers.image.description"
-OCI_VERSION = "org.opencontainers.image.version"
-OCI_SOURCE = "org.opencontainers.image.source"
-OCI_REVISION = "org.opencontainers.image.revision"
-OCI_CREATED = "org.opencontainers.image.created"
-OCI_BASE_NAME = "org.opencontainers.image.base.name"
-OCI_BASE_DIGEST = "org.opencontainers.image.base.digest"
+OCI_TITLE = f"{OCI_PREFIX}.title"
+OCI_DESCRIPTION = f"{OCI_PREFIX}.description"
+OCI_VERSION = f"{OCI_PREFIX}.version"
+OCI_SOURCE = f"{OCI_PREFIX}.source"
+OCI_REVISION = f"{OCI_PREFIX}.revision"
+OCI_CREATED = f"{OCI_PREFIX}.created"
+OCI_BASE_NAME = f"{OCI_PREFIX}.base.name"
+OCI_BASE_DIGEST = f"{OCI_PREFIX}.base.digest"
 
 # -- what the image is (static, from the matrix) ------------------------------------------------
 CELL = f"{PREFIX}.cell"
@@ -36,6 +38,7 @@ RUN_PROFILE = f"{PREFIX}.run-profile"       # JSON of the cell's run profile
 PACKAGES = f"{PREFIX}.packages"             # JSON name -> version of every package the cell's locks install
 BASE_REF = f"{PREFIX}.base.ref"             # the base reference the build pulled (mirror or upstream)
 BASE_SOURCE = f"{PREFIX}.base.source"       # how a locally made base was made (debootstrap ...)
+PACKAGE_PREFIX = f"{PREFIX}.package."       # one label per package (`<prefix><name>=<version>`), read by notes
 
 # -- stand-ins (test fixtures, never released) ---------------------------------------------------
 STANDIN = f"{PREFIX}.standin"                                   # "true" on stand-in bases and images on them
@@ -44,6 +47,10 @@ STANDIN_FRAMEWORK = f"{PREFIX}.standin.framework-version"       # what a stand-i
 STANDIN_PYTHON = f"{PREFIX}.standin.python"                     # the Python a stand-in really has
 STANDIN_FOR = f"{PREFIX}.standin.for"                           # the upstream base it stands in for
 
+# -- test fixtures (tests/integration builds them; never released) -------------------------------
+FIXTURE = f"{PREFIX}.fixture"                # "true" on every fixture image
+FIXTURE_FAULT = f"{PREFIX}.fixture.fault"    # which fault a fixture image carries
+
 # -- containers started by the image tests -------------------------------------------------------
 IMAGETEST_RUN = f"{PREFIX}.imagetest.run"   # every container image-tests start carries it (run id)
 
@@ -51,14 +58,17 @@ IMAGETEST_RUN = f"{PREFIX}.imagetest.run"   # every container image-tests start 
 VERDICT_RESULT = f"{PREFIX}.verdict.result"
 VERDICT_CELL = f"{PREFIX}.verdict.cell"
 VERDICT_SIGNER = f"{PREFIX}.verdict.signer"   # key id that signed the attestation (a hint: the envelope decides)
-ARTIFACT_CREATED = "org.opencontainers.image.created"
-ARTIFACT_TITLE = "org.opencontainers.image.title"
+ARTIFACT_CREATED = OCI_CREATED
+ARTIFACT_TITLE = OCI_TITLE
 LOCK_TOKEN = f"{PREFIX}.lock.token"
 LOCK_HOST = f"{PREFIX}.lock.host"
 LOCK_PID = f"{PREFIX}.lock.pid"
 LOCK_PURPOSE = f"{PREFIX}.lock.purpose"
 LOCK_EXPIRES = f"{PREFIX}.lock.expires"
 LOCK_RELEASED = f"{PREFIX}.lock.released"
+
+# -- CycloneDX properties of the SBOM (`<namespace>:<fact>`) ----------------------------------------
+SBOM_PROPERTY = PREFIX
 
 
 # -- labels that state a fact about the image, checked against the image itself -----------------
@@ -89,6 +99,6 @@ UPSTREAM_CLAIMS = frozenset({PYTHON, FRAMEWORK_VERSION, ACCELERATOR, CUDA, OCI_V
 
 
 def standin_keys(labels: dict[str, str]) -> list[str]:
-    """Every stand-in label an image carries: any key starting `io.dl-images.standin` marks a stand-in,
+    """Every stand-in label an image carries: any key starting STANDIN_PREFIX marks a stand-in,
     whatever its value (`standin=false` beside `standin.for=...` is still a stand-in)."""
     return sorted(key for key in labels if key.startswith(STANDIN_PREFIX))

@@ -2,7 +2,8 @@
 
 - revision:     `<git sha, 12 hex>` or `<sha>-dirty.<8 hex>` (or any tag-safe word a CI passes)
 - dev image:    `<registry>/<name>-dev:<revision>-<cell version>`
-- release tags: templates from the matrix with `{version}` (the cell's) and `{release}`
+- release tags: templates from the matrix with `{version}` (the cell's) and `{release}`, parsed back
+                by `parse_release_tag`
 - artifacts:    what is attached to an image digest in its repository (verdicts, SBOMs)
 
 Change a format here and every stage follows; nothing else builds or splits these strings.
@@ -14,11 +15,11 @@ import re
 import string
 from dataclasses import dataclass
 
+from buildtool.common.refs import TAG_RE as TAG_RE  # the one tag grammar (re-exported)
+
 DEFAULT_REGISTRY = "127.0.0.1:5000"
 DEV_SUFFIX = "-dev"
 
-# Docker's tag grammar.
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # What `git_revision` produces; `--from`/`--revision` may abbreviate the sha to 7 digits.
 GIT_REVISION_RE = re.compile(r"^(?P<sha>[0-9a-f]{7,40})(?:-dirty\.(?P<dirty>[0-9a-f]{8}))?$")
 # A revision a pipeline names itself (e.g. a build number): tag-safe, no '-' last.
@@ -40,23 +41,30 @@ def dev_tag(revision: str, cell_version: str) -> str:
 
 @dataclass(frozen=True)
 class DevTag:
+    """A dev image's tag: the revision it was built from and its cell's version."""
+
     revision: str
     version: str
 
+    def __str__(self) -> str:
+        return dev_tag(self.revision, self.version)
+
+
+def _is_revision(text: str) -> bool:
+    return bool(GIT_REVISION_RE.match(text) or CUSTOM_REVISION_RE.match(text))
+
 
 def parse_dev_tag(tag: str, cell_version: str | None = None) -> DevTag | None:
-    """Split a dev tag; with `cell_version`, only a tag of that version matches. Versions may
-    contain '-', so without it the split is at the first '-' that follows a git revision."""
+    """The dev tag `tag` as a DevTag, or None when it is not one. With `cell_version`, only a tag of
+    that version whose head is a revision matches. Versions may contain '-', so without it only a
+    git revision (`git_revision`'s form) splits the tag: no guess at the first '-'."""
     if cell_version is not None:
         suffix = f"-{cell_version}"
-        if not tag.endswith(suffix) or len(tag) == len(suffix):
+        if not tag.endswith(suffix) or not _is_revision(tag[: -len(suffix)]):
             return None
         return DevTag(tag[: -len(suffix)], cell_version)
     match = re.match(r"^(?P<rev>[0-9a-f]{7,40}(?:-dirty\.[0-9a-f]{8})?)-(?P<ver>.+)$", tag)
-    if match:
-        return DevTag(match.group("rev"), match.group("ver"))
-    head, sep, tail = tag.partition("-")
-    return DevTag(head, tail) if sep and tail else None
+    return DevTag(match.group("rev"), match.group("ver")) if match else None
 
 
 def image_of_repo_path(path: str) -> str:
@@ -88,6 +96,33 @@ def expand_tag(template: str, version: str, release: str) -> str:
     return template.replace("{version}", version).replace("{release}", release)
 
 
+@dataclass(frozen=True)
+class ReleaseTag:
+    """A tag made from a release tag template for a cell version: `{version}-{release}` -> `2.13-0.1.0`.
+    `release` is "" for a template without `{release}` (a moving tag such as `{version}` or `latest`)."""
+
+    tag: str
+    template: str
+    version: str
+    release: str
+
+
+def parse_release_tag(tag: str, template: str, cell_version: str) -> ReleaseTag | None:
+    """The release tag `tag` made from `template` for `cell_version`, or None when the template
+    does not make it (ValueError for a malformed template)."""
+    unknown = [f for f in template_fields(template) if f not in RELEASE_PLACEHOLDERS]
+    if unknown:
+        raise ValueError(f"unknown placeholder {{{unknown[0]}}} in tag template {template!r}; "
+                         "use {version} and {release}")
+    pattern = re.escape(template).replace(re.escape("{version}"), re.escape(cell_version))
+    pattern = pattern.replace(re.escape("{release}"), "(?P<release>.+?)", 1)
+    pattern = pattern.replace(re.escape("{release}"), "(?P=release)")
+    match = re.fullmatch(pattern, tag)
+    if match is None or not TAG_RE.match(tag):
+        return None
+    return ReleaseTag(tag, template, cell_version, match.groupdict().get("release") or "")
+
+
 # -- artifacts attached to an image digest -------------------------------------------------------
 
 VERDICT_TYPE = "application/vnd.dl-images.verdict.v1+json"
@@ -112,6 +147,16 @@ def verdict_pin_tag(subject: str, attestation: str) -> str:
 
 
 VERDICT_PIN_INFIX = ".v-"
+
+
+def parse_verdict_pin_tag(tag: str, subject: str) -> str | None:
+    """The 32 hex digits of the attestation digest a verdict pin tag of `subject` names (`verdict_pin_tag`'s
+    format), or None when `tag` is not such a tag."""
+    prefix = f"{referrers_tag(subject)}{VERDICT_PIN_INFIX}"
+    if not tag.startswith(prefix):
+        return None
+    named = tag[len(prefix):]
+    return named if re.fullmatch(r"[0-9a-f]{32}", named) else None
 
 
 def verdict_tag(digest: str) -> str:

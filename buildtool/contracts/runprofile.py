@@ -1,13 +1,11 @@
 """What the image tests need from a run profile, and how long validating an image may take.
 
 The matrix refuses a profile below these (buildtool/matrix), validate and the image tests
-name them in their messages, so the three agree on one number. Sizes are Docker's: a whole
-number and an optional k, m or g.
+name them in their messages, so the three agree on one number. Sizes are Docker's, in the one
+size grammar (buildtool.common.sizes).
 """
 
 from __future__ import annotations
-
-import re
 
 # /dev/shm below this makes DataLoader workers and NCCL die with bus errors on real batches;
 # the image tests pass 96 MiB batches through it with two workers.
@@ -19,15 +17,3 @@ MIN_SHM_SIZE = "1g"
 # a two-node rendezvous whose peer may be late.
 DEFAULT_DEADLINE_S = {"cpu": 480, "cuda": 1500}
 MAX_DEADLINE_S = 3 * 3600
-
-SIZE_RE = re.compile(r"^([0-9]+)([kmgKMG]?)$")
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def size_bytes(size: str) -> int:
-    """`8g` -> 8589934592; ValueError when `size` is not a whole number with k, m or g."""
-    match = SIZE_RE.match(size)
-    if match is None:
-        raise ValueError(f"{size!r} is not a size like 8g, 512m or 1073741824")
-    number, unit = match.groups()
-    return int(number) * _UNITS[unit.lower()]

@@ -1,8 +1,17 @@
 """The verdict: what validate says about one image digest, and what release and report read.
 
 Typed here once; `validate` builds it, the registry stores it by digest, `release` gates on
-it and `report` shows it. Schema 2 records what a reader needs to trust a `passed`: the tests
-the cell's groups define, which of them a selection removed, and the runner's GPUs.
+it and `report` shows it. Every reader parses a verdict once, where it enters (a signed
+statement, a file), with `parse_verdict`, and reads the typed object's attributes from there on;
+what does not parse is a `VerdictError` naming where, the field and what is wrong, never a default.
+
+Schemas (`schema`): validate writes SCHEMA; readers accept READ_SCHEMAS, the current one and the one
+before it, and refuse any other number naming it.
+- 2: what a reader needs to trust a `passed`: the tests the cell's groups define, which of them a
+  selection removed, and the runner's GPUs.
+- 3: schema 2 plus `cold_start` (the first import of the framework in a new container). Validate
+  wrote `cold_start` into schema-2 verdicts for a while (issue 27, before the bump), so a schema-2
+  verdict may carry it too; nothing else differs.
 
 The result (`derive_result`): `failed` when a test failed, pytest did not succeed, or nothing
 passed; `incomplete` when nothing failed but the verdict does not cover the cell: a defined test
@@ -15,9 +24,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SCHEMA = 2
+SCHEMA: Literal[3] = 3
+READ_SCHEMAS = (2, 3)       # the current schema and the one before it
 Result = Literal["passed", "failed", "incomplete"]
 TestOutcome = Literal["passed", "failed", "skipped"]
 
@@ -82,7 +92,7 @@ class Selection(_Model):
 
 
 class Verdict(_Model):
-    schema_: Literal[2] = Field(2, alias="schema")
+    schema_: Literal[2, 3] = Field(SCHEMA, alias="schema")
     digest: str
     image: str
     cell: str
@@ -112,6 +122,48 @@ class Verdict(_Model):
 
     def counts(self) -> dict[str, int]:
         return {k: sum(t.result == k for t in self.tests) for k in ("passed", "failed", "skipped")}
+
+
+class VerdictError(ValueError):
+    """A verdict that does not parse; the message names where, the field (or schema number) and why."""
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    """pydantic's location -> `tests[0].result`."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(the verdict)"
+
+
+def _cause(error: Any) -> str:
+    kind, path = error["type"], _path(tuple(error["loc"]))
+    if kind == "missing":
+        return f"`{path}` is missing"
+    if kind == "extra_forbidden":
+        return f"`{path}` is not a field of this schema"
+    return f"`{path}`: {error['msg'][0].lower()}{error['msg'][1:]} (got {type(error['input']).__name__} " \
+           f"{str(error['input'])[:40]!r})"
+
+
+def parse_verdict(data: Any, where: str) -> Verdict:
+    """A verdict (JSON-decoded) -> Verdict, strictly: no coercion ("1" is not 1), no unknown field,
+    a schema number in READ_SCHEMAS. Anything else is a VerdictError naming `where` and the cause."""
+    if not isinstance(data, dict):
+        raise VerdictError(f"{where}: not a verdict (a JSON {type(data).__name__}, not an object)")
+    schema = data.get("schema")
+    if "schema" not in data:
+        raise VerdictError(f"{where}: not a verdict (no schema number)")
+    if isinstance(schema, bool) or schema not in READ_SCHEMAS:
+        raise VerdictError(f"{where}: unsupported verdict schema {schema!r} (this toolkit reads schemas "
+                           f"{' and '.join(map(str, READ_SCHEMAS))})")
+    try:
+        return Verdict.model_validate(data, strict=True)
+    except ValidationError as exc:
+        errors = exc.errors()
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise VerdictError(f"{where}: malformed schema-{schema} verdict: "
+                           + "; ".join(_cause(e) for e in errors[:3]) + more) from None
 
 
 def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: list[str], deselected: list[str],

@@ -2,7 +2,7 @@
 
 skopeo copies the image from its registry into an OCI layout; umoci unpacks it (`rootfs/` and a runtime
 `config.json`); this module then fits umoci's generic config to what the multi-node check needs and what
-the image's run profile (its `io.dl-images.run-profile` label, else the matrix cell's) says:
+the image's run profile (its label_keys.RUN_PROFILE label, else the matrix cell's) says:
 
 - `/dev/shm`: a tmpfs of the profile's size (umoci gives 64 MB; DataLoader workers and NCCL fail on that);
 - the profile's ulimits as rlimits (stack, memlock, ...) and no others: umoci's nofile 1024 goes, so the
@@ -37,7 +37,9 @@ from typing import Any
 
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, is_loopback_host, parse_reference
+from buildtool.common.sizes import SizeError, size_bytes
 from buildtool.contracts import label_keys
+from buildtool.contracts.image_labels import ImageLabels, LabelError
 
 JOBS_DIR = "jobs"
 JOBS_MOUNT = "/opt/dl-images/jobs"
@@ -51,7 +53,6 @@ RLIMITS = {"stack": "RLIMIT_STACK", "memlock": "RLIMIT_MEMLOCK", "nofile": "RLIM
            "core": "RLIMIT_CORE", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "as": "RLIMIT_AS",
            "rss": "RLIMIT_RSS", "msgqueue": "RLIMIT_MSGQUEUE", "sigpending": "RLIMIT_SIGPENDING",
            "nice": "RLIMIT_NICE", "rtprio": "RLIMIT_RTPRIO", "locks": "RLIMIT_LOCKS", "data": "RLIMIT_DATA"}
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 @dataclass(frozen=True)
@@ -80,28 +81,29 @@ class Bundle:
     seconds: float
 
 
-def size_bytes(size: str) -> int:
-    """Docker size (8g, 512m, 1048576) -> bytes."""
-    text = size.strip().lower()
-    number, unit = (text[:-1], text[-1]) if text[-1:] in "bkmg" and text[-1:] else (text, "")
-    if not number.isdigit():
-        raise UserError(f"--shm-size {size!r} must be a size like 8g or 512m")
-    return int(number) * _UNITS[unit]
+def shm_bytes(size: str, what: str = "--shm-size") -> int:
+    """A /dev/shm size (8g, 512m, 1048576) in bytes, by the one size grammar; UserError naming WHAT."""
+    try:
+        return size_bytes(size)
+    except SizeError as exc:
+        raise UserError(f"{what}: {exc}") from None
+
+
+def _profile_shm_bytes(profile: Profile) -> int:
+    return shm_bytes(profile.shm_size, f"shm_size of {profile.source or 'the run profile'}")
 
 
 def profile_from_labels(labels: dict[str, str]) -> Profile | None:
-    """The run profile an image carries in its label (None when it carries none or a broken one)."""
-    raw = labels.get(label_keys.RUN_PROFILE)
+    """The run profile an image carries in its label (None when it carries none); a label that does not
+    parse (contracts.image_labels) is a UserError naming it, never a fallback to the matrix cell's."""
     try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
+        run = ImageLabels.parse(labels).run_profile
+    except LabelError as exc:
+        raise UserError(f"the image's {exc}; rebuild it with `buildtool build`") from None
+    if run is None:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("shm_size"), str):
-        return None
-    ulimits = data.get("ulimits") or {}
-    return Profile(shm_size=data["shm_size"], ulimits=tuple(sorted((str(k), int(v)) for k, v in ulimits.items())),
-                   gpus=data.get("gpus") not in (None, "none"), ipc_host=data.get("ipc") == "host",
-                   source=f"the image's {label_keys.RUN_PROFILE} label")
+    return Profile(shm_size=run.shm_size, ulimits=run.ulimits or (), gpus=run.gpus not in (None, "none"),
+                   ipc_host=run.ipc == "host", source=f"the image's {label_keys.RUN_PROFILE} label")
 
 
 def fit_config(config: dict[str, Any], bundle: Path, profile: Profile, *, hosts: bool, jobs_dir: Path | None,
@@ -131,8 +133,9 @@ def fit_config(config: dict[str, Any], bundle: Path, profile: Profile, *, hosts:
     cfg.setdefault("root", {"path": "rootfs"})["readonly"] = read_only
     replaced = {"/dev/shm", "/etc/hosts", "/etc/resolv.conf", "/tmp", JOBS_MOUNT}
     mounts = [m for m in cfg.get("mounts", []) if m.get("destination") not in replaced]
+    shm = _profile_shm_bytes(profile)
     mounts.append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-                   "options": ["nosuid", "nodev", "mode=1777", f"size={size_bytes(profile.shm_size)}"]})
+                   "options": ["nosuid", "nodev", "mode=1777", f"size={shm}"]})
     mounts.append({"destination": "/etc/hosts", "type": "bind",
                    "source": str(bundle / HOSTS_FILE) if hosts else "/etc/hosts", "options": ["rbind", "ro"]})
     if not hosts:
@@ -209,7 +212,7 @@ def make_bundle(image: str, dest: Path, *, fallback: Profile | None = None, shm_
     except ReferenceError as exc:
         raise UserError(f"IMAGE: {exc}") from None
     if shm_size is not None:
-        size_bytes(shm_size)
+        shm_bytes(shm_size)
     if hosts is not None and not hosts.is_file():
         raise UserError(f"--hosts {hosts} is not a file")
     dest = Path(os.path.abspath(dest))
@@ -255,7 +258,7 @@ def make_bundle(image: str, dest: Path, *, fallback: Profile | None = None, shm_
             (staged / JOBS_DIR).mkdir()
             (staged / JOBS_DIR).chmod(0o1777)  # every user's jobs write here, as in /tmp
         bundle = Bundle(path=str(dest), image=image, digest=digest, profile_source=profile.source,
-                        shm_size=profile.shm_size, shm_bytes=size_bytes(profile.shm_size),
+                        shm_size=profile.shm_size, shm_bytes=_profile_shm_bytes(profile),
                         ulimits=dict(profile.ulimits), read_only=read_only,
                         hosts=str(dest / HOSTS_FILE) if hosts is not None else "/etc/hosts (the node's)",
                         jobs_dir=str(jobs or dest / JOBS_DIR), seconds=round(time.monotonic() - started, 1))

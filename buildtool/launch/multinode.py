@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
-from buildtool.contracts.names import image_of_repo_path, parse_dev_tag
+from buildtool.common.sizes import parse_size
+from buildtool.contracts.names import check_revision, dev_tag, image_of_repo_path, parse_dev_tag
 from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT, rdzv_conf
 
 if TYPE_CHECKING:
@@ -98,6 +99,11 @@ class DDPJob:
             raise UserError("--join-timeout must be a positive number of seconds")
         if not self.image or any(c.isspace() for c in self.image):
             raise UserError(f"IMAGE {self.image!r} is not an image reference")
+        if not self.image.startswith("/"):   # a path (a .sif, a bundle) is the SLURM runtime's to check
+            try:
+                parse_reference(self.image)
+            except ReferenceError as exc:
+                raise UserError(f"IMAGE: {exc}") from None
 
     @property
     def procs_per_node(self) -> int:
@@ -137,24 +143,67 @@ def read_ddp_script(root: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
+def names_cell(tag: str, cell: Cell) -> bool:
+    """Whether `tag` is one of the tags `cell` has: its version, a release or moving tag its templates
+    make (a release that is a PEP 440 version), or a dev tag `<revision>-<version>`."""
+    from buildtool.release.promote import release_number
+
+    if tag == cell.version:
+        return True
+    for template in (*cell.release_tags, *cell.moving_tags):
+        if "{release}" in template:
+            if release_number(tag, template, cell) is not None:
+                return True
+        elif template.replace("{version}", cell.version) == tag:
+            return True
+    dev = parse_dev_tag(tag, cell.version)
+    if dev is None:
+        return False
+    try:
+        check_revision(dev.revision)
+    except ValueError:
+        return False
+    return True
+
+
+def tag_forms(cells: list[Cell]) -> str:
+    """The tags an image's cells accept, as a reader writes them: `<version>, <version>-<release>, latest
+    or a dev tag <revision>-<version> (e.g. 0123456789ab-25.10)`."""
+    plain = ["<version>", *(template.replace("{version}", "<version>").replace("{release}", "<release>")
+                            for cell in cells for template in (*cell.release_tags, *cell.moving_tags))]
+    example = next((c for c in cells if c.default), cells[0]).version
+    return (f"{', '.join(dict.fromkeys(plain))} or a dev tag {dev_tag('<revision>', '<version>')} "
+            f"(e.g. {dev_tag('0123456789ab', example)})")
+
+
 def cell_for_image(matrix: Matrix, image: str) -> Cell | None:
-    """The matrix cell an image reference belongs to: `<registry>/<name>[-dev]:<...><version>`."""
+    """The matrix cell an image reference names: `<registry>/<name>[-dev]:<tag>`, the tag one of the
+    cell's own (`names_cell`). None when the repository is no image of the matrix (a foreign image);
+    UserError naming it when the reference does not parse, names no tag, or its tag names no cell
+    (never the image's default cell)."""
     try:
         ref = parse_reference(image)
-    except ReferenceError:
-        return None
+    except ReferenceError as exc:
+        raise UserError(f"IMAGE: {exc}") from None
     name = image_of_repo_path(ref.path)
     candidates = [c for c in matrix.cells if c.name == name]
-    for cell in candidates:
-        if ref.tag == cell.version or parse_dev_tag(ref.tag, cell.version) or ref.tag.startswith(f"{cell.version}-"):
-            return cell
-    defaults = [c for c in candidates if c.default]
-    return defaults[0] if defaults else None
+    if not candidates:
+        return None
+    versions = ", ".join(c.version for c in candidates)
+    if not ref.tag:
+        raise UserError(f"{image} names no tag, so no cell of {name} in the matrix (its versions: {versions}); "
+                        f"write the tag: a tag is {tag_forms(candidates)}")
+    named = [c for c in candidates if names_cell(ref.tag, c)]
+    if len(named) > 1:
+        raise UserError(f"{image}: tag {ref.tag!r} names more than one cell of {name} "
+                        f"({', '.join(c.key for c in named)}); use a tag of one of them")
+    if not named:
+        raise UserError(f"{image}: tag {ref.tag!r} names no cell of {name} in the matrix (its versions: {versions}); "
+                        f"a tag is {tag_forms(candidates)}")
+    return named[0]
 
 
 def k8s_quantity(size: str) -> str:
-    """Docker size (8g, 512m) -> Kubernetes quantity (8Gi, 512Mi)."""
-    number, unit = size[:-1], size[-1].lower()
-    if unit.isdigit():
-        return size
-    return f"{number}{ {'k': 'Ki', 'm': 'Mi', 'g': 'Gi'}[unit] }"
+    """Docker size (8g, 512m, 1048576) -> Kubernetes quantity (8Gi, 512Mi, 1048576); SizeError naming it."""
+    parsed = parse_size(size)
+    return f"{parsed.number}{ {'': '', 'b': '', 'k': 'Ki', 'm': 'Mi', 'g': 'Gi'}[parsed.unit] }"

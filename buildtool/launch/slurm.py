@@ -28,7 +28,7 @@ from typing import Any
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
-from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, size_bytes
+from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, shm_bytes
 from buildtool.launch.multinode import DDP_SCRIPT, MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob
 
 RUNTIMES = ("apptainer", "pyxis", "oci")
@@ -142,7 +142,7 @@ def _launch(job: DDPJob, opts: SlurmOptions, work: Workload) -> list[str]:
 def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
     """The sbatch script running WORK on JOB's nodes in opts.runtime's containers."""
     check_image(job.image, opts.runtime)
-    shm_bytes = size_bytes(job.shm_size)
+    shm_size_bytes = shm_bytes(job.shm_size, f"shm size of {job.name}")
     directives = [f"--job-name={job.name}", f"--nodes={job.nodes}", "--ntasks-per-node=1",
                   f"--time={opts.time_limit}", f"--output={job.name}-%j.out"]
     if job.gpus_per_node:
@@ -170,7 +170,7 @@ def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
         lines.append(f"SCRIPTS_DIR=\"${{SCRIPTS_DIR:-{scripts_dir}}}\"")
     if oci:
         lines.append(f"OCI_BUNDLE=\"${{OCI_BUNDLE:-{job.image}}}\"")
-    lines += [f"SHM_BYTES={shm_bytes}  # {job.shm_size}, the run profile's --shm-size",
+    lines += [f"SHM_BYTES={shm_size_bytes}  # {job.shm_size}, the run profile's --shm-size",
               f"JOIN_TIMEOUT_S={job.join_timeout_s}",
               *[f"export {k}={shlex.quote(v)}" for k, v in sorted(work.env.items())], ""]
     for name in work.copied:

@@ -33,8 +33,8 @@ from pydantic import (
 )
 
 from buildtool.common.errors import MatrixError, UserError
+from buildtool.common.sizes import size_bytes
 from buildtool.contracts import frameworks, runprofile
-from buildtool.contracts.runprofile import size_bytes
 from buildtool.matrix import values
 from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml, paused_gc
 
@@ -51,10 +51,22 @@ def _known_framework(value: str) -> str:
     return value
 
 
-def _known_group(value: str) -> str:
+def _known_group(value: str, info: ValidationInfo) -> str:
+    """A group the framework table knows, and (when the image-tests folder is known) a folder of it."""
     groups = frameworks.test_groups()
     if value not in groups:
         raise ValueError(f"unknown test group {value!r}; one of {', '.join(groups)}{values.suggest(value, groups)}")
+    context = info.context or {}
+    tests_dir: Path | None = context.get("tests_dir")
+    if tests_dir is None:
+        return value
+    seen: dict[str, bool] = context.setdefault("groups_seen", {})   # one look per group, not per cell
+    if value not in seen:
+        seen[value] = (tests_dir / value).is_dir()
+    if not seen[value]:
+        shown = context.get("tests_display") or str(tests_dir)
+        raise ValueError(f"test group {value!r} has no folder {shown}/{value}/; add the group's tests there, or "
+                         "remove it from tests")
     return value
 
 
@@ -649,12 +661,16 @@ def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
     return {"cuda": cuda, "busbw_floor_GBps": tuple(sorted((k, float(v)) for k, v in floors.items()))}
 
 
-def parse_matrix(doc: Located, templates_dir: Path | None = None) -> Matrix:
-    """Validate a located YAML document and expand it into cells."""
+def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Path | None = None,
+                 tests_display: str | None = None) -> Matrix:
+    """Validate a located YAML document and expand it into cells. `templates_dir`, `tests_dir`: the
+    folders a template and a test group must be in (None: not looked at; `load_matrix` always looks
+    for the test groups); `tests_display`: how errors name `tests_dir`."""
     if not isinstance(doc.data, dict):
         raise MatrixError(doc.path, 1, "", "the top level must be a mapping with `schema`, `source` and `images`")
     try:
-        spec = MatrixFile.model_validate(doc.data, context={"templates_dir": templates_dir})
+        spec = MatrixFile.model_validate(doc.data, context={"templates_dir": templates_dir, "tests_dir": tests_dir,
+                                                            "tests_display": tests_display})
     except ValidationError as exc:
         raise _pydantic_error(doc, exc) from None
 
@@ -757,7 +773,24 @@ def _standin(check: _CellCheck, fields: dict[str, Any]) -> StandIn:
                          "required key is missing" if first["type"] == "missing" else first["msg"]) from None
 
 
-def load_matrix(path: Path, templates_dir: Path | None = None, display: str | None = None) -> Matrix:
-    """Load and validate `matrix.yaml`; raises MatrixError (exit 2) naming file:line and key."""
+IMAGE_TESTS = "image-tests"
+
+
+def tests_dir_for(path: Path, tests_dir: Path | None = None) -> tuple[Path, str]:
+    """The image-tests folder of the matrix at `path` (beside it, unless named) and how errors show
+    it: relative to the matrix's folder when inside it."""
+    folder = tests_dir if tests_dir is not None else path.parent / IMAGE_TESTS
+    try:
+        shown = str(folder.resolve().relative_to(path.parent.resolve()))
+    except ValueError:
+        shown = str(folder)
+    return folder, shown
+
+
+def load_matrix(path: Path, templates_dir: Path | None = None, display: str | None = None,
+                tests_dir: Path | None = None) -> Matrix:
+    """Load and validate `matrix.yaml`; raises MatrixError (exit 2) naming file:line and key. Every
+    test group a cell names must be a folder of `tests_dir` (default: image-tests/ beside the matrix)."""
+    folder, shown = tests_dir_for(path, tests_dir)
     with paused_gc():
-        return parse_matrix(load_yaml(path, display), templates_dir)
+        return parse_matrix(load_yaml(path, display), templates_dir, folder, shown)

@@ -3,7 +3,8 @@
 Loading the matrix means importing pydantic and building the schema's models, which costs more
 than releasing one image to a loopback registry. A snapshot is what `load_matrix` returned,
 written as JSON under ~/.cache/dl-images/matrix/, keyed by a hash of matrix.yaml, the names of
-the template files (and their first lines, where a template names the cell fields it needs) and
+the template files (and their first lines, where a template names the cell fields it needs), the
+folders of image-tests (every test group a cell names must be one) and
 the code that turns them into cells (buildtool/matrix/, buildtool/contracts/ with the framework
 table, buildtool/common/). Reading it gives objects with every field, property and argument-less
 method of the real Cell, Run and Matrix, with the values the real code computed when the
@@ -69,9 +70,10 @@ def cache_dir() -> Path:
     return cache_root() / "matrix"
 
 
-def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
+def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Path | None = None) -> str:
     """The snapshot's name; "" (no snapshot) when the matrix is not a readable regular file,
-    so the real load reports that (a directory, a pipe or /dev/zero is never read here)."""
+    so the real load reports that (a directory, a pipe or /dev/zero is never read here).
+    `tests_dir`: the image-tests folder whose group folders the load checks (default: beside the matrix)."""
     digest = hashlib.sha256(f"v{_VERSION}\0{display}\0".encode())
     try:
         if not matrix_path.is_file():
@@ -82,6 +84,10 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
     names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
         if templates.is_dir() else []
     digest.update("\0".join(names).encode())
+    # Every test group a cell names must be a folder there (schema.py checks them).
+    tests_dir = tests_dir if tests_dir is not None else matrix_path.parent / "image-tests"
+    groups = sorted(p.name for p in tests_dir.iterdir() if p.is_dir()) if tests_dir.is_dir() else []
+    digest.update(b"\0groups\0" + "\0".join(groups).encode())
     # A template's first line may name the cell fields it needs (schema.py checks them).
     for name in names:
         try:

@@ -23,8 +23,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from buildtool.common.refs import ReferenceError, parse_reference
+from buildtool.common.sizes import SIZE_RE, size_bytes
 from buildtool.contracts import names
-from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE, SIZE_RE, size_bytes
+from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE
 
 # PEP 508 distribution names.
 _DIST_NAME_RE = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)

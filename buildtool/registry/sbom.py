@@ -24,7 +24,7 @@ from buildtool.contracts.names import SBOM_TYPE
 from buildtool.registry import referrers
 from buildtool.registry.client import RegistryClient, RegistryError
 
-PROPERTY = label_keys.PREFIX
+PROPERTY = label_keys.SBOM_PROPERTY
 SBOM_TITLE = "sbom.cdx.json"
 # Facts listed first in release notes and `buildtool diff`, in this order.
 HEADLINE = ("framework", "python", "cuda", "base")

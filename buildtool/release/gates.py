@@ -2,7 +2,7 @@
 
 - the version: PEP 440, in its normal form, not already released under another spelling;
 - the verdict (the newest validly signed one, see buildtool.validate.verdicts): for this cell and
-  digest, `passed`, run on the groups the matrix gives the cell, every test those groups define
+  digest, `passed`, run on every group the matrix gives the cell, every test those groups define
   present (compared with this checkout's own collection when the verdict ran this checkout's
   test code), no selection, every GPU test of a GPU cell passed, every skip one the matrix
   expects or one the releaser waived by name (`--accept-skip`, only for codes marked waivable);
@@ -17,12 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys, names, skips
+from buildtool.contracts.image_labels import ImageLabels, LabelError
+from buildtool.contracts.verdict import TestResult, Verdict
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
@@ -59,35 +61,33 @@ def spelling_problems(version: str, released: dict[Version, str], what: str) -> 
 
 # -- the verdict ---------------------------------------------------------------------------------
 
-def marked_gpu(test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> bool:
+def marked_gpu(test: TestResult, local_tests: dict[str, bool] | None = None) -> bool:
     """Whether a test is marked gpu: this checkout's collection says so when it knows the test
     (a verdict cannot promote a gloo test to a GPU test), else the verdict's own flag."""
-    test_id = str(test.get("id"))
-    if local_tests is not None and test_id in local_tests:
-        return local_tests[test_id]
-    return bool(test.get("gpu"))
+    if local_tests is not None and test.id in local_tests:
+        return local_tests[test.id]
+    return test.gpu
 
 
-def skip_judgement(cell: Cell, test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> skips.Judgement:
+def skip_judgement(cell: Cell, test: TestResult, local_tests: dict[str, bool] | None = None) -> skips.Judgement:
     """What the matrix says of a skipped test (buildtool.contracts.skips): its code's rule, checked
     against this cell and this test (a code only some tests may carry); the skip's prose is never read."""
-    return skips.judge(cell, str(test.get("skip_code") or ""), str(test.get("skip_subject") or ""),
-                       str(test.get("id")), marked_gpu(test, local_tests))
+    return skips.judge(cell, test.skip_code, test.skip_subject, test.id, marked_gpu(test, local_tests))
 
 
-def skip_allowed(cell: Cell, test: dict[str, Any], local_tests: dict[str, bool] | None = None) -> bool:
+def skip_allowed(cell: Cell, test: TestResult, local_tests: dict[str, bool] | None = None) -> bool:
     """A skipped test is acceptable only where the matrix says it cannot run on this cell (e.g.
     a GPU check on a cell with `run.gpus: none`), and only with a code that test may carry."""
     return skip_judgement(cell, test, local_tests) == "expected"
 
 
-def waiver_for(cell: Cell, test: dict[str, Any], accept: tuple[str, ...],
+def waiver_for(cell: Cell, test: TestResult, accept: tuple[str, ...],
                local_tests: dict[str, bool] | None = None) -> str | None:
     """The `--accept-skip` pattern that waives this skip, if any: only codes the contract marks
     waivable (a runner's limits), never a GPU check of a GPU cell."""
     if skip_judgement(cell, test, local_tests) != "waivable":
         return None
-    reason = f"[{test.get('skip_code')}] {test.get('skip_reason') or ''}"
+    reason = f"[{test.skip_code}] {test.skip_reason}"
     return next((pattern for pattern in accept if re.search(pattern, reason)), None)
 
 
@@ -101,90 +101,85 @@ def _listed(ids: Iterable[str], limit: int = 3) -> str:
     return ", ".join(ids[:limit]) + more
 
 
-def verdict_problems(cell: Cell, digest: str, verdict: dict[str, Any] | None, accept: tuple[str, ...] = (),
-                     local_tests: dict[str, bool] | None = None, groups: list[str] | None = None) -> list[str]:
+def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: tuple[str, ...] = (),
+                     local_tests: dict[str, bool] | None = None) -> list[str]:
     """Why a verdict does not let `digest` be released as `cell` (empty: it does).
 
-    `groups`: the cell's test groups (default: the matrix's); `local_tests`: id -> gpu of what this
-    checkout's image-tests define for the cell, given when the verdict ran this checkout's test code."""
+    The verdict must have run every test group the matrix gives the cell (`cell.tests`, never a list
+    filtered by what some checkout holds); `local_tests`: id -> gpu of what this checkout's image-tests
+    define for the cell, given when the verdict ran this checkout's test code. The verdict is typed
+    (parsed where it entered, buildtool.contracts.verdict.parse_verdict): what does not parse never
+    gets here."""
     if verdict is None:
         return [f"{digest} has no verdict in the registry; run `make validate FRAMEWORK={cell.key}` first"]
     problems = []
-    if verdict.get("cell") != cell.key:
-        problems.append(f"verdict of {digest} is for cell {verdict.get('cell')!r}, not {cell.key}")
-    if verdict.get("digest") not in (None, digest):
-        problems.append(f"verdict names digest {verdict.get('digest')}, not {digest}")
-    if verdict.get("result") != "passed":
-        failed = [str(t.get("id")) for t in verdict.get("tests", []) if t.get("result") == "failed"]
-        problems.append(f"verdict of {digest} is {verdict.get('result')!r}"
+    if verdict.cell != cell.key:
+        problems.append(f"verdict of {digest} is for cell {verdict.cell!r}, not {cell.key}")
+    if verdict.digest != digest:
+        problems.append(f"verdict names digest {verdict.digest}, not {digest}")
+    tests = verdict.tests
+    if verdict.result != "passed":
+        failed = [t.id for t in tests if t.result == "failed"]
+        problems.append(f"verdict of {digest} is {verdict.result!r}"
                         + (f" (failed: {_listed(failed)})" if failed else ""))
-    tests = verdict.get("tests", [])
-    if not any(t.get("result") == "passed" for t in tests):
+    if not any(t.result == "passed" for t in tests):
         problems.append(f"verdict of {digest} has no passed test")
-    for t in tests:
-        if t.get("result") not in ("passed", "skipped", "failed"):
-            problems.append(f"test {t.get('id')} has unknown result {t.get('result')!r}")
-    problems += _coverage_problems(cell, verdict, local_tests, groups)
+    problems += _coverage_problems(cell, verdict, local_tests)
     if is_gpu_cell(cell):
-        gpu_ids = {str(t.get("id")) for t in tests if t.get("gpu")} | {i for i, gpu in (local_tests or {}).items()
-                                                                       if gpu}
-        results = {str(t.get("id")): t.get("result") for t in tests}
+        gpu_ids = {t.id for t in tests if t.gpu} | {i for i, gpu in (local_tests or {}).items() if gpu}
+        results = {t.id: t.result for t in tests}
         not_passed = sorted(i for i in gpu_ids if results.get(i) != "passed")
         if not_passed:
             problems.append(f"{len(not_passed)} GPU test(s) of GPU cell {cell.key} did not pass: "
                             f"{_listed(not_passed)}; validate on a GPU runner (no waiver covers them)")
     if is_gpu_cell(cell):
         problems += inventory_problems(verdict)
-    skipped = [t for t in tests if t.get("result") == "skipped"]
+    skipped = [t for t in tests if t.result == "skipped"]
     misplaced = [why for t in skipped
-                 if (why := skips.misplaced(str(t.get("skip_code") or ""), str(t.get("id")),
-                                            marked_gpu(t, local_tests))) is not None]
+                 if (why := skips.misplaced(t.skip_code, t.id, marked_gpu(t, local_tests))) is not None]
     if misplaced:
         problems.append(f"{len(misplaced)} skip code(s) on tests that may not carry them: {'; '.join(misplaced[:3])}"
                         + (f" and {len(misplaced) - 3} more" if len(misplaced) > 3 else "")
                         + "; no waiver covers this: validate again with this checkout's image-tests")
-    bad_skips = [t for t in skipped if skips.misplaced(str(t.get("skip_code") or ""), str(t.get("id")),
-                                                       marked_gpu(t, local_tests)) is None
+    bad_skips = [t for t in skipped if skips.misplaced(t.skip_code, t.id, marked_gpu(t, local_tests)) is None
                  and not skip_allowed(cell, t, local_tests) and waiver_for(cell, t, accept, local_tests) is None]
     if bad_skips:
-        shown = ", ".join(f"{t.get('id')} ({t.get('skip_reason') or 'no reason'})" for t in bad_skips[:3])
+        shown = ", ".join(f"{t.id} ({t.skip_reason or 'no reason'})" for t in bad_skips[:3])
         more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
         problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
                         "validate on a runner that can run them (or waive a runner limit with --accept-skip)")
     return problems
 
 
-def inventory_problems(verdict: dict[str, Any]) -> list[str]:
+def inventory_problems(verdict: Verdict) -> list[str]:
     """A GPU cell's verdict must say which GPUs its GPU tests ran on, and agree with what they report:
     `runner.gpus` non-empty, each with a model name, `gpus_usable` true; the bus-bandwidth test's
     figure (ranks, gpu_model) equal to the inventory (it passed: the figure must be there; skipped as
     one GPU: the inventory lists one). A passed GPU test with no usable GPU is a verdict that lies."""
     from buildtool.contracts.gpu import BUSBW_FIGURE
 
-    runner = verdict.get("runner")
-    if not isinstance(runner, dict):
-        return ["the verdict of a GPU cell has no runner inventory (runner); validate on a GPU runner"]
-    gpus = runner.get("gpus")
-    if not isinstance(gpus, list) or not gpus:
+    runner = verdict.runner
+    gpus = runner.gpus
+    if not gpus:
         return ["the verdict's runner lists no GPU (runner.gpus is empty), yet this is a GPU cell whose GPU tests "
                 "must have run on GPUs; validate on a GPU runner"]
     problems = []
-    if runner.get("gpus_usable") is not True:
-        problems.append(f"the runner's GPUs were not usable (gpus_usable is {runner.get('gpus_usable')}"
-                        + (f": {runner['gpu_problem']}" if runner.get("gpu_problem") else "")
+    if runner.gpus_usable is not True:
+        problems.append(f"the runner's GPUs were not usable (gpus_usable is {runner.gpus_usable}"
+                        + (f": {runner.gpu_problem}" if runner.gpu_problem else "")
                         + "), yet this is a GPU cell whose GPU tests must have run on them")
-    names = [str(g.get("name") or "") if isinstance(g, dict) else "" for g in gpus]
+    names = [g.name for g in gpus]
     if not all(names):
         problems.append("the verdict's runner lists a GPU without a model name: the inventory is not nvidia-smi's")
-    results = {str(t.get("id")): t for t in verdict.get("tests", []) if isinstance(t, dict)}
-    figure = (verdict.get("figures") or {}).get(BUSBW_FIGURE)
-    busbw = next((t for i, t in results.items() if i.split("[", 1)[0].endswith("::test_ddp_nccl_allreduce_busbw")),
+    # Figures are a free-form map of what the image tests measured (name -> JSON), in every schema.
+    figure = verdict.figures.get(BUSBW_FIGURE)
+    busbw = next((t for t in verdict.tests if t.id.split("[", 1)[0].endswith("::test_ddp_nccl_allreduce_busbw")),
                  None)
-    if busbw is not None and busbw.get("result") == "passed" and not isinstance(figure, dict):
-        problems.append(f"{busbw.get('id')} passed but the verdict has no {BUSBW_FIGURE} figure (ranks, GPU model) "
+    if busbw is not None and busbw.result == "passed" and not isinstance(figure, dict):
+        problems.append(f"{busbw.id} passed but the verdict has no {BUSBW_FIGURE} figure (ranks, GPU model) "
                         "to check against the runner's GPUs")
-    if busbw is not None and busbw.get("skip_code") == "one-gpu-on-runner" and len(gpus) != 1:
-        problems.append(f"{busbw.get('id')} was skipped as one-gpu-on-runner, but the runner lists {len(gpus)} GPUs")
+    if busbw is not None and busbw.skip_code == "one-gpu-on-runner" and len(gpus) != 1:
+        problems.append(f"{busbw.id} was skipped as one-gpu-on-runner, but the runner lists {len(gpus)} GPUs")
     if isinstance(figure, dict):
         ranks, model = figure.get("ranks"), figure.get("gpu_model")
         if ranks != len(gpus):
@@ -196,30 +191,34 @@ def inventory_problems(verdict: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _coverage_problems(cell: Cell, verdict: dict[str, Any], local_tests: dict[str, bool] | None,
-                       groups: list[str] | None) -> list[str]:
+def _coverage_problems(cell: Cell, verdict: Verdict, local_tests: dict[str, bool] | None) -> list[str]:
     """The verdict must cover exactly what the matrix defines for the cell: its groups, every test
     those groups define, no selection."""
     problems = []
-    selection = verdict.get("selection") or {}
-    if selection.get("expression"):
-        problems.append(f"the verdict ran a selection (-k {selection['expression']!r}), not the whole suite; "
+    selection = verdict.selection
+    if selection.expression:
+        problems.append(f"the verdict ran a selection (-k {selection.expression!r}), not the whole suite; "
                         "validate without -k")
-    if selection.get("deselected"):
-        problems.append(f"the verdict deselected {len(selection['deselected'])} test(s): "
-                        f"{_listed(map(str, selection['deselected']))}")
-    wanted = list(groups if groups is not None else cell.tests)
-    ran_groups = [str(g) for g in verdict.get("groups") or []]
-    if sorted(ran_groups) != sorted(wanted):
-        problems.append(f"the verdict ran groups {', '.join(ran_groups) or '(none)'}, but the matrix gives "
-                        f"{cell.key} the groups {', '.join(wanted)}")
-    defined = [str(i) for i in verdict.get("defined_tests") or []]
+    if selection.deselected:
+        problems.append(f"the verdict deselected {len(selection.deselected)} test(s): "
+                        f"{_listed(selection.deselected)}")
+    wanted = list(cell.tests)
+    ran_groups = list(verdict.groups)
+    not_run = [g for g in wanted if g not in ran_groups]
+    foreign = [g for g in ran_groups if g not in wanted]
+    if not_run or foreign or len(set(ran_groups)) != len(ran_groups):
+        said = [f"ran groups {', '.join(foreign)} that the matrix does not give {cell.key}" if foreign else "",
+                f"did not run the group(s) {', '.join(not_run)} that the matrix gives {cell.key}" if not_run else ""]
+        problems.append(f"the verdict {' and '.join(s for s in said if s) or 'lists a group twice'} (it ran "
+                        f"{', '.join(ran_groups) or '(none)'}; the cell's groups are {', '.join(wanted)}); "
+                        "validate again with every group of the cell")
+    defined = verdict.defined_tests
     if not defined:
-        problems.append("the verdict lists no defined tests (a schema-2 verdict from `buildtool validate` does)")
+        problems.append("the verdict lists no defined tests (a verdict from `buildtool validate` does)")
     outside = [i for i in defined if i.split("/", 1)[0] not in wanted]
     if outside:
         problems.append(f"the verdict defines tests outside the cell's groups: {_listed(outside)}")
-    ran = [str(t.get("id")) for t in verdict.get("tests", [])]
+    ran = [t.id for t in verdict.tests]
     if len(set(ran)) != len(ran):
         problems.append("the verdict lists a test more than once")
     missing, extra = set(defined) - set(ran), set(ran) - set(defined)
@@ -227,8 +226,7 @@ def _coverage_problems(cell: Cell, verdict: dict[str, Any], local_tests: dict[st
         problems.append(f"{len(missing)} defined test(s) have no result in the verdict: {_listed(missing)}")
     if extra:
         problems.append(f"the verdict has results for tests its groups do not define: {_listed(extra)}")
-    wrong_group = [str(t.get("id")) for t in verdict.get("tests", [])
-                   if str(t.get("group")) != str(t.get("id")).split("/", 1)[0]]
+    wrong_group = [t.id for t in verdict.tests if t.group != t.id.split("/", 1)[0]]
     if wrong_group:
         problems.append(f"test group does not match the test id for {_listed(wrong_group)}")
     if local_tests is not None:
@@ -281,11 +279,16 @@ def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | N
     standins = standins or StandIns()
     for p in platforms:
         where = f"{p.digest}" + (f" ({p.platform})" if p.platform else "")
-        marks = label_keys.standin_keys(p.labels)
+        try:
+            labels = ImageLabels.parse(p.labels)
+        except LabelError as exc:
+            problems.append(f"{where}: {exc}; rebuild it with `buildtool build`")
+            continue
+        marks = labels.standin_keys
         if marks:
             problems.append(f"{where} carries stand-in labels ({', '.join(f'{k}={p.labels[k]}' for k in marks)}); "
                             "stand-ins are test fixtures and are never released")
-        base_digest = p.labels.get(label_keys.OCI_BASE_DIGEST, "")
+        base_digest = labels.base_digest
         if base_digest in standins.digests:
             problems.append(f"{where} is built on {base_digest}, the stand-in {standins.digests[base_digest]}")
         on = standins.built_on(list(p.layers))
@@ -293,11 +296,11 @@ def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | N
             problems.append(f"{where} starts with the layers of the stand-in {on} (whatever its labels say)")
         if p.base_labels is not None and label_keys.standin_keys(p.base_labels):
             problems.append(f"{where} names base {base_digest}, which is labelled a stand-in")
-        base_name = p.labels.get(label_keys.OCI_BASE_NAME)
+        base_name = labels.base_name
         if base_name != cell.base:
             problems.append(f"{where} names base {base_name or '(none)'} ({label_keys.OCI_BASE_NAME}), not the "
                             f"matrix's {cell.base}; build it with `buildtool build`")
-        labelled = p.labels.get(label_keys.CELL)
+        labelled = p.labels.get(label_keys.CELL)   # absent: nothing claimed; "" claims a cell, wrongly
         if labelled is not None and labelled != cell.key:
             problems.append(f"{where} is labelled {label_keys.CELL}={labelled}, not {cell.key}")
     return problems

@@ -13,51 +13,38 @@ from typing import Any
 
 from buildtool.common.documents import render_document
 from buildtool.common.files import write_atomic
-from buildtool.contracts import label_keys
+from buildtool.contracts.image_labels import ImageLabels
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
 from buildtool.release.packages import NOTES_LIMIT
 from buildtool.release.promote import ImageRelease, ReleaseReport
 
-# Labels that carry versions worth comparing between releases.
-_VERSION_LABELS = {
-    f"{label_keys.PREFIX}.framework-version": "framework",
-    f"{label_keys.PREFIX}.python": "python",
-    "org.opencontainers.image.base.name": "base",
-}
-_PACKAGE_PREFIX = f"{label_keys.PREFIX}.package."
-_PACKAGES_LABEL = label_keys.PACKAGES   # JSON object name -> version of the locked packages (build sets it)
-
 
 def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:
-    """framework/python/base and package versions an image's labels declare."""
-    found = {name: labels[key] for key, name in _VERSION_LABELS.items() if key in labels}
-    framework = labels.get(f"{label_keys.PREFIX}.framework")
-    if framework and "framework" in found:
-        found["framework"] = f"{framework} {found['framework']}"
-    try:
-        packages = json.loads(labels.get(_PACKAGES_LABEL, "{}"))
-    except ValueError:
-        packages = {}
-    if isinstance(packages, dict):
-        found.update({str(k): str(v) for k, v in packages.items()})
-    found.update({k[len(_PACKAGE_PREFIX):]: v for k, v in labels.items() if k.startswith(_PACKAGE_PREFIX)})
+    """framework/python/base and package versions an image's labels declare (contracts.image_labels:
+    a label that does not parse is a LabelError naming it)."""
+    parsed = ImageLabels.parse(labels)
+    found = {name: value for name, value in (("framework", parsed.framework_version), ("python", parsed.python),
+                                             ("base", parsed.base_name)) if value}
+    if parsed.framework and "framework" in found:
+        found["framework"] = f"{parsed.framework} {found['framework']}"
+    found.update(parsed.packages or {})
+    found.update(parsed.package_labels)
     return dict(sorted(found.items()))
 
 
 def _verdict_summary(item: ImageRelease) -> dict[str, Any]:
-    v = item.verdict or {}
-    tests = v.get("tests", [])
-    count = {r: sum(1 for t in tests if t.get("result") == r) for r in ("passed", "failed", "skipped")}
+    v = item.verdict
+    tests = v.tests if v is not None else []
     return {
         "ref": item.verdict_ref,
-        "result": v.get("result"),
-        "started": v.get("started"),
-        "test_code": v.get("test_code"),
-        "runner": (v.get("runner") or {}).get("hostname"),
+        "result": v.result if v is not None else None,
+        "started": v.started if v is not None else None,
+        "test_code": v.test_code if v is not None else None,
+        "runner": v.runner.hostname if v is not None else None,
         "signed_by": item.signer,
-        **count,
-        "skipped_tests": item.skips or [{"id": t.get("id"), "reason": t.get("skip_reason")} for t in tests
-                                        if t.get("result") == "skipped"],
+        **{r: sum(1 for t in tests if t.result == r) for r in ("passed", "failed", "skipped")},
+        "skipped_tests": item.skips or [{"id": t.id, "reason": t.skip_reason} for t in tests
+                                        if t.result == "skipped"],
         "ignored_attestations": list(item.ignored),
         "notes": list(item.notes),
     }

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -38,6 +37,7 @@ from packaging.version import InvalidVersion, Version
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_repo, split_repo_path
 from buildtool.contracts import label_keys, names
+from buildtool.contracts.verdict import Verdict
 from buildtool.matrix.plan import CellPlan, Settings, mirror_base, plan_cell
 from buildtool.registry.client import (
     EMPTY_JSON,
@@ -101,7 +101,7 @@ class ImageRelease:
     digest: str = ""
     media_type: str = ""
     platforms: list[Platform] = field(default_factory=list)
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None    # the counting verdict, typed (parsed where it was read)
     verdict_ref: str = ""        # <dev repo>@<attestation digest>
     attestation: Referrer | None = None
     signer: str = ""             # key id (and name) that signed the verdict
@@ -151,14 +151,11 @@ class ReleaseReport:
 
 def release_number(tag: str, template: str, cell: Cell) -> Version | None:
     """The release a tag made from `template` names, e.g. `2.13-0.1.0` -> 0.1.0."""
-    if "{release}" not in template:
-        return None
-    pattern = re.escape(template).replace(re.escape("{version}"), re.escape(cell.version))
-    match = re.fullmatch(pattern.replace(re.escape("{release}"), "(?P<r>.+)"), tag)
-    if not match:
+    parsed = names.parse_release_tag(tag, template, cell.version)
+    if parsed is None or not parsed.release:
         return None
     try:
-        return Version(match.group("r"))
+        return Version(parsed.release)
     except InvalidVersion:
         return None
 
@@ -504,8 +501,8 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
     item.signer = trusted.describe(chosen.keyid)
     if chosen.keyid in trusted.dev:
         item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
-    local, groups = None, None
-    known, code = options.test_code(), str(chosen.verdict.get("test_code") or "")
+    local = None
+    known, code = options.test_code(), chosen.verdict.test_code
     if known is None:
         item.problems.append("no image-tests code to compare the verdict's with (release reads image-tests from "
                              "the git checkout it runs in)")
@@ -517,16 +514,21 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
         where, folder = known.codes[code]
         item.notes.append(f"verdict ran {where} ({code})")
         if folder is not None:
-            from buildtool.validate.collect import cell_groups, defined_tests
+            from buildtool.validate.collect import defined_tests, missing_groups
 
-            groups = cell_groups(plan.cell, folder)
-            local = defined_tests(plan.cell, folder, code)
-    item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local, groups)
-    for t in chosen.verdict.get("tests", []):
-        if t.get("result") == "skipped":
+            # The gate compares with the cell's groups, all of them: a folder that lacks one is a refusal.
+            missing = missing_groups(plan.cell, folder)
+            for group in missing:
+                item.problems.append(f"{where} has no folder {folder / group}/ for the group {group} of "
+                                     f"{plan.cell.key}: no verdict of that test code can have run it")
+            if not missing:
+                local = defined_tests(plan.cell, folder, code)
+    item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local)
+    for t in chosen.verdict.tests:
+        if t.result == "skipped":
             pattern = None if skip_allowed(plan.cell, t, local) else waiver_for(plan.cell, t, options.accept_skips,
                                                                                  local)
-            item.skips.append({"id": t.get("id"), "reason": t.get("skip_reason"),
+            item.skips.append({"id": t.id, "reason": t.skip_reason,
                                "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
 
 

@@ -13,13 +13,17 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from buildtool.common.documents import render_document
 from buildtool.common.errors import UserError
 from buildtool.common.units import human_size as _human_size
 from buildtool.common.units import short_digest as _short_digest
 from buildtool.contracts.gpu import BUSBW_FIGURE, BUSBW_MAX_FALL
+from buildtool.contracts.verdict import ColdStart, Runner, Verdict, VerdictError
+from buildtool.contracts.verdict import parse_verdict as parse_typed
 
 if TYPE_CHECKING:
     from buildtool.validate.keys import TrustedKeys
@@ -56,10 +60,10 @@ class Row:
     started: str
     duration_s: float | None
     size_bytes: int | None
-    runner: dict[str, Any]
+    runner: Runner | None                # None: no verdict (the report's record of a missing one)
     checks: dict[str, Check]
     figures: dict[str, Any]
-    incomplete: tuple[str, ...] = ()     # why a schema-2 verdict is incomplete
+    incomplete: tuple[str, ...] = ()     # why the verdict is incomplete
     framework_version: str = ""
     cold_start: str = ""                 # what the first import of the framework cost ('' when unknown)
 
@@ -108,42 +112,104 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+class Missing(BaseModel):
+    """The report's own record of a cell with no verdict to show (no image, or no valid verdict), saved
+    beside the fetched verdicts so that the next night's trend sees it too. Not a verdict."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    missing: Literal[True]
+    cell: str
+    image: str
+    digest: str = ""
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+MISSING_CHECK = "image/verdict"
+
+
+class _LegacyCheck(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    id: Literal["image/verdict"]
+    message: str = ""
+
+
+class _LegacyMissing(BaseModel):
+    """A missing record as `report --fetch` wrote it before verdicts were typed: a schema-1 pseudo-verdict
+    whose one test is `image/verdict`. Read because the nightly keeps the previous night's folder (a CI
+    cache) and a report that refused it would fail every night; any other schema-1 file is refused
+    (parse_verdict names its schema)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+
+    schema_: Literal[1] = Field(alias="schema")
+    cell: str
+    image: str = ""
+    digest: str = ""
+    tests: list[_LegacyCheck] = Field(min_length=1, max_length=1)
+
+
+def _legacy_missing(data: dict[str, Any]) -> Missing | None:
+    try:
+        old = _LegacyMissing.model_validate(data)
+    except ValidationError:
+        return None
+    return Missing(missing=True, cell=old.cell, image=old.image, digest=old.digest, reason=old.tests[0].message)
+
+
 def parse_verdict(data: Any, where: str) -> Row:
-    """A verdict dict (schema 1 or 2) -> Row; anything malformed is a UserError naming `where`."""
-    if not isinstance(data, dict) or data.get("schema") not in (1, 2):
-        raise UserError(f"{where}: not a verdict (expected a JSON object with \"schema\": 1 or 2)")
-    for key in ("digest", "cell", "result", "tests"):
-        if key not in data:
-            raise UserError(f"{where}: verdict lacks {key!r}")
-    if data["result"] not in ("passed", "failed", "incomplete"):
-        raise UserError(f"{where}: result must be passed, failed or incomplete, not {data['result']!r}")
-    checks: dict[str, Check] = {}
-    for i, test in enumerate(data["tests"]):
-        if not isinstance(test, dict) or "id" not in test or test.get("result") not in RESULTS:
-            raise UserError(f"{where}: tests[{i}] needs an id and a result of {'/'.join(RESULTS)}")
-        checks[str(test["id"])] = Check(
-            id=str(test["id"]), group=str(test.get("group") or ""), result=test["result"],
-            duration_s=_number(test.get("duration_s")), message=str(test.get("message") or ""),
-            skip_reason=str(test.get("skip_reason") or ""))
-    size = data.get("size_bytes")
-    return Row(cell=str(data["cell"]), image=str(data.get("image") or ""), digest=str(data["digest"]),
-               result=data["result"], started=str(data.get("started") or ""),
-               duration_s=_number(data.get("duration_s")), size_bytes=size if isinstance(size, int) else None,
-               runner=dict(data.get("runner") or {}), checks=checks, figures=dict(data.get("figures") or {}),
-               incomplete=tuple(str(r) for r in data.get("incomplete") or []),
-               framework_version=str(data.get("framework_version") or ""),
-               cold_start=cold_start_text(data.get("cold_start")))
+    """A verdict file's JSON -> Row. A verdict is parsed by buildtool.contracts.verdict.parse_verdict
+    (schemas 2 and 3), plus the image size the report adds (`size_bytes`); a missing record (`Missing`) is a
+    failed row naming why. Anything else is a UserError naming `where` and the cause."""
+    if isinstance(data, dict) and data.get("missing") is True:
+        try:
+            return _missing_row(Missing.model_validate(data))
+        except ValidationError as exc:
+            raise UserError(f"{where}: malformed missing-verdict record: {exc.errors()[0]['loc']}: "
+                            f"{exc.errors()[0]['msg']}") from None
+    if isinstance(data, dict) and (legacy := _legacy_missing(data)) is not None:
+        return _missing_row(legacy)
+    size: Any = None
+    if isinstance(data, dict) and "size_bytes" in data:
+        data = dict(data)
+        size = data.pop("size_bytes")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+            raise UserError(f"{where}: `size_bytes` (the image size the report adds) must be an integer or null, "
+                            f"not {size!r}")
+    try:
+        verdict = parse_typed(data, where)
+    except VerdictError as exc:
+        raise UserError(str(exc)) from None
+    return verdict_row(verdict, size)
 
 
-def cold_start_text(cold: Any) -> str:
+def verdict_row(verdict: Verdict, size_bytes: int | None = None) -> Row:
+    checks = {t.id: Check(id=t.id, group=t.group, result=t.result, duration_s=t.duration_s, message=t.message,
+                          skip_reason=t.skip_reason) for t in verdict.tests}
+    return Row(cell=verdict.cell, image=verdict.image, digest=verdict.digest, result=verdict.result,
+               started=verdict.started, duration_s=verdict.duration_s, size_bytes=size_bytes, runner=verdict.runner,
+               checks=checks, figures=dict(verdict.figures), incomplete=tuple(verdict.incomplete),
+               framework_version=verdict.framework_version, cold_start=cold_start_text(verdict.cold_start))
+
+
+def _missing_row(missing: Missing) -> Row:
+    check = Check(id=MISSING_CHECK, group="pipeline", result="failed", duration_s=None, message=missing.reason,
+                  skip_reason="")
+    return Row(cell=missing.cell, image=missing.image, digest=missing.digest, result="failed", started="",
+               duration_s=None, size_bytes=None, runner=None, checks={check.id: check}, figures={})
+
+
+def cold_start_text(cold: ColdStart | None) -> str:
     """`import torch 54.7 s, 1650 MB read` from a verdict's cold_start ('' when absent)."""
-    if not isinstance(cold, dict) or not cold.get("imports"):
+    if cold is None or not cold.imports:
         return ""
-    first = cold["imports"][0] if isinstance(cold["imports"][0], dict) else {}
-    seconds, read = _number(first.get("seconds")), _number(first.get("read_bytes"))
-    if seconds is None:
-        return ""
-    return f"import {first.get('module', '?')} {seconds:.1f} s" + (f", {read / 1e6:.0f} MB read" if read else "")
+    first = cold.imports[0]
+    read = f", {first.read_bytes / 1e6:.0f} MB read" if first.read_bytes else ""
+    return f"import {first.module} {first.seconds:.1f} s{read}"
 
 
 VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<digest>/verdict.json
@@ -179,10 +245,11 @@ def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Pat
 
 def fetch_verdicts(dev_refs: dict[str, str], trusted: TrustedKeys | None = None) -> list[dict[str, Any]]:
     """Verdicts stored in the registry for each cell's dev image (cell -> ref), with image sizes: the
-    newest signed by a key in `trusted` (see buildtool.validate.verdicts), as release would read it.
+    newest signed by a key in `trusted` (see buildtool.validate.verdicts), as release would read it,
+    as the JSON `save_verdicts` writes (the verdict, typed where it was read, plus `size_bytes`).
 
-    A cell whose image or valid verdict is missing gets a failed pseudo-verdict saying so, so a build
-    that never produced an image shows up in the report instead of silently vanishing.
+    A cell whose image or valid verdict is missing gets a missing record (`Missing`) saying so, so a
+    build that never produced an image shows up in the report instead of silently vanishing.
     """
     from buildtool.common.refs import split_repo
     from buildtool.registry.client import NotFound, RegistryClient
@@ -207,18 +274,14 @@ def fetch_verdicts(dev_refs: dict[str, str], trusted: TrustedKeys | None = None)
                 "no verdict (validation did not run or did not finish)"
             found.append(_missing(cell, ref, f"{ref} has {why}", digest))
             continue
-        verdict = dict(chosen.verdict)
-        manifest = json.loads(body)
-        layers = manifest.get("layers") or []
-        verdict.setdefault("size_bytes", sum(int(layer.get("size", 0)) for layer in layers) or None)
-        found.append(verdict)
+        layers = json.loads(body).get("layers") or []
+        found.append({**chosen.verdict.to_json(),
+                      "size_bytes": sum(int(layer.get("size", 0)) for layer in layers) or None})
     return found
 
 
 def _missing(cell: str, ref: str, reason: str, digest: str = "") -> dict[str, Any]:
-    return {"schema": 1, "digest": digest, "image": ref, "cell": cell, "result": "failed", "started": "",
-            "duration_s": None, "tests": [{"id": "image/verdict", "group": "pipeline", "result": "failed",
-                                           "duration_s": None, "message": reason, "skip_reason": ""}]}
+    return Missing(missing=True, cell=cell, image=ref, digest=digest, reason=reason).to_json()
 
 
 # -- the model ----------------------------------------------------------------------------------
@@ -280,19 +343,22 @@ def format_figure(value: Any) -> str:
     return str(value)
 
 
-def gpu_names(runner: dict[str, Any]) -> list[str]:
-    """GPU models of a verdict's runner (schema 1: names; schema 2: inventory entries)."""
-    return [str(g.get("name", "?")) if isinstance(g, dict) else str(g) for g in runner.get("gpus") or []]
+def gpu_names(runner: Runner | None) -> list[str]:
+    """GPU models of a verdict's runner (none for a missing verdict)."""
+    return [g.name or "?" for g in runner.gpus] if runner is not None else []
 
 
 def _runner(row: Row) -> str:
-    gpus = gpu_names(row.runner)
+    runner = row.runner
+    if runner is None:
+        return "—"
+    gpus = gpu_names(runner)
     gpu_text = f"{len(gpus)} GPU ({gpus[0]})" if gpus else "no GPU"
-    driver = f", driver {row.runner['driver']}" if row.runner.get("driver") else ""
-    cuda = f" (CUDA {row.runner['cuda_driver']})" if row.runner.get("cuda_driver") else ""
-    usable = {True: "", False: ", GPUs not usable", None: ""}.get(row.runner.get("gpus_usable"), "")
-    problem = f": {row.runner['gpu_problem']}" if row.runner.get("gpu_problem") and not gpus else ""
-    return f"{row.runner.get('hostname', '?')}: {gpu_text}{driver}{cuda}{usable}{problem}"
+    driver = f", driver {runner.driver}" if runner.driver else ""
+    cuda = f" (CUDA {runner.cuda_driver})" if runner.cuda_driver else ""
+    usable = ", GPUs not usable" if runner.gpus_usable is False else ""
+    problem = f": {runner.gpu_problem}" if runner.gpu_problem and not gpus else ""
+    return f"{runner.hostname}: {gpu_text}{driver}{cuda}{usable}{problem}"
 
 
 # -- bus bandwidth --------------------------------------------------------------------------------

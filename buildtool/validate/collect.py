@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool.common.errors import FailedError
+from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import frameworks
 
 if TYPE_CHECKING:
@@ -36,9 +36,21 @@ def image_tests_hash(tests_dir: Path) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+def missing_groups(cell: Cell, tests_dir: Path) -> list[str]:
+    """The cell's test groups that have no folder in `tests_dir`."""
+    return [g for g in cell.tests if not (tests_dir / g).is_dir()]
+
+
 def cell_groups(cell: Cell, tests_dir: Path) -> list[str]:
-    """The cell's test groups that exist as folders of image-tests/ (what validate runs)."""
-    return [g for g in cell.tests if (tests_dir / g).is_dir()]
+    """The cell's test groups, every one (what validate runs and collect collects); a group without
+    its folder in `tests_dir` is an error naming it, never dropped."""
+    missing = missing_groups(cell, tests_dir)
+    if missing:
+        plural = "s" if len(missing) > 1 else ""
+        raise UserError(f"{cell.key} names the test group{plural} {', '.join(missing)}, but there is no folder "
+                        f"{', '.join(f'{tests_dir / g}/' for g in missing)}; every group a cell names is a folder "
+                        "of image-tests")
+    return list(cell.tests)
 
 
 def _cache_dir() -> Path:

@@ -71,7 +71,7 @@ def _canonical(text: str | None) -> str | None:
 
 
 def run_profile_label(cell: Cell) -> str:
-    """What io.dl-images.run-profile must say for this cell (the run profile users are told to use)."""
+    """What the label_keys.RUN_PROFILE label must say for this cell (the run profile users are told to use)."""
     run = cell.run
     return json.dumps({"shm_size": run.shm_size, "ipc": run.ipc, "ulimits": dict(run.ulimits), "gpus": run.gpus,
                        "docker_flags": run.docker_flags()}, sort_keys=True, separators=(",", ":"))

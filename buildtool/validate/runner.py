@@ -1,10 +1,10 @@
 """Validate an image: run image-tests/ inside it and record a verdict by its digest.
 
 Flow: resolve the reference to a digest (registry manifest, pulled so the engine runs exactly
-that digest) -> find its matrix cell (label `io.dl-images.cell`) -> the cell's test groups and
+that digest) -> find its matrix cell (label label_keys.CELL) -> the cell's test groups and
 run profile -> `pytest image-tests/<groups>` with a target file -> JUnit XML + JSON verdict
-under reports/ -> the verdict (schema 2: what ran, what the groups define, what a selection left
-out) signed and attached to the image digest in its registry repository (buildtool.validate.verdicts).
+under reports/ -> the verdict (buildtool.contracts.verdict: what ran, what the groups define, what
+a selection left out) signed and attached to the image digest in its registry repository (buildtool.validate.verdicts).
 
 GPUs: the matrix says whether a cell needs them, the runner says what it has (`nvidia-smi`:
 model, count, driver, the CUDA the driver supports) and the engine says whether containers get
@@ -46,7 +46,18 @@ from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import frameworks, gpu, label_keys, versions
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
-from buildtool.contracts.verdict import ColdStart, Gpu, Runner, Selection, TestResult, Verdict, derive_result
+from buildtool.contracts.verdict import (
+    SCHEMA,
+    ColdStart,
+    Gpu,
+    Runner,
+    Selection,
+    TestResult,
+    Verdict,
+    VerdictError,
+    derive_result,
+    parse_verdict,
+)
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.validate.collect import PLUGIN, cell_groups, image_tests_hash
@@ -432,17 +443,22 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory) -> dict
                 data = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 continue
-            if not isinstance(data, dict) or data.get("schema") != 2 or data.get("cell") != cell:
+            if isinstance(data, dict):
+                data.pop("size_bytes", None)       # what `buildtool report --fetch` adds to a verdict
+            try:
+                earlier = parse_verdict(data, str(path))
+            except VerdictError:
+                continue                           # not a verdict (a missing record, another schema): no baseline
+            if earlier.cell != cell:
                 continue
-            gpus = (data.get("runner") or {}).get("gpus") or []
-            peak = gpu.busbw_peak(data.get("figures") or {})
-            checked = any(t.get("gpu") and "busbw" in str(t.get("id")) and t.get("result") == "passed"
-                          for t in data.get("tests") or [])
-            if peak is None or not checked or len(gpus) != count or gpus[0].get("name") != model:
+            gpus = earlier.runner.gpus
+            peak = gpu.busbw_peak(earlier.figures)
+            checked = any(t.gpu and "busbw" in t.id and t.result == "passed" for t in earlier.tests)
+            if peak is None or not checked or len(gpus) != count or gpus[0].name != model:
                 continue
-            started = str(data.get("started") or "")
+            started = earlier.started
             if not best or started > best["started"]:
-                best = {"peak_GBps": peak, "started": started, "digest": data.get("digest", ""),
+                best = {"peak_GBps": peak, "started": started, "digest": earlier.digest,
                         "gpu_model": model, "gpus": count, "source": f"{path} ({started})"}
     return best
 
@@ -492,9 +508,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
 
         key = signing_key(log)   # a bad DL_IMAGES_SIGNING_KEY is said now, not after the tests ran
     tests_dir = root / "image-tests"
-    groups = cell_groups(cell, tests_dir)
-    if not groups:
-        raise UserError(f"no test groups of {cell.key} ({', '.join(cell.tests)}) under {tests_dir}")
+    groups = cell_groups(cell, tests_dir)     # all of the cell's groups: one without its folder is exit 2
     deadline_s = float(options.deadline_s or cell.validate_deadline_s)
     started = time.monotonic()
     check_cell_gpus(cell, inventory)
@@ -561,17 +575,17 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     except (OSError, ValueError):
         results = None
     problem = deadline_problem(deadline_s, bool(fired), results, rc)
-    verdict = make_verdict(image, cell, started_at, duration, tests_dir, groups, inventory, usable, gpu_problem,
-                           options.require_gpu, target.run_flags, rc, results or {"tests": []}, defined_path,
-                           options.select, problem, deadline_s).to_json()
+    made = make_verdict(image, cell, started_at, duration, tests_dir, groups, inventory, usable, gpu_problem,
+                        options.require_gpu, target.run_flags, rc, results or {"tests": []}, defined_path,
+                        options.select, problem, deadline_s)
+    verdict = made.to_json()
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(out_dir)
     if key is not None and image.host and image.repo:
         from buildtool.validate.verdicts import attest
 
-        stored = {k: v for k, v in verdict.items() if k != "reports"}
         try:
-            artifact = attest(RegistryClient(image.host), image.repo, image.digest, stored, key)
+            artifact = attest(RegistryClient(image.host), image.repo, image.digest, made, key)
         except NotFound as exc:
             raise UserError(f"cannot store the verdict: {exc}") from None
         verdict["stored"] = artifact.digest
@@ -585,7 +599,7 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
                  groups: list[str], inventory: Inventory, usable: list[dict[str, str]], gpu_problem: str,
                  gpu_runner: bool, run_flags: list[str], rc: int, results: dict[str, Any], defined_path: Path,
                  select: str | None, problem: str = "", deadline_s: float = 0.0) -> Verdict:
-    """The schema-2 verdict: what ran, what the groups define (the collect plugin's file), what a
+    """The verdict (schema SCHEMA): what ran, what the groups define (the collect plugin's file), what a
     selection left out, the runner's GPUs, and the result with why it is not `passed`;
     `problem`: why the run did not end by itself (its deadline ran out, it was interrupted)."""
     tests = [TestResult.model_validate(t) for t in results["tests"]]
@@ -601,7 +615,7 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
     if problem:
         result, reasons = "failed", [problem]
     return Verdict(
-        schema=2, digest=image.digest, image=image.ref, cell=cell.key, result=result,
+        schema=SCHEMA, digest=image.digest, image=image.ref, cell=cell.key, result=result,
         started=started_at.isoformat(timespec="milliseconds"), duration_s=round(duration, 2),
         test_code=image_tests_hash(tests_dir),
         runner=Runner(hostname=socket.gethostname(), gpu_runner=gpu_runner, gpus=inventory.gpus,

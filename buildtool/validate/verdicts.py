@@ -16,7 +16,8 @@ OCI referrers API, where the registry keeps the list).
 
 Which verdict counts (the rule release and report apply): of the attestations attached to the
 digest, those that verify (a signature by a trusted key, a statement whose signed subject is
-this digest, a schema-2 verdict naming this digest and, for release, this cell), the newest by
+this digest, a verdict of a schema this toolkit reads (buildtool.contracts.verdict: the current
+and the one before) that parses, names this digest and, for release, this cell), the newest by
 the signed `started` time; ties by the attestation digest. A newer verdict that does not verify
 never hides an older one that does; a newer valid verdict that failed blocks an older pass.
 """
@@ -27,7 +28,6 @@ import datetime as dt
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from buildtool.common.dsse import EnvelopeError, open_envelope, sign_envelope
 from buildtool.contracts import label_keys
@@ -41,12 +41,12 @@ from buildtool.contracts.attestation import (
 )
 from buildtool.contracts.names import (
     ATTESTATION_TYPE,
-    VERDICT_PIN_INFIX,
     VERDICT_TYPE,
-    referrers_tag,
+    parse_verdict_pin_tag,
     verdict_pin_tag,
     verdict_tag,
 )
+from buildtool.contracts.verdict import Verdict
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
 from buildtool.validate.keys import SigningKey, TrustedKeys
@@ -56,14 +56,14 @@ log = logging.getLogger(__name__)
 __all__ = ["Found", "Findings", "Rejected", "attest", "find_verdicts", "verdict_tag"]
 
 
-def attest(client: RegistryClient, repo: str, digest: str, verdict: dict[str, Any], key: SigningKey) -> Referrer:
-    """Sign `verdict` (schema 2, about `digest`) and attach it to the image; returns the artifact."""
-    if verdict.get("digest") != digest:
-        raise ValueError(f"verdict is for {verdict.get('digest')}, not {digest}")
-    envelope = sign_envelope(key.key, PAYLOAD_TYPE, statement(f"{client.host}/{repo}", digest, verdict))
+def attest(client: RegistryClient, repo: str, digest: str, verdict: Verdict, key: SigningKey) -> Referrer:
+    """Sign `verdict` (about `digest`) and attach it to the image; returns the artifact."""
+    if verdict.digest != digest:
+        raise ValueError(f"verdict is for {verdict.digest}, not {digest}")
+    envelope = sign_envelope(key.key, PAYLOAD_TYPE, statement(f"{client.host}/{repo}", digest, verdict.to_json()))
     data = json.dumps(envelope, sort_keys=True).encode()
     # Annotations are hints for people listing referrers; release reads only the signed statement.
-    notes = {label_keys.VERDICT_RESULT: str(verdict.get("result")), label_keys.VERDICT_CELL: str(verdict.get("cell")),
+    notes = {label_keys.VERDICT_RESULT: verdict.result, label_keys.VERDICT_CELL: verdict.cell,
              label_keys.VERDICT_SIGNER: key.key.keyid}
     referrer = attach(client, repo, digest, ATTESTATION_TYPE, [Payload(DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)], notes)
     pin(client, repo, digest, referrer.digest)
@@ -82,13 +82,13 @@ class Found:
     """A verdict that verified."""
 
     artifact: str                  # digest of the attestation artifact
-    verdict: dict[str, Any]
+    verdict: Verdict
     keyid: str
     referrer: Referrer
 
     @property
     def started(self) -> dt.datetime:
-        return _when(self.verdict.get("started"))
+        return _when(self.verdict.started)
 
 
 @dataclass(frozen=True)
@@ -123,9 +123,9 @@ class Findings:
         return "no verdict"
 
 
-def _when(value: Any) -> dt.datetime:
+def _when(value: str) -> dt.datetime:
     try:
-        when = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return dt.datetime.min.replace(tzinfo=dt.UTC)
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
@@ -176,40 +176,23 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
 def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) -> dict[str, str]:
     """tag -> attestation digest of every verdict pin tag of `digest`; a pin tag that no longer
     names the manifest its name says was overwritten: recorded in `findings.overwritten`."""
-    prefix = f"{referrers_tag(digest)}{VERDICT_PIN_INFIX}"
     pins = {}
     for tag in client.tags(repo):
-        if not tag.startswith(prefix):
+        named = parse_verdict_pin_tag(tag, digest)
+        if named is None:
             continue
         now = client.manifest_digest(repo, tag)
         if now is None:
             continue
-        if not now.partition(":")[2].startswith(tag[len(prefix):]):
+        if not now.partition(":")[2].startswith(named):
             findings.overwritten.append(f"{tag} now names {now}")
             continue
         pins[tag] = now
     return pins
 
 
-def _shape_problem(verdict: dict[str, Any]) -> str:
-    """What the gates read must have the types they expect (a signed verdict is still input)."""
-    tests = verdict.get("tests")
-    if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("id"), str) for t in tests):
-        return "`tests` is not a list of results with ids"
-    for key in ("groups", "defined_tests"):
-        value = verdict.get(key)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            return f"`{key}` is not a list of names"
-    selection = verdict.get("selection")
-    if not isinstance(selection, dict) or not isinstance(selection.get("deselected", []), list):
-        return "`selection` is not {expression, deselected}"
-    if not isinstance(verdict.get("cell"), str) or not isinstance(verdict.get("result"), str):
-        return "`cell` and `result` must be strings"
-    return ""
-
-
 def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
-            cell: str | None) -> tuple[dict[str, Any], str] | str:
+            cell: str | None) -> tuple[Verdict, str] | str:
     envelopes = [p for p in payloads if p.media_type == DSSE_MEDIA_TYPE]
     if len(envelopes) != 1:
         return f"unsigned: {len(envelopes)} DSSE envelopes in the artifact, not one"
@@ -223,11 +206,6 @@ def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
         verdict = read_statement(opened.payload, digest)
     except StatementError as exc:
         return str(exc)
-    if verdict.get("schema") != 2:
-        return f"unsupported verdict schema {verdict.get('schema')!r} (release reads schema 2)"
-    shape = _shape_problem(verdict)
-    if shape:
-        return f"malformed verdict: {shape}"
-    if cell is not None and verdict.get("cell") != cell:
-        return f"mismatched: the verdict is for cell {verdict.get('cell')!r}, not {cell}"
+    if cell is not None and verdict.cell != cell:
+        return f"mismatched: the verdict is for cell {verdict.cell!r}, not {cell}"
     return verdict, opened.keyid

@@ -1,7 +1,7 @@
 """Every package the cell's locks installed is in the image at its locked version.
 
 One probe (scripts/packages.py, its result.json) lists every distribution in the image; the locked set
-comes from the image's `io.dl-images.packages` label, which `buildtool build` writes from the
+comes from the image's label_keys.PACKAGES label, which `buildtool build` writes from the
 locks the image was built with. A package removed, replaced or changed after the build (pip in
 a derived image, a hand-edited container committed as an image) fails here, named.
 """
@@ -13,7 +13,7 @@ import re
 import pytest
 from harness import skip
 
-from buildtool.contracts import skips
+from buildtool.contracts import label_keys, skips
 
 
 def _norm(name: str) -> str:
@@ -34,9 +34,9 @@ def test_locked_packages_installed_at_their_versions(installed, target):
     locked = target["expect"].get("locked")
     if locked is None:
         # A skip the release gate refuses: such an image is never released.
-        skip(skips.NO_LOCK_LABEL, "the image has no io.dl-images.packages label, so nothing says what its locks "
+        skip(skips.NO_LOCK_LABEL, f"the image has no {label_keys.PACKAGES} label, so nothing says what its locks "
              "installed; build it with `buildtool build` (which writes it from the cell's locks)")
-    assert locked, "the image's io.dl-images.packages label lists no package"
+    assert locked, f"the image's {label_keys.PACKAGES} label lists no package"
     wrong = {name: (version, installed.get(_norm(name))) for name, version in locked.items()
              if installed.get(_norm(name)) != version}
     assert not wrong, f"{len(wrong)} of {len(locked)} locked packages differ: " + "; ".join(

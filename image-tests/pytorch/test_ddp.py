@@ -12,13 +12,16 @@ import pytest
 import ranks
 from harness import free_port, skip
 
+from buildtool.common.sizes import doubling
 from buildtool.contracts import gpu, skips
 
 DDP_TIMEOUT_S = 60.0   # default for the ranks' rendezvous and collective timeout (target: ddp_timeout_s)
 # Ranks may wait on each other that long without CPU or I/O before gloo or NCCL gives up with
 # an error of its own (the cause a failure must name); the supervisor waits this much longer.
 QUIET_MARGIN_S = 30.0
-CPU_BUSBW_SIZES = "64K:1M"   # on CPU the bus-bandwidth code runs too, with gloo and small sizes
+# On CPU the bus-bandwidth code runs too, with gloo and small sizes. ddp_train.py runs on the image's own
+# Python and reads byte counts only: the host writes them with its one size grammar.
+CPU_BUSBW_SIZES = ",".join(str(size) for size in doubling("64k", "1m"))
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,9 @@ the loss at the start and the end, whether every rank holds identical parameters
 (a hash of each rank's parameters, gathered with all_gather_object), and on GPUs the
 all-reduce bus bandwidth measured as nccl-tests measures it (`busbw`).
 
-Bus bandwidth (DDP_BUSBW=1, or by default on GPUs): for each size from BUSBW_SIZES (default
-8M:1G, powers of two), BUSBW_WARMUP (5) untimed all-reduces, then BUSBW_ITERS (20) timed ones,
+Bus bandwidth (DDP_BUSBW=1, or by default on GPUs): for each size in BUSBW_SIZES (byte counts,
+comma-separated, as the image tests write them with the host's one size grammar; default 8 MiB to
+1 GiB, powers of two), BUSBW_WARMUP (5) untimed all-reduces, then BUSBW_ITERS (20) timed ones,
 each started together after a barrier and timed on every rank to completion; an iteration takes
 as long as its slowest rank (an all-reduce MAX of the per-rank times after the loop). The time
 per size is the mean over iterations; algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests'
@@ -34,7 +35,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STEPS = int(os.environ.get("DDP_STEPS", "40"))
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+DEFAULT_BUSBW_SIZES = [(8 << 20) << i for i in range(8)]   # 8 MiB .. 1 GiB
 OUT = os.environ.get("IMAGETEST_OUT", "")
 
 
@@ -73,20 +74,15 @@ def param_hash(model: torch.nn.Module) -> str:
 
 
 def parse_sizes(text: str) -> list[int]:
-    """`8M:1G` -> 8 MiB, 16 MiB, ... 1 GiB (powers of two); `64K,1M` -> exactly those."""
-    def one(part: str) -> int:
-        match = re.fullmatch(r"([0-9]+)([KMG]?)", part.strip().upper())
-        if not match:
-            raise SystemExit(f"BUSBW_SIZES: {part!r} is not a size like 8M or 1G")
-        return int(match.group(1)) * _UNITS[match.group(2)]
-    if ":" in text:
-        low, high = (one(p) for p in text.split(":", 1))
-        sizes = []
-        while low <= high:
-            sizes.append(low)
-            low *= 2
-        return sizes
-    return [one(p) for p in text.split(",") if p.strip()]
+    """`65536,131072` -> [65536, 131072]: byte counts only (the host converts sizes written as 8M
+    with its size grammar); anything else stops the run naming it."""
+    sizes = []
+    for part in text.split(","):
+        if not re.fullmatch(r"[1-9][0-9]*", part):
+            raise SystemExit(f"BUSBW_SIZES: {part!r} is not a byte count (BUSBW_SIZES={text!r}; "
+                             "write whole numbers of bytes separated by commas, e.g. 65536,131072)")
+        sizes.append(int(part))
+    return sizes
 
 
 def _sig(value: float) -> float:
@@ -185,9 +181,9 @@ def main() -> int:
         "param_hashes": hashes, "identical": len(set(hashes)) == 1,
     }
     if _busbw_wanted(cuda):
-        result["busbw"] = busbw(device, world, parse_sizes(os.environ.get("BUSBW_SIZES", "8M:1G")),
-                                int(os.environ.get("BUSBW_WARMUP", "5")), int(os.environ.get("BUSBW_ITERS", "20")),
-                                _slow_rank())
+        sizes = parse_sizes(os.environ["BUSBW_SIZES"]) if "BUSBW_SIZES" in os.environ else DEFAULT_BUSBW_SIZES
+        result["busbw"] = busbw(device, world, sizes, int(os.environ.get("BUSBW_WARMUP", "5")),
+                                int(os.environ.get("BUSBW_ITERS", "20")), _slow_rank())
     if rank == 0 and OUT:
         result["checkpoint"] = checkpoint(model)
     dist.barrier()

@@ -185,12 +185,12 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           _py(f"{SITE}/imgtest_slowbusy.py", _SLOW_BUSY_TORCH)
           + f"RUN echo 'import imgtest_slowbusy' > {SITE}/imgtest-slowbusy.pth\n"),
     Layer("pytorch-labels-lie", "pytorch", "labels that lie: Python 3.12, version 2.14, accelerator cuda, a "
-          "run profile of 64m", 'LABEL io.dl-images.python="3.12" org.opencontainers.image.version="2.14" '
-          'io.dl-images.accelerator="cuda" io.dl-images.run-profile="{\\"shm_size\\": \\"64m\\"}"\n'),
+          "run profile of 64m", f'LABEL {label_keys.PYTHON}="3.12" {label_keys.OCI_VERSION}="2.14" '
+          f'{label_keys.ACCELERATOR}="cuda" {label_keys.RUN_PROFILE}="{{\\"shm_size\\": \\"64m\\"}}"\n'),
     Layer("pytorch-nolock", "pytorch", "the lock label emptied (what an image not built by buildtool says)",
           f'LABEL {label_keys.PACKAGES}=""\n'),
     Layer("pytorch-mislabelled", "pytorch", "framework-version label 2.12.0+cpu on torch 2.13.0+cpu",
-          'LABEL io.dl-images.framework-version="2.12.0+cpu"\n'),
+          f'LABEL {label_keys.FRAMEWORK_VERSION}="2.12.0+cpu"\n'),
     Layer("pytorch-profiler-nostatic", "pytorch", "torch-tb-profiler without its static frontend",
           f"RUN rm -rf {SITE}/torch_tb_profiler/static\n"),
     Layer("pytorch-profiler-noentrypoint", "pytorch", "torch-tb-profiler installed, its entry point gone",
@@ -268,8 +268,8 @@ def layer_ref(layer: Layer, parent_ref: str) -> str:
 
 
 def _context(layer: Layer, parent_ref: str, folder: Path) -> None:
-    relabel = (f'LABEL {label_keys.CONTENT_KEY}="fixture:{layer.name}" io.dl-images.fixture="true" '
-               f'io.dl-images.fixture.fault="{layer.name}"\n')
+    relabel = (f'LABEL {label_keys.CONTENT_KEY}="fixture:{layer.name}" {label_keys.FIXTURE}="true" '
+               f'{label_keys.FIXTURE_FAULT}="{layer.name}"\n')
     (folder / "Dockerfile").write_text(f"FROM {parent_ref}\n{layer.dockerfile}{relabel}")
     if layer.wheels:
         (folder / "wheels").mkdir()

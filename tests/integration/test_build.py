@@ -114,13 +114,13 @@ def test_cell_is_tagged_labelled_and_pushed(built, key):
     # A rebuilt image names this commit; a retagged one keeps the commit it was built at
     # (its bytes are that build's), while its dev tag names this commit.
     if result.result == "built":
-        assert labels["org.opencontainers.image.revision"] == REVISION
+        assert labels[label_keys.OCI_REVISION] == REVISION
     else:
-        assert labels["org.opencontainers.image.revision"]
-    assert labels["org.opencontainers.image.version"] == plan.cell.version
-    assert labels["org.opencontainers.image.base.name"] == plan.cell.base
+        assert labels[label_keys.OCI_REVISION]
+    assert labels[label_keys.OCI_VERSION] == plan.cell.version
+    assert labels[label_keys.OCI_BASE_NAME] == plan.cell.base
     base_digest = RegistryClient(LOCAL).manifest_digest(*split_repo(plan.base)[1:])
-    assert labels["org.opencontainers.image.base.digest"] == base_digest
+    assert labels[label_keys.OCI_BASE_DIGEST] == base_digest
     assert labels[label_keys.CONTENT_KEY] == result.content_key
     run = json.loads(labels[label_keys.RUN_PROFILE])
     assert run["docker_flags"] == plan.cell.run.docker_flags() and run["shm_size"] == plan.cell.run.shm_size
@@ -225,6 +225,8 @@ def tiny(namespace, tmp_path_factory):
     """Build the tiny project once, with a marked CA bundle and a token-bearing extra index."""
     root = tmp_path_factory.mktemp("tiny")
     shutil.copytree(ROOT / "templates", root / "templates")
+    shutil.copytree(ROOT / "image-tests", root / "image-tests",    # the test groups its cells name
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (root / "templates/images/ok.Dockerfile.j2").write_text(TINY_TEMPLATE.replace("BROKEN\n", ""))
     (root / "templates/images/broken.Dockerfile.j2").write_text(
         TINY_TEMPLATE.replace("BROKEN", "RUN echo 'this cell is broken on purpose' && exit 3"))

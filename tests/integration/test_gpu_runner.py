@@ -29,17 +29,19 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
+from buildtool.contracts import label_keys  # noqa: E402
+from buildtool.contracts.verdict import SCHEMA  # noqa: E402
 from tests.gpu_sim import NVML_MISMATCH, FakeGpus, runner_env  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
 GPU_CELL = "pytorch-ngc:25.10"
 GPU_LABELS = {
-    "io.dl-images.cell": GPU_CELL, "io.dl-images.framework": "pytorch",
-    "io.dl-images.framework-version": "2.9.0a0", "io.dl-images.accelerator": "cuda",
-    "io.dl-images.cuda": "13.0", "io.dl-images.tests": "common,pytorch",
-    "io.dl-images.standin": "true", "io.dl-images.standin.framework-version": "2.13.0+cpu",
-    "io.dl-images.standin.python": "3.11", "io.dl-images.fixture": "true",
+    label_keys.CELL: GPU_CELL, label_keys.FRAMEWORK: "pytorch",
+    label_keys.FRAMEWORK_VERSION: "2.9.0a0", label_keys.ACCELERATOR: "cuda",
+    label_keys.CUDA: "13.0", label_keys.TESTS: "common,pytorch",
+    label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu",
+    label_keys.STANDIN_PYTHON: "3.11", label_keys.FIXTURE: "true",
 }
 GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
            "NVIDIA_REQUIRE_CUDA": "cuda>=13.0"}
@@ -79,7 +81,7 @@ def validate(tmp_path: Path, env: dict[str, str], image: str, *args: str) -> tup
 
 
 def leftover_containers() -> list[str]:
-    proc = subprocess.run([fixture_images.DOCKER, "ps", "-aq", "--filter", "label=io.dl-images.imagetest.run"],
+    proc = subprocess.run([fixture_images.DOCKER, "ps", "-aq", "--filter", f"label={label_keys.IMAGETEST_RUN}"],
                           capture_output=True, text=True, timeout=60)
     return proc.stdout.split()
 
@@ -134,7 +136,7 @@ def test_gpu_cell_without_usable_gpus_is_incomplete_never_passed(gpu_cell_image,
     assert verdict["framework_version"] == "2.13.0+cpu"
     # The verdict file validate wrote says the same.
     written = json.loads(next((tmp_path / "reports").rglob("verdict.json")).read_text())
-    assert written["result"] == "incomplete" and written["schema"] == 2
+    assert written["result"] == "incomplete" and written["schema"] == SCHEMA
 
 
 def test_engine_that_drops_the_gpus_fails_the_visibility_check(gpu_cell_image, tmp_path):

@@ -25,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
-from buildtool.contracts import names  # noqa: E402
+from buildtool.contracts import label_keys, names  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
@@ -142,10 +142,10 @@ class Fault:
 FAULTS: dict[str, Fault] = {
     "labels-lie": Fault("pytorch-labels-lie", "labels", {
         "test_labels_state_the_matrix_cell": (
-            "io.dl-images.python='3.12', but matrix cell pytorch-cpu:2.13 says '3.11'",
-            "org.opencontainers.image.version='2.14', but matrix cell pytorch-cpu:2.13 says '2.13'",
-            "io.dl-images.accelerator='cuda', but matrix cell pytorch-cpu:2.13 says 'cpu'",
-            """io.dl-images.run-profile='{"shm_size":"64m"}', but matrix cell pytorch-cpu:2.13 says"""),
+            f"{label_keys.PYTHON}='3.12', but matrix cell pytorch-cpu:2.13 says '3.11'",
+            f"{label_keys.OCI_VERSION}='2.14', but matrix cell pytorch-cpu:2.13 says '2.13'",
+            f"{label_keys.ACCELERATOR}='cuda', but matrix cell pytorch-cpu:2.13 says 'cpu'",
+            f"""{label_keys.RUN_PROFILE}='{{"shm_size":"64m"}}', but matrix cell pytorch-cpu:2.13 says"""),
         "test_labels_state_the_image_contents": (
             "says Python 3.12, but the image's python3 is 3.11",
             "says version 2.14, but the image contains torch 2.13.0+cpu",
@@ -331,11 +331,11 @@ def test_validate_stores_verdict_by_digest(pushed_pytorch, run_cli, tmp_path):
     assert chosen is not None and json.loads(out)[0]["stored"] == chosen.artifact
     stored = chosen.verdict
     # -k narrows the run: the verdict says so (incomplete, with the selection) and can never release it.
-    assert stored["digest"] == digest and stored["result"] == "incomplete"
-    assert stored["selection"]["expression"] == "framework_version or shm_size" and stored["selection"]["deselected"]
-    assert stored["cell"] == "pytorch-cpu:2.13"
-    assert {t["id"].split("::")[-1] for t in stored["tests"]} == {"test_framework_version",
-                                                                  "test_shm_size_matches_run_profile"}
+    assert stored.digest == digest and stored.result == "incomplete"
+    assert stored.selection.expression == "framework_version or shm_size" and stored.selection.deselected
+    assert stored.cell == "pytorch-cpu:2.13"
+    assert {t.id.split("::")[-1] for t in stored.tests} == {"test_framework_version",
+                                                            "test_shm_size_matches_run_profile"}
     assert (Path(tmp_path) / "pytorch-cpu" / digest.split(":")[1][:12] / "junit.xml").is_file()
 
 

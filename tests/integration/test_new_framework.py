@@ -6,7 +6,6 @@ with the version probe, the framework's own test group and the results keyed by 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import uuid
@@ -17,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
-from buildtool.contracts import frameworks  # noqa: E402
+from buildtool.contracts import frameworks, label_keys  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
@@ -69,9 +68,9 @@ def _image() -> str:
     parent = fixture_images.ensure("python")
     ref = f"t-imgtest-fixturefw:{uuid.uuid4().hex[:8]}"
     name = f"t-imgtest-fixturefw-{uuid.uuid4().hex[:8]}"
-    labels = {"io.dl-images.cell": "fixturefw-img:1.0", "io.dl-images.framework": "fixturefw",
-              "io.dl-images.framework-version": "2.0.9", "io.dl-images.python": "3.11",
-              "io.dl-images.accelerator": "cpu", "io.dl-images.fixture": "true"}
+    labels = {label_keys.CELL: "fixturefw-img:1.0", label_keys.FRAMEWORK: "fixturefw",
+              label_keys.FRAMEWORK_VERSION: "2.0.9", label_keys.PYTHON: "3.11",
+              label_keys.ACCELERATOR: "cpu", label_keys.FIXTURE: "true"}
     try:
         subprocess.run(["docker", "create", "--name", name, parent, "true"], check=True, capture_output=True,
                        timeout=120)
@@ -86,15 +85,16 @@ def test_a_new_framework_is_a_matrix_entry_a_template_a_table_row_and_a_test_gro
         project: Path, run_cli, fixture_framework, tmp_path: Path) -> None:
     (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + MATRIX_ENTRY)
     (project / "templates/images/fixturefw.Dockerfile.j2").write_text(TEMPLATE)
-    shutil.copytree(REPO / "image-tests", project / "image-tests",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    # Without its image-tests group the new cell does not load: nothing is skipped or released untested.
+    code, out, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "test group 'fixturefw' has no folder image-tests/fixturefw/" in err, err
     (project / "image-tests/fixturefw").mkdir()
     (project / "image-tests/fixturefw/test_fixturefw.py").write_text(GROUP_TEST)
 
     code, out, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
     assert code == 0, err
     dockerfile = project / "dockerfiles/fixturefw/fixturefw-img/1.0/Dockerfile"
-    assert 'io.dl-images.framework="fixturefw"' in dockerfile.read_text()
+    assert f'{label_keys.FRAMEWORK}="fixturefw"' in dockerfile.read_text()
     code, out, err = run_cli("plan", "--json", "-f", "fixturefw", "--matrix", str(project / "matrix.yaml"))
     assert code == 0, err
     [planned] = json.loads(out)["include"]

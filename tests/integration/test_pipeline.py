@@ -90,7 +90,7 @@ def test_main_job_with_default_reports_then_release_gates_and_rerun(tmp_path: Pa
     trusted = TrustedKeys()
     trusted.add_dev(dev_public_key())
     stored = find_verdicts(client, repo, digest, trusted, CELLS[0]).chosen
-    assert stored is not None and stored.verdict == local          # the signed verdict is the local one
+    assert stored is not None and stored.verdict.to_json() == local   # the signed verdict is the local one
     peer_skips = [t for t in local["tests"] if t["skip_code"] == "no-peer-image"]
     assert peer_skips, "expected the cross-framework checks to skip without a tensorflow image"
 

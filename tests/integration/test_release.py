@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import tarfile
 import threading
 import uuid
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.contracts import names
+from buildtool.contracts import label_keys, names
 from buildtool.contracts.names import ATTESTATION_TYPE
 from buildtool.matrix.plan import Settings
 from buildtool.matrix.schema import Cell, load_matrix
@@ -82,9 +83,9 @@ def push_index(client: RegistryClient, repo: str, tag: str, labels: dict[str, st
 
 
 def labels_for(cell: Cell, **extra: str) -> dict[str, str]:
-    return {"io.dl-images.cell": cell.key, "io.dl-images.framework": cell.framework,
-            "io.dl-images.framework-version": cell.framework_version, "io.dl-images.python": cell.python,
-            "org.opencontainers.image.base.name": cell.base, **extra}
+    return {label_keys.CELL: cell.key, label_keys.FRAMEWORK: cell.framework,
+            label_keys.FRAMEWORK_VERSION: cell.framework_version, label_keys.PYTHON: cell.python,
+            label_keys.OCI_BASE_NAME: cell.base, **extra}
 
 
 def verdict(cell: Cell, digest: str, result: str = "passed", tests: list[dict] | None = None,
@@ -247,7 +248,7 @@ def test_gpu_skips_allowed_on_cpu_cell_only(space: Space) -> None:
 
 def test_standin_based_image_refused(space: Space) -> None:
     r = rev()
-    space.build(NGC, r, **{"io.dl-images.standin": "true"})
+    space.build(NGC, r, **{label_keys.STANDIN: "true"})
     report = space.release([NGC], r, "0.1.0")
     assert report.images[0].status == "refused"
     assert any("stand-in" in p for p in report.images[0].problems)
@@ -443,6 +444,7 @@ def commit_image_tests(project: Path) -> str:
     from buildtool.validate.collect import image_tests_hash
 
     tests = project / "image-tests"
+    shutil.rmtree(tests, ignore_errors=True)     # in place of the project's copy of the real one
     tests.mkdir()
     (tests / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib\n"
                                       "markers =\n    gpu: needs a GPU\n")
@@ -475,7 +477,7 @@ def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.
     matrix = str(project / "matrix.yaml")
     first = git(project, "rev-parse", "--short=12", "HEAD")
     cpu1 = space.build(CPU, first, verdict_changes=code_of,
-                       **{"io.dl-images.packages": json.dumps({"tensorboard": "2.21.0"})})
+                       **{label_keys.PACKAGES: json.dumps({"tensorboard": "2.21.0"})})
     tf1 = space.build(TF_CPU, first, verdict_changes=code_of)
 
     code, out, err = run_cli("release", "--version", "nope", "--matrix", matrix)
@@ -508,7 +510,7 @@ def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.
     git(project, "commit", "-qm", "change")
     second = git(project, "rev-parse", "--short=12", "HEAD")
     cpu2 = space.build(CPU, second, payload_size=256 * 1024, verdict_changes=code_of, **{
-        "io.dl-images.framework-version": "2.13.1+cpu", "io.dl-images.packages": json.dumps({"tensorboard": "2.22.0"})})
+        label_keys.FRAMEWORK_VERSION: "2.13.1+cpu", label_keys.PACKAGES: json.dumps({"tensorboard": "2.22.0"})})
     code, out, err = run_cli("release", "--version", "0.2.0", "--from", second, "-f", "pytorch-cpu",
                              "--matrix", matrix)
     assert code == 0, err
@@ -588,7 +590,7 @@ def test_registry_dying_mid_tagging_leaves_a_report_and_a_stale_lock_that_a_reru
     for tag in ("2.13-0.1.0", "2.13", "latest"):
         assert (space.resolve(CPU, tag) == digest) == (tag in item.tags_made)
     lock = space.client.get_manifest(space.rel_repo(CPU), LOCK_TAG)[0]
-    assert json.loads(lock)["annotations"]["io.dl-images.lock.released"] == "false"   # could not be released
+    assert json.loads(lock)["annotations"][label_keys.LOCK_RELEASED] == "false"   # could not be released
     again = space.release([CPU], r, "0.1.0", lock_wait_s=2.0)     # the holder is gone: its lock is stale
     assert again.ok and again.images[0].status == "promoted"
     latest = "exists" if "latest" in item.tags_made else "create"
@@ -672,7 +674,7 @@ def test_a_fault_while_staging_fails_the_image_with_no_tag_and_the_lock_released
     for tag in ("2.13-0.1.0", "2.13", "latest"):
         assert space.resolve(CPU, tag) is None
     lock = json.loads(space.client.get_manifest(space.rel_repo(CPU), LOCK_TAG)[0])
-    assert lock["annotations"]["io.dl-images.lock.released"] == "true"
+    assert lock["annotations"][label_keys.LOCK_RELEASED] == "true"
     assert space.release([CPU], r, "0.1.0").ok      # nothing half-done stands in the way of a re-run
 
 

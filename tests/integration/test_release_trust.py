@@ -14,7 +14,7 @@ import json
 import pytest
 import requests
 
-from buildtool.contracts import names
+from buildtool.contracts import label_keys, names
 from buildtool.contracts.names import ATTESTATION_TYPE, VERDICT_TYPE, referrers_tag, verdict_pin_tag, verdict_tag
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient, sha256_digest
 from buildtool.registry.referrers import referrers
@@ -66,7 +66,7 @@ def oras_push(repo: str, subject: str, data: bytes, artifact_type: str, layer_ty
                 "layers": [{"mediaType": layer_type, "digest": blob(data), "size": len(data)}],
                 "subject": {"mediaType": OCI_MANIFEST, "digest": subject,
                             "size": int(head.headers["Content-Length"])},
-                "annotations": {"org.opencontainers.image.created": "2099-01-01T00:00:00Z"}}
+                "annotations": {label_keys.OCI_CREATED: "2099-01-01T00:00:00Z"}}
     raw = json.dumps(manifest).encode()
     digest = sha256_digest(raw)
     requests.put(f"{base}/manifests/{tag or digest}", data=raw, timeout=10,
@@ -165,6 +165,34 @@ def test_verdict_signed_by_an_untrusted_key_is_refused(space: Space) -> None:
     assert space.release([CPU], r, "0.1.0", trusted=signing.trusted(signing.KEY, signing.ATTACKER)).ok
 
 
+# -- schemas ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schema", [2, 3])
+def test_a_validly_signed_verdict_of_the_current_schema_or_the_one_before_releases(space: Space, schema: int) -> None:
+    """validate writes schema 3 (.../verdict/v3); verdicts it signed as schema 2 (.../verdict/v2) still release."""
+    r = rev()
+    digest = space.build(CPU, r, result=None)
+    signing.attest(space.client, space.dev_repo(CPU), digest, signing.verdict(CPU, digest, schema=schema))
+    report = space.release([CPU], r, "0.1.0")
+    assert report.ok, report.images[0].problems
+    assert report.images[0].verdict is not None and report.images[0].verdict.schema_ == schema
+    assert "2.13-0.1.0" in released(space)
+
+
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"schema": 4}, "unsupported verdict schema 4 (this toolkit reads schemas 2 and 3)"),
+    ({"tests": None}, "`tests`: input should be a valid list"),
+    ({"runner": {"gpus": []}}, "`runner.hostname` is missing"),
+])
+def test_a_validly_signed_verdict_that_does_not_parse_is_refused_naming_why(space: Space, change: dict,
+                                                                           cause: str) -> None:
+    r = rev()
+    digest = space.build(CPU, r, result=None)
+    signing.attest(space.client, space.dev_repo(CPU), digest, {**signing.verdict(CPU, digest), **change})
+    refused(space.release([CPU], r, "0.1.0"), "no valid verdict", cause)
+    assert released(space) == []
+
+
 # -- overwritten and append-only -------------------------------------------------------------------
 
 def test_verdicts_are_append_only_and_the_newest_valid_one_counts(space: Space) -> None:
@@ -222,18 +250,18 @@ def test_a_verdict_pin_tag_pointed_elsewhere_refuses_the_release(space: Space) -
 # -- stand-ins by provenance -----------------------------------------------------------------------
 
 def test_relabelled_standin_is_refused_by_its_labels_base_and_layers(space: Space) -> None:
-    """Issue 11's attack: `io.dl-images.standin=false` with its other stand-in labels left. And with every
+    """Issue 11's attack: the stand-in label set to false with its other stand-in labels left. And with every
     stand-in label removed: the base digest is the mirror's stand-in, and its layers are the image's first."""
     client = space.client
     mirror_repo = f"{space.prefix}/nvidia/pytorch"
-    standin, _ = push_single(client, mirror_repo, "25.10-py3", {"io.dl-images.standin": "true"})
+    standin, _ = push_single(client, mirror_repo, "25.10-py3", {label_keys.STANDIN: "true"})
     space.settings = dataclasses.replace(space.settings, base_mirror=f"{HOST}/{space.prefix}")
     r1 = rev()
-    space.build(NGC, r1, **{"io.dl-images.standin": "false",
-                            "io.dl-images.standin.for": "nvcr.io/nvidia/pytorch:25.10-py3"})
-    refused(space.release([NGC], r1, "0.1.0"), "stand-in labels", "io.dl-images.standin=false")
+    space.build(NGC, r1, **{label_keys.STANDIN: "false",
+                            label_keys.STANDIN_FOR: "nvcr.io/nvidia/pytorch:25.10-py3"})
+    refused(space.release([NGC], r1, "0.1.0"), "stand-in labels", f"{label_keys.STANDIN}=false")
     r2 = rev()
-    space.build(NGC, r2, **{"org.opencontainers.image.base.digest": standin})
+    space.build(NGC, r2, **{label_keys.OCI_BASE_DIGEST: standin})
     refused(space.release([NGC], r2, "0.1.0"), f"is built on {standin}", "the stand-in")
     # No label at all: the image is the stand-in's layers plus one of its own.
     raw, _, _ = client.get_manifest(mirror_repo, standin)
@@ -242,7 +270,7 @@ def test_relabelled_standin_is_refused_by_its_labels_base_and_layers(space: Spac
         client.mount_blob(space.dev_repo(NGC), blob, mirror_repo)
     extra, _ = push_single(client, space.dev_repo(NGC), None, {})
     extra_layer = json.loads(client.get_manifest(space.dev_repo(NGC), extra)[0])["layers"][0]
-    labels = {"io.dl-images.cell": NGC.key, "org.opencontainers.image.base.name": NGC.base}
+    labels = {label_keys.CELL: NGC.key, label_keys.OCI_BASE_NAME: NGC.base}
     config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": labels},
                          "rootfs": {"type": "layers", "diff_ids": []}}).encode()
     image = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,

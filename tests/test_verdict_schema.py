@@ -1,0 +1,127 @@
+"""The verdict as a typed contract: parsed once where it enters, strictly, with a schema number that
+readers check (the current one and the one before are read); no raw dict reads of it downstream."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from buildtool.contracts import verdict as contract
+from buildtool.contracts.attestation import read_statement, statement
+from buildtool.contracts.verdict import READ_SCHEMAS, SCHEMA, VerdictError, parse_verdict
+from buildtool.matrix.schema import load_matrix
+from tests.signing import verdict
+
+REPO = Path(__file__).resolve().parent.parent
+CPU = next(c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells if c.key == "pytorch-cpu:2.13")
+D1 = "sha256:" + "1" * 64
+COLD = {"image": "x", "seconds": 56.0, "cpu_s": 9.1, "read_bytes": 1_700_000_000,
+        "imports": [{"module": "torch", "seconds": 54.7, "read_bytes": 1_650_000_000, "rchar": 0, "error": ""}],
+        "error": ""}
+
+
+def refused(body: object) -> str:
+    with pytest.raises(VerdictError) as info:
+        parse_verdict(body, "where.json")
+    return str(info.value)
+
+
+def test_validate_writes_the_current_schema_and_readers_read_it_and_the_one_before() -> None:
+    assert SCHEMA == 3 and READ_SCHEMAS == (2, 3)
+    typed = parse_verdict(verdict(CPU, D1, cold_start=COLD), "x")
+    assert typed.schema_ == 3 and typed.cold_start is not None and typed.cold_start.imports[0].module == "torch"
+    assert parse_verdict(typed.to_json(), "again") == typed            # what validate writes reads back as it was
+    assert json.loads(statement("r", D1, typed.to_json()))["predicateType"].endswith("/verdict/v3")
+
+
+@pytest.mark.parametrize("cold_start", [None, COLD])
+def test_a_schema_2_verdict_is_read_with_or_without_cold_start(cold_start: dict | None) -> None:
+    """Schema 3 adds cold_start; validate wrote it into schema-2 verdicts before the bump (issue 27),
+    so a schema-2 verdict may carry it."""
+    body = verdict(CPU, D1, schema=2, **({"cold_start": cold_start} if cold_start else {}))
+    typed = parse_verdict(body, "x")
+    assert typed.schema_ == 2 and (typed.cold_start is None) is (cold_start is None)
+    assert read_statement(statement("r", D1, body), D1) == typed
+
+
+@pytest.mark.parametrize(("body", "cause"), [
+    ({**verdict(CPU, D1), "schema": 4},
+     "where.json: unsupported verdict schema 4 (this toolkit reads schemas 2 and 3)"),
+    ({**verdict(CPU, D1), "schema": 1}, "where.json: unsupported verdict schema 1 "),
+    ({**verdict(CPU, D1), "schema": "3"}, "where.json: unsupported verdict schema '3'"),
+    ({**verdict(CPU, D1), "schema": True}, "where.json: unsupported verdict schema True"),
+    ({k: v for k, v in verdict(CPU, D1).items() if k != "schema"}, "where.json: not a verdict (no schema number)"),
+    ([verdict(CPU, D1)], "where.json: not a verdict (a JSON list, not an object)"),
+])
+def test_an_unknown_or_absent_schema_number_is_refused_naming_it(body: object, cause: str) -> None:
+    assert cause in refused(body)
+
+
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"started": None}, "`started`: input should be a valid string (got NoneType 'None')"),
+    ({"pytest_exit": "0"}, "`pytest_exit`: input should be a valid integer (got str '0')"),     # strict: no coercion
+    ({"duration_s": True}, "`duration_s`: input should be a valid number (got bool 'True')"),
+    ({"result": "pass"}, "`result`: input should be 'passed', 'failed' or 'incomplete'"),
+    ({"runner": {"hostname": "ci", "gpus_usable": "yes"}}, "`runner.gpus_usable`: input should be a valid boolean"),
+    ({"tests": [{"id": "common/a.py::t", "group": "common", "result": "passed", "gpu": 1}]},
+     "`tests[0].gpu`: input should be a valid boolean (got int '1')"),
+    ({"selection": {"expression": None, "deselected": "common/a.py::t"}}, "`selection.deselected`: input should be"),
+    ({"cold_start": {"imports": [{"module": "torch"}]}}, "`cold_start.imports[0].seconds` is missing"),
+    ({"verdict": "passed"}, "`verdict` is not a field of this schema"),
+])
+def test_a_field_of_the_wrong_type_or_unknown_is_refused_naming_it(change: dict, cause: str) -> None:
+    message = refused({**verdict(CPU, D1), **change})
+    assert message.startswith("where.json: malformed schema-3 verdict: ") and cause in message, message
+
+
+@pytest.mark.parametrize("field", ["digest", "cell", "result", "started", "test_code", "runner", "groups",
+                                   "defined_tests", "pytest_exit", "tests"])
+def test_a_verdict_missing_a_required_field_is_refused_naming_it(field: str) -> None:
+    body = verdict(CPU, D1)
+    del body[field]
+    assert f"`{field}` is missing" in refused(body)
+
+
+def test_errors_beyond_three_are_counted_not_dropped() -> None:
+    message = refused({"schema": 3})
+    assert "`digest` is missing; `image` is missing; `cell` is missing (and " in message and "more)" in message
+
+
+# -- no raw reads of a verdict downstream of where it is parsed ---------------------------------------
+
+FIELDS = {f.alias or name for model in (contract.Verdict, contract.TestResult, contract.Runner, contract.Gpu,
+                                        contract.ColdStart, contract.ColdImport, contract.Selection)
+          for name, f in model.model_fields.items()}
+# OCI descriptors (a manifest's config and layers) have a `digest` too: not verdicts.
+NOT_VERDICTS = {("config", "digest"), ("layer", "digest")}
+
+
+def raw_verdict_reads(source: str) -> list[str]:
+    """Every `x.get("<a verdict field>")` in `source`, as `x.get("field")`, except OCI descriptors."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in FIELDS
+                and (ast.unparse(node.func.value), node.args[0].value) not in NOT_VERDICTS):
+            found.append(f"{ast.unparse(node.func.value)}.get({node.args[0].value!r}) line {node.lineno}")
+    return found
+
+
+def test_the_scan_finds_a_raw_verdict_read() -> None:
+    found = raw_verdict_reads('v = verdict.get("result")\nr = (v.get("runner") or {}).get("hostname")')
+    assert sorted(found) == ["v.get('runner') line 2", "v.get('runner') or {}.get('hostname') line 2",
+                             "verdict.get('result') line 1"]
+    assert raw_verdict_reads('d = layer.get("digest")') == []
+
+
+@pytest.mark.parametrize("package", ["release", "report"])
+def test_release_and_report_read_verdicts_only_through_the_typed_model(package: str) -> None:
+    """Gates, promotion, notes and the report get a Verdict (parsed where it entered); a `.get` of a
+    verdict field on a dict means a consumer went back to raw JSON."""
+    found = {path.name: reads for path in sorted((REPO / "buildtool" / package).glob("*.py"))
+             if (reads := raw_verdict_reads(path.read_text(encoding="utf-8")))}
+    assert found == {}
+
