@@ -47,6 +47,13 @@ lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Docker
 test: ## The toolkit's own tests (unit and integration)
 	$(PYTHON) -m pytest -q
 
+# The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
+FAST_EXCLUDE := integration or engine or registry or slurm or browser or host_torch or tools
+
+.PHONY: test-fast
+test-fast: ## The tests that need no engine, registry, SLURM, Chromium, host torch or linter binaries (< 1 min)
+	$(PYTHON) -m pytest -q -m "not ($(FAST_EXCLUDE))"
+
 .PHONY: build
 build: ## Build FRAMEWORK (default pytorch-ngc; all for every cell) and tag it <name>-dev:<git-sha>-<version>
 	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(BUILD_FLAGS)

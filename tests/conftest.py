@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -11,8 +13,15 @@ from pathlib import Path
 import pytest
 
 from buildtool.cli import main
+from buildtool.cli.console import Project
+from buildtool.cli.generate import all_outputs
+from buildtool.matrix.schema import Matrix, load_matrix
+from buildtool.render.dockerfiles import write_outputs
 
 REPO = Path(__file__).resolve().parent.parent
+# What the unit tests run against: a frozen matrix with its locks (tests/fixtures/project/).
+FIXTURE_PROJECT = REPO / "tests" / "fixtures" / "project"
+FIXTURE_MATRIX = FIXTURE_PROJECT / "matrix.yaml"
 
 # Tools the dev extra installs (shellcheck, check-jsonschema, hadolint) live beside the interpreter
 # running the tests; `make test` runs `.venv/bin/python -m pytest` without activating the venv.
@@ -31,27 +40,89 @@ def _private_config(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ.pop("DL_IMAGES_SIGNING_KEY", None)
 
 
+# What a marker's need is, for the needs the tests themselves can see. A test marked with a need that
+# is missing fails here, naming it: tests are deselected by marker (`make test-fast`), never skipped.
+CHROMIUM = ("chromium", "chromium-browser")
+
+
+def _missing_needs(item: pytest.Item) -> list[str]:
+    missing = []
+    if item.get_closest_marker("host_torch") and importlib.util.find_spec("torch") is None:
+        missing.append(f"torch is not importable by {sys.executable} (pip install -e '.[scaling]')")
+    if item.get_closest_marker("browser") and not any(shutil.which(name) for name in CHROMIUM):
+        missing.append("headless Chromium is not on PATH (apt-get install -y chromium)")
+    for mark in item.iter_markers("tools"):
+        if not mark.args:
+            missing.append("@pytest.mark.tools names no tool")
+        missing += [f"{name} is not on PATH (pip install -e '.[dev]')" for name in mark.args if not shutil.which(name)]
+    return missing
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    missing = _missing_needs(item)
+    if missing:
+        marks = sorted({m.name for m in item.iter_markers()} & {"host_torch", "browser", "tools"})
+        pytest.fail(f"this test needs what is missing here: {'; '.join(missing)}; install it, or deselect the "
+                    f"test with -m 'not {' and not '.join(marks)}' (make test-fast)", pytrace=False)
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under root (outside .git), to prove a failed command wrote nothing."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file() and ".git" not in p.parts}
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the real project's matrix, templates, image tests and generated files, in a git repo."""
-    root = tmp_path / "project"
-    root.mkdir()
-    for name in ("matrix.yaml", ".hadolint.yaml"):
-        shutil.copy2(REPO / name, root / name)
-    for folder in ("templates", "dockerfiles", "docs", ".github"):
-        shutil.copytree(REPO / folder, root / folder)
+@functools.cache
+def fixture_matrix() -> Matrix:
+    """The fixture matrix (tests/fixtures/project/matrix.yaml) with the real templates: what unit
+    tests look cells up in, so a new cell in the real matrix.yaml moves none of them."""
+    return load_matrix(FIXTURE_MATRIX, REPO / "templates", display="matrix.yaml", tests_dir=REPO / "image-tests")
+
+
+@pytest.fixture(scope="session")
+def fixture_project(tmp_path_factory: pytest.TempPathFactory, _private_config: None) -> Path:
+    """The fixture project, complete and read-only by convention: the fixture matrix and its locks,
+    the real templates/, image-tests/ and .hadolint.yaml, and the generated files rendered from them once per
+    session (Dockerfiles, docs/images.md, .github/workflows/), as `make render` writes them; one
+    commit, so commands that name the git revision run there."""
+    root = tmp_path_factory.mktemp("fixture") / "project"
+    shutil.copytree(FIXTURE_PROJECT, root)
+    shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copy2(REPO / ".hadolint.yaml", root / ".hadolint.yaml")
     # Every test group a cell names must be a folder beside the matrix (checked when it loads).
     shutil.copytree(REPO / "image-tests", root / "image-tests", ignore=shutil.ignore_patterns("__pycache__"))
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    write_outputs(root, all_outputs(project, load_matrix(root / "matrix.yaml", root / "templates")))
+    _commit(root)
+    # Each test copies this tree: its commit packed and no sample hooks keep that (and pytest's
+    # removal of old tmp folders) to a few files.
+    subprocess.run(["git", "-C", str(root), "gc", "-q"], check=True, capture_output=True, timeout=60)
+    shutil.rmtree(root / ".git" / "hooks")
+    return root
+
+
+@pytest.fixture
+def project(tmp_path: Path, fixture_project: Path) -> Path:
+    """A writable copy of the fixture project (never the real matrix), committed in a git repo."""
+    root = tmp_path / "project"
+    shutil.copytree(fixture_project, root)      # with its .git: a copy costs less than a commit
+    return root
+
+
+def _commit(root: Path) -> None:
     for args in (["init", "-q"], ["add", "-A"],
                  ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "fixture"]):
         subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, timeout=30)
-    return root
+
+
+@pytest.fixture
+def no_registry_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registry calls retry as they do for users (every attempt made), without the backoff's 7.5 s of
+    sleeping: for tests of what an unreachable registry gives."""
+    from buildtool.registry import client
+
+    monkeypatch.setattr(client.RetryPolicy, "__init__",
+                        functools.partialmethod(client.RetryPolicy.__init__, first_delay=0.0, max_delay=0.0))
 
 
 @pytest.fixture

@@ -13,14 +13,14 @@ from buildtool.common.dsse import EnvelopeError, generate, load_private, load_pu
 from buildtool.common.errors import UserError
 from buildtool.contracts.attestation import StatementError, read_statement, statement, verdict_predicate
 from buildtool.contracts.verdict import parse_verdict
-from buildtool.matrix.schema import load_matrix
 from buildtool.registry.referrers import Payload, Referrer
 from buildtool.validate.keys import load_trusted, signing_key, trusted_entry
 from buildtool.validate.verdicts import Findings, Found, _verify
+from tests.conftest import fixture_matrix
 from tests.signing import ATTACKER, KEY, envelope, tamper, trusted, verdict
 
 REPO = Path(__file__).resolve().parent.parent
-CPU = next(c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells if c.key == "pytorch-cpu:2.13")
+CPU = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 DSSE = "application/vnd.dsse.envelope.v1+json"
 

@@ -23,7 +23,7 @@ from buildtool.common.errors import UserError
 from buildtool.common.units import short_digest
 from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, plan_cell
-from buildtool.matrix.schema import load_matrix
+from tests.conftest import fixture_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 LISTING = """\
@@ -38,7 +38,7 @@ install.trusted-host='pkgs.example.com'
 
 @pytest.fixture(scope="module")
 def matrix():
-    return load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
+    return fixture_matrix()
 
 
 def cell(matrix, key):
@@ -200,7 +200,7 @@ def test_a_local_image_is_reused_by_content_key_only_when_it_is_a_dev_image_of_t
     content key among them; only a dev tag of the cell's own dev repository makes one reusable."""
     from buildtool.build.builder import built_for
 
-    matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
+    matrix = fixture_matrix()
     cell = next(c for c in matrix.cells if c.key == "pytorch-cpu:2.13")
     plan = plan_cell(cell, Settings(), "abcdef123456")
     own_repo = names.dev_repo(names.DEFAULT_REGISTRY, "pytorch-cpu")

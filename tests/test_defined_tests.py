@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from buildtool.contracts.verdict import SCHEMA, Verdict
-from buildtool.matrix.schema import load_matrix
 from buildtool.validate.collect import defined_tests
 from buildtool.validate.runner import Inventory, Resolved, make_verdict
+from tests.conftest import fixture_matrix
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "image-tests"
-CELLS = {c.key: c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells}
+CELLS = {c.key: c for c in fixture_matrix().cells}
 CPU, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-ngc:25.10"]
 
 

@@ -19,10 +19,11 @@ from buildtool.common.errors import FailedError, MatrixError
 from buildtool.common.sizes import SizeError, doubling
 from buildtool.contracts import gpu, label_keys, versions
 from buildtool.contracts.verdict import derive_result
-from buildtool.matrix.schema import load_matrix, parse_matrix
+from buildtool.matrix.schema import parse_matrix
 from buildtool.render.catalogue import render_catalogue
 from buildtool.render.dockerfiles import render_outputs
 from buildtool.validate import runner
+from tests.conftest import fixture_matrix
 from tests.gpu_sim import NO_RUNTIME, NVML_MISMATCH, FakeGpus, engine_shim, runner_env
 from tests.signing import complete
 
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def matrix():
-    return load_matrix(REPO / "matrix.yaml", REPO / "templates")
+    return fixture_matrix()
 
 
 def cell(matrix, key):
@@ -217,7 +218,7 @@ def test_inventory_says_why_there_is_none(tmp_path, monkeypatch):
         runner.require_gpus(runner.gpu_inventory())
 
 
-def test_require_gpu_fails_before_touching_engine_or_registry(run_cli, tmp_path, monkeypatch):
+def test_require_gpu_fails_before_touching_engine_or_registry(run_cli, tmp_path, monkeypatch, no_registry_backoff):
     """The image is on an unreachable registry: reaching it would be exit 2; a declared GPU runner
     without GPUs stops first, with exit 1."""
     monkeypatch.setenv("PATH", runner_env(tmp_path, FakeGpus(broken=NVML_MISMATCH))["PATH"])
@@ -353,6 +354,7 @@ def _torchrun(tmp_path: Path, env: dict[str, str]) -> dict:
     return json.loads(lines[-1].removeprefix("DDP_RESULT "))["busbw"]
 
 
+@pytest.mark.host_torch
 def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
     """The code the GPU runners use (image-tests/scripts/ddp_train.py), with gloo and small sizes."""
     table = _torchrun(tmp_path, {"BUSBW_SIZES": ",".join(str(s) for s in doubling("64k", "512k"))})
@@ -364,6 +366,7 @@ def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
     assert table["peak_GBps"] == max(r["busbw_GBps"] for r in table["sizes"])
 
 
+@pytest.mark.host_torch
 def test_busbw_time_is_the_slowest_ranks(tmp_path):
     """Rank 1 takes 50 ms longer in every timed iteration; rank 0 alone would not see it."""
     table = _torchrun(tmp_path, {"BUSBW_SIZES": str(64 << 10), "BUSBW_SLOW_RANK": "1:0.05"})
@@ -378,6 +381,7 @@ def _import_from(folder: Path, name: str):
         sys.path.pop(0)
 
 
+@pytest.mark.host_torch
 def test_default_sizes_are_8mib_to_1gib():
     ddp_train = _import_from(REPO / "image-tests" / "scripts", "ddp_train")
     sizes = ddp_train.DEFAULT_BUSBW_SIZES
@@ -385,6 +389,7 @@ def test_default_sizes_are_8mib_to_1gib():
     assert ddp_train.parse_sizes("65536,1048576") == [64 << 10, 1 << 20]
 
 
+@pytest.mark.host_torch   # the script imports torch
 @pytest.mark.parametrize("text", ["8M", "64K,1M", "8M:1G", "", "0", "65536,", " 65536", "1e6", "-1", "65536.0"])
 def test_the_in_image_script_reads_byte_counts_only(text: str):
     """Sizes with units are the host's grammar (buildtool.common.sizes); the script names what it refuses."""
@@ -434,6 +439,7 @@ def test_nightly_shares_one_registry_and_requires_gpus(matrix, tmp_path):
         assert proc.returncode == code, (registry, proc.stderr)
 
 
+@pytest.mark.host_torch
 def test_scaling_counts_follow_the_runners_gpus(run_cli, tmp_path, monkeypatch):
     from buildtool.common.errors import UserError
     from buildtool.launch.scaling import check_counts_fit, counts_for_gpus

@@ -21,10 +21,11 @@ import pytest
 from buildtool.common.errors import MatrixError
 from buildtool.contracts import label_keys
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
-from buildtool.matrix.schema import load_matrix, parse_matrix
+from buildtool.matrix.schema import parse_matrix
 from buildtool.matrix.yamlsource import load_yaml
 from buildtool.validate import runner
 from buildtool.validate.labels import dockerfile_labels, label_checks, template_labels, version_proof
+from tests.conftest import FIXTURE_MATRIX, fixture_matrix
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO / "image-tests"
@@ -39,7 +40,7 @@ import test_shm as shm_test  # noqa: E402
 
 @pytest.fixture(scope="module")
 def matrix():
-    return load_matrix(REPO / "matrix.yaml", REPO / "templates")
+    return fixture_matrix()
 
 
 def cell_of(matrix, key):
@@ -285,6 +286,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.host_torch
 def test_a_worker_that_dies_inside_iter_is_still_named(tmp_path):
     """The CI failure of stop 17: worker 1 died before iter(loader) returned, torch's SIGCHLD handler
     raised there, and the probe (which looked for workers on the iterator) named none."""
@@ -374,7 +376,7 @@ def test_label_facts_against_contents():
 def test_deadlines_come_from_the_matrix(matrix, tmp_path):
     assert cell_of(matrix, "pytorch-cpu:2.13").validate_deadline_s == 480
     assert cell_of(matrix, "pytorch-ngc:25.10").validate_deadline_s == 1500
-    text = (REPO / "matrix.yaml").read_text().replace("    deadline_s: 480", "    deadline_s: 5")
+    text = FIXTURE_MATRIX.read_text().replace("    deadline_s: 480", "    deadline_s: 5")
     (tmp_path / "matrix.yaml").write_text(text)
     with pytest.raises(MatrixError, match=r"defaults\.validate\.deadline_s: must be between 60 and 10800"):
         parse_matrix(load_yaml(tmp_path / "matrix.yaml"))

@@ -13,14 +13,14 @@ from buildtool.build import lock
 from buildtool.build.pipconfig import HostPip
 from buildtool.common.errors import UserError
 from buildtool.contracts import locks
-from buildtool.matrix.schema import load_matrix
+from tests.conftest import fixture_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 H = "--hash=sha256:" + "a" * 64
 
 
 def _cell(key: str = "pytorch-cpu:2.13"):
-    return next(c for c in load_matrix(ROOT / "matrix.yaml").cells if c.key == key)
+    return next(c for c in fixture_matrix().cells if c.key == key)
 
 
 def _lock_text(cell, entries: dict[str, str], part: str = locks.TOOLS_LOCK) -> str:

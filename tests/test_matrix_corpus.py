@@ -20,9 +20,9 @@ import pytest
 
 from buildtool.matrix.schema import load_matrix
 from buildtool.matrix.yamlsource import MAX_ALIAS_VALUES
-from tests.conftest import REPO, snapshot
+from tests.conftest import FIXTURE_MATRIX, REPO, snapshot
 
-MATRIX = (REPO / "matrix.yaml").read_text()
+MATRIX = FIXTURE_MATRIX.read_text()
 BOUND_S = 60  # a hang fails the test; answers are expected within a few seconds
 
 

@@ -33,7 +33,7 @@ def test_bad_input_is_one_line_and_exit_2(project, run_cli, args, message) -> No
     assert not (project / "docs/releases").exists()
 
 
-def test_unreachable_registry_is_exit_2_naming_the_fix(project, run_cli, monkeypatch) -> None:  # noqa: ANN001
+def test_unreachable_registry_is_exit_2_naming_the_fix(project, run_cli, monkeypatch, no_registry_backoff) -> None:  # noqa: ANN001
     monkeypatch.setenv("REGISTRY", "127.0.0.1:1")     # nothing listens on port 1
     monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
     code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu",

@@ -12,13 +12,13 @@ from buildtool.contracts import label_keys, skips
 from buildtool.contracts.verdict import TestResult as Outcome
 from buildtool.contracts.verdict import Verdict, VerdictError, parse_verdict
 from buildtool.matrix.plan import Settings, plan_cell, resolve_revision
-from buildtool.matrix.schema import load_matrix
 from buildtool.release.gates import Platform, check_version, image_problems, skip_allowed, verdict_problems
 from buildtool.release.promote import plan_tags, release_number, releases_in
 from tests import signing
+from tests.conftest import fixture_matrix
 
 REPO = Path(__file__).resolve().parent.parent
-CELLS = {c.key: c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells}
+CELLS = {c.key: c for c in fixture_matrix().cells}
 CPU, GPU, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["pytorch-ngc:25.10"]
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 

@@ -78,7 +78,8 @@ def test_render_is_deterministic_across_runs_environments_and_folders(tmp_path: 
     assert {k: v.encode() for k, v in json.loads(result.stdout).items()} == first
 
 
-def test_committed_files_match_the_matrix(run_cli):
+def test_real_project_committed_files_match_the_real_matrix(run_cli):
+    """The real project (not the fixture): its generated files and locks follow its matrix.yaml."""
     code, out, err = run_cli("check", "--matrix", str(REPO / "matrix.yaml"))
     assert code == 0, out + err
 

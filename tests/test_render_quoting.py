@@ -27,12 +27,12 @@ from buildtool.build import lock
 from buildtool.build.bases import _standin_dockerfile
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys
-from buildtool.matrix.schema import Cell, Matrix, StandIn, load_matrix
+from buildtool.matrix.schema import Cell, Matrix, StandIn
 from buildtool.render.dockerfiles import TemplateError, _environment, label_value, render_dockerfile, sh_word
-from tests.conftest import REPO
+from tests.conftest import REPO, fixture_matrix
 
 TEMPLATES = REPO / "templates"
-MATRIX = load_matrix(REPO / "matrix.yaml", TEMPLATES, display="matrix.yaml")
+MATRIX = fixture_matrix()
 IMAGE_TEMPLATES = sorted(str(p.relative_to(TEMPLATES)) for p in (TEMPLATES / "images").glob("*.j2"))
 
 # Each one would run a command, split a word, glob, redirect or comment out the rest if it

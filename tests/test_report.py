@@ -180,6 +180,7 @@ def browse(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
             capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.browser
 def test_report_renders_in_headless_chromium(run_cli, tmp_path: Path) -> None:
     out = tmp_path / "site"
     code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())),
@@ -202,6 +203,7 @@ def test_report_renders_in_headless_chromium(run_cli, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.registry
 def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Path) -> None:
     import uuid
 

@@ -39,6 +39,7 @@ def cpu_image() -> str | None:
 
 
 @pytest.mark.integration   # starts containers of the pytorch-cpu dev image when there is one
+@pytest.mark.engine
 def test_scaling_run_produces_metrics_and_plots(run_cli, tmp_path: Path) -> None:
     image = cpu_image()
     where = ["--image", image] if image else ["--launcher", "host", "--python", sys.executable]
@@ -107,6 +108,7 @@ def test_bad_counts(text: str) -> None:
         parse_counts(text)
 
 
+@pytest.mark.host_torch
 def test_too_small_a_subset_is_exit_2(run_cli, tmp_path: Path) -> None:
     code, out, err = run_cli("scaling", "--launcher", "host", "--counts", "1,8", "--samples", "100",
                              "--out", str(tmp_path / "m"), "--matrix", str(REPO / "matrix.yaml"))

@@ -61,6 +61,7 @@ def generate(run_cli, tmp_path: Path, *args: str) -> Path:
     return script
 
 
+@pytest.mark.tools("shellcheck")
 @pytest.mark.parametrize("runtime", ["apptainer", "pyxis", "oci"])
 @pytest.mark.parametrize("gpus", ["8", "0"])
 def test_script_is_shellcheck_clean(run_cli, tmp_path: Path, runtime: str, gpus: str) -> None:
@@ -77,6 +78,7 @@ def test_script_is_shellcheck_clean(run_cli, tmp_path: Path, runtime: str, gpus:
     assert "#SBATCH --partition=gpu" in text and "#SBATCH --account=ml" in text
 
 
+@pytest.mark.tools("shellcheck")
 def test_shellcheck_is_not_blind(tmp_path: Path) -> None:
     bad = tmp_path / "bad.sh"
     bad.write_text("#!/bin/bash\nrm -rf $DIR/*\n")
@@ -119,9 +121,9 @@ def fake_bundle(tmp_path: Path) -> Path:
     return bundle
 
 
+@pytest.mark.host_torch
 @pytest.mark.parametrize("runtime", ["apptainer", "pyxis", "oci"])
 def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) -> None:
-    pytest.importorskip("torch", reason="the dry run trains on the host: pip install '.[scaling]'")
     port = free_port()
     bundle = fake_bundle(tmp_path)
     script = generate(run_cli, tmp_path, str(bundle) if runtime == "oci" else IMAGE, "--runtime", runtime,
@@ -160,6 +162,7 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
     assert "--rdzv-conf=join_timeout=900,read_timeout=900" in command and "--rdzv-backend=c10d" in command
 
 
+@pytest.mark.host_torch
 def test_dry_run_fails_when_ranks_disagree(run_cli, tmp_path: Path) -> None:
     broken = tmp_path / "broken-scripts"
     broken.mkdir()

@@ -9,7 +9,6 @@ import pytest
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys
-from buildtool.matrix.schema import load_matrix
 from buildtool.validate.runner import (
     expectations,
     find_cell,
@@ -18,13 +17,12 @@ from buildtool.validate.runner import (
     overall_result,
     run_flags,
 )
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import fixture_matrix
 
 
 @pytest.fixture(scope="module")
 def matrix():
-    return load_matrix(REPO / "matrix.yaml", REPO / "templates")
+    return fixture_matrix()
 
 
 def cell_of(matrix, key):
@@ -108,16 +106,17 @@ def test_test_code_hash_follows_the_test_code(tmp_path):
      "error: --peer 'jax=img:2' must be FRAMEWORK=IMAGE with FRAMEWORK one of pytorch, tensorflow"),
     (["validate", "--framework", "no-such-image"], "error: unknown FRAMEWORK='no-such-image'; choose one of: all, "),
 ])
-def test_bad_input_exits_2(run_cli, args, message):
-    code, out, err = run_cli(*args, "--matrix", str(REPO / "matrix.yaml"))
+def test_bad_input_exits_2(run_cli, fixture_project: Path, args, message):
+    code, out, err = run_cli(*args, "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 2, err
     assert out == ""
     [line] = err.strip().splitlines()
     assert line.startswith(message), line
 
 
-def test_unreachable_registry_exits_2(run_cli):
-    code, _, err = run_cli("validate", "127.0.0.1:9/pytorch-cpu-dev:x-2.13", "--matrix", str(REPO / "matrix.yaml"))
+def test_unreachable_registry_exits_2(run_cli, fixture_project: Path, no_registry_backoff):
+    code, _, err = run_cli("validate", "127.0.0.1:9/pytorch-cpu-dev:x-2.13",
+                           "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 2 and "unreachable" in err, err
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from buildtool.contracts.verdict import parse_verdict
-from buildtool.matrix.schema import load_matrix
 from buildtool.release.gates import check_version, spelling_problems, verdict_problems
+from tests.conftest import fixture_matrix
 from tests.signing import result, verdict
 
 REPO = Path(__file__).resolve().parent.parent
-CELLS = {c.key: c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells}
+CELLS = {c.key: c for c in fixture_matrix().cells}
 CPU, CUDA, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["pytorch-ngc:25.10"]
 D1 = "sha256:" + "1" * 64
 ALL = (".*",)       # a releaser who waives everything they can

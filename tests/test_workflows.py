@@ -13,12 +13,18 @@ import yaml
 from buildtool.contracts import names
 from buildtool.matrix.schema import load_matrix
 from buildtool.render.workflows import NIGHTLY_PATH, PR_PATH, RELEASE_PATH, WorkflowOptions, ci_matrix, render_workflows
+from tests.conftest import REPO, fixture_matrix
 
-REPO = Path(__file__).resolve().parent.parent
 PATHS = (PR_PATH, NIGHTLY_PATH, RELEASE_PATH)
 
 
 def matrix():
+    """The fixture matrix: what the workflows' contents are asserted on."""
+    return fixture_matrix()
+
+
+def real_matrix():
+    """The project's own matrix.yaml: only for the checks of the committed workflows."""
     return load_matrix(REPO / "matrix.yaml", REPO / "templates", display="matrix.yaml")
 
 
@@ -29,21 +35,24 @@ def check_jsonschema(path: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)
 
 
-def test_rendering_is_deterministic_and_committed() -> None:
-    first, second = render_workflows(matrix()), render_workflows(matrix())
+def test_real_project_workflows_are_deterministic_and_committed() -> None:
+    """The real project: its committed workflows are what its matrix.yaml renders."""
+    first, second = render_workflows(real_matrix()), render_workflows(real_matrix())
     assert first == second and set(first) == set(PATHS)
     for rel, data in first.items():
         assert (REPO / rel).read_bytes() == data, f"{rel} drifted: run `make render`"
 
 
+@pytest.mark.tools("check-jsonschema")
 @pytest.mark.parametrize("rel", PATHS)
-def test_committed_workflows_pass_the_github_schema(rel: str) -> None:
+def test_real_project_committed_workflows_pass_the_github_schema(rel: str) -> None:
     proc = check_jsonschema(REPO / rel)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.tools("check-jsonschema")
 def test_the_schema_check_catches_a_broken_workflow(tmp_path: Path) -> None:
-    doc = yaml.safe_load((REPO / NIGHTLY_PATH).read_text())
+    doc = load(NIGHTLY_PATH)
     del doc["jobs"]["build-validate"]["runs-on"]
     doc["jobs"]["report"]["timeout-minutes"] = "soon"
     broken = tmp_path / "broken.yml"
@@ -95,8 +104,8 @@ def test_release_is_manual_with_a_version_input() -> None:
     assert "RELEASE_RUNNER_LABELS" in doc["jobs"]["release"]["runs-on"]  # where the site registry is reachable
 
 
-def test_ci_matrix_narrows_real_plan_output(run_cli, tmp_path: Path) -> None:
-    code, out, err = run_cli("plan", "--json", "--matrix", str(REPO / "matrix.yaml"))
+def test_ci_matrix_narrows_real_plan_output(run_cli, tmp_path: Path, fixture_project: Path) -> None:
+    code, out, err = run_cli("plan", "--json", "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 0, err
     plan = tmp_path / "plan.json"
     plan.write_text(out)
@@ -119,11 +128,12 @@ def test_ci_matrix_rejects_non_plan_json() -> None:
 
 def test_check_fails_when_a_workflow_is_edited_by_hand(project: Path, run_cli) -> None:
     path = project / NIGHTLY_PATH
-    path.write_text(path.read_text().replace("timeout-minutes: 180", "timeout-minutes: 5"))
+    rendered = path.read_text()
+    path.write_text(rendered.replace("timeout-minutes: 180", "timeout-minutes: 5"))
     code, out, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "+    timeout-minutes: 180" in out and NIGHTLY_PATH in out
     code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
-    assert code == 0 and (project / NIGHTLY_PATH).read_text() == (REPO / NIGHTLY_PATH).read_text()
+    assert code == 0 and (project / NIGHTLY_PATH).read_text() == rendered
 
 
 def test_a_new_cell_changes_the_workflows(project: Path, run_cli) -> None:
@@ -141,15 +151,16 @@ def test_a_new_cell_changes_the_workflows(project: Path, run_cli) -> None:
     assert code == 1 and "pytorch-cpu:2.12" in out and PR_PATH in out
 
 
-def test_workflows_write_with_custom_labels(run_cli, tmp_path: Path) -> None:
+@pytest.mark.tools("check-jsonschema")
+def test_workflows_write_with_custom_labels(run_cli, tmp_path: Path, fixture_project: Path) -> None:
     code, out, err = run_cli("workflows", "write", "--gpu-labels", "self-hosted,a100", "--out", str(tmp_path),
-                             "--matrix", str(REPO / "matrix.yaml"))
+                             "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 0, err
     written = (tmp_path / NIGHTLY_PATH).read_text()
     assert '["self-hosted","a100"]' in written
     assert check_jsonschema(tmp_path / NIGHTLY_PATH).returncode == 0
     code, _, err = run_cli("workflows", "write", "--gpu-labels", " , ", "--out", str(tmp_path),
-                           "--matrix", str(REPO / "matrix.yaml"))
+                           "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 2 and "--gpu-labels" in err
 
 
@@ -160,4 +171,4 @@ def test_only_the_nightly_runners_get_the_verdict_signing_key() -> None:
     validate = [s for s in steps if "make validate" in s.get("run", "")]
     assert validate and all(s["env"]["DL_IMAGES_SIGNING_KEY"] == "${{ secrets.DL_IMAGES_SIGNING_KEY }}"
                             for s in validate)
-    assert "DL_IMAGES_SIGNING_KEY" not in (REPO / PR_PATH).read_text()
+    assert "DL_IMAGES_SIGNING_KEY" not in render_workflows(matrix())[PR_PATH].decode()

@@ -8,9 +8,9 @@ import yaml
 
 from buildtool.common.errors import MatrixError
 from buildtool.matrix import yamlsource
-from tests.conftest import REPO
+from tests.conftest import FIXTURE_MATRIX
 
-MATRIX = (REPO / "matrix.yaml").read_text()
+MATRIX = FIXTURE_MATRIX.read_text()
 LOADERS = [pytest.param(yaml.SafeLoader, id="pure-python")]
 if yamlsource.LIBYAML:
     LOADERS.append(pytest.param(yaml.CSafeLoader, id="libyaml"))

@@ -35,7 +35,7 @@ from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = "127.0.0.1:5000"

@@ -33,7 +33,7 @@ from buildtool.contracts import label_keys  # noqa: E402
 from buildtool.contracts.verdict import SCHEMA  # noqa: E402
 from tests.gpu_sim import NVML_MISMATCH, FakeGpus, runner_env  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
 GPU_CELL = "pytorch-ngc:25.10"
 GPU_LABELS = {

@@ -29,7 +29,7 @@ from buildtool.contracts import label_keys, names  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
 GPU_TESTS = ("test_gpus_visible", "test_ddp_nccl_allreduce_busbw", "test_profiler_cuda_kernels",
              "test_collectives_give_known_results_with_nccl")

@@ -16,7 +16,7 @@ from buildtool.build import engine
 from buildtool.contracts import label_keys
 from tests.test_render_quoting import MATRIX, TEMPLATES, _instructions, _render, _unquoted_templates
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine]  # FROM scratch: no registry
 
 HOSTILE_TEXT = [
     'say "hi" to $HOME and ${PATH} and `id`',

@@ -37,7 +37,7 @@ from test_rendezvous import torchrun_2nodes  # noqa: E402
 from buildtool.common.net import free_port  # noqa: E402
 from buildtool.launch.multinode import DDP_SCRIPT, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
 LATE_S = float(os.environ.get("LATE_PEER_S", "65"))
 JOIN_S = 900

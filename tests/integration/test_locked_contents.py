@@ -25,7 +25,7 @@ from buildtool.contracts import label_keys  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "image-tests" / "scripts" / "packages.py"
 TEST = "test_locked_packages_installed_at_their_versions"

@@ -20,7 +20,7 @@ from buildtool.contracts import frameworks, label_keys  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
 ROW = frameworks.Framework(name="fixturefw", module="json", distributions=(), gpu_count_expr="0",
                            events_writer=("torch_events.py",))

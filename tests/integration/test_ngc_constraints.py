@@ -19,7 +19,7 @@ from buildtool.contracts.locks import TOOLS_LOCK
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import load_matrix
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = "127.0.0.1:5000"
 CELL = "pytorch-ngc:25.10"

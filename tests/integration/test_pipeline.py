@@ -34,7 +34,7 @@ from buildtool.registry.sbom import contents, load_sbom
 from buildtool.validate.keys import TrustedKeys, dev_public_key
 from buildtool.validate.verdicts import find_verdicts
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = ("pytorch-cpu:2.13", "tensorflow-cpu:2.21")

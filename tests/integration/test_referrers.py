@@ -14,7 +14,7 @@ from buildtool.contracts.names import referrers_tag
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, attach, copy, fetch, referrers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 HOST = "127.0.0.1:5000"
 
 

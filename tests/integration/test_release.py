@@ -31,7 +31,7 @@ from buildtool.release.promote import LOCK_TAG, ReleaseOptions, release
 from tests import signing
 from tests.faultproxy import FaultProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = os.environ.get("REGISTRY_HOST", "127.0.0.1:5000")

@@ -22,7 +22,7 @@ from tests import signing
 from tests.faultproxy import FaultProxy
 from tests.integration.test_release import CPU, FAST, HOST, NGC, Space, push_single, rev, upstream
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
 
 @pytest.fixture

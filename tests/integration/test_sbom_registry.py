@@ -17,7 +17,7 @@ from buildtool.registry.referrers import add_referrers, copy_artifact
 from buildtool.registry.sbom import contents, find_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
 from buildtool.release.packages import package_notes, package_section
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 HOST = "127.0.0.1:5000"
 PROBE = {"python": "3.11.2", "os": "Debian GNU/Linux 12 (bookworm)", "cuda": "",
          "python_packages": {"torch": "2.13.0+cpu", "numpy": "2.4.6", "torch-tb-profiler": "0.4.3"},

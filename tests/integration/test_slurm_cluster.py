@@ -33,7 +33,7 @@ from tests.slurmcluster import LocalSlurm, hosts_file, missing_tools
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry, pytest.mark.slurm]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "image-tests" / "scripts"
