@@ -165,6 +165,11 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
             from None
 
 
+def render_cell_dockerfile(matrix: Matrix, cell: Cell, templates_dir: Path) -> str:
+    """One cell's Dockerfile as `render` writes it, rendered in memory (nothing is written)."""
+    return render_dockerfile(_environment(templates_dir), templates_dir, matrix, cell)
+
+
 @dataclass(frozen=True)
 class Outputs:
     """Every generated file, relative path -> bytes, plus the folders it owns."""

@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from buildtool.contracts import frameworks, label_keys
 from buildtool.matrix.schema import Cell, Matrix
-from buildtool.render.dockerfiles import _environment, render_dockerfile
+from buildtool.render.dockerfiles import render_cell_dockerfile
 
 
 def dockerfile_labels(text: str) -> dict[str, str]:
@@ -44,7 +44,7 @@ def dockerfile_labels(text: str) -> dict[str, str]:
 
 def template_labels(matrix: Matrix, cell: Cell, templates_dir: Path) -> dict[str, str]:
     """The static labels the cell's template writes (what the matrix says the image is)."""
-    return dockerfile_labels(render_dockerfile(_environment(templates_dir), templates_dir, matrix, cell))
+    return dockerfile_labels(render_cell_dockerfile(matrix, cell, templates_dir))
 
 
 def version_proof(cell: Cell) -> str:
