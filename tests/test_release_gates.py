@@ -13,7 +13,7 @@ from buildtool.contracts.verdict import TestResult as Outcome
 from buildtool.contracts.verdict import Verdict, VerdictError, parse_verdict
 from buildtool.matrix.plan import Settings, plan_cell, resolve_revision
 from buildtool.release.gates import Platform, check_version, image_problems, skip_allowed, verdict_problems
-from buildtool.release.promote import plan_tags, release_number, releases_in
+from buildtool.release.plan import plan_tags, release_number, releases_in
 from tests import signing
 from tests.conftest import fixture_matrix
 
@@ -270,7 +270,7 @@ def test_lock_staleness_rules() -> None:
     import socket
     import time
 
-    from buildtool.release.promote import _ACTIVE_TOKENS, RepoLock
+    from buildtool.release.lock import _ACTIVE_TOKENS, RepoLock
 
     lock = RepoLock(None, "repo")  # type: ignore[arg-type]  # _free reads no registry
     me, later = socket.gethostname(), f"{time.time() + 60:.3f}"
@@ -326,7 +326,7 @@ def test_waivers_are_explicit_and_never_cover_gpu_tests_of_gpu_cells() -> None:
 def test_standins_are_read_from_the_mirror_only() -> None:
     """BASE_MIRROR in upstream=mirror form maps only some hosts: an unmapped base is the upstream
     itself, not a mirror's stand-in, and is not read (nvcr.io cannot be reached)."""
-    from buildtool.release.promote import read_standins
+    from buildtool.release.read import read_standins
 
     class Reads:
         host = "127.0.0.1:5000"

@@ -220,7 +220,7 @@ def test_release_gates_on_the_cells_groups_even_where_the_checkout_lacks_a_folde
     (what validate did when it dropped a group without a folder): release refuses it, naming the group,
     instead of comparing the verdict with the groups that folder happens to have."""
     from buildtool.matrix.plan import CellPlan
-    from buildtool.release import promote
+    from buildtool.release import gather, promote
     from buildtool.release.testcode import KnownCode
     from buildtool.validate import collect, verdicts
     from tests.signing import CODE, KEY, trusted
@@ -240,7 +240,7 @@ def test_release_gates_on_the_cells_groups_even_where_the_checkout_lacks_a_folde
                                 digest=D1)
     options = promote.ReleaseOptions("0.1.0", "0123456789ab", trusted=trusted(),
                                      known_code=KnownCode({CODE: ("image-tests at the image's revision", folder)}))
-    promote._gate_verdict(None, item, plan, "pytorch-cpu-dev", options)  # type: ignore[arg-type]
+    gather._gate_verdict(None, item, plan, "pytorch-cpu-dev", options)  # type: ignore[arg-type]
     assert any(f"image-tests at the image's revision has no folder {folder / 'pytorch'}/ for the group pytorch "
                "of pytorch-cpu:2.13" in p for p in item.problems), item.problems
     assert any("did not run the group(s) pytorch that the matrix gives pytorch-cpu:2.13" in p

@@ -146,7 +146,7 @@ def read_ddp_script(root: Path) -> str:
 def names_cell(tag: str, cell: Cell) -> bool:
     """Whether `tag` is one of the tags `cell` has: its version, a release or moving tag its templates
     make (a release that is a PEP 440 version), or a dev tag `<revision>-<version>`."""
-    from buildtool.release.promote import release_number
+    from buildtool.release.plan import release_number
 
     if tag == cell.version:
         return True

@@ -15,8 +15,8 @@ from buildtool.common.documents import render_document
 from buildtool.common.files import write_atomic
 from buildtool.contracts.image_labels import ImageLabels
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
+from buildtool.release.model import ImageRelease, ReleaseReport
 from buildtool.release.packages import NOTES_LIMIT
-from buildtool.release.promote import ImageRelease, ReleaseReport
 
 
 def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:

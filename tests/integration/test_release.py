@@ -397,7 +397,7 @@ def test_concurrent_identical_releases_both_succeed(space: Space) -> None:
 
 
 def test_held_lock_makes_another_release_wait_then_report(space: Space) -> None:
-    from buildtool.release.promote import RepoLock
+    from buildtool.release.lock import RepoLock
 
     r = rev()
     space.build(CPU, r)
@@ -417,7 +417,7 @@ def test_held_lock_makes_another_release_wait_then_report(space: Space) -> None:
 
 def test_mount_refusal_is_an_error_not_a_data_copy(space: Space) -> None:
     from buildtool.registry.client import RegistryError
-    from buildtool.release.promote import copy_manifest
+    from buildtool.release.execute import copy_manifest
 
     r = rev()
     digest = space.build(CPU, r)
@@ -624,7 +624,7 @@ def test_concurrent_releases_of_two_versions_leave_latest_on_the_newer(space: Sp
 # -- the lock's settle wait and what is done in it ---------------------------------------------
 
 def test_work_in_the_lock_settle_runs_once_and_a_lost_race_is_retaken_without_it(space: Space) -> None:
-    from buildtool.release.promote import RepoLock
+    from buildtool.release.lock import RepoLock
 
     repo = space.rel_repo(CPU)
     space.client.put_blob(repo, b"{}")

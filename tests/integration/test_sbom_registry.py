@@ -107,7 +107,7 @@ def test_sbom_of_an_image_without_one_is_a_failure_and_a_bad_reference_is_bad_in
 
 
 def copy_sbom(client: RegistryClient, dev: str, rel: str, digest: str) -> str:
-    """What a promotion does with an image's SBOM (release.promote.stage, then promote): the newest
+    """What a promotion does with an image's SBOM (release.execute.stage, then promote): the newest
     one of the dev repository becomes a referrer of the same digest in the release repository."""
     sbom = find_sbom(client, dev, digest)
     assert sbom is not None

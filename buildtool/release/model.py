@@ -1,0 +1,112 @@
+"""What a release is made of: the options, each image's promotion (gate results, tag plan,
+what happened) and the report. Data only.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildtool.contracts.verdict import Verdict
+from buildtool.registry.referrers import Referrer
+from buildtool.release.gates import Platform
+from buildtool.release.testcode import KnownCode
+from buildtool.validate.keys import TrustedKeys
+
+
+@dataclass
+class TagAction:
+    tag: str
+    moving: bool
+    current: str | None          # digest the tag points at now (None: absent)
+    action: str = ""             # create | exists | move | keep | refuse
+    note: str = ""
+
+
+@dataclass
+class ImageRelease:
+    """One cell's promotion: gate results, tag plan and what happened."""
+
+    cell: str
+    image: str
+    source: str                  # dev ref
+    release_repo: str
+    digest: str = ""
+    media_type: str = ""
+    platforms: list[Platform] = field(default_factory=list)
+    verdict: Verdict | None = None    # the counting verdict, typed (parsed where it was read)
+    verdict_ref: str = ""        # <dev repo>@<attestation digest>
+    attestation: Referrer | None = None
+    signer: str = ""             # key id (and name) that signed the verdict
+    ignored: list[str] = field(default_factory=list)    # attestations that did not verify, and why
+    notes: list[str] = field(default_factory=list)      # facts worth a line in the release notes
+    tags: list[TagAction] = field(default_factory=list)
+    status: str = "pending"      # refused | ready | promoted | unchanged | failed | not attempted | dry-run
+    problems: list[str] = field(default_factory=list)
+    tags_made: list[str] = field(default_factory=list)
+    # After a failure, tags whose write got no answer and that could not be read back: unknown.
+    tags_unknown: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)   # moving tags put back by the final re-check
+    previous: dict[str, Any] | None = None
+    skips: list[dict[str, Any]] = field(default_factory=list)   # each skipped test and what accepted it
+    packages: dict[str, Any] | None = None   # SBOM and package changes (release.packages)
+    _raw: bytes = b""
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.platforms)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.platforms[0].labels if self.platforms else {}
+
+    def tag_refs(self) -> list[str]:
+        return [f"{self.release_repo}:{t.tag}" for t in self.tags if t.action != "keep"]
+
+
+@dataclass
+class ReleaseReport:
+    version: str
+    revision: str
+    images: list[ImageRelease]
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(i.status in ("promoted", "unchanged", "dry-run") for i in self.images)
+
+    @property
+    def refused(self) -> list[ImageRelease]:
+        return [i for i in self.images if i.status == "refused"]
+
+
+@dataclass
+class ReleaseOptions:
+    version: str
+    revision: str
+    force: bool = False
+    dry_run: bool = False
+    lock_wait_s: float = 60.0
+    lock_ttl_s: float = 300.0
+    accept_skips: tuple[str, ...] = ()      # --accept-skip regexes: explicit, recorded waivers
+    lock_settle_s: float | None = None     # None: adaptive, 5 lock-write round trips (at least 20 ms)
+    # Keys whose verdicts count (none: nothing passes); a Future when they are still being read
+    # (buildtool.cli.release_run reads them while the first registry requests are on their way).
+    trusted: TrustedKeys | Future[TrustedKeys] = field(default_factory=TrustedKeys)
+    # The image-tests code a verdict may have run (buildtool.release.testcode: image-tests as committed
+    # at the image's revision and at the release commit); None: nothing to compare with, so no verdict counts.
+    known_code: KnownCode | Future[KnownCode] | None = None
+
+    def trusted_keys(self) -> TrustedKeys:
+        return self.trusted.result() if isinstance(self.trusted, Future) else self.trusted
+
+    def test_code(self) -> KnownCode | None:
+        return self.known_code.result() if isinstance(self.known_code, Future) else self.known_code
+
+
+@dataclass
+class TagState:
+    current: dict[str, str | None]
+    tags: list[str]
+    previous: dict[str, Any] | None = None

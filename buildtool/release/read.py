@@ -1,0 +1,164 @@
+"""Reads of a release (no writes): each platform image's size, labels and layers, the base's labels,
+the mirror's stand-ins, the release repository's tags now and its previous release.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from packaging.version import Version
+
+from buildtool.common.refs import split_repo, split_repo_path
+from buildtool.contracts import label_keys
+from buildtool.matrix.plan import CellPlan, Settings, mirror_base
+from buildtool.registry.client import (
+    INDEX_TYPES,
+    NotFound,
+    RegistryClient,
+    RegistryError,
+    RegistryUnreachable,
+    RetryPolicy,
+    sha256_digest,
+)
+from buildtool.release.gates import Platform, StandIns
+from buildtool.release.model import ImageRelease, TagState
+from buildtool.release.plan import apply_tag_plan, releases_in
+
+if TYPE_CHECKING:
+    from buildtool.matrix.schema import Cell
+
+READ_THREADS = 8
+
+
+def _platform_name(descriptor: dict[str, Any]) -> str:
+    plat = descriptor.get("platform") or {}
+    return "/".join(x for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
+
+
+def _config_labels(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> dict[str, str]:
+    config = manifest.get("config", {})
+    if not config.get("digest"):
+        return {}
+    body = json.loads(client.get_blob(repo, config["digest"]))
+    return dict((body.get("config") or {}).get("Labels") or {})
+
+
+def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: str) -> list[Platform]:
+    """Size, labels and layers of each platform image (config blobs are small; layers are not read),
+    and the labels of the base each names by digest, where that base is in the same registry."""
+    manifest = json.loads(raw)
+    if media_type in INDEX_TYPES:
+        out = []
+        for child in manifest.get("manifests", []):
+            name = _platform_name(child)
+            if name == "unknown/unknown":   # attestation manifests of BuildKit
+                continue
+            child_raw, child_type, child_digest = client.get_manifest(repo, child["digest"])
+            for p in read_platforms(client, repo, child_raw, child_type):
+                out.append(Platform(name, child_digest, p.size, p.labels, p.layers, p.base_labels))
+        return out
+    config = manifest.get("config", {})
+    layers = tuple(str(layer.get("digest")) for layer in manifest.get("layers", []))
+    size = int(config.get("size", 0)) + sum(int(layer.get("size", 0)) for layer in manifest.get("layers", []))
+    labels = _config_labels(client, repo, manifest)
+    return [Platform("", sha256_digest(raw), size, labels, layers, _base_labels(client, labels))]
+
+
+def _base_labels(client: RegistryClient, labels: dict[str, str]) -> dict[str, str] | None:
+    """The labels of the base image the labels name (by digest, in the repository of the base the
+    build pulled), when that repository is in this registry; None when it cannot be found here."""
+    digest, ref = labels.get(label_keys.OCI_BASE_DIGEST, ""), labels.get(label_keys.BASE_REF, "")
+    if not digest.startswith("sha256:") or not ref:
+        return None
+    try:
+        host, repo, _ = split_repo(ref)
+    except ValueError:
+        return None
+    if host != client.host:
+        return None
+    try:
+        raw, media_type, _ = client.get_manifest(repo, digest)
+        manifest = json.loads(raw)
+        if media_type in INDEX_TYPES:
+            child = next((m for m in manifest.get("manifests", []) if _platform_name(m) != "unknown/unknown"), None)
+            if child is None:
+                return {}
+            manifest = json.loads(client.get_manifest(repo, child["digest"])[0])
+        return _config_labels(client, repo, manifest)
+    except NotFound:
+        return None
+
+
+def read_standins(client: RegistryClient, settings: Settings, cells: Sequence[Cell]) -> tuple[StandIns, list[str]]:
+    """The stand-in bases of the mirror (BASE_MIRROR, or the registry released into when unset):
+    digests and layer lists of every upstream base the matrix gives a stand-in for. Returns them
+    and the problems reading them (a mirror that cannot be read cannot vouch for provenance)."""
+    found, problems = StandIns(), []
+    mirror = settings.base_mirror or client.host
+    for cell in cells:
+        if cell.standin is None:
+            continue
+        ref = mirror_base(cell.base, mirror)
+        if ref == cell.base:
+            continue   # BASE_MIRROR maps other upstreams only: this base has no mirror to hold a stand-in
+        try:
+            host, repo, tag = split_repo(ref)
+        except ValueError:
+            continue
+        if host != client.host and not settings.base_mirror:
+            continue
+        reader = client if host == client.host else RegistryClient(host, retry=RetryPolicy(attempts=2, timeout=10))
+        try:
+            raw, media_type, digest = reader.get_manifest(repo, tag)
+        except NotFound:
+            continue
+        except (RegistryError, RegistryUnreachable) as exc:
+            problems.append(f"cannot read the stand-in {ref} to check provenance ({exc})")
+            continue
+        manifest = json.loads(raw)
+        found.add(ref, digest, [str(layer.get("digest")) for layer in manifest.get("layers", [])])
+        if media_type in INDEX_TYPES:
+            for child in manifest.get("manifests", []):
+                child_raw, _, child_digest = reader.get_manifest(repo, child["digest"])
+                layers = [str(layer.get("digest")) for layer in json.loads(child_raw).get("layers", [])]
+                found.add(ref, child_digest, layers)
+    return found, problems
+
+
+def _tag_state(client: RegistryClient, repo: str, plan: CellPlan) -> tuple[dict[str, str | None], list[str]]:
+    tags = client.tags(repo)
+    current = {t: (client.manifest_digest(repo, t) if t in tags else None)
+               for t in (*plan.release_tags, *plan.moving_tags)}
+    return current, tags
+
+
+def read_tag_state(client: RegistryClient, plan: CellPlan, version: str, with_previous: bool = True) -> TagState:
+    """The release repository's tags of this cell now, and its previous release."""
+    _, repo = split_repo_path(plan.release_repo)
+    current, tags = _tag_state(client, repo, plan)
+    state = TagState(current, tags)
+    if with_previous:
+        state.previous = previous_release(client, repo, plan.cell, version, tags)
+    return state
+
+
+def plan_item(client: RegistryClient, item: ImageRelease, plan: CellPlan, version: str, force: bool,
+              with_previous: bool = True, state: TagState | None = None) -> None:
+    """Read the release repository's tags now (unless given: `state`) and plan the item's tags."""
+    state = state or read_tag_state(client, plan, version, with_previous)
+    apply_tag_plan(item, plan, version, force, state, with_previous)
+
+
+def previous_release(client: RegistryClient, repo: str, cell: Cell, version: str,
+                     tags: list[str]) -> dict[str, Any] | None:
+    """The newest earlier release of this cell in the release repository: tag, digest, size, labels."""
+    older = {v: t for v, t in releases_in(tags, cell).items() if v < Version(version)}
+    if not older:
+        return None
+    number = max(older)
+    raw, media_type, digest = client.get_manifest(repo, older[number])
+    platforms = read_platforms(client, repo, raw, media_type)
+    return {"release": str(number), "tag": older[number], "digest": digest,
+            "size": sum(p.size for p in platforms), "labels": platforms[0].labels if platforms else {}}
