@@ -18,11 +18,11 @@ import pytest
 from buildtool.common.errors import FailedError, MatrixError
 from buildtool.common.sizes import SizeError, doubling
 from buildtool.contracts import gpu, label_keys, versions
-from buildtool.contracts.verdict import derive_result
+from buildtool.contracts.verdict import Gpu, derive_result
 from buildtool.matrix.schema import parse_matrix
 from buildtool.render.catalogue import render_catalogue
 from buildtool.render.dockerfiles import render_outputs
-from buildtool.validate import runner
+from buildtool.validate import engine, runner
 from tests.conftest import fixture_matrix
 from tests.gpu_sim import NO_RUNTIME, NVML_MISMATCH, FakeGpus, engine_shim, runner_env
 from tests.signing import complete
@@ -238,7 +238,7 @@ def test_engine_without_nvidia_runtime_is_a_failure_naming_the_toolkit(tmp_path,
     fake.write_text("#!/bin/bash\nfor a in \"$@\"; do case \"$a\" in --gpus*) "
                     f"echo {NO_RUNTIME!r} >&2; exit 125;; esac; done\nexit 0\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(runner, "DOCKER", str(fake))
+    monkeypatch.setattr(engine, "DOCKER", str(fake))
     flags, dropped = runner.probe_flags("img", ["--shm-size=8g"], print)
     assert flags == ["--shm-size=8g"] and dropped == []
     with pytest.raises(FailedError) as caught:
@@ -337,7 +337,7 @@ def test_baseline_is_the_newest_passing_verdict_of_the_cell_on_the_same_gpus(tmp
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(json.dumps(data))
     (tmp_path / "broken.verdict.json").write_text("{not json")
-    inventory = runner.Inventory([runner.Gpu(index=str(i), name="NVIDIA H100 80GB HBM3") for i in range(8)])
+    inventory = runner.Inventory([Gpu(index=str(i), name="NVIDIA H100 80GB HBM3") for i in range(8)])
     found = runner.busbw_baseline([tmp_path, tmp_path / "missing"], key, inventory)
     assert found["peak_GBps"] == 380.0 and found["started"].startswith("2026-01-03")
     assert "b/verdict.json" in found["source"]

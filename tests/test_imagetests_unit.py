@@ -23,7 +23,7 @@ from buildtool.contracts import label_keys
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
 from buildtool.matrix.schema import parse_matrix
 from buildtool.matrix.yamlsource import load_yaml
-from buildtool.validate import runner
+from buildtool.validate import pytest_run, runner
 from buildtool.validate.labels import dockerfile_labels, label_checks, template_labels, version_proof
 from tests.conftest import FIXTURE_MATRIX, fixture_matrix
 
@@ -470,7 +470,7 @@ def test_a_spent_deadline_fails_the_tests_as_not_run(tmp_path):
 def test_pytest_is_stopped_at_the_deadline(tmp_path):
     fired: list[bool] = []
     argv = [sys.executable, "-c", "import time; print('working', flush=True); time.sleep(60)"]
-    rc = runner._run_pytest(argv, tmp_path, tmp_path / "log", 1, lambda line: None, fired)
+    rc = pytest_run._run_pytest(argv, tmp_path, tmp_path / "log", 1, lambda line: None, fired)
     assert fired and rc == -signal.SIGTERM
     assert "ran out" in runner.deadline_problem(480, True, None, rc)
     assert runner.deadline_problem(480, False, {"tests": [], "interrupted": ""}, 0) == ""

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import UserError
+from buildtool.common.refs import has_registry
 from buildtool.contracts import label_keys
+from buildtool.validate.collect import image_tests_hash
 from buildtool.validate.runner import (
     expectations,
     find_cell,
-    has_registry,
-    image_tests_hash,
     overall_result,
     run_flags,
 )

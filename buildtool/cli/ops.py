@@ -367,7 +367,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{python} cannot import torch; `pip install '.[scaling]'` or pass --image")
         # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
         if counts == GPU_COUNTS or (kind == "docker" and any(f.startswith("--gpus") for f in docker_flags)):
-            from buildtool.validate.runner import gpu_inventory
+            from buildtool.validate.probe import gpu_inventory
 
             inventory = gpu_inventory()
             if not inventory.gpus:
@@ -378,7 +378,7 @@ def register(app: typer.Typer) -> None:
         else:
             wanted = parse_counts(counts)
         if kind == "docker" and cell:
-            from buildtool.validate.runner import probe_flags
+            from buildtool.validate.probe import probe_flags
 
             # As validate does: an engine that cannot grant a ulimit runs with its default, and says so.
             kept, _ = probe_flags(image, list(docker_flags), lambda line: err.print(line, markup=False))

@@ -1,0 +1,32 @@
+"""What a validation is asked to do (`buildtool validate` flags, and the toolkit's own tests' faults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
+
+DEFAULT_JOIN_TIMEOUT_S = float(JOIN_TIMEOUT_S)
+
+
+@dataclass
+class Options:
+    store: bool = True
+    select: str | None = None
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S
+    missing_peer_timeout_s: float = 10.0
+    peers: dict[str, str] = field(default_factory=dict)
+    reports: Path = Path("reports")
+    cell: str | None = None
+    # Fault injection for the toolkit's own tests: flags appended after the run profile's.
+    extra_run_flags: list[str] = field(default_factory=list)
+    peer_run_flags: list[str] = field(default_factory=list)
+    ddp_master_addr: str = "127.0.0.1"
+    ddp_timeout_s: float = 60.0
+    deadline_s: float | None = None   # overrides the cell's validate.deadline_s
+    # A declared GPU runner: fail (exit 1) unless its GPUs are seen and usable.
+    require_gpu: bool = False
+    # Folders of earlier verdicts (verdict.json, *.verdict.json) to compare bus bandwidth with;
+    # the reports folder is always searched too.
+    baselines: list[Path] = field(default_factory=list)

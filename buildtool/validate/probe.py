@@ -1,0 +1,201 @@
+"""What this runner can run a cell with: its GPUs (nvidia-smi), the cell's run profile as docker flags,
+what the engine grants of them (a throwaway container), and the bus bandwidth earlier verdicts of
+the same GPUs measured.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts import gpu, label_keys
+from buildtool.contracts.verdict import (
+    Gpu,
+    VerdictError,
+    parse_verdict,
+)
+from buildtool.matrix.schema import Cell
+from buildtool.validate.engine import Log, _docker
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The runner's GPUs as nvidia-smi on the host reports them."""
+
+    gpus: list[Gpu]
+    driver: str = ""
+    cuda_driver: str = ""
+    problem: str = ""     # why nvidia-smi gave no GPUs (missing, failing), "" when it listed some
+
+    def as_dicts(self) -> list[dict[str, str]]:
+        return [{"index": g.index, "name": g.name, "driver": g.driver} for g in self.gpus]
+
+
+NVIDIA_SMI_TIMEOUT_S = 30
+_CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
+
+
+def _nvidia_smi(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
+
+
+def gpu_inventory() -> Inventory:
+    """Model, count, driver and the driver's CUDA version of this host's GPUs (nvidia-smi first on PATH)."""
+    try:
+        proc = _nvidia_smi("--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits")
+    except FileNotFoundError:
+        return Inventory([], problem="nvidia-smi not found (no NVIDIA driver on this runner)")
+    except subprocess.TimeoutExpired:
+        return Inventory([], problem=f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S}s")
+    if proc.returncode != 0:
+        said = (proc.stdout + proc.stderr).strip().splitlines()
+        return Inventory([], problem=f"nvidia-smi failed (exit {proc.returncode}): {said[0] if said else 'no output'}")
+    gpus = []
+    for line in proc.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3:
+            memory = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else None
+            gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2], memory_mib=memory))
+    if not gpus:
+        return Inventory([], problem="nvidia-smi lists no GPU")
+    cuda_driver = ""
+    try:
+        header = _nvidia_smi()
+        match = _CUDA_VERSION_RE.search(header.stdout)
+        cuda_driver = match.group(1) if match else ""
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return Inventory(gpus, driver=gpus[0].driver, cuda_driver=cuda_driver)
+
+
+def runner_gpus() -> tuple[list[dict[str, str]], str]:
+    """GPUs on this host as nvidia-smi sees them (none when it is missing or failing) and the driver."""
+    found = gpu_inventory()
+    return found.as_dicts(), found.driver
+
+
+def require_gpus(inventory: Inventory) -> None:
+    """A declared GPU runner that cannot see its GPUs fails at once (exit 1), before any test."""
+    if not inventory.gpus:
+        raise FailedError(f"this runner is declared a GPU runner (--require-gpu or {gpu.REQUIRE_GPU_ENV}) but has "
+                          f"no usable GPU: {inventory.problem}; fix the NVIDIA driver (nvidia-smi must list the "
+                          "GPUs; after a kernel or driver update, reboot or reload the nvidia modules)")
+
+
+def run_flags(cell: Cell, labels: dict[str, str], gpus: list[dict[str, str]], log: Log) -> list[str]:
+    """The cell's run profile as docker flags; `--gpus` only where this runner has GPUs."""
+    label = labels.get(label_keys.RUN_PROFILE)
+    if label:
+        try:
+            built = json.loads(label)
+            if built.get("shm_size") not in (None, cell.run.shm_size):
+                log(f"note: the image was built with run profile shm_size={built.get('shm_size')}, "
+                    f"the matrix now says {cell.run.shm_size}; testing the matrix's")
+        except (ValueError, AttributeError):
+            log(f"note: label {label_keys.RUN_PROFILE} is not JSON; ignored")
+    flags = [f for f in cell.run.docker_flags() if not f.startswith("--gpus")]
+    if gpus and cell.run.gpus != "none":
+        flags.append(f"--gpus={cell.run.gpus}")
+    return flags
+
+
+def gpu_start_problem(stderr: str, cuda: str | None) -> str:
+    """What a refused `docker run --gpus` means, with the fix."""
+    said = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "no message"
+    lower = stderr.lower()
+    if any(marker in lower for marker in gpu.NO_RUNTIME_MARKERS):
+        return f"the Docker engine has no NVIDIA runtime for --gpus ({said}): {gpu.TOOLKIT_FIX}"
+    if any(marker in lower for marker in gpu.DRIVER_TOO_OLD_MARKERS):
+        need = f"NVIDIA driver {gpu.min_driver(cuda)} or newer (CUDA {cuda})" if cuda else "a newer NVIDIA driver"
+        return f"the host's NVIDIA driver is too old for this image ({said}): install {need}"
+    return f"containers cannot be started with their GPUs ({said}); check the NVIDIA driver and Container Toolkit"
+
+
+def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None) -> tuple[list[str], list[str]]:
+    """Start a throwaway container with `flags`; drop ulimits the engine cannot grant.
+
+    Some engines (rootless, nested, locked-down hosts) cannot raise a hard limit such as
+    memlock=-1. The run then goes on with the engine's default for that limit, and the
+    deviation is recorded so the ulimit test reports it as skipped, never as passed.
+    GPU flags are probed on their own afterwards: an engine that cannot give containers their
+    GPUs is a failure of this runner (FailedError, exit 1) that names the fix.
+    """
+    # `--entrypoint true`: only the engine's answer to the flags matters here, and an image whose
+    # entrypoint ignores its command or hangs must not stall validation (the tests report it).
+    # Exit 125 is the engine refusing to start the container; any other code means it started.
+    def start(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return _docker("run", "--rm", "--network", "none", "--entrypoint", "true", *args, image, timeout=timeout)
+
+    gpu_flags = [f for f in flags if f.startswith("--gpus")]
+    plain = [f for f in flags if not f.startswith("--gpus")]
+    proc = start(*plain)
+    kept, dropped = list(plain), []
+    if proc.returncode == 125:
+        if "rlimit" not in proc.stderr:
+            raise UserError(f"cannot start {image} with its run profile ({' '.join(plain)}): "
+                            f"{proc.stderr.strip()[-300:]}")
+        kept = []
+        for flag in plain:
+            if flag.startswith("--ulimit") and start(flag).returncode == 125:
+                dropped.append(flag.split("=", 1)[1].split("=")[0])
+                log(f"note: this engine cannot grant {flag}; running with its default and reporting the check "
+                    "as skipped")
+            else:
+                kept.append(flag)
+    if gpu_flags:
+        proc = start(*kept, *gpu_flags, timeout=300)
+        if proc.returncode == 125:
+            raise FailedError(f"this runner lists GPUs but {image} cannot be started with them: "
+                              + gpu_start_problem(proc.stderr, cuda))
+    return kept + gpu_flags, dropped
+
+
+def check_cell_gpus(cell: Cell, inventory: Inventory) -> None:
+    """A GPU cell on a runner that lists GPUs: its driver must support the cell's CUDA (exit 1 if not)."""
+    if cell.needs_gpu and inventory.gpus and cell.cuda:
+        problem = gpu.driver_problem(cell.cuda, inventory.driver, inventory.cuda_driver)
+        if problem:
+            raise FailedError(f"cannot validate {cell.key} here: {problem}")
+
+
+BASELINE_GLOBS = ("verdict.json", "*.verdict.json")   # as validate and `buildtool report --fetch` write them
+
+
+def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory) -> dict[str, Any]:
+    """The newest earlier verdict of `cell` on the same GPU model and count whose bus-bandwidth
+    check passed: its peak, where it comes from and when ({} when there is none)."""
+    if not inventory.gpus:
+        return {}
+    model, count = inventory.gpus[0].name, len(inventory.gpus)
+    best: dict[str, Any] = {}
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in sorted({p for pattern in BASELINE_GLOBS for p in folder.rglob(pattern)}):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if isinstance(data, dict):
+                data.pop("size_bytes", None)       # what `buildtool report --fetch` adds to a verdict
+            try:
+                earlier = parse_verdict(data, str(path))
+            except VerdictError:
+                continue                           # not a verdict (a missing record, another schema): no baseline
+            if earlier.cell != cell:
+                continue
+            gpus = earlier.runner.gpus
+            peak = gpu.busbw_peak(earlier.figures)
+            checked = any(t.gpu and "busbw" in t.id and t.result == "passed" for t in earlier.tests)
+            if peak is None or not checked or len(gpus) != count or gpus[0].name != model:
+                continue
+            started = earlier.started
+            if not best or started > best["started"]:
+                best = {"peak_GBps": peak, "started": started, "digest": earlier.digest,
+                        "gpu_model": model, "gpus": count, "source": f"{path} ({started})"}
+    return best

@@ -1,0 +1,127 @@
+"""What the image tests are told (pure): the image's matrix cell, what it claims to contain, the
+framework's facts, and the target file's contents; and the pytest command line that runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.errors import UserError
+from buildtool.contracts import frameworks, gpu, label_keys, versions
+from buildtool.contracts.target import Expectations, FrameworkInfo, Target
+from buildtool.matrix.schema import Cell, Matrix
+from buildtool.validate.collect import PLUGIN
+from buildtool.validate.engine import Resolved
+from buildtool.validate.options import Options
+
+
+def find_cell(matrix: Matrix, labels: dict[str, str], override: str | None, ref: str) -> Cell:
+    key = override or labels.get(label_keys.CELL)
+    if not key:
+        raise UserError(f"image {ref} has no {label_keys.CELL} label; pass --cell NAME:VERSION")
+    for cell in matrix.cells:
+        if cell.key == key:
+            return cell
+    raise UserError(f"image {ref} names cell {key!r}, which is not in the matrix; pass --cell or update matrix.yaml")
+
+
+def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
+    """What the image claims to contain: from its matrix cell and its labels."""
+    standin = labels.get(label_keys.STANDIN) == "true"
+    module = frameworks.get(cell.framework).module
+    expect: dict[str, Any] = {"packages": dict(cell.packages), "standin": standin}
+    try:
+        # An empty label is no label (a derived image cannot delete one, only empty it).
+        locked = json.loads(labels[label_keys.PACKAGES]) if labels.get(label_keys.PACKAGES) else None
+    except ValueError:
+        raise UserError(f"label {label_keys.PACKAGES} of the image is not JSON; rebuild it with `buildtool build`") \
+            from None
+    expect["locked"] = locked if isinstance(locked, dict) else None
+    if standin:
+        value = labels.get(label_keys.STANDIN_FRAMEWORK)
+        if not value:
+            raise UserError(f"stand-in image without {label_keys.STANDIN_FRAMEWORK}; rebuild it with `buildtool build`")
+        expect["framework_claims"] = [{
+            "source": f"stand-in label {label_keys.STANDIN_FRAMEWORK}", "value": value,
+            "note": (f"stand-in image: compared against the stand-in's {module}, "
+                     f"not the cell's {cell.framework_version}"),
+        }]
+        expect["python"] = labels.get(label_keys.STANDIN_PYTHON, "")
+        expect["python_skip_reason"] = (f"stand-in image: its Python comes from the stand-in base, "
+                                        f"the cell's Python {cell.python} does not apply")
+    else:
+        claims = [{"source": f"matrix cell {cell.key}", "value": cell.framework_version}]
+        if labels.get(label_keys.FRAMEWORK_VERSION):
+            claims.append({"source": f"label {label_keys.FRAMEWORK_VERSION}",
+                           "value": labels[label_keys.FRAMEWORK_VERSION]})
+        expect["framework_claims"] = claims
+        expect["python"] = cell.python
+    scheme = frameworks.get(cell.framework).local_versions
+    for claim in expect["framework_claims"]:
+        # A stand-in is a CPU build of the framework, whatever the cell it stands in for.
+        rule = versions.expectation(claim["value"], scheme=scheme,
+                                    accelerator="cpu" if standin else cell.accelerator,
+                                    cuda=cell.cuda, ngc=None if standin else versions.ngc_release(cell.base))
+        claim.update(local_pattern=rule.local_pattern, local_text=rule.local_text)
+    return expect
+
+
+def framework_info(framework: frameworks.Framework) -> FrameworkInfo:
+    return FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
+                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers,
+                         cuda_build_expr=framework.cuda_build_expr,
+                         container_version_env=framework.container_version_env)
+
+
+def shm_fix(cell: Cell, matrix: Matrix) -> str:
+    """Where the /dev/shm promise is made, for messages that tell what to change."""
+    line = f", line {cell.line}" if cell.line else ""
+    return f"run.shm_size of {cell.key} in {Path(matrix.path).name}{line}"
+
+
+def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options: Options, *, flags: list[str],
+                 not_granted: list[str], usable: list[dict[str, str]], gpu_problem: str, baseline: dict[str, Any],
+                 run_id: str, deadline_s: float, probe_budget_s: float, expect: dict[str, Any]) -> Target:
+    """The target file's contents: the image, its cell and claims, the run flags the engine granted,
+    the GPUs the tests may use, the budgets, and what the image claims (`expect`: `expectations` and
+    what its labels must say)."""
+    floor = gpu.floor_for(dict(cell.busbw_floor_GBps), usable[0]["name"]) if usable else None
+    framework = frameworks.get(cell.framework)
+    return Target(
+        image=image.run_ref, ref=ref, digest=image.digest, cell=cell.key,
+        framework=cell.framework, framework_info=framework_info(framework),
+        peer_frameworks={f.name: framework_info(f) for f in frameworks.others(cell.framework)},
+        accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, labels=image.labels, image_env=image.env,
+        run_flags=flags, ulimits=dict(cell.run.ulimits), ulimits_not_granted=not_granted,
+        extra_run_flags=options.extra_run_flags, peer_run_flags=options.peer_run_flags,
+        shm_promised=cell.run.shm_size, shm_expected_bytes=cell.run.shm_bytes, shm_fix=shm_fix(cell, matrix),
+        expect=Expectations.model_validate(expect),
+        runner_gpus=usable,
+        gpu_problem=gpu_problem, cuda=cell.cuda or "",
+        busbw_floor_GBps=floor[1] if floor else None, busbw_floor_model=floor[0] if floor else "",
+        busbw_baseline=baseline,
+        rdzv_join_timeout_s=options.join_timeout_s, missing_peer_timeout_s=options.missing_peer_timeout_s,
+        ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
+        peers=options.peers, run_id=run_id,
+        deadline_s=deadline_s, probe_budget_s=probe_budget_s,
+    )
+
+
+def pytest_argv(tests_dir: Path, groups: list[str], out_dir: Path, cell_key: str, basetemp: Path,
+                select: str | None) -> list[str]:
+    """The pytest command line of a run: the cell's groups, the target file, where results go."""
+    # --rootdir: test ids must not depend on where the target and reports are (pytest derives its
+    # rootdir from every path on its command line).
+    argv = [sys.executable, "-m", "pytest", *[str(tests_dir / g) for g in groups], "--rootdir", str(tests_dir),
+            "-c", str(tests_dir / "pytest.ini"), "--target",
+            str(out_dir / "target.json"), "--results", str(out_dir / "results.json"), "--junitxml",
+            str(out_dir / "junit.xml"), "-o", "junit_family=xunit2", "-o", f"junit_suite_name={cell_key}", "-rs", "-q",
+            "-p", PLUGIN, "--defined-tests", str(out_dir / "defined.json"),
+            # What every probe wrote (records, outputs, results) stays beside the verdict for a post-mortem.
+            "--basetemp", str(basetemp)]
+    if select:
+        argv += ["-k", select]
+    return argv

@@ -1,0 +1,40 @@
+"""What the image tests are told (buildtool.validate.targets), built without an engine or a registry."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from buildtool.validate.engine import Resolved
+from buildtool.validate.options import Options
+from buildtool.validate.targets import build_target, expectations, pytest_argv
+from tests.conftest import fixture_matrix
+
+MATRIX = fixture_matrix()
+CPU = next(c for c in MATRIX.cells if c.key == "pytorch-cpu:2.13")
+IMAGE = Resolved("reg/pytorch-cpu-dev:x", "reg/pytorch-cpu-dev@sha256:" + "1" * 64, "sha256:" + "1" * 64, "reg",
+                 "pytorch-cpu-dev", {}, {"PATH": "/usr/bin"})
+
+
+def test_pytest_argv_names_the_groups_the_target_and_the_outputs(tmp_path: Path) -> None:
+    tests, out = tmp_path / "image-tests", tmp_path / "out"
+    argv = pytest_argv(tests, ["common", "pytorch"], out, CPU.key, out / "probes" / "r1", "not slow")
+    assert argv[:5] == [sys.executable, "-m", "pytest", str(tests / "common"), str(tests / "pytorch")]
+    for flag, value in (("--target", out / "target.json"), ("--results", out / "results.json"),
+                        ("--junitxml", out / "junit.xml"), ("--defined-tests", out / "defined.json"),
+                        ("--basetemp", out / "probes" / "r1"), ("--rootdir", tests), ("-k", "not slow")):
+        assert argv[argv.index(flag) + 1] == str(value)
+    assert f"junit_suite_name={CPU.key}" in argv
+    assert "-k" not in pytest_argv(tests, ["common"], out, CPU.key, out / "p", None)
+
+
+def test_build_target_is_what_it_was_given() -> None:
+    options = Options(extra_run_flags=["--pids-limit=64"], deadline_s=90)
+    target = build_target("reg/pytorch-cpu-dev:x", IMAGE, CPU, MATRIX, options, flags=["--shm-size=2g"],
+                          not_granted=["memlock"], usable=[], gpu_problem="", baseline={}, run_id="r1",
+                          deadline_s=90.0, probe_budget_s=60.0, expect={**expectations(CPU, {}), "labels": []})
+    assert (target.image, target.digest, target.cell) == (IMAGE.run_ref, IMAGE.digest, CPU.key)
+    assert target.run_flags == ["--shm-size=2g"] and target.ulimits_not_granted == ["memlock"]
+    assert target.extra_run_flags == ["--pids-limit=64"] and target.image_env == {"PATH": "/usr/bin"}
+    assert (target.deadline_s, target.probe_budget_s, target.run_id) == (90.0, 60.0, "r1")
+    assert target.busbw_floor_GBps is None and target.runner_gpus == []
