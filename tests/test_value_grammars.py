@@ -185,6 +185,9 @@ def test_apt_package(value: str, expected: str | None) -> None:
     ("file:///", ACCEPT),
     ("file:wheels", "a file URL needs an absolute path"),
     ("file:", "a file URL needs an absolute path"),
+    ("file://localhost/srv/wheels", ACCEPT),
+    ("file://srv/wheels", "a file URL names a folder on this machine, with no host: three slashes, "
+                          "e.g. file:///srv/wheels"),
     ("ftp://pypi.example.org/simple", "must start with https://, http:// or file://"),
     ("pypi.example.org/simple", "must start with https://, http:// or file://"),
     ("https://", "names no host"),

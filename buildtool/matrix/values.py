@@ -165,6 +165,10 @@ def _url(text: str, schemes: tuple[str, ...], what: str) -> str:
                          "configuration supplies them to builds as secrets")
     if parts.scheme == "file" and not parts.path.startswith("/"):
         raise ValueError(f"{text!r}: a file URL needs an absolute path, e.g. file:///srv/wheels")
+    if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+        # file://srv/wheels is the folder /wheels on a host named srv, not /srv/wheels.
+        raise ValueError(f"{text!r}: a file URL names a folder on this machine, with no host: three slashes, "
+                         f"e.g. file:///{parts.netloc}{parts.path}")
     del port
     return text
 
