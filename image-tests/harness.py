@@ -14,7 +14,9 @@ an entrypoint that talks cannot change a result; no login shell is ever started.
 Slow is not hung. A probe may run as long as what is left of the image's deadline
 (`buildtool validate` sets it from the matrix) while it makes progress (its processes' CPU time,
 page faults or I/O grow); it is cut as hung when none of that has grown for its quiet window
-(QUIET_S, or longer where the probe legitimately waits: a peer, a timeout of its own). So a cold
+(QUIET_S, or longer where the probe legitimately waits: a peer, a timeout of its own). A probe
+without the image's deadline (image-tests started without `buildtool validate`) is refused, never
+unbounded. So a cold
 page cache, which makes the first `import tensorflow` read for most of a minute, passes, and an
 import that blocks forever fails as "<step> hung: no CPU or I/O for 30 s" long before the
 deadline. The framework is imported once per image, first (`warm_up`), and its cold import time
@@ -77,6 +79,9 @@ class Deadline:
         return bool(self.ends_at) and self.left() <= 0
 
     def describe(self) -> str:
+        if not self.ends_at:
+            return ("no deadline was set for the image: image-tests run under `buildtool validate`, which sets it "
+                    "from validate.deadline_s in the matrix")
         by = f" ({self.spent_by} ran into it)" if self.spent_by else ""
         return f"the image's validation deadline of {self.total_s:.0f}s is spent{by}"
 
@@ -84,8 +89,9 @@ class Deadline:
         return f"validate.deadline_s {self.total_s:.0f} s" if self.total_s else "no deadline was set"
 
     def bound(self) -> float:
-        """What a probe starting now may use: what is left before the tests must stop."""
-        return self.left()
+        """What a probe starting now may use: what is left before the tests must stop (0 without a
+        deadline: a probe is never unbounded, it is refused)."""
+        return self.left() if self.ends_at else 0.0
 
 
 DEADLINE = Deadline()
@@ -203,7 +209,7 @@ class Probe:
         return ""
 
 
-def _docker(*args: str, timeout: float | None) -> subprocess.CompletedProcess[str]:
+def _docker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
 
 
@@ -304,7 +310,7 @@ class Container:
                 _seconds(probe.bound), _seconds(probe.quiet), ident, "--", *argv]
         started = time.monotonic()
         try:
-            proc = _docker(*full, timeout=None if probe.bound == float("inf") else probe.bound + HOST_GRACE_S)
+            proc = _docker(*full, timeout=probe.bound + HOST_GRACE_S)
             engine_rc, engine_err = proc.returncode, proc.stderr
         except subprocess.TimeoutExpired:
             self._kill_supervisor(host_dir)
@@ -500,8 +506,8 @@ def megabytes(n: int) -> str:
 
 
 def _seconds(value: float) -> str:
-    """A bound for supervise.py's command line ('inf' where no deadline was set)."""
-    return "inf" if value == float("inf") else f"{value:.1f}"
+    """A bound or quiet window for supervise.py's command line."""
+    return f"{value:.1f}"
 
 
 def human(n: int) -> str:

@@ -155,6 +155,16 @@ def test_probes_refuse_a_shell_string():
         container.run("ulimit -s", step="x")
 
 
+def test_a_probe_without_the_images_deadline_is_refused_never_unbounded(tmp_path):
+    """image-tests started without a target deadline: no probe runs without a bound."""
+    harness.set_deadline(0)
+    container = object.__new__(harness.Container)
+    probe = container.run(["python3", "-c", "pass"], step="x")
+    assert probe.error.startswith("not run: no deadline was set for the image"), probe.error
+    probe, _ = harness.run_once("img", [], ["true"], run_id="r", out_root=tmp_path, step="y")
+    assert probe.error.startswith("not run: no deadline was set for the image"), probe.error
+
+
 def test_hang_messages_tell_hung_from_slow():
     probe = harness.Probe(step="import torch", argv=["python3"], quiet=30, stalled=True, seconds=31.4)
     assert probe.cause() == "import torch hung: no CPU or I/O for 30 s; killed after 31 s"
