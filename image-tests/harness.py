@@ -14,12 +14,11 @@ an entrypoint that talks cannot change a result; no login shell is ever started.
 Slow is not hung. A probe may run as long as what is left of the image's deadline
 (`buildtool validate` sets it from the matrix) while it makes progress (its processes' CPU time,
 page faults or I/O grow); it is cut as hung when none of that has grown for its quiet window
-(QUIET_S, or longer where the probe legitimately waits: a peer, a timeout of its own). A probe
-without the image's deadline (image-tests started without `buildtool validate`) is refused, never
-unbounded. So a cold
+(QUIET_S, or longer where the probe legitimately waits: a peer, a timeout of its own). So a cold
 page cache, which makes the first `import tensorflow` read for most of a minute, passes, and an
 import that blocks forever fails as "<step> hung: no CPU or I/O for 30 s" long before the
-deadline. The framework is imported once per image, first (`warm_up`), and its cold import time
+deadline. A probe without the image's deadline (image-tests started without `buildtool validate`)
+is refused, never run unbounded. The framework is imported once per image, first (`warm_up`), and its cold import time
 and bytes read go into the verdict.
 """
 
