@@ -174,9 +174,9 @@ def test_bases_helpers(matrix):
 
 
 def test_bad_docker_client_setting_is_one_line_user_error(tmp_path):
-    engine.resolve_build_client.cache_clear()
-    with pytest.raises(UserError, match="DOCKER_CLIENT"):
+    with pytest.raises(UserError, match="DOCKER_CLIENT") as caught:
         engine.resolve_build_client(str(tmp_path / "no-such-docker"))
+    assert "\n" not in str(caught.value)
 
 
 def test_missing_engine_is_one_line_user_error(monkeypatch):

@@ -3,13 +3,13 @@
 Builds go through a docker CLI because BuildKit (secrets, `RUN --mount`, host network) is
 only reachable that way: `docker buildx build` where the plugin exists, otherwise a client
 with built-in BuildKit (`DOCKER_BUILDKIT=1 /usr/bin/docker build`, Debian's 20.10 client).
-The choice is configurable through DOCKER_CLIENT. Everything else uses the Docker SDK.
+The client is the one DOCKER_CLIENT chooses for every docker command (buildtool.common.docker_cli).
+Everything else here uses the Docker SDK.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -22,13 +22,12 @@ import docker
 import docker.errors
 import requests
 
+from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
 from buildtool.common.refs import parse_reference
 
 ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
                "or point DOCKER_HOST at a running engine")
-# The Debian docker.io client: built-in BuildKit, no buildx plugin needed.
-CLASSIC_CLIENT = "/usr/bin/docker"
 SDK_TIMEOUT = 120
 
 
@@ -49,57 +48,24 @@ class BuildClient:
         return f"{prefix} {' '.join(self.argv)}".strip()
 
 
-def _has_buildx(docker_bin: str) -> bool:
-    try:
-        run = subprocess.run([docker_bin, "buildx", "version"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return run.returncode == 0
-
-
-def _builtin_buildkit(docker_bin: str) -> bool:
-    try:
-        run = subprocess.run([docker_bin, "version", "--format", "{{.Client.Version}}"], capture_output=True,
-                             text=True, timeout=20)
-        major = int(run.stdout.strip().split(".")[0])
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        return False
-    return major < 23
-
-
-@lru_cache(maxsize=8)
 def resolve_build_client(setting: str | None = None) -> BuildClient:
-    """Pick the build client.
-
-    DOCKER_CLIENT may be `buildx` (docker buildx build), `classic` (Debian's client with
-    DOCKER_BUILDKIT=1) or a path to a docker binary (buildx used if it has the plugin).
-    Unset: the docker on PATH if it has buildx, else /usr/bin/docker with built-in BuildKit.
+    """How to build with the docker client DOCKER_CLIENT chooses (buildtool.common.docker_cli, the
+    same binary every other docker command uses): `buildx build --load` where the client has the
+    plugin, else its own `build` with DOCKER_BUILDKIT=1 (`classic`, or a client before 23).
+    `setting` stands in for DOCKER_CLIENT (tests).
     """
-    setting = (setting if setting is not None else os.environ.get("DOCKER_CLIENT", "")).strip()
-    if setting == "classic":
-        candidates = [CLASSIC_CLIENT]
-    elif setting == "buildx":
-        path = shutil.which("docker")
-        if not path or not _has_buildx(path):
-            raise UserError("DOCKER_CLIENT=buildx but `docker buildx` is not installed; install the buildx "
-                            "plugin or set DOCKER_CLIENT=classic")
+    value = docker_cli.setting() if setting is None else setting.strip()
+    path = docker_cli.resolve(value)
+    if docker_cli.has_buildx(path):
         return BuildClient((path, "buildx", "build", "--load"), (), "buildx")
-    elif setting:
-        if not (shutil.which(setting) or Path(setting).is_file()):
-            raise UserError(f"DOCKER_CLIENT={setting!r} is not an executable; set it to buildx, classic or a path")
-        candidates = [shutil.which(setting) or setting]
-    else:
-        candidates = [p for p in (shutil.which("docker"), CLASSIC_CLIENT) if p]
-    for path in candidates:
-        if _has_buildx(path):
-            return BuildClient((path, "buildx", "build", "--load"), (), "buildx")
-    for path in candidates:
-        # Only a client whose own `build` speaks BuildKit works without buildx: up to 22.x
-        # (Debian's 20.10 does); from 23 on, `docker build` needs the buildx plugin.
-        if Path(path).is_file() and (setting == "classic" or _builtin_buildkit(path)):
-            return BuildClient((path, "build"), (("DOCKER_BUILDKIT", "1"),), "classic")
-    raise UserError("no docker client that can build with BuildKit: install the buildx plugin or Debian's "
-                    "docker.io client (bash scripts/setup.sh), or set DOCKER_CLIENT to such a binary")
+    if value == "buildx":
+        raise UserError(f"{docker_cli.SETTING}=buildx but `docker buildx` is not installed; install the buildx "
+                        f"plugin or set {docker_cli.SETTING}=classic")
+    if value == "classic" or docker_cli.builtin_buildkit(path):
+        return BuildClient((path, "build"), (("DOCKER_BUILDKIT", "1"),), "classic")
+    raise UserError(f"no docker client that can build with BuildKit ({path} has no buildx plugin and is 23 or "
+                    f"newer): install the buildx plugin or Debian's docker.io client (bash scripts/setup.sh), or "
+                    f"set {docker_cli.SETTING} to such a binary")
 
 
 @lru_cache(maxsize=1)

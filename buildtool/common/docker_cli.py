@@ -1,0 +1,221 @@
+"""The one way to run the docker client: which binary, how it is invoked, what its errors say.
+
+One setting, DOCKER_CLIENT, chooses the client for everything that talks to the engine through a
+CLI: builds (`buildtool.build.engine` adds `buildx build --load`, or DOCKER_BUILDKIT=1 for the
+classic client), validation (inspect, pull, ps, rm, the run-profile probe), the image-tests harness
+(run, exec, logs, rm), the scaling launcher, scripts/gpu_smoke.py and the benchmarks.
+
+- `buildx`: the `docker` on PATH (it builds with its buildx plugin);
+- `classic`: Debian's docker.io client, /usr/bin/docker (BuildKit built in; no buildx needed);
+- anything else: a name on PATH or a path of a docker binary;
+- unset: the first of the `docker` on PATH and /usr/bin/docker that has buildx, else the first
+  that builds with its built-in BuildKit (a client before 23), else the `docker` on PATH.
+
+IMAGETEST_DOCKER, the image tests' former setting, is refused wherever it is set: it names it
+and says to set DOCKER_CLIENT, never silently ignored.
+
+Every error is one line naming what to fix (a UserError: exit 2). Standard library only, and
+Python 3.9 syntax: scripts/gpu_smoke.py imports it on GPU runners with whatever Python is there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from buildtool.common.errors import UserError
+
+SETTING = "DOCKER_CLIENT"
+RETIRED = "IMAGETEST_DOCKER"
+# Debian's docker.io client (20.10): BuildKit built in, so it builds without the buildx plugin.
+CLASSIC = "/usr/bin/docker"
+CHOICES = "buildx, classic or a path to a docker binary"
+START_HINT = "start it (bash scripts/setup.sh) or point DOCKER_HOST at a running engine"
+PROBE_TIMEOUT_S = 20
+# How the client says that it reached no engine (the first line of its stderr).
+_UNREACHABLE = ("cannot connect to the docker daemon", "error during connect",
+                "permission denied while trying to connect to the docker daemon")
+# Subcommands that take a second word (`docker image inspect`): the timeout message names both.
+_GROUPS = frozenset({"buildx", "builder", "container", "image", "network", "system", "volume"})
+
+
+class DockerError(UserError):
+    """The docker client could not be chosen or run, or reached no engine. One line."""
+
+
+class RetiredSetting(DockerError):
+    """IMAGETEST_DOCKER is set: it is no longer read."""
+
+
+class ClientNotFound(DockerError):
+    """DOCKER_CLIENT (or the autodetection) names no runnable docker binary."""
+
+
+class EngineUnreachable(DockerError):
+    """The client ran but reached no engine."""
+
+
+class DockerTimeout(DockerError, subprocess.TimeoutExpired):
+    """A docker command ran past its timeout. Also a subprocess.TimeoutExpired, so a caller that
+    handles a slow command (the harness kills a probe's supervisor) still catches it."""
+
+    def __init__(self, args: Sequence[str], timeout: float, cmd: Sequence[str],
+                 output: str | bytes | None = None, stderr: str | bytes | None = None) -> None:
+        subprocess.TimeoutExpired.__init__(self, list(cmd), timeout, output, stderr)
+        self.subcommand = subcommand(args)
+        self.message = (f"`docker {self.subcommand}` did not finish within {timeout:.0f} s; is the engine "
+                        f"answering? ({START_HINT})")
+        self.args = (self.message,)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def subcommand(args: Sequence[str]) -> str:
+    """The words of `args` that name the command (`run`, `image inspect`)."""
+    words = [a for a in args if not a.startswith("-")][:2]
+    if not words:
+        return " ".join(args[:1])
+    return " ".join(words) if words[0] in _GROUPS and len(words) > 1 else words[0]
+
+
+def check_retired(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse IMAGETEST_DOCKER: it chose the client of validation and the image tests before
+    DOCKER_CLIENT chose it for everything."""
+    env = os.environ if environ is None else environ
+    if RETIRED in env:
+        raise RetiredSetting(f"{RETIRED} is no longer read (it is set to {env[RETIRED]!r}): unset it and set "
+                             f"{SETTING} instead ({CHOICES})")
+
+
+def setting(environ: Mapping[str, str] | None = None) -> str:
+    """DOCKER_CLIENT as set ('' when unset); refuses IMAGETEST_DOCKER."""
+    env = os.environ if environ is None else environ
+    check_retired(env)
+    return env.get(SETTING, "").strip()
+
+
+@functools.lru_cache(maxsize=16)
+def has_buildx(path: str) -> bool:
+    """`path buildx version` works: the client has the buildx plugin."""
+    try:
+        run = subprocess.run([path, "buildx", "version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return run.returncode == 0
+
+
+@functools.lru_cache(maxsize=16)
+def builtin_buildkit(path: str) -> bool:
+    """The client's own `build` speaks BuildKit with DOCKER_BUILDKIT=1: up to 22.x (Debian's 20.10
+    does); from 23 on, `docker build` needs the buildx plugin."""
+    try:
+        run = subprocess.run([path, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True,
+                             timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        major = int(run.stdout.strip().split(".")[0])
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return False
+    return major < 23
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def resolve(value: str) -> str:
+    """The docker binary a DOCKER_CLIENT value names (see the module's docstring), as a path."""
+    value = value.strip()
+    if value == "classic":
+        if not _executable(CLASSIC):
+            raise ClientNotFound(f"{SETTING}=classic names {CLASSIC}, which is not installed: install Debian's "
+                                 f"docker.io (bash scripts/setup.sh) or set {SETTING} to buildx or a path")
+        return CLASSIC
+    if value == "buildx":
+        found = shutil.which("docker")
+        if not found:
+            raise ClientNotFound(f"{SETTING}=buildx but no `docker` is on PATH: install Docker with the buildx "
+                                 f"plugin or set {SETTING} to classic or a path")
+        return os.path.abspath(found)
+    if value:
+        found = shutil.which(value)
+        if not found:
+            raise ClientNotFound(f"{SETTING}={value!r} is not an executable: set it to {CHOICES}")
+        return os.path.abspath(found)
+    on_path = shutil.which("docker")
+    candidates = list(dict.fromkeys(os.path.abspath(p) for p in (on_path, CLASSIC) if p and _executable(p)))
+    if not candidates:
+        raise ClientNotFound(f"no docker client: none on PATH and no {CLASSIC}; install Docker (bash "
+                             f"scripts/setup.sh) or set {SETTING} to {CHOICES}")
+    for path in candidates:
+        if has_buildx(path):
+            return path
+    for path in candidates:
+        if builtin_buildkit(path):
+            return path
+    return candidates[0]
+
+
+def client() -> str:
+    """The docker binary DOCKER_CLIENT chooses, for every command (refuses IMAGETEST_DOCKER)."""
+    return resolve(setting())
+
+
+def argv(*args: str) -> list[str]:
+    """[client, *args]: for the few callers that run the client themselves (a streamed or
+    detached process, an environment of their own)."""
+    return [client(), *args]
+
+
+def unreachable(stderr: str) -> bool:
+    """The client's stderr says that it reached no engine."""
+    first = next((line.strip().lower() for line in (stderr or "").splitlines() if line.strip()), "")
+    return any(first.startswith(marker) or marker in first[:120] for marker in _UNREACHABLE)
+
+
+def docker(*args: str, timeout: float, check: bool = False, input: str | None = None,
+           env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `docker ARGS...` with the chosen client; stdout and stderr captured as text.
+
+    A non-zero exit is the caller's to read (`check`: subprocess.CalledProcessError), except that
+    the client reached no engine (EngineUnreachable). A missing client is ClientNotFound (naming
+    DOCKER_CLIENT), a command past its timeout DockerTimeout (naming the subcommand). Each is one line.
+    """
+    path = client()
+    cmd = [path, *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input,
+                              env=dict(env) if env is not None else None)
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        raise ClientNotFound(f"cannot run the docker client {path} ({exc.strerror or exc}): set {SETTING} to "
+                             f"{CHOICES}") from None
+    except subprocess.TimeoutExpired as exc:
+        raise DockerTimeout(args, timeout, cmd, exc.output, exc.stderr) from None
+    if proc.returncode != 0 and unreachable(proc.stderr):
+        said = next(line.strip() for line in proc.stderr.splitlines() if line.strip())
+        raise EngineUnreachable(f"the Docker engine is not reachable ({said[:200]}); {START_HINT}")
+    if check:
+        proc.check_returncode()
+    return proc
+
+
+def remove(*names: str, timeout: float = 120) -> None:
+    """`docker rm -f -v NAMES`: best effort, for clean-up paths (a container already gone, a slow
+    or lost engine is no new error there)."""
+    if not names:
+        return
+    with contextlib.suppress(DockerTimeout, EngineUnreachable):
+        docker("rm", "-f", "-v", *names, timeout=timeout)
+
+
+def remove_labelled(key: str, value: str, timeout: float = 120) -> list[str]:
+    """Remove every container (running or not) labelled key=value; returns their ids."""
+    proc = docker("ps", "-aq", "--filter", f"label={key}={value}", timeout=60)
+    ids = proc.stdout.split()
+    if ids:
+        docker("rm", "-f", "-v", *ids, timeout=timeout)
+    return ids
