@@ -25,7 +25,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
-from harness import Container, install_signal_cleanup, remove_all, skip, warm_up  # noqa: E402
+from harness import Container, check_client_setting, install_signal_cleanup, remove_all, skip, warm_up  # noqa: E402
 
 from buildtool.contracts import skips  # noqa: E402
 from buildtool.contracts.target import load_target  # noqa: E402
@@ -44,6 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    check_client_setting()
     install_signal_cleanup()
     if config.getoption("--target", None):
         _TARGET.update(_load_target(config))

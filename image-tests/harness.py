@@ -27,7 +27,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import os
 import re
 import shlex
 import signal
@@ -40,10 +39,10 @@ from typing import Any
 
 import pytest
 
+from buildtool.common import docker_cli
 from buildtool.common.net import free_port  # noqa: F401  (image tests import it from here)
 from buildtool.contracts import label_keys, skips
 
-DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SCRIPTS_IN = "/imagetests"
 OUT_IN = "/imagetests-out"
@@ -208,8 +207,18 @@ class Probe:
         return ""
 
 
+def check_client_setting() -> None:
+    """The docker client is the one DOCKER_CLIENT chooses (buildtool.common.docker_cli): the setting
+    it replaced, still set, stops the session with one line (exit 2), never silently ignored."""
+    try:
+        docker_cli.check_retired()
+    except docker_cli.DockerError as exc:
+        pytest.exit(str(exc), returncode=2)
+
+
 def _docker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
+    """A timeout is a subprocess.TimeoutExpired that names the subcommand (docker_cli.DockerTimeout)."""
+    return docker_cli.docker(*args, timeout=timeout)
 
 
 def _read(path: Path, limit: int = 20000) -> str:
@@ -361,8 +370,7 @@ class Container:
             _docker("exec", self.name, "python3", "-I", "-S", "-c", code, timeout=30)
 
     def remove(self) -> None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            _docker("rm", "-f", "-v", self.name, timeout=120)
+        docker_cli.remove(self.name, timeout=120)
         _LIVE.discard(self.name)
 
     def __enter__(self) -> Container:
@@ -439,8 +447,8 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
             probe.error = f"cannot start {image}: {last_line(proc.stderr)}"
             return probe, host_dir
         watcher = subprocess.Popen(
-            [DOCKER, "exec", name, "python3", "-I", "-S", f"{SCRIPTS_IN}/supervise.py", "--watch",
-             f"{OUT_IN}/{ident}/watch", _seconds(probe.bound), _seconds(probe.quiet)],
+            docker_cli.argv("exec", name, "python3", "-I", "-S", f"{SCRIPTS_IN}/supervise.py", "--watch",
+                            f"{OUT_IN}/{ident}/watch", _seconds(probe.bound), _seconds(probe.quiet)),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while True:
             probe.result = _json(host_dir / "result.json")
@@ -462,8 +470,7 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
         logs = _docker("logs", "--tail", "20", name, timeout=60)
         probe.out, probe.err = logs.stdout[-20000:], logs.stderr[-20000:]
     finally:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            _docker("rm", "-f", "-v", name, timeout=120)
+        docker_cli.remove(name, timeout=120)
         _LIVE.discard(name)
         if watcher is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -474,8 +481,8 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
 
 def remove_all() -> None:
     for name in list(_LIVE):
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            _docker("rm", "-f", "-v", name, timeout=120)
+        with contextlib.suppress(OSError, docker_cli.DockerError):
+            docker_cli.remove(name, timeout=120)
         _LIVE.discard(name)
 
 

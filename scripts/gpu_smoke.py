@@ -21,7 +21,9 @@ Where it runs:
 Without a GPU (nvidia-smi lists none) nothing is run: every check says "no GPU: not run" and the
 result is "not run", exit 1. GPUs that the Python or the engine cannot use are failures. Exit 0
 only when every check passed; 1 otherwise; 2 for bad input (argparse).
-Only the standard library is used, so any Python 3.9+ can drive it.
+Only the standard library is used, so any Python 3.9+ can drive it; the docker client is the one
+DOCKER_CLIENT chooses (buildtool/common/docker_cli.py, standard library too, imported from this
+checkout), unless --docker names another.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # a GPU runner's Python need not have the toolkit installed
+    sys.path.insert(0, str(ROOT))
+from buildtool.common import docker_cli  # noqa: E402  (standard library only)
+
 SCRIPTS = ROOT / "image-tests" / "scripts"
 IN_IMAGE = "/imagetests"
 CHECKS = ("nccl_ddp", "busbw", "profiler_kernel_view", "shm")
@@ -237,10 +243,17 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--python", default="", help="run with this host Python (CUDA torch and TensorBoard)")
     ap.add_argument("--wheels", type=Path, default=ROOT / "bench" / "wheels",
                     help="wheels installed for --python (torch-tb-profiler)")
-    ap.add_argument("--docker", default=os.environ.get("IMAGETEST_DOCKER", "docker"))
+    ap.add_argument("--docker", default="",
+                    help="the docker client for --image (default: the one DOCKER_CLIENT chooses: buildx, classic "
+                         "or a path)")
     ap.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     ap.add_argument("--deadline", type=float, default=450.0, help="seconds for the whole run")
     args = ap.parse_args(argv)
+    try:
+        docker_cli.check_retired()
+    except docker_cli.DockerError as exc:
+        print(f"gpu-smoke: {exc}", file=sys.stderr)
+        return 2
 
     started, clock = dt.datetime.now(dt.timezone.utc), time.monotonic()  # noqa: UP017 - runs on Python 3.9+
     gpus, driver, no_gpu = gpus_on_host()
@@ -254,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(args.image, args.python, args.docker, {}, work)
     try:
         blocker = f"no GPU: not run ({no_gpu})" if not gpus else ""
+        if not blocker and args.image and not runner.docker:
+            try:  # asked for only when something runs in the image: no GPU, no client needed
+                runner.docker = docker_cli.client()
+            except docker_cli.DockerError as exc:
+                print(f"gpu-smoke: {exc}", file=sys.stderr)
+                return 2
         if not blocker and not args.image:
             blocker = host_problem(args.python)
             if not blocker:

@@ -2,19 +2,21 @@
 
 Nothing here has a GPU. The fake nvidia-smi answers the queries validate makes
 (`--query-gpu=...`, the plain header with "CUDA Version", `-L`) as a runner with GPUs would,
-or fails as nvidia-smi does after a driver/NVML mismatch. The engine shim (IMAGETEST_DOCKER)
-passes every command to the real client, except `--gpus`, which it refuses with Docker's own
-message for an engine without the NVIDIA Container Toolkit, or silently drops (an engine that
-starts the container without its GPUs).
+or fails as nvidia-smi does after a driver/NVML mismatch. The engine shim (DOCKER_CLIENT points at
+it, so validation, the image tests, builds and gpu_smoke all go through it) passes every command
+to the real client, except `--gpus`, which it refuses with Docker's own message for an engine
+without the NVIDIA Container Toolkit, or silently drops (an engine that starts the container
+without its GPUs).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from buildtool.common import docker_cli
 
 # Docker 20.10's message when no runtime can provide GPUs.
 NO_RUNTIME = 'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'
@@ -60,10 +62,20 @@ esac
     return _write(folder / "nvidia-smi", "#!/bin/bash\n# fake nvidia-smi (tests/gpu_sim.py)\n" + body)
 
 
+def _real_client(folder: Path, environ: dict[str, str] | None = None) -> str:
+    """The client DOCKER_CLIENT chooses in `environ` (default: this process's); where there is
+    none, a path that does not exist (the shim can then only refuse or fail)."""
+    try:
+        return docker_cli.resolve(docker_cli.setting(environ))
+    except docker_cli.DockerError:
+        return str(folder / "no-docker-client")
+
+
 def engine_shim(folder: Path, mode: str, docker: str | None = None) -> Path:
     """Write `folder/docker-shim`: the real client, but `--gpus` is refused (mode `refuse`) or
-    dropped (mode `drop`). Set IMAGETEST_DOCKER to it."""
-    real = docker or os.environ.get("IMAGETEST_DOCKER") or shutil.which("docker") or "docker"
+    dropped (mode `drop`). Set DOCKER_CLIENT to it. It wraps `docker`, else the client DOCKER_CLIENT
+    chooses now."""
+    real = docker or _real_client(folder)
     if mode not in ("refuse", "drop"):
         raise ValueError(mode)
     folder.mkdir(parents=True, exist_ok=True)
@@ -99,5 +111,5 @@ def runner_env(folder: Path, gpus: FakeGpus | None, engine: str = "", base: dict
     rest = [p for p in env.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "nvidia-smi").exists()]
     env["PATH"] = os.pathsep.join([str(bin_dir), *rest])
     if engine:
-        env["IMAGETEST_DOCKER"] = str(engine_shim(folder / "engine", engine))
+        env[docker_cli.SETTING] = str(engine_shim(folder / "engine", engine, _real_client(folder, env)))
     return env

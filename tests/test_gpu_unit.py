@@ -22,7 +22,7 @@ from buildtool.contracts.verdict import Gpu, derive_result
 from buildtool.matrix.schema import parse_matrix
 from buildtool.render.catalogue import render_catalogue
 from buildtool.render.dockerfiles import render_outputs
-from buildtool.validate import engine, runner
+from buildtool.validate import runner
 from tests.conftest import fixture_matrix
 from tests.gpu_sim import NO_RUNTIME, NVML_MISMATCH, FakeGpus, engine_shim, runner_env
 from tests.signing import complete
@@ -238,7 +238,7 @@ def test_engine_without_nvidia_runtime_is_a_failure_naming_the_toolkit(tmp_path,
     fake.write_text("#!/bin/bash\nfor a in \"$@\"; do case \"$a\" in --gpus*) "
                     f"echo {NO_RUNTIME!r} >&2; exit 125;; esac; done\nexit 0\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(engine, "DOCKER", str(fake))
+    monkeypatch.setenv("DOCKER_CLIENT", str(fake))
     flags, dropped = runner.probe_flags("img", ["--shm-size=8g"], print)
     assert flags == ["--shm-size=8g"] and dropped == []
     with pytest.raises(FailedError) as caught:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import names
 from buildtool.launch.scaling import Launcher, RunResult, parse_counts, run_one, with_speedups
@@ -26,13 +26,10 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def cpu_image() -> str | None:
     """A pytorch-cpu dev image from REGISTRY that the engine already holds (no 1.4 GB pull in a test)."""
     registry = os.environ.get("REGISTRY") or names.DEFAULT_REGISTRY
-    docker = shutil.which("docker")
-    if not docker:
-        return None
     try:
-        listed = subprocess.run([docker, "images", "--format", "{{.Repository}}:{{.Tag}}",
-                                 names.dev_repo(registry, "pytorch-cpu")], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        listed = docker_cli.docker("images", "--format", "{{.Repository}}:{{.Tag}}",
+                                   names.dev_repo(registry, "pytorch-cpu"), timeout=30)
+    except docker_cli.ClientNotFound:
         return None
     tags = sorted(line for line in listed.stdout.splitlines() if names.parse_dev_tag(line.rsplit(":", 1)[1], "2.13"))
     return tags[-1] if listed.returncode == 0 and tags else None
@@ -68,8 +65,8 @@ def test_scaling_run_produces_metrics_and_plots(run_cli, tmp_path: Path) -> None
         assert blob[:8] == PNG and len(blob) > 10_000
     assert "2 processes:" in stdout and "speed-up" in stdout
     if image:
-        names = subprocess.run(["docker", "ps", "-a", "--filter", "name=t-scaling-", "--format", "{{.Names}}"],
-                               capture_output=True, text=True, timeout=30).stdout
+        names = docker_cli.docker("ps", "-a", "--filter", "name=t-scaling-", "--format", "{{.Names}}",
+                                  timeout=30).stdout
         assert names.strip() == "", f"containers left behind: {names}"
 
 
@@ -115,10 +112,14 @@ def test_too_small_a_subset_is_exit_2(run_cli, tmp_path: Path) -> None:
     assert code == 2 and "--samples 100 is too small" in err and not (tmp_path / "m").exists()
 
 
-def test_docker_launch_uses_host_network_shm_and_read_only_bench() -> None:
+def test_docker_launch_uses_host_network_shm_and_read_only_bench(tmp_path: Path, monkeypatch) -> None:
+    client = tmp_path / "docker-client"
+    client.write_text("#!/bin/sh\nexit 0\n")
+    client.chmod(0o755)
+    monkeypatch.setenv("DOCKER_CLIENT", str(client))
     cmd = Launcher(kind="docker", image="img:1", docker_flags=("--shm-size=8g", "--gpus=all")).command(
         4, WORKER, {"SCALING_SAMPLES": "64"}, "t-scaling-x")
-    assert cmd[:5] == ["docker", "run", "--rm", "--name=t-scaling-x", "--network=host"]
+    assert cmd[:5] == [str(client), "run", "--rm", "--name=t-scaling-x", "--network=host"]
     assert "--shm-size=8g" in cmd and "--gpus=all" in cmd and "--env=SCALING_SAMPLES=64" in cmd
     assert f"--volume={WORKER.parent}:/opt/dl-images-bench:ro" in cmd
     assert cmd[-3:] == ["--standalone", "--nproc-per-node=4", "/opt/dl-images-bench/ddp_epochs.py"]

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.rendezvous import RDZV_PORT
 
@@ -32,12 +33,12 @@ CONTAINER_BENCH = "/opt/dl-images-bench"
 
 @dataclass(frozen=True)
 class Launcher:
-    """Where torchrun runs: `docker` (in `image`) or `host` (with `python`)."""
+    """Where torchrun runs: `docker` (in `image`, with the client DOCKER_CLIENT chooses) or `host`
+    (with `python`)."""
 
     kind: str
     image: str = ""
     python: str = "python3"
-    docker: str = "docker"
     docker_flags: tuple[str, ...] = ("--shm-size=1g",)
 
     def world_size(self, count: int) -> int:
@@ -50,9 +51,9 @@ class Launcher:
         if self.kind != "docker":
             raise UserError(f"launcher must be docker or host, not {self.kind!r}")
         env_flags = [f"--env={k}={v}" for k, v in sorted(env.items())]
-        return [self.docker, "run", "--rm", f"--name={name}", "--network=host", *self.docker_flags, *env_flags,
-                f"--volume={worker.parent.resolve()}:{CONTAINER_BENCH}:ro", self.image,
-                "torchrun", *torchrun, f"{CONTAINER_BENCH}/{worker.name}"]
+        return docker_cli.argv("run", "--rm", f"--name={name}", "--network=host", *self.docker_flags, *env_flags,
+                               f"--volume={worker.parent.resolve()}:{CONTAINER_BENCH}:ro", self.image,
+                               "torchrun", *torchrun, f"{CONTAINER_BENCH}/{worker.name}")
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def _launch(launcher: Launcher, count: int, worker: Path, env: dict[str, str], t
         raise UserError(f"cannot start {cmd[0]} ({exc}); install it or choose another --launcher") from None
     finally:
         if launcher.kind == "docker":  # interrupted or timed out: the container must not outlive us
-            subprocess.run([launcher.docker, "rm", "-f", name], capture_output=True, timeout=60, check=False)
+            docker_cli.remove(name, timeout=60)
     return proc.returncode, proc.stdout + proc.stderr
 
 

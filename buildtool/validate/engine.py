@@ -1,41 +1,29 @@
 """The Docker engine side of validation: the image pinned to a digest (pulled so the engine runs
-exactly that digest) with its labels and env, and the removal of a run's containers.
+exactly that digest) with its labels and env, and the removal of a run's containers. The docker
+client is the one DOCKER_CLIENT chooses (buildtool.common.docker_cli).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
 from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import label_keys
 from buildtool.registry.client import RegistryClient
 
-DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
 PULL_TIMEOUT_S = 1800
 
 Log = Callable[[str], None]
 
 
-def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise UserError(f"docker client {DOCKER!r} not found; install Docker or set IMAGETEST_DOCKER") from None
-    except subprocess.TimeoutExpired:
-        raise UserError(f"`docker {args[0]}` did not answer within {timeout:.0f}s; is the engine running?") from None
-
-
 def _inspect(ref: str) -> dict[str, Any] | None:
-    proc = _docker("image", "inspect", ref, timeout=60)
+    proc = docker_cli.docker("image", "inspect", ref, timeout=60)
     if proc.returncode != 0:
-        if "Cannot connect" in proc.stderr or "Is the docker daemon running" in proc.stderr:
-            raise UserError(f"the Docker engine is not reachable ({proc.stderr.strip()}); start it (make setup)")
         return None
     return json.loads(proc.stdout)[0]
 
@@ -77,7 +65,7 @@ def resolve(ref: str, log: Log) -> Resolved:
     attrs = _inspect(run_ref)
     if attrs is None:
         log(f"pulling {run_ref}")
-        proc = _docker("pull", run_ref, timeout=PULL_TIMEOUT_S)
+        proc = docker_cli.docker("pull", run_ref, timeout=PULL_TIMEOUT_S)
         if proc.returncode != 0:
             raise UserError(f"cannot pull {run_ref}: {proc.stderr.strip()[-300:]}")
         attrs = _inspect(run_ref)
@@ -88,7 +76,4 @@ def resolve(ref: str, log: Log) -> Resolved:
 
 def remove_run_containers(run_id: str) -> None:
     """Remove every container a test run started (a safety net behind the fixtures)."""
-    proc = _docker("ps", "-aq", "--filter", f"label={label_keys.IMAGETEST_RUN}={run_id}", timeout=60)
-    ids = proc.stdout.split()
-    if ids:
-        _docker("rm", "-f", "-v", *ids, timeout=120)
+    docker_cli.remove_labelled(label_keys.IMAGETEST_RUN, run_id)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import gpu, label_keys
 from buildtool.contracts.verdict import (
@@ -20,7 +21,7 @@ from buildtool.contracts.verdict import (
     parse_verdict,
 )
 from buildtool.matrix.schema import Cell
-from buildtool.validate.engine import Log, _docker
+from buildtool.validate.engine import Log
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,8 @@ def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None)
     # entrypoint ignores its command or hangs must not stall validation (the tests report it).
     # Exit 125 is the engine refusing to start the container; any other code means it started.
     def start(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return _docker("run", "--rm", "--network", "none", "--entrypoint", "true", *args, image, timeout=timeout)
+        return docker_cli.docker("run", "--rm", "--network", "none", "--entrypoint", "true", *args, image,
+                                 timeout=timeout)
 
     gpu_flags = [f for f in flags if f.startswith("--gpus")]
     plain = [f for f in flags if not f.startswith("--gpus")]
