@@ -49,17 +49,19 @@ def buildtool(args: list[str], env: dict[str, str]) -> tuple[float, dict]:
 
 
 def plain_docker_build(dockerfile: Path, tag: str, no_cache: bool) -> float:
-    """What a user would type (with the secrets pip needs here, and host networking)."""
+    """What a user would type (with the secrets pip needs here, and host networking), with the build
+    client buildtool uses (DOCKER_CLIENT)."""
     base = mirror_base(dockerfile.read_text().split("ARG BASE_IMAGE=", 1)[1].split()[0], LOCAL)
+    client = engine.resolve_build_client()
     with pip_secrets() as pip:
-        argv = ["/usr/bin/docker", "build", "--network", "host", "-f", str(dockerfile), "-t", tag,
+        argv = [*client.argv, "--network", "host", "-f", str(dockerfile), "-t", tag,
                 "--build-arg", f"BASE_IMAGE={base}", "--progress=plain"]
         argv += ["--no-cache"] if no_cache else []
         for sid, path in pip.files.items():
             argv += ["--secret", f"id={sid},src={path}"]
         started = time.perf_counter()
         run = subprocess.run([*argv, str(dockerfile.parent)], capture_output=True, text=True, timeout=3600,
-                             env={**os.environ, "DOCKER_BUILDKIT": "1"})
+                             env={**os.environ, **dict(client.env)})
         elapsed = time.perf_counter() - started
     if run.returncode != 0:
         raise SystemExit(f"docker build failed:\n{run.stdout[-2000:]}")

@@ -28,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import frameworks  # noqa: E402
 from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
@@ -50,10 +51,11 @@ def drop_caches() -> None:
 
 def one_import(image: str, module: str) -> tuple[float, dict]:
     """(seconds of the whole `docker run`, what warm_import.py recorded for the import)."""
+    docker = docker_cli.client()  # the client validate uses (DOCKER_CLIENT), chosen before the clock starts
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as out:
         os.chmod(out, 0o1777)
         started = time.monotonic()
-        proc = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{SCRIPTS}:/imagetests:ro",
+        proc = subprocess.run([docker, "run", "--rm", "--network", "none", "-v", f"{SCRIPTS}:/imagetests:ro",
                                "-v", f"{out}:/out", "-e", "IMAGETEST_OUT=/out", image, "python3",
                                "/imagetests/warm_import.py", json.dumps([module])],
                               capture_output=True, text=True, timeout=900)

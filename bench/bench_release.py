@@ -1,6 +1,6 @@
 """Release one image as a whole process, beside what a user would otherwise run, each as a whole process.
 
-    python3 bench/bench_release.py [--runs 7] [--size-mb 16] [--registry 127.0.0.1:5000] [--docker /usr/bin/docker]
+    python3 bench/bench_release.py [--runs 7] [--size-mb 16] [--registry 127.0.0.1:5000]
 
 Every figure is the wall time of a complete command started from a shell (`subprocess.run`), so
 interpreter start-up, imports, configuration and every registry round trip are in it; medians of
@@ -11,7 +11,8 @@ interpreter start-up, imports, configuration and every registry round trip are i
 - `buildtool release --dry-run` (the same reads and gates, nothing written);
 - `skopeo copy --preserve-digests` of the same image, blobs warm (already in the registry, skopeo's
   blob-info cache primed by one copy before the timed runs): one tag, no gates;
-- `docker pull` + `tag` + `push` with the layers already in the engine: one tag, no gates;
+- `docker pull` + `tag` + `push` with the layers already in the engine: one tag, no gates (the docker
+  client DOCKER_CLIENT chooses);
 - start-up alone: `buildtool --help` and `python -c pass`;
 - the imports of a release alone: the interpreter importing every module one release imports
   (the list read from `-X importtime` of an untimed release), doing nothing else. The release
@@ -43,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.common.dsse import generate  # noqa: E402
 from buildtool.contracts import label_keys, names  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
@@ -103,9 +105,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="runs per command (median shown)")
     parser.add_argument("--size-mb", type=int, default=16)
     parser.add_argument("--registry", default=os.environ.get("REGISTRY_HOST", "127.0.0.1:5000"))
-    parser.add_argument("--docker", default="/usr/bin/docker")
     parser.add_argument("--skopeo", default="skopeo")
     args = parser.parse_args()
+    docker = docker_cli.client()
     cell = {c.key: c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells}[CELL]
     prefix = f"t-bench-{uuid.uuid4().hex[:8]}"
     client = RegistryClient(args.registry)
@@ -117,9 +119,9 @@ def main() -> None:
         revision = run(["git", "-C", str(project), "rev-parse", "--short=12", "HEAD"]).stdout.strip()
         dev_repo, dev_tag = names.dev_repo(prefix, cell.name), names.dev_tag(revision, cell.version)
         dev_ref = f"{args.registry}/{dev_repo}:{dev_tag}"
-        make_image(args.docker, dev_ref, args.size_mb, {label_keys.CELL: cell.key,
-                                                        label_keys.OCI_BASE_NAME: cell.base}, work)
-        run([args.docker, "push", dev_ref])
+        make_image(docker, dev_ref, args.size_mb, {label_keys.CELL: cell.key,
+                                                   label_keys.OCI_BASE_NAME: cell.base}, work)
+        run([docker, "push", dev_ref])
         digest = client.manifest_digest(dev_repo, dev_tag)
         assert digest
         tests = [{"id": f"{g}/test_bench.py::test_fixture", "group": g, "result": "passed", "duration_s": 0.0,
@@ -157,10 +159,10 @@ def main() -> None:
         def docker_way(i: int) -> None:
             dest = f"{args.registry}/{prefix}/rel-docker-{i}/{cell.name}:{cell.version}-0.1.{i}"
             made.append(dest.split("/", 1)[1].rsplit(":", 1)[0])
-            run([args.docker, "pull", "-q", dev_ref])
-            run([args.docker, "tag", dev_ref, dest])
-            run([args.docker, "push", "-q", dest])
-            subprocess.run([args.docker, "rmi", dest], capture_output=True, timeout=120)
+            run([docker, "pull", "-q", dev_ref])
+            run([docker, "tag", dev_ref, dest])
+            run([docker, "push", "-q", dest])
+            subprocess.run([docker, "rmi", dest], capture_output=True, timeout=120)
 
         skopeo(99)          # warm skopeo's blob-info cache (not timed)
         release(99)         # warm: bytecode, the matrix snapshot, the OS file cache (not timed)
@@ -192,7 +194,7 @@ def main() -> None:
             for name, _, action in methods:
                 times[name] += timed(lambda _i, a=action, n=i: a(n), 1)
         rows = [(name, what, times[name]) for name, what, _ in methods]
-        run([args.docker, "rmi", dev_ref])
+        run([docker, "rmi", dev_ref])
         cleanup(client, made)
     base = statistics.median(next(t for name, _, t in rows if name.startswith("skopeo")))
     print(f"Whole processes against whole processes: median (min) of {args.runs} rounds (each round runs every "

@@ -29,7 +29,6 @@ import re
 import secrets
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from buildtool.build import engine  # noqa: E402
 from buildtool.build.lock import compile_cell, read_locks  # noqa: E402
 from buildtool.build.pipconfig import HostPip, pip_secrets  # noqa: E402
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 
@@ -142,8 +142,7 @@ def step_times(log: str) -> list[tuple[str, float]]:
 
 
 def cache_mounts() -> dict[str, str]:
-    run = subprocess.run(["/usr/bin/docker", "system", "df", "-v", "--format", "{{json .BuildCache}}"],
-                         capture_output=True, text=True, timeout=120)
+    run = docker_cli.docker("system", "df", "-v", "--format", "{{json .BuildCache}}", timeout=120)
     try:
         records = json.loads(run.stdout or "[]")
     except ValueError:
@@ -212,11 +211,10 @@ def main() -> int:
                                                   for k, v in row.items()}}), flush=True)
         finally:
             for ref in bench.images:
-                subprocess.run(["/usr/bin/docker", "rmi", "-f", ref], capture_output=True, timeout=120)
+                docker_cli.docker("rmi", "-f", ref, timeout=120)
             for record, description in cache_mounts().items():
                 if record not in before and "/run/uv/cache" in description:
-                    subprocess.run(["/usr/bin/docker", "builder", "prune", "-f", "--filter", f"id={record}"],
-                                   capture_output=True, timeout=300)
+                    docker_cli.docker("builder", "prune", "-f", "--filter", f"id={record}", timeout=300)
 
     def med(key: str) -> float:
         return statistics.median(float(r[key]) for r in rows)

@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import label_keys  # noqa: E402
 from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
@@ -51,6 +52,7 @@ def default_images(matrix) -> list[str]:
 def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float, dict[str, float]]:
     """The checks as a user would run them by hand: one fresh container per check."""
     py = "python3 /imagetests/"
+    docker = docker_cli.client()  # the client validate uses (DOCKER_CLIENT), chosen before the clock starts
 
     def contents(module: str, *packages: str) -> str:
         spec = {"module": module, "gpu_count_expr": "0", "packages": list(packages)}
@@ -74,7 +76,7 @@ def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float
     split = {}
     for name, cmd in checks.items():
         start = time.monotonic()
-        subprocess.run(["docker", "run", "--rm", "--network", "host", *flags, "-v", f"{SCRIPTS}:/imagetests:ro",
+        subprocess.run([docker, "run", "--rm", "--network", "host", *flags, "-v", f"{SCRIPTS}:/imagetests:ro",
                         image, "bash", "-c", cmd], capture_output=True, timeout=900, check=False)
         split[name] = time.monotonic() - start
     return sum(split.values()), split

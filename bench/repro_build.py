@@ -19,7 +19,6 @@ import hashlib
 import json
 import secrets
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -34,6 +33,7 @@ from bench_uv_build import LOCAL, cache_mounts, cold_variant  # noqa: E402
 from buildtool.build import engine  # noqa: E402
 from buildtool.build.contents import probe  # noqa: E402
 from buildtool.build.pipconfig import pip_secrets  # noqa: E402
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 
@@ -104,16 +104,14 @@ def main() -> int:
             probes = [probe(ROOT, ref) for ref in refs]
             layers = [(engine.image_attrs(ref) or {})["RootFS"]["Layers"] for ref in refs]
             for n, ref in enumerate(refs, 1):
-                subprocess.run(["/usr/bin/docker", "save", ref, "-o", str(tmp / f"{n}.tar")], check=True,
-                               timeout=900)
+                docker_cli.docker("save", ref, "-o", str(tmp / f"{n}.tar"), check=True, timeout=900)
             files = compare_layers(tmp / "1.tar", tmp / "2.tar")
     finally:
         for ref in refs:
-            subprocess.run(["/usr/bin/docker", "rmi", "-f", ref], capture_output=True, timeout=120)
+            docker_cli.docker("rmi", "-f", ref, timeout=120)
         for record, description in cache_mounts().items():
             if record not in before and "uv/cache" in description:
-                subprocess.run(["/usr/bin/docker", "builder", "prune", "-f", "--filter", f"id={record}"],
-                               capture_output=True, timeout=300)
+                docker_cli.docker("builder", "prune", "-f", "--filter", f"id={record}", timeout=300)
     same_python = probes[0]["python_packages"] == probes[1]["python_packages"]
     same_apt = probes[0]["apt_packages"] == probes[1]["apt_packages"]
     print(json.dumps({

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import subprocess
 import sys
 import tarfile
@@ -25,10 +24,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildtool.common import docker_cli
 from buildtool.contracts import label_keys
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKER = os.environ.get("IMAGETEST_DOCKER", "docker")
 PREFIX = "t-imgtest"
 BUILD_TIMEOUT_S = 600
 SITE = "/opt/venv/lib/python3.11/site-packages"
@@ -231,7 +230,7 @@ RECIPES = {**{name: None for name in DEV_CELLS}, **LAYERS}  # every fixture name
 
 
 def _docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=check)
+    return docker_cli.docker(*args, timeout=timeout, check=check)
 
 
 def image_id(ref: str) -> str | None:

@@ -29,6 +29,7 @@ import pytest
 from buildtool.build import engine
 from buildtool.build.builder import Builder, BuildOptions
 from buildtool.build.pipconfig import HostPip
+from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
@@ -296,8 +297,7 @@ def _traces(ref: str, needles: list[bytes], extra: dict[str, bytes]) -> list[str
     """Where any needle occurs: the given texts, `docker history --no-trunc`, labels, and every
     file of every layer of `docker save`."""
     found = []
-    history = subprocess.run(["/usr/bin/docker", "history", "--no-trunc", ref], capture_output=True, timeout=120,
-                             check=True).stdout
+    history = docker_cli.docker("history", "--no-trunc", ref, timeout=120, check=True).stdout.encode()
     texts = {**extra, "history": history, "labels": json.dumps(engine.image_labels(ref)).encode()}
     found += [f"{name}" for name, blob in texts.items() for needle in needles if needle in blob]
     saved = io.BytesIO()

@@ -29,6 +29,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import label_keys  # noqa: E402
 from buildtool.contracts.verdict import SCHEMA  # noqa: E402
 from tests.gpu_sim import NVML_MISMATCH, FakeGpus, runner_env  # noqa: E402
@@ -50,7 +51,7 @@ GPU_TESTS = {"common/test_contents.py::test_gpus_visible", "pytorch/test_ddp.py:
 
 
 def _docker(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([fixture_images.DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=True)
+    return docker_cli.docker(*args, timeout=timeout, check=True)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def gpu_cell_image() -> str:
         try:
             _docker("commit", *[a for c in changes for a in ("--change", c)], name, ref)
         finally:
-            subprocess.run([fixture_images.DOCKER, "rm", "-f", name], capture_output=True, timeout=60)
+            docker_cli.remove(name, timeout=60)
     return ref
 
 
@@ -81,8 +82,7 @@ def validate(tmp_path: Path, env: dict[str, str], image: str, *args: str) -> tup
 
 
 def leftover_containers() -> list[str]:
-    proc = subprocess.run([fixture_images.DOCKER, "ps", "-aq", "--filter", f"label={label_keys.IMAGETEST_RUN}"],
-                          capture_output=True, text=True, timeout=60)
+    proc = docker_cli.docker("ps", "-aq", "--filter", f"label={label_keys.IMAGETEST_RUN}", timeout=60)
     return proc.stdout.split()
 
 

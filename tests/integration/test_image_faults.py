@@ -304,12 +304,12 @@ def test_a_slow_but_busy_first_import_passes_and_its_cost_is_in_the_verdict(imag
 @pytest.fixture(scope="session")
 def pushed_pytorch(images) -> str:
     """The PyTorch dev image in the local registry under a fixture name, as a dev image would be."""
-    import subprocess
+    from buildtool.common import docker_cli
 
     repo, tag = images["pytorch"].split(":")
     ref = f"{names.dev_repo(names.DEFAULT_REGISTRY, repo)}:{names.dev_tag(tag, '2.13')}"
     for args in (["tag", images["pytorch"], ref], ["push", ref]):
-        subprocess.run([fixture_images.DOCKER, *args], check=True, capture_output=True, timeout=900)
+        docker_cli.docker(*args, check=True, timeout=900)
     return ref
 
 

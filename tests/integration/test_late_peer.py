@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "image-tests" / "py
 import fixture_images  # noqa: E402
 from test_rendezvous import torchrun_2nodes  # noqa: E402
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.common.net import free_port  # noqa: E402
 from buildtool.launch.multinode import DDP_SCRIPT, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob  # noqa: E402
 
@@ -63,11 +64,11 @@ def _containers(image: str, results: dict, names: list[str], late_s: float = LAT
     for key, is_host, delay in (("image:early", False, 0.0), ("image:late-host", True, late_s)):
         name = f"t-i10-late-{uuid.uuid4().hex[:8]}"
         names.append(name)
-        argv = [fixture_images.DOCKER, "run", "--rm", *(["--init"] if init else []), "--name", name,
-                "--network", "host",
-                "--shm-size=1g", "-v", f"{REPO / 'image-tests' / 'scripts'}:/imagetests:ro",
-                "-e", "DDP_STEPS=10", "-e", f"DDP_TIMEOUT_S={JOIN_S}", "-e", "DDP_DEVICE=cpu", "-e", "DDP_BUSBW=0",
-                image, *torchrun_2nodes(port, JOIN_S, is_host, run)]
+        argv = docker_cli.argv("run", "--rm", *(["--init"] if init else []), "--name", name,
+                               "--network", "host",
+                               "--shm-size=1g", "-v", f"{REPO / 'image-tests' / 'scripts'}:/imagetests:ro",
+                               "-e", "DDP_STEPS=10", "-e", f"DDP_TIMEOUT_S={JOIN_S}", "-e", "DDP_DEVICE=cpu",
+                               "-e", "DDP_BUSBW=0", image, *torchrun_2nodes(port, JOIN_S, is_host, run))
         threads.append(threading.Thread(target=_run, args=(argv, results, key),
                                         kwargs={"delay": delay, "timeout": timeout}))
     return threads
@@ -100,8 +101,7 @@ def _run_all(threads: list[threading.Thread], names: list[str]) -> None:
         for thread in threads:
             thread.join()
     finally:
-        for name in names:
-            subprocess.run([fixture_images.DOCKER, "rm", "-f", name], capture_output=True, timeout=60)
+        docker_cli.remove(*names, timeout=60)
 
 
 def test_a_node_joining_more_than_a_minute_late_is_waited_for(tmp_path):

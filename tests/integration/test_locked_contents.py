@@ -11,7 +11,6 @@ only this check (-k): about 15 s after the fixture exists.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import label_keys  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
@@ -32,7 +32,7 @@ TEST = "test_locked_packages_installed_at_their_versions"
 
 
 def _docker(*args: str, timeout: float = 300) -> str:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=True).stdout
+    return docker_cli.docker(*args, timeout=timeout, check=True).stdout
 
 
 def _commit(parent: str, script: str, labels: dict[str, str]) -> str:
@@ -42,7 +42,7 @@ def _commit(parent: str, script: str, labels: dict[str, str]) -> str:
         changes = [a for k, v in labels.items() for a in ("--change", f"LABEL {k}={json.dumps(v)}")]
         _docker("commit", *changes, name, ref)
     finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
+        docker_cli.remove(name, timeout=120)
     return ref
 
 
@@ -59,7 +59,7 @@ def images():
                            f"meta=$(ls -d /opt/venv/lib/python3*/site-packages/numpy-{numpy}.dist-info)/METADATA; "
                            f"sed -i 's/^Version: {numpy}$/Version: 1.0.0/' \"$meta\"", {})
     yield {"good": good, "broken": broken, "numpy": numpy}
-    subprocess.run(["docker", "rmi", broken, good], capture_output=True, timeout=300)
+    docker_cli.docker("rmi", broken, good, timeout=300)
 
 
 def _run(image: str, tmp_path: Path) -> dict:

@@ -6,7 +6,6 @@ with the version probe, the framework's own test group and the results keyed by 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import frameworks, label_keys  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
@@ -72,12 +72,11 @@ def _image() -> str:
               label_keys.FRAMEWORK_VERSION: "2.0.9", label_keys.PYTHON: "3.11",
               label_keys.ACCELERATOR: "cpu", label_keys.FIXTURE: "true"}
     try:
-        subprocess.run(["docker", "create", "--name", name, parent, "true"], check=True, capture_output=True,
-                       timeout=120)
+        docker_cli.docker("create", "--name", name, parent, "true", check=True, timeout=120)
         changes = [arg for k, v in labels.items() for arg in ("--change", f"LABEL {k}={json.dumps(v)}")]
-        subprocess.run(["docker", "commit", *changes, name, ref], check=True, capture_output=True, timeout=300)
+        docker_cli.docker("commit", *changes, name, ref, check=True, timeout=300)
     finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
+        docker_cli.remove(name, timeout=120)
     return ref
 
 
@@ -107,7 +106,7 @@ def test_a_new_framework_is_a_matrix_entry_a_template_a_table_row_and_a_test_gro
                           select="test_framework_version or test_python_version or fixturefw")
         verdict = validate_image(image, matrix, project, options, log=print)
     finally:
-        subprocess.run(["docker", "rmi", image], capture_output=True, timeout=120)
+        docker_cli.docker("rmi", image, timeout=120)
     by_id = {t["id"]: t for t in verdict["tests"]}
     assert by_id["fixturefw/test_fixturefw.py::test_fixture_framework_module_answers"]["group"] == "fixturefw"
     assert by_id["common/test_contents.py::test_framework_version"]["result"] == "passed", by_id

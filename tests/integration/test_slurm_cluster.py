@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from buildtool.common import docker_cli
 from buildtool.common.net import free_port
 from buildtool.contracts import names
 from buildtool.launch.slurm import Outcome, parse_output
@@ -97,16 +98,16 @@ def image() -> Iterator[str]:
     local = fixture_images.ensure("pytorch")
     repo = names.dev_repo(f"{REGISTRY}/t-slurm-{secrets.token_hex(4)}", "pytorch-cpu")
     ref = f"{repo}:{names.dev_tag(local.split(':')[-1], '2.13')}"
-    subprocess.run(["docker", "tag", local, ref], check=True, capture_output=True, timeout=60)
+    docker_cli.docker("tag", local, ref, check=True, timeout=60)
     try:
         started = time.monotonic()
-        push = subprocess.run(["docker", "push", ref], capture_output=True, text=True, timeout=900)
+        push = docker_cli.docker("push", ref, timeout=900)
         assert push.returncode == 0, push.stderr[-2000:]
         print(f"\nimage: pushed in {time.monotonic() - started:.1f} s", file=sys.stderr)
         yield ref
     finally:
         started = time.monotonic()
-        subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=120)
+        docker_cli.docker("rmi", ref, timeout=120)
         _, _, rest = ref.partition("/")
         repo, _, tag = rest.rpartition(":")
         head = requests.head(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", timeout=30, headers={
