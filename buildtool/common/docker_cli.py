@@ -67,7 +67,7 @@ class DockerTimeout(DockerError, subprocess.TimeoutExpired):
                  output: str | bytes | None = None, stderr: str | bytes | None = None) -> None:
         subprocess.TimeoutExpired.__init__(self, list(cmd), timeout, output, stderr)
         self.subcommand = subcommand(args)
-        self.message = (f"`docker {self.subcommand}` did not finish within {timeout:.0f} s; is the engine "
+        self.message = (f"`docker {self.subcommand}` did not finish within {timeout:g} s; is the engine "
                         f"answering? ({START_HINT})")
         self.args = (self.message,)
 
