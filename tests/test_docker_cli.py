@@ -235,10 +235,12 @@ def test_an_unreachable_engine_says_how_to_start_it(tmp_path, clean_env):
     client, _ = fake_client(tmp_path / "client", 'echo "Cannot connect to the Docker daemon at '
                             'unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1')
     clean_env.setenv(SETTING, str(client))
-    with pytest.raises(docker_cli.EngineUnreachable) as caught:
-        validate_engine.resolve("t-local:1", print)
-    message = str(caught.value)
-    assert "start it (bash scripts/setup.sh)" in message and "Cannot connect" in message and "\n" not in message
+    for caller in (lambda: validate_engine.resolve("t-local:1", print),
+                   lambda: run_one(Launcher(kind="docker", image="t-local:1"), 1, WORKER, 256, 2, 64, 60)):
+        with pytest.raises(docker_cli.EngineUnreachable) as caught:
+            caller()
+        message = str(caught.value)
+        assert "start it (bash scripts/setup.sh)" in message and "Cannot connect" in message and "\n" not in message
 
 
 def test_a_command_past_its_timeout_names_the_subcommand(tmp_path, clean_env):

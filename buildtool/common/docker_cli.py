@@ -177,6 +177,14 @@ def unreachable(stderr: str) -> bool:
     return any(first.startswith(marker) or marker in first[:120] for marker in _UNREACHABLE)
 
 
+def check_reached(proc: subprocess.CompletedProcess[str]) -> None:
+    """EngineUnreachable when a docker command failed because the client reached no engine (for
+    callers that run the client themselves, as `argv` gives it)."""
+    if proc.returncode != 0 and unreachable(proc.stderr):
+        said = next(line.strip() for line in proc.stderr.splitlines() if line.strip())
+        raise EngineUnreachable(f"the Docker engine is not reachable ({said[:200]}); {START_HINT}")
+
+
 def docker(*args: str, timeout: float, check: bool = False, input: str | None = None,
            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run `docker ARGS...` with the chosen client; stdout and stderr captured as text.
@@ -195,9 +203,7 @@ def docker(*args: str, timeout: float, check: bool = False, input: str | None = 
                              f"{CHOICES}") from None
     except subprocess.TimeoutExpired as exc:
         raise DockerTimeout(args, timeout, cmd, exc.output, exc.stderr) from None
-    if proc.returncode != 0 and unreachable(proc.stderr):
-        said = next(line.strip() for line in proc.stderr.splitlines() if line.strip())
-        raise EngineUnreachable(f"the Docker engine is not reachable ({said[:200]}); {START_HINT}")
+    check_reached(proc)
     if check:
         proc.check_returncode()
     return proc

@@ -166,6 +166,8 @@ def _launch(launcher: Launcher, count: int, worker: Path, env: dict[str, str], t
     finally:
         if launcher.kind == "docker":  # interrupted or timed out: the container must not outlive us
             docker_cli.remove(name, timeout=60)
+    if launcher.kind == "docker":
+        docker_cli.check_reached(proc)
     return proc.returncode, proc.stdout + proc.stderr
 
 
