@@ -1,5 +1,6 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
-# Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION.
+# Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
+# (the docker client of every docker command: buildx, classic or a path; see README.md).
 SHELL := /bin/bash
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 BUILDTOOL := $(PYTHON) -m buildtool
