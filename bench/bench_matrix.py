@@ -32,7 +32,7 @@ IMAGE = """
   - name: img-{n}
     framework: pytorch
     accelerator: cpu
-    template: images/pytorch-pip.Dockerfile.j2
+    template: images/pip.Dockerfile.j2
     base: docker.io/library/debian:bookworm-slim
     tests: [common, pytorch]
     use: PyTorch on CPU number {n} for laptops, CI and machines without a GPU or NGC access; same tools.

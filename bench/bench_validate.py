@@ -29,7 +29,8 @@ from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E40
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, probe_flags, resolve, run_flags, validate_image  # noqa: E402
 
-SCRIPTS = REPO / "image-tests" / "scripts"
+sys.path.insert(0, str(REPO / "image-tests"))
+from harness import scripts_for  # noqa: E402  (the folder image-tests mounts: common + the framework's scripts)
 # The checks the by-hand baseline also runs (pytest -k expressions).
 SAME_CHECKS = {"pytorch": "test_contents or test_shm or test_ddp or (test_profiler and not empty and not cuda)",
                "tensorflow": "test_contents or test_shm or test_tensorboard"}
@@ -76,7 +77,8 @@ def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float
     split = {}
     for name, cmd in checks.items():
         start = time.monotonic()
-        subprocess.run([docker, "run", "--rm", "--network", "host", *flags, "-v", f"{SCRIPTS}:/imagetests:ro",
+        subprocess.run([docker, "run", "--rm", "--network", "host", *flags, "-v",
+                        f"{scripts_for(framework)}:/imagetests:ro",
                         image, "bash", "-c", cmd], capture_output=True, timeout=900, check=False)
         split[name] = time.monotonic() - start
     return sum(split.values()), split

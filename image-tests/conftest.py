@@ -138,7 +138,8 @@ def main(target: dict[str, Any], shared_dir: Path, out_root: Path):
     """The container of the image under test, started exactly as users are told to run it, its
     framework imported once first (the cold start, recorded in the verdict; later probes run warm)."""
     flags = [*target["run_flags"], *target.get("extra_run_flags", [])]
-    container = Container(target["image"], flags, run_id=target["run_id"], shared=shared_dir, out_root=out_root)
+    container = Container(target["image"], flags, run_id=target["run_id"], shared=shared_dir, out_root=out_root,
+                          framework=target["framework"])
     try:
         _FACTS["cold_start"] = warm_up(container, target["framework_info"]["module"])
         yield container
@@ -176,11 +177,12 @@ def start_container(target: dict[str, Any], shared_dir: Path, out_root: Path):
     started: list[Container] = []
 
     def _start(image: str, extra: list[str] | None = None, hint: str = "peer", gpus: bool = False,
-               warm: str = "") -> Container:
-        """`warm`: the framework module of another image, imported once first (as `main` does)."""
+               warm: str = "", framework: str | None = None) -> Container:
+        """`warm`: the framework module of another image, imported once first (as `main` does);
+        `framework`: whose scripts it gets beside the common ones (default: the image under test's)."""
         flags = [f for f in target["run_flags"] if gpus or not f.startswith("--gpus")] + list(extra or [])
         container = Container(image, flags, run_id=target["run_id"], shared=shared_dir, name_hint=hint,
-                              out_root=out_root)
+                              out_root=out_root, framework=framework or target["framework"])
         started.append(container)
         if warm:
             warm_up(container, warm)

@@ -2,8 +2,9 @@
 
 A container is started detached from the cell's run profile, through the image's own
 entrypoint (as `docker run IMAGE CMD` is), and always removed: on errors, Ctrl-C and SIGTERM
-too. Nothing is installed into the image: image-tests/scripts is mounted read-only at
-/imagetests, and a host folder at /imagetests-out receives what probes write.
+too. Nothing is installed into the image: image-tests/scripts, with the scripts of the image's
+framework (image-tests/<framework>/scripts) beside them, is mounted read-only at /imagetests, and a
+host folder at /imagetests-out receives what probes write.
 
 A probe is one command run with `docker exec` as the image's default user in its working
 directory, under scripts/supervise.py (`python3 -I -S`: no site, no sitecustomize), which records
@@ -29,8 +30,10 @@ import contextlib
 import json
 import re
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -43,7 +46,8 @@ from buildtool.common import docker_cli
 from buildtool.common.net import free_port  # noqa: F401  (image tests import it from here)
 from buildtool.contracts import label_keys, skips
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+TESTS_DIR = Path(__file__).resolve().parent
+SCRIPTS = TESTS_DIR / "scripts"
 SCRIPTS_IN = "/imagetests"
 OUT_IN = "/imagetests-out"
 SHARED_IN = "/shared"
@@ -231,6 +235,36 @@ def _read(path: Path, limit: int = 20000) -> str:
         return ""
 
 
+_STAGED: dict[str, Path] = {}
+
+
+def scripts_for(framework: str | None) -> Path:
+    """The folder mounted at /imagetests: the common scripts plus `framework`'s own (its folder's
+    scripts/), copied once per session into one read-only folder. A framework script that would
+    shadow a common one is refused (the framework table refuses it at load, too)."""
+    key = framework or ""
+    if key in _STAGED:
+        return _STAGED[key]
+    folder = Path(tempfile.mkdtemp(prefix="imagetests-scripts-"))
+    atexit.register(shutil.rmtree, folder, True)
+    sources = [SCRIPTS]
+    if framework:
+        own = TESTS_DIR / framework / "scripts"
+        if not own.is_dir():
+            raise RuntimeError(f"framework {framework!r} has no scripts folder {own}")
+        sources.append(own)
+    for source in sources:
+        for path in sorted(source.glob("*.py")):
+            target = folder / path.name
+            if target.exists():
+                raise RuntimeError(f"{path} shadows the common script {SCRIPTS / path.name}; rename it")
+            shutil.copyfile(path, target)
+            target.chmod(0o644)
+    folder.chmod(0o755)
+    _STAGED[key] = folder
+    return folder
+
+
 def _make_dir(root: Path, name: str) -> Path:
     path = root / name
     path.mkdir(parents=True)
@@ -241,7 +275,7 @@ def _make_dir(root: Path, name: str) -> Path:
 class Container:
     """One running container of the image under test."""
 
-    def __init__(self, image: str, run_flags: list[str], *, run_id: str, out_root: Path,
+    def __init__(self, image: str, run_flags: list[str], *, run_id: str, out_root: Path, framework: str | None,
                  shared: Path | None = None, network: str = "host", name_hint: str = "main") -> None:
         self.image = image
         self.name = f"t-imagetest-{name_hint}-{uuid.uuid4().hex[:8]}"
@@ -249,7 +283,7 @@ class Container:
         if any(flag.startswith("--network") for flag in run_flags):
             network = ""  # a fault test's own network setting replaces the default
         args = ["run", "-d", "--init", "--name", self.name, "--label", f"{RUN_LABEL}={run_id}",
-                *(["--network", network] if network else []), "-v", f"{SCRIPTS}:{SCRIPTS_IN}:ro",
+                *(["--network", network] if network else []), "-v", f"{scripts_for(framework)}:{SCRIPTS_IN}:ro",
                 "-v", f"{out_root}:{OUT_IN}", "-e", "PYTHONUNBUFFERED=1"]
         if shared is not None:
             args += ["-v", f"{shared}:{SHARED_IN}"]
@@ -357,7 +391,7 @@ class Container:
 
     def python(self, script: str, *args: str, step: str, quiet: float = QUIET_S,
                env: dict[str, str] | None = None) -> Probe:
-        """One of image-tests/scripts with the image's own Python (its site, as a user's script gets)."""
+        """One of the scripts at /imagetests (common or the framework's) with the image's own Python (its site, as a user's script gets)."""
         return self.run(["python3", f"{SCRIPTS_IN}/{script}", *args], step=step, quiet=quiet, env=env)
 
     def _kill_supervisor(self, host_dir: Path) -> None:
@@ -436,7 +470,8 @@ def run_once(image: str, run_flags: list[str], argv: list[str], *, run_id: str, 
     probe.dir = host_dir
     name = f"t-imagetest-once-{uuid.uuid4().hex[:8]}"
     args = ["run", "-d", "--init", "--name", name, "--label", f"{RUN_LABEL}={run_id}", "--network", "none",
-            "-v", f"{SCRIPTS}:{SCRIPTS_IN}:ro", "-v", f"{out_root}:{OUT_IN}", "-e", f"IMAGETEST_OUT={OUT_IN}/{ident}",
+            "-v", f"{scripts_for(None)}:{SCRIPTS_IN}:ro", "-v", f"{out_root}:{OUT_IN}",
+            "-e", f"IMAGETEST_OUT={OUT_IN}/{ident}",
             *[f for f in run_flags if not f.startswith("--gpus")], image, *argv]
     _LIVE.add(name)
     started = time.monotonic()

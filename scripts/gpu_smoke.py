@@ -12,7 +12,7 @@ Checks (each bounded; the whole run stays under --deadline, 450 s by default):
 Where it runs:
 - `--image IMAGE` (a GPU runner with a container engine): every check in the image (pytorch-cuda
   by default in the Makefile), started as validate starts it (`--gpus all`, the run profile's shm
-  and ulimits), image-tests/scripts mounted read-only;
+  and ulimits), image-tests/scripts and image-tests/pytorch/scripts mounted read-only;
 - `--python PY` (a GPU machine without a container engine): a Python that has CUDA PyTorch and
   TensorBoard. torch-tb-profiler is carried in as a wheel (`make gpu-smoke-wheels` runs
   `pip download` into bench/wheels); every wheel of --wheels is installed with --no-index into a
@@ -46,7 +46,9 @@ if str(ROOT) not in sys.path:  # a GPU runner's Python need not have the toolkit
     sys.path.insert(0, str(ROOT))
 from buildtool.common import docker_cli  # noqa: E402  (standard library only)
 
-SCRIPTS = ROOT / "image-tests" / "scripts"
+# What image-tests mounts at /imagetests for a PyTorch image: the common scripts and PyTorch's own
+# (the DDP check and the profiler trace live in PyTorch's framework folder).
+SCRIPT_FOLDERS = (ROOT / "image-tests" / "scripts", ROOT / "image-tests" / "pytorch" / "scripts")
 IN_IMAGE = "/imagetests"
 CHECKS = ("nccl_ddp", "busbw", "profiler_kernel_view", "shm")
 RUN_FLAGS = ["--gpus", "all", "--shm-size=8g", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
@@ -75,6 +77,15 @@ def gpus_on_host() -> tuple[list[dict[str, str]], str, str]:
     return gpus, (gpus[0]["driver"] if gpus else ""), ("" if gpus else "nvidia-smi lists no GPU")
 
 
+def stage_scripts(into: Path) -> Path:
+    """The scripts of SCRIPT_FOLDERS copied into one folder, as image-tests stages them."""
+    into.mkdir(parents=True)
+    for folder in SCRIPT_FOLDERS:
+        for path in sorted(folder.glob("*.py")):
+            shutil.copyfile(path, into / path.name)
+    return into
+
+
 class Runner:
     """Runs a command of the smoke in the image (docker run) or with the host Python."""
 
@@ -82,13 +93,14 @@ class Runner:
         self.image, self.python, self.docker = image, python, docker
         self.env_extra, self.workdir = env_extra, workdir
         self.names: list[str] = []
+        self.scripts = stage_scripts(workdir / "scripts")
 
     @property
     def mode(self) -> str:
         return "container" if self.image else "host"
 
     def script(self, name: str) -> str:
-        return f"{IN_IMAGE}/{name}" if self.image else str(SCRIPTS / name)
+        return f"{IN_IMAGE}/{name}" if self.image else str(self.scripts / name)
 
     def py(self) -> list[str]:
         return ["python3"] if self.image else [self.python]
@@ -101,7 +113,7 @@ class Runner:
             self.names.append(name)
             flags = [x for k, v in env.items() for x in ("-e", f"{k}={v}")]
             cmd = [self.docker, "run", "--rm", "--init", "--name", name, *RUN_FLAGS,
-                   "-v", f"{SCRIPTS}:{IN_IMAGE}:ro", "-e", "PYTHONUNBUFFERED=1", *flags, self.image, *argv]
+                   "-v", f"{self.scripts}:{IN_IMAGE}:ro", "-e", "PYTHONUNBUFFERED=1", *flags, self.image, *argv]
             full_env = None
         else:
             cmd, full_env = argv, {**os.environ, **self.env_extra, **env, "PYTHONUNBUFFERED": "1"}

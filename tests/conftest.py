@@ -15,6 +15,7 @@ import pytest
 from buildtool.cli import main
 from buildtool.cli.console import Project
 from buildtool.cli.generate import all_outputs
+from buildtool.contracts import frameworks
 from buildtool.matrix.schema import Matrix, load_matrix
 from buildtool.render.dockerfiles import write_outputs
 
@@ -64,6 +65,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         marks = sorted({m.name for m in item.iter_markers()} & {"host_torch", "browser", "tools"})
         pytest.fail(f"this test needs what is missing here: {'; '.join(missing)}; install it, or deselect the "
                     f"test with -m 'not {' and not '.join(marks)}' (make test-fast)", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _frameworks_of_this_checkout():
+    """Loading a fixture project's matrix makes its image-tests folders the framework table; the
+    next test starts from this checkout's again."""
+    yield
+    frameworks.use_checkout()
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

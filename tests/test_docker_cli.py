@@ -111,7 +111,7 @@ def test_one_setting_reaches_build_validate_harness_and_scaling(tmp_path, clean_
     assert any(c.startswith("ps -aq --filter label=") and c.endswith("=run1") for c in calls(log))
     assert "rm -f -v c1 c2" in calls(log)
 
-    container = harness.Container("t-local:1", ["--shm-size=1g"], run_id="run2", out_root=tmp_path)
+    container = harness.Container("t-local:1", ["--shm-size=1g"], run_id="run2", out_root=tmp_path, framework=None)
     container.remove()
     assert f"rm -f -v {container.name}" in calls(log)
     assert any(c.startswith(f"run -d --init --name {container.name} ") and c.endswith("t-local:1 sleep infinity")
@@ -161,7 +161,7 @@ def test_the_autodetected_client_is_the_one_builds_use(tmp_path, clean_env, monk
 
 
 def _start_container(tmp_path: Path) -> None:
-    harness.Container("t-local:1", [], run_id="r", out_root=tmp_path)
+    harness.Container("t-local:1", [], run_id="r", out_root=tmp_path, framework=None)
 
 
 CALLERS = {

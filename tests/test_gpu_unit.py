@@ -145,7 +145,7 @@ images:
   - name: g
     framework: pytorch
     accelerator: {accelerator}
-    template: images/pytorch-pip.Dockerfile.j2
+    template: images/pip.Dockerfile.j2
     base: docker.io/library/debian:bookworm-slim
     python: "3.11"
     tests: [common, pytorch]
@@ -345,7 +345,7 @@ def test_baseline_is_the_newest_passing_verdict_of_the_cell_on_the_same_gpus(tmp
 
 
 def _torchrun(tmp_path: Path, env: dict[str, str]) -> dict:
-    script = REPO / "image-tests" / "scripts" / "ddp_train.py"
+    script = REPO / "image-tests" / "pytorch" / "scripts" / "ddp_train.py"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "DDP_STEPS": "5", "DDP_BUSBW": "1", **env})
@@ -356,7 +356,7 @@ def _torchrun(tmp_path: Path, env: dict[str, str]) -> dict:
 
 @pytest.mark.host_torch
 def test_busbw_measuring_code_runs_on_cpu_with_gloo(tmp_path):
-    """The code the GPU runners use (image-tests/scripts/ddp_train.py), with gloo and small sizes."""
+    """The code the GPU runners use (image-tests/pytorch/scripts/ddp_train.py), with gloo and small sizes."""
     table = _torchrun(tmp_path, {"BUSBW_SIZES": ",".join(str(s) for s in doubling("64k", "512k"))})
     assert table["backend"] == "gloo" and table["ranks"] == 2 and (table["warmup"], table["iters"]) == (5, 20)
     assert [r["bytes"] for r in table["sizes"]] == [64 << 10, 128 << 10, 256 << 10, 512 << 10]
@@ -383,7 +383,7 @@ def _import_from(folder: Path, name: str):
 
 @pytest.mark.host_torch
 def test_default_sizes_are_8mib_to_1gib():
-    ddp_train = _import_from(REPO / "image-tests" / "scripts", "ddp_train")
+    ddp_train = _import_from(REPO / "image-tests" / "pytorch" / "scripts", "ddp_train")
     sizes = ddp_train.DEFAULT_BUSBW_SIZES
     assert sizes[0] == 8 << 20 and sizes[-1] == 1 << 30 and len(sizes) == 8
     assert ddp_train.parse_sizes("65536,1048576") == [64 << 10, 1 << 20]
@@ -393,7 +393,7 @@ def test_default_sizes_are_8mib_to_1gib():
 @pytest.mark.parametrize("text", ["8M", "64K,1M", "8M:1G", "", "0", "65536,", " 65536", "1e6", "-1", "65536.0"])
 def test_the_in_image_script_reads_byte_counts_only(text: str):
     """Sizes with units are the host's grammar (buildtool.common.sizes); the script names what it refuses."""
-    ddp_train = _import_from(REPO / "image-tests" / "scripts", "ddp_train")
+    ddp_train = _import_from(REPO / "image-tests" / "pytorch" / "scripts", "ddp_train")
     with pytest.raises(SystemExit, match="is not a byte count") as caught:
         ddp_train.parse_sizes(text)
     assert repr(text) in str(caught.value)

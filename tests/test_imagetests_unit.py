@@ -32,6 +32,7 @@ TESTS_DIR = REPO / "image-tests"
 SUPERVISE = TESTS_DIR / "scripts" / "supervise.py"
 sys.path.insert(0, str(TESTS_DIR))
 sys.path.insert(0, str(TESTS_DIR / "common"))
+sys.path.insert(0, str(TESTS_DIR / "pytorch"))
 import harness  # noqa: E402
 import ranks  # noqa: E402
 import test_labels as labels_test  # noqa: E402
@@ -410,7 +411,7 @@ def run_image_tests(tmp_path: Path, body: str, budget: float = 0) -> dict:
     """pytest on a copy of image-tests' conftest and harness with one test file; its results JSON."""
     suite = tmp_path / "suite"
     suite.mkdir()
-    for name in ("conftest.py", "harness.py", "ranks.py", "pytest.ini"):
+    for name in ("conftest.py", "harness.py", "pytest.ini"):
         shutil.copy2(TESTS_DIR / name, suite / name)
     (suite / "test_unit.py").write_text(textwrap.dedent(body))
     results = tmp_path / "results.json"

@@ -109,7 +109,7 @@ def test_defaults_shm_rendezvous_and_bounded_restarts(run_cli, variant: str) -> 
         assert "--rdzv-endpoint=ddp-check-0.ddp-check:29400" in command
         assert docs[1]["spec"]["clusterIP"] == "None" and docs[1]["spec"]["publishNotReadyAddresses"] is True
     configmap = docs[0]
-    assert configmap["data"]["ddp_train.py"] == (REPO / "image-tests/scripts/ddp_train.py").read_text()
+    assert configmap["data"]["ddp_train.py"] == (REPO / "image-tests/pytorch/scripts/ddp_train.py").read_text()
     assert configmap["data"]["verify_ddp.py"] == VERIFY_SOURCE
 
 

@@ -241,22 +241,22 @@ CASES = [
     # -- templates --------------------------------------------------------------------------------
     Case("template-outside-relative",
          "error: matrix.yaml:<line>: images[0].template: '../../etc/passwd' is not a path inside templates/ "
-         "(relative, no '..', e.g. images/pytorch-pip.Dockerfile.j2)",
-         old='template: images/pytorch-ngc.Dockerfile.j2',
+         "(relative, no '..', e.g. images/pip.Dockerfile.j2)",
+         old='template: images/ngc.Dockerfile.j2',
          new='template: ../../etc/passwd',
          lines=(('<line>', 'template: ../../etc/pass'),)),
     Case("template-outside-absolute",
          "error: matrix.yaml:<line>: images[0].template: '/etc/passwd' is not a path inside templates/ (relative, no "
-         "'..', e.g. images/pytorch-pip.Dockerfile.j2)",
-         old='template: images/pytorch-ngc.Dockerfile.j2',
+         "'..', e.g. images/pip.Dockerfile.j2)",
+         old='template: images/ngc.Dockerfile.j2',
          new='template: /etc/passwd',
          lines=(('<line>', 'template: /etc/passwd'),)),
     Case("template-missing-suggests",
-         "error: matrix.yaml:<line>: images[4].template: template 'images/tensorflow_pip.Dockerfile.j2' not found "
-         'under templates/; did you mean `images/tensorflow-pip.Dockerfile.j2`?',
-         old='template: images/tensorflow-pip.Dockerfile.j2',
-         new='template: images/tensorflow_pip.Dockerfile.j2',
-         lines=(('<line>', 'template: images/tensorf'),)),
+         "error: matrix.yaml:<line>: images[2].template: template 'images/pipp.Dockerfile.j2' not found "
+         'under templates/; did you mean `images/pip.Dockerfile.j2`?',
+         old='template: images/pip.Dockerfile.j2',
+         new='template: images/pipp.Dockerfile.j2',
+         lines=(('<line>', 'template: images/pipp'),)),
     Case("template-syntax-error",
          "error: templates/parts/labels.j2:4: unexpected '}'",
          setup=_template("parts/labels.j2", "{{ cell.name | label }}", "{{ cell.name | label }", "{{ cell.name"),
@@ -270,7 +270,7 @@ CASES = [
          'pytorch-cpu:2.13); fix the template',
          setup=_template("parts/python.j2", '| map("sh")', '| map("shell")', 'map("shell")')),
     Case("template-includes-missing-part",
-         "error: templates/parts/image.j2:11: includes missing template 'parts/user.j2' (cell pytorch-ngc:25.10)",
+         "error: templates/parts/image.j2:14: includes missing template 'parts/user.j2' (cell pytorch-ngc:25.10)",
          setup=_remove_user_part,
          args=("render", "--matrix", "{matrix}")),
     # -- run profile ------------------------------------------------------------------------------
@@ -426,7 +426,7 @@ CASES = [
          lines=(('<line>', 'ipc: Host'),)),
     Case("pip-template-without-requirements",
          'error: matrix.yaml:<line>: images[4].versions[0].framework_requirements: template '
-         'images/tensorflow-pip.Dockerfile.j2 needs framework_requirements (its first line says so); set it in '
+         'images/pip.Dockerfile.j2 needs framework_requirements (its first line says so); set it in '
          'defaults, the image or this version, e.g. framework_requirements: ["tensorflow==2.21.0"]',
          old='        framework_requirements: ["tensorflow-cpu==2.21.0"]\n',
          new='',

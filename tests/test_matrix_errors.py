@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.common.errors import MatrixError
+from buildtool.common.errors import MatrixError, UserError
 from buildtool.matrix.schema import load_matrix
 from tests.conftest import REPO, snapshot
 
@@ -40,7 +40,7 @@ CASES = [
     ("duplicate-yaml-key", "    framework: pytorch\n    accelerator: cuda\n",
      "    framework: pytorch\n    accelerator: cuda\n    accelerator: cpu\n", "images[0].accelerator",
      "accelerator: cpu", "duplicate key"),
-    ("missing-template", "template: images/pytorch-ngc.Dockerfile.j2", "template: images/nope.Dockerfile.j2",
+    ("missing-template", "template: images/ngc.Dockerfile.j2", "template: images/nope.Dockerfile.j2",
      "images[0].template", "nope.Dockerfile.j2", "template 'images/nope.Dockerfile.j2' not found"),
     ("bad-shm-size", "    shm_size: 8g\n", "    shm_size: 8 gigs\n", "defaults.run.shm_size", "8 gigs",
      "is not a size; write it like shm_size: 8g"),
@@ -113,14 +113,14 @@ def test_empty_matrix(project: Path, run_cli):
 
 
 def test_undefined_template_variable_names_template_line_and_cell(project: Path, run_cli):
-    template = project / "templates" / "images" / "pytorch-pip.Dockerfile.j2"
+    template = project / "templates" / "images" / "pip.Dockerfile.j2"
     text = template.read_text()
     template.write_text(text.replace("{% block framework %}\n", "{% block framework %}\n# {{ cell.gpu_arch }}\n"))
     before = snapshot(project)
     code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
     assert code == 2
     assert len(err.strip().splitlines()) == 1
-    pattern = r"^error: templates/images/pytorch-pip\.Dockerfile\.j2:\d+: .*gpu_arch.* for cell pytorch-cpu:2\.13"
+    pattern = r"^error: templates/images/pip\.Dockerfile\.j2:\d+: .*gpu_arch.* for cell pytorch-cpu:2\.13"
     assert re.match(pattern, err.strip()), err
     assert snapshot(project) == before
 
@@ -144,12 +144,16 @@ def test_unknown_framework_on_command_line(project: Path, run_cli, command):
 
 # -- a test group is a folder: a cell that names one without it fails at load (issue 21) ---------------
 
-@pytest.mark.parametrize(("group", "key", "marker"), [
-    ("tensorflow", "images[1].tests[1]", "    tests: [common, tensorflow]\n"),   # the first cell that names it
-    ("common", "defaults.tests[0]", "  tests: [common]\n"),                      # named in defaults: located there
+@pytest.mark.parametrize(("group", "key", "marker", "message"), [
+    # A framework is its folder: without it the framework is unknown, located at the first cell of it.
+    ("tensorflow", "images[1].framework", "    framework: tensorflow\n",
+     "unknown framework 'tensorflow'; one of pytorch (a new one is a folder image-tests/<name>/ with its "
+     "framework.yaml)"),
+    ("common", "defaults.tests[0]", "  tests: [common]\n",                      # named in defaults: located there
+     "test group 'common' has no folder image-tests/common/; add the group's tests there, or remove it from tests"),
 ])
 def test_a_test_group_without_its_folder_is_exit_2_at_load(project: Path, run_cli, group: str, key: str,
-                                                            marker: str) -> None:
+                                                            marker: str, message: str) -> None:
     shutil.rmtree(project / "image-tests" / group)
     text = (project / "matrix.yaml").read_text()
     line = text[: text.index(marker)].count("\n") + 1
@@ -157,8 +161,7 @@ def test_a_test_group_without_its_folder_is_exit_2_at_load(project: Path, run_cl
     for command in ("render", "check", "plan"):
         code, out, err = run_cli(command, "--matrix", str(project / "matrix.yaml"))
         assert code == 2 and out == "", (command, err)
-        assert err.strip() == (f"error: matrix.yaml:{line}: {key}: test group {group!r} has no folder "
-                               f"image-tests/{group}/; add the group's tests there, or remove it from tests"), err
+        assert err.strip() == f"error: matrix.yaml:{line}: {key}: {message}", err
     assert snapshot(project) == before
 
 
@@ -168,14 +171,14 @@ def test_image_tests_are_looked_for_beside_the_matrix_unless_named(tmp_path: Pat
     matrix = tmp_path / "project" / "matrix.yaml"
     matrix.parent.mkdir()
     shutil.copy2(REPO / "matrix.yaml", matrix)
-    with pytest.raises(MatrixError) as caught:
+    with pytest.raises(UserError) as caught:
         load_matrix(matrix, REPO / "templates")
-    assert str(caught.value) == (f"{matrix}:11: defaults.tests[0]: test group 'common' has no folder "
-                                 "image-tests/common/; add the group's tests there, or remove it from tests")
+    assert str(caught.value) == (f"{matrix}: no folder image-tests/ for its image tests: every framework is a "
+                                 "folder there (framework.yaml, its tests, its scripts), and so is every test group")
     cells = load_matrix(matrix, REPO / "templates", tests_dir=REPO / "image-tests").cells
     assert {c.key: c.tests for c in cells}["pytorch-cpu:2.13"] == ("common", "pytorch")
     elsewhere = tmp_path / "suite"
     (elsewhere / "common").mkdir(parents=True)
     with pytest.raises(MatrixError) as caught:
         load_matrix(matrix, REPO / "templates", tests_dir=elsewhere)
-    assert f":41: images[0].tests[1]: test group 'pytorch' has no folder {elsewhere}/pytorch/;" in str(caught.value)
+    assert ": images[0].framework: unknown framework 'pytorch'; one of (none) (a new one is a folder" in str(caught.value)

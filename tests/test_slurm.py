@@ -128,7 +128,7 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
     bundle = fake_bundle(tmp_path)
     script = generate(run_cli, tmp_path, str(bundle) if runtime == "oci" else IMAGE, "--runtime", runtime,
                       "--nodes", "1", "--gpus-per-node", "0", "--shm-size", "1m", "--rdzv-port", str(port))
-    proc, calls = dry_run(tmp_path, script, REPO / "image-tests/scripts")
+    proc, calls = dry_run(tmp_path, script, REPO / "image-tests/pytorch/scripts")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "DDP check passed: world size 1" in proc.stdout
     srun_calls = [c for c in calls if c[0] == "srun"]
@@ -180,7 +180,7 @@ def test_dry_run_fails_when_ranks_disagree(run_cli, tmp_path: Path) -> None:
 
 def test_dry_run_refuses_a_small_dev_shm(run_cli, tmp_path: Path) -> None:
     script = generate(run_cli, tmp_path, IMAGE, "--nodes", "2", "--gpus-per-node", "0", "--shm-size", "100000g")
-    proc, calls = dry_run(tmp_path, script, REPO / "image-tests/scripts")
+    proc, calls = dry_run(tmp_path, script, REPO / "image-tests/pytorch/scripts")
     assert proc.returncode == 1 and "/dev/shm on" in proc.stderr and "need 107374182400000" in proc.stderr
     assert not [c for c in calls if c[0] == "apptainer"], "the check must not start"
 

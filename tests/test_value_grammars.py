@@ -242,7 +242,7 @@ def test_workdir(value: str, expected: str | None) -> None:
 
 
 @pytest.mark.parametrize(("value", "expected"), rows(
-    ("images/pytorch-pip.Dockerfile.j2", ACCEPT),
+    ("images/pip.Dockerfile.j2", ACCEPT),
     ("../../etc/passwd", "is not a path inside templates/"),
     ("/etc/passwd", "is not a path inside templates/"),
     ("images/nope.Dockerfile.j2", "not found under templates/"),

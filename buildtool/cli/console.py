@@ -94,10 +94,15 @@ class Project:
 
     def load_fast(self) -> Matrix:
         """The matrix from its snapshot when one is fresh (no pydantic), else loaded (buildtool.matrix.snapshot)."""
+        from buildtool.contracts import frameworks
         from buildtool.matrix import snapshot
 
         key = snapshot.snapshot_key(self.matrix_path, self.templates, self._display())
-        return snapshot.read(key, self.load) or self.load()  # type: ignore[return-value]
+        found = snapshot.read(key, self.load)
+        if found is None:
+            return self.load()
+        frameworks.point_at(self.matrix_path.parent / "image-tests")   # the table the snapshot was made with
+        return found  # type: ignore[return-value]
 
     def _display(self) -> str:
         return (str(self.matrix_path.relative_to(self.root))

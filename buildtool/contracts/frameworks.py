@@ -1,78 +1,219 @@
-"""The framework table: everything the pipeline needs to know about a framework, one row each.
+"""The framework table: everything the pipeline needs to know about a framework, one folder each.
 
-Adding an image of a new framework is: its matrix entry, a template, one row here and its
-image-tests group (image-tests/<name>/). Nothing else names frameworks.
+A framework is the folder image-tests/<name>/, and that folder is all that is specific to it:
+  framework.yaml   its row of this table (the fields of `Framework` below)
+  test_*.py        its image-tests group
+  scripts/         its in-image writers and probes (mounted beside image-tests/scripts at /imagetests)
+  *.j2             template parts only it needs (`template_parts`), included in every image of it
+Image templates (templates/images/) are per install method and shared by all frameworks. The table
+is read from the image-tests folder of the matrix being loaded (`use`); anything in a row that does
+not parse, or names a file the folder does not hold, is an error naming the file, never a default.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+
+FRAMEWORK_FILE = "framework.yaml"
+SCRIPTS = "scripts"
+COMMON_GROUP = "common"
+DEFAULT_TESTS_DIR = Path(__file__).resolve().parents[2] / "image-tests"
+
+_NAME = r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*"
+_SCRIPT = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py"
+_PART = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2"
+
+
+class TableError(ValueError):
+    """A framework folder that does not make a row (callers turn it into exit 2)."""
 
 
 @dataclass(frozen=True)
 class Framework:
-    name: str                       # the matrix's `framework:` value; also its image-tests group
+    name: str                       # the matrix's `framework:` value; also its image-tests group and folder
     module: str                     # the import whose __version__ proves the framework's version
     distributions: tuple[str, ...]  # pip names that carry it (a stand-in's requirement is found by these)
     gpu_count_expr: str             # Python, evaluated in the image with `module` imported: GPUs it sees
-    events_writer: tuple[str, ...]  # image-tests/scripts command that writes TensorBoard scalars "loss"
+    events_writer: tuple[str, ...]  # its scripts/ command that writes TensorBoard scalars "loss"
+    title: str = ""                 # how documents and Dockerfile comments name it (PyTorch)
     shm_workers: str = "python"     # how shm_workers.py loads batches through /dev/shm: torch DataLoader or python
     cuda_build_expr: str = "''"     # Python, in the image: the CUDA version the framework was built with, '' if none
     container_version_env: str = "" # what an NGC container of this framework sets to its release (25.10)
     local_versions: str = "plain"   # how builds mark themselves in __version__'s local part (contracts.versions)
+    template_parts: tuple[str, ...] = ()  # its *.j2 parts, as templates name them (framework/<name>/<file>)
+    folder: Path | None = None      # image-tests/<name>/
 
     @property
     def test_group(self) -> str:
         return self.name
 
+    @property
+    def scripts(self) -> Path | None:
+        return self.folder / SCRIPTS if self.folder is not None else None
 
-COMMON_GROUP = "common"
+
+@functools.cache
+def _row_model() -> type:
+    """framework.yaml, strictly: every key known, every value of its type. Built on first use, so a
+    command that never reads a row (a release from a matrix snapshot) never imports pydantic."""
+    from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+    class Row(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+
+        name: Annotated[StrictStr, Field(pattern=f"^{_NAME}$", max_length=40)]
+        title: Annotated[StrictStr, Field(min_length=1, max_length=40, pattern=r"^[^\x00-\x1f\x7f]+$")]
+        module: Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")]
+        distributions: tuple[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...]
+        gpu_count: Annotated[StrictStr, Field(min_length=1)]
+        cuda_build: Annotated[StrictStr, Field(min_length=1)] = "''"
+        events_writer: Annotated[tuple[StrictStr, ...], Field(min_length=1)]
+        shm_workers: Literal["torch", "python"] = "python"
+        local_versions: Literal["torch", "plain"] = "plain"
+        ngc_version_env: Annotated[StrictStr, Field(pattern=r"^([A-Z][A-Z0-9_]*)?$")] = ""
+        template_parts: tuple[Annotated[StrictStr, Field(pattern=f"^{_PART}$")], ...] = ()
+
+    return Row
+
+
+def _no_duplicate_keys(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    pass
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+
+
+def _compiles(expr: str, what: str, where: str) -> None:
+    try:
+        compile(expr, where, "eval")
+    except SyntaxError as exc:
+        raise TableError(f"{where}: {what} {expr!r} is not a Python expression ({exc.msg})") from None
+
+
+def load_row(folder: Path) -> Framework:
+    """The row in `folder`/framework.yaml, checked against the folder: its name is the folder's, its
+    events writer and template parts are files there, its scripts shadow no common script."""
+    path = folder / FRAMEWORK_FILE
+    where = f"{folder.parent.name}/{folder.name}/{FRAMEWORK_FILE}"
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)   # noqa: S506 - a SafeLoader
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TableError(f"{where}: cannot read it ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise TableError(f"{where}{line}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise TableError(f"{where}: must be a mapping of the framework's fields")
+    from pydantic import ValidationError
+
+    try:
+        row: Any = _row_model().model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top)"
+        msg = "required key is missing" if first["type"] == "missing" else first["msg"]
+        raise TableError(f"{where}: {key}: {msg}") from None
+    if row.name != folder.name:
+        raise TableError(f"{where}: name {row.name!r} is not its folder's ({folder.name!r}); a framework's folder "
+                         "is named after it")
+    _compiles(row.gpu_count, "gpu_count", where)
+    _compiles(row.cuda_build, "cuda_build", where)
+    scripts = folder / SCRIPTS
+    writer = row.events_writer[0]
+    if not re.fullmatch(_SCRIPT, writer) or not (scripts / writer).is_file():
+        raise TableError(f"{where}: events_writer {writer!r} is not a script in {folder.name}/{SCRIPTS}/")
+    for part in row.template_parts:
+        if not (folder / part).is_file():
+            raise TableError(f"{where}: template part {part!r} is not a file in {folder.name}/")
+    common = folder.parent / SCRIPTS
+    if scripts.is_dir() and common.is_dir():
+        clash = sorted(p.name for p in scripts.iterdir() if (common / p.name).exists())
+        if clash:
+            raise TableError(f"{where}: {folder.name}/{SCRIPTS}/ has {', '.join(clash)}, also in {SCRIPTS}/; both are "
+                             "mounted at /imagetests, so rename the framework's")
+    return Framework(
+        name=row.name, title=row.title, module=row.module, distributions=row.distributions,
+        gpu_count_expr=row.gpu_count, cuda_build_expr=row.cuda_build, events_writer=row.events_writer,
+        shm_workers=row.shm_workers, local_versions=row.local_versions, container_version_env=row.ngc_version_env,
+        template_parts=tuple(f"framework/{row.name}/{p}" for p in row.template_parts), folder=folder.resolve())
+
+
+def load_table(tests_dir: Path) -> dict[str, Framework]:
+    """Every framework folder of `tests_dir` (a folder with a framework.yaml), by name."""
+    try:
+        folders = sorted(p for p in tests_dir.iterdir() if p.is_dir() and (p / FRAMEWORK_FILE).is_file())
+    except OSError as exc:
+        raise TableError(f"cannot list the framework folders of {tests_dir} ({exc})") from None
+    return {row.name: row for row in map(load_row, folders)}
+
 
 _TABLE: dict[str, Framework] = {}
+_LOADED_FROM: list[Path] = []
+_PENDING: list[Path] = []
 
 
-def register(framework: Framework) -> Framework:
-    """Add a row (the shipped rows below; tests add fixture frameworks this way)."""
-    _TABLE[framework.name] = framework
-    return framework
+def point_at(tests_dir: Path) -> None:
+    """Read the table from `tests_dir` when it is first needed (a matrix from its snapshot)."""
+    _PENDING[:] = [tests_dir.resolve()]
+    _LOADED_FROM.clear()
 
 
-def unregister(name: str) -> None:
-    _TABLE.pop(name, None)
+def use(tests_dir: Path) -> None:
+    """Make the frameworks of `tests_dir` the table (loading a matrix does this for its image-tests).
+    Read afresh every time: a folder added or edited since is what counts."""
+    resolved = tests_dir.resolve()
+    table = load_table(resolved)
+    _TABLE.clear()
+    _TABLE.update(table)
+    _LOADED_FROM[:] = [resolved]
+    _PENDING.clear()
 
 
-register(Framework(
-    name="pytorch", module="torch", distributions=("torch",),
-    gpu_count_expr="torch.cuda.device_count()",
-    events_writer=("torch_events.py",), shm_workers="torch", local_versions="torch",
-    cuda_build_expr="torch.version.cuda or ''", container_version_env="NVIDIA_PYTORCH_VERSION",
-))
-register(Framework(
-    name="tensorflow", module="tensorflow", distributions=("tensorflow", "tensorflow-cpu"),
-    gpu_count_expr="len(tensorflow.config.list_physical_devices('GPU'))",
-    events_writer=("tf_write.py", "--no-profile"),
-    cuda_build_expr=("tensorflow.sysconfig.get_build_info().get('cuda_version', '') "
-                     "if tensorflow.test.is_built_with_cuda() else ''"),
-    container_version_env="NVIDIA_TENSORFLOW_VERSION",
-))
+def use_checkout() -> None:
+    """The table of this checkout's image-tests (what a matrix load beside it gives)."""
+    if _LOADED_FROM != [DEFAULT_TESTS_DIR]:
+        use(DEFAULT_TESTS_DIR)
+
+
+def _table() -> dict[str, Framework]:
+    if not _LOADED_FROM:
+        use(_PENDING[0]) if _PENDING else use_checkout()
+    return _TABLE
 
 
 def names() -> tuple[str, ...]:
-    return tuple(_TABLE)
+    return tuple(_table())
 
 
 def get(name: str) -> Framework:
     try:
-        return _TABLE[name]
+        return _table()[name]
     except KeyError:
-        raise KeyError(f"unknown framework {name!r}; known: {', '.join(_TABLE)}") from None
+        raise KeyError(f"unknown framework {name!r}; known: {', '.join(_table())}") from None
 
 
 def test_groups() -> tuple[str, ...]:
     """Every image-tests group a cell may list."""
-    return (COMMON_GROUP, *(f.test_group for f in _TABLE.values()))
+    return (COMMON_GROUP, *(f.test_group for f in _table().values()))
 
 
 def others(name: str) -> tuple[Framework, ...]:
     """The frameworks a cross-framework check pairs `name` with."""
-    return tuple(f for f in _TABLE.values() if f.name != name)
+    return tuple(f for f in _table().values() if f.name != name)

@@ -1,6 +1,6 @@
 """What the Kubernetes and SLURM generators share: the multi-node DDP check and its defaults.
 
-Both run image-tests/scripts/ddp_train.py under torchrun with a c10d rendezvous on every node,
+Both run image-tests/pytorch/scripts/ddp_train.py under torchrun with a c10d rendezvous on every node,
 wrapped by a small verifier that fails the job unless it ran with the backend (NCCL when there
 are GPUs per node) and the world size the launcher asked for, the loss fell and every rank ended
 with identical parameters (ddp_train.py itself only reports; the image-tests harness asserts on
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 DDP_SCRIPT = "ddp_train.py"
 VERIFY_SCRIPT = "verify_ddp.py"
-SCRIPTS_DIR = "image-tests/scripts"
+SCRIPTS_DIR = "image-tests/pytorch/scripts"   # the DDP check is PyTorch-only: its framework folder
 MOUNT_DIR = "/opt/image-tests/scripts"
 DEFAULT_SHM = "8g"
 

@@ -45,8 +45,8 @@ UlimitName = Literal["memlock", "stack", "nofile", "nproc", "core", "fsize", "cp
 
 def _known_framework(value: str) -> str:
     if value not in frameworks.names():
-        raise ValueError(f"unknown framework {value!r}; one of {', '.join(frameworks.names())} "
-                         "(a new one needs a row in buildtool/contracts/frameworks.py)"
+        raise ValueError(f"unknown framework {value!r}; one of {', '.join(frameworks.names()) or '(none)'} "
+                         "(a new one is a folder image-tests/<name>/ with its framework.yaml)"
                          f"{values.suggest(value, frameworks.names())}")
     return value
 
@@ -668,6 +668,14 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
     for the test groups); `tests_display`: how errors name `tests_dir`."""
     if not isinstance(doc.data, dict):
         raise MatrixError(doc.path, 1, "", "the top level must be a mapping with `schema`, `source` and `images`")
+    if tests_dir is not None:
+        if not tests_dir.is_dir():
+            raise UserError(f"{doc.path}: no folder {tests_display or tests_dir}/ for its image tests: every framework "
+                            "is a folder there (framework.yaml, its tests, its scripts), and so is every test group")
+        try:
+            frameworks.use(tests_dir)   # the frameworks are the folders of this matrix's image-tests
+        except frameworks.TableError as exc:
+            raise UserError(str(exc)) from None
     try:
         spec = MatrixFile.model_validate(doc.data, context={"templates_dir": templates_dir, "tests_dir": tests_dir,
                                                             "tests_display": tests_display})

@@ -234,7 +234,7 @@ def template_path(text: str, templates_dir: Path | None) -> str:
     """A template inside templates/: relative, no `..`, and (when the folder is known) a file there."""
     if not _TEMPLATE_RE.match(text) or text.startswith("/") or ".." in PurePosixPath(text).parts:
         raise ValueError(f"{text!r} is not a path inside templates/ (relative, no '..', e.g. "
-                         "images/pytorch-pip.Dockerfile.j2)")
+                         "images/pip.Dockerfile.j2)")
     if templates_dir is None:
         return text
     if len(text) > 255:

@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import label_keys
+from buildtool.contracts import frameworks, label_keys
 from buildtool.contracts.locks import UV_LOCK, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
@@ -89,9 +89,30 @@ class _Loader(jinja2.FileSystemLoader):
                                 "save the template as UTF-8") from None
 
 
+def _framework_part(name: str) -> tuple[str, str, Callable[[], bool]] | None:
+    """`framework/<framework>/<file>.j2`: a template part in the framework's own folder."""
+    framework, _, part = name.partition("/")
+    try:
+        folder = frameworks.get(framework).folder
+    except KeyError:
+        return None
+    if folder is None or part not in {p.rsplit("/", 1)[-1] for p in frameworks.get(framework).template_parts}:
+        return None   # only the parts its framework.yaml lists, never any file of the folder
+    path = folder / part
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TemplateError(f"{folder.name}/{part}: cannot read the template part ({exc})") from None
+    mtime = path.stat().st_mtime
+    return source, str(path), lambda: path.is_file() and path.stat().st_mtime == mtime
+
+
 def _environment(templates_dir: Path) -> jinja2.Environment:
     env = _Environment(
-        loader=_Loader(str(templates_dir)),
+        loader=jinja2.ChoiceLoader([
+            _Loader(str(templates_dir)),
+            jinja2.PrefixLoader({"framework": jinja2.FunctionLoader(_framework_part)}),
+        ]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -135,6 +156,7 @@ def uv_pin(templates_dir: Path) -> dict[str, str]:
 def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell) -> str:
     context = {
         "cell": cell,
+        "framework": frameworks.get(cell.framework),
         "matrix_path": Path(matrix.path).name,
         "source": matrix.source,
         "label_keys": label_keys,

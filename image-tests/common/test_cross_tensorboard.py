@@ -20,7 +20,7 @@ def peer(target, start_container):
         image = (target.get("peers") or {}).get(other)
         if image:
             info = target["peer_frameworks"][other]
-            return info, start_container(image, hint=f"peer-{other}", warm=info["module"])
+            return info, start_container(image, hint=f"peer-{other}", warm=info["module"], framework=other)
     names = " or ".join(others) or "another framework"
     skip(skips.NO_PEER_IMAGE, f"no {names} image of this commit to exchange event files with "
          f"(build it, or pass --peer FRAMEWORK=IMAGE)")

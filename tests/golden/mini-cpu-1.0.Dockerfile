@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT.
-# Cell mini-cpu:1.0 of matrix.yaml, rendered from templates/images/pytorch-pip.Dockerfile.j2 by `buildtool render`.
+# Cell mini-cpu:1.0 of matrix.yaml, rendered from templates/images/pip.Dockerfile.j2 by `buildtool render`.
 # Change matrix.yaml or templates/ and run `make render`; `make check` fails when this file drifts.
 
 # The base comes in through a build arg so a build can point it at a mirror (BASE_MIRROR).
@@ -43,7 +43,7 @@ RUN --mount=type=tmpfs,target=/run \
     touch /run/stamp \
  && python3 -m venv --without-pip "$VIRTUAL_ENV" \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +
-# PyTorch 2.13.0+cpu (cpu) and its dependencies (framework.lock); torchrun is the launcher.
+# PyTorch 2.13.0+cpu (cpu) and its dependencies (framework.lock).
 RUN --mount=type=tmpfs,target=/run \
     --mount=type=bind,from=uv,source=/uv/bin/uv,target=/run/uv/uv \
     --mount=type=bind,source=framework.lock,target=/run/lock/framework.lock \

@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT.
-# Cell mini-ngc:25.02 of matrix.yaml, rendered from templates/images/tensorflow-ngc.Dockerfile.j2 by `buildtool render`.
+# Cell mini-ngc:25.02 of matrix.yaml, rendered from templates/images/ngc.Dockerfile.j2 by `buildtool render`.
 # Change matrix.yaml or templates/ and run `make render`; `make check` fails when this file drifts.
 
 # The base comes in through a build arg so a build can point it at a mirror (BASE_MIRROR).

@@ -169,7 +169,7 @@ def test_new_commit_retags_in_the_registry_without_building_or_pulling(built, ma
 # -- a tiny project: one good cell, one broken cell, secrets in play ---------------------------
 
 TINY_TEMPLATE = """\
-{% extends "images/pytorch-pip.Dockerfile.j2" %}
+{% extends "images/pip.Dockerfile.j2" %}
 {% from "parts/uv.j2" import uv_install with context %}
 {% block framework %}
 # Per session, so BuildKit's cache never skips the install steps that must see the secrets.

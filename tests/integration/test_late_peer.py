@@ -78,7 +78,7 @@ def _launcher_nodes(tmp_path: Path, results: dict) -> list[threading.Thread]:
     """What `buildtool k8s` and `buildtool slurm` run on every node, one node LATE_S late."""
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    (scripts / DDP_SCRIPT).write_text((REPO / "image-tests" / "scripts" / DDP_SCRIPT).read_text())
+    (scripts / DDP_SCRIPT).write_text((REPO / "image-tests" / "pytorch" / "scripts" / DDP_SCRIPT).read_text())
     (scripts / VERIFY_SCRIPT).write_text(VERIFY_SOURCE)
     bindir = tmp_path / "bin"
     bindir.mkdir()

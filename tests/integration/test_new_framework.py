@@ -1,11 +1,13 @@
-"""Adding an image of a new framework is: its matrix entry, a template, one row of the framework
-table and its image-tests group. Shown with a fixture framework (`fixturefw`, never shipped) whose
-"module" is the standard library's json: rendered, planned, and validated in a real container,
-with the version probe, the framework's own test group and the results keyed by that group."""
+"""Adding an image of a new framework is one folder (image-tests/<name>/: its framework.yaml row,
+template part, scripts and test group) and its matrix entry. Shown with a fixture framework
+(`fixturefw`, tests/fixtures/frameworks/fixturefw, never shipped) whose "module" is the standard
+library's json: rendered with the shared pip template, planned, and validated in a real container,
+with the version probe, its own script run from /imagetests and the results keyed by its group."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -16,51 +18,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
 from buildtool.common import docker_cli  # noqa: E402
-from buildtool.contracts import frameworks, label_keys  # noqa: E402
+from buildtool.contracts import label_keys  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
-ROW = frameworks.Framework(name="fixturefw", module="json", distributions=(), gpu_count_expr="0",
-                           events_writer=("torch_events.py",))
+FIXTURE_FW = REPO / "tests" / "fixtures" / "frameworks" / "fixturefw"
 MATRIX_ENTRY = """
   - name: fixturefw-img
     framework: fixturefw
     accelerator: cpu
-    template: images/fixturefw.Dockerfile.j2
+    template: images/pip.Dockerfile.j2
     base: docker.io/library/debian:bookworm-slim
     tests: [common, fixturefw]
-    use: A fixture framework that proves a new framework is one matrix entry, template, table row and test group.
+    use: A fixture framework that proves a new framework is one folder and a matrix entry.
     run:
       gpus: none
     versions:
       - version: "1.0"
         default: true
         framework_version: "2.0.9"
+        framework_requirements: ["fixturefw==2.0.9"]
 """
-TEMPLATE = """{% extends "parts/image.j2" %}
-{% block python %}
-{% include "parts/python.j2" %}
-{% endblock %}
-{% block framework %}
-# fixturefw {{ cell.framework_version }}: the standard library's json.
-{% endblock %}
-"""
-GROUP_TEST = '''
-def test_fixture_framework_module_answers(main, target):
-    result = main.exec(["python3", "-c", "import json; print(json.__version__)"])
-    assert result.rc == 0 and result.out.strip() == target["expect"]["framework_claims"][0]["value"], result.text
-'''
-
-
-@pytest.fixture
-def fixture_framework():
-    frameworks.register(ROW)
-    try:
-        yield ROW
-    finally:
-        frameworks.unregister(ROW.name)
 
 
 def _image() -> str:
@@ -80,20 +60,17 @@ def _image() -> str:
     return ref
 
 
-def test_a_new_framework_is_a_matrix_entry_a_template_a_table_row_and_a_test_group(
-        project: Path, run_cli, fixture_framework, tmp_path: Path) -> None:
+def test_a_new_framework_is_one_folder_and_a_matrix_entry(project: Path, run_cli, tmp_path: Path) -> None:
     (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + MATRIX_ENTRY)
-    (project / "templates/images/fixturefw.Dockerfile.j2").write_text(TEMPLATE)
-    # Without its image-tests group the new cell does not load: nothing is skipped or released untested.
+    # Without its folder the framework is unknown: nothing is skipped or released untested.
     code, out, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
-    assert code == 2 and "test group 'fixturefw' has no folder image-tests/fixturefw/" in err, err
-    (project / "image-tests/fixturefw").mkdir()
-    (project / "image-tests/fixturefw/test_fixturefw.py").write_text(GROUP_TEST)
+    assert code == 2 and "unknown framework 'fixturefw'" in err and "a new one is a folder image-tests/<name>/" in err
+    shutil.copytree(FIXTURE_FW, project / "image-tests" / "fixturefw")
 
     code, out, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
     assert code == 0, err
-    dockerfile = project / "dockerfiles/fixturefw/fixturefw-img/1.0/Dockerfile"
-    assert f'{label_keys.FRAMEWORK}="fixturefw"' in dockerfile.read_text()
+    dockerfile = (project / "dockerfiles/fixturefw/fixturefw-img/1.0/Dockerfile").read_text()
+    assert f'{label_keys.FRAMEWORK}="fixturefw"' in dockerfile and "ENV FIXTUREFW_HOME=/opt/fixturefw" in dockerfile
     code, out, err = run_cli("plan", "--json", "-f", "fixturefw", "--matrix", str(project / "matrix.yaml"))
     assert code == 0, err
     [planned] = json.loads(out)["include"]
@@ -109,6 +86,9 @@ def test_a_new_framework_is_a_matrix_entry_a_template_a_table_row_and_a_test_gro
         docker_cli.docker("rmi", image, timeout=120)
     by_id = {t["id"]: t for t in verdict["tests"]}
     assert by_id["fixturefw/test_fixturefw.py::test_fixture_framework_module_answers"]["group"] == "fixturefw"
+    # Its own script, from its folder's scripts/, ran in the image beside the common ones.
+    assert by_id["fixturefw/test_fixturefw.py::test_fixture_framework_script_runs_from_its_folder"]["result"] \
+        == "passed", by_id
     assert by_id["common/test_contents.py::test_framework_version"]["result"] == "passed", by_id
     assert all(t["result"] == "passed" for t in verdict["tests"]), verdict["tests"]
     assert verdict["groups"] == ["common", "fixturefw"]

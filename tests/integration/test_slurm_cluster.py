@@ -37,7 +37,7 @@ import fixture_images  # noqa: E402
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry, pytest.mark.slurm]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "image-tests" / "scripts"
+SCRIPTS = ROOT / "image-tests" / "pytorch" / "scripts"   # the DDP check
 REGISTRY = "127.0.0.1:5000"
 PROFILE_SHM = 8 << 30          # the test image's run profile: shm_size 8g, stack 64 MiB, memlock unlimited
 JOB_BOUND_S = 240              # no job here needs more; each also has a SLURM time limit

@@ -1,0 +1,190 @@
+"""A framework is one folder (image-tests/<name>/): its table row, template parts, in-image scripts
+and image-tests group. Adding one is that folder plus its matrix entry; the generated files follow
+from `make render`. Anything in the folder that does not make a row is an error naming the file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildtool.contracts import frameworks
+from buildtool.matrix.schema import load_matrix
+from buildtool.validate.collect import defined_tests
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_FW = REPO / "tests" / "fixtures" / "frameworks" / "fixturefw"
+MATRIX_ENTRY = """
+  - name: fixturefw-img
+    framework: fixturefw
+    accelerator: cpu
+    template: images/pip.Dockerfile.j2
+    base: docker.io/library/debian:bookworm-slim
+    tests: [common, fixturefw]
+    use: A fixture framework that proves a new framework is one folder and a matrix entry.
+    run:
+      gpus: none
+    versions:
+      - version: "1.0"
+        default: true
+        framework_version: "2.0.9"
+        framework_requirements: ["fixturefw==2.0.9"]
+"""
+# What `make render` writes for a matrix: Dockerfiles, the catalogue, the CI workflows.
+GENERATED = ("dockerfiles/", "docs/images.md", ".github/workflows/")
+
+
+def _changed(root: Path) -> set[str]:
+    proc = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-uall"], capture_output=True,
+                          text=True, check=True, timeout=30)
+    return {line[3:] for line in proc.stdout.splitlines()}
+
+
+def add_fixture_framework(project: Path) -> None:
+    shutil.copytree(FIXTURE_FW, project / "image-tests" / "fixturefw")
+    (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + MATRIX_ENTRY)
+
+
+def test_the_shipped_frameworks_are_the_folders_with_a_framework_yaml() -> None:
+    folders = sorted(p.parent.name for p in (REPO / "image-tests").glob(f"*/{frameworks.FRAMEWORK_FILE}"))
+    assert list(frameworks.names()) == folders == ["pytorch", "tensorflow"]
+    for name in folders:
+        row = frameworks.get(name)
+        assert row.folder == REPO / "image-tests" / name
+        assert (row.scripts / row.events_writer[0]).is_file()
+
+
+def test_a_new_framework_is_one_folder_and_its_matrix_entry(project: Path, run_cli) -> None:
+    code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and not _changed(project), (err, _changed(project))   # the fixture project is rendered
+    add_fixture_framework(project)
+    edited = _changed(project)
+    assert edited == {"matrix.yaml", *(f"image-tests/fixturefw/{p.relative_to(FIXTURE_FW)}"
+                                      for p in FIXTURE_FW.rglob("*") if p.is_file())}
+
+    code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    generated = _changed(project) - edited
+    assert generated and all(path.startswith(GENERATED) for path in generated), generated
+    dockerfile = (project / "dockerfiles/fixturefw/fixturefw-img/1.0/Dockerfile").read_text()
+    # The shared pip template, the framework's title, and its own template part.
+    assert "rendered from templates/images/pip.Dockerfile.j2" in dockerfile
+    assert "# FixtureFW 2.0.9 (cpu) and its dependencies (framework.lock)." in dockerfile
+    assert "\nENV FIXTUREFW_HOME=/opt/fixturefw\n" in dockerfile
+    assert "fixturefw-img" in (project / "docs/images.md").read_text()
+
+    code, out, err = run_cli("plan", "--json", "-f", "fixturefw", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    [planned] = json.loads(out)["include"]
+    assert planned["framework"] == "fixturefw" and planned["tests"] == ["common", "fixturefw"]
+
+    matrix = load_matrix(project / "matrix.yaml", project / "templates")
+    [cell] = matrix.select("fixturefw")
+    defined = defined_tests(cell, project / "image-tests")
+    assert "fixturefw/test_fixturefw.py::test_fixture_framework_module_answers" in defined
+    assert any(test.startswith("common/test_cross_tensorboard.py::") for test in defined)
+    # The other frameworks pair with it in the cross-framework check (the table is its folders).
+    assert "fixturefw" in {f.name for f in frameworks.others("pytorch")}
+
+
+def _folder(tmp_path: Path) -> Path:
+    suite = tmp_path / "image-tests"
+    shutil.copytree(REPO / "image-tests" / "scripts", suite / "scripts")
+    shutil.copytree(FIXTURE_FW, suite / "fixturefw")
+    return suite / "fixturefw"
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+WHERE = "image-tests/fixturefw/framework.yaml"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "title: FixtureFW\n",
+                                                      "title: FixtureFW\ntitel: typo\n")),
+     f"{WHERE}: titel: Extra inputs are not permitted"),
+    (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "module: json\n", "")),
+     f"{WHERE}: module: required key is missing"),
+    (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "name: fixturefw",
+                                                      "name: otherfw")),
+     f"{WHERE}: name 'otherfw' is not its folder's ('fixturefw'); a framework's folder is named after it"),
+    (lambda f: (f / "scripts" / "fixture_events.py").unlink(),
+     f"{WHERE}: events_writer 'fixture_events.py' is not a script in fixturefw/scripts/"),
+    (lambda f: (f / "env.j2").unlink(),
+     f"{WHERE}: template part 'env.j2' is not a file in fixturefw/"),
+    (lambda f: (f / "scripts" / "probe_io.py").write_text("# shadows the common one\n"),
+     f"{WHERE}: fixturefw/scripts/ has probe_io.py, also in scripts/; both are mounted at /imagetests, so rename "
+     "the framework's"),
+    (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), 'gpu_count: "0"',
+                                                      'gpu_count: "len("')),
+     f"{WHERE}: gpu_count 'len(' is not a Python expression ("),
+    (lambda f: (f / "framework.yaml").write_text((f / "framework.yaml").read_text() + "module: yaml\n"),
+     f"{WHERE}:"),   # a duplicate key: never the last one silently
+    (lambda f: (f / "framework.yaml").write_text("- just\n- a list\n"),
+     f"{WHERE}: must be a mapping of the framework's fields"),
+    (lambda f: (f / "framework.yaml").write_text((f / "framework.yaml").read_text() + "shm_workers: jax\n"),
+     f"{WHERE}:"),
+    (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "gpu_count: \"0\"",
+                                                      "gpu_count: 0")),
+     f"{WHERE}: gpu_count: Input should be a valid string"),
+])
+def test_a_folder_that_does_not_make_a_row_is_an_error_naming_its_file(tmp_path: Path, change, message) -> None:
+    folder = _folder(tmp_path)
+    frameworks.load_row(folder)   # the fixture itself is a row
+    change(folder)
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(folder)
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_a_duplicate_key_is_refused_with_its_line(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    text = (folder / "framework.yaml").read_text()
+    (folder / "framework.yaml").write_text(text + "module: yaml\n")
+    with pytest.raises(frameworks.TableError, match=r"framework\.yaml:\d+: not valid YAML \(duplicate key 'module'\)"):
+        frameworks.load_row(folder)
+
+
+def test_a_broken_framework_folder_stops_the_matrix_load_naming_it(project: Path, run_cli) -> None:
+    add_fixture_framework(project)
+    (project / "image-tests/fixturefw/framework.yaml").write_text("name: fixturefw\n")
+    code, out, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == ""
+    assert err.strip() == "error: image-tests/fixturefw/framework.yaml: title: required key is missing", err
+    assert not (project / "dockerfiles/fixturefw").exists()
+
+
+def test_the_harness_mounts_the_frameworks_scripts_beside_the_common_ones() -> None:
+    sys.path.insert(0, str(REPO / "image-tests"))
+    try:
+        import harness
+    finally:
+        sys.path.remove(str(REPO / "image-tests"))
+    staged = harness.scripts_for("pytorch")
+    names = {p.name for p in staged.iterdir()}
+    assert {"ddp_train.py", "torch_events.py", "probe_io.py", "supervise.py"} <= names
+    assert "tf_write.py" not in names
+    common = {p.name for p in harness.scripts_for(None).iterdir()}
+    assert "probe_io.py" in common and "ddp_train.py" not in common
+    assert (staged / "ddp_train.py").read_bytes() == (REPO / "image-tests/pytorch/scripts/ddp_train.py").read_bytes()
+
+
+def test_a_matrix_snapshot_goes_stale_when_a_framework_row_changes(tmp_path: Path) -> None:
+    """A release reads the matrix from a snapshot; a row edited since must mean a real load."""
+    from buildtool.matrix.snapshot import snapshot_key
+
+    root = tmp_path / "p"
+    shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copytree(REPO / "image-tests", root / "image-tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    before = snapshot_key(root / "matrix.yaml", root / "templates", "matrix.yaml")
+    row = root / "image-tests" / "tensorflow" / "framework.yaml"
+    row.write_text(row.read_text().replace("distributions: [tensorflow, tensorflow-cpu]", "distributions: [tensorflow]"))
+    assert snapshot_key(root / "matrix.yaml", root / "templates", "matrix.yaml") not in ("", before)
