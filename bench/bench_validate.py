@@ -31,6 +31,7 @@ from buildtool.validate.runner import Options, probe_flags, resolve, run_flags, 
 
 sys.path.insert(0, str(REPO / "image-tests"))
 from harness import scripts_for  # noqa: E402  (the folder image-tests mounts: common + the framework's scripts)
+
 # The checks the by-hand baseline also runs (pytest -k expressions).
 SAME_CHECKS = {"pytorch": "test_contents or test_shm or test_ddp or (test_profiler and not empty and not cuda)",
                "tensorflow": "test_contents or test_shm or test_tensorboard"}

@@ -391,7 +391,8 @@ class Container:
 
     def python(self, script: str, *args: str, step: str, quiet: float = QUIET_S,
                env: dict[str, str] | None = None) -> Probe:
-        """One of the scripts at /imagetests (common or the framework's) with the image's own Python (its site, as a user's script gets)."""
+        """One of the scripts at /imagetests (common or the framework's) with the image's own Python (its
+        site, as a user's script gets)."""
         return self.run(["python3", f"{SCRIPTS_IN}/{script}", *args], step=step, quiet=quiet, env=env)
 
     def _kill_supervisor(self, host_dir: Path) -> None:

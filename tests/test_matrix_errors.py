@@ -181,4 +181,5 @@ def test_image_tests_are_looked_for_beside_the_matrix_unless_named(tmp_path: Pat
     (elsewhere / "common").mkdir(parents=True)
     with pytest.raises(MatrixError) as caught:
         load_matrix(matrix, REPO / "templates", tests_dir=elsewhere)
-    assert ": images[0].framework: unknown framework 'pytorch'; one of (none) (a new one is a folder" in str(caught.value)
+    assert ": images[0].framework: unknown framework 'pytorch'; one of (none) (a new one is a folder" \
+        in str(caught.value)

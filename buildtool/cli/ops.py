@@ -227,7 +227,8 @@ def register(app: typer.Typer) -> None:
         join_timeout: Annotated[int, typer.Option(help="c10d rendezvous join timeout, seconds.")] = JOIN_TIMEOUT_S,
         rdzv_port: Annotated[int, typer.Option(help="Port of the c10d rendezvous store.")] = RDZV_PORT,
         max_restarts: Annotated[int, typer.Option(help="torchrun restarts per node.")] = MAX_RESTARTS,
-        scripts_dir: Annotated[str, typer.Option(help="Where image-tests/pytorch/scripts (the DDP check) is on the cluster.")] = "",
+        scripts_dir: Annotated[str, typer.Option(
+            help="Where image-tests/pytorch/scripts (the DDP check) is on the cluster.")] = "",
         steps: Annotated[int, typer.Option(help="Training steps of the check.")] = 40,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
         matrix: MatrixOption = None,

@@ -59,7 +59,7 @@ class Framework:
 
 
 @functools.cache
-def _row_model() -> type:
+def _row_model() -> Any:
     """framework.yaml, strictly: every key known, every value of its type. Built on first use, so a
     command that never reads a row (a release from a matrix snapshot) never imports pydantic."""
     from pydantic import BaseModel, ConfigDict, Field, StrictStr

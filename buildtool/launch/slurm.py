@@ -175,7 +175,8 @@ def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
               *[f"export {k}={shlex.quote(v)}" for k, v in sorted(work.env.items())], ""]
     for name in work.copied:
         lines += [f"if [ ! -f \"$SCRIPTS_DIR/{name}\" ]; then",
-                  f"  echo \"error: $SCRIPTS_DIR/{name} not found; set SCRIPTS_DIR to image-tests/pytorch/scripts\" >&2",
+                  f"  echo \"error: $SCRIPTS_DIR/{name} not found; set SCRIPTS_DIR to image-tests/pytorch/scripts\""
+                  " >&2",
                   "  exit 2", "fi"]
     if oci:
         lines += ["if [ ! -f \"$OCI_BUNDLE/config.json\" ] || [ ! -d \"$OCI_BUNDLE/" + JOBS_DIR + "\" ]; then",
