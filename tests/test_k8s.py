@@ -192,13 +192,15 @@ def test_the_verifier_fails_the_wrong_backend_or_world_size(tmp_path: Path) -> N
 
 
 def test_job_expectations_follow_nodes_and_gpus() -> None:
-    from buildtool.launch.multinode import DDPJob
+    from buildtool.contracts import frameworks
+    from buildtool.launch.multinode import MultiNodeJob
 
-    assert DDPJob(image="x:1", nodes=3, gpus_per_node=8).env["DDP_EXPECT_WORLD_SIZE"] == "24"
-    assert DDPJob(image="x:1", nodes=3, gpus_per_node=8).backend == "nccl"
-    cpu = DDPJob(image="x:1", nodes=2, gpus_per_node=0)
+    check = frameworks.get("pytorch").multinode
+    assert MultiNodeJob(image="x:1", nodes=3, gpus_per_node=8, check=check).env["DDP_EXPECT_WORLD_SIZE"] == "24"
+    assert MultiNodeJob(image="x:1", nodes=3, gpus_per_node=8, check=check).backend == "nccl"
+    cpu = MultiNodeJob(image="x:1", nodes=2, gpus_per_node=0, check=check)
     assert (cpu.world_size, cpu.backend) == (2, "gloo")
-    command = DDPJob(image="x:1", nodes=2, gpus_per_node=8, join_timeout_s=1200).torchrun("h:1", "r")
+    command = MultiNodeJob(image="x:1", nodes=2, gpus_per_node=8, check=check, join_timeout_s=1200).command("h:1", "r")
     assert "--rdzv-conf=join_timeout=1200,read_timeout=1200" in command
 
 
@@ -243,5 +245,7 @@ def test_a_tag_of_each_accepted_form_names_its_cell() -> None:
 def test_an_image_the_matrix_cannot_place_is_exit_2_naming_it(run_cli, image: str, message: str) -> None:
     code, out, err = run_cli("k8s", image, "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and out == "" and message in err, err
-    code, out, err = run_cli("k8s", image, "--shm-size", "2g", "--matrix", str(REPO / "matrix.yaml"))
-    assert code == (2 if image.endswith(":") else 0), err   # --shm-size: nothing to read from the matrix
+    # --shm-size and --framework: nothing to read from the matrix (a foreign image names no framework either)
+    code, out, err = run_cli("k8s", image, "--shm-size", "2g", "--framework", "pytorch", "--matrix",
+                             str(REPO / "matrix.yaml"))
+    assert code == (2 if image.endswith(":") else 0), err

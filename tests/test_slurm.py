@@ -66,7 +66,8 @@ def generate(run_cli, tmp_path: Path, *args: str) -> Path:
 @pytest.mark.parametrize("gpus", ["8", "0"])
 def test_script_is_shellcheck_clean(run_cli, tmp_path: Path, runtime: str, gpus: str) -> None:
     image = "/shared/bundles/pytorch-cpu" if runtime == "oci" else IMAGE
-    shm = ["--shm-size", "8g"] if runtime == "oci" else []    # a bundle on the cluster, not here: no record to read
+    # A bundle on the cluster, not here: no record to read its /dev/shm from, and no matrix cell to say its framework.
+    shm = ["--shm-size", "8g", "--framework", "pytorch"] if runtime == "oci" else []
     script = generate(run_cli, tmp_path, image, "--runtime", runtime, "--nodes", "4", "--gpus-per-node", gpus,
                       "--partition", "gpu", "--account", "ml", "--cpus-per-task", "16", *shm)
     proc = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True,
@@ -127,7 +128,8 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
     port = free_port()
     bundle = fake_bundle(tmp_path)
     script = generate(run_cli, tmp_path, str(bundle) if runtime == "oci" else IMAGE, "--runtime", runtime,
-                      "--nodes", "1", "--gpus-per-node", "0", "--shm-size", "1m", "--rdzv-port", str(port))
+                      "--nodes", "1", "--gpus-per-node", "0", "--shm-size", "1m", "--rdzv-port", str(port),
+                      *(["--framework", "pytorch"] if runtime == "oci" else []))   # a bundle: no matrix cell
     proc, calls = dry_run(tmp_path, script, REPO / "image-tests/pytorch/scripts")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "DDP check passed: world size 1" in proc.stdout
@@ -219,7 +221,7 @@ def test_oci_without_a_bundle_record_needs_shm_size(run_cli, tmp_path: Path) -> 
 def test_oci_shm_comes_from_the_bundle_record(run_cli, tmp_path: Path) -> None:
     bundle = fake_bundle(tmp_path)
     (bundle / "dl-images-bundle.json").write_text(json.dumps({"shm_size": "2g"}))
-    script = generate(run_cli, tmp_path, str(bundle), "--runtime", "oci")
+    script = generate(run_cli, tmp_path, str(bundle), "--runtime", "oci", "--framework", "pytorch")
     text = script.read_text()
     assert f"SHM_BYTES={2 << 30}" in text and f'OCI_BUNDLE="${{OCI_BUNDLE:-{bundle}}}"' in text
 
@@ -277,7 +279,7 @@ def test_parse_output() -> None:
 
 def test_the_failure_summary_names_what_srun_reported(tmp_path: Path) -> None:
     """The script's epilogue, run against srun outputs as the real cluster printed them."""
-    from buildtool.launch.multinode import DDPJob
+    from buildtool.launch.multinode import MultiNodeJob
     from buildtool.launch.slurm import SlurmOptions, Workload, render
 
     cases = {"rdzv": (RENDEZVOUS_TIMEOUT.split("DDP check failed")[0],
@@ -288,7 +290,7 @@ def test_the_failure_summary_names_what_srun_reported(tmp_path: Path) -> None:
              "silent": ("", "DDP check failed: the step exited 3 (see the output above)")}
     for name, (printed, expected) in cases.items():
         (tmp_path / f"{name}.txt").write_text(printed)
-        job = DDPJob(image=IMAGE, nodes=2, gpus_per_node=0, join_timeout_s=8, shm_size="1m")
+        job = MultiNodeJob(image=IMAGE, nodes=2, gpus_per_node=0, join_timeout_s=8, shm_size="1m")
         work = Workload(label="DDP check", command=["sh", "-c", f"cat {tmp_path / name}.txt; exit 3"])
         script = tmp_path / f"{name}.sbatch"
         script.write_text(render(job, SlurmOptions(runtime="pyxis"), work))

@@ -33,7 +33,17 @@ from buildtool.contracts.rendezvous import (
 )
 
 if TYPE_CHECKING:
+    from buildtool.contracts.frameworks import Framework
     from buildtool.launch.scaling import ScalingResult
+
+# Not FrameworkOption (--framework/-f selects cells of the matrix, from $FRAMEWORK too): this one names the
+# framework of an image the matrix does not know, and only on the command line.
+CheckFrameworkOption = Annotated[
+    str | None,
+    typer.Option("--framework", help="The image's framework (a folder image-tests/<name>/), whose multi-node check "
+                                     "runs: needed for an image the matrix does not know (a foreign image, a .sif, a "
+                                     "bundle folder); an image of the matrix has its cell's."),
+]
 
 
 def _project(matrix: Path | None) -> Project:
@@ -64,6 +74,45 @@ def _shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:
         raise UserError(f"{image} is no image of the matrix ({', '.join(loaded.image_names)}), so it has no run "
                         "profile to take /dev/shm from; pass --shm-size")
     return cell.run.shm_size
+
+
+def _framework_for(image: str, framework: str | None, matrix: Path | None) -> Framework:
+    """The framework whose multi-node check runs in IMAGE: its matrix cell's, else --framework; never a default."""
+    from buildtool.contracts import frameworks
+    from buildtool.launch.multinode import cell_for_image
+
+    try:
+        project = _project(matrix)
+    except UserError:
+        if framework is None:
+            raise
+        project = None     # outside a checkout: this checkout's framework table
+    # Loading the matrix also makes its image-tests folders the framework table.
+    loaded = project.load() if project is not None else None
+    cell = None
+    if loaded is not None and not image.startswith("/"):
+        try:
+            cell = cell_for_image(loaded, image)
+        except UserError:
+            if framework is None:   # a matrix image whose tag names no cell: said so, never its default cell's
+                raise
+            # ... unless --framework says it, as --shm-size does for its /dev/shm
+    if cell is not None:
+        if framework is not None and framework != cell.framework:
+            raise UserError(f"--framework {framework}, but {image} is an image of {cell.framework} (the matrix cell "
+                            f"{cell.key}); leave --framework out")
+        name = cell.framework
+    elif framework is None:
+        what = "a file, not a registry image" if image.startswith("/") else "no image of the matrix"
+        raise UserError(f"{image} is {what}, so its framework is unknown; pass --framework NAME "
+                        f"({', '.join(frameworks.names())}) to say whose multi-node check runs in it")
+    else:
+        name = framework
+    try:
+        return frameworks.get(name)
+    except KeyError:
+        raise UserError(f"--framework {name!r} is no framework; one of {', '.join(frameworks.names())} (a framework "
+                        "is a folder image-tests/<name>/ with its framework.yaml)") from None
 
 
 def _bundle_shm(bundle: str, shm_size: str | None) -> str:
@@ -170,8 +219,9 @@ def register(app: typer.Typer) -> None:
         image: Annotated[str, typer.Argument(help="The image to check (a dev or release reference).")],
         nodes: Annotated[int, typer.Option(help="Pods (nodes) taking part.")] = 2,
         gpus_per_node: Annotated[int, typer.Option(help="GPUs per pod; 0 runs one CPU process with gloo.")] = 8,
-        variant: Annotated[str, typer.Option(help="pytorchjob (Kubeflow training operator) or job "
-                                                  "(indexed Job + headless Service).")] = "pytorchjob",
+        variant: Annotated[str, typer.Option(help="pytorchjob (Kubeflow training operator; torchrun checks) or job "
+                                                  "(indexed Job + headless Service). Default: pytorchjob for a "
+                                                  "torchrun check, job for a coordinator check.")] = "",
         name: Annotated[str, typer.Option(help="Name of the job and its objects.")] = "ddp-check",
         namespace: Annotated[str, typer.Option(help="Namespace (default: the kubectl context's).")] = "",
         shm_size: Annotated[str | None, typer.Option(help="/dev/shm size (default: the cell's run profile).")]
@@ -188,26 +238,28 @@ def register(app: typer.Typer) -> None:
                                                                   "(e.g. nvidia.com/gpu:NoSchedule).")] = None,
         gpu_resource: Annotated[str, typer.Option(help="Extended resource name of a GPU.")] = GPU_RESOURCE,
         deadline: Annotated[int, typer.Option(help="activeDeadlineSeconds of the job.")] = ACTIVE_DEADLINE_S,
+        framework: CheckFrameworkOption = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
         matrix: MatrixOption = None,
     ) -> None:
-        """Manifests that run the image-tests' multi-node DDP check on Kubernetes."""
-        from buildtool.launch.k8s import PodOptions, manifests, to_yaml
-        from buildtool.launch.multinode import DDPJob, k8s_quantity, read_ddp_script
+        """Manifests that run the multi-node check of the image's framework on Kubernetes."""
+        from buildtool.launch.k8s import PodOptions, default_variant, manifests, to_yaml
+        from buildtool.launch.multinode import MultiNodeJob, check_of, k8s_quantity, read_check_script
 
         shm = _shm_for(image, shm_size, matrix)
         try:
             k8s_quantity(shm)
         except ValueError as exc:   # SizeError: the one size grammar's message names the text
             raise UserError(f"--shm-size: {exc}") from None
-        job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
-                     join_timeout_s=join_timeout, max_restarts=max_restarts, backoff_limit=backoff_limit,
-                     rdzv_port=rdzv_port)
+        row = _framework_for(image, framework, matrix)
+        job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check_of(row), name=name,
+                           shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts,
+                           backoff_limit=backoff_limit, rdzv_port=rdzv_port)
         opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
                           node_selector=PodOptions.parse_selector(node_selector or []), active_deadline_s=deadline,
                           tolerations=PodOptions.parse_tolerations(toleration or []))
-        source = read_ddp_script(_project(matrix).root)
-        _write_or_print(to_yaml(manifests(job, opts, source, variant)), out_file)
+        docs = manifests(job, opts, read_check_script(row), variant or default_variant(job))
+        _write_or_print(to_yaml(docs), out_file)
 
     @app.command()
     def slurm(
@@ -228,13 +280,15 @@ def register(app: typer.Typer) -> None:
         rdzv_port: Annotated[int, typer.Option(help="Port of the c10d rendezvous store.")] = RDZV_PORT,
         max_restarts: Annotated[int, typer.Option(help="torchrun restarts per node.")] = MAX_RESTARTS,
         scripts_dir: Annotated[str, typer.Option(
-            help="Where image-tests/pytorch/scripts (the DDP check) is on the cluster.")] = "",
+            help="Where image-tests/<framework>/scripts (the framework's check) is on the cluster "
+                 "(default: in the submit folder).")] = "",
         steps: Annotated[int, typer.Option(help="Training steps of the check.")] = 40,
+        framework: CheckFrameworkOption = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
         matrix: MatrixOption = None,
     ) -> None:
-        """An sbatch script that runs the multi-node DDP check under srun."""
-        from buildtool.launch.multinode import DDPJob
+        """An sbatch script that runs the multi-node check of the image's framework under srun."""
+        from buildtool.launch.multinode import MultiNodeJob, check_of
         from buildtool.launch.slurm import SlurmOptions, check_image, sbatch_script
 
         check_image(image, runtime)
@@ -243,8 +297,10 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
         if steps < 3:
             raise UserError(f"--steps must be at least 3 (the check compares the first and last three), not {steps}")
-        job = DDPJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, name=name, shm_size=shm,
-                     join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port, steps=steps)
+        check = check_of(_framework_for(image, framework, matrix))
+        job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check, name=name,
+                           shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port,
+                           steps=steps)
         opts = SlurmOptions(runtime=runtime, partition=partition, account=account, time_limit=time_limit,
                             cpus_per_task=cpus_per_task, scripts_dir=scripts_dir)
         _write_or_print(sbatch_script(job, opts), out_file)

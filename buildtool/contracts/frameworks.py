@@ -8,6 +8,22 @@ A framework is the folder image-tests/<name>/, and that folder is all that is sp
 Image templates (templates/images/) are per install method and shared by all frameworks. The table
 is read from the image-tests folder of the matrix being loaded (`use`); anything in a row that does
 not parse, or names a file the folder does not hold, is an error naming the file, never a default.
+
+The multi-node check (`multinode`, optional: a framework without it has none, and `buildtool k8s` /
+`buildtool slurm` refuse its images): `script`, a file in the framework's scripts/, run on every node
+by the `launcher`:
+  torchrun     one torchrun per node (c10d rendezvous on the first node, --nproc-per-node = the
+               node's GPUs, or 1 on CPU); the script is torchrun's, ranks from torchrun's environment
+  coordinator  one process per node: `python3 SCRIPT --coordinator HOST:PORT --num-processes N
+               --process-id I --steps S --init-timeout SECONDS`, HOST the first node (process 0's),
+               I this node's index in the job's node list (0..N-1), resolved on the node itself
+The result, for both: process (rank) 0 prints one line `DDP_RESULT {json}` with
+  backend      "nccl" (GPUs) or "gloo" (CPU), the collectives it really used
+  world_size   processes that took part: nodes x processes per node (torchrun), nodes (coordinator)
+  identical    true when every process ended with the same parameters
+  first_loss, last_loss   the loss at the start and at the end (it must fall)
+and exits non-zero when it failed. The launchers' verifier (launch/multinode.py) fails the job
+unless backend and world_size are what the launcher asked for, identical is true and the loss fell.
 """
 
 from __future__ import annotations
@@ -30,8 +46,21 @@ _SCRIPT = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py"
 _PART = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2"
 
 
+LAUNCHERS = ("torchrun", "coordinator")
+
+
 class TableError(ValueError):
     """A framework folder that does not make a row (callers turn it into exit 2)."""
+
+
+@dataclass(frozen=True)
+class MultiNodeCheck:
+    """A framework's multi-node check (its framework.yaml `multinode`; the module docstring says
+    what the launchers run and what the script must print)."""
+
+    framework: str
+    script: str                     # a file in the framework's scripts/
+    launcher: str                   # one of LAUNCHERS
 
 
 @dataclass(frozen=True)
@@ -47,6 +76,7 @@ class Framework:
     container_version_env: str = "" # what an NGC container of this framework sets to its release (25.10)
     local_versions: str = "plain"   # how builds mark themselves in __version__'s local part (contracts.versions)
     template_parts: tuple[str, ...] = ()  # its *.j2 parts, as templates name them (framework/<name>/<file>)
+    multinode: MultiNodeCheck | None = None  # its multi-node check; None: it has none
     folder: Path | None = None      # image-tests/<name>/
 
     @property
@@ -64,6 +94,12 @@ def _row_model() -> Any:
     command that never reads a row (a release from a matrix snapshot) never imports pydantic."""
     from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+    class MultiNode(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+
+        script: Annotated[StrictStr, Field(pattern=f"^{_SCRIPT}$")]
+        launcher: Literal["torchrun", "coordinator"]
+
     class Row(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,6 +114,7 @@ def _row_model() -> Any:
         local_versions: Literal["torch", "plain"] = "plain"
         ngc_version_env: Annotated[StrictStr, Field(pattern=r"^([A-Z][A-Z0-9_]*)?$")] = ""
         template_parts: tuple[Annotated[StrictStr, Field(pattern=f"^{_PART}$")], ...] = ()
+        multinode: MultiNode | None = None
 
     return Row
 
@@ -139,6 +176,9 @@ def load_row(folder: Path) -> Framework:
     writer = row.events_writer[0]
     if not re.fullmatch(_SCRIPT, writer) or not (scripts / writer).is_file():
         raise TableError(f"{where}: events_writer {writer!r} is not a script in {folder.name}/{SCRIPTS}/")
+    if row.multinode is not None and not (scripts / row.multinode.script).is_file():
+        raise TableError(f"{where}: multinode.script {row.multinode.script!r} is not a script in "
+                         f"{folder.name}/{SCRIPTS}/")
     for part in row.template_parts:
         if not (folder / part).is_file():
             raise TableError(f"{where}: template part {part!r} is not a file in {folder.name}/")
@@ -152,7 +192,10 @@ def load_row(folder: Path) -> Framework:
         name=row.name, title=row.title, module=row.module, distributions=row.distributions,
         gpu_count_expr=row.gpu_count, cuda_build_expr=row.cuda_build, events_writer=row.events_writer,
         shm_workers=row.shm_workers, local_versions=row.local_versions, container_version_env=row.ngc_version_env,
-        template_parts=tuple(f"framework/{row.name}/{p}" for p in row.template_parts), folder=folder.resolve())
+        template_parts=tuple(f"framework/{row.name}/{p}" for p in row.template_parts),
+        multinode=(MultiNodeCheck(framework=row.name, script=row.multinode.script, launcher=row.multinode.launcher)
+                   if row.multinode is not None else None),
+        folder=folder.resolve())
 
 
 def load_table(tests_dir: Path) -> dict[str, Framework]:

@@ -1,11 +1,12 @@
-"""Kubernetes manifests for the multi-node DDP check.
+"""Kubernetes manifests for the multi-node check of the image's framework (launch/multinode.py).
 
-Two shapes: a Kubeflow PyTorchJob (training operator) and, for clusters without it, an indexed
-Job behind a headless Service (pod `<job>-0.<service>` hosts the rendezvous). Both mount the
-check's scripts from a ConfigMap (the image under test is never changed), give /dev/shm a
-memory-backed emptyDir sized from the cell's run profile (the container default is 64 MB, far too
-small for DataLoader workers and NCCL), use a c10d rendezvous with a long join timeout, and bound
-restarts.
+Two shapes: a Kubeflow PyTorchJob (training operator; torchrun checks only) and, for clusters without
+it or for a coordinator check, an indexed Job behind a headless Service (pod `<job>-0.<service>` hosts
+the rendezvous or the coordinator; each pod's process id is its JOB_COMPLETION_INDEX, resolved by
+the verifier). Both mount the check's scripts (the framework's script and the verifier) from a
+ConfigMap (the image under test is never changed), give /dev/shm a memory-backed emptyDir sized from
+the cell's run profile (the container default is 64 MB, far too small for DataLoader workers and
+NCCL), wait long for late nodes (the join timeout), and bound restarts.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 import yaml
 
 from buildtool.common.errors import UserError
+from buildtool.contracts.frameworks import MultiNodeCheck
 from buildtool.contracts.rendezvous import ACTIVE_DEADLINE_S, GPU_RESOURCE
-from buildtool.launch.multinode import DDP_SCRIPT, MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob, k8s_quantity
+from buildtool.launch.multinode import MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob, k8s_quantity
 
 VARIANTS = ("pytorchjob", "job")
 LABEL_APP = "app.kubernetes.io/name"
@@ -62,19 +64,26 @@ class PodOptions:
         return selector
 
 
-def _metadata(job: DDPJob, opts: PodOptions, name: str) -> dict[str, Any]:
+def _metadata(job: MultiNodeJob, opts: PodOptions, name: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": {LABEL_APP: job.name, LABEL_PART: "dl-images"}}
     if opts.namespace:
         meta["namespace"] = opts.namespace
     return meta
 
 
-def config_map(job: DDPJob, opts: PodOptions, ddp_source: str) -> dict[str, Any]:
+def _check(job: MultiNodeJob) -> MultiNodeCheck:
+    if job.check is None:
+        raise ValueError("Kubernetes manifests need a job with a framework's check")
+    return job.check
+
+
+def config_map(job: MultiNodeJob, opts: PodOptions, source: str) -> dict[str, Any]:
+    """The framework's check script (SOURCE) and the verifier."""
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(job, opts, f"{job.name}-scripts"),
-            "data": {DDP_SCRIPT: ddp_source, VERIFY_SCRIPT: VERIFY_SOURCE}}
+            "data": {_check(job).script: source, VERIFY_SCRIPT: VERIFY_SOURCE}}
 
 
-def _container(job: DDPJob, opts: PodOptions, name: str, command: list[str], port_name: str) -> dict[str, Any]:
+def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str], port_name: str) -> dict[str, Any]:
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
     if job.gpus_per_node:
@@ -99,7 +108,7 @@ def _container(job: DDPJob, opts: PodOptions, name: str, command: list[str], por
     return container
 
 
-def _pod_spec(job: DDPJob, opts: PodOptions, container: dict[str, Any], restart: str) -> dict[str, Any]:
+def _pod_spec(job: MultiNodeJob, opts: PodOptions, container: dict[str, Any], restart: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "restartPolicy": restart,
         "containers": [container],
@@ -117,13 +126,13 @@ def _pod_spec(job: DDPJob, opts: PodOptions, container: dict[str, Any], restart:
     return spec
 
 
-def pytorch_job(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
+def pytorch_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     """A kubeflow.org/v1 PyTorchJob: one Master and nodes-1 Workers.
 
     The operator sets MASTER_ADDR and MASTER_PORT (from the port named `pytorchjob-port`) in
     every pod, so the c10d store runs on the master on the rendezvous port.
     """
-    command = job.torchrun("$(MASTER_ADDR):$(MASTER_PORT)", job.name)
+    command = job.command("$(MASTER_ADDR):$(MASTER_PORT)", job.name)
     # The operator requires the container to be called `pytorch`.
     container = _container(job, opts, "pytorch", command, "pytorchjob-port")
     # The replica's restartPolicy is what the operator applies; the pod's says the same.
@@ -143,7 +152,7 @@ def pytorch_job(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
     }
 
 
-def headless_service(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
+def headless_service(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Service", "metadata": _metadata(job, opts, job.name),
         "spec": {
@@ -156,10 +165,11 @@ def headless_service(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
     }
 
 
-def indexed_job(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
-    """A batch/v1 indexed Job: pod `<name>-0` (DNS `<name>-0.<name>`) hosts the c10d store."""
+def indexed_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
+    """A batch/v1 indexed Job: pod `<name>-0` (DNS `<name>-0.<name>`) hosts the c10d store or the
+    coordinator; a pod's JOB_COMPLETION_INDEX is its process id."""
     endpoint = f"{job.name}-0.{job.name}:{job.rdzv_port}"
-    container = _container(job, opts, "ddp-check", job.torchrun(endpoint, job.name), "rdzv")
+    container = _container(job, opts, "ddp-check", job.command(endpoint, job.name), "rdzv")
     spec = _pod_spec(job, opts, container, "Never")
     spec["subdomain"] = job.name
     return {
@@ -175,10 +185,21 @@ def indexed_job(job: DDPJob, opts: PodOptions) -> dict[str, Any]:
     }
 
 
-def manifests(job: DDPJob, opts: PodOptions, ddp_source: str, variant: str) -> list[dict[str, Any]]:
+def default_variant(job: MultiNodeJob) -> str:
+    """pytorchjob for a torchrun check, job for a coordinator check (the training operator runs torchrun)."""
+    return "job" if job.coordinator else "pytorchjob"
+
+
+def manifests(job: MultiNodeJob, opts: PodOptions, source: str, variant: str) -> list[dict[str, Any]]:
+    """The objects to apply; SOURCE is the framework's check script."""
     if variant not in VARIANTS:
         raise UserError(f"--variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
-    docs = [config_map(job, opts, ddp_source)]
+    check = _check(job)
+    if variant == "pytorchjob" and job.coordinator:
+        raise UserError(f"--variant pytorchjob runs torchrun under Kubeflow's training operator, and "
+                        f"{check.framework}'s multi-node check is a {check.launcher} check ({check.script}, one "
+                        "process per node): use --variant job")
+    docs = [config_map(job, opts, source)]
     if variant == "pytorchjob":
         docs.append(pytorch_job(job, opts))
     else:

@@ -136,12 +136,13 @@ class SlurmLauncher:
         return count * (self.gpus_per_node or 1)
 
     def run(self, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-        from buildtool.launch.multinode import DDPJob
+        from buildtool.launch.multinode import MultiNodeJob
         from buildtool.launch.slurm import SlurmOptions, Workload, render, torchrun
         from buildtool.launch.slurmjobs import run_job
 
-        job = DDPJob(image=self.image, nodes=count, gpus_per_node=self.gpus_per_node, name=f"ddp-scaling-{count}n",
-                     shm_size=self.shm_size, join_timeout_s=self.join_timeout_s, rdzv_port=self.rdzv_port)
+        job = MultiNodeJob(image=self.image, nodes=count, gpus_per_node=self.gpus_per_node,
+                           name=f"ddp-scaling-{count}n", shm_size=self.shm_size, join_timeout_s=self.join_timeout_s,
+                           rdzv_port=self.rdzv_port)
         opts = SlurmOptions(runtime=self.runtime, partition=self.partition, account=self.account,
                             time_limit=self.time_limit)
         work = Workload(label="DDP scaling run", command=torchrun(job, f"$jobdir/{worker.name}"), env=env,

@@ -1,7 +1,10 @@
-"""An sbatch script for the multi-node DDP check, with Apptainer, enroot/pyxis or SLURM's own OCI containers.
+"""An sbatch script for the multi-node check of the image's framework, with Apptainer, enroot/pyxis or
+SLURM's own OCI containers.
 
-One task per node; each runs torchrun (c10d rendezvous on the first node of the allocation) in
-the image, with the check's scripts in a job folder on the shared file system:
+One task per node; each runs the framework's check in the image (launch/multinode.py: torchrun with a
+c10d rendezvous on the first node of the allocation, or the framework's script with the coordinator
+on the first node and this node's process id), with the check's scripts in a job folder on the shared
+file system (copied from SCRIPTS_DIR, by default image-tests/<framework>/scripts in the submit folder):
 
 - apptainer / pyxis: the job folder sits in the submit folder and is bound read-only into the container.
   These containers share the node's /dev/shm, so the /dev/shm check runs on the node itself.
@@ -10,7 +13,8 @@ the image, with the check's scripts in a job folder on the shared file system:
   config binds read-only at JOBS_MOUNT. /dev/shm is the bundle's own tmpfs, so the check runs inside the
   container. `--export=<names>` keeps the image's PATH: with the default (ALL) 22.05 writes the host's
   environment over the image's. Per-task SLURM_* variables are wrong inside these containers; torchrun's
-  rendezvous needs none of them.
+  rendezvous needs none of them, and a coordinator check's process id comes from the node list the
+  script exports (DDP_NODES) and the container's hostname, resolved by the verifier.
 
 The check's output is kept: when the step fails, the script says why in one line, naming the node that
 failed first (srun's `NODE: task N: ...`) or the rendezvous timeout. `parse_output` reads a job's output
@@ -29,7 +33,7 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
 from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, shm_bytes
-from buildtool.launch.multinode import DDP_SCRIPT, MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob
+from buildtool.launch.multinode import MOUNT_DIR, NODES_ENV, PROCESS_ID, VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob
 
 RUNTIMES = ("apptainer", "pyxis", "oci")
 PASSED_PREFIX = "DDP check passed: "
@@ -42,7 +46,8 @@ class SlurmOptions:
     account: str = ""
     time_limit: str = "01:00:00"
     cpus_per_task: int = 0
-    scripts_dir: str = ""          # default: image-tests/pytorch/scripts in the submit folder
+    scripts_dir: str = ""          # default: the workload's scripts folder (image-tests/<framework>/scripts) in the
+                                   # submit folder
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -59,6 +64,7 @@ class Workload:
     command: list[str]                          # may use $jobdir (the job folder as the container sees it)
     env: dict[str, str] = field(default_factory=dict)
     copied: tuple[str, ...] = ()                # from $SCRIPTS_DIR into the job folder
+    scripts_dir: str = ""                       # where they are in a checkout (image-tests/<framework>/scripts)
     embedded: dict[str, str] = field(default_factory=dict)  # name -> text, written by the script
 
 
@@ -81,23 +87,24 @@ def check_image(image: str, runtime: str) -> None:
                         f"{' or a .sif file' if runtime == 'apptainer' else ''}; a bundle folder needs --runtime oci")
 
 
-def rdzv_conf(job: DDPJob) -> str:
+def rdzv_conf(job: MultiNodeJob) -> str:
     # read_timeout bounds every c10d store operation, a node's first connection to the store host included:
     # at its default (60 s) a node fails waiting for a head node that is late but within the join timeout.
     return contracts_rdzv_conf(job.join_timeout_s)   # one definition for validate, k8s and SLURM
 
 
-def torchrun(job: DDPJob, script: str) -> list[str]:
+def torchrun(job: MultiNodeJob, script: str) -> list[str]:
     """torchrun on every node, with the c10d rendezvous on the first node of the allocation."""
-    return ["torchrun", f"--nnodes={job.nodes}", f"--nproc-per-node={job.procs_per_node}", "--rdzv-backend=c10d",
-            "--rdzv-endpoint=$endpoint", "--rdzv-id=$SLURM_JOB_ID", f"--rdzv-conf={rdzv_conf(job)}",
-            f"--max-restarts={job.max_restarts}", script]
+    return job.torchrun("$endpoint", "$SLURM_JOB_ID", script)
 
 
-def ddp_check(job: DDPJob) -> Workload:
-    """The DDP check: ddp_train.py under torchrun, wrapped by the verifier that fails unless it trained in sync."""
-    command = ["python3", f"$jobdir/{VERIFY_SCRIPT}", *torchrun(job, f"$jobdir/{DDP_SCRIPT}")]
-    return Workload(label="DDP check", command=command, env=job.env, copied=(DDP_SCRIPT,),
+def ddp_check(job: MultiNodeJob) -> Workload:
+    """The framework's check (job.check), wrapped by the verifier that fails unless it trained in sync."""
+    if job.check is None:
+        raise ValueError("ddp_check needs a job with a framework's check")
+    command = job.command("$endpoint", "$SLURM_JOB_ID", "$jobdir")
+    return Workload(label="DDP check", command=command, env=job.env, copied=(job.check.script,),
+                    scripts_dir=f"image-tests/{job.check.framework}/scripts",
                     embedded={VERIFY_SCRIPT: VERIFY_SOURCE})
 
 
@@ -126,7 +133,7 @@ def _shm_check(opts: SlurmOptions, failed: str) -> list[str]:
             f"srun --ntasks-per-node=1 bash -c '{inner}' shm-check \"$SHM_BYTES\""]
 
 
-def _launch(job: DDPJob, opts: SlurmOptions, work: Workload) -> list[str]:
+def _launch(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     if opts.runtime == "apptainer":
         source = job.image if job.image.endswith(".sif") else f"docker://{job.image}"
         nv = ["--nv"] if job.gpus_per_node else []
@@ -135,11 +142,11 @@ def _launch(job: DDPJob, opts: SlurmOptions, work: Workload) -> list[str]:
     if opts.runtime == "pyxis":
         return ["srun", "--kill-on-bad-exit=1", f"--container-image={enroot_image(job.image)}",
                 f"--container-mounts=$workdir:{MOUNT_DIR}:ro", "--no-container-mount-home", *work.command]
-    names = ",".join(sorted(work.env)) or "NONE"
+    names = ",".join(sorted([*work.env, *([NODES_ENV] if PROCESS_ID in work.command else [])])) or "NONE"
     return ["srun", "--kill-on-bad-exit=1", f"--export={names}", "--container=$OCI_BUNDLE", *work.command]
 
 
-def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
+def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
     """The sbatch script running WORK on JOB's nodes in opts.runtime's containers."""
     check_image(job.image, opts.runtime)
     shm_size_bytes = shm_bytes(job.shm_size, f"shm size of {job.name}")
@@ -155,12 +162,13 @@ def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
         directives.append(f"--account={opts.account}")
     oci = opts.runtime == "oci"
     failed = f"{work.label} failed"
-    scripts_dir = opts.scripts_dir or "${SLURM_SUBMIT_DIR:-$PWD}/image-tests/pytorch/scripts"
+    scripts_dir = opts.scripts_dir or f"${{SLURM_SUBMIT_DIR:-$PWD}}/{work.scripts_dir}"
+    per_node_id = PROCESS_ID in work.command
     folder = f"{job.name}-$SLURM_JOB_ID"
     lines = [
         "#!/bin/bash",
         f"# Generated by buildtool: the multi-node {work.label} of dl-images ({opts.runtime}).",
-        "# Submit with: sbatch THIS_FILE   (override SCRIPTS_DIR to point at image-tests/pytorch/scripts"
+        f"# Submit with: sbatch THIS_FILE   (override SCRIPTS_DIR to point at {work.scripts_dir or 'the scripts'}"
         + (", OCI_BUNDLE at the bundle)" if oci else ")"),
         *[f"#SBATCH {d}" for d in directives],
         "set -euo pipefail",
@@ -175,8 +183,7 @@ def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
               *[f"export {k}={shlex.quote(v)}" for k, v in sorted(work.env.items())], ""]
     for name in work.copied:
         lines += [f"if [ ! -f \"$SCRIPTS_DIR/{name}\" ]; then",
-                  f"  echo \"error: $SCRIPTS_DIR/{name} not found; set SCRIPTS_DIR to image-tests/pytorch/scripts\""
-                  " >&2",
+                  f"  echo \"error: $SCRIPTS_DIR/{name} not found; set SCRIPTS_DIR to {work.scripts_dir}\" >&2",
                   "  exit 2", "fi"]
     if oci:
         lines += ["if [ ! -f \"$OCI_BUNDLE/config.json\" ] || [ ! -d \"$OCI_BUNDLE/" + JOBS_DIR + "\" ]; then",
@@ -184,12 +191,20 @@ def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
                   "  exit 2", "fi"]
     lines += [
         "",
-        "# The first node of the allocation hosts the c10d rendezvous.",
+        "# The first node of the allocation hosts the " + ("coordinator (process 0)." if per_node_id
+                                                           else "c10d rendezvous."),
         "# sed, not head: head would close the pipe early and pipefail would kill the job (SIGPIPE).",
         "head_node=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)\"",
         f"endpoint=\"$head_node:{job.rdzv_port}\"",
-        "",
     ]
+    if per_node_id:
+        lines += [
+            "# Each node's process id is its place in this list: the verifier, in the container, finds its",
+            "# hostname there (SLURM_PROCID would be expanded once, here, and is wrong in OCI containers).",
+            f"{NODES_ENV}=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tr '\\n' ' ')\"",
+            f"export {NODES_ENV}",
+        ]
+    lines.append("")
     if oci:
         lines += [
             "# SLURM 22.05 has no per-job bind mounts: the bundle binds its jobs/ folder read-only at "
@@ -238,7 +253,7 @@ def render(job: DDPJob, opts: SlurmOptions, work: Workload) -> str:
     return "\n".join(lines)
 
 
-def sbatch_script(job: DDPJob, opts: SlurmOptions) -> str:
+def sbatch_script(job: MultiNodeJob, opts: SlurmOptions) -> str:
     return render(job, opts, ddp_check(job))
 
 

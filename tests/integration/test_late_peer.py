@@ -6,7 +6,7 @@ the other, both on CPU with gloo:
 - the image tests' own command (image-tests/pytorch/test_rendezvous.py) in two containers of
   the PyTorch fixture image, the late node being the one that hosts the store (the early node's
   store client waits for it: the read timeout bounds that wait);
-- the command Kubernetes and SLURM run (buildtool.launch.multinode.DDPJob.torchrun, with its
+- the command Kubernetes and SLURM run (buildtool.launch.multinode.MultiNodeJob.command, with its
   verifier) on the host's torch.
 
 Cost: about 80 s (77 s measured on a quiet machine). Measured here (docs/gpu.md): with torch's
@@ -36,7 +36,8 @@ from test_rendezvous import torchrun_2nodes  # noqa: E402
 
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.common.net import free_port  # noqa: E402
-from buildtool.launch.multinode import DDP_SCRIPT, VERIFY_SCRIPT, VERIFY_SOURCE, DDPJob  # noqa: E402
+from buildtool.contracts import frameworks  # noqa: E402
+from buildtool.launch.multinode import VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
@@ -78,15 +79,18 @@ def _launcher_nodes(tmp_path: Path, results: dict) -> list[threading.Thread]:
     """What `buildtool k8s` and `buildtool slurm` run on every node, one node LATE_S late."""
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    (scripts / DDP_SCRIPT).write_text((REPO / "image-tests" / "pytorch" / "scripts" / DDP_SCRIPT).read_text())
+    pytorch = frameworks.get("pytorch")
+    check = pytorch.multinode
+    assert check is not None and pytorch.scripts is not None
+    (scripts / check.script).write_text((pytorch.scripts / check.script).read_text())
     (scripts / VERIFY_SCRIPT).write_text(VERIFY_SOURCE)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "python3").symlink_to(sys.executable)
     (bindir / "torchrun").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m torch.distributed.run \"$@\"\n")
     (bindir / "torchrun").chmod(0o755)
-    job = DDPJob(image="unused", nodes=2, gpus_per_node=0, join_timeout_s=JOIN_S, steps=10)
-    argv = job.torchrun(f"127.0.0.1:{free_port()}", f"late-{uuid.uuid4().hex[:8]}", script_dir=str(scripts))
+    job = MultiNodeJob(image="unused", nodes=2, gpus_per_node=0, check=check, join_timeout_s=JOIN_S, steps=10)
+    argv = job.command(f"127.0.0.1:{free_port()}", f"late-{uuid.uuid4().hex[:8]}", script_dir=str(scripts))
     env = {**os.environ, **job.env, "DDP_DEVICE": "cpu", "DDP_BUSBW": "0",
            "PATH": f"{bindir}:{os.environ['PATH']}"}
     return [threading.Thread(target=_run, args=(argv, results, key), kwargs={"env": env, "delay": delay})
