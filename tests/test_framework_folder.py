@@ -134,6 +134,18 @@ WHERE = "image-tests/fixturefw/framework.yaml"
     (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "gpu_count: \"0\"",
                                                       "gpu_count: 0")),
      f"{WHERE}: gpu_count: Input should be a valid string"),
+    # The multi-node check: its script is a file of the folder's scripts/, its launcher one the launchers know.
+    (lambda f: (f / "scripts" / "fixture_train.py").unlink(),
+     f"{WHERE}: multinode.script 'fixture_train.py' is not a script in fixturefw/scripts/"),
+    (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "launcher: coordinator",
+                                                      "launcher: mpirun")),
+     f"{WHERE}: multinode.launcher: Input should be 'torchrun' or 'coordinator'"),
+    (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "launcher: coordinator",
+                                                      "launcher: coordinator, port: 1")),
+     f"{WHERE}: multinode.port: Extra inputs are not permitted"),
+    (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(),
+                                                      "{script: fixture_train.py, ", "{")),
+     f"{WHERE}: multinode.script: required key is missing"),
 ])
 def test_a_folder_that_does_not_make_a_row_is_an_error_naming_its_file(tmp_path: Path, change, message) -> None:
     folder = _folder(tmp_path)

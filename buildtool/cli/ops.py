@@ -115,6 +115,11 @@ def _framework_for(image: str, framework: str | None, matrix: Path | None) -> Fr
                         "is a folder image-tests/<name>/ with its framework.yaml)") from None
 
 
+def _check_steps(steps: int) -> None:
+    if steps < 3:
+        raise UserError(f"--steps must be at least 3 (the check compares the first and last three), not {steps}")
+
+
 def _bundle_shm(bundle: str, shm_size: str | None) -> str:
     """The /dev/shm size a bundle was made with (its record), unless given."""
     if shm_size:
@@ -238,6 +243,7 @@ def register(app: typer.Typer) -> None:
                                                                   "(e.g. nvidia.com/gpu:NoSchedule).")] = None,
         gpu_resource: Annotated[str, typer.Option(help="Extended resource name of a GPU.")] = GPU_RESOURCE,
         deadline: Annotated[int, typer.Option(help="activeDeadlineSeconds of the job.")] = ACTIVE_DEADLINE_S,
+        steps: Annotated[int, typer.Option(help="Training steps of the check.")] = 40,
         framework: CheckFrameworkOption = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
         matrix: MatrixOption = None,
@@ -251,10 +257,11 @@ def register(app: typer.Typer) -> None:
             k8s_quantity(shm)
         except ValueError as exc:   # SizeError: the one size grammar's message names the text
             raise UserError(f"--shm-size: {exc}") from None
+        _check_steps(steps)
         row = _framework_for(image, framework, matrix)
         job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check_of(row), name=name,
                            shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts,
-                           backoff_limit=backoff_limit, rdzv_port=rdzv_port)
+                           backoff_limit=backoff_limit, rdzv_port=rdzv_port, steps=steps)
         opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
                           node_selector=PodOptions.parse_selector(node_selector or []), active_deadline_s=deadline,
                           tolerations=PodOptions.parse_tolerations(toleration or []))
@@ -295,8 +302,7 @@ def register(app: typer.Typer) -> None:
         shm = _bundle_shm(image, shm_size) if runtime == "oci" else _shm_for(image, shm_size, matrix)
         if not re.fullmatch(r"[0-9]+[kmgKMG]?", shm):
             raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
-        if steps < 3:
-            raise UserError(f"--steps must be at least 3 (the check compares the first and last three), not {steps}")
+        _check_steps(steps)
         check = check_of(_framework_for(image, framework, matrix))
         job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check, name=name,
                            shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port,

@@ -1,0 +1,341 @@
+"""The multi-node check is the image's framework's, declared in its folder (framework.yaml `multinode`).
+
+Shown with the fixture framework (tests/fixtures/frameworks/fixturefw: `multinode: {script:
+fixture_train.py, launcher: coordinator}`, a plain-socket stand-in for a coordinator framework such as
+JAX) added to a copy of the fixture project: the sbatch script and the manifests run its script with
+one process per node, the coordinator on the first node, and each node's process id resolved on the
+node by the verifier. The SLURM dry run starts one task per node, each seeing its own hostname, and
+runs the real script (standard library only: no torch needed here). Refusals are asserted by their
+one-line messages. The PyTorch (torchrun) side is tests/test_slurm.py and tests/test_k8s.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from buildtool.common.net import free_port
+from buildtool.contracts import frameworks
+from buildtool.launch.multinode import VERIFY_SOURCE, MultiNodeJob
+from buildtool.launch.slurm import parse_output
+from tests.test_framework_folder import FIXTURE_FW, add_fixture_framework
+from tests.test_k8s import validate
+from tests.test_slurm import APPTAINER
+
+REPO = Path(__file__).resolve().parent.parent
+IMAGE = "127.0.0.1:5000/fixturefw-img-dev:0123456789ab-1.0"     # the fixture framework's matrix cell
+FOREIGN = "ghcr.io/someone/other:1"
+NODES = ("localhost", "node2", "node3")    # the stub scontrol's allocation: the first must resolve here
+
+# srun for several nodes on one machine: one task per name in STUB_HOSTNAMES (default: the node list), each
+# seeing that name as its hostname (sitecustomize.py in STUB_SITE patches socket.gethostname). Options are
+# dropped as in test_slurm.py (pyxis' mounts and the OCI bundle's jobs/ folder mapped to this machine). Like
+# --kill-on-bad-exit, the first task to fail ends the others (each task's process group), named as srun names it.
+SRUN_TASKS = r'''#!/usr/bin/env python3
+import os, signal, subprocess, sys, time
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write("srun " + "\0".join(sys.argv[1:]) + "\n")
+args, mounts = sys.argv[1:], []
+while args and args[0].startswith("-"):
+    if args[0].startswith("--container-mounts="):
+        src, dst = args[0].split("=", 1)[1].split(":")[:2]
+        mounts.append((dst, src))
+    if args[0].startswith("--container="):
+        mounts.append(("/opt/dl-images/jobs", args[0].split("=", 1)[1] + "/jobs"))
+    args = args[1:]
+args = [a.replace(dst, src) if a.startswith(dst) else a for a in args for dst, src in (mounts or [("\0", "")])]
+hosts = os.environ.get("STUB_HOSTNAMES", "").split() or os.environ["STUB_NODES"].split()
+env = {**os.environ, "PYTHONPATH": os.environ["STUB_SITE"]}
+tasks = [subprocess.Popen(args, env={**env, "STUB_HOSTNAME": host}, start_new_session=True) for host in hosts]
+failed = None
+while any(t.poll() is None for t in tasks):
+    if failed is None:
+        failed = next((i for i, t in enumerate(tasks) if t.poll() not in (None, 0)), None)
+        if failed is not None:
+            print(f"srun: error: {hosts[failed]}: task {failed}: Exited with exit code {tasks[failed].returncode}",
+                  file=sys.stderr, flush=True)
+            for t in tasks:
+                if t.poll() is None:
+                    os.killpg(t.pid, signal.SIGTERM)   # the task and what it started, as slurmstepd does
+    time.sleep(0.05)
+failed = next((i for i, t in enumerate(tasks) if t.returncode != 0), None) if failed is None else failed
+sys.exit(0 if failed is None else tasks[failed].returncode)
+'''
+SITE = '''import os, socket
+if os.environ.get("STUB_HOSTNAME"):
+    socket.gethostname = lambda: os.environ["STUB_HOSTNAME"]
+'''
+
+
+@pytest.fixture(scope="module")
+def fw_project(tmp_path_factory: pytest.TempPathFactory, fixture_project: Path) -> Path:
+    """The fixture project with the fixture framework and its image (fixturefw-img:1.0) added."""
+    root = tmp_path_factory.mktemp("multinode") / "project"
+    shutil.copytree(fixture_project, root, ignore=shutil.ignore_patterns(".git"))
+    add_fixture_framework(root)
+    return root
+
+
+def _matrix(project: Path) -> list[str]:
+    return ["--matrix", str(project / "matrix.yaml")]
+
+
+def slurm_script(run_cli, project: Path, tmp_path: Path, image: str, *args: str) -> Path:
+    script = tmp_path / "check.sbatch"
+    code, _, err = run_cli("slurm", image, *args, "--out", str(script), *_matrix(project))
+    assert code == 0, err
+    return script
+
+
+def slurm_dry_run(tmp_path: Path, script: Path, *, nodes: tuple[str, ...] = NODES[:2],
+                  hostnames: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+    """Run the sbatch script with stub srun/scontrol/apptainer: every node a task on this machine."""
+    stubs, site = tmp_path / "stubs", tmp_path / "site"
+    for folder in (stubs, site):
+        folder.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(SITE)
+    for name, body in (("srun", SRUN_TASKS), ("apptainer", APPTAINER),
+                       ("scontrol", "#!/bin/sh\nfor n in $STUB_NODES; do echo \"$n\"; done\n")):
+        (stubs / name).write_text(body)
+        (stubs / name).chmod(0o755)
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    if not (bindir / "python3").exists():
+        (bindir / "python3").symlink_to(sys.executable)
+    log = tmp_path / "stub.log"
+    log.write_text("")
+    submit = tmp_path / "submit"
+    submit.mkdir(exist_ok=True)
+    env = {**os.environ, "PATH": f"{stubs}:{bindir}:{os.environ['PATH']}", "STUB_LOG": str(log),
+           "STUB_SITE": str(site), "STUB_NODES": " ".join(nodes), "STUB_HOSTNAMES": " ".join(hostnames),
+           "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": ",".join(nodes), "SLURM_SUBMIT_DIR": str(submit),
+           "SCRIPTS_DIR": str(FIXTURE_FW / "scripts")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120, env=env, cwd=submit)
+    calls = [line.split(" ", 1)[0:1] + line.rstrip("\n").split(" ", 1)[1].split("\0")
+             for line in log.read_text().splitlines()]
+    assert not list(submit.glob(".ddp-check-*")), "the job folder must be removed"
+    return proc, calls
+
+
+def fake_bundle(tmp_path: Path) -> Path:
+    bundle = tmp_path / "bundle"
+    (bundle / "jobs").mkdir(parents=True)
+    (bundle / "config.json").write_text("{}")
+    return bundle
+
+
+def _result(output: str) -> dict:
+    [line] = [line for line in output.splitlines() if line.startswith("DDP_RESULT ")]
+    return json.loads(line[len("DDP_RESULT "):])
+
+
+# -- the row ------------------------------------------------------------------------------------------
+
+def test_the_frameworks_declare_their_multinode_check() -> None:
+    pytorch = frameworks.get("pytorch").multinode
+    assert pytorch is not None and (pytorch.script, pytorch.launcher) == ("ddp_train.py", "torchrun")
+    assert frameworks.get("tensorflow").multinode is None
+    fixture = frameworks.load_row(FIXTURE_FW).multinode
+    assert fixture is not None and (fixture.framework, fixture.script, fixture.launcher) == (
+        "fixturefw", "fixture_train.py", "coordinator")
+
+
+def test_a_coordinator_job_has_one_process_per_node() -> None:
+    check = frameworks.load_row(FIXTURE_FW).multinode
+    job = MultiNodeJob(image="x:1", nodes=3, gpus_per_node=8, check=check, steps=7, join_timeout_s=30)
+    assert (job.world_size, job.backend, job.procs_per_node) == (3, "nccl", 1)
+    assert job.env == {"DDP_EXPECT_WORLD_SIZE": "3", "DDP_EXPECT_BACKEND": "nccl"}
+    assert job.command("h1:29400", "r", "/s") == [
+        "python3", "/s/verify_ddp.py", "python3", "/s/fixture_train.py", "--coordinator", "h1:29400",
+        "--num-processes", "3", "--process-id", "{process_id}", "--steps", "7", "--init-timeout", "30"]
+
+
+# -- SLURM ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis", "oci"])
+def test_sbatch_runs_the_frameworks_script_with_the_coordinator_on_the_first_node(
+        run_cli, fw_project: Path, tmp_path: Path, runtime: str) -> None:
+    image = str(fake_bundle(tmp_path)) if runtime == "oci" else IMAGE
+    extra = ["--shm-size", "1m", "--framework", "fixturefw"] if runtime == "oci" else []
+    text = slurm_script(run_cli, fw_project, tmp_path, image, "--runtime", runtime, "--nodes", "3",
+                        "--gpus-per-node", "8", "--steps", "5", "--join-timeout", "30", *extra).read_text()
+    assert "torchrun --" not in text and "rdzv" not in text
+    assert 'SCRIPTS_DIR="${SCRIPTS_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/image-tests/fixturefw/scripts}"' in text
+    assert 'cp "$SCRIPTS_DIR/fixture_train.py" "$workdir/fixture_train.py"' in text
+    assert "# The first node of the allocation hosts the coordinator (process 0)." in text
+    assert 'DDP_NODES="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr \'\\n\' \' \')"\nexport DDP_NODES' in text
+    # one process per node: the world is the nodes, whatever the GPUs
+    assert "export DDP_EXPECT_WORLD_SIZE=3\n" in text and "export DDP_EXPECT_BACKEND=nccl\n" in text
+    assert "DDP_STEPS" not in text
+    assert ('"$jobdir/verify_ddp.py" python3 "$jobdir/fixture_train.py" --coordinator "$endpoint" --num-processes 3 '
+            "--process-id '{process_id}' --steps 5 --init-timeout 30") in text
+    if runtime == "oci":
+        assert "--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES" in text
+
+
+@pytest.mark.tools("shellcheck")
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis", "oci"])
+def test_coordinator_sbatch_is_shellcheck_clean(run_cli, fw_project: Path, tmp_path: Path, runtime: str) -> None:
+    image = "/shared/bundles/fixturefw" if runtime == "oci" else IMAGE
+    extra = ["--shm-size", "1g", "--framework", "fixturefw"] if runtime == "oci" else []
+    script = slurm_script(run_cli, fw_project, tmp_path, image, "--runtime", runtime, *extra)
+    proc = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis", "oci"])
+def test_dry_run_gives_each_node_its_process_id(run_cli, fw_project: Path, tmp_path: Path, runtime: str) -> None:
+    """Three nodes, three tasks on this machine, each with its node's hostname: ids 0, 1, 2 follow the
+    allocation's order, and process 0 (the first node) hosts the coordinator the others reach."""
+    bundle = fake_bundle(tmp_path)
+    port = free_port()
+    extra = ["--framework", "fixturefw"] if runtime == "oci" else []
+    script = slurm_script(run_cli, fw_project, tmp_path, str(bundle) if runtime == "oci" else IMAGE,
+                          "--runtime", runtime, "--nodes", "3", "--gpus-per-node", "0", "--shm-size", "1m",
+                          "--rdzv-port", str(port), "--join-timeout", "20", *extra)
+    proc, calls = slurm_dry_run(tmp_path, script, nodes=NODES)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = _result(proc.stdout)
+    assert result["hosts"] == list(NODES)         # process i ran on the allocation's node i
+    assert result["world_size"] == 3 and result["identical"] and result["backend"] == "gloo"
+    assert "DDP check passed: world size 3, gloo" in proc.stdout
+    launch = [c for c in calls if c[0] == "srun"][-1]
+    assert f"localhost:{port}" in launch and launch[launch.index("--process-id") + 1] == "{process_id}"
+    if runtime == "oci":
+        assert list((bundle / "jobs").iterdir()) == []
+
+
+def test_dry_run_fails_on_a_node_whose_hostname_is_not_in_the_allocation(run_cli, fw_project: Path,
+                                                                         tmp_path: Path) -> None:
+    """Never process id 0 by default: a container whose hostname is not its node's name stops, naming both."""
+    script = slurm_script(run_cli, fw_project, tmp_path, IMAGE, "--runtime", "pyxis", "--nodes", "2",
+                          "--gpus-per-node", "0", "--shm-size", "1m", "--rdzv-port", str(free_port()),
+                          "--join-timeout", "20")
+    proc, _ = slurm_dry_run(tmp_path, script, hostnames=("localhost", "stranger"))
+    assert proc.returncode != 0
+    message = ("DDP check failed: this container's hostname 'stranger' is none of the job's nodes (localhost, node2), "
+               "so it has no process id; the container must have its node's hostname (SLURM's NodeName)")
+    assert message in proc.stdout.splitlines(), proc.stdout[-3000:]   # the step's output, as SLURM writes it
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
+# -- Kubernetes ---------------------------------------------------------------------------------------
+
+def _k8s(run_cli, project: Path, *args: str) -> list[dict]:
+    code, out, err = run_cli("k8s", *args, *_matrix(project))
+    assert code == 0, err
+    return list(yaml.safe_load_all(out))
+
+
+def test_k8s_coordinator_check_is_an_indexed_job(run_cli, fw_project: Path) -> None:
+    docs = _k8s(run_cli, fw_project, IMAGE, "--nodes", "3", "--gpus-per-node", "8", "--steps", "6")
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "Job"]   # the default for a coordinator check
+    for doc in docs:
+        validate(doc)
+    assert docs[0]["data"] == {"fixture_train.py": (fw_project / "image-tests/fixturefw/scripts/fixture_train.py")
+                               .read_text(), "verify_ddp.py": VERIFY_SOURCE}
+    container = docs[2]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == [
+        "python3", "/opt/image-tests/scripts/verify_ddp.py", "python3", "/opt/image-tests/scripts/fixture_train.py",
+        "--coordinator", "ddp-check-0.ddp-check:29400", "--num-processes", "3", "--process-id", "{process_id}",
+        "--steps", "6", "--init-timeout", "900"]
+    assert {e["name"]: e["value"] for e in container["env"]} == {"DDP_EXPECT_BACKEND": "nccl",
+                                                                 "DDP_EXPECT_WORLD_SIZE": "3"}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+
+
+def test_k8s_pods_take_their_process_id_from_the_completion_index(run_cli, fw_project: Path, tmp_path: Path) -> None:
+    """The indexed Job's command, run as two pods would run it (JOB_COMPLETION_INDEX 0 and 1) on this machine."""
+    port = free_port()
+    docs = _k8s(run_cli, fw_project, IMAGE, "--nodes", "2", "--gpus-per-node", "0", "--rdzv-port", str(port),
+                "--join-timeout", "20")
+    for name, text in docs[0]["data"].items():
+        (tmp_path / name).write_text(text)
+    container = docs[2]["spec"]["template"]["spec"]["containers"][0]
+    command = [a.replace("/opt/image-tests/scripts", str(tmp_path)).replace(f"ddp-check-0.ddp-check:{port}",
+                                                                              f"127.0.0.1:{port}")
+               for a in container["command"]]
+    command[0] = command[2] = sys.executable
+    env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]}}
+    pods = [subprocess.Popen(command, env={**env, "JOB_COMPLETION_INDEX": str(i)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for i in (1, 0)]
+    outs = [p.communicate(timeout=60) for p in pods]
+    assert [p.returncode for p in pods] == [0, 0], outs
+    assert "DDP check passed: world size 2, gloo" in outs[1][0] and _result(outs[1][0])["world_size"] == 2
+
+
+# -- refusals, each by its message ------------------------------------------------------------------------
+
+def test_pytorchjob_is_refused_for_a_coordinator_check(run_cli, fw_project: Path) -> None:
+    code, out, err = run_cli("k8s", IMAGE, "--variant", "pytorchjob", *_matrix(fw_project))
+    assert code == 2 and out == ""
+    assert err.strip() == ("error: --variant pytorchjob runs torchrun under Kubeflow's training operator, and "
+                           "fixturefw's multi-node check is a coordinator check (fixture_train.py, one process per "
+                           "node): use --variant job"), err
+
+
+@pytest.mark.parametrize("command", ["k8s", "slurm"])
+def test_a_framework_without_a_multinode_check_is_refused(run_cli, fw_project: Path, command: str) -> None:
+    code, out, err = run_cli(command, "127.0.0.1:5000/tensorflow-cpu-dev:0123456789ab-2.21", *_matrix(fw_project))
+    assert code == 2 and out == "", err
+    assert err.strip() == ("error: framework tensorflow declares no multi-node check: add `multinode: {script: ..., "
+                           "launcher: torchrun|coordinator}` to image-tests/tensorflow/framework.yaml"), err
+
+
+@pytest.mark.parametrize(("command", "image", "args", "what"), [
+    ("k8s", FOREIGN, ["--shm-size", "2g"], "no image of the matrix"),
+    ("slurm", FOREIGN, ["--shm-size", "2g"], "no image of the matrix"),
+    ("slurm", "/shared/images/other.sif", ["--shm-size", "2g"], "a file, not a registry image"),
+    ("slurm", "/shared/bundles/other", ["--runtime", "oci", "--shm-size", "2g"], "a file, not a registry image"),
+])
+def test_an_image_the_matrix_does_not_know_needs_framework(run_cli, fw_project: Path, tmp_path: Path, command: str,
+                                                           image: str, args: list[str], what: str) -> None:
+    """Fail closed: never PyTorch's check by default."""
+    target = tmp_path / "out"
+    code, out, err = run_cli(command, image, *args, "--out", str(target), *_matrix(fw_project))
+    assert code == 2 and out == "" and not target.exists()
+    assert err.strip() == (f"error: {image} is {what}, so its framework is unknown; pass --framework NAME "
+                           "(fixturefw, pytorch, tensorflow) to say whose multi-node check runs in it"), err
+    code, out, err = run_cli(command, image, *args, "--framework", "fixturefw", "--out", str(target),
+                             *_matrix(fw_project))
+    assert code == 0, err
+    assert "fixture_train.py" in target.read_text()
+
+
+def test_framework_must_agree_with_the_images_cell_and_exist(run_cli, fw_project: Path) -> None:
+    code, out, err = run_cli("slurm", IMAGE, "--framework", "pytorch", *_matrix(fw_project))
+    assert code == 2 and out == ""
+    assert err.strip() == (f"error: --framework pytorch, but {IMAGE} is an image of fixturefw (the matrix cell "
+                           "fixturefw-img:1.0); leave --framework out"), err
+    code, out, err = run_cli("k8s", FOREIGN, "--shm-size", "2g", "--framework", "jax", *_matrix(fw_project))
+    assert code == 2 and out == ""
+    assert err.strip() == ("error: --framework 'jax' is no framework; one of fixturefw, pytorch, tensorflow (a "
+                           "framework is a folder image-tests/<name>/ with its framework.yaml)"), err
+
+
+def test_the_verifier_needs_somewhere_to_read_the_process_id_from(tmp_path: Path) -> None:
+    verify = tmp_path / "verify.py"
+    verify.write_text(VERIFY_SOURCE)
+    env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "DDP_NODES")}
+    env.update(DDP_EXPECT_WORLD_SIZE="2", DDP_EXPECT_BACKEND="gloo")
+    proc = subprocess.run([sys.executable, str(verify), "echo", "{process_id}"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == ("DDP check failed: no process id for this node: neither JOB_COMPLETION_INDEX (a "
+                                   "Kubernetes indexed Job) nor DDP_NODES (the SLURM job's node names) is set")
+    # A node name with its domain matches the short hostname, and the other way round.
+    for nodes, host, want in (("a.example b.example", "b", "1"), ("a b", "b.example", "1"), ("a b", "a", "0")):
+        site = tmp_path / "site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(SITE)
+        proc = subprocess.run([sys.executable, str(verify), "echo", "{process_id}"], capture_output=True, text=True,
+                              timeout=60, env={**env, "DDP_NODES": nodes, "STUB_HOSTNAME": host,
+                                               "PYTHONPATH": str(site)})
+        assert (proc.returncode, proc.stdout) == (0, f"{want}\n"), proc.stderr
