@@ -12,11 +12,13 @@ node, told its process id. The generated command carries the placeholder `{proce
 verifier resolves on the node itself, inside the container: from JOB_COMPLETION_INDEX (a Kubernetes
 indexed Job) or from the place of the container's hostname in DDP_NODES (the SLURM allocation's node
 names, in the order `scontrol show hostnames` gives them, whose first node hosts the coordinator).
-Not from SLURM_PROCID: the srun line is expanded once by the batch shell, and per-task SLURM_*
-variables are wrong inside SLURM 22.05's OCI containers. The hostname is the node's name in every
-runtime the SLURM generator supports: Apptainer and enroot (pyxis) share the node's uts namespace, and
-bundles made by `buildtool bundle` have none of their own; SLURM names a node by its hostname unless
-slurm.conf sets NodeHostname apart. Where they differ, the verifier stops naming both (never id 0).
+Not from SLURM_PROCID: the srun line is expanded once by the batch shell (every node would be 0), and
+per-task SLURM_* variables are wrong inside SLURM 22.05's OCI containers (measured on the test cluster:
+the task on n2 saw SLURM_PROCID=0, SLURM_NODEID=0 and SLURMD_NODENAME=n1). The hostname is the node's
+name in every runtime the SLURM generator supports: Apptainer (without --uts/--hostname, which it does
+not get here) and enroot (pyxis; user and mount namespaces only) share the node's uts namespace, and
+bundles made by `buildtool bundle` have none of their own; and SLURM's NodeHostname is NodeName unless
+slurm.conf sets it apart. Where they differ, the verifier stops naming both (never process id 0).
 """
 
 from __future__ import annotations

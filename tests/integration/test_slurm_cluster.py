@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry,
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "image-tests" / "pytorch" / "scripts"   # the DDP check
+FIXTURE_FW = ROOT / "tests" / "fixtures" / "frameworks" / "fixturefw"   # a coordinator check (fixture_train.py)
 REGISTRY = "127.0.0.1:5000"
 PROFILE_SHM = 8 << 30          # the test image's run profile: shm_size 8g, stack 64 MiB, memlock unlimited
 JOB_BOUND_S = 240              # no job here needs more; each also has a SLURM time limit
@@ -139,17 +140,19 @@ def bundle(workspace: Path, image: str) -> Iterator[Path]:
     assert not left, f"job folders left in the bundle: {left}"
 
 
-def _generate(tmp_path: Path, image: str, *args: str, name: str = "ddp-check") -> Path:
+def _generate(tmp_path: Path, image: str, *args: str, name: str = "ddp-check", framework: str = "pytorch") -> Path:
+    """`buildtool slurm` for two CPU nodes. --framework: a bundle folder has no matrix cell to name its framework
+    (the image is the pytorch-cpu test image; for a matrix image it agrees with the cell's)."""
     script = tmp_path / f"{name}.sbatch"
     made = _buildtool("slurm", image, "--nodes", "2", "--gpus-per-node", "0", "--time", "00:04:00", "--name", name,
-                      "--rdzv-port", str(free_port()), "--out", str(script), *args)
+                      "--rdzv-port", str(free_port()), "--framework", framework, "--out", str(script), *args)
     assert made.returncode == 0, made.stderr
     return script
 
 
-def _submit(cluster: LocalSlurm, script: Path, cwd: Path, *args: str, path: str | None = None
-            ) -> tuple[JobEnd, Outcome]:
-    env = {**cluster.env, "SCRIPTS_DIR": str(SCRIPTS)}
+def _submit(cluster: LocalSlurm, script: Path, cwd: Path, *args: str, path: str | None = None,
+            scripts: Path = SCRIPTS) -> tuple[JobEnd, Outcome]:
+    env = {**cluster.env, "SCRIPTS_DIR": str(scripts)}
     if path:
         env["PATH"] = f"{path}:{env['PATH']}"
     end = run_job(script, cwd=cwd, timeout_s=JOB_BOUND_S, env=env, args=args)
@@ -188,6 +191,44 @@ def test_oci_runtime_two_nodes_ddp_check_passes(cluster: LocalSlurm, bundle: Pat
     assert outcome.result["identical"] and outcome.result["last_loss"] < outcome.result["first_loss"]
     assert not (bundle / "jobs" / f"ddp-check-{end.job_id}").exists(), "the job folder must be removed"
     assert not [c for c in cluster.containers() if f".{end.job_id}." in c]
+
+
+def _project_with_fixture_framework(folder: Path) -> Path:
+    """This checkout's matrix, templates and image-tests, plus the fixture framework's folder."""
+    project = folder / "project"
+    project.mkdir()
+    shutil.copy2(ROOT / "matrix.yaml", project / "matrix.yaml")
+    shutil.copytree(ROOT / "templates", project / "templates")
+    shutil.copytree(ROOT / "image-tests", project / "image-tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(FIXTURE_FW, project / "image-tests" / "fixturefw")
+    return project
+
+
+@pytest.mark.parametrize("runtime", ["oci", "apptainer"])
+def test_two_nodes_coordinator_check_passes(cluster: LocalSlurm, bundle: Path, tmp_path: Path, runtime: str) -> None:
+    """A coordinator framework's check (one process per node, told its process id and the first node's
+    coordinator: what JAX's jax_train.py takes) on two nodes in SLURM's OCI containers, and in the apptainer
+    stand-in's (given a .sif path: an image the matrix does not know, so --framework names its framework).
+
+    The framework is the fixture one (tests/fixtures/frameworks/fixturefw: `multinode: {script: fixture_train.py,
+    launcher: coordinator}`), whose script is a plain-socket stand-in run by the pytorch CPU image's python3. This
+    proves the launcher's wiring: each node's process id resolved inside its container from the job's node list
+    and the container's hostname (not SLURM_PROCID, which 22.05 gets wrong in OCI containers), process 0 on the
+    first node hosting the coordinator, the others reaching it, the verifier checking the result. It does not
+    prove JAX: when a JAX image is at hand, its framework.yaml `multinode` section is all the launcher needs."""
+    project = _project_with_fixture_framework(tmp_path)
+    sif = "/shared/images/fixturefw.sif"
+    path = str(cluster.apptainer_standin({sif: bundle})) if runtime == "apptainer" else None
+    script = _generate(tmp_path, str(bundle) if runtime == "oci" else sif, "--runtime", runtime, "--join-timeout",
+                       "60", "--shm-size", "1g", "--matrix", str(project / "matrix.yaml"), name="coordinator",
+                       framework="fixturefw")
+    assert "fixture_train.py" in script.read_text() and "torchrun --" not in script.read_text()
+    end, outcome = _submit(cluster, script, tmp_path, path=path, scripts=FIXTURE_FW / "scripts")
+    assert end.state == "COMPLETED" and outcome.passed, end.output[-3000:]
+    assert outcome.result and outcome.result["hosts"] == ["n1", "n2"]   # process 0 on n1, process 1 on n2
+    assert outcome.world_size == 2 and outcome.result["identical"]
+    assert outcome.reason.startswith("DDP check passed: world size 2, gloo")
+    assert not (bundle / "jobs" / f"coordinator-{end.job_id}").exists(), "the job folder must be removed"
 
 
 def test_apptainer_script_with_a_runc_standin(cluster: LocalSlurm, bundle: Path, image: str, tmp_path: Path) -> None:
