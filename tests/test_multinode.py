@@ -320,6 +320,19 @@ def test_framework_must_agree_with_the_images_cell_and_exist(run_cli, fw_project
                            "framework is a folder image-tests/<name>/ with its framework.yaml)"), err
 
 
+def test_the_verifier_fails_a_process_0_that_reports_nothing(tmp_path: Path) -> None:
+    """With torchrun any node may host rank 0; a coordinator check's process 0 must print the result line."""
+    verify = tmp_path / "verify.py"
+    verify.write_text(VERIFY_SOURCE)
+    env = {**os.environ, "DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "gloo"}
+    silent = [sys.executable, str(verify), sys.executable, "-c", "pass", "{process_id}"]
+    proc = subprocess.run(silent, capture_output=True, text=True, timeout=60, env={**env, "JOB_COMPLETION_INDEX": "0"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "DDP check failed: process 0 ended without its DDP_RESULT line"
+    proc = subprocess.run(silent, capture_output=True, text=True, timeout=60, env={**env, "JOB_COMPLETION_INDEX": "1"})
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_the_verifier_needs_somewhere_to_read_the_process_id_from(tmp_path: Path) -> None:
     verify = tmp_path / "verify.py"
     verify.write_text(VERIFY_SOURCE)
@@ -338,4 +351,5 @@ def test_the_verifier_needs_somewhere_to_read_the_process_id_from(tmp_path: Path
         proc = subprocess.run([sys.executable, str(verify), "echo", "{process_id}"], capture_output=True, text=True,
                               timeout=60, env={**env, "DDP_NODES": nodes, "STUB_HOSTNAME": host,
                                                "PYTHONPATH": str(site)})
-        assert (proc.returncode, proc.stdout) == (0, f"{want}\n"), proc.stderr
+        assert proc.stdout == f"{want}\n", proc.stderr
+        assert proc.returncode == (1 if want == "0" else 0), proc.stderr   # a process 0 must report a result

@@ -81,6 +81,7 @@ try:
 except (KeyError, ValueError):
     sys.exit("verify_ddp.py: set DDP_EXPECT_WORLD_SIZE and DDP_EXPECT_BACKEND (what the launcher asked for)")
 command = sys.argv[1:]
+me = None
 if "{process_id}" in command:
     me = process_id()
     command = [me if arg == "{process_id}" else arg for arg in command]
@@ -94,6 +95,9 @@ for line in proc.stdout:
 code = proc.wait()
 if code != 0:
     sys.exit(code)
+if result is None and me == "0":   # torchrun: the node of rank 0 is c10d's choice; a process 0 must report
+    print("DDP check failed: process 0 ended without its DDP_RESULT line", file=sys.stderr)
+    sys.exit(1)
 if result is not None:
     problems = []
     if result.get("backend") != want_backend:
