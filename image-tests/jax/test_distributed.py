@@ -56,7 +56,7 @@ def run_job(where: list, what: str, envs: list[dict[str, str]],
         thread.start()
     stopped: set[int] = set()
     while any(t.is_alive() for t in threads):
-        failed = [i for i, p in probes.items() if processes.cause(processes.read(p, i), what)]
+        failed = [i for i, p in list(probes.items()) if processes.cause(processes.read(p, i), what)]
         if failed:
             for i, thread in enumerate(threads):
                 if thread.is_alive() and i not in stopped:
