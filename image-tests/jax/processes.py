@@ -61,7 +61,12 @@ def cause(process: Process, what: str) -> str:
         where = f" (at {process.state['where']})" if process.state.get("where") else ""
         return f"{what}: process {me} failed at {process.stage}: {process.state['error']}{where}"
     if process.fault:
-        return f"{what}: process {me} died at {process.stage}: {process.fault}"
+        why = ""
+        if process.stage == "initialize":   # jax aborts a process whose job did not form in time
+            s = process.state
+            why = (f" (jax aborts a process when not all {s.get('num_processes')} processes join the coordinator "
+                   f"{s.get('coordinator')} within its init timeout of {s.get('init_timeout_s')} s)")
+        return f"{what}: process {me} died at {process.stage}: {process.fault}{why}"
     if probe.cut:
         return f"{probe.hung()} (process {me} was at {process.stage})"
     if probe.signal:

@@ -284,7 +284,7 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           "RUN /opt/venv/bin/python -m pip uninstall -y tensorboard-plugin-profile xprof\n"),
     Layer("jax-profile-nostatic", "jax", "the profile plugin without its static frontend",
           f"RUN rm -rf {SITE}/xprof/static\n"),
-    Layer("jax-events-dropped", "jax", "TensorBoard's event writer drops every event (files with no scalars)",
+    Layer("jax-events-dropped", "jax", "TensorBoard's event writer drops every event (it writes no file)",
           _append(f"{SITE}/tensorboard/summary/writer/event_file_writer.py", _TB_DROPS_EVENTS)),
 ]}
 RECIPES = {**{name: None for name in DEV_CELLS}, **LAYERS}  # every fixture name
