@@ -126,9 +126,10 @@ def fixture_matrix() -> Matrix:
 @pytest.fixture(scope="session")
 def fixture_project(tmp_path_factory: pytest.TempPathFactory, _private_config: None) -> Path:
     """The fixture project, complete and read-only by convention: the fixture matrix and its locks,
-    the real templates/, image-tests/ (its frameworks only: copy_fixture_image_tests) and .hadolint.yaml, and the generated files rendered from them once per
-    session (Dockerfiles, docs/images.md, .github/workflows/), as `make render` writes them; one
-    commit, so commands that name the git revision run there."""
+    the real templates/, image-tests/ (its frameworks only: copy_fixture_image_tests) and .hadolint.yaml,
+    and the generated files rendered from them once per session (Dockerfiles, docs/images.md,
+    .github/workflows/), as `make render` writes them; one commit, so commands that name the git
+    revision run there."""
     root = tmp_path_factory.mktemp("fixture") / "project"
     shutil.copytree(FIXTURE_PROJECT, root)
     shutil.copytree(REPO / "templates", root / "templates")

@@ -4,7 +4,8 @@ A framework's `__version__` is a PEP 440 version whose local part (after `+`) sa
 build it is: PyPI/PyTorch wheels report `2.13.0+cpu` or `2.13.0+cu130`, NGC's PyTorch reports
 `2.9.0a0+50eac811a6.nv25.10` (source commit and container release), TensorFlow reports a plain
 `2.17.0`, and JAX from PyPI a plain `0.10.2` while a JAX built from its git tree (NGC builds
-JAX from source) spells itself as jax's version.py does: `0.7.2.dev20251013+1a2b3c4d`. A claim (the matrix's `framework_version`, a label) is checked in two parts:
+JAX from source) spells itself as jax's version.py does: `0.7.2.dev20251013+1a2b3c4d`. A claim
+(the matrix's `framework_version`, a label) is checked in two parts:
 
 - the public part (release, pre-release) must equal the claim's, compared with packaging.version
   (so `2.13` and `2.13.0` agree); where the scheme allows source builds (SOURCE, on NGC cells
