@@ -37,7 +37,8 @@ def add_fixture_framework(project: Path) -> None:
 
 def test_the_shipped_frameworks_are_the_folders_with_a_framework_yaml() -> None:
     folders = sorted(p.parent.name for p in (REPO / "image-tests").glob(f"*/{frameworks.FRAMEWORK_FILE}"))
-    assert list(frameworks.names()) == folders == ["pytorch", "tensorflow"]
+    frameworks.use_checkout()
+    assert list(frameworks.names()) == folders and {"pytorch", "tensorflow"} <= set(folders)
     for name in folders:
         row = frameworks.get(name)
         assert row.folder == REPO / "image-tests" / name
