@@ -71,7 +71,9 @@ else
   # iptables is unavailable on these machines: no NAT, so builds and containers that need
   # the network use --network host.
   say "starting dockerd --iptables=false --ip-forward=false --ip-masq=false (log: .state/dockerd.log)"
-  nohup dockerd --iptables=false --ip-forward=false --ip-masq=false >>"$STATE/dockerd.log" 2>&1 &
+  # A session of its own (setsid): the engine outlives the shell, job or test run that started it,
+  # even when that is stopped with its whole process group.
+  setsid nohup dockerd --iptables=false --ip-forward=false --ip-masq=false >>"$STATE/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 60); do engine_up && break; sleep 1; done
   engine_up || { tail -20 "$STATE/dockerd.log" >&2; die "dockerd did not answer within 60 s (log: .state/dockerd.log)"; }
   say "Docker engine up"
@@ -85,7 +87,7 @@ else
   mkdir -p "$STATE/registry"
   say "starting docker-registry on $REGISTRY_ADDR (config/registry.yml, storage .state/registry, log: .state/registry.log)"
   REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY="$STATE/registry" \
-    nohup docker-registry serve "$ROOT/config/registry.yml" >>"$STATE/registry.log" 2>&1 &
+    setsid nohup docker-registry serve "$ROOT/config/registry.yml" >>"$STATE/registry.log" 2>&1 </dev/null &
   for _ in $(seq 1 30); do registry_up && break; sleep 1; done
   registry_up || { tail -20 "$STATE/registry.log" >&2; die "registry did not answer on $REGISTRY_ADDR within 30 s"; }
   say "registry up"

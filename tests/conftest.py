@@ -24,6 +24,41 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURE_PROJECT = REPO / "tests" / "fixtures" / "project"
 FIXTURE_MATRIX = FIXTURE_PROJECT / "matrix.yaml"
 
+
+def fixture_frameworks() -> set[str]:
+    """The frameworks the fixture matrix's images use (pytorch, tensorflow)."""
+    import yaml
+
+    return {image["framework"] for image in yaml.safe_load(FIXTURE_MATRIX.read_text())["images"]}
+
+
+def copy_fixture_image_tests(dest: Path) -> Path:
+    """The checkout's image-tests/ with only the fixture matrix's frameworks (and common, scripts):
+    the fixture project's framework table, so a framework folder added to the checkout (its
+    image-tests/<name>/) moves no unit test."""
+    keep = fixture_frameworks()
+    top = REPO / "image-tests"
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = set(shutil.ignore_patterns("__pycache__")(folder, names))
+        if Path(folder) == top:
+            skipped |= {n for n in names if (top / n / frameworks.FRAMEWORK_FILE).is_file() and n not in keep}
+        return skipped
+
+    shutil.copytree(top, dest, ignore=ignore)
+    return dest
+
+
+@functools.cache
+def fixture_image_tests() -> Path:
+    """One read-only copy per session of copy_fixture_image_tests, for loading the fixture matrix."""
+    import atexit
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="dl-images-fixture-tests-"))
+    atexit.register(shutil.rmtree, root, True)
+    return copy_fixture_image_tests(root / "image-tests")
+
 # Tools the dev extra installs (shellcheck, check-jsonschema, hadolint) live beside the interpreter
 # running the tests; `make test` runs `.venv/bin/python -m pytest` without activating the venv.
 _BIN = str(Path(sys.executable).parent)
@@ -85,21 +120,22 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def fixture_matrix() -> Matrix:
     """The fixture matrix (tests/fixtures/project/matrix.yaml) with the real templates: what unit
     tests look cells up in, so a new cell in the real matrix.yaml moves none of them."""
-    return load_matrix(FIXTURE_MATRIX, REPO / "templates", display="matrix.yaml", tests_dir=REPO / "image-tests")
+    return load_matrix(FIXTURE_MATRIX, REPO / "templates", display="matrix.yaml", tests_dir=fixture_image_tests())
 
 
 @pytest.fixture(scope="session")
 def fixture_project(tmp_path_factory: pytest.TempPathFactory, _private_config: None) -> Path:
     """The fixture project, complete and read-only by convention: the fixture matrix and its locks,
-    the real templates/, image-tests/ and .hadolint.yaml, and the generated files rendered from them once per
-    session (Dockerfiles, docs/images.md, .github/workflows/), as `make render` writes them; one
-    commit, so commands that name the git revision run there."""
+    the real templates/, image-tests/ (its frameworks only: copy_fixture_image_tests) and .hadolint.yaml,
+    and the generated files rendered from them once per session (Dockerfiles, docs/images.md,
+    .github/workflows/), as `make render` writes them; one commit, so commands that name the git
+    revision run there."""
     root = tmp_path_factory.mktemp("fixture") / "project"
     shutil.copytree(FIXTURE_PROJECT, root)
     shutil.copytree(REPO / "templates", root / "templates")
     shutil.copy2(REPO / ".hadolint.yaml", root / ".hadolint.yaml")
     # Every test group a cell names must be a folder beside the matrix (checked when it loads).
-    shutil.copytree(REPO / "image-tests", root / "image-tests", ignore=shutil.ignore_patterns("__pycache__"))
+    copy_fixture_image_tests(root / "image-tests")
     project = Project(root=root, matrix_path=root / "matrix.yaml")
     write_outputs(root, all_outputs(project, load_matrix(root / "matrix.yaml", root / "templates")))
     _commit(root)

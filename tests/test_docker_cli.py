@@ -24,6 +24,7 @@ from buildtool.launch.scaling import Launcher, run_one
 from buildtool.validate import engine as validate_engine
 from buildtool.validate import runner
 from tests.gpu_sim import FakeGpus, runner_env
+from tests.scan import python_sources
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "image-tests"))
@@ -324,12 +325,8 @@ def client_choices(root: Path) -> list[str]:
     """Every place outside docker_cli (and this test) that reads the retired setting or picks and
     starts a docker client itself."""
     found: list[str] = []
-    for top in SCANNED:
-        for path in sorted((root / top).rglob("*.py")):
-            rel = path.relative_to(root)
-            if rel in (MODULE, THIS) or ".venv" in rel.parts:
-                continue
-            found += _choices(rel, path.read_text(encoding="utf-8"))
+    for rel, text in python_sources(root, SCANNED, (MODULE, THIS)):
+        found += _choices(rel, text)
     return found
 
 

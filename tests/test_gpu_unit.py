@@ -93,6 +93,48 @@ def test_ngc_tensorflow_may_carry_its_release_and_claims_keep_their_local_part(m
     assert versions.problems("2.13.0+cu130", "2.13.0+cpu", standin)
 
 
+# A framework built from its git tree on NGC (JAX): jax's version.py spells such a build
+# `<release>.devYYYYMMDD+<commit>`; PyPI's wheels are plain releases.
+def source_rule(ngc):
+    return versions.expectation("0.7.2", scheme=versions.SOURCE, accelerator="cuda" if ngc else "cpu",
+                                cuda="13.0" if ngc else None, ngc=ngc)
+
+
+@pytest.mark.parametrize(("ngc", "actual"), [
+    (None, "0.7.2"),                                # PyPI's jax
+    ("25.10", "0.7.2"),                             # a release build on NGC
+    ("25.10", "0.7.2.dev20251013+1a2b3c4d"),        # built from the release's tree
+    ("25.10", "0.7.2.dev20251013+1a2b3c4d.nv25.10"),
+    ("25.10", "0.7.2+nv25.10"),
+    ("25.10", "0.7.2+0123456789abcdef0123456789abcdef01234567"),
+])
+def test_source_scheme_accepts_what_a_source_build_reports(ngc, actual):
+    assert versions.problems(actual, "0.7.2", source_rule(ngc)) == []
+
+
+@pytest.mark.parametrize(("ngc", "actual", "why"), [
+    (None, "0.7.2.dev20251013", "version 0.7.2.dev20251013 is not 0.7.2"),   # off NGC, only the release
+    (None, "0.7.2+1a2b3c4d", "build +1a2b3c4d is not the cell's no local part"),
+    ("25.10", "0.7.3.dev20251013+1a2b3c4d", "version 0.7.3.dev20251013 is not 0.7.2"),  # the next release's tree
+    ("25.10", "0.7.1", "version 0.7.1 is not 0.7.2"),
+    ("25.10", "0.7.2rc1.dev1+1a2b3c4d", "is not 0.7.2"),                        # a pre-release is not the release
+    ("25.10", "0.7.2+1a2b3c4d.nv25.09", "nv25.10"),                              # another container release
+    ("25.10", "0.7.2+cpu", "is not the cell's"),
+    ("25.10", "0.7.2+abc", "is not the cell's"),                                 # too short for a commit
+])
+def test_source_scheme_refuses_other_releases_and_builds(ngc, actual, why):
+    found = versions.problems(actual, "0.7.2", source_rule(ngc))
+    assert found and why in "; ".join(found), found
+
+
+def test_a_dev_release_passes_only_where_the_scheme_allows_source_builds():
+    plain = versions.expectation("0.7.2", scheme=versions.PLAIN, accelerator="cuda", cuda="13.0", ngc="25.10")
+    assert versions.problems("0.7.2.dev20251013", "0.7.2", plain) == ["version 0.7.2.dev20251013 is not 0.7.2"]
+    assert versions.problems("0.7.2.dev20251013", "0.7.2", source_rule("25.10")) == []
+    # A claim that is itself a dev release is matched exactly.
+    assert versions.problems("0.7.2.dev20251014", "0.7.2.dev20251013", source_rule("25.10"))
+
+
 def test_validate_writes_the_rule_into_the_target(matrix):
     claims = runner.expectations(cell(matrix, "pytorch-cuda:2.13"), {})["framework_claims"]
     assert claims[0]["local_pattern"] == "cu130" and "CUDA 13.0" in claims[0]["local_text"]

@@ -20,6 +20,7 @@ import pytest
 
 from buildtool.contracts import label_keys
 from tests.conftest import REPO
+from tests.scan import python_sources
 
 # Every key as images, artifacts and SBOMs carry it: the one other place a key is spelt.
 KEYS = {
@@ -122,12 +123,8 @@ def _template_literals(path: Path, text: str) -> list[str]:
 def key_literals(root: Path) -> list[str]:
     """Every key written out, or composed from the prefix, outside the label-key module and this test."""
     found: list[str] = []
-    for top in SCANNED_PY:
-        for path in sorted((root / top).rglob("*.py")):
-            rel = path.relative_to(root)
-            if rel in (MODULE, THIS) or ".venv" in rel.parts:
-                continue
-            found += _python_literals(rel, path.read_text(encoding="utf-8"))
+    for rel, text in python_sources(root, SCANNED_PY, (MODULE, THIS)):
+        found += _python_literals(rel, text)
     for top in SCANNED_TEMPLATES:
         for path in sorted((root / top).rglob("*.j2")):
             found += _template_literals(path.relative_to(root), path.read_text(encoding="utf-8"))

@@ -20,7 +20,7 @@ import pytest
 
 from buildtool.matrix.schema import load_matrix
 from buildtool.matrix.yamlsource import MAX_ALIAS_VALUES
-from tests.conftest import FIXTURE_MATRIX, REPO, snapshot
+from tests.conftest import FIXTURE_MATRIX, REPO, fixture_image_tests, snapshot
 
 MATRIX = FIXTURE_MATRIX.read_text()
 BOUND_S = 60  # a hang fails the test; answers are expected within a few seconds
@@ -652,7 +652,7 @@ def test_alias_bound_is_small_but_real_aliases_work(tmp_path: Path):
                         "    run:\n      <<: *run\n      gpus: none\n    index:", 1)
     (tmp_path / "matrix.yaml").write_text(text)
     cells = {c.key: c for c in load_matrix(tmp_path / "matrix.yaml", REPO / "templates",
-                                           tests_dir=REPO / "image-tests").cells}
+                                           tests_dir=fixture_image_tests()).cells}
     assert cells["pytorch-cpu:2.13"].run.gpus == "none"
     assert cells["pytorch-cpu:2.13"].run.shm_size == "8g"
     assert MAX_ALIAS_VALUES <= 100_000

@@ -12,6 +12,7 @@ import pytest
 from buildtool.cli.console import Project
 from buildtool.common.errors import UserError
 from buildtool.matrix import snapshot
+from tests.conftest import FIXTURE_MATRIX, copy_fixture_image_tests
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -102,9 +103,9 @@ def test_a_removed_test_group_folder_is_loaded_for_real(tmp_path: Path) -> None:
     must not let a release skip that check once it is gone."""
     root = tmp_path / "p"
     root.mkdir()
-    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")   # its frameworks: pytorch and tensorflow
     shutil.copytree(REPO / "templates", root / "templates")
-    shutil.copytree(REPO / "image-tests", root / "image-tests")
+    copy_fixture_image_tests(root / "image-tests")
     project = Project(root=root, matrix_path=root / "matrix.yaml")
     project.load()
     assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)

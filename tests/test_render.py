@@ -16,14 +16,14 @@ from buildtool.matrix.schema import load_matrix
 from buildtool.render import dockerfiles as render_module
 from buildtool.render.catalogue import catalogue_outputs
 from buildtool.render.dockerfiles import render_outputs, write_outputs
-from tests.conftest import REPO, snapshot
+from tests.conftest import REPO, fixture_image_tests, snapshot
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mini" / "matrix.yaml"
 GOLDEN = Path(__file__).parent / "golden"
 
 
 def _mini_outputs() -> dict[str, bytes]:
-    matrix = load_matrix(FIXTURE, REPO / "templates", display="matrix.yaml", tests_dir=REPO / "image-tests")
+    matrix = load_matrix(FIXTURE, REPO / "templates", display="matrix.yaml", tests_dir=fixture_image_tests())
     return render_outputs(matrix, REPO / "templates", extras=(catalogue_outputs,)).files
 
 

@@ -111,7 +111,7 @@ def _row_model() -> Any:
         cuda_build: Annotated[StrictStr, Field(min_length=1)] = "''"
         events_writer: Annotated[tuple[StrictStr, ...], Field(min_length=1)]
         shm_workers: Literal["torch", "python"] = "python"
-        local_versions: Literal["torch", "plain"] = "plain"
+        local_versions: Literal["torch", "plain", "source"] = "plain"
         ngc_version_env: Annotated[StrictStr, Field(pattern=r"^([A-Z][A-Z0-9_]*)?$")] = ""
         template_parts: tuple[Annotated[StrictStr, Field(pattern=f"^{_PART}$")], ...] = ()
         multinode: MultiNode | None = None

@@ -24,6 +24,7 @@ class FrameworkClaim(BaseModel):
     # over what follows `+` ("" = none) and how to say it in a message.
     local_pattern: str = ""
     local_text: str = "no local part"
+    source_dev: bool = False     # a .devN of the claimed release passes (Expectation.source_dev)
 
 
 class LabelCheck(BaseModel):

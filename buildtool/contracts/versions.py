@@ -3,10 +3,13 @@
 A framework's `__version__` is a PEP 440 version whose local part (after `+`) says which
 build it is: PyPI/PyTorch wheels report `2.13.0+cpu` or `2.13.0+cu130`, NGC's PyTorch reports
 `2.9.0a0+50eac811a6.nv25.10` (source commit and container release), TensorFlow reports a plain
-`2.17.0`. A claim (the matrix's `framework_version`, a label) is checked in two parts:
+`2.17.0`, and JAX from PyPI a plain `0.10.2` while a JAX built from its git tree (NGC builds
+JAX from source) spells itself as jax's version.py does: `0.7.2.dev20251013+1a2b3c4d`. A claim
+(the matrix's `framework_version`, a label) is checked in two parts:
 
 - the public part (release, pre-release) must equal the claim's, compared with packaging.version
-  (so `2.13` and `2.13.0` agree);
+  (so `2.13` and `2.13.0` agree); where the scheme allows source builds (SOURCE, on NGC cells
+  only) a `.devN` of the claimed release is that release built from its tree;
 - the local part must be the one the cell's build produces: the claim's own local part when it
   has one, else the cell's rule (`+cpu` on CPU cells, `+cu<CUDA>` on PyPI CUDA cells, NGC's
   `<sha>.nvYY.MM` with the cell's container release on NGC cells).
@@ -27,7 +30,11 @@ from buildtool.contracts.gpu import cuda_tag
 # How a framework's builds mark themselves in the local version part (frameworks.Framework.local_versions).
 TORCH = "torch"    # +cpu, +cuXYZ, NGC +<sha>.nvYY.MM
 PLAIN = "plain"    # no local part (TensorFlow; NGC's may add nvYY.MM)
-SCHEMES = (TORCH, PLAIN)
+# Built from the project's git tree on NGC (JAX): `<release>[.devYYYYMMDD][+<commit>[.nvYY.MM]]`;
+# PyPI's wheels are plain releases. NGC's exact spelling has not been seen here (no NGC pull), so
+# the NGC rule takes both forms jax's version.py can produce and NGC's usual nvYY.MM suffix.
+SOURCE = "source"
+SCHEMES = (TORCH, PLAIN, SOURCE)
 
 _NGC_BASE_RE = re.compile(r"^nvcr\.io/nvidia/[^:@]+:(?P<yy>[0-9]{2})\.(?P<mm>[0-9]{2})(?:[-.].*)?$")
 
@@ -38,6 +45,7 @@ class Expectation:
 
     local_pattern: str
     local_text: str       # for messages: "+cu130 (PyPI's CUDA 13.0 build)"
+    source_dev: bool = False   # a .devN of the claimed release passes (a build from its source tree)
 
 
 def ngc_release(base: str) -> str | None:
@@ -67,6 +75,12 @@ def expectation(claim: str, *, scheme: str, accelerator: str, cuda: str | None,
                 raise ValueError("a CUDA cell needs its `cuda` version to know its wheels' local version")
             return Expectation(re.escape(cuda_tag(cuda)), f"+{cuda_tag(cuda)} (the CUDA {cuda} build)")
         return Expectation("cpu", "+cpu (the CPU build)")
+    if scheme == SOURCE:
+        if ngc:
+            return Expectation(rf"(?:(?:[0-9a-f]{{7,40}})(?:\.{_ngc_local(ngc)})?|{_ngc_local(ngc)})?",
+                               f"no local part, +<commit>, +<commit>.nv{ngc} or +nv{ngc} (NGC container {ngc}, "
+                               "built from source)", source_dev=True)
+        return Expectation("", "no local part")
     if scheme == PLAIN:
         if ngc:
             return Expectation(rf"(?:{_ngc_local(ngc)})?", f"no local part or +nv{ngc} (NGC container {ngc})")
@@ -87,7 +101,9 @@ def problems(actual: str, claim: str, expect: Expectation) -> list[str]:
         have, want = Version(actual), Version(claim)
     except InvalidVersion as exc:
         return [f"not a PEP 440 version ({exc})"]
-    if Version(have.public) != Version(want.public):
+    from_tree = (expect.source_dev and have.is_devrelease and not want.is_devrelease and have.pre is None
+                 and Version(have.base_version) == Version(want.public))
+    if Version(have.public) != Version(want.public) and not from_tree:
         found.append(f"version {have.public} is not {want.public}")
     local = split(actual)[1]
     if not re.fullmatch(expect.local_pattern, local):

@@ -65,7 +65,7 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
         rule = versions.expectation(claim["value"], scheme=scheme,
                                     accelerator="cpu" if standin else cell.accelerator,
                                     cuda=cell.cuda, ngc=None if standin else versions.ngc_release(cell.base))
-        claim.update(local_pattern=rule.local_pattern, local_text=rule.local_text)
+        claim.update(local_pattern=rule.local_pattern, local_text=rule.local_text, source_dev=rule.source_dev)
     return expect
 
 

@@ -19,13 +19,14 @@ def test_python_version(contents, target):
 
 def test_framework_version(contents, target):
     """The public version must equal each claim's (packaging.version); the local part must be the
-    cell's build: +cpu, +cu<CUDA>, NGC's <commit>.nvYY.MM (buildtool.contracts.versions)."""
+    cell's build: +cpu, +cu<CUDA>, NGC's <commit>.nvYY.MM, a source build's .devN+<commit>
+    (buildtool.contracts.versions)."""
     module = target["framework_info"]["module"]
     assert "import_error" not in contents, f"import {module} fails in the image: {contents['import_error']}"
     actual = contents["framework_version"]
     wrong = []
     for claim in target["expect"]["framework_claims"]:
-        expect = versions.Expectation(claim["local_pattern"], claim["local_text"])
+        expect = versions.Expectation(claim["local_pattern"], claim["local_text"], bool(claim.get("source_dev")))
         found = versions.problems(actual, claim["value"], expect)
         if found:
             wrong.append(f"{claim['source']} claims {module} {claim['value']} but the image contains {module} "

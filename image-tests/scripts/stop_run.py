@@ -1,5 +1,6 @@
 """Stop the processes of one rendezvous: SIGTERM every process whose command line names
-`--rdzv-id RUN` (images need not ship pkill; run with `python3 -I -S`)."""
+`--rdzv-id RUN`, or `FLAG RUN` with a second argument FLAG (JAX's `--coordinator HOST:PORT`)
+(images need not ship pkill; run with `python3 -I -S`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 
 def main() -> int:
-    needle = ["--rdzv-id", sys.argv[1]]
+    needle = [sys.argv[2] if len(sys.argv) > 2 else "--rdzv-id", sys.argv[1]]
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue

@@ -3,7 +3,9 @@
 Runs in the image under test (mounted read-only; uses only the standard library and the
 image's own TensorBoard). Writes result.json; TensorBoard's own log goes to the probe's
 folder (never /tmp, which is the image's business). Modes: `listing` (plugins), `profiler`
-(torch-tb-profiler run, views, worker overview), `scalars` (scalar tags and values), `empty`
+(torch-tb-profiler run, views, worker overview), `profile` (the profile plugin of TensorBoard,
+tensorboard-plugin-profile/xprof, which TensorFlow's and JAX's profilers write for: the run, its
+tools, its hosts and the trace viewer's events), `scalars` (scalar tags and values), `empty`
 (how fast an empty log folder answers). `--ui PLUGIN` also fetches the plugin's frontend as a
 browser would: TensorBoard's own page, the plugin's module, its index.html, every local asset
 that page names, and each `--ui-page`. `--expect-plugin NAME --plugin-dist DIST` says, when the
@@ -33,6 +35,9 @@ import urllib.request
 from probe_io import error_line, out_dir, result
 
 PROFILER = "/data/plugin/pytorch_profiler"
+PROFILE = "/data/plugin/profile"
+TRACE_TOOL = "trace_viewer@"   # the profile plugin's trace viewer (XPlane converted to trace events)
+MAX_NAMES = 2000
 
 
 def free_port() -> int:
@@ -161,7 +166,7 @@ def crash_line(log_text: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--logdir", required=True)
-    ap.add_argument("--mode", choices=("listing", "profiler", "scalars", "empty"), required=True)
+    ap.add_argument("--mode", choices=("listing", "profiler", "profile", "scalars", "empty"), required=True)
     ap.add_argument("--timeout", type=float, default=60, help="bound for start and for data to appear")
     ap.add_argument("--run", default="")
     ap.add_argument("--tag", default="")
@@ -215,6 +220,8 @@ def main() -> int:
             out["frontend"] = frontend(base, listing, args.ui, args.ui_page)
         if args.mode in ("empty", "profiler") and "pytorch_profiler" not in out["plugins"]:
             return emit(out)  # no plugin: nothing to wait for
+        if args.mode == "profile" and "profile" not in out["plugins"]:
+            return emit(out)
         if args.mode == "empty":
             status, body = get(base, PROFILER + "/runs", timeout=args.timeout)
             out["profiler_runs"] = {"status": status, "body": body}
@@ -237,6 +244,8 @@ def main() -> int:
                     out["overview"] = [code, sorted(overview) if isinstance(overview, dict) else overview]
                     if isinstance(overview, dict):
                         out["environments"] = overview.get("environments")
+        elif args.mode == "profile":
+            out.update(profile_run(base, args.run, deadline))
         elif args.mode == "scalars":
             status, tags = wait_for(base, "/data/plugin/scalars/tags", deadline,
                                     lambda s, b: s == 200 and isinstance(b, dict) and args.tag in b.get(args.run, {}))
@@ -251,6 +260,37 @@ def main() -> int:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def profile_run(base: str, run: str, deadline: float) -> dict:
+    """What the profile plugin serves for `run`: {"runs": [status, body], "tools", "hosts", "trace":
+    {"status", "events", "names"}} (the trace viewer's events of the run's first host, their names
+    de-duplicated). Stops at the first answer that is not there, recording it."""
+    out: dict = {}
+    status, runs = wait_for(base, PROFILE + "/runs", deadline,
+                            lambda s, b: s == 200 and isinstance(b, list) and run in b)
+    out["runs"] = [status, runs]
+    if not (status == 200 and isinstance(runs, list) and run in runs):
+        return out
+    q = urllib.parse.urlencode
+    out["tools"] = list(get(base, "{}/run_tools?{}".format(PROFILE, q({"run": run}))))
+    status, hosts = get(base, "{}/hosts?{}".format(PROFILE, q({"run": run, "tag": TRACE_TOOL})))
+    out["hosts"] = [status, hosts]
+    names = [h.get("hostname") if isinstance(h, dict) else h for h in hosts] if status == 200 and \
+        isinstance(hosts, list) else []
+    if not names:
+        return out
+    status, raw, _ = fetch(base, "{}/data?{}".format(PROFILE, q({"run": run, "tag": TRACE_TOOL, "host": names[0]})),
+                           timeout=max(10.0, deadline - time.monotonic()))
+    trace: dict = {"status": status, "host": names[0], "events": 0, "names": []}
+    try:
+        events = json.loads(raw.decode("utf-8", "replace")).get("traceEvents") or []
+        trace["events"] = len(events)
+        trace["names"] = sorted({str(e.get("name", ""))[:200] for e in events if isinstance(e, dict)})[:MAX_NAMES]
+    except (ValueError, AttributeError) as exc:
+        trace["error"] = f"the trace viewer's data is not trace JSON: {error_line(exc)}; {raw[:200]!r}"
+    out["trace"] = trace
+    return out
 
 
 def emit(out: dict) -> int:

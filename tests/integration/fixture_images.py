@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 PREFIX = "t-imgtest"
 BUILD_TIMEOUT_S = 600
 SITE = "/opt/venv/lib/python3.11/site-packages"
-DEV_CELLS = {"pytorch": "pytorch-cpu:2.13", "tensorflow": "tensorflow-cpu:2.21"}
+DEV_CELLS = {"pytorch": "pytorch-cpu:2.13", "tensorflow": "tensorflow-cpu:2.21", "jax": "jax-cpu:0.10"}
 # Where the fixtures' dev images are tagged by the Builder (never pushed).
 DEV_REGISTRY = "127.0.0.1:5000/t-imgtest"
 
@@ -165,6 +165,46 @@ def _imgtest_init(self, *args, **kwargs):  # imgtest fault: rank 1 segfaults whe
 
 DistributedDataParallel.__init__ = _imgtest_init
 """
+_JAX_PSUM_NOOP = """
+
+def psum(x, axis_name, *, axis_index_groups=None):  # imgtest fault: sums nothing across devices
+    return x
+"""
+_JAX_INIT_HANGS = """
+
+import threading as _imgtest_threading
+
+
+def initialize(*args, **kwargs):  # imgtest fault: joining the coordinator blocks forever, no timeout
+    _imgtest_threading.Event().wait()
+"""
+_JAX_TRACES_NOTHING = """
+
+import contextlib as _imgtest_contextlib
+
+
+@_imgtest_contextlib.contextmanager
+def trace(log_dir, create_perfetto_link=False, create_perfetto_trace=False):  # imgtest fault: traces nothing
+    yield
+"""
+_JAX_STEPS_UNNAMED = """
+
+import contextlib as _imgtest_contextlib
+
+
+class StepTraceAnnotation(_imgtest_contextlib.nullcontext):  # imgtest fault: step annotations are dropped
+    def __init__(self, name, **kwargs):
+        super().__init__()
+"""
+_TB_DROPS_EVENTS = """
+
+
+def _imgtest_add_event(self, event):  # imgtest fault: events are dropped, never written
+    return None
+
+
+EventFileWriter.add_event = _imgtest_add_event
+"""
 
 LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
     # A Python image for fixtures that need nothing else (the PyTorch dev image, relabelled).
@@ -225,6 +265,26 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           "RUN /opt/venv/bin/python -m pip install --no-index --no-deps /tmp/imgtest-wheels/*.whl"
           " && rm -rf /tmp/imgtest-wheels\n",
           wheels=("tensorboard==2.20.0", "setuptools==82.0.0")),
+    # -- JAX (jax-cpu) ------------------------------------------------------------------------------
+    Layer("jax-banners", "jax", "the same banners and user on JAX", _BANNERS),
+    # jax.lax imports psum (and pmean calls it) from jax._src.lax.parallel after the module ran, so
+    # a definition appended there replaces it everywhere.
+    Layer("jax-psum-noop", "jax", "jax.lax.psum patched to return its input (no cross-device sum)",
+          _append(f"{SITE}/jax/_src/lax/parallel.py", _JAX_PSUM_NOOP)),
+    Layer("jax-init-hangs", "jax", "jax.distributed.initialize blocks forever (its timeout ignored)",
+          _append(f"{SITE}/jax/_src/distributed.py", _JAX_INIT_HANGS)),
+    Layer("jax-profiler-notrace", "jax", "jax.profiler.trace patched to trace nothing",
+          _append(f"{SITE}/jax/_src/profiler.py", _JAX_TRACES_NOTHING)),
+    Layer("jax-steps-unnamed", "jax", "jax.profiler.StepTraceAnnotation patched to record nothing",
+          _append(f"{SITE}/jax/_src/profiler.py", _JAX_STEPS_UNNAMED)),
+    Layer("jax-mislabelled", "jax", "framework-version label 0.10.1 on jax 0.10.2",
+          f'LABEL {label_keys.FRAMEWORK_VERSION}="0.10.1"\n'),
+    Layer("jax-noprofile", "jax", "the profile plugin (tensorboard-plugin-profile, xprof) uninstalled",
+          "RUN /opt/venv/bin/python -m pip uninstall -y tensorboard-plugin-profile xprof\n"),
+    Layer("jax-profile-nostatic", "jax", "the profile plugin without its static frontend",
+          f"RUN rm -rf {SITE}/xprof/static\n"),
+    Layer("jax-events-dropped", "jax", "TensorBoard's event writer drops every event (it writes no file)",
+          _append(f"{SITE}/tensorboard/summary/writer/event_file_writer.py", _TB_DROPS_EVENTS)),
 ]}
 RECIPES = {**{name: None for name in DEV_CELLS}, **LAYERS}  # every fixture name
 

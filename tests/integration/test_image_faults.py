@@ -32,7 +32,7 @@ from buildtool.validate.runner import Options, validate_image  # noqa: E402
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
 GPU_TESTS = ("test_gpus_visible", "test_ddp_nccl_allreduce_busbw", "test_profiler_cuda_kernels",
-             "test_collectives_give_known_results_with_nccl")
+             "test_collectives_give_known_results_with_nccl", "test_nccl_across_all_gpus")
 
 
 @pytest.fixture(scope="session")
@@ -123,6 +123,22 @@ def test_tensorflow_with_banners_and_another_user_passes_every_check(images, val
         "test_image_user_can_write_in_its_workdir", "test_entrypoint_runs_the_command",
         "test_tensorboard_serves_scalars", "test_profile_plugin_loaded", "test_profile_plugin_frontend_served",
         "test_tf_writes_profile", "test_our_tensorboard_reads_other_frameworks_events"))
+
+
+def test_jax_with_banners_and_another_user_passes_every_check(images, validate):
+    verdict = validate(images["jax-banners"], peers={"pytorch": images["pytorch-banners"]}, join_timeout_s=120)
+    assert_all_pass(verdict, (
+        "test_ulimit[stack]", "test_shm_size_matches_run_profile", "test_workers_pass_large_batches_through_shm",
+        "test_python_version", "test_framework_version", "test_extra_packages", "test_labels_state_the_matrix_cell",
+        "test_labels_state_the_image_contents", "test_image_user_can_write_in_its_workdir",
+        "test_entrypoint_runs_the_command", "test_psum_across_processes_gives_known_sum",
+        "test_cpu_collectives_are_gloo", "test_loss_falls_with_averaged_gradients",
+        "test_processes_end_with_identical_parameters", "test_process0_prints_the_launcher_result_line",
+        "test_two_containers_train_and_agree", "test_missing_process_fails_within_init_timeout",
+        "test_jax_profiler_writes_xplane", "test_profile_plugin_lists_the_run",
+        "test_profile_plugin_offers_the_trace_viewer", "test_trace_holds_the_traced_steps",
+        "test_profile_plugin_frontend_served", "test_tensorboard_serves_the_loss_jax_wrote",
+        "test_our_tensorboard_reads_other_frameworks_events", "test_other_tensorboard_reads_our_events"))
 
 
 # -- faults: each caught by the check meant for it, the cause on the first line --------------------
@@ -225,6 +241,39 @@ FAULTS: dict[str, Fault] = {
         passes=("test_profile_plugin_loaded",)),
     "tensorflow-tensorboard-crashes": Fault("tensorflow-setuptools82", "serves_scalars", {
         "test_tensorboard_serves_scalars": ("TensorBoard exited with code", "pkg_resources")}),
+    # -- JAX: one fault per check of the jax group ---------------------------------------------------
+    "jax-psum-noop": Fault("jax-psum-noop", "psum_across or identical_parameters", {
+        "test_psum_across_processes_gives_known_sum": ("psum over 2 devices of 2 processes gave 1.0, expected 3.0",),
+        "test_processes_end_with_identical_parameters": ("the processes ended with different parameters",)}),
+    "jax-init-ignores-timeout": Fault("jax-init-hangs", "missing_process", {
+        "test_missing_process_fails_within_init_timeout": (
+            "hung: no CPU or I/O for 70 s", "at initialize", "instead of failing after its 10 s init timeout")}),
+    "jax-peer-cannot-reach-coordinator": Fault("jax", "two_containers", {
+        # Either process may be the first to be aborted: process 1 cannot reach the coordinator, process 0
+        # waits for it in vain.
+        "test_two_containers_train_and_agree": ("died at initialize: Fatal Python error: Aborted",
+                                                "not all 2 processes join the coordinator 127.0.0.1:",
+                                                "within its init timeout of 15 s")},
+        # The second node has no network: it never reaches process 0's coordinator; jax aborts it after
+        # its init timeout (the join timeout), and process 0 is stopped.
+        overrides={"peer_run_flags": ["--network=none"], "join_timeout_s": 15}, absent=("hung",)),
+    "jax-framework-version-label": Fault("jax-mislabelled", "framework_version", {
+        "test_framework_version": ("claims jax 0.10.1 but the image contains jax 0.10.2",)}),
+    "jax-profiler-traces-nothing": Fault("jax-profiler-notrace", "jax_profiler_writes", {
+        "test_jax_profiler_writes_xplane": ("jax.profiler could not write its trace", "wrote no .xplane.pb")}),
+    "jax-step-annotations-dropped": Fault("jax-steps-unnamed", "trace_holds or lists_the_run", {
+        "test_trace_holds_the_traced_steps": ("lacks ['imgtest_step 0', 'imgtest_step 1'",)},
+        passes=("test_profile_plugin_lists_the_run",)),   # the trace is there, just without its steps
+    "jax-profile-plugin-uninstalled": Fault("jax-noprofile", "profile_plugin_lists or trace_holds", {
+        "test_profile_plugin_lists_the_run": ("TensorBoard did not load the profile plugin: tensorboard-plugin-profile "
+                                              "or xprof is not installed",),
+        "test_trace_holds_the_traced_steps": ("TensorBoard did not load the profile plugin",)}),
+    "jax-profile-static-removed": Fault("jax-profile-nostatic", "profile_plugin_frontend or trace_holds", {
+        "test_profile_plugin_frontend_served": ("profile tab would not render", "index.html answered 404")},
+        passes=("test_trace_holds_the_traced_steps",)),   # its data API still answers
+    "jax-events-dropped": Fault("jax-events-dropped", "serves_the_loss", {
+        "test_tensorboard_serves_the_loss_jax_wrote": ("JAX could not write event files",
+                                                       "the event writer left no events.out.tfevents.* file")}),
     "tensorflow-shm-64m": Fault("tensorflow", "workers_pass", {
         "test_workers_pass_large_batches_through_shm": ("worker", "died with SIGBUS: out of shared memory")},
         overrides={"extra_run_flags": ["--shm-size=64m"]}),

@@ -25,22 +25,7 @@ from buildtool.validate.runner import Options, validate_image  # noqa: E402
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_FW = REPO / "tests" / "fixtures" / "frameworks" / "fixturefw"
-MATRIX_ENTRY = """
-  - name: fixturefw-img
-    framework: fixturefw
-    accelerator: cpu
-    template: images/pip.Dockerfile.j2
-    base: docker.io/library/debian:bookworm-slim
-    tests: [common, fixturefw]
-    use: A fixture framework that proves a new framework is one folder and a matrix entry.
-    run:
-      gpus: none
-    versions:
-      - version: "1.0"
-        default: true
-        framework_version: "2.0.9"
-        framework_requirements: ["fixturefw==2.0.9"]
-"""
+MATRIX_ENTRY = "\n" + (FIXTURE_FW.parent / "fixturefw.matrix.yaml").read_text()
 
 
 def _image() -> str:

@@ -1,0 +1,172 @@
+"""JAX across processes (scripts/jax_train.py, the script the multi-node launchers run): two
+processes join one jax.distributed job through a coordinator on 127.0.0.1, a psum over every
+device of every process gives the known sum, data-parallel SGD (gradients averaged with pmean)
+makes the loss fall, and every process ends with the same parameters. On CPU the processes talk
+through gloo; on GPUs through NCCL, over every GPU of the runner. Processes of one container (two
+processes of one machine) and of two containers on the host network (two nodes, as the launchers
+run it). A process whose peer never comes fails within its init timeout instead of hanging.
+Decided from the files each process writes (processes.py); the one printed line that counts is
+the launchers' `JAX_RESULT {json}` contract, checked against those files."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import processes
+import pytest
+from harness import Probe, free_port
+
+SCRIPT = "/imagetests/jax_train.py"
+INIT_TIMEOUT_S = 120     # a process waits this long for the others to join (a cold peer imports jax first)
+MISSING_INIT_TIMEOUT_S = 10
+# A process waiting for its peers shows no CPU or I/O for up to its init timeout (then jax aborts it);
+# the supervisor calls it hung only this much later.
+QUIET_MARGIN_S = 60
+STEPS = "40"
+LAUNCHER_KEYS = {"backend", "platform", "process_count", "process_id", "local_devices", "global_devices", "psum",
+                 "psum_expected", "first_loss", "last_loss", "identical"}
+
+
+def jax_train(port: int, n: int, i: int, init_timeout: int = INIT_TIMEOUT_S) -> list[str]:
+    return ["python3", SCRIPT, "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(n),
+            "--process-id", str(i), "--steps", STEPS, "--init-timeout", str(init_timeout)]
+
+
+def stop(container, port: int) -> None:
+    """SIGTERM the jax_train processes of coordinator 127.0.0.1:PORT in `container`."""
+    container.run(["python3", "-I", "-S", "/imagetests/stop_run.py", f"127.0.0.1:{port}", "--coordinator"],
+                  step="stop the other JAX process")
+
+
+def run_job(where: list, what: str, envs: list[dict[str, str]],
+            init_timeout: int = INIT_TIMEOUT_S) -> list[processes.Process]:
+    """Process i of len(where) in container where[i], all started together; when one fails the
+    others are stopped at once (they would wait out their heartbeat timeout for a peer that is gone)."""
+    port = free_port()
+    n = len(where)
+    probes: dict[int, Probe] = {}
+
+    def one(i: int) -> None:
+        probes[i] = where[i].run(jax_train(port, n, i, init_timeout), step=f"{what}: process {i}",
+                                 quiet=init_timeout + QUIET_MARGIN_S, env=envs[i])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    stopped: set[int] = set()
+    while any(t.is_alive() for t in threads):
+        failed = [i for i, p in list(probes.items()) if processes.cause(processes.read(p, i), what)]
+        if failed:
+            for i, thread in enumerate(threads):
+                if thread.is_alive() and i not in stopped:
+                    stop(where[i], port)
+                    stopped.add(i)
+        threads[0].join(0.2)
+    for thread in threads:
+        thread.join()
+    found = [processes.read(probes[i], i) for i in range(n)]
+    causes = {p.index: processes.cause(p, what) for p in found}
+    # A process we stopped because another failed is not a cause; it is named last, if at all.
+    first = {i: c for i, c in causes.items() if c and i not in stopped} or {i: c for i, c in causes.items() if c}
+    assert not first, "; ".join(first.values()) + (
+        f" (stopped process {', '.join(map(str, sorted(stopped)))} after that)" if stopped else "")
+    return found
+
+
+def cpu_env() -> dict[str, str]:
+    # The CPU check stays on CPU on a GPU runner too (the GPU check below is NCCL's).
+    return {"JAX_PLATFORMS": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def two_processes(main):
+    return run_job([main, main], "two JAX processes in one container (gloo)", [cpu_env(), cpu_env()])
+
+
+@pytest.fixture(scope="module")
+def two_containers(main, target, start_container):
+    # A node may join as late as the rendezvous join timeout allows (a cold node still pulling the image).
+    join = int(target.get("rdzv_join_timeout_s", 900))
+    peer = start_container(target["image"], target.get("peer_run_flags", []), hint="jax-node1")
+    return run_job([main, peer], "two JAX processes in two containers (gloo)", [cpu_env(), cpu_env()], join)
+
+
+def result(found: list[processes.Process]) -> dict:
+    return found[0].state
+
+
+def test_psum_across_processes_gives_known_sum(two_processes):
+    r = result(two_processes)
+    assert r["process_count"] == 2 and r["global_devices"] >= 2, (
+        f"{r['process_count']} processes with {r['global_devices']} devices joined, expected 2 processes")
+    assert r["psum"] == r["psum_expected"], (
+        f"psum over {r['global_devices']} devices of 2 processes gave {r['psum']}, expected {r['psum_expected']} "
+        "(the values of another process's devices were not summed)")
+
+
+def test_cpu_collectives_are_gloo(two_processes):
+    r = result(two_processes)
+    assert r["platform"] == "cpu" and r["backend"] == "gloo", (
+        f"the CPU processes ran on {r['platform']} with {r['backend']}, not cpu with gloo")
+
+
+def test_loss_falls_with_averaged_gradients(two_processes):
+    r = result(two_processes)
+    assert r["last_loss"] < 0.5 * r["first_loss"], f"loss did not fall: {r['first_loss']} -> {r['last_loss']}"
+
+
+def test_processes_end_with_identical_parameters(two_processes):
+    hashes = {p.index: p.state.get("param_hashes") for p in two_processes}
+    assert all(p.state.get("identical") for p in two_processes), (
+        f"the processes ended with different parameters: {hashes[0]}")
+
+
+def test_process0_prints_the_launcher_result_line(two_processes):
+    """The multi-node launchers read exactly one `JAX_RESULT {json}` line from process 0."""
+    lines = [line for line in two_processes[0].probe.out.splitlines() if line.startswith("JAX_RESULT ")]
+    assert len(lines) == 1, f"process 0 printed {len(lines)} JAX_RESULT lines, not 1"
+    printed = json.loads(lines[0].removeprefix("JAX_RESULT "))
+    assert set(printed) == LAUNCHER_KEYS, f"JAX_RESULT keys {sorted(printed)} are not {sorted(LAUNCHER_KEYS)}"
+    assert printed == {k: two_processes[0].state[k] for k in LAUNCHER_KEYS}, (
+        f"JAX_RESULT {printed} is not what process 0 recorded")
+    assert not [line for line in two_processes[1].probe.out.splitlines() if line.startswith("JAX_RESULT")], (
+        "process 1 printed a JAX_RESULT line; only process 0 may")
+
+
+def test_two_containers_train_and_agree(two_containers):
+    """Two containers on the host network as two nodes, as the multi-node launchers run it."""
+    r = result(two_containers)
+    assert r["process_count"] == 2 and r["psum"] == r["psum_expected"], (
+        f"psum over 2 containers gave {r['psum']}, expected {r['psum_expected']}")
+    assert r["last_loss"] < 0.5 * r["first_loss"], f"loss did not fall: {r['first_loss']} -> {r['last_loss']}"
+    assert r["identical"], f"the containers ended with different parameters: {r.get('param_hashes')}"
+
+
+def test_missing_process_fails_within_init_timeout(main):
+    port = free_port()
+    probe = main.run(jax_train(port, 2, 0, MISSING_INIT_TIMEOUT_S), step="a JAX process waiting for a peer that "
+                     "never comes", quiet=MISSING_INIT_TIMEOUT_S + QUIET_MARGIN_S, env=cpu_env())
+    assert not probe.error and not probe.not_found, probe.cause()
+    found = processes.read(probe, 0)
+    assert not probe.cut, (f"{probe.hung()} (at {found.stage}) instead of failing after its "
+                           f"{MISSING_INIT_TIMEOUT_S} s init timeout")
+    assert probe.rc != 0, "a JAX process whose peer never joined succeeded (exit 0)"
+    assert found.stage == "initialize" and not found.state.get("ok"), (
+        f"a JAX process whose peer never joined failed at {found.stage}, not while joining: "
+        f"{processes.cause(found, 'jax_train')}")
+
+
+@pytest.mark.gpu(what="JAX NCCL collectives and training over every GPU")
+def test_nccl_across_all_gpus(main, runner_gpus, require_gpu):
+    require_gpu("JAX NCCL collectives and training over every GPU")
+    gpus = [str(i) for i in range(len(runner_gpus))]   # as the container (--gpus all) numbers them
+    n = 2 if len(gpus) >= 2 else 1
+    envs = [{"CUDA_VISIBLE_DEVICES": ",".join(gpus[i::n])} for i in range(n)]
+    found = run_job([main] * n, f"{n} JAX processes over {len(gpus)} GPUs (NCCL)", envs)
+    r = result(found)
+    assert r["platform"] == "gpu" and r["backend"] == "nccl", f"JAX ran on {r['platform']}, not on the GPUs"
+    assert r["global_devices"] == len(gpus), f"JAX saw {r['global_devices']} GPUs, the runner has {len(gpus)}"
+    assert r["psum"] == r["psum_expected"], f"psum over {len(gpus)} GPUs gave {r['psum']}, not {r['psum_expected']}"
+    assert r["last_loss"] < 0.5 * r["first_loss"], f"loss did not fall: {r['first_loss']} -> {r['last_loss']}"
+    assert r["identical"], f"the processes ended with different parameters: {r.get('param_hashes')}"
