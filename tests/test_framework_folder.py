@@ -187,3 +187,17 @@ def test_a_matrix_snapshot_goes_stale_when_a_framework_row_changes(tmp_path: Pat
     row = root / "image-tests" / "tensorflow" / "framework.yaml"
     row.write_text(row.read_text().replace("[tensorflow, tensorflow-cpu]", "[tensorflow]"))
     assert snapshot_key(root / "matrix.yaml", root / "templates", "matrix.yaml") not in ("", before)
+
+
+def test_the_real_matrix_without_the_jax_folder_is_refused_at_load(tmp_path: Path, run_cli) -> None:
+    """A shipped framework's folder gone (a bad merge, a sparse checkout): the matrix does not load, naming
+    the framework and where a framework lives; nothing is rendered."""
+    root = tmp_path / "checkout"
+    shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copytree(REPO / "image-tests", root / "image-tests", ignore=shutil.ignore_patterns("__pycache__", "jax"))
+    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    code, out, err = run_cli("render", "--matrix", str(root / "matrix.yaml"))
+    assert code == 2 and out == ""
+    assert "images[" in err and ".framework: unknown framework 'jax'; one of pytorch, tensorflow (a new one is a " \
+        "folder image-tests/<name>/ with its framework.yaml)" in err, err
+    assert not (root / "dockerfiles").exists()

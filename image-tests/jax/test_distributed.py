@@ -6,7 +6,7 @@ through gloo; on GPUs through NCCL, over every GPU of the runner. Processes of o
 processes of one machine) and of two containers on the host network (two nodes, as the launchers
 run it). A process whose peer never comes fails within its init timeout instead of hanging.
 Decided from the files each process writes (processes.py); the one printed line that counts is
-the launchers' `JAX_RESULT {json}` contract, checked against those files."""
+the launchers' `DDP_RESULT {json}` contract, checked against those files."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ MISSING_INIT_TIMEOUT_S = 10
 QUIET_MARGIN_S = 60
 STEPS = "40"
 LAUNCHER_KEYS = {"backend", "platform", "process_count", "process_id", "local_devices", "global_devices", "psum",
-                 "psum_expected", "first_loss", "last_loss", "identical"}
+                 "psum_expected", "first_loss", "last_loss", "identical"}   # and world_size, the process count
 
 
 def jax_train(port: int, n: int, i: int, init_timeout: int = INIT_TIMEOUT_S) -> list[str]:
@@ -123,15 +123,18 @@ def test_processes_end_with_identical_parameters(two_processes):
 
 
 def test_process0_prints_the_launcher_result_line(two_processes):
-    """The multi-node launchers read exactly one `JAX_RESULT {json}` line from process 0."""
-    lines = [line for line in two_processes[0].probe.out.splitlines() if line.startswith("JAX_RESULT ")]
-    assert len(lines) == 1, f"process 0 printed {len(lines)} JAX_RESULT lines, not 1"
-    printed = json.loads(lines[0].removeprefix("JAX_RESULT "))
-    assert set(printed) == LAUNCHER_KEYS, f"JAX_RESULT keys {sorted(printed)} are not {sorted(LAUNCHER_KEYS)}"
-    assert printed == {k: two_processes[0].state[k] for k in LAUNCHER_KEYS}, (
-        f"JAX_RESULT {printed} is not what process 0 recorded")
-    assert not [line for line in two_processes[1].probe.out.splitlines() if line.startswith("JAX_RESULT")], (
-        "process 1 printed a JAX_RESULT line; only process 0 may")
+    """The multi-node launchers read exactly one `DDP_RESULT {json}` line from process 0 (the contract every
+    framework's multi-node check keeps: backend, world_size, first_loss, last_loss, identical)."""
+    lines = [line for line in two_processes[0].probe.out.splitlines() if line.startswith("DDP_RESULT ")]
+    assert len(lines) == 1, f"process 0 printed {len(lines)} DDP_RESULT lines, not 1"
+    printed = json.loads(lines[0].removeprefix("DDP_RESULT "))
+    assert set(printed) == LAUNCHER_KEYS | {"world_size"}, (
+        f"DDP_RESULT keys {sorted(printed)} are not {sorted(LAUNCHER_KEYS | {'world_size'})}")
+    recorded = two_processes[0].state
+    assert printed == {"world_size": recorded["process_count"], **{k: recorded[k] for k in LAUNCHER_KEYS}}, (
+        f"DDP_RESULT {printed} is not what process 0 recorded")
+    assert not [line for line in two_processes[1].probe.out.splitlines() if line.startswith("DDP_RESULT")], (
+        "process 1 printed a DDP_RESULT line; only process 0 may")
 
 
 def test_two_containers_train_and_agree(two_containers):

@@ -10,6 +10,7 @@ Cost here (2 cores): about 30 s to unpack the bundle, then 10-30 s per job; see 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import secrets
@@ -93,12 +94,12 @@ def cluster(workspace: Path) -> Iterator[LocalSlurm]:
         assert not after, f"processes still running: {after}"
 
 
-@pytest.fixture(scope="module")
-def image() -> Iterator[str]:
-    """The pytorch CPU test image (tests/integration/fixture_images.py) in a registry namespace of our own."""
-    local = fixture_images.ensure("pytorch")
-    repo = names.dev_repo(f"{REGISTRY}/t-slurm-{secrets.token_hex(4)}", "pytorch-cpu")
-    ref = f"{repo}:{names.dev_tag(local.split(':')[-1], '2.13')}"
+@contextlib.contextmanager
+def _pushed(kind: str, cell_name: str, version: str) -> Iterator[str]:
+    """A CPU test image (tests/integration/fixture_images.py) in a registry namespace of our own."""
+    local = fixture_images.ensure(kind)
+    repo = names.dev_repo(f"{REGISTRY}/t-slurm-{secrets.token_hex(4)}", cell_name)
+    ref = f"{repo}:{names.dev_tag(local.split(':')[-1], version)}"
     docker_cli.docker("tag", local, ref, check=True, timeout=60)
     try:
         started = time.monotonic()
@@ -119,6 +120,13 @@ def image() -> Iterator[str]:
         print(f"\nimage: removed in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
+@pytest.fixture(scope="module")
+def image() -> Iterator[str]:
+    """The pytorch CPU test image."""
+    with _pushed("pytorch", "pytorch-cpu", "2.13") as ref:
+        yield ref
+
+
 def _memlock_override() -> list[str]:
     """The test image's profile asks for memlock unlimited; a machine without CAP_SYS_RESOURCE (this one) cannot
     grant more than its own hard limit, so the bundle is made with that, as a site with such nodes would."""
@@ -126,18 +134,29 @@ def _memlock_override() -> list[str]:
     return [] if hard == resource.RLIM_INFINITY else ["--ulimit", f"memlock={hard}"]
 
 
-@pytest.fixture(scope="module")
-def bundle(workspace: Path, image: str) -> Iterator[Path]:
+def _bundle(workspace: Path, image: str, name: str) -> Iterator[Path]:
     hosts = workspace / "hosts"
     hosts.write_text(hosts_file())
-    dest = workspace / "ram" / "bundle"
+    dest = workspace / "ram" / name
     started = time.monotonic()
     made = _buildtool("bundle", image, str(dest), "--hosts", str(hosts), *_memlock_override(), "--json", timeout=1200)
     assert made.returncode == 0, made.stderr[-3000:]
-    print(f"\nbundle: {time.monotonic() - started:.1f} s", file=sys.stderr)
+    print(f"\n{name}: {time.monotonic() - started:.1f} s", file=sys.stderr)
     yield dest
     left = list((dest / "jobs").iterdir())
     assert not left, f"job folders left in the bundle: {left}"
+
+
+@pytest.fixture(scope="module")
+def bundle(workspace: Path, image: str) -> Iterator[Path]:
+    yield from _bundle(workspace, image, "bundle")
+
+
+@pytest.fixture(scope="module")
+def jax_bundle(workspace: Path) -> Iterator[Path]:
+    """The jax CPU test image as an OCI bundle (its own tmpfs folder beside the pytorch one)."""
+    with _pushed("jax", "jax-cpu", "0.10") as ref:
+        yield from _bundle(workspace, ref, "jax-bundle")
 
 
 def _generate(tmp_path: Path, image: str, *args: str, name: str = "ddp-check", framework: str = "pytorch") -> Path:
@@ -229,6 +248,24 @@ def test_two_nodes_coordinator_check_passes(cluster: LocalSlurm, bundle: Path, t
     assert outcome.world_size == 2 and outcome.result["identical"]
     assert outcome.reason.startswith("DDP check passed: world size 2, gloo")
     assert not (bundle / "jobs" / f"coordinator-{end.job_id}").exists(), "the job folder must be removed"
+
+
+def test_two_nodes_jax_check_passes_in_oci_containers(cluster: LocalSlurm, jax_bundle: Path, tmp_path: Path) -> None:
+    """JAX's own multi-node check (image-tests/jax: `multinode: {script: jax_train.py, launcher: coordinator}`)
+    on two nodes in SLURM's OCI containers of the jax CPU image: jax.distributed joined through the first
+    node's coordinator, gloo collectives across the nodes, the verifier checking process 0's DDP_RESULT."""
+    script = _generate(tmp_path, str(jax_bundle), "--runtime", "oci", "--join-timeout", "60", name="jax-check",
+                       framework="jax")
+    text = script.read_text()
+    assert "jax_train.py" in text and "--coordinator" in text and "torchrun --" not in text
+    end, outcome = _submit(cluster, script, tmp_path, scripts=ROOT / "image-tests" / "jax" / "scripts")
+    assert end.state == "COMPLETED" and outcome.passed, end.output[-3000:]
+    assert outcome.result and outcome.result["process_count"] == 2 and outcome.result["global_devices"] >= 2
+    assert outcome.result["psum"] == outcome.result["psum_expected"]
+    assert outcome.world_size == 2 and outcome.result["identical"]
+    assert outcome.result["last_loss"] < outcome.result["first_loss"]
+    assert outcome.reason.startswith("DDP check passed: world size 2, gloo"), outcome.reason
+    assert not (jax_bundle / "jobs" / f"jax-check-{end.job_id}").exists(), "the job folder must be removed"
 
 
 def test_apptainer_script_with_a_runc_standin(cluster: LocalSlurm, bundle: Path, image: str, tmp_path: Path) -> None:

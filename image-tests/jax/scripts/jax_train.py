@@ -11,10 +11,12 @@ environment instead):
         [--steps S] [--init-timeout SECONDS]
     env: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (flags win)
 
-Process 0 prints exactly one line `JAX_RESULT {json}` with: backend ("gloo" on CPU, "nccl" on
-GPU), platform, process_count, process_id, local_devices, global_devices, psum, psum_expected,
-first_loss, last_loss, identical (bool). Exit 0 only when the psum is the known sum, the loss
-fell and the parameters are identical everywhere; otherwise non-zero, the cause on stderr.
+Process 0 prints exactly one line `DDP_RESULT {json}`, the multi-node check's result contract
+(buildtool/contracts/frameworks.py): backend ("gloo" on CPU, "nccl" on GPU), world_size (the
+processes that joined), first_loss, last_loss, identical (bool), and JAX's own platform,
+process_count, process_id, local_devices, global_devices, psum, psum_expected. Exit 0 only when
+the psum is the known sum, the loss fell and the parameters are identical everywhere; otherwise
+non-zero, the cause on stderr.
 
 Under the image-tests harness ($IMAGETEST_OUT set) every process also writes
 process-<I>.start.json when it starts, process-<I>.json as it goes ({"ok", "ended", "stage",
@@ -211,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     if found["ok"] and me == 0:
         keys = ("backend", "platform", "process_count", "process_id", "local_devices", "global_devices", "psum",
                 "psum_expected", "first_loss", "last_loss", "identical")
-        print("JAX_RESULT " + json.dumps({k: found.get(k) for k in keys}), flush=True)
+        line = {"world_size": found.get("process_count"), **{k: found.get(k) for k in keys}}
+        print("DDP_RESULT " + json.dumps(line), flush=True)
     if not found["ok"]:
         print(f"jax_train: process {me} failed at {found['stage']}: {found['error']}", file=sys.stderr, flush=True)
         return 1
