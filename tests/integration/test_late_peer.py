@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "image-tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "image-tests" / "pytorch"))
 import fixture_images  # noqa: E402
+from harness import scripts_for  # noqa: E402
 from test_rendezvous import torchrun_2nodes  # noqa: E402
 
 from buildtool.common import docker_cli  # noqa: E402
@@ -67,7 +68,7 @@ def _containers(image: str, results: dict, names: list[str], late_s: float = LAT
         names.append(name)
         argv = docker_cli.argv("run", "--rm", *(["--init"] if init else []), "--name", name,
                                "--network", "host",
-                               "--shm-size=1g", "-v", f"{REPO / 'image-tests' / 'scripts'}:/imagetests:ro",
+                               "--shm-size=1g", "-v", f"{scripts_for('pytorch')}:/imagetests:ro",
                                "-e", "DDP_STEPS=10", "-e", f"DDP_TIMEOUT_S={JOIN_S}", "-e", "DDP_DEVICE=cpu",
                                "-e", "DDP_BUSBW=0", image, *torchrun_2nodes(port, JOIN_S, is_host, run))
         threads.append(threading.Thread(target=_run, args=(argv, results, key),

@@ -452,6 +452,9 @@ def commit_image_tests(project: Path) -> str:
     for group in ("common", "pytorch", "tensorflow"):
         (tests / group).mkdir()
         (tests / group / "test_x.py").write_text(f"def test_{group}():\n    pass\n")
+    for framework in ("pytorch", "tensorflow"):   # a framework is its folder: its row and the scripts it names
+        shutil.copy2(REPO / "image-tests" / framework / "framework.yaml", tests / framework / "framework.yaml")
+        shutil.copytree(REPO / "image-tests" / framework / "scripts", tests / framework / "scripts")
     git(project, "add", "image-tests")
     git(project, "commit", "-qm", "image tests")
     return image_tests_hash(tests)
