@@ -53,7 +53,7 @@ FAST_EXCLUDE := integration or engine or registry or slurm or browser or host_to
 
 .PHONY: test-fast
 test-fast: ## The tests that need no engine, registry, SLURM, Chromium, host torch or linter binaries (< 1 min)
-	$(PYTHON) -m pytest -q -m "not ($(FAST_EXCLUDE))"
+	$(PYTHON) -m pytest -q -n auto -m "not ($(FAST_EXCLUDE))"
 
 .PHONY: build
 build: ## Build FRAMEWORK (default pytorch-ngc; all for every cell) and tag it <name>-dev:<git-sha>-<version>
