@@ -27,7 +27,7 @@ from buildtool.launch.multinode import VERIFY_SOURCE, MultiNodeJob
 from buildtool.launch.slurm import parse_output
 from tests.test_framework_folder import FIXTURE_FW, add_fixture_framework
 from tests.test_k8s import validate
-from tests.test_slurm import APPTAINER
+from tests.test_slurm import APPTAINER, SRUN_ARGS
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = "127.0.0.1:5000/fixturefw-img-dev:0123456789ab-1.0"     # the fixture framework's matrix cell
@@ -38,19 +38,7 @@ NODES = ("localhost", "node2", "node3")    # the stub scontrol's allocation: the
 # seeing that name as its hostname (sitecustomize.py in STUB_SITE patches socket.gethostname). Options are
 # dropped as in test_slurm.py (pyxis' mounts and the OCI bundle's jobs/ folder mapped to this machine). Like
 # --kill-on-bad-exit, the first task to fail ends the others (each task's process group), named as srun names it.
-SRUN_TASKS = r'''#!/usr/bin/env python3
-import os, signal, subprocess, sys, time
-with open(os.environ["STUB_LOG"], "a") as log:
-    log.write("srun " + "\0".join(sys.argv[1:]) + "\n")
-args, mounts = sys.argv[1:], []
-while args and args[0].startswith("-"):
-    if args[0].startswith("--container-mounts="):
-        src, dst = args[0].split("=", 1)[1].split(":")[:2]
-        mounts.append((dst, src))
-    if args[0].startswith("--container="):
-        mounts.append(("/opt/dl-images/jobs", args[0].split("=", 1)[1] + "/jobs"))
-    args = args[1:]
-args = [a.replace(dst, src) if a.startswith(dst) else a for a in args for dst, src in (mounts or [("\0", "")])]
+SRUN_TASKS = "#!/usr/bin/env python3\nimport signal, subprocess, time\n" + SRUN_ARGS + r'''
 hosts = os.environ.get("STUB_HOSTNAMES", "").split() or os.environ["STUB_NODES"].split()
 env = {**os.environ, "PYTHONPATH": os.environ["STUB_SITE"]}
 tasks = [subprocess.Popen(args, env={**env, "STUB_HOSTNAME": host}, start_new_session=True) for host in hosts]

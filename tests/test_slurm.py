@@ -20,8 +20,7 @@ IMAGE = "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13"
 
 # srun: record, drop srun options (pyxis' --container-* and SLURM's --container=BUNDLE included, remapping
 # their mounts: the bundle's jobs/ folder is seen at /opt/dl-images/jobs), run the rest.
-SRUN = r'''#!/usr/bin/env python3
-import os, sys
+SRUN_ARGS = r'''import os, sys
 with open(os.environ["STUB_LOG"], "a") as log:
     log.write("srun " + "\0".join(sys.argv[1:]) + "\n")
 args, mounts = sys.argv[1:], []
@@ -33,8 +32,8 @@ while args and args[0].startswith("-"):
         mounts.append(("/opt/dl-images/jobs", args[0].split("=", 1)[1] + "/jobs"))
     args = args[1:]
 args = [a.replace(dst, src) if a.startswith(dst) else a for a in args for dst, src in (mounts or [("\0", "")])]
-os.execvp(args[0], args)
 '''
+SRUN = "#!/usr/bin/env python3\n" + SRUN_ARGS + "os.execvp(args[0], args)\n"
 # apptainer exec [--nv] --bind SRC:DST:ro IMAGE CMD...: record, then run CMD with DST mapped to SRC.
 APPTAINER = r'''#!/usr/bin/env python3
 import os, sys
