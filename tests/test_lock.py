@@ -24,7 +24,7 @@ def _cell(key: str = "pytorch-cpu:2.13"):
 
 
 def _lock_text(cell, entries: dict[str, str], part: str = locks.TOOLS_LOCK) -> str:
-    body = "".join(f"{n}=={v} \\\n    {H}\n    # via x\n" for n, v in entries.items())
+    body = "".join(f"{n}{'==' if '+' in v else '==='}{v} \\\n    {H}\n    # via x\n" for n, v in entries.items())
     return f"# header\n# inputs: {lock.fingerprint(cell, part)}\n{body}"
 
 

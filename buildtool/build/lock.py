@@ -3,7 +3,9 @@
 One resolution (`uv pip compile --generate-hashes` over the framework requirements, the matrix's
 tool pins and pip) for the image's Python and platform, split in two files beside the
 Dockerfile (format: buildtool.contracts.locks): `framework.lock`, the framework's dependency
-closure taken from that resolution, and `tools.lock`, the rest. A tool bump that leaves the
+closure taken from that resolution, and `tools.lock`, the rest. Every pin is exact (`===` where uv
+wrote a plain `==`, see contracts.locks), and the check refuses a framework build other than the
+matrix promises (build_problems). A tool bump that leaves the
 framework's closure alone leaves framework.lock byte-identical, so the framework layer stays
 cached. NGC cells have no framework lock: the base is asked (one throw-away container) for its
 Python, its installed distributions and its PIP_CONSTRAINT files; those are constraints of the
@@ -32,6 +34,8 @@ from pathlib import Path
 
 from buildtool.build.pipconfig import HostPip, answers, redact
 from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts import frameworks
+from buildtool.contracts import versions as version_rules
 from buildtool.contracts.locks import (
     FRAMEWORK_LOCK,
     LOCK_FILES,
@@ -141,7 +145,21 @@ def check_cell(root: Path, cell: Cell) -> list[str]:
         overlap = set(locks[FRAMEWORK_LOCK].entries) & set(locks[TOOLS_LOCK].entries)
         if overlap:
             problems.append(f"{cell.key}: {', '.join(sorted(overlap))} in both lock files")
+    named = {normalize(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0])
+             for r in framework_requirements(cell) + tool_requirements(cell)}
+    for name, lock in locks.items():
+        # What the matrix names first (torch), then the rest by name.
+        loose = [f"{e.name}=={e.version}" for e in sorted(lock.entries.values(), key=lambda e: (e.name not in named,
+                                                                                                 e.name))
+                 if not e.exact]
+        if loose:
+            rel = lock_paths(root, cell)[name].relative_to(root)
+            problems.append(f"{rel} pins {', '.join(loose[:3])}{' and more' if len(loose) > 3 else ''} loosely: a "
+                            "local build (such as +cpu on a find-links folder) satisfies `==` too and fails the "
+                            f"hash check; run `make lock FRAMEWORK={cell.key}` (it writes `===`)")
     versions = {n: v for lock in locks.values() for n, v in lock.versions().items()}
+    if not is_ngc(cell):
+        problems += build_problems(cell, versions)
     for req in framework_requirements(cell) + tool_requirements(cell):
         name, sep, version = re.split(r"(===|==)", req, maxsplit=1) if "==" in req else (req, "", "")
         have = versions.get(normalize(name))
@@ -150,6 +168,45 @@ def check_cell(root: Path, cell: Cell) -> list[str]:
         elif sep and have != version:
             problems.append(f"{cell.key}: the matrix pins {name}=={version} but the lock has {have}; "
                             f"run `make lock FRAMEWORK={cell.key}`")
+    return problems
+
+
+# CUDA runtime wheels: `nvidia-cuda-runtime` (CUDA 13 on) or `nvidia-cuda-runtime-cu12`; their version starts
+# with the CUDA release they are (13.0.96 is CUDA 13.0).
+_CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu[0-9]+)?$")
+
+
+def build_problems(cell: Cell, versions: dict[str, str]) -> list[str]:
+    """Whether the locked framework is the build the matrix promises (contracts.versions): `+cpu` on a
+    CPU cell, `+cu130` on a CUDA 13.0 one. A version without a local part where one is promised is
+    accepted only as PyPI's CUDA wheel (PyPI refuses local versions, so its torch 2.13.0 is a plain
+    `2.13.0` that reports `+cu130` inside), and only when the lock's CUDA runtime wheel is the cell's CUDA."""
+    framework = frameworks.get(cell.framework)
+    try:
+        rule = version_rules.expectation(cell.framework_version, scheme=framework.local_versions,
+                                         accelerator=cell.accelerator, cuda=cell.cuda, ngc=None)
+    except ValueError as exc:
+        return [f"{cell.key}: {exc}"]
+    problems = []
+    for dist in framework.distributions:
+        have = versions.get(normalize(dist))
+        if have is None:
+            continue  # not installed by this cell (tensorflow-cpu, not tensorflow); a missing pin is named below
+        local = version_rules.split(have)[1]
+        if re.fullmatch(rule.local_pattern, local):
+            continue
+        fix = f"run `make lock FRAMEWORK={cell.key}` against an index that has that build"
+        if local:
+            problems.append(f"{cell.key}: the lock has {dist} {have}, not the cell's {rule.local_text}; {fix}")
+            continue
+        runtimes = {v for n, v in versions.items() if _CUDA_RUNTIME.match(n)}
+        cuda = {".".join(v.split(".")[:2]) for v in runtimes}
+        if cell.accelerator == "cuda" and cell.cuda and cuda == {cell.cuda}:
+            continue
+        found = (f"its CUDA runtime wheel is CUDA {', '.join(sorted(cuda))}" if cuda
+                 else "it has no CUDA runtime wheel to tell which build it is")
+        problems.append(f"{cell.key}: the lock has {dist} {have} without a local version where the matrix promises "
+                        f"{rule.local_text}, and {found}; {fix}")
     return problems
 
 
@@ -237,11 +294,13 @@ def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], up
             constraints = ["--constraint", pins.name]
         if upgrade is not None and previous:
             # uv keeps what the output file already pins (its preferences) unless upgraded.
-            full.write_text("\n".join(e.text for lock in previous.values() for e in lock.entries.values()) + "\n")
+            full.write_text("\n".join(e.uv_preference() for lock in previous.values()
+                                       for e in lock.entries.values()) + "\n")
         upgrade_args = ["--upgrade"] if upgrade is None else [a for p in upgrade for a in ("--upgrade-package", p)]
         _run_uv([*common, *constraints, *upgrade_args, "-o", full.name, reqs.name], env, tmpdir)
         resolved = parse_lock(full.read_text())
-        entries = {n: e for n, e in resolved.entries.items()
+        # Exact pins (===) where uv wrote `==V`: a find-links folder's `V+cpu` must not satisfy them.
+        entries = {n: e.pinned_exactly() for n, e in resolved.entries.items()
                    if not (base and base.packages.get(n) == e.version)}
         framework: dict[str, Entry] = {}
         if framework_requirements(cell):
