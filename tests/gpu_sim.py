@@ -12,6 +12,7 @@ without its GPUs).
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,20 @@ from buildtool.common import docker_cli
 # Docker 20.10's message when no runtime can provide GPUs.
 NO_RUNTIME = 'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'
 NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+# The same refusal as a newer client prints it (measured with client 28.2.2 against this engine):
+# the cause first, then a blank line and the usage hint as the last line.
+NO_RUNTIME_CLIENT_28 = ('docker: Error response from daemon: could not select device driver "" with capabilities: '
+                        "[[gpu]]\n\nRun 'docker run --help' for more information\n")
+# The NVIDIA hook refusing a container, as engines print it (the shapes users report upstream, e.g.
+# NVIDIA/nvidia-container-toolkit#394): 20.10 ends with its attach loop's ERRO line, 23 on with the hint.
+_HOOK = ("docker: Error response from daemon: failed to create shim task: OCI runtime create failed: runc create "
+         "failed: unable to start container process: error during container init: error running hook #0: error "
+         "running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n")
+HOOK_NVML_MISMATCH = (_HOOK + "nvidia-container-cli: initialization error: nvml error: driver/library version "
+                      "mismatch: unknown.\nERRO[0000] error waiting for container: context canceled \n")
+HOOK_DRIVER_TOO_OLD = (_HOOK + "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.0, please "
+                       "update your driver to a newer version, or use an earlier cuda container: unknown\n\n"
+                       "Run 'docker run --help' for more information\n")
 
 
 @dataclass(frozen=True)
@@ -71,15 +86,15 @@ def _real_client(folder: Path, environ: dict[str, str] | None = None) -> str:
         return str(folder / "no-docker-client")
 
 
-def engine_shim(folder: Path, mode: str, docker: str | None = None) -> Path:
-    """Write `folder/docker-shim`: the real client, but `--gpus` is refused (mode `refuse`) or
-    dropped (mode `drop`). Set DOCKER_CLIENT to it. It wraps `docker`, else the client DOCKER_CLIENT
-    chooses now."""
+def engine_shim(folder: Path, mode: str, docker: str | None = None, refusal: str = NO_RUNTIME) -> Path:
+    """Write `folder/docker-shim`: the real client, but `--gpus` is refused (mode `refuse`, printing
+    `refusal` on stderr as the engine would) or dropped (mode `drop`). Set DOCKER_CLIENT to it. It
+    wraps `docker`, else the client DOCKER_CLIENT chooses now."""
     real = docker or _real_client(folder)
     if mode not in ("refuse", "drop"):
         raise ValueError(mode)
     folder.mkdir(parents=True, exist_ok=True)
-    on_gpus = (f"echo {NO_RUNTIME!r} >&2; exit 125" if mode == "refuse"
+    on_gpus = (f"printf '%s\\n' {shlex.quote(refusal.rstrip(chr(10)))} >&2; exit 125" if mode == "refuse"
                else '[ "$a" = --gpus ] && skip_next=1; continue')
     script = f"""#!/bin/bash
 # docker engine shim (tests/gpu_sim.py): mode {mode}
@@ -98,8 +113,8 @@ exec {real} "${{args[@]}}"
     return _write(folder / "docker-shim", script)
 
 
-def runner_env(folder: Path, gpus: FakeGpus | None, engine: str = "", base: dict[str, str] | None = None
-               ) -> dict[str, str]:
+def runner_env(folder: Path, gpus: FakeGpus | None, engine: str = "", base: dict[str, str] | None = None,
+               refusal: str = NO_RUNTIME) -> dict[str, str]:
     """An environment for `python -m buildtool validate` on the simulated runner: nvidia-smi is the
     fake one (or missing: PATH without any nvidia-smi), the engine the shim (`refuse`/`drop`) or real."""
     env = dict(base if base is not None else os.environ)
@@ -111,5 +126,5 @@ def runner_env(folder: Path, gpus: FakeGpus | None, engine: str = "", base: dict
     rest = [p for p in env.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "nvidia-smi").exists()]
     env["PATH"] = os.pathsep.join([str(bin_dir), *rest])
     if engine:
-        env[docker_cli.SETTING] = str(engine_shim(folder / "engine", engine, _real_client(folder, env)))
+        env[docker_cli.SETTING] = str(engine_shim(folder / "engine", engine, _real_client(folder, env), refusal))
     return env

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -175,6 +176,36 @@ def unreachable(stderr: str) -> bool:
     """The client's stderr says that it reached no engine."""
     first = next((line.strip().lower() for line in (stderr or "").splitlines() if line.strip()), "")
     return any(first.startswith(marker) or marker in first[:120] for marker in _UNREACHABLE)
+
+
+# Lines the client adds around the engine's answer that say nothing about the cause: the usage
+# hint (20.10: "See 'docker run --help'.", 23 on: "Run 'docker run --help' for more information"),
+# the attach loop's "ERRO[0000] error waiting for container: context canceled", and the NVIDIA
+# runtime's "Auto-detected mode as 'legacy'" that a hook's stderr starts with.
+_CLIENT_NOISE = re.compile(r"^(?:See '[^']*--help'\.?|Run '[^']*--help' for more information\.?"
+                           r"|ERRO\[[0-9]+\] error waiting for container:(?: context canceled)?"
+                           r"|Auto-detected mode as '[^']*')$")
+# The NVIDIA tools that say what is wrong at the end of the engine's runtime/hook chain.
+_HOOK_TOOL = re.compile(r"nvidia-container-(?:cli|runtime(?:-hook)?): ")
+_DAEMON = "Error response from daemon:"
+
+
+def engine_error(stderr: str, limit: int = 300) -> str:
+    """The line of a failed `docker run`'s stderr that says why the engine refused it: an NVIDIA
+    hook's own message (`nvidia-container-cli: requirement error: ...`) cut out of the OCI runtime
+    chain, else the daemon's answer, else the last line; never the client's usage hint."""
+    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    useful = [line for line in lines if not _CLIENT_NOISE.match(line)]
+    if not useful:
+        return lines[-1][:limit] if lines else "no message"
+    for line in useful:
+        found = _HOOK_TOOL.search(line)
+        if found:
+            # runc's chain escapes the hook's stderr (\" and \\n, by nesting level) and ends ": unknown."
+            cause = re.split(r'\\+n|\\+"|"', line[found.start():])[0].strip()
+            return re.sub(r"(?::\s*unknown)?\.?$", "", cause)[:limit]
+    daemon = [line for line in useful if _DAEMON in line]
+    return (daemon[-1] if daemon else useful[-1])[:limit]
 
 
 def check_reached(proc: subprocess.CompletedProcess[str]) -> None:

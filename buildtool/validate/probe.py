@@ -107,7 +107,7 @@ def run_flags(cell: Cell, labels: dict[str, str], gpus: list[dict[str, str]], lo
 
 def gpu_start_problem(stderr: str, cuda: str | None) -> str:
     """What a refused `docker run --gpus` means, with the fix."""
-    said = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "no message"
+    said = docker_cli.engine_error(stderr)  # the cause, not the client's closing usage hint
     lower = stderr.lower()
     if any(marker in lower for marker in gpu.NO_RUNTIME_MARKERS):
         return f"the Docker engine has no NVIDIA runtime for --gpus ({said}): {gpu.TOOLKIT_FIX}"
@@ -140,7 +140,7 @@ def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None)
     if proc.returncode == 125:
         if "rlimit" not in proc.stderr:
             raise UserError(f"cannot start {image} with its run profile ({' '.join(plain)}): "
-                            f"{proc.stderr.strip()[-300:]}")
+                            f"{docker_cli.engine_error(proc.stderr)}")
         kept = []
         for flag in plain:
             if flag.startswith("--ulimit") and start(flag).returncode == 125:

@@ -32,7 +32,13 @@ import fixture_images  # noqa: E402
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import label_keys  # noqa: E402
 from buildtool.contracts.verdict import SCHEMA  # noqa: E402
-from tests.gpu_sim import NVML_MISMATCH, FakeGpus, runner_env  # noqa: E402
+from tests.gpu_sim import (  # noqa: E402
+    HOOK_NVML_MISMATCH,
+    NO_RUNTIME_CLIENT_28,
+    NVML_MISMATCH,
+    FakeGpus,
+    runner_env,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +101,20 @@ def test_gpus_listed_but_engine_without_nvidia_runtime_fails_loudly(gpu_cell_ima
     assert "NVIDIA Container Toolkit" in err and "could not select device driver" in err, err[-2000:]
     assert not list((tmp_path / "reports").rglob("verdict.json")), "a runner fault must not leave a verdict"
     assert set(leftover_containers()) <= before
+
+
+@pytest.mark.parametrize("refusal, cause", [
+    (NO_RUNTIME_CLIENT_28, 'could not select device driver "" with capabilities: [[gpu]])'),
+    (HOOK_NVML_MISMATCH, "(nvidia-container-cli: initialization error: nvml error: driver/library version mismatch)"),
+], ids=["client-28-no-runtime", "hook-nvml-mismatch"])
+def test_engine_refusal_quotes_the_cause_not_the_clients_usage_hint(gpu_cell_image, tmp_path, refusal, cause):
+    """Engines end a refusal with "Run 'docker run --help' for more information" (client 23 on) or an ERRO
+    line (20.10): the one-line error quotes the line before them that says why."""
+    env = runner_env(tmp_path, FakeGpus(), engine="refuse", refusal=refusal)
+    code, _, err, _ = validate(tmp_path, env, gpu_cell_image)
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and cause in last, (code, err[-2000:])
+    assert "--help" not in last and "ERRO[" not in last
 
 
 def test_driver_too_old_for_the_cells_cuda_fails_naming_the_minimum(gpu_cell_image, tmp_path):
