@@ -46,6 +46,18 @@ class FakeGpus:
     cuda: str = "13.0"
     memory_mib: int = 81559
     broken: str = ""          # nvidia-smi prints this and exits 9 (e.g. NVML_MISMATCH)
+    topo: str = ""            # `nvidia-smi topo -m` output; "" -> every pair NV18, as on an HGX H100
+
+
+def nvlink_topo(count: int, link: str = "NV18") -> str:
+    """`nvidia-smi topo -m` of `count` GPUs joined pairwise by `link` (tab-separated, as nvidia-smi prints)."""
+    gpus = [f"GPU{i}" for i in range(count)]
+    lines = ["\t" + "\t".join([*gpus, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])]
+    for i, name in enumerate(gpus):
+        cells = [" X " if j == i else link for j in range(count)]
+        lines.append("\t".join([name, *cells, "0-63", "0", "", "N/A"]))
+    legend = ["", "Legend:", "", "  X    = Self", "  NV#  = Connection traversing a bonded set of # NVLinks", ""]
+    return "\n".join([*lines, *legend])
 
 
 def _write(path: Path, text: str) -> Path:
@@ -62,7 +74,12 @@ def fake_nvidia_smi(folder: Path, gpus: FakeGpus) -> Path:
     else:
         rows = "\n".join(f"{i}, {gpus.name}, {gpus.driver}, {gpus.memory_mib}" for i in range(gpus.count))
         listing = "\n".join(f"GPU {i}: {gpus.name} (UUID: GPU-fake-{i})" for i in range(gpus.count))
+        topo = gpus.topo or nvlink_topo(gpus.count)
         body = f"""case "$*" in
+  topo*) cat <<'EOF'
+{topo}
+EOF
+  ;;
   *--query-gpu*) cat <<'EOF'
 {rows}
 EOF

@@ -61,6 +61,9 @@ def register(app: typer.Typer) -> None:
             envvar="DL_IMAGES_BASELINE",
             help="Folder of earlier verdicts to compare the bus bandwidth with (same cell and GPUs); "
                  "the reports folder is always searched.")] = None,
+        busbw_window: Annotated[int, typer.Option(
+            min=1, envvar="DL_IMAGES_BUSBW_WINDOW",
+            help="Compare the bus bandwidth with the median of this many earlier nights.")] = 7,
         revision: RevisionOption = None,
         as_json: JsonOption = False,
         matrix: MatrixOption = None,
@@ -97,7 +100,8 @@ def register(app: typer.Typer) -> None:
         signal.signal(signal.SIGTERM, _interrupt)
         options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
                           reports=reports, cell=cell, deadline_s=deadline,
-                          require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []))
+                          require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
+                          busbw_window=busbw_window)
         verdicts = []
         for ref in refs:
             verdicts.append(validate_image(ref, loaded, project.root, options, log))

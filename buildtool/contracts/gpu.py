@@ -3,7 +3,8 @@ the NVIDIA container variables, how a runner declares that it must have GPUs, an
 bus-bandwidth figure's shape.
 
 Imported by the matrix (CUDA versions it accepts), the catalogue (minimum drivers), validate
-(runner checks) and image-tests (expected NVIDIA_* variables, busbw comparisons).
+(runner checks) and image-tests (expected NVIDIA_* variables). Which driver a cell admits, and by
+which rule, is contracts.driver_rules; bus-bandwidth floors are contracts.busbw.
 """
 
 from __future__ import annotations
@@ -48,8 +49,7 @@ TOOLKIT_FIX = ("install the NVIDIA Container Toolkit and register it with the en
 # nvidia-container-cli's refusal when NVIDIA_REQUIRE_CUDA is not met by the host driver.
 DRIVER_TOO_OLD_MARKERS = ("unsatisfied condition: cuda", "please update your driver")
 
-# A fall of the bus bandwidth by more than this against the previous verdict fails the check.
-BUSBW_MAX_FALL = 0.20
+# The verdict figure of the all-reduce bus bandwidth; its floors and the nightly window are in contracts.busbw.
 BUSBW_FIGURE = "allreduce_busbw"
 
 
@@ -84,33 +84,6 @@ def nvidia_env(cuda: str) -> dict[str, str]:
     return {"NVIDIA_VISIBLE_DEVICES": NVIDIA_VISIBLE_DEVICES,
             "NVIDIA_DRIVER_CAPABILITIES": NVIDIA_DRIVER_CAPABILITIES,
             "NVIDIA_REQUIRE_CUDA": f"cuda>={check_cuda(cuda)}"}
-
-
-def _numbers(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"[0-9]+", version))
-
-
-def driver_problem(cuda: str, driver: str, cuda_driver: str) -> str:
-    """Why this host's driver cannot run an image of `cuda` ("" when it can or nothing is known).
-
-    The CUDA version the driver reports (nvidia-smi's "CUDA Version") decides, as the container
-    toolkit's NVIDIA_REQUIRE_CUDA check does; the driver number is the fallback."""
-    need = min_driver(cuda)
-    if cuda_driver:
-        if _numbers(cuda_driver)[:2] >= _numbers(cuda)[:2]:
-            return ""
-    elif not driver or _numbers(driver) >= _numbers(need):
-        return ""
-    have = f"driver {driver or '?'}" + (f" (CUDA {cuda_driver})" if cuda_driver else "")
-    return (f"the NVIDIA {have} on this runner is too old for the image's CUDA {cuda}: "
-            f"install NVIDIA driver {need} or newer")
-
-
-def floor_for(floors: Mapping[str, float], gpu_name: str) -> tuple[str, float] | None:
-    """The bus-bandwidth floor the matrix sets for this GPU model: the longest key that the
-    nvidia-smi name contains, case-insensitively (`H100` matches `NVIDIA H100 80GB HBM3`)."""
-    found = [(key, value) for key, value in floors.items() if key.lower() in gpu_name.lower()]
-    return max(found, key=lambda item: len(item[0])) if found else None
 
 
 def busbw_peak(figures: Mapping[str, Any]) -> float | None:

@@ -94,9 +94,12 @@ class Target(BaseModel):
     runner_gpus: list[dict[str, str]] = Field(default_factory=list)
     gpu_problem: str = ""
     cuda: str = ""                                # the cell's CUDA (GPU cells)
-    busbw_floor_GBps: float | None = None         # the matrix's floor for the runner's GPU model
-    busbw_floor_model: str = ""                   # the matrix key that matched it
-    busbw_baseline: dict[str, Any] = Field(default_factory=dict)   # previous verdict's busbw (same cell, GPUs)
+    busbw_floor_GBps: float | None = None         # contracts.busbw's floor for the runner's GPU model and link
+    busbw_floor_model: str = ""                   # the model nvidia-smi's name normalised to ("H100 SXM")
+    busbw_interconnect: str = ""                  # NVLink or PCIe (nvidia-smi topo -m); "" unknown
+    busbw_floor_note: str = ""                    # how the floor was set, or why there is none
+    busbw_floor_source: str = ""                  # the documented figure it comes from
+    busbw_baseline: dict[str, Any] = Field(default_factory=dict)   # median of earlier nights (same cell, GPUs)
     rdzv_join_timeout_s: float = 900.0
     missing_peer_timeout_s: float = 10.0
     ddp_master_addr: str = "127.0.0.1"

@@ -61,6 +61,8 @@ class Runner(_Model):
     gpus: list[Gpu] = Field(default_factory=list)   # what nvidia-smi lists on the host
     driver: str = ""                 # NVIDIA driver version
     cuda_driver: str = ""            # CUDA version the driver supports
+    driver_rule: str = ""            # the rule that admitted the driver for the cell (contracts.driver_rules)
+    interconnect: str = ""           # NVLink or PCIe between the GPUs (nvidia-smi topo -m); "" unknown
     # Whether the cell's containers got the GPUs (probed with the engine); None: not asked (CPU cell).
     gpus_usable: bool | None = None
     gpu_problem: str = ""            # why GPUs could not be used, when they could not

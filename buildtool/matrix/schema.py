@@ -24,7 +24,6 @@ from pydantic import (
     Field,
     PlainValidator,
     StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -168,9 +167,10 @@ class CellFields(_Strict):
     use: OneLine | None = None
     release: ReleaseTags | None = None
     validate_: ValidateSettings | None = Field(default=None, alias="validate")  # `validate` would shadow BaseModel's
-    # GPU fields (see the GPU block below): the CUDA of a GPU cell, bus-bandwidth floors per GPU model.
+    # GPU fields (see the GPU block below): the CUDA of a GPU cell. busbw_floor_GBps is kept only to be
+    # refused by name (floors moved to buildtool/contracts/busbw.py).
     cuda: StrictStr | None = None
-    busbw_floor_GBps: dict[StrictStr, StrictInt | StrictFloat] | None = None
+    busbw_floor_GBps: Any = None
 
     @field_validator("template")
     @classmethod
@@ -251,7 +251,6 @@ class Cell:
     line: int
     validate_deadline_s: int = runprofile.DEFAULT_DEADLINE_S["cpu"]
     cuda: str | None = None                                 # GPU cells: the CUDA the image is built for
-    busbw_floor_GBps: tuple[tuple[str, float], ...] = ()    # GPU model (nvidia-smi name part) -> floor
 
     @property
     def key(self) -> str:
@@ -633,32 +632,43 @@ class _CellCheck:
 # -- GPU fields (issue 10: GPU runners) ----------------------------------------------------------
 # `cuda` is required on GPU cells (accelerator: cuda) and refused on CPU cells: it decides the
 # NVIDIA_REQUIRE_CUDA of the image, the minimum driver the catalogue states, and the local version
-# (+cu130) PyTorch's CUDA wheels report. `busbw_floor_GBps` maps a GPU model (a part of its
-# nvidia-smi name, e.g. H100) to the all-reduce bus bandwidth below which the NCCL check fails.
+# (+cu130) PyTorch's CUDA wheels report. An NGC GPU cell's release must have a forward-compatibility
+# rule (contracts.driver_rules), so validate and the catalogue never guess which older drivers NGC admits.
+# Bus-bandwidth floors are not set here: they are hardware figures, one table keyed by GPU model and
+# interconnect in buildtool/contracts/busbw.py; the old per-cell `busbw_floor_GBps` is refused by name.
 
 def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
+    from buildtool.contracts.driver_rules import ngc_rule
     from buildtool.contracts.gpu import check_cuda
+    from buildtool.contracts.versions import ngc_release
 
     merged = check.merged
-    cuda, floors = merged.get("cuda"), merged.get("busbw_floor_GBps") or {}
+    cuda = merged.get("cuda")
     gpu = merged["accelerator"] == "cuda"
+    if merged.get("busbw_floor_GBps") is not None:
+        raise check.fail(check.where("busbw_floor_GBps"), "bus-bandwidth floors are not set in the matrix: they "
+                         "live in one table keyed by GPU model and interconnect (buildtool/contracts/busbw.py); "
+                         "remove busbw_floor_GBps")
     if gpu and cuda is None:
         raise check.fail((*check.loc, "cuda"), "a GPU cell (accelerator: cuda) needs its CUDA version, "
                                                "e.g. cuda: \"13.0\"")
     if not gpu and cuda is not None:
         raise check.fail(check.where("cuda"), "only GPU cells (accelerator: cuda) have a CUDA version; remove it")
-    if not gpu and floors:
-        raise check.fail(check.where("busbw_floor_GBps"), "bus-bandwidth floors apply to GPU cells only; remove them")
     if cuda is not None:
         try:
             check_cuda(cuda)
         except ValueError as exc:
             raise check.fail(check.where("cuda"), str(exc)) from None
-    for model, floor in floors.items():
-        if not model.strip() or floor <= 0:
-            raise check.fail((*check.where("busbw_floor_GBps"), model),
-                             "needs a GPU model name and a floor above 0 GB/s, e.g. H100: 300")
-    return {"cuda": cuda, "busbw_floor_GBps": tuple(sorted((k, float(v)) for k, v in floors.items()))}
+        release = ngc_release(str(merged.get("base") or ""))
+        if release is not None:
+            try:
+                rule = ngc_rule(release)
+            except ValueError as exc:
+                raise check.fail(check.where("base"), str(exc)) from None
+            if rule.cuda != cuda:
+                raise check.fail(check.where("cuda"), f"NGC {release} is built on CUDA {rule.cuda} "
+                                 f"({rule.source}), not {cuda}")
+    return {"cuda": cuda}
 
 
 def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Path | None = None,

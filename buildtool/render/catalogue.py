@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildtool.common.documents import render_document
+from buildtool.contracts.driver_rules import forward_compat_summary
 from buildtool.contracts.gpu import min_driver
 from buildtool.contracts.releases import RELEASES_DIR, latest_by_cell
 from buildtool.contracts.versions import ngc_release
@@ -27,8 +28,11 @@ def _cell_view(cell: Cell, released: dict[str, dict[str, Any]]) -> dict[str, Any
     latest = released.get(cell.key)
     gpu = None
     if cell.needs_gpu and cell.cuda:
-        # NGC bases admit some older datacenter drivers through CUDA forward compatibility
-        gpu = {"cuda": cell.cuda, "min_driver": min_driver(cell.cuda), "ngc": bool(ngc_release(cell.base))}
+        # NGC bases admit some older data-center drivers through CUDA forward compatibility: the text is
+        # the one validate's refusals quote (contracts.driver_rules), so the page and the check agree.
+        release = ngc_release(cell.base)
+        gpu = {"cuda": cell.cuda, "min_driver": min_driver(cell.cuda),
+               "forward_compat": forward_compat_summary(release) if release else ""}
     return {
         "cell": cell,
         "tags": [f"{cell.name}:{expand_tag(t, cell, '<release>')}" for t in [*cell.release_tags, *cell.moving_tags]],

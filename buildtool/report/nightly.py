@@ -21,7 +21,8 @@ from buildtool.common.documents import render_document
 from buildtool.common.errors import UserError
 from buildtool.common.units import human_size as _human_size
 from buildtool.common.units import short_digest as _short_digest
-from buildtool.contracts.gpu import BUSBW_FIGURE, BUSBW_MAX_FALL
+from buildtool.contracts.busbw import MAX_FALL as BUSBW_MAX_FALL
+from buildtool.contracts.gpu import BUSBW_FIGURE
 from buildtool.contracts.verdict import ColdStart, Runner, Verdict, VerdictError
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 
@@ -365,28 +366,49 @@ def _runner(row: Row) -> str:
 
 @dataclass(frozen=True)
 class Busbw:
-    """One image's all-reduce bus bandwidth (image-tests' NCCL check), with what it is compared to."""
+    """One image's all-reduce bus bandwidth (image-tests' NCCL check), with what it is compared to: the
+    median of the last nights the verdict itself carries (validate's window), else the previous night."""
 
     cell: str
     gpus: str
     peak_GBps: float
     floor_GBps: float | None
-    previous_GBps: float | None
+    previous_GBps: float | None          # the baseline: median of `nights` earlier nights
     change: float | None
     sizes: list[dict[str, Any]]
+    nights: int = 0                      # how many earlier nights the baseline is the median of
+    floor_note: str = ""                 # how the floor was set, or why there is none
+    interconnect: str = ""
+
+    @property
+    def compared_with(self) -> str:
+        if self.previous_GBps is None:
+            return "no earlier night"
+        return f"median of {self.nights} night{'s' if self.nights != 1 else ''}"
+
+    @property
+    def status(self) -> str:
+        """passed, failed, or skipped where only the floor is missing (shown, never counted as a pass)."""
+        verdict = self.verdict
+        if verdict == "ok":
+            return "passed"
+        return "failed" if verdict.startswith(("below floor", "fell")) else "skipped"
 
     @property
     def verdict(self) -> str:
         if self.floor_GBps is not None and self.peak_GBps < self.floor_GBps:
             return "below floor"
         if self.change is not None and self.change < -BUSBW_MAX_FALL:
-            return f"fell {-self.change:.0%}"
+            return f"fell {-self.change:.0%} below the {self.compared_with}"
+        if self.floor_GBps is None:
+            return self.floor_note or "no floor for this model"
         return "ok"
 
 
 def busbw_rows(report: Report) -> list[Busbw]:
-    """Each image's busbw figure; the change against the previous night's figure of the same cell on
-    the same GPUs when the verdict itself carries none."""
+    """Each image's busbw figure, compared with the median of earlier nights that validate recorded in it;
+    a verdict without one (older verdicts) is compared with the previous night's figure of the same cell
+    on the same GPUs, and says it is one night."""
     before = {row.cell: row for row in report.previous_rows}
     found = []
     for row in report.rows:
@@ -394,16 +416,21 @@ def busbw_rows(report: Report) -> list[Busbw]:
         if not isinstance(figure, dict) or not isinstance(figure.get("peak_GBps"), int | float):
             continue
         peak = float(figure["peak_GBps"])
-        prev = figure.get("previous_GBps")
+        base = figure.get("baseline_GBps", figure.get("previous_GBps"))
+        nights = int(figure.get("baseline_nights") or (1 if base is not None else 0))
         old = before.get(row.cell)
-        if prev is None and old is not None and gpu_names(old.runner) == gpu_names(row.runner):
-            prev = (old.figures.get(BUSBW_FIGURE) or {}).get("peak_GBps")
-        change = (peak / float(prev) - 1) if isinstance(prev, int | float) and prev else None
+        if base is None and old is not None and gpu_names(old.runner) == gpu_names(row.runner):
+            base = (old.figures.get(BUSBW_FIGURE) or {}).get("peak_GBps")
+            nights = 1 if base is not None else 0
+        base = float(base) if isinstance(base, int | float) and base else None
         gpus = gpu_names(row.runner)
+        floor = figure.get("floor_GBps")
         found.append(Busbw(cell=row.cell, gpus=f"{figure.get('ranks', len(gpus))}x {figure.get('gpu_model') or '?'}",
-                           peak_GBps=peak, floor_GBps=figure.get("floor_GBps"),
-                           previous_GBps=float(prev) if isinstance(prev, int | float) else None, change=change,
-                           sizes=list(figure.get("sizes") or [])))
+                           peak_GBps=peak, floor_GBps=float(floor) if isinstance(floor, int | float) else None,
+                           previous_GBps=base, change=(peak / base - 1) if base else None,
+                           sizes=list(figure.get("sizes") or []), nights=nights,
+                           floor_note=str(figure.get("floor_note") or ""),
+                           interconnect=row.runner.interconnect if row.runner is not None else ""))
     return found
 
 

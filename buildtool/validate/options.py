@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from buildtool.contracts.busbw import DEFAULT_WINDOW as DEFAULT_BUSBW_WINDOW
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 
 DEFAULT_JOIN_TIMEOUT_S = float(JOIN_TIMEOUT_S)
@@ -30,3 +31,5 @@ class Options:
     # Folders of earlier verdicts (verdict.json, *.verdict.json) to compare bus bandwidth with;
     # the reports folder is always searched too.
     baselines: list[Path] = field(default_factory=list)
+    # How many earlier nights the bus bandwidth is compared with (their median; contracts.busbw).
+    busbw_window: int = DEFAULT_BUSBW_WINDOW

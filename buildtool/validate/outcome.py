@@ -57,6 +57,7 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
         test_code=image_tests_hash(tests_dir),
         runner=Runner(hostname=socket.gethostname(), gpu_runner=gpu_runner, gpus=inventory.gpus,
                       driver=inventory.driver, cuda_driver=inventory.cuda_driver,
+                      driver_rule=inventory.driver_rule, interconnect=inventory.interconnect,
                       gpus_usable=bool(usable) if cell.needs_gpu else None,
                       gpu_problem=gpu_problem or inventory.problem),
         groups=groups, defined_tests=defined, gpu_tests=gpu_tests,

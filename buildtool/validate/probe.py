@@ -14,12 +14,13 @@ from typing import Any
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
-from buildtool.contracts import gpu, label_keys
+from buildtool.contracts import busbw, driver_rules, gpu, label_keys
 from buildtool.contracts.verdict import (
     Gpu,
     VerdictError,
     parse_verdict,
 )
+from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.schema import Cell
 from buildtool.validate.engine import Log
 
@@ -32,6 +33,9 @@ class Inventory:
     driver: str = ""
     cuda_driver: str = ""
     problem: str = ""     # why nvidia-smi gave no GPUs (missing, failing), "" when it listed some
+    interconnect: str = ""          # busbw.NVLINK or busbw.PCIE from `nvidia-smi topo -m`; "" when unknown
+    interconnect_problem: str = ""  # why it is unknown
+    driver_rule: str = ""           # which rule admitted this driver for the cell (driver_rules.decide)
 
     def as_dicts(self) -> list[dict[str, str]]:
         return [{"index": g.index, "name": g.name, "driver": g.driver} for g in self.gpus]
@@ -71,7 +75,25 @@ def gpu_inventory() -> Inventory:
         cuda_driver = match.group(1) if match else ""
     except (OSError, subprocess.TimeoutExpired):
         pass
-    return Inventory(gpus, driver=gpus[0].driver, cuda_driver=cuda_driver)
+    link, link_problem = _interconnect(len(gpus))
+    return Inventory(gpus, driver=gpus[0].driver, cuda_driver=cuda_driver, interconnect=link,
+                     interconnect_problem=link_problem)
+
+
+def _interconnect(count: int) -> tuple[str, str]:
+    """NVLink or PCIe between this host's GPUs (`nvidia-smi topo -m`), or "" and why not."""
+    if count < 2:
+        return "", "one GPU: no link between GPUs"
+    try:
+        proc = _nvidia_smi("topo", "-m")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "", f"nvidia-smi topo -m failed: {exc}"
+    if proc.returncode != 0:
+        return "", f"nvidia-smi topo -m failed (exit {proc.returncode})"
+    try:
+        return busbw.interconnect(proc.stdout), ""
+    except ValueError as exc:
+        return "", str(exc)
 
 
 def runner_gpus() -> tuple[list[dict[str, str]], str]:
@@ -157,28 +179,37 @@ def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None)
     return kept + gpu_flags, dropped
 
 
-def check_cell_gpus(cell: Cell, inventory: Inventory) -> None:
-    """A GPU cell on a runner that lists GPUs: its driver must support the cell's CUDA (exit 1 if not)."""
-    if cell.needs_gpu and inventory.gpus and cell.cuda:
-        problem = gpu.driver_problem(cell.cuda, inventory.driver, inventory.cuda_driver)
-        if problem:
-            raise FailedError(f"cannot validate {cell.key} here: {problem}")
+def check_cell_gpus(cell: Cell, inventory: Inventory) -> str:
+    """A GPU cell on a runner that lists GPUs: its driver must be admitted for the cell's CUDA, natively
+    or by NGC's forward-compatibility rule (exit 1 if not). Returns the sentence naming the rule."""
+    if not (cell.needs_gpu and inventory.gpus and cell.cuda):
+        return ""
+    decision = driver_rules.decide(cell.cuda, inventory.driver, inventory.cuda_driver,
+                                   [g.name for g in inventory.gpus], ngc_release(cell.base))
+    if not decision.admitted:
+        raise FailedError(f"cannot validate {cell.key} here: {decision.rule}")
+    return decision.rule
 
 
 BASELINE_GLOBS = ("verdict.json", "*.verdict.json")   # as validate and `buildtool report --fetch` write them
 
 
-def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory) -> dict[str, Any]:
-    """The newest earlier verdict of `cell` on the same GPU model and count whose bus-bandwidth
-    check passed: its peak, where it comes from and when ({} when there is none)."""
+def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
+                   window: int = busbw.DEFAULT_WINDOW) -> dict[str, Any]:
+    """The median peak of the last `window` nights of earlier verdicts of `cell` on the same GPU model,
+    count and interconnect whose bus-bandwidth check passed ({} when there is none)."""
     if not inventory.gpus:
         return {}
     model, count = inventory.gpus[0].name, len(inventory.gpus)
-    best: dict[str, Any] = {}
+    history: list[tuple[str, float, str]] = []
+    seen: set[Path] = set()
     for folder in folders:
         if not folder.is_dir():
             continue
         for path in sorted({p for pattern in BASELINE_GLOBS for p in folder.rglob(pattern)}):
+            if path.resolve() in seen:
+                continue
+            seen.add(path.resolve())
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -196,8 +227,9 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory) -> dict
             checked = any(t.gpu and "busbw" in t.id and t.result == "passed" for t in earlier.tests)
             if peak is None or not checked or len(gpus) != count or gpus[0].name != model:
                 continue
-            started = earlier.started
-            if not best or started > best["started"]:
-                best = {"peak_GBps": peak, "started": started, "digest": earlier.digest,
-                        "gpu_model": model, "gpus": count, "source": f"{path} ({started})"}
-    return best
+            link = (earlier.figures.get(gpu.BUSBW_FIGURE) or {}).get("interconnect")
+            if link and inventory.interconnect and link != inventory.interconnect:
+                continue                           # the same GPUs over another interconnect: not comparable
+            history.append((earlier.started, peak, f"{path} ({earlier.started})"))
+    found = busbw.window_baseline(history, window)
+    return {**found, "gpu_model": model, "gpus": count} if found else {}

@@ -28,6 +28,7 @@ its deadline), validate.outcome (the verdict: pure), validate.verdicts (storing 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import time
@@ -82,7 +83,10 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     groups = cell_groups(cell, tests_dir)     # all of the cell's groups: one without its folder is exit 2
     deadline_s = float(options.deadline_s or cell.validate_deadline_s)
     started = time.monotonic()
-    check_cell_gpus(cell, inventory)
+    rule = check_cell_gpus(cell, inventory)
+    if rule:
+        log(f"{cell.key}: {rule}")
+        inventory = dataclasses.replace(inventory, driver_rule=rule)
     seen = inventory.as_dicts()
     flags, not_granted = probe_flags(image.run_ref, run_flags(cell, image.labels, seen, log), log, cell.cuda)
     # The tests get GPUs only where this cell's containers were started with them (probed above).
@@ -91,13 +95,15 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     run_id = uuid.uuid4().hex[:12]
     out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    baseline = busbw_baseline([root / options.reports, *options.baselines], cell.key, inventory) if usable else {}
+    baseline = (busbw_baseline([root / options.reports, *options.baselines], cell.key, inventory,
+                               options.busbw_window) if usable else {})
     expect = {**expectations(cell, image.labels), "labels": label_checks(matrix, cell, image.labels,
                                                                          root / "templates")}
     target = build_target(
         ref, image, cell, matrix, options, flags=flags, not_granted=not_granted, usable=usable,
         gpu_problem=gpu_problem, baseline=baseline, run_id=run_id, deadline_s=deadline_s,
-        probe_budget_s=max(1.0, deadline_s - (time.monotonic() - started) - RESERVE_S), expect=expect)
+        probe_budget_s=max(1.0, deadline_s - (time.monotonic() - started) - RESERVE_S), expect=expect,
+        interconnect=inventory.interconnect, interconnect_problem=inventory.interconnect_problem)
     write_target(out_dir / "target.json", target)
     results_path, defined_path = out_dir / "results.json", out_dir / "defined.json"
     results_path.unlink(missing_ok=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import frameworks, gpu, label_keys, versions
+from buildtool.contracts import busbw, frameworks, label_keys, versions
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.validate.collect import PLUGIN
@@ -84,11 +84,12 @@ def shm_fix(cell: Cell, matrix: Matrix) -> str:
 
 def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options: Options, *, flags: list[str],
                  not_granted: list[str], usable: list[dict[str, str]], gpu_problem: str, baseline: dict[str, Any],
-                 run_id: str, deadline_s: float, probe_budget_s: float, expect: dict[str, Any]) -> Target:
+                 run_id: str, deadline_s: float, probe_budget_s: float, expect: dict[str, Any],
+                 interconnect: str = "", interconnect_problem: str = "") -> Target:
     """The target file's contents: the image, its cell and claims, the run flags the engine granted,
     the GPUs the tests may use, the budgets, and what the image claims (`expect`: `expectations` and
     what its labels must say)."""
-    floor = gpu.floor_for(dict(cell.busbw_floor_GBps), usable[0]["name"]) if usable else None
+    floor = busbw.floor_for(usable[0]["name"], interconnect, interconnect_problem).as_target() if usable else {}
     framework = frameworks.get(cell.framework)
     return Target(
         image=image.run_ref, ref=ref, digest=image.digest, cell=cell.key,
@@ -101,8 +102,7 @@ def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options:
         expect=Expectations.model_validate(expect),
         runner_gpus=usable,
         gpu_problem=gpu_problem, cuda=cell.cuda or "",
-        busbw_floor_GBps=floor[1] if floor else None, busbw_floor_model=floor[0] if floor else "",
-        busbw_baseline=baseline,
+        **floor, busbw_baseline=baseline,
         rdzv_join_timeout_s=options.join_timeout_s, missing_peer_timeout_s=options.missing_peer_timeout_s,
         ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
         peers=options.peers, run_id=run_id,

@@ -122,7 +122,9 @@ def test_driver_too_old_for_the_cells_cuda_fails_naming_the_minimum(gpu_cell_ima
     code, out, err, _ = validate(tmp_path, env, gpu_cell_image)
     print(err.strip().splitlines()[-1])
     assert code == 1, (code, err[-2000:])
-    assert "too old for the image's CUDA 13.0" in err and "580.65.06 or newer" in err, err[-2000:]
+    # An NGC cell on an R550 driver older than NGC 25.10's forward-compatibility minimum: the rule is named.
+    assert "too old for CUDA 13.0" in err and "forward-compatibility rule needs R550 >= 550.163" in err, err[-2000:]
+    assert "580.65.06 or newer" in err, err[-2000:]
 
 
 def test_gpu_cell_without_usable_gpus_is_incomplete_never_passed(gpu_cell_image, tmp_path):

@@ -1,0 +1,187 @@
+"""All-reduce bus-bandwidth floors: one table keyed by GPU model and interconnect, and the window of
+earlier nights a new figure is compared with.
+
+The model comes from nvidia-smi's exact name (`--query-gpu=name`, `-L`), never a substring: "H200"
+must not match "NVIDIA GH200 480GB" or "NVIDIA H200 NVL". The interconnect comes from
+`nvidia-smi topo -m`: NV# between every pair of GPUs is NVLink; any pair joined only through PCIe
+(PIX, PXB, PHB, NODE, SYS) makes the all-reduce a PCIe one, since a ring is as fast as its slowest
+link (an 8-GPU H100 NVL box with bridged pairs is PCIe here). A model or interconnect missing from
+the table gets no floor, and says so ("no floor for this model ..."), in the verdict and the report.
+
+Floors are conservative: FLOOR_FRACTION of the documented per-direction link bandwidth (half the
+bidirectional figure NVIDIA's datasheets print). nccl-tests' busbw is comparable to that per-direction
+hardware bandwidth (nccl-tests doc/PERFORMANCE.md); well-configured NVLink systems reach 70-90% of it,
+so a figure below a quarter means NCCL is not using the link (wrong topology, P2P off, a fallback).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+NVLINK = "NVLink"
+PCIE = "PCIe"
+FLOOR_FRACTION = 0.25
+
+# A fall of the peak by more than this below the median of the window fails the check.
+MAX_FALL = 0.20
+# How many earlier nights (one verdict per night, the newest) the median is taken over.
+DEFAULT_WINDOW = 7
+
+# nvidia-smi's exact GPU names -> the model the table knows.
+GPU_MODELS: dict[str, str] = {
+    "NVIDIA H100 80GB HBM3": "H100 SXM",
+    "NVIDIA H100 PCIe": "H100 PCIe",
+    "NVIDIA H100 NVL": "H100 NVL",
+    "NVIDIA H200": "H200 SXM",
+    "NVIDIA H200 NVL": "H200 NVL",
+    "NVIDIA GH200 480GB": "GH200",
+    "NVIDIA B200": "B200",
+    "NVIDIA L40S": "L40S",
+    "NVIDIA A100-SXM4-80GB": "A100 SXM4",
+    "NVIDIA A100-SXM4-40GB": "A100 SXM4",
+    "NVIDIA A100 80GB PCIe": "A100 PCIe",
+    "NVIDIA A100-PCIE-40GB": "A100 PCIe",
+}
+
+_H100 = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: NVLink 900 GB/s; NVL/PCIe: NVLink bridge 600 GB/s; "
+         "PCIe Gen5 128 GB/s)")
+_H200 = ("NVIDIA H200 Tensor Core GPU datasheet (SXM: NVLink 900 GB/s; NVL: 2-/4-way NVLink bridge 900 GB/s; "
+         "PCIe Gen5 128 GB/s)")
+_B200 = "NVIDIA HGX B200 / DGX B200 datasheet (fifth-generation NVLink 1.8 TB/s per GPU)"
+_L40S = "NVIDIA L40S datasheet (PCIe Gen4 x16 64 GB/s bidirectional; NVLink not supported)"
+_A100 = ("NVIDIA A100 Tensor Core GPU datasheet (SXM4: NVLink 600 GB/s; PCIe: NVLink bridge for 2 GPUs 600 GB/s; "
+         "PCIe Gen4 64 GB/s)")
+
+# (model, interconnect) -> (documented bidirectional GB/s per GPU, source). GH200 has none: its
+# nodes carry one GPU (NVLink-C2C is GPU-CPU), so there is no intra-node all-reduce figure to state.
+LINKS: dict[tuple[str, str], tuple[float, str]] = {
+    ("H100 SXM", NVLINK): (900, _H100),
+    ("H100 NVL", NVLINK): (600, _H100),
+    ("H100 NVL", PCIE): (128, _H100),
+    ("H100 PCIe", NVLINK): (600, _H100),
+    ("H100 PCIe", PCIE): (128, _H100),
+    ("H200 SXM", NVLINK): (900, _H200),
+    ("H200 NVL", NVLINK): (900, _H200),
+    ("H200 NVL", PCIE): (128, _H200),
+    ("B200", NVLINK): (1800, _B200),
+    ("L40S", PCIE): (64, _L40S),
+    ("A100 SXM4", NVLINK): (600, _A100),
+    ("A100 PCIe", NVLINK): (600, _A100),
+    ("A100 PCIe", PCIE): (64, _A100),
+}
+
+_PCIE_LINKS = frozenset({"PIX", "PXB", "PHB", "NODE", "SYS"})
+_NVLINK_RE = re.compile(r"^NV[0-9]+$")
+_GPU_RE = re.compile(r"^GPU[0-9]+$")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")   # nvidia-smi underlines the header row
+
+
+def model_of(gpu_name: str) -> str | None:
+    return GPU_MODELS.get(gpu_name.strip())
+
+
+def interconnect(topo: str) -> str:
+    """NVLINK or PCIE from `nvidia-smi topo -m` (`--matrix`); ValueError naming what could not be read."""
+    lines = [_ANSI_RE.sub("", line) for line in topo.splitlines()]
+    header = next((line.split("\t") for line in lines if "\tGPU0" in line and not line.startswith("GPU")), None)
+    if header is None:
+        raise ValueError("no GPU0 column header in the `nvidia-smi topo -m` output")
+    columns = [i for i, name in enumerate(header) if _GPU_RE.match(name.strip())]
+    links: list[str] = []
+    rows = 0
+    for line in lines:
+        cells = line.split("\t")
+        if not _GPU_RE.match(cells[0].strip()):
+            continue
+        rows += 1
+        for i in columns:
+            link = cells[i].strip() if i < len(cells) else ""
+            if link == "X":
+                continue
+            if not (_NVLINK_RE.match(link) or link in _PCIE_LINKS):
+                raise ValueError(f"unknown link {link!r} between {cells[0].strip()} and {header[i].strip()} in "
+                                 "`nvidia-smi topo -m`")
+            links.append(link)
+    if rows != len(columns) or rows < 2:
+        raise ValueError(f"`nvidia-smi topo -m` lists {rows} GPU rows for {len(columns)} GPU columns; "
+                         "an interconnect needs two or more GPUs")
+    return NVLINK if all(_NVLINK_RE.match(link) for link in links) else PCIE
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The floor for a runner's GPUs, or why there is none (`note`)."""
+
+    gpu_name: str
+    model: str | None
+    interconnect: str           # NVLINK, PCIE or "" (unknown)
+    floor_GBps: float | None
+    expected_GBps: float | None = None   # the documented per-direction bandwidth the floor is a fraction of
+    source: str = ""
+    note: str = ""
+
+    def as_target(self) -> dict[str, Any]:
+        return {"busbw_floor_GBps": self.floor_GBps, "busbw_floor_model": self.model or "",
+                "busbw_interconnect": self.interconnect, "busbw_floor_note": self.note,
+                "busbw_floor_source": self.source}
+
+
+def floor_for(gpu_name: str, link: str, link_problem: str = "") -> Floor:
+    model = model_of(gpu_name)
+    if model is None:
+        return Floor(gpu_name, None, link, None, note=f"no floor for this model: nvidia-smi name {gpu_name!r} is "
+                                                      "not in the floor table (buildtool/contracts/busbw.py)")
+    if not link:
+        return Floor(gpu_name, model, "", None, note=f"no floor for this model: the interconnect of {model} here "
+                                                     f"is unknown ({link_problem or 'nvidia-smi topo -m not read'})")
+    found = LINKS.get((model, link))
+    if found is None:
+        return Floor(gpu_name, model, link, None, note=f"no floor for this model: {model} over {link} has no "
+                                                       "documented figure in buildtool/contracts/busbw.py")
+    bidirectional, source = found
+    expected = bidirectional / 2
+    return Floor(gpu_name, model, link, round(FLOOR_FRACTION * expected, 1), expected_GBps=expected, source=source,
+                 note=f"floor {FLOOR_FRACTION:.0%} of {expected:g} GB/s per direction ({model}, {link})")
+
+
+# -- the window of earlier nights ----------------------------------------------------------------
+
+def window_baseline(history: list[tuple[str, float, str]], window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+    """The median peak of the last `window` nights of `history` ((started, peak, source) of earlier
+    verdicts; one per night, the newest of that day). {} when there is none. With fewer nights than
+    the window it uses what exists and says how many (`nights`)."""
+    if window < 1:
+        raise ValueError(f"the bus-bandwidth window must be 1 night or more, not {window}")
+    nightly: dict[str, tuple[str, float, str]] = {}
+    for started, peak, source in history:
+        night = started[:10]
+        if night not in nightly or started > nightly[night][0]:
+            nightly[night] = (started, peak, source)
+    chosen = [nightly[night] for night in sorted(nightly, reverse=True)[:window]]
+    if not chosen:
+        return {}
+    return {"median_GBps": float(statistics.median(peak for _, peak, _ in chosen)), "nights": len(chosen),
+            "window": window, "peaks": [peak for _, peak, _ in chosen], "sources": [src for _, _, src in chosen]}
+
+
+def baseline_text(baseline: Mapping[str, Any]) -> str:
+    nights = int(baseline.get("nights") or 0)
+    window = int(baseline.get("window") or nights)
+    short = f" (fewer than the window of {window})" if nights < window else ""
+    return f"the median of the last {nights} night{'s' if nights != 1 else ''}{short}"
+
+
+def problems(peak: float, floor: float | None, floor_model: str, baseline: Mapping[str, Any]) -> list[str]:
+    """Why a measured peak fails: under the floor, or fallen more than MAX_FALL below the window's median."""
+    found = []
+    if floor is not None and peak < floor:
+        found.append(f"peak {peak:.1f} GB/s is below the floor {floor:g} GB/s for {floor_model}")
+    median = baseline.get("median_GBps")
+    if isinstance(median, int | float) and median > 0 and peak < (1 - MAX_FALL) * median:
+        found.append(f"peak {peak:.1f} GB/s fell {1 - peak / median:.0%} below {median:.1f} GB/s, "
+                     f"{baseline_text(baseline)}")
+    return found
