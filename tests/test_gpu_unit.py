@@ -461,9 +461,9 @@ def test_nightly_shares_one_registry_and_requires_gpus(matrix, tmp_path):
     for name in ("build-validate", "scaling"):
         assert doc["jobs"][name]["env"]["DL_IMAGES_REQUIRE_GPU"] == "1"
     validate_job = doc["jobs"]["build-validate"]
-    assert validate_job["env"]["DL_IMAGES_BASELINE"] == "previous-verdicts"
+    assert validate_job["env"]["DL_IMAGES_BASELINE"] == "verdict-history"
     names = [s.get("name", "") for s in validate_job["steps"]]
-    assert names.index("Previous night's verdicts") < names.index("Validate with GPUs and push the signed verdict")
+    assert names.index("Last nights' verdicts") < names.index("Validate with GPUs and push the signed verdict")
     assert "--counts gpus" in doc["jobs"]["scaling"]["steps"][-2]["run"]
     script = tmp_path / "check.sh"
     script.write_text(REGISTRY_CHECK)

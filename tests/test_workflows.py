@@ -89,7 +89,7 @@ def test_nightly_runs_every_cell_on_configurable_gpu_runners() -> None:
     assert runs_on == """${{ fromJSON(vars.GPU_RUNNER_LABELS || '["self-hosted","h100"]') }}"""
     assert doc["jobs"]["report"]["needs"] == ["build-validate", "scaling"]
     report = " ".join(s.get("run", "") for s in doc["jobs"]["report"]["steps"])
-    assert "buildtool report --fetch" in report and "--previous previous-verdicts" in report
+    assert "buildtool report --fetch" in report and "verdict-history" in report
     assert "GITHUB_STEP_SUMMARY" in report
     assert "--cell pytorch-ngc:25.10" in doc["jobs"]["scaling"]["steps"][-2]["run"]
 
@@ -172,3 +172,36 @@ def test_only_the_nightly_runners_get_the_verdict_signing_key() -> None:
     assert validate and all(s["env"]["DL_IMAGES_SIGNING_KEY"] == "${{ secrets.DL_IMAGES_SIGNING_KEY }}"
                             for s in validate)
     assert "DL_IMAGES_SIGNING_KEY" not in render_workflows(matrix())[PR_PATH].decode()
+
+
+def test_nightly_keeps_a_window_of_nights_and_reports_against_the_newest(tmp_path: Path) -> None:
+    """The report step run as the workflow runs it, nine nights in a row (a stand-in `buildtool report`
+    records its arguments): the history keeps the busbw window's 7 newest nights, one folder each, so
+    validate's median has 7 nights, and each report's trend is the night before it."""
+    from buildtool.contracts import busbw
+
+    doc = load(NIGHTLY_PATH)
+    validate_job = doc["jobs"]["build-validate"]
+    assert validate_job["env"]["DL_IMAGES_BASELINE"] == "verdict-history"
+    script = next(s["run"] for s in doc["jobs"]["report"]["steps"] if s.get("name") == "Report")
+    fake_python = tmp_path / ".venv" / "bin" / "python"
+    fake_python.parent.mkdir(parents=True)
+    fake_python.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > args.txt\nmkdir -p site && echo report > site/report.md\n')
+    fake_python.chmod(0o755)
+    previous_seen = []
+    for night in range(1, 10):
+        (tmp_path / "verdicts").mkdir(exist_ok=True)
+        (tmp_path / "verdicts" / "night.txt").write_text(str(night))
+        run = script.replace("${{ github.run_id }}", f"run{night:02d}").replace(
+            "$(date -u +%Y%m%dT%H%M%SZ)", f"202612{night:02d}T030000Z")
+        result = subprocess.run(["bash", "-euc", run], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                                env={"PATH": "/usr/bin:/bin", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary")})
+        assert result.returncode == 0, result.stderr
+        args = (tmp_path / "args.txt").read_text().split("\n")
+        previous_seen.append(args[args.index("--previous") + 1] if "--previous" in args else None)
+    history = sorted(p.name for p in (tmp_path / "verdict-history").iterdir())
+    assert len(history) == busbw.DEFAULT_WINDOW == 7
+    assert [(tmp_path / "verdict-history" / name / "night.txt").read_text() for name in history] == [
+        str(n) for n in range(3, 10)]
+    assert previous_seen[0] is None                     # the first night has nothing to compare with
+    assert previous_seen[1:] == [f"verdict-history/202612{n:02d}T030000Z-run{n:02d}" for n in range(1, 9)]

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from buildtool.contracts import busbw
 from buildtool.matrix.schema import Matrix
 
 WORKFLOW_DIR = ".github/workflows"
@@ -184,6 +185,24 @@ def _registry_check() -> dict[str, Any]:
     return {"name": "Check the shared registry", "run": REGISTRY_CHECK}
 
 
+HISTORY = "verdict-history"
+
+
+def _report_script() -> str:
+    """The report against the newest earlier night, then tonight's verdicts added to the history as its
+    own folder (UTC time and run id: names sort by night) and the history cut to the busbw window."""
+    keep = busbw.DEFAULT_WINDOW
+    return (f'previous=$(find {HISTORY} -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | tail -n 1)\n'
+            'set --\n'
+            'if [ -n "$previous" ]; then set -- --previous "$previous"; fi\n'
+            '.venv/bin/python -m buildtool report --fetch --framework all --verdicts verdicts "$@" '
+            '--scaling site/scaling --out site\n'
+            'cat site/report.md >> "$GITHUB_STEP_SUMMARY"\n'
+            f'night="{HISTORY}/$(date -u +%Y%m%dT%H%M%SZ)-${{{{ github.run_id }}}}"\n'
+            f'mkdir -p {HISTORY} && cp -r verdicts "$night"\n'
+            f'find {HISTORY} -mindepth 1 -maxdepth 1 -type d | sort | head -n -{keep} | xargs -r rm -rf\n')
+
+
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
     cells = [c.key for c in matrix.cells]
     scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
@@ -193,9 +212,11 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
     env = {"REGISTRY": "${{ inputs.registry || vars.REGISTRY }}", "BASE_MIRROR": "${{ vars.BASE_MIRROR }}"}
     # On the GPU runners: no usable GPU is a failure (exit 1), not a quietly skipped GPU check.
     gpu_env = {"DL_IMAGES_REQUIRE_GPU": "1"}
-    previous = {"name": "Previous night's verdicts", "uses": CACHE_RESTORE,
-                "with": {"path": "previous-verdicts", "key": "nightly-verdicts-${{ github.run_id }}",
-                         "restore-keys": "nightly-verdicts-"}}
+    # The last nights' verdicts, one folder per night (newest last by name): validate compares the bus
+    # bandwidth with their median, the report's trend with the newest.
+    previous = {"name": "Last nights' verdicts", "uses": CACHE_RESTORE,
+                "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}",
+                         "restore-keys": "nightly-verdict-history-"}}
     plan = _plan_job(HOSTED_RUNNER, cells)
     plan["steps"].insert(0, _registry_check())
     jobs: dict[str, Any] = {
@@ -205,8 +226,9 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
             "needs": "plan",
             "runs-on": labels, "timeout-minutes": 180,
             "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
-            # The bus bandwidth is compared with the previous night's verdict of the cell on the same GPUs.
-            "env": {**gpu_env, "DL_IMAGES_BASELINE": "previous-verdicts"},
+            # The bus bandwidth is compared with the median of the last nights' verdicts of the cell on
+            # the same GPUs (busbw.DEFAULT_WINDOW nights are kept).
+            "env": {**gpu_env, "DL_IMAGES_BASELINE": HISTORY},
             "steps": [_registry_check(), *setup,
                       {"name": "Build and push ${{ matrix.dev_image }}",
                        "run": "make push FRAMEWORK='${{ matrix.cell }}'"},
@@ -242,13 +264,9 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
         "steps": [_registry_check(), *setup, previous,
                   {"uses": DOWNLOAD, "continue-on-error": True,
                    "with": {"name": "scaling", "path": "site/scaling"}},
-                  {"name": "Report",
-                   "run": (".venv/bin/python -m buildtool report --fetch --framework all --verdicts verdicts "
-                           "--previous previous-verdicts --scaling site/scaling --out site\n"
-                           "cat site/report.md >> \"$GITHUB_STEP_SUMMARY\"\n"
-                           "rm -rf previous-verdicts && cp -r verdicts previous-verdicts\n")},
-                  {"name": "Keep tonight's verdicts for tomorrow's trend", "if": "always()", "uses": CACHE_SAVE,
-                   "with": {"path": "previous-verdicts", "key": "nightly-verdicts-${{ github.run_id }}"}},
+                  {"name": "Report", "run": _report_script()},
+                  {"name": "Keep the last nights' verdicts for tomorrow", "if": "always()", "uses": CACHE_SAVE,
+                   "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"}},
                   {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": "site/"}},
                   {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": "site/"}}],
     }
