@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from buildtool.contracts import label_keys
 from tests.gpu_sim import FakeGpus, runner_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ def fake_docker(folder: Path, body: str = "") -> tuple[Path, Path]:
     starts every container (exit 0, writing nothing)."""
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "calls.log"
-    inspect = json.dumps([{"Id": "sha256:feed", "Config": {"Labels": {"io.dl-images.cell": "pytorch-cuda:2.13"}}}])
+    inspect = json.dumps([{"Id": "sha256:feed", "Config": {"Labels": {label_keys.CELL: "pytorch-cuda:2.13"}}}])
     path = folder / "docker"
     path.write_text(f"""#!/bin/bash
 printf '%s\\n' "$*" >> {log}
