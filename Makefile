@@ -120,16 +120,21 @@ nightly: ## Build, validate, scaling run (and over SLURM nodes with NIGHTLY_SLUR
 # one JSON under GPU_SMOKE_OUT. With an engine that has GPUs: in GPU_SMOKE_IMAGE (default: this
 # commit's pytorch-cuda dev image). Without an engine: GPU_SMOKE_PYTHON=/path/to/python (CUDA torch
 # and TensorBoard; torch-tb-profiler comes from bench/wheels, see gpu-smoke-wheels). No GPU: "not run".
+# The image is pulled first, under its own bound (GPU_SMOKE_PULL_S); the checks then have GPU_SMOKE_DEADLINE_S.
+# The script stops itself 20 s after each bound and writes the JSON (SIGTERM too); the outer timeout is a backstop.
 GPU_SMOKE_OUT ?= reports/gpu-smoke.json
 GPU_SMOKE_WHEELS ?= bench/wheels
+GPU_SMOKE_PULL_S ?= 900
+GPU_SMOKE_DEADLINE_S ?= 450
 
 .PHONY: gpu-smoke
-gpu-smoke: ## GPU paths in < 8 min into GPU_SMOKE_OUT (GPU_SMOKE_IMAGE=... or GPU_SMOKE_PYTHON=...)
+gpu-smoke: ## GPU paths in < 8 min after the pull into GPU_SMOKE_OUT (GPU_SMOKE_IMAGE=... or GPU_SMOKE_PYTHON=...)
 	@if [ -n "$(GPU_SMOKE_PYTHON)" ]; then where=(--python "$(GPU_SMOKE_PYTHON)" --wheels "$(GPU_SMOKE_WHEELS)"); \
 	else image="$(GPU_SMOKE_IMAGE)"; if [ -z "$$image" ]; then image=$$($(BUILDTOOL) plan --framework pytorch-cuda \
 		--json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)["include"][0]["dev_image"])') || exit 2; fi; \
 	where=(--image "$$image"); fi; \
-	timeout 540 $(PYTHON) scripts/gpu_smoke.py "$${where[@]}" --out "$(GPU_SMOKE_OUT)"
+	timeout -k 15 $$(( $(GPU_SMOKE_PULL_S) + $(GPU_SMOKE_DEADLINE_S) + 90 )) $(PYTHON) scripts/gpu_smoke.py \
+		"$${where[@]}" --out "$(GPU_SMOKE_OUT)" --pull-timeout $(GPU_SMOKE_PULL_S) --deadline $(GPU_SMOKE_DEADLINE_S)
 
 .PHONY: gpu-smoke-wheels
 gpu-smoke-wheels: ## Download torch-tb-profiler (a wheel) into GPU_SMOKE_WHEELS for gpu-smoke on a machine without an index

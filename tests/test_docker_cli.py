@@ -132,10 +132,13 @@ def test_gpu_smoke_runs_the_client_the_setting_names(tmp_path):
     env.pop(RETIRED, None)
     out = tmp_path / "smoke.json"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_smoke.py"), "--image", "t-local:1", "--out",
-                           str(out), "--deadline", "60"], capture_output=True, text=True, timeout=300, env=env)
+                           str(out), "--deadline", "60", "--cell", "pytorch-cuda:2.13"], capture_output=True, text=True,
+                          timeout=300, env=env)
     assert proc.returncode == 1 and json.loads(out.read_text())["result"] == "failed", proc.stdout + proc.stderr
+    assert "image inspect t-local:1" in calls(log)   # the image and its run flags, probed as validate probes them
+    assert any(c.startswith("run --rm --network none --entrypoint true") and "--gpus=all" in c for c in calls(log))
     started = [c for c in calls(log) if c.startswith("run --rm --init --name t-gpu-smoke-")]
-    assert started and all("--gpus all" in c and "t-local:1" in c for c in started), calls(log)
+    assert started and all("--gpus=all" in c and "t-local:1" in c for c in started), calls(log)
 
 
 def test_the_autodetected_client_is_the_one_builds_use(tmp_path, clean_env, monkeypatch):

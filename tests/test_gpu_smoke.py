@@ -1,19 +1,25 @@
-"""`make gpu-smoke` on a machine without a GPU: every check says "no GPU: not run", the result is
-"not run" (exit 1), never "passed"; GPUs that cannot be used are failures, not passes."""
+"""`make gpu-smoke` without a GPU: simulated runners (tests/gpu_sim.py's fake nvidia-smi, a fake docker
+client, a fake or the toolkit's CPU Python). What ran and worked says passed, what could not run says
+"not run" and why, what a GPU would need fails naming the cause; the JSON is written whatever happens."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from buildtool.contracts import label_keys
 from tests.gpu_sim import FakeGpus, runner_env
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "scripts" / "gpu_smoke.py"
 CHECKS = {"nccl_ddp", "busbw", "profiler_kernel_view", "shm"}
+OLD_MARKERS = ("PROFILE_OK", "TB_RESULT", "SHM_OK")
 
 
 def smoke(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict, str]:
@@ -21,6 +27,50 @@ def smoke(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict, s
     proc = subprocess.run([sys.executable, str(SMOKE), *args, "--out", str(out)], capture_output=True, text=True,
                           timeout=300, env=env)
     return proc.returncode, json.loads(out.read_text()), proc.stdout + proc.stderr
+
+
+def load_smoke():
+    spec = importlib.util.spec_from_file_location("gpu_smoke", SMOKE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_smoke"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_docker(folder: Path, body: str = "") -> tuple[Path, Path]:
+    """A docker client that logs its calls, runs `body` first, holds a pytorch-cuda image (labels) and
+    starts every container (exit 0, writing nothing)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "calls.log"
+    inspect = json.dumps([{"Id": "sha256:feed", "Config": {"Labels": {label_keys.CELL: "pytorch-cuda:2.13"}}}])
+    path = folder / "docker"
+    path.write_text(f"""#!/bin/bash
+printf '%s\\n' "$*" >> {log}
+{body}
+case "$1 $2" in
+  "image inspect") echo '{inspect}'; exit 0 ;;
+  "version --format") echo 20.10.24; exit 0 ;;
+esac
+exit 0
+""")
+    path.chmod(0o755)
+    return path, log
+
+
+def fake_python(folder: Path) -> Path:
+    """A host Python that says it has CUDA torch and TensorBoard, and whose torchrun hangs (touching
+    `started` first, so a test knows the DDP check is running)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "python"
+    path.write_text(f"""#!/bin/bash
+case "$*" in
+  *importlib.util*) echo '{{"tensorboard": true, "torch": "2.9.0+cu130", "cuda": true}}' ;;
+  *torch.distributed.run*) touch {folder}/started; exec sleep 300 ;;
+  *) echo "fake python: $*" >&2; exit 3 ;;
+esac
+""")
+    path.chmod(0o755)
+    return path
 
 
 def test_without_a_gpu_every_check_is_not_run(tmp_path):
@@ -35,24 +85,122 @@ def test_without_a_gpu_every_check_is_not_run(tmp_path):
         assert "gpu-smoke: not run" in printed and report["gpus"] == []
 
 
-def test_gpus_that_torch_cannot_use_are_failures(tmp_path):
-    """nvidia-smi lists GPUs but the host Python cannot use them (here: a CPU build of torch, and
-    no TensorBoard in the toolkit's venv)."""
+def test_the_probes_write_results_not_the_old_markers(tmp_path, monkeypatch):
+    """The in-image scripts, run for real on CPU with this Python, print none of the markers the smoke
+    used to wait for; the smoke reads their result files: /dev/shm passes, and the profiler's trace is
+    written (what fails is TensorBoard, absent from this Python, and it is named)."""
+    scripts = REPO / "image-tests" / "scripts"
+    for argv in ([scripts / "shm_workers.py", "torch"], [REPO / "image-tests/pytorch/scripts/torch_profile.py",
+                                                         tmp_path / "trace", "run1"]):
+        out = tmp_path / Path(argv[0]).stem
+        out.mkdir()
+        ran = subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "IMAGETEST_OUT": str(out), "PYTHONPATH": str(scripts)})
+        assert ran.returncode == 0 and json.loads((out / "result.json").read_text())["ok"], ran.stderr
+        assert not any(marker in ran.stdout + ran.stderr for marker in OLD_MARKERS), ran.stdout
+    gpu_smoke = load_smoke()
+    runner = gpu_smoke.Runner("", sys.executable, tmp_path / "work")
+    shm = gpu_smoke.check_shm(runner, 120)
+    assert shm["status"] == "passed" and shm["figures"]["moved_bytes"] == 4 * (96 << 20), shm
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no tensorboard command
+    profiled = gpu_smoke.check_profiler(runner, lambda cap: cap)
+    assert profiled["status"] == "failed", profiled
+    assert profiled["reason"].startswith("TensorBoard serving the trace: no `tensorboard` command on PATH"), profiled
+    traces = list((runner.out / "trace" / gpu_smoke.RUN).glob("*.pt.trace.json"))
+    assert traces, list((runner.out / "trace").rglob("*"))
+
+
+def test_host_python_without_tensorboard_or_cuda(tmp_path):
+    """nvidia-smi lists two GPUs; the host Python is this CPU torch without TensorBoard. Each check
+    says its own truth: DDP ran on gloo (no CUDA device), so no NCCL bus bandwidth; the profiler needs
+    TensorBoard; /dev/shm works."""
     env = runner_env(tmp_path, FakeGpus(count=2))
     code, report, printed = smoke(tmp_path, env, "--python", sys.executable)
+    checks = report["checks"]
     assert code == 1 and report["result"] == "failed", report
+    assert "tensorboard is not installed" in checks["profiler_kernel_view"]["reason"], checks
+    assert checks["shm"]["status"] == "passed", checks["shm"]
+    assert checks["nccl_ddp"]["status"] == "failed" and checks["nccl_ddp"]["figures"]["backend"] == "gloo"
+    assert "torch sees no CUDA device" in checks["nccl_ddp"]["reason"], checks["nccl_ddp"]
+    assert checks["nccl_ddp"]["figures"]["world_size"] == 2
+    assert checks["busbw"]["status"] == "failed" and "no NCCL all-reduce ran" in checks["busbw"]["reason"]
+    assert report["steps"]["python"]["figures"] == {"tensorboard": False, "torch": "2.13.0+cpu", "cuda": False}
+
+
+def test_a_failed_pull_is_its_own_step(tmp_path):
+    client, log = fake_docker(tmp_path / "client", '[ "$1" = pull ] && { echo "Error response from daemon: '
+                              'manifest unknown" >&2; exit 1; }')
+    env = {**runner_env(tmp_path, FakeGpus(count=1)), "DOCKER_CLIENT": str(client)}
+    code, report, _ = smoke(tmp_path, env, "--image", "127.0.0.1:5000/pytorch-cuda-dev:x-2.13")
+    pull = report["steps"]["pull"]
+    assert pull["status"] == "failed" and pull["reason"] == (
+        "cannot pull 127.0.0.1:5000/pytorch-cuda-dev:x-2.13: Error response from daemon: manifest unknown"), pull
+    assert code == 1 and report["result"] == "failed"
     for check in report["checks"].values():
-        assert check["status"] == "failed", check
-        assert "sees no CUDA device" in check["reason"] or "lacks torch or tensorboard" in check["reason"], check
+        assert check == {"status": "not run", "reason": "the image is not there (steps.pull)"}, check
+    assert not any(c.startswith("run ") for c in log.read_text().splitlines())
+
+
+def test_a_slow_pull_has_its_own_bound(tmp_path):
+    client, _ = fake_docker(tmp_path / "client", '[ "$1" = pull ] && exec sleep 60')
+    env = {**runner_env(tmp_path, FakeGpus(count=1)), "DOCKER_CLIENT": str(client)}
+    _, report, _ = smoke(tmp_path, env, "--image", "127.0.0.1:5000/pytorch-cuda-dev:x-2.13", "--pull-timeout", "1")
+    pull = report["steps"]["pull"]
+    assert pull["timed_out"] and "did not finish within 1 s (--pull-timeout)" in pull["reason"], pull
+    assert {c["status"] for c in report["checks"].values()} == {"not run"}
+
+
+def test_run_flags_are_probed_as_validate_probes_them(tmp_path):
+    """An engine that cannot grant memlock=-1: the flag is dropped and recorded, as validate does, and
+    the checks' containers start with the rest of the cell's run profile and --gpus."""
+    refuse = ('[[ "$*" == *"--entrypoint true"*"--ulimit=memlock"* ]] && { echo "docker: Error response from '
+              'daemon: failed to create shim: setrlimit RLIMIT_MEMLOCK: operation not permitted" >&2; exit 125; }')
+    client, log = fake_docker(tmp_path / "client", refuse)
+    env = {**runner_env(tmp_path, FakeGpus(count=1)), "DOCKER_CLIENT": str(client)}
+    _, report, _ = smoke(tmp_path, env, "--image", "127.0.0.1:5000/pytorch-cuda-dev:x-2.13", "--deadline", "60")
+    flags = report["steps"]["run_flags"]
+    assert flags["status"] == "passed" and flags["figures"]["not_granted"] == ["memlock"], flags
+    started = [c for c in log.read_text().splitlines() if c.startswith("run --rm --init --name t-gpu-smoke-")]
+    assert started, log.read_text()
+    for call in started:
+        assert "memlock" not in call and "--ulimit=stack=67108864" in call and "--gpus=all" in call, call
+        assert "--shm-size=8g" in call
+
+
+def test_sigterm_writes_the_json_naming_the_step(tmp_path):
+    """What the Makefile's outer timeout sends: the JSON is written, naming the check it stopped and
+    every check that did not run."""
+    python = fake_python(tmp_path / "py")
+    out = tmp_path / "smoke.json"
+    proc = subprocess.Popen([sys.executable, str(SMOKE), "--python", str(python), "--wheels", str(tmp_path / "none"),
+                             "--out", str(out)], env=runner_env(tmp_path, FakeGpus(count=2)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for _ in range(600):   # until the DDP check runs (a poll, not a time assertion)
+        if (tmp_path / "py" / "started").exists() or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    printed, _ = proc.communicate(timeout=60)
+    report = json.loads(out.read_text())
+    assert proc.returncode == 1 and report["result"] == "failed", printed
+    assert report["stopped"] == {"step": "nccl_ddp", "why": "SIGTERM (an outer timeout or an interrupt)"}
+    assert report["checks"]["nccl_ddp"]["timed_out"]
+    for name in ("busbw", "profiler_kernel_view", "shm"):
+        assert report["checks"][name]["status"] == "not run", report["checks"][name]
+        assert "stopped during nccl_ddp" in report["checks"][name]["reason"]
 
 
 def test_an_engine_that_refuses_gpus_fails_the_checks(tmp_path):
-    """The engine shim is DOCKER_CLIENT (no --docker): its refusal of --gpus is what fails the checks."""
+    """The engine shim is DOCKER_CLIENT (no --docker): its refusal of --gpus, met when the run flags are
+    probed, is what fails the run; no check passes."""
+    client, _ = fake_docker(tmp_path / "client")
     env = runner_env(tmp_path, FakeGpus(count=2), engine="refuse")
+    env = runner_env(tmp_path, FakeGpus(count=2), engine="refuse", base={**env, "DOCKER_CLIENT": str(client)})
     code, report, _ = smoke(tmp_path, env, "--image", "t-none:1", "--deadline", "60")
     assert code == 1 and report["result"] == "failed", report
-    assert report["checks"]["nccl_ddp"]["status"] == "failed"
-    assert "could not select device driver" in report["checks"]["nccl_ddp"]["reason"]
+    flags = report["steps"]["run_flags"]
+    assert flags["status"] == "failed" and "could not select device driver" in flags["reason"], flags
+    assert "cannot be started with them" in flags["reason"]
     assert not any(c["status"] == "passed" for c in report["checks"].values())
 
 
@@ -64,3 +212,23 @@ def test_make_gpu_smoke_writes_the_json(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and json.loads(out.read_text())["result"] == "not run", proc.stdout + proc.stderr
     assert os.path.getsize(out) > 0
+
+
+def test_make_gpu_smoke_stops_itself_before_the_outer_timeout(tmp_path):
+    """A check that hangs: the script's own bounds end it and the JSON says so; the outer timeout
+    (pull + deadline + 90 s) never has to act."""
+    python = fake_python(tmp_path / "py")
+    env = {**runner_env(tmp_path, FakeGpus(count=1)), "PYTHONPATH": str(REPO)}
+    out = tmp_path / "make.json"
+    proc = subprocess.run(["make", "-s", "gpu-smoke", f"GPU_SMOKE_OUT={out}", f"PYTHON={sys.executable}",
+                           f"GPU_SMOKE_PYTHON={python}", f"GPU_SMOKE_WHEELS={tmp_path / 'none'}",
+                           "GPU_SMOKE_DEADLINE_S=11", "GPU_SMOKE_PULL_S=1"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    report = json.loads(out.read_text())
+    assert proc.returncode == 2 and "Terminated" not in proc.stderr and "stopped" not in report, proc.stderr
+    ddp = report["checks"]["nccl_ddp"]
+    assert ddp["status"] == "failed" and ddp["timed_out"] and ddp["reason"].startswith("torchrun timed out after"), ddp
+    assert report["checks"]["busbw"]["status"] == "not run"
+    for name in ("profiler_kernel_view", "shm"):
+        check = report["checks"][name]
+        assert check["status"] == "not run" and "(nccl_ddp ran past its bound)" in check["reason"], check
