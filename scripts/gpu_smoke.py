@@ -354,6 +354,8 @@ def probed_flags(image: str, labels: dict[str, str], cell_key: str, gpus: list[d
     """The image's cell's run profile as docker flags, probed as `buildtool validate` probes them."""
     try:
         from buildtool.common.errors import UserError
+        from buildtool.contracts import driver_rules
+        from buildtool.contracts.versions import ngc_release
         from buildtool.matrix.schema import load_matrix
         from buildtool.validate.probe import probe_flags, run_flags
         from buildtool.validate.targets import find_cell
@@ -362,11 +364,19 @@ def probed_flags(image: str, labels: dict[str, str], cell_key: str, gpus: list[d
                                                   f"Python (make setup; the Makefile's PYTHON): {exc}"}
     try:
         cell = find_cell(load_matrix(ROOT / "matrix.yaml"), labels, cell_key or None, image)
+        # The host driver must be admitted for the cell's CUDA (natively or by NGC's forward-compatibility
+        # rule) as validate admits it; the sentence naming the rule goes into the report either way.
+        decision = driver_rules.decide(cell.cuda, gpus[0]["driver"], "", [g["name"] for g in gpus],
+                                       ngc_release(cell.base)) if cell.cuda and gpus else None
+        if decision is not None and not decision.admitted:
+            return [], {"status": "failed", "reason": f"cannot run {cell.key} here: {decision.rule}",
+                        "driver_rule": decision.rule}
         flags, dropped = probe_flags(image, run_flags(cell, labels, gpus, log), log, cell.cuda)
     except UserError as exc:  # FailedError is one: an engine that cannot give containers their GPUs
         return [], {"status": "failed", "reason": str(exc)}
     return flags, {"status": "passed", "reason": f"cell {cell.key}", "figures": {"flags": flags,
-                                                                                 "not_granted": dropped}}
+                                                                                 "not_granted": dropped},
+                   "driver_rule": decision.rule if decision is not None else ""}
 
 
 def host_python(python: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -502,6 +512,8 @@ def prepare(smoke: Smoke, runner: Runner, work: Path) -> tuple[str, str]:
         smoke.current = "run_flags"
         runner.flags, steps["run_flags"] = probed_flags(args.image, labels, args.cell, smoke.gpus,
                                                         lambda line: print(f"gpu-smoke: {line}", file=sys.stderr))
+        if steps["run_flags"]["status"] != "passed" and steps["run_flags"].get("driver_rule"):
+            return f"failed: {steps['run_flags']['reason']}", ""   # the driver, not the engine, is at fault
         if steps["run_flags"]["status"] != "passed":
             return f"failed: no container could be started ({steps['run_flags']['reason']})", ""
         return "", ""

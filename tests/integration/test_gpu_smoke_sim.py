@@ -45,8 +45,35 @@ def test_make_gpu_smoke_on_a_one_gpu_runner_whose_engine_drops_the_gpus(tmp_path
     assert steps["pull"]["status"] == "passed" and "not pulled" in steps["pull"]["reason"], steps
     flags = steps["run_flags"]
     assert flags["status"] == "passed" and flags["reason"] == f"cell {GPU_CELL}", flags
+    assert flags["driver_rule"].startswith("driver 580.65.06 admitted: it supports CUDA 13.0 natively"), flags
     assert {"--gpus=all", "--ulimit=stack=67108864", "--shm-size=8g"} <= set(flags["figures"]["flags"]), flags
     # The cell asks for memlock=-1; an engine that cannot grant it (this one, measured) runs without it, as validate.
     granted = "--ulimit=memlock=-1" in flags["figures"]["flags"]
     assert granted != (flags["figures"]["not_granted"] == ["memlock"]), flags
     assert report["result"] == "failed" and proc.returncode == 2 and "stopped" not in report, printed
+
+
+@pytest.mark.parametrize(("gpu_name", "driver", "rule"), [
+    # NGC's forward compatibility admits R550 >= 550.163 for 25.10, on data-center GPUs only.
+    ("NVIDIA GeForce RTX 4090", "550.163.01", "applies to data-center GPUs only, and NVIDIA GeForce RTX 4090"),
+    ("NVIDIA H100 80GB HBM3", "545.23.08", "R545 is not a forward-compatible branch for CUDA 13.0"),
+])
+def test_gpu_smoke_refuses_a_driver_the_cell_cannot_run_on_naming_the_rule(tmp_path, gpu_cell_image,  # noqa: F811
+                                                                          gpu_name, driver, rule):
+    """gpu-smoke admits the host driver as validate does (buildtool/contracts/driver_rules.py) before any
+    check: a refused driver fails the run_flags step with the rule's sentence, and no check runs.
+    (FakeGpus' header says CUDA 12.4; gpu-smoke decides on the driver number, as nvidia-smi's query gives.)"""
+    env = {**runner_env(tmp_path, FakeGpus(count=1, name=gpu_name, driver=driver, cuda="12.4"), engine="drop"),
+           "PYTHONPATH": str(REPO)}
+    out = tmp_path / "smoke.json"
+    subprocess.run(["make", "-s", "gpu-smoke", f"GPU_SMOKE_OUT={out}", f"PYTHON={sys.executable}",
+                    f"GPU_SMOKE_IMAGE={gpu_cell_image}"], cwd=REPO, env=env, capture_output=True, text=True,
+                   timeout=300)
+    report = json.loads(out.read_text())
+    flags = report["steps"]["run_flags"]
+    assert flags["status"] == "failed" and flags["reason"].startswith(f"cannot run {GPU_CELL} here: refused:"), flags
+    assert rule in flags["reason"], flags
+    # No check ran: each is failed for the runner's driver (a GPU runner that cannot run the cell is at fault).
+    assert {name: (c["status"], c["reason"]) for name, c in report["checks"].items()} == {
+        name: ("failed", flags["reason"]) for name in ("nccl_ddp", "busbw", "profiler_kernel_view", "shm")}
+    assert report["result"] == "failed"
