@@ -350,17 +350,20 @@ def test_the_verifier_needs_somewhere_to_read_the_process_id_from(tmp_path: Path
 
 def test_the_verifier_says_which_slurm_node_hosts_the_store(tmp_path: Path) -> None:
     """torchrun under SLURM: the first node of DDP_NODES hosts the c10d store (is_host), found by this container's
-    hostname; where the hostname is none of the nodes, torch decides as it did before (and the log says so)."""
+    hostname, and the node's address from DDP_NODE_ADDRS is its agent's --local-addr; where the hostname is none
+    of the nodes, torch decides both as it did before (and the log says so)."""
     verify, site = tmp_path / "verify.py", tmp_path / "site"
     verify.write_text(VERIFY_SOURCE)
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITE)
     conf = "--rdzv-conf=join_timeout=9,read_timeout=9,is_host={is_host}"
-    for hostname, flag in (("n1", ",is_host=true"), ("n2.cluster.example", ",is_host=false"), ("stranger", "")):
+    for hostname, flag, local in (("n1", ",is_host=true", ["--local-addr=10.0.0.1"]),
+                                  ("n2.cluster.example", ",is_host=false", ["--local-addr=10.0.0.2"]),
+                                  ("stranger", "", [])):
         env = {**os.environ, "PYTHONPATH": str(site), "STUB_HOSTNAME": hostname, "DDP_NODES": "n1 n2 ",
-               "DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "gloo"}
+               "DDP_NODE_ADDRS": "10.0.0.1 10.0.0.2 ", "DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "gloo"}
         env.pop("JOB_COMPLETION_INDEX", None)
         run = subprocess.run([sys.executable, str(verify), sys.executable, "-c", "import sys; print(sys.argv[1:])",
-                              conf], capture_output=True, text=True, timeout=60, env=env)
-        assert run.stdout.strip() == str([f"--rdzv-conf=join_timeout=9,read_timeout=9{flag}"]), run.stderr
+                              conf, "--local-addr={local_addr}"], capture_output=True, text=True, timeout=60, env=env)
+        assert run.stdout.strip() == str([f"--rdzv-conf=join_timeout=9,read_timeout=9{flag}", *local]), run.stderr
         assert ("is none of the job's nodes" in run.stderr) == (hostname == "stranger")

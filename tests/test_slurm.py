@@ -50,7 +50,8 @@ while args[0].startswith("-"):
 cmd = [a.replace(dst, src) if dst and a.startswith(dst) else a for a in args[1:]]
 os.execvp(cmd[0], cmd)
 '''
-SCONTROL = '#!/bin/sh\necho localhost\necho node2\n'
+SCONTROL = ('#!/bin/sh\nif [ "$2" = node ]; then echo "NodeName=$3 NodeAddr=127.0.0.1"; '
+            'else echo localhost; echo node2; fi\n')
 
 
 def generate(run_cli, tmp_path: Path, *args: str) -> Path:
@@ -149,7 +150,8 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
         # the /dev/shm check inside the container, scripts in the bundle's jobs/ folder, removed afterwards.
         # DDP_EXPECT_*: what the verifier checks the run against (world size, backend).
         # DDP_NODES: the verifier finds this node's place there (the first hosts the c10d store).
-        assert launch[2:4] == ["--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_STEPS,DDP_TIMEOUT_S",
+        assert launch[2:4] == ["--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_NODE_ADDRS,DDP_STEPS,"
+                               "DDP_TIMEOUT_S",
                                f"--container={bundle}"]
         shm = srun_calls[0][1:]
         assert shm[:3] == ["--ntasks-per-node=1", "--export=NONE", f"--container={bundle}"] and shm[3] == "sh"
@@ -316,10 +318,11 @@ def test_the_failure_summary_names_what_srun_reported(tmp_path: Path) -> None:
 def _resolve_run(tmp_path: Path, script: Path, node_line: str,
                  env_extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Calls]:
     """The script with stubs: scontrol knows nodes ghost1 and ghost2 (names that resolve nowhere) and prints
-    NODE_LINE for `show node`; srun records its arguments and runs nothing."""
+    NODE_LINE for `show node ghost1` (ghost2's NodeAddr is 127.0.0.2); srun records its arguments, runs nothing."""
     stubs = tmp_path / "stubs"
     stubs.mkdir(exist_ok=True)
-    (stubs / "scontrol").write_text(f'#!/bin/sh\nif [ "$2" = node ]; then echo {shlex.quote(node_line)}; '
+    (stubs / "scontrol").write_text(f'#!/bin/sh\nif [ "$3" = ghost1 ]; then echo {shlex.quote(node_line)}; '
+                                    'elif [ "$2" = node ]; then echo "NodeName=$3 NodeAddr=127.0.0.2"; '
                                     'else printf "ghost1\\nghost2\\n"; fi\n')
     (stubs / "srun").write_text('#!/usr/bin/env python3\nimport os, sys\nwith open(os.environ["STUB_LOG"], "a") as log:'
                                 '\n    log.write("srun " + "\\0".join(sys.argv[1:]) + "\\n")\n')
@@ -346,7 +349,8 @@ def test_the_rendezvous_is_at_the_first_nodes_address_not_its_name(run_cli, tmp_
         assert proc.returncode == 0, proc.stderr
         launch = calls[-1]
         assert f"--rdzv-endpoint={endpoint}:29555" in launch, launch
-        assert "DDP_NODES=" not in proc.stdout and "ghost1" not in [a.split(":")[0] for a in launch]
+        assert f"rendezvous at {endpoint}:29555 (node ghost1)" in proc.stdout
+        assert "--local-addr={local_addr}" in launch   # each node's own, from DDP_NODE_ADDRS, by the verifier
 
 
 def test_an_unresolvable_first_node_fails_fast_naming_it(run_cli, tmp_path: Path) -> None:
@@ -357,6 +361,31 @@ def test_an_unresolvable_first_node_fails_fast_naming_it(run_cli, tmp_path: Path
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
     assert calls == []   # nothing started
     assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
+def test_every_nodes_address_goes_to_torchrun_or_the_job_stops_naming_the_node(run_cli, tmp_path: Path) -> None:
+    """torchrun's agent of group rank 0 gives the workers its own address (MASTER_ADDR), by default its node's
+    name: each node's address goes to the verifier, which passes it as --local-addr."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", "pyxis", "--gpus-per-node", "0")
+    text = script.read_text()
+    assert "export DDP_NODE_ADDRS" in text
+    dump = tmp_path / "dump.sh"
+    # Stop right after the addresses are known: print them.
+    dump.write_text(text.replace("export DDP_NODE_ADDRS\n",
+                                 'export DDP_NODE_ADDRS\necho "ADDRS $DDP_NODE_ADDRS"; exit 0\n'))
+    proc, _ = _resolve_run(tmp_path, dump, "NodeName=ghost1 NodeAddr=10.1.2.3")
+    assert proc.returncode == 0 and "ADDRS 10.1.2.3 127.0.0.2 " in proc.stdout, proc.stderr
+    # A second node whose NodeAddr resolves nowhere: the job stops before anything starts, naming it.
+    (tmp_path / "stubs" / "scontrol").write_text('#!/bin/sh\nif [ "$3" = ghost1 ]; then echo NodeAddr=10.1.2.3; '
+                                                 'elif [ "$2" = node ]; then echo "NodeName=$3 NodeAddr=$3.invalid"; '
+                                                 'else printf "ghost1\\nghost2\\n"; fi\n')
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path, env={
+        **os.environ, "PATH": f"{tmp_path / 'stubs'}:{os.environ['PATH']}", "STUB_LOG": str(tmp_path / "stub.log"),
+        "SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "ghost[1-2]", "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")})
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        "DDP check failed: cannot resolve the address of node ghost2 (NodeAddr ghost2.invalid), which torchrun's "
+        "workers may need to reach"), proc.stderr
 
 
 @pytest.mark.parametrize(("gpus", "args", "cpus"), [
@@ -394,7 +423,7 @@ def test_nccl_settings_are_exported_only_when_set(run_cli, tmp_path: Path, runti
                  "export NCCL_IB_GID_INDEX=3"):
         assert f"\n{line}\n" in text
     if runtime == "oci":   # SLURM's containers get only what --export names
-        assert ("--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_STEPS,DDP_TIMEOUT_S,NCCL_DEBUG,"
-                "NCCL_IB_GID_INDEX,NCCL_IB_HCA,NCCL_SOCKET_IFNAME") in text
+        assert ("--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_NODE_ADDRS,DDP_STEPS,DDP_TIMEOUT_S,"
+                "NCCL_DEBUG,NCCL_IB_GID_INDEX,NCCL_IB_HCA,NCCL_SOCKET_IFNAME") in text
     cpu = generate(run_cli, tmp_path, image, "--gpus-per-node", "0", *extra).read_text()
     assert "NCCL_" not in cpu

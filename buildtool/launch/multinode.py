@@ -42,6 +42,8 @@ MOUNT_DIR = "/opt/image-tests/scripts"
 DEFAULT_SHM = "8g"
 PROCESS_ID = "{process_id}"      # in a coordinator command: the verifier puts this node's process id there
 IS_HOST = "{is_host}"            # in torchrun's --rdzv-conf: the verifier says whether this node hosts the store
+LOCAL_ADDR = "--local-addr={local_addr}"   # torchrun: this node's address from DDP_NODE_ADDRS, or dropped
+NODE_ADDRS_ENV = "DDP_NODE_ADDRS"  # SLURM: the nodes' addresses, in DDP_NODES' order
 RDZV_HOST_ENV = "DDP_RDZV_HOST"  # a name the verifier waits to resolve (bounded) before it starts the check
 LIBRARY_PATH_ENV = "DDP_APPEND_LIBRARY_PATH"   # folders the verifier appends to the check's LD_LIBRARY_PATH
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
@@ -136,11 +138,15 @@ me = None
 if "{process_id}" in command:
     me = node_index(strict=True)
     command = [me if arg == "{process_id}" else arg for arg in command]
-if any("{is_host}" in arg for arg in command):
-    # Whether this node hosts the c10d store, from its index: torch would match its hostname through DNS.
+if any("{is_host}" in arg or arg == "--local-addr={local_addr}" for arg in command):
+    # Whether this node hosts the c10d store, from its index: torch would match its hostname through DNS. And
+    # the address its agent gives the workers (torch's default, the node's name, may not resolve elsewhere).
     index = node_index(strict=False)
     flag = "" if index is None else ",is_host=" + ("true" if index == "0" else "false")
-    command = [arg.replace(",is_host={is_host}", flag) for arg in command]
+    addrs = os.environ.get("DDP_NODE_ADDRS", "").split()
+    local = addrs[int(index)] if index is not None and int(index) < len(addrs) else ""
+    command = [arg.replace(",is_host={is_host}", flag).replace("{local_addr}", local) for arg in command
+               if arg != "--local-addr={local_addr}" or local]
 if os.environ.get("DDP_RDZV_HOST"):
     wait_for_name(os.environ["DDP_RDZV_HOST"], int(os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900")))
 env = dict(os.environ)
@@ -291,12 +297,13 @@ class MultiNodeJob:
     def torchrun(self, endpoint: str, rdzv_id: str, script: str, *, host_flag: bool = False) -> list[str]:
         """torchrun running SCRIPT, the same on every node (c10d assigns ranks). The c10d store's read
         timeout follows the join timeout (contracts.rendezvous.rdzv_conf). HOST_FLAG: the rendezvous
-        configuration ends `,is_host={is_host}`, which the verifier resolves on the node."""
+        configuration ends `,is_host={is_host}` and LOCAL_ADDR follows it, which the verifier resolves on the node."""
         conf = rdzv_conf(self.join_timeout_s) + (f",is_host={IS_HOST}" if host_flag else "")
         return [
             "torchrun", f"--nnodes={self.nodes}", f"--nproc-per-node={self.procs_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-            f"--rdzv-conf={conf}", f"--max-restarts={self.max_restarts}", script,
+            f"--rdzv-conf={conf}", *([LOCAL_ADDR] if host_flag else []), f"--max-restarts={self.max_restarts}",
+            script,
         ]
 
     def command(self, endpoint: str, rdzv_id: str, script_dir: str = MOUNT_DIR) -> list[str]:

@@ -35,7 +35,9 @@ from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
 from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, shm_bytes
 from buildtool.launch.multinode import (
     IS_HOST,
+    LOCAL_ADDR,
     MOUNT_DIR,
+    NODE_ADDRS_ENV,
     NODES_ENV,
     PROCESS_ID,
     VERIFY_SCRIPT,
@@ -168,7 +170,8 @@ def _step(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     if opts.runtime == "pyxis":
         return ["srun", "--kill-on-bad-exit=1", f"--container-image={enroot_image(job.image)}",
                 f"--container-mounts=$workdir:{MOUNT_DIR}:ro", "--no-container-mount-home", *work.command]
-    names = ",".join(sorted([*work.env, *([NODES_ENV] if _needs_nodes(work) else [])])) or "NONE"
+    names = ",".join(sorted([*work.env, *([NODES_ENV] if _needs_nodes(work) else []),
+                             *([NODE_ADDRS_ENV] if LOCAL_ADDR in work.command else [])])) or "NONE"
     return ["srun", "--kill-on-bad-exit=1", f"--export={names}", "--container=$OCI_BUNDLE", *work.command]
 
 
@@ -185,17 +188,40 @@ def _head_address(failed: str) -> list[str]:
     here on the batch host when it is a name (NodeAddr is NodeName unless slurm.conf sets it)."""
     return [
         "# Containers may not resolve node names: rendezvous at the first node's address (RDZV_ADDR overrides).",
+        "# node_ip_of NODE: its NodeAddr as an IPv4 address (resolved here, on the batch host, when it is a name).",
+        "node_ip_of() {",
+        "  node_addr=\"$(scontrol show node \"$1\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | sed -n 1p)\"",
+        "  node_ip=\"$(getent ahostsv4 \"${node_addr:-$1}\" | awk 'NR == 1 {print $1}' || true)\"",
+        "}",
         "head_addr=\"${RDZV_ADDR:-}\"",
         "node_addr=\"\"",
         "if [ -z \"$head_addr\" ]; then",
-        "  node_addr=\"$(scontrol show node \"$head_node\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | sed -n 1p)\"",
-        "  head_addr=\"$(getent ahostsv4 \"${node_addr:-$head_node}\" | awk 'NR == 1 {print $1}' || true)\"",
+        "  node_ip_of \"$head_node\"",
+        "  head_addr=\"$node_ip\"",
         "fi",
         "if [ -z \"$head_addr\" ]; then",
         f"  echo \"{failed}: cannot resolve the address of node $head_node (NodeAddr ${{node_addr:-unknown}}), "
         "which hosts the rendezvous; set RDZV_ADDR to its IP address\" >&2",
         "  exit 2",
         "fi",
+    ]
+
+
+def _node_addresses(failed: str) -> list[str]:
+    """torchrun: every node's address in DDP_NODE_ADDRS (the verifier gives its node's to --local-addr: the
+    agent of group rank 0 publishes it to the workers as MASTER_ADDR, by default the node's name)."""
+    return [
+        f"{NODE_ADDRS_ENV}=\"\"",
+        "while read -r node; do",
+        "  if [ \"$node\" = \"$head_node\" ]; then node_ip=\"$head_addr\"; else node_ip_of \"$node\" < /dev/null; fi",
+        "  if [ -z \"$node_ip\" ]; then",
+        f"    echo \"{failed}: cannot resolve the address of node $node (NodeAddr ${{node_addr:-unknown}}), which "
+        "torchrun's workers may need to reach\" >&2",
+        "    exit 2",
+        "  fi",
+        f"  {NODE_ADDRS_ENV}=\"${NODE_ADDRS_ENV}$node_ip \"",
+        "done < <(scontrol show hostnames \"$SLURM_JOB_NODELIST\")",
+        f"export {NODE_ADDRS_ENV}",
     ]
 
 
@@ -251,6 +277,7 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
         "head_node=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)\"",
         *_head_address(failed),
         f"endpoint=\"$head_addr:{job.rdzv_port}\"",
+        "echo \"rendezvous at $endpoint (node $head_node)\"",
     ]
     if node_list:
         lines += [
@@ -259,6 +286,7 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
             "# wrong in OCI containers).",
             f"{NODES_ENV}=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tr '\\n' ' ')\"",
             f"export {NODES_ENV}",
+            *(_node_addresses(failed) if LOCAL_ADDR in work.command else []),
         ]
     lines.append("")
     if oci:
