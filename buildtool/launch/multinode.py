@@ -59,7 +59,11 @@ VERIFY_SOURCE = '''\
 Usage: DDP_EXPECT_WORLD_SIZE=N DDP_EXPECT_BACKEND=nccl|gloo verify_ddp.py COMMAND...
 COMMAND is torchrun, or a framework's script with `{process_id}` among its arguments: this node's
 process id, JOB_COMPLETION_INDEX (a Kubernetes indexed Job) or the place of this container's hostname
-in DDP_NODES (SLURM: the allocation's node names in order, the first hosting process 0).
+in DDP_NODES (SLURM: the allocation's node names in order, the first hosting process 0). Torch's
+launcher may be given `is_host={is_host}` in its rendezvous configuration (true on process 0: it hosts
+the c10d store) and `{local_addr}` (this node's entry of DDP_NODE_ADDRS); where no process id is known
+both are left to torch. DDP_RDZV_HOST: a name to wait for (up to DDP_RESOLVE_TIMEOUT_S) before starting.
+DDP_APPEND_LIBRARY_PATH: folders appended to the command's LD_LIBRARY_PATH (GKE's driver folder).
 """
 import json
 import os

@@ -16,6 +16,12 @@ file system (copied from SCRIPTS_DIR, by default image-tests/<framework>/scripts
   rendezvous needs none of them, and a coordinator check's process id comes from the node list the
   script exports (DDP_NODES) and the container's hostname, resolved by the verifier.
 
+The rendezvous is at the first node's address, not its name (containers may not resolve SLURM's node
+names): its NodeAddr, resolved on the batch host, or RDZV_ADDR; a node whose address cannot be found ends
+the job at once, named. torchrun's agents also publish their node's address (--local-addr), and the
+first node hosts the store (is_host), both resolved in the container by the verifier. The one task per
+node gets CPUS_PER_GPU CPUs per GPU unless --cpus-per-task says otherwise.
+
 The check's output is kept: when the step fails, the script says why in one line, naming the node that
 failed first (srun's `NODE: task N: ...`) or the rendezvous timeout. `parse_output` reads a job's output
 back into a result.
