@@ -93,7 +93,9 @@ def test_defaults_shm_rendezvous_and_bounded_restarts(run_cli, variant: str) -> 
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     command = container["command"]
     # The store's read timeout follows the join timeout: late nodes may join after 60 s.
-    assert "--rdzv-backend=c10d" in command and "--rdzv-conf=join_timeout=900,read_timeout=900" in command
+    # is_host: the verifier says from the pod's index (or leaves it to torch where there is none, as in a PyTorchJob).
+    assert "--rdzv-backend=c10d" in command
+    assert "--rdzv-conf=join_timeout=900,read_timeout=900,is_host={is_host}" in command
     assert "--nnodes=4" in command and "--nproc-per-node=8" in command
     assert command[-1] == "/opt/image-tests/scripts/ddp_train.py"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
@@ -120,7 +122,7 @@ def test_every_default_can_be_overridden(run_cli) -> None:
     job = docs[1]
     pod = _pod(job)
     assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "32Gi"
-    assert "--rdzv-conf=join_timeout=1800,read_timeout=1800" in pod["containers"][0]["command"]
+    assert "--rdzv-conf=join_timeout=1800,read_timeout=1800,is_host={is_host}" in pod["containers"][0]["command"]
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
     assert env["DDP_EXPECT_WORLD_SIZE"] == "8" and env["DDP_EXPECT_BACKEND"] == "nccl"
     assert job["spec"]["runPolicy"]["backoffLimit"] == 5
@@ -149,6 +151,18 @@ def test_cpu_cell_gets_its_own_shm_and_no_gpu(run_cli) -> None:
     (["--node-selector", "no-equals-sign"], "--node-selector"),
     (["--shm-size", "lots"], "--shm-size"),
     (["--toleration", "nvidia.com/gpu:Sometimes"], "--toleration"),
+    # RDMA resources and NCCL settings: a malformed one is refused, never passed to the cluster.
+    (["--rdma-resource", "rdma_shared_device_a"], "--rdma-resource 'rdma_shared_device_a' is not a resource name"),
+    (["--rdma-resource", "RDMA/dev"], "--rdma-resource 'RDMA/dev' is not a resource name"),
+    (["--rdma-resource", "rdma/bad name"], "--rdma-resource 'rdma/bad name' is not a resource name"),
+    (["--rdma-resource", "kubernetes.io/rdma"], "kubernetes.io names no extended resource"),
+    (["--rdma-resource", "rdma/dev=0"], "COUNT must be a positive whole number"),
+    (["--gpus-per-node", "0", "--rdma-resource", "rdma/dev"], "--rdma-resource is for GPU jobs"),
+    (["--nccl-debug", "LOUD"], "--nccl-debug must be one of VERSION, WARN, INFO, TRACE"),
+    (["--nccl-env", "GLOO_SOCKET_IFNAME=eth0"], "the name must be an NCCL_* variable"),
+    (["--nccl-env", "NCCL_DEBUG=INFO"], "use its own option, --nccl-debug"),
+    (["--nccl-socket-ifname", "eth0 eth1"], "--nccl-socket-ifname 'eth0 eth1' is not a comma list"),
+    (["--gpus-per-node", "0", "--nccl-socket-ifname", "eth0"], "NCCL settings (--nccl-*) apply to GPU jobs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(run_cli, args: list[str], needle: str) -> None:
     code, out, err = run_cli("k8s", IMAGE, *args, "--matrix", str(REPO / "matrix.yaml"))
@@ -157,12 +171,12 @@ def test_bad_input_is_one_line_and_exit_2(run_cli, args: list[str], needle: str)
 
 
 def _verify(tmp_path: Path, result: dict, exit_code: int = 0, world: int = 4,
-            backend: str = "nccl") -> subprocess.CompletedProcess[str]:
+            backend: str = "nccl", env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "fake_torchrun.py"
     fake.write_text(f"import sys\nprint('DDP_RESULT ' + {json.dumps(json.dumps(result))})\nsys.exit({exit_code})\n")
     verify = tmp_path / "verify.py"
     verify.write_text(VERIFY_SOURCE)
-    env = {**os.environ, "DDP_EXPECT_WORLD_SIZE": str(world), "DDP_EXPECT_BACKEND": backend}
+    env = {**os.environ, "DDP_EXPECT_WORLD_SIZE": str(world), "DDP_EXPECT_BACKEND": backend, **(env_extra or {})}
     return subprocess.run([sys.executable, str(verify), sys.executable, str(fake)], capture_output=True, text=True,
                           timeout=60, env=env)
 
@@ -201,7 +215,7 @@ def test_job_expectations_follow_nodes_and_gpus() -> None:
     cpu = MultiNodeJob(image="x:1", nodes=2, gpus_per_node=0, check=check)
     assert (cpu.world_size, cpu.backend) == (2, "gloo")
     command = MultiNodeJob(image="x:1", nodes=2, gpus_per_node=8, check=check, join_timeout_s=1200).command("h:1", "r")
-    assert "--rdzv-conf=join_timeout=1200,read_timeout=1200" in command
+    assert "--rdzv-conf=join_timeout=1200,read_timeout=1200,is_host={is_host}" in command
 
 
 # -- the image's cell comes from its tag, or the command stops (issue 21: never the default cell) -----
@@ -249,3 +263,97 @@ def test_an_image_the_matrix_cannot_place_is_exit_2_naming_it(run_cli, image: st
     code, out, err = run_cli("k8s", image, "--shm-size", "2g", "--framework", "pytorch", "--matrix",
                              str(REPO / "matrix.yaml"))
     assert code == (2 if image.endswith(":") else 0), err
+
+
+# -- issue 23 (5): NCCL, IPC_LOCK, RDMA, the store host by index, GKE's driver folder ------------------------
+
+def _container(docs: list[dict]) -> dict:
+    return _pod(docs[-1])["containers"][0]
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+@pytest.mark.parametrize("variant", ["pytorchjob", "job"])
+def test_gpu_pods_get_nccl_settings_ipc_lock_and_rdma_when_asked(run_cli, variant: str) -> None:
+    container = _container(generate(run_cli, IMAGE, "--gpus-per-node", "8", "--variant", variant))
+    env = _env(container)
+    # NCCL_DEBUG=WARN by default (NCCL's errors reach the log); the interface and HCAs only when the user names them.
+    assert env["NCCL_DEBUG"] == "WARN" and not {"NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"} & set(env)
+    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}      # no RDMA unless asked
+    assert env["DDP_APPEND_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"   # GKE's driver folder, after the image's
+    docs = generate(run_cli, IMAGE, "--gpus-per-node", "8", "--variant", variant, "--nccl-debug", "INFO",
+                    "--nccl-socket-ifname", "^lo,docker", "--nccl-ib-hca", "mlx5_0:1,mlx5_1:1",
+                    "--nccl-env", "NCCL_IB_GID_INDEX=3", "--rdma-resource", "rdma/rdma_shared_device_a",
+                    "--rdma-resource", "example.com/ib=2")
+    for doc in docs:
+        validate(doc)
+    container = _container(docs)
+    env = _env(container)
+    assert (env["NCCL_DEBUG"], env["NCCL_SOCKET_IFNAME"], env["NCCL_IB_HCA"], env["NCCL_IB_GID_INDEX"]) == (
+        "INFO", "^lo,docker", "mlx5_0:1,mlx5_1:1", "3")
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/rdma_shared_device_a": 1,
+                                                "example.com/ib": 2}
+    unlocked = _container(generate(run_cli, IMAGE, "--gpus-per-node", "8", "--variant", variant, "--no-ipc-lock"))
+    assert "securityContext" not in unlocked
+
+
+def test_cpu_pods_get_no_nccl_no_ipc_lock_no_driver_folder(run_cli) -> None:
+    container = _container(generate(run_cli, "127.0.0.1:5000/pytorch-cpu-dev:abc-2.13", "--gpus-per-node", "0",
+                                    "--variant", "job"))
+    assert not [name for name in _env(container) if name.startswith("NCCL_") or name == "DDP_APPEND_LIBRARY_PATH"]
+    assert "securityContext" not in container
+
+
+def _echo_args(tmp_path: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The verifier around a command that prints its arguments (and LD_LIBRARY_PATH), then fails: no DDP_RESULT."""
+    verify = tmp_path / "verify.py"
+    verify.write_text(VERIFY_SOURCE)
+    echo = "import os, sys; print('ARGS', sys.argv[1:]); print('LD', os.environ.get('LD_LIBRARY_PATH')); sys.exit(7)"
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "JOB_COMPLETION_INDEX", "DDP_NODES")}
+    env |= {"DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "nccl", **env_extra}
+    return subprocess.run([sys.executable, str(verify), sys.executable, "-c", echo, *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_pod_0_hosts_the_store_by_its_index_not_by_dns(tmp_path: Path) -> None:
+    """torch would decide by matching its hostname through DNS: a record not there yet left no store host."""
+    conf = "--rdzv-conf=join_timeout=9,read_timeout=9,is_host={is_host}"
+    for index, flag in (("0", ",is_host=true"), ("1", ",is_host=false")):
+        run = _echo_args(tmp_path, {"JOB_COMPLETION_INDEX": index}, conf)
+        assert f"ARGS ['--rdzv-conf=join_timeout=9,read_timeout=9{flag}']" in run.stdout, run.stdout + run.stderr
+    # No index and no node list (a PyTorchJob): torch decides, as before.
+    run = _echo_args(tmp_path, {}, conf)
+    assert "ARGS ['--rdzv-conf=join_timeout=9,read_timeout=9']" in run.stdout, run.stdout + run.stderr
+
+
+def test_pods_wait_for_the_store_hosts_name_then_fail_naming_it(tmp_path: Path) -> None:
+    lost = _echo_args(tmp_path, {"DDP_RDZV_HOST": "ddp-check-0.ddp-check.invalid", "DDP_RESOLVE_TIMEOUT_S": "1"})
+    assert lost.returncode == 1 and "ARGS" not in lost.stdout   # the check never started
+    assert ("DDP check failed: the rendezvous host ddp-check-0.ddp-check.invalid did not resolve within 1 s"
+            in lost.stderr), lost.stderr
+    found = _echo_args(tmp_path, {"DDP_RDZV_HOST": "localhost", "DDP_RESOLVE_TIMEOUT_S": "1"})
+    assert found.returncode == 7 and "ARGS" in found.stdout
+
+
+def test_the_driver_folder_is_appended_after_the_images_library_path(tmp_path: Path) -> None:
+    gke = {"DDP_APPEND_LIBRARY_PATH": "/usr/local/nvidia/lib64"}
+    kept = _echo_args(tmp_path, {**gke, "LD_LIBRARY_PATH": "/opt/image/lib"})
+    assert "LD /opt/image/lib:/usr/local/nvidia/lib64" in kept.stdout.splitlines()
+    alone = _echo_args(tmp_path, gke)
+    assert "LD /usr/local/nvidia/lib64" in alone.stdout.splitlines()
+
+
+def test_the_gloo_fallback_hint_names_a_missing_driver_library(tmp_path: Path) -> None:
+    good = {"backend": "nccl", "world_size": 4, "first_loss": 2.0, "last_loss": 0.5, "identical": True}
+    gloo = _verify(tmp_path, {**good, "backend": "gloo"}, env_extra={"LD_LIBRARY_PATH": "/opt/image/lib"})
+    assert gloo.returncode == 1
+    assert ("libcuda.so.1 is in none of LD_LIBRARY_PATH's folders (/opt/image/lib) nor the linker cache: on GKE the "
+            "driver installer mounts it at /usr/local/nvidia/lib64, which must be on LD_LIBRARY_PATH") in gloo.stderr
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so.1").write_text("")
+    found = _verify(tmp_path, {**good, "backend": "gloo"}, env_extra={"LD_LIBRARY_PATH": str(driver)})
+    assert "trained with gloo, not nccl" in found.stderr and "libcuda.so.1 is in none" not in found.stderr

@@ -139,7 +139,7 @@ def test_a_coordinator_job_has_one_process_per_node() -> None:
     check = frameworks.load_row(FIXTURE_FW).multinode
     job = MultiNodeJob(image="x:1", nodes=3, gpus_per_node=8, check=check, steps=7, join_timeout_s=30)
     assert (job.world_size, job.backend, job.procs_per_node) == (3, "nccl", 1)
-    assert job.env == {"DDP_EXPECT_WORLD_SIZE": "3", "DDP_EXPECT_BACKEND": "nccl"}
+    assert job.env == {"DDP_EXPECT_WORLD_SIZE": "3", "DDP_EXPECT_BACKEND": "nccl", "NCCL_DEBUG": "WARN"}
     assert job.command("h1:29400", "r", "/s") == [
         "python3", "/s/verify_ddp.py", "python3", "/s/fixture_train.py", "--coordinator", "h1:29400",
         "--num-processes", "3", "--process-id", "{process_id}", "--steps", "7", "--init-timeout", "30"]
@@ -195,7 +195,8 @@ def test_dry_run_gives_each_node_its_process_id(run_cli, fw_project: Path, tmp_p
     assert result["world_size"] == 3 and result["identical"] and result["backend"] == "gloo"
     assert "DDP check passed: world size 3, gloo" in proc.stdout
     launch = [c for c in calls if c[0] == "srun"][-1]
-    assert f"localhost:{port}" in launch and launch[launch.index("--process-id") + 1] == "{process_id}"
+    # The first node's address (the batch script resolved localhost), not its name.
+    assert f"127.0.0.1:{port}" in launch and launch[launch.index("--process-id") + 1] == "{process_id}"
     if runtime == "oci":
         assert list((bundle / "jobs").iterdir()) == []
 
@@ -234,8 +235,10 @@ def test_k8s_coordinator_check_is_an_indexed_job(run_cli, fw_project: Path) -> N
         "python3", "/opt/image-tests/scripts/verify_ddp.py", "python3", "/opt/image-tests/scripts/fixture_train.py",
         "--coordinator", "ddp-check-0.ddp-check:29400", "--num-processes", "3", "--process-id", "{process_id}",
         "--steps", "6", "--init-timeout", "900"]
-    assert {e["name"]: e["value"] for e in container["env"]} == {"DDP_EXPECT_BACKEND": "nccl",
-                                                                 "DDP_EXPECT_WORLD_SIZE": "3"}
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "DDP_EXPECT_BACKEND": "nccl", "DDP_EXPECT_WORLD_SIZE": "3", "NCCL_DEBUG": "WARN",
+        "DDP_RDZV_HOST": "ddp-check-0.ddp-check", "DDP_RESOLVE_TIMEOUT_S": "900",
+        "DDP_APPEND_LIBRARY_PATH": "/usr/local/nvidia/lib64"}
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
 
 
@@ -252,6 +255,8 @@ def test_k8s_pods_take_their_process_id_from_the_completion_index(run_cli, fw_pr
                for a in container["command"]]
     command[0] = command[2] = sys.executable
     env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]}}
+    assert env["DDP_RDZV_HOST"] == "ddp-check-0.ddp-check"
+    env["DDP_RDZV_HOST"] = "localhost"    # the Service's name for pod 0, here
     pods = [subprocess.Popen(command, env={**env, "JOB_COMPLETION_INDEX": str(i)}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for i in (1, 0)]
     outs = [p.communicate(timeout=60) for p in pods]
@@ -341,3 +346,24 @@ def test_the_verifier_needs_somewhere_to_read_the_process_id_from(tmp_path: Path
                                                "PYTHONPATH": str(site)})
         assert proc.stdout == f"{want}\n", proc.stderr
         assert proc.returncode == (1 if want == "0" else 0), proc.stderr   # a process 0 must report a result
+
+
+def test_the_verifier_says_which_slurm_node_hosts_the_store(tmp_path: Path) -> None:
+    """torchrun under SLURM: the first node of DDP_NODES hosts the c10d store (is_host), found by this container's
+    hostname, and the node's address from DDP_NODE_ADDRS is its agent's --local-addr; where the hostname is none
+    of the nodes, torch decides both as it did before (and the log says so)."""
+    verify, site = tmp_path / "verify.py", tmp_path / "site"
+    verify.write_text(VERIFY_SOURCE)
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITE)
+    conf = "--rdzv-conf=join_timeout=9,read_timeout=9,is_host={is_host}"
+    for hostname, flag, local in (("n1", ",is_host=true", ["--local-addr=10.0.0.1"]),
+                                  ("n2.cluster.example", ",is_host=false", ["--local-addr=10.0.0.2"]),
+                                  ("stranger", "", [])):
+        env = {**os.environ, "PYTHONPATH": str(site), "STUB_HOSTNAME": hostname, "DDP_NODES": "n1 n2 ",
+               "DDP_NODE_ADDRS": "10.0.0.1 10.0.0.2 ", "DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "gloo"}
+        env.pop("JOB_COMPLETION_INDEX", None)
+        run = subprocess.run([sys.executable, str(verify), sys.executable, "-c", "import sys; print(sys.argv[1:])",
+                              conf, "--local-addr={local_addr}"], capture_output=True, text=True, timeout=60, env=env)
+        assert run.stdout.strip() == str([f"--rdzv-conf=join_timeout=9,read_timeout=9{flag}", *local]), run.stderr
+        assert ("is none of the job's nodes" in run.stderr) == (hostname == "stranger")

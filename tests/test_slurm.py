@@ -50,7 +50,8 @@ while args[0].startswith("-"):
 cmd = [a.replace(dst, src) if dst and a.startswith(dst) else a for a in args[1:]]
 os.execvp(cmd[0], cmd)
 '''
-SCONTROL = '#!/bin/sh\necho localhost\necho node2\n'
+SCONTROL = ('#!/bin/sh\nif [ "$2" = node ]; then echo "NodeName=$3 NodeAddr=127.0.0.1"; '
+            'else echo localhost; echo node2; fi\n')
 
 
 def generate(run_cli, tmp_path: Path, *args: str) -> Path:
@@ -135,7 +136,7 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
     srun_calls = [c for c in calls if c[0] == "srun"]
     assert len(srun_calls) == 2  # the /dev/shm check, then the check itself
     launch = srun_calls[1][1:]
-    assert launch[0] == "--kill-on-bad-exit=1"
+    assert launch[:2] == ["--kill-on-bad-exit=1", "--cpus-per-task=1"]   # a CPU job: one CPU for its one rank
     if runtime == "apptainer":
         apptainer = next(c for c in calls if c[0] == "apptainer")[1:]
         assert apptainer[:2] == ["exec", "--bind"] and "--nv" not in apptainer
@@ -148,7 +149,9 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
         # SLURM's own containers: the bundle, only the check's variables exported (the image's PATH survives),
         # the /dev/shm check inside the container, scripts in the bundle's jobs/ folder, removed afterwards.
         # DDP_EXPECT_*: what the verifier checks the run against (world size, backend).
-        assert launch[1:3] == ["--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_STEPS,DDP_TIMEOUT_S",
+        # DDP_NODES: the verifier finds this node's place there (the first hosts the c10d store).
+        assert launch[2:4] == ["--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_NODE_ADDRS,DDP_STEPS,"
+                               "DDP_TIMEOUT_S",
                                f"--container={bundle}"]
         shm = srun_calls[0][1:]
         assert shm[:3] == ["--ntasks-per-node=1", "--export=NONE", f"--container={bundle}"] and shm[3] == "sh"
@@ -158,9 +161,11 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
         assert list((bundle / "jobs").iterdir()) == []
         command[1] = "/opt/image-tests/scripts/verify_ddp.py"
     assert command[:3] == ["python3", "/opt/image-tests/scripts/verify_ddp.py", "torchrun"]
-    assert f"--rdzv-endpoint=localhost:{port}" in command and "--rdzv-id=4242" in command
+    # The first node's address (localhost's, resolved by the batch script), not its name.
+    assert f"--rdzv-endpoint=127.0.0.1:{port}" in command and "--rdzv-id=4242" in command
     # read_timeout follows the join timeout: torch's default (60 s) fails a node waiting for a late store host.
-    assert "--rdzv-conf=join_timeout=900,read_timeout=900" in command and "--rdzv-backend=c10d" in command
+    assert "--rdzv-conf=join_timeout=900,read_timeout=900,is_host={is_host}" in command
+    assert "--rdzv-backend=c10d" in command
 
 
 @pytest.mark.host_torch
@@ -296,7 +301,8 @@ def test_the_failure_summary_names_what_srun_reported(tmp_path: Path) -> None:
         stubs = tmp_path / "stubs"
         stubs.mkdir(exist_ok=True)
         (stubs / "srun").write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n')
-        (stubs / "scontrol").write_text("#!/bin/sh\necho n1\n")
+        (stubs / "scontrol").write_text('#!/bin/sh\n[ "$2" = node ] && echo "NodeName=n1 NodeAddr=127.0.0.1" '
+                                        '|| echo n1\n')
         for stub in stubs.iterdir():
             stub.chmod(0o755)
         env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
@@ -305,3 +311,119 @@ def test_the_failure_summary_names_what_srun_reported(tmp_path: Path) -> None:
                               cwd=tmp_path)
         assert proc.returncode == 3, proc.stdout + proc.stderr
         assert proc.stderr.strip().splitlines()[-1] == expected, proc.stderr
+
+
+# -- issue 23 (5, 6): the rendezvous at an address, CPUs per task, NCCL settings ----------------------------
+
+def _resolve_run(tmp_path: Path, script: Path, node_line: str,
+                 env_extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Calls]:
+    """The script with stubs: scontrol knows nodes ghost1 and ghost2 (names that resolve nowhere) and prints
+    NODE_LINE for `show node ghost1` (ghost2's NodeAddr is 127.0.0.2); srun records its arguments, runs nothing."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "scontrol").write_text(f'#!/bin/sh\nif [ "$3" = ghost1 ]; then echo {shlex.quote(node_line)}; '
+                                    'elif [ "$2" = node ]; then echo "NodeName=$3 NodeAddr=127.0.0.2"; '
+                                    'else printf "ghost1\\nghost2\\n"; fi\n')
+    (stubs / "srun").write_text('#!/usr/bin/env python3\nimport os, sys\nwith open(os.environ["STUB_LOG"], "a") as log:'
+                                '\n    log.write("srun " + "\\0".join(sys.argv[1:]) + "\\n")\n')
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    log = tmp_path / "stub.log"
+    log.write_text("")
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "9",
+           "SLURM_JOB_NODELIST": "ghost[1-2]", "SLURM_SUBMIT_DIR": str(tmp_path),
+           "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts"), **(env_extra or {})}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    return proc, [line.rstrip("\n").split("\0") for line in log.read_text().splitlines()]
+
+
+def test_the_rendezvous_is_at_the_first_nodes_address_not_its_name(run_cli, tmp_path: Path) -> None:
+    """Containers may not resolve SLURM's node names (c10d then retried until the time limit): the batch script
+    resolves the first node's NodeAddr and gives torchrun the address."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", "pyxis", "--gpus-per-node", "0", "--rdzv-port", "29555")
+    for node_line, env, endpoint in (
+            ("NodeName=ghost1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.1.2.3 NodeHostName=ghost1", {}, "10.1.2.3"),
+            ("NodeName=ghost1 NodeAddr=localhost NodeHostName=ghost1", {}, "127.0.0.1"),   # a name: resolved here
+            ("NodeName=ghost1 NodeAddr=ghost1.invalid", {"RDZV_ADDR": "10.9.9.9"}, "10.9.9.9")):  # the override
+        proc, calls = _resolve_run(tmp_path, script, node_line, env)
+        assert proc.returncode == 0, proc.stderr
+        launch = calls[-1]
+        assert f"--rdzv-endpoint={endpoint}:29555" in launch, launch
+        assert f"rendezvous at {endpoint}:29555 (node ghost1)" in proc.stdout
+        assert "--local-addr={local_addr}" in launch   # each node's own, from DDP_NODE_ADDRS, by the verifier
+
+
+def test_an_unresolvable_first_node_fails_fast_naming_it(run_cli, tmp_path: Path) -> None:
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", "pyxis", "--gpus-per-node", "0")
+    proc, calls = _resolve_run(tmp_path, script, "NodeName=ghost1 NodeAddr=ghost1.invalid NodeHostName=ghost1")
+    message = ("DDP check failed: cannot resolve the address of node ghost1 (NodeAddr ghost1.invalid), which hosts "
+               "the rendezvous; set RDZV_ADDR to its IP address")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert calls == []   # nothing started
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
+def test_every_nodes_address_goes_to_torchrun_or_the_job_stops_naming_the_node(run_cli, tmp_path: Path) -> None:
+    """torchrun's agent of group rank 0 gives the workers its own address (MASTER_ADDR), by default its node's
+    name: each node's address goes to the verifier, which passes it as --local-addr."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", "pyxis", "--gpus-per-node", "0")
+    text = script.read_text()
+    assert "export DDP_NODE_ADDRS" in text
+    dump = tmp_path / "dump.sh"
+    # Stop right after the addresses are known: print them.
+    dump.write_text(text.replace("export DDP_NODE_ADDRS\n",
+                                 'export DDP_NODE_ADDRS\necho "ADDRS $DDP_NODE_ADDRS"; exit 0\n'))
+    proc, _ = _resolve_run(tmp_path, dump, "NodeName=ghost1 NodeAddr=10.1.2.3")
+    assert proc.returncode == 0 and "ADDRS 10.1.2.3 127.0.0.2 " in proc.stdout, proc.stderr
+    # A second node whose NodeAddr resolves nowhere: the job stops before anything starts, naming it.
+    (tmp_path / "stubs" / "scontrol").write_text('#!/bin/sh\nif [ "$3" = ghost1 ]; then echo NodeAddr=10.1.2.3; '
+                                                 'elif [ "$2" = node ]; then echo "NodeName=$3 NodeAddr=$3.invalid"; '
+                                                 'else printf "ghost1\\nghost2\\n"; fi\n')
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path, env={
+        **os.environ, "PATH": f"{tmp_path / 'stubs'}:{os.environ['PATH']}", "STUB_LOG": str(tmp_path / "stub.log"),
+        "SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "ghost[1-2]", "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")})
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        "DDP check failed: cannot resolve the address of node ghost2 (NodeAddr ghost2.invalid), which torchrun's "
+        "workers may need to reach"), proc.stderr
+
+
+@pytest.mark.parametrize(("gpus", "args", "cpus"), [
+    ("8", [], "32"),                         # 4 CPUs per GPU: the node's eight ranks do not share one CPU
+    ("2", [], "8"),
+    ("0", [], "1"),                          # a CPU check: one process
+    ("8", ["--cpus-per-task", "12"], "12"),  # the site's figure
+    ("8", ["--cpus-per-task", "0"], None),   # the partition's default: no directive
+])
+def test_the_one_task_per_node_gets_cpus_for_all_its_ranks(run_cli, tmp_path: Path, gpus: str, args: list[str],
+                                                          cpus: str | None) -> None:
+    text = generate(run_cli, tmp_path, IMAGE, "--gpus-per-node", gpus, *args).read_text()
+    if cpus is None:
+        assert "--cpus-per-task" not in text
+        return
+    assert f"#SBATCH --cpus-per-task={cpus}\n" in text
+    # srun does not pass sbatch's --cpus-per-task to the step in SLURM 22.05 to 23.02: the step names it.
+    assert f"\nsrun --kill-on-bad-exit=1 --cpus-per-task={cpus} apptainer exec" in text
+
+
+def test_a_negative_cpus_per_task_is_refused(run_cli) -> None:
+    code, out, err = run_cli("slurm", IMAGE, "--cpus-per-task", "-1", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and "--cpus-per-task must be 0 (the partition's default) or more, not -1" in err
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "oci"])
+def test_nccl_settings_are_exported_only_when_set(run_cli, tmp_path: Path, runtime: str) -> None:
+    image = str(fake_bundle(tmp_path)) if runtime == "oci" else IMAGE
+    extra = ["--runtime", runtime, *(["--shm-size", "1g", "--framework", "pytorch"] if runtime == "oci" else [])]
+    text = generate(run_cli, tmp_path, image, "--gpus-per-node", "8", *extra).read_text()
+    assert "export NCCL_DEBUG=WARN\n" in text and "NCCL_SOCKET_IFNAME" not in text and "NCCL_IB_HCA" not in text
+    text = generate(run_cli, tmp_path, image, "--gpus-per-node", "8", "--nccl-debug", "INFO", "--nccl-socket-ifname",
+                    "ib0", "--nccl-ib-hca", "^mlx5_2", "--nccl-env", "NCCL_IB_GID_INDEX=3", *extra).read_text()
+    for line in ("export NCCL_DEBUG=INFO", "export NCCL_SOCKET_IFNAME=ib0", "export NCCL_IB_HCA='^mlx5_2'",
+                 "export NCCL_IB_GID_INDEX=3"):
+        assert f"\n{line}\n" in text
+    if runtime == "oci":   # SLURM's containers get only what --export names
+        assert ("--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_NODE_ADDRS,DDP_STEPS,DDP_TIMEOUT_S,"
+                "NCCL_DEBUG,NCCL_IB_GID_INDEX,NCCL_IB_HCA,NCCL_SOCKET_IFNAME") in text
+    cpu = generate(run_cli, tmp_path, image, "--gpus-per-node", "0", *extra).read_text()
+    assert "NCCL_" not in cpu

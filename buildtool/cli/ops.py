@@ -34,6 +34,7 @@ from buildtool.contracts.rendezvous import (
 
 if TYPE_CHECKING:
     from buildtool.contracts.frameworks import Framework
+    from buildtool.launch.multinode import NcclSettings
     from buildtool.launch.scaling import ScalingResult
 
 # Not FrameworkOption (--framework/-f selects cells of the matrix, from $FRAMEWORK too): this one names the
@@ -44,6 +45,22 @@ CheckFrameworkOption = Annotated[
                                      "runs: needed for an image the matrix does not know (a foreign image, a .sif, a "
                                      "bundle folder); an image of the matrix has its cell's."),
 ]
+
+
+NcclDebugOption = Annotated[str, typer.Option(help="NCCL_DEBUG of a GPU job: VERSION, WARN, INFO or TRACE "
+                                                   "(default WARN).")]
+NcclIfnameOption = Annotated[str, typer.Option(help="NCCL_SOCKET_IFNAME of a GPU job, e.g. eth0 or ^lo,docker "
+                                                    "(default: unset, NCCL's choice).")]
+NcclHcaOption = Annotated[str, typer.Option(help="NCCL_IB_HCA of a GPU job, e.g. mlx5_0:1,mlx5_1:1 "
+                                                 "(default: unset, NCCL's choice).")]
+NcclEnvOption = Annotated[list[str] | None, typer.Option(help="Another NCCL_* variable of a GPU job, NAME=VALUE "
+                                                              "(repeatable; e.g. NCCL_IB_GID_INDEX=3).")]
+
+
+def _nccl(debug: str, ifname: str, hca: str, env: list[str] | None) -> NcclSettings:
+    from buildtool.launch.multinode import NcclSettings
+
+    return NcclSettings(debug=debug, socket_ifname=ifname, ib_hca=hca, extra=NcclSettings.parse_env(env or []))
 
 
 def _project(matrix: Path | None) -> Project:
@@ -244,6 +261,15 @@ def register(app: typer.Typer) -> None:
         gpu_resource: Annotated[str, typer.Option(help="Extended resource name of a GPU.")] = GPU_RESOURCE,
         deadline: Annotated[int, typer.Option(help="activeDeadlineSeconds of the job.")] = ACTIVE_DEADLINE_S,
         steps: Annotated[int, typer.Option(help="Training steps of the check.")] = 40,
+        rdma_resource: Annotated[list[str] | None, typer.Option(
+            help="An RDMA device resource for each GPU pod, NAME[=COUNT] (repeatable; e.g. "
+                 "rdma/rdma_shared_device_a).")] = None,
+        ipc_lock: Annotated[bool, typer.Option(help="Add the IPC_LOCK capability to GPU pods (NCCL and RDMA pin "
+                                                    "memory).")] = True,
+        nccl_debug: NcclDebugOption = "",
+        nccl_socket_ifname: NcclIfnameOption = "",
+        nccl_ib_hca: NcclHcaOption = "",
+        nccl_env: NcclEnvOption = None,
         framework: CheckFrameworkOption = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
         matrix: MatrixOption = None,
@@ -261,10 +287,12 @@ def register(app: typer.Typer) -> None:
         row = _framework_for(image, framework, matrix)
         job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check_of(row), name=name,
                            shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts,
-                           backoff_limit=backoff_limit, rdzv_port=rdzv_port, steps=steps)
+                           backoff_limit=backoff_limit, rdzv_port=rdzv_port, steps=steps,
+                           nccl=_nccl(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env))
         opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
                           node_selector=PodOptions.parse_selector(node_selector or []), active_deadline_s=deadline,
-                          tolerations=PodOptions.parse_tolerations(toleration or []))
+                          tolerations=PodOptions.parse_tolerations(toleration or []), ipc_lock=ipc_lock,
+                          rdma_resources=PodOptions.parse_rdma(rdma_resource or []))
         docs = manifests(job, opts, read_check_script(row), variant or default_variant(job))
         _write_or_print(to_yaml(docs), out_file)
 
@@ -280,7 +308,9 @@ def register(app: typer.Typer) -> None:
         partition: Annotated[str, typer.Option(help="SLURM partition.")] = "",
         account: Annotated[str, typer.Option(help="SLURM account.")] = "",
         time_limit: Annotated[str, typer.Option("--time", help="Wall-clock limit.")] = "01:00:00",
-        cpus_per_task: Annotated[int, typer.Option(help="CPUs per task (0: the partition's default).")] = 0,
+        cpus_per_task: Annotated[int | None, typer.Option(
+            help="CPUs of the one task per node, which runs all its ranks (default: 4 per GPU, 1 for a CPU job; "
+                 "0: the partition's default).")] = None,
         shm_size: Annotated[str | None, typer.Option(help="/dev/shm size required on every node "
                                                           "(default: the cell's run profile).")] = None,
         join_timeout: Annotated[int, typer.Option(help="c10d rendezvous join timeout, seconds.")] = JOIN_TIMEOUT_S,
@@ -290,6 +320,10 @@ def register(app: typer.Typer) -> None:
             help="Where image-tests/<framework>/scripts (the framework's check) is on the cluster "
                  "(default: in the submit folder).")] = "",
         steps: Annotated[int, typer.Option(help="Training steps of the check.")] = 40,
+        nccl_debug: NcclDebugOption = "",
+        nccl_socket_ifname: NcclIfnameOption = "",
+        nccl_ib_hca: NcclHcaOption = "",
+        nccl_env: NcclEnvOption = None,
         framework: CheckFrameworkOption = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
         matrix: MatrixOption = None,
@@ -306,7 +340,7 @@ def register(app: typer.Typer) -> None:
         check = check_of(_framework_for(image, framework, matrix))
         job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check, name=name,
                            shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port,
-                           steps=steps)
+                           steps=steps, nccl=_nccl(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env))
         opts = SlurmOptions(runtime=runtime, partition=partition, account=account, time_limit=time_limit,
                             cpus_per_task=cpus_per_task, scripts_dir=scripts_dir)
         _write_or_print(sbatch_script(job, opts), out_file)

@@ -6,11 +6,14 @@ the rendezvous or the coordinator; each pod's process id is its JOB_COMPLETION_I
 the verifier). Both mount the check's scripts (the framework's script and the verifier) from a
 ConfigMap (the image under test is never changed), give /dev/shm a memory-backed emptyDir sized from
 the cell's run profile (the container default is 64 MB, far too small for DataLoader workers and
-NCCL), wait long for late nodes (the join timeout), and bound restarts.
+NCCL), wait long for late nodes (the join timeout), and bound restarts. GPU pods get NCCL's settings
+(NCCL_DEBUG=WARN unless told; the interface and HCAs only when named), IPC_LOCK (NCCL and RDMA pin
+memory), RDMA device resources when asked (--rdma-resource), and GKE's driver folder on LD_LIBRARY_PATH.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,11 +22,35 @@ import yaml
 from buildtool.common.errors import UserError
 from buildtool.contracts.frameworks import MultiNodeCheck
 from buildtool.contracts.rendezvous import ACTIVE_DEADLINE_S, GPU_RESOURCE
-from buildtool.launch.multinode import MOUNT_DIR, VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob, k8s_quantity
+from buildtool.launch.multinode import (
+    LIBRARY_PATH_ENV,
+    MOUNT_DIR,
+    RDZV_HOST_ENV,
+    VERIFY_SCRIPT,
+    VERIFY_SOURCE,
+    MultiNodeJob,
+    k8s_quantity,
+)
 
 VARIANTS = ("pytorchjob", "job")
 LABEL_APP = "app.kubernetes.io/name"
 LABEL_PART = "app.kubernetes.io/part-of"
+# GKE's NVIDIA driver installer mounts the driver's libraries here; CUDA images do not look there by themselves.
+GKE_DRIVER_LIBS = "/usr/local/nvidia/lib64"
+# An extended resource: `<DNS subdomain>/<name>` (Kubernetes' qualified name), outside kubernetes.io.
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_RESOURCE = re.compile(rf"(?P<prefix>{_DNS_SUBDOMAIN})/(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?)")
+
+
+def check_resource_name(option: str, name: str) -> str:
+    """NAME if it is an extended resource name (e.g. rdma/rdma_shared_device_a); UserError naming it."""
+    match = _RESOURCE.fullmatch(name)
+    if not match or len(match["prefix"]) > 253:
+        raise UserError(f"{option} {name!r} is not a resource name like vendor.example/device (a DNS prefix, a "
+                        "slash, a name of letters, digits, -, _ or .)")
+    if match["prefix"] == "kubernetes.io" or match["prefix"].endswith(".kubernetes.io"):
+        raise UserError(f"{option} {name!r}: kubernetes.io names no extended resource")
+    return name
 
 
 @dataclass(frozen=True)
@@ -38,6 +65,20 @@ class PodOptions:
     gpu_resource: str = GPU_RESOURCE
     service_account: str = ""
     active_deadline_s: int = ACTIVE_DEADLINE_S
+    rdma_resources: tuple[tuple[str, int], ...] = ()   # e.g. (("rdma/rdma_shared_device_a", 1),), GPU pods only
+    ipc_lock: bool = True          # GPU pods: IPC_LOCK, so NCCL/RDMA can pin memory
+
+    @staticmethod
+    def parse_rdma(items: list[str]) -> tuple[tuple[str, int], ...]:
+        """`NAME[=COUNT]` (e.g. rdma/rdma_shared_device_a, or rdma/ib=2) -> (name, count) pairs."""
+        out = []
+        for item in items:
+            name, sep, count = item.partition("=")
+            check_resource_name("--rdma-resource", name)
+            if sep and not (count.isdigit() and int(count) > 0):
+                raise UserError(f"--rdma-resource {item!r}: COUNT must be a positive whole number")
+            out.append((name, int(count) if sep else 1))
+        return tuple(out)
 
     @staticmethod
     def parse_tolerations(items: list[str]) -> tuple[dict[str, str], ...]:
@@ -83,11 +124,19 @@ def config_map(job: MultiNodeJob, opts: PodOptions, source: str) -> dict[str, An
             "data": {_check(job).script: source, VERIFY_SCRIPT: VERIFY_SOURCE}}
 
 
-def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str], port_name: str) -> dict[str, Any]:
+def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str], port_name: str,
+               extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    extra_env = extra_env or {}
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
+    env = dict(job.env)
     if job.gpus_per_node:
         limits[opts.gpu_resource] = job.gpus_per_node
+        limits.update(opts.rdma_resources)
+        # Appended by the verifier after the image's own LD_LIBRARY_PATH (a pod's env cannot extend the image's).
+        env[LIBRARY_PATH_ENV] = GKE_DRIVER_LIBS
+    elif opts.rdma_resources:
+        raise UserError("--rdma-resource is for GPU jobs (NCCL over RDMA); --gpus-per-node is 0")
     if opts.cpu:
         requests["cpu"] = opts.cpu
     if opts.memory:
@@ -98,13 +147,15 @@ def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str
         "image": job.image,
         "imagePullPolicy": "IfNotPresent",
         "command": command,
-        "env": [{"name": k, "value": v} for k, v in sorted(job.env.items())],
+        "env": [{"name": k, "value": v} for k, v in sorted({**env, **extra_env}.items())],
         "ports": [{"name": port_name, "containerPort": job.rdzv_port, "protocol": "TCP"}],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
                          {"name": "scripts", "mountPath": MOUNT_DIR, "readOnly": True}],
     }
     if limits or requests:
         container["resources"] = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
+    if job.gpus_per_node and opts.ipc_lock:
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     return container
 
 
@@ -167,9 +218,13 @@ def headless_service(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
 
 def indexed_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     """A batch/v1 indexed Job: pod `<name>-0` (DNS `<name>-0.<name>`) hosts the c10d store or the
-    coordinator; a pod's JOB_COMPLETION_INDEX is its process id."""
-    endpoint = f"{job.name}-0.{job.name}:{job.rdzv_port}"
-    container = _container(job, opts, "ddp-check", job.command(endpoint, job.name), "rdzv")
+    coordinator; a pod's JOB_COMPLETION_INDEX is its process id, and says whether it hosts the store
+    (index 0; not its hostname matched through DNS, whose record may not be there yet). Every pod waits,
+    up to the join timeout, for `<name>-0.<name>` to resolve before it starts."""
+    host = f"{job.name}-0.{job.name}"
+    endpoint = f"{host}:{job.rdzv_port}"
+    container = _container(job, opts, "ddp-check", job.command(endpoint, job.name), "rdzv",
+                           {RDZV_HOST_ENV: host, "DDP_RESOLVE_TIMEOUT_S": str(job.join_timeout_s)})
     spec = _pod_spec(job, opts, container, "Never")
     spec["subdomain"] = job.name
     return {

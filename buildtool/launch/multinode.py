@@ -23,6 +23,7 @@ slurm.conf sets it apart. Where they differ, the verifier stops naming both (nev
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,13 @@ VERIFY_SCRIPT = "verify_ddp.py"
 MOUNT_DIR = "/opt/image-tests/scripts"
 DEFAULT_SHM = "8g"
 PROCESS_ID = "{process_id}"      # in a coordinator command: the verifier puts this node's process id there
+IS_HOST = "{is_host}"            # in torchrun's --rdzv-conf: the verifier says whether this node hosts the store
+LOCAL_ADDR = "--local-addr={local_addr}"   # torchrun: this node's address from DDP_NODE_ADDRS, or dropped
+NODE_ADDRS_ENV = "DDP_NODE_ADDRS"  # SLURM: the nodes' addresses, in DDP_NODES' order
+RDZV_HOST_ENV = "DDP_RDZV_HOST"  # a name the verifier waits to resolve (bounded) before it starts the check
+LIBRARY_PATH_ENV = "DDP_APPEND_LIBRARY_PATH"   # folders the verifier appends to the check's LD_LIBRARY_PATH
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+DEFAULT_NCCL_DEBUG = "WARN"
 NODES_ENV = "DDP_NODES"          # SLURM: the allocation's node names, space-separated, in order
 
 # Runs the check, passes its output through, and on the node that prints rank 0's DDP_RESULT checks it:
@@ -51,29 +59,78 @@ VERIFY_SOURCE = '''\
 Usage: DDP_EXPECT_WORLD_SIZE=N DDP_EXPECT_BACKEND=nccl|gloo verify_ddp.py COMMAND...
 COMMAND is torchrun, or a framework's script with `{process_id}` among its arguments: this node's
 process id, JOB_COMPLETION_INDEX (a Kubernetes indexed Job) or the place of this container's hostname
-in DDP_NODES (SLURM: the allocation's node names in order, the first hosting process 0).
+in DDP_NODES (SLURM: the allocation's node names in order, the first hosting process 0). Torch's
+launcher may be given `is_host={is_host}` in its rendezvous configuration (true on process 0: it hosts
+the c10d store) and `{local_addr}` (this node's entry of DDP_NODE_ADDRS); where no process id is known
+both are left to torch. DDP_RDZV_HOST: a name to wait for (up to DDP_RESOLVE_TIMEOUT_S) before starting.
+DDP_APPEND_LIBRARY_PATH: folders appended to the command's LD_LIBRARY_PATH (GKE's driver folder).
 """
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 
 
-def process_id():
+def node_index(strict):
+    """This node's process id: JOB_COMPLETION_INDEX, or the place of its hostname in DDP_NODES. None when
+    neither says (only when not STRICT: a torchrun node then lets torch decide whether it hosts the store)."""
     if "JOB_COMPLETION_INDEX" in os.environ:
         return os.environ["JOB_COMPLETION_INDEX"]
     nodes = os.environ.get("DDP_NODES", "").split()
     if not nodes:
+        if not strict:
+            return None
         sys.exit("DDP check failed: no process id for this node: neither JOB_COMPLETION_INDEX (a Kubernetes "
                  "indexed Job) nor DDP_NODES (the SLURM job's node names) is set")
     host = socket.gethostname()
     for names, name in ((nodes, host), ([n.split(".")[0] for n in nodes], host.split(".")[0])):
         if name in names:
             return str(names.index(name))
+    if not strict:
+        print(f"verify_ddp.py: hostname {host!r} is none of the job's nodes ({', '.join(nodes)}): torch decides "
+              "whether this node hosts the c10d store", file=sys.stderr, flush=True)
+        return None
     sys.exit(f"DDP check failed: this container's hostname {host!r} is none of the job's nodes "
              f"({', '.join(nodes)}), so it has no process id; the container must have its node's hostname "
              "(SLURM's NodeName)")
+
+
+def wait_for_name(host, timeout_s):
+    """Kubernetes: the headless Service's record for pod 0 appears once that pod has an address (it may be
+    pulling its image); wait for it, bounded, rather than let the c10d client retry silently."""
+    deadline = time.monotonic() + timeout_s
+    said = False
+    while True:
+        try:
+            socket.getaddrinfo(host, None)
+            return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                sys.exit(f"DDP check failed: the rendezvous host {host} did not resolve within {timeout_s} s "
+                         f"({exc}): is pod 0 running, and does the headless Service select it?")
+            if not said:
+                print(f"verify_ddp.py: waiting up to {timeout_s} s for {host} to resolve ({exc})", file=sys.stderr,
+                      flush=True)
+                said = True
+            time.sleep(2)
+
+
+def libcuda_hint(env):
+    """Where CUDA's driver library is not: the usual reason a GPU run falls back to gloo."""
+    folders = [f for f in env.get("LD_LIBRARY_PATH", "").split(":") if f]
+    if any(os.path.exists(os.path.join(f, "libcuda.so.1")) for f in folders):
+        return ""
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        cache = ""
+    if "libcuda.so.1" in cache:
+        return ""
+    return (f"; libcuda.so.1 is in none of LD_LIBRARY_PATH's folders ({':'.join(folders) or 'unset'}) nor the "
+            "linker cache: on GKE the driver installer mounts it at /usr/local/nvidia/lib64, which must be on "
+            "LD_LIBRARY_PATH (the generated manifests append it)")
 
 
 try:
@@ -83,9 +140,25 @@ except (KeyError, ValueError):
 command = sys.argv[1:]
 me = None
 if "{process_id}" in command:
-    me = process_id()
+    me = node_index(strict=True)
     command = [me if arg == "{process_id}" else arg for arg in command]
-proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+if any("{is_host}" in arg or arg == "--local-addr={local_addr}" for arg in command):
+    # Whether this node hosts the c10d store, from its index: torch would match its hostname through DNS. And
+    # the address its agent gives the workers (torch's default, the node's name, may not resolve elsewhere).
+    index = node_index(strict=False)
+    flag = "" if index is None else ",is_host=" + ("true" if index == "0" else "false")
+    addrs = os.environ.get("DDP_NODE_ADDRS", "").split()
+    local = addrs[int(index)] if index is not None and int(index) < len(addrs) else ""
+    command = [arg.replace(",is_host={is_host}", flag).replace("{local_addr}", local) for arg in command
+               if arg != "--local-addr={local_addr}" or local]
+if os.environ.get("DDP_RDZV_HOST"):
+    wait_for_name(os.environ["DDP_RDZV_HOST"], int(os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900")))
+env = dict(os.environ)
+if os.environ.get("DDP_APPEND_LIBRARY_PATH"):
+    # After the image's own folders (which may hold CUDA's forward-compatibility libraries).
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (env.get("LD_LIBRARY_PATH", ""),
+                                                  os.environ["DDP_APPEND_LIBRARY_PATH"]) if p)
+proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
 result = None
 for line in proc.stdout:
     sys.stdout.write(line)
@@ -102,8 +175,8 @@ if result is not None:
     problems = []
     if result.get("backend") != want_backend:
         problems.append(f"trained with {result.get('backend')}, not {want_backend}"
-                        + (" (no GPU reached the container? check NVIDIA_VISIBLE_DEVICES and the runtime)"
-                           if want_backend == "nccl" else ""))
+                        + (" (no GPU reached the container? check NVIDIA_VISIBLE_DEVICES and the runtime"
+                           + libcuda_hint(env) + ")" if want_backend == "nccl" else ""))
     if result["world_size"] != want_world:
         problems.append(f"world size {result['world_size']}, not the {want_world} asked for")
     if not result["identical"]:
@@ -116,6 +189,61 @@ if result is not None:
     print(f"DDP check passed: world size {result['world_size']}, {result['backend']}, loss "
           f"{result['first_loss']:.4f} -> {result['last_loss']:.4f}", flush=True)
 '''
+
+
+_NCCL_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
+_NCCL_LIST = re.compile(r"[A-Za-z0-9_.:,=^-]+")   # interface and HCA lists: `^` excludes, `=` matches exactly
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """NCCL's environment for a GPU job: what the user names, never guessed (the right interface and HCAs
+    are the cluster's to say). NCCL_DEBUG defaults to WARN: NCCL's errors reach the job's log."""
+
+    debug: str = ""                      # "" -> DEFAULT_NCCL_DEBUG
+    socket_ifname: str = ""              # NCCL_SOCKET_IFNAME, e.g. eth0 or ^lo,docker
+    ib_hca: str = ""                     # NCCL_IB_HCA, e.g. mlx5_0:1,mlx5_1:1
+    extra: tuple[tuple[str, str], ...] = ()   # other NCCL_* variables (--nccl-env NAME=VALUE)
+
+    def __post_init__(self) -> None:
+        if self.debug and self.debug not in NCCL_DEBUG_LEVELS:
+            raise UserError(f"--nccl-debug must be one of {', '.join(NCCL_DEBUG_LEVELS)}, not {self.debug!r}")
+        for option, value in (("--nccl-socket-ifname", self.socket_ifname), ("--nccl-ib-hca", self.ib_hca)):
+            if value and not _NCCL_LIST.fullmatch(value):
+                raise UserError(f"{option} {value!r} is not a comma list of names (NCCL's syntax: ^ excludes, "
+                                "= matches exactly)")
+        for name, value in self.extra:
+            if not _NCCL_NAME.fullmatch(name):
+                raise UserError(f"--nccl-env {name}={value}: the name must be an NCCL_* variable")
+            own = {"NCCL_DEBUG": "--nccl-debug", "NCCL_SOCKET_IFNAME": "--nccl-socket-ifname",
+                   "NCCL_IB_HCA": "--nccl-ib-hca"}
+            if name in own:
+                raise UserError(f"--nccl-env {name}: use its own option, {own[name]}")
+            if "\n" in value or not value:
+                raise UserError(f"--nccl-env {name}: the value must be one non-empty line")
+
+    @staticmethod
+    def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
+        pairs = []
+        for item in items:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise UserError(f"--nccl-env {item!r} is not NAME=VALUE")
+            pairs.append((name, value))
+        return tuple(pairs)
+
+    @property
+    def explicit(self) -> bool:
+        return bool(self.debug or self.socket_ifname or self.ib_hca or self.extra)
+
+    def env(self) -> dict[str, str]:
+        env = {"NCCL_DEBUG": self.debug or DEFAULT_NCCL_DEBUG}
+        if self.socket_ifname:
+            env["NCCL_SOCKET_IFNAME"] = self.socket_ifname
+        if self.ib_hca:
+            env["NCCL_IB_HCA"] = self.ib_hca
+        env.update(self.extra)
+        return env
 
 
 @dataclass(frozen=True)
@@ -134,8 +262,11 @@ class MultiNodeJob:
     backoff_limit: int = BACKOFF_LIMIT
     rdzv_port: int = RDZV_PORT
     steps: int = 40
+    nccl: NcclSettings = NcclSettings()
 
     def __post_init__(self) -> None:
+        if self.nccl.explicit and not self.gpus_per_node:
+            raise UserError("NCCL settings (--nccl-*) apply to GPU jobs: with --gpus-per-node 0 the check runs gloo")
         if self.nodes < 1:
             raise UserError(f"--nodes must be at least 1, not {self.nodes}")
         if self.gpus_per_node < 0:
@@ -167,13 +298,16 @@ class MultiNodeJob:
     def backend(self) -> str:
         return "nccl" if self.gpus_per_node > 0 else "gloo"
 
-    def torchrun(self, endpoint: str, rdzv_id: str, script: str) -> list[str]:
+    def torchrun(self, endpoint: str, rdzv_id: str, script: str, *, host_flag: bool = False) -> list[str]:
         """torchrun running SCRIPT, the same on every node (c10d assigns ranks). The c10d store's read
-        timeout follows the join timeout (contracts.rendezvous.rdzv_conf)."""
+        timeout follows the join timeout (contracts.rendezvous.rdzv_conf). HOST_FLAG: the rendezvous
+        configuration ends `,is_host={is_host}` and LOCAL_ADDR follows it, which the verifier resolves on the node."""
+        conf = rdzv_conf(self.join_timeout_s) + (f",is_host={IS_HOST}" if host_flag else "")
         return [
             "torchrun", f"--nnodes={self.nodes}", f"--nproc-per-node={self.procs_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-            f"--rdzv-conf={rdzv_conf(self.join_timeout_s)}", f"--max-restarts={self.max_restarts}", script,
+            f"--rdzv-conf={conf}", *([LOCAL_ADDR] if host_flag else []), f"--max-restarts={self.max_restarts}",
+            script,
         ]
 
     def command(self, endpoint: str, rdzv_id: str, script_dir: str = MOUNT_DIR) -> list[str]:
@@ -184,7 +318,7 @@ class MultiNodeJob:
         script = f"{script_dir}/{self.check.script}"
         verify = ["python3", f"{script_dir}/{VERIFY_SCRIPT}"]
         if not self.coordinator:
-            return [*verify, *self.torchrun(endpoint, rdzv_id, script)]
+            return [*verify, *self.torchrun(endpoint, rdzv_id, script, host_flag=True)]
         return [*verify, "python3", script, "--coordinator", endpoint, "--num-processes", str(self.nodes),
                 "--process-id", PROCESS_ID, "--steps", str(self.steps), "--init-timeout", str(self.join_timeout_s)]
 
@@ -194,6 +328,8 @@ class MultiNodeJob:
         # reads its steps and timeout here (the process group may wait as long as the rendezvous did for
         # the slowest node); a coordinator script has them on its command line.
         expect = {"DDP_EXPECT_WORLD_SIZE": str(self.world_size), "DDP_EXPECT_BACKEND": self.backend}
+        if self.gpus_per_node:
+            expect.update(self.nccl.env())
         if self.coordinator:
             return expect
         return {"DDP_STEPS": str(self.steps), "DDP_TIMEOUT_S": str(self.join_timeout_s), **expect}

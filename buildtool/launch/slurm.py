@@ -16,6 +16,12 @@ file system (copied from SCRIPTS_DIR, by default image-tests/<framework>/scripts
   rendezvous needs none of them, and a coordinator check's process id comes from the node list the
   script exports (DDP_NODES) and the container's hostname, resolved by the verifier.
 
+The rendezvous is at the first node's address, not its name (containers may not resolve SLURM's node
+names): its NodeAddr, resolved on the batch host, or RDZV_ADDR; a node whose address cannot be found ends
+the job at once, named. torchrun's agents also publish their node's address (--local-addr), and the
+first node hosts the store (is_host), both resolved in the container by the verifier. The one task per
+node gets CPUS_PER_GPU CPUs per GPU unless --cpus-per-task says otherwise.
+
 The check's output is kept: when the step fails, the script says why in one line, naming the node that
 failed first (srun's `NODE: task N: ...`) or the rendezvous timeout. `parse_output` reads a job's output
 back into a result.
@@ -33,10 +39,23 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
 from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, shm_bytes
-from buildtool.launch.multinode import MOUNT_DIR, NODES_ENV, PROCESS_ID, VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob
+from buildtool.launch.multinode import (
+    IS_HOST,
+    LOCAL_ADDR,
+    MOUNT_DIR,
+    NODE_ADDRS_ENV,
+    NODES_ENV,
+    PROCESS_ID,
+    VERIFY_SCRIPT,
+    VERIFY_SOURCE,
+    MultiNodeJob,
+)
 
 RUNTIMES = ("apptainer", "pyxis", "oci")
 PASSED_PREFIX = "DDP check passed: "
+# One task per node runs every rank of that node: without a count SLURM gives it one CPU, which the ranks (and
+# their data loaders and NCCL's threads) would share. Sites set their own with --cpus-per-task.
+CPUS_PER_GPU = 4
 
 
 @dataclass(frozen=True)
@@ -45,7 +64,7 @@ class SlurmOptions:
     partition: str = ""
     account: str = ""
     time_limit: str = "01:00:00"
-    cpus_per_task: int = 0
+    cpus_per_task: int | None = None   # None: default_cpus_per_task(job); 0: no directive (the partition's default)
     scripts_dir: str = ""          # default: the workload's scripts folder (image-tests/<framework>/scripts) in the
                                    # submit folder
 
@@ -54,6 +73,14 @@ class SlurmOptions:
             raise UserError(f"--runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}")
         if not re.fullmatch(r"(\d+-)?\d+(:\d{2}){0,2}", self.time_limit):
             raise UserError(f"--time {self.time_limit!r} must be a SLURM time limit like 01:00:00 or 1-00:00:00")
+        if self.cpus_per_task is not None and self.cpus_per_task < 0:
+            raise UserError(f"--cpus-per-task must be 0 (the partition's default) or more, not {self.cpus_per_task}")
+
+    def cpus(self, job: MultiNodeJob) -> int:
+        """CPUs for the one task per node: the option, else CPUS_PER_GPU per GPU (1 for a CPU job)."""
+        if self.cpus_per_task is not None:
+            return self.cpus_per_task
+        return max(1, job.gpus_per_node * CPUS_PER_GPU)
 
 
 @dataclass(frozen=True)
@@ -134,6 +161,13 @@ def _shm_check(opts: SlurmOptions, failed: str) -> list[str]:
 
 
 def _launch(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
+    # srun does not take the job's --cpus-per-task from sbatch in SLURM 22.05 to 23.02: name it on the step.
+    cpus = [f"--cpus-per-task={opts.cpus(job)}"] if opts.cpus(job) else []
+    step = _step(job, opts, work)
+    return [*step[:2], *cpus, *step[2:]]   # srun --kill-on-bad-exit=1 --cpus-per-task=N ...
+
+
+def _step(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     if opts.runtime == "apptainer":
         source = job.image if job.image.endswith(".sif") else f"docker://{job.image}"
         nv = ["--nv"] if job.gpus_per_node else []
@@ -142,8 +176,59 @@ def _launch(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     if opts.runtime == "pyxis":
         return ["srun", "--kill-on-bad-exit=1", f"--container-image={enroot_image(job.image)}",
                 f"--container-mounts=$workdir:{MOUNT_DIR}:ro", "--no-container-mount-home", *work.command]
-    names = ",".join(sorted([*work.env, *([NODES_ENV] if PROCESS_ID in work.command else [])])) or "NONE"
+    names = ",".join(sorted([*work.env, *([NODES_ENV] if _needs_nodes(work) else []),
+                             *([NODE_ADDRS_ENV] if LOCAL_ADDR in work.command else [])])) or "NONE"
     return ["srun", "--kill-on-bad-exit=1", f"--export={names}", "--container=$OCI_BUNDLE", *work.command]
+
+
+def _needs_nodes(work: Workload) -> bool:
+    """The verifier finds this node's place in DDP_NODES: a coordinator's process id, torchrun's is_host."""
+    return any(PROCESS_ID in w or IS_HOST in w for w in work.command)
+
+
+def _head_address(failed: str) -> list[str]:
+    """Lines that set head_addr to the first node's IP address, or end the job naming the node.
+
+    Containers may not resolve SLURM's node names (c10d then retries until the time limit), so the
+    rendezvous is at an address: RDZV_ADDR when set, else the node's NodeAddr from scontrol, resolved
+    here on the batch host when it is a name (NodeAddr is NodeName unless slurm.conf sets it)."""
+    return [
+        "# Containers may not resolve node names: rendezvous at the first node's address (RDZV_ADDR overrides).",
+        "# node_ip_of NODE: its NodeAddr as an IPv4 address (resolved here, on the batch host, when it is a name).",
+        "node_ip_of() {",
+        "  node_addr=\"$(scontrol show node \"$1\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | sed -n 1p)\"",
+        "  node_ip=\"$(getent ahostsv4 \"${node_addr:-$1}\" | awk 'NR == 1 {print $1}' || true)\"",
+        "}",
+        "head_addr=\"${RDZV_ADDR:-}\"",
+        "node_addr=\"\"",
+        "if [ -z \"$head_addr\" ]; then",
+        "  node_ip_of \"$head_node\"",
+        "  head_addr=\"$node_ip\"",
+        "fi",
+        "if [ -z \"$head_addr\" ]; then",
+        f"  echo \"{failed}: cannot resolve the address of node $head_node (NodeAddr ${{node_addr:-unknown}}), "
+        "which hosts the rendezvous; set RDZV_ADDR to its IP address\" >&2",
+        "  exit 2",
+        "fi",
+    ]
+
+
+def _node_addresses(failed: str) -> list[str]:
+    """torchrun: every node's address in DDP_NODE_ADDRS (the verifier gives its node's to --local-addr: the
+    agent of group rank 0 publishes it to the workers as MASTER_ADDR, by default the node's name)."""
+    return [
+        f"{NODE_ADDRS_ENV}=\"\"",
+        "while read -r node; do",
+        "  if [ \"$node\" = \"$head_node\" ]; then node_ip=\"$head_addr\"; else node_ip_of \"$node\" < /dev/null; fi",
+        "  if [ -z \"$node_ip\" ]; then",
+        f"    echo \"{failed}: cannot resolve the address of node $node (NodeAddr ${{node_addr:-unknown}}), which "
+        "torchrun's workers may need to reach\" >&2",
+        "    exit 2",
+        "  fi",
+        f"  {NODE_ADDRS_ENV}=\"${NODE_ADDRS_ENV}$node_ip \"",
+        "done < <(scontrol show hostnames \"$SLURM_JOB_NODELIST\")",
+        f"export {NODE_ADDRS_ENV}",
+    ]
 
 
 def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
@@ -154,8 +239,8 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
                   f"--time={opts.time_limit}", f"--output={job.name}-%j.out"]
     if job.gpus_per_node:
         directives.append(f"--gpus-per-node={job.gpus_per_node}")
-    if opts.cpus_per_task:
-        directives.append(f"--cpus-per-task={opts.cpus_per_task}")
+    if opts.cpus(job):
+        directives.append(f"--cpus-per-task={opts.cpus(job)}")
     if opts.partition:
         directives.append(f"--partition={opts.partition}")
     if opts.account:
@@ -164,6 +249,7 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
     failed = f"{work.label} failed"
     scripts_dir = opts.scripts_dir or f"${{SLURM_SUBMIT_DIR:-$PWD}}/{work.scripts_dir}"
     per_node_id = PROCESS_ID in work.command
+    node_list = _needs_nodes(work)
     folder = f"{job.name}-$SLURM_JOB_ID"
     lines = [
         "#!/bin/bash",
@@ -195,14 +281,18 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
                                                            else "c10d rendezvous."),
         "# sed, not head: head would close the pipe early and pipefail would kill the job (SIGPIPE).",
         "head_node=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)\"",
-        f"endpoint=\"$head_node:{job.rdzv_port}\"",
+        *_head_address(failed),
+        f"endpoint=\"$head_addr:{job.rdzv_port}\"",
+        "echo \"rendezvous at $endpoint (node $head_node)\"",
     ]
-    if per_node_id:
+    if node_list:
         lines += [
-            "# Each node's process id is its place in this list: the verifier, in the container, finds its",
-            "# hostname there (SLURM_PROCID would be expanded once, here, and is wrong in OCI containers).",
+            "# Each node's process id is its place in this list (the first hosts the rendezvous): the verifier,",
+            "# in the container, finds its hostname there (SLURM_PROCID would be expanded once, here, and is",
+            "# wrong in OCI containers).",
             f"{NODES_ENV}=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tr '\\n' ' ')\"",
             f"export {NODES_ENV}",
+            *(_node_addresses(failed) if LOCAL_ADDR in work.command else []),
         ]
     lines.append("")
     if oci:

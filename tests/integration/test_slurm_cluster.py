@@ -212,6 +212,34 @@ def test_oci_runtime_two_nodes_ddp_check_passes(cluster: LocalSlurm, bundle: Pat
     assert not [c for c in cluster.containers() if f".{end.job_id}." in c]
 
 
+@pytest.mark.parametrize("own_name", [False, True], ids=["no-node-names", "own-name-only"])
+def test_node_names_that_do_not_resolve_in_the_containers(cluster: LocalSlurm, bundle: Path, tmp_path: Path,
+                                                          own_name: bool) -> None:
+    """Issue 23 (6): this job's containers get a hosts file without the other nodes' names (the `hosts` fault;
+    with or without the container's own), as on a cluster whose node names are not in DNS. The old script's
+    rendezvous at `n1:PORT` failed there: with no names, n2's torchrun died on its own hostname (socket.gaierror
+    in torch's is-this-my-host check); with its own name only, n2 retried `n1` until the join timeout. The batch
+    script now resolves the nodes' NodeAddr (127.0.0.1 here) up front; the first node of the job's list hosts the
+    store (is_host, said by the verifier) and each agent publishes its node's address (--local-addr)."""
+    name = f"unresolved-{'own' if own_name else 'none'}"
+    for node, addr in (("n1", "127.0.1.1"), ("n2", "127.0.1.2")):
+        cluster.fault(name, node, "hosts", "127.0.0.1 localhost\n" + (f"{addr} {node}\n" if own_name else ""))
+    # The fault holds: in this job's containers the other node's name resolves nowhere.
+    probe = tmp_path / "probe.sbatch"
+    probe.write_text(f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --nodes=1\n#SBATCH --nodelist=n2\n"
+                     f"#SBATCH --time=00:02:00\n#SBATCH --output={tmp_path}/probe-%j.out\nsrun --export=NONE "
+                     f"--container={bundle} getent hosts localhost n1 n2 || echo \"getent exit $?\"\n")
+    end = run_job(probe, cwd=tmp_path, timeout_s=JOB_BOUND_S, env=cluster.env)
+    assert end.state == "COMPLETED" and "getent exit 2" in end.output, end.output
+    resolved = [line.split() for line in end.output.splitlines() if line[:1].isdigit()]
+    assert resolved == [["127.0.0.1", "localhost"], *([["127.0.1.2", "n2"]] if own_name else [])], end.output
+    script = _generate(tmp_path, str(bundle), "--runtime", "oci", "--join-timeout", "60", name=name)
+    end, outcome = _submit(cluster, script, tmp_path)
+    assert end.state == "COMPLETED" and outcome.passed, end.output[-3000:]
+    assert "rendezvous at 127.0.0.1:" in end.output and "(node n1)" in end.output
+    assert outcome.world_size == 2 and outcome.result and outcome.result["nnodes"] == 2
+
+
 def _project_with_fixture_framework(folder: Path) -> Path:
     """This checkout's matrix, templates and image-tests, plus the fixture framework's folder."""
     project = folder / "project"

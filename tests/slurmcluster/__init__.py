@@ -302,8 +302,8 @@ RunTimeRun="{run}"
 
     def fault(self, job_name: str, node: str, kind: str, value: str) -> Path:
         """A fault for oci_run.py in jobs named JOB_NAME on NODE: `delay` (seconds before the container that
-        runs torchrun starts) or `shm` (the size of /dev/shm there)."""
-        if kind not in ("delay", "shm"):
+        runs torchrun starts), `shm` (the size of /dev/shm there) or `hosts` (the text of its /etc/hosts)."""
+        if kind not in ("delay", "shm", "hosts"):
             raise ValueError(f"unknown fault {kind!r}")
         path = self.root / "faults" / f"{job_name}.{node}.{kind}"
         path.write_text(value)

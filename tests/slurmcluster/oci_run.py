@@ -5,8 +5,10 @@ spool folder, safe to edit). Before exec'ing runc this gives the container what 
 have: its own hostname (= the node name, in a uts namespace of its own), so torch's c10d backend sees
 distinct hosts and only the endpoint's node hosts the store. Then it applies the test faults set for
 this job name on this node: ROOT/faults/<job name>.<node>.delay (seconds to wait before starting the
-step that runs torchrun: a node that joins late) and ROOT/faults/<job name>.<node>.shm (a smaller
-/dev/shm on that node). Keyed by job name, so jobs running side by side do not see each other's faults.
+step that runs torchrun: a node that joins late), ROOT/faults/<job name>.<node>.shm (a smaller
+/dev/shm on that node) and ROOT/faults/<job name>.<node>.hosts (the container's /etc/hosts, in place of the
+bundle's: without the node names, as on a cluster whose node names are not in DNS). Keyed by job name, so
+jobs running side by side do not see each other's faults.
 """
 
 import json
@@ -32,6 +34,11 @@ if os.path.exists(shm):
     for mount in config.get("mounts", []):
         if mount["destination"] == "/dev/shm":
             mount["options"] = [o for o in mount.get("options", []) if not o.startswith("size=")] + [f"size={size}"]
+hosts = f"{prefix}.hosts"
+if os.path.exists(hosts):
+    for mount in config.get("mounts", []):
+        if mount["destination"] == "/etc/hosts":
+            mount["source"] = hosts
 with open(path, "w") as handle:
     json.dump(config, handle)
 delay = f"{prefix}.delay"
