@@ -136,8 +136,8 @@ class SlurmLauncher:
         return count * (self.gpus_per_node or 1)
 
     def run(self, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-        from buildtool.launch.multinode import MultiNodeJob
-        from buildtool.launch.slurm import SlurmOptions, Workload, render, torchrun
+        from buildtool.launch.multinode import VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob
+        from buildtool.launch.slurm import SlurmOptions, Workload, render
         from buildtool.launch.slurmjobs import run_job
 
         job = MultiNodeJob(image=self.image, nodes=count, gpus_per_node=self.gpus_per_node,
@@ -145,8 +145,15 @@ class SlurmLauncher:
                            rdzv_port=self.rdzv_port)
         opts = SlurmOptions(runtime=self.runtime, partition=self.partition, account=self.account,
                             time_limit=self.time_limit)
-        work = Workload(label="DDP scaling run", command=torchrun(job, f"$jobdir/{worker.name}"), env=env,
-                        embedded={worker.name: worker.read_text(encoding="utf-8")})
+        # torchrun through the DDP check's verifier: on a cluster whose node names do not resolve in the
+        # containers it tells each node whether it hosts the store (is_host) and gives its agent the node's
+        # address (--local-addr); the scaling worker prints no DDP_RESULT, so it checks nothing else.
+        command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
+                   *job.torchrun("$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}", host_flag=True)]
+        expect = {"DDP_EXPECT_WORLD_SIZE": str(job.world_size), "DDP_EXPECT_BACKEND": job.backend,
+                  **(job.nccl.env() if job.gpus_per_node else {})}
+        work = Workload(label="DDP scaling run", command=command, env={**env, **expect},
+                        embedded={worker.name: worker.read_text(encoding="utf-8"), VERIFY_SCRIPT: VERIFY_SOURCE})
         self.workdir.mkdir(parents=True, exist_ok=True)
         script = self.workdir / f"{job.name}.sbatch"
         script.write_text(render(job, opts, work), encoding="utf-8")

@@ -394,6 +394,11 @@ def test_shm_below_the_profile_on_a_node_oci(cluster: LocalSlurm, bundle: Path, 
 
 
 def test_scaling_over_one_and_two_slurm_nodes(cluster: LocalSlurm, bundle: Path, tmp_path: Path) -> None:
+    """The two-node run's containers cannot resolve node names (the `hosts` fault, as in
+    test_node_names_that_do_not_resolve_in_the_containers): the scaling job runs torchrun through the
+    verifier, which gives it is_host and the node's address; before, n2's torchrun died on its own hostname."""
+    for node in ("n1", "n2"):
+        cluster.fault("ddp-scaling-2n", node, "hosts", "127.0.0.1 localhost\n")
     metrics = tmp_path / "metrics"
     run = _buildtool("scaling", "--launcher", "slurm", "--runtime", "oci", "--image", str(bundle), "--nodes", "2,1",
                      "--subset-size", "1024", "--epochs", "2", "--time", "00:04:00", "--timeout", "240",
