@@ -135,21 +135,32 @@ def test_content_key_follows_dockerfile_base_digest_and_context(matrix, tmp_path
     assert cell_content_key(plan, fake_root, base) != key
 
 
+FULL = "0123456789abcdef0123456789abcdef01234567"
+
+
 def test_labels_carry_revision_base_run_profile_and_standin(matrix):
     c = cell(matrix, "pytorch-ngc:25.10")
-    plan = plan_cell(c, Settings(base_mirror="127.0.0.1:5000"), "abc123")
+    plan = plan_cell(c, Settings(base_mirror="127.0.0.1:5000"), "0123456789ab")
     base = BaseInfo(ref=plan.base, digest="sha256:" + "3" * 64,
                     labels={label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"})
-    labels = build_labels(plan, base, "sha256:key", "abc123", matrix.source)
-    assert labels[label_keys.OCI_REVISION] == "abc123"
+    labels = build_labels(plan, base, "sha256:key", FULL, matrix.source)
+    assert labels[label_keys.OCI_REVISION] == FULL
     assert labels[label_keys.OCI_BASE_NAME] == "nvcr.io/nvidia/pytorch:25.10-py3"
     assert labels[label_keys.OCI_BASE_DIGEST] == base.digest
     assert labels[label_keys.CONTENT_KEY] == "sha256:key"
     assert labels[label_keys.STANDIN] == "true" and labels[label_keys.STANDIN_FRAMEWORK] == "2.13.0+cpu"
     run = json.loads(labels[label_keys.RUN_PROFILE])
     assert run["shm_size"] == "8g" and run["docker_flags"] == c.run.docker_flags()
-    real = build_labels(plan, BaseInfo(ref=plan.base, digest=base.digest), "k", "r", matrix.source)
-    assert label_keys.STANDIN not in real
+    real = build_labels(plan, BaseInfo(ref=plan.base, digest=base.digest), "k", f"{FULL}-dirty.0a1b2c3d",
+                        matrix.source)
+    assert label_keys.STANDIN not in real and real[label_keys.OCI_REVISION] == f"{FULL}-dirty.0a1b2c3d"
+
+
+@pytest.mark.parametrize("revision", ["abc123", "0123456789ab", "0123456789ab-dirty.0a1b2c3d", "nightly-42"])
+def test_a_revision_label_that_is_not_the_full_commit_is_refused(matrix, revision: str):
+    plan = plan_cell(cell(matrix, "pytorch-cpu:2.13"), Settings(), "0123456789ab")
+    with pytest.raises(UserError, match=rf"pytorch-cpu:2.13: revision '{revision}' is not a full commit"):
+        build_labels(plan, BaseInfo(ref=plan.base, digest="sha256:" + "4" * 64), "k", revision, "https://x.example")
 
 
 def test_base_pinned_by_digest():

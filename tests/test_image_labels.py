@@ -20,12 +20,15 @@ MATRIX = load_matrix(REPO / "matrix.yaml", REPO / "templates", display="matrix.y
 CELLS = [next(c for c in MATRIX.cells if c.standin is None), next(c for c in MATRIX.cells if c.standin is not None)]
 
 
+FULL = "0123456789abcdef0123456789abcdef01234567"
+
+
 def _image_labels(matrix: Matrix, c: Cell, base_labels: dict[str, str] | None = None) -> dict[str, str]:
     """Every label a built image of the cell carries: its template's and the builder's."""
     plan = plan_cell(c, Settings(base_mirror="127.0.0.1:5000"), "abc123")
     base = BaseInfo(ref=plan.base, digest="sha256:" + "3" * 64, labels=base_labels or {})
     return {**template_labels(matrix, c, REPO / "templates"),
-            **build_labels(plan, base, "sha256:key", "abc123", matrix.source, locked={"tensorboard": "2.21.0"})}
+            **build_labels(plan, base, "sha256:key", FULL, matrix.source, locked={"tensorboard": "2.21.0"})}
 
 
 @pytest.mark.parametrize("c", CELLS, ids=lambda c: c.key)

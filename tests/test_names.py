@@ -119,3 +119,18 @@ def test_validate_reads_pin_tags_through_the_parser() -> None:
     findings = Findings()
     assert _pinned(Client(), "r", subject, findings) == {good: attestation}  # type: ignore[arg-type]
     assert findings.overwritten == []
+
+
+@pytest.mark.parametrize("revision", ["0123456789abcdef0123456789abcdef01234567",
+                                      "0123456789abcdef0123456789abcdef01234567-dirty.deadbeef"])
+def test_the_revision_label_is_the_full_commit(revision: str) -> None:
+    assert names.check_full_revision(revision) == revision
+
+
+@pytest.mark.parametrize("bad", ["0123456789ab", "0123456789ab-dirty.deadbeef", "nightly-42",
+                                 "0123456789ABCDEF0123456789ABCDEF01234567",
+                                 "0123456789abcdef0123456789abcdef01234567-dirty",
+                                 "0123456789abcdef0123456789abcdef01234567-dirty.dead", ""])
+def test_a_revision_label_that_is_not_the_full_commit_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"is not a full commit: the revision label is the 40-hex git sha"):
+        names.check_full_revision(bad)

@@ -12,7 +12,7 @@ import pytest
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.contracts import names
-from buildtool.matrix.plan import Settings, content_key, git_revision, mirror_base
+from buildtool.matrix.plan import Settings, content_key, full_revision, git_full_revision, git_revision, mirror_base
 
 
 def test_plan_json_has_one_include_entry_per_cell(project: Path, run_cli, monkeypatch):
@@ -67,6 +67,29 @@ def test_dirty_tree_gets_a_distinct_revision(project: Path):
     assert dirty.startswith(f"{clean}-dirty.") and dirty != clean
     (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + "# another edit\n")
     assert git_revision(project) not in (clean, dirty)
+
+
+def _head(root: Path) -> str:
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_the_full_revision_is_the_whole_commit_with_the_same_dirty_hash(project: Path):
+    head = _head(project)
+    assert git_full_revision(project) == head and len(head) == 40
+    assert full_revision(project, git_revision(project)) == head
+    assert full_revision(project, "nightly-42") == head          # a pipeline's name labels the work tree's commit
+    (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + "\n# edit\n")
+    short = git_revision(project)
+    dirty = short.partition("-dirty.")[2]
+    assert git_full_revision(project) == f"{head}-dirty.{dirty}"
+    assert full_revision(project, short) == f"{head}-dirty.{dirty}"
+
+
+def test_a_revision_no_commit_of_the_clone_cannot_be_labelled(project: Path):
+    with pytest.raises(UserError, match=r"revision '0123456789ab' is not a commit of .*: the image's revision "
+                                        r"label must name the whole commit"):
+        full_revision(project, "0123456789ab")
 
 
 def test_revision_outside_git_is_a_clear_error(tmp_path: Path):

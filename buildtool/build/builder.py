@@ -33,8 +33,8 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
-from buildtool.contracts.names import parse_dev_tag
-from buildtool.matrix.plan import CellPlan, Settings, content_key
+from buildtool.contracts.names import check_full_revision, parse_dev_tag
+from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
 from buildtool.registry.sbom import find_sbom
@@ -144,8 +144,13 @@ def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo) -> str:
 def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source: str,
                  locked: dict[str, str] | None = None) -> dict[str, str]:
     """The labels `buildtool build` adds (contracts.image_labels writes them; the templates write the rest).
-    `locked`: what the locks install, which the contents check and the SBOM step prove inside the image."""
+    `revision`: the full commit (`names.check_full_revision`). `locked`: what the locks install, which the
+    contents check and the SBOM step prove inside the image."""
     cell = plan.cell
+    try:
+        check_full_revision(revision)
+    except ValueError as exc:
+        raise UserError(f"{cell.key}: {exc}") from None
     run = RunProfile(shm_size=cell.run.shm_size, ipc=cell.run.ipc, ulimits=tuple(sorted(cell.run.ulimits)),
                      gpus=cell.run.gpus, docker_flags=tuple(cell.run.docker_flags()))
     try:
@@ -214,6 +219,8 @@ class Builder:
         self.source = source
         self.settings = settings
         self.revision = revision
+        # The revision label names the whole commit (refused now, before any cell builds, when it cannot).
+        self.label_revision = full_revision(root, revision)
         self.options = options
         self.log = log
         self._lock = threading.Lock()
@@ -350,7 +357,7 @@ class Builder:
     def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
         client, secrets, host_pip = self._build_env()
         dockerfile = self.root / plan.cell.dockerfile
-        labels = build_labels(plan, base, key, self.revision, self.source, locked_versions(self.root, plan.cell))
+        labels = build_labels(plan, base, key, self.label_revision, self.source, locked_versions(self.root, plan.cell))
         # The cell's own index URLs (e.g. PyTorch's CPU index) reach uv only where they answer.
         files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")

@@ -1,6 +1,8 @@
 """Every name one stage makes and another reads: its format and its parser, side by side.
 
 - revision:     `<git sha, 12 hex>` or `<sha>-dirty.<8 hex>` (or any tag-safe word a CI passes)
+- full revision: the commit in full, `<40 hex>` or `<40 hex>-dirty.<8 hex>` (the same dirty hash as the
+                tag's): what the OCI revision label (label_keys.OCI_REVISION) says; `check_full_revision`
 - dev image:    `<registry>/<name>-dev:<revision>-<cell version>`
 - release tags: templates from the matrix with `{version}` (the cell's) and `{release}`, parsed back
                 by `parse_release_tag`
@@ -22,6 +24,8 @@ DEV_SUFFIX = "-dev"
 
 # What `git_revision` produces; `--from`/`--revision` may abbreviate the sha to 7 digits.
 GIT_REVISION_RE = re.compile(r"^(?P<sha>[0-9a-f]{7,40})(?:-dirty\.(?P<dirty>[0-9a-f]{8}))?$")
+# The revision label: the whole commit sha (OCI's convention), a dirty tree's hash as in the tag.
+FULL_REVISION_RE = re.compile(r"^[0-9a-f]{40}(?:-dirty\.[0-9a-f]{8})?$")
 # A revision a pipeline names itself (e.g. a build number): tag-safe, no '-' last.
 CUSTOM_REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 RELEASE_PLACEHOLDERS = ("version", "release")
@@ -77,6 +81,15 @@ def check_revision(text: str) -> str:
     if GIT_REVISION_RE.match(text) or CUSTOM_REVISION_RE.match(text):
         return text
     raise ValueError(f"revision {text!r} cannot be part of an image tag (letters, digits, '.', '_', '-')")
+
+
+def check_full_revision(text: str) -> str:
+    """A revision label value: the full 40-hex commit, `-dirty.<8 hex>` after it for a dirty tree;
+    ValueError naming the value for anything else (a short sha, a build number, upper case)."""
+    if FULL_REVISION_RE.match(text):
+        return text
+    raise ValueError(f"revision {text!r} is not a full commit: the revision label is the 40-hex git sha "
+                     "(with `-dirty.<8 hex>` for a tree with uncommitted changes)")
 
 
 def template_fields(template: str) -> list[str]:

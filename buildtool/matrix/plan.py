@@ -100,6 +100,29 @@ def mirror_base(base: str, base_mirror: str) -> str:
 REVISION_PATHSPEC = (".", ":(exclude)docs/releases", ":(exclude)docs/images.md")
 
 
+def _git(repo: Path, *args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                              text=True, timeout=30).stdout
+    except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        raise UserError(f"cannot read the git revision of {repo} ({exc}); run inside a git clone "
+                        "with at least one commit") from None
+
+
+def _dirty_suffix(repo: Path) -> str:
+    """`-dirty.<hash of the changes>` for a work tree with changes (outside REVISION_PATHSPEC), else ''."""
+    status = _git(repo, "status", "--porcelain", "--untracked-files=normal", "--", *REVISION_PATHSPEC)
+    if not status.strip():
+        return ""
+    digest = hashlib.sha256(_git(repo, "diff", "HEAD", "--", *REVISION_PATHSPEC).encode() + status.encode())
+    for line in status.splitlines():
+        if line.startswith("??"):
+            path = repo / line[3:].strip()
+            if path.is_file():
+                digest.update(path.read_bytes())
+    return f"-dirty.{digest.hexdigest()[:8]}"
+
+
 def git_revision(repo: Path) -> str:
     """Short sha of HEAD; a dirty work tree gets `-dirty.<hash of the changes>`.
 
@@ -107,26 +130,33 @@ def git_revision(repo: Path) -> str:
     never mistaken for the commit's image nor for another dirty build. Changes to the files
     a release writes (REVISION_PATHSPEC) do not count.
     """
+    return _git(repo, "rev-parse", "--short=12", "HEAD").strip() + _dirty_suffix(repo)
 
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                                  text=True, timeout=30).stdout
-        except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
-            raise UserError(f"cannot read the git revision of {repo} ({exc}); run inside a git clone "
-                            "with at least one commit") from None
 
-    sha = git("rev-parse", "--short=12", "HEAD").strip()
-    status = git("status", "--porcelain", "--untracked-files=normal", "--", *REVISION_PATHSPEC)
-    if not status.strip():
-        return sha
-    digest = hashlib.sha256(git("diff", "HEAD", "--", *REVISION_PATHSPEC).encode() + status.encode())
-    for line in status.splitlines():
-        if line.startswith("??"):
-            path = repo / line[3:].strip()
-            if path.is_file():
-                digest.update(path.read_bytes())
-    return f"{sha}-dirty.{digest.hexdigest()[:8]}"
+def git_full_revision(repo: Path) -> str:
+    """`git_revision` with the whole 40-hex sha: what the revision label of an image built here says."""
+    return _git(repo, "rev-parse", "HEAD").strip() + _dirty_suffix(repo)
+
+
+def full_revision(root: Path, revision: str) -> str:
+    """The revision label for images tagged with `revision`: a git revision (`<sha>[-dirty.<hash>]`) is
+    its commit in full with the same dirty hash; a name a pipeline gave (`nightly-42`) labels the work
+    tree's own commit. UserError when the sha is no commit of this clone (the label would be a guess)."""
+    match = names.GIT_REVISION_RE.match(revision)
+    if match is None:
+        full = git_full_revision(root)
+    else:
+        sha = _git(root, "rev-parse", "--verify", "--quiet", f"{match.group('sha')}^{{commit}}") \
+            if _git_commit(root, match.group("sha")) else ""
+        if not sha.strip():
+            raise UserError(f"revision {revision!r} is not a commit of {root}: the image's revision label must "
+                            "name the whole commit (build in the clone that has it)")
+        dirty = match.group("dirty")
+        full = sha.strip() + (f"-dirty.{dirty}" if dirty else "")
+    try:
+        return names.check_full_revision(full)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 @dataclass(frozen=True)
