@@ -23,7 +23,9 @@ from buildtool.common.errors import UserError
 from buildtool.common.units import short_digest
 from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, plan_cell
-from tests.conftest import fixture_matrix
+from buildtool.render.dockerfiles import render_cell_dockerfile
+from buildtool.validate.labels import dockerfile_labels
+from tests.conftest import REPO, fixture_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 LISTING = """\
@@ -145,7 +147,6 @@ def test_labels_carry_revision_base_run_profile_and_standin(matrix):
                     labels={label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"})
     labels = build_labels(plan, base, "sha256:key", FULL, matrix.source)
     assert labels[label_keys.OCI_REVISION] == FULL
-    assert labels[label_keys.OCI_BASE_NAME] == "nvcr.io/nvidia/pytorch:25.10-py3"
     assert labels[label_keys.OCI_BASE_DIGEST] == base.digest
     assert labels[label_keys.CONTENT_KEY] == "sha256:key"
     assert labels[label_keys.STANDIN] == "true" and labels[label_keys.STANDIN_FRAMEWORK] == "2.13.0+cpu"
@@ -154,6 +155,20 @@ def test_labels_carry_revision_base_run_profile_and_standin(matrix):
     real = build_labels(plan, BaseInfo(ref=plan.base, digest=base.digest), "k", f"{FULL}-dirty.0a1b2c3d",
                         matrix.source)
     assert label_keys.STANDIN not in real and real[label_keys.OCI_REVISION] == f"{FULL}-dirty.0a1b2c3d"
+
+
+@pytest.mark.parametrize("mirror", ["127.0.0.1:5000", ""])
+def test_the_base_name_is_what_the_build_pulled_beside_its_digest(matrix, mirror: str):
+    """base.name and base.digest belong together: the reference pulled (the mirror's, when there is
+    one) and that reference's digest; the upstream it stands for is the template's base.upstream."""
+    c = cell(matrix, "pytorch-cpu:2.13")
+    plan = plan_cell(c, Settings(base_mirror=mirror), "0123456789ab")
+    base = BaseInfo(ref=plan.base, digest="sha256:" + "4" * 64)
+    labels = build_labels(plan, base, "k", FULL, matrix.source)
+    assert labels[label_keys.OCI_BASE_NAME] == plan.base == (
+        "127.0.0.1:5000/library/debian:bookworm-slim" if mirror else c.base)
+    assert labels[label_keys.OCI_BASE_DIGEST] == base.digest
+    assert dockerfile_labels(render_cell_dockerfile(matrix, c, REPO / "templates"))[label_keys.BASE_UPSTREAM] == c.base
 
 
 @pytest.mark.parametrize("revision", ["abc123", "0123456789ab", "0123456789ab-dirty.0a1b2c3d", "nightly-42"])

@@ -10,7 +10,7 @@ import pytest
 from buildtool.build.builder import BaseInfo, build_labels
 from buildtool.contracts import label_keys
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
-from buildtool.matrix.plan import Settings, plan_cell
+from buildtool.matrix.plan import Settings, mirror_base, plan_cell
 from buildtool.matrix.schema import Cell, Matrix, load_matrix
 from buildtool.validate.labels import template_labels
 from tests.conftest import REPO
@@ -36,7 +36,10 @@ def test_what_templates_and_builder_write_round_trips(c: Cell) -> None:
     raw = _image_labels(MATRIX, c, {label_keys.STANDIN: "true", label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"})
     parsed = ImageLabels.parse(raw)
     assert parsed.to_dict() == raw
-    assert (parsed.cell, parsed.framework, parsed.python, parsed.base_name) == (c.key, c.framework, c.python, c.base)
+    assert (parsed.cell, parsed.framework, parsed.python, parsed.base_upstream) == (c.key, c.framework, c.python,
+                                                                                     c.base)
+    assert parsed.base_name == mirror_base(c.base, "127.0.0.1:5000")      # what the build pulled
+    assert parsed.revision == FULL
     assert parsed.tests == tuple(c.tests) and parsed.packages == {"tensorboard": "2.21.0"}
     assert parsed.run_profile is not None and parsed.run_profile.shm_size == c.run.shm_size
     assert parsed.run_profile.docker_flags == tuple(c.run.docker_flags())

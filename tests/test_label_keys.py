@@ -48,6 +48,7 @@ KEYS = {
     "PACKAGE_PREFIX": "io.dl-images.package.",
     "BASE_REF": "io.dl-images.base.ref",
     "BASE_SOURCE": "io.dl-images.base.source",
+    "BASE_UPSTREAM": "io.dl-images.base.upstream",
     "STANDIN": "io.dl-images.standin",
     "STANDIN_PREFIX": "io.dl-images.standin",
     "STANDIN_FRAMEWORK": "io.dl-images.standin.framework-version",

@@ -175,6 +175,30 @@ def test_base_name_must_be_the_matrix_upstream(base: str | None) -> None:
     assert f"not the matrix's {NGC.base}" in problem and str(base or "(none)") in problem
 
 
+@pytest.mark.parametrize("name", ["127.0.0.1:5000/library/debian:bookworm-slim",   # the local mirror
+                                  "mirror.example/team/library/debian:bookworm-slim",  # a mirror with a prefix
+                                  "docker.io/library/debian:bookworm-slim"])        # no mirror
+def test_an_image_built_from_a_mirror_of_the_matrix_base_passes(name: str) -> None:
+    labels = {label_keys.CELL: CPU.key, label_keys.BASE_UPSTREAM: CPU.base, label_keys.OCI_BASE_NAME: name}
+    assert image_problems(CPU, [Platform("", D1, 1, labels)]) == []
+
+
+@pytest.mark.parametrize(("labels", "message"), [
+    ({label_keys.BASE_UPSTREAM: "docker.io/library/debian:trixie-slim",
+      label_keys.OCI_BASE_NAME: "127.0.0.1:5000/library/debian:trixie-slim"},
+     f"names base docker.io/library/debian:trixie-slim ({label_keys.BASE_UPSTREAM}), not the matrix's"),
+    ({label_keys.BASE_UPSTREAM: "docker.io/library/debian:bookworm-slim",
+      label_keys.OCI_BASE_NAME: "127.0.0.1:5000/library/ubuntu:bookworm-slim"},
+     f"was built from 127.0.0.1:5000/library/ubuntu:bookworm-slim ({label_keys.OCI_BASE_NAME}), which is neither"),
+    ({label_keys.BASE_UPSTREAM: "docker.io/library/debian:bookworm-slim",
+      label_keys.OCI_BASE_NAME: "127.0.0.1:5000/library/debian:trixie-slim"}, "nor a mirror of it"),
+    ({label_keys.BASE_UPSTREAM: "docker.io/library/debian:bookworm-slim"}, "was built from (none)"),
+])
+def test_a_base_name_that_is_not_the_upstream_or_its_mirror_refuses(labels: dict[str, str], message: str) -> None:
+    [problem] = image_problems(CPU, [Platform("", D1, 1, {label_keys.CELL: CPU.key, **labels})])
+    assert message in problem, problem
+
+
 def test_cell_label_must_match() -> None:
     [problem] = image_problems(CPU, [Platform("", D1, 1, {**CPU_BASE, label_keys.CELL: "tensorflow-cpu:2.21"})])
     assert "not pytorch-cpu:2.13" in problem

@@ -38,6 +38,14 @@ def test_versions_from_labels() -> None:
                                             "tensorboard": "2.21.0", "torch-tb-profiler": "0.4.3"}
 
 
+def test_the_notes_name_the_upstream_base_not_the_mirror_it_was_pulled_from() -> None:
+    upstream = "docker.io/library/debian:bookworm-slim"
+    mirrored = {**LABELS, label_keys.OCI_BASE_NAME: f"127.0.0.1:5000/{upstream.split('/', 1)[1]}",
+                label_keys.BASE_UPSTREAM: upstream}
+    assert versions_from_labels(mirrored)["base"] == upstream
+    assert versions_from_labels({**LABELS, label_keys.OCI_BASE_NAME: upstream})["base"] == upstream   # older images
+
+
 def test_first_release_and_same_image() -> None:
     assert changes(item()) == ["first release of this image version"]
     same = item(previous={"release": "0.1.0", "tag": "2.13-0.1.0", "digest": D1, "size": 1, "labels": {}})

@@ -145,7 +145,9 @@ def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source
                  locked: dict[str, str] | None = None) -> dict[str, str]:
     """The labels `buildtool build` adds (contracts.image_labels writes them; the templates write the rest).
     `revision`: the full commit (`names.check_full_revision`). `locked`: what the locks install, which the
-    contents check and the SBOM step prove inside the image."""
+    contents check and the SBOM step prove inside the image. The base is named as the build pulled it
+    (`base.ref`, the mirror's reference when BASE_MIRROR is set) beside that reference's digest, so the
+    pair resolves; the matrix's upstream it stands for is the template's label_keys.BASE_UPSTREAM."""
     cell = plan.cell
     try:
         check_full_revision(revision)
@@ -159,7 +161,7 @@ def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source
         raise UserError(f"base {base.ref}: {exc}") from None
     labels = ImageLabels(
         source=source, revision=revision, version=cell.version,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), base_name=cell.base, base_digest=base.digest,
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), base_name=base.ref, base_digest=base.digest,
         base_ref=base.ref, cell=cell.key, content_key=key, run_profile=run,
         packages=None if locked is None else dict(sorted(locked.items())),
     )

@@ -138,6 +138,17 @@ def split_reference(text: str) -> tuple[str, str, str]:
     return ref.registry, ref.repository, ref.tag or (f"@{ref.digest}" if ref.digest else "latest")
 
 
+def names_mirror_of(name: str, upstream: str) -> bool:
+    """Whether `name` is `upstream` itself or its path in a mirror (`matrix.plan.mirror_base`: the
+    same repository path, under the mirror's optional prefix, and the same tag)."""
+    try:
+        _, repo, tag = split_reference(name)
+        _, up_repo, up_tag = split_reference(upstream)
+    except ReferenceError:
+        return False
+    return name == upstream or (tag == up_tag and (repo == up_repo or repo.endswith(f"/{up_repo}")))
+
+
 def split_repo(text: str) -> tuple[str, str, str]:
     """(host, repository path, digest or tag) of a reference that names its registry."""
     ref = parse_reference(text)

@@ -106,6 +106,7 @@ TEXT_FIELDS = {
     "created": label_keys.OCI_CREATED,
     "base_name": label_keys.OCI_BASE_NAME,
     "base_digest": label_keys.OCI_BASE_DIGEST,
+    "base_upstream": label_keys.BASE_UPSTREAM,
     "base_ref": label_keys.BASE_REF,
     "base_source": label_keys.BASE_SOURCE,
     "content_key": label_keys.CONTENT_KEY,
@@ -133,6 +134,7 @@ class ImageLabels:
     created: str = ""
     base_name: str = ""
     base_digest: str = ""
+    base_upstream: str = ""
     base_ref: str = ""
     base_source: str = ""
     content_key: str = ""

@@ -19,6 +19,9 @@ OCI_VERSION = f"{OCI_PREFIX}.version"
 OCI_SOURCE = f"{OCI_PREFIX}.source"
 OCI_REVISION = f"{OCI_PREFIX}.revision"        # the full commit (names.check_full_revision)
 OCI_CREATED = f"{OCI_PREFIX}.created"
+# `buildtool build` writes base.name as the reference the build pulled (the mirror's when BASE_MIRROR
+# is set) and base.digest as that reference's digest: a pair that resolves. BASE_UPSTREAM says which
+# matrix base it stands for.
 OCI_BASE_NAME = f"{OCI_PREFIX}.base.name"
 OCI_BASE_DIGEST = f"{OCI_PREFIX}.base.digest"
 
@@ -38,6 +41,7 @@ RUN_PROFILE = f"{PREFIX}.run-profile"       # JSON of the cell's run profile
 PACKAGES = f"{PREFIX}.packages"             # JSON name -> version of every package the cell's locks install
 BASE_REF = f"{PREFIX}.base.ref"             # the base reference the build pulled (mirror or upstream)
 BASE_SOURCE = f"{PREFIX}.base.source"       # how a locally made base was made (debootstrap ...)
+BASE_UPSTREAM = f"{PREFIX}.base.upstream"   # the matrix's base (static): base.name is it or its mirror
 PACKAGE_PREFIX = f"{PREFIX}.package."       # one label per package (`<prefix><name>=<version>`), read by notes
 
 # -- stand-ins (test fixtures, never released) ---------------------------------------------------

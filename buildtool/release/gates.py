@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from buildtool.common.errors import UserError
+from buildtool.common.refs import names_mirror_of
 from buildtool.contracts import label_keys, names, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.verdict import TestResult, Verdict
@@ -296,10 +297,17 @@ def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | N
             problems.append(f"{where} starts with the layers of the stand-in {on} (whatever its labels say)")
         if p.base_labels is not None and label_keys.standin_keys(p.base_labels):
             problems.append(f"{where} names base {base_digest}, which is labelled a stand-in")
+        # base.name is the reference the build pulled (the upstream or its mirror) and base.upstream the
+        # matrix base it stands for; images built before base.upstream existed name the upstream in base.name.
         base_name = labels.base_name
-        if base_name != cell.base:
-            problems.append(f"{where} names base {base_name or '(none)'} ({label_keys.OCI_BASE_NAME}), not the "
+        upstream = labels.base_upstream or base_name
+        if upstream != cell.base:
+            key = label_keys.BASE_UPSTREAM if labels.base_upstream else label_keys.OCI_BASE_NAME
+            problems.append(f"{where} names base {upstream or '(none)'} ({key}), not the "
                             f"matrix's {cell.base}; build it with `buildtool build`")
+        elif not names_mirror_of(base_name, cell.base):
+            problems.append(f"{where} was built from {base_name or '(none)'} ({label_keys.OCI_BASE_NAME}), which "
+                            f"is neither the matrix's {cell.base} nor a mirror of it")
         labelled = p.labels.get(label_keys.CELL)   # absent: nothing claimed; "" claims a cell, wrongly
         if labelled is not None and labelled != cell.key:
             problems.append(f"{where} is labelled {label_keys.CELL}={labelled}, not {cell.key}")

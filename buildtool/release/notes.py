@@ -21,10 +21,11 @@ from buildtool.release.packages import NOTES_LIMIT
 
 def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:
     """framework/python/base and package versions an image's labels declare (contracts.image_labels:
-    a label that does not parse is a LabelError naming it)."""
+    a label that does not parse is a LabelError naming it). The base is the matrix's upstream (base.upstream;
+    older images name it in base.name), not the mirror a build happened to pull it from."""
     parsed = ImageLabels.parse(labels)
     found = {name: value for name, value in (("framework", parsed.framework_version), ("python", parsed.python),
-                                             ("base", parsed.base_name)) if value}
+                                             ("base", parsed.base_upstream or parsed.base_name)) if value}
     if parsed.framework and "framework" in found:
         found["framework"] = f"{parsed.framework} {found['framework']}"
     found.update(parsed.packages or {})

@@ -78,13 +78,13 @@ RUN --mount=type=tmpfs,target=/run \
 RUN mkdir -p /workspace && chmod 1777 /workspace && touch --date="@${SOURCE_DATE_EPOCH}" /workspace
 WORKDIR /workspace
 
-# What the image is and how it must be run; build-time facts (revision, created, base
-# digest, content key) are added as labels by `buildtool build`.
+# What the image is and how it must be run; build-time facts (revision, created, the base as
+# pulled and its digest, content key) are added as labels by `buildtool build`.
 LABEL org.opencontainers.image.title="mini-cpu" \
       org.opencontainers.image.description="Golden-test cell on a Debian base." \
       org.opencontainers.image.version="1.0" \
       org.opencontainers.image.source="https://example.org/mini" \
-      org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim" \
+      io.dl-images.base.upstream="docker.io/library/debian:bookworm-slim" \
       io.dl-images.cell="mini-cpu:1.0" \
       io.dl-images.framework="pytorch" \
       io.dl-images.framework-version="2.13.0+cpu" \

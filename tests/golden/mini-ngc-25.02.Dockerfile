@@ -57,13 +57,13 @@ ENV NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-all} \
     NVIDIA_REQUIRE_CUDA=${NVIDIA_REQUIRE_CUDA:-cuda>=12.8}
 LABEL io.dl-images.cuda="12.8"
 
-# What the image is and how it must be run; build-time facts (revision, created, base
-# digest, content key) are added as labels by `buildtool build`.
+# What the image is and how it must be run; build-time facts (revision, created, the base as
+# pulled and its digest, content key) are added as labels by `buildtool build`.
 LABEL org.opencontainers.image.title="mini-ngc" \
       org.opencontainers.image.description="Golden-test cell on an NGC base." \
       org.opencontainers.image.version="25.02" \
       org.opencontainers.image.source="https://example.org/mini" \
-      org.opencontainers.image.base.name="nvcr.io/nvidia/tensorflow:25.02-tf2-py3" \
+      io.dl-images.base.upstream="nvcr.io/nvidia/tensorflow:25.02-tf2-py3" \
       io.dl-images.cell="mini-ngc:25.02" \
       io.dl-images.framework="tensorflow" \
       io.dl-images.framework-version="2.17.0" \

@@ -9,6 +9,7 @@ that a CA bundle and an index token leave no trace anywhere.
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.server
 import io
 import json
@@ -32,7 +33,7 @@ from buildtool.build.pipconfig import HostPip
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import label_keys, names
-from buildtool.matrix.plan import Settings, git_revision, plan_cell
+from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 
@@ -115,11 +116,12 @@ def test_cell_is_tagged_labelled_and_pushed(built, key):
     # A rebuilt image names this commit; a retagged one keeps the commit it was built at
     # (its bytes are that build's), while its dev tag names this commit.
     if result.result == "built":
-        assert labels[label_keys.OCI_REVISION] == REVISION
+        assert labels[label_keys.OCI_REVISION] == full_revision(ROOT, REVISION)
     else:
-        assert labels[label_keys.OCI_REVISION]
+        assert re.fullmatch(names.FULL_REVISION_RE, labels[label_keys.OCI_REVISION])
     assert labels[label_keys.OCI_VERSION] == plan.cell.version
-    assert labels[label_keys.OCI_BASE_NAME] == plan.cell.base
+    # The base as pulled (the mirror) and that reference's digest: a pair that resolves.
+    assert labels[label_keys.OCI_BASE_NAME] == plan.base and labels[label_keys.BASE_UPSTREAM] == plan.cell.base
     base_digest = RegistryClient(LOCAL).manifest_digest(*split_repo(plan.base)[1:])
     assert labels[label_keys.OCI_BASE_DIGEST] == base_digest
     assert labels[label_keys.CONTENT_KEY] == result.content_key
@@ -291,6 +293,26 @@ def test_failing_cell_leaves_others_built_and_no_dev_tag(tiny):
     for state in ("queued", "checking: content key and existing images", "building: starting BuildKit", "built"):
         assert re.search(rf"^\[{ns}-ok:1\.0\] +\d+s {re.escape(state)}", run.stderr, re.M), (state, run.stderr)
     assert re.search(rf"^\[{ns}-broken:1\.0\] +\d+s failed: .*exit code: 3", run.stderr, re.M), run.stderr
+
+
+def test_labels_name_the_full_commit_and_a_base_pair_that_resolves(tiny):
+    """Read from the pushed image's config: the revision is the whole commit, base.name is the mirror's
+    reference the build pulled and base.digest what the registry serves for that name (asked with skopeo,
+    a client this project did not write)."""
+    ns = tiny["namespace"]
+    ok = tiny["results"][f"{ns}-ok:1.0"]
+    assert ok["result"] == "built", ok["message"]
+    _, config = _registry_config(ok["ref"])
+    labels = config["config"]["Labels"]
+    head = subprocess.run(["git", "-C", str(tiny["root"]), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True, timeout=30).stdout.strip()
+    assert labels[label_keys.OCI_REVISION] == head and len(head) == 40
+    assert labels[label_keys.OCI_BASE_NAME] == f"{LOCAL}/library/debian:bookworm-slim"
+    assert labels[label_keys.BASE_UPSTREAM] == "docker.io/library/debian:bookworm-slim"
+    inspected = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--raw",
+                                f"docker://{labels[label_keys.OCI_BASE_NAME]}"], capture_output=True, timeout=120)
+    assert inspected.returncode == 0, inspected.stderr
+    assert labels[label_keys.OCI_BASE_DIGEST] == "sha256:" + hashlib.sha256(inspected.stdout).hexdigest()
 
 
 def _traces(ref: str, needles: list[bytes], extra: dict[str, bytes]) -> list[str]:
