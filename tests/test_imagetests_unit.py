@@ -339,6 +339,31 @@ def test_every_template_label_is_checked_and_facts_are_labels(matrix):
     assert set(label_keys.FACTS) <= constants
 
 
+def test_the_oci_labels_of_the_matrix_are_checked_on_the_image(matrix):
+    """`oci:` in the matrix (defaults, each image adding its licenses) is rendered into the labels, and
+    the labels contract flags an image whose OCI labels are missing or say otherwise, naming the key."""
+    cell = cell_of(matrix, "pytorch-cpu:2.13")
+    stated = template_labels(matrix, cell, REPO / "templates")
+    assert {k: stated.get(k) for k in label_keys.OCI_FROM_MATRIX.values()} == {
+        label_keys.OCI_AUTHORS: "dl-images maintainers (https://github.com/dl-images/dl-images/issues)",
+        label_keys.OCI_URL: "https://github.com/dl-images/dl-images",
+        label_keys.OCI_DOCUMENTATION: "https://github.com/dl-images/dl-images/blob/main/docs/images.md",
+        label_keys.OCI_VENDOR: "dl-images", label_keys.OCI_LICENSES: "BSD-3-Clause"}
+    assert template_labels(matrix, cell_of(matrix, "tensorflow-cpu:2.21"), REPO / "templates")[
+        label_keys.OCI_LICENSES] == "Apache-2.0"
+    image = {**stated, label_keys.OCI_LICENSES: "MIT"}
+    del image[label_keys.OCI_VENDOR]
+    target = {"cell": cell.key, "expect": {"labels": label_checks(matrix, cell, image, REPO / "templates")}}
+    with pytest.raises(AssertionError) as failed:
+        labels_test.test_labels_state_the_matrix_cell(target)
+    assert (f"label {label_keys.OCI_LICENSES}='MIT', but matrix cell pytorch-cpu:2.13 says 'BSD-3-Clause'"
+            in str(failed.value))
+    assert f"label {label_keys.OCI_VENDOR} is missing (matrix cell pytorch-cpu:2.13 says 'dl-images')" \
+        in str(failed.value)
+    target["expect"]["labels"] = label_checks(matrix, cell, stated, REPO / "templates")
+    labels_test.test_labels_state_the_matrix_cell(target)
+
+
 def test_run_profile_label_is_compared_in_one_spelling(matrix):
     cell = cell_of(matrix, "pytorch-cpu:2.13")
     spaced = json.dumps({"gpus": "none", "ipc": "private", "shm_size": "8g", "ulimits": {"stack": 67108864},

@@ -34,6 +34,11 @@ KEYS = {
     "OCI_CREATED": "org.opencontainers.image.created",
     "OCI_BASE_NAME": "org.opencontainers.image.base.name",
     "OCI_BASE_DIGEST": "org.opencontainers.image.base.digest",
+    "OCI_AUTHORS": "org.opencontainers.image.authors",
+    "OCI_URL": "org.opencontainers.image.url",
+    "OCI_DOCUMENTATION": "org.opencontainers.image.documentation",
+    "OCI_VENDOR": "org.opencontainers.image.vendor",
+    "OCI_LICENSES": "org.opencontainers.image.licenses",
     "CELL": "io.dl-images.cell",
     "FRAMEWORK": "io.dl-images.framework",
     "FRAMEWORK_VERSION": "io.dl-images.framework-version",
@@ -84,6 +89,14 @@ _TEMPLATE_PREFIX = re.compile(r"\blabel_keys\.(?:OCI_)?PREFIX\b")
 def test_every_key_is_pinned() -> None:
     declared = {n: v for n, v in vars(label_keys).items() if n.isupper() and isinstance(v, str)}
     assert declared == KEYS
+
+
+def test_the_matrix_oci_keys_are_the_schema_fields_and_pinned_keys() -> None:
+    from buildtool.matrix.schema import OciLabels
+
+    assert list(label_keys.OCI_FROM_MATRIX) == list(OciLabels.model_fields)
+    assert set(label_keys.OCI_FROM_MATRIX.values()) <= set(KEYS.values())
+    assert all(key == f"{KEYS['OCI_PREFIX']}.{name}" for name, key in label_keys.OCI_FROM_MATRIX.items())
 
 
 def test_the_facts_checked_in_images_are_declared_keys() -> None:

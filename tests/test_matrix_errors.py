@@ -66,6 +66,22 @@ CASES = [
      "must run the 'tensorflow' test group"),
     ("yaml-syntax", "  tests: [common]\n", "  tests: [common\n", "", None, "YAML syntax"),
     ("bool-as-string", "    gpus: all\n", "    gpus: yes\n", "defaults.run.gpus", "gpus: yes", "Input should be"),
+    # The OCI labels of `oci:` (issue 25): an unknown key, a license SPDX does not know or spells otherwise,
+    # a URL that is not a web page's.
+    ("oci-unknown-key", "    vendor: dl-images\n", "    vendor: dl-images\n    vendr: x\n", "defaults.oci.vendr",
+     "vendr", "unknown key `vendr`; did you mean `vendor`?"),
+    ("oci-unknown-license", "      licenses: BSD-3-Clause\n", "      licenses: BSD-3-Clause AND Fancy-1.0\n",
+     "images[2].oci.licenses", "Fancy-1.0", "is not an SPDX license expression (Unknown license: 'fancy-1.0')"),
+    ("oci-malformed-license", "      licenses: BSD-3-Clause\n", "      licenses: BSD-3-Clause OR\n",
+     "images[2].oci.licenses", "BSD-3-Clause OR", "is not an SPDX license expression"),
+    ("oci-license-spelling", "      licenses: BSD-3-Clause\n", "      licenses: bsd-3-clause\n",
+     "images[2].oci.licenses", "bsd-3-clause", "is not spelt as SPDX spells it; write 'BSD-3-Clause'"),
+    ("oci-url-not-web", "    url: https://github.com/dl-images/dl-images\n",
+     "    url: ftp://github.com/dl-images/dl-images\n", "defaults.oci.url", "ftp://",
+     "a web page's URL must start with https:// or http://"),
+    ("oci-authors-multiline", "    authors: dl-images maintainers (https://github.com/dl-images/dl-images/issues)"
+                              "\n", "    authors: \"a\\nb\"\n",
+     "defaults.oci.authors", "authors:", "contains a line break"),
 ]
 
 

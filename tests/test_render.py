@@ -16,6 +16,7 @@ from buildtool.matrix.schema import load_matrix
 from buildtool.render import dockerfiles as render_module
 from buildtool.render.catalogue import catalogue_outputs
 from buildtool.render.dockerfiles import render_outputs, write_outputs
+from buildtool.validate.labels import dockerfile_labels
 from tests.conftest import REPO, fixture_image_tests, snapshot
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mini" / "matrix.yaml"
@@ -63,6 +64,27 @@ def test_golden_dockerfile_essentials():
     assert "apt-get" not in ngc and "--shm-size=16g" in ngc and "--gpus=all" in ngc
     # NGC: only tools.lock, under the base's own PIP_CONSTRAINT files.
     assert "framework.lock" not in ngc and 'export UV_CONSTRAINT="$PIP_CONSTRAINT"' in ngc
+
+
+def test_oci_labels_inherit_key_by_key_and_are_quoted(tmp_path: Path):
+    """`oci:` merges like `run:`: defaults < image < version, one key at a time; a value with quotes or `$`
+    stays one inert LABEL word."""
+    old = "        framework_version: 2.13.0+cpu\n"
+    text = FIXTURE.read_text()
+    assert text.count(old) == 1
+    matrix_path = tmp_path / "matrix.yaml"
+    matrix_path.write_text(text.replace(old, old + "        oci: {licenses: MIT}\n"))
+    matrix = load_matrix(matrix_path, REPO / "templates", tests_dir=fixture_image_tests())
+    files = {k: v.decode() for k, v in render_outputs(matrix, REPO / "templates").files.items()}
+    cpu_text = files["dockerfiles/pytorch/mini-cpu/1.0/Dockerfile"]
+    cpu = dockerfile_labels(cpu_text)
+    ngc = dockerfile_labels(files["dockerfiles/tensorflow/mini-ngc/25.02/Dockerfile"])
+    assert cpu[label_keys.OCI_LICENSES] == "MIT"                                    # the version's
+    assert cpu[label_keys.OCI_DOCUMENTATION] == "https://example.org/mini/docs"     # the image's
+    assert cpu[label_keys.OCI_VENDOR] == ngc[label_keys.OCI_VENDOR]                 # the defaults'
+    assert ngc[label_keys.OCI_LICENSES] == "Apache-2.0" and label_keys.OCI_DOCUMENTATION not in ngc
+    assert label_keys.OCI_URL not in ngc and label_keys.OCI_AUTHORS not in ngc      # unset: no label
+    assert f'{label_keys.OCI_VENDOR}="Example \\"Labs\\" \\$HOME"' in cpu_text     # escaped: no build variable
 
 
 def test_render_is_deterministic_across_runs_environments_and_folders(tmp_path: Path):

@@ -107,6 +107,11 @@ TEXT_FIELDS = {
     "base_name": label_keys.OCI_BASE_NAME,
     "base_digest": label_keys.OCI_BASE_DIGEST,
     "base_upstream": label_keys.BASE_UPSTREAM,
+    "authors": label_keys.OCI_AUTHORS,
+    "url": label_keys.OCI_URL,
+    "documentation": label_keys.OCI_DOCUMENTATION,
+    "vendor": label_keys.OCI_VENDOR,
+    "licenses": label_keys.OCI_LICENSES,
     "base_ref": label_keys.BASE_REF,
     "base_source": label_keys.BASE_SOURCE,
     "content_key": label_keys.CONTENT_KEY,
@@ -135,6 +140,11 @@ class ImageLabels:
     base_name: str = ""
     base_digest: str = ""
     base_upstream: str = ""
+    authors: str = ""
+    url: str = ""
+    documentation: str = ""
+    vendor: str = ""
+    licenses: str = ""
     base_ref: str = ""
     base_source: str = ""
     content_key: str = ""

@@ -24,6 +24,20 @@ OCI_CREATED = f"{OCI_PREFIX}.created"
 # matrix base it stands for.
 OCI_BASE_NAME = f"{OCI_PREFIX}.base.name"
 OCI_BASE_DIGEST = f"{OCI_PREFIX}.base.digest"
+# From the matrix's `oci:` mapping (defaults < image < version), written by the templates.
+OCI_AUTHORS = f"{OCI_PREFIX}.authors"
+OCI_URL = f"{OCI_PREFIX}.url"
+OCI_DOCUMENTATION = f"{OCI_PREFIX}.documentation"
+OCI_VENDOR = f"{OCI_PREFIX}.vendor"
+OCI_LICENSES = f"{OCI_PREFIX}.licenses"
+# The matrix's `oci:` keys (schema.OciLabels) -> the label each one is written as (templates/parts/labels.j2).
+OCI_FROM_MATRIX = {
+    "authors": OCI_AUTHORS,
+    "url": OCI_URL,
+    "documentation": OCI_DOCUMENTATION,
+    "vendor": OCI_VENDOR,
+    "licenses": OCI_LICENSES,
+}
 
 # -- what the image is (static, from the matrix) ------------------------------------------------
 CELL = f"{PREFIX}.cell"

@@ -85,6 +85,8 @@ WorkDir = Annotated[StrictStr, AfterValidator(values.workdir)]
 CellVersion = Annotated[StrictStr, AfterValidator(values.cell_version)]
 ImageName = Annotated[StrictStr, AfterValidator(values.image_name)]
 SourceUrl = Annotated[StrictStr, AfterValidator(values.source_url)]
+WebUrl = Annotated[StrictStr, AfterValidator(values.web_url)]
+SpdxExpression = Annotated[StrictStr, AfterValidator(values.spdx_expression)]
 ShmSize = Annotated[Any, PlainValidator(values.shm_size)]
 UlimitValue = Annotated[Any, PlainValidator(values.ulimit)]
 
@@ -114,6 +116,17 @@ class ReleaseTags(_Strict):
 
     tags: list[TagTemplate] | None = None
     moving: list[TagTemplate] | None = None
+
+
+class OciLabels(_Strict):
+    """OCI labels every image of a layer carries (label_keys.OCI_FROM_MATRIX); a mapping, so an image or a
+    version overrides one key and keeps the rest."""
+
+    authors: OneLine | None = None
+    url: WebUrl | None = None
+    documentation: WebUrl | None = None
+    vendor: OneLine | None = None
+    licenses: SpdxExpression | None = None
 
 
 class StandIn(_Strict):
@@ -165,6 +178,7 @@ class CellFields(_Strict):
     run: RunProfile | None = None
     tests: list[TestGroup] | None = None
     use: OneLine | None = None
+    oci: OciLabels | None = None
     release: ReleaseTags | None = None
     validate_: ValidateSettings | None = Field(default=None, alias="validate")  # `validate` would shadow BaseModel's
     # GPU fields (see the GPU block below): the CUDA of a GPU cell. busbw_floor_GBps is kept only to be
@@ -251,6 +265,7 @@ class Cell:
     line: int
     validate_deadline_s: int = runprofile.DEFAULT_DEADLINE_S["cpu"]
     cuda: str | None = None                                 # GPU cells: the CUDA the image is built for
+    oci: tuple[tuple[str, str], ...] = ()                   # (key of OciLabels, value), in OciLabels' order
 
     @property
     def key(self) -> str:
@@ -320,6 +335,7 @@ _HOME = {
     "versions": "on an image under `images:`",
     **{key: "at the top level" for key in ("schema", "source", "defaults", "images")},
     **{key: "under `run:`" for key in RunProfile.model_fields},
+    **{key: "under `oci:`" for key in OciLabels.model_fields},   # before index: `url` is more often an index's
     **{key: "under `index:`" for key in PackageIndex.model_fields},
     **{key: "under `release:`" for key in ReleaseTags.model_fields},
     **{key: "under `standin:`" for key in ("requirements", "workdir")},
@@ -766,6 +782,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
                 moving_tags=moving_tags,
                 line=doc.line_of(loc) or 0,
                 validate_deadline_s=deadline_for(merged),
+                oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
                 **_gpu_fields(check),
             ))
         if first_default is None:

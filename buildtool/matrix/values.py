@@ -186,6 +186,28 @@ def source_url(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
+def web_url(text: str) -> str:
+    """A web page an OCI label points to (`oci.url`, `oci.documentation`): https or http."""
+    return _url(text, ("https", "http"), "a web page's URL")
+
+
+@functools.lru_cache(maxsize=65536)
+def spdx_expression(text: str) -> str:
+    """`oci.licenses`: an SPDX license expression (packaging's parser, the SPDX license list), written
+    as that parser spells it (`apache-2.0` is refused with `Apache-2.0` suggested)."""
+    from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
+
+    try:
+        canonical = canonicalize_license_expression(text)
+    except InvalidLicenseExpression as exc:
+        raise ValueError(f"{text!r} is not an SPDX license expression ({exc}); e.g. Apache-2.0, "
+                         "BSD-3-Clause AND MIT, or LicenseRef-<name> for a license SPDX does not list") from None
+    if canonical != text:
+        raise ValueError(f"{text!r} is not spelt as SPDX spells it; write {canonical!r}")
+    return text
+
+
+@functools.lru_cache(maxsize=65536)
 def apt_package(text: str) -> str:
     """A Debian package name, optionally `:arch` and `=version`."""
     if not _APT_RE.match(text):

@@ -210,6 +210,7 @@ defaults:
   framework_requirements: ["six==1.17.0"]
   packages: {idna: "3.10"}
   run: {shm_size: 1g, ipc: private, ulimits: {memlock: -1}, gpus: none}
+  oci: {authors: t-build, url: "https://example.invalid/t-build", vendor: t-build, licenses: "MIT OR Apache-2.0"}
 images:
   - name: NAME-ok
     template: images/ok.Dockerfile.j2
@@ -295,10 +296,10 @@ def test_failing_cell_leaves_others_built_and_no_dev_tag(tiny):
     assert re.search(rf"^\[{ns}-broken:1\.0\] +\d+s failed: .*exit code: 3", run.stderr, re.M), run.stderr
 
 
-def test_labels_name_the_full_commit_and_a_base_pair_that_resolves(tiny):
+def test_labels_name_the_full_commit_a_base_pair_that_resolves_and_the_matrix_oci_keys(tiny):
     """Read from the pushed image's config: the revision is the whole commit, base.name is the mirror's
     reference the build pulled and base.digest what the registry serves for that name (asked with skopeo,
-    a client this project did not write)."""
+    a client this project did not write), and the `oci:` values of the matrix are there."""
     ns = tiny["namespace"]
     ok = tiny["results"][f"{ns}-ok:1.0"]
     assert ok["result"] == "built", ok["message"]
@@ -313,6 +314,10 @@ def test_labels_name_the_full_commit_and_a_base_pair_that_resolves(tiny):
                                 f"docker://{labels[label_keys.OCI_BASE_NAME]}"], capture_output=True, timeout=120)
     assert inspected.returncode == 0, inspected.stderr
     assert labels[label_keys.OCI_BASE_DIGEST] == "sha256:" + hashlib.sha256(inspected.stdout).hexdigest()
+    assert {k: labels.get(k) for k in label_keys.OCI_FROM_MATRIX.values()} == {
+        label_keys.OCI_AUTHORS: "t-build", label_keys.OCI_URL: "https://example.invalid/t-build",
+        label_keys.OCI_DOCUMENTATION: None, label_keys.OCI_VENDOR: "t-build",
+        label_keys.OCI_LICENSES: "MIT OR Apache-2.0"}
 
 
 def _traces(ref: str, needles: list[bytes], extra: dict[str, bytes]) -> list[str]:
