@@ -98,8 +98,10 @@ def deb_packages() -> list[dict[str, object]]:
     found = []
     for line in run.stdout.splitlines():
         status, *values = line.split("\t")
+        if len(values) != len(_DEB_FIELDS):    # zip(strict=) needs 3.10; images may have an older Python
+            raise RuntimeError(f"dpkg-query gave {len(values)} fields, not {len(_DEB_FIELDS)}: {line[:120]!r}")
         if status.startswith("ii"):
-            row: dict[str, object] = dict(zip(_DEB_FIELDS, values, strict=True))
+            row: dict[str, object] = dict(zip(_DEB_FIELDS, values))  # noqa: B905 - lengths checked above
             row["licenses"] = dep5_licenses(f"/usr/share/doc/{row['Package']}/copyright")
             found.append(row)
     return sorted(found, key=lambda r: (str(r["Package"]), str(r["Architecture"])))
