@@ -18,11 +18,11 @@ FACTS = {"framework": "pytorch 2.13.0+cpu", "python": "3.11.2", "cuda": "", "bas
 
 
 def _section() -> dict:
-    before = contents(make_sbom(PROBE, repository="r/x-dev", digest=D0, facts=FACTS, locks={}))
+    before = contents(make_sbom(PROBE, repository="r/x-dev", digest=D0, facts=FACTS, locks={}, identified={}))
     probe = sbom_probe.probe_copy(PROBE)
     sbom_probe.set_python(probe, "torch-tb-profiler", None)
     sbom_probe.set_python(probe, "torch", "2.13.1+cpu")
-    after = contents(make_sbom(probe, repository="r/x-dev", digest=D1, locks={},
+    after = contents(make_sbom(probe, repository="r/x-dev", digest=D1, locks={}, identified={},
                                facts=dict(FACTS, framework="pytorch 2.13.1+cpu", base="debian@sha256:2")))
     return {"sbom": "r/pytorch-cpu@sha256:" + "a" * 64, "previous_sbom": "r/pytorch-cpu@sha256:" + "b" * 64,
             "facts": after.facts, "python_packages": 1, "apt_packages": 1,

@@ -32,6 +32,7 @@ def test_probe_prints_one_json_object_with_python_and_apt_packages():
     assert isinstance(found["apt_packages"], dict)
     assert found["python_details"]["pytest"]["version"] == pytest.__version__
     assert any(r.startswith("pluggy") for r in found["python_details"]["pytest"]["requires_dist"])
+    assert found["python_details"]["pytest"]["wheel_tags"] == ["py3-none-any"]
     assert found["marker_environment"]["python_version"] == "{}.{}".format(*sys.version_info[:2])
     debs = found["deb_packages"]
     if not shutil.which("dpkg-query"):
@@ -43,10 +44,10 @@ def test_probe_prints_one_json_object_with_python_and_apt_packages():
 
 
 def test_sbom_is_valid_cyclonedx_and_deterministic():
-    doc = sbom.make_sbom(PROBE, repository=REPOSITORY, digest=DIGEST, facts=FACTS, locks=sbom_probe.LOCKS)
+    doc = _doc(PROBE)
     sbom.validate_sbom(doc)
     assert doc["bomFormat"] == "CycloneDX" and doc["specVersion"] == "1.6"
-    assert doc == sbom.make_sbom(PROBE, repository=REPOSITORY, digest=DIGEST, facts=FACTS, locks=sbom_probe.LOCKS)
+    assert doc == _doc(PROBE)
     assert "timestamp" not in doc["metadata"]
     purls = {c["purl"] for c in doc["components"]}
     assert "pkg:pypi/torch@2.13.0%2Bcpu" in purls
@@ -60,7 +61,7 @@ def test_invalid_document_is_refused():
 
 
 def test_contents_and_diff_put_the_headline_first():
-    old = sbom.contents(sbom.make_sbom(PROBE, repository="r/a", digest=DIGEST, facts=FACTS, locks={}))
+    old = sbom.contents(sbom.make_sbom(PROBE, repository="r/a", digest=DIGEST, facts=FACTS, locks={}, identified={}))
     probe = sbom_probe.probe()
     sbom_probe.set_python(probe, "pyyaml", None)
     sbom_probe.set_python(probe, "werkzeug", "3.2.0")
@@ -68,7 +69,7 @@ def test_contents_and_diff_put_the_headline_first():
     sbom_probe.set_deb(probe, "openssl", "3.0.18-1~deb12u1")
     new_facts = dict(FACTS, python="3.11.3", framework="pytorch 2.13.1+cpu")
     new = sbom.contents(sbom.make_sbom(probe, repository="r/a", digest="sha256:" + "e" * 64, facts=new_facts,
-                                       locks={}))
+                                       locks={}, identified={}))
     assert new.python["werkzeug"] == "3.2.0" and new.apt["openssl"] == "3.0.18-1~deb12u1"
     lines = [c.line() for c in sbom.diff(old, new)]
     assert lines == [
@@ -84,9 +85,9 @@ def test_contents_and_diff_put_the_headline_first():
 
 # -- completeness (issue 25): hashes, Debian purls, licenses, tools, the dependency graph --------------
 
-def _doc(probe: dict | None = None, locks: dict | None = None) -> dict:
+def _doc(probe: dict | None = None, locks: dict | None = None, identified: dict | None = None) -> dict:
     return sbom.make_sbom(probe or sbom_probe.probe(), repository=REPOSITORY, digest=DIGEST, facts=FACTS,
-                          locks=sbom_probe.LOCKS if locks is None else locks)
+                          locks=sbom_probe.LOCKS if locks is None else locks, identified=identified or {})
 
 
 def _by_name(doc: dict) -> dict[str, dict]:

@@ -40,10 +40,11 @@ DEB_HASH_NOTE = "not recorded: dpkg keeps per-file md5sums, not the hash of the 
 
 
 def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dict[str, str],
-              locks: Mapping[str, LockFile]) -> dict[str, Any]:
+              locks: Mapping[str, LockFile], identified: Mapping[str, str]) -> dict[str, Any]:
     """A CycloneDX 1.6 document (as a dict) for the image `repository@digest`. `locks` are the cell's
     lock files by file name (empty for an image not installed from locks): a Python component whose
-    version a lock pins gets that lock's sha256 when the lock admits exactly one file."""
+    version a lock pins gets that lock's sha256 when the lock admits exactly one file, or the one of
+    its hashes `identified` names (name -> sha256, buildtool.build.wheel_hashes)."""
     import uuid  # here, with cyclonedx: release reads SBOMs and never makes one
 
     from cyclonedx.model import HashAlgorithm, HashType, Property
@@ -70,7 +71,7 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     python_edges, python_missing = packages.python_graph(dists, probe.get("marker_environment") or {})
     for dist in dists:
         purl = PackageURL("pypi", name=dist.name, version=dist.version)
-        origin, sha256, note = _lock_origin(dist, locks)
+        origin, sha256, note = _lock_origin(dist, locks, identified.get(dist.name, ""))
         props = [Property(name=f"{PROPERTY}:installed-from", value=origin)]
         props += [Property(name=f"{PROPERTY}:hash", value=note)] if note else []
         props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r)
@@ -109,7 +110,7 @@ def _version(distribution: str) -> str:
     return version(distribution)
 
 
-def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile]) -> tuple[str, str, str]:
+def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified: str) -> tuple[str, str, str]:
     """(installed-from, sha256 or "", why there is no hash) of one distribution."""
     for lock_name, lock in sorted(locks.items()):
         entry = lock.entries.get(dist.name)
@@ -119,8 +120,13 @@ def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile]) -> tuple[st
             raise ValueError(f"{dist.name} {dist.version} in the image, {entry.version} in {lock_name}")
         if len(entry.hashes) == 1:
             return lock_name, entry.hashes[0].removeprefix("sha256:"), ""
-        return lock_name, "", (f"not recorded: {lock_name} admits {len(entry.hashes)} files (wheels per "
-                               "platform, the sdist) and the installer does not record which one it took")
+        if identified:
+            if f"sha256:{identified}" not in entry.hashes:
+                raise ValueError(f"{dist.name}: the file identified as installed ({identified[:12]}...) is not "
+                                 f"one {lock_name} admits")
+            return lock_name, identified, ""
+        return lock_name, "", (f"not recorded: {lock_name} admits {len(entry.hashes)} files and no index the "
+                               "cell installs from lists exactly one of them with the installed wheel's tags")
     return "no lock (the base image's own)", "", "not recorded: not installed from a lock"
 
 

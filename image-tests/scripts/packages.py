@@ -64,6 +64,9 @@ def python_details() -> dict[str, dict[str, object]]:
             "license_classifiers": sorted(c.split("::")[-1].strip() for c in meta.get_all("Classifier") or []
                                           if c.startswith("License ::") and c.count("::") >= 2),
             "requires_dist": list(dist.requires or []),
+            # Which of the lock's files was installed: the wheel with exactly these tags.
+            "wheel_tags": sorted(line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
+                                 if line.startswith("Tag:")),
         }
     return dict(sorted(found.items()))
 

@@ -1,6 +1,7 @@
 """The SBOM of a real image: this commit's pytorch-cpu dev image (fixture_images, built or retagged by
 buildtool), probed twice the way `buildtool build --push` does (buildtool.build.contents.probe), turned
-into CycloneDX with the cell's committed locks. About 10 s once the fixture exists; prints the counts.
+into CycloneDX with the cell's committed locks and the host's indexes (which of several locked files
+was installed). About 10 s once the fixture exists; prints the counts.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import fixture_images  # noqa: E402
 
 from buildtool.build.contents import probe  # noqa: E402
 from buildtool.build.lock import read_locks  # noqa: E402
+from buildtool.build.pipconfig import HostPip  # noqa: E402
+from buildtool.build.wheel_hashes import Sources, identify  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.registry.sbom import make_sbom, validate_sbom  # noqa: E402
 
@@ -29,8 +32,13 @@ def test_real_image_sbom_is_complete_valid_and_byte_identical():
     image = fixture_images.ensure("pytorch")
     cell = next(c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells if c.key == CELL)
     locks = read_locks(REPO, cell)
-    docs = [make_sbom(probe(REPO, image), repository="127.0.0.1:5000/x/pytorch-cpu-dev", digest=DIGEST,
-                      facts={"cell": CELL}, locks=locks) for _ in range(2)]
+    sources = Sources.for_cell(HostPip.from_host(), cell.index_url, cell.extra_index_urls)
+    docs = []
+    for _ in range(2):
+        found = probe(REPO, image)
+        identified = identify(found["python_details"], locks, sources, log=print)
+        docs.append(make_sbom(found, repository="127.0.0.1:5000/x/pytorch-cpu-dev", digest=DIGEST,
+                              facts={"cell": CELL}, locks=locks, identified=identified))
     assert json.dumps(docs[0]).encode() == json.dumps(docs[1]).encode()   # same image, same bytes
     doc = docs[0]
     validate_sbom(doc)
@@ -41,7 +49,11 @@ def test_real_image_sbom_is_complete_valid_and_byte_identical():
     single = {n: e.hashes[0].removeprefix("sha256:") for lock in locks.values() for n, e in lock.entries.items()
               if len(e.hashes) == 1}
     hashed = {c["name"]: c["hashes"][0]["content"] for c in components if c.get("hashes")}
-    assert hashed == single                      # every file a lock pins to one hash, and only those
+    admitted = {n: {h.removeprefix("sha256:") for h in e.hashes} for lock in locks.values()
+                for n, e in lock.entries.items()}
+    assert single.items() <= hashed.items()      # every file a lock pins to one hash
+    assert all(sha in admitted[name] for name, sha in hashed.items())   # the others: one the lock admits
+    assert set(identified) == set(hashed) - set(single)
     assert all("arch=" in c["purl"] and "distro=debian-12" in c["purl"] for c in debs)
     upstream = [c for c in debs if "upstream=" in c["purl"]]
     by_name = {c["name"]: c for c in components}

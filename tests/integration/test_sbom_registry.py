@@ -41,13 +41,13 @@ def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run
     space = f"t-sbom-{secrets.token_hex(4)}"
     dev, rel = f"{space}/pytorch-cpu-dev", f"{space}/pytorch-cpu"
     old_digest, new_digest = _image(client, dev, "old"), _image(client, dev, "new")
-    old_doc = make_sbom(PROBE, repository=f"{HOST}/{dev}", digest=old_digest, facts=FACTS, locks={})
+    old_doc = make_sbom(PROBE, repository=f"{HOST}/{dev}", digest=old_digest, facts=FACTS, locks={}, identified={})
     changed = sbom_probe.probe_copy(PROBE)
     sbom_probe.set_python(changed, "torch-tb-profiler", None)          # a release that lost the plugin
     sbom_probe.set_python(changed, "numpy", "2.5.0")
     sbom_probe.set_deb(changed, "python3.11", "3.11.2-6+deb12u7")
     new_doc = make_sbom(changed, repository=f"{HOST}/{dev}", digest=new_digest, facts=dict(FACTS, python="3.11.3"),
-                        locks={})
+                        locks={}, identified={})
     validate_sbom(new_doc)
     old_artifact = store_sbom(client, dev, old_digest, old_doc)
     new_artifact = store_sbom(client, dev, new_digest, new_doc)
