@@ -30,8 +30,8 @@ from buildtool.contracts.locks import LockFile
 PYPI = "https://pypi.org/simple"
 TIMEOUT_S = 20
 Log = Callable[[str], None]
-# name -> {filename: sha256}: what one source lists for a project
-Fetch = Callable[[str, str], dict[str, str]]
+# (location, project, is a find-links page) -> {filename: sha256}: what one source lists for a project
+Fetch = Callable[[str, str, bool], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,10 @@ def identify(python: Mapping[str, Mapping[str, object]], locks: Mapping[str, Loc
             if not isinstance(tags, list) or not tags:
                 continue      # not installed from a wheel (or an older probe): nothing to match
             listed: dict[str, str] = {}
-            for location in (*sources.indexes, *sources.find_links):
-                listed.update(fetch(location, name))
+            for location in sources.indexes:
+                listed.update(fetch(location, name, False))
+            for location in sources.find_links:
+                listed.update(fetch(location, name, True))
             sha256 = installed_file(name, entry.version, tags, entry.hashes, listed)
             if sha256:
                 found[name] = sha256
@@ -119,29 +121,26 @@ class _Fetcher:
         self.pages: dict[str, dict[str, str]] = {}
         self.unreachable: set[str] = set()     # sources asked once: one log line, not one per package
 
-    def files(self, location: str, name: str) -> dict[str, str]:
-        key = f"{location}\0{name}"
+    def files(self, location: str, name: str, flat: bool) -> dict[str, str]:
+        key = f"{location}\0{name}\0{flat}"
         if key not in self.pages:
-            self.pages[key] = self._read(location, canonicalize_name(name))
+            self.pages[key] = self._read(location, canonicalize_name(name), flat)
         return self.pages[key]
 
-    def _read(self, location: str, project: str) -> dict[str, str]:
+    def _read(self, location: str, project: str, flat: bool) -> dict[str, str]:
         local = _local(location)
-        if local is not None and local.is_dir() and not (local / project).is_dir():
-            return _folder(local, project)                     # a find-links folder
-        if local is not None:
-            page = local / project / "index.html"
-            if not page.is_file():
-                return {}
-            return _page(page.read_text(errors="replace"), page.as_uri())
-        return self._remote(location, project)
+        if local is None:
+            return self._remote(location, location if flat else location.rstrip("/") + f"/{project}/")
+        if flat and local.is_dir():
+            return _folder(local, project)
+        page = local if flat else local / project / "index.html"
+        return _page(page.read_text(errors="replace"), page.as_uri()) if page.is_file() else {}
 
-    def _remote(self, location: str, project: str) -> dict[str, str]:
+    def _remote(self, location: str, url: str) -> dict[str, str]:
         import requests
 
         if location in self.unreachable:
             return {}
-        url = location.rstrip("/") + f"/{project}/"
         try:
             response = requests.get(url, timeout=TIMEOUT_S, verify=self.cert or True,
                                     headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
