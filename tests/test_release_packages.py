@@ -9,20 +9,20 @@ from buildtool.registry.sbom import contents, diff, make_sbom
 from buildtool.release.notes import build_manifest, render_notes
 from buildtool.release.packages import package_notes
 from buildtool.release.promote import ReleaseReport
+from tests import sbom_probe
 from tests.test_release_notes import D1, item
 
 D0 = "sha256:" + "0" * 64
-PROBE = {"python": "3.11.2", "os": "Debian GNU/Linux 12 (bookworm)",
-         "python_packages": {"torch": "2.13.0+cpu", "torch-tb-profiler": "0.4.3"}, "apt_packages": {"bash": "5.2"}}
+PROBE = sbom_probe.minimal({"torch": "2.13.0+cpu", "torch-tb-profiler": "0.4.3"}, {"bash": "5.2"})
 FACTS = {"framework": "pytorch 2.13.0+cpu", "python": "3.11.2", "cuda": "", "base": "debian:bookworm-slim@sha256:1"}
 
 
 def _section() -> dict:
-    before = contents(make_sbom(PROBE, repository="r/x-dev", digest=D0, facts=FACTS))
-    probe = json.loads(json.dumps(PROBE))
-    del probe["python_packages"]["torch-tb-profiler"]
-    probe["python_packages"]["torch"] = "2.13.1+cpu"
-    after = contents(make_sbom(probe, repository="r/x-dev", digest=D1,
+    before = contents(make_sbom(PROBE, repository="r/x-dev", digest=D0, facts=FACTS, locks={}, identified={}))
+    probe = sbom_probe.probe_copy(PROBE)
+    sbom_probe.set_python(probe, "torch-tb-profiler", None)
+    sbom_probe.set_python(probe, "torch", "2.13.1+cpu")
+    after = contents(make_sbom(probe, repository="r/x-dev", digest=D1, locks={}, identified={},
                                facts=dict(FACTS, framework="pytorch 2.13.1+cpu", base="debian@sha256:2")))
     return {"sbom": "r/pytorch-cpu@sha256:" + "a" * 64, "previous_sbom": "r/pytorch-cpu@sha256:" + "b" * 64,
             "facts": after.facts, "python_packages": 1, "apt_packages": 1,

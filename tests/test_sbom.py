@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +13,12 @@ import pytest
 
 from buildtool.build import contents
 from buildtool.registry import sbom
+from tests import sbom_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "d" * 64
-PROBE = {"python": "3.11.2", "os": "Debian GNU/Linux 12 (bookworm)", "arch": "x86_64", "cuda": "",
-         "python_packages": {"torch": "2.13.0+cpu", "numpy": "2.4.6", "torch-tb-profiler": "0.4.3"},
-         "apt_packages": {"python3.11": "3.11.2-6+deb12u6", "libc6:amd64": "2.36-9+deb12u10"}}
+PROBE = sbom_probe.PROBE
+REPOSITORY = "127.0.0.1:5000/x/pytorch-cpu-dev"
 FACTS = {"framework": "pytorch 2.13.0+cpu", "python": "3.11.2", "base": "docker.io/library/debian:bookworm-slim",
          "cell": "pytorch-cpu:2.13"}
 
@@ -28,17 +30,28 @@ def test_probe_prints_one_json_object_with_python_and_apt_packages():
     assert found["python"] == ".".join(str(n) for n in sys.version_info[:3])
     assert found["python_packages"]["pytest"] == pytest.__version__
     assert isinstance(found["apt_packages"], dict)
+    assert found["python_details"]["pytest"]["version"] == pytest.__version__
+    assert any(r.startswith("pluggy") for r in found["python_details"]["pytest"]["requires_dist"])
+    assert found["python_details"]["pytest"]["wheel_tags"] == ["py3-none-any"]
+    assert found["marker_environment"]["python_version"] == "{}.{}".format(*sys.version_info[:2])
+    debs = found["deb_packages"]
+    if not shutil.which("dpkg-query"):
+        assert debs == []
+        return
+    assert len(debs) == len(found["apt_packages"])       # this host is Debian: the same packages, more said
+    libc6 = next(d for d in debs if d["Package"] == "libc6")
+    assert libc6["source:Package"] == "glibc" and libc6["Architecture"] and libc6["Version"]
 
 
 def test_sbom_is_valid_cyclonedx_and_deterministic():
-    doc = sbom.make_sbom(PROBE, repository="127.0.0.1:5000/x/pytorch-cpu-dev", digest=DIGEST, facts=FACTS)
+    doc = _doc(PROBE)
     sbom.validate_sbom(doc)
     assert doc["bomFormat"] == "CycloneDX" and doc["specVersion"] == "1.6"
-    assert doc == sbom.make_sbom(PROBE, repository="127.0.0.1:5000/x/pytorch-cpu-dev", digest=DIGEST, facts=FACTS)
+    assert doc == _doc(PROBE)
     assert "timestamp" not in doc["metadata"]
     purls = {c["purl"] for c in doc["components"]}
     assert "pkg:pypi/torch@2.13.0%2Bcpu" in purls
-    assert "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=amd64" in purls
+    assert "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=amd64&distro=debian-12&upstream=glibc" in purls
     assert doc["metadata"]["component"]["version"] == DIGEST
 
 
@@ -48,22 +61,174 @@ def test_invalid_document_is_refused():
 
 
 def test_contents_and_diff_put_the_headline_first():
-    old = sbom.contents(sbom.make_sbom(PROBE, repository="r/a", digest=DIGEST, facts=FACTS))
-    probe = json.loads(json.dumps(PROBE))
-    del probe["python_packages"]["torch-tb-profiler"]
-    probe["python_packages"]["numpy"] = "2.5.0"
-    probe["python_packages"]["pillow"] = "13.0.0"
-    probe["apt_packages"]["python3.11"] = "3.11.2-6+deb12u7"
+    old = sbom.contents(sbom.make_sbom(PROBE, repository="r/a", digest=DIGEST, facts=FACTS, locks={}, identified={}))
+    probe = sbom_probe.probe()
+    sbom_probe.set_python(probe, "pyyaml", None)
+    sbom_probe.set_python(probe, "werkzeug", "3.2.0")
+    sbom_probe.set_python(probe, "pillow", "13.0.0")
+    sbom_probe.set_deb(probe, "openssl", "3.0.18-1~deb12u1")
     new_facts = dict(FACTS, python="3.11.3", framework="pytorch 2.13.1+cpu")
-    new = sbom.contents(sbom.make_sbom(probe, repository="r/a", digest="sha256:" + "e" * 64, facts=new_facts))
-    assert new.python["numpy"] == "2.5.0" and new.apt["python3.11"] == "3.11.2-6+deb12u7"
+    new = sbom.contents(sbom.make_sbom(probe, repository="r/a", digest="sha256:" + "e" * 64, facts=new_facts,
+                                       locks={}, identified={}))
+    assert new.python["werkzeug"] == "3.2.0" and new.apt["openssl"] == "3.0.18-1~deb12u1"
     lines = [c.line() for c in sbom.diff(old, new)]
     assert lines == [
         "framework: pytorch 2.13.0+cpu -> pytorch 2.13.1+cpu",
         "python: 3.11.2 -> 3.11.3",
-        "numpy (python): 2.4.6 -> 2.5.0",
         "added pillow (python) 13.0.0",
-        "removed torch-tb-profiler (python) 0.4.3",
-        "python3.11 (apt): 3.11.2-6+deb12u6 -> 3.11.2-6+deb12u7",
+        "removed pyyaml (python) 6.0.3",
+        "werkzeug (python): 3.1.9 -> 3.2.0",
+        "openssl (apt): 3.0.17-1~deb12u2 -> 3.0.18-1~deb12u1",
     ]
     assert sbom.diff(old, old) == []
+
+
+# -- completeness (issue 25): hashes, Debian purls, licenses, tools, the dependency graph --------------
+
+def _doc(probe: dict | None = None, locks: dict | None = None, identified: dict | None = None) -> dict:
+    return sbom.make_sbom(probe or sbom_probe.probe(), repository=REPOSITORY, digest=DIGEST, facts=FACTS,
+                          locks=sbom_probe.LOCKS if locks is None else locks, identified=identified or {})
+
+
+def _by_name(doc: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in doc["components"]}
+
+
+def _props(component: dict) -> dict[str, str]:
+    return {p["name"].split(":", 1)[1]: p["value"] for p in component.get("properties", [])}
+
+
+def test_python_components_carry_the_sha256_their_lock_admits():
+    doc = _doc()
+    sbom.validate_sbom(doc)
+    found = _by_name(doc)
+    assert found["torch"]["hashes"] == [{"alg": "SHA-256", "content": sbom_probe.TORCH_SHA}]
+    assert _props(found["torch"])["installed-from"] == "framework.lock"
+    assert _props(found["werkzeug"])["installed-from"] == "tools.lock"
+    hashed = sorted(c["name"] for c in doc["components"] if c.get("hashes"))
+    assert hashed == ["markdown", "mpmath", "sympy", "tensorboard", "torch", "typing-extensions", "werkzeug"]
+    # Several files admitted (wheels per platform, the sdist): which one was installed is not recorded.
+    assert "hashes" not in found["markupsafe"] and "admits 3 files" in _props(found["markupsafe"])["hash"]
+    assert "hashes" not in found["filelock"] and "admits 2 files" in _props(found["filelock"])["hash"]
+    # Not from a lock (an NGC base's own packages): said so, no hash invented.
+    assert "hashes" not in found["pyyaml"]
+    assert _props(found["pyyaml"]) == {"installed-from": "no lock (the base image's own)",
+                                       "hash": "not recorded: not installed from a lock"}
+    assert "hashes" not in found["libc6"] and "md5sums" in _props(found["libc6"])["hash"]
+
+
+def test_a_lock_at_another_version_than_the_image_is_refused():
+    probe = sbom_probe.probe()
+    probe["python_packages"]["torch"] = probe["python_details"]["torch"]["version"] = "2.13.1+cpu"
+    with pytest.raises(ValueError, match=r"torch 2.13.1\+cpu in the image, 2.13.0\+cpu in framework.lock"):
+        _doc(probe)
+
+
+def test_every_deb_purl_has_arch_distro_and_its_source_package():
+    doc = _doc()
+    debs = {c["name"]: c["purl"] for c in doc["components"] if c["purl"].startswith("pkg:deb/")}
+    assert len(debs) == len(sbom_probe.DEBIAN)
+    assert all("arch=" in p and "distro=debian-12" in p for p in debs.values())
+    # bash is Multi-Arch: foreign (dpkg's ${binary:Package} says "bash"): it gets its arch all the same.
+    assert debs["bash"] == "pkg:deb/debian/bash@5.2.15-2%2Bb8?arch=amd64&distro=debian-12&upstream=bash%405.2.15-2"
+    assert debs["libc6"] == "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=amd64&distro=debian-12&upstream=glibc"
+    assert debs["debconf"] == "pkg:deb/debian/debconf@1.5.82?arch=all&distro=debian-12"   # its own source
+    from packageurl import PackageURL
+    assert PackageURL.from_string(debs["bash"]).qualifiers["upstream"] == "bash@5.2.15-2"
+    # The distro comes from the image's /etc/os-release, not from a constant.
+    probe = sbom_probe.probe()
+    probe["os_release"]["VERSION_ID"] = "13"
+    assert "distro=debian-13" in _by_name(_doc(probe))["libc6"]["purl"]
+    del probe["os_release"]["VERSION_ID"]
+    with pytest.raises(ValueError, match="names no ID and VERSION_ID"):
+        _doc(probe)
+
+
+def test_licenses_where_the_metadata_declares_them():
+    found = _by_name(_doc())
+    assert found["torch"]["licenses"] == [{"expression": "BSD-3-Clause"}]           # License-Expression
+    assert found["tensorboard"]["licenses"] == [{"license": {"name": "Apache 2.0"}}]  # License
+    assert found["mpmath"]["licenses"] == [{"license": {"name": "BSD License"}}]     # classifiers
+    assert "licenses" not in found["typing-extensions"] and "licenses" not in found["werkzeug"]
+    assert found["debianutils"]["licenses"] == [{"license": {"name": "GPL-2+"}}, {"license": {"name": "SMAIL-GPL"}}]
+    assert "licenses" not in found["bash"]                                  # copyright not machine-readable
+
+
+def test_dep5_copyright_files_give_license_short_names_and_free_text_gives_none(tmp_path: Path):
+    spec = importlib.util.spec_from_file_location("packages_probe", ROOT / contents.PROBE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dep5 = tmp_path / "dep5"
+    dep5.write_text("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+                    "Upstream-Name: x\nLicense: GPL-2+\n\nFiles: *\nCopyright: 2020 A\nLicense: GPL-2+\n\n"
+                    "Files: lib/*\nCopyright: 2021 B\nLicense: BSD-3-clause or MIT\n\n"
+                    "License: Apache-2.0\n full text of a license no Files paragraph uses\n")
+    assert module.dep5_licenses(str(dep5)) == ["BSD-3-clause or MIT", "GPL-2+"]
+    free = tmp_path / "free"
+    free.write_text("This is Debian's prepackaged version of bash.\n\nLicense: GPL-3+ (not DEP-5)\n")
+    assert module.dep5_licenses(str(free)) is None
+    assert module.dep5_licenses(str(tmp_path / "missing")) is None
+
+
+def test_tools_name_this_generator_and_its_version():
+    from importlib.metadata import version
+    tools = _doc()["metadata"]["tools"]["components"]
+    assert {"type": "application", "name": "dl-images-buildtool",
+            "version": version("dl-images-buildtool")} in tools
+
+
+def test_dependency_graph_comes_from_the_packages_metadata():
+    doc = _doc()
+    refs = {c["bom-ref"]: c["name"] for c in doc["components"]}
+    refs[doc["metadata"]["component"]["bom-ref"]] = "ROOT"
+    graph = {refs[d["ref"]]: sorted(refs[t] for t in d.get("dependsOn", [])) for d in doc["dependencies"]}
+    assert graph["ROOT"] == ["bash", "ca-certificates", "tensorboard", "torch"]   # not all 24
+    assert graph["torch"] == ["filelock", "sympy", "typing-extensions"]        # no extras asked: no triton
+    assert graph["tensorboard"] == ["markdown", "werkzeug"]                    # colorama is win32 only
+    assert graph["markdown"] == ["pyyaml"]                                     # markdown[extra], asked for
+    assert graph["sympy"] == ["mpmath"] and graph["mpmath"] == []
+    assert graph["ca-certificates"] == ["debconf", "openssl"]                  # `debconf | debconf-2.0`
+    assert graph["bash"] == ["base-files", "debianutils", "libc6", "libtinfo6"]  # Pre-Depends too
+    assert graph["libssl3"] == ["libc6"]                                       # libc6:any
+    assert graph["libc6"] == ["libgcc-s1"] and "libc6" in graph["libgcc-s1"]   # a cycle, reached from bash
+    assert all(not _props(c).get("unresolved-dependency") for c in doc["components"])
+
+
+def test_provides_resolve_and_unsatisfied_relations_are_named():
+    probe = sbom_probe.probe()
+    probe["deb_packages"] = [d for d in probe["deb_packages"] if d["Package"] != "debconf"]
+    probe["deb_packages"].append(dict(probe["deb_packages"][0], Package="cdebconf", Version="0.270",
+                                      Depends="", **{"Pre-Depends": "", "source:Package": "cdebconf",
+                                                     "source:Version": "0.270", "Provides": "debconf-2.0"}))
+    doc = _doc(probe)
+    found = _by_name(doc)
+    dep = next(d for d in doc["dependencies"] if d["ref"] == found["ca-certificates"]["bom-ref"])
+    assert found["cdebconf"]["bom-ref"] in dep["dependsOn"]
+    probe["deb_packages"] = [d for d in probe["deb_packages"] if d["Package"] != "libtinfo6"]
+    assert _props(_by_name(_doc(probe))["bash"])["unresolved-dependency"] == "libtinfo6"
+
+
+def test_cycles_nothing_else_reaches_get_one_root_edge_each():
+    from buildtool.registry.sbom_packages import top_level
+    assert top_level({"a": {"b"}, "b": {"a"}, "c": {"b"}, "d": set()}) == ["c", "d"]
+    assert top_level({"z": {"y"}, "y": {"z", "x"}, "x": set(), "w": {"v"}, "v": {"w"}}) == ["v", "y"]
+
+
+def test_same_image_same_bytes_whatever_order_the_probe_lists():
+    shuffled = sbom_probe.probe()
+    shuffled["deb_packages"].reverse()
+    shuffled["python_details"] = dict(reversed(list(shuffled["python_details"].items())))
+    assert json.dumps(_doc(), sort_keys=True) == json.dumps(_doc(shuffled), sort_keys=True)
+    assert json.dumps(_doc()) == json.dumps(_doc())
+
+
+def test_an_old_probe_output_is_refused_not_turned_into_a_thin_sbom():
+    probe = sbom_probe.probe()
+    del probe["deb_packages"]
+    with pytest.raises(ValueError, match="no deb_packages"):
+        _doc(probe)
+    probe = sbom_probe.probe()
+    probe["python_details"]["sympy"]["requires_dist"] = ["mpmath>=>1"]
+    with pytest.raises(ValueError, match="sympy 1.14.0: unparseable Requires-Dist"):
+        _doc(probe)

@@ -26,9 +26,10 @@ from urllib.parse import urlsplit
 from buildtool.build import engine
 from buildtool.build.bases import fill_bases, is_loopback_registry, push_verified
 from buildtool.build.contents import attach_sbom
-from buildtool.build.lock import locked_versions
+from buildtool.build.lock import locked_versions, read_locks
 from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
 from buildtool.build.progress import LogProgress, Progress, StepWatcher
+from buildtool.build.wheel_hashes import Sources
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys
@@ -313,7 +314,10 @@ class Builder:
             raise FailedError(f"{plan.dev_ref} has no SBOM in the registry and is not in the local store to make "
                               "one from; rebuild it with --force --push")
         self.progress.update(plan.cell.key, "sbom", "probing the image's packages")
-        result.sbom = attach_sbom(self.root, self.registry, repo, result.digest, plan.dev_ref)
+        host = self._host_pip or HostPip.from_host()
+        sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
+        result.sbom = attach_sbom(self.root, self.registry, repo, result.digest, plan.dev_ref,
+                                  read_locks(self.root, plan.cell), sources, self.log)
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""

@@ -10,13 +10,15 @@ never gets an SBOM that contradicts its lock.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from buildtool.build import engine
+from buildtool.build import engine, wheel_hashes
+from buildtool.build.wheel_hashes import Log, Sources
 from buildtool.common.errors import FailedError
 from buildtool.contracts.image_labels import ImageLabels, LabelError
-from buildtool.contracts.locks import normalize
+from buildtool.contracts.locks import LockFile, normalize
 from buildtool.registry import sbom
 from buildtool.registry.client import RegistryClient
 
@@ -66,8 +68,11 @@ def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, local_ref: str) -> str:
-    """Probe the local image, check it against its lock, attach its SBOM to repo@digest.
+def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, local_ref: str,
+                locks: Mapping[str, LockFile], sources: Sources, log: Log) -> str:
+    """Probe the local image, check it against its lock, attach its SBOM to repo@digest (`locks`: the
+    cell's lock files, whose hashes the SBOM's Python components carry; `sources`: the indexes that
+    say which of several locked files was installed).
     Returns the SBOM artifact's digest; an SBOM already attached to the digest is kept."""
     existing = sbom.find_sbom(client, repo, digest)
     if existing is not None:
@@ -82,6 +87,11 @@ def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, loca
     if wrong:
         raise FailedError(f"{local_ref} differs from its lock: " + "; ".join(wrong[:5])
                           + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
-    document = sbom.make_sbom(found, repository=f"{client.host}/{repo}", digest=digest, facts=facts(labels, found))
+    try:
+        identified = wheel_hashes.identify(found.get("python_details") or {}, locks, sources, log)
+        document = sbom.make_sbom(found, repository=f"{client.host}/{repo}", digest=digest,
+                                  facts=facts(labels, found), locks=locks, identified=identified)
+    except ValueError as exc:
+        raise FailedError(f"the SBOM of {local_ref} cannot be made: {exc}") from None
     sbom.validate_sbom(document)
     return sbom.store_sbom(client, repo, digest, document)

@@ -2,10 +2,14 @@
 
 One in-image probe (image-tests/scripts/packages.py, standard library only) lists the
 Python distributions and the Debian packages; `make_sbom` turns that into a CycloneDX 1.6
-document with cyclonedx-python-lib (purls `pkg:pypi/...`, `pkg:deb/<distro>/...`), the
-image itself as `metadata.component` and the facts people ask first (framework, Python,
-CUDA, base) as properties. The document is deterministic: no timestamp, a serial number
-derived from the digest, components sorted, so the same image gives the same bytes.
+document with cyclonedx-python-lib, the image itself as `metadata.component` and the facts
+people ask first (framework, Python, CUDA, base) as properties. What scanners match on comes
+from the packages' own metadata (buildtool.registry.sbom_packages): purls `pkg:pypi/NAME@V`
+and `pkg:deb/debian/NAME@V?arch=A&distro=debian-12&upstream=SRC[@SRCV]`, the lock's sha256 of
+each Python file it pinned, declared licenses, and a dependency graph whose root depends only
+on the packages nothing else needs. Hashes and licenses that the image does not record are
+left out (a property says why), never guessed. The document is deterministic: no timestamp,
+a serial number derived from the digest, everything sorted, so the same image gives the same bytes.
 
 It is stored as an OCI referrer artifact of the image (artifactType SBOM_TYPE, through
 buildtool.registry.referrers), so any OCI 1.1 client finds it: `oras discover`, or on
@@ -16,25 +20,34 @@ docker://REPO:sha256-<hex>` (the fallback index) and `skopeo copy docker://REPO@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from buildtool.contracts import label_keys
+from buildtool.contracts.locks import LockFile
 from buildtool.contracts.names import SBOM_TYPE
 from buildtool.registry import referrers
+from buildtool.registry import sbom_packages as packages
 from buildtool.registry.client import RegistryClient, RegistryError
 
 PROPERTY = label_keys.SBOM_PROPERTY
 SBOM_TITLE = "sbom.cdx.json"
 # Facts listed first in release notes and `buildtool diff`, in this order.
 HEADLINE = ("framework", "python", "cuda", "base")
+GENERATOR = "dl-images-buildtool"     # metadata.tools: this project's distribution, at its installed version
+DEB_HASH_NOTE = "not recorded: dpkg keeps per-file md5sums, not the hash of the .deb it installed"
 
 
-def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dict[str, str]) -> dict[str, Any]:
-    """A CycloneDX 1.6 document (as a dict) for the image `repository@digest`."""
+def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dict[str, str],
+              locks: Mapping[str, LockFile], identified: Mapping[str, str]) -> dict[str, Any]:
+    """A CycloneDX 1.6 document (as a dict) for the image `repository@digest`. `locks` are the cell's
+    lock files by file name (empty for an image not installed from locks): a Python component whose
+    version a lock pins gets that lock's sha256 when the lock admits exactly one file, or the one of
+    its hashes `identified` names (name -> sha256, buildtool.build.wheel_hashes)."""
     import uuid  # here, with cyclonedx: release reads SBOMs and never makes one
 
-    from cyclonedx.model import Property
+    from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.output.json import JsonV1Dot6
@@ -43,36 +56,91 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     name = repository.rsplit("/", 1)[-1]
     bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"{repository}@{digest}"))
     bom.metadata.timestamp = None  # type: ignore[assignment]  # the same image gives the same document
+    for tool, kind in ((GENERATOR, ComponentType.APPLICATION), ("cyclonedx-python-lib", ComponentType.LIBRARY)):
+        bom.metadata.tools.components.add(Component(type=kind, name=tool, version=_version(tool)))
     root = Component(
         type=ComponentType.CONTAINER, name=name, version=digest, bom_ref=f"{repository}@{digest}",
         purl=PackageURL("oci", name=name, version=digest, qualifiers={"repository_url": repository}),
         properties=[Property(name=f"{PROPERTY}:{key}", value=str(value))
                     for key, value in sorted(facts.items()) if value])
     bom.metadata.component = root
-    components = []
-    for pkg, version in sorted(probe.get("python_packages", {}).items()):
-        purl = PackageURL("pypi", name=pkg, version=version)
-        components.append(Component(type=ComponentType.LIBRARY, name=pkg, version=version, purl=purl,
-                                    bom_ref=str(purl)))
-    distro = _distro(probe.get("os", ""))
-    for pkg, version in sorted(probe.get("apt_packages", {}).items()):
-        base, _, arch = pkg.partition(":")
-        purl = PackageURL("deb", namespace=distro, name=base, version=version,
-                          qualifiers={"arch": arch} if arch else None)
-        components.append(Component(type=ComponentType.LIBRARY, name=base, version=version, purl=purl,
-                                    bom_ref=str(purl)))
-    for component in components:
+    by_ref: dict[str, Component] = {}
+    edges: dict[str, set[str]] = {}
+
+    dists = packages.dists(probe)
+    python_edges, python_missing = packages.python_graph(dists, probe.get("marker_environment") or {})
+    for dist in dists:
+        purl = PackageURL("pypi", name=dist.name, version=dist.version)
+        origin, sha256, note = _lock_origin(dist, locks, identified.get(dist.name, ""))
+        props = [Property(name=f"{PROPERTY}:installed-from", value=origin)]
+        props += [Property(name=f"{PROPERTY}:hash", value=note)] if note else []
+        props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r)
+                  for r in python_missing.get(dist.name, [])]
+        by_ref[dist.name] = Component(
+            type=ComponentType.LIBRARY, name=dist.name, version=dist.version, purl=purl, bom_ref=str(purl),
+            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if sha256 else None,
+            licenses=_python_licenses(dist), properties=props)
+        edges[dist.name] = python_edges[dist.name]
+
+    debs = packages.debs(probe)
+    if debs:
+        namespace, distro = packages.distro(probe)
+        deb_edges, deb_missing = packages.deb_graph(debs)
+        for deb in debs:
+            purl = PackageURL("deb", namespace=namespace, name=deb.name, version=deb.version,
+                              qualifiers=deb.qualifiers(distro))
+            props = [Property(name=f"{PROPERTY}:hash", value=DEB_HASH_NOTE)]
+            props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r) for r in deb_missing.get(deb.key, [])]
+            by_ref[deb.key] = Component(
+                type=ComponentType.LIBRARY, name=deb.name, version=deb.version, purl=purl, bom_ref=str(purl),
+                licenses=_names(deb.licenses or ()), properties=props)
+            edges[deb.key] = deb_edges[deb.key]
+
+    for component in by_ref.values():
         bom.components.add(component)
-    bom.register_dependency(root, components)
+    for key, targets in edges.items():
+        bom.register_dependency(by_ref[key], [by_ref[t] for t in sorted(targets)])
+    bom.register_dependency(root, [by_ref[t] for t in packages.top_level(edges)])
     return json.loads(JsonV1Dot6(bom).output_as_string())
 
 
-def _distro(pretty: str) -> str | None:
-    lowered = pretty.lower()
-    for name in ("debian", "ubuntu"):
-        if name in lowered:
-            return name
-    return None
+def _version(distribution: str) -> str:
+    from importlib.metadata import version
+
+    return version(distribution)
+
+
+def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified: str) -> tuple[str, str, str]:
+    """(installed-from, sha256 or "", why there is no hash) of one distribution."""
+    for lock_name, lock in sorted(locks.items()):
+        entry = lock.entries.get(dist.name)
+        if entry is None:
+            continue
+        if entry.version != dist.version:
+            raise ValueError(f"{dist.name} {dist.version} in the image, {entry.version} in {lock_name}")
+        if len(entry.hashes) == 1:
+            return lock_name, entry.hashes[0].removeprefix("sha256:"), ""
+        if identified:
+            if f"sha256:{identified}" not in entry.hashes:
+                raise ValueError(f"{dist.name}: the file identified as installed ({identified[:12]}...) is not "
+                                 f"one {lock_name} admits")
+            return lock_name, identified, ""
+        return lock_name, "", (f"not recorded: {lock_name} admits {len(entry.hashes)} files and no index the "
+                               "cell installs from lists exactly one of them with the installed wheel's tags")
+    return "no lock (the base image's own)", "", "not recorded: not installed from a lock"
+
+
+def _python_licenses(dist: packages.Dist) -> list[Any]:
+    from cyclonedx.model.license import LicenseExpression
+
+    expression, names = packages.license_fields(dist)
+    return [LicenseExpression(expression)] if expression else _names(names)
+
+
+def _names(names: Iterable[str]) -> list[Any]:
+    from cyclonedx.model.license import DisjunctiveLicense
+
+    return [DisjunctiveLicense(name=n) for n in sorted(set(names))]
 
 
 def validate_sbom(document: dict[str, Any]) -> None:

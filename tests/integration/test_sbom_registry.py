@@ -16,12 +16,12 @@ from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST,
 from buildtool.registry.referrers import add_referrers, copy_artifact
 from buildtool.registry.sbom import contents, find_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
 from buildtool.release.packages import package_notes, package_section
+from tests import sbom_probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 HOST = "127.0.0.1:5000"
-PROBE = {"python": "3.11.2", "os": "Debian GNU/Linux 12 (bookworm)", "cuda": "",
-         "python_packages": {"torch": "2.13.0+cpu", "numpy": "2.4.6", "torch-tb-profiler": "0.4.3"},
-         "apt_packages": {"python3.11": "3.11.2-6+deb12u6", "bash": "5.2.15-2+b13"}}
+PROBE = sbom_probe.minimal({"torch": "2.13.0+cpu", "numpy": "2.4.6", "torch-tb-profiler": "0.4.3"},
+                           {"python3.11": "3.11.2-6+deb12u6", "bash": "5.2.15-2+b13"})
 FACTS = {"framework": "pytorch 2.13.0+cpu", "python": "3.11.2", "base": "docker.io/library/debian:bookworm-slim"}
 
 
@@ -41,12 +41,13 @@ def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run
     space = f"t-sbom-{secrets.token_hex(4)}"
     dev, rel = f"{space}/pytorch-cpu-dev", f"{space}/pytorch-cpu"
     old_digest, new_digest = _image(client, dev, "old"), _image(client, dev, "new")
-    old_doc = make_sbom(PROBE, repository=f"{HOST}/{dev}", digest=old_digest, facts=FACTS)
-    changed = json.loads(json.dumps(PROBE))
-    del changed["python_packages"]["torch-tb-profiler"]                  # a release that lost the plugin
-    changed["python_packages"]["numpy"] = "2.5.0"
-    changed["apt_packages"]["python3.11"] = "3.11.2-6+deb12u7"
-    new_doc = make_sbom(changed, repository=f"{HOST}/{dev}", digest=new_digest, facts=dict(FACTS, python="3.11.3"))
+    old_doc = make_sbom(PROBE, repository=f"{HOST}/{dev}", digest=old_digest, facts=FACTS, locks={}, identified={})
+    changed = sbom_probe.probe_copy(PROBE)
+    sbom_probe.set_python(changed, "torch-tb-profiler", None)          # a release that lost the plugin
+    sbom_probe.set_python(changed, "numpy", "2.5.0")
+    sbom_probe.set_deb(changed, "python3.11", "3.11.2-6+deb12u7")
+    new_doc = make_sbom(changed, repository=f"{HOST}/{dev}", digest=new_digest, facts=dict(FACTS, python="3.11.3"),
+                        locks={}, identified={})
     validate_sbom(new_doc)
     old_artifact = store_sbom(client, dev, old_digest, old_doc)
     new_artifact = store_sbom(client, dev, new_digest, new_doc)
