@@ -79,9 +79,11 @@ def test_render_is_deterministic_across_runs_environments_and_folders(tmp_path: 
 
 
 def test_real_project_committed_files_match_the_real_matrix(run_cli):
-    """The real project (not the fixture): its generated files and locks follow its matrix.yaml."""
+    """The real project (not the fixture): its generated files and locks follow its matrix.yaml, and each
+    pip cell's locks are what uv resolves again (the full `make check`: needs PyPI, as CI has)."""
     code, out, err = run_cli("check", "--matrix", str(REPO / "matrix.yaml"))
     assert code == 0, out + err
+    assert "4 re-resolved with uv" in err, err
 
 
 def test_render_twice_writes_nothing_the_second_time(project: Path, run_cli):
@@ -107,7 +109,7 @@ def test_changing_one_version_changes_exactly_that_cell_and_the_catalogue(projec
 def test_check_prints_a_unified_diff_on_drift(project: Path, run_cli):
     dockerfile = project / "dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace("python3-venv", "python3-venv vim"))
-    code, out, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1
     assert "--- a/dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile" in out
     assert "- && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv vim \\" in out
@@ -117,7 +119,7 @@ def test_check_prints_a_unified_diff_on_drift(project: Path, run_cli):
 
 def test_check_reports_a_missing_generated_file(project: Path, run_cli):
     (project / "docs" / "images.md").unlink()
-    code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, out, _ = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "+++ b/docs/images.md" in out
 
 
@@ -125,7 +127,7 @@ def test_stale_dockerfile_is_reported_never_silently_deleted(project: Path, run_
     stale = project / "dockerfiles/pytorch/pytorch-old/1.0/Dockerfile"
     stale.parent.mkdir(parents=True)
     stale.write_text("FROM scratch\n")
-    code, _, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, _, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "stale: dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in err
     code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
     assert code == 0 and stale.exists() and "stale: dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in err
@@ -140,7 +142,7 @@ def test_removing_a_cell_leaves_its_dockerfile_reported_as_stale(project: Path, 
     start = text.index('      - version: "25.01"\n        base: nvcr.io/nvidia/pytorch')
     end = text.index("  - name: tensorflow-ngc")
     matrix.write_text(text[:start] + "\n" + text[end:])
-    code, _, err = run_cli("check", "--matrix", str(matrix))
+    code, _, err = run_cli("check", "--offline", "--matrix", str(matrix))
     assert code == 1 and "stale: dockerfiles/pytorch/pytorch-ngc/25.01/Dockerfile" in err
 
 
@@ -173,8 +175,8 @@ def test_rendering_needs_no_docker_engine(project: Path, tmp_path: Path):
            "PYTHONPATH": str(REPO)}
     for dockerfile in (project / "dockerfiles").rglob("Dockerfile"):   # the locks beside them stay
         dockerfile.unlink()
-    for command in ("render", "check"):
-        result = subprocess.run([sys.executable, "-m", "buildtool", command, "--matrix", str(project / "matrix.yaml")],
+    for command in (["render"], ["check", "--offline"]):
+        result = subprocess.run([sys.executable, "-m", "buildtool", *command, "--matrix", str(project / "matrix.yaml")],
                                 env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
 
@@ -187,7 +189,7 @@ def test_catalogue_lists_the_newest_release_of_each_cell(project: Path, run_cli)
         image = {"cell": "pytorch-cpu:2.13", "tags": tags, "pinned": "x", "digest": digest,
                  "packages": {"sbom": f"r/pytorch-cpu@sha256:{'5' * 64}"} if version == "0.2.0" else None}
         (releases / f"{version}.json").write_text(json.dumps({"version": version, "images": [image]}))
-    code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, out, _ = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "+- Released: `pytorch-cpu:2.13-0.2.0`" in out
     code, _, _ = run_cli("render", "--matrix", str(project / "matrix.yaml"))
     text = (project / "docs" / "images.md").read_text()
