@@ -21,7 +21,7 @@ container of the base can tell (`make lock` asks one): they are named as not re-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,7 +88,7 @@ def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None]
     return problems
 
 
-def check_cells(root: Path, cells: list[Cell], log: Callable[[str], None],
+def check_cells(root: Path, cells: Sequence[Cell], log: Callable[[str], None],
                 host: HostPip | None = None) -> tuple[list[str], list[str]]:
     """(problems, cells not re-resolved). A cell whose locks are missing or broken is left to the
     offline check, which names it."""
