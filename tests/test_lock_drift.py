@@ -157,8 +157,9 @@ def test_the_check_never_writes_the_committed_lock(locked, host):
     assert framework.read_text() == edited
 
 
-def test_an_index_that_cannot_be_reached_is_an_error_not_a_pass(locked):
+def test_an_index_that_cannot_be_reached_is_an_error_not_a_pass(locked, monkeypatch):
     root, _ = locked
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")   # the error, without uv's backoff
     gone = HostPip(index_url="http://127.0.0.1:9/simple")
     with pytest.raises(FailedError, match=r"pytorch-cpu:2.13: cannot re-resolve its locks to check them \(uv pip "
                                           r"compile failed: .*\); the check needs the package index"):
@@ -188,3 +189,43 @@ def test_make_check_fails_naming_the_package_and_make_lock(project: Path, run_cl
     assert ("lock: dockerfiles/pytorch/pytorch-cpu/2.13/framework.lock: mpmath deleted by hand (the resolution needs "
             "mpmath 1.3.0); run `make lock FRAMEWORK=pytorch-cpu:2.13`") in err
     assert "1 lock problem(s); run `make lock`" in err
+
+
+def _ngc_cell():
+    cell = next(c for c in fixture_matrix().cells if c.key == "pytorch-ngc:25.10")
+    return replace(cell, extra_index_urls=(), index_url=None)
+
+
+def test_an_ngc_cell_is_re_resolved_against_its_base_only_when_one_is_named(tmp_path: Path, host, monkeypatch):
+    """The base (asked in a container, faked here) has markdown: a constraint, left out of the lock. With
+    a base reference (BASE_MIRROR's) the cell is checked; without one it is named as not re-resolved."""
+    base = lock.BaseFacts(python="3.11", packages={"markdown": "3.11.3"}, ref="mirror/pytorch:25.10")
+    asked: list[str] = []
+
+    def ask(ref: str) -> lock.BaseFacts:
+        asked.append(ref)
+        return base
+
+    monkeypatch.setattr(lock, "base_facts", ask)
+    cell, root = _ngc_cell(), tmp_path / "root"
+    lock.lock_cells(root, [cell], {cell.key: "mirror/pytorch:25.10"}, (), log=lambda line: None, host=host)
+    tools = (root / cell.dockerfile).parent / locks.TOOLS_LOCK
+    assert "markdown" not in tools.read_text() and "tensorboard===2.21.0" in tools.read_text()
+    refs = {cell.key: "mirror/pytorch:25.10"}
+    assert lockdrift.check_cells(root, [cell], lambda line: None, host, refs, ask) == ([], [])
+    assert lockdrift.check_cells(root, [cell], lambda line: None, host, {}, ask) == ([], [cell.key])
+    text = tools.read_text()
+    tools.write_text(text.replace(_block(text, "tensorboard"), ""))
+    assert lockdrift.check_cells(root, [cell], lambda line: None, host, refs, ask)[0] == [
+        "dockerfiles/pytorch/pytorch-ngc/25.10/tools.lock: tensorboard deleted by hand (the resolution needs "
+        "tensorboard 2.21.0); run `make lock FRAMEWORK=pytorch-ngc:25.10`"]
+    assert asked == ["mirror/pytorch:25.10"] * 3
+
+
+def test_an_ngc_base_that_cannot_be_asked_is_an_error(tmp_path: Path, host):
+    def gone(ref: str) -> lock.BaseFacts:
+        raise FailedError(f"cannot ask the base {ref} for its packages: pull of {ref} failed")
+
+    with pytest.raises(FailedError, match=r"pytorch-ngc:25.10: cannot ask the base m/p:1 .*`make bases "
+                                          r"FRAMEWORK=pytorch-ngc:25.10`"):
+        lockdrift.check_cells(tmp_path, [_ngc_cell()], lambda line: None, host, {"pytorch-ngc:25.10": "m/p:1"}, gone)

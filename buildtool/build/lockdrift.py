@@ -16,7 +16,9 @@ since, and any difference is a hand edit:
 
 It needs the package index (PyPI and the cell's indexes): an index that cannot be reached is an
 error naming it, never a pass. NGC cells resolve against their base's own packages, which only a
-container of the base can tell (`make lock` asks one): they are named as not re-resolved.
+container of the base can tell (`make lock` asks one): with BASE_MIRROR set they are re-resolved
+against the mirrored base (or its stand-in) as `make lock` does, a base that cannot be asked being an
+error; without it they are named as not re-resolved.
 """
 
 from __future__ import annotations
@@ -70,12 +72,12 @@ def compare(file: str, committed: LockFile, resolved: LockFile) -> list[Drift]:
 
 
 def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None],
-               reachable: Callable[[str], bool] = answers) -> list[str]:
-    """Problems of one pip-installed cell's committed locks against their re-resolution.
-    FailedError when uv cannot resolve (an index it cannot reach, a pinned version gone)."""
+               reachable: Callable[[str], bool] = answers, base: lock.BaseFacts | None = None) -> list[str]:
+    """Problems of one cell's committed locks against their re-resolution (`base`: what an NGC cell's
+    base has). FailedError when uv cannot resolve (an index it cannot reach, a pinned version gone)."""
     committed = lock.read_locks(root, cell)
     try:
-        texts = lock.compile_cell(cell, host, previous={}, upgrade=None, base=None, log=log, reachable=reachable,
+        texts = lock.compile_cell(cell, host, previous={}, upgrade=None, base=base, log=log, reachable=reachable,
                                   pinned=committed)
     except FailedError as exc:
         raise FailedError(f"{cell.key}: cannot re-resolve its locks to check them ({exc}); the check needs the "
@@ -88,20 +90,31 @@ def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None]
     return problems
 
 
-def check_cells(root: Path, cells: Sequence[Cell], log: Callable[[str], None],
-                host: HostPip | None = None) -> tuple[list[str], list[str]]:
-    """(problems, cells not re-resolved). A cell whose locks are missing or broken is left to the
+def check_cells(root: Path, cells: Sequence[Cell], log: Callable[[str], None], host: HostPip | None = None,
+                base_refs: dict[str, str] | None = None,
+                ask_base: Callable[[str], lock.BaseFacts] = lock.base_facts) -> tuple[list[str], list[str]]:
+    """(problems, cells not re-resolved). NGC cells are re-resolved only when `base_refs` names the base to
+    ask (BASE_MIRROR's, as `make lock` uses). A cell whose locks are missing or broken is left to the
     offline check, which names it."""
     host = host if host is not None else HostPip.from_host()
     problems: list[str] = []
     skipped: list[str] = []
     for cell in cells:
+        base = None
         if lock.is_ngc(cell):
-            skipped.append(cell.key)
-            continue
+            ref = (base_refs or {}).get(cell.key)
+            if not ref:
+                skipped.append(cell.key)
+                continue
+            try:
+                base = ask_base(ref)
+            except FailedError as exc:
+                raise FailedError(f"{cell.key}: {exc}; the lock check asks the base as `make lock` does (`make bases "
+                                  f"FRAMEWORK={cell.key}` fills a local mirror with its stand-in), or leave "
+                                  "BASE_MIRROR unset to skip NGC cells") from None
         try:
             lock.read_locks(root, cell)
         except UserError:  # missing or broken: named by check_cell
             continue
-        problems += cell_drift(root, cell, host, log)
+        problems += cell_drift(root, cell, host, log, base=base)
     return problems, skipped
