@@ -162,8 +162,9 @@ def test_an_index_that_cannot_be_reached_is_an_error_not_a_pass(locked, monkeypa
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")   # the error, without uv's backoff
     gone = HostPip(index_url="http://127.0.0.1:9/simple")
     with pytest.raises(FailedError, match=r"pytorch-cpu:2.13: cannot re-resolve its locks to check them \(uv pip "
-                                          r"compile failed: .*\); the check needs the package index"):
+                                          r"compile failed: .*\); the check needs the package index") as raised:
         _drift(root, gone)
+    assert "Failed to fetch: http://127.0.0.1:9/simple/" in str(raised.value)   # the index, named
 
 
 def test_make_check_fails_naming_the_package_and_make_lock(project: Path, run_cli, host, monkeypatch):

@@ -262,8 +262,10 @@ def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
     except subprocess.TimeoutExpired:
         raise FailedError(f"uv pip compile timed out after {UV_TIMEOUT}s") from None
     if run.returncode != 0:
-        lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
-        raise FailedError("uv pip compile failed: " + " | ".join(lines[-4:])[:600])
+        lines = [ln.strip() for ln in run.stderr.splitlines() if ln.strip()]
+        # The URL it could not fetch (an unreachable index) comes first, above the causes' tail.
+        fetch = [ln for ln in lines[:-4] if "Failed to fetch" in ln][:1]
+        raise FailedError("uv pip compile failed: " + " | ".join(fetch + lines[-4:])[:600])
 
 
 def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], upgrade: tuple[str, ...] | None,
