@@ -83,6 +83,9 @@ def test_real_project_committed_files_match_the_real_matrix(run_cli, monkeypatch
     pip cell's locks are what uv resolves again (the full `make check`: needs PyPI, as CI has; NGC cells,
     whose bases only BASE_MIRROR's registry can be asked, are named as not re-resolved)."""
     monkeypatch.delenv("BASE_MIRROR", raising=False)
+    # The user's pip settings (~/.config/pip: this machine's local indexes), which `make lock` resolved with;
+    # the session's private XDG_CONFIG_HOME would hide them. Read only: the check writes no configuration.
+    monkeypatch.delenv("XDG_CONFIG_HOME")
     code, out, err = run_cli("check", "--matrix", str(REPO / "matrix.yaml"))
     assert code == 0, out + err
     assert "4 re-resolved with uv" in err, err
