@@ -168,9 +168,9 @@ def test_uv_pin_follows_the_toolkits_lock(tmp_path: Path):
 def test_check_fails_on_a_pin_bump_until_the_lock_follows(project: Path, run_cli):
     """A tool pin lives in the lock, not the Dockerfile: only the lock check sees the bump."""
     matrix = project / "matrix.yaml"
-    assert run_cli("check", "--matrix", str(matrix))[0] == 0
+    assert run_cli("check", "--offline", "--matrix", str(matrix))[0] == 0
     matrix.write_text(matrix.read_text().replace('tensorboard: "2.21.0"', 'tensorboard: "2.20.0"'))
-    code, out, err = run_cli("check", "--matrix", str(matrix))
+    code, out, err = run_cli("check", "--offline", "--matrix", str(matrix))
     assert code == 1
     assert "lock: dockerfiles/pytorch/pytorch-cpu/2.13/tools.lock is stale" in err
     assert "the matrix pins tensorboard==2.20.0 but the lock has 2.21.0" in err

@@ -33,7 +33,7 @@ class Case:
     old: str = ""                        # replaced once in the real matrix.yaml ...
     new: str = ""
     data: bytes | None = None            # ... or the whole file
-    args: tuple[str, ...] = ("check", "--matrix", "{matrix}")
+    args: tuple[str, ...] = ("check", "--offline", "--matrix", "{matrix}")
     setup: Callable[[Path], dict[str, str] | None] | None = None
     env: tuple[tuple[str, str], ...] = ()
     # Lines named in `expected` as tokens (`<line>`, `<l2>`), each found by the text on that line
@@ -637,7 +637,7 @@ def test_unreadable_matrix(project: Path, run_cli, bounded, monkeypatch: pytest.
 
     before = snapshot(project)
     monkeypatch.setattr(Path, "open", refuse)
-    code, _, err = run_cli("check", "--matrix", str(matrix))
+    code, _, err = run_cli("check", "--offline", "--matrix", str(matrix))
     monkeypatch.undo()
     assert code == 2
     assert err.strip() == ("error: matrix.yaml: cannot read it (Permission denied); pass a readable matrix file "

@@ -123,7 +123,7 @@ def test_at_least_twenty_kinds_of_bad_input():
 
 def test_empty_matrix(project: Path, run_cli):
     (project / "matrix.yaml").write_text("")
-    code, _, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, _, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 2
     assert err.strip() == "error: matrix.yaml:1: the file is empty; declare `images:`"
 

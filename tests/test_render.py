@@ -100,10 +100,17 @@ def test_render_is_deterministic_across_runs_environments_and_folders(tmp_path: 
     assert {k: v.encode() for k, v in json.loads(result.stdout).items()} == first
 
 
-def test_real_project_committed_files_match_the_real_matrix(run_cli):
-    """The real project (not the fixture): its generated files and locks follow its matrix.yaml."""
+def test_real_project_committed_files_match_the_real_matrix(run_cli, monkeypatch):
+    """The real project (not the fixture): its generated files and locks follow its matrix.yaml, and each
+    pip cell's locks are what uv resolves again (the full `make check`: needs PyPI, as CI has; NGC cells,
+    whose bases only BASE_MIRROR's registry can be asked, are named as not re-resolved)."""
+    monkeypatch.delenv("BASE_MIRROR", raising=False)
+    # The user's pip settings (~/.config/pip: this machine's local indexes), which `make lock` resolved with;
+    # the session's private XDG_CONFIG_HOME would hide them. Read only: the check writes no configuration.
+    monkeypatch.delenv("XDG_CONFIG_HOME")
     code, out, err = run_cli("check", "--matrix", str(REPO / "matrix.yaml"))
     assert code == 0, out + err
+    assert "4 re-resolved with uv" in err, err
 
 
 def test_render_twice_writes_nothing_the_second_time(project: Path, run_cli):
@@ -129,7 +136,7 @@ def test_changing_one_version_changes_exactly_that_cell_and_the_catalogue(projec
 def test_check_prints_a_unified_diff_on_drift(project: Path, run_cli):
     dockerfile = project / "dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace("python3-venv", "python3-venv vim"))
-    code, out, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1
     assert "--- a/dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile" in out
     assert "- && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv vim \\" in out
@@ -139,7 +146,7 @@ def test_check_prints_a_unified_diff_on_drift(project: Path, run_cli):
 
 def test_check_reports_a_missing_generated_file(project: Path, run_cli):
     (project / "docs" / "images.md").unlink()
-    code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, out, _ = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "+++ b/docs/images.md" in out
 
 
@@ -147,7 +154,7 @@ def test_stale_dockerfile_is_reported_never_silently_deleted(project: Path, run_
     stale = project / "dockerfiles/pytorch/pytorch-old/1.0/Dockerfile"
     stale.parent.mkdir(parents=True)
     stale.write_text("FROM scratch\n")
-    code, _, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, _, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "stale: dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in err
     code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
     assert code == 0 and stale.exists() and "stale: dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in err
@@ -162,7 +169,7 @@ def test_removing_a_cell_leaves_its_dockerfile_reported_as_stale(project: Path, 
     start = text.index('      - version: "25.01"\n        base: nvcr.io/nvidia/pytorch')
     end = text.index("  - name: tensorflow-ngc")
     matrix.write_text(text[:start] + "\n" + text[end:])
-    code, _, err = run_cli("check", "--matrix", str(matrix))
+    code, _, err = run_cli("check", "--offline", "--matrix", str(matrix))
     assert code == 1 and "stale: dockerfiles/pytorch/pytorch-ngc/25.01/Dockerfile" in err
 
 
@@ -195,8 +202,8 @@ def test_rendering_needs_no_docker_engine(project: Path, tmp_path: Path):
            "PYTHONPATH": str(REPO)}
     for dockerfile in (project / "dockerfiles").rglob("Dockerfile"):   # the locks beside them stay
         dockerfile.unlink()
-    for command in ("render", "check"):
-        result = subprocess.run([sys.executable, "-m", "buildtool", command, "--matrix", str(project / "matrix.yaml")],
+    for command in (["render"], ["check", "--offline"]):
+        result = subprocess.run([sys.executable, "-m", "buildtool", *command, "--matrix", str(project / "matrix.yaml")],
                                 env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
 
@@ -209,7 +216,7 @@ def test_catalogue_lists_the_newest_release_of_each_cell(project: Path, run_cli)
         image = {"cell": "pytorch-cpu:2.13", "tags": tags, "pinned": "x", "digest": digest,
                  "packages": {"sbom": f"r/pytorch-cpu@sha256:{'5' * 64}"} if version == "0.2.0" else None}
         (releases / f"{version}.json").write_text(json.dumps({"version": version, "images": [image]}))
-    code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, out, _ = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "+- Released: `pytorch-cpu:2.13-0.2.0`" in out
     code, _, _ = run_cli("render", "--matrix", str(project / "matrix.yaml"))
     text = (project / "docs" / "images.md").read_text()

@@ -130,7 +130,7 @@ def test_check_fails_when_a_workflow_is_edited_by_hand(project: Path, run_cli) -
     path = project / NIGHTLY_PATH
     rendered = path.read_text()
     path.write_text(rendered.replace("timeout-minutes: 180", "timeout-minutes: 5"))
-    code, out, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "+    timeout-minutes: 180" in out and NIGHTLY_PATH in out
     code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
     assert code == 0 and (project / NIGHTLY_PATH).read_text() == rendered
@@ -147,7 +147,7 @@ def test_a_new_cell_changes_the_workflows(project: Path, run_cli) -> None:
         default: true
         framework_version: 2.13.0+cpu''')
     (project / "matrix.yaml").write_text(text)
-    code, out, _ = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    code, out, _ = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1 and "pytorch-cpu:2.12" in out and PR_PATH in out
 
 

@@ -262,14 +262,19 @@ def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
     except subprocess.TimeoutExpired:
         raise FailedError(f"uv pip compile timed out after {UV_TIMEOUT}s") from None
     if run.returncode != 0:
-        lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
-        raise FailedError("uv pip compile failed: " + " | ".join(lines[-4:])[:600])
+        lines = [ln.strip() for ln in run.stderr.splitlines() if ln.strip()]
+        # The URL it could not fetch (an unreachable index) comes first, above the causes' tail.
+        fetch = [ln for ln in lines[:-4] if "Failed to fetch" in ln][:1]
+        raise FailedError("uv pip compile failed: " + " | ".join(fetch + lines[-4:])[:600])
 
 
 def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], upgrade: tuple[str, ...] | None,
-                 base: BaseFacts | None, log: Log, reachable: Callable[[str], bool] = answers) -> dict[str, str]:
+                 base: BaseFacts | None, log: Log, reachable: Callable[[str], bool] = answers,
+                 pinned: dict[str, LockFile] | None = None) -> dict[str, str]:
     """Resolve a cell; returns lock file name -> text. `upgrade` None: move every package to its
-    newest allowed version; a tuple: keep the previous pins except those packages."""
+    newest allowed version; a tuple: keep the previous pins except those packages. `pinned` (the
+    drift check): the versions of these locks are constraints, so the resolution is the one `make lock`
+    made whatever the index has released since; a pin nothing requires is simply not in it."""
     python = base.python if base else cell.python
     args, skipped = index_args(host, cell.index_url, cell.extra_index_urls, reachable)
     for url in skipped:
@@ -292,6 +297,11 @@ def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], up
             pins.write_text(base.constraints + "\n" + "\n".join(f"{n}=={v}" for n, v in sorted(base.packages.items()))
                             + "\n")
             constraints = ["--constraint", pins.name]
+        if pinned:
+            committed = tmpdir / "committed-pins.txt"
+            committed.write_text("".join(f"{e.name}{'==' if e.exact and e.operator == '==' else '==='}{e.version}\n"
+                                         for lock in pinned.values() for e in lock.entries.values()))
+            constraints += ["--constraint", committed.name]
         if upgrade is not None and previous:
             # uv keeps what the output file already pins (its preferences) unless upgraded.
             full.write_text("\n".join(e.uv_preference() for lock in previous.values()

@@ -3,7 +3,9 @@
 One probe (scripts/packages.py, its result.json) lists every distribution in the image; the locked set
 comes from the image's label_keys.PACKAGES label, which `buildtool build` writes from the
 locks the image was built with. A package removed, replaced or changed after the build (pip in
-a derived image, a hand-edited container committed as an image) fails here, named.
+a derived image, a hand-edited container committed as an image) fails here, named. A second probe
+(scripts/pip_check.py) runs `pip check` there: a requirement of an installed package that is missing or
+at a version it does not accept fails, named as pip names it.
 """
 
 from __future__ import annotations
@@ -42,3 +44,17 @@ def test_locked_packages_installed_at_their_versions(installed, target):
     assert not wrong, f"{len(wrong)} of {len(locked)} locked packages differ: " + "; ".join(
         f"{name}: locked {want}, image has {have or 'nothing installed'}"
         for name, (want, have) in sorted(wrong.items()))
+
+
+def test_installed_requirements_are_met(main):
+    """`pip check` in the image: every installed distribution's requirements are installed at versions it
+    accepts. The lock check above proves each locked package is there; this one proves the locks were a
+    whole resolution (a package deleted from a lock by hand leaves its dependents broken: sympy without
+    mpmath)."""
+    probe = main.python("pip_check.py", step="run pip check in the image")
+    found = probe.result
+    assert probe.ok and isinstance(found, dict), probe.cause() or "no result"
+    assert not found["error"], found["error"]
+    problems = found["problems"]
+    assert not problems, (f"pip check (pip {found['pip']}) finds {len(problems)} broken requirement(s): "
+                          + "; ".join(problems))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import subprocess
 import sys
 import tarfile
@@ -43,6 +44,8 @@ class Layer:
     what: str                # the fault or the oddity, in words
     dockerfile: str          # the instructions after FROM
     wheels: tuple[str, ...] = ()  # requirements downloaded on the host into wheels/ of the build context
+    # Packages also dropped from the parent's lock label, as a build from a lock without them would write it.
+    unlocked: tuple[str, ...] = ()
 
 
 def _py(path: str, code: str) -> str:
@@ -236,6 +239,10 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           f"RUN sed -i '/tensorboard_plugins/,$d' {SITE}/torch_tb_profiler-0.4.3.dist-info/entry_points.txt\n"),
     Layer("pytorch-noprofiler", "pytorch", "torch-tb-profiler uninstalled",
           "RUN /opt/venv/bin/python -m pip uninstall -y torch-tb-profiler\n"),
+    # What a framework.lock with mpmath deleted by hand builds: sympy without mpmath, and a lock label that
+    # does not list it (so the locked-packages check passes; only `pip check` sees it).
+    Layer("pytorch-nompmath", "pytorch", "mpmath missing (uninstalled, and not in the lock label), sympy needs it",
+          "RUN /opt/venv/bin/python -m pip uninstall -y mpmath\n", unlocked=("mpmath",)),
     Layer("pytorch-notensorboard", "pytorch", "the `tensorboard` script removed",
           "RUN rm /opt/venv/bin/tensorboard\n"),
     Layer("pytorch-allreduce-noop", "pytorch", "torch.distributed.all_reduce patched into a no-op",
@@ -322,19 +329,32 @@ def dev_image(name: str) -> str:
 
 def layer_ref(layer: Layer, parent_ref: str) -> str:
     parent_id = image_id(parent_ref) or parent_ref
-    body = "\0".join([parent_id, layer.dockerfile, *layer.wheels]).encode()
+    body = "\0".join([parent_id, layer.dockerfile, *layer.wheels, *(f"unlocked:{n}" for n in layer.unlocked)]).encode()
     return f"{PREFIX}-{layer.name}:{hashlib.sha256(body).hexdigest()[:12]}"
 
 
 def _context(layer: Layer, parent_ref: str, folder: Path) -> None:
     relabel = (f'LABEL {label_keys.CONTENT_KEY}="fixture:{layer.name}" {label_keys.FIXTURE}="true" '
                f'{label_keys.FIXTURE_FAULT}="{layer.name}"\n')
+    if layer.unlocked:
+        relabel += f"LABEL {label_keys.PACKAGES}={json.dumps(_lock_label_without(parent_ref, layer.unlocked))}\n"
     (folder / "Dockerfile").write_text(f"FROM {parent_ref}\n{layer.dockerfile}{relabel}")
     if layer.wheels:
         (folder / "wheels").mkdir()
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                         "--dest", str(folder / "wheels"), *layer.wheels], check=True, capture_output=True,
                        timeout=BUILD_TIMEOUT_S)
+
+
+def _lock_label_without(parent_ref: str, names: tuple[str, ...]) -> str:
+    """The parent's lock label (name -> version JSON) less `names`; each must be in it."""
+    text = _docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{label_keys.PACKAGES}"}}}}',
+                   parent_ref, timeout=60).stdout.strip()
+    locked = json.loads(text)
+    missing = [n for n in names if n not in locked]
+    if missing:
+        raise RuntimeError(f"{parent_ref}'s lock label has no {missing}: the fault would not be the one meant")
+    return json.dumps({k: v for k, v in locked.items() if k not in names}, sort_keys=True)
 
 
 def build_layer(layer: Layer, parent_ref: str, ref: str) -> None:

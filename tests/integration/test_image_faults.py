@@ -177,6 +177,12 @@ FAULTS: dict[str, Fault] = {
         absent=("not installed",), skipped=("test_profiler_cuda_kernels",)),
     "profiler-uninstalled": Fault("pytorch-noprofiler", "profiler_plugin_active", {
         "test_profiler_plugin_active": ("torch-tb-profiler is not installed",)}),
+    # A lock with mpmath deleted by hand: the image lacks it and so does its lock label, so the locked-packages
+    # check passes (the label is what it compares with); `pip check` names the broken requirement.
+    "requirement-missing": Fault("pytorch-nompmath", "locked_packages or installed_requirements", {
+        "test_installed_requirements_are_met": ("pip check", "1 broken requirement",
+                                                "sympy 1.14.0 requires mpmath, which is not installed")},
+        passes=("test_locked_packages_installed_at_their_versions",)),
     "tensorboard-script-gone": Fault("pytorch-notensorboard", "profiler", {
         "test_profiler_plugin_active": ("no `tensorboard` command on PATH",),
         "test_tensorboard_answers_on_empty_logdir": ("no `tensorboard` command on PATH",)},

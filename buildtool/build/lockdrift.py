@@ -1,0 +1,120 @@
+"""The lock drift check of `buildtool check`: each cell's locks re-resolved as `make lock` resolves
+them, compared entry by entry with the committed files.
+
+The header's fingerprint only says the matrix values did not change; it cannot see an edit below
+the matrix pins (a deleted `mpmath`, an added line, a transitive version or a hash changed by hand).
+So the check resolves the cell again with uv (same requirements, indexes, Python and platform, into
+a temporary folder; the committed files are never written), with the committed versions as
+constraints: the answer is what `make lock` wrote for these versions whatever the index released
+since, and any difference is a hand edit:
+
+- deleted:      the resolution needs a package the lock does not list;
+- added:        the lock lists a package nothing requires;
+- re-versioned: the lock names another version than the resolution, or a version whose hashes are
+                none of that version's files (the version was changed and its hashes kept);
+- re-hashed:    the version is the resolution's but its hash set is not.
+
+It needs the package index (PyPI and the cell's indexes): an index that cannot be reached is an
+error naming it, never a pass. NGC cells resolve against their base's own packages, which only a
+container of the base can tell (`make lock` asks one): with BASE_MIRROR set they are re-resolved
+against the mirrored base (or its stand-in) as `make lock` does, a base that cannot be asked being an
+error; without it they are named as not re-resolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildtool.build import lock
+from buildtool.build.pipconfig import HostPip, answers
+from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts.locks import LockFile, parse_lock
+from buildtool.matrix.schema import Cell
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One difference between a committed lock file and its re-resolution."""
+
+    file: str          # path relative to the project root
+    package: str
+    kind: str          # deleted, added, re-versioned, re-hashed
+    detail: str
+
+    def message(self, cell: str) -> str:
+        return (f"{self.file}: {self.package} {self.kind} by hand ({self.detail}); "
+                f"run `make lock FRAMEWORK={cell}`")
+
+
+def compare(file: str, committed: LockFile, resolved: LockFile) -> list[Drift]:
+    """The entry-by-entry differences, by package name."""
+    found = []
+    for name in sorted(set(committed.entries) | set(resolved.entries)):
+        have, want = committed.entries.get(name), resolved.entries.get(name)
+        if have is None:
+            assert want is not None
+            found.append(Drift(file, name, "deleted", f"the resolution needs {name} {want.version}"))
+        elif want is None:
+            found.append(Drift(file, name, "added", f"{have.version} is listed but nothing requires it"))
+        elif have.version != want.version:
+            found.append(Drift(file, name, "re-versioned", f"lock {have.version}, resolution {want.version}"))
+        elif set(have.hashes) != set(want.hashes):
+            if not set(have.hashes) & set(want.hashes):
+                found.append(Drift(file, name, "re-versioned", f"the lock's hashes for {have.version} are none of "
+                                   f"{have.version}'s {len(want.hashes)} files"))
+            else:
+                extra, missing = set(have.hashes) - set(want.hashes), set(want.hashes) - set(have.hashes)
+                found.append(Drift(file, name, "re-hashed", f"{have.version}: {len(extra)} hash(es) of no file of "
+                                   f"it, {len(missing)} of its files' hashes missing"))
+    return found
+
+
+def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None],
+               reachable: Callable[[str], bool] = answers, base: lock.BaseFacts | None = None) -> list[str]:
+    """Problems of one cell's committed locks against their re-resolution (`base`: what an NGC cell's
+    base has). FailedError when uv cannot resolve (an index it cannot reach, a pinned version gone)."""
+    committed = lock.read_locks(root, cell)
+    try:
+        texts = lock.compile_cell(cell, host, previous={}, upgrade=None, base=base, log=log, reachable=reachable,
+                                  pinned=committed)
+    except FailedError as exc:
+        raise FailedError(f"{cell.key}: cannot re-resolve its locks to check them ({exc}); the check needs the "
+                          "package index (PyPI and the cell's indexes); `buildtool check --offline` checks "
+                          "only the matrix fingerprints") from None
+    problems = []
+    for name, path in lock.lock_paths(root, cell).items():
+        rel = str(path.relative_to(root))
+        problems += [d.message(cell.key) for d in compare(rel, committed[name], parse_lock(texts[name]))]
+    return problems
+
+
+def check_cells(root: Path, cells: Sequence[Cell], log: Callable[[str], None], host: HostPip | None = None,
+                base_refs: dict[str, str] | None = None,
+                ask_base: Callable[[str], lock.BaseFacts] = lock.base_facts) -> tuple[list[str], list[str]]:
+    """(problems, cells not re-resolved). NGC cells are re-resolved only when `base_refs` names the base to
+    ask (BASE_MIRROR's, as `make lock` uses). A cell whose locks are missing or broken is left to the
+    offline check, which names it."""
+    host = host if host is not None else HostPip.from_host()
+    problems: list[str] = []
+    skipped: list[str] = []
+    for cell in cells:
+        base = None
+        if lock.is_ngc(cell):
+            ref = (base_refs or {}).get(cell.key)
+            if not ref:
+                skipped.append(cell.key)
+                continue
+            try:
+                base = ask_base(ref)
+            except FailedError as exc:
+                raise FailedError(f"{cell.key}: {exc}; the lock check asks the base as `make lock` does (`make bases "
+                                  f"FRAMEWORK={cell.key}` fills a local mirror with its stand-in), or leave "
+                                  "BASE_MIRROR unset to skip NGC cells") from None
+        try:
+            lock.read_locks(root, cell)
+        except UserError:  # missing or broken: named by check_cell
+            continue
+        problems += cell_drift(root, cell, host, log, base=base)
+    return problems, skipped
