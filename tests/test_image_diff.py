@@ -81,7 +81,7 @@ def test_json_lists_the_same_order_and_where_each_side_came_from(registry, run_c
         ("removed", "torch-tb-profiler"), ("removed", "zstd"), ("removed", "bash"), ("changed", "numpy"),
         ("changed", "python3.11"), ("added", "aiohttp"), ("added", "pillow"), ("added", "curl")]
     assert found["before"] == {"image": f"{REG}/img:old", "digest": DIGESTS["old"], "source": "sbom",
-                               "sbom": "sha256:" + "a" * 64, "image_id": None, "python_environments": []}
+                               "sbom": "sha256:" + "a" * 64, "image_id": None, "python_environments": None}
     assert found["after"]["source"] == "sbom" and found["after"]["digest"] == DIGESTS["new"]
 
 
@@ -182,6 +182,10 @@ def test_every_python_environment_is_listed_and_merged_first_wins(registry, run_
     assert changes[("removed", "six")] == ("1.16", None)          # only in the system python3
     assert ("changed", "torch") not in changes                    # the venv's torch wins, as `python` imports it
     assert changes[("removed", "cuda")] == ("12.8", None)         # the image's CUDA_VERSION
+    code, _, err = run_cli("diff", "local/image:1", f"{REG}/img:old")
+    assert code == 0 and ("before: local/image:1: named without a registry, probed image sha256:feed: 2 Python and 2 "
+                          "Debian packages; Python environments: /opt/venv/bin/python (3.11.2, 1), "
+                          "/usr/bin/python3 (3.11.2, 2)") in err
 
 
 def test_an_image_that_cannot_be_pulled_is_exit_1_naming_it(registry, run_cli, tmp_path, monkeypatch):

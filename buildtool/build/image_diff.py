@@ -42,12 +42,14 @@ class Side:
         if self.source == "sbom":
             return f"{self.image}: SBOM {self.sbom} of {self.digest}: {counts}"
         pythons = ", ".join(f"{e.python} ({e.version}, {len(e.packages)})" for e in self.environments)
-        return (f"{self.image}: no SBOM attached, probed image {self.image_id}: {counts}; "
+        why = "no SBOM attached" if self.digest else "named without a registry"
+        return (f"{self.image}: {why}, probed image {self.image_id}: {counts}; "
                 f"Python environments: {pythons or 'none (Debian packages only)'}")
 
     def to_json(self) -> dict[str, Any]:
         return {"image": self.image, "digest": self.digest, "source": self.source, "sbom": self.sbom,
-                "image_id": self.image_id, "python_environments": [e.to_json() for e in self.environments]}
+                "image_id": self.image_id,   # the rest only for a probed side: an SBOM names no environments
+                "python_environments": [e.to_json() for e in self.environments] if self.source == "probe" else None}
 
 
 def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_TIMEOUT_S) -> Side:
