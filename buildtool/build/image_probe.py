@@ -26,7 +26,6 @@ from buildtool.common.errors import FailedError
 
 PROBE_TIMEOUT_S = 180
 PULL_TIMEOUT_S = 900
-LABEL = "io.dl-images.probe"
 # A listing's line is `status<TAB>package<TAB>version`: never starts with this.
 _MARK = "@@"
 _TOOLKIT = Path(__file__).resolve().parents[2]
@@ -125,7 +124,7 @@ def probe_image(ref: str, source: str, *, timeout: float = PROBE_TIMEOUT_S,
     image_id, env = local_image(ref, pull_timeout)
     name = f"dl-images-probe-{secrets.token_hex(6)}"
     try:
-        run = docker_cli.docker("run", "--rm", "--name", name, "--label", f"{LABEL}=diff", "--network", "none",
+        run = docker_cli.docker("run", "--rm", "--name", name, "--network", "none",
                                 "--pull", "never", "--entrypoint", "/bin/sh", image_id, "-c", _SCRIPT, "sh", source,
                                 timeout=timeout)
     except docker_cli.DockerTimeout:
