@@ -4,12 +4,13 @@ when it has none (a base, an upstream NGC image, a local image), from a probe of
 
 A probed side goes through the SBOM's own functions (make_sbom, then contents), so its package
 names are keyed exactly as an SBOM's are; its facts are only what the probe can see (Python, OS,
-CUDA), never the framework, base, cell or revision an SBOM records from the build.
+CUDA), never the framework, base, cell or revision an SBOM records from the build, so a diff with a
+probed side compares those three facts alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from buildtool.registry.sbom import Change, Contents
 # Packages are listed removed first, then changed, then added; the headline facts before them all.
 KIND_ORDER = ("removed", "changed", "added")
 SCOPE_ORDER = ("python", "apt")
+# The facts a probe can see in any image; the others (framework, base, cell, revision) come from a build.
+PROBE_FACTS = ("python", "os", "cuda")
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,22 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
     target = f"{ref.name}@{digest}" if digest else image
     probed = image_probe.probe_image(target, image_probe.listing_source(root), timeout=timeout)
     listing = probed.listing()
-    facts = {"python": listing["python"], "os": listing["os"], "cuda": listing["cuda"]}
+    facts = {key: listing[key] for key in PROBE_FACTS}
     document = sbom.make_sbom(listing, repository=ref.name, digest=digest or probed.image_id, facts=facts)
     return Side(image=image, source="probe", digest=digest, contents=sbom.contents(document), image_id=probed.image_id,
                 environments=probed.environments)
+
+
+def compared(before: Side, after: Side) -> list[Change]:
+    """The changes between two sides. Where one side was probed, only the facts a probe sees are
+    compared: its framework or base is unknown, not absent."""
+    if "probe" in (before.source, after.source):
+        return changes(_probe_facts(before.contents), _probe_facts(after.contents))
+    return changes(before.contents, after.contents)
+
+
+def _probe_facts(found: Contents) -> Contents:
+    return replace(found, facts={k: v for k, v in found.facts.items() if k in PROBE_FACTS})
 
 
 def changes(before: Contents, after: Contents) -> list[Change]:

@@ -98,8 +98,7 @@ def diff(
     changed and added Python and Debian packages. Each image's packages come from the SBOM attached
     to its digest; an image without one (a base, an upstream image, a local image) is probed in a
     throw-away container without network (pulled first when needed), with the SBOM's own listing."""
-    from buildtool.build.image_diff import changes as ordered_changes
-    from buildtool.build.image_diff import read_side
+    from buildtool.build.image_diff import compared, read_side
 
     try:
         root: Path | None = find_project(None).root
@@ -107,7 +106,7 @@ def diff(
         root = None   # outside a project: the toolkit's listing
     before = read_side(image_a, root, probe_timeout)
     after = read_side(image_b, root, probe_timeout)
-    changes = ordered_changes(before.contents, after.contents)
+    changes = compared(before, after)
     if as_json:
         stdout.print(json.dumps({"before": before.to_json(), "after": after.to_json(),
                                  "changes": [c.to_json() for c in changes]}, indent=1),
