@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, find_project, log, say
 from buildtool.cli.options import out as stdout
-
-if TYPE_CHECKING:
-    from buildtool.registry.sbom import Contents
+from buildtool.common.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -88,32 +87,35 @@ def sbom(
     stdout.print(json.dumps(document, indent=1, sort_keys=True), markup=False, highlight=False)
 
 
-def _summary(contents: Contents) -> str:
-    return f"{len(contents.python)} Python and {len(contents.apt)} Debian packages"
-
-
 def diff(
-    image_a: Annotated[str, typer.Argument(help="The image before (REPO:TAG or REPO@sha256:...).")],
+    image_a: Annotated[str, typer.Argument(help="The image before (REPO:TAG, REPO@sha256:... or a local image).")],
     image_b: Annotated[str, typer.Argument(help="The image after.")],
     as_json: JsonOption = False,
+    probe_timeout: Annotated[int, typer.Option(
+        "--probe-timeout", min=1, help="Seconds the package listing may take in an image without an SBOM.")] = 180,
 ) -> None:
-    """Show what changed between two images' SBOMs: framework, Python, CUDA and base first, then
-    added, removed and changed Python and Debian packages."""
-    from buildtool.registry.sbom import contents, diff
+    """Show what changed between two images: framework, Python, CUDA and base first, then removed,
+    changed and added Python and Debian packages. Each image's packages come from the SBOM attached
+    to its digest; an image without one (a base, an upstream image, a local image) is probed in a
+    throw-away container without network (pulled first when needed), with the SBOM's own listing."""
+    from buildtool.build.image_diff import compared, read_side
 
-    before_doc, _, before_digest = _image_sbom(image_a)
-    after_doc, _, after_digest = _image_sbom(image_b)
-    before, after = contents(before_doc), contents(after_doc)
-    changes = diff(before, after)
+    try:
+        root: Path | None = find_project(None).root
+    except UserError:
+        root = None   # outside a project: the toolkit's listing
+    before = read_side(image_a, root, probe_timeout)
+    after = read_side(image_b, root, probe_timeout)
+    changes = compared(before, after)
     if as_json:
-        stdout.print(json.dumps({"before": {"image": image_a, "digest": before_digest},
-                                 "after": {"image": image_b, "digest": after_digest},
+        stdout.print(json.dumps({"before": before.to_json(), "after": after.to_json(),
                                  "changes": [c.to_json() for c in changes]}, indent=1),
                      markup=False, highlight=False)
         return
-    log(f"{image_a} ({_summary(before)}) -> {image_b} ({_summary(after)})")
+    log(f"before: {before.describe()}")
+    log(f"after: {after.describe()}")
     for change in changes:
         say(change.line())
     counts = {k: sum(1 for c in changes if c.kind == k and c.scope != "fact") for k in ("added", "removed", "changed")}
-    log(f"{counts['added']} added, {counts['removed']} removed, {counts['changed']} changed packages"
+    log(f"{counts['removed']} removed, {counts['changed']} changed, {counts['added']} added packages"
         if changes else "no differences in the packages")

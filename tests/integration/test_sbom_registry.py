@@ -59,8 +59,8 @@ def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run
 
     code, out, err = run_cli("diff", f"{HOST}/{dev}:old", f"{HOST}/{dev}@{new_digest}")
     assert code == 0, err
-    assert out.splitlines() == ["python: 3.11.2 -> 3.11.3", "numpy (python): 2.4.6 -> 2.5.0",
-                                "removed torch-tb-profiler (python) 0.4.3",
+    assert out.splitlines() == ["python: 3.11.2 -> 3.11.3", "removed torch-tb-profiler (python) 0.4.3",
+                                "numpy (python): 2.4.6 -> 2.5.0",
                                 "python3.11 (apt): 3.11.2-6+deb12u6 -> 3.11.2-6+deb12u7"]
     code, out, err = run_cli("diff", "--json", f"{HOST}/{dev}:old", f"{HOST}/{dev}:new")
     assert code == 0 and {"kind": "removed", "scope": "python", "name": "torch-tb-profiler", "before": "0.4.3",

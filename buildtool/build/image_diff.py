@@ -1,0 +1,113 @@
+"""What `buildtool diff` compares: each image's packages from the SBOM attached to its digest or,
+when it has none (a base, an upstream NGC image, a local image), from a probe of the image itself
+(buildtool.build.image_probe); and the order the changes are listed in.
+
+A probed side goes through the SBOM's own functions (make_sbom, then contents), so its package
+names are keyed exactly as an SBOM's are; its facts are only what the probe can see (Python, OS,
+CUDA), never the framework, base, cell or revision an SBOM records from the build, so a diff with a
+probed side compares those three facts alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from buildtool.build import image_probe
+from buildtool.common.errors import FailedError, UserError
+from buildtool.common.refs import ReferenceError, parse_reference
+from buildtool.registry import sbom
+from buildtool.registry.client import RegistryClient, RegistryError, RegistryUnreachable
+from buildtool.registry.sbom import Change, Contents
+
+# Packages are listed removed first, then changed, then added; the headline facts before them all.
+KIND_ORDER = ("removed", "changed", "added")
+SCOPE_ORDER = ("python", "apt")
+# The facts a probe can see in any image; the others (framework, base, cell, revision) come from a build.
+PROBE_FACTS = ("python", "os", "cuda")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One image of a diff and where its contents came from."""
+
+    image: str                     # as the user named it
+    source: str                    # "sbom" or "probe"
+    digest: str | None             # the registry's manifest digest; None for an image named without a registry
+    contents: Contents
+    sbom: str | None = None        # the SBOM artifact's digest
+    image_id: str | None = None    # the local image a probe ran
+    environments: tuple[image_probe.Environment, ...] = field(default_factory=tuple)
+
+    def describe(self) -> str:
+        counts = f"{len(self.contents.python)} Python and {len(self.contents.apt)} Debian packages"
+        if self.source == "sbom":
+            return f"{self.image}: SBOM {self.sbom} of {self.digest}: {counts}"
+        pythons = ", ".join(f"{e.python} ({e.version}, {len(e.packages)})" for e in self.environments)
+        why = "no SBOM attached" if self.digest else "named without a registry"
+        return (f"{self.image}: {why}, probed image {self.image_id}: {counts}; "
+                f"Python environments: {pythons or 'none (Debian packages only)'}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image": self.image, "digest": self.digest, "source": self.source, "sbom": self.sbom,
+                "image_id": self.image_id,   # the rest only for a probed side: an SBOM names no environments
+                "python_environments": [e.to_json() for e in self.environments] if self.source == "probe" else None}
+
+
+def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_TIMEOUT_S) -> Side:
+    """IMAGE's contents: its SBOM when the registry holds one for its digest, else a probe of it.
+    An image named without a registry is a local (or Docker Hub) image: always probed."""
+    try:
+        ref = parse_reference(image)
+    except ReferenceError as exc:
+        raise UserError(f"{image!r} is not an image reference ({exc}); name one like "
+                        "127.0.0.1:5000/pytorch-cpu:2.13, REPO@sha256:... or a local image") from None
+    digest = None
+    if ref.domain:
+        client = RegistryClient(ref.registry)
+        try:
+            digest = ref.digest or client.manifest_digest(ref.repository, ref.ref_in_repo)
+            if not digest:
+                raise UserError(f"{image}: no such tag in {ref.registry}/{ref.repository}")
+            found = sbom.load_sbom(client, ref.repository, digest)
+        except RegistryUnreachable as exc:
+            raise FailedError(f"cannot read {image}: {exc}") from None
+        except RegistryError as exc:
+            raise FailedError(f"cannot read {image}: {str(exc)[:300]}") from None
+        if found is not None:
+            return Side(image=image, source="sbom", digest=digest, contents=sbom.contents(found[0]),
+                        sbom=found[1])
+    # By digest when the registry named one: the probe lists exactly the image the digest is.
+    target = f"{ref.name}@{digest}" if digest else image
+    probed = image_probe.probe_image(target, image_probe.listing_source(root), timeout=timeout)
+    listing = probed.listing()
+    facts = {key: listing[key] for key in PROBE_FACTS}
+    document = sbom.make_sbom(listing, repository=ref.name, digest=digest or probed.image_id, facts=facts)
+    return Side(image=image, source="probe", digest=digest, contents=sbom.contents(document), image_id=probed.image_id,
+                environments=probed.environments)
+
+
+def compared(before: Side, after: Side) -> list[Change]:
+    """The changes between two sides. Where one side was probed, only the facts a probe sees are
+    compared: its framework or base is unknown, not absent."""
+    if "probe" in (before.source, after.source):
+        return changes(_probe_facts(before.contents), _probe_facts(after.contents))
+    return changes(before.contents, after.contents)
+
+
+def _probe_facts(found: Contents) -> Contents:
+    return replace(found, facts={k: v for k, v in found.facts.items() if k in PROBE_FACTS})
+
+
+def changes(before: Contents, after: Contents) -> list[Change]:
+    """The headline facts first (as sbom.diff orders them), then the packages: removed, changed,
+    added, each group by scope (Python, Debian) and name."""
+    found = sbom.diff(before, after)
+    facts = [c for c in found if c.scope == "fact"]
+    packages = [c for c in found if c.scope != "fact"]
+    unknown = {c.kind for c in packages} - set(KIND_ORDER) | {c.scope for c in packages} - set(SCOPE_ORDER)
+    if unknown:
+        raise ValueError(f"changes of unknown kind or scope: {sorted(unknown)}")
+    packages.sort(key=lambda c: (KIND_ORDER.index(c.kind), SCOPE_ORDER.index(c.scope), c.name))
+    return facts + packages

@@ -1,0 +1,178 @@
+"""What any image contains, read inside it: for `buildtool diff` against an image without an SBOM
+(a base, an upstream NGC image).
+
+The listing is the SBOM's own (image-tests/scripts/packages.py, as buildtool.build.contents runs
+it), run by every Python environment the image has: `python` on PATH first (what the SBOM's probe
+runs: the project's venv in its images), then $VIRTUAL_ENV, the project's venv and the system
+python3s, each folder once. Debian packages come from the same `dpkg-query` line the listing
+uses, run by the shell, so an image without Python gives its Debian packages alone.
+
+One throw-away container per image, through the client DOCKER_CLIENT chooses: no network, no
+implicit pull (the image is pulled first, when the engine does not have it), a name of its own
+that is removed in `finally`, since a client killed at its timeout never runs its own `--rm`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildtool.build.contents import PROBE
+from buildtool.common import docker_cli
+from buildtool.common.errors import FailedError
+
+PROBE_TIMEOUT_S = 180
+PULL_TIMEOUT_S = 900
+# A listing's line is `status<TAB>package<TAB>version`: never starts with this.
+_MARK = "@@"
+_TOOLKIT = Path(__file__).resolve().parents[2]
+# $1 is the listing's source. Sections: apt (or no-dpkg), os, then one per Python environment.
+_SCRIPT = r"""
+src="$1"
+echo "@@os $(sed -n 's/^PRETTY_NAME=//p' /etc/os-release 2>/dev/null | head -n 1)"
+if command -v dpkg-query >/dev/null 2>&1; then
+  echo "@@apt"
+  dpkg-query -W -f '${db:Status-Abbrev}\t${binary:Package}\t${Version}\n' || echo "@@fail dpkg-query exited $?"
+else
+  echo "@@no-dpkg"
+fi
+seen=" "
+for c in python ${VIRTUAL_ENV:+"$VIRTUAL_ENV/bin/python"} /opt/venv/bin/python python3 /usr/bin/python3 \
+         /usr/local/bin/python3; do
+  p=$(command -v "$c" 2>/dev/null) || continue
+  case "$p" in /*) ;; *) continue ;; esac
+  d=${p%/*}
+  case "$seen" in *" $d "*) continue ;; esac
+  seen="$seen$d "
+  echo "@@python $p"
+  "$p" -c "$src" || echo "@@fail $p exited $?"
+done
+echo "@@end"
+"""
+
+
+@dataclass(frozen=True)
+class Environment:
+    """One Python environment the probe listed."""
+
+    python: str                  # the interpreter's path in the image
+    version: str                 # its Python version
+    packages: dict[str, str]     # PEP 503 name -> version
+
+    def to_json(self) -> dict[str, Any]:
+        return {"python": self.python, "version": self.version, "packages": len(self.packages)}
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What the probe found in one image."""
+
+    image_id: str                            # the local image it ran (config digest)
+    os: str
+    apt: dict[str, str]                      # dpkg's binary:Package -> version (installed ones)
+    environments: tuple[Environment, ...] = field(default_factory=tuple)
+    cuda: str = ""
+
+    def listing(self) -> dict[str, Any]:
+        """As packages.py prints it: Python packages of every environment, the first one listed
+        winning a name (as `python` on PATH would import it), Python version of the first."""
+        python: dict[str, str] = {}
+        for env in self.environments:
+            for name, version in env.packages.items():
+                python.setdefault(name, version)
+        first = self.environments[0].version if self.environments else ""
+        return {"python": first, "os": self.os, "cuda": self.cuda, "python_packages": dict(sorted(python.items())),
+                "apt_packages": dict(sorted(self.apt.items()))}
+
+
+def listing_source(root: Path | None) -> str:
+    """The listing's text: the project's copy when it has one (as the SBOM step uses), else the toolkit's."""
+    script = root / PROBE if root is not None and (root / PROBE).is_file() else _TOOLKIT / PROBE
+    return script.read_text()
+
+
+def local_image(ref: str, pull_timeout: float = PULL_TIMEOUT_S) -> tuple[str, list[str]]:
+    """(local image id, configured environment) of `ref`, pulled first when the engine does not have it."""
+    found = _inspect(ref)
+    if found is None:
+        try:
+            pulled = docker_cli.docker("pull", ref, timeout=pull_timeout)
+        except docker_cli.DockerTimeout:
+            raise FailedError(f"cannot pull {ref}: no answer within {pull_timeout:g} s") from None
+        if pulled.returncode != 0:
+            raise FailedError(f"cannot pull {ref}: {docker_cli.engine_error(pulled.stderr)}")
+        found = _inspect(ref)
+        if found is None:
+            raise FailedError(f"cannot pull {ref}: the engine has no such image after the pull")
+    return found
+
+
+def _inspect(ref: str) -> tuple[str, list[str]] | None:
+    run = docker_cli.docker("image", "inspect", "--format", "{{json .Id}} {{json .Config.Env}}", ref, timeout=60)
+    if run.returncode != 0:
+        return None
+    image_id, _, env = run.stdout.strip().partition(" ")
+    return json.loads(image_id), [str(item) for item in json.loads(env or "null") or []]
+
+
+def probe_image(ref: str, source: str, *, timeout: float = PROBE_TIMEOUT_S,
+                pull_timeout: float = PULL_TIMEOUT_S) -> Probed:
+    """Pull `ref` when needed and list its packages in a throw-away container (see the module)."""
+    image_id, env = local_image(ref, pull_timeout)
+    name = f"dl-images-probe-{secrets.token_hex(6)}"
+    try:
+        run = docker_cli.docker("run", "--rm", "--name", name, "--network", "none",
+                                "--pull", "never", "--entrypoint", "/bin/sh", image_id, "-c", _SCRIPT, "sh", source,
+                                timeout=timeout)
+    except docker_cli.DockerTimeout:
+        raise FailedError(f"cannot probe {ref}: its package listing did not finish within {timeout:g} s") from None
+    finally:
+        docker_cli.remove(name)
+    if run.returncode != 0:
+        raise FailedError(f"cannot run {ref} to list its packages: {docker_cli.engine_error(run.stderr)}")
+    # The listing reads CUDA_VERSION from its environment; a Python-less image has no listing to say it.
+    cuda = next((item.partition("=")[2] for item in env if item.partition("=")[0] == "CUDA_VERSION"), "")
+    return parse(ref, image_id, run.stdout, cuda)
+
+
+def parse(ref: str, image_id: str, stdout: str, cuda: str = "") -> Probed:
+    """The probe script's output; FailedError naming `ref` when a part failed or is missing."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in stdout.splitlines():
+        if line.startswith(_MARK):
+            sections.append((line[len(_MARK):], []))
+        elif sections:
+            sections[-1][1].append(line)
+    heads = [head for head, _ in sections]
+    failed = [head for head in heads if head.startswith("fail ")]
+    if failed:
+        raise FailedError(f"cannot list the packages of {ref}: {failed[0][5:]}")
+    if not heads or heads[-1] != "end" or not heads[0].startswith("os"):
+        raise FailedError(f"cannot list the packages of {ref}: the probe's output is incomplete "
+                          f"({stdout.strip()[-160:] or 'no output'})")
+    os_name = heads[0][3:].strip().strip('"')
+    apt: dict[str, str] = {}
+    environments: list[Environment] = []
+    for head, lines in sections[1:-1]:
+        if head == "apt":
+            for line in lines:
+                status, name, version = (line.split("\t") + ["", ""])[:3]
+                if status.startswith("ii"):
+                    apt[name] = version
+        elif head.startswith("python "):
+            environments.append(_environment(ref, head[7:], lines))
+    return Probed(image_id=image_id, os=os_name, apt=apt, environments=tuple(environments), cuda=cuda)
+
+
+def _environment(ref: str, python: str, lines: list[str]) -> Environment:
+    # The listing prints one JSON line last; a sitecustomize may print before it.
+    try:
+        found = json.loads(next(line for line in reversed(lines) if line.strip()))
+        return Environment(python=python, version=str(found["python"]),
+                           packages={str(k): str(v) for k, v in dict(found["python_packages"]).items()})
+    except (StopIteration, ValueError, KeyError, TypeError):
+        raise FailedError(f"cannot list the packages of {ref}: {python} printed no package listing "
+                          f"({' '.join(lines)[-160:] or 'no output'})") from None
