@@ -19,7 +19,7 @@ DIGESTS = {"old": "sha256:" + "1" * 64, "new": "sha256:" + "2" * 64, "base": "sh
 FACTS = {"framework": "pytorch 2.13.0+cpu", "python": "3.11.2", "base": "debian@sha256:9"}
 PROBE = {"python": "3.11.2", "os": "Debian GNU/Linux 12 (bookworm)",
          "python_packages": {"numpy": "2.4.6", "torch": "2.13.0+cpu", "torch-tb-profiler": "0.4.3", "zstd": "1.0"},
-         "apt_packages": {"bash": "5.2.15-2+b13", "python3.11": "3.11.2-6+deb12u6", "libc6:amd64": "2.36-9"}}
+         "apt_packages": {"bash": "5.2.15-2+b13", "python3.11": "3.11.2-6+deb12u6", "libc6": "2.36-9"}}
 
 
 def _changed_probe() -> dict:
@@ -35,12 +35,26 @@ def _changed_probe() -> dict:
     return probe
 
 
+def _document(probe: dict, digest: str, facts: dict[str, str]) -> dict:
+    """A CycloneDX document as sbom.contents reads one: the root's facts, pypi and deb purls."""
+    from packageurl import PackageURL
+
+    root = {"properties": [{"name": f"{sbom.PROPERTY}:{k}", "value": v} for k, v in sorted(facts.items())]}
+    components = [{"purl": PackageURL("pypi", name=n, version=v).to_string()}
+                  for n, v in probe["python_packages"].items()]
+    components += [{"purl": PackageURL("deb", namespace="debian", name=n, version=v,
+                                       qualifiers={"arch": "amd64"}).to_string()}
+                   for n, v in probe["apt_packages"].items()]
+    return {"bomFormat": "CycloneDX", "metadata": {"component": {"name": "img", "version": digest, **root}},
+            "components": components}
+
+
 @pytest.fixture
 def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict | None]:
     """Tags old/new/base of REG/img; `documents[tag]` is the SBOM attached to its digest (None: none)."""
     documents: dict[str, dict | None] = {
-        "old": sbom.make_sbom(PROBE, repository=f"{REG}/img", digest=DIGESTS["old"], facts=FACTS),
-        "new": sbom.make_sbom(_changed_probe(), repository=f"{REG}/img", digest=DIGESTS["new"], facts=FACTS),
+        "old": _document(PROBE, DIGESTS["old"], FACTS),
+        "new": _document(_changed_probe(), DIGESTS["new"], FACTS),
         "base": None,
     }
     by_digest = {DIGESTS[tag]: tag for tag in DIGESTS}
@@ -86,8 +100,8 @@ def test_json_lists_the_same_order_and_where_each_side_came_from(registry, run_c
 
 
 def test_headline_facts_stay_first(registry, run_cli):
-    registry["new"] = sbom.make_sbom(_changed_probe(), repository=f"{REG}/img", digest=DIGESTS["new"],
-                                     facts=dict(FACTS, python="3.11.3", framework="pytorch 2.13.1+cpu"))
+    registry["new"] = _document(_changed_probe(), DIGESTS["new"],
+                                dict(FACTS, python="3.11.3", framework="pytorch 2.13.1+cpu"))
     code, out, err = run_cli("diff", f"{REG}/img:old", f"{REG}/img:new")
     assert code == 0, err
     assert out.splitlines()[:3] == ["framework: pytorch 2.13.0+cpu -> pytorch 2.13.1+cpu", "python: 3.11.2 -> 3.11.3",
@@ -101,7 +115,7 @@ def _env(python: str, version: str, packages: dict[str, str]) -> str:
 
 
 DEBIAN_ONLY = ("@@os \"Debian GNU/Linux 12 (bookworm)\"\n@@apt\n"
-               "ii \tbash\t5.2.15-2+b13\nii \tlibc6:amd64\t2.36-9\nrc \tgone\t1.0\n@@end\n")
+               "ii \tbash\t5.2.15-2+b13\nii \tlibc6\t2.36-9\nrc \tgone\t1.0\n@@end\n")
 
 
 def fake_client(folder: Path, run_output: str = DEBIAN_ONLY, *, local: bool = False, pull: str = "",
@@ -151,7 +165,7 @@ def test_an_image_without_sbom_is_pulled_probed_in_a_container_without_network_a
     # A probe sees Python, OS and CUDA; the framework and base it cannot see are not "added".
     assert lines[:3] == ["added python 3.11.2", "removed cuda 12.8", "removed os Debian GNU/Linux 12 (bookworm)"]
     assert not [line for line in lines if "framework" in line or "base" in line]
-    # libc6 (libc6:amd64 in both listings) and bash are the same: no removed or changed package.
+    # libc6 (dpkg's ${Package}, as deb purls name it) and bash are the same: no removed or changed package.
     assert [line for line in lines if " (python) " in line or " (apt) " in line] == [
         "added numpy (python) 2.4.6", "added torch (python) 2.13.0+cpu", "added torch-tb-profiler (python) 0.4.3",
         "added zstd (python) 1.0", "added python3.11 (apt) 3.11.2-6+deb12u6"]

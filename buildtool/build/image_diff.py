@@ -83,8 +83,11 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
     probed = image_probe.probe_image(target, image_probe.listing_source(root), timeout=timeout)
     listing = probed.listing()
     facts = {key: listing[key] for key in PROBE_FACTS}
-    document = sbom.make_sbom(listing, repository=ref.name, digest=digest or probed.image_id, facts=facts)
-    return Side(image=image, source="probe", digest=digest, contents=sbom.contents(document), image_id=probed.image_id,
+    # Keyed as an SBOM's purls are: PEP 503 Python names, Debian package names without the architecture.
+    probed_contents = sbom.Contents(facts={k: v for k, v in facts.items() if v},
+                                    python=dict(sorted(listing["python_packages"].items())),
+                                    apt=dict(sorted(listing["apt_packages"].items())))
+    return Side(image=image, source="probe", digest=digest, contents=probed_contents, image_id=probed.image_id,
                 environments=probed.environments)
 
 

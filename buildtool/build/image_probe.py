@@ -35,7 +35,7 @@ src="$1"
 echo "@@os $(sed -n 's/^PRETTY_NAME=//p' /etc/os-release 2>/dev/null | head -n 1)"
 if command -v dpkg-query >/dev/null 2>&1; then
   echo "@@apt"
-  dpkg-query -W -f '${db:Status-Abbrev}\t${binary:Package}\t${Version}\n' || echo "@@fail dpkg-query exited $?"
+  dpkg-query -W -f '${db:Status-Abbrev}\t${Package}\t${Version}\n' || echo "@@fail dpkg-query exited $?"
 else
   echo "@@no-dpkg"
 fi
@@ -72,7 +72,7 @@ class Probed:
 
     image_id: str                            # the local image it ran (config digest)
     os: str
-    apt: dict[str, str]                      # dpkg's binary:Package -> version (installed ones)
+    apt: dict[str, str]                      # dpkg's Package -> version (installed ones), as deb purls name them
     environments: tuple[Environment, ...] = field(default_factory=tuple)
     cuda: str = ""
 
