@@ -4,10 +4,7 @@ tiny wheels made here (sympy needs mpmath, as torch's closure does); no network.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
-import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +16,7 @@ from buildtool.common.errors import FailedError
 from buildtool.contracts import locks
 from buildtool.matrix.schema import load_matrix
 from tests.conftest import fixture_matrix
+from tests.fakewheels import fake_wheel
 
 # name -> version -> Requires-Dist lines. Two builds of every version, so each entry has two hashes.
 WHEELS = {
@@ -33,24 +31,6 @@ WHEELS = {
 CELL_KEY = "pytorch-cpu:2.13"
 
 
-def _wheel(folder: Path, name: str, version: str, requires: list[str], tag: str) -> tuple[str, str]:
-    """A pure-Python wheel; (file name, sha256)."""
-    module = name.replace("-", "_")
-    dist = f"{module}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n"
-                                                                                  for r in requires)
-    files = {f"{module}/__init__.py": f"__version__ = {version!r}\n", f"{dist}/METADATA": meta,
-             f"{dist}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n"}
-    record = [f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(t)}" for p, t in files.items()]
-    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
-    path = folder / f"{module}-{version}-{tag}.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for member, text in files.items():
-            archive.writestr(zipfile.ZipInfo(member, (2020, 1, 1, 0, 0, 0)), text)
-    return path.name, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 @pytest.fixture
 def host(tmp_path: Path) -> HostPip:
     """A local simple index whose links carry the files' hashes, as PyPI's do (so every file of a
@@ -60,7 +40,7 @@ def host(tmp_path: Path) -> HostPip:
         links = []
         for version, requires in versions.items():
             for tag in ("py3-none-any", "py2.py3-none-any"):
-                file, digest = _wheel(tmp_path / "files", name, version, requires, tag)
+                file, digest = fake_wheel(tmp_path / "files", name, version, requires, tag)
                 links.append(f'<a href="../../files/{file}#sha256={digest}">{file}</a>')
         (tmp_path / "simple" / name).mkdir(parents=True)
         (tmp_path / "simple" / name / "index.html").write_text(f"<html><body>{''.join(links)}</body></html>")

@@ -4,12 +4,9 @@ of the locked wheel. Installs run the build's own path (the `uv.toml` secret ove
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import re
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,22 +16,7 @@ from buildtool.build.pipconfig import HostPip, pip_secrets
 from buildtool.contracts import locks
 from buildtool.matrix.schema import load_matrix
 from tests.conftest import fixture_matrix
-
-
-def _wheel(folder: Path, version: str) -> tuple[str, str]:
-    """A pure-Python wheel of `fakepkg`; (file name, sha256)."""
-    dist = f"fakepkg-{version}.dist-info"
-    files = {"fakepkg/__init__.py": f"__version__ = {version!r}\n",
-             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n",
-             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = [f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(t)}" for p, t in files.items()]
-    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
-    path = folder / f"fakepkg-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), text)
-    return path.name, hashlib.sha256(path.read_bytes()).hexdigest()
+from tests.fakewheels import fake_wheel
 
 
 @pytest.fixture
@@ -44,12 +26,12 @@ def sources(tmp_path: Path) -> tuple[HostPip, dict[str, str]]:
     (tmp_path / "files").mkdir()
     (tmp_path / "simple" / "fakepkg").mkdir(parents=True)
     (tmp_path / "links").mkdir()
-    name, plain = _wheel(tmp_path / "files", "1.0")
+    name, plain = fake_wheel(tmp_path / "files", "fakepkg", "1.0")
     (tmp_path / "simple" / "fakepkg" / "index.html").write_text(
         f'<html><body><a href="../../files/{name}#sha256={plain}">{name}</a></body></html>')
     hashes = {"1.0": plain}
     for local in ("1.0+cpu", "1.0+cu130"):
-        hashes[local] = _wheel(tmp_path / "links", local)[1]
+        hashes[local] = fake_wheel(tmp_path / "links", "fakepkg", local)[1]
     host = HostPip(extra_index_urls=(f"file://{tmp_path / 'simple'}",), find_links=(str(tmp_path / "links"),))
     return host, hashes
 
