@@ -49,10 +49,10 @@ test: ## The toolkit's own tests (unit and integration)
 	$(PYTHON) -m pytest -q
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
-FAST_EXCLUDE := integration or engine or registry or slurm or browser or host_torch or tools
+FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools
 
 .PHONY: test-fast
-test-fast: ## The tests that need no engine, registry, SLURM, Chromium, host torch or linter binaries (< 1 min)
+test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package index, host torch or linter binaries
 	$(PYTHON) -m pytest -q -n auto -m "not ($(FAST_EXCLUDE))"
 
 .PHONY: build

@@ -100,6 +100,7 @@ def test_render_is_deterministic_across_runs_environments_and_folders(tmp_path: 
     assert {k: v.encode() for k, v in json.loads(result.stdout).items()} == first
 
 
+@pytest.mark.index
 def test_real_project_committed_files_match_the_real_matrix(run_cli, monkeypatch):
     """The real project (not the fixture): its generated files and locks follow its matrix.yaml, and each
     pip cell's locks are what uv resolves again (the full `make check`: needs PyPI, as CI has; NGC cells,
