@@ -36,8 +36,8 @@ def test_notes_list_the_sbom_and_every_change_headline_first() -> None:
     assert body == ["- 0 added, 1 removed, 1 changed",
                     "- framework: pytorch 2.13.0+cpu -> pytorch 2.13.1+cpu",
                     "- base: debian:bookworm-slim@sha256:1 -> debian@sha256:2",
-                    "- torch (python): 2.13.0+cpu -> 2.13.1+cpu",
-                    "- REMOVED torch-tb-profiler (python) 0.4.3"]
+                    "- REMOVED torch-tb-profiler (python) 0.4.3",   # removals before changes, as `buildtool diff`
+                    "- torch (python): 2.13.0+cpu -> 2.13.1+cpu"]
 
 
 def test_release_json_and_markdown_carry_the_package_section() -> None:

@@ -75,10 +75,10 @@ def test_contents_and_diff_put_the_headline_first():
     assert lines == [
         "framework: pytorch 2.13.0+cpu -> pytorch 2.13.1+cpu",
         "python: 3.11.2 -> 3.11.3",
-        "added pillow (python) 13.0.0",
         "removed pyyaml (python) 6.0.3",
         "werkzeug (python): 3.1.9 -> 3.2.0",
         "openssl (apt): 3.0.17-1~deb12u2 -> 3.0.18-1~deb12u1",
+        "added pillow (python) 13.0.0",
     ]
     assert sbom.diff(old, old) == []
 

@@ -22,8 +22,6 @@ from buildtool.registry.client import RegistryClient, RegistryError, RegistryUnr
 from buildtool.registry.sbom import Change, Contents
 
 # Packages are listed removed first, then changed, then added; the headline facts before them all.
-KIND_ORDER = ("removed", "changed", "added")
-SCOPE_ORDER = ("python", "apt")
 # The facts a probe can see in any image; the others (framework, base, cell, revision) come from a build.
 PROBE_FACTS = ("python", "os", "cuda")
 
@@ -104,13 +102,5 @@ def _probe_facts(found: Contents) -> Contents:
 
 
 def changes(before: Contents, after: Contents) -> list[Change]:
-    """The headline facts first (as sbom.diff orders them), then the packages: removed, changed,
-    added, each group by scope (Python, Debian) and name."""
-    found = sbom.diff(before, after)
-    facts = [c for c in found if c.scope == "fact"]
-    packages = [c for c in found if c.scope != "fact"]
-    unknown = {c.kind for c in packages} - set(KIND_ORDER) | {c.scope for c in packages} - set(SCOPE_ORDER)
-    if unknown:
-        raise ValueError(f"changes of unknown kind or scope: {sorted(unknown)}")
-    packages.sort(key=lambda c: (KIND_ORDER.index(c.kind), SCOPE_ORDER.index(c.scope), c.name))
-    return facts + packages
+    """The headline facts first, then the packages: removed, changed, added (sbom.diff's order)."""
+    return sbom.diff(before, after)

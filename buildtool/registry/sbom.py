@@ -206,8 +206,15 @@ class Change:
                 "after": self.after}
 
 
+# Package changes are listed removed, then changed, then added; each group Python before Debian, by name
+# (`buildtool diff` and the release notes alike).
+KIND_ORDER = ("removed", "changed", "added")
+SCOPE_ORDER = ("python", "apt")
+
+
 def diff(before: Contents, after: Contents) -> list[Change]:
-    """Changes from `before` to `after`: the headline facts first, then Python, then apt packages."""
+    """Changes from `before` to `after`: the headline facts first, then the packages in KIND_ORDER,
+    each kind in SCOPE_ORDER and by name."""
     changes: list[Change] = []
     for key in (*HEADLINE, *sorted(set(before.facts) | set(after.facts))):
         if key in {c.name for c in changes if c.scope == "fact"}:
@@ -223,7 +230,10 @@ def diff(before: Contents, after: Contents) -> list[Change]:
                 continue
             kind = "added" if old is None else "removed" if new is None else "changed"
             changes.append(Change(kind, scope, name, old, new))
-    return changes
+    facts = [c for c in changes if c.scope == "fact"]
+    packages = sorted((c for c in changes if c.scope != "fact"),
+                      key=lambda c: (KIND_ORDER.index(c.kind), SCOPE_ORDER.index(c.scope), c.name))
+    return facts + packages
 
 
 # -- the registry ----------------------------------------------------------------------------

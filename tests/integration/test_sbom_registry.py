@@ -87,7 +87,7 @@ def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run
                               {"release": "0.1.0", "digest": old_digest})
     assert section["sbom"] == f"{HOST}/{rel}@{new_artifact}"
     assert section["previous_sbom"] == f"{HOST}/{rel}@{old_artifact}"
-    assert [c["name"] for c in section["changes"]] == ["python", "numpy", "torch-tb-profiler", "python3.11"]
+    assert [c["name"] for c in section["changes"]] == ["python", "torch-tb-profiler", "numpy", "python3.11"]
     lines = package_notes(section, "0.1.0").splitlines()
     assert "- REMOVED torch-tb-profiler (python) 0.4.3" in lines and "- python: 3.11.2 -> 3.11.3" in lines
     assert copy_sbom(client, dev, rel, new_digest) == new_artifact
