@@ -27,12 +27,14 @@ CODE = "sha256:" + "0" * 64     # the image-tests code hash of the verdicts made
 ATTACKER = generate()       # a key nobody trusts
 
 
-def trusted(*keys: PrivateKey) -> TrustedKeys:
+def trusted(*keys: PrivateKey, roles: tuple[str, ...] = ("builder", "tester")) -> TrustedKeys:
+    """The trusted keys release reads, holding `keys` (default: KEY) in `roles`."""
     found = TrustedKeys(source="config/trusted-keys.yaml")
     for key in keys or (KEY,):
         public = key.public()
         found.keys[public.keyid] = public
         found.names[public.keyid] = "test runner"
+        found.roles[public.keyid] = frozenset(roles)
     return found
 
 

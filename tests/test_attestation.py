@@ -172,7 +172,8 @@ def test_trusted_keys_file_round_trip_and_bad_input(tmp_path: Path) -> None:
     assert list(loaded.keys) == [KEY.keyid] and loaded.describe(KEY.keyid).endswith("(ci)")
     for text, message in (("keys: 3\n", "trusted-keys.yaml:1: expected only `keys:`"),
                           ("keys: [{name: x}]\n", "yaml:1: keys\\[0\\] needs name and public_key"),
-                          ("keys: [{name: x, public_key: nope}]\n", "yaml:1 keys\\[0\\] is not a PEM public key"),
+                          ("keys: [{name: x, roles: [tester], public_key: nope}]\n",
+                               "yaml:1 keys\\[0\\] is not a PEM public key"),
                           ("{", "yaml:2: YAML syntax")):
         path.write_text(text)
         with pytest.raises(UserError, match=message):

@@ -90,3 +90,30 @@ def test_other_malformed_files_are_refused_naming_the_line(tmp_path: Path, text:
     write(tmp_path, text)
     message = refusal(tmp_path)
     assert "config/trusted-keys.yaml" in message and why in message, message
+
+
+def test_an_entry_without_roles_is_refused_naming_the_roles(tmp_path: Path) -> None:
+    """Fail closed: a key with no roles is not trusted as everything (issue 25)."""
+    entry = trusted_entry("ci", CI.public()).replace("    roles: [tester]\n", "")
+    write(tmp_path, "keys:\n" + entry)
+    message = refusal(tmp_path)
+    assert "keys[0] (ci) needs `roles:`" in message and "builder and/or tester" in message
+
+
+@pytest.mark.parametrize("roles, why", [("[]", "needs `roles:`"), ("tester", "needs `roles:`"),
+                                        ("[tester, admin]", "unknown role admin")])
+def test_bad_roles_are_refused_naming_them(tmp_path: Path, roles: str, why: str) -> None:
+    entry = trusted_entry("ci", CI.public()).replace("roles: [tester]", f"roles: {roles}")
+    write(tmp_path, "keys:\n" + entry)
+    assert why in refusal(tmp_path)
+
+
+def test_each_key_is_trusted_only_in_its_roles(tmp_path: Path) -> None:
+    write(tmp_path, "keys:\n" + trusted_entry("builds", CI.public(), ("builder",))
+          + trusted_entry("runners", OTHER.public(), ("tester",)))
+    trusted = load_trusted(tmp_path)
+    assert set(trusted.for_role("builder")) == {CI.public().keyid}
+    assert set(trusted.for_role("tester")) == {OTHER.public().keyid}
+    why = trusted.role_problem(CI.public().keyid, "tester")
+    assert "trusted as builder, not as tester" in why and "(builds)" in why
+    assert trusted.role_problem(OTHER.public().keyid, "tester") == ""

@@ -1,8 +1,9 @@
-"""`buildtool keys`: make the key pair a validating runner signs verdicts with.
+"""`buildtool keys`: make the key pair a validating runner signs verdicts with (role tester), or a
+build job signs provenance and SBOMs with (role builder).
 
-The private key signs (it belongs to the runners that validate, as a CI secret); the public
-key goes into config/trusted-keys.yaml by a reviewed commit, which is what makes release accept
-verdicts signed with it. `--dev` makes (or shows) this machine's local development key instead.
+The private key signs (it belongs to the jobs of that role, as a CI secret); the public key goes into
+config/trusted-keys.yaml with its roles by a reviewed commit, which is what makes release accept what
+it signs in those roles. `--dev` makes (or shows) this machine's local development key instead.
 """
 
 from __future__ import annotations
@@ -26,14 +27,22 @@ def register(app: typer.Typer) -> None:
         out_dir: Annotated[Path | None, typer.Option(
             "--out", help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
         = None,
+        role: Annotated[list[str] | None, typer.Option(
+            "--role", help="What the key signs: tester (verdicts, the default) or builder (provenance, SBOMs); "
+            "repeat for both.")] = None,
         dev: Annotated[bool, typer.Option(
             "--dev", help="Make (or show) this machine's local dev key, which validate uses when "
             "DL_IMAGES_SIGNING_KEY is unset.")] = False,
     ) -> None:
-        """Create an Ed25519 key pair for signing verdicts and say where each half must live."""
+        """Create an Ed25519 key pair for signing verdicts or builds and say where each half must live."""
         from buildtool.common.dsse import generate, write_private
         from buildtool.contracts.attestation import SIGNING_KEY_ENV, TRUSTED_KEYS_FILE, config_home, dev_key_path
-        from buildtool.validate.keys import signing_key, trusted_entry
+        from buildtool.validate.keys import KEY_ENV, ROLES, TESTER, signing_key, trusted_entry
+
+        roles = tuple(dict.fromkeys(role or [TESTER]))
+        unknown = [r for r in roles if r not in ROLES]
+        if unknown:
+            raise UserError(f"--role {unknown[0]!r}: roles are {' and '.join(ROLES)}")
 
         if dev:
             import os
@@ -57,12 +66,14 @@ def register(app: typer.Typer) -> None:
         write_private(private, key)
         public.write_text(key.public().pem)
         say(f"key id:      {key.keyid}")
-        say(f"private key: {private} (owner-only). Store its content as the CI secret {SIGNING_KEY_ENV} of the "
-            "jobs that run `make validate` (the nightly and GPU runners: .github/workflows/nightly.yml passes "
-            f"secrets.{SIGNING_KEY_ENV}), then delete this file. Never commit it, never give it to pull-request jobs.")
+        jobs = {"tester": "that run `make validate` (the nightly and GPU runners)",
+                "builder": "that run `make push` (the build jobs)"}
+        secrets = " and ".join(f"{KEY_ENV[r]} of the jobs {jobs[r]}" for r in roles)
+        say(f"private key: {private} (owner-only). Store its content as the CI secret {secrets}, then delete this "
+            "file. Never commit it, never give it to pull-request jobs.")
         say(f"public key:  {public}. Trust it by adding these lines under `keys:` in {TRUSTED_KEYS_FILE}, "
             "in a reviewed commit:")
-        say(trusted_entry(name, key.public()).rstrip("\n"))
+        say(trusted_entry(name, key.public(), roles).rstrip("\n"))
 
 
 def _inside_git_work_tree(folder: Path) -> bool:

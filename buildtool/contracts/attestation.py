@@ -43,7 +43,8 @@ def verdict_predicate(schema: int) -> str:
 VERDICT_PREDICATE = verdict_predicate(SCHEMA)     # what validate writes
 ENVELOPE_TITLE = "verdict.intoto.jsonl"
 
-SIGNING_KEY_ENV = "DL_IMAGES_SIGNING_KEY"
+SIGNING_KEY_ENV = "DL_IMAGES_SIGNING_KEY"      # the tester's key: validate signs verdicts with it
+BUILDER_KEY_ENV = "DL_IMAGES_BUILDER_KEY"      # the builder's key: push signs provenance and SBOMs with it
 TRUSTED_KEYS_FILE = "config/trusted-keys.yaml"
 DEV_KEY_FILE = "dl-images/dev-signing-key.pem"     # under $XDG_CONFIG_HOME (default ~/.config)
 

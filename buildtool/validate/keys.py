@@ -1,19 +1,27 @@
-"""Which key signs verdicts here, and which keys release trusts.
+"""Which key signs attestations here, and which keys release trusts for what.
 
-Signing (validate): the private key in DL_IMAGES_SIGNING_KEY (PEM text, or a path to a PEM
-file: a CI secret of the validating runners), else this user's local development key
-(~/.config/dl-images/dev-signing-key.pem), created on first use so that the README's first
-command works on a fresh machine. A verdict signed by the dev key is a signed verdict, but
-of nobody release trusts: release accepts it only with `--trust-local-key`, and only for a
-loopback registry.
+Two roles sign (ROLES): the builder signs what it built (the provenance and the SBOM attestation,
+at push), the tester signs what it validated (the verdict). Signing keys, by role:
+- tester (validate): the private key in DL_IMAGES_SIGNING_KEY (PEM text, or a path to a PEM file: a CI
+  secret of the validating runners);
+- builder (push): the private key in DL_IMAGES_BUILDER_KEY (the same forms: a CI secret of the build jobs);
+- either, when its variable is unset: this user's local development key
+  (~/.config/dl-images/dev-signing-key.pem), created on first use so that the README's first command works
+  on a fresh machine. What the dev key signs is signed, but by nobody release trusts: release accepts it
+  (in both roles) only with `--trust-local-key`, and only for a loopback registry.
 
-Trust (release): config/trusted-keys.yaml in the repository, a reviewed list of public keys:
+Trust (release): config/trusted-keys.yaml in the repository, a reviewed list of public keys, each with
+the roles it is trusted in (no default: a key without roles is refused, naming it):
 
     keys:
       - name: gpu-runners-2026          # who holds the private key
+        roles: [tester]                 # builder, tester, or both
         public_key: |
           -----BEGIN PUBLIC KEY-----
           ...
+
+A verdict counts only when signed by a tester key, a provenance or SBOM attestation only when signed by
+a builder key: a build job's key that leaked into a pull request cannot vouch that an image passed.
 """
 
 from __future__ import annotations
@@ -27,7 +35,11 @@ from pathlib import Path
 from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey, generate, load_private, load_public, short
 from buildtool.common.dsse import write_private as _write_private
 from buildtool.common.errors import UserError
-from buildtool.contracts.attestation import SIGNING_KEY_ENV, TRUSTED_KEYS_FILE, dev_key_path
+from buildtool.contracts.attestation import BUILDER_KEY_ENV, SIGNING_KEY_ENV, TRUSTED_KEYS_FILE, dev_key_path
+
+BUILDER, TESTER = "builder", "tester"
+ROLES = (BUILDER, TESTER)
+KEY_ENV = {TESTER: SIGNING_KEY_ENV, BUILDER: BUILDER_KEY_ENV}   # the CI secret each role signs with
 
 
 @dataclass(frozen=True)
@@ -37,20 +49,24 @@ class SigningKey:
     dev: bool            # the local development key
 
 
-def signing_key(log: Callable[[str], None], create_dev: bool = True) -> SigningKey:
-    """The key validate signs with: DL_IMAGES_SIGNING_KEY, else the local dev key (created when missing)."""
-    value = os.environ.get(SIGNING_KEY_ENV, "").strip()
+def signing_key(log: Callable[[str], None], create_dev: bool = True, role: str = TESTER) -> SigningKey:
+    """The key `role` signs with: its variable (KEY_ENV: DL_IMAGES_SIGNING_KEY for the tester,
+    DL_IMAGES_BUILDER_KEY for the builder), else the local dev key (created when missing)."""
+    if role not in KEY_ENV:
+        raise ValueError(f"unknown signing role {role!r} (roles: {', '.join(ROLES)})")
+    env = KEY_ENV[role]
+    value = os.environ.get(env, "").strip()
     if value:
         if value.startswith("-----BEGIN"):
-            pem, where = value.encode(), f"${SIGNING_KEY_ENV}"
+            pem, where = value.encode(), f"${env}"
         else:
             path = Path(value).expanduser()
             try:
                 pem = path.read_bytes()
             except OSError as exc:
-                raise UserError(f"${SIGNING_KEY_ENV} names {path}, which cannot be read ({exc.strerror}); "
+                raise UserError(f"${env} names {path}, which cannot be read ({exc.strerror}); "
                                 "set it to the PEM text or a readable file") from None
-            where = f"{path} (${SIGNING_KEY_ENV})"
+            where = f"{path} (${env})"
         try:
             return SigningKey(load_private(pem, where), where, dev=False)
         except EnvelopeError as exc:
@@ -58,7 +74,7 @@ def signing_key(log: Callable[[str], None], create_dev: bool = True) -> SigningK
     path = dev_key_path()
     if not path.is_file():
         if not create_dev:
-            raise UserError(f"no signing key: set ${SIGNING_KEY_ENV} or create the local dev key with "
+            raise UserError(f"no signing key: set ${env} or create the local dev key with "
                             "`buildtool keys --dev`")
         key = generate()
         try:
@@ -67,8 +83,8 @@ def signing_key(log: Callable[[str], None], create_dev: bool = True) -> SigningK
             pass   # another validate made it at the same moment: use that one
         else:
             log(f"created the local dev signing key {path} (key {short(key.keyid)}); verdicts it signs are "
-                "trusted by release only with --trust-local-key on a loopback registry. CI signs with "
-                f"${SIGNING_KEY_ENV} (see `buildtool keys`)")
+                "trusted by release only with --trust-local-key on a loopback registry. CI signs verdicts "
+                f"with ${SIGNING_KEY_ENV} and builds with ${BUILDER_KEY_ENV} (see `buildtool keys`)")
     try:
         return SigningKey(load_private(path.read_bytes(), str(path)), f"local dev key {path}", dev=True)
     except EnvelopeError as exc:
@@ -92,6 +108,7 @@ class TrustedKeys:
     names: dict[str, str] = field(default_factory=dict)
     source: str = TRUSTED_KEYS_FILE
     dev: set[str] = field(default_factory=set)        # key ids trusted only as this machine's dev key
+    roles: dict[str, frozenset[str]] = field(default_factory=dict)   # key id -> the ROLES it is trusted in
 
     def describe(self, keyid: str) -> str:
         name = self.names.get(keyid, "")
@@ -100,10 +117,28 @@ class TrustedKeys:
     def add_dev(self, key: PublicKey) -> None:
         self.keys.setdefault(key.keyid, key)
         self.names.setdefault(key.keyid, "local dev key")
+        self.roles.setdefault(key.keyid, frozenset(ROLES))    # a developer builds and tests
         self.dev.add(key.keyid)
 
+    def for_role(self, role: str) -> dict[str, PublicKey]:
+        """The keys trusted in `role` (keyid -> key): what an envelope of that role is opened against."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})")
+        return {k: key for k, key in self.keys.items() if role in self.roles.get(k, frozenset())}
 
-_ENTRY_FIELDS = ("name", "public_key")
+    def role_problem(self, keyid: str, role: str) -> str:
+        """Why a signature by `keyid` does not count in `role` ("" when it does): untrusted, or trusted
+        only in another role (a builder key signing a verdict)."""
+        if keyid not in self.keys:
+            return f"signed by {short(keyid)}, which is not a trusted key"
+        held = self.roles.get(keyid, frozenset())
+        if role in held:
+            return ""
+        return (f"signed by {self.describe(keyid)}, trusted as {', '.join(sorted(held)) or 'nothing'}, not as {role} "
+                f"({self.source} lists the roles each key is trusted in)")
+
+
+_ENTRY_FIELDS = ("name", "roles", "public_key")
 # A name that says the key is a developer's own (`local dev key`, `alice-dev`, `dev-signing-key`).
 _DEV_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])dev(?:[^a-z0-9]|$)")
 
@@ -149,8 +184,16 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
                             "listed here: release trusts it only with --trust-local-key on a loopback registry")
         unknown = sorted(set(entry) - set(_ENTRY_FIELDS))
         if unknown:
-            raise bad(line, f"keys[{i}] ({name}) has unknown field {', '.join(unknown)}; an entry has only name "
-                            "and public_key")
+            raise bad(line, f"keys[{i}] ({name}) has unknown field {', '.join(unknown)}; an entry has only name, "
+                            "roles and public_key")
+        roles = entry.get("roles")
+        if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
+            raise bad(line, f"keys[{i}] ({name}) needs `roles:`, a list of {' and/or '.join(ROLES)} (what the key "
+                            "is trusted to sign: builder for provenance and SBOMs, tester for verdicts)")
+        wrong = sorted(set(roles) - set(ROLES))
+        if wrong:
+            raise bad(line, f"keys[{i}] ({name}) has unknown role {', '.join(wrong)}; roles are "
+                            f"{' and '.join(ROLES)}")
         if _DEV_NAME.search(name):
             raise bad(line, f"keys[{i}] ({name}): its name says it is a dev key; a dev key is never listed here "
                             "(release trusts it only with --trust-local-key on a loopback registry); give a CI key "
@@ -170,10 +213,12 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
         seen[key.keyid] = (name, line)
         trusted.keys[key.keyid] = key
         trusted.names[key.keyid] = name
+        trusted.roles[key.keyid] = frozenset(roles)
     return trusted
 
 
-def trusted_entry(name: str, key: PublicKey) -> str:
-    """The YAML lines that add `key` to the trusted keys file."""
+def trusted_entry(name: str, key: PublicKey, roles: tuple[str, ...] = (TESTER,)) -> str:
+    """The YAML lines that add `key` to the trusted keys file, trusted in `roles`."""
     body = "\n".join(f"      {line}" for line in key.pem.strip().splitlines())
-    return f"  - name: {name}\n    # key id {key.keyid}\n    public_key: |\n{body}\n"
+    return (f"  - name: {name}\n    # key id {key.keyid}\n    roles: [{', '.join(roles)}]\n"
+            f"    public_key: |\n{body}\n")
