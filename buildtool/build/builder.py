@@ -29,7 +29,9 @@ from buildtool.build.contents import attach_sbom
 from buildtool.build.lock import locked_versions, read_locks
 from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
 from buildtool.build.progress import LogProgress, Progress, StepWatcher
+from buildtool.build.provenance import Built, make_provenance, tools
 from buildtool.build.wheel_hashes import Sources
+from buildtool.common.dsse import EnvelopeError, PrivateKey
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys
@@ -38,6 +40,7 @@ from buildtool.contracts.names import check_full_revision, parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
+from buildtool.registry.provenance import OnlyKey, attach_provenance, find_provenance
 from buildtool.registry.sbom import find_sbom
 
 # Docker Hub's API lives on another host than its image names.
@@ -54,6 +57,10 @@ class BuildOptions:
     log_dir: Path = Path("build-logs")
     timeout: float = 3600
     fill_bases: bool = True  # fill a loopback BASE_MIRROR with missing bases (`buildtool bases`)
+    # The key a push signs each image's provenance with (validate.keys.signing_key, role builder: that layer
+    # is above this one, so the caller hands it in); read once before anything builds. Required with push.
+    builder_key: Callable[[], PrivateKey] | None = None
+    matrix: Path | None = None   # the matrix file the plans came from (its digest goes into the provenance)
 
 
 @dataclass
@@ -68,6 +75,7 @@ class CellResult:
     log: str = ""
     content_key: str = ""
     sbom: str = ""   # digest of the SBOM artifact attached to the pushed digest
+    provenance: str = ""   # digest of the signed provenance artifact attached to the pushed digest
 
     @property
     def ok(self) -> bool:
@@ -75,7 +83,7 @@ class CellResult:
 
     def to_json(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in ("cell", "result", "ref", "digest", "size", "seconds", "message", "log",
-                                              "content_key", "sbom")}
+                                              "content_key", "sbom", "provenance")}
 
 
 @dataclass(frozen=True)
@@ -234,6 +242,7 @@ class Builder:
         self._secrets: PipSecrets | None = None
         self._stack = ExitStack()
         self._client: engine.BuildClient | None = None
+        self._key: PrivateKey | None = None     # the builder key, read by run() when pushing
 
     def _build_env(self) -> tuple[engine.BuildClient, PipSecrets, HostPip]:
         with self._lock:
@@ -277,19 +286,18 @@ class Builder:
         log_path = self.options.log_dir / f"{cell.name}-{cell.version}.log"
         result = CellResult(cell=cell.key, result="failed", ref=plan.dev_ref, log=str(log_path))
         self.progress.update(cell.key, "checking", "content key and existing images")
+        began = datetime.now(UTC)
         try:
             key = cell_content_key(plan, self.root, base)
             result.content_key = key
             if not self.options.force:
                 done = self._reuse(plan, key, result)
                 if done:
-                    if self.options.push and result.digest.startswith("sha256:"):
-                        self._ensure_sbom(plan, result)
+                    self._attach_all(plan, result, began)
                     result.seconds = time.monotonic() - started
                     return result
             self._build(plan, base, key, log_path, result)
-            if self.options.push and result.digest.startswith("sha256:"):
-                self._ensure_sbom(plan, result)
+            self._attach_all(plan, result, began)
         except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
             result.result = "failed"
             result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
@@ -301,6 +309,33 @@ class Builder:
     def _push(self, plan: CellPlan) -> str:
         self.progress.update(plan.cell.key, "pushing", plan.dev_ref)
         return push_verified(plan.dev_ref, self.log)
+
+    def _attach_all(self, plan: CellPlan, result: CellResult, began: datetime) -> None:
+        """A pushed digest gets its SBOM and its signed provenance (each kept when already there)."""
+        if self.options.push and result.digest.startswith("sha256:"):
+            finished = datetime.now(UTC)
+            self._ensure_sbom(plan, result)
+            self._ensure_provenance(plan, result, began, finished)
+
+    def _ensure_provenance(self, plan: CellPlan, result: CellResult, began: datetime, finished: datetime) -> None:
+        """Sign and attach the image's provenance, unless one this builder key signed already verifies (a
+        no-op rebuild keeps it). Any failure is the cell's failure, one line naming the cause."""
+        assert self._key is not None, "run() reads the builder key before a push"
+        _, repo, _ = split_repo(plan.dev_ref)
+        found = find_provenance(self.registry, repo, result.digest, OnlyKey(self._key.public()))
+        if found.provenance is not None:
+            result.provenance = found.artifact
+            return
+        self.progress.update(plan.cell.key, "provenance", "signing the build's provenance")
+        try:
+            _, config = image_config(self.registry, repo, result.digest)
+            labels = dict((config.get("config") or {}).get("Labels") or {})
+            platform = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
+            provenance = make_provenance(self.root, self.options.matrix or self.root / "matrix.yaml", plan,
+                                         Built(labels, platform), began, finished, tools(self.root))
+            result.provenance = attach_provenance(self.registry, repo, result.digest, provenance, self._key).digest
+        except (UserError, EnvelopeError, ValueError, KeyError) as exc:
+            raise FailedError(f"provenance of {plan.dev_ref}: {exc}") from None
 
     def _ensure_sbom(self, plan: CellPlan, result: CellResult) -> None:
         """Every pushed digest gets its SBOM (kept when one is attached already)."""
@@ -439,6 +474,12 @@ class Builder:
         except RegistryUnreachable:
             raise UserError(f"registry {self.settings.registry} is unreachable; start the local one with "
                             "`bash scripts/setup.sh` or set REGISTRY to a reachable registry") from None
+        if self.options.push:
+            # Read now, not after a long build: a push without its provenance key fails before anything builds.
+            if self.options.builder_key is None:
+                raise UserError("--push signs each image's provenance, and no builder key was given "
+                                "(DL_IMAGES_BUILDER_KEY, or the local dev key)")
+            self._key = self.options.builder_key()
         infos, missing = self.resolve_bases(plans)
         if missing and not infos:
             raise UserError(next(iter(missing.values())))

@@ -141,6 +141,8 @@ def parse_release_tag(tag: str, template: str, cell_version: str) -> ReleaseTag 
 VERDICT_TYPE = "application/vnd.dl-images.verdict.v1+json"
 ATTESTATION_TYPE = "application/vnd.dl-images.attestation.v1+json"   # a DSSE envelope of an in-toto Statement
 SBOM_TYPE = "application/vnd.cyclonedx+json"
+# The build's SLSA provenance: a DSSE envelope (one layer) of an in-toto Statement signed by a builder key.
+PROVENANCE_TYPE = "application/vnd.dl-images.provenance.v1+json"
 RELEASE_LOCK_TYPE = "application/vnd.dl-images.release-lock.v1+json"
 RELEASE_LOCK_TAG = "release-lock"
 

@@ -1,0 +1,150 @@
+"""The SLSA provenance of an image digest in the registry: attached at push, read by release and `verify`.
+
+Stored as an OCI referrer artifact of the digest (artifactType names.PROVENANCE_TYPE) whose one layer is
+a DSSE envelope (intoto.DSSE_MEDIA_TYPE) of an in-toto Statement about the digest, predicate
+provenance.PREDICATE_TYPE, signed by a builder key. The manifest's `in-toto.io/predicate-type` annotation
+is a hint for people listing referrers; what counts is only what the signature covers.
+
+`find_provenance` accepts a provenance only when its envelope verifies against a key trusted in the
+builder role, its statement names this digest (a provenance copied from another digest is a replay) and
+its predicate parses strictly. Everything else is listed with the reason it was rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey, open_envelope, short, sign_envelope
+from buildtool.contracts import intoto
+from buildtool.contracts.names import PROVENANCE_TYPE
+from buildtool.contracts.provenance import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
+from buildtool.registry.client import NotFound, RegistryClient, RegistryError
+from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
+
+BUILDER_ROLE = "builder"     # validate.keys.BUILDER (that layer is above this one)
+ENVELOPE_TITLE = "provenance.intoto.jsonl"
+
+
+class TrustedKeys(Protocol):
+    """What is read of the trusted keys (buildtool.validate.keys.TrustedKeys, or OnlyKey)."""
+
+    @property
+    def keys(self) -> dict[str, PublicKey]: ...
+
+    def for_role(self, role: str) -> dict[str, PublicKey]: ...
+
+    def role_problem(self, keyid: str, role: str) -> str: ...
+
+    def describe(self, keyid: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class OnlyKey:
+    """One key trusted as builder: what a push checks an attached provenance against (its own key), so
+    that a provenance signed by anyone else is replaced, never kept."""
+
+    key: PublicKey
+
+    @property
+    def keys(self) -> dict[str, PublicKey]:
+        return {self.key.keyid: self.key}
+
+    def for_role(self, role: str) -> dict[str, PublicKey]:
+        return self.keys if role == BUILDER_ROLE else {}
+
+    def role_problem(self, keyid: str, role: str) -> str:
+        return "" if keyid == self.key.keyid and role == BUILDER_ROLE else f"signed by {short(keyid)}, not this key"
+
+    def describe(self, keyid: str) -> str:
+        return f"{short(keyid)} (this builder key)"
+
+
+def attach_provenance(client: RegistryClient, repo: str, digest: str, provenance: Provenance,
+                      key: PrivateKey) -> Referrer:
+    """Sign `provenance` (about repo@digest) with the builder's `key` and attach it; returns the artifact."""
+    body = intoto.statement(f"{client.host}/{repo}", digest, PREDICATE_TYPE, provenance.to_json())
+    data = json.dumps(sign_envelope(key, intoto.PAYLOAD_TYPE, body), sort_keys=True).encode()
+    return attach(client, repo, digest, PROVENANCE_TYPE,
+                  [Payload(intoto.DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)],
+                  {intoto.PREDICATE_ANNOTATION: PREDICATE_TYPE})
+
+
+@dataclass
+class ProvenanceFindings:
+    """What `find_provenance` found: the valid provenance (None when none verifies), who signed it,
+    and every other provenance artifact of the digest with why it does not count."""
+
+    provenance: Provenance | None = None
+    keyid: str = ""
+    signer: str = ""                 # the key's description in the trusted keys (id and name)
+    artifact: str = ""               # digest of the provenance artifact chosen
+    rejected: list[tuple[str, str]] = field(default_factory=list)    # (artifact digest, reason)
+
+    def why_none(self) -> str:
+        """Why no provenance counts, for the message that refuses the image."""
+        if not self.rejected:
+            return "no provenance attached (push it with `make push`, which signs it with the builder key)"
+        shown = "; ".join(f"{artifact[:19]}…: {reason}" for artifact, reason in self.rejected[:4])
+        more = f" (and {len(self.rejected) - 4} more)" if len(self.rejected) > 4 else ""
+        return f"no provenance verifies: {shown}{more}"
+
+
+def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys) -> ProvenanceFindings:
+    """The provenance of `repo@digest` that verifies against `trusted` in the builder role. Of several
+    valid ones, the one that finished last (signed `finishedOn`), ties by artifact digest."""
+    findings = ProvenanceFindings()
+    valid: list[tuple[str, str, Provenance]] = []
+    for ref in referrers(client, repo, digest, PROVENANCE_TYPE):
+        try:
+            payloads = fetch(client, repo, ref, digest)
+        except NotFound:
+            findings.rejected.append((ref.digest, "missing: listed, but the artifact is not in the registry"))
+            continue
+        except RegistryError as exc:
+            findings.rejected.append((ref.digest, f"mismatched: {exc}"))
+            continue
+        outcome = verify(payloads, digest, trusted)
+        if isinstance(outcome, str):
+            findings.rejected.append((ref.digest, outcome))
+        else:
+            valid.append((ref.digest, outcome[1], outcome[0]))
+    if valid:
+        artifact, keyid, provenance = max(
+            valid, key=lambda v: (v[2].runDetails.metadata.finishedOn, v[0]))
+        findings.provenance, findings.keyid, findings.artifact = provenance, keyid, artifact
+        findings.signer = trusted.describe(keyid)
+    return findings
+
+
+def verify(payloads: list[Payload], digest: str, trusted: TrustedKeys) -> tuple[Provenance, str] | str:
+    """(provenance, signing key id) of one artifact's payloads, or why it does not count."""
+    envelopes = [p for p in payloads if p.media_type == intoto.DSSE_MEDIA_TYPE]
+    if len(envelopes) != 1:
+        return f"unsigned: {len(envelopes)} DSSE envelopes in the artifact, not one"
+    data = envelopes[0].data
+    try:
+        opened = open_envelope(data, trusted.for_role(BUILDER_ROLE))
+    except EnvelopeError as exc:
+        # A key trusted in another role only (a tester's) is named as such, not as "untrusted".
+        role = next((why for k in _signers(data) if (why := trusted.role_problem(k, BUILDER_ROLE))
+                     and k in trusted.keys), "")
+        return role or str(exc)
+    if opened.payload_type != intoto.PAYLOAD_TYPE:
+        return f"not an in-toto statement: payloadType {opened.payload_type!r}"
+    try:
+        predicate = intoto.read_statement(opened.payload, digest, PREDICATE_TYPE)
+        provenance = parse_provenance(predicate, "the signed provenance")
+    except (intoto.StatementError, ProvenanceError) as exc:
+        return str(exc)
+    return provenance, opened.keyid
+
+
+def _signers(data: bytes) -> list[str]:
+    """The key ids an envelope claims to be signed by (unverified: only to name a role problem)."""
+    try:
+        signatures = json.loads(data).get("signatures")
+    except (ValueError, AttributeError):
+        return []
+    return [str(s.get("keyid")) for s in signatures if isinstance(s, dict)] if isinstance(signatures, list) else []
