@@ -174,5 +174,15 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
                         "which is not a trusted key")
 
 
+def claimed_keyids(data: bytes) -> list[str]:
+    """The key ids an envelope claims to be signed by, unverified: only to say why a signature does not
+    count (a key trusted in another role), never to trust anything."""
+    try:
+        signatures = json.loads(data).get("signatures")
+    except (ValueError, AttributeError):
+        return []
+    return [str(s.get("keyid")) for s in signatures if isinstance(s, dict)] if isinstance(signatures, list) else []
+
+
 def short(keyid: str) -> str:
     return keyid[:16]

@@ -16,7 +16,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey, open_envelope, short, sign_envelope
+from buildtool.common.dsse import (
+    EnvelopeError,
+    PrivateKey,
+    PublicKey,
+    claimed_keyids,
+    open_envelope,
+    short,
+    sign_envelope,
+)
 from buildtool.contracts import intoto
 from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.contracts.provenance import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
@@ -80,6 +88,7 @@ class ProvenanceFindings:
     keyid: str = ""
     signer: str = ""                 # the key's description in the trusted keys (id and name)
     artifact: str = ""               # digest of the provenance artifact chosen
+    referrer: Referrer | None = None   # its descriptor (release copies it with the image)
     rejected: list[tuple[str, str]] = field(default_factory=list)    # (artifact digest, reason)
 
     def why_none(self) -> str:
@@ -95,7 +104,7 @@ def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Tru
     """The provenance of `repo@digest` that verifies against `trusted` in the builder role. Of several
     valid ones, the one that finished last (signed `finishedOn`), ties by artifact digest."""
     findings = ProvenanceFindings()
-    valid: list[tuple[str, str, Provenance]] = []
+    valid: list[tuple[Referrer, str, Provenance]] = []
     for ref in referrers(client, repo, digest, PROVENANCE_TYPE):
         try:
             payloads = fetch(client, repo, ref, digest)
@@ -109,11 +118,10 @@ def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Tru
         if isinstance(outcome, str):
             findings.rejected.append((ref.digest, outcome))
         else:
-            valid.append((ref.digest, outcome[1], outcome[0]))
+            valid.append((ref, outcome[1], outcome[0]))
     if valid:
-        artifact, keyid, provenance = max(
-            valid, key=lambda v: (v[2].runDetails.metadata.finishedOn, v[0]))
-        findings.provenance, findings.keyid, findings.artifact = provenance, keyid, artifact
+        ref, keyid, provenance = max(valid, key=lambda v: (v[2].runDetails.metadata.finishedOn, v[0].digest))
+        findings.provenance, findings.keyid, findings.artifact, findings.referrer = provenance, keyid, ref.digest, ref
         findings.signer = trusted.describe(keyid)
     return findings
 
@@ -128,7 +136,7 @@ def verify(payloads: list[Payload], digest: str, trusted: TrustedKeys) -> tuple[
         opened = open_envelope(data, trusted.for_role(BUILDER_ROLE))
     except EnvelopeError as exc:
         # A key trusted in another role only (a tester's) is named as such, not as "untrusted".
-        role = next((why for k in _signers(data) if (why := trusted.role_problem(k, BUILDER_ROLE))
+        role = next((why for k in claimed_keyids(data) if (why := trusted.role_problem(k, BUILDER_ROLE))
                      and k in trusted.keys), "")
         return role or str(exc)
     if opened.payload_type != intoto.PAYLOAD_TYPE:
@@ -139,12 +147,3 @@ def verify(payloads: list[Payload], digest: str, trusted: TrustedKeys) -> tuple[
     except (intoto.StatementError, ProvenanceError) as exc:
         return str(exc)
     return provenance, opened.keyid
-
-
-def _signers(data: bytes) -> list[str]:
-    """The key ids an envelope claims to be signed by (unverified: only to name a role problem)."""
-    try:
-        signatures = json.loads(data).get("signatures")
-    except (ValueError, AttributeError):
-        return []
-    return [str(s.get("keyid")) for s in signatures if isinstance(s, dict)] if isinstance(signatures, list) else []

@@ -7,7 +7,9 @@
   test code), no selection, every GPU test of a GPU cell passed, every skip one the matrix
   expects or one the releaser waived by name (`--accept-skip`, only for codes marked waivable);
 - the image's provenance: no stand-in label of any value, no stand-in base by digest or by its
-  layers, and the base the matrix names.
+  layers, and the base the matrix names;
+- the signed SLSA provenance (read and verified by buildtool.registry.provenance): for this cell, its
+  base no stand-in (by its annotation and by digest) and the base the image's labels name.
 
 No waiver covers anything but waivable skips.
 """
@@ -25,6 +27,7 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import names_mirror_of
 from buildtool.contracts import label_keys, names, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
+from buildtool.contracts.provenance import Provenance
 from buildtool.contracts.verdict import TestResult, Verdict
 
 if TYPE_CHECKING:
@@ -311,4 +314,36 @@ def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | N
         labelled = p.labels.get(label_keys.CELL)   # absent: nothing claimed; "" claims a cell, wrongly
         if labelled is not None and labelled != cell.key:
             problems.append(f"{where} is labelled {label_keys.CELL}={labelled}, not {cell.key}")
+    return problems
+
+
+def provenance_problems(cell: Cell, digest: str, provenance: Provenance | None, platforms: list[Platform],
+                        standins: StandIns | None = None) -> list[str]:
+    """What the signed provenance (already verified: a trusted builder key, this digest, a revision release
+    may take) must say: this cell, a base that is no stand-in by its own annotation nor by the stand-in
+    digests the mirror holds, and the very base the image's labels name. None: the reader's refusal stands."""
+    if provenance is None:
+        return []
+    problems = []
+    params = provenance.buildDefinition.externalParameters
+    if params.cell != cell.key:
+        problems.append(f"the provenance of {digest} is for cell {params.cell!r}, not {cell.key}")
+    base = provenance.base
+    assert base is not None   # parse_provenance refuses a provenance without one
+    base_digest = f"sha256:{base.digest.get('sha256', '')}"
+    flag = base.annotations.get("standin")
+    if flag is True:
+        problems.append(f"the provenance of {digest} names a stand-in base ({base.uri}@{base_digest}); stand-ins "
+                        "are test fixtures and are never released")
+    elif flag is not False:
+        problems.append(f"the provenance of {digest} does not say whether its base is a stand-in "
+                        f"(annotation standin is {flag!r}, not true or false)")
+    if standins is not None and base_digest in standins.digests:
+        problems.append(f"the provenance of {digest} names base {base_digest}, the stand-in "
+                        f"{standins.digests[base_digest]}")
+    labelled = sorted({p.labels.get(label_keys.OCI_BASE_DIGEST, "") for p in platforms})
+    if labelled != [base_digest]:
+        problems.append(f"the provenance of {digest} names base {base_digest}, but the image's labels name "
+                        f"{', '.join(d or '(none)' for d in labelled) or '(no platform)'} "
+                        f"({label_keys.OCI_BASE_DIGEST})")
     return problems

@@ -12,6 +12,7 @@ from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.release.gates import (
     StandIns,
     image_problems,
+    provenance_problems,
     skip_allowed,
     verdict_problems,
     waiver_for,
@@ -75,6 +76,33 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
                                "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
 
 
+def _gate_provenance(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
+                     options: ReleaseOptions) -> None:
+    """The digest's signed provenance from a trusted builder key, built from a revision release may take
+    (the release commit or its ancestor); what it must say is checked with the image (provenance_problems)."""
+    from buildtool.registry.provenance import find_provenance
+
+    trusted = options.trusted_keys()
+    found = find_provenance(client, dev_repo, item.digest, trusted)
+    item.ignored += [f"{artifact}: {reason}" for artifact, reason in found.rejected]
+    if found.provenance is None:
+        item.problems.append(f"{item.digest} has no valid provenance: {found.why_none()}; release needs one signed "
+                             f"by a key trusted as builder in {trusted.source}")
+        return
+    revision = found.provenance.buildDefinition.externalParameters.revision
+    if options.revision_check is None:
+        item.problems.append(f"no git checkout to check the provenance's revision {revision} against: release "
+                             "runs in the clone of the release commit")
+        return
+    why = options.revision_check(revision)
+    if why:
+        item.problems.append(f"{item.digest}: {why}")
+        return
+    item.provenance, item.provenance_artifact, item.builder_signer = found.provenance, found.referrer, found.signer
+    if found.keyid in trusted.dev:
+        item.notes.append(f"provenance signed by this machine's local dev key {found.signer} (--trust-local-key)")
+
+
 def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
            standins: StandIns | None = None, image_gate: bool = True) -> ImageRelease:
     """Read-only: resolve the dev tag, verify the verdict, read the configs, apply the gates
@@ -92,8 +120,10 @@ def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
     with ThreadPoolExecutor(max_workers=1) as side:    # configs and the verdict are read side by side
         platforms = side.submit(read_platforms, client, dev_repo, raw, media_type)
         _gate_verdict(client, item, plan, dev_repo, options)
+        _gate_provenance(client, item, plan, dev_repo, options)
         item.platforms = platforms.result()
     if image_gate:
         item.problems += image_problems(plan.cell, item.platforms, standins)
+        item.problems += provenance_problems(plan.cell, item.digest, item.provenance, item.platforms, standins)
     item.status = "refused" if item.problems else "ready"
     return item

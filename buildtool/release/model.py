@@ -4,10 +4,12 @@ what happened) and the report. Data only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from buildtool.contracts.provenance import Provenance
 from buildtool.contracts.verdict import Verdict
 from buildtool.registry.referrers import Referrer
 from buildtool.release.gates import Platform
@@ -39,6 +41,9 @@ class ImageRelease:
     verdict_ref: str = ""        # <dev repo>@<attestation digest>
     attestation: Referrer | None = None
     signer: str = ""             # key id (and name) that signed the verdict
+    provenance: Provenance | None = None      # the valid provenance, from a trusted builder key
+    provenance_artifact: Referrer | None = None
+    builder_signer: str = ""     # key id (and name) that signed the provenance
     ignored: list[str] = field(default_factory=list)    # attestations that did not verify, and why
     notes: list[str] = field(default_factory=list)      # facts worth a line in the release notes
     tags: list[TagAction] = field(default_factory=list)
@@ -97,6 +102,10 @@ class ReleaseOptions:
     # The image-tests code a verdict may have run (buildtool.release.testcode: image-tests as committed
     # at the image's revision and at the release commit); None: nothing to compare with, so no verdict counts.
     known_code: KnownCode | Future[KnownCode] | None = None
+    # Why a provenance's revision may not be released ("" when it may: the release commit or an ancestor
+    # of it; buildtool.release.ancestry in the checkout release runs in). None: nothing to check against,
+    # so no provenance counts.
+    revision_check: Callable[[str], str] | None = None
 
     def trusted_keys(self) -> TrustedKeys:
         return self.trusted.result() if isinstance(self.trusted, Future) else self.trusted

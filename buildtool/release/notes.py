@@ -51,6 +51,23 @@ def _verdict_summary(item: ImageRelease) -> dict[str, Any]:
     }
 
 
+def _provenance_summary(item: ImageRelease) -> dict[str, Any] | None:
+    """Who built the image, from what: the signed provenance release checked."""
+    p, artifact = item.provenance, item.provenance_artifact
+    if p is None or artifact is None:
+        return None
+    params, base = p.buildDefinition.externalParameters, p.base
+    return {
+        "ref": f"{item.source.rsplit(':', 1)[0]}@{artifact.digest}",
+        "builder": p.runDetails.builder.id,
+        "signed_by": item.builder_signer,
+        "revision": params.revision,
+        "base": f"{base.uri.removeprefix('oci://')}@sha256:{base.digest.get('sha256', '')}" if base else None,
+        "started": p.runDetails.metadata.startedOn,
+        "finished": p.runDetails.metadata.finishedOn,
+    }
+
+
 def changes(item: ImageRelease) -> list[str]:
     """What differs from the previous release of the same cell, one line each."""
     prev = item.previous
@@ -93,6 +110,7 @@ def build_manifest(report: ReleaseReport) -> dict[str, Any]:
             "source": item.source,
             "source_commit": report.revision,
             "verdict": _verdict_summary(item),
+            "provenance": _provenance_summary(item),
             "previous": None if item.previous is None else
             {k: item.previous[k] for k in ("release", "tag", "digest", "size")},
             "changes": changes(item),

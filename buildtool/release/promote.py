@@ -36,6 +36,7 @@ from buildtool.release.gates import (
     Platform,
     check_version,
     image_problems,
+    provenance_problems,
 )
 from buildtool.release.gather import gather
 from buildtool.release.lock import LOCK_TAG, RepoLock
@@ -74,6 +75,7 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
             item = job.result()
             if item.digest:
                 item.problems += image_problems(p.cell, item.platforms, standins) + standin_problems
+                item.problems += provenance_problems(p.cell, item.digest, item.provenance, item.platforms, standins)
                 item.status = "refused" if item.problems else "ready"
             if item.status == "ready":
                 plan_item(client, item, p, version, options.force, state=state.result())

@@ -29,7 +29,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from buildtool.common.dsse import EnvelopeError, open_envelope, sign_envelope
+from buildtool.common.dsse import EnvelopeError, claimed_keyids, open_envelope, sign_envelope
 from buildtool.contracts import label_keys
 from buildtool.contracts.attestation import (
     DSSE_MEDIA_TYPE,
@@ -49,7 +49,7 @@ from buildtool.contracts.names import (
 from buildtool.contracts.verdict import Verdict
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
-from buildtool.validate.keys import SigningKey, TrustedKeys
+from buildtool.validate.keys import TESTER, SigningKey, TrustedKeys
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +197,12 @@ def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
     if len(envelopes) != 1:
         return f"unsigned: {len(envelopes)} DSSE envelopes in the artifact, not one"
     try:
-        opened = open_envelope(envelopes[0].data, trusted.keys)
+        opened = open_envelope(envelopes[0].data, trusted.for_role(TESTER))
     except EnvelopeError as exc:
-        return str(exc)
+        # A key trusted in another role only (a builder's) is named as such, not as "untrusted".
+        held = [why for k in claimed_keyids(envelopes[0].data) if k in trusted.keys
+                and (why := trusted.role_problem(k, TESTER))]
+        return held[0] if held else str(exc)
     if opened.payload_type != PAYLOAD_TYPE:
         return f"not an in-toto statement: payloadType {opened.payload_type!r}"
     try:
