@@ -109,3 +109,66 @@ def tamper(data: bytes, change: dict[str, Any]) -> bytes:
     body["predicate"].update(change)
     env["payload"] = base64.b64encode(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).decode()
     return json.dumps(env, sort_keys=True).encode()
+
+
+# -- provenance (issue 25) ------------------------------------------------------------------------
+
+BASE_DIGEST = "sha256:" + "b" * 64     # the base the test images' labels name (label_keys.OCI_BASE_DIGEST)
+
+
+def head_commit() -> str:
+    """This checkout's HEAD, in full: a revision release may take (the release commit itself)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True, timeout=60).stdout.strip()
+
+
+def provenance(cell: Cell, *, base_digest: str = BASE_DIGEST, standin: bool = False, revision: str = "",
+               **params: Any) -> dict[str, Any]:
+    """A provenance predicate as a push writes it for `cell` (buildtool.build.provenance), built at
+    `revision` (default: this checkout's HEAD) on `base_digest`; `params` override external parameters."""
+    from buildtool.contracts.provenance import BASE, BUILD_TYPE
+
+    external = {"cell": cell.key, "matrix_digest": "sha256:" + "c" * 64, "revision": revision or head_commit(),
+                "source": "https://example.invalid/dl-images", "dockerfile": cell.dockerfile,
+                "platform": "linux/amd64", **params}
+    return {"buildDefinition": {
+                "buildType": BUILD_TYPE, "externalParameters": external, "internalParameters": {},
+                "resolvedDependencies": [
+                    {"name": BASE, "uri": f"oci://{cell.base}", "digest": {"sha256": base_digest.partition(":")[2]},
+                     "annotations": {"standin": standin}},
+                    {"name": "lock:dockerfiles/x/requirements.lock", "digest": {"sha256": "d" * 64}},
+                    {"name": "tool:buildtool", "annotations": {"version": "0.1.0"}}]},
+            "runDetails": {"builder": {"id": "https://ci.example.invalid/runs/1", "version": {"buildtool": "0.1.0"}},
+                           "metadata": {"invocationId": "1", "startedOn": "2026-01-01T00:00:00Z",
+                                        "finishedOn": "2026-01-01T00:01:00Z"}}}
+
+
+def provenance_envelope(repo_name: str, digest: str, body: dict[str, Any], key: PrivateKey = KEY) -> bytes:
+    from buildtool.contracts import intoto
+    from buildtool.contracts.provenance import PREDICATE_TYPE
+
+    payload = intoto.statement(repo_name, digest, PREDICATE_TYPE, body)
+    return json.dumps(sign_envelope(key, intoto.PAYLOAD_TYPE, payload), sort_keys=True).encode()
+
+
+def attach_provenance(client: RegistryClient, repo: str, digest: str, body: dict[str, Any],
+                      key: PrivateKey = KEY) -> Referrer:
+    """Sign `body` with `key` and attach it as a push does (a body that does not parse is attached as it is)."""
+    from buildtool.contracts.names import PROVENANCE_TYPE
+
+    data = provenance_envelope(f"{client.host}/{repo}", digest, body, key)
+    return attach_raw(client, repo, digest, data, artifact_type=PROVENANCE_TYPE)
+
+
+def revision_check() -> Any:
+    """Release's check of a provenance's revision, in this checkout (buildtool.release.ancestry)."""
+    from functools import partial
+    from pathlib import Path
+
+    from buildtool.release.ancestry import revision_problem
+
+    return partial(revision_problem, Path(__file__).resolve().parents[1])

@@ -85,7 +85,7 @@ def push_index(client: RegistryClient, repo: str, tag: str, labels: dict[str, st
 def labels_for(cell: Cell, **extra: str) -> dict[str, str]:
     return {label_keys.CELL: cell.key, label_keys.FRAMEWORK: cell.framework,
             label_keys.FRAMEWORK_VERSION: cell.framework_version, label_keys.PYTHON: cell.python,
-            label_keys.OCI_BASE_NAME: cell.base, **extra}
+            label_keys.OCI_BASE_NAME: cell.base, label_keys.OCI_BASE_DIGEST: signing.BASE_DIGEST, **extra}
 
 
 def verdict(cell: Cell, digest: str, result: str = "passed", tests: list[dict] | None = None,
@@ -100,7 +100,8 @@ def store_verdict(client: RegistryClient, repo: str, digest: str, body: dict) ->
 class Space:
     """A unique registry prefix: dev images under <prefix>/, releases under <prefix>/rel/."""
 
-    def __init__(self) -> None:
+    def __init__(self, project: Path | None = None) -> None:
+        self.project = project    # the git clone release runs in: the provenance names its commits
         self.prefix = f"t-release-{uuid.uuid4().hex[:10]}"
         self.client = RegistryClient(HOST, retry=FAST)
         self.settings = Settings(registry=f"{HOST}/{self.prefix}", release_registry=f"{HOST}/{self.prefix}/rel")
@@ -112,11 +113,16 @@ class Space:
         return f"{self.prefix}/rel/{cell.name}"
 
     def build(self, cell: Cell, revision: str, *, result: str | None = "passed", tests: list[dict] | None = None,
-              payload_size: int = 64 * 1024, verdict_changes: dict | None = None, **extra_labels: str) -> str:
-        """A dev image of `cell` at `revision`, with a stored verdict unless result is None."""
+              payload_size: int = 64 * 1024, verdict_changes: dict | None = None, provenance: bool = True,
+              **extra_labels: str) -> str:
+        """A dev image of `cell` at `revision`, with a stored verdict unless result is None, and the signed
+        provenance a push attaches unless `provenance` is false."""
         repo = self.dev_repo(cell)
         digest, _ = push_single(self.client, repo, names.dev_tag(revision, cell.version),
                                 labels_for(cell, **extra_labels), payload_size)
+        if provenance:
+            commit = git(self.project, "rev-parse", revision) if self.project is not None else ""
+            signing.attach_provenance(self.client, repo, digest, signing.provenance(cell, revision=commit))
         if result is not None:
             store_verdict(self.client, repo, digest, verdict(cell, digest, result, tests, **(verdict_changes or {})))
         return digest
@@ -126,7 +132,8 @@ class Space:
 
     def release(self, cells: list[Cell], revision: str, version: str, client: RegistryClient | None = None,
                 **kw: object):
-        kw = {"lock_wait_s": 20.0, "trusted": signing.trusted(), "known_code": signing.known_code(), **kw}
+        kw = {"lock_wait_s": 20.0, "trusted": signing.trusted(), "known_code": signing.known_code(),
+              "revision_check": signing.revision_check(), **kw}
         options = ReleaseOptions(version=version, revision=revision, **kw)  # type: ignore[arg-type]
         return release(cells, self.settings, options, client_for=lambda host: client or self.client)
 
@@ -148,7 +155,8 @@ def test_single_arch_promoted_digest_for_digest_without_moving_layers(space: Spa
     with FaultProxy(upstream=("127.0.0.1", int(HOST.rsplit(":", 1)[1])), mode="tcp") as proxy:
         report = release([CPU], space.settings, ReleaseOptions("0.1.0", r, lock_settle_s=0.2,
                                                                trusted=signing.trusted(),
-                                                               known_code=signing.known_code()),
+                                                               known_code=signing.known_code(),
+                                                               revision_check=signing.revision_check()),
                          client_for=lambda host: RegistryClient(proxy.address, retry=FAST))
         moved = proxy.bytes_to_client + proxy.bytes_to_upstream
     item = report.images[0]
@@ -169,6 +177,7 @@ def test_multi_arch_index_copied_whole(space: Space) -> None:
     repo = space.dev_repo(CPU)
     index, children = push_index(space.client, repo, names.dev_tag(r, CPU.version), labels_for(CPU))
     store_verdict(space.client, repo, index, verdict(CPU, index))
+    signing.attach_provenance(space.client, repo, index, signing.provenance(CPU))
     report = space.release([CPU], r, "0.1.0")
     item = report.images[0]
     assert report.ok, item.problems
@@ -465,13 +474,13 @@ def trust(project: Path) -> None:
     from buildtool.validate.keys import trusted_entry
 
     (project / "config").mkdir(exist_ok=True)
-    (project / "config/trusted-keys.yaml").write_text("keys:\n" + trusted_entry("test", signing.KEY.public()))
+    (project / "config/trusted-keys.yaml").write_text("keys:\n" + trusted_entry("test", signing.KEY.public(), ("builder", "tester")))
     git(project, "add", "config/trusted-keys.yaml")
     git(project, "commit", "-qm", "trust the test runner's key")
 
 
 def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
-    space = Space()
+    space = Space(project)
     trust(project)
     code_of = {"test_code": commit_image_tests(project)}
     monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
@@ -535,7 +544,7 @@ def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.
 
 def test_command_reports_partial_release_without_leaking_credentials(
         project: Path, run_cli, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
-    space = Space()
+    space = Space(project)
     trust(project)
     secret = f"pw-{uuid.uuid4().hex}"
     monkeypatch.setenv("REGISTRY_USER", "releaser")
@@ -685,7 +694,7 @@ def test_a_malformed_trusted_keys_file_is_bad_input_even_when_no_image_reaches_i
         project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     # The keys are read in a thread while the registry answers; a release refused before any verdict
     # was read (no dev image here) must still say that the keys file is broken, as bad input.
-    space = Space()
+    space = Space(project)
     (project / "config").mkdir(exist_ok=True)
     (project / "config/trusted-keys.yaml").write_text("keys: [\n")
     git(project, "add", "config/trusted-keys.yaml")
@@ -706,7 +715,7 @@ def test_a_trusted_keys_file_that_says_two_things_refuses_a_release_that_would_p
     although the image, its verdict and the key that signed it are otherwise all good."""
     from buildtool.validate.keys import trusted_entry
 
-    space = Space()
+    space = Space(project)
     entry = trusted_entry("ci-2026", signing.KEY.public())
     text = ("keys: []\nkeys:\n" + entry if shape == "two keys mappings"
             else "keys:\n" + entry + trusted_entry("ci-old", signing.KEY.public()))
@@ -736,7 +745,7 @@ def test_a_verdict_of_test_code_git_does_not_hold_is_refused_naming_both_revisio
     whose image-tests changed, is accepted."""
     from buildtool.validate.collect import image_tests_hash
 
-    space = Space()
+    space = Space(project)
     trust(project)
     committed = commit_image_tests(project)
     monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
