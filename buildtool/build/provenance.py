@@ -127,10 +127,13 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
     try:
         for path in lock_paths(root, cell).values():
             locks.append({"name": f"{LOCK_PREFIX}{path.relative_to(root)}", "digest": {"sha256": sha256_file(path)}})
-        matrix_digest = "sha256:" + sha256_file(matrix_path)
     except OSError as exc:
         raise UserError(f"{exc.filename}: cannot be read ({exc.strerror}); run `make lock FRAMEWORK={cell.key}`") \
             from None
+    try:
+        matrix_digest = "sha256:" + sha256_file(matrix_path)
+    except OSError as exc:
+        raise UserError(f"the matrix {matrix_path} cannot be read ({exc.strerror})") from None
     base = {"name": BASE, "uri": f"oci://{labels.base_name}", "digest": {"sha256": base_hex},
             "annotations": {"standin": bool(labels.standin_keys), "upstream": labels.base_upstream or cell.base}}
     predicate = {

@@ -72,11 +72,16 @@ class OnlyKey:
 def attach_provenance(client: RegistryClient, repo: str, digest: str, provenance: Provenance,
                       key: PrivateKey) -> Referrer:
     """Sign `provenance` (about repo@digest) with the builder's `key` and attach it; returns the artifact."""
-    body = intoto.statement(f"{client.host}/{repo}", digest, PREDICATE_TYPE, provenance.to_json())
-    data = json.dumps(sign_envelope(key, intoto.PAYLOAD_TYPE, body), sort_keys=True).encode()
+    data = sign_provenance(f"{client.host}/{repo}", digest, provenance, key)
     return attach(client, repo, digest, PROVENANCE_TYPE,
                   [Payload(intoto.DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)],
                   {intoto.PREDICATE_ANNOTATION: PREDICATE_TYPE})
+
+
+def sign_provenance(repository: str, digest: str, provenance: Provenance, key: PrivateKey) -> bytes:
+    """The DSSE envelope (JSON bytes) of the in-toto Statement that `provenance` is about repository@digest."""
+    body = intoto.statement(repository, digest, PREDICATE_TYPE, provenance.to_json())
+    return json.dumps(sign_envelope(key, intoto.PAYLOAD_TYPE, body), sort_keys=True).encode()
 
 
 @dataclass

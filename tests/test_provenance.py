@@ -1,0 +1,258 @@
+"""SLSA provenance (issue 25): what a push states and signs, what the reader accepts and rejects (and why),
+what release requires of it, and the verdict's tester role. No engine, no registry: payload level and
+pure gates here; the registry and the push path are in tests/integration/test_provenance_registry.py."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from buildtool.build import provenance as build_provenance
+from buildtool.common.errors import FailedError
+from buildtool.contracts import label_keys
+from buildtool.contracts.provenance import PREDICATE_TYPE, parse_provenance
+from buildtool.matrix.plan import CellPlan
+from buildtool.registry.provenance import sign_provenance, verify
+from buildtool.registry.referrers import Payload
+from buildtool.release.ancestry import revision_problem
+from buildtool.release.gates import Platform, StandIns, provenance_problems
+from buildtool.validate.verdicts import _verify
+from tests.conftest import fixture_matrix
+from tests.signing import (
+    ATTACKER,
+    BASE_DIGEST,
+    KEY,
+    envelope,
+    provenance,
+    provenance_envelope,
+    tamper,
+    trusted,
+    verdict,
+)
+
+CPU = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+DSSE = "application/vnd.dsse.envelope.v1+json"
+REV = "a" * 40
+
+
+def body(**changes: object) -> dict:
+    return provenance(CPU, revision=REV, **changes)  # type: ignore[arg-type]
+
+
+def read(data: bytes, digest: str = D1, keys=None):  # noqa: ANN001, ANN201
+    return verify([Payload(DSSE, data)], digest, keys or trusted())
+
+
+# -- what a push states ---------------------------------------------------------------------------
+
+def _project(tmp_path: Path) -> tuple[Path, CellPlan]:
+    from buildtool.build.lock import lock_paths
+
+    root = tmp_path / "project"
+    for name, path in lock_paths(root, CPU).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {name}\n")
+    (root / "templates").mkdir()
+    (root / "templates/uv.lock").write_text((Path(__file__).resolve().parents[1] / "templates/uv.lock").read_text())
+    (root / "matrix.yaml").write_text("matrix: as built\n")
+    plan = CellPlan(cell=CPU, revision=REV[:12], dev_repo="127.0.0.1:5000/pytorch-cpu-dev", dev_tag=f"{REV[:12]}-2.13",
+                    release_repo="127.0.0.1:5000/pytorch-cpu", release_tags=(), moving_tags=(), base=CPU.base)
+    return root, plan
+
+
+LABELS = {label_keys.OCI_REVISION: REV, label_keys.OCI_SOURCE: "https://example.invalid/dl-images",
+          label_keys.OCI_BASE_NAME: "127.0.0.1:5000/library/debian:bookworm-slim",
+          label_keys.OCI_BASE_DIGEST: BASE_DIGEST, label_keys.BASE_UPSTREAM: CPU.base, label_keys.CELL: CPU.key}
+
+
+def _made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, labels: dict[str, str] = LABELS):  # noqa: ANN202
+    monkeypatch.setattr(build_provenance, "docker_versions", lambda: ("20.10.24", "20.10.24+dfsg1"))
+    monkeypatch.setenv("DL_IMAGES_BUILDER_ID", "https://ci.example.invalid/runs/7")
+    root, plan = _project(tmp_path)
+    started, finished = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC), datetime(2026, 1, 1, 0, 2, 5, tzinfo=UTC)
+    made = build_provenance.make_provenance(root, root / "matrix.yaml", plan,
+                                            build_provenance.Built(labels, "linux/amd64"), started, finished,
+                                            build_provenance.tools(root))
+    return root, made
+
+
+def _nacl_open(data: bytes, public_pem: str) -> dict:
+    """Verify a DSSE envelope with PyNaCl and PAE written here from the DSSE v1 spec (not buildtool's code):
+    the statement, or AssertionError."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_public_key
+    from nacl.signing import VerifyKey
+
+    envelope_ = json.loads(data)
+    payload = base64.b64decode(envelope_["payload"])
+    kind = envelope_["payloadType"].encode()
+    signed = b"DSSEv1 " + str(len(kind)).encode() + b" " + kind + b" " + str(len(payload)).encode() + b" " + payload
+    raw = load_pem_public_key(public_pem.encode()).public_bytes(Encoding.Raw, PublicFormat.Raw)
+    [signature] = envelope_["signatures"]
+    assert signature["keyid"] == hashlib.sha256(raw).hexdigest()
+    VerifyKey(raw).verify(signed, base64.b64decode(signature["sig"]))   # raises BadSignatureError
+    assert envelope_["payloadType"] == "application/vnd.in-toto+json"
+    return json.loads(payload)
+
+
+def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, made = _made(tmp_path, monkeypatch)
+    data = sign_provenance("127.0.0.1:5000/pytorch-cpu-dev", D1, made, KEY)
+    statement = _nacl_open(data, KEY.public().pem)
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    assert statement["predicateType"] == PREDICATE_TYPE == "https://slsa.dev/provenance/v1"
+    assert statement["subject"] == [{"name": "127.0.0.1:5000/pytorch-cpu-dev", "digest": {"sha256": "1" * 64}}]
+    definition = statement["predicate"]["buildDefinition"]
+    assert definition["buildType"] == "https://github.com/dl-images/dl-images/buildtypes/cell-build/v1"
+    matrix = "sha256:" + hashlib.sha256((root / "matrix.yaml").read_bytes()).hexdigest()
+    assert definition["externalParameters"] == {
+        "cell": CPU.key, "matrix_digest": matrix, "revision": REV, "source": "https://example.invalid/dl-images",
+        "dockerfile": CPU.dockerfile, "platform": "linux/amd64"}
+    deps = {d["name"]: d for d in definition["resolvedDependencies"]}
+    assert deps["base"] == {"name": "base", "uri": "oci://127.0.0.1:5000/library/debian:bookworm-slim",
+                            "digest": {"sha256": "b" * 64}, "annotations": {"standin": False, "upstream": CPU.base}}
+    from buildtool.build.lock import lock_paths
+
+    locks = lock_paths(root, CPU).values()
+    assert {d for d in deps if d.startswith("lock:")} == {f"lock:{p.relative_to(root)}" for p in locks}
+    for path in locks:
+        assert deps[f"lock:{path.relative_to(root)}"]["digest"] == {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert deps["tool:docker-client"]["annotations"] == {"version": "20.10.24"}
+    assert deps["tool:docker-engine"]["annotations"] == {"version": "20.10.24+dfsg1"}
+    assert deps["tool:buildtool"]["annotations"]["version"] == "0.1.0"
+    assert deps["tool:uv"]["annotations"]["version"] == "0.13.9"
+    assert deps["tool:uv"]["digest"]["sha256"] == hashlib.sha256((root / "templates/uv.lock").read_bytes()).hexdigest()
+    run = statement["predicate"]["runDetails"]
+    assert run["builder"] == {"id": "https://ci.example.invalid/runs/7", "version": {"buildtool": "0.1.0"}}
+    assert run["metadata"]["startedOn"] == "2026-01-01T00:00:00Z"
+    assert run["metadata"]["finishedOn"] == "2026-01-01T00:02:05Z"
+    # The reader gets the same back, signed by the builder.
+    back, keyid = read(data)
+    assert back == made and keyid == KEY.keyid
+
+
+def test_the_builder_id_defaults_to_user_at_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DL_IMAGES_BUILDER_ID", raising=False)
+    assert build_provenance.builder_id().startswith("local:") and "@" in build_provenance.builder_id()
+
+
+def test_a_stand_in_base_is_stated_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, made = _made(tmp_path, monkeypatch, {**LABELS, label_keys.STANDIN: "true"})
+    assert made.base is not None and made.base.annotations["standin"] is True
+
+
+@pytest.mark.parametrize(("drop", "cause"), [
+    (label_keys.OCI_BASE_DIGEST, "names no base by name and sha256 digest"),
+    (label_keys.OCI_REVISION, "is not a full commit"),
+])
+def test_a_pushed_image_without_what_the_provenance_states_fails_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: str, cause: str) -> None:
+    with pytest.raises(FailedError, match=cause):
+        _made(tmp_path, monkeypatch, {k: v for k, v in LABELS.items() if k != drop})
+
+
+# -- what the reader accepts ----------------------------------------------------------------------
+
+def test_a_provenance_signed_by_an_untrusted_key_is_rejected() -> None:
+    assert "untrusted key: signed by " + ATTACKER.keyid[:16] in read(provenance_envelope("r", D1, body(), ATTACKER))
+
+
+def test_a_provenance_signed_by_a_key_trusted_only_as_tester_is_rejected_naming_the_role() -> None:
+    why = read(provenance_envelope("r", D1, body()), keys=trusted(roles=("tester",)))
+    assert isinstance(why, str) and "trusted as tester, not as builder" in why, why
+
+
+def test_a_tampered_provenance_is_rejected() -> None:
+    edited = tamper(provenance_envelope("r", D1, body()), {"runDetails": {"builder": {"id": "evil"}}})
+    why = read(edited)
+    assert isinstance(why, str) and why.startswith("wrongly signed: the signature of trusted key"), why
+
+
+def test_a_provenance_replayed_from_another_digest_is_rejected() -> None:
+    why = read(provenance_envelope("r", D2, body()), digest=D1)
+    assert why == f"replayed: signed for {D2}, not for {D1}"
+
+
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"extra": 1}, "malformed provenance: `extra`: Extra inputs are not permitted"),
+    ({"buildDefinition": {}}, "malformed provenance: `buildDefinition.buildType`: Field required"),
+])
+def test_a_validly_signed_malformed_provenance_is_rejected_naming_the_field(change: dict, cause: str) -> None:
+    why = read(provenance_envelope("r", D1, {**body(), **change}))
+    assert isinstance(why, str) and cause in why, why
+
+
+def test_a_verdict_signed_by_a_key_trusted_only_as_builder_does_not_count() -> None:
+    """The tester role: a build job's key cannot vouch that an image passed (issue 25)."""
+    why = _verify([Payload(DSSE, envelope("r", D1, verdict(CPU, D1)))], D1, trusted(roles=("builder",)), CPU.key)
+    assert isinstance(why, str)
+    assert why.startswith(f"signed by {KEY.keyid[:16]} (test runner), trusted as builder, not as tester"), why
+
+
+# -- what release requires of a valid one -----------------------------------------------------------
+
+def _gate(prov: dict, labels_digest: str = BASE_DIGEST, standins: StandIns | None = None) -> list[str]:
+    platform = Platform("", D1, 1, {label_keys.OCI_BASE_DIGEST: labels_digest})
+    return provenance_problems(CPU, D1, parse_provenance(prov, "test"), [platform], standins)
+
+
+def test_a_valid_provenance_of_this_cell_on_the_labelled_base_passes() -> None:
+    assert _gate(body()) == []
+
+
+def test_a_provenance_naming_a_stand_in_base_is_refused() -> None:
+    [why] = _gate(body(standin=True))
+    assert why.startswith(f"the provenance of {D1} names a stand-in base (oci://{CPU.base}@{BASE_DIGEST})")
+
+
+def test_a_provenance_whose_base_is_a_known_stand_in_digest_is_refused_whatever_it_says() -> None:
+    standins = StandIns(digests={BASE_DIGEST: "127.0.0.1:5000/nvidia/pytorch:25.10-py3"})
+    [why] = _gate(body(), standins=standins)
+    assert why == (f"the provenance of {D1} names base {BASE_DIGEST}, the stand-in "
+                   "127.0.0.1:5000/nvidia/pytorch:25.10-py3")
+
+
+def test_a_provenance_of_another_base_or_cell_or_without_the_stand_in_flag_is_refused() -> None:
+    other = "sha256:" + "e" * 64
+    assert any(f"names base {BASE_DIGEST}, but the image's labels name {other}" in p for p in _gate(body(), other))
+    assert _gate(body(cell="tensorflow-cpu:2.21")) == [
+        f"the provenance of {D1} is for cell 'tensorflow-cpu:2.21', not {CPU.key}"]
+    unflagged = body()
+    unflagged["buildDefinition"]["resolvedDependencies"][0]["annotations"] = {}
+    assert any("does not say whether its base is a stand-in" in p for p in _gate(unflagged))
+
+
+# -- the revision: the release commit or its ancestor --------------------------------------------------
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), "-c", "user.email=t@example.org", "-c", "user.name=t", *args],
+                          check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+def test_only_a_committed_revision_that_is_the_release_commit_or_its_ancestor_may_be_released(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q", "-b", "main")
+    _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
+    first = _git(tmp_path, "rev-parse", "HEAD")
+    _git(tmp_path, "checkout", "-q", "-b", "side")
+    _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "side")
+    side = _git(tmp_path, "rev-parse", "HEAD")
+    _git(tmp_path, "checkout", "-q", "main")
+    _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "two")
+    head = _git(tmp_path, "rev-parse", "HEAD")
+    assert revision_problem(tmp_path, head) == "" and revision_problem(tmp_path, first) == ""
+    assert revision_problem(tmp_path, side) == (f"the provenance's revision {side[:12]} is neither the release "
+                                                f"commit {head[:12]} nor an ancestor of it: release from a checkout "
+                                                "that contains it")
+    assert revision_problem(tmp_path, f"{head}-dirty.0123abcd").startswith(
+        f"built from uncommitted changes (revision {head}-dirty.0123abcd)")
+    unknown = "f" * 40
+    assert revision_problem(tmp_path, unknown).startswith(
+        f"the provenance's revision {unknown} is not a commit git knows in {tmp_path}")
+    assert "is not a full commit" in revision_problem(tmp_path, head[:12])
