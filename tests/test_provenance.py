@@ -123,7 +123,8 @@ def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl
     locks = lock_paths(root, CPU).values()
     assert {d for d in deps if d.startswith("lock:")} == {f"lock:{p.relative_to(root)}" for p in locks}
     for path in locks:
-        assert deps[f"lock:{path.relative_to(root)}"]["digest"] == {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert deps[f"lock:{path.relative_to(root)}"]["digest"] == {"sha256": digest}
     assert deps["tool:docker-client"]["annotations"] == {"version": "20.10.24"}
     assert deps["tool:docker-engine"]["annotations"] == {"version": "20.10.24+dfsg1"}
     assert deps["tool:buildtool"]["annotations"]["version"] == "0.1.0"

@@ -6,7 +6,6 @@ not contain. Each refusal names its cause. Tiny hand-pushed images: no image is 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import uuid
 from datetime import UTC, datetime
