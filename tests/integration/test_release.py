@@ -474,7 +474,8 @@ def trust(project: Path) -> None:
     from buildtool.validate.keys import trusted_entry
 
     (project / "config").mkdir(exist_ok=True)
-    (project / "config/trusted-keys.yaml").write_text("keys:\n" + trusted_entry("test", signing.KEY.public(), ("builder", "tester")))
+    entry = trusted_entry("test", signing.KEY.public(), ("builder", "tester"))
+    (project / "config/trusted-keys.yaml").write_text("keys:\n" + entry)
     git(project, "add", "config/trusted-keys.yaml")
     git(project, "commit", "-qm", "trust the test runner's key")
 
