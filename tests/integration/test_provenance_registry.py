@@ -23,7 +23,7 @@ from buildtool.matrix.schema import load_matrix
 from buildtool.registry.provenance import find_provenance
 from buildtool.registry.referrers import fetch, referrers
 from buildtool.release.ancestry import revision_problem
-from buildtool.release.notes import build_manifest
+from buildtool.release.notes import build_manifest, render_notes
 from tests import signing
 from tests.integration.test_release import CPU, HOST, Space, labels_for, push_single, rev
 from tests.test_provenance import _nacl_open
@@ -129,6 +129,9 @@ def test_release_with_a_valid_provenance_says_who_built_it_and_copies_the_proven
     built = build_manifest(report)["images"][0]["provenance"]
     assert built["builder"] == "https://ci.example.invalid/runs/1" and built["revision"] == signing.head_commit()
     assert built["signed_by"] == item.builder_signer
+    notes = render_notes(build_manifest(report))
+    assert (f"- Built by: `https://ci.example.invalid/runs/1` from revision `{signing.head_commit()}` on base "
+            f"`{CPU.base}@{signing.BASE_DIGEST}`") in notes, notes
     [copied] = referrers(space.client, space.rel_repo(CPU), digest, PROVENANCE_TYPE)
     assert item.provenance_artifact is not None and copied.digest == item.provenance_artifact.digest
 
