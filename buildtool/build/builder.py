@@ -334,7 +334,7 @@ class Builder:
             provenance = make_provenance(self.root, self.options.matrix or self.root / "matrix.yaml", plan,
                                          Built(labels, platform), began, finished, tools(self.root))
             result.provenance = attach_provenance(self.registry, repo, result.digest, provenance, self._key).digest
-        except (UserError, EnvelopeError, ValueError, KeyError) as exc:
+        except (FailedError, UserError, EnvelopeError, RegistryError, ValueError, KeyError) as exc:
             raise FailedError(f"provenance of {plan.dev_ref}: {exc}") from None
 
     def _ensure_sbom(self, plan: CellPlan, result: CellResult) -> None:

@@ -43,7 +43,7 @@ def refused(report, *words: str) -> str:  # noqa: ANN001
 
 # -- the push -------------------------------------------------------------------------------------
 
-def _pushed(space: Space) -> tuple[Builder, object, CellResult]:
+def _pushed(space: Space, drop: str = "") -> tuple[Builder, object, CellResult]:
     """A tiny image pushed under the cell's dev tag, labelled as `buildtool build` labels it, and a push
     Builder for it (the real matrix and locks of this checkout)."""
     matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
@@ -53,6 +53,7 @@ def _pushed(space: Space) -> tuple[Builder, object, CellResult]:
     plan = plan_cell(cell, settings, revision)
     labels = {**labels_for(cell), label_keys.OCI_REVISION: full_revision(ROOT, revision),
               label_keys.OCI_SOURCE: matrix.source}
+    labels.pop(drop, None)
     digest, _ = push_single(space.client, space.dev_repo(cell), plan.dev_tag, labels)
     builder = Builder(ROOT, matrix.source, settings, revision,
                       BuildOptions(push=True, builder_key=lambda: signing.KEY, matrix=ROOT / "matrix.yaml"), print)
@@ -114,6 +115,17 @@ def test_a_push_whose_builder_key_cannot_be_read_fails_before_building_naming_it
     no_key = Builder(ROOT, "", settings, git_revision(ROOT), BuildOptions(push=True), print)
     with pytest.raises(UserError, match="--push signs each image's provenance, and no builder key was given"):
         no_key.run([])
+
+
+def test_a_push_that_cannot_state_the_base_fails_the_cell_naming_the_cause() -> None:
+    """No silent gap: an image whose labels name no base digest gets no provenance, and the push says why."""
+    from buildtool.common.errors import FailedError
+
+    space = Space()
+    builder, plan, result = _pushed(space, drop=label_keys.OCI_BASE_DIGEST)
+    with pytest.raises(FailedError, match=r"^provenance of .*pytorch-cpu-dev:.*names no base by name and sha256 "):
+        builder._ensure_provenance(plan, result, datetime.now(UTC), datetime.now(UTC))   # type: ignore[arg-type]
+    assert referrers(space.client, space.dev_repo(CPU), result.digest, PROVENANCE_TYPE) == []
 
 
 # -- release --------------------------------------------------------------------------------------
