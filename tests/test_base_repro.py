@@ -91,7 +91,7 @@ def test_seal_leaves_older_mtimes_and_symlink_targets_alone(tmp_path):
 @pytest.mark.parametrize(("found", "kept"), [
     ("debootstrap --variant=minbase bookworm, recipe 2", True),
     ("debootstrap --variant=minbase bookworm", False),      # made before the runtime files were shipped
-    (None, False),
+    (None, True),                                           # not made here (a mirror of the upstream): kept
 ])
 def test_base_of_an_older_recipe_is_made_again(monkeypatch, found, kept):
     monkeypatch.setattr(bases, "registry_base_source", lambda ref: found)
@@ -121,3 +121,27 @@ def test_bench_says_why_image_digests_differ():
     assert verdict["differing_fields"] == ["config.Env[]", "created", "history[].created"]
     assert "a cause in this project" in verdict["reason"]
     assert bench.image_verdict([]) == {"identical": True, "reason": "configs equal"}
+
+
+def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkeypatch):
+    from types import SimpleNamespace
+
+    from buildtool.build import builder
+    from buildtool.build.builder import BaseInfo, BuildOptions, Builder
+    from tests.conftest import fixture_matrix
+
+    cells = {c.key: c for c in fixture_matrix().cells}
+    sources = {"pytorch-cpu:2.13": "debootstrap --variant=minbase bookworm",          # older recipe
+               "tensorflow-cpu:2.21": "debootstrap --variant=minbase bookworm, recipe 2",
+               "pytorch-ngc:25.10": None}                                             # a mirror's copy
+    plans = [SimpleNamespace(cell=cells[key], base=f"127.0.0.1:5000/{key}") for key in sources]
+    by_base = {p.base: sources[p.cell.key] for p in plans}
+    filled: list[str] = []
+    monkeypatch.setattr(builder, "resolve_base", lambda plan: BaseInfo(
+        ref=plan.base, digest="sha256:" + "a" * 64,
+        labels={} if by_base[plan.base] is None else {label_keys.BASE_SOURCE: by_base[plan.base]}))
+    monkeypatch.setattr(builder, "fill_bases", lambda cells, *a, **k: filled.extend(c.key for c in cells))
+    run = object.__new__(Builder)
+    run.settings, run.options, run.log = builder.Settings(base_mirror="127.0.0.1:5000"), BuildOptions(), print
+    infos, missing = run.resolve_bases(plans)  # type: ignore[arg-type]
+    assert filled == ["pytorch-cpu:2.13"] and missing == {} and len(infos) == 3

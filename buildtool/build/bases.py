@@ -205,12 +205,23 @@ def debian_upstream_for(cell: Cell) -> str:
     return cell.base
 
 
+def outdated_recipe(found: str | None, suite: str) -> bool:
+    """A base this tool made (its BASE_SOURCE says debootstrap) by another recipe than today's. A base
+    without that label came from elsewhere (a mirror of the upstream) and is never replaced."""
+    return found is not None and found.startswith("debootstrap ") and found != base_source(suite)
+
+
 def _made_by_recipe(ref: str, suite: str, log: Log) -> bool:
     found = registry_base_source(ref)
-    if found == base_source(suite):
+    if not outdated_recipe(found, suite):
         return True
-    log(f"{ref} was made by {found or 'an unmarked recipe'!r}, not {base_source(suite)!r}: making it again")
+    log(f"{ref} was made by {found!r}, not {base_source(suite)!r}: making it again")
     return False
+
+
+def recipe_suite(cell: Cell) -> str:
+    """The Debian suite the cell's base is (or its stand-in is built on)."""
+    return debian_suite(debian_upstream_for(cell))[0]
 
 
 def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, log_dir: Path) -> list[BaseResult]:
