@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from buildtool.build import bases, rootfs_seal
+from buildtool.build import bases, builder, rootfs_seal
+from buildtool.build.builder import BaseInfo, Builder, BuildOptions
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
+from tests.conftest import fixture_matrix
 
 RELEASE_DATE = "Sat, 11 Jul 2026 10:16:37 UTC"
 EPOCH = 1783764997  # RELEASE_DATE as Unix time
@@ -101,8 +105,6 @@ def test_base_of_an_older_recipe_is_made_again(monkeypatch, found, kept):
 
 
 def _repro_bench():
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("repro_build", Path(__file__).parents[1] / "bench/repro_build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -124,12 +126,6 @@ def test_bench_says_why_image_digests_differ():
 
 
 def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkeypatch):
-    from types import SimpleNamespace
-
-    from buildtool.build import builder
-    from buildtool.build.builder import BaseInfo, BuildOptions, Builder
-    from tests.conftest import fixture_matrix
-
     cells = {c.key: c for c in fixture_matrix().cells}
     sources = {"pytorch-cpu:2.13": "debootstrap --variant=minbase bookworm",          # older recipe
                "tensorflow-cpu:2.21": "debootstrap --variant=minbase bookworm, recipe 2",
