@@ -1,13 +1,18 @@
 """Reproducibility report: two cold builds of the same commit of one cell, compared.
 
 Builds the cell's rendered Dockerfile (and locks) twice with nothing of it in the build cache
-(a unique CACHE_EPOCH after the first FROM, a unique uv cache mount: the shared engine's cache
-is never pruned wholesale), then reports:
+(`--no-cache` and a unique uv cache mount: the shared engine's cache is never pruned wholesale;
+no cache-busting build argument, which the config's history would record), then reports:
 - package sets, by the SBOM probe (image-tests/scripts/packages.py): Python and Debian packages;
 - layer digests (diff IDs) one by one;
 - for every layer that differs, which files differ and how (content, mtime only, mode/owner,
   present in one build only), from `docker save` of both images.
-Exits 1 when the package sets differ. Images and this run's cache mounts are removed at the end.
+- the image configs (their digests are the local image ids): equal or not, and which fields differ,
+  with the reason when it is the engine's.
+Prints per layer `identical`/`DIFFERENT` and `layers identical: N/N` on stderr, the JSON report on
+stdout. Makes the cell's base first when the registry lacks it or holds one of an older recipe
+(`buildtool bases`). Exits 1 when a layer or the package sets differ; differing image configs alone
+do not fail it (see ENGINE_TIMES). Images and this run's cache mounts are removed at the end.
     python bench/repro_build.py [--cell pytorch-cpu:2.13]
 """
 
@@ -28,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_uv_build import LOCAL, cache_mounts, cold_variant  # noqa: E402
+from bench_uv_build import LOCAL, cache_mounts  # noqa: E402
 
 from buildtool.build import engine  # noqa: E402
+from buildtool.build.bases import fill_bases  # noqa: E402
 from buildtool.build.contents import probe  # noqa: E402
 from buildtool.build.pipconfig import pip_secrets  # noqa: E402
 from buildtool.common import docker_cli  # noqa: E402
@@ -75,6 +81,40 @@ def compare_layers(first: Path, second: Path) -> list[dict[str, object]]:
     return report
 
 
+# Config fields Docker 20.10's BuildKit (v0.8) sets to the build's wall-clock time: it has no
+# SOURCE_DATE_EPOCH support (BuildKit >= 0.11) and no rewrite-timestamp (>= 0.13), so no build
+# argument makes them equal and two builds' configs, hence image digests, differ by them alone.
+ENGINE_TIMES = "created", "history[].created"
+ENGINE_REASON = ("the engine stamps config `created` and every history entry's `created` with the build's "
+                 "wall-clock time (Docker 20.10 / BuildKit v0.8: no SOURCE_DATE_EPOCH, which BuildKit >= 0.11 "
+                 "honours)")
+
+
+def config_differences(a: object, b: object, path: str = "") -> list[str]:
+    """JSON paths where two image configs differ (list items as `[]`, so history entries group)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return sorted({d for key in set(a) | set(b)
+                       for d in config_differences(a.get(key), b.get(key), f"{path}.{key}" if path else key)})
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return sorted({d for x, y in zip(a, b, strict=True) for d in config_differences(x, y, f"{path}[]")})
+    return [] if a == b else [path]
+
+
+def image_verdict(differences: list[str]) -> dict[str, object]:
+    if not differences:
+        return {"identical": True, "reason": "configs equal"}
+    if set(differences) <= set(ENGINE_TIMES):
+        return {"identical": False, "differing_fields": differences, "reason": ENGINE_REASON}
+    return {"identical": False, "differing_fields": differences,
+            "reason": "fields besides the engine's build times differ: a cause in this project to fix"}
+
+
+def saved_config(saved: Path) -> dict[str, object]:
+    with tarfile.open(saved) as tar:
+        name = json.load(tar.extractfile("manifest.json"))[0]["Config"]  # type: ignore[arg-type]
+        return json.load(tar.extractfile(name))  # type: ignore[arg-type]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cell", default="pytorch-cpu:2.13")
@@ -84,6 +124,8 @@ def main() -> int:
         print(f"--cell {args.cell}: not a cell of matrix.yaml", file=sys.stderr)
         return 2
     folder = (ROOT / cell.dockerfile).parent
+    with tempfile.TemporaryDirectory(prefix="repro-bases-") as logs:
+        fill_bases([cell], LOCAL, force=False, log=lambda line: print(line, file=sys.stderr), log_dir=Path(logs))
     client = engine.resolve_build_client()
     before = set(cache_mounts())
     tag = f"repro-{secrets.token_hex(3)}"
@@ -92,13 +134,17 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="repro-") as tmpdir, pip_secrets() as pip:
             tmp = Path(tmpdir)
             for n in (1, 2):
-                epoch = secrets.token_hex(6)
                 ctx = tmp / f"ctx{n}"
                 shutil.copytree(folder, ctx)
-                (ctx / "Dockerfile").write_text(cold_variant((folder / "Dockerfile").read_text(), f"repro-{epoch}"))
+                # A cache mount's id is not in the config (its history records RUN lines and build args).
+                text = (folder / "Dockerfile").read_text()
+                if "id=dl-images-uv," not in text:
+                    raise SystemExit(f"{cell.dockerfile} has no uv cache mount (id=dl-images-uv): cannot make it cold")
+                text = text.replace("id=dl-images-uv,", f"id=repro-{secrets.token_hex(6)},")
+                (ctx / "Dockerfile").write_text(text)
                 ref = f"{tag}/{cell.name}:{n}"
-                engine.build(client, ctx, ctx / "Dockerfile", build_args={"BASE_IMAGE": mirror_base(cell.base, LOCAL),
-                             "CACHE_EPOCH": epoch}, labels={}, secrets=pip.files, log_path=tmp / f"{n}.log", tag=ref)
+                engine.build(client, ctx, ctx / "Dockerfile", build_args={"BASE_IMAGE": mirror_base(cell.base, LOCAL)},
+                             labels={}, secrets=pip.files, log_path=tmp / f"{n}.log", tag=ref, no_cache=True)
                 refs.append(ref)
                 print(f"built {ref}", file=sys.stderr)
             probes = [probe(ROOT, ref) for ref in refs]
@@ -106,6 +152,9 @@ def main() -> int:
             for n, ref in enumerate(refs, 1):
                 docker_cli.docker("save", ref, "-o", str(tmp / f"{n}.tar"), check=True, timeout=900)
             files = compare_layers(tmp / "1.tar", tmp / "2.tar")
+            ids = [str((engine.image_attrs(ref) or {})["Id"]) for ref in refs]
+            image = {"id_1": ids[0], "id_2": ids[1],
+                     **image_verdict(config_differences(saved_config(tmp / "1.tar"), saved_config(tmp / "2.tar")))}
     finally:
         for ref in refs:
             docker_cli.docker("rmi", "-f", ref, timeout=120)
@@ -114,15 +163,26 @@ def main() -> int:
                 docker_cli.docker("builder", "prune", "-f", "--filter", f"id={record}", timeout=300)
     same_python = probes[0]["python_packages"] == probes[1]["python_packages"]
     same_apt = probes[0]["apt_packages"] == probes[1]["apt_packages"]
+    same = [a == b for a, b in zip(layers[0], layers[1], strict=True)]
+    for n, (equal, found) in enumerate(zip(same, files, strict=True)):
+        print(f"layer {n}: {'identical' if equal else 'DIFFERENT'} ({found['entries']} entries"
+              f"{'' if equal else ', ' + json.dumps(found['differences'])})", file=sys.stderr)
+    print(f"layers identical: {sum(same)}/{len(same)}", file=sys.stderr)
+    print(f"image digests (config): {'equal' if image['identical'] else 'different'}: {image['reason']}",
+          file=sys.stderr)
+    verdict = {True: "equal", False: "DIFFERENT"}
+    print(f"package sets: python {verdict[same_python]}, debian {verdict[same_apt]}", file=sys.stderr)
     print(json.dumps({
         "cell": cell.key,
         "python_packages_identical": same_python, "python_packages": len(probes[0]["python_packages"]),
         "apt_packages_identical": same_apt, "apt_packages": len(probes[0]["apt_packages"]),
+        "layers_identical": f"{sum(same)}/{len(same)}",
         "layers": [{"layer": n, "identical": a == b, "diff_id_1": a, "diff_id_2": b}
                    for n, (a, b) in enumerate(zip(layers[0], layers[1], strict=True))],
         "files": files,
+        "image": image,
     }, indent=1))
-    return 0 if same_python and same_apt else 1
+    return 0 if same_python and same_apt and all(same) else 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ When the upstream registries cannot be reached (air-gapped sites, this project's
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.build import engine
+from buildtool.build import engine, rootfs_seal
 from buildtool.build.pipconfig import pip_secrets
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import is_loopback_host, split_repo
@@ -104,6 +105,22 @@ def push_verified(ref: str, log: Log, attempts: int = 4) -> str:
     raise AssertionError("unreachable")
 
 
+def base_source(suite: str) -> str:
+    """The BASE_SOURCE label of a Debian base made here; it names the recipe, so an older base is made again."""
+    return f"debootstrap --variant=minbase {suite}, recipe {rootfs_seal.RECIPE}"
+
+
+def registry_base_source(ref: str) -> str | None:
+    """The BASE_SOURCE label of a single-platform image in a registry (None: no such label or no config)."""
+    host, repo, tag = split_repo(ref)
+    client = RegistryClient(host)
+    manifest = json.loads(client.get_manifest(repo, tag)[0])
+    if "config" not in manifest:
+        return None
+    labels = (json.loads(client.get_blob(repo, manifest["config"]["digest"])).get("config") or {}).get("Labels")
+    return (labels or {}).get(label_keys.BASE_SOURCE)
+
+
 def _debootstrap(suite: str, slim: bool, ref: str, log: Log, log_file: Path) -> None:
     if not shutil.which("debootstrap"):
         raise UserError("debootstrap is not installed; run `bash scripts/setup.sh` (installs it as root)")
@@ -119,6 +136,7 @@ def _debootstrap(suite: str, slim: bool, ref: str, log: Log, log_file: Path) -> 
                     from None
         if run.returncode != 0:
             raise FailedError(f"debootstrap {suite} exited {run.returncode}; see {log_file}")
+        epoch = rootfs_seal.release_epoch(rootfs, suite)  # read before the apt lists go
         if slim:
             (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
             (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(SLIM_EXCLUDES)
@@ -138,10 +156,8 @@ def _debootstrap(suite: str, slim: bool, ref: str, log: Log, log_file: Path) -> 
             for item in (rootfs / folder).glob("*"):
                 if item.is_file():
                     item.unlink()
-        engine.import_rootfs(rootfs, ref, [
-            'CMD ["bash"]',
-            f'LABEL {label_keys.BASE_SOURCE}="debootstrap --variant=minbase {suite}"',
-        ])
+        rootfs_seal.seal(rootfs, epoch)  # last: every change above moved an mtime
+        engine.import_rootfs(rootfs, ref, ['CMD ["bash"]', f'LABEL {label_keys.BASE_SOURCE}="{base_source(suite)}"'])
 
 
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
@@ -189,6 +205,25 @@ def debian_upstream_for(cell: Cell) -> str:
     return cell.base
 
 
+def outdated_recipe(found: str | None, suite: str) -> bool:
+    """A base this tool made (its BASE_SOURCE says debootstrap) by another recipe than today's. A base
+    without that label came from elsewhere (a mirror of the upstream) and is never replaced."""
+    return found is not None and found.startswith("debootstrap ") and found != base_source(suite)
+
+
+def _made_by_recipe(ref: str, suite: str, log: Log) -> bool:
+    found = registry_base_source(ref)
+    if not outdated_recipe(found, suite):
+        return True
+    log(f"{ref} was made by {found!r}, not {base_source(suite)!r}: making it again")
+    return False
+
+
+def recipe_suite(cell: Cell) -> str:
+    """The Debian suite the cell's base is (or its stand-in is built on)."""
+    return debian_suite(debian_upstream_for(cell))[0]
+
+
 def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, log_dir: Path) -> list[BaseResult]:
     """Make every base the cells need present in the mirror registry (idempotent)."""
     mirror = local_mirror(base_mirror)
@@ -210,10 +245,10 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
         started = time.monotonic()
         # Kept even with force: a new Debian base changes every image's content key.
         digest = registry_digest(ref)
-        if digest:
+        suite, slim = debian_suite(upstream)
+        if digest and _made_by_recipe(ref, suite, log):
             results.append(BaseResult(ref, "present", digest, time.monotonic() - started))
             continue
-        suite, slim = debian_suite(upstream)
         _debootstrap(suite, slim, ref, log, log_dir / f"base-debian-{suite}.log")
         digest = push_verified(ref, log)
         results.append(BaseResult(ref, "debootstrap", digest, time.monotonic() - started))
@@ -226,7 +261,8 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
         done.add(ref)
         started = time.monotonic()
         digest = None if force else registry_digest(ref)
-        if digest:
+        # A stand-in inherits its Debian base's labels: one on an older recipe's base is made again.
+        if digest and _made_by_recipe(ref, debian_suite(cell.standin.base)[0], log):
             results.append(BaseResult(ref, "present", digest, time.monotonic() - started))
             continue
         debian_ref = mirror_base(cell.standin.base, mirror)
