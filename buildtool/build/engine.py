@@ -25,6 +25,7 @@ import requests
 from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
 from buildtool.common.refs import parse_reference
+from buildtool.contracts.aptlock import build_error
 
 ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
                "or point DOCKER_HOST at a running engine")
@@ -145,6 +146,10 @@ def last_error_line(log_path: Path) -> str:
         lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return "see log"
+    for line in lines:   # a locked Debian version the archive no longer serves: the fix is `make lock`
+        explained = build_error(line)
+        if explained:
+            return explained
     tool = [ln for ln in lines if "ERROR:" in ln and "executor failed" not in ln and "ERROR: process" not in ln]
     if tool:
         return tool[0][:240]

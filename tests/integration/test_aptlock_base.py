@@ -1,0 +1,64 @@
+"""The apt lock against the real debootstrap base in the local registry: `make lock`'s resolution gives the
+committed lock's packages, its pinned re-resolution finds no drift, and a build of the rendered apt step with a
+locked version Debian does not serve fails with the one line naming `make lock` (about 30 s: three
+containers of the base, apt-get update in each)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+
+from buildtool.build import aptlock, engine
+from buildtool.build.bases import fill_bases
+from buildtool.matrix.plan import mirror_base
+from buildtool.matrix.schema import load_matrix
+from buildtool.render.dockerfiles import render_cell_dockerfile
+
+pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = "127.0.0.1:5000"
+CELL = "pytorch-cpu:2.13"
+
+
+def _cell():
+    return next(c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells if c.key == CELL)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> str:
+    cell = _cell()
+    fill_bases([cell], LOCAL, force=False, log=lambda line: None, log_dir=tmp_path_factory.mktemp("logs"))
+    return mirror_base(cell.base, LOCAL)
+
+
+def test_resolution_in_the_base_matches_the_committed_lock_and_re_resolves_clean(base: str, tmp_path: Path):
+    cell = _cell()
+    committed = aptlock.read(ROOT, cell)
+    # The resolution, written into a copy of the cell's folder: the same packages at the same versions.
+    folder = tmp_path / Path(cell.dockerfile).parent
+    folder.mkdir(parents=True)
+    aptlock.lock_cell(tmp_path, cell, base, log=lambda line: None)
+    fresh = aptlock.read(tmp_path, cell)
+    assert fresh.entries == committed.entries and fresh.inputs == committed.inputs
+    assert "openssl" in fresh.entries and "python3.11" in fresh.entries
+    assert aptlock.cell_drift(ROOT, cell, base, log=lambda line: None) == []
+
+
+def test_a_build_of_a_locked_version_debian_does_not_serve_names_make_lock(base: str, tmp_path: Path):
+    cell = _cell()
+    folder = tmp_path / Path(cell.dockerfile).parent
+    folder.mkdir(parents=True)
+    lock = (ROOT / Path(cell.dockerfile).parent / "apt.lock").read_text()
+    (folder / "apt.lock").write_text(lock.replace("media-types=10.0.0", "media-types=0.0.0-gone"))
+    matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
+    text = render_cell_dockerfile(matrix, cell, ROOT / "templates", root=tmp_path)
+    # Only the base and the apt step: the part of the Dockerfile before the uv stage.
+    (folder / "Dockerfile").write_text(text[:text.index("\nFROM base AS uv")] + "\n")
+    with pytest.raises(engine.BuildFailed) as failed:
+        engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile", build_args={"BASE_IMAGE": base},
+                     labels={}, secrets={}, log_path=tmp_path / "build.log",
+                     tag=f"t-aptlock-{secrets.token_hex(4)}", no_cache=True)
+    assert str(failed.value).endswith("apt.lock pins media-types=0.0.0-gone, which Debian no longer serves; run "
+                                      "`make lock` (FRAMEWORK=<cell>) and commit the new apt.lock")
