@@ -137,23 +137,28 @@ def test_make_check_offline_names_the_hand_edit_and_make_lock(project: Path, run
 
 # -- re-resolution drift -----------------------------------------------------------------------------------
 
-def _probe(plan: dict[str, str], base: dict[str, str], served: set[tuple[str, str]] | None = None):
-    return aptlock.Probe(arch="amd64", base=base, plan=plan, served=served if served is not None else set(plan.items()))
+def _probe(plan: dict[str, str], base: dict[str, str], served: set[tuple[str, str]] | None = None,
+           pinned: dict[str, str] | None = None):
+    return aptlock.Probe(arch="amd64", base=base, plan=plan, served=served if served is not None else set(plan.items()),
+                         pinned=pinned if pinned is not None else plan)
 
 
 def test_drift_names_each_hand_edit_by_kind():
+    """What apt answers for such a lock: the pinned closure keeps a served locked version (libnsl2) and falls
+    back to the candidate where the locked one is gone (openssl); the plain resolution is `make lock`'s."""
     lock = parse_apt_lock(LOCK_TEXT)
     base = {"bash": "5.2.15-2+b13"}
     resolution = dict(lock.entries)
     edited = dict(lock.entries)
     del edited["media-types"]                          # deleted by hand
     edited["zlib1g"] = "1:1.2.13.dfsg-1"               # added by hand
-    edited["libnsl2"] = "1.3.0-1"                      # re-versioned by hand (and served)
+    edited["libnsl2"] = "1.3.0-1"                      # re-versioned by hand (to a version still served)
     edited["openssl"] = "3.0.11-1~deb12u2"             # a version Debian no longer serves
     served = set(resolution.items()) | {("libnsl2", "1.3.0-1")}
+    pinned = {**resolution, "libnsl2": "1.3.0-1"}
     hand = dataclasses.replace(lock, entries=edited)
-    assert aptlock.compare(REL, hand, _probe(resolution, base, served), "base.dpkg", base) == [
-        f"{REL}: libnsl2 re-versioned by hand (lock 1.3.0-1, resolution 1.3.0-2)",
+    assert aptlock.compare(REL, hand, _probe(resolution, base, served, pinned), "base.dpkg", base) == [
+        f"{REL}: libnsl2 re-versioned by hand (lock 1.3.0-1, `make lock` resolves 1.3.0-2)",
         f"{REL}: media-types deleted by hand (the resolution installs media-types 10.0.0)",
         f"{REL}: openssl 3.0.11-1~deb12u2 is no longer served by Debian (it serves 3.0.20-1~deb12u2)",
         f"{REL}: zlib1g added by hand (1:1.2.13.dfsg-1 is listed but nothing installs it)",
@@ -175,10 +180,12 @@ def test_preferences_pin_every_locked_version():
 
 
 def test_probe_output_is_read_fail_closed():
-    out = "--- arch\namd64\n--- base\nbash=5.2\n--- plan\nInst procps (2:4.0.2-3 D [amd64])\n--- served\n" \
-          " procps | 2:4.0.2-3 | http://deb.debian.org/debian bookworm/main amd64 Packages\n"
+    out = ("--- arch\namd64\n--- base\nbash=5.2\n--- plan\nInst procps (2:4.0.2-3 D [amd64])\n"
+           "--- pinned\nInst procps (2:4.0.2-2 D [amd64])\n--- served\n"
+           " procps | 2:4.0.2-3 | http://deb.debian.org/debian bookworm/main amd64 Packages\n")
     probe = aptlock.parse_probe(out)
     assert probe.plan == {"procps": "2:4.0.2-3"} and probe.served == {("procps", "2:4.0.2-3")}
+    assert probe.pinned == {"procps": "2:4.0.2-2"}
     with pytest.raises(ValueError, match="the probe printed no served section"):
         aptlock.parse_probe(out[:out.index("--- served")])
     with pytest.raises(ValueError, match="apt-get install -s refused: Version '9' for 'procps' was not found"):

@@ -8,11 +8,12 @@ then `apt-get install -s --no-install-recommends` of the named packages, whose `
 lands on top of that base, upgrades of base packages included. The same container lists the base's own
 packages (`dpkg-query -W`) into `base.dpkg`, so the lock says which base it sits on.
 
-The drift check re-runs that simulation with every locked version pinned (apt preferences, priority 1001),
-so the answer is what `make lock` wrote for these versions, and compares it entry by entry: a package the
-resolution needs but the lock lacks was deleted, one it lists but nothing installs was added, another
-version was re-versioned (or is no longer served by Debian); a base whose packages are not base.dpkg's is
-another base than the lock was made on.
+The drift check re-runs that simulation twice, plain (what `make lock` writes today) and with every locked
+version pinned (apt preferences, priority 1001: the closure of these versions whatever Debian released
+since), and compares entry by entry: a package the pinned closure needs but the lock lacks was deleted, one
+it lists but nothing installs was added, a version other than the plain resolution's was re-versioned, one
+the archive no longer serves is named so; a base whose packages are not base.dpkg's is another base than
+the lock was made on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
@@ -129,8 +130,12 @@ prefs=$1; shift
 echo "--- arch"; dpkg --print-architecture
 echo "--- base"; dpkg-query -W -f '${Package}=${Version}\n'
 if ! apt-get update -qq >/tmp/update.log 2>&1; then tail -3 /tmp/update.log >&2; exit 3; fi
-if [ -n "$prefs" ]; then printf '%s' "$prefs" > /etc/apt/preferences.d/buildtool-lock; fi
 echo "--- plan"; apt-get install -s --no-install-recommends "$@" 2>&1
+echo "--- pinned"
+if [ -n "$prefs" ]; then
+  printf '%s' "$prefs" > /etc/apt/preferences.d/buildtool-lock
+  apt-get install -s --no-install-recommends "$@" 2>&1
+fi
 echo "--- served"; apt-cache madison "$@" $(printf '%s' "$prefs" | sed -n 's/^Package: //p') 2>/dev/null || true
 """
 
@@ -139,8 +144,9 @@ echo "--- served"; apt-cache madison "$@" $(printf '%s' "$prefs" | sed -n 's/^Pa
 class Probe:
     arch: str
     base: dict[str, str]
-    plan: dict[str, str]
-    served: set[tuple[str, str]]
+    plan: dict[str, str]                  # what `make lock` resolves today (no pins)
+    served: set[tuple[str, str]]          # (package, version) the archive serves
+    pinned: dict[str, str] = field(default_factory=dict)   # the closure with every locked version pinned
 
 
 def parse_probe(output: str) -> Probe:
@@ -153,11 +159,10 @@ def parse_probe(output: str) -> Probe:
             sections[current] = []
         elif current is not None:
             sections[current].append(line)
-    missing = [s for s in ("arch", "base", "plan", "served") if s not in sections]
+    missing = [s for s in ("arch", "base", "plan", "pinned", "served") if s not in sections]
     if missing:
         raise ValueError(f"the probe printed no {', '.join(missing)} section")
-    plan_text = "\n".join(sections["plan"])
-    errors = [ln for ln in sections["plan"] if ln.startswith("E: ")]
+    errors = [ln for ln in sections["plan"] + sections["pinned"] if ln.startswith("E: ")]
     if errors:
         raise ValueError(f"apt-get install -s refused: {errors[0][3:][:200]}")
     served = set()
@@ -166,7 +171,8 @@ def parse_probe(output: str) -> Probe:
         if len(parts) >= 3:
             served.add((parts[0], parts[1]))
     return Probe(arch="".join(sections["arch"]).strip(), base=parse_entries("\n".join(sections["base"]), "dpkg-query"),
-                 plan=parse_simulation(plan_text), served=served)
+                 plan=parse_simulation("\n".join(sections["plan"])), served=served,
+                 pinned=parse_simulation("\n".join(sections["pinned"])))
 
 
 def run_probe(base_ref: str, install: list[str], prefs: str = "") -> Probe:
@@ -267,18 +273,22 @@ def preferences(entries: dict[str, str]) -> str:
 
 
 def compare(rel: str, lock: AptLock, probe: Probe, base_rel: str, base: dict[str, str]) -> list[str]:
-    """Entry-by-entry differences between a lock and its pinned re-resolution, and of the base list."""
+    """Entry-by-entry differences between a lock and its re-resolution, and of the base list. Which packages:
+    the closure with every locked version pinned (so a deleted or added line shows whatever Debian released
+    since); which versions: a locked version Debian no longer serves, or one other than `make lock` resolves
+    (a hand edit; or a lock older than a Debian update that still serves the old version too)."""
     found = []
-    for name in sorted(set(lock.entries) | set(probe.plan)):
-        have, want = lock.entries.get(name), probe.plan.get(name)
+    for name in sorted(set(lock.entries) | set(probe.pinned)):
+        have, want = lock.entries.get(name), probe.pinned.get(name)
+        today = probe.plan.get(name, want)
         if have is None:
             found.append(f"{rel}: {name} deleted by hand (the resolution installs {name} {want})")
         elif want is None:
             found.append(f"{rel}: {name} added by hand ({have} is listed but nothing installs it)")
-        elif have != want:
-            gone = (name, have) not in probe.served
-            found.append(f"{rel}: {name} " + (f"{have} is no longer served by Debian (it serves {want})" if gone
-                                              else f"re-versioned by hand (lock {have}, resolution {want})"))
+        elif (name, have) not in probe.served:
+            found.append(f"{rel}: {name} {have} is no longer served by Debian (it serves {today})")
+        elif have != today:
+            found.append(f"{rel}: {name} re-versioned by hand (lock {have}, `make lock` resolves {today})")
     moved = sorted(n for n in set(base) | set(probe.base) if base.get(n) != probe.base.get(n))
     if moved:
         shown = ", ".join(f"{n} {base.get(n, '-')} -> {probe.base.get(n, '-')}" for n in moved[:3])

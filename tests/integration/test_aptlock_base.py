@@ -1,6 +1,6 @@
 """The apt lock against the real debootstrap base in the local registry: `make lock`'s resolution gives the
 committed lock's packages, its pinned re-resolution finds no drift, and a build of the rendered apt step with a
-locked version Debian does not serve fails with the one line naming `make lock` (about 30 s: three
+locked version Debian does not serve fails with the one line naming `make lock` (about 40 s: four
 containers of the base, apt-get update in each)."""
 
 from __future__ import annotations
@@ -44,6 +44,27 @@ def test_resolution_in_the_base_matches_the_committed_lock_and_re_resolves_clean
     assert fresh.entries == committed.entries and fresh.inputs == committed.inputs
     assert "openssl" in fresh.entries and "python3.11" in fresh.entries
     assert aptlock.cell_drift(ROOT, cell, base, log=lambda line: None) == []
+
+
+def test_re_resolution_names_hand_edits_by_package(base: str, tmp_path: Path):
+    cell = _cell()
+    folder = tmp_path / Path(cell.dockerfile).parent
+    folder.mkdir(parents=True)
+    source = ROOT / Path(cell.dockerfile).parent
+    (folder / "base.dpkg").write_text((source / "base.dpkg").read_text())
+    lock = (source / "apt.lock").read_text()
+    openssl = next(line for line in lock.splitlines() if line.startswith("openssl="))
+    edited = (lock.replace("media-types=10.0.0\n", "").replace(openssl, "openssl=0.0.1-gone")
+              + "zlib1g=1:1.2.13.dfsg-1\n")
+    (folder / "apt.lock").write_text(edited)
+    problems = aptlock.cell_drift(tmp_path, cell, base, log=lambda line: None)
+    rel = f"{Path(cell.dockerfile).parent}/apt.lock"
+    fix = f"; run `make lock FRAMEWORK={CELL}`"
+    assert problems == [
+        f"{rel}: media-types deleted by hand (the resolution installs media-types 10.0.0){fix}",
+        f"{rel}: openssl 0.0.1-gone is no longer served by Debian (it serves {openssl.split('=', 1)[1]}){fix}",
+        f"{rel}: zlib1g added by hand (1:1.2.13.dfsg-1 is listed but nothing installs it){fix}",
+    ]
 
 
 def test_a_build_of_a_locked_version_debian_does_not_serve_names_make_lock(base: str, tmp_path: Path):
