@@ -210,3 +210,16 @@ def test_fingerprint_follows_the_named_packages_and_base_not_the_base_digest():
     assert aptlock.fingerprint(cell) == parse_apt_lock(LOCK_TEXT).inputs
     assert aptlock.fingerprint(dataclasses.replace(cell, apt_packages=("procps",))) != aptlock.fingerprint(cell)
     assert entries_digest({"a": "1"}) != entries_digest({"a": "2"})
+
+
+def test_the_unlocked_package_error_is_the_summary_not_the_step_header_that_echoes_it(tmp_path: Path):
+    """BuildKit's step header repeats the RUN command, whose `echo "ERROR: ..."` must not be taken for the error."""
+    log = tmp_path / "build.log"
+    log.write_text('#5 [2/2] RUN touch /run/stamp && if [ -s /run/unlocked ]; then echo "ERROR: apt added $(paste '
+                   '-sd \' \' /run/unlocked), which apt.lock does not list"; fi\n'
+                   "#5 9.870 ERROR: apt added media-types=10.0.0, which apt.lock does not list (another base than it "
+                   "was resolved in); run make lock FRAMEWORK=pytorch-cpu:2.13\n"
+                   "#5 ERROR: executor failed running [/bin/bash -o pipefail -c ...]: exit code: 1\n")
+    assert last_error_line(log) == ("#5 9.870 ERROR: apt added media-types=10.0.0, which apt.lock does not list "
+                                    "(another base than it was resolved in); run make lock "
+                                    "FRAMEWORK=pytorch-cpu:2.13")

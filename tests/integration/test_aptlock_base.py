@@ -1,7 +1,8 @@
 """The apt lock against the real debootstrap base in the local registry: `make lock`'s resolution gives the
-committed lock's packages, its pinned re-resolution finds no drift, and a build of the rendered apt step with a
-locked version Debian does not serve fails with the one line naming `make lock` (about 40 s: four
-containers of the base, apt-get update in each)."""
+committed lock's packages; its re-resolution finds no drift and names hand edits; the pinned step installs
+exactly the lock; one that would add an unlocked package stops; and a locked version Debian does not serve
+fails the build with the one line naming `make lock` (about 2 min: three containers of the base and three
+builds of the apt step)."""
 
 from __future__ import annotations
 
@@ -67,19 +68,44 @@ def test_re_resolution_names_hand_edits_by_package(base: str, tmp_path: Path):
     ]
 
 
-def test_a_build_of_a_locked_version_debian_does_not_serve_names_make_lock(base: str, tmp_path: Path):
+def _build_apt_step(base: str, tmp_path: Path, edit) -> str:
+    """Build only the base and the rendered apt step of the cell, from its lock as `edit` leaves it; returns
+    the tag (removed by the caller) or raises BuildFailed."""
     cell = _cell()
     folder = tmp_path / Path(cell.dockerfile).parent
     folder.mkdir(parents=True)
     lock = (ROOT / Path(cell.dockerfile).parent / "apt.lock").read_text()
-    (folder / "apt.lock").write_text(lock.replace("media-types=10.0.0", "media-types=0.0.0-gone"))
+    (folder / "apt.lock").write_text(edit(lock))
     matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
     text = render_cell_dockerfile(matrix, cell, ROOT / "templates", root=tmp_path)
-    # Only the base and the apt step: the part of the Dockerfile before the uv stage.
-    (folder / "Dockerfile").write_text(text[:text.index("\nFROM base AS uv")] + "\n")
+    (folder / "Dockerfile").write_text(text[:text.index("\nFROM base AS uv")] + "\n")   # before the uv stage
+    tag = f"t-aptlock-{secrets.token_hex(4)}"
+    engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile", build_args={"BASE_IMAGE": base},
+                 labels={}, secrets={}, log_path=tmp_path / "build.log", tag=tag, no_cache=True)
+    return tag
+
+
+def test_the_pinned_apt_step_installs_exactly_the_lock(base: str, tmp_path: Path):
+    tag = _build_apt_step(base, tmp_path, lambda text: text)
+    try:
+        installed = dict(line.split("=", 1) for line in engine.run_output(
+            tag, ["dpkg-query", "-W", "-f", "${Package}=${Version}\n"]).split())
+    finally:
+        engine.sdk().images.remove(tag, force=True)
+    lock = aptlock.read(ROOT, _cell())
+    assert {n: installed[n] for n in lock.entries} == lock.entries
+
+
+def test_a_build_of_a_locked_version_debian_does_not_serve_names_make_lock(base: str, tmp_path: Path):
     with pytest.raises(engine.BuildFailed) as failed:
-        engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile", build_args={"BASE_IMAGE": base},
-                     labels={}, secrets={}, log_path=tmp_path / "build.log",
-                     tag=f"t-aptlock-{secrets.token_hex(4)}", no_cache=True)
+        _build_apt_step(base, tmp_path, lambda text: text.replace("media-types=10.0.0", "media-types=0.0.0-gone"))
     assert str(failed.value).endswith("apt.lock pins media-types=0.0.0-gone, which Debian no longer serves; run "
                                       "`make lock` (FRAMEWORK=<cell>) and commit the new apt.lock")
+
+
+def test_a_build_that_would_add_an_unlocked_package_stops(base: str, tmp_path: Path):
+    """A lock without one dependency (a hand edit, or another base than the lock's): apt would add it unpinned."""
+    with pytest.raises(engine.BuildFailed) as failed:
+        _build_apt_step(base, tmp_path, lambda text: text.replace("media-types=10.0.0\n", ""))
+    assert ("ERROR: apt added media-types=10.0.0, which apt.lock does not list (another base than it was resolved "
+            "in); run make lock FRAMEWORK=pytorch-cpu:2.13") in str(failed.value)
