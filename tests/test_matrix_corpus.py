@@ -266,9 +266,8 @@ CASES = [
          'pytorch-ngc:25.10); fix the template',
          setup=_template("parts/user.j2", "RUN mkdir", "{{ cell.tests + 1 }}\nRUN mkdir", "{{ cell.tests + 1")),
     Case("template-unknown-filter",
-         "error: templates/parts/python.j2:8: TemplateRuntimeError: No filter named 'shell'. (cell "
-         'pytorch-cpu:2.13); fix the template',
-         setup=_template("parts/python.j2", '| map("sh")', '| map("shell")', 'map("shell")')),
+         "error: templates/parts/python.j2:17: No filter named 'shell'.",
+         setup=_template("parts/python.j2", "{{ pin | sh }}", "{{ pin | shell }}", "pin | shell")),
     Case("template-includes-missing-part",
          "error: templates/parts/image.j2:14: includes missing template 'parts/user.j2' (cell pytorch-ngc:25.10)",
          setup=_remove_user_part,

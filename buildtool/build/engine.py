@@ -10,6 +10,7 @@ Everything else here uses the Docker SDK.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ import requests
 from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
 from buildtool.common.refs import parse_reference
+from buildtool.contracts.aptlock import build_error
 
 ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
                "or point DOCKER_HOST at a running engine")
@@ -138,6 +140,9 @@ def build(
     return image_id
 
 
+_STEP_HEADER = re.compile(r"^#\d+ \[[^\]]*\] ")
+
+
 def last_error_line(log_path: Path) -> str:
     """The most telling line of a failed build log, for a one-line summary: the tool's own
     `ERROR:` (pip, apt) before BuildKit's generic `executor failed running`."""
@@ -145,7 +150,13 @@ def last_error_line(log_path: Path) -> str:
         lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return "see log"
-    tool = [ln for ln in lines if "ERROR:" in ln and "executor failed" not in ln and "ERROR: process" not in ln]
+    for line in lines:   # a locked Debian version the archive no longer serves: the fix is `make lock`
+        explained = build_error(line)
+        if explained:
+            return explained
+    # Not BuildKit's step headers (`#5 [2/2] RUN ...`): they echo the command, `echo "ERROR: ..."` in it too.
+    tool = [ln for ln in lines if "ERROR:" in ln and "executor failed" not in ln and "ERROR: process" not in ln
+            and not _STEP_HEADER.match(ln)]
     if tool:
         return tool[0][:240]
     generic = [ln for ln in lines if "executor failed" in ln or "ERROR" in ln or "error:" in ln.lower()]

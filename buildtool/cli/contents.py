@@ -27,11 +27,15 @@ def lock(
     matrix: MatrixOption = None,
 ) -> None:
     """Resolve FRAMEWORK's cells (default all) with uv and write their locks beside the Dockerfiles
-    (hashes for every file; NGC cells resolved against their base's packages and PIP_CONSTRAINT).
-    Needs the package index; NGC cells also the engine and their base (BASE_MIRROR)."""
+    (hashes for every file; NGC cells resolved against their base's packages and PIP_CONSTRAINT), and
+    (without --package) each pip cell's apt.lock, resolved inside its base, then re-render its Dockerfile.
+    Needs the package index; NGC cells and apt locks also the engine, the base (BASE_MIRROR) and Debian's archive."""
+    from buildtool.build import aptlock
     from buildtool.build.bases import fill_bases, is_loopback_registry
     from buildtool.build.lock import is_ngc, lock_cells, write_uv_lock
+    from buildtool.cli.generate import all_outputs
     from buildtool.matrix.plan import Settings, mirror_base
+    from buildtool.render.dockerfiles import write_outputs
 
     project = find_project(matrix)
     cells = project.load().select(framework or "all")
@@ -51,6 +55,16 @@ def lock(
             say(f"wrote {rel}")
         if not result.changed:
             log(f"[{result.cell}] lock up to date ({result.packages} packages)")
+    apt_cells = [c for c in cells if aptlock.has_apt_step(c)] if not packages else []
+    if apt_cells:
+        if settings.base_mirror and is_loopback_registry(settings.base_mirror):
+            fill_bases(apt_cells, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs")
+        for cell in apt_cells:
+            for path in aptlock.lock_cell(project.root, cell, mirror_base(cell.base, settings.base_mirror), log):
+                say(f"wrote {path.relative_to(project.root)}")
+        # The Dockerfiles pin what the apt locks say.
+        for rel in write_outputs(project.root, all_outputs(project, project.load())):
+            say(f"wrote {rel}")
     log("run `make render` if you changed templates, then commit the locks with the matrix change")
 
 

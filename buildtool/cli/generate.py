@@ -24,7 +24,7 @@ def all_outputs(project: Project, matrix: Matrix) -> Outputs:
     def catalogue(m: Matrix) -> dict[str, bytes]:
         return catalogue_outputs(m, project.root)
 
-    return render_outputs(matrix, project.templates, extras=(catalogue, workflow_outputs))
+    return render_outputs(matrix, project.templates, extras=(catalogue, workflow_outputs), root=project.root)
 
 
 def register(app: typer.Typer) -> None:
@@ -68,6 +68,7 @@ def check(
     """Fail (exit 1, printing a unified diff) when committed generated files differ from the matrix,
     or a cell's lock is missing, broken, stale (made from other matrix values) or edited by hand
     (re-resolved with uv and compared entry by entry; needs the package index unless --offline)."""
+    from buildtool.build import aptlock
     from buildtool.build.lock import check_cell, is_ngc, uv_pin_problems
     from buildtool.build.lockdrift import check_cells
     from buildtool.common.errors import FailedError
@@ -84,9 +85,11 @@ def check(
         err.print(f"stale: {rel} belongs to no cell in the matrix; delete it or run `buildtool render --prune`")
     # Each cell's locks (beside its Dockerfile) against the matrix values they were made from.
     lock_problems = [problem for cell in loaded.cells for problem in check_cell(project.root, cell)]
+    lock_problems += [problem for cell in loaded.cells for problem in aptlock.check_cell(project.root, cell)]
     if (project.root / "requirements.lock").is_file():
         lock_problems += uv_pin_problems(project.root)
     not_resolved: list[str] = []
+    apt_not_resolved: list[str] = []
     if not offline and not lock_problems:
         settings = Settings.from_env()
         # NGC cells: asked as `make lock` asks them, through BASE_MIRROR; without it they are named, not checked.
@@ -95,18 +98,28 @@ def check(
         drift_problems, not_resolved = check_cells(project.root, loaded.cells, log=lambda line: err.print(
             line, markup=False, highlight=False), base_refs=bases)
         lock_problems += drift_problems
+        # apt locks: re-resolved in the cell's base, which the engine reaches through BASE_MIRROR.
+        for cell in (c for c in loaded.cells if aptlock.has_apt_step(c)):
+            if not settings.base_mirror:
+                apt_not_resolved.append(cell.key)
+                continue
+            lock_problems += aptlock.cell_drift(project.root, cell, mirror_base(cell.base, settings.base_mirror),
+                                                log=lambda line: err.print(line, markup=False, highlight=False))
     for problem in lock_problems:
         err.print(f"lock: {problem}", markup=False, highlight=False)
-    if diff or stale:
-        raise FailedError("generated files drifted from matrix.yaml; run `make render` and commit the result")
+    # Locks first: a hand-edited apt.lock also drifts its Dockerfile, and `make lock` re-renders it.
     if lock_problems:
         raise FailedError(f"{len(lock_problems)} lock problem(s); run `make lock` (FRAMEWORK=<cell> PACKAGE=<name> "
                           "for one package) and commit the locks")
+    if diff or stale:
+        raise FailedError("generated files drifted from matrix.yaml; run `make render` and commit the result")
     resolved = len(loaded.cells) - len(not_resolved)
     how = ("not re-resolved: --offline" if offline else
            f"{resolved} re-resolved with uv" + (f"; not re-resolved, NGC cells whose base's packages only a "
                                                 f"container of the base can tell (set BASE_MIRROR as for `make "
-                                                f"lock`): {', '.join(not_resolved)}" if not_resolved else ""))
+                                                f"lock`): {', '.join(not_resolved)}" if not_resolved else "")
+           + (f"; apt locks not re-resolved (set BASE_MIRROR to ask their bases): {', '.join(apt_not_resolved)}"
+              if apt_not_resolved else ""))
     err.print(f"{len(outputs.files)} generated files match matrix.yaml; the locks of {len(loaded.cells)} cells too "
               f"({how})")
 

@@ -1,8 +1,9 @@
 """Render the generated files (Dockerfiles, catalogue) from the matrix and templates.
 
-Rendering needs no Docker engine and is a pure function of matrix + templates, so it is
-byte-identical across runs and machines. Writes are all-or-nothing: everything is
-rendered in memory first, then staged next to its target and moved into place.
+Rendering needs no Docker engine and is a pure function of matrix + templates + the cells'
+apt.lock files (their pins go into the apt step), so it is byte-identical across runs and
+machines. Writes are all-or-nothing: everything is rendered in memory first, then staged
+next to its target and moved into place.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import jinja2
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import frameworks, label_keys
+from buildtool.contracts.aptlock import APT_LOCK, parse_apt_lock
 from buildtool.contracts.locks import UV_LOCK, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
@@ -153,7 +155,23 @@ def uv_pin(templates_dir: Path) -> dict[str, str]:
     return {"version": version, "requirement": requirement}
 
 
-def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell) -> str:
+def apt_pins(root: Path | None, cell: Cell) -> dict[str, Any] | None:
+    """The cell's apt.lock (beside its Dockerfile under `root`, the project) as the template installs it;
+    None when there is none (the template then renders a step that stops the build). A lock that does not
+    parse is an error."""
+    path = (root / cell.dockerfile).parent / APT_LOCK if root is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        lock = parse_apt_lock(path.read_text())
+    except ValueError as exc:
+        raise TemplateError(f"{Path(cell.dockerfile).parent / APT_LOCK}: {exc}; run `make lock FRAMEWORK={cell.key}`") \
+            from None
+    return {"pins": lock.pins()}
+
+
+def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell,
+                      root: Path | None = None) -> str:
     context = {
         "cell": cell,
         "framework": frameworks.get(cell.framework),
@@ -162,6 +180,7 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         "label_keys": label_keys,
         "pinned_packages": [f"{name}=={version}" for name, version in cell.packages],
         "uv": uv_pin(templates_dir),
+        "apt": apt_pins(root, cell),
         # NGC cells (and their stand-ins) bring Python and the framework; only tools are installed.
         "ngc": not cell.framework_requirements,
     }
@@ -187,9 +206,10 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
             from None
 
 
-def render_cell_dockerfile(matrix: Matrix, cell: Cell, templates_dir: Path) -> str:
-    """One cell's Dockerfile as `render` writes it, rendered in memory (nothing is written)."""
-    return render_dockerfile(_environment(templates_dir), templates_dir, matrix, cell)
+def render_cell_dockerfile(matrix: Matrix, cell: Cell, templates_dir: Path, root: Path | None = None) -> str:
+    """One cell's Dockerfile as `render` writes it (with `root`, the project whose apt locks it pins),
+    rendered in memory (nothing is written)."""
+    return render_dockerfile(_environment(templates_dir), templates_dir, matrix, cell, root)
 
 
 @dataclass(frozen=True)
@@ -214,10 +234,13 @@ class Outputs:
 Extra = Callable[[Matrix], dict[str, bytes]]
 
 
-def render_outputs(matrix: Matrix, templates_dir: Path, extras: tuple[Extra, ...] = ()) -> Outputs:
-    """Render everything in memory; raises before anything is written."""
+def render_outputs(matrix: Matrix, templates_dir: Path, extras: tuple[Extra, ...] = (),
+                   root: Path | None = None) -> Outputs:
+    """Render everything in memory; raises before anything is written. `root`: the project whose cells'
+    apt.lock files the Dockerfiles pin (None: none, every apt step renders as one that stops the build)."""
     env = _environment(templates_dir)
-    files = {cell.dockerfile: render_dockerfile(env, templates_dir, matrix, cell).encode() for cell in matrix.cells}
+    files = {cell.dockerfile: render_dockerfile(env, templates_dir, matrix, cell, root).encode()
+             for cell in matrix.cells}
     for extra in extras:
         files.update(extra(matrix))
     return Outputs(files=files)

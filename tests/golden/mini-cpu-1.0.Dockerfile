@@ -11,10 +11,52 @@ ARG SOURCE_DATE_EPOCH=0
 
 # Debian's Python 3.11; the image's packages go into a virtual environment (below).
 ARG DEBIAN_FRONTEND=noninteractive
+# Debian packages named in matrix.yaml: ca-certificates python3 python3-venv procps.
+# Every Debian package this step adds to the base, at the version apt.lock pins (`make lock` resolves it
+# inside the base; base.dpkg lists that base's own packages). Anything else apt adds means another base
+# than the lock's: the build stops.
 RUN --mount=type=tmpfs,target=/run \
     touch /run/stamp \
+ && printf '%s\n' \
+      ca-certificates=20230311+deb12u1 \
+      libexpat1=2.5.0-1+deb12u2 \
+      libgssapi-krb5-2=1.20.1-2+deb12u5 \
+      libk5crypto3=1.20.1-2+deb12u5 \
+      libkeyutils1=1.6.3-2 \
+      libkrb5-3=1.20.1-2+deb12u5 \
+      libkrb5support0=1.20.1-2+deb12u5 \
+      libncursesw6=6.4-4 \
+      libnsl2=1.3.0-2 \
+      libproc2-0=2:4.0.2-3 \
+      libpython3-stdlib=3.11.2-1+b1 \
+      libpython3.11-minimal=3.11.2-6+deb12u8 \
+      libpython3.11-stdlib=3.11.2-6+deb12u8 \
+      libreadline8=8.2-1.3 \
+      libsqlite3-0=3.40.1-2+deb12u2 \
+      'libssl3=3.0.20-1~deb12u2' \
+      libtirpc-common=1.3.3+ds-1 \
+      libtirpc3=1.3.3+ds-1 \
+      media-types=10.0.0 \
+      'openssl=3.0.20-1~deb12u2' \
+      procps=2:4.0.2-3 \
+      python3=3.11.2-1+b1 \
+      python3-distutils=3.11.2-3 \
+      python3-lib2to3=3.11.2-3 \
+      python3-minimal=3.11.2-1+b1 \
+      python3-pip-whl=23.0.1+dfsg-1 \
+      python3-setuptools-whl=66.1.1-1+deb12u2 \
+      python3-venv=3.11.2-1+b1 \
+      python3.11=3.11.2-6+deb12u8 \
+      python3.11-minimal=3.11.2-6+deb12u8 \
+      python3.11-venv=3.11.2-6+deb12u8 \
+      readline-common=8.2-1.3 \
+    > /run/apt.pins \
+ && dpkg-query -W -f '${Package}=${Version}\n' | sort > /run/before \
  && apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv procps \
+ && xargs apt-get install -y --no-install-recommends < /run/apt.pins \
+ && dpkg-query -W -f '${Package}=${Version}\n' | sort | comm -13 /run/before - \
+    | { grep -vxF -f /run/apt.pins || true; } > /run/unlocked \
+ && if [ -s /run/unlocked ]; then echo "ERROR: apt added $(paste -sd ' ' /run/unlocked), which apt.lock does not list (another base than it was resolved in); run make lock FRAMEWORK=mini-cpu:1.0" >&2; exit 1; fi \
  && rm -rf /var/lib/apt/lists/* && mkdir /var/lib/apt/lists/partial \
  && find /var/cache/apt /var/log/apt -type f -delete && : > /var/log/dpkg.log && : > /var/cache/ldconfig/aux-cache \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +

@@ -1,0 +1,314 @@
+"""Locked system packages: resolve, write and check each pip cell's `apt.lock` (format: contracts.aptlock).
+
+Only cells installed with pip (templates/parts/python.j2) run an apt step; NGC cells add no Debian package
+to their base, so they have no apt lock (and one beside them is an error, as are apt_packages on them).
+
+Resolution happens inside the cell's own base (host network, one throw-away container): `apt-get update`,
+then `apt-get install -s --no-install-recommends` of the named packages, whose `Inst` lines are exactly what
+lands on top of that base, upgrades of base packages included. The same container lists the base's own
+packages (`dpkg-query -W`) into `base.dpkg`, so the lock says which base it sits on.
+
+The drift check re-runs that simulation twice, plain (what `make lock` writes today) and with every locked
+version pinned (apt preferences, priority 1001: the closure of these versions whatever Debian released
+since), and compares entry by entry: a package the pinned closure needs but the lock lacks was deleted, one
+it lists but nothing installs was added, a version other than the plain resolution's was re-versioned, one
+the archive no longer serves is named so; a base whose packages are not base.dpkg's is another base than
+the lock was made on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts.aptlock import (
+    APT_LOCK,
+    BASE_DPKG,
+    AptLock,
+    entries_digest,
+    format_apt_lock,
+    parse_apt_lock,
+    parse_entries,
+    parse_simulation,
+)
+from buildtool.matrix.schema import Cell
+
+# What python.j2 always installs; the matrix's apt_packages come after.
+ALWAYS = ("ca-certificates", "python3", "python3-venv")
+ARCH = "amd64"
+PROBE_TIMEOUT = 300
+
+Log = Callable[[str], None]
+
+
+def has_apt_step(cell: Cell) -> bool:
+    """Cells rendered with python.j2 (pip cells): NGC cells bring their Python and add no Debian package."""
+    return bool(cell.framework_requirements)
+
+
+def named_packages(cell: Cell) -> list[str]:
+    return [*ALWAYS, *(p for p in cell.apt_packages if p.split("=", 1)[0] not in ALWAYS)]
+
+
+def fingerprint(cell: Cell) -> str:
+    """The matrix values an apt lock follows from; a change makes it stale. Not the base's digest: a
+    debootstrap base differs by digest on every machine; its packages are checked against base.dpkg."""
+    data = {"packages": named_packages(cell), "base": cell.base, "arch": ARCH}
+    return "sha256:" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def paths(root: Path, cell: Cell) -> tuple[Path, Path]:
+    folder = (root / cell.dockerfile).parent
+    return folder / APT_LOCK, folder / BASE_DPKG
+
+
+def read(root: Path, cell: Cell) -> AptLock:
+    """The committed apt lock of a pip cell; UserError naming the file and `make lock` when missing or broken."""
+    path = paths(root, cell)[0]
+    rel = path.relative_to(root)
+    if not path.is_file():
+        raise UserError(f"{rel} is missing; run `make lock FRAMEWORK={cell.key}`")
+    try:
+        return parse_apt_lock(path.read_text())
+    except ValueError as exc:
+        raise UserError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
+
+
+def check_cell(root: Path, cell: Cell) -> list[str]:
+    """Offline problems: missing/broken/stale lock, a named package not locked or at another version than
+    the matrix pins, entries changed since `make lock` wrote them, base.dpkg not the one the lock names."""
+    lock_path, dpkg_path = paths(root, cell)
+    fix = f"run `make lock FRAMEWORK={cell.key}`"
+    if not has_apt_step(cell):
+        problems = []
+        if cell.apt_packages:
+            problems.append(f"{cell.key}: apt_packages {', '.join(cell.apt_packages)} on an NGC cell, whose "
+                            "template runs no apt step (they would never be installed); remove them from matrix.yaml")
+        if lock_path.is_file():
+            problems.append(f"{lock_path.relative_to(root)}: an NGC cell installs no Debian packages; delete it")
+        return problems
+    try:
+        lock = read(root, cell)
+    except UserError as exc:
+        return [str(exc)]
+    rel = lock_path.relative_to(root)
+    problems = []
+    if lock.inputs != fingerprint(cell):
+        problems.append(f"{rel} is stale (the matrix's apt packages or base changed); {fix}")
+    for item in named_packages(cell):
+        name, _, version = item.partition("=")
+        have = lock.entries.get(name)
+        if have is None:
+            problems.append(f"{rel}: {name} is named in matrix.yaml but not locked; {fix}")
+        elif version and have != version:
+            problems.append(f"{rel}: matrix.yaml pins {name}={version} but the lock has {have}; {fix}")
+    if not lock.digest_matches():
+        problems.append(f"{rel}: its entries are not the ones `make lock` wrote (edited by hand: a line deleted, "
+                        f"added or re-versioned); {fix}")
+    try:
+        base = parse_entries(dpkg_path.read_text(), BASE_DPKG)
+    except (OSError, ValueError) as exc:
+        problems.append(f"{dpkg_path.relative_to(root)}: {exc}; {fix}")
+    else:
+        if lock.header["base-packages"].split(" ", 1)[0] != entries_digest(base):
+            problems.append(f"{dpkg_path.relative_to(root)} is not the base list {rel} was resolved with; {fix}")
+    return problems
+
+
+# -- asking the base ----------------------------------------------------------------------------
+
+# Run inside the base. $1: a preferences file to pin with ('' for none); the rest: what to install.
+PROBE = r"""set -eu
+export DEBIAN_FRONTEND=noninteractive
+prefs=$1; shift
+echo "--- arch"; dpkg --print-architecture
+echo "--- base"; dpkg-query -W -f '${Package}=${Version}\n'
+if ! apt-get update -qq >/tmp/update.log 2>&1; then tail -3 /tmp/update.log >&2; exit 3; fi
+echo "--- plan"; apt-get install -s --no-install-recommends "$@" 2>&1
+echo "--- pinned"
+if [ -n "$prefs" ]; then
+  printf '%s' "$prefs" > /etc/apt/preferences.d/buildtool-lock
+  apt-get install -s --no-install-recommends "$@" 2>&1
+fi
+echo "--- served"; apt-cache madison "$@" $(printf '%s' "$prefs" | sed -n 's/^Package: //p') 2>/dev/null || true
+"""
+
+
+@dataclass(frozen=True)
+class Probe:
+    arch: str
+    base: dict[str, str]
+    plan: dict[str, str]                  # what `make lock` resolves today (no pins)
+    served: set[tuple[str, str]]          # (package, version) the archive serves
+    pinned: dict[str, str] = field(default_factory=dict)   # the closure with every locked version pinned
+
+
+def parse_probe(output: str) -> Probe:
+    """The probe's sections; ValueError when one is missing or apt refused the install."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in output.splitlines():
+        if line.startswith("--- "):
+            current = line[4:].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    missing = [s for s in ("arch", "base", "plan", "pinned", "served") if s not in sections]
+    if missing:
+        raise ValueError(f"the probe printed no {', '.join(missing)} section")
+    errors = [ln for ln in sections["plan"] + sections["pinned"] if ln.startswith("E: ")]
+    if errors:
+        raise ValueError(f"apt-get install -s refused: {errors[0][3:][:200]}")
+    served = set()
+    for line in sections["served"]:
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 3:
+            served.add((parts[0], parts[1]))
+    return Probe(arch="".join(sections["arch"]).strip(), base=parse_entries("\n".join(sections["base"]), "dpkg-query"),
+                 plan=parse_simulation("\n".join(sections["plan"])), served=served,
+                 pinned=parse_simulation("\n".join(sections["pinned"])))
+
+
+def run_probe(base_ref: str, install: list[str], prefs: str = "") -> Probe:
+    """Run PROBE in a throw-away container of the base (host network: apt-get update); always removed."""
+    from buildtool.build import engine
+
+    try:
+        if engine.image_attrs(base_ref) is None:
+            engine.pull(base_ref)
+        container = engine.sdk().containers.create(base_ref, ["sh", "-c", PROBE, "probe", prefs, *install],
+                                                   network_mode="host", user="0")
+    except RuntimeError as exc:
+        raise FailedError(f"cannot ask the base {base_ref} for its apt packages: {str(exc)[:200]}") from None
+    try:
+        container.start()
+        status = container.wait(timeout=PROBE_TIMEOUT)
+        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        err = container.logs(stdout=False, stderr=True).decode(errors="replace").strip()
+    finally:
+        container.remove(force=True)
+    if status.get("StatusCode") == 3:
+        raise FailedError(f"apt-get update failed in {base_ref} (the Debian archive must be reachable): "
+                          f"{' | '.join(err.splitlines()[-2:])[:200]}")
+    if status.get("StatusCode") != 0:
+        raise FailedError(f"the apt probe in {base_ref} exited {status.get('StatusCode')}: {err[:200]}")
+    try:
+        probe = parse_probe(out)
+    except ValueError as exc:
+        raise FailedError(f"{base_ref}: {exc}") from None
+    if probe.arch != ARCH:
+        raise FailedError(f"{base_ref} is {probe.arch!r}, the apt locks are for {ARCH}")
+    return probe
+
+
+def base_source(base_ref: str) -> str:
+    """How the base was made, from its label (debootstrap) or its being a plain pull."""
+    from buildtool.build import engine
+    from buildtool.contracts import label_keys
+
+    attrs = engine.image_attrs(base_ref) or {}
+    digests = attrs.get("RepoDigests") or []
+    digest = next((d.split("@", 1)[1] for d in digests if d.split("@", 1)[0] == base_ref.rsplit(":", 1)[0]),
+                  digests[0].split("@", 1)[1] if digests else "unpushed")
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    made = labels.get(label_keys.BASE_SOURCE)
+    return f"{base_ref}@{digest}" + (f" ({made})" if made else "")
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+def lock_text(cell: Cell, probe: Probe, resolved_in: str) -> tuple[str, str]:
+    """(apt.lock, base.dpkg) texts for a probe of the cell's base."""
+    preamble = [
+        f"GENERATED FILE - DO NOT EDIT. Refresh with `make lock FRAMEWORK={cell.key}`.",
+        f"Lock of cell {cell.key}, system layer: every Debian package its apt step installs on top of its base",
+        f"(apt-get install -s --no-install-recommends {' '.join(named_packages(cell))}, run inside the base).",
+    ]
+    base_body = "".join(f"{n}={v}\n" for n, v in sorted(probe.base.items()))
+    header = {"inputs": fingerprint(cell), "base": cell.base, "resolved-in": resolved_in,
+              "base-packages": f"{entries_digest(probe.base)} ({len(probe.base)} in {BASE_DPKG})", "arch": ARCH}
+    dpkg = (f"# GENERATED FILE - DO NOT EDIT. The packages of the base {APT_LOCK} was resolved in: "
+            f"dpkg-query -W inside\n# {resolved_in}\n" + base_body)
+    return format_apt_lock(header, probe.plan, preamble), dpkg
+
+
+def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
+    """Resolve a pip cell's apt lock in its base and write apt.lock and base.dpkg; returns what changed."""
+    log(f"[{cell.key}] resolving its Debian packages in {base_ref}")
+    probe = run_probe(base_ref, named_packages(cell))
+    texts = lock_text(cell, probe, base_source(base_ref))
+    changed = []
+    for path, text in zip(paths(root, cell), texts, strict=True):
+        old = path.read_text() if path.is_file() else None
+        # The digest of a re-made base differs on every machine: a lock whose packages did not move is kept.
+        if old is not None and _same_but_origin(old, text):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+        changed.append(path)
+    return changed
+
+
+def _same_but_origin(old: str, new: str) -> bool:
+    def strip(text: str) -> list[str]:
+        return [ln for ln in text.splitlines() if not ln.startswith("# resolved-in:")
+                and not (ln.startswith("# ") and "@sha256:" in ln)]
+    return strip(old) == strip(new)
+
+
+# -- drift ------------------------------------------------------------------------------------------
+
+def preferences(entries: dict[str, str]) -> str:
+    """An apt preferences file pinning every locked version (1001: even below an installed version)."""
+    return "".join(f"Package: {n}\nPin: version {v}\nPin-Priority: 1001\n\n" for n, v in sorted(entries.items()))
+
+
+def compare(rel: str, lock: AptLock, probe: Probe, base_rel: str, base: dict[str, str]) -> list[str]:
+    """Entry-by-entry differences between a lock and its re-resolution, and of the base list. Which packages:
+    the closure with every locked version pinned (so a deleted or added line shows whatever Debian released
+    since); which versions: a locked version Debian no longer serves, or one other than `make lock` resolves
+    (a hand edit; or a lock older than a Debian update that still serves the old version too)."""
+    found = []
+    for name in sorted(set(lock.entries) | set(probe.pinned)):
+        have, want = lock.entries.get(name), probe.pinned.get(name)
+        today = probe.plan.get(name, want)
+        if have is None:
+            found.append(f"{rel}: {name} deleted by hand (the resolution installs {name} {want})")
+        elif want is None:
+            found.append(f"{rel}: {name} added by hand ({have} is listed but nothing installs it)")
+        elif (name, have) not in probe.served:
+            found.append(f"{rel}: {name} {have} is no longer served by Debian (it serves {today})")
+        elif have != today:
+            found.append(f"{rel}: {name} re-versioned by hand (lock {have}, `make lock` resolves {today})")
+    moved = sorted(n for n in set(base) | set(probe.base) if base.get(n) != probe.base.get(n))
+    if moved:
+        shown = ", ".join(f"{n} {base.get(n, '-')} -> {probe.base.get(n, '-')}" for n in moved[:3])
+        found.append(f"{base_rel}: the base is not the one the lock was resolved in ({len(moved)} package(s) differ: "
+                     f"{shown}{' ...' if len(moved) > 3 else ''})")
+    return found
+
+
+def cell_drift(root: Path, cell: Cell, base_ref: str, log: Log) -> list[str]:
+    """Problems of a pip cell's committed apt lock against its pinned re-resolution in `base_ref`."""
+    lock = read(root, cell)
+    lock_path, dpkg_path = paths(root, cell)
+    log(f"[{cell.key}] re-resolving {APT_LOCK} in {base_ref}")
+    try:
+        probe = run_probe(base_ref, named_packages(cell), preferences(lock.entries))
+    except FailedError as exc:
+        raise FailedError(f"{cell.key}: cannot re-resolve its apt lock to check it ({exc}); the check needs the "
+                          "engine, the base (`make bases`) and the Debian archive; `buildtool check --offline` "
+                          "checks only the matrix and the lock's own digest") from None
+    base = parse_entries(dpkg_path.read_text(), BASE_DPKG)
+    fix = f"; run `make lock FRAMEWORK={cell.key}`"
+    return [p + fix for p in compare(str(lock_path.relative_to(root)), lock, probe,
+                                     str(dpkg_path.relative_to(root)), base)]

@@ -1,0 +1,225 @@
+"""The apt lock: its format (fail closed), the pinned install it renders, the offline and re-resolution drift
+checks, and the one-line message of a build whose locked version Debian no longer serves."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from buildtool.build import aptlock
+from buildtool.build.engine import last_error_line
+from buildtool.contracts.aptlock import entries_digest, parse_apt_lock, parse_simulation
+from buildtool.matrix.schema import load_matrix
+from buildtool.render.dockerfiles import TemplateError, render_cell_dockerfile
+from tests.conftest import FIXTURE_PROJECT, REPO, fixture_matrix
+
+CELL = "pytorch-cpu:2.13"
+REL = "dockerfiles/pytorch/pytorch-cpu/2.13/apt.lock"
+LOCK_TEXT = (FIXTURE_PROJECT / REL).read_text()
+
+
+def _cell(key: str = CELL):
+    return next(c for c in fixture_matrix().cells if c.key == key)
+
+
+# -- format -------------------------------------------------------------------------------------------
+
+def test_the_committed_lock_parses_with_every_package_it_installs():
+    lock = parse_apt_lock(LOCK_TEXT)
+    assert lock.entries["openssl"] == "3.0.20-1~deb12u2" and lock.entries["python3-venv"] == "3.11.2-1+b1"
+    assert lock.header["base"] == "docker.io/library/debian:bookworm-slim" and lock.digest_matches()
+    assert "(debootstrap --variant=minbase bookworm)" in lock.header["resolved-in"]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t + "openssl\n", "line 41: 'openssl' is not `name=version`"),
+    (lambda t: t + "Openssl=1.0\n", "is not `name=version`"),
+    (lambda t: t + "openssl=1.0 && touch /x\n", "is not `name=version`"),
+    (lambda t: t + "openssl=3.0.20-1~deb12u2\n", "openssl is listed twice"),
+    (lambda t: t.replace("# arch: amd64\n", ""), "header lacks `# arch:`"),
+    (lambda t: t.replace("# format: 1", "# format: 2"), "format '2' is not 1"),
+    (lambda t: t.replace("# entries: sha256:", "# entries: md5:"), "header `entries` 'md5:"),
+    (lambda t: "\n".join(ln for ln in t.splitlines() if ln.startswith("#")) + "\n", "no `name=version` entries"),
+])
+def test_a_malformed_lock_is_refused_naming_what(edit, message: str):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_apt_lock(edit(LOCK_TEXT))
+
+
+def test_simulation_lines_upgrades_included_and_an_unreadable_one_refused():
+    out = ("NOTE: This is only a simulation!\n"
+           "Inst libssl3 [3.0.15-1~deb12u1] (3.0.17-1~deb12u2 Debian:12.12/stable [amd64])\n"
+           "Inst procps (2:4.0.2-3 Debian:12.12/stable [amd64])\nConf procps (2:4.0.2-3 Debian [amd64])\n")
+    assert parse_simulation(out) == {"libssl3": "3.0.17-1~deb12u2", "procps": "2:4.0.2-3"}
+    with pytest.raises(ValueError, match=re.escape("cannot read apt's simulated install line 'Inst ???'")):
+        parse_simulation("Inst ???\n")
+
+
+# -- render --------------------------------------------------------------------------------------------
+
+def test_render_pins_every_locked_package_and_stops_without_a_lock(tmp_path: Path):
+    matrix = fixture_matrix()
+    pinned = render_cell_dockerfile(matrix, _cell(), REPO / "templates", root=FIXTURE_PROJECT)
+    for name, version in parse_apt_lock(LOCK_TEXT).entries.items():
+        assert f"{name}={version}" in pinned
+    assert "xargs apt-get install -y --no-install-recommends < /run/apt.pins" in pinned
+    missing = render_cell_dockerfile(matrix, _cell(), REPO / "templates", root=tmp_path)
+    assert "apt-get install" not in missing
+    assert 'RUN echo "ERROR: apt.lock is missing beside this Dockerfile; run make lock FRAMEWORK=pytorch-cpu:2.13"' \
+        in missing
+    broken = tmp_path / REL
+    broken.parent.mkdir(parents=True)
+    broken.write_text(LOCK_TEXT + "not a pin\n")
+    with pytest.raises(TemplateError, match=f"{REL}: line 41: 'not a pin' is not `name=version`; run `make lock"):
+        render_cell_dockerfile(matrix, _cell(), REPO / "templates", root=tmp_path)
+
+
+# -- offline check ---------------------------------------------------------------------------------------
+
+def test_the_fixture_locks_pass_the_offline_check():
+    assert aptlock.check_cell(FIXTURE_PROJECT, _cell()) == []
+
+
+def test_a_package_added_to_the_matrix_but_not_locked_is_named(project: Path):
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    block = text.index("  - name: pytorch-cpu")
+    matrix.write_text(text[:block] + text[block:].replace("    versions:", "    apt_packages: [procps]\n    versions:",
+                                                          1))
+    cell = next(c for c in load_matrix(matrix).cells if c.key == CELL)
+    problems = aptlock.check_cell(project, cell)
+    assert f"{REL} is stale (the matrix's apt packages or base changed); run `make lock FRAMEWORK={CELL}`" in problems
+    assert f"{REL}: procps is named in matrix.yaml but not locked; run `make lock FRAMEWORK={CELL}`" in problems
+
+
+@pytest.mark.parametrize("edit", [
+    lambda t: t.replace("media-types=10.0.0\n", ""),                                   # deleted
+    lambda t: t + "zlib1g=1:1.2.13.dfsg-1\n",                                            # added
+    lambda t: t.replace("openssl=3.0.20-1~deb12u2", "openssl=3.0.11-1~deb12u2"),        # re-versioned
+])
+def test_a_hand_edited_lock_fails_the_offline_check(project: Path, edit):
+    path = project / REL
+    path.write_text(edit(path.read_text()))
+    assert aptlock.check_cell(project, _cell()) == [
+        f"{REL}: its entries are not the ones `make lock` wrote (edited by hand: a line deleted, added or "
+        f"re-versioned); run `make lock FRAMEWORK={CELL}`"]
+
+
+def test_a_base_list_that_is_not_the_locks_is_named(project: Path):
+    path = project / "dockerfiles/pytorch/pytorch-cpu/2.13/base.dpkg"
+    path.write_text(path.read_text().replace("bash=", "bash=9"))
+    assert aptlock.check_cell(project, _cell()) == [
+        "dockerfiles/pytorch/pytorch-cpu/2.13/base.dpkg is not the base list "
+        f"{REL} was resolved with; run `make lock FRAMEWORK={CELL}`"]
+
+
+def test_ngc_cells_have_no_apt_step_and_refuse_apt_packages_and_a_stray_lock(project: Path):
+    cell = dataclasses.replace(_cell("pytorch-ngc:25.10"), apt_packages=("procps",))
+    stray = project / "dockerfiles/pytorch/pytorch-ngc/25.10/apt.lock"
+    stray.write_text(LOCK_TEXT)
+    assert aptlock.check_cell(project, cell) == [
+        "pytorch-ngc:25.10: apt_packages procps on an NGC cell, whose template runs no apt step (they would never "
+        "be installed); remove them from matrix.yaml",
+        "dockerfiles/pytorch/pytorch-ngc/25.10/apt.lock: an NGC cell installs no Debian packages; delete it"]
+
+
+def test_make_check_offline_names_the_hand_edit_and_make_lock(project: Path, run_cli):
+    path = project / REL
+    path.write_text(path.read_text().replace("media-types=10.0.0\n", ""))
+    code, _, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1
+    assert f"lock: {REL}: its entries are not the ones `make lock` wrote" in err
+    assert "lock problem(s); run `make lock`" in err      # not `make render`: the Dockerfile drifted with it
+
+
+# -- re-resolution drift -----------------------------------------------------------------------------------
+
+def _probe(plan: dict[str, str], base: dict[str, str], served: set[tuple[str, str]] | None = None,
+           pinned: dict[str, str] | None = None):
+    return aptlock.Probe(arch="amd64", base=base, plan=plan, served=served if served is not None else set(plan.items()),
+                         pinned=pinned if pinned is not None else plan)
+
+
+def test_drift_names_each_hand_edit_by_kind():
+    """What apt answers for such a lock: the pinned closure keeps a served locked version (libnsl2) and falls
+    back to the candidate where the locked one is gone (openssl); the plain resolution is `make lock`'s."""
+    lock = parse_apt_lock(LOCK_TEXT)
+    base = {"bash": "5.2.15-2+b13"}
+    resolution = dict(lock.entries)
+    edited = dict(lock.entries)
+    del edited["media-types"]                          # deleted by hand
+    edited["zlib1g"] = "1:1.2.13.dfsg-1"               # added by hand
+    edited["libnsl2"] = "1.3.0-1"                      # re-versioned by hand (to a version still served)
+    edited["openssl"] = "3.0.11-1~deb12u2"             # a version Debian no longer serves
+    served = set(resolution.items()) | {("libnsl2", "1.3.0-1")}
+    pinned = {**resolution, "libnsl2": "1.3.0-1"}
+    hand = dataclasses.replace(lock, entries=edited)
+    assert aptlock.compare(REL, hand, _probe(resolution, base, served, pinned), "base.dpkg", base) == [
+        f"{REL}: libnsl2 re-versioned by hand (lock 1.3.0-1, `make lock` resolves 1.3.0-2)",
+        f"{REL}: media-types deleted by hand (the resolution installs media-types 10.0.0)",
+        f"{REL}: openssl 3.0.11-1~deb12u2 is no longer served by Debian (it serves 3.0.20-1~deb12u2)",
+        f"{REL}: zlib1g added by hand (1:1.2.13.dfsg-1 is listed but nothing installs it)",
+    ]
+    assert aptlock.compare(REL, lock, _probe(resolution, base), "base.dpkg", base) == []
+
+
+def test_drift_names_a_base_other_than_the_recorded_one():
+    lock = parse_apt_lock(LOCK_TEXT)
+    found = aptlock.compare(REL, lock, _probe(dict(lock.entries), {"bash": "5.2.15-2+b14"}), "base.dpkg",
+                            {"bash": "5.2.15-2+b13"})
+    assert found == ["base.dpkg: the base is not the one the lock was resolved in (1 package(s) differ: bash "
+                     "5.2.15-2+b13 -> 5.2.15-2+b14)"]
+
+
+def test_preferences_pin_every_locked_version():
+    text = aptlock.preferences({"openssl": "3.0.20-1~deb12u2"})
+    assert text == "Package: openssl\nPin: version 3.0.20-1~deb12u2\nPin-Priority: 1001\n\n"
+
+
+def test_probe_output_is_read_fail_closed():
+    out = ("--- arch\namd64\n--- base\nbash=5.2\n--- plan\nInst procps (2:4.0.2-3 D [amd64])\n"
+           "--- pinned\nInst procps (2:4.0.2-2 D [amd64])\n--- served\n"
+           " procps | 2:4.0.2-3 | http://deb.debian.org/debian bookworm/main amd64 Packages\n")
+    probe = aptlock.parse_probe(out)
+    assert probe.plan == {"procps": "2:4.0.2-3"} and probe.served == {("procps", "2:4.0.2-3")}
+    assert probe.pinned == {"procps": "2:4.0.2-2"}
+    with pytest.raises(ValueError, match="the probe printed no served section"):
+        aptlock.parse_probe(out[:out.index("--- served")])
+    with pytest.raises(ValueError, match="apt-get install -s refused: Version '9' for 'procps' was not found"):
+        aptlock.parse_probe(out.replace("Inst procps (2:4.0.2-3 D [amd64])",
+                                        "E: Version '9' for 'procps' was not found"))
+
+
+# -- the build's one line -------------------------------------------------------------------------------
+
+def test_a_locked_version_debian_no_longer_serves_is_one_line_naming_make_lock(tmp_path: Path):
+    log = tmp_path / "build.log"
+    log.write_text("#7 [2/8] RUN --mount=type=tmpfs,target=/run touch /run/stamp ...\n"
+                   "#7 3.120 Reading package lists...\n"
+                   "#7 3.301 E: Version '3.0.11-1~deb12u2' for 'openssl' was not found\n"
+                   "#7 ERROR: executor failed running [/bin/bash -o pipefail -c ...]: exit code: 123\n")
+    assert last_error_line(log) == ("apt.lock pins openssl=3.0.11-1~deb12u2, which Debian no longer serves; run "
+                                    "`make lock` (FRAMEWORK=<cell>) and commit the new apt.lock")
+
+
+def test_fingerprint_follows_the_named_packages_and_base_not_the_base_digest():
+    cell = _cell()
+    assert aptlock.fingerprint(cell) == parse_apt_lock(LOCK_TEXT).inputs
+    assert aptlock.fingerprint(dataclasses.replace(cell, apt_packages=("procps",))) != aptlock.fingerprint(cell)
+    assert entries_digest({"a": "1"}) != entries_digest({"a": "2"})
+
+
+def test_the_unlocked_package_error_is_the_summary_not_the_step_header_that_echoes_it(tmp_path: Path):
+    """BuildKit's step header repeats the RUN command, whose `echo "ERROR: ..."` must not be taken for the error."""
+    log = tmp_path / "build.log"
+    log.write_text('#5 [2/2] RUN touch /run/stamp && if [ -s /run/unlocked ]; then echo "ERROR: apt added $(paste '
+                   '-sd \' \' /run/unlocked), which apt.lock does not list"; fi\n'
+                   "#5 9.870 ERROR: apt added media-types=10.0.0, which apt.lock does not list (another base than it "
+                   "was resolved in); run make lock FRAMEWORK=pytorch-cpu:2.13\n"
+                   "#5 ERROR: executor failed running [/bin/bash -o pipefail -c ...]: exit code: 1\n")
+    assert last_error_line(log) == ("#5 9.870 ERROR: apt added media-types=10.0.0, which apt.lock does not list "
+                                    "(another base than it was resolved in); run make lock "
+                                    "FRAMEWORK=pytorch-cpu:2.13")
