@@ -16,7 +16,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 # inside the base; base.dpkg lists that base's own packages). Anything else apt adds means another base
 # than the lock's: the build stops.
 RUN --mount=type=tmpfs,target=/run \
-    touch --date="@$(($(date +%s) - 1))" /run/stamp \
+    touch /run/stamp \
  && printf '%s\n' \
       ca-certificates=20230311+deb12u1 \
       libexpat1=2.5.0-1+deb12u2 \
@@ -82,7 +82,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1
 RUN --mount=type=tmpfs,target=/run \
-    touch --date="@$(($(date +%s) - 1))" /run/stamp \
+    touch /run/stamp \
  && python3 -m venv --without-pip "$VIRTUAL_ENV" \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +
 # PyTorch 2.13.0+cpu (cpu) and its dependencies (framework.lock).
@@ -92,7 +92,7 @@ RUN --mount=type=tmpfs,target=/run \
     --mount=type=cache,id=dl-images-uv,target=/run/uv/cache \
     --mount=type=secret,id=uv.toml,target=/run/secrets/uv.toml \
     --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \
-    touch --date="@$(($(date +%s) - 1))" /run/stamp \
+    touch /run/stamp \
  && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \
  && if [ -f /run/secrets/uv.toml ]; then export UV_CONFIG_FILE=/run/secrets/uv.toml; fi \
  && UV_CACHE_DIR=/run/uv/cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never \
@@ -108,7 +108,7 @@ RUN --mount=type=tmpfs,target=/run \
     --mount=type=cache,id=dl-images-uv,target=/run/uv/cache \
     --mount=type=secret,id=uv.toml,target=/run/secrets/uv.toml \
     --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \
-    touch --date="@$(($(date +%s) - 1))" /run/stamp \
+    touch /run/stamp \
  && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \
  && if [ -f /run/secrets/uv.toml ]; then export UV_CONFIG_FILE=/run/secrets/uv.toml; fi \
  && UV_CACHE_DIR=/run/uv/cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never \

@@ -36,7 +36,7 @@ RUN --mount=type=tmpfs,target=/run \
     --mount=type=cache,id=dl-images-uv,target=/run/uv/cache \
     --mount=type=secret,id=uv.toml,target=/run/secrets/uv.toml \
     --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \
-    touch --date="@$(($(date +%s) - 1))" /run/stamp \
+    touch /run/stamp \
  && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \
  && if [ -f /run/secrets/uv.toml ]; then export UV_CONFIG_FILE=/run/secrets/uv.toml; fi \
  && if [ -n "${PIP_CONSTRAINT:-}" ]; then export UV_CONSTRAINT="$PIP_CONSTRAINT"; fi \
