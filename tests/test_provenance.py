@@ -53,12 +53,13 @@ def read(data: bytes, digest: str = D1, keys=None):  # noqa: ANN001, ANN201
 # -- what a push states ---------------------------------------------------------------------------
 
 def _project(tmp_path: Path) -> tuple[Path, CellPlan]:
+    from buildtool.build import aptlock
     from buildtool.build.lock import lock_paths
 
     root = tmp_path / "project"
-    for name, path in lock_paths(root, CPU).items():
+    for path in [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU)]:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {name}\n")
+        path.write_text(f"# {path.name}\n")
     (root / "templates").mkdir()
     (root / "templates/uv.lock").write_text((Path(__file__).resolve().parents[1] / "templates/uv.lock").read_text())
     (root / "matrix.yaml").write_text("matrix: as built\n")
@@ -118,9 +119,11 @@ def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl
     deps = {d["name"]: d for d in definition["resolvedDependencies"]}
     assert deps["base"] == {"name": "base", "uri": "oci://127.0.0.1:5000/library/debian:bookworm-slim",
                             "digest": {"sha256": "b" * 64}, "annotations": {"standin": False, "upstream": CPU.base}}
+    from buildtool.build import aptlock
     from buildtool.build.lock import lock_paths
 
-    locks = lock_paths(root, CPU).values()
+    locks = [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU)]    # the apt lock and base.dpkg too
+    assert {"apt.lock", "base.dpkg"} <= {p.name for p in locks}
     assert {d for d in deps if d.startswith("lock:")} == {f"lock:{p.relative_to(root)}" for p in locks}
     for path in locks:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from buildtool.build import aptlock
 from buildtool.build.lock import lock_paths
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
@@ -124,8 +125,10 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
     if labels.cell and labels.cell != cell.key:
         raise FailedError(f"{plan.dev_ref} is labelled {label_keys.CELL}={labels.cell}, not {cell.key}")
     locks = []
+    # The Python locks, and for a cell with an apt step its apt lock and the base's package list it sits on.
+    files = [*lock_paths(root, cell).values(), *(aptlock.paths(root, cell) if aptlock.has_apt_step(cell) else ())]
     try:
-        for path in lock_paths(root, cell).values():
+        for path in files:
             locks.append({"name": f"{LOCK_PREFIX}{path.relative_to(root)}", "digest": {"sha256": sha256_file(path)}})
     except OSError as exc:
         raise UserError(f"{exc.filename}: cannot be read ({exc.strerror}); run `make lock FRAMEWORK={cell.key}`") \
