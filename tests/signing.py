@@ -25,6 +25,7 @@ from buildtool.validate.keys import SigningKey, TrustedKeys
 KEY = generate()            # the trusted runner's key, for this test session
 CODE = "sha256:" + "0" * 64     # the image-tests code hash of the verdicts made here
 ATTACKER = generate()       # a key nobody trusts
+SBOM = "sha256:" + "5" * 64     # the SBOM digest the verdicts made here name (schema 4)
 
 
 def trusted(*keys: PrivateKey, roles: tuple[str, ...] = ("builder", "tester")) -> TrustedKeys:
@@ -53,8 +54,8 @@ def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gp
 
 def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dict[str, Any]] | None = None,
             started: str = "2026-01-01T00:00:00.000+00:00", **changes: Any) -> dict[str, Any]:
-    """A verdict (schema SCHEMA; `schema=2` for the one before) that covers the cell's groups: every
-    test listed is a defined test."""
+    """A verdict (schema SCHEMA; `schema=3` for the one before) that covers the cell's groups: every
+    test listed is a defined test. Schema 4 names SBOM unless `sbom`/`sbom_problem` say otherwise."""
     tests = tests if tests is not None else [result(f"{g}/test_x.py::test_{g}") for g in cell.tests]
     body = {"schema": SCHEMA, "digest": digest, "image": f"x@{digest}", "cell": cell.key, "result": outcome,
             "started": started, "duration_s": 1.0, "test_code": CODE,
@@ -62,8 +63,10 @@ def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dic
                        "gpu_problem": ""},
             "groups": list(cell.tests), "defined_tests": [t["id"] for t in tests],
             "selection": {"expression": None, "deselected": []}, "run_flags": [], "pytest_exit": 0,
-            "tests": tests, "figures": {}}
+            "tests": tests, "figures": {}, "sbom": SBOM}
     body.update(changes)
+    if body["schema"] != SCHEMA and "sbom" not in changes:
+        body.pop("sbom")      # an older schema has no such field
     return body
 
 
@@ -71,9 +74,10 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
     """A verdict with only what a test cares about given: every other required field filled in with a
     neutral value (the current schema unless given, a runner `ci`, each test's group from its id)."""
     tests = [{"group": str(t.get("id", "")).split("/", 1)[0], **t} for t in body.get("tests", [])]
+    sbom = {"sbom": SBOM} if body.get("schema", SCHEMA) == SCHEMA and "sbom_problem" not in body else {}
     return {"schema": SCHEMA, "digest": "sha256:" + "0" * 64, "image": "", "cell": "", "result": "passed",
             "started": "2026-01-01T00:00:00.000+00:00", "duration_s": 1.0, "test_code": CODE, "groups": [],
-            "defined_tests": [t["id"] for t in tests if "id" in t], "pytest_exit": 0, **body,
+            "defined_tests": [t["id"] for t in tests if "id" in t], "pytest_exit": 0, **sbom, **body,
             "runner": {"hostname": "ci", **body.get("runner", {})}, "tests": tests}
 
 
@@ -109,3 +113,60 @@ def tamper(data: bytes, change: dict[str, Any]) -> bytes:
     body["predicate"].update(change)
     env["payload"] = base64.b64encode(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).decode()
     return json.dumps(env, sort_keys=True).encode()
+
+
+# -- the builder's attestations: the SBOM, and the provenance --------------------------------------
+
+def minimal_sbom(digest: str, components: int = 2) -> dict[str, Any]:
+    """A small CycloneDX 1.6 document about `digest` (what push makes, cut down to what readers check)."""
+    return {"bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1,
+            "metadata": {"component": {"type": "container", "name": "x", "version": digest, "bom-ref": digest}},
+            "components": [{"type": "library", "name": f"p{i}", "version": "1.0", "bom-ref": f"pkg:pypi/p{i}@1.0",
+                            "purl": f"pkg:pypi/p{i}@1.0"} for i in range(components)]}
+
+
+def attest_sbom(client: RegistryClient, repo: str, digest: str, document: dict[str, Any] | None = None,
+                key: PrivateKey = KEY, plain: bool = True) -> str:
+    """Attach the SBOM as push does (plain, and signed by `key` as builder); returns the SBOM's digest."""
+    from buildtool.registry.sbom import store_sbom
+    from buildtool.registry.sbom_attestation import attest_sbom as real_attest_sbom
+    from buildtool.registry.sbom_attestation import sbom_digest
+
+    document = document if document is not None else minimal_sbom(digest)
+    if plain:
+        store_sbom(client, repo, digest, document)
+    real_attest_sbom(client, repo, digest, document, key)
+    return sbom_digest(document)
+
+
+def provenance(digest: str, base: str = "127.0.0.1:5000/debian:bookworm-slim", standin: bool = False,
+               revision: str = "a" * 40) -> dict[str, Any]:
+    """A SLSA provenance predicate as push writes it (buildtool.contracts.provenance)."""
+    from buildtool.contracts.provenance import BUILD_TYPE
+
+    return {"buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {"cell": "pytorch-cpu:2.13", "matrix_digest": "sha256:" + "6" * 64,
+                                       "revision": revision, "source": "", "platform": "linux/amd64",
+                                       "dockerfile": "dockerfiles/pytorch-cpu/2.13/Dockerfile"},
+                "internalParameters": {},
+                "resolvedDependencies": [
+                    {"name": "base", "uri": f"oci://{base}", "digest": {"sha256": "7" * 64},
+                     "annotations": {"standin": standin}},
+                    {"name": "lock:locks/pytorch-cpu-2.13.txt", "digest": {"sha256": "8" * 64}}]},
+            "runDetails": {"builder": {"id": "https://ci.example/runs/1", "version": {"buildtool": "0.1"}},
+                           "metadata": {"invocationId": "1", "startedOn": "2026-01-01T00:00:00Z",
+                                        "finishedOn": "2026-01-01T00:01:00Z"}}}
+
+
+def attest_provenance(client: RegistryClient, repo: str, digest: str, key: PrivateKey = KEY,
+                      predicate: dict[str, Any] | None = None) -> Referrer:
+    """Attach a signed provenance as the stand-in reader (buildtool.registry.provenance) finds it."""
+    from buildtool.contracts import intoto
+    from buildtool.contracts.provenance import PREDICATE_TYPE
+    from buildtool.registry.provenance import PROVENANCE_TYPE
+
+    payload = intoto.statement(f"{client.host}/{repo}", digest, PREDICATE_TYPE, predicate or provenance(digest))
+    data = json.dumps(sign_envelope(key, PAYLOAD_TYPE, payload), sort_keys=True).encode()
+    return attach(client, repo, digest, PROVENANCE_TYPE, [Payload(DSSE_MEDIA_TYPE, data, "provenance.intoto.jsonl")],
+                  {intoto.PREDICATE_ANNOTATION: PREDICATE_TYPE})

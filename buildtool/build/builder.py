@@ -30,6 +30,7 @@ from buildtool.build.lock import locked_versions, read_locks
 from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
 from buildtool.build.progress import LogProgress, Progress, StepWatcher
 from buildtool.build.wheel_hashes import Sources
+from buildtool.common.dsse import PrivateKey
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys
@@ -39,6 +40,7 @@ from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
 from buildtool.registry.sbom import find_sbom
+from buildtool.registry.sbom_attestation import plain_sbom_problem, signed_by
 
 # Docker Hub's API lives on another host than its image names.
 _API_HOST = {"docker.io": "registry-1.docker.io"}
@@ -54,6 +56,9 @@ class BuildOptions:
     log_dir: Path = Path("build-logs")
     timeout: float = 3600
     fill_bases: bool = True  # fill a loopback BASE_MIRROR with missing bases (`buildtool bases`)
+    # The builder's signing key (the CLI reads it: buildtool.validate.keys.signing_key, role builder):
+    # a push signs the SBOM with it. Required for a push.
+    builder_key: PrivateKey | None = None
 
 
 @dataclass
@@ -303,21 +308,28 @@ class Builder:
         return push_verified(plan.dev_ref, self.log)
 
     def _ensure_sbom(self, plan: CellPlan, result: CellResult) -> None:
-        """Every pushed digest gets its SBOM (kept when one is attached already)."""
+        """Every pushed digest gets its SBOM, plain and signed by the builder key (both kept when this key
+        already signed the plain one)."""
         _, repo, _ = split_repo(plan.dev_ref)
+        key = self.options.builder_key
+        if key is None:
+            raise FailedError("a push signs the image's SBOM with the builder key, and none was given "
+                              "(buildtool build --push reads DL_IMAGES_BUILDER_KEY, else the local dev key)")
         found = find_sbom(self.registry, repo, result.digest)
-        if found is not None:
+        signed = signed_by(self.registry, repo, result.digest, key.public())
+        if found is not None and signed is not None and not plain_sbom_problem(self.registry, repo, result.digest,
+                                                                                signed.digest):
             result.sbom = found.digest
             return
         local = engine.image_attrs(plan.dev_ref)
         if local is None:
-            raise FailedError(f"{plan.dev_ref} has no SBOM in the registry and is not in the local store to make "
-                              "one from; rebuild it with --force --push")
+            raise FailedError(f"{plan.dev_ref} has no SBOM signed by this builder key in the registry and is not in "
+                              "the local store to make one from; rebuild it with --force --push")
         self.progress.update(plan.cell.key, "sbom", "probing the image's packages")
         host = self._host_pip or HostPip.from_host()
         sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
         result.sbom = attach_sbom(self.root, self.registry, repo, result.digest, plan.dev_ref,
-                                  read_locks(self.root, plan.cell), sources, self.log)
+                                  read_locks(self.root, plan.cell), sources, self.log, key)
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""

@@ -45,7 +45,13 @@ def register(app: typer.Typer) -> None:
         plans = plan_matrix(loaded, cells, settings, revision)
         if not log_dir.is_absolute():
             log_dir = project.root / log_dir
-        options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill)
+        builder_key = None
+        if push:   # a bad DL_IMAGES_BUILDER_KEY is said now, before anything is built
+            from buildtool.validate.keys import BUILDER, signing_key
+
+            builder_key = signing_key(log, role=BUILDER).key
+        options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill,
+                               builder_key=builder_key)
         with build_progress([p.cell.key for p in plans]) as progress:
             results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
         if as_json:

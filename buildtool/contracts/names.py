@@ -141,6 +141,8 @@ def parse_release_tag(tag: str, template: str, cell_version: str) -> ReleaseTag 
 VERDICT_TYPE = "application/vnd.dl-images.verdict.v1+json"
 ATTESTATION_TYPE = "application/vnd.dl-images.attestation.v1+json"   # a DSSE envelope of an in-toto Statement
 SBOM_TYPE = "application/vnd.cyclonedx+json"
+# The SBOM as a signed in-toto attestation (a DSSE envelope, predicate type https://cyclonedx.org/bom).
+SBOM_ATTESTATION_TYPE = "application/vnd.dl-images.sbom-attestation.v1+json"
 RELEASE_LOCK_TYPE = "application/vnd.dl-images.release-lock.v1+json"
 RELEASE_LOCK_TAG = "release-lock"
 

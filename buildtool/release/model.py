@@ -39,6 +39,7 @@ class ImageRelease:
     verdict_ref: str = ""        # <dev repo>@<attestation digest>
     attestation: Referrer | None = None
     signer: str = ""             # key id (and name) that signed the verdict
+    sbom_attestation: Referrer | None = None   # the signed SBOM the verdict names (release.sbomgate)
     ignored: list[str] = field(default_factory=list)    # attestations that did not verify, and why
     notes: list[str] = field(default_factory=list)      # facts worth a line in the release notes
     tags: list[TagAction] = field(default_factory=list)
