@@ -25,7 +25,7 @@ from buildtool.validate.keys import SigningKey, TrustedKeys
 KEY = generate()            # the trusted runner's key, for this test session
 CODE = "sha256:" + "0" * 64     # the image-tests code hash of the verdicts made here
 ATTACKER = generate()       # a key nobody trusts
-SBOM = "sha256:" + "5" * 64     # the SBOM digest the verdicts made here name (schema 4)
+SBOM = "sha256:" + "5" * 64     # an SBOM digest for verdicts about no image in particular
 
 
 def trusted(*keys: PrivateKey, roles: tuple[str, ...] = ("builder", "tester")) -> TrustedKeys:
@@ -55,7 +55,10 @@ def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gp
 def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dict[str, Any]] | None = None,
             started: str = "2026-01-01T00:00:00.000+00:00", **changes: Any) -> dict[str, Any]:
     """A verdict (schema SCHEMA; `schema=3` for the one before) that covers the cell's groups: every
-    test listed is a defined test. Schema 4 names SBOM unless `sbom`/`sbom_problem` say otherwise."""
+    test listed is a defined test. Schema 4 names the SBOM `attest_sbom` attaches by default (the digest of
+    minimal_sbom(digest)) unless `sbom`/`sbom_problem` say otherwise."""
+    from buildtool.registry.sbom_attestation import sbom_digest
+
     tests = tests if tests is not None else [result(f"{g}/test_x.py::test_{g}") for g in cell.tests]
     body = {"schema": SCHEMA, "digest": digest, "image": f"x@{digest}", "cell": cell.key, "result": outcome,
             "started": started, "duration_s": 1.0, "test_code": CODE,
@@ -63,7 +66,7 @@ def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dic
                        "gpu_problem": ""},
             "groups": list(cell.tests), "defined_tests": [t["id"] for t in tests],
             "selection": {"expression": None, "deselected": []}, "run_flags": [], "pytest_exit": 0,
-            "tests": tests, "figures": {}, "sbom": SBOM}
+            "tests": tests, "figures": {}, "sbom": sbom_digest(minimal_sbom(digest))}
     body.update(changes)
     if body["schema"] != SCHEMA and "sbom" not in changes:
         body.pop("sbom")      # an older schema has no such field

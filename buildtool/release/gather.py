@@ -18,7 +18,7 @@ from buildtool.release.gates import (
 )
 from buildtool.release.model import ImageRelease, ReleaseOptions
 from buildtool.release.read import read_platforms
-from buildtool.release.sbomgate import gate_sbom
+from buildtool.release.sbomgate import gate_sbom, provenance_referrer
 
 
 def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
@@ -94,6 +94,7 @@ def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
         platforms = side.submit(read_platforms, client, dev_repo, raw, media_type)
         _gate_verdict(client, item, plan, dev_repo, options)
         gate_sbom(client, item, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
+        provenance_referrer(client, item, dev_repo, options.trusted_keys())
         item.platforms = platforms.result()
     if image_gate:
         item.problems += image_problems(plan.cell, item.platforms, standins)

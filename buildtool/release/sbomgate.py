@@ -53,3 +53,15 @@ def gate_sbom(client: RegistryClient, item: ImageRelease, dev_repo: str, trusted
     item.sbom_attestation = findings.referrer
     dev = " (this machine's local dev key, --trust-local-key)" if findings.signer in trusted.dev else ""
     item.notes.append(f"SBOM {findings.digest} signed by {trusted.describe(findings.signer)}{dev}")
+
+
+def provenance_referrer(client: RegistryClient, item: ImageRelease, dev_repo: str, trusted: TrustedKeys) -> None:
+    """The provenance artifact that verifies, for release to copy with the image (so `buildtool verify` works
+    on released images). Not a gate: branch `provenance` adds that gate, and may move this beside it."""
+    from buildtool.registry.provenance import find_provenance
+    from buildtool.registry.referrers import referrers
+
+    found = find_provenance(client, dev_repo, item.digest, trusted)
+    if found.provenance is not None:
+        item.provenance_attestation = next((r for r in referrers(client, dev_repo, item.digest)
+                                            if r.digest == found.artifact), None)

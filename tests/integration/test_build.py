@@ -36,6 +36,7 @@ from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
+from buildtool.validate.keys import BUILDER, signing_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
@@ -87,7 +88,8 @@ def built(matrix, settings, tmp_path_factory):
     """The four real cells built (or retagged from identical local images) and pushed once."""
     revision = REVISION
     plans = [plan_cell(next(c for c in matrix.cells if c.key == key), settings, revision) for key in CELLS]
-    options = BuildOptions(push=True, jobs=2, log_dir=tmp_path_factory.mktemp("build-logs"))
+    options = BuildOptions(push=True, jobs=2, log_dir=tmp_path_factory.mktemp("build-logs"),
+                           builder_key=signing_key(print, role=BUILDER).key)   # a push signs the SBOM
     results = Builder(ROOT, matrix.source, settings, revision, options, log=print).run(plans)
     return {p.cell.key: (p, r) for p, r in zip(plans, results, strict=True)}
 

@@ -24,6 +24,7 @@ from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.sbom import contents, load_sbom
+from buildtool.validate.keys import BUILDER, signing_key
 from tests.integration.test_build import _cleanup_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -41,7 +42,8 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CellPlan,
     matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
     revision = git_revision(ROOT)
     plan = plan_cell(next(c for c in matrix.cells if c.key == CELL), settings, revision)
-    options = BuildOptions(push=True, jobs=1, log_dir=tmp_path_factory.mktemp("build-logs"))
+    options = BuildOptions(push=True, jobs=1, log_dir=tmp_path_factory.mktemp("build-logs"),
+                           builder_key=signing_key(print, role=BUILDER).key)   # a push signs the SBOM
     try:
         [result] = Builder(ROOT, matrix.source, settings, revision, options, log=print).run([plan])
         assert result.ok and result.digest and result.sbom, result.message
