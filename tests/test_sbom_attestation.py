@@ -210,3 +210,43 @@ def test_sbom_problems_is_pure_and_says_which_link_fails() -> None:
     from buildtool.registry.sbom_attestation import SbomFindings
 
     assert "has no valid SBOM attestation" in sbom_problems(digest, verdict, SbomFindings())[0]
+
+
+# -- validate: which SBOM the verdict names -------------------------------------------------------------
+
+@pytest.fixture
+def validate_root(tmp_path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, ANN201
+    from buildtool.validate import sbomref
+    from buildtool.validate.keys import trusted_entry
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/trusted-keys.yaml").write_text(
+        "keys:\n" + trusted_entry("ci-builder", signing.KEY.public(), ("builder",))
+        + trusted_entry("gpu-runners", TESTER_ONLY.public(), ("tester",)))
+    client = MemRegistry()
+    monkeypatch.setattr(sbomref, "RegistryClient", lambda host: client)
+    return tmp_path, client
+
+
+def resolved(client: MemRegistry, digest: str, host: str | None = None):  # noqa: ANN201
+    from buildtool.validate.engine import Resolved
+
+    return Resolved("x", "x", digest, host if host is not None else client.host, REPO if host != "" else None, {})
+
+
+def test_validate_names_the_signed_sbom_or_says_why_there_is_none(validate_root) -> None:  # noqa: ANN001
+    from buildtool.validate.sbomref import verdict_sbom
+
+    root, client = validate_root
+    digest = client.push_image(REPO, "abc-2.13")
+    said: list[str] = []
+    assert verdict_sbom(resolved(client, digest), root, said.append) == (
+        "", "no SBOM attestation is attached (pushed before SBOMs were signed? push it again)")
+    attest_sbom(client, REPO, digest, signing.minimal_sbom(digest, 4), TESTER_ONLY)   # type: ignore[arg-type]
+    named, why = verdict_sbom(resolved(client, digest), root, said.append)
+    assert named == "" and "trusted as tester, not as builder" in why
+    named_sbom = signing.attest_sbom(client, REPO, digest)   # type: ignore[arg-type]
+    assert verdict_sbom(resolved(client, digest), root, said.append) == (named_sbom, "")
+    assert said[-1] == f"SBOM {named_sbom} of {digest} signed by {signing.KEY.keyid[:16]} (ci-builder)"
+    assert verdict_sbom(resolved(client, digest, host=""), root, said.append) == (
+        "", "the image is not in a registry, so it has no signed SBOM to name")
