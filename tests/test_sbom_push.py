@@ -70,8 +70,8 @@ def test_a_push_again_puts_back_a_plain_sbom_someone_rewrote(pushed) -> None:  #
 
 
 def test_a_push_without_a_builder_key_fails_naming_it() -> None:
-    fake = SimpleNamespace(options=BuildOptions(push=True), registry=MemRegistry())
+    fake = SimpleNamespace(options=BuildOptions(push=True), registry=MemRegistry(), _key=None)
     plan = SimpleNamespace(dev_ref="127.0.0.1:5999/team/pytorch-cpu-dev:abc-2.13")
     result = SimpleNamespace(digest="sha256:" + "1" * 64, sbom="")
-    with pytest.raises(FailedError, match="signs the image's SBOM with the builder key, and none was given"):
+    with pytest.raises(FailedError, match="signs the image's SBOM with the builder key, and none was read"):
         Builder._ensure_sbom(fake, plan, result)   # type: ignore[arg-type]

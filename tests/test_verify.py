@@ -13,7 +13,7 @@ from buildtool.common.dsse import generate
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.release.chain import verify_digest
 from buildtool.validate.keys import trusted_entry
-from tests import signing
+from tests import provenance_standin, signing
 from tests.conftest import fixture_matrix
 from tests.memregistry import MemRegistry
 
@@ -26,7 +26,7 @@ def chained(client: MemRegistry, digest: str, *, provenance: bool = True, sbom: 
             result: str = "passed", named: str | None = None, verdict_key=signing.KEY) -> str:  # noqa: ANN001
     """Attach what push and validate attach; returns the SBOM digest."""
     if provenance:
-        signing.attest_provenance(client, REPO, digest)   # type: ignore[arg-type]
+        provenance_standin.attest_provenance(client, REPO, digest)   # type: ignore[arg-type]
     digest_of_sbom = signing.attest_sbom(client, REPO, digest) if sbom else ""   # type: ignore[arg-type]
     failed = [signing.result(f"{g}/test_x.py::test_{g}", "failed") for g in CPU.tests] if result == "failed" else None
     body = signing.verdict(CPU, digest, result, tests=failed, sbom=named or digest_of_sbom or signing.SBOM)
@@ -57,7 +57,7 @@ def test_a_whole_chain_verifies_and_says_each_link(client: MemRegistry) -> None:
 
 
 @pytest.mark.parametrize(("setup", "cause"), [
-    ({"provenance": False}, "has no valid provenance (none is attached)"),
+    ({"provenance": False}, "has no valid provenance (no provenance attached"),
     ({"sbom": False}, "has no valid SBOM attestation (no SBOM attestation is attached"),
     ({"result": "failed"}, "is 'failed' (failed: common/test_x.py::test_common"),
     ({"named": "sha256:" + "9" * 64}, f"names SBOM sha256:{'9' * 64}, but the signed SBOM attached is sha256:"),
@@ -143,7 +143,7 @@ def test_verify_checks_every_platform_of_an_index(client: MemRegistry, cli) -> N
     client.put_manifest(REPO, "2.13", json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
                                                   "manifests": children}).encode(), OCI_INDEX)
     code, out, err = cli(f"{client.host}/{REPO}:2.13")
-    assert code == 1 and err.strip() == f"failed: {arm} has no valid provenance (none is attached)"
+    assert code == 1 and err.strip() == f"failed: {arm} has no valid provenance (no provenance attached)"
     assert "platform linux/amd64" in out and "platform linux/arm64" in out and out.count("result  verified") == 1
 
 

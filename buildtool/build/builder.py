@@ -56,9 +56,9 @@ class BuildOptions:
     log_dir: Path = Path("build-logs")
     timeout: float = 3600
     fill_bases: bool = True  # fill a loopback BASE_MIRROR with missing bases (`buildtool bases`)
-    # The builder's signing key (the CLI reads it: buildtool.validate.keys.signing_key, role builder):
-    # a push signs the SBOM with it. Required for a push.
-    builder_key: PrivateKey | None = None
+    # The key a push signs each image's SBOM with (validate.keys.signing_key, role builder: that layer is
+    # above this one, so the caller hands it in); read once before anything builds. Required with push.
+    builder_key: Callable[[], PrivateKey] | None = None
 
 
 @dataclass
@@ -232,6 +232,7 @@ class Builder:
         self.options = options
         self.log = log
         self._lock = threading.Lock()
+        self._key: PrivateKey | None = None     # the builder key, read by run() when pushing
         self._configs: dict[str, dict] = {}
         self.registry = _client(split_repo(f"{settings.registry}/x:y")[0])
         # Asked for only when a cell really builds: a no-op run stays well under a second.
@@ -311,9 +312,9 @@ class Builder:
         """Every pushed digest gets its SBOM, plain and signed by the builder key (both kept when this key
         already signed the plain one)."""
         _, repo, _ = split_repo(plan.dev_ref)
-        key = self.options.builder_key
+        key = self._key
         if key is None:
-            raise FailedError("a push signs the image's SBOM with the builder key, and none was given "
+            raise FailedError("a push signs the image's SBOM with the builder key, and none was read "
                               "(buildtool build --push reads DL_IMAGES_BUILDER_KEY, else the local dev key)")
         found = find_sbom(self.registry, repo, result.digest)
         signed = signed_by(self.registry, repo, result.digest, key.public())
@@ -451,6 +452,12 @@ class Builder:
         except RegistryUnreachable:
             raise UserError(f"registry {self.settings.registry} is unreachable; start the local one with "
                             "`bash scripts/setup.sh` or set REGISTRY to a reachable registry") from None
+        if self.options.push:
+            # Read now, not after a long build: a push without its builder key fails before anything builds.
+            if self.options.builder_key is None:
+                raise UserError("--push signs each image's SBOM, and no builder key was given "
+                                "(DL_IMAGES_BUILDER_KEY, or the local dev key)")
+            self._key = self.options.builder_key()
         infos, missing = self.resolve_bases(plans)
         if missing and not infos:
             raise UserError(next(iter(missing.values())))

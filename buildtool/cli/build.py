@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+if TYPE_CHECKING:
+    from buildtool.common.dsse import PrivateKey
+
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, RevisionOption, err, find_project, log, out
+
+
+def _builder_key() -> PrivateKey:
+    """The key a push signs the SBOM with: DL_IMAGES_BUILDER_KEY, else the local dev key."""
+    from buildtool.validate.keys import BUILDER, signing_key
+
+    return signing_key(log, role=BUILDER).key
 
 
 def register(app: typer.Typer) -> None:
@@ -45,13 +55,8 @@ def register(app: typer.Typer) -> None:
         plans = plan_matrix(loaded, cells, settings, revision)
         if not log_dir.is_absolute():
             log_dir = project.root / log_dir
-        builder_key = None
-        if push:   # a bad DL_IMAGES_BUILDER_KEY is said now, before anything is built
-            from buildtool.validate.keys import BUILDER, signing_key
-
-            builder_key = signing_key(log, role=BUILDER).key
         options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill,
-                               builder_key=builder_key)
+                               builder_key=_builder_key)
         with build_progress([p.cell.key for p in plans]) as progress:
             results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
         if as_json:

@@ -2,8 +2,9 @@
 the SLSA provenance, release gates on it). Branch `sbom-attest` needs only its reader's interface,
 for `buildtool verify` and its tests:
 
-    find_provenance(client, repo, digest, trusted) -> object with .provenance (contracts.provenance.Provenance
-    or None), .signer (key id), .artifact (the attestation's digest), .rejected (list of (artifact, reason))
+    find_provenance(client, repo, digest, trusted) -> ProvenanceFindings: .provenance (contracts.provenance.
+    Provenance or None), .keyid, .signer (trusted.describe(keyid)), .artifact and .referrer (the attestation),
+    .rejected (list of (artifact, reason)), .why_none() (the fields branch `provenance` has)
 
 This stand-in reads any referrer of `digest` annotated `in-toto.io/predicate-type: PREDICATE_TYPE`, verifies
 its DSSE envelope against the builder keys and parses the predicate strictly; the newest that verifies counts.
@@ -24,7 +25,7 @@ from buildtool.contracts.intoto import (
 )
 from buildtool.contracts.provenance import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
 from buildtool.registry.client import RegistryClient, RegistryError
-from buildtool.registry.referrers import fetch, referrers
+from buildtool.registry.referrers import Referrer, fetch, referrers
 
 if TYPE_CHECKING:
     from buildtool.validate.keys import TrustedKeys
@@ -35,9 +36,16 @@ PROVENANCE_TYPE = "application/vnd.dl-images.provenance.v1+json"   # stand-in's 
 @dataclass
 class ProvenanceFindings:
     provenance: Provenance | None = None
+    keyid: str = ""
     signer: str = ""
     artifact: str = ""
+    referrer: Referrer | None = None
     rejected: list[tuple[str, str]] = field(default_factory=list)
+
+    def why_none(self) -> str:
+        if not self.rejected:
+            return "no provenance attached"
+        return "no provenance verifies: " + "; ".join(f"{a[:19]}…: {why}" for a, why in self.rejected[:4])
 
 
 def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys) -> ProvenanceFindings:
@@ -58,5 +66,6 @@ def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Tru
         except (RegistryError, EnvelopeError, StatementError, ProvenanceError) as exc:
             found.rejected.append((ref.digest, str(exc)))
             continue
-        found.provenance, found.signer, found.artifact = provenance, opened.keyid, ref.digest
+        found.provenance, found.keyid, found.artifact, found.referrer = provenance, opened.keyid, ref.digest, ref
+        found.signer = trusted.describe(opened.keyid)
     return found

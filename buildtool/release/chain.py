@@ -83,10 +83,9 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     chain.lines.append(("image", chain.image))
     prov = find_provenance(client, repo, digest, trusted)
     if prov.provenance is None:
-        why = "; ".join(f"{a[:19]}…: {r}" for a, r in prov.rejected[:3]) or "none is attached"
-        return chain.fail(f"{digest} has no valid provenance ({why})")
-    chain.lines.append(("built", _built(prov.provenance, trusted.describe(prov.signer))))
-    chain.facts["provenance"] = {"artifact": prov.artifact, "signer": prov.signer, **prov.provenance.to_json()}
+        return chain.fail(f"{digest} has no valid provenance ({prov.why_none()})")
+    chain.lines.append(("built", _built(prov.provenance, trusted.describe(prov.keyid))))
+    chain.facts["provenance"] = {"artifact": prov.artifact, "signer": prov.keyid, **prov.provenance.to_json()}
     sbom = find_sbom_attestation(client, repo, digest, trusted)
     if sbom.chosen is None:
         return chain.fail(f"{digest} has no valid SBOM attestation ({sbom.why_none()})")

@@ -40,7 +40,7 @@ class ImageRelease:
     attestation: Referrer | None = None
     signer: str = ""             # key id (and name) that signed the verdict
     sbom_attestation: Referrer | None = None   # the signed SBOM the verdict names (release.sbomgate)
-    provenance_attestation: Referrer | None = None   # the signed provenance that verified (copied with the image)
+    provenance_artifact: Referrer | None = None   # the signed provenance that verified (copied with the image)
     ignored: list[str] = field(default_factory=list)    # attestations that did not verify, and why
     notes: list[str] = field(default_factory=list)      # facts worth a line in the release notes
     tags: list[TagAction] = field(default_factory=list)

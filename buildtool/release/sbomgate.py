@@ -59,9 +59,7 @@ def provenance_referrer(client: RegistryClient, item: ImageRelease, dev_repo: st
     """The provenance artifact that verifies, for release to copy with the image (so `buildtool verify` works
     on released images). Not a gate: branch `provenance` adds that gate, and may move this beside it."""
     from buildtool.registry.provenance import find_provenance
-    from buildtool.registry.referrers import referrers
 
     found = find_provenance(client, dev_repo, item.digest, trusted)
     if found.provenance is not None:
-        item.provenance_attestation = next((r for r in referrers(client, dev_repo, item.digest)
-                                            if r.digest == found.artifact), None)
+        item.provenance_artifact = found.referrer

@@ -43,7 +43,7 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CellPlan,
     revision = git_revision(ROOT)
     plan = plan_cell(next(c for c in matrix.cells if c.key == CELL), settings, revision)
     options = BuildOptions(push=True, jobs=1, log_dir=tmp_path_factory.mktemp("build-logs"),
-                           builder_key=signing_key(print, role=BUILDER).key)   # a push signs the SBOM
+                           builder_key=lambda: signing_key(print, role=BUILDER).key)   # signs the SBOM
     try:
         [result] = Builder(ROOT, matrix.source, settings, revision, options, log=print).run([plan])
         assert result.ok and result.digest and result.sbom, result.message

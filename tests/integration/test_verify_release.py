@@ -23,7 +23,7 @@ from buildtool.registry.referrers import referrers
 from buildtool.validate.engine import Resolved
 from buildtool.validate.keys import trusted_entry
 from buildtool.validate.sbomref import verdict_sbom
-from tests import signing
+from tests import provenance_standin, signing
 from tests.integration.test_release import CPU, HOST, Space, labels_for, push_single, rev
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -35,7 +35,7 @@ def test_verify_on_a_released_image_prints_the_whole_chain(tmp_path: Path) -> No
     space, r = Space(), rev()
     repo = space.dev_repo(CPU)
     digest, _ = push_single(space.client, repo, names.dev_tag(r, CPU.version), labels_for(CPU))
-    signing.attest_provenance(space.client, repo, digest)        # push: provenance, SBOM plain and signed
+    provenance_standin.attest_provenance(space.client, repo, digest)        # push: provenance, SBOM plain and signed
     signing.attest_sbom(space.client, repo, digest)
     (tmp_path / "config").mkdir()
     keys = tmp_path / "config/trusted-keys.yaml"
