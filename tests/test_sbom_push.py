@@ -75,3 +75,22 @@ def test_a_push_without_a_builder_key_fails_naming_it() -> None:
     result = SimpleNamespace(digest="sha256:" + "1" * 64, sbom="")
     with pytest.raises(FailedError, match="signs the image's SBOM with the builder key, and none was read"):
         Builder._ensure_sbom(fake, plan, result)   # type: ignore[arg-type]
+
+
+def test_a_push_run_without_a_builder_key_is_refused_before_anything_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildtool.build import builder
+    from buildtool.common.errors import UserError
+    from buildtool.matrix.plan import Settings
+
+    monkeypatch.setattr(builder.engine, "sdk", lambda: None)
+    monkeypatch.setattr(builder.RegistryClient, "ping", lambda self: None)
+    monkeypatch.setattr(builder.Builder, "resolve_bases", lambda self, plans: pytest.fail("got past the key check"))
+    run = Builder(Path(__file__).resolve().parents[1], "matrix.yaml", Settings(), "nightly-1",
+                  BuildOptions(push=True), print)
+    with pytest.raises(UserError, match="--push signs each image's SBOM, and no builder key was given"):
+        run.run([])
+    keyed = Builder(Path(__file__).resolve().parents[1], "matrix.yaml", Settings(), "nightly-1",
+                    BuildOptions(push=True, builder_key=lambda: signing.KEY), print)
+    with pytest.raises(pytest.fail.Exception):
+        keyed.run([])
+    assert keyed._key == signing.KEY
