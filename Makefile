@@ -81,6 +81,11 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 	RELEASE_REGISTRY="$(RELEASE_REGISTRY)" $(BUILDTOOL) release --version "$(VERSION)" \
 		--framework $(or $(FRAMEWORK),all) $(if $(FROM),--from $(FROM)) $(RELEASE_FLAGS)
 
+.PHONY: verify
+verify: ## Verify an image's signed chain (provenance, SBOM, verdict): make verify IMAGE=<registry>/<name>:<tag>
+	@test -n "$(IMAGE)" || { echo "error: set IMAGE, e.g. make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }
+	$(BUILDTOOL) verify "$(IMAGE)" $(VERIFY_FLAGS)
+
 # The nightly, as the GPU runners run it (.github/workflows/nightly.yml, one cell per runner there):
 # build + push every cell, validate (verdicts stored by digest), the DDP scaling run, then the report
 # from the registry's verdicts with the trend against the previous run, all under NIGHTLY_OUT.

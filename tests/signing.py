@@ -25,6 +25,7 @@ from buildtool.validate.keys import SigningKey, TrustedKeys
 KEY = generate()            # the trusted runner's key, for this test session
 CODE = "sha256:" + "0" * 64     # the image-tests code hash of the verdicts made here
 ATTACKER = generate()       # a key nobody trusts
+SBOM = "sha256:" + "5" * 64     # an SBOM digest for verdicts about no image in particular
 
 
 def trusted(*keys: PrivateKey, roles: tuple[str, ...] = ("builder", "tester")) -> TrustedKeys:
@@ -53,8 +54,11 @@ def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gp
 
 def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dict[str, Any]] | None = None,
             started: str = "2026-01-01T00:00:00.000+00:00", **changes: Any) -> dict[str, Any]:
-    """A verdict (schema SCHEMA; `schema=2` for the one before) that covers the cell's groups: every
-    test listed is a defined test."""
+    """A verdict (schema SCHEMA; `schema=3` for the one before) that covers the cell's groups: every
+    test listed is a defined test. Schema 4 names the SBOM `attest_sbom` attaches by default (the digest of
+    minimal_sbom(digest)) unless `sbom`/`sbom_problem` say otherwise."""
+    from buildtool.registry.sbom_attestation import sbom_digest
+
     tests = tests if tests is not None else [result(f"{g}/test_x.py::test_{g}") for g in cell.tests]
     body = {"schema": SCHEMA, "digest": digest, "image": f"x@{digest}", "cell": cell.key, "result": outcome,
             "started": started, "duration_s": 1.0, "test_code": CODE,
@@ -62,8 +66,10 @@ def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dic
                        "gpu_problem": ""},
             "groups": list(cell.tests), "defined_tests": [t["id"] for t in tests],
             "selection": {"expression": None, "deselected": []}, "run_flags": [], "pytest_exit": 0,
-            "tests": tests, "figures": {}}
+            "tests": tests, "figures": {}, "sbom": sbom_digest(minimal_sbom(digest))}
     body.update(changes)
+    if body["schema"] != SCHEMA and "sbom" not in changes:
+        body.pop("sbom")      # an older schema has no such field
     return body
 
 
@@ -71,9 +77,10 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
     """A verdict with only what a test cares about given: every other required field filled in with a
     neutral value (the current schema unless given, a runner `ci`, each test's group from its id)."""
     tests = [{"group": str(t.get("id", "")).split("/", 1)[0], **t} for t in body.get("tests", [])]
+    sbom = {"sbom": SBOM} if body.get("schema", SCHEMA) == SCHEMA and "sbom_problem" not in body else {}
     return {"schema": SCHEMA, "digest": "sha256:" + "0" * 64, "image": "", "cell": "", "result": "passed",
             "started": "2026-01-01T00:00:00.000+00:00", "duration_s": 1.0, "test_code": CODE, "groups": [],
-            "defined_tests": [t["id"] for t in tests if "id" in t], "pytest_exit": 0, **body,
+            "defined_tests": [t["id"] for t in tests if "id" in t], "pytest_exit": 0, **sbom, **body,
             "runner": {"hostname": "ci", **body.get("runner", {})}, "tests": tests}
 
 
@@ -172,3 +179,25 @@ def revision_check() -> Any:
     from buildtool.release.ancestry import revision_problem
 
     return partial(revision_problem, Path(__file__).resolve().parents[1])
+# -- the builder's SBOM attestation -----------------------------------------------------------------
+
+def minimal_sbom(digest: str, components: int = 2) -> dict[str, Any]:
+    """A small CycloneDX 1.6 document about `digest` (what push makes, cut down to what readers check)."""
+    return {"bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1,
+            "metadata": {"component": {"type": "container", "name": "x", "version": digest, "bom-ref": digest}},
+            "components": [{"type": "library", "name": f"p{i}", "version": "1.0", "bom-ref": f"pkg:pypi/p{i}@1.0",
+                            "purl": f"pkg:pypi/p{i}@1.0"} for i in range(components)]}
+
+
+def attest_sbom(client: RegistryClient, repo: str, digest: str, document: dict[str, Any] | None = None,
+                key: PrivateKey = KEY, plain: bool = True) -> str:
+    """Attach the SBOM as push does (plain, and signed by `key` as builder); returns the SBOM's digest."""
+    from buildtool.registry.sbom import store_sbom
+    from buildtool.registry.sbom_attestation import attest_sbom as real_attest_sbom
+    from buildtool.registry.sbom_attestation import sbom_digest
+
+    document = document if document is not None else minimal_sbom(digest)
+    if plain:
+        store_sbom(client, repo, digest, document)
+    real_attest_sbom(client, repo, digest, document, key)
+    return sbom_digest(document)

@@ -347,7 +347,7 @@ def test_result_rules_for_failures_and_cpu_cells():
 # -- bus bandwidth: baselines and the measuring code ------------------------------------------------
 
 def _verdict(cell_key: str, started: str, peak: float, model: str = "NVIDIA H100 80GB HBM3", count: int = 8,
-             check: str = "passed", schema: int = 2) -> dict:
+             check: str = "passed", schema: int = 3) -> dict:
     return complete({"schema": schema, "cell": cell_key, "digest": f"sha256:{started}", "started": started,
                      "runner": {"gpus": [{"index": str(i), "name": model} for i in range(count)]},
                      "figures": {gpu.BUSBW_FIGURE: {"peak_GBps": peak}},
@@ -505,7 +505,7 @@ def _schema2(cell_key: str, result: str, peak: float | None, started: str, **ext
                                                           "sizes": sizes, "gpu_model": "NVIDIA H100 80GB HBM3",
                                                           "floor_GBps": 100.0, **extra},
                                        "allreduce_busbw_GBps": peak}
-    return complete({"schema": 2, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
+    return complete({"schema": 3, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
             "result": result, "started": started, "duration_s": 1.0,
             "runner": {"hostname": "gpu-01", "gpus": [{"index": str(i), "name": "NVIDIA H100 80GB HBM3"}
                                                        for i in range(8)], "driver": "580.65.06",

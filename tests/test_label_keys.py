@@ -65,6 +65,7 @@ KEYS = {
     "VERDICT_RESULT": "io.dl-images.verdict.result",
     "VERDICT_CELL": "io.dl-images.verdict.cell",
     "VERDICT_SIGNER": "io.dl-images.verdict.signer",
+    "SBOM_DIGEST": "io.dl-images.sbom.digest",
     "ARTIFACT_CREATED": "org.opencontainers.image.created",
     "ARTIFACT_TITLE": "org.opencontainers.image.title",
     "LOCK_TOKEN": "io.dl-images.lock.token",

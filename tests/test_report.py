@@ -134,9 +134,10 @@ def _changed(**change: object) -> str:
     ("{not json", "cannot read verdict"),
     ("[]", "not a verdict (a JSON list, not an object)"),
     (json.dumps({"cell": "c"}), "not a verdict (no schema number)"),
-    (_changed(schema=4), "unsupported verdict schema 4 (this toolkit reads schemas 2 and 3)"),
+    (_changed(schema=5), "unsupported verdict schema 5 (this toolkit reads schemas 3 and 4)"),
+    (_changed(schema=2), "unsupported verdict schema 2"),
     (_changed(schema=1), "unsupported verdict schema 1"),
-    (json.dumps({"schema": 2}), "malformed schema-2 verdict: `digest` is missing; `image` is missing"),
+    (json.dumps({"schema": 3}), "malformed schema-3 verdict: `digest` is missing; `image` is missing"),
     (_changed(result="maybe"), "`result`: input should be 'passed', 'failed' or 'incomplete'"),
     (_changed(tests=[{"id": "x"}]), "`tests[0].group` is missing"),
     (_changed(duration_s="42"), "`duration_s`: input should be a valid number (got str '42')"),
@@ -224,7 +225,7 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     digest = client.put_manifest(repo, "abc-2.13", manifest, OCI_MANIFEST)
     stored = verdict("pytorch-cpu:2.13", [test(SHM, "passed"), test(BUSBW, "skipped", skip=NO_GPU)], digest=digest)
     del stored["size_bytes"]
-    stored.update(schema=2, groups=sorted({t["group"] for t in stored["tests"]}),
+    stored.update(schema=3, groups=sorted({t["group"] for t in stored["tests"]}),
                   defined_tests=[t["id"] for t in stored["tests"]], selection={"expression": None, "deselected": []})
     signing.attest(client, repo, digest, stored)
     forged = client.put_manifest(repo, "forged-2.13", manifest.replace(b'"schemaVersion": 2', b'"schemaVersion":  2'),
@@ -240,7 +241,7 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     by_cell = {v["cell"]: v for v in fetched}
     assert by_cell["pytorch-cpu:2.13"]["digest"] == digest and by_cell["pytorch-cpu:2.13"]["size_bytes"] == len(layer)
     assert by_cell["pytorch-cpu:2.13"]["result"] == "passed"
-    assert by_cell["pytorch-cpu:2.13"]["schema"] == 2     # a signed schema-2 verdict is read as it was signed
+    assert by_cell["pytorch-cpu:2.13"]["schema"] == 3     # a signed schema-3 verdict is read as it was signed
     missing = by_cell["tensorflow-cpu:2.21"]
     assert missing["missing"] is True and "no image" in missing["reason"]
     unvalidated = by_cell["pytorch-ngc:25.10"]
@@ -254,10 +255,10 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
         "no image" in r.checks["image/verdict"].message for r in rows.rows if r.cell == "tensorflow-cpu:2.21")
 
 
-def test_a_schema_2_verdict_renders_as_a_schema_3_one_does() -> None:
-    """The report reads the schema before the current one: the same night written as schema 2 gives
-    the same pages."""
-    as_2 = [dict(v, schema=2) for v in tonight()]
+def test_a_schema_3_verdict_renders_as_a_schema_4_one_does() -> None:
+    """The report reads the schema before the current one: the same night written as schema 3 (what
+    tonight() writes) or as schema 4 (naming an SBOM) gives the same pages."""
+    as_2 = [dict(v, schema=4, sbom="sha256:" + "5" * 64) for v in tonight()]
     pages = [(render_html(report), render_markdown(report)) for report in (
         build_report([parse_verdict(v, "x") for v in tonight()]), build_report([parse_verdict(v, "x") for v in as_2]))]
     assert pages[0] == pages[1] and "8 GPU (NVIDIA H100 80GB HBM3), driver 580.65" in pages[1][0]

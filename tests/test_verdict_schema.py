@@ -30,28 +30,39 @@ def refused(body: object) -> str:
 
 
 def test_validate_writes_the_current_schema_and_readers_read_it_and_the_one_before() -> None:
-    assert SCHEMA == 3 and READ_SCHEMAS == (2, 3)
+    assert SCHEMA == 4 and READ_SCHEMAS == (3, 4)
     typed = parse_verdict(verdict(CPU, D1, cold_start=COLD), "x")
-    assert typed.schema_ == 3 and typed.cold_start is not None and typed.cold_start.imports[0].module == "torch"
+    assert typed.schema_ == 4 and typed.sbom.startswith("sha256:")
+    assert typed.cold_start is not None and typed.cold_start.imports[0].module == "torch"
     assert parse_verdict(typed.to_json(), "again") == typed            # what validate writes reads back as it was
-    assert json.loads(statement("r", D1, typed.to_json()))["predicateType"].endswith("/verdict/v3")
+    assert json.loads(statement("r", D1, typed.to_json()))["predicateType"].endswith("/verdict/v4")
 
 
-@pytest.mark.parametrize("cold_start", [None, COLD])
-def test_a_schema_2_verdict_is_read_with_or_without_cold_start(cold_start: dict | None) -> None:
-    """Schema 3 adds cold_start; validate wrote it into schema-2 verdicts before the bump (issue 27),
-    so a schema-2 verdict may carry it."""
-    body = verdict(CPU, D1, schema=2, **({"cold_start": cold_start} if cold_start else {}))
+def test_a_schema_3_verdict_is_read_and_names_no_sbom() -> None:
+    body = verdict(CPU, D1, schema=3, cold_start=COLD)
     typed = parse_verdict(body, "x")
-    assert typed.schema_ == 2 and (typed.cold_start is None) is (cold_start is None)
+    assert typed.schema_ == 3 and typed.sbom == "" and typed.sbom_problem == ""
     assert read_statement(statement("r", D1, body), D1) == typed
 
 
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"sbom": ""}, "exactly one of `sbom` (the SBOM's digest) and `sbom_problem` (why there is none) is set"),
+    ({"sbom_problem": "none attached"}, "exactly one of `sbom`"),
+    ({"sbom": "sha256:abc"}, "`sbom` 'sha256:abc' is not a sha256:<64 hex> digest"),
+    ({"schema": 3}, "`sbom` and `sbom_problem` are schema-4 fields, not of schema 3"),
+])
+def test_the_sbom_fields_are_checked_naming_the_cause(change: dict, cause: str) -> None:
+    """Schema 4 names the signed SBOM validate read, or says why there was none: never both, never neither."""
+    message = refused({**verdict(CPU, D1), **change})
+    assert cause in message, message
+
+
 @pytest.mark.parametrize(("body", "cause"), [
-    ({**verdict(CPU, D1), "schema": 4},
-     "where.json: unsupported verdict schema 4 (this toolkit reads schemas 2 and 3)"),
+    ({**verdict(CPU, D1), "schema": 5},
+     "where.json: unsupported verdict schema 5 (this toolkit reads schemas 3 and 4)"),
+    ({**verdict(CPU, D1), "schema": 2}, "where.json: unsupported verdict schema 2 "),
     ({**verdict(CPU, D1), "schema": 1}, "where.json: unsupported verdict schema 1 "),
-    ({**verdict(CPU, D1), "schema": "3"}, "where.json: unsupported verdict schema '3'"),
+    ({**verdict(CPU, D1), "schema": "4"}, "where.json: unsupported verdict schema '4'"),
     ({**verdict(CPU, D1), "schema": True}, "where.json: unsupported verdict schema True"),
     ({k: v for k, v in verdict(CPU, D1).items() if k != "schema"}, "where.json: not a verdict (no schema number)"),
     ([verdict(CPU, D1)], "where.json: not a verdict (a JSON list, not an object)"),
@@ -74,7 +85,7 @@ def test_an_unknown_or_absent_schema_number_is_refused_naming_it(body: object, c
 ])
 def test_a_field_of_the_wrong_type_or_unknown_is_refused_naming_it(change: dict, cause: str) -> None:
     message = refused({**verdict(CPU, D1), **change})
-    assert message.startswith("where.json: malformed schema-3 verdict: ") and cause in message, message
+    assert message.startswith("where.json: malformed schema-4 verdict: ") and cause in message, message
 
 
 @pytest.mark.parametrize("field", ["digest", "cell", "result", "started", "test_code", "runner", "groups",
@@ -86,7 +97,7 @@ def test_a_verdict_missing_a_required_field_is_refused_naming_it(field: str) -> 
 
 
 def test_errors_beyond_three_are_counted_not_dropped() -> None:
-    message = refused({"schema": 3})
+    message = refused({"schema": 4})
     assert "`digest` is missing; `image` is missing; `cell` is missing (and " in message and "more)" in message
 
 

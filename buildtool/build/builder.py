@@ -42,6 +42,7 @@ from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
 from buildtool.registry.provenance import OnlyKey, attach_provenance, find_provenance
 from buildtool.registry.sbom import find_sbom
+from buildtool.registry.sbom_attestation import plain_sbom_problem, signed_by
 
 # Docker Hub's API lives on another host than its image names.
 _API_HOST = {"docker.io": "registry-1.docker.io"}
@@ -57,7 +58,7 @@ class BuildOptions:
     log_dir: Path = Path("build-logs")
     timeout: float = 3600
     fill_bases: bool = True  # fill a loopback BASE_MIRROR with missing bases (`buildtool bases`)
-    # The key a push signs each image's provenance with (validate.keys.signing_key, role builder: that layer
+    # The key a push signs each image's provenance and SBOM with (validate.keys.signing_key, role builder: that layer
     # is above this one, so the caller hands it in); read once before anything builds. Required with push.
     builder_key: Callable[[], PrivateKey] | None = None
     matrix: Path | None = None   # the matrix file the plans came from (its digest goes into the provenance)
@@ -235,6 +236,7 @@ class Builder:
         self.options = options
         self.log = log
         self._lock = threading.Lock()
+        self._key: PrivateKey | None = None     # the builder key, read by run() when pushing
         self._configs: dict[str, dict] = {}
         self.registry = _client(split_repo(f"{settings.registry}/x:y")[0])
         # Asked for only when a cell really builds: a no-op run stays well under a second.
@@ -242,7 +244,6 @@ class Builder:
         self._secrets: PipSecrets | None = None
         self._stack = ExitStack()
         self._client: engine.BuildClient | None = None
-        self._key: PrivateKey | None = None     # the builder key, read by run() when pushing
 
     def _build_env(self) -> tuple[engine.BuildClient, PipSecrets, HostPip]:
         with self._lock:
@@ -338,21 +339,28 @@ class Builder:
             raise FailedError(f"provenance of {plan.dev_ref}: {exc}") from None
 
     def _ensure_sbom(self, plan: CellPlan, result: CellResult) -> None:
-        """Every pushed digest gets its SBOM (kept when one is attached already)."""
+        """Every pushed digest gets its SBOM, plain and signed by the builder key (both kept when this key
+        already signed the plain one)."""
         _, repo, _ = split_repo(plan.dev_ref)
+        key = self._key
+        if key is None:
+            raise FailedError("a push signs the image's SBOM with the builder key, and none was read "
+                              "(buildtool build --push reads DL_IMAGES_BUILDER_KEY, else the local dev key)")
         found = find_sbom(self.registry, repo, result.digest)
-        if found is not None:
+        signed = signed_by(self.registry, repo, result.digest, key.public())
+        if found is not None and signed is not None and not plain_sbom_problem(self.registry, repo, result.digest,
+                                                                                signed.digest):
             result.sbom = found.digest
             return
         local = engine.image_attrs(plan.dev_ref)
         if local is None:
-            raise FailedError(f"{plan.dev_ref} has no SBOM in the registry and is not in the local store to make "
-                              "one from; rebuild it with --force --push")
+            raise FailedError(f"{plan.dev_ref} has no SBOM signed by this builder key in the registry and is not in "
+                              "the local store to make one from; rebuild it with --force --push")
         self.progress.update(plan.cell.key, "sbom", "probing the image's packages")
         host = self._host_pip or HostPip.from_host()
         sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
         result.sbom = attach_sbom(self.root, self.registry, repo, result.digest, plan.dev_ref,
-                                  read_locks(self.root, plan.cell), sources, self.log)
+                                  read_locks(self.root, plan.cell), sources, self.log, key)
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""
@@ -478,9 +486,9 @@ class Builder:
             raise UserError(f"registry {self.settings.registry} is unreachable; start the local one with "
                             "`bash scripts/setup.sh` or set REGISTRY to a reachable registry") from None
         if self.options.push:
-            # Read now, not after a long build: a push without its provenance key fails before anything builds.
+            # Read now, not after a long build: a push without its builder key fails before anything builds.
             if self.options.builder_key is None:
-                raise UserError("--push signs each image's provenance, and no builder key was given "
+                raise UserError("--push signs each image's provenance and SBOM, and no builder key was given "
                                 "(DL_IMAGES_BUILDER_KEY, or the local dev key)")
             self._key = self.options.builder_key()
         infos, missing = self.resolve_bases(plans)

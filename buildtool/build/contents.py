@@ -1,6 +1,10 @@
 """What a built image contains: one in-image probe, checked against the cell's locks, and
 turned into the SBOM that is attached to the image's digest when it is pushed.
 
+The SBOM is stored twice: the plain CycloneDX artifact (what scanners read) and the same document
+as an in-toto attestation signed with the builder's key (buildtool.registry.sbom_attestation: what
+validate names in the verdict and release and `buildtool verify` check).
+
 The probe is image-tests/scripts/packages.py (standard library only), run once in a
 throw-away container without network. A pushed image whose Python packages differ from its
 lock (the label_keys.PACKAGES label the build wrote from it) fails the build: an image
@@ -16,10 +20,11 @@ from typing import Any
 
 from buildtool.build import engine, wheel_hashes
 from buildtool.build.wheel_hashes import Log, Sources
+from buildtool.common.dsse import PrivateKey
 from buildtool.common.errors import FailedError
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.locks import LockFile, normalize
-from buildtool.registry import sbom
+from buildtool.registry import sbom, sbom_attestation
 from buildtool.registry.client import RegistryClient
 
 PROBE = Path("image-tests") / "scripts" / "packages.py"
@@ -69,13 +74,16 @@ def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:
 
 
 def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, local_ref: str,
-                locks: Mapping[str, LockFile], sources: Sources, log: Log) -> str:
-    """Probe the local image, check it against its lock, attach its SBOM to repo@digest (`locks`: the
-    cell's lock files, whose hashes the SBOM's Python components carry; `sources`: the indexes that
-    say which of several locked files was installed).
-    Returns the SBOM artifact's digest; an SBOM already attached to the digest is kept."""
+                locks: Mapping[str, LockFile], sources: Sources, log: Log, key: PrivateKey) -> str:
+    """Probe the local image, check it against its lock, attach its SBOM to repo@digest, plain and
+    signed with the builder's `key` (`locks`: the cell's lock files, whose hashes the SBOM's Python
+    components carry; `sources`: the indexes that say which of several locked files was installed).
+    Returns the plain SBOM artifact's digest. When `key` already signed an SBOM of the digest and the
+    plain one is that document, both are kept; otherwise the document is made again from the image."""
     existing = sbom.find_sbom(client, repo, digest)
-    if existing is not None:
+    signed = sbom_attestation.signed_by(client, repo, digest, key.public())
+    if existing is not None and signed is not None and \
+            not sbom_attestation.plain_sbom_problem(client, repo, digest, signed.digest):
         return existing.digest
     try:
         labels = ImageLabels.parse(engine.image_labels(local_ref))
@@ -94,4 +102,11 @@ def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, loca
     except ValueError as exc:
         raise FailedError(f"the SBOM of {local_ref} cannot be made: {exc}") from None
     sbom.validate_sbom(document)
-    return sbom.store_sbom(client, repo, digest, document)
+    made = sbom_attestation.sbom_digest(document)
+    if existing is not None and not sbom_attestation.plain_sbom_problem(client, repo, digest, made):
+        plain = existing.digest
+    else:
+        plain = sbom.store_sbom(client, repo, digest, document)
+    if signed is None or signed.digest != made:
+        sbom_attestation.attest_sbom(client, repo, digest, document, key)
+    return plain

@@ -11,6 +11,7 @@ from buildtool.cli.keys import register as register_keys
 from buildtool.cli.ops import register as register_ops
 from buildtool.cli.release import register as register_release
 from buildtool.cli.validate import register as register_validate
+from buildtool.cli.verify import register as register_verify
 
 app = typer.Typer(
     help="Build and verify deep-learning container images from one version matrix (matrix.yaml).",
@@ -20,5 +21,5 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 for register in (register_generate, register_build, register_contents, register_validate, register_release,
-                 register_keys, register_ops):
+                 register_keys, register_ops, register_verify):
     register(app)

@@ -15,12 +15,12 @@ from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, Rev
 
 
 def _builder_key() -> PrivateKey:
-    """The key a push signs provenance with: DL_IMAGES_BUILDER_KEY, else the local dev key."""
+    """The key a push signs provenance and SBOMs with: DL_IMAGES_BUILDER_KEY, else the local dev key."""
     from buildtool.validate.keys import BUILDER, signing_key
 
     found = signing_key(log, role=BUILDER)
     if found.dev:
-        log(f"signing provenance with the {found.source}: release trusts it only with --trust-local-key")
+        log(f"signing provenance and SBOMs with the {found.source}: release trusts it only with --trust-local-key")
     return found.key
 
 

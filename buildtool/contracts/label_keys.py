@@ -76,6 +76,7 @@ IMAGETEST_RUN = f"{PREFIX}.imagetest.run"   # every container image-tests start 
 VERDICT_RESULT = f"{PREFIX}.verdict.result"
 VERDICT_CELL = f"{PREFIX}.verdict.cell"
 VERDICT_SIGNER = f"{PREFIX}.verdict.signer"   # key id that signed the attestation (a hint: the envelope decides)
+SBOM_DIGEST = f"{PREFIX}.sbom.digest"   # the attested SBOM's digest (a hint: the signed statement decides)
 ARTIFACT_CREATED = OCI_CREATED
 ARTIFACT_TITLE = OCI_TITLE
 LOCK_TOKEN = f"{PREFIX}.lock.token"

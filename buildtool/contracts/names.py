@@ -143,6 +143,8 @@ ATTESTATION_TYPE = "application/vnd.dl-images.attestation.v1+json"   # a DSSE en
 SBOM_TYPE = "application/vnd.cyclonedx+json"
 # The build's SLSA provenance: a DSSE envelope (one layer) of an in-toto Statement signed by a builder key.
 PROVENANCE_TYPE = "application/vnd.dl-images.provenance.v1+json"
+# The SBOM as a signed in-toto attestation (a DSSE envelope, predicate type https://cyclonedx.org/bom).
+SBOM_ATTESTATION_TYPE = "application/vnd.dl-images.sbom-attestation.v1+json"
 RELEASE_LOCK_TYPE = "application/vnd.dl-images.release-lock.v1+json"
 RELEASE_LOCK_TAG = "release-lock"
 

@@ -9,9 +9,11 @@ Schemas (`schema`): validate writes SCHEMA; readers accept READ_SCHEMAS, the cur
 before it, and refuse any other number naming it.
 - 2: what a reader needs to trust a `passed`: the tests the cell's groups define, which of them a
   selection removed, and the runner's GPUs.
-- 3: schema 2 plus `cold_start` (the first import of the framework in a new container). Validate
-  wrote `cold_start` into schema-2 verdicts for a while (issue 27, before the bump), so a schema-2
-  verdict may carry it too; nothing else differs.
+- 3: schema 2 plus `cold_start` (the first import of the framework in a new container).
+- 4: schema 3 plus `sbom`, the digest of the image's signed SBOM that validate read (the sha256 of the
+  CycloneDX document's canonical bytes, buildtool.registry.sbom_attestation.sbom_digest), or "" with
+  `sbom_problem` saying why there was none that verified (release refuses such a verdict). Exactly one
+  of the two is set; a schema-3 verdict carries neither (it names no SBOM: release refuses it).
 
 The result (`derive_result`): `failed` when a test failed, pytest did not succeed, or nothing
 passed; `incomplete` when nothing failed but the verdict does not cover the cell: a defined test
@@ -22,12 +24,14 @@ validated where no GPU could be used is therefore never `passed`, whatever the o
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-SCHEMA: Literal[3] = 3
-READ_SCHEMAS = (2, 3)       # the current schema and the one before it
+SCHEMA: Literal[4] = 4
+READ_SCHEMAS = (3, 4)       # the current schema and the one before it
+SBOM_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 Result = Literal["passed", "failed", "incomplete"]
 TestOutcome = Literal["passed", "failed", "skipped"]
 
@@ -94,7 +98,7 @@ class Selection(_Model):
 
 
 class Verdict(_Model):
-    schema_: Literal[2, 3] = Field(SCHEMA, alias="schema")
+    schema_: Literal[3, 4] = Field(SCHEMA, alias="schema")
     digest: str
     image: str
     cell: str
@@ -116,8 +120,23 @@ class Verdict(_Model):
     figures: dict[str, Any] = Field(default_factory=dict)
     problem: str = ""                # why the run did not end by itself (deadline ran out, interrupted)
     deadline_s: float = 0.0          # the image's validation deadline (matrix validate.deadline_s or --deadline)
+    sbom: str = ""                   # schema 4: digest of the signed SBOM validate read ("" none: sbom_problem)
+    sbom_problem: str = ""           # schema 4: why no signed SBOM verified ("" when `sbom` names one)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _sbom_fields(self) -> Verdict:
+        if self.schema_ < 4:
+            if self.sbom or self.sbom_problem:
+                raise ValueError(f"`sbom` and `sbom_problem` are schema-4 fields, not of schema {self.schema_}")
+            return self
+        if self.sbom and not re.fullmatch(SBOM_DIGEST_RE, self.sbom):
+            raise ValueError(f"`sbom` {self.sbom[:80]!r} is not a sha256:<64 hex> digest")
+        if bool(self.sbom) == bool(self.sbom_problem):
+            raise ValueError("exactly one of `sbom` (the SBOM's digest) and `sbom_problem` (why there is none) "
+                             "is set in a schema-4 verdict")
+        return self
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
@@ -144,6 +163,8 @@ def _cause(error: Any) -> str:
         return f"`{path}` is missing"
     if kind == "extra_forbidden":
         return f"`{path}` is not a field of this schema"
+    if kind == "value_error":     # a check across fields (Verdict._sbom_fields)
+        return str(error["msg"]).removeprefix("Value error, ")
     return f"`{path}`: {error['msg'][0].lower()}{error['msg'][1:]} (got {type(error['input']).__name__} " \
            f"{str(error['input'])[:40]!r})"
 

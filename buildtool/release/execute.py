@@ -54,11 +54,10 @@ def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> list[Re
     _, src = split_repo_path(plan.dev_repo)
     _, dst = split_repo_path(plan.release_repo)
     copy_manifest(client, src, dst, item._raw, item.media_type, item.digest)
-    # Users of the release repository can check the signed verdict by digest there too (bytes
-    # unchanged, so the signature holds), so does the signed provenance, and the SBOM travels with the
-    # image (release.packages).
-    artifacts = [a for a in (item.attestation, item.provenance_artifact, find_sbom(client, src, item.digest))
-                 if a is not None]
+    # Users of the release repository can check the signed verdict and SBOM by digest there too (bytes
+    # unchanged, so the signatures hold), and the plain SBOM travels with the image (release.packages).
+    artifacts = [a for a in (item.attestation, item.sbom_attestation, item.provenance_artifact,
+                             find_sbom(client, src, item.digest)) if a is not None]
     for artifact in artifacts:
         copy_artifact(client, src, dst, artifact)
     return artifacts

@@ -1,5 +1,5 @@
-"""Gating one image, read-only: resolve its dev tag, choose and check its verdict, read its
-configs, apply the gates (buildtool.release.gates).
+"""Gating one image, read-only: resolve its dev tag, choose and check its verdict and the SBOM it names
+(buildtool.release.sbomgate), read its configs, apply the gates (buildtool.release.gates).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from buildtool.release.gates import (
 )
 from buildtool.release.model import ImageRelease, ReleaseOptions
 from buildtool.release.read import read_platforms
+from buildtool.release.sbomgate import gate_sbom
 
 
 def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
@@ -121,6 +122,7 @@ def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
         platforms = side.submit(read_platforms, client, dev_repo, raw, media_type)
         _gate_verdict(client, item, plan, dev_repo, options)
         _gate_provenance(client, item, plan, dev_repo, options)
+        gate_sbom(client, item, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
         item.platforms = platforms.result()
     if image_gate:
         item.problems += image_problems(plan.cell, item.platforms, standins)

@@ -44,6 +44,7 @@ class ImageRelease:
     provenance: Provenance | None = None      # the valid provenance, from a trusted builder key
     provenance_artifact: Referrer | None = None
     builder_signer: str = ""     # key id (and name) that signed the provenance
+    sbom_attestation: Referrer | None = None   # the signed SBOM the verdict names (release.sbomgate)
     ignored: list[str] = field(default_factory=list)    # attestations that did not verify, and why
     notes: list[str] = field(default_factory=list)      # facts worth a line in the release notes
     tags: list[TagAction] = field(default_factory=list)

@@ -35,10 +35,12 @@ def overall_result(pytest_exit: int, tests: list[dict[str, Any]]) -> str:
 def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration: float, tests_dir: Path,
                  groups: list[str], inventory: Inventory, usable: list[dict[str, str]], gpu_problem: str,
                  gpu_runner: bool, run_flags: list[str], rc: int, results: dict[str, Any], defined_path: Path,
-                 select: str | None, problem: str = "", deadline_s: float = 0.0) -> Verdict:
+                 select: str | None, problem: str = "", deadline_s: float = 0.0, *, sbom: str,
+                 sbom_problem: str) -> Verdict:
     """The verdict (schema SCHEMA): what ran, what the groups define (the collect plugin's file), what a
     selection left out, the runner's GPUs, and the result with why it is not `passed`;
-    `problem`: why the run did not end by itself (its deadline ran out, it was interrupted)."""
+    `problem`: why the run did not end by itself (its deadline ran out, it was interrupted);
+    `sbom`: the digest of the image's signed SBOM, or "" with `sbom_problem` saying why (buildtool.validate.sbomref)."""
     tests = [TestResult.model_validate(t) for t in results["tests"]]
     try:
         collected = json.loads(defined_path.read_text())
@@ -66,4 +68,4 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
         framework_version=str((results.get("facts") or {}).get("framework_version") or ""),
         cold_start=ColdStart.model_validate(cold) if (cold := (results.get("facts") or {}).get("cold_start")) else None,
         run_flags=run_flags, pytest_exit=rc, tests=tests, figures=results.get("figures", {}), problem=problem,
-        deadline_s=deadline_s)
+        deadline_s=deadline_s, sbom=sbom, sbom_problem=sbom_problem if not sbom else "")

@@ -79,6 +79,9 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         from buildtool.validate.keys import signing_key
 
         key = signing_key(log)   # a bad DL_IMAGES_SIGNING_KEY is said now, not after the tests ran
+    from buildtool.validate.sbomref import verdict_sbom
+
+    sbom, sbom_problem = verdict_sbom(image, root, log)
     tests_dir = root / "image-tests"
     groups = cell_groups(cell, tests_dir)     # all of the cell's groups: one without its folder is exit 2
     deadline_s = float(options.deadline_s or cell.validate_deadline_s)
@@ -129,7 +132,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     problem = deadline_problem(deadline_s, bool(fired), results, rc)
     made = make_verdict(image, cell, started_at, duration, tests_dir, groups, inventory, usable, gpu_problem,
                         options.require_gpu, target.run_flags, rc, results or {"tests": []}, defined_path,
-                        options.select, problem, deadline_s)
+                        options.select, problem, deadline_s, sbom=sbom, sbom_problem=sbom_problem)
     verdict = made.to_json()
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(out_dir)

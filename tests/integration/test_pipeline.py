@@ -25,12 +25,13 @@ from pathlib import Path
 import pytest
 
 from buildtool.build.engine import image_labels as engine_labels
-from buildtool.common.refs import split_repo
+from buildtool.common.refs import split_repo, split_repo_path
 from buildtool.contracts import label_keys
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.sbom import contents, load_sbom
+from buildtool.registry.sbom_attestation import find_sbom_attestation
 from buildtool.validate.keys import TrustedKeys, dev_public_key
 from buildtool.validate.verdicts import find_verdicts
 
@@ -91,6 +92,9 @@ def test_main_job_with_default_reports_then_release_gates_and_rerun(tmp_path: Pa
     trusted.add_dev(dev_public_key())
     stored = find_verdicts(client, repo, digest, trusted, CELLS[0]).chosen
     assert stored is not None and stored.verdict.to_json() == local   # the signed verdict is the local one
+    # Push signed the SBOM with the dev key (builder); the verdict names that document's digest.
+    signed_sbom = find_sbom_attestation(client, repo, digest, trusted)
+    assert signed_sbom.digest and local["sbom"] == signed_sbom.digest, (local.get("sbom_problem"), signed_sbom)
     peer_skips = [t for t in local["tests"] if t["skip_code"] == "no-peer-image"]
     assert peer_skips, "expected the cross-framework checks to skip without a tensorflow image"
 
@@ -128,6 +132,9 @@ def test_main_job_with_default_reports_then_release_gates_and_rerun(tmp_path: Pa
         python = contents(found[0]).python
         locked = json.loads(engine_labels(plans[key].dev_ref)[label_keys.PACKAGES])
         assert locked and all(python.get(name) == version for name, version in locked.items())
+        # The signed SBOM went with the image into the release repository, the same artifact.
+        _, rel_repo = split_repo_path(plans[key].release_repo)
+        assert find_sbom_attestation(client, rel_repo, client.manifest_digest(repo, tag), trusted).digest
     for image in manifest["images"]:
         assert image["packages"]["sbom"].startswith(image["repository"] + "@sha256:"), image["packages"]
         assert image["packages"]["note"] == "first release of this image version"

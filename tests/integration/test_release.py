@@ -115,11 +115,13 @@ class Space:
     def build(self, cell: Cell, revision: str, *, result: str | None = "passed", tests: list[dict] | None = None,
               payload_size: int = 64 * 1024, verdict_changes: dict | None = None, provenance: bool = True,
               **extra_labels: str) -> str:
-        """A dev image of `cell` at `revision`, with a stored verdict unless result is None, and the signed
-        provenance a push attaches unless `provenance` is false."""
+        """A dev image of `cell` at `revision` with its SBOM (plain and signed, as push attaches them), the
+        signed provenance a push attaches unless `provenance` is false, and a stored verdict (naming that SBOM)
+        unless result is None."""
         repo = self.dev_repo(cell)
         digest, _ = push_single(self.client, repo, names.dev_tag(revision, cell.version),
                                 labels_for(cell, **extra_labels), payload_size)
+        signing.attest_sbom(self.client, repo, digest)
         if provenance:
             commit = git(self.project, "rev-parse", revision) if self.project is not None else ""
             signing.attach_provenance(self.client, repo, digest, signing.provenance(cell, revision=commit))
@@ -176,6 +178,7 @@ def test_multi_arch_index_copied_whole(space: Space) -> None:
     r = rev()
     repo = space.dev_repo(CPU)
     index, children = push_index(space.client, repo, names.dev_tag(r, CPU.version), labels_for(CPU))
+    signing.attest_sbom(space.client, repo, index)
     store_verdict(space.client, repo, index, verdict(CPU, index))
     signing.attach_provenance(space.client, repo, index, signing.provenance(CPU))
     report = space.release([CPU], r, "0.1.0")
@@ -470,7 +473,8 @@ def commit_image_tests(project: Path) -> str:
 
 
 def trust(project: Path) -> None:
-    """The project trusts the test runner's key (as config/trusted-keys.yaml would list a CI key)."""
+    """The project trusts the test key as builder (it signs the SBOMs) and tester (the verdicts), as
+    config/trusted-keys.yaml would list CI keys."""
     from buildtool.validate.keys import trusted_entry
 
     (project / "config").mkdir(exist_ok=True)

@@ -167,20 +167,25 @@ def test_verdict_signed_by_an_untrusted_key_is_refused(space: Space) -> None:
 
 # -- schemas ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("schema", [2, 3])
-def test_a_validly_signed_verdict_of_the_current_schema_or_the_one_before_releases(space: Space, schema: int) -> None:
-    """validate writes schema 3 (.../verdict/v3); verdicts it signed as schema 2 (.../verdict/v2) still release."""
+def test_a_validly_signed_verdict_of_the_current_schema_releases_and_one_of_the_schema_before_is_refused(
+        space: Space) -> None:
+    """validate writes schema 4 (.../verdict/v4), naming the image's signed SBOM; a schema-3 verdict still
+    verifies but names no SBOM, so it releases nothing."""
     r = rev()
     digest = space.build(CPU, r, result=None)
-    signing.attest(space.client, space.dev_repo(CPU), digest, signing.verdict(CPU, digest, schema=schema))
+    signing.attest(space.client, space.dev_repo(CPU), digest, signing.verdict(CPU, digest, schema=3))
+    refused(space.release([CPU], r, "0.1.0"), f"the verdict of {digest} names no SBOM (a schema-3 verdict")
+    assert released(space) == []
+    newer = signing.verdict(CPU, digest, started="2026-02-01T00:00:00.000+00:00")
+    signing.attest(space.client, space.dev_repo(CPU), digest, newer)
     report = space.release([CPU], r, "0.1.0")
     assert report.ok, report.images[0].problems
-    assert report.images[0].verdict is not None and report.images[0].verdict.schema_ == schema
+    assert report.images[0].verdict is not None and report.images[0].verdict.schema_ == 4
     assert "2.13-0.1.0" in released(space)
 
 
 @pytest.mark.parametrize(("change", "cause"), [
-    ({"schema": 4}, "unsupported verdict schema 4 (this toolkit reads schemas 2 and 3)"),
+    ({"schema": 5}, "unsupported verdict schema 5 (this toolkit reads schemas 3 and 4)"),
     ({"tests": None}, "`tests`: input should be a valid list"),
     ({"runner": {"gpus": []}}, "`runner.hostname` is missing"),
 ])

@@ -1,0 +1,68 @@
+"""An in-memory registry with the calls buildtool.registry.referrers and the readers make (no referrers
+API: the OCI fallback index, as distribution 2.8 here), for unit tests that attach and read artifacts
+without a registry process. Anyone holding it can do what anyone with push access can."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from buildtool.registry.client import OCI_MANIFEST, NotFound, RegistryError, sha256_digest
+
+
+class MemRegistry:
+    def __init__(self, host: str = "127.0.0.1:5999") -> None:
+        self.host = host
+        self.blobs: dict[str, bytes] = {}
+        self.manifests: dict[tuple[str, str], tuple[bytes, str]] = {}
+        self.no_referrers_api: set[str] = set()
+
+    def request(self, method: str, path: str, **_: Any) -> Any:
+        raise NotFound(f"{method} {path}: no such API here")
+
+    def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
+        try:
+            raw, media_type = self.manifests[(repo, ref)]
+        except KeyError:
+            raise NotFound(f"{repo}:{ref} not found") from None
+        return raw, media_type, sha256_digest(raw)
+
+    def manifest_digest(self, repo: str, ref: str) -> str | None:
+        found = self.manifests.get((repo, ref))
+        return sha256_digest(found[0]) if found else None
+
+    def put_manifest(self, repo: str, ref: str, body: bytes, media_type: str) -> str:
+        digest = sha256_digest(body)
+        if ref.startswith("sha256:") and ref != digest:
+            raise RegistryError(f"{ref} is not the digest of the manifest")
+        self.manifests[(repo, digest)] = self.manifests[(repo, ref)] = (body, media_type)
+        return digest
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        digest = sha256_digest(data)
+        self.blobs[digest] = data
+        return digest
+
+    def get_blob(self, repo: str, digest: str) -> bytes:
+        if digest not in self.blobs:
+            raise NotFound(f"blob {digest} not found")
+        return self.blobs[digest]
+
+    def has_blob(self, repo: str, digest: str) -> bool:
+        return digest in self.blobs
+
+    def mount_blobs(self, repo: str, digests: list[str], from_repo: str) -> None:
+        return None     # one blob store for every repository
+
+    def tags(self, repo: str) -> list[str]:
+        return sorted(ref for r, ref in self.manifests if r == repo and not ref.startswith("sha256:"))
+
+    def push_image(self, repo: str, tag: str, payload: bytes = b"layer") -> str:
+        """A one-layer image manifest; returns its digest."""
+        import json
+
+        config, layer = self.put_blob(repo, b'{"architecture":"amd64","os":"linux"}'), self.put_blob(repo, payload)
+        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 37},
+                    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer,
+                                "size": len(payload)}]}
+        return self.put_manifest(repo, tag, json.dumps(manifest).encode(), OCI_MANIFEST)

@@ -1,0 +1,96 @@
+"""Push attaches the SBOM twice, plain (for scanners) and signed by the builder key; a push again keeps both,
+and puts back a plain SBOM someone rewrote (no engine: the probe and the labels are stand-ins)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from buildtool.build import contents
+from buildtool.build.builder import Builder, BuildOptions
+from buildtool.common.errors import FailedError
+from buildtool.contracts.names import SBOM_ATTESTATION_TYPE, SBOM_TYPE
+from buildtool.registry import referrers as referrers_module
+from buildtool.registry import sbom
+from buildtool.registry.referrers import referrers
+from buildtool.registry.sbom_attestation import find_sbom_attestation, plain_sbom_problem, sbom_digest
+from tests import sbom_probe, signing
+from tests.memregistry import MemRegistry
+
+REPO = "team/pytorch-cpu-dev"
+
+
+@pytest.fixture
+def pushed(monkeypatch: pytest.MonkeyPatch) -> tuple[MemRegistry, str]:
+    # Each artifact created a second after the one before (their `created` annotation orders them), not
+    # whatever second this machine's clock says.
+    seconds = iter(range(1_800_000_000, 1_800_001_000))
+    real = time.gmtime
+    monkeypatch.setattr(referrers_module.time, "gmtime", lambda *_: real(next(seconds)))
+    monkeypatch.setattr(contents.engine, "image_labels", lambda ref: {})
+    monkeypatch.setattr(contents, "probe", lambda root, ref: sbom_probe.probe())
+    monkeypatch.setattr(contents.wheel_hashes, "identify", lambda *a: {})
+    client = MemRegistry()
+    return client, client.push_image(REPO, "abc-2.13")
+
+
+def attach(client: MemRegistry, digest: str) -> str:
+    return contents.attach_sbom(Path("."), client, REPO, digest, "local:tag", {}, None, print,  # type: ignore[arg-type]
+                                signing.KEY)
+
+
+def listed(client: MemRegistry, digest: str) -> tuple[int, int]:
+    return (len(referrers(client, REPO, digest, SBOM_TYPE)),   # type: ignore[arg-type]
+            len(referrers(client, REPO, digest, SBOM_ATTESTATION_TYPE)))   # type: ignore[arg-type]
+
+
+def test_push_attaches_the_plain_and_the_signed_sbom_the_same_document(pushed) -> None:  # noqa: ANN001
+    client, digest = pushed
+    plain = attach(client, digest)
+    document, artifact = sbom.load_sbom(client, REPO, digest)   # type: ignore[arg-type, misc]
+    found = find_sbom_attestation(client, REPO, digest, signing.trusted(roles=("builder",)))   # type: ignore[arg-type]
+    assert artifact == plain and found.document == document and found.signer == signing.KEY.keyid
+    assert listed(client, digest) == (1, 1)
+    assert attach(client, digest) == plain and listed(client, digest) == (1, 1)    # kept, nothing added
+
+
+def test_a_push_again_puts_back_a_plain_sbom_someone_rewrote(pushed) -> None:  # noqa: ANN001
+    client, digest = pushed
+    attach(client, digest)
+    signed = find_sbom_attestation(client, REPO, digest, signing.trusted()).digest   # type: ignore[arg-type]
+    sbom.store_sbom(client, REPO, digest, signing.minimal_sbom(digest, 0))   # type: ignore[arg-type]
+    assert "someone rewrote it" in plain_sbom_problem(client, REPO, digest, signed)   # type: ignore[arg-type]
+    attach(client, digest)
+    assert plain_sbom_problem(client, REPO, digest, signed) == ""   # type: ignore[arg-type]
+    assert listed(client, digest) == (3, 1)      # the signed one kept: the same document
+    assert sbom_digest(sbom.load_sbom(client, REPO, digest)[0]) == signed   # type: ignore[arg-type, index]
+
+
+def test_a_push_without_a_builder_key_fails_naming_it() -> None:
+    fake = SimpleNamespace(options=BuildOptions(push=True), registry=MemRegistry(), _key=None)
+    plan = SimpleNamespace(dev_ref="127.0.0.1:5999/team/pytorch-cpu-dev:abc-2.13")
+    result = SimpleNamespace(digest="sha256:" + "1" * 64, sbom="")
+    with pytest.raises(FailedError, match="signs the image's SBOM with the builder key, and none was read"):
+        Builder._ensure_sbom(fake, plan, result)   # type: ignore[arg-type]
+
+
+def test_a_push_run_without_a_builder_key_is_refused_before_anything_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildtool.build import builder
+    from buildtool.common.errors import UserError
+    from buildtool.matrix.plan import Settings
+
+    monkeypatch.setattr(builder.engine, "sdk", lambda: None)
+    monkeypatch.setattr(builder.RegistryClient, "ping", lambda self: None)
+    monkeypatch.setattr(builder.Builder, "resolve_bases", lambda self, plans: pytest.fail("got past the key check"))
+    run = Builder(Path(__file__).resolve().parents[1], "matrix.yaml", Settings(), "nightly-1",
+                  BuildOptions(push=True), print)
+    with pytest.raises(UserError, match="--push signs each image's provenance and SBOM, and no builder key was given"):
+        run.run([])
+    keyed = Builder(Path(__file__).resolve().parents[1], "matrix.yaml", Settings(), "nightly-1",
+                    BuildOptions(push=True, builder_key=lambda: signing.KEY), print)
+    with pytest.raises(pytest.fail.Exception):
+        keyed.run([])
+    assert keyed._key == signing.KEY
