@@ -205,3 +205,15 @@ def test_nightly_keeps_a_window_of_nights_and_reports_against_the_newest(tmp_pat
         str(n) for n in range(3, 10)]
     assert previous_seen[0] is None                     # the first night has nothing to compare with
     assert previous_seen[1:] == [f"verdict-history/202612{n:02d}T030000Z-run{n:02d}" for n in range(1, 9)]
+
+
+def test_only_the_nightly_build_jobs_get_the_builder_key() -> None:
+    """Provenance and SBOMs release trusts are signed by the build jobs' builder key, named by the run;
+    pull-request jobs sign with a throwaway dev key, and a verdict step never sees the builder key."""
+    steps = [s for job in load(NIGHTLY_PATH)["jobs"].values() for s in job.get("steps", [])]
+    push = [s for s in steps if "make push" in s.get("run", "")]
+    assert push and all(s["env"]["DL_IMAGES_BUILDER_KEY"] == "${{ secrets.DL_IMAGES_BUILDER_KEY }}"
+                        and s["env"]["DL_IMAGES_BUILDER_ID"].endswith("/actions/runs/${{ github.run_id }}")
+                        for s in push)
+    assert all("DL_IMAGES_BUILDER_KEY" not in s.get("env", {}) for s in steps if "make validate" in s.get("run", ""))
+    assert "DL_IMAGES_BUILDER_KEY" not in render_workflows(matrix())[PR_PATH].decode()

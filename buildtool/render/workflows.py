@@ -231,7 +231,12 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
             "env": {**gpu_env, "DL_IMAGES_BASELINE": HISTORY},
             "steps": [_registry_check(), *setup,
                       {"name": "Build and push ${{ matrix.dev_image }}",
-                       "run": "make push FRAMEWORK='${{ matrix.cell }}'"},
+                       "run": "make push FRAMEWORK='${{ matrix.cell }}'",
+                       # The build jobs' key signs each image's provenance and SBOM (`buildtool keys --role
+                       # builder`, trusted as builder in config/trusted-keys.yaml); the builder id is this run.
+                       "env": {"DL_IMAGES_BUILDER_KEY": "${{ secrets.DL_IMAGES_BUILDER_KEY }}",
+                               "DL_IMAGES_BUILDER_ID": "${{ github.server_url }}/${{ github.repository }}"
+                                                       "/actions/runs/${{ github.run_id }}"}},
                       previous,
                       {"name": "Validate with GPUs and push the signed verdict",
                        "run": "make validate FRAMEWORK='${{ matrix.cell }}'",
