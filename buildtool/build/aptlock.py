@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
+from buildtool.common.files import write_atomic
 from buildtool.contracts.aptlock import (
     APT_LOCK,
     BASE_DPKG,
@@ -249,11 +248,7 @@ def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
         # The digest of a re-made base differs on every machine: a lock whose packages did not move is kept.
         if old is not None and _same_but_origin(old, text):
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
         changed.append(path)
     return changed
 

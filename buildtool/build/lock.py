@@ -34,6 +34,7 @@ from pathlib import Path
 
 from buildtool.build.pipconfig import HostPip, answers, redact
 from buildtool.common.errors import FailedError, UserError
+from buildtool.common.files import write_atomic
 from buildtool.contracts import frameworks
 from buildtool.contracts import versions as version_rules
 from buildtool.contracts.locks import (
@@ -362,11 +363,7 @@ def write_locks(root: Path, cell: Cell, texts: dict[str, str]) -> list[Path]:
         text = texts[name]
         if path.is_file() and path.read_text() == text:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
         changed.append(path)
     return changed
 

@@ -22,16 +22,19 @@ Signing keys (who may sign verdicts is decided by the trusted keys file, not her
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+# The in-toto names, re-exported for the verdict's readers and writers.
+from buildtool.contracts.intoto import DSSE_MEDIA_TYPE as DSSE_MEDIA_TYPE
+from buildtool.contracts.intoto import PAYLOAD_TYPE as PAYLOAD_TYPE
+from buildtool.contracts.intoto import STATEMENT_TYPE as STATEMENT_TYPE
+from buildtool.contracts.intoto import StatementError as StatementError
+from buildtool.contracts.intoto import check_subject, load_statement
+from buildtool.contracts.intoto import statement as intoto_statement
 from buildtool.contracts.verdict import SCHEMA, Verdict, VerdictError, parse_verdict
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 VERDICT_PREDICATE_PREFIX = "https://github.com/dl-images/dl-images/attestations/verdict/v"
 
 
@@ -60,37 +63,19 @@ def dev_key_path() -> Path:
 def statement(repository: str, digest: str, verdict: dict[str, Any]) -> bytes:
     """The statement's bytes (canonical JSON: sorted keys, no spaces); the predicate type names the
     verdict's schema. `verdict` is JSON as signed (Verdict.to_json(); tests sign hand-made ones too)."""
-    algorithm, _, hexdigest = digest.partition(":")
     schema = verdict.get("schema")
-    body = {"_type": STATEMENT_TYPE,
-            "subject": [{"name": repository, "digest": {algorithm: hexdigest}}],
-            "predicateType": verdict_predicate(schema) if isinstance(schema, int) else VERDICT_PREDICATE,
-            "predicate": verdict}
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
-class StatementError(ValueError):
-    """A statement that is not a verdict about the expected digest; the message names why."""
+    predicate_type = verdict_predicate(schema) if isinstance(schema, int) else VERDICT_PREDICATE
+    return intoto_statement(repository, digest, predicate_type, verdict)
 
 
 def read_statement(payload: bytes, digest: str) -> Verdict:
     """The verdict a verified statement carries, parsed (buildtool.contracts.verdict.parse_verdict)
     and checked to be about `digest`."""
-    try:
-        body = json.loads(payload)
-    except ValueError:
-        raise StatementError("malformed: the signed payload is not JSON") from None
-    if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:
-        kind = body.get("_type") if isinstance(body, dict) else "?"
-        raise StatementError(f"not an in-toto Statement v1 (_type {kind!r})")
+    body = load_statement(payload)
     predicate_type = body.get("predicateType")
     if not isinstance(predicate_type, str) or not predicate_type.startswith(VERDICT_PREDICATE_PREFIX):
         raise StatementError(f"not a verdict: predicateType {predicate_type!r}")
-    subject = body.get("subject")
-    subjects: list[Any] = subject if isinstance(subject, list) else []
-    named = [f"{k}:{v}" for s in subjects if isinstance(s, dict) for k, v in (s.get("digest") or {}).items()]
-    if digest not in named:
-        raise StatementError(f"replayed: signed for {', '.join(named) or 'no digest'}, not for {digest}")
+    check_subject(body, digest)
     predicate = body.get("predicate")
     if not isinstance(predicate, dict):
         raise StatementError("malformed: the predicate is not a verdict object")

@@ -36,9 +36,8 @@ def statement(repository: str, digest: str, predicate_type: str, predicate: dict
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def read_statement(payload: bytes, digest: str, predicate_type: str) -> dict[str, Any]:
-    """The predicate of a verified statement, checked to be of `predicate_type` and about `digest`
-    (a statement signed for another digest is a replay); StatementError naming the cause otherwise."""
+def load_statement(payload: bytes) -> dict[str, Any]:
+    """A verified payload -> the statement's JSON object; StatementError when it is not a Statement v1."""
     try:
         body = json.loads(payload)
     except ValueError:
@@ -46,14 +45,26 @@ def read_statement(payload: bytes, digest: str, predicate_type: str) -> dict[str
     if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:
         kind = body.get("_type") if isinstance(body, dict) else "?"
         raise StatementError(f"not an in-toto Statement v1 (_type {kind!r})")
-    if body.get("predicateType") != predicate_type:
-        raise StatementError(f"predicateType {body.get('predicateType')!r}, not {predicate_type}")
+    return body
+
+
+def check_subject(body: dict[str, Any], digest: str) -> None:
+    """StatementError unless the statement's signed subject names `digest` (else it is a replay)."""
     subject = body.get("subject")
     subjects: list[Any] = subject if isinstance(subject, list) else []
     named = [f"{k}:{v}" for s in subjects if isinstance(s, dict) and isinstance(s.get("digest"), dict)
              for k, v in s["digest"].items()]
     if digest not in named:
         raise StatementError(f"replayed: signed for {', '.join(named) or 'no digest'}, not for {digest}")
+
+
+def read_statement(payload: bytes, digest: str, predicate_type: str) -> dict[str, Any]:
+    """The predicate of a verified statement, checked to be of `predicate_type` and about `digest`
+    (a statement signed for another digest is a replay); StatementError naming the cause otherwise."""
+    body = load_statement(payload)
+    if body.get("predicateType") != predicate_type:
+        raise StatementError(f"predicateType {body.get('predicateType')!r}, not {predicate_type}")
+    check_subject(body, digest)
     predicate = body.get("predicate")
     if not isinstance(predicate, dict):
         raise StatementError("malformed: the predicate is not an object")

@@ -17,19 +17,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from buildtool.common.dsse import (
-    EnvelopeError,
     PrivateKey,
     PublicKey,
-    claimed_keyids,
-    open_envelope,
     short,
     sign_envelope,
 )
 from buildtool.contracts import intoto
 from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.contracts.provenance import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
-from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
+from buildtool.registry.attested import Outcome, each_signed, open_signed
+from buildtool.registry.client import RegistryClient
+from buildtool.registry.referrers import Payload, Referrer, attach
 
 BUILDER_ROLE = "builder"     # validate.keys.BUILDER (that layer is above this one)
 ENVELOPE_TITLE = "provenance.intoto.jsonl"
@@ -110,16 +108,9 @@ def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Tru
     valid ones, the one that finished last (signed `finishedOn`), ties by artifact digest."""
     findings = ProvenanceFindings()
     valid: list[tuple[Referrer, str, Provenance]] = []
-    for ref in referrers(client, repo, digest, PROVENANCE_TYPE):
-        try:
-            payloads = fetch(client, repo, ref, digest)
-        except NotFound:
-            findings.rejected.append((ref.digest, "missing: listed, but the artifact is not in the registry"))
-            continue
-        except RegistryError as exc:
-            findings.rejected.append((ref.digest, f"mismatched: {exc}"))
-            continue
-        outcome = verify(payloads, digest, trusted)
+    for ref, opened in each_signed(client, repo, digest, PROVENANCE_TYPE, PREDICATE_TYPE,
+                                   trusted.for_role(BUILDER_ROLE), trusted, BUILDER_ROLE):
+        outcome = _parsed(opened)
         if isinstance(outcome, str):
             findings.rejected.append((ref.digest, outcome))
         else:
@@ -133,22 +124,14 @@ def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Tru
 
 def verify(payloads: list[Payload], digest: str, trusted: TrustedKeys) -> tuple[Provenance, str] | str:
     """(provenance, signing key id) of one artifact's payloads, or why it does not count."""
-    envelopes = [p for p in payloads if p.media_type == intoto.DSSE_MEDIA_TYPE]
-    if len(envelopes) != 1:
-        return f"unsigned: {len(envelopes)} DSSE envelopes in the artifact, not one"
-    data = envelopes[0].data
+    return _parsed(open_signed(payloads, digest, PREDICATE_TYPE, trusted.for_role(BUILDER_ROLE), trusted,
+                               BUILDER_ROLE))
+
+
+def _parsed(opened: Outcome) -> tuple[Provenance, str] | str:
+    if isinstance(opened, str):
+        return opened
     try:
-        opened = open_envelope(data, trusted.for_role(BUILDER_ROLE))
-    except EnvelopeError as exc:
-        # A key trusted in another role only (a tester's) is named as such, not as "untrusted".
-        role = next((why for k in claimed_keyids(data) if (why := trusted.role_problem(k, BUILDER_ROLE))
-                     and k in trusted.keys), "")
-        return role or str(exc)
-    if opened.payload_type != intoto.PAYLOAD_TYPE:
-        return f"not an in-toto statement: payloadType {opened.payload_type!r}"
-    try:
-        predicate = intoto.read_statement(opened.payload, digest, PREDICATE_TYPE)
-        provenance = parse_provenance(predicate, "the signed provenance")
-    except (intoto.StatementError, ProvenanceError) as exc:
+        return parse_provenance(opened[0], "the signed provenance"), opened[1]
+    except ProvenanceError as exc:
         return str(exc)
-    return provenance, opened.keyid

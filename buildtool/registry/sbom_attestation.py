@@ -21,19 +21,18 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey, open_envelope, sign_envelope
+from buildtool.common.dsse import PrivateKey, PublicKey, sign_envelope
 from buildtool.contracts import label_keys
 from buildtool.contracts.intoto import (
     DSSE_MEDIA_TYPE,
     PAYLOAD_TYPE,
     PREDICATE_ANNOTATION,
-    StatementError,
-    read_statement,
     statement,
 )
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
-from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
+from buildtool.registry.attested import each_signed
+from buildtool.registry.client import RegistryClient, RegistryError
+from buildtool.registry.referrers import Payload, Referrer, attach
 from buildtool.registry.sbom import load_sbom
 
 if TYPE_CHECKING:
@@ -140,58 +139,24 @@ def signed_by(client: RegistryClient, repo: str, digest: str, key: PublicKey) ->
 def _find(client: RegistryClient, repo: str, digest: str, keys: dict[str, PublicKey],
           trusted: TrustedKeys | None) -> SbomFindings:
     findings = SbomFindings()
-    for ref in referrers(client, repo, digest, SBOM_ATTESTATION_TYPE):
-        try:
-            payloads = fetch(client, repo, ref, digest)
-        except NotFound:
-            findings.rejected.append((ref.digest, "missing: listed, but the artifact is not in the registry"))
-            continue
-        except RegistryError as exc:
-            findings.rejected.append((ref.digest, f"mismatched: {exc}"))
-            continue
-        outcome = _verify(payloads, digest, keys, trusted)
+    for ref, opened in each_signed(client, repo, digest, SBOM_ATTESTATION_TYPE, SBOM_PREDICATE, keys, trusted,
+                                   BUILDER_ROLE):
+        outcome = opened if isinstance(opened, str) else _cyclonedx(opened[0], digest)
         if isinstance(outcome, str):
             findings.rejected.append((ref.digest, outcome))
         else:
-            document, keyid = outcome
-            findings.found.append(AttestedSbom(document, sbom_digest(document), keyid, ref.digest, ref))
+            findings.found.append(AttestedSbom(outcome, sbom_digest(outcome), opened[1], ref.digest, ref))
     return findings
 
 
-def _verify(payloads: list[Payload], digest: str, keys: dict[str, PublicKey],
-            trusted: TrustedKeys | None) -> tuple[dict[str, Any], str] | str:
-    envelopes = [p for p in payloads if p.media_type == DSSE_MEDIA_TYPE]
-    if len(envelopes) != 1:
-        return f"unsigned: {len(envelopes)} DSSE envelopes in the artifact, not one"
-    try:
-        opened = open_envelope(envelopes[0].data, keys)
-    except EnvelopeError as exc:
-        return (_role_reason(envelopes[0].data, trusted) if trusted else "") or str(exc)
-    if opened.payload_type != PAYLOAD_TYPE:
-        return f"not an in-toto statement: payloadType {opened.payload_type!r}"
-    try:
-        document = read_statement(opened.payload, digest, SBOM_PREDICATE)
-    except StatementError as exc:
-        return str(exc)
+def _cyclonedx(document: dict[str, Any], digest: str) -> dict[str, Any] | str:
+    """The predicate when it is a CycloneDX document about `digest`, else why not."""
     if document.get("bomFormat") != "CycloneDX" or not isinstance(document.get("specVersion"), str):
         return "malformed: the predicate is not a CycloneDX document (bomFormat, specVersion)"
     described = ((document.get("metadata") or {}).get("component") or {}).get("version")
     if described != digest:
         return f"mismatched: the SBOM describes {described}, not {digest}"
-    return document, opened.keyid
-
-
-def _role_reason(data: bytes, trusted: TrustedKeys) -> str:
-    """For an envelope signed by a key trusted in another role only: which key, and its roles."""
-    try:
-        signatures = json.loads(data).get("signatures") or []
-    except (ValueError, AttributeError):
-        return ""
-    for entry in signatures:
-        keyid = str(entry.get("keyid") or "") if isinstance(entry, dict) else ""
-        if keyid in trusted.keys:
-            return trusted.role_problem(keyid, BUILDER_ROLE)
-    return ""
+    return document
 
 
 def plain_sbom_problem(client: RegistryClient, repo: str, digest: str, attested: str) -> str:

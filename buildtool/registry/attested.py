@@ -1,0 +1,66 @@
+"""Signed in-toto attestations attached to an image digest (the provenance, the SBOM attestation): list
+them by artifact type, open each one's DSSE envelope against the keys of one role, and read the
+statement about that digest. What each predicate must say is its reader's business
+(buildtool.registry.provenance, buildtool.registry.sbom_attestation)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from buildtool.common.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
+from buildtool.contracts import intoto
+from buildtool.registry.client import NotFound, RegistryClient, RegistryError
+from buildtool.registry.referrers import Payload, Referrer, fetch, referrers
+
+
+class KeyRoles(Protocol):
+    """What a reader needs of the trusted keys (buildtool.validate.keys.TrustedKeys) to name a role problem."""
+
+    @property
+    def keys(self) -> dict[str, PublicKey]: ...
+
+    def role_problem(self, keyid: str, role: str) -> str: ...
+
+
+Outcome = tuple[dict[str, Any], str] | str     # (predicate, signing key id), or why it does not count
+
+
+def open_signed(payloads: list[Payload], digest: str, predicate_type: str, keys: dict[str, PublicKey],
+                roles: KeyRoles | None, role: str) -> Outcome:
+    """One artifact's payloads -> (predicate, key id) when its one envelope verifies against `keys` and
+    states `predicate_type` about `digest`; else why not (a key trusted only in another role is named so)."""
+    envelopes = [p for p in payloads if p.media_type == intoto.DSSE_MEDIA_TYPE]
+    if len(envelopes) != 1:
+        return f"unsigned: {len(envelopes)} DSSE envelopes in the artifact, not one"
+    data = envelopes[0].data
+    try:
+        opened = open_envelope(data, keys)
+    except EnvelopeError as exc:
+        if roles is not None:
+            for keyid in claimed_keyids(data):
+                if keyid in roles.keys and (why := roles.role_problem(keyid, role)):
+                    return why
+        return str(exc)
+    if opened.payload_type != intoto.PAYLOAD_TYPE:
+        return f"not an in-toto statement: payloadType {opened.payload_type!r}"
+    try:
+        return intoto.read_statement(opened.payload, digest, predicate_type), opened.keyid
+    except intoto.StatementError as exc:
+        return str(exc)
+
+
+def each_signed(client: RegistryClient, repo: str, digest: str, artifact_type: str, predicate_type: str,
+                keys: dict[str, PublicKey], roles: KeyRoles | None, role: str) -> Iterator[tuple[Referrer, Outcome]]:
+    """Every `artifact_type` referrer of repo@digest with what open_signed says of it (an artifact listed
+    but missing, or not what its descriptor says, is a reason too)."""
+    for ref in referrers(client, repo, digest, artifact_type):
+        try:
+            payloads = fetch(client, repo, ref, digest)
+        except NotFound:
+            yield ref, "missing: listed, but the artifact is not in the registry"
+            continue
+        except RegistryError as exc:
+            yield ref, f"mismatched: {exc}"
+            continue
+        yield ref, open_signed(payloads, digest, predicate_type, keys, roles, role)
