@@ -184,7 +184,9 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "") -> Probe:
         container = engine.sdk().containers.create(base_ref, ["sh", "-c", PROBE, "probe", prefs, *install],
                                                    network_mode="host", user="0")
     except RuntimeError as exc:
-        raise FailedError(f"cannot ask the base {base_ref} for its apt packages: {str(exc)[:200]}") from None
+        raise FailedError(f"cannot ask the base {base_ref} for its apt packages: {str(exc)[:200]}; where the base "
+                          "cannot be pulled, set BASE_MIRROR (BASE_MIRROR=127.0.0.1:5000: make lock fills it)") \
+            from None
     try:
         container.start()
         status = container.wait(timeout=PROBE_TIMEOUT)
