@@ -94,3 +94,46 @@ def test_a_push_run_without_a_builder_key_is_refused_before_anything_builds(monk
     with pytest.raises(pytest.fail.Exception):
         keyed.run([])
     assert keyed._key == signing.KEY
+
+
+def _reused(monkeypatch: pytest.MonkeyPatch, pull) -> tuple:  # noqa: ANN001
+    """A push that reused an image by content key: in the registry, not in this engine's store."""
+    from buildtool.build import builder
+
+    calls: list = []
+    monkeypatch.setattr(builder.engine, "image_attrs", lambda ref: None)
+    monkeypatch.setattr(builder.engine, "pull", pull)
+    monkeypatch.setattr(builder.engine, "tag", lambda image, ref: calls.append(("tag", image, ref)))
+    monkeypatch.setattr(builder, "attach_sbom", lambda root, client, repo, digest, ref, *rest: calls.append(
+        ("sbom", digest, ref)) or "sha256:" + "5" * 64)
+    monkeypatch.setattr(builder, "read_locks", lambda root, cell: {})
+    monkeypatch.setattr(builder.Sources, "for_cell", lambda *args: None)
+    fake = SimpleNamespace(options=BuildOptions(push=True), registry=MemRegistry(), _key=signing.KEY, root=Path("."),
+                           _host_pip=object(), log=print, progress=SimpleNamespace(update=lambda *a: None))
+    plan = SimpleNamespace(dev_ref="127.0.0.1:5999/team/pytorch-cpu-dev:abc-2.13",
+                           cell=SimpleNamespace(key="pytorch-cpu:2.13", index_url="", extra_index_urls=()))
+    result = SimpleNamespace(digest="sha256:" + "1" * 64, sbom="")
+    return fake, plan, calls, result
+
+
+def test_an_image_reused_from_the_registry_is_pulled_by_digest_to_make_its_signed_sbom(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dev image built before SBOMs were signed (or by another builder key), reused by content key on a
+    machine that never held it: its SBOM is made from the image pulled by the pushed digest, not refused."""
+    pulled: list[str] = []
+    fake, plan, calls, result = _reused(monkeypatch, pulled.append)
+    Builder._ensure_sbom(fake, plan, result)   # type: ignore[arg-type]
+    pinned = "127.0.0.1:5999/team/pytorch-cpu-dev@sha256:" + "1" * 64
+    assert pulled == [pinned]
+    assert calls == [("tag", pinned, plan.dev_ref), ("sbom", result.digest, plan.dev_ref)]
+    assert result.sbom == "sha256:" + "5" * 64
+
+
+def test_a_reused_image_that_cannot_be_pulled_fails_naming_the_pull(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(ref: str) -> None:
+        raise RuntimeError(f"pull of {ref} failed: manifest unknown")
+
+    fake, plan, calls, result = _reused(monkeypatch, refuse)
+    with pytest.raises(FailedError, match="pulling it to make one failed .pull of .* manifest unknown.; rebuild"):
+        Builder._ensure_sbom(fake, plan, result)   # type: ignore[arg-type]
+    assert calls == []

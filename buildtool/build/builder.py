@@ -352,10 +352,18 @@ class Builder:
                                                                                 signed.digest):
             result.sbom = found.digest
             return
-        local = engine.image_attrs(plan.dev_ref)
-        if local is None:
-            raise FailedError(f"{plan.dev_ref} has no SBOM signed by this builder key in the registry and is not in "
-                              "the local store to make one from; rebuild it with --force --push")
+        if engine.image_attrs(plan.dev_ref) is None:
+            # Reused by content key (built by another commit or machine) and not signed by this key yet: the
+            # SBOM is made from the image itself, pulled by the digest pushed.
+            registry_host, _, _ = split_repo(plan.dev_ref)
+            pinned = f"{registry_host}/{repo}@{result.digest}"
+            self.progress.update(plan.cell.key, "sbom", "pulling the image to probe its packages")
+            try:
+                engine.pull(pinned)
+                engine.tag(pinned, plan.dev_ref)
+            except RuntimeError as exc:
+                raise FailedError(f"{plan.dev_ref} has no SBOM signed by this builder key in the registry, and "
+                                  f"pulling it to make one failed ({exc}); rebuild it with --force --push") from None
         self.progress.update(plan.cell.key, "sbom", "probing the image's packages")
         host = self._host_pip or HostPip.from_host()
         sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
