@@ -113,7 +113,7 @@ def test_a_push_whose_builder_key_cannot_be_read_fails_before_building_naming_it
     with pytest.raises(UserError, match=rf"\$DL_IMAGES_BUILDER_KEY names {missing}, which cannot be read"):
         builder.run([])
     no_key = Builder(ROOT, "", settings, git_revision(ROOT), BuildOptions(push=True), print)
-    with pytest.raises(UserError, match="--push signs each image's provenance, and no builder key was given"):
+    with pytest.raises(UserError, match="--push signs each image's provenance and SBOM, and no builder key was given"):
         no_key.run([])
 
 
