@@ -23,7 +23,7 @@ from buildtool.registry.referrers import referrers
 from buildtool.validate.engine import Resolved
 from buildtool.validate.keys import trusted_entry
 from buildtool.validate.sbomref import verdict_sbom
-from tests import provenance_fixture, signing
+from tests import signing
 from tests.integration.test_release import CPU, HOST, Space, labels_for, push_single, rev
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -35,7 +35,9 @@ def test_verify_on_a_released_image_prints_the_whole_chain(tmp_path: Path) -> No
     space, r = Space(), rev()
     repo = space.dev_repo(CPU)
     digest, _ = push_single(space.client, repo, names.dev_tag(r, CPU.version), labels_for(CPU))
-    provenance_fixture.attest_provenance(space.client, repo, digest)        # push: provenance, SBOM plain and signed
+    # push: the provenance (built at this checkout's HEAD: release wants the release commit or an ancestor),
+    # the SBOM plain and signed
+    signing.attach_provenance(space.client, repo, digest, signing.provenance(CPU))
     signing.attest_sbom(space.client, repo, digest)
     (tmp_path / "config").mkdir()
     keys = tmp_path / "config/trusted-keys.yaml"
@@ -58,8 +60,8 @@ def test_verify_on_a_released_image_prints_the_whole_chain(tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"image   {HOST}/{space.rel_repo(CPU)}@{digest}"
-    assert lines[1].startswith(f"built   by https://ci.example/runs/1 (key {signing.KEY.keyid[:16]} (ci)), from "
-                               f"{'a' * 40}, base 127.0.0.1:5000/debian:bookworm-slim@sha256:")
+    assert lines[1].startswith(f"built   by https://ci.example.invalid/runs/1 (key {signing.KEY.keyid[:16]} (ci)), "
+                               f"from {signing.head_commit()}, base {CPU.base}@{signing.BASE_DIGEST}")
     assert lines[2] == f"sbom    2 components, {named} signed by {signing.KEY.keyid[:16]} (ci)"
     assert lines[3].startswith(f"tested  by ci (key {signing.KEY.keyid[:16]} (ci)), passed, 2 passed, 0 failed")
     assert lines[3].endswith(f"names sbom {named} (matches)") and lines[4] == "result  verified"
