@@ -22,7 +22,7 @@ Figures, each the wall time of whole processes started from a shell, medians of 
   fallback referrers index tag `sha256-<hex>`; no gate, no lock, no notes.
 
 Requests are counted in the proxy per run and printed per image, with the log of request kinds.
-With `--variants`, the argparse fast path and the matrix snapshot are measured on the loopback
+With `--variants N`, the argparse fast path and the matrix snapshot are measured on the loopback
 registry directly (no proxy): each removed in turn by patching it out in the process (`python -c`),
 the same command otherwise.
 """
@@ -59,6 +59,26 @@ from tests import signing  # noqa: E402
 from tests.integration.test_release import labels_for, push_single  # noqa: E402
 
 TIMEOUT = 900
+# The least any correct, gated release of one image of this bench needs (single-arch, one layer, 4
+# referrers of one layer each sharing the empty config, a fresh release repository), request by request.
+LEAST = (
+    (1, "GET the dev manifest by its tag (digest and bytes)"),
+    (1, "GET the image config blob (the labels gate: cell, base and its digest)"),
+    (1, "GET the referrers (the fallback index tag on a registry without the referrers API)"),
+    (6, "GET manifest + blob of the verdict, the provenance and the SBOM attestation (each signature checked)"),
+    (1, "GET the plain SBOM's manifest (its bytes are copied; its blob is mounted, not read)"),
+    (1, "GET the release repository's tags (version tags are never overwritten; fresh: none there)"),
+    (7, "POST blob mounts: image config + layer, 4 referrer layers, the shared empty config"),
+    (3, "PUT the image manifest under each of its 3 tags (no multi-tag PUT in the distribution API)"),
+    (4, "PUT the 4 referrer manifests by digest"),
+    (1, "PUT the referrers index under its fallback tag"),
+)
+# What this project's concurrency rules add per release repository (buildtool.release.lock, the re-check).
+LOCKED = (
+    (4, "the release lock (its config is the empty blob mounted above): GET is it free, PUT it, GET it back "
+        "after the settle wait, PUT it released"),
+    (3, "the re-check of the 3 tags after the last write (a late write is caught and repaired)"),
+)
 TAGS_PER_IMAGE = 3
 # The command as each variant runs it: `python -c CODE release ...`; the patches remove one shortcut.
 RUN = "import sys\n{patch}\nfrom buildtool.cli import main\nmain(sys.argv[1:])"
@@ -139,8 +159,8 @@ def main() -> None:
     parser.add_argument("--size-mb", type=float, default=4.0, help="the random layer of each image")
     parser.add_argument("--registry", default=os.environ.get("REGISTRY_HOST", "127.0.0.1:5000"))
     parser.add_argument("--skopeo", default="skopeo")
-    parser.add_argument("--variants", action="store_true", help="also measure the fast path and the snapshot")
-    parser.add_argument("--log", action="store_true", help="print the proxy's request log per command")
+    parser.add_argument("--variants", type=int, default=0, metavar="RUNS",
+                        help="also measure the fast path and the snapshot, RUNS rounds (0: not)")
     args = parser.parse_args()
     cells = [c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells if not c.needs_gpu]
     prefix = f"t-bench-{uuid.uuid4().hex[:8]}"
@@ -206,7 +226,7 @@ def main() -> None:
                 counts[name].append(proxy.take())
         variant_times: dict[str, list[float]] = collections.defaultdict(list)
         if args.variants:
-            for i in range(args.runs):
+            for i in range(args.variants):
                 for label, patch in VARIANTS.items():
                     for extra in ((), ("--dry-run",)):
                         key = f"{' '.join(('buildtool release', *extra))} [{label}]"
@@ -229,6 +249,11 @@ def report(args: argparse.Namespace, cells: list[Cell], commands: list, times: d
             / len(cells)
         median = statistics.median(times[name])
         print(f"{name:<30} {median:9.3f} {min(times[name]):7.3f} {median / base:14.2f} {per_image:15.1f}  {what}")
+    least, locked = sum(n for n, _ in LEAST), sum(n for n, _ in LOCKED)
+    print(f"\nLeast any correct release needs per image: {least} requests; {least + locked} with this project's "
+          "lock and re-check (per release, add 1 GET /v2/ and 1 referrers API probe):")
+    for n, what in (*LEAST, *LOCKED):
+        print(f"  {n:3d}  {what}")
     for name, _, _ in commands:
         merged: collections.Counter[str] = collections.Counter()
         for counter in counts[name]:
@@ -237,7 +262,7 @@ def report(args: argparse.Namespace, cells: list[Cell], commands: list, times: d
         for kind, n in merged.most_common():
             print(f"  {n / args.runs / len(cells):6.1f}  {kind}")
     if variant_times:
-        print(f"\nShortcuts, loopback registry (no proxy), medians (min) of {args.runs}:")
+        print(f"\nShortcuts, loopback registry (no proxy), medians (min) of {args.variants} rounds:")
         for key, values in variant_times.items():
             print(f"  {key:<75} {statistics.median(values):7.3f} {min(values):7.3f}")
     print(json.dumps({"times": times, "variants": variant_times}), file=sys.stderr)
