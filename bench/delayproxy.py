@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import re
 import threading
 import time
@@ -100,11 +101,10 @@ class DelayProxy:
             return
         # The handshake's round trip: nothing the client sent reaches the registry before it.
         not_before = opened + 2 * self.delay_s
-        try:
+        # On shutdown the task ends normally: asyncio logs a connection task that ends cancelled.
+        with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(self._pump(client_r, up_w, not_before, count=True),
                                  self._pump(up_r, client_w, 0.0, count=False), return_exceptions=True)
-        except asyncio.CancelledError:
-            pass    # the proxy is shutting down: end quietly (asyncio logs a connection task that ends cancelled)
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, not_before: float,
                     count: bool) -> None:
