@@ -147,6 +147,14 @@ def skopeo_script(skopeo: str, host: str, images: list[tuple[Cell, str, str, str
     return "\n".join(lines) + "\n"
 
 
+def refused(patch: str, frameworks: str, project: Path, env: dict[str, str]) -> None:
+    done = subprocess.run([sys.executable, "-c", RUN.format(patch=patch), "release", "--version", "x.y", "-f",
+                           frameworks], cwd=project, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    if done.returncode != 2 or "is not a version" not in done.stderr:
+        raise SystemExit(f"release --version x.y: expected exit 2 naming the version, got {done.returncode}: "
+                         f"{done.stderr[-800:]}")
+
+
 def timed(action: Callable[[], object]) -> float:
     start = time.perf_counter()
     action()
@@ -243,6 +251,10 @@ def main() -> None:
                         key = f"{' '.join(('buildtool release', *extra))} [{label}]"
                         variant_times[key].append(cpu_timed(lambda p=patch, e=extra, n=i: release(  # type: ignore[misc]
                             args.registry, f"v{n}-{uuid.uuid4().hex[:6]}", *e, patch=p)))
+                    # Start-up alone: a bad --version is refused after parsing and loading the matrix,
+                    # before any registry request (exit 2), so no registry noise is in this row.
+                    key = f"buildtool release --version x.y (bad input, exit 2) [{label}]"
+                    variant_times[key].append(cpu_timed(lambda p=patch: refused(p, frameworks, project, env)))  # type: ignore[misc]
     cleanup(client, made)
     report(args, cells, commands, times, counts, variant_times)
 
