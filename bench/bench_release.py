@@ -269,7 +269,7 @@ def report(args: argparse.Namespace, cells: list[Cell], commands: list, times: d
               "(min), CPU median (user + system of the process)")
         for key, values in variant_times.items():
             wall, cpu = [v[0] for v in values], [v[1] for v in values]
-            print(f"  {key:<75} {statistics.median(wall):7.3f} ({min(wall):.3f}) {statistics.median(cpu):7.3f}")
+            print(f"  {key:<95} {statistics.median(wall):7.3f} ({min(wall):.3f}) {statistics.median(cpu):7.3f}")
     print(json.dumps({"times": times, "variants": variant_times}), file=sys.stderr)
     if not times:
         return
