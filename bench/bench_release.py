@@ -133,8 +133,9 @@ def make_image(client: RegistryClient, cell: Cell, repo: str, tag: str, size: in
 def skopeo_script(skopeo: str, host: str, images: list[tuple[Cell, str, str, str, list[str]]], dest_prefix: str,
                   version: str) -> str:
     """The shell loop: every tag and every referrer a release makes, one `skopeo copy` each. skopeo 1.9
-    cannot keep the digest of the fallback referrers index (it reads an index without `mediaType` as a
-    Docker list and must convert it), so that one copy alone is made without --preserve-digests."""
+    refuses to keep the digest of the fallback referrers index ("Manifest list must be converted to type
+    application/vnd.oci.image.index.v1+json ... Instructed to preserve digests"), so that one copy alone
+    is made without --preserve-digests."""
     tls = "--src-tls-verify=false --dest-tls-verify=false"
     lines = ["set -eu"]
     for cell, repo, tag, digest, artifacts in images:
