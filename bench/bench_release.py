@@ -1,40 +1,43 @@
-"""Release one image as a whole process, beside what a user would otherwise run, each as a whole process.
+"""Release every validated cell of the matrix through a far registry, beside a skopeo loop making the same copies.
 
-    python3 bench/bench_release.py [--runs 7] [--size-mb 16] [--registry 127.0.0.1:5000]
+    python3 bench/bench_release.py [--runs 5] [--delay-ms 20] [--size-mb 4] [--registry 127.0.0.1:5000]
 
-Every figure is the wall time of a complete command started from a shell (`subprocess.run`), so
-interpreter start-up, imports, configuration and every registry round trip are in it; medians of
-`--runs` runs, each into a fresh repository, printed side by side with the ratio to skopeo:
+The cells are the matrix's CPU cells (the ones a runner here can validate). Each gets a releasable dev
+image written straight into the registry under a throwaway `t-bench-<random>/` prefix: one random
+layer, the labels a build sets, its SBOM (plain and signed, as push attaches them), signed provenance
+from a builder key and a signed verdict (schema 4, the image-tests of the bench's own commit, every
+test the cell's groups define) from a tester key; both keys are made for the run and trusted by a
+throwaway copy of the project (config/trusted-keys.yaml). The registry is put 20 ms away (each way)
+by bench/delayproxy.py; every command below talks to the proxy, never to the registry itself.
 
-- `buildtool release` (the real command: matrix, git revision, gates, signed verdict verified,
-  lock, 3 tags, attestation copied, re-check, release notes and catalogue written);
-- `buildtool release --dry-run` (the same reads and gates, nothing written);
-- `skopeo copy --preserve-digests` of the same image, blobs warm (already in the registry, skopeo's
-  blob-info cache primed by one copy before the timed runs): one tag, no gates;
-- `docker pull` + `tag` + `push` with the layers already in the engine: one tag, no gates (the docker
-  client DOCKER_CLIENT chooses);
-- start-up alone: `buildtool --help` and `python -c pass`;
-- the imports of a release alone: the interpreter importing every module one release imports
-  (the list read from `-X importtime` of an untimed release), doing nothing else. The release
-  cannot be faster than this row: it is the floor set by Python and the libraries it uses;
-- the least any Python release with signed verdicts imports: the standard library's HTTP client
-  and JSON, and cryptography's Ed25519 (no YAML, no templates, none of buildtool).
+Figures, each the wall time of whole processes started from a shell, medians of `--runs` rounds
+(every command once per round, each into a fresh release repository):
 
-The image is a `docker import` of random bytes labelled as cell pytorch-cpu:2.13, pushed under a
-throwaway `t-bench-<random>/` prefix; its verdict is a schema-2 verdict signed with a key made for
-the run and trusted by a throwaway copy of the project (it measures promotion, not validation).
+- `buildtool release -f <every CPU cell>`: the real command (gates, signed verdict and provenance and
+  SBOM checked, lock, 3 tags per image, the 4 referrers and the referrers index copied, re-check,
+  release notes and catalogue written);
+- `buildtool release --dry-run`: the same reads and gates, nothing written;
+- the skopeo loop: one `bash` running `skopeo copy --preserve-digests` per tag (3 per image) and per
+  referrer (verdict, provenance, SBOM, SBOM attestation: each artifact manifest by digest) and the
+  fallback referrers index tag `sha256-<hex>`; no gate, no lock, no notes.
+
+Requests are counted in the proxy per run and printed per image, with the log of request kinds.
+With `--variants N`, the argparse fast path and the matrix snapshot are measured on the loopback
+registry directly (no proxy): each removed in turn by patching it out in the process (`python -c`),
+the same command otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import uuid
@@ -44,178 +47,255 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from buildtool.common import docker_cli  # noqa: E402
-from buildtool.common.dsse import generate  # noqa: E402
-from buildtool.contracts import label_keys, names  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
+from bench.delayproxy import DelayProxy  # noqa: E402
+from buildtool.common.dsse import PrivateKey, generate  # noqa: E402
+from buildtool.contracts import names  # noqa: E402
+from buildtool.matrix.plan import git_revision  # noqa: E402
+from buildtool.matrix.schema import Cell, load_matrix  # noqa: E402
 from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
-from buildtool.validate.keys import SigningKey, trusted_entry  # noqa: E402
-from buildtool.validate.verdicts import attest  # noqa: E402
+from buildtool.registry.referrers import referrers  # noqa: E402
+from buildtool.validate.collect import defined_tests, image_tests_hash  # noqa: E402
+from buildtool.validate.keys import BUILDER, TESTER, trusted_entry  # noqa: E402
+from tests import signing  # noqa: E402
+from tests.integration.test_release import labels_for, push_single  # noqa: E402
 
 TIMEOUT = 900
-MINIMAL_IMPORTS = "import http.client, json, cryptography.hazmat.primitives.asymmetric.ed25519"
-CELL = "pytorch-cpu:2.13"
+# The least any correct, gated release of one image of this bench needs (single-arch, one layer, 4
+# referrers of one layer each sharing the empty config, a fresh release repository), request by request.
+LEAST = (
+    (1, "GET the dev manifest by its tag (digest and bytes)"),
+    (1, "GET the image config blob (the labels gate: cell, base and its digest)"),
+    (1, "GET the referrers (the fallback index tag on a registry without the referrers API)"),
+    (6, "GET manifest + blob of the verdict, the provenance and the SBOM attestation (each signature checked)"),
+    (1, "GET the plain SBOM's manifest (its bytes are copied; its blob is mounted, not read)"),
+    (1, "GET the release repository's tags (version tags are never overwritten; fresh: none there)"),
+    (7, "POST blob mounts: image config + layer, 4 referrer layers, the shared empty config"),
+    (3, "PUT the image manifest under each of its 3 tags (no multi-tag PUT in the distribution API)"),
+    (4, "PUT the 4 referrer manifests by digest"),
+    (1, "PUT the referrers index under its fallback tag"),
+)
+# What this project's concurrency rules add per release repository (buildtool.release.lock, the re-check).
+LOCKED = (
+    (4, "the release lock (its config is the empty blob mounted above): GET is it free, PUT it, GET it back "
+        "after the settle wait, PUT it released"),
+    (3, "the re-check of the 3 tags after the last write (a late write is caught and repaired)"),
+)
+TAGS_PER_IMAGE = 3
+# The command as each variant runs it: `python -c CODE release ...`; the patches remove one shortcut.
+RUN = "import sys\n{patch}\nfrom buildtool.cli import main\nmain(sys.argv[1:])"
+VARIANTS = {
+    "as is": "",
+    "no argparse fast path (typer parses)": "import buildtool.cli as c\nc._fast_path = lambda args: False",
+    "no matrix snapshot (matrix loaded)": ("from buildtool.cli.console import Project\n"
+                                           "Project.load_fast = Project.load\n"
+                                           "import buildtool.matrix.snapshot as s\ns.write = lambda *a: None"),
+    "neither": ("import buildtool.cli as c\nc._fast_path = lambda args: False\n"
+                "from buildtool.cli.console import Project\nProject.load_fast = Project.load\n"
+                "import buildtool.matrix.snapshot as s\ns.write = lambda *a: None"),
+}
 
 
 def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, **kw)  # type: ignore[call-overload]
     if result.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:4])} failed ({result.returncode}): {(result.stdout + result.stderr)[-600:]}")
+        output = (result.stdout + result.stderr)[-1500:]
+        raise SystemExit(f"{' '.join(argv[:6])} failed ({result.returncode}): {output}")
     return result
 
 
-def timed(action: Callable[[int], None], runs: int) -> list[float]:
-    times = []
-    for i in range(runs):
-        start = time.perf_counter()
-        action(i)
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def make_project(work: Path, key_pub: str) -> Path:
-    """A copy of the project's matrix, templates and generated files, trusting the bench key, in git."""
+def make_project(work: Path, keys: str) -> Path:
+    """A copy of the project's matrix, templates, image-tests and generated files, trusting `keys`, in git."""
     project = work / "project"
     project.mkdir()
-    for name in ("matrix.yaml",):
-        shutil.copy2(ROOT / name, project / name)
+    shutil.copy2(ROOT / "matrix.yaml", project / "matrix.yaml")
     for folder in ("templates", "dockerfiles", "docs", "image-tests"):
         shutil.copytree(ROOT / folder, project / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.rmtree(project / "docs/releases", ignore_errors=True)
     (project / "config").mkdir()
-    (project / "config/trusted-keys.yaml").write_text("keys:\n" + key_pub)
+    (project / "config/trusted-keys.yaml").write_text("keys:\n" + keys)
     for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=b@e", "-c", "user.name=b", "commit", "-qm", "b"]):
         run(["git", "-C", str(project), *args])
     return project
 
 
-def make_image(docker: str, ref: str, size_mb: int, labels: dict[str, str], work: Path) -> None:
-    payload = work / "payload.bin"
-    payload.write_bytes(os.urandom(size_mb << 20))
-    with tarfile.open(work / "rootfs.tar", "w") as tar:
-        tar.add(payload, arcname="opt/payload.bin")
-    argv = [docker, "import"]
-    for key, value in labels.items():
-        argv += ["--change", f"LABEL {key}={value}"]
-    run([*argv, str(work / "rootfs.tar"), ref])
+def make_image(client: RegistryClient, cell: Cell, repo: str, tag: str, size: int, commit: str, code: str,
+               tests_dir: Path, builder: PrivateKey, tester: PrivateKey) -> str:
+    """A releasable dev image of `cell`: as push and validate leave it (see the module's docstring)."""
+    digest, _ = push_single(client, repo, tag, labels_for(cell), size)
+    signing.attest_sbom(client, repo, digest, key=builder)
+    signing.attach_provenance(client, repo, digest, signing.provenance(cell, revision=commit), key=builder)
+    defined = defined_tests(cell, tests_dir, code)
+    tests = [signing.result(t, gpu=gpu) for t, gpu in defined.items()]
+    signing.attest(client, repo, digest, signing.verdict(cell, digest, tests=tests, test_code=code), key=tester)
+    return digest
+
+
+def skopeo_script(skopeo: str, host: str, images: list[tuple[Cell, str, str, str, list[str]]], dest_prefix: str,
+                  version: str) -> str:
+    """The shell loop: every tag and every referrer a release makes, one `skopeo copy` each. skopeo 1.9
+    refuses to keep the digest of the fallback referrers index ("Manifest list must be converted to type
+    application/vnd.oci.image.index.v1+json ... Instructed to preserve digests"), so that one copy alone
+    is made without --preserve-digests."""
+    tls = "--src-tls-verify=false --dest-tls-verify=false"
+    lines = ["set -eu"]
+    for cell, repo, tag, digest, artifacts in images:
+        src, dest = f"docker://{host}/{repo}", f"docker://{host}/{dest_prefix}/{cell.name}"
+        tags = [f"{cell.version}-{version}", cell.version, "latest"]
+        lines += [f"{skopeo} copy -q --preserve-digests {tls} {src}:{tag} {dest}:{t}" for t in tags]
+        lines += [f"{skopeo} copy -q --preserve-digests {tls} {src}@{a} {dest}@{a}" for a in artifacts]
+        index = digest.replace(":", "-")
+        lines.append(f"{skopeo} copy -q --multi-arch index-only {tls} {src}:{index} {dest}:{index}")
+    return "\n".join(lines) + "\n"
+
+
+def refused(patch: str, frameworks: str, project: Path, env: dict[str, str]) -> None:
+    done = subprocess.run([sys.executable, "-c", RUN.format(patch=patch), "release", "--version", "x.y", "-f",
+                           frameworks], cwd=project, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    if done.returncode != 2 or "is not a version" not in done.stderr:
+        raise SystemExit(f"release --version x.y: expected exit 2 naming the version, got {done.returncode}: "
+                         f"{done.stderr[-800:]}")
+
+
+def timed(action: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def cpu_timed(action: Callable[[], object]) -> tuple[float, float]:
+    """(wall, CPU) seconds: the CPU time (user + system) of the processes `action` waited for. What a
+    start-up shortcut saves is CPU work, and CPU time is not lengthened by other load on the machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed(action)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7, help="runs per command (median shown)")
-    parser.add_argument("--size-mb", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=5, help="rounds (median shown); 0: only --variants")
+    parser.add_argument("--delay-ms", type=float, default=20.0, help="added each way by the proxy")
+    parser.add_argument("--size-mb", type=float, default=4.0, help="the random layer of each image")
     parser.add_argument("--registry", default=os.environ.get("REGISTRY_HOST", "127.0.0.1:5000"))
     parser.add_argument("--skopeo", default="skopeo")
+    parser.add_argument("--variants", type=int, default=0, metavar="RUNS",
+                        help="also measure the fast path and the snapshot, RUNS rounds (0: not)")
     args = parser.parse_args()
-    docker = docker_cli.client()
-    cell = {c.key: c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells}[CELL]
+    cells = [c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells if not c.needs_gpu]
     prefix = f"t-bench-{uuid.uuid4().hex[:8]}"
     client = RegistryClient(args.registry)
-    key = generate()
+    builder, tester = generate(), generate()
+    keys = (trusted_entry("bench builder", builder.public(), (BUILDER,))
+            + trusted_entry("bench tester", tester.public(), (TESTER,)))
     python = sys.executable
-    with tempfile.TemporaryDirectory(prefix="bench-release-") as tmp:
+    upstream = args.registry.rsplit(":", 1)
+    made: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-release-") as tmp, \
+            DelayProxy((upstream[0], int(upstream[1])), args.delay_ms / 1000) as proxy:
         work = Path(tmp)
-        project = make_project(work, trusted_entry("bench", key.public()))
-        revision = run(["git", "-C", str(project), "rev-parse", "--short=12", "HEAD"]).stdout.strip()
-        dev_repo, dev_tag = names.dev_repo(prefix, cell.name), names.dev_tag(revision, cell.version)
-        dev_ref = f"{args.registry}/{dev_repo}:{dev_tag}"
-        make_image(docker, dev_ref, args.size_mb, {label_keys.CELL: cell.key,
-                                                   label_keys.OCI_BASE_NAME: cell.base}, work)
-        run([docker, "push", dev_ref])
-        digest = client.manifest_digest(dev_repo, dev_tag)
-        assert digest
-        tests = [{"id": f"{g}/test_bench.py::test_fixture", "group": g, "result": "passed", "duration_s": 0.0,
-                  "message": "bench fixture: promotion only", "skip_code": "", "skip_subject": "", "skip_reason": "",
-                  "gpu": False} for g in cell.tests]
-        verdict = {"schema": 2, "digest": digest, "image": dev_ref, "cell": cell.key, "result": "passed",
-                   "started": "2026-01-01T00:00:00+00:00", "duration_s": 0.0, "test_code": "bench",
-                   "runner": {"hostname": "bench fixture"}, "groups": list(cell.tests),
-                   "defined_tests": [t["id"] for t in tests], "selection": {"expression": None, "deselected": []},
-                   "run_flags": [], "pytest_exit": 0, "tests": tests, "figures": {}}
-        attest(client, dev_repo, digest, verdict, SigningKey(key, "bench", dev=False))
-        # As a user runs it: bytecode cached (a shell that sets PYTHONDONTWRITEBYTECODE would recompile
-        # every module on every run), caches under the bench's own folder.
+        project = make_project(work, keys)
+        revision = git_revision(project)
+        commit = run(["git", "-C", str(project), "rev-parse", "HEAD"]).stdout.strip()
+        # As a user runs it: bytecode cached, caches (the defined tests, the snapshot) under the bench's folder.
+        os.environ["XDG_CACHE_HOME"] = str(work / "cache")
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(REGISTRY=f"{args.registry}/{prefix}", XDG_CACHE_HOME=str(work / "cache"),
-                   XDG_CONFIG_HOME=str(work / "config"))
-        made = [dev_repo]
+        env.update(XDG_CONFIG_HOME=str(work / "config"))
+        code = image_tests_hash(project / "image-tests")
+        images = []
+        for cell in cells:
+            repo, tag = names.dev_repo(prefix, cell.name), names.dev_tag(revision, cell.version)
+            digest = make_image(client, cell, repo, tag, int(args.size_mb * (1 << 20)), commit, code,
+                                project / "image-tests", builder, tester)
+            images.append((cell, repo, tag, digest, [r.digest for r in referrers(client, repo, digest)]))
+            made.append(repo)
+        frameworks = ",".join(c.key for c in cells)
 
-        def release(i: int, *extra: str, python_flags: tuple[str, ...] = ()) -> str:
-            dest = f"{prefix}/rel-{'dry' if extra else 'real'}-{i}"
-            made.append(f"{dest}/{cell.name}")
-            done = run([python, *python_flags, "-m", "buildtool", "release", "--version", f"0.1.{i}", "-f",
-                        cell.name, *extra], cwd=project, env={**env, "RELEASE_REGISTRY": f"{args.registry}/{dest}"})
+        def release(host: str, dest: str, *extra: str, patch: str = "") -> str:
+            made.extend(f"{prefix}/{dest}/{c.name}" for c in cells)
+            version = f"0.1.{uuid.uuid4().int % 10**6}"
+            done = run([python, "-c", RUN.format(patch=patch), "release", "--version", version, "-f", frameworks,
+                        *extra], cwd=project,
+                       env={**env, "REGISTRY": f"{host}/{prefix}", "RELEASE_REGISTRY": f"{host}/{prefix}/{dest}"})
             shutil.rmtree(project / "docs/releases", ignore_errors=True)
             return done.stderr
 
-        src = f"docker://{args.registry}/{dev_repo}:{dev_tag}"
+        def skopeo(dest: str) -> None:
+            made.extend(f"{prefix}/{dest}/{c.name}" for c in cells)
+            script = work / "skopeo.sh"
+            script.write_text(skopeo_script(args.skopeo, proxy.address, images, f"{prefix}/{dest}", "0.1.0"))
+            run(["bash", str(script)], env=env)
 
-        def skopeo(i: int) -> None:
-            dest = f"{prefix}/rel-skopeo-{i}/{cell.name}"
-            made.append(dest)
-            run(["timeout", str(TIMEOUT), args.skopeo, "copy", "-q", "--preserve-digests", "--src-tls-verify=false",
-                 "--dest-tls-verify=false", src, f"docker://{args.registry}/{dest}:{cell.version}-0.1.{i}"])
-
-        def docker_way(i: int) -> None:
-            dest = f"{args.registry}/{prefix}/rel-docker-{i}/{cell.name}:{cell.version}-0.1.{i}"
-            made.append(dest.split("/", 1)[1].rsplit(":", 1)[0])
-            run([docker, "pull", "-q", dev_ref])
-            run([docker, "tag", dev_ref, dest])
-            run([docker, "push", "-q", dest])
-            subprocess.run([docker, "rmi", dest], capture_output=True, timeout=120)
-
-        skopeo(99)          # warm skopeo's blob-info cache (not timed)
-        release(99)         # warm: bytecode, the matrix snapshot, the OS file cache (not timed)
-        modules = imported_modules(release(98, python_flags=("-X", "importtime")))
-        # A name the release tried and failed to import (an optional module of another platform) is
-        # tried here too, and fails the same way.
-        import_all = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n"
-                      "        importlib.import_module(name)\n    except ImportError:\n        pass")
-        methods = [
-            ("buildtool release", "whole process: gates, signed verdict, lock, 3 tags, attestation copy, "
-             "re-check, notes + catalogue", release),
+        # Warm (not timed): bytecode, the snapshot and the defined tests' cache, skopeo's blob-info cache.
+        print(release(proxy.address, "warm-real"), file=sys.stderr)
+        if args.runs:
+            skopeo("warm-skopeo")
+        proxy.take()
+        commands: list[tuple[str, str, Callable[[int], object]]] = [
+            ("buildtool release", f"whole process, {len(cells)} cells: gates, lock, {TAGS_PER_IMAGE} tags + 4 "
+             "referrers + referrers index each, re-check, notes", lambda i: release(proxy.address, f"rel-{i}")),
             ("buildtool release --dry-run", "whole process: the same reads and gates, nothing written",
-             lambda i: release(i, "--dry-run")),
-            ("skopeo copy --preserve-digests", "whole process: one tag, blobs warm, no gates", skopeo),
-            ("docker pull + tag + push", "three whole processes: one tag, layers already in the engine",
-             docker_way),
-            ("buildtool --help", "whole process: start-up and imports only",
-             lambda i: run([python, "-m", "buildtool", "--help"], cwd=project, env=env)),
-            ("python -c pass", "whole process: the interpreter alone", lambda i: run([python, "-c", "pass"])),
-            ("imports of a release alone", f"whole process: the interpreter importing the {len(modules)} modules a "
-             "release imports, nothing else (the floor)",
-             lambda i: run([python, "-c", import_all, *modules], cwd=project, env=env)),
-            ("HTTP + JSON + Ed25519 imports", "whole process: the interpreter importing http.client, json and "
-             "cryptography's Ed25519, nothing else", lambda i: run([python, "-c", MINIMAL_IMPORTS])),
+             lambda i: release(proxy.address, f"dry-{i}", "--dry-run")),
+            ("skopeo loop", f"bash: {TAGS_PER_IMAGE + 5} skopeo copy per image ({TAGS_PER_IMAGE} tags, 4 referrers by "
+             "digest, the referrers index tag); no gates", lambda i: skopeo(f"skopeo-{i}")),
         ]
-        # Round-robin: every method once per round, so a burst of load on a shared machine hits all alike.
-        times: dict[str, list[float]] = {name: [] for name, _, _ in methods}
-        for i in range(args.runs):
-            for name, _, action in methods:
-                times[name] += timed(lambda _i, a=action, n=i: a(n), 1)
-        rows = [(name, what, times[name]) for name, what, _ in methods]
-        run([docker, "rmi", dev_ref])
-        cleanup(client, made)
-    base = statistics.median(next(t for name, _, t in rows if name.startswith("skopeo")))
-    print(f"Whole processes against whole processes: median (min) of {args.runs} rounds (each round runs every "
-          f"command once), each release or copy into a fresh repository; image {args.size_mb} MB; "
-          "ratio = median / skopeo's median.")
-    print(f"{'command':<32} {'median s':>9} {'min s':>7} {'x skopeo':>9}  measured")
-    for name, what, times in rows:
-        print(f"{name:<32} {statistics.median(times):9.3f} {min(times):7.3f} {statistics.median(times) / base:9.2f}  "
-              f"{what}")
-    print(json.dumps({name: times for name, _, times in rows}), file=sys.stderr)
+        times: dict[str, list[float]] = collections.defaultdict(list)
+        counts: dict[str, list[collections.Counter[str]]] = collections.defaultdict(list)
+        for i in range(args.runs):   # round-robin: a burst of load hits every command alike
+            for name, _, action in commands:
+                times[name].append(timed(lambda a=action, n=i: a(n)))   # type: ignore[misc]
+                counts[name].append(proxy.take())
+        variant_times: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+        if args.variants:
+            for i in range(args.variants):
+                for label, patch in VARIANTS.items():
+                    for extra in ((), ("--dry-run",)):
+                        key = f"{' '.join(('buildtool release', *extra))} [{label}]"
+                        variant_times[key].append(cpu_timed(lambda p=patch, e=extra, n=i: release(  # type: ignore[misc]
+                            args.registry, f"v{n}-{uuid.uuid4().hex[:6]}", *e, patch=p)))
+                    # Start-up alone: a bad --version is refused after parsing and loading the matrix,
+                    # before any registry request (exit 2), so no registry noise is in this row.
+                    key = f"buildtool release --version x.y (bad input, exit 2) [{label}]"
+                    variant_times[key].append(cpu_timed(lambda p=patch: refused(p, frameworks, project, env)))  # type: ignore[misc]
+    cleanup(client, made)
+    report(args, cells, commands, times, counts, variant_times)
 
 
-def imported_modules(importtime: str) -> list[str]:
-    """Every module `-X importtime` reported, in order (nesting is not used: imports done in a
-    thread are printed nested under whatever another thread was importing at the time)."""
-    names = [line.rsplit("|", 1)[1].strip() for line in importtime.splitlines()
-             if line.startswith("import time:") and "|" in line]
-    names = [n for n in names if n and n != "imported package"]
-    if not names:
-        raise SystemExit("the release printed no -X importtime lines: cannot measure the import floor")
-    return names
+def report(args: argparse.Namespace, cells: list[Cell], commands: list, times: dict[str, list[float]],
+           counts: dict[str, list[collections.Counter[str]]],
+           variant_times: dict[str, list[tuple[float, float]]]) -> None:
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if variant_times:
+        print(f"\nShortcuts, {len(cells)} cells, loopback registry (no proxy), {args.variants} rounds: wall median "
+              "(min), CPU median (user + system of the process)")
+        for key, values in variant_times.items():
+            wall, cpu = [v[0] for v in values], [v[1] for v in values]
+            print(f"  {key:<95} {statistics.median(wall):7.3f} ({min(wall):.3f}) {statistics.median(cpu):7.3f}")
+    print(json.dumps({"times": times, "variants": variant_times}), file=sys.stderr)
+    if not times:
+        return
+    base = statistics.median(times["skopeo loop"])
+    print(f"\n{len(cells)} cells ({', '.join(c.key for c in cells)}), each image {args.size_mb} MB; registry "
+          f"{args.delay_ms:g} ms away each way (bench/delayproxy.py); medians (min) of {args.runs} rounds of whole "
+          f"processes")
+    print(f"{'command':<30} {'median s':>9} {'min s':>7} {'x skopeo loop':>14} {'requests/image':>15}  measured")
+    for name, what, _ in commands:
+        per_image = statistics.median(sum(c.values()) - c["CONNECT (new TCP connections)"] for c in counts[name]) \
+            / len(cells)
+        median = statistics.median(times[name])
+        print(f"{name:<30} {median:9.3f} {min(times[name]):7.3f} {median / base:14.2f} {per_image:15.1f}  {what}")
+    least, locked = sum(n for n, _ in LEAST), sum(n for n, _ in LOCKED)
+    print(f"\nLeast any correct release needs per image: {least} requests; {least + locked} with this project's "
+          "lock and re-check (per release, add 1 GET /v2/ and 1 referrers API probe):")
+    for n, what in (*LEAST, *LOCKED):
+        print(f"  {n:3d}  {what}")
+    for name, _, _ in commands:
+        merged: collections.Counter[str] = collections.Counter()
+        for counter in counts[name]:
+            merged.update(counter)
+        print(f"\nrequests of `{name}` per image (mean over {args.runs} runs):")
+        for kind, n in merged.most_common():
+            print(f"  {n / args.runs / len(cells):6.1f}  {kind}")
 
 
 def cleanup(client: RegistryClient, repos: list[str]) -> None:
