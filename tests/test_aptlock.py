@@ -11,7 +11,7 @@ import pytest
 
 from buildtool.build import aptlock
 from buildtool.build.engine import last_error_line
-from buildtool.contracts.aptlock import entries_digest, parse_apt_lock, parse_simulation
+from buildtool.contracts.aptlock import entries_digest, parse_apt_lock, parse_deb_hashes, parse_simulation
 from buildtool.matrix.schema import load_matrix
 from buildtool.render.dockerfiles import TemplateError, render_cell_dockerfile
 from tests.conftest import FIXTURE_PROJECT, REPO, fixture_matrix
@@ -103,17 +103,20 @@ def test_a_package_added_to_the_matrix_but_not_locked_is_named(project: Path):
 def test_a_hand_edited_lock_fails_the_offline_check(project: Path, edit):
     path = project / REL
     path.write_text(edit(path.read_text()))
-    assert aptlock.check_cell(project, _cell()) == [
-        f"{REL}: its entries are not the ones `make lock` wrote (edited by hand: a line deleted, added or "
-        f"re-versioned); run `make lock FRAMEWORK={CELL}`"]
+    problems = aptlock.check_cell(project, _cell())
+    assert problems[0] == (f"{REL}: its entries are not the ones `make lock` wrote (edited by hand: a line deleted, "
+                           f"added or re-versioned); run `make lock FRAMEWORK={CELL}`")
+    # debs.sha256 then names the package the edit moved, where it moved one the base does not hold already
+    assert all("debs.sha256 does not list exactly" in p for p in problems[1:]), problems
 
 
 def test_a_base_list_that_is_not_the_locks_is_named(project: Path):
     path = project / "dockerfiles/pytorch/pytorch-cpu/2.13/base.dpkg"
     path.write_text(path.read_text().replace("bash=", "bash=9"))
-    assert aptlock.check_cell(project, _cell()) == [
-        "dockerfiles/pytorch/pytorch-cpu/2.13/base.dpkg is not the base list "
-        f"{REL} was resolved with; run `make lock FRAMEWORK={CELL}`"]
+    problems = aptlock.check_cell(project, _cell())
+    assert problems[0] == ("dockerfiles/pytorch/pytorch-cpu/2.13/base.dpkg is not the base list "
+                           f"{REL} was resolved with; run `make lock FRAMEWORK={CELL}`")
+    assert "debs.sha256 does not list exactly" in problems[1] and "bash=95.2" in problems[1]   # nor its hashes
 
 
 def test_ngc_cells_have_no_apt_step_and_refuse_apt_packages_and_a_stray_lock(project: Path):
@@ -182,11 +185,14 @@ def test_preferences_pin_every_locked_version():
 def test_probe_output_is_read_fail_closed():
     out = ("--- arch\namd64\n--- base\nbash=5.2\n--- plan\nInst procps (2:4.0.2-3 D [amd64])\n"
            "--- pinned\nInst procps (2:4.0.2-2 D [amd64])\n--- served\n"
-           " procps | 2:4.0.2-3 | http://deb.debian.org/debian bookworm/main amd64 Packages\n")
+           " procps | 2:4.0.2-3 | http://deb.debian.org/debian bookworm/main amd64 Packages\n"
+           "--- hashes\nPackage: procps\nVersion: 2:4.0.2-3\nSHA256: " + "c" * 64 + "\nDescription: ps\n top\n\n"
+           "Package: bash\nVersion: 5.2\nDescription: no hash listed\n")
     probe = aptlock.parse_probe(out)
     assert probe.plan == {"procps": "2:4.0.2-3"} and probe.served == {("procps", "2:4.0.2-3")}
     assert probe.pinned == {"procps": "2:4.0.2-2"}
-    with pytest.raises(ValueError, match="the probe printed no served section"):
+    assert probe.hashes == {"procps=2:4.0.2-3": "c" * 64}       # bash's record has no SHA256: not served
+    with pytest.raises(ValueError, match="the probe printed no served, hashes section"):
         aptlock.parse_probe(out[:out.index("--- served")])
     with pytest.raises(ValueError, match="apt-get install -s refused: Version '9' for 'procps' was not found"):
         aptlock.parse_probe(out.replace("Inst procps (2:4.0.2-3 D [amd64])",
@@ -223,3 +229,38 @@ def test_the_unlocked_package_error_is_the_summary_not_the_step_header_that_echo
     assert last_error_line(log) == ("#5 9.870 ERROR: apt added media-types=10.0.0, which apt.lock does not list "
                                     "(another base than it was resolved in); run make lock "
                                     "FRAMEWORK=pytorch-cpu:2.13")
+
+
+# -- the .debs' hashes (the SBOM's) -------------------------------------------------------------------------
+
+def test_debs_sha256_lists_every_package_with_its_hash_or_says_not_served():
+    text = aptlock.deb_hashes_text({"bash": "5.2", "procps": "2:4.0.2-3"}, {"procps=2:4.0.2-3": "c" * 64})
+    assert text.splitlines()[2:] == ["bash=5.2 -", "procps=2:4.0.2-3 " + "c" * 64]
+    assert parse_deb_hashes(text, "debs.sha256") == {"bash=5.2": "-", "procps=2:4.0.2-3": "c" * 64}
+
+
+@pytest.mark.parametrize("line, why", [("procps=2:4.0.2-3", "is not `name=version <sha256 or ->`"),
+                                       ("procps=2:4.0.2-3 " + "c" * 63, "is not `name=version"),
+                                       ("procps=2:4.0.2-3 " + "C" * 64, "is not `name=version")])
+def test_a_malformed_hash_line_is_refused_naming_it(line: str, why: str):
+    with pytest.raises(ValueError, match=f"debs.sha256 line 1: .* {re.escape(why)}"):
+        parse_deb_hashes(line + "\n", "debs.sha256")
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda t: t.replace(t.splitlines()[3] + "\n", ""), "missing"),                       # a package's line deleted
+    (lambda t: t + "zlib1g=9:9 " + "d" * 64 + "\n", "zlib1g=9:9 not locked"),              # a line added
+    (lambda t: t.replace(t.splitlines()[3].split(" ")[0], t.splitlines()[3].split(" ")[0] + "x", 1), "missing"),
+])
+def test_debs_sha256_that_is_not_the_locks_fails_the_offline_check(project: Path, edit, why):
+    path = project / "dockerfiles/pytorch/pytorch-cpu/2.13/debs.sha256"
+    path.write_text(edit(path.read_text()))
+    problems = aptlock.check_cell(project, _cell())
+    assert any("debs.sha256 does not list exactly the packages of base.dpkg and apt.lock" in p and why in p
+               and "make lock" in p for p in problems), problems
+
+
+def test_a_missing_debs_sha256_fails_the_offline_check(project: Path):
+    (project / "dockerfiles/pytorch/pytorch-cpu/2.13/debs.sha256").unlink()
+    problems = aptlock.check_cell(project, _cell())
+    assert any("debs.sha256 is missing (the SBOM's hashes of the Debian packages)" in p for p in problems), problems

@@ -57,7 +57,7 @@ def _project(tmp_path: Path) -> tuple[Path, CellPlan]:
     from buildtool.build.lock import lock_paths
 
     root = tmp_path / "project"
-    for path in [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU)]:
+    for path in [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU), aptlock.hashes_path(root, CPU)]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# {path.name}\n")
     (root / "templates").mkdir()
@@ -122,8 +122,8 @@ def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl
     from buildtool.build import aptlock
     from buildtool.build.lock import lock_paths
 
-    locks = [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU)]    # the apt lock and base.dpkg too
-    assert {"apt.lock", "base.dpkg"} <= {p.name for p in locks}
+    locks = [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU), aptlock.hashes_path(root, CPU)]
+    assert {"apt.lock", "base.dpkg", "debs.sha256"} <= {p.name for p in locks}     # the system layer's files too
     assert {d for d in deps if d.startswith("lock:")} == {f"lock:{p.relative_to(root)}" for p in locks}
     for path in locks:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -232,3 +232,17 @@ def test_an_old_probe_output_is_refused_not_turned_into_a_thin_sbom():
     probe["python_details"]["sympy"]["requires_dist"] = ["mpmath>=>1"]
     with pytest.raises(ValueError, match="sympy 1.14.0: unparseable Requires-Dist"):
         _doc(probe)
+
+
+def test_debian_components_carry_the_deb_sha256_make_lock_recorded():
+    """debs.sha256 (buildtool.build.aptlock) gives each Debian package its .deb's sha256; a version the archive
+    no longer served says so, and an image without that file (probed, NGC) says why it has none."""
+    probe = sbom_probe.probe()
+    hashes = {"bash=5.2.15-2+b8": "a" * 64, "libc6=2.36-9+deb12u10": "-"}
+    doc = sbom.make_sbom(probe, repository=REPOSITORY, digest=DIGEST, facts=FACTS, locks=sbom_probe.LOCKS,
+                         identified={}, deb_hashes=hashes)
+    found = _by_name(doc)
+    assert found["bash"]["hashes"] == [{"alg": "SHA-256", "content": "a" * 64}] and "hash" not in _props(found["bash"])
+    assert "hashes" not in found["libc6"] and _props(found["libc6"])["hash"] == sbom.DEB_NOT_SERVED_NOTE
+    assert "hashes" not in found["debconf"] and _props(found["debconf"])["hash"] == sbom.DEB_HASH_NOTE
+    sbom.validate_sbom(doc)

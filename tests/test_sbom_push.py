@@ -107,6 +107,7 @@ def _reused(monkeypatch: pytest.MonkeyPatch, pull) -> tuple:  # noqa: ANN001
     monkeypatch.setattr(builder, "attach_sbom", lambda root, client, repo, digest, ref, *rest: calls.append(
         ("sbom", digest, ref)) or "sha256:" + "5" * 64)
     monkeypatch.setattr(builder, "read_locks", lambda root, cell: {})
+    monkeypatch.setattr(builder.aptlock, "read_hashes", lambda root, cell: {})
     monkeypatch.setattr(builder.Sources, "for_cell", lambda *args: None)
     fake = SimpleNamespace(options=BuildOptions(push=True), registry=MemRegistry(), _key=signing.KEY, root=Path("."),
                            _host_pip=object(), log=print, progress=SimpleNamespace(update=lambda *a: None))

@@ -29,11 +29,15 @@ from buildtool.common.files import write_atomic
 from buildtool.contracts.aptlock import (
     APT_LOCK,
     BASE_DPKG,
+    DEB_HASHES,
+    NOT_SERVED,
     AptLock,
     entries_digest,
     format_apt_lock,
     parse_apt_lock,
+    parse_deb_hashes,
     parse_entries,
+    parse_package_records,
     parse_simulation,
 )
 from buildtool.matrix.schema import Cell
@@ -117,7 +121,26 @@ def check_cell(root: Path, cell: Cell) -> list[str]:
     else:
         if lock.header["base-packages"].split(" ", 1)[0] != entries_digest(base):
             problems.append(f"{dpkg_path.relative_to(root)} is not the base list {rel} was resolved with; {fix}")
+        problems += _hash_problems(root, cell, {**base, **lock.entries}, fix)
     return problems
+
+
+def _hash_problems(root: Path, cell: Cell, entries: dict[str, str], fix: str) -> list[str]:
+    """DEB_HASHES must list exactly the packages of base.dpkg and apt.lock, at their versions."""
+    path = hashes_path(root, cell)
+    rel = path.relative_to(root)
+    try:
+        hashes = parse_deb_hashes(path.read_text(), str(rel))
+    except OSError:
+        return [f"{rel} is missing (the SBOM's hashes of the Debian packages); {fix}"]
+    except ValueError as exc:
+        return [f"{exc}; {fix}"]
+    wanted = {f"{n}={v}" for n, v in entries.items()}
+    missing, extra = sorted(wanted - set(hashes)), sorted(set(hashes) - wanted)
+    if missing or extra:
+        said = ", ".join([*(f"{k} missing" for k in missing[:3]), *(f"{k} not locked" for k in extra[:3])])
+        return [f"{rel} does not list exactly the packages of {BASE_DPKG} and {APT_LOCK} ({said}); {fix}"]
+    return []
 
 
 # -- asking the base ----------------------------------------------------------------------------
@@ -136,6 +159,11 @@ if [ -n "$prefs" ]; then
   apt-get install -s --no-install-recommends "$@" 2>&1
 fi
 echo "--- served"; apt-cache madison "$@" $(printf '%s' "$prefs" | sed -n 's/^Package: //p') 2>/dev/null || true
+echo "--- hashes"
+{ dpkg-query -W -f '${Package}=${Version}\n'
+  apt-get install -s --no-install-recommends "$@" 2>/dev/null \
+    | sed -n 's/^Inst \([^ :]*\)\(:[^ ]*\)\{0,1\} \(\[[^]]*\] \)\{0,1\}(\([^ ]*\) .*/\1=\4/p'
+} | sort -u | xargs apt-cache show 2>/dev/null || true
 """
 
 
@@ -146,6 +174,7 @@ class Probe:
     plan: dict[str, str]                  # what `make lock` resolves today (no pins)
     served: set[tuple[str, str]]          # (package, version) the archive serves
     pinned: dict[str, str] = field(default_factory=dict)   # the closure with every locked version pinned
+    hashes: dict[str, str] = field(default_factory=dict)   # "name=version" -> the .deb's sha256 (archive's index)
 
 
 def parse_probe(output: str) -> Probe:
@@ -158,7 +187,7 @@ def parse_probe(output: str) -> Probe:
             sections[current] = []
         elif current is not None:
             sections[current].append(line)
-    missing = [s for s in ("arch", "base", "plan", "pinned", "served") if s not in sections]
+    missing = [s for s in ("arch", "base", "plan", "pinned", "served", "hashes") if s not in sections]
     if missing:
         raise ValueError(f"the probe printed no {', '.join(missing)} section")
     errors = [ln for ln in sections["plan"] + sections["pinned"] if ln.startswith("E: ")]
@@ -171,7 +200,8 @@ def parse_probe(output: str) -> Probe:
             served.add((parts[0], parts[1]))
     return Probe(arch="".join(sections["arch"]).strip(), base=parse_entries("\n".join(sections["base"]), "dpkg-query"),
                  plan=parse_simulation("\n".join(sections["plan"])), served=served,
-                 pinned=parse_simulation("\n".join(sections["pinned"])))
+                 pinned=parse_simulation("\n".join(sections["pinned"])),
+                 hashes=parse_package_records("\n".join(sections["hashes"])))
 
 
 def run_probe(base_ref: str, install: list[str], prefs: str = "") -> Probe:
@@ -224,8 +254,34 @@ def base_source(base_ref: str) -> str:
 
 # -- writing --------------------------------------------------------------------------------------
 
-def lock_text(cell: Cell, probe: Probe, resolved_in: str) -> tuple[str, str]:
-    """(apt.lock, base.dpkg) texts for a probe of the cell's base."""
+def hashes_path(root: Path, cell: Cell) -> Path:
+    return (root / cell.dockerfile).parent / DEB_HASHES
+
+
+def deb_hashes_text(entries: dict[str, str], hashes: dict[str, str]) -> str:
+    """DEB_HASHES for `entries` (name -> version): each .deb's sha256, NOT_SERVED where the archive had none."""
+    lines = [f"{n}={v} {hashes.get(f'{n}={v}', NOT_SERVED)}\n" for n, v in sorted(entries.items())]
+    return (f"# GENERATED FILE - DO NOT EDIT (`make lock`). The sha256 of the .deb of each package of {BASE_DPKG} "
+            f"and {APT_LOCK},\n# as the Debian archive's index listed it ({NOT_SERVED}: that version was no longer "
+            "served); the SBOM's hashes.\n" + "".join(lines))
+
+
+def read_hashes(root: Path, cell: Cell) -> dict[str, str]:
+    """The cell's DEB_HASHES ("name=version" -> sha256 or NOT_SERVED); {} for a cell without an apt step.
+    UserError naming the file when it is missing or broken."""
+    if not has_apt_step(cell):
+        return {}
+    path = hashes_path(root, cell)
+    try:
+        return parse_deb_hashes(path.read_text(), str(path.relative_to(root)))
+    except OSError:
+        raise UserError(f"{path.relative_to(root)} is missing; run `make lock FRAMEWORK={cell.key}`") from None
+    except ValueError as exc:
+        raise UserError(f"{exc}; run `make lock FRAMEWORK={cell.key}`") from None
+
+
+def lock_text(cell: Cell, probe: Probe, resolved_in: str) -> tuple[str, str, str]:
+    """(apt.lock, base.dpkg, debs.sha256) texts for a probe of the cell's base."""
     preamble = [
         f"GENERATED FILE - DO NOT EDIT. Refresh with `make lock FRAMEWORK={cell.key}`.",
         f"Lock of cell {cell.key}, system layer: every Debian package its apt step installs on top of its base",
@@ -236,16 +292,18 @@ def lock_text(cell: Cell, probe: Probe, resolved_in: str) -> tuple[str, str]:
               "base-packages": f"{entries_digest(probe.base)} ({len(probe.base)} in {BASE_DPKG})", "arch": ARCH}
     dpkg = (f"# GENERATED FILE - DO NOT EDIT. The packages of the base {APT_LOCK} was resolved in: "
             f"dpkg-query -W inside\n# {resolved_in}\n" + base_body)
-    return format_apt_lock(header, probe.plan, preamble), dpkg
+    return (format_apt_lock(header, probe.plan, preamble), dpkg,
+            deb_hashes_text({**probe.base, **probe.plan}, probe.hashes))
 
 
 def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
-    """Resolve a pip cell's apt lock in its base and write apt.lock and base.dpkg; returns what changed."""
+    """Resolve a pip cell's apt lock in its base and write apt.lock, base.dpkg and debs.sha256; returns what
+    changed."""
     log(f"[{cell.key}] resolving its Debian packages in {base_ref}")
     probe = run_probe(base_ref, named_packages(cell))
     texts = lock_text(cell, probe, base_source(base_ref))
     changed = []
-    for path, text in zip(paths(root, cell), texts, strict=True):
+    for path, text in zip((*paths(root, cell), hashes_path(root, cell)), texts, strict=True):
         old = path.read_text() if path.is_file() else None
         # The digest of a re-made base differs on every machine: a lock whose packages did not move is kept.
         if old is not None and _same_but_origin(old, text):

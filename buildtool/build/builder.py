@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from buildtool.build import engine
+from buildtool.build import aptlock, engine
 from buildtool.build.bases import fill_bases, is_loopback_registry, outdated_recipe, push_verified, recipe_suite
 from buildtool.build.contents import attach_sbom
 from buildtool.build.lock import locked_versions, read_locks
@@ -368,7 +368,8 @@ class Builder:
         host = self._host_pip or HostPip.from_host()
         sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
         result.sbom = attach_sbom(self.root, self.registry, repo, result.digest, plan.dev_ref,
-                                  read_locks(self.root, plan.cell), sources, self.log, key)
+                                  read_locks(self.root, plan.cell), sources, self.log, key,
+                                  aptlock.read_hashes(self.root, plan.cell))
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""

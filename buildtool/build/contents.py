@@ -74,7 +74,8 @@ def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:
 
 
 def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, local_ref: str,
-                locks: Mapping[str, LockFile], sources: Sources, log: Log, key: PrivateKey) -> str:
+                locks: Mapping[str, LockFile], sources: Sources, log: Log, key: PrivateKey,
+                deb_hashes: Mapping[str, str] | None = None) -> str:
     """Probe the local image, check it against its lock, attach its SBOM to repo@digest, plain and
     signed with the builder's `key` (`locks`: the cell's lock files, whose hashes the SBOM's Python
     components carry; `sources`: the indexes that say which of several locked files was installed).
@@ -98,7 +99,8 @@ def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, loca
     try:
         identified = wheel_hashes.identify(found.get("python_details") or {}, locks, sources, log)
         document = sbom.make_sbom(found, repository=f"{client.host}/{repo}", digest=digest,
-                                  facts=facts(labels, found), locks=locks, identified=identified)
+                                  facts=facts(labels, found), locks=locks, identified=identified,
+                                  deb_hashes=deb_hashes)
     except ValueError as exc:
         raise FailedError(f"the SBOM of {local_ref} cannot be made: {exc}") from None
     sbom.validate_sbom(document)

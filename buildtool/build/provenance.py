@@ -125,8 +125,10 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
     if labels.cell and labels.cell != cell.key:
         raise FailedError(f"{plan.dev_ref} is labelled {label_keys.CELL}={labels.cell}, not {cell.key}")
     locks = []
-    # The Python locks, and for a cell with an apt step its apt lock and the base's package list it sits on.
-    files = [*lock_paths(root, cell).values(), *(aptlock.paths(root, cell) if aptlock.has_apt_step(cell) else ())]
+    # The Python locks, and for a cell with an apt step its apt lock, the base's package list it sits on and
+    # the .debs' hashes.
+    apt = (*aptlock.paths(root, cell), aptlock.hashes_path(root, cell)) if aptlock.has_apt_step(cell) else ()
+    files = [*lock_paths(root, cell).values(), *apt]
     try:
         for path in files:
             locks.append({"name": f"{LOCK_PREFIX}{path.relative_to(root)}", "digest": {"sha256": sha256_file(path)}})

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 APT_LOCK = "apt.lock"
 BASE_DPKG = "base.dpkg"
+DEB_HASHES = "debs.sha256"      # the sha256 of each .deb of base.dpkg and apt.lock, as the archive listed it
+NOT_SERVED = "-"                # in DEB_HASHES: the archive no longer served that version when `make lock` ran
 APT_FORMAT = "1"
 HEADER_KEYS = ("format", "inputs", "base", "resolved-in", "base-packages", "arch", "entries")
 # Debian policy: a package name is [a-z0-9][a-z0-9+.-]+; a version [epoch:]upstream[-revision].
@@ -58,6 +60,37 @@ def parse_entries(text: str, what: str) -> dict[str, str]:
         if match["name"] in found:
             raise ValueError(f"{where} {number}: {match['name']} is listed twice")
         found[match["name"]] = match["version"]
+    return found
+
+
+_HASH_LINE = re.compile(rf"^(?P<name>{_NAME})=(?P<version>{_VERSION}) (?P<sha>[0-9a-f]{{64}}|{re.escape(NOT_SERVED)})$")
+
+
+def parse_deb_hashes(text: str, what: str) -> dict[str, str]:
+    """`name=version sha256` lines of DEB_HASHES -> {"name=version": sha256 or NOT_SERVED}; ValueError naming
+    the first bad line (a hash never defaults to anything)."""
+    found: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = _HASH_LINE.match(line)
+        if not match:
+            raise ValueError(f"{what} line {number}: {line[:100]!r} is not `name=version <sha256 or {NOT_SERVED}>`")
+        key = f"{match['name']}={match['version']}"
+        if key in found:
+            raise ValueError(f"{what} line {number}: {key} is listed twice")
+        found[key] = match["sha"]
+    return found
+
+
+def parse_package_records(output: str) -> dict[str, str]:
+    """`apt-cache show` records -> {"name=version": SHA256}; a record without its SHA256 is left out, and so
+    counts as not served."""
+    found: dict[str, str] = {}
+    for record in output.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in record.splitlines() if ": " in line and not line[0].isspace())
+        if {"Package", "Version", "SHA256"} <= set(fields) and re.fullmatch(r"[0-9a-f]{64}", fields["SHA256"]):
+            found.setdefault(f"{fields['Package']}={fields['Version']}", fields["SHA256"])
     return found
 
 

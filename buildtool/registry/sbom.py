@@ -37,14 +37,18 @@ SBOM_TITLE = "sbom.cdx.json"
 HEADLINE = ("framework", "python", "cuda", "base")
 GENERATOR = "dl-images-buildtool"     # metadata.tools: this project's distribution, at its installed version
 DEB_HASH_NOTE = "not recorded: dpkg keeps per-file md5sums, not the hash of the .deb it installed"
+DEB_NOT_SERVED_NOTE = "unknown: the Debian archive no longer served this version when `make lock` ran"
 
 
 def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dict[str, str],
-              locks: Mapping[str, LockFile], identified: Mapping[str, str]) -> dict[str, Any]:
+              locks: Mapping[str, LockFile], identified: Mapping[str, str],
+              deb_hashes: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A CycloneDX 1.6 document (as a dict) for the image `repository@digest`. `locks` are the cell's
     lock files by file name (empty for an image not installed from locks): a Python component whose
     version a lock pins gets that lock's sha256 when the lock admits exactly one file, or the one of
-    its hashes `identified` names (name -> sha256, buildtool.build.wheel_hashes)."""
+    its hashes `identified` names (name -> sha256, buildtool.build.wheel_hashes). `deb_hashes` (the
+    cell's debs.sha256: "name=version" -> sha256 or "-") gives Debian components the .deb's sha256;
+    a package it does not list says why it has none."""
     import uuid  # here, with cyclonedx: release reads SBOMs and never makes one
 
     from cyclonedx.model import HashAlgorithm, HashType, Property
@@ -89,10 +93,13 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
         for deb in debs:
             purl = PackageURL("deb", namespace=namespace, name=deb.name, version=deb.version,
                               qualifiers=deb.qualifiers(distro))
-            props = [Property(name=f"{PROPERTY}:hash", value=DEB_HASH_NOTE)]
+            sha256 = (deb_hashes or {}).get(f"{deb.name}={deb.version}", "")
+            props = [] if len(sha256) == 64 else \
+                [Property(name=f"{PROPERTY}:hash", value=DEB_NOT_SERVED_NOTE if sha256 else DEB_HASH_NOTE)]
             props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r) for r in deb_missing.get(deb.key, [])]
             by_ref[deb.key] = Component(
                 type=ComponentType.LIBRARY, name=deb.name, version=deb.version, purl=purl, bom_ref=str(purl),
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if len(sha256) == 64 else None,
                 licenses=_names(deb.licenses or ()), properties=props)
             edges[deb.key] = deb_edges[deb.key]
 

@@ -13,6 +13,7 @@ import pytest
 
 from buildtool.build import aptlock, engine
 from buildtool.build.bases import fill_bases
+from buildtool.contracts.aptlock import parse_entries
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import load_matrix
 from buildtool.render.dockerfiles import render_cell_dockerfile
@@ -45,6 +46,11 @@ def test_resolution_in_the_base_matches_the_committed_lock_and_re_resolves_clean
     assert fresh.entries == committed.entries and fresh.inputs == committed.inputs
     assert "openssl" in fresh.entries and "python3.11" in fresh.entries
     assert aptlock.cell_drift(ROOT, cell, base, log=lambda line: None) == []
+    # Every package of the base and of the lock gets its .deb's sha256 from the archive's index (the SBOM's).
+    hashes = aptlock.read_hashes(tmp_path, cell)
+    assert hashes == aptlock.read_hashes(ROOT, cell)
+    assert len(hashes) == len(fresh.entries) + len(parse_entries((folder / "base.dpkg").read_text(), ""))
+    assert all(len(sha) == 64 for sha in hashes.values()), [k for k, v in hashes.items() if len(v) != 64]
 
 
 def test_re_resolution_names_hand_edits_by_package(base: str, tmp_path: Path):
