@@ -4,7 +4,9 @@ Per cell: resolve the base to a digest, compute the content key (plan.content_ke
 - an image with the dev tag and that key exists (registry or local store): nothing to do;
 - an image with that key exists under another tag: retag it (in the registry a manifest PUT,
   no bytes move and nothing is pulled; locally an engine tag);
-- otherwise build it with BuildKit (pip settings as secrets), tag it, push it if asked.
+- otherwise build it with BuildKit (pip settings as secrets), taking the layers that did not change
+  from the newest earlier dev images of the cell whose provenance a trusted builder signed
+  (buildtool.build.cache_sources), tag it, push it if asked.
 Cells run with bounded parallelism; one failing cell never stops the others, and it
 leaves no dev tag behind.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from buildtool.build import aptlock, engine
+from buildtool.build import aptlock, cache_sources, engine
 from buildtool.build.bases import fill_bases, is_loopback_registry, outdated_recipe, push_verified, recipe_suite
 from buildtool.build.contents import attach_sbom
 from buildtool.build.lock import locked_versions, read_locks
@@ -31,7 +33,7 @@ from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secret
 from buildtool.build.progress import LogProgress, Progress, StepWatcher
 from buildtool.build.provenance import Built, make_provenance, tools
 from buildtool.build.wheel_hashes import Sources
-from buildtool.common.dsse import EnvelopeError, PrivateKey
+from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys
@@ -40,7 +42,7 @@ from buildtool.contracts.names import check_full_revision, parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
-from buildtool.registry.provenance import OnlyKey, attach_provenance, find_provenance
+from buildtool.registry.provenance import OnlyKey, TrustedKeys, attach_provenance, find_provenance
 from buildtool.registry.sbom import find_sbom
 from buildtool.registry.sbom_attestation import plain_sbom_problem, signed_by
 
@@ -62,6 +64,10 @@ class BuildOptions:
     # is above this one, so the caller hands it in); read once before anything builds. Required with push.
     builder_key: Callable[[], PrivateKey] | None = None
     matrix: Path | None = None   # the matrix file the plans came from (its digest goes into the provenance)
+    # Take unchanged layers from earlier dev images in the registry (cache_sources), trusting the builder keys
+    # `cache_trust` returns for this build's own key (None when it does not push). No trust, no registry cache.
+    registry_cache: bool = True
+    cache_trust: Callable[[PublicKey | None], TrustedKeys] | None = None
 
 
 @dataclass
@@ -244,6 +250,8 @@ class Builder:
         self._secrets: PipSecrets | None = None
         self._stack = ExitStack()
         self._client: engine.BuildClient | None = None
+        self._candidates: dict[str, list[cache_sources.Candidate]] = {}   # cell key -> earlier dev images seen
+        self._cache_trust: TrustedKeys | None = None
 
     def _build_env(self) -> tuple[engine.BuildClient, PipSecrets, HostPip]:
         with self._lock:
@@ -268,16 +276,37 @@ class Builder:
         return digest, dict((config.get("config") or {}).get("Labels") or {})
 
     def _registry_match(self, plan: CellPlan, key: str) -> tuple[str, str] | None:
-        """(tag, digest) of an image in the dev repo with this content key, the dev tag first."""
+        """(tag, digest) of an image in the dev repo with this content key, the dev tag first. The
+        images passed over are remembered: they are what a build of the cell may take layers from."""
         _, repo, _ = split_repo(plan.dev_ref)
         tags = self.registry.tags(repo)
         ordered = [plan.dev_tag] if plan.dev_tag in tags else []
         ordered += sorted((t for t in tags if t != plan.dev_tag and parse_dev_tag(t, plan.cell.version)), reverse=True)
+        seen: list[cache_sources.Candidate] = []
         for tag in ordered:
             found = self._registry_labels(repo, tag)
             if found and found[1].get(label_keys.CONTENT_KEY) == key:
                 return tag, found[0]
+            if found:
+                seen.append(cache_sources.Candidate(tag, found[0], found[1]))
+        with self._lock:
+            self._candidates[plan.cell.key] = seen
         return None
+
+    def _cache_from(self, plan: CellPlan) -> list[str]:
+        """The earlier dev images this build takes unchanged layers from (cache_sources), each logged."""
+        candidates = self._candidates.get(plan.cell.key, [])
+        if not (self.options.registry_cache and candidates) or self.options.cache_trust is None:
+            return []
+        with self._lock:
+            if self._cache_trust is None:
+                self._cache_trust = self.options.cache_trust(self._key.public() if self._key else None)
+        registry_host, repo, _ = split_repo(plan.dev_ref)
+        chosen = cache_sources.choose(self.registry, registry_host, repo, candidates, self._cache_trust,
+                                      lambda line: self.log(f"[{plan.cell.key}] {line}"))
+        if chosen:
+            self.log(f"[{plan.cell.key}] taking unchanged layers from {', '.join(chosen)}")
+        return chosen
 
     # -- one cell --------------------------------------------------------------------------
 
@@ -419,6 +448,7 @@ class Builder:
         # The cell's own index URLs (e.g. PyTorch's CPU index) reach uv only where they answer.
         files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
+        cache_from = [] if self.options.force else self._cache_from(plan)
         self.progress.update(plan.cell.key, "building", "starting BuildKit")
         if self._steps is not None:
             self._steps.watch(plan.cell.key, log_path)
@@ -426,7 +456,7 @@ class Builder:
             image_id = engine.build(client, dockerfile.parent, dockerfile,
                                     build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
                                     secrets=files, log_path=log_path, timeout=self.options.timeout,
-                                    no_cache=self.options.force)
+                                    no_cache=self.options.force, cache_from=cache_from)
         finally:
             if self._steps is not None:
                 self._steps.unwatch(plan.cell.key)

@@ -31,6 +31,7 @@ from buildtool.contracts.aptlock import build_error
 ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
                "or point DOCKER_HOST at a running engine")
 SDK_TIMEOUT = 120
+INLINE_CACHE_ARG = "BUILDKIT_INLINE_CACHE"
 
 
 class BuildFailed(Exception):
@@ -96,11 +97,14 @@ def build(
     tag: str | None = None,
     network_host: bool = True,
     no_cache: bool = False,
+    cache_from: Sequence[str] = (),
 ) -> str:
     """Run one BuildKit build; the full log goes to `log_path`. Returns the image id.
 
     Secrets are passed by file path (`--secret id=..,src=..`), so their content never
-    appears on a command line, in a build arg or in the log.
+    appears on a command line, in a build arg or in the log. Every image carries BuildKit's
+    inline cache, so a later build on another machine can take its layers (`cache_from`:
+    images to take them from, buildtool.build.cache_sources chooses them).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     iidfile = log_path.with_suffix(".iid")
@@ -116,6 +120,11 @@ def build(
         argv += ["-t", tag]
     for key, value in sorted(build_args.items()):
         argv += ["--build-arg", f"{key}={value}"]
+    # BuildKit's own switch, not an ARG of the Dockerfile: it changes the image config (the cache
+    # metadata), never a layer.
+    argv += ["--build-arg", f"{INLINE_CACHE_ARG}=1"]
+    for ref in cache_from:
+        argv += ["--cache-from", ref]
     for key, value in sorted(labels.items()):
         argv += ["--label", f"{key}={value}"]
     for sid, path in sorted(secrets.items()):

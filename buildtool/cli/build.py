@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from buildtool.common.dsse import PrivateKey
+    from buildtool.common.dsse import PrivateKey, PublicKey
+    from buildtool.validate.keys import TrustedKeys
 
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, RevisionOption, err, find_project, log, out
 
@@ -37,6 +38,10 @@ def register(app: typer.Typer) -> None:
                                            help="When BASE_MIRROR is a loopback registry, create missing bases "
                                                 "there first (as `buildtool bases`).")] = True,
         log_dir: Annotated[Path, typer.Option("--log-dir", help="Per-cell build logs.")] = Path("build-logs"),
+        registry_cache: Annotated[bool, typer.Option(
+            "--registry-cache/--no-registry-cache", envvar="REGISTRY_CACHE",
+            help="Take unchanged layers from the newest earlier dev images of each cell in the registry (only "
+                 "those whose provenance a trusted builder key signed).")] = True,
         revision: RevisionOption = None,
         as_json: JsonOption = False,
         matrix: MatrixOption = None,
@@ -58,8 +63,15 @@ def register(app: typer.Typer) -> None:
         plans = plan_matrix(loaded, cells, settings, revision)
         if not log_dir.is_absolute():
             log_dir = project.root / log_dir
+        def trust(own: PublicKey | None) -> TrustedKeys:
+            from buildtool.build.bases import is_loopback_registry
+            from buildtool.validate.keys import cache_trust
+
+            return cache_trust(project.root, own, is_loopback_registry(settings.registry))
+
         options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill,
-                               builder_key=_builder_key, matrix=project.matrix_path)
+                               builder_key=_builder_key, matrix=project.matrix_path, registry_cache=registry_cache,
+                               cache_trust=trust)
         with build_progress([p.cell.key for p in plans]) as progress:
             results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
         if as_json:

@@ -222,3 +222,21 @@ def trusted_entry(name: str, key: PublicKey, roles: tuple[str, ...] = (TESTER,))
     body = "\n".join(f"      {line}" for line in key.pem.strip().splitlines())
     return (f"  - name: {name}\n    # key id {key.keyid}\n    roles: [{', '.join(roles)}]\n"
             f"    public_key: |\n{body}\n")
+
+
+def cache_trust(root: Path, own: PublicKey | None, loopback: bool) -> TrustedKeys:
+    """Whose dev images a build may take layers from (buildtool.build.cache_sources): the builder keys of
+    the trusted keys file, the key this build signs with, and this machine's dev key only for a loopback
+    registry (as release trusts it). A tester key is not enough: it never vouched for how a layer was made."""
+    trusted = load_trusted(root)
+    builders = trusted.for_role(BUILDER)
+    kept = TrustedKeys(keys=builders, names={k: trusted.names[k] for k in builders}, source=trusted.source,
+                       roles={k: frozenset({BUILDER}) for k in builders})
+    if own is not None and own.keyid not in kept.keys:
+        kept.keys[own.keyid] = own
+        kept.names[own.keyid] = "this build's builder key"
+        kept.roles[own.keyid] = frozenset({BUILDER})
+    dev = dev_public_key() if loopback else None
+    if dev is not None and dev.keyid not in kept.keys:
+        kept.add_dev(dev)
+    return kept

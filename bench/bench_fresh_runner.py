@@ -1,0 +1,178 @@
+"""A fresh runner's rebuild after a one-package lock bump, beside a cold build and a warm engine's rebuild.
+
+What a nightly on an ephemeral runner pays: its engine is empty (`docker system prune -af`), while the
+registry holds the previous dev image of the cell. Three arms build the *same* change, the pytorch-cpu
+tools lock with one package moved (tzdata, a different release from PyPI, hash-pinned), each a whole
+`buildtool build --framework pytorch-cpu` process:
+
+- cold:   empty engine, `--no-registry-cache` (what every build was before the registry cache);
+- fresh:  empty engine, registry cache on (the default): unchanged layers come from the previous image;
+- warm:   an engine that built the previous image itself (its build cache and uv cache are there).
+
+The engine is a private dockerd (its own data root and socket), wiped and restarted before each arm,
+so the user's engine and images are never pruned. Builds do not push: each arm's result would
+otherwise be found by content key by the next one. The previous image is built and pushed once, to a
+namespace of its own in the local registry (its provenance signed with this machine's key, which a
+loopback build trusts as a cache source). Every arm's image must have the same layers (diff IDs):
+like for like, or the bench fails. Runs interleaved, medians printed; asserts nothing about time.
+
+    python bench/bench_fresh_runner.py [--runs 3]     # as root, with the local registry up
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from buildtool.common import docker_cli  # noqa: E402
+
+CELL_LOCK = Path("dockerfiles/pytorch/pytorch-cpu/2.13/tools.lock")
+BUMP = "tzdata"
+BUMP_TO = "2025.2"            # the lock holds a newer release; any other release is a one-package bump
+REGISTRY = "127.0.0.1:5000"
+NAMESPACE = f"{REGISTRY}/bench-fresh-runner"
+ENGINE = Path("/var/lib/dl-images-bench-engine")
+SOCKET = "/run/dl-images-bench-engine.sock"
+EXEC_ROOT = "/run/dl-images-bench-engine"
+PIDFILE = "/run/dl-images-bench-engine.pid"
+
+
+def engine_env() -> dict[str, str]:
+    return {**os.environ, "DOCKER_HOST": f"unix://{SOCKET}", "REGISTRY": NAMESPACE, "BASE_MIRROR": REGISTRY}
+
+
+def stop_engine() -> None:
+    try:
+        pid = int(Path(PIDFILE).read_text())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(120):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"the bench engine (pid {pid}) did not stop")
+
+
+def empty_engine() -> None:
+    """Stop the private engine, delete everything it held, start it again: a runner's first boot."""
+    stop_engine()
+    shutil.rmtree(ENGINE, ignore_errors=True)
+    ENGINE.mkdir(parents=True)
+    log = open(ENGINE.parent / "dl-images-bench-engine.log", "ab")  # noqa: SIM115 - dockerd keeps it
+    subprocess.Popen(["dockerd", "--data-root", str(ENGINE), "--exec-root", EXEC_ROOT, "--pidfile", PIDFILE,
+                      "-H", f"unix://{SOCKET}", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
+                      "--bridge=none"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(120):
+        if subprocess.run(docker_cli.argv("info"), env=engine_env(), capture_output=True).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise SystemExit("the bench engine did not start (see /var/lib/dl-images-bench-engine.log)")
+
+
+def clone(dest: Path) -> None:
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
+
+
+def bump_lock(checkout: Path) -> str:
+    """Move BUMP to BUMP_TO in the tools lock, hash-pinned from the host's index, and commit it."""
+    with tempfile.TemporaryDirectory() as wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", wheels,
+                        f"{BUMP}=={BUMP_TO}"], check=True, capture_output=True)
+        (wheel,) = Path(wheels).iterdir()
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = checkout / CELL_LOCK
+    text, count = re.subn(rf"^{BUMP}===\S+ \\\n(?:    --hash=sha256:\w+(?: \\)?\n)+",
+                          f"{BUMP}==={BUMP_TO} \\\n    --hash=sha256:{digest}\n", lock.read_text(), flags=re.M)
+    if count != 1:
+        raise SystemExit(f"{CELL_LOCK} has no single {BUMP} entry to bump")
+    lock.write_text(text)
+    git = ["git", "-C", str(checkout), "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    subprocess.run([*git, "commit", "-qam", f"bench: {BUMP} {BUMP_TO}"], check=True)
+    return subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def build(checkout: Path, *extra: str) -> tuple[float, list[str], str]:
+    """One whole `buildtool build` process: (seconds, the image's diff IDs, its build log)."""
+    argv = [sys.executable, "-m", "buildtool", "build", "--framework", "pytorch-cpu", "--json", *extra]
+    started = time.monotonic()
+    run = subprocess.run(argv, cwd=checkout, env=engine_env(), capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if run.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[2:])} failed in {checkout}:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
+    (result,) = json.loads(run.stdout)["results"]
+    if result["result"] not in ("built", "pushed"):
+        raise SystemExit(f"expected a build, got {result['result']}: {result['message']}")
+    inspect = subprocess.run(docker_cli.argv("image", "inspect", "-f", "{{json .RootFS.Layers}}", result["ref"]),
+                             env=engine_env(), capture_output=True, text=True, check=True)
+    return seconds, json.loads(inspect.stdout), Path(result["log"]).read_text(errors="replace")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root: the bench starts a private dockerd")
+    times: dict[str, list[float]] = {"cold": [], "fresh": [], "warm": []}
+    layers: dict[str, list[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-fresh-") as tmp:
+        previous, change = Path(tmp, "previous"), Path(tmp, "change")
+        clone(previous)
+        clone(change)
+        revision = bump_lock(change)
+        print(f"previous: {ROOT.name} HEAD; change: {revision} ({BUMP} -> {BUMP_TO} in {CELL_LOCK})", file=sys.stderr)
+        try:
+            empty_engine()
+            seconds, _, _ = build(previous, "--push", "--force")   # last night's image, with its provenance
+            print(f"previous image built and pushed to {NAMESPACE} in {seconds:.1f} s", file=sys.stderr)
+            for run in range(1, args.runs + 1):
+                for arm in ("cold", "fresh", "warm"):
+                    empty_engine()
+                    if arm == "warm":
+                        build(previous, "--no-registry-cache")     # the runner built last night's image itself
+                    seconds, diff_ids, log = build(change, *(["--no-registry-cache"] if arm == "cold" else []))
+                    if arm == "fresh" and "importing cache manifest from" not in log:
+                        raise SystemExit("the fresh runner's build imported no registry cache (see its log)")
+                    if layers.setdefault("first", diff_ids) != diff_ids:
+                        raise SystemExit(f"{arm} run {run} built other layers than the first arm: not like for like")
+                    times[arm].append(seconds)
+                    print(f"run {run} {arm}: {seconds:.1f} s", file=sys.stderr)
+        finally:
+            stop_engine()
+            shutil.rmtree(ENGINE, ignore_errors=True)
+    median = {arm: statistics.median(values) for arm, values in times.items()}
+    print(f"\npytorch-cpu rebuild after a one-package lock bump ({BUMP} -> {BUMP_TO}): whole `buildtool build` "
+          f"processes, no push, {args.runs} runs each, interleaved")
+    for arm, what in (("cold", "empty engine, no registry cache"), ("fresh", "empty engine, registry cache"),
+                      ("warm", "engine that built the previous image")):
+        shown = ", ".join(f"{t:.1f}" for t in times[arm])
+        print(f"  {arm:5}  median {median[arm]:6.1f} s  ({shown})  {what}")
+    print(f"  fresh / warm = {median['fresh'] / median['warm']:.2f}x  (target <= 2x)")
+    print(f"  cold / fresh = {median['cold'] / median['fresh']:.2f}x  (target >= 5x)")
+    print(f"  layers identical in every arm: {len(layers['first'])} diff IDs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Which earlier dev images a build may take layers from (BuildKit's registry cache).
+
+A fresh runner starts with an empty engine, but the registry holds the earlier dev images of the same
+cell, and every layer below what changed is in them. Every build exports BuildKit's inline cache into
+its image (engine.build sets BUILDKIT_INLINE_CACHE=1), and a build imports it from the newest earlier dev
+images of its cell (`--cache-from`): a lock bump re-runs only the steps whose inputs changed and pulls
+the other layers from the registry instead of rebuilding them.
+
+A cache source puts its layers into the image as surely as the base does: anyone who can push a tag
+could otherwise offer layers under our steps' cache keys (cache poisoning). So a dev image is a cache
+source only when its provenance verifies with a builder key this build trusts, and it is named by
+digest, so its tag cannot move between that check and the build.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from buildtool.contracts import label_keys
+from buildtool.registry.client import RegistryClient
+from buildtool.registry.provenance import TrustedKeys, find_provenance
+
+# The newest two: last night's image, and the one before in case last night's was built on another base.
+CACHE_SOURCES = 2
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An earlier dev image of the cell, as the content-key scan of the registry saw it."""
+
+    tag: str
+    digest: str
+    labels: dict[str, str]
+
+
+def newest_first(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """By the image's created label (RFC 3339 in UTC, so it sorts as text), newest first; an image
+    without one last; ties by tag so the order never depends on the registry's listing."""
+    listed = sorted(candidates, key=lambda c: c.tag)
+    return sorted(listed, key=lambda c: c.labels.get(label_keys.OCI_CREATED, ""), reverse=True)
+
+
+def choose(client: RegistryClient, registry_host: str, repo: str, candidates: Iterable[Candidate],
+           trusted: TrustedKeys, log: Callable[[str], None], limit: int = CACHE_SOURCES) -> list[str]:
+    """Up to `limit` digest-pinned references to use as `--cache-from`, newest first: only images whose
+    provenance a trusted builder key signed. Each one passed over is logged with why."""
+    chosen: list[str] = []
+    for candidate in newest_first(candidates):
+        if len(chosen) >= limit:
+            break
+        found = find_provenance(client, repo, candidate.digest, trusted)
+        if found.provenance is None:
+            log(f"not a cache source: {repo}:{candidate.tag} ({candidate.digest[:19]}…): {found.why_none()}")
+            continue
+        chosen.append(f"{registry_host}/{repo}@{candidate.digest}")
+    return chosen

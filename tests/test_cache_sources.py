@@ -1,0 +1,116 @@
+"""Registry cache sources (buildtool.build.cache_sources): a build takes layers only from earlier dev
+images of its cell whose provenance a trusted builder key signed, named by digest, newest first; every
+image passed over is logged with why. The build command carries them (`--cache-from`) and always
+exports the inline cache."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildtool.build import cache_sources, engine
+from buildtool.build.cache_sources import Candidate
+from buildtool.contracts import label_keys
+from buildtool.validate import keys as keys_module
+from tests import provenance_fixture, signing
+from tests.memregistry import MemRegistry
+
+REPO = "pytorch-cpu-dev"
+
+
+def made(client: MemRegistry, tag: str, created: str, key=signing.KEY) -> Candidate:  # noqa: ANN001
+    """A dev image in the registry, its provenance signed by `key` (None: no provenance)."""
+    digest = client.push_image(REPO, tag, payload=tag.encode())
+    if key is not None:
+        provenance_fixture.attest_provenance(client, REPO, digest, key)   # type: ignore[arg-type]
+    return Candidate(tag, digest, {label_keys.OCI_CREATED: created})
+
+
+def test_only_images_a_trusted_builder_signed_are_taken_newest_first_by_digest() -> None:
+    client = MemRegistry()
+    old = made(client, "a" * 12 + "-2.13", "2026-11-01T00:00:00Z")
+    newest = made(client, "b" * 12 + "-2.13", "2026-11-30T00:00:00Z")
+    middle = made(client, "c" * 12 + "-2.13", "2026-11-15T00:00:00Z")
+    logged: list[str] = []
+    chosen = cache_sources.choose(client, client.host, REPO, [old, newest, middle],  # type: ignore[arg-type]
+                                  signing.trusted(roles=("builder",)), logged.append)
+    assert chosen == [f"{client.host}/{REPO}@{newest.digest}", f"{client.host}/{REPO}@{middle.digest}"]
+    assert logged == []
+
+
+@pytest.mark.parametrize(("key", "cause"), [
+    (signing.ATTACKER, "which is not a trusted key"),
+    (None, "no provenance attached"),
+])
+def test_an_image_pushed_by_someone_else_is_never_a_cache_source_and_the_log_says_why(key, cause: str) -> None:  # noqa: ANN001
+    """Cache poisoning: whoever can push a tag must not get layers into the next build."""
+    client = MemRegistry()
+    poisoned = made(client, "d" * 12 + "-2.13", "2026-12-01T00:00:00Z", key=key)
+    trusted_one = made(client, "e" * 12 + "-2.13", "2026-11-01T00:00:00Z")
+    logged: list[str] = []
+    chosen = cache_sources.choose(client, client.host, REPO, [poisoned, trusted_one],  # type: ignore[arg-type]
+                                  signing.trusted(roles=("builder",)), logged.append)
+    assert chosen == [f"{client.host}/{REPO}@{trusted_one.digest}"]
+    assert len(logged) == 1
+    assert logged[0].startswith(f"not a cache source: {REPO}:{poisoned.tag}") and cause in logged[0]
+
+
+def test_a_key_trusted_only_as_tester_does_not_vouch_for_layers() -> None:
+    client = MemRegistry()
+    tested = made(client, "f" * 12 + "-2.13", "2026-12-01T00:00:00Z")
+    logged: list[str] = []
+    chosen = cache_sources.choose(client, client.host, REPO, [tested], signing.trusted(roles=("tester",)),  # type: ignore[arg-type]
+                                  logged.append)
+    assert chosen == []
+    assert "not as builder" in logged[0]
+
+
+def test_the_order_is_by_created_label_then_tag_and_an_image_without_one_comes_last() -> None:
+    a = Candidate("a-1", "sha256:1", {label_keys.OCI_CREATED: "2026-01-02T00:00:00Z"})
+    b = Candidate("b-1", "sha256:2", {})
+    c = Candidate("c-1", "sha256:3", {label_keys.OCI_CREATED: "2026-01-02T00:00:00Z"})
+    d = Candidate("d-1", "sha256:4", {label_keys.OCI_CREATED: "2026-01-03T00:00:00Z"})
+    assert [x.tag for x in cache_sources.newest_first([b, c, a, d])] == ["d-1", "a-1", "c-1", "b-1"]
+
+
+def test_the_cache_trust_holds_builders_and_this_builds_key_and_the_dev_key_only_on_loopback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    builder, tester, own = signing.generate(), signing.generate(), signing.generate()
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "trusted-keys.yaml").write_text(
+        "keys:\n" + keys_module.trusted_entry("ci-builder", builder.public(), ("builder",))
+        + keys_module.trusted_entry("ci-tester", tester.public(), ("tester",)))
+    dev = signing.generate().public()
+    monkeypatch.setattr(keys_module, "dev_public_key", lambda: dev)
+    trust = keys_module.cache_trust(tmp_path, own.public(), loopback=False)
+    assert set(trust.for_role("builder")) == {builder.public().keyid, own.public().keyid}
+    assert tester.public().keyid not in trust.keys and dev.keyid not in trust.keys
+    assert dev.keyid in keys_module.cache_trust(tmp_path, None, loopback=True).for_role("builder")
+
+
+FAKE_DOCKER = """
+import json, sys
+args = sys.argv[1:]
+open(args[args.index("--iidfile") + 1], "w").write("sha256:" + "9" * 64)
+json.dump(args, open({out!r}, "w"))
+"""
+
+
+def test_every_build_exports_the_inline_cache_and_imports_the_sources_it_is_given(tmp_path: Path) -> None:
+    out = tmp_path / "argv.json"
+    script = tmp_path / "docker.py"
+    script.write_text(FAKE_DOCKER.format(out=str(out)))
+    client = engine.BuildClient((sys.executable, str(script), "build"), (), "classic")
+    sources = ["127.0.0.1:5000/pytorch-cpu-dev@sha256:" + "1" * 64, "127.0.0.1:5000/pytorch-cpu-dev@sha256:" + "2" * 64]
+    engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b"}, labels={}, secrets={},
+                 log_path=tmp_path / "build.log", cache_from=sources)
+    argv = json.loads(out.read_text())
+    pairs = list(zip(argv, argv[1:], strict=False))
+    assert ("--build-arg", "BUILDKIT_INLINE_CACHE=1") in pairs
+    assert [b for a, b in pairs if a == "--cache-from"] == sources
+    engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={}, labels={}, secrets={},
+                 log_path=tmp_path / "build.log")
+    assert "--cache-from" not in json.loads(out.read_text())
