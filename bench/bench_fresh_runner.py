@@ -27,7 +27,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -55,22 +54,19 @@ def engine_env() -> dict[str, str]:
     return {**os.environ, "DOCKER_HOST": f"unix://{SOCKET}", "REGISTRY": NAMESPACE, "BASE_MIRROR": REGISTRY}
 
 
+_ENGINE: list[subprocess.Popen[bytes]] = []     # the private dockerd this process started
+
+
 def stop_engine() -> None:
-    try:
-        pid = int(Path(PIDFILE).read_text())
-    except (OSError, ValueError):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(120):
+    """Stop the private dockerd (this process's child: waited for, so it leaves no zombie)."""
+    while _ENGINE:
+        proc = _ENGINE.pop()
+        proc.terminate()
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    raise SystemExit(f"the bench engine (pid {pid}) did not stop")
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def empty_engine() -> None:
@@ -79,9 +75,9 @@ def empty_engine() -> None:
     shutil.rmtree(ENGINE, ignore_errors=True)
     ENGINE.mkdir(parents=True)
     log = open(ENGINE.parent / "dl-images-bench-engine.log", "ab")  # noqa: SIM115 - dockerd keeps it
-    subprocess.Popen(["dockerd", "--data-root", str(ENGINE), "--exec-root", EXEC_ROOT, "--pidfile", PIDFILE,
-                      "-H", f"unix://{SOCKET}", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
-                      "--bridge=none"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    argv = ["dockerd", "--data-root", str(ENGINE), "--exec-root", EXEC_ROOT, "--pidfile", PIDFILE,
+            "-H", f"unix://{SOCKET}", "--iptables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none"]
+    _ENGINE.append(subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True))
     for _ in range(120):
         if subprocess.run(docker_cli.argv("info"), env=engine_env(), capture_output=True).returncode == 0:
             return
@@ -150,7 +146,7 @@ def main() -> int:
                 for arm in ("cold", "fresh", "warm"):
                     empty_engine()
                     if arm == "warm":
-                        build(previous, "--no-registry-cache")     # the runner built last night's image itself
+                        build(previous, "--force")     # the runner built last night's image itself
                     seconds, diff_ids, log = build(change, *(["--no-registry-cache"] if arm == "cold" else []))
                     if arm == "fresh" and "importing cache manifest from" not in log:
                         raise SystemExit("the fresh runner's build imported no registry cache (see its log)")

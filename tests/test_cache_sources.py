@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -114,3 +115,73 @@ def test_every_build_exports_the_inline_cache_and_imports_the_sources_it_is_give
     engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={}, labels={}, secrets={},
                  log_path=tmp_path / "build.log")
     assert "--cache-from" not in json.loads(out.read_text())
+
+
+# -- the build: what the content-key scan passed over is what it may take layers from ---------------
+
+def _builder(monkeypatch: pytest.MonkeyPatch, **options: object):  # noqa: ANN202
+    """A Builder on the real matrix whose registry is in memory and whose engine records the build."""
+    from buildtool.build import builder
+    from buildtool.matrix.plan import Settings, plan_cell
+    from buildtool.matrix.schema import load_matrix
+
+    root = Path(__file__).resolve().parents[1]
+    cell = next(c for c in load_matrix(root / "matrix.yaml").cells if c.key == "pytorch-cpu:2.13")
+    settings = Settings(registry="127.0.0.1:5999/team")
+    plan = plan_cell(cell, settings, "nightly-1")
+    run = builder.Builder(root, "matrix.yaml", settings, "nightly-1",
+                          builder.BuildOptions(cache_trust=lambda own: signing.trusted(roles=("builder",)),
+                                               **options), print)   # type: ignore[arg-type]
+    run.registry = MemRegistry()   # type: ignore[assignment]
+    seen: dict[str, object] = {}
+
+    def build(*args: object, **kwargs: object) -> str:
+        seen.update(kwargs)
+        raise engine.BuildFailed("recorded")
+
+    monkeypatch.setattr(builder.engine, "build", build)
+    monkeypatch.setattr(builder.engine, "image_attrs", lambda ref: None)
+    monkeypatch.setattr(builder.engine, "find_by_label", lambda key, value: [])
+    monkeypatch.setattr(builder.Builder, "_build_env", lambda self: (None, SimpleNamespace(files={}, uv_config=lambda
+                                                                                                  urls: Path("/x")),
+                                                                    SimpleNamespace()))
+    monkeypatch.setattr(builder, "reachable", lambda urls, log: urls)
+    monkeypatch.setattr(builder, "scrub_log", lambda path, secrets: None)
+    monkeypatch.setattr(builder, "build_labels", lambda *args: {})
+    monkeypatch.setattr(builder, "secret_strings", lambda host: [])
+    return run, plan, seen
+
+
+def _earlier(client: MemRegistry, repo: str, tag: str, key=signing.KEY) -> str:  # noqa: ANN001
+    """An earlier dev image of the cell, labelled as a build labels it, with another content key."""
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {
+        label_keys.CONTENT_KEY: "sha256:" + "e" * 64, label_keys.OCI_CREATED: "2026-11-30T00:00:00Z"}}}).encode()
+    config_digest, layer = client.put_blob(repo, config), client.put_blob(repo, tag.encode())
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
+                           "size": len(config)},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": 1}]}
+    digest = client.put_manifest(repo, tag, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
+    if key is not None:
+        provenance_fixture.attest_provenance(client, repo, digest, key)   # type: ignore[arg-type]
+    return digest
+
+
+@pytest.mark.parametrize(("options", "taken"), [({}, True), ({"registry_cache": False}, False),
+                                                 ({"force": True}, False)])
+def test_a_build_takes_layers_from_the_earlier_signed_dev_image_unless_told_not_to(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options: dict, taken: bool) -> None:
+    from buildtool.build.builder import CellResult
+    from buildtool.common.refs import split_repo
+
+    run, plan, seen = _builder(monkeypatch, log_dir=tmp_path, **options)
+    host, repo, _ = split_repo(plan.dev_ref)
+    signed = _earlier(run.registry, repo, "aaaaaaaaaaaa-2.13")   # type: ignore[arg-type]
+    _earlier(run.registry, repo, "bbbbbbbbbbbb-2.13", key=signing.ATTACKER)   # type: ignore[arg-type]
+    base = SimpleNamespace(ref="127.0.0.1:5000/library/debian:bookworm-slim", pinned="b@sha256:" + "b" * 64,
+                           digest="sha256:" + "b" * 64)
+    result = CellResult(cell=plan.cell.key, result="failed")
+    assert run.options.force or run._reuse(plan, "sha256:" + "f" * 64, result) is False
+    with pytest.raises(engine.BuildFailed):
+        run._build(plan, base, "sha256:" + "f" * 64, tmp_path / "b.log", result)   # type: ignore[arg-type]
+    assert seen["cache_from"] == ([f"{host}/{repo}@{signed}"] if taken else [])
