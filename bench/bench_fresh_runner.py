@@ -7,7 +7,9 @@ tools lock with one package moved (tzdata, a different release from PyPI, hash-p
 
 - cold:   empty engine, `--no-registry-cache` (what every build was before the registry cache);
 - fresh:  empty engine, registry cache on (the default): unchanged layers come from the previous image;
-- warm:   an engine that built the previous image itself (its build cache and uv cache are there).
+- warm:   an engine that built the previous image itself (its build cache and uv cache are there);
+- pull:   no build: `docker pull` of the previous image into an empty engine, the floor of the fresh
+          arm (a runnable image needs every unchanged layer in the engine, however it is built).
 
 The engine is a private dockerd (its own data root and socket), wiped and restarted before each arm,
 so the user's engine and images are never pruned. Builds do not push: each arm's result would
@@ -108,8 +110,8 @@ def bump_lock(checkout: Path) -> str:
                           text=True).stdout.strip()
 
 
-def build(checkout: Path, *extra: str) -> tuple[float, list[str], str]:
-    """One whole `buildtool build` process: (seconds, the image's diff IDs, its build log)."""
+def build(checkout: Path, *extra: str) -> tuple[float, list[str], str, dict[str, str]]:
+    """One whole `buildtool build` process: (seconds, the image's diff IDs, its build log, its result)."""
     argv = [sys.executable, "-m", "buildtool", "build", "--framework", "pytorch-cpu", "--json", *extra]
     started = time.monotonic()
     run = subprocess.run(argv, cwd=checkout, env=engine_env(), capture_output=True, text=True)
@@ -121,7 +123,7 @@ def build(checkout: Path, *extra: str) -> tuple[float, list[str], str]:
         raise SystemExit(f"expected a build, got {result['result']}: {result['message']}")
     inspect = subprocess.run(docker_cli.argv("image", "inspect", "-f", "{{json .RootFS.Layers}}", result["ref"]),
                              env=engine_env(), capture_output=True, text=True, check=True)
-    return seconds, json.loads(inspect.stdout), Path(result["log"]).read_text(errors="replace")
+    return seconds, json.loads(inspect.stdout), Path(result["log"]).read_text(errors="replace"), result
 
 
 def main() -> int:
@@ -130,7 +132,7 @@ def main() -> int:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the bench starts a private dockerd")
-    times: dict[str, list[float]] = {"cold": [], "fresh": [], "warm": []}
+    times: dict[str, list[float]] = {"cold": [], "fresh": [], "warm": [], "pull": []}
     layers: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-fresh-") as tmp:
         previous, change = Path(tmp, "previous"), Path(tmp, "change")
@@ -140,14 +142,22 @@ def main() -> int:
         print(f"previous: {ROOT.name} HEAD; change: {revision} ({BUMP} -> {BUMP_TO} in {CELL_LOCK})", file=sys.stderr)
         try:
             empty_engine()
-            seconds, _, _ = build(previous, "--push", "--force")   # last night's image, with its provenance
+            seconds, _, _, pushed = build(previous, "--push", "--force")   # last night's image, with its provenance
+            pinned = f"{pushed['ref'].rpartition(':')[0]}@{pushed['digest']}"
             print(f"previous image built and pushed to {NAMESPACE} in {seconds:.1f} s", file=sys.stderr)
             for run in range(1, args.runs + 1):
-                for arm in ("cold", "fresh", "warm"):
+                for arm in ("cold", "fresh", "warm", "pull"):
                     empty_engine()
+                    if arm == "pull":    # the floor: the unchanged layers must reach the engine whatever builds
+                        started = time.monotonic()
+                        subprocess.run(docker_cli.argv("pull", "-q", pinned), env=engine_env(), check=True,
+                                       stdout=subprocess.DEVNULL)
+                        times[arm].append(time.monotonic() - started)
+                        print(f"run {run} pull: {times[arm][-1]:.1f} s", file=sys.stderr)
+                        continue
                     if arm == "warm":
                         build(previous, "--force")     # the runner built last night's image itself
-                    seconds, diff_ids, log = build(change, *(["--no-registry-cache"] if arm == "cold" else []))
+                    seconds, diff_ids, log, _ = build(change, *(["--no-registry-cache"] if arm == "cold" else []))
                     if arm == "fresh" and "importing cache manifest from" not in log:
                         raise SystemExit("the fresh runner's build imported no registry cache (see its log)")
                     if layers.setdefault("first", diff_ids) != diff_ids:
@@ -161,11 +171,13 @@ def main() -> int:
     print(f"\npytorch-cpu rebuild after a one-package lock bump ({BUMP} -> {BUMP_TO}): whole `buildtool build` "
           f"processes, no push, {args.runs} runs each, interleaved")
     for arm, what in (("cold", "empty engine, no registry cache"), ("fresh", "empty engine, registry cache"),
-                      ("warm", "engine that built the previous image")):
+                      ("warm", "engine that built the previous image"),
+                      ("pull", "empty engine, `docker pull` of the previous image alone (no build)")):
         shown = ", ".join(f"{t:.1f}" for t in times[arm])
         print(f"  {arm:5}  median {median[arm]:6.1f} s  ({shown})  {what}")
     print(f"  fresh / warm = {median['fresh'] / median['warm']:.2f}x  (target <= 2x)")
     print(f"  cold / fresh = {median['cold'] / median['fresh']:.2f}x  (target >= 5x)")
+    print(f"  fresh - pull = {median['fresh'] - median['pull']:.1f} s: the build itself once the layers are in")
     print(f"  layers identical in every arm: {len(layers['first'])} diff IDs")
     return 0
 

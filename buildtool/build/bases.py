@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.build import engine, rootfs_seal
+from buildtool.build import engine, push_path, rootfs_seal
 from buildtool.build.pipconfig import pip_secrets
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import is_loopback_host, split_repo
@@ -86,15 +86,17 @@ def registry_digest(ref: str, attempts: int = 3) -> str | None:
     return RegistryClient(host, retry=RetryPolicy(attempts=attempts, timeout=20)).manifest_digest(repo, tag)
 
 
-def push_verified(ref: str, log: Log, attempts: int = 4) -> str:
-    """Push with retries and backoff; verify the registry serves the digest the engine pushed."""
+def push_verified(ref: str, log: Log, attempts: int = 4, via: str = push_path.ENGINE) -> str:
+    """Push with retries and backoff, by the engine or by skopeo (buildtool.build.push_path); verify the
+    registry serves the digest the push reported."""
     delay = 2.0
     for attempt in range(1, attempts + 1):
         try:
-            digest = engine.push(ref)
+            digest = (push_path.skopeo_push(ref, insecure=is_loopback_registry(ref)) if via == push_path.SKOPEO
+                      else engine.push(ref))
             stored = registry_digest(ref)
             if stored != digest:
-                raise RuntimeError(f"registry holds {stored} for {ref}, engine pushed {digest}")
+                raise RuntimeError(f"registry holds {stored} for {ref}, {via} pushed {digest}")
             return digest
         except (RuntimeError, OSError) as exc:
             if attempt == attempts:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from buildtool.build import aptlock, cache_sources, engine
+from buildtool.build import aptlock, cache_sources, engine, push_path
 from buildtool.build.bases import fill_bases, is_loopback_registry, outdated_recipe, push_verified, recipe_suite
 from buildtool.build.contents import attach_sbom
 from buildtool.build.lock import locked_versions, read_locks
@@ -67,6 +67,7 @@ class BuildOptions:
     # Take unchanged layers from earlier dev images in the registry (cache_sources), trusting the builder keys
     # `cache_trust` returns for this build's own key (None when it does not push). No trust, no registry cache.
     registry_cache: bool = True
+    push_with: str = push_path.AUTO     # push_path.CHOICES: who uploads a built image
     cache_trust: Callable[[PublicKey | None], TrustedKeys] | None = None
 
 
@@ -336,9 +337,12 @@ class Builder:
         result.seconds = time.monotonic() - started
         return result
 
-    def _push(self, plan: CellPlan) -> str:
-        self.progress.update(plan.cell.key, "pushing", plan.dev_ref)
-        return push_verified(plan.dev_ref, self.log)
+    def _push(self, plan: CellPlan, build_log: Path | None = None) -> str:
+        """Push the dev tag by the path push_path chooses for it (`build_log`: this run built it)."""
+        log_text = build_log.read_text(errors="replace") if build_log is not None else None
+        via = push_path.choose(self.options.push_with, log_text)
+        self.progress.update(plan.cell.key, "pushing", f"{plan.dev_ref} ({via})")
+        return push_verified(plan.dev_ref, self.log, via=via)
 
     def _attach_all(self, plan: CellPlan, result: CellResult, began: datetime) -> None:
         """A pushed digest gets its SBOM and its signed provenance (each kept when already there)."""
@@ -467,7 +471,7 @@ class Builder:
         result.digest = image_id
         result.result = "built"
         if self.options.push:
-            result.digest = self._push(plan)
+            result.digest = self._push(plan, log_path)
 
     def _drop_stale_dev_tag(self, plan: CellPlan, key: str) -> None:
         """A failed build must not leave a dev tag that looks like this commit's image."""
@@ -530,6 +534,7 @@ class Builder:
                 raise UserError("--push signs each image's provenance and SBOM, and no builder key was given "
                                 "(DL_IMAGES_BUILDER_KEY, or the local dev key)")
             self._key = self.options.builder_key()
+            push_path.choose(self.options.push_with, None)   # an unknown push path is said before anything builds
         infos, missing = self.resolve_bases(plans)
         if missing and not infos:
             raise UserError(next(iter(missing.values())))

@@ -42,6 +42,10 @@ def register(app: typer.Typer) -> None:
             "--registry-cache/--no-registry-cache", envvar="REGISTRY_CACHE",
             help="Take unchanged layers from the newest earlier dev images of each cell in the registry (only "
                  "those whose provenance a trusted builder key signed).")] = True,
+        push_with: Annotated[str, typer.Option(
+            "--push-with", envvar="PUSH_WITH",
+            help="Who uploads a built image: auto (the engine when the build took layers from the registry, "
+                 "else skopeo, whose compression uses every core), engine or skopeo.")] = "auto",
         revision: RevisionOption = None,
         as_json: JsonOption = False,
         matrix: MatrixOption = None,
@@ -71,7 +75,7 @@ def register(app: typer.Typer) -> None:
 
         options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill,
                                builder_key=_builder_key, matrix=project.matrix_path, registry_cache=registry_cache,
-                               cache_trust=trust)
+                               cache_trust=trust, push_with=push_with)
         with build_progress([p.cell.key for p in plans]) as progress:
             results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
         if as_json:

@@ -64,6 +64,11 @@ def resolve(ref: str, log: Log) -> Resolved:
     run_ref = f"{host}/{repo}@{digest}"
     attrs = _inspect(run_ref)
     if attrs is None:
+        attrs = _same_image_here(client, repo, digest)
+        if attrs is not None:
+            # Pushed from this engine by skopeo, which leaves the engine no record of the registry's digest.
+            log(f"{run_ref} names the config {attrs['Id']}, which this engine holds: running that image")
+            return Resolved(ref, str(attrs["Id"]), digest, host, repo, *_config(attrs))
         log(f"pulling {run_ref}")
         proc = docker_cli.docker("pull", run_ref, timeout=PULL_TIMEOUT_S)
         if proc.returncode != 0:
@@ -72,6 +77,18 @@ def resolve(ref: str, log: Log) -> Resolved:
         if attrs is None:
             raise UserError(f"pulled {run_ref} but the engine does not show it")
     return Resolved(ref, run_ref, digest, host, repo, *_config(attrs))
+
+
+def _same_image_here(client: RegistryClient, repo: str, digest: str) -> dict[str, Any] | None:
+    """The engine's image whose id is the config digest the manifest names: exactly the image the digest
+    pins (the config names every layer by the digest of its content), so nothing needs pulling. None for
+    an index or an image the engine does not hold."""
+    manifest = json.loads(client.get_manifest(repo, digest)[0])
+    config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
+    if not isinstance(config, str) or not config.startswith("sha256:"):
+        return None
+    attrs = _inspect(config)
+    return attrs if attrs is not None and attrs.get("Id") == config else None
 
 
 def remove_run_containers(run_id: str) -> None:

@@ -1,0 +1,87 @@
+"""How a built image goes to the registry: the engine's push or skopeo's, whichever is faster for it.
+
+Measured (bench/bench_push.py): the engine compresses each layer with one thread, so pushing the 1 GB
+pytorch-cpu into an empty registry takes about twice as long as `skopeo copy docker-daemon:`, whose
+gzip runs on every core. But the engine skips every layer it pulled from that registry (it remembers
+where each came from), which skopeo, reading the image back from the engine uncompressed, cannot know.
+So: an image whose build took unchanged layers from the registry (the registry cache,
+buildtool.build.cache_sources) is pushed by the engine, which uploads only the changed layers; any
+other image is pushed by skopeo. Both are checked the same way (push_verified: the registry must
+serve the digest the push reports).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from buildtool.common.errors import UserError
+from buildtool.common.refs import split_repo
+
+ENGINE, SKOPEO, AUTO = "engine", "skopeo", "auto"
+CHOICES = (AUTO, ENGINE, SKOPEO)
+SKOPEO_TIMEOUT_S = 1800
+
+_VERTEX = re.compile(r"^#(\d+) \[[^\]]*\] (.*)$")
+_PULL = re.compile(r"^#(\d+) pulling sha256:")
+
+
+def took_registry_layers(build_log: str) -> bool:
+    """The build pulled layers for a step other than a FROM: BuildKit took that step's result from the
+    registry cache, so the engine knows where those layers already are."""
+    steps: dict[str, str] = {}
+    for line in build_log.splitlines():
+        header = _VERTEX.match(line)
+        if header:
+            steps.setdefault(header.group(1), header.group(2))
+            continue
+        pull = _PULL.match(line)
+        if pull and not steps.get(pull.group(1), "FROM").startswith("FROM "):
+            return True
+    return False
+
+
+def choose(setting: str, build_log: str | None) -> str:
+    """ENGINE or SKOPEO for one push; `build_log` None: the image was not built by this run (the engine
+    may know its layers from an earlier push or pull), so the engine, as before."""
+    if setting not in CHOICES:
+        raise UserError(f"push path {setting!r} is unknown; use one of {', '.join(CHOICES)}")
+    if setting != AUTO:
+        return setting
+    if build_log is None or took_registry_layers(build_log):
+        return ENGINE
+    return SKOPEO
+
+
+def skopeo_push(ref: str, insecure: bool, timeout: float = SKOPEO_TIMEOUT_S) -> str:
+    """`skopeo copy docker-daemon:REF docker://REF`; returns the manifest digest skopeo wrote. The engine
+    is the one DOCKER_HOST names (skopeo itself reads only its own flag for it). RuntimeError on failure
+    (push_verified retries)."""
+    if shutil.which("skopeo") is None:
+        raise UserError("skopeo is not installed (it pushes images this build made from scratch); run "
+                        "`bash scripts/setup.sh`, or push with the engine: --push-with engine")
+    split_repo(ref)   # a reference with a registry and a tag, or ReferenceError
+    with tempfile.TemporaryDirectory(prefix="buildtool-push-") as tmp:
+        digest_file = Path(tmp) / "digest"
+        argv = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file)]
+        host = os.environ.get("DOCKER_HOST", "")
+        if host:
+            argv += ["--src-daemon-host", host]
+        if insecure:
+            argv.append("--dest-tls-verify=false")   # a loopback registry speaks plain HTTP
+        argv += [f"docker-daemon:{ref}", f"docker://{ref}"]
+        try:
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"skopeo copy of {ref} timed out after {timeout:.0f}s") from None
+        if run.returncode != 0:
+            lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+            raise RuntimeError(f"skopeo copy of {ref} exited {run.returncode}: {(lines or ['no output'])[-1][:300]}")
+        digest = digest_file.read_text().strip() if digest_file.is_file() else ""
+    if not digest.startswith("sha256:"):
+        raise RuntimeError(f"skopeo copy of {ref} reported no digest")
+    return digest

@@ -1,0 +1,113 @@
+"""Who pushes a built image (buildtool.build.push_path): the engine when the build took layers from the
+registry (it skips them), skopeo otherwise (its gzip uses every core); and validation runs an image
+pushed by skopeo from the engine's own copy when its id is the config the registry's manifest names."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from buildtool.build import push_path
+from buildtool.common.errors import UserError
+from buildtool.validate import engine as validate_engine
+
+COLD = """\
+#5 [base 1/2] FROM 127.0.0.1:5000/library/debian@sha256:aaaa
+#5 pulling sha256:1111 0.1s done
+#10 [stage-2 2/5] RUN --mount=type=tmpfs,target=/run uv pip install -r framework.lock
+#10 DONE 11.4s
+"""
+FRESH = """\
+#4 importing cache manifest from 127.0.0.1:5000/pytorch-cpu-dev@sha256:bbbb
+#10 [stage-2 2/5] RUN --mount=type=tmpfs,target=/run uv pip install -r framework.lock
+#10 pulling sha256:2765ccb80cd17dfd42f0d50a9fc20f1ffb5f66dd01b2498789036a1f09cb36f9
+#10 pulling sha256:2765ccb80cd17dfd42f0d50a9fc20f1ffb5f66dd01b2498789036a1f09cb36f9 0.2s done
+#10 CACHED
+"""
+
+
+@pytest.mark.parametrize(("log", "took", "via"), [(COLD, False, "skopeo"), (FRESH, True, "engine"),
+                                                  ("", False, "skopeo")])
+def test_auto_pushes_with_the_engine_only_what_took_layers_from_the_registry(log: str, took: bool, via: str) -> None:
+    assert push_path.took_registry_layers(log) is took
+    assert push_path.choose("auto", log) == via
+
+
+def test_an_image_this_run_did_not_build_is_pushed_by_the_engine_and_a_setting_wins() -> None:
+    assert push_path.choose("auto", None) == "engine"
+    assert push_path.choose("skopeo", FRESH) == "skopeo" and push_path.choose("engine", COLD) == "engine"
+    with pytest.raises(UserError, match="push path 'docker' is unknown; use one of auto, engine, skopeo"):
+        push_path.choose("docker", COLD)
+
+
+FAKE_SKOPEO = """#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+json.dump(args, open(os.environ["FAKE_SKOPEO_ARGV"], "w"))
+if os.environ.get("FAKE_SKOPEO_FAIL"):
+    print("time=... level=fatal msg=\\"writing blob: connection refused\\"", file=sys.stderr)
+    sys.exit(1)
+open(args[args.index("--digestfile") + 1], "w").write("sha256:" + "c" * 64)
+"""
+
+
+@pytest.fixture
+def fake_skopeo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "skopeo"
+    script.write_text(FAKE_SKOPEO)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SKOPEO_ARGV", str(tmp_path / "argv.json"))
+    return tmp_path / "argv.json"
+
+
+def test_skopeo_copies_from_the_engine_docker_host_names_and_returns_its_digest(
+        fake_skopeo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/other.sock")
+    ref = "127.0.0.1:5000/pytorch-cpu-dev:abc-2.13"
+    assert push_path.skopeo_push(ref, insecure=True) == "sha256:" + "c" * 64
+    argv = json.loads(fake_skopeo.read_text())
+    assert argv[-2:] == [f"docker-daemon:{ref}", f"docker://{ref}"]
+    assert argv[argv.index("--src-daemon-host") + 1] == "unix:///run/other.sock"
+    assert "--dest-tls-verify=false" in argv
+    monkeypatch.delenv("DOCKER_HOST")
+    push_path.skopeo_push("registry.example/team/x-dev:abc-1", insecure=False)
+    argv = json.loads(fake_skopeo.read_text())
+    assert "--src-daemon-host" not in argv and "--dest-tls-verify=false" not in argv
+
+
+def test_a_failed_skopeo_copy_names_its_cause(fake_skopeo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SKOPEO_FAIL", "1")
+    with pytest.raises(RuntimeError, match=r"exited 1: .*writing blob: connection refused"):
+        push_path.skopeo_push("127.0.0.1:5000/x-dev:abc-1", insecure=True)
+
+
+def test_without_skopeo_the_push_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(push_path.shutil, "which", lambda name: None)
+    with pytest.raises(UserError, match="skopeo is not installed .* --push-with engine"):
+        push_path.skopeo_push("127.0.0.1:5000/x-dev:abc-1", insecure=True)
+
+
+class _Registry:
+    def __init__(self, manifest: dict) -> None:
+        self.manifest = manifest
+
+    def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
+        return json.dumps(self.manifest).encode(), "application/vnd.oci.image.manifest.v1+json", ref
+
+
+@pytest.mark.parametrize(("held", "expected"), [("sha256:" + "d" * 64, True), ("sha256:" + "e" * 64, False),
+                                                (None, False)])
+def test_validation_runs_the_engines_image_only_when_its_id_is_the_manifests_config(
+        monkeypatch: pytest.MonkeyPatch, held: str | None, expected: bool) -> None:
+    config = "sha256:" + "d" * 64
+    monkeypatch.setattr(validate_engine, "_inspect", lambda ref: {"Id": held} if held and ref == config else None)
+    found = validate_engine._same_image_here(_Registry({"config": {"digest": config}}), "r", "sha256:" + "1" * 64)  # type: ignore[arg-type]
+    assert (found is not None) is expected
+    index = {"manifests": [{"digest": "sha256:" + "2" * 64}]}
+    assert validate_engine._same_image_here(_Registry(index), "r", "sha256:" + "1" * 64) is None  # type: ignore[arg-type]
