@@ -11,6 +11,9 @@ tools lock with one package moved (tzdata, a different release from PyPI, hash-p
 - pull:   no build: `docker pull` of the previous image into an empty engine, the floor of the fresh
           arm (a runnable image needs every unchanged layer in the engine, however it is built).
 
+After each fresh arm its image is pushed both ways `buildtool build --push` could (push_path): by the
+engine, which skips the layers it pulled from the registry, and by skopeo, which cannot know them.
+
 The engine is a private dockerd (its own data root and socket), wiped and restarted before each arm,
 so the user's engine and images are never pruned. Builds do not push: each arm's result would
 otherwise be found by content key by the next one. The previous image is built and pushed once, to a
@@ -126,13 +129,27 @@ def build(checkout: Path, *extra: str) -> tuple[float, list[str], str, dict[str,
     return seconds, json.loads(inspect.stdout), Path(result["log"]).read_text(errors="replace"), result
 
 
+def push(via: str, ref: str, run: int) -> float:
+    """Push the fresh arm's image to a repository beside the cell's (so no later arm finds it by content key)
+    by the engine or by skopeo, as `buildtool build --push` would; whole process, seconds."""
+    target = f"{NAMESPACE}/push-bench:{via}-{run}"
+    subprocess.run(docker_cli.argv("tag", ref, target), env=engine_env(), check=True)
+    argv = (docker_cli.argv("push", "-q", target) if via == "engine" else
+            ["skopeo", "copy", "--quiet", "--src-daemon-host", f"unix://{SOCKET}", "--dest-tls-verify=false",
+             f"docker-daemon:{target}", f"docker://{target}"])
+    started = time.monotonic()
+    subprocess.run(argv, env=engine_env(), check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - started
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the bench starts a private dockerd")
-    times: dict[str, list[float]] = {"cold": [], "fresh": [], "warm": [], "pull": []}
+    times: dict[str, list[float]] = {"cold": [], "fresh": [], "warm": [], "pull": [], "push-engine": [],
+                                     "push-skopeo": []}
     layers: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-fresh-") as tmp:
         previous, change = Path(tmp, "previous"), Path(tmp, "change")
@@ -157,13 +174,17 @@ def main() -> int:
                         continue
                     if arm == "warm":
                         build(previous, "--force")     # the runner built last night's image itself
-                    seconds, diff_ids, log, _ = build(change, *(["--no-registry-cache"] if arm == "cold" else []))
+                    seconds, diff_ids, log, built = build(change, *(["--no-registry-cache"] if arm == "cold" else []))
                     if arm == "fresh" and "importing cache manifest from" not in log:
                         raise SystemExit("the fresh runner's build imported no registry cache (see its log)")
                     if layers.setdefault("first", diff_ids) != diff_ids:
                         raise SystemExit(f"{arm} run {run} built other layers than the first arm: not like for like")
                     times[arm].append(seconds)
                     print(f"run {run} {arm}: {seconds:.1f} s", file=sys.stderr)
+                    if arm == "fresh":
+                        for via in (("engine", "skopeo") if run % 2 else ("skopeo", "engine")):
+                            times[f"push-{via}"].append(push(via, built["ref"], run))
+                            print(f"run {run} push-{via}: {times[f'push-{via}'][-1]:.1f} s", file=sys.stderr)
         finally:
             stop_engine()
             shutil.rmtree(ENGINE, ignore_errors=True)
@@ -178,6 +199,9 @@ def main() -> int:
     print(f"  fresh / warm = {median['fresh'] / median['warm']:.2f}x  (target <= 2x)")
     print(f"  cold / fresh = {median['cold'] / median['fresh']:.2f}x  (target >= 5x)")
     print(f"  fresh - pull = {median['fresh'] - median['pull']:.1f} s: the build itself once the layers are in")
+    print(f"  push of the fresh arm's image, registry holding the previous one: engine median "
+          f"{median['push-engine']:.1f} s ({', '.join(f'{t:.1f}' for t in times['push-engine'])}), skopeo median "
+          f"{median['push-skopeo']:.1f} s ({', '.join(f'{t:.1f}' for t in times['push-skopeo'])})")
     print(f"  layers identical in every arm: {len(layers['first'])} diff IDs")
     return 0
 
