@@ -111,3 +111,24 @@ def test_validation_runs_the_engines_image_only_when_its_id_is_the_manifests_con
     assert (found is not None) is expected
     index = {"manifests": [{"digest": "sha256:" + "2" * 64}]}
     assert validate_engine._same_image_here(_Registry(index), "r", "sha256:" + "1" * 64) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("setting", "log", "via"), [("auto", COLD, "skopeo"), ("auto", FRESH, "engine"),
+                                                     ("auto", None, "engine"), ("engine", COLD, "engine")])
+def test_the_build_pushes_by_the_path_chosen_for_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setting: str,
+                                                    log: str | None, via: str) -> None:
+    from types import SimpleNamespace
+
+    from buildtool.build import builder
+
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(builder, "push_verified", lambda ref, log, via: calls.append((ref, via)) or "sha256:1")
+    fake = SimpleNamespace(options=builder.BuildOptions(push=True, push_with=setting), log=print,
+                           progress=SimpleNamespace(update=lambda *args: None))
+    plan = SimpleNamespace(dev_ref="127.0.0.1:5000/x-dev:abc-1", cell=SimpleNamespace(key="x:1"))
+    build_log = None
+    if log is not None:
+        build_log = tmp_path / "build.log"
+        build_log.write_text(log)
+    assert builder.Builder._push(fake, plan, build_log) == "sha256:1"   # type: ignore[arg-type]
+    assert calls == [("127.0.0.1:5000/x-dev:abc-1", via)]
