@@ -69,7 +69,7 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 
 .PHONY: validate
 validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS))
 
 .PHONY: keys
 keys: ## Make the key pair validating runners sign verdicts with; prints where each half goes (NAME=...)
