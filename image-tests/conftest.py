@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ _SCHEDULE: dict[str, dict[str, Any]] = {}   # test id -> lane, access, why, star
 _WORKERS: list[dict[str, Any]] = []          # what each xdist worker reported when it ended
 _CONTAINER: list[bool] = []                  # this process has started (or tried to start) its main container
 _COLD: list[bool] = []                       # this process measures the image's cold start (lanes.py)
+_HOLDING: list[tuple[lanes.Held, str, pytest.Item]] = []  # the running test: the lock it holds, the mode it declares
 NOT_RUN = "not run: "
 
 
@@ -94,11 +96,23 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             and lanes.claim_cold_start(_lock_dir(item.config)))
     if cold:
         _COLD.append(True)
-    mode, why = lanes.access(item, target, cold)
+    mode, why = lanes.access(item, target)
     item.user_properties += [("lane", _lane(item.config)), ("access", mode), ("access_why", why)]
-    with lanes.hold(_lock_dir(item.config), mode):
-        yield
+    with lanes.hold(_lock_dir(item.config), lanes.EXCLUSIVE if cold else mode) as held:
+        _HOLDING[:] = [(held, mode, item)]
+        try:
+            yield
+        finally:
+            _HOLDING.clear()
 
+
+def _warm() -> None:
+    """The cold start is measured: the test that started the container holds the lock as it declares."""
+    if _HOLDING:
+        held, declared, item = _HOLDING[0]
+        if held.mode != declared:   # declared shared: exclusive only while the cold start was measured
+            item.user_properties.append(("cold_start_until", time.time()))
+            held.share()
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     remove_all()
@@ -194,6 +208,7 @@ def main(target: dict[str, Any], shared_dir: Path, out_root: Path):
         cold = warm_up(container, target["framework_info"]["module"])
         if _COLD:   # the other workers' containers start with the image in the page cache: not a cold start
             _FACTS["cold_start"] = cold
+            _warm()
         yield container
     finally:
         container.remove()
@@ -298,6 +313,23 @@ def _schedule(report: pytest.TestReport, ident: str) -> None:
                                         "why": props.get("access_why", ""), "started": report.start,
                                         "ended": report.stop})
     slot["started"], slot["ended"] = min(slot["started"], report.start), max(slot["ended"], report.stop)
+    if "cold_start_until" in props:
+        slot["cold_start_until"] = props["cold_start_until"]
+
+
+def _intervals() -> list[dict[str, Any]]:
+    """Each test's interval and the lock mode it held; a test that measured the cold start held it
+    alone until then, as its own interval (`<id> (cold start)`)."""
+    out = []
+    for slot in _SCHEDULE.values():
+        entry = dict(slot)
+        until = entry.pop("cold_start_until", None)
+        if until is not None:
+            out.append({**entry, "id": f"{entry['id']} (cold start)", "access": lanes.EXCLUSIVE,
+                        "why": lanes.COLD_START, "ended": until})
+            entry["started"] = until
+        out.append(entry)
+    return sorted(out, key=lambda s: s["started"])
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -364,7 +396,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         data = {"tests": _RESULTS, "figures": _FIGURES, "facts": _FACTS, "exitstatus": int(exitstatus),
                 "interrupted": _INTERRUPTED[0] if _INTERRUPTED else "",
                 "deadline_s": harness.DEADLINE.total_s, "deadline_spent_by": harness.DEADLINE.spent_by,
-                "schedule": sorted(_SCHEDULE.values(), key=lambda s: s["started"])}
+                "schedule": _intervals()}
         tmp = Path(f"{path}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(path)  # never half-written

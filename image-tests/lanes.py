@@ -11,8 +11,9 @@ each worker with its own container of the image. Every test declares what it nee
   check no time, so they are shared.
 - `exclusive`: always alone (a timing check must never run beside a load).
 - unmarked: exclusive. A new test is safe before it is fast. A test's own mark overrides its module's.
-And the test that starts the first container runs alone: its warm-up is the verdict's cold start, a
-figure that another probe beside it would change. One worker claims it (`claim_cold_start`); the other
+And the test that starts the first container runs alone until that container is warm: its warm-up is
+the verdict's cold start, a figure that another probe beside it would change (then it holds the lock as
+it declares). One worker claims it (`claim_cold_start`); the other
 workers' warm-ups find the image in the page cache, are not measured, and run as their test declares.
 
 The guarantee is one lock file, taken by every worker around a test's whole run (setup, call and
@@ -29,7 +30,7 @@ import contextlib
 import fcntl
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -47,12 +48,13 @@ def claim_cold_start(folder: Path) -> bool:
     return True
 
 
-def access(item: pytest.Item, target: dict[str, Any], cold_start: bool) -> tuple[str, str]:
-    """(SHARED or EXCLUSIVE, why) for one test; `cold_start`: it measures the image's cold start."""
+COLD_START = "the first container starts: the image's cold start is measured alone"
+
+
+def access(item: pytest.Item, target: dict[str, Any]) -> tuple[str, str]:
+    """(SHARED or EXCLUSIVE, why): what the test declares."""
     # The closest declaration wins: a test's own over its module's (pytestmark).
     mark = next((m for m in item.iter_markers() if m.name in MARKERS), None)
-    if cold_start:
-        return EXCLUSIVE, "the first container starts: the image's cold start is measured alone"
     if mark is None:
         return EXCLUSIVE, "not marked shared, devices or exclusive"
     why = str(mark.kwargs.get("why", ""))
@@ -63,18 +65,37 @@ def access(item: pytest.Item, target: dict[str, Any], cold_start: bool) -> tuple
     return (SHARED if mark.name == "shared" else EXCLUSIVE), why
 
 
+class Held:
+    """The tests' lock as one test holds it."""
+
+    def __init__(self, gate: IO[str], lock: IO[str]) -> None:
+        self.gate, self.lock, self.mode = gate, lock, ""
+
+    def take(self, mode: str) -> None:
+        """Hold it in `mode` (SHARED: with other shared tests; EXCLUSIVE: alone)."""
+        fcntl.flock(self.gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX if mode == EXCLUSIVE else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+        self.mode = mode
+
+    def share(self) -> None:
+        """From EXCLUSIVE to SHARED: flock gives the lock back and takes it shared (a test waiting for it
+        alone may run in between). Not through the turnstile: that test may hold it while it waits for us."""
+        fcntl.flock(self.lock, fcntl.LOCK_SH)
+        self.mode = SHARED
+
+
 @contextlib.contextmanager
-def hold(folder: Path, mode: str) -> Iterator[None]:
-    """Hold the tests' lock in `mode` (SHARED: with other shared tests; EXCLUSIVE: alone)."""
+def hold(folder: Path, mode: str) -> Iterator[Held]:
+    """Hold the tests' lock in `mode` until the block ends."""
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "turnstile").open("a") as gate, (folder / "tests").open("a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX)
+        held = Held(gate, lock)
+        held.take(mode)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX if mode == EXCLUSIVE else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
+            yield held
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
