@@ -14,6 +14,7 @@ Prints a table; asserts nothing about time (the target: a CPU image validated in
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -89,6 +90,13 @@ def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float
     return sum(split.values()), split
 
 
+def probe_cpu_s(reports: str) -> float:
+    """CPU seconds of every probe of the latest run (their supervisors' exit records; validate keeps only
+    the latest run's probes)."""
+    records = {p.resolve() for p in Path(reports).glob("*/*/probes/**/exit.json")}
+    return sum(float(json.loads(p.read_text()).get("cpu_s") or 0) for p in records)
+
+
 def validate_process(image: str, jobs: int, reports: str) -> tuple[float, str]:
     """Seconds of one whole `buildtool validate` process, and its verdict's result."""
     start = time.monotonic()
@@ -105,18 +113,22 @@ def validate_process(image: str, jobs: int, reports: str) -> tuple[float, str]:
 
 def compare_jobs(image: str, runs: int) -> int:
     times: dict[int, list[float]] = {1: [], 2: []}
+    cpu: dict[int, list[float]] = {1: [], 2: []}
+    print(f"{os.cpu_count()} cores; other load on the machine shows in the load average before each run", flush=True)
     with tempfile.TemporaryDirectory() as reports:
         for n in range(runs):
             for jobs in (1, 2):
+                load = os.getloadavg()[0]
                 seconds, result = validate_process(image, jobs, reports)
                 times[jobs].append(seconds)
-                print(f"run {n + 1}: buildtool validate --jobs {jobs} (whole process, {result}): {seconds:.1f} s",
-                      flush=True)
+                cpu[jobs].append(probe_cpu_s(reports))
+                print(f"run {n + 1}: buildtool validate --jobs {jobs} (whole process, {result}): {seconds:.1f} s; "
+                      f"its probes' CPU {cpu[jobs][-1]:.1f} s; load average before {load:.2f}", flush=True)
     serial, concurrent = statistics.median(times[1]), statistics.median(times[2])
-    print(f"median of {runs}, whole `buildtool validate {image} --no-store` process:")
-    print(f"  before: --jobs 1 (serial)      {serial:7.1f} s")
-    print(f"  after:  --jobs 2 (concurrent)  {concurrent:7.1f} s")
-    print(f"  ratio after/before: {concurrent / serial:.2f}")
+    print(f"median of {runs}, whole `buildtool validate {image} --no-store` process (wall seconds):")
+    print(f"  before: --jobs 1 (serial)      {serial:7.1f} s   probes' CPU {statistics.median(cpu[1]):6.1f} s")
+    print(f"  after:  --jobs 2 (concurrent)  {concurrent:7.1f} s   probes' CPU {statistics.median(cpu[2]):6.1f} s")
+    print(f"  ratio after/before (wall): {concurrent / serial:.2f}")
     return 0
 
 
