@@ -1,6 +1,7 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
-# (the docker client of every docker command: buildx, classic or a path; see README.md).
+# (the docker client of every docker command: buildx, classic or a path; see README.md), JOBS (validate:
+# the image tests on this many workers side by side; 1: one after another).
 SHELL := /bin/bash
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 BUILDTOOL := $(PYTHON) -m buildtool
