@@ -1,6 +1,7 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
-# (the docker client of every docker command: buildx, classic or a path; see README.md).
+# (the docker client of every docker command: buildx, classic or a path; see README.md), JOBS (validate:
+# the image tests on this many workers side by side; 1: one after another).
 SHELL := /bin/bash
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 BUILDTOOL := $(PYTHON) -m buildtool
@@ -69,7 +70,7 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 
 .PHONY: validate
 validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS))
 
 .PHONY: keys
 keys: ## Make the key pair validating runners sign verdicts with; prints where each half goes (NAME=...)

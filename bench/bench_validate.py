@@ -2,16 +2,21 @@
 otherwise run: the same probes as one `docker run --rm` each (a fresh container per check,
 no shared fixtures), in the same process on the same machine.
 
+    python bench/bench_validate.py --jobs IMAGE [RUNS]   # serial (--jobs 1) against concurrent (--jobs 2)
     python bench/bench_validate.py                  # this commit's dev images, else the test fixtures
     python bench/bench_validate.py IMAGE [IMAGE...]
 
+`--jobs`: whole `buildtool validate IMAGE --no-store` processes, the arms interleaved (serial, concurrent,
+serial, ...) so a noisy machine's load falls on both; medians and their ratio.
 Prints a table; asserts nothing about time (the target: a CPU image validated in < 90 s).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,7 +90,51 @@ def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float
     return sum(split.values()), split
 
 
+def probe_cpu_s(reports: str) -> float:
+    """CPU seconds of every probe of the latest run (their supervisors' exit records; validate keeps only
+    the latest run's probes)."""
+    records = {p.resolve() for p in Path(reports).glob("*/*/probes/**/exit.json")}
+    return sum(float(json.loads(p.read_text()).get("cpu_s") or 0) for p in records)
+
+
+def validate_process(image: str, jobs: int, reports: str) -> tuple[float, str]:
+    """Seconds of one whole `buildtool validate` process, and its verdict's result."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "buildtool", "validate", image, "--no-store", "--json", "--jobs",
+                           str(jobs), "--reports", reports], cwd=REPO, capture_output=True, text=True, timeout=1800,
+                          check=False)
+    seconds = time.monotonic() - start
+    try:
+        result = json.loads(proc.stdout)[0]["result"]
+    except (ValueError, IndexError, KeyError):
+        result = f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
+    return seconds, result
+
+
+def compare_jobs(image: str, runs: int) -> int:
+    times: dict[int, list[float]] = {1: [], 2: []}
+    cpu: dict[int, list[float]] = {1: [], 2: []}
+    print(f"{os.cpu_count()} cores; other load on the machine shows in the load average before each run", flush=True)
+    with tempfile.TemporaryDirectory() as reports:
+        for n in range(runs):
+            for jobs in (1, 2):
+                load = os.getloadavg()[0]
+                seconds, result = validate_process(image, jobs, reports)
+                times[jobs].append(seconds)
+                cpu[jobs].append(probe_cpu_s(reports))
+                print(f"run {n + 1}: buildtool validate --jobs {jobs} (whole process, {result}): {seconds:.1f} s; "
+                      f"its probes' CPU {cpu[jobs][-1]:.1f} s; load average before {load:.2f}", flush=True)
+    serial, concurrent = statistics.median(times[1]), statistics.median(times[2])
+    print(f"median of {runs}, whole `buildtool validate {image} --no-store` process (wall seconds):")
+    print(f"  before: --jobs 1 (serial)      {serial:7.1f} s   probes' CPU {statistics.median(cpu[1]):6.1f} s")
+    print(f"  after:  --jobs 2 (concurrent)  {concurrent:7.1f} s   probes' CPU {statistics.median(cpu[2]):6.1f} s")
+    print(f"  ratio after/before (wall): {concurrent / serial:.2f}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--jobs"]:
+        return compare_jobs(argv[1], int(argv[2]) if len(argv) > 2 else 3)
     matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates")
     images = argv or default_images(matrix)
     rows = []

@@ -6,6 +6,11 @@ per image per run is started from the cell's run profile and shared by every tes
 share it; tests that need more (a second rendezvous node, a TensorBoard of the other framework)
 start their own, and all of them are removed at the end, on interrupts too.
 
+Concurrency (`buildtool validate --jobs N`, pytest-xdist): each worker has its own containers; what
+may run together is declared per test and enforced by one lock (lanes.py). The controller records
+every test's result (xdist hands it each report), merges what workers learnt about the image (figures,
+facts) and writes the results; the image's deadline is one instant for all of them.
+
 Results: a test counts as passed only when its call phase passed. A test that was running
 when the session was interrupted (SIGTERM, Ctrl-C, the deadline's backstop) is recorded as
 failed, with the interruption as its message; tests never started because the image's
@@ -17,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
+import lanes  # noqa: E402
 from harness import Container, check_client_setting, install_signal_cleanup, remove_all, skip, warm_up  # noqa: E402
 
 from buildtool.contracts import skips  # noqa: E402
@@ -35,6 +43,11 @@ _FIGURES: dict[str, Any] = {}
 _FACTS: dict[str, Any] = {}
 _TARGET: dict[str, Any] = {}
 _INTERRUPTED: list[str] = []
+_SCHEDULE: dict[str, dict[str, Any]] = {}   # test id -> lane, access, why, started, ended (epoch seconds)
+_WORKERS: list[dict[str, Any]] = []          # what each xdist worker reported when it ended
+_CONTAINER: list[bool] = []                  # this process has started (or tried to start) its main container
+_COLD: list[bool] = []                       # this process measures the image's cold start (lanes.py)
+_HOLDING: list[tuple[lanes.Held, str, pytest.Item]] = []  # the running test: the lock it holds, the mode it declares
 NOT_RUN = "not run: "
 
 
@@ -48,8 +61,58 @@ def pytest_configure(config: pytest.Config) -> None:
     install_signal_cleanup()
     if config.getoption("--target", None):
         _TARGET.update(_load_target(config))
-        harness.set_deadline(float(_TARGET.get("probe_budget_s") or 0), float(_TARGET.get("deadline_s") or 0))
+        handed = getattr(config, "workerinput", {}).get("image_tests_deadline")
+        if handed:   # an xdist worker: the controller's deadline, the same instant (one monotonic clock)
+            harness.DEADLINE.total_s, harness.DEADLINE.ends_at = handed
+        else:
+            harness.set_deadline(float(_TARGET.get("probe_budget_s") or 0), float(_TARGET.get("deadline_s") or 0))
 
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller: every worker stops probes at the deadline this process set, not its own start's."""
+    node.workerinput["image_tests_deadline"] = [harness.DEADLINE.total_s, harness.DEADLINE.ends_at]
+
+
+def _lane(config: pytest.Config) -> str:
+    return str(getattr(config, "workerinput", {}).get("workerid", "main"))
+
+
+def _lock_dir(config: pytest.Config) -> Path:
+    """One folder for every worker of this run: beside the target file, named by the run."""
+    path = Path(config.getoption("--target"))
+    return path.parent / f"lanes-{_load_target(config).get('run_id', 'run')}"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    """Run the test under the lock its declaration asks for (lanes.py), from setup to teardown."""
+    if not item.config.getoption("--target", None):
+        yield
+        return
+    target = _load_target(item.config)
+    gpu_skip = item.get_closest_marker("gpu") is not None and not target.get("runner_gpus")  # no fixture runs
+    cold = ("main" in getattr(item, "fixturenames", ()) and not gpu_skip and not _CONTAINER and not _COLD
+            and lanes.claim_cold_start(_lock_dir(item.config)))
+    if cold:
+        _COLD.append(True)
+    mode, why = lanes.access(item, target)
+    item.user_properties += [("lane", _lane(item.config)), ("access", mode), ("access_why", why)]
+    with lanes.hold(_lock_dir(item.config), lanes.EXCLUSIVE if cold else mode) as held:
+        _HOLDING[:] = [(held, mode, item)]
+        try:
+            yield
+        finally:
+            _HOLDING.clear()
+
+
+def _warm() -> None:
+    """The cold start is measured: the test that started the container holds the lock as it declares."""
+    if _HOLDING:
+        held, declared, item = _HOLDING[0]
+        if held.mode != declared:   # declared shared: exclusive only while the cold start was measured
+            item.user_properties.append(("cold_start_until", time.time()))
+            held.share()
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     remove_all()
@@ -138,10 +201,14 @@ def main(target: dict[str, Any], shared_dir: Path, out_root: Path):
     """The container of the image under test, started exactly as users are told to run it, its
     framework imported once first (the cold start, recorded in the verdict; later probes run warm)."""
     flags = [*target["run_flags"], *target.get("extra_run_flags", [])]
+    _CONTAINER.append(True)   # tests that need it run alone until it is warm (lanes.py)
     container = Container(target["image"], flags, run_id=target["run_id"], shared=shared_dir, out_root=out_root,
                           framework=target["framework"])
     try:
-        _FACTS["cold_start"] = warm_up(container, target["framework_info"]["module"])
+        cold = warm_up(container, target["framework_info"]["module"])
+        if _COLD:   # the other workers' containers start with the image in the page cache: not a cold start
+            _FACTS["cold_start"] = cold
+            _warm()
         yield container
     finally:
         container.remove()
@@ -240,8 +307,34 @@ def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) 
     _entry(nodeid, False)
 
 
+def _schedule(report: pytest.TestReport, ident: str) -> None:
+    props = dict(report.user_properties)
+    slot = _SCHEDULE.setdefault(ident, {"id": ident, "lane": props.get("lane", ""), "access": props.get("access", ""),
+                                        "why": props.get("access_why", ""), "started": report.start,
+                                        "ended": report.stop})
+    slot["started"], slot["ended"] = min(slot["started"], report.start), max(slot["ended"], report.stop)
+    if "cold_start_until" in props:
+        slot["cold_start_until"] = props["cold_start_until"]
+
+
+def _intervals() -> list[dict[str, Any]]:
+    """Each test's interval and the lock mode it held; a test that measured the cold start held it
+    alone until then, as its own interval (`<id> (cold start)`)."""
+    out = []
+    for slot in _SCHEDULE.values():
+        entry = dict(slot)
+        until = entry.pop("cold_start_until", None)
+        if until is not None:
+            out.append({**entry, "id": f"{entry['id']} (cold start)", "access": lanes.EXCLUSIVE,
+                        "why": lanes.COLD_START, "ended": until})
+            entry["started"] = until
+        out.append(entry)
+    return sorted(out, key=lambda s: s["started"])
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     entry = _entry(report.nodeid, "gpu" in report.keywords)
+    _schedule(report, entry["id"])
     entry["gpu"] = entry["gpu"] or "gpu" in report.keywords
     entry["duration_s"] = round(entry["duration_s"] + report.duration, 3)
     if report.skipped:
@@ -264,7 +357,35 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> N
     _INTERRUPTED.append(str(excinfo.value) or "KeyboardInterrupt")
 
 
+def _learnt() -> dict[str, Any]:
+    return {"figures": _FIGURES, "facts": _FACTS, "spent_by": harness.DEADLINE.spent_by}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: a worker ended; keep what it learnt about the image (a worker that crashed
+    or was killed has nothing: its tests are failed by their reports)."""
+    text = (getattr(node, "workeroutput", None) or {}).get("image_tests")
+    if text:
+        _WORKERS.append(json.loads(text))
+
+
+def _merge_workers() -> None:
+    """Figures and facts of every worker (one of them measured the cold start)."""
+    for learnt in _WORKERS:
+        _FIGURES.update(learnt["figures"])
+        for key, value in learnt["facts"].items():
+            _FACTS.setdefault(key, value)
+        harness.DEADLINE.spent_by = harness.DEADLINE.spent_by or learnt["spent_by"]
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if hasattr(config, "workerinput"):
+        # An xdist worker: the controller writes the results (it holds every test's reports).
+        config.workeroutput["image_tests"] = json.dumps(_learnt())  # type: ignore[attr-defined]
+        return
+    _merge_workers()
     why = _INTERRUPTED[0] if _INTERRUPTED else f"pytest exit {int(exitstatus)}"
     for entry in _RESULTS:
         if entry["result"] == "running":
@@ -274,7 +395,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if path:
         data = {"tests": _RESULTS, "figures": _FIGURES, "facts": _FACTS, "exitstatus": int(exitstatus),
                 "interrupted": _INTERRUPTED[0] if _INTERRUPTED else "",
-                "deadline_s": harness.DEADLINE.total_s, "deadline_spent_by": harness.DEADLINE.spent_by}
+                "deadline_s": harness.DEADLINE.total_s, "deadline_spent_by": harness.DEADLINE.spent_by,
+                "schedule": _intervals()}
         tmp = Path(f"{path}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(path)  # never half-written

@@ -184,3 +184,11 @@ def run_cli(capsys: pytest.CaptureFixture[str]):
         return code, captured.out, captured.err
 
     return _run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # image-tests' own markers (image-tests/pytest.ini): unit tests import their modules, whose
+    # `pytestmark` would otherwise warn here. They mark nothing this suite collects.
+    for line in ("shared: image-tests: may run beside other shared tests",
+                 "devices: image-tests: uses the run's GPUs", "exclusive: image-tests: always runs alone"):
+        config.addinivalue_line("markers", line)

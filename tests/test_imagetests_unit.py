@@ -421,30 +421,47 @@ def test_deadlines_come_from_the_matrix(matrix, tmp_path):
 # -- results: interrupted never passes; GPU skips before setup; deadline means not run --------------------
 
 
-def _target(tmp_path: Path, budget: float) -> Path:
+def _target(tmp_path: Path, budget: float, gpus: int = 0) -> Path:
     info = FrameworkInfo(name="pytorch", module="torch", gpu_count_expr="0", events_writer=["x.py"])
     target = Target(image="img", ref="img", digest="sha256:0", cell="pytorch-cpu:2.13", framework="pytorch",
                     framework_info=info, accelerator="cpu", run_flags=[], shm_promised="8g",
                     shm_expected_bytes=8 << 30, expect=Expectations(), run_id="unit", deadline_s=480,
-                    probe_budget_s=budget)
+                    probe_budget_s=budget, runner_gpus=[{"index": str(i), "name": "H100"} for i in range(gpus)])
     path = tmp_path / "target.json"
     write_target(path, target)
     return path
 
 
-def run_image_tests(tmp_path: Path, body: str, budget: float = 0) -> dict:
-    """pytest on a copy of image-tests' conftest and harness with one test file; its results JSON."""
+def image_tests_argv(tmp_path: Path, files: dict[str, str], budget: float = 0, gpus: int = 0,
+                     jobs: int = 1) -> list[str]:
+    """pytest on a copy of image-tests' conftest, harness and lanes with these test files (name -> body),
+    on `jobs` xdist workers as validate runs them (buildtool.validate.targets.pytest_argv)."""
     suite = tmp_path / "suite"
     suite.mkdir()
-    for name in ("conftest.py", "harness.py", "pytest.ini"):
+    for name in ("conftest.py", "harness.py", "lanes.py", "pytest.ini"):
         shutil.copy2(TESTS_DIR / name, suite / name)
-    (suite / "test_unit.py").write_text(textwrap.dedent(body))
-    results = tmp_path / "results.json"
+    for name, body in files.items():
+        (suite / name).write_text(textwrap.dedent(body))
+    workers = ["-n", str(jobs), "--dist", "loadscope", "--no-loadscope-reorder"] if jobs > 1 else ["-p", "no:xdist"]
+    return [sys.executable, "-m", "pytest", str(suite), "-c", str(suite / "pytest.ini"), "--rootdir", str(suite),
+            "--target", str(_target(tmp_path, budget, gpus)), "--results", str(tmp_path / "results.json"), "-q",
+            *workers]
+
+
+def run_image_tests(tmp_path: Path, body: str, budget: float = 0) -> dict:
+    """pytest on a copy of image-tests' conftest and harness with one test file; its results JSON."""
+    return by_name(run_suite(tmp_path, {"test_unit.py": body}, budget)["tests"])
+
+
+def run_suite(tmp_path: Path, files: dict[str, str], budget: float = 0, gpus: int = 0, jobs: int = 1) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-m", "pytest", str(suite), "-c", str(suite / "pytest.ini"), "--rootdir",
-                    str(suite), "--target", str(_target(tmp_path, budget)), "--results", str(results), "-q"],
-                   env=env, capture_output=True, text=True, timeout=120)
-    return {t["id"].split("::")[-1]: t for t in json.loads(results.read_text())["tests"]}
+    subprocess.run(image_tests_argv(tmp_path, files, budget, gpus, jobs), env=env, capture_output=True, text=True,
+                   timeout=120)
+    return json.loads((tmp_path / "results.json").read_text())
+
+
+def by_name(tests: list[dict]) -> dict:
+    return {t["id"].split("::")[-1]: t for t in tests}
 
 
 def test_an_interrupted_test_is_failed_never_passed(tmp_path):
@@ -511,3 +528,163 @@ def test_pytest_is_stopped_at_the_deadline(tmp_path):
     assert "ran out" in runner.deadline_problem(480, True, None, rc)
     assert runner.deadline_problem(480, False, {"tests": [], "interrupted": ""}, 0) == ""
     assert runner.overall_result(0, [{"result": "passed"}, {"result": "running"}]) == "failed"
+
+
+# -- concurrent runs (validate --jobs N): what may run together, and results as in serial runs ----------------
+
+# Every test sleeps: the intervals pytest records are long enough that tests run at the same time
+# unless the lock keeps them apart. Nothing is asserted on time, only on the recorded intervals.
+CONCURRENT_SUITE = {
+    "test_a_light.py": """
+        import time, pytest
+        pytestmark = pytest.mark.shared(why="light")
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_light(n):
+            time.sleep(0.4)
+
+        @pytest.mark.exclusive(why="a timing check")
+        def test_timed():
+            time.sleep(0.4)
+    """,
+    "test_b_ddp.py": """
+        import time, pytest
+        pytestmark = pytest.mark.devices(why="DDP")
+
+        def test_ddp():
+            time.sleep(0.8)
+
+        def test_collectives():
+            time.sleep(0.8)
+    """,
+    "test_c_new.py": """
+        import time
+
+        def test_unmarked():
+            time.sleep(0.4)
+    """,
+    "test_d_light.py": """
+        import time, pytest
+        pytestmark = pytest.mark.shared(why="light")
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_other(n):
+            time.sleep(0.4)
+    """,
+}
+
+
+def schedule_of(found: dict) -> dict[str, dict]:
+    return {s["id"].split("::")[-1]: s for s in found["schedule"]}
+
+
+@pytest.mark.parametrize("gpus", [0, 2])
+def test_concurrent_workers_never_overlap_exclusive_tests(tmp_path, gpus):
+    """Two workers: no exclusive test (a timing check, an unmarked test, DDP when the run has GPUs)
+    ran while any other test ran, from the intervals pytest recorded; without GPUs DDP is shared."""
+    found = run_suite(tmp_path, CONCURRENT_SUITE, budget=300, gpus=gpus, jobs=2)
+    assert [t["result"] for t in found["tests"]] == ["passed"] * 12, found["tests"]
+    slots = schedule_of(found)
+    assert {s["lane"] for s in slots.values()} == {"gw0", "gw1"}, slots
+    devices = "exclusive" if gpus else "shared"
+    assert {name: s["access"] for name, s in slots.items()} == {
+        **{f"test_light[{n}]": "shared" for n in range(4)}, **{f"test_other[{n}]": "shared" for n in range(4)},
+        "test_timed": "exclusive", "test_unmarked": "exclusive", "test_ddp": devices, "test_collectives": devices}
+    assert slots["test_unmarked"]["why"] == "not marked shared, devices or exclusive"
+    sys.path.insert(0, str(TESTS_DIR))
+    import lanes
+
+    assert lanes.overlaps(found["schedule"]) == []
+
+
+def test_overlap_check_names_the_tests_that_ran_together():
+    import lanes
+
+    ran = [{"id": "a", "access": "exclusive", "lane": "gw0", "started": 0.0, "ended": 2.0},
+           {"id": "b", "access": "shared", "lane": "gw1", "started": 1.0, "ended": 3.0},
+           {"id": "c", "access": "shared", "lane": "gw0", "started": 2.5, "ended": 4.0}]
+    assert lanes.overlaps(ran) == ["a (exclusive, gw0) overlapped b (shared, gw1)"]
+
+
+def test_a_failure_on_a_worker_names_its_cause_in_the_verdict(tmp_path):
+    """A probe failing on one worker while the other runs: its own message reaches the verdict, each
+    test keeps its own result, and figures and facts workers learnt are merged."""
+    found = run_suite(tmp_path, {
+        "test_a.py": """
+            import time, pytest
+            pytestmark = pytest.mark.shared(why="light")
+
+            def test_workers(figures):
+                time.sleep(0.5)
+                figures["seen_by_a"] = 1
+                assert False, "a DataLoader with 2 workers: worker 1 (pid 42) died with SIGBUS"
+
+            def test_after():
+                pass
+        """,
+        "test_b.py": """
+            import time, pytest
+            pytestmark = pytest.mark.shared(why="light")
+
+            def test_other(figures):
+                time.sleep(0.5)
+                figures["seen_by_b"] = 2
+        """}, budget=300, jobs=2)
+    from buildtool.contracts.verdict import TestResult
+
+    tests = by_name(found["tests"])
+    verdict = {t.id.split("::")[-1]: t for t in map(TestResult.model_validate, found["tests"])}
+    assert verdict["test_workers"].result == "failed"
+    assert verdict["test_workers"].message.startswith("a DataLoader with 2 workers: worker 1 (pid 42) died with "
+                                                      "SIGBUS"), verdict["test_workers"].message
+    assert verdict["test_after"].result == "passed" and verdict["test_other"].result == "passed"
+    assert {tests[n]["id"] for n in tests} == {"test_a.py::test_workers", "test_a.py::test_after",
+                                               "test_b.py::test_other"}
+    assert found["figures"] == {"seen_by_a": 1, "seen_by_b": 2}
+
+
+def test_the_deadline_stops_every_worker_and_fails_what_did_not_finish(tmp_path):
+    """validate's backstop (SIGTERM to pytest's process group at the deadline) in a concurrent run: the
+    tests running on either worker are failed as interrupted, none passes, none stays 'running', the
+    workers are gone, and the results are written."""
+    hang = """
+        import os, time, pytest
+        pytestmark = pytest.mark.shared(why="light")
+
+        def test_quick():
+            pass
+
+        def test_hangs_{x}(shared_dir):
+            (shared_dir / f"pid-{{os.getpid()}}").touch()
+            time.sleep(120)
+
+        def test_never_started_{x}():
+            pass
+    """
+    argv = image_tests_argv(tmp_path, {"test_a.py": hang.format(x="a"), "test_b.py": hang.format(x="b")},
+                            budget=300, jobs=2)
+    base = tmp_path / "base"
+    fired: list[bool] = []
+
+    def deadline() -> None:
+        """What validate's timer does at the deadline, fired once both hanging tests have started."""
+        while len(pids := [int(p.name[4:]) for p in base.rglob("pid-*")]) < 2:
+            time.sleep(0.1)
+        pytest_run._stop_group(os.getpgid(pids[0]), fired)
+
+    import threading
+
+    threading.Thread(target=deadline, daemon=True).start()
+    rc = pytest_run._run_pytest(["env", f"PYTHONPATH={REPO}", *argv, "--basetemp", str(base)], tmp_path,
+                                tmp_path / "log", 120, lambda line: None)
+    assert fired, (tmp_path / "log").read_text()[-2000:]
+    found = json.loads((tmp_path / "results.json").read_text())
+    tests = by_name(found["tests"])
+    for name in ("test_hangs_a", "test_hangs_b"):
+        assert tests[name]["result"] == "failed", tests[name]
+        assert tests[name]["message"].startswith("interrupted while running (signal 15)"), tests[name]["message"]
+    assert not [t for t in found["tests"] if t["result"] not in ("passed", "failed", "skipped")], found["tests"]
+    assert not [n for n in tests if n.startswith("test_never_started") and tests[n]["result"] == "passed"]
+    assert found["interrupted"] and rc != 0
+    workers = [int(p.name[4:]) for p in base.rglob("pid-*")]
+    assert not [pid for pid in workers if _alive(pid)], workers

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from buildtool.validate.engine import Resolved
 from buildtool.validate.options import Options
 from buildtool.validate.targets import build_target, expectations, pytest_argv
@@ -26,6 +28,26 @@ def test_pytest_argv_names_the_groups_the_target_and_the_outputs(tmp_path: Path)
         assert argv[argv.index(flag) + 1] == str(value)
     assert f"junit_suite_name={CPU.key}" in argv
     assert "-k" not in pytest_argv(tests, ["common"], out, CPU.key, out / "p", None)
+
+
+def test_jobs_run_the_image_tests_on_xdist_workers_or_in_one_process(tmp_path: Path, monkeypatch) -> None:
+    tests, out = tmp_path / "image-tests", tmp_path / "out"
+    serial = pytest_argv(tests, ["common", "pytorch"], out, CPU.key, out / "p", None, jobs=1)
+    assert serial[3:5] == [str(tests / "common"), str(tests / "pytorch")] and "-n" not in serial
+    assert serial[serial.index("-p", serial.index("--basetemp")) + 1] == "no:xdist"
+    assert Options().jobs == 2   # concurrent unless asked otherwise
+    workers = pytest_argv(tests, ["common", "pytorch"], out, CPU.key, out / "p", None, jobs=3)
+    # The framework's files (the long probes) are handed out first, in this order: no reordering by size.
+    assert workers[3:5] == [str(tests / "pytorch"), str(tests / "common")]
+    assert workers[-5:] == ["-n", "3", "--dist", "loadscope", "--no-loadscope-reorder"]
+    import importlib.util
+
+    from buildtool.common.errors import UserError
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(UserError, match=r"pytest-xdist workers, which is not installed: pip install -e '\.\[dev\]'.*or "
+                                        r"pass --jobs 1"):
+        pytest_argv(tests, ["common"], out, CPU.key, out / "p", None, jobs=2)
 
 
 def test_build_target_is_what_it_was_given() -> None:

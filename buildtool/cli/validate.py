@@ -20,6 +20,7 @@ from buildtool.cli.options import JsonOption, MatrixOption, RevisionOption, err,
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import frameworks
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
+from buildtool.validate.options import DEFAULT_JOBS
 
 
 def _peers(values: list[str]) -> dict[str, str]:
@@ -64,6 +65,10 @@ def register(app: typer.Typer) -> None:
         busbw_window: Annotated[int, typer.Option(
             min=1, envvar="DL_IMAGES_BUSBW_WINDOW",
             help="Compare the bus bandwidth with the median of this many earlier nights.")] = 7,
+        jobs: Annotated[int, typer.Option(
+            min=1, envvar="DL_IMAGES_VALIDATE_JOBS",
+            help="Run the image tests on this many workers at once, each test declaring what it may run beside "
+                 "(image-tests/lanes.py); 1: one after another.")] = DEFAULT_JOBS,
         revision: RevisionOption = None,
         as_json: JsonOption = False,
         matrix: MatrixOption = None,
@@ -101,7 +106,7 @@ def register(app: typer.Typer) -> None:
         options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
                           reports=reports, cell=cell, deadline_s=deadline,
                           require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
-                          busbw_window=busbw_window)
+                          busbw_window=busbw_window, jobs=jobs)
         verdicts = []
         for ref in refs:
             verdicts.append(validate_image(ref, loaded, project.root, options, log))

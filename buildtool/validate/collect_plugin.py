@@ -9,6 +9,7 @@ loads it into every run; release runs it with `--collect-only` to see what this 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -39,4 +40,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     path = session.config.getoption("--defined-tests")
     if path:
-        Path(path).write_text(json.dumps({"defined": _DEFINED, "deselected": _DESELECTED}, indent=1))
+        # Every xdist worker collects the same tests and writes them: each whole, never interleaved.
+        tmp = Path(f"{path}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"defined": _DEFINED, "deselected": _DESELECTED}, indent=1))
+        tmp.replace(path)

@@ -9,6 +9,9 @@ from buildtool.contracts.busbw import DEFAULT_WINDOW as DEFAULT_BUSBW_WINDOW
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 
 DEFAULT_JOIN_TIMEOUT_S = float(JOIN_TIMEOUT_S)
+# pytest-xdist workers the image tests run on (image-tests/lanes.py says what may run together);
+# 1: one process, one test after another, as before.
+DEFAULT_JOBS = 2
 
 
 @dataclass
@@ -33,3 +36,4 @@ class Options:
     baselines: list[Path] = field(default_factory=list)
     # How many earlier nights the bus bandwidth is compared with (their median; contracts.busbw).
     busbw_window: int = DEFAULT_BUSBW_WINDOW
+    jobs: int = DEFAULT_JOBS

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -111,11 +112,12 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     results_path, defined_path = out_dir / "results.json", out_dir / "defined.json"
     results_path.unlink(missing_ok=True)
     defined_path.unlink(missing_ok=True)
-    argv = pytest_argv(tests_dir, groups, out_dir, cell.key, probes_dir(out_dir, run_id), options.select)
+    argv = pytest_argv(tests_dir, groups, out_dir, cell.key, probes_dir(out_dir, run_id), options.select,
+                       options.jobs)
     gpu_note = (f"{len(usable)}x {usable[0]['name']}" if usable else
                 f"none usable ({inventory.problem or 'CPU cell'}); GPU paths will be skipped")
     log(f"validating {ref} ({image.digest}) as {cell.key}: groups {', '.join(groups)}; "
-        f"run flags {' '.join(target.run_flags) or '(none)'}; deadline {deadline_s:.0f}s; "
+        f"run flags {' '.join(target.run_flags) or '(none)'}; deadline {deadline_s:.0f}s; jobs {options.jobs}; "
         f"GPUs: {gpu_note}")
     started_at = dt.datetime.now(dt.UTC)
     fired: list[bool] = []
@@ -124,6 +126,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
                          log, fired)
     finally:
         remove_run_containers(run_id)
+        shutil.rmtree(out_dir / f"lanes-{run_id}", ignore_errors=True)   # the tests' lock files (image-tests/lanes.py)
     duration = time.monotonic() - started
     try:
         results = json.loads(results_path.read_text())

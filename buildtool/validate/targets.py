@@ -4,6 +4,7 @@ framework's facts, and the target file's contents; and the pytest command line t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -111,10 +112,15 @@ def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options:
 
 
 def pytest_argv(tests_dir: Path, groups: list[str], out_dir: Path, cell_key: str, basetemp: Path,
-                select: str | None) -> list[str]:
-    """The pytest command line of a run: the cell's groups, the target file, where results go."""
+                select: str | None, jobs: int = 1) -> list[str]:
+    """The pytest command line of a run: the cell's groups, the target file, where results go, and
+    `jobs` pytest-xdist workers (a test file per worker at a time, so its fixtures run once; 1: none)."""
     # --rootdir: test ids must not depend on where the target and reports are (pytest derives its
     # rootdir from every path on its command line).
+    if jobs > 1:
+        # The framework's groups hold the long probes (DDP, rendezvous, profiler): handed out first, so the
+        # short common checks fill the gaps at the end (xdist hands out test files in this order).
+        groups = sorted(groups, key=lambda g: g == "common")
     argv = [sys.executable, "-m", "pytest", *[str(tests_dir / g) for g in groups], "--rootdir", str(tests_dir),
             "-c", str(tests_dir / "pytest.ini"), "--target",
             str(out_dir / "target.json"), "--results", str(out_dir / "results.json"), "--junitxml",
@@ -124,4 +130,11 @@ def pytest_argv(tests_dir: Path, groups: list[str], out_dir: Path, cell_key: str
             "--basetemp", str(basetemp)]
     if select:
         argv += ["-k", select]
+    if jobs > 1:
+        if importlib.util.find_spec("xdist") is None:
+            raise UserError(f"--jobs {jobs} runs the image tests on pytest-xdist workers, which is not installed: "
+                            "pip install -e '.[dev]' (requirements.lock pins it), or pass --jobs 1")
+        argv += ["-n", str(jobs), "--dist", "loadscope", "--no-loadscope-reorder"]
+    else:
+        argv += ["-p", "no:xdist"]
     return argv

@@ -7,6 +7,8 @@ from harness import skip
 
 from buildtool.contracts import gpu, label_keys, skips, versions
 
+pytestmark = pytest.mark.shared(why="reads the image's contents")
+
 
 def test_python_version(contents, target):
     expected = target["expect"].get("python")

@@ -11,6 +11,8 @@ from harness import skip
 
 from buildtool.contracts import skips
 
+pytestmark = pytest.mark.shared(why="event files and TensorBoard queries in two containers")
+
 
 @pytest.fixture(scope="module")
 def peer(target, start_container):

@@ -6,7 +6,10 @@ really inside. `buildtool validate` works out what to compare (buildtool/validat
 
 from __future__ import annotations
 
+import pytest
 from packaging.version import InvalidVersion, Version
+
+pytestmark = pytest.mark.shared(why="compares labels with the contents")
 
 
 def _mm(text: str) -> tuple[int, ...]:

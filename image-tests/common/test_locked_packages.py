@@ -17,6 +17,8 @@ from harness import skip
 
 from buildtool.contracts import label_keys, skips
 
+pytestmark = pytest.mark.shared(why="lists packages, runs pip check")
+
 
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()

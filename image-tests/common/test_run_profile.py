@@ -3,9 +3,12 @@ as numbers from the kernel by a process of the image's user (scripts/limits.py),
 
 from __future__ import annotations
 
+import pytest
 from harness import skip
 
 from buildtool.contracts import skips
+
+pytestmark = pytest.mark.shared(why="reads the container's limits")
 
 
 def _show(value: int) -> str:

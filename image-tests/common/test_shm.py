@@ -4,9 +4,12 @@ signal; only a SIGBUS (or a full /dev/shm) is blamed on shared memory."""
 
 from __future__ import annotations
 
+import pytest
 from harness import human, signal_name
 
 from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE
+
+pytestmark = pytest.mark.shared(why="its worker container's own /dev/shm; the batch timeout finds hangs, times nothing")
 
 # The loader waits up to 30 s (scripts/shm_workers.py) for a worker's batch, idle, before it names the
 # worker that hung; the supervisor calls the probe hung only after that had its chance.

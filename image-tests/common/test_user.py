@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from harness import image_entrypoint, run_once
 
+pytestmark = pytest.mark.shared(why="writes files; the entrypoint check starts a container of its own")
+
 
 @pytest.fixture(scope="module")
 def user(main):

@@ -17,6 +17,8 @@ import processes
 import pytest
 from harness import Probe, free_port
 
+pytestmark = pytest.mark.devices(why="JAX processes training over the devices")
+
 SCRIPT = "/imagetests/jax_train.py"
 INIT_TIMEOUT_S = 120     # a process waits this long for the others to join (a cold peer imports jax first)
 MISSING_INIT_TIMEOUT_S = 10
@@ -146,6 +148,7 @@ def test_two_containers_train_and_agree(two_containers):
     assert r["identical"], f"the containers ended with different parameters: {r.get('param_hashes')}"
 
 
+@pytest.mark.shared(why="no peer comes, so no step runs and no device is used; its port is its own")
 def test_missing_process_fails_within_init_timeout(main):
     port = free_port()
     probe = main.run(jax_train(port, 2, 0, MISSING_INIT_TIMEOUT_S), step="a JAX process waiting for a peer that "

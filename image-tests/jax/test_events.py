@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 
+pytestmark = pytest.mark.shared(why="event files and a TensorBoard query")
+
 LOGDIR = f"imgtest-jax-events-{uuid.uuid4().hex[:6]}"  # relative: the image's working directory
 RUN = "train"
 TB_START_S = 60

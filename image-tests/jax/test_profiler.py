@@ -12,6 +12,8 @@ import uuid
 import pytest
 from harness import frontend_problems
 
+pytestmark = pytest.mark.shared(why="a trace and TensorBoard queries in the worker's container")
+
 LOGDIR = f"imgtest-jax-profile-{uuid.uuid4().hex[:6]}"  # relative: the image's working directory
 TB_START_S = 60          # TensorBoard start-up and the run appearing (tb_query.py's own bound)
 TB_QUIET_S = TB_START_S + 30

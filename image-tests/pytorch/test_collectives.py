@@ -9,6 +9,8 @@ import pytest
 import ranks
 from harness import free_port
 
+pytestmark = pytest.mark.devices(why="collectives over the ranks' devices")
+
 COLLECTIVE_TIMEOUT_S = 60  # a rank waits this long for the others before gloo/NCCL fails with its own error
 COLLECTIVES_QUIET_S = COLLECTIVE_TIMEOUT_S + 30  # idle ranks are hung only after that error had its chance
 

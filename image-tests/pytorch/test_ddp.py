@@ -16,6 +16,8 @@ from harness import free_port, skip
 from buildtool.common.sizes import doubling
 from buildtool.contracts import busbw, gpu, skips
 
+pytestmark = pytest.mark.devices(why="torchrun DDP and its all-reduce bus bandwidth")
+
 DDP_TIMEOUT_S = 60.0   # default for the ranks' rendezvous and collective timeout (target: ddp_timeout_s)
 # Ranks may wait on each other that long without CPU or I/O before gloo or NCCL gives up with
 # an error of its own (the cause a failure must name); the supervisor waits this much longer.

@@ -11,6 +11,8 @@ import uuid
 import pytest
 from harness import frontend_problems
 
+pytestmark = pytest.mark.shared(why="a trace and TensorBoard queries in the worker's container")
+
 LOGDIR = f"imgtest-profiler-{uuid.uuid4().hex[:6]}"  # relative: the image's working directory
 RUN = "run1"
 TB_START_S = 60          # TensorBoard start-up and the run appearing (tb_query.py's own bound)
@@ -89,6 +91,7 @@ def test_profiler_cuda_kernels(served, require_gpu):
     assert envs.get("Device Type") == "GPU", f"the profile shows no GPU activity: {envs}"
 
 
+@pytest.mark.exclusive(why=f"a timing check: TensorBoard must answer within {EMPTY_BOUND_S}s")
 def test_tensorboard_answers_on_empty_logdir(main):
     empty = f"imgtest-empty-{uuid.uuid4().hex[:6]}"
     probe = main.python("tb_query.py", "--logdir", empty, "--mkdir", "--mode", "empty", "--timeout",

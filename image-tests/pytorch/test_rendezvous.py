@@ -15,10 +15,13 @@ import threading
 import time
 import uuid
 
+import pytest
 import ranks
 from harness import Probe, free_port
 
 from buildtool.contracts.rendezvous import rdzv_conf
+
+pytestmark = pytest.mark.devices(why="two-node DDP")
 
 # A node waits for the other without CPU or I/O for up to the join timeout (then for the ranks'
 # collective timeout, 120 s); the supervisor calls it hung only this much later.
@@ -115,6 +118,7 @@ def test_two_nodes_rendezvous_and_agree(main, target, start_container):
     assert found["last_loss"] < 0.5 * found["first_loss"], f"loss did not fall: {found}"
 
 
+@pytest.mark.shared(why="no peer comes, so no rank starts and no device is used; its port is its own")
 def test_missing_peer_fails_with_clear_timeout(main, target):
     join = float(target.get("missing_peer_timeout_s", 10))
     port = free_port()

@@ -10,6 +10,8 @@ import uuid
 import pytest
 from harness import frontend_problems
 
+pytestmark = pytest.mark.shared(why="event files, a profile and TensorBoard queries")
+
 LOGDIR = f"imgtest-tf-{uuid.uuid4().hex[:6]}"  # relative: the image's working directory
 RUN = "train"
 TB_START_S = 60         # TensorBoard start-up and the scalars appearing (tb_query.py's own bound)
