@@ -50,6 +50,14 @@ def test_jobs_run_the_image_tests_on_xdist_workers_or_in_one_process(tmp_path: P
         pytest_argv(tests, ["common"], out, CPU.key, out / "p", None, jobs=2)
 
 
+def test_a_selection_runs_on_one_worker(tmp_path: Path) -> None:
+    """A -k run picks a few tests: a second worker would only start and warm a second container."""
+    tests, out = tmp_path / "image-tests", tmp_path / "out"
+    selected = pytest_argv(tests, ["common", "pytorch"], out, CPU.key, out / "p", "shm_size", jobs=2)
+    assert "-n" not in selected and selected[selected.index("-p", selected.index("--basetemp")) + 1] == "no:xdist"
+    assert selected[selected.index("-k") + 1] == "shm_size"
+
+
 def test_build_target_is_what_it_was_given() -> None:
     options = Options(extra_run_flags=["--pids-limit=64"], deadline_s=90)
     target = build_target("reg/pytorch-cpu-dev:x", IMAGE, CPU, MATRIX, options, flags=["--shm-size=2g"],

@@ -114,9 +114,13 @@ def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options:
 def pytest_argv(tests_dir: Path, groups: list[str], out_dir: Path, cell_key: str, basetemp: Path,
                 select: str | None, jobs: int = 1) -> list[str]:
     """The pytest command line of a run: the cell's groups, the target file, where results go, and
-    `jobs` pytest-xdist workers (a test file per worker at a time, so its fixtures run once; 1: none)."""
+    `jobs` pytest-xdist workers (a test file per worker at a time, so its fixtures run once; 1: none).
+    A `-k` selection runs on one worker: it picks a few tests, and a second worker would start a second
+    container and warm it up (imports, ranks) for little or nothing to overlap."""
     # --rootdir: test ids must not depend on where the target and reports are (pytest derives its
     # rootdir from every path on its command line).
+    if select:
+        jobs = 1
     if jobs > 1:
         # The framework's groups hold the long probes (DDP, rendezvous, profiler): handed out first, so the
         # short common checks fill the gaps at the end (xdist hands out test files in this order).
