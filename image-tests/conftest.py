@@ -344,6 +344,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         entry.update(skip_code=code, skip_subject=subject, skip_reason=text)
     elif report.failed:
         message = _message(report)
+        if harness.DEADLINE.spent() and "deadline" not in message and not message.startswith(NOT_RUN):
+            # Cut by the deadline (its probe stopped, its ranks signalled): the test's own words then describe
+            # the signal, not why it came.
+            message = f"the image's deadline ran out while it ran ({harness.DEADLINE.describe_total()}): {message}"
         where = "" if report.when == "call" or message.startswith(NOT_RUN) else f"(in {report.when}) "
         if entry["result"] != "failed":  # the first failure is the cause; a teardown error adds to it
             entry["message"] = (where + message)[:4000]

@@ -517,6 +517,24 @@ def test_a_spent_deadline_fails_the_tests_as_not_run(tmp_path):
     assert found["test_next"]["message"].startswith("not run: the image's validation deadline of 480s is spent")
 
 
+def test_a_test_that_fails_once_the_deadline_is_spent_names_the_deadline_before_its_own_words(tmp_path):
+    """A probe cut at the deadline signals its ranks; the test then reports the signal. The cause is the
+    deadline, and the message says so first (CI: 'torchrun failed ... got signal: 15' with no deadline)."""
+    found = run_image_tests(tmp_path, """
+        import time
+
+        def test_early():
+            assert False, "broken before the deadline"
+
+        def test_cut():
+            time.sleep(1.5)
+            assert False, "torchrun failed before any rank started: SignalException: got signal: 15"
+    """, budget=1)
+    assert found["test_early"]["message"].startswith("broken before the deadline")
+    message = found["test_cut"]["message"]
+    assert message.startswith("the image's deadline ran out while it ran (validate.deadline_s 480 s): torchrun failed")
+
+
 # -- validate's backstop ------------------------------------------------------------------------------------
 
 
