@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 APT_LOCK = "apt.lock"
@@ -47,13 +48,18 @@ def entries_digest(entries: dict[str, str]) -> str:
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
 
+def _content_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of every line that is neither blank nor a comment."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip() and not line.startswith("#"):
+            yield number, line
+
+
 def parse_entries(text: str, what: str) -> dict[str, str]:
     """`name=version` lines (comments and blank lines aside); ValueError naming the first bad line."""
     found: dict[str, str] = {}
     where = f"{what} line" if what else "line"
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
+    for number, line in _content_lines(text):
         match = _ENTRY.match(line)
         if not match:
             raise ValueError(f"{where} {number}: {line[:80]!r} is not `name=version`")
@@ -70,9 +76,7 @@ def parse_deb_hashes(text: str, what: str) -> dict[str, str]:
     """`name=version sha256` lines of DEB_HASHES -> {"name=version": sha256 or NOT_SERVED}; ValueError naming
     the first bad line (a hash never defaults to anything)."""
     found: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
+    for number, line in _content_lines(text):
         match = _HASH_LINE.match(line)
         if not match:
             raise ValueError(f"{what} line {number}: {line[:100]!r} is not `name=version <sha256 or {NOT_SERVED}>`")
