@@ -1,12 +1,15 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
 # (the docker client of every docker command: buildx, classic or a path; see README.md), JOBS (validate:
-# the image tests on this many workers side by side; 1: one after another).
+# the image tests on this many workers side by side; 1: one after another), TEST_JOBS (make test: the
+# toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
+# workers than cores).
 SHELL := /bin/bash
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 BUILDTOOL := $(PYTHON) -m buildtool
 # The default image is pytorch-ngc for build-like targets; plan shows every cell by default.
 DEFAULT_IMAGE := pytorch-ngc
+TEST_JOBS ?= 3
 export REGISTRY BASE_MIRROR DOCKER_CLIENT
 
 .DEFAULT_GOAL := help
@@ -46,8 +49,8 @@ lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Docker
 	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
 
 .PHONY: test
-test: ## The toolkit's own tests (unit and integration)
-	$(PYTHON) -m pytest -q
+test: ## The toolkit's own tests (unit and integration), on TEST_JOBS xdist workers
+	$(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
 FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools

@@ -186,6 +186,21 @@ def run_cli(capsys: pytest.CaptureFixture[str]):
     return _run
 
 
+# `make test` runs on several xdist workers with --dist loadgroup. An integration module's tests stay
+# on one worker: they share what their module and session fixtures made (a four-cell build and push,
+# a SLURM cluster, a tiny project), which a second worker would make again beside the first. These
+# modules' tests each stand alone (a fixture image and one validation) and spread over the workers.
+SPREAD_INTEGRATION_MODULES = {"test_image_faults"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.stem
+        if item.path.parent.name == "integration" and module not in SPREAD_INTEGRATION_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # image-tests' own markers (image-tests/pytest.ini): unit tests import their modules, whose
     # `pytestmark` would otherwise warn here. They mark nothing this suite collects.

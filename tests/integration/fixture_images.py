@@ -15,6 +15,8 @@ never copied into a layer) and installs them offline. Every layer relabels its c
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -381,13 +384,27 @@ _DEV: dict[str, str] = {}
 
 
 def ensure(name: str) -> str:
-    """Build (or reuse) the fixture image `name` and its parents; returns its local reference."""
+    """Build (or reuse) the fixture image `name` and its parents; returns its local reference.
+    One process at a time on this machine (`make test` runs on several xdist workers): the second
+    finds what the first built and reuses it instead of building it again beside it."""
+    with _one_builder():
+        return _ensure(name)
+
+
+@contextlib.contextmanager
+def _one_builder() -> Iterator[None]:
+    with open(Path(tempfile.gettempdir()) / "dl-images-fixture-images.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def _ensure(name: str) -> str:
     if name in DEV_CELLS:
         if name not in _DEV:
             _DEV[name] = dev_image(name)
         return _DEV[name]
     layer = LAYERS[name]
-    parent = ensure(layer.parent)
+    parent = _ensure(layer.parent)
     ref = layer_ref(layer, parent)
     if image_id(ref) is None:
         build_layer(layer, parent, ref)

@@ -87,20 +87,23 @@ def validate(tmp_path: Path, env: dict[str, str], image: str, *args: str) -> tup
     return proc.returncode, proc.stdout, proc.stderr, (verdicts[0] if verdicts else {})
 
 
-def leftover_containers() -> list[str]:
-    proc = docker_cli.docker("ps", "-aq", "--filter", f"label={label_keys.IMAGETEST_RUN}", timeout=60)
+def leftover_containers(image: str) -> list[str]:
+    """Validation containers of `image` (its own tag: other tests' validations on other xdist workers
+    are never counted)."""
+    proc = docker_cli.docker("ps", "-aq", "--filter", f"label={label_keys.IMAGETEST_RUN}",
+                             "--filter", f"ancestor={image}", timeout=60)
     return proc.stdout.split()
 
 
 def test_gpus_listed_but_engine_without_nvidia_runtime_fails_loudly(gpu_cell_image, tmp_path):
-    before = set(leftover_containers())
+    before = set(leftover_containers(gpu_cell_image))
     env = runner_env(tmp_path, FakeGpus(), engine="refuse")
     code, out, err, _ = validate(tmp_path, env, gpu_cell_image)
     print(err.strip().splitlines()[-1])
     assert code == 1, (code, err[-2000:])
     assert "NVIDIA Container Toolkit" in err and "could not select device driver" in err, err[-2000:]
     assert not list((tmp_path / "reports").rglob("verdict.json")), "a runner fault must not leave a verdict"
-    assert set(leftover_containers()) <= before
+    assert set(leftover_containers(gpu_cell_image)) <= before
 
 
 @pytest.mark.parametrize("refusal, cause", [
