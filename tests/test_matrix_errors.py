@@ -82,6 +82,20 @@ CASES = [
     ("oci-authors-multiline", "    authors: dl-images maintainers (https://github.com/dl-images/dl-images/issues)"
                               "\n", "    authors: \"a\\nb\"\n",
      "defaults.oci.authors", "authors:", "contains a line break"),
+    # Platforms (issue 24): only those the platform table knows, each once, and a multi-platform cell says
+    # how much slower its emulated platform's tests run.
+    ("unknown-platform", "  tests: [common]\n", "  tests: [common]\n  platforms: [linux/amd64, linux/arm46]\n",
+     "defaults.platforms[1]", "linux/arm46", "unknown platform 'linux/arm46'; one of linux/amd64, linux/arm64; "
+     "did you mean `linux/arm64`?"),
+    ("duplicate-platform", "  tests: [common]\n", "  tests: [common]\n  platforms: [linux/amd64, linux/amd64]\n",
+     "defaults.platforms[1]", "platforms:", "'linux/amd64' is listed twice; keep one"),
+    ("empty-platforms", "  tests: [common]\n", "  tests: [common]\n  platforms: []\n",
+     "defaults.platforms", "platforms: []", "is empty; list at least one entry"),
+    ("multi-platform-without-emulation-factor", "  tests: [common]\n",
+     "  tests: [common]\n  platforms: [linux/amd64, linux/arm64]\n", "defaults.platforms", "platforms:",
+     "needs validate.emulation_factor"),
+    ("emulation-factor-range", "    deadline_s: 480\n", "    deadline_s: 480\n    emulation_factor: 0\n",
+     "defaults.validate.emulation_factor", "emulation_factor: 0", "must be between 1 and 20 (got 0)"),
 ]
 
 

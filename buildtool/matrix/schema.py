@@ -33,7 +33,7 @@ from pydantic import (
 
 from buildtool.common.errors import MatrixError, UserError
 from buildtool.common.sizes import size_bytes
-from buildtool.contracts import frameworks, runprofile
+from buildtool.contracts import frameworks, platforms, runprofile
 from buildtool.matrix import values
 from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml, paused_gc
 
@@ -87,6 +87,16 @@ ImageName = Annotated[StrictStr, AfterValidator(values.image_name)]
 SourceUrl = Annotated[StrictStr, AfterValidator(values.source_url)]
 WebUrl = Annotated[StrictStr, AfterValidator(values.web_url)]
 SpdxExpression = Annotated[StrictStr, AfterValidator(values.spdx_expression)]
+
+
+def _known_platform(value: str) -> str:
+    try:
+        return platforms.get(value).name
+    except platforms.UnknownPlatform as exc:
+        raise ValueError(f"{exc}{values.suggest(value, list(platforms.KNOWN))}") from None
+
+
+PlatformName = Annotated[StrictStr, AfterValidator(_known_platform)]
 ShmSize = Annotated[Any, PlainValidator(values.shm_size)]
 UlimitValue = Annotated[Any, PlainValidator(values.ulimit)]
 
@@ -144,6 +154,16 @@ class ValidateSettings(_Strict):
     # The whole image's budget: every probe is cut to what is left of it, a hang fails the step
     # that hung, and validation goes on with the next image.
     deadline_s: StrictInt | None = None
+    # An emulated platform (arm64 under QEMU on an amd64 runner) runs the same tests this many times slower:
+    # its deadline is deadline_s times this. Required where a cell has more than one platform.
+    emulation_factor: StrictInt | None = None
+
+    @field_validator("emulation_factor")
+    @classmethod
+    def _factor(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= MAX_EMULATION_FACTOR:
+            raise ValueError(f"must be between 1 and {MAX_EMULATION_FACTOR} (got {value})")
+        return value
 
     @field_validator("deadline_s")
     @classmethod
@@ -151,6 +171,9 @@ class ValidateSettings(_Strict):
         if value is not None and not 60 <= value <= runprofile.MAX_DEADLINE_S:
             raise ValueError(f"must be between 60 and {runprofile.MAX_DEADLINE_S} seconds (got {value})")
         return value
+
+
+MAX_EMULATION_FACTOR = 20
 
 
 def deadline_for(merged: dict[str, Any]) -> int:
@@ -180,6 +203,8 @@ class CellFields(_Strict):
     use: OneLine | None = None
     oci: OciLabels | None = None
     release: ReleaseTags | None = None
+    # The platforms the cell's image index holds (os/arch); one Dockerfile builds each (BuildKit TARGETARCH).
+    platforms: Annotated[list[PlatformName], Field(min_length=1)] | None = None
     validate_: ValidateSettings | None = Field(default=None, alias="validate")  # `validate` would shadow BaseModel's
     # GPU fields (see the GPU block below): the CUDA of a GPU cell. busbw_floor_GBps is kept only to be
     # refused by name (floors moved to buildtool/contracts/busbw.py).
@@ -266,6 +291,12 @@ class Cell:
     validate_deadline_s: int = runprofile.DEFAULT_DEADLINE_S["cpu"]
     cuda: str | None = None                                 # GPU cells: the CUDA the image is built for
     oci: tuple[tuple[str, str], ...] = ()                   # (key of OciLabels, value), in OciLabels' order
+    platforms: tuple[str, ...] = platforms.DEFAULT          # os/arch of each image in the cell's index
+    emulation_factor: int = 1                               # deadline multiplier of an emulated platform
+
+    @property
+    def multi_platform(self) -> bool:
+        return self.platforms != platforms.DEFAULT
 
     @property
     def key(self) -> str:
@@ -474,7 +505,7 @@ def _check_layer(doc: Located, base: Loc, fields: CellFields) -> None:
             raise fail((*base, "packages", name), f"{name!r} is the same package as {seen[canonical]!r} "
                                                   "(names compare without case, '-', '_' or '.'); keep one")
         seen[canonical] = name
-    for key in ("tests", "apt_packages", "framework_requirements"):
+    for key in ("tests", "apt_packages", "framework_requirements", "platforms"):
         items: list[str] = getattr(fields, key) or []
         for k, item in enumerate(items):
             if item in items[:k]:
@@ -687,6 +718,18 @@ def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
     return {"cuda": cuda}
 
 
+def _platform_fields(check: _CellCheck) -> dict[str, Any]:
+    """The cell's platforms (default linux/amd64) and, where it has another, its emulation factor."""
+    merged = check.merged
+    names = tuple(merged.get("platforms") or platforms.DEFAULT)
+    factor = (merged.get("validate") or {}).get("emulation_factor")
+    if names != platforms.DEFAULT and factor is None:
+        raise check.fail(check.where("platforms"), f"a cell built for {', '.join(names)} needs "
+                         "validate.emulation_factor (how much slower its tests run under QEMU on another "
+                         "architecture's runner); set it in defaults or on the image")
+    return {"platforms": names, "emulation_factor": int(factor or 1)}
+
+
 def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Path | None = None,
                  tests_display: str | None = None) -> Matrix:
     """Validate a located YAML document and expand it into cells. `templates_dir`, `tests_dir`: the
@@ -783,6 +826,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
                 line=doc.line_of(loc) or 0,
                 validate_deadline_s=deadline_for(merged),
                 oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
+                **_platform_fields(check),
                 **_gpu_fields(check),
             ))
         if first_default is None:
