@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import platform as _host
 from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT: tuple[str, ...] = ("linux/amd64",)
 
@@ -74,7 +75,7 @@ def binfmt_problem(name: str, root: str = "/proc/sys/fs/binfmt_misc") -> str | N
         return None
     entry = get(name).qemu
     try:
-        text = open(f"{root}/{entry}", encoding="utf-8").read()
+        text = (Path(root) / entry).read_text(encoding="utf-8")
     except OSError:
         return (f"{name} runs under QEMU here and binfmt_misc has no {entry} entry; run `bash scripts/setup.sh` "
                 "(installs qemu-user-static and registers it)")
