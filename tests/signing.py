@@ -66,10 +66,15 @@ def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dic
                        "gpu_problem": ""},
             "groups": list(cell.tests), "defined_tests": [t["id"] for t in tests],
             "selection": {"expression": None, "deselected": []}, "run_flags": [], "pytest_exit": 0,
-            "tests": tests, "figures": {}, "sbom": sbom_digest(minimal_sbom(digest))}
+            "tests": tests, "figures": {}, "sbom": sbom_digest(minimal_sbom(digest)), "platform": "linux/amd64",
+            "emulated": False}
     body.update(changes)
-    if body["schema"] != SCHEMA and "sbom" not in changes:
+    if body["schema"] < 4 and "sbom" not in changes:
         body.pop("sbom")      # an older schema has no such field
+    if body["schema"] < 5:
+        for field in ("platform", "emulated"):
+            if field not in changes:
+                body.pop(field)
     return body
 
 
@@ -77,8 +82,10 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
     """A verdict with only what a test cares about given: every other required field filled in with a
     neutral value (the current schema unless given, a runner `ci`, each test's group from its id)."""
     tests = [{"group": str(t.get("id", "")).split("/", 1)[0], **t} for t in body.get("tests", [])]
-    sbom = {"sbom": SBOM} if body.get("schema", SCHEMA) == SCHEMA and "sbom_problem" not in body else {}
-    return {"schema": SCHEMA, "digest": "sha256:" + "0" * 64, "image": "", "cell": "", "result": "passed",
+    schema = body.get("schema", SCHEMA)
+    sbom = {"sbom": SBOM} if schema >= 4 and "sbom_problem" not in body else {}
+    platform = {"platform": "linux/amd64"} if schema >= 5 else {}
+    return {"schema": SCHEMA, **platform, "digest": "sha256:" + "0" * 64, "image": "", "cell": "", "result": "passed",
             "started": "2026-01-01T00:00:00.000+00:00", "duration_s": 1.0, "test_code": CODE, "groups": [],
             "defined_tests": [t["id"] for t in tests if "id" in t], "pytest_exit": 0, **sbom, **body,
             "runner": {"hostname": "ci", **body.get("runner", {})}, "tests": tests}

@@ -13,7 +13,7 @@ from tests.signing import complete
 
 
 def _verdict(cell: str, message: str) -> dict:
-    return complete({"schema": 3, "digest": "sha256:" + "a" * 64, "cell": cell, "image": f"reg/{cell}",
+    return complete({"schema": 4, "digest": "sha256:" + "a" * 64, "cell": cell, "image": f"reg/{cell}",
                      "result": "failed", "started": "2026-11-30T00:00:00Z", "tests": [
                 {"id": "image-tests/common/test_x.py::test_y", "group": "common", "result": "failed",
                  "duration_s": 1.0, "message": message}]})

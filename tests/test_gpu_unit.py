@@ -505,7 +505,7 @@ def _schema2(cell_key: str, result: str, peak: float | None, started: str, **ext
                                                           "sizes": sizes, "gpu_model": "NVIDIA H100 80GB HBM3",
                                                           "floor_GBps": 100.0, **extra},
                                        "allreduce_busbw_GBps": peak}
-    return complete({"schema": 3, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
+    return complete({"schema": 4, "digest": "sha256:" + started[-2:] * 32, "image": f"r/{cell_key}", "cell": cell_key,
             "result": result, "started": started, "duration_s": 1.0,
             "runner": {"hostname": "gpu-01", "gpus": [{"index": str(i), "name": "NVIDIA H100 80GB HBM3"}
                                                        for i in range(8)], "driver": "580.65.06",

@@ -137,7 +137,7 @@ def _changed(**change: object) -> str:
     (_changed(schema=5), "unsupported verdict schema 5 (this toolkit reads schemas 3 and 4)"),
     (_changed(schema=2), "unsupported verdict schema 2"),
     (_changed(schema=1), "unsupported verdict schema 1"),
-    (json.dumps({"schema": 3}), "malformed schema-3 verdict: `digest` is missing; `image` is missing"),
+    (json.dumps({"schema": 4}), "malformed schema-4 verdict: `digest` is missing; `image` is missing"),
     (_changed(result="maybe"), "`result`: input should be 'passed', 'failed' or 'incomplete'"),
     (_changed(tests=[{"id": "x"}]), "`tests[0].group` is missing"),
     (_changed(duration_s="42"), "`duration_s`: input should be a valid number (got str '42')"),

@@ -30,26 +30,42 @@ def refused(body: object) -> str:
 
 
 def test_validate_writes_the_current_schema_and_readers_read_it_and_the_one_before() -> None:
-    assert SCHEMA == 4 and READ_SCHEMAS == (3, 4)
-    typed = parse_verdict(verdict(CPU, D1, cold_start=COLD), "x")
-    assert typed.schema_ == 4 and typed.sbom.startswith("sha256:")
+    assert SCHEMA == 5 and READ_SCHEMAS == (4, 5)
+    typed = parse_verdict(verdict(CPU, D1, cold_start=COLD, platform="linux/arm64", emulated=True), "x")
+    assert typed.schema_ == 5 and typed.sbom.startswith("sha256:")
+    assert (typed.platform, typed.emulated) == ("linux/arm64", True)
     assert typed.cold_start is not None and typed.cold_start.imports[0].module == "torch"
     assert parse_verdict(typed.to_json(), "again") == typed            # what validate writes reads back as it was
-    assert json.loads(statement("r", D1, typed.to_json()))["predicateType"].endswith("/verdict/v4")
+    assert json.loads(statement("r", D1, typed.to_json()))["predicateType"].endswith("/verdict/v5")
 
 
-def test_a_schema_3_verdict_is_read_and_names_no_sbom() -> None:
-    body = verdict(CPU, D1, schema=3, cold_start=COLD)
+def test_a_schema_4_verdict_is_read_and_names_no_platform() -> None:
+    body = verdict(CPU, D1, schema=4, cold_start=COLD)
     typed = parse_verdict(body, "x")
-    assert typed.schema_ == 3 and typed.sbom == "" and typed.sbom_problem == ""
+    assert typed.schema_ == 4 and typed.sbom.startswith("sha256:") and typed.platform == ""
     assert read_statement(statement("r", D1, body), D1) == typed
+
+
+def test_a_schema_3_verdict_is_no_longer_read() -> None:
+    assert "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)" in refused(
+        {**verdict(CPU, D1, schema=4), "schema": 3})
+
+
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"platform": "linux/riscv64"}, "`platform`: unknown platform 'linux/riscv64'"),
+    ({"platform": ""}, "`platform`: unknown platform ''"),
+    ({"schema": 4}, "`platform` and `emulated` are schema-5 fields, not of schema 4"),
+])
+def test_the_platform_fields_are_checked_naming_the_cause(change: dict, cause: str) -> None:
+    """Schema 5 names the platform manifest's os/arch, one the platform table knows; older schemas have none."""
+    message = refused({**verdict(CPU, D1), **change})
+    assert cause in message, message
 
 
 @pytest.mark.parametrize(("change", "cause"), [
     ({"sbom": ""}, "exactly one of `sbom` (the SBOM's digest) and `sbom_problem` (why there is none) is set"),
     ({"sbom_problem": "none attached"}, "exactly one of `sbom`"),
     ({"sbom": "sha256:abc"}, "`sbom` 'sha256:abc' is not a sha256:<64 hex> digest"),
-    ({"schema": 3}, "`sbom` and `sbom_problem` are schema-4 fields, not of schema 3"),
 ])
 def test_the_sbom_fields_are_checked_naming_the_cause(change: dict, cause: str) -> None:
     """Schema 4 names the signed SBOM validate read, or says why there was none: never both, never neither."""

@@ -78,6 +78,7 @@ def register(app: typer.Typer) -> None:
 
         from buildtool.contracts.gpu import require_gpu_from_env
         from buildtool.matrix.plan import Settings, plan_cell
+        from buildtool.validate.engine import index_platforms
         from buildtool.validate.runner import Options, validate_image
 
         chosen = sum((bool(images), framework is not None, all_cells))
@@ -109,16 +110,20 @@ def register(app: typer.Typer) -> None:
                           busbw_window=busbw_window, jobs=jobs)
         verdicts = []
         for ref in refs:
-            verdicts.append(validate_image(ref, loaded, project.root, options, log))
+            # An image index: one run and one verdict per platform manifest (foreign ones under QEMU).
+            per_platform: list[str | None] = list(index_platforms(ref)) or [None]
+            for platform in per_platform:
+                verdicts.append(validate_image(ref, loaded, project.root, options, log, platform))
         if as_json:
             out.print(json.dumps(verdicts, indent=1), markup=False, highlight=False)
         else:
             table = Table(title="Validation")
-            for column in ("image", "cell", "digest", "result", "passed", "failed", "skipped", "seconds"):
+            for column in ("image", "cell", "platform", "digest", "result", "passed", "failed", "skipped", "seconds"):
                 table.add_column(column, overflow="fold")
             for v in verdicts:
                 counts = {k: sum(t["result"] == k for t in v["tests"]) for k in ("passed", "failed", "skipped")}
-                table.add_row(v["image"], v["cell"], v["digest"][:19], v["result"], str(counts["passed"]),
+                table.add_row(v["image"], v["cell"], v["platform"] + (" (emulated)" if v["emulated"] else ""),
+                              v["digest"][:19], v["result"], str(counts["passed"]),
                               str(counts["failed"]), str(counts["skipped"]), f"{v['duration_s']:.1f}")
             out.print(table)
             for v in verdicts:

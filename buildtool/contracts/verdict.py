@@ -14,6 +14,9 @@ before it, and refuse any other number naming it.
   CycloneDX document's canonical bytes, buildtool.registry.sbom_attestation.sbom_digest), or "" with
   `sbom_problem` saying why there was none that verified (release refuses such a verdict). Exactly one
   of the two is set; a schema-3 verdict carries neither (it names no SBOM: release refuses it).
+- 5: schema 4 plus `platform`, the os/arch of the manifest validated (contracts.platforms names it; one
+  verdict per platform manifest of an index), and `emulated`, whether it ran under QEMU on a runner of
+  another architecture (its GPU tests then never count: an emulated GPU run is not a GPU run).
 
 The result (`derive_result`): `failed` when a test failed, pytest did not succeed, or nothing
 passed; `incomplete` when nothing failed but the verdict does not cover the cell: a defined test
@@ -29,8 +32,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-SCHEMA: Literal[4] = 4
-READ_SCHEMAS = (3, 4)       # the current schema and the one before it
+from buildtool.contracts import platforms
+
+SCHEMA: Literal[5] = 5
+READ_SCHEMAS = (4, 5)       # the current schema and the one before it
 SBOM_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 Result = Literal["passed", "failed", "incomplete"]
 TestOutcome = Literal["passed", "failed", "skipped"]
@@ -98,7 +103,7 @@ class Selection(_Model):
 
 
 class Verdict(_Model):
-    schema_: Literal[3, 4] = Field(SCHEMA, alias="schema")
+    schema_: Literal[4, 5] = Field(SCHEMA, alias="schema")
     digest: str
     image: str
     cell: str
@@ -122,8 +127,22 @@ class Verdict(_Model):
     deadline_s: float = 0.0          # the image's validation deadline (matrix validate.deadline_s or --deadline)
     sbom: str = ""                   # schema 4: digest of the signed SBOM validate read ("" none: sbom_problem)
     sbom_problem: str = ""           # schema 4: why no signed SBOM verified ("" when `sbom` names one)
+    platform: str = ""               # schema 5: os/arch of the manifest validated (contracts.platforms)
+    emulated: bool = False           # schema 5: it ran under QEMU on a runner of another architecture
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _platform_fields(self) -> Verdict:
+        if self.schema_ < 5:
+            if self.platform or self.emulated:
+                raise ValueError(f"`platform` and `emulated` are schema-5 fields, not of schema {self.schema_}")
+            return self
+        try:
+            platforms.get(self.platform)
+        except platforms.UnknownPlatform as exc:
+            raise ValueError(f"`platform`: {exc}") from None
+        return self
 
     @model_validator(mode="after")
     def _sbom_fields(self) -> Verdict:
@@ -191,7 +210,7 @@ def parse_verdict(data: Any, where: str) -> Verdict:
 
 def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: list[str], deselected: list[str],
                   expression: str | None, gpu_cell: bool, gpu_tests: list[str],
-                  gpu_problem: str = "") -> tuple[Result, list[str]]:
+                  gpu_problem: str = "", emulated: bool = False) -> tuple[Result, list[str]]:
     """(result, reasons): see the module docstring. Reasons explain `failed` and `incomplete`."""
     outcome = {str(t["id"]): t["result"] for t in tests}
     failed = [i for i, r in outcome.items() if r not in ("passed", "skipped")]   # "running": interrupted
@@ -210,7 +229,10 @@ def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: lis
     if deselected:
         reasons.append(f"{len(deselected)} of the cell's {len(defined)} tests deselected"
                        + (f" by -k {expression!r}" if expression else ""))
-    if gpu_cell:
+    if gpu_cell and emulated:
+        reasons.append("a GPU cell's tests ran under emulation (an emulated GPU run is not a GPU run); validate "
+                       "this platform on a native runner of its architecture")
+    elif gpu_cell:
         not_on_gpu = [i for i in gpu_tests if outcome.get(i) != "passed"]
         if not_on_gpu:
             why = f" ({gpu_problem})" if gpu_problem else ""

@@ -13,8 +13,8 @@ from typing import Any
 from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
 from buildtool.common.refs import has_registry, split_repo
-from buildtool.contracts import label_keys
-from buildtool.registry.client import RegistryClient
+from buildtool.contracts import label_keys, platforms
+from buildtool.registry.client import NotFound, RegistryClient
 
 PULL_TIMEOUT_S = 1800
 
@@ -46,21 +46,84 @@ class Resolved:
     repo: str | None
     labels: dict[str, str]
     env: dict[str, str] = field(default_factory=dict)   # the image config's Env
+    platform: str = platforms.DEFAULT[0]                # os/arch of the image config (contracts.platforms)
+
+    @property
+    def emulated(self) -> bool:
+        """Whether its containers run under QEMU here (another architecture than this machine's)."""
+        return platforms.emulated(self.platform)
 
 
-def resolve(ref: str, log: Log) -> Resolved:
-    """Pin `ref` to a digest and make sure the engine holds exactly that image."""
+def _platform(attrs: dict[str, Any], ref: str) -> str:
+    """The image's platform from its config; one the platform table does not know is refused by name."""
+    try:
+        return platforms.from_descriptor({"os": attrs.get("Os"), "architecture": attrs.get("Architecture"),
+                                          "variant": attrs.get("Variant")}).name
+    except platforms.UnknownPlatform as exc:
+        raise UserError(f"image {ref}: {exc}") from None
+
+
+def _resolved(ref: str, run_ref: str, digest: str, host: str | None, repo: str | None,
+              attrs: dict[str, Any]) -> Resolved:
+    return Resolved(ref, run_ref, digest, host, repo, *_config(attrs), platform=_platform(attrs, ref))
+
+
+def index_platforms(ref: str) -> list[str]:
+    """The platforms of the image index `ref` names, in index order; [] for a single image (or a local one).
+    Each is validated on its own: an entry the platform table does not know is refused by name, never
+    skipped (it would release unvalidated)."""
+    if not has_registry(ref):
+        return []
+    host, repo, tag_or_digest = split_repo(ref)
+    client = RegistryClient(host)
+    client.ping()
+    try:
+        body = client.get_manifest(repo, tag_or_digest)[0]
+    except NotFound:
+        raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)") from None
+    manifest = json.loads(body)
+    if "manifests" not in manifest:
+        return []
+    names = []
+    for child in manifest["manifests"]:
+        try:
+            names.append(platforms.from_descriptor(child.get("platform")).name)
+        except platforms.UnknownPlatform as exc:
+            raise UserError(f"image {ref}: entry {child.get('digest')}: {exc}") from None
+    return names
+
+
+def _child_digest(client: RegistryClient, repo: str, digest: str, platform: str, ref: str) -> str:
+    """The digest of `platform`'s manifest in the index `digest`."""
+    manifest = json.loads(client.get_manifest(repo, digest)[0])
+    for child in manifest.get("manifests") or []:
+        try:
+            if platforms.from_descriptor(child.get("platform")).name == platform:
+                return str(child["digest"])
+        except platforms.UnknownPlatform:
+            continue
+    raise UserError(f"image {ref} has no {platform} image")
+
+
+def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
+    """Pin `ref` to a digest and make sure the engine holds exactly that image. An image index is
+    pinned to the manifest of `platform`, which must then be named (one verdict per platform manifest)."""
     if not has_registry(ref):
         attrs = _inspect(ref)
         if attrs is None:
             raise UserError(f"image {ref!r} not found locally; build it or name it with its registry")
-        return Resolved(ref, ref, attrs["Id"], None, None, *_config(attrs))
+        return _resolved(ref, ref, attrs["Id"], None, None, attrs)
     host, repo, tag_or_digest = split_repo(ref)
     client = RegistryClient(host)
     client.ping()  # RegistryUnreachable (exit 2) when nothing answers
     digest = tag_or_digest if tag_or_digest.startswith("sha256:") else client.manifest_digest(repo, tag_or_digest)
     if digest is None:
         raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)")
+    if index_platforms(f"{host}/{repo}@{digest}"):
+        if platform is None:
+            raise UserError(f"image {ref} is an image index: validate each of its platforms "
+                            f"({', '.join(index_platforms(f'{host}/{repo}@{digest}'))})")
+        digest = _child_digest(client, repo, digest, platform, ref)
     run_ref = f"{host}/{repo}@{digest}"
     attrs = _inspect(run_ref)
     if attrs is None:
@@ -68,7 +131,8 @@ def resolve(ref: str, log: Log) -> Resolved:
         if attrs is not None:
             # Pushed from this engine by skopeo, which leaves the engine no record of the registry's digest.
             log(f"{run_ref} names the config {attrs['Id']}, which this engine holds: running that image")
-            return Resolved(ref, str(attrs["Id"]), digest, host, repo, *_config(attrs))
+            resolved = _resolved(ref, str(attrs["Id"]), digest, host, repo, attrs)
+            return _check_platform(resolved, platform)
         log(f"pulling {run_ref}")
         proc = docker_cli.docker("pull", run_ref, timeout=PULL_TIMEOUT_S)
         if proc.returncode != 0:
@@ -76,7 +140,14 @@ def resolve(ref: str, log: Log) -> Resolved:
         attrs = _inspect(run_ref)
         if attrs is None:
             raise UserError(f"pulled {run_ref} but the engine does not show it")
-    return Resolved(ref, run_ref, digest, host, repo, *_config(attrs))
+    return _check_platform(_resolved(ref, run_ref, digest, host, repo, attrs), platform)
+
+
+def _check_platform(image: Resolved, platform: str | None) -> Resolved:
+    """The index entry said `platform`; the image's own config must say the same."""
+    if platform is not None and image.platform != platform:
+        raise UserError(f"image {image.ref}: its {platform} entry {image.digest} is a {image.platform} image")
+    return image
 
 
 def _same_image_here(client: RegistryClient, repo: str, digest: str) -> dict[str, Any] | None:

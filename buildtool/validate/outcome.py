@@ -50,7 +50,8 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
     gpu_tests = [str(d["id"]) for d in collected["defined"] if d.get("gpu")]
     deselected = sorted(set(collected["deselected"]))
     result, reasons = derive_result(rc, results["tests"], defined=defined, deselected=deselected, expression=select,
-                                    gpu_cell=cell.needs_gpu, gpu_tests=gpu_tests, gpu_problem=gpu_problem)
+                                    gpu_cell=cell.needs_gpu, gpu_tests=gpu_tests, gpu_problem=gpu_problem,
+                                    emulated=image.emulated)
     if problem:
         result, reasons = "failed", [problem]
     return Verdict(
@@ -68,4 +69,5 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
         framework_version=str((results.get("facts") or {}).get("framework_version") or ""),
         cold_start=ColdStart.model_validate(cold) if (cold := (results.get("facts") or {}).get("cold_start")) else None,
         run_flags=run_flags, pytest_exit=rc, tests=tests, figures=results.get("figures", {}), problem=problem,
-        deadline_s=deadline_s, sbom=sbom, sbom_problem=sbom_problem if not sbom else "")
+        deadline_s=deadline_s, sbom=sbom, sbom_problem=sbom_problem if not sbom else "",
+        platform=image.platform, emulated=image.emulated)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import UserError
+from buildtool.contracts import platforms
 from buildtool.contracts.target import write_target
 from buildtool.matrix.schema import Matrix
 from buildtool.registry.client import NotFound, RegistryClient
@@ -65,12 +66,18 @@ __all__ = ["DEFAULT_JOIN_TIMEOUT_S", "Inventory", "Options", "Resolved", "busbw_
            "probe_flags", "require_gpus", "resolve", "run_flags", "validate_image"]
 
 
-def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: Log) -> dict[str, Any]:
-    """Run the cell's image-tests against `ref`; returns the verdict (stored when possible)."""
+def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: Log,
+                   platform: str | None = None) -> dict[str, Any]:
+    """Run the cell's image-tests against `ref` (of an image index: its `platform` manifest); returns the
+    verdict (stored when possible), which names the platform and whether it ran emulated."""
     inventory = gpu_inventory()
     if options.require_gpu:
         require_gpus(inventory)
-    image = resolve(ref, log)
+    image = resolve(ref, log, platform)
+    if image.emulated:
+        problem = platforms.binfmt_problem(image.platform)
+        if problem:
+            raise UserError(f"cannot validate {ref} ({image.platform}): {problem}")
     if options.store and image.host is None:
         raise UserError(f"image {ref} is not in a registry, so its verdict cannot be stored by digest; "
                         "push it, or pass --no-store")
@@ -86,16 +93,25 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     tests_dir = root / "image-tests"
     groups = cell_groups(cell, tests_dir)     # all of the cell's groups: one without its folder is exit 2
     deadline_s = float(options.deadline_s or cell.validate_deadline_s)
+    if image.emulated:
+        # The same tests under QEMU: the matrix says how much slower (validate.emulation_factor).
+        deadline_s *= cell.emulation_factor
     started = time.monotonic()
     rule = check_cell_gpus(cell, inventory)
     if rule:
         log(f"{cell.key}: {rule}")
         inventory = dataclasses.replace(inventory, driver_rule=rule)
     seen = inventory.as_dicts()
-    flags, not_granted = probe_flags(image.run_ref, run_flags(cell, image.labels, seen, log), log, cell.cuda)
+    wanted = run_flags(cell, image.labels, seen, log)
+    if image.emulated:
+        # An emulated GPU run is not a GPU run: no GPUs for containers of another architecture.
+        wanted = [f for f in wanted if not f.startswith("--gpus")]
+    flags, not_granted = probe_flags(image.run_ref, wanted, log, cell.cuda)
     # The tests get GPUs only where this cell's containers were started with them (probed above).
     usable = seen if any(f.startswith("--gpus") for f in flags) else []
     gpu_problem = inventory.problem if cell.needs_gpu and not usable else ""
+    if cell.needs_gpu and image.emulated:
+        gpu_problem = f"{image.platform} runs emulated on this {platforms.host().name} runner"
     run_id = uuid.uuid4().hex[:12]
     out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +132,8 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
                        options.jobs)
     gpu_note = (f"{len(usable)}x {usable[0]['name']}" if usable else
                 f"none usable ({inventory.problem or 'CPU cell'}); GPU paths will be skipped")
-    log(f"validating {ref} ({image.digest}) as {cell.key}: groups {', '.join(groups)}; "
+    where = f"{image.platform}{', emulated' if image.emulated else ''}"
+    log(f"validating {ref} ({where}: {image.digest}) as {cell.key}: groups {', '.join(groups)}; "
         f"run flags {' '.join(target.run_flags) or '(none)'}; deadline {deadline_s:.0f}s; jobs {options.jobs}; "
         f"GPUs: {gpu_note}")
     started_at = dt.datetime.now(dt.UTC)
