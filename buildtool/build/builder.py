@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from buildtool.build import aptlock, cache_sources, engine, push_path
+from buildtool.build import aptlock, cache_sources, engine, multiplatform, push_path
 from buildtool.build.bases import fill_bases, is_loopback_registry, outdated_recipe, push_verified, recipe_suite
 from buildtool.build.contents import attach_sbom
 from buildtool.build.lock import locked_versions, read_locks
@@ -36,7 +36,7 @@ from buildtool.build.wheel_hashes import Sources
 from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
-from buildtool.contracts import label_keys
+from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
 from buildtool.contracts.names import check_full_revision, parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
@@ -84,6 +84,9 @@ class CellResult:
     content_key: str = ""
     sbom: str = ""   # digest of the SBOM artifact attached to the pushed digest
     provenance: str = ""   # digest of the signed provenance artifact attached to the pushed digest
+    # A multi-platform cell: per platform, its image's digest (registry manifest, or local image id), content
+    # key, SBOM and provenance; `digest` is then the index's.
+    platforms: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -91,7 +94,7 @@ class CellResult:
 
     def to_json(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in ("cell", "result", "ref", "digest", "size", "seconds", "message", "log",
-                                              "content_key", "sbom", "provenance")}
+                                              "content_key", "sbom", "provenance", "platforms")}
 
 
 @dataclass(frozen=True)
@@ -110,29 +113,40 @@ def _client(host: str, quick: bool = False) -> RegistryClient:
     return RegistryClient(_API_HOST.get(host, host), retry=retry)
 
 
-def image_config(client: RegistryClient, repo: str, ref: str) -> tuple[str, dict]:
-    """(manifest digest, image config) of repo:ref; single-platform manifests, or linux/amd64 of an index."""
+def image_config(client: RegistryClient, repo: str, ref: str, platform: str = platforms.DEFAULT[0]) -> tuple[str, dict]:
+    """(manifest digest, image config) of `platform`'s image at repo:ref: the manifest itself when it is a single
+    image (of that platform, else an error naming both), or that platform's entry of an index (its digest, so a
+    build pins exactly the image it builds on)."""
     body, media_type, digest = client.get_manifest(repo, ref)
     manifest = json.loads(body)
     if "manifests" in manifest:
-        chosen = next((m for m in manifest["manifests"]
-                       if m.get("platform", {}).get("architecture") == "amd64"
-                       and m.get("platform", {}).get("os") == "linux"), None)
+        chosen = None
+        for entry in manifest["manifests"]:
+            try:
+                if platforms.from_descriptor(entry.get("platform")).name == platform:
+                    chosen = entry
+                    break
+            except platforms.UnknownPlatform:
+                continue    # an attestation or another platform's entry
         if chosen is None:
-            raise RegistryError(f"{repo}:{ref} has no linux/amd64 image")
-        body, media_type, _ = client.get_manifest(repo, chosen["digest"])
+            raise NotFound(f"{repo}:{ref} has no {platform} image")
+        body, media_type, digest = client.get_manifest(repo, chosen["digest"])
         manifest = json.loads(body)
     config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
+    found = f"{config.get('os', '?')}/{config.get('architecture', '?')}"
+    if found != platform:
+        raise RegistryError(f"{repo}:{ref} is a {found} image, not {platform}")
     return digest, config
 
 
-def resolve_base(plan: CellPlan) -> BaseInfo | None:
-    """Digest and labels of the base the build will pull; None when its registry has no such tag.
-    Raises RegistryUnreachable when the registry cannot be reached at all."""
+def resolve_base(plan: CellPlan, platform: str | None = None) -> BaseInfo | None:
+    """Digest and labels of the base the build of `platform` (default: the cell's first) will pull; None when
+    its registry has no such tag or no image of that platform. Raises RegistryUnreachable when the registry
+    cannot be reached at all."""
     host, repo, tag = split_repo(plan.base)
     client = _client(host, quick=True)
     try:
-        digest, config = image_config(client, repo, tag)
+        digest, config = image_config(client, repo, tag, platform or plan.cell.platforms[0])
     except NotFound:
         return None
     except RegistryUnreachable:
@@ -152,9 +166,13 @@ def context_files(dockerfile: Path) -> dict[str, bytes]:
             if p.is_file() and p != dockerfile}
 
 
-def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo) -> str:
+def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo, platform: str | None = None) -> str:
+    """The content key of the cell's image (of a multi-platform cell: of its `platform` image, on that
+    platform's base)."""
     dockerfile = root / plan.cell.dockerfile
     settings = {"base": plan.cell.base, **{k: v for k, v in plan.build_args.items() if k != "BASE_IMAGE"}}
+    if platform is not None:
+        settings["platform"] = platform
     return content_key(dockerfile.read_bytes(), base.digest, settings, context_files(dockerfile))
 
 
@@ -318,6 +336,8 @@ class Builder:
         result = CellResult(cell=cell.key, result="failed", ref=plan.dev_ref, log=str(log_path))
         self.progress.update(cell.key, "checking", "content key and existing images")
         began = datetime.now(UTC)
+        if cell.multi_platform:
+            return self._run_platforms(plan, result, log_path, began, started)
         try:
             key = cell_content_key(plan, self.root, base)
             result.content_key = key
@@ -337,6 +357,129 @@ class Builder:
         result.seconds = time.monotonic() - started
         return result
 
+    # -- a multi-platform cell (buildtool.build.multiplatform) ----------------------------------
+
+    def _run_platforms(self, plan: CellPlan, result: CellResult, log_path: Path, began: datetime,
+                       started: float) -> CellResult:
+        """Each platform's image by its own content key (reused, retagged or built with --platform), then,
+        with push, the index over them at the dev tag; any platform failing fails the cell before the index
+        is written, so the dev tag never names a half index."""
+        cell = plan.cell
+        _, repo, _ = split_repo(plan.dev_ref)
+        try:
+            bases = {p: self._platform_base(plan, p) for p in cell.platforms}
+            keys = {p: cell_content_key(plan, self.root, bases[p], p) for p in cell.platforms}
+            result.content_key = keys[cell.platforms[0]]
+            if self.options.push and not self.options.force:
+                tags = self.registry.tags(repo)
+                ordered = [plan.dev_tag] if plan.dev_tag in tags else []
+                ordered += sorted((t for t in tags if t != plan.dev_tag and parse_dev_tag(t, cell.version)),
+                                  reverse=True)
+                match = multiplatform.matching_index(self.registry, repo, ordered, keys)
+                if match and match[0] == plan.dev_tag:
+                    result.result, result.digest = "up to date", match[1]
+                    result.message = "the registry already holds this dev tag's index with the same content keys"
+                elif match:
+                    body, media_type, digest = self.registry.get_manifest(repo, match[0])
+                    self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
+                    result.result, result.digest = "retagged", digest
+                    result.message = f"same content keys as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
+                if match:
+                    children = multiplatform.index_children(self.registry, repo, plan.dev_tag) or {}
+                    result.platforms = [self._attach_platform(plan, p, children[p], keys[p], began) for p in keys]
+                    result.seconds = time.monotonic() - started
+                    return result
+            built: list[multiplatform.Child] = []
+            local: dict[str, str] = {}
+            actions = []
+            for platform in cell.platforms:
+                ref = f"{plan.dev_repo}:{multiplatform.platform_tag(plan.dev_tag, platform)}"
+                action, image = self._platform_image(plan, platform, ref, bases[platform], keys[platform],
+                                                     log_path.with_name(f"{log_path.stem}-"
+                                                                        f"{platforms.get(platform).architecture}.log"))
+                actions.append(f"{platform} {action}")
+                local[platform] = image
+                if self.options.push:
+                    built.append(multiplatform.child_of(self.registry, repo, multiplatform.platform_tag(
+                        plan.dev_tag, platform), platform))
+            if self.options.push:
+                result.digest = multiplatform.put_index(self.registry, repo, plan.dev_tag, built)
+                result.platforms = [self._attach_platform(plan, c.platform, c.digest, keys[c.platform], began)
+                                    for c in built]
+                result.result = "pushed"
+            else:
+                # No registry index: the dev tag names this machine's own platform's image, when it is one of them.
+                native = platforms.host().name
+                if native in local:
+                    engine.tag(local[native], plan.dev_ref)
+                result.digest = local.get(native, "")
+                result.platforms = [{"platform": p, "digest": local[p], "content_key": keys[p]} for p in keys]
+                result.result = "built"
+            result.message = "; ".join(actions)
+        except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError, UserError) as exc:
+            result.result = "failed"
+            result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            result.digest = ""
+            result.platforms = []
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _platform_base(self, plan: CellPlan, platform: str) -> BaseInfo:
+        try:
+            found = resolve_base(plan, platform)
+        except NotFound:
+            found = None
+        if found is None:
+            raise FailedError(f"base {plan.base} has no {platform} image; run `make bases FRAMEWORK={plan.cell.name} "
+                              f"BASE_MIRROR={self.settings.base_mirror or '127.0.0.1:5000'}`")
+        return found
+
+    def _platform_image(self, plan: CellPlan, platform: str, ref: str, base: BaseInfo, key: str,
+                        log_path: Path) -> tuple[str, str]:
+        """(what was done, image id or digest) for one platform's image, tagged `ref` (and pushed with push)."""
+        _, repo, tag = split_repo(ref)
+        if not self.options.force:
+            if self.options.push and multiplatform.content_key_of(self.registry, repo, tag) == key:
+                return "up to date", self.registry.manifest_digest(repo, tag) or ""
+            labels = engine.image_labels(ref) or {}
+            if labels.get(label_keys.CONTENT_KEY) == key:
+                return ("pushed", self._push_ref(plan, ref)) if self.options.push else \
+                    ("up to date", str((engine.image_attrs(ref) or {}).get("Id", "")))
+        problem = platforms.binfmt_problem(platform)
+        if problem:
+            raise FailedError(f"cannot build {platform}: {problem}")
+        client, secrets, host_pip = self._build_env()
+        dockerfile = self.root / plan.cell.dockerfile
+        labels = build_labels(plan, base, key, self.label_revision, self.source,
+                              locked_versions(self.root, plan.cell, platform))
+        files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
+        self.log(f"[{plan.cell.key}] building {platform} on {base.pinned} (log: {log_path})")
+        self.progress.update(plan.cell.key, "building", f"{platform} with BuildKit")
+        try:
+            image_id = engine.build(client, dockerfile.parent, dockerfile,
+                                    build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
+                                    secrets=files, log_path=log_path, timeout=self.options.timeout,
+                                    no_cache=self.options.force, platform=platform)
+        finally:
+            scrub_log(log_path, secret_strings(host_pip))
+        engine.tag(image_id, ref)
+        if self.options.push:
+            return "built and pushed", self._push_ref(plan, ref, log_path)
+        return "built", image_id
+
+    def _push_ref(self, plan: CellPlan, ref: str, build_log: Path | None = None) -> str:
+        log_text = build_log.read_text(errors="replace") if build_log is not None else None
+        via = push_path.choose(self.options.push_with, log_text)
+        self.progress.update(plan.cell.key, "pushing", f"{ref} ({via})")
+        return push_verified(ref, self.log, via=via)
+
+    def _attach_platform(self, plan: CellPlan, platform: str, digest: str, key: str, began: datetime) -> dict[str, str]:
+        """SBOM and provenance of one platform's image, attached to its own manifest digest."""
+        ref = f"{plan.dev_repo}:{multiplatform.platform_tag(plan.dev_tag, platform)}"
+        sbom = self._ensure_sbom(plan, ref, digest, platform)
+        provenance = self._ensure_provenance(plan, ref, digest, began, datetime.now(UTC))
+        return {"platform": platform, "digest": digest, "content_key": key, "sbom": sbom, "provenance": provenance}
+
     def _push(self, plan: CellPlan, build_log: Path | None = None) -> str:
         """Push the dev tag by the path push_path chooses for it (`build_log`: this run built it)."""
         log_text = build_log.read_text(errors="replace") if build_log is not None else None
@@ -348,61 +491,61 @@ class Builder:
         """A pushed digest gets its SBOM and its signed provenance (each kept when already there)."""
         if self.options.push and result.digest.startswith("sha256:"):
             finished = datetime.now(UTC)
-            self._ensure_sbom(plan, result)
-            self._ensure_provenance(plan, result, began, finished)
+            result.sbom = self._ensure_sbom(plan, plan.dev_ref, result.digest, plan.cell.platforms[0])
+            result.provenance = self._ensure_provenance(plan, plan.dev_ref, result.digest, began, finished)
 
-    def _ensure_provenance(self, plan: CellPlan, result: CellResult, began: datetime, finished: datetime) -> None:
-        """Sign and attach the image's provenance, unless one this builder key signed already verifies (a
-        no-op rebuild keeps it). Any failure is the cell's failure, one line naming the cause."""
+    def _ensure_provenance(self, plan: CellPlan, ref: str, digest: str, began: datetime, finished: datetime) -> str:
+        """Sign and attach the provenance of the image `digest` (tagged `ref`), unless one this builder key
+        signed already verifies (a no-op rebuild keeps it). Any failure is the cell's failure, one line naming
+        the cause. Returns the provenance artifact's digest."""
         assert self._key is not None, "run() reads the builder key before a push"
-        _, repo, _ = split_repo(plan.dev_ref)
-        found = find_provenance(self.registry, repo, result.digest, OnlyKey(self._key.public()))
+        _, repo, _ = split_repo(ref)
+        found = find_provenance(self.registry, repo, digest, OnlyKey(self._key.public()))
         if found.provenance is not None:
-            result.provenance = found.artifact
-            return
+            return found.artifact
         self.progress.update(plan.cell.key, "provenance", "signing the build's provenance")
         try:
-            _, config = image_config(self.registry, repo, result.digest)
+            body = json.loads(self.registry.get_manifest(repo, digest)[0])
+            config = json.loads(self.registry.get_blob(repo, body["config"]["digest"]))
             labels = dict((config.get("config") or {}).get("Labels") or {})
             platform = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
             provenance = make_provenance(self.root, self.options.matrix or self.root / "matrix.yaml", plan,
                                          Built(labels, platform), began, finished, tools(self.root))
-            result.provenance = attach_provenance(self.registry, repo, result.digest, provenance, self._key).digest
+            return attach_provenance(self.registry, repo, digest, provenance, self._key).digest
         except (FailedError, UserError, EnvelopeError, RegistryError, ValueError, KeyError) as exc:
-            raise FailedError(f"provenance of {plan.dev_ref}: {exc}") from None
+            raise FailedError(f"provenance of {ref}: {exc}") from None
 
-    def _ensure_sbom(self, plan: CellPlan, result: CellResult) -> None:
-        """Every pushed digest gets its SBOM, plain and signed by the builder key (both kept when this key
-        already signed the plain one)."""
-        _, repo, _ = split_repo(plan.dev_ref)
+    def _ensure_sbom(self, plan: CellPlan, ref: str, digest: str, platform: str) -> str:
+        """Every pushed digest gets its SBOM (of `platform`'s locks), plain and signed by the builder key (both
+        kept when this key already signed the plain one). Returns the SBOM artifact's digest."""
+        _, repo, _ = split_repo(ref)
         key = self._key
         if key is None:
             raise FailedError("a push signs the image's SBOM with the builder key, and none was read "
                               "(buildtool build --push reads DL_IMAGES_BUILDER_KEY, else the local dev key)")
-        found = find_sbom(self.registry, repo, result.digest)
-        signed = signed_by(self.registry, repo, result.digest, key.public())
-        if found is not None and signed is not None and not plain_sbom_problem(self.registry, repo, result.digest,
+        found = find_sbom(self.registry, repo, digest)
+        signed = signed_by(self.registry, repo, digest, key.public())
+        if found is not None and signed is not None and not plain_sbom_problem(self.registry, repo, digest,
                                                                                 signed.digest):
-            result.sbom = found.digest
-            return
-        if engine.image_attrs(plan.dev_ref) is None:
+            return found.digest
+        if engine.image_attrs(ref) is None:
             # Reused by content key (built by another commit or machine) and not signed by this key yet: the
             # SBOM is made from the image itself, pulled by the digest pushed.
-            registry_host, _, _ = split_repo(plan.dev_ref)
-            pinned = f"{registry_host}/{repo}@{result.digest}"
+            registry_host, _, _ = split_repo(ref)
+            pinned = f"{registry_host}/{repo}@{digest}"
             self.progress.update(plan.cell.key, "sbom", "pulling the image to probe its packages")
             try:
                 engine.pull(pinned)
-                engine.tag(pinned, plan.dev_ref)
+                engine.tag(pinned, ref)
             except RuntimeError as exc:
-                raise FailedError(f"{plan.dev_ref} has no SBOM signed by this builder key in the registry, and "
+                raise FailedError(f"{ref} has no SBOM signed by this builder key in the registry, and "
                                   f"pulling it to make one failed ({exc}); rebuild it with --force --push") from None
-        self.progress.update(plan.cell.key, "sbom", "probing the image's packages")
+        self.progress.update(plan.cell.key, "sbom", f"probing the {platform} image's packages")
         host = self._host_pip or HostPip.from_host()
         sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
-        result.sbom = attach_sbom(self.root, self.registry, repo, result.digest, plan.dev_ref,
-                                  read_locks(self.root, plan.cell), sources, self.log, key,
-                                  aptlock.read_hashes(self.root, plan.cell))
+        return attach_sbom(self.root, self.registry, repo, digest, ref,
+                           read_locks(self.root, plan.cell, platform), sources, self.log, key,
+                           aptlock.read_hashes(self.root, plan.cell, platform))
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""
@@ -494,11 +637,13 @@ class Builder:
             to_fill = []
             for plan in plans:
                 try:
-                    found = resolve_base(plan)
-                    # A base made here by an older recipe is made again (it gave unreproducible layers).
-                    source = found.labels.get(label_keys.BASE_SOURCE) if found else None
-                    if found is None or outdated_recipe(source, recipe_suite(plan.cell)):
-                        to_fill.append(plan.cell)
+                    for platform in plan.cell.platforms:   # every platform the cell builds needs its base
+                        found = resolve_base(plan, platform)
+                        # A base made here by an older recipe is made again (it gave unreproducible layers).
+                        source = found.labels.get(label_keys.BASE_SOURCE) if found else None
+                        if found is None or outdated_recipe(source, recipe_suite(plan.cell)):
+                            to_fill.append(plan.cell)
+                            break
                 except RegistryUnreachable:
                     raise UserError(f"BASE_MIRROR registry {mirror} is unreachable; start it with "
                                     "`bash scripts/setup.sh`") from None

@@ -98,6 +98,7 @@ def build(
     network_host: bool = True,
     no_cache: bool = False,
     cache_from: Sequence[str] = (),
+    platform: str | None = None,
 ) -> str:
     """Run one BuildKit build; the full log goes to `log_path`. Returns the image id.
 
@@ -116,6 +117,9 @@ def build(
         argv += ["--network", "host"]
     if no_cache:
         argv.append("--no-cache")
+    if platform:
+        # BuildKit's TARGETPLATFORM/TARGETARCH; another architecture's RUN steps run under QEMU (binfmt_misc).
+        argv += ["--platform", platform]
     if tag:
         argv += ["-t", tag]
     for key, value in sorted(build_args.items()):
