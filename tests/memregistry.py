@@ -56,13 +56,17 @@ class MemRegistry:
     def tags(self, repo: str) -> list[str]:
         return sorted(ref for r, ref in self.manifests if r == repo and not ref.startswith("sha256:"))
 
-    def push_image(self, repo: str, tag: str, payload: bytes = b"layer") -> str:
-        """A one-layer image manifest; returns its digest."""
+    def push_image(self, repo: str, tag: str, payload: bytes = b"layer", *, architecture: str = "amd64",
+                   labels: dict[str, str] | None = None) -> str:
+        """A one-layer image manifest (of linux/`architecture`, with `labels`); returns its digest."""
         import json
 
-        config, layer = self.put_blob(repo, b'{"architecture":"amd64","os":"linux"}'), self.put_blob(repo, payload)
+        body = (json.dumps({"architecture": architecture, "os": "linux", "config": {"Labels": labels}}).encode()
+                if architecture != "amd64" or labels else b'{"architecture":"amd64","os":"linux"}')
+        config, layer = self.put_blob(repo, body), self.put_blob(repo, payload)
         manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 37},
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config,
+                               "size": len(body)},
                     "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer,
                                 "size": len(payload)}]}
         return self.put_manifest(repo, tag, json.dumps(manifest).encode(), OCI_MANIFEST)

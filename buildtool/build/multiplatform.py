@@ -1,5 +1,5 @@
 """A multi-platform cell's dev tag: one image per platform, built from the cell's one Dockerfile with
-BuildKit's --platform, each pushed under its platform tag (`<arch>-<dev tag>`, which is not a dev tag), then
+BuildKit's --platform, each pushed under its platform tag (`<dev tag>__<arch>`, which is not a dev tag), then
 an OCI image index over them put at the dev tag. The index goes up only after every platform's image is in
 the registry: a platform that fails fails the cell and leaves no half index.
 """
@@ -10,15 +10,15 @@ import json
 from dataclasses import dataclass
 
 from buildtool.common.errors import FailedError
-from buildtool.contracts import label_keys, platforms
+from buildtool.contracts import label_keys, names, platforms
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, sha256_digest
 
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 
 
 def platform_tag(dev_tag: str, platform: str) -> str:
-    """`arm64-0123abcd4567-0.10`: where one platform's image of a dev tag lives (parse_dev_tag never matches it)."""
-    return f"{platforms.get(platform).architecture}-{dev_tag}"
+    """`0123abcd4567-0.10__arm64`: where one platform's image of a dev tag lives (parse_dev_tag never matches it)."""
+    return names.platform_tag(dev_tag, platforms.get(platform).architecture)
 
 
 @dataclass(frozen=True)

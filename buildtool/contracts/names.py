@@ -58,10 +58,21 @@ def _is_revision(text: str) -> bool:
     return bool(GIT_REVISION_RE.match(text) or CUSTOM_REVISION_RE.match(text))
 
 
+# One platform's image of a multi-platform dev tag: `<dev tag>__<arch>`. No PEP 440 version (so no cell version)
+# contains "__", so it is never a dev tag.
+PLATFORM_TAG_SEP = "__"
+
+
+def platform_tag(dev_tag_text: str, architecture: str) -> str:
+    return f"{dev_tag_text}{PLATFORM_TAG_SEP}{architecture}"
+
+
 def parse_dev_tag(tag: str, cell_version: str | None = None) -> DevTag | None:
-    """The dev tag `tag` as a DevTag, or None when it is not one. With `cell_version`, only a tag of
-    that version whose head is a revision matches. Versions may contain '-', so without it only a
-    git revision (`git_revision`'s form) splits the tag: no guess at the first '-'."""
+    """The dev tag `tag` as a DevTag, or None when it is not one (a platform tag is not). With `cell_version`,
+    only a tag of that version whose head is a revision matches. Versions may contain '-', so without it only
+    a git revision (`git_revision`'s form) splits the tag: no guess at the first '-'."""
+    if PLATFORM_TAG_SEP in tag:
+        return None
     if cell_version is not None:
         suffix = f"-{cell_version}"
         if not tag.endswith(suffix) or not _is_revision(tag[: -len(suffix)]):

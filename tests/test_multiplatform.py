@@ -1,0 +1,86 @@
+"""A multi-platform dev tag: platform images under `<arch>-<dev tag>`, an OCI index over them at the dev tag,
+and the index's reuse only when every platform's content key matches."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from buildtool.build import multiplatform
+from buildtool.common.errors import FailedError
+from buildtool.contracts import label_keys
+from buildtool.contracts.names import parse_dev_tag
+from buildtool.registry.client import RegistryError
+from tests.memregistry import MemRegistry
+
+REPO = "dl-images/jax-cpu-dev"
+DEV_TAG = "0123456789ab-0.10"
+BOTH = ("linux/amd64", "linux/arm64")
+
+
+def _platform_images(reg: MemRegistry, keys: dict[str, str], dev_tag: str = DEV_TAG) -> list[multiplatform.Child]:
+    children = []
+    for platform, key in keys.items():
+        arch = platform.split("/")[1]
+        tag = multiplatform.platform_tag(dev_tag, platform)
+        reg.push_image(REPO, tag, payload=arch.encode() + key.encode(), architecture=arch,
+                       labels={label_keys.CONTENT_KEY: key})
+        children.append(multiplatform.child_of(reg, REPO, tag, platform))
+    return children
+
+
+def test_a_platform_tag_is_never_taken_for_a_dev_tag():
+    tag = multiplatform.platform_tag(DEV_TAG, "linux/arm64")
+    assert tag == "0123456789ab-0.10__arm64"
+    assert parse_dev_tag(tag, "0.10") is None
+    assert parse_dev_tag(tag) is None
+    assert parse_dev_tag(multiplatform.platform_tag(DEV_TAG, "linux/amd64")) is None
+    custom = multiplatform.platform_tag("nightly-42-0.10", "linux/arm64")   # a pipeline's own revision
+    assert parse_dev_tag(custom, "0.10") is None and parse_dev_tag(custom) is None
+
+
+def test_the_index_names_each_platform_image_in_the_cells_order():
+    reg = MemRegistry()
+    children = _platform_images(reg, {"linux/amd64": "k1", "linux/arm64": "k2"})
+    digest = multiplatform.put_index(reg, REPO, DEV_TAG, children)
+    body, media_type, _ = reg.get_manifest(REPO, DEV_TAG)
+    index = json.loads(body)
+    assert media_type == multiplatform.INDEX_MEDIA_TYPE and reg.manifest_digest(REPO, DEV_TAG) == digest
+    assert [m["platform"] for m in index["manifests"]] == [{"architecture": "amd64", "os": "linux"},
+                                                           {"architecture": "arm64", "os": "linux"}]
+    assert multiplatform.index_children(reg, REPO, DEV_TAG) == {c.platform: c.digest for c in children}
+
+
+def test_a_platform_image_of_another_architecture_is_refused_as_an_entry():
+    reg = MemRegistry()
+    tag = multiplatform.platform_tag(DEV_TAG, "linux/arm64")
+    reg.push_image(REPO, tag, architecture="amd64")   # an amd64 image pushed as the arm64 one
+    with pytest.raises(FailedError, match="is a linux/amd64 image, not linux/arm64"):
+        multiplatform.child_of(reg, REPO, tag, "linux/arm64")
+
+
+def test_an_index_with_an_unknown_platform_is_refused_by_name_not_skipped():
+    reg = MemRegistry()
+    children = _platform_images(reg, {"linux/amd64": "k1"})
+    body = json.loads(multiplatform.index_body(children))
+    body["manifests"].append({**body["manifests"][0], "platform": {"os": "linux", "architecture": "riscv64"}})
+    reg.put_manifest(REPO, DEV_TAG, json.dumps(body).encode(), multiplatform.INDEX_MEDIA_TYPE)
+    with pytest.raises(RegistryError, match="unknown platform 'linux/riscv64'"):
+        multiplatform.index_children(reg, REPO, DEV_TAG)
+
+
+def test_an_index_is_reused_only_when_every_platform_has_its_content_key():
+    reg = MemRegistry()
+    other = "fedcba987654-0.10"
+    multiplatform.put_index(reg, REPO, other, _platform_images(reg, {"linux/amd64": "k1", "linux/arm64": "k2"},
+                                                               other))
+    found = multiplatform.matching_index(reg, REPO, [other], {"linux/amd64": "k1", "linux/arm64": "k2"})
+    assert found == (other, reg.manifest_digest(REPO, other))
+    # One platform's content changed: the whole index is not this build's.
+    assert multiplatform.matching_index(reg, REPO, [other], {"linux/amd64": "k1", "linux/arm64": "k3"}) is None
+    # A platform more or less than the cell's: not this cell's index.
+    assert multiplatform.matching_index(reg, REPO, [other], {"linux/amd64": "k1"}) is None
+    # A single-platform tag is never an index match.
+    reg.push_image(REPO, "single-0.10", labels={label_keys.CONTENT_KEY: "k1"})
+    assert multiplatform.matching_index(reg, REPO, ["single-0.10"], {"linux/amd64": "k1"}) is None
