@@ -1,4 +1,4 @@
-"""What a cell's groups define (collected from image-tests/, no engine) and the schema-2 verdict validate
+"""What a cell's groups define (collected from image-tests/, no engine) and the verdict validate
 builds from a run: selection, deselected tests and an incomplete run recorded as such."""
 
 from __future__ import annotations
