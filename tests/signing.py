@@ -54,7 +54,7 @@ def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gp
 
 def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dict[str, Any]] | None = None,
             started: str = "2026-01-01T00:00:00.000+00:00", **changes: Any) -> dict[str, Any]:
-    """A verdict (schema SCHEMA; `schema=3` for the one before) that covers the cell's groups: every
+    """A verdict (schema SCHEMA; `schema=4` for the one before) that covers the cell's groups: every
     test listed is a defined test. Schema 4 names the SBOM `attest_sbom` attaches by default (the digest of
     minimal_sbom(digest)) unless `sbom`/`sbom_problem` say otherwise."""
     from buildtool.registry.sbom_attestation import sbom_digest

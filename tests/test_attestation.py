@@ -37,13 +37,13 @@ def test_a_signed_verdict_verifies_and_names_its_key() -> None:
     body = verdict(CPU, D1)
     verdict_back, keyid = check(envelope("reg/pytorch-cpu-dev", D1, body))
     assert verdict_back == parse_verdict(body, "x") and keyid == KEY.keyid
-    assert verdict_back.schema_ == 4 and verdict_back.to_json() == {**body, **verdict_back.to_json()}
+    assert verdict_back.schema_ == 5 and verdict_back.to_json() == {**body, **verdict_back.to_json()}
 
 
-@pytest.mark.parametrize("schema", [3, 4])
+@pytest.mark.parametrize("schema", [4, 5])
 def test_a_signed_verdict_of_the_current_schema_and_of_the_one_before_verifies(schema: int) -> None:
-    """Validate writes schema 4 (predicateType .../verdict/v4); a signed schema-3 verdict (.../verdict/v3),
-    as validate wrote them before, still verifies (release refuses it for naming no SBOM)."""
+    """Validate writes schema 5 (predicateType .../verdict/v5); a signed schema-4 verdict (.../verdict/v4),
+    as validate wrote them before (naming no platform), still verifies."""
     body = verdict(CPU, D1, schema=schema)
     signed = envelope("r", D1, body)
     predicate_type = json.loads(base64.b64decode(json.loads(signed)["payload"]))["predicateType"]
@@ -53,12 +53,13 @@ def test_a_signed_verdict_of_the_current_schema_and_of_the_one_before_verifies(s
 
 
 @pytest.mark.parametrize(("schema", "predicate", "cause"), [
-    (7, 7, "unsupported verdict schema 7 (this toolkit reads schemas 3 and 4)"),
+    (7, 7, "unsupported verdict schema 7 (this toolkit reads schemas 4 and 5)"),
+    (3, 3, "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)"),   # no longer read, signed or not
     (2, 2, "unsupported verdict schema 2"),
-    (4, 3, "mismatched: predicateType https://github.com/dl-images/dl-images/attestations/verdict/v3 carries a "
-           "schema-4 verdict"),
-    (3, 4, "carries a schema-3 verdict"),
-    (4, 9, "verdict/v9 carries a schema-4 verdict"),
+    (5, 4, "mismatched: predicateType https://github.com/dl-images/dl-images/attestations/verdict/v4 carries a "
+           "schema-5 verdict"),
+    (4, 5, "carries a schema-4 verdict"),
+    (5, 9, "verdict/v9 carries a schema-5 verdict"),
 ])
 def test_a_signed_verdict_of_an_unknown_schema_or_under_another_predicate_type_is_refused(
         schema: int, predicate: int, cause: str) -> None:
@@ -203,5 +204,5 @@ def test_a_signed_but_malformed_verdict_is_refused_naming_the_field(change: dict
     body = dict(verdict(CPU, D1), **change)
     outcome = check(envelope("r", D1, body))
     assert isinstance(outcome, str), outcome
-    assert outcome.startswith("the signed predicate: malformed schema-4 verdict: "), outcome
+    assert outcome.startswith("the signed predicate: malformed schema-5 verdict: "), outcome
     assert cause in outcome, outcome

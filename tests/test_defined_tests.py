@@ -1,4 +1,4 @@
-"""What a cell's groups define (collected from image-tests/, no engine) and the schema-2 verdict validate
+"""What a cell's groups define (collected from image-tests/, no engine) and the verdict validate
 builds from a run: selection, deselected tests and an incomplete run recorded as such."""
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def test_a_selection_is_recorded_with_what_it_left_out(tmp_path: Path) -> None:
     # A selection never gives `passed`: the verdict does not cover the cell (the gate refuses it too).
     assert v.result == "incomplete" and "1 of the cell's 2 tests deselected by -k 't'" in v.incomplete[0]
     assert v.selection.expression == "t" and v.selection.deselected == ["pytorch/b.py::u"]
-    assert v.defined_tests == ["common/a.py::t", "pytorch/b.py::u"] and v.schema_ == SCHEMA == 4
+    assert v.defined_tests == ["common/a.py::t", "pytorch/b.py::u"] and v.schema_ == SCHEMA == 5
+    assert (v.platform, v.emulated) == ("linux/amd64", False)     # the image's platform, native here
 
 
 def test_a_run_that_stopped_early_is_incomplete_not_passed(tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ def fake_client(folder: Path, body: str = "") -> tuple[Path, Path]:
     prints a scaling result for `run --rm`; `body` runs first (to fail or hang on purpose)."""
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "calls.log"
-    inspect = json.dumps([{"Id": "sha256:feed", "Config": {"Labels": {"a": "b"}, "Env": ["PATH=/usr/bin"]}}])
+    inspect = json.dumps([{"Id": "sha256:feed", "Os": "linux", "Architecture": "amd64",   # as docker prints them
+                           "Config": {"Labels": {"a": "b"}, "Env": ["PATH=/usr/bin"]}}])
     script = f"""#!/bin/bash
 # fake docker client (tests/test_docker_cli.py)
 printf '%s\\n' "$*" >> {log}

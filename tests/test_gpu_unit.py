@@ -347,7 +347,7 @@ def test_result_rules_for_failures_and_cpu_cells():
 # -- bus bandwidth: baselines and the measuring code ------------------------------------------------
 
 def _verdict(cell_key: str, started: str, peak: float, model: str = "NVIDIA H100 80GB HBM3", count: int = 8,
-             check: str = "passed", schema: int = 3) -> dict:
+             check: str = "passed", schema: int = 4) -> dict:
     return complete({"schema": schema, "cell": cell_key, "digest": f"sha256:{started}", "started": started,
                      "runner": {"gpus": [{"index": str(i), "name": model} for i in range(count)]},
                      "figures": {gpu.BUSBW_FIGURE: {"peak_GBps": peak}},
@@ -359,12 +359,13 @@ def test_baseline_is_the_median_of_passing_verdicts_of_the_cell_on_the_same_gpus
     key = "pytorch-cuda:2.13"
     files = {
         "a/verdict.json": _verdict(key, "2026-01-01T00:00:00+00:00", 400.0),
-        "b/verdict.json": _verdict(key, "2026-01-03T00:00:00+00:00", 380.0),
+        "b/verdict.json": _verdict(key, "2026-01-03T00:00:00+00:00", 380.0, schema=5),
         "c/verdict.json": _verdict(key, "2026-01-04T00:00:00+00:00", 90.0, check="failed"),   # a fallen night
         "d/verdict.json": _verdict(key, "2026-01-05T00:00:00+00:00", 700.0, model="NVIDIA H200"),
         "e/verdict.json": _verdict(key, "2026-01-06T00:00:00+00:00", 200.0, count=4),
         "f/verdict.json": _verdict("pytorch-ngc:25.10", "2026-01-07T00:00:00+00:00", 410.0),
         "g/verdict.json": _verdict(key, "2026-01-08T00:00:00+00:00", 10.0, schema=1),
+        "h/verdict.json": _verdict(key, "2026-01-09T00:00:00+00:00", 10.0, schema=3),    # no longer read
         "prev/pytorch-cuda_2.13.verdict.json": _verdict(key, "2026-01-02T00:00:00+00:00", 390.0),
     }
     for rel, data in files.items():
@@ -373,7 +374,7 @@ def test_baseline_is_the_median_of_passing_verdicts_of_the_cell_on_the_same_gpus
     (tmp_path / "broken.verdict.json").write_text("{not json")
     inventory = runner.Inventory([Gpu(index=str(i), name="NVIDIA H100 80GB HBM3") for i in range(8)])
     found = runner.busbw_baseline([tmp_path, tmp_path / "missing"], key, inventory)
-    # a, prev and b qualify (the failed night, other GPUs, another cell and schema 1 do not): median 390.
+    # a, prev and b qualify (the failed night, other GPUs, another cell, schemas 1 and 3 do not): median 390.
     assert found["median_GBps"] == 390.0 and found["nights"] == 3 and found["window"] == 7
     assert found["peaks"] == [380.0, 390.0, 400.0] and "b/verdict.json" in found["sources"][0]
     assert runner.busbw_baseline([tmp_path], key, runner.Inventory([])) == {}

@@ -36,8 +36,9 @@ NO_GPU = "needs a GPU; this runner has none (runner.gpus is empty)"
 
 
 def verdict(cell: str, tests: list[dict], *, digest: str = "sha256:" + "ab" * 32, started: str = "2026-11-29T02:00:00",
-            figures: dict | None = None, gpus: list[str] | None = None, schema: int = 3) -> dict:
-    """A verdict as `buildtool report --fetch` saves it: the verdict plus the image's size."""
+            figures: dict | None = None, gpus: list[str] | None = None, schema: int = 4) -> dict:
+    """A verdict as `buildtool report --fetch` saves it: the verdict plus the image's size. Of the schema
+    before the current one unless told (the report reads both; schema 5 adds the platform)."""
     failed = any(t["result"] == "failed" for t in tests)
     name, version = cell.split(":")
     return {"schema": schema, "digest": digest, "image": f"127.0.0.1:5000/{name}-dev:abc-{version}", "cell": cell,
@@ -46,7 +47,8 @@ def verdict(cell: str, tests: list[dict], *, digest: str = "sha256:" + "ab" * 32
             "runner": {"hostname": "gpu-07", "gpus": [{"index": str(i), "name": g} for i, g in enumerate(gpus or [])],
                        "driver": "580.65" if gpus else ""},
             "groups": sorted({t["group"] for t in tests}), "defined_tests": [t["id"] for t in tests],
-            "pytest_exit": int(failed), "tests": tests, "figures": figures or {}}
+            "pytest_exit": int(failed), "tests": tests, "figures": figures or {}, "sbom": "sha256:" + "5" * 64,
+            **({"platform": "linux/amd64", "emulated": False} if schema >= 5 else {})}
 
 
 def tonight() -> list[dict]:
@@ -134,10 +136,13 @@ def _changed(**change: object) -> str:
     ("{not json", "cannot read verdict"),
     ("[]", "not a verdict (a JSON list, not an object)"),
     (json.dumps({"cell": "c"}), "not a verdict (no schema number)"),
-    (_changed(schema=5), "unsupported verdict schema 5 (this toolkit reads schemas 3 and 4)"),
+    (_changed(schema=6), "unsupported verdict schema 6 (this toolkit reads schemas 4 and 5)"),
+    (_changed(schema=3), "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)"),
     (_changed(schema=2), "unsupported verdict schema 2"),
     (_changed(schema=1), "unsupported verdict schema 1"),
     (json.dumps({"schema": 4}), "malformed schema-4 verdict: `digest` is missing; `image` is missing"),
+    (json.dumps({"schema": 5}), "malformed schema-5 verdict: `digest` is missing; `image` is missing"),
+    (_changed(schema=5), "`platform`: unknown platform ''"),
     (_changed(result="maybe"), "`result`: input should be 'passed', 'failed' or 'incomplete'"),
     (_changed(tests=[{"id": "x"}]), "`tests[0].group` is missing"),
     (_changed(duration_s="42"), "`duration_s`: input should be a valid number (got str '42')"),
@@ -225,7 +230,7 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     digest = client.put_manifest(repo, "abc-2.13", manifest, OCI_MANIFEST)
     stored = verdict("pytorch-cpu:2.13", [test(SHM, "passed"), test(BUSBW, "skipped", skip=NO_GPU)], digest=digest)
     del stored["size_bytes"]
-    stored.update(schema=3, groups=sorted({t["group"] for t in stored["tests"]}),
+    stored.update(schema=4, groups=sorted({t["group"] for t in stored["tests"]}),
                   defined_tests=[t["id"] for t in stored["tests"]], selection={"expression": None, "deselected": []})
     signing.attest(client, repo, digest, stored)
     forged = client.put_manifest(repo, "forged-2.13", manifest.replace(b'"schemaVersion": 2', b'"schemaVersion":  2'),
@@ -241,7 +246,7 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     by_cell = {v["cell"]: v for v in fetched}
     assert by_cell["pytorch-cpu:2.13"]["digest"] == digest and by_cell["pytorch-cpu:2.13"]["size_bytes"] == len(layer)
     assert by_cell["pytorch-cpu:2.13"]["result"] == "passed"
-    assert by_cell["pytorch-cpu:2.13"]["schema"] == 3     # a signed schema-3 verdict is read as it was signed
+    assert by_cell["pytorch-cpu:2.13"]["schema"] == 4     # a signed schema-4 verdict is read as it was signed
     missing = by_cell["tensorflow-cpu:2.21"]
     assert missing["missing"] is True and "no image" in missing["reason"]
     unvalidated = by_cell["pytorch-ngc:25.10"]
@@ -255,12 +260,14 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
         "no image" in r.checks["image/verdict"].message for r in rows.rows if r.cell == "tensorflow-cpu:2.21")
 
 
-def test_a_schema_3_verdict_renders_as_a_schema_4_one_does() -> None:
-    """The report reads the schema before the current one: the same night written as schema 3 (what
-    tonight() writes) or as schema 4 (naming an SBOM) gives the same pages."""
-    as_2 = [dict(v, schema=4, sbom="sha256:" + "5" * 64) for v in tonight()]
+def test_a_schema_4_verdict_renders_as_a_schema_5_one_does() -> None:
+    """The report reads the schema before the current one: the same night written as schema 4 (what
+    tonight() writes) or as schema 5 (naming the native linux/amd64 platform) gives the same pages."""
+    as_5 = [verdict(v["cell"], v["tests"], digest=v["digest"], started=v["started"], figures=v["figures"],
+                    gpus=[g["name"] for g in v["runner"]["gpus"]], schema=5) for v in tonight()]
+    assert [v["schema"] for v in as_5] == [5, 5, 5] and [v["schema"] for v in tonight()] == [4, 4, 4]
     pages = [(render_html(report), render_markdown(report)) for report in (
-        build_report([parse_verdict(v, "x") for v in tonight()]), build_report([parse_verdict(v, "x") for v in as_2]))]
+        build_report([parse_verdict(v, "x") for v in tonight()]), build_report([parse_verdict(v, "x") for v in as_5]))]
     assert pages[0] == pages[1] and "8 GPU (NVIDIA H100 80GB HBM3), driver 580.65" in pages[1][0]
 
 

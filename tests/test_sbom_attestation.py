@@ -13,7 +13,7 @@ import pytest
 from buildtool.common.dsse import generate
 from buildtool.contracts.intoto import DSSE_MEDIA_TYPE, PREDICATE_ANNOTATION
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
-from buildtool.contracts.verdict import parse_verdict
+from buildtool.contracts.verdict import VerdictError, parse_verdict
 from buildtool.registry import sbom
 from buildtool.registry.referrers import fetch, referrers
 from buildtool.registry.sbom_attestation import (
@@ -154,12 +154,15 @@ def test_release_takes_the_sbom_the_verdict_names_and_notes_its_signer(image) ->
 
 def test_release_refuses_a_verdict_that_names_no_sbom(image) -> None:  # noqa: ANN001
     client, digest = image
-    signing.attest_sbom(client, REPO, digest)   # type: ignore[arg-type]
-    old = gated(client, digest, schema=3)
-    assert old.problems == [f"the verdict of {digest} names no SBOM (a schema-3 verdict, from before verdicts named "
-                            "SBOMs); push the image again (push signs its SBOM), then validate it again"]
+    named = signing.attest_sbom(client, REPO, digest)   # type: ignore[arg-type]
+    assert gated(client, digest, schema=4, sbom=named).problems == []    # the schema before names one too
     none = gated(client, digest, sbom="", sbom_problem="no SBOM attestation is attached")
-    assert "names no SBOM (no SBOM attestation is attached)" in none.problems[0]
+    assert none.problems == [f"the verdict of {digest} names no SBOM (no SBOM attestation is attached); push the "
+                             "image again (push signs its SBOM), then validate it again"]
+    # A verdict from before verdicts named SBOMs (schema 3) is not even read: never a verdict release counts.
+    with pytest.raises(VerdictError) as info:
+        gated(client, digest, schema=3)
+    assert "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)" in str(info.value)
 
 
 def test_release_refuses_an_sbom_attestation_rewritten_after_validation_naming_both_digests(image) -> None:  # noqa: ANN001

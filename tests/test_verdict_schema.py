@@ -74,11 +74,11 @@ def test_the_sbom_fields_are_checked_naming_the_cause(change: dict, cause: str) 
 
 
 @pytest.mark.parametrize(("body", "cause"), [
-    ({**verdict(CPU, D1), "schema": 5},
-     "where.json: unsupported verdict schema 5 (this toolkit reads schemas 3 and 4)"),
+    ({**verdict(CPU, D1), "schema": 6},
+     "where.json: unsupported verdict schema 6 (this toolkit reads schemas 4 and 5)"),
     ({**verdict(CPU, D1), "schema": 2}, "where.json: unsupported verdict schema 2 "),
     ({**verdict(CPU, D1), "schema": 1}, "where.json: unsupported verdict schema 1 "),
-    ({**verdict(CPU, D1), "schema": "4"}, "where.json: unsupported verdict schema '4'"),
+    ({**verdict(CPU, D1), "schema": "5"}, "where.json: unsupported verdict schema '5'"),
     ({**verdict(CPU, D1), "schema": True}, "where.json: unsupported verdict schema True"),
     ({k: v for k, v in verdict(CPU, D1).items() if k != "schema"}, "where.json: not a verdict (no schema number)"),
     ([verdict(CPU, D1)], "where.json: not a verdict (a JSON list, not an object)"),
@@ -101,7 +101,7 @@ def test_an_unknown_or_absent_schema_number_is_refused_naming_it(body: object, c
 ])
 def test_a_field_of_the_wrong_type_or_unknown_is_refused_naming_it(change: dict, cause: str) -> None:
     message = refused({**verdict(CPU, D1), **change})
-    assert message.startswith("where.json: malformed schema-4 verdict: ") and cause in message, message
+    assert message.startswith("where.json: malformed schema-5 verdict: ") and cause in message, message
 
 
 @pytest.mark.parametrize("field", ["digest", "cell", "result", "started", "test_code", "runner", "groups",
@@ -122,8 +122,9 @@ def test_errors_beyond_three_are_counted_not_dropped() -> None:
 FIELDS = {f.alias or name for model in (contract.Verdict, contract.TestResult, contract.Runner, contract.Gpu,
                                         contract.ColdStart, contract.ColdImport, contract.Selection)
           for name, f in model.model_fields.items()}
-# OCI descriptors (a manifest's config and layers) have a `digest` too: not verdicts.
-NOT_VERDICTS = {("config", "digest"), ("layer", "digest")}
+# OCI descriptors (a manifest's config and layers) have a `digest` too, and an index's entries (`child`,
+# `descriptor`) a `platform`: not verdicts.
+NOT_VERDICTS = {("config", "digest"), ("layer", "digest"), ("child", "platform"), ("descriptor", "platform")}
 
 
 def raw_verdict_reads(source: str) -> list[str]:
@@ -142,6 +143,8 @@ def test_the_scan_finds_a_raw_verdict_read() -> None:
     assert sorted(found) == ["v.get('runner') line 2", "v.get('runner') or {}.get('hostname') line 2",
                              "verdict.get('result') line 1"]
     assert raw_verdict_reads('d = layer.get("digest")') == []
+    assert raw_verdict_reads('p = child.get("platform")') == []      # an index entry's os/arch
+    assert raw_verdict_reads('p = verdict.get("platform")') == ["verdict.get('platform') line 1"]
 
 
 @pytest.mark.parametrize("package", ["release", "report"])

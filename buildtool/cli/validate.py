@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         from buildtool.contracts.gpu import require_gpu_from_env
         from buildtool.matrix.plan import Settings, plan_cell
         from buildtool.validate.engine import index_platforms
-        from buildtool.validate.runner import Options, validate_image
+        from buildtool.validate.runner import Options, gpu_inventory, require_gpus, validate_image
 
         chosen = sum((bool(images), framework is not None, all_cells))
         if chosen != 1:
@@ -108,6 +108,9 @@ def register(app: typer.Typer) -> None:
                           reports=reports, cell=cell, deadline_s=deadline,
                           require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
                           busbw_window=busbw_window, jobs=jobs)
+        if options.require_gpu:
+            # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
+            require_gpus(gpu_inventory())
         verdicts = []
         for ref in refs:
             # An image index: one run and one verdict per platform manifest (foreign ones under QEMU).

@@ -164,8 +164,9 @@ def _legacy_missing(data: dict[str, Any]) -> Missing | None:
 
 def parse_verdict(data: Any, where: str) -> Row:
     """A verdict file's JSON -> Row. A verdict is parsed by buildtool.contracts.verdict.parse_verdict
-    (schemas 2 and 3), plus the image size the report adds (`size_bytes`); a missing record (`Missing`) is a
-    failed row naming why. Anything else is a UserError naming `where` and the cause."""
+    (the current schema and the one before it), plus the image size the report adds (`size_bytes`); a
+    missing record (`Missing`) is a failed row naming why. Anything else is a UserError naming `where` and
+    the cause."""
     if isinstance(data, dict) and data.get("missing") is True:
         try:
             return _missing_row(Missing.model_validate(data))

@@ -167,25 +167,26 @@ def test_verdict_signed_by_an_untrusted_key_is_refused(space: Space) -> None:
 
 # -- schemas ---------------------------------------------------------------------------------------
 
-def test_a_validly_signed_verdict_of_the_current_schema_releases_and_one_of_the_schema_before_is_refused(
+def test_a_validly_signed_verdict_of_the_current_schema_releases_and_one_of_an_older_schema_is_refused(
         space: Space) -> None:
-    """validate writes schema 4 (.../verdict/v4), naming the image's signed SBOM; a schema-3 verdict still
-    verifies but names no SBOM, so it releases nothing."""
+    """validate writes schema 5 (.../verdict/v5), naming the image's signed SBOM and its platform; a signed
+    schema-3 verdict (from before verdicts named SBOMs) is no longer read, so it releases nothing."""
     r = rev()
     digest = space.build(CPU, r, result=None)
     signing.attest(space.client, space.dev_repo(CPU), digest, signing.verdict(CPU, digest, schema=3))
-    refused(space.release([CPU], r, "0.1.0"), f"the verdict of {digest} names no SBOM (a schema-3 verdict")
+    refused(space.release([CPU], r, "0.1.0"), "no valid verdict",
+            "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)")
     assert released(space) == []
     newer = signing.verdict(CPU, digest, started="2026-02-01T00:00:00.000+00:00")
     signing.attest(space.client, space.dev_repo(CPU), digest, newer)
     report = space.release([CPU], r, "0.1.0")
     assert report.ok, report.images[0].problems
-    assert report.images[0].verdict is not None and report.images[0].verdict.schema_ == 4
+    assert report.images[0].verdict is not None and report.images[0].verdict.schema_ == 5
     assert "2.13-0.1.0" in released(space)
 
 
 @pytest.mark.parametrize(("change", "cause"), [
-    ({"schema": 5}, "unsupported verdict schema 5 (this toolkit reads schemas 3 and 4)"),
+    ({"schema": 6}, "unsupported verdict schema 6 (this toolkit reads schemas 4 and 5)"),
     ({"tests": None}, "`tests`: input should be a valid list"),
     ({"runner": {"gpus": []}}, "`runner.hostname` is missing"),
 ])

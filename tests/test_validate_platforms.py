@@ -1,0 +1,171 @@
+"""Validation per platform (buildtool.validate.engine): an image index is validated one platform manifest
+at a time, each pinned by its own digest and checked to be the image its entry says; its entries are
+named by the platform table (an unknown one is refused, never skipped). No engine: an in-memory registry,
+and the engine's inspect answered from a table (or refused, where resolve must stop before docker)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from buildtool.common.errors import UserError
+from buildtool.contracts import platforms
+from buildtool.contracts.verdict import derive_result
+from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
+from buildtool.validate import engine
+from tests.memregistry import MemRegistry
+
+REPO = "wt-schema5/jax-cpu-dev"
+TAG = "0123abc-0.10"
+
+
+class Registry(MemRegistry):
+    def ping(self) -> None:
+        return None
+
+
+def _image(client: Registry, os: str, architecture: str) -> str:
+    """A one-layer image whose config says `os`/`architecture`; returns its manifest digest."""
+    config = client.put_blob(REPO, json.dumps({"architecture": architecture, "os": os}).encode())
+    layer = client.put_blob(REPO, f"layer of {os}/{architecture}".encode())
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": 1}]}
+    return client.put_manifest(REPO, f"{architecture}-{TAG}", json.dumps(manifest).encode(), OCI_MANIFEST)
+
+
+def _index(client: Registry, entries: list[tuple[str, str, str]], tag: str = TAG) -> str:
+    """An OCI image index at `tag`: one entry per (os, architecture, manifest digest), in that order."""
+    body = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": digest, "size": 1, "platform": {"os": os, "architecture": arch}}
+        for os, arch, digest in entries]}
+    return client.put_manifest(REPO, tag, json.dumps(body).encode(), OCI_INDEX)
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch) -> Registry:
+    """The registry every RegistryClient of the engine module reaches; the engine is never asked."""
+    registry = Registry()
+    monkeypatch.setattr(engine, "RegistryClient", lambda host, **_: registry)
+
+    def no_engine(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"the engine was asked: {args}")
+
+    monkeypatch.setattr(engine, "_inspect", no_engine)
+    monkeypatch.setattr(engine.docker_cli, "docker", no_engine)
+    return registry
+
+
+def ref(client: Registry, tag_or_digest: str = TAG) -> str:
+    sep = "@" if tag_or_digest.startswith("sha256:") else ":"
+    return f"{client.host}/{REPO}{sep}{tag_or_digest}"
+
+
+# -- index_platforms ------------------------------------------------------------------------------
+
+def test_an_index_names_its_platforms_in_index_order(client: Registry) -> None:
+    arm, amd = _image(client, "linux", "arm64"), _image(client, "linux", "amd64")
+    _index(client, [("linux", "arm64", arm), ("linux", "amd64", amd)])
+    assert engine.index_platforms(ref(client)) == ["linux/arm64", "linux/amd64"]     # not sorted: as listed
+    digest = _index(client, [("linux", "amd64", amd), ("linux", "arm64", arm)], tag="other")
+    assert engine.index_platforms(ref(client, digest)) == ["linux/amd64", "linux/arm64"]
+
+
+def test_a_single_image_or_a_local_one_has_no_platforms_to_expand(client: Registry) -> None:
+    amd = _image(client, "linux", "amd64")
+    assert engine.index_platforms(ref(client, amd)) == []
+    assert engine.index_platforms(ref(client, f"amd64-{TAG}")) == []
+    assert engine.index_platforms("jax-cpu-dev:local") == []        # no registry: nothing is asked
+
+
+def test_an_index_entry_of_an_unknown_platform_is_refused_naming_it_not_skipped(client: Registry) -> None:
+    amd, riscv = _image(client, "linux", "amd64"), _image(client, "linux", "riscv64")
+    _index(client, [("linux", "amd64", amd), ("linux", "riscv64", riscv)])
+    with pytest.raises(UserError) as info:
+        engine.index_platforms(ref(client))
+    message = str(info.value)
+    assert f"entry {riscv}: unknown platform 'linux/riscv64'" in message and ref(client) in message, message
+
+
+def test_an_image_the_registry_lacks_is_named(client: Registry) -> None:
+    with pytest.raises(UserError, match=f"image {ref(client, 'gone')} not found in registry {client.host}"):
+        engine.index_platforms(ref(client, "gone"))
+
+
+# -- resolve on an index: a platform must be named, and the index must have it ---------------------------
+
+def test_an_index_without_a_platform_is_refused_listing_its_platforms(client: Registry) -> None:
+    arm, amd = _image(client, "linux", "arm64"), _image(client, "linux", "amd64")
+    _index(client, [("linux", "amd64", amd), ("linux", "arm64", arm)])
+    with pytest.raises(UserError) as info:
+        engine.resolve(ref(client), print)
+    assert str(info.value) == (f"image {ref(client)} is an image index: validate each of its platforms "
+                               "(linux/amd64, linux/arm64)")
+
+
+def test_a_platform_the_index_lacks_is_refused_naming_it(client: Registry) -> None:
+    amd = _image(client, "linux", "amd64")
+    _index(client, [("linux", "amd64", amd)])
+    with pytest.raises(UserError) as info:
+        engine.resolve(ref(client), print, "linux/arm64")
+    assert str(info.value) == f"image {ref(client)} has no linux/arm64 image"
+
+
+def _engine_holds(monkeypatch: pytest.MonkeyPatch, held: dict[str, dict[str, Any]]) -> None:
+    """The engine's `image inspect`, answered for the references in `held` (None for any other)."""
+    monkeypatch.setattr(engine, "_inspect", held.get)
+
+
+def test_a_named_platform_pins_its_own_manifest_and_says_whether_it_runs_emulated(
+        client: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    arm, amd = _image(client, "linux", "arm64"), _image(client, "linux", "amd64")
+    _index(client, [("linux", "amd64", amd), ("linux", "arm64", arm)])
+    monkeypatch.setattr(platforms._host, "machine", lambda: "x86_64")      # an amd64 runner
+    _engine_holds(monkeypatch, {
+        ref(client, arm): {"Id": "sha256:" + "a" * 64, "Os": "linux", "Architecture": "arm64", "Variant": "v8",
+                           "Config": {"Labels": {"k": "v"}, "Env": ["A=1"]}},
+        ref(client, amd): {"Id": "sha256:" + "b" * 64, "Os": "linux", "Architecture": "amd64", "Config": {}}})
+    image = engine.resolve(ref(client), print, "linux/arm64")
+    assert (image.digest, image.run_ref, image.platform, image.emulated) == (arm, ref(client, arm), "linux/arm64",
+                                                                             True)
+    assert image.labels == {"k": "v"} and image.env == {"A": "1"}
+    native = engine.resolve(ref(client), print, "linux/amd64")
+    assert (native.digest, native.platform, native.emulated) == (amd, "linux/amd64", False)
+
+
+def test_an_entry_whose_image_is_of_another_platform_is_refused(client: Registry,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index says linux/arm64, but the image it points at is an amd64 one (a mislabelled entry)."""
+    amd = _image(client, "linux", "amd64")
+    _index(client, [("linux", "arm64", amd)])
+    _engine_holds(monkeypatch, {ref(client, amd): {"Id": "sha256:" + "b" * 64, "Os": "linux",
+                                                   "Architecture": "amd64", "Config": {}}})
+    with pytest.raises(UserError) as info:
+        engine.resolve(ref(client), print, "linux/arm64")
+    assert str(info.value) == f"image {ref(client)}: its linux/arm64 entry {amd} is a linux/amd64 image"
+
+
+# -- an emulated GPU run is not a GPU run -----------------------------------------------------------------
+
+GPU_TEST = "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw"
+CPU_TEST = "common/test_shm.py::test_shm_size_matches_run_profile"
+
+
+@pytest.mark.parametrize("emulated", [False, True])
+def test_a_gpu_cell_run_under_emulation_is_incomplete_even_when_every_test_passed(emulated: bool) -> None:
+    ran = [{"id": CPU_TEST, "result": "passed"}, {"id": GPU_TEST, "result": "passed"}]
+    result, reasons = derive_result(0, ran, defined=[CPU_TEST, GPU_TEST], deselected=[], expression=None,
+                                    gpu_cell=True, gpu_tests=[GPU_TEST], emulated=emulated)
+    if not emulated:
+        assert (result, reasons) == ("passed", [])      # the same run, native: it covers the cell
+        return
+    assert result == "incomplete" and len(reasons) == 1, reasons
+    assert "an emulated GPU run is not a GPU run" in reasons[0] and "native runner" in reasons[0]
+
+
+def test_a_cpu_cell_run_under_emulation_counts() -> None:
+    ran = [{"id": CPU_TEST, "result": "passed"}]
+    assert derive_result(0, ran, defined=[CPU_TEST], deselected=[], expression=None, gpu_cell=False,
+                         gpu_tests=[], emulated=True) == ("passed", [])
