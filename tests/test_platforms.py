@@ -52,3 +52,10 @@ def test_binfmt_entry_missing_disabled_or_without_flag_f_is_named(tmp_path: Path
     assert "lacks flag F (has 'P')" in str(platforms.binfmt_problem(foreign, root=str(tmp_path)))
     entry.write_text("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: PF\noffset 0\n")
     assert platforms.binfmt_problem(foreign, root=str(tmp_path)) is None
+
+
+def test_only_buildkits_attestation_entry_counts_as_not_an_image():
+    assert platforms.is_attestation({"platform": {"os": "unknown", "architecture": "unknown"},
+                                     "annotations": {"vnd.docker.reference.type": "attestation-manifest"}})
+    assert not platforms.is_attestation({"platform": {"os": "unknown", "architecture": "unknown"}})
+    assert not platforms.is_attestation({"annotations": {"vnd.docker.reference.type": "something-else"}})

@@ -169,3 +169,18 @@ def test_a_cpu_cell_run_under_emulation_counts() -> None:
     ran = [{"id": CPU_TEST, "result": "passed"}]
     assert derive_result(0, ran, defined=[CPU_TEST], deselected=[], expression=None, gpu_cell=False,
                          gpu_tests=[], emulated=True) == ("passed", [])
+
+
+def test_buildkits_attestation_entry_is_passed_over_but_an_unknown_image_entry_is_not(client: Registry) -> None:
+    amd, arm = _image(client, "linux", "amd64"), _image(client, "linux", "arm64")
+    body = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": amd, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}},
+        {"mediaType": OCI_MANIFEST, "digest": arm, "size": 1, "platform": {"os": "linux", "architecture": "arm64"}},
+        {"mediaType": OCI_MANIFEST, "digest": amd, "size": 1, "platform": {"os": "unknown", "architecture": "unknown"},
+         "annotations": {"vnd.docker.reference.type": "attestation-manifest", "vnd.docker.reference.digest": amd}}]}
+    client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
+    assert engine.index_platforms(ref(client)) == ["linux/amd64", "linux/arm64"]
+    del body["manifests"][2]["annotations"]       # the same entry without the annotation: an image nobody knows
+    client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
+    with pytest.raises(UserError, match="unknown platform 'unknown/unknown'"):
+        engine.index_platforms(ref(client))

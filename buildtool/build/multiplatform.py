@@ -71,6 +71,8 @@ def index_children(client: RegistryClient, repo: str, ref: str) -> dict[str, str
         return None
     found: dict[str, str] = {}
     for entry in manifest["manifests"]:
+        if platforms.is_attestation(entry):
+            continue
         try:
             found[platforms.from_descriptor(entry.get("platform")).name] = entry["digest"]
         except platforms.UnknownPlatform as exc:

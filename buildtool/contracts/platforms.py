@@ -55,6 +55,12 @@ def from_descriptor(descriptor: dict[str, object] | None) -> Platform:
     return get(name)
 
 
+def is_attestation(entry: dict[str, object]) -> bool:
+    """An index entry BuildKit adds for an image's attestations (platform unknown/unknown): not an image."""
+    annotations = entry.get("annotations")
+    return isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type") == "attestation-manifest"
+
+
 def host() -> Platform:
     """The platform this machine runs natively."""
     machine = _host.machine()

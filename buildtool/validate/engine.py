@@ -86,6 +86,8 @@ def index_platforms(ref: str) -> list[str]:
         return []
     names = []
     for child in manifest["manifests"]:
+        if platforms.is_attestation(child):
+            continue    # buildx's attestation entry: about the images, not one of them
         try:
             names.append(platforms.from_descriptor(child.get("platform")).name)
         except platforms.UnknownPlatform as exc:
