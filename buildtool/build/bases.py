@@ -147,11 +147,15 @@ def _debootstrap_foreign(client: RegistryClient, repo: str, suite: str, slim: bo
     registry as an image of `platform` by digest; no tag moves."""
     with tempfile.TemporaryDirectory(prefix="buildtool-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
+        started = time.monotonic()
         epoch = _make_rootfs(suite, slim, rootfs, platform, log, log_file)
-        log(f"writing {platform} image of {rootfs} to {client.host}/{repo}")
-        return base_index.rootfs_image(client, repo, rootfs, platform, epoch=epoch, cmd=BASE_CMD,
-                                       labels={label_keys.BASE_SOURCE: base_source(suite, platform)},
-                                       created_by=f"{base_source(suite, platform)} (buildtool bases)")
+        log(f"{platform} tree made in {time.monotonic() - started:.0f}s; writing its image to {client.host}/{repo}")
+        started = time.monotonic()
+        child = base_index.rootfs_image(client, repo, rootfs, platform, epoch=epoch, cmd=BASE_CMD,
+                                        labels={label_keys.BASE_SOURCE: base_source(suite, platform)},
+                                        created_by=f"{base_source(suite, platform)} (buildtool bases)")
+        log(f"{platform} image {child.digest} written in {time.monotonic() - started:.0f}s")
+        return child
 
 
 def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, log: Log, log_file: Path) -> int:
