@@ -304,7 +304,7 @@ def _ordered(names: set[str]) -> list[str]:
 def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: Path) -> list[BaseResult]:
     """Make `ref` hold a current image of every wanted platform: one platform the engine's single image,
     more an OCI index whose host child is that same image. Images already current are kept by digest;
-    the tag moves only after every missing platform was made."""
+    other platforms are made first, by digest, so one that fails leaves the tag as it was."""
     started = time.monotonic()
     host, repo, tag = split_repo(ref)
     client = RegistryClient(host)
@@ -335,7 +335,10 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
         begun = time.monotonic()
         _debootstrap(suite, slim, ref, log, log_dir / f"base-debian-{suite}.log")
         digest = push_verified(ref, log)   # the tag: the engine's single image, as a one-platform base is
-        made[native] = base_index.read_children(client, repo, digest)[native]
+        pushed = base_index.read_children(client, repo, digest)
+        if native not in pushed:
+            raise FailedError(f"{ref}: the engine imported a {', '.join(pushed)} image, not {native}")
+        made[native] = pushed[native]
         results.append(BaseResult(ref, "debootstrap", digest, time.monotonic() - begun, native))
     if set(made) != {native}:
         # Entries of platforms outside the table (an upstream index's) are not carried over.
