@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Set up what a fresh machine needs to build, test and release images; idempotent.
-#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap, and for
-#      the SLURM tests slurm-wlm, munge, runc and umoci (SETUP_SKIP_SLURM=1 leaves these out; the tests
-#      start their own private SLURM and stop it, nothing here starts a daemon of these packages)
-#   2. the Docker engine, started with the flags these machines need, only if it is not running
-#   3. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
+#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap,
+#      qemu-user-static and binfmt-support (linux/arm64 under emulation), and for the SLURM tests
+#      slurm-wlm, munge, runc and umoci (SETUP_SKIP_SLURM=1 leaves these out; the tests start their own
+#      private SLURM and stop it, nothing here starts a daemon of these packages)
+#   2. QEMU for linux/arm64 (scripts/binfmt.sh): binfmt_misc mounted if it is not, the qemu-aarch64
+#      entry enabled if it is not, then checked for flag F; a one-line error naming the fix otherwise
+#   3. the Docker engine, started with the flags these machines need, only if it is not running
+#   4. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
-#   4. .venv: a clean virtual environment with this project installed (`pip install -c requirements.lock
+#   5. .venv: a clean virtual environment with this project installed (`pip install -c requirements.lock
 #      -e '.[dev,scaling]'`: pyproject.toml's ranges, requirements.lock's exact versions;
 #      the scaling extra is torch 2.13.0, which pip takes from a local CPU wheel where one is configured)
 # Rerunning changes nothing; every step says whether it did something or found it done.
-# Settings: SETUP_SKIP_VENV=1 skips step 4; SETUP_SKIP_SLURM=1 leaves out the SLURM packages; PYTHON picks
+# Settings: SETUP_SKIP_VENV=1 skips step 5; SETUP_SKIP_SLURM=1 leaves out the SLURM packages; PYTHON picks
 # the interpreter for the venv (python3).
 set -euo pipefail
 
@@ -30,6 +33,10 @@ command -v /usr/bin/docker >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# QEMU user emulation for linux/arm64 images (debootstrap --arch=arm64, builds and containers), registered
+# with binfmt_misc by binfmt-support's update-binfmts (step 2).
+[[ -x /usr/bin/qemu-aarch64-static ]] || need+=(qemu-user-static)
+command -v update-binfmts >/dev/null 2>&1 || need+=(binfmt-support)
 # Headless Chromium renders the nightly report in its test.
 command -v /usr/bin/chromium >/dev/null 2>&1 || need+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
@@ -49,7 +56,7 @@ if ((${#need[@]})); then
   timeout 1200 apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE/apt.log" 2>&1 \
     || { tail -20 "$STATE/apt.log" >&2; die "apt-get install failed (log: .state/apt.log)"; }
   # The docker-registry package starts a system registry on :5000 with its own storage; ours
-  # (step 3) uses the repository's config, so stop the packaged one if it grabbed the port.
+  # (step 4) uses the repository's config, so stop the packaged one if it grabbed the port.
   if systemctl is-active --quiet docker-registry 2>/dev/null; then systemctl stop docker-registry || true; fi
   # Likewise the SLURM packages' own daemons, when this run installed them: the tests start private ones.
   if [[ " ${need[*]} " == *" slurm-wlm "* || " ${need[*]} " == *" munge "* ]]; then
@@ -58,11 +65,14 @@ if ((${#need[@]})); then
     done
   fi
 else
-  say "packages present: docker.io docker-registry skopeo debootstrap chromium$([[ "${SETUP_SKIP_SLURM:-0}" == 1 ]] \
+  say "packages present: docker.io docker-registry skopeo debootstrap qemu-user-static binfmt-support chromium$([[ "${SETUP_SKIP_SLURM:-0}" == 1 ]] \
     || echo ' slurm-wlm munge runc umoci')"
 fi
 
-# -- 2. Docker engine -----------------------------------------------------------------------
+# -- 2. QEMU for linux/arm64 ----------------------------------------------------------------
+bash "$ROOT/scripts/binfmt.sh"
+
+# -- 3. Docker engine -----------------------------------------------------------------------
 engine_up() { timeout 10 /usr/bin/docker -H "unix://$DOCKER_SOCK" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 if engine_up; then
   say "Docker engine already running ($DOCKER_SOCK)"
@@ -79,7 +89,7 @@ else
   say "Docker engine up"
 fi
 
-# -- 3. local registry ----------------------------------------------------------------------
+# -- 4. local registry ----------------------------------------------------------------------
 registry_up() { curl -fsS -m 5 -o /dev/null "http://$REGISTRY_ADDR/v2/" 2>/dev/null; }
 if registry_up; then
   say "registry already answers on $REGISTRY_ADDR"
@@ -93,7 +103,7 @@ else
   say "registry up"
 fi
 
-# -- 4. virtual environment -----------------------------------------------------------------
+# -- 5. virtual environment -----------------------------------------------------------------
 if [[ "${SETUP_SKIP_VENV:-0}" == 1 ]]; then
   say "skipping .venv (SETUP_SKIP_VENV=1)"
   exit 0

@@ -2,7 +2,11 @@
 
 When the upstream registries cannot be reached (air-gapped sites, this project's CI):
 - Debian bases (`docker.io/library/debian:<suite>[-slim]`) come from debootstrap of the same
-  suite, imported and pushed to the mirror path of the upstream;
+  suite, imported and pushed to the mirror path of the upstream. When a cell is built for another
+  platform as well (linux/arm64 under QEMU here), that platform is debootstrapped too, sealed the
+  same way, written to the registry as an image of that platform (buildtool.build.base_index), and
+  the tag becomes an OCI index over both; the engine's own (host) image stays what it was, byte for
+  byte, so single-platform cells keep pinning the same digest;
 - NGC bases (`nvcr.io/nvidia/...`) get a stand-in built FROM that Debian base with python and
   pip on PATH, the framework from the cell's `standin.requirements` and NGC's working
   directory. A stand-in is a test fixture: it is labelled so, and images built on it carry
@@ -21,19 +25,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.build import engine, push_path, rootfs_seal
+from buildtool.build import base_index, engine, push_path, rootfs_seal
 from buildtool.build.pipconfig import pip_secrets
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import is_loopback_host, split_repo
-from buildtool.contracts import frameworks, label_keys
+from buildtool.contracts import frameworks, label_keys, platforms
 from buildtool.contracts.names import DEFAULT_REGISTRY
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
-from buildtool.registry.client import RegistryClient
+from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.render.dockerfiles import label_value
 
 DEBIAN_REPO = "library/debian"
 DEBOOTSTRAP_TIMEOUT = 1200
+# What `docker import` is told for the engine's image; the written images of other platforms say the same.
+BASE_CMD = ["bash"]
 # What Debian's -slim images leave out (their dpkg excludes), so a debootstrapped -slim base
 # is about the same size and a later apt-get install adds no docs either.
 SLIM_EXCLUDES = """\
@@ -54,8 +60,9 @@ Log = Callable[[str], None]
 class BaseResult:
     ref: str
     action: str  # "present", "debootstrap", "stand-in"
-    digest: str
+    digest: str  # the platform's own manifest (a child of the tag's index when it is one)
     seconds: float
+    platform: str = platforms.DEFAULT[0]
 
 
 def local_mirror(base_mirror: str) -> str:
@@ -107,9 +114,11 @@ def push_verified(ref: str, log: Log, attempts: int = 4, via: str = push_path.EN
     raise AssertionError("unreachable")
 
 
-def base_source(suite: str) -> str:
-    """The BASE_SOURCE label of a Debian base made here; it names the recipe, so an older base is made again."""
-    return f"debootstrap --variant=minbase {suite}, recipe {rootfs_seal.RECIPE}"
+def base_source(suite: str, platform: str | None = None) -> str:
+    """The BASE_SOURCE label of a Debian base made here; it names the recipe, so an older base is made again.
+    `platform`: one the engine does not import natively (written by base_index); None: the engine's own."""
+    arch = f"--arch={platforms.get(platform).architecture} " if platform else ""
+    return f"debootstrap {arch}--variant=minbase {suite}, recipe {rootfs_seal.RECIPE}"
 
 
 def registry_base_source(ref: str) -> str | None:
@@ -124,42 +133,68 @@ def registry_base_source(ref: str) -> str | None:
 
 
 def _debootstrap(suite: str, slim: bool, ref: str, log: Log, log_file: Path) -> None:
-    if not shutil.which("debootstrap"):
-        raise UserError("debootstrap is not installed; run `bash scripts/setup.sh` (installs it as root)")
+    """The engine's own platform: a sealed tree imported by the engine (tagged `ref`, not pushed)."""
     with tempfile.TemporaryDirectory(prefix="buildtool-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        log(f"debootstrap --variant=minbase {suite} (about a minute) -> {ref}")
-        with log_file.open("a") as out:
-            try:
-                run = subprocess.run(["debootstrap", "--variant=minbase", suite, str(rootfs)], stdout=out,
-                                     stderr=subprocess.STDOUT, timeout=DEBOOTSTRAP_TIMEOUT, stdin=subprocess.DEVNULL)
-            except subprocess.TimeoutExpired:
-                raise FailedError(f"debootstrap {suite} timed out after {DEBOOTSTRAP_TIMEOUT}s; see {log_file}") \
-                    from None
-        if run.returncode != 0:
-            raise FailedError(f"debootstrap {suite} exited {run.returncode}; see {log_file}")
-        epoch = rootfs_seal.release_epoch(rootfs, suite)  # read before the apt lists go
-        if slim:
-            (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
-            (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(SLIM_EXCLUDES)
-            for folder in ("usr/share/man", "usr/share/info", "usr/share/locale"):
-                target = rootfs / folder
-                if target.is_dir():
-                    shutil.rmtree(target)
-                    target.mkdir()
-            doc = rootfs / "usr/share/doc"
-            for item in doc.iterdir() if doc.is_dir() else ():
-                if item.is_dir() and not item.is_symlink():
-                    for child in item.iterdir():
-                        if child.name != "copyright":
-                            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-        # Package lists and downloaded .debs are not part of an image (as in Docker's Debian).
-        for folder in ("var/lib/apt/lists", "var/cache/apt/archives"):
-            for item in (rootfs / folder).glob("*"):
-                if item.is_file():
-                    item.unlink()
-        rootfs_seal.seal(rootfs, epoch)  # last: every change above moved an mtime
-        engine.import_rootfs(rootfs, ref, ['CMD ["bash"]', f'LABEL {label_keys.BASE_SOURCE}="{base_source(suite)}"'])
+        _make_rootfs(suite, slim, rootfs, None, log, log_file)
+        engine.import_rootfs(rootfs, ref, [f"CMD {json.dumps(BASE_CMD)}",
+                                           f'LABEL {label_keys.BASE_SOURCE}="{base_source(suite)}"'])
+
+
+def _debootstrap_foreign(client: RegistryClient, repo: str, suite: str, slim: bool, platform: str, log: Log,
+                         log_file: Path) -> base_index.Child:
+    """Another platform: a sealed tree (debootstrap runs its second stage under QEMU), written to the
+    registry as an image of `platform` by digest; no tag moves."""
+    with tempfile.TemporaryDirectory(prefix="buildtool-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        started = time.monotonic()
+        epoch = _make_rootfs(suite, slim, rootfs, platform, log, log_file)
+        log(f"{platform} tree made in {time.monotonic() - started:.0f}s; writing its image to {client.host}/{repo}")
+        started = time.monotonic()
+        child = base_index.rootfs_image(client, repo, rootfs, platform, epoch=epoch, cmd=BASE_CMD,
+                                        labels={label_keys.BASE_SOURCE: base_source(suite, platform)},
+                                        created_by=f"{base_source(suite, platform)} (buildtool bases)")
+        log(f"{platform} image {child.digest} written in {time.monotonic() - started:.0f}s")
+        return child
+
+
+def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, log: Log, log_file: Path) -> int:
+    """debootstrap (for `platform`, None: this machine's), slimmed and sealed; returns the seal's epoch."""
+    if not shutil.which("debootstrap"):
+        raise UserError("debootstrap is not installed; run `bash scripts/setup.sh` (installs it as root)")
+    arch = [f"--arch={platforms.get(platform).architecture}"] if platform else []
+    what = f"debootstrap {' '.join([*arch, '--variant=minbase'])} {suite}"
+    log(f"{what} ({'a few minutes under QEMU' if platform else 'about a minute'}) -> {rootfs}")
+    with log_file.open("a") as out:
+        try:
+            run = subprocess.run(["debootstrap", *arch, "--variant=minbase", suite, str(rootfs)], stdout=out,
+                                 stderr=subprocess.STDOUT, timeout=DEBOOTSTRAP_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise FailedError(f"{what} timed out after {DEBOOTSTRAP_TIMEOUT}s; see {log_file}") from None
+    if run.returncode != 0:
+        raise FailedError(f"{what} exited {run.returncode}; see {log_file}")
+    epoch = rootfs_seal.release_epoch(rootfs, suite)  # read before the apt lists go
+    if slim:
+        (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
+        (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(SLIM_EXCLUDES)
+        for folder in ("usr/share/man", "usr/share/info", "usr/share/locale"):
+            target = rootfs / folder
+            if target.is_dir():
+                shutil.rmtree(target)
+                target.mkdir()
+        doc = rootfs / "usr/share/doc"
+        for item in doc.iterdir() if doc.is_dir() else ():
+            if item.is_dir() and not item.is_symlink():
+                for child in item.iterdir():
+                    if child.name != "copyright":
+                        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    # Package lists and downloaded .debs are not part of an image (as in Docker's Debian).
+    for folder in ("var/lib/apt/lists", "var/cache/apt/archives"):
+        for item in (rootfs / folder).glob("*"):
+            if item.is_file():
+                item.unlink()
+    rootfs_seal.seal(rootfs, epoch)  # last: every change above moved an mtime
+    return epoch
 
 
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
@@ -226,34 +261,114 @@ def recipe_suite(cell: Cell) -> str:
     return debian_suite(debian_upstream_for(cell))[0]
 
 
+def debian_platforms(cell: Cell) -> tuple[str, ...]:
+    """The platforms the cell needs of its Debian base: its own for a Debian-based cell; a stand-in is
+    made for the engine's platform only, so a cell on one asking for another is refused by name."""
+    if cell.standin is None or cell.base.startswith("docker.io/library/debian:"):
+        return cell.platforms
+    others = [p for p in cell.platforms if p != platforms.host().name]
+    if others:
+        raise UserError(f"{cell.key}: no {', '.join(others)} stand-in for {cell.base}: stand-ins are built by "
+                        f"this engine for {platforms.host().name} only, and a stand-in's requirements may have no "
+                        f"wheel for another platform; build {cell.key} for {platforms.host().name} here, or "
+                        f"mirror the real {cell.base}")
+    return cell.platforms
+
+
+def _child_current(child: base_index.Child, ref: str, suite: str, log: Log) -> bool:
+    """A child this tool made (BASE_SOURCE says debootstrap) by another recipe is made again; one made
+    elsewhere (a mirror of the upstream) is kept."""
+    found = child.labels.get(label_keys.BASE_SOURCE)
+    native = child.platform == platforms.host().name
+    wanted = base_source(suite, None if native else child.platform)
+    if found is None or not found.startswith("debootstrap ") or found == wanted:
+        return True
+    log(f"{ref} {child.platform} was made by {found!r}, not {wanted!r}: making it again")
+    return False
+
+
+def stale_platforms(ref: str, wanted: tuple[str, ...], suite: str, log: Log = lambda line: None) -> list[str]:
+    """Which of `wanted` the base tag lacks or holds by an older recipe (all of them: no such tag)."""
+    host, repo, tag = split_repo(ref)
+    try:
+        children = base_index.read_children(RegistryClient(host), repo, tag)
+    except NotFound:
+        return list(wanted)
+    return [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
+
+
+def _ordered(names: set[str]) -> list[str]:
+    return [p for p in platforms.KNOWN if p in names]
+
+
+def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: Path) -> list[BaseResult]:
+    """Make `ref` hold a current image of every wanted platform: one platform the engine's single image,
+    more an OCI index whose host child is that same image. Images already current are kept by digest;
+    other platforms are made first, by digest, so one that fails leaves the tag as it was."""
+    started = time.monotonic()
+    host, repo, tag = split_repo(ref)
+    client = RegistryClient(host)
+    suite, slim = debian_suite(upstream)
+    native = platforms.host().name
+    try:
+        children = base_index.read_children(client, repo, tag)
+    except NotFound:
+        children = {}
+    todo = [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
+    if not todo:
+        return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in wanted]
+    # Refused before any debootstrap: an emulated platform this machine cannot run.
+    for name in todo:
+        problem = platforms.binfmt_problem(name)
+        if problem:
+            raise UserError(f"cannot make the {name} base {ref}: {problem}")
+    results: list[BaseResult] = []
+    made = dict(children)
+    # Other platforms first, by digest: a failure there leaves the tag as it was.
+    for name in (p for p in todo if p != native):
+        begun = time.monotonic()
+        log_file = log_dir / f"base-debian-{suite}-{platforms.get(name).architecture}.log"
+        made[name] = _debootstrap_foreign(client, repo, suite, slim, name, log, log_file)
+        results.append(BaseResult(ref, "debootstrap", made[name].digest, time.monotonic() - begun, name))
+        log(f"{ref} {name}: debootstrap and push took {time.monotonic() - begun:.0f}s ({made[name].digest})")
+    if native in todo:
+        begun = time.monotonic()
+        _debootstrap(suite, slim, ref, log, log_dir / f"base-debian-{suite}.log")
+        digest = push_verified(ref, log)   # the tag: the engine's single image, as a one-platform base is
+        pushed = base_index.read_children(client, repo, digest)
+        if native not in pushed:
+            raise FailedError(f"{ref}: the engine imported a {', '.join(pushed)} image, not {native}")
+        made[native] = pushed[native]
+        results.append(BaseResult(ref, "debootstrap", digest, time.monotonic() - begun, native))
+    if set(made) != {native}:
+        # Entries of platforms outside the table (an upstream index's) are not carried over.
+        index = base_index.put_index(client, repo, tag, [made[p] for p in _ordered(set(made))])
+        log(f"{ref}: index {index} over {', '.join(_ordered(set(made)))}")
+    done = {r.platform for r in results}
+    results += [BaseResult(ref, "present", made[p].digest, 0.0, p) for p in wanted if p not in done]
+    return sorted(results, key=lambda r: list(platforms.KNOWN).index(r.platform))
+
+
 def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, log_dir: Path) -> list[BaseResult]:
     """Make every base the cells need present in the mirror registry (idempotent)."""
     mirror = local_mirror(base_mirror)
-    RegistryClient(mirror).ping()
+    RegistryClient(mirror.split("/", 1)[0]).ping()
     engine.sdk()
     log_dir.mkdir(parents=True, exist_ok=True)
     results: list[BaseResult] = []
-    done: set[str] = set()
-    # Debian first: stand-ins are built FROM it.
+    # Debian first: stand-ins are built FROM it. Every cell is checked before anything is made.
+    wanted: dict[str, tuple[str, set[str]]] = {}
     for cell in cells:
         upstream = debian_upstream_for(cell)
         if not upstream.startswith("docker.io/library/debian:"):
             raise UserError(f"{cell.key}: no recipe for base {upstream}; only Debian bases and NGC stand-ins "
                             "can be made locally")
-        ref = mirror_base(upstream, mirror)
-        if ref in done:
-            continue
-        done.add(ref)
-        started = time.monotonic()
-        # Kept even with force: a new Debian base changes every image's content key.
-        digest = registry_digest(ref)
-        suite, slim = debian_suite(upstream)
-        if digest and _made_by_recipe(ref, suite, log):
-            results.append(BaseResult(ref, "present", digest, time.monotonic() - started))
-            continue
-        _debootstrap(suite, slim, ref, log, log_dir / f"base-debian-{suite}.log")
-        digest = push_verified(ref, log)
-        results.append(BaseResult(ref, "debootstrap", digest, time.monotonic() - started))
+        names = debian_platforms(cell)
+        wanted.setdefault(mirror_base(upstream, mirror), (upstream, set()))[1].update(names)
+    # Kept even with force: a new Debian base changes every image's content key.
+    for ref, (upstream, needed) in wanted.items():
+        results += _debian_base(ref, upstream, _ordered(needed), log, log_dir)
+    done: set[str] = set(wanted)
     for cell in cells:
         if cell.standin is None or cell.base.startswith("docker.io/library/debian:"):
             continue

@@ -122,10 +122,10 @@ def register(app: typer.Typer) -> None:
         target = local_mirror(mirror or Settings.from_env().base_mirror)
         results = fill_bases(cells, target, force=force, log=log, log_dir=project.root / "build-logs")
         table = Table(title=f"bases in {target}")
-        for column in ("base", "action", "digest", "seconds"):
+        for column in ("base", "platform", "action", "digest", "seconds"):
             table.add_column(column, overflow="fold")
         for r in results:
-            table.add_row(r.ref, r.action, r.digest, f"{r.seconds:.1f}")
+            table.add_row(r.ref, r.platform, r.action, r.digest, f"{r.seconds:.1f}")
         out.print(table)
 
 
