@@ -11,7 +11,8 @@ from buildtool.build import multiplatform
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import parse_dev_tag
-from buildtool.registry.client import RegistryError
+from buildtool.registry.client import OCI_INDEX, RegistryError
+from buildtool.registry.image_index import Child, index_body, put_index
 from tests.memregistry import MemRegistry
 
 REPO = "dl-images/jax-cpu-dev"
@@ -19,7 +20,7 @@ DEV_TAG = "0123456789ab-0.10"
 BOTH = ("linux/amd64", "linux/arm64")
 
 
-def _platform_images(reg: MemRegistry, keys: dict[str, str], dev_tag: str = DEV_TAG) -> list[multiplatform.Child]:
+def _platform_images(reg: MemRegistry, keys: dict[str, str], dev_tag: str = DEV_TAG) -> list[Child]:
     children = []
     for platform, key in keys.items():
         arch = platform.split("/")[1]
@@ -40,16 +41,17 @@ def test_a_platform_tag_is_never_taken_for_a_dev_tag():
     assert parse_dev_tag(custom, "0.10") is None and parse_dev_tag(custom) is None
 
 
-def test_the_index_names_each_platform_image_in_the_cells_order():
+def test_the_index_names_each_platform_image_in_the_platform_tables_order():
     reg = MemRegistry()
     children = _platform_images(reg, {"linux/amd64": "k1", "linux/arm64": "k2"})
-    digest = multiplatform.put_index(reg, REPO, DEV_TAG, children)
+    digest = put_index(reg, REPO, DEV_TAG, children)
     body, media_type, _ = reg.get_manifest(REPO, DEV_TAG)
     index = json.loads(body)
-    assert media_type == multiplatform.INDEX_MEDIA_TYPE and reg.manifest_digest(REPO, DEV_TAG) == digest
+    assert media_type == OCI_INDEX and reg.manifest_digest(REPO, DEV_TAG) == digest
     assert [m["platform"] for m in index["manifests"]] == [{"architecture": "amd64", "os": "linux"},
                                                            {"architecture": "arm64", "os": "linux"}]
-    assert multiplatform.index_children(reg, REPO, DEV_TAG) == {c.platform: c.digest for c in children}
+    found = multiplatform.index_children(reg, REPO, DEV_TAG)
+    assert found is not None and {p: c.digest for p, c in found.items()} == {c.platform: c.digest for c in children}
 
 
 def test_a_platform_image_of_another_architecture_is_refused_as_an_entry():
@@ -63,17 +65,22 @@ def test_a_platform_image_of_another_architecture_is_refused_as_an_entry():
 def test_an_index_with_an_unknown_platform_is_refused_by_name_not_skipped():
     reg = MemRegistry()
     children = _platform_images(reg, {"linux/amd64": "k1"})
-    body = json.loads(multiplatform.index_body(children))
+    body = json.loads(index_body(children))
     body["manifests"].append({**body["manifests"][0], "platform": {"os": "linux", "architecture": "riscv64"}})
-    reg.put_manifest(REPO, DEV_TAG, json.dumps(body).encode(), multiplatform.INDEX_MEDIA_TYPE)
+    reg.put_manifest(REPO, DEV_TAG, json.dumps(body).encode(), OCI_INDEX)
     with pytest.raises(RegistryError, match="unknown platform 'linux/riscv64'"):
         multiplatform.index_children(reg, REPO, DEV_TAG)
+    # BuildKit's attestation entry is not an image: passed over.
+    body["manifests"][-1]["annotations"] = {"vnd.docker.reference.type": "attestation-manifest"}
+    body["manifests"][-1]["platform"] = {"os": "unknown", "architecture": "unknown"}
+    reg.put_manifest(REPO, DEV_TAG, json.dumps(body).encode(), OCI_INDEX)
+    assert set(multiplatform.index_children(reg, REPO, DEV_TAG) or {}) == {"linux/amd64"}
 
 
 def test_an_index_is_reused_only_when_every_platform_has_its_content_key():
     reg = MemRegistry()
     other = "fedcba987654-0.10"
-    multiplatform.put_index(reg, REPO, other, _platform_images(reg, {"linux/amd64": "k1", "linux/arm64": "k2"},
+    put_index(reg, REPO, other, _platform_images(reg, {"linux/amd64": "k1", "linux/arm64": "k2"},
                                                                other))
     found = multiplatform.matching_index(reg, REPO, [other], {"linux/amd64": "k1", "linux/arm64": "k2"})
     assert found == (other, reg.manifest_digest(REPO, other))

@@ -1,7 +1,7 @@
-"""Multi-platform bases: one OCI image index per base tag, one image per platform.
+"""Multi-platform bases: one OCI image index per base tag, one image per platform (the index itself is
+read and written by buildtool.registry.image_index).
 
-`platform_manifest` picks a platform's image from a tag that is an index or a single image (the build
-pins that child by digest). `rootfs_image` turns a sealed root file system of a platform this engine
+`rootfs_image` turns a sealed root file system of a platform this engine
 cannot import natively (Debian's docker 20.10 has no `docker import --platform`) into an image written
 straight to the registry: a layer tarred here (names sorted, numeric owners, the tree's clamped mtimes,
 gzip without a timestamp) and a config stating the platform, dated by the suite's Release. The same tree
@@ -20,17 +20,18 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from buildtool.contracts import platforms
-from buildtool.registry.client import (
-    INDEX_TYPES,
-    OCI_INDEX,
-    OCI_MANIFEST,
-    RegistryClient,
-    RegistryError,
-    sha256_digest,
-)
+from buildtool.registry.client import OCI_MANIFEST, RegistryClient, RegistryError, sha256_digest
+
+# Bases and their tests read and write indexes through here.
+from buildtool.registry.image_index import Child as Child
+from buildtool.registry.image_index import PlatformMissing as PlatformMissing
+from buildtool.registry.image_index import index_body as index_body
+from buildtool.registry.image_index import platform_manifest as platform_manifest
+from buildtool.registry.image_index import put_index as put_index
+from buildtool.registry.image_index import read_children as read_children
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -39,112 +40,6 @@ OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 # Docker's own default (compress/gzip DefaultCompression); a fixed level keeps the blob's bytes fixed.
 GZIP_LEVEL = 6
-
-
-@dataclass(frozen=True)
-class Child:
-    """One platform's image in a base tag: what an index entry names, and its config."""
-
-    platform: str
-    digest: str
-    media_type: str
-    size: int
-    config: dict[str, Any]
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return dict((self.config.get("config") or {}).get("Labels") or {})
-
-
-def _config_platform(config: dict[str, Any], where: str) -> platforms.Platform:
-    try:
-        return platforms.from_descriptor({"os": config.get("os"), "architecture": config.get("architecture")})
-    except platforms.UnknownPlatform:
-        raise RegistryError(f"{where}: image config says {config.get('os')}/{config.get('architecture')}, "
-                            f"a platform none of {', '.join(platforms.KNOWN)}") from None
-
-
-def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, Any], media_type: str,
-           size: int, where: str) -> tuple[Child, platforms.Platform]:
-    if "config" not in manifest:
-        raise RegistryError(f"{where} is not an image manifest (no config)")
-    config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
-    found = _config_platform(config, where)
-    return Child(found.name, digest, media_type or manifest.get("mediaType", OCI_MANIFEST), size, config), found
-
-
-def read_children(client: RegistryClient, repo: str, ref: str) -> dict[str, Child]:
-    """The images a tag holds by platform: one for a single image, one per entry for an index.
-
-    Every entry must name its os/architecture, and its config must say the same; two entries of one
-    platform are refused. Entries of platforms outside the table (an upstream index's s390x, BuildKit's
-    unknown/unknown attestations) are left out: they are not images this project builds or runs."""
-    body, media_type, digest = client.get_manifest(repo, ref)
-    manifest = json.loads(body)
-    where = f"{repo}:{ref}"
-    if media_type not in INDEX_TYPES and "manifests" not in manifest:
-        child, _ = _image(client, repo, digest, manifest, media_type, len(body), where)
-        return {child.platform: child}
-    children: dict[str, Child] = {}
-    for entry in manifest.get("manifests") or []:
-        descriptor = entry.get("platform") or {}
-        if not descriptor.get("os") or not descriptor.get("architecture"):
-            raise RegistryError(f"{where}: index entry {entry.get('digest')} names no platform os/architecture")
-        try:
-            wanted = platforms.from_descriptor(descriptor)
-        except platforms.UnknownPlatform:
-            continue
-        if wanted.name in children:
-            raise RegistryError(f"{where}: index lists {wanted.name} twice ({children[wanted.name].digest}, "
-                                f"{entry.get('digest')})")
-        child_body, child_type, child_digest = client.get_manifest(repo, entry["digest"])
-        if child_digest != entry["digest"]:
-            raise RegistryError(f"{where}: registry served {child_digest} for index entry {entry['digest']}")
-        child_where = f"{where} {wanted.name} entry {child_digest}"
-        child_manifest = json.loads(child_body)
-        if child_type in INDEX_TYPES or "manifests" in child_manifest:
-            raise RegistryError(f"{child_where} is itself an index")
-        child, found = _image(client, repo, child_digest, child_manifest, child_type, len(child_body), child_where)
-        if found != wanted:
-            raise RegistryError(f"{child_where}: index says {wanted.name}, its config says {found.name}")
-        children[wanted.name] = child
-    return children
-
-
-def platform_manifest(client: RegistryClient, repo: str, ref: str, platform: str) -> tuple[str, dict[str, Any]]:
-    """(manifest digest, image config) of `platform`'s image in repo:ref, an index or a single image.
-
-    A single image of another platform, or an index without one of `platform`, is an error naming both."""
-    wanted = platforms.get(platform).name
-    body, media_type, digest = client.get_manifest(repo, ref)
-    manifest = json.loads(body)
-    if media_type not in INDEX_TYPES and "manifests" not in manifest:
-        child, found = _image(client, repo, digest, manifest, media_type, len(body), f"{repo}:{ref}")
-        if found.name != wanted:
-            raise RegistryError(f"{repo}:{ref} is a single {found.name} image, not {wanted}; make the base for "
-                                f"{wanted} (`make bases`)")
-        return child.digest, child.config
-    children = read_children(client, repo, ref)
-    if wanted not in children:
-        raise RegistryError(f"{repo}:{ref} is an index of {', '.join(sorted(children)) or 'no known platform'}, "
-                            f"without {wanted}; make the base for {wanted} (`make bases`)")
-    return children[wanted].digest, children[wanted].config
-
-
-def index_body(children: list[Child]) -> bytes:
-    """An OCI image index over the children, in the platform table's order (the same set, the same bytes)."""
-    order = list(platforms.KNOWN)
-    entries = [{"mediaType": c.media_type, "digest": c.digest, "size": c.size,
-                "platform": platforms.get(c.platform).descriptor}
-               for c in sorted(children, key=lambda c: order.index(c.platform))]
-    return json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries},
-                      separators=(",", ":")).encode()
-
-
-def put_index(client: RegistryClient, repo: str, tag: str, children: list[Child]) -> str:
-    if len({c.platform for c in children}) != len(children):
-        raise ValueError(f"one image per platform in an index, got {[c.platform for c in children]}")
-    return client.put_manifest(repo, tag, index_body(children), OCI_INDEX)
 
 
 class _Hashing(io.RawIOBase):

@@ -42,6 +42,7 @@ from buildtool.contracts.names import check_full_revision, parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
+from buildtool.registry.image_index import Child, platform_manifest, put_index
 from buildtool.registry.provenance import OnlyKey, TrustedKeys, attach_provenance, find_provenance
 from buildtool.registry.sbom import find_sbom
 from buildtool.registry.sbom_attestation import plain_sbom_problem, signed_by
@@ -115,28 +116,9 @@ def _client(host: str, quick: bool = False) -> RegistryClient:
 
 def image_config(client: RegistryClient, repo: str, ref: str, platform: str = platforms.DEFAULT[0]) -> tuple[str, dict]:
     """(manifest digest, image config) of `platform`'s image at repo:ref: the manifest itself when it is a single
-    image (of that platform, else an error naming both), or that platform's entry of an index (its digest, so a
-    build pins exactly the image it builds on)."""
-    body, media_type, digest = client.get_manifest(repo, ref)
-    manifest = json.loads(body)
-    if "manifests" in manifest:
-        chosen = None
-        for entry in manifest["manifests"]:
-            try:
-                if platforms.from_descriptor(entry.get("platform")).name == platform:
-                    chosen = entry
-                    break
-            except platforms.UnknownPlatform:
-                continue    # an attestation or another platform's entry
-        if chosen is None:
-            raise NotFound(f"{repo}:{ref} has no {platform} image")
-        body, media_type, digest = client.get_manifest(repo, chosen["digest"])
-        manifest = json.loads(body)
-    config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
-    found = f"{config.get('os', '?')}/{config.get('architecture', '?')}"
-    if found != platform:
-        raise RegistryError(f"{repo}:{ref} is a {found} image, not {platform}")
-    return digest, config
+    image (of that platform), or that platform's entry of an index (its digest, so a build pins exactly the
+    image it builds on). No image of that platform there: PlatformMissing (a NotFound)."""
+    return platform_manifest(client, repo, ref, platform)
 
 
 def resolve_base(plan: CellPlan, platform: str | None = None) -> BaseInfo | None:
@@ -386,10 +368,11 @@ class Builder:
                     result.message = f"same content keys as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
                 if match:
                     children = multiplatform.index_children(self.registry, repo, plan.dev_tag) or {}
-                    result.platforms = [self._attach_platform(plan, p, children[p], keys[p], began) for p in keys]
+                    result.platforms = [self._attach_platform(plan, p, children[p].digest, keys[p], began)
+                                        for p in keys]
                     result.seconds = time.monotonic() - started
                     return result
-            built: list[multiplatform.Child] = []
+            built: list[Child] = []
             local: dict[str, str] = {}
             actions = []
             for platform in cell.platforms:
@@ -403,7 +386,7 @@ class Builder:
                     built.append(multiplatform.child_of(self.registry, repo, multiplatform.platform_tag(
                         plan.dev_tag, platform), platform))
             if self.options.push:
-                result.digest = multiplatform.put_index(self.registry, repo, plan.dev_tag, built)
+                result.digest = put_index(self.registry, repo, plan.dev_tag, built)
                 result.platforms = [self._attach_platform(plan, c.platform, c.digest, keys[c.platform], began)
                                     for c in built]
                 result.result = "pushed"
