@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from buildtool.build import aptlock, cache_sources, engine, push_path
 from buildtool.build.bases import fill_bases, is_loopback_registry, outdated_recipe, push_verified, recipe_suite
 from buildtool.build.contents import attach_sbom
-from buildtool.build.lock import locked_versions, read_locks
+from buildtool.build.lock import locked_versions, native_platform, read_locks
 from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
 from buildtool.build.progress import LogProgress, Progress, StepWatcher
 from buildtool.build.provenance import Built, make_provenance, tools
@@ -401,8 +401,8 @@ class Builder:
         host = self._host_pip or HostPip.from_host()
         sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
         result.sbom = attach_sbom(self.root, self.registry, repo, result.digest, plan.dev_ref,
-                                  read_locks(self.root, plan.cell), sources, self.log, key,
-                                  aptlock.read_hashes(self.root, plan.cell))
+                                  read_locks(self.root, plan.cell, native_platform(plan.cell)), sources, self.log,
+                                  key, aptlock.read_hashes(self.root, plan.cell, native_platform(plan.cell)))
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""
@@ -448,7 +448,8 @@ class Builder:
     def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
         client, secrets, host_pip = self._build_env()
         dockerfile = self.root / plan.cell.dockerfile
-        labels = build_labels(plan, base, key, self.label_revision, self.source, locked_versions(self.root, plan.cell))
+        locked = locked_versions(self.root, plan.cell, native_platform(plan.cell))
+        labels = build_labels(plan, base, key, self.label_revision, self.source, locked)
         # The cell's own index URLs (e.g. PyTorch's CPU index) reach uv only where they answer.
         files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
