@@ -324,3 +324,29 @@ def test_each_platform_resolves_in_its_own_image_of_the_base(monkeypatch):
                                           r"image, not an index with linux/arm64"):
         aptlock.platform_base(f"{base}:single", "linux/arm64")
     assert aptlock.platform_base(f"{base}:single", "linux/amd64") == f"{base}@sha256:{'d' * 64}"
+
+
+def test_the_rendered_apt_selection_runs_each_archs_pins_and_stops_an_unknown_targetarch(tmp_path: Path):
+    """The `case` of the rendered RUN line itself, run by bash as BuildKit's RUN would (TARGETARCH set)."""
+    import subprocess
+
+    root = _per_arch_project(tmp_path, archs=("amd64", "arm64"))
+    text = render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)
+    found = re.search(r'(?s)(case "\$\{TARGETARCH\}" in .*?esac)', text)
+    assert found
+    script = found.group(1).replace("\\\n", "")  # the Dockerfile joins continued lines
+
+    def run(arch: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", script], env={"TARGETARCH": arch, "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, timeout=30)
+
+    pins = parse_apt_lock((_folder(root) / "arm64" / APT_LOCK).read_text()).pins()
+    for arch in ("amd64", "arm64"):
+        done = run(arch)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == pins
+    for arch in ("riscv64", ""):
+        done = run(arch)
+        assert done.returncode == 1
+        assert done.stderr == (f"ERROR: no apt pins for TARGETARCH={arch}: this cell is built for linux/amd64 "
+                               "linux/arm64 (matrix.yaml platforms)\n")
