@@ -350,3 +350,29 @@ def test_the_rendered_apt_selection_runs_each_archs_pins_and_stops_an_unknown_ta
         assert done.returncode == 1
         assert done.stderr == (f"ERROR: no apt pins for TARGETARCH={arch}: this cell is built for linux/amd64 "
                                "linux/arm64 (matrix.yaml platforms)\n")
+
+
+def test_apt_drift_re_resolves_each_platform_in_its_own_base_and_names_its_file(tmp_path: Path, monkeypatch):
+    root = _per_arch_project(tmp_path)
+    cell = _multi()
+    asked: list[tuple[str, str | None]] = []
+    lock_entries = parse_apt_lock((_folder(root) / "amd64" / APT_LOCK).read_text()).entries
+    base = dict(line.split("=", 1) for line in (_folder(root) / "amd64" / BASE_DPKG).read_text().splitlines()
+                if line and not line.startswith("#"))
+
+    def probe(base_ref: str, install: list[str], prefs: str = "", platform: str | None = None) -> aptlock.Probe:
+        asked.append((base_ref, platform))
+        plan = dict(lock_entries)
+        if platform == "linux/arm64":
+            plan["libfoo1"] = "1.0-1"   # what arm64's closure needs and its lock lacks
+        arch = platform.split("/")[1] if platform else "amd64"
+        return aptlock.Probe(arch=arch, base=base, plan=plan, pinned=plan,
+                             served={(n, v) for n, v in plan.items()})
+
+    monkeypatch.setattr(aptlock, "run_probe", probe)
+    monkeypatch.setattr(aptlock, "platform_base", lambda ref, platform: f"{ref}@{platform.split('/')[1]}")
+    problems = aptlock.cell_drift(root, cell, "mirror/debian:bookworm-slim", log=lambda line: None)
+    assert asked == [("mirror/debian:bookworm-slim@amd64", "linux/amd64"),
+                     ("mirror/debian:bookworm-slim@arm64", "linux/arm64")]
+    assert problems == [f"{Path(cell.dockerfile).parent}/arm64/apt.lock: libfoo1 deleted by hand (the resolution "
+                        f"installs libfoo1 1.0-1); run `make lock FRAMEWORK={KEY}`"]
