@@ -106,13 +106,14 @@ def _reused(monkeypatch: pytest.MonkeyPatch, pull) -> tuple:  # noqa: ANN001
     monkeypatch.setattr(builder.engine, "tag", lambda image, ref: calls.append(("tag", image, ref)))
     monkeypatch.setattr(builder, "attach_sbom", lambda root, client, repo, digest, ref, *rest: calls.append(
         ("sbom", digest, ref)) or "sha256:" + "5" * 64)
-    monkeypatch.setattr(builder, "read_locks", lambda root, cell: {})
-    monkeypatch.setattr(builder.aptlock, "read_hashes", lambda root, cell: {})
+    monkeypatch.setattr(builder, "read_locks", lambda root, cell, platform: {})
+    monkeypatch.setattr(builder.aptlock, "read_hashes", lambda root, cell, platform: {})
     monkeypatch.setattr(builder.Sources, "for_cell", lambda *args: None)
     fake = SimpleNamespace(options=BuildOptions(push=True), registry=MemRegistry(), _key=signing.KEY, root=Path("."),
                            _host_pip=object(), log=print, progress=SimpleNamespace(update=lambda *a: None))
     plan = SimpleNamespace(dev_ref="127.0.0.1:5999/team/pytorch-cpu-dev:abc-2.13",
-                           cell=SimpleNamespace(key="pytorch-cpu:2.13", index_url="", extra_index_urls=()))
+                           cell=SimpleNamespace(key="pytorch-cpu:2.13", index_url="", extra_index_urls=(),
+                                                multi_platform=False))
     result = SimpleNamespace(digest="sha256:" + "1" * 64, sbom="")
     return fake, plan, calls, result
 

@@ -14,6 +14,10 @@ since), and compares entry by entry: a package the pinned closure needs but the 
 it lists but nothing installs was added, a version other than the plain resolution's was re-versioned, one
 the archive no longer serves is named so; a base whose packages are not base.dpkg's is another base than
 the lock was made on.
+
+A cell built for more than one platform has these three files per platform, in the platform's folder
+(contracts.locks.platform_folder), each resolved inside that platform's image of the base (an emulated one
+runs under QEMU): Debian's package closure and versions can differ per architecture.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_atomic
+from buildtool.contracts import platforms
 from buildtool.contracts.aptlock import (
     APT_LOCK,
     BASE_DPKG,
@@ -40,11 +45,12 @@ from buildtool.contracts.aptlock import (
     parse_package_records,
     parse_simulation,
 )
+from buildtool.contracts.locks import platform_folder
 from buildtool.matrix.schema import Cell
 
 # What python.j2 always installs; the matrix's apt_packages come after.
 ALWAYS = ("ca-certificates", "python3", "python3-venv")
-ARCH = "amd64"
+ARCH = platforms.get(platforms.DEFAULT[0]).architecture   # Debian's architecture of the default platform
 PROBE_TIMEOUT = 300
 
 Log = Callable[[str], None]
@@ -59,50 +65,67 @@ def named_packages(cell: Cell) -> list[str]:
     return [*ALWAYS, *(p for p in cell.apt_packages if p.split("=", 1)[0] not in ALWAYS)]
 
 
-def fingerprint(cell: Cell) -> str:
+def architecture(cell: Cell, platform: str | None) -> str:
+    """Debian's architecture of `cell`'s `platform` (None: its only one; refused on a multi-platform cell)."""
+    return platform_folder(Path(cell.dockerfile).parent, cell.key, cell.platforms, platform)[0].architecture
+
+
+def fingerprint(cell: Cell, platform: str | None = None) -> str:
     """The matrix values an apt lock follows from; a change makes it stale. Not the base's digest: a
     debootstrap base differs by digest on every machine; its packages are checked against base.dpkg."""
-    data = {"packages": named_packages(cell), "base": cell.base, "arch": ARCH}
+    data = {"packages": named_packages(cell), "base": cell.base, "arch": architecture(cell, platform)}
     return "sha256:" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def paths(root: Path, cell: Cell) -> tuple[Path, Path]:
-    folder = (root / cell.dockerfile).parent
+def paths(root: Path, cell: Cell, platform: str | None = None) -> tuple[Path, Path]:
+    """(apt.lock, base.dpkg) of the cell's `platform` (None: its only one; refused on a multi-platform cell)."""
+    folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)[1]
     return folder / APT_LOCK, folder / BASE_DPKG
 
 
-def read(root: Path, cell: Cell) -> AptLock:
-    """The committed apt lock of a pip cell; UserError naming the file and `make lock` when missing or broken."""
-    path = paths(root, cell)[0]
+def read(root: Path, cell: Cell, platform: str | None = None) -> AptLock:
+    """The committed apt lock of a pip cell's `platform`; UserError naming the file and `make lock` when
+    missing, broken or resolved for another architecture."""
+    path = paths(root, cell, platform)[0]
     rel = path.relative_to(root)
     if not path.is_file():
         raise UserError(f"{rel} is missing; run `make lock FRAMEWORK={cell.key}`")
     try:
-        return parse_apt_lock(path.read_text())
+        lock = parse_apt_lock(path.read_text())
     except ValueError as exc:
         raise UserError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
+    arch = architecture(cell, platform)
+    if lock.header["arch"] != arch:
+        raise UserError(f"{rel} was resolved for {lock.header['arch']}, not {arch}; "
+                        f"run `make lock FRAMEWORK={cell.key}`")
+    return lock
 
 
 def check_cell(root: Path, cell: Cell) -> list[str]:
-    """Offline problems: missing/broken/stale lock, a named package not locked or at another version than
-    the matrix pins, entries changed since `make lock` wrote them, base.dpkg not the one the lock names."""
-    lock_path, dpkg_path = paths(root, cell)
+    """Offline problems of every platform's apt lock: missing/broken/stale lock, a named package not locked
+    or at another version than the matrix pins, entries changed since `make lock` wrote them, base.dpkg not
+    the one the lock names."""
+    return [problem for platform in cell.platforms for problem in _check_platform(root, cell, platform)]
+
+
+def _check_platform(root: Path, cell: Cell, platform: str) -> list[str]:
+    lock_path, dpkg_path = paths(root, cell, platform)
     fix = f"run `make lock FRAMEWORK={cell.key}`"
     if not has_apt_step(cell):
         problems = []
-        if cell.apt_packages:
+        if cell.apt_packages and platform == cell.platforms[0]:
             problems.append(f"{cell.key}: apt_packages {', '.join(cell.apt_packages)} on an NGC cell, whose "
                             "template runs no apt step (they would never be installed); remove them from matrix.yaml")
         if lock_path.is_file():
             problems.append(f"{lock_path.relative_to(root)}: an NGC cell installs no Debian packages; delete it")
         return problems
     try:
-        lock = read(root, cell)
+        lock = read(root, cell, platform)
     except UserError as exc:
         return [str(exc)]
     rel = lock_path.relative_to(root)
     problems = []
-    if lock.inputs != fingerprint(cell):
+    if lock.inputs != fingerprint(cell, platform):
         problems.append(f"{rel} is stale (the matrix's apt packages or base changed); {fix}")
     for item in named_packages(cell):
         name, _, version = item.partition("=")
@@ -121,13 +144,13 @@ def check_cell(root: Path, cell: Cell) -> list[str]:
     else:
         if lock.header["base-packages"].split(" ", 1)[0] != entries_digest(base):
             problems.append(f"{dpkg_path.relative_to(root)} is not the base list {rel} was resolved with; {fix}")
-        problems += _hash_problems(root, cell, {**base, **lock.entries}, fix)
+        problems += _hash_problems(root, cell, {**base, **lock.entries}, fix, platform)
     return problems
 
 
-def _hash_problems(root: Path, cell: Cell, entries: dict[str, str], fix: str) -> list[str]:
+def _hash_problems(root: Path, cell: Cell, entries: dict[str, str], fix: str, platform: str) -> list[str]:
     """DEB_HASHES must list exactly the packages of base.dpkg and apt.lock, at their versions."""
-    path = hashes_path(root, cell)
+    path = hashes_path(root, cell, platform)
     rel = path.relative_to(root)
     try:
         hashes = parse_deb_hashes(path.read_text(), str(rel))
@@ -204,15 +227,19 @@ def parse_probe(output: str) -> Probe:
                  hashes=parse_package_records("\n".join(sections["hashes"])))
 
 
-def run_probe(base_ref: str, install: list[str], prefs: str = "") -> Probe:
-    """Run PROBE in a throw-away container of the base (host network: apt-get update); always removed."""
+def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str | None = None) -> Probe:
+    """Run PROBE in a throw-away container of the base (host network: apt-get update); always removed.
+    `platform` (os/arch): run the base's image of that platform (under QEMU where it is not this machine's);
+    None: the default platform, as the base is."""
     from buildtool.build import engine
 
+    arch = platforms.get(platform).architecture if platform else ARCH
+    placed = {"platform": platform} if platform else {}
     try:
         if engine.image_attrs(base_ref) is None:
-            engine.pull(base_ref)
+            engine.pull(base_ref, **placed)
         container = engine.sdk().containers.create(base_ref, ["sh", "-c", PROBE, "probe", prefs, *install],
-                                                   network_mode="host", user="0")
+                                                   network_mode="host", user="0", **placed)
     except RuntimeError as exc:
         raise FailedError(f"cannot ask the base {base_ref} for its apt packages: {str(exc)[:200]}; where the base "
                           "cannot be pulled, set BASE_MIRROR (BASE_MIRROR=127.0.0.1:5000: make lock fills it)") \
@@ -233,9 +260,41 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "") -> Probe:
         probe = parse_probe(out)
     except ValueError as exc:
         raise FailedError(f"{base_ref}: {exc}") from None
-    if probe.arch != ARCH:
-        raise FailedError(f"{base_ref} is {probe.arch!r}, the apt locks are for {ARCH}")
+    if probe.arch != arch:
+        raise FailedError(f"{base_ref} is {probe.arch!r}, the apt locks are for {arch}")
     return probe
+
+
+def platform_base(base_ref: str, platform: str) -> str:
+    """The image of `platform` in the base `base_ref` (a registry reference, such as the mirror's): the child
+    of an image index by digest, or the image itself when it is that platform's. FailedError naming the base
+    and the platform when the registry has none (a base mirrored for amd64 only)."""
+    from buildtool.common.refs import split_repo
+    from buildtool.registry.client import DOCKER_LIST, OCI_INDEX, RegistryClient
+
+    wanted = platforms.get(platform)
+    host, repo, ref = split_repo(base_ref)
+    client = RegistryClient(host)
+    body, media_type, digest = client.get_manifest(repo, ref)
+    document = json.loads(body)
+    if media_type in (OCI_INDEX, DOCKER_LIST) or "manifests" in document:
+        for entry in document.get("manifests", []):
+            try:
+                found = platforms.from_descriptor(entry.get("platform"))
+            except platforms.UnknownPlatform:
+                continue  # attestations and platforms this toolkit does not build
+            if found == wanted:
+                return f"{host}/{repo}@{entry['digest']}"
+        listed = ", ".join(f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}"
+                           for e in document.get("manifests", []))
+        raise FailedError(f"the base {base_ref} has no {platform} image (its index lists {listed or 'nothing'}); "
+                          f"mirror the base for {platform} (`make bases`)")
+    config = json.loads(client.get_blob(repo, document["config"]["digest"]))
+    have = f"{config.get('os')}/{config.get('architecture')}"
+    if have != platform:
+        raise FailedError(f"the base {base_ref} is one {have} image, not an index with {platform}; mirror the base "
+                          f"for {platform} (`make bases`)")
+    return f"{host}/{repo}@{digest}"
 
 
 def base_source(base_ref: str) -> str:
@@ -244,6 +303,10 @@ def base_source(base_ref: str) -> str:
     from buildtool.contracts import label_keys
 
     attrs = engine.image_attrs(base_ref) or {}
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    if "@" in base_ref:  # a platform's image of an index, by its digest (platform_base)
+        made = labels.get(label_keys.BASE_SOURCE)
+        return base_ref + (f" ({made})" if made else "")
     digests = attrs.get("RepoDigests") or []
     digest = next((d.split("@", 1)[1] for d in digests if d.split("@", 1)[0] == base_ref.rsplit(":", 1)[0]),
                   digests[0].split("@", 1)[1] if digests else "unpushed")
@@ -254,8 +317,8 @@ def base_source(base_ref: str) -> str:
 
 # -- writing --------------------------------------------------------------------------------------
 
-def hashes_path(root: Path, cell: Cell) -> Path:
-    return (root / cell.dockerfile).parent / DEB_HASHES
+def hashes_path(root: Path, cell: Cell, platform: str | None = None) -> Path:
+    return platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)[1] / DEB_HASHES
 
 
 def deb_hashes_text(entries: dict[str, str], hashes: dict[str, str]) -> str:
@@ -266,12 +329,13 @@ def deb_hashes_text(entries: dict[str, str], hashes: dict[str, str]) -> str:
             "served); the SBOM's hashes.\n" + "".join(lines))
 
 
-def read_hashes(root: Path, cell: Cell) -> dict[str, str]:
-    """The cell's DEB_HASHES ("name=version" -> sha256 or NOT_SERVED); {} for a cell without an apt step.
-    UserError naming the file when it is missing or broken."""
+def read_hashes(root: Path, cell: Cell, platform: str | None = None) -> dict[str, str]:
+    """The DEB_HASHES of the cell's `platform` ("name=version" -> sha256 or NOT_SERVED; None: its only
+    platform, refused on a multi-platform cell); {} for a cell without an apt step. UserError naming the file
+    when it is missing or broken."""
+    path = hashes_path(root, cell, platform)
     if not has_apt_step(cell):
         return {}
-    path = hashes_path(root, cell)
     try:
         return parse_deb_hashes(path.read_text(), str(path.relative_to(root)))
     except OSError:
@@ -280,7 +344,7 @@ def read_hashes(root: Path, cell: Cell) -> dict[str, str]:
         raise UserError(f"{exc}; run `make lock FRAMEWORK={cell.key}`") from None
 
 
-def lock_text(cell: Cell, probe: Probe, resolved_in: str) -> tuple[str, str, str]:
+def lock_text(cell: Cell, probe: Probe, resolved_in: str, platform: str | None = None) -> tuple[str, str, str]:
     """(apt.lock, base.dpkg, debs.sha256) texts for a probe of the cell's base."""
     preamble = [
         f"GENERATED FILE - DO NOT EDIT. Refresh with `make lock FRAMEWORK={cell.key}`.",
@@ -288,8 +352,9 @@ def lock_text(cell: Cell, probe: Probe, resolved_in: str) -> tuple[str, str, str
         f"(apt-get install -s --no-install-recommends {' '.join(named_packages(cell))}, run inside the base).",
     ]
     base_body = "".join(f"{n}={v}\n" for n, v in sorted(probe.base.items()))
-    header = {"inputs": fingerprint(cell), "base": cell.base, "resolved-in": resolved_in,
-              "base-packages": f"{entries_digest(probe.base)} ({len(probe.base)} in {BASE_DPKG})", "arch": ARCH}
+    header = {"inputs": fingerprint(cell, platform), "base": cell.base, "resolved-in": resolved_in,
+              "base-packages": f"{entries_digest(probe.base)} ({len(probe.base)} in {BASE_DPKG})",
+              "arch": architecture(cell, platform)}
     dpkg = (f"# GENERATED FILE - DO NOT EDIT. The packages of the base {APT_LOCK} was resolved in: "
             f"dpkg-query -W inside\n# {resolved_in}\n" + base_body)
     return (format_apt_lock(header, probe.plan, preamble), dpkg,
@@ -297,13 +362,23 @@ def lock_text(cell: Cell, probe: Probe, resolved_in: str) -> tuple[str, str, str
 
 
 def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
-    """Resolve a pip cell's apt lock in its base and write apt.lock, base.dpkg and debs.sha256; returns what
-    changed."""
-    log(f"[{cell.key}] resolving its Debian packages in {base_ref}")
-    probe = run_probe(base_ref, named_packages(cell))
-    texts = lock_text(cell, probe, base_source(base_ref))
+    """Resolve a pip cell's apt lock in its base, on each of its platforms, and write apt.lock, base.dpkg and
+    debs.sha256; returns what changed. On a multi-platform cell `base_ref` must be a registry reference
+    whose index has each platform's image (platform_base)."""
     changed = []
-    for path, text in zip((*paths(root, cell), hashes_path(root, cell)), texts, strict=True):
+    for platform in cell.platforms:
+        changed += _lock_platform(root, cell, base_ref, log, platform if cell.multi_platform else None)
+    return changed
+
+
+def _lock_platform(root: Path, cell: Cell, base_ref: str, log: Log, platform: str | None) -> list[Path]:
+    if platform is not None:
+        base_ref = platform_base(base_ref, platform)
+    log(f"[{cell.key}] resolving its Debian packages in {base_ref}" + (f" ({platform})" if platform else ""))
+    probe = run_probe(base_ref, named_packages(cell), platform=platform)
+    texts = lock_text(cell, probe, base_source(base_ref), platform)
+    changed = []
+    for path, text in zip((*paths(root, cell, platform), hashes_path(root, cell, platform)), texts, strict=True):
         old = path.read_text() if path.is_file() else None
         # The digest of a re-made base differs on every machine: a lock whose packages did not move is kept.
         if old is not None and _same_but_origin(old, text):
@@ -353,12 +428,20 @@ def compare(rel: str, lock: AptLock, probe: Probe, base_rel: str, base: dict[str
 
 
 def cell_drift(root: Path, cell: Cell, base_ref: str, log: Log) -> list[str]:
-    """Problems of a pip cell's committed apt lock against its pinned re-resolution in `base_ref`."""
-    lock = read(root, cell)
-    lock_path, dpkg_path = paths(root, cell)
-    log(f"[{cell.key}] re-resolving {APT_LOCK} in {base_ref}")
+    """Problems of a pip cell's committed apt locks, each platform's, against their pinned re-resolution in
+    `base_ref` (on a multi-platform cell: in its image of each platform, platform_base)."""
+    return [problem for platform in cell.platforms
+            for problem in _platform_drift(root, cell, base_ref, log, platform if cell.multi_platform else None)]
+
+
+def _platform_drift(root: Path, cell: Cell, base_ref: str, log: Log, platform: str | None) -> list[str]:
+    lock = read(root, cell, platform)
+    lock_path, dpkg_path = paths(root, cell, platform)
     try:
-        probe = run_probe(base_ref, named_packages(cell), preferences(lock.entries))
+        if platform is not None:
+            base_ref = platform_base(base_ref, platform)
+        log(f"[{cell.key}] re-resolving {lock_path.relative_to(root)} in {base_ref}")
+        probe = run_probe(base_ref, named_packages(cell), preferences(lock.entries), platform=platform)
     except FailedError as exc:
         raise FailedError(f"{cell.key}: cannot re-resolve its apt lock to check it ({exc}); the check needs the "
                           "engine, the base (`make bases`) and the Debian archive; `buildtool check --offline` "

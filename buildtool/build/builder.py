@@ -574,7 +574,8 @@ class Builder:
     def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
         client, secrets, host_pip = self._build_env()
         dockerfile = self.root / plan.cell.dockerfile
-        labels = build_labels(plan, base, key, self.label_revision, self.source, locked_versions(self.root, plan.cell))
+        locked = locked_versions(self.root, plan.cell)   # a single-platform cell (multi: _platform_image)
+        labels = build_labels(plan, base, key, self.label_revision, self.source, locked)
         # The cell's own index URLs (e.g. PyTorch's CPU index) reach uv only where they answer.
         files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")

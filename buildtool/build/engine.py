@@ -100,7 +100,8 @@ def build(
     cache_from: Sequence[str] = (),
     platform: str | None = None,
 ) -> str:
-    """Run one BuildKit build; the full log goes to `log_path`. Returns the image id.
+    """Run one BuildKit build (of `platform`, os/arch: BuildKit's --platform, which sets TARGETARCH; None:
+    the engine's own); the full log goes to `log_path`. Returns the image id.
 
     Secrets are passed by file path (`--secret id=..,src=..`), so their content never
     appears on a command line, in a build arg or in the log. Every image carries BuildKit's
@@ -271,10 +272,11 @@ def run_output(image: str, command: list[str], timeout: int = 120) -> str:
         container.remove(force=True)
 
 
-def pull(ref: str) -> None:
-    """Pull one image into the local store; RuntimeError with the engine's reason on failure."""
+def pull(ref: str, platform: str | None = None) -> None:
+    """Pull one image (of `platform`, os/arch, from an index) into the local store; RuntimeError with the
+    engine's reason on failure."""
     repo, _, tagname = ref.rpartition(":") if "@" not in ref else (ref, "", "")
     try:
-        sdk().api.pull(repo, tag=tagname or None)
+        sdk().api.pull(repo, tag=tagname or None, **({"platform": platform} if platform else {}))
     except docker.errors.APIError as exc:
         raise RuntimeError(f"pull of {ref} failed: {str(exc.explanation or exc)[:200]}") from None

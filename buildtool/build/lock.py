@@ -11,6 +11,10 @@ cached. NGC cells have no framework lock: the base is asked (one throw-away cont
 Python, its installed distributions and its PIP_CONSTRAINT files; those are constraints of the
 resolution and are left out of the lock, so torch and the CUDA stack are never replaced.
 
+A cell built for more than one platform (matrix `platforms:`) gets one resolution per platform (uv's
+`--python-platform` of that platform), written to the platform's folder (contracts.locks.platform_folder);
+every reader names the platform it reads.
+
 Each file's header fingerprints the matrix values it came from, so `buildtool check` finds a
 stale lock offline; `buildtool lock` (network) refreshes every package or, with --package,
 only the named ones (other pins kept). Index settings come from the host's pip configuration
@@ -35,7 +39,7 @@ from pathlib import Path
 from buildtool.build.pipconfig import HostPip, answers, redact
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_atomic
-from buildtool.contracts import frameworks
+from buildtool.contracts import frameworks, platforms
 from buildtool.contracts import versions as version_rules
 from buildtool.contracts.locks import (
     FRAMEWORK_LOCK,
@@ -44,14 +48,17 @@ from buildtool.contracts.locks import (
     UV_LOCK,
     Entry,
     LockFile,
+    header_platform,
     normalize,
     parse_lock,
+    platform_folder,
 )
 from buildtool.matrix.schema import Cell
 
 LOCK_FORMAT = 1
-# Wheels for the images' platform (glibc 2.28+ x86_64: Debian 12, NGC's Ubuntu).
-PLATFORM = "x86_64-manylinux_2_28"
+# Wheels for the default platform (glibc 2.28+ x86_64: Debian 12, NGC's Ubuntu); contracts.platforms
+# names each platform's.
+PLATFORM = platforms.get(platforms.DEFAULT[0]).wheel_platform
 UV_TIMEOUT = 600
 
 Log = Callable[[str], None]
@@ -86,16 +93,22 @@ def requirement_lines(reqs: list[str]) -> str:
     return "\n".join(reqs) + "\n"
 
 
-def fingerprint(cell: Cell, part: str = TOOLS_LOCK) -> str:
+def cell_platform(cell: Cell, platform: str | None) -> platforms.Platform:
+    """The platform of `cell` whose locks are meant (None: its only one; refused on a multi-platform cell)."""
+    return platform_folder(Path(cell.dockerfile).parent, cell.key, cell.platforms, platform)[0]
+
+
+def fingerprint(cell: Cell, part: str = TOOLS_LOCK, platform: str | None = None) -> str:
     """What a lock file depends on in the matrix: a change here makes it stale. The tools lock
     comes from the whole resolution; the framework lock only from the framework's inputs, so a
-    tool bump that leaves the framework's closure alone leaves framework.lock byte-identical."""
+    tool bump that leaves the framework's closure alone leaves framework.lock byte-identical.
+    The platform is its wheel platform, so a lock of one platform is stale in another's folder."""
     data = {
         "format": LOCK_FORMAT,
         "framework": framework_requirements(cell),
         "tools": tool_requirements(cell) if part == TOOLS_LOCK else None,
         "python": cell.python,
-        "platform": PLATFORM,
+        "platform": cell_platform(cell, platform).wheel_platform,
         "base": cell.base,
         "index_url": cell.index_url,
         "extra_index_urls": list(cell.extra_index_urls),
@@ -103,16 +116,19 @@ def fingerprint(cell: Cell, part: str = TOOLS_LOCK) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def lock_paths(root: Path, cell: Cell) -> dict[str, Path]:
-    folder = (root / cell.dockerfile).parent
+def lock_paths(root: Path, cell: Cell, platform: str | None = None) -> dict[str, Path]:
+    """The cell's lock files of `platform` (None: its only platform; refused on a multi-platform cell)."""
+    folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)[1]
     names = (TOOLS_LOCK,) if is_ngc(cell) else LOCK_FILES
     return {name: folder / name for name in names}
 
 
-def read_locks(root: Path, cell: Cell) -> dict[str, LockFile]:
-    """The committed locks of a cell; UserError naming the file when one is missing or broken."""
+def read_locks(root: Path, cell: Cell, platform: str | None = None) -> dict[str, LockFile]:
+    """The committed locks of a cell for `platform` (None: its only platform; refused on a multi-platform
+    cell); UserError naming the file when one is missing, broken or made for another platform."""
+    wheel_platform = cell_platform(cell, platform).wheel_platform
     found = {}
-    for name, path in lock_paths(root, cell).items():
+    for name, path in lock_paths(root, cell, platform).items():
         rel = path.relative_to(root)
         if not path.is_file():
             raise UserError(f"{rel} is missing; run `make lock FRAMEWORK={cell.key}`")
@@ -120,27 +136,35 @@ def read_locks(root: Path, cell: Cell) -> dict[str, LockFile]:
             found[name] = parse_lock(path.read_text())
         except ValueError as exc:
             raise UserError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
+        named = header_platform(found[name].header)
+        if named is not None and named != wheel_platform:
+            raise UserError(f"{rel} is a lock for {named}, not {wheel_platform}; run `make lock FRAMEWORK={cell.key}`")
     return found
 
 
-def locked_versions(root: Path, cell: Cell) -> dict[str, str]:
-    """name -> version of every package the cell's locks install."""
+def locked_versions(root: Path, cell: Cell, platform: str | None = None) -> dict[str, str]:
+    """name -> version of every package the cell's locks of `platform` install."""
     merged: dict[str, str] = {}
-    for lock in read_locks(root, cell).values():
+    for lock in read_locks(root, cell, platform).values():
         merged.update(lock.versions())
     return dict(sorted(merged.items()))
 
 
 def check_cell(root: Path, cell: Cell) -> list[str]:
-    """Problems with a cell's committed locks (empty: up to date and consistent)."""
+    """Problems with a cell's committed locks, every platform's (empty: up to date and consistent)."""
+    return [problem for platform in cell.platforms for problem in _check_platform(root, cell, platform)]
+
+
+def _check_platform(root: Path, cell: Cell, platform: str) -> list[str]:
     problems = []
     try:
-        locks = read_locks(root, cell)
+        locks = read_locks(root, cell, platform)
     except UserError as exc:
         return [str(exc)]
+    paths = lock_paths(root, cell, platform)
     for name, lock in locks.items():
-        rel = lock_paths(root, cell)[name].relative_to(root)
-        if lock.inputs != fingerprint(cell, name):
+        rel = paths[name].relative_to(root)
+        if lock.inputs != fingerprint(cell, name, platform):
             problems.append(f"{rel} is stale (matrix inputs changed); run `make lock FRAMEWORK={cell.key}`")
     if FRAMEWORK_LOCK in locks:
         overlap = set(locks[FRAMEWORK_LOCK].entries) & set(locks[TOOLS_LOCK].entries)
@@ -154,7 +178,7 @@ def check_cell(root: Path, cell: Cell) -> list[str]:
                                                                                                  e.name))
                  if not e.exact]
         if loose:
-            rel = lock_paths(root, cell)[name].relative_to(root)
+            rel = paths[name].relative_to(root)
             problems.append(f"{rel} pins {', '.join(loose[:3])}{' and more' if len(loose) > 3 else ''} loosely: a "
                             "local build (such as +cpu on a find-links folder) satisfies `==` too and fails the "
                             f"hash check; run `make lock FRAMEWORK={cell.key}` (it writes `===`)")
@@ -271,12 +295,14 @@ def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
 
 def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], upgrade: tuple[str, ...] | None,
                  base: BaseFacts | None, log: Log, reachable: Callable[[str], bool] = answers,
-                 pinned: dict[str, LockFile] | None = None) -> dict[str, str]:
-    """Resolve a cell; returns lock file name -> text. `upgrade` None: move every package to its
-    newest allowed version; a tuple: keep the previous pins except those packages. `pinned` (the
-    drift check): the versions of these locks are constraints, so the resolution is the one `make lock`
-    made whatever the index has released since; a pin nothing requires is simply not in it."""
+                 pinned: dict[str, LockFile] | None = None, platform: str | None = None) -> dict[str, str]:
+    """Resolve a cell for `platform` (None: its only one); returns lock file name -> text. `upgrade`
+    None: move every package to its newest allowed version; a tuple: keep the previous pins except
+    those packages. `pinned` (the drift check): the versions of these locks are constraints, so the
+    resolution is the one `make lock` made whatever the index has released since; a pin nothing
+    requires is simply not in it."""
     python = base.python if base else cell.python
+    wheel_platform = cell_platform(cell, platform).wheel_platform
     args, skipped = index_args(host, cell.index_url, cell.extra_index_urls, reachable)
     for url in skipped:
         log(f"[{cell.key}] index {redact(url)} cannot be reached from here; left out (hashes decide what is "
@@ -286,7 +312,7 @@ def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], up
     if host.cert:
         env["SSL_CERT_FILE"] = host.cert
     common = [uv, "pip", "compile", "--quiet", "--generate-hashes", "--no-header", "--python-version", python,
-              "--python-platform", PLATFORM, *args]
+              "--python-platform", wheel_platform, *args]
     with tempfile.TemporaryDirectory(prefix="buildtool-lock-") as tmp:
         tmpdir = Path(tmp)
         reqs = tmpdir / "matrix.in"  # shows as `# via -r matrix.in` in the lock
@@ -322,7 +348,7 @@ def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], up
             _run_uv([*common, *constraints, "--constraint", full.name, "-o", fw_out.name, fw_in.name], env, tmpdir)
             framework = {n: entries[n] for n in parse_lock(fw_out.read_text()).entries if n in entries}
     tools = {n: e for n, e in entries.items() if n not in framework}
-    header = _header(cell, base)
+    header = _header(cell, base, platform)
     out = {TOOLS_LOCK: header("tools") + _body(tools)}
     if framework_requirements(cell):
         out[FRAMEWORK_LOCK] = header("framework") + _body(framework)
@@ -333,7 +359,11 @@ def _body(entries: dict[str, Entry]) -> str:
     return "".join(entries[n].text + "\n" for n in sorted(entries))
 
 
-def _header(cell: Cell, base: BaseFacts | None) -> Callable[[str], str]:
+def _header(cell: Cell, base: BaseFacts | None, platform: str | None) -> Callable[[str], str]:
+    target = cell_platform(cell, platform)
+    # A multi-platform cell's locks also name the platform as the matrix and BuildKit do.
+    named = f"{target.wheel_platform} ({target.name})" if cell.multi_platform else target.wheel_platform
+
     def make(part: str) -> str:
         name = FRAMEWORK_LOCK if part == "framework" else TOOLS_LOCK
         lines = [
@@ -341,8 +371,8 @@ def _header(cell: Cell, base: BaseFacts | None) -> Callable[[str], str]:
             "(all packages) or `make lock FRAMEWORK=" + cell.key + " PACKAGE=<name>` (one).",
             f"# Lock of cell {cell.key}, {part} layer: installed with hashes required "
             "(uv pip install --require-hashes --no-deps).",
-            f"# inputs: {fingerprint(cell, name)}",
-            f"# python {base.python if base else cell.python}, platform {PLATFORM}",
+            f"# inputs: {fingerprint(cell, name, platform)}",
+            f"# python {base.python if base else cell.python}, platform {named}",
         ]
         if base is not None:
             what = "a local stand-in for " + cell.base if base.standin else cell.base
@@ -356,10 +386,10 @@ def _header(cell: Cell, base: BaseFacts | None) -> Callable[[str], str]:
     return make
 
 
-def write_locks(root: Path, cell: Cell, texts: dict[str, str]) -> list[Path]:
-    """Atomic writes of a cell's locks; returns the files that changed."""
+def write_locks(root: Path, cell: Cell, texts: dict[str, str], platform: str | None = None) -> list[Path]:
+    """Atomic writes of a cell's locks of `platform`; returns the files that changed."""
     changed = []
-    for name, path in lock_paths(root, cell).items():
+    for name, path in lock_paths(root, cell, platform).items():
         text = texts[name]
         if path.is_file() and path.read_text() == text:
             continue
@@ -425,13 +455,19 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
     wanted = tuple(normalize(p) for p in packages)
     results = []
     for cell in cells:
-        previous: dict[str, LockFile] = {}
-        for name, path in lock_paths(root, cell).items():
-            try:
-                previous[name] = parse_lock(path.read_text())
-            except (OSError, ValueError):
-                continue
-        known = {n for lock in previous.values() for n in lock.entries} | {
+        if is_ngc(cell) and cell.multi_platform:
+            # Its base's packages differ per platform, and base_facts asks one image of one platform.
+            raise UserError(f"{cell.key}: locks of an NGC cell built for {', '.join(cell.platforms)} are not "
+                            "supported yet (its base would be asked per platform); keep it on linux/amd64")
+        previous: dict[str, dict[str, LockFile]] = {}
+        for platform in cell.platforms:
+            previous[platform] = {}
+            for name, path in lock_paths(root, cell, platform).items():
+                try:
+                    previous[platform][name] = parse_lock(path.read_text())
+                except (OSError, ValueError):
+                    continue
+        known = {n for locks in previous.values() for lock in locks.values() for n in lock.entries} | {
             normalize(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0])
             for r in framework_requirements(cell) + tool_requirements(cell)}
         unknown = [p for p in wanted if p not in known]
@@ -444,9 +480,17 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
             log(f"[{cell.key}] asking the base {ref} what it has")
             base = base_facts(ref)
         upgrade = None if not wanted else tuple(p for p in wanted if p in known)
-        texts = compile_cell(cell, host, previous=previous, upgrade=upgrade, base=base, log=log)
-        changed = write_locks(root, cell, texts)
-        count = sum(len(parse_lock(t).entries) for t in texts.values())
+        changed: list[Path] = []
+        count = 0
+        for platform in cell.platforms:
+            if cell.multi_platform:
+                log(f"[{cell.key}] resolving for {platform}")
+            # Never another platform's pins as preferences: uv drops a preference whose hashes match none of
+            # this platform's files and then resolved older versions (measured: numpy 2.4.5, not 2.4.6).
+            texts = compile_cell(cell, host, previous=previous[platform], upgrade=upgrade, base=base, log=log,
+                                 platform=platform)
+            changed += write_locks(root, cell, texts, platform)
+            count = max(count, sum(len(parse_lock(t).entries) for t in texts.values()))
         results.append(LockResult(cell.key, [str(p.relative_to(root)) for p in changed], count))
     return results
 

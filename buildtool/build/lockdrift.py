@@ -73,20 +73,23 @@ def compare(file: str, committed: LockFile, resolved: LockFile) -> list[Drift]:
 
 def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None],
                reachable: Callable[[str], bool] = answers, base: lock.BaseFacts | None = None) -> list[str]:
-    """Problems of one cell's committed locks against their re-resolution (`base`: what an NGC cell's
-    base has). FailedError when uv cannot resolve (an index it cannot reach, a pinned version gone)."""
-    committed = lock.read_locks(root, cell)
-    try:
-        texts = lock.compile_cell(cell, host, previous={}, upgrade=None, base=base, log=log, reachable=reachable,
-                                  pinned=committed)
-    except FailedError as exc:
-        raise FailedError(f"{cell.key}: cannot re-resolve its locks to check them ({exc}); the check needs the "
-                          "package index (PyPI and the cell's indexes); `buildtool check --offline` checks "
-                          "only the matrix fingerprints") from None
+    """Problems of one cell's committed locks, each platform's, against their re-resolution for that platform
+    (`base`: what an NGC cell's base has). FailedError when uv cannot resolve (an index it cannot reach, a
+    pinned version gone)."""
     problems = []
-    for name, path in lock.lock_paths(root, cell).items():
-        rel = str(path.relative_to(root))
-        problems += [d.message(cell.key) for d in compare(rel, committed[name], parse_lock(texts[name]))]
+    for platform in cell.platforms:
+        committed = lock.read_locks(root, cell, platform)
+        try:
+            texts = lock.compile_cell(cell, host, previous={}, upgrade=None, base=base, log=log,
+                                      reachable=reachable, pinned=committed, platform=platform)
+        except FailedError as exc:
+            which = f"{platform} locks" if cell.multi_platform else "locks"
+            raise FailedError(f"{cell.key}: cannot re-resolve its {which} to check them ({exc}); the "
+                              "check needs the package index (PyPI and the cell's indexes); `buildtool check "
+                              "--offline` checks only the matrix fingerprints") from None
+        for name, path in lock.lock_paths(root, cell, platform).items():
+            rel = str(path.relative_to(root))
+            problems += [d.message(cell.key) for d in compare(rel, committed[name], parse_lock(texts[name]))]
     return problems
 
 
@@ -113,7 +116,8 @@ def check_cells(root: Path, cells: Sequence[Cell], log: Callable[[str], None], h
                                   f"FRAMEWORK={cell.key}` fills a local mirror with its stand-in), or leave "
                                   "BASE_MIRROR unset to skip NGC cells") from None
         try:
-            lock.read_locks(root, cell)
+            for platform in cell.platforms:
+                lock.read_locks(root, cell, platform)
         except UserError:  # missing or broken: named by check_cell
             continue
         problems += cell_drift(root, cell, host, log, base=base)

@@ -126,9 +126,11 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
         raise FailedError(f"{plan.dev_ref} is labelled {label_keys.CELL}={labels.cell}, not {cell.key}")
     locks = []
     # The Python locks, and for a cell with an apt step its apt lock, the base's package list it sits on and
-    # the .debs' hashes.
-    apt = (*aptlock.paths(root, cell), aptlock.hashes_path(root, cell)) if aptlock.has_apt_step(cell) else ()
-    files = [*lock_paths(root, cell).values(), *apt]
+    # the .debs' hashes (a multi-platform cell: the built platform's).
+    platform = built.platform if cell.multi_platform else None
+    apt = ((*aptlock.paths(root, cell, platform), aptlock.hashes_path(root, cell, platform))
+           if aptlock.has_apt_step(cell) else ())
+    files = [*lock_paths(root, cell, platform).values(), *apt]
     try:
         for path in files:
             locks.append({"name": f"{LOCK_PREFIX}{path.relative_to(root)}", "digest": {"sha256": sha256_file(path)}})

@@ -9,12 +9,22 @@ where uv wrote `name==1.0`, because `==1.0` is also satisfied by any local build
 a find-links folder offers: uv prefers that one and the hash check then fails the build. Each cell has
 `framework.lock` (the framework and its dependency closure; pip-installed cells only) and
 `tools.lock` (everything else it installs); `templates/uv.lock` pins the installer itself.
+
+Where: a cell built for the default platform only keeps its locks beside its Dockerfile; a cell with
+other platforms (matrix `platforms:`) keeps one folder per platform, named by its architecture
+(`amd64/`, `arm64/`: BuildKit's TARGETARCH, which selects them in the one Dockerfile), each holding the
+same file names (the pip locks and the apt lock, base list and .deb hashes of that platform). Readers name
+the platform; only a single-platform cell may leave it out (see `platform_folder`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+from buildtool.common.errors import UserError
+from buildtool.contracts import platforms
 
 FRAMEWORK_LOCK = "framework.lock"
 TOOLS_LOCK = "tools.lock"
@@ -23,6 +33,36 @@ UV_LOCK = "uv.lock"          # in templates/: the pinned uv every build installs
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?(?P<op>===|==)(?P<version>[^\s;\\]+)")
 _HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
 _INPUTS = re.compile(r"^# inputs: (sha256:[0-9a-f]{64})$", re.M)
+
+
+def platform_folder(cell_folder: Path, cell_key: str, cell_platforms: tuple[str, ...],
+                    platform: str | None) -> tuple[platforms.Platform, Path]:
+    """(platform, folder of its locks) of a cell whose Dockerfile is in `cell_folder`. `platform` None is
+    the cell's only platform, and only on a cell built for the default platform alone; otherwise (and for
+    a platform the cell is not built for) UserError naming the cell: never a guessed platform."""
+    multi = cell_platforms != platforms.DEFAULT
+    if platform is None:
+        if multi:
+            raise UserError(f"{cell_key} is built for {', '.join(cell_platforms)}: name the platform whose locks "
+                            "to read (a bug in the caller, which read them as if it had one)")
+        platform = cell_platforms[0]
+    try:
+        known = platforms.get(platform)
+    except platforms.UnknownPlatform as exc:
+        raise UserError(f"{cell_key}: {exc}") from None
+    if platform not in cell_platforms:
+        raise UserError(f"{cell_key} is not built for {platform} (its platforms: {', '.join(cell_platforms)}); "
+                        "it has no locks for it")
+    return known, (cell_folder / known.architecture if multi else cell_folder)
+
+
+_PLATFORM_LINE = re.compile(r"^# python \S+, platform (?P<platform>\S+)", re.M)
+
+
+def header_platform(header: str) -> str | None:
+    """The wheel platform a lock's header names (`# python 3.11, platform aarch64-manylinux_2_28`)."""
+    found = _PLATFORM_LINE.search(header)
+    return found["platform"] if found else None
 
 
 def normalize(name: str) -> str:

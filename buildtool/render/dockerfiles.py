@@ -23,7 +23,7 @@ import jinja2
 from buildtool.common.errors import UserError
 from buildtool.contracts import frameworks, label_keys
 from buildtool.contracts.aptlock import APT_LOCK, parse_apt_lock
-from buildtool.contracts.locks import UV_LOCK, uv_requirement
+from buildtool.contracts.locks import UV_LOCK, platform_folder, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
 GENERATED_DIRS = ("dockerfiles",)
@@ -155,19 +155,50 @@ def uv_pin(templates_dir: Path) -> dict[str, str]:
     return {"version": version, "requirement": requirement}
 
 
-def apt_pins(root: Path | None, cell: Cell) -> dict[str, Any] | None:
-    """The cell's apt.lock (beside its Dockerfile under `root`, the project) as the template installs it;
-    None when there is none (the template then renders a step that stops the build). A lock that does not
-    parse is an error."""
-    path = (root / cell.dockerfile).parent / APT_LOCK if root is not None else None
-    if path is None or not path.is_file():
+def _read_pins(root: Path, cell: Cell, platform: str | None) -> list[str] | None:
+    """The pins of one platform's apt.lock (None: its only one); None when the file is not there."""
+    try:
+        known, folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
+    except UserError as exc:
+        raise TemplateError(str(exc)) from None
+    path = folder / APT_LOCK
+    if not path.is_file():
         return None
+    rel = path.relative_to(root)
     try:
         lock = parse_apt_lock(path.read_text())
     except ValueError as exc:
-        raise TemplateError(f"{Path(cell.dockerfile).parent / APT_LOCK}: {exc}; run `make lock FRAMEWORK={cell.key}`") \
-            from None
-    return {"pins": lock.pins()}
+        raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
+    if lock.header["arch"] != known.architecture:
+        raise TemplateError(f"{rel} was resolved for {lock.header['arch']}, not {known.architecture}; "
+                            f"run `make lock FRAMEWORK={cell.key}`")
+    return lock.pins()
+
+
+def apt_pins(root: Path | None, cell: Cell) -> dict[str, Any] | None:
+    """The cell's apt.lock (beside its Dockerfile under `root`, the project) as the template installs it;
+    None when there is none (the template then renders a step that stops the build). A lock that does not
+    parse is an error. A multi-platform cell: `by_arch`, each platform's architecture -> its pins (None
+    where that platform's lock is missing: the build of that platform stops)."""
+    if root is None:
+        return None
+    if not cell.multi_platform:
+        pins = _read_pins(root, cell, None)
+        return None if pins is None else {"pins": pins}
+    by_arch = {platform_folder(Path(cell.dockerfile).parent, cell.key, cell.platforms, p)[0].architecture:
+               _read_pins(root, cell, p) for p in cell.platforms}
+    if all(pins is None for pins in by_arch.values()):
+        return None
+    return {"by_arch": by_arch}
+
+
+def target_archs(cell: Cell) -> list[str] | None:
+    """The architectures (BuildKit's TARGETARCH) a multi-platform cell's Dockerfile selects among; None for
+    a cell built for the default platform only (its Dockerfile names no platform)."""
+    if not cell.multi_platform:
+        return None
+    return [platform_folder(Path(cell.dockerfile).parent, cell.key, cell.platforms, p)[0].architecture
+            for p in cell.platforms]
 
 
 def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell,
@@ -181,6 +212,8 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         "pinned_packages": [f"{name}=={version}" for name, version in cell.packages],
         "uv": uv_pin(templates_dir),
         "apt": apt_pins(root, cell),
+        # Multi-platform cells: each lock is in its architecture's folder, chosen by BuildKit's TARGETARCH.
+        "archs": target_archs(cell),
         # NGC cells (and their stand-ins) bring Python and the framework; only tools are installed.
         "ngc": not cell.framework_requirements,
     }
