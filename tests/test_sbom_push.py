@@ -74,7 +74,7 @@ def test_a_push_without_a_builder_key_fails_naming_it() -> None:
     plan = SimpleNamespace(dev_ref="127.0.0.1:5999/team/pytorch-cpu-dev:abc-2.13")
     result = SimpleNamespace(digest="sha256:" + "1" * 64, sbom="")
     with pytest.raises(FailedError, match="signs the image's SBOM with the builder key, and none was read"):
-        Builder._ensure_sbom(fake, plan, result)   # type: ignore[arg-type]
+        Builder._ensure_sbom(fake, plan, plan.dev_ref, result.digest, "linux/amd64")   # type: ignore[arg-type]
 
 
 def test_a_push_run_without_a_builder_key_is_refused_before_anything_builds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,7 +124,7 @@ def test_an_image_reused_from_the_registry_is_pulled_by_digest_to_make_its_signe
     machine that never held it: its SBOM is made from the image pulled by the pushed digest, not refused."""
     pulled: list[str] = []
     fake, plan, calls, result = _reused(monkeypatch, pulled.append)
-    Builder._ensure_sbom(fake, plan, result)   # type: ignore[arg-type]
+    result.sbom = Builder._ensure_sbom(fake, plan, plan.dev_ref, result.digest, "linux/amd64")   # type: ignore[arg-type]
     pinned = "127.0.0.1:5999/team/pytorch-cpu-dev@sha256:" + "1" * 64
     assert pulled == [pinned]
     assert calls == [("tag", pinned, plan.dev_ref), ("sbom", result.digest, plan.dev_ref)]
@@ -137,5 +137,5 @@ def test_a_reused_image_that_cannot_be_pulled_fails_naming_the_pull(monkeypatch:
 
     fake, plan, calls, result = _reused(monkeypatch, refuse)
     with pytest.raises(FailedError, match="pulling it to make one failed .pull of .* manifest unknown.; rebuild"):
-        Builder._ensure_sbom(fake, plan, result)   # type: ignore[arg-type]
+        Builder._ensure_sbom(fake, plan, plan.dev_ref, result.digest, "linux/amd64")   # type: ignore[arg-type]
     assert calls == []
