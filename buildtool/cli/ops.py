@@ -389,6 +389,9 @@ def register(app: typer.Typer) -> None:
                                                            "(default: DEST/jobs, writable by everyone).")] = None,
         writable: Annotated[bool, typer.Option(help="A writable root file system (default: read-only).")] = False,
         force: Annotated[bool, typer.Option(help="Replace DEST when it exists.")] = False,
+        platform: Annotated[str | None, typer.Option(
+            help="The platform to bundle (os/arch, e.g. linux/arm64: that manifest of an image index), the nodes' "
+                 "architecture. Default: the cell's only platform; a multi-platform cell's must be named.")] = None,
         json_out: JsonOption = False,
         matrix: MatrixOption = None,
     ) -> None:
@@ -410,13 +413,16 @@ def register(app: typer.Typer) -> None:
             fallback = Profile(shm_size=run.shm_size, ulimits=run.ulimits, gpus=run.gpus != "none",
                                ipc_host=run.ipc == "host", source=f"the matrix cell {cell.key}")
         overrides = parse_ulimits(ulimit or [])
-        made = make_bundle(image, dest, fallback=fallback, shm_size=shm_size, ulimits=overrides, hosts=hosts,
+        from buildtool.launch.arch import choose_platform
+
+        chosen = choose_platform(image, platform, cell)
+        made = make_bundle(image, dest, chosen, fallback=fallback, shm_size=shm_size, ulimits=overrides, hosts=hosts,
                            jobs_dir=jobs_dir, read_only=not writable, force=force, log=log)
         if json_out:
             say(json.dumps(asdict(made), indent=1))
             return
         limits = ", ".join(f"{k}={v}" for k, v in made.ulimits.items()) or "none"
-        say(f"{made.path}: {made.image}@{made.digest}")
+        say(f"{made.path}: {made.image}@{made.digest} ({made.platform})")
         say(f"  /dev/shm {made.shm_size}, ulimits {limits}, root {'read-only' if made.read_only else 'writable'}, "
             f"hosts {made.hosts}, jobs in {made.jobs_dir} (profile: {made.profile_source}; {made.seconds:.0f} s)")
 
