@@ -355,11 +355,6 @@ def provenance_problems(cell: Cell, digest: str, provenance: Provenance | None, 
 
 # -- platforms -------------------------------------------------------------------------------------
 
-# BuildKit lists its attestation manifests in an index as platform unknown/unknown with this annotation:
-# no runtime selects them, so they are no platform (anything else unknown is refused, never skipped).
-BUILDKIT_ATTESTATION = ("vnd.docker.reference.type", "attestation-manifest")
-
-
 @dataclass(frozen=True)
 class Entry:
     """One manifest an image index lists."""
@@ -375,8 +370,9 @@ def index_entries(manifest: dict[str, object]) -> list[Entry]:
     for child in manifest.get("manifests") or []:   # type: ignore[attr-defined]
         plat = child.get("platform") or {}
         name = "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
-        notes = child.get("annotations") or {}
-        if name == "unknown/unknown" and notes.get(BUILDKIT_ATTESTATION[0]) == BUILDKIT_ATTESTATION[1]:
+        # BuildKit's attestation manifests (unknown/unknown, annotated): no runtime selects them, so they are no
+        # platform; anything else unknown is refused, never skipped.
+        if name == "unknown/unknown" and platforms.is_attestation(child):
             continue
         found.append(Entry(str(child.get("digest", "")), name, str(child.get("mediaType", ""))))
     return found
