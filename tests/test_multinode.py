@@ -113,10 +113,10 @@ def slurm_dry_run(tmp_path: Path, script: Path, *, nodes: tuple[str, ...] = NODE
 
 
 def fake_bundle(tmp_path: Path) -> Path:
-    bundle = tmp_path / "bundle"
-    (bundle / "jobs").mkdir(parents=True)
-    (bundle / "config.json").write_text("{}")
-    return bundle
+    """A bundle folder with the record `buildtool bundle` writes (its platform: this host's, as the nodes')."""
+    from tests.test_slurm import fake_bundle as recorded
+
+    return recorded(tmp_path)
 
 
 def _result(output: str) -> dict:
