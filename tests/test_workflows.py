@@ -245,14 +245,18 @@ def test_nightly_validates_each_gpu_cells_arm64_on_native_arm64_gpu_runners() ->
     build = doc["jobs"]["build-validate"]
     assert build["runs-on"] == """${{ fromJSON(vars.GPU_RUNNER_LABELS || '["self-hosted","linux","x64","gpu"]') }}"""
     [step] = [s for s in build["steps"] if "make validate" in s.get("run", "")]
-    assert step["env"]["PLATFORM"] == "${{ matrix.needs_gpu && 'linux/amd64' || '' }}"
-    assert 'PLATFORM="$PLATFORM"' in step["run"]
+    assert step["env"]["PLATFORM"] == ("${{ contains(fromJSON('[\"pytorch-ngc:25.10\"]'), matrix.cell) "
+                                       "&& 'linux/amd64' || '' }}")
+    assert step["run"] == "make validate FRAMEWORK='${{ matrix.cell }}' PLATFORM=\"$PLATFORM\""
     assert "# GPU cells validated on native linux/arm64 runners: pytorch-ngc:25.10" in \
         render_workflows(multi_platform_matrix())[NIGHTLY_PATH].decode()
 
 
 def test_nightly_has_no_arm64_job_without_an_arm64_gpu_cell() -> None:
-    assert not any(job.startswith("validate-") for job in load(NIGHTLY_PATH)["jobs"])
+    doc = load(NIGHTLY_PATH)
+    assert not any(job.startswith("validate-") for job in doc["jobs"])
+    [step] = [s for s in doc["jobs"]["build-validate"]["steps"] if "make validate" in s.get("run", "")]
+    assert step["run"] == "make validate FRAMEWORK='${{ matrix.cell }}'" and "PLATFORM" not in step["env"]
 
 
 def test_a_gpu_cell_of_a_platform_without_runner_labels_is_refused() -> None:

@@ -113,6 +113,24 @@ def native_gpu_cells(matrix: Matrix) -> dict[str, list[str]]:
     return found
 
 
+def _validate_step(matrix: Matrix) -> dict[str, Any]:
+    """The build job's validation (on the amd64 GPU runners). A multi-platform GPU cell's GPU tests count only
+    natively: here its linux/amd64 manifest, each other platform on that platform's runners (the
+    validate-<platform> jobs); every other cell's every platform is validated here, a CPU cell's foreign ones
+    under emulation (PLATFORM empty: every platform of the index)."""
+    # The runners' signing key (`buildtool keys`); its public half is in config/trusted-keys.yaml.
+    # Pull-request jobs never get it.
+    step: dict[str, Any] = {"name": "Validate with GPUs and push the signed verdict",
+                            "run": "make validate FRAMEWORK='${{ matrix.cell }}'",
+                            "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}
+    native = sorted({cell for cells in native_gpu_cells(matrix).values() for cell in cells})
+    if native:
+        listed = json.dumps(native, separators=(",", ":"))
+        step["run"] += ' PLATFORM="$PLATFORM"'
+        step["env"]["PLATFORM"] = f"${{{{ contains(fromJSON('{listed}'), matrix.cell) && 'linux/amd64' || '' }}}}"
+    return step
+
+
 def _job_id(platform: str) -> str:
     return f"validate-{platform.replace('/', '-')}"
 
@@ -275,15 +293,7 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
                                "DL_IMAGES_BUILDER_ID": "${{ github.server_url }}/${{ github.repository }}"
                                                        "/actions/runs/${{ github.run_id }}"}},
                       previous,
-                      {"name": "Validate with GPUs and push the signed verdict",
-                       "run": "make validate FRAMEWORK='${{ matrix.cell }}' PLATFORM=\"$PLATFORM\"",
-                       # The runners' signing key (`buildtool keys`); its public half is in
-                       # config/trusted-keys.yaml. Pull-request jobs never get it.
-                       # A GPU cell's GPU tests count only natively: here its linux/amd64 manifest, each other
-                       # platform on that platform's runners (the validate-<platform> jobs). A CPU cell's
-                       # every platform is validated here, the others under emulation (PLATFORM empty: all).
-                       "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}",
-                               "PLATFORM": "${{ matrix.needs_gpu && 'linux/amd64' || '' }}"}}],
+                      _validate_step(matrix)],
         },
     }
     needs = ["build-validate"]
