@@ -276,3 +276,24 @@ def test_notes_and_json_list_each_platform_with_its_verdict_and_whether_it_ran_e
     notes = render_notes(manifest)
     assert f"- linux/arm64 `{arm}`" in notes and "passed, run under emulation on ci" in notes
     assert "linux/amd64 passed: 2 passed, 0 skipped; linux/arm64 passed (emulated): 2 passed, 0 skipped" in notes
+
+
+def test_a_schema_4_verdict_counts_for_a_single_manifest_but_not_for_an_index_entry() -> None:
+    """Schema 4 records no platform: its digest alone binds it, which says the platform of a single image only."""
+    dev = Dev()
+    amd, arm = dev.image("amd64"), dev.image("arm64")
+    for digest, platform in ((amd, "linux/amd64"), (arm, "linux/arm64")):
+        dev.evidence(digest, platform, verdict=False)
+        signing.attest(dev.client, dev.repo, digest, signing.verdict(MULTI, digest, schema=4))   # type: ignore[arg-type]
+    dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")])
+    problems = dev.gather().problems
+    assert "linux/arm64: the verdict records platform (none), not linux/arm64; validate linux/arm64 (each platform " \
+           "of the index has its own verdict)" in problems, problems
+    single = Dev(CPU)
+    digest = single.image("amd64")
+    single.evidence(digest, "linux/amd64", verdict=False)
+    signing.attest(single.client, single.repo, digest, signing.verdict(CPU, digest, schema=4))   # type: ignore[arg-type]
+    raw = single.client.get_manifest(single.repo, digest)[0]
+    single.client.put_manifest(single.repo, single.plan.dev_tag, raw, OCI_MANIFEST)
+    item = single.gather()
+    assert item.status == "ready", item.problems
