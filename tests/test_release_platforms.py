@@ -297,3 +297,26 @@ def test_a_schema_4_verdict_counts_for_a_single_manifest_but_not_for_an_index_en
     single.client.put_manifest(single.repo, single.plan.dev_tag, raw, OCI_MANIFEST)
     item = single.gather()
     assert item.status == "ready", item.problems
+
+
+def test_promotion_copies_the_index_byte_for_byte_with_each_platforms_artifacts_on_its_own_digest() -> None:
+    from buildtool.contracts.names import ATTESTATION_TYPE
+    from buildtool.registry.referrers import referrers
+    from buildtool.release.execute import promote
+    from buildtool.release.model import TagAction
+
+    dev = Dev()
+    amd, arm = dev.validated("amd64"), dev.validated("arm64")
+    index = dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")])
+    item = dev.gather()
+    assert item.status == "ready", item.problems
+    item.tags = [TagAction("2.13-0.1.0", False, None, "create")]
+    promote(dev.client, item, dev.plan, None)   # type: ignore[arg-type]
+    rel = split_repo_path(dev.plan.release_repo)[1]
+    raw, media_type, digest = dev.client.get_manifest(rel, "2.13-0.1.0")
+    assert (raw, media_type, digest) == (dev.client.get_manifest(dev.repo, dev.plan.dev_tag)[0], OCI_INDEX, index)
+    for ev in item.evidence:
+        assert dev.client.manifest_digest(rel, ev.digest) == ev.digest
+        [copied] = referrers(dev.client, rel, ev.digest, ATTESTATION_TYPE)   # type: ignore[arg-type]
+        assert ev.attestation is not None and copied.digest == ev.attestation.digest
+    assert referrers(dev.client, rel, index, ATTESTATION_TYPE) == []   # type: ignore[arg-type]
