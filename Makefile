@@ -1,7 +1,8 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
 # (the docker client of every docker command: buildx, classic or a path; see README.md), JOBS (validate:
-# the image tests on this many workers side by side; 1: one after another), TEST_JOBS (make test: the
+# the image tests on this many workers side by side; 1: one after another; PLATFORM: only that platform of an
+# image index, e.g. linux/arm64 on a native arm64 GPU runner), TEST_JOBS (make test: the
 # toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
 # workers than cores).
 SHELL := /bin/bash
@@ -73,7 +74,7 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 
 .PHONY: validate
 validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS))
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 .PHONY: keys
 keys: ## Make the key pair validating runners sign verdicts with; prints where each half goes (NAME=...)

@@ -115,7 +115,11 @@ def put(doc):
     digest = hashlib.sha256(data).hexdigest()
     open(os.path.join(blobs, digest), "wb").write(data)
     return {"digest": "sha256:" + digest, "size": len(data)}
-config = put({"config": {"Labels": json.loads(os.environ["STUB_LABELS"])}})
+# An index's manifest of the platform asked for (--override-arch), or a single image of STUB_ARCH.
+chosen = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--override-"))
+arch = os.environ.get("STUB_ARCH") or chosen.get("override-arch", "amd64")
+config = put({"architecture": arch, "os": chosen.get("override-os", "linux"),
+              "config": {"Labels": json.loads(os.environ["STUB_LABELS"])}})
 manifest = put({"schemaVersion": 2, "config": config, "layers": []})
 json.dump({"schemaVersion": 2, "manifests": [manifest]}, open(os.path.join(layout, "index.json"), "w"))
 '''
@@ -161,7 +165,8 @@ def test_bundle_command_end_to_end(run_cli, tools: Path, tmp_path: Path) -> None
     assert made["digest"].startswith("sha256:") and len(made["digest"]) == 71
     copy, unpack = tools.read_text().splitlines()
     # A loopback registry speaks plain http; the layout sits in a temporary folder beside DEST.
-    assert re.fullmatch(rf"skopeo copy --quiet --src-tls-verify=false docker://{re.escape(IMAGE)} "
+    assert re.fullmatch(rf"skopeo --override-os=linux --override-arch=amd64 copy --quiet --src-tls-verify=false "
+                        rf"docker://{re.escape(IMAGE)} "
                         rf"oci:{re.escape(str(dest.parent))}/\.bundle\.tmp-\w+/layout:image", copy), copy
     assert unpack.startswith("umoci unpack --image ") and unpack.endswith("/bundle")
     cfg = json.loads((dest / "config.json").read_text())
@@ -206,11 +211,11 @@ def test_an_image_without_a_profile_takes_the_cells_or_needs_shm_size(run_cli, t
     code, out, err = run_cli("bundle", IMAGE, str(tmp_path / "a"), "--json", *matrix)
     assert code == 0, err
     assert json.loads(out)["profile_source"] == "the matrix cell pytorch-cpu:2.13"
-    code, out, err = run_cli("bundle", "127.0.0.1:5000/t/unknown:1", str(tmp_path / "b"), *matrix)
+    unknown = ["127.0.0.1:5000/t/unknown:1", str(tmp_path / "b"), "--platform", "linux/amd64"]
+    code, out, err = run_cli("bundle", *unknown, *matrix)
     assert code == 2 and f"carries no {label_keys.RUN_PROFILE} label and matches no matrix cell" in err
     assert not (tmp_path / "b").exists()
-    code, out, err = run_cli("bundle", "127.0.0.1:5000/t/unknown:1", str(tmp_path / "b"), "--shm-size", "2g",
-                             "--json", *matrix)
+    code, out, err = run_cli("bundle", *unknown, "--shm-size", "2g", "--json", *matrix)
     assert code == 0 and json.loads(out)["shm_size"] == "2g" and json.loads(out)["profile_source"] == "--shm-size"
 
 
@@ -235,3 +240,35 @@ def test_a_matrix_image_whose_tag_names_no_cell_is_exit_2_not_the_default_cells_
     assert code == 2 and out == "", err
     assert f"{image}: tag 'abc-25.01' names no cell of pytorch-cpu in the matrix (its versions: 2.13)" in err, err
     assert not (tmp_path / "a").exists()
+
+
+# -- issue 24: a bundle is of one platform ------------------------------------------------------------------
+
+def test_a_bundle_is_made_for_the_platform_asked_and_records_it(run_cli, tools: Path, tmp_path: Path) -> None:
+    """skopeo copies the arm64 manifest of the index; the bundle's record names linux/arm64 and aarch64."""
+    code, out, err = run_cli("bundle", "127.0.0.1:5000/t/other:1", str(tmp_path / "b"), "--platform", "linux/arm64",
+                             "--json", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    made = json.loads(out)
+    assert made["platform"] == "linux/arm64" and made["machine"] == "aarch64"
+    assert tools.read_text().splitlines()[0].startswith("skopeo --override-os=linux --override-arch=arm64 copy ")
+    assert json.loads((tmp_path / "b" / "dl-images-bundle.json").read_text())["machine"] == "aarch64"
+
+
+def test_an_image_of_another_platform_than_asked_is_refused_and_leaves_nothing(
+        run_cli, tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single-platform amd64 image: skopeo copies it whatever --override-arch says; the config tells."""
+    monkeypatch.setenv("STUB_ARCH", "amd64")
+    code, out, err = run_cli("bundle", "127.0.0.1:5000/t/other:1", str(tmp_path / "b"), "--platform", "linux/arm64",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == ""
+    assert "127.0.0.1:5000/t/other:1: the image is linux/amd64, not linux/arm64" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stub.log", "stubs"]
+
+
+def test_a_bundle_of_an_image_the_matrix_does_not_know_needs_its_platform(run_cli, tools: Path,
+                                                                          tmp_path: Path) -> None:
+    code, out, err = run_cli("bundle", "127.0.0.1:5000/t/other:1", str(tmp_path / "b"), "--shm-size", "1g",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and "is no image of the matrix, so its platforms are unknown: pass --platform" in err
+    assert not tools.exists(), "nothing was copied"

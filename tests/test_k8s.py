@@ -53,7 +53,9 @@ def test_manifests_pass_the_kubernetes_schemas(run_cli, variant: str) -> None:
     for doc in docs:
         validate(doc)
     pod = _pod(docs[-1])
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "H100"}
+    # The user's selector, and the nodes of the cell's only platform (the pods run its image).
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "H100", "kubernetes.io/arch": "amd64",
+                                   "kubernetes.io/os": "linux"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                                   {"key": "pool", "operator": "Equal", "value": "training", "effect": "NoExecute"}]
     assert pod["containers"][0]["resources"]["requests"] == {"cpu": "32", "memory": "200Gi"}
@@ -259,9 +261,13 @@ def test_a_tag_of_each_accepted_form_names_its_cell() -> None:
 def test_an_image_the_matrix_cannot_place_is_exit_2_naming_it(run_cli, image: str, message: str) -> None:
     code, out, err = run_cli("k8s", image, "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and out == "" and message in err, err
-    # --shm-size and --framework: nothing to read from the matrix (a foreign image names no framework either)
+    # --shm-size, --framework and --platform: nothing to read from the matrix (a foreign image names no
+    # framework and no platform either)
     code, out, err = run_cli("k8s", image, "--shm-size", "2g", "--framework", "pytorch", "--matrix",
                              str(REPO / "matrix.yaml"))
+    assert code == 2 and (image.endswith(":") or "pass --platform" in err or message in err), err
+    code, out, err = run_cli("k8s", image, "--shm-size", "2g", "--framework", "pytorch", "--platform", "linux/arm64",
+                             "--matrix", str(REPO / "matrix.yaml"))
     assert code == (2 if image.endswith(":") else 0), err
 
 
@@ -357,3 +363,38 @@ def test_the_gloo_fallback_hint_names_a_missing_driver_library(tmp_path: Path) -
     (driver / "libcuda.so.1").write_text("")
     found = _verify(tmp_path, {**good, "backend": "gloo"}, env_extra={"LD_LIBRARY_PATH": str(driver)})
     assert "trained with gloo, not nccl" in found.stderr and "libcuda.so.1 is in none" not in found.stderr
+
+
+# -- issue 24: the platform the pods run ----------------------------------------------------------------------
+
+def test_pods_run_on_nodes_of_the_named_platform_and_a_platform_the_cell_lacks_is_refused(run_cli) -> None:
+    docs = generate(run_cli, IMAGE, "--variant", "job", "--platform", "linux/amd64")
+    assert _pod(docs[-1])["nodeSelector"] == {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}
+    code, out, err = run_cli("k8s", IMAGE, "--platform", "linux/arm64", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and "--platform linux/arm64: pytorch-ngc:25.10 is built for linux/amd64 only" in err
+    code, out, err = run_cli("k8s", IMAGE, "--platform", "linux/riscv64", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and "--platform: unknown platform 'linux/riscv64'; one of linux/amd64, linux/arm64" in err
+    code, out, err = run_cli("k8s", IMAGE, "--node-selector", "kubernetes.io/arch=arm64", "--matrix",
+                             str(REPO / "matrix.yaml"))
+    assert code == 2 and ("--node-selector kubernetes.io/arch=arm64 contradicts --platform linux/amd64 "
+                          "(kubernetes.io/arch=amd64)") in err
+
+
+def test_a_multi_platform_cell_needs_its_platform_named() -> None:
+    """An index of amd64 and arm64 manifests: a multi-node job runs one of them on every node, never a mix."""
+    import dataclasses
+
+    from buildtool.common.errors import UserError
+    from buildtool.launch.arch import choose_platform, node_selector
+    from tests.conftest import fixture_matrix
+
+    cpu = {c.key: c for c in fixture_matrix().cells}["pytorch-cpu:2.13"]
+    both = dataclasses.replace(cpu, platforms=("linux/amd64", "linux/arm64"), emulation_factor=4)
+    with pytest.raises(UserError, match=r"pytorch-cpu:2.13 is built for linux/amd64, linux/arm64: pass --platform"):
+        choose_platform("x/pytorch-cpu:2.13", None, both)
+    arm = choose_platform("x/pytorch-cpu:2.13", "linux/arm64", both)
+    assert node_selector(arm, {"pool": "grace"}) == {"pool": "grace", "kubernetes.io/arch": "arm64",
+                                                     "kubernetes.io/os": "linux"}
+    assert choose_platform("x/pytorch-cpu:2.13", None, cpu).name == "linux/amd64"
+    with pytest.raises(UserError, match="no image of the matrix, so its platforms are unknown: pass --platform"):
+        choose_platform("ghcr.io/other:1", None, None)

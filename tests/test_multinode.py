@@ -113,10 +113,10 @@ def slurm_dry_run(tmp_path: Path, script: Path, *, nodes: tuple[str, ...] = NODE
 
 
 def fake_bundle(tmp_path: Path) -> Path:
-    bundle = tmp_path / "bundle"
-    (bundle / "jobs").mkdir(parents=True)
-    (bundle / "config.json").write_text("{}")
-    return bundle
+    """A bundle folder with the record `buildtool bundle` writes (its platform: this host's, as the nodes')."""
+    from tests.test_slurm import fake_bundle as recorded
+
+    return recorded(tmp_path)
 
 
 def _result(output: str) -> dict:
@@ -296,7 +296,8 @@ def test_an_image_the_matrix_does_not_know_needs_framework(run_cli, fw_project: 
     assert code == 2 and out == "" and not target.exists()
     assert err.strip() == (f"error: {image} is {what}, so its framework is unknown; pass --framework NAME "
                            "(fixturefw, pytorch, tensorflow) to say whose multi-node check runs in it"), err
-    code, out, err = run_cli(command, image, *args, "--framework", "fixturefw", "--out", str(target),
+    platform = ["--platform", "linux/amd64"] if command == "k8s" else []   # nor its platform
+    code, out, err = run_cli(command, image, *args, "--framework", "fixturefw", *platform, "--out", str(target),
                              *_matrix(fw_project))
     assert code == 0, err
     assert "fixture_train.py" in target.read_text()

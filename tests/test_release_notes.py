@@ -7,6 +7,7 @@ from pathlib import Path
 
 from buildtool.contracts import label_keys
 from buildtool.contracts.verdict import parse_verdict
+from buildtool.release.model import Evidence
 from buildtool.release.notes import build_manifest, changes, render_notes, versions_from_labels, write_release_files
 from buildtool.release.promote import ImageRelease, Platform, ReleaseReport, TagAction
 from tests.signing import complete
@@ -22,11 +23,11 @@ def item(cell: str = "pytorch-cpu:2.13", digest: str = D1, size: int = 2_000_000
     it = ImageRelease(cell=cell, image=cell.split(":")[0], source=f"r/{cell.split(':')[0]}-dev:abc-2.13",
                       release_repo=f"r/{cell.split(':')[0]}", digest=digest, media_type="x",
                       platforms=[Platform("", digest, size, labels if labels is not None else LABELS)],
-                      verdict=parse_verdict(complete({
+                      evidence=[Evidence(digest, verdict=parse_verdict(complete({
                           "result": "passed", "started": "t", "test_code": "c", "runner": {"hostname": "h"},
                           "tests": [{"id": "a", "result": "passed"},
                                     {"id": "b", "result": "skipped", "skip_reason": "no GPU here"}]}), "x"),
-                      verdict_ref=f"r/x-dev@{D2}",
+                          verdict_ref=f"r/x-dev@{D2}")],
                       tags=[TagAction("2.13-0.2.0", False, None, "create"), TagAction("2.13", True, D2, "move"),
                             TagAction("latest", True, D2, "keep", "stays on release 0.3.0 (newer)")],
                       status="promoted", previous=previous)
@@ -96,4 +97,4 @@ def test_catalogue_helpers_read_releases_in_version_order(tmp_path: Path) -> Non
     assert [m["version"] for m in load_release_manifests(tmp_path)] == ["0.9.0", "0.10.0"]
     assert latest_by_cell(tmp_path)["pytorch-cpu:2.13"] == {
         "release": "0.10.0", "tags": ["2.13-0.2.0", "2.13"], "pinned": f"r/pytorch-cpu@{D2}", "digest": D2,
-        "sbom": None}
+        "sbom": None, "platforms": [{"platform": "single", "digest": D2, "emulated": False}]}

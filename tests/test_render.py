@@ -229,3 +229,27 @@ def test_catalogue_lists_the_newest_release_of_each_cell(project: Path, run_cli)
     assert (f"- SBOM (CycloneDX JSON, attached to the digest): `r/pytorch-cpu@sha256:{'5' * 64}`; print it with "
             "`buildtool sbom x`") in text
     assert text.count("- Released: not yet") == 6
+
+
+def test_catalogue_shows_each_cells_platforms_and_the_released_platform_digests() -> None:
+    import dataclasses
+
+    from buildtool.render.catalogue import render_catalogue
+    from tests.conftest import fixture_matrix
+
+    both = ("linux/amd64", "linux/arm64")
+    base = fixture_matrix()
+    cells = tuple(dataclasses.replace(c, platforms=both, emulation_factor=4)
+                  if c.key in ("pytorch-cpu:2.13", "pytorch-ngc:25.10") else c for c in base.cells)
+    d1, d2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    released = {"pytorch-cpu:2.13": {"release": "0.1.0", "tags": ["2.13"], "pinned": "r/pytorch-cpu@sha256:9",
+                                     "digest": "sha256:9", "sbom": None,
+                                     "platforms": [{"platform": "linux/amd64", "digest": d1, "emulated": False},
+                                                   {"platform": "linux/arm64", "digest": d2, "emulated": True}]}}
+    text = render_catalogue(dataclasses.replace(base, cells=cells), released)
+    assert "| cpu | linux/amd64, linux/arm64 |" in text and "| cpu | linux/amd64 |" in text   # tensorflow-cpu
+    assert ("- Platforms: linux/amd64, linux/arm64 (one image index, one manifest per platform; validated "
+            "linux/amd64 natively, the others under emulation (QEMU) on amd64 runners)") in text
+    assert "validated each on native GPU runners of its architecture)" in text     # pytorch-ngc, a GPU cell
+    assert (f"- Released platforms (one index; each platform validated on its own digest): linux/amd64 `{d1}`, "
+            f"linux/arm64 `{d2}` (validated under emulation)") in text

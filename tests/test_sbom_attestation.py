@@ -24,7 +24,7 @@ from buildtool.registry.sbom_attestation import (
     plain_sbom_problem,
     sbom_digest,
 )
-from buildtool.release.model import ImageRelease
+from buildtool.release.model import Evidence
 from buildtool.release.sbomgate import gate_sbom, sbom_problems
 from tests import sbom_probe, signing
 from tests.conftest import fixture_matrix
@@ -137,8 +137,8 @@ def test_two_signed_sboms_that_disagree_count_as_none(image) -> None:  # noqa: A
 
 # -- the release gate --------------------------------------------------------------------------------
 
-def gated(client: MemRegistry, digest: str, **verdict_changes: Any) -> ImageRelease:
-    item = ImageRelease(cell=CPU.key, image=CPU.name, source="x", release_repo="y", digest=digest)
+def gated(client: MemRegistry, digest: str, **verdict_changes: Any) -> Evidence:
+    item = Evidence(digest)
     item.verdict = parse_verdict(signing.verdict(CPU, digest, **verdict_changes), "test")
     gate_sbom(client, item, REPO, signing.trusted())   # type: ignore[arg-type]
     return item

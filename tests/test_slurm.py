@@ -115,10 +115,17 @@ def dry_run(tmp_path: Path, script: Path, scripts_dir: Path) -> tuple[subprocess
     return proc, calls
 
 
-def fake_bundle(tmp_path: Path) -> Path:
+def fake_bundle(tmp_path: Path, machine: str | None = None) -> Path:
+    """A bundle folder whose record (as `buildtool bundle` writes it) names `machine` (default: this host's)."""
+    import platform
+
     bundle = tmp_path / "bundle"
     (bundle / "jobs").mkdir(parents=True)
     (bundle / "config.json").write_text("{}")
+    record = {"path": str(bundle), "shm_size": "1m"}
+    if machine != "":
+        record["machine"] = machine or platform.machine()
+    (bundle / "dl-images-bundle.json").write_text(json.dumps(record, indent=1) + "\n")
     return bundle
 
 
@@ -134,6 +141,8 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "DDP check passed: world size 1" in proc.stdout
     srun_calls = [c for c in calls if c[0] == "srun"]
+    if runtime == "oci":   # first every node's architecture, against the bundle's platform
+        assert srun_calls.pop(0)[1:] == ["--ntasks-per-node=1", "uname", "-m"]
     assert len(srun_calls) == 2  # the /dev/shm check, then the check itself
     launch = srun_calls[1][1:]
     assert launch[:2] == ["--kill-on-bad-exit=1", "--cpus-per-task=1"]   # a CPU job: one CPU for its one rank
@@ -214,6 +223,7 @@ def test_oci_takes_a_bundle_folder_and_the_others_an_image(run_cli) -> None:
 def test_oci_without_a_bundle_record_needs_shm_size(run_cli, tmp_path: Path) -> None:
     """Issue 21: no record to read the bundle's /dev/shm from is an error, not 8g."""
     bundle = fake_bundle(tmp_path)
+    (bundle / "dl-images-bundle.json").unlink()
     code, out, err = run_cli("slurm", str(bundle), "--runtime", "oci", "--out", str(tmp_path / "s.sbatch"),
                              "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and out == "", err
@@ -427,3 +437,22 @@ def test_nccl_settings_are_exported_only_when_set(run_cli, tmp_path: Path, runti
                 "NCCL_DEBUG,NCCL_IB_GID_INDEX,NCCL_IB_HCA,NCCL_SOCKET_IFNAME") in text
     cpu = generate(run_cli, tmp_path, image, "--gpus-per-node", "0", *extra).read_text()
     assert "NCCL_" not in cpu
+
+
+@pytest.mark.parametrize(("machine", "cause"), [
+    ("riscv64", "DDP check failed: the bundle is for riscv64, but the nodes are {host} (uname -m); make a bundle of "
+                "their platform (buildtool bundle --platform) or submit to nodes of its own"),
+    ("", "dl-images-bundle.json records no platform (a bundle made before bundles recorded one): make it again "
+         "with `buildtool bundle --platform`"),
+])
+def test_a_bundle_of_another_platform_than_the_nodes_is_refused_before_the_check(run_cli, tmp_path: Path,
+                                                                               machine: str, cause: str) -> None:
+    import platform
+
+    bundle = fake_bundle(tmp_path, machine)
+    script = generate(run_cli, tmp_path, str(bundle), "--runtime", "oci", "--nodes", "1", "--gpus-per-node", "0",
+                      "--shm-size", "1m", "--framework", "pytorch")
+    proc, calls = dry_run(tmp_path, script, REPO / "image-tests/pytorch/scripts")
+    assert proc.returncode == 2, proc.stderr
+    assert cause.format(host=platform.machine()) in proc.stderr, proc.stderr
+    assert all("--kill-on-bad-exit=1" not in c for c in calls), "the check itself never started"

@@ -184,3 +184,41 @@ def test_buildkits_attestation_entry_is_passed_over_but_an_unknown_image_entry_i
     client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
     with pytest.raises(UserError, match="unknown platform 'unknown/unknown'"):
         engine.index_platforms(ref(client))
+
+
+# -- --platform: one platform of the index (the nightly's native runners) --------------------------------------
+
+def _validate_cli(monkeypatch: pytest.MonkeyPatch, entries: list[str]) -> list[str | None]:
+    """`buildtool validate IMAGE` with the index read and each platform's run stubbed: the platforms it ran."""
+    from buildtool.validate import runner
+
+    ran: list[str | None] = []
+
+    def run(ref: str, loaded: object, root: object, options: object, log: object, platform: str | None) -> dict:
+        ran.append(platform)
+        return {"image": ref, "cell": "c", "platform": platform or "", "emulated": False, "digest": "sha256:0",
+                "result": "passed", "tests": [], "duration_s": 0.0}
+
+    monkeypatch.setattr(engine, "index_platforms", lambda ref: {p: "sha256:" + str(i) for i, p in enumerate(entries)})
+    monkeypatch.setattr(runner, "validate_image", run)
+    return ran
+
+
+def test_validate_runs_only_the_platform_named_and_refuses_one_the_index_lacks(
+        run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from tests.conftest import REPO
+
+    image = "127.0.0.1:5000/t/jax-cpu-dev:0123456789ab-0.10"
+    ran = _validate_cli(monkeypatch, ["linux/amd64", "linux/arm64"])
+    code, _, err = run_cli("validate", image, "--platform", "linux/arm64", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    assert ran == ["linux/arm64"]
+    ran.clear()
+    assert run_cli("validate", image, "--matrix", str(REPO / "matrix.yaml"))[0] == 0
+    assert ran == ["linux/amd64", "linux/arm64"]                     # default: every platform
+    ran.clear()
+    _validate_cli(monkeypatch, ["linux/amd64"])
+    code, _, err = run_cli("validate", image, "--platform", "linux/arm64", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and f"--platform linux/arm64: {image} is an index of linux/amd64 only" in err
+    code, _, err = run_cli("validate", image, "--platform", "linux/s390x", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and "--platform: unknown platform 'linux/s390x'" in err

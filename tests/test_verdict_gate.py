@@ -221,6 +221,7 @@ def test_release_gates_on_the_cells_groups_even_where_the_checkout_lacks_a_folde
     instead of comparing the verdict with the groups that folder happens to have."""
     from buildtool.matrix.plan import CellPlan
     from buildtool.release import gather, promote
+    from buildtool.release.model import Evidence
     from buildtool.release.testcode import KnownCode
     from buildtool.validate import collect, verdicts
     from tests.signing import CODE, KEY, trusted
@@ -236,11 +237,10 @@ def test_release_gates_on_the_cells_groups_even_where_the_checkout_lacks_a_folde
     plan = CellPlan(cell=CPU, revision="0123456789ab", dev_repo="127.0.0.1:5000/pytorch-cpu-dev",
                     dev_tag="0123456789ab-2.13", release_repo="127.0.0.1:5000/pytorch-cpu",
                     release_tags=("2.13-0.1.0",), moving_tags=(), base=CPU.base)
-    item = promote.ImageRelease(cell=CPU.key, image=CPU.name, source=plan.dev_ref, release_repo=plan.release_repo,
-                                digest=D1)
+    item = Evidence(D1)
     options = promote.ReleaseOptions("0.1.0", "0123456789ab", trusted=trusted(),
                                      known_code=KnownCode({CODE: ("image-tests at the image's revision", folder)}))
-    gather._gate_verdict(None, item, plan, "pytorch-cpu-dev", options)  # type: ignore[arg-type]
+    gather._gate_verdict(None, item, plan, "pytorch-cpu-dev", options, False)  # type: ignore[arg-type]
     assert any(f"image-tests at the image's revision has no folder {folder / 'pytorch'}/ for the group pytorch "
                "of pytorch-cpu:2.13" in p for p in item.problems), item.problems
     assert any("did not run the group(s) pytorch that the matrix gives pytorch-cpu:2.13" in p

@@ -152,3 +152,19 @@ def test_verify_checks_every_platform_of_an_index(client: MemRegistry, cli) -> N
 def test_verify_trusts_the_local_key_only_on_a_loopback_registry(cli) -> None:  # noqa: ANN001
     code, _, err = cli("registry.example.com/team/pytorch-cpu:2.13", "--trust-local-key")
     assert code == 2 and "--trust-local-key is only for a loopback registry, not registry.example.com" in err
+
+
+def test_verify_refuses_a_verdict_that_records_another_platform_than_its_index_entry(client: MemRegistry,
+                                                                                    cli) -> None:  # noqa: ANN001
+    """Signed for the arm64 digest, but saying it ran linux/amd64: not the arm64 platform's verdict."""
+    amd, arm = client.push_image(REPO, "amd", b"amd64"), client.push_image(REPO, "arm", b"arm64")
+    chained(client, amd)
+    chained(client, arm)     # its verdict records linux/amd64 (the helper's default)
+    children = [{"mediaType": OCI_MANIFEST, "digest": d, "size": 1, "platform": {"os": "linux", "architecture": a}}
+                for d, a in ((amd, "amd64"), (arm, "arm64"))]
+    client.put_manifest(REPO, "2.13", json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                                  "manifests": children}).encode(), OCI_INDEX)
+    code, out, err = cli(f"{client.host}/{REPO}:2.13")
+    assert code == 1 and err.strip() == (f"failed: the verdict of {arm} records platform linux/amd64, not "
+                                         "linux/arm64, the index entry it is attached to")
+    assert "ran linux/amd64, names sbom" in out and out.count("result  verified") == 1

@@ -217,3 +217,56 @@ def test_only_the_nightly_build_jobs_get_the_builder_key() -> None:
                         for s in push)
     assert all("DL_IMAGES_BUILDER_KEY" not in s.get("env", {}) for s in steps if "make validate" in s.get("run", ""))
     assert "DL_IMAGES_BUILDER_KEY" not in render_workflows(matrix())[PR_PATH].decode()
+
+
+def multi_platform_matrix():  # noqa: ANN201
+    """The fixture matrix with pytorch-ngc (a GPU cell) and pytorch-cpu on linux/amd64 and linux/arm64."""
+    import dataclasses
+
+    both = ("linux/amd64", "linux/arm64")
+    cells = tuple(dataclasses.replace(c, platforms=both, emulation_factor=4)
+                  if c.key in ("pytorch-ngc:25.10", "pytorch-cpu:2.13") else c for c in matrix().cells)
+    return dataclasses.replace(matrix(), cells=cells)
+
+
+def test_nightly_validates_each_gpu_cells_arm64_on_native_arm64_gpu_runners() -> None:
+    doc = yaml.safe_load(render_workflows(multi_platform_matrix())[NIGHTLY_PATH])
+    job = doc["jobs"]["validate-linux-arm64"]
+    assert job["runs-on"] == ("${{ fromJSON(vars.GPU_RUNNER_LABELS_ARM64 || "
+                              """'["self-hosted","linux","arm64","gpu","gh200"]') }}""")
+    assert job["strategy"]["matrix"] == {"cell": ["pytorch-ngc:25.10"]}   # GPU cells with arm64 only: one job each
+    assert job["needs"] == "build-validate" and job["env"]["DL_IMAGES_REQUIRE_GPU"] == "1"
+    [validate] = [s for s in job["steps"] if "make validate" in s.get("run", "")]
+    assert validate["run"] == "make validate FRAMEWORK='${{ matrix.cell }}' PLATFORM=linux/arm64"
+    assert validate["env"] == {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}
+    assert "validate-linux-arm64" in doc["jobs"]["report"]["needs"]
+    # The amd64 runners build every platform and validate a GPU cell's amd64 manifest only; a CPU cell's
+    # every platform (arm64 under emulation).
+    build = doc["jobs"]["build-validate"]
+    assert build["runs-on"] == """${{ fromJSON(vars.GPU_RUNNER_LABELS || '["self-hosted","linux","x64","gpu"]') }}"""
+    [step] = [s for s in build["steps"] if "make validate" in s.get("run", "")]
+    assert step["env"]["PLATFORM"] == ("${{ contains(fromJSON('[\"pytorch-ngc:25.10\"]'), matrix.cell) "
+                                       "&& 'linux/amd64' || '' }}")
+    assert step["run"] == "make validate FRAMEWORK='${{ matrix.cell }}' PLATFORM=\"$PLATFORM\""
+    assert "# GPU cells validated on native linux/arm64 runners: pytorch-ngc:25.10" in \
+        render_workflows(multi_platform_matrix())[NIGHTLY_PATH].decode()
+
+
+def test_nightly_has_no_arm64_job_without_an_arm64_gpu_cell() -> None:
+    doc = load(NIGHTLY_PATH)
+    assert not any(job.startswith("validate-") for job in doc["jobs"])
+    [step] = [s for s in doc["jobs"]["build-validate"]["steps"] if "make validate" in s.get("run", "")]
+    assert step["run"] == "make validate FRAMEWORK='${{ matrix.cell }}'" and "PLATFORM" not in step["env"]
+
+
+def test_a_gpu_cell_of_a_platform_without_runner_labels_is_refused() -> None:
+    with pytest.raises(ValueError, match="no GPU runner labels for linux/arm64"):
+        render_workflows(multi_platform_matrix(), WorkflowOptions(platform_gpu_labels=()))
+
+
+@pytest.mark.tools("check-jsonschema")
+def test_the_multi_platform_nightly_passes_the_github_schema(tmp_path: Path) -> None:
+    path = tmp_path / "nightly.yml"
+    path.write_bytes(render_workflows(multi_platform_matrix())[NIGHTLY_PATH])
+    proc = check_jsonschema(path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -33,6 +33,7 @@ from buildtool.contracts.rendezvous import (
 )
 
 if TYPE_CHECKING:
+    from buildtool.contracts import platforms as contracts_platforms
     from buildtool.contracts.frameworks import Framework
     from buildtool.launch.multinode import NcclSettings
     from buildtool.launch.scaling import ScalingResult
@@ -91,6 +92,25 @@ def _shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:
         raise UserError(f"{image} is no image of the matrix ({', '.join(loaded.image_names)}), so it has no run "
                         "profile to take /dev/shm from; pass --shm-size")
     return cell.run.shm_size
+
+
+def _platform_for(image: str, platform: str | None, matrix: Path | None) -> contracts_platforms.Platform:
+    """The platform to launch IMAGE on: --platform, else its matrix cell's only one (launch.arch)."""
+    from buildtool.launch.arch import choose_platform
+    from buildtool.launch.multinode import cell_for_image
+
+    try:
+        project = _project(matrix)
+    except UserError:
+        project = None     # outside a checkout: nothing knows the image's platforms
+    cell = None
+    if project is not None and not image.startswith("/"):
+        try:
+            cell = cell_for_image(project.load(), image)
+        except UserError:
+            if platform is None:    # a matrix image whose tag names no cell: said so, never its default cell's
+                raise
+    return choose_platform(image, platform, cell)
 
 
 def _framework_for(image: str, framework: str | None, matrix: Path | None) -> Framework:
@@ -271,10 +291,15 @@ def register(app: typer.Typer) -> None:
         nccl_ib_hca: NcclHcaOption = "",
         nccl_env: NcclEnvOption = None,
         framework: CheckFrameworkOption = None,
+        platform: Annotated[str | None, typer.Option(
+            help="The platform the pods run (os/arch, e.g. linux/arm64): its nodes by the kubernetes.io/arch and "
+                 "kubernetes.io/os labels. Default: the cell's only platform; a multi-platform cell's must be "
+                 "named.")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
         matrix: MatrixOption = None,
     ) -> None:
         """Manifests that run the multi-node check of the image's framework on Kubernetes."""
+        from buildtool.launch.arch import node_selector as arch_selector
         from buildtool.launch.k8s import PodOptions, default_variant, manifests, to_yaml
         from buildtool.launch.multinode import MultiNodeJob, check_of, k8s_quantity, read_check_script
 
@@ -285,12 +310,14 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--shm-size: {exc}") from None
         _check_steps(steps)
         row = _framework_for(image, framework, matrix)
+        chosen = _platform_for(image, platform, matrix)
         job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check_of(row), name=name,
                            shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts,
                            backoff_limit=backoff_limit, rdzv_port=rdzv_port, steps=steps,
                            nccl=_nccl(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env))
         opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
-                          node_selector=PodOptions.parse_selector(node_selector or []), active_deadline_s=deadline,
+                          node_selector=arch_selector(chosen, PodOptions.parse_selector(node_selector or [])),
+                          active_deadline_s=deadline,
                           tolerations=PodOptions.parse_tolerations(toleration or []), ipc_lock=ipc_lock,
                           rdma_resources=PodOptions.parse_rdma(rdma_resource or []))
         docs = manifests(job, opts, read_check_script(row), variant or default_variant(job))
@@ -362,6 +389,9 @@ def register(app: typer.Typer) -> None:
                                                            "(default: DEST/jobs, writable by everyone).")] = None,
         writable: Annotated[bool, typer.Option(help="A writable root file system (default: read-only).")] = False,
         force: Annotated[bool, typer.Option(help="Replace DEST when it exists.")] = False,
+        platform: Annotated[str | None, typer.Option(
+            help="The platform to bundle (os/arch, e.g. linux/arm64: that manifest of an image index), the nodes' "
+                 "architecture. Default: the cell's only platform; a multi-platform cell's must be named.")] = None,
         json_out: JsonOption = False,
         matrix: MatrixOption = None,
     ) -> None:
@@ -383,13 +413,16 @@ def register(app: typer.Typer) -> None:
             fallback = Profile(shm_size=run.shm_size, ulimits=run.ulimits, gpus=run.gpus != "none",
                                ipc_host=run.ipc == "host", source=f"the matrix cell {cell.key}")
         overrides = parse_ulimits(ulimit or [])
-        made = make_bundle(image, dest, fallback=fallback, shm_size=shm_size, ulimits=overrides, hosts=hosts,
+        from buildtool.launch.arch import choose_platform
+
+        chosen = choose_platform(image, platform, cell)
+        made = make_bundle(image, dest, chosen, fallback=fallback, shm_size=shm_size, ulimits=overrides, hosts=hosts,
                            jobs_dir=jobs_dir, read_only=not writable, force=force, log=log)
         if json_out:
             say(json.dumps(asdict(made), indent=1))
             return
         limits = ", ".join(f"{k}={v}" for k, v in made.ulimits.items()) or "none"
-        say(f"{made.path}: {made.image}@{made.digest}")
+        say(f"{made.path}: {made.image}@{made.digest} ({made.platform})")
         say(f"  /dev/shm {made.shm_size}, ulimits {limits}, root {'read-only' if made.read_only else 'writable'}, "
             f"hosts {made.hosts}, jobs in {made.jobs_dir} (profile: {made.profile_source}; {made.seconds:.0f} s)")
 

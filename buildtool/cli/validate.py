@@ -34,6 +34,21 @@ def _peers(values: list[str]) -> dict[str, str]:
     return peers
 
 
+def _platforms(values: list[str]) -> list[str]:
+    """--platform values (a comma list each; an empty PLATFORM: every platform), each a known platform."""
+    from buildtool.contracts import platforms
+
+    found = []
+    for value in (v.strip() for item in values for v in item.split(",")):
+        if not value:
+            continue
+        try:
+            found.append(platforms.get(value).name)
+        except platforms.UnknownPlatform as exc:
+            raise UserError(f"--platform: {exc}") from None
+    return found
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
@@ -69,6 +84,10 @@ def register(app: typer.Typer) -> None:
             min=1, envvar="DL_IMAGES_VALIDATE_JOBS",
             help="Run the image tests on this many workers at once, each test declaring what it may run beside "
                  "(image-tests/lanes.py); 1: one after another.")] = DEFAULT_JOBS,
+        platform: Annotated[list[str] | None, typer.Option(
+            "--platform",
+            help="Only this platform's manifest of an image index (os/arch, repeatable or a comma list; e.g. "
+                 "linux/arm64 on a native arm64 GPU runner). Default: every platform of the index.")] = None,
         revision: RevisionOption = None,
         as_json: JsonOption = False,
         matrix: MatrixOption = None,
@@ -81,6 +100,7 @@ def register(app: typer.Typer) -> None:
         from buildtool.validate.engine import index_platforms
         from buildtool.validate.runner import Options, gpu_inventory, require_gpus, validate_image
 
+        wanted = _platforms(platform or [])
         chosen = sum((bool(images), framework is not None, all_cells))
         if chosen != 1:
             raise UserError("name the images to validate: IMAGE..., --framework X or --all (exactly one)")
@@ -115,8 +135,16 @@ def register(app: typer.Typer) -> None:
         for ref in refs:
             # An image index: one run and one verdict per platform manifest (foreign ones under QEMU).
             per_platform: list[str | None] = list(index_platforms(ref)) or [None]
-            for platform in per_platform:
-                verdicts.append(validate_image(ref, loaded, project.root, options, log, platform))
+            if wanted:
+                # The nightly validates each platform of a GPU cell on a native runner of it (render.workflows).
+                missing = [p for p in wanted if p not in per_platform]
+                if missing:
+                    raise UserError(f"--platform {', '.join(missing)}: {ref} is "
+                                    + (f"an index of {', '.join(str(p) for p in per_platform)}"
+                                       if per_platform != [None] else "a single image, not an index") + " only")
+                per_platform = [p for p in per_platform if p in wanted]
+            for one in per_platform:
+                verdicts.append(validate_image(ref, loaded, project.root, options, log, one))
         if as_json:
             out.print(json.dumps(verdicts, indent=1), markup=False, highlight=False)
         else:

@@ -25,10 +25,15 @@ def load_release_manifests(root: Path) -> list[dict[str, Any]]:
 
 
 def latest_by_cell(root: Path) -> dict[str, dict[str, Any]]:
-    """cell key -> {release, tags, pinned, digest, sbom} of its newest release: what the catalogue can list."""
+    """cell key -> {release, tags, pinned, digest, sbom, platforms} of its newest release: what the catalogue
+    can list (`platforms`: platform, digest and whether its verdict ran emulated, of each platform manifest)."""
     latest: dict[str, dict[str, Any]] = {}
     for manifest in load_release_manifests(root):
         for img in manifest["images"]:
+            platforms = [{"platform": p.get("platform"), "digest": p.get("digest"),
+                          "emulated": bool((p.get("verdict") or {}).get("emulated"))}
+                         for p in img.get("platforms") or []]
             latest[img["cell"]] = {"release": manifest["version"], "tags": img["tags"], "pinned": img["pinned"],
-                                   "digest": img["digest"], "sbom": (img.get("packages") or {}).get("sbom")}
+                                   "digest": img["digest"], "sbom": (img.get("packages") or {}).get("sbom"),
+                                   "platforms": platforms}
     return latest

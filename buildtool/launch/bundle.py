@@ -20,6 +20,11 @@ the image's run profile (its label_keys.RUN_PROFILE label, else the matrix cell'
 
 Mount sources are absolute paths: a bundle is made for the place it lives in. The folder appears whole or
 not at all (built beside DEST in a temporary folder, renamed into place).
+
+A bundle is of one platform (os/arch): skopeo picks that platform's manifest of an image index
+(`--override-os`/`--override-arch`), the copied image's config must declare it (a single-platform image of
+another platform is refused), and the bundle's record names it (`platform`, and `machine` as `uname -m`
+prints it), so the sbatch script can refuse nodes of another architecture (buildtool.launch.slurm).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, is_loopback_host, parse_reference
 from buildtool.common.sizes import SizeError, size_bytes
-from buildtool.contracts import label_keys
+from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 
 JOBS_DIR = "jobs"
@@ -79,6 +84,8 @@ class Bundle:
     hosts: str
     jobs_dir: str
     seconds: float
+    platform: str = ""        # os/arch of the image unpacked (the record of an older bundle lacks it)
+    machine: str = ""         # what `uname -m` prints on nodes that run it natively
 
 
 def shm_bytes(size: str, what: str = "--shm-size") -> int:
@@ -172,13 +179,29 @@ def _blob(layout: Path, digest: str) -> dict[str, Any]:
     return json.loads((layout / "blobs" / algorithm / hexdigest).read_text(encoding="utf-8"))
 
 
-def layout_image(layout: Path) -> tuple[str, dict[str, str]]:
-    """(manifest digest, labels) of the one image in an OCI layout written by skopeo."""
+def layout_image(layout: Path) -> tuple[str, dict[str, str], str]:
+    """(manifest digest, labels, os/arch[/variant] its config declares) of the one image in an OCI layout
+    written by skopeo."""
     index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
     digest = index["manifests"][0]["digest"]
     manifest = _blob(layout, digest)
     config = _blob(layout, manifest["config"]["digest"])
-    return digest, dict((config.get("config") or {}).get("Labels") or {})
+    declared = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
+    return digest, dict((config.get("config") or {}).get("Labels") or {}), declared
+
+
+def platform_problem(wanted: platforms.Platform, declared: str) -> str | None:
+    """Why the copied image is not of the platform the bundle is made for (None: it is)."""
+    os_, _, rest = declared.partition("/")
+    arch, _, variant = rest.partition("/")
+    try:
+        found = platforms.from_descriptor({"os": os_, "architecture": arch, "variant": variant})
+    except platforms.UnknownPlatform:
+        found = None
+    if found is not None and found.name == wanted.name:
+        return None
+    return (f"the image is {declared or 'of no declared platform'}, not {wanted.name}: it is no index with a "
+            f"{wanted.name} manifest; bundle the platform it has (--platform), or an image of {wanted.name}")
 
 
 def _loopback(host: str) -> bool:
@@ -198,7 +221,8 @@ def parse_ulimits(items: list[str]) -> tuple[tuple[str, int], ...]:
     return tuple(pairs)
 
 
-def make_bundle(image: str, dest: Path, *, fallback: Profile | None = None, shm_size: str | None = None,
+def make_bundle(image: str, dest: Path, platform: platforms.Platform, *, fallback: Profile | None = None,
+                shm_size: str | None = None,
                 ulimits: tuple[tuple[str, int], ...] = (), hosts: Path | None = None, jobs_dir: Path | None = None,
                 read_only: bool = True, force: bool = False, log: Callable[[str], None] = lambda _: None) -> Bundle:
     """Copy IMAGE from its registry, unpack it, write the fitted config: DEST appears whole or not at all.
@@ -223,11 +247,16 @@ def make_bundle(image: str, dest: Path, *, fallback: Profile | None = None, shm_
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
         layout = work / "layout"
-        log(f"copying {image} into an OCI layout (skopeo)")
+        log(f"copying the {platform.name} image of {image} into an OCI layout (skopeo)")
         tls = ["--src-tls-verify=false"] if _loopback(ref.registry) else []
-        _run([skopeo, "copy", "--quiet", *tls, f"docker://{image}", f"oci:{layout}:image"], COPY_TIMEOUT_S,
+        # Global options: which manifest of an index to copy (skopeo's default is this machine's platform).
+        chosen = [f"--override-os={platform.os}", f"--override-arch={platform.architecture}"]
+        _run([skopeo, *chosen, "copy", "--quiet", *tls, f"docker://{image}", f"oci:{layout}:image"], COPY_TIMEOUT_S,
              f"skopeo copy of {image}")
-        digest, labels = layout_image(layout)
+        digest, labels, declared = layout_image(layout)
+        problem = platform_problem(platform, declared)
+        if problem is not None:
+            raise UserError(f"{image}: {problem}")
         profile = profile_from_labels(labels) or fallback
         if profile is None and shm_size is None:
             raise UserError(f"{image} carries no {label_keys.RUN_PROFILE} label and matches no matrix cell; "
@@ -261,7 +290,8 @@ def make_bundle(image: str, dest: Path, *, fallback: Profile | None = None, shm_
                         shm_size=profile.shm_size, shm_bytes=_profile_shm_bytes(profile),
                         ulimits=dict(profile.ulimits), read_only=read_only,
                         hosts=str(dest / HOSTS_FILE) if hosts is not None else "/etc/hosts (the node's)",
-                        jobs_dir=str(jobs or dest / JOBS_DIR), seconds=round(time.monotonic() - started, 1))
+                        jobs_dir=str(jobs or dest / JOBS_DIR), seconds=round(time.monotonic() - started, 1),
+                        platform=platform.name, machine=platform.machine)
         (staged / META_FILE).write_text(json.dumps(asdict(bundle), indent=1) + "\n", encoding="utf-8")
         if dest.exists():
             os.rename(dest, work / "replaced")

@@ -60,7 +60,7 @@ class PodOptions:
     namespace: str = ""
     cpu: str = ""
     memory: str = ""
-    node_selector: dict[str, str] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)   # with the platform's (launch.arch.node_selector)
     tolerations: tuple[dict[str, str], ...] = ()
     gpu_resource: str = GPU_RESOURCE
     service_account: str = ""

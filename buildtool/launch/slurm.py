@@ -38,7 +38,7 @@ from typing import Any
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
-from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, shm_bytes
+from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, META_FILE, shm_bytes
 from buildtool.launch.multinode import (
     IS_HOST,
     LOCAL_ADDR,
@@ -158,6 +158,23 @@ def _shm_check(opts: SlurmOptions, failed: str) -> list[str]:
     return ["# Containers share the node's /dev/shm: refuse to start on a node where it is too small.",
             "# shellcheck disable=SC2016  # the single-quoted script expands on each node, not here",
             f"srun --ntasks-per-node=1 bash -c '{inner}' shm-check \"$SHM_BYTES\""]
+
+
+def _platform_check(failed: str) -> list[str]:
+    """A bundle is of one platform (its record's `machine`, buildtool.launch.bundle): refuse to start on nodes
+    of another architecture (runc would fail with `exec format error`, or QEMU would run it unvalidated)."""
+    return ["# The bundle is of one platform: every node must be of its architecture (uname -m).",
+            "bundle_machine=\"$(sed -n 's/^ *\"machine\": \"\\([^\"]*\\)\".*/\\1/p' \"$OCI_BUNDLE/" + META_FILE
+            + "\" 2>/dev/null || true)\"",
+            "if [ -z \"$bundle_machine\" ]; then",
+            "  echo \"error: $OCI_BUNDLE/" + META_FILE + " records no platform (a bundle made before bundles "
+            "recorded one): make it again with \\`buildtool bundle --platform\\`\" >&2",
+            "  exit 2", "fi",
+            "node_machines=\"$(srun --ntasks-per-node=1 uname -m | sort -u | tr '\\n' ' ')\"",
+            "if [ \"$node_machines\" != \"$bundle_machine \" ]; then",
+            f"  echo \"{failed}: the bundle is for $bundle_machine, but the nodes are $node_machines(uname -m); "
+            "make a bundle of their platform (buildtool bundle --platform) or submit to nodes of its own\" >&2",
+            "  exit 2", "fi"]
 
 
 def _launch(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
@@ -316,7 +333,7 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
     for name, text in work.embedded.items():
         marker = re.sub(r"\W", "_", name).upper()
         lines += [f"cat > \"$workdir/{name}\" <<'{marker}'", text.rstrip("\n"), marker]
-    lines += ["", *_shm_check(opts, failed), ""]
+    lines += ["", *(_platform_check(failed) if oci else []), *_shm_check(opts, failed), ""]
     launch = " ".join(_quote(w) for w in _launch(job, opts, work))
     lines += [
         "# Keep the step's output to say what failed: srun names the node whose task ended first.",

@@ -72,14 +72,14 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
     parsed = parse_reference(reference)
     chains = []
     for digest, platform in manifests(client, parsed.path, parsed.digest or parsed.tag or "latest"):
-        chain = verify_digest(client, parsed.path, digest, trusted)
-        chain.platform = platform
+        chain = verify_digest(client, parsed.path, digest, trusted, platform)
         chains.append(chain)
     return chains
 
 
-def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys) -> Chain:
-    chain = Chain(image=f"{client.host}/{repo}@{digest}")
+def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys, platform: str = "") -> Chain:
+    """The chain of one platform manifest (`platform`: its index entry's os/arch, "" for a single manifest)."""
+    chain = Chain(image=f"{client.host}/{repo}@{digest}", platform=platform)
     chain.lines.append(("image", chain.image))
     prov = find_provenance(client, repo, digest, trusted)
     if prov.provenance is None:
@@ -106,7 +106,14 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     matches = "matches" if v.sbom and v.sbom == sbom.digest else "does not match"
     chain.lines.append(("tested", f"by {v.runner.hostname} (key {trusted.describe(chosen.keyid)}), {v.result}, "
                                   f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
-                                  f"test code {v.test_code}, names sbom {v.sbom or '(none)'} ({matches})"))
+                                  f"test code {v.test_code}, "
+                                  + (f"ran {v.platform}{' under emulation' if v.emulated else ''}, " if v.platform
+                                     else "") + f"names sbom {v.sbom or '(none)'} ({matches})"))
+    chain.facts["verdict"].update(platform=v.platform, emulated=v.emulated)
+    if platform and v.platform != platform:
+        # Its subject is this digest, yet it says it ran another platform (or, schema 4, none).
+        return chain.fail(f"the verdict of {digest} records platform {v.platform or '(none: schema 4)'}, not "
+                          f"{platform}, the index entry it is attached to")
     if v.result != "passed":
         failed = [t.id for t in v.tests if t.result == "failed"]
         return chain.fail(f"the verdict of {digest} is {v.result!r}"

@@ -44,10 +44,14 @@ def copy_manifest(client: RegistryClient, src_repo: str, dst_repo: str, raw: byt
     client.put_manifest(dst_repo, digest, raw, media_type)
 
 
-def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> list[Referrer]:
+Staged = dict[str, list[Referrer]]     # platform manifest digest -> the artifacts attached to it
+
+
+def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> Staged:
     """The writes of a promotion that need no lock: the image's manifests (children first, blobs
-    mounted) and its signed verdict and SBOM artifacts, all by digest and untagged in the release
-    repository. Returns the artifacts, for `promote` to list as referrers of the image."""
+    mounted, bytes unchanged: the index keeps its digest) and each platform manifest's signed verdict,
+    SBOM and provenance artifacts, all by digest and untagged in the release repository. Returns the
+    artifacts of each platform manifest, for `promote` to list as referrers of that digest."""
     from buildtool.registry.referrers import copy_artifact
     from buildtool.registry.sbom import find_sbom
 
@@ -56,15 +60,18 @@ def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> list[Re
     copy_manifest(client, src, dst, item._raw, item.media_type, item.digest)
     # Users of the release repository can check the signed verdict and SBOM by digest there too (bytes
     # unchanged, so the signatures hold), and the plain SBOM travels with the image (release.packages).
-    artifacts = [a for a in (item.attestation, item.sbom_attestation, item.provenance_artifact,
-                             find_sbom(client, src, item.digest)) if a is not None]
-    for artifact in artifacts:
-        copy_artifact(client, src, dst, artifact)
-    return artifacts
+    staged: Staged = {}
+    for ev in item.evidence:
+        artifacts = [a for a in (ev.attestation, ev.sbom_attestation, ev.provenance_artifact,
+                                 find_sbom(client, src, ev.digest)) if a is not None]
+        for artifact in artifacts:
+            copy_artifact(client, src, dst, artifact)
+        staged[ev.digest] = artifacts
+    return staged
 
 
 def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: RepoLock | None,
-            staged: list[Referrer] | None = None) -> None:
+            staged: Staged | None = None) -> None:
     """Copy (unless `stage` already did: `staged`), list the artifacts, tag (compare before each
     write), verify. Raises RegistryError on a fault."""
     from buildtool.registry.referrers import add_referrers
@@ -77,7 +84,8 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
     artifacts = stage(client, item, plan) if staged is None else staged
     # Listed before any tag, so released tags have them. Under the repository lock no other
     # release writes this repository's referrers index.
-    add_referrers(client, dst, item.digest, artifacts, exclusive=lock is not None)
+    for digest, found in artifacts.items():
+        add_referrers(client, dst, digest, found, exclusive=lock is not None)
     if lock is not None and not lock.still_held():
         raise RegistryError(f"lost the release lock of {dst} before tagging; nothing was tagged")
     # Version tags first, then the moving ones: a moving tag never names a release whose version
@@ -185,7 +193,7 @@ def promote_all(client: RegistryClient, report: ReleaseReport, plans: list[CellP
         return
     locks: list[RepoLock] = []
     failure: str = ""
-    staged: dict[int, list[Referrer] | RegistryError | RegistryUnreachable] = {}
+    staged: dict[int, Staged | RegistryError | RegistryUnreachable] = {}
 
     def stage_for(repo: str) -> Callable[[], None]:
         """Each pending image of `repo` staged while its lock settles (an error is raised where the

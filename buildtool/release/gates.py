@@ -9,7 +9,10 @@
 - the image's provenance: no stand-in label of any value, no stand-in base by digest or by its
   layers, and the base the matrix names;
 - the signed SLSA provenance (read and verified by buildtool.registry.provenance): for this cell, its
-  base no stand-in (by its annotation and by digest) and the base the image's labels name.
+  base no stand-in (by its annotation and by digest) and the base the image's labels name;
+- the platforms (an image index, one manifest per platform): exactly the matrix's platforms of the cell,
+  each known, once, its image config of that platform; each platform manifest gated on its own evidence
+  (verdict, SBOM, provenance attached to its digest), the verdict recording that platform.
 
 No waiver covers anything but waivable skips.
 """
@@ -19,13 +22,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import names_mirror_of
-from buildtool.contracts import label_keys, names, skips
+from buildtool.contracts import label_keys, names, platforms, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.provenance import Provenance
 from buildtool.contracts.verdict import TestResult, Verdict
@@ -274,6 +277,7 @@ class Platform:
     labels: dict[str, str]
     layers: tuple[str, ...] = ()
     base_labels: dict[str, str] | None = None   # labels of the base image named by its base digest, when found
+    config_platform: str = ""    # os/arch[/variant] its image config declares ("" when it declares none)
 
 
 def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | None = None) -> list[str]:
@@ -346,4 +350,108 @@ def provenance_problems(cell: Cell, digest: str, provenance: Provenance | None, 
         problems.append(f"the provenance of {digest} names base {base_digest}, but the image's labels name "
                         f"{', '.join(d or '(none)' for d in labelled) or '(no platform)'} "
                         f"({label_keys.OCI_BASE_DIGEST})")
+    return problems
+
+
+# -- platforms -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Entry:
+    """One manifest an image index lists."""
+
+    digest: str
+    platform: str                # os/arch[/variant] as the index declares it ("" when it declares none)
+    media_type: str = ""
+
+
+def index_entries(manifest: dict[str, Any]) -> list[Entry]:
+    """The platform manifests of an index (BuildKit's attestation manifests left out, nothing else)."""
+    found = []
+    for child in manifest.get("manifests") or []:
+        plat = child.get("platform") or {}
+        name = "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
+        # BuildKit's attestation manifests (unknown/unknown, annotated): no runtime selects them, so they are no
+        # platform; anything else unknown is refused, never skipped.
+        if name == "unknown/unknown" and platforms.is_attestation(child):
+            continue
+        # An OCI descriptor, not a verdict: a subscript, as tests/test_verdict_schema.py reads .get("digest") as one.
+        digest = child["digest"] if "digest" in child else ""  # noqa: SIM401
+        found.append(Entry(str(digest), name, str(child.get("mediaType", ""))))
+    return found
+
+
+def known_platform(name: str) -> str | None:
+    """The toolkit's name of an `os/arch[/variant]` (linux/arm64/v8 is linux/arm64); None when unknown."""
+    parts = name.split("/")
+    try:
+        return platforms.from_descriptor({"os": parts[0], "architecture": parts[1] if len(parts) > 1 else "",
+                                          "variant": parts[2] if len(parts) > 2 else ""}).name
+    except platforms.UnknownPlatform:
+        return None
+
+
+def entry_problems(cell: Cell, entries: list[Entry]) -> list[str]:
+    """Why an index's platform manifests are not exactly the cell's platforms (empty: they are). Every
+    entry counts: one of a platform the toolkit does not know is refused by name, never skipped (a
+    runtime on that platform would pull it, untested)."""
+    from buildtool.registry.client import INDEX_TYPES
+
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    expected = ", ".join(cell.platforms)
+    for e in entries:
+        name = known_platform(e.platform)
+        if not e.platform:
+            problems.append(f"index entry {e.digest} declares no platform: every manifest of the index must be one "
+                            f"platform of {cell.key} ({expected})")
+        elif name is None:
+            problems.append(f"{e.platform} ({e.digest}): a platform this toolkit does not know (it knows "
+                            f"{', '.join(platforms.KNOWN)}); an index is released only when every platform in it "
+                            "was validated: push the cell again")
+        elif name not in cell.platforms:
+            problems.append(f"{name} ({e.digest}): not a platform the matrix gives {cell.key} ({expected}); "
+                            "push the cell again")
+        elif name in seen:
+            problems.append(f"{name} is in the index twice ({seen[name]} and {e.digest}): which one a runtime pulls "
+                            "is not defined; push the cell again")
+        if e.media_type in INDEX_TYPES:
+            problems.append(f"{e.platform or 'index entry'} ({e.digest}) is itself an index, not one platform's "
+                            "image manifest")
+        if name is not None:
+            seen.setdefault(name, e.digest)
+    for name in cell.platforms:
+        if name not in seen:
+            problems.append(f"the index has no {name} manifest, a platform the matrix gives {cell.key}; push the "
+                            "cell again (every platform)")
+    return problems
+
+
+def config_platform_problems(found: list[Platform], expected: dict[str, str]) -> list[str]:
+    """Each platform image's config must declare the platform it is released as (`expected`: digest ->
+    platform): an index entry saying linux/arm64 over an amd64 image would run nowhere it claims to."""
+    problems = []
+    for p in found:
+        want = expected.get(p.digest)
+        if want is None:
+            continue
+        if known_platform(p.config_platform) != want:
+            problems.append(f"{want} ({p.digest}): its image config declares {p.config_platform or 'no platform'}, "
+                            f"not {want}")
+    return problems
+
+
+def recorded_platform_problems(cell: Cell, platform: str, verdict: Verdict, in_index: bool) -> list[str]:
+    """The verdict must record the platform it is counted for (schema 5): a verdict of the amd64 image
+    copied onto the arm64 one names the wrong subject anyway, and the wrong platform too. A GPU cell's
+    verdict must come from a native run: an emulated GPU run is not a GPU run. A schema-4 verdict records
+    no platform: it counts only for a single-manifest image (its digest is that one platform's image)."""
+    if verdict.schema_ < 5 and not in_index:
+        return []
+    problems = []
+    if verdict.platform != platform:
+        problems.append(f"the verdict records platform {verdict.platform or '(none)'}, not {platform}; validate "
+                        f"{platform} (each platform of the index has its own verdict)")
+    if verdict.emulated and is_gpu_cell(cell):
+        problems.append(f"the verdict ran {platform} under emulation, but {cell.key} is a GPU cell: its GPU tests "
+                        f"count only from a native {platform} GPU runner")
     return problems

@@ -1,34 +1,44 @@
-"""Gating one image, read-only: resolve its dev tag, choose and check its verdict and the SBOM it names
-(buildtool.release.sbomgate), read its configs, apply the gates (buildtool.release.gates).
+"""Gating one image, read-only: resolve its dev tag, and for each platform manifest (the manifest itself
+for a single-platform image) choose and check its verdict and the SBOM it names (buildtool.release.sbomgate)
+and its provenance, read its configs, apply the gates (buildtool.release.gates).
+
+An image index is released only when every one of its platform manifests passes on its own evidence: a
+platform with no verdict, a failed one or one that does not verify refuses the whole index, naming it.
 """
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 from buildtool.common.refs import split_repo_path
 from buildtool.matrix.plan import CellPlan
-from buildtool.registry.client import NotFound, RegistryClient
+from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 from buildtool.release.gates import (
     StandIns,
+    config_platform_problems,
+    entry_problems,
     image_problems,
+    index_entries,
+    known_platform,
     provenance_problems,
+    recorded_platform_problems,
     skip_allowed,
     verdict_problems,
     waiver_for,
 )
-from buildtool.release.model import ImageRelease, ReleaseOptions
+from buildtool.release.model import Evidence, ImageRelease, ReleaseOptions
 from buildtool.release.read import read_platforms
 from buildtool.release.sbomgate import gate_sbom
 
 
-def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
-                  options: ReleaseOptions) -> None:
+def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_repo: str,
+                    options: ReleaseOptions, in_index: bool) -> None:
     from buildtool.validate.verdicts import find_verdicts
 
     trusted = options.trusted_keys()
     findings = find_verdicts(client, dev_repo, item.digest, trusted, plan.cell.key)
-    item.ignored = [f"{r.artifact}: {r.reason}" for r in findings.rejected]
+    item.ignored += [f"{r.artifact}: {r.reason}" for r in findings.rejected]
     if findings.overwritten:
         item.problems.append(f"a verdict of {item.digest} was overwritten in the registry "
                              f"({'; '.join(findings.overwritten)}): the registry was tampered with; find out who "
@@ -69,6 +79,8 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
             if not missing:
                 local = defined_tests(plan.cell, folder, code)
     item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local)
+    item.problems += recorded_platform_problems(plan.cell, item.platform or plan.cell.platforms[0], chosen.verdict,
+                                                in_index)
     for t in chosen.verdict.tests:
         if t.result == "skipped":
             pattern = None if skip_allowed(plan.cell, t, local) else waiver_for(plan.cell, t, options.accept_skips,
@@ -77,7 +89,7 @@ def _gate_verdict(client: RegistryClient, item: ImageRelease, plan: CellPlan, de
                                "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
 
 
-def _gate_provenance(client: RegistryClient, item: ImageRelease, plan: CellPlan, dev_repo: str,
+def _gate_provenance(client: RegistryClient, item: Evidence, plan: CellPlan, dev_repo: str,
                      options: ReleaseOptions) -> None:
     """The digest's signed provenance from a trusted builder key, built from a revision release may take
     (the release commit or its ancestor); what it must say is checked with the image (provenance_problems)."""
@@ -104,9 +116,38 @@ def _gate_provenance(client: RegistryClient, item: ImageRelease, plan: CellPlan,
         item.notes.append(f"provenance signed by this machine's local dev key {found.signer} (--trust-local-key)")
 
 
+def _subjects(item: ImageRelease, plan: CellPlan) -> list[str]:
+    """One Evidence per platform manifest of the dev image (item.evidence), and the problems of the index's
+    platforms against the cell's (gates.entry_problems). A single manifest is the cell's only platform."""
+    if item.media_type not in INDEX_TYPES:
+        item.evidence = [Evidence(item.digest)]
+        if plan.cell.multi_platform:
+            return [f"{item.digest} is a single image manifest, but the matrix gives {plan.cell.key} the platforms "
+                    f"{', '.join(plan.cell.platforms)}: its dev tag must be an image index; push the cell again"]
+        return []
+    entries = index_entries(json.loads(item._raw))
+    # Only entries of a platform the cell has are gated one by one; any other is refused by entry_problems.
+    item.evidence = [Evidence(e.digest, name) for e in entries
+                     if (name := known_platform(e.platform)) in plan.cell.platforms]
+    return entry_problems(plan.cell, entries)
+
+
+def _gate_platform(client: RegistryClient, ev: Evidence, plan: CellPlan, dev_repo: str, options: ReleaseOptions,
+                   in_index: bool) -> None:
+    """Verdict, provenance and SBOM of one platform manifest, each found by its own digest."""
+    _gate_verdict(client, ev, plan, dev_repo, options, in_index)
+    _gate_provenance(client, ev, plan, dev_repo, options)
+    gate_sbom(client, ev, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
+
+
+def platform_problems(item: ImageRelease) -> list[str]:
+    """Every platform's problems, each naming its platform where the image is an index."""
+    return [f"{ev.platform}: {p}" if ev.platform else p for ev in item.evidence for p in ev.problems]
+
+
 def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
            standins: StandIns | None = None, image_gate: bool = True) -> ImageRelease:
-    """Read-only: resolve the dev tag, verify the verdict, read the configs, apply the gates
+    """Read-only: resolve the dev tag, verify each platform's verdict, read the configs, apply the gates
     (the image's provenance gate too, unless the caller applies it: `image_gate=False`)."""
     _, dev_repo = split_repo_path(plan.dev_repo)
     item = ImageRelease(cell=plan.cell.key, image=plan.cell.name, source=plan.dev_ref, release_repo=plan.release_repo)
@@ -118,14 +159,36 @@ def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
                              f"(make push FRAMEWORK={plan.cell.key}) or pass --from <sha> of a built commit")
         return item
     item.digest, item.media_type, item._raw = digest, media_type, raw
-    with ThreadPoolExecutor(max_workers=1) as side:    # configs and the verdict are read side by side
+    item.problems += _subjects(item, plan)
+    in_index = media_type in INDEX_TYPES
+    with ThreadPoolExecutor(max_workers=1 + len(item.evidence)) as side:    # configs and platforms side by side
         platforms = side.submit(read_platforms, client, dev_repo, raw, media_type)
-        _gate_verdict(client, item, plan, dev_repo, options)
-        _gate_provenance(client, item, plan, dev_repo, options)
-        gate_sbom(client, item, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
+        jobs = [side.submit(_gate_platform, client, ev, plan, dev_repo, options, in_index) for ev in item.evidence]
+        for job in jobs:
+            job.result()
         item.platforms = platforms.result()
+    item.ignored += [f"{ev.platform}: {i}" if ev.platform else i for ev in item.evidence for i in ev.ignored]
+    item.problems += platform_problems(item)
+    expected = {ev.digest: ev.platform or plan.cell.platforms[0] for ev in item.evidence}
+    item.problems += config_platform_problems(item.platforms, expected)
     if image_gate:
         item.problems += image_problems(plan.cell, item.platforms, standins)
-        item.problems += provenance_problems(plan.cell, item.digest, item.provenance, item.platforms, standins)
+        item.problems += evidence_provenance_problems(plan, item, standins)
     item.status = "refused" if item.problems else "ready"
     return item
+
+
+def evidence_provenance_problems(plan: CellPlan, item: ImageRelease, standins: StandIns | None) -> list[str]:
+    """What each platform's provenance must say, checked against that platform's image (labels, base) only:
+    each platform is built on its own platform's base manifest, and for its platform."""
+    problems = []
+    by_digest = {p.digest: p for p in item.platforms}
+    for ev in item.evidence:
+        found = [by_digest[ev.digest]] if ev.digest in by_digest else []
+        own = provenance_problems(plan.cell, ev.digest, ev.provenance, found, standins)
+        want = ev.platform or plan.cell.platforms[0]
+        if ev.provenance is not None and ev.provenance.buildDefinition.externalParameters.platform != want:
+            own.append(f"the provenance of {ev.digest} says it was built for "
+                       f"{ev.provenance.buildDefinition.externalParameters.platform!r}, not {want}")
+        problems += [f"{ev.platform}: {p}" if ev.platform else p for p in own]
+    return problems

@@ -27,6 +27,33 @@ class TagAction:
 
 
 @dataclass
+class Evidence:
+    """What release found for one platform manifest's digest (the manifest itself for a single-platform
+    image): its counting verdict, signed provenance and signed SBOM. Each platform of an index is gated on
+    its own evidence: a verdict, an SBOM or a provenance belongs to exactly one digest."""
+
+    digest: str
+    platform: str = ""           # os/arch of an index entry; "" for a single manifest (the cell's only platform)
+    verdict: Verdict | None = None    # the counting verdict, typed (parsed where it was read)
+    verdict_ref: str = ""        # <dev repo>@<attestation digest>
+    attestation: Referrer | None = None
+    signer: str = ""             # key id (and name) that signed the verdict
+    provenance: Provenance | None = None      # the valid provenance, from a trusted builder key
+    provenance_artifact: Referrer | None = None
+    builder_signer: str = ""     # key id (and name) that signed the provenance
+    sbom_attestation: Referrer | None = None   # the signed SBOM the verdict names (release.sbomgate)
+    skips: list[dict[str, Any]] = field(default_factory=list)   # each skipped test and what accepted it
+    notes: list[str] = field(default_factory=list)      # facts worth a line in the release notes
+    ignored: list[str] = field(default_factory=list)    # its attestations that did not verify, and why
+    problems: list[str] = field(default_factory=list)   # why this platform may not be released
+
+    @property
+    def where(self) -> str:
+        """How messages name it: `linux/arm64 (sha256:...)` for an index entry, the digest otherwise."""
+        return f"{self.platform} ({self.digest})" if self.platform else self.digest
+
+
+@dataclass
 class ImageRelease:
     """One cell's promotion: gate results, tag plan and what happened."""
 
@@ -37,14 +64,8 @@ class ImageRelease:
     digest: str = ""
     media_type: str = ""
     platforms: list[Platform] = field(default_factory=list)
-    verdict: Verdict | None = None    # the counting verdict, typed (parsed where it was read)
-    verdict_ref: str = ""        # <dev repo>@<attestation digest>
-    attestation: Referrer | None = None
-    signer: str = ""             # key id (and name) that signed the verdict
-    provenance: Provenance | None = None      # the valid provenance, from a trusted builder key
-    provenance_artifact: Referrer | None = None
-    builder_signer: str = ""     # key id (and name) that signed the provenance
-    sbom_attestation: Referrer | None = None   # the signed SBOM the verdict names (release.sbomgate)
+    # One per platform manifest, in the index's order (one for a single manifest); see Evidence.
+    evidence: list[Evidence] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)    # attestations that did not verify, and why
     notes: list[str] = field(default_factory=list)      # facts worth a line in the release notes
     tags: list[TagAction] = field(default_factory=list)
@@ -55,7 +76,6 @@ class ImageRelease:
     tags_unknown: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)   # moving tags put back by the final re-check
     previous: dict[str, Any] | None = None
-    skips: list[dict[str, Any]] = field(default_factory=list)   # each skipped test and what accepted it
     packages: dict[str, Any] | None = None   # SBOM and package changes (release.packages)
     _raw: bytes = b""
 

@@ -15,7 +15,8 @@ from buildtool.common.documents import render_document
 from buildtool.common.files import write_atomic
 from buildtool.contracts.image_labels import ImageLabels
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
-from buildtool.release.model import ImageRelease, ReleaseReport
+from buildtool.contracts.verdict import Verdict
+from buildtool.release.model import Evidence, ImageRelease, ReleaseReport
 from buildtool.release.packages import NOTES_LIMIT
 
 
@@ -33,39 +34,73 @@ def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def _verdict_summary(item: ImageRelease) -> dict[str, Any]:
-    v = item.verdict
+def _verdict_summary(ev: Evidence | None, item: ImageRelease) -> dict[str, Any]:
+    v = ev.verdict if ev is not None else None
     tests = v.tests if v is not None else []
+    skips = ev.skips if ev is not None else []
     return {
-        "ref": item.verdict_ref,
+        "ref": ev.verdict_ref if ev is not None else "",
         "result": v.result if v is not None else None,
+        "platform": _platform(ev, item),
+        "emulated": _emulated(v),
         "started": v.started if v is not None else None,
         "test_code": v.test_code if v is not None else None,
         "runner": v.runner.hostname if v is not None else None,
-        "signed_by": item.signer,
+        "signed_by": ev.signer if ev is not None else "",
         **{r: sum(1 for t in tests if t.result == r) for r in ("passed", "failed", "skipped")},
-        "skipped_tests": item.skips or [{"id": t.id, "reason": t.skip_reason} for t in tests
-                                        if t.result == "skipped"],
+        "skipped_tests": skips or [{"id": t.id, "reason": t.skip_reason} for t in tests if t.result == "skipped"],
         "ignored_attestations": list(item.ignored),
-        "notes": list(item.notes),
+        "notes": [*item.notes, *(f"{e.platform}: {n}" if e.platform else n for e in item.evidence for n in e.notes)],
     }
 
 
-def _provenance_summary(item: ImageRelease) -> dict[str, Any] | None:
+def _platform(ev: Evidence | None, item: ImageRelease) -> str | None:
+    """The platform a verdict was counted for: the index entry's, or the cell's only one for a single manifest."""
+    if ev is None:
+        return None
+    if ev.platform:
+        return ev.platform
+    return ev.verdict.platform if ev.verdict is not None and ev.verdict.schema_ >= 5 else None
+
+
+def _emulated(v: Verdict | None) -> bool | None:
+    """Whether the verdict's tests ran under emulation (None: a schema-4 verdict, which does not say)."""
+    return v.emulated if v is not None and v.schema_ >= 5 else None
+
+
+def _provenance_summary(item: ImageRelease, ev: Evidence | None) -> dict[str, Any] | None:
     """Who built the image, from what: the signed provenance release checked."""
-    p, artifact = item.provenance, item.provenance_artifact
+    if ev is None:
+        return None
+    p, artifact = ev.provenance, ev.provenance_artifact
     if p is None or artifact is None:
         return None
     params, base = p.buildDefinition.externalParameters, p.base
     return {
         "ref": f"{item.source.rsplit(':', 1)[0]}@{artifact.digest}",
         "builder": p.runDetails.builder.id,
-        "signed_by": item.builder_signer,
+        "signed_by": ev.builder_signer,
         "revision": params.revision,
+        "platform": params.platform,
         "base": f"{base.uri.removeprefix('oci://')}@sha256:{base.digest.get('sha256', '')}" if base else None,
         "started": p.runDetails.metadata.startedOn,
         "finished": p.runDetails.metadata.finishedOn,
     }
+
+
+def platform_entries(item: ImageRelease) -> list[dict[str, Any]]:
+    """One entry per platform manifest: its platform, digest, size, and the verdict (result, whether it ran
+    emulated) and provenance that let it through."""
+    evidence = {ev.digest: ev for ev in item.evidence}
+    out = []
+    for p in item.platforms:
+        ev = evidence.get(p.digest)
+        summary = _verdict_summary(ev, item)
+        out.append({"platform": p.platform or p.config_platform or "single", "digest": p.digest, "size": p.size,
+                    "verdict": {k: summary[k] for k in ("ref", "result", "platform", "emulated", "runner", "started",
+                                                        "signed_by", "passed", "failed", "skipped", "skipped_tests")},
+                    "provenance": _provenance_summary(item, ev)})
+    return out
 
 
 def changes(item: ImageRelease) -> list[str]:
@@ -94,6 +129,7 @@ def build_manifest(report: ReleaseReport) -> dict[str, Any]:
     images = []
     for item in report.images:
         tags = [t.tag for t in item.tags if t.action in ("create", "move", "exists")]
+        first = item.evidence[0] if item.evidence else None
         images.append({
             "cell": item.cell,
             "image": item.image,
@@ -104,13 +140,13 @@ def build_manifest(report: ReleaseReport) -> dict[str, Any]:
             "digest": item.digest,
             "media_type": item.media_type,
             "size": item.size,
-            "platforms": [{"platform": p.platform or "single", "digest": p.digest, "size": p.size}
-                          for p in item.platforms],
+            "platforms": platform_entries(item),
             "versions": versions_from_labels(item.labels),
             "source": item.source,
             "source_commit": report.revision,
-            "verdict": _verdict_summary(item),
-            "provenance": _provenance_summary(item),
+            # The first platform's (the only one's, for a single manifest); `platforms` has each one's.
+            "verdict": _verdict_summary(first, item),
+            "provenance": _provenance_summary(item, first),
             "previous": None if item.previous is None else
             {k: item.previous[k] for k in ("release", "tag", "digest", "size")},
             "changes": changes(item),

@@ -4,8 +4,9 @@ For each chosen cell: find the dev image of the commit (`<name>-dev:<sha>-<versi
 check the gates (buildtool.release.gates), then give the same digest its release tags in the
 release repository. No layer data passes through this client: blobs are linked by
 cross-repository mounts and only manifests (a few KB) are written. Multi-arch indexes are
-copied whole, child manifests first, so the index digest is unchanged. The verdict that let
-the image through (a signed attestation) is attached to the same digest in the release repository.
+copied whole, child manifests first, so the index digest is unchanged. The verdicts that let
+the image through (signed attestations, one per platform manifest of an index) are attached to the same
+digests in the release repository.
 
 All images are gated before anything is written; one refusal promotes nothing. Version tags
 are immutable (never moved, not even with --force); `--force` moves only the matrix's moving
@@ -32,13 +33,8 @@ from typing import TYPE_CHECKING
 from buildtool.matrix.plan import Settings, plan_cell
 from buildtool.registry.client import RegistryClient
 from buildtool.release.execute import promote_all
-from buildtool.release.gates import (
-    Platform,
-    check_version,
-    image_problems,
-    provenance_problems,
-)
-from buildtool.release.gather import gather
+from buildtool.release.gates import Platform, check_version, image_problems
+from buildtool.release.gather import evidence_provenance_problems, gather
 from buildtool.release.lock import LOCK_TAG, RepoLock
 from buildtool.release.model import ImageRelease, ReleaseOptions, ReleaseReport, TagAction
 from buildtool.release.packages import package_section
@@ -75,12 +71,16 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
             item = job.result()
             if item.digest:
                 item.problems += image_problems(p.cell, item.platforms, standins) + standin_problems
-                item.problems += provenance_problems(p.cell, item.digest, item.provenance, item.platforms, standins)
+                item.problems += evidence_provenance_problems(p, item, standins)
                 item.status = "refused" if item.problems else "ready"
             if item.status == "ready":
                 plan_item(client, item, p, version, options.force, state=state.result())
-                sboms.append((item, pool.submit(package_section, client, item.digest, p.dev_repo, p.release_repo,
-                                                item.previous)))
+                # The package changes of the first platform's SBOM (each platform has its own SBOM).
+                first, previous = item.evidence[0], item.previous
+                if previous is not None and first.platform:   # the same platform's image in that release
+                    previous = {**previous, "digest": previous["platforms"].get(first.platform, previous["digest"])}
+                sboms.append((item, pool.submit(package_section, client, first.digest, p.dev_repo,
+                                                p.release_repo, previous)))
             report.images.append(item)
         for item, section in sboms:
             item.packages = section.result()

@@ -22,7 +22,7 @@ from buildtool.registry.client import (
     RetryPolicy,
     sha256_digest,
 )
-from buildtool.release.gates import Platform, StandIns
+from buildtool.release.gates import Platform, StandIns, index_entries
 from buildtool.release.model import ImageRelease, TagState
 from buildtool.release.plan import apply_tag_plan, releases_in
 
@@ -37,12 +37,18 @@ def _platform_name(descriptor: dict[str, Any]) -> str:
     return "/".join(x for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
 
 
-def _config_labels(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> dict[str, str]:
+def _config(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """The labels and the os/arch[/variant] an image's config declares."""
     config = manifest.get("config", {})
     if not config.get("digest"):
-        return {}
+        return {}, ""
     body = json.loads(client.get_blob(repo, config["digest"]))
-    return dict((body.get("config") or {}).get("Labels") or {})
+    platform = "/".join(str(body[k]) for k in ("os", "architecture", "variant") if body.get(k))
+    return dict((body.get("config") or {}).get("Labels") or {}), platform
+
+
+def _config_labels(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> dict[str, str]:
+    return _config(client, repo, manifest)[0]
 
 
 def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: str) -> list[Platform]:
@@ -51,19 +57,19 @@ def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: st
     manifest = json.loads(raw)
     if media_type in INDEX_TYPES:
         out = []
-        for child in manifest.get("manifests", []):
-            name = _platform_name(child)
-            if name == "unknown/unknown":   # attestation manifests of BuildKit
-                continue
-            child_raw, child_type, child_digest = client.get_manifest(repo, child["digest"])
+        for entry in index_entries(manifest):   # BuildKit's attestation manifests left out, nothing else
+            child_raw, child_type, child_digest = client.get_manifest(repo, entry.digest)
+            if child_type in INDEX_TYPES:
+                continue   # an index in an index: refused by gates.entry_problems, not read further
             for p in read_platforms(client, repo, child_raw, child_type):
-                out.append(Platform(name, child_digest, p.size, p.labels, p.layers, p.base_labels))
+                out.append(Platform(entry.platform, child_digest, p.size, p.labels, p.layers, p.base_labels,
+                                    p.config_platform))
         return out
     config = manifest.get("config", {})
     layers = tuple(str(layer.get("digest")) for layer in manifest.get("layers", []))
     size = int(config.get("size", 0)) + sum(int(layer.get("size", 0)) for layer in manifest.get("layers", []))
-    labels = _config_labels(client, repo, manifest)
-    return [Platform("", sha256_digest(raw), size, labels, layers, _base_labels(client, labels))]
+    labels, declared = _config(client, repo, manifest)
+    return [Platform("", sha256_digest(raw), size, labels, layers, _base_labels(client, labels), declared)]
 
 
 def _base_labels(client: RegistryClient, labels: dict[str, str]) -> dict[str, str] | None:
@@ -161,4 +167,5 @@ def previous_release(client: RegistryClient, repo: str, cell: Cell, version: str
     raw, media_type, digest = client.get_manifest(repo, older[number])
     platforms = read_platforms(client, repo, raw, media_type)
     return {"release": str(number), "tag": older[number], "digest": digest,
-            "size": sum(p.size for p in platforms), "labels": platforms[0].labels if platforms else {}}
+            "size": sum(p.size for p in platforms), "labels": platforms[0].labels if platforms else {},
+            "platforms": {p.platform: p.digest for p in platforms}}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from buildtool.contracts.verdict import Verdict
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.sbom_attestation import SbomFindings, find_sbom_attestation, plain_sbom_problem
-from buildtool.release.model import ImageRelease
+from buildtool.release.model import Evidence
 
 if TYPE_CHECKING:
     from buildtool.validate.keys import TrustedKeys
@@ -36,9 +36,9 @@ def sbom_problems(digest: str, verdict: Verdict, findings: SbomFindings) -> list
     return []
 
 
-def gate_sbom(client: RegistryClient, item: ImageRelease, dev_repo: str, trusted: TrustedKeys) -> None:
-    """Check the verdict's SBOM against the registry (`item.verdict` is the counting verdict); sets
-    item.sbom_attestation (release copies it) or adds the problems."""
+def gate_sbom(client: RegistryClient, item: Evidence, dev_repo: str, trusted: TrustedKeys) -> None:
+    """Check the verdict's SBOM against the registry (`item.verdict` is the counting verdict of one platform
+    manifest, `item.digest`); sets item.sbom_attestation (release copies it) or adds the problems."""
     if item.verdict is None:
         return
     findings = find_sbom_attestation(client, dev_repo, item.digest, trusted)

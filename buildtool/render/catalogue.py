@@ -23,6 +23,16 @@ if TYPE_CHECKING:
 CATALOGUE_PATH = "docs/images.md"
 
 
+def _platforms_line(cell: Cell) -> str:
+    """The cell's platforms and where each is validated: natively, under emulation (a CPU cell's other
+    platforms on the amd64 runners), or on native GPU runners of that architecture (a GPU cell's)."""
+    if not cell.multi_platform:
+        return ", ".join(cell.platforms)
+    how = ("each on native GPU runners of its architecture" if cell.needs_gpu else
+           "linux/amd64 natively, the others under emulation (QEMU) on amd64 runners")
+    return f"{', '.join(cell.platforms)} (one image index, one manifest per platform; validated {how})"
+
+
 def _cell_view(cell: Cell, released: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """What the catalogue says about one cell; the words and layout are in templates/catalogue.md.j2."""
     latest = released.get(cell.key)
@@ -35,12 +45,14 @@ def _cell_view(cell: Cell, released: dict[str, dict[str, Any]]) -> dict[str, Any
                "forward_compat": forward_compat_summary(release) if release else ""}
     return {
         "cell": cell,
+        "platforms": _platforms_line(cell),
         "tags": [f"{cell.name}:{expand_tag(t, cell, '<release>')}" for t in [*cell.release_tags, *cell.moving_tags]],
         "released": None if not latest else {
             **latest,
             "tags": [f"{cell.name}:{t}" for t in latest["tags"]],
             "notes": f"{Path(RELEASES_DIR).relative_to('docs')}/{latest['release']}.md",
             "sbom": latest.get("sbom"),
+            "platforms": latest.get("platforms") or [],
         },
         "packages": [f"{n}=={v}" for n, v in cell.packages],
         "gpu": gpu,

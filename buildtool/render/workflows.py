@@ -3,6 +3,9 @@
 Three workflows:
 - pull request: drift check, lint, the toolkit's tests, and build + validate of the cells that need no GPU;
 - nightly on self-hosted GPU runners: build and validate every cell, push verdicts, scaling run, report;
+  each platform of a GPU cell is validated on GPU runners of that architecture (one job per cell and
+  platform: linux/amd64 in the build job, linux/arm64 on the GH200 runners), each other platform of a CPU
+  cell under emulation on the amd64 runners;
 - release: the release pipeline for one version, on manual dispatch.
 
 The job matrices come from `buildtool plan --json` at run time (a `plan` job, `fromJSON` in the
@@ -19,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from buildtool.contracts import busbw
+from buildtool.contracts import busbw, platforms
 from buildtool.matrix.schema import Matrix
 
 WORKFLOW_DIR = ".github/workflows"
@@ -30,6 +33,12 @@ RELEASE_PATH = f"{WORKFLOW_DIR}/release.yml"
 # Runner labels of the self-hosted GPU runners; a repository variable overrides them without
 # regenerating (Settings > Variables: GPU_RUNNER_LABELS='["self-hosted","linux","gpu","a100"]').
 DEFAULT_GPU_LABELS = ("self-hosted", "linux", "x64", "gpu")
+# The GPU runners of each other platform (its architecture as GitHub's runner label, and the machine),
+# overridden by the variable GPU_RUNNER_LABELS_<ARCH> (e.g. GPU_RUNNER_LABELS_ARM64). GPU tests of a
+# platform count only from a native runner of it: an emulated GPU run is not a GPU run.
+NATIVE_GPU_LABELS: dict[str, tuple[str, ...]] = {
+    "linux/arm64": ("self-hosted", "linux", "arm64", "gpu", "gh200"),
+}
 DEFAULT_RELEASE_LABELS = ("self-hosted", "linux", "x64")  # override: variable RELEASE_RUNNER_LABELS
 HOSTED_RUNNER = "ubuntu-24.04"
 PYTHON = "3.11"
@@ -50,7 +59,9 @@ HEADER = ("# GENERATED FILE - DO NOT EDIT. Rendered from matrix.yaml by `buildto
 class WorkflowOptions:
     """What a site may change when generating (the committed files use the defaults)."""
 
-    gpu_labels: tuple[str, ...] = DEFAULT_GPU_LABELS
+    gpu_labels: tuple[str, ...] = DEFAULT_GPU_LABELS      # linux/amd64's GPU runners (build and validate)
+    # Each other platform's GPU runners: (platform, labels); a platform a GPU cell has needs an entry.
+    platform_gpu_labels: tuple[tuple[str, tuple[str, ...]], ...] = tuple(NATIVE_GPU_LABELS.items())
     nightly_cron: str = "17 2 * * *"
     scaling_counts: str = "gpus"     # 1, 2, 4, ... up to each runner's GPU count (`buildtool scaling --counts`)
 
@@ -75,9 +86,53 @@ def dump_workflow(doc: dict[str, Any], cells_note: str) -> bytes:
     return (HEADER + cells_note + body).encode()
 
 
-def _labels_expr(options: WorkflowOptions) -> str:
-    default = json.dumps(list(options.gpu_labels), separators=(",", ":"))
-    return "${{ fromJSON(vars.GPU_RUNNER_LABELS || '" + default + "') }}"
+def _labels_expr(options: WorkflowOptions, platform: str = "linux/amd64") -> str:
+    """The runs-on of `platform`'s GPU runners: the repository variable when set, else the default labels."""
+    if platform == "linux/amd64":
+        labels, variable = options.gpu_labels, "GPU_RUNNER_LABELS"
+    else:
+        found = dict(options.platform_gpu_labels).get(platform)
+        if found is None:   # fail closed: a GPU cell of a platform with no runners would never be validated
+            raise ValueError(f"no GPU runner labels for {platform}; add them to WorkflowOptions.platform_gpu_labels")
+        labels, variable = found, f"GPU_RUNNER_LABELS_{platforms.get(platform).architecture.upper()}"
+    default = json.dumps(list(labels), separators=(",", ":"))
+    return "${{ fromJSON(vars." + variable + " || '" + default + "') }}"
+
+
+def native_gpu_cells(matrix: Matrix) -> dict[str, list[str]]:
+    """Platform (other than linux/amd64) -> the GPU cells that have it: each validated there on a native GPU
+    runner of that platform, one job per (cell, platform). CPU cells' other platforms are validated under
+    emulation on the amd64 runners, in the build job."""
+    found: dict[str, list[str]] = {}
+    for cell in matrix.cells:
+        if not cell.needs_gpu:
+            continue
+        for platform in cell.platforms:
+            if platform != "linux/amd64":
+                found.setdefault(platform, []).append(cell.key)
+    return found
+
+
+def _validate_step(matrix: Matrix) -> dict[str, Any]:
+    """The build job's validation (on the amd64 GPU runners). A multi-platform GPU cell's GPU tests count only
+    natively: here its linux/amd64 manifest, each other platform on that platform's runners (the
+    validate-<platform> jobs); every other cell's every platform is validated here, a CPU cell's foreign ones
+    under emulation (PLATFORM empty: every platform of the index)."""
+    # The runners' signing key (`buildtool keys`); its public half is in config/trusted-keys.yaml.
+    # Pull-request jobs never get it.
+    step: dict[str, Any] = {"name": "Validate with GPUs and push the signed verdict",
+                            "run": "make validate FRAMEWORK='${{ matrix.cell }}'",
+                            "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}
+    native = sorted({cell for cells in native_gpu_cells(matrix).values() for cell in cells})
+    if native:
+        listed = json.dumps(native, separators=(",", ":"))
+        step["run"] += ' PLATFORM="$PLATFORM"'
+        step["env"]["PLATFORM"] = f"${{{{ contains(fromJSON('{listed}'), matrix.cell) && 'linux/amd64' || '' }}}}"
+    return step
+
+
+def _job_id(platform: str) -> str:
+    return f"validate-{platform.replace('/', '-')}"
 
 
 def _setup_steps() -> list[dict[str, Any]]:
@@ -238,14 +293,25 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
                                "DL_IMAGES_BUILDER_ID": "${{ github.server_url }}/${{ github.repository }}"
                                                        "/actions/runs/${{ github.run_id }}"}},
                       previous,
-                      {"name": "Validate with GPUs and push the signed verdict",
-                       "run": "make validate FRAMEWORK='${{ matrix.cell }}'",
-                       # The runners' signing key (`buildtool keys`); its public half is in
-                       # config/trusted-keys.yaml. Pull-request jobs never get it.
-                       "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
+                      _validate_step(matrix)],
         },
     }
     needs = ["build-validate"]
+    for platform, gpu_cells in native_gpu_cells(matrix).items():
+        job_id = _job_id(platform)
+        jobs[job_id] = {
+            "name": f"${{{{ matrix.cell }}}} on {platform} GPU runners",
+            "needs": "build-validate",    # the index (every platform) is pushed by the build job
+            "if": "${{ !cancelled() }}",
+            "runs-on": _labels_expr(options, platform), "timeout-minutes": 180,
+            "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
+            "env": {**gpu_env, "DL_IMAGES_BASELINE": HISTORY},
+            "steps": [_registry_check(), *setup, previous,
+                      {"name": f"Validate {platform} with GPUs and push the signed verdict",
+                       "run": f"make validate FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
+                       "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
+        }
+        needs.append(job_id)
     if scaling_cell is not None:
         jobs["scaling"] = {
             "name": f"DDP scaling of {scaling_cell.key}",
@@ -342,9 +408,12 @@ def render_workflows(matrix: Matrix, options: WorkflowOptions | None = None) -> 
     pr, pr_cells = pull_request_workflow(matrix)
     nightly, nightly_cells = nightly_workflow(matrix, options)
     release, release_cells = release_workflow(matrix)
+    native = "".join(_cells_note(f"GPU cells validated on native {platform} runners", cells)
+                     for platform, cells in native_gpu_cells(matrix).items())
     return {
         PR_PATH: dump_workflow(pr, _cells_note("Cells built on pull requests (no GPU needed)", pr_cells)),
-        NIGHTLY_PATH: dump_workflow(nightly, _cells_note("Cells built and validated nightly", nightly_cells)),
+        NIGHTLY_PATH: dump_workflow(nightly, _cells_note("Cells built and validated nightly", nightly_cells)
+                                    + native),
         RELEASE_PATH: dump_workflow(release, _cells_note("Cells released", release_cells)),
     }
 

@@ -137,15 +137,16 @@ def test_release_with_a_valid_provenance_says_who_built_it_and_copies_the_proven
     report = space.release([CPU], r, "0.1.0")
     item = report.images[0]
     assert report.ok, item.problems
-    assert item.builder_signer == f"{signing.KEY.keyid[:16]} (test runner)"
+    assert item.evidence[0].builder_signer == f"{signing.KEY.keyid[:16]} (test runner)"
     built = build_manifest(report)["images"][0]["provenance"]
     assert built["builder"] == "https://ci.example.invalid/runs/1" and built["revision"] == signing.head_commit()
-    assert built["signed_by"] == item.builder_signer
+    assert built["signed_by"] == item.evidence[0].builder_signer
     notes = render_notes(build_manifest(report))
     assert (f"- Built by: `https://ci.example.invalid/runs/1` from revision `{signing.head_commit()}` on base "
             f"`{CPU.base}@{signing.BASE_DIGEST}`") in notes, notes
     [copied] = referrers(space.client, space.rel_repo(CPU), digest, PROVENANCE_TYPE)
-    assert item.provenance_artifact is not None and copied.digest == item.provenance_artifact.digest
+    artifact = item.evidence[0].provenance_artifact
+    assert artifact is not None and copied.digest == artifact.digest
 
 
 def test_release_without_a_provenance_is_refused() -> None:

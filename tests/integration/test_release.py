@@ -8,6 +8,7 @@ as validate attaches them (tests/signing.py).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -171,25 +172,55 @@ def test_single_arch_promoted_digest_for_digest_without_moving_layers(space: Spa
     assert space.client.has_blob(space.rel_repo(CPU), json.loads(item._raw)["layers"][0]["digest"])
     # The signed verdict travels with the release, attached to the digest in the release repository.
     [copied] = referrers(space.client, space.rel_repo(CPU), digest, ATTESTATION_TYPE)
-    assert item.verdict_ref.endswith(copied.digest)
+    assert item.evidence[0].verdict_ref.endswith(copied.digest)
+
+
+MULTI = dataclasses.replace(CPU, platforms=("linux/amd64", "linux/arm64"), emulation_factor=4)
+
+
+def validated_index(space: Space, r: str, verdicts: bool = True) -> tuple[str, list[str]]:
+    """A two-platform dev index of MULTI, each platform manifest with its own SBOM, provenance and (unless
+    not `verdicts`) verdict, as push and validate attach them: to the platform manifest's digest."""
+    repo = space.dev_repo(MULTI)
+    index, children = push_index(space.client, repo, names.dev_tag(r, MULTI.version), labels_for(MULTI))
+    for child, platform in zip(children, ("linux/amd64", "linux/arm64"), strict=True):
+        signing.attest_sbom(space.client, repo, child)
+        signing.attach_provenance(space.client, repo, child, signing.provenance(MULTI, platform=platform))
+        if verdicts:
+            store_verdict(space.client, repo, child, verdict(MULTI, child, platform=platform,
+                                                             emulated=platform == "linux/arm64"))
+    return index, children
 
 
 def test_multi_arch_index_copied_whole(space: Space) -> None:
     r = rev()
-    repo = space.dev_repo(CPU)
-    index, children = push_index(space.client, repo, names.dev_tag(r, CPU.version), labels_for(CPU))
-    signing.attest_sbom(space.client, repo, index)
-    store_verdict(space.client, repo, index, verdict(CPU, index))
-    signing.attach_provenance(space.client, repo, index, signing.provenance(CPU))
-    report = space.release([CPU], r, "0.1.0")
+    index, children = validated_index(space, r)
+    dev_raw, _, _ = space.client.get_manifest(space.dev_repo(MULTI), index)
+    report = space.release([MULTI], r, "0.1.0")
     item = report.images[0]
     assert report.ok, item.problems
     assert [p.platform for p in item.platforms] == ["linux/amd64", "linux/arm64"]
-    assert space.resolve(CPU, "2.13-0.1.0") == index
-    raw, media_type, _ = space.client.get_manifest(space.rel_repo(CPU), "2.13-0.1.0")
-    assert media_type == OCI_INDEX and sha256_digest(raw) == index
-    for child in children:   # every platform is there, by the same digest
-        assert space.client.manifest_digest(space.rel_repo(CPU), child) == child
+    assert space.resolve(MULTI, "2.13-0.1.0") == index
+    raw, media_type, _ = space.client.get_manifest(space.rel_repo(MULTI), "2.13-0.1.0")
+    assert media_type == OCI_INDEX and raw == dev_raw and sha256_digest(raw) == index   # byte-identical
+    for child, ev in zip(children, item.evidence, strict=True):   # every platform, by the same digest
+        assert space.client.manifest_digest(space.rel_repo(MULTI), child) == child == ev.digest
+        # ... with its own signed verdict beside it in the release repository
+        [copied] = referrers(space.client, space.rel_repo(MULTI), child, ATTESTATION_TYPE)
+        assert ev.attestation is not None and copied.digest == ev.attestation.digest
+
+
+def test_an_index_with_one_platform_unvalidated_is_refused_naming_it(space: Space) -> None:
+    r = rev()
+    index, (amd, arm) = validated_index(space, r, verdicts=False)
+    repo = space.dev_repo(MULTI)
+    store_verdict(space.client, repo, amd, verdict(MULTI, amd, platform="linux/amd64", emulated=False))
+    store_verdict(space.client, repo, index, verdict(MULTI, index, platform="linux/arm64", emulated=True))
+    report = space.release([MULTI], r, "0.1.0")
+    assert report.images[0].status == "refused"
+    assert report.images[0].problems == [f"linux/arm64: {arm} has no verdict in the registry; run `make validate "
+                                         f"FRAMEWORK={MULTI.key}` first"]   # one on the index counts for nothing
+    assert_nothing_released(space, MULTI)
 
 
 def test_second_run_is_a_no_op(space: Space) -> None:

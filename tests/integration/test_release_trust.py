@@ -181,7 +181,8 @@ def test_a_validly_signed_verdict_of_the_current_schema_releases_and_one_of_an_o
     signing.attest(space.client, space.dev_repo(CPU), digest, newer)
     report = space.release([CPU], r, "0.1.0")
     assert report.ok, report.images[0].problems
-    assert report.images[0].verdict is not None and report.images[0].verdict.schema_ == 5
+    counted = report.images[0].evidence[0].verdict
+    assert counted is not None and counted.schema_ == 5
     assert "2.13-0.1.0" in released(space)
 
 

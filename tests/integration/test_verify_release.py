@@ -49,7 +49,8 @@ def test_verify_on_a_released_image_prints_the_whole_chain(tmp_path: Path) -> No
     report = space.release([CPU], r, "0.1.0")
     assert report.ok, report.images[0].problems
     [copied] = referrers(space.client, space.rel_repo(CPU), digest, SBOM_ATTESTATION_TYPE)
-    assert copied == report.images[0].sbom_attestation     # the same artifact, by digest, in the release repo
+    # the same artifact, by digest, in the release repo
+    assert copied == report.images[0].evidence[0].sbom_attestation
 
     def verify(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "buildtool", "verify", *args, "--keys", str(keys)], cwd=ROOT,
