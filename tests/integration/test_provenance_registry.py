@@ -66,7 +66,7 @@ def test_a_push_attaches_a_provenance_that_pynacl_verifies_and_a_no_op_push_keep
     builder, plan, result = _pushed(space)
     repo = space.dev_repo(CPU)
     began = datetime.now(UTC)
-    builder._ensure_provenance(plan, result, began, datetime.now(UTC))   # type: ignore[arg-type]
+    result.provenance = builder._ensure_provenance(plan, plan.dev_ref, result.digest, began, datetime.now(UTC))
     [ref] = referrers(space.client, repo, result.digest, PROVENANCE_TYPE)
     assert result.provenance == ref.digest
     assert ref.annotations[intoto.PREDICATE_ANNOTATION] == "https://slsa.dev/provenance/v1"
@@ -84,7 +84,7 @@ def test_a_push_attaches_a_provenance_that_pynacl_verifies_and_a_no_op_push_keep
     assert {"tool:docker-client", "tool:docker-engine", "tool:buildtool", "tool:uv"} <= set(deps)
     assert any(name.startswith("lock:") for name in deps)
     # A no-op push (the same digest again) keeps the provenance this key signed: nothing new attached.
-    builder._ensure_provenance(plan, result, began, datetime.now(UTC))   # type: ignore[arg-type]
+    result.provenance = builder._ensure_provenance(plan, plan.dev_ref, result.digest, began, datetime.now(UTC))
     assert [r.digest for r in referrers(space.client, repo, result.digest, PROVENANCE_TYPE)] == [ref.digest]
 
 
@@ -93,7 +93,8 @@ def test_a_push_replaces_nothing_and_adds_its_own_beside_an_attackers_provenance
     builder, plan, result = _pushed(space)
     repo = space.dev_repo(CPU)
     forged = signing.attach_provenance(space.client, repo, result.digest, signing.provenance(CPU), signing.ATTACKER)
-    builder._ensure_provenance(plan, result, datetime.now(UTC), datetime.now(UTC))   # type: ignore[arg-type]
+    now = datetime.now(UTC)
+    result.provenance = builder._ensure_provenance(plan, plan.dev_ref, result.digest, now, now)
     assert result.provenance and result.provenance != forged.digest
     found = find_provenance(space.client, repo, result.digest, signing.trusted())
     assert found.artifact == result.provenance and found.keyid == signing.KEY.keyid
@@ -124,7 +125,7 @@ def test_a_push_that_cannot_state_the_base_fails_the_cell_naming_the_cause() -> 
     space = Space()
     builder, plan, result = _pushed(space, drop=label_keys.OCI_BASE_DIGEST)
     with pytest.raises(FailedError, match=r"^provenance of .*pytorch-cpu-dev:.*names no base by name and sha256 "):
-        builder._ensure_provenance(plan, result, datetime.now(UTC), datetime.now(UTC))   # type: ignore[arg-type]
+        builder._ensure_provenance(plan, plan.dev_ref, result.digest, datetime.now(UTC), datetime.now(UTC))
     assert referrers(space.client, space.dev_repo(CPU), result.digest, PROVENANCE_TYPE) == []
 
 
