@@ -377,9 +377,13 @@ class Builder:
             actions = []
             for platform in cell.platforms:
                 ref = f"{plan.dev_repo}:{multiplatform.platform_tag(plan.dev_tag, platform)}"
-                action, image = self._platform_image(plan, platform, ref, bases[platform], keys[platform],
-                                                     log_path.with_name(f"{log_path.stem}-"
-                                                                        f"{platforms.get(platform).architecture}.log"))
+                try:
+                    action, image = self._platform_image(plan, platform, ref, bases[platform], keys[platform],
+                                                         log_path.with_name(f"{log_path.stem}-{platforms.get(platform).architecture}.log"))
+                except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
+                    # The cell fails naming the platform; the platforms already pushed stay under their own
+                    # tags, and the dev tag is not written: no half index.
+                    raise FailedError(f"{platform}: {exc}") from None
                 actions.append(f"{platform} {action}")
                 local[platform] = image
                 if self.options.push:
@@ -438,12 +442,16 @@ class Builder:
         files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
         self.log(f"[{plan.cell.key}] building {platform} on {base.pinned} (log: {log_path})")
         self.progress.update(plan.cell.key, "building", f"{platform} with BuildKit")
+        if self._steps is not None:
+            self._steps.watch(plan.cell.key, log_path)
         try:
             image_id = engine.build(client, dockerfile.parent, dockerfile,
                                     build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
                                     secrets=files, log_path=log_path, timeout=self.options.timeout,
                                     no_cache=self.options.force, platform=platform)
         finally:
+            if self._steps is not None:
+                self._steps.unwatch(plan.cell.key)
             scrub_log(log_path, secret_strings(host_pip))
         engine.tag(image_id, ref)
         if self.options.push:

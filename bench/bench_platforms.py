@@ -1,0 +1,117 @@
+"""The emulated arm64 platform beside the native amd64 one: build (cold and warm) and validation of the one
+multi-platform CPU cell here, side by side in one run.
+
+Each figure is a whole process, run RUNS times, median printed with every run:
+- cold build: `docker build --platform P --no-cache` of the cell's one rendered Dockerfile (what `buildtool
+  build` runs per platform), on P's base pinned by digest from the mirror's index, with the pip secrets;
+- warm build: the same with BuildKit's cache (nothing changed: every step cached);
+- validation: `buildtool validate DEV_REF --platform P --no-store` (the cell's image tests in P's image;
+  arm64 runs under QEMU user emulation on an amd64 machine).
+The ratio column is arm64 / amd64: how much slower the emulated platform is, which is what the matrix's
+`validate.emulation_factor` must cover. Asserts nothing about time.
+
+    BASE_MIRROR=127.0.0.1:5000 python bench/bench_platforms.py [--cell jax-cpu:0.10] [--runs 3]
+        [--validate-runs 2] [--skip-cold] [--skip-validate]
+Needs the engine, the local registry with the cell's bases (make bases) and, for validation, this
+commit's dev image of the cell pushed (make push FRAMEWORK=jax-cpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from buildtool.build import engine  # noqa: E402
+from buildtool.build.builder import resolve_base  # noqa: E402
+from buildtool.build.pipconfig import SECRET_UV, pip_secrets  # noqa: E402
+from buildtool.contracts import platforms  # noqa: E402
+from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
+from buildtool.matrix.schema import load_matrix  # noqa: E402
+
+
+def docker_build(dockerfile: Path, base: str, platform: str, tag: str, no_cache: bool) -> float:
+    client = engine.resolve_build_client()
+    with pip_secrets() as pip:
+        files = {**pip.files, SECRET_UV: pip.uv_config(())}
+        argv = [*client.argv, "--network", "host", "--platform", platform, "-f", str(dockerfile), "-t", tag,
+                "--build-arg", f"BASE_IMAGE={base}", "--progress=plain"]
+        argv += ["--no-cache"] if no_cache else []
+        for sid, path in sorted(files.items()):
+            argv += ["--secret", f"id={sid},src={path}"]
+        started = time.perf_counter()
+        run = subprocess.run([*argv, str(dockerfile.parent)], capture_output=True, text=True, timeout=7200,
+                             env={**os.environ, **dict(client.env)})
+        elapsed = time.perf_counter() - started
+    if run.returncode != 0:
+        raise SystemExit(f"docker build --platform {platform} failed:\n{run.stdout[-2000:]}")
+    return elapsed
+
+
+def validate(ref: str, platform: str) -> float:
+    started = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "buildtool", "validate", ref, "--platform", platform, "--no-store",
+                          "--reports", f"/tmp/bench-platforms-{os.getpid()}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=7200)
+    elapsed = time.perf_counter() - started
+    if run.returncode != 0:
+        raise SystemExit(f"buildtool validate {ref} --platform {platform} failed:\n{run.stderr[-2000:]}")
+    return elapsed
+
+
+def row(name: str, figures: dict[str, list[float]], order: list[str]) -> None:
+    medians = {p: statistics.median(figures[p]) for p in order}
+    runs = "  ".join(f"{p.split('/')[1]}: " + ", ".join(f"{t:.1f}" for t in figures[p]) for p in order)
+    ratio = medians[order[1]] / medians[order[0]] if medians[order[0]] else float("nan")
+    print(f"{name:<44} {medians[order[0]]:>9.1f} {medians[order[1]]:>9.1f} {ratio:>8.2f}x   runs (s) {runs}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cell", default="jax-cpu:0.10")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--validate-runs", type=int, default=2)
+    parser.add_argument("--skip-cold", action="store_true")
+    parser.add_argument("--skip-validate", action="store_true")
+    args = parser.parse_args()
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    [cell] = [c for c in matrix.cells if c.key == args.cell]
+    if len(cell.platforms) < 2:
+        raise SystemExit(f"{cell.key} is built for {', '.join(cell.platforms)} only")
+    order = [platforms.host().name, *[p for p in cell.platforms if p != platforms.host().name]][:2]
+    plan = plan_cell(cell, Settings.from_env(), git_revision(ROOT))
+    dockerfile = ROOT / cell.dockerfile
+    bases = {}
+    for platform in order:
+        found = resolve_base(plan, platform)
+        if found is None:
+            raise SystemExit(f"no {platform} base for {cell.key}; run `make bases FRAMEWORK={cell.name} "
+                             "BASE_MIRROR=127.0.0.1:5000`")
+        bases[platform] = found.pinned
+    print(f"{cell.key}: {order[0]} native, {order[1]} under QEMU; medians in seconds, whole processes")
+    print(f"{'figure':<44} {order[0].split('/')[1]:>9} {order[1].split('/')[1]:>9} {'ratio':>9}")
+    if not args.skip_cold:
+        cold = {p: [docker_build(dockerfile, bases[p], p, f"bench-platforms:{p.split('/')[1]}", True)
+                    for _ in range(args.runs)] for p in order}
+        row("cold build (docker build --no-cache)", cold, order)
+    warm = {p: [] for p in order}
+    for p in order:
+        docker_build(dockerfile, bases[p], p, f"bench-platforms:{p.split('/')[1]}", False)   # fills the cache
+        warm[p] = [docker_build(dockerfile, bases[p], p, f"bench-platforms:{p.split('/')[1]}", False)
+                   for _ in range(args.runs)]
+    row("warm build (docker build, all steps cached)", warm, order)
+    if not args.skip_validate:
+        checks = {p: [validate(plan.dev_ref, p) for _ in range(args.validate_runs)] for p in order}
+        row("validation (buildtool validate --platform)", checks, order)
+    print(f"matrix validate.emulation_factor of {cell.key}: {cell.emulation_factor}")
+
+
+if __name__ == "__main__":
+    main()

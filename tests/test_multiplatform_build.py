@@ -1,0 +1,139 @@
+"""The build of a multi-platform cell (jax-cpu, on linux/amd64 and linux/arm64 in the real matrix) against an
+in-memory registry, with BuildKit and the pushes stood in for: what goes to the registry, and what does not
+when a platform fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildtool.build import builder as builder_mod
+from buildtool.build import engine
+from buildtool.build.builder import BaseInfo, Builder, BuildOptions
+from buildtool.contracts import label_keys, names
+from buildtool.matrix.plan import Settings, git_revision, plan_cell
+from buildtool.matrix.schema import load_matrix
+from tests import signing
+from tests.conftest import REPO
+from tests.memregistry import MemRegistry
+
+HOST = "127.0.0.1:5999"
+
+
+class Fakes:
+    """BuildKit and the pushes: a build returns an image id and remembers its labels; a push writes a one-layer
+    image of the platform with those labels to the in-memory registry."""
+
+    def __init__(self, registry: MemRegistry, fail: str = "") -> None:
+        self.registry, self.fail = registry, fail
+        self.builds: list[str] = []
+        self.labels: dict[str, dict[str, str]] = {}
+
+    def build(self, client: Any, context: Path, dockerfile: Path, *, platform: str | None = None,
+              labels: dict[str, str], **_: Any) -> str:
+        assert platform is not None, "a multi-platform cell always names the platform it builds"
+        self.builds.append(platform)
+        if platform == self.fail:
+            raise engine.BuildFailed("docker build exited 1: apt-get: Illegal instruction (under QEMU)")
+        self.labels[f"image-{platform}"] = dict(labels)
+        return f"image-{platform}"
+
+    def push(self, ref: str) -> str:
+        repo_tag = ref.split("/", 1)[1]
+        repo, _, tag = repo_tag.rpartition(":")
+        arch = tag.rsplit(names.PLATFORM_TAG_SEP, 1)[1]
+        return self.registry.push_image(repo, tag, payload=tag.encode(), architecture=arch,
+                                        labels=self.labels[f"image-linux/{arch}"])
+
+
+@pytest.fixture
+def run(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    matrix = load_matrix(REPO / "matrix.yaml")
+    [cell] = [c for c in matrix.cells if c.name == "jax-cpu"]
+    assert cell.platforms == ("linux/amd64", "linux/arm64")
+    registry = MemRegistry(HOST)
+
+    def start(fail: str = "", revision: str | None = None) -> tuple[Builder, Any, Fakes]:
+        fakes = Fakes(registry, fail)
+        revision = revision or git_revision(REPO)
+        plan = plan_cell(cell, Settings(registry=HOST), revision)
+        bases = {p: BaseInfo(ref="127.0.0.1:5000/library/debian:bookworm-slim", digest="sha256:" + c * 64)
+                 for p, c in (("linux/amd64", "a"), ("linux/arm64", "b"))}
+        monkeypatch.setattr(builder_mod, "resolve_base", lambda plan, platform=None: bases[platform])
+        monkeypatch.setattr(builder_mod.platforms, "binfmt_problem", lambda platform: None)
+        monkeypatch.setattr(engine, "build", fakes.build)
+        monkeypatch.setattr(engine, "tag", lambda image, ref: None)
+        monkeypatch.setattr(engine, "image_labels", lambda ref: None)
+        monkeypatch.setattr(builder_mod, "push_verified", lambda ref, log, via="": fakes.push(ref))
+        monkeypatch.setattr(Builder, "_build_env", lambda self: (
+            None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), None))
+        monkeypatch.setattr(builder_mod, "scrub_log", lambda path, secrets: None)
+        monkeypatch.setattr(builder_mod, "secret_strings", lambda host: [])
+        monkeypatch.setattr(Builder, "_attach_platform", lambda self, plan, platform, digest, key, began: {
+            "platform": platform, "digest": digest, "content_key": key, "sbom": "", "provenance": ""})
+        build = Builder(REPO, matrix.source, Settings(registry=HOST), revision,
+                        BuildOptions(push=True, builder_key=lambda: signing.KEY, push_with="engine"), print)
+        build.registry = registry   # type: ignore[assignment]
+        build._key = signing.KEY
+        return build, plan, fakes
+
+    return registry, start
+
+
+def _commit(name: str) -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", name], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _index(registry: MemRegistry, repo: str, tag: str) -> dict[str, Any]:
+    return json.loads(registry.get_manifest(repo, tag)[0])
+
+
+def test_each_platform_is_built_with_its_own_content_key_and_the_index_goes_up_last(run) -> None:  # noqa: ANN001
+    registry, start = run
+    build, plan, fakes = start()
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.result == "pushed", result.message
+    assert fakes.builds == ["linux/amd64", "linux/arm64"]
+    repo = plan.dev_repo.split("/", 1)[1]
+    index = _index(registry, repo, plan.dev_tag)
+    assert [m["platform"] for m in index["manifests"]] == [{"architecture": "amd64", "os": "linux"},
+                                                           {"architecture": "arm64", "os": "linux"}]
+    assert result.digest == registry.manifest_digest(repo, plan.dev_tag)
+    keys = {p["platform"]: p["content_key"] for p in result.platforms}
+    assert keys["linux/amd64"] != keys["linux/arm64"]     # another base and platform: another content key
+    for platform, key in keys.items():
+        assert fakes.labels[f"image-{platform}"][label_keys.CONTENT_KEY] == key
+    # Nothing changed: the next run builds nothing and finds its index.
+    again, plan, fakes = start()
+    assert again.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64)).result == "up to date"
+    assert fakes.builds == []
+
+
+def test_another_commits_index_with_the_same_content_keys_is_retagged_not_rebuilt(run) -> None:  # noqa: ANN001
+    registry, start = run
+    build, first, _ = start(revision=_commit("HEAD~1"))
+    assert build.run_cell(first, BaseInfo("unused", "sha256:" + "0" * 64)).result == "pushed"
+    later, second, fakes = start(revision=_commit("HEAD"))
+    result = later.run_cell(second, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.result == "retagged" and fakes.builds == []
+    repo = second.dev_repo.split("/", 1)[1]
+    assert registry.get_manifest(repo, second.dev_tag)[0] == registry.get_manifest(repo, first.dev_tag)[0]
+
+
+def test_a_platform_that_fails_fails_the_cell_naming_it_and_leaves_no_index(run) -> None:  # noqa: ANN001
+    registry, start = run
+    build, plan, fakes = start(fail="linux/arm64")
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.result == "failed"
+    assert result.message.startswith("linux/arm64: docker build exited 1: apt-get: Illegal instruction"), \
+        result.message
+    repo = plan.dev_repo.split("/", 1)[1]
+    assert registry.manifest_digest(repo, plan.dev_tag) is None          # no half index at the dev tag
+    assert plan.dev_tag not in registry.tags(repo)
+    assert registry.manifest_digest(repo, names.platform_tag(plan.dev_tag, "amd64")) is not None
+    assert result.digest == "" and result.platforms == []
