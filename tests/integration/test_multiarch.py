@@ -96,18 +96,21 @@ def test_the_arm64_image_runs_aarch64_with_the_wheel_its_own_lock_names(pushed: 
     first, *wheel = run.stdout.splitlines()
     assert first == "aarch64 0.10.2"
     assert any(line.startswith("Tag: cp311-cp311-manylinux") and line.endswith("_aarch64") for line in wheel), wheel
-    # The wheel installed is the one the arm64 lock names (uv --require-hashes), and no amd64 lock's: the image's
-    # SBOM records the hash of the file it installed.
+    # Each image's jaxlib is a wheel its own platform's lock names (uv --require-hashes), and the arm64 one is
+    # none the amd64 lock would take: the image's SBOM records the hash of the file it installed. (The arm64
+    # lock lists every file PyPI has of a version; the amd64 lock, from this host's x86_64 index, fewer.)
     folder = ROOT / pushed["cell"].dockerfile.rsplit("/", 1)[0]
     locks = {arch: (folder / arch / "framework.lock").read_text() for arch in ("amd64", "arm64")}
     client = RegistryClient("127.0.0.1:5000")
+    installed = {}
     for platform, digest in pushed["children"].items():
         document = load_sbom(client, pushed["repo"], digest)
         document = document[0] if isinstance(document, tuple) else document
         [jaxlib] = [c for c in document["components"] if c.get("name") == "jaxlib"]
-        [installed] = [h["content"] for h in jaxlib["hashes"] if h["alg"] == "SHA-256"]
-        own, other = ("arm64", "amd64") if platform == "linux/arm64" else ("amd64", "arm64")
-        assert f"sha256:{installed}" in locks[own] and f"sha256:{installed}" not in locks[other], platform
+        [installed[platform]] = [f"sha256:{h['content']}" for h in jaxlib["hashes"] if h["alg"] == "SHA-256"]
+        assert installed[platform] in locks[platforms.get(platform).architecture], platform
+    assert installed["linux/arm64"] != installed["linux/amd64"]
+    assert installed["linux/arm64"] not in locks["amd64"]
 
 
 def test_arm64_is_validated_under_emulation_and_its_verdict_is_its_own(pushed: dict[str, Any],
