@@ -15,6 +15,7 @@ from buildtool.build.builder import BaseInfo, Builder, BuildOptions
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
 from tests.conftest import fixture_matrix
+from tests.memregistry import MemRegistry
 
 RELEASE_DATE = "Sat, 11 Jul 2026 10:16:37 UTC"
 EPOCH = 1783764997  # RELEASE_DATE as Unix time
@@ -132,6 +133,13 @@ def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkey
                "pytorch-ngc:25.10": None}                                             # a mirror's copy
     plans = [SimpleNamespace(cell=cells[key], base=f"127.0.0.1:5000/{key}") for key in sources]
     by_base = {p.base: sources[p.cell.key] for p in plans}
+    registry = MemRegistry("127.0.0.1:5000")
+    for plan in plans:     # each base tag: an image whose BASE_SOURCE label says which recipe made it
+        repo, _, tag = plan.base.split("/", 1)[1].partition(":")
+        source = by_base[plan.base]
+        registry.push_image(repo, tag, payload=plan.base.encode(),
+                            labels=None if source is None else {label_keys.BASE_SOURCE: source})
+    monkeypatch.setattr(bases, "RegistryClient", lambda host, **_: registry)
     filled: list[str] = []
     monkeypatch.setattr(builder, "resolve_base", lambda plan: BaseInfo(
         ref=plan.base, digest="sha256:" + "a" * 64,

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from buildtool.build import aptlock, cache_sources, engine, multiplatform, push_path
-from buildtool.build.bases import fill_bases, is_loopback_registry, outdated_recipe, push_verified, recipe_suite
+from buildtool.build.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
 from buildtool.build.contents import attach_sbom
 from buildtool.build.lock import locked_versions, read_locks
 from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
@@ -629,13 +629,10 @@ class Builder:
             to_fill = []
             for plan in plans:
                 try:
-                    for platform in plan.cell.platforms:   # every platform the cell builds needs its base
-                        found = resolve_base(plan, platform)
-                        # A base made here by an older recipe is made again (it gave unreproducible layers).
-                        source = found.labels.get(label_keys.BASE_SOURCE) if found else None
-                        if found is None or outdated_recipe(source, recipe_suite(plan.cell)):
-                            to_fill.append(plan.cell)
-                            break
+                    # Every platform the cell builds needs its base; one made here by an older recipe is made
+                    # again (it gave unreproducible layers).
+                    if stale_platforms(plan.base, plan.cell.platforms, recipe_suite(plan.cell)):
+                        to_fill.append(plan.cell)
                 except RegistryUnreachable:
                     raise UserError(f"BASE_MIRROR registry {mirror} is unreachable; start it with "
                                     "`bash scripts/setup.sh`") from None
