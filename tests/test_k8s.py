@@ -398,3 +398,43 @@ def test_a_multi_platform_cell_needs_its_platform_named() -> None:
     assert choose_platform("x/pytorch-cpu:2.13", None, cpu).name == "linux/amd64"
     with pytest.raises(UserError, match="no image of the matrix, so its platforms are unknown: pass --platform"):
         choose_platform("ghcr.io/other:1", None, None)
+
+
+def test_a_single_image_of_a_multi_platform_cell_is_launched_on_its_own_platform() -> None:
+    """A test or mirror that holds one platform's image alone (a single manifest, not the index): that image has
+    one platform, which needs no naming; one its cell is not built for is refused; an index still needs it."""
+    import dataclasses
+
+    from buildtool.common.errors import UserError
+    from buildtool.launch.arch import choose_platform
+    from tests.conftest import fixture_matrix
+
+    cpu = {c.key: c for c in fixture_matrix().cells}["pytorch-cpu:2.13"]
+    both = dataclasses.replace(cpu, platforms=("linux/amd64", "linux/arm64"), emulation_factor=4)
+    assert choose_platform("x/pytorch-cpu:2.13", None, both, ["linux/arm64"]).name == "linux/arm64"
+    assert choose_platform("ghcr.io/other:1", None, None, ["linux/arm64"]).name == "linux/arm64"
+    with pytest.raises(UserError, match="is a linux/arm64 image, and pytorch-cpu:2.13 is built for linux/amd64 only"):
+        choose_platform("x/pytorch-cpu:2.13", None, cpu, ["linux/arm64"])
+    with pytest.raises(UserError, match="pass --platform"):
+        choose_platform("x/pytorch-cpu:2.13", None, both, ["linux/amd64", "linux/arm64"])
+
+
+def test_the_platforms_an_image_holds_are_read_from_its_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from buildtool.launch import arch
+    from buildtool.registry import client as registry_client
+    from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
+    from tests.memregistry import MemRegistry
+
+    registry = MemRegistry("127.0.0.1:5999")
+    monkeypatch.setattr(registry_client, "RegistryClient", lambda host, **_: registry)
+    amd = registry.push_image("team/x", "amd", payload=b"a")
+    arm = registry.push_image("team/x", "arm", payload=b"b", architecture="arm64")
+    registry.put_manifest("team/x", "both", json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": d, "size": 1, "platform": {"os": "linux", "architecture": a}}
+        for d, a in ((amd, "amd64"), (arm, "arm64"))]}).encode(), OCI_INDEX)
+    assert arch.image_platforms("127.0.0.1:5999/team/x:arm") == ["linux/arm64"]
+    assert arch.image_platforms("127.0.0.1:5999/team/x:both") == ["linux/amd64", "linux/arm64"]
+    assert arch.image_platforms("127.0.0.1:5999/team/x:gone") is None     # unreadable: --platform decides
+    assert arch.image_platforms("x-dev:local") is None                    # no registry in the reference

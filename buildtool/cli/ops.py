@@ -96,7 +96,7 @@ def _shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:
 
 def _platform_for(image: str, platform: str | None, matrix: Path | None) -> contracts_platforms.Platform:
     """The platform to launch IMAGE on: --platform, else its matrix cell's only one (launch.arch)."""
-    from buildtool.launch.arch import choose_platform
+    from buildtool.launch.arch import choose_platform, image_platforms
     from buildtool.launch.multinode import cell_for_image
 
     try:
@@ -110,7 +110,7 @@ def _platform_for(image: str, platform: str | None, matrix: Path | None) -> cont
         except UserError:
             if platform is None:    # a matrix image whose tag names no cell: said so, never its default cell's
                 raise
-    return choose_platform(image, platform, cell)
+    return choose_platform(image, platform, cell, None if platform else image_platforms(image))
 
 
 def _framework_for(image: str, framework: str | None, matrix: Path | None) -> Framework:
@@ -413,9 +413,9 @@ def register(app: typer.Typer) -> None:
             fallback = Profile(shm_size=run.shm_size, ulimits=run.ulimits, gpus=run.gpus != "none",
                                ipc_host=run.ipc == "host", source=f"the matrix cell {cell.key}")
         overrides = parse_ulimits(ulimit or [])
-        from buildtool.launch.arch import choose_platform
+        from buildtool.launch.arch import choose_platform, image_platforms
 
-        chosen = choose_platform(image, platform, cell)
+        chosen = choose_platform(image, platform, cell, None if platform else image_platforms(image))
         made = make_bundle(image, dest, chosen, fallback=fallback, shm_size=shm_size, ulimits=overrides, hosts=hosts,
                            jobs_dir=jobs_dir, read_only=not writable, force=force, log=log)
         if json_out:

@@ -20,8 +20,35 @@ ARCH_LABEL = "kubernetes.io/arch"     # well-known node labels (the kubelet sets
 OS_LABEL = "kubernetes.io/os"
 
 
-def choose_platform(image: str, requested: str | None, cell: Cell | None) -> platforms.Platform:
-    """The platform to launch IMAGE on (its matrix `cell`, None when the matrix does not know it)."""
+def image_platforms(image: str) -> list[str] | None:
+    """The platforms IMAGE holds in its registry: one for a single image (its config's), each entry's for an
+    index; None when that cannot be read (no registry in the reference, or none answers), which leaves the
+    choice to --platform."""
+    from buildtool.common.refs import has_registry, split_repo
+    from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
+    from buildtool.registry.image_index import read_children
+
+    if not has_registry(image):
+        return None
+    try:
+        host, repo, ref = split_repo(image)
+        return list(read_children(RegistryClient(host, retry=RetryPolicy(attempts=2, timeout=15)), repo, ref,
+                                  strict=True))
+    except (RegistryError, UserError, OSError, ValueError):
+        return None
+
+
+def choose_platform(image: str, requested: str | None, cell: Cell | None,
+                    held: list[str] | None = None) -> platforms.Platform:
+    """The platform to launch IMAGE on (its matrix `cell`, None when the matrix does not know it; `held`: the
+    platforms the image itself holds, image_platforms). A single image has one platform: it is the one, and it
+    must be one of its cell's."""
+    if not requested and held is not None and len(held) == 1:
+        single = platforms.get(held[0])
+        if cell is not None and single.name not in cell.platforms:
+            raise UserError(f"{image} is a {single.name} image, and {cell.key} is built for "
+                            f"{', '.join(cell.platforms)} only")
+        return single
     if requested:
         try:
             chosen = platforms.get(requested)
