@@ -387,12 +387,13 @@ def ensure(name: str) -> str:
     """Build (or reuse) the fixture image `name` and its parents; returns its local reference.
     One process at a time on this machine (`make test` runs on several xdist workers): the second
     finds what the first built and reuses it instead of building it again beside it."""
-    with _one_builder():
+    with one_builder():
         return _ensure(name)
 
 
 @contextlib.contextmanager
-def _one_builder() -> Iterator[None]:
+def one_builder() -> Iterator[None]:
+    """This machine's one image builder at a time (a build that fills the shared mirror's bases takes it too)."""
     with open(Path(tempfile.gettempdir()) / "dl-images-fixture-images.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         yield

@@ -30,6 +30,7 @@ from buildtool.registry.sbom import load_sbom
 from buildtool.registry.sbom_attestation import find_sbom_attestation
 from buildtool.validate.keys import TrustedKeys, dev_public_key
 from buildtool.validate.verdicts import find_verdicts
+from tests.integration import fixture_images
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
@@ -58,7 +59,10 @@ def pushed() -> dict[str, Any]:
         return subprocess.run([sys.executable, "-m", "buildtool", *args], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=timeout)
 
-    build = buildtool("build", "-f", CELL, "--push", "--json")
+    # The shared mirror's Debian base may need its arm64 child (minutes under QEMU): made once, not beside a
+    # fixture image build doing the same (tests/integration/fixture_images.py builds jax-cpu too).
+    with fixture_images.one_builder():
+        build = buildtool("build", "-f", CELL, "--push", "--json")
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     [result] = json.loads(build.stdout)["results"]
     matrix = load_matrix(ROOT / "matrix.yaml")
