@@ -36,6 +36,7 @@ from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
+from buildtool.registry.image_index import platform_manifest
 from tests import signing
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -122,9 +123,10 @@ def test_cell_is_tagged_labelled_and_pushed(built, key):
     else:
         assert re.fullmatch(names.FULL_REVISION_RE, labels[label_keys.OCI_REVISION])
     assert labels[label_keys.OCI_VERSION] == plan.cell.version
-    # The base as pulled (the mirror) and that reference's digest: a pair that resolves.
+    # The base as pulled (the mirror) and the digest of its image of this platform: a pair that resolves (the
+    # tag's own manifest, or this platform's entry where the tag is an index over platforms).
     assert labels[label_keys.OCI_BASE_NAME] == plan.base and labels[label_keys.BASE_UPSTREAM] == plan.cell.base
-    base_digest = RegistryClient(LOCAL).manifest_digest(*split_repo(plan.base)[1:])
+    base_digest, _ = platform_manifest(RegistryClient(LOCAL), *split_repo(plan.base)[1:], "linux/amd64")
     assert labels[label_keys.OCI_BASE_DIGEST] == base_digest
     assert labels[label_keys.CONTENT_KEY] == result.content_key
     run = json.loads(labels[label_keys.RUN_PROFILE])
@@ -302,7 +304,8 @@ def test_failing_cell_leaves_others_built_and_no_dev_tag(tiny):
 def test_labels_name_the_full_commit_a_base_pair_that_resolves_and_the_matrix_oci_keys(tiny):
     """Read from the pushed image's config: the revision is the whole commit, base.name is the mirror's
     reference the build pulled and base.digest what the registry serves for that name (asked with skopeo,
-    a client this project did not write), and the `oci:` values of the matrix are there."""
+    a client this project did not write: the manifest itself, or its linux/amd64 entry when the name is an
+    index over platforms), and the `oci:` values of the matrix are there."""
     ns = tiny["namespace"]
     ok = tiny["results"][f"{ns}-ok:1.0"]
     assert ok["result"] == "built", ok["message"]
@@ -316,6 +319,15 @@ def test_labels_name_the_full_commit_a_base_pair_that_resolves_and_the_matrix_oc
     inspected = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--raw",
                                 f"docker://{labels[label_keys.OCI_BASE_NAME]}"], capture_output=True, timeout=120)
     assert inspected.returncode == 0, inspected.stderr
+    served = json.loads(inspected.stdout)
+    if "manifests" in served:     # an index: the build pinned its linux/amd64 image, by that entry's digest
+        [entry] = [m for m in served["manifests"]
+                   if (m["platform"]["os"], m["platform"]["architecture"]) == ("linux", "amd64")]
+        base = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--raw",
+                               f"docker://{labels[label_keys.OCI_BASE_NAME].rsplit(':', 1)[0]}@{entry['digest']}"],
+                              capture_output=True, timeout=120)
+        assert base.returncode == 0, base.stderr
+        inspected = base
     assert labels[label_keys.OCI_BASE_DIGEST] == "sha256:" + hashlib.sha256(inspected.stdout).hexdigest()
     assert {k: labels.get(k) for k in label_keys.OCI_FROM_MATRIX.values()} == {
         label_keys.OCI_AUTHORS: "t-build", label_keys.OCI_URL: "https://example.invalid/t-build",

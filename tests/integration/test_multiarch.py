@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import platforms
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
@@ -94,8 +95,8 @@ def test_the_dev_tag_is_an_index_with_each_platforms_own_signed_image(pushed: di
 def test_the_arm64_image_runs_aarch64_with_the_wheel_its_own_lock_names(pushed: dict[str, Any]) -> None:
     probe = ("import pathlib, platform, jax, jaxlib; print(platform.machine(), jax.__version__); "
              "print(next(pathlib.Path(jaxlib.__file__).parents[1].glob('jaxlib-*.dist-info/WHEEL')).read_text())")
-    run = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm64", pushed["plan"].dev_ref, "python", "-c",
-                          probe], capture_output=True, text=True, timeout=600)
+    run = docker_cli.docker("run", "--rm", "--platform", "linux/arm64", pushed["plan"].dev_ref, "python", "-c", probe,
+                            timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     first, *wheel = run.stdout.splitlines()
     assert first == "aarch64 0.10.2"
