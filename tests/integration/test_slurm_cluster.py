@@ -351,8 +351,9 @@ def test_node_killed_mid_run_ends_the_job_and_is_named(cluster: LocalSlurm, bund
     try:
         deadline = time.monotonic() + 120
         victim = None
-        while victim is None and time.monotonic() < deadline:  # the training step is step 1
-            victim = next((c for c in cluster.containers() if c.startswith(f"n2.root.{job}.1.")), None)
+        # The training step is step 2: step 0 checks the nodes' architecture against the bundle's, step 1 /dev/shm.
+        while victim is None and time.monotonic() < deadline:
+            victim = next((c for c in cluster.containers() if c.startswith(f"n2.root.{job}.2.")), None)
             time.sleep(0.5)
         assert victim, f"job {job}'s training container never started on n2"
         time.sleep(8)  # into the training loop (it runs for minutes at 200000 steps)
