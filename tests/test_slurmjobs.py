@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.launch.slurmjobs import run_job
+from buildtool.launch.slurmjobs import JobForgotten, run_job
 
 SBATCH = '#!/bin/sh\necho "sbatch $*" >> "$STUB_DIR/log"\necho "123;cluster"\n'
 SCONTROL = ('#!/bin/sh\n'
-            'echo "JobId=123 JobName=x JobState=$(cat "$STUB_DIR/state") ExitCode=$(cat "$STUB_DIR/exit") '
-            'StdOut=$STUB_DIR/job-123.out"\n')
+            'if [ -e "$STUB_DIR/purged" ]; then echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; fi\n'
+            'if [ -e "$STUB_DIR/down" ]; then echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; '
+            'exit 1; fi\n'
+            'echo "JobId=123 JobName=x JobState=$(cat "$STUB_DIR/state") Reason=$(cat "$STUB_DIR/reason") '
+            'ExitCode=$(cat "$STUB_DIR/exit") StdOut=$STUB_DIR/job-123.out"\n')
 SCANCEL = '#!/bin/sh\necho "scancel $*" >> "$STUB_DIR/log"\necho CANCELLED > "$STUB_DIR/state"\n'
 
 
@@ -26,6 +29,7 @@ def stubs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (folder / name).write_text(body)
         (folder / name).chmod(0o755)
     (folder / "exit").write_text("0:0\n")
+    (folder / "reason").write_text("None\n")
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     monkeypatch.setenv("STUB_DIR", str(folder))
     return folder
@@ -48,6 +52,33 @@ def test_a_job_past_its_bound_is_cancelled(stubs: Path, tmp_path: Path) -> None:
         run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=1, poll_s=0.1)
     assert (stubs / "log").read_text().splitlines()[-1] == "scancel 123"
     assert (stubs / "state").read_text().strip() == "CANCELLED"
+
+
+def test_a_pending_job_past_its_bound_is_named_with_slurms_reason(stubs: Path, tmp_path: Path) -> None:
+    (stubs / "state").write_text("PENDING\n")
+    (stubs / "reason").write_text("ReqNodeNotAvail\n")
+    with pytest.raises(FailedError, match=r"job 123 \(job.sbatch\) still PENDING \(ReqNodeNotAvail\) after 1 s"):
+        run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=1, poll_s=0.1)
+
+
+def test_a_job_slurm_has_purged_is_named_at_once_not_called_queued(stubs: Path, tmp_path: Path) -> None:
+    """A job waited for after it ended and MinJobAge passed: slurmctld answers "Invalid job id". Before, that
+    read as no fields, the wait ran out its whole bound and said "still queued" (CI, stop 33)."""
+    (stubs / "purged").write_text("")
+    with pytest.raises(JobForgotten, match=r"SLURM no longer knows job 123: it ended more than MinJobAge ago"):
+        run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=30, poll_s=0.1)
+    assert "scancel" not in (stubs / "log").read_text(), "a job that has ended is not cancelled"
+
+
+def test_a_controller_that_does_not_answer_is_asked_again_then_named(stubs: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildtool.launch import slurmjobs
+
+    monkeypatch.setattr(slurmjobs, "CANCEL_WAIT_S", 1)   # scancel is sent; its end cannot be seen either
+    (stubs / "down").write_text("")
+    (stubs / "state").write_text("RUNNING\n")
+    with pytest.raises(FailedError, match=r"job 123 \(job.sbatch\) still unanswered by scontrol after 1 s"):
+        run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=1, poll_s=0.1)
 
 
 def test_an_interrupted_wait_cancels_the_job(stubs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

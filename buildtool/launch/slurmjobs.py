@@ -55,10 +55,19 @@ def submit(script: Path, *, cwd: Path, env: dict[str, str] | None = None, args: 
     return proc.stdout.strip().split(";")[0]
 
 
+class JobForgotten(FailedError):
+    """slurmctld no longer knows the job: it ended more than MinJobAge ago (300 s by default) and was purged."""
+
+
 def job_fields(job_id: str, env: dict[str, str] | None = None) -> dict[str, str]:
-    """`scontrol show job -o ID` as a dict ({} when SLURM no longer knows the job)."""
+    """`scontrol show job -o ID` as a dict; {} when scontrol failed for another reason (the controller busy or
+    restarting), to be asked again. A job the controller has purged raises JobForgotten: its end state is gone,
+    and polling on would wait out the whole bound and call it queued."""
     proc = _call(["scontrol", "show", "job", "-o", job_id], env)
     if proc.returncode != 0:
+        if "invalid job id" in proc.stderr.lower():
+            raise JobForgotten(f"SLURM no longer knows job {job_id}: it ended more than MinJobAge ago and its "
+                               f"state was purged; wait for it sooner, or raise MinJobAge in slurm.conf")
         return {}
     return {m.group(1): m.group(2) for m in re.finditer(r"(\w+)=(\S*)", proc.stdout)}
 
@@ -68,7 +77,10 @@ def cancel(job_id: str, env: dict[str, str] | None = None) -> None:
     _call(["scancel", job_id], env)
     deadline = time.monotonic() + CANCEL_WAIT_S
     while time.monotonic() < deadline:
-        if job_fields(job_id, env).get("JobState", "CANCELLED") in FINAL_STATES:
+        try:
+            if job_fields(job_id, env).get("JobState") in FINAL_STATES:
+                return
+        except JobForgotten:
             return
         time.sleep(0.5)
 
@@ -81,17 +93,21 @@ def wait(job_id: str, *, timeout_s: float, env: dict[str, str] | None = None, po
     try:
         while True:
             fields = job_fields(job_id, env) or fields
-            if fields.get("JobState") in FINAL_STATES:
+            if fields.get("JobState") in FINAL_STATES or time.monotonic() - started > timeout_s:
                 break
-            if time.monotonic() - started > timeout_s:
-                cancel(job_id, env)
-                raise FailedError(f"job {job_id}{f' ({what})' if what else ''} still "
-                                  f"{fields.get('JobState', 'queued')} after {timeout_s:.0f} s; cancelled")
             time.sleep(poll_s)
+    except JobForgotten:
+        raise
     except BaseException:
         if fields.get("JobState") not in FINAL_STATES:
             cancel(job_id, env)
         raise
+    if fields.get("JobState") not in FINAL_STATES:
+        cancel(job_id, env)
+        state = fields.get("JobState") or "unanswered by scontrol"
+        reason = fields.get("Reason", "None")
+        raise FailedError(f"job {job_id}{f' ({what})' if what else ''} still {state}"
+                          f"{'' if reason == 'None' else f' ({reason})'} after {timeout_s:.0f} s; cancelled")
     output_path = Path(fields.get("StdOut") or f"slurm-{job_id}.out")
     try:
         output = output_path.read_text(encoding="utf-8", errors="replace")

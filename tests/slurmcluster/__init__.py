@@ -170,7 +170,9 @@ ReturnToService=2
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
-MinJobAge=300
+# The late-node jobs are submitted first and read back minutes later; on CI's slower machine that was
+# past the default 300 s and slurmctld had purged them.
+MinJobAge=3600
 {nodes}
 PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=30:00 State=UP
 PartitionName=smallshm Nodes=n1,{SMALL_SHM_NODE} MaxTime=30:00 State=UP
