@@ -50,8 +50,8 @@ lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Docker
 	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
 
 .PHONY: test
-test: ## The toolkit's own tests (unit and integration), on TEST_JOBS xdist workers
-	$(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
+test: ## The toolkit's own tests (unit and integration), on TEST_JOBS xdist workers; the 30 slowest named (CI's budget)
+	$(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
 FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools
