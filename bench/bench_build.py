@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from buildtool.build import engine  # noqa: E402
-from buildtool.build.pipconfig import pip_secrets  # noqa: E402
+from buildtool.build.pipconfig import SECRET_UV, pip_secrets  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.registry.client import RegistryClient  # noqa: E402
@@ -48,23 +48,28 @@ def buildtool(args: list[str], env: dict[str, str]) -> tuple[float, dict]:
     return elapsed, json.loads(run.stdout)["results"][0]
 
 
-def plain_docker_build(dockerfile: Path, tag: str, no_cache: bool) -> float:
+def plain_docker_build(dockerfile: Path, tag: str, no_cache: bool, *, base: str | None = None,
+                       platform: str | None = None, uv_config: bool = False) -> float:
     """What a user would type (with the secrets pip needs here, and host networking), with the build
-    client buildtool uses (DOCKER_CLIENT)."""
-    base = mirror_base(dockerfile.read_text().split("ARG BASE_IMAGE=", 1)[1].split()[0], LOCAL)
+    client buildtool uses (DOCKER_CLIENT). BASE: the base by digest (default: the Dockerfile's, from the
+    mirror); PLATFORM: `--platform`; UV_CONFIG: also hand uv its config secret, as buildtool does for a cell
+    that installs with uv."""
+    base = base or mirror_base(dockerfile.read_text().split("ARG BASE_IMAGE=", 1)[1].split()[0], LOCAL)
     client = engine.resolve_build_client()
     with pip_secrets() as pip:
-        argv = [*client.argv, "--network", "host", "-f", str(dockerfile), "-t", tag,
-                "--build-arg", f"BASE_IMAGE={base}", "--progress=plain"]
+        files = {**pip.files, SECRET_UV: pip.uv_config(())} if uv_config else dict(pip.files)
+        argv = [*client.argv, "--network", "host", *(["--platform", platform] if platform else []),
+                "-f", str(dockerfile), "-t", tag, "--build-arg", f"BASE_IMAGE={base}", "--progress=plain"]
         argv += ["--no-cache"] if no_cache else []
-        for sid, path in pip.files.items():
+        for sid, path in sorted(files.items()):
             argv += ["--secret", f"id={sid},src={path}"]
         started = time.perf_counter()
-        run = subprocess.run([*argv, str(dockerfile.parent)], capture_output=True, text=True, timeout=3600,
+        run = subprocess.run([*argv, str(dockerfile.parent)], capture_output=True, text=True, timeout=7200,
                              env={**os.environ, **dict(client.env)})
         elapsed = time.perf_counter() - started
     if run.returncode != 0:
-        raise SystemExit(f"docker build failed:\n{run.stdout[-2000:]}")
+        raise SystemExit(f"docker build{f' --platform {platform}' if platform else ''} failed:\n"
+                         f"{run.stdout[-2000:]}")
     return elapsed
 
 

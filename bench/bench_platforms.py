@@ -29,30 +29,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from buildtool.build import engine  # noqa: E402
+from bench.bench_build import plain_docker_build  # noqa: E402
 from buildtool.build.builder import resolve_base  # noqa: E402
-from buildtool.build.pipconfig import SECRET_UV, pip_secrets  # noqa: E402
 from buildtool.contracts import platforms  # noqa: E402
 from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 
 
 def docker_build(dockerfile: Path, base: str, platform: str, tag: str, no_cache: bool) -> float:
-    client = engine.resolve_build_client()
-    with pip_secrets() as pip:
-        files = {**pip.files, SECRET_UV: pip.uv_config(())}
-        argv = [*client.argv, "--network", "host", "--platform", platform, "-f", str(dockerfile), "-t", tag,
-                "--build-arg", f"BASE_IMAGE={base}", "--progress=plain"]
-        argv += ["--no-cache"] if no_cache else []
-        for sid, path in sorted(files.items()):
-            argv += ["--secret", f"id={sid},src={path}"]
-        started = time.perf_counter()
-        run = subprocess.run([*argv, str(dockerfile.parent)], capture_output=True, text=True, timeout=7200,
-                             env={**os.environ, **dict(client.env)})
-        elapsed = time.perf_counter() - started
-    if run.returncode != 0:
-        raise SystemExit(f"docker build --platform {platform} failed:\n{run.stdout[-2000:]}")
-    return elapsed
+    return plain_docker_build(dockerfile, tag, no_cache, base=base, platform=platform, uv_config=True)
 
 
 def validate(ref: str, platform: str) -> float:

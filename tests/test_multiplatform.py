@@ -82,12 +82,32 @@ def test_an_index_is_reused_only_when_every_platform_has_its_content_key():
     other = "fedcba987654-0.10"
     put_index(reg, REPO, other, _platform_images(reg, {"linux/amd64": "k1", "linux/arm64": "k2"},
                                                                other))
-    found = multiplatform.matching_index(reg, REPO, [other], {"linux/amd64": "k1", "linux/arm64": "k2"})
+    earlier = multiplatform.read_indexes(reg, REPO, [other])
+    found = multiplatform.matching_index(reg, REPO, earlier, {"linux/amd64": "k1", "linux/arm64": "k2"})
     assert found == (other, reg.manifest_digest(REPO, other))
     # One platform's content changed: the whole index is not this build's.
-    assert multiplatform.matching_index(reg, REPO, [other], {"linux/amd64": "k1", "linux/arm64": "k3"}) is None
+    assert multiplatform.matching_index(reg, REPO, earlier, {"linux/amd64": "k1", "linux/arm64": "k3"}) is None
     # A platform more or less than the cell's: not this cell's index.
-    assert multiplatform.matching_index(reg, REPO, [other], {"linux/amd64": "k1"}) is None
+    assert multiplatform.matching_index(reg, REPO, earlier, {"linux/amd64": "k1"}) is None
     # A single-platform tag is never an index match.
     reg.push_image(REPO, "single-0.10", labels={label_keys.CONTENT_KEY: "k1"})
-    assert multiplatform.matching_index(reg, REPO, ["single-0.10"], {"linux/amd64": "k1"}) is None
+    single = multiplatform.read_indexes(reg, REPO, ["single-0.10"])
+    assert single == {} and multiplatform.matching_index(reg, REPO, single, {"linux/amd64": "k1"}) is None
+
+
+def test_each_platform_takes_layers_only_from_earlier_images_of_its_own_platform():
+    """The registry cache of a multi-platform cell: each platform's candidates are that platform's entries of
+    earlier indexes, by their own digests; the tag being built and single images are not candidates."""
+    reg = MemRegistry()
+    older, newer = "aaaaaaaaaaaa-0.10", "bbbbbbbbbbbb-0.10"
+    for tag, keys in ((older, {"linux/amd64": "o1", "linux/arm64": "o2"}), (newer, {"linux/amd64": "n1"}),
+                      (DEV_TAG, {"linux/amd64": "d1", "linux/arm64": "d2"})):
+        put_index(reg, REPO, tag, _platform_images(reg, keys, tag))
+    reg.push_image(REPO, "cccccccccccc-0.10", labels={label_keys.CONTENT_KEY: "s1"})
+    indexes = multiplatform.read_indexes(reg, REPO, [DEV_TAG, newer, older, "cccccccccccc-0.10"])
+    assert list(indexes) == [DEV_TAG, newer, older]
+    arm = multiplatform.platform_candidates(indexes, "linux/arm64", exclude=DEV_TAG)
+    assert [(c.tag, c.digest, c.labels[label_keys.CONTENT_KEY]) for c in arm] == [
+        (older, indexes[older]["linux/arm64"].digest, "o2")]
+    amd = multiplatform.platform_candidates(indexes, "linux/amd64", exclude=DEV_TAG)
+    assert [c.labels[label_keys.CONTENT_KEY] for c in amd] == ["n1", "o1"]

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from buildtool.build import builder as builder_mod
-from buildtool.build import engine
+from buildtool.build import engine, multiplatform
 from buildtool.build.builder import BaseInfo, Builder, BuildOptions
 from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
-from tests import signing
+from tests import provenance_fixture, signing
 from tests.conftest import REPO
 from tests.memregistry import MemRegistry
 
@@ -32,11 +32,13 @@ class Fakes:
         self.registry, self.fail = registry, fail
         self.builds: list[str] = []
         self.labels: dict[str, dict[str, str]] = {}
+        self.cache_from: dict[str, list[str]] = {}
 
     def build(self, client: Any, context: Path, dockerfile: Path, *, platform: str | None = None,
-              labels: dict[str, str], **_: Any) -> str:
+              labels: dict[str, str], cache_from: list[str] = (), **_: Any) -> str:  # type: ignore[assignment]
         assert platform is not None, "a multi-platform cell always names the platform it builds"
         self.builds.append(platform)
+        self.cache_from[platform] = list(cache_from)
         if platform == self.fail:
             raise engine.BuildFailed("docker build exited 1: apt-get: Illegal instruction (under QEMU)")
         self.labels[f"image-{platform}"] = dict(labels)
@@ -57,12 +59,12 @@ def run(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     assert cell.platforms == ("linux/amd64", "linux/arm64")
     registry = MemRegistry(HOST)
 
-    def start(fail: str = "", revision: str | None = None) -> tuple[Builder, Any, Fakes]:
+    def start(fail: str = "", revision: str | None = None, base_digests: str = "ab") -> tuple[Builder, Any, Fakes]:
         fakes = Fakes(registry, fail)
         revision = revision or git_revision(REPO)
         plan = plan_cell(cell, Settings(registry=HOST), revision)
         bases = {p: BaseInfo(ref="127.0.0.1:5000/library/debian:bookworm-slim", digest="sha256:" + c * 64)
-                 for p, c in (("linux/amd64", "a"), ("linux/arm64", "b"))}
+                 for p, c in zip(("linux/amd64", "linux/arm64"), base_digests, strict=True)}
         monkeypatch.setattr(builder_mod, "resolve_base", lambda plan, platform=None: bases[platform])
         monkeypatch.setattr(builder_mod.platforms, "binfmt_problem", lambda platform: None)
         monkeypatch.setattr(engine, "build", fakes.build)
@@ -76,7 +78,8 @@ def run(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
         monkeypatch.setattr(Builder, "_attach_platform", lambda self, plan, platform, digest, key, began: {
             "platform": platform, "digest": digest, "content_key": key, "sbom": "", "provenance": ""})
         build = Builder(REPO, matrix.source, Settings(registry=HOST), revision,
-                        BuildOptions(push=True, builder_key=lambda: signing.KEY, push_with="engine"), print)
+                        BuildOptions(push=True, builder_key=lambda: signing.KEY, push_with="engine",
+                                     cache_trust=lambda own: signing.trusted(roles=("builder",))), print)
         build.registry = registry   # type: ignore[assignment]
         build._key = signing.KEY
         return build, plan, fakes
@@ -137,3 +140,21 @@ def test_a_platform_that_fails_fails_the_cell_naming_it_and_leaves_no_index(run)
     assert plan.dev_tag not in registry.tags(repo)
     assert registry.manifest_digest(repo, names.platform_tag(plan.dev_tag, "amd64")) is not None
     assert result.digest == "" and result.platforms == []
+
+
+def test_each_platform_takes_layers_from_its_own_signed_image_of_an_earlier_index(run) -> None:  # noqa: ANN001
+    """The registry cache per platform: a fresh runner's arm64 build imports BuildKit's inline cache from the
+    earlier index's arm64 image (by digest, its provenance signed by a trusted builder), never from the amd64
+    one; an earlier platform image whose provenance an untrusted key signed is passed over."""
+    registry, start = run
+    build, first, _ = start(revision=_commit("HEAD~1"))
+    assert build.run_cell(first, BaseInfo("unused", "sha256:" + "0" * 64)).result == "pushed"
+    repo = first.dev_repo.split("/", 1)[1]
+    earlier = {p: c.digest for p, c in multiplatform.index_children(registry, repo, first.dev_tag).items()}
+    provenance_fixture.attest_provenance(registry, repo, earlier["linux/arm64"], signing.KEY)
+    provenance_fixture.attest_provenance(registry, repo, earlier["linux/amd64"], signing.ATTACKER)
+    # The bases moved (a new base digest per platform): new content keys, so both platforms are built.
+    later, second, fakes = start(revision=_commit("HEAD"), base_digests="cd")
+    assert later.run_cell(second, BaseInfo("unused", "sha256:" + "0" * 64)).result == "pushed"
+    assert fakes.builds == ["linux/amd64", "linux/arm64"]
+    assert fakes.cache_from == {"linux/amd64": [], "linux/arm64": [f"{HOST}/{repo}@{earlier['linux/arm64']}"]}

@@ -13,7 +13,8 @@ from buildtool.launch.slurmjobs import JobForgotten, run_job
 
 SBATCH = '#!/bin/sh\necho "sbatch $*" >> "$STUB_DIR/log"\necho "123;cluster"\n'
 SCONTROL = ('#!/bin/sh\n'
-            'if [ -e "$STUB_DIR/purged" ]; then echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; fi\n'
+            'if [ -e "$STUB_DIR/purged" ]; then echo "slurm_load_jobs error: Invalid job id specified" >&2; '
+            'exit 1; fi\n'
             'if [ -e "$STUB_DIR/down" ]; then echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; '
             'exit 1; fi\n'
             'echo "JobId=123 JobName=x JobState=$(cat "$STUB_DIR/state") Reason=$(cat "$STUB_DIR/reason") '

@@ -294,9 +294,12 @@ class Builder:
             self._candidates[plan.cell.key] = seen
         return None
 
-    def _cache_from(self, plan: CellPlan) -> list[str]:
-        """The earlier dev images this build takes unchanged layers from (cache_sources), each logged."""
-        candidates = self._candidates.get(plan.cell.key, [])
+    def _cache_from(self, plan: CellPlan, platform: str | None = None) -> list[str]:
+        """The earlier dev images this build takes unchanged layers from (cache_sources), each logged; for
+        one platform of a multi-platform cell, the earlier indexes' images of that platform."""
+        if self.options.force:
+            return []
+        candidates = self._candidates.get(plan.cell.key if platform is None else f"{plan.cell.key} {platform}", [])
         if not (self.options.registry_cache and candidates) or self.options.cache_trust is None:
             return []
         with self._lock:
@@ -357,7 +360,12 @@ class Builder:
                 ordered = [plan.dev_tag] if plan.dev_tag in tags else []
                 ordered += sorted((t for t in tags if t != plan.dev_tag and parse_dev_tag(t, cell.version)),
                                   reverse=True)
-                match = multiplatform.matching_index(self.registry, repo, ordered, keys)
+                earlier = multiplatform.read_indexes(self.registry, repo, ordered)
+                with self._lock:
+                    for platform in cell.platforms:
+                        self._candidates[f"{cell.key} {platform}"] = multiplatform.platform_candidates(
+                            earlier, platform, exclude=plan.dev_tag)
+                match = multiplatform.matching_index(self.registry, repo, earlier, keys)
                 if match and match[0] == plan.dev_tag:
                     result.result, result.digest = "up to date", match[1]
                     result.message = "the registry already holds this dev tag's index with the same content keys"
@@ -435,24 +443,9 @@ class Builder:
         problem = platforms.binfmt_problem(platform)
         if problem:
             raise FailedError(f"cannot build {platform}: {problem}")
-        client, secrets, host_pip = self._build_env()
-        dockerfile = self.root / plan.cell.dockerfile
-        labels = build_labels(plan, base, key, self.label_revision, self.source,
-                              locked_versions(self.root, plan.cell, platform))
-        files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
         self.log(f"[{plan.cell.key}] building {platform} on {base.pinned} (log: {log_path})")
         self.progress.update(plan.cell.key, "building", f"{platform} with BuildKit")
-        if self._steps is not None:
-            self._steps.watch(plan.cell.key, log_path)
-        try:
-            image_id = engine.build(client, dockerfile.parent, dockerfile,
-                                    build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
-                                    secrets=files, log_path=log_path, timeout=self.options.timeout,
-                                    no_cache=self.options.force, platform=platform)
-        finally:
-            if self._steps is not None:
-                self._steps.unwatch(plan.cell.key)
-            scrub_log(log_path, secret_strings(host_pip))
+        image_id = self._buildkit(plan, base, key, log_path, platform)
         engine.tag(image_id, ref)
         if self.options.push:
             return "built and pushed", self._push_ref(plan, ref, log_path)
@@ -579,27 +572,32 @@ class Builder:
             return True
         return False
 
-    def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
+    def _buildkit(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, platform: str | None) -> str:
+        """The one BuildKit build of a cell's image (PLATFORM: one platform of a multi-platform cell, else
+        None): labels, secrets, the registry cache; the log scrubbed of the host's index credentials. Its id."""
         client, secrets, host_pip = self._build_env()
         dockerfile = self.root / plan.cell.dockerfile
-        locked = locked_versions(self.root, plan.cell)   # a single-platform cell (multi: _platform_image)
-        labels = build_labels(plan, base, key, self.label_revision, self.source, locked)
+        labels = build_labels(plan, base, key, self.label_revision, self.source,
+                              locked_versions(self.root, plan.cell, platform))
         # The cell's own index URLs (e.g. PyTorch's CPU index) reach uv only where they answer.
         files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
-        self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
-        cache_from = [] if self.options.force else self._cache_from(plan)
-        self.progress.update(plan.cell.key, "building", "starting BuildKit")
+        cache_from = self._cache_from(plan, platform)
         if self._steps is not None:
             self._steps.watch(plan.cell.key, log_path)
         try:
-            image_id = engine.build(client, dockerfile.parent, dockerfile,
-                                    build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
-                                    secrets=files, log_path=log_path, timeout=self.options.timeout,
-                                    no_cache=self.options.force, cache_from=cache_from)
+            return engine.build(client, dockerfile.parent, dockerfile,
+                                build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
+                                secrets=files, log_path=log_path, timeout=self.options.timeout,
+                                no_cache=self.options.force, cache_from=cache_from, platform=platform)
         finally:
             if self._steps is not None:
                 self._steps.unwatch(plan.cell.key)
             scrub_log(log_path, secret_strings(host_pip))
+
+    def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
+        self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
+        self.progress.update(plan.cell.key, "building", "starting BuildKit")
+        image_id = self._buildkit(plan, base, key, log_path, None)
         engine.tag(image_id, plan.dev_ref)
         attrs = engine.image_attrs(plan.dev_ref) or {}
         result.size = int(attrs.get("Size", 0))

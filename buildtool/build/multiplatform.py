@@ -6,6 +6,7 @@ every platform's image is in the registry: a platform that fails fails the cell 
 
 from __future__ import annotations
 
+from buildtool.build.cache_sources import Candidate
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys, names, platforms
 from buildtool.registry.client import NotFound, RegistryClient
@@ -47,12 +48,30 @@ def content_key_of(client: RegistryClient, repo: str, ref: str) -> str | None:
     return next(iter(children.values())).labels.get(label_keys.CONTENT_KEY)
 
 
-def matching_index(client: RegistryClient, repo: str, tags: list[str], keys: dict[str, str]) -> tuple[str, str] | None:
-    """(tag, index digest) of the first of `tags` holding an index whose platforms are exactly `keys`' and
-    whose every platform image carries that platform's content key."""
+def read_indexes(client: RegistryClient, repo: str, tags: list[str]) -> dict[str, dict[str, Child]]:
+    """tag -> its index's platform images, for those of `tags` that hold an index (in the order given)."""
+    found = {}
     for tag in tags:
         children = index_children(client, repo, tag)
-        if children is None or set(children) != set(keys):
+        if children is not None:
+            found[tag] = children
+    return found
+
+
+def platform_candidates(indexes: dict[str, dict[str, Child]], platform: str, exclude: str) -> list[Candidate]:
+    """Earlier indexes' images of `platform` (not the one at `exclude`, the tag being built): what a build of
+    that platform may take unchanged layers from (buildtool.build.cache_sources checks each one's provenance
+    on its own digest, as for a single-platform cell)."""
+    return [Candidate(tag, children[platform].digest, children[platform].labels)
+            for tag, children in indexes.items() if tag != exclude and platform in children]
+
+
+def matching_index(client: RegistryClient, repo: str, indexes: dict[str, dict[str, Child]],
+                   keys: dict[str, str]) -> tuple[str, str] | None:
+    """(tag, index digest) of the first of `indexes` (read_indexes) whose platforms are exactly `keys`' and
+    whose every platform image carries that platform's content key."""
+    for tag, children in indexes.items():
+        if set(children) != set(keys):
             continue
         if all(children[p].labels.get(label_keys.CONTENT_KEY) == keys[p] for p in keys):
             digest = client.manifest_digest(repo, tag)
