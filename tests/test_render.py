@@ -253,3 +253,32 @@ def test_catalogue_shows_each_cells_platforms_and_the_released_platform_digests(
     assert "validated each on native GPU runners of its architecture)" in text     # pytorch-ngc, a GPU cell
     assert (f"- Released platforms (one index; each platform validated on its own digest): linux/amd64 `{d1}`, "
             f"linux/arm64 `{d2}` (validated under emulation)") in text
+
+
+def test_catalogue_lists_each_platforms_sbom_of_a_released_index(tmp_path: Path) -> None:
+    import dataclasses
+
+    from buildtool.contracts.releases import latest_by_cell
+    from buildtool.render.catalogue import render_catalogue
+    from tests.conftest import fixture_matrix
+
+    base = fixture_matrix()
+    cells = tuple(dataclasses.replace(c, platforms=("linux/amd64", "linux/arm64"), emulation_factor=4)
+                  if c.key == "pytorch-cpu:2.13" else c for c in base.cells)
+    d1, d2, s1 = "sha256:" + "1" * 64, "sha256:" + "2" * 64, "sha256:" + "5" * 64
+    image = {"cell": "pytorch-cpu:2.13", "tags": ["2.13-0.2.0"], "pinned": "r/pytorch-cpu@sha256:9",
+             "digest": "sha256:9",
+             "platforms": [{"platform": "linux/amd64", "digest": d1}, {"platform": "linux/arm64", "digest": d2}],
+             # An index's `packages`: one section per platform (release.packages); arm64's SBOM is missing.
+             "packages": {"platforms": [{"platform": "linux/amd64", "digest": d1, "sbom": f"r/pytorch-cpu@{s1}"},
+                                        {"platform": "linux/arm64", "digest": d2, "sbom": None}]}}
+    (tmp_path / "docs" / "releases").mkdir(parents=True)
+    (tmp_path / "docs" / "releases" / "0.2.0.json").write_text(json.dumps({"version": "0.2.0", "images": [image]}))
+    released = latest_by_cell(tmp_path)
+    assert released["pytorch-cpu:2.13"]["sbom"] is None
+    assert [p["sbom"] for p in released["pytorch-cpu:2.13"]["platforms"]] == [f"r/pytorch-cpu@{s1}", None]
+    text = render_catalogue(dataclasses.replace(base, cells=cells), released)
+    assert (f"- SBOMs (CycloneDX JSON, one per platform, each attached to its platform's digest): linux/amd64 "
+            f"`r/pytorch-cpu@{s1}`, linux/arm64 none recorded; print one with `buildtool sbom r/pytorch-cpu@{d1}`"
+            ) in text
+    assert "- SBOM: none recorded for this release" not in text.split("### pytorch-cpu:2.13")[1].split("###")[0]

@@ -26,14 +26,19 @@ def load_release_manifests(root: Path) -> list[dict[str, Any]]:
 
 def latest_by_cell(root: Path) -> dict[str, dict[str, Any]]:
     """cell key -> {release, tags, pinned, digest, sbom, platforms} of its newest release: what the catalogue
-    can list (`platforms`: platform, digest and whether its verdict ran emulated, of each platform manifest)."""
+    can list (`platforms`: platform, digest and whether its verdict ran emulated, of each platform manifest).
+    `sbom` is the image's for a single manifest; an index's are per platform (each platform manifest has its
+    own): `sbom` in each of its `platforms`, the top-level one None."""
     latest: dict[str, dict[str, Any]] = {}
     for manifest in load_release_manifests(root):
         for img in manifest["images"]:
+            packages = img.get("packages") or {}
+            # `packages` is one section for a single manifest, {"platforms": [section, ...]} for an index.
+            per_platform = {s.get("platform"): s.get("sbom") for s in packages.get("platforms") or []}
             platforms = [{"platform": p.get("platform"), "digest": p.get("digest"),
-                          "emulated": bool((p.get("verdict") or {}).get("emulated"))}
+                          "emulated": bool((p.get("verdict") or {}).get("emulated")),
+                          **({"sbom": per_platform.get(p.get("platform"))} if "platforms" in packages else {})}
                          for p in img.get("platforms") or []]
             latest[img["cell"]] = {"release": manifest["version"], "tags": img["tags"], "pinned": img["pinned"],
-                                   "digest": img["digest"], "sbom": (img.get("packages") or {}).get("sbom"),
-                                   "platforms": platforms}
+                                   "digest": img["digest"], "sbom": packages.get("sbom"), "platforms": platforms}
     return latest

@@ -76,7 +76,8 @@ class ImageRelease:
     tags_unknown: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)   # moving tags put back by the final re-check
     previous: dict[str, Any] | None = None
-    packages: dict[str, Any] | None = None   # SBOM and package changes (release.packages)
+    # SBOM and package changes (release.packages): one section, or {"platforms": [...]} for an index.
+    packages: dict[str, Any] | None = None
     _raw: bytes = b""
 
     @property

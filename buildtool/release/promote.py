@@ -37,7 +37,7 @@ from buildtool.release.gates import Platform, check_version, image_problems
 from buildtool.release.gather import evidence_provenance_problems, gather
 from buildtool.release.lock import LOCK_TAG, RepoLock
 from buildtool.release.model import ImageRelease, ReleaseOptions, ReleaseReport, TagAction
-from buildtool.release.packages import package_section
+from buildtool.release.packages import package_section, packages_entry, subjects
 from buildtool.release.plan import check_plans, settle_unpromoted
 from buildtool.release.read import READ_THREADS, plan_item, read_standins, read_tag_state
 
@@ -75,15 +75,13 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
                 item.status = "refused" if item.problems else "ready"
             if item.status == "ready":
                 plan_item(client, item, p, version, options.force, state=state.result())
-                # The package changes of the first platform's SBOM (each platform has its own SBOM).
-                first, previous = item.evidence[0], item.previous
-                if previous is not None and first.platform:   # the same platform's image in that release
-                    previous = {**previous, "digest": previous["platforms"].get(first.platform, previous["digest"])}
-                sboms.append((item, pool.submit(package_section, client, first.digest, p.dev_repo,
-                                                p.release_repo, previous)))
+                # Each platform's SBOM, compared with the same platform's in the previous release.
+                found = subjects(item)
+                sboms.append((item, found, [pool.submit(package_section, client, s, p.dev_repo, p.release_repo)
+                                            for s in found]))
             report.images.append(item)
-        for item, section in sboms:
-            item.packages = section.result()
+        for item, found, sections in sboms:
+            item.packages = packages_entry(found, [s.result() for s in sections])
     if report.refused or options.dry_run:
         settle_unpromoted(report)
         return report

@@ -159,7 +159,9 @@ def plan_item(client: RegistryClient, item: ImageRelease, plan: CellPlan, versio
 
 def previous_release(client: RegistryClient, repo: str, cell: Cell, version: str,
                      tags: list[str]) -> dict[str, Any] | None:
-    """The newest earlier release of this cell in the release repository: tag, digest, size, labels."""
+    """The newest earlier release of this cell in the release repository: tag, digest, size, labels, and
+    `platforms`: platform -> digest of each platform manifest (a single manifest's platform is the one its
+    config declares, "" when it declares none), so each platform is compared with its own image."""
     older = {v: t for v, t in releases_in(tags, cell).items() if v < Version(version)}
     if not older:
         return None
@@ -168,4 +170,4 @@ def previous_release(client: RegistryClient, repo: str, cell: Cell, version: str
     platforms = read_platforms(client, repo, raw, media_type)
     return {"release": str(number), "tag": older[number], "digest": digest,
             "size": sum(p.size for p in platforms), "labels": platforms[0].labels if platforms else {},
-            "platforms": {p.platform: p.digest for p in platforms}}
+            "platforms": {p.platform or p.config_platform: p.digest for p in platforms}}

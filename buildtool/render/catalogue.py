@@ -52,6 +52,7 @@ def _cell_view(cell: Cell, released: dict[str, dict[str, Any]]) -> dict[str, Any
             "tags": [f"{cell.name}:{t}" for t in latest["tags"]],
             "notes": f"{Path(RELEASES_DIR).relative_to('docs')}/{latest['release']}.md",
             "sbom": latest.get("sbom"),
+            "repository": str(latest["pinned"]).rsplit("@", 1)[0],   # an index's SBOMs are on its platform digests
             "platforms": latest.get("platforms") or [],
         },
         "packages": [f"{n}=={v}" for n, v in cell.packages],
