@@ -214,7 +214,7 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
     import uuid
 
     from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
-    from buildtool.report.nightly import fetch_verdicts
+    from buildtool.report.fetch import fetch_verdicts
     from tests import signing
 
     host = os.environ.get("REGISTRY") or "127.0.0.1:5000"
@@ -260,15 +260,23 @@ def test_fetch_reads_verdicts_and_sizes_from_the_registry(run_cli, tmp_path: Pat
         "no image" in r.checks["image/verdict"].message for r in rows.rows if r.cell == "tensorflow-cpu:2.21")
 
 
-def test_a_schema_4_verdict_renders_as_a_schema_5_one_does() -> None:
+def test_a_schema_4_verdict_renders_as_a_schema_5_one_does_but_for_the_platform_it_records() -> None:
     """The report reads the schema before the current one: the same night written as schema 4 (what
-    tonight() writes) or as schema 5 (naming the native linux/amd64 platform) gives the same pages."""
+    tonight() writes) or as schema 5 (naming the native linux/amd64 platform) gives the same pages, but
+    for the platform column the schema-5 verdicts fill (schema 4 records none: no column, as before)."""
     as_5 = [verdict(v["cell"], v["tests"], digest=v["digest"], started=v["started"], figures=v["figures"],
                     gpus=[g["name"] for g in v["runner"]["gpus"]], schema=5) for v in tonight()]
     assert [v["schema"] for v in as_5] == [5, 5, 5] and [v["schema"] for v in tonight()] == [4, 4, 4]
     pages = [(render_html(report), render_markdown(report)) for report in (
         build_report([parse_verdict(v, "x") for v in tonight()]), build_report([parse_verdict(v, "x") for v in as_5]))]
-    assert pages[0] == pages[1] and "8 GPU (NVIDIA H100 80GB HBM3), driver 580.65" in pages[1][0]
+    (html_4, md_4), (html_5, md_5) = pages
+    assert "platform" not in html_4.split("<tbody>")[0].split("<table")[1] and "| platform |" not in md_4
+    assert html_5.count('<td class="platform">linux/amd64</td>') == 3 and md_5.count(" linux/amd64 |") == 3
+    without_column = (html_5.replace('<th class="platform">platform</th>', "")
+                      .replace(' data-platform="linux/amd64"', "").replace('<td class="platform">linux/amd64</td>', ""),
+                      md_5.replace("| image | platform |", "| image |").replace(" linux/amd64 |", "")
+                      .replace("|---|", "|", 1))
+    assert without_column == (html_4, md_4) and "8 GPU (NVIDIA H100 80GB HBM3), driver 580.65" in html_5
 
 
 def test_a_missing_record_of_the_old_form_is_still_read_and_nothing_else_of_schema_1(tmp_path: Path) -> None:

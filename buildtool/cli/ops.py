@@ -245,7 +245,11 @@ def register(app: typer.Typer) -> None:
             local = dev_public_key()
             if local is not None:
                 trusted.add_dev(local)
-            fetched = rep.fetch_verdicts({p.cell.key: p.dev_ref for p in plans}, trusted)
+            from buildtool.report.fetch import fetch_verdicts
+
+            # One record per platform of a multi-platform cell: each platform's verdict, or why it has none.
+            fetched = fetch_verdicts({p.cell.key: p.dev_ref for p in plans}, trusted,
+                                     platforms={p.cell.key: p.cell.platforms for p in plans})
             rep.save_verdicts(fetched, verdicts)
         prev_rows = rep.load_verdicts(previous) if previous is not None and previous.is_dir() else None
         if previous is not None and prev_rows is None:

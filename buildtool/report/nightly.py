@@ -1,8 +1,11 @@
 """The validation report: verdicts -> one static HTML page and Markdown for a CI summary.
 
 Images are rows, checks are columns; every cell says pass/fail/skip with its reason and duration.
-When the previous night's verdicts are given, checks that fail now but did not fail then are
-"newly failing": they are listed first, and their rows and columns sort first. The page is a single
+A row is one platform's image: a multi-platform cell (an image index) has one verdict per platform
+manifest, so one row per platform, keyed by (cell, platform) everywhere (loading, the trend, bus
+bandwidth), so that one platform's verdict never hides another's. When the previous night's verdicts
+are given, checks that fail now but did not fail then (on the same cell and platform) are "newly
+failing": they are listed first, and their rows and columns sort first. The page is a single
 self-contained file (inline CSS, plots next to it), so it can be published anywhere as is.
 """
 
@@ -10,30 +13,40 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from buildtool.common.documents import render_document
 from buildtool.common.errors import UserError
 from buildtool.common.units import human_size as _human_size
 from buildtool.common.units import short_digest as _short_digest
+from buildtool.contracts import platforms
 from buildtool.contracts.busbw import MAX_FALL as BUSBW_MAX_FALL
 from buildtool.contracts.gpu import BUSBW_FIGURE
 from buildtool.contracts.verdict import ColdStart, Runner, Verdict, VerdictError
 from buildtool.contracts.verdict import parse_verdict as parse_typed
-
-if TYPE_CHECKING:
-    from buildtool.validate.keys import TrustedKeys
 
 RESULTS = ("passed", "failed", "skipped")
 _MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", "incomplete": "INCOMPLETE", None: "—"}
 _MD_MARK = {"passed": "✅ pass", "failed": "❌ **FAIL**", "skipped": "⏭️ skip", "incomplete": "⚠️ **incomplete**",
             None: "—"}
 SCALING_PLOTS = ("time_per_epoch.png", "speedup.png")
+# A row's platform when its record names none: a schema-4 verdict (written before verdicts recorded one) or a
+# missing record of a single image. Either is about the image's only platform, which the file does not name.
+UNRECORDED = ""
+UNRECORDED_TEXT = "single image, platform not recorded"
+
+
+def platform_text(platform: str, emulated: bool) -> str:
+    """`linux/arm64 (emulated)`, `linux/amd64`, or what an unrecorded platform is."""
+    if platform == UNRECORDED:
+        return UNRECORDED_TEXT
+    return f"{platform} (emulated)" if emulated else platform
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,8 @@ class Check:
 
 @dataclass(frozen=True)
 class Row:
-    """One validated image (one verdict)."""
+    """One validated image (one verdict): a single-platform cell's image, or one platform manifest of a
+    multi-platform cell's index."""
 
     cell: str
     image: str
@@ -67,6 +81,17 @@ class Row:
     incomplete: tuple[str, ...] = ()     # why the verdict is incomplete
     framework_version: str = ""
     cold_start: str = ""                 # what the first import of the framework cost ('' when unknown)
+    platform: str = UNRECORDED           # os/arch the verdict (schema 5) or missing record names
+    emulated: bool = False               # it ran under QEMU on a runner of another architecture
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What one row stands for: a cell's image of one platform."""
+        return (self.cell, self.platform)
+
+    @property
+    def platform_text(self) -> str:
+        return platform_text(self.platform, self.emulated)
 
 
 @dataclass(frozen=True)
@@ -75,6 +100,8 @@ class Trend:
     check: str
     before: str | None
     now: str
+    platform: str = UNRECORDED
+    emulated: bool = False
 
 
 @dataclass
@@ -99,8 +126,28 @@ class Report:
 
     @property
     def failed_images(self) -> list[str]:
-        """Images whose verdict is not `passed` (failed or incomplete)."""
+        """Images (rows: one per platform of a multi-platform cell) whose verdict is not `passed`."""
         return [row.cell for row in self.rows if row.result != "passed"]
+
+    @property
+    def multi_platform_cells(self) -> set[str]:
+        """Cells with rows of more than one platform tonight: their rows are named with the platform."""
+        seen: dict[str, set[str]] = {}
+        for row in self.rows:
+            seen.setdefault(row.cell, set()).add(row.platform)
+        return {cell for cell, found in seen.items() if len(found) > 1}
+
+    @property
+    def shows_platform(self) -> bool:
+        """Whether the tables have a platform column: when a row records one (or ran emulated). A night of
+        schema-4 verdicts only has none, as before verdicts recorded platforms."""
+        return any(row.platform != UNRECORDED or row.emulated for row in self.rows)
+
+    def platform_note(self, item: Row | Trend | Busbw) -> str:
+        """The platform to name beside a cell outside the table ('' where the cell has one platform)."""
+        if item.cell in self.multi_platform_cells or item.emulated:
+            return platform_text(item.platform, item.emulated)
+        return ""
 
     @property
     def incomplete_images(self) -> list[str]:
@@ -114,8 +161,9 @@ def _number(value: Any) -> float | None:
 
 
 class Missing(BaseModel):
-    """The report's own record of a cell with no verdict to show (no image, or no valid verdict), saved
-    beside the fetched verdicts so that the next night's trend sees it too. Not a verdict."""
+    """The report's own record of a cell's image with no verdict to show (no image, or no valid verdict),
+    saved beside the fetched verdicts so that the next night's trend sees it too. Not a verdict. `platform`
+    names the platform of a multi-platform cell that has none ("" for a single-platform cell's image)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -124,9 +172,20 @@ class Missing(BaseModel):
     image: str
     digest: str = ""
     reason: str
+    platform: str = UNRECORDED
+
+    @field_validator("platform")
+    @classmethod
+    def _known_platform(cls, value: str) -> str:
+        if value != UNRECORDED:
+            platforms.get(value)     # UnknownPlatform (a ValueError) names it
+        return value
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if data["platform"] == UNRECORDED:
+            del data["platform"]     # a single image's record, as it was written before platforms
+        return data
 
 
 MISSING_CHECK = "image/verdict"
@@ -195,14 +254,16 @@ def verdict_row(verdict: Verdict, size_bytes: int | None = None) -> Row:
     return Row(cell=verdict.cell, image=verdict.image, digest=verdict.digest, result=verdict.result,
                started=verdict.started, duration_s=verdict.duration_s, size_bytes=size_bytes, runner=verdict.runner,
                checks=checks, figures=dict(verdict.figures), incomplete=tuple(verdict.incomplete),
-               framework_version=verdict.framework_version, cold_start=cold_start_text(verdict.cold_start))
+               framework_version=verdict.framework_version, cold_start=cold_start_text(verdict.cold_start),
+               platform=verdict.platform, emulated=verdict.emulated)
 
 
 def _missing_row(missing: Missing) -> Row:
     check = Check(id=MISSING_CHECK, group="pipeline", result="failed", duration_s=None, message=missing.reason,
                   skip_reason="")
     return Row(cell=missing.cell, image=missing.image, digest=missing.digest, result="failed", started="",
-               duration_s=None, size_bytes=None, runner=None, checks={check.id: check}, figures={})
+               duration_s=None, size_bytes=None, runner=None, checks={check.id: check}, figures={},
+               platform=missing.platform)
 
 
 def cold_start_text(cold: ColdStart | None) -> str:
@@ -218,10 +279,11 @@ VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<di
 
 
 def load_verdicts(folder: Path) -> list[Row]:
-    """Every verdict file under `folder`; the newest verdict wins when a cell appears twice."""
+    """Every verdict file under `folder`; when one image (a cell's platform) appears twice, the newest
+    verdict wins. Two platforms of a cell are two images: neither hides the other."""
     if not folder.is_dir():
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
-    rows: dict[str, Row] = {}
+    rows: dict[tuple[str, str], Row] = {}
     paths = sorted({p for pattern in VERDICT_GLOBS for p in folder.rglob(pattern)})
     for path in paths:
         try:
@@ -229,85 +291,98 @@ def load_verdicts(folder: Path) -> list[Row]:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UserError(f"{path}: cannot read verdict ({exc})") from None
         row = parse_verdict(data, str(path))
-        if row.cell not in rows or row.started >= rows[row.cell].started:
-            rows[row.cell] = row
+        if row.key not in rows or row.started >= rows[row.key].started:
+            rows[row.key] = row
+    return _fold_unrecorded(rows)
+
+
+def _fold_unrecorded(rows: dict[tuple[str, str], Row]) -> list[Row]:
+    """A row that records no platform (a schema-4 verdict, a single image's missing record) is about the
+    image's only platform: where the cell has exactly one recorded platform besides it, the two are one
+    image and the newest wins. Beside two or more recorded platforms it is an older single image of a
+    cell that is now an index: kept as its own row (shown, never hiding or hidden)."""
+    by_cell: dict[str, list[tuple[str, str]]] = {}
+    for key in rows:
+        by_cell.setdefault(key[0], []).append(key)
+    for cell, keys in by_cell.items():
+        recorded = [key for key in keys if key[1] != UNRECORDED]
+        if (cell, UNRECORDED) in rows and len(recorded) == 1:
+            bare, named = rows[(cell, UNRECORDED)], rows[recorded[0]]
+            del rows[(cell, UNRECORDED) if named.started >= bare.started else recorded[0]]
     return list(rows.values())
 
 
+def verdict_file_name(row: Row, multi_platform: bool) -> str:
+    """`<cell>.verdict.json`, and `<cell>.<os>-<arch>.verdict.json` for a record of a multi-platform cell, so
+    that two platforms of one cell never write the same file (':' and '/' become '_' and '-')."""
+    name = row.cell.replace(":", "_").replace("/", "_")
+    if multi_platform:
+        name += "." + (row.platform or "unrecorded-platform").replace("/", "-")
+    return name + ".verdict.json"
+
+
 def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Path]:
-    """Write fetched verdicts as `<cell>.verdict.json` (the folder the next night compares against)."""
+    """Write fetched verdicts and missing records (the folder the next night compares against), one file
+    each: `<cell>.verdict.json`, or with the platform in the name where the cell has more than one record.
+    Two records that would share a file are an error naming both, never one silently overwriting the other."""
+    records = [(data, parse_verdict(data, f"fetched record {index}")) for index, data in enumerate(rows_data)]
+    per_cell = Counter(row.cell for _, row in records)
+    named: dict[Path, tuple[dict[str, Any], Row]] = {}
+    for data, row in records:
+        path = folder / verdict_file_name(row, per_cell[row.cell] > 1)
+        if path in named:
+            raise UserError(f"{path.name}: two fetched records of {row.cell} ({named[path][1].platform_text}, "
+                            f"{row.platform_text}) would share one file")
+        named[path] = (data, row)
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for data in rows_data:
-        path = folder / (str(data["cell"]).replace(":", "_").replace("/", "_") + ".verdict.json")
+    for path, (data, _) in named.items():
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
-
-
-def fetch_verdicts(dev_refs: dict[str, str], trusted: TrustedKeys | None = None) -> list[dict[str, Any]]:
-    """Verdicts stored in the registry for each cell's dev image (cell -> ref), with image sizes: the
-    newest signed by a key in `trusted` (see buildtool.validate.verdicts), as release would read it,
-    as the JSON `save_verdicts` writes (the verdict, typed where it was read, plus `size_bytes`).
-
-    A cell whose image or valid verdict is missing gets a missing record (`Missing`) saying so, so a
-    build that never produced an image shows up in the report instead of silently vanishing.
-    """
-    from buildtool.common.refs import split_repo
-    from buildtool.registry.client import NotFound, RegistryClient
-    from buildtool.validate.keys import TrustedKeys
-    from buildtool.validate.verdicts import find_verdicts
-
-    trusted = trusted or TrustedKeys()
-    found: list[dict[str, Any]] = []
-    clients: dict[str, RegistryClient] = {}
-    for cell, ref in dev_refs.items():
-        host, repo, tag = split_repo(ref)
-        client = clients.setdefault(host, RegistryClient(host))
-        try:
-            body, _, digest = client.get_manifest(repo, tag)
-        except NotFound:
-            found.append(_missing(cell, ref, f"no image {ref} in the registry (the build failed or did not run)"))
-            continue
-        findings = find_verdicts(client, repo, digest, trusted, cell)
-        chosen = findings.chosen
-        if chosen is None:
-            why = findings.why_none(trusted) if findings.rejected or findings.legacy else \
-                "no verdict (validation did not run or did not finish)"
-            found.append(_missing(cell, ref, f"{ref} has {why}", digest))
-            continue
-        layers = json.loads(body).get("layers") or []
-        found.append({**chosen.verdict.to_json(),
-                      "size_bytes": sum(int(layer.get("size", 0)) for layer in layers) or None})
-    return found
-
-
-def _missing(cell: str, ref: str, reason: str, digest: str = "") -> dict[str, Any]:
-    return Missing(missing=True, cell=cell, image=ref, digest=digest, reason=reason).to_json()
+    return list(named)
 
 
 # -- the model ----------------------------------------------------------------------------------
 
+def previous_of(current: list[Row], previous: list[Row]) -> dict[tuple[str, str], Row]:
+    """Each current row's row of the previous night: the same cell and platform. A row that records no
+    platform (a schema-4 verdict) is the image's only platform: it pairs with the other night's row of
+    the cell when each night has exactly one row of it (the night verdicts began to record platforms)."""
+    before = {row.key: row for row in previous}
+    count_now, count_before = Counter(row.cell for row in current), Counter(row.cell for row in previous)
+    only_before = {row.cell: row for row in previous if count_before[row.cell] == 1}
+    found = {}
+    for row in current:
+        old = before.get(row.key)
+        if old is None and count_now[row.cell] == 1 and row.cell in only_before:
+            candidate = only_before[row.cell]
+            if UNRECORDED in (row.platform, candidate.platform):
+                old = candidate
+        if old is not None:
+            found[row.key] = old
+    return found
+
+
 def build_report(current: list[Row], previous: list[Row] | None = None) -> Report:
-    before = {row.cell: row for row in previous or []}
+    before = previous_of(current, list(previous or []))
     newly: list[Trend] = []
     fixed: list[Trend] = []
-    for row in sorted(current, key=lambda r: r.cell):
-        old = before.get(row.cell)
+    for row in sorted(current, key=lambda r: r.key):
+        old = before.get(row.key)
         if old is None:
             continue
         for check in row.checks.values():
             was = old.checks.get(check.id)
             was_result = was.result if was else None
             if check.result == "failed" and was_result != "failed":
-                newly.append(Trend(row.cell, check.id, was_result, check.result))
+                newly.append(Trend(row.cell, check.id, was_result, check.result, row.platform, row.emulated))
             elif check.result == "passed" and was_result == "failed":
-                fixed.append(Trend(row.cell, check.id, was_result, check.result))
-    new_cells = {t.cell for t in newly}
+                fixed.append(Trend(row.cell, check.id, was_result, check.result, row.platform, row.emulated))
+    new_rows = {(t.cell, t.platform) for t in newly}
     new_checks = {t.check for t in newly}
 
-    def row_key(row: Row) -> tuple[int, int, str]:
-        return (row.cell not in new_cells, row.result == "passed", row.cell)
+    def row_key(row: Row) -> tuple[int, int, str, int, str]:
+        order = list(platforms.KNOWN)
+        return (row.key not in new_rows, row.result == "passed", row.cell,
+                order.index(row.platform) if row.platform in order else -1, row.platform)
 
     seen: dict[str, None] = {}
     for row in current:
@@ -380,6 +455,8 @@ class Busbw:
     nights: int = 0                      # how many earlier nights the baseline is the median of
     floor_note: str = ""                 # how the floor was set, or why there is none
     interconnect: str = ""
+    platform: str = UNRECORDED
+    emulated: bool = False
 
     @property
     def compared_with(self) -> str:
@@ -409,8 +486,8 @@ class Busbw:
 def busbw_rows(report: Report) -> list[Busbw]:
     """Each image's busbw figure, compared with the median of earlier nights that validate recorded in it;
     a verdict without one (older verdicts) is compared with the previous night's figure of the same cell
-    on the same GPUs, and says it is one night."""
-    before = {row.cell: row for row in report.previous_rows}
+    and platform on the same GPUs, and says it is one night."""
+    before = previous_of(report.rows, report.previous_rows)
     found = []
     for row in report.rows:
         figure = row.figures.get(BUSBW_FIGURE)
@@ -419,7 +496,7 @@ def busbw_rows(report: Report) -> list[Busbw]:
         peak = float(figure["peak_GBps"])
         base = figure.get("baseline_GBps", figure.get("previous_GBps"))
         nights = int(figure.get("baseline_nights") or (1 if base is not None else 0))
-        old = before.get(row.cell)
+        old = before.get(row.key)
         if base is None and old is not None and gpu_names(old.runner) == gpu_names(row.runner):
             base = (old.figures.get(BUSBW_FIGURE) or {}).get("peak_GBps")
             nights = 1 if base is not None else 0
@@ -431,7 +508,8 @@ def busbw_rows(report: Report) -> list[Busbw]:
                            previous_GBps=base, change=(peak / base - 1) if base else None,
                            sizes=list(figure.get("sizes") or []), nights=nights,
                            floor_note=str(figure.get("floor_note") or ""),
-                           interconnect=row.runner.interconnect if row.runner is not None else ""))
+                           interconnect=row.runner.interconnect if row.runner is not None else "",
+                           platform=row.platform, emulated=row.emulated))
     return found
 
 
@@ -455,13 +533,24 @@ def _change(value: float | None) -> str:
 
 # -- details shared by both formats ---------------------------------------------------------------
 
-def failures(report: Report) -> list[tuple[str, Check, bool]]:
-    """Every failed check as (cell, check, newly failing), newly failing first, in row order."""
-    new_pairs = {(t.cell, t.check) for t in report.newly_failing}
-    found = [(row.cell, check, (row.cell, cid) in new_pairs)
+def _newly(report: Report) -> set[tuple[str, str, str]]:
+    """(cell, platform, check) of every newly failing check."""
+    return {(t.cell, t.platform, t.check) for t in report.newly_failing}
+
+
+def failures(report: Report) -> list[tuple[Row, Check, bool]]:
+    """Every failed check as (row, check, newly failing), newly failing first, in row order."""
+    new = _newly(report)
+    found = [(row, check, (*row.key, cid) in new)
              for row in report.rows for cid in report.columns
              if (check := row.checks.get(cid)) is not None and check.result == "failed"]
     return sorted(found, key=lambda item: not item[2])
+
+
+def image_name(report: Report, row: Row) -> str:
+    """The cell, and the platform where the cell has more than one (or the run was emulated)."""
+    note = report.platform_note(row)
+    return f"{row.cell} on {note}" if note else row.cell
 
 
 def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
@@ -473,36 +562,41 @@ def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
             if check is not None and check.result == "skipped":
                 checks, cells = groups.setdefault(check.skip_reason or "no reason given", ({}, {}))
                 checks[cid] = None
-                cells[row.cell] = None
+                cells[image_name(report, row)] = None
     return [(reason, list(checks), list(cells)) for reason, (checks, cells) in groups.items()]
 
 
 # -- rendering (templates/report.html.j2 and report.md.j2) ------------------------------------------
 
-def _filters() -> dict[str, Any]:
-    """How the report formats numbers; the same helpers serve both templates."""
+def _filters(report: Report) -> dict[str, Any]:
+    """How the report formats numbers; the same helpers serve both templates. `on`: ' on linux/arm64' after
+    a cell's name where the report must say which platform (Report.platform_note), else ''."""
+    def on(item: Row | Trend | Busbw) -> str:
+        note = report.platform_note(item)
+        return f" on {note}" if note else ""
+
     return {"duration": human_duration, "size": human_size, "short_digest": short_digest, "short_check": short_check,
             "figure": format_figure, "gbps": _gbps, "change": _change, "binary": _binary,
-            "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title}
+            "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title, "on": on}
 
 
 def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, Any]:
     """Everything both templates show, decided once: order, anchors, what is newly failing."""
-    new_pairs = {(t.cell, t.check) for t in report.newly_failing}
-    new_cells = {t.cell for t in report.newly_failing}
+    new = _newly(report)
+    new_rows = {(t.cell, t.platform) for t in report.newly_failing}
     new_checks = {t.check for t in report.newly_failing}
     failing_checks = {cid for row in report.rows for cid, c in row.checks.items() if c.result == "failed"}
     failed = failures(report)
-    anchors = {(cell, check.id): f"f{i}" for i, (cell, check, _) in enumerate(failed, 1)}
+    anchors = {(*row.key, check.id): f"f{i}" for i, (row, check, _) in enumerate(failed, 1)}
     columns = [{"id": cid,
                 "classes": ["check"] + (["has-failed"] if cid in failing_checks else [])
                 + (["newly-failing"] if cid in new_checks else []),
                 "file": check_file(cid) or next((r.checks[cid].group for r in report.rows if cid in r.checks), "")}
                for cid in report.columns]
     rows = [{"row": row,
-             "classes": f"image-{row.result}" + (" newly-failing" if row.cell in new_cells else ""),
-             "cells": [{"check": row.checks.get(cid), "newly": (row.cell, cid) in new_pairs,
-                        "anchor": anchors.get((row.cell, cid), "")} for cid in report.columns],
+             "classes": f"image-{row.result}" + (" newly-failing" if row.key in new_rows else ""),
+             "cells": [{"check": row.checks.get(cid), "newly": (*row.key, cid) in new,
+                        "anchor": anchors.get((*row.key, cid), "")} for cid in report.columns],
              "figures": [(k, v) for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE]
              + ([("cold start", row.cold_start)] if row.cold_start else [])}
             for row in report.rows]
@@ -513,10 +607,11 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
             scaling.append({"title": scaling_title(found), "unit": str(found.get("unit", "workers")),
                             "runs": found.get("runs", []), "plots": shown})
     return {"title": title, "report": report, "counts": report.counts, "marks": _MARK, "md_marks": _MD_MARK,
+            "shows_platform": report.shows_platform,
             "columns": columns, "rows": rows, "failures": failed, "anchors": anchors,
             "skips": skip_reasons(report), "incomplete": [row for row in report.rows if row.result == "incomplete"],
             "bandwidth": busbw_rows(report), "scaling": scaling,
-            "figure_rows": [(row.cell, k, v) for row in report.rows
+            "figure_rows": [(row, k, v) for row in report.rows
                             for k, v in [*sorted(row.figures.items()), *([("cold start", row.cold_start)]
                                                                           if row.cold_start else [])]
                             if k != BUSBW_FIGURE]}
@@ -524,13 +619,13 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
 
 def render_html(report: Report, title: str = "Image validation report", plots: Iterable[str] = ()) -> str:
     """One self-contained page; every value is autoescaped by the template."""
-    return render_document("buildtool.report", "report.html.j2", filters=_filters(),
+    return render_document("buildtool.report", "report.html.j2", filters=_filters(report),
                            **_view(report, title, list(plots)))
 
 
 def render_markdown(report: Report, title: str = "Image validation report") -> str:
     """The same report for a CI job summary."""
-    return render_document("buildtool.report", "report.md.j2", filters=_filters(), **_view(report, title))
+    return render_document("buildtool.report", "report.md.j2", filters=_filters(report), **_view(report, title))
 
 
 # -- writing ------------------------------------------------------------------------------------

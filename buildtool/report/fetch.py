@@ -1,0 +1,117 @@
+"""`report --fetch`: each cell's verdicts from the registry, as release would read them.
+
+A single-platform cell's dev tag is one image: its newest trusted verdict. A multi-platform cell's dev
+tag is an image index: the newest trusted verdict of EACH platform manifest, found by that manifest's
+digest (buildtool.validate.verdicts, as buildtool.release.gather reads them). A platform without a
+valid verdict, one the index lacks, or one whose verdict records another platform gets the report's
+missing record naming that platform: it shows as failed, never dropped, and never hides behind
+another platform's pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from buildtool.common.refs import split_repo
+from buildtool.contracts import platforms as platform_table
+from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient, RegistryError
+from buildtool.registry.image_index import read_index
+from buildtool.report.nightly import UNRECORDED, Missing
+from buildtool.validate.keys import TrustedKeys
+from buildtool.validate.verdicts import find_verdicts
+
+
+def fetch_verdicts(dev_refs: Mapping[str, str], trusted: TrustedKeys | None = None,
+                   platforms: Mapping[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
+    """Verdicts stored in the registry for each cell's dev image (cell -> ref), with image sizes, as the
+    JSON `save_verdicts` writes (the verdict, typed where it was read, plus `size_bytes`), or a missing
+    record (`Missing`) saying why there is none, so a build that never produced an image shows up in the
+    report instead of silently vanishing.
+
+    `platforms` (cell -> the platforms the matrix gives it): a platform of a multi-platform cell that the
+    dev tag does not hold gets a missing record naming it; a cell it does not name is an error. None: no
+    expectation, every platform the tag holds is read.
+    """
+    trusted = trusted or TrustedKeys()
+    found: list[dict[str, Any]] = []
+    clients: dict[str, RegistryClient] = {}
+    for cell, ref in dev_refs.items():
+        if platforms is not None and cell not in platforms:
+            raise ValueError(f"no platforms given for {cell}: fetch_verdicts needs the matrix's platforms of every "
+                             "cell it reads")
+        expected = tuple(platforms[cell]) if platforms is not None else ()
+        host, repo, tag = split_repo(ref)
+        client = clients.setdefault(host, RegistryClient(host))
+        found += _cell_records(client, cell, ref, repo, tag, trusted, expected)
+    return found
+
+
+def _cell_records(client: RegistryClient, cell: str, ref: str, repo: str, tag: str, trusted: TrustedKeys,
+                  expected: tuple[str, ...]) -> list[dict[str, Any]]:
+    multi = len(expected) > 1
+
+    def missing_each(reason: str, digest: str = "") -> list[dict[str, Any]]:
+        """One missing record per platform of a multi-platform cell (each is missing), else one."""
+        return [_missing(cell, ref, reason, digest, p) for p in expected] if multi else [_missing(cell, ref, reason,
+                                                                                                    digest)]
+
+    try:
+        body, media_type, digest = client.get_manifest(repo, tag)
+    except NotFound:
+        return missing_each(f"no image {ref} in the registry (the build failed or did not run)")
+    manifest = json.loads(body)
+    if media_type not in INDEX_TYPES and "manifests" not in manifest:
+        if multi:
+            return missing_each(f"{ref} is a single image manifest, but the matrix gives {cell} the platforms "
+                                f"{', '.join(expected)}: its dev tag must be an image index; push the cell again",
+                                digest)
+        return [_image_record(client, cell, ref, repo, digest, body, trusted,
+                              want=expected[0] if expected else UNRECORDED, in_index=False)]
+    try:
+        children = read_index(client, repo, digest)    # by digest: the index read above, even if the tag moved
+    except RegistryError as exc:
+        return missing_each(f"{ref}: its image index cannot be read: {exc}", digest)
+    children = children or {}
+    order = list(platform_table.KNOWN)
+    names = [*expected, *sorted((p for p in children if p not in expected), key=order.index)]
+    records = []
+    for name in names:
+        child = children.get(name)
+        if child is None:
+            held = ", ".join(sorted(children, key=order.index)) or "no platform"
+            records.append(_missing(cell, ref, f"{ref} is an index of {held}, without a {name} image (the build "
+                                               f"of {name} failed or did not run)", digest, name))
+            continue
+        child_body, _, _ = client.get_manifest(repo, child.digest)
+        records.append(_image_record(client, cell, ref, repo, child.digest, child_body, trusted, want=name,
+                                     in_index=True))
+    return records
+
+
+def _image_record(client: RegistryClient, cell: str, ref: str, repo: str, digest: str, body: bytes,
+                  trusted: TrustedKeys, want: str, in_index: bool) -> dict[str, Any]:
+    """The newest trusted verdict of one image (a platform manifest of an index, or the tag's single image),
+    or a missing record of `want` (the index entry's platform; "" for a single image) saying why."""
+    where = f"{ref} {want} image {digest}" if in_index else ref
+    platform = want if in_index else UNRECORDED
+    findings = find_verdicts(client, repo, digest, trusted, cell)
+    chosen = findings.chosen
+    if chosen is None:
+        why = findings.why_none(trusted) if findings.rejected or findings.legacy else \
+            "no verdict (validation did not run or did not finish)"
+        return _missing(cell, ref, f"{where} has {why}", digest, platform)
+    verdict = chosen.verdict
+    # As release (gates.recorded_platform_problems): the verdict counts for the platform it records. One that
+    # records another (or, in an index, none) would be keyed as another platform's row and hide it.
+    if (in_index or verdict.schema_ >= 5) and want and verdict.platform != want:
+        return _missing(cell, ref, f"{where}: its newest valid verdict records platform "
+                                   f"{verdict.platform or '(none: schema 4)'}, not {want}; validate {want} again",
+                        digest, platform)
+    layers = json.loads(body).get("layers") or []
+    return {**verdict.to_json(), "size_bytes": sum(int(layer.get("size", 0)) for layer in layers) or None}
+
+
+def _missing(cell: str, ref: str, reason: str, digest: str = "", platform: str = UNRECORDED) -> dict[str, Any]:
+    return Missing(missing=True, cell=cell, image=ref, digest=digest, reason=reason, platform=platform).to_json()
