@@ -77,7 +77,8 @@ STANDIN_PYTHON = SkipCode("standin-python", "a stand-in image's Python comes fro
 # Never expected, never waivable: an image that does not say what its locks installed is not released.
 NO_LOCK_LABEL = SkipCode("no-lock-label", "the image has no label listing the packages its locks installed "
                          "(not built by `buildtool build` from locks)",
-                         tests=("common/test_locked_packages.py::test_locked_packages_installed_at_their_versions",))
+                         tests=("common/test_locked_packages.py::test_locked_packages_installed_at_their_versions",
+                                "common/test_bytecode.py::test_locked_packages_load_from_precompiled_bytecode"))
 
 CODES: dict[str, SkipCode] = {c.code: c for c in (
     GPU_NOT_IN_CELL, NO_GPU_ON_RUNNER, ONE_GPU_ON_RUNNER, ULIMIT_NOT_GRANTED,
