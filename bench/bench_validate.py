@@ -3,11 +3,15 @@ otherwise run: the same probes as one `docker run --rm` each (a fresh container 
 no shared fixtures), in the same process on the same machine.
 
     python bench/bench_validate.py --jobs IMAGE [RUNS]   # serial (--jobs 1) against concurrent (--jobs 2)
+    python bench/bench_validate.py --images BEFORE AFTER [RUNS]   # an earlier build of the cell against this one
     python bench/bench_validate.py                  # this commit's dev images, else the test fixtures
     python bench/bench_validate.py IMAGE [IMAGE...]
 
 `--jobs`: whole `buildtool validate IMAGE --no-store` processes, the arms interleaved (serial, concurrent,
 serial, ...) so a noisy machine's load falls on both; medians and their ratio.
+`--images`: the same whole processes, three arms interleaved: BEFORE serial (how a validation ran before
+this work: the image without bytecode, one test at a time), AFTER serial (what the image's bytecode
+saves) and AFTER with the default two workers; medians, and each AFTER arm's ratio to BEFORE.
 Prints a table; asserts nothing about time (the target: a CPU image validated in < 90 s).
 """
 
@@ -132,7 +136,35 @@ def compare_jobs(image: str, runs: int) -> int:
     return 0
 
 
+def compare_images(before: str, after: str, runs: int) -> int:
+    arms = [("before", before, 1), ("after", after, 1), ("after", after, 2)]
+    times: dict[int, list[float]] = {i: [] for i in range(len(arms))}
+    cpu: dict[int, list[float]] = {i: [] for i in range(len(arms))}
+    results: dict[int, list[str]] = {i: [] for i in range(len(arms))}
+    print(f"{os.cpu_count()} cores; other load on the machine shows in the load average before each run", flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        for n in range(runs):
+            for i, (name, image, jobs) in enumerate(arms):
+                load = os.getloadavg()[0]
+                reports = f"{scratch}/run-{n}-arm-{i}"   # its own, so the probes' CPU is this run's alone
+                seconds, result = validate_process(image, jobs, reports)
+                times[i].append(seconds)
+                cpu[i].append(probe_cpu_s(reports))
+                results[i].append(result)
+                print(f"run {n + 1}: {name} {image} --jobs {jobs} (whole process, {result}): {seconds:.1f} s; "
+                      f"its probes' CPU {cpu[i][-1]:.1f} s; load average before {load:.2f}", flush=True)
+    base = statistics.median(times[0])
+    print(f"median of {runs}, whole `buildtool validate IMAGE --no-store --jobs N` process (wall seconds):")
+    for i, (name, image, jobs) in enumerate(arms):
+        median = statistics.median(times[i])
+        print(f"  {name:<6} --jobs {jobs}  {median:7.1f} s   probes' CPU {statistics.median(cpu[i]):6.1f} s   "
+              f"ratio to before {median / base:.2f}   ({image}; {', '.join(sorted(set(results[i])))})")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--images"]:
+        return compare_images(argv[1], argv[2], int(argv[3]) if len(argv) > 3 else 3)
     if argv[:1] == ["--jobs"]:
         return compare_jobs(argv[1], int(argv[2]) if len(argv) > 2 else 3)
     matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates")

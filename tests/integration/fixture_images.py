@@ -263,6 +263,11 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
     Layer("pytorch-rank-crashes", "pytorch", "DDP rank 1 segfaults",
           _append(f"{SITE}/torch/nn/parallel/distributed.py", _RANK1_CRASHES)),
     Layer("pytorch-notorchrun", "pytorch", "no `torchrun` in the image", "RUN rm /opt/venv/bin/torchrun\n"),
+    # What a derived image's clean-up and hand patch do to the build's bytecode: sympy's deleted, and torch's
+    # __init__.py edited after it was compiled (its bytecode no longer matches, so every import compiles it).
+    Layer("pytorch-bytecode-broken", "pytorch", "sympy's bytecode deleted, torch/__init__.py edited after the build",
+          f"RUN find {SITE}/sympy -name __pycache__ -type d -prune -exec rm -rf {{}} +\n"
+          + _append(f"{SITE}/torch/__init__.py", "# patched by hand")),
     Layer("pytorch-entrypoint-ignores", "pytorch", "an entrypoint that ignores the command and exits",
           'ENTRYPOINT ["python3", "-c", "print(\'notebook server ready\')"]\n'),
     Layer("pytorch-entrypoint-blocks", "pytorch", "an entrypoint that ignores the command and runs forever",

@@ -183,6 +183,11 @@ FAULTS: dict[str, Fault] = {
         "test_installed_requirements_are_met": ("pip check", "1 broken requirement",
                                                 "sympy 1.14.0 requires mpmath, which is not installed")},
         passes=("test_locked_packages_installed_at_their_versions",)),
+    "bytecode-broken": Fault("pytorch-bytecode-broken", "bytecode", {
+        "test_locked_packages_load_from_precompiled_bytecode": (
+            "Python files of the locked packages have no bytecode", f"{fixture_images.SITE}/sympy/",
+            "1 of ", "have bytecode that does not match its source", f"{fixture_images.SITE}/torch/__init__.py",
+            "every process compiles them again on import")}),
     "tensorboard-script-gone": Fault("pytorch-notensorboard", "profiler", {
         "test_profiler_plugin_active": ("no `tensorboard` command on PATH",),
         "test_tensorboard_answers_on_empty_logdir": ("no `tensorboard` command on PATH",)},
