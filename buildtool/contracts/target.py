@@ -101,7 +101,7 @@ class Target(BaseModel):
     busbw_floor_source: str = ""                  # the documented figure it comes from
     busbw_baseline: dict[str, Any] = Field(default_factory=dict)   # median of earlier nights (same cell, GPUs)
     rdzv_join_timeout_s: float = 900.0
-    missing_peer_timeout_s: float = 10.0
+    missing_peer_timeout_s: float = 5.0
     ddp_master_addr: str = "127.0.0.1"
     ddp_timeout_s: float = 120.0
     peers: dict[str, str] = Field(default_factory=dict)

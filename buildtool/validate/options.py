@@ -19,7 +19,7 @@ class Options:
     store: bool = True
     select: str | None = None
     join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S
-    missing_peer_timeout_s: float = 10.0
+    missing_peer_timeout_s: float = 5.0
     peers: dict[str, str] = field(default_factory=dict)
     reports: Path = Path("reports")
     cell: str | None = None

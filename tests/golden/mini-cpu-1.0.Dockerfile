@@ -98,6 +98,8 @@ RUN --mount=type=tmpfs,target=/run \
  && UV_CACHE_DIR=/run/uv/cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never \
     /run/uv/uv pip install --no-progress --python "$(command -v python)" --require-hashes --no-deps \
       -r /run/lock/framework.lock \
+ && find / -xdev -newer /run/stamp -name '*.py' -print0 | sort -z \
+  | xargs -0 -r -n 2000 -P "$(nproc)" env PYTHONHASHSEED=0 python -c 'import sys, py_compile as c; [c.compile(p, doraise=False, quiet=2, invalidation_mode=c.PycInvalidationMode.CHECKED_HASH) for p in sys.argv[1:]]' \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +
 
 # TensorBoard and the profiler plugins users open their traces with, and everything else the
@@ -114,6 +116,8 @@ RUN --mount=type=tmpfs,target=/run \
  && UV_CACHE_DIR=/run/uv/cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never \
     /run/uv/uv pip install --no-progress --python "$(command -v python)" --require-hashes --no-deps \
       -r /run/lock/tools.lock \
+ && find / -xdev -newer /run/stamp -name '*.py' -print0 | sort -z \
+  | xargs -0 -r -n 2000 -P "$(nproc)" env PYTHONHASHSEED=0 python -c 'import sys, py_compile as c; [c.compile(p, doraise=False, quiet=2, invalidation_mode=c.PycInvalidationMode.CHECKED_HASH) for p in sys.argv[1:]]' \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +
 
 # Root by default as on NGC; /workspace is writable for `docker run --user "$(id -u):$(id -g)"` too.
