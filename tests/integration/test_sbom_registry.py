@@ -15,7 +15,7 @@ import pytest
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
 from buildtool.registry.referrers import add_referrers, copy_artifact
 from buildtool.registry.sbom import contents, find_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
-from buildtool.release.packages import package_notes, package_section
+from buildtool.release.packages import Subject, package_notes, package_section
 from tests import sbom_probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -83,8 +83,8 @@ def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run
 
     # Release: the SBOMs travel to the release repository; notes list the package changes.
     assert copy_sbom(client, dev, rel, old_digest) == old_artifact   # the previous release, as release does
-    section = package_section(client, new_digest, f"{HOST}/{dev}", f"{HOST}/{rel}",
-                              {"release": "0.1.0", "digest": old_digest})
+    section = package_section(client, Subject(new_digest, previous_release="0.1.0", previous_digest=old_digest),
+                              f"{HOST}/{dev}", f"{HOST}/{rel}")
     assert section["sbom"] == f"{HOST}/{rel}@{new_artifact}"
     assert section["previous_sbom"] == f"{HOST}/{rel}@{old_artifact}"
     assert [c["name"] for c in section["changes"]] == ["python", "torch-tb-profiler", "numpy", "python3.11"]
