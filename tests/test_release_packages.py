@@ -138,15 +138,22 @@ def test_each_platform_of_an_index_has_its_own_package_changes_against_its_own_p
     assert "- arm-only (python): 1 -> 2" in arm_block and "amd-only" not in arm_block
 
 
-def test_a_platform_new_in_this_release_is_said_new_not_diffed_against_another_platform() -> None:
-    dev = Dev()
-    before = _previous(dev, {"amd64": {"torch": "2.12.0"}}, index=False)   # a single amd64 manifest
+def _release_torch_2_13_on_both_platforms(dev: Dev) -> tuple[str, dict, dict]:
+    """Validated amd64 and arm64 images with torch 2.13.0 under one index, released: the amd64
+    image's digest and the release's package sections (amd64, arm64)."""
     amd = _validated(dev, "amd64", {"torch": "2.13.0"})
     arm = _validated(dev, "arm64", {"torch": "2.13.0"})
     dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")])
     packages = _release(dev).packages
     assert packages is not None
     amd64, arm64 = packages["platforms"]
+    return amd, amd64, arm64
+
+
+def test_a_platform_new_in_this_release_is_said_new_not_diffed_against_another_platform() -> None:
+    dev = Dev()
+    before = _previous(dev, {"amd64": {"torch": "2.12.0"}}, index=False)   # a single amd64 manifest
+    _, amd64, arm64 = _release_torch_2_13_on_both_platforms(dev)
     assert amd64["previous_sbom"].endswith(before["amd64"]) and _changes(amd64) == ["changed torch"]
     assert arm64["previous_sbom"] is None and arm64["changes"] == []
     assert arm64["note"] == "first release of linux/arm64: release 0.0.9 has no image for linux/arm64"
@@ -155,12 +162,7 @@ def test_a_platform_new_in_this_release_is_said_new_not_diffed_against_another_p
 def test_a_missing_arm64_sbom_is_named_for_arm64_and_does_not_hide_amd64s_changes() -> None:
     dev = Dev()
     before = _previous(dev, {"amd64": {"torch": "2.12.0"}, "arm64": None})   # release 0.0.9's arm64: no SBOM
-    amd = _validated(dev, "amd64", {"torch": "2.13.0"})
-    arm = _validated(dev, "arm64", {"torch": "2.13.0"})
-    dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")])
-    packages = _release(dev).packages
-    assert packages is not None
-    amd64, arm64 = packages["platforms"]
+    amd, amd64, arm64 = _release_torch_2_13_on_both_platforms(dev)
     assert _changes(amd64) == ["changed torch"]
     assert arm64["note"] == (f"the previous release 0.0.9 ({before['arm64']}, linux/arm64) has no SBOM: "
                              "package changes unknown")
