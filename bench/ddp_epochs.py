@@ -83,4 +83,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown, as the image tests' DDP scripts do: gloo's background threads
+    # intermittently abort there ("terminate called without an active exception", SIGABRT) after
+    # the work is done and its result printed; measured here, 1 run in 8 on a loaded machine.
+    os._exit(code)
