@@ -123,3 +123,4 @@ else
   echo "$stamp" >"$VENV/.setup-stamp"
   say ".venv ready"
 fi
+say "done in $SECONDS s"
