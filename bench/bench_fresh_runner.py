@@ -53,6 +53,11 @@ ENGINE = Path("/var/lib/dl-images-bench-engine")
 SOCKET = "/run/dl-images-bench-engine.sock"
 EXEC_ROOT = "/run/dl-images-bench-engine"
 PIDFILE = "/run/dl-images-bench-engine.pid"
+# A bridge of the bench engine's own. Not `--bridge=none`: a dockerd started with it deletes the host's
+# docker0, and the user's engine then fails every container on its default network ("could not find
+# bridge docker0") until it is restarted; that broke a test run here after a bench.
+BRIDGE = "dl-bench0"
+BRIDGE_ADDRESS = "172.31.254.1/24"
 
 
 def engine_env() -> dict[str, str]:
@@ -60,6 +65,19 @@ def engine_env() -> dict[str, str]:
 
 
 _ENGINE: list[subprocess.Popen[bytes]] = []     # the private dockerd this process started
+
+
+def own_bridge() -> None:
+    """Create the bench engine's bridge (with an address: dockerd needs one on a bridge it is given)."""
+    if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0:
+        return
+    for argv in (["ip", "link", "add", BRIDGE, "type", "bridge"], ["ip", "addr", "add", BRIDGE_ADDRESS, "dev", BRIDGE],
+                 ["ip", "link", "set", BRIDGE, "up"]):
+        subprocess.run(argv, check=True, capture_output=True)
+
+
+def remove_bridge() -> None:
+    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
 
 
 def stop_engine() -> None:
@@ -79,9 +97,10 @@ def empty_engine() -> None:
     stop_engine()
     shutil.rmtree(ENGINE, ignore_errors=True)
     ENGINE.mkdir(parents=True)
+    own_bridge()
     log = open(ENGINE.parent / "dl-images-bench-engine.log", "ab")  # noqa: SIM115 - dockerd keeps it
     argv = ["dockerd", "--data-root", str(ENGINE), "--exec-root", EXEC_ROOT, "--pidfile", PIDFILE,
-            "-H", f"unix://{SOCKET}", "--iptables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none"]
+            "-H", f"unix://{SOCKET}", "--iptables=false", "--ip-forward=false", "--ip-masq=false", f"--bridge={BRIDGE}"]
     _ENGINE.append(subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True))
     for _ in range(120):
         if subprocess.run(docker_cli.argv("info"), env=engine_env(), capture_output=True).returncode == 0:
@@ -188,6 +207,7 @@ def main() -> int:
         finally:
             stop_engine()
             shutil.rmtree(ENGINE, ignore_errors=True)
+            remove_bridge()
     median = {arm: statistics.median(values) for arm, values in times.items()}
     print(f"\npytorch-cpu rebuild after a one-package lock bump ({BUMP} -> {BUMP_TO}): whole `buildtool build` "
           f"processes, no push, {args.runs} runs each, interleaved")
