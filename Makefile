@@ -10,7 +10,7 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 BUILDTOOL := $(PYTHON) -m buildtool
 # The default image is pytorch-ngc for build-like targets; plan shows every cell by default.
 DEFAULT_IMAGE := pytorch-ngc
-TEST_JOBS ?= 3
+TEST_JOBS ?= 4
 export REGISTRY BASE_MIRROR DOCKER_CLIENT
 
 .DEFAULT_GOAL := help

@@ -345,7 +345,9 @@ def test_a_slow_but_busy_first_import_passes_and_its_cost_is_in_the_verdict(imag
         assert results(verdict)[test]["result"] == "passed", results(verdict)[test]
     cold = verdict["cold_start"]
     first = {i["module"]: i for i in cold["imports"]}["torch"]
-    assert first["seconds"] >= slow and not first["error"] and cold["cpu_s"] >= slow / 2, cold
+    # Busy, not hung: the fixture spins for `slow` s of wall time, so the CPU it gets is the machine's
+    # share (33 s of 81 s with four test workers on two cores); an import that waits gets about 2 s.
+    assert first["seconds"] >= slow and not first["error"] and cold["cpu_s"] >= slow / 5, cold
 
     code, out, err = run_cli("validate", images["pytorch-import-slow"], "--no-store", "--json", "-k", "contents",
                              "--deadline", "70", "--reports", str(tmp_path / "short"),
