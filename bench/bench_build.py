@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from buildtool.build import engine  # noqa: E402
-from buildtool.build.pipconfig import SECRET_UV, pip_secrets  # noqa: E402
+from buildtool.imagebuild import engine  # noqa: E402
+from buildtool.imagebuild.pipconfig import SECRET_UV, pip_secrets  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.registry.client import RegistryClient  # noqa: E402

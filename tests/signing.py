@@ -142,7 +142,7 @@ def head_commit() -> str:
 
 def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool = False, revision: str = "",
                **params: Any) -> dict[str, Any]:
-    """A provenance predicate as a push writes it for `cell` (buildtool.build.provenance), built at
+    """A provenance predicate as a push writes it for `cell` (buildtool.imagebuild.provenance), built at
     `revision` (default: this checkout's HEAD) on `base_digest`; `params` override external parameters."""
     from buildtool.contracts.provenance import BASE, BUILD_TYPE
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import aptlock
-from buildtool.build.engine import last_error_line
+from buildtool.imagebuild import aptlock
+from buildtool.imagebuild.engine import last_error_line
 from buildtool.contracts.aptlock import entries_digest, parse_apt_lock, parse_deb_hashes, parse_simulation
 from buildtool.matrix.schema import load_matrix
 from buildtool.render.dockerfiles import TemplateError, render_cell_dockerfile

@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "buildtool"
 # Earlier first. `contracts` is what stages agree on; `cli` is the thin shell over all of them.
-LAYERS = ("common", "contracts", "matrix", "registry", "render", "build", "validate", "release", "launch",
+LAYERS = ("common", "contracts", "matrix", "registry", "render", "imagebuild", "validate", "release", "launch",
           "report", "cli")
 
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.build import bases, builder, rootfs_seal
-from buildtool.build.builder import BaseInfo, Builder, BuildOptions
+from buildtool.imagebuild import bases, builder, rootfs_seal
+from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
 from tests.conftest import fixture_matrix

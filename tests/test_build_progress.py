@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from buildtool.build.progress import LogProgress, StepWatcher, latest_step
+from buildtool.imagebuild.progress import LogProgress, StepWatcher, latest_step
 
 # As Debian's docker 20.10 client with DOCKER_BUILDKIT=1 --progress=plain writes it.
 LOG = """\

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import engine
-from buildtool.build.bases import (
+from buildtool.imagebuild import engine
+from buildtool.imagebuild.bases import (
     _standin_dockerfile,
     debian_suite,
     is_loopback_registry,
     local_mirror,
     standin_framework_version,
 )
-from buildtool.build.builder import BaseInfo, build_labels, cell_content_key, scrub_log, secret_strings
-from buildtool.build.pipconfig import CA_IN_BUILD, SECRET_CA, SECRET_CONF, HostPip, pip_secrets, render_conf
+from buildtool.imagebuild.builder import BaseInfo, build_labels, cell_content_key, scrub_log, secret_strings
+from buildtool.imagebuild.pipconfig import CA_IN_BUILD, SECRET_CA, SECRET_CONF, HostPip, pip_secrets, render_conf
 from buildtool.common.errors import UserError
 from buildtool.common.units import short_digest
 from buildtool.contracts import label_keys, names
@@ -224,7 +224,7 @@ def test_short_digest():
 def test_a_local_image_is_reused_by_content_key_only_when_it_is_a_dev_image_of_the_cell() -> None:
     """Images built FROM a dev image (fault fixtures, users' derived images) inherit its labels, the
     content key among them; only a dev tag of the cell's own dev repository makes one reusable."""
-    from buildtool.build.builder import built_for
+    from buildtool.imagebuild.builder import built_for
 
     matrix = fixture_matrix()
     cell = next(c for c in matrix.cells if c.key == "pytorch-cpu:2.13")

@@ -1,4 +1,4 @@
-"""Registry cache sources (buildtool.build.cache_sources): a build takes layers only from earlier dev
+"""Registry cache sources (buildtool.imagebuild.cache_sources): a build takes layers only from earlier dev
 images of its cell whose provenance a trusted builder key signed, named by digest, newest first; every
 image passed over is logged with why. The build command carries them (`--cache-from`) and always
 exports the inline cache."""
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.build import cache_sources, engine
-from buildtool.build.cache_sources import Candidate
+from buildtool.imagebuild import cache_sources, engine
+from buildtool.imagebuild.cache_sources import Candidate
 from buildtool.contracts import label_keys
 from buildtool.validate import keys as keys_module
 from tests import provenance_fixture, signing
@@ -121,7 +121,7 @@ def test_every_build_exports_the_inline_cache_and_imports_the_sources_it_is_give
 
 def _builder(monkeypatch: pytest.MonkeyPatch, **options: object):  # noqa: ANN202
     """A Builder on the real matrix whose registry is in memory and whose engine records the build."""
-    from buildtool.build import builder
+    from buildtool.imagebuild import builder
     from buildtool.matrix.plan import Settings, plan_cell
     from buildtool.matrix.schema import load_matrix
 
@@ -171,7 +171,7 @@ def _earlier(client: MemRegistry, repo: str, tag: str, key=signing.KEY) -> str: 
                                                  ({"force": True}, False)])
 def test_a_build_takes_layers_from_the_earlier_signed_dev_image_unless_told_not_to(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options: dict, taken: bool) -> None:
-    from buildtool.build.builder import CellResult
+    from buildtool.imagebuild.builder import CellResult
     from buildtool.common.refs import split_repo
 
     run, plan, seen = _builder(monkeypatch, log_dir=tmp_path, **options)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import engine
+from buildtool.imagebuild import engine
 from buildtool.common.errors import UserError
 from buildtool.launch.scaling import Launcher, run_one
 from buildtool.validate import engine as validate_engine

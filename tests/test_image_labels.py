@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from buildtool.build.builder import BaseInfo, build_labels
+from buildtool.imagebuild.builder import BaseInfo, build_labels
 from buildtool.contracts import label_keys
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
 from buildtool.matrix.plan import Settings, mirror_base, plan_cell

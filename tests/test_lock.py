@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import lock
-from buildtool.build.pipconfig import HostPip
+from buildtool.imagebuild import lock
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.common.errors import UserError
 from buildtool.contracts import locks
 from tests.conftest import fixture_matrix

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import lock, lockdrift
-from buildtool.build.pipconfig import HostPip
+from buildtool.imagebuild import lock, lockdrift
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.common.errors import FailedError
 from buildtool.contracts import locks
 from buildtool.matrix.schema import load_matrix

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import lock
-from buildtool.build.pipconfig import HostPip, pip_secrets
+from buildtool.imagebuild import lock
+from buildtool.imagebuild.pipconfig import HostPip, pip_secrets
 from buildtool.contracts import locks
 from buildtool.matrix.schema import load_matrix
 from tests.conftest import fixture_matrix

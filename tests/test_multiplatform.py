@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from buildtool.build import multiplatform
+from buildtool.imagebuild import multiplatform
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import parse_dev_tag

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from buildtool.build import builder as builder_mod
-from buildtool.build import engine, multiplatform
-from buildtool.build.builder import BaseInfo, Builder, BuildOptions
+from buildtool.imagebuild import builder as builder_mod
+from buildtool.imagebuild import engine, multiplatform
+from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions
 from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix

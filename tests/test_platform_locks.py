@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import aptlock, lock, lockdrift
-from buildtool.build.pipconfig import HostPip
+from buildtool.imagebuild import aptlock, lock, lockdrift
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.common.errors import UserError
 from buildtool.contracts import locks
 from buildtool.contracts.aptlock import APT_LOCK, BASE_DPKG, DEB_HASHES, parse_apt_lock

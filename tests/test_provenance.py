@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import provenance as build_provenance
+from buildtool.imagebuild import provenance as build_provenance
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
 from buildtool.contracts.provenance import PREDICATE_TYPE, parse_provenance
@@ -53,8 +53,8 @@ def read(data: bytes, digest: str = D1, keys=None):  # noqa: ANN001, ANN201
 # -- what a push states ---------------------------------------------------------------------------
 
 def _project(tmp_path: Path) -> tuple[Path, CellPlan]:
-    from buildtool.build import aptlock
-    from buildtool.build.lock import lock_paths
+    from buildtool.imagebuild import aptlock
+    from buildtool.imagebuild.lock import lock_paths
 
     root = tmp_path / "project"
     for path in [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU), aptlock.hashes_path(root, CPU)]:
@@ -119,8 +119,8 @@ def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl
     deps = {d["name"]: d for d in definition["resolvedDependencies"]}
     assert deps["base"] == {"name": "base", "uri": "oci://127.0.0.1:5000/library/debian:bookworm-slim",
                             "digest": {"sha256": "b" * 64}, "annotations": {"standin": False, "upstream": CPU.base}}
-    from buildtool.build import aptlock
-    from buildtool.build.lock import lock_paths
+    from buildtool.imagebuild import aptlock
+    from buildtool.imagebuild.lock import lock_paths
 
     locks = [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU), aptlock.hashes_path(root, CPU)]
     assert {"apt.lock", "base.dpkg", "debs.sha256"} <= {p.name for p in locks}     # the system layer's files too

@@ -1,4 +1,4 @@
-"""Who pushes a built image (buildtool.build.push_path): the engine when the build took layers from the
+"""Who pushes a built image (buildtool.imagebuild.push_path): the engine when the build took layers from the
 registry (it skips them), skopeo otherwise (its gzip uses every core); and validation runs an image
 pushed by skopeo from the engine's own copy when its id is the config the registry's manifest names."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import push_path
+from buildtool.imagebuild import push_path
 from buildtool.common.errors import UserError
 from buildtool.validate import engine as validate_engine
 
@@ -119,7 +119,7 @@ def test_the_build_pushes_by_the_path_chosen_for_it(monkeypatch: pytest.MonkeyPa
                                                     log: str | None, via: str) -> None:
     from types import SimpleNamespace
 
-    from buildtool.build import builder
+    from buildtool.imagebuild import builder
 
     calls: list[tuple[str, str]] = []
     monkeypatch.setattr(builder, "push_verified", lambda ref, log, via: calls.append((ref, via)) or "sha256:1")

@@ -23,8 +23,8 @@ from typing import Any
 import bashlex
 import pytest
 
-from buildtool.build import lock
-from buildtool.build.bases import _standin_dockerfile
+from buildtool.imagebuild import lock
+from buildtool.imagebuild.bases import _standin_dockerfile
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys
 from buildtool.matrix.schema import Cell, Matrix, StandIn

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import contents
+from buildtool.imagebuild import contents
 from buildtool.registry import sbom
 from tests import sbom_probe
 
@@ -235,7 +235,7 @@ def test_an_old_probe_output_is_refused_not_turned_into_a_thin_sbom():
 
 
 def test_debian_components_carry_the_deb_sha256_make_lock_recorded():
-    """debs.sha256 (buildtool.build.aptlock) gives each Debian package its .deb's sha256; a version the archive
+    """debs.sha256 (buildtool.imagebuild.aptlock) gives each Debian package its .deb's sha256; a version the archive
     no longer served says so, and an image without that file (probed, NGC) says why it has none."""
     probe = sbom_probe.probe()
     hashes = {"bash=5.2.15-2+b8": "a" * 64, "libc6=2.36-9+deb12u10": "-"}

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.build import contents
-from buildtool.build.builder import Builder, BuildOptions
+from buildtool.imagebuild import contents
+from buildtool.imagebuild.builder import Builder, BuildOptions
 from buildtool.common.errors import FailedError
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE, SBOM_TYPE
 from buildtool.registry import referrers as referrers_module
@@ -78,7 +78,7 @@ def test_a_push_without_a_builder_key_fails_naming_it() -> None:
 
 
 def test_a_push_run_without_a_builder_key_is_refused_before_anything_builds(monkeypatch: pytest.MonkeyPatch) -> None:
-    from buildtool.build import builder
+    from buildtool.imagebuild import builder
     from buildtool.common.errors import UserError
     from buildtool.matrix.plan import Settings
 
@@ -98,7 +98,7 @@ def test_a_push_run_without_a_builder_key_is_refused_before_anything_builds(monk
 
 def _reused(monkeypatch: pytest.MonkeyPatch, pull) -> tuple:  # noqa: ANN001
     """A push that reused an image by content key: in the registry, not in this engine's store."""
-    from buildtool.build import builder
+    from buildtool.imagebuild import builder
 
     calls: list = []
     monkeypatch.setattr(builder.engine, "image_attrs", lambda ref: None)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from buildtool.build import pipconfig
-from buildtool.build.pipconfig import HostPip, pip_secrets, reachable, redact, render_uv_toml
+from buildtool.imagebuild import pipconfig
+from buildtool.imagebuild.pipconfig import HostPip, pip_secrets, reachable, redact, render_uv_toml
 
 
 def test_uv_toml_mirrors_pip_settings_with_loopback_urls(monkeypatch):

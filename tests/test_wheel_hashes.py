@@ -1,4 +1,4 @@
-"""Which of a lock entry's several files an image installed (buildtool.build.wheel_hashes): the
+"""Which of a lock entry's several files an image installed (buildtool.imagebuild.wheel_hashes): the
 installed wheel's tags against the files the cell's indexes list, with hashes the lock admits. No
 network: local find-links folders and file:// indexes, as the host's pip configuration names them."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build.wheel_hashes import Sources, identify, installed_file
+from buildtool.imagebuild.wheel_hashes import Sources, identify, installed_file
 from buildtool.contracts.locks import parse_lock
 from buildtool.registry import sbom
 from tests import sbom_probe

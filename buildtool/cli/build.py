@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         retag what is already built (content key). Exit 1 when any cell failed."""
         from rich.table import Table
 
-        from buildtool.build.builder import Builder, BuildOptions
+        from buildtool.imagebuild.builder import Builder, BuildOptions
         from buildtool.common.errors import FailedError
         from buildtool.common.units import human_size, short_digest
         from buildtool.matrix.plan import Settings, plan_matrix
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         if not log_dir.is_absolute():
             log_dir = project.root / log_dir
         def trust(own: PublicKey | None) -> TrustedKeys:
-            from buildtool.build.bases import is_loopback_registry
+            from buildtool.imagebuild.bases import is_loopback_registry
             from buildtool.validate.keys import cache_trust
 
             return cache_trust(project.root, own, is_loopback_registry(settings.registry))
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
         fixtures, labelled as such) built on it."""
         from rich.table import Table
 
-        from buildtool.build.bases import fill_bases, local_mirror
+        from buildtool.imagebuild.bases import fill_bases, local_mirror
         from buildtool.matrix.plan import Settings
 
         project = find_project(matrix)
@@ -179,7 +179,7 @@ def build_progress(cells: list[str]):  # noqa: ANN201 - a context manager giving
     """The live table when stderr is a terminal; one line per change otherwise (CI logs)."""
     import contextlib
 
-    from buildtool.build.progress import LogProgress
+    from buildtool.imagebuild.progress import LogProgress
 
     if err.is_terminal:
         return LiveProgress(cells)

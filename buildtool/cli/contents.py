@@ -30,9 +30,9 @@ def lock(
     (hashes for every file; NGC cells resolved against their base's packages and PIP_CONSTRAINT), and
     (without --package) each pip cell's apt.lock, resolved inside its base, then re-render its Dockerfile.
     Needs the package index; NGC cells and apt locks also the engine, the base (BASE_MIRROR) and Debian's archive."""
-    from buildtool.build import aptlock
-    from buildtool.build.bases import fill_bases, is_loopback_registry
-    from buildtool.build.lock import is_ngc, lock_cells, write_uv_lock
+    from buildtool.imagebuild import aptlock
+    from buildtool.imagebuild.bases import fill_bases, is_loopback_registry
+    from buildtool.imagebuild.lock import is_ngc, lock_cells, write_uv_lock
     from buildtool.cli.generate import all_outputs
     from buildtool.matrix.plan import Settings, mirror_base
     from buildtool.render.dockerfiles import write_outputs
@@ -112,7 +112,7 @@ def diff(
     changed and added Python and Debian packages. Each image's packages come from the SBOM attached
     to its digest; an image without one (a base, an upstream image, a local image) is probed in a
     throw-away container without network (pulled first when needed), with the SBOM's own listing."""
-    from buildtool.build.image_diff import compared, read_side
+    from buildtool.imagebuild.image_diff import compared, read_side
 
     try:
         root: Path | None = find_project(None).root

@@ -1,7 +1,7 @@
 """The one way to run the docker client: which binary, how it is invoked, what its errors say.
 
 One setting, DOCKER_CLIENT, chooses the client for everything that talks to the engine through a
-CLI: builds (`buildtool.build.engine` adds `buildx build --load`, or DOCKER_BUILDKIT=1 for the
+CLI: builds (`buildtool.imagebuild.engine` adds `buildx build --load`, or DOCKER_BUILDKIT=1 for the
 classic client), validation (inspect, pull, ps, rm, the run-profile probe), the image-tests harness
 (run, exec, logs, rm), the scaling launcher, scripts/gpu_smoke.py and the benchmarks.
 

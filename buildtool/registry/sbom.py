@@ -46,7 +46,7 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     """A CycloneDX 1.6 document (as a dict) for the image `repository@digest`. `locks` are the cell's
     lock files by file name (empty for an image not installed from locks): a Python component whose
     version a lock pins gets that lock's sha256 when the lock admits exactly one file, or the one of
-    its hashes `identified` names (name -> sha256, buildtool.build.wheel_hashes). `deb_hashes` (the
+    its hashes `identified` names (name -> sha256, buildtool.imagebuild.wheel_hashes). `deb_hashes` (the
     cell's debs.sha256: "name=version" -> sha256 or "-") gives Debian components the .deb's sha256;
     a package it does not list says why it has none."""
     import uuid  # here, with cyclonedx: release reads SBOMs and never makes one

@@ -225,7 +225,7 @@ def trusted_entry(name: str, key: PublicKey, roles: tuple[str, ...] = (TESTER,))
 
 
 def cache_trust(root: Path, own: PublicKey | None, loopback: bool) -> TrustedKeys:
-    """Whose dev images a build may take layers from (buildtool.build.cache_sources): the builder keys of
+    """Whose dev images a build may take layers from (buildtool.imagebuild.cache_sources): the builder keys of
     the trusted keys file, the key this build signs with, and this machine's dev key only for a loopback
     registry (as release trusts it). A tester key is not enough: it never vouched for how a layer was made."""
     trusted = load_trusted(root)

@@ -315,7 +315,7 @@ def image_id(ref: str) -> str | None:
 
 def dev_image(name: str) -> str:
     """This commit's dev image of a CPU cell, built (or retagged) by buildtool and tagged locally."""
-    from buildtool.build.builder import Builder, BuildOptions
+    from buildtool.imagebuild.builder import Builder, BuildOptions
     from buildtool.matrix.plan import Settings, git_revision, plan_cell
     from buildtool.matrix.schema import load_matrix
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import aptlock, engine
-from buildtool.build.bases import fill_bases
+from buildtool.imagebuild import aptlock, engine
+from buildtool.imagebuild.bases import fill_bases
 from buildtool.contracts.aptlock import parse_entries
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import load_matrix

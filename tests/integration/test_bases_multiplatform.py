@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import base_index
-from buildtool.build.bases import fill_bases
+from buildtool.imagebuild import base_index
+from buildtool.imagebuild.bases import fill_bases
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.matrix.plan import mirror_base

@@ -27,9 +27,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildtool.build import engine
-from buildtool.build.builder import Builder, BuildOptions
-from buildtool.build.pipconfig import HostPip
+from buildtool.imagebuild import engine
+from buildtool.imagebuild.builder import Builder, BuildOptions
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import label_keys, names

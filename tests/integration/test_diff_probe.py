@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build.builder import Builder, BuildOptions, CellResult
+from buildtool.imagebuild.builder import Builder, BuildOptions, CellResult
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell

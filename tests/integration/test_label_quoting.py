@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import engine
+from buildtool.imagebuild import engine
 from buildtool.contracts import label_keys
 from tests.test_render_quoting import MATRIX, TEMPLATES, _instructions, _render, _unquoted_templates
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build.engine import image_labels as engine_labels
+from buildtool.imagebuild.engine import image_labels as engine_labels
 from buildtool.common.refs import split_repo, split_repo_path
 from buildtool.contracts import label_keys
 from buildtool.matrix.plan import Settings, git_revision, plan_cell

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build.builder import Builder, BuildOptions, CellResult
+from buildtool.imagebuild.builder import Builder, BuildOptions, CellResult
 from buildtool.common.errors import UserError
 from buildtool.contracts import intoto, label_keys
 from buildtool.contracts.names import PROVENANCE_TYPE

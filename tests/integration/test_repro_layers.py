@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import engine
-from buildtool.build.bases import fill_bases
+from buildtool.imagebuild import engine
+from buildtool.imagebuild.bases import fill_bases
 from buildtool.common import docker_cli
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import load_matrix

@@ -1,5 +1,5 @@
 """The SBOM of a real image: this commit's pytorch-cpu dev image (fixture_images, built or retagged by
-buildtool), probed twice the way `buildtool build --push` does (buildtool.build.contents.probe), turned
+buildtool), probed twice the way `buildtool build --push` does (buildtool.imagebuild.contents.probe), turned
 into CycloneDX with the cell's committed locks and the host's indexes (which of several locked files
 was installed). About 10 s once the fixture exists; prints the counts.
 """
@@ -15,10 +15,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
-from buildtool.build.contents import probe  # noqa: E402
-from buildtool.build.lock import read_locks  # noqa: E402
-from buildtool.build.pipconfig import HostPip  # noqa: E402
-from buildtool.build.wheel_hashes import Sources, identify  # noqa: E402
+from buildtool.imagebuild.contents import probe  # noqa: E402
+from buildtool.imagebuild.lock import read_locks  # noqa: E402
+from buildtool.imagebuild.pipconfig import HostPip  # noqa: E402
+from buildtool.imagebuild.wheel_hashes import Sources, identify  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.registry.sbom import make_sbom, validate_sbom  # noqa: E402
 

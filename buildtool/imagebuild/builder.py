@@ -6,7 +6,7 @@ Per cell: resolve the base to a digest, compute the content key (plan.content_ke
   no bytes move and nothing is pulled; locally an engine tag);
 - otherwise build it with BuildKit (pip settings as secrets), taking the layers that did not change
   from the newest earlier dev images of the cell whose provenance a trusted builder signed
-  (buildtool.build.cache_sources), tag it, push it if asked.
+  (buildtool.imagebuild.cache_sources), tag it, push it if asked.
 Cells run with bounded parallelism; one failing cell never stops the others, and it
 leaves no dev tag behind.
 """
@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from buildtool.build import aptlock, cache_sources, engine, multiplatform, push_path
-from buildtool.build.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
-from buildtool.build.contents import attach_sbom
-from buildtool.build.lock import locked_versions, read_locks
-from buildtool.build.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
-from buildtool.build.progress import LogProgress, Progress, StepWatcher
-from buildtool.build.provenance import Built, make_provenance, tools
-from buildtool.build.wheel_hashes import Sources
+from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path
+from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
+from buildtool.imagebuild.contents import attach_sbom
+from buildtool.imagebuild.lock import locked_versions, read_locks
+from buildtool.imagebuild.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
+from buildtool.imagebuild.progress import LogProgress, Progress, StepWatcher
+from buildtool.imagebuild.provenance import Built, make_provenance, tools
+from buildtool.imagebuild.wheel_hashes import Sources
 from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
@@ -342,7 +342,7 @@ class Builder:
         result.seconds = time.monotonic() - started
         return result
 
-    # -- a multi-platform cell (buildtool.build.multiplatform) ----------------------------------
+    # -- a multi-platform cell (buildtool.imagebuild.multiplatform) ----------------------------------
 
     def _run_platforms(self, plan: CellPlan, result: CellResult, log_path: Path, began: datetime,
                        started: float) -> CellResult:

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from buildtool.build.pipconfig import HostPip, redact
+from buildtool.imagebuild.pipconfig import HostPip, redact
 from buildtool.contracts.locks import LockFile
 
 PYPI = "https://pypi.org/simple"

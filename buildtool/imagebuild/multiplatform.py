@@ -6,7 +6,7 @@ every platform's image is in the registry: a platform that fails fails the cell 
 
 from __future__ import annotations
 
-from buildtool.build.cache_sources import Candidate
+from buildtool.imagebuild.cache_sources import Candidate
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys, names, platforms
 from buildtool.registry.client import NotFound, RegistryClient
@@ -60,7 +60,7 @@ def read_indexes(client: RegistryClient, repo: str, tags: list[str]) -> dict[str
 
 def platform_candidates(indexes: dict[str, dict[str, Child]], platform: str, exclude: str) -> list[Candidate]:
     """Earlier indexes' images of `platform` (not the one at `exclude`, the tag being built): what a build of
-    that platform may take unchanged layers from (buildtool.build.cache_sources checks each one's provenance
+    that platform may take unchanged layers from (buildtool.imagebuild.cache_sources checks each one's provenance
     on its own digest, as for a single-platform cell)."""
     return [Candidate(tag, children[platform].digest, children[platform].labels)
             for tag, children in indexes.items() if tag != exclude and platform in children]

@@ -106,7 +106,7 @@ def build(
     Secrets are passed by file path (`--secret id=..,src=..`), so their content never
     appears on a command line, in a build arg or in the log. Every image carries BuildKit's
     inline cache, so a later build on another machine can take its layers (`cache_from`:
-    images to take them from, buildtool.build.cache_sources chooses them).
+    images to take them from, buildtool.imagebuild.cache_sources chooses them).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     iidfile = log_path.with_suffix(".iid")

@@ -1,6 +1,6 @@
 """What `buildtool diff` compares: each image's packages from the SBOM attached to its digest or,
 when it has none (a base, an upstream NGC image, a local image), from a probe of the image itself
-(buildtool.build.image_probe); and the order the changes are listed in.
+(buildtool.imagebuild.image_probe); and the order the changes are listed in.
 
 A probed side goes through the SBOM's own functions (make_sbom, then contents), so its package
 names are keyed exactly as an SBOM's are; its facts are only what the probe can see (Python, OS,
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from buildtool.build import image_probe
+from buildtool.imagebuild import image_probe
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.registry import sbom

@@ -3,7 +3,7 @@
 Measured (bench/bench_push.py): the engine compresses each layer with one thread, so pushing the 1 GB
 pytorch-cpu into an empty registry took 45.1 s against 22.9 s for `skopeo copy docker-daemon:`, whose
 gzip runs on every core. But after a build that took its unchanged layers from the registry cache
-(buildtool.build.cache_sources), the engine knows where those layers are and uploads only the changed
+(buildtool.imagebuild.cache_sources), the engine knows where those layers are and uploads only the changed
 ones, which skopeo, reading the image back from the engine uncompressed, cannot know
 (bench/bench_fresh_runner.py: engine median 7.5 s, skopeo 10.6 s, with skopeo's own cache of what it
 pushed before warm; 18.3 s without). So an image whose build pulled layers for a build step is pushed

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildtool.build.pipconfig import HostPip, answers, redact
+from buildtool.imagebuild.pipconfig import HostPip, answers, redact
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_atomic
 from buildtool.contracts import frameworks, platforms
@@ -427,7 +427,7 @@ def parse_base_probe(output: str, *, ref: str, standin: bool) -> BaseFacts:
 
 def base_facts(base_ref: str) -> BaseFacts:
     """Ask the base image itself (pulled when missing) what it already has."""
-    from buildtool.build import engine
+    from buildtool.imagebuild import engine
     from buildtool.contracts import label_keys
 
     try:

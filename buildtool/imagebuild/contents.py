@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from buildtool.build import engine, wheel_hashes
-from buildtool.build.wheel_hashes import Log, Sources
+from buildtool.imagebuild import engine, wheel_hashes
+from buildtool.imagebuild.wheel_hashes import Log, Sources
 from buildtool.common.dsse import PrivateKey
 from buildtool.common.errors import FailedError
 from buildtool.contracts.image_labels import ImageLabels, LabelError

@@ -4,7 +4,7 @@ When the upstream registries cannot be reached (air-gapped sites, this project's
 - Debian bases (`docker.io/library/debian:<suite>[-slim]`) come from debootstrap of the same
   suite, imported and pushed to the mirror path of the upstream. When a cell is built for another
   platform as well (linux/arm64 under QEMU here), that platform is debootstrapped too, sealed the
-  same way, written to the registry as an image of that platform (buildtool.build.base_index), and
+  same way, written to the registry as an image of that platform (buildtool.imagebuild.base_index), and
   the tag becomes an OCI index over both; the engine's own (host) image stays what it was, byte for
   byte, so single-platform cells keep pinning the same digest;
 - NGC bases (`nvcr.io/nvidia/...`) get a stand-in built FROM that Debian base with python and
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.build import base_index, engine, push_path, rootfs_seal
-from buildtool.build.pipconfig import pip_secrets
+from buildtool.imagebuild import base_index, engine, push_path, rootfs_seal
+from buildtool.imagebuild.pipconfig import pip_secrets
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import is_loopback_host, split_repo
 from buildtool.contracts import frameworks, label_keys, platforms
@@ -94,7 +94,7 @@ def registry_digest(ref: str, attempts: int = 3) -> str | None:
 
 
 def push_verified(ref: str, log: Log, attempts: int = 4, via: str = push_path.ENGINE) -> str:
-    """Push with retries and backoff, by the engine or by skopeo (buildtool.build.push_path); verify the
+    """Push with retries and backoff, by the engine or by skopeo (buildtool.imagebuild.push_path); verify the
     registry serves the digest the push reported."""
     delay = 2.0
     for attempt in range(1, attempts + 1):

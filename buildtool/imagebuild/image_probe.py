@@ -1,7 +1,7 @@
 """What any image contains, read inside it: for `buildtool diff` against an image without an SBOM
 (a base, an upstream NGC image).
 
-The listing is the SBOM's own (image-tests/scripts/packages.py, as buildtool.build.contents runs
+The listing is the SBOM's own (image-tests/scripts/packages.py, as buildtool.imagebuild.contents runs
 it), run by every Python environment the image has: `python` on PATH first (what the SBOM's probe
 runs: the project's venv in its images), then $VIRTUAL_ENV, the project's venv and the system
 python3s, each folder once. Debian packages come from the same `dpkg-query` line the listing
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from buildtool.build.contents import PROBE
+from buildtool.imagebuild.contents import PROBE
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError
 

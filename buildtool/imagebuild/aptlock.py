@@ -231,7 +231,7 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
     """Run PROBE in a throw-away container of the base (host network: apt-get update); always removed.
     `platform` (os/arch): run the base's image of that platform (under QEMU where it is not this machine's);
     None: the default platform, as the base is."""
-    from buildtool.build import engine
+    from buildtool.imagebuild import engine
 
     arch = platforms.get(platform).architecture if platform else ARCH
     placed = {"platform": platform} if platform else {}
@@ -299,7 +299,7 @@ def platform_base(base_ref: str, platform: str) -> str:
 
 def base_source(base_ref: str) -> str:
     """How the base was made, from its label (debootstrap) or its being a plain pull."""
-    from buildtool.build import engine
+    from buildtool.imagebuild import engine
     from buildtool.contracts import label_keys
 
     attrs = engine.image_attrs(base_ref) or {}

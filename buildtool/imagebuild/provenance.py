@@ -22,8 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from buildtool.build import aptlock
-from buildtool.build.lock import lock_paths
+from buildtool.imagebuild import aptlock
+from buildtool.imagebuild.lock import lock_paths
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import label_keys
