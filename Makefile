@@ -1,6 +1,6 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
-# (the docker client of every docker command: buildx, classic or a path; see README.md), JOBS (validate:
+# (the docker client of every docker command: buildx, classic or a path; see docs/commands.md), JOBS (validate:
 # the image tests on this many workers side by side; 1: one after another; PLATFORM: only that platform of an
 # image index, e.g. linux/arm64 on a native arm64 GPU runner), TEST_JOBS (make test: the
 # toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
