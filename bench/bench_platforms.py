@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_build import plain_docker_build  # noqa: E402
-from buildtool.imagebuild.builder import resolve_base  # noqa: E402
 from buildtool.contracts import platforms  # noqa: E402
+from buildtool.imagebuild.builder import resolve_base  # noqa: E402
 from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 

@@ -38,10 +38,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.imagebuild import engine  # noqa: E402
 from buildtool.imagebuild.lock import compile_cell, read_locks  # noqa: E402
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets  # noqa: E402
-from buildtool.common import docker_cli  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 

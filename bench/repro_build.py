@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_uv_build import LOCAL, cache_mounts  # noqa: E402
 
+from buildtool.common import docker_cli  # noqa: E402
 from buildtool.imagebuild import engine  # noqa: E402
 from buildtool.imagebuild.bases import fill_bases  # noqa: E402
 from buildtool.imagebuild.contents import probe  # noqa: E402
 from buildtool.imagebuild.pipconfig import pip_secrets  # noqa: E402
-from buildtool.common import docker_cli  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild import base_index, bases
-from buildtool.imagebuild.base_index import Child
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import label_keys, platforms
+from buildtool.imagebuild import base_index, bases
+from buildtool.imagebuild.base_index import Child
 from buildtool.registry.client import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryError, sha256_digest
 from tests.conftest import fixture_matrix
 from tests.memregistry import MemRegistry

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.imagebuild import bases, builder, rootfs_seal
-from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
+from buildtool.imagebuild import bases, builder, rootfs_seal
+from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions
 from tests.conftest import fixture_matrix
 from tests.memregistry import MemRegistry
 

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.common.errors import UserError
+from buildtool.common.units import short_digest
+from buildtool.contracts import label_keys, names
 from buildtool.imagebuild import engine
 from buildtool.imagebuild.bases import (
     _standin_dockerfile,
@@ -19,9 +22,6 @@ from buildtool.imagebuild.bases import (
 )
 from buildtool.imagebuild.builder import BaseInfo, build_labels, cell_content_key, scrub_log, secret_strings
 from buildtool.imagebuild.pipconfig import CA_IN_BUILD, SECRET_CA, SECRET_CONF, HostPip, pip_secrets, render_conf
-from buildtool.common.errors import UserError
-from buildtool.common.units import short_digest
-from buildtool.contracts import label_keys, names
 from buildtool.matrix.plan import Settings, plan_cell
 from buildtool.render.dockerfiles import render_cell_dockerfile
 from buildtool.validate.labels import dockerfile_labels

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from buildtool.contracts import label_keys
 from buildtool.imagebuild import cache_sources, engine
 from buildtool.imagebuild.cache_sources import Candidate
-from buildtool.contracts import label_keys
 from buildtool.validate import keys as keys_module
 from tests import provenance_fixture, signing
 from tests.memregistry import MemRegistry
@@ -171,8 +171,8 @@ def _earlier(client: MemRegistry, repo: str, tag: str, key=signing.KEY) -> str: 
                                                  ({"force": True}, False)])
 def test_a_build_takes_layers_from_the_earlier_signed_dev_image_unless_told_not_to(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options: dict, taken: bool) -> None:
-    from buildtool.imagebuild.builder import CellResult
     from buildtool.common.refs import split_repo
+    from buildtool.imagebuild.builder import CellResult
 
     run, plan, seen = _builder(monkeypatch, log_dir=tmp_path, **options)
     host, repo, _ = split_repo(plan.dev_ref)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild import engine
 from buildtool.common.errors import UserError
+from buildtool.imagebuild import engine
 from buildtool.launch.scaling import Launcher, run_one
 from buildtool.validate import engine as validate_engine
 from buildtool.validate import runner

@@ -246,8 +246,8 @@ def test_a_probe_past_its_timeout_is_exit_1_and_its_container_removed(registry, 
      "/usr/bin/python printed no package listing (Traceback (most recent call last))"),
 ])
 def test_a_listing_that_failed_or_stopped_names_the_image_and_the_cause(output, message):
-    from buildtool.imagebuild.image_probe import parse
     from buildtool.common.errors import FailedError
+    from buildtool.imagebuild.image_probe import parse
 
     with pytest.raises(FailedError, match="cannot list the packages of img:1: ") as caught:
         parse("img:1", "sha256:feed", output)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from buildtool.imagebuild.builder import BaseInfo, build_labels
 from buildtool.contracts import label_keys
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
+from buildtool.imagebuild.builder import BaseInfo, build_labels
 from buildtool.matrix.plan import Settings, mirror_base, plan_cell
 from buildtool.matrix.schema import Cell, Matrix, load_matrix
 from buildtool.validate.labels import template_labels

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild import lock
-from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.common.errors import UserError
 from buildtool.contracts import locks
+from buildtool.imagebuild import lock
+from buildtool.imagebuild.pipconfig import HostPip
 from tests.conftest import fixture_matrix
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from buildtool.imagebuild import multiplatform
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import parse_dev_tag
+from buildtool.imagebuild import multiplatform
 from buildtool.registry.client import OCI_INDEX, RegistryError
 from buildtool.registry.image_index import Child, index_body, put_index
 from tests.memregistry import MemRegistry

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild import aptlock, lock, lockdrift
-from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.common.errors import UserError
 from buildtool.contracts import locks
 from buildtool.contracts.aptlock import APT_LOCK, BASE_DPKG, DEB_HASHES, parse_apt_lock
+from buildtool.imagebuild import aptlock, lock, lockdrift
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.render.dockerfiles import TemplateError, render_cell_dockerfile, render_outputs
 from tests.conftest import FIXTURE_PROJECT, REPO, fixture_matrix
 from tests.fakewheels import fake_wheel

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild import provenance as build_provenance
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
 from buildtool.contracts.provenance import PREDICATE_TYPE, parse_provenance
+from buildtool.imagebuild import provenance as build_provenance
 from buildtool.matrix.plan import CellPlan
 from buildtool.registry.provenance import sign_provenance, verify
 from buildtool.registry.referrers import Payload

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild import push_path
 from buildtool.common.errors import UserError
+from buildtool.imagebuild import push_path
 from buildtool.validate import engine as validate_engine
 
 COLD = """\

@@ -23,10 +23,10 @@ from typing import Any
 import bashlex
 import pytest
 
-from buildtool.imagebuild import lock
-from buildtool.imagebuild.bases import _standin_dockerfile
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys
+from buildtool.imagebuild import lock
+from buildtool.imagebuild.bases import _standin_dockerfile
 from buildtool.matrix.schema import Cell, Matrix, StandIn
 from buildtool.render.dockerfiles import TemplateError, _environment, label_value, render_dockerfile, sh_word
 from tests.conftest import REPO, fixture_matrix

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.imagebuild import contents
-from buildtool.imagebuild.builder import Builder, BuildOptions
 from buildtool.common.errors import FailedError
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE, SBOM_TYPE
+from buildtool.imagebuild import contents
+from buildtool.imagebuild.builder import Builder, BuildOptions
 from buildtool.registry import referrers as referrers_module
 from buildtool.registry import sbom
 from buildtool.registry.referrers import referrers
@@ -78,8 +78,8 @@ def test_a_push_without_a_builder_key_fails_naming_it() -> None:
 
 
 def test_a_push_run_without_a_builder_key_is_refused_before_anything_builds(monkeypatch: pytest.MonkeyPatch) -> None:
-    from buildtool.imagebuild import builder
     from buildtool.common.errors import UserError
+    from buildtool.imagebuild import builder
     from buildtool.matrix.plan import Settings
 
     monkeypatch.setattr(builder.engine, "sdk", lambda: None)

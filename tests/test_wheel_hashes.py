@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild.wheel_hashes import Sources, identify, installed_file
 from buildtool.contracts.locks import parse_lock
+from buildtool.imagebuild.wheel_hashes import Sources, identify, installed_file
 from buildtool.registry import sbom
 from tests import sbom_probe
 

@@ -54,9 +54,9 @@ def register(app: typer.Typer) -> None:
         retag what is already built (content key). Exit 1 when any cell failed."""
         from rich.table import Table
 
-        from buildtool.imagebuild.builder import Builder, BuildOptions
         from buildtool.common.errors import FailedError
         from buildtool.common.units import human_size, short_digest
+        from buildtool.imagebuild.builder import Builder, BuildOptions
         from buildtool.matrix.plan import Settings, plan_matrix
 
         project = find_project(matrix)

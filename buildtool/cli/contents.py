@@ -30,10 +30,10 @@ def lock(
     (hashes for every file; NGC cells resolved against their base's packages and PIP_CONSTRAINT), and
     (without --package) each pip cell's apt.lock, resolved inside its base, then re-render its Dockerfile.
     Needs the package index; NGC cells and apt locks also the engine, the base (BASE_MIRROR) and Debian's archive."""
+    from buildtool.cli.generate import all_outputs
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.bases import fill_bases, is_loopback_registry
     from buildtool.imagebuild.lock import is_ngc, lock_cells, write_uv_lock
-    from buildtool.cli.generate import all_outputs
     from buildtool.matrix.plan import Settings, mirror_base
     from buildtool.render.dockerfiles import write_outputs
 

@@ -68,10 +68,10 @@ def check(
     """Fail (exit 1, printing a unified diff) when committed generated files differ from the matrix,
     or a cell's lock is missing, broken, stale (made from other matrix values) or edited by hand
     (re-resolved with uv and compared entry by entry; needs the package index unless --offline)."""
+    from buildtool.common.errors import FailedError
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.lock import check_cell, is_ngc, uv_pin_problems
     from buildtool.imagebuild.lockdrift import check_cells
-    from buildtool.common.errors import FailedError
     from buildtool.matrix.plan import Settings, mirror_base
     from buildtool.render.dockerfiles import drift
 

@@ -299,8 +299,8 @@ def platform_base(base_ref: str, platform: str) -> str:
 
 def base_source(base_ref: str) -> str:
     """How the base was made, from its label (debootstrap) or its being a plain pull."""
-    from buildtool.imagebuild import engine
     from buildtool.contracts import label_keys
+    from buildtool.imagebuild import engine
 
     attrs = engine.image_attrs(base_ref) or {}
     labels = (attrs.get("Config") or {}).get("Labels") or {}

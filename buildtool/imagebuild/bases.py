@@ -25,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.imagebuild import base_index, engine, push_path, rootfs_seal
-from buildtool.imagebuild.pipconfig import pip_secrets
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import is_loopback_host, split_repo
 from buildtool.contracts import frameworks, label_keys, platforms
 from buildtool.contracts.names import DEFAULT_REGISTRY
+from buildtool.imagebuild import base_index, engine, push_path, rootfs_seal
+from buildtool.imagebuild.pipconfig import pip_secrets
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient

@@ -25,6 +25,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey
+from buildtool.common.errors import FailedError, UserError
+from buildtool.common.refs import ReferenceError, parse_reference, split_repo
+from buildtool.contracts import label_keys, platforms
+from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
+from buildtool.contracts.names import check_full_revision, parse_dev_tag
 from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
 from buildtool.imagebuild.contents import attach_sbom
@@ -33,12 +39,6 @@ from buildtool.imagebuild.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_s
 from buildtool.imagebuild.progress import LogProgress, Progress, StepWatcher
 from buildtool.imagebuild.provenance import Built, make_provenance, tools
 from buildtool.imagebuild.wheel_hashes import Sources
-from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey
-from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import ReferenceError, parse_reference, split_repo
-from buildtool.contracts import label_keys, platforms
-from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
-from buildtool.contracts.names import check_full_revision, parse_dev_tag
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from buildtool.imagebuild import engine, wheel_hashes
-from buildtool.imagebuild.wheel_hashes import Log, Sources
 from buildtool.common.dsse import PrivateKey
 from buildtool.common.errors import FailedError
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.locks import LockFile, normalize
+from buildtool.imagebuild import engine, wheel_hashes
+from buildtool.imagebuild.wheel_hashes import Log, Sources
 from buildtool.registry import sbom, sbom_attestation
 from buildtool.registry.client import RegistryClient
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from buildtool.imagebuild import image_probe
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference
+from buildtool.imagebuild import image_probe
 from buildtool.registry import sbom
 from buildtool.registry.client import RegistryClient, RegistryError, RegistryUnreachable
 from buildtool.registry.sbom import Change, Contents

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from buildtool.imagebuild.contents import PROBE
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError
+from buildtool.imagebuild.contents import PROBE
 
 PROBE_TIMEOUT_S = 180
 PULL_TIMEOUT_S = 900

@@ -36,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildtool.imagebuild.pipconfig import HostPip, answers, redact
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_atomic
 from buildtool.contracts import frameworks, platforms
@@ -53,6 +52,7 @@ from buildtool.contracts.locks import (
     parse_lock,
     platform_folder,
 )
+from buildtool.imagebuild.pipconfig import HostPip, answers, redact
 from buildtool.matrix.schema import Cell
 
 LOCK_FORMAT = 1
@@ -427,8 +427,8 @@ def parse_base_probe(output: str, *, ref: str, standin: bool) -> BaseFacts:
 
 def base_facts(base_ref: str) -> BaseFacts:
     """Ask the base image itself (pulled when missing) what it already has."""
-    from buildtool.imagebuild import engine
     from buildtool.contracts import label_keys
+    from buildtool.imagebuild import engine
 
     try:
         if engine.image_attrs(base_ref) is None:

@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.imagebuild import lock
-from buildtool.imagebuild.pipconfig import HostPip, answers
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.locks import LockFile, parse_lock
+from buildtool.imagebuild import lock
+from buildtool.imagebuild.pipconfig import HostPip, answers
 from buildtool.matrix.schema import Cell
 
 

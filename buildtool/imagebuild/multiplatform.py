@@ -6,9 +6,9 @@ every platform's image is in the registry: a platform that fails fails the cell 
 
 from __future__ import annotations
 
-from buildtool.imagebuild.cache_sources import Candidate
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys, names, platforms
+from buildtool.imagebuild.cache_sources import Candidate
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.registry.image_index import Child, read_children, read_index
 

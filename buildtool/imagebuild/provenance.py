@@ -22,8 +22,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from buildtool.imagebuild import aptlock
-from buildtool.imagebuild.lock import lock_paths
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import label_keys
@@ -38,6 +36,8 @@ from buildtool.contracts.provenance import (
     Provenance,
     parse_provenance,
 )
+from buildtool.imagebuild import aptlock
+from buildtool.imagebuild.lock import lock_paths
 from buildtool.matrix.plan import CellPlan
 
 DOCKER_VERSION_TIMEOUT_S = 30

@@ -24,8 +24,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from buildtool.imagebuild.pipconfig import HostPip, redact
 from buildtool.contracts.locks import LockFile
+from buildtool.imagebuild.pipconfig import HostPip, redact
 
 PYPI = "https://pypi.org/simple"
 TIMEOUT_S = 20

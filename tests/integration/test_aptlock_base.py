@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts.aptlock import parse_entries
 from buildtool.imagebuild import aptlock, engine
 from buildtool.imagebuild.bases import fill_bases
-from buildtool.contracts.aptlock import parse_entries
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import load_matrix
 from buildtool.render.dockerfiles import render_cell_dockerfile

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild import base_index
-from buildtool.imagebuild.bases import fill_bases
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
+from buildtool.imagebuild import base_index
+from buildtool.imagebuild.bases import fill_bases
 from buildtool.matrix.plan import mirror_base
 from buildtool.registry.client import OCI_INDEX, RegistryClient, RegistryError
 from tests.conftest import fixture_matrix

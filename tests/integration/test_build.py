@@ -27,12 +27,12 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildtool.imagebuild import engine
-from buildtool.imagebuild.builder import Builder, BuildOptions
-from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import label_keys, names
+from buildtool.imagebuild import engine
+from buildtool.imagebuild.builder import Builder, BuildOptions
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild.builder import Builder, BuildOptions, CellResult
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
+from buildtool.imagebuild.builder import Builder, BuildOptions, CellResult
 from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild import engine
 from buildtool.contracts import label_keys
+from buildtool.imagebuild import engine
 from tests.test_render_quoting import MATRIX, TEMPLATES, _instructions, _render, _unquoted_templates
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]  # FROM scratch: no registry

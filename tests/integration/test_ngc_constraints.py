@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts.locks import TOOLS_LOCK
 from buildtool.imagebuild import engine
 from buildtool.imagebuild.bases import fill_bases
 from buildtool.imagebuild.lock import read_locks
 from buildtool.imagebuild.pipconfig import pip_secrets
-from buildtool.contracts.locks import TOOLS_LOCK
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import load_matrix
 

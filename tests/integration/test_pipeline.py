@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.imagebuild.engine import image_labels as engine_labels
 from buildtool.common.refs import split_repo, split_repo_path
 from buildtool.contracts import label_keys
+from buildtool.imagebuild.engine import image_labels as engine_labels
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient

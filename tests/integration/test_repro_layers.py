@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.common import docker_cli
 from buildtool.imagebuild import engine
 from buildtool.imagebuild.bases import fill_bases
-from buildtool.common import docker_cli
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import load_matrix
 
