@@ -18,12 +18,31 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from buildtool.matrix.schema import Cell
+from typing import Literal, Protocol
 
 Judgement = Literal["expected", "waivable", "refused"]
+
+
+class _Run(Protocol):
+    @property
+    def gpus(self) -> str: ...
+
+
+class SkipCell(Protocol):
+    """What a skip rule reads of a cell: buildtool.matrix.schema.Cell satisfies it (contracts sit below
+    the matrix stage and do not import it)."""
+
+    @property
+    def run(self) -> _Run: ...
+
+    @property
+    def needs_gpu(self) -> bool: ...
+
+    @property
+    def packages(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def standin(self) -> object | None: ...
 
 
 @dataclass(frozen=True)
@@ -31,7 +50,7 @@ class SkipCode:
     code: str
     meaning: str
     # True when the matrix confirms the test cannot apply to this cell (None: never).
-    expected_for: Callable[[Cell, str], bool] | None = None
+    expected_for: Callable[[SkipCell, str], bool] | None = None
     waivable: bool = False   # a runner's limitation the releaser may accept by name (--accept-skip)
     gpu_only: bool = False   # only tests marked `gpu` may carry it
     tests: tuple[str, ...] = ()   # the only tests that may carry it (`file.py` or `file.py::name`); () = any
@@ -54,7 +73,7 @@ class SkipCode:
         return " among ".join(parts) if len(parts) == 2 else (parts[0] if parts else "any test")
 
 
-def _cpu_cell(cell: Cell, _subject: str) -> bool:
+def _cpu_cell(cell: SkipCell, _subject: str) -> bool:
     return cell.run.gpus == "none" and not cell.needs_gpu
 
 
@@ -109,7 +128,7 @@ def misplaced(code: str, test_id: str, gpu: bool) -> str | None:
             + (")" if gpu or not rule.gpu_only else "; it is not marked gpu)"))
 
 
-def judge(cell: Cell, code: str, subject: str = "", test_id: str | None = None, gpu: bool = False) -> Judgement:
+def judge(cell: SkipCell, code: str, subject: str = "", test_id: str | None = None, gpu: bool = False) -> Judgement:
     """The code's rule for this cell; with `test_id`, `refused` also when that test may not carry it."""
     rule = CODES.get(code)
     if rule is None:

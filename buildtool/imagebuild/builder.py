@@ -31,6 +31,7 @@ from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
 from buildtool.contracts.names import check_full_revision, parse_dev_tag
+from buildtool.contracts.trust import Trusted
 from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
 from buildtool.imagebuild.contents import attach_sbom
@@ -43,7 +44,7 @@ from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
 from buildtool.registry.image_index import Child, platform_manifest, put_index
-from buildtool.registry.provenance import OnlyKey, TrustedKeys, attach_provenance, find_provenance
+from buildtool.registry.provenance import OnlyKey, attach_provenance, find_provenance
 from buildtool.registry.sbom import find_sbom
 from buildtool.registry.sbom_attestation import plain_sbom_problem, signed_by
 
@@ -69,7 +70,7 @@ class BuildOptions:
     # `cache_trust` returns for this build's own key (None when it does not push). No trust, no registry cache.
     registry_cache: bool = True
     push_with: str = push_path.AUTO     # push_path.CHOICES: who uploads a built image
-    cache_trust: Callable[[PublicKey | None], TrustedKeys] | None = None
+    cache_trust: Callable[[PublicKey | None], Trusted] | None = None
 
 
 @dataclass
@@ -252,7 +253,7 @@ class Builder:
         self._stack = ExitStack()
         self._client: engine.BuildClient | None = None
         self._candidates: dict[str, list[cache_sources.Candidate]] = {}   # cell key -> earlier dev images seen
-        self._cache_trust: TrustedKeys | None = None
+        self._cache_trust: Trusted | None = None
 
     def _build_env(self) -> tuple[engine.BuildClient, PipSecrets, HostPip]:
         with self._lock:

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from buildtool.contracts import label_keys
+from buildtool.contracts.trust import Trusted
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.provenance import TrustedKeys, find_provenance
+from buildtool.registry.provenance import find_provenance
 
 # The newest two: last night's image, and the one before in case last night's was built on another base.
 CACHE_SOURCES = 2
@@ -42,7 +43,7 @@ def newest_first(candidates: Iterable[Candidate]) -> list[Candidate]:
 
 
 def choose(client: RegistryClient, registry_host: str, repo: str, candidates: Iterable[Candidate],
-           trusted: TrustedKeys, log: Callable[[str], None], limit: int = CACHE_SOURCES) -> list[str]:
+           trusted: Trusted, log: Callable[[str], None], limit: int = CACHE_SOURCES) -> list[str]:
     """Up to `limit` digest-pinned references to use as `--cache-from`, newest first: only images whose
     provenance a trusted builder key signed. Each one passed over is logged with why."""
     chosen: list[str] = []

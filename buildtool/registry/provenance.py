@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from buildtool.common.dsse import (
     PrivateKey,
@@ -25,31 +24,19 @@ from buildtool.common.dsse import (
 from buildtool.contracts import intoto
 from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.contracts.provenance import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
+from buildtool.contracts.trust import BUILDER, Trusted
 from buildtool.registry.attested import Outcome, each_signed, open_signed
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.referrers import Payload, Referrer, attach
 
-BUILDER_ROLE = "builder"     # validate.keys.BUILDER (that layer is above this one)
 ENVELOPE_TITLE = "provenance.intoto.jsonl"
-
-
-class TrustedKeys(Protocol):
-    """What is read of the trusted keys (buildtool.validate.keys.TrustedKeys, or OnlyKey)."""
-
-    @property
-    def keys(self) -> dict[str, PublicKey]: ...
-
-    def for_role(self, role: str) -> dict[str, PublicKey]: ...
-
-    def role_problem(self, keyid: str, role: str) -> str: ...
-
-    def describe(self, keyid: str) -> str: ...
 
 
 @dataclass(frozen=True)
 class OnlyKey:
-    """One key trusted as builder: what a push checks an attached provenance against (its own key), so
-    that a provenance signed by anyone else is replaced, never kept."""
+    """One key trusted as builder (a contracts.trust.Trusted, as release's TrustedKeys is): what a push
+    checks an attached provenance against (its own key), so that a provenance signed by anyone else is
+    replaced, never kept."""
 
     key: PublicKey
 
@@ -58,10 +45,10 @@ class OnlyKey:
         return {self.key.keyid: self.key}
 
     def for_role(self, role: str) -> dict[str, PublicKey]:
-        return self.keys if role == BUILDER_ROLE else {}
+        return self.keys if role == BUILDER else {}
 
     def role_problem(self, keyid: str, role: str) -> str:
-        return "" if keyid == self.key.keyid and role == BUILDER_ROLE else f"signed by {short(keyid)}, not this key"
+        return "" if keyid == self.key.keyid and role == BUILDER else f"signed by {short(keyid)}, not this key"
 
     def describe(self, keyid: str) -> str:
         return f"{short(keyid)} (this builder key)"
@@ -103,13 +90,13 @@ class ProvenanceFindings:
         return f"no provenance verifies: {shown}{more}"
 
 
-def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys) -> ProvenanceFindings:
+def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Trusted) -> ProvenanceFindings:
     """The provenance of `repo@digest` that verifies against `trusted` in the builder role. Of several
     valid ones, the one that finished last (signed `finishedOn`), ties by artifact digest."""
     findings = ProvenanceFindings()
     valid: list[tuple[Referrer, str, Provenance]] = []
     for ref, opened in each_signed(client, repo, digest, PROVENANCE_TYPE, PREDICATE_TYPE,
-                                   trusted.for_role(BUILDER_ROLE), trusted, BUILDER_ROLE):
+                                   trusted.for_role(BUILDER), trusted, BUILDER):
         outcome = _parsed(opened)
         if isinstance(outcome, str):
             findings.rejected.append((ref.digest, outcome))
@@ -122,10 +109,10 @@ def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Tru
     return findings
 
 
-def verify(payloads: list[Payload], digest: str, trusted: TrustedKeys) -> tuple[Provenance, str] | str:
+def verify(payloads: list[Payload], digest: str, trusted: Trusted) -> tuple[Provenance, str] | str:
     """(provenance, signing key id) of one artifact's payloads, or why it does not count."""
-    return _parsed(open_signed(payloads, digest, PREDICATE_TYPE, trusted.for_role(BUILDER_ROLE), trusted,
-                               BUILDER_ROLE))
+    return _parsed(open_signed(payloads, digest, PREDICATE_TYPE, trusted.for_role(BUILDER), trusted,
+                               BUILDER))
 
 
 def _parsed(opened: Outcome) -> tuple[Provenance, str] | str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from buildtool.common.dsse import PrivateKey, PublicKey, sign_envelope
 from buildtool.contracts import label_keys
@@ -30,17 +30,14 @@ from buildtool.contracts.intoto import (
     statement,
 )
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
+from buildtool.contracts.trust import BUILDER, Trusted
 from buildtool.registry.attested import each_signed
 from buildtool.registry.client import RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach
 from buildtool.registry.sbom import load_sbom
 
-if TYPE_CHECKING:
-    from buildtool.validate.keys import TrustedKeys
-
 SBOM_PREDICATE = "https://cyclonedx.org/bom"
 ENVELOPE_TITLE = "sbom.intoto.jsonl"
-BUILDER_ROLE = "builder"     # buildtool.validate.keys.BUILDER (a later stage: not imported here)
 
 
 def canonical(document: dict[str, Any]) -> bytes:
@@ -124,10 +121,11 @@ class SbomFindings:
         return "no SBOM attestation is attached (pushed before SBOMs were signed? push it again)"
 
 
-def find_sbom_attestation(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys) -> SbomFindings:
-    """Every SBOM attestation attached to repo@digest, verified against the keys `trusted` holds in the
-    builder role (a tester key's signature does not count, naming its role)."""
-    return _find(client, repo, digest, trusted.for_role(BUILDER_ROLE), trusted)
+def find_sbom_attestation(client: RegistryClient, repo: str, digest: str, trusted: Trusted) -> SbomFindings:
+    """Every SBOM attestation attached to repo@digest, verified against the keys `trusted` (release's
+    buildtool.validate.keys.TrustedKeys) holds in the builder role (a tester key's signature does not
+    count, naming its role)."""
+    return _find(client, repo, digest, trusted.for_role(BUILDER), trusted)
 
 
 def signed_by(client: RegistryClient, repo: str, digest: str, key: PublicKey) -> AttestedSbom | None:
@@ -137,10 +135,10 @@ def signed_by(client: RegistryClient, repo: str, digest: str, key: PublicKey) ->
 
 
 def _find(client: RegistryClient, repo: str, digest: str, keys: dict[str, PublicKey],
-          trusted: TrustedKeys | None) -> SbomFindings:
+          trusted: Trusted | None) -> SbomFindings:
     findings = SbomFindings()
     for ref, opened in each_signed(client, repo, digest, SBOM_ATTESTATION_TYPE, SBOM_PREDICATE, keys, trusted,
-                                   BUILDER_ROLE):
+                                   BUILDER):
         outcome = opened if isinstance(opened, str) else _cyclonedx(opened[0], digest)
         if isinstance(outcome, str):
             findings.rejected.append((ref.digest, outcome))

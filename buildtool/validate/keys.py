@@ -36,9 +36,10 @@ from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey, generate
 from buildtool.common.dsse import write_private as _write_private
 from buildtool.common.errors import UserError
 from buildtool.contracts.attestation import BUILDER_KEY_ENV, SIGNING_KEY_ENV, TRUSTED_KEYS_FILE, dev_key_path
+from buildtool.contracts.trust import BUILDER as BUILDER  # the roles, re-exported for validate's callers
+from buildtool.contracts.trust import ROLES as ROLES
+from buildtool.contracts.trust import TESTER as TESTER
 
-BUILDER, TESTER = "builder", "tester"
-ROLES = (BUILDER, TESTER)
 KEY_ENV = {TESTER: SIGNING_KEY_ENV, BUILDER: BUILDER_KEY_ENV}   # the CI secret each role signs with
 
 
@@ -104,6 +105,8 @@ def dev_public_key() -> PublicKey | None:
 
 @dataclass
 class TrustedKeys:
+    """The keys release trusts, by role; a buildtool.contracts.trust.Trusted (what registry readers take)."""
+
     keys: dict[str, PublicKey] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
     source: str = TRUSTED_KEYS_FILE
