@@ -35,10 +35,15 @@ def add_fixture_framework(project: Path) -> None:
     (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + MATRIX_ENTRY)
 
 
+def shipped_frameworks(root: Path = REPO) -> list[str]:
+    """The frameworks of a checkout: its image-tests folders with a framework.yaml (never a list written here)."""
+    return sorted(p.parent.name for p in (root / "image-tests").glob(f"*/{frameworks.FRAMEWORK_FILE}"))
+
+
 def test_the_shipped_frameworks_are_the_folders_with_a_framework_yaml() -> None:
-    folders = sorted(p.parent.name for p in (REPO / "image-tests").glob(f"*/{frameworks.FRAMEWORK_FILE}"))
+    folders = shipped_frameworks()
     frameworks.use_checkout()
-    assert list(frameworks.names()) == folders and {"pytorch", "tensorflow"} <= set(folders)
+    assert list(frameworks.names()) == folders and folders
     for name in folders:
         row = frameworks.get(name)
         assert row.folder == REPO / "image-tests" / name
@@ -116,8 +121,15 @@ WHERE = "image-tests/fixturefw/framework.yaml"
      f"{WHERE}:"),   # a duplicate key: never the last one silently
     (lambda f: (f / "framework.yaml").write_text("- just\n- a list\n"),
      f"{WHERE}: must be a mapping of the framework's fields"),
+    # The three kinds a row chooses: each a key of its table, the error naming the known ones and the table.
     (lambda f: (f / "framework.yaml").write_text((f / "framework.yaml").read_text() + "shm_workers: jax\n"),
-     f"{WHERE}:"),
+     f"{WHERE}: shm_workers: 'jax' is none of the known kinds (torch, python); a new kind is an entry of "
+     "buildtool/contracts/frameworks.py SHM_WORKERS"),
+    (lambda f: (f / "framework.yaml").write_text((f / "framework.yaml").read_text() + "local_versions: nightly\n"),
+     f"{WHERE}: local_versions: 'nightly' is none of the known kinds (torch, plain, source); a new kind is an "
+     "entry of buildtool/contracts/versions.py SCHEMES"),
+    (lambda f: (f / "framework.yaml").write_text((f / "framework.yaml").read_text() + "local_versions: [torch]\n"),
+     f"{WHERE}: local_versions: Input should be a valid string"),
     (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "gpu_count: \"0\"",
                                                       "gpu_count: 0")),
      f"{WHERE}: gpu_count: Input should be a valid string"),
@@ -126,7 +138,8 @@ WHERE = "image-tests/fixturefw/framework.yaml"
      f"{WHERE}: multinode.script 'fixture_train.py' is not a script in fixturefw/scripts/"),
     (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "launcher: coordinator",
                                                       "launcher: mpirun")),
-     f"{WHERE}: multinode.launcher: Input should be 'torchrun' or 'coordinator'"),
+     f"{WHERE}: multinode.launcher: 'mpirun' is none of the known kinds (torchrun, coordinator); a new kind is an "
+     "entry of buildtool/contracts/frameworks.py LAUNCHERS (its module in buildtool/launch/launchers/)"),
     (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "launcher: coordinator",
                                                       "launcher: coordinator, port: 1")),
      f"{WHERE}: multinode.port: Extra inputs are not permitted"),
@@ -189,15 +202,23 @@ def test_a_matrix_snapshot_goes_stale_when_a_framework_row_changes(tmp_path: Pat
     assert snapshot_key(root / "matrix.yaml", root / "templates", "matrix.yaml") not in ("", before)
 
 
-def test_the_real_matrix_without_the_jax_folder_is_refused_at_load(tmp_path: Path, run_cli) -> None:
+def _real_matrix_frameworks() -> list[str]:
+    import yaml
+
+    return sorted({image["framework"] for image in yaml.safe_load((REPO / "matrix.yaml").read_text())["images"]})
+
+
+@pytest.mark.parametrize("gone", _real_matrix_frameworks())
+def test_the_real_matrix_without_a_framework_folder_is_refused_at_load(tmp_path: Path, run_cli, gone: str) -> None:
     """A shipped framework's folder gone (a bad merge, a sparse checkout): the matrix does not load, naming
-    the framework and where a framework lives; nothing is rendered."""
+    the framework and where a framework lives; nothing is rendered. Each folder in turn: the list is the folders'."""
     root = tmp_path / "checkout"
     shutil.copytree(REPO / "templates", root / "templates")
-    shutil.copytree(REPO / "image-tests", root / "image-tests", ignore=shutil.ignore_patterns("__pycache__", "jax"))
+    shutil.copytree(REPO / "image-tests", root / "image-tests", ignore=shutil.ignore_patterns("__pycache__", gone))
     shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
     code, out, err = run_cli("render", "--matrix", str(root / "matrix.yaml"))
     assert code == 2 and out == ""
-    assert "images[" in err and ".framework: unknown framework 'jax'; one of pytorch, tensorflow (a new one is a " \
+    others = ", ".join(name for name in shipped_frameworks() if name != gone)
+    assert "images[" in err and f".framework: unknown framework {gone!r}; one of {others} (a new one is a " \
         "folder image-tests/<name>/ with its framework.yaml)" in err, err
     assert not (root / "dockerfiles").exists()

@@ -9,17 +9,20 @@ Image templates (templates/images/) are per install method and shared by all fra
 is read from the image-tests folder of the matrix being loaded (`use`); anything in a row that does
 not parse, or names a file the folder does not hold, is an error naming the file, never a default.
 
+Three keys choose a kind from a fixed set, each kind one entry of one table, which says what it means
+(docs/images.md's "Frameworks" section lists them, generated from these tables):
+  multinode.launcher  LAUNCHERS below: how the multi-node check starts on every node (its behaviour is the
+                      module buildtool/launch/launchers/<name>.py, found by its name)
+  local_versions      contracts.versions.SCHEMES: how builds mark themselves in __version__'s local part
+  shm_workers         SHM_WORKERS below: how image-tests/scripts/shm_workers.py passes batches through
+                      /dev/shm (its function `<name>_mode` there, found by its name)
+A name that is in none of them is an error naming the file and the known kinds, never a default.
+
 The multi-node check (`multinode`, optional: a framework without it has none, and `buildtool k8s` /
 `buildtool slurm` refuse its images): `script`, a file in the framework's scripts/, run on every node
-by the `launcher`:
-  torchrun     one torchrun per node (c10d rendezvous on the first node, --nproc-per-node = the
-               node's GPUs, or 1 on CPU); the script is torchrun's, ranks from torchrun's environment
-  coordinator  one process per node: `python3 SCRIPT --coordinator HOST:PORT --num-processes N
-               --process-id I --steps S --init-timeout SECONDS`, HOST the first node (process 0's),
-               I this node's index in the job's node list (0..N-1), resolved on the node itself
-The result, for both: process (rank) 0 prints one line `DDP_RESULT {json}` with
+by the `launcher` (LAUNCHERS says how). Process (rank) 0 prints one line `DDP_RESULT {json}` with
   backend      "nccl" (GPUs) or "gloo" (CPU), the collectives it really used
-  world_size   processes that took part: nodes x processes per node (torchrun), nodes (coordinator)
+  world_size   processes that took part: nodes x the launcher's processes per node
   identical    true when every process ended with the same parameters
   first_loss, last_loss   the loss at the start and at the end (it must fall)
 and exits non-zero when it failed. The launchers' verifier (launch/multinode.py) fails the job
@@ -30,11 +33,14 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
+
+from buildtool.contracts.versions import SCHEMES
 
 FRAMEWORK_FILE = "framework.yaml"
 SCRIPTS = "scripts"
@@ -46,7 +52,25 @@ _SCRIPT = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py"
 _PART = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2"
 
 
-LAUNCHERS = ("torchrun", "coordinator")
+# The launchers a framework's multi-node check may name (framework.yaml `multinode.launcher`): one entry each,
+# its name and what runs on every node. Its behaviour is the module buildtool/launch/launchers/<name>.py
+# (contracts cannot import launch; tests/test_launchers.py keeps the two in step).
+LAUNCHERS: dict[str, str] = {
+    "torchrun": "one torchrun per node (`--nproc-per-node` = the node's GPUs, 1 on CPU), c10d rendezvous on the "
+                "first node; the script is torchrun's, its ranks from torchrun's environment",
+    "coordinator": "one process per node, using all its GPUs: `python3 SCRIPT --coordinator HOST:PORT "
+                   "--num-processes N --process-id I --steps S --init-timeout SECONDS`, HOST the first node "
+                   "(process 0's), I this node's index in the job's node list, resolved on the node itself "
+                   "(as JAX's `jax.distributed` wants it)",
+}
+
+# How image-tests/scripts/shm_workers.py passes large batches through /dev/shm (framework.yaml `shm_workers`):
+# one entry each, its name and the workers it runs (failure messages name them so). Its behaviour is the
+# function `<name>_mode` of that script, which runs in the image and cannot import this module.
+SHM_WORKERS: dict[str, str] = {
+    "torch": "a DataLoader with 2 workers",
+    "python": "2 worker processes",
+}
 
 
 class TableError(ValueError):
@@ -60,7 +84,7 @@ class MultiNodeCheck:
 
     framework: str
     script: str                     # a file in the framework's scripts/
-    launcher: str                   # one of LAUNCHERS
+    launcher: str                   # a key of LAUNCHERS
 
 
 @dataclass(frozen=True)
@@ -71,10 +95,10 @@ class Framework:
     gpu_count_expr: str             # Python, evaluated in the image with `module` imported: GPUs it sees
     events_writer: tuple[str, ...]  # its scripts/ command that writes TensorBoard scalars "loss"
     title: str = ""                 # how documents and Dockerfile comments name it (PyTorch)
-    shm_workers: str = "python"     # how shm_workers.py loads batches through /dev/shm: torch DataLoader or python
+    shm_workers: str = "python"     # how shm_workers.py loads batches through /dev/shm: a key of SHM_WORKERS
     cuda_build_expr: str = "''"     # Python, in the image: the CUDA version the framework was built with, '' if none
     container_version_env: str = "" # what an NGC container of this framework sets to its release (25.10)
-    local_versions: str = "plain"   # how builds mark themselves in __version__'s local part (contracts.versions)
+    local_versions: str = "plain"   # how builds mark themselves in __version__'s local part (versions.SCHEMES)
     template_parts: tuple[str, ...] = ()  # its *.j2 parts, as templates name them (framework/<name>/<file>)
     multinode: MultiNodeCheck | None = None  # its multi-node check; None: it has none
     folder: Path | None = None      # image-tests/<name>/
@@ -98,7 +122,7 @@ def _row_model() -> Any:
         model_config = ConfigDict(extra="forbid", frozen=True)
 
         script: Annotated[StrictStr, Field(pattern=f"^{_SCRIPT}$")]
-        launcher: Literal["torchrun", "coordinator"]
+        launcher: StrictStr                     # a key of LAUNCHERS (checked by load_row, naming them)
 
     class Row(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
@@ -110,8 +134,8 @@ def _row_model() -> Any:
         gpu_count: Annotated[StrictStr, Field(min_length=1)]
         cuda_build: Annotated[StrictStr, Field(min_length=1)] = "''"
         events_writer: Annotated[tuple[StrictStr, ...], Field(min_length=1)]
-        shm_workers: Literal["torch", "python"] = "python"
-        local_versions: Literal["torch", "plain", "source"] = "plain"
+        shm_workers: StrictStr = "python"       # a key of SHM_WORKERS
+        local_versions: StrictStr = "plain"     # a key of versions.SCHEMES
         ngc_version_env: Annotated[StrictStr, Field(pattern=r"^([A-Z][A-Z0-9_]*)?$")] = ""
         template_parts: tuple[Annotated[StrictStr, Field(pattern=f"^{_PART}$")], ...] = ()
         multinode: MultiNode | None = None
@@ -143,6 +167,13 @@ def _compiles(expr: str, what: str, where: str) -> None:
         raise TableError(f"{where}: {what} {expr!r} is not a Python expression ({exc.msg})") from None
 
 
+def _one_of(value: str, kinds: Iterable[str], key: str, where: str, table: str) -> None:
+    known = tuple(kinds)
+    if value not in known:
+        raise TableError(f"{where}: {key}: {value!r} is none of the known kinds ({', '.join(known)}); a new kind is "
+                         f"an entry of {table}")
+
+
 def load_row(folder: Path) -> Framework:
     """The row in `folder`/framework.yaml, checked against the folder: its name is the folder's, its
     events writer and template parts are files there, its scripts shadow no common script."""
@@ -170,6 +201,11 @@ def load_row(folder: Path) -> Framework:
     if row.name != folder.name:
         raise TableError(f"{where}: name {row.name!r} is not its folder's ({folder.name!r}); a framework's folder "
                          "is named after it")
+    _one_of(row.local_versions, SCHEMES, "local_versions", where, "buildtool/contracts/versions.py SCHEMES")
+    _one_of(row.shm_workers, SHM_WORKERS, "shm_workers", where, "buildtool/contracts/frameworks.py SHM_WORKERS")
+    if row.multinode is not None:
+        _one_of(row.multinode.launcher, LAUNCHERS, "multinode.launcher", where,
+                "buildtool/contracts/frameworks.py LAUNCHERS (its module in buildtool/launch/launchers/)")
     _compiles(row.gpu_count, "gpu_count", where)
     _compiles(row.cuda_build, "cuda_build", where)
     scripts = folder / SCRIPTS

@@ -21,20 +21,17 @@ image-tests/common/test_contents.py applies it (`problems`). Both import this mo
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
 from buildtool.contracts.gpu import cuda_tag
 
-# How a framework's builds mark themselves in the local version part (frameworks.Framework.local_versions).
-TORCH = "torch"    # +cpu, +cuXYZ, NGC +<sha>.nvYY.MM
-PLAIN = "plain"    # no local part (TensorFlow; NGC's may add nvYY.MM)
-# Built from the project's git tree on NGC (JAX): `<release>[.devYYYYMMDD][+<commit>[.nvYY.MM]]`;
-# PyPI's wheels are plain releases. NGC's exact spelling has not been seen here (no NGC pull), so
-# the NGC rule takes both forms jax's version.py can produce and NGC's usual nvYY.MM suffix.
+# The names of the schemes (frameworks.Framework.local_versions); SCHEMES below says what each means.
+TORCH = "torch"
+PLAIN = "plain"
 SOURCE = "source"
-SCHEMES = (TORCH, PLAIN, SOURCE)
 
 _NGC_BASE_RE = re.compile(r"^nvcr\.io/nvidia/[^:@]+:(?P<yy>[0-9]{2})\.(?P<mm>[0-9]{2})(?:[-.].*)?$")
 
@@ -60,32 +57,61 @@ def _ngc_local(release: str) -> str:
     return rf"nv{int(yy)}\.0?{int(mm)}"
 
 
+def _torch(accelerator: str, cuda: str | None, ngc: str | None) -> Expectation:
+    if ngc:
+        return Expectation(rf"[0-9a-f]{{7,40}}\.{_ngc_local(ngc)}",
+                           f"+<commit>.nv{ngc} (NGC's PyTorch of container release {ngc})")
+    if accelerator == "cuda":
+        if not cuda:
+            raise ValueError("a CUDA cell needs its `cuda` version to know its wheels' local version")
+        return Expectation(re.escape(cuda_tag(cuda)), f"+{cuda_tag(cuda)} (the CUDA {cuda} build)")
+    return Expectation("cpu", "+cpu (the CPU build)")
+
+
+def _plain(accelerator: str, cuda: str | None, ngc: str | None) -> Expectation:
+    if ngc:
+        return Expectation(rf"(?:{_ngc_local(ngc)})?", f"no local part or +nv{ngc} (NGC container {ngc})")
+    return Expectation("", "no local part")
+
+
+def _source(accelerator: str, cuda: str | None, ngc: str | None) -> Expectation:
+    if ngc:
+        return Expectation(rf"(?:(?:[0-9a-f]{{7,40}})(?:\.{_ngc_local(ngc)})?|{_ngc_local(ngc)})?",
+                           f"no local part, +<commit>, +<commit>.nv{ngc} or +nv{ngc} (NGC container {ngc}, "
+                           "built from source)", source_dev=True)
+    return Expectation("", "no local part")
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How a framework's builds mark themselves in __version__ (framework.yaml's `local_versions`)."""
+
+    description: str    # what builds of this scheme report (the catalogue and errors quote it)
+    rule: Callable[[str, str | None, str | None], Expectation]   # (accelerator, cuda, ngc release) -> local part
+
+
+# The version schemes a framework.yaml may name in `local_versions`, each one entry: its name, what it
+# means, its rule. contracts.frameworks refuses any other name when it loads a framework's row.
+SCHEMES: dict[str, Scheme] = {
+    TORCH: Scheme("`+cpu` / `+cu<CUDA>` on PyPI's wheels, `+<commit>.nvYY.MM` on NGC (PyTorch)", _torch),
+    PLAIN: Scheme("no local part; NGC's builds may add `+nvYY.MM` (TensorFlow)", _plain),
+    # Built from the project's git tree on NGC (JAX): `<release>[.devYYYYMMDD][+<commit>[.nvYY.MM]]`;
+    # PyPI's wheels are plain releases. NGC's exact spelling has not been seen here (no NGC pull), so
+    # the NGC rule takes both forms jax's version.py can produce and NGC's usual nvYY.MM suffix.
+    SOURCE: Scheme("plain releases from PyPI; on NGC a build from the project's tree: `.devN` of the release, "
+                   "`+<commit>[.nvYY.MM]` or `+nvYY.MM` (JAX)", _source),
+}
+
+
 def expectation(claim: str, *, scheme: str, accelerator: str, cuda: str | None,
                 ngc: str | None) -> Expectation:
     """The local part a build of this cell must report next to `claim`."""
     local = split(claim)[1]
     if local:
         return Expectation(rf"{re.escape(local)}", f"+{local} (as claimed)")
-    if scheme == TORCH:
-        if ngc:
-            return Expectation(rf"[0-9a-f]{{7,40}}\.{_ngc_local(ngc)}",
-                               f"+<commit>.nv{ngc} (NGC's PyTorch of container release {ngc})")
-        if accelerator == "cuda":
-            if not cuda:
-                raise ValueError("a CUDA cell needs its `cuda` version to know its wheels' local version")
-            return Expectation(re.escape(cuda_tag(cuda)), f"+{cuda_tag(cuda)} (the CUDA {cuda} build)")
-        return Expectation("cpu", "+cpu (the CPU build)")
-    if scheme == SOURCE:
-        if ngc:
-            return Expectation(rf"(?:(?:[0-9a-f]{{7,40}})(?:\.{_ngc_local(ngc)})?|{_ngc_local(ngc)})?",
-                               f"no local part, +<commit>, +<commit>.nv{ngc} or +nv{ngc} (NGC container {ngc}, "
-                               "built from source)", source_dev=True)
-        return Expectation("", "no local part")
-    if scheme == PLAIN:
-        if ngc:
-            return Expectation(rf"(?:{_ngc_local(ngc)})?", f"no local part or +nv{ngc} (NGC container {ngc})")
-        return Expectation("", "no local part")
-    raise ValueError(f"unknown version scheme {scheme!r}; one of {', '.join(SCHEMES)}")
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown version scheme {scheme!r}; one of {', '.join(SCHEMES)}")
+    return SCHEMES[scheme].rule(accelerator, cuda, ngc)
 
 
 def split(version: str) -> tuple[str, str]:
