@@ -1,0 +1,69 @@
+"""`buildtool report`: verdicts as one static HTML page and Markdown (images by rows, checks by columns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildtool.cli.options import FrameworkOption, MatrixOption, RevisionOption, err, find_project, out
+
+VerdictsOption = Annotated[Path, typer.Option(help="Folder searched for verdict.json / *.verdict.json files (as "
+                                                   "`buildtool validate` writes them); --fetch writes here.")]
+PreviousOption = Annotated[Path | None, typer.Option(help="The previous night's verdict folder, for the trend.")]
+FetchOption = Annotated[bool, typer.Option(help="First fetch each planned cell's verdict from the registry.")]
+ScalingOption = Annotated[list[Path] | None, typer.Option(help="Folder with a scaling run's results and plots to "
+                                                               "include (repeat: processes, SLURM nodes).")]
+OutDirOption = Annotated[Path, typer.Option("--out", help="Where report.html and report.md go.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(report)
+
+
+def report(
+    verdicts: VerdictsOption = Path("reports"),
+    previous: PreviousOption = None,
+    fetch: FetchOption = False,
+    framework: FrameworkOption = "all",
+    revision: RevisionOption = None,
+    scaling: ScalingOption = None,
+    out_dir: OutDirOption = Path("reports/nightly"),
+    matrix: MatrixOption = None,
+) -> None:
+    """Turn verdicts into one static HTML page and Markdown (images by rows, checks by columns)."""
+    from buildtool.report import nightly as rep
+
+    if fetch:
+        _fetch(verdicts, framework, revision, matrix)
+    prev_rows = rep.load_verdicts(previous) if previous is not None and previous.is_dir() else None
+    if previous is not None and prev_rows is None:
+        err.print(f"no previous verdicts in {previous}; the report shows no trend")
+    model = rep.build_report(rep.load_verdicts(verdicts), prev_rows)
+    paths = rep.write_report(model, out_dir, scaling)
+    counts = model.counts
+    out.print(f"{paths['html']}: {len(model.rows)} images, {counts['failed']} failed / {counts['passed']} passed"
+              f" / {counts['skipped']} skipped checks, {len(model.newly_failing)} newly failing")
+
+
+def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: Path | None) -> None:
+    """Save each planned cell's verdict from the registry into VERDICTS (one per platform of a cell)."""
+    from buildtool.matrix.plan import Settings, plan_matrix
+    from buildtool.report import nightly as rep
+    from buildtool.report.fetch import fetch_verdicts
+    from buildtool.validate.keys import dev_public_key, load_trusted
+
+    project = find_project(matrix)
+    loaded = project.load()
+    plans = plan_matrix(loaded, loaded.select(framework), Settings.from_env(), project.revision(revision))
+    # The verdicts release would count: signed by a trusted key, or by this machine's dev key
+    # (a report is a view, not a gate: a local run shows its own verdicts).
+    trusted = load_trusted(project.root)
+    local = dev_public_key()
+    if local is not None:
+        trusted.add_dev(local)
+    # One record per platform of a multi-platform cell: each platform's verdict, or why it has none.
+    fetched = fetch_verdicts({p.cell.key: p.dev_ref for p in plans}, trusted,
+                             platforms={p.cell.key: p.cell.platforms for p in plans})
+    rep.save_verdicts(fetched, verdicts)

@@ -1,0 +1,212 @@
+"""`buildtool scaling`: the DDP scaling benchmark, time per epoch at each count of processes (here, in
+docker or on the host) or of SLURM nodes (one sbatch job per count), and its speed-up plots."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from buildtool.cli.launch_image import bundle_shm, shm_for
+from buildtool.cli.options import MatrixOption, Project, RevisionOption, err, find_project, out
+from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts.rendezvous import RDZV_PORT
+
+if TYPE_CHECKING:
+    from buildtool.launch.scaling import Launcher, ScalingResult, SlurmLauncher
+    from buildtool.matrix.schema import Cell
+
+CountsOption = Annotated[str, typer.Option(help="Comma list of process (GPU) counts, or `gpus`: 1, 2, 4, ... "
+                                                "up to this runner's GPU count.")]
+ImageOption = Annotated[str, typer.Option(help="Run inside this image (docker run, host network); with --launcher "
+                                               "slurm the image, .sif or (--runtime oci) bundle folder.")]
+CellOption = Annotated[str, typer.Option(help="Run inside this cell's dev image of the current commit.")]
+LauncherOption = Annotated[str, typer.Option(help="docker, host, slurm (one job per node count) or auto (docker "
+                                                  "when an image is given).")]
+PythonOption = Annotated[str, typer.Option(help="Host Python with torch, for --launcher host.")]
+SamplesOption = Annotated[int, typer.Option("--samples", "--subset-size", help="Data subset size (samples per epoch).")]
+EpochsOption = Annotated[int, typer.Option(help="Epochs per run (the first is warm-up).")]
+BatchOption = Annotated[int, typer.Option(help="Batch size per rank.")]
+UnitOption = Annotated[str, typer.Option(help="What the counts are, for the plots: processes, gpus.")]
+TimeoutOption = Annotated[int, typer.Option(help="Seconds per run (SLURM: per job, queueing included) before it is "
+                                                 "stopped.")]
+# --launcher slurm only.
+NodesOption = Annotated[str, typer.Option(help="--launcher slurm: comma list of node counts.")]
+RuntimeOption = Annotated[str, typer.Option(help="--launcher slurm: apptainer, pyxis or oci.")]
+GpusPerNodeOption = Annotated[int, typer.Option(help="--launcher slurm: GPUs per node (0: one CPU process).")]
+PartitionOption = Annotated[str, typer.Option(help="--launcher slurm: partition.")]
+AccountOption = Annotated[str, typer.Option(help="--launcher slurm: account.")]
+TimeOption = Annotated[str, typer.Option("--time", help="--launcher slurm: each job's time limit.")]
+ShmSizeOption = Annotated[str | None, typer.Option(help="--launcher slurm: /dev/shm each node needs (default: the "
+                                                        "bundle's or the cell's run profile).")]
+RdzvPortOption = Annotated[int, typer.Option(help="--launcher slurm: port of the c10d store.")]
+OutDirOption = Annotated[Path, typer.Option("--out", "--metrics-dir", help="Metrics folder (JSON, CSV, plots).")]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every run of the benchmark is given, wherever it runs."""
+
+    samples: int
+    epochs: int
+    batch: int
+    timeout: int
+    out_dir: Path
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(scaling)
+
+
+def scaling(
+    counts: CountsOption = "1,2",
+    image: ImageOption = "",
+    cell: CellOption = "",
+    launcher: LauncherOption = "auto",
+    python: PythonOption = sys.executable,
+    samples: SamplesOption = 4096,
+    epochs: EpochsOption = 3,
+    batch: BatchOption = 64,
+    unit: UnitOption = "processes",
+    timeout: TimeoutOption = 600,
+    nodes: NodesOption = "1,2",
+    runtime: RuntimeOption = "oci",
+    gpus_per_node: GpusPerNodeOption = 0,
+    partition: PartitionOption = "",
+    account: AccountOption = "",
+    time_limit: TimeOption = "00:30:00",
+    shm_size: ShmSizeOption = None,
+    rdzv_port: RdzvPortOption = RDZV_PORT,
+    out_dir: OutDirOption = Path("reports/scaling"),
+    revision: RevisionOption = None,
+    matrix: MatrixOption = None,
+) -> None:
+    """DDP scaling benchmark: time per epoch at each count (processes, or SLURM nodes), speed-up plots."""
+    project = find_project(matrix)
+    run = _Run(samples=samples, epochs=epochs, batch=batch, timeout=timeout, out_dir=out_dir)
+    if launcher == "slurm":
+        slurm, node_counts = _slurm_launcher(project, image=image, cell=cell, nodes=nodes, runtime=runtime,
+                                             gpus_per_node=gpus_per_node, partition=partition, account=account,
+                                             time_limit=time_limit, shm_size=shm_size, rdzv_port=rdzv_port,
+                                             out_dir=out_dir, revision=revision)
+        _run(project, slurm, node_counts, run, unit="nodes")
+        return
+    docker_flags: tuple[str, ...] = ("--shm-size=1g",)
+    if cell:
+        chosen = _one_cell(project, cell)
+        dev_ref = _dev_ref(project, chosen, revision)
+        image = image or dev_ref
+        docker_flags = tuple(chosen.run.docker_flags())
+        unit = "gpus" if chosen.needs_gpu and unit == "processes" else unit
+    here = _local_launcher(launcher, image, python, docker_flags)
+    # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
+    from buildtool.launch.scaling import GPU_COUNTS
+
+    on_gpus = counts == GPU_COUNTS or (here.kind == "docker" and any(f.startswith("--gpus") for f in docker_flags))
+    wanted = _gpu_counts(counts) if on_gpus else _parse_counts(counts)
+    unit = "gpus" if on_gpus and unit == "processes" else unit
+    if here.kind == "docker" and cell:
+        here = _with_probed_flags(here)
+    _run(project, here, wanted, run, unit=unit)
+
+
+def _one_cell(project: Project, cell: str) -> Cell:
+    chosen = project.load().select(cell)
+    if len(chosen) != 1:
+        raise UserError(f"--cell {cell!r} names {len(chosen)} cells; name one, like pytorch-cpu:2.13")
+    return chosen[0]
+
+
+def _dev_ref(project: Project, cell: Cell, revision: str | None) -> str:
+    """The cell's dev image of the revision (default: the current commit)."""
+    from buildtool.matrix.plan import Settings, plan_cell
+
+    return plan_cell(cell, Settings.from_env(), project.revision(revision)).dev_ref
+
+
+def _local_launcher(launcher: str, image: str, python: str, docker_flags: tuple[str, ...]) -> Launcher:
+    """--launcher docker, host or auto (docker when there is an image), checked before anything runs."""
+    from buildtool.launch.scaling import Launcher, host_has_torch
+
+    kind = launcher if launcher != "auto" else ("docker" if image else "host")
+    if kind == "docker" and not image:
+        raise UserError("--launcher docker needs --image or --cell")
+    if kind == "host" and not host_has_torch(python):
+        raise UserError(f"{python} cannot import torch; `pip install '.[scaling]'` or pass --image")
+    return Launcher(kind=kind, image=image, python=python, docker_flags=docker_flags)
+
+
+def _parse_counts(counts: str) -> list[int]:
+    from buildtool.launch.scaling import parse_counts
+
+    return parse_counts(counts)
+
+
+def _gpu_counts(counts: str) -> list[int]:
+    """--counts on this runner's GPUs (`gpus`: 1, 2, 4, ... up to how many it has): each must fit."""
+    from buildtool.launch.scaling import GPU_COUNTS, check_counts_fit, counts_for_gpus
+    from buildtool.validate.probe import gpu_inventory
+
+    inventory = gpu_inventory()
+    if not inventory.gpus:
+        raise FailedError(f"the scaling run needs GPUs and this runner has none usable ({inventory.problem})")
+    wanted = counts_for_gpus(len(inventory.gpus)) if counts == GPU_COUNTS else _parse_counts(counts)
+    check_counts_fit(wanted, len(inventory.gpus))
+    return wanted
+
+
+def _with_probed_flags(launcher: Launcher) -> Launcher:
+    """As validate does: an engine that cannot grant a ulimit runs with its default, and says so."""
+    from dataclasses import replace
+
+    from buildtool.validate.probe import probe_flags
+
+    kept, _ = probe_flags(launcher.image, list(launcher.docker_flags), lambda line: err.print(line, markup=False))
+    return replace(launcher, docker_flags=tuple(kept))
+
+
+def _slurm_launcher(project: Project, *, image: str, cell: str, nodes: str, runtime: str, gpus_per_node: int,
+                    partition: str, account: str, time_limit: str, shm_size: str | None, rdzv_port: int,
+                    out_dir: Path, revision: str | None) -> tuple[SlurmLauncher, list[int]]:
+    """`buildtool scaling --launcher slurm`: one sbatch job per node count, submitted from METRICS_DIR/jobs;
+    the launcher and the node counts, every option checked before anything is submitted."""
+    from buildtool.launch.scaling import SlurmLauncher
+    from buildtool.launch.slurm import SlurmOptions, check_image
+
+    SlurmOptions(runtime=runtime, time_limit=time_limit)  # refuses a bad runtime or time limit up front
+    if cell and not image:
+        if runtime == "oci":
+            raise UserError("--runtime oci needs --image BUNDLE (the folder `buildtool bundle` made), not --cell")
+        image = _dev_ref(project, _one_cell(project, cell), revision)
+    if not image:
+        raise UserError("--launcher slurm needs --image (an image, a .sif or, with --runtime oci, a bundle folder)")
+    check_image(image, runtime)
+    try:
+        counts = _parse_counts(nodes)
+    except UserError:
+        raise UserError(f"--nodes {nodes!r} must be a comma list of node counts like 1,2") from None
+    shm = bundle_shm(image, shm_size) if runtime == "oci" else shm_for(image, shm_size, project.matrix_path)
+    slurm = SlurmLauncher(runtime=runtime, image=image, workdir=out_dir.absolute() / "jobs",
+                          gpus_per_node=gpus_per_node, shm_size=shm, partition=partition, account=account,
+                          time_limit=time_limit, rdzv_port=rdzv_port)
+    return slurm, counts
+
+
+def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int], run: _Run, *, unit: str) -> None:
+    from buildtool.launch.scaling import WORKER, run_scaling
+
+    result, paths = run_scaling(launcher, counts, project.root / WORKER, run.out_dir, samples=run.samples,
+                                epochs=run.epochs, batch=run.batch, unit=unit, timeout_s=run.timeout)
+    _print_scaling(result, paths)
+
+
+def _print_scaling(result: ScalingResult, paths: dict[str, Path]) -> None:
+    base = result.runs[0]
+    for r in result.runs:
+        out.print(f"{r.count:>3} {result.unit}: {r.time_per_epoch_s:.3f} s/epoch, speed-up {r.speedup:.2f}x "
+                  f"(ideal {r.count / base.count:.0f}x), efficiency {r.efficiency:.0%}, "
+                  f"wall-clock {r.wall_clock_s:.1f} s")
+    out.print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -1,0 +1,57 @@
+"""`buildtool workflows write | ci-matrix`: the GitHub Actions workflows generated from the matrix."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildtool.cli.options import MatrixOption, find_project, out
+from buildtool.common.errors import UserError
+
+GpuLabelsOption = Annotated[str, typer.Option(help="Comma list of the GPU runners' labels.")]
+CronOption = Annotated[str, typer.Option(help="When the nightly runs (cron, UTC).")]
+OutDirOption = Annotated[Path | None, typer.Option("--out", help="Folder to write into (default: the project).")]
+PlanOption = Annotated[Path, typer.Option(help="Output of `buildtool plan --json`.")]
+CellsOption = Annotated[str, typer.Option(help="Comma list of cells to keep.")]
+
+
+def register(app: typer.Typer) -> None:
+    workflows_app = typer.Typer(help="GitHub Actions workflows generated from the matrix.", no_args_is_help=True)
+    app.add_typer(workflows_app, name="workflows")
+    workflows_app.command("write")(workflows_write)
+    workflows_app.command("ci-matrix")(workflows_ci_matrix)
+
+
+def workflows_write(
+    gpu_labels: GpuLabelsOption = "self-hosted,linux,x64,gpu",
+    cron: CronOption = "17 2 * * *",
+    out_dir: OutDirOption = None,
+    matrix: MatrixOption = None,
+) -> None:
+    """Write .github/workflows/*.yml (`make render` writes them with the defaults)."""
+    from buildtool.render.dockerfiles import Outputs, write_outputs
+    from buildtool.render.workflows import WorkflowOptions, render_workflows
+
+    project = find_project(matrix)
+    labels = tuple(label.strip() for label in gpu_labels.split(",") if label.strip())
+    if not labels:
+        raise UserError("--gpu-labels must name at least one runner label")
+    files = render_workflows(project.load(), WorkflowOptions(gpu_labels=labels, nightly_cron=cron))
+    for rel in write_outputs(out_dir or project.root, Outputs(files=files)):
+        out.print(f"wrote {rel}")
+
+
+def workflows_ci_matrix(plan: PlanOption, cells: CellsOption) -> None:
+    """Print `matrix=<one-line JSON>` for $GITHUB_OUTPUT: the plan narrowed to CELLS."""
+    from buildtool.render.workflows import ci_matrix
+
+    try:
+        data = json.loads(plan.read_text(encoding="utf-8"))
+        narrowed = ci_matrix(data, [c for c in cells.split(",") if c])
+    except (OSError, json.JSONDecodeError, ValueError) as exc:
+        raise UserError(f"{plan}: {exc}") from None
+    sys.stdout.write("matrix=" + json.dumps(narrowed, separators=(",", ":"), sort_keys=True) + "\n")
