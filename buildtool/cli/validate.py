@@ -12,15 +12,19 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from buildtool.cli.options import JsonOption, MatrixOption, RevisionOption, err, find_project, log, out
+from buildtool.cli.options import JsonOption, MatrixOption, Project, RevisionOption, err, find_project, log, out
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import frameworks
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 from buildtool.validate.options import DEFAULT_JOBS
+
+if TYPE_CHECKING:
+    from buildtool.matrix.schema import Matrix
+    from buildtool.validate.options import Options
 
 
 def _peers(values: list[str]) -> dict[str, str]:
@@ -49,136 +53,185 @@ def _platforms(values: list[str]) -> list[str]:
     return found
 
 
+ImagesArgument = Annotated[list[str] | None, typer.Argument(help="Image references to validate.")]
+# Not options.FrameworkOption: no $FRAMEWORK here (validate names its images on the command line).
+FrameworkOption = Annotated[str | None, typer.Option(
+    "--framework", "-f", help="Validate this commit's dev images of an image, cell or framework.")]
+AllOption = Annotated[bool, typer.Option("--all", help="Validate the dev images of every cell.")]
+StoreOption = Annotated[bool, typer.Option(
+    "--store/--no-store", help="Store the verdict in the image's registry repository.")]
+SelectOption = Annotated[str | None, typer.Option("-k", help="Only tests matching this pytest expression.")]
+PeerOption = Annotated[list[str] | None, typer.Option(
+    help="framework=IMAGE of the other framework, for the cross-framework TensorBoard tests.")]
+CellOption = Annotated[str | None, typer.Option(help="Cell to test against when the image has no cell label.")]
+JoinTimeoutOption = Annotated[float, typer.Option(
+    envvar="DL_IMAGES_RDZV_JOIN_TIMEOUT", help="torchrun rendezvous join timeout, seconds.")]
+DeadlineOption = Annotated[float | None, typer.Option(
+    min=1, help="Seconds the tests of one image may take in all (default: the cell's validate.deadline_s).")]
+ReportsOption = Annotated[Path, typer.Option(help="Where JUnit XML and verdicts go.")]
+RequireGpuOption = Annotated[bool, typer.Option(
+    "--require-gpu", help="This is a GPU runner: exit 1 unless its GPUs are seen and usable "
+                          "(also set by DL_IMAGES_REQUIRE_GPU=1).")]
+BaselineOption = Annotated[list[Path] | None, typer.Option(
+    envvar="DL_IMAGES_BASELINE",
+    help="Folder of earlier verdicts to compare the bus bandwidth with (same cell and GPUs); "
+         "the reports folder is always searched.")]
+BusbwWindowOption = Annotated[int, typer.Option(
+    min=1, envvar="DL_IMAGES_BUSBW_WINDOW",
+    help="Compare the bus bandwidth with the median of this many earlier nights.")]
+JobsOption = Annotated[int, typer.Option(
+    min=1, envvar="DL_IMAGES_VALIDATE_JOBS",
+    help="Run the image tests on this many workers at once, each test declaring what it may run beside "
+         "(image-tests/lanes.py); 1: one after another.")]
+PlatformOption = Annotated[list[str] | None, typer.Option(
+    "--platform",
+    help="Only this platform's manifest of an image index (os/arch, repeatable or a comma list; e.g. "
+         "linux/arm64 on a native arm64 GPU runner). Default: every platform of the index.")]
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def validate(
-        images: Annotated[list[str] | None, typer.Argument(help="Image references to validate.")] = None,
-        framework: Annotated[str | None, typer.Option(
-            "--framework", "-f", help="Validate this commit's dev images of an image, cell or framework.")] = None,
-        all_cells: Annotated[bool, typer.Option("--all", help="Validate the dev images of every cell.")] = False,
-        store: Annotated[bool, typer.Option(
-            "--store/--no-store", help="Store the verdict in the image's registry repository.")] = True,
-        select: Annotated[str | None, typer.Option("-k", help="Only tests matching this pytest expression.")] = None,
-        peer: Annotated[list[str] | None, typer.Option(
-            help="framework=IMAGE of the other framework, for the cross-framework TensorBoard tests.")] = None,
-        cell: Annotated[str | None, typer.Option(help="Cell to test against when the image has no cell label.")]
-        = None,
-        rdzv_join_timeout: Annotated[float, typer.Option(
-            envvar="DL_IMAGES_RDZV_JOIN_TIMEOUT", help="torchrun rendezvous join timeout, seconds.")]
-        = float(JOIN_TIMEOUT_S),
-        deadline: Annotated[float | None, typer.Option(
-            min=1, help="Seconds the tests of one image may take in all (default: the cell's validate.deadline_s).")]
-        = None,
-        reports: Annotated[Path, typer.Option(help="Where JUnit XML and verdicts go.")] = Path("reports"),
-        require_gpu: Annotated[bool, typer.Option(
-            "--require-gpu", help="This is a GPU runner: exit 1 unless its GPUs are seen and usable "
-                                  "(also set by DL_IMAGES_REQUIRE_GPU=1).")] = False,
-        baseline: Annotated[list[Path] | None, typer.Option(
-            envvar="DL_IMAGES_BASELINE",
-            help="Folder of earlier verdicts to compare the bus bandwidth with (same cell and GPUs); "
-                 "the reports folder is always searched.")] = None,
-        busbw_window: Annotated[int, typer.Option(
-            min=1, envvar="DL_IMAGES_BUSBW_WINDOW",
-            help="Compare the bus bandwidth with the median of this many earlier nights.")] = 7,
-        jobs: Annotated[int, typer.Option(
-            min=1, envvar="DL_IMAGES_VALIDATE_JOBS",
-            help="Run the image tests on this many workers at once, each test declaring what it may run beside "
-                 "(image-tests/lanes.py); 1: one after another.")] = DEFAULT_JOBS,
-        platform: Annotated[list[str] | None, typer.Option(
-            "--platform",
-            help="Only this platform's manifest of an image index (os/arch, repeatable or a comma list; e.g. "
-                 "linux/arm64 on a native arm64 GPU runner). Default: every platform of the index.")] = None,
-        revision: RevisionOption = None,
-        as_json: JsonOption = False,
-        matrix: MatrixOption = None,
-    ) -> None:
-        """Run image-tests inside images and store a verdict per digest (JUnit + JSON under reports/)."""
-        from rich.table import Table
+    app.command()(validate)
 
-        from buildtool.contracts.gpu import require_gpu_from_env
-        from buildtool.matrix.plan import Settings, plan_cell
-        from buildtool.validate.engine import index_platforms
-        from buildtool.validate.runner import Options, gpu_inventory, require_gpus, validate_image
 
-        wanted = _platforms(platform or [])
-        chosen = sum((bool(images), framework is not None, all_cells))
-        if chosen != 1:
-            raise UserError("name the images to validate: IMAGE..., --framework X or --all (exactly one)")
-        project = find_project(matrix)
-        loaded = project.load()
-        peers = _peers(peer or [])
-        refs = list(images or [])
-        if not refs:
-            rev = project.revision(revision)
-            plans = [plan_cell(c, Settings.from_env(), rev) for c in loaded.select(framework)]
-            refs = [p.dev_ref for p in plans]
-            # The other framework's dev image of the same commit, for the cross-framework tests.
-            everything = [plan_cell(c, Settings.from_env(), rev) for c in loaded.cells]
-            for p in plans:
-                for other in frameworks.others(p.cell.framework):
-                    name = other.name
-                    if name not in peers:
-                        twin = next((q for q in everything if q.cell.framework == name
-                                     and q.cell.accelerator == p.cell.accelerator), None)
-                        if twin and _exists(twin.dev_ref):
-                            peers[name] = twin.dev_ref
-        # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed.
-        signal.signal(signal.SIGTERM, _interrupt)
-        options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
-                          reports=reports, cell=cell, deadline_s=deadline,
-                          require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
-                          busbw_window=busbw_window, jobs=jobs)
-        if options.require_gpu:
-            # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
-            require_gpus(gpu_inventory())
-        verdicts = []
-        for ref in refs:
-            # An image index: one run and one verdict per platform manifest (foreign ones under QEMU).
-            per_platform: list[str | None] = list(index_platforms(ref)) or [None]
-            if wanted:
-                # The nightly validates each platform of a GPU cell on a native runner of it (render.workflows).
-                missing = [p for p in wanted if p not in per_platform]
-                if missing:
-                    raise UserError(f"--platform {', '.join(missing)}: {ref} is "
-                                    + (f"an index of {', '.join(str(p) for p in per_platform)}"
-                                       if per_platform != [None] else "a single image, not an index") + " only")
-                per_platform = [p for p in per_platform if p in wanted]
-            for one in per_platform:
-                verdicts.append(validate_image(ref, loaded, project.root, options, log, one))
-        if as_json:
-            out.print(json.dumps(verdicts, indent=1), markup=False, highlight=False)
-        else:
-            table = Table(title="Validation")
-            for column in ("image", "cell", "platform", "digest", "result", "passed", "failed", "skipped", "seconds"):
-                table.add_column(column, overflow="fold")
-            for v in verdicts:
-                counts = {k: sum(t["result"] == k for t in v["tests"]) for k in ("passed", "failed", "skipped")}
-                table.add_row(v["image"], v["cell"], v["platform"] + (" (emulated)" if v["emulated"] else ""),
-                              v["digest"][:19], v["result"], str(counts["passed"]),
-                              str(counts["failed"]), str(counts["skipped"]), f"{v['duration_s']:.1f}")
-            out.print(table)
-            for v in verdicts:
-                if v.get("problem"):
-                    out.print(f"FAILED {v['image']}: {v['problem']}", markup=False, highlight=False)
-                for t in v["tests"]:
-                    if t["result"] == "failed":
-                        out.print(f"FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}",
-                                  markup=False, highlight=False)
-                    elif t["result"] == "skipped":
-                        out.print(f"SKIPPED {t['id']}: {t['skip_reason']}", markup=False, highlight=False)
-                if v.get("stored"):
-                    err.print(f"verdict for {v['digest']} stored as {v['stored']}")
-        for v in verdicts:
-            if v["result"] == "incomplete":
-                reasons = v["incomplete"]
-                hint = ("validate it on a runner with usable GPUs" if any("GPU" in r for r in reasons) else
-                        "validate without -k" if any("deselected" in r for r in reasons) else "validate it again")
-                err.print(f"INCOMPLETE {v['cell']} ({v['image']}): {'; '.join(reasons)}. The verdict is "
-                          f"{'stored ' if v.get('stored') else ''}incomplete and cannot release this image; {hint}",
+def validate(
+    images: ImagesArgument = None,
+    framework: FrameworkOption = None,
+    all_cells: AllOption = False,
+    store: StoreOption = True,
+    select: SelectOption = None,
+    peer: PeerOption = None,
+    cell: CellOption = None,
+    rdzv_join_timeout: JoinTimeoutOption = float(JOIN_TIMEOUT_S),
+    deadline: DeadlineOption = None,
+    reports: ReportsOption = Path("reports"),
+    require_gpu: RequireGpuOption = False,
+    baseline: BaselineOption = None,
+    busbw_window: BusbwWindowOption = 7,
+    jobs: JobsOption = DEFAULT_JOBS,
+    platform: PlatformOption = None,
+    revision: RevisionOption = None,
+    as_json: JsonOption = False,
+    matrix: MatrixOption = None,
+) -> None:
+    """Run image-tests inside images and store a verdict per digest (JUnit + JSON under reports/)."""
+    from buildtool.contracts.gpu import require_gpu_from_env
+    from buildtool.validate.runner import Options, gpu_inventory, require_gpus
+
+    wanted = _platforms(platform or [])
+    chosen = sum((bool(images), framework is not None, all_cells))
+    if chosen != 1:
+        raise UserError("name the images to validate: IMAGE..., --framework X or --all (exactly one)")
+    project = find_project(matrix)
+    loaded = project.load()
+    peers = _peers(peer or [])
+    refs = list(images or [])
+    if not refs:
+        refs = _dev_refs(project, loaded, framework, revision, peers)
+    # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed.
+    signal.signal(signal.SIGTERM, _interrupt)
+    options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
+                      reports=reports, cell=cell, deadline_s=deadline,
+                      require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
+                      busbw_window=busbw_window, jobs=jobs)
+    if options.require_gpu:
+        # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
+        require_gpus(gpu_inventory())
+    verdicts = _validate_all(refs, wanted, loaded, project.root, options)
+    if as_json:
+        out.print(json.dumps(verdicts, indent=1), markup=False, highlight=False)
+    else:
+        _print_verdicts(verdicts)
+    _say_incomplete(verdicts)
+    failed = [v["image"] for v in verdicts if v["result"] == "failed"]
+    if failed:
+        raise FailedError(f"image tests failed for {', '.join(failed)}; see reports under {reports}/")
+
+
+def _dev_refs(project: Project, loaded: Matrix, framework: str | None, revision: str | None,
+              peers: dict[str, str]) -> list[str]:
+    """This commit's dev images of --framework X (or --all); PEERS gains, for each framework that has none
+    from --peer, the other framework's dev image of the same commit, for the cross-framework tests."""
+    from buildtool.matrix.plan import Settings, plan_cell
+
+    rev = project.revision(revision)
+    plans = [plan_cell(c, Settings.from_env(), rev) for c in loaded.select(framework)]
+    everything = [plan_cell(c, Settings.from_env(), rev) for c in loaded.cells]
+    for p in plans:
+        for other in frameworks.others(p.cell.framework):
+            name = other.name
+            if name not in peers:
+                twin = next((q for q in everything if q.cell.framework == name
+                             and q.cell.accelerator == p.cell.accelerator), None)
+                if twin and _exists(twin.dev_ref):
+                    peers[name] = twin.dev_ref
+    return [p.dev_ref for p in plans]
+
+
+def _validate_all(refs: list[str], wanted: list[str], loaded: Matrix, root: Path,
+                  options: Options) -> list[dict[str, Any]]:
+    """One verdict per image, or per platform manifest of an image index (foreign ones under QEMU)."""
+    from buildtool.validate.runner import validate_image
+
+    verdicts = []
+    for ref in refs:
+        for one in _ref_platforms(ref, wanted):
+            verdicts.append(validate_image(ref, loaded, root, options, log, one))
+    return verdicts
+
+
+def _ref_platforms(ref: str, wanted: list[str]) -> list[str | None]:
+    """The platforms of REF to validate: every one of its index ([None] for a single image), or the --platform
+    ones, each of which the index must have."""
+    from buildtool.validate.engine import index_platforms
+
+    per_platform: list[str | None] = list(index_platforms(ref)) or [None]
+    if not wanted:
+        return per_platform
+    # The nightly validates each platform of a GPU cell on a native runner of it (render.workflows).
+    missing = [p for p in wanted if p not in per_platform]
+    if missing:
+        raise UserError(f"--platform {', '.join(missing)}: {ref} is "
+                        + (f"an index of {', '.join(str(p) for p in per_platform)}"
+                           if per_platform != [None] else "a single image, not an index") + " only")
+    return [p for p in per_platform if p in wanted]
+
+
+def _print_verdicts(verdicts: list[dict[str, Any]]) -> None:
+    """A table of the verdicts on stdout, then each failed and skipped test; where each verdict is stored."""
+    from rich.table import Table
+
+    table = Table(title="Validation")
+    for column in ("image", "cell", "platform", "digest", "result", "passed", "failed", "skipped", "seconds"):
+        table.add_column(column, overflow="fold")
+    for v in verdicts:
+        counts = {k: sum(t["result"] == k for t in v["tests"]) for k in ("passed", "failed", "skipped")}
+        table.add_row(v["image"], v["cell"], v["platform"] + (" (emulated)" if v["emulated"] else ""),
+                      v["digest"][:19], v["result"], str(counts["passed"]),
+                      str(counts["failed"]), str(counts["skipped"]), f"{v['duration_s']:.1f}")
+    out.print(table)
+    for v in verdicts:
+        if v.get("problem"):
+            out.print(f"FAILED {v['image']}: {v['problem']}", markup=False, highlight=False)
+        for t in v["tests"]:
+            if t["result"] == "failed":
+                out.print(f"FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}",
                           markup=False, highlight=False)
-        failed = [v["image"] for v in verdicts if v["result"] == "failed"]
-        if failed:
-            raise FailedError(f"image tests failed for {', '.join(failed)}; see reports under {reports}/")
+            elif t["result"] == "skipped":
+                out.print(f"SKIPPED {t['id']}: {t['skip_reason']}", markup=False, highlight=False)
+        if v.get("stored"):
+            err.print(f"verdict for {v['digest']} stored as {v['stored']}")
+
+
+def _say_incomplete(verdicts: list[dict[str, Any]]) -> None:
+    """On stderr, each incomplete verdict: why, and what would complete it."""
+    for v in verdicts:
+        if v["result"] == "incomplete":
+            reasons = v["incomplete"]
+            hint = ("validate it on a runner with usable GPUs" if any("GPU" in r for r in reasons) else
+                    "validate without -k" if any("deselected" in r for r in reasons) else "validate it again")
+            err.print(f"INCOMPLETE {v['cell']} ({v['image']}): {'; '.join(reasons)}. The verdict is "
+                      f"{'stored ' if v.get('stored') else ''}incomplete and cannot release this image; {hint}",
+                      markup=False, highlight=False)
 
 
 def _interrupt(signum: int, frame: object) -> None:
