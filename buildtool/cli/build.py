@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,6 +11,8 @@ import typer
 
 if TYPE_CHECKING:
     from buildtool.common.dsse import PrivateKey, PublicKey
+    from buildtool.imagebuild.builder import CellResult
+    from buildtool.matrix.plan import Settings
     from buildtool.validate.keys import TrustedKeys
 
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, RevisionOption, err, find_project, log, out
@@ -25,108 +28,133 @@ def _builder_key() -> PrivateKey:
     return found.key
 
 
+PushOption = Annotated[bool, typer.Option("--push", help="Push dev tags and verify the registry's digest.")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Rebuild even when the content key is unchanged.")]
+JobsOption = Annotated[int, typer.Option("--jobs", "-j", min=1, max=16, envvar="BUILD_JOBS",
+                                        help="Cells built at once.")]
+FillBasesOption = Annotated[bool, typer.Option("--fill-bases/--no-fill-bases",
+                                               help="When BASE_MIRROR is a loopback registry, create missing bases "
+                                                    "there first (as `buildtool bases`).")]
+LogDirOption = Annotated[Path, typer.Option("--log-dir", help="Per-cell build logs.")]
+RegistryCacheOption = Annotated[bool, typer.Option(
+    "--registry-cache/--no-registry-cache", envvar="REGISTRY_CACHE",
+    help="Take unchanged layers from the newest earlier dev images of each cell in the registry (only "
+         "those whose provenance a trusted builder key signed).")]
+PushWithOption = Annotated[str, typer.Option(
+    "--push-with", envvar="PUSH_WITH",
+    help="Who uploads a built image: auto (the engine when the build took layers from the registry, "
+         "else skopeo, whose compression uses every core), engine or skopeo.")]
+BasesForceOption = Annotated[bool, typer.Option("--force", help="Rebuild stand-ins that exist (Debian bases are kept: "
+                                                                "a new one changes every image's content key).")]
+MirrorOption = Annotated[str | None, typer.Option("--mirror", help="Registry to fill (default: BASE_MIRROR, "
+                                                                   "else 127.0.0.1:5000).")]
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def build(
-        framework: FrameworkOption = None,
-        push: Annotated[bool, typer.Option("--push", help="Push dev tags and verify the registry's digest.")] = False,
-        force: Annotated[bool, typer.Option("--force", help="Rebuild even when the content key is unchanged.")]
-        = False,
-        jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=16, envvar="BUILD_JOBS",
-                                          help="Cells built at once.")] = 2,
-        fill: Annotated[bool, typer.Option("--fill-bases/--no-fill-bases",
-                                           help="When BASE_MIRROR is a loopback registry, create missing bases "
-                                                "there first (as `buildtool bases`).")] = True,
-        log_dir: Annotated[Path, typer.Option("--log-dir", help="Per-cell build logs.")] = Path("build-logs"),
-        registry_cache: Annotated[bool, typer.Option(
-            "--registry-cache/--no-registry-cache", envvar="REGISTRY_CACHE",
-            help="Take unchanged layers from the newest earlier dev images of each cell in the registry (only "
-                 "those whose provenance a trusted builder key signed).")] = True,
-        push_with: Annotated[str, typer.Option(
-            "--push-with", envvar="PUSH_WITH",
-            help="Who uploads a built image: auto (the engine when the build took layers from the registry, "
-                 "else skopeo, whose compression uses every core), engine or skopeo.")] = "auto",
-        revision: RevisionOption = None,
-        as_json: JsonOption = False,
-        matrix: MatrixOption = None,
-    ) -> None:
-        """Build FRAMEWORK's cells with BuildKit, tag them <registry>/<name>-dev:<sha>-<version>, and skip or
-        retag what is already built (content key). Exit 1 when any cell failed."""
-        from rich.table import Table
+    app.command()(build)
+    app.command()(bases)
 
-        from buildtool.common.errors import FailedError
-        from buildtool.common.units import human_size, short_digest
-        from buildtool.imagebuild.builder import Builder, BuildOptions
-        from buildtool.matrix.plan import Settings, plan_matrix
 
-        project = find_project(matrix)
-        loaded = project.load()
-        cells = loaded.select(framework)
-        settings = Settings.from_env()
-        revision = project.revision(revision)
-        plans = plan_matrix(loaded, cells, settings, revision)
-        if not log_dir.is_absolute():
-            log_dir = project.root / log_dir
-        def trust(own: PublicKey | None) -> TrustedKeys:
-            from buildtool.imagebuild.bases import is_loopback_registry
-            from buildtool.validate.keys import cache_trust
+def build(
+    framework: FrameworkOption = None,
+    push: PushOption = False,
+    force: ForceOption = False,
+    jobs: JobsOption = 2,
+    fill: FillBasesOption = True,
+    log_dir: LogDirOption = Path("build-logs"),
+    registry_cache: RegistryCacheOption = True,
+    push_with: PushWithOption = "auto",
+    revision: RevisionOption = None,
+    as_json: JsonOption = False,
+    matrix: MatrixOption = None,
+) -> None:
+    """Build FRAMEWORK's cells with BuildKit, tag them <registry>/<name>-dev:<sha>-<version>, and skip or
+    retag what is already built (content key). Exit 1 when any cell failed."""
+    from buildtool.common.errors import FailedError
+    from buildtool.imagebuild.builder import Builder, BuildOptions
+    from buildtool.matrix.plan import Settings, plan_matrix
 
-            return cache_trust(project.root, own, is_loopback_registry(settings.registry))
+    project = find_project(matrix)
+    loaded = project.load()
+    cells = loaded.select(framework)
+    settings = Settings.from_env()
+    revision = project.revision(revision)
+    plans = plan_matrix(loaded, cells, settings, revision)
+    if not log_dir.is_absolute():
+        log_dir = project.root / log_dir
+    options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill,
+                           builder_key=_builder_key, matrix=project.matrix_path, registry_cache=registry_cache,
+                           cache_trust=_cache_trust(project.root, settings), push_with=push_with)
+    with build_progress([p.cell.key for p in plans]) as progress:
+        results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
+    if as_json:
+        out.print(json.dumps({"results": [r.to_json() for r in results]}, indent=2), markup=False,
+                  highlight=False)
+    else:
+        _print_results(results, revision)
+    failed = [r.cell for r in results if r.result == "failed"]
+    if failed:
+        raise FailedError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
 
-        options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill,
-                               builder_key=_builder_key, matrix=project.matrix_path, registry_cache=registry_cache,
-                               cache_trust=trust, push_with=push_with)
-        with build_progress([p.cell.key for p in plans]) as progress:
-            results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
-        if as_json:
-            out.print(json.dumps({"results": [r.to_json() for r in results]}, indent=2), markup=False,
-                      highlight=False)
-        else:
-            table = Table(title=f"build {revision}")
-            for column in ("cell", "result", "tag", "digest", "size", "seconds"):
-                table.add_column(column, overflow="fold")
-            for r in results:
-                table.add_row(r.cell, r.result, r.ref if r.result != "failed" else "-", short_digest(r.digest) or "-",
-                              human_size(r.size), f"{r.seconds:.1f}")
-            out.print(table)
-            for r in results:
-                if r.ok and r.result != "skipped" and r.digest:
-                    # Full reference and digest, one per line, for people and scripts alike.
-                    out.print(f"{r.ref} {r.digest}", markup=False, highlight=False)
-            for r in results:
-                if r.result in ("failed", "skipped"):
-                    err.print(f"{r.cell}: {r.result}: {r.message}" + (f" (log: {r.log})" if r.log else ""),
-                              markup=False, highlight=False)
-        failed = [r.cell for r in results if r.result == "failed"]
-        if failed:
-            raise FailedError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
 
-    @app.command()
-    def bases(
-        framework: FrameworkOption = None,
-        force: Annotated[bool, typer.Option("--force", help="Rebuild stand-ins that exist (Debian bases are kept: a "
-                                                      "new one changes every image's content key).")] = False,
-        mirror: Annotated[str | None, typer.Option("--mirror", help="Registry to fill (default: BASE_MIRROR, "
-                                                   "else 127.0.0.1:5000).")] = None,
-        matrix: MatrixOption = None,
-    ) -> None:
-        """Fill the mirror registry with FRAMEWORK's bases: Debian from debootstrap, NGC stand-ins (test
-        fixtures, labelled as such) built on it."""
-        from rich.table import Table
+def _cache_trust(root: Path, settings: Settings) -> Callable[[PublicKey | None], TrustedKeys]:
+    """The keys whose provenance lets a build take layers from an earlier dev image (given its own key)."""
 
-        from buildtool.imagebuild.bases import fill_bases, local_mirror
-        from buildtool.matrix.plan import Settings
+    def trust(own: PublicKey | None) -> TrustedKeys:
+        from buildtool.imagebuild.bases import is_loopback_registry
+        from buildtool.validate.keys import cache_trust
 
-        project = find_project(matrix)
-        cells = project.load().select(framework)
-        target = local_mirror(mirror or Settings.from_env().base_mirror)
-        results = fill_bases(cells, target, force=force, log=log, log_dir=project.root / "build-logs")
-        table = Table(title=f"bases in {target}")
-        for column in ("base", "platform", "action", "digest", "seconds"):
-            table.add_column(column, overflow="fold")
-        for r in results:
-            table.add_row(r.ref, r.platform, r.action, r.digest, f"{r.seconds:.1f}")
-        out.print(table)
+        return cache_trust(root, own, is_loopback_registry(settings.registry))
+
+    return trust
+
+
+def _print_results(results: list[CellResult], revision: str) -> None:
+    """The build as a table, each image built as `reference digest`, and why a cell failed or was skipped."""
+    from rich.table import Table
+
+    from buildtool.common.units import human_size, short_digest
+
+    table = Table(title=f"build {revision}")
+    for column in ("cell", "result", "tag", "digest", "size", "seconds"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        table.add_row(r.cell, r.result, r.ref if r.result != "failed" else "-", short_digest(r.digest) or "-",
+                      human_size(r.size), f"{r.seconds:.1f}")
+    out.print(table)
+    for r in results:
+        if r.ok and r.result != "skipped" and r.digest:
+            # Full reference and digest, one per line, for people and scripts alike.
+            out.print(f"{r.ref} {r.digest}", markup=False, highlight=False)
+    for r in results:
+        if r.result in ("failed", "skipped"):
+            err.print(f"{r.cell}: {r.result}: {r.message}" + (f" (log: {r.log})" if r.log else ""),
+                      markup=False, highlight=False)
+
+
+def bases(
+    framework: FrameworkOption = None,
+    force: BasesForceOption = False,
+    mirror: MirrorOption = None,
+    matrix: MatrixOption = None,
+) -> None:
+    """Fill the mirror registry with FRAMEWORK's bases: Debian from debootstrap, NGC stand-ins (test
+    fixtures, labelled as such) built on it."""
+    from rich.table import Table
+
+    from buildtool.imagebuild.bases import fill_bases, local_mirror
+    from buildtool.matrix.plan import Settings
+
+    project = find_project(matrix)
+    cells = project.load().select(framework)
+    target = local_mirror(mirror or Settings.from_env().base_mirror)
+    results = fill_bases(cells, target, force=force, log=log, log_dir=project.root / "build-logs")
+    table = Table(title=f"bases in {target}")
+    for column in ("base", "platform", "action", "digest", "seconds"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        table.add_row(r.ref, r.platform, r.action, r.digest, f"{r.seconds:.1f}")
+    out.print(table)
 
 
 class LiveProgress:
