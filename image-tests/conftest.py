@@ -233,9 +233,7 @@ def contents(main, target) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def limits(main) -> dict[str, Any]:
     """The rlimits and /dev/shm a process of the image's user really gets (scripts/limits.py)."""
-    probe = main.run(["python3", "-I", "-S", "/imagetests/limits.py"], step="read the container's limits")
-    assert probe.ok and isinstance(probe.result, dict), probe.cause() or "no result"
-    return probe.result
+    return main.result("limits.py", step="read the container's limits", site=False)
 
 
 @pytest.fixture(scope="session")

@@ -174,6 +174,23 @@ class Probe:
         except (OSError, ValueError):
             return None
 
+    def read_record(self, host_dir: Path) -> bool:
+        """Take in what the supervisor and the probe wrote into `host_dir`: how it ended (exit.json), its
+        output tails and its result.json. False when the supervisor left no record."""
+        self.dir = host_dir
+        self.out, self.err = _read(host_dir / "stdout"), _read(host_dir / "stderr")
+        self.result = _json(host_dir / "result.json")
+        record = _json(host_dir / "exit.json")
+        if record is None:
+            return False
+        self.rc, self.signal = record.get("rc"), record.get("signal")
+        self.stalled, self.timed_out = bool(record.get("stalled")), bool(record.get("timed_out"))
+        self.not_found = bool(record.get("not_found"))
+        self.seconds = float(record.get("seconds") or self.seconds)
+        self.cpu_s, self.read_bytes = float(record.get("cpu_s") or 0), int(record.get("read_bytes") or 0)
+        self.error = record.get("error") or ""
+        return True
+
     def jsons(self, pattern: str) -> dict[str, Any]:
         found: dict[str, Any] = {}
         if self.dir is not None:
@@ -358,28 +375,18 @@ class Container:
             self._kill_supervisor(host_dir)
             engine_rc, engine_err = None, ""
         probe.seconds = time.monotonic() - started
-        record = _json(host_dir / "exit.json")
-        probe.out, probe.err = _read(host_dir / "stdout"), _read(host_dir / "stderr")
-        probe.result = _json(host_dir / "result.json")
-        if record is not None:
-            probe.rc, probe.signal = record.get("rc"), record.get("signal")
-            probe.stalled, probe.timed_out = bool(record.get("stalled")), bool(record.get("timed_out"))
-            probe.not_found = bool(record.get("not_found"))
-            probe.seconds = float(record.get("seconds") or probe.seconds)
-            probe.cpu_s, probe.read_bytes = float(record.get("cpu_s") or 0), int(record.get("read_bytes") or 0)
-            probe.error = record.get("error") or ""
+        if probe.read_record(host_dir):
+            pass   # the supervisor said how it ended
         elif engine_rc is None:
             probe.lost = True  # even the supervisor did not come back
+        elif stopped := self.stopped_cause():
+            probe.error = stopped
+        elif engine_rc in (126, 127) and not (host_dir / "supervisor.json").exists():
+            probe.error = (f"cannot run python3 in the image as its default user (docker exec exit "
+                           f"{engine_rc}: {last_line(engine_err)[:200]})")
         else:
-            stopped = self.stopped_cause()
-            if stopped:
-                probe.error = stopped
-            elif engine_rc in (126, 127) and not (host_dir / "supervisor.json").exists():
-                probe.error = (f"cannot run python3 in the image as its default user (docker exec exit "
-                               f"{engine_rc}: {last_line(engine_err)[:200]})")
-            else:
-                probe.error = f"the probe ended without a record (docker exec exit {engine_rc}: " \
-                              f"{last_line(engine_err)[:200]})"
+            probe.error = f"the probe ended without a record (docker exec exit {engine_rc}: " \
+                          f"{last_line(engine_err)[:200]})"
         if probe.timed_out or probe.lost:
             DEADLINE.spent_by = DEADLINE.spent_by or step
         return probe
@@ -394,6 +401,18 @@ class Container:
         """One of the scripts at /imagetests (common or the framework's) with the image's own Python (its
         site, as a user's script gets)."""
         return self.run(["python3", f"{SCRIPTS_IN}/{script}", *args], step=step, quiet=quiet, env=env)
+
+    def result(self, script: str, *args: str, step: str, site: bool = True, quiet: float = QUIET_S) -> dict[str, Any]:
+        """What a check needs of a probe: run the script, return the result.json it wrote. When it did not
+        end well (hung, out of deadline, killed, exited non-zero, wrote no JSON object) the test fails with
+        the cause as its first line (Probe.cause). `site=False` runs it with `python3 -I -S` (the standard
+        library only, nothing the image's site adds)."""
+        probe = self.python(script, *args, step=step, quiet=quiet) if site else \
+            self.run(["python3", "-I", "-S", f"{SCRIPTS_IN}/{script}", *args], step=step, quiet=quiet)
+        if not probe.ok or not isinstance(probe.result, dict):
+            pytest.fail(probe.cause() or f"{step} wrote no JSON object but {type(probe.result).__name__}",
+                        pytrace=False)
+        return probe.result
 
     def _kill_supervisor(self, host_dir: Path) -> None:
         """The supervisor itself did not come back: kill it (and so its probe) from a second exec."""

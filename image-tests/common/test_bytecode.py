@@ -27,9 +27,7 @@ def test_locked_packages_load_from_precompiled_bytecode(main, target):
         # A skip the release gate refuses: such an image is never released.
         skip(skips.NO_LOCK_LABEL, f"the image has no {label_keys.PACKAGES} label, so nothing says which packages "
              "its locks installed; build it with `buildtool build`")
-    probe = main.python("bytecode.py", json.dumps(sorted(locked)), step="check the locked packages' bytecode")
-    found = probe.result
-    assert probe.ok and isinstance(found, dict), probe.cause() or "no result"
+    found = main.result("bytecode.py", json.dumps(sorted(locked)), step="check the locked packages' bytecode")
     assert not found["distributions_missing"], (
         f"locked packages not installed: {', '.join(found['distributions_missing'])}")
     assert found["checked"] > 0, "the locked packages list no Python files: nothing was checked"

@@ -28,9 +28,7 @@ def _norm(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def installed(main):
-    probe = main.python("packages.py", step="list the image's packages")
-    found = probe.result
-    assert probe.ok and isinstance(found, dict), probe.cause() or "no result"
+    found = main.result("packages.py", step="list the image's packages")
     return {_norm(k): v for k, v in found["python_packages"].items()}
 
 
@@ -53,9 +51,7 @@ def test_installed_requirements_are_met(main):
     accepts. The lock check above proves each locked package is there; this one proves the locks were a
     whole resolution (a package deleted from a lock by hand leaves its dependents broken: sympy without
     mpmath)."""
-    probe = main.python("pip_check.py", step="run pip check in the image")
-    found = probe.result
-    assert probe.ok and isinstance(found, dict), probe.cause() or "no result"
+    found = main.result("pip_check.py", step="run pip check in the image")
     assert not found["error"], found["error"]
     problems = found["problems"]
     assert not problems, (f"pip check (pip {found['pip']}) finds {len(problems)} broken requirement(s): "

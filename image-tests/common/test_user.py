@@ -13,9 +13,7 @@ pytestmark = pytest.mark.shared(why="writes files; the entrypoint check starts a
 
 @pytest.fixture(scope="module")
 def user(main):
-    probe = main.run(["python3", "-I", "-S", "/imagetests/workdir.py"], step="check where the image's user can write")
-    assert probe.ok and isinstance(probe.result, dict), probe.cause() or "no result"
-    return probe.result
+    return main.result("workdir.py", step="check where the image's user can write", site=False)
 
 
 def _who(user: dict) -> str:

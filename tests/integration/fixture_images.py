@@ -252,6 +252,10 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           _append(f"{SITE}/torch/distributed/distributed_c10d.py", _NOOP_ALL_REDUCE)),
     Layer("pytorch-nobody", "pytorch", "default user 65534 with an unwritable HOME and working directory",
           "RUN chmod 755 /workspace\nUSER 65534:65534\n"),
+    # What a base without ca-certificates gives (a slim image whose Dockerfile forgot it): no CA bundle,
+    # no hashed certificates, so urllib's downloads (torch.hub) fail with CERTIFICATE_VERIFY_FAILED.
+    Layer("pytorch-nocerts", "pytorch", "ca-certificates purged: Python's SSL context trusts no CA",
+          "RUN dpkg --purge --force-depends ca-certificates\n"),
     Layer("pytorch-tmp-readonly", "pytorch", "/tmp not writable for the image's user (uid 1000)",
           "RUN useradd --create-home --uid 1000 trainer && chmod 755 /tmp\nUSER trainer\n"),
     Layer("pytorch-gloo-ifname", "pytorch", "GLOO_SOCKET_IFNAME names an interface that does not exist",

@@ -40,9 +40,18 @@ def matrix():
     return load_matrix(REPO / "matrix.yaml", REPO / "templates")
 
 
+class _Images(dict[str, str]):
+    """Fixture name -> its local reference, built (or reused) when a test first asks for it: a `-k`
+    selection builds only the images it validates."""
+
+    def __missing__(self, name: str) -> str:
+        self[name] = fixture_images.ensure(name)
+        return self[name]
+
+
 @pytest.fixture(scope="session")
 def images() -> dict[str, str]:
-    return {name: fixture_images.ensure(name) for name in fixture_images.RECIPES}
+    return _Images()
 
 
 @pytest.fixture(scope="session")
@@ -201,6 +210,10 @@ FAULTS: dict[str, Fault] = {
                                                      "/workspace: PermissionError",),
         "test_ddp_checkpoint_saved_in_workdir": ("Permission denied", "/workspace/imgtest-checkpoint-"),
         "test_profiler_writes_trace": ("/workspace/imgtest-profiler-",)}),
+    "ca-certificates-removed": Fault("pytorch-nocerts", "system_ca_certificates", {
+        "test_python_trusts_the_system_ca_certificates": (
+            "Python's default SSL context trusts no CA certificate (none in /usr/lib/ssl/cert.pem or "
+            "/usr/lib/ssl/certs)", "fails with CERTIFICATE_VERIFY_FAILED", "install ca-certificates")}),
     "tmp-not-writable": Fault("pytorch-tmp-readonly", "test_user", {
         "test_image_user_can_write_tmp": ("user 1000 (trainer) cannot write in /tmp: PermissionError",
                                           "'/tmp/")}),
