@@ -70,9 +70,7 @@ def check(
     (re-resolved with uv and compared entry by entry; needs the package index unless --offline)."""
     from buildtool.common.errors import FailedError
     from buildtool.imagebuild import aptlock
-    from buildtool.imagebuild.lock import check_cell, is_ngc, uv_pin_problems
-    from buildtool.imagebuild.lockdrift import check_cells
-    from buildtool.matrix.plan import Settings, mirror_base
+    from buildtool.imagebuild.lock import check_cell, uv_pin_problems
     from buildtool.render.dockerfiles import drift
 
     project = find_project(matrix)
@@ -91,20 +89,8 @@ def check(
     not_resolved: list[str] = []
     apt_not_resolved: list[str] = []
     if not offline and not lock_problems:
-        settings = Settings.from_env()
-        # NGC cells: asked as `make lock` asks them, through BASE_MIRROR; without it they are named, not checked.
-        bases = ({c.key: mirror_base(c.base, settings.base_mirror) for c in loaded.cells if is_ngc(c)}
-                 if settings.base_mirror else {})
-        drift_problems, not_resolved = check_cells(project.root, loaded.cells, log=lambda line: err.print(
-            line, markup=False, highlight=False), base_refs=bases)
+        drift_problems, not_resolved, apt_not_resolved = _re_resolve(project, loaded)
         lock_problems += drift_problems
-        # apt locks: re-resolved in the cell's base, which the engine reaches through BASE_MIRROR.
-        for cell in (c for c in loaded.cells if aptlock.has_apt_step(c)):
-            if not settings.base_mirror:
-                apt_not_resolved.append(cell.key)
-                continue
-            lock_problems += aptlock.cell_drift(project.root, cell, mirror_base(cell.base, settings.base_mirror),
-                                                log=lambda line: err.print(line, markup=False, highlight=False))
     for problem in lock_problems:
         err.print(f"lock: {problem}", markup=False, highlight=False)
     # Locks first: a hand-edited apt.lock also drifts its Dockerfile, and `make lock` re-renders it.
@@ -113,15 +99,43 @@ def check(
                           "for one package) and commit the locks")
     if diff or stale:
         raise FailedError("generated files drifted from matrix.yaml; run `make render` and commit the result")
-    resolved = len(loaded.cells) - len(not_resolved)
     how = ("not re-resolved: --offline" if offline else
-           f"{resolved} re-resolved with uv" + (f"; not re-resolved, NGC cells whose base's packages only a "
-                                                f"container of the base can tell (set BASE_MIRROR as for `make "
-                                                f"lock`): {', '.join(not_resolved)}" if not_resolved else "")
-           + (f"; apt locks not re-resolved (set BASE_MIRROR to ask their bases): {', '.join(apt_not_resolved)}"
-              if apt_not_resolved else ""))
+           _resolved_note(len(loaded.cells) - len(not_resolved), not_resolved, apt_not_resolved))
     err.print(f"{len(outputs.files)} generated files match matrix.yaml; the locks of {len(loaded.cells)} cells too "
               f"({how})")
+
+
+def _re_resolve(project: Project, loaded: Matrix) -> tuple[list[str], list[str], list[str]]:
+    """Every cell's locks re-resolved and compared with the committed ones: (problems, NGC cells not
+    re-resolved, cells whose apt lock was not re-resolved), the last two for want of BASE_MIRROR."""
+    from buildtool.imagebuild import aptlock
+    from buildtool.imagebuild.lock import is_ngc
+    from buildtool.imagebuild.lockdrift import check_cells
+    from buildtool.matrix.plan import Settings, mirror_base
+
+    settings = Settings.from_env()
+    # NGC cells: asked as `make lock` asks them, through BASE_MIRROR; without it they are named, not checked.
+    bases = ({c.key: mirror_base(c.base, settings.base_mirror) for c in loaded.cells if is_ngc(c)}
+             if settings.base_mirror else {})
+    problems, not_resolved = check_cells(project.root, loaded.cells, log=lambda line: err.print(
+        line, markup=False, highlight=False), base_refs=bases)
+    apt_not_resolved = []
+    # apt locks: re-resolved in the cell's base, which the engine reaches through BASE_MIRROR.
+    for cell in (c for c in loaded.cells if aptlock.has_apt_step(c)):
+        if not settings.base_mirror:
+            apt_not_resolved.append(cell.key)
+            continue
+        problems += aptlock.cell_drift(project.root, cell, mirror_base(cell.base, settings.base_mirror),
+                                       log=lambda line: err.print(line, markup=False, highlight=False))
+    return problems, not_resolved, apt_not_resolved
+
+
+def _resolved_note(resolved: int, not_resolved: list[str], apt_not_resolved: list[str]) -> str:
+    return (f"{resolved} re-resolved with uv" + (f"; not re-resolved, NGC cells whose base's packages only a "
+                                                 f"container of the base can tell (set BASE_MIRROR as for `make "
+                                                 f"lock`): {', '.join(not_resolved)}" if not_resolved else "")
+            + (f"; apt locks not re-resolved (set BASE_MIRROR to ask their bases): {', '.join(apt_not_resolved)}"
+               if apt_not_resolved else ""))
 
 
 def plan(
