@@ -1,14 +1,15 @@
 """Kubernetes manifests for the multi-node check of the image's framework (launch/multinode.py).
 
-Two shapes: a Kubeflow PyTorchJob (training operator; torchrun checks only) and, for clusters without
-it or for a coordinator check, an indexed Job behind a headless Service (pod `<job>-0.<service>` hosts
-the rendezvous or the coordinator; each pod's process id is its JOB_COMPLETION_INDEX, resolved by
-the verifier). Both mount the check's scripts (the framework's script and the verifier) from a
-ConfigMap (the image under test is never changed), give /dev/shm a memory-backed emptyDir sized from
-the cell's run profile (the container default is 64 MB, far too small for DataLoader workers and
-NCCL), wait long for late nodes (the join timeout), and bound restarts. GPU pods get NCCL's settings
-(NCCL_DEBUG=WARN unless told; the interface and HCAs only when named), IPC_LOCK (NCCL and RDMA pin
-memory), RDMA device resources when asked (--rdma-resource), and GKE's driver folder on LD_LIBRARY_PATH.
+Two shapes (VARIANTS): a Kubeflow PyTorchJob (the training operator runs torchrun) and an indexed Job
+behind a headless Service (pod `<job>-0.<service>` hosts the rendezvous or the coordinator; each pod's
+process id is its JOB_COMPLETION_INDEX, resolved by the verifier). Which of them a check runs in, and
+which is its default, is its launcher's to say (launch/launchers/: `k8s_variants`). Both mount the
+check's scripts (the framework's script and the verifier) from a ConfigMap (the image under test is
+never changed), give /dev/shm a memory-backed emptyDir sized from the cell's run profile (the container
+default is 64 MB, far too small for DataLoader workers and NCCL), wait long for late nodes (the join
+timeout), and bound restarts. GPU pods get NCCL's settings (NCCL_DEBUG=WARN unless told; the interface
+and HCAs only when named), IPC_LOCK (NCCL and RDMA pin memory), RDMA device resources when asked
+(--rdma-resource), and GKE's driver folder on LD_LIBRARY_PATH.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from buildtool.launch.multinode import (
     k8s_quantity,
 )
 
-VARIANTS = ("pytorchjob", "job")
+# The Kubernetes shapes, and what each runs (a refusal quotes it).
+VARIANTS = {"pytorchjob": "runs torchrun under Kubeflow's training operator",
+            "job": "runs the check's command in an indexed Job behind a headless Service"}
 LABEL_APP = "app.kubernetes.io/name"
 LABEL_PART = "app.kubernetes.io/part-of"
 # GKE's NVIDIA driver installer mounts the driver's libraries here; CUDA images do not look there by themselves.
@@ -241,8 +244,8 @@ def indexed_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
 
 
 def default_variant(job: MultiNodeJob) -> str:
-    """pytorchjob for a torchrun check, job for a coordinator check (the training operator runs torchrun)."""
-    return "job" if job.coordinator else "pytorchjob"
+    """The first shape the check's launcher runs in: pytorchjob for a torchrun check, job for a coordinator one."""
+    return job.launcher.k8s_variants[0]
 
 
 def manifests(job: MultiNodeJob, opts: PodOptions, source: str, variant: str) -> list[dict[str, Any]]:
@@ -250,10 +253,11 @@ def manifests(job: MultiNodeJob, opts: PodOptions, source: str, variant: str) ->
     if variant not in VARIANTS:
         raise UserError(f"--variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
     check = _check(job)
-    if variant == "pytorchjob" and job.coordinator:
-        raise UserError(f"--variant pytorchjob runs torchrun under Kubeflow's training operator, and "
-                        f"{check.framework}'s multi-node check is a {check.launcher} check ({check.script}, one "
-                        "process per node): use --variant job")
+    launcher = job.launcher
+    if variant not in launcher.k8s_variants:
+        raise UserError(f"--variant {variant} {VARIANTS[variant]}, and {check.framework}'s multi-node check is a "
+                        f"{check.launcher} check ({check.script}, {launcher.processes}): use --variant "
+                        f"{' or '.join(launcher.k8s_variants)}")
     docs = [config_map(job, opts, source)]
     if variant == "pytorchjob":
         docs.append(pytorch_job(job, opts))

@@ -7,11 +7,12 @@ ran with the backend (NCCL when there are GPUs per node) and the world size the 
 the loss fell and every process ended with identical parameters (the script itself only reports; the
 image-tests harness asserts on one machine, this wrapper asserts across machines).
 
-`torchrun`: the same command on every node, c10d assigns the ranks. `coordinator`: one process per
-node, told its process id. The generated command carries the placeholder `{process_id}`, which the
-verifier resolves on the node itself, inside the container: from JOB_COMPLETION_INDEX (a Kubernetes
+What runs on every node, how many processes that makes and where it runs on Kubernetes are the
+launcher's (buildtool/launch/launchers/, one module per kind; `MultiNodeJob.launcher`). A launcher whose
+processes need their process id (`coordinator`) puts the placeholder `{process_id}` in its command, which
+the verifier resolves on the node itself, inside the container: from JOB_COMPLETION_INDEX (a Kubernetes
 indexed Job) or from the place of the container's hostname in DDP_NODES (the SLURM allocation's node
-names, in the order `scontrol show hostnames` gives them, whose first node hosts the coordinator).
+names, in the order `scontrol show hostnames` gives them, whose first node hosts process 0).
 Not from SLURM_PROCID: the srun line is expanded once by the batch shell (every node would be 0), and
 per-task SLURM_* variables are wrong inside SLURM 22.05's OCI containers (measured on the test cluster:
 the task on n2 saw SLURM_PROCID=0, SLURM_NODEID=0 and SLURMD_NODENAME=n1). The hostname is the node's
@@ -30,9 +31,10 @@ from typing import TYPE_CHECKING
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.common.sizes import parse_size
-from buildtool.contracts.frameworks import Framework, MultiNodeCheck
+from buildtool.contracts.frameworks import LAUNCHERS, Framework, MultiNodeCheck
 from buildtool.contracts.names import check_revision, dev_tag, image_of_repo_path, parse_dev_tag
-from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT, rdzv_conf
+from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT
+from buildtool.launch import launchers
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell, Matrix
@@ -40,9 +42,8 @@ if TYPE_CHECKING:
 VERIFY_SCRIPT = "verify_ddp.py"
 MOUNT_DIR = "/opt/image-tests/scripts"
 DEFAULT_SHM = "8g"
-PROCESS_ID = "{process_id}"      # in a coordinator command: the verifier puts this node's process id there
-IS_HOST = "{is_host}"            # in torchrun's --rdzv-conf: the verifier says whether this node hosts the store
-LOCAL_ADDR = "--local-addr={local_addr}"   # torchrun: this node's address from DDP_NODE_ADDRS, or dropped
+# A workload of the caller's own (the scaling benchmark, a job without a framework's check) is a torchrun script.
+OWN_WORKLOAD_LAUNCHER = "torchrun"
 NODE_ADDRS_ENV = "DDP_NODE_ADDRS"  # SLURM: the nodes' addresses, in DDP_NODES' order
 RDZV_HOST_ENV = "DDP_RDZV_HOST"  # a name the verifier waits to resolve (bounded) before it starts the check
 LIBRARY_PATH_ENV = "DDP_APPEND_LIBRARY_PATH"   # folders the verifier appends to the check's LD_LIBRARY_PATH
@@ -282,13 +283,13 @@ class MultiNodeJob:
                 raise UserError(f"IMAGE: {exc}") from None
 
     @property
-    def coordinator(self) -> bool:
-        """One process per node, told its id (else torchrun's processes per node, ranked by c10d)."""
-        return self.check is not None and self.check.launcher == "coordinator"
+    def launcher(self) -> launchers.Launcher:
+        """The check's launcher (launch/launchers/), or torchrun for a workload of the caller's own."""
+        return launchers.get(self.check.launcher if self.check is not None else OWN_WORKLOAD_LAUNCHER)
 
     @property
     def procs_per_node(self) -> int:
-        return 1 if self.coordinator else (self.gpus_per_node or 1)
+        return self.launcher.procs_per_node(self.gpus_per_node)
 
     @property
     def world_size(self) -> int:
@@ -298,48 +299,38 @@ class MultiNodeJob:
     def backend(self) -> str:
         return "nccl" if self.gpus_per_node > 0 else "gloo"
 
-    def torchrun(self, endpoint: str, rdzv_id: str, script: str, *, host_flag: bool = False) -> list[str]:
-        """torchrun running SCRIPT, the same on every node (c10d assigns ranks). The c10d store's read
-        timeout follows the join timeout (contracts.rendezvous.rdzv_conf). HOST_FLAG: the rendezvous
-        configuration ends `,is_host={is_host}` and LOCAL_ADDR follows it, which the verifier resolves on the node."""
-        conf = rdzv_conf(self.join_timeout_s) + (f",is_host={IS_HOST}" if host_flag else "")
-        return [
-            "torchrun", f"--nnodes={self.nodes}", f"--nproc-per-node={self.procs_per_node}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-            f"--rdzv-conf={conf}", *([LOCAL_ADDR] if host_flag else []), f"--max-restarts={self.max_restarts}",
-            script,
-        ]
+    def node_command(self, endpoint: str, rdzv_id: str, script: str) -> list[str]:
+        """The launcher's command for SCRIPT on every node (without the verifier): ENDPOINT is the first node's
+        rendezvous or coordinator address; it may carry the verifier's placeholders (launch/launchers/)."""
+        return self.launcher.node_command(self, endpoint, rdzv_id, script)
 
     def command(self, endpoint: str, rdzv_id: str, script_dir: str = MOUNT_DIR) -> list[str]:
-        """What every node runs: the verifier around the framework's check. ENDPOINT is the first node's
-        rendezvous (torchrun) or coordinator address; a coordinator command carries PROCESS_ID."""
+        """What every node runs: the verifier around the framework's check."""
         if self.check is None:
             raise ValueError("a job without a framework's check has no check command")
-        script = f"{script_dir}/{self.check.script}"
         verify = ["python3", f"{script_dir}/{VERIFY_SCRIPT}"]
-        if not self.coordinator:
-            return [*verify, *self.torchrun(endpoint, rdzv_id, script, host_flag=True)]
-        return [*verify, "python3", script, "--coordinator", endpoint, "--num-processes", str(self.nodes),
-                "--process-id", PROCESS_ID, "--steps", str(self.steps), "--init-timeout", str(self.join_timeout_s)]
+        return [*verify, *self.node_command(endpoint, rdzv_id, f"{script_dir}/{self.check.script}")]
 
     @property
-    def env(self) -> dict[str, str]:
-        # The verifier checks the run had the world size and backend asked for here. torchrun's script
-        # reads its steps and timeout here (the process group may wait as long as the rendezvous did for
-        # the slowest node); a coordinator script has them on its command line.
+    def expect_env(self) -> dict[str, str]:
+        """What the verifier checks the run against (the world size and backend asked for here), and NCCL's
+        settings on GPUs."""
         expect = {"DDP_EXPECT_WORLD_SIZE": str(self.world_size), "DDP_EXPECT_BACKEND": self.backend}
         if self.gpus_per_node:
             expect.update(self.nccl.env())
-        if self.coordinator:
-            return expect
-        return {"DDP_STEPS": str(self.steps), "DDP_TIMEOUT_S": str(self.join_timeout_s), **expect}
+        return expect
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The check's environment on every node: what its launcher's script reads, and expect_env."""
+        return {**self.launcher.env(self), **self.expect_env}
 
 
 def check_of(framework: Framework) -> MultiNodeCheck:
     """The framework's multi-node check; UserError when its folder declares none."""
     if framework.multinode is None:
         raise UserError(f"framework {framework.name} declares no multi-node check: add `multinode: {{script: ..., "
-                        f"launcher: torchrun|coordinator}}` to image-tests/{framework.name}/framework.yaml")
+                        f"launcher: {'|'.join(LAUNCHERS)}}}` to image-tests/{framework.name}/framework.yaml")
     return framework.multinode
 
 

@@ -149,11 +149,10 @@ class SlurmLauncher:
         # containers it tells each node whether it hosts the store (is_host) and gives its agent the node's
         # address (--local-addr); the scaling worker prints no DDP_RESULT, so it checks nothing else.
         command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
-                   *job.torchrun("$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}", host_flag=True)]
-        expect = {"DDP_EXPECT_WORLD_SIZE": str(job.world_size), "DDP_EXPECT_BACKEND": job.backend,
-                  **(job.nccl.env() if job.gpus_per_node else {})}
-        work = Workload(label="DDP scaling run", command=command, env={**env, **expect},
-                        embedded={worker.name: worker.read_text(encoding="utf-8"), VERIFY_SCRIPT: VERIFY_SOURCE})
+                   *job.node_command("$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
+        work = Workload(label="DDP scaling run", command=command, env={**env, **job.expect_env},
+                        embedded={worker.name: worker.read_text(encoding="utf-8"), VERIFY_SCRIPT: VERIFY_SOURCE},
+                        first_node_hosts=job.launcher.first_node_hosts)
         self.workdir.mkdir(parents=True, exist_ok=True)
         script = self.workdir / f"{job.name}.sbatch"
         script.write_text(render(job, opts, work), encoding="utf-8")

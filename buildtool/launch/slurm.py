@@ -1,10 +1,11 @@
 """An sbatch script for the multi-node check of the image's framework, with Apptainer, enroot/pyxis or
 SLURM's own OCI containers.
 
-One task per node; each runs the framework's check in the image (launch/multinode.py: torchrun with a
-c10d rendezvous on the first node of the allocation, or the framework's script with the coordinator
-on the first node and this node's process id), with the check's scripts in a job folder on the shared
-file system (copied from SCRIPTS_DIR, by default image-tests/<framework>/scripts in the submit folder):
+One task per node; each runs the framework's check in the image, as its launcher says
+(launch/launchers/: torchrun with a c10d rendezvous on the first node of the allocation, or the
+framework's script with the coordinator on the first node and this node's process id), with the
+check's scripts in a job folder on the shared file system (copied from SCRIPTS_DIR, by default
+image-tests/<framework>/scripts in the submit folder):
 
 - apptainer / pyxis: the job folder sits in the submit folder and is bound read-only into the container.
   These containers share the node's /dev/shm, so the /dev/shm check runs on the node itself.
@@ -39,13 +40,11 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
 from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, META_FILE, shm_bytes
+from buildtool.launch.launchers import IS_HOST, LOCAL_ADDR, PROCESS_ID
 from buildtool.launch.multinode import (
-    IS_HOST,
-    LOCAL_ADDR,
     MOUNT_DIR,
     NODE_ADDRS_ENV,
     NODES_ENV,
-    PROCESS_ID,
     VERIFY_SCRIPT,
     VERIFY_SOURCE,
     MultiNodeJob,
@@ -93,6 +92,7 @@ class Workload:
     copied: tuple[str, ...] = ()                # from $SCRIPTS_DIR into the job folder
     scripts_dir: str = ""                       # where they are in a checkout (image-tests/<framework>/scripts)
     embedded: dict[str, str] = field(default_factory=dict)  # name -> text, written by the script
+    first_node_hosts: str = "rendezvous"        # what the allocation's first node hosts (its launcher's words)
 
 
 def enroot_image(image: str) -> str:
@@ -120,11 +120,6 @@ def rdzv_conf(job: MultiNodeJob) -> str:
     return contracts_rdzv_conf(job.join_timeout_s)   # one definition for validate, k8s and SLURM
 
 
-def torchrun(job: MultiNodeJob, script: str) -> list[str]:
-    """torchrun on every node, with the c10d rendezvous on the first node of the allocation."""
-    return job.torchrun("$endpoint", "$SLURM_JOB_ID", script)
-
-
 def ddp_check(job: MultiNodeJob) -> Workload:
     """The framework's check (job.check), wrapped by the verifier that fails unless it trained in sync."""
     if job.check is None:
@@ -132,7 +127,7 @@ def ddp_check(job: MultiNodeJob) -> Workload:
     command = job.command("$endpoint", "$SLURM_JOB_ID", "$jobdir")
     return Workload(label="DDP check", command=command, env=job.env, copied=(job.check.script,),
                     scripts_dir=f"image-tests/{job.check.framework}/scripts",
-                    embedded={VERIFY_SCRIPT: VERIFY_SOURCE})
+                    embedded={VERIFY_SCRIPT: VERIFY_SOURCE}, first_node_hosts=job.launcher.first_node_hosts)
 
 
 def _quote(word: str) -> str:
@@ -199,7 +194,8 @@ def _step(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
 
 
 def _needs_nodes(work: Workload) -> bool:
-    """The verifier finds this node's place in DDP_NODES: a coordinator's process id, torchrun's is_host."""
+    """The verifier finds this node's place in DDP_NODES: for a process id (PROCESS_ID) or whether it hosts the
+    store (IS_HOST), whichever placeholder the launcher's command carries."""
     return any(PROCESS_ID in w or IS_HOST in w for w in work.command)
 
 
@@ -265,7 +261,6 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
     oci = opts.runtime == "oci"
     failed = f"{work.label} failed"
     scripts_dir = opts.scripts_dir or f"${{SLURM_SUBMIT_DIR:-$PWD}}/{work.scripts_dir}"
-    per_node_id = PROCESS_ID in work.command
     node_list = _needs_nodes(work)
     folder = f"{job.name}-$SLURM_JOB_ID"
     lines = [
@@ -294,8 +289,7 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
                   "  exit 2", "fi"]
     lines += [
         "",
-        "# The first node of the allocation hosts the " + ("coordinator (process 0)." if per_node_id
-                                                           else "c10d rendezvous."),
+        f"# The first node of the allocation hosts the {work.first_node_hosts}.",
         "# sed, not head: head would close the pipe early and pipefail would kill the job (SIGPIPE).",
         "head_node=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)\"",
         *_head_address(failed),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from harness import human, signal_name
 
+from buildtool.contracts.frameworks import SHM_WORKERS
 from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE
 
 pytestmark = pytest.mark.shared(why="its worker container's own /dev/shm; the batch timeout finds hangs, times nothing")
@@ -66,7 +67,7 @@ def worker_failure(found: dict, what: str, fix: str, raised: dict | None = None)
 
 def test_workers_pass_large_batches_through_shm(main, target):
     mode = target["framework_info"]["shm_workers"]
-    what = "a DataLoader with 2 workers" if mode == "torch" else "2 worker processes"
+    what = SHM_WORKERS[mode]   # the framework's kind, as the table says it: "a DataLoader with 2 workers"
     probe = main.python("shm_workers.py", mode, step=f"{what} passing 96 MiB batches through /dev/shm",
                         quiet=WORKERS_QUIET_S)
     found = probe.result

@@ -1,7 +1,9 @@
 """Pass batches larger than Docker's 64 MB /dev/shm default through shared memory between
 worker processes, the way a DataLoader does.
 
-`torch` mode uses torch.utils.data.DataLoader with worker processes; `python` mode uses
+`python3 shm_workers.py KIND` runs the function `<KIND>_mode`, KIND a framework's `shm_workers` (a key of
+buildtool/contracts/frameworks.py's SHM_WORKERS, which the load checks; a new kind is its entry there and
+its function here): `torch` uses torch.utils.data.DataLoader with worker processes; `python` uses
 multiprocessing.shared_memory (for images without torch). Writes result.json: {"ok", "moved",
 "error", "workers": [{"worker", "pid", "alive", "exitcode"}], "timed_out" (no batch for the
 loader's whole timeout), "waiting_for": the worker that owed the next batch then, "timeout_s",
@@ -162,7 +164,10 @@ def python_mode() -> dict:
 
 if __name__ == "__main__":
     try:
-        found = torch_mode() if sys.argv[1] == "torch" else python_mode()
+        mode = globals().get(f"{sys.argv[1]}_mode")
+        if mode is None:
+            raise ValueError(f"no mode {sys.argv[1]!r} here: a kind is a function <kind>_mode of shm_workers.py")
+        found = mode()
     except Exception as exc:  # noqa: BLE001 - the test names it
         found = {"ok": False, "moved": 0, "error": error_line(exc), "errno": getattr(exc, "errno", None)}
     found.update(shm=shm(), timeout_s=WORKER_TIMEOUT_S, mode=sys.argv[1])

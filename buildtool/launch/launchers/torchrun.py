@@ -1,0 +1,51 @@
+"""`torchrun`: one torchrun per node, the same command on every node; c10d's rendezvous on the first
+node assigns the ranks. `--nproc-per-node` is the node's GPUs (1 on CPU). The c10d store's read
+timeout follows the join timeout (contracts.rendezvous.rdzv_conf); the verifier tells each node
+whether it hosts the store (IS_HOST, from its index: torch would match its hostname through DNS) and
+gives its agent this node's address (LOCAL_ADDR; torch's default, the node's name, may not resolve
+in the containers). The script reads its steps and timeout from DDP_STEPS and DDP_TIMEOUT_S.
+
+Kubernetes: Kubeflow's PyTorchJob (the training operator runs torchrun) by default, or the indexed Job.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from buildtool.contracts.rendezvous import rdzv_conf
+from buildtool.launch.launchers import IS_HOST, LOCAL_ADDR, Launcher
+
+if TYPE_CHECKING:
+    from buildtool.launch.multinode import MultiNodeJob
+
+
+def command(job: MultiNodeJob, endpoint: str, rdzv_id: str, script: str, *, host_flag: bool = True) -> list[str]:
+    """torchrun running SCRIPT, the same on every node (c10d assigns ranks). HOST_FLAG: the rendezvous
+    configuration ends `,is_host={is_host}` and LOCAL_ADDR follows it, which the verifier resolves on the node."""
+    conf = rdzv_conf(job.join_timeout_s) + (f",is_host={IS_HOST}" if host_flag else "")
+    return [
+        "torchrun", f"--nnodes={job.nodes}", f"--nproc-per-node={job.procs_per_node}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+        f"--rdzv-conf={conf}", *([LOCAL_ADDR] if host_flag else []), f"--max-restarts={job.max_restarts}",
+        script,
+    ]
+
+
+class Torchrun(Launcher):
+    name = "torchrun"
+    processes = "torchrun's processes per node, ranked by c10d"
+    first_node_hosts = "c10d rendezvous"
+    k8s_variants = ("pytorchjob", "job")
+
+    def procs_per_node(self, gpus_per_node: int) -> int:
+        return gpus_per_node or 1
+
+    def node_command(self, job: MultiNodeJob, endpoint: str, rdzv_id: str, script: str) -> list[str]:
+        return command(job, endpoint, rdzv_id, script)
+
+    def env(self, job: MultiNodeJob) -> dict[str, str]:
+        # The process group may wait as long as the rendezvous did for the slowest node.
+        return {"DDP_STEPS": str(job.steps), "DDP_TIMEOUT_S": str(job.join_timeout_s)}
+
+
+LAUNCHER = Torchrun()
