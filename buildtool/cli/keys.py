@@ -9,71 +9,96 @@ it signs in those roles. `--dev` makes (or shows) this machine's local developme
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from buildtool.cli.options import err, log, say
 from buildtool.common.errors import UserError
 
+if TYPE_CHECKING:
+    from buildtool.common.dsse import PublicKey
+
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
+NameOption = Annotated[str, typer.Option(help="Who holds the key, e.g. gpu-runners-2026 (file names, trust entry).")]
+OutDirOption = Annotated[Path | None, typer.Option(
+    "--out", help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
+RoleOption = Annotated[list[str] | None, typer.Option(
+    "--role", help="What the key signs: tester (verdicts, the default) or builder (provenance, SBOMs); "
+    "repeat for both.")]
+DevOption = Annotated[bool, typer.Option(
+    "--dev", help="Make (or show) this machine's local dev key, which validate uses when "
+    "DL_IMAGES_SIGNING_KEY is unset.")]
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def keys(
-        name: Annotated[str, typer.Option(help="Who holds the key, e.g. gpu-runners-2026 (file names, trust entry).")]
-        = "validate-runners",
-        out_dir: Annotated[Path | None, typer.Option(
-            "--out", help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
-        = None,
-        role: Annotated[list[str] | None, typer.Option(
-            "--role", help="What the key signs: tester (verdicts, the default) or builder (provenance, SBOMs); "
-            "repeat for both.")] = None,
-        dev: Annotated[bool, typer.Option(
-            "--dev", help="Make (or show) this machine's local dev key, which validate uses when "
-            "DL_IMAGES_SIGNING_KEY is unset.")] = False,
-    ) -> None:
-        """Create an Ed25519 key pair for signing verdicts or builds and say where each half must live."""
-        from buildtool.common.dsse import generate, write_private
-        from buildtool.contracts.attestation import SIGNING_KEY_ENV, TRUSTED_KEYS_FILE, config_home, dev_key_path
-        from buildtool.validate.keys import KEY_ENV, ROLES, TESTER, signing_key, trusted_entry
+    app.command()(keys)
 
-        roles = tuple(dict.fromkeys(role or [TESTER]))
-        unknown = [r for r in roles if r not in ROLES]
-        if unknown:
-            raise UserError(f"--role {unknown[0]!r}: roles are {' and '.join(ROLES)}")
 
-        if dev:
-            import os
+def keys(
+    name: NameOption = "validate-runners",
+    out_dir: OutDirOption = None,
+    role: RoleOption = None,
+    dev: DevOption = False,
+) -> None:
+    """Create an Ed25519 key pair for signing verdicts or builds and say where each half must live."""
+    from buildtool.common.dsse import generate, write_private
+    from buildtool.contracts.attestation import config_home
+    from buildtool.validate.keys import ROLES, TESTER
 
-            os.environ.pop(SIGNING_KEY_ENV, None)   # the dev key, whatever this shell has set
-            dev_key = signing_key(log)
-            say(f"local dev key: {dev_key_path()} (key id {dev_key.key.keyid})")
-            say("validate signs with it when DL_IMAGES_SIGNING_KEY is unset; release trusts it only with "
-                "--trust-local-key, and only for a loopback registry (e.g. 127.0.0.1:5000)")
-            return
-        if not name or set(name) - _NAME_CHARS:
-            raise UserError(f"--name {name!r}: use lower-case letters, digits, '-', '_' and '.'")
-        folder = (out_dir or config_home() / "dl-images" / "keys").expanduser().resolve()
-        private, public = folder / f"{name}.key", folder / f"{name}.pub"
-        for path in (private, public):
-            if path.exists():
-                raise UserError(f"{path} exists; keys are never overwritten: choose another --name or --out")
-        if _inside_git_work_tree(folder):
-            err.print(f"warning: {folder} is inside a git work tree; never commit {private.name}", markup=False)
-        key = generate()
-        write_private(private, key)
-        public.write_text(key.public().pem)
-        say(f"key id:      {key.keyid}")
-        jobs = {"tester": "that run `make validate` (the nightly and GPU runners)",
-                "builder": "that run `make push` (the build jobs)"}
-        secrets = " and ".join(f"{KEY_ENV[r]} of the jobs {jobs[r]}" for r in roles)
-        say(f"private key: {private} (owner-only). Store its content as the CI secret {secrets}, then delete this "
-            "file. Never commit it, never give it to pull-request jobs.")
-        say(f"public key:  {public}. Trust it by adding these lines under `keys:` in {TRUSTED_KEYS_FILE}, "
-            "in a reviewed commit:")
-        say(trusted_entry(name, key.public(), roles).rstrip("\n"))
+    roles = tuple(dict.fromkeys(role or [TESTER]))
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise UserError(f"--role {unknown[0]!r}: roles are {' and '.join(ROLES)}")
+
+    if dev:
+        _show_dev_key()
+        return
+    if not name or set(name) - _NAME_CHARS:
+        raise UserError(f"--name {name!r}: use lower-case letters, digits, '-', '_' and '.'")
+    folder = (out_dir or config_home() / "dl-images" / "keys").expanduser().resolve()
+    private, public = folder / f"{name}.key", folder / f"{name}.pub"
+    for path in (private, public):
+        if path.exists():
+            raise UserError(f"{path} exists; keys are never overwritten: choose another --name or --out")
+    if _inside_git_work_tree(folder):
+        err.print(f"warning: {folder} is inside a git work tree; never commit {private.name}", markup=False)
+    key = generate()
+    write_private(private, key)
+    public.write_text(key.public().pem)
+    say(f"key id:      {key.keyid}")
+    _say_where(name, key.public(), roles, private, public)
+
+
+def _show_dev_key() -> None:
+    """`keys --dev`: make (or show) this machine's local dev key, and what it is good for."""
+    import os
+
+    from buildtool.contracts.attestation import SIGNING_KEY_ENV, dev_key_path
+    from buildtool.validate.keys import signing_key
+
+    os.environ.pop(SIGNING_KEY_ENV, None)   # the dev key, whatever this shell has set
+    dev_key = signing_key(log)
+    say(f"local dev key: {dev_key_path()} (key id {dev_key.key.keyid})")
+    say("validate signs with it when DL_IMAGES_SIGNING_KEY is unset; release trusts it only with "
+        "--trust-local-key, and only for a loopback registry (e.g. 127.0.0.1:5000)")
+
+
+def _say_where(name: str, key: PublicKey, roles: tuple[str, ...], private: Path, public: Path) -> None:
+    """Where each half of a new key pair must live: the private one a CI secret, the public one trusted."""
+    from buildtool.contracts.attestation import TRUSTED_KEYS_FILE
+    from buildtool.validate.keys import KEY_ENV, trusted_entry
+
+    jobs = {"tester": "that run `make validate` (the nightly and GPU runners)",
+            "builder": "that run `make push` (the build jobs)"}
+    secrets = " and ".join(f"{KEY_ENV[r]} of the jobs {jobs[r]}" for r in roles)
+    say(f"private key: {private} (owner-only). Store its content as the CI secret {secrets}, then delete this "
+        "file. Never commit it, never give it to pull-request jobs.")
+    say(f"public key:  {public}. Trust it by adding these lines under `keys:` in {TRUSTED_KEYS_FILE}, "
+        "in a reviewed commit:")
+    say(trusted_entry(name, key, roles).rstrip("\n"))
 
 
 def _inside_git_work_tree(folder: Path) -> bool:
