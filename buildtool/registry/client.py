@@ -1,33 +1,48 @@
 """Everything that talks to a registry, over the OCI distribution API.
 
 Small on purpose: manifests and blobs by digest, tags, cross-repository blob mounts.
-Every call has a timeout; connection errors, timeouts and 5xx are retried with
-exponential backoff, 4xx never are. Credentials come from the Docker config or the
-environment and never appear in an exception, a log line or a report. Plain-http
-(loopback) registries are spoken to over the standard library (buildtool.registry.transport),
-https ones through `requests`, imported only then.
+Every call has a timeout; connection errors, timeouts and 5xx are retried with exponential
+backoff, 429 and 503 after the `Retry-After` the server names (bounded: RetryPolicy), other 4xx
+and TLS failures never are. Authentication (Basic, and the distribution token flow with scopes
+and expiry) is buildtool.registry.auth's; credentials come from docker's config, its credential
+helpers, auth.json or REGISTRY_USER/REGISTRY_PASSWORD with REGISTRY_AUTH_HOST
+(buildtool.registry.credentials), for this client's host only, and never appear in an exception,
+a log line or a report. Redirects are followed here (GET and HEAD), and the Authorization header
+never crosses to another host, port or scheme. Plain-http registries (loopback, or named in
+DL_IMAGES_INSECURE_REGISTRIES: buildtool.registry.hosts) are spoken to over the standard library
+(buildtool.registry.transport), https ones through `requests`, imported only then, trusting the
+CA in /etc/docker/certs.d/HOST[:PORT]/ as docker does.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
+import email.utils
 import hashlib
-import json
 import logging
-import os
+import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
 
-from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import is_loopback_host
+from buildtool.registry import hosts
+from buildtool.registry.auth import HostAuth, Triple, needed_scopes
+from buildtool.registry.errors import (
+    NotFound,
+    RateLimited,
+    RegistryError,
+    RegistryTLSError,
+    RegistryUnreachable,
+)
 from buildtool.registry.transport import LoopbackTransport, Response, TransportConnectionError, TransportTimeout
 
 if TYPE_CHECKING:
     import requests
+
+__all__ = ["NotFound", "RegistryClient", "RegistryError", "RegistryUnreachable", "RetryPolicy", "sha256_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -40,43 +55,18 @@ INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
 _CONCURRENT_COMMIT_RETRIES = 3
+_REDIRECTS = (301, 302, 303, 307, 308)
+_AUTH_ROUNDS = 2          # 401s one request answers by (re)authenticating before it gives up
+# docker.io names the registry; its API answers at registry-1.docker.io (as the docker CLI does it).
+_API_HOSTS = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 
 
 _OUR_ERRORS: dict[type[BaseException], str] = {TransportConnectionError: "ConnectionError",
                                                 TransportTimeout: "Timeout"}
 
 
-class RegistryError(FailedError):
-    """A registry refused a request or stayed unreachable after retries (exit 1)."""
-
-
-class RegistryUnreachable(UserError):
-    """No registry answers at this address at all (exit 2: the setting is wrong or it is down)."""
-
-
-class NotFound(RegistryError):
-    pass
-
-
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _docker_config_auth(host: str) -> tuple[str, str] | None:
-    """user/password for `host` from REGISTRY_USER/REGISTRY_PASSWORD or ~/.docker/config.json."""
-    if os.environ.get("REGISTRY_USER") and os.environ.get("REGISTRY_PASSWORD"):
-        return os.environ["REGISTRY_USER"], os.environ["REGISTRY_PASSWORD"]
-    config = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
-    try:
-        auths = json.loads(config.read_text()).get("auths", {})
-    except (OSError, ValueError):
-        return None
-    for key in (host, f"https://{host}", f"http://{host}", f"https://{host}/v1/"):
-        encoded = auths.get(key, {}).get("auth")
-        if encoded:
-            user, _, password = base64.b64decode(encoded).decode().partition(":")
-            return user, password
-    return None
 
 
 @dataclass
@@ -85,22 +75,60 @@ class RetryPolicy:
     first_delay: float = 0.5
     max_delay: float = 8.0
     timeout: float = 30.0
+    max_retry_after: float = 60.0      # a longer Retry-After fails at once (RateLimited), naming it
+    rate_limit_budget: float = 300.0   # seconds one client may spend waiting out 429/503, all calls together
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a `Retry-After` header asks for (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc.lower()
+
+
+_TLS_REASON = re.compile(r"\[SSL: [A-Z_]+\] ([^(\'\"]+)|(certificate verify failed[^(\'\"]*)|(hostname [^(\'\"]+)")
+
+
+def _tls_reason(exc: BaseException) -> str:
+    found = _TLS_REASON.search(str(exc))
+    if found:
+        return next(g for g in found.groups() if g).strip().rstrip(".")
+    return type(exc).__name__
 
 
 class RegistryClient:
-    """One registry host. `scheme` is http for loopback/local registries, https otherwise."""
+    """One registry host. `scheme` is http for loopback registries and those named in
+    DL_IMAGES_INSECURE_REGISTRIES, https otherwise."""
 
     def __init__(self, host: str, *, retry: RetryPolicy | None = None, scheme: str | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
         self.host = host
-        # Plain HTTP only for this machine by address (the same predicate --trust-local-key uses).
-        self.scheme = scheme or ("http" if is_loopback_host(host) else "https")
+        self.api_host = _API_HOSTS.get(host.lower(), host)
+        # Plain HTTP only for this machine by address, or a host the user named as insecure.
+        self.scheme = scheme or ("http" if hosts.plain_http(host) else "https")
         self.retry = retry or RetryPolicy()
         self._session: requests.Session | None = None
-        self._loopback = LoopbackTransport() if self.scheme == "http" else None
+        self._loopback: LoopbackTransport | None = None
         self._sleep = sleep
-        self._auth = _docker_config_auth(host)
-        self._tokens: dict[str, str] = {}
+        self._clock = clock
+        self.auth = HostAuth(host, self._exchange, clock=clock)
+        self._tls_ready: set[str] = set()
+        self._lock = threading.Lock()
+        self._rate_waited = 0.0
         # Repositories that answered the referrers API with 404 (buildtool.registry.referrers).
         self.no_referrers_api: set[str] = set()
 
@@ -115,75 +143,138 @@ class RegistryClient:
             self._session = requests.Session()
         return self._session
 
-    def _send(self, method: str, url: str, auth: tuple[str, str] | None,
-              **kwargs: Any) -> Response | requests.Response:
-        if self._loopback is not None and url.startswith("http://"):
-            return self._loopback.send(method, url, headers=kwargs.get("headers") or {}, data=kwargs.get("data"),
-                                       timeout=self.retry.timeout, auth=auth, params=kwargs.get("params"))
-        return self.session.request(method, url, timeout=self.retry.timeout, auth=auth, **kwargs)
+    def _prepare_tls(self, url: str) -> None:
+        """Trust the CA docker would trust for this URL's host (/etc/docker/certs.d/HOST[:PORT]/*.crt)."""
+        netloc = urlsplit(url).netloc.lower()
+        with self._lock:
+            if netloc in self._tls_ready:
+                return
+            self._tls_ready.add(netloc)
+            context = hosts.ssl_context(netloc)
+            if context is None and ":" not in netloc:
+                context = hosts.ssl_context(f"{netloc}:443")
+            if context is not None:
+                self.session.mount(f"https://{netloc}/", _ContextAdapter(context))
+
+    def _send_once(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> Any:
+        if url.startswith("http://"):
+            if self._loopback is None:
+                self._loopback = LoopbackTransport()
+            return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, auth=None)
+        self._prepare_tls(url)
+        return self.session.request(method, url, headers=headers, data=data, timeout=self.retry.timeout,
+                                    allow_redirects=False)
+
+    def _send(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> Any:
+        """One exchange; GET/HEAD redirects followed, the Authorization header dropped on leaving the origin."""
+        response = self._send_once(method, url, headers, data)
+        for _ in range(5):
+            if response.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
+                break
+            location = response.headers.get("Location", "")
+            if not location:
+                break
+            target = urljoin(url, location)
+            if _origin(target) != _origin(url):
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            url = target
+            response = self._send_once(method, url, headers, data)
+        return response
 
     def _transient(self) -> tuple[type[BaseException], ...]:
         """The errors a retry may cure: connection failures and timeouts, of either transport."""
         errors: tuple[type[BaseException], ...] = (TransportConnectionError, TransportTimeout)
-        if self._loopback is None or self._session is not None:
+        if self._session is not None:
             import requests
 
             errors += (requests.ConnectionError, requests.Timeout)
         return errors
 
+    def _tls_errors(self) -> tuple[type[BaseException], ...]:
+        if self._session is None:
+            return ()
+        import requests
+
+        return (requests.exceptions.SSLError,)
+
     def _url(self, path: str) -> str:
-        return path if path.startswith("http") else f"{self.scheme}://{self.host}/v2/{path}"
+        return path if path.startswith("http") else f"{self.scheme}://{self.api_host}/v2/{path}"
 
-    def _token(self, challenge: str, scope_key: str) -> str | None:
-        """Answer a Bearer challenge (token servers such as Docker Hub's or Harbor's)."""
-        params = dict(part.split("=", 1) for part in challenge[len("Bearer "):].replace('"', "").split(","))
-        realm = params.pop("realm", None)
-        if not realm:
-            return None
-        response = self._send("GET", realm, self._auth, params=params)
-        if response.status_code != 200:
-            return None
-        body = response.json()
-        token = body.get("token") or body.get("access_token")
-        self._tokens[scope_key] = token
-        return token
-
-    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "",
-                **kwargs: Any) -> Response | requests.Response:
-        """One API call with retries on connection errors, timeouts and 5xx (never 4xx)."""
-        url = self._url(path)
+    def _exchange(self, method: str, url: str, *, headers: dict[str, str], data: bytes | None = None) -> Any:
+        """One call with retries: connection errors, timeouts and 5xx with backoff, 429 and 503 after their
+        Retry-After (bounded); the last answer otherwise (any status). TLS failures are not retried."""
         delay = self.retry.first_delay
         last: str = ""
+        response = None
         for attempt in range(1, self.retry.attempts + 1):
-            headers = dict(kwargs.pop("headers", {}) or {})
-            kwargs["headers"] = headers
-            token = self._tokens.get(repo)
-            if token:
-                headers["Authorization"] = f"Bearer {token}"
+            wait = delay
             try:
-                response = self._send(method, url, None if token else self._auth, **kwargs)
+                response = self._send(method, url, headers, data)
+            except self._tls_errors() as exc:
+                netloc = urlsplit(url).netloc
+                raise RegistryTLSError(f"TLS to {netloc} failed: {_tls_reason(exc)}; {hosts.tls_hint(netloc)}") \
+                    from None
             except self._transient() as exc:
                 last = _OUR_ERRORS.get(type(exc), type(exc).__name__)
+                response = None
             else:
-                if response.status_code == 401 and "Bearer" in response.headers.get("WWW-Authenticate", "") \
-                        and repo not in self._tokens and self._token(response.headers["WWW-Authenticate"], repo):
-                    continue
-                if response.status_code in ok:
+                status = response.status_code
+                if status not in (429,) and status < 500:
                     return response
-                if response.status_code == 404:
-                    raise NotFound(f"{method} {self._safe(url)}: not found")
-                if response.status_code < 500:
-                    raise RegistryError(f"{method} {self._safe(url)}: HTTP {response.status_code} "
-                                        f"{_error_text(response)}")
-                last = f"HTTP {response.status_code}"
+                last = f"HTTP {status}"
+                asked = retry_after(response.headers.get("Retry-After"))
+                if status in (429, 503) and asked is not None:
+                    if asked > self.retry.max_retry_after:
+                        raise RateLimited(f"{method} {self._safe(url)}: {last}, Retry-After {asked:.0f} s, longer "
+                                          f"than the {self.retry.max_retry_after:.0f} s this command waits; try later")
+                    wait = asked
+                if status in (429, 503):
+                    with self._lock:
+                        self._rate_waited += wait
+                        spent = self._rate_waited
+                    if spent > self.retry.rate_limit_budget:
+                        raise RateLimited(f"{method} {self._safe(url)}: {last}; rate-limited for over "
+                                          f"{self.retry.rate_limit_budget:.0f} s in all; try later")
             if attempt < self.retry.attempts:
                 log.warning("registry %s: %s %s failed (%s); retry %d/%d in %.1fs", self.host, method,
-                            self._safe(url), last, attempt, self.retry.attempts - 1, delay)
-                self._sleep(delay)
+                            self._safe(url), last, attempt, self.retry.attempts - 1, wait)
+                self._sleep(wait)
                 delay = min(delay * 2, self.retry.max_delay)
-        if last == "ConnectionError":
+        if response is not None:
+            if response.status_code == 429:
+                raise RateLimited(f"{method} {self._safe(url)}: {last} after {self.retry.attempts} attempts")
+            return response
+        if last == "ConnectionError" and urlsplit(url).netloc.lower() == self.api_host.lower():
             raise RegistryUnreachable(self._down_message())
         raise RegistryError(f"{method} {self._safe(url)}: {last} after {self.retry.attempts} attempts")
+
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "",
+                mount_from: str = "", **kwargs: Any) -> Response | requests.Response:
+        """One API call: authenticated as the registry asks (scopes for `repo`, and `mount_from` for a
+        cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx)."""
+        url = self._url(path)
+        base = dict(kwargs.pop("headers", None) or {})
+        data = kwargs.pop("data", None)
+        if kwargs:
+            raise TypeError(f"unexpected arguments: {', '.join(kwargs)}")
+        needed: frozenset[Triple] = needed_scopes(method, repo, mount_from)
+        for rounds in range(_AUTH_ROUNDS + 1):
+            headers = dict(base)
+            sent = self.auth.header(needed)
+            if sent:
+                headers["Authorization"] = sent
+            response = self._exchange(method, url, headers=headers, data=data)
+            if response.status_code != 401 or 401 in ok:
+                break
+            if rounds == _AUTH_ROUNDS:
+                raise self.auth.failure(response, needed, sent)
+            needed = self.auth.on_unauthorized(response, needed, sent)
+        if response.status_code in ok:
+            return response
+        if response.status_code == 404:
+            raise NotFound(f"{method} {self._safe(url)}: not found")
+        raise RegistryError(f"{method} {self._safe(url)}: HTTP {response.status_code} {_error_text(response)}"
+                            + (f" after {self.retry.attempts} attempts" if response.status_code >= 500 else ""))
 
     def _down_message(self) -> str:
         return (f"registry {self.host} is unreachable; start it (bash scripts/setup.sh starts the local one) "
@@ -255,7 +346,7 @@ class RegistryClient:
         start = self.request("POST", f"{repo}/blobs/uploads/", ok=(202,), repo=repo)
         location = start.headers["Location"]
         if location.startswith("/"):
-            location = f"{self.scheme}://{self.host}{location}"
+            location = f"{self.scheme}://{self.api_host}{location}"
         sep = "&" if "?" in location else "?"
         try:
             self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
@@ -272,13 +363,13 @@ class RegistryClient:
         (or already there). One request when the registry mounts: a mount of a blob the target
         already has answers 201 as well, so there is no HEAD first."""
         response = self.request("POST", f"{repo}/blobs/uploads/?mount={digest}&from={from_repo}",
-                                ok=(201, 202), repo=repo)
+                                ok=(201, 202), repo=repo, mount_from=from_repo)
         if response.status_code == 201:
             return True
         # 202: the registry declined to mount and opened an upload instead; cancel it.
         location = response.headers.get("Location", "")
         if location:
-            url = location if location.startswith("http") else f"{self.scheme}://{self.host}{location}"
+            url = location if location.startswith("http") else f"{self.scheme}://{self.api_host}{location}"
             with contextlib.suppress(RegistryError):
                 self.request("DELETE", url, ok=(204, 200, 404), repo=repo)
         return self.has_blob(repo, digest)   # declined, but the target may hold it already
@@ -307,3 +398,24 @@ def _error_text(response: Response | requests.Response) -> str:
         return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:300]
     except ValueError:
         return response.text[:200]
+
+
+def _context_adapter() -> type:
+    from requests.adapters import HTTPAdapter
+
+    class ContextAdapter(HTTPAdapter):
+        """requests' adapter with our SSL context: the default CAs plus the host's certs.d CAs."""
+
+        def __init__(self, context: Any) -> None:
+            self._context = context
+            super().__init__()
+
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["ssl_context"] = self._context
+            super().init_poolmanager(*args, **kwargs)
+
+    return ContextAdapter
+
+
+def _ContextAdapter(context: Any) -> Any:  # noqa: N802 - a factory standing for the class requests imports lazily
+    return _context_adapter()(context)

@@ -3,7 +3,8 @@
 Importing requests and urllib3 costs more than a whole release of one image to a loopback
 registry should take, so RegistryClient talks to `http://` registries (the ones on this machine:
 it uses https for every other host) over `http.client`, one kept-alive connection per thread and
-host. https registries keep going through requests (proxies, CA bundles, redirects to storage).
+host. https registries keep going through requests (proxies, CA bundles). Redirects are followed by the
+client (buildtool.registry.client), not here.
 
 `Response` has the attributes callers of RegistryClient.request use: status_code, headers
 (case-insensitive), content, text, json().
@@ -43,7 +44,6 @@ class Response:
 
 
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, http.client.BadStatusLine)
-_REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class _NoDelayConnection(http.client.HTTPConnection):
@@ -80,18 +80,10 @@ class LoopbackTransport:
             conn.close()
 
     def send(self, method: str, url: str, *, headers: dict[str, str], data: bytes | None, timeout: float,
-             auth: tuple[str, str] | None, params: dict[str, str] | None = None) -> Response:
-        for _ in range(5):
-            response = self._send_once(method, url, headers, data, timeout, auth, params)
-            if response.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
-                return response
-            location = response.headers.get("Location", "")
-            parts = urlsplit(location)
-            if parts.scheme not in ("", "http"):
-                return response   # a redirect to https storage: not followed here
-            url = location if parts.scheme else f"http://{urlsplit(url).netloc}{location}"
-            params = None
-        return response
+             auth: tuple[str, str] | None = None, params: dict[str, str] | None = None) -> Response:
+        """One request, redirects not followed: RegistryClient follows them, and it alone decides which
+        headers (never the Authorization one across origins) go along."""
+        return self._send_once(method, url, headers, data, timeout, auth, params)
 
     def _send_once(self, method: str, url: str, headers: dict[str, str], data: bytes | None, timeout: float,
                    auth: tuple[str, str] | None, params: dict[str, str] | None) -> Response:

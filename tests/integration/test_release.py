@@ -584,7 +584,7 @@ def test_command_reports_partial_release_without_leaking_credentials(
     trust(project)
     secret = f"pw-{uuid.uuid4().hex}"
     monkeypatch.setenv("REGISTRY_USER", "releaser")
-    monkeypatch.setenv("REGISTRY_PASSWORD", secret)       # sent as basic auth; the local registry ignores it
+    monkeypatch.setenv("REGISTRY_PASSWORD", secret)       # for the proxy's address only (REGISTRY_AUTH_HOST below)
     monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
     monkeypatch.chdir(project)
     code_of = {"test_code": commit_image_tests(project)}
@@ -593,6 +593,7 @@ def test_command_reports_partial_release_without_leaking_credentials(
     space.build(TF_CPU, revision, verdict_changes=code_of)
     with FaultProxy(upstream=upstream()) as proxy:
         monkeypatch.setenv("REGISTRY", f"{proxy.address}/{space.prefix}")
+        monkeypatch.setenv("REGISTRY_AUTH_HOST", proxy.address)   # sent only if the registry asks: it does not
         proxy.add(r"PUT .*/tensorflow-cpu/manifests/2\.21-0\.1\.0", "reset", times=10_000)
         code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu,tensorflow-cpu",
                                  "--matrix", str(project / "matrix.yaml"))

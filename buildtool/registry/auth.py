@@ -1,0 +1,381 @@
+"""Registry authentication: Basic, and the distribution token flow (Bearer), for one registry host.
+
+- `WWW-Authenticate` is parsed as RFC 7235 challenges: a scheme, then `key=value` or `key="quoted"`
+  pairs (a quoted value holds commas: `scope="repository:NAME:pull,push"`), several challenges per header.
+- A token answers a set of scopes. Each request needs some (GET/HEAD: pull; POST/PUT/PATCH: pull and push;
+  DELETE: delete; a cross-repository mount also pull on the source repository); a cached token that covers
+  them and has not run out is reused, else one is asked for. A 401 with `insufficient_scope` (or a token
+  the registry no longer takes) asks again with the union of what the request needs and what the challenge
+  names. Tokens are asked for again before `expires_in` runs out (60 s when the server gives none), by the
+  local clock (a margin of a fifth of the life, at most 10 s).
+- The token server: `GET realm?service=S&scope=...` with Basic credentials; with an identity (refresh)
+  token, the OAuth2 `POST realm` (grant_type=refresh_token), falling back to GET with Basic when the server
+  has no OAuth2 endpoint (404/405) and there is a password. `token` or `access_token`; a `refresh_token`
+  in the answer is used for the next tokens. Its own error message ends up in the error.
+- Credentials (buildtool.registry.credentials, resolved for this host only, and only when a challenge asks)
+  go to the registry in answer to its Basic challenge, and to the token realm it names only over HTTPS:
+  never to a plain-HTTP realm (a token is asked for anonymously there, and an error says why).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlencode, urlsplit
+
+from buildtool.registry import credentials as creds_mod
+from buildtool.registry.errors import CredentialsRefused, InsufficientScope, NoCredentials, RegistryError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOKEN_LIFE_S = 60.0
+CLIENT_ID = "dl-images-buildtool"
+_MAX_TOKENS = 64
+
+Triple = tuple[str, str, str]        # (resource type, name, action)
+
+
+class HeadersLike(Protocol):
+    def get(self, key: str, default: Any = ...) -> Any: ...
+
+
+class ResponseLike(Protocol):
+    status_code: int
+    headers: Any
+    content: bytes
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
+# -- challenges --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Challenge:
+    scheme: str                                   # lower-cased: "bearer", "basic"
+    params: dict[str, str] = field(default_factory=dict)
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BARE = re.compile(r"[^,\s\"]*")
+_TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+def parse_challenges(header: str) -> list[Challenge]:
+    """RFC 7235 `WWW-Authenticate`: every challenge with its parameters (names lower-cased). Never raises:
+    what does not parse ends the list."""
+    out: list[Challenge] = []
+    pos, n = 0, len(header)
+    current: Challenge | None = None
+
+    def skip(chars: str) -> None:
+        nonlocal pos
+        while pos < n and header[pos] in chars:
+            pos += 1
+
+    while pos < n:
+        skip(" \t,")
+        if pos >= n:
+            break
+        m = _TOKEN.match(header, pos)
+        if not m:
+            break
+        name = m.group(0)
+        pos = m.end()
+        skip(" \t")
+        if pos < n and header[pos] == "=" and current is not None and not (pos + 1 < n and header[pos + 1] == "="):
+            pos += 1
+            skip(" \t")
+            if pos < n and header[pos] == '"':
+                pos += 1
+                value = []
+                while pos < n and header[pos] != '"':
+                    if header[pos] == "\\" and pos + 1 < n:
+                        pos += 1
+                    value.append(header[pos])
+                    pos += 1
+                pos += 1          # the closing quote
+                current.params[name.lower()] = "".join(value)
+            else:
+                v = _BARE.match(header, pos)       # a token; leniently anything up to a comma or space
+                current.params[name.lower()] = v.group(0) if v else ""
+                pos = v.end() if v else pos
+            continue
+        current = Challenge(name.lower(), {})
+        out.append(current)
+        t68 = _TOKEN68.match(header, pos)     # `Basic dXNlcg==`: a token68, not a parameter; skipped
+        if t68 and (header[t68.end():].lstrip(" \t") or ",").startswith(","):
+            pos = t68.end()
+    return out
+
+
+# -- scopes ------------------------------------------------------------------------------------
+
+def parse_scopes(text: str) -> frozenset[Triple]:
+    """`repository:a/b:pull,push registry:catalog:*` -> {(repository, a/b, pull), (repository, a/b, push), ...}."""
+    out: set[Triple] = set()
+    for item in text.split():
+        head, sep, actions = item.rpartition(":")
+        kind, sep2, name = head.partition(":")
+        if not (sep and sep2 and kind and name):
+            continue
+        out.update((kind, name, a) for a in actions.split(",") if a)
+    return frozenset(out)
+
+
+def format_scopes(triples: Iterable[Triple]) -> list[str]:
+    """The scope parameters for a token request, one per resource, actions in a stable order."""
+    grouped: dict[tuple[str, str], set[str]] = {}
+    for kind, name, action in triples:
+        grouped.setdefault((kind, name), set()).add(action)
+    return [f"{kind}:{name}:{','.join(sorted(actions))}" for (kind, name), actions in sorted(grouped.items())]
+
+
+def needed_scopes(method: str, repo: str, mount_from: str = "") -> frozenset[Triple]:
+    """What the distribution registry checks for `method` on `repo` (and a mount's source)."""
+    if not repo:
+        return frozenset()
+    method = method.upper()
+    if method in ("GET", "HEAD"):
+        actions: tuple[str, ...] = ("pull",)
+    elif method == "DELETE":
+        actions = ("delete",)
+    else:
+        actions = ("pull", "push")
+    out = {("repository", repo, a) for a in actions}
+    if mount_from:
+        out.add(("repository", mount_from, "pull"))
+    return frozenset(out)
+
+
+def describe(needed: Iterable[Triple]) -> str:
+    """`push to a/b and pull from c/d`, for messages."""
+    grouped: dict[str, set[str]] = {}
+    for _kind, name, action in needed:
+        grouped.setdefault(name, set()).add(action)
+    return " and ".join(f"{'/'.join(sorted(a))} on {name}" for name, a in sorted(grouped.items())) or "access"
+
+
+@dataclass
+class Token:
+    value: str = field(repr=False)
+    scopes: frozenset[Triple]
+    expires_at: float           # monotonic
+
+    def fresh(self, now: float, life: float) -> bool:
+        margin = min(10.0, life / 5)
+        return now < self.expires_at - margin
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+def server_message(response: ResponseLike) -> str:
+    """The server's own words: registry `errors[].message`, a token server's `details`/`error_description`/
+    `error`/`message`, else the first line of a short text body."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    parts: list[str] = []
+    if isinstance(body, dict):
+        for e in body.get("errors") or []:
+            if isinstance(e, dict):
+                parts.append(": ".join(str(x) for x in (e.get("code"), e.get("message")) if x))
+        for key in ("details", "error_description", "error", "message"):
+            value = body.get(key)
+            if isinstance(value, str) and value and not parts:
+                parts.append(value)
+    if not parts:
+        text = response.text.strip().splitlines()
+        if text and len(text[0]) < 300 and not text[0].lstrip().startswith("<"):
+            parts.append(text[0])
+    return "; ".join(parts)[:300]
+
+
+# -- one host ----------------------------------------------------------------------------------
+
+Fetch = Callable[..., Any]     # (method, url, *, headers, data) -> response, retried and TLS-checked by the client
+
+
+class HostAuth:
+    """Authentication state for one registry host, shared by the threads of one RegistryClient."""
+
+    def __init__(self, host: str, fetch: Fetch, *, clock: Callable[[], float] = time.monotonic,
+                 resolve: Callable[[str], creds_mod.Credential | None] = creds_mod.resolve) -> None:
+        self.host = host
+        self._fetch = fetch
+        self._clock = clock
+        self._resolve = resolve
+        self.scheme: str | None = None          # "basic" or "bearer" once the registry challenged
+        self.realm = ""
+        self.service = ""
+        self._tokens: list[tuple[Token, float]] = []     # (token, its life in seconds)
+        self._refresh_token = ""
+        self._lock = threading.RLock()
+        self._creds: creds_mod.Credential | None = None
+        self._creds_loaded = False
+        self.token_requests = 0                 # how many tokens were asked for (tests, logs)
+
+    # credentials are resolved on the first challenge, never for a registry that asks for none
+    def credentials(self) -> creds_mod.Credential | None:
+        with self._lock:
+            if not self._creds_loaded:
+                self._creds = self._resolve(self.host)
+                self._creds_loaded = True
+            return self._creds
+
+    def header(self, needed: frozenset[Triple]) -> str | None:
+        """The Authorization header a request that needs `needed` goes with (None: none known to be needed)."""
+        with self._lock:
+            if self.scheme == "basic":
+                return self._basic_header()
+            if self.scheme == "bearer" and needed:
+                token = self._cached(needed) or self._new_token(needed)
+                return f"Bearer {token.value}"
+            return None
+
+    def _basic_header(self) -> str:
+        found = self.credentials()
+        if found is None or not found.password:
+            raise NoCredentials(f"no credentials for {self.host}: it asks for a user name and password; "
+                                f"run `docker login {self.host}`, add a credential helper, or set REGISTRY_USER, "
+                                f"REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
+        raw = f"{found.username}:{found.password}".encode()
+        return "Basic " + base64.b64encode(raw).decode()
+
+    def _cached(self, needed: frozenset[Triple]) -> Token | None:
+        now = self._clock()
+        self._tokens = [(t, life) for t, life in self._tokens if t.fresh(now, life)]
+        for token, _life in reversed(self._tokens):
+            if needed <= token.scopes:
+                return token
+        return None
+
+    def on_unauthorized(self, response: ResponseLike, needed: frozenset[Triple], sent: str | None) -> frozenset[Triple]:
+        """A 401: learn the scheme and get what the next try needs (returned: the scopes it asks a token
+        for), or raise the error that says why another try would not do."""
+        with self._lock:
+            challenges = parse_challenges(response.headers.get("WWW-Authenticate", "") or "")
+            bearer = next((c for c in challenges if c.scheme == "bearer" and c.params.get("realm")), None)
+            basic = next((c for c in challenges if c.scheme == "basic"), None)
+            if bearer is not None:
+                self.scheme = "bearer"
+                self.realm = bearer.params["realm"]
+                self.service = bearer.params.get("service", "")
+                want = needed | parse_scopes(bearer.params.get("scope", ""))
+                if sent and sent.startswith("Bearer "):
+                    used = next((t for t, _ in self._tokens if f"Bearer {t.value}" == sent), None)
+                    if used is not None and want <= used.scopes and bearer.params.get("error") == "insufficient_scope":
+                        raise self.failure(response, needed, sent)    # asked for all of it; the server gave less
+                    self._tokens = [(t, life) for t, life in self._tokens if f"Bearer {t.value}" != sent]
+                self._new_token(want)
+                return want
+            if basic is not None:
+                if sent and sent.startswith("Basic "):
+                    raise self.failure(response, needed, sent)
+                self.scheme = "basic"
+                self._basic_header()     # raises NoCredentials now, with the host, when there are none
+                return needed
+            raise self.failure(response, needed, sent)
+
+    def failure(self, response: ResponseLike, needed: frozenset[Triple], sent: str | None) -> RegistryError:
+        """The one-line error for a 401 that another try will not cure."""
+        message = server_message(response)
+        said = f" ({message})" if message else ""
+        found = self.credentials() if self.scheme else self._creds
+        if sent and sent.startswith("Basic "):
+            return CredentialsRefused(f"credentials for {self.host} were refused by {self.host}{said}; "
+                                      f"check the user and password ({found.source if found else 'unknown source'})")
+        if found is None:
+            return NoCredentials(f"no credentials for {self.host}: {describe(needed)} needs them{said}; run "
+                                 f"`docker login {self.host}`, add a credential helper, or set REGISTRY_USER, "
+                                 f"REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
+        if self.realm.startswith("http://"):
+            return NoCredentials(f"{self.host}: {describe(needed)} needs credentials, and they are not sent to "
+                                 f"its plain-HTTP token realm {self._realm_host()}{said}")
+        who = f" {found.username}" if found.username else ""
+        return InsufficientScope(f"insufficient scope at {self.host}: the credentials of{who or ' this user'} "
+                                 f"({found.source}) do not grant {describe(needed)}{said}")
+
+    def _realm_host(self) -> str:
+        return urlsplit(self.realm).netloc or self.realm
+
+    def _new_token(self, want: frozenset[Triple]) -> Token:
+        realm = self.realm
+        found = self.credentials()
+        secure = realm.startswith("https://")
+        if found is not None and not secure:
+            log.warning("%s: its token realm %s is plain HTTP; credentials are not sent there (asking anonymously)",
+                        self.host, self._realm_host())
+        usable = found if secure else None
+        scopes = format_scopes(want)
+        started = self._clock()
+        self.token_requests += 1
+        response = None
+        refresh = self._refresh_token or (usable.identity_token if usable else "")
+        if usable is not None and refresh:
+            form: list[tuple[str, str]] = [("grant_type", "refresh_token"), ("refresh_token", refresh),
+                                           ("client_id", CLIENT_ID)]
+            if self.service:
+                form.append(("service", self.service))
+            if scopes:
+                form.append(("scope", " ".join(scopes)))
+            response = self._fetch("POST", realm, headers={"Content-Type": "application/x-www-form-urlencoded"},
+                                   data=urlencode(form).encode())
+            if response.status_code in (404, 405) and usable.password:
+                response = None
+        if response is None:
+            query = ([("service", self.service)] if self.service else []) + [("scope", s) for s in scopes]
+            url = realm + (("&" if "?" in realm else "?") + urlencode(query) if query else "")
+            headers = {}
+            if usable is not None and usable.password:
+                raw = f"{usable.username}:{usable.password}".encode()
+                headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+            response = self._fetch("GET", url, headers=headers, data=None)
+        return self._accept(response, want, started, usable)
+
+    def _accept(self, response: ResponseLike, want: frozenset[Triple], started: float,
+                sent: creds_mod.Credential | None) -> Token:
+        server = self._realm_host()
+        message = server_message(response)
+        said = f": {message}" if message else ""
+        if response.status_code in (401, 403):
+            if sent is not None:
+                raise CredentialsRefused(f"credentials for {self.host} were refused by its token server {server}"
+                                         f"{said} ({sent.source})")
+            found = self._creds
+            if found is not None:
+                raise NoCredentials(f"{self.host}: its token server {server} is plain HTTP, so the credentials for "
+                                    f"{self.host} are not sent there, and it refused an anonymous token{said}")
+            raise NoCredentials(f"no credentials for {self.host}: its token server {server} refused an anonymous "
+                                f"token for {describe(want)}{said}; run `docker login {self.host}`, add a credential "
+                                f"helper, or set REGISTRY_USER, REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
+        if response.status_code != 200:
+            raise RegistryError(f"token server {server} for {self.host}: HTTP {response.status_code}{said}")
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        value = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+        if not isinstance(value, str) or not value:
+            raise RegistryError(f"token server {server} for {self.host} answered without a token "
+                                "(no JSON `token` or `access_token`)")
+        try:
+            life = float(body.get("expires_in") or DEFAULT_TOKEN_LIFE_S)
+        except (TypeError, ValueError):
+            life = DEFAULT_TOKEN_LIFE_S
+        life = max(life, 1.0)
+        if isinstance(body.get("refresh_token"), str) and body["refresh_token"]:
+            self._refresh_token = body["refresh_token"]
+        token = Token(value, want, started + life)
+        self._tokens = [*self._tokens[-(_MAX_TOKENS - 1):], (token, life)]
+        log.debug("%s: token for %s (%.0f s)", self.host, " ".join(format_scopes(want)), life)
+        return token

@@ -1,0 +1,257 @@
+"""Registry credentials, resolved the way docker resolves them, for one host and no other.
+
+Where they come from, first match wins:
+
+1. REGISTRY_USER / REGISTRY_PASSWORD, only when REGISTRY_AUTH_HOST names the host being contacted
+   (`host[:port]`, exactly). Without REGISTRY_AUTH_HOST they are ignored (a warning says so): credentials
+   that name no host would go to every host a command contacts.
+2. REGISTRY_AUTH_FILE (podman's and skopeo's auth.json), then docker's config.json (DOCKER_CONFIG, else
+   ~/.docker), each read the way the docker CLI reads it:
+   - `credHelpers[HOST]`, else `credsStore`: `docker-credential-NAME get` with the server address on
+     stdin (a timeout applies); "not found" falls through to `auths`. A Username of `<token>` means the
+     Secret is an identity (refresh) token.
+   - `auths`: the key equal to HOST, else one whose host part (scheme and path stripped) is HOST;
+     `auth` (base64 of USER:PASSWORD) and `identitytoken`.
+   Docker Hub's hosts (docker.io, index.docker.io, registry-1.docker.io) use docker's legacy key
+   `https://index.docker.io/v1/`.
+
+Why not the Docker SDK's `docker.auth`: it runs helpers with no timeout (every external process here has
+one), decodes every `auths` entry when it loads a file (one malformed entry for another registry breaks
+all of them, and its error names neither the file nor the host), reads no auth.json, and importing it
+costs a loopback command more than the whole command should take. tests/test_credentials.py checks that
+both pick the same entry for the same configuration.
+
+Secrets never appear in an exception, a log line or repr(): Credential's repr shows the user and source.
+`authfile()` writes credentials for tools this toolkit runs (skopeo) into a private file, never argv.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DOCKER_HUB_KEY = "https://index.docker.io/v1/"
+DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
+TOKEN_USERNAME = "<token>"
+HELPER_TIMEOUT_S = 30.0
+_warned_unscoped = False
+
+
+class CredentialError(UserError):
+    """A credential source is broken (malformed entry, a helper that fails): names the file or helper and host."""
+
+
+@dataclass(frozen=True)
+class Credential:
+    username: str = ""
+    password: str = field(default="", repr=False)
+    identity_token: str = field(default="", repr=False)
+    source: str = ""        # where it came from, for messages: "auths in /x/config.json", a helper's name
+
+    def secrets(self) -> list[str]:
+        """Every form a secret could leak in (for tests and scrubbing)."""
+        out = [s for s in (self.password, self.identity_token) if s]
+        if self.password:
+            out.append(base64.b64encode(f"{self.username}:{self.password}".encode()).decode())
+        return out
+
+
+def is_docker_hub(host: str) -> bool:
+    return host.lower() in DOCKER_HUB_HOSTS
+
+
+def _hostname(key: str) -> str:
+    """docker's ConvertToHostname: the host part of an `auths` key (scheme and path stripped)."""
+    for prefix in ("http://", "https://"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return key.split("/", 1)[0]
+
+
+def _same_host(key: str, host: str) -> bool:
+    found = _hostname(key).lower()
+    if is_docker_hub(host):
+        return found in DOCKER_HUB_HOSTS or key == DOCKER_HUB_KEY
+    return found == host.lower()
+
+
+def config_files() -> list[Path]:
+    """The files credentials are read from, in order (those that exist)."""
+    files = []
+    if os.environ.get("REGISTRY_AUTH_FILE"):
+        files.append(Path(os.environ["REGISTRY_AUTH_FILE"]))
+    docker_dir = Path(os.environ["DOCKER_CONFIG"]) if os.environ.get("DOCKER_CONFIG") else Path.home() / ".docker"
+    files.append(docker_dir / "config.json")
+    return [f for f in files if f.is_file()]
+
+
+def resolve(host: str) -> Credential | None:
+    """Credentials for `host` (`host[:port]` as contacted), or None. CredentialError when a source is broken."""
+    env = _from_environment(host)
+    if env is not None:
+        return env
+    for path in config_files():
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CredentialError(f"{path}: not readable JSON ({type(exc).__name__}); fix or remove it") from None
+        if not isinstance(config, dict):
+            raise CredentialError(f"{path}: not a JSON object; fix or remove it")
+        found = from_config(config, host, str(path))
+        if found is not None:
+            return found
+    return None
+
+
+def _from_environment(host: str) -> Credential | None:
+    global _warned_unscoped
+    user, password = os.environ.get("REGISTRY_USER", ""), os.environ.get("REGISTRY_PASSWORD", "")
+    if not (user and password):
+        return None
+    named = os.environ.get("REGISTRY_AUTH_HOST", "").strip()
+    if not named:
+        if not _warned_unscoped:
+            log.warning("REGISTRY_USER/REGISTRY_PASSWORD are ignored: set REGISTRY_AUTH_HOST to the registry "
+                        "host they are for (host[:port]); they are never sent to any other host")
+            _warned_unscoped = True
+        return None
+    hosts = {h.strip().lower() for h in named.split(",") if h.strip()}
+    if host.lower() in hosts or (is_docker_hub(host) and hosts & set(DOCKER_HUB_HOSTS)):
+        return Credential(user, password, source="REGISTRY_USER/REGISTRY_PASSWORD (REGISTRY_AUTH_HOST)")
+    return None
+
+
+def from_config(config: dict[str, Any], host: str, where: str) -> Credential | None:
+    """Credentials for `host` from one parsed config.json / auth.json (`where` names it in errors)."""
+    helpers = config.get("credHelpers") or {}
+    helper = None
+    if isinstance(helpers, dict):
+        for key, name in helpers.items():
+            if _same_host(key, host) and isinstance(name, str) and name:
+                helper = name
+                break
+    store = config.get("credsStore")
+    name = helper or (store if isinstance(store, str) and store else None)
+    if name:
+        found = run_helper(name, DOCKER_HUB_KEY if is_docker_hub(host) else host, host, where)
+        if found is not None:
+            return found
+    auths = config.get("auths") or {}
+    if not isinstance(auths, dict):
+        raise CredentialError(f"{where}: `auths` is not an object; fix or remove it")
+    keys = [k for k in auths if k == host] + [k for k in auths if k != host and _same_host(k, host)]
+    for key in keys:
+        entry = auths[key]
+        if not isinstance(entry, dict):
+            raise CredentialError(f"{where}: auths[{key!r}] for {host} is not an object; run `docker login {host}` "
+                                  "again")
+        found = _from_entry(entry, key, host, where)
+        if found is not None:
+            return found
+    return None
+
+
+def _from_entry(entry: dict[str, Any], key: str, host: str, where: str) -> Credential | None:
+    source = f"auths[{key!r}] in {where}"
+    if entry.get("identitytoken"):
+        user = ""
+        if entry.get("auth"):
+            user = _decode(entry["auth"], key, host, where)[0]
+        return Credential(user, identity_token=str(entry["identitytoken"]), source=source)
+    if entry.get("auth"):
+        user, password = _decode(entry["auth"], key, host, where)
+        return Credential(user, password, source=source)
+    if entry.get("username") and entry.get("password"):     # written by some tools; docker reads it too
+        return Credential(str(entry["username"]), str(entry["password"]), source=source)
+    return None
+
+
+def _decode(value: Any, key: str, host: str, where: str) -> tuple[str, str]:
+    problem = f"{where}: auths[{key!r}].auth for {host} is not base64 of USER:PASSWORD; run `docker login {host}` again"
+    if not isinstance(value, str):
+        raise CredentialError(problem)
+    try:
+        text = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise CredentialError(problem) from None
+    user, sep, password = text.partition(":")
+    if not sep or not user:
+        raise CredentialError(problem)
+    return user, password
+
+
+def run_helper(name: str, server: str, host: str, where: str, timeout: float = HELPER_TIMEOUT_S) -> Credential | None:
+    """`docker-credential-NAME get` for `server`; None when it has nothing for it."""
+    program = f"docker-credential-{name}"
+    exe = shutil.which(program)
+    if exe is None:
+        raise CredentialError(f"{where} names the credential helper {program} for {host}, and it is not on PATH; "
+                              "install it or remove the entry")
+    try:
+        proc = subprocess.run([exe, "get"], input=server.encode(), capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CredentialError(f"{program} get for {host} did not answer in {timeout:.0f} s") from None
+    except OSError as exc:
+        raise CredentialError(f"{program} get for {host} could not start: {exc.strerror}") from None
+    out = proc.stdout.decode("utf-8", errors="replace").strip()
+    if proc.returncode != 0:
+        message = (out or proc.stderr.decode("utf-8", errors="replace").strip()).splitlines()
+        first = message[0][:200] if message else f"exit {proc.returncode}"
+        if "not found" in first.lower():
+            return None
+        raise CredentialError(f"{program} get for {host} failed: {first}")
+    try:
+        data = json.loads(out)
+        user, secret = str(data.get("Username") or ""), str(data.get("Secret") or "")
+    except (ValueError, AttributeError):
+        raise CredentialError(f"{program} get for {host} printed no credentials JSON") from None
+    if not secret:
+        return None
+    if user == TOKEN_USERNAME:
+        return Credential(identity_token=secret, source=program)
+    return Credential(user, secret, source=program)
+
+
+@contextlib.contextmanager
+def authfile(hosts: Iterable[str]) -> Iterator[Path | None]:
+    """A private auth.json (containers-auth.json / docker `auths` format) with the credentials of `hosts`
+    as this module resolves them, for skopeo's --authfile: mode 0600 in a private (0700) temporary folder,
+    removed afterwards, whatever happens. Yields None when no host has credentials."""
+    auths: dict[str, dict[str, str]] = {}
+    for host in dict.fromkeys(hosts):
+        found = resolve(host)
+        if found is None:
+            continue
+        entry: dict[str, str] = {}
+        if found.password:
+            entry["auth"] = base64.b64encode(f"{found.username}:{found.password}".encode()).decode()
+        if found.identity_token:
+            entry["identitytoken"] = found.identity_token
+        auths[DOCKER_HUB_KEY if is_docker_hub(host) else host] = entry
+    if not auths:
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="buildtool-auth-"))   # mkdtemp: mode 0700
+    try:
+        path = folder / "auth.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump({"auths": auths}, out)
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,79 @@
+"""Per-host transport settings: plain HTTP or HTTPS, and which CA a host's certificate is checked against.
+
+- Plain HTTP is spoken to this machine by address (buildtool.common.refs.is_loopback_host) and to the
+  hosts named in DL_IMAGES_INSECURE_REGISTRIES (comma-separated `host[:port]`, off by default), as
+  docker's `insecure-registries` setting does. Naming a host there changes only the scheme: it does not
+  make a key "local" (--trust-local-key still goes by address) and credentials still never go to a
+  plain-HTTP token realm (buildtool.registry.auth).
+- A host's CA is read where docker and skopeo read it: every `*.crt` in /etc/docker/certs.d/HOST[:PORT]/
+  (also /etc/containers/certs.d/, podman's place; DL_IMAGES_CERTS_D names other roots, colon-separated,
+  for tests and for users without root). Those CAs are added to the default trust (certifi, or
+  REQUESTS_CA_BUNDLE), for that host only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildtool.common.refs import is_loopback_host
+
+if TYPE_CHECKING:
+    import ssl
+
+INSECURE_ENV = "DL_IMAGES_INSECURE_REGISTRIES"
+CERTS_D_ENV = "DL_IMAGES_CERTS_D"
+CERTS_D_ROOTS = ("/etc/docker/certs.d", "/etc/containers/certs.d")
+
+
+def insecure_registries() -> set[str]:
+    """The hosts DL_IMAGES_INSECURE_REGISTRIES names (lower-cased, `host[:port]`)."""
+    return {part.strip().lower() for part in os.environ.get(INSECURE_ENV, "").split(",") if part.strip()}
+
+
+def plain_http(host: str) -> bool:
+    """Whether `host` (`host[:port]`) is spoken to over plain HTTP."""
+    return is_loopback_host(host) or host.lower() in insecure_registries()
+
+
+def certs_d_roots() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get(CERTS_D_ENV, "").split(":") if p]
+    return [*extra, *(Path(p) for p in CERTS_D_ROOTS)]
+
+
+def ca_files(netloc: str) -> list[Path]:
+    """The `*.crt` CA files docker would read for `netloc` (`host[:port]`), in a stable order."""
+    found: list[Path] = []
+    for root in certs_d_roots():
+        folder = root / netloc
+        if folder.is_dir():
+            found += sorted(folder.glob("*.crt"))
+    return found
+
+
+def ssl_context(netloc: str) -> ssl.SSLContext | None:
+    """A verifying context that trusts the default CAs plus `netloc`'s certs.d CAs; None when it has none."""
+    files = ca_files(netloc)
+    if not files:
+        return None
+    import ssl
+
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if not bundle:
+        try:
+            import certifi
+
+            bundle = certifi.where()
+        except ImportError:  # pragma: no cover - requests depends on certifi
+            bundle = None
+    context = ssl.create_default_context(cafile=bundle)
+    for path in files:
+        context.load_verify_locations(cafile=str(path))
+    return context
+
+
+def tls_hint(netloc: str) -> str:
+    """Where a CA for `netloc` goes, as the one-line TLS error says."""
+    return (f"put the registry's CA certificate in /etc/docker/certs.d/{netloc}/ca.crt (docker, skopeo and "
+            "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE")

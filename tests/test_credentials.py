@@ -1,0 +1,177 @@
+"""Credential resolution as docker does it, for one host only: auths (auth, identitytoken), credsStore,
+credHelpers (helper scripts on PATH), Docker Hub's legacy key, REGISTRY_AUTH_FILE, REGISTRY_AUTH_HOST,
+malformed entries; and the private auth file skopeo gets."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from buildtool.registry import credentials
+from buildtool.registry.credentials import Credential, CredentialError, authfile, resolve
+
+HOST = "registry.example:5000"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.fixture(autouse=True)
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("REGISTRY_USER", "REGISTRY_PASSWORD", "REGISTRY_AUTH_HOST", "REGISTRY_AUTH_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    folder = tmp_path / "docker"
+    folder.mkdir()
+    monkeypatch.setenv("DOCKER_CONFIG", str(folder))
+    return folder / "config.json"
+
+
+def helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, answers: dict[str, tuple[str, str]],
+           sleep: float = 0) -> Path:
+    """docker-credential-NAME on PATH: `get` answers per server URL, else 'credentials not found'; it logs
+    what it was asked to calls.log."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    log = tmp_path / f"{name}.calls.log"
+    script = bindir / f"docker-credential-{name}"
+    table = {server: {"ServerURL": server, "Username": user, "Secret": secret}
+             for server, (user, secret) in answers.items()}
+    script.write_text(f"""#!/usr/bin/env python3
+import json, sys, time
+server = sys.stdin.read().strip()
+with open({str(log)!r}, "a") as out:
+    out.write(sys.argv[1] + " " + server + "\\n")
+time.sleep({sleep})
+table = {json.dumps(table)!r}
+found = json.loads(table).get(server)
+if found is None:
+    print("credentials not found in native keychain")
+    sys.exit(1)
+print(json.dumps(found))
+""")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_auths_by_exact_key_and_by_url_key(config: Path) -> None:
+    config.write_text(json.dumps({"auths": {HOST: {"auth": b64("alice:pw:with:colons")},
+                                            "https://other.example/v1/": {"auth": b64("bob:pw2")}}}))
+    assert resolve(HOST) == Credential("alice", "pw:with:colons", source=f"auths['{HOST}'] in {config}")
+    assert resolve("other.example") is not None and resolve("other.example").username == "bob"  # type: ignore[union-attr]
+    assert resolve("third.example") is None
+    assert resolve("registry.example") is None          # another port is another host
+
+
+def test_identitytoken(config: Path) -> None:
+    config.write_text(json.dumps({"auths": {HOST: {"auth": b64("alice:"), "identitytoken": "refresh-abc"}}}))
+    found = resolve(HOST)
+    assert found is not None and found.identity_token == "refresh-abc" and found.password == ""
+    assert "refresh-abc" not in repr(found)
+
+
+def test_docker_hubs_legacy_key_serves_its_api_host(config: Path) -> None:
+    config.write_text(json.dumps({"auths": {"https://index.docker.io/v1/": {"auth": b64("hubuser:hubpw")}}}))
+    for host in ("docker.io", "registry-1.docker.io", "index.docker.io"):
+        assert resolve(host) is not None and resolve(host).username == "hubuser"  # type: ignore[union-attr]
+    assert resolve("ghcr.io") is None
+
+
+def test_malformed_base64_is_one_line_naming_file_and_host_and_only_for_that_host(config: Path) -> None:
+    config.write_text(json.dumps({"auths": {HOST: {"auth": "%%%not base64"},
+                                            "good.example": {"auth": b64("u:p")}}}))
+    with pytest.raises(CredentialError) as caught:
+        resolve(HOST)
+    message = str(caught.value)
+    assert str(config) in message and HOST in message and "\n" not in message
+    assert resolve("good.example") is not None          # a broken entry for one host breaks no other
+    config.write_text(json.dumps({"auths": {HOST: {"auth": b64("no-colon")}}}))
+    with pytest.raises(CredentialError, match="not base64 of USER:PASSWORD"):
+        resolve(HOST)
+
+
+def test_creds_store_helper_is_asked_with_the_host(config: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    log = helper(tmp_path, monkeypatch, "teststore", {HOST: ("carol", "from-store"),
+                                                     "https://index.docker.io/v1/": ("<token>", "hub-refresh")})
+    config.write_text(json.dumps({"credsStore": "teststore",
+                                  "auths": {HOST: {}, "fallback.example": {"auth": b64("f:g")}}}))
+    assert resolve(HOST) == Credential("carol", "from-store", source="docker-credential-teststore")
+    hub = resolve("registry-1.docker.io")
+    assert hub is not None and hub.identity_token == "hub-refresh" and hub.username == ""
+    assert resolve("fallback.example") is not None      # the store has nothing: auths, as the SDK does
+    assert log.read_text().splitlines() == [f"get {HOST}", "get https://index.docker.io/v1/", "get fallback.example"]
+
+
+def test_cred_helpers_per_host_win_over_the_store(config: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    helper(tmp_path, monkeypatch, "ecr", {HOST: ("AWS", "ecr-token")})
+    store_log = helper(tmp_path, monkeypatch, "desktop", {})
+    config.write_text(json.dumps({"credsStore": "desktop", "credHelpers": {HOST: "ecr"}}))
+    assert resolve(HOST) == Credential("AWS", "ecr-token", source="docker-credential-ecr")
+    assert not store_log.exists()
+
+
+def test_a_helper_that_is_missing_fails_or_hangs_is_one_line(config: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    config.write_text(json.dumps({"credHelpers": {HOST: "absent"}}))
+    with pytest.raises(CredentialError, match=f"docker-credential-absent for {HOST}, and it is not on PATH"):
+        resolve(HOST)
+    helper(tmp_path, monkeypatch, "slow", {HOST: ("u", "p")}, sleep=5)
+    config.write_text(json.dumps({"credHelpers": {HOST: "slow"}}))
+    with pytest.raises(CredentialError, match=f"docker-credential-slow get for {HOST} did not answer"):
+        credentials.run_helper("slow", HOST, HOST, str(config), timeout=0.5)
+
+
+def test_registry_auth_file_comes_first(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config.write_text(json.dumps({"auths": {HOST: {"auth": b64("docker:pw")}}}))
+    podman = tmp_path / "auth.json"
+    podman.write_text(json.dumps({"auths": {HOST: {"auth": b64("podman:pw")}}}))
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(podman))
+    assert resolve(HOST).username == "podman"  # type: ignore[union-attr]
+    assert resolve(HOST).source.endswith(str(podman))  # type: ignore[union-attr]
+
+
+def test_environment_credentials_need_the_host_they_are_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REGISTRY_USER", "env")
+    monkeypatch.setenv("REGISTRY_PASSWORD", "env-pw")
+    assert resolve(HOST) is None
+    monkeypatch.setenv("REGISTRY_AUTH_HOST", HOST)
+    assert resolve(HOST) == Credential("env", "env-pw", source="REGISTRY_USER/REGISTRY_PASSWORD (REGISTRY_AUTH_HOST)")
+    assert resolve("other.example:5000") is None
+
+
+def test_same_entry_as_the_docker_sdk(config: Path) -> None:
+    """docker.auth picks the same auths entry for the same file (where both apply)."""
+    import docker.auth
+
+    entries = {HOST: {"auth": b64("a:1")}, "https://other.example/v2/": {"auth": b64("b:2")},
+               "https://index.docker.io/v1/": {"auth": b64("c:3")}}
+    config.write_text(json.dumps({"auths": entries}))
+    sdk = docker.auth.load_config(str(config))
+    for host in (HOST, "other.example", "docker.io", "index.docker.io", "nothing.example"):
+        theirs = sdk.resolve_authconfig(host)
+        ours = resolve(host)
+        assert (theirs or {}).get("username") == (ours.username if ours else None), host
+
+
+def test_authfile_is_private_and_removed(config: Path) -> None:
+    config.write_text(json.dumps({"auths": {HOST: {"auth": b64("alice:pw")}}}))
+    with authfile([HOST, "nothing.example"]) as path:
+        assert path is not None
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert json.loads(path.read_text()) == {"auths": {HOST: {"auth": b64("alice:pw")}}}
+        folder = path.parent
+    assert not folder.exists()
+    with authfile(["nothing.example"]) as none:
+        assert none is None
+    with pytest.raises(RuntimeError), authfile([HOST]) as path:
+        folder = path.parent  # type: ignore[union-attr]
+        raise RuntimeError("the tool failed")
+    assert not folder.exists()

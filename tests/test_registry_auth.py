@@ -1,0 +1,376 @@
+"""Registry authentication without an engine or a registry binary: the challenge parser, the token flow
+(scopes, upgrade, mounts, expiry), Basic, Retry-After, redirects, TLS with a CA in certs.d, and the
+one-line errors, against tests.tokenserver's TokenServer and FakeRegistry on loopback."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from buildtool.registry.auth import format_scopes, needed_scopes, parse_challenges, parse_scopes
+from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy, retry_after
+from buildtool.registry.errors import (
+    CredentialsRefused,
+    InsufficientScope,
+    NoCredentials,
+    RateLimited,
+    RegistryTLSError,
+)
+from tests import pki
+from tests.tokenserver import FakeRegistry, Recorder, TokenServer
+
+PASSWORD = "s3cret-Pa55word"
+USERS = {"alice": PASSWORD, "reader": "read-only-pw"}
+GRANTS = {"alice": {"team": "pull,push", "other": "pull"}, "reader": {"team": "pull"}}
+
+
+@pytest.fixture(autouse=True)
+def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("REGISTRY_USER", "REGISTRY_PASSWORD", "REGISTRY_AUTH_HOST", "REGISTRY_AUTH_FILE",
+                 "DL_IMAGES_INSECURE_REGISTRIES", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    certs = tmp_path / "certs.d"
+    certs.mkdir()
+    monkeypatch.setenv("DL_IMAGES_CERTS_D", str(certs))
+    return config
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> pki.CA:
+    return pki.make_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture(scope="module")
+def server_cert(ca: pki.CA) -> pki.Issued:
+    return ca.issue("loopback", ["127.0.0.1", "localhost"])
+
+
+@pytest.fixture(scope="module")
+def signing(tmp_path_factory: pytest.TempPathFactory) -> pki.Issued:
+    return pki.self_signed(tmp_path_factory.mktemp("signing"), "token-signer")
+
+
+def trust(ca: pki.CA, netloc: str) -> None:
+    import os
+
+    folder = Path(os.environ["DL_IMAGES_CERTS_D"]) / netloc
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ca.crt").write_bytes(ca.cert.read_bytes())
+
+
+@pytest.fixture
+def token_registry(ca: pki.CA, server_cert: pki.Issued,
+                   signing: pki.Issued) -> Iterator[tuple[TokenServer, FakeRegistry]]:
+    """A plain-http loopback registry whose token realm is an https server on another port."""
+    tokens = TokenServer(signing_cert=signing.cert, signing_key=signing.key, users=USERS, grants=GRANTS,
+                         tls=(server_cert.cert, server_cert.key))
+    trust(ca, f"127.0.0.1:{tokens.server.port}")
+    registry = FakeRegistry(auth="bearer", realm=tokens.url())
+    try:
+        yield tokens, registry
+    finally:
+        registry.close()
+        tokens.close()
+
+
+def client(host: str, sleeps: list[float] | None = None, **kw: object) -> RegistryClient:
+    record = sleeps if sleeps is not None else []
+    return RegistryClient(host, retry=RetryPolicy(attempts=3, timeout=10), sleep=record.append, **kw)  # type: ignore[arg-type]
+
+
+def login(host: str, user: str = "alice", password: str = PASSWORD, monkeypatch: pytest.MonkeyPatch | None = None,
+          config: Path | None = None) -> None:
+    assert config is not None
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
+
+
+def blob(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# -- the challenge parser ---------------------------------------------------------------------------
+
+def test_a_bearer_challenge_whose_scope_holds_commas_parses() -> None:
+    header = ('Bearer realm="https://auth.example/token",service="registry.example",'
+              'scope="repository:team/img:pull,push",error="insufficient_scope"')
+    (challenge,) = parse_challenges(header)
+    assert challenge.scheme == "bearer"
+    assert challenge.params == {"realm": "https://auth.example/token", "service": "registry.example",
+                                "scope": "repository:team/img:pull,push", "error": "insufficient_scope"}
+
+
+def test_several_challenges_escapes_token68_and_garbage() -> None:
+    found = parse_challenges('Basic realm="a \\"quoted\\" realm", Bearer realm="https://x/t", scope=repository:a:pull')
+    assert [c.scheme for c in found] == ["basic", "bearer"]
+    assert found[0].params["realm"] == 'a "quoted" realm'
+    assert found[1].params["scope"] == "repository:a:pull"
+    assert [c.scheme for c in parse_challenges("Negotiate dG9rZW4=, Basic realm=r")] == ["negotiate", "basic"]
+    for junk in ("", "=", '"', "Bearer realm=", 'Bearer realm="unterminated', ",,,"):
+        parse_challenges(junk)      # never raises
+
+
+def test_scopes_parse_merge_and_format() -> None:
+    triples = parse_scopes("repository:a/b:pull,push repository:c:pull registry:catalog:*")
+    assert ("repository", "a/b", "push") in triples and ("registry", "catalog", "*") in triples
+    assert format_scopes(triples) == ["registry:catalog:*", "repository:a/b:pull,push", "repository:c:pull"]
+    assert format_scopes(needed_scopes("POST", "r", mount_from="s")) == ["repository:r:pull,push", "repository:s:pull"]
+    assert format_scopes(needed_scopes("HEAD", "r")) == ["repository:r:pull"]
+
+
+# -- the token flow ----------------------------------------------------------------------------------
+
+def test_pull_token_is_upgraded_to_push_and_a_mount_gets_both_repositories(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    tokens, registry = token_registry
+    login(registry.host, config=clean_env)
+    c = client(registry.host)
+    assert c.manifest_digest("team/a", "latest") is None           # pull token
+    digest = c.put_blob("team/a", b"layer")                         # push: asked again, pull+push
+    assert c.get_blob("team/a", digest) == b"layer"                 # the push token covers pull
+    assert c.mount_blob("team/b", digest, "team/a")                 # two repositories in one token
+    scopes = [sorted(f"{a['name']}:{','.join(a['actions'])}" for a in claims["access"]) for claims in tokens.issued]
+    assert scopes == [["team/a:pull"], ["team/a:pull,push"], ["team/a:pull", "team/b:pull,push"]]
+    assert c.auth.token_requests == 3
+    # The password went to the token server over TLS and nowhere else; the registry saw tokens only.
+    assert all(not s.headers.get("Authorization", "").startswith("Basic") for s in registry.seen)
+    assert all(s.headers.get("Authorization", "").startswith("Basic ") for s in tokens.seen)
+
+
+def test_tokens_are_asked_again_before_expires_in_runs_out(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    tokens, registry = token_registry
+    tokens.omit_expires_in = True                     # the spec's default then: 60 s
+    login(registry.host, config=clean_env)
+    now = [1000.0]
+    c = client(registry.host, clock=lambda: now[0])
+    c.manifest_digest("team/a", "x")
+    now[0] += 45
+    c.manifest_digest("team/a", "x")
+    assert c.auth.token_requests == 1
+    now[0] += 10                                      # 55 s: within the margin (10 s) of the 60
+    c.manifest_digest("team/a", "x")
+    assert c.auth.token_requests == 2
+
+
+def test_an_expired_token_the_registry_refuses_is_replaced(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    tokens, registry = token_registry
+    login(registry.host, config=clean_env)
+    now = [0.0]
+    c = client(registry.host, clock=lambda: now[0])   # the client's clock says fresh; the server's says no
+    c.manifest_digest("team/a", "x")
+    import time
+
+    expired = tokens.sign({"iss": tokens.issuer, "sub": "alice", "aud": tokens.service, "exp": int(time.time()) - 5,
+                           "access": [{"type": "repository", "name": "team/a", "actions": ["pull"]}]})
+    for token, _ in c.auth._tokens:
+        token.value = expired                          # the server's clock says it ran out: invalid_token
+    c.manifest_digest("team/a", "x")
+    assert c.auth.token_requests == 2
+
+
+def test_access_token_key_and_a_real_short_life(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    import time
+
+    tokens, registry = token_registry
+    tokens.token_key, tokens.life = "access_token", 1
+    login(registry.host, config=clean_env)
+    c = client(registry.host)
+    c.put_blob("team/a", b"x")
+    time.sleep(1.1)
+    assert c.has_blob("team/a", blob(b"x"))
+    assert c.auth.token_requests >= 2
+
+
+def test_insufficient_scope_is_one_line_naming_repository_and_action(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    _tokens, registry = token_registry
+    login(registry.host, "reader", "read-only-pw", config=clean_env)
+    c = client(registry.host)
+    assert c.manifest_digest("team/a", "x") is None
+    with pytest.raises(InsufficientScope) as caught:
+        c.put_blob("team/a", b"layer")
+    message = str(caught.value)
+    assert "\n" not in message and registry.host in message and "team/a" in message and "push" in message
+    assert caught.value.exit_code == 2
+
+
+def test_a_wrong_password_is_refused_by_the_token_server_in_its_own_words(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    _tokens, registry = token_registry
+    login(registry.host, "alice", "wrong-password", config=clean_env)
+    with pytest.raises(CredentialsRefused) as caught:
+        client(registry.host).manifest_digest("team/a", "x")
+    message = str(caught.value)
+    assert "\n" not in message and registry.host in message and "refused" in message
+    assert "incorrect username or password" in message and "wrong-password" not in message
+
+
+def test_no_credentials_names_the_host(token_registry: tuple[TokenServer, FakeRegistry]) -> None:
+    _tokens, registry = token_registry
+    c = client(registry.host)
+    for call in (lambda: c.manifest_digest("team/a", "x"), lambda: c.put_blob("team/a", b"layer")):
+        with pytest.raises(NoCredentials, match=f"no credentials for {registry.host}: .* on team/a needs them"):
+            call()
+
+
+def test_identity_token_uses_the_oauth2_refresh_grant(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    tokens, registry = token_registry
+    tokens.refresh_tokens["refresh-123"] = "alice"
+    (clean_env / "config.json").write_text(json.dumps({"auths": {registry.host: {"identitytoken": "refresh-123"}}}))
+    c = client(registry.host)
+    c.put_blob("team/a", b"x")
+    assert {s.method for s in tokens.seen} == {"POST"}
+    assert all("Authorization" not in s.headers for s in tokens.seen)
+
+
+def test_the_token_server_rate_limit_is_waited_out(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    tokens, registry = token_registry
+    tokens.rate_limit_every = 2
+    login(registry.host, config=clean_env)
+    sleeps: list[float] = []
+    c = client(registry.host, sleeps)
+    c.manifest_digest("team/a", "x")
+    c.put_blob("team/a", b"x")
+    assert sleeps == [1.0]
+
+
+def test_a_token_server_that_answers_garbage_or_fails_is_one_line(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    tokens, registry = token_registry
+    login(registry.host, config=clean_env)
+    tokens.token_key = "nothing"
+    with pytest.raises(RegistryError, match="answered without a token") as caught:
+        client(registry.host).manifest_digest("team/a", "x")
+    assert "\n" not in str(caught.value)
+
+
+def test_credentials_never_go_to_a_plain_http_realm(signing: pki.Issued, clean_env: Path) -> None:
+    tokens = TokenServer(signing_cert=signing.cert, signing_key=signing.key, users=USERS, grants=GRANTS)
+    registry = FakeRegistry(auth="bearer", realm=tokens.url())
+    try:
+        login(registry.host, config=clean_env)
+        with pytest.raises(NoCredentials, match="plain-HTTP"):
+            client(registry.host).put_blob("team/a", b"x")
+        assert tokens.seen and all("Authorization" not in s.headers for s in tokens.seen)
+    finally:
+        registry.close()
+        tokens.close()
+
+
+# -- Basic, and credentials for one host only --------------------------------------------------------
+
+def test_basic_auth_answers_the_challenge_and_refusal_is_one_line(clean_env: Path) -> None:
+    registry = FakeRegistry(auth="basic", users=USERS)
+    try:
+        login(registry.host, config=clean_env)
+        c = client(registry.host)
+        c.put_blob("team/a", b"x")
+        assert "Authorization" not in registry.seen[0].headers     # nothing before the registry asks
+        login(registry.host, "alice", "nope", config=clean_env)
+        with pytest.raises(CredentialsRefused) as caught:
+            client(registry.host).put_blob("team/a", b"y")
+        assert "refused" in str(caught.value) and registry.host in str(caught.value)
+        assert "nope" not in str(caught.value)
+    finally:
+        registry.close()
+
+
+def test_environment_credentials_go_only_to_the_host_they_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    mine, other = FakeRegistry(auth="basic", users=USERS), FakeRegistry(auth="basic", users=USERS)
+    try:
+        monkeypatch.setenv("REGISTRY_USER", "alice")
+        monkeypatch.setenv("REGISTRY_PASSWORD", PASSWORD)
+        monkeypatch.setenv("REGISTRY_AUTH_HOST", mine.host)
+        client(mine.host).put_blob("team/a", b"x")
+        with pytest.raises(NoCredentials, match=f"no credentials for {other.host}"):
+            client(other.host).put_blob("team/a", b"x")
+        assert all("Authorization" not in s.headers for s in other.seen)
+        # Without REGISTRY_AUTH_HOST they go nowhere.
+        monkeypatch.delenv("REGISTRY_AUTH_HOST")
+        with pytest.raises(NoCredentials):
+            client(mine.host).put_blob("team/a", b"y")
+    finally:
+        mine.close()
+        other.close()
+
+
+def test_a_redirect_to_another_host_loses_the_authorization_header(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    _tokens, registry = token_registry
+    storage = Recorder(payload=b"layer")
+    try:
+        login(registry.host, config=clean_env)
+        c = client(registry.host)
+        digest = c.put_blob("team/a", b"layer")
+        registry.redirect_blobs_to = storage.base
+        assert c.get_blob("team/a", digest) == b"layer"
+        assert storage.seen and all("Authorization" not in s.headers for s in storage.seen)
+        assert registry.seen[-1].headers.get("Authorization", "").startswith("Bearer ")
+    finally:
+        storage.close()
+
+
+# -- Retry-After --------------------------------------------------------------------------------------
+
+def test_429_with_retry_after_is_waited_out_and_a_long_one_fails_at_once() -> None:
+    registry = FakeRegistry(rate_limit_every=3)
+    try:
+        sleeps: list[float] = []
+        c = client(registry.host, sleeps)
+        for i in range(6):
+            c.put_blob("team/a", f"blob {i}".encode())
+        assert sleeps and set(sleeps) == {1.0}
+        short = RegistryClient(registry.host, retry=RetryPolicy(max_retry_after=0.5), sleep=sleeps.append)
+        with pytest.raises(RateLimited, match="Retry-After 1 s"):
+            for _ in range(3):
+                short.has_blob("team/a", blob(b"x"))
+    finally:
+        registry.close()
+
+
+def test_retry_after_reads_seconds_and_dates() -> None:
+    assert retry_after("7") == 7.0
+    assert retry_after(None) is None and retry_after("soon") is None
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+
+
+# -- TLS -----------------------------------------------------------------------------------------------
+
+def test_tls_failure_says_why_and_where_the_ca_goes_and_is_not_retried(
+        ca: pki.CA, server_cert: pki.Issued) -> None:
+    registry = FakeRegistry(tls=(server_cert.cert, server_cert.key))
+    try:
+        sleeps: list[float] = []
+        c = client(registry.host, sleeps, scheme="https")
+        with pytest.raises(RegistryTLSError) as caught:
+            c.manifest_digest("team/a", "x")
+        message = str(caught.value)
+        assert "certificate verify failed" in message and f"/etc/docker/certs.d/{registry.host}/ca.crt" in message
+        assert "REQUESTS_CA_BUNDLE" in message and "\n" not in message
+        assert sleeps == [] and registry.seen == []
+        trust(ca, registry.host)                      # where docker reads it (DL_IMAGES_CERTS_D here)
+        assert client(registry.host, scheme="https").manifest_digest("team/a", "x") is None
+    finally:
+        registry.close()
+
+
+def test_a_non_loopback_host_is_https_unless_named_insecure(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert RegistryClient("registry.example:5000").scheme == "https"
+    monkeypatch.setenv("DL_IMAGES_INSECURE_REGISTRIES", "registry.example:5000, other.example")
+    assert RegistryClient("registry.example:5000").scheme == "http"
+    assert RegistryClient("registry.example").scheme == "https"
+    assert RegistryClient("127.0.0.1:5000").scheme == "http"
+    assert RegistryClient("docker.io").api_host == "registry-1.docker.io"
