@@ -61,15 +61,15 @@ LAUNCHERS: dict[str, str] = {
     "coordinator": "one process per node, using all its GPUs: `python3 SCRIPT --coordinator HOST:PORT "
                    "--num-processes N --process-id I --steps S --init-timeout SECONDS`, HOST the first node "
                    "(process 0's), I this node's index in the job's node list, resolved on the node itself "
-                   "(as JAX's `jax.distributed` wants it)",
+                   "(as `jax.distributed` wants it)",
 }
 
 # How image-tests/scripts/shm_workers.py passes large batches through /dev/shm (framework.yaml `shm_workers`):
 # one entry each, its name and the workers it runs (failure messages name them so). Its behaviour is the
 # function `<name>_mode` of that script, which runs in the image and cannot import this module.
 SHM_WORKERS: dict[str, str] = {
-    "torch": "a DataLoader with 2 workers",
-    "python": "2 worker processes",
+    "torch": "a DataLoader with 2 workers (torch.utils.data)",
+    "python": "2 worker processes (multiprocessing.shared_memory)",
 }
 
 

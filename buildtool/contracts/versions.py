@@ -93,13 +93,13 @@ class Scheme:
 # The version schemes a framework.yaml may name in `local_versions`, each one entry: its name, what it
 # means, its rule. contracts.frameworks refuses any other name when it loads a framework's row.
 SCHEMES: dict[str, Scheme] = {
-    TORCH: Scheme("`+cpu` / `+cu<CUDA>` on PyPI's wheels, `+<commit>.nvYY.MM` on NGC (PyTorch)", _torch),
-    PLAIN: Scheme("no local part; NGC's builds may add `+nvYY.MM` (TensorFlow)", _plain),
+    TORCH: Scheme("`+cpu` / `+cu<CUDA>` on PyPI's wheels, `+<commit>.nvYY.MM` on NGC", _torch),
+    PLAIN: Scheme("no local part; NGC's builds may add `+nvYY.MM`", _plain),
     # Built from the project's git tree on NGC (JAX): `<release>[.devYYYYMMDD][+<commit>[.nvYY.MM]]`;
     # PyPI's wheels are plain releases. NGC's exact spelling has not been seen here (no NGC pull), so
     # the NGC rule takes both forms jax's version.py can produce and NGC's usual nvYY.MM suffix.
     SOURCE: Scheme("plain releases from PyPI; on NGC a build from the project's tree: `.devN` of the release, "
-                   "`+<commit>[.nvYY.MM]` or `+nvYY.MM` (JAX)", _source),
+                   "`+<commit>[.nvYY.MM]` or `+nvYY.MM`", _source),
 }
 
 

@@ -1,8 +1,11 @@
-"""docs/images.md: which images we offer, what each is for, and how to run it.
+"""docs/images.md: which images we offer, what each is for, and how to run it; and the frameworks.
 
-Generated from the matrix and the committed release manifests (docs/releases/*.json,
-written by `buildtool release`); no registry, no engine, so it is deterministic and
-drift-checked like the Dockerfiles. Stand-in bases are test fixtures and never appear.
+Generated from the matrix, its framework folders (image-tests/<name>/, the framework table) and the
+committed release manifests (docs/releases/*.json, written by `buildtool release`); no registry, no
+engine, so it is deterministic and drift-checked like the Dockerfiles. Stand-in bases are test
+fixtures and never appear. The frameworks section is where the documents list the frameworks (a
+framework added is a folder and its cells, and this list follows), with the kinds their rows choose
+from and what each means (contracts.frameworks LAUNCHERS and SHM_WORKERS, contracts.versions SCHEMES).
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildtool.common.documents import render_document
+from buildtool.contracts import frameworks
 from buildtool.contracts.driver_rules import forward_compat_summary
 from buildtool.contracts.gpu import min_driver
 from buildtool.contracts.releases import RELEASES_DIR, latest_by_cell
-from buildtool.contracts.versions import ngc_release
+from buildtool.contracts.versions import SCHEMES, ngc_release
 from buildtool.matrix.plan import expand_tag
 
 if TYPE_CHECKING:
@@ -61,13 +65,40 @@ def _cell_view(cell: Cell, released: dict[str, dict[str, Any]]) -> dict[str, Any
     }
 
 
+def _framework_views(matrix: Matrix) -> list[dict[str, Any]]:
+    """Every framework of the matrix's table (its image-tests folders), in the table's order, with its images."""
+    views = []
+    for name in frameworks.names():
+        row = frameworks.get(name)
+        views.append({"row": row, "folder": f"image-tests/{name}/",
+                      "images": list(dict.fromkeys(c.name for c in matrix.cells if c.framework == name))})
+    return views
+
+
+def _kinds() -> list[dict[str, Any]]:
+    """The kinds a framework's row chooses from, each with what it means (the tables' own words)."""
+    tables: list[tuple[str, dict[str, str]]] = [
+        ("multinode.launcher", frameworks.LAUNCHERS),
+        ("local_versions", {name: scheme.description for name, scheme in SCHEMES.items()}),
+        ("shm_workers", frameworks.SHM_WORKERS),
+    ]
+    rows = [frameworks.get(name) for name in frameworks.names()]
+    used = {"multinode.launcher": {r.name: r.multinode.launcher for r in rows if r.multinode is not None},
+            "local_versions": {r.name: r.local_versions for r in rows},
+            "shm_workers": {r.name: r.shm_workers for r in rows}}
+    return [{"key": key, "name": name, "description": description,
+             "used_by": [frameworks.get(f).title for f, kind in used[key].items() if kind == name]}
+            for key, table in tables for name, description in table.items()]
+
+
 def render_catalogue(matrix: Matrix, released: dict[str, dict[str, Any]] | None = None) -> str:
     views = {cell.key: _cell_view(cell, released or {}) for cell in matrix.cells}
     images = []
     for name in matrix.image_names:
         cells = [views[c.key] for c in matrix.cells if c.name == name]
         images.append({"name": name, "use": cells[0]["cell"].use, "cells": cells})
-    text = render_document("buildtool.render", "catalogue.md.j2", cells=list(views.values()), images=images)
+    text = render_document("buildtool.render", "catalogue.md.j2", cells=list(views.values()), images=images,
+                           frameworks=_framework_views(matrix), kinds=_kinds())
     return text.rstrip("\n") + "\n"
 
 
