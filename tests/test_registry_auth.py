@@ -374,3 +374,12 @@ def test_a_non_loopback_host_is_https_unless_named_insecure(monkeypatch: pytest.
     assert RegistryClient("registry.example").scheme == "https"
     assert RegistryClient("127.0.0.1:5000").scheme == "http"
     assert RegistryClient("docker.io").api_host == "registry-1.docker.io"
+
+
+def test_check_push_proves_push_access_before_anything_big_moves(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    _tokens, registry = token_registry
+    login(registry.host, config=clean_env)
+    client(registry.host).check_push("team/a")                  # alice may push to team/
+    with pytest.raises(InsufficientScope, match="push on other"):
+        client(registry.host).check_push("other")               # ... and only pull from other

@@ -476,8 +476,16 @@ class Builder:
         """A pushed digest gets its SBOM and its signed provenance (each kept when already there)."""
         if self.options.push and result.digest.startswith("sha256:"):
             finished = datetime.now(UTC)
-            result.sbom = self._ensure_sbom(plan, plan.dev_ref, result.digest, plan.cell.platforms[0])
-            result.provenance = self._ensure_provenance(plan, plan.dev_ref, result.digest, began, finished)
+            try:
+                result.sbom = self._ensure_sbom(plan, plan.dev_ref, result.digest, plan.cell.platforms[0])
+                result.provenance = self._ensure_provenance(plan, plan.dev_ref, result.digest, began, finished)
+            except (FailedError, RegistryError, RuntimeError, OSError) as exc:
+                # The registry cannot untag (distribution deletes manifests, not tags): say what is left.
+                cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+                raise FailedError(f"{plan.dev_ref} was pushed as {result.digest}, but attaching its SBOM and "
+                                  f"provenance failed ({cause}); that dev tag is in the registry without them, "
+                                  "which validate reports and release refuses: fix the cause and re-run "
+                                  "build --push, which attaches them") from None
 
     def _ensure_provenance(self, plan: CellPlan, ref: str, digest: str, began: datetime, finished: datetime) -> str:
         """Sign and attach the provenance of the image `digest` (tagged `ref`), unless one this builder key
@@ -668,6 +676,10 @@ class Builder:
                                 "(DL_IMAGES_BUILDER_KEY, or the local dev key)")
             self._key = self.options.builder_key()
             push_path.choose(self.options.push_with, None)   # an unknown push path is said before anything builds
+            # Credentials and push scope for every dev repository, before anything builds: a push whose
+            # attestations could not be written would leave a dev tag without them.
+            for repo in dict.fromkeys(split_repo(p.dev_ref)[1] for p in plans):
+                self.registry.check_push(repo)
         infos, missing = self.resolve_bases(plans)
         if missing and not infos:
             raise UserError(next(iter(missing.values())))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_repo
+from buildtool.registry.tools import skopeo_access
 
 ENGINE, SKOPEO, AUTO = "engine", "skopeo", "auto"
 CHOICES = (AUTO, ENGINE, SKOPEO)
@@ -59,22 +60,22 @@ def choose(setting: str, build_log: str | None) -> str:
     return SKOPEO
 
 
-def skopeo_push(ref: str, insecure: bool, timeout: float = SKOPEO_TIMEOUT_S) -> str:
+def skopeo_push(ref: str, insecure: bool | None = None, timeout: float = SKOPEO_TIMEOUT_S) -> str:
     """`skopeo copy docker-daemon:REF docker://REF`; returns the manifest digest skopeo wrote. The engine
-    is the one DOCKER_HOST names (skopeo itself reads only its own flag for it). RuntimeError on failure
-    (push_verified retries)."""
+    is the one DOCKER_HOST names (skopeo itself reads only its own flag for it). The registry's credentials,
+    CA and plain-HTTP setting are RegistryClient's (buildtool.registry.tools: a private auth file, never
+    argv); `insecure` is decided there (kept for callers). RuntimeError on failure (push_verified retries)."""
     if shutil.which("skopeo") is None:
         raise UserError("skopeo is not installed (it pushes images this build made from scratch); run "
                         "`bash scripts/setup.sh`, or push with the engine: --push-with engine")
-    split_repo(ref)   # a reference with a registry and a tag, or ReferenceError
-    with tempfile.TemporaryDirectory(prefix="buildtool-push-") as tmp:
+    registry, _, _ = split_repo(ref)   # a reference with a registry and a tag, or ReferenceError
+    with tempfile.TemporaryDirectory(prefix="buildtool-push-") as tmp, skopeo_access(registry, "dest") as access:
         digest_file = Path(tmp) / "digest"
         argv = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file)]
         host = os.environ.get("DOCKER_HOST", "")
         if host:
             argv += ["--src-daemon-host", host]
-        if insecure:
-            argv.append("--dest-tls-verify=false")   # a loopback registry speaks plain HTTP
+        argv += access   # plain HTTP for a loopback registry; CA; --dest-authfile
         argv += [f"docker-daemon:{ref}", f"docker://{ref}"]
         try:
             run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

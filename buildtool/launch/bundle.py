@@ -45,6 +45,7 @@ from buildtool.common.refs import ReferenceError, is_loopback_host, parse_refere
 from buildtool.common.sizes import SizeError, size_bytes
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError
+from buildtool.registry.tools import skopeo_access
 
 JOBS_DIR = "jobs"
 JOBS_MOUNT = "/opt/dl-images/jobs"
@@ -248,11 +249,12 @@ def make_bundle(image: str, dest: Path, platform: platforms.Platform, *, fallbac
     try:
         layout = work / "layout"
         log(f"copying the {platform.name} image of {image} into an OCI layout (skopeo)")
-        tls = ["--src-tls-verify=false"] if _loopback(ref.registry) else []
         # Global options: which manifest of an index to copy (skopeo's default is this machine's platform).
         chosen = [f"--override-os={platform.os}", f"--override-arch={platform.architecture}"]
-        _run([skopeo, *chosen, "copy", "--quiet", *tls, f"docker://{image}", f"oci:{layout}:image"], COPY_TIMEOUT_S,
-             f"skopeo copy of {image}")
+        # Plain HTTP, CA and credentials (a private --src-authfile) as the registry client has them.
+        with skopeo_access(ref.registry, "src") as access:
+            _run([skopeo, *chosen, "copy", "--quiet", *access, f"docker://{image}", f"oci:{layout}:image"],
+                 COPY_TIMEOUT_S, f"skopeo copy of {image}")
         digest, labels, declared = layout_image(layout)
         problem = platform_problem(platform, declared)
         if problem is not None:

@@ -343,6 +343,15 @@ class RegistryClient:
         digest = sha256_digest(data)
         if self.has_blob(repo, digest):
             return digest
+        return self._upload(repo, data, digest)
+
+    def check_push(self, repo: str) -> None:
+        """Upload the empty JSON blob (the config of every attestation artifact) whether or not `repo` holds it:
+        proves before anything big moves that this client may push there (credentials, token scope), and
+        raises the one-line auth error when it may not."""
+        self._upload(repo, EMPTY_JSON, sha256_digest(EMPTY_JSON))
+
+    def _upload(self, repo: str, data: bytes, digest: str) -> str:
         start = self.request("POST", f"{repo}/blobs/uploads/", ok=(202,), repo=repo)
         location = start.headers["Location"]
         if location.startswith("/"):

@@ -77,3 +77,10 @@ def tls_hint(netloc: str) -> str:
     """Where a CA for `netloc` goes, as the one-line TLS error says."""
     return (f"put the registry's CA certificate in /etc/docker/certs.d/{netloc}/ca.crt (docker, skopeo and "
             "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE")
+
+
+def cert_dir(netloc: str) -> Path | None:
+    """The certs.d folder holding `netloc`'s CA (for skopeo's --cert-dir when it is not under /etc, which
+    skopeo reads itself), or None."""
+    files = ca_files(netloc)
+    return files[0].parent if files else None
