@@ -68,6 +68,9 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict | None]:
 
     monkeypatch.setattr(RegistryClient, "manifest_digest", manifest_digest)
     monkeypatch.setattr(sbom, "load_sbom", load_sbom)
+    # diff reads the signed SBOM (tests/test_sbom_signed_reader.py checks the signature and the plain one).
+    monkeypatch.setattr("buildtool.imagebuild.image_diff.read_signed_sbom",
+                        lambda client, repo, digest, trusted: load_sbom(client, repo, digest))
     return documents
 
 

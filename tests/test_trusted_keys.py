@@ -117,3 +117,23 @@ def test_each_key_is_trusted_only_in_its_roles(tmp_path: Path) -> None:
     why = trusted.role_problem(CI.public().keyid, "tester")
     assert "trusted as builder, not as tester" in why and "(builds)" in why
     assert trusted.role_problem(OTHER.public().keyid, "tester") == ""
+
+
+def test_a_key_in_both_roles_is_refused_unless_its_entry_says_so(tmp_path: Path) -> None:
+    """Issue 37: one key listed as builder and tester released on its own, and nothing said the builder and
+    the tester were then the same party. Both roles take `allow_both_roles: true` in that very entry."""
+    both = trusted_entry("ci", CI.public(), ("builder",)).replace("roles: [builder]", "roles: [builder, tester]")
+    write(tmp_path, "keys:\n" + both)
+    message = refusal(tmp_path)
+    assert "config/trusted-keys.yaml:2" in message and "keys[0] (ci) is trusted as both builder and tester" in message
+    assert "allow_both_roles: true" in message
+    write(tmp_path, "keys:\n" + both.replace("roles: [builder, tester]\n",
+                                             "roles: [builder, tester]\n    allow_both_roles: yes-please\n"))
+    assert "allow_both_roles is 'yes-please', not true or false" in refusal(tmp_path)
+    write(tmp_path, "keys:\n" + trusted_entry("ci", CI.public(), ("builder", "tester")))
+    assert "allow_both_roles: true" in trusted_entry("ci", CI.public(), ("builder", "tester"))
+    assert load_trusted(tmp_path).roles[CI.public().keyid] == frozenset({"builder", "tester"})
+    write(tmp_path, "keys:\n" + trusted_entry("ci", CI.public(), ("tester",)) + trusted_entry("b", OTHER.public(),
+                                                                                               ("builder",)))
+    assert "allow_both_roles" not in (tmp_path / "config/trusted-keys.yaml").read_text()
+    assert len(load_trusted(tmp_path).keys) == 2

@@ -10,6 +10,7 @@ import pytest
 
 from buildtool.cli import main
 from buildtool.common.dsse import generate
+from buildtool.contracts import label_keys
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.release.chain import verify_digest
 from buildtool.validate.keys import trusted_entry
@@ -20,6 +21,8 @@ from tests.memregistry import MemRegistry
 REPO = "team/pytorch-cpu"
 CPU = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")
 BUILDER_ONLY = generate()
+# What push labels an image with, as far as verify reads it: the base its provenance names.
+LABELS = {label_keys.OCI_BASE_DIGEST: "sha256:" + "7" * 64}
 
 
 def chained(client: MemRegistry, digest: str, *, provenance: bool = True, sbom: bool = True,
@@ -40,12 +43,14 @@ def client() -> MemRegistry:
 
 
 def test_a_whole_chain_verifies_and_says_each_link(client: MemRegistry) -> None:
-    digest = client.push_image(REPO, "2.13-0.1.0")
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
     named = chained(client, digest)
     chain = verify_digest(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
     assert chain.ok, chain.problem
     lines = dict(chain.lines)
-    assert [link for link, _ in chain.lines] == ["image", "built", "sbom", "tested", "result"]
+    assert [link for link, _ in chain.lines] == ["image", "built", "sbom", "tested", "note", "result"]
+    assert lines["note"] == (f"builder and tester are the same key {signing.KEY.keyid[:16]} (test runner): one party "
+                             "built the image and vouched for its tests")
     assert lines["image"] == f"{client.host}/{REPO}@{digest}"
     assert lines["built"] == (f"by https://ci.example/runs/1 (key {signing.KEY.keyid[:16]} (test runner)), from "
                               f"{'a' * 40}, base 127.0.0.1:5000/debian:bookworm-slim@sha256:{'7' * 64}, "
@@ -65,7 +70,7 @@ def test_a_whole_chain_verifies_and_says_each_link(client: MemRegistry) -> None:
     ({"verdict_key": signing.ATTACKER}, "untrusted key"),
 ])
 def test_each_broken_link_fails_the_chain_naming_it(client: MemRegistry, setup: dict, cause: str) -> None:
-    digest = client.push_image(REPO, "2.13-0.1.0")
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
     chained(client, digest, **setup)
     trusted = signing.trusted()
     trusted.keys[BUILDER_ONLY.keyid] = BUILDER_ONLY.public()
@@ -76,7 +81,7 @@ def test_each_broken_link_fails_the_chain_naming_it(client: MemRegistry, setup: 
 
 
 def test_a_provenance_or_sbom_signed_by_a_tester_only_key_does_not_count(client: MemRegistry) -> None:
-    digest = client.push_image(REPO, "2.13-0.1.0")
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
     chained(client, digest)
     chain = verify_digest(client, REPO, digest, signing.trusted(roles=("tester",)))   # type: ignore[arg-type]
     assert not chain.ok and "has no valid provenance" in chain.problem
@@ -95,6 +100,7 @@ def keys_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def cli(client: MemRegistry, monkeypatch: pytest.MonkeyPatch, keys_file: Path, capsys: pytest.CaptureFixture):  # noqa: ANN201
     monkeypatch.setattr("buildtool.registry.client.RegistryClient", lambda host, **kw: client)
+    monkeypatch.chdir(keys_file.parent)     # no checkout: the chain only (the cell's checks: tests below)
 
     def run(*args: str) -> tuple[int, str, str]:
         with pytest.raises(SystemExit) as exit_info:
@@ -106,13 +112,14 @@ def cli(client: MemRegistry, monkeypatch: pytest.MonkeyPatch, keys_file: Path, c
 
 
 def test_verify_prints_the_chain_and_json(client: MemRegistry, cli) -> None:  # noqa: ANN001
-    digest = client.push_image(REPO, "2.13-0.1.0")
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
     named = chained(client, digest)
     code, out, _ = cli(f"{client.host}/{REPO}:2.13-0.1.0")
     assert code == 0, out
     assert out.splitlines()[0] == f"image   {client.host}/{REPO}@{digest}"
-    assert [line.split()[0] for line in out.splitlines()] == ["image", "built", "sbom", "tested", "result"]
-    assert out.splitlines()[-1] == "result  verified"
+    assert [line.split()[0] for line in out.splitlines()] == ["image", "built", "sbom", "tested", "note", "result",
+                                                              "not", "not", "not"]
+    assert "result  verified" in out.splitlines() and "not run the cell's checks" in out
     code, out, _ = cli(f"{client.host}/{REPO}@{digest}", "--json")
     found = json.loads(out)
     assert code == 0 and found["verified"] is True and found["problem"] == ""
@@ -122,7 +129,7 @@ def test_verify_prints_the_chain_and_json(client: MemRegistry, cli) -> None:  # 
 
 
 def test_verify_of_an_image_whose_verdict_failed_exits_1_naming_it(client: MemRegistry, cli) -> None:  # noqa: ANN001
-    digest = client.push_image(REPO, "2.13-0.1.0")
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
     chained(client, digest, result="failed")
     code, out, err = cli(f"{client.host}/{REPO}:2.13-0.1.0")
     assert code == 1
@@ -134,7 +141,8 @@ def test_verify_of_an_image_whose_verdict_failed_exits_1_naming_it(client: MemRe
 
 
 def test_verify_checks_every_platform_of_an_index(client: MemRegistry, cli) -> None:  # noqa: ANN001
-    amd, arm = client.push_image(REPO, "amd", b"amd64"), client.push_image(REPO, "arm", b"arm64")
+    amd = client.push_image(REPO, "amd", b"amd64", labels=LABELS)
+    arm = client.push_image(REPO, "arm", b"arm64", labels=LABELS)
     chained(client, amd)
     chained(client, arm, provenance=False)
     children = [{"mediaType": OCI_MANIFEST, "digest": d, "size": 1, "platform": {"os": "linux", "architecture": a}}
@@ -157,7 +165,8 @@ def test_verify_trusts_the_local_key_only_on_a_loopback_registry(cli) -> None:  
 def test_verify_refuses_a_verdict_that_records_another_platform_than_its_index_entry(client: MemRegistry,
                                                                                     cli) -> None:  # noqa: ANN001
     """Signed for the arm64 digest, but saying it ran linux/amd64: not the arm64 platform's verdict."""
-    amd, arm = client.push_image(REPO, "amd", b"amd64"), client.push_image(REPO, "arm", b"arm64")
+    amd = client.push_image(REPO, "amd", b"amd64", labels=LABELS)
+    arm = client.push_image(REPO, "arm", b"arm64", labels=LABELS)
     chained(client, amd)
     chained(client, arm)     # its verdict records linux/amd64 (the helper's default)
     children = [{"mediaType": OCI_MANIFEST, "digest": d, "size": 1, "platform": {"os": "linux", "architecture": a}}

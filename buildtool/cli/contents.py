@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, find_project, log, say
 from buildtool.cli.options import out as stdout
 from buildtool.common.errors import UserError
+
+if TYPE_CHECKING:
+    from buildtool.validate.keys import TrustedKeys
 
 
 def register(app: typer.Typer) -> None:
@@ -72,8 +75,8 @@ def _image_sbom(image: str) -> tuple[dict, str, str]:
     """(document, artifact digest, image digest) of IMAGE's SBOM; exit 1 when it has none."""
     from buildtool.common.errors import FailedError, UserError
     from buildtool.common.refs import ReferenceError, parse_reference
-    from buildtool.registry.client import RegistryClient
-    from buildtool.registry.sbom import load_sbom
+    from buildtool.registry.client import RegistryClient, RegistryError
+    from buildtool.registry.sbom_attestation import read_signed_sbom
 
     try:
         ref = parse_reference(image)
@@ -82,14 +85,35 @@ def _image_sbom(image: str) -> tuple[dict, str, str]:
                         "127.0.0.1:5000/pytorch-cpu:2.13 or REPO@sha256:...") from None
     if not ref.domain:
         raise UserError(f"{image!r} names no registry; SBOMs live in a registry, e.g. 127.0.0.1:5000/{ref.path}")
+    trusted = sbom_trust(ref.domain)
     client = RegistryClient(ref.registry)
     digest = ref.digest or client.manifest_digest(ref.repository, ref.ref_in_repo)
     if not digest:
         raise UserError(f"{image}: no such tag in {ref.registry}/{ref.repository}")
-    found = load_sbom(client, ref.repository, digest)
+    try:
+        found = read_signed_sbom(client, ref.repository, digest, trusted)
+    except RegistryError as exc:
+        raise FailedError(str(exc)) from None
     if found is None:
         raise FailedError(f"{ref.name}@{digest} has no SBOM attached; `buildtool build --push` attaches one")
     return found[0], found[1], digest
+
+
+def sbom_trust(host: str) -> TrustedKeys:
+    """Whose signed SBOMs `sbom` and `diff` show: the builder keys of the project's trusted keys file, this
+    machine's builder key, and its dev key on a loopback registry (as a build trusts cache sources)."""
+    from buildtool.common.refs import is_loopback_host
+    from buildtool.validate.keys import BUILDER, cache_trust, signing_key
+
+    try:
+        root = find_project(None).root
+    except UserError:
+        root = Path.cwd()   # outside a project: no trusted keys file, only this machine's keys
+    try:
+        own = signing_key(log, create_dev=False, role=BUILDER).key.public()
+    except UserError:
+        own = None
+    return cache_trust(root, own, is_loopback_host(host))
 
 
 def sbom(
@@ -118,8 +142,8 @@ def diff(
         root: Path | None = find_project(None).root
     except UserError:
         root = None   # outside a project: the toolkit's listing
-    before = read_side(image_a, root, probe_timeout)
-    after = read_side(image_b, root, probe_timeout)
+    before = read_side(image_a, root, probe_timeout, trusted=_trust_of(image_a))
+    after = read_side(image_b, root, probe_timeout, trusted=_trust_of(image_b))
     changes = compared(before, after)
     if as_json:
         stdout.print(json.dumps({"before": before.to_json(), "after": after.to_json(),
@@ -133,3 +157,13 @@ def diff(
     counts = {k: sum(1 for c in changes if c.kind == k and c.scope != "fact") for k in ("added", "removed", "changed")}
     log(f"{counts['removed']} removed, {counts['changed']} changed, {counts['added']} added packages"
         if changes else "no differences in the packages")
+
+
+def _trust_of(image: str) -> TrustedKeys:
+    from buildtool.common.refs import ReferenceError, parse_reference
+
+    try:
+        host = parse_reference(image).domain
+    except ReferenceError:
+        host = ""   # read_side says what is wrong with it
+    return sbom_trust(host or "")

@@ -5,12 +5,15 @@ that does not hold, 2 for bad input (a malformed reference or keys file, an unre
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from buildtool.cli.options import JsonOption, MatrixOption, emit_json, find_project, say
 from buildtool.common.errors import FailedError, UserError
+
+if TYPE_CHECKING:
+    from buildtool.release.chain import Checkout
 
 
 def register(app: typer.Typer) -> None:
@@ -38,20 +41,24 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{image}: {exc}") from None
         if not parsed.domain:
             raise UserError(f"{image} names no registry: verify reads a pushed image (host/repository:tag or @digest)")
-        root = keys.resolve().parent if keys is not None and matrix is None else find_project(matrix).root
+        if trust_local_key and not is_loopback_host(parsed.domain):
+            raise UserError(f"--trust-local-key is only for a loopback registry, not {parsed.domain}")
+        checkout = _checkout(matrix, keys)
+        if keys is not None and (matrix is None or checkout is None):
+            root = keys.resolve().parent
+        else:
+            assert checkout is not None   # _checkout raises without a project unless --keys is given
+            root = checkout.root
         trusted = load_trusted(root, keys.resolve() if keys is not None else None)
         if trust_local_key:
-            if not is_loopback_host(parsed.domain):
-                raise UserError(f"--trust-local-key is only for a loopback registry, not {parsed.domain}")
             local = dev_public_key()
             if local is None:
                 raise UserError("--trust-local-key: this machine has no local dev key")
             trusted.add_dev(local)
-        chains = verify_reference(RegistryClient(parsed.domain), image, trusted)
-        failed = [c for c in chains if not c.ok]
+        found = verify_reference(RegistryClient(parsed.domain), image, trusted, checkout)
+        chains = found.chains
         if as_json:
-            emit_json({"image": image, "verified": not failed and bool(chains),
-                       "problem": failed[0].problem if failed else "", "manifests": [c.to_json() for c in chains]})
+            emit_json(found.to_json())
         else:
             for chain in chains:
                 if chain.platform:
@@ -60,7 +67,24 @@ def register(app: typer.Typer) -> None:
                     say(f"{link:<7} {text}")
                 if not chain.ok:
                     say(f"{'result':<7} NOT verified: {chain.problem}")
-        if not chains:
-            raise FailedError(f"{image} names an index with no platform manifest")
-        if failed:
-            raise FailedError(failed[0].problem)
+            for problem in found.problems:
+                say(f"{'image':<7} NOT verified: {problem}")
+            for why in found.not_run:
+                say(f"{'not run':<7} {why}")
+        if not found.ok:
+            raise FailedError(found.problem)
+
+
+def _checkout(matrix: Path | None, keys: Path | None) -> Checkout | None:
+    """The project verify runs in (its matrix and git history), for release's cell checks; None when there is
+    none at hand (`--keys` outside a project): verify then says which checks it could not run."""
+    from buildtool.matrix.plan import Settings
+    from buildtool.release.chain import Checkout
+
+    try:
+        project = find_project(matrix)
+    except UserError:
+        if keys is not None:
+            return None
+        raise
+    return Checkout(root=project.root, cells=project.load_fast().cells, settings=Settings.from_env())

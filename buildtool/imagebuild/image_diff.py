@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference
@@ -20,6 +20,10 @@ from buildtool.imagebuild import image_probe
 from buildtool.registry import sbom
 from buildtool.registry.client import RegistryClient, RegistryError, RegistryUnreachable
 from buildtool.registry.sbom import Change, Contents
+from buildtool.registry.sbom_attestation import SbomRefused, read_signed_sbom
+
+if TYPE_CHECKING:
+    from buildtool.contracts.trust import Trusted
 
 # Packages are listed removed first, then changed, then added; the headline facts before them all.
 # The facts a probe can see in any image; the others (framework, base, cell, revision) come from a build.
@@ -53,9 +57,12 @@ class Side:
                 "python_environments": [e.to_json() for e in self.environments] if self.source == "probe" else None}
 
 
-def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_TIMEOUT_S) -> Side:
-    """IMAGE's contents: its SBOM when the registry holds one for its digest, else a probe of it.
-    An image named without a registry is a local (or Docker Hub) image: always probed."""
+def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_TIMEOUT_S, *,
+              trusted: Trusted) -> Side:
+    """IMAGE's contents: its SBOM as a builder `trusted` signed it when the registry holds one for its digest
+    (an unsigned SBOM, or a plain one that is not the signed document, is refused: sbom_attestation.
+    read_signed_sbom), else a probe of it. An image named without a registry is a local (or Docker Hub)
+    image: always probed."""
     try:
         ref = parse_reference(image)
     except ReferenceError as exc:
@@ -68,9 +75,11 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
             digest = ref.digest or client.manifest_digest(ref.repository, ref.ref_in_repo)
             if not digest:
                 raise UserError(f"{image}: no such tag in {ref.registry}/{ref.repository}")
-            found = sbom.load_sbom(client, ref.repository, digest)
+            found = read_signed_sbom(client, ref.repository, digest, trusted)
         except RegistryUnreachable as exc:
             raise FailedError(f"cannot read {image}: {exc}") from None
+        except SbomRefused as exc:
+            raise FailedError(f"{image}: {exc}") from None
         except RegistryError as exc:
             raise FailedError(f"cannot read {image}: {str(exc)[:300]}") from None
         if found is not None:

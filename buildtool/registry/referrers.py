@@ -98,11 +98,17 @@ def referrers(client: RegistryClient, repo: str, subject_digest: str,
               artifact_type: str | None = None) -> list[Referrer]:
     """Every artifact attached to `subject_digest` in `repo` (of one type when given), oldest first
     by their creation annotation."""
-    found = _api_referrers(client, repo, subject_digest)
-    if found is None:
-        found = _fallback_referrers(client, repo, subject_digest)
-    chosen = [r for r in found if artifact_type is None or r.artifact_type == artifact_type]
+    chosen = [r for r in listed_referrers(client, repo, subject_digest)
+              if artifact_type is None or r.artifact_type == artifact_type]
     return sorted(chosen, key=lambda r: r.annotations.get(ARTIFACT_CREATED, ""))
+
+
+def listed_referrers(client: RegistryClient, repo: str, subject_digest: str) -> list[Referrer]:
+    """Every artifact attached to `subject_digest`, in the order the registry lists them: the referrers
+    API's order, or the fallback index's (attaching appends, so that is upload order). A verdict's place in
+    this list is one of the orders release reads (buildtool.validate.verdicts)."""
+    found = _api_referrers(client, repo, subject_digest)
+    return found if found is not None else _fallback_referrers(client, repo, subject_digest)
 
 
 def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest: str) -> list[Payload]:

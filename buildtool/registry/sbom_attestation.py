@@ -171,3 +171,27 @@ def plain_sbom_problem(client: RegistryClient, repo: str, digest: str, attested:
         return (f"the plain SBOM of {digest} ({found[1]}) is the document {plain}, not the signed {attested}: "
                 "someone rewrote it")
     return ""
+
+
+class SbomRefused(RegistryError):
+    """The SBOM a reader would show is not the one the builder signed (or none is signed)."""
+
+
+def read_signed_sbom(client: RegistryClient, repo: str, digest: str,
+                     trusted: Trusted) -> tuple[dict[str, Any], str] | None:
+    """(document, attestation artifact) of repo@digest's SBOM as a trusted builder signed it, for readers that
+    show or compare it (`buildtool sbom`, `buildtool diff`); None when the image has no SBOM at all. Refused
+    (SbomRefused): an SBOM that no trusted builder signed, and a plain SBOM beside the signed one that is
+    another document (someone rewrote it: a reader must not show the rewrite). Release and verify check the
+    same two things (buildtool.release.sbomgate)."""
+    findings = find_sbom_attestation(client, repo, digest, trusted)
+    chosen = findings.chosen
+    plain = load_sbom(client, repo, digest)
+    if chosen is None:
+        if plain is None and not findings.found and not findings.rejected:
+            return None
+        raise SbomRefused(f"{digest} has no SBOM signed by a trusted builder ({findings.why_none()}); an unsigned "
+                          "SBOM is not shown (anyone who may push can attach one)")
+    if plain is not None and sbom_digest(plain[0]) != chosen.digest:
+        raise SbomRefused(plain_sbom_problem(client, repo, digest, chosen.digest))
+    return chosen.document, chosen.artifact

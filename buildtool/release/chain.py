@@ -1,26 +1,57 @@
 """`buildtool verify`: the chain of signed statements about one image, checked as release checks them.
 
 For each platform manifest of IMAGE (the manifest itself for a single-platform image): the SLSA
-provenance (builder key), the SBOM attestation (builder key) and the newest verdict (tester key), each
-verified against the trusted keys, and the links between them: the verdict passed and names the SBOM
-that is attached. The first link that does not hold is the one-line answer; nothing is waived.
+provenance (builder key), the SBOM attestation (builder key) and the verdict that counts (tester key,
+buildtool.validate.verdicts: bounded by the clock, ordered by upload too), each verified against the
+trusted keys, and the links between them: the verdict passed and names the SBOM that is attached, the
+plain SBOM beside it is that document, the provenance is for the verdict's cell and names no stand-in
+base. An index's entries are each a known platform, once, or an attestation manifest proven one.
+
+With a checkout at hand (`Checkout`: the matrix, its git history) verify then runs release's own gate
+(buildtool.release.gather.gather, the very code release runs) on the image as the cell the verdict names:
+the cell's groups and tests, skip codes, GPU tests, the matrix cell's platforms, base and stand-ins, the
+provenance's revision known to git (the checkout's HEAD or an ancestor), the test code. Without one it
+says which of those it could not run, and why (`Verification.not_run`). Nothing is waived.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from buildtool.common.refs import parse_reference
+from buildtool.contracts import label_keys
 from buildtool.registry.client import INDEX_TYPES, RegistryClient
 from buildtool.registry.provenance import find_provenance
-from buildtool.registry.sbom_attestation import find_sbom_attestation
+from buildtool.registry.sbom_attestation import find_sbom_attestation, plain_sbom_problem
+from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
+from buildtool.release.gather import unproven_attestations
+from buildtool.release.read import read_platforms
 from buildtool.validate.keys import TESTER, TrustedKeys
 from buildtool.validate.verdicts import find_verdicts
 
 if TYPE_CHECKING:
     from buildtool.contracts.provenance import Provenance
+    from buildtool.matrix.plan import Settings
+    from buildtool.matrix.schema import Cell
+    from buildtool.release.testcode import KnownCode
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """What verify needs to run release's cell checks: the project root (git), the matrix's cells, the settings
+    (the stand-in mirror)."""
+
+    root: Path
+    cells: Sequence[Cell]
+    settings: Settings
+    # Read from git at `root` when None (what the command does); given by tests that have no such history.
+    known_code: KnownCode | None = None
+    revision_check: Callable[[str], str] | None = None
 
 
 @dataclass
@@ -53,31 +84,115 @@ def in_role(trusted: TrustedKeys, role: str) -> TrustedKeys:
                        dev={k for k in trusted.dev if k in keys}, roles={k: trusted.roles[k] for k in keys})
 
 
-def manifests(client: RegistryClient, repo: str, ref: str) -> list[tuple[str, str]]:
-    """(digest, platform) of each platform manifest `ref` names ("" platform for a single one)."""
+@dataclass
+class Verification:
+    """What verify found about one reference: each platform manifest's chain, the image's own problems (its
+    index entries; with a checkout, release's gate), and the checks it could not run and why."""
+
+    image: str
+    chains: list[Chain] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    cell: str = ""
+
+    @property
+    def problem(self) -> str:
+        chained = [c.problem for c in self.chains if not c.ok]
+        if chained:
+            return chained[0]
+        if self.problems:
+            return self.problems[0]
+        return "" if self.chains else f"{self.image} names an index with no platform manifest"
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image": self.image, "verified": self.ok, "problem": self.problem, "cell": self.cell,
+                "problems": self.problems, "not_run": self.not_run, "manifests": [c.to_json() for c in self.chains]}
+
+
+def manifests(client: RegistryClient, repo: str, ref: str) -> tuple[list[tuple[str, str]], list[str], str]:
+    """(digest, platform) of each platform manifest `ref` names ("" platform for a single one), the problems
+    of its index entries (release's checks: every entry a known platform, once, no index in an index, and
+    an entry left out as an attestation only when it is proven one), and the digest `ref` names."""
     raw, media_type, digest = client.get_manifest(repo, ref)
     if media_type not in INDEX_TYPES:
-        return [(digest, "")]
-    found = []
-    for child in json.loads(raw).get("manifests", []):
-        platform = child.get("platform") or {}
-        name = "/".join(p for p in (platform.get("os"), platform.get("architecture"), platform.get("variant")) if p)
-        if name in ("", "unknown/unknown"):    # BuildKit's attestation manifests
-            continue
-        found.append((str(child["digest"]), name))
-    return found
+        return [(digest, "")], [], digest
+    manifest = json.loads(raw)
+    entries = index_entries(manifest)
+    known = tuple(dict.fromkeys(n for e in entries if (n := known_platform(e.platform)) is not None))
+    # No cell here: the platforms the index declares stand in for the cell's (checked against the matrix's
+    # cell by release's gate when a checkout is at hand); unknown, missing, doubled and nested entries are not.
+    loose = cast("Cell", _Platforms(key=f"{repo}@{digest}", platforms=known))
+    problems = entry_problems(loose, entries) + unproven_attestations(client, repo, manifest)
+    return [(e.digest, name) for e in entries if (name := known_platform(e.platform)) is not None], problems, digest
 
 
-def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKeys) -> list[Chain]:
+@dataclass(frozen=True)
+class _Platforms:
+    key: str
+    platforms: tuple[str, ...]
+
+
+def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKeys,
+                     checkout: Checkout | None = None, now: dt.datetime | None = None) -> Verification:
     parsed = parse_reference(reference)
-    chains = []
-    for digest, platform in manifests(client, parsed.path, parsed.digest or parsed.tag or "latest"):
-        chain = verify_digest(client, parsed.path, digest, trusted, platform)
-        chains.append(chain)
-    return chains
+    found, problems, digest = manifests(client, parsed.path, parsed.digest or parsed.tag or "latest")
+    result = Verification(image=reference, problems=problems)
+    for child, platform in found:
+        result.chains.append(verify_digest(client, parsed.path, child, trusted, platform, now))
+    cells = sorted({c.facts["verdict"]["cell"] for c in result.chains if "verdict" in c.facts})
+    result.cell = cells[0] if len(cells) == 1 else ""
+    if len(cells) > 1:
+        result.problems.append(f"the platforms' verdicts are for different cells ({', '.join(cells)})")
+    if checkout is None:
+        result.not_run += [
+            "the cell's checks (its test groups and every test they define, skip codes, GPU tests, the matrix "
+            "cell's platforms and upstream base, the mirror's stand-ins): no checkout (run verify in the project, "
+            "or pass --matrix)",
+            "the provenance's revision (committed, known to git, HEAD or its ancestor): no git checkout",
+            "the verdict's test code (image-tests as committed at the image's revision): no git checkout"]
+        return result
+    if not result.cell:
+        result.not_run.append("release's gate: no verdict names the cell to check the image as")
+        return result
+    result.problems += _release_gate(client, parsed.domain or client.host, parsed.path, digest, result, trusted,
+                                     checkout)
+    return result
 
 
-def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys, platform: str = "") -> Chain:
+def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, result: Verification,
+                  trusted: TrustedKeys, checkout: Checkout) -> list[str]:
+    """Release's gate (gather: the same code) on the image as the cell its verdict names, read-only."""
+    from functools import partial
+
+    from buildtool.matrix.plan import CellPlan
+    from buildtool.release.ancestry import revision_problem
+    from buildtool.release.gather import gather
+    from buildtool.release.model import ReleaseOptions
+    from buildtool.release.read import read_standins
+    from buildtool.release.testcode import known_code
+
+    cell = next((c for c in checkout.cells if c.key == result.cell), None)
+    if cell is None:
+        return [f"the verdict is for cell {result.cell!r}, which the matrix of {checkout.root} does not have"]
+    revisions = sorted({c.facts["provenance"]["buildDefinition"]["externalParameters"]["revision"]
+                        for c in result.chains if "provenance" in c.facts})
+    known = checkout.known_code or known_code(checkout.root, [*(("the image's revision", r) for r in revisions),
+                                                             ("the checkout's HEAD", "HEAD")])
+    options = ReleaseOptions(version="", revision="HEAD", trusted=trusted, known_code=known,
+                             revision_check=checkout.revision_check or partial(revision_problem, checkout.root))
+    plan = CellPlan(cell=cell, revision="HEAD", dev_repo=f"{host}/{repo}", dev_tag=digest, release_repo="",
+                    release_tags=(), moving_tags=(), base=cell.base)
+    standins, problems = read_standins(client, checkout.settings, checkout.cells)
+    item = gather(client, plan, options, standins)
+    return problems + [p for p in item.problems if p not in result.problems]
+
+
+def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys, platform: str = "",
+                  now: dt.datetime | None = None) -> Chain:
     """The chain of one platform manifest (`platform`: its index entry's os/arch, "" for a single manifest)."""
     chain = Chain(image=f"{client.host}/{repo}@{digest}", platform=platform)
     chain.lines.append(("image", chain.image))
@@ -94,7 +209,7 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     chain.facts["sbom"] = {"digest": sbom.digest, "artifact": sbom.artifact, "signer": sbom.signer,
                            "components": components}
     testers = in_role(trusted, TESTER)
-    findings = find_verdicts(client, repo, digest, testers)
+    findings = find_verdicts(client, repo, digest, testers, now=now)
     chosen = findings.chosen
     if chosen is None:
         return chain.fail(f"{digest} has no valid verdict: {findings.why_none(testers)} (verdicts count only when "
@@ -102,7 +217,8 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     v = chosen.verdict
     counts = v.counts()
     chain.facts["verdict"] = {"artifact": chosen.artifact, "signer": chosen.keyid, "result": v.result,
-                              "runner": v.runner.hostname, "test_code": v.test_code, "sbom": v.sbom, **counts}
+                              "runner": v.runner.hostname, "test_code": v.test_code, "sbom": v.sbom, "cell": v.cell,
+                              "started": v.started, **counts}
     matches = "matches" if v.sbom and v.sbom == sbom.digest else "does not match"
     chain.lines.append(("tested", f"by {v.runner.hostname} (key {trusted.describe(chosen.keyid)}), {v.result}, "
                                   f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
@@ -110,6 +226,13 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
                                   + (f"ran {v.platform}{' under emulation' if v.emulated else ''}, " if v.platform
                                      else "") + f"names sbom {v.sbom or '(none)'} ({matches})"))
     chain.facts["verdict"].update(platform=v.platform, emulated=v.emulated)
+    if findings.order_note:
+        chain.lines.append(("order", findings.order_note))
+    if prov.keyid == chosen.keyid:
+        same = (f"builder and tester are the same key {trusted.describe(chosen.keyid)}: one party built the image "
+                "and vouched for its tests")
+        chain.lines.append(("note", same))
+        chain.facts["same_key"] = True
     if platform and v.platform != platform:
         # Its subject is this digest, yet it says it ran another platform (or, schema 4, none).
         return chain.fail(f"the verdict of {digest} records platform {v.platform or '(none: schema 4)'}, not "
@@ -117,11 +240,25 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     if v.result != "passed":
         failed = [t.id for t in v.tests if t.result == "failed"]
         return chain.fail(f"the verdict of {digest} is {v.result!r}"
-                          + (f" (failed: {', '.join(failed[:3])})" if failed else ""))
+                          + (f" (failed: {', '.join(failed[:3])})" if failed else "")
+                          + (f"; {findings.order_note}" if findings.order_note else ""))
     if not v.sbom:
         return chain.fail(f"the verdict of {digest} names no SBOM ({v.sbom_problem or f'schema {v.schema_}'})")
     if v.sbom != sbom.digest:
         return chain.fail(f"the verdict of {digest} names SBOM {v.sbom}, but the signed SBOM attached is {sbom.digest}")
+    plain = plain_sbom_problem(client, repo, digest, sbom.digest)
+    if plain:
+        return chain.fail(plain)
+    # What the provenance must say, as release checks it (gates.provenance_problems): the verdict's cell, no
+    # stand-in base, the base the image's labels name.
+    raw, media_type, _ = client.get_manifest(repo, digest)
+    images = read_platforms(client, repo, raw, media_type)
+    own = provenance_problems(v.cell, digest, prov.provenance, images)
+    labelled = {p.labels.get(label_keys.CELL) for p in images} - {None}
+    own += [f"{digest} is labelled {label_keys.CELL}={c}, not {v.cell}, the cell of its verdict"
+            for c in sorted(x for x in labelled if x is not None and x != v.cell)]
+    if own:
+        return chain.fail(own[0])
     chain.lines.append(("result", "verified"))
     return chain
 

@@ -321,17 +321,19 @@ def image_problems(cell: Cell, platforms: list[Platform], standins: StandIns | N
     return problems
 
 
-def provenance_problems(cell: Cell, digest: str, provenance: Provenance | None, platforms: list[Platform],
+def provenance_problems(cell: Cell | str, digest: str, provenance: Provenance | None, platforms: list[Platform],
                         standins: StandIns | None = None) -> list[str]:
     """What the signed provenance (already verified: a trusted builder key, this digest, a revision release
-    may take) must say: this cell, a base that is no stand-in by its own annotation nor by the stand-in
-    digests the mirror holds, and the very base the image's labels name. None: the reader's refusal stands."""
+    may take) must say: this cell (`cell`, or its key where no matrix is at hand: verify without a checkout), a
+    base that is no stand-in by its own annotation nor by the stand-in digests the mirror holds, and the very
+    base the image's labels name. None: the reader's refusal stands."""
     if provenance is None:
         return []
     problems = []
     params = provenance.buildDefinition.externalParameters
-    if params.cell != cell.key:
-        problems.append(f"the provenance of {digest} is for cell {params.cell!r}, not {cell.key}")
+    key = cell if isinstance(cell, str) else cell.key
+    if params.cell != key:
+        problems.append(f"the provenance of {digest} is for cell {params.cell!r}, not {key}")
     base = provenance.base
     assert base is not None   # parse_provenance refuses a provenance without one
     base_digest = f"sha256:{base.digest.get('sha256', '')}"
@@ -378,6 +380,57 @@ def index_entries(manifest: dict[str, Any]) -> list[Entry]:
         digest = child["digest"] if "digest" in child else ""  # noqa: SIM401
         found.append(Entry(str(digest), name, str(child.get("mediaType", ""))))
     return found
+
+
+IN_TOTO_LAYER = "application/vnd.in-toto+json"
+ATTESTATION_CONFIGS = ("application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json",
+                       "application/vnd.oci.empty.v1+json", IN_TOTO_LAYER)
+REFERENCE_DIGEST = "vnd.docker.reference.digest"
+
+
+def claimed_attestations(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries of an index that claim to be BuildKit attestation manifests (unknown/unknown, annotated
+    `vnd.docker.reference.type: attestation-manifest`): what index_entries leaves out, each to be proven one
+    (attestation_problems) before it is left out of anything."""
+    out = []
+    for child in manifest.get("manifests") or []:
+        plat = child.get("platform") or {}
+        name = "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
+        if name == "unknown/unknown" and platforms.is_attestation(child):
+            out.append(child)
+    return out
+
+
+def attestation_problems(entry: dict[str, Any], manifest: dict[str, Any] | None, others: set[str]) -> list[str]:
+    """Why an index entry that claims to be an attestation manifest is not one (empty: it is). It is one only
+    when its own manifest (`manifest`, read by its digest; None: unreadable) holds nothing a runtime could run
+    (a config of an image-config or in-toto type, and only in-toto layers, at least one) and its
+    `vnd.docker.reference.digest` names another entry of the same index (`others`: the platform entries'
+    digests). Anything else is an image nobody validated that the index would carry, by digest, into a release."""
+    digest = str(entry["digest"]) if "digest" in entry else ""   # noqa: SIM401 (a descriptor, not a verdict)
+    where = f"index entry {digest} (unknown/unknown, annotated attestation-manifest)"
+    if manifest is None:
+        return [f"{where}: its manifest cannot be read, so it cannot be shown to be an attestation; push the cell "
+                "again"]
+    why = []
+    if "manifests" in manifest:
+        why.append("it is an index")
+    config_type = str((manifest.get("config") or {}).get("mediaType", ""))
+    if config_type not in ATTESTATION_CONFIGS:
+        why.append(f"its config is a {config_type or '(none)'}")
+    layers = manifest.get("layers") or []
+    wrong = sorted({str(layer.get("mediaType", "")) for layer in layers if layer.get("mediaType") != IN_TOTO_LAYER})
+    if not layers:
+        why.append("it has no in-toto layer")
+    elif wrong:
+        why.append(f"it has layers of type {', '.join(t or '(none)' for t in wrong)}, not only {IN_TOTO_LAYER}")
+    subject = str((entry.get("annotations") or {}).get(REFERENCE_DIGEST, ""))
+    if subject not in others or subject == digest:
+        why.append(f"its {REFERENCE_DIGEST} {subject or '(none)'} is not another entry of the index")
+    if not why:
+        return []
+    return [f"{where} is not an attestation: {'; '.join(why)}; an index is released only when every image in it "
+            "was validated: push the cell again"]
 
 
 def known_platform(name: str) -> str | None:

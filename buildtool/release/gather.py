@@ -13,9 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from buildtool.common.refs import split_repo_path
 from buildtool.matrix.plan import CellPlan
-from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
+from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient, RegistryError
 from buildtool.release.gates import (
     StandIns,
+    attestation_problems,
+    claimed_attestations,
     config_platform_problems,
     entry_problems,
     image_problems,
@@ -39,6 +41,10 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
     trusted = options.trusted_keys()
     findings = find_verdicts(client, dev_repo, item.digest, trusted, plan.cell.key)
     item.ignored += [f"{r.artifact}: {r.reason}" for r in findings.rejected]
+    if findings.order_note:
+        # The verdict that counts is not the newest by the signer's clock alone: say why, in the refusal too.
+        (item.problems if findings.chosen is not None and findings.chosen.verdict.result != "passed"
+         else item.notes).append(findings.order_note)
     if findings.overwritten:
         item.problems.append(f"a verdict of {item.digest} was overwritten in the registry "
                              f"({'; '.join(findings.overwritten)}): the registry was tampered with; find out who "
@@ -116,7 +122,7 @@ def _gate_provenance(client: RegistryClient, item: Evidence, plan: CellPlan, dev
         item.notes.append(f"provenance signed by this machine's local dev key {found.signer} (--trust-local-key)")
 
 
-def _subjects(item: ImageRelease, plan: CellPlan) -> list[str]:
+def _subjects(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> list[str]:
     """One Evidence per platform manifest of the dev image (item.evidence), and the problems of the index's
     platforms against the cell's (gates.entry_problems). A single manifest is the cell's only platform."""
     if item.media_type not in INDEX_TYPES:
@@ -125,11 +131,29 @@ def _subjects(item: ImageRelease, plan: CellPlan) -> list[str]:
             return [f"{item.digest} is a single image manifest, but the matrix gives {plan.cell.key} the platforms "
                     f"{', '.join(plan.cell.platforms)}: its dev tag must be an image index; push the cell again"]
         return []
-    entries = index_entries(json.loads(item._raw))
+    manifest = json.loads(item._raw)
+    entries = index_entries(manifest)
     # Only entries of a platform the cell has are gated one by one; any other is refused by entry_problems.
     item.evidence = [Evidence(e.digest, name) for e in entries
                      if (name := known_platform(e.platform)) in plan.cell.platforms]
-    return entry_problems(plan.cell, entries)
+    return entry_problems(plan.cell, entries) + unproven_attestations(client, split_repo_path(plan.dev_repo)[1],
+                                                                      manifest)
+
+
+def unproven_attestations(client: RegistryClient, repo: str, manifest: dict[str, object]) -> list[str]:
+    """Every index entry that claims to be an attestation manifest, read by its digest and proven one
+    (gates.attestation_problems), or refused: release and verify leave out only what is proven."""
+    others = {e.digest for e in index_entries(manifest)}
+    problems = []
+    for entry in claimed_attestations(manifest):
+        digest = str(entry["digest"]) if "digest" in entry else ""   # noqa: SIM401 (a descriptor, not a verdict)
+        try:
+            raw, _, got = client.get_manifest(repo, digest)
+            body = json.loads(raw) if got == digest else None
+        except (NotFound, RegistryError, ValueError):
+            body = None
+        problems += attestation_problems(entry, body if isinstance(body, dict) else None, others)
+    return problems
 
 
 def _gate_platform(client: RegistryClient, ev: Evidence, plan: CellPlan, dev_repo: str, options: ReleaseOptions,
@@ -159,7 +183,7 @@ def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
                              f"(make push FRAMEWORK={plan.cell.key}) or pass --from <sha> of a built commit")
         return item
     item.digest, item.media_type, item._raw = digest, media_type, raw
-    item.problems += _subjects(item, plan)
+    item.problems += _subjects(client, item, plan)
     in_index = media_type in INDEX_TYPES
     with ThreadPoolExecutor(max_workers=1 + len(item.evidence)) as side:    # configs and platforms side by side
         platforms = side.submit(read_platforms, client, dev_repo, raw, media_type)

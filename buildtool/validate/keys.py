@@ -15,13 +15,16 @@ the roles it is trusted in (no default: a key without roles is refused, naming i
 
     keys:
       - name: gpu-runners-2026          # who holds the private key
-        roles: [tester]                 # builder, tester, or both
+        roles: [tester]                 # builder or tester; both only with allow_both_roles: true
         public_key: |
           -----BEGIN PUBLIC KEY-----
           ...
 
 A verdict counts only when signed by a tester key, a provenance or SBOM attestation only when signed by
-a builder key: a build job's key that leaked into a pull request cannot vouch that an image passed.
+a builder key: a build job's key that leaked into a pull request cannot vouch that an image passed. A key
+in both roles lets one party build an image and vouch for its tests: an entry lists both only with
+`allow_both_roles: true` beside them (a reviewer sees that it is meant), and verify says so when one key
+signed both.
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ class TrustedKeys:
                 f"({self.source} lists the roles each key is trusted in)")
 
 
-_ENTRY_FIELDS = ("name", "roles", "public_key")
+_ENTRY_FIELDS = ("name", "roles", "public_key", "allow_both_roles")
 # A name that says the key is a developer's own (`local dev key`, `alice-dev`, `dev-signing-key`).
 _DEV_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])dev(?:[^a-z0-9]|$)")
 
@@ -188,7 +191,7 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
         unknown = sorted(set(entry) - set(_ENTRY_FIELDS))
         if unknown:
             raise bad(line, f"keys[{i}] ({name}) has unknown field {', '.join(unknown)}; an entry has only name, "
-                            "roles and public_key")
+                            "roles, public_key and allow_both_roles")
         roles = entry.get("roles")
         if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
             raise bad(line, f"keys[{i}] ({name}) needs `roles:`, a list of {' and/or '.join(ROLES)} (what the key "
@@ -197,6 +200,13 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
         if wrong:
             raise bad(line, f"keys[{i}] ({name}) has unknown role {', '.join(wrong)}; roles are "
                             f"{' and '.join(ROLES)}")
+        both = entry.get("allow_both_roles", False)
+        if not isinstance(both, bool):
+            raise bad(line, f"keys[{i}] ({name}): allow_both_roles is {both!r}, not true or false")
+        if set(roles) >= set(ROLES) and both is not True:
+            raise bad(line, f"keys[{i}] ({name}) is trusted as both {' and '.join(ROLES)}: one key would then build an "
+                            "image and vouch for its tests on its own; give each role its own key, or say it is "
+                            "meant with `allow_both_roles: true` in this entry")
         if _DEV_NAME.search(name):
             raise bad(line, f"keys[{i}] ({name}): its name says it is a dev key; a dev key is never listed here "
                             "(release trusts it only with --trust-local-key on a loopback registry); give a CI key "
@@ -223,7 +233,8 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
 def trusted_entry(name: str, key: PublicKey, roles: tuple[str, ...] = (TESTER,)) -> str:
     """The YAML lines that add `key` to the trusted keys file, trusted in `roles`."""
     body = "\n".join(f"      {line}" for line in key.pem.strip().splitlines())
-    return (f"  - name: {name}\n    # key id {key.keyid}\n    roles: [{', '.join(roles)}]\n"
+    both = "    allow_both_roles: true\n" if set(roles) >= set(ROLES) else ""
+    return (f"  - name: {name}\n    # key id {key.keyid}\n    roles: [{', '.join(roles)}]\n{both}"
             f"    public_key: |\n{body}\n")
 
 

@@ -14,12 +14,21 @@ manifest is detected (the tag's name is its content's digest) and refuses the re
 a verdict takes deleting its manifest: delete permission on the registry (as it does with the
 OCI referrers API, where the registry keeps the list).
 
-Which verdict counts (the rule release and report apply): of the attestations attached to the
-digest, those that verify (a signature by a trusted key, a statement whose signed subject is
+Which verdict counts (the rule release, verify and report apply): of the attestations attached to
+the digest, those that verify (a signature by a trusted key, a statement whose signed subject is
 this digest, a verdict of a schema this toolkit reads (buildtool.contracts.verdict: the current
-and the one before) that parses, names this digest and, for release, this cell), the newest by
-the signed `started` time; ties by the attestation digest. A newer verdict that does not verify
-never hides an older one that does; a newer valid verdict that failed blocks an older pass.
+and the one before) that parses, names this digest and, for release, this cell). The signer's
+clock alone never decides (docs/release-trust.md, "Which verdict counts"):
+
+- a verdict whose `started` does not parse, or lies more than CLOCK_SKEW_S after the reader's clock,
+  cannot be placed in time: if it passed it is refused (listed as rejected, naming its time); if it
+  did not pass it counts, as the newest (a failure nobody can order blocks);
+- of the others, the newest by signed `started` (ties: the attestation digest) is the candidate; when
+  it passed, a verdict that did not pass and comes after it by upload order (its place in the
+  registry's list of referrers: the fallback index is appended to) or by its artifact's creation
+  annotation counts instead. A pass counts only when it is the newest by every order.
+
+A newer verdict that does not verify never hides an older one that does.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from buildtool.contracts.attestation import (
     read_statement,
     statement,
 )
+from buildtool.contracts.label_keys import ARTIFACT_CREATED
 from buildtool.contracts.names import (
     ATTESTATION_TYPE,
     VERDICT_TYPE,
@@ -48,12 +58,16 @@ from buildtool.contracts.names import (
 )
 from buildtool.contracts.verdict import Verdict
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
+from buildtool.registry.referrers import Payload, Referrer, attach, fetch, listed_referrers
 from buildtool.validate.keys import TESTER, SigningKey, TrustedKeys
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Found", "Findings", "Rejected", "attest", "find_verdicts", "verdict_tag"]
+__all__ = ["CLOCK_SKEW_S", "Found", "Findings", "Rejected", "attest", "find_verdicts", "verdict_tag"]
+
+# How far after the reader's clock a verdict's signed `started` may lie (runners' clocks drift; NTP keeps
+# them within seconds): beyond it the verdict cannot be placed in time (see the module's rule).
+CLOCK_SKEW_S = 300
 
 
 def attest(client: RegistryClient, repo: str, digest: str, verdict: Verdict, key: SigningKey) -> Referrer:
@@ -86,9 +100,17 @@ class Found:
     keyid: str
     referrer: Referrer
 
+    listed_at: int | None = None   # its place in the registry's list of referrers (None: found by its pin tag)
+
     @property
     def started(self) -> dt.datetime:
-        return _when(self.verdict.started)
+        when = _when(self.verdict.started)
+        assert when is not None, "an unplaceable verdict is never ordered by time"
+        return when
+
+    @property
+    def created(self) -> str:
+        return self.referrer.annotations.get(ARTIFACT_CREATED, "") if self.referrer is not None else ""
 
 
 @dataclass(frozen=True)
@@ -103,13 +125,37 @@ class Findings:
     rejected: list[Rejected] = field(default_factory=list)
     legacy: bool = False           # an unsigned schema-1 verdict sits under the old `.verdict` tag
     overwritten: list[str] = field(default_factory=list)   # verdict pin tags pointed elsewhere: tampering
+    # Valid verdicts that did not pass and whose time cannot be placed (unparseable, or in the future), and why:
+    # each counts as the newest.
+    unplaced: list[tuple[Found, str]] = field(default_factory=list)
 
     @property
     def chosen(self) -> Found | None:
-        """The newest verdict that verified (see the module's rule)."""
+        """The verdict that counts (see the module's rule)."""
+        return self._choose()[0]
+
+    @property
+    def order_note(self) -> str:
+        """Why the verdict that counts is not simply the newest by signed time ("" when it is)."""
+        return self._choose()[1]
+
+    def _choose(self) -> tuple[Found | None, str]:
+        if self.unplaced:
+            found, why = self.unplaced[0]
+            return found, (f"verdict {found.artifact} ({found.verdict.result}) counts as the newest: {why}, so no "
+                           "older pass can be ordered after it")
         if not self.found:
-            return None
-        return max(self.found, key=lambda f: (f.started, f.artifact))
+            return None, ""
+        newest = max(self.found, key=lambda f: (f.started, f.artifact))
+        if newest.verdict.result != "passed":
+            return newest, ""
+        later = [f for f in self.found if f.verdict.result != "passed" and _after(f, newest)]
+        if not later:
+            return newest, ""
+        blocker = max(later, key=lambda f: (f.listed_at if f.listed_at is not None else -1, f.created, f.artifact))
+        return blocker, (f"verdict {blocker.artifact} ({blocker.verdict.result}, started {blocker.verdict.started}) "
+                         f"counts over the pass {newest.artifact} (started {newest.verdict.started}): it was "
+                         "uploaded after it; the signer's clock alone does not order verdicts")
 
     def why_none(self, trusted: TrustedKeys) -> str:
         """Why no verdict counts, for the message that refuses the image."""
@@ -123,20 +169,43 @@ class Findings:
         return "no verdict"
 
 
-def _when(value: str) -> dt.datetime:
+def _after(later: Found, earlier: Found) -> bool:
+    """Whether `later` was uploaded after `earlier`: by its place in the registry's list, or by the creation
+    annotation of its artifact (both unsigned: they only ever let a verdict that did not pass win)."""
+    if later.listed_at is not None and earlier.listed_at is not None and later.listed_at > earlier.listed_at:
+        return True
+    return bool(later.created and earlier.created and later.created > earlier.created)
+
+
+def _when(value: str) -> dt.datetime | None:
+    """The signed `started` time, None when it does not parse as an ISO 8601 time."""
     try:
         when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        return dt.datetime.min.replace(tzinfo=dt.UTC)
+        return None
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
+def unplaceable(started: str, now: dt.datetime) -> str:
+    """Why a verdict's signed `started` cannot be placed in time ("" when it can)."""
+    when = _when(started)
+    if when is None:
+        return f"its started time {started[:40]!r} does not parse"
+    if when > now + dt.timedelta(seconds=CLOCK_SKEW_S):
+        return (f"it is dated {started[:40]}, more than {CLOCK_SKEW_S} s after this machine's clock "
+                f"({now.isoformat(timespec='seconds')})")
+    return ""
+
+
 def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys,
-                  cell: str | None = None) -> Findings:
+                  cell: str | None = None, now: dt.datetime | None = None) -> Findings:
     """Every verdict attached to `digest` in `repo` (listed as a referrer, or pinned by a tag of
-    its own), verified against `trusted`; `cell` set: a verdict for another cell is rejected too."""
+    its own), verified against `trusted`; `cell` set: a verdict for another cell is rejected too.
+    `now`: the reader's clock (default this machine's), that no verdict may be dated after."""
     findings = Findings()
-    listed = {r.digest: r for r in referrers(client, repo, digest)}
+    now = now or dt.datetime.now(dt.UTC)
+    listed = {r.digest: r for r in listed_referrers(client, repo, digest)}
+    position = {d: i for i, d in enumerate(listed)}
     for tag, artifact in _pinned(client, repo, digest, findings).items():
         if artifact not in listed:
             try:
@@ -167,8 +236,15 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
             findings.rejected.append(Rejected(ref.digest, outcome))
         else:
             verdict, keyid = outcome
-            findings.found.append(Found(ref.digest, verdict, keyid, ref))
-    if not findings.found and not findings.rejected:
+            found = Found(ref.digest, verdict, keyid, ref, position.get(ref.digest))
+            why = unplaceable(verdict.started, now)
+            if not why:
+                findings.found.append(found)
+            elif verdict.result == "passed":
+                findings.rejected.append(Rejected(ref.digest, f"a pass whose time cannot be placed: {why}"))
+            else:
+                findings.unplaced.append((found, why))
+    if not findings.found and not findings.rejected and not findings.unplaced:
         findings.legacy = client.manifest_digest(repo, verdict_tag(digest)) is not None
     return findings
 

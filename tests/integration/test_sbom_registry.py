@@ -15,7 +15,9 @@ import pytest
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
 from buildtool.registry.referrers import add_referrers, copy_artifact
 from buildtool.registry.sbom import contents, find_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
+from buildtool.registry.sbom_attestation import attest_sbom
 from buildtool.release.packages import Subject, package_notes, package_section
+from buildtool.validate.keys import BUILDER, signing_key
 from tests import sbom_probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -51,11 +53,15 @@ def test_sbom_by_digest_read_by_buildtool_and_skopeo_diffed_copied_and_noted(run
     validate_sbom(new_doc)
     old_artifact = store_sbom(client, dev, old_digest, old_doc)
     new_artifact = store_sbom(client, dev, new_digest, new_doc)
+    # As push does: each SBOM signed by the builder key too (`sbom` and `diff` show only a signed SBOM).
+    builder = signing_key(lambda _: None, role=BUILDER)
+    attest_sbom(client, dev, old_digest, old_doc, builder.key)
+    signed = attest_sbom(client, dev, new_digest, new_doc, builder.key)
     assert load_sbom(client, dev, new_digest) == (new_doc, new_artifact)
 
     code, out, err = run_cli("sbom", f"{HOST}/{dev}:new")
     assert code == 0, err
-    assert json.loads(out) == new_doc and new_artifact in err
+    assert json.loads(out) == new_doc and signed.digest in err
 
     code, out, err = run_cli("diff", f"{HOST}/{dev}:old", f"{HOST}/{dev}@{new_digest}")
     assert code == 0, err
