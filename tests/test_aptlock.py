@@ -77,6 +77,21 @@ def test_render_pins_every_locked_package_and_stops_without_a_lock(tmp_path: Pat
         render_cell_dockerfile(matrix, _cell(), REPO / "templates", root=tmp_path)
 
 
+@pytest.mark.parametrize("edit", [
+    lambda t: t + "zlib1g=1:1.2.13.dfsg-1\n",                                            # added, well formed
+    lambda t: t.replace("openssl=3.0.20-1~deb12u2", "openssl=3.0.11-1~deb12u2"),        # re-versioned
+])
+def test_render_refuses_a_lock_whose_entries_do_not_match_its_recorded_digest(tmp_path: Path, edit):
+    """Issue 37: a hand-added, well-formed entry was written into the Dockerfile with exit 0 (only `check` noticed)."""
+    edited = tmp_path / REL
+    edited.parent.mkdir(parents=True)
+    edited.write_text(edit(LOCK_TEXT))
+    with pytest.raises(TemplateError) as refused:
+        render_cell_dockerfile(fixture_matrix(), _cell(), REPO / "templates", root=tmp_path)
+    assert str(refused.value).startswith(f"{REL}: its entries no longer match its recorded digest (sha256:")
+    assert str(refused.value).endswith(f"it was edited by hand; run `make lock FRAMEWORK={CELL}`")
+
+
 # -- offline check ---------------------------------------------------------------------------------------
 
 def test_the_fixture_locks_pass_the_offline_check():

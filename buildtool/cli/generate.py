@@ -71,12 +71,15 @@ def check(
     from buildtool.common.errors import FailedError
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.lock import check_cell, uv_pin_problems
-    from buildtool.render.dockerfiles import drift
+    from buildtool.render.dockerfiles import Outputs, TemplateError, drift
 
     project = find_project(matrix)
     loaded = project.load()
-    outputs = all_outputs(project, loaded)
-    diff, stale = drift(project.root, outputs)
+    try:
+        outputs, unrendered = all_outputs(project, loaded), None
+    except TemplateError as exc:   # e.g. a hand-edited apt.lock render refuses: named below as a lock problem
+        outputs, unrendered = Outputs(files={}), exc
+    diff, stale = drift(project.root, outputs) if unrendered is None else ("", [])
     if diff:
         stdout.print(diff, end="", markup=False, highlight=False)
     for rel in stale:
@@ -97,6 +100,8 @@ def check(
     if lock_problems:
         raise FailedError(f"{len(lock_problems)} lock problem(s); run `make lock` (FRAMEWORK=<cell> PACKAGE=<name> "
                           "for one package) and commit the locks")
+    if unrendered is not None:
+        raise unrendered
     if diff or stale:
         raise FailedError("generated files drifted from matrix.yaml; run `make render` and commit the result")
     how = ("not re-resolved: --offline" if offline else

@@ -172,6 +172,10 @@ def _read_pins(root: Path, cell: Cell, platform: str | None) -> list[str] | None
     if lock.header["arch"] != known.architecture:
         raise TemplateError(f"{rel} was resolved for {lock.header['arch']}, not {known.architecture}; "
                             f"run `make lock FRAMEWORK={cell.key}`")
+    if not lock.digest_matches():
+        # A hand-edited pin (well formed, but not what `buildtool lock` resolved) never reaches a Dockerfile.
+        raise TemplateError(f"{rel}: its entries no longer match its recorded digest ({lock.header['entries']}): "
+                            f"it was edited by hand; run `make lock FRAMEWORK={cell.key}`")
     return lock.pins()
 
 
