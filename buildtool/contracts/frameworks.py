@@ -201,6 +201,9 @@ def load_row(folder: Path) -> Framework:
     if row.name != folder.name:
         raise TableError(f"{where}: name {row.name!r} is not its folder's ({folder.name!r}); a framework's folder "
                          "is named after it")
+    if not any(p.is_file() for p in folder.glob("test_*.py")):
+        raise TableError(f"{where}: {folder.name}/ holds no test_*.py, so its image-tests group would collect no "
+                         "test and every image of it would pass untested; add its tests there")
     _one_of(row.local_versions, SCHEMES, "local_versions", where, "buildtool/contracts/versions.py SCHEMES")
     _one_of(row.shm_workers, SHM_WORKERS, "shm_workers", where, "buildtool/contracts/frameworks.py SHM_WORKERS")
     if row.multinode is not None:
