@@ -156,6 +156,20 @@ def test_a_folder_that_does_not_make_a_row_is_an_error_naming_its_file(tmp_path:
     assert str(caught.value).startswith(message), str(caught.value)
 
 
+def test_a_framework_folder_without_a_test_file_is_refused_at_load(project: Path, run_cli) -> None:
+    """Issue 37: such a folder rendered with exit 0 and its group collected 0 tests (every image passed untested)."""
+    add_fixture_framework(project)
+    (project / "image-tests/fixturefw/test_fixturefw.py").rename(project / "image-tests/fixturefw/fixturefw_notes.py")
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(project / "image-tests/fixturefw")
+    assert str(caught.value) == ("image-tests/fixturefw/framework.yaml: fixturefw/ holds no test_*.py, so its "
+                                 "image-tests group would collect no test and every image of it would pass untested; "
+                                 "add its tests there")
+    code, out, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == "" and "fixturefw/ holds no test_*.py" in err
+    assert not (project / "dockerfiles/fixturefw").exists()
+
+
 def test_a_duplicate_key_is_refused_with_its_line(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     text = (folder / "framework.yaml").read_text()

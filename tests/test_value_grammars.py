@@ -11,6 +11,7 @@ turned into `and` or a check left out makes a row fail. The whole-file corpus
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -262,9 +263,49 @@ def test_template_path(value: str, expected: str | None) -> None:
     ("a\u2028b", "contains a line break"),
     ("a\x00", "control character"),
     ("a\tb", "control character"),
+    # Format characters (Unicode category Cf): invisible, they reorder or hide what a reader sees (issue 37).
+    ("PyTorch \u202eUPC no", "contains the format character U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    ("ja\u200bx", "contains the format character U+200B (ZERO WIDTH SPACE)"),
+    ("\ufeffPyTorch", "contains the format character U+FEFF (ZERO WIDTH NO-BREAK SPACE)"),
+    ("a\u2066b\u2069", "contains the format character U+2066 (LEFT-TO-RIGHT ISOLATE)"),
+    ("a\u00adb", "contains the format character U+00AD (SOFT HYPHEN)"),
 ))
 def test_one_line(value: str, expected: str | None) -> None:
     check(values.one_line, value, expected)
+
+
+def test_every_format_character_is_refused_in_free_text() -> None:
+    """Every code point of category Cf, not a list of known ones: a mutation that lets one through fails here."""
+    import sys
+    import unicodedata
+
+    formats = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+    assert len(formats) > 100
+    allowed = [f"U+{ord(c):04X}" for c in formats if _accepts(values.one_line, f"use {c} here")]
+    assert allowed == []
+
+
+def _accepts(check_value, text: str) -> bool:  # noqa: ANN001
+    try:
+        check_value(text)
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_template_path_that_leads_outside_templates_through_a_link_is_refused(tmp_path: Path) -> None:
+    """A file inside templates/ by name, outside it by a symlink (of the file, or of a folder on the way)."""
+    templates, outside = tmp_path / "templates", tmp_path / "elsewhere"
+    (templates / "images").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "evil.Dockerfile.j2").write_text("FROM scratch\n")
+    (templates / "images" / "ok.Dockerfile.j2").write_text("FROM scratch\n")
+    (templates / "images" / "linked.Dockerfile.j2").symlink_to(outside / "evil.Dockerfile.j2")
+    (templates / "shared").symlink_to(outside, target_is_directory=True)
+    assert values.template_path("images/ok.Dockerfile.j2", templates) == "images/ok.Dockerfile.j2"
+    for text in ("images/linked.Dockerfile.j2", "shared/evil.Dockerfile.j2"):
+        with pytest.raises(ValueError, match=r"leads outside templates/ \(through a link\)"):
+            values.template_path(text, templates)
 
 
 # -- run.shm_size: a whole number with k, m or g (or bytes), at least 1g --------------------------------

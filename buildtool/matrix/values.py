@@ -79,7 +79,13 @@ def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
     """Free text (the `use` sentence): one line, printable, at most `limit` characters."""
     bad = _first_bad_char(text)
     if bad is not None:
-        what = "a line break" if bad in "\n\r\u2028\u2029\u0085" else f"the control character {bad!r}"
+        if bad in "\n\r\u2028\u2029\u0085":
+            what = "a line break"
+        elif unicodedata.category(bad) == "Cf":
+            # Invisible, and they reorder or hide what is shown (U+202E turns `jax` around): never in a value.
+            what = f"the format character U+{ord(bad):04X} ({unicodedata.name(bad, 'unnamed')})"
+        else:
+            what = f"the control character {bad!r}"
         raise ValueError(f"contains {what}; write one line of plain text")
     if not text.strip():
         raise ValueError("is empty; write one line saying what the image is for")
