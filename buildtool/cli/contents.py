@@ -73,16 +73,12 @@ def lock(
 
 def _image_sbom(image: str) -> tuple[dict, str, str]:
     """(document, artifact digest, image digest) of IMAGE's SBOM; exit 1 when it has none."""
+    from buildtool.common import argcheck
     from buildtool.common.errors import FailedError, UserError
-    from buildtool.common.refs import ReferenceError, parse_reference
     from buildtool.registry.client import RegistryClient, RegistryError
     from buildtool.registry.sbom_attestation import read_signed_sbom
 
-    try:
-        ref = parse_reference(image)
-    except ReferenceError as exc:
-        raise UserError(f"{image!r} is not an image reference ({exc}); name one like "
-                        "127.0.0.1:5000/pytorch-cpu:2.13 or REPO@sha256:...") from None
+    ref = argcheck.reference("IMAGE", image)   # cut, escaped, no password echoed (issue 37)
     if not ref.domain:
         raise UserError(f"{image!r} names no registry; SBOMs live in a registry, e.g. 127.0.0.1:5000/{ref.path}")
     trusted = sbom_trust(ref.domain)
@@ -136,7 +132,10 @@ def diff(
     changed and added Python and Debian packages. Each image's packages come from the SBOM attached
     to its digest; an image without one (a base, an upstream image, a local image) is probed in a
     throw-away container without network (pulled first when needed), with the SBOM's own listing."""
+    from buildtool.common import argcheck
     from buildtool.imagebuild.image_diff import compared, read_side
+
+    argcheck.references("IMAGE", (image_a, image_b))   # both, before either is read (issue 37)
 
     try:
         root: Path | None = find_project(None).root

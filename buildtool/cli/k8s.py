@@ -95,12 +95,18 @@ def k8s(
     matrix: MatrixOption = None,
 ) -> None:
     """Manifests that run the multi-node check of the image's framework on Kubernetes."""
+    from buildtool.common import argcheck
     from buildtool.launch.arch import node_selector as arch_selector
     from buildtool.launch.k8s import PodOptions, default_variant, manifests, to_yaml
     from buildtool.launch.multinode import MultiNodeJob, check_of, read_check_script
 
-    shm = _shm_size(image, shm_size, matrix)
+    # Every argument before the matrix, the registry or the check script is read (issue 37).
+    argcheck.reference("IMAGE", image)
+    argcheck.count("--nodes", nodes)
+    argcheck.count("--gpus-per-node", gpus_per_node, minimum=0)
+    argcheck.node_selectors("--node-selector", node_selector or [])
     check_steps(steps)
+    shm = _shm_size(image, shm_size, matrix)
     row = framework_for(image, framework, matrix)
     chosen = platform_for(image, platform, matrix)
     job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check_of(row), name=name,

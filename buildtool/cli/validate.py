@@ -125,6 +125,9 @@ def validate(
     loaded = project.load()
     peers = _peers(peer or [])
     refs = list(images or [])
+    from buildtool.common import argcheck
+
+    argcheck.references("IMAGE", refs)   # every one, before the engine or the registry is asked (issue 37)
     if not refs:
         refs = _dev_refs(project, loaded, framework, revision, peers)
     # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed.

@@ -30,15 +30,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fetch and verify IMAGE's provenance, SBOM attestation and verdict against the trusted keys, and
         print the chain: built by, from, sbom, tested by, result."""
-        from buildtool.common.refs import ReferenceError, is_loopback_host, parse_reference
+        from buildtool.common import argcheck
+        from buildtool.common.refs import is_loopback_host
         from buildtool.registry.client import RegistryClient
         from buildtool.release.chain import verify_reference
         from buildtool.validate.keys import dev_public_key, load_trusted
 
-        try:
-            parsed = parse_reference(image)
-        except ReferenceError as exc:
-            raise UserError(f"{image}: {exc}") from None
+        parsed = argcheck.reference("IMAGE", image)   # cut, escaped, no password echoed (issue 37)
         if not parsed.domain:
             raise UserError(f"{image} names no registry: verify reads a pushed image (host/repository:tag or @digest)")
         if trust_local_key and not is_loopback_host(parsed.domain):

@@ -73,46 +73,72 @@ def _looks_like_domain(first: str) -> bool:
     return "." in first or ":" in first or first == "localhost" or first.lower() != first
 
 
+REFERENCE_MAX = 512      # a name is at most NAME_MAX; tag and digest add at most 200
+SHOWN_MAX = 80
+
+
+def shown(text: str, limit: int = SHOWN_MAX) -> str:
+    """A value as a message shows it: quoted, every non-ASCII or control character escaped (a Cyrillic `а` in
+    `jаx` reads as `j\\u0430x`, not as `jax`), cut to `limit` characters with its length said."""
+    if len(text) <= limit:
+        return ascii(text)
+    return f"{ascii(text[:limit])}... ({len(text)} characters)"
+
+
+def _credentials(text: str) -> bool:
+    """Whether `text` starts with credentials (`user[:password]@host/...`): an `@` that introduces no digest."""
+    head, at, tail = text.partition("@")
+    return bool(at) and "/" not in head and not _DIGEST_RE.match(tail)
+
+
 def parse_reference(text: str) -> Reference:
-    """Parse `text`; ReferenceError (a ValueError) names what is wrong."""
+    """Parse `text`; ReferenceError (a ValueError) names what is wrong, showing the text as `shown` does (cut,
+    escaped), and never a password: a reference that carries credentials is refused without echoing them."""
     if not text:
         raise ReferenceError("an image reference is empty; write one like nvcr.io/nvidia/pytorch:25.10-py3")
+    if len(text) > REFERENCE_MAX:
+        raise ReferenceError(f"{shown(text)} is not an image reference: at most {REFERENCE_MAX} characters")
+    if _credentials(text):
+        raise ReferenceError("an image reference cannot carry credentials (user:password@ before the registry host; "
+                             "not shown); log in with `docker login` (or a credential helper) instead")
     if any(c.isspace() for c in text):
-        raise ReferenceError(f"{text!r} contains whitespace; an image reference is one word like "
+        raise ReferenceError(f"{shown(text)} contains whitespace; an image reference is one word like "
                              "nvcr.io/nvidia/pytorch:25.10-py3")
     rest, at, digest = text.partition("@")
     if at:
         if not _DIGEST_RE.match(digest):
-            raise ReferenceError(f"{text!r}: digest {digest!r} is not algorithm:hex (e.g. sha256:<64 hex digits>)")
+            raise ReferenceError(f"{shown(text)}: digest {shown(digest)} is not algorithm:hex "
+                                 "(e.g. sha256:<64 hex digits>)")
         if digest.startswith("sha256:") and not _SHA256_RE.match(digest):
-            raise ReferenceError(f"{text!r}: a sha256 digest has 64 lower-case hex digits")
+            raise ReferenceError(f"{shown(text)}: a sha256 digest has 64 lower-case hex digits")
     tag = ""
     last = rest.rsplit("/", 1)[-1]
     if ":" in last:
         rest, tag = rest.rsplit(":", 1)
         if not tag:
-            raise ReferenceError(f"{text!r} ends its name with ':' but names no tag; add the tag or remove the ':'")
+            raise ReferenceError(f"{shown(text)} ends its name with ':' but names no tag; add the tag or remove "
+                                 "the ':'")
         if not TAG_RE.match(tag):
-            raise ReferenceError(f"{text!r}: tag {tag!r} is not a valid tag "
+            raise ReferenceError(f"{shown(text)}: tag {shown(tag)} is not a valid tag "
                                  "(letters, digits, '_', '.', '-'; at most 128; not starting with '.' or '-')")
     first, sep, remainder = rest.partition("/")
     if sep and _looks_like_domain(first):
         domain, path = first, remainder
         if not _DOMAIN_RE.match(domain):
-            raise ReferenceError(f"{text!r}: registry host {domain!r} is not a host[:port]")
+            raise ReferenceError(f"{shown(text)}: registry host {shown(domain)} is not a host[:port]")
     else:
         domain, path = "", rest
     if not path:
-        raise ReferenceError(f"{text!r}: no repository name")
+        raise ReferenceError(f"{shown(text)}: no repository name")
     for component in path.split("/"):
         if not component:
-            raise ReferenceError(f"{text!r}: the repository path has an empty part ('//' or a '/' at an end)")
+            raise ReferenceError(f"{shown(text)}: the repository path has an empty part ('//' or a '/' at an end)")
         if not _PATH_COMPONENT_RE.match(component):
             hint = " (repository names are lower case)" if component.lower() != component else ""
-            raise ReferenceError(f"{text!r}: repository part {component!r} is not valid{hint}; use lower-case "
-                                 "letters, digits and single separators ('.', '_', '__', '-')")
+            raise ReferenceError(f"{shown(text)}: repository part {shown(component)} is not valid{hint}; use "
+                                 "lower-case letters, digits and single separators ('.', '_', '__', '-')")
     if len(f"{domain}/{path}" if domain else path) > NAME_MAX:
-        raise ReferenceError(f"{text!r}: the name is longer than {NAME_MAX} characters")
+        raise ReferenceError(f"{shown(text)}: the name is longer than {NAME_MAX} characters")
     return Reference(domain, path, tag, digest)
 
 
