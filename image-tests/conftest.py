@@ -61,6 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
     install_signal_cleanup()
     if config.getoption("--target", None):
         _TARGET.update(_load_target(config))
+        harness.set_image_env(_TARGET.get("image_env") or {},
+                              [*_TARGET.get("run_flags", []), *_TARGET.get("extra_run_flags", [])])
         handed = getattr(config, "workerinput", {}).get("image_tests_deadline")
         if handed:   # an xdist worker: the controller's deadline, the same instant (one monotonic clock)
             harness.DEADLINE.total_s, harness.DEADLINE.ends_at = handed
@@ -199,7 +201,9 @@ def out_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def main(target: dict[str, Any], shared_dir: Path, out_root: Path):
     """The container of the image under test, started exactly as users are told to run it, its
-    framework imported once first (the cold start, recorded in the verdict; later probes run warm)."""
+    framework imported once first (the cold start, recorded in the verdict; later probes run warm).
+    Its checks are about one host (the host's network, 127.0.0.1 between its processes); the checks
+    across nodes start containers of their own on the run's bridge network (`bridge`)."""
     flags = [*target["run_flags"], *target.get("extra_run_flags", [])]
     _CONTAINER.append(True)   # tests that need it run alone until it is warm (lanes.py)
     container = Container(target["image"], flags, run_id=target["run_id"], shared=shared_dir, out_root=out_root,
@@ -212,6 +216,16 @@ def main(target: dict[str, Any], shared_dir: Path, out_root: Path):
         yield container
     finally:
         container.remove()
+
+
+@pytest.fixture(scope="session")
+def bridge(target: dict[str, Any]) -> str:
+    """The run's bridge network (made by validate, one per run): a container started on it has a network
+    namespace of its own and reaches the others by their container names, as nodes do."""
+    if not target.get("network"):
+        pytest.fail("no bridge network for this run (the target names none): the checks across nodes run on the "
+                    "network `buildtool validate` makes for each run", pytrace=False)
+    return str(target["network"])
 
 
 @pytest.fixture(scope="session")
@@ -242,12 +256,13 @@ def start_container(target: dict[str, Any], shared_dir: Path, out_root: Path):
     started: list[Container] = []
 
     def _start(image: str, extra: list[str] | None = None, hint: str = "peer", gpus: bool = False,
-               warm: str = "", framework: str | None = None) -> Container:
+               warm: str = "", framework: str | None = None, network: str = "host") -> Container:
         """`warm`: the framework module of another image, imported once first (as `main` does);
-        `framework`: whose scripts it gets beside the common ones (default: the image under test's)."""
+        `framework`: whose scripts it gets beside the common ones (default: the image under test's);
+        `network`: the run's bridge network (`bridge`) for a node of its own (default: the host's)."""
         flags = [f for f in target["run_flags"] if gpus or not f.startswith("--gpus")] + list(extra or [])
         container = Container(image, flags, run_id=target["run_id"], shared=shared_dir, name_hint=hint,
-                              out_root=out_root, framework=framework or target["framework"])
+                              out_root=out_root, framework=framework or target["framework"], network=network)
         started.append(container)
         if warm:
             warm_up(container, warm)

@@ -106,6 +106,60 @@ def set_deadline(budget_s: float, total_s: float = 0.0) -> None:
     DEADLINE.spent_by = ""
 
 
+# -- what could redirect a local connection ---------------------------------------------------
+
+# Variables that send a connection somewhere other than the address it names: socket interfaces
+# (gloo, NCCL, TensorPipe bind and advertise the address of the interface named), and proxies
+# (urllib, requests and gRPC, which jax.distributed's coordinator uses, send through them whatever
+# no_proxy does not cover).
+SOCKET_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+              "GRPC_PROXY")
+NO_PROXY_VARS = ("no_proxy", "NO_PROXY", "no_grpc_proxy")
+REDIRECTS = {"socket": SOCKET_VARS, "proxy": (*PROXY_VARS, *NO_PROXY_VARS)}
+# What the containers of the image get: its config's Env, then what the run flags add (conftest sets it).
+IMAGE_ENV: dict[str, str] = {}
+
+
+def set_image_env(image_env: dict[str, str], run_flags: list[str]) -> None:
+    """The environment every process of the image's containers starts with: the image's Env, then the
+    `-e NAME=VALUE` / `--env=NAME=VALUE` of the run flags."""
+    env = dict(image_env)
+    flags = list(run_flags)
+    for i, flag in enumerate(flags):
+        value = flags[i + 1] if flag in ("-e", "--env") and i + 1 < len(flags) else \
+            flag.split("=", 1)[1] if flag.startswith("--env=") else ""
+        if "=" in value:
+            name, _, setting = value.partition("=")
+            env[name] = setting
+    IMAGE_ENV.clear()
+    IMAGE_ENV.update(env)
+
+
+def shown(value: str) -> str:
+    """A variable's value for a message: a URL's password masked (`http://user:***@proxy:3128`)."""
+    return re.sub(r"(://[^:/@\s]*:)[^@/\s]*@", r"\1***@", value)
+
+
+def redirects(*kinds: str, env: dict[str, str] | None = None) -> str:
+    """For a message about a local connection that failed: the variables of the image's environment that
+    could have redirected it, with their values, or that none of them is set."""
+    env = IMAGE_ENV if env is None else env
+    names = [name for kind in kinds for name in REDIRECTS[kind]]
+    found = [f"{name}={shown(env[name])}" for name in names if name in env]
+    if found:
+        return "the image's environment could redirect it: " + ", ".join(found)
+    said = [name for name in names if not name.isupper() or name in SOCKET_VARS]   # proxies: lower case stands for both
+    upper = ", upper case too" if "proxy" in kinds else ""
+    return f"no variable that could redirect it is set ({', '.join(said)}{upper})"
+
+
+def docker_lines(*args: str, timeout: float = 60) -> list[str]:
+    """The lines a docker command prints ([] when it fails)."""
+    proc = _docker(*args, timeout=timeout)
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
+
+
 # -- probes -----------------------------------------------------------------------------------
 
 

@@ -62,6 +62,7 @@ KEYS = {
     "FIXTURE": "io.dl-images.fixture",
     "FIXTURE_FAULT": "io.dl-images.fixture.fault",
     "IMAGETEST_RUN": "io.dl-images.imagetest.run",
+    "IMAGETEST_OWNER": "io.dl-images.imagetest.owner",
     "VERDICT_RESULT": "io.dl-images.verdict.result",
     "VERDICT_CELL": "io.dl-images.verdict.cell",
     "VERDICT_SIGNER": "io.dl-images.verdict.signer",

@@ -71,6 +71,7 @@ FIXTURE_FAULT = f"{PREFIX}.fixture.fault"    # which fault a fixture image carri
 
 # -- containers started by the image tests -------------------------------------------------------
 IMAGETEST_RUN = f"{PREFIX}.imagetest.run"   # every container image-tests start carries it (run id)
+IMAGETEST_OWNER = f"{PREFIX}.imagetest.owner"   # host:pid of the validation that made a run's network
 
 # -- annotations on artifacts in the registry ----------------------------------------------------
 VERDICT_RESULT = f"{PREFIX}.verdict.result"

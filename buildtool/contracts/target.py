@@ -106,6 +106,9 @@ class Target(BaseModel):
     ddp_timeout_s: float = 120.0
     peers: dict[str, str] = Field(default_factory=dict)
     run_id: str
+    # The bridge network validate made for this run (buildtool.validate.network): the checks across nodes
+    # start their containers on it, each in a network namespace of its own; "" without validate.
+    network: str = ""
     deadline_s: float = 0.0      # the image's whole validation deadline (matrix validate.deadline_s or --deadline)
     probe_budget_s: float = 0.0  # what is left of it for the tests when pytest starts; every probe is cut to it
 

@@ -42,6 +42,7 @@ from buildtool.contracts import platforms
 from buildtool.contracts.target import write_target
 from buildtool.matrix.schema import Matrix
 from buildtool.registry.client import NotFound, RegistryClient
+from buildtool.validate import network
 from buildtool.validate.collect import cell_groups
 from buildtool.validate.engine import Log, Resolved, remove_run_containers, resolve
 from buildtool.validate.labels import label_checks
@@ -123,7 +124,8 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         ref, image, cell, matrix, options, flags=flags, not_granted=not_granted, usable=usable,
         gpu_problem=gpu_problem, baseline=baseline, run_id=run_id, deadline_s=deadline_s,
         probe_budget_s=max(1.0, deadline_s - (time.monotonic() - started) - RESERVE_S), expect=expect,
-        interconnect=inventory.interconnect, interconnect_problem=inventory.interconnect_problem)
+        interconnect=inventory.interconnect, interconnect_problem=inventory.interconnect_problem,
+        network=network.name_for(run_id))
     write_target(out_dir / "target.json", target)
     results_path, defined_path = out_dir / "results.json", out_dir / "defined.json"
     results_path.unlink(missing_ok=True)
@@ -138,12 +140,15 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         f"GPUs: {gpu_note}")
     started_at = dt.datetime.now(dt.UTC)
     fired: list[bool] = []
-    try:
-        rc = _run_pytest(argv, root, out_dir / "pytest.log", max(1.0, deadline_s - (time.monotonic() - started)),
-                         log, fired)
-    finally:
-        remove_run_containers(run_id)
-        shutil.rmtree(out_dir / f"lanes-{run_id}", ignore_errors=True)   # the tests' lock files (image-tests/lanes.py)
+    # The run's bridge network (its containers reach each other across network namespaces, as nodes do):
+    # made here, removed after the containers however the run ends.
+    with network.run_network(run_id):
+        try:
+            rc = _run_pytest(argv, root, out_dir / "pytest.log",
+                             max(1.0, deadline_s - (time.monotonic() - started)), log, fired)
+        finally:
+            remove_run_containers(run_id)
+            shutil.rmtree(out_dir / f"lanes-{run_id}", ignore_errors=True)   # the tests' lock files (lanes.py)
     duration = time.monotonic() - started
     try:
         results = json.loads(results_path.read_text())

@@ -86,7 +86,7 @@ def shm_fix(cell: Cell, matrix: Matrix) -> str:
 def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options: Options, *, flags: list[str],
                  not_granted: list[str], usable: list[dict[str, str]], gpu_problem: str, baseline: dict[str, Any],
                  run_id: str, deadline_s: float, probe_budget_s: float, expect: dict[str, Any],
-                 interconnect: str = "", interconnect_problem: str = "") -> Target:
+                 interconnect: str = "", interconnect_problem: str = "", network: str = "") -> Target:
     """The target file's contents: the image, its cell and claims, the run flags the engine granted,
     the GPUs the tests may use, the budgets, and what the image claims (`expect`: `expectations` and
     what its labels must say)."""
@@ -106,7 +106,7 @@ def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options:
         **floor, busbw_baseline=baseline,
         rdzv_join_timeout_s=options.join_timeout_s, missing_peer_timeout_s=options.missing_peer_timeout_s,
         ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
-        peers=options.peers, run_id=run_id,
+        peers=options.peers, run_id=run_id, network=network,
         deadline_s=deadline_s, probe_budget_s=probe_budget_s,
     )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import Probe, first_line
+from harness import Probe, first_line, redirects
 
 
 @dataclass
@@ -65,7 +65,8 @@ def cause(process: Process, what: str) -> str:
         if process.stage == "initialize":   # jax aborts a process whose job did not form in time
             s = process.state
             why = (f" (jax aborts a process when not all {s.get('num_processes')} processes join the coordinator "
-                   f"{s.get('coordinator')} within its init timeout of {s.get('init_timeout_s')} s)")
+                   f"{s.get('coordinator')} within its init timeout of {s.get('init_timeout_s')} s; the join is a gRPC "
+                   f"connection: {redirects('proxy', 'socket')})")
         return f"{what}: process {me} died at {process.stage}: {process.fault}{why}"
     if probe.cut:
         return f"{probe.hung()} (process {me} was at {process.stage})"

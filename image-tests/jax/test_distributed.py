@@ -1,10 +1,12 @@
 """JAX across processes (scripts/jax_train.py, the script the multi-node launchers run): two
-processes join one jax.distributed job through a coordinator on 127.0.0.1, a psum over every
-device of every process gives the known sum, data-parallel SGD (gradients averaged with pmean)
-makes the loss fall, and every process ends with the same parameters. On CPU the processes talk
-through gloo; on GPUs through NCCL, over every GPU of the runner. Processes of one container (two
-processes of one machine) and of two containers on the host network (two nodes, as the launchers
-run it). A process whose peer never comes fails within its init timeout instead of hanging.
+processes join one jax.distributed job through a coordinator, a psum over every device of every
+process gives the known sum, data-parallel SGD (gradients averaged with pmean) makes the loss fall,
+and every process ends with the same parameters. On CPU the processes talk through gloo; on GPUs
+through NCCL, over every GPU of the runner. Processes of one container (two processes of one
+machine, the coordinator on 127.0.0.1) and of two containers, each in its own network namespace
+on the run's bridge network, the coordinator named by its container's name (two nodes, as the
+launchers run them: a setting that only works on one host fails here). A process whose peer never
+comes fails within its init timeout instead of hanging.
 Decided from the files each process writes (processes.py); the one printed line that counts is
 the launchers' `DDP_RESULT {json}` contract, checked against those files."""
 
@@ -30,27 +32,28 @@ LAUNCHER_KEYS = {"backend", "platform", "process_count", "process_id", "local_de
                  "psum_expected", "first_loss", "last_loss", "identical"}   # and world_size, the process count
 
 
-def jax_train(port: int, n: int, i: int, init_timeout: int = INIT_TIMEOUT_S) -> list[str]:
-    return ["python3", SCRIPT, "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(n),
+def jax_train(coordinator: str, n: int, i: int, init_timeout: int = INIT_TIMEOUT_S) -> list[str]:
+    return ["python3", SCRIPT, "--coordinator", coordinator, "--num-processes", str(n),
             "--process-id", str(i), "--steps", STEPS, "--init-timeout", str(init_timeout)]
 
 
-def stop(container, port: int) -> None:
-    """SIGTERM the jax_train processes of coordinator 127.0.0.1:PORT in `container`."""
-    container.run(["python3", "-I", "-S", "/imagetests/stop_run.py", f"127.0.0.1:{port}", "--coordinator"],
+def stop(container, coordinator: str) -> None:
+    """SIGTERM the jax_train processes of coordinator HOST:PORT in `container`."""
+    container.run(["python3", "-I", "-S", "/imagetests/stop_run.py", coordinator, "--coordinator"],
                   step="stop the other JAX process")
 
 
-def run_job(where: list, what: str, envs: list[dict[str, str]],
-            init_timeout: int = INIT_TIMEOUT_S) -> list[processes.Process]:
-    """Process i of len(where) in container where[i], all started together; when one fails the
-    others are stopped at once (they would wait out their heartbeat timeout for a peer that is gone)."""
-    port = free_port()
+def run_job(where: list, what: str, envs: list[dict[str, str]], init_timeout: int = INIT_TIMEOUT_S,
+            host: str = "127.0.0.1") -> list[processes.Process]:
+    """Process i of len(where) in container where[i], all started together, the coordinator on `host`
+    (process 0's container; 127.0.0.1 when all run in one); when one fails the others are stopped at
+    once (they would wait out their heartbeat timeout for a peer that is gone)."""
+    coordinator = f"{host}:{free_port()}"
     n = len(where)
     probes: dict[int, Probe] = {}
 
     def one(i: int) -> None:
-        probes[i] = where[i].run(jax_train(port, n, i, init_timeout), step=f"{what}: process {i}",
+        probes[i] = where[i].run(jax_train(coordinator, n, i, init_timeout), step=f"{what}: process {i}",
                                  quiet=init_timeout + QUIET_MARGIN_S, env=envs[i])
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
@@ -62,7 +65,7 @@ def run_job(where: list, what: str, envs: list[dict[str, str]],
         if failed:
             for i, thread in enumerate(threads):
                 if thread.is_alive() and i not in stopped:
-                    stop(where[i], port)
+                    stop(where[i], coordinator)
                     stopped.add(i)
         threads[0].join(0.2)
     for thread in threads:
@@ -87,11 +90,14 @@ def two_processes(main):
 
 
 @pytest.fixture(scope="module")
-def two_containers(main, target, start_container):
+def two_containers(target, start_container, bridge):
     # A node may join as late as the rendezvous join timeout allows (a cold node still pulling the image).
     join = int(target.get("rdzv_join_timeout_s", 900))
-    peer = start_container(target["image"], target.get("peer_run_flags", []), hint="jax-node1")
-    return run_job([main, peer], "two JAX processes in two containers (gloo)", [cpu_env(), cpu_env()], join)
+    # Two nodes of their own on the bridge network (the main container is on the host's network).
+    first = start_container(target["image"], hint="jax-node0", network=bridge)
+    peer = start_container(target["image"], target.get("peer_run_flags", []), hint="jax-node1", network=bridge)
+    return run_job([first, peer], "two JAX processes in two containers (gloo)", [cpu_env(), cpu_env()], join,
+                   host=first.name)
 
 
 def result(found: list[processes.Process]) -> dict:
@@ -140,7 +146,7 @@ def test_process0_prints_the_launcher_result_line(two_processes):
 
 
 def test_two_containers_train_and_agree(two_containers):
-    """Two containers on the host network as two nodes, as the multi-node launchers run it."""
+    """Two containers on the run's bridge network as two nodes, as the multi-node launchers run it."""
     r = result(two_containers)
     assert r["process_count"] == 2 and r["psum"] == r["psum_expected"], (
         f"psum over 2 containers gave {r['psum']}, expected {r['psum_expected']}")
@@ -150,9 +156,9 @@ def test_two_containers_train_and_agree(two_containers):
 
 @pytest.mark.shared(why="no peer comes, so no step runs and no device is used; its port is its own")
 def test_missing_process_fails_within_init_timeout(main):
-    port = free_port()
-    probe = main.run(jax_train(port, 2, 0, MISSING_INIT_TIMEOUT_S), step="a JAX process waiting for a peer that "
-                     "never comes", quiet=MISSING_INIT_TIMEOUT_S + QUIET_MARGIN_S, env=cpu_env())
+    probe = main.run(jax_train(f"127.0.0.1:{free_port()}", 2, 0, MISSING_INIT_TIMEOUT_S),
+                     step="a JAX process waiting for a peer that never comes",
+                     quiet=MISSING_INIT_TIMEOUT_S + QUIET_MARGIN_S, env=cpu_env())
     assert not probe.error and not probe.not_found, probe.cause()
     found = processes.read(probe, 0)
     assert not probe.cut, (f"{probe.hung()} (at {found.stage}) instead of failing after its "

@@ -11,10 +11,11 @@ exception, by its type, never by words that some other failure could also print.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import Probe, first_line
+from harness import Probe, first_line, redirects
 
 LAUNCHER_ERROR_FILE = "launcher-error.json"
 LAUNCHER_ENV = {"TORCHELASTIC_ERROR_FILE": "{out}/" + LAUNCHER_ERROR_FILE}
@@ -22,6 +23,9 @@ LAUNCHER_ENV = {"TORCHELASTIC_ERROR_FILE": "{out}/" + LAUNCHER_ERROR_FILE}
 NETWORK_ERRORS = frozenset({"DistNetworkError", "DistStoreError", "RendezvousConnectionError", "TimeoutError",
                             "ConnectionError", "ConnectionRefusedError", "socket.timeout", "gaierror"})
 RENDEZVOUS_TIMEOUT = "RendezvousTimeoutError"
+# A rank's error about a connection (gloo's "connectFullMesh failed ... timed out connecting", a store it
+# cannot reach): its message then also names what in the image's environment could have redirected it.
+CONNECTION_ERROR = re.compile(r"connect|timed out|timeout|unreachable|refused", re.IGNORECASE)
 
 
 @dataclass
@@ -65,7 +69,8 @@ def cause(probe: Probe, what: str, addr: str = "") -> str:
         rank, entry = sorted(ranks.failed.items(), key=lambda kv: kv[0])[0]
         others = f" (ranks failing: {', '.join(sorted(ranks.failed))})" if len(ranks.failed) > 1 else ""
         where = f" (at {entry['where']})" if entry.get("where") else ""
-        return f"{what} failed: rank {rank}: {entry.get('error')}{where}{others}"
+        hint = f"; {redirects('socket', 'proxy')}" if CONNECTION_ERROR.search(str(entry.get("error"))) else ""
+        return f"{what} failed: rank {rank}: {entry.get('error')}{where}{others}{hint}"
     if ranks.faults:
         rank, line = sorted(ranks.faults.items())[0]
         return f"{what} failed: rank {rank} died: {line}"
@@ -73,7 +78,7 @@ def cause(probe: Probe, what: str, addr: str = "") -> str:
         if ranks.launcher_type in NETWORK_ERRORS:
             return (f"{what}: the ranks could not reach each other through {addr or 'the rendezvous endpoint'}: "
                     f"torchrun {ranks.launcher_error} (check MASTER_ADDR, the network, and that the port is open "
-                    f"between ranks)")
+                    f"between ranks; {redirects('socket', 'proxy')})")
         return f"{what}: torchrun failed before any rank started: {ranks.launcher_error}"
     if probe.cut:
         done = sorted(r for r, e in ranks.ended.items() if e.get("ok"))

@@ -1,13 +1,15 @@
-"""Multi-node rendezvous: two containers act as two nodes on the host network and join through
-torchrun's c10d rendezvous (`--nnodes 2`), train DDP together and agree on parameters. The
-join timeout defaults to 900 s (a cold node may still be pulling the image) and is set by the
-target (`buildtool validate --rdzv-join-timeout`); the c10d store's read timeout follows it, so
-a node may arrive that late (tests/integration/test_late_peer.py shows one arriving after 60 s).
-Each node gets its own NCCL_HOSTID: on one machine NCCL would otherwise take the two containers
-for one host and bypass the network, and its own address for torch's rendezvous (see NODE_ADDRS).
-A missing peer must fail with torchrun's
-RendezvousTimeoutError, not hang. Both are decided from what torchrun and the ranks record
-(ranks.py): the exception's type, never words in the output, which another failure may print."""
+"""Multi-node rendezvous: two containers act as two nodes, each in its own network namespace on the
+run's bridge network (made by `buildtool validate`), reaching each other by container name, and
+join through torchrun's c10d rendezvous (`--nnodes 2`), train DDP together and agree on
+parameters. A setting that only works on one host (a gloo or NCCL socket interface pinned to `lo`,
+an address on 127.0.0.1) fails here as it would on a cluster. The join timeout defaults to 900 s
+(a cold node may still be pulling the image) and is set by the target (`buildtool validate
+--rdzv-join-timeout`); the c10d store's read timeout follows it, so a node may arrive that late
+(tests/integration/test_late_peer.py shows one arriving after 60 s). Each node gets its own
+NCCL_HOSTID, so NCCL never takes the two containers of one machine for one host and bypasses the
+network. A missing peer must fail with torchrun's RendezvousTimeoutError, not hang. Both are
+decided from what torchrun and the ranks record (ranks.py): the exception's type, never words in
+the output, which another failure may print."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import uuid
 
 import pytest
 import ranks
-from harness import Probe, free_port
+from harness import Probe, free_port, redirects
 
 from buildtool.contracts.rendezvous import rdzv_conf
 
@@ -27,18 +29,15 @@ pytestmark = pytest.mark.devices(why="two-node DDP")
 # collective timeout, 120 s); the supervisor calls it hung only this much later.
 QUIET_MARGIN_S = 60
 TWO_NODE_DDP_TIMEOUT_S = 120
-# torch's rendezvous tells nodes apart by (address, pid). Both containers share the host's network, so
-# the same hostname, and each has its own pid namespace: two torchruns with the same pid (each the
-# first process of its container, say) are then one node to the rendezvous, which waits forever for
-# the second. A loopback address per node keeps them two nodes, and reachable as MASTER_ADDR.
-NODE_ADDRS = {True: "127.0.0.1", False: "127.0.0.2"}   # is_host -> --local-addr
 
 
-def torchrun_2nodes(port: int, join_timeout: float, is_host: bool, run: str) -> list[str]:
+def torchrun_2nodes(endpoint: str, join_timeout: float, is_host: bool, run: str, local_addr: str = "") -> list[str]:
+    """torchrun of one of two nodes: `endpoint` is the first node's HOST:PORT, `local_addr` the name (or
+    address) by which the other node reaches this one (torch's rendezvous tells nodes apart by it too)."""
     conf = rdzv_conf(join_timeout, is_host=is_host)  # read_timeout follows the join timeout
-    return ["torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--local-addr", NODE_ADDRS[is_host],
-            "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run,
+    return ["torchrun", "--nnodes", "2", "--nproc-per-node", "1",
+            *(["--local-addr", local_addr] if local_addr else []), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", run,
             "--rdzv-conf", conf, "--max-restarts", "0", "/imagetests/ddp_train.py"]
 
 
@@ -47,34 +46,37 @@ def stop_torchrun(container, run: str) -> None:
     container.run(["python3", "-I", "-S", "/imagetests/stop_run.py", run], step="stop the other node")
 
 
-def never_joined(waited: float, port: int, found: ranks.Ranks) -> str:
-    return (f"rendezvous timed out after {waited:.0f}s: the second node never joined 127.0.0.1:{port} "
-            f"(--nnodes 2); torchrun: {found.launcher_error}")
+def never_joined(waited: float, endpoint: str, found: ranks.Ranks) -> str:
+    return (f"rendezvous timed out after {waited:.0f}s: the second node never joined {endpoint} "
+            f"(--nnodes 2); torchrun: {found.launcher_error}; " + redirects("socket", "proxy"))
 
 
-def test_two_nodes_rendezvous_and_agree(main, target, start_container):
+def test_two_nodes_rendezvous_and_agree(main, target, start_container, bridge):
     join = float(target.get("rdzv_join_timeout_s", 900))
-    port = free_port()
-    peer = start_container(target["image"], target.get("peer_run_flags", []), hint="node1", gpus=True)
+    # Two nodes of their own on the bridge network (the main container is on the host's network).
+    first = start_container(target["image"], hint="node0", gpus=True, network=bridge)
+    peer = start_container(target["image"], target.get("peer_run_flags", []), hint="node1", gpus=True, network=bridge)
+    endpoint = f"{first.name}:{free_port()}"   # the first node, by its name on the run's bridge network
     results: dict[str, Probe] = {}
     run = f"imgtest-{uuid.uuid4().hex[:8]}"  # both nodes must name the same rendezvous
     env = {"DDP_STEPS": "20", "DDP_TIMEOUT_S": str(TWO_NODE_DDP_TIMEOUT_S), "DDP_BUSBW": "0", **ranks.LAUNCHER_ENV}
     # On a GPU runner each node takes its own GPU (NCCL); with fewer than two, the nodes use gloo.
-    # Both containers share the host network, hostname and boot id: a host id per node makes NCCL
-    # treat them as two hosts and go through the network, as real nodes do (its debug log, written
-    # beside the ranks' records, shows the transport it chose).
+    # Both containers share the host's boot id: a host id per node makes NCCL treat them as two hosts
+    # and go through the network, as real nodes do (its debug log, written beside the ranks' records,
+    # shows the transport it chose).
     gpus = target.get("runner_gpus") or []
     node_env = [{**env, "CUDA_VISIBLE_DEVICES": str(i), "NCCL_HOSTID": f"{run}-node{i}", "NCCL_DEBUG": "INFO"}
                 if len(gpus) >= 2 else {**env, "DDP_DEVICE": "cpu", "NCCL_HOSTID": f"{run}-node{i}"}
                 for i in range(2)]
 
     def node(name, container, is_host):
-        results[name] = container.run(torchrun_2nodes(port, join, is_host, run), step=f"two-node DDP ({name})",
+        results[name] = container.run(torchrun_2nodes(endpoint, join, is_host, run, container.name),
+                                      step=f"two-node DDP ({name})",
                                       quiet=max(join, TWO_NODE_DDP_TIMEOUT_S) + QUIET_MARGIN_S,
                                       env=node_env[0 if is_host else 1])
 
     started = time.monotonic()
-    threads = [threading.Thread(target=node, args=("node0", main, True)),
+    threads = [threading.Thread(target=node, args=("node0", first, True)),
                threading.Thread(target=node, args=("node1", peer, False))]
     for thread in threads:
         thread.start()
@@ -87,7 +89,7 @@ def test_two_nodes_rendezvous_and_agree(main, target, start_container):
         peer.remove()
         stopped.add("node1")
     if results.get("node1") and not results["node1"].ok:
-        stop_torchrun(main, run)
+        stop_torchrun(first, run)
         stopped.add("node0")
     for thread in threads:
         thread.join()
@@ -95,8 +97,8 @@ def test_two_nodes_rendezvous_and_agree(main, target, start_container):
     node0 = results["node0"]
     found0 = ranks.read(node0)
     if found0.launcher_type == ranks.RENDEZVOUS_TIMEOUT:
-        raise AssertionError(never_joined(waited, port, found0))
-    causes = {name: ranks.cause(probe, f"{name} of two", f"127.0.0.1:{port}") for name, probe in results.items()}
+        raise AssertionError(never_joined(waited, endpoint, found0))
+    causes = {name: ranks.cause(probe, f"{name} of two", endpoint) for name, probe in results.items()}
     failed = {name: cause for name, cause in causes.items() if cause}
     # A node we stopped because the other failed is not a cause; it is named last, if at all.
     first = {n: c for n, c in failed.items() if n not in stopped} or failed
@@ -121,8 +123,8 @@ def test_two_nodes_rendezvous_and_agree(main, target, start_container):
 @pytest.mark.shared(why="no peer comes, so no rank starts and no device is used; its port is its own")
 def test_missing_peer_fails_with_clear_timeout(main, target):
     join = float(target.get("missing_peer_timeout_s", 10))
-    port = free_port()
-    probe = main.run(torchrun_2nodes(port, join, True, f"imgtest-{uuid.uuid4().hex[:8]}"),
+    probe = main.run(torchrun_2nodes(f"127.0.0.1:{free_port()}", join, True, f"imgtest-{uuid.uuid4().hex[:8]}",
+                                     "127.0.0.1"),
                      step="torchrun waiting for a peer that never comes", quiet=join + QUIET_MARGIN_S,
                      env={"DDP_TIMEOUT_S": "30", **ranks.LAUNCHER_ENV})
     assert not probe.error and not probe.not_found, probe.cause()
