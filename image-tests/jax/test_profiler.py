@@ -7,6 +7,7 @@ frontend (the tab a browser opens) is served. Queried over HTTP from inside the 
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -70,9 +71,21 @@ def test_profile_plugin_offers_the_trace_viewer(served):
     assert status == 200 and TRACE_TOOL in tools, f"the run's tools {tools} lack the trace viewer ({TRACE_TOOL})"
 
 
+# Events that every trace has, whatever ran: the viewer's metadata.
+METADATA = {"process_name", "process_sort_index", "thread_name", "thread_sort_index", "process_labels"}
+# An XLA operation as the trace names it: `dot`, `dot.1`, `add_multiply_fusion`, `wrapped_reduce-window`.
+XLA_OP = re.compile(r"[a-z][a-z0-9_\-]*(\.\d+)?")
+
+
+def xla_operations(names: set[str], traced: dict) -> list[str]:
+    skip = METADATA | {traced["op_name"]}
+    return sorted(n for n in names if XLA_OP.fullmatch(n) and n not in skip and not n.startswith(traced["step_name"]))
+
+
 def test_trace_holds_the_traced_steps(served, traced):
-    """The trace viewer's events hold every traced step (StepTraceAnnotation) and the jitted step
-    function's execution (PjitFunction(<name>)), not just an empty profile."""
+    """The trace viewer's events hold every traced step (StepTraceAnnotation), the jitted step
+    function's execution (PjitFunction(<name>)) and the XLA operations it ran (its `dot`s and
+    fusions: what the viewer draws inside each step), not just an empty profile."""
     if "trace" not in served:
         raise AssertionError(_missing(served) if PLUGIN not in served["plugins"]
                              else f"no trace served: runs {served.get('runs')}, hosts {served.get('hosts')}")
@@ -85,6 +98,9 @@ def test_trace_holds_the_traced_steps(served, traced):
     missing = sorted(steps - names) + ([function] if function not in names else [])
     assert not missing, (f"the trace ({trace['events']} events) lacks {missing}: "
                          f"names seen {sorted(names)[:20]}")
+    assert xla_operations(names, traced), (
+        f"the trace ({trace['events']} events) holds no XLA operation of the jitted step (no dot or fusion), only "
+        f"{sorted(names)[:20]}: the profiler recorded the steps but not what ran in them")
 
 
 def test_profile_plugin_frontend_served(served):

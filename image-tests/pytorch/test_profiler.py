@@ -2,7 +2,10 @@
 pytorch_profiler plugin (torch-tb-profiler) over HTTP from inside the container: its JSON API
 (runs, views, worker overview) and its frontend (the module TensorBoard loads for the tab, its
 index.html and what that page loads, the trace viewer), as a browser would fetch them. Traces
-are written where a user's training writes them: in the image's working directory, as its user."""
+are written where a user's training writes them: in the image's working directory, as its user.
+What a user looks at is checked, not only that a view exists: the Trace view's trace holds the
+operator events of every traced step (and GPU kernels on GPUs), the Overview's step chart has a
+row of time for each traced step, and the Operator view lists the model's operators."""
 
 from __future__ import annotations
 
@@ -84,11 +87,64 @@ def test_profiler_frontend_served(served):
     assert not broken, f"the {PLUGIN} tab would not render in a browser: " + "; ".join(broken)
 
 
+def _trace(served: dict) -> dict:
+    if "trace" not in served:
+        raise AssertionError(_missing(served) if PLUGIN not in served["plugins"]
+                             else f"the Trace view was not reached: runs {served.get('runs')}, "
+                                  f"workers {served.get('workers')}")
+    trace = served["trace"]
+    assert trace["status"] == 200 and not trace.get("error"), (
+        f"the Trace view's data answered {trace['status']}: {trace.get('error')}")
+    return trace
+
+
+def test_profiler_trace_holds_operator_events(served, profiled):
+    """The Trace view draws the traced steps with the operators run in them: a trace of metadata events
+    only (no operator or kernel activity) lists every view and draws nothing."""
+    trace = _trace(served)
+    steps = [f"ProfilerStep#{n}" for n in profiled["steps"]]
+    empty = [step for step in steps if not trace["steps"].get(step)]
+    assert not empty, (
+        f"the profiler trace holds no operator events in {', '.join(empty)} "
+        f"({trace['events']} events: {trace['categories']}; steps with operators: {trace['steps']}): "
+        "torch.profiler recorded no operator activity, so the Overview, Operator and Trace views show nothing")
+    missing = sorted(set(profiled["operators"]) - set(trace["operator_names"]))
+    assert not missing, f"the profiler trace lacks the model's operators {missing}: {trace['operator_names'][:20]}"
+
+
+def test_profiler_overview_shows_the_traced_steps(served, profiled):
+    """The Overview's step-time chart: one row per traced step, with time in it."""
+    if "overview_steps" not in served:
+        raise AssertionError(f"worker overview not served: {served.get('overview') or _missing(served)}")
+    rows = served["overview_steps"]
+    wanted = [str(n) for n in profiled["steps"]]
+    timed = [step for step, total in rows if total > 0]
+    assert [step for step, _ in rows] == wanted and timed == wanted, (
+        f"the Overview's step chart shows {rows or 'no rows'} instead of steps {', '.join(wanted)} with their time: "
+        "the trace holds no step of the profiled run")
+
+
+def test_profiler_operator_view_lists_the_operators(served, profiled):
+    """The Operator view's table: the model's operators, each with its calls."""
+    if "operators" not in served:
+        raise AssertionError(f"the Operator view was not reached: {served.get('overview') or _missing(served)}")
+    status, rows = served["operators"]
+    called = {name for name, calls in rows if calls}
+    missing = sorted(set(profiled["operators"]) - called)
+    assert status == 200 and not missing, (
+        f"the Operator view lists {len(rows)} operators ({status}) and lacks {missing}: the trace holds no operator "
+        f"events of the traced steps")
+
+
 @pytest.mark.gpu(what="CUDA activity in the profiler (Kernel view, GPU device type)")
 def test_profiler_cuda_kernels(served, require_gpu):
     require_gpu("CUDA activity in the profiler (Kernel view, GPU device type)")
     envs = {e["title"]: e["value"] for e in served.get("environments") or []}
     assert envs.get("Device Type") == "GPU", f"the profile shows no GPU activity: {envs}"
+    trace = _trace(served)
+    assert trace["kernels"], f"the profiler trace holds no GPU kernel events ({trace['categories']})"
+    status, rows = served.get("kernels") or [0, []]
+    assert status == 200 and rows, f"the Kernel view lists no kernels ({status}): {rows}"
 
 
 @pytest.mark.exclusive(why=f"a timing check: TensorBoard must answer within {EMPTY_BOUND_S}s")

@@ -1,0 +1,116 @@
+"""The image's environment sends no connection somewhere that works on one host only: no socket
+interface of gloo, NCCL or TensorPipe pinned to the loopback device (ranks on other hosts would be
+told 127.0.0.1 and time out connecting to themselves), and no proxy variable without a no_proxy
+that keeps loopback and the cluster's addresses off the proxy (urllib, requests and gRPC, so
+TensorBoard's API and jax.distributed's coordinator, would send local connections to the proxy).
+Read with `python3 -I -S` (scripts/network_env.py): the variables as every process of the image
+gets them. Each problem names the variable and its value (a proxy's password masked)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import pytest
+from harness import PROXY_VARS, SOCKET_VARS, docker_lines, shown
+
+pytestmark = pytest.mark.shared(why="reads the container's environment and interfaces")
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1")
+USERS = {"GLOO_SOCKET_IFNAME": "gloo (torch.distributed's CPU backend, JAX's CPU collectives)",
+         "NCCL_SOCKET_IFNAME": "NCCL", "TP_SOCKET_IFNAME": "TensorPipe (torch RPC)"}
+
+
+@pytest.fixture(scope="module")
+def found(main) -> dict[str, Any]:
+    return main.result("network_env.py", step="read the container's network settings", site=False)
+
+
+def interfaces_selected(name: str, value: str, known: list[str]) -> list[str] | None:
+    """The interfaces a socket-interface variable lets its library use, from `known` (None: it excludes
+    some, `^lo`, and so leaves the rest). NCCL takes prefixes (`=name` exact, `^` excludes); gloo and
+    TensorPipe take names (gloo a comma list)."""
+    value = value.strip()
+    if not value:
+        return list(known)
+    if value.startswith("^"):
+        return None
+    exact = name != "NCCL_SOCKET_IFNAME" or value.startswith("=")
+    wanted = [w.strip() for w in value.lstrip("=").split(",") if w.strip()]
+    return [i for i in known if any(i == w if exact else i.startswith(w) for w in wanted)] or wanted
+
+
+def pinned_to_loopback(env: dict[str, str], interfaces: list[str], loopback: list[str]) -> list[str]:
+    """`NAME=value` of every socket-interface variable that selects loopback interfaces only."""
+    pinned = []
+    for name in SOCKET_VARS:
+        if name not in env:
+            continue
+        chosen = interfaces_selected(name, env[name], interfaces)
+        if chosen and all(i in loopback or (i not in interfaces and i.startswith("lo")) for i in chosen):
+            pinned.append(f"{name}={shown(env[name])}")
+    return pinned
+
+
+def covered(host: str, no_proxy: str) -> bool:
+    """Whether a no_proxy value keeps `host` (a name, an address or a network) off the proxy, as the
+    clients that read it do: `*`, the name or address itself, a domain suffix (`.example.com` or
+    `example.com`), an address inside a CIDR entry (requests, curl and gRPC)."""
+    try:
+        net: ipaddress.IPv4Network | ipaddress.IPv6Network | None = ipaddress.ip_network(host, strict=False)
+    except ValueError:
+        net = None
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if net is not None:
+            try:
+                if net.subnet_of(ipaddress.ip_network(entry, strict=False)):  # type: ignore[arg-type]
+                    return True
+            except (ValueError, TypeError):
+                continue
+        elif host.lower() == entry.lstrip(".") or host.lower().endswith("." + entry.lstrip(".")):
+            return True
+    return False
+
+
+def proxy_problem(env: dict[str, str], cluster: list[str]) -> str:
+    """'' when no proxy variable is set or no_proxy covers loopback and `cluster`; else what is wrong."""
+    proxies = [f"{name}={shown(env[name])}" for name in PROXY_VARS if env.get(name, "").strip()]
+    if not proxies:
+        return ""
+    no_proxy = ",".join(env[n] for n in ("no_proxy", "NO_PROXY") if n in env)
+    missing = [host for host in (*LOOPBACK_HOSTS, *cluster) if not covered(host, no_proxy)]
+    if not missing:
+        return ""
+    said = ", ".join(f"{n}={env[n]}" for n in ("no_proxy", "NO_PROXY") if n in env) or "no_proxy is unset"
+    return (f"{', '.join(proxies)} set in the image, and {said}, which does not cover {', '.join(missing)}: "
+            "local connections through urllib, requests and gRPC (TensorBoard's API, jax.distributed's "
+            "coordinator, a job's rendezvous) go to the proxy; add no_proxy=localhost,127.0.0.1,<the cluster's "
+            "domains and addresses> beside them, or set proxies per job instead of in the image")
+
+
+def run_network_subnets(network: str) -> list[str]:
+    """The subnets of the run's bridge network: the cluster's addresses in this validation."""
+    if not network:
+        return []
+    return [line.strip() for line in docker_lines("network", "inspect", "--format",
+                                                  "{{range .IPAM.Config}}{{println .Subnet}}{{end}}", network)
+            if line.strip()]
+
+
+def test_socket_interfaces_are_not_pinned_to_loopback(found):
+    pinned = pinned_to_loopback(found["env"], found["interfaces"], found["loopback"])
+    users = "; ".join(f"{p.split('=')[0]} is read by {USERS[p.split('=')[0]]}" for p in pinned)
+    assert not pinned, (
+        f"{', '.join(pinned)} set in the image pins the sockets to the loopback device: each rank tells the others "
+        f"to connect to 127.0.0.1, which works on one host only; ranks on other hosts time out connecting "
+        f"(gloo: connectFullMesh failed ... timed out connecting ... remote=[127.0.0.1]) ({users}); remove it from "
+        f"the image and set the cluster's interface per job")
+
+
+def test_proxies_leave_local_traffic_local(found, target):
+    problem = proxy_problem(found["env"], run_network_subnets(target.get("network", "")))
+    assert not problem, problem

@@ -1,0 +1,130 @@
+"""The image tests' new judgements, without an engine (issue 43): settings that work on one host only
+(socket interfaces pinned to `lo`, proxies without a no_proxy for loopback and the cluster), the variables
+named when a local connection fails, what the profiler's views hold (steps, operators, trace events), and a
+TensorBoard plugin that does not load named by the file it lacks. The fault-injection tests show each on a
+real image (tests/integration/test_image_faults.py)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS_DIR = REPO / "image-tests"
+for folder in ("", "common", "pytorch", "scripts"):
+    sys.path.insert(0, str(TESTS_DIR / folder))
+import harness  # noqa: E402
+import ranks  # noqa: E402
+import tb_query  # noqa: E402
+import test_network_env as network_env  # noqa: E402
+
+IFACES, LOOPBACK = ["docker0", "eth0", "lo"], ["lo"]
+
+
+@pytest.mark.parametrize(("env", "pinned"), [
+    ({"GLOO_SOCKET_IFNAME": "lo"}, ["GLOO_SOCKET_IFNAME=lo"]),
+    ({"NCCL_SOCKET_IFNAME": "lo"}, ["NCCL_SOCKET_IFNAME=lo"]),          # a prefix: lo only here
+    ({"NCCL_SOCKET_IFNAME": "=lo"}, ["NCCL_SOCKET_IFNAME==lo"]),
+    ({"TP_SOCKET_IFNAME": "lo"}, ["TP_SOCKET_IFNAME=lo"]),
+    ({"NCCL_SOCKET_IFNAME": "^lo,docker"}, []),                          # excludes loopback
+    ({"NCCL_SOCKET_IFNAME": "e"}, []),                                   # prefix of eth0
+    ({"GLOO_SOCKET_IFNAME": "eth0,lo"}, []),
+    ({"GLOO_SOCKET_IFNAME": "nonexistent0"}, []),                        # missing, not loopback: DDP names it
+    ({}, []),
+])
+def test_socket_interfaces_pinned_to_loopback_are_named(env, pinned):
+    assert network_env.pinned_to_loopback(env, IFACES, LOOPBACK) == pinned
+
+
+@pytest.mark.parametrize(("no_proxy", "missing"), [
+    (None, "localhost, 127.0.0.1, 172.18.0.0/16"),
+    ("localhost,127.0.0.1", "172.18.0.0/16"),
+    ("localhost,127.0.0.0/8,172.16.0.0/12", ""),
+    (".localhost,127.0.0.1,172.18.0.0/16", ""),
+    ("*", ""),
+])
+def test_proxies_need_no_proxy_for_loopback_and_the_cluster(no_proxy, missing):
+    env = {"http_proxy": "http://bob:secret@proxy.invalid:3128", **({"no_proxy": no_proxy} if no_proxy else {})}
+    problem = network_env.proxy_problem(env, ["172.18.0.0/16"])
+    if not missing:
+        assert problem == ""
+        return
+    assert problem.startswith("http_proxy=http://bob:***@proxy.invalid:3128 set in the image"), problem
+    assert f"which does not cover {missing}:" in problem and "secret" not in problem
+    assert ("no_proxy is unset" if no_proxy is None else f"no_proxy={no_proxy}") in problem
+
+
+def test_no_proxy_variable_means_no_problem():
+    assert network_env.proxy_problem({"no_proxy": "x"}, []) == ""
+
+
+def test_a_failed_local_connection_names_what_could_redirect_it(tmp_path):
+    harness.set_image_env({"GLOO_SOCKET_IFNAME": "lo", "PATH": "/bin"}, ["-e", "https_proxy=http://u:pw@p:1"])
+    try:
+        said = harness.redirects("socket", "proxy")
+        assert said == "the image's environment could redirect it: GLOO_SOCKET_IFNAME=lo, https_proxy=http://u:***@p:1"
+        probe = harness.Probe(step="two-node DDP", argv=[], rc=1)
+        probe.dir = tmp_path
+        (tmp_path / "rank-0.json").write_text(json.dumps(
+            {"ok": False, "error": "RuntimeError: Gloo connectFullMesh failed with ... timed out connecting"}))
+        cause = ranks.cause(probe, "node0 of two", "node0:29500")
+        assert cause.endswith("; the image's environment could redirect it: GLOO_SOCKET_IFNAME=lo, "
+                              "https_proxy=http://u:***@p:1"), cause
+    finally:
+        harness.set_image_env({}, [])
+    assert harness.redirects("socket").startswith("no variable that could redirect it is set (GLOO_SOCKET_IFNAME")
+
+
+def _event(name, ts, dur=1, cat="cpu_op", ph="X"):
+    return {"name": name, "ts": ts, "dur": dur, "cat": cat, "ph": ph}
+
+
+def test_the_trace_view_counts_the_operators_of_each_step():
+    healthy = {"traceEvents": [
+        {"name": "process_name", "ph": "M"}, _event("ProfilerStep#2", 0, 100, "user_annotation"),
+        _event("aten::addmm", 10), _event("aten::relu", 20), _event("ProfilerStep#3", 200, 100, "user_annotation"),
+        _event("aten::addmm", 210), _event("void gemm", 220, cat="kernel")]}
+    found = tb_query.trace_summary(200, json.dumps(healthy).encode())
+    assert found["steps"] == {"ProfilerStep#2": 2, "ProfilerStep#3": 1} and found["kernels"] == 1
+    assert found["operator_names"] == ["aten::addmm", "aten::relu"]
+    metadata = tb_query.trace_summary(200, json.dumps({"traceEvents": [{"name": "thread_name", "ph": "M"}]}).encode())
+    assert metadata["steps"] == {} and metadata["operator_names"] == [] and metadata["categories"] == {"(ph M)": 1}
+    assert "not trace JSON" in tb_query.trace_summary(200, b"<html>").get("error", "")
+
+
+def test_the_overview_rows_sum_their_times():
+    overview = {"steps": {"columns": [{"type": "string"}, {"type": "number"}, {"type": "string"}, {"type": "number"}],
+                          "rows": [["2", 0, "<tip>", 140.5], ["0", 0, "<tip>", 0]]}}
+    assert tb_query.step_rows(overview) == [["2", 140.5], ["0", 0.0]]
+
+
+def test_a_plugin_with_a_missing_native_module_is_named_by_its_file(tmp_path, monkeypatch):
+    """A distribution whose RECORD lists a native module that is gone: the file and the import error are
+    named, not "TensorBoard did not list the plugin"."""
+    site = tmp_path / "site"
+    (site / "imgtestplug").mkdir(parents=True)
+    (site / "imgtestplug" / "__init__.py").write_text("")
+    (site / "imgtestplug" / "loader.py").write_text("class Loader:\n    pass\n")
+    (site / "imgtestplug" / "plugin.py").write_text("from imgtestplug import _native\n")
+    info = site / "imgtestplug-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: imgtestplug\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[tensorboard_plugins]\nimgtest = imgtestplug.loader:Loader\n")
+    (info / "RECORD").write_text("imgtestplug/__init__.py,,\nimgtestplug/loader.py,,\nimgtestplug/plugin.py,,\n"
+                                 "imgtestplug/_native.cpython-311-x86_64-linux-gnu.so,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    md_cache = getattr(md, "_cache", None)
+    if md_cache is not None:
+        md_cache.clear()
+    log = "W1203 tensorboard: Unable to load imgtest plugin. Import error: cannot import name '_native'\n"
+    said = tb_query.diagnose_plugin(["imgtestplug"], log)
+    assert said.startswith("imgtestplug 1.0 is installed and its entry point imgtest = imgtestplug.loader:Loader "
+                           "loads, but the plugin does not: files of it are missing: "
+                           "imgtestplug/_native.cpython-311-x86_64-linux-gnu.so (in the RECORD of imgtestplug)"), said
+    assert "importing imgtestplug.plugin fails: ImportError: cannot import name '_native'" in said
+    assert "TensorBoard's log: W1203 tensorboard: Unable to load imgtest plugin" in said
+    assert "did not list the plugin" not in said
