@@ -123,12 +123,19 @@ def test_the_build_pushes_by_the_path_chosen_for_it(monkeypatch: pytest.MonkeyPa
 
     calls: list[tuple[str, str]] = []
     monkeypatch.setattr(builder, "push_verified", lambda ref, log, via: calls.append((ref, via)) or "sha256:1")
+    local: list[tuple[str, ...]] = []
+    monkeypatch.setattr(builder.engine, "tag", lambda image, ref: local.append(("tag", image, ref)))
+    monkeypatch.setattr(builder.engine, "untag", lambda ref: local.append(("untag", ref)))
     fake = SimpleNamespace(options=builder.BuildOptions(push=True, push_with=setting), log=print,
                            progress=SimpleNamespace(update=lambda *args: None))
-    plan = SimpleNamespace(dev_ref="127.0.0.1:5000/x-dev:abc-1", cell=SimpleNamespace(key="x:1"))
+    plan = SimpleNamespace(dev_ref="127.0.0.1:5000/x-dev:abc-1", dev_repo="127.0.0.1:5000/x-dev", dev_tag="abc-1",
+                           cell=SimpleNamespace(key="x:1"))
     build_log = None
     if log is not None:
         build_log = tmp_path / "build.log"
         build_log.write_text(log)
     assert builder.Builder._push(fake, plan, build_log) == "sha256:1"   # type: ignore[arg-type]
-    assert calls == [("127.0.0.1:5000/x-dev:abc-1", via)]
+    # Uploaded under the staging tag (the dev tag is written after the attestations), which is local only meanwhile.
+    assert calls == [("127.0.0.1:5000/x-dev:abc-1__push", via)]
+    assert local == [("tag", "127.0.0.1:5000/x-dev:abc-1", "127.0.0.1:5000/x-dev:abc-1__push"),
+                     ("untag", "127.0.0.1:5000/x-dev:abc-1__push")]

@@ -3,7 +3,8 @@
 - revision:     `<git sha, 12 hex>` or `<sha>-dirty.<8 hex>` (or any tag-safe word a CI passes)
 - full revision: the commit in full, `<40 hex>` or `<40 hex>-dirty.<8 hex>` (the same dirty hash as the
                 tag's): what the OCI revision label (label_keys.OCI_REVISION) says; `check_full_revision`
-- dev image:    `<registry>/<name>-dev:<revision>-<cell version>`
+- dev image:    `<registry>/<name>-dev:<revision>-<cell version>`; tags `<dev tag>__<word>` beside it are never
+                dev tags (a platform's image, a push before its attestations: PLATFORM_TAG_SEP)
 - release tags: templates from the matrix with `{version}` (the cell's) and `{release}`, parsed back
                 by `parse_release_tag`
 - artifacts:    what is attached to an image digest in its repository (verdicts, SBOMs)
@@ -58,13 +59,23 @@ def _is_revision(text: str) -> bool:
     return bool(GIT_REVISION_RE.match(text) or CUSTOM_REVISION_RE.match(text))
 
 
-# One platform's image of a multi-platform dev tag: `<dev tag>__<arch>`. No PEP 440 version (so no cell version)
-# contains "__", so it is never a dev tag.
+# Tags beside a dev tag that are never one: `<dev tag>__<word>`. No PEP 440 version (so no cell version) contains
+# "__", and no revision may (check_revision), so parse_dev_tag refuses every such tag, and nothing that looks for dev
+# tags (build's "already built" lookup, release, report, launch) ever reads one as a dev tag.
+# - `<dev tag>__<arch>`: one platform's image of a multi-platform dev tag (the index goes at the dev tag);
+# - `<dev tag>__push`: where a single-platform push uploads the image before its SBOM and provenance are attached
+#   to its digest; only then is the same manifest put at the dev tag (buildtool.imagebuild.builder).
 PLATFORM_TAG_SEP = "__"
+PUSH_STAGING_WORD = "push"
 
 
 def platform_tag(dev_tag_text: str, architecture: str) -> str:
     return f"{dev_tag_text}{PLATFORM_TAG_SEP}{architecture}"
+
+
+def push_staging_tag(dev_tag_text: str) -> str:
+    """`0123abcd4567-2.13__push`: where a push uploads a dev tag's image before its attestations are attached."""
+    return f"{dev_tag_text}{PLATFORM_TAG_SEP}{PUSH_STAGING_WORD}"
 
 
 def parse_dev_tag(tag: str, cell_version: str | None = None) -> DevTag | None:
@@ -89,6 +100,9 @@ def image_of_repo_path(path: str) -> str:
 
 def check_revision(text: str) -> str:
     """A revision usable inside a dev tag, or ValueError naming the rule."""
+    if PLATFORM_TAG_SEP in text:
+        raise ValueError(f"revision {text!r} contains {PLATFORM_TAG_SEP!r}, which marks tags that are not dev tags "
+                         "(a platform's image, a push before its attestations)")
     if GIT_REVISION_RE.match(text) or CUSTOM_REVISION_RE.match(text):
         return text
     raise ValueError(f"revision {text!r} cannot be part of an image tag (letters, digits, '.', '_', '-')")

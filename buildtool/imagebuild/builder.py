@@ -7,6 +7,10 @@ Per cell: resolve the base to a digest, compute the content key (plan.content_ke
 - otherwise build it with BuildKit (pip settings as secrets), taking the layers that did not change
   from the newest earlier dev images of the cell whose provenance a trusted builder signed
   (buildtool.imagebuild.cache_sources), tag it, push it if asked.
+A push never leaves a dev tag that looks complete without its attestations: the image goes up under its
+staging tag (`<dev tag>__push`, names.push_staging_tag, never read as a dev tag), its SBOM and signed provenance
+are attached to the digest, and only then is the same manifest put at the dev tag (a manifest PUT, digest
+checked). A registry retag with push is written last in the same way.
 Cells run with bounded parallelism; one failing cell never stops the others, and it
 leaves no dev tag behind.
 """
@@ -30,7 +34,7 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
-from buildtool.contracts.names import check_full_revision, parse_dev_tag
+from buildtool.contracts.names import check_full_revision, parse_dev_tag, push_staging_tag
 from buildtool.contracts.trust import Trusted
 from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
@@ -337,7 +341,8 @@ class Builder:
             self._attach_all(plan, result, began)
         except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
             result.result = "failed"
-            result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            # Long enough for _attach_all's message with its cause (one line: references, a digest, the error).
+            result.message = str(exc).splitlines()[0][:700] if str(exc) else type(exc).__name__
             result.digest = ""
             self._drop_stale_dev_tag(plan, result.content_key)
         result.seconds = time.monotonic() - started
@@ -370,15 +375,18 @@ class Builder:
                 if match and match[0] == plan.dev_tag:
                     result.result, result.digest = "up to date", match[1]
                     result.message = "the registry already holds this dev tag's index with the same content keys"
-                elif match:
+                if match:
+                    # Each platform's attestations first, then (another commit's index) the dev tag: a manifest
+                    # PUT, no layer moves.
+                    children = multiplatform.index_children(self.registry, repo, match[0]) or {}
+                    result.platforms = [self._attach_platform(plan, p, children[p].digest, keys[p], began)
+                                        for p in keys]
+                if match and match[0] != plan.dev_tag:
                     body, media_type, digest = self.registry.get_manifest(repo, match[0])
                     self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
                     result.result, result.digest = "retagged", digest
                     result.message = f"same content keys as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
                 if match:
-                    children = multiplatform.index_children(self.registry, repo, plan.dev_tag) or {}
-                    result.platforms = [self._attach_platform(plan, p, children[p].digest, keys[p], began)
-                                        for p in keys]
                     result.seconds = time.monotonic() - started
                     return result
             built: list[Child] = []
@@ -466,26 +474,61 @@ class Builder:
         return {"platform": platform, "digest": digest, "content_key": key, "sbom": sbom, "provenance": provenance}
 
     def _push(self, plan: CellPlan, build_log: Path | None = None) -> str:
-        """Push the dev tag by the path push_path chooses for it (`build_log`: this run built it)."""
+        """Upload the local dev tag's image by the path push_path chooses for it (`build_log`: this run built it)
+        under its staging tag (names.push_staging_tag), not the dev tag: _publish writes that once the SBOM and
+        provenance are attached. Returns the digest the registry holds."""
         log_text = build_log.read_text(errors="replace") if build_log is not None else None
         via = push_path.choose(self.options.push_with, log_text)
-        self.progress.update(plan.cell.key, "pushing", f"{plan.dev_ref} ({via})")
-        return push_verified(plan.dev_ref, self.log, via=via)
+        staging = f"{plan.dev_repo}:{push_staging_tag(plan.dev_tag)}"
+        self.progress.update(plan.cell.key, "pushing", f"{staging} ({via})")
+        engine.tag(plan.dev_ref, staging)
+        try:
+            return push_verified(staging, self.log, via=via)
+        finally:
+            try:
+                engine.untag(staging)     # the local store keeps only the dev tag
+            except Exception as exc:  # noqa: BLE001 - a leftover local tag is harmless; say it
+                self.log(f"[{plan.cell.key}] could not remove the local tag {staging}: {exc}")
+
+    def _publish(self, plan: CellPlan, digest: str) -> None:
+        """Put the manifest `digest` (already in the dev repository, its attestations attached) at the dev tag:
+        the same bytes, so the digest cannot change; checked by reading the tag back."""
+        _, repo, _ = split_repo(plan.dev_ref)
+        self.progress.update(plan.cell.key, "tagging", f"{plan.dev_ref} -> {digest}")
+        body, media_type, held = self.registry.get_manifest(repo, digest)
+        if held != digest:
+            raise FailedError(f"{repo}@{digest}: the registry served a manifest whose digest is {held}")
+        self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
+        now = self.registry.manifest_digest(repo, plan.dev_tag)
+        if now != digest:
+            raise FailedError(f"{plan.dev_ref} names {now} after putting {digest} there")
 
     def _attach_all(self, plan: CellPlan, result: CellResult, began: datetime) -> None:
-        """A pushed digest gets its SBOM and its signed provenance (each kept when already there)."""
-        if self.options.push and result.digest.startswith("sha256:"):
-            finished = datetime.now(UTC)
-            try:
-                result.sbom = self._ensure_sbom(plan, plan.dev_ref, result.digest, plan.cell.platforms[0])
-                result.provenance = self._ensure_provenance(plan, plan.dev_ref, result.digest, began, finished)
-            except (FailedError, RegistryError, RuntimeError, OSError) as exc:
-                # The registry cannot untag (distribution deletes manifests, not tags): say what is left.
-                cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-                raise FailedError(f"{plan.dev_ref} was pushed as {result.digest}, but attaching its SBOM and "
-                                  f"provenance failed ({cause}); that dev tag is in the registry without them, "
-                                  "which validate reports and release refuses: fix the cause and re-run "
-                                  "build --push, which attaches them") from None
+        """A pushed digest gets its SBOM and its signed provenance (each kept when already there); then, unless
+        the dev tag already named it ("up to date"), the dev tag is put on it (_publish). Attaching that fails
+        leaves the dev tag unwritten: the image is only under its staging tag, which is never a dev tag."""
+        if not (self.options.push and result.digest.startswith("sha256:")):
+            return
+        tagged = result.result == "up to date"
+        finished = datetime.now(UTC)
+        try:
+            result.sbom = self._ensure_sbom(plan, plan.dev_ref, result.digest, plan.cell.platforms[0])
+            result.provenance = self._ensure_provenance(plan, plan.dev_ref, result.digest, began, finished)
+        except (FailedError, RegistryError, RuntimeError, OSError) as exc:
+            cause = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            if tagged:
+                # Pushed by an earlier run that did not attach them: distribution cannot untag (it deletes
+                # manifests, not tags), so say what is left.
+                raise FailedError(f"{plan.dev_ref} is in the registry as {result.digest}, but attaching its SBOM "
+                                  f"and provenance failed ({cause}); that dev tag is there without them, which "
+                                  "validate reports and release refuses: fix the cause and re-run build --push, "
+                                  "which attaches them") from None
+            raise FailedError(f"dev tag {plan.dev_ref} not written: attaching the SBOM and provenance of "
+                              f"{result.digest} failed, so the image is only at {push_staging_tag(plan.dev_tag)} "
+                              f"(never read as a dev tag); fix the cause and re-run build --push. Cause: "
+                              f"{cause}") from None
+        if not tagged:
+            self._publish(plan, result.digest)
 
     def _ensure_provenance(self, plan: CellPlan, ref: str, digest: str, began: datetime, finished: datetime) -> str:
         """Sign and attach the provenance of the image `digest` (tagged `ref`), unless one this builder key
@@ -553,9 +596,13 @@ class Builder:
             result.size = local["Size"] if local_ok and local else 0
             return True
         if match:
-            # Same content under another commit's tag: a manifest PUT, no layer moves.
-            body, media_type, digest = self.registry.get_manifest(repo, match[0])
-            self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
+            # Same content under another commit's tag: a manifest PUT, no layer moves. With push, the PUT comes
+            # after the attestations are checked (_attach_all, then _publish).
+            if self.options.push:
+                digest = match[1]
+            else:
+                body, media_type, digest = self.registry.get_manifest(repo, match[0])
+                self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
             result.result, result.digest = "retagged", digest
             result.message = f"same content key as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
             return True
