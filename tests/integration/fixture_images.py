@@ -202,6 +202,31 @@ class StepTraceAnnotation(_imgtest_contextlib.nullcontext):  # imgtest fault: st
     def __init__(self, name, **kwargs):
         super().__init__()
 """
+# What a profiler build whose activity collection records nothing leaves: a trace file with its metadata
+# events (process and thread names) and none of the operators or kernels of the traced steps.
+_TRACE_METADATA_ONLY = """
+
+_imgtest_export_chrome_trace = _KinetoProfile.export_chrome_trace
+
+
+def _imgtest_metadata_only(self, path, *args, **kwargs):  # imgtest fault: the trace keeps metadata events only
+    done = _imgtest_export_chrome_trace(self, path, *args, **kwargs)
+    import gzip as _imgtest_gzip
+    import json as _imgtest_json
+
+    opener = _imgtest_gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        trace = _imgtest_json.load(fh)
+    trace["traceEvents"] = [e for e in trace.get("traceEvents", []) if e.get("ph") == "M"]
+    with opener(path, "wt") as fh:
+        _imgtest_json.dump(trace, fh)
+    return done
+
+
+_KinetoProfile.export_chrome_trace = _imgtest_metadata_only
+"""
+# Proxies as a site behind one sets them for pip, baked into the image without no_proxy.
+PROXY = "http://proxy.invalid:3128"
 _TB_DROPS_EVENTS = """
 
 
@@ -260,6 +285,10 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           "RUN useradd --create-home --uid 1000 trainer && chmod 755 /tmp\nUSER trainer\n"),
     Layer("pytorch-gloo-ifname", "pytorch", "GLOO_SOCKET_IFNAME names an interface that does not exist",
           "ENV GLOO_SOCKET_IFNAME=nonexistent0\n"),
+    Layer("pytorch-gloo-loopback", "pytorch", "GLOO_SOCKET_IFNAME=lo baked into the image (works on one host only)",
+          "ENV GLOO_SOCKET_IFNAME=lo\n"),
+    Layer("pytorch-trace-metadata-only", "pytorch", "torch.profiler writes traces of metadata events only (no "
+          "operator or kernel activity)", _append(f"{SITE}/torch/profiler/profiler.py", _TRACE_METADATA_ONLY)),
     Layer("pytorch-worker-hangs", "pytorch", "DataLoader worker 1 deadlocks",
           _append(f"{SITE}/torch/utils/data/_utils/worker.py", _WORKER_HANGS)),
     Layer("pytorch-worker-crashes", "pytorch", "DataLoader worker 1 segfaults",
@@ -300,6 +329,10 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           f'LABEL {label_keys.FRAMEWORK_VERSION}="0.10.1"\n'),
     Layer("jax-noprofile", "jax", "the profile plugin (tensorboard-plugin-profile, xprof) uninstalled",
           "RUN /opt/venv/bin/python -m pip uninstall -y tensorboard-plugin-profile xprof\n"),
+    Layer("jax-proxy", "jax", "http_proxy and https_proxy (both cases) baked into the image without no_proxy",
+          f"ENV http_proxy={PROXY} https_proxy={PROXY} HTTP_PROXY={PROXY} HTTPS_PROXY={PROXY}\n"),
+    Layer("jax-profile-nonative", "jax", "the profile plugin's native module (xprof's _pywrap_profiler_plugin.so) "
+          "missing", f"RUN rm {SITE}/xprof/convert/_pywrap_profiler_plugin.so\n"),
     Layer("jax-profile-nostatic", "jax", "the profile plugin without its static frontend",
           f"RUN rm -rf {SITE}/xprof/static\n"),
     Layer("jax-events-dropped", "jax", "TensorBoard's event writer drops every event (it writes no file)",

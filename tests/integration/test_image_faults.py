@@ -298,6 +298,40 @@ FAULTS: dict[str, Fault] = {
     "jax-events-dropped": Fault("jax-events-dropped", "serves_the_loss", {
         "test_tensorboard_serves_the_loss_jax_wrote": ("JAX could not write event files",
                                                        "the event writer left no events.out.tfevents.* file")}),
+    # -- issue 43: what a user looks at, across network namespaces, the cause named ------------------------
+    # A trace of metadata events only: every view is listed and the overview has its `steps` key (the old
+    # checks passed), but the Overview, Operator and Trace views are empty.
+    "profiler-trace-metadata-only": Fault("pytorch-trace-metadata-only", "profiler", {
+        "test_profiler_trace_holds_operator_events": ("the profiler trace holds no operator events in "
+                                                      "ProfilerStep#2, ProfilerStep#3, ProfilerStep#4",),
+        "test_profiler_overview_shows_the_traced_steps": ("the Overview's step chart shows",
+                                                          "instead of steps 2, 3, 4 with their time"),
+        "test_profiler_operator_view_lists_the_operators": ("the Operator view lists 0 operators",
+                                                            "'aten::addmm'")},
+        passes=("test_profiler_views", "test_profiler_worker_overview", "test_profiler_writes_trace"),
+        skipped=("test_profiler_cuda_kernels",)),
+    # Works on one host (the old two-node check ran on the host network and passed); across network
+    # namespaces gloo tells the other node 127.0.0.1 and the nodes time out connecting.
+    "gloo-pinned-to-loopback": Fault("pytorch-gloo-loopback", "network_env or two_nodes", {
+        "test_socket_interfaces_are_not_pinned_to_loopback": ("GLOO_SOCKET_IFNAME=lo set in the image pins the "
+                                                               "sockets to the loopback device",),
+        "test_two_nodes_rendezvous_and_agree": ("two-node DDP failed", "Gloo",
+                                                "the image's environment could redirect it: GLOO_SOCKET_IFNAME=lo")},
+        passes=("test_proxies_leave_local_traffic_local",)),
+    # The proxy took TensorBoard's local queries (blamed on TensorBoard before) and the coordinator's join.
+    "proxy-without-no-proxy": Fault("jax-proxy", "network_env or profile_plugin_lists", {
+        "test_proxies_leave_local_traffic_local": (f"http_proxy={fixture_images.PROXY}",
+                                                   f"HTTPS_PROXY={fixture_images.PROXY}", "no_proxy is unset",
+                                                   "does not cover localhost, 127.0.0.1"),
+        "test_profile_plugin_lists_the_run": ("went to the proxy http_proxy=" + fixture_images.PROXY,
+                                              "no_proxy does not cover 127.0.0.1",
+                                              "it answers without the proxy")},
+        passes=("test_socket_interfaces_are_not_pinned_to_loopback",), absent=("did not answer within",)),
+    "jax-profile-native-module-missing": Fault("jax-profile-nonative", "profile_plugin_lists", {
+        "test_profile_plugin_lists_the_run": ("TensorBoard did not load the profile plugin",
+                                              "xprof/convert/_pywrap_profiler_plugin.so (in the RECORD of xprof)",
+                                              "_pywrap_profiler_plugin")},
+        absent=("did not list the plugin",)),
     "tensorflow-shm-64m": Fault("tensorflow", "workers_pass", {
         "test_workers_pass_large_batches_through_shm": ("worker", "died with SIGBUS: out of shared memory")},
         overrides={"extra_run_flags": ["--shm-size=64m"]}),
