@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from buildtool.contracts import label_keys
 from tests.gpu_sim import FakeGpus, runner_env
 
@@ -85,6 +87,7 @@ def test_without_a_gpu_every_check_is_not_run(tmp_path):
         assert "gpu-smoke: not run" in printed and report["gpus"] == []
 
 
+@pytest.mark.host_torch  # runs the in-image torch scripts with this Python
 def test_the_probes_write_results_not_the_old_markers(tmp_path, monkeypatch):
     """The in-image scripts, run for real on CPU with this Python, print none of the markers the smoke
     used to wait for; the smoke reads their result files: /dev/shm passes, and the profiler's trace is
@@ -110,6 +113,7 @@ def test_the_probes_write_results_not_the_old_markers(tmp_path, monkeypatch):
     assert traces, list((runner.out / "trace").rglob("*"))
 
 
+@pytest.mark.host_torch  # the host Python is this CPU torch (the `scaling` extra's)
 def test_host_python_without_tensorboard_or_cuda(tmp_path):
     """nvidia-smi lists two GPUs; the host Python is this CPU torch without TensorBoard. Each check
     says its own truth: DDP ran on gloo (no CUDA device), so no NCCL bus bandwidth; the profiler needs

@@ -35,9 +35,13 @@ class Fakes:
         self.cache_from: dict[str, list[str]] = {}
 
     def build(self, client: Any, context: Path, dockerfile: Path, *, platform: str | None = None,
-              labels: dict[str, str], cache_from: list[str] = (), **_: Any) -> str:  # type: ignore[assignment]
+              labels: dict[str, str], log_path: Path, cache_from: list[str] = (),  # type: ignore[assignment]
+              **_: Any) -> str:
         assert platform is not None, "a multi-platform cell always names the platform it builds"
         self.builds.append(platform)
+        # As engine.build does: the platform's full log, which the push path is chosen from.
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(f"#1 building {platform}\n")
         self.cache_from[platform] = list(cache_from)
         if platform == self.fail:
             raise engine.BuildFailed("docker build exited 1: apt-get: Illegal instruction (under QEMU)")
@@ -53,7 +57,7 @@ class Fakes:
 
 
 @pytest.fixture
-def run(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201
     matrix = load_matrix(REPO / "matrix.yaml")
     [cell] = [c for c in matrix.cells if c.name == "jax-cpu"]
     assert cell.platforms == ("linux/amd64", "linux/arm64")
@@ -79,6 +83,7 @@ def run(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
             "platform": platform, "digest": digest, "content_key": key, "sbom": "", "provenance": ""})
         build = Builder(REPO, matrix.source, Settings(registry=HOST), revision,
                         BuildOptions(push=True, builder_key=lambda: signing.KEY, push_with="engine",
+                                     log_dir=tmp_path / "build-logs",
                                      cache_trust=lambda own: signing.trusted(roles=("builder",))), print)
         build.registry = registry   # type: ignore[assignment]
         build._key = signing.KEY
