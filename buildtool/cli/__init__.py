@@ -14,7 +14,9 @@ no import cycle and `buildtool --help` imports no stage at all. No function here
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from buildtool.cli.console import emit_json, json_emitted, log, reset_json
@@ -40,9 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     reset_json()
     try:
         if not _fast_path(args):
-            from buildtool.cli.app import app
-
-            app(args=args)
+            _command()(args=args)
     except UserError as exc:
         _failed(args, f"error: {exc}", exc.exit_code)
     except FailedError as exc:
@@ -54,6 +54,19 @@ def main(argv: list[str] | None = None) -> None:
         if code != 0 and _json_wanted(args):
             _json_error(f"exit {code}: see stderr (usage error or interrupted)", code)
         raise
+
+
+@functools.cache
+def _command() -> Callable[..., Any]:
+    """The click command typer builds from the app, built once per process: building it reads every command's
+    signature and type hints (about 0.25 s), which a process that runs several commands in turn (the toolkit's
+    own tests do, in-process) would otherwise pay on each. The app's pretty exceptions are off, so calling the
+    click command is what `app(args=...)` does."""
+    import typer.main
+
+    from buildtool.cli.app import app
+
+    return typer.main.get_command(app)
 
 
 def _fast_path(args: list[str]) -> bool:
