@@ -7,11 +7,14 @@ auth file), a dev image with its SBOM, provenance and stored verdict (written th
 code validate stores verdicts with), a release of two cells with cross-repository mounts, `verify`,
 `buildtool sbom` and `buildtool diff`, and every output searched for the password and its base64 forms.
 Then: 5-second tokens, a token server answering every 7th request with 429, a wrong password, and
-credentials for one host never reaching another (a listener that records headers).
+credentials for one host never reaching another (a listener that records headers). Last, against the
+token-auth registry, the commands as a user runs them: `make push` (the engine's push), `make validate`
+storing the verdict, `buildtool release`, `make verify`, `buildtool sbom`, credentials from a helper.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -236,3 +239,109 @@ def test_credentials_for_one_host_never_reach_another(registries: sr.SecureRegis
         assert_no_secret(done.stdout, done.stderr)
     finally:
         listener.close()
+
+
+@pytest.mark.engine
+def test_make_push_validate_release_verify_as_a_user_runs_them_with_a_credential_helper(
+        registries: sr.SecureRegistries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands themselves, against the token-auth registry, in a copy of the project, with the credentials
+    only in a `credsStore` helper named by a scratch DOCKER_CONFIG that the engine's push (the Docker SDK in the
+    toolkit's process sends them to the engine) and the toolkit's own client both read:
+
+        make push FRAMEWORK=pytorch-cpu BUILD_FLAGS="--push-with engine"   (the engine's push, to a staging tag)
+        make validate FRAMEWORK=pytorch-cpu                                  (the verdict stored there)
+        buildtool release --version 0.1.0 -f pytorch-cpu ...                  (cross-repository mounts)
+        make verify IMAGE=...; buildtool sbom ...
+
+    Keys as CI has them: DL_IMAGES_BUILDER_KEY and DL_IMAGES_SIGNING_KEY, trusted by the copy's keys file
+    (`--trust-local-key` is refused for a registry that is not loopback). One registry only: the full
+    validation costs about two minutes, and the basic-auth registry gets every other command in
+    test_the_pipeline_against_a_registry_that_refuses_strangers. The image is content-keyed: the build reuses
+    BuildKit's cache of this checkout's pytorch-cpu image, so it is mostly an upload (about 3 minutes in all).
+    verify has no --accept-skip, so the peer skips release waived are the one thing it refuses."""
+    from buildtool.common.refs import split_repo
+    from buildtool.contracts.names import parse_dev_tag, push_staging_tag
+    from buildtool.matrix.plan import git_revision, plan_cell
+    from buildtool.matrix.schema import load_matrix
+    from tests.integration.test_pipeline import copy_project
+
+    target = registries.token
+    project = copy_project(tmp_path / "project")
+    keys_file(project)                          # CI's key, trusted as builder and tester, committed in the copy
+    for args in (["add", "config/trusted-keys.yaml"],
+                 ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "ci key"]):
+        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True, timeout=60)
+    key = tmp_path / "ci-key.pem"
+    key.write_bytes(signing.KEY.pem)
+    key.chmod(0o600)
+    config, bindir = tmp_path / "docker", tmp_path / "bin"
+    sr.write_helper(config, bindir, [target.host])
+    for name in ("REGISTRY_USER", "REGISTRY_PASSWORD", "REGISTRY_AUTH_HOST", "REGISTRY_AUTH_FILE", "RELEASE_REGISTRY",
+                 "REVISION", "VERSION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    registry = f"{target.host}/t-user-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "REGISTRY": registry, "BASE_MIRROR": LOCAL, "DL_IMAGES_BUILDER_KEY": str(key),
+           "DL_IMAGES_SIGNING_KEY": str(key)}
+
+    def make(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["make", "-s", f"PYTHON={sys.executable}", *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def buildtool(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "buildtool", *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    runs: list[subprocess.CompletedProcess[str]] = []
+    push = make("push", "FRAMEWORK=pytorch-cpu", "BUILD_FLAGS=--push-with engine --json")
+    runs.append(push)
+    assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-3000:]
+    [built] = json.loads(push.stdout)["results"]
+    assert built["result"] in ("built", "retagged", "pushed"), built
+    cell = next(c for c in load_matrix(project / "matrix.yaml").cells if c.key == "pytorch-cpu:2.13")
+    plan = plan_cell(cell, Settings.from_env(env), git_revision(project))
+    _, repo, _ = split_repo(plan.dev_ref)
+    client = RegistryClient(target.host, retry=RETRY)
+    staging = push_staging_tag(plan.dev_tag)
+    # The engine uploaded the staging tag; the dev tag names that digest, written after its attestations.
+    assert f"{staging} (engine)" in push.stderr, push.stderr[-3000:]
+    assert client.manifest_digest(repo, plan.dev_tag) == client.manifest_digest(repo, staging) == built["digest"]
+    assert built["sbom"] and built["provenance"] and parse_dev_tag(staging, cell.version) is None
+
+    validate = make("validate", "FRAMEWORK=pytorch-cpu", timeout=1200)
+    runs.append(validate)
+    assert validate.returncode == 0, validate.stdout[-3000:] + validate.stderr[-3000:]
+    assert "stored as" in validate.stderr, validate.stdout[-2000:] + validate.stderr[-2000:]
+
+    refused = buildtool("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--trust-local-key", "--dry-run")
+    runs.append(refused)
+    assert refused.returncode == 2 and "only for a loopback registry" in refused.stderr, refused.stderr
+    # Alone, pytorch-cpu's cross-framework checks skip (no tensorflow image of this commit): waived by name.
+    release = buildtool("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--accept-skip", r"^\[no-peer-image\]")
+    runs.append(release)
+    assert release.returncode == 0, release.stdout[-3000:] + release.stderr[-3000:]
+    released = f"{registry}/pytorch-cpu:2.13-0.1.0"
+    assert client.manifest_digest(split_repo(released)[1], "2.13-0.1.0") == built["digest"]
+
+    verify = make("verify", f"IMAGE={released}", timeout=300)
+    runs.append(verify)
+    # The signed chain holds (provenance, SBOM, verdict, all CI's key). verify is as strict as release but has no
+    # --accept-skip, so the waived peer skips are its one refusal (exit 1, naming them), and nothing else.
+    assert "result  verified" in verify.stdout, verify.stdout[-3000:] + verify.stderr[-3000:]
+    refusals = [ln for ln in verify.stdout.splitlines() if "NOT verified" in ln]
+    # (make exits 2 when its recipe fails; the recipe's own exit status is in make's message)
+    assert verify.returncode == 0 or "verify] Error 1" in verify.stderr, verify.stderr[-3000:]
+    assert all("skipped where the matrix expects them to run" in ln for ln in refusals), verify.stdout[-3000:]
+    sbom = buildtool("sbom", released)
+    runs.append(sbom)
+    assert sbom.returncode == 0, sbom.stderr
+
+    outputs = [text for run in runs for text in (run.stdout, run.stderr)] + [registries.logs()]
+    outputs += [p.read_text(errors="replace") for p in project.rglob("*")
+                if p.is_file() and ".git" not in p.relative_to(project).parts]
+    outputs += [p.read_text(errors="replace") for p in config.rglob("*") if p.is_file()]
+    assert_no_secret(*outputs)
+    # The password went only to the token server, and the registry saw only tokens.
+    assert_no_secret(*(str(s.headers) for s in registries.tokens.seen
+                       if "Basic" not in s.headers.get("Authorization", "")))
