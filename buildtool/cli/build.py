@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from buildtool.validate.keys import TrustedKeys
 
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, RevisionOption, err, find_project, log, out
+from buildtool.contracts.arguments import check_arguments
 
 
 def _builder_key() -> PrivateKey:
@@ -70,6 +71,7 @@ def build(
 ) -> None:
     """Build FRAMEWORK's cells with BuildKit, tag them <registry>/<name>-dev:<sha>-<version>, and skip or
     retag what is already built (content key). Exit 1 when any cell failed."""
+    check_arguments("build", locals())   # every argument first (issue 37)
     from buildtool.common.errors import FailedError
     from buildtool.imagebuild.builder import Builder, BuildOptions
     from buildtool.matrix.plan import Settings, plan_matrix
@@ -140,6 +142,7 @@ def bases(
 ) -> None:
     """Fill the mirror registry with FRAMEWORK's bases: Debian from debootstrap, NGC stand-ins (test
     fixtures, labelled as such) built on it."""
+    check_arguments("bases", locals())   # every argument first (issue 37)
     from rich.table import Table
 
     from buildtool.imagebuild.bases import fill_bases, local_mirror

@@ -10,6 +10,7 @@ import typer
 
 from buildtool.cli.launch_image import project_or_none
 from buildtool.cli.options import JsonOption, MatrixOption, log, say
+from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.launch.bundle import Bundle, Profile
@@ -50,6 +51,7 @@ def bundle(
     matrix: MatrixOption = None,
 ) -> None:
     """An OCI bundle of IMAGE for `srun --container` (`buildtool slurm --runtime oci`), run-profile ready."""
+    check_arguments("bundle", locals())   # every argument first (issue 37)
     from buildtool.launch.arch import choose_platform, image_platforms
     from buildtool.launch.bundle import make_bundle, parse_ulimits
     from buildtool.launch.multinode import cell_for_image

@@ -11,6 +11,7 @@ import typer
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, find_project, log, say
 from buildtool.cli.options import out as stdout
 from buildtool.common.errors import UserError
+from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.validate.keys import TrustedKeys
@@ -33,6 +34,7 @@ def lock(
     (hashes for every file; NGC cells resolved against their base's packages and PIP_CONSTRAINT), and
     (without --package) each pip cell's apt.lock, resolved inside its base, then re-render its Dockerfile.
     Needs the package index; NGC cells and apt locks also the engine, the base (BASE_MIRROR) and Debian's archive."""
+    check_arguments("lock", locals())   # every argument first (issue 37)
     from buildtool.cli.generate import all_outputs
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.bases import fill_bases, is_loopback_registry
@@ -116,6 +118,7 @@ def sbom(
     image: Annotated[str, typer.Argument(help="An image in a registry: REPO:TAG or REPO@sha256:...")],
 ) -> None:
     """Print IMAGE's SBOM (CycloneDX JSON, attached to its digest in the registry) on stdout."""
+    check_arguments("sbom", locals())   # every argument first (issue 37)
     document, artifact, digest = _image_sbom(image)
     log(f"SBOM {artifact} of {digest}")
     stdout.print(json.dumps(document, indent=1, sort_keys=True), markup=False, highlight=False)
@@ -132,6 +135,7 @@ def diff(
     changed and added Python and Debian packages. Each image's packages come from the SBOM attached
     to its digest; an image without one (a base, an upstream image, a local image) is probed in a
     throw-away container without network (pulled first when needed), with the SBOM's own listing."""
+    check_arguments("diff", locals())   # every argument first (issue 37)
     from buildtool.common import argcheck
     from buildtool.imagebuild.image_diff import compared, read_side
 

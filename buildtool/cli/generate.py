@@ -9,6 +9,7 @@ import typer
 
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, Project, RevisionOption, err, find_project
 from buildtool.cli.options import out as stdout
+from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Matrix
@@ -40,6 +41,7 @@ def render(
     = False,
 ) -> None:
     """Render every cell's Dockerfile under dockerfiles/ and the catalogue, atomically."""
+    check_arguments("render", locals())   # every argument first (issue 37)
     from buildtool.render.dockerfiles import prune, write_outputs
 
     project = find_project(matrix)
@@ -68,6 +70,7 @@ def check(
     """Fail (exit 1, printing a unified diff) when committed generated files differ from the matrix,
     or a cell's lock is missing, broken, stale (made from other matrix values) or edited by hand
     (re-resolved with uv and compared entry by entry; needs the package index unless --offline)."""
+    check_arguments("check", locals())   # every argument first (issue 37)
     from buildtool.common.errors import FailedError
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.lock import check_cell, uv_pin_problems
@@ -151,6 +154,7 @@ def plan(
     matrix: MatrixOption = None,
 ) -> None:
     """Show, per cell, the dev and release images, base, build args, tests and run profile."""
+    check_arguments("plan", locals())   # every argument first (issue 37)
     from rich.table import Table
 
     from buildtool.matrix.plan import Settings, plan_matrix
@@ -182,6 +186,7 @@ def plan(
 
 def catalogue(matrix: MatrixOption = None) -> None:
     """Write docs/images.md, the catalogue of every image (also done by `render`)."""
+    check_arguments("catalogue", locals())   # every argument first (issue 37)
     from buildtool.render.catalogue import CATALOGUE_PATH, catalogue_outputs
     from buildtool.render.dockerfiles import Outputs, write_outputs
 

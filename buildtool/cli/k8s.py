@@ -25,6 +25,7 @@ from buildtool.cli.launch_options import (
 )
 from buildtool.cli.options import MatrixOption
 from buildtool.common.errors import UserError
+from buildtool.contracts.arguments import check_arguments
 from buildtool.contracts.rendezvous import (
     ACTIVE_DEADLINE_S,
     BACKOFF_LIMIT,
@@ -95,6 +96,7 @@ def k8s(
     matrix: MatrixOption = None,
 ) -> None:
     """Manifests that run the multi-node check of the image's framework on Kubernetes."""
+    check_arguments("k8s", locals())   # every argument first (issue 37)
     from buildtool.common import argcheck
     from buildtool.launch.arch import node_selector as arch_selector
     from buildtool.launch.k8s import PodOptions, default_variant, manifests, to_yaml

@@ -15,6 +15,7 @@ import typer
 
 from buildtool.cli.options import err, log, say
 from buildtool.common.errors import UserError
+from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.common.dsse import PublicKey
@@ -44,6 +45,7 @@ def keys(
     dev: DevOption = False,
 ) -> None:
     """Create an Ed25519 key pair for signing verdicts or builds and say where each half must live."""
+    check_arguments("keys", locals())   # every argument first (issue 37)
     from buildtool.common.dsse import generate, write_private
     from buildtool.contracts.attestation import config_home
     from buildtool.validate.keys import ROLES, TESTER

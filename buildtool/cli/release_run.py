@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from buildtool.cli.console import Project, emit_json, find_project, log
 from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.matrix.plan import Settings
@@ -113,6 +114,7 @@ def text_table(rows: list[tuple[str, ...]], max_width: int = 72) -> str:
 def run_release(*, version: str, from_sha: str | None, framework: list[str] | None, dry_run: bool, force: bool,
                 accept_skip: list[str] | None, trust_local_key: bool, as_json: bool, matrix: Path | None) -> None:
     """Promote the dev images of a commit to release tags, digest for digest, inside the registry."""
+    check_arguments("release", locals())   # every argument first (issue 37)
     from concurrent.futures import ThreadPoolExecutor
 
     from buildtool.matrix.plan import Settings, git_revision, resolve_revision

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from buildtool.cli.options import FrameworkOption, MatrixOption, RevisionOption, err, find_project, out
+from buildtool.contracts.arguments import check_arguments
 
 VerdictsOption = Annotated[Path, typer.Option(help="Folder searched for verdict.json / *.verdict.json files (as "
                                                    "`buildtool validate` writes them); --fetch writes here.")]
@@ -33,6 +34,7 @@ def report(
     matrix: MatrixOption = None,
 ) -> None:
     """Turn verdicts into one static HTML page and Markdown (images by rows, checks by columns)."""
+    check_arguments("report", locals())   # every argument first (issue 37)
     from buildtool.report import nightly as rep
 
     if fetch:

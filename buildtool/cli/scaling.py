@@ -13,6 +13,7 @@ import typer
 from buildtool.cli.launch_image import bundle_shm, shm_for
 from buildtool.cli.options import MatrixOption, Project, RevisionOption, err, find_project, out
 from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts.arguments import check_arguments
 from buildtool.contracts.rendezvous import RDZV_PORT
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ def scaling(
     matrix: MatrixOption = None,
 ) -> None:
     """DDP scaling benchmark: time per epoch at each count (processes, or SLURM nodes), speed-up plots."""
+    check_arguments("scaling", locals())   # every argument first (issue 37)
     project = find_project(matrix)
     run = _Run(samples=samples, epochs=epochs, batch=batch, timeout=timeout, out_dir=out_dir)
     if launcher == "slurm":

@@ -26,6 +26,7 @@ from buildtool.cli.launch_options import (
 )
 from buildtool.cli.options import MatrixOption
 from buildtool.common.errors import UserError
+from buildtool.contracts.arguments import check_arguments
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT
 
 ImageArgument = Annotated[str, typer.Argument(help="The image to check (registry reference, or a .sif file).")]
@@ -76,6 +77,7 @@ def slurm(
     matrix: MatrixOption = None,
 ) -> None:
     """An sbatch script that runs the multi-node check of the image's framework under srun."""
+    check_arguments("slurm", locals())   # every argument first (issue 37)
     from buildtool.launch.multinode import MultiNodeJob, check_of
     from buildtool.launch.slurm import SlurmOptions, check_image, sbatch_script
 

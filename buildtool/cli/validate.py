@@ -19,6 +19,7 @@ import typer
 from buildtool.cli.options import JsonOption, MatrixOption, Project, RevisionOption, err, find_project, log, out
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import frameworks
+from buildtool.contracts.arguments import check_arguments
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
 from buildtool.validate.options import DEFAULT_JOBS
 
@@ -114,6 +115,7 @@ def validate(
     matrix: MatrixOption = None,
 ) -> None:
     """Run image-tests inside images and store a verdict per digest (JUnit + JSON under reports/)."""
+    check_arguments("validate", locals())   # every argument first (issue 37)
     from buildtool.contracts.gpu import require_gpu_from_env
     from buildtool.validate.runner import Options, gpu_inventory, require_gpus
 

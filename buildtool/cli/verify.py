@@ -11,6 +11,7 @@ import typer
 
 from buildtool.cli.options import JsonOption, MatrixOption, emit_json, find_project, say
 from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.release.chain import Checkout
@@ -30,6 +31,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fetch and verify IMAGE's provenance, SBOM attestation and verdict against the trusted keys, and
         print the chain: built by, from, sbom, tested by, result."""
+        check_arguments("verify", locals())   # every argument first (issue 37)
         from buildtool.common import argcheck
         from buildtool.common.refs import is_loopback_host
         from buildtool.registry.client import RegistryClient

@@ -11,6 +11,7 @@ import typer
 
 from buildtool.cli.options import MatrixOption, find_project, out
 from buildtool.common.errors import UserError
+from buildtool.contracts.arguments import check_arguments
 
 GpuLabelsOption = Annotated[str, typer.Option(help="Comma list of the GPU runners' labels.")]
 CronOption = Annotated[str, typer.Option(help="When the nightly runs (cron, UTC).")]
@@ -33,6 +34,7 @@ def workflows_write(
     matrix: MatrixOption = None,
 ) -> None:
     """Write .github/workflows/*.yml (`make render` writes them with the defaults)."""
+    check_arguments("workflows write", locals())   # every argument first (issue 37)
     from buildtool.render.dockerfiles import Outputs, write_outputs
     from buildtool.render.workflows import WorkflowOptions, render_workflows
 
@@ -47,6 +49,7 @@ def workflows_write(
 
 def workflows_ci_matrix(plan: PlanOption, cells: CellsOption) -> None:
     """Print `matrix=<one-line JSON>` for $GITHUB_OUTPUT: the plan narrowed to CELLS."""
+    check_arguments("workflows ci-matrix", locals())   # every argument first (issue 37)
     from buildtool.render.workflows import ci_matrix
 
     try:

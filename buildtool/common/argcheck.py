@@ -77,3 +77,89 @@ def node_selectors(option: str, items: Iterable[str]) -> dict[str, str]:
             raise UserError(f"{option}: {shown(key)} is given twice")
         found[key] = value
     return found
+
+
+# --- Grammars of the other kinds of argument (the table of every option is buildtool.contracts.arguments) ---
+
+PATH_MAX = 4096
+TEXT_MAX = 512
+_UNSEEN = ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")   # control, format (U+202E ...), separators, unassigned
+
+
+def plain(option: str, text: str, limit: int = TEXT_MAX) -> str:
+    """Text a person typed: at most `limit` characters, no control or format character (a newline, U+202E)."""
+    import unicodedata
+
+    if len(text) > limit:
+        raise UserError(f"{option}: {shown(text)} is longer than {limit} characters")
+    bad = next((c for c in text if unicodedata.category(c) in _UNSEEN), None)
+    if bad is not None:
+        raise UserError(f"{option}: {shown(text)} contains the control or format character {ascii(bad)}")
+    return text
+
+
+def word(option: str, text: str, pattern: re.Pattern[str], what: str, *, empty: bool = False) -> str:
+    """Text matching `pattern` (ASCII grammars: a look-alike letter is refused, shown escaped); `what` says it."""
+    if empty and text == "":
+        return text
+    plain(option, text)
+    if not pattern.match(text):
+        raise UserError(f"{option} {shown(text)} is not {what}")
+    return text
+
+
+def choice(option: str, text: str, values: Iterable[str]) -> str:
+    allowed = list(values)
+    if text not in allowed:
+        raise UserError(f"{option} must be one of {', '.join(v for v in allowed if v)}, not {shown(text)}")
+    return text
+
+
+def seconds(option: str, value: float, minimum: float, maximum: float) -> float:
+    """A time in seconds: a finite number between `minimum` and `maximum` (nan, inf refused)."""
+    import math
+
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        raise UserError(f"{option} must be a number of seconds from {minimum:g} to {maximum:g}, not {value}")
+    return value
+
+
+def path(option: str, value: object, kind: str) -> str:
+    """A path: at most PATH_MAX characters, no control or format character, and by `kind`: `file` (must exist as
+    a file), `dir` (must exist as a folder), `out-file` (not an existing folder), `out-dir` (not an existing
+    file), `any` (only the text; empty allowed: an option's "not given")."""
+    from pathlib import Path
+
+    text = str(value)
+    plain(option, text, PATH_MAX)
+    if text == "" and kind == "any":
+        return text
+    if text == "":
+        raise UserError(f"{option}: the path is empty")
+    p = Path(text)
+    if kind == "file" and not p.is_file():
+        why = " (a folder)" if p.is_dir() else " (it does not exist)"
+        raise UserError(f"{option}: {shown(text)} is not a file{why}")
+    if kind == "dir" and not p.is_dir():
+        raise UserError(f"{option}: {shown(text)} " + ("is a file, not a folder" if p.exists() else "does not exist"))
+    if kind == "out-file" and p.is_dir():
+        raise UserError(f"{option}: {shown(text)} is a folder; name a file to write")
+    if kind == "out-dir" and p.exists() and not p.is_dir():
+        raise UserError(f"{option}: {shown(text)} is a file, not a folder")
+    return text
+
+
+def count_list(option: str, text: str, minimum: int, maximum: int, words: Iterable[str] = ()) -> list[int]:
+    """A comma list of whole numbers (`1,2,4`), each from `minimum` to `maximum`, or one of `words`."""
+    if text in words:
+        return []
+    plain(option, text)
+    numbers = []
+    for part in text.split(","):
+        if not re.match(r"^[0-9]{1,9}\Z", part.strip()):
+            extra = f" or one of {', '.join(words)}" if words else ""
+            raise UserError(f"{option}: {shown(text)} is not a comma list of whole numbers (e.g. 1,2,4){extra}")
+        if not minimum <= int(part) <= maximum:
+            raise UserError(f"{option} {shown(text)}: each count must be from {minimum} to {maximum}")
+        numbers.append(int(part))
+    return numbers

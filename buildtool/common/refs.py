@@ -79,7 +79,10 @@ SHOWN_MAX = 80
 
 def shown(text: str, limit: int = SHOWN_MAX) -> str:
     """A value as a message shows it: quoted, every non-ASCII or control character escaped (a Cyrillic `а` in
-    `jаx` reads as `j\\u0430x`, not as `jax`), cut to `limit` characters with its length said."""
+    `jаx` reads as `j\\u0430x`, not as `jax`), cut to `limit` characters with its length said. What stands before
+    an `@` that introduces no digest (`user:password@host/...`) is never shown: `'***@host/...'`."""
+    if _credentials(text):
+        text = "***@" + text.partition("@")[2]
     if len(text) <= limit:
         return ascii(text)
     return f"{ascii(text[:limit])}... ({len(text)} characters)"

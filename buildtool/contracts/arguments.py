@@ -1,0 +1,326 @@
+"""The grammar of every command-line argument, one table, checked before anything outside the process is called
+(issue 37: "every command checks every argument ... before it calls the registry, the engine or anything else").
+
+`ARGUMENTS[command][parameter] = (flag, grammar)`: every parameter of every `buildtool` subcommand (the
+parameter's Python name, the flag or metavar a message names, and what its values must be). A command's first
+statement is `check_arguments("<command>", locals())`; it checks every given value (None, an option left out,
+is not checked) and raises UserError (exit 2) with one line naming the flag, the value shown as `refs.shown`
+does (cut, escaped; a reference with credentials never echoed). tests/test_cli_args_first.py walks the click
+command tree and fails for a parameter missing here, and feeds each one hostile values.
+
+The grammars (a value a grammar accepts may still be refused later, by what it means: a cell the matrix lacks):
+- FLAG: an on/off flag; it carries no value, nothing to check.
+- REFERENCE: an image reference (refs.parse_reference: at most 512 characters, no credentials, no whitespace).
+- IMAGE_OR_FILE: a reference, or a path (starting with `/` or `.`: a .sif or bundle folder on the cluster's
+  shared file system, maybe not on this machine: its text only).
+- count(lo, hi): a whole number in [lo, hi] (nodes, GPUs, ports 1-65535, seconds, steps, jobs ...).
+- seconds(lo, hi): a finite number of seconds in [lo, hi].
+- SELECTOR: an image, cell, framework or `all` (comma list allowed): ASCII name characters, `:`, `,`.
+- FRAMEWORK_NAME: a framework folder name. REVISION: names.check_revision (a revision inside a dev tag).
+  GIT_REF: a commit, branch or tag git resolves (release --from). VERSION: a PEP 440 version.
+- choice(...): one of a few words. PLATFORM(S): a known os/arch (comma list for PLATFORMS).
+- SIZE: a Docker size (sizes.parse_size); QUANTITY: a Kubernetes quantity or empty.
+- DNS_LABEL: a Kubernetes object name or namespace (RFC 1123 label, at most 63) or empty for the namespace.
+- LABEL_KEY: a Kubernetes label key / extended resource name; NODE_SELECTORS: KEY=VALUE label pairs.
+- TOLERATION, RDMA_RESOURCE, NCCL_ENV, NCCL_LIST, ULIMIT, SLURM_WORD, SLURM_TIME, CRON, LABEL_LIST, APT_PACKAGE,
+  MIRROR, TAG_TEMPLATE, KEY_NAME, PEER: the grammars below, each a regular expression over ASCII.
+- TEXT: free text (a pytest -k expression, a regular expression): at most 512 characters, no control or format
+  character; ACCEPT_SKIP also compiles.
+- path kinds: FILE (exists, a file), DIR (exists, a folder), OUT_FILE (not a folder), OUT_DIR (not a file),
+  PATH (the text only: a path on another machine, a program, the matrix whose loader says what is wrong with it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from buildtool.common import argcheck
+from buildtool.common.errors import UserError
+from buildtool.common.refs import shown
+
+Grammar = Callable[[str, Any], object]
+
+
+def _re(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern + r"\Z")
+
+
+def _word(pattern: str, what: str, *, empty: bool = False, limit: int = 0) -> Grammar:
+    compiled = _re(pattern)
+
+    def check(option: str, value: str) -> object:
+        if limit and len(value) > limit:
+            raise UserError(f"{option}: {shown(value)} is longer than {limit} characters")
+        return argcheck.word(option, value, compiled, what, empty=empty)
+    return check
+
+
+def _each(grammar: Grammar) -> Grammar:
+    def check(option: str, values: list[Any]) -> object:
+        return [grammar(option, v) for v in values]
+    return check
+
+
+def count(lo: int, hi: int) -> Grammar:
+    return lambda option, value: argcheck.count(option, value, lo, hi)
+
+
+def seconds(lo: float, hi: float) -> Grammar:
+    return lambda option, value: argcheck.seconds(option, value, lo, hi)
+
+
+def choice(*values: str) -> Grammar:
+    return lambda option, value: argcheck.choice(option, value, values)
+
+
+def _path(kind: str) -> Grammar:
+    return lambda option, value: argcheck.path(option, value, kind)
+
+
+def _reference(option: str, value: str) -> object:
+    return argcheck.reference(option, value)
+
+
+def _sif_or_reference(option: str, value: str) -> object:
+    if value.startswith(("/", ".")):   # a path on the cluster's shared file system: maybe not on this machine
+        return argcheck.path(option, value, "any")
+    return argcheck.reference(option, value)
+
+
+def _optional_sif_or_reference(option: str, value: str) -> object:
+    return value if value == "" else _sif_or_reference(option, value)
+
+
+def _revision(option: str, value: str) -> object:
+    from buildtool.contracts.names import check_revision
+
+    argcheck.plain(option, value, 128)
+    try:
+        return check_revision(value)
+    except ValueError:
+        raise UserError(f"{option}: {shown(value)} cannot be part of an image tag (letters, digits, '.', '_', '-'; "
+                        "no '__')") from None
+
+
+def _version(option: str, value: str) -> object:
+    from packaging.version import InvalidVersion, Version
+
+    argcheck.plain(option, value, 64)
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise UserError(f"{option} {shown(value)} is not a version like 0.1.0") from None
+    return value
+
+
+def _platform(option: str, value: str) -> object:
+    from buildtool.contracts import platforms
+
+    if value not in platforms.KNOWN:
+        raise UserError(f"{option}: unknown platform {shown(value)}; one of {', '.join(platforms.KNOWN)}")
+    return value
+
+
+def _platforms(option: str, value: str) -> object:
+    return [_platform(option, part.strip()) for part in value.split(",") if part.strip()] or _platform(option, value)
+
+
+def _size(option: str, value: str) -> object:
+    from buildtool.common.sizes import parse_size
+
+    argcheck.plain(option, value, 64)
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise UserError(f"{option}: {shown(value)} is not a size like 8g, 512m or 1048576") from None
+
+
+def _node_selectors(option: str, value: list[str]) -> object:
+    return argcheck.node_selectors(option, value)
+
+
+def _label_key(option: str, value: str) -> object:
+    return argcheck.label_key(option, value)
+
+
+def _regex(option: str, value: str) -> object:
+    argcheck.plain(option, value)
+    try:
+        re.compile(value)
+    except re.error:
+        raise UserError(f"{option} {shown(value)} is not a regular expression") from None
+    return value
+
+
+def _counts(lo: int, hi: int, *words: str) -> Grammar:
+    return lambda option, value: argcheck.count_list(option, value, lo, hi, words)
+
+
+FLAG: Grammar = lambda option, value: value   # noqa: E731 - a flag carries no value
+TEXT: Grammar = lambda option, value: argcheck.plain(option, value)  # noqa: E731
+REFERENCE: Grammar = _reference
+PATH, FILE, DIR, OUT_FILE, OUT_DIR = (_path(k) for k in ("any", "file", "dir", "out-file", "out-dir"))
+NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?"
+# The matrix says which selectors exist (read here: no call out); the grammar keeps out what no name has.
+SELECTOR = _word(r"[A-Za-z0-9_.:,+-]{1,512}", "an image, a cell (image:version), a framework or all (comma list)")
+FRAMEWORK_NAME = _word(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?", "a framework name (a folder image-tests/<name>/)")
+DNS_LABEL = _word(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name (at most 63 lower-case letters, "
+                  "digits, '-', alphanumeric at both ends)", empty=True)
+QUANTITY = _word(r"[0-9]{1,12}(?:\.[0-9]{1,6})?(?:m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?",
+                 "a Kubernetes quantity (e.g. 16, 500m, 64Gi)", empty=True)
+TOLERATION = _word(r"(?:[a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}(?:=[A-Za-z0-9._-]{0,63})?"
+                   r":(?:NoSchedule|PreferNoSchedule|NoExecute)", "KEY[=VALUE]:EFFECT (e.g. nvidia.com/gpu:NoSchedule)")
+_RESOURCE_NAME = _re(r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+
+
+def _rdma_resource(option: str, item: str) -> object:
+    """NAME[=COUNT]: an extended resource name (label-key grammar), COUNT from 1 to 9999."""
+    argcheck.plain(option, item)
+    name, sep, number = item.partition("=")
+    if not _RESOURCE_NAME.match(name):
+        raise UserError(f"{option} {shown(item)} is not a resource name ([prefix/]name, e.g. rdma/ib_device)")
+    if sep and not re.match(r"^[1-9][0-9]{0,3}\Z", number):
+        raise UserError(f"{option} {shown(item)}: COUNT must be a positive whole number (at most 9999)")
+    return item
+
+
+def _nccl_env(option: str, item: str) -> object:
+    """NCCL_NAME=VALUE, the value a plain word (what NCCL reads: numbers, interface lists, paths)."""
+    argcheck.plain(option, item)
+    name, sep, value = item.partition("=")
+    if not sep:
+        raise UserError(f"{option} {shown(item)} is not NAME=VALUE")
+    if not re.match(r"^NCCL_[A-Z0-9_]{1,64}\Z", name):
+        raise UserError(f"{option} {shown(item)}: the name must be an NCCL_* variable")
+    if not re.match(r"^[A-Za-z0-9_.,:=^/+-]{0,256}\Z", value):
+        raise UserError(f"{option} {shown(item)}: the value is not a word (letters, digits, '_.,:=^/+-')")
+    return item
+
+
+def _cpus_per_task(option: str, value: int) -> object:
+    if value < 0:
+        raise UserError(f"{option} must be 0 (the partition's default) or more, not {value}")
+    return argcheck.count(option, value, 0, 4096)
+
+
+RDMA_RESOURCE: Grammar = _rdma_resource
+NCCL_ENV: Grammar = _nccl_env
+NCCL_LIST = _word(r"\^?=?[A-Za-z0-9_.:-]{1,64}(?:,[A-Za-z0-9_.:-]{1,64}){0,31}",
+                  "a comma list of interfaces or devices (e.g. ^lo,docker or mlx5_0:1)", empty=True)
+ULIMIT = _word(r"[a-z]{1,16}=(?:-1|unlimited|[0-9]{1,19})(?::(?:-1|unlimited|[0-9]{1,19}))?",
+               "NAME=SOFT[:HARD] (e.g. memlock=-1)")
+SLURM_WORD = _word(r"[A-Za-z0-9_.-]{1,64}", "a SLURM name (letters, digits, '_', '.', '-')", empty=True)
+SLURM_TIME = _word(r"(?:[0-9]{1,3}-)?[0-9]{1,4}(?::[0-9]{2}){0,2}", "a SLURM time limit ([D-]HH:MM:SS or MM)")
+KEY_NAME = _word(NAME, "a key name (letters, digits, '.', '_', '-'; at most 128)")
+APT_PACKAGE = _word(r"[a-z0-9][a-z0-9+.-]{0,127}", "a Debian package name")
+MIRROR = _word(r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?(?:/[a-z0-9._-]{1,128}){0,8}",
+               "a registry host[:port][/path] (e.g. 127.0.0.1:5000)")
+# plan names a release whose tag is no Docker tag itself (it has the matrix's tag templates).
+TAG_TEMPLATE = _word(r"[!-~]{1,128}", "a release (printable ASCII, no space; at most 128)")
+PEER = _word(r"[a-z0-9][a-z0-9_-]{0,62}=\S{1,512}", "framework=IMAGE")
+CRON = _word(r"[0-9*/,-]{1,64}(?: [0-9*/,-]{1,64}){4}", "a cron schedule of five fields (e.g. 17 2 * * *)")
+LABEL_LIST = _word(r"[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,31}", "a comma list of runner labels")
+GIT_REF = _word(r"(?!.*\.\.)(?!.*//)[A-Za-z0-9][A-Za-z0-9._/+-]{0,254}",
+                "a git commit, branch or tag (letters, digits, '.', '_', '/', '+', '-')")
+CELL = _word(r"[A-Za-z0-9_.-]{1,128}:[A-Za-z0-9_.+-]{1,128}", "a cell (image:version)", empty=True)
+IMAGE_OR_FILE: Grammar = _sif_or_reference
+OPTIONAL_IMAGE_OR_FILE: Grammar = _optional_sif_or_reference
+
+MATRIX = ("--matrix", PATH)   # the text; the loader names a missing file, a folder, a pipe (read here, no call out)
+REV = ("--revision", _revision)
+JSON = ("--json", FLAG)
+_NCCL = {"nccl_debug": ("--nccl-debug", choice("", "VERSION", "WARN", "INFO", "TRACE")),
+         "nccl_socket_ifname": ("--nccl-socket-ifname", NCCL_LIST), "nccl_ib_hca": ("--nccl-ib-hca", NCCL_LIST),
+         "nccl_env": ("--nccl-env", _each(NCCL_ENV))}
+_RUN = {"join_timeout": ("--join-timeout", count(1, 86_400)), "rdzv_port": ("--rdzv-port", count(1, 65_535)),
+        "max_restarts": ("--max-restarts", count(0, 100)), "steps": ("--steps", count(3, 1_000_000)),
+        "framework": ("--framework", FRAMEWORK_NAME), "out_file": ("--out", OUT_FILE),
+        "shm_size": ("--shm-size", _size),
+        "nodes": ("--nodes", count(1, 10_000)), "gpus_per_node": ("--gpus-per-node", count(0, 64)), "matrix": MATRIX}
+
+ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
+    "bases": {"framework": ("--framework", SELECTOR), "force": ("--force", FLAG), "mirror": ("--mirror", MIRROR),
+              "matrix": MATRIX},
+    "build": {"framework": ("--framework", SELECTOR), "push": ("--push", FLAG), "force": ("--force", FLAG),
+              "jobs": ("--jobs", count(1, 64)), "fill": ("--fill-bases", FLAG), "log_dir": ("--log-dir", OUT_DIR),
+              "registry_cache": ("--registry-cache", FLAG),
+              "push_with": ("--push-with", choice("auto", "engine", "skopeo")), "revision": REV, "as_json": JSON,
+              "matrix": MATRIX},
+    "bundle": {"image": ("IMAGE", REFERENCE), "dest": ("DEST", OUT_DIR), "shm_size": ("--shm-size", _size),
+               "ulimit": ("--ulimit", _each(ULIMIT)), "hosts": ("--hosts", FILE), "jobs_dir": ("--jobs-dir", PATH),
+               "writable": ("--writable", FLAG), "force": ("--force", FLAG), "platform": ("--platform", _platform),
+               "json_out": JSON, "matrix": MATRIX},
+    "catalogue": {"matrix": MATRIX},
+    "check": {"matrix": MATRIX, "offline": ("--offline", FLAG)},
+    "diff": {"image_a": ("IMAGE_A", REFERENCE), "image_b": ("IMAGE_B", REFERENCE), "as_json": JSON,
+             "probe_timeout": ("--probe-timeout", count(1, 86_400))},
+    "k8s": {"image": ("IMAGE", REFERENCE), **_RUN, **_NCCL,
+            "variant": ("--variant", choice("", "pytorchjob", "job")), "name": ("--name", DNS_LABEL),
+            "namespace": ("--namespace", DNS_LABEL), "backoff_limit": ("--backoff-limit", count(0, 100)),
+            "cpu": ("--cpu", QUANTITY), "memory": ("--memory", QUANTITY),
+            "node_selector": ("--node-selector", _node_selectors), "toleration": ("--toleration", _each(TOLERATION)),
+            "gpu_resource": ("--gpu-resource", _label_key), "deadline": ("--deadline", count(1, 30 * 86_400)),
+            "rdma_resource": ("--rdma-resource", _each(RDMA_RESOURCE)), "ipc_lock": ("--ipc-lock", FLAG),
+            "platform": ("--platform", _platform)},
+    "keys": {"name": ("--name", KEY_NAME), "out_dir": ("--out", OUT_DIR),
+             "role": ("--role", _each(choice("builder", "tester"))), "dev": ("--dev", FLAG)},
+    "lock": {"framework": ("--framework", SELECTOR), "package": ("--package", _each(APT_PACKAGE)), "matrix": MATRIX},
+    "plan": {"framework": ("--framework", SELECTOR), "as_json": JSON, "release": ("--release", TAG_TEMPLATE),
+             "revision": REV, "matrix": MATRIX},
+    "release": {"version": ("--version", _version), "from_sha": ("--from", GIT_REF),
+                "framework": ("--framework", _each(SELECTOR)), "dry_run": ("--dry-run", FLAG),
+                "force": ("--force", FLAG), "accept_skip": ("--accept-skip", _each(_regex)),
+                "trust_local_key": ("--trust-local-key", FLAG), "as_json": JSON, "matrix": MATRIX},
+    "render": {"matrix": MATRIX, "prune_stale": ("--prune", FLAG)},
+    "report": {"verdicts": ("--verdicts", PATH), "previous": ("--previous", DIR), "fetch": ("--fetch", FLAG),
+               "framework": ("--framework", SELECTOR), "revision": REV, "scaling": ("--scaling", _each(DIR)),
+               "out_dir": ("--out", OUT_DIR), "matrix": MATRIX},
+    "sbom": {"image": ("IMAGE", REFERENCE)},
+    "scaling": {"counts": ("--counts", _counts(1, 4096, "gpus")), "image": ("--image", OPTIONAL_IMAGE_OR_FILE),
+                "cell": ("--cell", CELL),
+                "launcher": ("--launcher", choice("auto", "docker", "host", "slurm")), "python": ("--python", PATH),
+                "samples": ("--samples", count(1, 1_000_000_000)), "epochs": ("--epochs", count(1, 10_000)),
+                "batch": ("--batch", count(1, 1_000_000)), "unit": ("--unit", choice("processes", "gpus")),
+                "timeout": ("--timeout", count(1, 7 * 86_400)), "nodes": ("--nodes", _counts(1, 10_000)),
+                "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "gpus_per_node": _RUN["gpus_per_node"],
+                "partition": ("--partition", SLURM_WORD), "account": ("--account", SLURM_WORD),
+                "time_limit": ("--time", SLURM_TIME), "shm_size": _RUN["shm_size"], "rdzv_port": _RUN["rdzv_port"],
+                "out_dir": ("--out", OUT_DIR), "revision": REV, "matrix": MATRIX},
+    "slurm": {"image": ("IMAGE", IMAGE_OR_FILE), **_RUN, **_NCCL,
+              "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "name": ("--name", SLURM_WORD),
+              "partition": ("--partition", SLURM_WORD), "account": ("--account", SLURM_WORD),
+              "time_limit": ("--time", SLURM_TIME), "cpus_per_task": ("--cpus-per-task", _cpus_per_task),
+              "scripts_dir": ("--scripts-dir", PATH)},
+    "validate": {"images": ("IMAGES", _each(REFERENCE)), "framework": ("--framework", SELECTOR),
+                 "all_cells": ("--all", FLAG), "store": ("--store", FLAG), "select": ("-k", TEXT),
+                 "peer": ("--peer", _each(PEER)), "cell": ("--cell", SELECTOR),
+                 "rdzv_join_timeout": ("--rdzv-join-timeout", seconds(1, 86_400)),
+                 "deadline": ("--deadline", seconds(1, 30 * 86_400)), "reports": ("--reports", OUT_DIR),
+                 "require_gpu": ("--require-gpu", FLAG), "baseline": ("--baseline", _each(DIR)),
+                 "busbw_window": ("--busbw-window", count(1, 365)), "jobs": ("--jobs", count(1, 64)),
+                 "platform": ("--platform", _each(_platforms)), "revision": REV, "as_json": JSON, "matrix": MATRIX},
+    "verify": {"image": ("IMAGE", REFERENCE), "trust_local_key": ("--trust-local-key", FLAG),
+               "keys": ("--keys", FILE), "as_json": JSON, "matrix": MATRIX},
+    "workflows ci-matrix": {"plan": ("--plan", FILE), "cells": ("--cells", SELECTOR)},
+    "workflows write": {"gpu_labels": ("--gpu-labels", LABEL_LIST), "cron": ("--cron", CRON),
+                        "out_dir": ("--out", OUT_DIR), "matrix": MATRIX},
+}
+
+
+def check_argument(command: str, parameter: str, value: Any) -> None:
+    """One value of one parameter; None (left out) is not checked."""
+    flag, grammar = ARGUMENTS[command][parameter]
+    if value is not None:
+        grammar(flag, value)
+
+
+def check_arguments(command: str, values: Mapping[str, Any]) -> None:
+    """Every parameter of `command` (its function's `locals()` at its first line), in the order the table has
+    them. A name the table does not have is not checked here (tests/test_cli_args_first.py fails for a
+    parameter of the click command tree missing from the table)."""
+    table = ARGUMENTS[command]
+    for parameter in table:
+        if parameter in values:
+            check_argument(command, parameter, values[parameter])
