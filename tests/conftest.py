@@ -105,9 +105,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture(autouse=True)
 def _frameworks_of_this_checkout():
     """Loading a fixture project's matrix makes its image-tests folders the framework table; the
-    next test starts from this checkout's again."""
+    next test starts from this checkout's again (read when it first asks for it: most tests never do)."""
     yield
-    frameworks.use_checkout()
+    if frameworks._LOADED_FROM != [frameworks.DEFAULT_TESTS_DIR]:
+        frameworks.point_at(frameworks.DEFAULT_TESTS_DIR)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

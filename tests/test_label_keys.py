@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -107,13 +109,18 @@ def test_the_facts_checked_in_images_are_declared_keys() -> None:
 
 
 def _python_literals(path: Path, text: str) -> list[str]:
-    """Keys spelt in string literals or comments, and keys composed from a prefix in code."""
+    """Keys spelt in string literals or comments, and keys composed from a prefix in code. A literal or comment
+    is a piece of the text, and a prefix is used by its name: a file whose text has neither is not tokenized
+    or parsed (most files are not; doing both to every file took seconds)."""
     found = []
-    for token in tokenize.generate_tokens(io.StringIO(text).readline):
-        match = _KEY_TEXT.search(token.string) if token.type in (tokenize.STRING, tokenize.COMMENT) else None
-        if match is not None:
-            line = token.start[0] + token.string.count("\n", 0, match.start())
-            found.append(f"{path}:{line}: {match.group(0)}... in {token.string.strip()[:70]}")
+    if _KEY_TEXT.search(text):
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            match = _KEY_TEXT.search(token.string) if token.type in (tokenize.STRING, tokenize.COMMENT) else None
+            if match is not None:
+                line = token.start[0] + token.string.count("\n", 0, match.start())
+                found.append(f"{path}:{line}: {match.group(0)}... in {token.string.strip()[:70]}")
+    if not any(name in text for name in _PREFIX_NAMES):
+        return found
     tree = ast.parse(text)
     imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                 and node.module == "buildtool.contracts.label_keys" for a in node.names}
@@ -147,15 +154,27 @@ def key_literals(root: Path) -> list[str]:
     return found
 
 
+# Folders that hold no document of the project (git's own, virtual environments, tools' caches, the local
+# registry's storage): not walked, so a checkout with a .venv and .state/ is read as fast as a fresh clone.
+_NOT_DOCUMENTS = frozenset({".git", ".venv", ".state", ".mypy_cache", ".pytest_cache", ".ruff_cache", "__pycache__",
+                            "node_modules"})
+
+
+def _documents(root: Path) -> Iterator[Path]:
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [name for name in subfolders if name not in _NOT_DOCUMENTS]
+        yield from (Path(folder) / name for name in files if name.endswith(".md"))
+
+
 def key_mentions(root: Path) -> list[str]:
     """Keys the Markdown documents name (for people, so spelt out) that the module does not declare:
     after a rename, the documents still naming the old key."""
     declared = set(KEYS.values())
     mention = re.compile(_KEY_TEXT.pattern.replace(r"\.[A-Za-z]", r"\.[a-z][a-z0-9.-]*[a-z0-9]"))
     found = []
-    for path in sorted(root.rglob("*.md")):
+    for path in sorted(_documents(root)):
         rel = path.relative_to(root)
-        if ".venv" in rel.parts or rel.parts[:2] == ("docs", "releases"):
+        if rel.parts[:2] == ("docs", "releases"):
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             found += [f"{rel}:{number}: {m.group(0)}" for m in mention.finditer(line) if m.group(0) not in declared]
