@@ -31,6 +31,7 @@ unless backend and world_size are what the launcher asked for, identical is true
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from collections.abc import Iterable
@@ -160,6 +161,14 @@ class _StrictLoader(yaml.SafeLoader):
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
 
 
+@functools.lru_cache(maxsize=64)
+def _parse_row(text: str) -> Any:
+    """A framework.yaml's data, parsed once per text: the table is read afresh from the files on every load,
+    and a matrix is loaded several times in one command (and hundreds in the toolkit's tests); the same text
+    parses to the same data (a text that does not parse raises, and is not remembered)."""
+    return yaml.load(text, Loader=_StrictLoader)   # noqa: S506 - a SafeLoader
+
+
 def _compiles(expr: str, what: str, where: str) -> None:
     try:
         compile(expr, where, "eval")
@@ -180,7 +189,7 @@ def load_row(folder: Path) -> Framework:
     path = folder / FRAMEWORK_FILE
     where = f"{folder.parent.name}/{folder.name}/{FRAMEWORK_FILE}"
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)   # noqa: S506 - a SafeLoader
+        data = copy.deepcopy(_parse_row(path.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError) as exc:
         raise TableError(f"{where}: cannot read it ({exc})") from None
     except yaml.YAMLError as exc:
