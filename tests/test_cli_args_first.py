@@ -112,6 +112,16 @@ def test_diff_checks_the_second_image_before_reading_the_first(outside: list[str
     assert "at most 512 characters" in err
 
 
+@pytest.mark.parametrize("tag", ["garbage", "9.99", "0123456789ab-9.99"])
+def test_validate_refuses_a_matrix_image_whose_tag_names_no_cell_before_the_registry(
+        outside: list[str], capsys: pytest.CaptureFixture, tag: str) -> None:
+    """The audit's `validate IMAGE:garbage` said "not found in registry": the tag is what is wrong, and it is
+    known to be wrong before anything is asked."""
+    matrix = str(Path(__file__).resolve().parent.parent / "matrix.yaml")
+    err = assert_refused(outside, capsys, "validate", f"127.0.0.1:5000/pytorch-cpu:{tag}", "--matrix", matrix)
+    assert f"tag {tag!r} names no cell of pytorch-cpu" in err, err
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--nodes", "0"], "--nodes must be at least 1, not 0"),
     (["--nodes", "-1"], "--nodes must be at least 1, not -1"),

@@ -130,6 +130,7 @@ def validate(
     from buildtool.common import argcheck
 
     argcheck.references("IMAGE", refs)   # every one, before the engine or the registry is asked (issue 37)
+    _tags_name_cells(loaded, refs)
     if not refs:
         refs = _dev_refs(project, loaded, framework, revision, peers)
     # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed.
@@ -150,6 +151,16 @@ def validate(
     failed = [v["image"] for v in verdicts if v["result"] == "failed"]
     if failed:
         raise FailedError(f"image tests failed for {', '.join(failed)}; see reports under {reports}/")
+
+
+def _tags_name_cells(loaded: Matrix, refs: list[str]) -> None:
+    """A matrix image's tag must name one of its cells (`:garbage` is exit 2 naming the tag, before the registry
+    is asked whether it exists); a foreign image, or one named by digest, is the engine's and registry's to find."""
+    from buildtool.launch.multinode import cell_for_image
+
+    for ref in refs:
+        if "@" not in ref.rpartition("/")[2]:
+            cell_for_image(loaded, ref)
 
 
 def _dev_refs(project: Project, loaded: Matrix, framework: str | None, revision: str | None,
