@@ -204,3 +204,24 @@ def test_verify_refuses_a_verdict_of_a_cell_the_matrix_does_not_have() -> None:
     found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
                              signing.trusted(), checkout(other))
     assert not found.ok and "the verdict is for cell 'pytorch-cpu:2.13', which the matrix of" in found.problem
+
+
+def test_verify_takes_releases_waiver_of_a_skip_and_refuses_it_without() -> None:
+    """An image released with `--accept-skip` verifies with the same waiver, through the same gate; without it
+    verify refuses the skip as release would (the secure-registry pipeline released pytorch-cpu so)."""
+    dev = Dev(CPU)
+    digest = dev.image("amd64")
+    tests = [signing.result(f"{g}/test_x.py::test_{g}") for g in CPU.tests]
+    tests.append(signing.result("common/test_cross_tensorboard.py::test_peer", "skipped", "no-peer-image",
+                                "no tensorflow image of this commit"))
+    evidence(dev, digest, verdict={"tests": tests, "defined_tests": [t["id"] for t in tests]})
+    single(dev, digest)
+    reference = f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}"
+    strict = verify(dev)
+    assert not strict.ok and "skipped where the matrix expects them to run" in strict.problem, strict.problem
+    waived = verify_reference(dev.client, reference, signing.trusted(),   # type: ignore[arg-type]
+                              checkout(dev.cell), accept_skips=(r"^\[no-peer-image\]",))
+    assert waived.ok, (waived.problem, waived.problems)
+    other = verify_reference(dev.client, reference, signing.trusted(),   # type: ignore[arg-type]
+                             checkout(dev.cell), accept_skips=(r"^\[no-gpu-on-runner\]",))
+    assert not other.ok and "skipped where the matrix expects them to run" in other.problem

@@ -14,65 +14,88 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
-    from buildtool.release.chain import Checkout
+    from buildtool.release.chain import Checkout, Verification
+    from buildtool.validate.keys import TrustedKeys
+
+
+ImageArgument = Annotated[str, typer.Argument(help="A registry reference, by tag or digest (an index: each platform).")]
+TrustLocalKeyOption = Annotated[bool, typer.Option(
+    "--trust-local-key", help="Also trust this machine's local dev key (as builder and tester); only for a "
+                              "loopback registry.")]
+KeysOption = Annotated[Path | None, typer.Option(
+    "--keys", help="The trusted keys file (default: config/trusted-keys.yaml of the project).")]
+AcceptSkipOption = Annotated[list[str] | None, typer.Option(
+    "--accept-skip", help="As release's: a skip whose reason matches this regex counts as waived, for the codes "
+                          "the contract marks waivable (repeatable).")]
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def verify(
-        image: Annotated[str, typer.Argument(help="A registry reference, by tag or digest (an index: each platform).")],
-        trust_local_key: Annotated[bool, typer.Option(
-            "--trust-local-key", help="Also trust this machine's local dev key (as builder and tester); only for a "
-                                      "loopback registry.")] = False,
-        keys: Annotated[Path | None, typer.Option(
-            "--keys", help="The trusted keys file (default: config/trusted-keys.yaml of the project).")] = None,
-        as_json: JsonOption = False,
-        matrix: MatrixOption = None,
-    ) -> None:
-        """Fetch and verify IMAGE's provenance, SBOM attestation and verdict against the trusted keys, and
-        print the chain: built by, from, sbom, tested by, result."""
-        check_arguments("verify", locals())   # every argument first (issue 37)
-        from buildtool.common import argcheck
-        from buildtool.common.refs import is_loopback_host
-        from buildtool.registry.client import RegistryClient
-        from buildtool.release.chain import verify_reference
-        from buildtool.validate.keys import dev_public_key, load_trusted
+    app.command()(verify)
 
-        parsed = argcheck.reference("IMAGE", image)   # cut, escaped, no password echoed (issue 37)
-        if not parsed.domain:
-            raise UserError(f"{image} names no registry: verify reads a pushed image (host/repository:tag or @digest)")
-        if trust_local_key and not is_loopback_host(parsed.domain):
-            raise UserError(f"--trust-local-key is only for a loopback registry, not {parsed.domain}")
-        checkout = _checkout(matrix, keys)
-        if keys is not None and (matrix is None or checkout is None):
-            root = keys.resolve().parent
-        else:
-            assert checkout is not None   # _checkout raises without a project unless --keys is given
-            root = checkout.root
-        trusted = load_trusted(root, keys.resolve() if keys is not None else None)
-        if trust_local_key:
-            local = dev_public_key()
-            if local is None:
-                raise UserError("--trust-local-key: this machine has no local dev key")
-            trusted.add_dev(local)
-        found = verify_reference(RegistryClient(parsed.domain), image, trusted, checkout)
-        chains = found.chains
-        if as_json:
-            emit_json(found.to_json())
-        else:
-            for chain in chains:
-                if chain.platform:
-                    say(f"platform {chain.platform}")
-                for link, text in chain.lines:
-                    say(f"{link:<7} {text}")
-                if not chain.ok:
-                    say(f"{'result':<7} NOT verified: {chain.problem}")
-            for problem in found.problems:
-                say(f"{'image':<7} NOT verified: {problem}")
-            for why in found.not_run:
-                say(f"{'not run':<7} {why}")
-        if not found.ok:
-            raise FailedError(found.problem)
+
+def verify(
+    image: ImageArgument,
+    trust_local_key: TrustLocalKeyOption = False,
+    keys: KeysOption = None,
+    accept_skip: AcceptSkipOption = None,
+    as_json: JsonOption = False,
+    matrix: MatrixOption = None,
+) -> None:
+    """Fetch and verify IMAGE's provenance, SBOM attestation and verdict against the trusted keys, and
+    print the chain: built by, from, sbom, tested by, result."""
+    check_arguments("verify", locals())   # every argument first (issue 37)
+    from buildtool.common import argcheck
+    from buildtool.common.refs import is_loopback_host
+    from buildtool.registry.client import RegistryClient
+    from buildtool.release.chain import verify_reference
+
+    parsed = argcheck.reference("IMAGE", image)   # cut, escaped, no password echoed (issue 37)
+    if not parsed.domain:
+        raise UserError(f"{image} names no registry: verify reads a pushed image (host/repository:tag or @digest)")
+    if trust_local_key and not is_loopback_host(parsed.domain):
+        raise UserError(f"--trust-local-key is only for a loopback registry, not {parsed.domain}")
+    checkout = _checkout(matrix, keys)
+    trusted = _trusted(checkout, keys, matrix, trust_local_key)
+    found = verify_reference(RegistryClient(parsed.domain), image, trusted, checkout,
+                             accept_skips=tuple(accept_skip or ()))
+    if as_json:
+        emit_json(found.to_json())
+    else:
+        _print(found)
+    if not found.ok:
+        raise FailedError(found.problem)
+
+
+def _trusted(checkout: Checkout | None, keys: Path | None, matrix: Path | None, trust_local_key: bool) -> TrustedKeys:
+    """The trusted keys: --keys, else the project's file; with --trust-local-key, this machine's dev key too."""
+    from buildtool.validate.keys import dev_public_key, load_trusted
+
+    if keys is not None and (matrix is None or checkout is None):
+        root = keys.resolve().parent
+    else:
+        assert checkout is not None   # _checkout raises without a project unless --keys is given
+        root = checkout.root
+    trusted = load_trusted(root, keys.resolve() if keys is not None else None)
+    if trust_local_key:
+        local = dev_public_key()
+        if local is None:
+            raise UserError("--trust-local-key: this machine has no local dev key")
+        trusted.add_dev(local)
+    return trusted
+
+
+def _print(found: Verification) -> None:
+    for chain in found.chains:
+        if chain.platform:
+            say(f"platform {chain.platform}")
+        for link, text in chain.lines:
+            say(f"{link:<7} {text}")
+        if not chain.ok:
+            say(f"{'result':<7} NOT verified: {chain.problem}")
+    for problem in found.problems:
+        say(f"{'image':<7} NOT verified: {problem}")
+    for why in found.not_run:
+        say(f"{'not run':<7} {why}")
 
 
 def _checkout(matrix: Path | None, keys: Path | None) -> Checkout | None:

@@ -137,7 +137,10 @@ class _Platforms:
 
 
 def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKeys,
-                     checkout: Checkout | None = None, now: dt.datetime | None = None) -> Verification:
+                     checkout: Checkout | None = None, now: dt.datetime | None = None,
+                     accept_skips: tuple[str, ...] = ()) -> Verification:
+    """The signed chain of every platform manifest REFERENCE names and, with a checkout, release's own gate on
+    it; `accept_skips`: release's --accept-skip waivers, so an image released with one verifies with the same."""
     parsed = parse_reference(reference)
     found, problems, digest = manifests(client, parsed.path, parsed.digest or parsed.tag or "latest")
     result = Verification(image=reference, problems=problems)
@@ -159,12 +162,12 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
         result.not_run.append("release's gate: no verdict names the cell to check the image as")
         return result
     result.problems += _release_gate(client, parsed.domain or client.host, parsed.path, digest, result, trusted,
-                                     checkout)
+                                     checkout, accept_skips)
     return result
 
 
 def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, result: Verification,
-                  trusted: TrustedKeys, checkout: Checkout) -> list[str]:
+                  trusted: TrustedKeys, checkout: Checkout, accept_skips: tuple[str, ...]) -> list[str]:
     """Release's gate (gather: the same code) on the image as the cell its verdict names, read-only."""
     from functools import partial
 
@@ -182,7 +185,7 @@ def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, res
                         for c in result.chains if "provenance" in c.facts})
     known = checkout.known_code or known_code(checkout.root, [*(("the image's revision", r) for r in revisions),
                                                              ("the checkout's HEAD", "HEAD")])
-    options = ReleaseOptions(version="", revision="HEAD", trusted=trusted, known_code=known,
+    options = ReleaseOptions(version="", revision="HEAD", trusted=trusted, known_code=known, accept_skips=accept_skips,
                              revision_check=checkout.revision_check or partial(revision_problem, checkout.root))
     plan = CellPlan(cell=cell, revision="HEAD", dev_repo=f"{host}/{repo}", dev_tag=digest, release_repo="",
                     release_tags=(), moving_tags=(), base=cell.base)
