@@ -91,8 +91,11 @@ def two_processes(main):
 
 @pytest.fixture(scope="module")
 def two_containers(target, start_container, bridge):
-    # A node may join as late as the rendezvous join timeout allows (a cold node still pulling the image).
-    join = int(target.get("rdzv_join_timeout_s", 900))
+    # Both nodes' containers run before the job starts (nothing left to pull), so a node joins within the init
+    # timeout a cold import needs; a shorter join timeout (validate --rdzv-join-timeout) shortens it. A join that
+    # cannot succeed (a proxy taking the coordinator's gRPC) then fails in 120 s, not the 900 s a launcher gives a
+    # node still pulling the image, which spent the image's whole deadline.
+    join = min(int(target.get("rdzv_join_timeout_s", 900)), INIT_TIMEOUT_S)
     # Two nodes of their own on the bridge network (the main container is on the host's network).
     first = start_container(target["image"], hint="jax-node0", network=bridge)
     peer = start_container(target["image"], target.get("peer_run_flags", []), hint="jax-node1", network=bridge)

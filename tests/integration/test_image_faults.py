@@ -276,10 +276,10 @@ FAULTS: dict[str, Fault] = {
         # Either process may be the first to be aborted: process 1 cannot reach the coordinator, process 0
         # waits for it in vain.
         "test_two_containers_train_and_agree": ("died at initialize: Fatal Python error: Aborted",
-                                                "not all 2 processes join the coordinator 127.0.0.1:",
+                                                "not all 2 processes join the coordinator t-imagetest-jax-node0-",
                                                 "within its init timeout of 15 s")},
-        # The second node has no network: it never reaches process 0's coordinator; jax aborts it after
-        # its init timeout (the join timeout), and process 0 is stopped.
+        # The second node has no network: it never reaches process 0's coordinator (node0, on the run's bridge
+        # network); jax aborts it after its init timeout (the join timeout), and process 0 is stopped.
         overrides={"peer_run_flags": ["--network=none"], "join_timeout_s": 15}, absent=("hung",)),
     "jax-framework-version-label": Fault("jax-mislabelled", "framework_version", {
         "test_framework_version": ("claims jax 0.10.1 but the image contains jax 0.10.2",)}),
