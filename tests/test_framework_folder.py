@@ -178,6 +178,16 @@ def test_a_duplicate_key_is_refused_with_its_line(tmp_path: Path) -> None:
         frameworks.load_row(folder)
 
 
+def test_bytecode_caches_in_both_script_folders_are_no_clash(tmp_path: Path) -> None:
+    """Python writes scripts/__pycache__ where a script is run or imported from (with bytecode writing on), in the
+    common folder and a framework's alike: that is no script shadowing another (the table refused every matrix)."""
+    folder = _folder(tmp_path)
+    for scripts in (folder / "scripts", folder.parent / "scripts"):
+        (scripts / "__pycache__").mkdir(exist_ok=True)
+        (scripts / "__pycache__" / "probe_io.cpython-311.pyc").write_bytes(b"")
+    assert frameworks.load_row(folder).name == "fixturefw"
+
+
 def test_a_broken_framework_folder_stops_the_matrix_load_naming_it(project: Path, run_cli) -> None:
     add_fixture_framework(project)
     (project / "image-tests/fixturefw/framework.yaml").write_text("name: fixturefw\n")

@@ -232,7 +232,8 @@ def load_row(folder: Path) -> Framework:
             raise TableError(f"{where}: template part {part!r} is not a file in {folder.name}/")
     common = folder.parent / SCRIPTS
     if scripts.is_dir() and common.is_dir():
-        clash = sorted(p.name for p in scripts.iterdir() if (common / p.name).exists())
+        # Python's bytecode caches (a script run or imported from either folder) are no scripts of either.
+        clash = sorted(p.name for p in scripts.iterdir() if p.name != "__pycache__" and (common / p.name).exists())
         if clash:
             raise TableError(f"{where}: {folder.name}/{SCRIPTS}/ has {', '.join(clash)}, also in {SCRIPTS}/; both are "
                              "mounted at /imagetests, so rename the framework's")
