@@ -5,6 +5,7 @@ and no image test skips with free text the release gate cannot judge."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from buildtool.contracts import skips
@@ -12,6 +13,7 @@ from buildtool.contracts import skips
 IMAGE_TESTS = Path(__file__).resolve().parent.parent / "image-tests"
 
 
+@functools.cache   # parsed once per process: every test here reads them all, and none changes a tree
 def _modules() -> dict[Path, ast.Module]:
     return {p: ast.parse(p.read_text()) for p in IMAGE_TESTS.rglob("*.py")}
 
