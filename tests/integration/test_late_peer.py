@@ -47,6 +47,11 @@ JOIN_S = 900
 RUN_TIMEOUT_S = LATE_S + 240
 
 
+# Both containers are on the host network: the two nodes tell themselves apart by these addresses (torch's
+# rendezvous names a node by its address and pid; two containers on one host may share a pid).
+NODE_ADDRS = {False: "127.0.0.2", True: "127.0.0.1"}
+
+
 def _run(argv: list[str], results: dict[str, subprocess.CompletedProcess[str]], key: str,
          env: dict[str, str] | None = None, delay: float = 0.0, timeout: float = RUN_TIMEOUT_S) -> None:
     time.sleep(delay)
@@ -56,6 +61,8 @@ def _run(argv: list[str], results: dict[str, subprocess.CompletedProcess[str]], 
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         results[key] = subprocess.CompletedProcess(argv, 124, out, f"{err}\nkilled after {timeout:.0f}s")
+    except Exception as exc:  # noqa: BLE001 - a thread's exception is otherwise lost: the node's result says it
+        results[key] = subprocess.CompletedProcess(argv, 125, "", f"{type(exc).__name__}: {exc}")
 
 
 def _containers(image: str, results: dict, names: list[str], late_s: float = LATE_S, init: bool = True,
@@ -70,7 +77,8 @@ def _containers(image: str, results: dict, names: list[str], late_s: float = LAT
                                "--network", "host",
                                "--shm-size=1g", "-v", f"{scripts_for('pytorch')}:/imagetests:ro",
                                "-e", "DDP_STEPS=10", "-e", f"DDP_TIMEOUT_S={JOIN_S}", "-e", "DDP_DEVICE=cpu",
-                               "-e", "DDP_BUSBW=0", image, *torchrun_2nodes(port, JOIN_S, is_host, run))
+                               "-e", "DDP_BUSBW=0", image, *torchrun_2nodes(f"127.0.0.1:{port}", JOIN_S, is_host, run,
+                                                                       local_addr=NODE_ADDRS[is_host]))
         threads.append(threading.Thread(target=_run, args=(argv, results, key),
                                         kwargs={"delay": delay, "timeout": timeout}))
     return threads
