@@ -4,13 +4,15 @@
 # the image tests on this many workers side by side; 1: one after another; PLATFORM: only that platform of an
 # image index, e.g. linux/arm64 on a native arm64 GPU runner), TEST_JOBS (make test: the
 # toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
-# workers than cores).
+# workers than cores), FAST_JOBS (make test-fast: its workers, twice the cores by default: a fifth of its
+# time is tests waiting on subprocesses, sleeps and timeouts; see docs/testing.md).
 SHELL := /bin/bash
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 BUILDTOOL := $(PYTHON) -m buildtool
 # The default image is pytorch-ngc for build-like targets; plan shows every cell by default.
 DEFAULT_IMAGE := pytorch-ngc
 TEST_JOBS ?= 4
+FAST_JOBS ?= $(shell echo $$(( 2 * $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) )))
 export REGISTRY BASE_MIRROR DOCKER_CLIENT
 
 .DEFAULT_GOAL := help
@@ -58,7 +60,7 @@ FAST_EXCLUDE := integration or engine or registry or slurm or browser or index o
 
 .PHONY: test-fast
 test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package index, host torch or linter binaries
-	$(PYTHON) -m pytest -q -n auto -m "not ($(FAST_EXCLUDE))"
+	$(PYTHON) -m pytest -q -n $(FAST_JOBS) -m "not ($(FAST_EXCLUDE))"
 
 .PHONY: build
 build: ## Build FRAMEWORK (default pytorch-ngc; all for every cell) and tag it <name>-dev:<git-sha>-<version>
