@@ -453,10 +453,15 @@ def run_image_tests(tmp_path: Path, body: str, budget: float = 0) -> dict:
     return by_name(run_suite(tmp_path, {"test_unit.py": body}, budget)["tests"])
 
 
+# A backstop against a hung suite, not a figure: these suites take 5 to 30 s idle, and CI's full run (its
+# integration tests and a nested make test-fast on the same 2 cores) once took a two-worker one past 120 s.
+SUITE_TIMEOUT_S = 900
+
+
 def run_suite(tmp_path: Path, files: dict[str, str], budget: float = 0, gpus: int = 0, jobs: int = 1) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run(image_tests_argv(tmp_path, files, budget, gpus, jobs), env=env, capture_output=True, text=True,
-                   timeout=120)
+                   timeout=SUITE_TIMEOUT_S)
     return json.loads((tmp_path / "results.json").read_text())
 
 
