@@ -139,7 +139,8 @@ def test_a_coordinator_job_has_one_process_per_node() -> None:
     check = frameworks.load_row(FIXTURE_FW).multinode
     job = MultiNodeJob(image="x:1", nodes=3, gpus_per_node=8, check=check, steps=7, join_timeout_s=30)
     assert (job.world_size, job.backend, job.procs_per_node) == (3, "nccl", 1)
-    assert job.env == {"DDP_EXPECT_WORLD_SIZE": "3", "DDP_EXPECT_BACKEND": "nccl", "NCCL_DEBUG": "WARN"}
+    assert job.env == {"DDP_EXPECT_WORLD_SIZE": "3", "DDP_EXPECT_BACKEND": "nccl", "NCCL_DEBUG": "INFO",
+                       "NCCL_DEBUG_SUBSYS": "INIT,NET", "DDP_BUSBW_FLOORS": "IB=6.25"}
     assert job.command("h1:29400", "r", "/s") == [
         "python3", "/s/verify_ddp.py", "python3", "/s/fixture_train.py", "--coordinator", "h1:29400",
         "--num-processes", "3", "--process-id", "{process_id}", "--steps", "7", "--init-timeout", "30"]
@@ -165,7 +166,7 @@ def test_sbatch_runs_the_frameworks_script_with_the_coordinator_on_the_first_nod
     assert ('"$jobdir/verify_ddp.py" python3 "$jobdir/fixture_train.py" --coordinator "$endpoint" --num-processes 3 '
             "--process-id '{process_id}' --steps 5 --init-timeout 30") in text
     if runtime == "oci":
-        assert "--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES" in text
+        assert "--export=DDP_BUSBW_FLOORS,DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES" in text
 
 
 @pytest.mark.tools("shellcheck")
@@ -236,7 +237,8 @@ def test_k8s_coordinator_check_is_an_indexed_job(run_cli, fw_project: Path) -> N
         "--coordinator", "ddp-check-0.ddp-check:29400", "--num-processes", "3", "--process-id", "{process_id}",
         "--steps", "6", "--init-timeout", "900"]
     assert {e["name"]: e["value"] for e in container["env"]} == {
-        "DDP_EXPECT_BACKEND": "nccl", "DDP_EXPECT_WORLD_SIZE": "3", "NCCL_DEBUG": "WARN",
+        "DDP_EXPECT_BACKEND": "nccl", "DDP_EXPECT_WORLD_SIZE": "3", "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET", "DDP_BUSBW_FLOORS": "IB=6.25",
         "DDP_RDZV_HOST": "ddp-check-0.ddp-check", "DDP_RESOLVE_TIMEOUT_S": "900",
         "DDP_APPEND_LIBRARY_PATH": "/usr/local/nvidia/lib64"}
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8

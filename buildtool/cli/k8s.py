@@ -114,7 +114,8 @@ def k8s(
     job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check_of(row), name=name,
                        shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts,
                        backoff_limit=backoff_limit, rdzv_port=rdzv_port, steps=steps,
-                       nccl=nccl_settings(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env))
+                       nccl=nccl_settings(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env),
+                       rdma=bool(rdma_resource))
     opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
                       node_selector=arch_selector(chosen, PodOptions.parse_selector(node_selector or [])),
                       active_deadline_s=deadline,

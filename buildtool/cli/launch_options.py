@@ -37,7 +37,8 @@ StepsOption = Annotated[int, typer.Option(help="Training steps of the check.")]
 
 # NCCL of a GPU job (see nccl_settings).
 NcclDebugOption = Annotated[str, typer.Option(help="NCCL_DEBUG of a GPU job: VERSION, WARN, INFO or TRACE "
-                                                   "(default WARN).")]
+                                                   "(default INFO, NCCL_DEBUG_SUBSYS=INIT,NET: the check reports "
+                                                   "the network NCCL chose).")]
 NcclIfnameOption = Annotated[str, typer.Option(help="NCCL_SOCKET_IFNAME of a GPU job, e.g. eth0 or ^lo,docker "
                                                     "(default: unset, NCCL's choice).")]
 NcclHcaOption = Annotated[str, typer.Option(help="NCCL_IB_HCA of a GPU job, e.g. mlx5_0:1,mlx5_1:1 "

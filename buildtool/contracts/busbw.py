@@ -80,6 +80,37 @@ _GPU_RE = re.compile(r"^GPU[0-9]+$")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")   # nvidia-smi underlines the header row
 
 
+# -- across nodes: the fabric NCCL's network runs on ------------------------------------------------
+# NCCL names the network it chose in an INFO line, `NCCL INFO Using network IB` (InfiniBand and RoCE, through
+# libibverbs) or `... Using network Socket` (TCP: its fallback when libibverbs or a device is missing).
+IB = "IB"
+SOCKET = "Socket"
+# The cross-node all-reduce's bus bandwidth is bounded by the nodes' network ports, not NVLink: a 2-node ring
+# crosses the fabric twice per step, so nccl-tests' busbw approaches the per-direction rate of the ports
+# NCCL uses. The floor is FLOOR_FRACTION of ONE port's per-direction rate (a node with 8 ports stays far above).
+# fabric -> (documented Gb/s per port, source)
+FABRICS: dict[str, tuple[float, str]] = {
+    IB: (200, "InfiniBand HDR, 200 Gb/s per port (NVIDIA ConnectX-6 VPI datasheet): the slowest IB rate of "
+              "NVIDIA's reference GPU systems (DGX A100: HDR 200 Gb/s; DGX H100/H200: NDR 400 Gb/s)"),
+}
+# fabric -> why it has no floor (a tested reason, not a silence)
+NO_FABRIC_FLOOR: dict[str, str] = {
+    SOCKET: "TCP sockets are NCCL's fallback over whatever Ethernet the nodes have (10 to 400 Gb/s, no one "
+            "figure to state); a job that asked for InfiniBand (--nccl-ib-hca, --rdma-resource) fails on "
+            "sockets by the transport check instead",
+}
+
+
+def fabric_floor(fabric: str) -> tuple[float | None, str]:
+    """(floor GB/s, source) of a cross-node fabric, or (None, why not); ValueError for a fabric not declared."""
+    if fabric in FABRICS:
+        gbits, source = FABRICS[fabric]
+        return round(FLOOR_FRACTION * gbits / 8, 2), source
+    if fabric in NO_FABRIC_FLOOR:
+        return None, NO_FABRIC_FLOOR[fabric]
+    raise ValueError(f"fabric {fabric!r} is neither in FABRICS nor in NO_FABRIC_FLOOR (buildtool/contracts/busbw.py)")
+
+
 def model_of(gpu_name: str) -> str | None:
     return GPU_MODELS.get(gpu_name.strip())
 

@@ -7,7 +7,7 @@ which is its default, is its launcher's to say (launch/launchers/: `k8s_variants
 check's scripts (the framework's script and the verifier) from a ConfigMap (the image under test is
 never changed), give /dev/shm a memory-backed emptyDir sized from the cell's run profile (the container
 default is 64 MB, far too small for DataLoader workers and NCCL), wait long for late nodes (the join
-timeout), and bound restarts. GPU pods get NCCL's settings (NCCL_DEBUG=WARN unless told; the interface
+timeout), and bound restarts. GPU pods get NCCL's settings (NCCL_DEBUG=INFO on INIT,NET unless told; the interface
 and HCAs only when named), IPC_LOCK (NCCL and RDMA pin memory), RDMA device resources when asked
 (--rdma-resource), and GKE's driver folder on LD_LIBRARY_PATH.
 """

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.common.sizes import parse_size
+from buildtool.contracts import busbw
 from buildtool.contracts.frameworks import LAUNCHERS, Framework, MultiNodeCheck
 from buildtool.contracts.names import check_revision, dev_tag, image_of_repo_path, parse_dev_tag
 from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT
@@ -48,7 +49,12 @@ NODE_ADDRS_ENV = "DDP_NODE_ADDRS"  # SLURM: the nodes' addresses, in DDP_NODES' 
 RDZV_HOST_ENV = "DDP_RDZV_HOST"  # a name the verifier waits to resolve (bounded) before it starts the check
 LIBRARY_PATH_ENV = "DDP_APPEND_LIBRARY_PATH"   # folders the verifier appends to the check's LD_LIBRARY_PATH
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
-DEFAULT_NCCL_DEBUG = "WARN"
+# INFO, limited to the subsystems that say which network NCCL chose (`Using network IB|Socket`, NET/IB's
+# devices or why it has none): the verifier reports the transport of every process and checks it.
+DEFAULT_NCCL_DEBUG = "INFO"
+DEFAULT_NCCL_DEBUG_SUBSYS = "INIT,NET"
+TRANSPORT_ENV = "DDP_EXPECT_TRANSPORT"   # the network NCCL must choose (busbw.IB when the job asked for IB)
+FLOORS_ENV = "DDP_BUSBW_FLOORS"          # FABRIC=GB/s,...: contracts.busbw's cross-node floors
 NODES_ENV = "DDP_NODES"          # SLURM: the allocation's node names, space-separated, in order
 
 # Runs the check, passes its output through, and on the node that prints rank 0's DDP_RESULT checks it:
@@ -68,6 +74,7 @@ DDP_APPEND_LIBRARY_PATH: folders appended to the command's LD_LIBRARY_PATH (GKE'
 """
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -134,6 +141,60 @@ def libcuda_hint(env):
             "LD_LIBRARY_PATH (the generated manifests append it)")
 
 
+# NCCL's debug line prefix: `HOST:PID:TID [CUDA device] NCCL INFO TEXT` (anywhere in a line: a launcher may prefix it).
+NCCL_INFO = re.compile(r"(?P<host>[^\\s:]+):(?P<pid>[0-9]+):[0-9]+ \\[(?P<dev>[^\\]]*)\\] NCCL INFO (?P<text>.*)$")
+
+
+def transport_problems(networks, said_ib):
+    """Report the network NCCL chose in each process on this node; with DDP_EXPECT_TRANSPORT set (the job asked
+    for InfiniBand: --nccl-ib-hca, --rdma-resource), every process must have chosen it."""
+    if networks:
+        chosen = {}
+        for who, net in sorted(networks.items()):
+            chosen.setdefault(net, []).append(who)
+        print("DDP transport on this node: " + "; ".join(f"NET/{net} in {len(who)} process(es) ({', '.join(who)})"
+                                                         for net, who in sorted(chosen.items())), flush=True)
+    want = os.environ.get("DDP_EXPECT_TRANSPORT", "")
+    if not want:
+        return []
+    if not networks:
+        return [f"the job asked for NET/{want}, but NCCL reported no transport on this node (no `NCCL INFO Using "
+                "network` line: NCCL_DEBUG must be INFO and NCCL_DEBUG_SUBSYS include INIT or NET)"]
+    wrong = sorted(f"{who} NET/{net}" for who, net in networks.items() if net != want)
+    if not wrong:
+        return []
+    hint = (f"; NCCL said `{said_ib}`" if said_ib else "") + (
+        ": without libibverbs1 and its provider (ibverbs-providers) in the image, or without the RDMA device in "
+        "the container, NCCL falls back to TCP sockets")
+    return [f"the job asked for NET/{want} (InfiniBand/RoCE), but {len(wrong)} of {len(networks)} NCCL process(es) "
+            f"on this node used another network: {', '.join(wrong)}{hint}"]
+
+
+def busbw_check(result, networks, problems):
+    """The cross-node all-reduce bus bandwidth against the floor of the fabric this node's processes used
+    (DDP_BUSBW_FLOORS: FABRIC=GB/s,...; buildtool's contracts/busbw.py); the text the pass line adds."""
+    floors = dict(item.split("=", 1) for item in os.environ.get("DDP_BUSBW_FLOORS", "").split(",") if "=" in item)
+    if not floors:
+        return ""
+    table = result.get("busbw")
+    if not isinstance(table, dict) or not isinstance(table.get("peak_GBps"), (int, float)):
+        # PyTorch's ddp_train.py measures it on GPUs; a check that does not (JAX's) is said to, not failed.
+        return ", cross-node bus bandwidth not measured (no busbw table in rank 0's DDP_RESULT)"
+    peak = float(table["peak_GBps"])
+    fabrics = sorted(set(networks.values()))
+    if len(fabrics) != 1:
+        return (f", cross-node bus bandwidth {peak:.1f} GB/s (no floor: NCCL reported "
+                f"{'networks ' + ', '.join(fabrics) if fabrics else 'no network'} on this node)")
+    fabric = fabrics[0]
+    if fabric not in floors:
+        return f", cross-node bus bandwidth {peak:.1f} GB/s (no floor for NET/{fabric})"
+    floor = float(floors[fabric])
+    if peak < floor:
+        problems.append(f"cross-node all-reduce bus bandwidth {peak:.1f} GB/s over NET/{fabric} is below the floor "
+                        f"{floor:g} GB/s for that fabric")
+    return f", cross-node bus bandwidth {peak:.1f} GB/s over NET/{fabric} (floor {floor:g} GB/s)"
+
+
 try:
     want_world, want_backend = int(os.environ["DDP_EXPECT_WORLD_SIZE"]), os.environ["DDP_EXPECT_BACKEND"]
 except (KeyError, ValueError):
@@ -161,19 +222,30 @@ if os.environ.get("DDP_APPEND_LIBRARY_PATH"):
                                                   os.environ["DDP_APPEND_LIBRARY_PATH"]) if p)
 proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
 result = None
+networks = {}      # "host:pid [gpu]" -> the network NCCL chose in that process ("IB", "Socket", ...)
+said_ib = ""       # NCCL's NET/IB line: why IB was not used ("No device found") or which HCAs it uses
 for line in proc.stdout:
     sys.stdout.write(line)
     sys.stdout.flush()
     if line.startswith("DDP_RESULT "):
         result = json.loads(line[len("DDP_RESULT "):])
+        continue
+    found = NCCL_INFO.search(line)
+    if found:
+        who, text = f"{found['host']}:{found['pid']} [{found['dev']}]", found["text"].strip()
+        if text.startswith("Using network "):
+            networks[who] = text[len("Using network "):].strip()
+        elif (text.startswith("NET/IB") or "libibverbs" in text) and not said_ib:
+            said_ib = text
 code = proc.wait()
+problems = transport_problems(networks, said_ib)
 if code != 0:
     sys.exit(code)
 if result is None and me == "0":   # torchrun: the node of rank 0 is c10d's choice; a process 0 must report
     print("DDP check failed: process 0 ended without its DDP_RESULT line", file=sys.stderr)
     sys.exit(1)
+passed = ""
 if result is not None:
-    problems = []
     if result.get("backend") != want_backend:
         problems.append(f"trained with {result.get('backend')}, not {want_backend}"
                         + (" (no GPU reached the container? check NVIDIA_VISIBLE_DEVICES and the runtime"
@@ -184,11 +256,13 @@ if result is not None:
         problems.append("ranks ended with different parameters")
     if not result["last_loss"] < result["first_loss"]:
         problems.append(f"loss did not fall ({result['first_loss']:.4f} -> {result['last_loss']:.4f})")
-    if problems:
-        print("DDP check failed: " + "; ".join(problems), file=sys.stderr)
-        sys.exit(1)
+    passed = busbw_check(result, networks, problems)
+if problems:
+    print("DDP check failed: " + "; ".join(problems), file=sys.stderr)
+    sys.exit(1)
+if result is not None:
     print(f"DDP check passed: world size {result['world_size']}, {result['backend']}, loss "
-          f"{result['first_loss']:.4f} -> {result['last_loss']:.4f}", flush=True)
+          f"{result['first_loss']:.4f} -> {result['last_loss']:.4f}{passed}", flush=True)
 '''
 
 
@@ -239,6 +313,8 @@ class NcclSettings:
 
     def env(self) -> dict[str, str]:
         env = {"NCCL_DEBUG": self.debug or DEFAULT_NCCL_DEBUG}
+        if not self.debug and "NCCL_DEBUG_SUBSYS" not in dict(self.extra):
+            env["NCCL_DEBUG_SUBSYS"] = DEFAULT_NCCL_DEBUG_SUBSYS
         if self.socket_ifname:
             env["NCCL_SOCKET_IFNAME"] = self.socket_ifname
         if self.ib_hca:
@@ -264,10 +340,15 @@ class MultiNodeJob:
     rdzv_port: int = RDZV_PORT
     steps: int = 40
     nccl: NcclSettings = NcclSettings()
+    rdma: bool = False          # Kubernetes: the pods get RDMA devices (--rdma-resource)
 
     def __post_init__(self) -> None:
         if self.nccl.explicit and not self.gpus_per_node:
             raise UserError("NCCL settings (--nccl-*) apply to GPU jobs: with --gpus-per-node 0 the check runs gloo")
+        if self.wants_ib and self.nccl.debug in ("VERSION", "WARN"):
+            raise UserError(f"--nccl-debug {self.nccl.debug}: the job asks for InfiniBand ({self.ib_reason}), and the "
+                            "check reads NCCL's INFO lines to see that NCCL used it; leave --nccl-debug unset "
+                            "(INFO, subsystems INIT,NET) or set INFO or TRACE")
         if self.nodes < 1:
             raise UserError(f"--nodes must be at least 1, not {self.nodes}")
         if self.gpus_per_node < 0:
@@ -299,6 +380,25 @@ class MultiNodeJob:
     def backend(self) -> str:
         return "nccl" if self.gpus_per_node > 0 else "gloo"
 
+    @property
+    def ib_reason(self) -> str:
+        return " and ".join(w for w, on in (("--nccl-ib-hca", self.nccl.ib_hca), ("--rdma-resource", self.rdma)) if on)
+
+    @property
+    def wants_ib(self) -> bool:
+        """A GPU job across nodes that named HCAs or RDMA devices: NCCL must run over NET/IB, not sockets."""
+        return bool(self.gpus_per_node and self.nodes > 1 and self.ib_reason)
+
+    def fabric_env(self) -> dict[str, str]:
+        """What the verifier checks the transport and the cross-node bus bandwidth against (GPU jobs across nodes)."""
+        if not (self.gpus_per_node and self.nodes > 1):
+            return {}
+        floors = {name: busbw.fabric_floor(name)[0] for name in busbw.FABRICS}
+        env = {FLOORS_ENV: ",".join(f"{name}={floor:g}" for name, floor in floors.items() if floor is not None)}
+        if self.wants_ib:
+            env[TRANSPORT_ENV] = busbw.IB
+        return env
+
     def node_command(self, endpoint: str, rdzv_id: str, script: str) -> list[str]:
         """The launcher's command for SCRIPT on every node (without the verifier): ENDPOINT is the first node's
         rendezvous or coordinator address; it may carry the verifier's placeholders (launch/launchers/)."""
@@ -318,6 +418,7 @@ class MultiNodeJob:
         expect = {"DDP_EXPECT_WORLD_SIZE": str(self.world_size), "DDP_EXPECT_BACKEND": self.backend}
         if self.gpus_per_node:
             expect.update(self.nccl.env())
+            expect.update(self.fabric_env())
         return expect
 
     @property
