@@ -56,8 +56,11 @@ _L40S = "NVIDIA L40S datasheet (PCIe Gen4 x16 64 GB/s bidirectional; NVLink not 
 _A100 = ("NVIDIA A100 Tensor Core GPU datasheet (SXM4: NVLink 600 GB/s; PCIe: NVLink bridge for 2 GPUs 600 GB/s; "
          "PCIe Gen4 64 GB/s)")
 
-# (model, interconnect) -> (documented bidirectional GB/s per GPU, source). GH200 has none: its
-# nodes carry one GPU (NVLink-C2C is GPU-CPU), so there is no intra-node all-reduce figure to state.
+_GH200 = ("NVIDIA GH200 Grace Hopper Superchip datasheet (NVLink 900 GB/s between GPUs of GH200 NVL2 and "
+          "NVLink-Switch systems; NVLink-C2C 900 GB/s is GPU-CPU)")
+
+# (model, interconnect) -> (documented bidirectional GB/s per GPU, source). A one-GH200 node has no link
+# between GPUs (NVLink-C2C joins GPU and CPU): its bus bandwidth is measured across two nodes (the fabric).
 LINKS: dict[tuple[str, str], tuple[float, str]] = {
     ("H100 SXM", NVLINK): (900, _H100),
     ("H100 NVL", NVLINK): (600, _H100),
@@ -68,10 +71,24 @@ LINKS: dict[tuple[str, str], tuple[float, str]] = {
     ("H200 NVL", NVLINK): (900, _H200),
     ("H200 NVL", PCIE): (128, _H200),
     ("B200", NVLINK): (1800, _B200),
+    ("GH200", NVLINK): (900, _GH200),
     ("L40S", PCIE): (64, _L40S),
     ("A100 SXM4", NVLINK): (600, _A100),
     ("A100 PCIe", NVLINK): (600, _A100),
     ("A100 PCIe", PCIE): (64, _A100),
+}
+
+# (model, interconnect) that must not pass at all: what `nvidia-smi topo -m` shows is a broken machine, not a
+# slower one. An SXM board (HGX/DGX baseboard) joins every GPU to every other through NVLink/NVSwitch; PIX,
+# NODE or SYS between two of them means NVLink is down (a failed link, Fabric Manager not running), and
+# its all-reduce runs at PCIe speed under no floor. L40S has no NVLink at all.
+FAULTS: dict[tuple[str, str], str] = {
+    **{(model, PCIE): f"{model} GPUs sit on an SXM baseboard where NVLink joins every pair; a PCIe path between "
+                      "them means NVLink is down (a failed link, or NVIDIA Fabric Manager not running)"
+       for model in ("H100 SXM", "H200 SXM", "B200", "A100 SXM4")},
+    ("GH200", PCIE): "GH200 nodes with several GPUs (GH200 NVL2, NVLink-Switch systems) join them by NVLink; a "
+                     "PCIe path between them means NVLink is down",
+    ("L40S", NVLINK): "L40S supports no NVLink (its datasheet), so an NVLink reading is a misread topology",
 }
 
 _PCIE_LINKS = frozenset({"PIX", "PXB", "PHB", "NODE", "SYS"})
@@ -117,12 +134,19 @@ def model_of(gpu_name: str) -> str | None:
 
 def interconnect(topo: str) -> str:
     """NVLINK or PCIE from `nvidia-smi topo -m` (`--matrix`); ValueError naming what could not be read."""
+    return read_topology(topo)[0]
+
+
+def read_topology(topo: str) -> tuple[str, str]:
+    """(NVLINK or PCIE, what was seen: the pairs joined only through PCIe, with their link) from
+    `nvidia-smi topo -m`; ValueError naming what could not be read."""
     lines = [_ANSI_RE.sub("", line) for line in topo.splitlines()]
     header = next((line.split("\t") for line in lines if "\tGPU0" in line and not line.startswith("GPU")), None)
     if header is None:
         raise ValueError("no GPU0 column header in the `nvidia-smi topo -m` output")
     columns = [i for i, name in enumerate(header) if _GPU_RE.match(name.strip())]
     links: list[str] = []
+    pcie: dict[tuple[str, ...], str] = {}
     rows = 0
     for line in lines:
         cells = line.split("\t")
@@ -137,10 +161,18 @@ def interconnect(topo: str) -> str:
                 raise ValueError(f"unknown link {link!r} between {cells[0].strip()} and {header[i].strip()} in "
                                  "`nvidia-smi topo -m`")
             links.append(link)
+            pair = tuple(sorted((cells[0].strip(), header[i].strip())))
+            if not _NVLINK_RE.match(link) and pair not in pcie:
+                pcie[pair] = link
     if rows != len(columns) or rows < 2:
         raise ValueError(f"`nvidia-smi topo -m` lists {rows} GPU rows for {len(columns)} GPU columns; "
                          "an interconnect needs two or more GPUs")
-    return NVLINK if all(_NVLINK_RE.match(link) for link in links) else PCIE
+    if not pcie:
+        return NVLINK, f"NVLink between all {rows * (rows - 1) // 2} pairs of {rows} GPUs"
+    shown = ", ".join(f"{a}-{b} {link}" for (a, b), link in list(pcie.items())[:6])
+    more = f" and {len(pcie) - 6} more" if len(pcie) > 6 else ""
+    return PCIE, (f"{len(pcie)} of {rows * (rows - 1) // 2} GPU pairs joined only through PCIe "
+                  f"(nvidia-smi topo -m: {shown}{more})")
 
 
 @dataclass(frozen=True)
@@ -154,21 +186,36 @@ class Floor:
     expected_GBps: float | None = None   # the documented per-direction bandwidth the floor is a fraction of
     source: str = ""
     note: str = ""
+    fault: str = ""             # why the bus-bandwidth check must fail whatever it measures ("" none)
 
     def as_target(self) -> dict[str, Any]:
         return {"busbw_floor_GBps": self.floor_GBps, "busbw_floor_model": self.model or "",
                 "busbw_interconnect": self.interconnect, "busbw_floor_note": self.note,
-                "busbw_floor_source": self.source}
+                "busbw_floor_source": self.source, "busbw_floor_fault": self.fault}
 
 
-def floor_for(gpu_name: str, link: str, link_problem: str = "") -> Floor:
+def floor_for(gpu_name: str, link: str, link_problem: str = "", seen: str = "", gpus: int = 2) -> Floor:
+    """The floor for `gpus` GPUs named `gpu_name` joined by `link` (SEEN: what topo -m showed), or why none;
+    a broken NVLink (FAULTS) or an unreadable topology on a model with floors is a `fault`, never a pass."""
     model = model_of(gpu_name)
     if model is None:
         return Floor(gpu_name, None, link, None, note=f"no floor for this model: nvidia-smi name {gpu_name!r} is "
                                                       "not in the floor table (buildtool/contracts/busbw.py)")
+    if gpus < 2:
+        return Floor(gpu_name, model, "", None, note=f"no floor on one GPU: one {model} has no link to another GPU; "
+                                                     "its bus bandwidth is measured across two nodes")
     if not link:
-        return Floor(gpu_name, model, "", None, note=f"no floor for this model: the interconnect of {model} here "
-                                                     f"is unknown ({link_problem or 'nvidia-smi topo -m not read'})")
+        why = link_problem or "nvidia-smi topo -m not read"
+        floors = sorted(k for m, k in LINKS if m == model)
+        fault = (f"the interconnect of {gpus}x {model} could not be read ({why}); {model} has floors for "
+                 f"{' and '.join(floors)}, so the check fails rather than pass without one") if floors else ""
+        return Floor(gpu_name, model, "", None, fault=fault,
+                     note=f"no floor for this model: the interconnect of {model} here is unknown ({why})")
+    broken = FAULTS.get((model, link))
+    if broken is not None:
+        return Floor(gpu_name, model, link, None, fault=f"{gpus}x {model} read as {link}: {seen or 'no detail'}; "
+                                                         f"{broken}",
+                     note=f"no floor: {model} over {link} is a fault, not a configuration")
     found = LINKS.get((model, link))
     if found is None:
         return Floor(gpu_name, model, link, None, note=f"no floor for this model: {model} over {link} has no "
@@ -206,9 +253,11 @@ def baseline_text(baseline: Mapping[str, Any]) -> str:
     return f"the median of the last {nights} night{'s' if nights != 1 else ''}{short}"
 
 
-def problems(peak: float, floor: float | None, floor_model: str, baseline: Mapping[str, Any]) -> list[str]:
-    """Why a measured peak fails: under the floor, or fallen more than MAX_FALL below the window's median."""
-    found = []
+def problems(peak: float, floor: float | None, floor_model: str, baseline: Mapping[str, Any],
+             fault: str = "") -> list[str]:
+    """Why a measured peak fails: a fault of the runner's links (Floor.fault), under the floor, or fallen more
+    than MAX_FALL below the window's median."""
+    found = [fault] if fault else []
     if floor is not None and peak < floor:
         found.append(f"peak {peak:.1f} GB/s is below the floor {floor:g} GB/s for {floor_model}")
     median = baseline.get("median_GBps")

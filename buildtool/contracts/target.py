@@ -99,6 +99,7 @@ class Target(BaseModel):
     busbw_interconnect: str = ""                  # NVLink or PCIe (nvidia-smi topo -m); "" unknown
     busbw_floor_note: str = ""                    # how the floor was set, or why there is none
     busbw_floor_source: str = ""                  # the documented figure it comes from
+    busbw_floor_fault: str = ""                   # why the check fails whatever it measures (NVLink down, ...)
     busbw_baseline: dict[str, Any] = Field(default_factory=dict)   # median of earlier nights (same cell, GPUs)
     rdzv_join_timeout_s: float = 900.0
     missing_peer_timeout_s: float = 5.0

@@ -35,6 +35,7 @@ class Inventory:
     problem: str = ""     # why nvidia-smi gave no GPUs (missing, failing), "" when it listed some
     interconnect: str = ""          # busbw.NVLINK or busbw.PCIE from `nvidia-smi topo -m`; "" when unknown
     interconnect_problem: str = ""  # why it is unknown
+    interconnect_seen: str = ""     # what topo -m showed (busbw.read_topology: the pairs joined through PCIe)
     driver_rule: str = ""           # which rule admitted this driver for the cell (driver_rules.decide)
 
     def as_dicts(self) -> list[dict[str, str]]:
@@ -75,25 +76,27 @@ def gpu_inventory() -> Inventory:
         cuda_driver = match.group(1) if match else ""
     except (OSError, subprocess.TimeoutExpired):
         pass
-    link, link_problem = _interconnect(len(gpus))
+    link, link_problem, seen = _interconnect(len(gpus))
     return Inventory(gpus, driver=gpus[0].driver, cuda_driver=cuda_driver, interconnect=link,
-                     interconnect_problem=link_problem)
+                     interconnect_problem=link_problem, interconnect_seen=seen)
 
 
-def _interconnect(count: int) -> tuple[str, str]:
-    """NVLink or PCIe between this host's GPUs (`nvidia-smi topo -m`), or "" and why not."""
+def _interconnect(count: int) -> tuple[str, str, str]:
+    """NVLink or PCIe between this host's GPUs (`nvidia-smi topo -m`) and what it showed, or "", why not, ""."""
     if count < 2:
-        return "", "one GPU: no link between GPUs"
+        return "", "one GPU: no link between GPUs", ""
     try:
         proc = _nvidia_smi("topo", "-m")
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return "", f"nvidia-smi topo -m failed: {exc}"
+        return "", f"nvidia-smi topo -m failed: {exc}", ""
     if proc.returncode != 0:
-        return "", f"nvidia-smi topo -m failed (exit {proc.returncode})"
+        said = (proc.stdout + proc.stderr).strip().splitlines()
+        return "", f"nvidia-smi topo -m failed (exit {proc.returncode}): {said[0] if said else 'no output'}", ""
     try:
-        return busbw.interconnect(proc.stdout), ""
+        link, seen = busbw.read_topology(proc.stdout)
     except ValueError as exc:
-        return "", str(exc)
+        return "", str(exc), ""
+    return link, "", seen
 
 
 def runner_gpus() -> tuple[list[dict[str, str]], str]:
@@ -228,8 +231,10 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
             if peak is None or not checked or len(gpus) != count or gpus[0].name != model:
                 continue
             link = (earlier.figures.get(gpu.BUSBW_FIGURE) or {}).get("interconnect")
-            if link and inventory.interconnect and link != inventory.interconnect:
+            broken = (busbw.model_of(model), inventory.interconnect) in busbw.FAULTS
+            if link and inventory.interconnect and link != inventory.interconnect and not broken:
                 continue                           # the same GPUs over another interconnect: not comparable
+            # (an SXM board read as PCIe is not another interconnect: NVLink is down, its nights compare)
             history.append((earlier.started, peak, f"{path} ({earlier.started})"))
     found = busbw.window_baseline(history, window)
     return {**found, "gpu_model": model, "gpus": count} if found else {}

@@ -125,6 +125,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         gpu_problem=gpu_problem, baseline=baseline, run_id=run_id, deadline_s=deadline_s,
         probe_budget_s=max(1.0, deadline_s - (time.monotonic() - started) - RESERVE_S), expect=expect,
         interconnect=inventory.interconnect, interconnect_problem=inventory.interconnect_problem,
+        interconnect_seen=inventory.interconnect_seen,
         network=network.name_for(run_id))
     write_target(out_dir / "target.json", target)
     results_path, defined_path = out_dir / "results.json", out_dir / "defined.json"

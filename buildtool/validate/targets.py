@@ -86,11 +86,13 @@ def shm_fix(cell: Cell, matrix: Matrix) -> str:
 def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options: Options, *, flags: list[str],
                  not_granted: list[str], usable: list[dict[str, str]], gpu_problem: str, baseline: dict[str, Any],
                  run_id: str, deadline_s: float, probe_budget_s: float, expect: dict[str, Any],
-                 interconnect: str = "", interconnect_problem: str = "", network: str = "") -> Target:
+                 interconnect: str = "", interconnect_problem: str = "", network: str = "",
+                 interconnect_seen: str = "") -> Target:
     """The target file's contents: the image, its cell and claims, the run flags the engine granted,
     the GPUs the tests may use, the budgets, and what the image claims (`expect`: `expectations` and
     what its labels must say)."""
-    floor = busbw.floor_for(usable[0]["name"], interconnect, interconnect_problem).as_target() if usable else {}
+    floor = busbw.floor_for(usable[0]["name"], interconnect, interconnect_problem, interconnect_seen,
+                            gpus=len(usable)).as_target() if usable else {}
     framework = frameworks.get(cell.framework)
     return Target(
         image=image.run_ref, ref=ref, digest=image.digest, cell=cell.key,

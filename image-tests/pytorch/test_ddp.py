@@ -105,8 +105,11 @@ def test_ddp_nccl_allreduce_busbw(ddp_run, require_gpu, target, runner_gpus, fig
         figure["baseline_window"] = baseline.get("window")
         figure["baseline_sources"] = baseline.get("sources", [])
         figure["change"] = round(table["peak_GBps"] / float(baseline["median_GBps"]) - 1, 4)
+    # A broken NVLink (an SXM board read as PCIe) or an unreadable topology on a model with floors is a fault:
+    # the figure is recorded, and the check fails naming what nvidia-smi showed (issue 39).
+    figure["floor_fault"] = target.get("busbw_floor_fault") or ""
     problems = busbw.problems(table["peak_GBps"], target.get("busbw_floor_GBps"),
-                              target.get("busbw_floor_model") or model, baseline)
+                              target.get("busbw_floor_model") or model, baseline, figure["floor_fault"])
     figures[gpu.BUSBW_FIGURE] = figure
     figures["allreduce_busbw_GBps"] = table["peak_GBps"]
     assert not problems, f"all-reduce bus bandwidth on {ddp_run['world_size']}x {model}: " + "; ".join(problems)
