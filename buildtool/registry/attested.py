@@ -5,13 +5,15 @@ statement about that digest. What each predicate must say is its reader's busine
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from buildtool.common.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
 from buildtool.contracts import intoto
+from buildtool.registry.bundles import BundleError, fetch_envelopes, signed_referrers
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, Referrer, fetch, referrers
+from buildtool.registry.referrers import Payload, Referrer
 
 
 class KeyRoles(Protocol):
@@ -52,15 +54,38 @@ def open_signed(payloads: list[Payload], digest: str, predicate_type: str, keys:
 
 def each_signed(client: RegistryClient, repo: str, digest: str, artifact_type: str, predicate_type: str,
                 keys: dict[str, PublicKey], roles: KeyRoles | None, role: str) -> Iterator[tuple[Referrer, Outcome]]:
-    """Every `artifact_type` referrer of repo@digest with what open_signed says of it (an artifact listed
-    but missing, or not what its descriptor says, is a reason too)."""
-    for ref in referrers(client, repo, digest, artifact_type):
+    """Every `artifact_type` referrer of repo@digest, and every Sigstore bundle of `predicate_type`
+    (buildtool.registry.bundles), with what open_signed says of it (an artifact listed but missing, not what
+    its descriptor says, or a bundle that does not read, is a reason too). A bundle carrying an envelope already
+    read (push publishes each envelope in both layouts) is that attestation again: not yielded twice."""
+    seen: set[str] = set()
+    for ref in signed_referrers(client, repo, digest, artifact_type, predicate_type):
         try:
-            payloads = fetch(client, repo, ref, digest)
+            payloads = fetch_envelopes(client, repo, ref, digest)
         except NotFound:
             yield ref, "missing: listed, but the artifact is not in the registry"
             continue
         except RegistryError as exc:
             yield ref, f"mismatched: {exc}"
             continue
+        except BundleError as exc:
+            yield ref, str(exc)
+            continue
+        same = same_envelope(payloads)
+        if same is not None:
+            if same in seen:
+                continue
+            seen.add(same)
         yield ref, open_signed(payloads, digest, predicate_type, keys, roles, role)
+
+
+def same_envelope(payloads: list[Payload]) -> str | None:
+    """One text per envelope, whichever artifact or bundle carried it and however its JSON was spaced: the
+    same envelope verifies (or is refused) alike wherever it is. None unless there is one envelope that parses."""
+    envelopes = [p.data for p in payloads if p.media_type == intoto.DSSE_MEDIA_TYPE]
+    if len(envelopes) != 1:
+        return None
+    try:
+        return json.dumps(json.loads(envelopes[0]), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return None

@@ -26,6 +26,7 @@ from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.contracts.provenance import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
 from buildtool.contracts.trust import BUILDER, Trusted
 from buildtool.registry.attested import Outcome, each_signed, open_signed
+from buildtool.registry.bundles import attach_bundle
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.referrers import Payload, Referrer, attach
 
@@ -58,9 +59,11 @@ def attach_provenance(client: RegistryClient, repo: str, digest: str, provenance
                       key: PrivateKey) -> Referrer:
     """Sign `provenance` (about repo@digest) with the builder's `key` and attach it; returns the artifact."""
     data = sign_provenance(f"{client.host}/{repo}", digest, provenance, key)
-    return attach(client, repo, digest, PROVENANCE_TYPE,
-                  [Payload(intoto.DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)],
-                  {intoto.PREDICATE_ANNOTATION: PREDICATE_TYPE})
+    referrer = attach(client, repo, digest, PROVENANCE_TYPE,
+                      [Payload(intoto.DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)],
+                      {intoto.PREDICATE_ANNOTATION: PREDICATE_TYPE})
+    attach_bundle(client, repo, digest, data, PREDICATE_TYPE)   # the same envelope, for Sigstore verifiers
+    return referrer
 
 
 def sign_provenance(repository: str, digest: str, provenance: Provenance, key: PrivateKey) -> bytes:

@@ -32,6 +32,7 @@ from buildtool.contracts.intoto import (
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
 from buildtool.contracts.trust import BUILDER, Trusted
 from buildtool.registry.attested import each_signed
+from buildtool.registry.bundles import attach_bundle
 from buildtool.registry.client import RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach
 from buildtool.registry.sbom import load_sbom
@@ -60,8 +61,10 @@ def attest_sbom(client: RegistryClient, repo: str, digest: str, document: dict[s
     """Sign `document` (the SBOM of repo@digest) with the builder's `key` and attach it to the digest."""
     data = envelope_bytes(f"{client.host}/{repo}", digest, document, key)
     notes = {PREDICATE_ANNOTATION: SBOM_PREDICATE, label_keys.SBOM_DIGEST: sbom_digest(document)}
-    return attach(client, repo, digest, SBOM_ATTESTATION_TYPE, [Payload(DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)],
-                  notes)
+    referrer = attach(client, repo, digest, SBOM_ATTESTATION_TYPE, [Payload(DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)],
+                      notes)
+    attach_bundle(client, repo, digest, data, SBOM_PREDICATE)   # the same envelope, for Sigstore verifiers
+    return referrer
 
 
 @dataclass(frozen=True)

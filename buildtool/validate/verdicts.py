@@ -44,6 +44,7 @@ from buildtool.contracts.attestation import (
     DSSE_MEDIA_TYPE,
     ENVELOPE_TITLE,
     PAYLOAD_TYPE,
+    VERDICT_PREDICATE_PREFIX,
     StatementError,
     read_statement,
     statement,
@@ -57,8 +58,10 @@ from buildtool.contracts.names import (
     verdict_tag,
 )
 from buildtool.contracts.verdict import Verdict
+from buildtool.registry.attested import same_envelope
+from buildtool.registry.bundles import BundleError, attach_bundle, fetch_envelopes, is_bundle, own_first
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, Referrer, attach, fetch, listed_referrers
+from buildtool.registry.referrers import Payload, Referrer, attach, listed_referrers
 from buildtool.validate.keys import TESTER, SigningKey, TrustedKeys
 
 log = logging.getLogger(__name__)
@@ -74,13 +77,16 @@ def attest(client: RegistryClient, repo: str, digest: str, verdict: Verdict, key
     """Sign `verdict` (about `digest`) and attach it to the image; returns the artifact."""
     if verdict.digest != digest:
         raise ValueError(f"verdict is for {verdict.digest}, not {digest}")
-    envelope = sign_envelope(key.key, PAYLOAD_TYPE, statement(f"{client.host}/{repo}", digest, verdict.to_json()))
+    body = statement(f"{client.host}/{repo}", digest, verdict.to_json())
+    envelope = sign_envelope(key.key, PAYLOAD_TYPE, body)
     data = json.dumps(envelope, sort_keys=True).encode()
     # Annotations are hints for people listing referrers; release reads only the signed statement.
     notes = {label_keys.VERDICT_RESULT: verdict.result, label_keys.VERDICT_CELL: verdict.cell,
              label_keys.VERDICT_SIGNER: key.key.keyid}
     referrer = attach(client, repo, digest, ATTESTATION_TYPE, [Payload(DSSE_MEDIA_TYPE, data, ENVELOPE_TITLE)], notes)
     pin(client, repo, digest, referrer.digest)
+    # The same envelope as a Sigstore bundle, for verifiers that read only that layout (cosign, gh, sigstore-js).
+    attach_bundle(client, repo, digest, data, json.loads(body)["predicateType"])
     return referrer
 
 
@@ -216,21 +222,30 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
             listed[artifact] = Referrer(artifact, str(manifest.get("artifactType") or ""), len(raw),
                                         dict(manifest.get("annotations") or {}))
             log.info("verdict %s of %s is pinned by tag %s but not listed as a referrer", artifact, digest, tag)
-    for ref in listed.values():
+    counted: set[str] = set()    # the envelopes read: a bundle of one already read is the same verdict again
+    for ref in own_first(list(listed.values())):
         if ref.artifact_type == VERDICT_TYPE:
             findings.rejected.append(Rejected(ref.digest, "unsigned: a plain verdict artifact, not a signed "
                                                           "attestation (hand-pushed?)"))
             continue
-        if ref.artifact_type != ATTESTATION_TYPE:
+        if ref.artifact_type != ATTESTATION_TYPE and not is_bundle(ref, _verdict_predicate):
             continue
         try:
-            payloads = fetch(client, repo, ref, digest)
+            payloads = fetch_envelopes(client, repo, ref, digest)
         except NotFound:
             findings.rejected.append(Rejected(ref.digest, "missing: listed, but the artifact is not in the registry"))
             continue
         except RegistryError as exc:
             findings.rejected.append(Rejected(ref.digest, f"mismatched: {exc}"))
             continue
+        except BundleError as exc:
+            findings.rejected.append(Rejected(ref.digest, str(exc)))
+            continue
+        same = same_envelope(payloads)
+        if same is not None:
+            if same in counted:
+                continue
+            counted.add(same)
         outcome = _verify(payloads, digest, trusted, cell)
         if isinstance(outcome, str):
             findings.rejected.append(Rejected(ref.digest, outcome))
@@ -247,6 +262,10 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
     if not findings.found and not findings.rejected and not findings.unplaced:
         findings.legacy = client.manifest_digest(repo, verdict_tag(digest)) is not None
     return findings
+
+
+def _verdict_predicate(predicate_type: str) -> bool:
+    return predicate_type.startswith(VERDICT_PREDICATE_PREFIX)
 
 
 def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) -> dict[str, str]:

@@ -1,0 +1,77 @@
+"""A signed attestation as a Sigstore bundle v0.3 (https://github.com/sigstore/protobuf-specs, bundle.proto),
+the form cosign's `--new-bundle-format`, GitHub's artifact attestations, sigstore-js and sigstore-go read.
+
+    Bundle {"mediaType": BUNDLE_MEDIA_TYPE,
+            "verificationMaterial": {"publicKey": {"hint": <the key id: sha256 of the raw Ed25519 key, hex>}},
+            "dsseEnvelope": <the DSSE envelope, as signed: payload, payloadType, signatures [{keyid, sig}]>}
+
+No transparency-log entries and no timestamps: the keys are the project's own (config/trusted-keys.yaml),
+not Sigstore's public-good instance, so a verifier is given the public key for the hint and log thresholds
+of 0 (docs/release-trust.md, "Sigstore bundles"). The envelope is the same bytes' content the toolkit's own
+artifact carries: one signature, so a bundle and the artifact beside it are the same attestation.
+
+In the registry (buildtool.registry.bundles) a bundle is an OCI artifact with artifactType BUNDLE_MEDIA_TYPE,
+the bundle as its one layer (same media type), `subject` the image manifest, and the annotations cosign and
+GitHub's attest action write: CONTENT_ANNOTATION = "dsse-envelope", PREDICATE_TYPE_ANNOTATION = the
+statement's predicate type (a hint for listing; readers check the signed statement).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+CONTENT_ANNOTATION = "dev.sigstore.bundle.content"
+PREDICATE_TYPE_ANNOTATION = "dev.sigstore.bundle.predicateType"
+DSSE_CONTENT = "dsse-envelope"
+
+
+class BundleError(ValueError):
+    """A bundle this toolkit does not read; the message names why."""
+
+
+def bundle(envelope: bytes) -> bytes:
+    """The bundle (JSON bytes, keys sorted) of one signed DSSE envelope (JSON bytes, as sign_envelope makes)."""
+    env = json.loads(envelope)
+    signatures = env.get("signatures") or []
+    if len(signatures) != 1 or not signatures[0].get("keyid"):
+        raise BundleError(f"a bundle names one key: the envelope has {len(signatures)} signatures")
+    body = {"mediaType": BUNDLE_MEDIA_TYPE,
+            "verificationMaterial": {"publicKey": {"hint": signatures[0]["keyid"]}},
+            "dsseEnvelope": env}
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def envelope(data: bytes) -> bytes:
+    """The DSSE envelope (JSON bytes, keys sorted: byte for byte what the toolkit's own artifact holds) of a
+    bundle; BundleError naming the fault for anything but a v0.3 DSSE bundle with a public-key hint that is
+    the key id its signature claims (so this toolkit and a Sigstore verifier look up the same key)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        raise BundleError("malformed: the Sigstore bundle is not JSON") from None
+    if not isinstance(body, dict):
+        raise BundleError("malformed: the Sigstore bundle is not a JSON object")
+    if body.get("mediaType") != BUNDLE_MEDIA_TYPE:
+        raise BundleError(f"malformed: a Sigstore bundle of mediaType {str(body.get('mediaType'))[:80]!r}, "
+                          f"not {BUNDLE_MEDIA_TYPE}")
+    env = body.get("dsseEnvelope")
+    if not isinstance(env, dict):
+        raise BundleError("malformed: the Sigstore bundle carries no dsseEnvelope")
+    hint = _get(body, "verificationMaterial", "publicKey", "hint")
+    if not isinstance(hint, str) or not hint:
+        raise BundleError("malformed: the Sigstore bundle names no public key (verificationMaterial.publicKey.hint)")
+    claimed = [s.get("keyid") for s in env.get("signatures") or [] if isinstance(s, dict)]
+    if claimed != [hint]:
+        raise BundleError(f"mismatched: the bundle's key hint {hint[:16]} is not the key its one signature names "
+                          f"({', '.join(str(k)[:16] for k in claimed) or 'none'})")
+    return json.dumps(env, sort_keys=True).encode()
+
+
+def _get(body: dict[str, Any], *path: str) -> Any:
+    for name in path:
+        if not isinstance(body, dict):
+            return None
+        body = body.get(name)   # type: ignore[assignment]
+    return body

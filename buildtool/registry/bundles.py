@@ -1,0 +1,69 @@
+"""Sigstore bundles attached to an image digest, in the OCI referrers layout cosign (`--new-bundle-format`) and
+GitHub's artifact attestations use: an artifact manifest of artifactType BUNDLE_MEDIA_TYPE, an empty config,
+the bundle (buildtool.contracts.sigstore_bundle) as its one layer, `subject` the image, annotated
+`dev.sigstore.bundle.content: dsse-envelope` and `dev.sigstore.bundle.predicateType`. Listed in the referrers
+API, or in the fallback index `sha256-<hex>` where the registry has none (buildtool.registry.referrers).
+
+Each signed attestation (provenance, SBOM, verdict) is published twice: the toolkit's own artifact and this
+bundle around the same envelope. The toolkit's readers read both (`signed_referrers`, `fetch_envelopes`), so
+an image that carries only bundles verifies too; a bundle carrying the same envelope as an artifact already
+read is the same attestation, not a second one (buildtool.validate.verdicts counts it once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from buildtool.contracts.intoto import DSSE_MEDIA_TYPE
+from buildtool.contracts.sigstore_bundle import (
+    BUNDLE_MEDIA_TYPE,
+    CONTENT_ANNOTATION,
+    DSSE_CONTENT,
+    PREDICATE_TYPE_ANNOTATION,
+    BundleError,
+    bundle,
+    envelope,
+)
+from buildtool.registry.client import RegistryClient
+from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
+
+__all__ = ["BundleError", "attach_bundle", "fetch_envelopes", "is_bundle", "own_first", "signed_referrers"]
+
+
+def attach_bundle(client: RegistryClient, repo: str, digest: str, envelope_data: bytes,
+                  predicate_type: str) -> Referrer:
+    """Publish the signed envelope `envelope_data` (about repo@digest) as a Sigstore bundle referrer."""
+    notes = {CONTENT_ANNOTATION: DSSE_CONTENT, PREDICATE_TYPE_ANNOTATION: predicate_type}
+    return attach(client, repo, digest, BUNDLE_MEDIA_TYPE, [Payload(BUNDLE_MEDIA_TYPE, bundle(envelope_data))], notes)
+
+
+def is_bundle(ref: Referrer, predicate: Callable[[str], bool]) -> bool:
+    """A DSSE bundle whose annotated predicate type `predicate` accepts (the annotation only selects; what
+    counts is the signed statement, which the reader checks)."""
+    return (ref.artifact_type == BUNDLE_MEDIA_TYPE and ref.annotations.get(CONTENT_ANNOTATION) == DSSE_CONTENT
+            and predicate(ref.annotations.get(PREDICATE_TYPE_ANNOTATION, "")))
+
+
+def signed_referrers(client: RegistryClient, repo: str, digest: str, artifact_type: str,
+                     predicate_type: str) -> list[Referrer]:
+    """The `artifact_type` referrers of repo@digest, oldest first (as referrers.referrers orders them), then its
+    bundles of `predicate_type`: where both carry one envelope, readers keep the toolkit's own artifact (the one
+    release copies and verdict pins name, as before bundles)."""
+    listed = referrers(client, repo, digest)
+    return ([r for r in listed if r.artifact_type == artifact_type]
+            + [r for r in listed if is_bundle(r, lambda t: t == predicate_type)])
+
+
+def own_first(listed: list[Referrer]) -> list[Referrer]:
+    """`listed` with the bundles after every other artifact (see signed_referrers), otherwise in its order."""
+    return sorted(listed, key=lambda r: r.artifact_type == BUNDLE_MEDIA_TYPE)
+
+
+def fetch_envelopes(client: RegistryClient, repo: str, ref: Referrer, digest: str) -> list[Payload]:
+    """An artifact's payloads (referrers.fetch), each bundle layer replaced by the DSSE envelope it carries;
+    BundleError naming the fault for a bundle that does not read (RegistryError, NotFound as fetch's)."""
+    payloads = fetch(client, repo, ref, digest)
+    if ref.artifact_type != BUNDLE_MEDIA_TYPE:
+        return payloads
+    return [Payload(DSSE_MEDIA_TYPE, envelope(p.data), p.title) if p.media_type == BUNDLE_MEDIA_TYPE else p
+            for p in payloads]

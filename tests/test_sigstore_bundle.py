@@ -1,0 +1,179 @@
+"""Each signed attestation as a Sigstore bundle v0.3 in the referrers layout cosign (`--new-bundle-format`) and
+GitHub's artifact attestations use (issue 40), and the toolkit's readers reading that layout: an image whose
+attestations are only bundles verifies, and a bundle with a changed byte, a wrong key hint or no envelope is
+refused naming why (in-memory registry, no referrers API: the fallback index `sha256-<hex>`)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from buildtool.contracts import sigstore_bundle
+from buildtool.contracts.attestation import VERDICT_PREDICATE
+from buildtool.contracts.names import SBOM_TYPE, referrers_tag
+from buildtool.contracts.provenance import PREDICATE_TYPE
+from buildtool.registry.bundles import attach_bundle
+from buildtool.registry.client import EMPTY_JSON_TYPE, OCI_INDEX
+from buildtool.registry.provenance import find_provenance
+from buildtool.registry.referrers import listed_referrers
+from buildtool.registry.sbom_attestation import SBOM_PREDICATE, find_sbom_attestation
+from buildtool.release.chain import verify_digest
+from buildtool.validate.verdicts import find_verdicts
+from tests import provenance_fixture, signing
+from tests.memregistry import MemRegistry
+from tests.test_verify import LABELS, REPO, chained
+
+BUNDLE = sigstore_bundle.BUNDLE_MEDIA_TYPE
+
+
+def bundles(client: MemRegistry, digest: str) -> dict[str, tuple[dict, dict]]:
+    """predicate type -> (artifact manifest, bundle) of every bundle referrer of `digest`."""
+    found = {}
+    for ref in listed_referrers(client, REPO, digest):   # type: ignore[arg-type]
+        if ref.artifact_type == BUNDLE:
+            manifest = json.loads(client.get_manifest(REPO, ref.digest)[0])
+            body = json.loads(client.get_blob(REPO, manifest["layers"][0]["digest"]))
+            found[manifest["annotations"]["dev.sigstore.bundle.predicateType"]] = (manifest, body)
+    return found
+
+
+def only(client: MemRegistry, digest: str) -> None:
+    """Leave only the bundles (and the plain, unsigned SBOM scanners read) listed for `digest` and drop the
+    verdict pin tags: an image whose attestations are only bundles (as cosign or GitHub's attest action make)."""
+    raw, media_type, _ = client.get_manifest(REPO, referrers_tag(digest))
+    index = json.loads(raw)
+    index["manifests"] = [d for d in index["manifests"] if d.get("artifactType") in (BUNDLE, SBOM_TYPE)]
+    client.put_manifest(REPO, referrers_tag(digest), json.dumps(index).encode(), media_type)
+    for key in [k for k in client.manifests if k[0] == REPO and ".v-" in k[1]]:
+        del client.manifests[key]
+
+
+def with_provenance_bundle(client: MemRegistry, digest: str) -> None:
+    """The test provenance (provenance_fixture attaches only the toolkit's artifact) as a bundle too."""
+    ref = provenance_fixture.attest_provenance(client, REPO, digest)   # type: ignore[arg-type]
+    manifest = json.loads(client.get_manifest(REPO, ref.digest)[0])
+    attach_bundle(client, REPO, digest, client.get_blob(REPO, manifest["layers"][0]["digest"]),  # type: ignore[arg-type]
+                  PREDICATE_TYPE)
+
+
+def replace_bundle(client: MemRegistry, digest: str, predicate_type: str, change) -> None:  # noqa: ANN001
+    """Attach, in place of the listed bundle of `predicate_type`, one whose JSON `change` edited."""
+    manifest, body = bundles(client, digest)[predicate_type]
+    change(body)
+    raw, media_type, _ = client.get_manifest(REPO, referrers_tag(digest))
+    index = json.loads(raw)
+    index["manifests"] = [d for d in index["manifests"]
+                          if (d.get("annotations") or {}).get("dev.sigstore.bundle.predicateType") != predicate_type]
+    client.put_manifest(REPO, referrers_tag(digest), json.dumps(index).encode(), media_type)
+    signing.attach_raw(client, REPO, digest, json.dumps(body).encode(), artifact_type=BUNDLE,  # type: ignore[arg-type]
+                       media_type=BUNDLE)
+    # attach_raw writes no bundle annotations: list it with the ones cosign writes
+    index = json.loads(client.get_manifest(REPO, referrers_tag(digest))[0])
+    index["manifests"][-1]["annotations"] = dict(manifest["annotations"])
+    client.put_manifest(REPO, referrers_tag(digest), json.dumps(index).encode(), OCI_INDEX)
+
+
+def one_byte_changed(body: dict) -> None:
+    payload = bytearray(base64.b64decode(body["dsseEnvelope"]["payload"]))
+    payload[payload.index(b"sha256")] ^= 0x01       # 's' -> 'r': one byte of the signed statement
+    body["dsseEnvelope"]["payload"] = base64.b64encode(bytes(payload)).decode()
+
+
+@pytest.fixture
+def client() -> MemRegistry:
+    return MemRegistry()
+
+
+def test_push_and_validate_publish_each_attestation_as_a_bundle_in_cosigns_layout(client: MemRegistry) -> None:
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    with_provenance_bundle(client, digest)
+    chained(client, digest, provenance=False)   # the SBOM (push) and the verdict (validate), by their writers
+    found = bundles(client, digest)
+    assert set(found) == {PREDICATE_TYPE, SBOM_PREDICATE, VERDICT_PREDICATE}
+    for predicate_type, (manifest, body) in found.items():
+        assert manifest["artifactType"] == BUNDLE and manifest["config"]["mediaType"] == EMPTY_JSON_TYPE
+        assert [layer["mediaType"] for layer in manifest["layers"]] == [BUNDLE]
+        assert manifest["subject"]["digest"] == digest
+        assert manifest["annotations"]["dev.sigstore.bundle.content"] == "dsse-envelope"
+        assert manifest["annotations"]["dev.sigstore.bundle.predicateType"] == predicate_type
+        assert body["mediaType"] == BUNDLE and "tlogEntries" not in body["verificationMaterial"]
+        assert body["verificationMaterial"]["publicKey"]["hint"] == signing.KEY.keyid
+        statement = json.loads(base64.b64decode(body["dsseEnvelope"]["payload"]))
+        assert statement["predicateType"] == predicate_type
+        assert statement["subject"][0]["digest"] == {"sha256": digest.partition(":")[2]}
+    # Listed in the fallback index (no referrers API here) with the annotations cosign's readers select by.
+    listed = [d for d in json.loads(client.get_manifest(REPO, referrers_tag(digest))[0])["manifests"]
+              if d["artifactType"] == BUNDLE]
+    assert sorted(d["annotations"]["dev.sigstore.bundle.predicateType"] for d in listed) == sorted(found)
+
+
+def test_a_bundle_and_the_artifact_beside_it_count_once(client: MemRegistry) -> None:
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    with_provenance_bundle(client, digest)
+    chained(client, digest, provenance=False)
+    trusted = signing.trusted()
+    findings = find_verdicts(client, REPO, digest, trusted)   # type: ignore[arg-type]
+    assert len(findings.found) == 1 and not findings.rejected
+    assert findings.chosen is not None and findings.chosen.referrer.artifact_type != BUNDLE   # the pinned one
+    sbom = find_sbom_attestation(client, REPO, digest, trusted)   # type: ignore[arg-type]
+    assert len(sbom.found) == 1 and sbom.referrer is not None and sbom.referrer.artifact_type != BUNDLE
+
+
+def test_an_image_with_only_bundles_verifies(client: MemRegistry) -> None:
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    with_provenance_bundle(client, digest)
+    chained(client, digest, provenance=False)
+    only(client, digest)
+    assert {r.artifact_type for r in listed_referrers(client, REPO, digest)} == {BUNDLE, SBOM_TYPE}  # type: ignore[arg-type]
+    chain = verify_digest(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    assert chain.ok, chain.problem
+    assert chain.facts["verdict"]["artifact"] in {r.digest for r in listed_referrers(client, REPO, digest)}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("predicate", "change", "cause"), [
+    ("verdict", one_byte_changed, "has no valid verdict: no verdict verifies against config/trusted-keys.yaml: "
+                                  "sha256:"),
+    ("provenance", one_byte_changed, "has no valid provenance (no provenance verifies: sha256:"),
+    ("sbom", one_byte_changed, "has no valid SBOM attestation (no SBOM attestation verifies against the builder"),
+])
+def test_verify_refuses_a_bundle_with_one_byte_changed(client: MemRegistry, predicate: str, change, cause: str) -> None:  # noqa: ANN001
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    with_provenance_bundle(client, digest)
+    chained(client, digest, provenance=False)
+    only(client, digest)
+    predicate_type = {"verdict": VERDICT_PREDICATE, "provenance": PREDICATE_TYPE,
+                      "sbom": SBOM_PREDICATE}[predicate]
+    replace_bundle(client, digest, predicate_type, change)
+    chain = verify_digest(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    assert not chain.ok and cause in chain.problem, chain.problem
+    assert "wrongly signed: the signature of trusted key" in chain.problem   # the changed byte, not a lookup
+
+
+@pytest.mark.parametrize(("change", "cause"), [
+    (lambda b: b["verificationMaterial"]["publicKey"].update(hint=signing.ATTACKER.keyid),
+     "mismatched: the bundle's key hint"),
+    (lambda b: b["verificationMaterial"].pop("publicKey"), "names no public key"),
+    (lambda b: b.pop("dsseEnvelope"), "carries no dsseEnvelope"),
+    (lambda b: b.update(mediaType="application/vnd.dev.sigstore.bundle+json;version=0.1"),
+     "not application/vnd.dev.sigstore.bundle.v0.3+json"),
+])
+def test_a_bundle_the_toolkit_does_not_read_is_refused_naming_why(client: MemRegistry, change, cause: str) -> None:  # noqa: ANN001
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    with_provenance_bundle(client, digest)
+    only(client, digest)
+    replace_bundle(client, digest, PREDICATE_TYPE, change)
+    found = find_provenance(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    assert found.provenance is None
+    ((_, reason),) = found.rejected
+    assert cause in reason, reason
+
+
+def test_bundle_of_an_envelope_with_no_single_signature_is_refused() -> None:
+    with pytest.raises(sigstore_bundle.BundleError, match="one key: the envelope has 2 signatures"):
+        sigstore_bundle.bundle(json.dumps({"payloadType": "x", "payload": "",
+                                           "signatures": [{"keyid": "a", "sig": ""}, {"keyid": "b", "sig": ""}]}
+                                          ).encode())
+    with pytest.raises(sigstore_bundle.BundleError, match="not JSON"):
+        sigstore_bundle.envelope(b"{")
