@@ -9,6 +9,9 @@
 #   3. the Docker engine, started with the flags these machines need, only if it is not running
 #   4. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
+#   4b. Node.js and npm (Debian's packages, where `node`/`npm` are missing) and the Sigstore verifier CI runs
+#      on every published bundle: `npm ci` in tools/sigstore-verify (exact versions from its package-lock.json;
+#      redone only when the lock changed)
 #   5. .venv: a clean virtual environment with this project installed (`pip install -c requirements.lock
 #      -e '.[dev,scaling]'`: pyproject.toml's ranges, requirements.lock's exact versions;
 #      the scaling extra is torch 2.13.0, which pip takes from a local CPU wheel where one is configured)
@@ -40,6 +43,9 @@ command -v update-binfmts >/dev/null 2>&1 || need+=(binfmt-support)
 # Headless Chromium renders the nightly report in its test.
 command -v /usr/bin/chromium >/dev/null 2>&1 || need+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+# Node for tools/sigstore-verify (sigstore-js verifies the published Sigstore bundles in CI; step 4b).
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 # A real SLURM for tests/integration/test_slurm_cluster.py: two nodes on this machine, SLURM's own OCI
 # containers through runc, bundles unpacked with umoci (about 13 s to install).
 if [[ "${SETUP_SKIP_SLURM:-0}" != 1 ]]; then
@@ -65,7 +71,7 @@ if ((${#need[@]})); then
     done
   fi
 else
-  say "packages present: docker.io docker-registry skopeo debootstrap qemu-user-static binfmt-support chromium$([[ "${SETUP_SKIP_SLURM:-0}" == 1 ]] \
+  say "packages present: docker.io docker-registry skopeo debootstrap qemu-user-static binfmt-support chromium node npm$([[ "${SETUP_SKIP_SLURM:-0}" == 1 ]] \
     || echo ' slurm-wlm munge runc umoci')"
 fi
 
@@ -101,6 +107,19 @@ else
   for _ in $(seq 1 30); do registry_up && break; sleep 1; done
   registry_up || { tail -20 "$STATE/registry.log" >&2; die "registry did not answer on $REGISTRY_ADDR within 30 s"; }
   say "registry up"
+fi
+
+# -- 4b. the Sigstore verifier (tools/sigstore-verify) -----------------------------------------
+VERIFIER="$ROOT/tools/sigstore-verify"
+vstamp="$(sha256sum "$VERIFIER/package-lock.json" | cut -c1-16)"
+if [[ -f "$VERIFIER/node_modules/.setup-stamp" && "$(cat "$VERIFIER/node_modules/.setup-stamp")" == "$vstamp" ]]; then
+  say "sigstore verifier up to date (tools/sigstore-verify)"
+else
+  say "installing the sigstore verifier (npm ci in tools/sigstore-verify, log: .state/npm.log)"
+  (cd "$VERIFIER" && timeout 600 npm ci --no-audit --no-fund --ignore-scripts) >"$STATE/npm.log" 2>&1 \
+    || { tail -20 "$STATE/npm.log" >&2; die "npm ci in tools/sigstore-verify failed (log: .state/npm.log)"; }
+  echo "$vstamp" >"$VERIFIER/node_modules/.setup-stamp"
+  say "sigstore verifier ready"
 fi
 
 # -- 5. virtual environment -----------------------------------------------------------------
