@@ -109,14 +109,18 @@ def _listed(ids: Iterable[str], limit: int = 3) -> str:
 
 
 def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: tuple[str, ...] = (),
-                     local_tests: dict[str, bool] | None = None) -> list[str]:
+                     local_tests: dict[str, bool] | None = None, covered: dict[str, str] | None = None,
+                     companion_why: tuple[str, ...] = ()) -> list[str]:
     """Why a verdict does not let `digest` be released as `cell` (empty: it does).
 
     The verdict must have run every test group the matrix gives the cell (`cell.tests`, never a list
     filtered by what some checkout holds); `local_tests`: id -> gpu of what this checkout's image-tests
     define for the cell, given when the verdict ran this checkout's test code. The verdict is typed
     (parsed where it entered, buildtool.contracts.verdict.parse_verdict): what does not parse never
-    gets here."""
+    gets here. `covered`: tests this verdict skipped as one-gpu-on-runner that a trusted multi-GPU verdict of
+    the same digest passed (release.gpusplit; id -> where), which count as passed; `companion_why`: why no
+    other verdict covered them."""
+    covered = covered or {}
     if verdict is None:
         return [f"{digest} has no verdict in the registry; run `make validate FRAMEWORK={cell.key}` first"]
     problems = []
@@ -125,17 +129,25 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
     if verdict.digest != digest:
         problems.append(f"verdict names digest {verdict.digest}, not {digest}")
     tests = verdict.tests
-    if verdict.result != "passed":
+    result, reasons = verdict.result, list(verdict.incomplete)
+    if covered and result == "incomplete":
+        result, reasons = _with_covered(verdict, covered)
+    if result != "passed":
         failed = [t.id for t in tests if t.result == "failed"]
-        problems.append(f"verdict of {digest} is {verdict.result!r}"
-                        + (f" (failed: {_listed(failed)})" if failed else ""))
+        problems.append(f"verdict of {digest} is {result!r}"
+                        + (f" (failed: {_listed(failed)})" if failed else "")
+                        + (f": {'; '.join(reasons)}" if covered and reasons else ""))
     if not any(t.result == "passed" for t in tests):
         problems.append(f"verdict of {digest} has no passed test")
     problems += _coverage_problems(cell, verdict, local_tests)
     if is_gpu_cell(cell):
         gpu_ids = {t.id for t in tests if t.gpu} | {i for i, gpu in (local_tests or {}).items() if gpu}
         results = {t.id: t.result for t in tests}
-        not_passed = sorted(i for i in gpu_ids if results.get(i) != "passed")
+        one_gpu = {t.id: t for t in tests if t.result == "skipped" and t.skip_code == skips.ONE_GPU_ON_RUNNER.code}
+        not_passed = sorted(i for i in gpu_ids if results.get(i) != "passed" and i not in one_gpu)
+        missing = sorted(i for i in one_gpu if i not in covered)
+        if missing:
+            problems.append(_one_gpu_missing(cell, verdict, missing, companion_why))
         if not_passed:
             problems.append(f"{len(not_passed)} GPU test(s) of GPU cell {cell.key} did not pass: "
                             f"{_listed(not_passed)}; validate on a GPU runner (no waiver covers them)")
@@ -149,13 +161,44 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
                         + (f" and {len(misplaced) - 3} more" if len(misplaced) > 3 else "")
                         + "; no waiver covers this: validate again with this checkout's image-tests")
     bad_skips = [t for t in skipped if skips.misplaced(t.skip_code, t.id, marked_gpu(t, local_tests)) is None
-                 and not skip_allowed(cell, t, local_tests) and waiver_for(cell, t, accept, local_tests) is None]
+                 and not skip_allowed(cell, t, local_tests) and waiver_for(cell, t, accept, local_tests) is None
+                 and not (is_gpu_cell(cell) and t.skip_code == skips.ONE_GPU_ON_RUNNER.code)]   # said above
     if bad_skips:
         shown = ", ".join(f"{t.id} ({t.skip_reason or 'no reason'})" for t in bad_skips[:3])
         more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
+        # --accept-skip is suggested only where it can help: a code the contract marks waivable (a runner limit).
+        waivable = sorted({t.skip_code for t in bad_skips if skip_judgement(cell, t, local_tests) == "waivable"})
+        hint = (f" (or waive a runner limit with --accept-skip: {', '.join(waivable)} may be waived)" if waivable
+                else "; no --accept-skip waives these codes")
         problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
-                        "validate on a runner that can run them (or waive a runner limit with --accept-skip)")
+                        f"validate on a runner that can run them{hint}")
     return problems
+
+
+def _with_covered(verdict: Verdict, covered: dict[str, str]) -> tuple[str, list[str]]:
+    """The verdict's result had the covered tests passed: the same rule validate applied (derive_result)."""
+    from buildtool.contracts.verdict import derive_result
+
+    tests = [{"id": t.id, "result": "passed" if t.id in covered else t.result} for t in verdict.tests]
+    result, reasons = derive_result(verdict.pytest_exit, tests, defined=verdict.defined_tests,
+                                    deselected=verdict.selection.deselected, expression=verdict.selection.expression,
+                                    gpu_cell=True, gpu_tests=verdict.gpu_tests or [t.id for t in verdict.tests
+                                                                                    if t.gpu],
+                                    emulated=verdict.emulated)
+    return result, reasons
+
+
+def _one_gpu_missing(cell: Cell, verdict: Verdict, missing: list[str], why: tuple[str, ...]) -> str:
+    """What releases a one-GPU runner's verdict, exactly: the multi-GPU verdict it lacks."""
+    gpus = verdict.runner.gpus
+    runner = f"{len(gpus)}x {gpus[0].name}" if gpus else "no GPU"
+    platform = verdict.platform or "its platform"
+    found = f" ({'; '.join(why)})" if why else " (there is none)"
+    return (f"{_listed(missing)} skipped as one-gpu-on-runner on {runner}: release also needs a trusted verdict of "
+            f"{verdict.digest} for {cell.key} on {platform}, with the same image-tests, from a runner with two or more "
+            f"usable GPUs in which {'it' if len(missing) == 1 else 'they'} passed{found}; run `buildtool validate "
+            f"IMAGE --require-gpu -k {' or '.join(i.rsplit('::', 1)[-1] for i in missing)}` on such a runner "
+            "(--accept-skip cannot waive a GPU check)")
 
 
 def inventory_problems(verdict: Verdict) -> list[str]:

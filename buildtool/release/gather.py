@@ -57,6 +57,16 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
             item.problems.append(f"{item.digest} has no verdict in the registry; run `make validate "
                                  f"FRAMEWORK={plan.cell.key}` first")
         return
+    from buildtool.release.gpusplit import split
+
+    # One-GPU runners (issue 39): the one-GPU verdict is judged, its multi-GPU skips covered by a trusted
+    # multi-GPU verdict of the same digest (either may be the newest).
+    pair = split(chosen.verdict, chosen.artifact, [(f.artifact, f.verdict) for f in findings.found if f is not chosen])
+    if pair.base is not chosen.verdict:
+        chosen = next(f for f in findings.found if f.verdict is pair.base)
+    if pair.covered:
+        item.notes.append(f"one-GPU runner's verdict {chosen.artifact[:19]}…, multi-GPU checks from: "
+                          f"{pair.companion_note}")
     item.verdict, item.attestation = chosen.verdict, chosen.referrer
     item.verdict_ref = f"{plan.dev_repo}@{chosen.artifact}"
     item.signer = trusted.describe(chosen.keyid)
@@ -84,11 +94,15 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
                                      f"{plan.cell.key}: no verdict of that test code can have run it")
             if not missing:
                 local = defined_tests(plan.cell, folder, code)
-    item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local)
+    item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local,
+                                      pair.covered, tuple(pair.why_not))
     item.problems += recorded_platform_problems(plan.cell, item.platform or plan.cell.platforms[0], chosen.verdict,
                                                 in_index)
     for t in chosen.verdict.tests:
         if t.result == "skipped":
+            if t.id in pair.covered:
+                item.skips.append({"id": t.id, "reason": t.skip_reason, "accepted_by": pair.covered[t.id]})
+                continue
             pattern = None if skip_allowed(plan.cell, t, local) else waiver_for(plan.cell, t, options.accept_skips,
                                                                                  local)
             item.skips.append({"id": t.id, "reason": t.skip_reason,
