@@ -3,7 +3,7 @@
 The scaling benchmark's worker: strong scaling, so the data set is the same size at every
 world size and each rank gets 1/world of it (DistributedSampler). Every epoch is bracketed by
 barriers so its time is the slowest rank's. Like the image-tests DDP check it verifies that
-all ranks end with identical parameters and that the loss fell. Rank 0 prints
+all ranks end with identical parameters and records each rank's peak memory. Rank 0 prints
 `SCALING_RESULT <json>`.
 
 Environment: SCALING_SAMPLES (data subset size), SCALING_EPOCHS, SCALING_BATCH, SCALING_THREADS.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import sys
 import time
 
@@ -72,10 +73,16 @@ def main() -> int:
         digest.update(p.detach().cpu().contiguous().numpy().tobytes())
     hashes: list[str | None] = [None] * world
     dist.all_gather_object(hashes, digest.hexdigest())
+    # Peak memory per rank: resident set on CPU (ru_maxrss, KiB), CUDA memory allocated on GPUs.
+    peak = (torch.cuda.max_memory_allocated(device) / 2**20 if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    peaks: list[float | None] = [None] * world
+    dist.all_gather_object(peaks, round(peak, 1))
     if rank == 0:
         print("SCALING_RESULT " + json.dumps({
-            "backend": dist.get_backend(), "world_size": world, "samples": samples, "batch": batch,
-            "epoch_times_s": epoch_times, "losses": losses, "identical": len(set(hashes)) == 1,
+            "strategy": "ddp", "backend": dist.get_backend(), "world_size": world, "samples": samples,
+            "batch": batch, "epoch_times_s": epoch_times, "losses": losses, "identical": len(set(hashes)) == 1,
+            "peak_memory_mb": peaks,
         }), flush=True)
     dist.barrier()  # no rank tears down gloo while another still talks to it
     dist.destroy_process_group()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from buildtool.common.errors import FailedError, UserError  # noqa: E402
-from buildtool.launch.scaling import WORKER, Launcher, host_has_torch, parse_counts, run_scaling  # noqa: E402
+from buildtool.launch.scaling import WORKER, Launcher, host_has_module, parse_counts, run_scaling  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             flags = (f"--shm-size={args.shm_size}", *(("--gpus=all",) if args.gpus else ()))
             launcher = Launcher(kind="docker", image=args.image, docker_flags=flags)
         else:
-            if not host_has_torch(args.python):
+            if not host_has_module(args.python, "torch"):
                 raise UserError(f"{args.python} cannot import torch; pip install '.[scaling]' or pass --image")
             launcher = Launcher(kind="host", python=args.python)
         result, paths = run_scaling(launcher, parse_counts(args.counts), ROOT / WORKER, args.out,

@@ -59,7 +59,8 @@ def test_scaling_run_produces_metrics_and_plots(run_cli, tmp_path: Path) -> None
     assert runs[0]["speedup"] == 1.0
     assert runs[1]["speedup"] == pytest.approx(runs[0]["time_per_epoch_s"] / runs[1]["time_per_epoch_s"])
     rows = list(csv.reader((out / "scaling.csv").open()))
-    assert rows[0] == ["processes", "time_per_epoch_s", "speedup", "efficiency", "backend"] and len(rows) == 3
+    assert rows[0] == ["processes", "time_per_epoch_s", "speedup", "efficiency", "backend", "samples_per_s",
+                       "peak_memory_mb_max"] and len(rows) == 3
     for name in ("time_per_epoch.png", "speedup.png"):
         blob = (out / name).read_bytes()
         assert blob[:8] == PNG and len(blob) > 10_000
@@ -134,7 +135,7 @@ def fake_python(tmp_path: Path, result: dict, code: int = 0) -> str:
 
 def test_a_run_whose_ranks_disagree_fails(tmp_path: Path) -> None:
     result = {"backend": "gloo", "world_size": 2, "epoch_times_s": [1.0, 1.0], "losses": [2.0, 1.0],
-              "identical": False}
+              "identical": False, "peak_memory_mb": [100.0, 100.0]}
     with pytest.raises(FailedError, match="different parameters"):
         run_one(Launcher(kind="host", python=fake_python(tmp_path, result)), 2, WORKER, 256, 2, 64, 60)
     with pytest.raises(FailedError, match="asked for 4 processes"):
@@ -183,7 +184,7 @@ def test_a_slurm_run_is_one_job_per_node_count(tmp_path: Path, monkeypatch: pyte
         submitted.append(script.read_text())
         world = 4 if "--nnodes=2" in submitted[-1] else 2
         result = {"backend": "gloo", "world_size": world, "epoch_times_s": [2.0, 1.0], "losses": [2.0, 1.0],
-                  "identical": True}
+                  "identical": True, "peak_memory_mb": [100.0] * world}
         return slurmjobs.JobEnd(job_id="7", state="COMPLETED", exit_code="0:0", output_path=cwd / "x.out",
                                 output=f"SCALING_RESULT {json.dumps(result)}\n", seconds=1.0)
 
@@ -194,8 +195,8 @@ def test_a_slurm_run_is_one_job_per_node_count(tmp_path: Path, monkeypatch: pyte
     script = submitted[0]
     assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=2" in script
     assert "--nnodes=2 --nproc-per-node=2" in script and "--rdzv-conf=join_timeout=300,read_timeout=300" in script
-    assert ("--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_NODE_ADDRS,NCCL_DEBUG,SCALING_BATCH,"
-            "SCALING_EPOCHS,SCALING_SAMPLES") in script
+    assert ("--export=DDP_BUSBW_FLOORS,DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_NODE_ADDRS,NCCL_DEBUG,"
+            "NCCL_DEBUG_SUBSYS,SCALING_BATCH,SCALING_EPOCHS,SCALING_SAMPLES") in script
     # Through the DDP check's verifier, which gives torchrun is_host and this node's address (issue 23, 6).
     assert ('python3 "$jobdir/verify_ddp.py" torchrun --nnodes=2' in script
             and "is_host={is_host}' '--local-addr={local_addr}'" in script)

@@ -1,5 +1,6 @@
-"""`buildtool scaling`: the DDP scaling benchmark, time per epoch at each count of processes (here, in
-docker or on the host) or of SLURM nodes (one sbatch job per count), and its speed-up plots."""
+"""`buildtool scaling`: the scaling benchmark of one or several distributed strategies (DDP, FSDP, DeepSpeed
+ZeRO-2, JAX data parallel: --strategy), time per epoch at each count of processes (here, in docker or on the host)
+or of SLURM nodes (one sbatch job per count), and its speed-up plots, side by side."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ from buildtool.cli.options import MatrixOption, Project, RevisionOption, err, fi
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
 from buildtool.contracts.rendezvous import RDZV_PORT
+from buildtool.contracts.strategies import (
+    DEFAULT_MIN_EFFICIENCY,
+    Strategy,
+    check_framework,
+    one_framework,
+    parse_strategies,
+)
 
 if TYPE_CHECKING:
     from buildtool.launch.scaling import Launcher, ScalingResult, SlurmLauncher
@@ -45,6 +53,10 @@ ShmSizeOption = Annotated[str | None, typer.Option(help="--launcher slurm: /dev/
                                                         "bundle's or the cell's run profile).")]
 RdzvPortOption = Annotated[int, typer.Option(help="--launcher slurm: port of the c10d store.")]
 OutDirOption = Annotated[Path, typer.Option("--out", "--metrics-dir", help="Metrics folder (JSON, CSV, plots).")]
+StrategyOption = Annotated[str, typer.Option(help="Comma list of strategies, side by side: ddp, fsdp, deepspeed "
+                                                  "(PyTorch images), jax-dp (JAX images).")]
+MinEfficiencyOption = Annotated[float, typer.Option(help="Flag a strategy whose speed-up at the largest count is "
+                                                         "below this fraction of ideal (linear) scaling.")]
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,8 @@ class _Run:
     batch: int
     timeout: int
     out_dir: Path
+    strategies: tuple[Strategy, ...]
+    min_efficiency: float
 
 
 def register(app: typer.Typer) -> None:
@@ -82,28 +96,34 @@ def scaling(
     shm_size: ShmSizeOption = None,
     rdzv_port: RdzvPortOption = RDZV_PORT,
     out_dir: OutDirOption = Path("reports/scaling"),
+    strategy: StrategyOption = "ddp",
+    min_efficiency: MinEfficiencyOption = DEFAULT_MIN_EFFICIENCY,
     revision: RevisionOption = None,
     matrix: MatrixOption = None,
 ) -> None:
-    """DDP scaling benchmark: time per epoch at each count (processes, or SLURM nodes), speed-up plots."""
+    """Scaling benchmark per strategy: time per epoch at each count (processes, or SLURM nodes), speed-up plots."""
     check_arguments("scaling", locals())   # every argument first (issue 37)
     project = find_project(matrix)
-    run = _Run(samples=samples, epochs=epochs, batch=batch, timeout=timeout, out_dir=out_dir)
+    strategies = parse_strategies(strategy)
+    run = _Run(samples=samples, epochs=epochs, batch=batch, timeout=timeout, out_dir=out_dir,
+               strategies=tuple(strategies), min_efficiency=min_efficiency)
     if launcher == "slurm":
         slurm, node_counts = _slurm_launcher(project, image=image, cell=cell, nodes=nodes, runtime=runtime,
                                              gpus_per_node=gpus_per_node, partition=partition, account=account,
                                              time_limit=time_limit, shm_size=shm_size, rdzv_port=rdzv_port,
-                                             out_dir=out_dir, revision=revision)
+                                             out_dir=out_dir, revision=revision, strategy=strategy)
         _run(project, slurm, node_counts, run, unit="nodes")
         return
     docker_flags: tuple[str, ...] = ("--shm-size=1g",)
+    framework = one_framework(strategies)
     if cell:
         chosen = _one_cell(project, cell)
+        check_framework(strategies, chosen.framework, f"cell {cell}")
         dev_ref = _dev_ref(project, chosen, revision)
         image = image or dev_ref
         docker_flags = tuple(chosen.run.docker_flags())
         unit = "gpus" if chosen.needs_gpu and unit == "processes" else unit
-    here = _local_launcher(launcher, image, python, docker_flags)
+    here = _local_launcher(launcher, image, python, docker_flags, framework)
     # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
     from buildtool.launch.scaling import GPU_COUNTS
 
@@ -129,15 +149,17 @@ def _dev_ref(project: Project, cell: Cell, revision: str | None) -> str:
     return plan_cell(cell, Settings.from_env(), project.revision(revision)).dev_ref
 
 
-def _local_launcher(launcher: str, image: str, python: str, docker_flags: tuple[str, ...]) -> Launcher:
+def _local_launcher(launcher: str, image: str, python: str, docker_flags: tuple[str, ...],
+                    framework: str) -> Launcher:
     """--launcher docker, host or auto (docker when there is an image), checked before anything runs."""
-    from buildtool.launch.scaling import Launcher, host_has_torch
+    from buildtool.launch.scaling import Launcher, host_has_module
 
     kind = launcher if launcher != "auto" else ("docker" if image else "host")
     if kind == "docker" and not image:
         raise UserError("--launcher docker needs --image or --cell")
-    if kind == "host" and not host_has_torch(python):
-        raise UserError(f"{python} cannot import torch; `pip install '.[scaling]'` or pass --image")
+    module = "jax" if framework == "jax" else "torch"
+    if kind == "host" and not host_has_module(python, module):
+        raise UserError(f"{python} cannot import {module}; `pip install '.[scaling]'` or pass --image")
     return Launcher(kind=kind, image=image, python=python, docker_flags=docker_flags)
 
 
@@ -172,13 +194,16 @@ def _with_probed_flags(launcher: Launcher) -> Launcher:
 
 def _slurm_launcher(project: Project, *, image: str, cell: str, nodes: str, runtime: str, gpus_per_node: int,
                     partition: str, account: str, time_limit: str, shm_size: str | None, rdzv_port: int,
-                    out_dir: Path, revision: str | None) -> tuple[SlurmLauncher, list[int]]:
+                    out_dir: Path, revision: str | None, strategy: str) -> tuple[SlurmLauncher, list[int]]:
     """`buildtool scaling --launcher slurm`: one sbatch job per node count, submitted from METRICS_DIR/jobs;
     the launcher and the node counts, every option checked before anything is submitted."""
     from buildtool.launch.scaling import SlurmLauncher
     from buildtool.launch.slurm import SlurmOptions, check_image
 
     SlurmOptions(runtime=runtime, time_limit=time_limit)  # refuses a bad runtime or time limit up front
+    if one_framework(parse_strategies(strategy)) != "pytorch":
+        raise UserError(f"--strategy {strategy} cannot run over --launcher slurm: its jobs start torchrun (DDP, FSDP, "
+                        "DeepSpeed); run JAX data parallelism with --launcher docker or host")
     if cell and not image:
         if runtime == "oci":
             raise UserError("--runtime oci needs --image BUNDLE (the folder `buildtool bundle` made), not --cell")
@@ -198,17 +223,35 @@ def _slurm_launcher(project: Project, *, image: str, cell: str, nodes: str, runt
 
 
 def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int], run: _Run, *, unit: str) -> None:
-    from buildtool.launch.scaling import WORKER, run_scaling
+    from dataclasses import replace
 
-    result, paths = run_scaling(launcher, counts, project.root / WORKER, run.out_dir, samples=run.samples,
-                                epochs=run.epochs, batch=run.batch, unit=unit, timeout_s=run.timeout)
-    _print_scaling(result, paths)
+    from buildtool.launch.scaling import SlurmLauncher, check_subset
+    from buildtool.launch.strategy_runs import run_strategies
+
+    def launcher_for(strategy: Strategy) -> Launcher | SlurmLauncher:
+        if isinstance(launcher, SlurmLauncher):
+            return replace(launcher, strategy=strategy.name)
+        return replace(launcher, entry=strategy.launch)
+
+    check_subset(launcher, counts, run.samples, run.batch)   # before any strategy runs
+    results, paths = run_strategies(launcher_for, list(run.strategies), counts, project.root, run.out_dir,
+                                    samples=run.samples, epochs=run.epochs, batch=run.batch, unit=unit,
+                                    timeout_s=run.timeout, min_efficiency=run.min_efficiency)
+    for result in results:
+        _print_scaling(result)
+    out.print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 
-def _print_scaling(result: ScalingResult, paths: dict[str, Path]) -> None:
+def _print_scaling(result: ScalingResult) -> None:
+    if not result.runs:
+        out.print(f"{result.strategy}: {result.reason}", markup=False)
+        return
     base = result.runs[0]
     for r in result.runs:
-        out.print(f"{r.count:>3} {result.unit}: {r.time_per_epoch_s:.3f} s/epoch, speed-up {r.speedup:.2f}x "
-                  f"(ideal {r.count / base.count:.0f}x), efficiency {r.efficiency:.0%}, "
-                  f"wall-clock {r.wall_clock_s:.1f} s")
-    out.print("wrote " + ", ".join(str(p) for p in paths.values()))
+        out.print(f"{result.strategy} {r.count:>3} {result.unit}: {r.time_per_epoch_s:.3f} s/epoch, "
+                  f"{r.samples_per_s:.0f} samples/s, speed-up {r.speedup:.2f}x (ideal {r.count / base.count:.0f}x), "
+                  f"efficiency {r.efficiency:.0%}, peak memory {max(r.peak_memory_mb, default=0):.0f} MiB/rank, "
+                  f"wall-clock {r.wall_clock_s:.1f} s", markup=False)
+    if result.flagged:
+        out.print(f"{result.strategy}: FLAGGED: speed-up at {result.runs[-1].count} {result.unit} is "
+                  f"{result.runs[-1].efficiency:.0%} of ideal, below {result.min_efficiency:.0%}", markup=False)

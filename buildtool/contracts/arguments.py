@@ -158,6 +158,22 @@ def _counts(lo: int, hi: int, *words: str) -> Grammar:
     return lambda option, value: argcheck.count_list(option, value, lo, hi, words)
 
 
+def _strategies(option: str, value: str) -> object:
+    """A comma list of the strategies contracts.strategies names (`ddp,fsdp`), each known."""
+    from buildtool.contracts.strategies import parse_strategies
+
+    argcheck.plain(option, value)
+    return parse_strategies(value)
+
+
+def _fraction(option: str, value: float) -> object:
+    import math
+
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise UserError(f"{option} must be a fraction from 0 to 1, not {value}")
+    return value
+
+
 FLAG: Grammar = lambda option, value: value   # noqa: E731 - a flag carries no value
 TEXT: Grammar = lambda option, value: argcheck.plain(option, value)  # noqa: E731
 REFERENCE: Grammar = _reference
@@ -287,7 +303,8 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
                 "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "gpus_per_node": _RUN["gpus_per_node"],
                 "partition": ("--partition", SLURM_WORD), "account": ("--account", SLURM_WORD),
                 "time_limit": ("--time", SLURM_TIME), "shm_size": _RUN["shm_size"], "rdzv_port": _RUN["rdzv_port"],
-                "out_dir": ("--out", OUT_DIR), "revision": REV, "matrix": MATRIX},
+                "out_dir": ("--out", OUT_DIR), "strategy": ("--strategy", _strategies),
+                "min_efficiency": ("--min-efficiency", _fraction), "revision": REV, "matrix": MATRIX},
     "slurm": {"image": ("IMAGE", IMAGE_OR_FILE), **_RUN, **_NCCL,
               "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "name": ("--name", SLURM_WORD),
               "partition": ("--partition", SLURM_WORD), "account": ("--account", SLURM_WORD),

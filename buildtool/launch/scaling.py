@@ -1,9 +1,11 @@
-"""DDP scaling benchmark: the same training at 1, 2, 4, ... processes (one per GPU, or per core), or nodes.
+"""Scaling benchmark of one strategy: the same training at 1, 2, 4, ... processes (one per GPU, or per core), or
+nodes. DDP's worker is bench/ddp_epochs.py; the other strategies' (FSDP, DeepSpeed ZeRO-2, JAX data parallel) are
+in their framework's image-tests folder (contracts.strategies); strategy_runs.py runs several side by side.
 
-Each count is one torchrun launch of bench/ddp_epochs.py, either inside an image (docker run with
-the cell's run profile, host network), with a Python that has torch, or as a SLURM job over that many
-nodes (`SlurmLauncher`: the sbatch script of `buildtool slurm` with this workload, any of its runtimes;
-submitted, waited for with a bound, its output parsed). Time per epoch is the median
+Each count is one torchrun launch of the strategy's worker (JAX: the worker starting its processes), either
+inside an image (docker run with the cell's run profile, host network), with a Python that has the framework, or
+as a SLURM job over that many nodes (`SlurmLauncher`: the sbatch script of `buildtool slurm` with this
+workload, any of its runtimes; submitted, waited for with a bound, its output parsed). Time per epoch is the median
 over the epochs after the first (which pays for warm-up). Results go to a metrics folder as JSON
 and CSV, with two plots: absolute time per epoch (log-log) and speed-up against the smallest run
 next to the ideal linear line.
@@ -28,6 +30,9 @@ from buildtool.contracts.rendezvous import RDZV_PORT
 
 WORKER = "bench/ddp_epochs.py"
 RESULT_PREFIX = "SCALING_RESULT "
+# A worker that cannot run its strategy here (DeepSpeed without its package or a supported accelerator) prints
+# this with the reason and exits 0: the strategy is reported as not run on this runner, never as a pass.
+NOT_RUN_PREFIX = "SCALING_NOT_RUN "
 CONTAINER_BENCH = "/opt/dl-images-bench"
 
 
@@ -40,20 +45,25 @@ class Launcher:
     image: str = ""
     python: str = "python3"
     docker_flags: tuple[str, ...] = ("--shm-size=1g",)
+    entry: str = "torchrun"   # torchrun starts the ranks, or `spawn`: the worker starts its own (`--spawn N`)
 
     def world_size(self, count: int) -> int:
         return count
 
     def command(self, nprocs: int, worker: Path, env: dict[str, str], name: str) -> list[str]:
         torchrun = ["--standalone", f"--nproc-per-node={nprocs}"]
+        spawn = ["--spawn", str(nprocs)]
         if self.kind == "host":
+            if self.entry == "spawn":
+                return [self.python, str(worker), *spawn]
             return [self.python, "-m", "torch.distributed.run", *torchrun, str(worker)]
         if self.kind != "docker":
             raise UserError(f"launcher must be docker or host, not {self.kind!r}")
         env_flags = [f"--env={k}={v}" for k, v in sorted(env.items())]
+        inside = f"{CONTAINER_BENCH}/{worker.name}"
+        run = ["python3", inside, *spawn] if self.entry == "spawn" else ["torchrun", *torchrun, inside]
         return docker_cli.argv("run", "--rm", f"--name={name}", "--network=host", *self.docker_flags, *env_flags,
-                               f"--volume={worker.parent.resolve()}:{CONTAINER_BENCH}:ro", self.image,
-                               "torchrun", *torchrun, f"{CONTAINER_BENCH}/{worker.name}")
+                               f"--volume={worker.parent.resolve()}:{CONTAINER_BENCH}:ro", self.image, *run)
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,14 @@ class RunResult:
     speedup: float = 0.0
     efficiency: float = 0.0
     wall_clock_s: float = 0.0      # the whole launch: start, rendezvous, every epoch, teardown
+    samples_per_s: float = 0.0     # the subset over the steady time per epoch
+    peak_memory_mb: list[float] = field(default_factory=list)   # per rank: resident (CPU) or CUDA allocated
+    matches_reference: bool | None = None   # FSDP, ZeRO, JAX: the unsharded replay agrees (None: not checked)
+    max_abs_diff: float | None = None
+
+
+class NotRunHere(Exception):
+    """The strategy cannot run on this runner; the message says why."""
 
 
 @dataclass
@@ -76,6 +94,13 @@ class ScalingResult:
     epochs: int
     launcher: dict[str, Any]
     runs: list[RunResult] = field(default_factory=list)
+    strategy: str = "ddp"
+    title: str = "DDP"
+    batch: int = 0
+    status: str = "ran"            # or "not run": `reason` says why (never a pass)
+    reason: str = ""
+    min_efficiency: float = 0.0    # the declared fraction of ideal speed-up at the largest count
+    flagged: bool = False          # its efficiency at the largest count is below min_efficiency
 
 
 GPU_COUNTS = "gpus"   # --counts gpus: 1, 2, 4, ... up to the runner's GPU count (and the count itself)
@@ -131,6 +156,7 @@ class SlurmLauncher:
     rdzv_port: int = RDZV_PORT
     env: dict[str, str] | None = None    # sbatch's environment (None: this process's)
     kind: str = "slurm"
+    strategy: str = "ddp"                # names the jobs: <strategy>-scaling-<N>n
 
     def world_size(self, count: int) -> int:
         return count * (self.gpus_per_node or 1)
@@ -141,8 +167,8 @@ class SlurmLauncher:
         from buildtool.launch.slurmjobs import run_job
 
         job = MultiNodeJob(image=self.image, nodes=count, gpus_per_node=self.gpus_per_node,
-                           name=f"ddp-scaling-{count}n", shm_size=self.shm_size, join_timeout_s=self.join_timeout_s,
-                           rdzv_port=self.rdzv_port)
+                           name=f"{self.strategy}-scaling-{count}n", shm_size=self.shm_size,
+                           join_timeout_s=self.join_timeout_s, rdzv_port=self.rdzv_port)
         opts = SlurmOptions(runtime=self.runtime, partition=self.partition, account=self.account,
                             time_limit=self.time_limit)
         # torchrun through the DDP check's verifier: on a cluster whose node names do not resolve in the
@@ -150,7 +176,7 @@ class SlurmLauncher:
         # address (--local-addr); the scaling worker prints no DDP_RESULT, so it checks nothing else.
         command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
                    *job.node_command("$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
-        work = Workload(label="DDP scaling run", command=command, env={**env, **job.expect_env},
+        work = Workload(label=f"{self.strategy.upper()} scaling run", command=command, env={**env, **job.expect_env},
                         embedded={worker.name: worker.read_text(encoding="utf-8"), VERIFY_SCRIPT: VERIFY_SOURCE},
                         first_node_hosts=job.launcher.first_node_hosts)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -193,6 +219,9 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
         code, output = _launch(launcher, count, worker, env, timeout_s)
     wall_clock = time.monotonic() - started
     lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
+    not_run = [line[len(NOT_RUN_PREFIX):].strip() for line in output.splitlines() if line.startswith(NOT_RUN_PREFIX)]
+    if code == 0 and not_run and not lines:
+        raise NotRunHere(not_run[-1] or "the worker gave no reason")
     if code != 0 or not lines:
         tail = "\n".join(output.splitlines()[-FAILURE_TAIL_LINES:])
         raise FailedError(f"scaling run with {what} failed (exit {code}):\n{tail}")
@@ -202,9 +231,19 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
         raise FailedError(f"asked for {what} ({expected} processes), the run had {data['world_size']}")
     if not data["identical"]:
         raise FailedError(f"run with {what} ended with different parameters on different ranks")
+    if data.get("matches_reference") is False:
+        raise FailedError(f"run with {what}: the parameters differ from the same training replayed unsharded in one "
+                          f"process (max difference {data.get('max_abs_diff')}): the gradients were not averaged "
+                          f"across ranks")
+    peaks = data.get("peak_memory_mb")
+    if not isinstance(peaks, list) or len(peaks) != expected:
+        raise FailedError(f"run with {what} reported no peak memory for each of its {expected} ranks: {peaks!r}")
+    per_epoch = _epoch_time(data["epoch_times_s"])
     return RunResult(count=count, backend=data["backend"], epoch_times_s=data["epoch_times_s"],
-                     losses=data["losses"], identical=True, time_per_epoch_s=_epoch_time(data["epoch_times_s"]),
-                     wall_clock_s=round(wall_clock, 6))
+                     losses=data["losses"], identical=True, time_per_epoch_s=per_epoch,
+                     wall_clock_s=round(wall_clock, 6), samples_per_s=round(samples / per_epoch, 3),
+                     peak_memory_mb=[float(p) for p in peaks], matches_reference=data.get("matches_reference"),
+                     max_abs_diff=data.get("max_abs_diff"))
 
 
 def with_speedups(runs: list[RunResult]) -> list[RunResult]:
@@ -223,10 +262,11 @@ def write_metrics(result: ScalingResult, folder: Path) -> dict[str, Path]:
     paths["json"].write_text(json.dumps(asdict(result), indent=1) + "\n", encoding="utf-8")
     with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow([result.unit, "time_per_epoch_s", "speedup", "efficiency", "backend"])
+        writer.writerow([result.unit, "time_per_epoch_s", "speedup", "efficiency", "backend", "samples_per_s",
+                         "peak_memory_mb_max"])
         for r in result.runs:
             writer.writerow([r.count, f"{r.time_per_epoch_s:.6f}", f"{r.speedup:.4f}", f"{r.efficiency:.4f}",
-                             r.backend])
+                             r.backend, f"{r.samples_per_s:.1f}", f"{max(r.peak_memory_mb, default=0):.1f}"])
     return paths
 
 
@@ -247,7 +287,7 @@ def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     ax.set_xticks(counts, [str(c) for c in counts])
     ax.set_xlabel(label)
     ax.set_ylabel("time per epoch (s)")
-    ax.set_title(f"DDP time per epoch (absolute wall-clock), {result.samples} samples")
+    ax.set_title(f"{result.title} time per epoch (absolute wall-clock), {result.samples} samples")
     ax.grid(True, which="both", alpha=.3)
     ax.legend()
     fig.tight_layout()
@@ -261,7 +301,7 @@ def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     ax.set_xticks(counts, [str(c) for c in counts])
     ax.set_xlabel(label)
     ax.set_ylabel(f"speed-up vs {counts[0]}")
-    ax.set_title("DDP speed-up (relative wall-clock)")
+    ax.set_title(f"{result.title} speed-up (relative wall-clock)")
     ax.grid(True, alpha=.3)
     ax.legend()
     fig.tight_layout()
@@ -270,29 +310,44 @@ def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: Path, out: Path, *, samples: int = 4096,
-                epochs: int = 3, batch: int = 64, unit: str = "processes",
-                timeout_s: float = 600.0) -> tuple[ScalingResult, dict[str, Path]]:
-    if not worker.is_file():
-        raise UserError(f"{worker} not found; run from the project checkout")
+def check_subset(launcher: Launcher | SlurmLauncher, counts: list[int], samples: int, batch: int) -> None:
     ranks = launcher.world_size(max(counts))
     if samples < ranks * batch:
         raise UserError(f"--samples {samples} is too small: every one of {ranks} ranks needs a full batch "
                         f"of {batch}; use at least {ranks * batch}")
-    runs = [run_one(launcher, count, worker, samples, epochs, batch, timeout_s) for count in counts]
+
+
+def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: Path, out: Path, *, samples: int = 4096,
+                epochs: int = 3, batch: int = 64, unit: str = "processes", timeout_s: float = 600.0,
+                strategy: str = "ddp", title: str = "DDP",
+                min_efficiency: float = 0.0) -> tuple[ScalingResult, dict[str, Path]]:
+    """One strategy at every count into `out` (scaling.json, scaling.csv and its two plots); a strategy that
+    cannot run here writes scaling.json with status "not run" and its reason, and no plots."""
+    if not worker.is_file():
+        raise UserError(f"{worker} not found; run from the project checkout")
+    check_subset(launcher, counts, samples, batch)
     info: dict[str, Any] = {"kind": launcher.kind, "image": launcher.image}
     if isinstance(launcher, SlurmLauncher):
         info.update(runtime=launcher.runtime, gpus_per_node=launcher.gpus_per_node, partition=launcher.partition)
     else:
         info["python"] = launcher.python if launcher.kind == "host" else ""
-    result = ScalingResult(unit=unit, samples=samples, epochs=epochs, launcher=info, runs=with_speedups(runs))
+    result = ScalingResult(unit=unit, samples=samples, epochs=epochs, launcher=info, strategy=strategy, title=title,
+                           batch=batch, min_efficiency=min_efficiency)
+    try:
+        runs = [run_one(launcher, count, worker, samples, epochs, batch, timeout_s) for count in counts]
+    except NotRunHere as exc:
+        result.status, result.reason = "not run", f"not run on this runner: {exc}"
+        return result, write_metrics(result, out)
+    result.runs = with_speedups(runs)
+    top = result.runs[-1]
+    result.flagged = len(result.runs) > 1 and top.efficiency < min_efficiency
     paths = write_metrics(result, out)
     paths.update(plot(result, out))
     return result, paths
 
 
-def host_has_torch(python: str) -> bool:
+def host_has_module(python: str, module: str = "torch") -> bool:
     try:
-        return subprocess.run([python, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+        return subprocess.run([python, "-c", f"import {module}"], capture_output=True, timeout=120).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False

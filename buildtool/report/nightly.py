@@ -577,7 +577,8 @@ def _filters(report: Report) -> dict[str, Any]:
 
     return {"duration": human_duration, "size": human_size, "short_digest": short_digest, "short_check": short_check,
             "figure": format_figure, "gbps": _gbps, "change": _change, "binary": _binary,
-            "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title, "on": on}
+            "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title,
+            "scaling_flag": scaling_flag, "on": on}
 
 
 def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, Any]:
@@ -605,7 +606,8 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
         shown = [*(plots if index == 0 else []), *found.get("plots", [])]
         if shown or found:
             scaling.append({"title": scaling_title(found), "unit": str(found.get("unit", "workers")),
-                            "runs": found.get("runs", []), "plots": shown})
+                            "runs": found.get("runs", []), "plots": shown, "reason": found.get("reason", ""),
+                            "flag": scaling_flag(found), "comparison": found.get("rows", [])})
     return {"title": title, "report": report, "counts": report.counts, "marks": _MARK, "md_marks": _MD_MARK,
             "shows_platform": report.shows_platform,
             "columns": columns, "rows": rows, "failures": failed, "anchors": anchors,
@@ -632,9 +634,35 @@ def render_markdown(report: Report, title: str = "Image validation report") -> s
 
 def scaling_title(scaling: dict[str, Any]) -> str:
     launcher = scaling.get("launcher") or {}
+    what = "Strategies side by side:" if "rows" in scaling else str(scaling.get("title") or "DDP")
     if launcher.get("kind") == "slurm":
-        return f"DDP scaling over SLURM nodes ({launcher.get('runtime', '?')} containers)"
-    return "DDP scaling"
+        return f"{what} scaling over SLURM nodes ({launcher.get('runtime', '?')} containers)"
+    return f"{what} scaling"
+
+
+def scaling_flag(scaling: dict[str, Any]) -> str:
+    """The flag of a strategy whose speed-up at the largest count is below its declared fraction of ideal."""
+    runs = scaling.get("runs") or []
+    if not scaling.get("flagged") or not runs:
+        return ""
+    top = runs[-1]
+    return (f"flagged: speed-up {top.get('speedup', 0):.2f}x at {top.get('count')} {scaling.get('unit', '')} is "
+            f"{top.get('efficiency', 0):.0%} of ideal, below the declared {scaling.get('min_efficiency', 0):.0%}")
+
+
+def scaling_folders(folders: Sequence[Path]) -> list[Path]:
+    """A metrics folder of several strategies (comparison.json) stands for itself (the side-by-side plots and
+    table) followed by each strategy's folder, in the order they ran."""
+    expanded: list[Path] = []
+    for folder in folders:
+        expanded.append(folder)
+        if (folder / "comparison.json").is_file():
+            try:
+                data = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+                expanded += [folder / str(name) for name in data["strategies"]]
+            except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise UserError(f"{folder / 'comparison.json'}: cannot read the strategies ({exc})") from None
+    return expanded
 
 
 def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Path] | None = None
@@ -645,15 +673,17 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
     `scaling/`, the next ones' to `scaling-2/`, ...
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    folders = [scaling_dirs] if isinstance(scaling_dirs, Path) else list(scaling_dirs or [])
+    folders = scaling_folders([scaling_dirs] if isinstance(scaling_dirs, Path) else list(scaling_dirs or []))
     report.scaling = []
     for index, folder in enumerate(folders):
         data: dict[str, Any] = {}
-        if (folder / "scaling.json").is_file():
-            try:
-                data = json.loads((folder / "scaling.json").read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise UserError(f"{folder / 'scaling.json'}: cannot read the scaling results ({exc})") from None
+        for name in ("scaling.json", "comparison.json"):
+            if (folder / name).is_file():
+                try:
+                    data = json.loads((folder / name).read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError) as exc:
+                    raise UserError(f"{folder / name}: cannot read the scaling results ({exc})") from None
+                data.pop("results", None)   # comparison.json repeats every strategy's runs
         plots: list[str] = []
         if folder.is_dir():
             sub = "scaling" if index == 0 else f"scaling-{index + 1}"

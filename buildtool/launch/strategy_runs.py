@@ -1,0 +1,114 @@
+"""Several strategies side by side (`buildtool scaling --strategy ddp,fsdp,...`, issue 42): each strategy's runs at
+every count through scaling.run_scaling, with the same model, subset, batch and epochs, into its own folder
+METRICS/<strategy>/ (scaling.json, scaling.csv, time_per_epoch.png, speedup.png), and the comparison beside them:
+comparison.json, comparison.md (the table), and time_per_epoch.png / speedup.png with every strategy that ran on
+one plot each (the ideal linear speed-up drawn). One strategy alone writes its folder's files straight into
+METRICS, as the DDP benchmark always has.
+
+A strategy whose speed-up at the largest count is below `min_efficiency` of ideal is flagged (in its scaling.json,
+the table and the report); one that cannot run on this runner is "not run on this runner: <reason>", never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from buildtool.contracts.strategies import Strategy
+from buildtool.launch.scaling import Launcher, ScalingResult, SlurmLauncher, run_scaling
+
+COMPARISON = "comparison.json"
+
+
+def run_strategies(launcher_for: Callable[[Strategy], Launcher | SlurmLauncher], strategies: list[Strategy],
+                   counts: list[int], root: Path, out: Path, *, samples: int, epochs: int, batch: int, unit: str,
+                   timeout_s: float, min_efficiency: float) -> tuple[list[ScalingResult], dict[str, Path]]:
+    results, paths = [], {}
+    for strategy in strategies:
+        folder = out if len(strategies) == 1 else out / strategy.name
+        result, written = run_scaling(launcher_for(strategy), counts, root / strategy.worker, folder,
+                                      samples=samples, epochs=epochs, batch=batch, unit=unit, timeout_s=timeout_s,
+                                      strategy=strategy.name, title=strategy.title, min_efficiency=min_efficiency)
+        results.append(result)
+        paths.update({f"{strategy.name} {kind}": path for kind, path in written.items()})
+    if len(strategies) > 1:
+        paths.update(write_comparison(results, out))
+    return results, paths
+
+
+def summary_row(result: ScalingResult) -> dict[str, Any]:
+    """One strategy in the comparison table: its figures at the largest count (or why it did not run)."""
+    row: dict[str, Any] = {"strategy": result.strategy, "title": result.title, "status": result.status,
+                           "reason": result.reason, "flagged": result.flagged, "min_efficiency": result.min_efficiency}
+    if result.runs:
+        top = result.runs[-1]
+        row.update(count=top.count, time_per_epoch_s=top.time_per_epoch_s, speedup=top.speedup,
+                   efficiency=top.efficiency, samples_per_s=top.samples_per_s,
+                   peak_memory_mb=max(top.peak_memory_mb, default=0.0), backend=top.backend,
+                   base_time_per_epoch_s=result.runs[0].time_per_epoch_s)
+    return row
+
+
+def markdown_table(rows: list[dict[str, Any]], unit: str) -> str:
+    from buildtool.common.documents import render_document
+
+    return render_document("buildtool.launch", "comparison.md.j2", rows=rows, unit=unit)
+
+
+def write_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    unit = results[0].unit
+    rows = [summary_row(r) for r in results]
+    paths = {"comparison json": out / COMPARISON, "comparison table": out / "comparison.md"}
+    data = {"unit": unit, "samples": results[0].samples, "epochs": results[0].epochs, "batch": results[0].batch,
+            "launcher": results[0].launcher, "strategies": [r.strategy for r in results], "rows": rows,
+            "results": [asdict(r) for r in results]}
+    paths["comparison json"].write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    paths["comparison table"].write_text(markdown_table(rows, unit), encoding="utf-8")
+    ran = [r for r in results if r.runs]
+    if ran:
+        paths.update(plot_comparison(ran, out))
+    return paths
+
+
+def plot_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    unit = results[0].unit
+    counts = sorted({r.count for result in results for r in result.runs})
+    paths = {"comparison time": out / "time_per_epoch.png", "comparison speedup": out / "speedup.png"}
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for result in results:
+        ax.loglog([r.count for r in result.runs], [r.time_per_epoch_s for r in result.runs], "o-", base=2,
+                  label=result.title)
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.set_xlabel(unit)
+    ax.set_ylabel("time per epoch (s)")
+    ax.set_title(f"Time per epoch by strategy (absolute wall-clock), {results[0].samples} samples")
+    ax.grid(True, which="both", alpha=.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(paths["comparison time"], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    ax.plot(counts, [c / counts[0] for c in counts], "--", color="grey", label="ideal (linear)")
+    for result in results:
+        ax.plot([r.count for r in result.runs], [r.speedup for r in result.runs], "o-",
+                label=result.title + (" (flagged)" if result.flagged else ""))
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.set_xlabel(unit)
+    ax.set_ylabel(f"speed-up vs {counts[0]}")
+    ax.set_title("Speed-up by strategy (relative wall-clock)")
+    ax.grid(True, alpha=.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(paths["comparison speedup"], dpi=110)
+    plt.close(fig)
+    return paths
