@@ -49,22 +49,26 @@ def buildtool(args: list[str], env: dict[str, str]) -> tuple[float, dict]:
 
 
 def plain_docker_build(dockerfile: Path, tag: str, no_cache: bool, *, base: str | None = None,
-                       platform: str | None = None, uv_config: bool = False) -> float:
+                       platform: str | None = None, uv_config: bool = False,
+                       build_args: dict[str, str] | None = None, context: Path | None = None) -> float:
     """What a user would type (with the secrets pip needs here, and host networking), with the build
     client buildtool uses (DOCKER_CLIENT). BASE: the base by digest (default: the Dockerfile's, from the
     mirror); PLATFORM: `--platform`; UV_CONFIG: also hand uv its config secret, as buildtool does for a cell
-    that installs with uv."""
+    that installs with uv; BUILD_ARGS: more build args (BUILD_BASE_IMAGE of native installs); CONTEXT: the
+    build context when the Dockerfile is elsewhere (default: its folder)."""
     base = base or mirror_base(dockerfile.read_text().split("ARG BASE_IMAGE=", 1)[1].split()[0], LOCAL)
     client = engine.resolve_build_client()
     with pip_secrets() as pip:
         files = {**pip.files, SECRET_UV: pip.uv_config(())} if uv_config else dict(pip.files)
         argv = [*client.argv, "--network", "host", *(["--platform", platform] if platform else []),
                 "-f", str(dockerfile), "-t", tag, "--build-arg", f"BASE_IMAGE={base}", "--progress=plain"]
+        for key, value in sorted((build_args or {}).items()):
+            argv += ["--build-arg", f"{key}={value}"]
         argv += ["--no-cache"] if no_cache else []
         for sid, path in sorted(files.items()):
             argv += ["--secret", f"id={sid},src={path}"]
         started = time.perf_counter()
-        run = subprocess.run([*argv, str(dockerfile.parent)], capture_output=True, text=True, timeout=7200,
+        run = subprocess.run([*argv, str(context or dockerfile.parent)], capture_output=True, text=True, timeout=7200,
                              env={**os.environ, **dict(client.env)})
         elapsed = time.perf_counter() - started
     if run.returncode != 0:

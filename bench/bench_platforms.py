@@ -10,8 +10,13 @@ Each figure is a whole process, run RUNS times, median printed with every run:
 The ratio column is arm64 / amd64: how much slower the emulated platform is, which is what the matrix's
 `validate.emulation_factor` must cover. Asserts nothing about time.
 
+--before REV also builds the cell's Dockerfile as it was at commit REV (same context, same locks), cold,
+in the same run: e.g. the commit before native installs (installs under QEMU) beside the current Dockerfile
+(uv on the build machine, only apt, the copy and a smoke import under QEMU). Each build is handed
+BUILD_BASE_IMAGE, this machine's image of the base, which a Dockerfile without native stages ignores.
+
     BASE_MIRROR=127.0.0.1:5000 python bench/bench_platforms.py [--cell jax-cpu:0.10] [--runs 3]
-        [--validate-runs 2] [--skip-cold] [--skip-validate]
+        [--validate-runs 2] [--skip-cold] [--skip-warm] [--skip-validate] [--before REV] [--before-runs 1]
 Needs the engine, the local registry with the cell's bases (make bases) and, for validation, this
 commit's dev image of the cell pushed (make push FRAMEWORK=jax-cpu).
 """
@@ -23,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,8 +42,20 @@ from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E40
 from buildtool.matrix.schema import load_matrix  # noqa: E402
 
 
-def docker_build(dockerfile: Path, base: str, platform: str, tag: str, no_cache: bool) -> float:
-    return plain_docker_build(dockerfile, tag, no_cache, base=base, platform=platform, uv_config=True)
+def docker_build(dockerfile: Path, base: str, platform: str, tag: str, no_cache: bool, build_base: str,
+                 context: Path | None = None) -> float:
+    return plain_docker_build(dockerfile, tag, no_cache, base=base, platform=platform, uv_config=True,
+                              build_args={"BUILD_BASE_IMAGE": build_base}, context=context)
+
+
+def dockerfile_at(rev: str, dockerfile: Path, out: Path) -> Path:
+    """The cell's Dockerfile as committed at REV, written to OUT (built with today's context and locks)."""
+    relative = dockerfile.relative_to(ROOT).as_posix()
+    shown = subprocess.run(["git", "show", f"{rev}:{relative}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if shown.returncode != 0:
+        raise SystemExit(f"git show {rev}:{relative} failed: {shown.stderr.strip()}")
+    out.write_text(shown.stdout)
+    return out
 
 
 def validate(ref: str, platform: str) -> float:
@@ -64,7 +82,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--validate-runs", type=int, default=2)
     parser.add_argument("--skip-cold", action="store_true")
+    parser.add_argument("--skip-warm", action="store_true")
     parser.add_argument("--skip-validate", action="store_true")
+    parser.add_argument("--before", metavar="REV", help="also build the cell's Dockerfile of commit REV, cold")
+    parser.add_argument("--before-runs", type=int, default=1)
     args = parser.parse_args()
     matrix = load_matrix(ROOT / "matrix.yaml")
     [cell] = [c for c in matrix.cells if c.key == args.cell]
@@ -82,16 +103,26 @@ def main() -> None:
         bases[platform] = found.pinned
     print(f"{cell.key}: {order[0]} native, {order[1]} under QEMU; medians in seconds, whole processes")
     print(f"{'figure':<44} {order[0].split('/')[1]:>9} {order[1].split('/')[1]:>9} {'ratio':>9}")
+    native = bases[order[0]]
+
+    def build(p: str, no_cache: bool, file: Path = dockerfile) -> float:
+        return docker_build(file, bases[p], p, f"bench-platforms:{p.split('/')[1]}", no_cache, native,
+                            context=dockerfile.parent)
+
     if not args.skip_cold:
-        cold = {p: [docker_build(dockerfile, bases[p], p, f"bench-platforms:{p.split('/')[1]}", True)
-                    for _ in range(args.runs)] for p in order}
+        cold = {p: [build(p, True) for _ in range(args.runs)] for p in order}
         row("cold build (docker build --no-cache)", cold, order)
-    warm = {p: [] for p in order}
-    for p in order:
-        docker_build(dockerfile, bases[p], p, f"bench-platforms:{p.split('/')[1]}", False)   # fills the cache
-        warm[p] = [docker_build(dockerfile, bases[p], p, f"bench-platforms:{p.split('/')[1]}", False)
-                   for _ in range(args.runs)]
-    row("warm build (docker build, all steps cached)", warm, order)
+    if args.before:
+        with tempfile.TemporaryDirectory(prefix="bench-platforms-") as tmp:
+            old = dockerfile_at(args.before, dockerfile, Path(tmp) / "Dockerfile")
+            before = {p: [build(p, True, old) for _ in range(args.before_runs)] for p in order}
+        row(f"cold build at {args.before[:12]} (--no-cache)", before, order)
+    if not args.skip_warm:
+        warm = {p: [] for p in order}
+        for p in order:
+            build(p, False)   # fills the cache
+            warm[p] = [build(p, False) for _ in range(args.runs)]
+        row("warm build (docker build, all steps cached)", warm, order)
     if not args.skip_validate:
         checks = {p: [validate(plan.dev_ref, p) for _ in range(args.validate_runs)] for p in order}
         row("validation (buildtool validate --platform)", checks, order)

@@ -1,8 +1,9 @@
 """Locks per platform: a multi-platform cell keeps each platform's pip and apt locks in the platform's folder
 (amd64/, arm64/), its readers name the platform and refuse one they cannot serve, and its one Dockerfile
-selects each platform's locks and apt pins with BuildKit's TARGETARCH. A cell built for the default platform
-alone reads and renders exactly as before. No network: the drift test resolves against a local index of
-tiny pure-Python wheels (tests.fakewheels), which uv resolves for either platform."""
+selects each platform's locks with BuildKit's TARGETARCH and apt pins by the system's Debian architecture.
+A cell built for the default platform alone reads and renders exactly as before. No network: the drift
+test resolves against a local index of tiny pure-Python wheels (tests.fakewheels), which uv resolves for
+either platform."""
 
 from __future__ import annotations
 
@@ -172,12 +173,13 @@ def test_single_platform_dockerfiles_render_byte_identical_to_the_committed_ones
         assert "TARGETARCH" not in text
 
 
-def test_a_multi_platform_dockerfile_selects_locks_and_apt_pins_by_targetarch(tmp_path: Path):
+def test_a_multi_platform_dockerfile_selects_locks_by_targetarch_and_apt_pins_by_architecture(tmp_path: Path):
     root = _per_arch_project(tmp_path)
     text = render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)
-    # Declared in the stage that runs the apt step and in the stage that installs the locks.
+    # Declared in the two native stages that install the locks (tests/test_native_installs.py); the apt step
+    # reads the system's own architecture, so the build machine's stage can run the same step.
     assert text.count("ARG TARGETARCH\n") == 2
-    case = re.search(r'case "\$\{TARGETARCH\}" in \\\n(.*?)esac > /run/apt.pins', text, re.S)
+    case = re.search(r'case "\$\{arch\}" in \\\n(.*?)esac > /run/apt.pins', text, re.S)
     assert case, text
     body = case.group(1)
     pins = parse_apt_lock((_folder(root) / "arm64" / APT_LOCK).read_text()).pins()
@@ -185,7 +187,7 @@ def test_a_multi_platform_dockerfile_selects_locks_and_apt_pins_by_targetarch(tm
         branch = re.search(rf"(?s)      {arch}\) printf '%s\\n' \\\n(.*?);;", body)
         assert branch, arch
         assert all(pin in branch.group(1) or f"'{pin}'" in branch.group(1) for pin in pins)
-    assert ('*) echo "ERROR: no apt pins for TARGETARCH=${TARGETARCH}: this cell is built for linux/amd64 '
+    assert ('*) echo "ERROR: no apt pins for architecture ${arch}: this cell is built for linux/amd64 '
             'linux/arm64 (matrix.yaml platforms)" >&2; exit 1 ;;') in body
     for name in locks.LOCK_FILES:
         for arch in ("amd64", "arm64"):
@@ -326,18 +328,23 @@ def test_each_platform_resolves_in_its_own_image_of_the_base(monkeypatch):
     assert aptlock.platform_base(f"{base}:single", "linux/amd64") == f"{base}@sha256:{'d' * 64}"
 
 
-def test_the_rendered_apt_selection_runs_each_archs_pins_and_stops_an_unknown_targetarch(tmp_path: Path):
-    """The `case` of the rendered RUN line itself, run by bash as BuildKit's RUN would (TARGETARCH set)."""
+def test_the_rendered_apt_selection_runs_each_archs_pins_and_stops_an_unknown_architecture(tmp_path: Path):
+    """The `case` of the rendered RUN line itself, run by bash as BuildKit's RUN would, on a system whose
+    `dpkg --print-architecture` says ARCH (a stand-in dpkg first on PATH)."""
     import subprocess
 
     root = _per_arch_project(tmp_path, archs=("amd64", "arm64"))
     text = render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)
-    found = re.search(r'(?s)(case "\$\{TARGETARCH\}" in .*?esac)', text)
+    found = re.search(r'(?s)(arch="\$\(dpkg --print-architecture\)" \\\n && case "\$\{arch\}" in .*?esac)', text)
     assert found
     script = found.group(1).replace("\\\n", "")  # the Dockerfile joins continued lines
 
     def run(arch: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", "-c", script], env={"TARGETARCH": arch, "PATH": "/usr/bin:/bin"},
+        bin_dir = tmp_path / f"bin-{arch or 'empty'}"
+        bin_dir.mkdir(exist_ok=True)
+        (bin_dir / "dpkg").write_text(f"#!/bin/sh\necho '{arch}'\n")
+        (bin_dir / "dpkg").chmod(0o755)
+        return subprocess.run(["bash", "-c", script], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
                               capture_output=True, text=True, timeout=30)
 
     pins = parse_apt_lock((_folder(root) / "arm64" / APT_LOCK).read_text()).pins()
@@ -348,7 +355,7 @@ def test_the_rendered_apt_selection_runs_each_archs_pins_and_stops_an_unknown_ta
     for arch in ("riscv64", ""):
         done = run(arch)
         assert done.returncode == 1
-        assert done.stderr == (f"ERROR: no apt pins for TARGETARCH={arch}: this cell is built for linux/amd64 "
+        assert done.stderr == (f"ERROR: no apt pins for architecture {arch}: this cell is built for linux/amd64 "
                                "linux/arm64 (matrix.yaml platforms)\n")
 
 

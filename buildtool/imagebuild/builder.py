@@ -638,11 +638,16 @@ class Builder:
         # The cell's own index URLs (e.g. PyTorch's CPU index) reach uv only where they answer.
         files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
         cache_from = self._cache_from(plan, platform)
+        build_args = {**plan.build_args, "BASE_IMAGE": base.pinned}
+        if plan.cell.native_installs:
+            # The native stages (templates/parts/native.j2) run on this machine's image of the same base.
+            build_args["BUILD_BASE_IMAGE"] = (base if platform == platforms.host().name
+                                              else self._platform_base(plan, platforms.host().name)).pinned
         if self._steps is not None:
             self._steps.watch(plan.cell.key, log_path)
         try:
             return engine.build(client, dockerfile.parent, dockerfile,
-                                build_args={**plan.build_args, "BASE_IMAGE": base.pinned}, labels=labels,
+                                build_args=build_args, labels=labels,
                                 secrets=files, log_path=log_path, timeout=self.options.timeout,
                                 no_cache=self.options.force, cache_from=cache_from, platform=platform)
         finally:

@@ -299,6 +299,13 @@ class Cell:
         return self.platforms != platforms.DEFAULT
 
     @property
+    def native_installs(self) -> bool:
+        """Whether uv installs the cell's locks on the build machine for each target platform (BuildKit's
+        BUILDPLATFORM stage, docs/multiplatform.md): a multi-platform cell whose framework comes from an index.
+        NGC cells install their tools into the base's own Python, so those steps run on the target."""
+        return self.multi_platform and bool(self.framework_requirements)
+
+    @property
     def key(self) -> str:
         """Cell id used on the command line, in paths and in reports: `name:version`."""
         return f"{self.name}:{self.version}"

@@ -21,7 +21,7 @@ from typing import Any
 import jinja2
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import frameworks, label_keys
+from buildtool.contracts import frameworks, label_keys, platforms
 from buildtool.contracts.aptlock import APT_LOCK, parse_apt_lock
 from buildtool.contracts.locks import UV_LOCK, platform_folder, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
@@ -205,6 +205,11 @@ def target_archs(cell: Cell) -> list[str] | None:
             for p in cell.platforms]
 
 
+def wheel_platforms(cell: Cell) -> dict[str, str]:
+    """TARGETARCH -> uv's --python-platform, for each platform of the cell (what `make lock` resolved with)."""
+    return {platforms.get(p).architecture: platforms.get(p).wheel_platform for p in cell.platforms}
+
+
 def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell,
                       root: Path | None = None) -> str:
     context = {
@@ -218,6 +223,8 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         "apt": apt_pins(root, cell),
         # Multi-platform cells: each lock is in its architecture's folder, chosen by BuildKit's TARGETARCH.
         "archs": target_archs(cell),
+        # Native installs: uv's --python-platform of each architecture (the wheel tags its locks were resolved for).
+        "wheel_platforms": wheel_platforms(cell),
         # NGC cells (and their stand-ins) bring Python and the framework; only tools are installed.
         "ngc": not cell.framework_requirements,
     }

@@ -1,0 +1,174 @@
+"""Native installs for foreign platforms (issue 38): a multi-platform pip cell's Python packages are checked
+against their lock's hashes and unpacked by uv running on the build machine (a `FROM --platform=$BUILDPLATFORM`
+stage, with TARGETARCH's wheel platform), then copied into the target platform's stage; only apt, the copy and
+a smoke import run on the target (under QEMU on another machine). Tests on the rendered Dockerfile (its stages,
+the shell of its RUN lines run by bash) and on what `buildtool build` hands the build."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildtool.common.errors import FailedError
+from buildtool.contracts import locks, platforms
+from buildtool.imagebuild import builder as builder_mod
+from buildtool.imagebuild import engine
+from buildtool.imagebuild.builder import BaseInfo
+from buildtool.render.dockerfiles import render_cell_dockerfile
+from tests.conftest import REPO, fixture_matrix
+from tests.test_multiplatform_build import run  # noqa: F401 - the fixture, shared
+from tests.test_platform_locks import _multi, _per_arch_project, _single
+
+
+def _render(tmp_path: Path, cell: Any = None) -> str:
+    root = _per_arch_project(tmp_path)
+    return render_cell_dockerfile(fixture_matrix(), cell or _multi(), REPO / "templates", root=root)
+
+
+def _stages(text: str) -> dict[str, str]:
+    """Stage name (the last, unnamed one: 'final') -> its FROM line and instructions."""
+    parts = re.split(r"(?m)^(?=FROM )", text)
+    stages = {}
+    for part in parts[1:]:
+        first = part.splitlines()[0]
+        name = first.split(" AS ")[1].strip() if " AS " in first else "final"
+        stages[name] = part
+    return stages
+
+
+def _runs(stage: str) -> list[str]:
+    """The RUN instructions of a stage, continued lines joined as the Dockerfile parser joins them."""
+    return [m.replace("\\\n", "") for m in re.findall(r"(?ms)^RUN .*?(?<!\\)\n", stage)]
+
+
+def test_the_installs_run_in_build_platform_stages_and_the_image_only_copies_them(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    assert text.index("ARG BUILD_BASE_IMAGE=") < text.index("\nFROM ")  # a global ARG, usable in any FROM
+    stages = _stages(text)
+    assert list(stages) == ["base", "build-base", "uv", "site-framework", "site-tools", "final"]
+    assert stages["build-base"].startswith("FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS build-base\n")
+    for name in ("uv", "site-framework", "site-tools"):
+        assert stages[name].startswith(f"FROM build-base AS {name}\n"), name
+    for name, lock in (("site-framework", locks.FRAMEWORK_LOCK), ("site-tools", locks.TOOLS_LOCK)):
+        [install] = [r for r in _runs(stages[name]) if "uv pip install" in r]
+        assert "--require-hashes --no-deps" in install
+        assert '--python-platform "${wheel_platform}" --python-version 3.11' in install
+        assert f'-r "/run/lock/${{TARGETARCH}}/{lock}"' in install
+        assert "py_compile" in install  # bytecode written on the build machine, same Python minor version
+    final = stages["final"]
+    assert final.startswith("FROM base\n")
+    assert "uv pip install" not in final and "/run/uv/uv" not in final and "ARG TARGETARCH" not in final
+    framework = final.index("COPY --from=site-framework /opt/venv/ /opt/venv/")
+    tools = final.index("COPY --from=site-tools /opt/venv/ /opt/venv/")
+    smoke = final.index("python -c 'import torch'")
+    assert framework < tools < smoke
+    # The target stage's own RUN lines (besides apt, in base): the venv, the smoke import, /workspace.
+    final_runs = _runs(final)
+    assert len(final_runs) == 3, final_runs
+    assert "python3 -m venv --without-pip" in final_runs[0]
+    assert final_runs[1] == "RUN --mount=type=tmpfs,target=/tmp     python -c 'import torch'\n"
+    assert final_runs[2].startswith("RUN mkdir -p /workspace")
+
+
+def test_the_build_machines_apt_step_is_the_base_stages_byte_for_byte(tmp_path: Path) -> None:
+    """So BuildKit runs it once when the build machine is the target platform (the amd64 build)."""
+    stages = _stages(_render(tmp_path))
+    [base_apt] = [r for r in _runs(stages["base"]) if "apt-get install" in r]
+    [native_apt] = [r for r in _runs(stages["build-base"]) if "apt-get install" in r]
+    assert base_apt == native_apt
+    assert 'arch="$(dpkg --print-architecture)"' in base_apt and "TARGETARCH" not in base_apt
+    head = stages["base"].split("RUN ", 1)[0].splitlines()[1:]
+    assert head == stages["build-base"].split("RUN ", 1)[0].splitlines()[1:]  # SHELL, ARGs: same env
+
+
+def _wheel_platform_case(text: str) -> str:
+    stage = _stages(text)["site-framework"]
+    found = re.search(r'(?s)(case "\$\{TARGETARCH\}" in \\\n.*?esac)', stage)
+    assert found, stage
+    return found.group(1).replace("\\\n", "") + '; echo "$wheel_platform"'
+
+
+@pytest.mark.parametrize("platform", ["linux/amd64", "linux/arm64"])
+def test_each_targetarch_installs_the_wheel_platform_its_lock_was_resolved_for(tmp_path: Path, platform: str) -> None:
+    script = _wheel_platform_case(_render(tmp_path))
+    known = platforms.get(platform)
+    done = subprocess.run(["bash", "-c", script], env={"TARGETARCH": known.architecture, "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == known.wheel_platform
+    lock_header = (_per_arch_project(tmp_path / "again") / Path(_single().dockerfile).parent / known.architecture
+                   / locks.FRAMEWORK_LOCK).read_text()
+    assert f"platform {known.wheel_platform} ({platform})" in lock_header
+
+
+def test_an_unknown_targetarch_stops_the_native_install_naming_it(tmp_path: Path) -> None:
+    script = _wheel_platform_case(_render(tmp_path))
+    done = subprocess.run(["bash", "-c", script], env={"TARGETARCH": "riscv64", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert done.stderr == ("ERROR: no wheel platform for TARGETARCH=riscv64: this cell is built for linux/amd64 "
+                           "linux/arm64 (matrix.yaml platforms)\n")
+
+
+def test_a_single_platform_cell_and_an_ngc_cell_have_no_native_stages(tmp_path: Path) -> None:
+    single = render_cell_dockerfile(fixture_matrix(), _single(), REPO / "templates",
+                                    root=REPO / "tests/fixtures/project")
+    assert "BUILDPLATFORM" not in single and "BUILD_BASE_IMAGE" not in single
+    assert not _single().native_installs
+    assert not replace(_multi(), framework_requirements=()).native_installs  # NGC: tools into the base's Python
+    assert _multi().native_installs
+
+
+def test_the_committed_jax_cpu_dockerfile_installs_natively() -> None:
+    text = (REPO / "dockerfiles/jax/jax-cpu/0.10/Dockerfile").read_text()
+    stages = _stages(text)
+    assert "build-base" in stages and "uv pip install" not in stages["final"]
+    assert "python -c 'import jax'" in stages["final"]
+
+
+# -- what `buildtool build` hands BuildKit -----------------------------------------------------------------
+
+def _capture(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, str]]:
+    seen: dict[str, dict[str, str]] = {}
+    fake = engine.build
+
+    def build(*args: Any, platform: str | None = None, build_args: dict[str, str], **kwargs: Any) -> str:
+        seen[str(platform)] = dict(build_args)
+        return fake(*args, platform=platform, build_args=build_args, **kwargs)
+
+    monkeypatch.setattr(engine, "build", build)
+    return seen
+
+
+def test_every_platforms_build_gets_this_machines_image_of_the_base_for_the_native_stages(
+        run, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    _, start = run
+    build, plan, _ = start()
+    monkeypatch.setattr(builder_mod.platforms, "host", lambda: platforms.get("linux/amd64"))
+    seen = _capture(monkeypatch)
+    amd64_base = BaseInfo(ref="127.0.0.1:5000/library/debian:bookworm-slim", digest="sha256:" + "a" * 64)
+    result = build.run_cell(plan, amd64_base)
+    assert result.result != "failed", result.message
+    amd64 = "127.0.0.1:5000/library/debian@sha256:" + "a" * 64
+    arm64 = "127.0.0.1:5000/library/debian@sha256:" + "b" * 64
+    assert seen["linux/amd64"]["BASE_IMAGE"] == amd64 and seen["linux/amd64"]["BUILD_BASE_IMAGE"] == amd64
+    assert seen["linux/arm64"]["BASE_IMAGE"] == arm64 and seen["linux/arm64"]["BUILD_BASE_IMAGE"] == amd64
+
+
+def test_a_base_without_this_machines_platform_fails_the_foreign_build_naming_it(
+        run, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    _, start = run
+    build, plan, _ = start()
+    # This machine is amd64 and the mirror's base has only an arm64 image: the arm64 build has no base for
+    # its native stages, and is refused naming the platform it lacks (never the target's base instead).
+    monkeypatch.setattr(builder_mod.platforms, "host", lambda: platforms.get("linux/amd64"))
+    arm64 = BaseInfo(ref="127.0.0.1:5000/library/debian:bookworm-slim", digest="sha256:" + "b" * 64)
+    monkeypatch.setattr(builder_mod, "resolve_base", lambda plan, platform=None: arm64 if platform == "linux/arm64"
+                        else None)
+    with pytest.raises(FailedError, match=r"base docker.io/library/debian:bookworm-slim has no linux/amd64 image"):
+        build._buildkit(plan, arm64, "key", REPO / "build-logs" / "none.log", "linux/arm64")
