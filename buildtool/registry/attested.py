@@ -5,13 +5,12 @@ statement about that digest. What each predicate must say is its reader's busine
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from buildtool.common.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
 from buildtool.contracts import intoto
-from buildtool.registry.bundles import BundleError, fetch_envelopes, signed_referrers
+from buildtool.registry.bundles import BundleError, fetch_envelopes, same_envelope, signed_referrers
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer
 
@@ -78,14 +77,3 @@ def each_signed(client: RegistryClient, repo: str, digest: str, artifact_type: s
             seen.add(same)
         yield ref, open_signed(payloads, digest, predicate_type, keys, roles, role)
 
-
-def same_envelope(payloads: list[Payload]) -> str | None:
-    """One text per envelope, whichever artifact or bundle carried it and however its JSON was spaced: the
-    same envelope verifies (or is refused) alike wherever it is. None unless there is one envelope that parses."""
-    envelopes = [p.data for p in payloads if p.media_type == intoto.DSSE_MEDIA_TYPE]
-    if len(envelopes) != 1:
-        return None
-    try:
-        return json.dumps(json.loads(envelopes[0]), sort_keys=True, separators=(",", ":"))
-    except ValueError:
-        return None

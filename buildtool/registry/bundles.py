@@ -12,6 +12,7 @@ read is the same attestation, not a second one (buildtool.validate.verdicts coun
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from buildtool.contracts.intoto import DSSE_MEDIA_TYPE
@@ -24,10 +25,11 @@ from buildtool.contracts.sigstore_bundle import (
     bundle,
     envelope,
 )
-from buildtool.registry.client import RegistryClient
+from buildtool.registry.client import RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
 
-__all__ = ["BundleError", "attach_bundle", "fetch_envelopes", "is_bundle", "own_first", "signed_referrers"]
+__all__ = ["BundleError", "attach_bundle", "beside", "fetch_envelopes", "is_bundle", "own_first", "same_envelope",
+           "signed_referrers"]
 
 
 def attach_bundle(client: RegistryClient, repo: str, digest: str, envelope_data: bytes,
@@ -67,3 +69,38 @@ def fetch_envelopes(client: RegistryClient, repo: str, ref: Referrer, digest: st
         return payloads
     return [Payload(DSSE_MEDIA_TYPE, envelope(p.data), p.title) if p.media_type == BUNDLE_MEDIA_TYPE else p
             for p in payloads]
+
+
+def same_envelope(payloads: list[Payload]) -> str | None:
+    """One text per envelope, whichever artifact or bundle carried it and however its JSON was spaced: the
+    same envelope verifies (or is refused) alike wherever it is. None unless there is one envelope that parses."""
+    envelopes = [p.data for p in payloads if p.media_type == DSSE_MEDIA_TYPE]
+    if len(envelopes) != 1:
+        return None
+    try:
+        return json.dumps(json.loads(envelopes[0]), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return None
+
+
+def beside(client: RegistryClient, repo: str, digest: str, artifacts: list[Referrer]) -> list[Referrer]:
+    """The bundles of repo@digest that carry the envelope of one of `artifacts` (the toolkit's own, already
+    verified by the caller): release copies them with the image, so the released digest has them too."""
+    wanted: set[str] = set()
+    for artifact in artifacts:
+        try:
+            found = same_envelope(fetch_envelopes(client, repo, artifact, digest))
+        except (RegistryError, BundleError):
+            continue
+        if found is not None:
+            wanted.add(found)
+    chosen = []
+    for ref in referrers(client, repo, digest, BUNDLE_MEDIA_TYPE):
+        try:
+            found = same_envelope(fetch_envelopes(client, repo, ref, digest))
+        except (RegistryError, BundleError):
+            continue    # a bundle that does not read is not copied; its reader refuses it where it is
+        if found in wanted:
+            wanted.discard(found)
+            chosen.append(ref)
+    return chosen

@@ -52,6 +52,7 @@ def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> Staged:
     mounted, bytes unchanged: the index keeps its digest) and each platform manifest's signed verdict,
     SBOM and provenance artifacts, all by digest and untagged in the release repository. Returns the
     artifacts of each platform manifest, for `promote` to list as referrers of that digest."""
+    from buildtool.registry.bundles import beside
     from buildtool.registry.referrers import copy_artifact
     from buildtool.registry.sbom import find_sbom
 
@@ -62,8 +63,10 @@ def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> Staged:
     # unchanged, so the signatures hold), and the plain SBOM travels with the image (release.packages).
     staged: Staged = {}
     for ev in item.evidence:
-        artifacts = [a for a in (ev.attestation, ev.sbom_attestation, ev.provenance_artifact,
-                                 find_sbom(client, src, ev.digest)) if a is not None]
+        signed = [a for a in (ev.attestation, ev.sbom_attestation, ev.provenance_artifact) if a is not None]
+        # ...and the Sigstore bundles of those envelopes, for verifiers that read only that layout (issue 40).
+        artifacts = [*signed, *beside(client, src, ev.digest, signed),
+                     *[a for a in (find_sbom(client, src, ev.digest),) if a is not None]]
         for artifact in artifacts:
             copy_artifact(client, src, dst, artifact)
         staged[ev.digest] = artifacts

@@ -58,8 +58,14 @@ from buildtool.contracts.names import (
     verdict_tag,
 )
 from buildtool.contracts.verdict import Verdict
-from buildtool.registry.attested import same_envelope
-from buildtool.registry.bundles import BundleError, attach_bundle, fetch_envelopes, is_bundle, own_first
+from buildtool.registry.bundles import (
+    BundleError,
+    attach_bundle,
+    fetch_envelopes,
+    is_bundle,
+    own_first,
+    same_envelope,
+)
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, listed_referrers
 from buildtool.validate.keys import TESTER, SigningKey, TrustedKeys

@@ -19,8 +19,11 @@ from pathlib import Path
 import pytest
 
 from buildtool.contracts import names
+from buildtool.contracts.attestation import VERDICT_PREDICATE
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
+from buildtool.contracts.sigstore_bundle import BUNDLE_MEDIA_TYPE, PREDICATE_TYPE_ANNOTATION
 from buildtool.registry.referrers import referrers
+from buildtool.registry.sbom_attestation import SBOM_PREDICATE
 from buildtool.validate.engine import Resolved
 from buildtool.validate.keys import trusted_entry
 from buildtool.validate.sbomref import verdict_sbom
@@ -52,6 +55,10 @@ def test_verify_on_a_released_image_prints_the_whole_chain(tmp_path: Path) -> No
     [copied] = referrers(space.client, space.rel_repo(CPU), digest, SBOM_ATTESTATION_TYPE)
     # the same artifact, by digest, in the release repo
     assert copied == report.images[0].evidence[0].sbom_attestation
+    # with the Sigstore bundles of the SBOM and the verdict (this test's provenance is attached without one)
+    bundles = referrers(space.client, space.rel_repo(CPU), digest, BUNDLE_MEDIA_TYPE)
+    assert sorted(b.annotations[PREDICATE_TYPE_ANNOTATION] for b in bundles) == sorted(
+        [SBOM_PREDICATE, VERDICT_PREDICATE])
 
     def verify(*args: str) -> subprocess.CompletedProcess[str]:
         # Outside the checkout (its verdict's test code is the fixtures', which release took from a stand-in):
