@@ -107,6 +107,10 @@ markdown===3.11.3 \\
 LOCKS = {"framework.lock": parse_lock(FRAMEWORK_LOCK), "tools.lock": parse_lock(TOOLS_LOCK)}
 
 
+# The pytorch-cpu cell's indexes (sbom.make_sbom's `indexes`): PyPI, and PyTorch's CPU index its torch+cpu is from.
+INDEXES = ("", "https://download.pytorch.org/whl/cpu")
+
+
 def probe() -> dict[str, Any]:
     """A fresh copy, for tests that change it."""
     return copy.deepcopy(PROBE)

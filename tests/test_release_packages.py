@@ -24,11 +24,13 @@ FACTS = {"framework": "pytorch 2.13.0+cpu", "python": "3.11.2", "cuda": "", "bas
 
 
 def _section() -> dict:
-    before = contents(make_sbom(PROBE, repository="r/x-dev", digest=D0, facts=FACTS, locks={}, identified={}))
+    before = contents(make_sbom(PROBE, repository="r/x-dev", digest=D0, facts=FACTS, locks={}, identified={},
+                                indexes=sbom_probe.INDEXES))
     probe = sbom_probe.probe_copy(PROBE)
     sbom_probe.set_python(probe, "torch-tb-profiler", None)
     sbom_probe.set_python(probe, "torch", "2.13.1+cpu")
     after = contents(make_sbom(probe, repository="r/x-dev", digest=D1, locks={}, identified={},
+                               indexes=sbom_probe.INDEXES,
                                facts=dict(FACTS, framework="pytorch 2.13.1+cpu", base="debian@sha256:2")))
     return {"sbom": "r/pytorch-cpu@sha256:" + "a" * 64, "previous_sbom": "r/pytorch-cpu@sha256:" + "b" * 64,
             "facts": after.facts, "python_packages": 1, "apt_packages": 1,
@@ -67,7 +69,7 @@ def test_missing_sboms_are_said_not_hidden() -> None:
 
 def _document(digest: str, python: dict[str, str]) -> dict:
     return make_sbom(sbom_probe.minimal(python, {"bash": "5.2"}), repository="t/pytorch-cpu-dev", digest=digest,
-                     facts=FACTS, locks={}, identified={})
+                     facts=FACTS, locks={}, identified={}, indexes=sbom_probe.INDEXES)
 
 
 def _validated(dev: Dev, arch: str, python: dict[str, str]) -> str:

@@ -50,7 +50,9 @@ def test_sbom_is_valid_cyclonedx_and_deterministic():
     assert doc == _doc(PROBE)
     assert "timestamp" not in doc["metadata"]
     purls = {c["purl"] for c in doc["components"]}
-    assert "pkg:pypi/torch@2.13.0%2Bcpu" in purls
+    # torch 2.13.0+cpu is not PyPI's (a local version): its purl names the index it came from (issue 40).
+    assert "pkg:pypi/torch@2.13.0%2Bcpu?repository_url=https://download.pytorch.org/whl/cpu" in purls
+    assert all("repository_url" not in p for p in purls if p.startswith("pkg:pypi/") and "%2B" not in p)
     assert "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=amd64&distro=debian-12&upstream=glibc" in purls
     assert doc["metadata"]["component"]["version"] == DIGEST
 
@@ -61,7 +63,8 @@ def test_invalid_document_is_refused():
 
 
 def test_contents_and_diff_put_the_headline_first():
-    old = sbom.contents(sbom.make_sbom(PROBE, repository="r/a", digest=DIGEST, facts=FACTS, locks={}, identified={}))
+    old = sbom.contents(sbom.make_sbom(PROBE, repository="r/a", digest=DIGEST, facts=FACTS, locks={}, identified={},
+                                       indexes=sbom_probe.INDEXES))
     probe = sbom_probe.probe()
     sbom_probe.set_python(probe, "pyyaml", None)
     sbom_probe.set_python(probe, "werkzeug", "3.2.0")
@@ -69,7 +72,7 @@ def test_contents_and_diff_put_the_headline_first():
     sbom_probe.set_deb(probe, "openssl", "3.0.18-1~deb12u1")
     new_facts = dict(FACTS, python="3.11.3", framework="pytorch 2.13.1+cpu")
     new = sbom.contents(sbom.make_sbom(probe, repository="r/a", digest="sha256:" + "e" * 64, facts=new_facts,
-                                       locks={}, identified={}))
+                                       locks={}, identified={}, indexes=sbom_probe.INDEXES))
     assert new.python["werkzeug"] == "3.2.0" and new.apt["openssl"] == "3.0.18-1~deb12u1"
     lines = [c.line() for c in sbom.diff(old, new)]
     assert lines == [
@@ -87,7 +90,8 @@ def test_contents_and_diff_put_the_headline_first():
 
 def _doc(probe: dict | None = None, locks: dict | None = None, identified: dict | None = None) -> dict:
     return sbom.make_sbom(probe or sbom_probe.probe(), repository=REPOSITORY, digest=DIGEST, facts=FACTS,
-                          locks=sbom_probe.LOCKS if locks is None else locks, identified=identified or {})
+                          locks=sbom_probe.LOCKS if locks is None else locks, identified=identified or {},
+                          indexes=sbom_probe.INDEXES)
 
 
 def _by_name(doc: dict) -> dict[str, dict]:
@@ -150,8 +154,37 @@ def test_licenses_where_the_metadata_declares_them():
     assert found["tensorboard"]["licenses"] == [{"license": {"name": "Apache 2.0"}}]  # License
     assert found["mpmath"]["licenses"] == [{"license": {"name": "BSD License"}}]     # classifiers
     assert "licenses" not in found["typing-extensions"] and "licenses" not in found["werkzeug"]
-    assert found["debianutils"]["licenses"] == [{"license": {"name": "GPL-2+"}}, {"license": {"name": "SMAIL-GPL"}}]
+    # Debian's names: SPDX where they map (GPL-2+), Debian's text where not (SMAIL-GPL), issue 40.
+    assert found["debianutils"]["licenses"] == [{"license": {"id": "GPL-2.0-or-later"}},
+                                                {"license": {"name": "SMAIL-GPL"}}]
+    assert _props(found["debianutils"])["license"] == "Debian: GPL-2+; SMAIL-GPL"
     assert "licenses" not in found["bash"]                                  # copyright not machine-readable
+    assert _props(found["bash"])["license"] == sbom.LICENSE_NONE
+
+
+def test_a_debian_package_whose_names_all_map_gets_one_spdx_expression_and_the_unlicensed_are_listed():
+    probe = sbom_probe.probe()
+    rows = {r["Package"]: r for r in probe["deb_packages"]}
+    rows["debianutils"]["licenses"] = ["GPL-2+", "BSD-3-clause or GPL-2"]
+    rows["dpkg"]["licenses"] = ["Expat"]
+    doc = _doc(probe)
+    sbom.validate_sbom(doc)
+    found = _by_name(doc)
+    assert found["debianutils"]["licenses"] == [{"expression": "(BSD-3-Clause OR GPL-2.0-only) AND GPL-2.0-or-later"}]
+    assert found["dpkg"]["licenses"] == [{"license": {"id": "MIT"}}]
+    no_license = sorted(r["Package"] for r in probe["deb_packages"] if not r.get("licenses"))
+    assert "bash" in no_license and sbom.unlicensed(doc) == no_license
+
+
+def test_a_local_version_with_no_index_but_pypi_is_refused_naming_the_package():
+    with pytest.raises(ValueError, match=r"torch 2.13.0\+cpu is not on PyPI \(a local version\) and the cell names "
+                                         "no other index"):
+        sbom.make_sbom(sbom_probe.probe(), repository=REPOSITORY, digest=DIGEST, facts=FACTS, locks=sbom_probe.LOCKS,
+                       identified={}, indexes=("https://pypi.org/simple",))
+    # A cell whose own index is not PyPI names it on every Python package.
+    assert sbom.python_repository("filelock", "3.20.0", ("https://mirror.example.invalid/simple",)) == \
+        "https://mirror.example.invalid/simple"
+    assert sbom.python_repository("filelock", "3.20.0", sbom_probe.INDEXES) == ""
 
 
 def test_dep5_copyright_files_give_license_short_names_and_free_text_gives_none(tmp_path: Path):
@@ -240,7 +273,7 @@ def test_debian_components_carry_the_deb_sha256_make_lock_recorded():
     probe = sbom_probe.probe()
     hashes = {"bash=5.2.15-2+b8": "a" * 64, "libc6=2.36-9+deb12u10": "-"}
     doc = sbom.make_sbom(probe, repository=REPOSITORY, digest=DIGEST, facts=FACTS, locks=sbom_probe.LOCKS,
-                         identified={}, deb_hashes=hashes)
+                         identified={}, deb_hashes=hashes, indexes=sbom_probe.INDEXES)
     found = _by_name(doc)
     assert found["bash"]["hashes"] == [{"alg": "SHA-256", "content": "a" * 64}] and "hash" not in _props(found["bash"])
     assert "hashes" not in found["libc6"] and _props(found["libc6"])["hash"] == sbom.DEB_NOT_SERVED_NOTE

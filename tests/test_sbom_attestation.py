@@ -38,7 +38,8 @@ TESTER_ONLY = generate()
 def real_document(client: MemRegistry, digest: str) -> dict[str, Any]:
     """The CycloneDX document push makes, from the recorded probe of a real image."""
     return sbom.make_sbom(sbom_probe.probe(), repository=f"{client.host}/{REPO}", digest=digest,
-                          facts={"framework": "pytorch 2.13.0+cpu"}, locks=sbom_probe.LOCKS, identified={})
+                          facts={"framework": "pytorch 2.13.0+cpu"}, locks=sbom_probe.LOCKS, identified={},
+                          indexes=sbom_probe.INDEXES)
 
 
 @pytest.fixture

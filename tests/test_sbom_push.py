@@ -39,7 +39,7 @@ def pushed(monkeypatch: pytest.MonkeyPatch) -> tuple[MemRegistry, str]:
 
 def attach(client: MemRegistry, digest: str) -> str:
     return contents.attach_sbom(Path("."), client, REPO, digest, "local:tag", {}, None, print,  # type: ignore[arg-type]
-                                signing.KEY)
+                                signing.KEY, indexes=sbom_probe.INDEXES)
 
 
 def listed(client: MemRegistry, digest: str) -> tuple[int, int]:

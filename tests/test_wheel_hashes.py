@@ -73,7 +73,7 @@ def test_an_unreachable_index_is_said_once_and_identifies_nothing():
 def test_the_sbom_carries_the_identified_hash_and_refuses_one_the_lock_does_not_admit():
     def doc(identified: dict[str, str]) -> dict:
         return sbom.make_sbom(sbom_probe.probe(), repository="r/x", digest="sha256:" + "d" * 64, facts={},
-                              locks=sbom_probe.LOCKS, identified=identified)
+                              locks=sbom_probe.LOCKS, identified=identified, indexes=sbom_probe.INDEXES)
 
     [markupsafe] = [c for c in doc({"markupsafe": "4" * 64})["components"] if c["name"] == "markupsafe"]
     assert markupsafe["hashes"] == [{"alg": "SHA-256", "content": "4" * 64}]

@@ -581,7 +581,8 @@ class Builder:
         sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
         return attach_sbom(self.root, self.registry, repo, digest, ref,
                            read_locks(self.root, plan.cell, platform), sources, self.log, key,
-                           aptlock.read_hashes(self.root, plan.cell, platform))
+                           aptlock.read_hashes(self.root, plan.cell, platform),
+                           (plan.cell.index_url or "", *plan.cell.extra_index_urls))
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""

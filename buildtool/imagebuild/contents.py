@@ -75,12 +75,13 @@ def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:
 
 def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, local_ref: str,
                 locks: Mapping[str, LockFile], sources: Sources, log: Log, key: PrivateKey,
-                deb_hashes: Mapping[str, str] | None = None) -> str:
+                deb_hashes: Mapping[str, str] | None = None, indexes: tuple[str, ...] = ()) -> str:
     """Probe the local image, check it against its lock, attach its SBOM to repo@digest, plain and
     signed with the builder's `key` (`locks`: the cell's lock files, whose hashes the SBOM's Python
     components carry; `sources`: the indexes that say which of several locked files was installed).
     Returns the plain SBOM artifact's digest. When `key` already signed an SBOM of the digest and the
-    plain one is that document, both are kept; otherwise the document is made again from the image."""
+    plain one is that document, both are kept; otherwise the document is made again from the image.
+    `indexes`: the cell's index URL ("" for PyPI) and extra ones, which the Python purls name (sbom.make_sbom)."""
     existing = sbom.find_sbom(client, repo, digest)
     signed = sbom_attestation.signed_by(client, repo, digest, key.public())
     if existing is not None and signed is not None and \
@@ -100,7 +101,7 @@ def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, loca
         identified = wheel_hashes.identify(found.get("python_details") or {}, locks, sources, log)
         document = sbom.make_sbom(found, repository=f"{client.host}/{repo}", digest=digest,
                                   facts=facts(labels, found), locks=locks, identified=identified,
-                                  deb_hashes=deb_hashes)
+                                  deb_hashes=deb_hashes, indexes=indexes)
     except ValueError as exc:
         raise FailedError(f"the SBOM of {local_ref} cannot be made: {exc}") from None
     sbom.validate_sbom(document)

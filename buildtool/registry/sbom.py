@@ -20,14 +20,14 @@ docker://REPO:sha256-<hex>` (the fallback index) and `skopeo copy docker://REPO@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from buildtool.contracts import label_keys
 from buildtool.contracts.locks import LockFile
 from buildtool.contracts.names import SBOM_TYPE
-from buildtool.registry import referrers
+from buildtool.registry import deb_licenses, referrers
 from buildtool.registry import sbom_packages as packages
 from buildtool.registry.client import RegistryClient, RegistryError
 
@@ -37,18 +37,24 @@ SBOM_TITLE = "sbom.cdx.json"
 HEADLINE = ("framework", "python", "cuda", "base")
 GENERATOR = "dl-images-buildtool"     # metadata.tools: this project's distribution, at its installed version
 DEB_HASH_NOTE = "not recorded: dpkg keeps per-file md5sums, not the hash of the .deb it installed"
+LICENSE_PROPERTY = "license"
+LICENSE_NONE = ("not declared: the package's /usr/share/doc/<package>/copyright is missing or not machine-readable "
+                "(DEP-5), so no license is claimed")
 DEB_NOT_SERVED_NOTE = "unknown: the Debian archive no longer served this version when `make lock` ran"
 
 
 def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dict[str, str],
               locks: Mapping[str, LockFile], identified: Mapping[str, str],
-              deb_hashes: Mapping[str, str] | None = None) -> dict[str, Any]:
+              deb_hashes: Mapping[str, str] | None = None, indexes: Sequence[str] = ()) -> dict[str, Any]:
     """A CycloneDX 1.6 document (as a dict) for the image `repository@digest`. `locks` are the cell's
     lock files by file name (empty for an image not installed from locks): a Python component whose
     version a lock pins gets that lock's sha256 when the lock admits exactly one file, or the one of
     its hashes `identified` names (name -> sha256, buildtool.imagebuild.wheel_hashes). `deb_hashes` (the
     cell's debs.sha256: "name=version" -> sha256 or "-") gives Debian components the .deb's sha256;
-    a package it does not list says why it has none."""
+    a package it does not list says why it has none. `indexes`: the cell's package indexes (its index URL,
+    "" for PyPI, then its extra ones), which name where a Python package that is not PyPI's came from
+    (python_repository). Debian licenses are SPDX where Debian's names map (deb_licenses); a package whose
+    copyright file names none says so in a property (LICENSE_NOTE), and unlicensed() lists them."""
     import uuid  # here, with cyclonedx: release reads SBOMs and never makes one
 
     from cyclonedx.model import HashAlgorithm, HashType, Property
@@ -74,7 +80,9 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     dists = packages.dists(probe)
     python_edges, python_missing = packages.python_graph(dists, probe.get("marker_environment") or {})
     for dist in dists:
-        purl = PackageURL("pypi", name=dist.name, version=dist.version)
+        repository_url = python_repository(dist.name, dist.version, indexes)
+        purl = PackageURL("pypi", name=dist.name, version=dist.version,
+                          qualifiers={"repository_url": repository_url} if repository_url else None)
         origin, sha256, note = _lock_origin(dist, locks, identified.get(dist.name, ""))
         props = [Property(name=f"{PROPERTY}:installed-from", value=origin)]
         props += [Property(name=f"{PROPERTY}:hash", value=note)] if note else []
@@ -97,10 +105,12 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
             props = [] if len(sha256) == 64 else \
                 [Property(name=f"{PROPERTY}:hash", value=DEB_NOT_SERVED_NOTE if sha256 else DEB_HASH_NOTE)]
             props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r) for r in deb_missing.get(deb.key, [])]
+            licenses, note = _deb_licenses(deb.licenses)
+            props += [Property(name=f"{PROPERTY}:{LICENSE_PROPERTY}", value=note)] if note else []
             by_ref[deb.key] = Component(
                 type=ComponentType.LIBRARY, name=deb.name, version=deb.version, purl=purl, bom_ref=str(purl),
                 hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if len(sha256) == 64 else None,
-                licenses=_names(deb.licenses or ()), properties=props)
+                licenses=licenses, properties=props)
             edges[deb.key] = deb_edges[deb.key]
 
     for component in by_ref.values():
@@ -109,6 +119,57 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
         bom.register_dependency(by_ref[key], [by_ref[t] for t in sorted(targets)])
     bom.register_dependency(root, [by_ref[t] for t in packages.top_level(edges)])
     return json.loads(JsonV1Dot6(bom).output_as_string())
+
+
+def python_repository(name: str, version: str, indexes: Sequence[str]) -> str:
+    """The purl `repository_url` of a Python package: "" for PyPI (purl's default). The cell's own index when
+    it is not PyPI; else a version with a local part (`2.13.0+cpu`), which PyPI never holds, names the first
+    extra index that is not PyPI; ValueError naming the package when there is none."""
+    from packaging.version import InvalidVersion, Version
+
+    primary, extras = (indexes[0] if indexes else ""), [i for i in indexes[1:] if i and not _is_pypi(i)]
+    if primary and not _is_pypi(primary):
+        return primary
+    try:
+        local = Version(version).local
+    except InvalidVersion:
+        local = None
+    if not local:
+        return ""
+    if not extras:
+        raise ValueError(f"{name} {version} is not on PyPI (a local version) and the cell names no other index")
+    return extras[0]
+
+
+def _is_pypi(url: str) -> bool:
+    return url.rstrip("/") in ("https://pypi.org/simple", "https://pypi.python.org/simple")
+
+
+def _deb_licenses(names: tuple[str, ...] | None) -> tuple[list[Any], str]:
+    """(CycloneDX licenses, a note) of a Debian package: one SPDX id or expression when all its copyright
+    file's names map (the names as Debian wrote them in the note), else each name, SPDX id where it maps
+    and Debian's text where not; no names: no license, and the note says why."""
+    from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
+
+    if not names:
+        return [], LICENSE_NONE
+    expression = deb_licenses.package_expression(names)
+    original = "Debian: " + "; ".join(sorted(set(names)))
+    if expression is not None:
+        simple = " " not in expression
+        return [DisjunctiveLicense(id=expression) if simple else LicenseExpression(expression)], original
+    found = []
+    for name in sorted(set(names)):
+        spdx = deb_licenses.spdx_of(name)
+        found.append(DisjunctiveLicense(id=spdx) if spdx and " " not in spdx else DisjunctiveLicense(name=name))
+    return found, original
+
+
+def unlicensed(document: dict[str, Any]) -> list[str]:
+    """The Debian packages of an SBOM whose copyright file names no license (LICENSE_NONE), by name."""
+    return sorted(c["name"] for c in document.get("components", [])
+                  if any(p.get("name") == f"{PROPERTY}:{LICENSE_PROPERTY}" and p.get("value") == LICENSE_NONE
+                         for p in c.get("properties", [])))
 
 
 def _version(distribution: str) -> str:
