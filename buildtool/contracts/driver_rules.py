@@ -67,6 +67,34 @@ DATACENTER_MODELS = frozenset({
 _MODEL_WORD = re.compile(r"^(?:NVIDIA|Tesla) (?P<word>[A-Z]+[0-9]+[A-Z]*)(?:[- ]|$)")
 
 
+# The driver floor of each CUDA release on NVIDIA's arm64 server drivers (SBSA: Grace Hopper GH200, Grace
+# Blackwell GB200; not Jetson/Tegra, whose drivers come with L4T): the driver NVIDIA bundles with that CUDA
+# release's Linux SBSA installer, as contracts.gpu.CUDA_MIN_DRIVER is the x86_64 one's. A CUDA release missing
+# here is refused on arm64 by name (never the x86_64 figure assumed).
+SBSA_MIN_DRIVER: dict[str, tuple[str, str]] = {
+    "13.0": ("580.65.06", "NVIDIA's CUDA 13.0.0 installer for Linux SBSA bundles driver 580.65.06 "
+                          "(developer.download.nvidia.com/compute/cuda/13.0.0/local_installers/"
+                          "cuda_13.0.0_580.65.06_linux_sbsa.run), the same as for x86_64 "
+                          "(cuda_13.0.0_580.65.06_linux.run; CUDA 13.0 release notes: >= 580.65.06)"),
+}
+ARCHITECTURES = ("amd64", "arm64")   # contracts.platforms' architectures with a driver table
+
+
+def min_driver_on(cuda: str, architecture: str) -> tuple[str, str]:
+    """(first driver that runs CUDA `cuda` natively on `architecture`, where NVIDIA says so); ValueError naming
+    an architecture or a CUDA release with no documented floor."""
+    if architecture == "amd64":
+        return min_driver(check_cuda(cuda)), "NVIDIA CUDA Toolkit release notes (Linux x86_64 driver versions)"
+    if architecture == "arm64":
+        try:
+            return SBSA_MIN_DRIVER[check_cuda(cuda)]
+        except KeyError:
+            raise ValueError(f"CUDA {cuda} has no documented arm64 (SBSA) driver floor in "
+                             f"buildtool/contracts/driver_rules.py (known: {', '.join(SBSA_MIN_DRIVER)}); add it "
+                             "from NVIDIA's Linux SBSA installer of that release") from None
+    raise ValueError(f"no driver floors for architecture {architecture!r} (known: {', '.join(ARCHITECTURES)})")
+
+
 @dataclass(frozen=True)
 class DriverDecision:
     admitted: bool
@@ -103,10 +131,16 @@ def forward_compat_summary(release: str) -> str:
             f"CUDA forward compatibility (the compat package the image ships in {COMPAT_DIR})")
 
 
-def decide(cuda: str, driver: str, cuda_driver: str, gpu_names: list[str], ngc: str | None) -> DriverDecision:
+def decide(cuda: str, driver: str, cuda_driver: str, gpu_names: list[str], ngc: str | None,
+           architecture: str = "amd64") -> DriverDecision:
     """Whether this host's driver may run an image of `cuda` (`ngc`: the cell's NGC release, None for
-    pip cells), and the rule that decided. An unknown driver version is refused, never assumed new."""
-    need = min_driver(check_cuda(cuda))
+    pip cells) on a host of `architecture` (the GPU runner's own: GPU checks never run emulated), and the
+    rule that decided. An unknown driver version, or an architecture or CUDA with no documented floor, is
+    refused, never assumed new."""
+    try:
+        need, _ = min_driver_on(cuda, architecture)
+    except ValueError as exc:
+        return DriverDecision(False, f"refused: {exc}")
     have = f"driver {driver or '?'}" + (f" (CUDA {cuda_driver})" if cuda_driver else "")
     fix = f"install NVIDIA driver {need} or newer"
     if not driver and not cuda_driver:
@@ -114,8 +148,9 @@ def decide(cuda: str, driver: str, cuda_driver: str, gpu_names: list[str], ngc: 
                                      f"checked; {fix}")
     native = (_numbers(cuda_driver)[:2] >= _numbers(cuda)[:2]) if cuda_driver else _numbers(driver) >= _numbers(need)
     if native:
+        on = " on arm64 (SBSA)" if architecture == "arm64" else ""
         return DriverDecision(True, f"{have} admitted: it supports CUDA {cuda} natively (CUDA {cuda} needs "
-                                    f"driver {need} or newer)")
+                                    f"driver {need} or newer{on})")
     too_old = f"refused: {have} is too old for CUDA {cuda}"
     if ngc is None:
         return DriverDecision(False, f"{too_old}, and forward compatibility does not apply to this image (only "

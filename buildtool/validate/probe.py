@@ -14,7 +14,7 @@ from typing import Any
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
-from buildtool.contracts import busbw, driver_rules, gpu, label_keys
+from buildtool.contracts import busbw, driver_rules, gpu, label_keys, platforms
 from buildtool.contracts.verdict import (
     Gpu,
     VerdictError,
@@ -188,7 +188,8 @@ def check_cell_gpus(cell: Cell, inventory: Inventory) -> str:
     if not (cell.needs_gpu and inventory.gpus and cell.cuda):
         return ""
     decision = driver_rules.decide(cell.cuda, inventory.driver, inventory.cuda_driver,
-                                   [g.name for g in inventory.gpus], ngc_release(cell.base))
+                                   [g.name for g in inventory.gpus], ngc_release(cell.base),
+                                   platforms.host().architecture)
     if not decision.admitted:
         raise FailedError(f"cannot validate {cell.key} here: {decision.rule}")
     return decision.rule
