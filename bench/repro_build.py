@@ -7,12 +7,16 @@ no cache-busting build argument, which the config's history would record), then 
 - layer digests (diff IDs) one by one;
 - for every layer that differs, which files differ and how (content, mtime only, mode/owner,
   present in one build only), from `docker save` of both images.
-- the image configs (their digests are the local image ids): equal or not, and which fields differ,
-  with the reason when it is the engine's.
-Prints per layer `identical`/`DIFFERENT` and `layers identical: N/N` on stderr, the JSON report on
-stdout. Makes the cell's base first when the registry lacks it or holds one of an older recipe
-(`buildtool bases`). Exits 1 when a layer or the package sets differ; differing image configs alone
-do not fail it (see ENGINE_TIMES). Images and this run's cache mounts are removed at the end.
+- the image configs as built (their digests are the local image ids): which fields differ, with the
+  reason when it is the engine's;
+- the pushed image digests: each build pushed to the local registry the way `buildtool build --push`
+  pushes (push_path's choice, then buildtool.imagebuild.repro_config: config times from SOURCE_DATE_EPOCH,
+  the commit's time, and the inline cache kept apart under the cache tag), compared digest to digest.
+Prints per layer `identical`/`DIFFERENT`, `layers identical: N/N` and `pushed image digests: equal` on
+stderr, the JSON report on stdout. Makes the cell's base first when the registry lacks it or holds one of
+an older recipe (`buildtool bases`). Exits 1 when a layer, the package sets or the pushed digests differ.
+Images, this run's cache mounts and its registry tags' images stay only in the throw-away repository
+`repro-<hex>/<image>` of the local registry (the local images and cache mounts are removed).
     python bench/repro_build.py [--cell pytorch-cpu:2.13]
 """
 
@@ -36,12 +40,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_uv_build import LOCAL, cache_mounts  # noqa: E402
 
 from buildtool.common import docker_cli  # noqa: E402
-from buildtool.imagebuild import engine  # noqa: E402
-from buildtool.imagebuild.bases import fill_bases  # noqa: E402
+from buildtool.common.refs import split_repo  # noqa: E402
+from buildtool.imagebuild import engine, push_path, repro_config  # noqa: E402
+from buildtool.imagebuild.bases import fill_bases, push_verified  # noqa: E402
 from buildtool.imagebuild.contents import probe  # noqa: E402
 from buildtool.imagebuild.pipconfig import pip_secrets  # noqa: E402
-from buildtool.matrix.plan import mirror_base  # noqa: E402
+from buildtool.matrix.plan import git_full_revision, mirror_base  # noqa: E402
 from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.registry.client import RegistryClient  # noqa: E402
 
 
 def layer_members(saved: tarfile.TarFile, name: str) -> dict[str, tuple[int, str, int, int]]:
@@ -81,13 +87,15 @@ def compare_layers(first: Path, second: Path) -> list[dict[str, object]]:
     return report
 
 
-# Config fields Docker 20.10's BuildKit (v0.8) sets to the build's wall-clock time: it has no
-# SOURCE_DATE_EPOCH support (BuildKit >= 0.11) and no rewrite-timestamp (>= 0.13), so no build
-# argument makes them equal and two builds' configs, hence image digests, differ by them alone.
-ENGINE_TIMES = "created", "history[].created"
+# Config fields that differ between two builds of the same inputs with Docker 20.10's BuildKit (v0.8): the
+# wall-clock time in `created` and every history entry (no SOURCE_DATE_EPOCH before BuildKit 0.11, no
+# rewrite-timestamp before 0.13), and the inline cache's metadata (engine.INLINE_CACHE_ARG). The push path
+# rewrites exactly these (buildtool.imagebuild.repro_config), so the pushed digests are compared too.
+ENGINE_TIMES = "created", "history[].created", "moby.buildkit.cache.v0"
 ENGINE_REASON = ("the engine stamps config `created` and every history entry's `created` with the build's "
                  "wall-clock time (Docker 20.10 / BuildKit v0.8: no SOURCE_DATE_EPOCH, which BuildKit >= 0.11 "
-                 "honours)")
+                 "honours) and the inline cache writes its metadata; the push path normalises both "
+                 "(repro_config: see `pushed`)")
 
 
 def config_differences(a: object, b: object, path: str = "") -> list[str]:
@@ -113,6 +121,27 @@ def saved_config(saved: Path) -> dict[str, object]:
     with tarfile.open(saved) as tar:
         name = json.load(tar.extractfile("manifest.json"))[0]["Config"]  # type: ignore[arg-type]
         return json.load(tar.extractfile(name))  # type: ignore[arg-type]
+
+
+def push_both(refs: list[str], logs: list[Path]) -> dict[str, object]:
+    """Push each build as `buildtool build --push` does (push_path's choice for a fresh build, then the
+    config normalised in the registry, repro_config) under LOCAL/<ref>; the digests before and after."""
+    epoch = repro_config.commit_time(ROOT, git_full_revision(ROOT))
+    client = RegistryClient(LOCAL)
+    found: dict[str, object] = {"source_date_epoch": epoch}
+    for n, (ref, log) in enumerate(zip(refs, logs, strict=True), 1):
+        pushed_ref = f"{LOCAL}/{ref}"
+        engine.tag(ref, pushed_ref)
+        via = push_path.choose(push_path.AUTO, log.read_text(errors="replace"))
+        built = push_verified(pushed_ref, lambda line: print(line, file=sys.stderr), via=via)
+        _, repo, tag = split_repo(pushed_ref)
+        published = repro_config.publish_normalised(client, repo, tag, epoch)
+        engine.untag(pushed_ref)
+        found.update({f"built_{n}": built, f"digest_{n}": published.digest, f"cache_{n}": published.cache,
+                      f"pushed_with_{n}": via})
+        found["normalised"] = list(published.changed)
+    found["identical"] = found["digest_1"] == found["digest_2"]
+    return found
 
 
 def main() -> int:
@@ -155,6 +184,7 @@ def main() -> int:
             ids = [str((engine.image_attrs(ref) or {})["Id"]) for ref in refs]
             image = {"id_1": ids[0], "id_2": ids[1],
                      **image_verdict(config_differences(saved_config(tmp / "1.tar"), saved_config(tmp / "2.tar")))}
+            pushed = push_both(refs, [tmp / f"{n}.log" for n in (1, 2)])
     finally:
         for ref in refs:
             docker_cli.docker("rmi", "-f", ref, timeout=120)
@@ -168,8 +198,11 @@ def main() -> int:
         print(f"layer {n}: {'identical' if equal else 'DIFFERENT'} ({found['entries']} entries"
               f"{'' if equal else ', ' + json.dumps(found['differences'])})", file=sys.stderr)
     print(f"layers identical: {sum(same)}/{len(same)}", file=sys.stderr)
-    print(f"image digests (config): {'equal' if image['identical'] else 'different'}: {image['reason']}",
+    print(f"image configs as built: {'equal' if image['identical'] else 'different'}: {image['reason']}",
           file=sys.stderr)
+    print(f"pushed image digests: {'equal' if pushed['identical'] else 'DIFFERENT'} ({pushed['digest_1']} "
+          f"{pushed['digest_2']}; as built {pushed['built_1']} {pushed['built_2']}; normalised: "
+          f"{', '.join(pushed['normalised'])})", file=sys.stderr)
     verdict = {True: "equal", False: "DIFFERENT"}
     print(f"package sets: python {verdict[same_python]}, debian {verdict[same_apt]}", file=sys.stderr)
     print(json.dumps({
@@ -181,8 +214,9 @@ def main() -> int:
                    for n, (a, b) in enumerate(zip(layers[0], layers[1], strict=True))],
         "files": files,
         "image": image,
+        "pushed": pushed,
     }, indent=1))
-    return 0 if same_python and same_apt and all(same) else 1
+    return 0 if same_python and same_apt and all(same) and pushed["identical"] else 1
 
 
 if __name__ == "__main__":

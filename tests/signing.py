@@ -148,14 +148,19 @@ def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool =
 
     external = {"cell": cell.key, "matrix_digest": "sha256:" + "c" * 64, "revision": revision or head_commit(),
                 "source": "https://example.invalid/dl-images", "dockerfile": cell.dockerfile,
-                "platform": "linux/amd64", **params}
+                "platform": "linux/amd64", "buildArgs": {"BASE_IMAGE": f"{cell.base}@{base_digest}"},
+                "sourceDateEpoch": 1767225600, "secrets": ["pip.conf", "uv.toml"], "network": "host", **params}
+    commit = str(external["revision"]).partition("-dirty.")[0]
     return {"buildDefinition": {
                 "buildType": BUILD_TYPE, "externalParameters": external, "internalParameters": {},
                 "resolvedDependencies": [
                     {"name": BASE, "uri": f"oci://{cell.base}", "digest": {"sha256": base_digest.partition(":")[2]},
                      "annotations": {"standin": standin}},
+                    {"name": "source", "uri": f"git+https://example.invalid/dl-images@{commit}",
+                     "digest": {"gitCommit": commit}},
                     {"name": "lock:dockerfiles/x/requirements.lock", "digest": {"sha256": "d" * 64}},
-                    {"name": "tool:buildtool", "annotations": {"version": "0.1.0"}}]},
+                    {"name": "tool:buildtool", "uri": f"git+https://example.invalid/dl-images@{commit}",
+                     "digest": {"gitCommit": commit}, "annotations": {"version": "0.1.0"}}]},
             "runDetails": {"builder": {"id": "https://ci.example.invalid/runs/1", "version": {"buildtool": "0.1.0"}},
                            "metadata": {"invocationId": "1", "startedOn": "2026-01-01T00:00:00Z",
                                         "finishedOn": "2026-01-01T00:01:00Z"}}}

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.common.errors import FailedError
+from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import label_keys
-from buildtool.contracts.provenance import PREDICATE_TYPE, parse_provenance
+from buildtool.contracts.provenance import PREDICATE_TYPE, ProvenanceError, builder_id_problem, parse_provenance
 from buildtool.imagebuild import provenance as build_provenance
+from buildtool.imagebuild.archive_state import ReleaseFile
 from buildtool.matrix.plan import CellPlan
 from buildtool.registry.provenance import sign_provenance, verify
 from buildtool.registry.referrers import Payload
@@ -73,15 +74,41 @@ LABELS = {label_keys.OCI_REVISION: REV, label_keys.OCI_SOURCE: "https://example.
           label_keys.OCI_BASE_DIGEST: BASE_DIGEST, label_keys.BASE_UPSTREAM: CPU.base, label_keys.CELL: CPU.key}
 
 
-def _made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, labels: dict[str, str] = LABELS):  # noqa: ANN202
+FACTS = build_provenance.BuildFacts(
+    build_args={"BASE_IMAGE": f"127.0.0.1:5000/library/debian:bookworm-slim@{BASE_DIGEST}",
+                "BUILDKIT_INLINE_CACHE": "1"},
+    secrets=("pip.conf", "uv.toml"), network="host", buildkit="classic", source_date_epoch=1767225600,
+    cache_from=(f"127.0.0.1:5000/pytorch-cpu-dev@sha256:{'e' * 64}",),
+    archive=(ReleaseFile("http://deb.debian.org/debian/dists/bookworm/InRelease", "f" * 64, "2026-11-15T09:30:00Z",
+                         False),),
+    inline_cache=f"127.0.0.1:5000/pytorch-cpu-dev@sha256:{'9' * 64}", config_rewrite="created, history[].created")
+
+
+def _made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, labels: dict[str, str] = LABELS,  # noqa: ANN202
+          facts: build_provenance.BuildFacts = FACTS):
     monkeypatch.setattr(build_provenance, "docker_versions", lambda: ("20.10.24", "20.10.24+dfsg1"))
+    monkeypatch.setattr(build_provenance, "git_ref", lambda root: "refs/heads/main")
+    client = tmp_path / "docker"
+    client.write_bytes(b"a docker client")
+    monkeypatch.setattr(build_provenance, "client_binary", lambda: str(client))
+    monkeypatch.setattr(build_provenance, "deb_owner",
+                        lambda path: ("docker.io", "20.10.24+dfsg1-1+deb12u1+b6", "amd64") if path == str(client)
+                        or path.endswith("dockerd") else None)
     monkeypatch.setenv("DL_IMAGES_BUILDER_ID", "https://ci.example.invalid/runs/7")
     root, plan = _project(tmp_path)
     started, finished = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC), datetime(2026, 1, 1, 0, 2, 5, tzinfo=UTC)
     made = build_provenance.make_provenance(root, root / "matrix.yaml", plan,
                                             build_provenance.Built(labels, "linux/amd64"), started, finished,
-                                            build_provenance.tools(root))
+                                            build_provenance.tools(root), facts, KEY.keyid)
     return root, made
+
+
+def descriptor_rule_breaks(predicate: dict) -> list[str]:
+    """in-toto's ResourceDescriptor rule, written here from the spec (not buildtool's parser): each descriptor
+    sets at least one of uri, digest and content. The names of those that do not."""
+    descriptors = [*predicate["buildDefinition"]["resolvedDependencies"],
+                   *predicate["runDetails"].get("byproducts", [])]
+    return [d.get("name", "?") for d in descriptors if not (d.get("uri") or d.get("digest") or d.get("content"))]
 
 
 def _nacl_open(data: bytes, public_pem: str) -> dict:
@@ -111,12 +138,17 @@ def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl
     assert statement["predicateType"] == PREDICATE_TYPE == "https://slsa.dev/provenance/v1"
     assert statement["subject"] == [{"name": "127.0.0.1:5000/pytorch-cpu-dev", "digest": {"sha256": "1" * 64}}]
     definition = statement["predicate"]["buildDefinition"]
-    assert definition["buildType"] == "https://github.com/dl-images/dl-images/buildtypes/cell-build/v1"
+    assert definition["buildType"] == \
+        "https://github.com/dl-images/dl-images/blob/main/docs/release-trust.md#cell-build-v2"
     matrix = "sha256:" + hashlib.sha256((root / "matrix.yaml").read_bytes()).hexdigest()
     assert definition["externalParameters"] == {
         "cell": CPU.key, "matrix_digest": matrix, "revision": REV, "source": "https://example.invalid/dl-images",
-        "dockerfile": CPU.dockerfile, "platform": "linux/amd64"}
+        "dockerfile": CPU.dockerfile, "platform": "linux/amd64", "buildArgs": FACTS.build_args,
+        "sourceDateEpoch": 1767225600, "secrets": ["pip.conf", "uv.toml"], "network": "host"}
+    assert definition["internalParameters"] == {"buildkit": "classic", "configRewrite": "created, history[].created"}
     deps = {d["name"]: d for d in definition["resolvedDependencies"]}
+    assert deps["source"] == {"name": "source", "uri": "git+https://example.invalid/dl-images@refs/heads/main",
+                              "digest": {"gitCommit": REV}}
     assert deps["base"] == {"name": "base", "uri": "oci://127.0.0.1:5000/library/debian:bookworm-slim",
                             "digest": {"sha256": "b" * 64}, "annotations": {"standin": False, "upstream": CPU.base}}
     from buildtool.imagebuild import aptlock
@@ -128,23 +160,130 @@ def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl
     for path in locks:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         assert deps[f"lock:{path.relative_to(root)}"]["digest"] == {"sha256": digest}
-    assert deps["tool:docker-client"]["annotations"] == {"version": "20.10.24"}
-    assert deps["tool:docker-engine"]["annotations"] == {"version": "20.10.24+dfsg1"}
-    assert deps["tool:buildtool"]["annotations"]["version"] == "0.1.0"
-    assert deps["tool:uv"]["annotations"]["version"] == "0.13.9"
+    debian = "pkg:deb/debian/docker.io@20.10.24%2Bdfsg1-1%2Bdeb12u1%2Bb6?arch=amd64"
+    assert deps["tool:docker-client"]["annotations"]["version"] == "20.10.24"
+    assert deps["tool:docker-client"]["uri"] == debian
+    assert deps["tool:docker-client"]["digest"] == {"sha256": hashlib.sha256(b"a docker client").hexdigest()}
+    assert deps["tool:docker-engine"]["annotations"]["version"] == "20.10.24+dfsg1"
+    assert deps["tool:docker-engine"]["uri"] == debian     # the engine of the Debian package's version
+    assert deps["tool:buildtool"]["uri"] == deps["source"]["uri"]
+    assert deps["tool:buildtool"]["digest"] == {"gitCommit": REV}
+    assert deps["tool:uv"]["uri"] == "pkg:pypi/uv@0.13.9"
     assert deps["tool:uv"]["digest"]["sha256"] == hashlib.sha256((root / "templates/uv.lock").read_bytes()).hexdigest()
+    archive = deps["apt-archive:http://deb.debian.org/debian/dists/bookworm/InRelease"]
+    assert archive == {"name": "apt-archive:http://deb.debian.org/debian/dists/bookworm/InRelease",
+                       "uri": "http://deb.debian.org/debian/dists/bookworm/InRelease", "digest": {"sha256": "f" * 64},
+                       "annotations": {"date": "2026-11-15T09:30:00Z", "publishedDuringBuild": False}}
+    assert deps["cache:1"] == {"name": "cache:1", "uri": f"oci://127.0.0.1:5000/pytorch-cpu-dev@sha256:{'e' * 64}",
+                               "digest": {"sha256": "e" * 64}}
     run = statement["predicate"]["runDetails"]
     assert run["builder"] == {"id": "https://ci.example.invalid/runs/7", "version": {"buildtool": "0.1.0"}}
     assert run["metadata"]["startedOn"] == "2026-01-01T00:00:00Z"
     assert run["metadata"]["finishedOn"] == "2026-01-01T00:02:05Z"
+    assert run["byproducts"] == [{"name": "buildkit-inline-cache", "digest": {"sha256": "9" * 64},
+                                  "uri": f"oci://127.0.0.1:5000/pytorch-cpu-dev@sha256:{'9' * 64}"}]
+    assert descriptor_rule_breaks(statement["predicate"]) == []
     # The reader gets the same back, signed by the builder.
     back, keyid = read(data)
     assert back == made and keyid == KEY.keyid
 
 
-def test_the_builder_id_defaults_to_user_at_host(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_resource_descriptor_of_a_made_provenance_has_a_uri_digest_or_content(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-toto ResourceDescriptor rule over what a push makes, by a check written from the spec; a tool
+    entry with only a name and a version (what pushes wrote before) breaks it, and the parser refuses it."""
+    _, made = _made(tmp_path, monkeypatch)
+    predicate = made.to_json()
+    assert descriptor_rule_breaks(predicate) == []
+    predicate["buildDefinition"]["resolvedDependencies"].append(
+        {"name": "tool:docker-engine-old", "annotations": {"version": "20.10.24"}})
+    assert descriptor_rule_breaks(predicate) == ["tool:docker-engine-old"]
+    with pytest.raises(ProvenanceError, match="resource 'tool:docker-engine-old' has none of uri, digest and content"):
+        parse_provenance(predicate, "x")
+
+
+def test_secret_names_are_stated_and_their_values_never_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What engine.build records for the provenance names each secret by its id: not the file it was read from,
+    not its content; the provenance made from that record holds neither."""
+    from buildtool.imagebuild import engine
+
+    value = "s3cr3t-index-token-4242"
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = https://user:{value}@index.example.invalid/simple\n")
+    log = tmp_path / "logs" / "pytorch-cpu-2.13.log"
+
+    real_run = subprocess.run
+
+    def fake_run(argv, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if "--iidfile" not in argv:
+            return real_run(argv, **kwargs)
+        Path(argv[argv.index("--iidfile") + 1]).write_text("sha256:" + "4" * 64)
+        kwargs["stdout"].write("#5 0.180 Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]\n")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(engine.subprocess, "run", fake_run)
+    client = engine.BuildClient(("client-stand-in", "build"), (("DOCKER_BUILDKIT", "1"),), "classic")
+    engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b@sha256:" + "b" * 64},
+                 labels={}, secrets={"pip.conf": conf}, log_path=log)
+    release = b"Origin: Debian\nDate: Sat, 15 Nov 2025 09:30:00 UTC\n"
+    facts = build_provenance.facts_from_build(log, "sha256:" + "4" * 64, 1767225600, fetch=lambda uri: release)
+    assert facts.secrets == ("pip.conf",)
+    _, made = _made(tmp_path, monkeypatch, facts=facts)
+    text = json.dumps(made.to_json())
+    assert '"secrets": ["pip.conf"]' in text
+    assert value not in text and str(conf) not in text and value not in engine.facts_path(log).read_text()
+    assert made.dependency("apt-archive:http://deb.debian.org/debian/dists/bookworm/InRelease") is not None
+
+
+def test_the_facts_of_another_build_are_refused_naming_the_record(tmp_path: Path) -> None:
+    from buildtool.imagebuild import engine
+
+    log = tmp_path / "x.log"
+    log.write_text("")
+    engine.facts_path(log).write_text(json.dumps({"image": "sha256:" + "1" * 64}))
+    with pytest.raises(FailedError, match=f"records the build of sha256:{'1' * 64}, not sha256:{'2' * 64}"):
+        build_provenance.facts_from_build(log, "sha256:" + "2" * 64, 0)
+    with pytest.raises(FailedError, match="no record of the build"):
+        build_provenance.facts_from_build(tmp_path / "none.log", "sha256:" + "2" * 64, 0)
+
+
+def test_the_builder_id_is_a_documented_uri_per_builder_key_without_a_ci_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DL_IMAGES_BUILDER_ID", raising=False)
-    assert build_provenance.builder_id().startswith("local:") and "@" in build_provenance.builder_id()
+    found = build_provenance.builder_id(KEY.keyid)
+    assert found == ("https://github.com/dl-images/dl-images/blob/main/docs/release-trust.md"
+                     f"?keyid={KEY.keyid}#local-builders")
+    assert "local:" not in found and builder_id_problem(found) == ""
+    monkeypatch.setenv("DL_IMAGES_BUILDER_ID", "local:root@vm")
+    with pytest.raises(UserError, match="builder.id 'local:root@vm' is not an https URI"):
+        build_provenance.builder_id(KEY.keyid)
+
+
+def test_a_provenance_whose_builder_id_or_source_is_no_uri_is_refused(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _, made = _made(tmp_path, monkeypatch)
+    predicate = made.to_json()
+    predicate["runDetails"]["builder"]["id"] = "local:root@vm"
+    with pytest.raises(ProvenanceError, match="builder.id 'local:root@vm' is not an https URI"):
+        parse_provenance(predicate, "x")
+    predicate = made.to_json()
+    source = next(d for d in predicate["buildDefinition"]["resolvedDependencies"] if d["name"] == "source")
+    source["digest"] = {"sha1": REV}
+    with pytest.raises(ProvenanceError, match="is not git\\+<URL>@<ref> with a gitCommit digest"):
+        parse_provenance(predicate, "x")
+
+
+def test_a_dirty_revision_names_its_commit_and_says_it_was_dirty() -> None:
+    found = build_provenance.source_descriptor("https://example.invalid/r", f"{REV}-dirty.0123abcd", "")
+    assert found == {"name": "source", "uri": f"git+https://example.invalid/r@{REV}", "digest": {"gitCommit": REV},
+                     "annotations": {"dirty": "0123abcd"}}
+    with pytest.raises(FailedError, match="is no repository URL"):
+        build_provenance.source_descriptor("", REV, "")
+
+
+def test_a_base_made_here_names_its_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe = "debootstrap --variant=minbase bookworm, recipe 2"
+    _, made = _made(tmp_path, monkeypatch, {**LABELS, label_keys.BASE_SOURCE: recipe})
+    assert made.base is not None and made.base.annotations["madeBy"] == recipe
 
 
 def test_a_stand_in_base_is_stated_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

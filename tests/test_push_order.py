@@ -162,7 +162,9 @@ def test_attestations_the_registry_refuses_leave_no_dev_tag_and_the_error_says_s
     result = _cell(build, plan)
     assert result.result == "failed" and result.digest == ""
     assert plan.dev_tag not in registry.tags(repo)
-    assert registry.tags(repo) == [staging]
+    # Beside the staging tag, the image as built, its inline cache kept apart (repro_config), never a dev tag.
+    assert registry.tags(repo) == [f"{plan.dev_tag}__cache", staging]
+    assert names.parse_dev_tag(f"{plan.dev_tag}__cache") is None
     message = result.message
     assert message.startswith(f"dev tag {plan.dev_ref} not written: attaching the SBOM and provenance of sha256:")
     assert f"the image is only at {staging}" in message and "re-run build --push" in message

@@ -126,8 +126,10 @@ def test_the_build_pushes_by_the_path_chosen_for_it(monkeypatch: pytest.MonkeyPa
     local: list[tuple[str, ...]] = []
     monkeypatch.setattr(builder.engine, "tag", lambda image, ref: local.append(("tag", image, ref)))
     monkeypatch.setattr(builder.engine, "untag", lambda ref: local.append(("untag", ref)))
+    # The config normalised after the push (repro_config; tests/test_repro_config.py): here it names the same digest.
     fake = SimpleNamespace(options=builder.BuildOptions(push=True, push_with=setting), log=print,
-                           progress=SimpleNamespace(update=lambda *args: None))
+                           progress=SimpleNamespace(update=lambda *args: None),
+                           _normalised=lambda ref, build_log: "sha256:1")
     plan = SimpleNamespace(dev_ref="127.0.0.1:5000/x-dev:abc-1", dev_repo="127.0.0.1:5000/x-dev", dev_tag="abc-1",
                            cell=SimpleNamespace(key="x:1"))
     build_log = None

@@ -4,33 +4,66 @@ The predicate of an in-toto Statement about the image digest (buildtool.contract
 the builder's key (buildtool.validate.keys, role builder) and attached to the digest as a referrer.
 Typed here once; the push writes it, release gates on it, `buildtool verify` prints it. Parsing is
 strict: an unknown field, a missing one or a wrong type is a ProvenanceError naming it, never a default.
+The build type is documented in docs/release-trust.md#cell-build-v2 (BUILD_TYPE is that address).
 
     buildDefinition:
       buildType:           BUILD_TYPE
       externalParameters:  cell, matrix_digest (sha256 of matrix.yaml as built), revision (the full commit,
-                           `-dirty.<hash>` when built from a dirty tree), source (the repository's URL, "" when
-                           it has none), dockerfile (its path in the repository), platform
-      internalParameters:  {} (nothing the builder chose that a user could not see)
-      resolvedDependencies: the base (name BASE: uri `oci://<ref>`, digest {sha256}, annotations
-                           {"standin": bool}), each lock file (name `lock:<path>`, digest {sha256}), each
-                           tool (name `tool:<name>`, annotations {"version": ...})
+                           `-dirty.<hash>` when built from a dirty tree), source (the repository's URL),
+                           dockerfile (its path in the repository), platform, buildArgs (every --build-arg
+                           the build passed: BASE_IMAGE by digest, BUILDKIT_INLINE_CACHE, the cell's own),
+                           sourceDateEpoch (the commit time: the image config's and history's times),
+                           secrets (the BuildKit secret ids the build mounted: names, never values),
+                           network (the RUN steps' network mode)
+      internalParameters:  buildkit (how the builder ran BuildKit: `classic` DOCKER_BUILDKIT=1 or `buildx`),
+                           configRewrite (what the push path normalised in the config; "" when nothing)
+      resolvedDependencies: each a ResourceDescriptor with at least one of uri, digest, content:
+                           SOURCE (`git+<URL>@<ref>`, digest {gitCommit}), BASE (uri `oci://<ref>`, digest
+                           {sha256}, annotations {standin, upstream, ...}), each lock file (`lock:<path>`,
+                           digest {sha256}), each tool (`tool:<name>`, a version-pinned uri and a digest
+                           where one is known), each Debian archive index the apt step read
+                           (`apt-archive:<InRelease URL>`, digest {sha256}, annotations {date}), each cache
+                           source (`cache:<n>`, uri `oci://<repo>@<digest>`, digest {sha256})
     runDetails:
-      builder:  {id: the builder's id (BUILDER_ID_ENV, else `local:<user>@<host>`), version: {buildtool: ...}}
+      builder:  {id: a URI: BUILDER_ID_ENV (a CI run's workflow URL), else LOCAL_BUILDERS?keyid=<builder key
+                 id>#local-builders; version: {buildtool: ...}}
       metadata: {invocationId, startedOn, finishedOn} (RFC 3339 UTC)
+      byproducts: the BuildKit inline cache kept apart from the image (INLINE_CACHE: uri, digest), when pushed
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-BUILD_TYPE = "https://github.com/dl-images/dl-images/buildtypes/cell-build/v1"
+DOCS = "https://github.com/dl-images/dl-images/blob/main/docs/release-trust.md"
+BUILD_TYPE = f"{DOCS}#cell-build-v2"
+# A builder with a key of trusted-keys.yaml but no CI run to name: the documented page, the key by its id.
+LOCAL_BUILDERS = DOCS
 BUILDER_ID_ENV = "DL_IMAGES_BUILDER_ID"     # e.g. https://github.com/<org>/<repo>/actions/runs/<id>
 BASE = "base"
+SOURCE = "source"
 LOCK_PREFIX = "lock:"
 TOOL_PREFIX = "tool:"
+ARCHIVE_PREFIX = "apt-archive:"
+CACHE_PREFIX = "cache:"
+INLINE_CACHE = "buildkit-inline-cache"
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
+
+
+def local_builder_id(keyid: str) -> str:
+    """The builder id of a machine that signs with builder key `keyid` and names no CI run."""
+    return f"{LOCAL_BUILDERS}?keyid={keyid}#local-builders"
+
+
+def builder_id_problem(value: str) -> str:
+    """Why `value` is no builder id ("" when it is one): an https URL (a CI run, or local_builder_id)."""
+    if not value.startswith("https://") or not _URI.match(value):
+        return f"builder.id {value!r} is not an https URI (a CI run's URL, or {LOCAL_BUILDERS}?keyid=...)"
+    return ""
 
 
 class _Model(BaseModel):
@@ -38,10 +71,23 @@ class _Model(BaseModel):
 
 
 class ResourceDescriptor(_Model):
+    """in-toto's ResourceDescriptor (https://github.com/in-toto/attestation/blob/main/spec/v1/resource_descriptor.md):
+    at least one of uri, digest and content must be set (descriptor_problem)."""
+
     name: str
     uri: str = ""
     digest: dict[str, str] = Field(default_factory=dict)
+    content: str = ""           # base64, as the spec's JSON form writes bytes
     annotations: dict[str, Any] = Field(default_factory=dict)
+
+
+def descriptor_problem(descriptor: ResourceDescriptor) -> str:
+    """Why a descriptor breaks the in-toto rule ("" when it keeps it): none of uri, digest, content."""
+    if not (descriptor.uri or descriptor.digest or descriptor.content):
+        return f"resource {descriptor.name!r} has none of uri, digest and content (in-toto ResourceDescriptor)"
+    if descriptor.uri and not _URI.match(descriptor.uri):
+        return f"resource {descriptor.name!r}: uri {descriptor.uri!r} is not a URI"
+    return ""
 
 
 class ExternalParameters(_Model):
@@ -51,6 +97,10 @@ class ExternalParameters(_Model):
     source: str
     dockerfile: str
     platform: str
+    buildArgs: dict[str, str]
+    sourceDateEpoch: int
+    secrets: list[str]
+    network: str
 
 
 class BuildDefinition(_Model):
@@ -82,7 +132,12 @@ class Provenance(_Model):
     runDetails: RunDetails
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The predicate as JSON; a descriptor's empty fields left out (in-toto writes only what is set)."""
+        data = self.model_dump(mode="json")
+        for descriptors in (data["buildDefinition"]["resolvedDependencies"], data["runDetails"]["byproducts"]):
+            descriptors[:] = [{k: v for k, v in d.items() if k == "name" or v not in ("", {}, None)}
+                              for d in descriptors]
+        return data
 
     def dependency(self, name: str) -> ResourceDescriptor | None:
         return next((d for d in self.buildDefinition.resolvedDependencies if d.name == name), None)
@@ -92,12 +147,24 @@ class Provenance(_Model):
         return self.dependency(BASE)
 
     @property
+    def source(self) -> ResourceDescriptor | None:
+        return self.dependency(SOURCE)
+
+    def named(self, prefix: str) -> list[ResourceDescriptor]:
+        return [d for d in self.buildDefinition.resolvedDependencies if d.name.startswith(prefix)]
+
+    @property
     def locks(self) -> list[ResourceDescriptor]:
-        return [d for d in self.buildDefinition.resolvedDependencies if d.name.startswith(LOCK_PREFIX)]
+        return self.named(LOCK_PREFIX)
 
     @property
     def tools(self) -> list[ResourceDescriptor]:
-        return [d for d in self.buildDefinition.resolvedDependencies if d.name.startswith(TOOL_PREFIX)]
+        return self.named(TOOL_PREFIX)
+
+    @property
+    def inline_cache(self) -> ResourceDescriptor | None:
+        """The build's BuildKit inline cache, kept apart from the image (a byproduct), or None."""
+        return next((d for d in self.runDetails.byproducts if d.name == INLINE_CACHE), None)
 
 
 class ProvenanceError(ValueError):
@@ -116,6 +183,18 @@ def parse_provenance(data: Any, where: str) -> Provenance:
         raise ProvenanceError(f"{where}: malformed provenance: `{path}`: {first['msg']}") from None
     if provenance.buildDefinition.buildType != BUILD_TYPE:
         raise ProvenanceError(f"{where}: buildType {provenance.buildDefinition.buildType!r} is not {BUILD_TYPE}")
-    if provenance.base is None:
-        raise ProvenanceError(f"{where}: no resolved dependency named {BASE!r} (the base image)")
+    for name, what in ((BASE, "the base image"), (SOURCE, "the source, git+<URL>@<ref> with its gitCommit")):
+        if provenance.dependency(name) is None:
+            raise ProvenanceError(f"{where}: no resolved dependency named {name!r} ({what})")
+    source = provenance.source
+    assert source is not None
+    if not source.uri.startswith("git+") or "gitCommit" not in source.digest:
+        raise ProvenanceError(f"{where}: the source {source.uri!r} is not git+<URL>@<ref> with a gitCommit digest")
+    for descriptor in (*provenance.buildDefinition.resolvedDependencies, *provenance.runDetails.byproducts):
+        problem = descriptor_problem(descriptor)
+        if problem:
+            raise ProvenanceError(f"{where}: {problem}")
+    problem = builder_id_problem(provenance.runDetails.builder.id)
+    if problem:
+        raise ProvenanceError(f"{where}: {problem}")
     return provenance

@@ -36,13 +36,13 @@ from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
 from buildtool.contracts.names import check_full_revision, parse_dev_tag, push_staging_tag
 from buildtool.contracts.trust import Trusted
-from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path
+from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path, repro_config
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
 from buildtool.imagebuild.contents import attach_sbom
 from buildtool.imagebuild.lock import locked_versions, read_locks
 from buildtool.imagebuild.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
 from buildtool.imagebuild.progress import LogProgress, Progress, StepWatcher
-from buildtool.imagebuild.provenance import Built, make_provenance, tools
+from buildtool.imagebuild.provenance import Built, facts_from_build, make_provenance, tools
 from buildtool.imagebuild.wheel_hashes import Sources
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
@@ -258,6 +258,16 @@ class Builder:
         self._client: engine.BuildClient | None = None
         self._candidates: dict[str, list[cache_sources.Candidate]] = {}   # cell key -> earlier dev images seen
         self._cache_trust: Trusted | None = None
+        # Pushed digest -> (its build's log, its inline cache's digest-pinned reference, what the push path
+        # normalised in its config): what its provenance states (repro_config, provenance.facts_from_build).
+        self._pushed: dict[str, tuple[Path | None, str, tuple[str, ...]]] = {}
+        self._epoch: int | None = None
+
+    def source_date_epoch(self) -> int:
+        """The commit's time (SOURCE_DATE_EPOCH): the pushed config's times (repro_config)."""
+        if self._epoch is None:
+            self._epoch = repro_config.commit_time(self.root, self.label_revision)
+        return self._epoch
 
     def _build_env(self) -> tuple[engine.BuildClient, PipSecrets, HostPip]:
         with self._lock:
@@ -464,7 +474,19 @@ class Builder:
         log_text = build_log.read_text(errors="replace") if build_log is not None else None
         via = push_path.choose(self.options.push_with, log_text)
         self.progress.update(plan.cell.key, "pushing", f"{ref} ({via})")
-        return push_verified(ref, self.log, via=via)
+        push_verified(ref, self.log, via=via)
+        return self._normalised(ref, build_log)
+
+    def _normalised(self, ref: str, build_log: Path | None) -> str:
+        """The image just pushed to `ref`, its config's times set to the commit's and its build metadata (the
+        inline cache) kept apart under the cache tag (repro_config): two builds of one commit, one digest.
+        Returns the digest `ref` names now; remembers what its provenance states about the push."""
+        host, repo, tag = split_repo(ref)
+        published = repro_config.publish_normalised(self.registry, repo, tag, self.source_date_epoch())
+        with self._lock:
+            self._pushed[published.digest] = (build_log, f"{host}/{repo}@{published.cache}" if published.cache
+                                              else "", published.changed)
+        return published.digest
 
     def _attach_platform(self, plan: CellPlan, platform: str, digest: str, key: str, began: datetime) -> dict[str, str]:
         """SBOM and provenance of one platform's image, attached to its own manifest digest."""
@@ -483,7 +505,8 @@ class Builder:
         self.progress.update(plan.cell.key, "pushing", f"{staging} ({via})")
         engine.tag(plan.dev_ref, staging)
         try:
-            return push_verified(staging, self.log, via=via)
+            push_verified(staging, self.log, via=via)
+            return self._normalised(staging, build_log)
         finally:
             try:
                 engine.untag(staging)     # the local store keeps only the dev tag
@@ -545,8 +568,15 @@ class Builder:
             config = json.loads(self.registry.get_blob(repo, body["config"]["digest"]))
             labels = dict((config.get("config") or {}).get("Labels") or {})
             platform = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
+            log, cache, changed = self._pushed.get(digest, (None, "", ()))
+            # Not pushed by this run: built by an earlier one on this machine, its cell's log when the record
+            # beside it names this very image.
+            local = None if log else str((engine.image_attrs(ref) or {}).get("Id", ""))
+            log = log or self.options.log_dir / f"{plan.cell.name}-{plan.cell.version}.log"
+            facts = facts_from_build(log, local, self.source_date_epoch(), cache, changed)
             provenance = make_provenance(self.root, self.options.matrix or self.root / "matrix.yaml", plan,
-                                         Built(labels, platform), began, finished, tools(self.root))
+                                         Built(labels, platform), began, finished, tools(self.root), facts,
+                                         self._key.public().keyid)
             return attach_provenance(self.registry, repo, digest, provenance, self._key).digest
         except (FailedError, UserError, EnvelopeError, RegistryError, ValueError, KeyError) as exc:
             raise FailedError(f"provenance of {ref}: {exc}") from None

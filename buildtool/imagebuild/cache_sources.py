@@ -9,7 +9,9 @@ the other layers from the registry instead of rebuilding them.
 A cache source puts its layers into the image as surely as the base does: anyone who can push a tag
 could otherwise offer layers under our steps' cache keys (cache poisoning). So a dev image is a cache
 source only when its provenance verifies with a builder key this build trusts, and it is named by
-digest, so its tag cannot move between that check and the build.
+digest, so its tag cannot move between that check and the build. The pushed image carries no cache
+(buildtool.imagebuild.repro_config keeps it apart, for reproducible digests): the build imports the cache
+manifest its signed provenance names as a byproduct.
 """
 
 from __future__ import annotations
@@ -54,5 +56,9 @@ def choose(client: RegistryClient, registry_host: str, repo: str, candidates: It
         if found.provenance is None:
             log(f"not a cache source: {repo}:{candidate.tag} ({candidate.digest[:19]}…): {found.why_none()}")
             continue
-        chosen.append(f"{registry_host}/{repo}@{candidate.digest}")
+        # Its inline cache, kept apart from the image by the push path (repro_config), named by the signed
+        # provenance; an image pushed before that carries the cache in its own config.
+        cache = found.provenance.inline_cache
+        chosen.append(cache.uri.removeprefix("oci://") if cache is not None
+                      else f"{registry_host}/{repo}@{candidate.digest}")
     return chosen

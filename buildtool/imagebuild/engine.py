@@ -9,6 +9,7 @@ Everything else here uses the Docker SDK.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -111,6 +112,7 @@ def build(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     iidfile = log_path.with_suffix(".iid")
     iidfile.unlink(missing_ok=True)
+    facts_path(log_path).unlink(missing_ok=True)
     argv: list[str] = [*client.argv, "--progress=plain", "--iidfile", str(iidfile), "-f", str(dockerfile)]
     if network_host:
         # Containers on the default bridge cannot reach anything here (iptables off), and
@@ -136,6 +138,7 @@ def build(
         argv += ["--secret", f"id={sid},src={path}"]
     argv.append(str(context))
     env = {**os.environ, **dict(client.env)}
+    wall_started = int(time.time())
     started = time.monotonic()
     with log_path.open("w") as log:
         log.write(f"$ {client.describe()} ... {context}\n")
@@ -151,7 +154,18 @@ def build(
         raise BuildFailed(f"{' '.join(client.argv)} exited {proc.returncode}: {last_error_line(log_path)}")
     image_id = iidfile.read_text().strip()
     iidfile.unlink(missing_ok=True)
+    # What the provenance states about this build (buildtool.imagebuild.provenance.BuildFacts): the arguments as
+    # passed, secret ids (never their files' content), the network mode; beside the log it belongs to.
+    facts_path(log_path).write_text(json.dumps({
+        "image": image_id, "build_args": {**build_args, INLINE_CACHE_ARG: "1"}, "secrets": sorted(secrets),
+        "network": "host" if network_host else "default", "buildkit": client.kind, "cache_from": list(cache_from),
+        "no_cache": no_cache, "platform": platform or "", "started": wall_started}, sort_keys=True, indent=1))
     return image_id
+
+
+def facts_path(log_path: Path) -> Path:
+    """Where build() leaves the facts of the build logged at `log_path`."""
+    return log_path.with_suffix(".facts.json")
 
 
 _STEP_HEADER = re.compile(r"^#\d+ \[[^\]]*\] ")

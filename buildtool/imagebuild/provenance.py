@@ -1,23 +1,28 @@
-"""The SLSA provenance a push signs for each dev image (buildtool.contracts.provenance is the model).
+"""The SLSA provenance a push signs for each dev image (buildtool.contracts.provenance is the model;
+docs/release-trust.md#cell-build-v2 documents what each field means).
 
 What it states comes from what the build used, not from what it meant to use: the base name, digest and
 stand-in flag from the pushed image's own labels (the ones release compares with), the revision and source
-from its revision label, each lock file of the cell by its sha256 as committed now (the content key covers
-the build context, so an image reused by content key was built from the same bytes), the docker client
-and engine, buildtool and the uv the Dockerfiles install. Anything missing is an error naming it: a
-provenance with a gap would be a signed guess.
+from its revision label (the source as a resolved dependency, `git+<URL>@<ref>` with its gitCommit), each
+lock file of the cell by its sha256 as committed now (the content key covers the build context, so an image
+reused by content key was built from the same bytes), the build's arguments, secret ids, network mode and
+cache sources as the builder passed them (BuildFacts), the Debian release files its apt step read
+(buildtool.imagebuild.archive_state), and the tools: the docker client and engine, buildtool (this
+repository at the revision) and the uv the Dockerfiles install, each with a version-pinned URI and a digest
+where one can be taken. Anything missing is an error naming it: a provenance with a gap would be a signed
+guess.
 """
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import os
-import socket
+import shutil
+import subprocess
 import uuid
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -28,19 +33,27 @@ from buildtool.contracts import label_keys
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.names import check_full_revision
 from buildtool.contracts.provenance import (
+    ARCHIVE_PREFIX,
     BASE,
     BUILD_TYPE,
     BUILDER_ID_ENV,
+    CACHE_PREFIX,
+    INLINE_CACHE,
     LOCK_PREFIX,
+    SOURCE,
     TOOL_PREFIX,
     Provenance,
+    builder_id_problem,
+    local_builder_id,
     parse_provenance,
 )
-from buildtool.imagebuild import aptlock
+from buildtool.imagebuild import aptlock, archive_state
+from buildtool.imagebuild.archive_state import Fetch, ReleaseFile
 from buildtool.imagebuild.lock import lock_paths
 from buildtool.matrix.plan import CellPlan
 
 DOCKER_VERSION_TIMEOUT_S = 30
+DPKG_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -51,10 +64,58 @@ class Built:
     platform: str          # os/architecture[/variant]
 
 
-def builder_id() -> str:
-    """DL_IMAGES_BUILDER_ID (a CI run's URL), else `local:<user>@<host>`."""
+@dataclass(frozen=True)
+class BuildFacts:
+    """How the builder ran the build (engine.build's arguments), for the provenance. `archive`: the release
+    files the apt step read (None: not observed, the image was not built by this run); `inline_cache`: the
+    digest-pinned reference of the build's BuildKit cache kept apart from the image ("" when none)."""
+
+    build_args: dict[str, str]
+    secrets: tuple[str, ...]
+    network: str
+    buildkit: str
+    source_date_epoch: int
+    cache_from: tuple[str, ...] = ()
+    archive: tuple[ReleaseFile, ...] | None = None
+    inline_cache: str = ""
+    config_rewrite: str = ""
+    not_observed: str = field(default="")     # why `archive` is None
+
+
+def facts_from_build(log_path: Path, image_id: str | None, source_date_epoch: int, inline_cache: str = "",
+                     config_rewrite: tuple[str, ...] = (), fetch: Fetch | None = None) -> BuildFacts:
+    """The facts of the build logged at `log_path` (engine.build's record beside it, and the release files its
+    apt step read, archive_state), checked to be the build of `image_id` when given (None: the caller pushed
+    that build itself); FailedError when there is no record of that build."""
+    from buildtool.imagebuild.engine import facts_path
+
+    try:
+        record = json.loads(facts_path(log_path).read_text())
+        log_text = log_path.read_text(errors="replace")
+    except (OSError, ValueError):
+        raise FailedError(f"no record of the build of {(image_id or 'the image')[:19]} at {facts_path(log_path)}: "
+                          "rebuild it with `buildtool build --force --push` to state how it was built") from None
+    if image_id is not None and record.get("image") != image_id:
+        raise FailedError(f"{facts_path(log_path)} records the build of {record.get('image')}, not {image_id}: "
+                          "rebuild with `buildtool build --force --push`")
+    began = datetime.fromtimestamp(int(record["started"]), UTC)
+    return BuildFacts(build_args=dict(record["build_args"]), secrets=tuple(record["secrets"]),
+                      network=str(record["network"]), buildkit=str(record["buildkit"]),
+                      source_date_epoch=source_date_epoch, cache_from=tuple(record["cache_from"]),
+                      archive=tuple(archive_state.observe(log_text, began, fetch)), inline_cache=inline_cache,
+                      config_rewrite=", ".join(config_rewrite))
+
+
+def builder_id(keyid: str) -> str:
+    """DL_IMAGES_BUILDER_ID (a CI run's URL, checked to be an https URI), else the documented id of a machine
+    holding builder key `keyid` (contracts.provenance.local_builder_id)."""
     named = os.environ.get(BUILDER_ID_ENV, "").strip()
-    return named or f"local:{getpass.getuser()}@{socket.gethostname()}"
+    if not named:
+        return local_builder_id(keyid)
+    problem = builder_id_problem(named)
+    if problem:
+        raise UserError(f"{BUILDER_ID_ENV}: {problem}")
+    return named
 
 
 def rfc3339(when: datetime) -> str:
@@ -62,7 +123,11 @@ def rfc3339(when: datetime) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @lru_cache(maxsize=1)
@@ -78,35 +143,129 @@ def docker_versions() -> tuple[str, str]:
     return client, server
 
 
-def tools(root: Path) -> list[dict[str, Any]]:
-    """The tools of the build as resolved dependencies: docker client and engine, buildtool, uv."""
-    from importlib.metadata import PackageNotFoundError, version
+def client_binary() -> str:
+    """The docker client the builds run (DOCKER_CLIENT's choice, buildtool.common.docker_cli)."""
+    return docker_cli.resolve(docker_cli.setting())
 
+
+def deb_owner(path: str) -> tuple[str, str, str] | None:
+    """(package, version, architecture) of the Debian package that installed `path`; None when dpkg has
+    no record of it (not a Debian system, or a binary installed another way)."""
+    if shutil.which("dpkg-query") is None:
+        return None
+    try:
+        owner = subprocess.run(["dpkg-query", "-S", path], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S)
+        if owner.returncode != 0:
+            return None
+        package = owner.stdout.split(":", 1)[0].strip()
+        shown = subprocess.run(["dpkg-query", "-W", "-f", "${Version} ${Architecture}", package],
+                               capture_output=True, text=True, timeout=DPKG_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version, _, arch = shown.stdout.strip().partition(" ")
+    return (package, version, arch) if shown.returncode == 0 and version and arch else None
+
+
+def deb_purl(package: str, version: str, arch: str) -> str:
+    from packageurl import PackageURL
+
+    return str(PackageURL("deb", namespace="debian", name=package, version=version, qualifiers={"arch": arch}))
+
+
+def tools(root: Path) -> list[dict[str, Any]]:
+    """The tools of the build that are not this repository: the docker client (its binary's sha256, and its
+    Debian package's purl or a generic version-pinned purl), the engine (its Debian package when the engine
+    runs this machine's dockerd of that version, else a generic purl) and uv (PyPI purl, its lock's sha256)."""
     from buildtool.contracts.locks import UV_LOCK
     from buildtool.render.dockerfiles import TemplateError, uv_pin
 
     client, server = docker_versions()
-    try:
-        ours = version("dl-images-buildtool")
-    except PackageNotFoundError:
-        raise FailedError("buildtool's own version is unknown (dl-images-buildtool is not installed: run "
-                          "`bash scripts/setup.sh`)") from None
+    binary = client_binary()
+    owner = deb_owner(binary)
+    client_uri = deb_purl(*owner) if owner else f"pkg:generic/docker-cli@{client}"
+    engine = deb_owner(shutil.which("dockerd") or "/usr/sbin/dockerd")
+    # Debian's docker.io says 20.10.24+dfsg1 as the engine's version and 20.10.24+dfsg1-1+deb12u1+b6 as the package's.
+    engine_uri = deb_purl(*engine) if engine and engine[1].startswith(f"{server}-") else \
+        f"pkg:generic/docker-engine@{server}"
     uv_lock = root / "templates" / UV_LOCK
     try:
         uv = uv_pin(root / "templates")["version"]
     except TemplateError as exc:
         raise FailedError(str(exc)) from None
     return [
-        {"name": f"{TOOL_PREFIX}docker-client", "annotations": {"version": client}},
-        {"name": f"{TOOL_PREFIX}docker-engine", "annotations": {"version": server}},
-        {"name": f"{TOOL_PREFIX}buildtool", "annotations": {"version": ours}},
-        {"name": f"{TOOL_PREFIX}uv", "digest": {"sha256": sha256_file(uv_lock)},
+        {"name": f"{TOOL_PREFIX}docker-client", "uri": client_uri, "digest": {"sha256": sha256_file(Path(binary))},
+         "annotations": {"version": client, "path": binary}},
+        {"name": f"{TOOL_PREFIX}docker-engine", "uri": engine_uri,
+         "annotations": {"version": server, "buildkit": "the engine's own (Docker 20.10: BuildKit v0.8)"
+                         if server.startswith("20.10") else "the engine's own"}},
+        {"name": f"{TOOL_PREFIX}uv", "uri": f"pkg:pypi/uv@{uv}", "digest": {"sha256": sha256_file(uv_lock)},
          "annotations": {"version": uv, "lock": f"templates/{UV_LOCK}"}},
     ]
 
 
+def buildtool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dl-images-buildtool")
+    except PackageNotFoundError:
+        raise FailedError("buildtool's own version is unknown (dl-images-buildtool is not installed: run "
+                          "`bash scripts/setup.sh`)") from None
+
+
+def git_ref(root: Path) -> str:
+    """The ref the checkout is on (refs/heads/main), "" when detached or not a git checkout."""
+    try:
+        found = subprocess.run(["git", "-C", str(root), "symbolic-ref", "-q", "HEAD"], capture_output=True,
+                               text=True, timeout=DPKG_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return found.stdout.strip() if found.returncode == 0 else ""
+
+
+def source_descriptor(source: str, revision: str, ref: str) -> dict[str, Any]:
+    """The source as a resolved dependency (SLSA's form: git+<URL>@<ref>, digest gitCommit); a revision built
+    from a dirty tree (`<commit>-dirty.<hash>`) says so in an annotation."""
+    if not source.startswith(("https://", "http://", "ssh://", "git://", "file://")):
+        raise FailedError(f"the image's {label_keys.OCI_SOURCE} label {source!r} is no repository URL (matrix.yaml "
+                          "`source`): the provenance names the source as git+<URL>@<ref>")
+    commit, _, dirty = revision.partition("-dirty.")
+    descriptor: dict[str, Any] = {"name": SOURCE, "uri": f"git+{source}@{ref or commit}",
+                                  "digest": {"gitCommit": commit}}
+    if dirty:
+        descriptor["annotations"] = {"dirty": dirty}
+    return descriptor
+
+
+def base_descriptor(labels: ImageLabels, upstream: str, base_hex: str) -> dict[str, Any]:
+    """The base as the build pulled it, with what an outsider needs: the upstream it stands for, and for a base
+    made here (debootstrap) the recipe, which with the archive state remakes it."""
+    annotations: dict[str, Any] = {"standin": bool(labels.standin_keys), "upstream": upstream}
+    if labels.base_source:
+        annotations["madeBy"] = labels.base_source
+    return {"name": BASE, "uri": f"oci://{labels.base_name}", "digest": {"sha256": base_hex},
+            "annotations": annotations}
+
+
+def archive_descriptors(facts: BuildFacts) -> list[dict[str, Any]]:
+    return [{"name": f"{ARCHIVE_PREFIX}{f.uri}", "uri": f.uri, "digest": {"sha256": f.sha256},
+             "annotations": {"date": f.date, "publishedDuringBuild": f.published_during_build}}
+            for f in facts.archive or ()]
+
+
+def cache_descriptors(facts: BuildFacts) -> list[dict[str, Any]]:
+    found = []
+    for n, ref in enumerate(facts.cache_from, 1):
+        algorithm, _, hexdigest = ref.rpartition("@")[2].partition(":")
+        if algorithm != "sha256" or len(hexdigest) != 64:
+            raise FailedError(f"cache source {ref!r} is not pinned by a sha256 digest")
+        found.append({"name": f"{CACHE_PREFIX}{n}", "uri": f"oci://{ref}", "digest": {"sha256": hexdigest}})
+    return found
+
+
 def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built, started: datetime,
-                    finished: datetime, tool_list: list[dict[str, Any]]) -> Provenance:
+                    finished: datetime, tool_list: list[dict[str, Any]], facts: BuildFacts,
+                    builder_keyid: str) -> Provenance:
     """The provenance of `plan`'s pushed image; FailedError naming what is missing or malformed."""
     cell = plan.cell
     try:
@@ -141,22 +300,35 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
         matrix_digest = "sha256:" + sha256_file(matrix_path)
     except OSError as exc:
         raise UserError(f"the matrix {matrix_path} cannot be read ({exc.strerror})") from None
-    base = {"name": BASE, "uri": f"oci://{labels.base_name}", "digest": {"sha256": base_hex},
-            "annotations": {"standin": bool(labels.standin_keys), "upstream": labels.base_upstream or cell.base}}
+    if aptlock.has_apt_step(cell) and facts.archive is not None and not facts.archive:
+        raise FailedError(f"{plan.dev_ref}: the build log names no Debian release file its apt step read")
+    source = source_descriptor(labels.source, revision, git_ref(root))
+    ours = buildtool_version()
+    buildtool = {"name": f"{TOOL_PREFIX}buildtool", "uri": source["uri"], "digest": dict(source["digest"]),
+                 "annotations": {"version": ours}}
+    internal: dict[str, Any] = {"buildkit": facts.buildkit, "configRewrite": facts.config_rewrite}
+    if facts.archive is None:
+        internal["aptArchive"] = f"not observed: {facts.not_observed or 'the image was not built by this run'}"
     predicate = {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
             "externalParameters": {"cell": cell.key, "matrix_digest": matrix_digest, "revision": revision,
                                    "source": labels.source, "dockerfile": cell.dockerfile,
-                                   "platform": built.platform},
-            "internalParameters": {},
-            "resolvedDependencies": [base, *locks, *tool_list],
+                                   "platform": built.platform, "buildArgs": dict(sorted(facts.build_args.items())),
+                                   "sourceDateEpoch": facts.source_date_epoch, "secrets": sorted(facts.secrets),
+                                   "network": facts.network},
+            "internalParameters": internal,
+            "resolvedDependencies": [source, base_descriptor(labels, labels.base_upstream or cell.base, base_hex),
+                                     *locks, *tool_list, buildtool, *archive_descriptors(facts),
+                                     *cache_descriptors(facts)],
         },
         "runDetails": {
-            "builder": {"id": builder_id(), "version": {t["name"].removeprefix(TOOL_PREFIX): t["annotations"]["version"]
-                                                        for t in tool_list if t["name"] == f"{TOOL_PREFIX}buildtool"}},
+            "builder": {"id": builder_id(builder_keyid), "version": {"buildtool": ours}},
             "metadata": {"invocationId": f"urn:uuid:{uuid.uuid4()}", "startedOn": rfc3339(started),
                          "finishedOn": rfc3339(finished)},
+            "byproducts": ([{"name": INLINE_CACHE, "uri": f"oci://{facts.inline_cache}",
+                             "digest": {"sha256": facts.inline_cache.rpartition("@sha256:")[2]}}]
+                           if facts.inline_cache else []),
         },
     }
     return parse_provenance(predicate, f"the provenance made for {plan.dev_ref}")

@@ -58,7 +58,25 @@ def _pushed(space: Space, drop: str = "") -> tuple[Builder, object, CellResult]:
     builder = Builder(ROOT, matrix.source, settings, revision,
                       BuildOptions(push=True, builder_key=lambda: signing.KEY, matrix=ROOT / "matrix.yaml"), print)
     builder._key = signing.KEY
+    builder._pushed[digest] = (build_record(), "", ())    # as if this run had built and pushed it
     return builder, plan, CellResult(cell=cell.key, result="pushed", ref=plan.dev_ref, digest=digest)
+
+
+def build_record() -> Path:
+    """A build's log and engine.build's record beside it (its apt step read Debian's bookworm release file,
+    which the provenance fetches from the archive)."""
+    import json
+    import tempfile
+
+    from buildtool.imagebuild.engine import facts_path
+
+    log = Path(tempfile.mkdtemp(prefix="t-provenance-")) / "pytorch-cpu-2.13.log"
+    log.write_text("#5 0.180 Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]\n")
+    facts_path(log).write_text(json.dumps({
+        "image": "sha256:" + "4" * 64, "build_args": {"BASE_IMAGE": f"base@{signing.BASE_DIGEST}"},
+        "secrets": ["pip.conf"], "network": "host", "buildkit": "classic", "cache_from": [], "no_cache": False,
+        "platform": "", "started": int(datetime.now(UTC).timestamp())}))
+    return log
 
 
 def test_a_push_attaches_a_provenance_that_pynacl_verifies_and_a_no_op_push_keeps_it() -> None:
@@ -82,6 +100,11 @@ def test_a_push_attaches_a_provenance_that_pynacl_verifies_and_a_no_op_push_keep
     assert deps["base"]["digest"] == {"sha256": signing.BASE_DIGEST.partition(":")[2]}
     assert deps["base"]["annotations"]["standin"] is False
     assert {"tool:docker-client", "tool:docker-engine", "tool:buildtool", "tool:uv"} <= set(deps)
+    assert deps["source"]["digest"] == {"gitCommit": params["revision"].partition("-dirty.")[0]}
+    archive = deps["apt-archive:http://deb.debian.org/debian/dists/bookworm/InRelease"]
+    assert len(archive["digest"]["sha256"]) == 64 and archive["annotations"]["date"].endswith("Z")
+    assert [d["name"] for d in definition["resolvedDependencies"]
+            if not (d.get("uri") or d.get("digest") or d.get("content"))] == []
     assert any(name.startswith("lock:") for name in deps)
     # A no-op push (the same digest again) keeps the provenance this key signed: nothing new attached.
     result.provenance = builder._ensure_provenance(plan, plan.dev_ref, result.digest, began, datetime.now(UTC))

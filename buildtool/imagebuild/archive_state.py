@@ -1,0 +1,78 @@
+"""The state of the Debian archive a build's apt step read, for the provenance (issue 40).
+
+The apt step runs `apt-get update` inside BuildKit and deletes the lists in the same step (they would
+make the layer depend on the day), so what it read is taken from two places: the build log names each
+release file it fetched (`Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]`), and the
+builder fetches those same URLs once the build is done, recording each file's sha256 and `Date:`.
+The release file is the archive's state: it signs the Packages indexes, which name every .deb by hash.
+A file whose Date is after the build began may be newer than the one the apt step read (the archive
+published during the build): the record says so (`publishedDuringBuild`), never claims otherwise.
+A log without the lines (no apt step, or an image this run did not build) gives no record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+from buildtool.common.errors import FailedError
+
+TIMEOUT_S = 30
+# apt's progress line for a release file: Get (fetched) or Hit (unchanged since the lists were made).
+_FETCHED = re.compile(r"\b(?:Get|Hit):\d+ (\S+) (\S+) InRelease\b")
+Fetch = Callable[[str], bytes]
+
+
+@dataclass(frozen=True)
+class ReleaseFile:
+    uri: str          # e.g. http://deb.debian.org/debian/dists/bookworm/InRelease
+    sha256: str
+    date: str         # its Date: field, RFC 3339 UTC
+    published_during_build: bool
+
+
+def release_urls(build_log: str) -> list[str]:
+    """The InRelease URLs the apt step read, in the order apt fetched them, each once."""
+    found = [f"{m.group(1).rstrip('/')}/dists/{m.group(2)}/InRelease" for m in _FETCHED.finditer(build_log)]
+    return list(dict.fromkeys(found))
+
+
+def release_date(text: bytes, uri: str) -> datetime:
+    """The Date: field of a release file; FailedError naming the URI when it has none or it does not parse."""
+    match = re.search(rb"^Date: (.+)$", text, re.MULTILINE)
+    try:
+        if match is None:
+            raise ValueError("no Date field")
+        return parsedate_to_datetime(match.group(1).decode().strip()).astimezone(UTC)
+    except (ValueError, TypeError) as exc:
+        raise FailedError(f"{uri}: not a Debian release file ({exc})") from None
+
+
+def observe(build_log: str, began: datetime, fetch: Fetch | None = None) -> list[ReleaseFile]:
+    """The release files the build's apt step read (release_urls), as the archive serves them now."""
+    fetch = fetch or _get
+    found = []
+    for uri in release_urls(build_log):
+        data = fetch(uri)
+        date = release_date(data, uri)
+        found.append(ReleaseFile(uri, hashlib.sha256(data).hexdigest(), date.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                 date >= began))
+    return found
+
+
+def _get(uri: str) -> bytes:
+    import requests
+
+    try:
+        response = requests.get(uri, timeout=TIMEOUT_S)
+    except requests.RequestException as exc:
+        raise FailedError(f"the Debian archive's {uri} cannot be read for the provenance "
+                          f"({type(exc).__name__})") from None
+    if response.status_code != 200:
+        raise FailedError(f"the Debian archive's {uri} answered {response.status_code} (the provenance "
+                          "records the release file the apt step read)")
+    return response.content

@@ -1,0 +1,116 @@
+"""Image configs that do not depend on when or with what cache an image was built (issue 40).
+
+Docker 20.10's BuildKit (v0.8) stamps the config's `created` and every `history[].created` with the build's
+wall-clock time (SOURCE_DATE_EPOCH for them came in BuildKit v0.11), and the inline cache the registry
+cache needs (engine.INLINE_CACHE_ARG) writes `moby.buildkit.cache.v0` into the config. Two builds of one
+commit then give equal layers but different configs, so different image digests. The push path rewrites
+the pushed config in the registry instead: the times set to the commit's time (SOURCE_DATE_EPOCH, as
+BuildKit >= 0.11 would), the cache metadata dropped. The manifest keeps its layers (no byte moves) and
+points at the new config; its digest is taken from those bytes. The image as the build made it, inline
+cache and all, stays in the registry under the cache tag (its digest goes into the provenance as a
+byproduct, buildtool.imagebuild.cache_sources reads it from there): the cache is kept apart from the image.
+A config already in that form (a newer BuildKit given SOURCE_DATE_EPOCH, no inline cache) is left as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from buildtool.common.errors import FailedError
+from buildtool.contracts import label_keys
+from buildtool.registry.client import RegistryClient
+
+# What BuildKit writes into a config about its cache and its own run, never about the image.
+BUILD_METADATA = ("moby.buildkit.cache.v0", "moby.buildkit.buildinfo.v1")
+CACHE_SUFFIX = "__cache"     # beside the staging tag's `__push`: never a dev tag (no revision contains `__`)
+GIT_TIMEOUT_S = 30
+
+
+def commit_time(root: Path, revision: str) -> int:
+    """SOURCE_DATE_EPOCH: the committer time of `revision` (`<commit>-dirty.<hash>`: of the commit); a
+    UserError-free FailedError naming the revision when git does not know it."""
+    commit = revision.partition("-dirty.")[0]
+    try:
+        found = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%ct", commit], capture_output=True,
+                               text=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FailedError(f"cannot read the commit time of {commit} ({exc})") from None
+    text = found.stdout.strip()
+    if found.returncode != 0 or not text.isdigit():
+        raise FailedError(f"git knows no commit {commit} in {root} (SOURCE_DATE_EPOCH is its commit time): "
+                          f"{found.stderr.strip()[:200]}")
+    return int(text)
+
+
+def rfc3339(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def normalise(config: dict[str, Any], epoch: int) -> tuple[dict[str, Any], list[str]]:
+    """(config with `created`, every history entry's `created` and the created label at `epoch` and no build
+    metadata, the
+    fields that changed: [] when it already was so)."""
+    when = rfc3339(epoch)
+    new = {k: v for k, v in config.items() if k not in BUILD_METADATA}
+    changed = sorted(k for k in config if k in BUILD_METADATA)
+    if "created" in new and new["created"] != when:
+        new["created"] = when
+        changed.append("created")
+    labels = (new.get("config") or {}).get("Labels") or {}
+    if labels.get(label_keys.OCI_CREATED, when) != when:     # `buildtool build` wrote the build's time there
+        new["config"] = {**new["config"], "Labels": {**labels, label_keys.OCI_CREATED: when}}
+        changed.append(f"config.Labels[{label_keys.OCI_CREATED}]")
+    history = new.get("history")
+    if isinstance(history, list):
+        entries = [{**h, "created": when} if isinstance(h, dict) and "created" in h else h for h in history]
+        if entries != history:
+            changed.append("history[].created")
+        new["history"] = entries
+    return new, changed
+
+
+def canonical(document: dict[str, Any]) -> bytes:
+    """The one byte form of a config or manifest this module writes (so equal content, equal digest)."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class Published:
+    digest: str        # the image's manifest at the tag now: the normalised one
+    cache: str         # the manifest as built (inline cache and all) under the cache tag; "" when nothing changed
+    changed: tuple[str, ...]
+
+
+def cache_tag(tag: str) -> str:
+    return f"{tag.removesuffix('__push')}{CACHE_SUFFIX}"
+
+
+def publish_normalised(client: RegistryClient, repo: str, tag: str, epoch: int) -> Published:
+    """Rewrite the image at repo:tag (a single-platform manifest just pushed) to its normalised config,
+    keeping the manifest as built under cache_tag(tag). Returns the digests; FailedError naming the
+    manifest when it is not a single image."""
+    body, media_type, built = client.get_manifest(repo, tag)
+    manifest = json.loads(body)
+    if not isinstance(manifest.get("config"), dict) or not isinstance(manifest.get("layers"), list):
+        raise FailedError(f"{repo}:{tag} ({built}) is not a single image's manifest ({media_type})")
+    config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
+    new, changed = normalise(config, epoch)
+    if not changed:
+        return Published(built, "", ())
+    data = canonical(new)
+    config_digest = client.put_blob(repo, data)
+    expected = "sha256:" + hashlib.sha256(data).hexdigest()
+    if config_digest != expected:
+        raise FailedError(f"{repo}: the registry stored the normalised config as {config_digest}, not {expected}")
+    rewritten = {**manifest, "config": {**manifest["config"], "digest": config_digest, "size": len(data)}}
+    client.put_manifest(repo, cache_tag(tag), body, media_type)
+    digest = client.put_manifest(repo, tag, canonical(rewritten), media_type)
+    if client.manifest_digest(repo, tag) != digest:
+        raise FailedError(f"{repo}:{tag} does not name the normalised manifest {digest} after putting it")
+    return Published(digest, built, tuple(changed))
