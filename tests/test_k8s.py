@@ -93,7 +93,7 @@ def test_defaults_shm_rendezvous_and_bounded_restarts(run_cli, variant: str) -> 
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}  # pytorch-ngc's run profile: 8g
     container = pod["containers"][0]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
-    command = container["command"]
+    command = container["args"]
     # The store's read timeout follows the join timeout: late nodes may join after 60 s.
     # is_host: the verifier says from the pod's index (or leaves it to torch where there is none, as in a PyTorchJob).
     assert "--rdzv-backend=c10d" in command
@@ -124,7 +124,7 @@ def test_every_default_can_be_overridden(run_cli) -> None:
     job = docs[1]
     pod = _pod(job)
     assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "32Gi"
-    assert "--rdzv-conf=join_timeout=1800,read_timeout=1800,is_host={is_host}" in pod["containers"][0]["command"]
+    assert "--rdzv-conf=join_timeout=1800,read_timeout=1800,is_host={is_host}" in pod["containers"][0]["args"]
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
     assert env["DDP_EXPECT_WORLD_SIZE"] == "8" and env["DDP_EXPECT_BACKEND"] == "nccl"
     assert job["spec"]["runPolicy"]["backoffLimit"] == 5
@@ -142,7 +142,7 @@ def test_cpu_cell_gets_its_own_shm_and_no_gpu(run_cli) -> None:
                     "--variant", "job")
     pod = _pod(docs[-1])
     assert "resources" not in pod["containers"][0]
-    assert "--nproc-per-node=1" in pod["containers"][0]["command"]
+    assert "--nproc-per-node=1" in pod["containers"][0]["args"]
     for doc in docs:
         validate(doc)
 

@@ -109,7 +109,7 @@ def test_a_new_launcher_is_one_module_and_one_table_entry(tmp_path: Path, monkey
     docs = manifests(job, PodOptions(), "# the script\n", "job")
     [container] = docs[-1]["spec"]["template"]["spec"]["containers"]
     scripts = "/opt/image-tests/scripts"
-    assert container["command"] == ["python3", f"{scripts}/verify_ddp.py", "python3", f"{scripts}/fixture_train.py",
+    assert container["args"] == ["python3", f"{scripts}/verify_ddp.py", "python3", f"{scripts}/fixture_train.py",
                                     "--root", "ddp-check-0.ddp-check:29400", "--rank", "{process_id}", "--size", "2"]
     with pytest.raises(Exception, match=r"--variant pytorchjob runs torchrun under Kubeflow's training operator, and "
                                         r"fixturefw's multi-node check is a mpirun check \(fixture_train.py, one rank "

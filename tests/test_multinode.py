@@ -232,7 +232,7 @@ def test_k8s_coordinator_check_is_an_indexed_job(run_cli, fw_project: Path) -> N
     assert docs[0]["data"] == {"fixture_train.py": (fw_project / "image-tests/fixturefw/scripts/fixture_train.py")
                                .read_text(), "verify_ddp.py": VERIFY_SOURCE}
     container = docs[2]["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == [
+    assert container["args"] == [
         "python3", "/opt/image-tests/scripts/verify_ddp.py", "python3", "/opt/image-tests/scripts/fixture_train.py",
         "--coordinator", "ddp-check-0.ddp-check:29400", "--num-processes", "3", "--process-id", "{process_id}",
         "--steps", "6", "--init-timeout", "900"]
@@ -254,7 +254,7 @@ def test_k8s_pods_take_their_process_id_from_the_completion_index(run_cli, fw_pr
     container = docs[2]["spec"]["template"]["spec"]["containers"][0]
     command = [a.replace("/opt/image-tests/scripts", str(tmp_path)).replace(f"ddp-check-0.ddp-check:{port}",
                                                                               f"127.0.0.1:{port}")
-               for a in container["command"]]
+               for a in container["args"]]
     command[0] = command[2] = sys.executable
     env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]}}
     assert env["DDP_RDZV_HOST"] == "ddp-check-0.ddp-check"

@@ -34,7 +34,7 @@ while args and args[0].startswith("-"):
 args = [a.replace(dst, src) if a.startswith(dst) else a for a in args for dst, src in (mounts or [("\0", "")])]
 '''
 SRUN = "#!/usr/bin/env python3\n" + SRUN_ARGS + "os.execvp(args[0], args)\n"
-# apptainer exec [--nv] --bind SRC:DST:ro IMAGE CMD...: record, then run CMD with DST mapped to SRC.
+# apptainer run|exec [--nv] --bind SRC:DST:ro IMAGE CMD...: record, then run CMD with DST mapped to SRC.
 APPTAINER = r'''#!/usr/bin/env python3
 import os, sys
 with open(os.environ["STUB_LOG"], "a") as log:
@@ -148,7 +148,7 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
     assert launch[:2] == ["--kill-on-bad-exit=1", "--cpus-per-task=1"]   # a CPU job: one CPU for its one rank
     if runtime == "apptainer":
         apptainer = next(c for c in calls if c[0] == "apptainer")[1:]
-        assert apptainer[:2] == ["exec", "--bind"] and "--nv" not in apptainer
+        assert apptainer[:2] == ["run", "--bind"] and "--nv" not in apptainer
         assert f"docker://{IMAGE}" in apptainer
         command = apptainer[apptainer.index(f"docker://{IMAGE}") + 1:]
     elif runtime == "pyxis":
@@ -413,7 +413,7 @@ def test_the_one_task_per_node_gets_cpus_for_all_its_ranks(run_cli, tmp_path: Pa
         return
     assert f"#SBATCH --cpus-per-task={cpus}\n" in text
     # srun does not pass sbatch's --cpus-per-task to the step in SLURM 22.05 to 23.02: the step names it.
-    assert f"\nsrun --kill-on-bad-exit=1 --cpus-per-task={cpus} apptainer exec" in text
+    assert f"\nsrun --kill-on-bad-exit=1 --cpus-per-task={cpus} apptainer run" in text
 
 
 def test_a_negative_cpus_per_task_is_refused(run_cli) -> None:

@@ -149,7 +149,10 @@ def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str
         "name": name,
         "image": job.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": command,
+        # `args`, never `command`: the image's ENTRYPOINT runs first, with the check as its arguments, as it does
+        # under validate. NGC's entrypoint sets up CUDA's forward-compatibility libraries (the older drivers
+        # contracts.driver_rules admits need them); `command` would replace it (issue 39).
+        "args": command,
         "env": [{"name": k, "value": v} for k, v in sorted({**env, **extra_env}.items())],
         "ports": [{"name": port_name, "containerPort": job.rdzv_port, "protocol": "TCP"}],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},

@@ -180,14 +180,19 @@ def _launch(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
 
 
 def _step(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
+    # The image's entrypoint runs first, with the command as its arguments, as under validate (issue 39): NGC's
+    # sets up CUDA's forward-compatibility libraries for the older drivers contracts.driver_rules admits.
+    # `apptainer run` (the runscript: ENTRYPOINT, then the arguments; `exec` skips it) and pyxis'
+    # --container-entrypoint (without it enroot runs the command alone).
     if opts.runtime == "apptainer":
         source = job.image if job.image.endswith(".sif") else f"docker://{job.image}"
         nv = ["--nv"] if job.gpus_per_node else []
-        prefix = ["apptainer", "exec", *nv, "--bind", f"$workdir:{MOUNT_DIR}:ro", source]
+        prefix = ["apptainer", "run", *nv, "--bind", f"$workdir:{MOUNT_DIR}:ro", source]
         return ["srun", "--kill-on-bad-exit=1", *prefix, *work.command]
     if opts.runtime == "pyxis":
         return ["srun", "--kill-on-bad-exit=1", f"--container-image={enroot_image(job.image)}",
-                f"--container-mounts=$workdir:{MOUNT_DIR}:ro", "--no-container-mount-home", *work.command]
+                "--container-entrypoint", f"--container-mounts=$workdir:{MOUNT_DIR}:ro", "--no-container-mount-home",
+                *work.command]
     names = ",".join(sorted([*work.env, *([NODES_ENV] if _needs_nodes(work) else []),
                              *([NODE_ADDRS_ENV] if LOCAL_ADDR in work.command else [])])) or "NONE"
     return ["srun", "--kill-on-bad-exit=1", f"--export={names}", "--container=$OCI_BUNDLE", *work.command]

@@ -1,6 +1,9 @@
-"""A stand-in for `apptainer exec` (apptainer is not installable here): runc on an OCI bundle of the image.
+"""A stand-in for `apptainer exec|run` (apptainer is not installable here): runc on an OCI bundle of the image.
 
-    apptainer_standin.py ROOT exec [--nv] [--bind SRC:DST[:ro]]... docker://IMAGE CMD...
+    apptainer_standin.py ROOT exec|run [--nv] [--bind SRC:DST[:ro]]... docker://IMAGE CMD...
+
+`run` runs the image's runscript (its ENTRYPOINT, then the arguments): the images the tests use (the project's
+pip images) have no ENTRYPOINT, so here it runs CMD as `exec` does.
 
 LocalSlurm puts a two-line `apptainer` wrapper calling this first on PATH. It runs CMD the way apptainer
 would on a node: the host's environment with the image's PATH, the current folder bound and kept as the
@@ -26,8 +29,8 @@ def fail(message: str) -> None:
 
 def main() -> int:
     root, args = sys.argv[1], sys.argv[2:]
-    if not args or args[0] != "exec":
-        fail(f"the stand-in implements `apptainer exec` only, not {args[:1]}")
+    if not args or args[0] not in ("exec", "run"):
+        fail(f"the stand-in implements `apptainer exec` and `run` only, not {args[:1]}")
     args, binds = args[1:], []
     while args and args[0].startswith("-"):
         option = args.pop(0)
