@@ -4,7 +4,9 @@
 Checks (each bounded; together they stay under --deadline, 450 s by default):
 - nccl_ddp: torchrun, one process per GPU, NCCL; the loss falls and every rank ends identical;
 - busbw: the all-reduce bus bandwidth of that run, measured as nccl-tests does (8 MiB..1 GiB,
-  5 warm-up + 20 timed iterations, slowest rank, peak and per-size table); needs two GPUs;
+  5 warm-up + 20 timed iterations, slowest rank, peak and per-size table); needs two GPUs; judged as
+  validate judges it (issue 39): the floor of contracts.busbw for the GPUs' exact model and the
+  interconnect `nvidia-smi topo -m` shows, and a broken NVLink or an unreadable topology fails by name;
 - profiler_kernel_view: torch.profiler with CUDA activity, read back through TensorBoard's
   pytorch_profiler plugin (torch-tb-profiler): the run lists the Kernel view and a GPU device;
 - shm: /dev/shm's size, and DataLoader workers passing 96 MiB batches through it.
@@ -56,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # a GPU runner's Python need not have the toolkit installed
     sys.path.insert(0, str(ROOT))
 from buildtool.common import docker_cli  # noqa: E402  (standard library only)
+from buildtool.contracts import busbw as floors  # noqa: E402  (standard library only: validate's floors)
 from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE  # noqa: E402  (constants only)
 
 # What image-tests mounts at /imagetests for a PyTorch image: the common scripts and PyTorch's own.
@@ -94,6 +97,37 @@ def gpus_on_host() -> tuple[list[dict[str, str]], str, str]:
             gpus.append({"index": parts[0], "name": parts[1], "driver": parts[2],
                          "memory_mib": parts[3] if len(parts) > 3 else ""})
     return gpus, (gpus[0]["driver"] if gpus else ""), ("" if gpus else "nvidia-smi lists no GPU")
+
+
+def busbw_floor(gpus: list[dict[str, str]]) -> floors.Floor:
+    """Validate's floor for these GPUs (contracts.busbw.floor_for, from `nvidia-smi topo -m`), or its fault."""
+    name = gpus[0]["name"] if gpus else ""
+    if len(gpus) < 2:
+        return floors.floor_for(name, "", "one GPU: no link between GPUs", gpus=len(gpus))
+    try:
+        proc = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            said = (proc.stdout + proc.stderr).strip().splitlines()
+            raise ValueError(f"nvidia-smi topo -m failed (exit {proc.returncode}): {said[0] if said else 'no output'}")
+        link, seen = floors.read_topology(proc.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return floors.floor_for(name, "", str(exc), gpus=len(gpus))
+    return floors.floor_for(name, link, "", seen, gpus=len(gpus))
+
+
+def judge_busbw(table: dict[str, Any], floor: floors.Floor | None) -> dict[str, Any]:
+    """The busbw check of a measured table, as validate's test_ddp_nccl_allreduce_busbw judges it (no trend:
+    the smoke keeps no nights)."""
+    sizes = [row["bytes"] for row in table["sizes"]]
+    if not (sizes[0] == 8 << 20 and sizes[-1] == 1 << 30 and table["peak_GBps"] > 0):
+        return {"status": "failed", "reason": f"unexpected table {sizes}", "figures": table}
+    figures = {**table, **(floor.as_target() if floor is not None else {})}
+    if floor is None:
+        return {"status": "failed", "reason": "no floor was looked up for these GPUs", "figures": figures}
+    problems = floors.problems(float(table["peak_GBps"]), floor.floor_GBps, floor.model or floor.gpu_name, {},
+                               floor.fault)
+    return {"status": "failed" if problems else "passed", "reason": "; ".join(problems),
+            "note": floor.note, "figures": figures}
 
 
 def stage_scripts(into: Path) -> Path:
@@ -218,7 +252,8 @@ class Runner:
 # -- the checks: each reads its probes' result files ----------------------------------------------
 
 
-def check_ddp(runner: Runner, gpus: int, timeout: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def check_ddp(runner: Runner, gpus: int, timeout: float,
+              floor: floors.Floor | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """NCCL DDP over every GPU, with the busbw table where there are two or more; (nccl_ddp, busbw)."""
     argv = [*runner.py(), "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
             runner.script("ddp_train.py")]
@@ -252,10 +287,7 @@ def check_ddp(runner: Runner, gpus: int, timeout: float) -> tuple[dict[str, Any]
     elif not table:
         busbw = {"status": "failed", "reason": "the DDP result has no bus-bandwidth table"}
     else:
-        sizes = [row["bytes"] for row in table["sizes"]]
-        ok = sizes[0] == 8 << 20 and sizes[-1] == 1 << 30 and table["peak_GBps"] > 0
-        busbw = {"status": "passed" if ok else "failed", "reason": "" if ok else f"unexpected table {sizes}",
-                 "figures": table}
+        busbw = judge_busbw(table, floor)
     return ddp, busbw
 
 
@@ -543,7 +575,8 @@ def run(smoke: Smoke) -> str:
             return ""
 
         def ddp() -> None:
-            smoke.checks["nccl_ddp"], smoke.checks["busbw"] = check_ddp(runner, len(smoke.gpus), smoke.bound(DDP_S))
+            smoke.checks["nccl_ddp"], smoke.checks["busbw"] = check_ddp(runner, len(smoke.gpus), smoke.bound(DDP_S),
+                                                                        busbw_floor(smoke.gpus))
 
         def profiler() -> None:
             smoke.checks["profiler_kernel_view"] = (
