@@ -171,5 +171,8 @@ def test_the_committed_locks_pin_exactly_and_the_promised_builds():
     matrix = load_matrix(root / "matrix.yaml", root / "templates")
     assert {c.key: lock.check_cell(root, c) for c in matrix.cells} == {c.key: [] for c in matrix.cells}
     cuda = next(c for c in matrix.cells if c.key == "pytorch-cuda:2.13")
-    entry = lock.read_locks(root, cuda)[locks.FRAMEWORK_LOCK].entries["torch"]
-    assert entry.text.startswith("torch===2.13.0 \\")
+    for platform in ("linux/amd64", "linux/arm64"):   # each platform's own resolution (issue 38)
+        entries = lock.read_locks(root, cuda, platform)[locks.FRAMEWORK_LOCK].entries
+        assert entries["torch"].text.startswith("torch===2.13.0 \\"), platform
+        assert entries["nvidia-cudnn-cu13"].version == "9.20.0.48", platform   # not PyPI's 0.0.0a0 placeholder
+        assert "nvidia-nccl-cu13" in entries, platform
