@@ -37,6 +37,9 @@ RuntimeOption = Annotated[str, typer.Option(help="apptainer, pyxis (enroot) or o
 NameOption = Annotated[str, typer.Option(help="Job name.")]
 PartitionOption = Annotated[str, typer.Option(help="SLURM partition.")]
 AccountOption = Annotated[str, typer.Option(help="SLURM account.")]
+ConstraintOption = Annotated[str, typer.Option(
+    help="Node features the job needs (sbatch --constraint), e.g. the site's feature of its Grace Hopper "
+         "nodes for an arm64 image.")]
 TimeOption = Annotated[str, typer.Option("--time", help="Wall-clock limit.")]
 CpusPerTaskOption = Annotated[int | None, typer.Option(
     help="CPUs of the one task per node, which runs all its ranks (default: 4 per GPU, 1 for a CPU job; "
@@ -60,6 +63,7 @@ def slurm(
     name: NameOption = "ddp-check",
     partition: PartitionOption = "",
     account: AccountOption = "",
+    constraint: ConstraintOption = "",
     time_limit: TimeOption = "01:00:00",
     cpus_per_task: CpusPerTaskOption = None,
     shm_size: ShmSizeOption = None,
@@ -89,7 +93,7 @@ def slurm(
                        shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port,
                        steps=steps, nccl=nccl_settings(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env))
     opts = SlurmOptions(runtime=runtime, partition=partition, account=account, time_limit=time_limit,
-                        cpus_per_task=cpus_per_task, scripts_dir=scripts_dir)
+                        cpus_per_task=cpus_per_task, scripts_dir=scripts_dir, constraint=constraint)
     write_or_print(sbatch_script(job, opts), out_file)
     if out_file is not None:
         out_file.chmod(0o755)

@@ -228,6 +228,9 @@ NCCL_LIST = _word(r"\^?=?[A-Za-z0-9_.:-]{1,64}(?:,[A-Za-z0-9_.:-]{1,64}){0,31}",
 ULIMIT = _word(r"[a-z]{1,16}=(?:-1|unlimited|[0-9]{1,19})(?::(?:-1|unlimited|[0-9]{1,19}))?",
                "NAME=SOFT[:HARD] (e.g. memlock=-1)")
 SLURM_WORD = _word(r"[A-Za-z0-9_.-]{1,64}", "a SLURM name (letters, digits, '_', '.', '-')", empty=True)
+# sbatch --constraint: features joined by & (and), | (or), with counts [gh200*2] (SLURM's sbatch manual).
+SLURM_CONSTRAINT = _word(r"[A-Za-z0-9_.&|*\[\]-]{1,128}", "SLURM node features (letters, digits, '_', '.', '-', "
+                         "joined by & or |)", empty=True)
 SLURM_TIME = _word(r"(?:[0-9]{1,3}-)?[0-9]{1,4}(?::[0-9]{2}){0,2}", "a SLURM time limit ([D-]HH:MM:SS or MM)")
 KEY_NAME = _word(NAME, "a key name (letters, digits, '.', '_', '-'; at most 128)")
 APT_PACKAGE = _word(r"[a-z0-9][a-z0-9+.-]{0,127}", "a Debian package name")
@@ -308,6 +311,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
     "slurm": {"image": ("IMAGE", IMAGE_OR_FILE), **_RUN, **_NCCL,
               "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "name": ("--name", SLURM_WORD),
               "partition": ("--partition", SLURM_WORD), "account": ("--account", SLURM_WORD),
+              "constraint": ("--constraint", SLURM_CONSTRAINT),
               "time_limit": ("--time", SLURM_TIME), "cpus_per_task": ("--cpus-per-task", _cpus_per_task),
               "scripts_dir": ("--scripts-dir", PATH)},
     "validate": {"images": ("IMAGES", _each(REFERENCE)), "framework": ("--framework", SELECTOR),

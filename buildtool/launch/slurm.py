@@ -66,6 +66,9 @@ class SlurmOptions:
     cpus_per_task: int | None = None   # None: default_cpus_per_task(job); 0: no directive (the partition's default)
     scripts_dir: str = ""          # default: the workload's scripts folder (image-tests/<framework>/scripts) in the
                                    # submit folder
+    # Node features the job needs (sbatch --constraint): how a site picks its Grace (arm64) nodes, e.g. gh200;
+    # SLURM has no standard architecture feature, so the site's own word, never a guess of ours.
+    constraint: str = ""
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -263,6 +266,8 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
         directives.append(f"--partition={opts.partition}")
     if opts.account:
         directives.append(f"--account={opts.account}")
+    if opts.constraint:
+        directives.append(f"--constraint={opts.constraint}")
     oci = opts.runtime == "oci"
     failed = f"{work.label} failed"
     scripts_dir = opts.scripts_dir or f"${{SLURM_SUBMIT_DIR:-$PWD}}/{work.scripts_dir}"
