@@ -129,7 +129,8 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
     if verdict.digest != digest:
         problems.append(f"verdict names digest {verdict.digest}, not {digest}")
     tests = verdict.tests
-    result, reasons = verdict.result, list(verdict.incomplete)
+    result: str = verdict.result
+    reasons = list(verdict.incomplete)
     if covered and result == "incomplete":
         result, reasons = _with_covered(verdict, covered)
     if result != "passed":
