@@ -31,6 +31,7 @@ from buildtool.registry.sbom import load_sbom
 from buildtool.registry.sbom_attestation import find_sbom_attestation
 from buildtool.validate.keys import TrustedKeys, dev_public_key
 from buildtool.validate.verdicts import find_verdicts
+from tests import bundle_check
 from tests.integration import fixture_images
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -90,6 +91,17 @@ def test_the_dev_tag_is_an_index_with_each_platforms_own_signed_image(pushed: di
         assert find_sbom_attestation(client, pushed["repo"], digest, trusted).digest, platform
         provenance = find_provenance(client, pushed["repo"], digest, trusted).provenance
         assert provenance is not None, platform
+
+
+def test_each_platforms_bundles_verify_with_sigstore_js(pushed: dict[str, Any], tmp_path: Path) -> None:
+    """Issue 40: each platform manifest's provenance and SBOM as Sigstore bundles (and its verdict's, where
+    validate has run), verified by sigstore-js through the fallback tag and the referrers API, and refused with
+    one byte changed."""
+    bundle_check.need_verifier()
+    roles = bundle_check.attestation_roles()
+    bundle_check.check_both_ways(pushed["repo"], [pushed["children"][p] for p in BOTH],
+                                 bundle_check.dev_key_file(tmp_path), roles, tmp_path,
+                                 required={t for t, role in roles.items() if role == "builder"})
 
 
 def test_the_arm64_image_runs_aarch64_with_the_wheel_its_own_lock_names(pushed: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from buildtool.registry.sbom import contents, load_sbom
 from buildtool.registry.sbom_attestation import find_sbom_attestation
 from buildtool.validate.keys import TrustedKeys, dev_public_key
 from buildtool.validate.verdicts import find_verdicts
+from tests import bundle_check
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
@@ -95,6 +96,12 @@ def test_main_job_with_default_reports_then_release_gates_and_rerun(tmp_path: Pa
     # Push signed the SBOM with the dev key (builder); the verdict names that document's digest.
     signed_sbom = find_sbom_attestation(client, repo, digest, trusted)
     assert signed_sbom.digest and local["sbom"] == signed_sbom.digest, (local.get("sbom_problem"), signed_sbom)
+    # The three as Sigstore bundles, each verified by sigstore-js through the fallback tag and the referrers
+    # API, and refused with one byte changed (issue 40).
+    bundle_check.need_verifier()
+    (tmp_path / "bundles").mkdir()
+    bundle_check.check_both_ways(repo, [digest], bundle_check.dev_key_file(tmp_path / "bundles"),
+                                 bundle_check.attestation_roles(), tmp_path / "bundles")
     peer_skips = [t for t in local["tests"] if t["skip_code"] == "no-peer-image"]
     assert peer_skips, "expected the cross-framework checks to skip without a tensorflow image"
 
