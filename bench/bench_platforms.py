@@ -11,12 +11,13 @@ The ratio column is arm64 / amd64: how much slower the emulated platform is, whi
 `validate.emulation_factor` must cover. Asserts nothing about time.
 
 --before REV also builds the cell's Dockerfile as it was at commit REV (same context, same locks), cold,
-in the same run: e.g. the commit before native installs (installs under QEMU) beside the current Dockerfile
-(uv on the build machine, only apt, the copy and a smoke import under QEMU). Each build is handed
-BUILD_BASE_IMAGE, this machine's image of the base, which a Dockerfile without native stages ignores.
+each of its builds right after the same platform's build of the current Dockerfile: e.g. the commit before
+native installs (installs under QEMU) beside the current Dockerfile (uv on the build machine; only apt, the
+copy and a smoke import under QEMU). Each build is handed BUILD_BASE_IMAGE, this machine's image of the
+base, which a Dockerfile without native stages ignores.
 
     BASE_MIRROR=127.0.0.1:5000 python bench/bench_platforms.py [--cell jax-cpu:0.10] [--runs 3]
-        [--validate-runs 2] [--skip-cold] [--skip-warm] [--skip-validate] [--before REV] [--before-runs 1]
+        [--validate-runs 2] [--skip-cold] [--skip-warm] [--skip-validate] [--before REV]
 Needs the engine, the local registry with the cell's bases (make bases) and, for validation, this
 commit's dev image of the cell pushed (make push FRAMEWORK=jax-cpu).
 """
@@ -85,7 +86,6 @@ def main() -> None:
     parser.add_argument("--skip-warm", action="store_true")
     parser.add_argument("--skip-validate", action="store_true")
     parser.add_argument("--before", metavar="REV", help="also build the cell's Dockerfile of commit REV, cold")
-    parser.add_argument("--before-runs", type=int, default=1)
     args = parser.parse_args()
     matrix = load_matrix(ROOT / "matrix.yaml")
     [cell] = [c for c in matrix.cells if c.key == args.cell]
@@ -109,14 +109,22 @@ def main() -> None:
         return docker_build(file, bases[p], p, f"bench-platforms:{p.split('/')[1]}", no_cache, native,
                             context=dockerfile.parent)
 
-    if not args.skip_cold:
-        cold = {p: [build(p, True) for _ in range(args.runs)] for p in order}
-        row("cold build (docker build --no-cache)", cold, order)
     if args.before:
+        # Interleaved (this Dockerfile, then REV's, per platform and run), so a machine whose load drifts
+        # during the run weighs on both alike.
+        cold = {p: [] for p in order}
+        before = {p: [] for p in order}
         with tempfile.TemporaryDirectory(prefix="bench-platforms-") as tmp:
             old = dockerfile_at(args.before, dockerfile, Path(tmp) / "Dockerfile")
-            before = {p: [build(p, True, old) for _ in range(args.before_runs)] for p in order}
+            for _ in range(args.runs):
+                for p in order:
+                    cold[p].append(build(p, True))
+                    before[p].append(build(p, True, old))
+        row("cold build (docker build --no-cache)", cold, order)
         row(f"cold build at {args.before[:12]} (--no-cache)", before, order)
+    elif not args.skip_cold:
+        cold = {p: [build(p, True) for _ in range(args.runs)] for p in order}
+        row("cold build (docker build --no-cache)", cold, order)
     if not args.skip_warm:
         warm = {p: [] for p in order}
         for p in order:
