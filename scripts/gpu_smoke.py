@@ -9,7 +9,11 @@ Checks (each bounded; together they stay under --deadline, 450 s by default):
   interconnect `nvidia-smi topo -m` shows, and a broken NVLink or an unreadable topology fails by name;
 - profiler_kernel_view: torch.profiler with CUDA activity, read back through TensorBoard's
   pytorch_profiler plugin (torch-tb-profiler): the run lists the Kernel view and a GPU device;
-- shm: /dev/shm's size, and DataLoader workers passing 96 MiB batches through it.
+- shm: /dev/shm's size, and DataLoader workers passing 96 MiB batches through it;
+- fsdp, deepspeed_zero2 (issue 42): the scaling benchmark's FSDP (fully_shard) and DeepSpeed ZeRO-2 workloads,
+  one process per GPU with NCCL: every rank gathers the same parameters, and they equal the same steps trained
+  unsharded in one process. DeepSpeed where the image has no DeepSpeed is "not run" with the reason (the
+  worker says so), never a pass.
 Each check runs the in-image probe scripts the image tests run (image-tests/scripts and
 image-tests/pytorch/scripts) and reads what they write, as the image tests do: result.json (and
 rank-<N>.json) in $IMAGETEST_OUT (probe_io.py); printed output is only quoted, never parsed.
@@ -65,11 +69,13 @@ from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE  # noqa: 
 SCRIPT_FOLDERS = (ROOT / "image-tests" / "scripts", ROOT / "image-tests" / "pytorch" / "scripts")
 IN_IMAGE = "/imagetests"
 OUT_IN = "/imagetests-out"          # where a probe's $IMAGETEST_OUT lives in the container (harness.py's too)
-CHECKS = ("nccl_ddp", "busbw", "profiler_kernel_view", "shm")
+CHECKS = ("nccl_ddp", "busbw", "profiler_kernel_view", "shm", "fsdp", "deepspeed_zero2")
 PREP_STEPS = ("pull", "run_flags", "python")   # before the checks: the image's or the host Python's
 MIN_STEP_S = 10.0                   # a check with less time left than this is not started
 GRACE_S = 20.0                      # the script's own alarm beyond pull + deadline (probing, clean-up)
 DDP_S, TORCH_PROFILE_S, TB_QUERY_S, SHM_S = 240.0, 120.0, 150.0, 150.0
+STRATEGY_S = 150.0                  # each of FSDP and DeepSpeed ZeRO-2 (one epoch of warm-up, one timed, the replay)
+STRATEGY_ENV = {"SCALING_SAMPLES": "8192", "SCALING_EPOCHS": "2", "SCALING_BATCH": "64", "SCALING_VERIFY": "1"}
 TB_START_S = 120                    # tb_query's own bound for TensorBoard and the run to appear
 RUN = "run1"
 
@@ -289,6 +295,34 @@ def check_ddp(runner: Runner, gpus: int, timeout: float,
     else:
         busbw = judge_busbw(table, floor)
     return ddp, busbw
+
+
+def check_strategy(runner: Runner, gpus: int, timeout: float, script: str, what: str) -> dict[str, Any]:
+    """A sharded strategy's workload (fsdp_epochs.py, deepspeed_epochs.py) over every GPU with NCCL."""
+    argv = [*runner.py(), "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
+            runner.script(script)]
+    ran = runner.probe(script.removesuffix(".py"), argv, timeout, STRATEGY_ENV)
+    found = ran.result
+    if isinstance(found, dict) and found.get("not_run"):
+        return {"status": "not run", "reason": f"{what}: {found['not_run']}"}
+    if not isinstance(found, dict) or ran.timed_out:
+        ranks = [f"{name}: {r.get('error')}" for name, r in ran.files("rank-*.json").items()
+                 if isinstance(r, dict) and r.get("error")]
+        return {"status": "failed", "timed_out": ran.timed_out,
+                "reason": ran.cause(what) + (f" ({'; '.join(ranks)})" if ranks else "")}
+    problems = []
+    if found.get("backend") != "nccl":
+        problems.append(f"backend {found.get('backend')}, not nccl: torch sees no CUDA device")
+    if found.get("world_size") != gpus:
+        problems.append(f"world size {found.get('world_size')}, not {gpus}")
+    if not found.get("identical"):
+        problems.append("ranks gathered different parameters")
+    if not found.get("matches_reference"):
+        problems.append(f"parameters differ from the same steps trained unsharded by {found.get('max_abs_diff')}")
+    figures = {k: found.get(k) for k in ("backend", "world_size", "epoch_times_s", "peak_memory_mb",
+                                         "max_abs_diff")}
+    return {"status": "failed" if problems else "passed", "reason": f"{what}: " + "; ".join(problems) if problems
+            else "", "figures": figures}
 
 
 def check_profiler(runner: Runner, timeout: Callable[[float], float]) -> dict[str, Any]:
@@ -588,6 +622,12 @@ def run(smoke: Smoke) -> str:
         smoke.run_check("nccl_ddp", ddp)
         smoke.run_check("profiler_kernel_view", profiler)
         smoke.run_check("shm", shm)
+        for name, script, what in (("fsdp", "fsdp_epochs.py", "FSDP"),
+                                   ("deepspeed_zero2", "deepspeed_epochs.py", "DeepSpeed ZeRO-2")):
+            def strategy(name: str = name, script: str = script, what: str = what) -> None:
+                smoke.checks[name] = check_strategy(runner, len(smoke.gpus), smoke.bound(STRATEGY_S), script, what)
+
+            smoke.run_check(name, strategy)
         return ""
     finally:
         if args.image and runner.docker:

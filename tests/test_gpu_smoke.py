@@ -20,7 +20,7 @@ from tests.gpu_sim import FakeGpus, runner_env
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "scripts" / "gpu_smoke.py"
-CHECKS = {"nccl_ddp", "busbw", "profiler_kernel_view", "shm"}
+CHECKS = {"nccl_ddp", "busbw", "profiler_kernel_view", "shm", "fsdp", "deepspeed_zero2"}
 OLD_MARKERS = ("PROFILE_OK", "TB_RESULT", "SHM_OK")
 
 

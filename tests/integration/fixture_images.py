@@ -176,6 +176,19 @@ _JAX_PSUM_NOOP = """
 def psum(x, axis_name, *, axis_index_groups=None):  # imgtest fault: sums nothing across devices
     return x
 """
+# FSDP2's reduce-scatter (both its communication classes) patched to keep each rank's own shard of its own
+# gradient, no sum across ranks: the ranks still agree on the gathered parameters and the loss still falls.
+_FSDP_NO_REDUCE = """
+
+
+def _imgtest_no_reduce(self, output_tensor, input_tensor, group, op, async_op=False):  # imgtest fault
+    rank, n = dist.get_rank(group), output_tensor.numel()
+    output_tensor.copy_(input_tensor[rank * n:(rank + 1) * n])
+
+
+DefaultReduceScatter.__call__ = _imgtest_no_reduce
+ProcessGroupAllocReduceScatter.__call__ = _imgtest_no_reduce
+"""
 _JAX_INIT_HANGS = """
 
 import threading as _imgtest_threading
@@ -305,6 +318,9 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           'ENTRYPOINT ["python3", "-c", "print(\'notebook server ready\')"]\n'),
     Layer("pytorch-entrypoint-blocks", "pytorch", "an entrypoint that ignores the command and runs forever",
           'ENTRYPOINT ["/bin/sh", "-c", "echo serving; exec sleep infinity"]\n'),
+    Layer("pytorch-fsdp-noreduce", "pytorch", "FSDP's gradient reduce-scatter keeps each rank's own gradient "
+          "shard (no sum across ranks)", _append(f"{SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
+                                                  _FSDP_NO_REDUCE)),
     Layer("tensorflow-profile-nostatic", "tensorflow", "the profile plugin without its static frontend",
           f"RUN rm -rf {SITE}/xprof/static\n"),
     # tensorboard 2.20 imports pkg_resources on start; setuptools 82 dropped it.

@@ -395,26 +395,37 @@ def test_shm_below_the_profile_on_a_node_oci(cluster: LocalSlurm, bundle: Path, 
 
 
 def test_scaling_over_one_and_two_slurm_nodes(cluster: LocalSlurm, bundle: Path, tmp_path: Path) -> None:
-    """The two-node run's containers cannot resolve node names (the `hosts` fault, as in
+    """DDP and FSDP side by side over 1 and 2 nodes (issue 42), one job per strategy and node count. The two-node
+    runs' containers cannot resolve node names (the `hosts` fault, as in
     test_node_names_that_do_not_resolve_in_the_containers): the scaling job runs torchrun through the
     verifier, which gives it is_host and the node's address; before, n2's torchrun died on its own hostname."""
-    for node in ("n1", "n2"):
-        cluster.fault("ddp-scaling-2n", node, "hosts", "127.0.0.1 localhost\n")
+    for job in ("ddp-scaling-2n", "fsdp-scaling-2n"):
+        for node in ("n1", "n2"):
+            cluster.fault(job, node, "hosts", "127.0.0.1 localhost\n")
     metrics = tmp_path / "metrics"
     run = _buildtool("scaling", "--launcher", "slurm", "--runtime", "oci", "--image", str(bundle), "--nodes", "2,1",
-                     "--subset-size", "1024", "--epochs", "2", "--time", "00:04:00", "--timeout", "240",
-                     "--rdzv-port", str(free_port()), "--metrics-dir", str(metrics), env=cluster.env, timeout=600)
+                     "--strategy", "ddp,fsdp", "--subset-size", "1024", "--epochs", "2", "--time", "00:04:00",
+                     "--timeout", "240", "--rdzv-port", str(free_port()), "--metrics-dir", str(metrics),
+                     env=cluster.env, timeout=900)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    data = json.loads((metrics / "scaling.json").read_text())
-    assert data["unit"] == "nodes" and data["launcher"]["kind"] == "slurm" and data["launcher"]["runtime"] == "oci"
-    runs = data["runs"]
-    assert [r["count"] for r in runs] == [1, 2]
-    for r in runs:
-        assert r["backend"] == "gloo" and r["identical"] is True and r["losses"][-1] < r["losses"][0]
-        assert r["wall_clock_s"] > r["time_per_epoch_s"] > 0
-    assert runs[0]["speedup"] == 1.0
-    for name in ("time_per_epoch.png", "speedup.png", "scaling.csv"):
+    for strategy in ("ddp", "fsdp"):
+        data = json.loads((metrics / strategy / "scaling.json").read_text())
+        assert data["strategy"] == strategy and data["status"] == "ran"
+        assert data["unit"] == "nodes" and data["launcher"]["kind"] == "slurm" and data["launcher"]["runtime"] == "oci"
+        runs = data["runs"]
+        assert [r["count"] for r in runs] == [1, 2]
+        for r in runs:
+            assert r["backend"] == "gloo" and r["identical"] is True and r["losses"][-1] < r["losses"][0]
+            assert r["wall_clock_s"] > r["time_per_epoch_s"] > 0 and len(r["peak_memory_mb"]) == r["count"]
+            if strategy == "fsdp":   # the sharded model equals the same steps trained unsharded
+                assert r["matches_reference"] is True
+        assert runs[0]["speedup"] == 1.0
+        for name in ("time_per_epoch.png", "speedup.png", "scaling.csv"):
+            assert (metrics / strategy / name).stat().st_size > 0
+        outputs = sorted(p.name for p in (metrics / "jobs").glob(f"{strategy}-scaling-*.out"))
+        assert len(outputs) == 2, outputs
+        assert f"{strategy}   1 nodes:" in run.stdout and f"{strategy}   2 nodes:" in run.stdout
+    comparison = json.loads((metrics / "comparison.json").read_text())
+    assert comparison["strategies"] == ["ddp", "fsdp"] and [r["count"] for r in comparison["rows"]] == [2, 2]
+    for name in ("time_per_epoch.png", "speedup.png", "comparison.md"):
         assert (metrics / name).stat().st_size > 0
-    outputs = sorted(p.name for p in (metrics / "jobs").glob("ddp-scaling-*.out"))
-    assert len(outputs) == 2, outputs
-    assert "1 nodes:" in run.stdout and "2 nodes:" in run.stdout
