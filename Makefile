@@ -102,12 +102,16 @@ verify: ## Verify an image's signed chain (provenance, SBOM, verdict): make veri
 	$(BUILDTOOL) verify "$(IMAGE)" $(VERIFY_FLAGS)
 
 # The nightly, as the GPU runners run it (.github/workflows/nightly.yml, one cell per runner there):
-# build + push every cell, validate (verdicts stored by digest), the DDP scaling run, then the report
+# build + push every cell, validate (verdicts stored by digest), the scaling runs (strategies side by side), then the report
 # from the registry's verdicts with the trend against the previous run, all under NIGHTLY_OUT.
 # NGC bases come from the local stand-ins unless BASE_MIRROR is set (set it empty to pull upstream).
 NIGHTLY_OUT ?= reports/nightly
 NIGHTLY_SCALING_CELL ?= pytorch-cpu:2.13
 NIGHTLY_SCALING_COUNTS ?= 1,2
+# The strategies compared side by side (docs/scaling.md): PyTorch's in NIGHTLY_SCALING_CELL (and over SLURM),
+# JAX data parallelism in NIGHTLY_JAX_SCALING_CELL (empty: not run).
+NIGHTLY_SCALING_STRATEGIES ?= ddp,fsdp,deepspeed
+NIGHTLY_JAX_SCALING_CELL ?= jax-cpu:0.10
 # On a SLURM site, the scaling also runs over SLURM nodes: set NIGHTLY_SLURM_BUNDLE to a folder on the shared
 # file system; the nightly makes it a bundle of NIGHTLY_SCALING_CELL's fresh dev image (replacing the last
 # night's) and runs one job per node count in NIGHTLY_SLURM_NODES (SLURM's own containers, --runtime oci).
@@ -124,15 +128,18 @@ nightly: ## Build, validate, scaling run (and over SLURM nodes with NIGHTLY_SLUR
 	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),all) --push || status=1; \
 	$(BUILDTOOL) validate $(if $(FRAMEWORK),--framework $(FRAMEWORK),--all) --reports "$$out/validate" || status=1; \
 	$(BUILDTOOL) scaling --cell $(NIGHTLY_SCALING_CELL) --counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling" \
-		|| status=1; \
+		--strategy $(NIGHTLY_SCALING_STRATEGIES) || status=1; \
+	$(if $(NIGHTLY_JAX_SCALING_CELL),$(BUILDTOOL) scaling --cell $(NIGHTLY_JAX_SCALING_CELL) --strategy jax-dp \
+		--counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling-jax" || status=1;) \
 	$(if $(NIGHTLY_SLURM_BUNDLE),image=$$($(BUILDTOOL) plan --framework $(NIGHTLY_SCALING_CELL) --json \
 		| $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["include"][0]["dev_image"])') \
 		&& $(BUILDTOOL) bundle "$$image" "$(NIGHTLY_SLURM_BUNDLE)" --force \
 		&& $(BUILDTOOL) scaling --launcher slurm --runtime oci --image "$(NIGHTLY_SLURM_BUNDLE)" \
-			--nodes $(NIGHTLY_SLURM_NODES) $(NIGHTLY_SLURM_FLAGS) --metrics-dir "$$out/scaling-slurm" || status=1;) \
+			--strategy $(NIGHTLY_SCALING_STRATEGIES) --nodes $(NIGHTLY_SLURM_NODES) $(NIGHTLY_SLURM_FLAGS) --metrics-dir "$$out/scaling-slurm" || status=1;) \
 	rm -rf "$$out/previous-verdicts"; if [ -d "$$out/verdicts" ]; then mv "$$out/verdicts" "$$out/previous-verdicts"; fi; \
 	$(BUILDTOOL) report --fetch --framework $(or $(FRAMEWORK),all) --verdicts "$$out/verdicts" \
 		--previous "$$out/previous-verdicts" --scaling "$$out/scaling" \
+		$(if $(NIGHTLY_JAX_SCALING_CELL),--scaling "$$out/scaling-jax") \
 		$(if $(NIGHTLY_SLURM_BUNDLE),--scaling "$$out/scaling-slurm") --out "$$out" || status=1; \
 	echo "nightly report: $$out/report.html (exit $$status)"; exit $$status
 

@@ -229,8 +229,14 @@ def test_the_nightly_runs_the_slurm_scaling_and_reports_it_when_a_bundle_folder_
 
     plain = dry()
     assert "--launcher slurm" not in plain and "scaling-slurm" not in plain
+    # The strategies side by side (issue 42): PyTorch's in the PyTorch cell, JAX data parallelism in the JAX cell.
+    assert ('scaling --cell pytorch-cpu:2.13 --counts 1,2 --out "$out/scaling" --strategy ddp,fsdp,deepspeed'
+            in plain)
+    assert 'scaling --cell jax-cpu:0.10 --strategy jax-dp --counts 1,2 --out "$out/scaling-jax"' in plain
+    assert '--scaling "$out/scaling" --scaling "$out/scaling-jax" --out "$out"' in plain
+    assert "scaling-jax" not in dry("NIGHTLY_JAX_SCALING_CELL=")
     slurm = dry("NIGHTLY_SLURM_BUNDLE=/shared/bundles/nightly", "NIGHTLY_SLURM_FLAGS=--partition gpu")
     assert 'bundle "$image" "/shared/bundles/nightly" --force' in slurm
-    assert ('scaling --launcher slurm --runtime oci --image "/shared/bundles/nightly"' in slurm
-            and '--nodes 1,2 --partition gpu --metrics-dir "$out/scaling-slurm"' in slurm)
-    assert '--scaling "$out/scaling" --scaling "$out/scaling-slurm" --out "$out"' in slurm
+    assert ('scaling --launcher slurm --runtime oci --image "/shared/bundles/nightly" --strategy ddp,fsdp,deepspeed'
+            in slurm and '--nodes 1,2 --partition gpu --metrics-dir "$out/scaling-slurm"' in slurm)
+    assert '--scaling "$out/scaling" --scaling "$out/scaling-jax" --scaling "$out/scaling-slurm" --out "$out"' in slurm

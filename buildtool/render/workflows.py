@@ -331,7 +331,7 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
         needs.append(job_id)
     if scaling_cell is not None:
         jobs["scaling"] = {
-            "name": f"DDP scaling of {scaling_cell.key}",
+            "name": f"Scaling of {scaling_cell.key} (DDP, FSDP, DeepSpeed side by side)",
             "needs": "build-validate",
             "if": "${{ !cancelled() }}",
             "runs-on": labels, "timeout-minutes": 60,
@@ -339,7 +339,8 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
             "steps": [_registry_check(), *setup,
                       {"name": "Scaling run",
                        "run": (f".venv/bin/python -m buildtool scaling --cell {scaling_cell.key} "
-                               f"--counts {options.scaling_counts} --out site/scaling\n")},
+                               f"--counts {options.scaling_counts} --strategy ddp,fsdp,deepspeed "
+                               "--out site/scaling\n")},
                       {"if": "always()", "uses": UPLOAD,
                        "with": {"name": "scaling", "path": "site/scaling/", "if-no-files-found": "ignore"}}],
         }
