@@ -1,4 +1,4 @@
-"""The image's `org.opencontainers.image.licenses` label (issue 40): an image ships its framework beside
+"""The image's OCI licenses label (label_keys.OCI_LICENSES, issue 40): an image ships its framework beside
 Debian's (or Ubuntu's) GPL and LGPL packages, so a label naming the framework's license alone
 (`BSD-3-Clause` on pytorch-cpu) misstates it. The real matrix sets none; the SBOM names each package's
 license (docs/contents.md#sboms). The fixture matrix still sets them (it tests the label's grammar), which is
@@ -31,4 +31,4 @@ def test_real_project_images_carry_no_licenses_label_that_names_only_their_frame
 
 def test_a_matrix_that_sets_one_is_caught_naming_the_cell() -> None:
     found = licenses_labelled(fixture_matrix())
-    assert any(line.startswith("pytorch-cpu:2.13: org.opencontainers.image.licenses=") for line in found), found
+    assert any(line.startswith(f"pytorch-cpu:2.13: {label_keys.OCI_LICENSES}=") for line in found), found
