@@ -235,6 +235,25 @@ def test_secret_names_are_stated_and_their_values_never_are(tmp_path: Path, monk
     assert made.dependency("apt-archive:http://deb.debian.org/debian/dists/bookworm/InRelease") is not None
 
 
+def test_an_apt_step_taken_from_the_cache_says_the_archive_was_not_observed(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build whose apt layer came from the build cache fetched no release file: the provenance says so rather
+    than naming what the archive serves today."""
+    from buildtool.imagebuild import engine
+
+    log = tmp_path / "x.log"
+    log.write_text("#5 [base 2/4] RUN --mount=type=tmpfs,target=/run touch /run/stamp\n#5 CACHED\n")
+    engine.facts_path(log).write_text(json.dumps({
+        "image": "sha256:" + "4" * 64, "build_args": {}, "secrets": [], "network": "host", "buildkit": "classic",
+        "cache_from": [], "started": 1767225600}))
+    facts = build_provenance.facts_from_build(log, None, 1767225600, fetch=lambda uri: pytest.fail(uri))
+    assert facts.archive is None
+    _, made = _made(tmp_path, monkeypatch, facts=facts)
+    assert made.named("apt-archive:") == []
+    assert made.buildDefinition.internalParameters["aptArchive"].startswith(
+        "not observed: the apt step did not run in this build: its layer came from the build cache")
+
+
 def test_the_facts_of_another_build_are_refused_naming_the_record(tmp_path: Path) -> None:
     from buildtool.imagebuild import engine
 

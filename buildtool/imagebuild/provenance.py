@@ -53,6 +53,8 @@ from buildtool.imagebuild.lock import lock_paths
 from buildtool.matrix.plan import CellPlan
 
 DOCKER_VERSION_TIMEOUT_S = 30
+NOT_RUN = ("the apt step did not run in this build: its layer came from the build cache (an earlier build's, "
+           "whose provenance records the release files it read)")
 DPKG_TIMEOUT_S = 30
 
 
@@ -99,11 +101,14 @@ def facts_from_build(log_path: Path, image_id: str | None, source_date_epoch: in
         raise FailedError(f"{facts_path(log_path)} records the build of {record.get('image')}, not {image_id}: "
                           "rebuild with `buildtool build --force --push`")
     began = datetime.fromtimestamp(int(record["started"]), UTC)
+    # No release file fetched: the apt step did not run in this build, its layer came from the build cache
+    # (this engine's, or a cache source's, which the provenance names; that image's provenance has them).
+    archive = tuple(archive_state.observe(log_text, began, fetch))
     return BuildFacts(build_args=dict(record["build_args"]), secrets=tuple(record["secrets"]),
                       network=str(record["network"]), buildkit=str(record["buildkit"]),
                       source_date_epoch=source_date_epoch, cache_from=tuple(record["cache_from"]),
-                      archive=tuple(archive_state.observe(log_text, began, fetch)), inline_cache=inline_cache,
-                      config_rewrite=", ".join(config_rewrite))
+                      archive=archive or None, inline_cache=inline_cache, config_rewrite=", ".join(config_rewrite),
+                      not_observed="" if archive else NOT_RUN)
 
 
 def builder_id(keyid: str) -> str:
@@ -300,14 +305,12 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
         matrix_digest = "sha256:" + sha256_file(matrix_path)
     except OSError as exc:
         raise UserError(f"the matrix {matrix_path} cannot be read ({exc.strerror})") from None
-    if aptlock.has_apt_step(cell) and facts.archive is not None and not facts.archive:
-        raise FailedError(f"{plan.dev_ref}: the build log names no Debian release file its apt step read")
     source = source_descriptor(labels.source, revision, git_ref(root))
     ours = buildtool_version()
     buildtool = {"name": f"{TOOL_PREFIX}buildtool", "uri": source["uri"], "digest": dict(source["digest"]),
                  "annotations": {"version": ours}}
     internal: dict[str, Any] = {"buildkit": facts.buildkit, "configRewrite": facts.config_rewrite}
-    if facts.archive is None:
+    if facts.archive is None and aptlock.has_apt_step(cell):
         internal["aptArchive"] = f"not observed: {facts.not_observed or 'the image was not built by this run'}"
     predicate = {
         "buildDefinition": {
