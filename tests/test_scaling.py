@@ -71,6 +71,68 @@ def test_scaling_run_produces_metrics_and_plots(run_cli, tmp_path: Path) -> None
         assert names.strip() == "", f"containers left behind: {names}"
 
 
+def dev_image(name: str, version: str) -> str | None:
+    """A dev image of cell NAME:VERSION from REGISTRY that the engine already holds (none pulled in a test)."""
+    registry = os.environ.get("REGISTRY") or names.DEFAULT_REGISTRY
+    try:
+        listed = docker_cli.docker("images", "--format", "{{.Repository}}:{{.Tag}}", names.dev_repo(registry, name),
+                                   timeout=30)
+    except docker_cli.ClientNotFound:
+        return None
+    tags = sorted(line for line in listed.stdout.splitlines() if names.parse_dev_tag(line.rsplit(":", 1)[1], version))
+    return tags[-1] if listed.returncode == 0 and tags else None
+
+
+@pytest.mark.integration   # issue 42: DDP, FSDP and DeepSpeed side by side in the pytorch-cpu dev image
+@pytest.mark.engine
+def test_strategies_side_by_side_in_the_image(run_cli, tmp_path: Path) -> None:
+    """Real FSDP (fully_shard, gloo) beside DDP, and DeepSpeed, which the image does not carry: reported as not run
+    with the worker's reason, never a pass. 23 s here (four short runs and DeepSpeed's import check)."""
+    image = cpu_image()
+    where = ["--image", image] if image else ["--launcher", "host", "--python", sys.executable]
+    out = tmp_path / "metrics"
+    code, stdout, err = run_cli("scaling", *where, "--strategy", "ddp,fsdp,deepspeed", "--counts", "1,2",
+                                "--samples", "1024", "--epochs", "2", "--out", str(out),
+                                "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    for strategy in ("ddp", "fsdp"):
+        data = json.loads((out / strategy / "scaling.json").read_text())
+        assert data["status"] == "ran" and [r["count"] for r in data["runs"]] == [1, 2]
+        for r in data["runs"]:
+            assert r["identical"] is True and len(r["peak_memory_mb"]) == r["count"] and r["samples_per_s"] > 0
+            assert r["time_per_epoch_s"] == r["epoch_times_s"][1]   # the warm-up epoch left out
+            if strategy == "fsdp":
+                assert r["matches_reference"] is True and r["max_abs_diff"] < 1e-3
+    deepspeed = json.loads((out / "deepspeed" / "scaling.json").read_text())
+    assert deepspeed["status"] == "not run" and deepspeed["runs"] == []
+    assert deepspeed["reason"].startswith("not run on this runner: DeepSpeed is not installed in this image")
+    assert "deepspeed: not run on this runner: DeepSpeed is not installed" in stdout
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert [row["status"] for row in comparison["rows"]] == ["ran", "ran", "not run"]
+    for name in ("time_per_epoch.png", "speedup.png"):   # every strategy that ran, on one plot
+        blob = (out / name).read_bytes()
+        assert blob[:8] == PNG and len(blob) > 10_000
+
+
+@pytest.mark.integration   # issue 42: JAX sharded data parallelism in the jax-cpu dev image
+@pytest.mark.engine
+def test_jax_data_parallel_scaling_in_the_image(run_cli, tmp_path: Path) -> None:
+    image = dev_image("jax-cpu", "0.10")
+    if not image:
+        pytest.skip("no jax-cpu dev image in the engine (make build FRAMEWORK=jax-cpu)")
+    out = tmp_path / "metrics"
+    code, stdout, err = run_cli("scaling", "--image", image, "--strategy", "jax-dp", "--counts", "1,2",
+                                "--samples", "1024", "--epochs", "2", "--out", str(out),
+                                "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    data = json.loads((out / "scaling.json").read_text())
+    assert data["strategy"] == "jax-dp" and [r["count"] for r in data["runs"]] == [1, 2]
+    for r in data["runs"]:
+        assert r["backend"] == "gloo" and r["identical"] is True and r["matches_reference"] is True
+        assert len(r["peak_memory_mb"]) == r["count"]
+    assert (out / "speedup.png").read_bytes()[:8] == PNG and "jax-dp   2 processes:" in stdout
+
+
 def test_report_embeds_the_scaling_plots(run_cli, tmp_path: Path) -> None:
     plots = tmp_path / "scaling"
     plots.mkdir()
