@@ -177,3 +177,37 @@ def test_bundle_of_an_envelope_with_no_single_signature_is_refused() -> None:
                                           ).encode())
     with pytest.raises(sigstore_bundle.BundleError, match="not JSON"):
         sigstore_bundle.envelope(b"{")
+
+
+def drop_bundles(client: MemRegistry, digest: str) -> None:
+    """The referrers of `digest` as a push before bundles left them: the toolkit's artifacts only."""
+    raw, media_type, _ = client.get_manifest(REPO, referrers_tag(digest))
+    index = json.loads(raw)
+    index["manifests"] = [d for d in index["manifests"] if d.get("artifactType") != BUNDLE]
+    client.put_manifest(REPO, referrers_tag(digest), json.dumps(index).encode(), media_type)
+
+
+def test_a_push_that_keeps_attestations_made_before_bundles_publishes_their_bundles_once(client: MemRegistry) -> None:
+    from types import SimpleNamespace
+
+    from buildtool.imagebuild.builder import Builder
+
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    provenance_fixture.attest_provenance(client, REPO, digest)   # type: ignore[arg-type]
+    signing.attest_sbom(client, REPO, digest)   # type: ignore[arg-type]
+    drop_bundles(client, digest)
+    assert bundles(client, digest) == {}
+    push = SimpleNamespace(registry=client, _key=signing.KEY)
+    ref = f"{client.host}/{REPO}:2.13-0.1.0"
+    for _ in range(2):     # a push, and a push again: one bundle each, not two
+        Builder._ensure_provenance(push, None, ref, digest, None, None)   # type: ignore[arg-type]
+        Builder._ensure_sbom(push, None, ref, digest, "linux/amd64")   # type: ignore[arg-type]
+        found = bundles(client, digest)
+        assert set(found) == {PREDICATE_TYPE, SBOM_PREDICATE}
+        assert len([r for r in listed_referrers(client, REPO, digest) if r.artifact_type == BUNDLE]) == 2  # type: ignore[arg-type]
+    # the same envelopes the kept artifacts hold
+    prov = find_provenance(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    assert prov.referrer is not None and prov.referrer.artifact_type != BUNDLE
+    layer = json.loads(client.get_manifest(REPO, prov.artifact)[0])["layers"][0]
+    kept = json.loads(client.get_blob(REPO, layer["digest"]))
+    assert found[PREDICATE_TYPE][1]["dsseEnvelope"] == kept

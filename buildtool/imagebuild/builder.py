@@ -35,6 +35,7 @@ from buildtool.common.refs import ReferenceError, parse_reference, split_repo
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
 from buildtool.contracts.names import check_full_revision, parse_dev_tag, push_staging_tag
+from buildtool.contracts.provenance import PREDICATE_TYPE as PROVENANCE_PREDICATE
 from buildtool.contracts.trust import Trusted
 from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path, repro_config
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
@@ -46,11 +47,12 @@ from buildtool.imagebuild.provenance import Built, facts_from_build, make_proven
 from buildtool.imagebuild.wheel_hashes import Sources
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
+from buildtool.registry.bundles import ensure_bundle
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
 from buildtool.registry.image_index import Child, platform_manifest, put_index
 from buildtool.registry.provenance import OnlyKey, attach_provenance, find_provenance
 from buildtool.registry.sbom import find_sbom
-from buildtool.registry.sbom_attestation import plain_sbom_problem, signed_by
+from buildtool.registry.sbom_attestation import SBOM_PREDICATE, plain_sbom_problem, signed_by
 
 # Docker Hub's API lives on another host than its image names.
 _API_HOST = {"docker.io": "registry-1.docker.io"}
@@ -561,6 +563,8 @@ class Builder:
         _, repo, _ = split_repo(ref)
         found = find_provenance(self.registry, repo, digest, OnlyKey(self._key.public()))
         if found.provenance is not None:
+            if found.referrer is not None:   # kept from a push before bundles were published: add its bundle
+                ensure_bundle(self.registry, repo, digest, found.referrer, PROVENANCE_PREDICATE)
             return found.artifact
         self.progress.update(plan.cell.key, "provenance", "signing the build's provenance")
         try:
@@ -593,6 +597,7 @@ class Builder:
         signed = signed_by(self.registry, repo, digest, key.public())
         if found is not None and signed is not None and not plain_sbom_problem(self.registry, repo, digest,
                                                                                 signed.digest):
+            ensure_bundle(self.registry, repo, digest, signed.referrer, SBOM_PREDICATE)   # as the provenance's
             return found.digest
         if engine.image_attrs(ref) is None:
             # Reused by content key (built by another commit or machine) and not signed by this key yet: the

@@ -28,8 +28,8 @@ from buildtool.contracts.sigstore_bundle import (
 from buildtool.registry.client import RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
 
-__all__ = ["BundleError", "attach_bundle", "beside", "fetch_envelopes", "is_bundle", "own_first", "same_envelope",
-           "signed_referrers"]
+__all__ = ["BundleError", "attach_bundle", "beside", "ensure_bundle", "fetch_envelopes", "is_bundle", "own_first",
+           "same_envelope", "signed_referrers"]
 
 
 def attach_bundle(client: RegistryClient, repo: str, digest: str, envelope_data: bytes,
@@ -104,3 +104,16 @@ def beside(client: RegistryClient, repo: str, digest: str, artifacts: list[Refer
             wanted.discard(found)
             chosen.append(ref)
     return chosen
+
+
+def ensure_bundle(client: RegistryClient, repo: str, digest: str, artifact: Referrer,
+                  predicate_type: str) -> Referrer | None:
+    """The bundle of `artifact`'s envelope (an attestation its writer verified and keeps), published unless
+    one is there already: a push that keeps what an earlier push attached, before bundles were published,
+    adds the bundle. Returns the bundle attached, None when there was one."""
+    if beside(client, repo, digest, [artifact]):
+        return None
+    envelopes = [p.data for p in fetch_envelopes(client, repo, artifact, digest) if p.media_type == DSSE_MEDIA_TYPE]
+    if len(envelopes) != 1:
+        raise RegistryError(f"artifact {artifact.digest} holds {len(envelopes)} DSSE envelopes, not one")
+    return attach_bundle(client, repo, digest, envelopes[0], predicate_type)
