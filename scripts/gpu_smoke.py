@@ -75,7 +75,7 @@ MIN_STEP_S = 10.0                   # a check with less time left than this is n
 GRACE_S = 20.0                      # the script's own alarm beyond pull + deadline (probing, clean-up)
 DDP_S, TORCH_PROFILE_S, TB_QUERY_S, SHM_S = 240.0, 120.0, 150.0, 150.0
 STRATEGY_S = 150.0                  # each of FSDP and DeepSpeed ZeRO-2 (one epoch of warm-up, one timed, the replay)
-STRATEGY_ENV = {"SCALING_SAMPLES": "8192", "SCALING_EPOCHS": "2", "SCALING_BATCH": "64", "SCALING_VERIFY": "1"}
+STRATEGY_ENV = {"SCALING_SAMPLES": "2048", "SCALING_EPOCHS": "2", "SCALING_BATCH": "64", "SCALING_VERIFY": "1"}
 TB_START_S = 120                    # tb_query's own bound for TensorBoard and the run to appear
 RUN = "run1"
 

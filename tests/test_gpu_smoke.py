@@ -129,6 +129,12 @@ def test_host_python_without_tensorboard_or_cuda(tmp_path):
     assert checks["nccl_ddp"]["figures"]["world_size"] == 2
     assert checks["busbw"]["status"] == "failed" and "no NCCL all-reduce ran" in checks["busbw"]["reason"]
     assert report["steps"]["python"]["figures"] == {"tensorboard": False, "torch": "2.13.0+cpu", "cuda": False}
+    # FSDP ran (gloo, the same parameters as the unsharded replay) but not on GPUs; DeepSpeed is not here at all.
+    assert checks["fsdp"]["status"] == "failed" and checks["fsdp"]["reason"] == (
+        "FSDP: backend gloo, not nccl: torch sees no CUDA device"), checks["fsdp"]
+    assert {k: checks["deepspeed_zero2"][k] for k in ("status", "reason")} == {
+        "status": "not run", "reason": "DeepSpeed ZeRO-2: DeepSpeed is not installed in this image "
+                                       "(ModuleNotFoundError: No module named 'deepspeed')"}
 
 
 def test_a_failed_pull_is_its_own_step(tmp_path):
