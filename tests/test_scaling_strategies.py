@@ -176,7 +176,7 @@ def test_the_report_shows_strategies_side_by_side(fake_python: str, stub_plots: 
     code, _, err = run_cli("report", "--verdicts", str(verdicts), "--scaling", str(out), "--out", str(tmp_path / "o"))
     assert code == 0, err
     page = (tmp_path / "o" / "report.html").read_text()
-    titles = ["Strategies side by side: scaling", "DDP scaling", "FSDP (fully_shard) scaling",
+    titles = ["Scaling: strategies side by side", "DDP scaling", "FSDP (fully_shard) scaling",
               "DeepSpeed ZeRO-2 scaling"]
     assert [page.index(f"<h2>{t}</h2>") for t in titles] == sorted(page.index(f"<h2>{t}</h2>") for t in titles)
     assert '<img src="scaling/speedup.png"' in page and '<img src="scaling-3/speedup.png"' in page

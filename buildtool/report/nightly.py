@@ -634,10 +634,10 @@ def render_markdown(report: Report, title: str = "Image validation report") -> s
 
 def scaling_title(scaling: dict[str, Any]) -> str:
     launcher = scaling.get("launcher") or {}
-    what = "Strategies side by side:" if "rows" in scaling else str(scaling.get("title") or "DDP")
+    what = "Scaling: strategies side by side" if "rows" in scaling else f"{scaling.get('title') or 'DDP'} scaling"
     if launcher.get("kind") == "slurm":
-        return f"{what} scaling over SLURM nodes ({launcher.get('runtime', '?')} containers)"
-    return f"{what} scaling"
+        return f"{what} over SLURM nodes ({launcher.get('runtime', '?')} containers)"
+    return what
 
 
 def scaling_flag(scaling: dict[str, Any]) -> str:
