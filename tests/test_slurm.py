@@ -122,6 +122,7 @@ def fake_bundle(tmp_path: Path, machine: str | None = None) -> Path:
     bundle = tmp_path / "bundle"
     (bundle / "jobs").mkdir(parents=True)
     (bundle / "config.json").write_text("{}")
+    (bundle / "entrypoint.args").write_text("")    # an image without ENTRYPOINT (the project's pip images)
     record = {"path": str(bundle), "shm_size": "1m"}
     if machine != "":
         record["machine"] = machine or platform.machine()

@@ -51,6 +51,9 @@ JOBS_DIR = "jobs"
 JOBS_MOUNT = "/opt/dl-images/jobs"
 HOSTS_FILE = "hosts"
 META_FILE = "dl-images-bundle.json"
+# The image's ENTRYPOINT, one argument a line (empty: none). SLURM's containers run the step's command in place
+# of the bundle's process, so the sbatch script puts these words first, as validate runs the image (issue 39).
+ENTRYPOINT_FILE = "entrypoint.args"
 COPY_TIMEOUT_S = 1800
 UNPACK_TIMEOUT_S = 1800
 UNLIMITED = 2**64 - 1
@@ -87,6 +90,7 @@ class Bundle:
     seconds: float
     platform: str = ""        # os/arch of the image unpacked (the record of an older bundle lacks it)
     machine: str = ""         # what `uname -m` prints on nodes that run it natively
+    entrypoint: tuple[str, ...] = ()   # the image's ENTRYPOINT (also in ENTRYPOINT_FILE, for the sbatch script)
 
 
 def shm_bytes(size: str, what: str = "--shm-size") -> int:
@@ -191,6 +195,18 @@ def layout_image(layout: Path) -> tuple[str, dict[str, str], str]:
     return digest, dict((config.get("config") or {}).get("Labels") or {}), declared
 
 
+def layout_entrypoint(layout: Path) -> tuple[str, ...]:
+    """The ENTRYPOINT of the one image in an OCI layout (() for none); UserError for a word the one-per-line
+    record cannot hold."""
+    index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
+    config = _blob(layout, _blob(layout, index["manifests"][0]["digest"])["config"]["digest"])
+    words = tuple(str(w) for w in (config.get("config") or {}).get("Entrypoint") or ())
+    if any("\n" in w or not w for w in words):
+        raise UserError(f"the image's ENTRYPOINT {list(words)!r} has an empty word or a newline: a bundle records "
+                        "it one word a line")
+    return words
+
+
 def platform_problem(wanted: platforms.Platform, declared: str) -> str | None:
     """Why the copied image is not of the platform the bundle is made for (None: it is)."""
     os_, _, rest = declared.partition("/")
@@ -256,6 +272,7 @@ def make_bundle(image: str, dest: Path, platform: platforms.Platform, *, fallbac
             _run([skopeo, *chosen, "copy", "--quiet", *access, f"docker://{image}", f"oci:{layout}:image"],
                  COPY_TIMEOUT_S, f"skopeo copy of {image}")
         digest, labels, declared = layout_image(layout)
+        entrypoint = layout_entrypoint(layout)
         problem = platform_problem(platform, declared)
         if problem is not None:
             raise UserError(f"{image}: {problem}")
@@ -293,8 +310,9 @@ def make_bundle(image: str, dest: Path, platform: platforms.Platform, *, fallbac
                         ulimits=dict(profile.ulimits), read_only=read_only,
                         hosts=str(dest / HOSTS_FILE) if hosts is not None else "/etc/hosts (the node's)",
                         jobs_dir=str(jobs or dest / JOBS_DIR), seconds=round(time.monotonic() - started, 1),
-                        platform=platform.name, machine=platform.machine)
+                        platform=platform.name, machine=platform.machine, entrypoint=entrypoint)
         (staged / META_FILE).write_text(json.dumps(asdict(bundle), indent=1) + "\n", encoding="utf-8")
+        (staged / ENTRYPOINT_FILE).write_text("".join(f"{word}\n" for word in entrypoint), encoding="utf-8")
         if dest.exists():
             os.rename(dest, work / "replaced")
         os.rename(staged, dest)

@@ -39,7 +39,7 @@ from typing import Any
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
-from buildtool.launch.bundle import JOBS_DIR, JOBS_MOUNT, META_FILE, shm_bytes
+from buildtool.launch.bundle import ENTRYPOINT_FILE, JOBS_DIR, JOBS_MOUNT, META_FILE, shm_bytes
 from buildtool.launch.launchers import IS_HOST, LOCAL_ADDR, PROCESS_ID
 from buildtool.launch.multinode import (
     MOUNT_DIR,
@@ -133,8 +133,15 @@ def ddp_check(job: MultiNodeJob) -> Workload:
                     embedded={VERIFY_SCRIPT: VERIFY_SOURCE}, first_node_hosts=job.launcher.first_node_hosts)
 
 
+# The bundle's ENTRYPOINT words (read from ENTRYPOINT_FILE): nothing when there are none, even under `set -u`
+# on bash before 4.4, where "${a[@]}" of an empty array is an unbound variable.
+ENTRYPOINT_WORDS = '${entrypoint[@]+"${entrypoint[@]}"}'
+
+
 def _quote(word: str) -> str:
     """Shell-quote, but leave $jobdir / $endpoint / $SLURM_JOB_ID expandable."""
+    if word == ENTRYPOINT_WORDS:
+        return word
     if "$" in word:
         return '"' + word.replace('"', '\\"') + '"'
     return shlex.quote(word)
@@ -198,7 +205,9 @@ def _step(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
                 *work.command]
     names = ",".join(sorted([*work.env, *([NODES_ENV] if _needs_nodes(work) else []),
                              *([NODE_ADDRS_ENV] if LOCAL_ADDR in work.command else [])])) or "NONE"
-    return ["srun", "--kill-on-bad-exit=1", f"--export={names}", "--container=$OCI_BUNDLE", *work.command]
+    # SLURM runs the step's command in place of the bundle's process: the image's ENTRYPOINT goes first.
+    return ["srun", "--kill-on-bad-exit=1", f"--export={names}", "--container=$OCI_BUNDLE", ENTRYPOINT_WORDS,
+            *work.command]
 
 
 def _needs_nodes(work: Workload) -> bool:
@@ -296,7 +305,15 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
     if oci:
         lines += ["if [ ! -f \"$OCI_BUNDLE/config.json\" ] || [ ! -d \"$OCI_BUNDLE/" + JOBS_DIR + "\" ]; then",
                   "  echo \"error: $OCI_BUNDLE is not a bundle made by \\`buildtool bundle\\`; set OCI_BUNDLE\" >&2",
-                  "  exit 2", "fi"]
+                  "  exit 2", "fi",
+                  "# SLURM runs the step's command in place of the bundle's process: the image's ENTRYPOINT",
+                  "# (NGC's sets up CUDA's forward-compatibility libraries) goes first, as under validate.",
+                  "if [ ! -f \"$OCI_BUNDLE/" + ENTRYPOINT_FILE + "\" ]; then",
+                  "  echo \"error: $OCI_BUNDLE records no entrypoint (a bundle made before bundles recorded it): "
+                  "make it again with \\`buildtool bundle\\`\" >&2",
+                  "  exit 2", "fi",
+                  "entrypoint=()",
+                  "while IFS= read -r word; do entrypoint+=(\"$word\"); done < \"$OCI_BUNDLE/" + ENTRYPOINT_FILE + "\""]
     lines += [
         "",
         f"# The first node of the allocation hosts the {work.first_node_hosts}.",
