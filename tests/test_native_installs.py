@@ -50,9 +50,9 @@ def test_the_installs_run_in_build_platform_stages_and_the_image_only_copies_the
     text = _render(tmp_path)
     assert text.index("ARG BUILD_BASE_IMAGE=") < text.index("\nFROM ")  # a global ARG, usable in any FROM
     stages = _stages(text)
-    assert list(stages) == ["base", "build-base", "uv", "site-framework", "site-tools", "final"]
+    assert list(stages) == ["base", "build-base", "uv", "site-framework", "site-tools", "cpu-identity", "final"]
     assert stages["build-base"].startswith("FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS build-base\n")
-    for name in ("uv", "site-framework", "site-tools"):
+    for name in ("uv", "site-framework", "site-tools", "cpu-identity"):
         assert stages[name].startswith(f"FROM build-base AS {name}\n"), name
     for name, lock in (("site-framework", locks.FRAMEWORK_LOCK), ("site-tools", locks.TOOLS_LOCK)):
         [install] = [r for r in _runs(stages[name]) if "uv pip install" in r]
@@ -71,8 +71,23 @@ def test_the_installs_run_in_build_platform_stages_and_the_image_only_copies_the
     final_runs = _runs(final)
     assert len(final_runs) == 3, final_runs
     assert "python3 -m venv --without-pip" in final_runs[0]
-    assert final_runs[1] == "RUN --mount=type=tmpfs,target=/tmp     python -c 'import torch'\n"
+    assert final_runs[1] == ("RUN --mount=type=tmpfs,target=/tmp     --mount=type=bind,from=cpu-identity,source=/cpu,"
+                             "target=/sys/devices/system/cpu     python -c 'import torch'\n")
     assert final_runs[2].startswith("RUN mkdir -p /workspace")
+
+
+def test_the_smoke_import_sees_an_arm64_cpu_identity_not_the_build_machines(tmp_path: Path) -> None:
+    """Under QEMU an x86 host's CPU sysfs shows through and torch's oneDNN segfaults at import (no MIDR_EL1):
+    the cpu-identity stage's script, run by bash into a folder, makes the files xbyak_aarch64 reads."""
+    stage = _stages(_render(tmp_path))["cpu-identity"]
+    [script] = [r[len("RUN "):] for r in _runs(stage)]
+    root = tmp_path / "root"
+    done = subprocess.run(["bash", "-c", script.replace('"/cpu', f'"{root}/cpu')], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    for cpu in ("cpu0", "cpu1"):
+        assert (root / "cpu" / cpu / "regs/identification/midr_el1").read_text() == "0x00000000410fd4f0\n"
+    assert (root / "cpu" / "online").read_text() == "0-1\n"
 
 
 def test_the_build_machines_apt_step_is_the_base_stages_byte_for_byte(tmp_path: Path) -> None:
