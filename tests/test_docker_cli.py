@@ -33,7 +33,8 @@ import harness  # noqa: E402
 RETIRED = "IMAGETEST_DOCKER"
 SETTING = "DOCKER_CLIENT"
 WORKER = REPO / "bench" / "ddp_epochs.py"
-SCALING = {"world_size": 2, "identical": True, "backend": "gloo", "epoch_times_s": [1.0, 0.5], "losses": [1.0, 0.5]}
+SCALING = {"world_size": 2, "identical": True, "backend": "gloo", "epoch_times_s": [1.0, 0.5], "losses": [1.0, 0.5],
+           "peak_memory_mb": [300.0, 301.0]}
 
 
 def fake_client(folder: Path, body: str = "") -> tuple[Path, Path]:
