@@ -10,7 +10,7 @@ import pytest
 
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.strategies import STRATEGIES, parse_strategies
-from buildtool.launch.scaling import CONTAINER_BENCH, Launcher, run_one
+from buildtool.launch.scaling import CONTAINER_BENCH, Launcher, run_one, shipped_with
 from buildtool.launch.strategy_runs import run_strategies
 from tests.signing import complete
 
@@ -110,6 +110,20 @@ def test_jax_is_spawned_by_its_worker_in_the_container(tmp_path: Path, monkeypat
     assert Launcher(kind="host", python="py", entry="spawn").command(2, worker, {}, "x") == [
         "py", str(worker), "--spawn", "2"]
 
+
+
+def test_a_slurm_job_ships_the_modules_a_worker_imports_from_its_folder(tmp_path: Path) -> None:
+    """The SLURM job embeds files, not folders: without the worker's helper beside it FSDP dies on import."""
+    fsdp, deepspeed = (REPO / STRATEGIES[name].worker for name in ("fsdp", "deepspeed"))
+    assert sorted(shipped_with(fsdp)) == ["fsdp_epochs.py", "torch_epochs.py"]
+    assert sorted(shipped_with(deepspeed)) == ["deepspeed_epochs.py", "torch_epochs.py"]
+    assert list(shipped_with(REPO / STRATEGIES["ddp"].worker)) == ["ddp_epochs.py"]
+    (tmp_path / "w.py").write_text("import json\nimport a\n")
+    (tmp_path / "a.py").write_text("from b import x\n")
+    (tmp_path / "b.py").write_text("x = 1\n")
+    (tmp_path / "unused.py").write_text("")
+    assert shipped_with(tmp_path / "w.py") == {"w.py": "import json\nimport a\n", "a.py": "from b import x\n",
+                                               "b.py": "x = 1\n"}
 
 def test_strategies_side_by_side_write_folders_table_and_plots(fake_python: str, stub_plots: None,
                                                                tmp_path: Path) -> None:

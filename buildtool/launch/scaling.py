@@ -13,6 +13,7 @@ next to the ideal linear line.
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import os
@@ -140,6 +141,24 @@ def _epoch_time(times: list[float]) -> float:
     return statistics.median(steady)
 
 
+def shipped_with(worker: Path) -> dict[str, str]:
+    """The worker and the modules beside it that it imports, and theirs (fsdp_epochs.py: torch_epochs.py), by file
+    name: what a SLURM job writes into its folder. The docker launcher mounts the worker's whole folder instead."""
+    files: dict[str, str] = {}
+    todo = [worker]
+    while todo:
+        path = todo.pop()
+        if path.name in files:
+            continue
+        text = path.read_text(encoding="utf-8")
+        files[path.name] = text
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            todo += [worker.parent / f"{name}.py" for name in names if (worker.parent / f"{name}.py").is_file()]
+    return files
+
+
 @dataclass(frozen=True)
 class SlurmLauncher:
     """Each count is a number of nodes: one sbatch job of `buildtool slurm`'s script running the benchmark."""
@@ -177,7 +196,7 @@ class SlurmLauncher:
         command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
                    *job.node_command("$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
         work = Workload(label=f"{self.strategy.upper()} scaling run", command=command, env={**env, **job.expect_env},
-                        embedded={worker.name: worker.read_text(encoding="utf-8"), VERIFY_SCRIPT: VERIFY_SOURCE},
+                        embedded={**shipped_with(worker), VERIFY_SCRIPT: VERIFY_SOURCE},
                         first_node_hosts=job.launcher.first_node_hosts)
         self.workdir.mkdir(parents=True, exist_ok=True)
         script = self.workdir / f"{job.name}.sbatch"

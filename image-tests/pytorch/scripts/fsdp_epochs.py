@@ -17,157 +17,42 @@ max_abs_diff, peak_memory_mb (every rank's peak resident memory, or CUDA memory 
 
 Environment: SCALING_SAMPLES (subset size), SCALING_EPOCHS, SCALING_BATCH (per rank), SCALING_THREADS,
 SCALING_VERIFY. Under the image-tests harness ($IMAGETEST_OUT set) rank 0 also writes result.json and every
-rank rank-<N>.json (ok, or its first error line). Self-contained (a SLURM job embeds this one file).
+rank rank-<N>.json (ok, or its first error line). What it shares with deepspeed_epochs.py is torch_epochs.py beside
+it (a SLURM job embeds both).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import resource
-import sys
-import time
-import traceback
-
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-OUT = os.environ.get("IMAGETEST_OUT", "")
-LR = 0.01
-# Float sums in a different order (reduce-scatter vs one process) differ in the last bits; a reduction that
-# loses a rank's gradient is off by orders of magnitude more (measured: see test_fsdp.py).
-REFERENCE_TOLERANCE = 1e-3
-
-
-def write(name: str, data: dict) -> None:
-    if OUT:
-        path = os.path.join(OUT, name)
-        with open(path + ".tmp", "w") as fh:
-            json.dump(data, fh)
-        os.replace(path + ".tmp", path)
-
-
-def model_for(device: torch.device) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                               torch.nn.ReLU(), torch.nn.Linear(512, 1)).to(device)
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def reference(data: TensorDataset, world: int, batch: int, epochs: int) -> dict[str, torch.Tensor]:
-    """The same steps in one process, unsharded: step k trains on every rank's k-th batch together (equal
-    batch sizes, so the mean over the union is the mean of the ranks' means, what FSDP's reduction gives)."""
-    model = model_for(torch.device("cpu"))
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    for epoch in range(epochs):
-        orders = []
-        for rank in range(world):
-            sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
-            sampler.set_epoch(epoch)
-            orders.append(list(sampler))
-        for start in range(0, len(orders[0]), batch):
-            index = [i for order in orders for i in order[start:start + batch]]
-            x, y = data.tensors[0][index], data.tensors[1][index]
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return {k: v.detach() for k, v in model.state_dict().items()}
+import torch_epochs as epochs
 
 
 def main() -> dict:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import fully_shard
 
-    samples = int(os.environ.get("SCALING_SAMPLES", "4096"))
-    epochs = int(os.environ.get("SCALING_EPOCHS", "3"))
-    batch = int(os.environ.get("SCALING_BATCH", "64"))
-    verify = os.environ.get("SCALING_VERIFY", "1") == "1"
-    cuda = torch.cuda.is_available()
-    dist.init_process_group(backend="nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    else:
-        torch.set_num_threads(int(os.environ.get("SCALING_THREADS", "1")))  # one core per rank
-
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(samples, 256, generator=gen)
-    data = TensorDataset(x, (x[:, :10] * 2.0).sum(dim=1, keepdim=True))
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=batch, sampler=sampler)
-    model = model_for(device)
+    run = epochs.Run()
+    dist.init_process_group(backend=run.backend)
+    run.start()
+    model = epochs.model_for(run.device)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
     fully_shard(model)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    epoch_times, losses = [], []
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        dist.barrier()
-        start = time.perf_counter()
-        total = 0.0
-        for xb, yb in loader:
-            loss = torch.nn.functional.mse_loss(model(xb.to(device)), yb.to(device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += loss.item()
-        if cuda:
-            torch.cuda.synchronize()
-        dist.barrier()
-        epoch_times.append(time.perf_counter() - start)
-        losses.append(total / max(1, len(loader)))
+    opt = torch.optim.SGD(model.parameters(), lr=epochs.LR)
 
+    def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    epoch_times, losses = run.train(step)
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
-    full = {k: v.detach().cpu() for k, v in full.items()}
-    digest = hashlib.sha256()
-    for key in sorted(full):
-        digest.update(full[key].contiguous().numpy().tobytes())
-    gathered: list[object] = [None] * world
-    dist.all_gather_object(gathered, {"hash": digest.hexdigest(), "peak_mb": round(peak_memory_mb(device), 1)})
-    result = {"strategy": "fsdp", "backend": dist.get_backend(), "world_size": world, "samples": samples,
-              "batch": batch, "epoch_times_s": epoch_times, "losses": losses,
-              "param_hashes": [g["hash"] for g in gathered],  # type: ignore[index]
-              "identical": len({g["hash"] for g in gathered}) == 1,  # type: ignore[index]
-              "peak_memory_mb": [g["peak_mb"] for g in gathered]}  # type: ignore[index]
-    if verify and rank == 0:
-        ref = reference(data, world, batch, epochs)
-        diff = max(float((full[k] - ref[k]).abs().max()) for k in ref)
-        result.update(max_abs_diff=diff, matches_reference=diff <= REFERENCE_TOLERANCE)
-    if rank == 0:
-        write("result.json", result)
-        print("SCALING_RESULT " + json.dumps(result), flush=True)
-    dist.barrier()  # no rank tears down gloo while another still talks to it
-    dist.destroy_process_group()
-    return result
-
-
-def guarded() -> int:
-    rank = int(os.environ.get("RANK", "0"))
-    try:
-        main()
-    except BaseException as exc:  # noqa: BLE001 - every failure is written down, then re-raised
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        write(f"rank-{rank}.json", {"rank": rank, "ok": False, "error": f"{type(exc).__name__}: {first}",
-                                    "where": f"{where.filename}:{where.lineno}" if where else ""})
-        raise
-    write(f"rank-{rank}.json", {"rank": rank, "ok": True})
-    return 0
+    return run.finish({"strategy": "fsdp"}, {k: v.detach().cpu() for k, v in full.items()}, epoch_times, losses)
 
 
 if __name__ == "__main__":
-    code = guarded()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # as ddp_epochs.py: gloo's threads may abort in interpreter teardown after the work is done
+    epochs.exit_after(main)
