@@ -258,6 +258,13 @@ class Runner:
 # -- the checks: each reads its probes' result files ----------------------------------------------
 
 
+def torchrun_failure(ran: Ran, what: str) -> str:
+    """Why a torchrun probe gave no result: its cause, and each rank's own error line (rank-N.json)."""
+    ranks = [f"{name}: {r.get('error')}" for name, r in ran.files("rank-*.json").items()
+             if isinstance(r, dict) and r.get("error")]
+    return ran.cause(what) + (f" ({'; '.join(ranks)})" if ranks else "")
+
+
 def check_ddp(runner: Runner, gpus: int, timeout: float,
               floor: floors.Floor | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """NCCL DDP over every GPU, with the busbw table where there are two or more; (nccl_ddp, busbw)."""
@@ -269,9 +276,7 @@ def check_ddp(runner: Runner, gpus: int, timeout: float,
     one_gpu = {"status": "not run", "reason": "one GPU: the bus bandwidth needs two or more GPUs"}
     found = ran.result
     if not isinstance(found, dict) or ran.timed_out:
-        ranks = [f"{name}: {r.get('error')}" for name, r in ran.files("rank-*.json").items()
-                 if isinstance(r, dict) and r.get("error")]
-        reason = ran.cause("torchrun") + (f" ({'; '.join(ranks)})" if ranks else "")
+        reason = torchrun_failure(ran, "torchrun")
         failed = {"status": "failed", "reason": reason, "timed_out": ran.timed_out}
         return failed, one_gpu if gpus < 2 else {"status": "failed", "reason": f"the DDP run failed: {reason}"}
     problems = []
@@ -306,10 +311,7 @@ def check_strategy(runner: Runner, gpus: int, timeout: float, script: str, what:
     if isinstance(found, dict) and found.get("not_run"):
         return {"status": "not run", "reason": f"{what}: {found['not_run']}"}
     if not isinstance(found, dict) or ran.timed_out:
-        ranks = [f"{name}: {r.get('error')}" for name, r in ran.files("rank-*.json").items()
-                 if isinstance(r, dict) and r.get("error")]
-        return {"status": "failed", "timed_out": ran.timed_out,
-                "reason": ran.cause(what) + (f" ({'; '.join(ranks)})" if ranks else "")}
+        return {"status": "failed", "timed_out": ran.timed_out, "reason": torchrun_failure(ran, what)}
     problems = []
     if found.get("backend") != "nccl":
         problems.append(f"backend {found.get('backend')}, not nccl: torch sees no CUDA device")
