@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 from buildtool.common.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
 from buildtool.contracts import intoto
-from buildtool.registry.bundles import BundleError, fetch_envelopes, same_envelope, signed_referrers
-from buildtool.registry.client import NotFound, RegistryClient, RegistryError
+from buildtool.registry.bundles import read_once, signed_referrers
+from buildtool.registry.client import RegistryClient
 from buildtool.registry.referrers import Payload, Referrer
 
 
@@ -59,21 +59,8 @@ def each_signed(client: RegistryClient, repo: str, digest: str, artifact_type: s
     read (push publishes each envelope in both layouts) is that attestation again: not yielded twice."""
     seen: set[str] = set()
     for ref in signed_referrers(client, repo, digest, artifact_type, predicate_type):
-        try:
-            payloads = fetch_envelopes(client, repo, ref, digest)
-        except NotFound:
-            yield ref, "missing: listed, but the artifact is not in the registry"
-            continue
-        except RegistryError as exc:
-            yield ref, f"mismatched: {exc}"
-            continue
-        except BundleError as exc:
-            yield ref, str(exc)
-            continue
-        same = same_envelope(payloads)
-        if same is not None:
-            if same in seen:
-                continue
-            seen.add(same)
-        yield ref, open_signed(payloads, digest, predicate_type, keys, roles, role)
+        payloads = read_once(client, repo, ref, digest, seen)
+        if payloads is not None:
+            yield ref, payloads if isinstance(payloads, str) else open_signed(payloads, digest, predicate_type, keys,
+                                                                               roles, role)
 

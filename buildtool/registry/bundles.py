@@ -25,11 +25,11 @@ from buildtool.contracts.sigstore_bundle import (
     bundle,
     envelope,
 )
-from buildtool.registry.client import RegistryClient, RegistryError
+from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
 
 __all__ = ["BundleError", "attach_bundle", "beside", "ensure_bundle", "fetch_envelopes", "is_bundle", "own_first",
-           "same_envelope", "signed_referrers"]
+           "read_once", "same_envelope", "signed_referrers"]
 
 
 def attach_bundle(client: RegistryClient, repo: str, digest: str, envelope_data: bytes,
@@ -81,6 +81,27 @@ def same_envelope(payloads: list[Payload]) -> str | None:
         return json.dumps(json.loads(envelopes[0]), sort_keys=True, separators=(",", ":"))
     except ValueError:
         return None
+
+
+def read_once(client: RegistryClient, repo: str, ref: Referrer, digest: str,
+              seen: set[str]) -> list[Payload] | str | None:
+    """What a reader of signed referrers does with each: its payloads; or why they cannot be read (listed but
+    missing, not what its descriptor says, a bundle that does not read); or None when it carries an envelope
+    already in `seen` (push publishes each envelope in both layouts: that attestation again, not counted twice)."""
+    try:
+        payloads = fetch_envelopes(client, repo, ref, digest)
+    except NotFound:
+        return "missing: listed, but the artifact is not in the registry"
+    except RegistryError as exc:
+        return f"mismatched: {exc}"
+    except BundleError as exc:
+        return str(exc)
+    same = same_envelope(payloads)
+    if same is not None:
+        if same in seen:
+            return None
+        seen.add(same)
+    return payloads
 
 
 def beside(client: RegistryClient, repo: str, digest: str, artifacts: list[Referrer]) -> list[Referrer]:

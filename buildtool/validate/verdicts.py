@@ -58,15 +58,8 @@ from buildtool.contracts.names import (
     verdict_tag,
 )
 from buildtool.contracts.verdict import Verdict
-from buildtool.registry.bundles import (
-    BundleError,
-    attach_bundle,
-    fetch_envelopes,
-    is_bundle,
-    own_first,
-    same_envelope,
-)
-from buildtool.registry.client import NotFound, RegistryClient, RegistryError
+from buildtool.registry.bundles import attach_bundle, is_bundle, own_first, read_once
+from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.registry.referrers import Payload, Referrer, attach, listed_referrers
 from buildtool.validate.keys import TESTER, SigningKey, TrustedKeys
 
@@ -236,23 +229,10 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
             continue
         if ref.artifact_type != ATTESTATION_TYPE and not is_bundle(ref, _verdict_predicate):
             continue
-        try:
-            payloads = fetch_envelopes(client, repo, ref, digest)
-        except NotFound:
-            findings.rejected.append(Rejected(ref.digest, "missing: listed, but the artifact is not in the registry"))
+        payloads = read_once(client, repo, ref, digest, counted)
+        if payloads is None:
             continue
-        except RegistryError as exc:
-            findings.rejected.append(Rejected(ref.digest, f"mismatched: {exc}"))
-            continue
-        except BundleError as exc:
-            findings.rejected.append(Rejected(ref.digest, str(exc)))
-            continue
-        same = same_envelope(payloads)
-        if same is not None:
-            if same in counted:
-                continue
-            counted.add(same)
-        outcome = _verify(payloads, digest, trusted, cell)
+        outcome = payloads if isinstance(payloads, str) else _verify(payloads, digest, trusted, cell)
         if isinstance(outcome, str):
             findings.rejected.append(Rejected(ref.digest, outcome))
         else:
