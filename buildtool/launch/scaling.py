@@ -289,6 +289,22 @@ def write_metrics(result: ScalingResult, folder: Path) -> dict[str, Path]:
     return paths
 
 
+def finish_plot(fig: Any, ax: Any, path: Path, counts: list[int], xlabel: str, ylabel: str, title: str, *,
+                log: bool = False) -> None:
+    """Every scaling plot's axes, grid (minor lines too on log axes), legend and file (110 dpi); closes `fig`."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both" if log else "major", alpha=.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     import matplotlib
 
@@ -303,29 +319,15 @@ def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ax.loglog(counts, times, "o-", base=2, label="measured")
-    ax.set_xticks(counts, [str(c) for c in counts])
-    ax.set_xlabel(label)
-    ax.set_ylabel("time per epoch (s)")
-    ax.set_title(f"{result.title} time per epoch (absolute wall-clock), {result.samples} samples")
-    ax.grid(True, which="both", alpha=.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(paths["time"], dpi=110)
-    plt.close(fig)
+    finish_plot(fig, ax, paths["time"], counts, label, "time per epoch (s)",
+                f"{result.title} time per epoch (absolute wall-clock), {result.samples} samples", log=True)
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ideal = [c / counts[0] for c in counts]
     ax.plot(counts, ideal, "--", color="grey", label="ideal (linear)")
     ax.plot(counts, speedups, "o-", label="measured")
-    ax.set_xticks(counts, [str(c) for c in counts])
-    ax.set_xlabel(label)
-    ax.set_ylabel(f"speed-up vs {counts[0]}")
-    ax.set_title(f"{result.title} speed-up (relative wall-clock)")
-    ax.grid(True, alpha=.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(paths["speedup"], dpi=110)
-    plt.close(fig)
+    finish_plot(fig, ax, paths["speedup"], counts, label, f"speed-up vs {counts[0]}",
+                f"{result.title} speed-up (relative wall-clock)")
     return paths
 
 

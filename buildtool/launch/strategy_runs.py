@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.contracts.strategies import Strategy
-from buildtool.launch.scaling import Launcher, ScalingResult, SlurmLauncher, run_scaling
+from buildtool.launch.scaling import Launcher, ScalingResult, SlurmLauncher, finish_plot, run_scaling
 
 COMPARISON = "comparison.json"
 
@@ -87,28 +87,14 @@ def plot_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]:
     for result in results:
         ax.loglog([r.count for r in result.runs], [r.time_per_epoch_s for r in result.runs], "o-", base=2,
                   label=result.title)
-    ax.set_xticks(counts, [str(c) for c in counts])
-    ax.set_xlabel(unit)
-    ax.set_ylabel("time per epoch (s)")
-    ax.set_title(f"Time per epoch by strategy (absolute wall-clock), {results[0].samples} samples")
-    ax.grid(True, which="both", alpha=.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(paths["comparison time"], dpi=110)
-    plt.close(fig)
+    finish_plot(fig, ax, paths["comparison time"], counts, unit, "time per epoch (s)",
+                f"Time per epoch by strategy (absolute wall-clock), {results[0].samples} samples", log=True)
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     ax.plot(counts, [c / counts[0] for c in counts], "--", color="grey", label="ideal (linear)")
     for result in results:
         ax.plot([r.count for r in result.runs], [r.speedup for r in result.runs], "o-",
                 label=result.title + (" (flagged)" if result.flagged else ""))
-    ax.set_xticks(counts, [str(c) for c in counts])
-    ax.set_xlabel(unit)
-    ax.set_ylabel(f"speed-up vs {counts[0]}")
-    ax.set_title("Speed-up by strategy (relative wall-clock)")
-    ax.grid(True, alpha=.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(paths["comparison speedup"], dpi=110)
-    plt.close(fig)
+    finish_plot(fig, ax, paths["comparison speedup"], counts, unit, f"speed-up vs {counts[0]}",
+                "Speed-up by strategy (relative wall-clock)")
     return paths
