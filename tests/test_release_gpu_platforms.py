@@ -5,6 +5,8 @@ counts, nor does a native arm64 run without GPUs; both named by platform. In-mem
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tests import signing
 from tests.test_release_platforms import MULTI_GPU, Dev
 from tests.test_verdict_gate import gpu_verdict, two
@@ -30,22 +32,24 @@ def _cpu_evidence(dev: Dev, digest: str, platform: str, emulated: bool) -> None:
     signing.attest(dev.client, dev.repo, digest, full)   # type: ignore[arg-type]
 
 
-def test_both_platforms_passed_on_their_own_gpu_runners_is_ready() -> None:
+def _release(arm_evidence: Callable[[Dev, str], None]) -> tuple[list[str], str]:
+    """An index of an amd64 image that passed on its GPU runner and an arm64 image with `arm_evidence`:
+    what release finds, and the arm64 image's digest."""
     dev = Dev(MULTI_GPU)
     amd, arm = dev.image("amd64"), dev.image("arm64")
     _gpu_evidence(dev, amd, "linux/amd64", "NVIDIA H100 80GB HBM3")
-    _gpu_evidence(dev, arm, "linux/arm64", GH200)
+    arm_evidence(dev, arm)
     dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")])
-    assert dev.gather().problems == []
+    return dev.gather().problems, arm
+
+
+def test_both_platforms_passed_on_their_own_gpu_runners_is_ready() -> None:
+    problems, _ = _release(lambda dev, arm: _gpu_evidence(dev, arm, "linux/arm64", GH200))
+    assert problems == []
 
 
 def test_the_arm64_verdict_made_under_qemu_on_a_cpu_runner_is_refused_naming_arm64() -> None:
-    dev = Dev(MULTI_GPU)
-    amd, arm = dev.image("amd64"), dev.image("arm64")
-    _gpu_evidence(dev, amd, "linux/amd64", "NVIDIA H100 80GB HBM3")
-    _cpu_evidence(dev, arm, "linux/arm64", emulated=True)
-    dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")])
-    problems = dev.gather().problems
+    problems, _ = _release(lambda dev, arm: _cpu_evidence(dev, arm, "linux/arm64", emulated=True))
     arm64 = [p for p in problems if p.startswith("linux/arm64")]
     assert arm64, problems
     assert any("under emulation" in p and "native linux/arm64 GPU runner" in p for p in arm64), arm64
@@ -53,12 +57,7 @@ def test_the_arm64_verdict_made_under_qemu_on_a_cpu_runner_is_refused_naming_arm
 
 
 def test_a_native_arm64_run_without_gpus_is_refused_naming_arm64() -> None:
-    dev = Dev(MULTI_GPU)
-    amd, arm = dev.image("amd64"), dev.image("arm64")
-    _gpu_evidence(dev, amd, "linux/amd64", "NVIDIA H100 80GB HBM3")
-    _cpu_evidence(dev, arm, "linux/arm64", emulated=False)
-    dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")])
-    problems = dev.gather().problems
+    problems, arm = _release(lambda dev, arm: _cpu_evidence(dev, arm, "linux/arm64", emulated=False))
     assert f"linux/arm64: verdict of {arm} is 'incomplete'" in problems, problems
     assert any(p.startswith("linux/arm64: the verdict's runner lists no GPU") for p in problems), problems
     assert not any("under emulation" in p for p in problems), problems
