@@ -133,6 +133,18 @@ def test_jax_data_parallel_scaling_in_the_image(run_cli, tmp_path: Path) -> None
     assert (out / "speedup.png").read_bytes()[:8] == PNG and "jax-dp   2 processes:" in stdout
 
 
+
+def report(run_cli, tmp_path: Path, *scaling: Path) -> tuple[str, str]:
+    """`buildtool report` over one passing verdict and the `scaling` folders, into tmp_path/o: its HTML and Markdown."""
+    verdicts = tmp_path / "verdicts"
+    verdicts.mkdir()
+    (verdicts / "x.verdict.json").write_text(json.dumps(complete({
+        "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []})))
+    folders = [arg for folder in scaling for arg in ("--scaling", str(folder))]
+    code, _, err = run_cli("report", "--verdicts", str(verdicts), *folders, "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    return (tmp_path / "o" / "report.html").read_text(), (tmp_path / "o" / "report.md").read_text()
+
 def test_report_embeds_the_scaling_plots(run_cli, tmp_path: Path) -> None:
     plots = tmp_path / "scaling"
     plots.mkdir()
@@ -141,16 +153,10 @@ def test_report_embeds_the_scaling_plots(run_cli, tmp_path: Path) -> None:
     (plots / "scaling.json").write_text(json.dumps({"unit": "gpus", "runs": [
         {"count": 1, "time_per_epoch_s": 8.0, "speedup": 1.0, "efficiency": 1.0, "backend": "nccl"},
         {"count": 8, "time_per_epoch_s": 1.25, "speedup": 6.4, "efficiency": 0.8, "backend": "nccl"}]}))
-    verdicts = tmp_path / "verdicts"
-    verdicts.mkdir()
-    (verdicts / "x.verdict.json").write_text(json.dumps(complete({
-        "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []})))
-    code, _, err = run_cli("report", "--verdicts", str(verdicts), "--scaling", str(plots), "--out", str(tmp_path / "o"))
-    assert code == 0, err
-    page = (tmp_path / "o" / "report.html").read_text()
+    page, markdown = report(run_cli, tmp_path, plots)
     assert '<img src="scaling/speedup.png"' in page and (tmp_path / "o" / "scaling" / "speedup.png").is_file()
     assert "<td>8</td><td>1.250 s</td><td>6.40x</td><td>80%</td>" in page
-    assert "| 8 | 1.250 s | 6.40x | 80% |" in (tmp_path / "o" / "report.md").read_text()
+    assert "| 8 | 1.250 s | 6.40x | 80% |" in markdown
 
 
 def test_speedups_are_against_the_smallest_run() -> None:
@@ -218,21 +224,14 @@ def test_the_report_has_a_section_per_scaling_run(run_cli, tmp_path: Path) -> No
         (folder / "scaling.json").write_text(json.dumps({"unit": unit, "launcher": launcher, "runs": [
             {"count": 1, "time_per_epoch_s": 4.0, "speedup": 1.0, "efficiency": 1.0, "backend": backend},
             {"count": top, "time_per_epoch_s": 2.5, "speedup": 1.6, "efficiency": 0.8, "backend": backend}]}))
-        folders += ["--scaling", str(folder)]
-    verdicts = tmp_path / "verdicts"
-    verdicts.mkdir()
-    (verdicts / "x.verdict.json").write_text(json.dumps(complete({
-        "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []})))
+        folders.append(folder)
+    page, markdown = report(run_cli, tmp_path, *folders)
     out = tmp_path / "o"
-    code, _, err = run_cli("report", "--verdicts", str(verdicts), *folders, "--out", str(out))
-    assert code == 0, err
-    page = (out / "report.html").read_text()
     assert "<h2>DDP scaling</h2>" in page and "<h2>DDP scaling over SLURM nodes (oci containers)</h2>" in page
     assert page.index("<th>processes</th>") < page.index("<h2>DDP scaling over SLURM") < page.index("<th>nodes</th>")
     assert '<img src="scaling-2/speedup.png"' in page and (out / "scaling-2" / "speedup.png").read_bytes().endswith(
         b"nodes")
     assert (out / "scaling" / "speedup.png").read_bytes().endswith(b"processes")
-    markdown = (out / "report.md").read_text()
     assert "### DDP scaling over SLURM nodes (oci containers)" in markdown and "| nodes | time per epoch" in markdown
 
 

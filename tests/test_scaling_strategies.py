@@ -12,7 +12,7 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.strategies import STRATEGIES, parse_strategies
 from buildtool.launch.scaling import CONTAINER_BENCH, Launcher, run_one, shipped_with
 from buildtool.launch.strategy_runs import run_strategies
-from tests.signing import complete
+from tests.test_scaling import report
 
 REPO = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -183,18 +183,11 @@ def test_the_report_shows_strategies_side_by_side(fake_python: str, stub_plots: 
     monkeypatch.setenv("FAKE_EXP", "0.4")
     out = tmp_path / "metrics"
     _run(fake_python, "ddp,fsdp,deepspeed", out, min_efficiency=0.7)
-    verdicts = tmp_path / "verdicts"
-    verdicts.mkdir()
-    (verdicts / "x.verdict.json").write_text(json.dumps(complete({
-        "digest": "sha256:" + "0" * 64, "cell": "pytorch-cpu:2.13", "result": "passed", "tests": []})))
-    code, _, err = run_cli("report", "--verdicts", str(verdicts), "--scaling", str(out), "--out", str(tmp_path / "o"))
-    assert code == 0, err
-    page = (tmp_path / "o" / "report.html").read_text()
+    page, markdown = report(run_cli, tmp_path, out)
     titles = ["Scaling: strategies side by side", "DDP scaling", "FSDP (fully_shard) scaling",
               "DeepSpeed ZeRO-2 scaling"]
     assert [page.index(f"<h2>{t}</h2>") for t in titles] == sorted(page.index(f"<h2>{t}</h2>") for t in titles)
     assert '<img src="scaling/speedup.png"' in page and '<img src="scaling-3/speedup.png"' in page
     assert "not run on this runner: DeepSpeed is not installed in this image" in page
     assert "flagged: speed-up 1.32x at 2 processes is 66% of ideal, below the declared 70%" in page
-    markdown = (tmp_path / "o" / "report.md").read_text()
     assert "### FSDP (fully_shard) scaling" in markdown and "below 70% of ideal" in markdown
