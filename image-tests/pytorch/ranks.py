@@ -15,10 +15,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import Probe, first_line, redirects
+from harness import Probe, first_line, free_port, redirects
 
 LAUNCHER_ERROR_FILE = "launcher-error.json"
 LAUNCHER_ENV = {"TORCHELASTIC_ERROR_FILE": "{out}/" + LAUNCHER_ERROR_FILE}
+TIMEOUT_S = 60.0   # default for the ranks' rendezvous and collective timeout (target: ddp_timeout_s)
+# Ranks may wait on each other that long without CPU or I/O before gloo or NCCL gives up with
+# an error of its own (the cause a failure must name); the supervisor waits this much longer.
+QUIET_MARGIN_S = 30.0
 # torchrun exceptions that mean the nodes or ranks could not reach each other or the store.
 NETWORK_ERRORS = frozenset({"DistNetworkError", "DistStoreError", "RendezvousConnectionError", "TimeoutError",
                             "ConnectionError", "ConnectionRefusedError", "socket.timeout", "gaierror"})
@@ -91,3 +95,30 @@ def cause(probe: Probe, what: str, addr: str = "") -> str:
                     f"(torchrun exit {probe.rc}; {ranks.launcher_error or 'no error recorded by torchrun'})")
         return f"{what} failed: torchrun exit {probe.rc}; {ranks.launcher_error or 'no error recorded'}"
     return ""
+
+
+def timeout_s(target: dict[str, Any]) -> float:
+    """The ranks' rendezvous and collective timeout."""
+    return float(target.get("ddp_timeout_s", TIMEOUT_S))
+
+
+def run_in_main(main: Any, target: dict[str, Any], runner_gpus: list[Any], script: str, name: str,
+                env: dict[str, str]) -> dict[str, Any]:
+    """torchrun of /imagetests/`script` in the main container (one rank per GPU, or two with gloo; a static
+    rendezvous at the target's master address). Fails naming the cause (a rank's own error line, torchrun's);
+    returns rank 0's result.json with `nproc`."""
+    nproc = len(runner_gpus) if runner_gpus else 2
+    port = free_port()
+    addr = f"{target.get('ddp_master_addr', '127.0.0.1')}:{port}"
+    timeout = timeout_s(target)
+    cmd = ["torchrun", "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "static",
+           "--master-addr", addr.split(":")[0], "--master-port", str(port),
+           "--rdzv-conf", f"timeout={int(timeout)}", f"/imagetests/{script}"]
+    what = f"torchrun {name} ({nproc} ranks)"
+    probe = main.run(cmd, step=what, quiet=timeout + QUIET_MARGIN_S, env={**env, **LAUNCHER_ENV})
+    why = cause(probe, what, addr)
+    assert not why, why
+    found = probe.result
+    assert probe.ok and isinstance(found, dict), f"{what}: rank 0 wrote no result ({probe.cause()})"
+    found["nproc"] = nproc
+    return found

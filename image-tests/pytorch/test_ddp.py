@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import pytest
 import ranks
-from harness import free_port, skip
+from harness import skip
 
 from buildtool.common.sizes import doubling
 from buildtool.contracts import busbw, gpu, skips
 
 pytestmark = pytest.mark.devices(why="torchrun DDP and its all-reduce bus bandwidth")
 
-DDP_TIMEOUT_S = 60.0   # default for the ranks' rendezvous and collective timeout (target: ddp_timeout_s)
-# Ranks may wait on each other that long without CPU or I/O before gloo or NCCL gives up with
-# an error of its own (the cause a failure must name); the supervisor waits this much longer.
-QUIET_MARGIN_S = 30.0
 # On CPU the bus-bandwidth code runs too, with gloo and small sizes. ddp_train.py runs on the image's own
 # Python and reads byte counts only: the host writes them with its one size grammar.
 CPU_BUSBW_SIZES = ",".join(str(size) for size in doubling("64k", "1m"))
@@ -29,24 +25,10 @@ CPU_BUSBW_SIZES = ",".join(str(size) for size in doubling("64k", "1m"))
 
 @pytest.fixture(scope="module")
 def ddp_run(main, target, runner_gpus):
-    nproc = len(runner_gpus) if runner_gpus else 2
-    port = free_port()
-    addr = f"{target.get('ddp_master_addr', '127.0.0.1')}:{port}"
-    timeout = float(target.get("ddp_timeout_s", DDP_TIMEOUT_S))  # rendezvous and collectives
-    cmd = ["torchrun", "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "static",
-           "--master-addr", addr.split(":")[0], "--master-port", str(port),
-           "--rdzv-conf", f"timeout={int(timeout)}", "/imagetests/ddp_train.py"]
-    what = f"torchrun DDP ({nproc} ranks)"
-    env = {"DDP_TIMEOUT_S": str(int(timeout)), "DDP_BUSBW": "1", **ranks.LAUNCHER_ENV}
+    env = {"DDP_TIMEOUT_S": str(int(ranks.timeout_s(target))), "DDP_BUSBW": "1"}  # rendezvous and collectives
     if not runner_gpus:
         env["BUSBW_SIZES"] = CPU_BUSBW_SIZES
-    probe = main.run(cmd, step=what, quiet=timeout + QUIET_MARGIN_S, env=env)
-    cause = ranks.cause(probe, what, addr)
-    assert not cause, cause
-    found = probe.result
-    assert probe.ok and isinstance(found, dict), f"{what}: rank 0 wrote no result ({probe.cause()})"
-    found["nproc"] = nproc
-    return found
+    return ranks.run_in_main(main, target, runner_gpus, "ddp_train.py", "DDP", env)
 
 
 def test_ddp_loss_falls(ddp_run):

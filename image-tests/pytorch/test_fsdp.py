@@ -11,33 +11,16 @@ from __future__ import annotations
 
 import pytest
 import ranks
-from harness import free_port
 
 pytestmark = pytest.mark.devices(why="torchrun FSDP over the devices")
 
-FSDP_TIMEOUT_S = 60.0
-QUIET_MARGIN_S = 30.0
 # Small and quick: 2 epochs of 8 steps per rank (512 samples, 32 per rank per step); the replay is as long.
 FSDP_ENV = {"SCALING_SAMPLES": "512", "SCALING_EPOCHS": "2", "SCALING_BATCH": "32", "SCALING_VERIFY": "1"}
 
 
 @pytest.fixture(scope="module")
 def fsdp_run(main, target, runner_gpus):
-    nproc = len(runner_gpus) if runner_gpus else 2
-    port = free_port()
-    addr = f"{target.get('ddp_master_addr', '127.0.0.1')}:{port}"
-    timeout = float(target.get("ddp_timeout_s", FSDP_TIMEOUT_S))
-    cmd = ["torchrun", "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "static",
-           "--master-addr", addr.split(":")[0], "--master-port", str(port),
-           "--rdzv-conf", f"timeout={int(timeout)}", "/imagetests/fsdp_epochs.py"]
-    what = f"torchrun FSDP ({nproc} ranks)"
-    probe = main.run(cmd, step=what, quiet=timeout + QUIET_MARGIN_S, env={**FSDP_ENV, **ranks.LAUNCHER_ENV})
-    cause = ranks.cause(probe, what, addr)
-    assert not cause, cause
-    found = probe.result
-    assert probe.ok and isinstance(found, dict), f"{what}: rank 0 wrote no result ({probe.cause()})"
-    found["nproc"] = nproc
-    return found
+    return ranks.run_in_main(main, target, runner_gpus, "fsdp_epochs.py", "FSDP", FSDP_ENV)
 
 
 def test_fsdp_shards_gather_the_same_parameters_on_every_rank(fsdp_run):
