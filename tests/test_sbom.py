@@ -187,6 +187,18 @@ def test_a_local_version_with_no_index_but_pypi_is_refused_naming_the_package():
     assert sbom.python_repository("filelock", "3.20.0", sbom_probe.INDEXES) == ""
 
 
+def test_a_local_version_the_base_image_installed_names_no_index_and_says_why():
+    """An NGC base's torch (2.9.0a0+...nv25.10) or a stand-in's 2.13.0+cpu was not installed from the cell's
+    locks: it names no index (none is known) and is no error (CI: every pytorch-ngc SBOM failed so)."""
+    doc = sbom.make_sbom(sbom_probe.probe(), repository=REPOSITORY, digest=DIGEST, facts=FACTS, locks={},
+                         identified={}, indexes=("https://pypi.org/simple",))
+    torch = next(c for c in doc["components"] if c["name"] == "torch")
+    assert torch["purl"] == "pkg:pypi/torch@2.13.0%2Bcpu"
+    assert {"name": f"{sbom.PROPERTY}:repository", "value": sbom.BASE_REPOSITORY_NOTE} in torch["properties"]
+    filelock = next(c for c in doc["components"] if c["name"] == "filelock")
+    assert all(p["name"] != f"{sbom.PROPERTY}:repository" for p in filelock["properties"])
+
+
 def test_dep5_copyright_files_give_license_short_names_and_free_text_gives_none(tmp_path: Path):
     spec = importlib.util.spec_from_file_location("packages_probe", ROOT / contents.PROBE)
     assert spec and spec.loader

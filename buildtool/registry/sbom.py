@@ -80,11 +80,16 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     dists = packages.dists(probe)
     python_edges, python_missing = packages.python_graph(dists, probe.get("marker_environment") or {})
     for dist in dists:
-        repository_url = python_repository(dist.name, dist.version, indexes)
+        origin, sha256, note = _lock_origin(dist, locks, identified.get(dist.name, ""))
+        # Only what the cell's locks installed came from the cell's indexes; the base image's own packages
+        # (an NGC base's torch 2.9.0a0+...nv25.10, a stand-in's 2.13.0+cpu) came from wherever its maker took them.
+        from_locks = origin in locks
+        repository_url = python_repository(dist.name, dist.version, indexes) if from_locks else ""
         purl = PackageURL("pypi", name=dist.name, version=dist.version,
                           qualifiers={"repository_url": repository_url} if repository_url else None)
-        origin, sha256, note = _lock_origin(dist, locks, identified.get(dist.name, ""))
         props = [Property(name=f"{PROPERTY}:installed-from", value=origin)]
+        props += [] if from_locks or not _local_version(dist.version) else \
+            [Property(name=f"{PROPERTY}:repository", value=BASE_REPOSITORY_NOTE)]
         props += [Property(name=f"{PROPERTY}:hash", value=note)] if note else []
         props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r)
                   for r in python_missing.get(dist.name, [])]
@@ -121,20 +126,27 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     return json.loads(JsonV1Dot6(bom).output_as_string())
 
 
+BASE_REPOSITORY_NOTE = ("unknown: a local version (not PyPI's) installed by the base image, not from the cell's "
+                        "indexes")
+
+
+def _local_version(version: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return bool(Version(version).local)
+    except InvalidVersion:
+        return False
+
+
 def python_repository(name: str, version: str, indexes: Sequence[str]) -> str:
     """The purl `repository_url` of a Python package: "" for PyPI (purl's default). The cell's own index when
     it is not PyPI; else a version with a local part (`2.13.0+cpu`), which PyPI never holds, names the first
     extra index that is not PyPI; ValueError naming the package when there is none."""
-    from packaging.version import InvalidVersion, Version
-
     primary, extras = (indexes[0] if indexes else ""), [i for i in indexes[1:] if i and not _is_pypi(i)]
     if primary and not _is_pypi(primary):
         return primary
-    try:
-        local = Version(version).local
-    except InvalidVersion:
-        local = None
-    if not local:
+    if not _local_version(version):
         return ""
     if not extras:
         raise ValueError(f"{name} {version} is not on PyPI (a local version) and the cell names no other index")

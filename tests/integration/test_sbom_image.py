@@ -38,7 +38,8 @@ def test_real_image_sbom_is_complete_valid_and_byte_identical():
         found = probe(REPO, image)
         identified = identify(found["python_details"], locks, sources, log=print)
         docs.append(make_sbom(found, repository="127.0.0.1:5000/x/pytorch-cpu-dev", digest=DIGEST,
-                              facts={"cell": CELL}, locks=locks, identified=identified))
+                              facts={"cell": CELL}, locks=locks, identified=identified,
+                              indexes=(cell.index_url or "", *cell.extra_index_urls)))   # as the builder does
     assert json.dumps(docs[0]).encode() == json.dumps(docs[1]).encode()   # same image, same bytes
     doc = docs[0]
     validate_sbom(doc)
