@@ -75,5 +75,6 @@ def test_gpu_smoke_refuses_a_driver_the_cell_cannot_run_on_naming_the_rule(tmp_p
     assert rule in flags["reason"], flags
     # No check ran: each is failed for the runner's driver (a GPU runner that cannot run the cell is at fault).
     assert {name: (c["status"], c["reason"]) for name, c in report["checks"].items()} == {
-        name: ("failed", flags["reason"]) for name in ("nccl_ddp", "busbw", "profiler_kernel_view", "shm")}
+        name: ("failed", flags["reason"])
+        for name in ("nccl_ddp", "busbw", "profiler_kernel_view", "shm", "fsdp", "deepspeed_zero2")}
     assert report["result"] == "failed"
