@@ -19,7 +19,7 @@ from buildtool.contracts import locks, platforms
 from buildtool.imagebuild import builder as builder_mod
 from buildtool.imagebuild import engine
 from buildtool.imagebuild.builder import BaseInfo
-from buildtool.render.dockerfiles import render_cell_dockerfile
+from buildtool.render.dockerfiles import TemplateError, render_cell_dockerfile
 from tests.conftest import REPO, fixture_matrix
 from tests.test_multiplatform_build import run  # noqa: F401 - the fixture, shared
 from tests.test_platform_locks import _multi, _per_arch_project, _single
@@ -109,16 +109,29 @@ def _wheel_platform_case(text: str) -> str:
 
 
 @pytest.mark.parametrize("platform", ["linux/amd64", "linux/arm64"])
-def test_each_targetarch_installs_the_wheel_platform_its_lock_was_resolved_for(tmp_path: Path, platform: str) -> None:
+def test_each_targetarch_installs_for_its_machine_and_its_bases_glibc(tmp_path: Path, platform: str) -> None:
+    """The lock is resolved under the platform's lower cap (manylinux_2_28: the versions); the install picks
+    among each version's files as pip in the image would, for the base's glibc (libc6 2.36 in base.dpkg). Under
+    the 2_28 cap uv took xprof 2.21.6's cp311-none-any wheel (a Windows .pyd inside) over its
+    manylinux_2_35_aarch64 one, and arm64 jax-cpu had no profile plugin (CI run of 4795d01)."""
     script = _wheel_platform_case(_render(tmp_path))
     known = platforms.get(platform)
     done = subprocess.run(["bash", "-c", script], env={"TARGETARCH": known.architecture, "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == known.wheel_platform
+    assert done.stdout.strip() == f"{known.machine}-manylinux_2_36"
     lock_header = (_per_arch_project(tmp_path / "again") / Path(_single().dockerfile).parent / known.architecture
                    / locks.FRAMEWORK_LOCK).read_text()
     assert f"platform {known.wheel_platform} ({platform})" in lock_header
+
+
+def test_a_base_dpkg_without_libc6_is_refused_naming_it(tmp_path: Path) -> None:
+    root = _per_arch_project(tmp_path)
+    dpkg = (root / Path(_single().dockerfile).parent / "arm64" / "base.dpkg")
+    dpkg.write_text("".join(line + "\n" for line in dpkg.read_text().splitlines() if not line.startswith("libc6=")))
+    with pytest.raises(TemplateError, match=r"arm64/base.dpkg names no libc6 version \(''\), so the wheels' glibc "
+                                            r"is unknown; run `make lock FRAMEWORK=pytorch-cpu:2.13`"):
+        render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)
 
 
 def test_an_unknown_targetarch_stops_the_native_install_naming_it(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from typing import Any
 import jinja2
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import frameworks, label_keys, platforms
-from buildtool.contracts.aptlock import APT_LOCK, parse_apt_lock
+from buildtool.contracts import frameworks, label_keys
+from buildtool.contracts.aptlock import APT_LOCK, BASE_DPKG, parse_apt_lock, parse_entries
 from buildtool.contracts.locks import UV_LOCK, platform_folder, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
@@ -205,9 +205,39 @@ def target_archs(cell: Cell) -> list[str] | None:
             for p in cell.platforms]
 
 
-def wheel_platforms(cell: Cell) -> dict[str, str]:
-    """TARGETARCH -> uv's --python-platform, for each platform of the cell (what `make lock` resolved with)."""
-    return {platforms.get(p).architecture: platforms.get(p).wheel_platform for p in cell.platforms}
+_GLIBC = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d+)")
+
+
+def wheel_platforms(root: Path | None, cell: Cell) -> dict[str, str]:
+    """TARGETARCH -> uv's --python-platform for installing, for each platform of the cell: its machine and the
+    glibc of the base the wheels land in (libc6 in that platform's base.dpkg), so uv picks the file pip in the
+    image would. The lock was resolved under Platform.wheel_platform's lower cap (which fixes the versions) and
+    lists every file of each version. Installing under that cap took xprof 2.21.6's cp311-none-any wheel,
+    which carries a Windows .pyd, over its manylinux_2_35_aarch64 one (arm64 jax-cpu: no profile plugin).
+    An architecture without its base.dpkg, or no project, is left out (its build stops, naming it); a base.dpkg
+    without libc6 is an error."""
+    if root is None:
+        return {}
+    found = {}
+    for platform in cell.platforms:
+        try:
+            known, folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
+        except UserError as exc:
+            raise TemplateError(str(exc)) from None
+        path = folder / BASE_DPKG
+        rel = path.relative_to(root)
+        if not path.is_file():   # as a missing apt.lock: that architecture's build stops, naming it
+            continue
+        try:
+            libc = parse_entries(path.read_text(), BASE_DPKG).get("libc6", "")
+        except ValueError as exc:
+            raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
+        glibc = _GLIBC.match(libc)
+        if glibc is None:
+            raise TemplateError(f"{rel} names no libc6 version ({libc!r}), so the wheels' glibc is unknown; "
+                                f"run `make lock FRAMEWORK={cell.key}`")
+        found[known.architecture] = f"{known.machine}-manylinux_{glibc['major']}_{glibc['minor']}"
+    return found
 
 
 def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell,
@@ -223,8 +253,8 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         "apt": apt_pins(root, cell),
         # Multi-platform cells: each lock is in its architecture's folder, chosen by BuildKit's TARGETARCH.
         "archs": target_archs(cell),
-        # Native installs: uv's --python-platform of each architecture (the wheel tags its locks were resolved for).
-        "wheel_platforms": wheel_platforms(cell),
+        # Native installs: uv's --python-platform of each architecture (its machine and its base's glibc).
+        "wheel_platforms": wheel_platforms(root, cell) if cell.native_installs else {},
         # NGC cells (and their stand-ins) bring Python and the framework; only tools are installed.
         "ngc": not cell.framework_requirements,
     }
