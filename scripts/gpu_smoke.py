@@ -422,7 +422,7 @@ def probed_flags(image: str, labels: dict[str, str], cell_key: str, gpus: list[d
     """The image's cell's run profile as docker flags, probed as `buildtool validate` probes them."""
     try:
         from buildtool.common.errors import UserError
-        from buildtool.contracts import driver_rules
+        from buildtool.contracts import driver_rules, platforms
         from buildtool.contracts.versions import ngc_release
         from buildtool.matrix.schema import load_matrix
         from buildtool.validate.probe import probe_flags, run_flags
@@ -434,13 +434,15 @@ def probed_flags(image: str, labels: dict[str, str], cell_key: str, gpus: list[d
         cell = find_cell(load_matrix(ROOT / "matrix.yaml"), labels, cell_key or None, image)
         # The host driver must be admitted for the cell's CUDA (natively or by NGC's forward-compatibility
         # rule) as validate admits it; the sentence naming the rule goes into the report either way.
+        # This host's own architecture: a GH200 runner's driver is judged by the SBSA floors, as validate does.
         decision = driver_rules.decide(cell.cuda, gpus[0]["driver"], "", [g["name"] for g in gpus],
-                                       ngc_release(cell.base)) if cell.cuda and gpus else None
+                                       ngc_release(cell.base), platforms.host().architecture) \
+            if cell.cuda and gpus else None
         if decision is not None and not decision.admitted:
             return [], {"status": "failed", "reason": f"cannot run {cell.key} here: {decision.rule}",
                         "driver_rule": decision.rule}
         flags, dropped = probe_flags(image, run_flags(cell, labels, gpus, log), log, cell.cuda)
-    except UserError as exc:  # FailedError is one: an engine that cannot give containers their GPUs
+    except (UserError, platforms.UnknownPlatform) as exc:  # FailedError is a UserError: an engine without GPUs
         return [], {"status": "failed", "reason": str(exc)}
     return flags, {"status": "passed", "reason": f"cell {cell.key}", "figures": {"flags": flags,
                                                                                  "not_granted": dropped},

@@ -64,7 +64,7 @@ DRIVER_TABLE = [
 
 @pytest.mark.parametrize(("driver", "reported", "model", "ngc", "cuda", "admitted", "rule"), DRIVER_TABLE)
 def test_driver_table_names_the_rule(driver, reported, model, ngc, cuda, admitted, rule):
-    decision = driver_rules.decide(cuda, driver, reported, [model] * 8, ngc)
+    decision = driver_rules.decide(cuda, driver, reported, [model] * 8, ngc, "amd64")
     assert decision.admitted is admitted, decision.rule
     assert rule in decision.rule
     assert decision.rule.startswith("refused: ") is not admitted
@@ -113,7 +113,8 @@ def test_catalogue_states_the_rule_the_code_applies(repo_matrix):
             continue
         assert driver_rules.forward_compat_summary(release) in sections[c.key], c.key
         for branch, first in driver_rules.ngc_rule(release).branches:
-            assert driver_rules.decide(c.cuda or "", first + ".01", "", [H100], release).admitted, (c.key, branch)
+            decided = driver_rules.decide(c.cuda or "", first + ".01", "", [H100], release, "amd64")
+            assert decided.admitted, (c.key, branch)
 
 
 def test_an_ngc_release_without_a_rule_is_refused_at_load(tmp_path):

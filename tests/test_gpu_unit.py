@@ -162,7 +162,7 @@ def test_cuda_tags_and_minimum_drivers():
 ])
 def test_driver_check_for_cuda_13_on_a_pip_cell(driver, cuda_driver, ok):
     """Native support only (pytorch-cuda carries no compat package); an unknown driver is refused."""
-    decision = driver_rules.decide("13.0", driver, cuda_driver, ["NVIDIA H100 80GB HBM3"], None)
+    decision = driver_rules.decide("13.0", driver, cuda_driver, ["NVIDIA H100 80GB HBM3"], None, "amd64")
     assert decision.admitted == ok, decision.rule
     if not ok:
         assert "install NVIDIA driver 580.65.06 or newer" in decision.rule

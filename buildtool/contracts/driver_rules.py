@@ -132,7 +132,7 @@ def forward_compat_summary(release: str) -> str:
 
 
 def decide(cuda: str, driver: str, cuda_driver: str, gpu_names: list[str], ngc: str | None,
-           architecture: str = "amd64") -> DriverDecision:
+           architecture: str) -> DriverDecision:
     """Whether this host's driver may run an image of `cuda` (`ngc`: the cell's NGC release, None for
     pip cells) on a host of `architecture` (the GPU runner's own: GPU checks never run emulated), and the
     rule that decided. An unknown driver version, or an architecture or CUDA with no documented floor, is
