@@ -266,6 +266,33 @@ def test_the_facts_of_another_build_are_refused_naming_the_record(tmp_path: Path
         build_provenance.facts_from_build(tmp_path / "none.log", "sha256:" + "2" * 64, 0)
 
 
+def test_an_image_whose_cell_was_built_again_since_is_found_by_its_own_record(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine.build keeps each build's record by image: pushing an image built before the cell's last build (CI:
+    test_second_build_is_a_noop, after another test built the cell) states that image's build, not a refusal."""
+    from buildtool.imagebuild import engine
+
+    log = tmp_path / "logs" / "pytorch-cpu-2.13.log"
+    built = iter(["sha256:" + "4" * 64, "sha256:" + "5" * 64])
+
+    def fake_run(argv, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        image = next(built)
+        Path(argv[argv.index("--iidfile") + 1]).write_text(image)
+        kwargs["stdout"].write(f"#5 [base 2/4] RUN apt-get install # {image}\n#5 CACHED\n")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(engine.subprocess, "run", fake_run)
+    client = engine.BuildClient(("client-stand-in", "build"), (("DOCKER_BUILDKIT", "1"),), "classic")
+    for network in (True, False):
+        engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b@sha256:" + "b" * 64},
+                     labels={}, secrets={}, log_path=log, network_host=network)
+    first = build_provenance.facts_from_build(log, "sha256:" + "4" * 64, 0, fetch=lambda uri: pytest.fail(uri))
+    assert first.network == "host"          # the first build's record, though the cell's files are the second's
+    assert build_provenance.facts_from_build(log, "sha256:" + "5" * 64, 0).network == "default"
+    with pytest.raises(FailedError, match=f"records the build of sha256:{'5' * 64}, not sha256:{'6' * 64}"):
+        build_provenance.facts_from_build(log, "sha256:" + "6" * 64, 0)
+
+
 def test_the_builder_id_is_a_documented_uri_per_builder_key_without_a_ci_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DL_IMAGES_BUILDER_ID", raising=False)
     found = build_provenance.builder_id(KEY.keyid)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -160,12 +161,29 @@ def build(
         "image": image_id, "build_args": {**build_args, INLINE_CACHE_ARG: "1"}, "secrets": sorted(secrets),
         "network": "host" if network_host else "default", "buildkit": client.kind, "cache_from": list(cache_from),
         "no_cache": no_cache, "platform": platform or "", "started": wall_started}, sort_keys=True, indent=1))
+    # The same record and log kept by image: the cell's files are the last build's, and another build of the
+    # cell (another revision, a test beside it) replaces them while this image may still be pushed later.
+    kept = image_record(log_path.parent, image_id)
+    if kept is not None:
+        kept[0].parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log_path, kept[1])
+        shutil.copyfile(facts_path(log_path), kept[0])
     return image_id
 
 
 def facts_path(log_path: Path) -> Path:
     """Where build() leaves the facts of the build logged at `log_path`."""
     return log_path.with_suffix(".facts.json")
+
+
+def image_record(log_dir: Path, image_id: str) -> tuple[Path, Path] | None:
+    """(facts, log) of the build of `image_id` as build() keeps them under `log_dir` (by-image/<id>); None for
+    what is not an engine's image id (sha256:<64 hex>), which names no file."""
+    name = image_id.removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", name):
+        return None
+    folder = log_dir / "by-image"
+    return folder / f"{name}.facts.json", folder / f"{name}.log"
 
 
 _STEP_HEADER = re.compile(r"^#\d+ \[[^\]]*\] ")

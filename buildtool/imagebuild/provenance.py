@@ -89,16 +89,23 @@ def facts_from_build(log_path: Path, image_id: str | None, source_date_epoch: in
     """The facts of the build logged at `log_path` (engine.build's record beside it, and the release files its
     apt step read, archive_state), checked to be the build of `image_id` when given (None: the caller pushed
     that build itself); FailedError when there is no record of that build."""
-    from buildtool.imagebuild.engine import facts_path
+    from buildtool.imagebuild.engine import facts_path, image_record
 
+    # The cell's last build, else the record engine.build kept of this very image (another build of the cell,
+    # a later revision or a test beside it, has replaced the cell's files since).
+    kept = image_record(log_path.parent, image_id) if image_id else None
+    if kept is not None and kept[0].is_file() and not _records(facts_path(log_path), image_id):
+        facts_file, log_path = kept
+    else:
+        facts_file = facts_path(log_path)
     try:
-        record = json.loads(facts_path(log_path).read_text())
+        record = json.loads(facts_file.read_text())
         log_text = log_path.read_text(errors="replace")
     except (OSError, ValueError):
-        raise FailedError(f"no record of the build of {(image_id or 'the image')[:19]} at {facts_path(log_path)}: "
+        raise FailedError(f"no record of the build of {(image_id or 'the image')[:19]} at {facts_file}: "
                           "rebuild it with `buildtool build --force --push` to state how it was built") from None
     if image_id is not None and record.get("image") != image_id:
-        raise FailedError(f"{facts_path(log_path)} records the build of {record.get('image')}, not {image_id}: "
+        raise FailedError(f"{facts_file} records the build of {record.get('image')}, not {image_id}: "
                           "rebuild with `buildtool build --force --push`")
     began = datetime.fromtimestamp(int(record["started"]), UTC)
     # No release file fetched: the apt step did not run in this build, its layer came from the build cache
@@ -109,6 +116,14 @@ def facts_from_build(log_path: Path, image_id: str | None, source_date_epoch: in
                       source_date_epoch=source_date_epoch, cache_from=tuple(record["cache_from"]),
                       archive=archive or None, inline_cache=inline_cache, config_rewrite=", ".join(config_rewrite),
                       not_observed="" if archive else NOT_RUN)
+
+
+def _records(facts_file: Path, image_id: str | None) -> bool:
+    """Whether `facts_file` is the record of the build of `image_id`."""
+    try:
+        return json.loads(facts_file.read_text()).get("image") == image_id
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def builder_id(keyid: str) -> str:
