@@ -152,7 +152,9 @@ def test_built_image_carries_its_framework(built, key, code, expected):
 
 def test_second_build_is_a_noop(built, settings):
     plan, first = built["pytorch-cpu:2.13"]
-    env = {"REGISTRY": settings.registry, "BASE_MIRROR": LOCAL}
+    # The same builder (its key) as the first build: its provenance is kept. Another key would have to state a
+    # build it did not see (the record is in the first build's log folder): that is refused, naming the record.
+    env = {"REGISTRY": settings.registry, "BASE_MIRROR": LOCAL, "DL_IMAGES_BUILDER_KEY": signing.KEY.pem.decode()}
     run = _cli(["build", "-f", "pytorch-cpu:2.13", "--push", "--json", "--revision", REVISION], env)
     assert run.returncode == 0, run.stderr
     [again] = json.loads(run.stdout)["results"]
