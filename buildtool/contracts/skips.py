@@ -44,6 +44,9 @@ class SkipCell(Protocol):
     @property
     def standin(self) -> object | None: ...
 
+    @property
+    def libraries(self) -> object | None: ...
+
 
 @dataclass(frozen=True)
 class SkipCode:
@@ -93,6 +96,12 @@ NO_PEER_IMAGE = SkipCode("no-peer-image", "no image of the other framework to ex
 STANDIN_PYTHON = SkipCode("standin-python", "a stand-in image's Python comes from the stand-in base",
                           lambda cell, _s: cell.standin is not None,
                           tests=("common/test_contents.py::test_python_version",))
+NO_LIBRARY_PROMISE = SkipCode("no-library-promise", "the cell's base promises no cuDNN or NCCL version",
+                              lambda cell, _s: cell.libraries is None,
+                              tests=("common/test_nvidia_libraries.py",))
+STANDIN_LIBRARIES = SkipCode("standin-libraries", "a stand-in image carries none of the NVIDIA libraries of the "
+                             "base it stands in for", lambda cell, _s: cell.standin is not None,
+                             tests=("common/test_nvidia_libraries.py",))
 # Never expected, never waivable: an image that does not say what its locks installed is not released.
 NO_LOCK_LABEL = SkipCode("no-lock-label", "the image has no label listing the packages its locks installed "
                          "(not built by `buildtool build` from locks)",
@@ -101,7 +110,7 @@ NO_LOCK_LABEL = SkipCode("no-lock-label", "the image has no label listing the pa
 
 CODES: dict[str, SkipCode] = {c.code: c for c in (
     GPU_NOT_IN_CELL, NO_GPU_ON_RUNNER, ONE_GPU_ON_RUNNER, ULIMIT_NOT_GRANTED,
-    NO_PINNED_PACKAGES, NO_PEER_IMAGE, STANDIN_PYTHON, NO_LOCK_LABEL)}
+    NO_PINNED_PACKAGES, NO_PEER_IMAGE, STANDIN_PYTHON, NO_LOCK_LABEL, NO_LIBRARY_PROMISE, STANDIN_LIBRARIES)}
 
 _TEXT_RE = re.compile(r"^\[(?P<code>[a-z0-9-]+)(?::(?P<subject>[^\]]*))?\]\s*(?P<text>.*)$", re.DOTALL)
 

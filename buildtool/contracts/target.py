@@ -51,6 +51,9 @@ class Expectations(BaseModel):
     # name -> version of every package the cell's locks installed (the build's label); None: no label.
     locked: dict[str, str] | None = None
     labels: list[LabelCheck] = Field(default_factory=list)
+    # NVIDIA library -> the version the cell's base promises (contracts.nvlibs), and the page saying so.
+    libraries: dict[str, str] = Field(default_factory=dict)
+    libraries_source: str = ""
 
 
 class FrameworkInfo(BaseModel):

@@ -97,6 +97,16 @@ def _known_platform(value: str) -> str:
 
 
 PlatformName = Annotated[StrictStr, AfterValidator(_known_platform)]
+
+
+def _library_version(value: str) -> str:
+    from buildtool.contracts.nvlibs import parse_promise
+
+    parse_promise(value)
+    return value
+
+
+LibraryVersion = Annotated[StrictStr, AfterValidator(_library_version)]
 ShmSize = Annotated[Any, PlainValidator(values.shm_size)]
 UlimitValue = Annotated[Any, PlainValidator(values.ulimit)]
 
@@ -137,6 +147,15 @@ class OciLabels(_Strict):
     documentation: WebUrl | None = None
     vendor: OneLine | None = None
     licenses: SpdxExpression | None = None
+
+
+class NvidiaLibraries(_Strict):
+    """The cuDNN and NCCL the base promises, and the page that says so (an NGC release's notes):
+    image-tests/common/test_nvidia_libraries.py compares them with what the image's libraries report."""
+
+    cudnn: LibraryVersion
+    nccl: LibraryVersion
+    source: WebUrl
 
 
 class StandIn(_Strict):
@@ -210,6 +229,7 @@ class CellFields(_Strict):
     # refused by name (floors moved to buildtool/contracts/busbw.py).
     cuda: StrictStr | None = None
     busbw_floor_GBps: Any = None
+    libraries: NvidiaLibraries | None = None
 
     @field_validator("template")
     @classmethod
@@ -293,6 +313,7 @@ class Cell:
     oci: tuple[tuple[str, str], ...] = ()                   # (key of OciLabels, value), in OciLabels' order
     platforms: tuple[str, ...] = platforms.DEFAULT          # os/arch of each image in the cell's index
     emulation_factor: int = 1                               # deadline multiplier of an emulated platform
+    libraries: NvidiaLibraries | None = None                # cuDNN/NCCL the base promises (required on NGC)
 
     @property
     def multi_platform(self) -> bool:
@@ -725,6 +746,23 @@ def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
     return {"cuda": cuda}
 
 
+def _library_fields(check: _CellCheck) -> dict[str, Any]:
+    """`libraries`: required where the base is an NGC release (its notes promise a cuDNN and an NCCL, and
+    nothing else says which the image must carry); any other cell may declare what its base promises."""
+    from buildtool.contracts.versions import ngc_release
+
+    merged = check.merged
+    libraries = merged.get("libraries")
+    release = ngc_release(str(merged.get("base") or ""))
+    if release is not None and libraries is None:
+        raise check.fail((*check.loc, "libraries"), f"an NGC {release} base needs the cuDNN and NCCL its release "
+                         "notes list, e.g. libraries: {cudnn: \"9.7.0.66\", nccl: \"2.25.1\", source: "
+                         "https://docs.nvidia.com/deeplearning/frameworks/<framework>-release-notes/rel-YY-MM.html}")
+    if libraries is None:
+        return {"libraries": None}
+    return {"libraries": NvidiaLibraries.model_validate(libraries)}
+
+
 def _platform_fields(check: _CellCheck) -> dict[str, Any]:
     """The cell's platforms (default linux/amd64) and, where it has another, its emulation factor."""
     merged = check.merged
@@ -835,6 +873,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
                 oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
                 **_platform_fields(check),
                 **_gpu_fields(check),
+                **_library_fields(check),
             ))
         if first_default is None:
             raise MatrixError(doc.path, doc.line_of(image_loc), dotted(image_loc),

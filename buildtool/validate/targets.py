@@ -60,6 +60,9 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
                            "value": labels[label_keys.FRAMEWORK_VERSION]})
         expect["framework_claims"] = claims
         expect["python"] = cell.python
+    if cell.libraries is not None:   # what the base's notes promise (checked on the base, not a stand-in)
+        expect["libraries"] = {"cudnn": cell.libraries.cudnn, "nccl": cell.libraries.nccl}
+        expect["libraries_source"] = cell.libraries.source
     scheme = frameworks.get(cell.framework).local_versions
     for claim in expect["framework_claims"]:
         # A stand-in is a CPU build of the framework, whatever the cell it stands in for.

@@ -9,7 +9,8 @@ Each layer is a small Dockerfile `FROM` its parent, built by the engine's classi
 (which uses local images as bases) in about a second, tagged
 `t-imgtest-<name>:<hash of the parent's image id and the layer>` and reused while both are the
 same. A layer that installs packages gets wheels downloaded on the host (the host's pip settings,
-never copied into a layer) and installs them offline. Every layer relabels its content key, so
+never copied into a layer) and installs them offline; one that needs a shared library (a stand-in
+for NVIDIA's cuDNN or NCCL) gets it compiled on the host by gcc and copied in. Every layer relabels its content key, so
 `buildtool build` can never take a fault image for the real one. Test fixtures, never released.
 """
 
@@ -49,6 +50,17 @@ class Layer:
     wheels: tuple[str, ...] = ()  # requirements downloaded on the host into wheels/ of the build context
     # Packages also dropped from the parent's lock label, as a build from a lock without them would write it.
     unlocked: tuple[str, ...] = ()
+    # Shared libraries compiled on the host into libs/ of the build context: (file name, C source).
+    clibs: tuple[tuple[str, str], ...] = ()
+
+
+def _nvlibs(cudnn: int, nccl: int) -> tuple[tuple[str, str], ...]:
+    """libcudnn.so.9 and libnccl.so.2 whose version calls report these codes (cudnn_version.h, nccl.h)."""
+    return (("libcudnn.so.9", f"#include <stddef.h>\nsize_t cudnnGetVersion(void) {{ return {cudnn}; }}\n"),
+            ("libnccl.so.2", f"int ncclGetVersion(int *version) {{ *version = {nccl}; return 0; }}\n"))
+
+
+_NVLIBS_COPY = "COPY libs/ /usr/local/lib/\nRUN ldconfig\n"
 
 
 def _py(path: str, code: str) -> str:
@@ -321,6 +333,13 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
     Layer("pytorch-fsdp-noreduce", "pytorch", "FSDP's gradient reduce-scatter keeps each rank's own gradient "
           "shard (no sum across ranks)", _append(f"{SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
                                                   _FSDP_NO_REDUCE)),
+    # What an NGC tag re-pushed with another cuDNN looks like to the library check: libcudnn.so.9 and
+    # libnccl.so.2 on the loader's path reporting 9.6.0 and 2.27.7 (validated against a matrix whose
+    # cell promises cuDNN 9.14.0.64 and NCCL 2.27.7); the control's report exactly the promise.
+    Layer("pytorch-nvlibs-other", "pytorch", "cuDNN 9.6.0 and NCCL 2.27.7 on the dynamic loader's path",
+          _NVLIBS_COPY, clibs=_nvlibs(90600, 22707)),
+    Layer("pytorch-nvlibs-promised", "pytorch", "cuDNN 9.14.0 and NCCL 2.27.7 on the dynamic loader's path",
+          _NVLIBS_COPY, clibs=_nvlibs(91400, 22707)),
     Layer("tensorflow-profile-nostatic", "tensorflow", "the profile plugin without its static frontend",
           f"RUN rm -rf {SITE}/xprof/static\n"),
     # tensorboard 2.20 imports pkg_resources on start; setuptools 82 dropped it.
@@ -390,7 +409,8 @@ def dev_image(name: str) -> str:
 
 def layer_ref(layer: Layer, parent_ref: str) -> str:
     parent_id = image_id(parent_ref) or parent_ref
-    body = "\0".join([parent_id, layer.dockerfile, *layer.wheels, *(f"unlocked:{n}" for n in layer.unlocked)]).encode()
+    body = "\0".join([parent_id, layer.dockerfile, *layer.wheels, *(f"unlocked:{n}" for n in layer.unlocked),
+                      *(f"clib:{name}:{source}" for name, source in layer.clibs)]).encode()
     return f"{PREFIX}-{layer.name}:{hashlib.sha256(body).hexdigest()[:12]}"
 
 
@@ -400,6 +420,12 @@ def _context(layer: Layer, parent_ref: str, folder: Path) -> None:
     if layer.unlocked:
         relabel += f"LABEL {label_keys.PACKAGES}={json.dumps(_lock_label_without(parent_ref, layer.unlocked))}\n"
     (folder / "Dockerfile").write_text(f"FROM {parent_ref}\n{layer.dockerfile}{relabel}")
+    if layer.clibs:
+        (folder / "libs").mkdir()
+        for name, source in layer.clibs:
+            (folder / f"{name}.c").write_text(source)
+            subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname," + name, "-o", str(folder / "libs" / name),
+                            str(folder / f"{name}.c")], check=True, capture_output=True, timeout=120)
     if layer.wheels:
         (folder / "wheels").mkdir()
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",

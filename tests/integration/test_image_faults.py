@@ -58,10 +58,10 @@ def images() -> dict[str, str]:
 def validate(matrix, tmp_path_factory):
     reports = tmp_path_factory.mktemp("reports")
 
-    def _validate(image: str, **overrides: Any) -> dict[str, Any]:
+    def _validate(image: str, using: Any = None, **overrides: Any) -> dict[str, Any]:
         options = Options(store=False, reports=reports, **overrides)
         started = time.monotonic()
-        verdict = validate_image(image, matrix, REPO, options, log=lambda line: None)
+        verdict = validate_image(image, using or matrix, REPO, options, log=lambda line: None)
         print(f"\n[cost] validate {image} -k {overrides.get('select')!r}: {time.monotonic() - started:.0f}s")
         return verdict
 
@@ -343,6 +343,45 @@ FAULTS: dict[str, Fault] = {
         "test_workers_pass_large_batches_through_shm": ("worker", "died with SIGBUS: out of shared memory")},
         overrides={"extra_run_flags": ["--shm-size=64m"]}),
 }
+
+
+# -- NVIDIA's libraries (issue 39): the cuDNN and NCCL an NGC base's notes promise ----------------------------
+# No NGC image is reachable here: pytorch-cpu stands for the base, in a matrix whose cell promises what NGC
+# 25.10's cells record, and fixture layers put libraries reporting other versions (or the promised ones) on the
+# dynamic loader's path.
+LIBRARY_TEST = "test_nvidia_libraries_are_the_ones_the_base_promises"
+_PROMISE = ('        libraries: {cudnn: "9.14.0.64", nccl: "2.27.7", source: '
+            '"https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-10.html"}\n')
+
+
+@pytest.fixture(scope="session")
+def promising_matrix(tmp_path_factory):
+    """The real matrix, with pytorch-cpu:2.13 promising NGC 25.10's cuDNN and NCCL."""
+    text = (REPO / "matrix.yaml").read_text()
+    anchor = "        framework_version: 2.13.0+cpu\n"
+    assert text.count(anchor) == 1, "pytorch-cpu:2.13 moved in matrix.yaml"
+    path = tmp_path_factory.mktemp("promise") / "matrix.yaml"
+    path.write_text(text.replace(anchor, anchor + _PROMISE))
+    return load_matrix(path, REPO / "templates", tests_dir=REPO / "image-tests")
+
+
+@pytest.mark.parametrize(("image", "causes"), [
+    ("pytorch-nvlibs-other", ("cuDNN 9.6.0 in the image, the matrix records cuDNN 9.14.0.64",
+                              "loaded from /usr/local/lib/libcudnn.so.9", "rel-25-10.html")),
+    ("pytorch", ("no cuDNN 9.14.0.64: the dynamic loader finds no libcudnn.so.9",
+                 "no NCCL 2.27.7: the dynamic loader finds no libnccl.so.2")),
+])
+def test_nvidia_libraries_other_than_promised_fail_naming_both_versions(image, causes, images, validate,
+                                                                        promising_matrix):
+    verdict = validate(images[image], using=promising_matrix, select="nvidia_libraries")
+    assert_fails(verdict, LIBRARY_TEST, *causes, absent=("NCCL 2.27.7 in the image",))
+
+
+def test_nvidia_libraries_as_promised_pass_and_no_promise_is_an_expected_skip(images, validate, promising_matrix):
+    verdict = validate(images["pytorch-nvlibs-promised"], using=promising_matrix, select="nvidia_libraries")
+    assert results(verdict)[LIBRARY_TEST]["result"] == "passed", results(verdict)[LIBRARY_TEST]
+    plain = results(validate(images["pytorch"], select="nvidia_libraries"))[LIBRARY_TEST]
+    assert plain["result"] == "skipped" and plain["skip_code"] == "no-library-promise", plain
 
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
