@@ -266,7 +266,7 @@ CASES = [
          'pytorch-ngc:25.10); fix the template',
          setup=_template("parts/user.j2", "RUN mkdir", "{{ cell.tests + 1 }}\nRUN mkdir", "{{ cell.tests + 1")),
     Case("template-unknown-filter",
-         "error: templates/parts/python.j2:25: No filter named 'shell'.",
+         "error: templates/parts/python.j2:44: No filter named 'shell'.",
          setup=_template("parts/python.j2", "{{ pin | sh }}", "{{ pin | shell }}", "pin | shell")),
     Case("template-includes-missing-part",
          "error: templates/parts/image.j2:14: includes missing template 'parts/user.j2' (cell pytorch-ngc:25.10)",

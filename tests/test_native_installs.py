@@ -50,7 +50,8 @@ def test_the_installs_run_in_build_platform_stages_and_the_image_only_copies_the
     text = _render(tmp_path)
     assert text.index("ARG BUILD_BASE_IMAGE=") < text.index("\nFROM ")  # a global ARG, usable in any FROM
     stages = _stages(text)
-    assert list(stages) == ["base", "build-base", "uv", "site-framework", "site-tools", "cpu-identity", "final"]
+    assert list(stages) == ["debs", "base", "build-base", "uv", "site-framework", "site-tools", "cpu-identity",
+                            "final"]
     assert stages["build-base"].startswith("FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS build-base\n")
     for name in ("uv", "site-framework", "site-tools", "cpu-identity"):
         assert stages[name].startswith(f"FROM build-base AS {name}\n"), name
@@ -99,6 +100,125 @@ def test_the_build_machines_apt_step_is_the_base_stages_byte_for_byte(tmp_path: 
     assert 'arch="$(dpkg --print-architecture)"' in base_apt and "TARGETARCH" not in base_apt
     head = stages["base"].split("RUN ", 1)[0].splitlines()[1:]
     assert head == stages["build-base"].split("RUN ", 1)[0].splitlines()[1:]  # SHELL, ARGs: same env
+
+
+def test_the_apt_step_installs_the_debs_stages_files_and_fetches_nothing(tmp_path: Path) -> None:
+    """apt's index download and parsing run on the build machine (the debs stage); the target's apt step (under
+    QEMU for arm64) only installs the .debs that stage fetched and checked."""
+    stages = _stages(_render(tmp_path))
+    assert stages["debs"].startswith("FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS debs\n")
+    [fetch] = _runs(stages["debs"])
+    assert "apt-get update" in fetch and "apt-get download" in fetch and "apt-get install" not in fetch
+    for name in ("base", "build-base"):
+        [install] = [r for r in _runs(stages[name]) if "apt-get install" in r]
+        assert "--mount=type=bind,from=debs,source=/debs,target=/run/debs" in install
+        assert 'apt-get install -y --no-install-recommends "/run/debs/${arch}/"*.deb' in install
+        assert "apt-get update" not in install and "apt.pins" in install
+
+
+def _fake_deb(folder: Path, name: str, version: str, arch: str, payload: str = "") -> Path:
+    """A real .deb (dpkg-deb --build) named as `apt-get download` names it."""
+    tree = folder / f"tree-{name}"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(f"Package: {name}\nVersion: {version}\nArchitecture: {arch}\n"
+                                              f"Maintainer: t <t@example.org>\nDescription: test {payload}\n")
+    deb = folder / f"{name}_{version.replace(':', '%3a')}_{arch}.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(deb)], check=True,
+                   capture_output=True, timeout=60)
+    return deb
+
+
+def _debs_project(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """The per-arch fixture project whose arm64/debs.sha256 records the sha256 of real .debs of its pins
+    (made in `archive`, where the stand-in apt-get downloads from)."""
+    import hashlib
+
+    from buildtool.contracts.aptlock import APT_LOCK, DEB_HASHES, parse_apt_lock
+
+    root = _per_arch_project(tmp_path)
+    folder = (root / _single().dockerfile).parent
+    pins = parse_apt_lock((folder / "arm64" / APT_LOCK).read_text()).pins()
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    lines = []
+    for pin in pins:
+        name, version = pin.split("=", 1)
+        deb = _fake_deb(archive, name, version, "arm64")
+        lines.append(f"{pin} {hashlib.sha256(deb.read_bytes()).hexdigest()}\n")
+    (folder / "arm64" / DEB_HASHES).write_text("".join(lines))
+    return root, archive, pins
+
+
+def _run_fetch(tmp_path: Path, root: Path, archive: Path, arch: str = "arm64") -> subprocess.CompletedProcess[str]:
+    """The debs stage's RUN line run by bash as BuildKit would, for one architecture, with a stand-in apt-get
+    (update: nothing; download NAME=VERSION...: copies those .debs from `archive` into the working directory)
+    and chown; the real dpkg-deb, sha256sum and diff. /run and /debs moved under tmp_path."""
+    text = render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)
+    [fetch] = _runs(_stages(text)["debs"])
+    script = fetch[len("RUN --mount=type=tmpfs,target=/run "):]
+    script = script.replace('"/run/', f'"{tmp_path}/run/').replace('"/debs/', f'"{tmp_path}/debs/')
+    (tmp_path / "run").mkdir(exist_ok=True)   # BuildKit's tmpfs
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "apt-get").write_text(
+        "#!/bin/bash\n[ \"$1\" = update ] && exit 0\nshift\n"
+        f"for pin in \"$@\"; do cp {archive}/\"${{pin%%=*}}\"_*.deb . || exit 100; done\n")
+    (bin_dir / "chown").write_text("#!/bin/sh\nexit 0\n")
+    for tool in ("apt-get", "chown"):
+        (bin_dir / tool).chmod(0o755)
+    return subprocess.run(["bash", "-o", "pipefail", "-c", script], capture_output=True, text=True, timeout=120,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "BUILDARCH": arch, "TARGETARCH": arch})
+
+
+def test_the_debs_stage_keeps_debs_whose_sha256_is_the_locks_and_lists_the_pins(tmp_path: Path) -> None:
+    root, archive, pins = _debs_project(tmp_path)
+    done = _run_fetch(tmp_path, root, archive)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "debs/arm64/apt.pins").read_text().splitlines() == pins
+    assert len(list((tmp_path / "debs/arm64").glob("*.deb"))) == len(pins)
+
+
+def test_a_deb_whose_sha256_is_not_the_locks_stops_the_build_naming_it(tmp_path: Path) -> None:
+    """A mirror (or a man in the middle) serving other bytes under a pinned name and version."""
+    root, archive, pins = _debs_project(tmp_path)
+    name, version = pins[3].split("=", 1)
+    _fake_deb(archive / "other", name, version, "arm64", payload="tampered")
+    for deb in archive.glob(f"{name}_*.deb"):
+        deb.unlink()
+    for deb in (archive / "other").glob("*.deb"):
+        deb.rename(archive / deb.name)
+    done = _run_fetch(tmp_path, root, archive)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("ERROR: the .debs fetched for arm64 are not those arm64/debs.sha256 records (recorded <, "
+                           f"fetched >: < {pins[3]} ")
+    assert f"> {pins[3]} " in line and line.endswith("; run make lock FRAMEWORK=pytorch-cpu:2.13")
+    assert not (tmp_path / "debs/arm64/apt.pins").exists()
+
+
+def test_a_pin_without_a_recorded_sha256_stops_the_build_naming_it(tmp_path: Path) -> None:
+    """debs.sha256's `-` (the archive no longer served that version when `make lock` ran), or no line at all."""
+    from buildtool.contracts.aptlock import DEB_HASHES
+
+    root, archive, pins = _debs_project(tmp_path)
+    hashes = (root / _single().dockerfile).parent / "arm64" / DEB_HASHES
+    lines = hashes.read_text().splitlines()
+    lines[0] = lines[0].split(" ")[0] + " -"
+    hashes.write_text("".join(line + "\n" for line in lines[:-1]))   # the last pin has no line at all
+    done = _run_fetch(tmp_path, root, archive)
+    assert done.returncode == 1
+    assert done.stderr == (f"ERROR: arm64/debs.sha256 records no sha256 for {pins[0]} {pins[-1]}; "
+                           "run make lock FRAMEWORK=pytorch-cpu:2.13\n")
+
+
+def test_a_debs_sha256_that_does_not_parse_is_refused_at_render_naming_it(tmp_path: Path) -> None:
+    from buildtool.contracts.aptlock import DEB_HASHES
+
+    root = _per_arch_project(tmp_path)
+    (root / _single().dockerfile).parent.joinpath("arm64", DEB_HASHES).write_text("ca-certificates=1 nothex\n")
+    with pytest.raises(TemplateError, match=r"arm64/debs.sha256 line 1: 'ca-certificates=1 nothex' is not "
+                                            r"`name=version <sha256 or ->`; run `make lock FRAMEWORK=pytorch-cpu"):
+        render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)
 
 
 def _wheel_platform_case(text: str) -> str:

@@ -176,17 +176,17 @@ def test_single_platform_dockerfiles_render_byte_identical_to_the_committed_ones
 def test_a_multi_platform_dockerfile_selects_locks_by_targetarch_and_apt_pins_by_architecture(tmp_path: Path):
     root = _per_arch_project(tmp_path)
     text = render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)
-    # Declared in the two native stages that install the locks (tests/test_native_installs.py); the apt step
-    # reads the system's own architecture, so the build machine's stage can run the same step.
-    assert text.count("ARG TARGETARCH\n") == 2
-    case = re.search(r'case "\$\{arch\}" in \\\n(.*?)esac > /run/apt.pins', text, re.S)
+    # Declared in the native stages that fetch the .debs and install the locks (tests/test_native_installs.py);
+    # the apt step reads the system's own architecture, so the build machine's stage can run the same step.
+    assert text.count("ARG TARGETARCH\n") == 3
+    case = re.search(r'case "\$\{arch\}" in \\\n(.*?)esac > "/run/\$\{arch\}.sha256"', text, re.S)
     assert case, text
     body = case.group(1)
     pins = parse_apt_lock((_folder(root) / "arm64" / APT_LOCK).read_text()).pins()
     for arch in ("amd64", "arm64"):
-        branch = re.search(rf"(?s)      {arch}\) printf '%s\\n' \\\n(.*?);;", body)
+        branch = re.search(rf"(?s)        {arch}\) printf '%s\\n' \\\n(.*?);;", body)
         assert branch, arch
-        assert all(pin in branch.group(1) or f"'{pin}'" in branch.group(1) for pin in pins)
+        assert all(f"'{pin} " in branch.group(1) for pin in pins)
     assert ('*) echo "ERROR: no apt pins for architecture ${arch}: this cell is built for linux/amd64 '
             'linux/arm64 (matrix.yaml platforms)" >&2; exit 1 ;;') in body
     for name in locks.LOCK_FILES:
@@ -329,29 +329,28 @@ def test_each_platform_resolves_in_its_own_image_of_the_base(monkeypatch):
 
 
 def test_the_rendered_apt_selection_runs_each_archs_pins_and_stops_an_unknown_architecture(tmp_path: Path):
-    """The `case` of the rendered RUN line itself, run by bash as BuildKit's RUN would, on a system whose
-    `dpkg --print-architecture` says ARCH (a stand-in dpkg first on PATH)."""
+    """The `case` of the rendered debs stage itself, run by bash as BuildKit's RUN would, for ARCH: each
+    architecture's pins, each with the sha256 its debs.sha256 records."""
     import subprocess
+
+    from buildtool.contracts.aptlock import parse_deb_hashes
 
     root = _per_arch_project(tmp_path, archs=("amd64", "arm64"))
     text = render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)
-    found = re.search(r'(?s)(arch="\$\(dpkg --print-architecture\)" \\\n && case "\$\{arch\}" in .*?esac)', text)
+    found = re.search(r'(?s)(case "\$\{arch\}" in .*?esac)', text)
     assert found
     script = found.group(1).replace("\\\n", "")  # the Dockerfile joins continued lines
 
     def run(arch: str) -> subprocess.CompletedProcess[str]:
-        bin_dir = tmp_path / f"bin-{arch or 'empty'}"
-        bin_dir.mkdir(exist_ok=True)
-        (bin_dir / "dpkg").write_text(f"#!/bin/sh\necho '{arch}'\n")
-        (bin_dir / "dpkg").chmod(0o755)
-        return subprocess.run(["bash", "-c", script], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        return subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", "arch": arch},
                               capture_output=True, text=True, timeout=30)
 
     pins = parse_apt_lock((_folder(root) / "arm64" / APT_LOCK).read_text()).pins()
+    hashes = parse_deb_hashes((_folder(root) / "arm64" / DEB_HASHES).read_text(), DEB_HASHES)
     for arch in ("amd64", "arm64"):
         done = run(arch)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.splitlines() == pins
+        assert done.stdout.splitlines() == [f"{pin} {hashes[pin]}" for pin in pins]
     for arch in ("riscv64", ""):
         done = run(arch)
         assert done.returncode == 1

@@ -22,7 +22,15 @@ import jinja2
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import frameworks, label_keys
-from buildtool.contracts.aptlock import APT_LOCK, BASE_DPKG, parse_apt_lock, parse_entries
+from buildtool.contracts.aptlock import (
+    APT_LOCK,
+    BASE_DPKG,
+    DEB_HASHES,
+    NOT_SERVED,
+    parse_apt_lock,
+    parse_deb_hashes,
+    parse_entries,
+)
 from buildtool.contracts.locks import UV_LOCK, platform_folder, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
@@ -193,7 +201,26 @@ def apt_pins(root: Path | None, cell: Cell) -> dict[str, Any] | None:
                _read_pins(root, cell, p) for p in cell.platforms}
     if all(pins is None for pins in by_arch.values()):
         return None
-    return {"by_arch": by_arch}
+    found: dict[str, Any] = {"by_arch": by_arch}
+    if cell.native_installs:
+        found["debs_by_arch"] = {arch: None if pins is None else _with_deb_hashes(root, cell, arch, pins)
+                                 for arch, pins in by_arch.items()}
+    return found
+
+
+def _with_deb_hashes(root: Path, cell: Cell, arch: str, pins: list[str]) -> list[str]:
+    """`name=version sha256` for each pin of one architecture, the sha256 its debs.sha256 records; NOT_SERVED
+    where it records none (or has no line, or no file): the rendered fetch of that .deb stops the build, naming
+    it, as a missing apt.lock does. A debs.sha256 that does not parse is an error."""
+    folder = (root / cell.dockerfile).parent / arch
+    path = folder / DEB_HASHES
+    hashes: dict[str, str] = {}
+    if path.is_file():
+        try:
+            hashes = parse_deb_hashes(path.read_text(), str(path.relative_to(root)))
+        except ValueError as exc:
+            raise TemplateError(f"{exc}; run `make lock FRAMEWORK={cell.key}`") from None
+    return [f"{pin} {hashes.get(pin, NOT_SERVED)}" for pin in pins]
 
 
 def target_archs(cell: Cell) -> list[str] | None:
@@ -251,6 +278,7 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         "pinned_packages": [f"{name}=={version}" for name, version in cell.packages],
         "uv": uv_pin(templates_dir),
         "apt": apt_pins(root, cell),
+        "not_served": NOT_SERVED,
         # Multi-platform cells: each lock is in its architecture's folder, chosen by BuildKit's TARGETARCH.
         "archs": target_archs(cell),
         # Native installs: uv's --python-platform of each architecture (its machine and its base's glibc).
