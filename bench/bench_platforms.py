@@ -16,8 +16,12 @@ native installs (installs under QEMU) beside the current Dockerfile (uv on the b
 copy and a smoke import under QEMU). Each build is handed BUILD_BASE_IMAGE, this machine's image of the
 base, which a Dockerfile without native stages ignores.
 
+--emulated-installs builds, in the same way, the cell's Dockerfile rendered as a multi-platform cell was before
+native installs (apt-get update, uv and the bytecode step all on the target platform: under QEMU for arm64),
+for a cell that never had such a Dockerfile committed (pytorch-cuda was made multi-platform with native installs).
+
     BASE_MIRROR=127.0.0.1:5000 python bench/bench_platforms.py [--cell jax-cpu:0.10] [--runs 3]
-        [--validate-runs 2] [--skip-cold] [--skip-warm] [--skip-validate] [--before REV]
+        [--validate-runs 2] [--skip-cold] [--skip-warm] [--skip-validate] [--before REV | --emulated-installs]
 Needs the engine, the local registry with the cell's bases (make bases) and, for validation, this
 commit's dev image of the cell pushed (make push FRAMEWORK=jax-cpu).
 """
@@ -40,7 +44,8 @@ from bench.bench_build import plain_docker_build  # noqa: E402
 from buildtool.contracts import platforms  # noqa: E402
 from buildtool.imagebuild.builder import resolve_base  # noqa: E402
 from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.matrix.schema import Cell, load_matrix  # noqa: E402
+from buildtool.render.dockerfiles import render_cell_dockerfile  # noqa: E402
 
 
 def docker_build(dockerfile: Path, base: str, platform: str, tag: str, no_cache: bool, build_base: str,
@@ -56,6 +61,24 @@ def dockerfile_at(rev: str, dockerfile: Path, out: Path) -> Path:
     if shown.returncode != 0:
         raise SystemExit(f"git show {rev}:{relative} failed: {shown.stderr.strip()}")
     out.write_text(shown.stdout)
+    return out
+
+
+class EmulatedInstalls:
+    """The cell as the templates saw a multi-platform cell before native installs (Cell.native_installs False:
+    every install step on the target platform)."""
+
+    native_installs = False
+
+    def __init__(self, cell: Cell) -> None:
+        self._cell = cell
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._cell, name)
+
+
+def emulated_installs_dockerfile(matrix: object, cell: Cell, out: Path) -> Path:
+    out.write_text(render_cell_dockerfile(matrix, EmulatedInstalls(cell), ROOT / "templates", root=ROOT))  # type: ignore[arg-type]
     return out
 
 
@@ -85,7 +108,10 @@ def main() -> None:
     parser.add_argument("--skip-cold", action="store_true")
     parser.add_argument("--skip-warm", action="store_true")
     parser.add_argument("--skip-validate", action="store_true")
-    parser.add_argument("--before", metavar="REV", help="also build the cell's Dockerfile of commit REV, cold")
+    baseline = parser.add_mutually_exclusive_group()
+    baseline.add_argument("--before", metavar="REV", help="also build the cell's Dockerfile of commit REV, cold")
+    baseline.add_argument("--emulated-installs", action="store_true",
+                          help="also build the cell's Dockerfile rendered with every install on the target, cold")
     args = parser.parse_args()
     matrix = load_matrix(ROOT / "matrix.yaml")
     [cell] = [c for c in matrix.cells if c.key == args.cell]
@@ -109,19 +135,24 @@ def main() -> None:
         return docker_build(file, bases[p], p, f"bench-platforms:{p.split('/')[1]}", no_cache, native,
                             context=dockerfile.parent)
 
-    if args.before:
-        # Interleaved (this Dockerfile, then REV's, per platform and run), so a machine whose load drifts
+    if args.before or args.emulated_installs:
+        # Interleaved (this Dockerfile, then the baseline, per platform and run), so a machine whose load drifts
         # during the run weighs on both alike.
         cold = {p: [] for p in order}
         before = {p: [] for p in order}
         with tempfile.TemporaryDirectory(prefix="bench-platforms-") as tmp:
-            old = dockerfile_at(args.before, dockerfile, Path(tmp) / "Dockerfile")
+            if args.before:
+                old = dockerfile_at(args.before, dockerfile, Path(tmp) / "Dockerfile")
+                label = f"cold build at {args.before[:12]} (--no-cache)"
+            else:
+                old = emulated_installs_dockerfile(matrix, cell, Path(tmp) / "Dockerfile")
+                label = "cold build, installs emulated (--no-cache)"
             for _ in range(args.runs):
                 for p in order:
                     cold[p].append(build(p, True))
                     before[p].append(build(p, True, old))
         row("cold build (docker build --no-cache)", cold, order)
-        row(f"cold build at {args.before[:12]} (--no-cache)", before, order)
+        row(label, before, order)
     elif not args.skip_cold:
         cold = {p: [build(p, True) for _ in range(args.runs)] for p in order}
         row("cold build (docker build --no-cache)", cold, order)

@@ -18,13 +18,13 @@ class Library:
     name: str        # the matrix key
     title: str       # how messages name it
     soname: str      # what a framework asks the dynamic loader for ({major}: the promise's major)
-    call: str        # the C function that reports the version
-    stem: str        # the file name's start, to find it among a process's mapped files
+    # The in-image probe (image-tests/scripts/nvlibs.py) keeps its own version calls and file stems: scripts
+    # inside images cannot import buildtool.
 
 
 LIBRARIES: dict[str, Library] = {lib.name: lib for lib in (
-    Library("cudnn", "cuDNN", "libcudnn.so.{major}", "cudnnGetVersion", "libcudnn.so"),
-    Library("nccl", "NCCL", "libnccl.so.{major}", "ncclGetVersion", "libnccl.so"),
+    Library("cudnn", "cuDNN", "libcudnn.so.{major}"),
+    Library("nccl", "NCCL", "libnccl.so.{major}"),
 )}
 
 PROMISE_RE = re.compile(r"^\d+\.\d+\.\d+(\.\d+)?$")
