@@ -65,6 +65,16 @@ def header_platform(header: str) -> str | None:
     return found["platform"] if found else None
 
 
+_GLIBC_LINE = re.compile(r"^# base glibc (?P<glibc>[0-9]+\.[0-9]+)$", re.M)
+
+
+def header_glibc(header: str) -> str | None:
+    """The glibc of the base an NGC cell's lock was resolved against (`# base glibc 2.36`): the cap of the
+    wheel platform its files are installed for (render.dockerfiles.wheel_platforms). None: not recorded."""
+    found = _GLIBC_LINE.search(header)
+    return found["glibc"] if found else None
+
+
 def normalize(name: str) -> str:
     """PEP 503 name: what pip, uv and importlib.metadata agree a distribution is called."""
     return re.sub(r"[-_.]+", "-", name).lower()

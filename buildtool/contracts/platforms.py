@@ -22,6 +22,7 @@ class Platform:
     machine: str     # what `uname -m` (Python's platform.machine()) prints inside the image
     wheel_platform: str  # uv's --python-platform for this platform's locks
     qemu: str        # the binfmt_misc entry that runs it on another host
+    elf_machine: int  # e_machine of its ELF files (the ELF psABI: 62 x86-64, 183 AArch64)
 
     @property
     def descriptor(self) -> dict[str, str]:
@@ -30,8 +31,8 @@ class Platform:
 
 
 KNOWN: dict[str, Platform] = {
-    "linux/amd64": Platform("linux/amd64", "linux", "amd64", "x86_64", "x86_64-manylinux_2_28", "qemu-x86_64"),
-    "linux/arm64": Platform("linux/arm64", "linux", "arm64", "aarch64", "aarch64-manylinux_2_28", "qemu-aarch64"),
+    "linux/amd64": Platform("linux/amd64", "linux", "amd64", "x86_64", "x86_64-manylinux_2_28", "qemu-x86_64", 62),
+    "linux/arm64": Platform("linux/arm64", "linux", "arm64", "aarch64", "aarch64-manylinux_2_28", "qemu-aarch64", 183),
 }
 
 

@@ -224,6 +224,56 @@ LABEL {label_keys.STANDIN}="true" \\
 """
 
 
+def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) -> str:
+    """A stand-in of a multi-platform cell, one Dockerfile for every platform: its requirements are resolved and
+    installed by uv on the build machine (BuildKit's BUILDPLATFORM, the same Debian base and Python) for the
+    target's wheel platform, in a venv at the stand-in's path, then copied in; on the target (under QEMU where it
+    is another machine's) only apt runs. uv is the one templates/uv.lock pins, by hash."""
+    assert cell.standin is not None
+    reqs = " ".join(shlex.quote(r) for r in cell.standin.requirements)
+    arches = " ".join(f"{p.architecture}) machine={p.machine} ;;" for p in map(platforms.get, cell.platforms))
+    apt = """RUN apt-get update \\
+ && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"""
+    return f"""\
+# Stand-in for {cell.base} ({', '.join(cell.platforms)}): a test fixture, never released.
+ARG BASE_IMAGE={debian_ref}
+ARG BUILD_BASE_IMAGE={debian_ref}
+FROM --platform=$BUILDPLATFORM ${{BUILD_BASE_IMAGE}} AS build-python
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+{apt}
+RUN python3 -m venv /usr/local/standin
+RUN --mount=type=secret,id=pip.conf \\
+    --mount=type=secret,id=pip-ca \\
+    printf '%s\\n' {shlex.quote(uv_requirement)} > /tmp/uv.txt \\
+ && PIP_CONFIG_FILE=/run/secrets/pip.conf /usr/local/standin/bin/python -m pip install --no-cache-dir --no-deps \\
+      --require-hashes --target /uv -r /tmp/uv.txt && rm /tmp/uv.txt
+ARG TARGETARCH
+# TARGETARCH's machine and this Debian's glibc: the wheel tags pip would accept on the target.
+RUN --mount=type=secret,id=uv.toml \\
+    --mount=type=secret,id=pip-ca \\
+    case "${{TARGETARCH}}" in {arches} *) echo "ERROR: no stand-in for ${{TARGETARCH}}" >&2; exit 1 ;; esac \\
+ && glibc="$(getconf GNU_LIBC_VERSION | cut -d' ' -f2 | tr . _)" \\
+ && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \\
+ && UV_CONFIG_FILE=/run/secrets/uv.toml UV_NO_CACHE=1 UV_PYTHON_DOWNLOADS=never /uv/bin/uv pip install --no-progress \\
+      --python /usr/local/standin/bin/python --python-platform "${{machine}}-manylinux_${{glibc}}" {reqs}
+
+FROM ${{BASE_IMAGE}}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+{apt}
+COPY --from=build-python /usr/local/standin /usr/local/standin
+# NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
+ENV VIRTUAL_ENV=/usr/local/standin \\
+    PATH=/usr/local/standin/bin:$PATH
+WORKDIR {cell.standin.workdir}
+LABEL {label_keys.STANDIN}="true" \\
+      {label_keys.STANDIN_FRAMEWORK}={label_value(standin_framework_version(cell))} \\
+      {label_keys.STANDIN_FOR}={label_value(cell.base)}
+"""
+
+
 def standin_framework_version(cell: Cell) -> str:
     """What the stand-in really carries: the pinned version of its framework requirement."""
     assert cell.standin is not None
@@ -262,16 +312,8 @@ def recipe_suite(cell: Cell) -> str:
 
 
 def debian_platforms(cell: Cell) -> tuple[str, ...]:
-    """The platforms the cell needs of its Debian base: its own for a Debian-based cell; a stand-in is
-    made for the engine's platform only, so a cell on one asking for another is refused by name."""
-    if cell.standin is None or cell.base.startswith("docker.io/library/debian:"):
-        return cell.platforms
-    others = [p for p in cell.platforms if p != platforms.host().name]
-    if others:
-        raise UserError(f"{cell.key}: no {', '.join(others)} stand-in for {cell.base}: stand-ins are built by "
-                        f"this engine for {platforms.host().name} only, and a stand-in's requirements may have no "
-                        f"wheel for another platform; build {cell.key} for {platforms.host().name} here, or "
-                        f"mirror the real {cell.base}")
+    """The platforms the cell needs of its Debian base: its own, or its stand-in's (one stand-in image per
+    platform of the cell, each built FROM that platform's Debian image)."""
     return cell.platforms
 
 
@@ -376,6 +418,9 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
         if ref in done:
             continue
         done.add(ref)
+        if cell.multi_platform:
+            results += _standin_index(cell, ref, mirror, force=force, log=log, log_dir=log_dir)
+            continue
         started = time.monotonic()
         digest = None if force else registry_digest(ref)
         # A stand-in inherits its Debian base's labels: one on an older recipe's base is made again.
@@ -385,20 +430,73 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
         debian_ref = mirror_base(cell.standin.base, mirror)
         log(f"building stand-in {ref} (FROM {debian_ref}, {' '.join(cell.standin.requirements)})")
         log_file = log_dir / f"base-standin-{cell.name}-{cell.version}.log"
-        with tempfile.TemporaryDirectory(prefix="buildtool-standin-") as tmp, pip_secrets() as secrets:
-            dockerfile = Path(tmp) / "Dockerfile"
-            dockerfile.write_text(_standin_dockerfile(cell, debian_ref))
-            client = engine.resolve_build_client()
-            try:
-                image = engine.build(client, Path(tmp), dockerfile, build_args={"BASE_IMAGE": debian_ref},
-                                     labels={}, secrets=secrets.files, log_path=log_file)
-                python = engine.run_output(image, ["python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-                # Same steps again, all cached, now with the probed label.
-                engine.build(client, Path(tmp), dockerfile, build_args={"BASE_IMAGE": debian_ref},
-                             labels={label_keys.STANDIN_PYTHON: python.strip()}, secrets=secrets.files,
-                             log_path=log_file.with_suffix(".label.log"), tag=ref)
-            except (engine.BuildFailed, RuntimeError) as exc:
-                raise FailedError(f"stand-in {ref}: {exc}; full log {log_file}") from None
+        _build_standin(cell, _standin_dockerfile(cell, debian_ref), {"BASE_IMAGE": debian_ref}, ref, log_file)
         digest = push_verified(ref, log)
         results.append(BaseResult(ref, "stand-in", digest, time.monotonic() - started))
+    return results
+
+
+def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str], tag: str, log_file: Path,
+                   platform: str | None = None) -> None:
+    """Build a stand-in (of `platform`; None: the engine's own) and tag it, labelled with the Python it has."""
+    with tempfile.TemporaryDirectory(prefix="buildtool-standin-") as tmp, pip_secrets() as secrets:
+        dockerfile = Path(tmp) / "Dockerfile"
+        dockerfile.write_text(dockerfile_text)
+        client = engine.resolve_build_client()
+        try:
+            image = engine.build(client, Path(tmp), dockerfile, build_args=build_args, labels={},
+                                 secrets=secrets.files, log_path=log_file, platform=platform)
+            python = engine.run_output(image, ["python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                       timeout=300, platform=platform)
+            # Same steps again, all cached, now with the probed label.
+            engine.build(client, Path(tmp), dockerfile, build_args=build_args,
+                         labels={label_keys.STANDIN_PYTHON: python.strip()}, secrets=secrets.files,
+                         log_path=log_file.with_suffix(".label.log"), tag=tag, platform=platform)
+        except (engine.BuildFailed, RuntimeError) as exc:
+            raise FailedError(f"stand-in {tag}: {exc}; full log {log_file}") from None
+
+
+def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, log_dir: Path) -> list[BaseResult]:
+    """The stand-in of a multi-platform cell: one image per platform (_standin_index_dockerfile), each pushed
+    under `<tag>__<arch>`, then an OCI index over them at the tag (the platforms' images first: one that fails
+    leaves the tag as it was). A tag that already holds every platform is kept (a real mirror of the upstream
+    too); one that lacks some is made again whole."""
+    from buildtool.contracts.locks import uv_requirement
+    from buildtool.imagebuild import aptlock, multiplatform
+    from buildtool.registry.image_index import put_index
+
+    assert cell.standin is not None
+    started = time.monotonic()
+    host, repo, tag = split_repo(ref)
+    client = RegistryClient(host)
+    try:
+        children = {} if force else base_index.read_children(client, repo, tag)
+    except NotFound:
+        children = {}
+    if all(p in children for p in cell.platforms):
+        return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in cell.platforms]
+    for name in cell.platforms:
+        problem = platforms.binfmt_problem(name)
+        if problem:
+            raise UserError(f"cannot make the {name} stand-in {ref}: {problem}")
+    debian_ref = mirror_base(cell.standin.base, mirror)
+    templates = Path(__file__).resolve().parents[2] / "templates"
+    requirement = uv_requirement((templates / "uv.lock").read_text())[1]
+    text = _standin_index_dockerfile(cell, debian_ref, requirement)
+    build_base = aptlock.platform_base(debian_ref, platforms.host().name)
+    made, results = [], []
+    for name in cell.platforms:
+        begun = time.monotonic()
+        arch = platforms.get(name).architecture
+        log(f"building the {name} stand-in of {ref} (FROM {debian_ref}, {' '.join(cell.standin.requirements)}; "
+            "installed natively)")
+        platform_ref = f"{host}/{repo}:{multiplatform.platform_tag(tag, name)}"
+        _build_standin(cell, text, {"BASE_IMAGE": aptlock.platform_base(debian_ref, name),
+                                    "BUILD_BASE_IMAGE": build_base}, platform_ref,
+                       log_dir / f"base-standin-{cell.name}-{cell.version}-{arch}.log", platform=name)
+        digest = push_verified(platform_ref, log)
+        made.append(multiplatform.child_of(client, repo, multiplatform.platform_tag(tag, name), name))
+        results.append(BaseResult(ref, "stand-in", digest, time.monotonic() - begun, name))
+    index = put_index(client, repo, tag, made)
+    log(f"{ref}: index {index} over {', '.join(cell.platforms)}")
     return results

@@ -290,9 +290,11 @@ def import_rootfs(rootfs: Path, ref: str, changes: Sequence[str], timeout: float
     return str(attrs["Id"])
 
 
-def run_output(image: str, command: list[str], timeout: int = 120) -> str:
-    """stdout of a short command in a throw-away container (no network), always removed."""
-    container = sdk().containers.create(image, command, network_disabled=True)
+def run_output(image: str, command: list[str], timeout: int = 120, platform: str | None = None) -> str:
+    """stdout of a short command in a throw-away container (no network), always removed. `platform`
+    (os/arch): the image is that platform's (run under QEMU where it is not this machine's)."""
+    container = sdk().containers.create(image, command, network_disabled=True,
+                                        **({"platform": platform} if platform else {}))
     try:
         container.start()
         status = container.wait(timeout=timeout)

@@ -246,6 +246,7 @@ class BaseFacts:
     constraints: str = ""          # the text of the base's PIP_CONSTRAINT file(s)
     standin: bool = False
     ref: str = ""
+    glibc: str = ""                # the base's C library (major.minor): the cap of the wheels installed into it
 
 
 def uv_binary() -> str:
@@ -379,6 +380,9 @@ def _header(cell: Cell, base: BaseFacts | None, platform: str | None) -> Callabl
             lines.append(f"# resolved against the base ({what}): its {len(base.packages)} Python packages"
                          + (" and its PIP_CONSTRAINT file" if base.constraints.strip() else "")
                          + " are constraints and not listed here")
+            if cell.multi_platform:
+                # The native install's wheel platform (render.dockerfiles.wheel_platforms): this base's glibc.
+                lines.append(f"# base glibc {base.glibc}")
             if base.standin:
                 lines.append("# STAND-IN: re-run `make lock` where the real NGC base can be pulled "
                              "before building on it")
@@ -401,43 +405,78 @@ def write_locks(root: Path, cell: Cell, texts: dict[str, str], platform: str | N
 # What a base already has, asked inside it (stdlib only): Python, its distributions and the
 # text of the files its PIP_CONSTRAINT names.
 BASE_PROBE = r"""
-import importlib.metadata as md, json, os, re, sys
+import importlib.metadata as md, json, os, platform, re, sys
 packages = {}
 for dist in md.distributions():
     name = dist.metadata["Name"]
     if name:
         packages.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
 texts = []
+libc, version = platform.libc_ver()
 for path in os.environ.get("PIP_CONSTRAINT", "").split():
     try:
         texts.append(open(path).read())
     except OSError as exc:
         texts.append("# unreadable %s: %s" % (path, exc))
 print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "packages": packages,
-                  "constraints": "\n".join(texts)}))
+                  "constraints": "\n".join(texts), "glibc": version if libc == "glibc" else ""}))
 """
 
 
 def parse_base_probe(output: str, *, ref: str, standin: bool) -> BaseFacts:
     data = json.loads(output.strip().splitlines()[-1])
     # Constraint lines that are not plain pins (comments, URLs, markers) are passed through as they are.
+    glibc = re.match(r"[0-9]+\.[0-9]+", str(data.get("glibc") or ""))
     return BaseFacts(python=str(data["python"]), packages={normalize(k): str(v) for k, v in data["packages"].items()},
-                     constraints=str(data.get("constraints", "")), standin=standin, ref=ref)
+                     constraints=str(data.get("constraints", "")), standin=standin, ref=ref,
+                     glibc=glibc.group(0) if glibc else "")
 
 
-def base_facts(base_ref: str) -> BaseFacts:
-    """Ask the base image itself (pulled when missing) what it already has."""
+# A base asked under QEMU (another platform's image) starts Python emulated: minutes, not seconds.
+BASE_PROBE_TIMEOUT = {None: 120, "emulated": 900}
+
+
+def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
+    """Ask the base image itself (pulled when missing) what it already has. `platform` (os/arch): its image
+    of that platform (`base_ref` a registry reference whose index has it; run under QEMU where that is not
+    this machine's); None: the base as it is."""
     from buildtool.contracts import label_keys
     from buildtool.imagebuild import engine
+    from buildtool.imagebuild.aptlock import platform_base
 
+    ref = platform_base(base_ref, platform) if platform else base_ref
+    placed = {"platform": platform} if platform else {}
+    emulated = platform is not None and platform != platforms.host().name
     try:
-        if engine.image_attrs(base_ref) is None:
-            engine.pull(base_ref)
-        output = engine.run_output(base_ref, ["python", "-c", BASE_PROBE], timeout=120)
+        if engine.image_attrs(ref) is None:
+            engine.pull(ref, **placed)
+        output = engine.run_output(ref, ["python", "-c", BASE_PROBE],
+                                   timeout=BASE_PROBE_TIMEOUT["emulated" if emulated else None], **placed)
     except RuntimeError as exc:
-        raise FailedError(f"cannot ask the base {base_ref} for its packages: {str(exc)[:200]}") from None
-    standin = engine.image_labels(base_ref).get(label_keys.STANDIN) == "true"
-    return parse_base_probe(output, ref=base_ref, standin=standin)
+        raise FailedError(f"cannot ask the base {ref} for its packages: {str(exc)[:200]}") from None
+    standin = engine.image_labels(ref).get(label_keys.STANDIN) == "true"
+    return parse_base_probe(output, ref=ref, standin=standin)
+
+
+def platform_bases(cell: Cell, base_ref: str, ask: Callable[..., BaseFacts] | None = None) -> dict[str, BaseFacts]:
+    """What an NGC cell's base has on each of its platforms (its image of each, asked on its own). The native
+    install writes every platform's tools with the build machine's Python (bytecode, scripts), so the bases
+    must agree on the Python version and each must name its glibc: otherwise a UserError naming them.
+    `ask`: base_facts (looked up when called, so a test's stand-in for it is used)."""
+    ask = ask or base_facts
+    if not cell.multi_platform:
+        return {cell.platforms[0]: ask(base_ref)}
+    found = {p: ask(base_ref, p) for p in cell.platforms}
+    pythons = {p: f.python for p, f in found.items()}
+    if len(set(pythons.values())) > 1:
+        raise UserError(f"{cell.key}: the base {base_ref} has Python "
+                        f"{', '.join(f'{v} on {p}' for p, v in pythons.items())}; a cell built for several platforms "
+                        "needs one Python version on all of them (its tools are installed natively for each)")
+    unnamed = [p for p, f in found.items() if not f.glibc]
+    if unnamed:
+        raise UserError(f"{cell.key}: the base {base_ref} names no glibc version on {', '.join(unnamed)}, so its "
+                        "wheels' platform is unknown; a cell built for several platforms needs a glibc base")
+    return found
 
 
 @dataclass(frozen=True)
@@ -455,10 +494,6 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
     wanted = tuple(normalize(p) for p in packages)
     results = []
     for cell in cells:
-        if is_ngc(cell) and cell.multi_platform:
-            # Its base's packages differ per platform, and base_facts asks one image of one platform.
-            raise UserError(f"{cell.key}: locks of an NGC cell built for {', '.join(cell.platforms)} are not "
-                            "supported yet (its base would be asked per platform); keep it on linux/amd64")
         previous: dict[str, dict[str, LockFile]] = {}
         for platform in cell.platforms:
             previous[platform] = {}
@@ -474,11 +509,12 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
         if unknown and len(cells) == 1:
             raise UserError(f"--package {', '.join(unknown)}: not in the lock of {cell.key}; name a package "
                             "it lists (or leave --package out to refresh all)")
-        base = None
+        bases: dict[str, BaseFacts] = {}
         if is_ngc(cell):
             ref = base_refs[cell.key]
-            log(f"[{cell.key}] asking the base {ref} what it has")
-            base = base_facts(ref)
+            log(f"[{cell.key}] asking the base {ref} what it has"
+                + (f" (on {', '.join(cell.platforms)})" if cell.multi_platform else ""))
+            bases = platform_bases(cell, ref)
         upgrade = None if not wanted else tuple(p for p in wanted if p in known)
         changed: list[Path] = []
         count = 0
@@ -487,8 +523,8 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
                 log(f"[{cell.key}] resolving for {platform}")
             # Never another platform's pins as preferences: uv drops a preference whose hashes match none of
             # this platform's files and then resolved older versions (measured: numpy 2.4.5, not 2.4.6).
-            texts = compile_cell(cell, host, previous=previous[platform], upgrade=upgrade, base=base, log=log,
-                                 platform=platform)
+            texts = compile_cell(cell, host, previous=previous[platform], upgrade=upgrade, base=bases.get(platform),
+                                 log=log, platform=platform)
             changed += write_locks(root, cell, texts, platform)
             count = max(count, sum(len(parse_lock(t).entries) for t in texts.values()))
         results.append(LockResult(cell.key, [str(p.relative_to(root)) for p in changed], count))

@@ -72,16 +72,17 @@ def compare(file: str, committed: LockFile, resolved: LockFile) -> list[Drift]:
 
 
 def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None],
-               reachable: Callable[[str], bool] = answers, base: lock.BaseFacts | None = None) -> list[str]:
+               reachable: Callable[[str], bool] = answers,
+               bases: dict[str, lock.BaseFacts] | None = None) -> list[str]:
     """Problems of one cell's committed locks, each platform's, against their re-resolution for that platform
-    (`base`: what an NGC cell's base has). FailedError when uv cannot resolve (an index it cannot reach, a
-    pinned version gone)."""
+    (`bases`: what an NGC cell's base has on each platform, lock.platform_bases). FailedError when uv cannot
+    resolve (an index it cannot reach, a pinned version gone)."""
     problems = []
     for platform in cell.platforms:
         committed = lock.read_locks(root, cell, platform)
         try:
-            texts = lock.compile_cell(cell, host, previous={}, upgrade=None, base=base, log=log,
-                                      reachable=reachable, pinned=committed, platform=platform)
+            texts = lock.compile_cell(cell, host, previous={}, upgrade=None, base=(bases or {}).get(platform),
+                                      log=log, reachable=reachable, pinned=committed, platform=platform)
         except FailedError as exc:
             which = f"{platform} locks" if cell.multi_platform else "locks"
             raise FailedError(f"{cell.key}: cannot re-resolve its {which} to check them ({exc}); the "
@@ -95,7 +96,7 @@ def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None]
 
 def check_cells(root: Path, cells: Sequence[Cell], log: Callable[[str], None], host: HostPip | None = None,
                 base_refs: dict[str, str] | None = None,
-                ask_base: Callable[[str], lock.BaseFacts] = lock.base_facts) -> tuple[list[str], list[str]]:
+                ask_base: Callable[..., lock.BaseFacts] = lock.base_facts) -> tuple[list[str], list[str]]:
     """(problems, cells not re-resolved). NGC cells are re-resolved only when `base_refs` names the base to
     ask (BASE_MIRROR's, as `make lock` uses). A cell whose locks are missing or broken is left to the
     offline check, which names it."""
@@ -103,14 +104,14 @@ def check_cells(root: Path, cells: Sequence[Cell], log: Callable[[str], None], h
     problems: list[str] = []
     skipped: list[str] = []
     for cell in cells:
-        base = None
+        bases = None
         if lock.is_ngc(cell):
             ref = (base_refs or {}).get(cell.key)
             if not ref:
                 skipped.append(cell.key)
                 continue
             try:
-                base = ask_base(ref)
+                bases = lock.platform_bases(cell, ref, ask_base)
             except FailedError as exc:
                 raise FailedError(f"{cell.key}: {exc}; the lock check asks the base as `make lock` does (`make bases "
                                   f"FRAMEWORK={cell.key}` fills a local mirror with its stand-in), or leave "
@@ -120,5 +121,5 @@ def check_cells(root: Path, cells: Sequence[Cell], log: Callable[[str], None], h
                 lock.read_locks(root, cell, platform)
         except UserError:  # missing or broken: named by check_cell
             continue
-        problems += cell_drift(root, cell, host, log, base=base)
+        problems += cell_drift(root, cell, host, log, bases=bases)
     return problems, skipped

@@ -322,9 +322,10 @@ class Cell:
     @property
     def native_installs(self) -> bool:
         """Whether uv installs the cell's locks on the build machine for each target platform (BuildKit's
-        BUILDPLATFORM stage, docs/multiplatform.md): a multi-platform cell whose framework comes from an index.
-        NGC cells install their tools into the base's own Python, so those steps run on the target."""
-        return self.multi_platform and bool(self.framework_requirements)
+        BUILDPLATFORM stage, docs/multiplatform.md): every multi-platform cell. A pip cell's venv is made there
+        whole; an NGC cell's tools are installed there into the build machine's image of the same base and the
+        files they add are copied into the target's."""
+        return self.multi_platform
 
     @property
     def key(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import jinja2
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import frameworks, label_keys
+from buildtool.contracts import frameworks, label_keys, platforms
 from buildtool.contracts.aptlock import (
     APT_LOCK,
     BASE_DPKG,
@@ -31,7 +31,7 @@ from buildtool.contracts.aptlock import (
     parse_deb_hashes,
     parse_entries,
 )
-from buildtool.contracts.locks import UV_LOCK, platform_folder, uv_requirement
+from buildtool.contracts.locks import TOOLS_LOCK, UV_LOCK, header_glibc, parse_lock, platform_folder, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
 GENERATED_DIRS = ("dockerfiles",)
@@ -245,6 +245,8 @@ def wheel_platforms(root: Path | None, cell: Cell) -> dict[str, str]:
     without libc6 is an error."""
     if root is None:
         return {}
+    if not cell.framework_requirements:
+        return _ngc_wheel_platforms(root, cell)
     found = {}
     for platform in cell.platforms:
         try:
@@ -267,6 +269,32 @@ def wheel_platforms(root: Path | None, cell: Cell) -> dict[str, str]:
     return found
 
 
+def _ngc_wheel_platforms(root: Path, cell: Cell) -> dict[str, str]:
+    """wheel_platforms of an NGC cell: the glibc of each platform's base as its tools.lock records it (`make
+    lock` asks the base, lock.platform_bases). A missing lock leaves its architecture out (its build stops,
+    naming it); a lock that does not parse, or names no glibc, is an error."""
+    found = {}
+    for platform in cell.platforms:
+        try:
+            known, folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
+        except UserError as exc:
+            raise TemplateError(str(exc)) from None
+        path = folder / TOOLS_LOCK
+        rel = path.relative_to(root)
+        if not path.is_file():
+            continue
+        try:
+            glibc = header_glibc(parse_lock(path.read_text()).header)
+        except ValueError as exc:
+            raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
+        if glibc is None:
+            raise TemplateError(f"{rel} names no glibc of its base (`# base glibc`), so the wheels' platform is "
+                                f"unknown; run `make lock FRAMEWORK={cell.key}`")
+        major, minor = glibc.split(".")
+        found[known.architecture] = f"{known.machine}-manylinux_{major}_{minor}"
+    return found
+
+
 def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell,
                       root: Path | None = None) -> str:
     context = {
@@ -283,6 +311,8 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         "archs": target_archs(cell),
         # Native installs: uv's --python-platform of each architecture (its machine and its base's glibc).
         "wheel_platforms": wheel_platforms(root, cell) if cell.native_installs else {},
+        # TARGETARCH -> the e_machine of its ELF files (the native NGC install checks what it copies).
+        "elf_machines": {p.architecture: p.elf_machine for p in map(platforms.get, cell.platforms)},
         # NGC cells (and their stand-ins) bring Python and the framework; only tools are installed.
         "ngc": not cell.framework_requirements,
     }

@@ -1,0 +1,229 @@
+"""Multi-platform NGC cells (issue 38): the base is asked on each platform (`make lock`), the tools are
+installed by uv on the build machine into that machine's image of the same base and only the files that adds
+are copied into the target's (no install under QEMU), every ELF file of them checked to be the target's; the
+stand-in of such a cell is an index with one image per platform, its requirements installed natively too.
+Tests on the lock's inputs, the rendered Dockerfile (its stages; its ELF check run for real) and the stand-in."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys, locks, platforms
+from buildtool.imagebuild import bases, lock
+from buildtool.render.dockerfiles import TemplateError, render_cell_dockerfile, wheel_platforms
+from tests.conftest import REPO, fixture_matrix
+from tests.test_native_installs import _runs, _stages
+
+BOTH = ("linux/amd64", "linux/arm64")
+FIXTURE_PROJECT = REPO / "tests/fixtures/project"
+
+
+def _ngc(**changes: Any):
+    cell = next(c for c in fixture_matrix().cells if c.key == "pytorch-ngc:25.10")
+    return replace(cell, platforms=BOTH, emulation_factor=8, **changes)
+
+
+def _project(tmp_path: Path, glibc: dict[str, str | None] | None = None) -> Path:
+    """The fixture NGC cell's tools.lock laid out per architecture, each with the header `make lock` writes
+    for that platform (`# base glibc` the base's, None: that line left out)."""
+    glibc = glibc if glibc is not None else {"amd64": "2.36", "arm64": "2.36"}
+    cell = _ngc()
+    source = (FIXTURE_PROJECT / cell.dockerfile).parent / locks.TOOLS_LOCK
+    root = tmp_path / "project"
+    for arch, version in glibc.items():
+        platform = f"linux/{arch}"
+        folder = (root / cell.dockerfile).parent / arch
+        folder.mkdir(parents=True)
+        text = source.read_text()
+        text = re.sub(r"(?m)^# inputs: .*$", f"# inputs: {lock.fingerprint(cell, locks.TOOLS_LOCK, platform)}", text)
+        wheel = lock.cell_platform(cell, platform).wheel_platform
+        text = re.sub(r"(?m)^# python (\S+), platform .*$", rf"# python \1, platform {wheel} ({platform})", text)
+        if version is not None:
+            text = re.sub(r"(?m)^(# resolved against the base .*)$", rf"\1\n# base glibc {version}", text)
+        (folder / locks.TOOLS_LOCK).write_text(text)
+    return root
+
+
+def _render(tmp_path: Path, **kw: Any) -> str:
+    return render_cell_dockerfile(fixture_matrix(), _ngc(), REPO / "templates", root=_project(tmp_path, **kw))
+
+
+# -- the base, asked on each platform -------------------------------------------------------------------------
+
+def _facts(python: str = "3.12", glibc: str = "2.39") -> lock.BaseFacts:
+    return lock.BaseFacts(python=python, packages={"torch": "2.9.0a0"}, glibc=glibc)
+
+
+def test_the_base_is_asked_on_each_platform_of_a_multi_platform_cell() -> None:
+    asked: list[tuple[str, ...]] = []
+
+    def ask(*args: str) -> lock.BaseFacts:
+        asked.append(args)
+        return _facts()
+
+    found = lock.platform_bases(_ngc(), "mirror/nvidia/pytorch:25.10-py3", ask)
+    assert asked == [("mirror/nvidia/pytorch:25.10-py3", "linux/amd64"), ("mirror/nvidia/pytorch:25.10-py3",
+                                                                          "linux/arm64")]
+    assert set(found) == set(BOTH)
+    # A single-platform cell asks the base as it is, once.
+    asked.clear()
+    single = replace(_ngc(), platforms=platforms.DEFAULT)
+    assert list(lock.platform_bases(single, "mirror/p:1", ask)) == ["linux/amd64"] and asked == [("mirror/p:1",)]
+
+
+def test_bases_with_different_pythons_are_refused_naming_each() -> None:
+    answers = {"linux/amd64": _facts("3.12"), "linux/arm64": _facts("3.11")}
+    with pytest.raises(UserError) as caught:
+        lock.platform_bases(_ngc(), "mirror/p:1", lambda ref, platform: answers[platform])
+    assert str(caught.value) == ("pytorch-ngc:25.10: the base mirror/p:1 has Python 3.12 on linux/amd64, 3.11 on "
+                                 "linux/arm64; a cell built for several platforms needs one Python version on all of "
+                                 "them (its tools are installed natively for each)")
+
+
+def test_a_base_that_names_no_glibc_is_refused_naming_the_platform() -> None:
+    answers = {"linux/amd64": _facts(), "linux/arm64": _facts(glibc="")}
+    with pytest.raises(UserError, match=r"^pytorch-ngc:25.10: the base mirror/p:1 names no glibc version on "
+                                        r"linux/arm64, so its wheels' platform is unknown"):
+        lock.platform_bases(_ngc(), "mirror/p:1", lambda ref, platform: answers[platform])
+
+
+def test_the_base_probe_reports_this_pythons_glibc() -> None:
+    done = subprocess.run([sys.executable, "-c", lock.BASE_PROBE], capture_output=True, text=True, timeout=60)
+    facts = lock.parse_base_probe(done.stdout, ref="here", standin=False)
+    libc = subprocess.run(["getconf", "GNU_LIBC_VERSION"], capture_output=True, text=True).stdout.split()[1]
+    assert facts.glibc == ".".join(libc.split(".")[:2])
+    assert facts.python == "{}.{}".format(*sys.version_info[:2])
+
+
+def test_a_multi_platform_ngc_lock_records_its_bases_glibc() -> None:
+    make = lock._header(_ngc(), _facts(glibc="2.39"), "linux/arm64")
+    header = make("tools")
+    assert locks.header_glibc(header) == "2.39"
+    assert locks.header_platform(header) == "aarch64-manylinux_2_28"
+    # A single-platform NGC lock is unchanged: it installs on the target, where uv reads the machine itself.
+    assert locks.header_glibc(lock._header(replace(_ngc(), platforms=platforms.DEFAULT), _facts(), None)("tools")) \
+        is None
+
+
+# -- the Dockerfile ------------------------------------------------------------------------------------------
+
+def test_the_tools_are_installed_on_the_build_machine_and_the_image_only_copies_what_that_added(
+        tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    assert text.index("ARG BUILD_BASE_IMAGE=") < text.index("\nFROM ")
+    stages = _stages(text)
+    assert list(stages) == ["base", "build-base", "uv", "site-tools", "final"]
+    assert stages["build-base"].startswith("FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS build-base\n")
+    assert stages["site-tools"].startswith("FROM build-base AS site-tools\n")
+    [install] = [r for r in _runs(stages["site-tools"]) if "uv pip install" in r]
+    # Into the base's own Python, under its pip constraints, every locked file written again for the target.
+    assert '--python "$(command -v python)" --reinstall --require-hashes --no-deps' in install
+    assert '--python-platform "${wheel_platform}"' in install and "--python-version" not in install
+    assert 'export UV_CONSTRAINT="$PIP_CONSTRAINT"' in install
+    assert "aarch64-manylinux_2_36" in install and "x86_64-manylinux_2_36" in install
+    assert "mkdir /site && env -C / xargs -0 -r cp -a --parents -t /site < /run/added" in install
+    final = stages["final"]
+    assert "COPY --from=site-tools /site/ /\n" in final
+    assert _runs(final) == [r for r in _runs(final) if "python" not in r and "uv" not in r]
+    assert "ARG TARGETARCH" not in final
+
+
+def test_the_wheel_platform_is_each_bases_glibc_as_its_lock_records_it(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"amd64": "2.39", "arm64": "2.35"})
+    assert wheel_platforms(root, _ngc()) == {"amd64": "x86_64-manylinux_2_39", "arm64": "aarch64-manylinux_2_35"}
+
+
+def test_a_lock_without_its_bases_glibc_is_refused_at_render(tmp_path: Path) -> None:
+    with pytest.raises(TemplateError, match=r"arm64/tools.lock names no glibc of its base \(`# base glibc`\), so "
+                                            r"the wheels' platform is unknown; run `make lock FRAMEWORK=pytorch-ngc"):
+        _render(tmp_path, glibc={"amd64": "2.36", "arm64": None})
+
+
+def test_a_platform_without_its_lock_stops_that_platforms_build(tmp_path: Path) -> None:
+    text = _render(tmp_path, glibc={"amd64": "2.36"})
+    [install] = [r for r in _runs(_stages(text)["site-tools"]) if "uv pip install" in r]
+    assert "arm64) wheel_platform" not in install
+    assert ('if [ ! -f "/run/lock/${TARGETARCH}/tools.lock" ]; then echo "ERROR: no tools.lock for '
+            'TARGETARCH=${TARGETARCH}') in install
+
+
+def _elf_check(text: str) -> str:
+    [install] = [r for r in _runs(_stages(text)["site-tools"]) if "uv pip install" in r]
+    return re.search(r"(python -c 'import sys; want = .*?') /run/added", install).group(1)
+
+
+@pytest.mark.parametrize(("machine", "fails"), [(62, False), (183, True)])
+def test_the_elf_check_stops_the_build_on_a_file_of_another_machine(tmp_path: Path, machine: int,
+                                                                    fails: bool) -> None:
+    """Run as rendered, on real files: this machine's python3 and ls (x86-64 ELF) and a text file."""
+    if platforms.host().name != "linux/amd64":
+        pytest.fail("this test names x86-64 files; run it on an amd64 machine")
+    listing = tmp_path / "added"
+    text_file = tmp_path / "module.py"
+    text_file.write_text("x = 1\n")
+    files = [shutil.which("ls"), str(Path(sys.executable).resolve()), str(text_file)]
+    listing.write_bytes(b"\0".join(str(f).encode() for f in files) + b"\0")
+    done = subprocess.run(["bash", "-c", f"{_elf_check(_render(tmp_path))} {listing} {machine}"],
+                          capture_output=True, text=True, timeout=60)
+    if fails:
+        assert done.returncode == 1
+        assert done.stderr.startswith("ERROR: not built for ELF machine 183 (TARGETARCH): ")
+        assert shutil.which("ls") in done.stderr and str(text_file) not in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+
+
+def test_the_elf_machines_are_the_psabi_ones() -> None:
+    assert platforms.get("linux/amd64").elf_machine == 62 and platforms.get("linux/arm64").elf_machine == 183
+
+
+def test_a_single_platform_ngc_cell_still_installs_on_its_base(tmp_path: Path) -> None:
+    single = replace(_ngc(), platforms=platforms.DEFAULT)
+    assert not single.native_installs and _ngc().native_installs
+    text = render_cell_dockerfile(fixture_matrix(), single, REPO / "templates", root=FIXTURE_PROJECT)
+    assert "BUILDPLATFORM" not in text and "uv pip install" in _stages(text)["final"]
+
+
+# -- the stand-in ---------------------------------------------------------------------------------------------
+
+def test_a_multi_platform_stand_in_installs_its_requirements_on_the_build_machine() -> None:
+    cell = _ngc()
+    text = bases._standin_index_dockerfile(cell, "127.0.0.1:5000/docker.io/library/debian:bookworm-slim",
+                                           "uv==0.13.9 --hash=sha256:" + "0" * 64)
+    stages = _stages(text)
+    assert list(stages) == ["build-python", "final"]
+    assert stages["build-python"].startswith("FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS build-python")
+    [install] = [r for r in _runs(stages["build-python"]) if "uv pip install" in r]
+    assert '--python-platform "${machine}-manylinux_${glibc}" torch==2.13.0+cpu' in install
+    assert "amd64) machine=x86_64 ;; arm64) machine=aarch64 ;;" in install
+    # On the target only apt runs; the venv is copied in.
+    final = stages["final"]
+    assert [r.split()[1] for r in _runs(final)] == ["apt-get"]
+    assert "COPY --from=build-python /usr/local/standin /usr/local/standin" in final
+    assert f'{label_keys.STANDIN}="true"' in final
+
+
+def test_the_stand_in_selects_its_machine_by_targetarch_and_stops_on_another() -> None:
+    text = bases._standin_index_dockerfile(_ngc(), "m/debian:bookworm-slim", "uv==1 --hash=sha256:" + "0" * 64)
+    [install] = [r for r in _runs(_stages(text)["build-python"]) if "uv pip install" in r]
+    case = re.search(r"(case .*? esac)", install).group(1)
+    for arch, machine in (("amd64", "x86_64"), ("arm64", "aarch64")):
+        done = subprocess.run(["bash", "-c", case + ' && echo "$machine"'], env={"TARGETARCH": arch},
+                              capture_output=True, text=True, timeout=30)
+        assert done.stdout == f"{machine}\n"
+    done = subprocess.run(["bash", "-c", case], env={"TARGETARCH": "riscv64"}, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 1 and done.stderr == "ERROR: no stand-in for riscv64\n"
+
+
+def test_the_debian_base_of_a_multi_platform_stand_in_holds_each_platform() -> None:
+    assert bases.debian_platforms(_ngc()) == BOTH
