@@ -20,7 +20,8 @@ from buildtool.launch.multinode import VERIFY_SOURCE, MultiNodeJob, NcclSettings
 
 REPO = Path(__file__).resolve().parent.parent
 NCCL_LOGS = REPO / "tests" / "fixtures" / "nccl"
-IMAGE = "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.10"
+# A single-platform GPU cell (pytorch-ngc:25.10 is built for linux/amd64 and linux/arm64: --platform needed).
+IMAGE = "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.01"
 IB_FLOOR = busbw.fabric_floor(busbw.IB)[0]
 
 

@@ -20,7 +20,8 @@ from buildtool.launch.multinode import VERIFY_SOURCE
 
 REPO = Path(__file__).resolve().parent.parent
 K8S_VERSION = "1.33.0"
-IMAGE = "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.10"
+# A single-platform GPU cell (pytorch-ngc:25.10 is built for linux/amd64 and linux/arm64: --platform needed).
+IMAGE = "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.01"
 
 
 def pytorchjob_validator() -> jsonschema.Draft202012Validator:
@@ -373,7 +374,7 @@ def test_pods_run_on_nodes_of_the_named_platform_and_a_platform_the_cell_lacks_i
     docs = generate(run_cli, IMAGE, "--variant", "job", "--platform", "linux/amd64")
     assert _pod(docs[-1])["nodeSelector"] == {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}
     code, out, err = run_cli("k8s", IMAGE, "--platform", "linux/arm64", "--matrix", str(REPO / "matrix.yaml"))
-    assert code == 2 and out == "" and "--platform linux/arm64: pytorch-ngc:25.10 is built for linux/amd64 only" in err
+    assert code == 2 and out == "" and "--platform linux/arm64: pytorch-ngc:25.01 is built for linux/amd64 only" in err
     code, out, err = run_cli("k8s", IMAGE, "--platform", "linux/riscv64", "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and "--platform: unknown platform 'linux/riscv64'; one of linux/amd64, linux/arm64" in err
     code, out, err = run_cli("k8s", IMAGE, "--node-selector", "kubernetes.io/arch=arm64", "--matrix",

@@ -16,7 +16,8 @@ from tests import test_multinode
 fw_project = test_multinode.fw_project   # the fixture framework's project (a pytest fixture of that module)
 
 REPO = Path(__file__).resolve().parent.parent
-IMAGE = "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.10"
+# A single-platform GPU cell (pytorch-ngc:25.10 is built for linux/amd64 and linux/arm64: --platform needed).
+IMAGE = "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.01"
 VERIFY = ["python3", "/opt/image-tests/scripts/verify_ddp.py"]
 
 

@@ -203,8 +203,9 @@ def test_a_multi_platform_stand_in_installs_its_requirements_on_the_build_machin
     assert list(stages) == ["build-python", "final"]
     assert stages["build-python"].startswith("FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS build-python")
     [install] = [r for r in _runs(stages["build-python"]) if "uv pip install" in r]
-    assert '--python-platform "${machine}-manylinux_${glibc}" torch==2.13.0+cpu' in install
-    assert "amd64) machine=x86_64 ;; arm64) machine=aarch64 ;;" in install
+    assert '--python-platform "${machine}-manylinux_${glibc}" "${reqs[@]}"' in install
+    assert ("amd64) machine=x86_64; reqs=(torch==2.13.0+cpu) ;; arm64) machine=aarch64; reqs=(torch==2.13.0+cpu) ;;"
+            in install)
     # On the target only apt runs; the venv is copied in.
     final = stages["final"]
     assert [r.split()[1] for r in _runs(final)] == ["apt-get"]
@@ -227,3 +228,74 @@ def test_the_stand_in_selects_its_machine_by_targetarch_and_stops_on_another() -
 
 def test_the_debian_base_of_a_multi_platform_stand_in_holds_each_platform() -> None:
     assert bases.debian_platforms(_ngc()) == BOTH
+
+
+# -- the matrix: a stand-in's requirements of one platform --------------------------------------------------
+
+def _matrix_with(tmp_path: Path, version_lines: str):
+    """The fixture matrix with `version_lines` added to pytorch-ngc 25.10 (8 spaces in, as its keys)."""
+    from buildtool.matrix.schema import load_matrix
+    from tests.conftest import fixture_image_tests
+
+    text = (FIXTURE_PROJECT / "matrix.yaml").read_text()
+    anchor = '        base: nvcr.io/nvidia/pytorch:25.10-py3\n'
+    assert anchor in text
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text.replace(anchor, anchor + version_lines, 1))
+    return load_matrix(path, REPO / "templates", display="matrix.yaml", tests_dir=fixture_image_tests())
+
+
+ARM64_TORCH = ('        platforms: [linux/amd64, linux/arm64]\n'
+               '        validate: {emulation_factor: 8}\n'
+               '        standin:\n'
+               '          platform_requirements:\n'
+               '            linux/arm64: ["torch==2.13.0"]\n')
+
+
+def test_a_version_adds_one_platforms_stand_in_requirements_to_its_images(tmp_path: Path) -> None:
+    cells = {c.key: c for c in _matrix_with(tmp_path, ARM64_TORCH).cells}
+    standin = cells["pytorch-ngc:25.10"].standin
+    assert standin is not None and standin.base == "docker.io/library/debian:bookworm-slim"
+    assert standin.requirements_for("linux/arm64") == ["torch==2.13.0"]
+    assert standin.requirements_for("linux/amd64") == ["torch==2.13.0+cpu"]
+    assert bases.standin_framework_version(cells["pytorch-ngc:25.10"], "linux/arm64") == "2.13.0"
+    assert bases.standin_framework_version(cells["pytorch-ngc:25.10"], "linux/amd64") == "2.13.0+cpu"
+    # The other version keeps the image's stand-in, whole.
+    assert cells["pytorch-ngc:25.01"].standin.requirements_for("linux/amd64") == ["torch==2.13.0+cpu"]
+    text = bases._standin_index_dockerfile(cells["pytorch-ngc:25.10"], "m/debian:bookworm-slim",
+                                           "uv==1 --hash=sha256:" + "0" * 64)
+    assert "amd64) machine=x86_64; reqs=(torch==2.13.0+cpu) ;; arm64) machine=aarch64; reqs=(torch==2.13.0) ;;" \
+        in text
+
+
+def test_requirements_for_a_platform_the_cell_is_not_built_for_are_refused(tmp_path: Path) -> None:
+    from buildtool.common.errors import MatrixError
+
+    lines = ARM64_TORCH.replace("        platforms: [linux/amd64, linux/arm64]\n", "")
+    with pytest.raises(MatrixError) as caught:
+        _matrix_with(tmp_path, lines.replace("        validate: {emulation_factor: 8}\n", ""))
+    assert str(caught.value).endswith("standin.platform_requirements.linux/arm64: linux/arm64 is not one of the "
+                                      "cell's platforms (linux/amd64); add it to `platforms:` or remove its "
+                                      "requirements")
+
+
+def test_an_unknown_platform_in_a_stand_ins_requirements_is_refused(tmp_path: Path) -> None:
+    from buildtool.common.errors import MatrixError
+
+    with pytest.raises(MatrixError, match=r"platform_requirements.*unknown platform 'linux/riscv64'"):
+        _matrix_with(tmp_path, ARM64_TORCH.replace("linux/arm64: [", "linux/riscv64: ["))
+
+
+def test_a_stand_in_without_a_base_after_merging_is_refused(tmp_path: Path) -> None:
+    from buildtool.common.errors import MatrixError
+
+    text = (FIXTURE_PROJECT / "matrix.yaml").read_text().replace(
+        "      base: docker.io/library/debian:bookworm-slim\n      requirements: [\"torch==2.13.0+cpu\"]\n",
+        "      requirements: [\"torch==2.13.0+cpu\"]\n", 1)
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    from buildtool.matrix.schema import load_matrix
+    from tests.conftest import fixture_image_tests
+
+    with pytest.raises(MatrixError, match=r"standin.base: required key is missing"):
+        load_matrix(path, REPO / "templates", display="matrix.yaml", tests_dir=fixture_image_tests())

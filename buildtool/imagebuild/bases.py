@@ -230,8 +230,12 @@ def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) 
     target's wheel platform, in a venv at the stand-in's path, then copied in; on the target (under QEMU where it
     is another machine's) only apt runs. uv is the one templates/uv.lock pins, by hash."""
     assert cell.standin is not None
-    reqs = " ".join(shlex.quote(r) for r in cell.standin.requirements)
-    arches = " ".join(f"{p.architecture}) machine={p.machine} ;;" for p in map(platforms.get, cell.platforms))
+    standin = cell.standin
+
+    def words(platform: str) -> str:
+        return " ".join(shlex.quote(r) for r in standin.requirements_for(platform))
+    arches = " ".join(f"{p.architecture}) machine={p.machine}; reqs=({words(p.name)}) ;;"
+                      for p in map(platforms.get, cell.platforms))
     apt = """RUN apt-get update \\
  && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"""
@@ -257,7 +261,7 @@ RUN --mount=type=secret,id=uv.toml \\
  && glibc="$(getconf GNU_LIBC_VERSION | cut -d' ' -f2 | tr . _)" \\
  && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \\
  && UV_CONFIG_FILE=/run/secrets/uv.toml UV_NO_CACHE=1 UV_PYTHON_DOWNLOADS=never /uv/bin/uv pip install --no-progress \\
-      --python /usr/local/standin/bin/python --python-platform "${{machine}}-manylinux_${{glibc}}" {reqs}
+      --python /usr/local/standin/bin/python --python-platform "${{machine}}-manylinux_${{glibc}}" "${{reqs[@]}}"
 
 FROM ${{BASE_IMAGE}}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -268,17 +272,18 @@ COPY --from=build-python /usr/local/standin /usr/local/standin
 ENV VIRTUAL_ENV=/usr/local/standin \\
     PATH=/usr/local/standin/bin:$PATH
 WORKDIR {cell.standin.workdir}
+# Each platform's framework version ({label_keys.STANDIN_FRAMEWORK}) is a label of its own build.
 LABEL {label_keys.STANDIN}="true" \\
-      {label_keys.STANDIN_FRAMEWORK}={label_value(standin_framework_version(cell))} \\
       {label_keys.STANDIN_FOR}={label_value(cell.base)}
 """
 
 
-def standin_framework_version(cell: Cell) -> str:
-    """What the stand-in really carries: the pinned version of its framework requirement."""
+def standin_framework_version(cell: Cell, platform: str | None = None) -> str:
+    """What the stand-in (of `platform`; None: its only one) really carries: the pinned version of its
+    framework requirement."""
     assert cell.standin is not None
     wanted = frameworks.get(cell.framework).distributions
-    for req in cell.standin.requirements:
+    for req in cell.standin.requirements_for(platform or cell.platforms[0]):
         name, sep, version = req.partition("==")
         if sep and name.strip().lower() in wanted:
             return version.strip()
@@ -437,20 +442,22 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
 
 
 def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str], tag: str, log_file: Path,
-                   platform: str | None = None) -> None:
-    """Build a stand-in (of `platform`; None: the engine's own) and tag it, labelled with the Python it has."""
+                   platform: str | None = None, labels: dict[str, str] | None = None) -> None:
+    """Build a stand-in (of `platform`; None: the engine's own) and tag it, labelled with the Python it has
+    (and `labels`)."""
+    labels = labels or {}
     with tempfile.TemporaryDirectory(prefix="buildtool-standin-") as tmp, pip_secrets() as secrets:
         dockerfile = Path(tmp) / "Dockerfile"
         dockerfile.write_text(dockerfile_text)
         client = engine.resolve_build_client()
         try:
-            image = engine.build(client, Path(tmp), dockerfile, build_args=build_args, labels={},
+            image = engine.build(client, Path(tmp), dockerfile, build_args=build_args, labels=labels,
                                  secrets=secrets.files, log_path=log_file, platform=platform)
             python = engine.run_output(image, ["python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                                        timeout=300, platform=platform)
             # Same steps again, all cached, now with the probed label.
             engine.build(client, Path(tmp), dockerfile, build_args=build_args,
-                         labels={label_keys.STANDIN_PYTHON: python.strip()}, secrets=secrets.files,
+                         labels={**labels, label_keys.STANDIN_PYTHON: python.strip()}, secrets=secrets.files,
                          log_path=log_file.with_suffix(".label.log"), tag=tag, platform=platform)
         except (engine.BuildFailed, RuntimeError) as exc:
             raise FailedError(f"stand-in {tag}: {exc}; full log {log_file}") from None
@@ -488,12 +495,13 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
     for name in cell.platforms:
         begun = time.monotonic()
         arch = platforms.get(name).architecture
-        log(f"building the {name} stand-in of {ref} (FROM {debian_ref}, {' '.join(cell.standin.requirements)}; "
-            "installed natively)")
+        log(f"building the {name} stand-in of {ref} (FROM {debian_ref}, "
+            f"{' '.join(cell.standin.requirements_for(name))}; installed natively)")
         platform_ref = f"{host}/{repo}:{multiplatform.platform_tag(tag, name)}"
         _build_standin(cell, text, {"BASE_IMAGE": aptlock.platform_base(debian_ref, name),
                                     "BUILD_BASE_IMAGE": build_base}, platform_ref,
-                       log_dir / f"base-standin-{cell.name}-{cell.version}-{arch}.log", platform=name)
+                       log_dir / f"base-standin-{cell.name}-{cell.version}-{arch}.log", platform=name,
+                       labels={label_keys.STANDIN_FRAMEWORK: standin_framework_version(cell, name)})
         digest = push_verified(platform_ref, log)
         made.append(multiplatform.child_of(client, repo, multiplatform.platform_tag(tag, name), name))
         results.append(BaseResult(ref, "stand-in", digest, time.monotonic() - begun, name))

@@ -163,7 +163,28 @@ class StandIn(_Strict):
 
     base: ImageRef
     requirements: Annotated[list[PinnedRequirement], Field(min_length=1)]
+    # A platform whose stand-in carries other requirements (PyPI has another build of the framework there).
+    platform_requirements: dict[PlatformName, Annotated[list[PinnedRequirement], Field(min_length=1)]] = Field(
+        default_factory=dict)
     workdir: WorkDir = "/workspace"
+
+    def __hash__(self) -> int:   # a Cell (frozen, hashed) holds it; a dict field is not hashable as it is
+        return hash((self.base, tuple(self.requirements), self.workdir,
+                     tuple(sorted((k, tuple(v)) for k, v in self.platform_requirements.items()))))
+
+    def requirements_for(self, platform: str) -> list[str]:
+        """What the stand-in of `platform` installs: its own requirements, else the common ones."""
+        return list(self.platform_requirements.get(platform, self.requirements))
+
+
+class StandInFields(_Strict):
+    """A layer's part of a stand-in (defaults, image or version): merged key by key, then checked whole
+    as a StandIn, so a version can add one platform's requirements."""
+
+    base: ImageRef | None = None
+    requirements: Annotated[list[PinnedRequirement], Field(min_length=1)] | None = None
+    platform_requirements: dict[PlatformName, Annotated[list[PinnedRequirement], Field(min_length=1)]] | None = None
+    workdir: WorkDir | None = None
 
 
 # -- validate: how long the image tests of a cell may take (issue 14) ----------------------------
@@ -210,7 +231,7 @@ class CellFields(_Strict):
     accelerator: Literal["cpu", "cuda"] | None = None
     template: StrictStr | None = None
     base: ImageRef | None = None
-    standin: StandIn | None = None
+    standin: StandInFields | None = None
     python: PythonVersion | None = None
     framework_version: PackageVersion | None = None
     framework_requirements: list[PinnedRequirement] | None = None
@@ -398,7 +419,7 @@ _HOME = {
     **{key: "under `oci:`" for key in OciLabels.model_fields},   # before index: `url` is more often an index's
     **{key: "under `index:`" for key in PackageIndex.model_fields},
     **{key: "under `release:`" for key in ReleaseTags.model_fields},
-    **{key: "under `standin:`" for key in ("requirements", "workdir")},
+    **{key: "under `standin:`" for key in ("requirements", "platform_requirements", "workdir")},
 }
 
 
@@ -846,6 +867,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
             index = merged.get("index", {})
             run = merged["run"]
             standin = merged.get("standin")
+            placed = _platform_fields(check)
             cells.append(Cell(
                 name=image.name,
                 version=ver.version,
@@ -854,7 +876,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
                 accelerator=merged["accelerator"],
                 template=merged["template"],
                 base=merged["base"],
-                standin=_standin(check, standin) if standin else None,
+                standin=_standin(check, standin, placed["platforms"]) if standin else None,
                 python=merged["python"],
                 framework_version=merged["framework_version"],
                 framework_requirements=tuple(merged.get("framework_requirements", ())),
@@ -872,7 +894,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
                 line=doc.line_of(loc) or 0,
                 validate_deadline_s=deadline_for(merged),
                 oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
-                **_platform_fields(check),
+                **placed,
                 **_gpu_fields(check),
                 **_library_fields(check),
             ))
@@ -884,19 +906,34 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
 
 
 @lru_cache(maxsize=1024)
-def _standin_model(base: str, requirements: tuple[str, ...], workdir: str) -> StandIn:
-    return StandIn(base=base, requirements=list(requirements), workdir=workdir)
+def _standin_model(base: str, requirements: tuple[str, ...], workdir: str,
+                   platform_requirements: tuple[tuple[Any, Any], ...]) -> StandIn:
+    fields = {"base": base, "requirements": list(requirements) or None, "workdir": workdir,
+              "platform_requirements": {k: list(v) if isinstance(v, tuple) else v for k, v in platform_requirements}}
+    # A key no layer set is missing (named so), not None.
+    return StandIn.model_validate({k: v for k, v in fields.items() if v is not None})
 
 
-def _standin(check: _CellCheck, fields: dict[str, Any]) -> StandIn:
-    """A stand-in merged from several layers must still be whole."""
+def _standin(check: _CellCheck, fields: dict[str, Any], cell_platforms: tuple[str, ...]) -> StandIn:
+    """A stand-in merged from several layers must still be whole, and name only the cell's platforms."""
+    by_platform = fields.get("platform_requirements") or {}
     try:
-        return _standin_model(fields.get("base"), tuple(fields.get("requirements") or ()),
-                              fields.get("workdir", "/workspace"))
+        if not isinstance(by_platform, dict):
+            raise check.fail((*check.where("standin"), "platform_requirements"),
+                             "must be a mapping of platform to requirements, e.g. {linux/arm64: [\"torch==2.13.0\"]}")
+        standin = _standin_model(fields.get("base"), tuple(fields.get("requirements") or ()),
+                                 fields.get("workdir", "/workspace"),
+                                 tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in by_platform.items()))
     except ValidationError as exc:
         first = exc.errors()[0]
         raise check.fail((*check.where("standin"), *first["loc"]),
                          "required key is missing" if first["type"] == "missing" else first["msg"]) from None
+    for platform in standin.platform_requirements:
+        if platform not in cell_platforms:
+            raise check.fail((*check.where("standin"), "platform_requirements", platform),
+                             f"{platform} is not one of the cell's platforms ({', '.join(cell_platforms)}); "
+                             "add it to `platforms:` or remove its requirements")
+    return standin
 
 
 IMAGE_TESTS = "image-tests"

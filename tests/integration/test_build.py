@@ -36,7 +36,7 @@ from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_cell
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.image_index import platform_manifest
+from buildtool.registry.image_index import platform_manifest, read_index
 from tests import signing
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -108,17 +108,42 @@ def _registry_config(ref: str) -> tuple[str, dict]:
     return digest, config
 
 
+def _platform_configs(ref: str, platforms: tuple[str, ...]) -> tuple[str, dict[str, tuple[str, dict]]]:
+    """(the tag's digest, platform -> (its image's digest, config)): a single image for a one-platform cell,
+    each child of the index otherwise."""
+    host, repo, tag = split_repo(ref)
+    client = RegistryClient(host)
+    if len(platforms) == 1:
+        digest, config = _registry_config(ref)
+        return digest, {platforms[0]: (digest, config)}
+    children = read_index(client, repo, tag)
+    assert children is not None and list(children) == list(platforms), ref
+    found = {}
+    for platform, child in children.items():
+        body, _, digest = client.get_manifest(repo, child.digest)
+        found[platform] = (digest, json.loads(client.get_blob(repo, json.loads(body)["config"]["digest"])))
+    return str(client.manifest_digest(repo, tag)), found
+
+
 @pytest.mark.parametrize("key", CELLS)
 def test_cell_is_tagged_labelled_and_pushed(built, key):
     plan, result = built[key]
-    assert result.result in ("built", "retagged"), result.message
+    # A multi-platform cell (pytorch-ngc:25.10) is pushed as an index over its platforms' images.
+    wanted = ("pushed", "retagged") if plan.cell.multi_platform else ("built", "retagged")
+    assert result.result in wanted, result.message
     assert result.ref == f"{plan.dev_repo}:{names.dev_tag(REVISION, plan.cell.version)}"
-    digest, config = _registry_config(result.ref)
+    digest, configs = _platform_configs(result.ref, plan.cell.platforms)
     assert digest == result.digest  # the pushed digest is what the registry serves
-    labels = config["config"]["Labels"]
+    for platform, (_, config) in configs.items():
+        _check_labels(plan, result, platform, config["config"]["Labels"])
+    if plan.cell.multi_platform:
+        assert {p["platform"]: p["digest"] for p in result.platforms} == {p: d for p, (d, _) in configs.items()}
+
+
+def _check_labels(plan, result, platform: str, labels: dict[str, str]) -> None:
     # A rebuilt image names this commit; a retagged one keeps the commit it was built at
     # (its bytes are that build's), while its dev tag names this commit.
-    if result.result == "built":
+    if result.result in ("built", "pushed"):
         assert labels[label_keys.OCI_REVISION] == full_revision(ROOT, REVISION)
     else:
         assert re.fullmatch(names.FULL_REVISION_RE, labels[label_keys.OCI_REVISION])
@@ -126,14 +151,17 @@ def test_cell_is_tagged_labelled_and_pushed(built, key):
     # The base as pulled (the mirror) and the digest of its image of this platform: a pair that resolves (the
     # tag's own manifest, or this platform's entry where the tag is an index over platforms).
     assert labels[label_keys.OCI_BASE_NAME] == plan.base and labels[label_keys.BASE_UPSTREAM] == plan.cell.base
-    base_digest, _ = platform_manifest(RegistryClient(LOCAL), *split_repo(plan.base)[1:], "linux/amd64")
+    base_digest, _ = platform_manifest(RegistryClient(LOCAL), *split_repo(plan.base)[1:], platform)
     assert labels[label_keys.OCI_BASE_DIGEST] == base_digest
-    assert labels[label_keys.CONTENT_KEY] == result.content_key
+    if not plan.cell.multi_platform:   # each platform's own key (result.content_key: the first platform's)
+        assert labels[label_keys.CONTENT_KEY] == result.content_key
     run = json.loads(labels[label_keys.RUN_PROFILE])
     assert run["docker_flags"] == plan.cell.run.docker_flags() and run["shm_size"] == plan.cell.run.shm_size
     if plan.cell.key.startswith(("pytorch-ngc", "tensorflow-ngc")):
         assert labels[label_keys.STANDIN] == "true"
-        assert labels[label_keys.STANDIN_FRAMEWORK] in ("2.13.0+cpu", "2.21.0")
+        # Each platform's stand-in's own: pytorch-ngc:25.10's arm64 one carries PyPI's CUDA torch 2.13.0.
+        assert labels[label_keys.STANDIN_FRAMEWORK] == {"linux/arm64": "2.13.0"}.get(
+            platform, "2.21.0" if plan.cell.framework == "tensorflow" else "2.13.0+cpu")
     else:
         assert label_keys.STANDIN not in labels
 

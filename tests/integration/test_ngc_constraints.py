@@ -46,7 +46,9 @@ def test_tools_are_installed_under_the_bases_constraints_and_a_conflict_fails(tm
     fill_bases([cell], LOCAL, force=False, log=print, log_dir=tmp_path)
     standin = mirror_base(cell.base, LOCAL)
     space = f"{LOCAL}/t-ngc-{secrets.token_hex(4)}"
-    numpy = read_locks(ROOT, cell)[TOOLS_LOCK].versions()["numpy"]
+    # Built here for this machine's platform (the cell is built for linux/amd64 and linux/arm64): the base and the
+    # build machine's base (parts/ngc_native.j2) are the same image, whose constraints the native install obeys.
+    numpy = read_locks(ROOT, cell, "linux/amd64")[TOOLS_LOCK].versions()["numpy"]
     folder = (ROOT / cell.dockerfile).parent
     refs = []
     try:
@@ -54,7 +56,8 @@ def test_tools_are_installed_under_the_bases_constraints_and_a_conflict_fails(tm
             agreeing = _ngc_like_base(tmp_path / "a", standin, "# nothing more", f"{space}/base:agree")
             built = f"{space}/pytorch-ngc-dev:agree"
             engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile",
-                         build_args={"BASE_IMAGE": agreeing}, labels={}, secrets=pip.files,
+                         build_args={"BASE_IMAGE": agreeing, "BUILD_BASE_IMAGE": agreeing}, labels={},
+                         secrets=pip.files,
                          log_path=tmp_path / "agree.log", tag=built)
             refs += [agreeing, built]
             torch_before = engine.run_output(agreeing, ["python", "-c", "import torch; print(torch.__version__)"])
@@ -67,7 +70,8 @@ def test_tools_are_installed_under_the_bases_constraints_and_a_conflict_fails(tm
             refs.append(conflicting)
             with pytest.raises(engine.BuildFailed):
                 engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile",
-                             build_args={"BASE_IMAGE": conflicting}, labels={}, secrets=pip.files,
+                             build_args={"BASE_IMAGE": conflicting, "BUILD_BASE_IMAGE": conflicting}, labels={},
+                             secrets=pip.files,
                              log_path=tmp_path / "conflict.log", tag=f"{space}/pytorch-ngc-dev:conflict")
             log = (tmp_path / "conflict.log").read_text()
             assert f"numpy=={numpy} and numpy==1.26.4" in log and "unsatisfiable" in log, log[-2000:]
