@@ -299,3 +299,60 @@ def test_a_stand_in_without_a_base_after_merging_is_refused(tmp_path: Path) -> N
 
     with pytest.raises(MatrixError, match=r"standin.base: required key is missing"):
         load_matrix(path, REPO / "templates", display="matrix.yaml", tests_dir=fixture_image_tests())
+
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+class _FakeMirror:
+    """The registry side of `_standin_index`: which platforms the stand-in tag holds, and what was made."""
+
+    def __init__(self, holds: list[str]) -> None:
+        from buildtool.registry.image_index import Child
+
+        self.child = Child
+        self.holds = {p: Child(p, f"sha256:{'a' * 63}{i}", OCI_MANIFEST, 1, {})
+                      for i, p in enumerate(holds)}
+        self.built: list[tuple[str, str, dict[str, str]]] = []
+        self.index: list[str] | None = None
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from buildtool.imagebuild import aptlock, base_index, multiplatform
+        from buildtool.registry import image_index
+
+        monkeypatch.setattr(base_index, "read_children", lambda client, repo, tag: dict(self.holds))
+        monkeypatch.setattr(bases.platforms, "binfmt_problem", lambda name: None)
+        monkeypatch.setattr(aptlock, "platform_base", lambda ref, platform: f"{ref}@{platform}")
+        monkeypatch.setattr(bases, "_build_standin", lambda cell, text, args, tag, log, platform=None, labels=None:
+                            self.built.append((platform, args["BASE_IMAGE"], labels)))
+        monkeypatch.setattr(bases, "push_verified", lambda ref, log: f"sha256:{'b' * 64}")
+        monkeypatch.setattr(multiplatform, "child_of", lambda client, repo, tag, platform:
+                            self.child(platform, f"sha256:{'c' * 64}", OCI_MANIFEST, 1, {}))
+        monkeypatch.setattr(image_index, "put_index", lambda client, repo, tag, children:
+                            setattr(self, "index", [c.platform for c in children]) or f"sha256:{'d' * 64}")
+
+
+def test_a_stand_in_index_holding_every_platform_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    mirror = _FakeMirror(list(BOTH))
+    mirror.install(monkeypatch)
+    results = bases._standin_index(_ngc(), "127.0.0.1:5000/nvidia/pytorch:25.10-py3", "127.0.0.1:5000", force=False,
+                                   log=lambda line: None, log_dir=tmp_path)
+    assert [(r.platform, r.action) for r in results] == [("linux/amd64", "present"), ("linux/arm64", "present")]
+    assert mirror.built == [] and mirror.index is None
+
+
+def test_a_stand_in_lacking_a_platform_is_made_again_whole_each_platform_on_its_own_base(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A single-platform stand-in of an earlier recipe (amd64 only) becomes the index over both; each platform's
+    image is built FROM that platform's Debian image and labelled with its own framework version."""
+    cells = {c.key: c for c in _matrix_with(tmp_path, ARM64_TORCH).cells}
+    mirror = _FakeMirror(["linux/amd64"])
+    mirror.install(monkeypatch)
+    results = bases._standin_index(cells["pytorch-ngc:25.10"], "127.0.0.1:5000/nvidia/pytorch:25.10-py3",
+                                   "127.0.0.1:5000", force=False, log=lambda line: None, log_dir=tmp_path)
+    assert [(r.platform, r.action) for r in results] == [("linux/amd64", "stand-in"), ("linux/arm64", "stand-in")]
+    debian = "127.0.0.1:5000/library/debian:bookworm-slim"
+    assert mirror.built == [
+        ("linux/amd64", f"{debian}@linux/amd64", {label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"}),
+        ("linux/arm64", f"{debian}@linux/arm64", {label_keys.STANDIN_FRAMEWORK: "2.13.0"})]
+    assert mirror.index == list(BOTH)
