@@ -266,6 +266,7 @@ def test_a_version_adds_one_platforms_stand_in_requirements_to_its_images(tmp_pa
                                            "uv==1 --hash=sha256:" + "0" * 64)
     assert "amd64) machine=x86_64; reqs=(torch==2.13.0+cpu) ;; arm64) machine=aarch64; reqs=(torch==2.13.0) ;;" \
         in text
+    assert f"{label_keys.STANDIN_FRAMEWORK}=" not in text  # each platform's, measured (test_the_framework_label_...)
 
 
 def test_requirements_for_a_platform_the_cell_is_not_built_for_are_refused(tmp_path: Path) -> None:
@@ -323,8 +324,9 @@ class _FakeMirror:
         monkeypatch.setattr(base_index, "read_children", lambda client, repo, tag: dict(self.holds))
         monkeypatch.setattr(bases.platforms, "binfmt_problem", lambda name: None)
         monkeypatch.setattr(aptlock, "platform_base", lambda ref, platform: f"{ref}@{platform}")
-        monkeypatch.setattr(bases, "_build_standin", lambda cell, text, args, tag, log, platform=None, labels=None:
-                            self.built.append((platform, args["BASE_IMAGE"], labels)))
+        monkeypatch.setattr(bases, "_build_standin", lambda cell, text, args, tag, log, platform=None,
+                            measure_framework=False: self.built.append((platform, args["BASE_IMAGE"],
+                                                                        measure_framework)))
         monkeypatch.setattr(bases, "push_verified", lambda ref, log: f"sha256:{'b' * 64}")
         monkeypatch.setattr(multiplatform, "child_of", lambda client, repo, tag, platform:
                             self.child(platform, f"sha256:{'c' * 64}", OCI_MANIFEST, 1, {}))
@@ -344,7 +346,7 @@ def test_a_stand_in_index_holding_every_platform_is_kept(monkeypatch: pytest.Mon
 def test_a_stand_in_lacking_a_platform_is_made_again_whole_each_platform_on_its_own_base(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A single-platform stand-in of an earlier recipe (amd64 only) becomes the index over both; each platform's
-    image is built FROM that platform's Debian image and labelled with its own framework version."""
+    image is built FROM that platform's Debian image and labelled with the framework version it reports."""
     cells = {c.key: c for c in _matrix_with(tmp_path, ARM64_TORCH).cells}
     mirror = _FakeMirror(["linux/amd64"])
     mirror.install(monkeypatch)
@@ -352,7 +354,70 @@ def test_a_stand_in_lacking_a_platform_is_made_again_whole_each_platform_on_its_
                                    "127.0.0.1:5000", force=False, log=lambda line: None, log_dir=tmp_path)
     assert [(r.platform, r.action) for r in results] == [("linux/amd64", "stand-in"), ("linux/arm64", "stand-in")]
     debian = "127.0.0.1:5000/library/debian:bookworm-slim"
-    assert mirror.built == [
-        ("linux/amd64", f"{debian}@linux/amd64", {label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"}),
-        ("linux/arm64", f"{debian}@linux/arm64", {label_keys.STANDIN_FRAMEWORK: "2.13.0"})]
+    assert mirror.built == [("linux/amd64", f"{debian}@linux/amd64", True), ("linux/arm64", f"{debian}@linux/arm64",
+                                                                            True)]
     assert mirror.index == list(BOTH)
+
+
+def test_an_image_on_the_arm64_child_of_a_stand_in_index_is_refused_by_digest_and_by_layers() -> None:
+    """Release reads every child of the mirror's stand-in index: an arm64 image built on it is refused even with
+    its stand-in labels stripped, by its base digest and by its first layers."""
+    import json
+
+    from buildtool.matrix.plan import Settings
+    from buildtool.registry.client import OCI_INDEX
+    from buildtool.release.gates import Platform, image_problems
+    from buildtool.release.read import read_standins
+
+    amd64, arm64 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"digest": amd64, "platform": {"os": "linux", "architecture": "amd64"}},
+        {"digest": arm64, "platform": {"os": "linux", "architecture": "arm64"}}]}
+    layers = {amd64: ["sha256:" + "a" * 64], arm64: ["sha256:" + "b" * 64, "sha256:" + "c" * 64]}
+
+    class Mirror:
+        host = "127.0.0.1:5000"
+
+        def get_manifest(self, repo: str, ref: str):  # noqa: ANN201
+            if ref in layers:
+                return json.dumps({"layers": [{"digest": d} for d in layers[ref]]}).encode(), OCI_MANIFEST, ref
+            return json.dumps(index).encode(), OCI_INDEX, "sha256:" + "9" * 64
+
+    found, problems = read_standins(Mirror(), Settings(base_mirror="127.0.0.1:5000"), [_ngc()])  # type: ignore[arg-type]
+    assert problems == [] and {amd64, arm64} <= set(found.digests)
+    cell = _ngc()
+    labels = {label_keys.OCI_BASE_DIGEST: arm64, label_keys.CELL: cell.key}
+    on_digest = Platform("linux/arm64", "sha256:" + "e" * 64, 1, labels, (*layers[arm64], "sha256:" + "f" * 64))
+    assert any("is built on " + arm64 in p for p in image_problems(cell, [on_digest], found))
+    other = {**labels, label_keys.OCI_BASE_DIGEST: "sha256:" + "8" * 64}
+    on_layers = Platform("linux/arm64", "sha256:" + "e" * 64, 1, other, (*layers[arm64], "sha256:" + "f" * 64))
+    assert any("starts with the layers of the stand-in" in p for p in image_problems(cell, [on_layers], found))
+
+
+@pytest.mark.parametrize(("reported", "fails"), [("2.13.0+cu130", False), ("2.13.0+cpu", False),
+                                                ("2.12.1+cu130", True)])
+def test_the_framework_label_of_a_stand_in_is_what_its_framework_reports(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reported: str, fails: bool) -> None:
+    """PyPI's CUDA torch 2.13.0 reports 2.13.0+cu130: the label says so (the image tests compare the image with it);
+    another public version than the requirement pins stops `bases`, naming both."""
+    from buildtool.common import docker_cli
+    from buildtool.common.errors import FailedError
+
+    cells = {c.key: c for c in _matrix_with(tmp_path, ARM64_TORCH).cells}
+    ran: list[tuple[str, ...]] = []
+
+    def docker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        ran.append(args)
+        return subprocess.CompletedProcess(args, 0, f"{reported}\n", "")
+
+    monkeypatch.setattr(docker_cli, "docker", docker)
+    monkeypatch.setattr(bases.platforms, "host", lambda: platforms.get("linux/amd64"))
+    cell = cells["pytorch-ngc:25.10"]
+    if fails:
+        with pytest.raises(FailedError, match=r"has torch 2.12.1\+cu130, not the 2.13.0 its requirement pins"):
+            bases._measured_framework(cell, "img", "linux/arm64", tmp_path)
+        return
+    assert bases._measured_framework(cell, "img", "linux/arm64", tmp_path) == reported
+    # Under QEMU with the emulated CPU sysfs: torch's oneDNN needs MIDR_EL1 to import at all.
+    assert any(a.startswith("--volume=") and a.endswith(":/sys/devices/system/cpu:ro") for a in ran[0])
+    assert ran[0][-3:] == ("python", "-c", "import torch; print(torch.__version__)")

@@ -272,7 +272,8 @@ COPY --from=build-python /usr/local/standin /usr/local/standin
 ENV VIRTUAL_ENV=/usr/local/standin \\
     PATH=/usr/local/standin/bin:$PATH
 WORKDIR {cell.standin.workdir}
-# Each platform's framework version ({label_keys.STANDIN_FRAMEWORK}) is a label of its own build.
+# Each platform's framework version ({label_keys.STANDIN_FRAMEWORK}, as the framework reports it there) is a
+# label of its own build.
 LABEL {label_keys.STANDIN}="true" \\
       {label_keys.STANDIN_FOR}={label_value(cell.base)}
 """
@@ -442,17 +443,21 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
 
 
 def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str], tag: str, log_file: Path,
-                   platform: str | None = None, labels: dict[str, str] | None = None) -> None:
-    """Build a stand-in (of `platform`; None: the engine's own) and tag it, labelled with the Python it has
-    (and `labels`)."""
-    labels = labels or {}
+                   platform: str | None = None, measure_framework: bool = False) -> None:
+    """Build a stand-in (of `platform`; None: the engine's own) and tag it, labelled with the Python it has.
+    `measure_framework`: its framework version label is what the framework reports in it (imported there),
+    which must be the version its requirement pins; otherwise the label is the pin."""
+    labels: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="buildtool-standin-") as tmp, pip_secrets() as secrets:
         dockerfile = Path(tmp) / "Dockerfile"
         dockerfile.write_text(dockerfile_text)
         client = engine.resolve_build_client()
         try:
-            image = engine.build(client, Path(tmp), dockerfile, build_args=build_args, labels=labels,
+            image = engine.build(client, Path(tmp), dockerfile, build_args=build_args, labels={},
                                  secrets=secrets.files, log_path=log_file, platform=platform)
+            if measure_framework:
+                labels[label_keys.STANDIN_FRAMEWORK] = _measured_framework(cell, image, platform or
+                                                                           platforms.host().name, Path(tmp))
             python = engine.run_output(image, ["python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                                        timeout=300, platform=platform)
             # Same steps again, all cached, now with the probed label.
@@ -461,6 +466,29 @@ def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str],
                          log_path=log_file.with_suffix(".label.log"), tag=tag, platform=platform)
         except (engine.BuildFailed, RuntimeError) as exc:
             raise FailedError(f"stand-in {tag}: {exc}; full log {log_file}") from None
+
+
+def _measured_framework(cell: Cell, image: str, platform: str, folder: Path) -> str:
+    """The framework's own `__version__` in a stand-in image of `platform` (under QEMU with the emulated CPU
+    sysfs where it is another machine's), checked against the public version the stand-in's requirement
+    pins: PyPI's CUDA torch 2.13.0 reports 2.13.0+cu130, and the image tests compare the image with this."""
+    from buildtool.common import docker_cli
+    from buildtool.contracts import versions
+    from buildtool.validate import emulation
+
+    module = frameworks.get(cell.framework).module
+    flags = emulation.run_flags(platform, folder / "cpu-sysfs")
+    run = docker_cli.docker("run", "--rm", "--network=none", "--platform", platform, *flags, image, "python", "-c",
+                            f"import {module}; print({module}.__version__)", timeout=900)
+    found = run.stdout.strip().splitlines()[-1:] if run.returncode == 0 else []
+    if not found:
+        raise FailedError(f"stand-in of {cell.base} ({platform}): `import {module}` failed in it: "
+                          f"{run.stderr.strip().splitlines()[-1:] or run.returncode}")
+    pinned = standin_framework_version(cell, platform)
+    if versions.split(found[0])[0] != versions.split(pinned)[0]:
+        raise FailedError(f"stand-in of {cell.base} ({platform}) has {module} {found[0]}, not the {pinned} its "
+                          "requirement pins")
+    return found[0]
 
 
 def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, log_dir: Path) -> list[BaseResult]:
@@ -501,7 +529,7 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
         _build_standin(cell, text, {"BASE_IMAGE": aptlock.platform_base(debian_ref, name),
                                     "BUILD_BASE_IMAGE": build_base}, platform_ref,
                        log_dir / f"base-standin-{cell.name}-{cell.version}-{arch}.log", platform=name,
-                       labels={label_keys.STANDIN_FRAMEWORK: standin_framework_version(cell, name)})
+                       measure_framework=True)
         digest = push_verified(platform_ref, log)
         made.append(multiplatform.child_of(client, repo, multiplatform.platform_tag(tag, name), name))
         results.append(BaseResult(ref, "stand-in", digest, time.monotonic() - begun, name))

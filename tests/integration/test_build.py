@@ -159,8 +159,9 @@ def _check_labels(plan, result, platform: str, labels: dict[str, str]) -> None:
     assert run["docker_flags"] == plan.cell.run.docker_flags() and run["shm_size"] == plan.cell.run.shm_size
     if plan.cell.key.startswith(("pytorch-ngc", "tensorflow-ngc")):
         assert labels[label_keys.STANDIN] == "true"
-        # Each platform's stand-in's own: pytorch-ngc:25.10's arm64 one carries PyPI's CUDA torch 2.13.0.
-        assert labels[label_keys.STANDIN_FRAMEWORK] == {"linux/arm64": "2.13.0"}.get(
+        # Each platform's stand-in's own: pytorch-ngc:25.10's arm64 one carries PyPI's CUDA torch 2.13.0, which
+        # reports 2.13.0+cu130.
+        assert labels[label_keys.STANDIN_FRAMEWORK] == {"linux/arm64": "2.13.0+cu130"}.get(
             platform, "2.21.0" if plan.cell.framework == "tensorflow" else "2.13.0+cpu")
     else:
         assert label_keys.STANDIN not in labels
