@@ -203,16 +203,19 @@ def apt_pins(root: Path | None, cell: Cell) -> dict[str, Any] | None:
         return None
     found: dict[str, Any] = {"by_arch": by_arch}
     if cell.native_installs:
-        found["debs_by_arch"] = {arch: None if pins is None else _with_deb_hashes(root, cell, arch, pins)
-                                 for arch, pins in by_arch.items()}
+        found["debs_by_arch"] = {}
+        for platform in cell.platforms:
+            arch = platforms.get(platform).architecture
+            pins = by_arch[arch]
+            found["debs_by_arch"][arch] = None if pins is None else _with_deb_hashes(root, cell, platform, pins)
     return found
 
 
-def _with_deb_hashes(root: Path, cell: Cell, arch: str, pins: list[str]) -> list[str]:
-    """`name=version sha256` for each pin of one architecture, the sha256 its debs.sha256 records; NOT_SERVED
+def _with_deb_hashes(root: Path, cell: Cell, platform: str, pins: list[str]) -> list[str]:
+    """`name=version sha256` for each pin of one platform, the sha256 its debs.sha256 records; NOT_SERVED
     where it records none (or has no line, or no file): the rendered fetch of that .deb stops the build, naming
     it, as a missing apt.lock does. A debs.sha256 that does not parse is an error."""
-    folder = (root / cell.dockerfile).parent / arch
+    folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)[1]
     path = folder / DEB_HASHES
     hashes: dict[str, str] = {}
     if path.is_file():
