@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.contracts import platforms
-from buildtool.validate import emulation
+from buildtool.contracts import emulation, platforms
 from tests.conftest import REPO
 
 

@@ -473,8 +473,7 @@ def _measured_framework(cell: Cell, image: str, platform: str, folder: Path) -> 
     sysfs where it is another machine's), checked against the public version the stand-in's requirement
     pins: PyPI's CUDA torch 2.13.0 reports 2.13.0+cu130, and the image tests compare the image with this."""
     from buildtool.common import docker_cli
-    from buildtool.contracts import versions
-    from buildtool.validate import emulation
+    from buildtool.contracts import emulation, versions
 
     module = frameworks.get(cell.framework).module
     flags = emulation.run_flags(platform, folder / "cpu-sysfs")

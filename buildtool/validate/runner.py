@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import platforms
+from buildtool.contracts import emulation, platforms
 from buildtool.contracts.target import write_target
 from buildtool.matrix.schema import Matrix
 from buildtool.registry.client import NotFound, RegistryClient
-from buildtool.validate import emulation, network
+from buildtool.validate import network
 from buildtool.validate.collect import cell_groups
 from buildtool.validate.engine import Log, Resolved, remove_run_containers, resolve
 from buildtool.validate.labels import label_checks
@@ -117,7 +117,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     if image.emulated:
-        # An arm64 CPU's identity where QEMU shows this host's (buildtool.validate.emulation).
+        # An arm64 CPU's identity where QEMU shows this host's (buildtool.contracts.emulation).
         flags = [*flags, *emulation.run_flags(image.platform, out_dir / "cpu-sysfs")]
     baseline = (busbw_baseline([root / options.reports, *options.baselines], cell.key, inventory,
                                options.busbw_window) if usable else {})
