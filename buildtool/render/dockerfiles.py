@@ -240,62 +240,62 @@ _GLIBC = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d+)")
 
 def wheel_platforms(root: Path | None, cell: Cell) -> dict[str, str]:
     """TARGETARCH -> uv's --python-platform for installing, for each platform of the cell: its machine and the
-    glibc of the base the wheels land in (libc6 in that platform's base.dpkg), so uv picks the file pip in the
-    image would. The lock was resolved under Platform.wheel_platform's lower cap (which fixes the versions) and
-    lists every file of each version. Installing under that cap took xprof 2.21.6's cp311-none-any wheel,
-    which carries a Windows .pyd, over its manylinux_2_35_aarch64 one (arm64 jax-cpu: no profile plugin).
-    An architecture without its base.dpkg, or no project, is left out (its build stops, naming it); a base.dpkg
-    without libc6 is an error."""
+    glibc of the base the wheels land in, so uv picks the file pip in the image would. A pip cell reads libc6 in
+    that platform's base.dpkg; an NGC cell (no framework requirements: the base carries the framework) reads the
+    `# base glibc` its tools.lock records (`make lock` asks the base, lock.platform_bases). The lock was resolved
+    under Platform.wheel_platform's lower cap (which fixes the versions) and lists every file of each version.
+    Installing under that cap took xprof 2.21.6's cp311-none-any wheel, which carries a Windows .pyd, over its
+    manylinux_2_35_aarch64 one (arm64 jax-cpu: no profile plugin). An architecture without that file, or no
+    project, is left out (its build stops, naming it); a file that does not parse or names no glibc is an error."""
     if root is None:
         return {}
-    if not cell.framework_requirements:
-        return _ngc_wheel_platforms(root, cell)
+    read_glibc = _base_dpkg_glibc if cell.framework_requirements else _tools_lock_glibc
     found = {}
     for platform in cell.platforms:
         try:
             known, folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
         except UserError as exc:
             raise TemplateError(str(exc)) from None
-        path = folder / BASE_DPKG
-        rel = path.relative_to(root)
-        if not path.is_file():   # as a missing apt.lock: that architecture's build stops, naming it
-            continue
-        try:
-            libc = parse_entries(path.read_text(), BASE_DPKG).get("libc6", "")
-        except ValueError as exc:
-            raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
-        glibc = _GLIBC.match(libc)
-        if glibc is None:
-            raise TemplateError(f"{rel} names no libc6 version ({libc!r}), so the wheels' glibc is unknown; "
-                                f"run `make lock FRAMEWORK={cell.key}`")
-        found[known.architecture] = f"{known.machine}-manylinux_{glibc['major']}_{glibc['minor']}"
+        glibc = read_glibc(folder, root, cell.key)
+        if glibc is not None:
+            found[known.architecture] = f"{known.machine}-manylinux_{glibc[0]}_{glibc[1]}"
     return found
 
 
-def _ngc_wheel_platforms(root: Path, cell: Cell) -> dict[str, str]:
-    """wheel_platforms of an NGC cell: the glibc of each platform's base as its tools.lock records it (`make
-    lock` asks the base, lock.platform_bases). A missing lock leaves its architecture out (its build stops,
-    naming it); a lock that does not parse, or names no glibc, is an error."""
-    found = {}
-    for platform in cell.platforms:
-        try:
-            known, folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
-        except UserError as exc:
-            raise TemplateError(str(exc)) from None
-        path = folder / TOOLS_LOCK
-        rel = path.relative_to(root)
-        if not path.is_file():
-            continue
-        try:
-            glibc = header_glibc(parse_lock(path.read_text()).header)
-        except ValueError as exc:
-            raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
-        if glibc is None:
-            raise TemplateError(f"{rel} names no glibc of its base (`# base glibc`), so the wheels' platform is "
-                                f"unknown; run `make lock FRAMEWORK={cell.key}`")
-        major, minor = glibc.split(".")
-        found[known.architecture] = f"{known.machine}-manylinux_{major}_{minor}"
-    return found
+def _base_dpkg_glibc(folder: Path, root: Path, key: str) -> tuple[str, str] | None:
+    """(major, minor) of libc6 in the platform's base.dpkg; None where the file is missing (as a missing
+    apt.lock: that architecture's build stops, naming it)."""
+    path = folder / BASE_DPKG
+    rel = path.relative_to(root)
+    if not path.is_file():
+        return None
+    try:
+        libc = parse_entries(path.read_text(), BASE_DPKG).get("libc6", "")
+    except ValueError as exc:
+        raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={key}`") from None
+    glibc = _GLIBC.match(libc)
+    if glibc is None:
+        raise TemplateError(f"{rel} names no libc6 version ({libc!r}), so the wheels' glibc is unknown; "
+                            f"run `make lock FRAMEWORK={key}`")
+    return glibc["major"], glibc["minor"]
+
+
+def _tools_lock_glibc(folder: Path, root: Path, key: str) -> tuple[str, str] | None:
+    """(major, minor) of the base's glibc as the platform's tools.lock records it; None where the lock is
+    missing (its build stops, naming it)."""
+    path = folder / TOOLS_LOCK
+    rel = path.relative_to(root)
+    if not path.is_file():
+        return None
+    try:
+        glibc = header_glibc(parse_lock(path.read_text()).header)
+    except ValueError as exc:
+        raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={key}`") from None
+    if glibc is None:
+        raise TemplateError(f"{rel} names no glibc of its base (`# base glibc`), so the wheels' platform is "
+                            f"unknown; run `make lock FRAMEWORK={key}`")
+    major, minor = glibc.split(".")
+    return major, minor
 
 
 def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell,
