@@ -147,5 +147,6 @@ def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkey
     monkeypatch.setattr(builder, "fill_bases", lambda cells, *a, **k: filled.extend(c.key for c in cells))
     run = object.__new__(Builder)
     run.settings, run.options, run.log = builder.Settings(base_mirror="127.0.0.1:5000"), BuildOptions(), print
+    run.root = Path(__file__).resolve().parents[1]
     infos, missing = run.resolve_bases(plans)  # type: ignore[arg-type]
     assert filled == ["pytorch-cpu:2.13"] and missing == {} and len(infos) == 3

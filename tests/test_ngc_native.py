@@ -338,7 +338,7 @@ def test_a_stand_in_index_holding_every_platform_is_kept(monkeypatch: pytest.Mon
     mirror = _FakeMirror(list(BOTH))
     mirror.install(monkeypatch)
     results = bases._standin_index(_ngc(), "127.0.0.1:5000/nvidia/pytorch:25.10-py3", "127.0.0.1:5000", force=False,
-                                   log=lambda line: None, log_dir=tmp_path)
+                                   log=lambda line: None, log_dir=tmp_path, templates=REPO / "templates")
     assert [(r.platform, r.action) for r in results] == [("linux/amd64", "present"), ("linux/arm64", "present")]
     assert mirror.built == [] and mirror.index is None
 
@@ -351,7 +351,8 @@ def test_a_stand_in_lacking_a_platform_is_made_again_whole_each_platform_on_its_
     mirror = _FakeMirror(["linux/amd64"])
     mirror.install(monkeypatch)
     results = bases._standin_index(cells["pytorch-ngc:25.10"], "127.0.0.1:5000/nvidia/pytorch:25.10-py3",
-                                   "127.0.0.1:5000", force=False, log=lambda line: None, log_dir=tmp_path)
+                                   "127.0.0.1:5000", force=False, log=lambda line: None, log_dir=tmp_path,
+                                   templates=REPO / "templates")
     assert [(r.platform, r.action) for r in results] == [("linux/amd64", "stand-in"), ("linux/arm64", "stand-in")]
     debian = "127.0.0.1:5000/library/debian:bookworm-slim"
     assert mirror.built == [("linux/amd64", f"{debian}@linux/amd64", True), ("linux/arm64", f"{debian}@linux/arm64",

@@ -151,7 +151,8 @@ def bases(
     project = find_project(matrix)
     cells = project.load().select(framework)
     target = local_mirror(mirror or Settings.from_env().base_mirror)
-    results = fill_bases(cells, target, force=force, log=log, log_dir=project.root / "build-logs")
+    results = fill_bases(cells, target, force=force, log=log, log_dir=project.root / "build-logs",
+                         templates=project.templates)
     table = Table(title=f"bases in {target}")
     for column in ("base", "platform", "action", "digest", "seconds"):
         table.add_column(column, overflow="fold")

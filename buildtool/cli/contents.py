@@ -54,7 +54,7 @@ def lock(
     if bases and settings.base_mirror and is_loopback_registry(settings.base_mirror):
         # As `build` does: stand-ins for NGC bases are made in a local mirror when missing.
         fill_bases([c for c in cells if c.key in bases], settings.base_mirror, force=False, log=log,
-                   log_dir=project.root / "build-logs")
+                   log_dir=project.root / "build-logs", templates=project.templates)
     for result in lock_cells(project.root, cells, bases, packages, log):
         for rel in result.changed:
             say(f"wrote {rel}")
@@ -63,7 +63,8 @@ def lock(
     apt_cells = [c for c in cells if aptlock.has_apt_step(c)] if not packages else []
     if apt_cells:
         if settings.base_mirror and is_loopback_registry(settings.base_mirror):
-            fill_bases(apt_cells, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs")
+            fill_bases(apt_cells, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs",
+                       templates=project.templates)
         for cell in apt_cells:
             for path in aptlock.lock_cell(project.root, cell, mirror_base(cell.base, settings.base_mirror), log):
                 say(f"wrote {path.relative_to(project.root)}")

@@ -397,8 +397,10 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
     return sorted(results, key=lambda r: list(platforms.KNOWN).index(r.platform))
 
 
-def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, log_dir: Path) -> list[BaseResult]:
-    """Make every base the cells need present in the mirror registry (idempotent)."""
+def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, log_dir: Path,
+               templates: Path) -> list[BaseResult]:
+    """Make every base the cells need present in the mirror registry (idempotent). `templates` is the
+    project's folder: a multi-platform stand-in installs with the uv its uv.lock pins."""
     mirror = local_mirror(base_mirror)
     RegistryClient(mirror.split("/", 1)[0]).ping()
     engine.sdk()
@@ -425,7 +427,7 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
             continue
         done.add(ref)
         if cell.multi_platform:
-            results += _standin_index(cell, ref, mirror, force=force, log=log, log_dir=log_dir)
+            results += _standin_index(cell, ref, mirror, force=force, log=log, log_dir=log_dir, templates=templates)
             continue
         started = time.monotonic()
         digest = None if force else registry_digest(ref)
@@ -490,7 +492,8 @@ def _measured_framework(cell: Cell, image: str, platform: str, folder: Path) -> 
     return found[0]
 
 
-def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, log_dir: Path) -> list[BaseResult]:
+def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, log_dir: Path,
+                   templates: Path) -> list[BaseResult]:
     """The stand-in of a multi-platform cell: one image per platform (_standin_index_dockerfile), each pushed
     under `<tag>__<arch>`, then an OCI index over them at the tag (the platforms' images first: one that fails
     leaves the tag as it was). A tag that already holds every platform is kept (a real mirror of the upstream
@@ -514,7 +517,6 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
         if problem:
             raise UserError(f"cannot make the {name} stand-in {ref}: {problem}")
     debian_ref = mirror_base(cell.standin.base, mirror)
-    templates = Path(__file__).resolve().parents[2] / "templates"
     requirement = uv_requirement((templates / "uv.lock").read_text())[1]
     text = _standin_index_dockerfile(cell, debian_ref, requirement)
     build_base = aptlock.platform_base(debian_ref, platforms.host().name)

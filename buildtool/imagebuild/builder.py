@@ -734,7 +734,8 @@ class Builder:
             if to_fill:
                 self.log(f"filling {mirror} with missing bases for {', '.join(c.key for c in to_fill)} "
                          "(as `buildtool bases` does)")
-                fill_bases(_unique(to_fill), mirror, force=False, log=self.log, log_dir=self.options.log_dir)
+                fill_bases(_unique(to_fill), mirror, force=False, log=self.log, log_dir=self.options.log_dir,
+                           templates=self.root / "templates")
         for plan in plans:
             try:
                 info = resolve_base(plan)

@@ -31,7 +31,8 @@ def _cell():
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> str:
     cell = _cell()
-    fill_bases([cell], LOCAL, force=False, log=lambda line: None, log_dir=tmp_path_factory.mktemp("logs"))
+    fill_bases([cell], LOCAL, force=False, log=lambda line: None, log_dir=tmp_path_factory.mktemp("logs"),
+               templates=ROOT / "templates")
     return mirror_base(cell.base, LOCAL)
 
 

@@ -26,6 +26,7 @@ from tests.conftest import fixture_matrix
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 LOCAL = "127.0.0.1:5000"
 BOTH = ("linux/amd64", "linux/arm64")
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 
 def test_an_amd64_base_becomes_an_index_with_an_arm64_child_that_runs_as_aarch64(tmp_path: Path):
@@ -38,12 +39,12 @@ def test_an_amd64_base_becomes_an_index_with_an_arm64_child_that_runs_as_aarch64
     logged: list[str] = []
     amd64 = arm64 = ""
     try:
-        first = fill_bases([single], mirror, force=False, log=logged.append, log_dir=tmp_path)
+        first = fill_bases([single], mirror, force=False, log=logged.append, log_dir=tmp_path, templates=TEMPLATES)
         assert [(r.platform, r.action) for r in first] == [("linux/amd64", "debootstrap")]
         amd64 = first[0].digest
 
         second = {r.platform: r for r in fill_bases([multi], mirror, force=False, log=logged.append,
-                                                     log_dir=tmp_path)}
+                                                     log_dir=tmp_path, templates=TEMPLATES)}
         assert (second["linux/amd64"].action, second["linux/amd64"].digest) == ("present", amd64), \
             "the current amd64 base was not kept as the amd64 child"
         assert second["linux/arm64"].action == "debootstrap"
@@ -62,7 +63,7 @@ def test_an_amd64_base_becomes_an_index_with_an_arm64_child_that_runs_as_aarch64
                                   f"{host}/{repo}@{arm64}", "uname", "-m", timeout=300)
         assert uname.stdout.strip() == "aarch64", uname
 
-        third = fill_bases([multi], mirror, force=False, log=logged.append, log_dir=tmp_path)
+        third = fill_bases([multi], mirror, force=False, log=logged.append, log_dir=tmp_path, templates=TEMPLATES)
         assert [(r.platform, r.action, r.digest) for r in third] == [("linux/amd64", "present", amd64),
                                                                     ("linux/arm64", "present", arm64)]
     finally:

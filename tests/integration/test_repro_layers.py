@@ -38,7 +38,7 @@ RUN echo two > /opt/two && touch --date=@${SOURCE_DATE_EPOCH} /opt /opt/two
 
 def test_two_cold_builds_on_the_base_give_identical_layers(tmp_path: Path):
     cell = next(c for c in load_matrix(ROOT / "matrix.yaml").cells if c.key == "pytorch-cpu:2.13")
-    fill_bases([cell], LOCAL, force=False, log=print, log_dir=tmp_path)
+    fill_bases([cell], LOCAL, force=False, log=print, log_dir=tmp_path, templates=ROOT / "templates")
     base = mirror_base(cell.base, LOCAL)
     (tmp_path / "Dockerfile").write_text(DOCKERFILE)
     tag = f"t-repro-{secrets.token_hex(4)}"
