@@ -43,7 +43,7 @@ def refused(report, *words: str) -> str:  # noqa: ANN001
 
 # -- the push -------------------------------------------------------------------------------------
 
-def _pushed(space: Space, drop: str = "") -> tuple[Builder, object, CellResult]:
+def _pushed(space: Space, folder: Path, drop: str = "") -> tuple[Builder, object, CellResult]:
     """A tiny image pushed under the cell's dev tag, labelled as `buildtool build` labels it, and a push
     Builder for it (the real matrix and locks of this checkout)."""
     matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
@@ -58,19 +58,18 @@ def _pushed(space: Space, drop: str = "") -> tuple[Builder, object, CellResult]:
     builder = Builder(ROOT, matrix.source, settings, revision,
                       BuildOptions(push=True, builder_key=lambda: signing.KEY, matrix=ROOT / "matrix.yaml"), print)
     builder._key = signing.KEY
-    builder._pushed[digest] = (build_record(), "", ())    # as if this run had built and pushed it
+    builder._pushed[digest] = (build_record(folder), "", ())    # as if this run had built and pushed it
     return builder, plan, CellResult(cell=cell.key, result="pushed", ref=plan.dev_ref, digest=digest)
 
 
-def build_record() -> Path:
+def build_record(folder: Path) -> Path:
     """A build's log and engine.build's record beside it (its apt step read Debian's bookworm release file,
     which the provenance fetches from the archive)."""
     import json
-    import tempfile
 
     from buildtool.imagebuild.engine import facts_path
 
-    log = Path(tempfile.mkdtemp(prefix="t-provenance-")) / "pytorch-cpu-2.13.log"
+    log = folder / "pytorch-cpu-2.13.log"
     log.write_text("#5 0.180 Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]\n")
     facts_path(log).write_text(json.dumps({
         "image": "sha256:" + "4" * 64, "build_args": {"BASE_IMAGE": f"base@{signing.BASE_DIGEST}"},
@@ -79,9 +78,9 @@ def build_record() -> Path:
     return log
 
 
-def test_a_push_attaches_a_provenance_that_pynacl_verifies_and_a_no_op_push_keeps_it() -> None:
+def test_a_push_attaches_a_provenance_that_pynacl_verifies_and_a_no_op_push_keeps_it(tmp_path: Path) -> None:
     space = Space()
-    builder, plan, result = _pushed(space)
+    builder, plan, result = _pushed(space, tmp_path)
     repo = space.dev_repo(CPU)
     began = datetime.now(UTC)
     result.provenance = builder._ensure_provenance(plan, plan.dev_ref, result.digest, began, datetime.now(UTC))
@@ -111,9 +110,9 @@ def test_a_push_attaches_a_provenance_that_pynacl_verifies_and_a_no_op_push_keep
     assert [r.digest for r in referrers(space.client, repo, result.digest, PROVENANCE_TYPE)] == [ref.digest]
 
 
-def test_a_push_replaces_nothing_and_adds_its_own_beside_an_attackers_provenance() -> None:
+def test_a_push_replaces_nothing_and_adds_its_own_beside_an_attackers_provenance(tmp_path: Path) -> None:
     space = Space()
-    builder, plan, result = _pushed(space)
+    builder, plan, result = _pushed(space, tmp_path)
     repo = space.dev_repo(CPU)
     forged = signing.attach_provenance(space.client, repo, result.digest, signing.provenance(CPU), signing.ATTACKER)
     now = datetime.now(UTC)
@@ -141,12 +140,12 @@ def test_a_push_whose_builder_key_cannot_be_read_fails_before_building_naming_it
         no_key.run([])
 
 
-def test_a_push_that_cannot_state_the_base_fails_the_cell_naming_the_cause() -> None:
+def test_a_push_that_cannot_state_the_base_fails_the_cell_naming_the_cause(tmp_path: Path) -> None:
     """No silent gap: an image whose labels name no base digest gets no provenance, and the push says why."""
     from buildtool.common.errors import FailedError
 
     space = Space()
-    builder, plan, result = _pushed(space, drop=label_keys.OCI_BASE_DIGEST)
+    builder, plan, result = _pushed(space, tmp_path, drop=label_keys.OCI_BASE_DIGEST)
     with pytest.raises(FailedError, match=r"^provenance of .*pytorch-cpu-dev:.*names no base by name and sha256 "):
         builder._ensure_provenance(plan, plan.dev_ref, result.digest, datetime.now(UTC), datetime.now(UTC))
     assert referrers(space.client, space.dev_repo(CPU), result.digest, PROVENANCE_TYPE) == []
