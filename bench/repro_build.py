@@ -154,7 +154,8 @@ def main() -> int:
         return 2
     folder = (ROOT / cell.dockerfile).parent
     with tempfile.TemporaryDirectory(prefix="repro-bases-") as logs:
-        fill_bases([cell], LOCAL, force=False, log=lambda line: print(line, file=sys.stderr), log_dir=Path(logs))
+        fill_bases([cell], LOCAL, force=False, log=lambda line: print(line, file=sys.stderr), log_dir=Path(logs),
+                   templates=ROOT / "templates")
     client = engine.resolve_build_client()
     before = set(cache_mounts())
     tag = f"repro-{secrets.token_hex(3)}"

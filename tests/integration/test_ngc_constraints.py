@@ -2,7 +2,10 @@
 lock agrees with, the build succeeds and the framework is untouched; with a base that pins a
 locked package to another version (as NGC pins its numpy), the build fails naming it instead of
 replacing anything. The base is the local pytorch-ngc stand-in plus a constraint file and
-PIP_CONSTRAINT, as NGC sets them (about 60 s: two thin bases, two tool installs)."""
+PIP_CONSTRAINT, as NGC sets them (about 60 s: two thin bases, two tool installs). The cell is pytorch-ngc:25.10,
+whose tools are installed natively (parts/ngc_native.j2); its base is pytorch-ngc:25.01's stand-in, checked to be
+made as 25.10's amd64 one is: 25.10's own stand-in is an index whose arm64 child carries PyPI's CUDA torch
+(4.9 GB), more than CI's disk holds beside the rest of the suite."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = "127.0.0.1:5000"
 CELL = "pytorch-ngc:25.10"
+STANDIN_OF = "pytorch-ngc:25.01"
 
 
 def _ngc_like_base(tmp: Path, standin: str, extra_pin: str, ref: str) -> str:
@@ -42,9 +46,13 @@ ENV PIP_CONSTRAINT=/etc/pip/constraint.txt
 
 
 def test_tools_are_installed_under_the_bases_constraints_and_a_conflict_fails(tmp_path: Path):
-    cell = next(c for c in load_matrix(ROOT / "matrix.yaml").cells if c.key == CELL)
-    fill_bases([cell], LOCAL, force=False, log=print, log_dir=tmp_path)
-    standin = mirror_base(cell.base, LOCAL)
+    cells = {c.key: c for c in load_matrix(ROOT / "matrix.yaml").cells}
+    cell, single = cells[CELL], cells[STANDIN_OF]
+    assert cell.standin is not None and single.standin is not None and not single.multi_platform
+    assert single.standin.base == cell.standin.base and single.platforms == ("linux/amd64",)
+    assert single.standin.requirements_for("linux/amd64") == cell.standin.requirements_for("linux/amd64")
+    fill_bases([single], LOCAL, force=False, log=print, log_dir=tmp_path, templates=ROOT / "templates")
+    standin = mirror_base(single.base, LOCAL)
     space = f"{LOCAL}/t-ngc-{secrets.token_hex(4)}"
     # Built here for this machine's platform (the cell is built for linux/amd64 and linux/arm64): the base and the
     # build machine's base (parts/ngc_native.j2) are the same image, whose constraints the native install obeys.
