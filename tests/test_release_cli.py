@@ -23,7 +23,11 @@ def test_table_prints_test_ids_with_brackets_verbatim(capsys: pytest.CaptureFixt
 @pytest.mark.parametrize(("args", "message"), [
     (["--version", "0.1.0", "--from", "no/such-branch"], "--from 'no/such-branch' is neither a commit"),
     (["--version", "x.y"], "--version 'x.y' is not a version"),
-    (["--version", "0.1.0", "--accept-skip", "("], "--accept-skip '(' is not a regular expression"),
+    (["--version", "0.1.0", "--accept-skip", "("], "--accept-skip '(': not a skip code (CODE or CODE:SUBJECT"),
+    (["--version", "0.1.0", "--accept-skip", "no-such-code"], "--accept-skip 'no-such-code': no such skip code "
+                                                               "(waivable codes: ulimit-not-granted, no-peer-image)"),
+    (["--version", "0.1.0", "--accept-skip", "no-gpu-on-runner"], "--accept-skip 'no-gpu-on-runner': no-gpu-on-runner "
+                                                                   "cannot be waived"),
     (["--version", "0.1.0", "--framework", "nope"], "unknown FRAMEWORK='nope'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(project, run_cli, args, message) -> None:  # noqa: ANN001

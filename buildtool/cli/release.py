@@ -22,9 +22,9 @@ DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Check gates and s
 ForceOption = Annotated[bool, typer.Option("--force", help="Move the matrix's moving tags (e.g. latest) even to "
                                            "an older release. Never moves version tags.")]
 AcceptSkipOption = Annotated[list[str] | None, typer.Option(
-    "--accept-skip", help="Accept skipped tests whose skip reason matches this regex although the matrix "
-    "expects them to run (a runner limit); recorded as a waiver in the release notes. Never covers GPU "
-    "tests of GPU images.")]
+    "--accept-skip", help="Accept skipped tests of this skip code (CODE, or CODE:SUBJECT for one subject, "
+    "e.g. ulimit-not-granted:memlock) although the matrix expects them to run; only codes marked waivable (a "
+    "runner's limits). Recorded as a waiver in the release notes. Never covers GPU tests of GPU images.")]
 TrustLocalKeyOption = Annotated[bool, typer.Option(
     "--trust-local-key", help="Also trust verdicts signed by this machine's local dev key (made by "
     "validate when DL_IMAGES_SIGNING_KEY is unset); only for a loopback registry, never for real releases.")]

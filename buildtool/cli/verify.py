@@ -25,8 +25,8 @@ TrustLocalKeyOption = Annotated[bool, typer.Option(
 KeysOption = Annotated[Path | None, typer.Option(
     "--keys", help="The trusted keys file (default: config/trusted-keys.yaml of the project).")]
 AcceptSkipOption = Annotated[list[str] | None, typer.Option(
-    "--accept-skip", help="As release's: a skip whose reason matches this regex counts as waived, for the codes "
-                          "the contract marks waivable (repeatable).")]
+    "--accept-skip", help="As release's: skips of this waivable skip code (CODE or CODE:SUBJECT) count as "
+                          "waived (repeatable).")]
 
 
 def register(app: typer.Typer) -> None:

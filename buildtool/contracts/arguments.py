@@ -25,7 +25,8 @@ The grammars (a value a grammar accepts may still be refused later, by what it m
 - TOLERATION, RDMA_RESOURCE, NCCL_ENV, NCCL_LIST, ULIMIT, SLURM_WORD, SLURM_TIME, CRON, LABEL_LIST, APT_PACKAGE,
   MIRROR, TAG_TEMPLATE, KEY_NAME, PEER: the grammars below, each a regular expression over ASCII.
 - TEXT: free text (a pytest -k expression, a regular expression): at most 512 characters, no control or format
-  character; ACCEPT_SKIP also compiles.
+  character.
+- skip waivers (--accept-skip): a waivable skip code, CODE or CODE:SUBJECT (contracts.skips.parse_waiver).
 - path kinds: FILE (exists, a file), DIR (exists, a folder), OUT_FILE (not a folder), OUT_DIR (not a file),
   PATH (the text only: a path on another machine, a program, the matrix whose loader says what is wrong with it).
 """
@@ -145,12 +146,14 @@ def _label_key(option: str, value: str) -> object:
     return argcheck.label_key(option, value)
 
 
-def _regex(option: str, value: str) -> object:
+def _skip_waiver(option: str, value: str) -> object:
+    from buildtool.contracts import skips
+
     argcheck.plain(option, value)
     try:
-        re.compile(value)
-    except re.error:
-        raise UserError(f"{option} {shown(value)} is not a regular expression") from None
+        skips.parse_waiver(value)
+    except ValueError as exc:
+        raise UserError(f"{option} {shown(value)}: {exc}") from None
     return value
 
 
@@ -290,7 +293,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
              "revision": REV, "matrix": MATRIX},
     "release": {"version": ("--version", _version), "from_sha": ("--from", GIT_REF),
                 "framework": ("--framework", _each(SELECTOR)), "dry_run": ("--dry-run", FLAG),
-                "force": ("--force", FLAG), "accept_skip": ("--accept-skip", _each(_regex)),
+                "force": ("--force", FLAG), "accept_skip": ("--accept-skip", _each(_skip_waiver)),
                 "trust_local_key": ("--trust-local-key", FLAG), "as_json": JSON, "matrix": MATRIX},
     "render": {"matrix": MATRIX, "prune_stale": ("--prune", FLAG)},
     "report": {"verdicts": ("--verdicts", PATH), "previous": ("--previous", DIR), "fetch": ("--fetch", FLAG),
@@ -323,7 +326,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
                  "busbw_window": ("--busbw-window", count(1, 365)), "jobs": ("--jobs", count(1, 64)),
                  "platform": ("--platform", _each(_platforms)), "revision": REV, "as_json": JSON, "matrix": MATRIX},
     "verify": {"image": ("IMAGE", REFERENCE), "trust_local_key": ("--trust-local-key", FLAG),
-               "keys": ("--keys", FILE), "accept_skip": ("--accept-skip", _each(_regex)), "as_json": JSON,
+               "keys": ("--keys", FILE), "accept_skip": ("--accept-skip", _each(_skip_waiver)), "as_json": JSON,
                "matrix": MATRIX},
     "workflows ci-matrix": {"plan": ("--plan", FILE), "cells": ("--cells", SELECTOR)},
     "workflows write": {"gpu_labels": ("--gpu-labels", LABEL_LIST), "cron": ("--cron", CRON),

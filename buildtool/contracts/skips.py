@@ -112,6 +112,37 @@ CODES: dict[str, SkipCode] = {c.code: c for c in (
     GPU_NOT_IN_CELL, NO_GPU_ON_RUNNER, ONE_GPU_ON_RUNNER, ULIMIT_NOT_GRANTED,
     NO_PINNED_PACKAGES, NO_PEER_IMAGE, STANDIN_PYTHON, NO_LOCK_LABEL, NO_LIBRARY_PROMISE, STANDIN_LIBRARIES)}
 
+WAIVER_RE = re.compile(r"^(?P<code>[a-z0-9-]+)(?::(?P<subject>[A-Za-z0-9_.-]+))?$")
+
+
+def parse_waiver(text: str) -> tuple[str, str]:
+    """`--accept-skip CODE[:SUBJECT]` -> (code, subject): a code the contract marks waivable, by its name, and
+    optionally the one subject it waives (`ulimit-not-granted:memlock`). A waiver names a code; it is never
+    matched against a skip's prose (a reason that mentions another code waives nothing). ValueError naming
+    what is wrong (not a code, unknown, not waivable)."""
+    match = WAIVER_RE.match(text)
+    waivable = ", ".join(c.code for c in CODES.values() if c.waivable)
+    if not match:
+        raise ValueError(f"not a skip code (CODE or CODE:SUBJECT; waivable codes: {waivable})")
+    code, subject = match.group("code"), match.group("subject") or ""
+    rule = CODES.get(code)
+    if rule is None:
+        raise ValueError(f"no such skip code (waivable codes: {waivable})")
+    if not rule.waivable:
+        raise ValueError(f"{code} cannot be waived ({rule.meaning}); waivable codes: {waivable}")
+    return code, subject
+
+
+def waives(waiver: str, code: str, subject: str) -> bool:
+    """Whether `--accept-skip waiver` waives a skip with this code and subject: the code by name, and the
+    subject when the waiver names one. A waiver that does not parse waives nothing."""
+    try:
+        want, only = parse_waiver(waiver)
+    except ValueError:
+        return False
+    return want == code and (not only or only == subject)
+
+
 _TEXT_RE = re.compile(r"^\[(?P<code>[a-z0-9-]+)(?::(?P<subject>[^\]]*))?\]\s*(?P<text>.*)$", re.DOTALL)
 
 

@@ -19,7 +19,6 @@ No waiver covers anything but waivable skips.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -90,12 +89,12 @@ def skip_allowed(cell: Cell, test: TestResult, local_tests: dict[str, bool] | No
 
 def waiver_for(cell: Cell, test: TestResult, accept: tuple[str, ...],
                local_tests: dict[str, bool] | None = None) -> str | None:
-    """The `--accept-skip` pattern that waives this skip, if any: only codes the contract marks
-    waivable (a runner's limits), never a GPU check of a GPU cell."""
+    """The `--accept-skip CODE[:SUBJECT]` that waives this skip, if any: only codes the contract marks
+    waivable (a runner's limits), matched by name (skips.waives: never against the skip's prose), never a
+    GPU check of a GPU cell."""
     if skip_judgement(cell, test, local_tests) != "waivable":
         return None
-    reason = f"[{test.skip_code}] {test.skip_reason}"
-    return next((pattern for pattern in accept if re.search(pattern, reason)), None)
+    return next((waiver for waiver in accept if skips.waives(waiver, test.skip_code, test.skip_subject)), None)
 
 
 def is_gpu_cell(cell: Cell) -> bool:

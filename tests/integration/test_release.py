@@ -618,10 +618,10 @@ def test_runner_skip_refused_unless_waived_and_the_waiver_is_recorded(space: Spa
     assert any("1 test(s) skipped where the matrix expects them to run" in p and "test_ulimit[memlock]" in p
                for p in first.problems), first.problems
     assert_nothing_released(space, CPU)
-    report = space.release([CPU], r, "0.1.0", accept_skips=("cannot grant --ulimit memlock",))
+    report = space.release([CPU], r, "0.1.0", accept_skips=("ulimit-not-granted:memlock",))
     assert report.ok
     notes = render_notes(build_manifest(report))
-    assert "WAIVED by the releaser: --accept-skip cannot grant --ulimit memlock" in notes
+    assert "WAIVED by the releaser: --accept-skip ulimit-not-granted:memlock" in notes
 
 
 def test_registry_dying_mid_tagging_leaves_a_report_and_a_stale_lock_that_a_rerun_takes(space: Space) -> None:
