@@ -12,9 +12,9 @@ import pytest
 
 from buildtool.contracts.verdict import Verdict, parse_verdict
 from buildtool.release.gates import verdict_problems
-from buildtool.release.gpusplit import split
+from buildtool.validate.verdict_choice import Decision, Found, decide
 from tests.conftest import fixture_matrix
-from tests.signing import result, verdict
+from tests.signing import KEY, result, verdict
 
 CELLS = {c.key: c for c in fixture_matrix().cells}
 CUDA = CELLS["pytorch-cuda:2.13"]
@@ -45,9 +45,15 @@ def run(gpus: int, *, busbw: str, others: str = "passed", platform: str = "linux
     return parse_verdict(body, "test verdict")
 
 
+def split(chosen: Verdict, chosen_ref: str, others: list[tuple[str, Verdict]]) -> Decision:
+    """The decision release and verify take over these verdicts (buildtool.validate.verdict_choice)."""
+    return decide([Found(ref, v, KEY.public().keyid, None) for ref, v in [(chosen_ref, chosen), *others]], [])
+
+
 def gate(chosen: Verdict, others: list[tuple[str, Verdict]], chosen_ref: str = REF_ONE) -> list[str]:
     pair = split(chosen, chosen_ref, others)
-    return verdict_problems(CUDA, D1, pair.base, (), None, pair.covered, tuple(pair.why_not))
+    assert pair.counted is not None
+    return verdict_problems(CUDA, D1, pair.counted.verdict, (), None, pair.covered, tuple(pair.why_not))
 
 
 ONE = run(1, busbw="skipped")
@@ -72,19 +78,32 @@ def test_the_one_gpu_verdict_and_a_multi_gpu_busbw_run_release_together(chosen_i
         assert gate(ONE, [(REF_MULTI, multi)]) == []
     else:   # the -k run is newer: the one-GPU verdict is found among the others and judged
         pair = split(multi, REF_MULTI, [(REF_ONE, ONE)])
-        assert pair.base is ONE and BUSBW in pair.covered and "on 2x NVIDIA GH200 480GB" in pair.covered[BUSBW]
+        assert pair.counted is not None and pair.counted.verdict is ONE and BUSBW in pair.covered and "on 2x NVIDIA GH200 480GB" in pair.covered[BUSBW]
         assert gate(multi, [(REF_ONE, ONE)], REF_MULTI) == []
 
 
 @pytest.mark.parametrize(("other", "why"), [
     (run(2, busbw="passed", selected=True, platform="linux/amd64"), "it ran on linux/amd64, not linux/arm64"),
     (run(1, busbw="skipped", started="2026-03-01T00:00:00+00:00"), f"its runner had 1x {GH200}"),
-    (run(2, busbw="failed", selected=True), "it failed (pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw)"),
     (run(2, busbw="passed", selected=True, test_code="sha256:" + "9" * 64), "it ran image-tests sha256:9999999999"),
 ])
 def test_a_companion_of_another_platform_gpu_count_result_or_test_code_is_refused_naming_why(other, why) -> None:
     found = gate(ONE, [(REF_MULTI, other)])
     assert any("release also needs a trusted verdict" in p and why in p for p in found), found
+
+
+def test_a_multi_gpu_failure_no_older_than_the_one_gpu_run_counts_itself() -> None:
+    """Issue 48: the newest-failure rule runs across the pair. A multi-GPU run that failed the bus-bandwidth
+    test, signed at the one-GPU run's time on another runner, is not shown older than it: it counts, and the
+    refusal names its failed test (before, it was only a companion that did not cover)."""
+    failed = run(2, busbw="failed", selected=True)
+    pair = split(ONE, REF_ONE, [(REF_MULTI, failed)])
+    assert pair.counted is not None and pair.counted.verdict is failed
+    assert pair.note.startswith(f"verdict {REF_MULTI} (failed, started 2026-03-02T02:00:00+00:00, by gpu-2) "
+                                f"counts over {REF_ONE} (started 2026-03-02T02:00:00+00:00): its signed time does "
+                                "not show it ran before it"), pair.note
+    found = gate(ONE, [(REF_MULTI, failed)])
+    assert any(p.startswith(f"verdict of {D1} is 'failed' (failed: {BUSBW})") for p in found), found
 
 
 def test_a_newer_multi_gpu_failure_outvotes_an_older_pass() -> None:

@@ -15,9 +15,9 @@ from buildtool.contracts.attestation import VERDICT_PREDICATE
 from buildtool.contracts.names import SBOM_TYPE, referrers_tag
 from buildtool.contracts.provenance import PREDICATE_TYPE
 from buildtool.registry.bundles import attach_bundle
-from buildtool.registry.client import EMPTY_JSON_TYPE, OCI_INDEX
+from buildtool.registry.client import EMPTY_JSON_TYPE
 from buildtool.registry.provenance import find_provenance
-from buildtool.registry.referrers import listed_referrers
+from buildtool.registry.referrers import Payload, attach, listed_referrers
 from buildtool.registry.sbom_attestation import SBOM_PREDICATE, find_sbom_attestation
 from buildtool.release.chain import verify_digest
 from buildtool.validate.verdicts import find_verdicts
@@ -67,12 +67,10 @@ def replace_bundle(client: MemRegistry, digest: str, predicate_type: str, change
     index["manifests"] = [d for d in index["manifests"]
                           if (d.get("annotations") or {}).get("dev.sigstore.bundle.predicateType") != predicate_type]
     client.put_manifest(REPO, referrers_tag(digest), json.dumps(index).encode(), media_type)
-    signing.attach_raw(client, REPO, digest, json.dumps(body).encode(), artifact_type=BUNDLE,  # type: ignore[arg-type]
-                       media_type=BUNDLE)
-    # attach_raw writes no bundle annotations: list it with the ones cosign writes
-    index = json.loads(client.get_manifest(REPO, referrers_tag(digest))[0])
-    index["manifests"][-1]["annotations"] = dict(manifest["annotations"])
-    client.put_manifest(REPO, referrers_tag(digest), json.dumps(index).encode(), OCI_INDEX)
+    # With the annotations cosign writes, in the artifact's own manifest (readers type an artifact by its own
+    # manifest, never by the listing: issue 48).
+    notes = {k: v for k, v in manifest["annotations"].items() if k.startswith("dev.sigstore.")}
+    attach(client, REPO, digest, BUNDLE, [Payload(BUNDLE, json.dumps(body).encode())], notes)  # type: ignore[arg-type]
 
 
 def one_byte_changed(body: dict) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts import skips
 from buildtool.contracts.verdict import parse_verdict
 from buildtool.release.gates import check_version, spelling_problems, verdict_problems
 from tests.conftest import fixture_matrix
@@ -15,7 +16,8 @@ REPO = Path(__file__).resolve().parent.parent
 CELLS = {c.key: c for c in fixture_matrix().cells}
 CPU, CUDA, NGC = CELLS["pytorch-cpu:2.13"], CELLS["pytorch-cuda:2.13"], CELLS["pytorch-ngc:25.10"]
 D1 = "sha256:" + "1" * 64
-ALL = (".*",)       # a releaser who waives everything they can
+# A releaser who waives everything they can: every waivable code, by name (a waiver names a code, issue 48).
+ALL = tuple(c.code for c in skips.CODES.values() if c.waivable)
 
 
 def problems(cell, body, **kw):  # noqa: ANN001, ANN201

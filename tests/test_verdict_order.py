@@ -1,7 +1,7 @@
-"""Which verdict counts is bounded by the clock and not decided by the signer's clock alone (issue 37): a
-verdict dated past the reader's clock, or whose time does not parse, never counts as a pass, and a failure
-that does counts as the newest; a failure uploaded after a pass wins over it whatever it is dated. Release
-and verify read the one rule (buildtool.validate.verdicts.Findings.chosen). In-memory registry."""
+"""Which verdict counts is bounded by the clock (issue 37): a verdict dated past the reader's clock, or whose time
+does not parse, never counts as a pass, and a failure that does counts as the newest. Only signed times order
+verdicts (issue 48): across runners a failure within the clocks' skew of a pass counts over it. Release and verify
+read the one rule (buildtool.validate.verdict_choice). In-memory registry."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ CPU = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 
 
-def attach(client: MemRegistry, digest: str, result: str, started: str) -> str:
+def attach(client: MemRegistry, digest: str, result: str, started: str, hostname: str = "ci") -> str:
     tests = [signing.result(f"{g}/test_x.py::test_{g}", result) for g in CPU.tests]
-    body = signing.verdict(CPU, digest, result, tests=tests, started=started)
+    body = signing.verdict(CPU, digest, result, tests=tests, started=started,
+                           runner={"hostname": hostname, "gpu_runner": False, "gpus": [], "driver": "",
+                                   "cuda_driver": "", "gpu_problem": ""})
     return signing.attest(client, REPO, digest, body).digest   # type: ignore[arg-type]
 
 
@@ -71,18 +73,36 @@ def test_a_failure_dated_in_the_future_counts_as_the_newest() -> None:
     assert "dated 2099-01-01T00:00:00+00:00" in findings.order_note
 
 
-def test_a_failure_uploaded_after_a_pass_wins_whatever_its_signer_dated_it() -> None:
-    """The pass's signer dated it an hour after the failure, but the failure was uploaded after it (the
-    fallback index lists it later): the signer's clock alone does not decide."""
+def test_a_failure_signed_within_the_clock_skew_before_another_runners_pass_counts() -> None:
+    """Two runners' clocks may differ by CLOCK_SKEW_S: a failure signed on runner-a a minute before runner-b signed
+    a pass is not shown to have run before it, so it counts (issue 48: upload order, which a pusher can rewrite,
+    no longer takes part); signed more than the skew before, it is older and the pass counts."""
     client = MemRegistry()
     digest = client.push_image(REPO, "x")
-    passed = attach(client, digest, "passed", "2026-06-01T11:00:00+00:00")
-    failure = attach(client, digest, "failed", "2026-06-01T10:00:00+00:00")
+    passed = attach(client, digest, "passed", "2026-06-01T11:00:00+00:00", "runner-b")
+    failure = attach(client, digest, "failed", "2026-06-01T10:59:00+00:00", "runner-a")
     findings = chosen(client, digest)
     assert findings.chosen is not None and findings.chosen.artifact == failure
-    assert findings.order_note == (f"verdict {failure} (failed, started 2026-06-01T10:00:00+00:00) counts over the "
-                                   f"pass {passed} (started 2026-06-01T11:00:00+00:00): it was uploaded after it; "
-                                   "the signer's clock alone does not order verdicts")
+    assert findings.order_note == (f"verdict {failure} (failed, started 2026-06-01T10:59:00+00:00, by runner-a) counts "
+                                   f"over {passed} (started 2026-06-01T11:00:00+00:00): its signed time does not show "
+                                   f"it ran before it (runners' clocks may differ by {CLOCK_SKEW_S} s); validate the "
+                                   "image again")
+    client = MemRegistry()
+    digest = client.push_image(REPO, "x")
+    passed = attach(client, digest, "passed", "2026-06-01T11:00:00+00:00", "runner-b")
+    attach(client, digest, "failed", "2026-06-01T10:54:59+00:00", "runner-a")
+    findings = chosen(client, digest)
+    assert findings.chosen is not None and findings.chosen.artifact == passed and findings.order_note == ""
+
+
+def test_on_one_runner_its_signed_times_order_its_verdicts() -> None:
+    """The same key and hostname: one clock. A pass signed a second after a failure counts, uploaded before it."""
+    client = MemRegistry()
+    digest = client.push_image(REPO, "x")
+    passed = attach(client, digest, "passed", "2026-06-01T10:00:01+00:00")
+    attach(client, digest, "failed", "2026-06-01T10:00:00+00:00")
+    findings = chosen(client, digest)
+    assert findings.chosen is not None and findings.chosen.artifact == passed and findings.order_note == ""
 
 
 def test_a_pass_newer_by_every_order_counts() -> None:

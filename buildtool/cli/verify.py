@@ -85,17 +85,19 @@ def _trusted(checkout: Checkout | None, keys: Path | None, matrix: Path | None, 
 
 
 def _print(found: Verification) -> None:
+    """What was read, each platform's chain; every problem; what could not be checked; then one result line,
+    the answer release's gate reaches where it ran (a checkout at hand)."""
     for chain in found.chains:
         if chain.platform:
             say(f"platform {chain.platform}")
         for link, text in chain.lines:
             say(f"{link:<7} {text}")
-        if not chain.ok:
-            say(f"{'result':<7} NOT verified: {chain.problem}")
-    for problem in found.problems:
-        say(f"{'image':<7} NOT verified: {problem}")
+    for problem in found.all_problems:
+        say(f"{'problem':<7} {problem}")
     for why in found.not_run:
         say(f"{'not run':<7} {why}")
+    say(f"{'result':<7} " + ("verified" if found.ok else f"NOT verified: {found.problem}")
+        + ("" if found.gated or not found.ok else " (without release's gate: see `not run`)"))
 
 
 def _checkout(matrix: Path | None, keys: Path | None) -> Checkout | None:

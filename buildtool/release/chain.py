@@ -60,6 +60,7 @@ class Chain:
 
     image: str                   # repository@digest
     platform: str = ""
+    cell: str = ""               # the cell its signed provenance names ("" without one)
     lines: list[tuple[str, str]] = field(default_factory=list)   # (link, text) in chain order
     facts: dict[str, Any] = field(default_factory=dict)          # the same, for --json
     problem: str = ""
@@ -94,9 +95,14 @@ class Verification:
     problems: list[str] = field(default_factory=list)
     not_run: list[str] = field(default_factory=list)
     cell: str = ""
+    # True when release's own gate ran (a checkout was at hand): its problems alone decide, as they decide
+    # release; the chains only show what was read.
+    gated: bool = False
 
     @property
     def problem(self) -> str:
+        if self.gated:
+            return self.problems[0] if self.problems else ""
         chained = [c.problem for c in self.chains if not c.ok]
         if chained:
             return chained[0]
@@ -105,12 +111,20 @@ class Verification:
         return "" if self.chains else f"{self.image} names an index with no platform manifest"
 
     @property
+    def all_problems(self) -> list[str]:
+        """Every reason the image is not verified: release's gate's, or without it the chains' and the index's."""
+        if self.gated:
+            return list(self.problems)
+        return [c.problem for c in self.chains if not c.ok] + self.problems
+
+    @property
     def ok(self) -> bool:
         return not self.problem
 
     def to_json(self) -> dict[str, Any]:
         return {"image": self.image, "verified": self.ok, "problem": self.problem, "cell": self.cell,
-                "problems": self.problems, "not_run": self.not_run, "manifests": [c.to_json() for c in self.chains]}
+                "gated": self.gated, "problems": self.all_problems, "not_run": self.not_run,
+                "manifests": [c.to_json() for c in self.chains]}
 
 
 def manifests(client: RegistryClient, repo: str, ref: str) -> tuple[list[tuple[str, str]], list[str], str]:
@@ -146,10 +160,12 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
     result = Verification(image=reference, problems=problems)
     for child, platform in found:
         result.chains.append(verify_digest(client, parsed.path, child, trusted, platform, now))
-    cells = sorted({c.facts["verdict"]["cell"] for c in result.chains if "verdict" in c.facts})
+    # The cell each platform is checked as (its label, else its signed provenance's): verdicts are read for that
+    # cell only, as release reads them for the cell it releases.
+    cells = sorted({c.cell for c in result.chains if c.cell})
     result.cell = cells[0] if len(cells) == 1 else ""
     if len(cells) > 1:
-        result.problems.append(f"the platforms' verdicts are for different cells ({', '.join(cells)})")
+        result.problems.append(f"the platforms are of different cells ({', '.join(cells)})")
     if checkout is None:
         result.not_run += [
             "the cell's checks (its test groups and every test they define, skip codes, GPU tests, the matrix "
@@ -159,28 +175,32 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
             "the verdict's test code (image-tests as committed at the image's revision): no git checkout"]
         return result
     if not result.cell:
-        result.not_run.append("release's gate: no verdict names the cell to check the image as")
+        result.not_run.append("release's gate: neither a cell label nor a signed provenance names the cell to check "
+                              "the image as")
         return result
-    result.problems += _release_gate(client, parsed.domain or client.host, parsed.path, digest, result, trusted,
-                                     checkout, accept_skips)
+    result.problems = _release_gate(client, parsed.domain or client.host, parsed.path, digest, result, trusted,
+                                    checkout, accept_skips)
+    result.gated = True
     return result
 
 
 def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, result: Verification,
                   trusted: TrustedKeys, checkout: Checkout, accept_skips: tuple[str, ...]) -> list[str]:
-    """Release's gate (gather: the same code) on the image as the cell its verdict names, read-only."""
+    """Release's gate (gather and finish_gate: the same code, the same problems) on the image as the cell its
+    signed provenance names, read-only."""
     from functools import partial
 
     from buildtool.matrix.plan import CellPlan
     from buildtool.release.ancestry import revision_problem
-    from buildtool.release.gather import gather
+    from buildtool.release.gather import finish_gate, gather
     from buildtool.release.model import ReleaseOptions
     from buildtool.release.read import read_standins
     from buildtool.release.testcode import known_code
 
     cell = next((c for c in checkout.cells if c.key == result.cell), None)
     if cell is None:
-        return [f"the verdict is for cell {result.cell!r}, which the matrix of {checkout.root} does not have"]
+        return [f"the image is of cell {result.cell!r} (its {label_keys.CELL} label, else its provenance), which the "
+                f"matrix of {checkout.root} does not have"]
     revisions = sorted({c.facts["provenance"]["buildDefinition"]["externalParameters"]["revision"]
                         for c in result.chains if "provenance" in c.facts})
     known = checkout.known_code or known_code(checkout.root, [*(("the image's revision", r) for r in revisions),
@@ -189,9 +209,10 @@ def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, res
                              revision_check=checkout.revision_check or partial(revision_problem, checkout.root))
     plan = CellPlan(cell=cell, revision="HEAD", dev_repo=f"{host}/{repo}", dev_tag=digest, release_repo="",
                     release_tags=(), moving_tags=(), base=cell.base)
-    standins, problems = read_standins(client, checkout.settings, checkout.cells)
-    item = gather(client, plan, options, standins)
-    return problems + [p for p in item.problems if p not in result.problems]
+    standins, standin_problems = read_standins(client, checkout.settings, checkout.cells)
+    item = gather(client, plan, options, standins, image_gate=False)
+    finish_gate(item, plan, standins, standin_problems)
+    return item.problems
 
 
 def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys, platform: str = "",
@@ -199,11 +220,18 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     """The chain of one platform manifest (`platform`: its index entry's os/arch, "" for a single manifest)."""
     chain = Chain(image=f"{client.host}/{repo}@{digest}", platform=platform)
     chain.lines.append(("image", chain.image))
+    raw, media_type, _ = client.get_manifest(repo, digest)
+    images = read_platforms(client, repo, raw, media_type)
+    labelled = sorted({c for p in images if (c := p.labels.get(label_keys.CELL))})
     prov = find_provenance(client, repo, digest, trusted)
+    # The cell the image is checked as: its label (in the image config, so fixed by the digest), else what the
+    # builder signed. Release checks an image as the cell it releases, and that the two agree.
+    chain.cell = labelled[0] if len(labelled) == 1 else ""
     if prov.provenance is None:
         return chain.fail(f"{digest} has no valid provenance ({prov.why_none()})")
     chain.lines.append(("built", _built(prov.provenance, trusted.describe(prov.keyid))))
     chain.facts["provenance"] = {"artifact": prov.artifact, "signer": prov.keyid, **prov.provenance.to_json()}
+    chain.cell = chain.cell or prov.provenance.buildDefinition.externalParameters.cell
     sbom = find_sbom_attestation(client, repo, digest, trusted)
     if sbom.chosen is None:
         return chain.fail(f"{digest} has no valid SBOM attestation ({sbom.why_none()})")
@@ -212,8 +240,14 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     chain.facts["sbom"] = {"digest": sbom.digest, "artifact": sbom.artifact, "signer": sbom.signer,
                            "components": components}
     testers = in_role(trusted, TESTER)
-    findings = find_verdicts(client, repo, digest, testers, now=now)
-    chosen = findings.chosen
+    # The verdicts of the provenance's cell, read and chosen exactly as release reads and chooses them.
+    findings = find_verdicts(client, repo, digest, testers, chain.cell, now=now)
+    if findings.blocking:
+        return chain.fail(f"a verdict of {digest} cannot be read or typed: {findings.blocking[0]}")
+    if findings.overwritten:
+        return chain.fail(f"a verdict of {digest} was overwritten in the registry ({'; '.join(findings.overwritten)})")
+    decision = findings.decision()
+    chosen = decision.counted
     if chosen is None:
         return chain.fail(f"{digest} has no valid verdict: {findings.why_none(testers)} (verdicts count only when "
                           f"signed by a key {trusted.source} trusts as {TESTER})")
@@ -229,8 +263,15 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
                                   + (f"ran {v.platform}{' under emulation' if v.emulated else ''}, " if v.platform
                                      else "") + f"names sbom {v.sbom or '(none)'} ({matches})"))
     chain.facts["verdict"].update(platform=v.platform, emulated=v.emulated)
-    if findings.order_note:
-        chain.lines.append(("order", findings.order_note))
+    result: str = v.result
+    if decision.covered:
+        from buildtool.release.gates import with_covered
+
+        result = with_covered(v, decision.covered)[0]
+        chain.lines.append(("paired", f"multi-GPU checks from: {decision.companion_note}"))
+        chain.facts["verdict"]["companion"] = decision.companion.artifact if decision.companion else ""
+    if decision.note:
+        chain.lines.append(("order", decision.note))
     if prov.keyid == chosen.keyid:
         same = (f"builder and tester are the same key {trusted.describe(chosen.keyid)}: one party built the image "
                 "and vouched for its tests")
@@ -240,11 +281,11 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
         # Its subject is this digest, yet it says it ran another platform (or, schema 4, none).
         return chain.fail(f"the verdict of {digest} records platform {v.platform or '(none: schema 4)'}, not "
                           f"{platform}, the index entry it is attached to")
-    if v.result != "passed":
+    if result != "passed":
         failed = [t.id for t in v.tests if t.result == "failed"]
-        return chain.fail(f"the verdict of {digest} is {v.result!r}"
+        return chain.fail(f"the verdict of {digest} is {result!r}"
                           + (f" (failed: {', '.join(failed[:3])})" if failed else "")
-                          + (f"; {findings.order_note}" if findings.order_note else ""))
+                          + (f"; {decision.note}" if decision.note else ""))
     if not v.sbom:
         return chain.fail(f"the verdict of {digest} names no SBOM ({v.sbom_problem or f'schema {v.schema_}'})")
     if v.sbom != sbom.digest:
@@ -254,15 +295,11 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
         return chain.fail(plain)
     # What the provenance must say, as release checks it (gates.provenance_problems): the verdict's cell, no
     # stand-in base, the base the image's labels name.
-    raw, media_type, _ = client.get_manifest(repo, digest)
-    images = read_platforms(client, repo, raw, media_type)
     own = provenance_problems(v.cell, digest, prov.provenance, images)
-    labelled = {p.labels.get(label_keys.CELL) for p in images} - {None}
     own += [f"{digest} is labelled {label_keys.CELL}={c}, not {v.cell}, the cell of its verdict"
-            for c in sorted(x for x in labelled if x is not None and x != v.cell)]
+            for c in labelled if c != v.cell]
     if own:
         return chain.fail(own[0])
-    chain.lines.append(("result", "verified"))
     return chain
 
 

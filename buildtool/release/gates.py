@@ -31,6 +31,7 @@ from buildtool.contracts import label_keys, names, platforms, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.provenance import Provenance
 from buildtool.contracts.verdict import TestResult, Verdict
+from buildtool.validate.verdict_choice import inventory_problems
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
@@ -117,7 +118,7 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
     define for the cell, given when the verdict ran this checkout's test code. The verdict is typed
     (parsed where it entered, buildtool.contracts.verdict.parse_verdict): what does not parse never
     gets here. `covered`: tests this verdict skipped as one-gpu-on-runner that a trusted multi-GPU verdict of
-    the same digest passed (release.gpusplit; id -> where), which count as passed; `companion_why`: why no
+    the same digest passed (validate.verdict_choice; id -> where), which count as passed; `companion_why`: why no
     other verdict covered them."""
     covered = covered or {}
     if verdict is None:
@@ -131,7 +132,7 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
     result: str = verdict.result
     reasons = list(verdict.incomplete)
     if covered and result == "incomplete":
-        result, reasons = _with_covered(verdict, covered)
+        result, reasons = with_covered(verdict, covered)
     if result != "passed":
         failed = [t.id for t in tests if t.result == "failed"]
         problems.append(f"verdict of {digest} is {result!r}"
@@ -175,7 +176,7 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
     return problems
 
 
-def _with_covered(verdict: Verdict, covered: dict[str, str]) -> tuple[str, list[str]]:
+def with_covered(verdict: Verdict, covered: dict[str, str]) -> tuple[str, list[str]]:
     """The verdict's result had the covered tests passed: the same rule validate applied (derive_result)."""
     from buildtool.contracts.verdict import derive_result
 
@@ -199,46 +200,6 @@ def _one_gpu_missing(cell: Cell, verdict: Verdict, missing: list[str], why: tupl
             f"usable GPUs in which {'it' if len(missing) == 1 else 'they'} passed{found}; run `buildtool validate "
             f"IMAGE --require-gpu -k {' or '.join(i.rsplit('::', 1)[-1] for i in missing)}` on such a runner "
             "(--accept-skip cannot waive a GPU check)")
-
-
-def inventory_problems(verdict: Verdict) -> list[str]:
-    """A GPU cell's verdict must say which GPUs its GPU tests ran on, and agree with what they report:
-    `runner.gpus` non-empty, each with a model name, `gpus_usable` true; the bus-bandwidth test's
-    figure (ranks, gpu_model) equal to the inventory (it passed: the figure must be there; skipped as
-    one GPU: the inventory lists one). A passed GPU test with no usable GPU is a verdict that lies."""
-    from buildtool.contracts.gpu import BUSBW_FIGURE
-
-    runner = verdict.runner
-    gpus = runner.gpus
-    if not gpus:
-        return ["the verdict's runner lists no GPU (runner.gpus is empty), yet this is a GPU cell whose GPU tests "
-                "must have run on GPUs; validate on a GPU runner"]
-    problems = []
-    if runner.gpus_usable is not True:
-        problems.append(f"the runner's GPUs were not usable (gpus_usable is {runner.gpus_usable}"
-                        + (f": {runner.gpu_problem}" if runner.gpu_problem else "")
-                        + "), yet this is a GPU cell whose GPU tests must have run on them")
-    names = [g.name for g in gpus]
-    if not all(names):
-        problems.append("the verdict's runner lists a GPU without a model name: the inventory is not nvidia-smi's")
-    # Figures are a free-form map of what the image tests measured (name -> JSON), in every schema.
-    figure = verdict.figures.get(BUSBW_FIGURE)
-    busbw = next((t for t in verdict.tests if t.id.split("[", 1)[0].endswith("::test_ddp_nccl_allreduce_busbw")),
-                 None)
-    if busbw is not None and busbw.result == "passed" and not isinstance(figure, dict):
-        problems.append(f"{busbw.id} passed but the verdict has no {BUSBW_FIGURE} figure (ranks, GPU model) "
-                        "to check against the runner's GPUs")
-    if busbw is not None and busbw.skip_code == "one-gpu-on-runner" and len(gpus) != 1:
-        problems.append(f"{busbw.id} was skipped as one-gpu-on-runner, but the runner lists {len(gpus)} GPUs")
-    if isinstance(figure, dict):
-        ranks, model = figure.get("ranks"), figure.get("gpu_model")
-        if ranks != len(gpus):
-            problems.append(f"the bus-bandwidth test ran on {ranks} GPUs, but the runner lists {len(gpus)} "
-                            f"({', '.join(names)})")
-        if model not in names:
-            problems.append(f"the bus-bandwidth test reports GPU model {model!r}, but the runner lists "
-                            f"{', '.join(sorted(set(names)))}")
-    return problems
 
 
 def _coverage_problems(cell: Cell, verdict: Verdict, local_tests: dict[str, bool] | None) -> list[str]:

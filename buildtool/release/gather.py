@@ -41,32 +41,29 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
     trusted = options.trusted_keys()
     findings = find_verdicts(client, dev_repo, item.digest, trusted, plan.cell.key)
     item.ignored += [f"{r.artifact}: {r.reason}" for r in findings.rejected]
-    if findings.order_note:
-        # The verdict that counts is not the newest by the signer's clock alone: say why, in the refusal too.
-        (item.problems if findings.chosen is not None and findings.chosen.verdict.result != "passed"
-         else item.notes).append(findings.order_note)
+    item.problems += [f"a verdict of {item.digest} cannot be read or typed: {why}" for why in findings.blocking]
+    decision = findings.decision()
+    if decision.note:
+        # The verdict that counts is not the newest whole run by the signer's clock alone: say why, in the refusal.
+        (item.problems if decision.counted is not None and decision.counted.verdict.result != "passed"
+         else item.notes).append(decision.note)
     if findings.overwritten:
         item.problems.append(f"a verdict of {item.digest} was overwritten in the registry "
                              f"({'; '.join(findings.overwritten)}): the registry was tampered with; find out who "
                              "wrote it, then validate the image again")
-    chosen = findings.chosen
+    chosen = decision.counted
     if chosen is None:
         if findings.rejected or findings.legacy:
             item.problems.append(f"{item.digest} has no valid verdict: {findings.why_none(trusted)}")
-        else:
+        elif not findings.blocking:
             item.problems.append(f"{item.digest} has no verdict in the registry; run `make validate "
                                  f"FRAMEWORK={plan.cell.key}` first")
         return
-    from buildtool.release.gpusplit import split
-
     # One-GPU runners (issue 39): the one-GPU verdict is judged, its multi-GPU skips covered by a trusted
-    # multi-GPU verdict of the same digest (either may be the newest).
-    pair = split(chosen.verdict, chosen.artifact, [(f.artifact, f.verdict) for f in findings.found if f is not chosen])
-    if pair.base is not chosen.verdict:
-        chosen = next(f for f in findings.found if f.verdict is pair.base)
-    if pair.covered:
+    # multi-GPU verdict of the same digest that passes every check alone (verdict_choice.pair_problem).
+    if decision.covered:
         item.notes.append(f"one-GPU runner's verdict {chosen.artifact[:19]}…, multi-GPU checks from: "
-                          f"{pair.companion_note}")
+                          f"{decision.companion_note}")
     item.verdict, item.attestation = chosen.verdict, chosen.referrer
     item.verdict_ref = f"{plan.dev_repo}@{chosen.artifact}"
     item.signer = trusted.describe(chosen.keyid)
@@ -95,13 +92,13 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
             if not missing:
                 local = defined_tests(plan.cell, folder, code)
     item.problems += verdict_problems(plan.cell, item.digest, chosen.verdict, options.accept_skips, local,
-                                      pair.covered, tuple(pair.why_not))
+                                      decision.covered, tuple(decision.why_not))
     item.problems += recorded_platform_problems(plan.cell, item.platform or plan.cell.platforms[0], chosen.verdict,
                                                 in_index)
     for t in chosen.verdict.tests:
         if t.result == "skipped":
-            if t.id in pair.covered:
-                item.skips.append({"id": t.id, "reason": t.skip_reason, "accepted_by": pair.covered[t.id]})
+            if t.id in decision.covered:
+                item.skips.append({"id": t.id, "reason": t.skip_reason, "accepted_by": decision.covered[t.id]})
                 continue
             pattern = None if skip_allowed(plan.cell, t, local) else waiver_for(plan.cell, t, options.accept_skips,
                                                                                  local)
@@ -209,11 +206,20 @@ def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
     item.problems += platform_problems(item)
     expected = {ev.digest: ev.platform or plan.cell.platforms[0] for ev in item.evidence}
     item.problems += config_platform_problems(item.platforms, expected)
-    if image_gate:
-        item.problems += image_problems(plan.cell, item.platforms, standins)
-        item.problems += evidence_provenance_problems(plan, item, standins)
     item.status = "refused" if item.problems else "ready"
+    if image_gate:
+        finish_gate(item, plan, standins, [])
     return item
+
+
+def finish_gate(item: ImageRelease, plan: CellPlan, standins: StandIns | None, standin_problems: list[str]) -> None:
+    """The image's own gate, once the mirror's stand-ins are read (`standin_problems`: why they could not be):
+    its labels and base, each platform's provenance against its image. Release and verify both end with it."""
+    if not item.digest:
+        return
+    item.problems += image_problems(plan.cell, item.platforms, standins) + standin_problems
+    item.problems += evidence_provenance_problems(plan, item, standins)
+    item.status = "refused" if item.problems else "ready"
 
 
 def evidence_provenance_problems(plan: CellPlan, item: ImageRelease, standins: StandIns | None) -> list[str]:

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 from buildtool.matrix.plan import Settings, plan_cell
 from buildtool.registry.client import RegistryClient
 from buildtool.release.execute import promote_all
-from buildtool.release.gates import Platform, check_version, image_problems
-from buildtool.release.gather import evidence_provenance_problems, gather
+from buildtool.release.gates import Platform, check_version
+from buildtool.release.gather import finish_gate, gather
 from buildtool.release.lock import LOCK_TAG, RepoLock
 from buildtool.release.model import ImageRelease, ReleaseOptions, ReleaseReport, TagAction
 from buildtool.release.packages import package_section, packages_entry, subjects
@@ -69,10 +69,7 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
         sboms = []
         for job, state, p in zip(items, states, plans, strict=True):
             item = job.result()
-            if item.digest:
-                item.problems += image_problems(p.cell, item.platforms, standins) + standin_problems
-                item.problems += evidence_provenance_problems(p, item, standins)
-                item.status = "refused" if item.problems else "ready"
+            finish_gate(item, p, standins, standin_problems)
             if item.status == "ready":
                 plan_item(client, item, p, version, options.force, state=state.result())
                 # Each platform's SBOM, compared with the same platform's in the previous release.

@@ -9,24 +9,22 @@ digest pass?"; only a verdict signed by a trusted key answers.
 
 What an attacker who may push (but not delete) can and cannot do: a forged, tampered, replayed
 or untrusted verdict never counts (it does not verify); rewriting the `sha256-<hex>` index to
-drop a verdict does not hide it (its pin tag still lists it); pointing a pin tag at another
+drop or relabel a verdict does not hide it (its pin tag still names it, and each artifact is typed by its own
+manifest, which has the digest the pin names); reordering the index or rewriting its annotations changes
+nothing (only signed times order verdicts); pointing a pin tag at another
 manifest is detected (the tag's name is its content's digest) and refuses the release. Hiding
 a verdict takes deleting its manifest: delete permission on the registry (as it does with the
 OCI referrers API, where the registry keeps the list).
 
-Which verdict counts (the rule release, verify and report apply): of the attestations attached to
-the digest, those that verify (a signature by a trusted key, a statement whose signed subject is
-this digest, a verdict of a schema this toolkit reads (buildtool.contracts.verdict: the current
-and the one before) that parses, names this digest and, for release, this cell). The signer's
-clock alone never decides (docs/release-trust.md, "Which verdict counts"):
-
-- a verdict whose `started` does not parse, or lies more than CLOCK_SKEW_S after the reader's clock,
-  cannot be placed in time: if it passed it is refused (listed as rejected, naming its time); if it
-  did not pass it counts, as the newest (a failure nobody can order blocks);
-- of the others, the newest by signed `started` (ties: the attestation digest) is the candidate; when
-  it passed, a verdict that did not pass and comes after it by upload order (its place in the
-  registry's list of referrers: the fallback index is appended to) or by its artifact's creation
-  annotation counts instead. A pass counts only when it is the newest by every order.
+Which verdicts are read (the one reading release, verify and report use): every artifact the registry lists as
+a referrer of the digest and every artifact a verdict pin tag names, each read by its own digest and typed by
+its own manifest (the listing's descriptor, which anyone who may push can rewrite, never decides what an
+artifact is). A verdict counts when its envelope verifies against a trusted tester key, its signed statement
+is about this digest, it parses (a schema this toolkit reads: buildtool.contracts.verdict) and, where a cell is
+asked, it is for that cell. What cannot be read (a pinned or listed artifact that is not there, a verdict
+artifact whose payload cannot be fetched) or typed (a trusted tester's statement about this digest that does
+not parse) blocks: it is named in `Findings.blocking`, and release and verify refuse. Which of the verdicts
+counts is buildtool.validate.verdict_choice (the signed times only, never the registry's order).
 
 A newer verdict that does not verify never hides an older one that does.
 """
@@ -49,7 +47,7 @@ from buildtool.contracts.attestation import (
     read_statement,
     statement,
 )
-from buildtool.contracts.label_keys import ARTIFACT_CREATED
+from buildtool.contracts.intoto import check_subject, load_statement
 from buildtool.contracts.names import (
     ATTESTATION_TYPE,
     VERDICT_TYPE,
@@ -57,19 +55,17 @@ from buildtool.contracts.names import (
     verdict_pin_tag,
     verdict_tag,
 )
+from buildtool.contracts.sigstore_bundle import BundleError
 from buildtool.contracts.verdict import Verdict
-from buildtool.registry.bundles import attach_bundle, is_bundle, own_first, read_once
-from buildtool.registry.client import NotFound, RegistryClient
+from buildtool.registry.bundles import attach_bundle, fetch_envelopes, is_bundle, own_first, same_envelope
+from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, listed_referrers
 from buildtool.validate.keys import TESTER, SigningKey, TrustedKeys
+from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, when
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CLOCK_SKEW_S", "Found", "Findings", "Rejected", "attest", "find_verdicts", "verdict_tag"]
-
-# How far after the reader's clock a verdict's signed `started` may lie (runners' clocks drift; NTP keeps
-# them within seconds): beyond it the verdict cannot be placed in time (see the module's rule).
-CLOCK_SKEW_S = 300
 
 
 def attest(client: RegistryClient, repo: str, digest: str, verdict: Verdict, key: SigningKey) -> Referrer:
@@ -97,28 +93,6 @@ def pin(client: RegistryClient, repo: str, subject: str, artifact: str) -> None:
 
 
 @dataclass(frozen=True)
-class Found:
-    """A verdict that verified."""
-
-    artifact: str                  # digest of the attestation artifact
-    verdict: Verdict
-    keyid: str
-    referrer: Referrer
-
-    listed_at: int | None = None   # its place in the registry's list of referrers (None: found by its pin tag)
-
-    @property
-    def started(self) -> dt.datetime:
-        when = _when(self.verdict.started)
-        assert when is not None, "an unplaceable verdict is never ordered by time"
-        return when
-
-    @property
-    def created(self) -> str:
-        return self.referrer.annotations.get(ARTIFACT_CREATED, "") if self.referrer is not None else ""
-
-
-@dataclass(frozen=True)
 class Rejected:
     artifact: str
     reason: str
@@ -133,34 +107,22 @@ class Findings:
     # Valid verdicts that did not pass and whose time cannot be placed (unparseable, or in the future), and why:
     # each counts as the newest.
     unplaced: list[tuple[Found, str]] = field(default_factory=list)
+    # Verdicts of the digest that cannot be read or typed, each with why: release and verify refuse while any is.
+    blocking: list[str] = field(default_factory=list)
+
+    def decision(self) -> Decision:
+        """Which verdict counts, and its one-GPU companion (buildtool.validate.verdict_choice)."""
+        return decide(self.found, self.unplaced)
 
     @property
     def chosen(self) -> Found | None:
-        """The verdict that counts (see the module's rule)."""
-        return self._choose()[0]
+        """The verdict that counts (see buildtool.validate.verdict_choice)."""
+        return self.decision().counted
 
     @property
     def order_note(self) -> str:
-        """Why the verdict that counts is not simply the newest by signed time ("" when it is)."""
-        return self._choose()[1]
-
-    def _choose(self) -> tuple[Found | None, str]:
-        if self.unplaced:
-            found, why = self.unplaced[0]
-            return found, (f"verdict {found.artifact} ({found.verdict.result}) counts as the newest: {why}, so no "
-                           "older pass can be ordered after it")
-        if not self.found:
-            return None, ""
-        newest = max(self.found, key=lambda f: (f.started, f.artifact))
-        if newest.verdict.result != "passed":
-            return newest, ""
-        later = [f for f in self.found if f.verdict.result != "passed" and _after(f, newest)]
-        if not later:
-            return newest, ""
-        blocker = max(later, key=lambda f: (f.listed_at if f.listed_at is not None else -1, f.created, f.artifact))
-        return blocker, (f"verdict {blocker.artifact} ({blocker.verdict.result}, started {blocker.verdict.started}) "
-                         f"counts over the pass {newest.artifact} (started {newest.verdict.started}): it was "
-                         "uploaded after it; the signer's clock alone does not order verdicts")
+        """Why the verdict that counts is not simply the newest ("" when it is)."""
+        return self.decision().note
 
     def why_none(self, trusted: TrustedKeys) -> str:
         """Why no verdict counts, for the message that refuses the image."""
@@ -174,29 +136,12 @@ class Findings:
         return "no verdict"
 
 
-def _after(later: Found, earlier: Found) -> bool:
-    """Whether `later` was uploaded after `earlier`: by its place in the registry's list, or by the creation
-    annotation of its artifact (both unsigned: they only ever let a verdict that did not pass win)."""
-    if later.listed_at is not None and earlier.listed_at is not None and later.listed_at > earlier.listed_at:
-        return True
-    return bool(later.created and earlier.created and later.created > earlier.created)
-
-
-def _when(value: str) -> dt.datetime | None:
-    """The signed `started` time, None when it does not parse as an ISO 8601 time."""
-    try:
-        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
-
-
 def unplaceable(started: str, now: dt.datetime) -> str:
     """Why a verdict's signed `started` cannot be placed in time ("" when it can)."""
-    when = _when(started)
-    if when is None:
+    placed = when(started)
+    if placed is None:
         return f"its started time {started[:40]!r} does not parse"
-    if when > now + dt.timedelta(seconds=CLOCK_SKEW_S):
+    if placed > now + dt.timedelta(seconds=CLOCK_SKEW_S):
         return (f"it is dated {started[:40]}, more than {CLOCK_SKEW_S} s after this machine's clock "
                 f"({now.isoformat(timespec='seconds')})")
     return ""
@@ -204,50 +149,91 @@ def unplaceable(started: str, now: dt.datetime) -> str:
 
 def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys,
                   cell: str | None = None, now: dt.datetime | None = None) -> Findings:
-    """Every verdict attached to `digest` in `repo` (listed as a referrer, or pinned by a tag of
-    its own), verified against `trusted`; `cell` set: a verdict for another cell is rejected too.
-    `now`: the reader's clock (default this machine's), that no verdict may be dated after."""
+    """Every verdict attached to `digest` in `repo` (listed as a referrer, or pinned by a tag of its own),
+    each read by its own digest and verified against `trusted`; `cell` set: a verdict for another cell is
+    rejected too. `now`: the reader's clock (default this machine's), that no verdict may be dated after."""
     findings = Findings()
     now = now or dt.datetime.now(dt.UTC)
-    listed = {r.digest: r for r in listed_referrers(client, repo, digest)}
-    position = {d: i for i, d in enumerate(listed)}
-    for tag, artifact in _pinned(client, repo, digest, findings).items():
-        if artifact not in listed:
-            try:
-                raw, _, _ = client.get_manifest(repo, artifact)
-            except NotFound:
-                continue   # deleted since the tag was read: nothing to verify
-            manifest = json.loads(raw)
-            listed[artifact] = Referrer(artifact, str(manifest.get("artifactType") or ""), len(raw),
-                                        dict(manifest.get("annotations") or {}))
-            log.info("verdict %s of %s is pinned by tag %s but not listed as a referrer", artifact, digest, tag)
+    # Pinned first: where a copy carries the same envelope, the artifact validate attached and pinned is read.
+    candidates = {artifact: f"pinned by tag {tag}" for tag, artifact in _pinned(client, repo, digest, findings).items()}
+    for listed in listed_referrers(client, repo, digest):
+        candidates.setdefault(listed.digest, "listed")
     counted: set[str] = set()    # the envelopes read: a bundle of one already read is the same verdict again
-    for ref in own_first(list(listed.values())):
+    own = [r for artifact, how in candidates.items()
+           if (r := _own_descriptor(client, repo, digest, artifact, how, findings)) is not None]
+    for ref in own_first(own):
         if ref.artifact_type == VERDICT_TYPE:
             findings.rejected.append(Rejected(ref.digest, "unsigned: a plain verdict artifact, not a signed "
                                                           "attestation (hand-pushed?)"))
             continue
         if ref.artifact_type != ATTESTATION_TYPE and not is_bundle(ref, _verdict_predicate):
+            if candidates[ref.digest] != "listed":
+                kind = ref.artifact_type or "(no artifact type)"
+                findings.blocking.append(f"{ref.digest}, {candidates[ref.digest]}, is a {kind}, not a verdict "
+                                         "attestation: a verdict pin names it")
             continue
-        payloads = read_once(client, repo, ref, digest, counted)
-        if payloads is None:
-            continue
-        outcome = payloads if isinstance(payloads, str) else _verify(payloads, digest, trusted, cell)
-        if isinstance(outcome, str):
-            findings.rejected.append(Rejected(ref.digest, outcome))
-        else:
-            verdict, keyid = outcome
-            found = Found(ref.digest, verdict, keyid, ref, position.get(ref.digest))
-            why = unplaceable(verdict.started, now)
-            if not why:
-                findings.found.append(found)
-            elif verdict.result == "passed":
-                findings.rejected.append(Rejected(ref.digest, f"a pass whose time cannot be placed: {why}"))
-            else:
-                findings.unplaced.append((found, why))
-    if not findings.found and not findings.rejected and not findings.unplaced:
+        _read_one(client, repo, digest, ref, trusted, cell, now, counted, findings)
+    if not findings.found and not findings.rejected and not findings.unplaced and not findings.blocking:
         findings.legacy = client.manifest_digest(repo, verdict_tag(digest)) is not None
     return findings
+
+
+def _own_descriptor(client: RegistryClient, repo: str, digest: str, artifact: str, how: str,
+                    findings: Findings) -> Referrer | None:
+    """The artifact as its own manifest describes it (read by its digest), or None: a listed artifact that is
+    not there, or does not name this digest as its subject, cannot be shown not to be a verdict (blocking)."""
+    try:
+        raw, _, got = client.get_manifest(repo, artifact)
+        manifest = json.loads(raw)
+    except NotFound:
+        findings.blocking.append(f"{artifact}, {how}, is not in the registry: it may be a verdict nobody can read")
+        return None
+    except (RegistryError, ValueError) as exc:
+        findings.blocking.append(f"{artifact}, {how}, cannot be read ({str(exc)[:200]})")
+        return None
+    if got != artifact or not isinstance(manifest, dict):
+        findings.blocking.append(f"{artifact}, {how}, came back as {got}")
+        return None
+    if (manifest.get("subject") or {}).get("digest") != digest:
+        # Not attached to this digest: nothing it says is about this image (a listing can name anything).
+        findings.rejected.append(Rejected(artifact, f"mismatched: artifact {artifact} is not attached to {digest}"))
+        return None
+    return Referrer(artifact, str(manifest.get("artifactType") or ""), len(raw),
+                    {str(k): str(v) for k, v in (manifest.get("annotations") or {}).items()})
+
+
+def _read_one(client: RegistryClient, repo: str, digest: str, ref: Referrer, trusted: TrustedKeys,
+              cell: str | None, now: dt.datetime, counted: set[str], findings: Findings) -> None:
+    """One verdict attestation (by its own manifest): found, rejected, unplaced or blocking."""
+    try:
+        payloads = fetch_envelopes(client, repo, ref, digest)
+    except (NotFound, RegistryError) as exc:
+        findings.blocking.append(f"verdict attestation {ref.digest} cannot be read ({str(exc)[:200]})")
+        return
+    except BundleError as exc:
+        findings.rejected.append(Rejected(ref.digest, str(exc)))
+        return
+    same = same_envelope(payloads)
+    if same is not None:
+        if same in counted:
+            return   # that envelope again (push publishes each in both layouts): the same verdict
+        counted.add(same)
+    outcome = _verify(payloads, digest, trusted, cell)
+    if isinstance(outcome, Untyped):
+        findings.blocking.append(f"verdict attestation {ref.digest}: {outcome.why}")
+        return
+    if isinstance(outcome, str):
+        findings.rejected.append(Rejected(ref.digest, outcome))
+        return
+    verdict, keyid = outcome
+    found = Found(ref.digest, verdict, keyid, ref)
+    why = unplaceable(verdict.started, now)
+    if not why:
+        findings.found.append(found)
+    elif verdict.result == "passed":
+        findings.rejected.append(Rejected(ref.digest, f"a pass whose time cannot be placed: {why}"))
+    else:
+        findings.unplaced.append((found, why))
 
 
 def _verdict_predicate(predicate_type: str) -> bool:
@@ -272,8 +258,23 @@ def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) 
     return pins
 
 
+@dataclass(frozen=True)
+class Untyped:
+    """A trusted tester's envelope about this digest whose content is no verdict this toolkit reads: it blocks."""
+
+    signer: str
+    cause: str       # what does not parse, as the statement's reader says
+
+    @property
+    def why(self) -> str:
+        return (f"signed by {self.signer}, but cannot be typed: {self.cause}; a verdict this toolkit cannot read "
+                "blocks (upgrade the toolkit, or validate the image again)")
+
+
 def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
-            cell: str | None) -> tuple[Verdict, str] | str:
+            cell: str | None) -> tuple[Verdict, str] | str | Untyped:
+    """(verdict, key id); or why it does not count (a string); or, for a trusted tester's statement about this
+    digest that cannot be typed, why it blocks."""
     envelopes = [p for p in payloads if p.media_type == DSSE_MEDIA_TYPE]
     if len(envelopes) != 1:
         return f"unsigned: {len(envelopes)} DSSE envelopes in the artifact, not one"
@@ -284,12 +285,18 @@ def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
         held = [why for k in claimed_keyids(envelopes[0].data) if k in trusted.keys
                 and (why := trusted.role_problem(k, TESTER))]
         return held[0] if held else str(exc)
+    signer = trusted.describe(opened.keyid)
     if opened.payload_type != PAYLOAD_TYPE:
-        return f"not an in-toto statement: payloadType {opened.payload_type!r}"
+        return Untyped(signer, f"not an in-toto statement (payloadType {opened.payload_type!r})")
+    try:
+        body = load_statement(opened.payload)
+        check_subject(body, digest)
+    except StatementError as exc:
+        return str(exc)     # not a statement about this digest: a replay of another image's, or no statement
     try:
         verdict = read_statement(opened.payload, digest)
     except StatementError as exc:
-        return str(exc)
+        return Untyped(signer, str(exc))
     if cell is not None and verdict.cell != cell:
         return f"mismatched: the verdict is for cell {verdict.cell!r}, not {cell}"
     return verdict, opened.keyid

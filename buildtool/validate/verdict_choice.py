@@ -1,0 +1,217 @@
+"""Which verdict counts, of the trusted verdicts of one digest and cell: the one rule release, `verify` and the
+report apply. buildtool.validate.verdicts reads the registry; this decides, from what the testers signed. Pure.
+
+Only what a tester signed orders verdicts: each verdict's signed `started`, bounded by the reader's clock
+(buildtool.validate.verdicts.unplaceable). Nothing a pusher can rewrite without a trusted key takes part: not
+the order of the registry's referrers list, not the artifacts' `created` annotations, not their artifact types
+or their digests (docs/release-trust.md, "Which verdict counts").
+
+- The base: the newest verdict of a whole run (no -k selection, nothing deselected); where there is none, the
+  newest verdict. At equal times a verdict with a failed test is the newer.
+- One-GPU runners (issue 39): a base that skipped the multi-GPU checks as one-gpu-on-runner is completed by the
+  newest multi-GPU verdict that ran those checks (the companion), which must pass every check a verdict passes
+  alone (`pair_problem`): same digest, cell, platform and image-tests code, a native run (not emulated), two or
+  more usable GPUs, an inventory that agrees with its own bus-bandwidth figure, no failed test, and each
+  needed test passed.
+- The newest-failure rule, across the base and its companion: a verdict with a failed test that is not shown
+  older than each of them counts instead. Across two runners a failure is shown older only by more than
+  CLOCK_SKEW_S (their clocks may differ by that much); on one runner (the same key and hostname), by the signed
+  times. A pass counts only when it is newer than every failure by every clock the reader can vouch for.
+- A failure whose time cannot be placed (it does not parse, or lies beyond the reader's clock) counts as the
+  newest: nobody can show an older pass came after it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from buildtool.contracts import skips
+from buildtool.contracts.gpu import BUSBW_FIGURE
+from buildtool.contracts.verdict import Verdict
+
+if TYPE_CHECKING:
+    from buildtool.registry.referrers import Referrer
+
+# How far apart two runners' clocks may be (NTP keeps them within seconds), and how far after the reader's clock a
+# verdict may be dated: within it, a failure is never shown older than another runner's pass.
+CLOCK_SKEW_S = 300
+
+
+def when(value: str) -> dt.datetime | None:
+    """A signed `started` time, None when it does not parse as an ISO 8601 time."""
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A verdict that verified: signed by a trusted tester key, about this digest (and cell, where asked)."""
+
+    artifact: str                  # digest of the attestation artifact it was read from
+    verdict: Verdict
+    keyid: str
+    referrer: Referrer | None      # its descriptor, as its own manifest says (release copies it)
+
+    @property
+    def started(self) -> dt.datetime:
+        placed = when(self.verdict.started)
+        assert placed is not None, "an unplaceable verdict is never ordered by time"
+        return placed
+
+
+@dataclass
+class Decision:
+    """The verdict that counts (`counted`), why it is not simply the newest (`note`), and for a one-GPU runner's
+    verdict the multi-GPU verdict that completes it (`companion`; `covered`: test id -> where it passed) or why
+    none does (`why_not`)."""
+
+    counted: Found | None = None
+    note: str = ""
+    companion: Found | None = None
+    covered: dict[str, str] = field(default_factory=dict)
+    why_not: list[str] = field(default_factory=list)
+
+    @property
+    def companion_note(self) -> str:
+        return "; ".join(sorted(set(self.covered.values())))
+
+
+def has_failure(verdict: Verdict) -> bool:
+    return verdict.result == "failed" or any(t.result == "failed" for t in verdict.tests)
+
+
+def whole_run(verdict: Verdict) -> bool:
+    return not verdict.selection.expression and not verdict.selection.deselected
+
+
+def _same_clock(a: Found, b: Found) -> bool:
+    return a.keyid == b.keyid and a.verdict.runner.hostname == b.verdict.runner.hostname
+
+
+def not_shown_older(failure: Found, other: Found) -> bool:
+    """Whether the signed times cannot show `failure` ran before `other` (see the module)."""
+    margin = 0 if _same_clock(failure, other) else CLOCK_SKEW_S
+    return failure.started + dt.timedelta(seconds=margin) >= other.started
+
+
+def _newest(found: list[Found]) -> Found:
+    return max(found, key=lambda f: (f.started, has_failure(f.verdict), f.artifact))
+
+
+def one_gpu_skips(verdict: Verdict) -> list[str]:
+    return [t.id for t in verdict.tests if t.result == "skipped" and t.skip_code == skips.ONE_GPU_ON_RUNNER.code]
+
+
+def _gpus(verdict: Verdict) -> str:
+    gpus = verdict.runner.gpus
+    return f"{len(gpus)}x {gpus[0].name}" if gpus else "no GPU"
+
+
+def decide(found: list[Found], unplaced: list[tuple[Found, str]]) -> Decision:
+    """The decision over the placed verdicts `found` and the failures that cannot be placed (see the module)."""
+    if unplaced:
+        first, why = unplaced[0]
+        return Decision(first, f"verdict {first.artifact} ({first.verdict.result}) counts as the newest: {why}, so "
+                               "no older pass can be ordered after it")
+    if not found:
+        return Decision()
+    base = _newest([f for f in found if whole_run(f.verdict)] or found)
+    decision = Decision(base)
+    needed = one_gpu_skips(base.verdict)
+    if needed:
+        _pair(decision, base, [f for f in found if f is not base], needed)
+    members = [base, *([decision.companion] if decision.companion else [])]
+    blockers = [f for f in found if all(f is not m for m in members) and has_failure(f.verdict)
+                and any(not_shown_older(f, m) for m in members)]
+    if blockers and not has_failure(base.verdict):
+        blocker = _newest(blockers)
+        shown = ", ".join(f"{m.artifact} (started {m.verdict.started})" for m in members)
+        return Decision(blocker, f"verdict {blocker.artifact} ({blocker.verdict.result}, started "
+                                 f"{blocker.verdict.started}, by {blocker.verdict.runner.hostname}) counts over "
+                                 f"{shown}: its signed time does not show it ran before "
+                                 f"{'them' if len(members) > 1 else 'it'} (runners' clocks may differ by "
+                                 f"{CLOCK_SKEW_S} s); validate the image again")
+    return decision
+
+
+def _pair(decision: Decision, base: Found, others: list[Found], needed: list[str]) -> None:
+    """The newest multi-GPU verdict that ran the tests `base` skipped as one-gpu-on-runner decides them: it
+    completes the base when it passes everything a verdict passes alone (pair_problem); else why not."""
+    ran = [f for f in others if len(f.verdict.runner.gpus) >= 2
+           and any(t.id in needed and t.result in ("passed", "failed") for t in f.verdict.tests)]
+    for other in [_newest(ran)] if ran else others:
+        problem = pair_problem(base.verdict, other.verdict, needed)
+        if problem:
+            decision.why_not.append(f"verdict {other.artifact[:19]}… ({other.verdict.started}): {problem}")
+            continue
+        decision.companion = other
+        decision.covered = {test_id: f"{test_id} passed in verdict {other.artifact[:19]}… on "
+                                     f"{_gpus(other.verdict)} ({other.verdict.started})" for test_id in needed}
+        return
+
+
+def pair_problem(base: Verdict, other: Verdict, needed: list[str]) -> str:
+    """Why `other` cannot supply the multi-GPU tests `base` skipped ("" when it can): it must pass every check
+    a verdict passes alone, and have run and passed each of them."""
+    if other.digest != base.digest or other.cell != base.cell:
+        return f"it is of {other.cell} {other.digest}"
+    if other.platform != base.platform:
+        return f"it ran on {other.platform or 'an unrecorded platform'}, not {base.platform or 'the same'}"
+    if other.test_code != base.test_code:
+        return f"it ran image-tests {other.test_code[:19]}, not {base.test_code[:19]}"
+    if other.emulated:
+        return f"it ran {other.platform} under emulation: an emulated GPU run is not a GPU run"
+    if len(other.runner.gpus) < 2 or other.runner.gpus_usable is not True:
+        return f"its runner had {_gpus(other)}{'' if other.runner.gpus_usable else ' (not usable)'}"
+    inventory = inventory_problems(other)
+    if inventory:
+        return f"its inventory does not hold: {inventory[0]}"
+    failed = [t.id for t in other.tests if t.result == "failed"]
+    if failed or other.result == "failed":
+        return f"it failed ({', '.join(failed[:2]) or other.result})"
+    results = {t.id: t.result for t in other.tests}
+    not_passed = [f"{i} {results.get(i, 'not run')}" for i in needed if results.get(i) != "passed"]
+    return f"it did not pass {', '.join(not_passed)}" if not_passed else ""
+
+
+def inventory_problems(verdict: Verdict) -> list[str]:
+    """A GPU verdict must say which GPUs its GPU tests ran on, and agree with what they report: `runner.gpus`
+    non-empty, each with a model name, `gpus_usable` true; the bus-bandwidth test's figure (ranks, gpu_model)
+    equal to the inventory (it passed: the figure must be there; skipped as one GPU: the inventory lists one).
+    A passed GPU test with no usable GPU is a verdict that lies."""
+    runner = verdict.runner
+    gpus = runner.gpus
+    if not gpus:
+        return ["the verdict's runner lists no GPU (runner.gpus is empty), yet this is a GPU cell whose GPU tests "
+                "must have run on GPUs; validate on a GPU runner"]
+    problems = []
+    if runner.gpus_usable is not True:
+        problems.append(f"the runner's GPUs were not usable (gpus_usable is {runner.gpus_usable}"
+                        + (f": {runner.gpu_problem}" if runner.gpu_problem else "")
+                        + "), yet this is a GPU cell whose GPU tests must have run on them")
+    names = [g.name for g in gpus]
+    if not all(names):
+        problems.append("the verdict's runner lists a GPU without a model name: the inventory is not nvidia-smi's")
+    # Figures are a free-form map of what the image tests measured (name -> JSON), in every schema.
+    figure = verdict.figures.get(BUSBW_FIGURE)
+    busbw = next((t for t in verdict.tests if t.id.split("[", 1)[0].endswith("::test_ddp_nccl_allreduce_busbw")),
+                 None)
+    if busbw is not None and busbw.result == "passed" and not isinstance(figure, dict):
+        problems.append(f"{busbw.id} passed but the verdict has no {BUSBW_FIGURE} figure (ranks, GPU model) "
+                        "to check against the runner's GPUs")
+    if busbw is not None and busbw.skip_code == skips.ONE_GPU_ON_RUNNER.code and len(gpus) != 1:
+        problems.append(f"{busbw.id} was skipped as one-gpu-on-runner, but the runner lists {len(gpus)} GPUs")
+    if isinstance(figure, dict):
+        ranks, model = figure.get("ranks"), figure.get("gpu_model")
+        if ranks != len(gpus):
+            problems.append(f"the bus-bandwidth test ran on {ranks} GPUs, but the runner lists {len(gpus)} "
+                            f"({', '.join(names)})")
+        if model not in names:
+            problems.append(f"the bus-bandwidth test reports GPU model {model!r}, but the runner lists "
+                            f"{', '.join(sorted(set(names)))}")
+    return problems

@@ -1,0 +1,140 @@
+"""Issue 48, the one-GPU pairing: a one-GPU runner's verdict of a GPU cell is completed by a multi-GPU verdict
+of the same digest only when that verdict passes every check a verdict passes alone, and the newest-failure
+rule runs across both. Each attack the audit found, through release's gate and `verify` (one reading, one
+decision: buildtool.validate.verdict_choice), which must agree; before issue 48 verify refused every valid pair.
+In-memory registry (tests/memregistry.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from buildtool.release.chain import Verification, verify_reference
+from tests import signing
+from tests.conftest import fixture_matrix
+from tests.test_release_platforms import Dev
+from tests.test_verify_strict import checkout, single
+
+CUDA = {c.key: c for c in fixture_matrix().cells}["pytorch-cuda:2.13"]
+BUSBW = "pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw"
+OTHERS = ["common/test_x.py::test_common", "common/test_contents.py::test_gpus_visible",
+          "pytorch/test_x.py::test_pytorch"]
+H100 = "NVIDIA H100 80GB HBM3"
+ONE_AT, MULTI_AT, LATER = "2026-03-02T02:00:00+00:00", "2026-03-02T03:00:00+00:00", "2026-03-02T04:00:00+00:00"
+
+
+def body(digest: str, gpus: int, *, busbw: str, started: str, selected: bool = False, others: str = "passed",
+         model: str = H100, figure: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
+    """A verdict of pytorch-cuda on `gpus` GPUs of `model` (host gpu-<gpus>); `selected`: a -k run of the
+    bus-bandwidth test only; `figure`: the bus-bandwidth record (default: what the run measured)."""
+    skip = ("one-gpu-on-runner", "one GPU on this runner") if busbw == "skipped" else ("", "")
+    tests = [] if selected else [signing.result(OTHERS[0]), signing.result(OTHERS[1], others, gpu=True),
+                                 signing.result(OTHERS[2])]
+    tests.append(signing.result(BUSBW, busbw, *skip, gpu=True))
+    complete = not selected and busbw == "passed" and others == "passed"
+    result = "passed" if complete else ("failed" if "failed" in (busbw, others) else "incomplete")
+    found = signing.verdict(CUDA, digest, result, tests=tests, started=started, platform="linux/amd64", **changes)
+    found["defined_tests"] = [*OTHERS, BUSBW]
+    found["gpu_tests"] = [OTHERS[1], BUSBW]
+    if selected:
+        found["selection"] = {"expression": "test_ddp_nccl_allreduce_busbw", "deselected": OTHERS}
+    found["runner"] = {"hostname": f"gpu-{gpus}", "gpu_runner": True, "driver": "580.65.06", "cuda_driver": "13.0",
+                       "gpus": [{"index": str(i), "name": model} for i in range(gpus)], "gpus_usable": True}
+    if busbw == "passed":
+        found["figures"] = {"allreduce_busbw": figure or {"ranks": gpus, "gpu_model": model, "peak_GBps": 300.0}}
+    return found
+
+
+def paired(*extra: Callable[[str], dict[str, Any]], one_at: str = ONE_AT, **multi: Any) -> tuple[Dev, str]:
+    """A pytorch-cuda image with a one-GPU runner's verdict and a multi-GPU -k run of the bus-bandwidth test
+    (`multi` changes it), and `extra` verdicts (each made for the image's digest)."""
+    dev = Dev(CUDA)
+    digest = dev.image("amd64")
+    dev.evidence(digest, "linux/amd64", verdict=False)
+    signing.attest(dev.client, dev.repo, digest, body(digest, 1, busbw="skipped", started=one_at))  # type: ignore[arg-type]
+    options = {"busbw": "passed", "started": MULTI_AT, "selected": True, **multi}
+    signing.attest(dev.client, dev.repo, digest, body(digest, 2, **options))   # type: ignore[arg-type]
+    for make in extra:
+        signing.attest(dev.client, dev.repo, digest, make(digest))   # type: ignore[arg-type]
+    single(dev, digest)
+    return dev, digest
+
+
+def both(dev: Dev) -> tuple[list[str], Verification]:
+    item = dev.gather()
+    found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
+                             signing.trusted(), checkout(dev.cell))
+    assert found.problems == item.problems, (found.problems, item.problems)    # one gate, one answer
+    return item.problems, found
+
+
+def test_a_valid_pair_releases_and_verifies() -> None:
+    """Before issue 48, verify refused every valid pair (release accepted it): it judged the one-GPU verdict alone."""
+    dev, _ = paired()
+    problems, found = both(dev)
+    assert problems == [] and found.ok, (problems, found.problem)
+    lines = dict(found.chains[0].lines)
+    assert lines["paired"].startswith(f"multi-GPU checks from: {BUSBW} passed in verdict sha256:")
+    bare = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
+                            signing.trusted())
+    assert bare.ok, bare.problem      # the chain alone agrees too
+
+
+def one_gpu_refusal(problems: list[str], why: str) -> None:
+    assert any(f"{BUSBW} skipped as one-gpu-on-runner on 1x {H100}: release also needs a trusted verdict" in p
+               and why in p for p in problems), problems
+
+
+@pytest.mark.parametrize(("multi", "why"), [
+    pytest.param({"figure": {"ranks": 1, "gpu_model": "NVIDIA A100-SXM4-80GB", "peak_GBps": 300.0}},
+                 "its inventory does not hold: the bus-bandwidth test ran on 1 GPUs, but the runner lists 2",
+                 id="inventory-disagrees-with-its-own-busbw-record"),
+    pytest.param({"figure": {"ranks": 2, "gpu_model": "NVIDIA A100-SXM4-80GB", "peak_GBps": 300.0}},
+                 "its inventory does not hold: the bus-bandwidth test reports GPU model 'NVIDIA A100-SXM4-80GB'",
+                 id="busbw-on-another-model"),
+    pytest.param({"emulated": True}, "it ran linux/amd64 under emulation: an emulated GPU run is not a GPU run",
+                 id="emulated"),
+])
+def test_a_companion_that_would_not_pass_alone_does_not_pair(multi: dict[str, Any], why: str) -> None:
+    dev, _ = paired(**multi)
+    problems, found = both(dev)
+    one_gpu_refusal(problems, why)
+    assert not found.ok
+
+
+@pytest.mark.parametrize("runner", [1, 2])
+def test_a_failure_after_the_pair_from_either_runner_counts(runner: int) -> None:
+    """Before: the upload-order rule ran only when the chosen verdict passed, so a failure after the pair (the
+    one-GPU runner's or the multi-GPU runner's) was ignored."""
+    def failure(digest: str) -> dict[str, Any]:
+        if runner == 1:    # the one-GPU runner's whole run again, a test failed: the newest whole run
+            return body(digest, 1, busbw="skipped", started=LATER, others="failed")
+        return body(digest, 2, busbw="failed", started=LATER, selected=True)   # the multi-GPU -k run again, failed
+    dev, digest = paired(failure)
+    problems, found = both(dev)
+    failed = OTHERS[1] if runner == 1 else BUSBW
+    assert any(p.startswith(f"verdict of {digest} is 'failed' (failed: {failed})") for p in problems), problems
+    assert not found.ok
+
+
+def test_a_failure_between_the_one_gpu_run_and_its_companion_counts() -> None:
+    """A multi-GPU run that failed another test after the one-GPU run and before the companion: not older than
+    the pair, so it counts (a failure is older only than what came after it on every clock)."""
+    def between(digest: str) -> dict[str, Any]:
+        found = body(digest, 2, busbw="passed", started="2026-03-02T02:30:00+00:00", selected=True)
+        found["tests"] = [signing.result(OTHERS[2], "failed"), *found["tests"]]
+        found["selection"] = {"expression": "test_pytorch or busbw", "deselected": OTHERS[:2]}
+        found["result"] = "failed"
+        return found
+    dev, digest = paired(between)
+    problems, _ = both(dev)
+    assert any(p.startswith(f"verdict of {digest} is 'failed' (failed: {OTHERS[2]})") for p in problems), problems
+    assert any("(failed, started 2026-03-02T02:30:00+00:00, by gpu-2) counts over" in p for p in problems), problems
+
+
+def test_an_older_failure_before_both_does_not_count() -> None:
+    dev, _ = paired(lambda d: body(d, 1, busbw="skipped", started="2026-03-01T00:00:00+00:00", others="failed"))
+    problems, found = both(dev)
+    assert problems == [] and found.ok, problems
