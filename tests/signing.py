@@ -9,6 +9,7 @@ attacker's key, or not at all, to show what release does with each.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from typing import Any
 
@@ -26,6 +27,7 @@ KEY = generate()            # the trusted runner's key, for this test session
 CODE = "sha256:" + "0" * 64     # the image-tests code hash of the verdicts made here
 ATTACKER = generate()       # a key nobody trusts
 SBOM = "sha256:" + "5" * 64     # an SBOM digest for verdicts about no image in particular
+MATRIX = "sha256:" + "c" * 64   # the matrix the verdicts made here read (and the provenance names)
 
 
 def trusted(*keys: PrivateKey, roles: tuple[str, ...] = ("builder", "tester")) -> TrustedKeys:
@@ -43,7 +45,8 @@ def known_code(*codes: str) -> KnownCode:
     """Release's view of which image-tests code verdicts may have run (buildtool.release.testcode),
     as if `CODE` were image-tests at the image's revision; no folder: nothing to collect from."""
     return KnownCode({code: (f"image-tests at the image's revision ({code[7:19]})", None) for code in codes or (CODE,)},
-                     [f"the image's revision abc: {code}" for code in codes or (CODE,)])
+                     [f"the image's revision abc: {code}" for code in codes or (CODE,)],
+                     {MATRIX: "matrix.yaml at the image's revision abc"})
 
 
 def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gpu: bool = False,
@@ -54,9 +57,10 @@ def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gp
 
 def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dict[str, Any]] | None = None,
             started: str = "2026-01-01T00:00:00.000+00:00", **changes: Any) -> dict[str, Any]:
-    """A verdict (schema SCHEMA; `schema=4` for the one before) that covers the cell's groups: every
-    test listed is a defined test. Schema 4 names the SBOM `attest_sbom` attaches by default (the digest of
-    minimal_sbom(digest)) unless `sbom`/`sbom_problem` say otherwise."""
+    """A verdict (schema SCHEMA; `schema=5` for the one before) that covers the cell's groups: every
+    test listed is a defined test. It names the SBOM `attest_sbom` attaches by default (the digest of
+    minimal_sbom(digest)) unless `sbom`/`sbom_problem` say otherwise, and (schema 6) the matrix MATRIX and the
+    cell's library promises."""
     from buildtool.registry.sbom_attestation import sbom_digest
 
     tests = tests if tests is not None else [result(f"{g}/test_x.py::test_{g}") for g in cell.tests]
@@ -67,15 +71,18 @@ def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dic
             "groups": list(cell.tests), "defined_tests": [t["id"] for t in tests],
             "selection": {"expression": None, "deselected": []}, "run_flags": [], "pytest_exit": 0,
             "tests": tests, "figures": {}, "sbom": sbom_digest(minimal_sbom(digest)), "platform": "linux/amd64",
-            "emulated": False}
+            "emulated": False, "matrix_digest": MATRIX, "libraries": promised(cell)}
     body.update(changes)
-    if body["schema"] < 4 and "sbom" not in changes:
-        body.pop("sbom")      # an older schema has no such field
-    if body["schema"] < 5:
-        for field in ("platform", "emulated"):
-            if field not in changes:
-                body.pop(field)
+    older = {5: ("matrix_digest", "libraries"), 4: ("matrix_digest", "libraries", "platform", "emulated")}
+    for field in older.get(body["schema"], ()):
+        if field not in changes:
+            body.pop(field)     # an older schema has no such field
     return body
+
+
+def promised(cell: Cell) -> dict[str, str]:
+    """The cell's NVIDIA library promises as a verdict records them (schema 6)."""
+    return {} if cell.libraries is None else {"cudnn": cell.libraries.cudnn, "nccl": cell.libraries.nccl}
 
 
 def complete(body: dict[str, Any]) -> dict[str, Any]:
@@ -83,8 +90,9 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
     neutral value (the current schema unless given, a runner `ci`, each test's group from its id)."""
     tests = [{"group": str(t.get("id", "")).split("/", 1)[0], **t} for t in body.get("tests", [])]
     schema = body.get("schema", SCHEMA)
-    sbom = {"sbom": SBOM} if schema >= 4 and "sbom_problem" not in body else {}
-    platform = {"platform": "linux/amd64"} if schema >= 5 else {}
+    sbom = {"sbom": SBOM} if "sbom_problem" not in body else {}
+    platform = {**({"platform": "linux/amd64"} if schema >= 5 else {}), **({"matrix_digest": MATRIX} if schema >= 6
+                                                                            else {})}
     return {"schema": SCHEMA, **platform, "digest": "sha256:" + "0" * 64, "image": "", "cell": "", "result": "passed",
             "started": "2026-01-01T00:00:00.000+00:00", "duration_s": 1.0, "test_code": CODE, "groups": [],
             "defined_tests": [t["id"] for t in tests if "id" in t], "pytest_exit": 0, **sbom, **body,
@@ -130,6 +138,7 @@ def tamper(data: bytes, change: dict[str, Any]) -> bytes:
 BASE_DIGEST = "sha256:" + "b" * 64     # the base the test images' labels name (label_keys.OCI_BASE_DIGEST)
 
 
+@functools.lru_cache(maxsize=1)
 def head_commit() -> str:
     """This checkout's HEAD, in full: a revision release may take (the release commit itself)."""
     import subprocess
@@ -143,10 +152,11 @@ def head_commit() -> str:
 def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool = False, revision: str = "",
                **params: Any) -> dict[str, Any]:
     """A provenance predicate as a push writes it for `cell` (buildtool.imagebuild.provenance), built at
-    `revision` (default: this checkout's HEAD) on `base_digest`; `params` override external parameters."""
+    `revision` (default: this checkout's HEAD, with the matrix and the cell's locks as committed there) on
+    `base_digest`; `params` override external parameters."""
     from buildtool.contracts.provenance import BASE, BUILD_TYPE
 
-    external = {"cell": cell.key, "matrix_digest": "sha256:" + "c" * 64, "revision": revision or head_commit(),
+    external = {"cell": cell.key, "matrix_digest": committed_matrix(), "revision": revision or head_commit(),
                 "source": "https://example.invalid/dl-images", "dockerfile": cell.dockerfile,
                 "platform": "linux/amd64", "buildArgs": {"BASE_IMAGE": f"{cell.base}@{base_digest}"},
                 "sourceDateEpoch": 1767225600, "secrets": ["pip.conf", "uv.toml"], "network": "host", **params}
@@ -158,7 +168,7 @@ def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool =
                      "annotations": {"standin": standin}},
                     {"name": "source", "uri": f"git+https://example.invalid/dl-images@{commit}",
                      "digest": {"gitCommit": commit}},
-                    {"name": "lock:dockerfiles/x/requirements.lock", "digest": {"sha256": "d" * 64}},
+                    *committed_locks(cell),
                     {"name": "tool:buildtool", "uri": f"git+https://example.invalid/dl-images@{commit}",
                      "digest": {"gitCommit": commit}, "annotations": {"version": "0.1.0"}}]},
             "runDetails": {"builder": {"id": "https://ci.example.invalid/runs/1", "version": {"buildtool": "0.1.0"}},
@@ -183,14 +193,54 @@ def attach_provenance(client: RegistryClient, repo: str, digest: str, body: dict
     return attach_raw(client, repo, digest, data, artifact_type=PROVENANCE_TYPE)
 
 
-def revision_check() -> Any:
-    """Release's check of a provenance's revision, in this checkout (buildtool.release.ancestry)."""
+def source_check() -> Any:
+    """Release's check of a provenance's revision and the sources it names, in this checkout
+    (buildtool.release.ancestry)."""
     from functools import partial
     from pathlib import Path
 
-    from buildtool.release.ancestry import revision_problem
+    from buildtool.release.ancestry import source_problems
 
-    return partial(revision_problem, Path(__file__).resolve().parents[1])
+    return partial(source_problems, Path(__file__).resolve().parents[1])
+
+
+@functools.cache
+def committed_sha256(path: str, revision: str = "HEAD") -> str:
+    """sha256 (hex) of a file of this repository as committed at `revision`."""
+    import hashlib
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shown = subprocess.run(["git", "-C", str(root), "show", f"{revision}:{path}"], capture_output=True, check=True,
+                           timeout=60).stdout
+    return hashlib.sha256(shown).hexdigest()
+
+
+def committed_matrix() -> str:
+    """The digest of matrix.yaml as committed at HEAD: what a provenance built at HEAD names."""
+    return "sha256:" + committed_sha256("matrix.yaml")
+
+
+def committed_locks(cell: Cell) -> list[dict[str, Any]]:
+    """The cell's lock files as committed at HEAD, as the provenance's resolved dependencies name them (none for
+    the multi-platform variants tests make of single-platform cells: no such locks are committed)."""
+    import subprocess
+    from pathlib import Path
+
+    from buildtool.imagebuild.lock import lock_paths
+
+    root = Path(__file__).resolve().parents[1]
+    found: list[dict[str, Any]] = []
+    if cell.multi_platform:
+        return found
+    for path in lock_paths(root, cell).values():
+        rel = str(path.relative_to(root))
+        try:
+            found.append({"name": f"lock:{rel}", "digest": {"sha256": committed_sha256(rel)}})
+        except subprocess.CalledProcessError:
+            continue    # the fixture matrix's cell lays its locks out otherwise than the committed one
+    return found
 # -- the builder's SBOM attestation -----------------------------------------------------------------
 
 def minimal_sbom(digest: str, components: int = 2) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def test_a_signed_verdict_verifies_and_names_its_key() -> None:
     body = verdict(CPU, D1)
     verdict_back, keyid = check(envelope("reg/pytorch-cpu-dev", D1, body))
     assert verdict_back == parse_verdict(body, "x") and keyid == KEY.keyid
-    assert verdict_back.schema_ == 5 and verdict_back.to_json() == {**body, **verdict_back.to_json()}
+    assert verdict_back.schema_ == 6 and verdict_back.to_json() == {**body, **verdict_back.to_json()}
 
 
 @pytest.mark.parametrize("schema", [4, 5])
@@ -56,8 +56,8 @@ def test_a_signed_verdict_of_the_current_schema_and_of_the_one_before_verifies(s
 
 
 @pytest.mark.parametrize(("schema", "predicate", "cause"), [
-    (7, 7, "unsupported verdict schema 7 (this toolkit reads schemas 4 and 5)"),
-    (3, 3, "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)"),   # no longer read, signed or not
+    (7, 7, "unsupported verdict schema 7 (this toolkit reads schemas 4, 5 and 6)"),
+    (3, 3, "unsupported verdict schema 3 (this toolkit reads schemas 4, 5 and 6)"),   # no longer read, signed or not
     (2, 2, "unsupported verdict schema 2"),
     (5, 4, "mismatched: predicateType https://github.com/dl-images/dl-images/attestations/verdict/v4 carries a "
            "schema-5 verdict"),
@@ -207,5 +207,5 @@ def test_a_signed_but_malformed_verdict_is_refused_naming_the_field(change: dict
     body = dict(verdict(CPU, D1), **change)
     outcome = check(envelope("r", D1, body))
     assert isinstance(outcome, str), outcome
-    assert outcome.startswith("the signed predicate: malformed schema-5 verdict: "), outcome
+    assert outcome.startswith("the signed predicate: malformed schema-6 verdict: "), outcome
     assert cause in outcome, outcome

@@ -40,7 +40,7 @@ def _verdict(tmp_path: Path, ran: list[dict], defined: list[str], deselected: li
     image = Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
     return make_verdict(image, CPU, dt.datetime.now(dt.UTC), 1.0, TESTS, ["common", "pytorch"], Inventory([]), [], "",
                         False, [], rc, {"tests": ran, "figures": {}}, tmp_path / "defined.json", select,
-                        sbom="sha256:" + "5" * 64, sbom_problem="")
+                        sbom="sha256:" + "5" * 64, sbom_problem="", matrix_digest="sha256:" + "c" * 64)
 
 
 def entry(id_: str, result: str = "passed") -> dict:
@@ -54,7 +54,7 @@ def test_a_selection_is_recorded_with_what_it_left_out(tmp_path: Path) -> None:
     # A selection never gives `passed`: the verdict does not cover the cell (the gate refuses it too).
     assert v.result == "incomplete" and "1 of the cell's 2 tests deselected by -k 't'" in v.incomplete[0]
     assert v.selection.expression == "t" and v.selection.deselected == ["pytorch/b.py::u"]
-    assert v.defined_tests == ["common/a.py::t", "pytorch/b.py::u"] and v.schema_ == SCHEMA == 5
+    assert v.defined_tests == ["common/a.py::t", "pytorch/b.py::u"] and v.schema_ == SCHEMA == 6
     assert (v.platform, v.emulated) == ("linux/amd64", False)     # the image's platform, native here
 
 

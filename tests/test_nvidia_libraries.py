@@ -104,11 +104,12 @@ def test_the_skips_are_expected_only_where_the_matrix_says_so():
     cells = {c.key: c for c in matrix.cells}
     test_id = "common/test_nvidia_libraries.py::test_nvidia_libraries_are_the_ones_the_base_promises"
     assert skips.judge(cells["pytorch-cpu:2.13"], "no-library-promise", test_id=test_id) == "expected"
-    # An NGC cell promises them: a skip saying it does not is refused, and so is a stand-in skip on a
-    # cell that has no stand-in; a stand-in of an NGC cell skips as expected (it is never released anyway).
+    # An NGC cell promises them: a skip saying it does not is refused, and so is a stand-in skip on any cell.
+    # Before issue 48 a stand-in skip was expected on every NGC cell (each has a stand-in for CI), so a real NGC
+    # image whose verdict skipped the check as a stand-in released; a stand-in is never released anyway.
     assert skips.judge(cells["pytorch-ngc:25.10"], "no-library-promise", test_id=test_id) == "refused"
     assert skips.judge(cells["pytorch-cpu:2.13"], "standin-libraries", test_id=test_id) == "refused"
-    assert skips.judge(cells["pytorch-ngc:25.10"], "standin-libraries", test_id=test_id) == "expected"
+    assert skips.judge(cells["pytorch-ngc:25.10"], "standin-libraries", test_id=test_id) == "refused"
     assert skips.judge(cells["pytorch-cpu:2.13"], "no-library-promise",
                        test_id="common/test_contents.py::test_python_version") == "refused"
 

@@ -107,7 +107,7 @@ def _release(dev: Dev) -> ImageRelease:
     """`release` (a dry run: the package sections are planned before any write) of the dev index."""
     dev.client.ping = lambda: None   # type: ignore[attr-defined]
     options = ReleaseOptions("0.1.0", REVISION, dry_run=True, trusted=signing.trusted(),
-                             known_code=signing.known_code(), revision_check=signing.revision_check())
+                             known_code=signing.known_code(), source_check=signing.source_check())
     settings = Settings(registry=f"{dev.client.host}/t", release_registry=f"{dev.client.host}/t/rel")
     [item] = release([MULTI], settings, options, client_for=lambda host: dev.client).images   # type: ignore[arg-type,return-value]
     assert item.status == "dry-run", item.problems

@@ -91,7 +91,7 @@ class Dev:
 
     def gather(self) -> ImageRelease:
         options = ReleaseOptions("0.1.0", REVISION, trusted=signing.trusted(), known_code=signing.known_code(),
-                                 revision_check=signing.revision_check())
+                                 source_check=signing.source_check())
         return gather(self.client, self.plan, options)   # type: ignore[arg-type]
 
 
@@ -279,7 +279,9 @@ def test_notes_and_json_list_each_platform_with_its_verdict_and_whether_it_ran_e
 
 
 def test_a_schema_4_verdict_counts_for_a_single_manifest_but_not_for_an_index_entry() -> None:
-    """Schema 4 records no platform: its digest alone binds it, which says the platform of a single image only."""
+    """Schema 4 records no platform: its digest alone binds it, which says the platform of a single image only.
+    Since issue 48 release takes only schema-6 verdicts (they record the matrix and promises they checked): the
+    single image's schema-4 verdict is refused for that alone, not for its platform."""
     dev = Dev()
     amd, arm = dev.image("amd64"), dev.image("arm64")
     for digest, platform in ((amd, "linux/amd64"), (arm, "linux/arm64")):
@@ -296,7 +298,8 @@ def test_a_schema_4_verdict_counts_for_a_single_manifest_but_not_for_an_index_en
     raw = single.client.get_manifest(single.repo, digest)[0]
     single.client.put_manifest(single.repo, single.plan.dev_tag, raw, OCI_MANIFEST)
     item = single.gather()
-    assert item.status == "ready", item.problems
+    assert item.problems == ["the verdict is schema 4: it does not record the matrix and library promises it checked "
+                             "(schema 6); validate the image again"], item.problems
 
 
 def test_promotion_copies_the_index_byte_for_byte_with_each_platforms_artifacts_on_its_own_digest() -> None:

@@ -163,7 +163,7 @@ def test_release_refuses_a_verdict_that_names_no_sbom(image) -> None:  # noqa: A
     # A verdict from before verdicts named SBOMs (schema 3) is not even read: never a verdict release counts.
     with pytest.raises(VerdictError) as info:
         gated(client, digest, schema=3)
-    assert "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)" in str(info.value)
+    assert "unsupported verdict schema 3 (this toolkit reads schemas 4, 5 and 6)" in str(info.value)
 
 
 def test_release_refuses_an_sbom_attestation_rewritten_after_validation_naming_both_digests(image) -> None:  # noqa: ANN001

@@ -1,5 +1,5 @@
 """The verdict as a typed contract: parsed once where it enters, strictly, with a schema number that
-readers check (the current one and the one before are read); no raw dict reads of it downstream."""
+readers check (the current one and the two before are read); no raw dict reads of it downstream."""
 
 from __future__ import annotations
 
@@ -29,14 +29,15 @@ def refused(body: object) -> str:
     return str(info.value)
 
 
-def test_validate_writes_the_current_schema_and_readers_read_it_and_the_one_before() -> None:
-    assert SCHEMA == 5 and READ_SCHEMAS == (4, 5)
+def test_validate_writes_the_current_schema_and_readers_read_it_and_the_two_before() -> None:
+    assert SCHEMA == 6 and READ_SCHEMAS == (4, 5, 6)
     typed = parse_verdict(verdict(CPU, D1, cold_start=COLD, platform="linux/arm64", emulated=True), "x")
-    assert typed.schema_ == 5 and typed.sbom.startswith("sha256:")
+    assert typed.schema_ == 6 and typed.sbom.startswith("sha256:")
     assert (typed.platform, typed.emulated) == ("linux/arm64", True)
+    assert typed.matrix_digest == "sha256:" + "c" * 64 and typed.libraries == {}
     assert typed.cold_start is not None and typed.cold_start.imports[0].module == "torch"
     assert parse_verdict(typed.to_json(), "again") == typed            # what validate writes reads back as it was
-    assert json.loads(statement("r", D1, typed.to_json()))["predicateType"].endswith("/verdict/v5")
+    assert json.loads(statement("r", D1, typed.to_json()))["predicateType"].endswith("/verdict/v6")
 
 
 def test_a_schema_4_verdict_is_read_and_names_no_platform() -> None:
@@ -47,7 +48,7 @@ def test_a_schema_4_verdict_is_read_and_names_no_platform() -> None:
 
 
 def test_a_schema_3_verdict_is_no_longer_read() -> None:
-    assert "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)" in refused(
+    assert "unsupported verdict schema 3 (this toolkit reads schemas 4, 5 and 6)" in refused(
         {**verdict(CPU, D1, schema=4), "schema": 3})
 
 
@@ -74,8 +75,8 @@ def test_the_sbom_fields_are_checked_naming_the_cause(change: dict, cause: str) 
 
 
 @pytest.mark.parametrize(("body", "cause"), [
-    ({**verdict(CPU, D1), "schema": 6},
-     "where.json: unsupported verdict schema 6 (this toolkit reads schemas 4 and 5)"),
+    ({**verdict(CPU, D1), "schema": 7},
+     "where.json: unsupported verdict schema 7 (this toolkit reads schemas 4, 5 and 6)"),
     ({**verdict(CPU, D1), "schema": 2}, "where.json: unsupported verdict schema 2 "),
     ({**verdict(CPU, D1), "schema": 1}, "where.json: unsupported verdict schema 1 "),
     ({**verdict(CPU, D1), "schema": "5"}, "where.json: unsupported verdict schema '5'"),
@@ -101,7 +102,7 @@ def test_an_unknown_or_absent_schema_number_is_refused_naming_it(body: object, c
 ])
 def test_a_field_of_the_wrong_type_or_unknown_is_refused_naming_it(change: dict, cause: str) -> None:
     message = refused({**verdict(CPU, D1), **change})
-    assert message.startswith("where.json: malformed schema-5 verdict: ") and cause in message, message
+    assert message.startswith("where.json: malformed schema-6 verdict: ") and cause in message, message
 
 
 @pytest.mark.parametrize("field", ["digest", "cell", "result", "started", "test_code", "runner", "groups",
@@ -155,3 +156,14 @@ def test_release_and_report_read_verdicts_only_through_the_typed_model(package: 
              if (reads := raw_verdict_reads(path.read_text(encoding="utf-8")))}
     assert found == {}
 
+
+
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"matrix_digest": ""}, "`matrix_digest` '' is not a sha256:<64 hex> digest"),
+    ({"matrix_digest": "sha256:abc"}, "`matrix_digest` 'sha256:abc' is not a sha256:<64 hex> digest"),
+    ({"schema": 5, "matrix_digest": "sha256:" + "c" * 64}, "`matrix_digest` and `libraries` are schema-6 fields"),
+    ({"schema": 5, "libraries": {"cudnn": "9.7.0.66"}}, "`matrix_digest` and `libraries` are schema-6 fields"),
+])
+def test_the_binding_fields_are_checked_naming_the_cause(change: dict, cause: str) -> None:
+    """Schema 6 binds the verdict to the matrix it read and the library promises it checked (issue 48)."""
+    assert cause in refused({**verdict(CPU, D1), **change})

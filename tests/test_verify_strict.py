@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def checkout(cell: object = CPU) -> Checkout:
     return Checkout(root=ROOT, cells=[cell], settings=Settings(registry="127.0.0.1:5999/t"),   # type: ignore[list-item]
-                    known_code=signing.known_code(), revision_check=signing.revision_check())
+                    known_code=signing.known_code(), source_check=signing.source_check())
 
 
 def verify(dev: Dev, with_checkout: bool = True, ref: str = "") -> Verification:

@@ -150,15 +150,17 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
 
     code_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-testcode")
     known = code_reader.submit(known_code, project.root, [("the image's revision", revision),
-                                                          ("the release commit", "HEAD")])
+                                                          ("the release commit", "HEAD")],
+                               os.path.relpath(project.matrix_path, project.root))
     code_reader.shutdown(wait=False)
     from functools import partial
 
-    from buildtool.release.ancestry import revision_problem
+    from buildtool.release.ancestry import source_problems
 
     options = ReleaseOptions(version=normal, revision=revision, force=force, dry_run=dry_run,
                              accept_skips=tuple(accept_skip or ()), trusted=trusted, known_code=known,
-                             revision_check=partial(revision_problem, project.root))
+                             source_check=partial(source_problems, project.root,
+                                                  matrix_name=os.path.relpath(project.matrix_path, project.root)))
     report = release(cells, settings, options, matrix_cells=loaded.cells)
     trusted.result()   # a malformed keys file is bad input even when no image got as far as its verdict
     known.result()

@@ -112,4 +112,7 @@ def _checkout(matrix: Path | None, keys: Path | None) -> Checkout | None:
         if keys is not None:
             return None
         raise
-    return Checkout(root=project.root, cells=project.load_fast().cells, settings=Settings.from_env())
+    import os
+
+    return Checkout(root=project.root, cells=project.load_fast().cells, settings=Settings.from_env(),
+                    matrix_name=os.path.relpath(project.matrix_path, project.root))

@@ -5,8 +5,8 @@ it and `report` shows it. Every reader parses a verdict once, where it enters (a
 statement, a file), with `parse_verdict`, and reads the typed object's attributes from there on;
 what does not parse is a `VerdictError` naming where, the field and what is wrong, never a default.
 
-Schemas (`schema`): validate writes SCHEMA; readers accept READ_SCHEMAS, the current one and the one
-before it, and refuse any other number naming it.
+Schemas (`schema`): validate writes SCHEMA; readers accept READ_SCHEMAS, the current one and the two before
+it, and refuse any other number naming it; release takes only the current one.
 - 2: what a reader needs to trust a `passed`: the tests the cell's groups define, which of them a
   selection removed, and the runner's GPUs.
 - 3: schema 2 plus `cold_start` (the first import of the framework in a new container).
@@ -17,6 +17,11 @@ before it, and refuse any other number naming it.
 - 5: schema 4 plus `platform`, the os/arch of the manifest validated (contracts.platforms names it; one
   verdict per platform manifest of an index), and `emulated`, whether it ran under QEMU on a runner of
   another architecture (its GPU tests then never count: an emulated GPU run is not a GPU run).
+- 6: schema 5 plus what the run was bound to (issue 48): `matrix_digest`, the sha256 of the matrix file
+  validate read (the expectations the image tests compared with came from it), and `libraries`, the NVIDIA
+  library promises of the cell (name -> version: what test_nvidia_libraries compared the image with; {} when
+  the cell promises none). Release refuses a verdict whose promises are not the matrix's now, or whose matrix
+  is not the one committed at the image's revision or the release commit.
 
 The result (`derive_result`): `failed` when a test failed, pytest did not succeed, or nothing
 passed; `incomplete` when nothing failed but the verdict does not cover the cell: a defined test
@@ -34,8 +39,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from buildtool.contracts import platforms
 
-SCHEMA: Literal[5] = 5
-READ_SCHEMAS = (4, 5)       # the current schema and the one before it
+SCHEMA: Literal[6] = 6
+# The current schema and the two before it (the report reads a history of nights); release takes only the current
+# one, which records what the verdict was bound to (buildtool.release.gates.binding_problems).
+READ_SCHEMAS = (4, 5, 6)
 SBOM_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 Result = Literal["passed", "failed", "incomplete"]
 TestOutcome = Literal["passed", "failed", "skipped"]
@@ -103,7 +110,7 @@ class Selection(_Model):
 
 
 class Verdict(_Model):
-    schema_: Literal[4, 5] = Field(SCHEMA, alias="schema")
+    schema_: Literal[4, 5, 6] = Field(SCHEMA, alias="schema")
     digest: str
     image: str
     cell: str
@@ -129,6 +136,8 @@ class Verdict(_Model):
     sbom_problem: str = ""           # schema 4: why no signed SBOM verified ("" when `sbom` names one)
     platform: str = ""               # schema 5: os/arch of the manifest validated (contracts.platforms)
     emulated: bool = False           # schema 5: it ran under QEMU on a runner of another architecture
+    matrix_digest: str = ""          # schema 6: sha256 of the matrix file validate read
+    libraries: dict[str, str] = Field(default_factory=dict)   # schema 6: the NVIDIA library promises checked
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -145,11 +154,17 @@ class Verdict(_Model):
         return self
 
     @model_validator(mode="after")
-    def _sbom_fields(self) -> Verdict:
-        if self.schema_ < 4:
-            if self.sbom or self.sbom_problem:
-                raise ValueError(f"`sbom` and `sbom_problem` are schema-4 fields, not of schema {self.schema_}")
+    def _binding_fields(self) -> Verdict:
+        if self.schema_ < 6:
+            if self.matrix_digest or self.libraries:
+                raise ValueError(f"`matrix_digest` and `libraries` are schema-6 fields, not of schema {self.schema_}")
             return self
+        if not re.fullmatch(SBOM_DIGEST_RE, self.matrix_digest):
+            raise ValueError(f"`matrix_digest` {self.matrix_digest[:80]!r} is not a sha256:<64 hex> digest")
+        return self
+
+    @model_validator(mode="after")
+    def _sbom_fields(self) -> Verdict:
         if self.sbom and not re.fullmatch(SBOM_DIGEST_RE, self.sbom):
             raise ValueError(f"`sbom` {self.sbom[:80]!r} is not a sha256:<64 hex> digest")
         if bool(self.sbom) == bool(self.sbom_problem):
@@ -198,7 +213,7 @@ def parse_verdict(data: Any, where: str) -> Verdict:
         raise VerdictError(f"{where}: not a verdict (no schema number)")
     if isinstance(schema, bool) or schema not in READ_SCHEMAS:
         raise VerdictError(f"{where}: unsupported verdict schema {schema!r} (this toolkit reads schemas "
-                           f"{' and '.join(map(str, READ_SCHEMAS))})")
+                           f"{', '.join(map(str, READ_SCHEMAS[:-1]))} and {READ_SCHEMAS[-1]})")
     try:
         return Verdict.model_validate(data, strict=True)
     except ValidationError as exc:

@@ -15,7 +15,6 @@ guess.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from typing import Any
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
+from buildtool.common.files import sha256_file
 from buildtool.contracts import label_keys
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.names import check_full_revision
@@ -140,14 +140,6 @@ def builder_id(keyid: str) -> str:
 
 def rfc3339(when: datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @lru_cache(maxsize=1)

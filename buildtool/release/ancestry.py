@@ -1,5 +1,8 @@
 """Whether the revision a provenance says an image was built from may be released from this checkout:
-the release commit (HEAD of the clone release runs in) or an ancestor of it, committed, known to git.
+the release commit (HEAD of the clone release runs in) or an ancestor of it, committed, known to git; and
+whether every other field of the provenance that names the source says the same (issue 48): the source's and
+the tool's gitCommit (what SLSA verifiers read), each lock file's sha256 and the matrix's, against the files as
+committed at that revision.
 
 An image built from uncommitted changes, or from a branch the release commit does not contain, is
 code nobody reviewed into what is released; a commit git does not know cannot be checked at all.
@@ -7,10 +10,12 @@ code nobody reviewed into what is released; a commit git does not know cannot be
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 
 from buildtool.contracts.names import FULL_REVISION_RE
+from buildtool.contracts.provenance import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
 
 GIT_TIMEOUT_S = 60
 
@@ -41,3 +46,42 @@ def revision_problem(root: Path, revision: str, release: str = "HEAD") -> str:
     if ancestor.returncode != 0:
         return f"git merge-base --is-ancestor {revision[:12]} failed: {ancestor.stderr.strip()[:200]}"
     return ""
+
+
+def _committed_sha256(root: Path, commit: str, path: str) -> str | None:
+    """sha256 (hex) of `path` as committed at `commit`; None when the commit has no such file."""
+    proc = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{path}"], capture_output=True,
+                          timeout=GIT_TIMEOUT_S, check=False)
+    return hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
+
+
+def source_problems(root: Path, provenance: Provenance, matrix_name: str = "matrix.yaml") -> list[str]:
+    """Why the provenance may not be released from this checkout (empty: it may): its revision
+    (revision_problem), then each field that names the source against git at that revision."""
+    revision = provenance.buildDefinition.externalParameters.revision
+    why = revision_problem(root, revision)
+    if why:
+        return [why]
+    problems = []
+    for descriptor in (provenance.source, *provenance.tools):
+        if descriptor is None or "gitCommit" not in descriptor.digest:
+            continue
+        if descriptor.name == SOURCE or descriptor.name.startswith(TOOL_PREFIX):
+            named = descriptor.digest["gitCommit"]
+            if named != revision:
+                problems.append(f"the provenance's {descriptor.name} names gitCommit {named}, not its revision "
+                                f"{revision}: what SLSA verifiers read must be what was built")
+    matrix = provenance.buildDefinition.externalParameters.matrix_digest
+    committed = _committed_sha256(root, revision, matrix_name)
+    if committed is None or matrix != f"sha256:{committed}":
+        problems.append(f"the provenance's matrix_digest {matrix} is not {matrix_name} as committed at {revision[:12]} "
+                        f"({'none there' if committed is None else 'sha256:' + committed})")
+    for lock in provenance.locks:
+        path = lock.name.removeprefix(LOCK_PREFIX)
+        committed = _committed_sha256(root, revision, path)
+        if committed is None:
+            problems.append(f"the provenance's {lock.name}: no such file committed at {revision[:12]}")
+        elif lock.digest.get("sha256") != committed:
+            problems.append(f"the provenance's {lock.name} sha256:{lock.digest.get('sha256', '?')} is not that file as "
+                            f"committed at {revision[:12]} (sha256:{committed})")
+    return problems

@@ -51,7 +51,8 @@ class Checkout:
     settings: Settings
     # Read from git at `root` when None (what the command does); given by tests that have no such history.
     known_code: KnownCode | None = None
-    revision_check: Callable[[str], str] | None = None
+    source_check: Callable[[Provenance], list[str]] | None = None
+    matrix_name: str = "matrix.yaml"     # the matrix file, relative to `root` (what verdicts are bound to)
 
 
 @dataclass
@@ -191,7 +192,7 @@ def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, res
     from functools import partial
 
     from buildtool.matrix.plan import CellPlan
-    from buildtool.release.ancestry import revision_problem
+    from buildtool.release.ancestry import source_problems
     from buildtool.release.gather import finish_gate, gather
     from buildtool.release.model import ReleaseOptions
     from buildtool.release.read import read_standins
@@ -204,9 +205,10 @@ def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, res
     revisions = sorted({c.facts["provenance"]["buildDefinition"]["externalParameters"]["revision"]
                         for c in result.chains if "provenance" in c.facts})
     known = checkout.known_code or known_code(checkout.root, [*(("the image's revision", r) for r in revisions),
-                                                             ("the checkout's HEAD", "HEAD")])
+                                                             ("the checkout's HEAD", "HEAD")], checkout.matrix_name)
     options = ReleaseOptions(version="", revision="HEAD", trusted=trusted, known_code=known, accept_skips=accept_skips,
-                             revision_check=checkout.revision_check or partial(revision_problem, checkout.root))
+                             source_check=checkout.source_check or partial(source_problems, checkout.root,
+                                                                           matrix_name=checkout.matrix_name))
     plan = CellPlan(cell=cell, revision="HEAD", dev_repo=f"{host}/{repo}", dev_tag=digest, release_repo="",
                     release_tags=(), moving_tags=(), base=cell.base)
     standins, standin_problems = read_standins(client, checkout.settings, checkout.cells)

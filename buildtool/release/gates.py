@@ -189,6 +189,29 @@ def with_covered(verdict: Verdict, covered: dict[str, str]) -> tuple[str, list[s
     return result, reasons
 
 
+def binding_problems(cell: Cell, verdict: Verdict, matrices: dict[str, str]) -> list[str]:
+    """What the verdict was bound to (schema 6) must be what release releases: the library promises it checked
+    are the matrix cell's now, and the matrix it read is the one committed at the image's revision or the release
+    commit (`matrices`: sha256 -> where). An older verdict does not say: it is refused."""
+    if verdict.schema_ < 6:
+        return [f"the verdict is schema {verdict.schema_}: it does not record the matrix and library promises it "
+                "checked (schema 6); validate the image again"]
+    problems = []
+    promised = {} if cell.libraries is None else {"cudnn": cell.libraries.cudnn, "nccl": cell.libraries.nccl}
+    if verdict.libraries != promised:
+        def shown(libs: dict[str, str]) -> str:
+            return ", ".join(f"{k} {v}" for k, v in sorted(libs.items())) or "none"
+        problems.append(f"the verdict checked the library promises {shown(verdict.libraries)}, but the matrix promises "
+                        f"{shown(promised)} for {cell.key} now: validate the image again (the catalogue states what "
+                        "the matrix promises)")
+    if verdict.matrix_digest not in matrices:
+        where = "; ".join(f"{d} ({w})" for d, w in matrices.items()) or "no committed matrix found"
+        problems.append(f"the verdict ran with the matrix {verdict.matrix_digest}, which is not the matrix committed "
+                        f"at the image's revision or the release commit ({where}): its expectations may not be the "
+                        "ones released; validate with the committed matrix")
+    return problems
+
+
 def _one_gpu_missing(cell: Cell, verdict: Verdict, missing: list[str], why: tuple[str, ...]) -> str:
     """What releases a one-GPU runner's verdict, exactly: the multi-GPU verdict it lacks."""
     gpus = verdict.runner.gpus

@@ -17,6 +17,7 @@ from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient, Reg
 from buildtool.release.gates import (
     StandIns,
     attestation_problems,
+    binding_problems,
     claimed_attestations,
     config_platform_problems,
     entry_problems,
@@ -79,6 +80,7 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
                              f"image's revision nor at the release commit ({known.describe()}); test code that git "
                              "does not hold at either proves nothing: validate again with committed image-tests")
     else:
+        item.problems += binding_problems(plan.cell, chosen.verdict, known.matrices)
         where, folder = known.codes[code]
         item.notes.append(f"verdict ran {where} ({code})")
         if folder is not None:
@@ -120,13 +122,13 @@ def _gate_provenance(client: RegistryClient, item: Evidence, plan: CellPlan, dev
                              f"by a key trusted as builder in {trusted.source}")
         return
     revision = found.provenance.buildDefinition.externalParameters.revision
-    if options.revision_check is None:
+    if options.source_check is None:
         item.problems.append(f"no git checkout to check the provenance's revision {revision} against: release "
                              "runs in the clone of the release commit")
         return
-    why = options.revision_check(revision)
+    why = options.source_check(found.provenance)
     if why:
-        item.problems.append(f"{item.digest}: {why}")
+        item.problems += [f"{item.digest}: {w}" for w in why]
         return
     item.provenance, item.provenance_artifact, item.builder_signer = found.provenance, found.referrer, found.signer
     if found.keyid in trusted.dev:

@@ -124,10 +124,10 @@ class ReleaseOptions:
     # The image-tests code a verdict may have run (buildtool.release.testcode: image-tests as committed
     # at the image's revision and at the release commit); None: nothing to compare with, so no verdict counts.
     known_code: KnownCode | Future[KnownCode] | None = None
-    # Why a provenance's revision may not be released ("" when it may: the release commit or an ancestor
-    # of it; buildtool.release.ancestry in the checkout release runs in). None: nothing to check against,
-    # so no provenance counts.
-    revision_check: Callable[[str], str] | None = None
+    # Why a provenance may not be released (empty when it may: its revision is the release commit or an ancestor
+    # of it, and every field naming the source is what git holds there; buildtool.release.ancestry.source_problems
+    # in the checkout release runs in). None: nothing to check against, so no provenance counts.
+    source_check: Callable[[Provenance], list[str]] | None = None
 
     def trusted_keys(self) -> TrustedKeys:
         return self.trusted.result() if isinstance(self.trusted, Future) else self.trusted

@@ -1,6 +1,7 @@
 """Which image-tests code a verdict may have run: computed from git, never taken from the verdict.
 
-A verdict records the sha256 of the image-tests it ran (buildtool.validate.collect.image_tests_hash).
+A verdict records the sha256 of the image-tests it ran (buildtool.validate.collect.image_tests_hash) and of the
+matrix it read (schema 6); both must be what git holds at the image's revision or the release commit.
 Release accepts it only when that hash equals image-tests as committed at the image's own revision
 or at the release commit (HEAD of this checkout): each tree is extracted with `git archive` into a
 temporary folder and hashed there the same way, and the defined tests the gate compares with are
@@ -11,6 +12,7 @@ or from a branch nobody released from) is refused.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import io
 import shutil
 import subprocess
@@ -31,6 +33,8 @@ class KnownCode:
 
     codes: dict[str, tuple[str, Path | None]] = field(default_factory=dict)
     looked_at: list[str] = field(default_factory=list)    # every revision asked, with its hash or why none
+    # sha256 of the matrix as committed at each revision -> where: what a verdict's matrix_digest must be one of.
+    matrices: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         return "; ".join(self.looked_at) or "no revision"
@@ -59,9 +63,15 @@ def _extract(root: Path, commit: str, into: Path) -> Path | None:
     return target / TESTS if (target / TESTS).is_dir() else None
 
 
-def known_code(root: Path, revisions: list[tuple[str, str]]) -> KnownCode:
+def _matrix_digest(root: Path, commit: str, matrix_name: str) -> str | None:
+    """sha256 of the matrix file as committed at `commit` (None when that commit has none)."""
+    proc = _git(root, "show", f"{commit}:{matrix_name}")
+    return "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
+
+
+def known_code(root: Path, revisions: list[tuple[str, str]], matrix_name: str = "matrix.yaml") -> KnownCode:
     """The image-tests hashes of each (label, revision) that git knows, e.g. [("the image's revision",
-    "abc123"), ("the release commit", "HEAD")]."""
+    "abc123"), ("the release commit", "HEAD")], and the matrix (`matrix_name`, relative to `root`) at each."""
     from buildtool.validate.collect import image_tests_hash
 
     if _git(root, "rev-parse", "--git-dir").returncode != 0:
@@ -75,6 +85,9 @@ def known_code(root: Path, revisions: list[tuple[str, str]]) -> KnownCode:
         if commit is None:
             known.looked_at.append(f"{label} {revision}: not a commit of this clone")
             continue
+        matrix = _matrix_digest(root, commit, matrix_name)
+        if matrix is not None:
+            known.matrices.setdefault(matrix, f"{matrix_name} at {label} {commit[:12]}")
         folder = _extract(root, commit, workdir)
         if folder is None:
             known.looked_at.append(f"{label} {commit[:12]}: no image-tests/")

@@ -36,11 +36,12 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
                  groups: list[str], inventory: Inventory, usable: list[dict[str, str]], gpu_problem: str,
                  gpu_runner: bool, run_flags: list[str], rc: int, results: dict[str, Any], defined_path: Path,
                  select: str | None, problem: str = "", deadline_s: float = 0.0, *, sbom: str,
-                 sbom_problem: str) -> Verdict:
+                 sbom_problem: str, matrix_digest: str) -> Verdict:
     """The verdict (schema SCHEMA): what ran, what the groups define (the collect plugin's file), what a
     selection left out, the runner's GPUs, and the result with why it is not `passed`;
     `problem`: why the run did not end by itself (its deadline ran out, it was interrupted);
-    `sbom`: the digest of the image's signed SBOM, or "" with `sbom_problem` saying why (buildtool.validate.sbomref)."""
+    `sbom`: the digest of the image's signed SBOM, or "" with `sbom_problem` saying why (buildtool.validate.sbomref);
+    `matrix_digest`: the matrix file's sha256, which with the cell's library promises binds the verdict (schema 6)."""
     tests = [TestResult.model_validate(t) for t in results["tests"]]
     try:
         collected = json.loads(defined_path.read_text())
@@ -70,4 +71,10 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
         cold_start=ColdStart.model_validate(cold) if (cold := (results.get("facts") or {}).get("cold_start")) else None,
         run_flags=run_flags, pytest_exit=rc, tests=tests, figures=results.get("figures", {}), problem=problem,
         deadline_s=deadline_s, sbom=sbom, sbom_problem=sbom_problem if not sbom else "",
-        platform=image.platform, emulated=image.emulated)
+        platform=image.platform, emulated=image.emulated, matrix_digest=matrix_digest,
+        libraries=promised_libraries(cell))
+
+
+def promised_libraries(cell: Cell) -> dict[str, str]:
+    """The NVIDIA library promises of a cell, as a verdict records them and release compares them ({}: none)."""
+    return {} if cell.libraries is None else {"cudnn": cell.libraries.cudnn, "nccl": cell.libraries.nccl}

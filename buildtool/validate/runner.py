@@ -67,6 +67,16 @@ __all__ = ["DEFAULT_JOIN_TIMEOUT_S", "Inventory", "Options", "Resolved", "busbw_
            "probe_flags", "require_gpus", "resolve", "run_flags", "validate_image"]
 
 
+def matrix_digest(matrix: Matrix) -> str:
+    """sha256 of the matrix file as read (what the verdict is bound to; the provenance's is the same sum)."""
+    from buildtool.common.files import sha256_file
+
+    try:
+        return "sha256:" + sha256_file(Path(matrix.path))
+    except OSError as exc:
+        raise UserError(f"the matrix {matrix.path} cannot be read ({exc.strerror})") from None
+
+
 def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: Log,
                    platform: str | None = None) -> dict[str, Any]:
     """Run the cell's image-tests against `ref` (of an image index: its `platform` manifest); returns the
@@ -161,7 +171,8 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     problem = deadline_problem(deadline_s, bool(fired), results, rc)
     made = make_verdict(image, cell, started_at, duration, tests_dir, groups, inventory, usable, gpu_problem,
                         options.require_gpu, target.run_flags, rc, results or {"tests": []}, defined_path,
-                        options.select, problem, deadline_s, sbom=sbom, sbom_problem=sbom_problem)
+                        options.select, problem, deadline_s, sbom=sbom, sbom_problem=sbom_problem,
+                        matrix_digest=matrix_digest(matrix))
     verdict = made.to_json()
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(out_dir)

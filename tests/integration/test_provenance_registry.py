@@ -22,7 +22,7 @@ from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_ce
 from buildtool.matrix.schema import load_matrix
 from buildtool.registry.provenance import find_provenance
 from buildtool.registry.referrers import fetch, referrers
-from buildtool.release.ancestry import revision_problem
+from buildtool.release.ancestry import source_problems
 from buildtool.release.notes import build_manifest, render_notes
 from tests import signing
 from tests.integration.test_release import CPU, HOST, Space, labels_for, push_single, rev
@@ -245,6 +245,6 @@ def test_release_of_an_image_built_from_a_revision_the_release_commit_does_not_c
     r = rev()
     digest = space.build(CPU, r, provenance=False)
     signing.attach_provenance(space.client, space.dev_repo(CPU), digest, signing.provenance(CPU, revision=side))
-    report = space.release([CPU], r, "0.1.0", revision_check=partial(revision_problem, tmp_path))
+    report = space.release([CPU], r, "0.1.0", source_check=partial(source_problems, tmp_path))
     refused(report, f"the provenance's revision {side[:12]} is neither the release commit {head[:12]} nor an "
                     "ancestor of it")

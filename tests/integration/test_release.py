@@ -136,7 +136,7 @@ class Space:
     def release(self, cells: list[Cell], revision: str, version: str, client: RegistryClient | None = None,
                 **kw: object):
         kw = {"lock_wait_s": 20.0, "trusted": signing.trusted(), "known_code": signing.known_code(),
-              "revision_check": signing.revision_check(), **kw}
+              "source_check": signing.source_check(), **kw}
         options = ReleaseOptions(version=version, revision=revision, **kw)  # type: ignore[arg-type]
         return release(cells, self.settings, options, client_for=lambda host: client or self.client)
 
@@ -159,7 +159,7 @@ def test_single_arch_promoted_digest_for_digest_without_moving_layers(space: Spa
         report = release([CPU], space.settings, ReleaseOptions("0.1.0", r, lock_settle_s=0.2,
                                                                trusted=signing.trusted(),
                                                                known_code=signing.known_code(),
-                                                               revision_check=signing.revision_check()),
+                                                               source_check=signing.source_check()),
                          client_for=lambda host: RegistryClient(proxy.address, retry=FAST))
         moved = proxy.bytes_to_client + proxy.bytes_to_upstream
     item = report.images[0]

@@ -175,7 +175,7 @@ def test_a_validly_signed_verdict_of_the_current_schema_releases_and_one_of_an_o
     digest = space.build(CPU, r, result=None)
     signing.attest(space.client, space.dev_repo(CPU), digest, signing.verdict(CPU, digest, schema=3))
     refused(space.release([CPU], r, "0.1.0"), "no valid verdict",
-            "unsupported verdict schema 3 (this toolkit reads schemas 4 and 5)")
+            "unsupported verdict schema 3 (this toolkit reads schemas 4, 5 and 6)")
     assert released(space) == []
     newer = signing.verdict(CPU, digest, started="2026-02-01T00:00:00.000+00:00")
     signing.attest(space.client, space.dev_repo(CPU), digest, newer)
@@ -187,7 +187,7 @@ def test_a_validly_signed_verdict_of_the_current_schema_releases_and_one_of_an_o
 
 
 @pytest.mark.parametrize(("change", "cause"), [
-    ({"schema": 6}, "unsupported verdict schema 6 (this toolkit reads schemas 4 and 5)"),
+    ({"schema": 6}, "unsupported verdict schema 6 (this toolkit reads schemas 4, 5 and 6)"),
     ({"tests": None}, "`tests`: input should be a valid list"),
     ({"runner": {"gpus": []}}, "`runner.hostname` is missing"),
 ])

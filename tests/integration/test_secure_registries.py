@@ -66,7 +66,7 @@ class SecureSpace(Space):
         from buildtool.release.promote import ReleaseOptions, release
 
         kw = {"lock_wait_s": 20.0, "trusted": signing.trusted(), "known_code": signing.known_code(),
-              "revision_check": signing.revision_check(), **kw}
+              "source_check": signing.source_check(), **kw}
         options = ReleaseOptions(version=version, revision=revision, **kw)
         # A fresh client per host, as the command makes them: its credentials resolved again.
         return release(cells, self.settings, options,
