@@ -73,6 +73,13 @@ def replace_bundle(client: MemRegistry, digest: str, predicate_type: str, change
     attach(client, REPO, digest, BUNDLE, [Payload(BUNDLE, json.dumps(body).encode())], notes)  # type: ignore[arg-type]
 
 
+# A Rekor v1 entry as Sigstore's clients write it in a bundle (protobuf-specs TransparencyLogEntry, JSON form).
+REKOR_ENTRY = {"logIndex": "25579", "logId": {"keyId": "wNI9atQGlz+VWfO6LRygH4QUfY/8W4RFwiT5i5WRgB0="},
+               "kindVersion": {"kind": "dsse", "version": "0.0.1"}, "integratedTime": "1700000000",
+               "inclusionPromise": {"signedEntryTimestamp": "MEUCIQ=="},
+               "canonicalizedBody": "eyJhcGlWZXJzaW9uIjoiMC4wLjEifQ=="}
+
+
 def one_byte_changed(body: dict) -> None:
     payload = bytearray(base64.b64decode(body["dsseEnvelope"]["payload"]))
     payload[payload.index(b"sha256")] ^= 0x01       # 's' -> 'r': one byte of the signed statement
@@ -156,6 +163,14 @@ def test_verify_refuses_a_bundle_with_one_byte_changed(client: MemRegistry, pred
     (lambda b: b.pop("dsseEnvelope"), "carries no dsseEnvelope"),
     (lambda b: b.update(mediaType="application/vnd.dev.sigstore.bundle+json;version=0.1"),
      "not application/vnd.dev.sigstore.bundle.v0.3+json"),
+    # Issue 48, decided: a transparency-log entry nobody here can verify (sigstore-js refuses the bundle: the
+    # toolkit used to read past it), in Rekor's form; a timestamp; a certificate: refused, naming what.
+    (lambda b: b["verificationMaterial"].update(tlogEntries=[REKOR_ENTRY]),
+     "unverifiable: the Sigstore bundle carries 1 transparency-log entries, which this toolkit cannot verify"),
+    (lambda b: b["verificationMaterial"].update(timestampVerificationData={"rfc3161Timestamps": [
+        {"signedTimestamp": "MIIC"}]}), "unverifiable: the Sigstore bundle carries RFC 3161 timestamps"),
+    (lambda b: b["verificationMaterial"].update(certificate={"rawBytes": "MIIB"}),
+     "unverifiable: the Sigstore bundle carries a certificate"),
 ])
 def test_a_bundle_the_toolkit_does_not_read_is_refused_naming_why(client: MemRegistry, change, cause: str) -> None:  # noqa: ANN001
     digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
@@ -209,3 +224,11 @@ def test_a_push_that_keeps_attestations_made_before_bundles_publishes_their_bund
     layer = json.loads(client.get_manifest(REPO, prov.artifact)[0])["layers"][0]
     kept = json.loads(client.get_blob(REPO, layer["digest"]))
     assert found[PREDICATE_TYPE][1]["dsseEnvelope"] == kept
+
+
+def test_a_bundle_with_an_empty_transparency_log_list_still_reads() -> None:
+    """`tlogEntries: []` (what Sigstore's parsers want present) carries nothing to verify: read as without it."""
+    env = json.loads(signing.envelope("r", "sha256:" + "1" * 64, {"x": 1}))
+    body = json.loads(sigstore_bundle.bundle(json.dumps(env).encode()))
+    body["verificationMaterial"]["tlogEntries"] = []
+    assert json.loads(sigstore_bundle.envelope(json.dumps(body).encode())) == env

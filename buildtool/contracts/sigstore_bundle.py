@@ -7,7 +7,9 @@ the form cosign's `--new-bundle-format`, GitHub's artifact attestations, sigstor
 
 No transparency-log entries and no timestamps: the keys are the project's own (config/trusted-keys.yaml),
 not Sigstore's public-good instance, so a verifier is given the public key for the hint and log thresholds
-of 0 (docs/release-trust.md, "Sigstore bundles"). The envelope is the same bytes' content the toolkit's own
+of 0 (docs/release-trust.md, "Sigstore bundles"). A bundle that carries a transparency-log entry, a timestamp
+or a certificate is refused by the reader: this toolkit cannot verify them, and a Sigstore verifier refuses
+what it cannot verify (issue 48: the toolkit and sigstore-js agree). The envelope is the same bytes' content the toolkit's own
 artifact carries: one signature, so a bundle and the artifact beside it are the same attestation.
 
 In the registry (buildtool.registry.bundles) a bundle is an OCI artifact with artifactType BUNDLE_MEDIA_TYPE,
@@ -62,11 +64,32 @@ def envelope(data: bytes) -> bytes:
     hint = _get(body, "verificationMaterial", "publicKey", "hint")
     if not isinstance(hint, str) or not hint:
         raise BundleError("malformed: the Sigstore bundle names no public key (verificationMaterial.publicKey.hint)")
+    material = body.get("verificationMaterial") or {}
+    unverifiable = _unverifiable(material)
+    if unverifiable:
+        raise BundleError(f"unverifiable: the Sigstore bundle carries {unverifiable}, which this toolkit cannot verify "
+                          "(it trusts keys, not a transparency log or a timestamp authority); Sigstore's verifiers "
+                          "refuse what they cannot verify too, so it is refused, not read past")
     claimed = [s.get("keyid") for s in env.get("signatures") or [] if isinstance(s, dict)]
     if claimed != [hint]:
         raise BundleError(f"mismatched: the bundle's key hint {hint[:16]} is not the key its one signature names "
                           f"({', '.join(str(k)[:16] for k in claimed) or 'none'})")
     return json.dumps(env, sort_keys=True).encode()
+
+
+def _unverifiable(material: dict[str, Any]) -> str:
+    """What verification material a keyed bundle carries beyond its key hint ("" when nothing): a transparency-log
+    entry, a timestamp, a certificate. Issue 48 decided: such a bundle is refused (sigstore-js refuses a bundle
+    whose transparency-log entry it cannot verify), so the toolkit and a Sigstore verifier agree."""
+    found = []
+    entries = material.get("tlogEntries")
+    if entries not in (None, []):
+        found.append(f"{len(entries) if isinstance(entries, list) else 'malformed'} transparency-log entries")
+    stamps = _get(material, "timestampVerificationData", "rfc3161Timestamps")
+    if stamps not in (None, []):
+        found.append("RFC 3161 timestamps")
+    found += [f"a {k}" for k in sorted(set(material) - {"publicKey", "tlogEntries", "timestampVerificationData"})]
+    return ", ".join(found)
 
 
 def _get(body: dict[str, Any], *path: str) -> Any:
