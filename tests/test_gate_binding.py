@@ -16,6 +16,7 @@ from buildtool.contracts.provenance import LOCK_PREFIX, SOURCE, TOOL_PREFIX
 from buildtool.release.chain import verify_reference
 from tests import signing
 from tests.conftest import fixture_matrix
+from tests.gate_scenarios import scenario
 from tests.test_release_platforms import Dev
 from tests.test_verify_strict import checkout, single
 
@@ -49,12 +50,20 @@ def ngc_image(**verdict: Any) -> Dev:
     return dev
 
 
+@scenario("binding/ngc-library-check-skipped-as-a-stand-in")
+def ngc_standin_skip() -> Dev:
+    tests = [signing.result(f"{g}/test_x.py::test_{g}") for g in NGC.tests]
+    tests.append(signing.result(LIBS, "skipped", "standin-libraries", "not run: a stand-in image"))
+    return ngc_image(tests=tests)
+
+
+scenario("binding/ngc-checked-its-promises")(ngc_image)
+
+
 def test_an_ngc_image_whose_library_check_was_skipped_as_a_stand_in_is_refused() -> None:
     """Before: `standin-libraries` was an expected skip on every NGC cell (each has a stand-in for CI), so a real
     NGC image released with its library check skipped."""
-    tests = [signing.result(f"{g}/test_x.py::test_{g}") for g in NGC.tests]
-    tests.append(signing.result(LIBS, "skipped", "standin-libraries", "not run: a stand-in image"))
-    problems = both(ngc_image(tests=tests))
+    problems = both(ngc_standin_skip())
     assert any(p.startswith(f"1 test(s) skipped where the matrix expects them to run: {LIBS}") and
                p.endswith("; no --accept-skip waives these codes") for p in problems), problems
 
@@ -72,24 +81,38 @@ def test_an_ngc_verdict_checked_against_other_promises_is_refused() -> None:
             "again (the catalogue states what the matrix promises)") in problems, problems
 
 
-def test_a_verdict_of_another_matrix_is_refused() -> None:
+OTHER_MATRIX = "sha256:" + "e" * 64
+
+
+@scenario("binding/a-verdict-of-another-matrix")
+def other_matrix() -> Dev:
     dev = Dev(CPU)
     digest = dev.image("amd64")
-    other = "sha256:" + "e" * 64
-    dev.evidence(digest, "linux/amd64", matrix_digest=other)
+    dev.evidence(digest, "linux/amd64", matrix_digest=OTHER_MATRIX)
     single(dev, digest)
-    problems = both(dev)
+    return dev
+
+
+def test_a_verdict_of_another_matrix_is_refused() -> None:
+    other = OTHER_MATRIX
+    problems = both(other_matrix())
     assert any(p.startswith(f"the verdict ran with the matrix {other}, which is not the matrix committed at the "
                             "image's revision or the release commit") for p in problems), problems
+
+
+@scenario("binding/a-schema-5-verdict")
+def schema_5() -> Dev:
+    dev = Dev(CPU)
+    digest = dev.image("amd64")
+    dev.evidence(digest, "linux/amd64", schema=5)
+    single(dev, digest)
+    return dev
 
 
 def test_a_verdict_that_records_no_binding_is_refused() -> None:
     """A schema-5 verdict (the one before) is still read (the report shows it), but does not say what it was bound
     to: release refuses it. (A schema-4 verdict: tests/test_release_platforms.py.)"""
-    dev = Dev(CPU)
-    digest = dev.image("amd64")
-    dev.evidence(digest, "linux/amd64", schema=5)
-    single(dev, digest)
+    dev = schema_5()
     assert "the verdict is schema 5: it does not record the matrix and library promises it checked " \
            "(schema 6); validate the image again" in both(dev)
 
@@ -117,6 +140,9 @@ def dependency(body: dict[str, Any], name: str) -> dict[str, Any]:
     return next(d for d in body["buildDefinition"]["resolvedDependencies"] if d["name"] == name)
 
 
+scenario("binding/provenance-of-the-committed-sources")(lambda: provenance_image(lambda body: None))
+
+
 def test_a_provenance_whose_sources_are_the_committed_ones_passes() -> None:
     assert both(provenance_image(lambda body: None)) == []
 
@@ -124,7 +150,7 @@ def test_a_provenance_whose_sources_are_the_committed_ones_passes() -> None:
 OTHER_COMMIT = "f" * 40
 
 
-@pytest.mark.parametrize(("change", "cause"), [
+PROVENANCE_CHANGES = [
     (lambda b: dependency(b, SOURCE)["digest"].update(gitCommit=OTHER_COMMIT),
      f"the provenance's source names gitCommit {OTHER_COMMIT}, not its revision"),
     (lambda b: dependency(b, f"{TOOL_PREFIX}buildtool")["digest"].update(gitCommit=OTHER_COMMIT),
@@ -136,7 +162,12 @@ OTHER_COMMIT = "f" * 40
     (lambda b: b["buildDefinition"]["resolvedDependencies"].append(
         {"name": f"{LOCK_PREFIX}dockerfiles/no-such/requirements.lock", "digest": {"sha256": "e" * 64}}),
      "lock:dockerfiles/no-such/requirements.lock: no such file committed at"),
-])
+]
+for _n, (_change, _) in enumerate(PROVENANCE_CHANGES):
+    scenario(f"binding/provenance-source-field-{_n}")(lambda change=_change: provenance_image(change))
+
+
+@pytest.mark.parametrize(("change", "cause"), PROVENANCE_CHANGES)
 def test_a_provenance_field_that_names_another_source_is_refused(change: Any, cause: str) -> None:
     """Before: only `revision` was compared with the commit; gitCommit (what SLSA verifiers read), the lock
     digests and the matrix digest could name anything, and the image released and verified."""

@@ -14,6 +14,7 @@ import pytest
 from buildtool.release.chain import Verification, verify_reference
 from tests import signing
 from tests.conftest import fixture_matrix
+from tests.gate_scenarios import scenario
 from tests.test_release_platforms import Dev
 from tests.test_verify_strict import checkout, single
 
@@ -62,6 +63,44 @@ def paired(*extra: Callable[[str], dict[str, Any]], one_at: str = ONE_AT, **mult
     return dev, digest
 
 
+WRONG_RANKS = {"ranks": 1, "gpu_model": "NVIDIA A100-SXM4-80GB", "peak_GBps": 300.0}
+WRONG_MODEL = {"ranks": 2, "gpu_model": "NVIDIA A100-SXM4-80GB", "peak_GBps": 300.0}
+
+
+def failure_after(runner: int) -> Callable[[str], dict[str, Any]]:
+    def failure(digest: str) -> dict[str, Any]:
+        if runner == 1:    # the one-GPU runner's whole run again, a test failed: the newest whole run
+            return body(digest, 1, busbw="skipped", started=LATER, others="failed")
+        return body(digest, 2, busbw="failed", started=LATER, selected=True)   # the multi-GPU -k run again, failed
+    return failure
+
+
+def between(digest: str) -> dict[str, Any]:
+    """A multi-GPU run between the one-GPU run and the companion that failed another test."""
+    found = body(digest, 2, busbw="passed", started="2026-03-02T02:30:00+00:00", selected=True)
+    found["tests"] = [signing.result(OTHERS[2], "failed"), *found["tests"]]
+    found["selection"] = {"expression": "test_pytorch or busbw", "deselected": OTHERS[:2]}
+    found["result"] = "failed"
+    return found
+
+
+def early(digest: str) -> dict[str, Any]:
+    return body(digest, 1, busbw="skipped", started="2026-03-01T00:00:00+00:00", others="failed")
+
+
+for _name, _make in {
+    "pairing/valid": lambda: paired(),
+    "pairing/companion-inventory-disagrees": lambda: paired(figure=WRONG_RANKS),
+    "pairing/companion-on-another-model": lambda: paired(figure=WRONG_MODEL),
+    "pairing/companion-emulated": lambda: paired(emulated=True),
+    "pairing/failure-after-on-the-one-gpu-runner": lambda: paired(failure_after(1)),
+    "pairing/failure-after-on-the-multi-gpu-runner": lambda: paired(failure_after(2)),
+    "pairing/failure-between-the-pair": lambda: paired(between),
+    "pairing/failure-before-both": lambda: paired(early),
+}.items():
+    scenario(_name)(lambda make=_make: make()[0])
+
+
 def both(dev: Dev) -> tuple[list[str], Verification]:
     item = dev.gather()
     found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
@@ -88,10 +127,10 @@ def one_gpu_refusal(problems: list[str], why: str) -> None:
 
 
 @pytest.mark.parametrize(("multi", "why"), [
-    pytest.param({"figure": {"ranks": 1, "gpu_model": "NVIDIA A100-SXM4-80GB", "peak_GBps": 300.0}},
+    pytest.param({"figure": WRONG_RANKS},
                  "its inventory does not hold: the bus-bandwidth test ran on 1 GPUs, but the runner lists 2",
                  id="inventory-disagrees-with-its-own-busbw-record"),
-    pytest.param({"figure": {"ranks": 2, "gpu_model": "NVIDIA A100-SXM4-80GB", "peak_GBps": 300.0}},
+    pytest.param({"figure": WRONG_MODEL},
                  "its inventory does not hold: the bus-bandwidth test reports GPU model 'NVIDIA A100-SXM4-80GB'",
                  id="busbw-on-another-model"),
     pytest.param({"emulated": True}, "it ran linux/amd64 under emulation: an emulated GPU run is not a GPU run",
@@ -108,11 +147,7 @@ def test_a_companion_that_would_not_pass_alone_does_not_pair(multi: dict[str, An
 def test_a_failure_after_the_pair_from_either_runner_counts(runner: int) -> None:
     """Before: the upload-order rule ran only when the chosen verdict passed, so a failure after the pair (the
     one-GPU runner's or the multi-GPU runner's) was ignored."""
-    def failure(digest: str) -> dict[str, Any]:
-        if runner == 1:    # the one-GPU runner's whole run again, a test failed: the newest whole run
-            return body(digest, 1, busbw="skipped", started=LATER, others="failed")
-        return body(digest, 2, busbw="failed", started=LATER, selected=True)   # the multi-GPU -k run again, failed
-    dev, digest = paired(failure)
+    dev, digest = paired(failure_after(runner))
     problems, found = both(dev)
     failed = OTHERS[1] if runner == 1 else BUSBW
     assert any(p.startswith(f"verdict of {digest} is 'failed' (failed: {failed})") for p in problems), problems
@@ -122,12 +157,6 @@ def test_a_failure_after_the_pair_from_either_runner_counts(runner: int) -> None
 def test_a_failure_between_the_one_gpu_run_and_its_companion_counts() -> None:
     """A multi-GPU run that failed another test after the one-GPU run and before the companion: not older than
     the pair, so it counts (a failure is older only than what came after it on every clock)."""
-    def between(digest: str) -> dict[str, Any]:
-        found = body(digest, 2, busbw="passed", started="2026-03-02T02:30:00+00:00", selected=True)
-        found["tests"] = [signing.result(OTHERS[2], "failed"), *found["tests"]]
-        found["selection"] = {"expression": "test_pytorch or busbw", "deselected": OTHERS[:2]}
-        found["result"] = "failed"
-        return found
     dev, digest = paired(between)
     problems, _ = both(dev)
     assert any(p.startswith(f"verdict of {digest} is 'failed' (failed: {OTHERS[2]})") for p in problems), problems
@@ -135,6 +164,6 @@ def test_a_failure_between_the_one_gpu_run_and_its_companion_counts() -> None:
 
 
 def test_an_older_failure_before_both_does_not_count() -> None:
-    dev, _ = paired(lambda d: body(d, 1, busbw="skipped", started="2026-03-01T00:00:00+00:00", others="failed"))
+    dev, _ = paired(early)
     problems, found = both(dev)
     assert problems == [] and found.ok, problems

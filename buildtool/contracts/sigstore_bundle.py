@@ -9,8 +9,8 @@ No transparency-log entries and no timestamps: the keys are the project's own (c
 not Sigstore's public-good instance, so a verifier is given the public key for the hint and log thresholds
 of 0 (docs/release-trust.md, "Sigstore bundles"). A bundle that carries a transparency-log entry, a timestamp
 or a certificate is refused by the reader: this toolkit cannot verify them, and a Sigstore verifier refuses
-what it cannot verify (issue 48: the toolkit and sigstore-js agree). The envelope is the same bytes' content the toolkit's own
-artifact carries: one signature, so a bundle and the artifact beside it are the same attestation.
+what it cannot verify (issue 48: the toolkit and sigstore-js agree). The envelope is the same bytes' content the
+toolkit's own artifact carries: one signature, so a bundle and the artifact beside it are the same attestation.
 
 In the registry (buildtool.registry.bundles) a bundle is an OCI artifact with artifactType BUNDLE_MEDIA_TYPE,
 the bundle as its one layer (same media type), `subject` the image manifest, and the annotations cosign and
