@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+from pathlib import Path
 from typing import Any
 
 from buildtool.common.dsse import PrivateKey, generate, sign_envelope
@@ -150,13 +151,21 @@ def head_commit() -> str:
 
 
 def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool = False, revision: str = "",
-               **params: Any) -> dict[str, Any]:
+               root: Path | None = None, **params: Any) -> dict[str, Any]:
     """A provenance predicate as a push writes it for `cell` (buildtool.imagebuild.provenance), built at
-    `revision` (default: this checkout's HEAD, with the matrix and the cell's locks as committed there) on
-    `base_digest`; `params` override external parameters."""
+    `revision` (default: this checkout's HEAD, with the matrix and the cell's locks as committed there; `root`: the
+    repository of `revision`, default this one) on `base_digest`; `params` override external parameters."""
+    import subprocess
+
     from buildtool.contracts.provenance import BASE, BUILD_TYPE
 
-    external = {"cell": cell.key, "matrix_digest": committed_matrix(), "revision": revision or head_commit(),
+    revision = revision or head_commit()
+    committed = revision.partition("-dirty.")[0]
+    try:
+        committed_sha256("matrix.yaml", committed, root)
+    except subprocess.CalledProcessError:
+        committed = "HEAD"      # a revision git does not know (a test of its refusal): HEAD's sources
+    external = {"cell": cell.key, "matrix_digest": committed_matrix(root, committed), "revision": revision,
                 "source": "https://example.invalid/dl-images", "dockerfile": cell.dockerfile,
                 "platform": "linux/amd64", "buildArgs": {"BASE_IMAGE": f"{cell.base}@{base_digest}"},
                 "sourceDateEpoch": 1767225600, "secrets": ["pip.conf", "uv.toml"], "network": "host", **params}
@@ -168,7 +177,7 @@ def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool =
                      "annotations": {"standin": standin}},
                     {"name": "source", "uri": f"git+https://example.invalid/dl-images@{commit}",
                      "digest": {"gitCommit": commit}},
-                    *committed_locks(cell),
+                    *committed_locks(cell, root, committed),
                     {"name": "tool:buildtool", "uri": f"git+https://example.invalid/dl-images@{commit}",
                      "digest": {"gitCommit": commit}, "annotations": {"version": "0.1.0"}}]},
             "runDetails": {"builder": {"id": "https://ci.example.invalid/runs/1", "version": {"buildtool": "0.1.0"}},
@@ -205,42 +214,43 @@ def source_check() -> Any:
 
 
 @functools.cache
-def committed_sha256(path: str, revision: str = "HEAD") -> str:
-    """sha256 (hex) of a file of this repository as committed at `revision`."""
+def committed_sha256(path: str, revision: str = "HEAD", root: Path | None = None) -> str:
+    """sha256 (hex) of a file as committed at `revision` in `root` (default: this repository)."""
     import hashlib
     import subprocess
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    shown = subprocess.run(["git", "-C", str(root), "show", f"{revision}:{path}"], capture_output=True, check=True,
+    where = root or Path(__file__).resolve().parents[1]
+    shown = subprocess.run(["git", "-C", str(where), "show", f"{revision}:{path}"], capture_output=True, check=True,
                            timeout=60).stdout
     return hashlib.sha256(shown).hexdigest()
 
 
-def committed_matrix() -> str:
-    """The digest of matrix.yaml as committed at HEAD: what a provenance built at HEAD names."""
-    return "sha256:" + committed_sha256("matrix.yaml")
+def committed_matrix(root: Path | None = None, revision: str = "HEAD") -> str:
+    """The digest of matrix.yaml as committed at `revision` in `root`: what a provenance built there names, and
+    what a verdict validated with that matrix records."""
+    return "sha256:" + committed_sha256("matrix.yaml", revision, root)
 
 
-def committed_locks(cell: Cell) -> list[dict[str, Any]]:
-    """The cell's lock files as committed at HEAD, as the provenance's resolved dependencies name them (none for
-    the multi-platform variants tests make of single-platform cells: no such locks are committed)."""
+def committed_locks(cell: Cell, root: Path | None = None, revision: str = "HEAD") -> list[dict[str, Any]]:
+    """The cell's lock files as committed at `revision` in `root`, as the provenance's resolved dependencies name
+    them (none for the multi-platform variants tests make of single-platform cells: no such locks are committed)."""
     import subprocess
-    from pathlib import Path
 
     from buildtool.imagebuild.lock import lock_paths
 
-    root = Path(__file__).resolve().parents[1]
+    where = root or Path(__file__).resolve().parents[1]
     found: list[dict[str, Any]] = []
     if cell.multi_platform:
         return found
-    for path in lock_paths(root, cell).values():
-        rel = str(path.relative_to(root))
+    for path in lock_paths(where, cell).values():
+        rel = str(path.relative_to(where))
         try:
-            found.append({"name": f"lock:{rel}", "digest": {"sha256": committed_sha256(rel)}})
+            found.append({"name": f"lock:{rel}", "digest": {"sha256": committed_sha256(rel, revision, root)}})
         except subprocess.CalledProcessError:
             continue    # the fixture matrix's cell lays its locks out otherwise than the committed one
     return found
+
+
 # -- the builder's SBOM attestation -----------------------------------------------------------------
 
 def minimal_sbom(digest: str, components: int = 2) -> dict[str, Any]:

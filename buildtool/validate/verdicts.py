@@ -56,7 +56,7 @@ from buildtool.contracts.names import (
     verdict_tag,
 )
 from buildtool.contracts.sigstore_bundle import BundleError
-from buildtool.contracts.verdict import Verdict
+from buildtool.contracts.verdict import READ_SCHEMAS, Verdict
 from buildtool.registry.bundles import attach_bundle, fetch_envelopes, is_bundle, own_first, same_envelope
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, listed_referrers
@@ -296,6 +296,11 @@ def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
     try:
         verdict = read_statement(opened.payload, digest)
     except StatementError as exc:
+        schema = (body.get("predicate") or {}).get("schema") if isinstance(body.get("predicate"), dict) else None
+        if isinstance(schema, int) and not isinstance(schema, bool) and schema < READ_SCHEMAS[0]:
+            # A retired schema, from a toolkit older than the one before: ignored, never blocking (validating the
+            # image again is what replaces it); a newer or malformed one blocks.
+            return f"retired: {exc}"
         return Untyped(signer, str(exc))
     if cell is not None and verdict.cell != cell:
         return f"mismatched: the verdict is for cell {verdict.cell!r}, not {cell}"

@@ -125,7 +125,8 @@ class Space:
         signing.attest_sbom(self.client, repo, digest)
         if provenance:
             commit = git(self.project, "rev-parse", revision) if self.project is not None else ""
-            signing.attach_provenance(self.client, repo, digest, signing.provenance(cell, revision=commit))
+            signing.attach_provenance(self.client, repo, digest, signing.provenance(cell, revision=commit,
+                                                                                    root=self.project))
         if result is not None:
             store_verdict(self.client, repo, digest, verdict(cell, digest, result, tests, **(verdict_changes or {})))
         return digest
@@ -518,7 +519,7 @@ def trust(project: Path) -> None:
 def test_release_command_end_to_end(project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     space = Space(project)
     trust(project)
-    code_of = {"test_code": commit_image_tests(project)}
+    code_of = {"test_code": commit_image_tests(project), "matrix_digest": signing.committed_matrix(project)}
     monkeypatch.setenv("REGISTRY", f"{HOST}/{space.prefix}")
     monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
     monkeypatch.chdir(project)
@@ -587,7 +588,7 @@ def test_command_reports_partial_release_without_leaking_credentials(
     monkeypatch.setenv("REGISTRY_PASSWORD", secret)       # for the proxy's address only (REGISTRY_AUTH_HOST below)
     monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
     monkeypatch.chdir(project)
-    code_of = {"test_code": commit_image_tests(project)}
+    code_of = {"test_code": commit_image_tests(project), "matrix_digest": signing.committed_matrix(project)}
     revision = git(project, "rev-parse", "--short=12", "HEAD")
     space.build(CPU, revision, verdict_changes=code_of)
     space.build(TF_CPU, revision, verdict_changes=code_of)
@@ -792,7 +793,8 @@ def test_a_verdict_of_test_code_git_does_not_hold_is_refused_naming_both_revisio
     (project / "image-tests/common/test_x.py").write_text("def test_common():\n    assert True  # edited\n")
     edited = image_tests_hash(project / "image-tests")
     git(project, "checkout", "--", "image-tests")
-    space.build(CPU, first, verdict_changes={"test_code": edited})
+    matrix = signing.committed_matrix(project)
+    space.build(CPU, first, verdict_changes={"test_code": edited, "matrix_digest": matrix})
     code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--dry-run", "--matrix",
                              str(project / "matrix.yaml"), "--json")
     assert code == 1, err
@@ -805,7 +807,7 @@ def test_a_verdict_of_test_code_git_does_not_hold_is_refused_naming_both_revisio
     (project / "image-tests/common/test_y.py").write_text("def test_more():\n    pass\n")
     git(project, "add", "image-tests")
     git(project, "commit", "-qm", "more image tests")
-    space.build(TF_CPU, first, verdict_changes={"test_code": committed})
+    space.build(TF_CPU, first, verdict_changes={"test_code": committed, "matrix_digest": matrix})
     code, out, err = run_cli("release", "--version", "0.1.0", "-f", "tensorflow-cpu", "--from", first, "--dry-run",
                              "--matrix", str(project / "matrix.yaml"), "--json")
     assert code == 0, (out, err)

@@ -169,34 +169,37 @@ def test_verdict_signed_by_an_untrusted_key_is_refused(space: Space) -> None:
 
 def test_a_validly_signed_verdict_of_the_current_schema_releases_and_one_of_an_older_schema_is_refused(
         space: Space) -> None:
-    """validate writes schema 5 (.../verdict/v5), naming the image's signed SBOM and its platform; a signed
-    schema-3 verdict (from before verdicts named SBOMs) is no longer read, so it releases nothing."""
+    """validate writes schema 6 (.../verdict/v6), naming the image's signed SBOM, its platform, the matrix and the
+    library promises; a signed schema-3 verdict (from before verdicts named SBOMs) is no longer read, so it
+    releases nothing, and it is retired (ignored): it does not block the newer verdict."""
     r = rev()
     digest = space.build(CPU, r, result=None)
     signing.attest(space.client, space.dev_repo(CPU), digest, signing.verdict(CPU, digest, schema=3))
     refused(space.release([CPU], r, "0.1.0"), "no valid verdict",
-            "unsupported verdict schema 3 (this toolkit reads schemas 4, 5 and 6)")
+            "retired: the signed predicate: unsupported verdict schema 3 (this toolkit reads schemas 4, 5 and 6)")
     assert released(space) == []
     newer = signing.verdict(CPU, digest, started="2026-02-01T00:00:00.000+00:00")
     signing.attest(space.client, space.dev_repo(CPU), digest, newer)
     report = space.release([CPU], r, "0.1.0")
     assert report.ok, report.images[0].problems
     counted = report.images[0].evidence[0].verdict
-    assert counted is not None and counted.schema_ == 5
+    assert counted is not None and counted.schema_ == 6
     assert "2.13-0.1.0" in released(space)
 
 
 @pytest.mark.parametrize(("change", "cause"), [
-    ({"schema": 6}, "unsupported verdict schema 6 (this toolkit reads schemas 4, 5 and 6)"),
+    ({"schema": 7}, "unsupported verdict schema 7 (this toolkit reads schemas 4, 5 and 6)"),
     ({"tests": None}, "`tests`: input should be a valid list"),
     ({"runner": {"gpus": []}}, "`runner.hostname` is missing"),
 ])
 def test_a_validly_signed_verdict_that_does_not_parse_is_refused_naming_why(space: Space, change: dict,
                                                                            cause: str) -> None:
+    """Signed by a trusted tester, about this digest, and not a verdict this toolkit reads: it blocks (issue 48),
+    even beside a valid pass, naming why."""
     r = rev()
-    digest = space.build(CPU, r, result=None)
+    digest = space.build(CPU, r)
     signing.attest(space.client, space.dev_repo(CPU), digest, {**signing.verdict(CPU, digest), **change})
-    refused(space.release([CPU], r, "0.1.0"), "no valid verdict", cause)
+    refused(space.release([CPU], r, "0.1.0"), "cannot be read or typed", "cannot be typed", cause)
     assert released(space) == []
 
 
