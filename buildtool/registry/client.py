@@ -79,6 +79,7 @@ _CONCURRENT_COMMIT_RETRIES = 3
 _REDIRECTS = (301, 302, 303, 307, 308)
 _AUTH_ROUNDS = 2          # 401s one request answers by (re)authenticating before it gives up
 LIST_PAGES = 1000         # pages of one list (tags, referrers) read at most: 100,000 tags at Docker Hub's 100
+BLOB_RESUMES = 100        # cut-offs one blob read survives in all, even each bringing bytes (a bound on the requests)
 # docker.io names the registry; its API answers at registry-1.docker.io (as the docker CLI does it).
 _API_HOSTS = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 
@@ -441,10 +442,10 @@ class RegistryClient:
         """GET a blob into `out`. A body cut off part way (a connection reset, on the registry or on the storage
         host it redirects to) is asked for again from the first missing byte (`Range`, as the distribution spec's
         resumable pull does), and taken whole again when the host answers 200 instead of 206: at once when the
-        cut-off read brought bytes, after the backoff when it brought none, and at most retry.attempts cut-offs
-        in a row that brought nothing."""
+        cut-off read brought bytes, after the backoff when it brought none; at most retry.attempts cut-offs in a
+        row that brought nothing, and BLOB_RESUMES in all."""
         path = f"{repo}/blobs/{digest}"
-        got, idle, delay = 0, 0, self.retry.first_delay
+        got, idle, cuts, delay = 0, 0, 0, self.retry.first_delay
 
         def sink(status: int, headers: Any) -> Callable[[bytes], object] | None:
             if status == 206:
@@ -468,10 +469,13 @@ class RegistryClient:
             except BodyInterrupted as exc:
                 now = out.tell()
                 idle = 0 if now > got else idle + 1
-                got = now
+                got, cuts = now, cuts + 1
                 if idle >= self.retry.attempts:
                     raise RegistryError(f"GET {self._safe(self._url(path))}: {_CUT_OFF} {idle} times in a row "
                                         f"with nothing new ({got} bytes read)") from None
+                if cuts >= BLOB_RESUMES:
+                    raise RegistryError(f"GET {self._safe(self._url(path))}: {_CUT_OFF} {cuts} times ({got} bytes "
+                                        "read); not asked again") from None
                 # A cut that brought bytes is resumed at once; one that brought nothing waits the backoff.
                 wait = delay if idle else 0.0
                 log.warning("registry %s: blob %s cut off after %d bytes (%s); resuming from there in %.1fs",
@@ -562,14 +566,14 @@ class RegistryClient:
                                     f"{from_repo} does not hold it to upload")
         return [blob for blob, outcome in zip(digests, outcomes, strict=True) if outcome == "uploaded"]
 
-    def pages(self, path: str, repo: str, first: Any = None) -> Iterator[Any]:
+    def pages(self, path: str, repo: str, first: Any = None, headers: dict[str, str] | None = None) -> Iterator[Any]:
         """Every page of a list (`path`; `first`: its first page, already read), following each answer's
         `Link: <URL>; rel="next"` (RFC 8288; relative to the page it came with; only on this registry's origin)
         for at most LIST_PAGES pages."""
         url = self._url(path)
         seen = {url}
         for _ in range(LIST_PAGES):
-            page = first if first is not None else self.request("GET", url, repo=repo)
+            page = first if first is not None else self.request("GET", url, repo=repo, headers=headers or {})
             first = None
             yield page
             following = next_link(page.headers, url)

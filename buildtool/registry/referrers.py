@@ -191,7 +191,7 @@ def _api_referrers(client: RegistryClient, repo: str, subject_digest: str) -> li
                  path, response.status_code, response.headers.get("Content-Type", ""), referrers_tag(subject_digest))
         return None
     found = [Referrer.from_descriptor(d) for d in manifests]
-    for page in itertools.islice(client.pages(path, repo, response), 1, None):
+    for page in itertools.islice(client.pages(path, repo, response, headers={"Accept": OCI_INDEX}), 1, None):
         more = _index_manifests(page)
         if more is None:
             raise RegistryError(f"{client.host}: a later page of {path} is not an OCI image index")

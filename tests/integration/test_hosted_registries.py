@@ -13,6 +13,7 @@ would be seen as users see it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -170,12 +171,10 @@ def test_verify_sees_a_verdict_pin_tag_on_any_page(project: Path, monkeypatch: p
     p = _project(project, monkeypatch)
     p.release_direct("0.1.0")
     rel, client = p.space.rel_repo(CPU), p.space.client
+    before, _, _ = client.get_manifest(rel, referrers_tag(p.cpu))
     failed = signing.attest(client, rel, p.cpu, signing.verdict(CPU, p.cpu, "failed",
                                                                 started="2026-02-01T00:00:00.000+00:00"))
-    raw, _, _ = client.get_manifest(rel, referrers_tag(p.cpu))
-    index = json.loads(raw)
-    index["manifests"] = [d for d in index["manifests"] if d["digest"] != failed.digest]
-    client.put_manifest(rel, referrers_tag(p.cpu), json.dumps(index).encode(), OCI_INDEX)
+    client.put_manifest(rel, referrers_tag(p.cpu), before, OCI_INDEX)      # the verdict and its bundle dropped
     fillers(client, rel, p.cpu, [f"0-build-{n:02d}" for n in range(25)])
     ordered = sorted(client.tags(rel))
     [pin] = [t for t in ordered if t.startswith(referrers_tag(p.cpu) + ".v-") and t.endswith(failed.digest[7:39])]
@@ -306,7 +305,16 @@ def test_every_command_survives_resets_on_an_https_blob_host(project: Path, monk
         runs["report"] = cli("report", "--fetch", "-f", "pytorch-cpu", "--revision", p.first, "--verdicts",
                              str(tmp_path / "verdicts"), "--out", str(tmp_path / "report"), "--matrix", p.matrix,
                              cwd=project, **env)
+        # validate's own registry read before its tests run (the command then needs the engine to run image-tests
+        # in the image, which these synthetic images cannot): the signed SBOM its verdict will name.
+        from buildtool.validate.engine import Resolved
+        from buildtool.validate.sbomref import verdict_sbom
+
+        monkeypatch.setenv("DL_IMAGES_CERTS_D", str(blobs.certs_d))
+        image = Resolved(dev, dev, p.cpu, proxy.address, p.space.dev_repo(CPU), {})
+        named, problem = verdict_sbom(image, keys(tmp_path).parent.parent, print)
         cuts, seen = blobs.cuts(), list(blobs.seen)
+    assert problem == "" and named.startswith("sha256:"), problem
     for name, done in runs.items():
         assert done.returncode == 0, (name, done.stdout[-2000:], done.stderr[-3000:])
         no_traceback(done)
@@ -359,3 +367,120 @@ def test_429_says_rate_limited_by_the_host_in_its_own_words(project: Path, monke
                            "unauthenticated pull rate limit. https://www.docker.com/increase-rate-limit"), line
     assert ("Retry-After 3600 s, longer than the 60 s this command waits" in line) == bool(retry_after), line
     no_traceback(done)
+
+
+# -- build --push, twice --------------------------------------------------------------------------
+
+class EngineStandIn:
+    """`build --push` with the engine and BuildKit stood in (as tests/test_push_order.py does): the build is an
+    image id with the build's labels, the engine's upload a one-layer image with those labels written straight
+    into the local registry (the engine talks to the registry, not through the toolkit's client). Everything
+    else (the dev repository's tags, the content-key lookup, attaching, the dev tag) is the command's own,
+    through the registry under test."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from buildtool.imagebuild import builder as builder_mod
+        from buildtool.imagebuild import engine
+        from buildtool.imagebuild.builder import BaseInfo, Builder
+
+        self.local: dict[str, str] = {}
+        self.labels: dict[str, dict[str, str]] = {}
+        self.uploads: list[str] = []
+        base = BaseInfo(ref="127.0.0.1:5000/library/debian:bookworm-slim", digest="sha256:" + "b" * 64)
+        for name, stand_in in {"sdk": lambda: None, "build": self.build, "tag": self.tag, "untag": self.untag,
+                               "image_attrs": self.attrs, "find_by_label": lambda key, value: [],
+                               "image_labels": lambda ref: ((self.attrs(ref) or {}).get("Config") or {}).get(
+                                   "Labels")}.items():
+            monkeypatch.setattr(engine, name, stand_in)
+        monkeypatch.setattr(builder_mod, "push_verified", lambda ref, log, via="": self.push(ref))
+        monkeypatch.setattr(builder_mod, "resolve_base", lambda plan, platform=None: base)
+        monkeypatch.setattr(builder_mod, "scrub_log", lambda path, secrets: None)
+        monkeypatch.setattr(builder_mod, "secret_strings", lambda host: [])
+        monkeypatch.setattr(Builder, "_build_env", lambda self: (
+            None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), None))
+        monkeypatch.setattr(Builder, "_ensure_sbom", lambda self, plan, ref, digest, platform: self_attach(
+            self, plan, digest, "sbom"))
+        monkeypatch.setattr(Builder, "_ensure_provenance", lambda self, plan, ref, digest, began, finished: self_attach(
+            self, plan, digest, "provenance"))
+
+    def build(self, client: object, context: Path, dockerfile: Path, *, labels: dict[str, str], log_path: Path,
+              **_: object) -> str:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("#1 [1/1] FROM base\n")
+        self.labels["image-1"] = dict(labels)
+        return "image-1"
+
+    def tag(self, image: str, ref: str) -> None:
+        self.local[ref] = self.local.get(image, image)
+
+    def untag(self, ref: str) -> None:
+        self.local.pop(ref, None)
+
+    def attrs(self, ref: str) -> dict[str, object] | None:
+        image = self.local.get(ref)
+        return None if image is None else {"Id": image, "Size": 1, "Config": {"Labels": self.labels[image]}}
+
+    def push(self, ref: str) -> str:
+        from buildtool.common.refs import split_repo
+        from tests.integration.test_release import push_single
+
+        _, repo, tag = split_repo(ref)
+        self.uploads.append(tag)
+        return push_single(RegistryClient(HOST), repo, tag, self.labels[self.local[ref]], 4096)[0]
+
+
+def self_attach(builder: object, plan: object, digest: str, kind: str) -> str:
+    from buildtool.common.refs import split_repo
+    from buildtool.registry.referrers import Payload, attach
+
+    _, repo, _ = split_repo(plan.dev_ref)  # type: ignore[attr-defined]
+    payload = Payload("application/json", json.dumps({"kind": kind}).encode())
+    return attach(builder.registry, repo, digest, SBOM_ATTESTATION_TYPE, [payload]).digest  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("hosted", ["tags paged by 20", "resets on an https blob host"])
+def test_a_second_build_push_says_up_to_date(run_cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,  # noqa: ANN001
+                                             hosted: str) -> None:
+    """`build --push -f pytorch-cpu` twice: the second finds its dev tag by the content key and says "up to date".
+    Paged by 20 with 25 older commits' dev tags before it, the dev tag is on the second page (the first page alone:
+    "pushed" again); with the blob host resetting every first answer, reading the dev images' configs resumes
+    (before: a ChunkedEncodingError, the cell "failed")."""
+    from buildtool.common.refs import split_repo
+    from buildtool.contracts import label_keys, names
+    from tests.integration.test_release import labels_for, push_single
+
+    stand_in = EngineStandIn(monkeypatch)
+    prefix = f"t-push-{os.urandom(5).hex()}"
+    revision = git(ROOT, "rev-parse", "--short=12", "HEAD")
+    key = tmp_path / "builder.key"
+    key.write_bytes(signing.KEY.pem)
+    key.chmod(0o600)
+    monkeypatch.setenv("DL_IMAGES_BUILDER_KEY", str(key))
+    for name in ("BASE_MIRROR", "RELEASE_REGISTRY", "REVISION"):
+        monkeypatch.delenv(name, raising=False)
+    repo = f"{prefix}/pytorch-cpu-dev"
+    blobs = BlobHost(tmp_path / "blob-host", cut=1) if hosted.startswith("resets") else None
+    if blobs is None:     # 25 earlier commits' dev images (another content key) sort before this commit's tag
+        older = push_single(RegistryClient(HOST), repo, None, labels_for(CPU, **{label_keys.CONTENT_KEY: "x"}))
+        fillers(RegistryClient(HOST), repo, older[0], [names.dev_tag(f"{n:012x}", CPU.version) for n in range(25)])
+    with contextlib.ExitStack() as stack:
+        if blobs is not None:
+            stack.enter_context(blobs)
+            monkeypatch.setenv("DL_IMAGES_CERTS_D", str(blobs.certs_d))
+        proxy = stack.enter_context(HostedRegistry(tag_page=20 if blobs is None else 0, blob_host=blobs))
+        monkeypatch.setenv("REGISTRY", f"{proxy.address}/{prefix}")
+        results = []
+        for _ in range(2):
+            code, out, err = run_cli("build", "--push", "-f", "pytorch-cpu", "--push-with", "engine", "--json",
+                                     "--no-registry-cache", "--revision", revision, "--log-dir", str(tmp_path / "logs"),
+                                     "--matrix", str(ROOT / "matrix.yaml"))
+            assert code == 0, (out[-2000:], err[-3000:])
+            [result] = json.loads(out)["results"]
+            results.append(result)
+    first, second = results
+    assert first["result"] == "built" and second["result"] == "up to date", (first, second)
+    assert second["digest"] == first["digest"] and len(stand_in.uploads) == 1
+    dev_tag = split_repo(first["ref"])[2]
+    assert RegistryClient(HOST).manifest_digest(repo, dev_tag) == first["digest"]
+    if blobs is not None:
+        assert blobs.cuts() and not blobs.authorization_seen
