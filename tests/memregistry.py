@@ -65,8 +65,8 @@ class MemRegistry:
     def has_blob(self, repo: str, digest: str) -> bool:
         return digest in self.blobs
 
-    def mount_blobs(self, repo: str, digests: list[str], from_repo: str) -> None:
-        return None     # one blob store for every repository
+    def mount_blobs(self, repo: str, digests: list[str], from_repo: str) -> list[str]:
+        return []       # one blob store for every repository: every mount succeeds, nothing is uploaded
 
     def tags(self, repo: str) -> list[str]:
         return sorted(ref for r, ref in self.manifests if r == repo and not ref.startswith("sha256:"))
