@@ -45,7 +45,7 @@ def copy_manifest(client: RegistryClient, src_repo: str, dst_repo: str, raw: byt
             uploaded.update(copy_manifest(client, src_repo, dst_repo, child_raw, child_type, child_digest))
     sizes = {d["digest"]: int(d.get("size") or 0) for d in [manifest.get("config") or {}, *manifest.get("layers", [])]
              if "digest" in d}
-    for blob in client.mount_blobs(dst_repo, _blobs(manifest), src_repo) or []:
+    for blob in client.mount_blobs(dst_repo, _blobs(manifest), src_repo):
         uploaded[blob] = sizes.get(blob, 0)
     client.put_manifest(dst_repo, digest, raw, media_type)
     return uploaded
