@@ -9,15 +9,30 @@ from typing import Any
 from buildtool.registry.client import OCI_MANIFEST, NotFound, RegistryError, sha256_digest
 
 
+class _Answer:
+    def __init__(self, status: int, headers: dict[str, str], content: bytes) -> None:
+        self.status_code, self.headers, self.content = status, headers, content
+
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self.content)
+
+
 class MemRegistry:
     def __init__(self, host: str = "127.0.0.1:5999") -> None:
         self.host = host
         self.blobs: dict[str, bytes] = {}
         self.manifests: dict[tuple[str, str], tuple[bytes, str]] = {}
         self.no_referrers_api: set[str] = set()
+        self.subject_indexed: set[str] = set()     # never: it sends no OCI-Subject, the fallback index is written
 
     def request(self, method: str, path: str, **_: Any) -> Any:
         raise NotFound(f"{method} {path}: no such API here")
+
+    def answer(self, method: str, path: str, **_: Any) -> Any:
+        """What distribution 2.8 answers a referrers API call: 404 page not found."""
+        return _Answer(404, {"Content-Type": "text/plain; charset=utf-8"}, b"404 page not found")
 
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
         try:
@@ -50,8 +65,8 @@ class MemRegistry:
     def has_blob(self, repo: str, digest: str) -> bool:
         return digest in self.blobs
 
-    def mount_blobs(self, repo: str, digests: list[str], from_repo: str) -> None:
-        return None     # one blob store for every repository
+    def mount_blobs(self, repo: str, digests: list[str], from_repo: str) -> list[str]:
+        return []       # one blob store for every repository: every mount succeeds, nothing is uploaded
 
     def tags(self, repo: str) -> list[str]:
         return sorted(ref for r, ref in self.manifests if r == repo and not ref.startswith("sha256:"))

@@ -2,10 +2,12 @@
 
 A loopback HTTP proxy: every request goes to the upstream registry unchanged (the Host header kept, so
 upload locations come back naming the proxy), except that a manifest pushed through it with a `subject`
-is indexed, as an OCI 1.1 registry indexes it on push, and `GET /v2/<repo>/referrers/<digest>` answers an
-OCI image index of those descriptors (`?artifactType=` filters, and the answer then carries
-`OCI-Filters-Applied`). A client that finds the API writes no `sha256-<hex>` fallback tag, so a test sees
-which of the two ways it read. Test fixture only: it keeps its index in memory and forgets it on stop.
+is indexed, as an OCI 1.1 registry indexes it on push, and says so (`OCI-Subject: <subject digest>` on the
+PUT's answer, as the distribution spec asks), and `GET /v2/<repo>/referrers/<digest>` answers an OCI image
+index of those descriptors (`?artifactType=` filters, and the answer then carries `OCI-Filters-Applied`). A
+client told so writes no `sha256-<hex>` fallback tag, so a test sees which of the two ways it wrote and read.
+`subject_header=False`: a registry that indexes the subject but does not say so (the client must then write
+the fallback tag). Test fixture only: it keeps its index in memory and forgets it on stop.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ _MANIFEST = re.compile(r"^/v2/(?P<repo>.+)/manifests/(?P<ref>[^/]+)$")
 
 
 class ReferrersApi:
-    def __init__(self, upstream: str = "127.0.0.1:5000") -> None:
+    def __init__(self, upstream: str = "127.0.0.1:5000", subject_header: bool = True) -> None:
         self.upstream = upstream
+        self.subject_header = subject_header
         self.index: dict[tuple[str, str], list[dict[str, object]]] = {}
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -45,14 +48,15 @@ class ReferrersApi:
         self.server.shutdown()
         self.server.server_close()
 
-    def record(self, repo: str, body: bytes, media_type: str) -> None:
+    def record(self, repo: str, body: bytes, media_type: str) -> str:
+        """Index a pushed manifest under its subject; returns the subject's digest ("" when it names none)."""
         try:
             manifest = json.loads(body)
         except ValueError:
-            return
+            return ""
         subject = (manifest.get("subject") or {}).get("digest") if isinstance(manifest, dict) else None
         if not subject:
-            return
+            return ""
         descriptor: dict[str, object] = {
             "mediaType": media_type, "digest": "sha256:" + hashlib.sha256(body).hexdigest(), "size": len(body),
             "artifactType": manifest.get("artifactType") or (manifest.get("config") or {}).get("mediaType")}
@@ -62,6 +66,7 @@ class ReferrersApi:
             listed = self.index.setdefault((repo, subject), [])
             if descriptor["digest"] not in {d["digest"] for d in listed}:
                 listed.append(descriptor)
+        return str(subject)
 
     def referrers(self, repo: str, digest: str, artifact_type: str | None) -> list[dict[str, object]]:
         with self.lock:
@@ -102,9 +107,12 @@ def _handler(api: ReferrersApi) -> type[BaseHTTPRequestHandler]:
             finally:
                 upstream.close()
             pushed = _MANIFEST.match(url.path)
+            subject = ""
             if self.command == "PUT" and pushed and 200 <= answer.status < 300:
-                api.record(pushed["repo"], data, self.headers.get("Content-Type", ""))
+                subject = api.record(pushed["repo"], data, self.headers.get("Content-Type", ""))
             self.send_response(answer.status)
+            if subject and api.subject_header:
+                self.send_header("OCI-Subject", subject)
             for key, value in answer.getheaders():
                 if key.lower() not in _HOP and key.lower() != "content-length":
                     self.send_header(key, value)

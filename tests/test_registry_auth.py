@@ -203,6 +203,9 @@ def test_insufficient_scope_is_one_line_naming_repository_and_action(
     message = str(caught.value)
     assert "\n" not in message and registry.host in message and "team/a" in message and "push" in message
     assert caught.value.exit_code == 2
+    # The registry's challenge said insufficient_scope: a repository that does not exist or is not this user's
+    # is answered the same way (Docker Hub), so the message says so (issue 53).
+    assert message.endswith("; team/a not found or not yours: check the name, and that reader may use it"), message
 
 
 def test_a_wrong_password_is_refused_by_the_token_server_in_its_own_words(

@@ -9,7 +9,7 @@ import pytest
 from buildtool.common.errors import UserError
 from buildtool.matrix.plan import CellPlan, Settings, plan_cell
 from buildtool.release.model import ImageRelease, ReleaseReport, TagState
-from buildtool.release.plan import apply_tag_plan, check_plans, settle_unpromoted, writes_needed
+from buildtool.release.plan import apply_tag_plan, check_plans, mount_outlook, settle_unpromoted, writes_needed
 from tests.conftest import fixture_matrix
 
 CPU = {c.key: c for c in fixture_matrix().cells}["pytorch-cpu:2.13"]
@@ -66,3 +66,21 @@ def test_settle_unpromoted(dry_run: bool, status: str) -> None:
     report = ReleaseReport("0.1.0", "abcdef123456", [item(), item("refused")], dry_run)
     settle_unpromoted(report)
     assert [i.status for i in report.images] == [status, "refused"]
+
+
+@pytest.mark.parametrize(("registry", "release_registry", "says"), [
+    ("ghcr.io/team-a", "ghcr.io/team-b", "ghcr.io declines to mount blobs across owners (team-a -> team-b): they will "
+                                         "be uploaded through this machine (1.50 GB)"),
+    ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/dev", "123456789012.dkr.ecr.eu-west-1.amazonaws.com/dev",
+     "ECR mounts blobs only where blob mounting is turned on for the registry: otherwise they are uploaded through "
+     "this machine (up to 1.50 GB)"),
+    ("reg.example/dev", "reg.example/published", "the release repository is in another namespace (dev -> published): "
+                                                 "where the registry declines to mount across namespaces"),
+    ("reg.example/team", "reg.example/team", ""),
+    ("ghcr.io/team-a", "ghcr.io/team-a", ""),
+])
+def test_the_dry_run_says_where_a_mount_may_be_declined(registry: str, release_registry: str, says: str) -> None:
+    """Issue 53: a declined mount means an upload through this machine; the dry run says so where it is known
+    (GHCR across owners) or likely (ECR, another namespace), and nothing where nothing suggests it."""
+    outlook = mount_outlook(plan(Settings(registry=registry, release_registry=release_registry)), 1_500_000_000)
+    assert outlook.startswith(says) if says else outlook == ""

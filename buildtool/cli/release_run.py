@@ -84,7 +84,7 @@ def print_report(report: ReleaseReport) -> None:
     rows: list[tuple[str, ...]] = [("cell", "status", "digest", "tags", "notes")]
     for item in report.images:
         tags = "\n".join(f"{t.tag} ({t.action}{', moving' if t.moving else ''})" for t in item.tags)
-        notes = "\n".join([*item.problems, *(f"{t.tag}: {t.note}" for t in item.tags if t.note)])
+        notes = "\n".join([*item.problems, *(f"{t.tag}: {t.note}" for t in item.tags if t.note), *item.transfer])
         rows.append((item.cell, item.status, item.digest or "-", tags or "-", notes))
     sys.stdout.write(f"{title}\n{text_table(rows)}\n")
 
@@ -227,7 +227,8 @@ def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bo
         emit_json({"ok": report.ok, "release": manifest,
                    "status": {i.cell: {"status": i.status, "problems": i.problems, "tags_made": i.tags_made,
                                        "tags_unknown": i.tags_unknown,
-                                       "repaired": i.repaired, "ignored_attestations": i.ignored}
+                                       "repaired": i.repaired, "ignored_attestations": i.ignored,
+                                       "transfer": i.transfer}
                               for i in report.images}})
     else:
         print_report(report)

@@ -200,6 +200,15 @@ def server_message(response: ResponseLike) -> str:
     return "; ".join(parts)[:300]
 
 
+def _hidden_repositories(response: ResponseLike, needed: Iterable[Triple]) -> str:
+    """The repositories of a 401 whose Bearer challenge says `error="insufficient_scope"`: what Docker Hub (and
+    others) answer for a repository that does not exist or is not the caller's, whoever asks. "" otherwise."""
+    challenges = parse_challenges(response.headers.get("WWW-Authenticate", "") or "")
+    if not any(c.scheme == "bearer" and c.params.get("error") == "insufficient_scope" for c in challenges):
+        return ""
+    return " and ".join(sorted({name for kind, name, _ in needed if kind == "repository"}))
+
+
 # -- one host ----------------------------------------------------------------------------------
 
 Fetch = Callable[..., Any]     # (method, url, *, headers, data) -> response, retried and TLS-checked by the client
@@ -291,11 +300,16 @@ class HostAuth:
         message = server_message(response)
         said = f" ({message})" if message else ""
         found = self.credentials() if self.scheme else self._creds
+        hidden = _hidden_repositories(response, needed)
         if sent and sent.startswith("Basic "):
             return CredentialsRefused(f"credentials for {self.host} were refused by {self.host}{said}; "
                                       f"check the user and password ({found.source if found else 'unknown source'})")
         if found is None:
-            return NoCredentials(f"no credentials for {self.host}: {describe(needed)} needs them{said}; run "
+            # Docker Hub answers insufficient_scope alike for a private repository and for one that does not exist.
+            unknown = (f", or {hidden} is not found or not yours ({self.host} answered insufficient_scope, as "
+                       "registries such as Docker Hub do for a repository that does not exist): check the name, and "
+                       "if it is yours" if hidden else ";")
+            return NoCredentials(f"no credentials for {self.host}: {describe(needed)} needs them{said}{unknown} run "
                                  f"`docker login {self.host}`, add a credential helper, or set REGISTRY_USER, "
                                  f"REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
         if self.realm.startswith("http://"):
@@ -303,7 +317,9 @@ class HostAuth:
                                  f"its plain-HTTP token realm {self._realm_host()}{said}")
         who = f" {found.username}" if found.username else ""
         return InsufficientScope(f"insufficient scope at {self.host}: the credentials of{who or ' this user'} "
-                                 f"({found.source}) do not grant {describe(needed)}{said}")
+                                 f"({found.source}) do not grant {describe(needed)}{said}"
+                                 + (f"; {hidden} not found or not yours: check the name, and that{who or ' this user'}"
+                                    " may use it" if hidden else ""))
 
     def _realm_host(self) -> str:
         return urlsplit(self.realm).netloc or self.realm

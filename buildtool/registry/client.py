@@ -12,6 +12,15 @@ never crosses to another host, port or scheme. Plain-http registries (loopback, 
 DL_IMAGES_INSECURE_REGISTRIES: buildtool.registry.hosts) are spoken to over the standard library
 (buildtool.registry.transport), https ones through `requests`, imported only then, trusting the
 CA in /etc/docker/certs.d/HOST[:PORT]/ as docker does.
+
+As large registries behave (docs/registries.md): tag lists are read page by page, following
+`Link: <...>; rel="next"` (relative or absolute, same origin, at most LIST_PAGES pages); a blob read
+that a connection reset cuts off on any host (the registry, or the storage it redirects to) is resumed
+with a Range request from the last byte received (restarted when the host ignores Range); a
+cross-repository mount the registry declines (202 and an upload session) is completed by copying the
+blob through this machine; a manifest PUT whose answer carries `OCI-Subject` is remembered, so
+buildtool.registry.referrers writes the fallback index only where the registry did not index the
+subject itself.
 """
 
 from __future__ import annotations
@@ -19,25 +28,37 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import hashlib
+import io
 import logging
 import re
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from buildtool.registry import hosts
-from buildtool.registry.auth import HostAuth, Triple, needed_scopes
+from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
 from buildtool.registry.errors import (
     NotFound,
     RateLimited,
+    RegistryAuthError,
     RegistryError,
     RegistryTLSError,
     RegistryUnreachable,
 )
-from buildtool.registry.transport import LoopbackTransport, Response, TransportConnectionError, TransportTimeout
+from buildtool.registry.transport import (
+    CHUNK,
+    BodyInterrupted,
+    LoopbackTransport,
+    Response,
+    Sink,
+    TransportConnectionError,
+    TransportTimeout,
+)
 
 if TYPE_CHECKING:
     import requests
@@ -57,12 +78,24 @@ EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
 _CONCURRENT_COMMIT_RETRIES = 3
 _REDIRECTS = (301, 302, 303, 307, 308)
 _AUTH_ROUNDS = 2          # 401s one request answers by (re)authenticating before it gives up
+LIST_PAGES = 1000         # pages of one list (tags, referrers) read at most: 100,000 tags at Docker Hub's 100
+BLOB_RESUMES = 100        # cut-offs one blob read survives in all, even each bringing bytes (a bound on the requests)
 # docker.io names the registry; its API answers at registry-1.docker.io (as the docker CLI does it).
 _API_HOSTS = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 
 
 _OUR_ERRORS: dict[type[BaseException], str] = {TransportConnectionError: "ConnectionError",
                                                 TransportTimeout: "Timeout"}
+_CUT_OFF = "the connection broke part way through the answer"
+_CUT_OFF_ERRORS = ("BodyInterrupted", "ChunkedEncodingError", "ContentDecodingError")
+
+
+def _failure_name(exc: BaseException) -> str:
+    """How a retried transport failure is named in messages (never its arguments: they may hold a URL)."""
+    name = type(exc).__name__
+    if name in _CUT_OFF_ERRORS:
+        return _CUT_OFF
+    return _OUR_ERRORS.get(type(exc), name)
 
 
 def sha256_digest(data: bytes) -> str:
@@ -129,8 +162,10 @@ class RegistryClient:
         self._tls_ready: set[str] = set()
         self._lock = threading.Lock()
         self._rate_waited = 0.0
-        # Repositories that answered the referrers API with 404 (buildtool.registry.referrers).
+        # Repositories whose referrers API answered anything but an image index (buildtool.registry.referrers).
         self.no_referrers_api: set[str] = set()
+        # `repo@digest` of manifests whose PUT the registry answered with OCI-Subject: it indexed their subject.
+        self.subject_indexed: set[str] = set()
 
     # -- transport -------------------------------------------------------------------------
 
@@ -156,20 +191,29 @@ class RegistryClient:
             if context is not None:
                 self.session.mount(f"https://{netloc}/", _ContextAdapter(context))
 
-    def _send_once(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> Any:
+    def _send_once(self, method: str, url: str, headers: dict[str, str], data: bytes | Path | None,
+                   sink: Sink | None = None) -> Any:
         if url.startswith("http://"):
             if self._loopback is None:
                 self._loopback = LoopbackTransport()
-            return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, auth=None)
+            return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, auth=None,
+                                       sink=sink)
         self._prepare_tls(url)
-        return self.session.request(method, url, headers=headers, data=data, timeout=self.retry.timeout,
-                                    allow_redirects=False)
+        with contextlib.ExitStack() as stack:
+            body = stack.enter_context(data.open("rb")) if isinstance(data, Path) else data
+            # Streamed, and read by _streamed: a body cut off after the answer began (a reset, a TLS connection
+            # closed without its close_notify) is then told apart from a handshake that failed.
+            response = self.session.request(method, url, headers=headers, data=body, timeout=self.retry.timeout,
+                                            allow_redirects=False, stream=True)
+        return _streamed(response, sink if method != "HEAD" else None)
 
-    def _send(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> Any:
-        """One exchange; GET/HEAD redirects followed, the Authorization header dropped on leaving the origin."""
-        response = self._send_once(method, url, headers, data)
+    def _send(self, method: str, url: str, headers: dict[str, str], data: bytes | Path | None,
+              sink: Sink | None = None, follow: bool = True) -> Any:
+        """One exchange; GET/HEAD redirects followed (unless not `follow`), the Authorization header dropped on
+        leaving the origin. The answer names the origin that gave it (`answered_by`)."""
+        response = self._send_once(method, url, headers, data, sink)
         for _ in range(5):
-            if response.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
+            if not follow or response.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
                 break
             location = response.headers.get("Location", "")
             if not location:
@@ -178,16 +222,19 @@ class RegistryClient:
             if _origin(target) != _origin(url):
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
             url = target
-            response = self._send_once(method, url, headers, data)
+            response = self._send_once(method, url, headers, data, sink)
+        response.answered_by = urlsplit(url).netloc
         return response
 
     def _transient(self) -> tuple[type[BaseException], ...]:
-        """The errors a retry may cure: connection failures and timeouts, of either transport."""
+        """The errors a retry may cure: connection failures, timeouts and answers cut off part way, of either
+        transport."""
         errors: tuple[type[BaseException], ...] = (TransportConnectionError, TransportTimeout)
         if self._session is not None:
             import requests
 
-            errors += (requests.ConnectionError, requests.Timeout)
+            errors += (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                       requests.exceptions.ContentDecodingError)
         return errors
 
     def _tls_errors(self) -> tuple[type[BaseException], ...]:
@@ -200,22 +247,28 @@ class RegistryClient:
     def _url(self, path: str) -> str:
         return path if path.startswith("http") else f"{self.scheme}://{self.api_host}/v2/{path}"
 
-    def _exchange(self, method: str, url: str, *, headers: dict[str, str], data: bytes | None = None) -> Any:
-        """One call with retries: connection errors, timeouts and 5xx with backoff, 429 and 503 after their
-        Retry-After (bounded); the last answer otherwise (any status). TLS failures are not retried."""
+    def _exchange(self, method: str, url: str, *, headers: dict[str, str], data: bytes | Path | None = None,
+                  sink: Sink | None = None, follow: bool = True) -> Any:
+        """One call with retries: connection errors, timeouts, answers cut off part way and 5xx with backoff, 429
+        and 503 after their Retry-After (bounded); the last answer otherwise (any status). TLS failures are not
+        retried; a streamed body cut off part way (`sink`) is raised (BodyInterrupted) for the reader to resume."""
         delay = self.retry.first_delay
         last: str = ""
         response = None
         for attempt in range(1, self.retry.attempts + 1):
             wait = delay
             try:
-                response = self._send(method, url, headers, data)
+                response = self._send(method, url, headers, data, sink, follow)
             except self._tls_errors() as exc:
                 netloc = urlsplit(url).netloc
                 raise RegistryTLSError(f"TLS to {netloc} failed: {_tls_reason(exc)}; {hosts.tls_hint(netloc)}") \
                     from None
+            except BodyInterrupted:
+                if sink is not None:
+                    raise
+                last, response = _CUT_OFF, None
             except self._transient() as exc:
-                last = _OUR_ERRORS.get(type(exc), type(exc).__name__)
+                last = _failure_name(exc)
                 response = None
             else:
                 status = response.status_code
@@ -225,16 +278,16 @@ class RegistryClient:
                 asked = retry_after(response.headers.get("Retry-After"))
                 if status in (429, 503) and asked is not None:
                     if asked > self.retry.max_retry_after:
-                        raise RateLimited(f"{method} {self._safe(url)}: {last}, Retry-After {asked:.0f} s, longer "
-                                          f"than the {self.retry.max_retry_after:.0f} s this command waits; try later")
+                        raise self._rate_limited(method, url, response, f"Retry-After {asked:.0f} s, longer than "
+                                                 f"the {self.retry.max_retry_after:.0f} s this command waits")
                     wait = asked
                 if status in (429, 503):
                     with self._lock:
                         self._rate_waited += wait
                         spent = self._rate_waited
                     if spent > self.retry.rate_limit_budget:
-                        raise RateLimited(f"{method} {self._safe(url)}: {last}; rate-limited for over "
-                                          f"{self.retry.rate_limit_budget:.0f} s in all; try later")
+                        raise self._rate_limited(method, url, response, f"rate-limited for over "
+                                                 f"{self.retry.rate_limit_budget:.0f} s in all")
             if attempt < self.retry.attempts:
                 log.warning("registry %s: %s %s failed (%s); retry %d/%d in %.1fs", self.host, method,
                             self._safe(url), last, attempt, self.retry.attempts - 1, wait)
@@ -242,17 +295,47 @@ class RegistryClient:
                 delay = min(delay * 2, self.retry.max_delay)
         if response is not None:
             if response.status_code == 429:
-                raise RateLimited(f"{method} {self._safe(url)}: {last} after {self.retry.attempts} attempts")
+                raise self._rate_limited(method, url, response, f"{self.retry.attempts} attempts")
             return response
         if last == "ConnectionError" and urlsplit(url).netloc.lower() == self.api_host.lower():
             raise RegistryUnreachable(self._down_message())
         raise RegistryError(f"{method} {self._safe(url)}: {last} after {self.retry.attempts} attempts")
 
+    def _rate_limited(self, method: str, url: str, response: Any, detail: str) -> RateLimited:
+        """429 (or 503) that waiting within this command's bounds did not cure: the host that answered and
+        its own words (Docker Hub's explain its pull limit)."""
+        status = response.status_code
+        said = server_message(response)
+        if status == 429:
+            who = getattr(response, "answered_by", "") or urlsplit(url).netloc
+            return RateLimited(f"rate limited by {who}: {said or 'HTTP 429 Too Many Requests'} (HTTP 429 to {method} "
+                               f"{self._safe(url)}; {detail}); try later")
+        return RateLimited(f"{method} {self._safe(url)}: HTTP {status}{f' ({said})' if said else ''}, {detail}; "
+                           "try later")
+
     def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "",
-                mount_from: str = "", **kwargs: Any) -> Response | requests.Response:
+                mount_from: str = "", sink: Sink | None = None, **kwargs: Any) -> Response | requests.Response:
         """One API call: authenticated as the registry asks (scopes for `repo`, and `mount_from` for a
-        cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx)."""
+        cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx).
+        `sink`: where a 2xx body goes instead of memory (see buildtool.registry.transport.Sink)."""
         url = self._url(path)
+        response = self._call(method, url, repo, mount_from, kwargs, sink=sink, ok_401=401 in ok)
+        if response.status_code in ok:
+            return response
+        if response.status_code == 404:
+            raise NotFound(f"{method} {self._safe(url)}: not found")
+        raise RegistryError(f"{method} {self._safe(url)}: HTTP {response.status_code} {_error_text(response)}"
+                            + (f" after {self.retry.attempts} attempts" if response.status_code >= 500 else ""))
+
+    def answer(self, method: str, path: str, *, repo: str = "", headers: dict[str, str] | None = None) -> Any:
+        """The registry's answer to one call, whatever it is: authenticated and retried as `request` does, but
+        redirects are not followed and a 401 that authenticating cannot cure (one without a challenge, or one
+        whose token is refused) is returned, not raised. For endpoints whose every answer but one means
+        "not supported here" (the referrers API). Transport, TLS and rate-limit failures still raise."""
+        return self._call(method, self._url(path), repo, "", {"headers": headers or {}}, follow=False, lenient=True)
+
+    def _call(self, method: str, url: str, repo: str, mount_from: str, kwargs: dict[str, Any], *,
+              sink: Sink | None = None, follow: bool = True, lenient: bool = False, ok_401: bool = False) -> Any:
         base = dict(kwargs.pop("headers", None) or {})
         data = kwargs.pop("data", None)
         if kwargs:
@@ -263,18 +346,18 @@ class RegistryClient:
             sent = self.auth.header(needed)
             if sent:
                 headers["Authorization"] = sent
-            response = self._exchange(method, url, headers=headers, data=data)
-            if response.status_code != 401 or 401 in ok:
+            response = self._exchange(method, url, headers=headers, data=data, sink=sink, follow=follow)
+            if response.status_code != 401 or ok_401:
                 break
-            if rounds == _AUTH_ROUNDS:
-                raise self.auth.failure(response, needed, sent)
-            needed = self.auth.on_unauthorized(response, needed, sent)
-        if response.status_code in ok:
-            return response
-        if response.status_code == 404:
-            raise NotFound(f"{method} {self._safe(url)}: not found")
-        raise RegistryError(f"{method} {self._safe(url)}: HTTP {response.status_code} {_error_text(response)}"
-                            + (f" after {self.retry.attempts} attempts" if response.status_code >= 500 else ""))
+            try:
+                if rounds == _AUTH_ROUNDS:
+                    raise self.auth.failure(response, needed, sent)
+                needed = self.auth.on_unauthorized(response, needed, sent)
+            except RegistryAuthError:
+                if lenient:
+                    return response
+                raise
+        return response
 
     def _down_message(self) -> str:
         return (f"registry {self.host} is unreachable; start it (bash scripts/setup.sh starts the local one) "
@@ -323,6 +406,9 @@ class RegistryClient:
         digest = response.headers.get("Docker-Content-Digest") or sha256_digest(body)
         if digest != sha256_digest(body):
             raise RegistryError(f"registry stored {repo}:{ref} as {digest}, not {sha256_digest(body)}")
+        if response.headers.get("OCI-Subject"):
+            with self._lock:
+                self.subject_indexed.add(f"{repo}@{digest}")
         return digest
 
     def has_blob(self, repo: str, digest: str) -> bool:
@@ -333,10 +419,70 @@ class RegistryClient:
             return False
 
     def get_blob(self, repo: str, digest: str) -> bytes:
-        data = self.request("GET", f"{repo}/blobs/{digest}", repo=repo).content
+        """A blob, checked against its digest; a read cut off part way is resumed (see _download)."""
+        buffer = io.BytesIO()
+        self._download(repo, digest, buffer)
+        data = buffer.getvalue()
         if sha256_digest(data) != digest:
             raise RegistryError(f"blob {digest} of {repo} does not match its digest")
         return data
+
+    def download_blob(self, repo: str, digest: str, path: Path) -> None:
+        """A blob into the file `path` (large blobs never held in memory), checked against its digest."""
+        with path.open("w+b") as out:
+            self._download(repo, digest, out)
+            out.seek(0)
+            hashed = hashlib.sha256()
+            while chunk := out.read(CHUNK):
+                hashed.update(chunk)
+        if "sha256:" + hashed.hexdigest() != digest:
+            raise RegistryError(f"blob {digest} of {repo} does not match its digest")
+
+    def _download(self, repo: str, digest: str, out: IO[bytes]) -> None:
+        """GET a blob into `out`. A body cut off part way (a connection reset, on the registry or on the storage
+        host it redirects to) is asked for again from the first missing byte (`Range`, as the distribution spec's
+        resumable pull does), and taken whole again when the host answers 200 instead of 206: at once when the
+        cut-off read brought bytes, after the backoff when it brought none; at most retry.attempts cut-offs in a
+        row that brought nothing, and BLOB_RESUMES in all."""
+        path = f"{repo}/blobs/{digest}"
+        got, idle, cuts, delay = 0, 0, 0, self.retry.first_delay
+
+        def sink(status: int, headers: Any) -> Callable[[bytes], object] | None:
+            if status == 206:
+                start = _range_start(headers.get("Content-Range"))
+                if start != got:
+                    raise RegistryError(f"GET {self._safe(self._url(path))}: asked for bytes {got}- and got "
+                                        f"{headers.get('Content-Range')!r}")
+            elif status != 200:
+                return None
+            out.seek(got if status == 206 else 0)
+            out.truncate()
+            return out.write
+
+        while True:
+            headers = {"Accept-Encoding": "identity"}   # byte offsets are offsets of the blob itself
+            if got:
+                headers["Range"] = f"bytes={got}-"
+            try:
+                self.request("GET", path, ok=(200, 206), repo=repo, headers=headers, sink=sink)
+                return
+            except BodyInterrupted as exc:
+                now = out.tell()
+                idle = 0 if now > got else idle + 1
+                got, cuts = now, cuts + 1
+                if idle >= self.retry.attempts:
+                    raise RegistryError(f"GET {self._safe(self._url(path))}: {_CUT_OFF} {idle} times in a row "
+                                        f"with nothing new ({got} bytes read)") from None
+                if cuts >= BLOB_RESUMES:
+                    raise RegistryError(f"GET {self._safe(self._url(path))}: {_CUT_OFF} {cuts} times ({got} bytes "
+                                        "read); not asked again") from None
+                # A cut that brought bytes is resumed at once; one that brought nothing waits the backoff.
+                wait = delay if idle else 0.0
+                log.warning("registry %s: blob %s cut off after %d bytes (%s); resuming from there in %.1fs",
+                            self.host, digest, got, exc, wait)
+                if idle:
+                    self._sleep(delay)
+                    delay = min(delay * 2, self.retry.max_delay)
 
     def put_blob(self, repo: str, data: bytes) -> str:
         """Upload a small blob (monolithic POST+PUT); a no-op when it already exists."""
@@ -351,11 +497,12 @@ class RegistryClient:
         raises the one-line auth error when it may not."""
         self._upload(repo, EMPTY_JSON, sha256_digest(EMPTY_JSON))
 
-    def _upload(self, repo: str, data: bytes, digest: str) -> str:
-        start = self.request("POST", f"{repo}/blobs/uploads/", ok=(202,), repo=repo)
-        location = start.headers["Location"]
-        if location.startswith("/"):
-            location = f"{self.scheme}://{self.api_host}{location}"
+    def _upload(self, repo: str, data: bytes | Path, digest: str, location: str = "") -> str:
+        """A monolithic upload (PUT of the whole blob, from memory or a file) into the upload session at
+        `location`, or a new one (POST)."""
+        if not location:
+            start = self.request("POST", f"{repo}/blobs/uploads/", ok=(202,), repo=repo)
+            location = self._location(start, f"{repo}/blobs/uploads/")
         sep = "&" if "?" in location else "?"
         try:
             self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
@@ -367,38 +514,140 @@ class RegistryClient:
                 raise
         return digest
 
-    def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
-        """Cross-repository mount: the registry links the blob, no data moves. True if mounted
-        (or already there). One request when the registry mounts: a mount of a blob the target
-        already has answers 201 as well, so there is no HEAD first."""
-        response = self.request("POST", f"{repo}/blobs/uploads/?mount={digest}&from={from_repo}",
-                                ok=(201, 202), repo=repo, mount_from=from_repo)
-        if response.status_code == 201:
-            return True
-        # 202: the registry declined to mount and opened an upload instead; cancel it.
+    def _location(self, response: Any, path: str) -> str:
+        """The absolute URL of an answer's `Location` (an upload session), relative to the request's URL."""
         location = response.headers.get("Location", "")
-        if location:
-            url = location if location.startswith("http") else f"{self.scheme}://{self.api_host}{location}"
-            with contextlib.suppress(RegistryError):
-                self.request("DELETE", url, ok=(204, 200, 404), repo=repo)
-        return self.has_blob(repo, digest)   # declined, but the target may hold it already
+        if not location:
+            raise RegistryError(f"{self.host}: the answer to {self._safe(self._url(path))} names no upload Location")
+        return urljoin(self._url(path), location)
 
-    def mount_blobs(self, repo: str, digests: list[str], from_repo: str) -> None:
-        """Mount every blob from `from_repo`, side by side; a declined mount is an error, because
-        moving the data through this client is exactly what a promotion must not do."""
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> str:
+        """Make `repo` hold blob `digest` of `from_repo`, by a cross-repository mount when the registry mounts
+        (one request, no data moved: a mount of a blob the target already has answers 201 as well, so there is
+        no HEAD first). A registry may decline and open an upload session instead (202: ECR for a blob no
+        manifest of the source references, GHCR across owners, a registry without mounts): the blob is then
+        copied through this machine (read from `from_repo`, resumably, to a temporary file; uploaded into that
+        session), unless `repo` holds it already. Returns "mounted", "present" or "uploaded"; "" when neither
+        repository holds the blob."""
+        path = f"{repo}/blobs/uploads/?mount={digest}&from={from_repo}"
+        response = self.request("POST", path, ok=(201, 202), repo=repo, mount_from=from_repo)
+        if response.status_code == 201:
+            return "mounted"
+        session = self._location(response, path) if response.headers.get("Location") else ""
+        if self.has_blob(repo, digest):
+            self._cancel(repo, session)
+            return "present"
+        try:
+            with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
+                copied = Path(folder) / "blob"
+                self.download_blob(from_repo, digest, copied)
+                self._upload(repo, copied, digest, session)
+        except NotFound:
+            self._cancel(repo, session)
+            return ""
+        log.info("registry %s declined to mount %s from %s into %s: uploaded it", self.host, digest, from_repo, repo)
+        return "uploaded"
+
+    def _cancel(self, repo: str, session: str) -> None:
+        if session:
+            with contextlib.suppress(RegistryError):
+                self.request("DELETE", session, ok=(204, 200, 404), repo=repo)
+
+    def mount_blobs(self, repo: str, digests: list[str], from_repo: str) -> list[str]:
+        """Mount every blob from `from_repo`, side by side (mount_blob: a declined mount is an upload). Returns
+        the blobs that were uploaded; a blob neither repository holds is an error."""
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(digests)))) as pool:
-            mounted = list(pool.map(lambda blob: self.mount_blob(repo, blob, from_repo), digests))
-        for blob, ok in zip(digests, mounted, strict=True):
-            if not ok:
-                raise RegistryError(f"registry declined to mount {blob} from {from_repo} into {repo}")
+            outcomes = list(pool.map(lambda blob: self.mount_blob(repo, blob, from_repo), digests))
+        for blob, outcome in zip(digests, outcomes, strict=True):
+            if not outcome:
+                raise RegistryError(f"registry declined to mount {blob} from {from_repo} into {repo}, and "
+                                    f"{from_repo} does not hold it to upload")
+        return [blob for blob, outcome in zip(digests, outcomes, strict=True) if outcome == "uploaded"]
+
+    def pages(self, path: str, repo: str, first: Any = None, headers: dict[str, str] | None = None) -> Iterator[Any]:
+        """Every page of a list (`path`; `first`: its first page, already read), following each answer's
+        `Link: <URL>; rel="next"` (RFC 8288; relative to the page it came with; only on this registry's origin)
+        for at most LIST_PAGES pages."""
+        url = self._url(path)
+        seen = {url}
+        for _ in range(LIST_PAGES):
+            page = first if first is not None else self.request("GET", url, repo=repo, headers=headers or {})
+            first = None
+            yield page
+            following = next_link(page.headers, url)
+            if following is None:
+                return
+            if _origin(following) != _origin(url):
+                raise RegistryError(f"{self.host}: the next page of {self._safe(url)} is on another origin "
+                                    f"({urlsplit(following).netloc}); not followed")
+            if following in seen:
+                raise RegistryError(f"{self.host}: the next page of {self._safe(url)} is one already read")
+            seen.add(following)
+            url = following
+        raise RegistryError(f"{self.host}: {self._safe(self._url(path))} runs past {LIST_PAGES} pages; not read "
+                            "further")
 
     def tags(self, repo: str) -> list[str]:
+        """Every tag of `repo`, from every page the registry gives (none when the repository does not exist)."""
+        found: list[str] = []
         try:
-            return self.request("GET", f"{repo}/tags/list", repo=repo).json().get("tags") or []
+            first = self.request("GET", f"{repo}/tags/list", repo=repo)
         except NotFound:
             return []
+        for page in self.pages(f"{repo}/tags/list", repo, first):
+            try:
+                listed = page.json().get("tags") or []
+            except (ValueError, AttributeError):
+                listed = None
+            if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+                raise RegistryError(f"{self.host}: the tag list of {repo} is not a JSON {{\"tags\": [...]}} document")
+            found += listed
+        return list(dict.fromkeys(found))
+
+
+_LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;<]+)*)")
+_REL = re.compile(r"""rel\s*=\s*(?:"([^"]*)"|([^\s;,"]+))""", re.IGNORECASE)
+
+
+def next_link(headers: Any, url: str) -> str | None:
+    """The absolute URL of a `Link: <...>; rel="next"` header (several links per header, several headers), or
+    None. Relative targets are resolved against `url`, as registries (Docker Hub, distribution) write them."""
+    values = headers.get_all("Link") if hasattr(headers, "get_all") else [headers.get("Link")]
+    for value in values or []:
+        for target, params in _LINK.findall(value or ""):
+            rel = _REL.search(params)
+            if rel and "next" in (rel.group(1) or rel.group(2) or "").lower().split():
+                return urljoin(url, target.strip())
+    return None
+
+
+def _range_start(value: str | None) -> int | None:
+    """The first byte a `Content-Range: bytes START-END/TOTAL` answer holds."""
+    found = re.match(r"\s*bytes\s+(\d+)-", value or "")
+    return int(found.group(1)) if found else None
+
+
+def _streamed(response: Any, sink: Sink | None) -> Response:
+    """A requests answer (made with stream=True) read to where `sink` says (or whole), as a transport.Response;
+    a body cut off part way raises BodyInterrupted."""
+    import urllib3
+
+    write = sink(response.status_code, response.headers) if sink is not None else None
+    chunks: list[bytes] = []
+    got = 0
+    try:
+        # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
+        # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
+        while chunk := response.raw.read1(CHUNK, decode_content=True):
+            got += len(chunk)
+            (chunks.append if write is None else write)(chunk)
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
+    finally:
+        response.close()
+    return Response(response.status_code, response.headers, b"".join(chunks))
 
 
 def _error_text(response: Response | requests.Response) -> str:

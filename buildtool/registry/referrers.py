@@ -6,11 +6,22 @@ overwritten in place), and made findable through the referrers API where the reg
 (`GET /v2/<repo>/referrers/<digest>`), else through the OCI 1.1 fallback: an image index under
 the tag `sha256-<hex>` listing every referrer. Attaching adds to that list; it never removes or
 replaces an entry. Any OCI 1.1 client (oras, regctl, cosign) finds the same artifacts.
+
+As the distribution spec asks, and as registries behave:
+- Writing: a registry that indexed the pushed manifest's subject says so (`OCI-Subject` on the PUT's
+  answer); for every artifact whose PUT came back without it, the fallback index is written.
+- Reading: only an OCI image index (paged by `Link`, as the spec allows) is the referrers API. Any
+  other answer (404; Harbor 2.7's 401 without a challenge; GHCR's 303 to a web page; a 5xx page; a
+  JSON that is no index) means "no referrers API here", as regclient takes it, and the fallback
+  index is read. A 404 that names the repository or manifest as unknown says nothing about the API,
+  so it is not remembered for the repository; every other such answer is, for this client's run.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +40,7 @@ from buildtool.registry.client import (
 )
 
 _INDEX_UPDATE_ATTEMPTS = 5
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -153,36 +165,60 @@ def copy_artifact(client: RegistryClient, src_repo: str, dst_repo: str, referrer
 
 def add_referrers(client: RegistryClient, repo: str, subject_digest: str, found: list[Referrer],
                   exclusive: bool = False) -> None:
-    """List artifacts already in `repo` as referrers of `subject_digest` (where the registry has no
-    referrers API, in the fallback index: one write for all of them). See `copy` for `exclusive`."""
-    if found and not _has_referrers_api(client, repo, subject_digest):
-        _add_to_fallback_index(client, repo, subject_digest, found, settle=not exclusive)
+    """List artifacts already in `repo` as referrers of `subject_digest`: those whose PUT the registry did not
+    answer with `OCI-Subject` (it did not index them) go into the fallback index, one write for all of them.
+    See `copy` for `exclusive`."""
+    unindexed = [r for r in found if f"{repo}@{r.digest}" not in client.subject_indexed]
+    if unindexed:
+        _add_to_fallback_index(client, repo, subject_digest, unindexed, settle=not exclusive)
 
 
 # -- the two ways of listing -----------------------------------------------------------------
 
 def _api_referrers(client: RegistryClient, repo: str, subject_digest: str) -> list[Referrer] | None:
-    """The referrers API's answer, or None where the registry has no such API (404).
-
-    A repository that answered without the API once is not asked again by this client: OCI 1.1
-    forbids a 404 from a registry that has the API, so the answer holds for the run (kept per
-    repository, because some registries do answer 404 for a repository that does not exist yet)."""
+    """The referrers API's answer (every page), or None where the registry has none: any first answer but an
+    OCI image index (see the module's docstring). Remembered per repository for this client, except a 404
+    naming the repository or the subject as unknown."""
     if repo in client.no_referrers_api:
         return None
+    path = f"{repo}/referrers/{subject_digest}"
+    response = client.answer("GET", path, repo=repo, headers={"Accept": OCI_INDEX})
+    manifests = _index_manifests(response) if response.status_code == 200 else None
+    if manifests is None:
+        if not (response.status_code == 404 and _names_unknown(response)):
+            client.no_referrers_api.add(repo)
+        log.info("registry %s: %s answered HTTP %s %s, not an image index: reading the %s tag instead", client.host,
+                 path, response.status_code, response.headers.get("Content-Type", ""), referrers_tag(subject_digest))
+        return None
+    found = [Referrer.from_descriptor(d) for d in manifests]
+    for page in itertools.islice(client.pages(path, repo, response, headers={"Accept": OCI_INDEX}), 1, None):
+        more = _index_manifests(page)
+        if more is None:
+            raise RegistryError(f"{client.host}: a later page of {path} is not an OCI image index")
+        found += [Referrer.from_descriptor(d) for d in more]
+    return found
+
+
+def _index_manifests(response: Any) -> list[dict[str, Any]] | None:
+    """The descriptors of an OCI image index answer, None when the answer is not one."""
+    if response.headers.get("Content-Type", "").split(";")[0].strip() != OCI_INDEX:
+        return None
     try:
-        response = client.request("GET", f"{repo}/referrers/{subject_digest}", repo=repo,
-                                  headers={"Accept": OCI_INDEX})
-    except NotFound:
-        client.no_referrers_api.add(repo)
+        manifests = response.json().get("manifests")
+    except (ValueError, AttributeError):
         return None
-    if response.headers.get("Content-Type", "").split(";")[0] != OCI_INDEX:
-        client.no_referrers_api.add(repo)
+    if not isinstance(manifests, list) or not all(isinstance(d, dict) for d in manifests):
         return None
-    return [Referrer.from_descriptor(d) for d in response.json().get("manifests", [])]
+    return manifests
 
 
-def _has_referrers_api(client: RegistryClient, repo: str, subject_digest: str) -> bool:
-    return _api_referrers(client, repo, subject_digest) is not None
+def _names_unknown(response: Any) -> bool:
+    """A 404 whose registry errors say the repository or the manifest is unknown (the subject is not there)."""
+    try:
+        errors = response.json().get("errors") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(isinstance(e, dict) and e.get("code") in ("NAME_UNKNOWN", "MANIFEST_UNKNOWN") for e in errors)
 
 
 def _fallback_index(client: RegistryClient, repo: str, subject_digest: str) -> dict[str, Any]:

@@ -7,7 +7,9 @@ host. https registries keep going through requests (proxies, CA bundles). Redire
 client (buildtool.registry.client), not here.
 
 `Response` has the attributes callers of RegistryClient.request use: status_code, headers
-(case-insensitive), content, text, json().
+(case-insensitive), content, text, json(). A caller may stream a body instead (`sink`: blobs, read to a
+file or resumed with a Range request after a reset); a body cut off part way raises BodyInterrupted,
+after what arrived was written.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import http.client
 import json
 import socket
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -27,6 +31,17 @@ class TransportTimeout(TimeoutError):
 
 class TransportConnectionError(ConnectionError):
     pass
+
+
+class BodyInterrupted(TransportConnectionError):
+    """An answer's body stopped part way (a connection reset, or closed before its Content-Length): what
+    arrived went to the sink, so a reader can resume from there."""
+
+
+# Called with an answer's status and headers before its body is read: where the body goes (a write
+# callable), or None to read it whole into Response.content (error pages, redirects).
+Sink = Callable[[int, Any], "Callable[[bytes], object] | None"]
+CHUNK = 1 << 16
 
 
 class Response:
@@ -79,14 +94,12 @@ class LoopbackTransport:
         if conn is not None:
             conn.close()
 
-    def send(self, method: str, url: str, *, headers: dict[str, str], data: bytes | None, timeout: float,
-             auth: tuple[str, str] | None = None, params: dict[str, str] | None = None) -> Response:
+    def send(self, method: str, url: str, *, headers: dict[str, str], data: bytes | Path | None, timeout: float,
+             auth: tuple[str, str] | None = None, params: dict[str, str] | None = None,
+             sink: Sink | None = None) -> Response:
         """One request, redirects not followed: RegistryClient follows them, and it alone decides which
-        headers (never the Authorization one across origins) go along."""
-        return self._send_once(method, url, headers, data, timeout, auth, params)
-
-    def _send_once(self, method: str, url: str, headers: dict[str, str], data: bytes | None, timeout: float,
-                   auth: tuple[str, str] | None, params: dict[str, str] | None) -> Response:
+        headers (never the Authorization one across origins) go along. `data` may be a file (Path), sent
+        from disk; `sink`: see Sink."""
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         if params:
@@ -94,14 +107,19 @@ class LoopbackTransport:
         headers = dict(headers)
         if auth is not None and "Authorization" not in headers:
             headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        if data is not None or method in ("PUT", "POST", "PATCH"):
+        if isinstance(data, Path):
+            headers["Content-Length"] = str(data.stat().st_size)
+        elif data is not None or method in ("PUT", "POST", "PATCH"):
             headers["Content-Length"] = str(len(data or b""))
         for attempt in (1, 2):
             conn, reused = self._connection(parts.netloc, timeout)
             try:
-                conn.request(method, target, body=data, headers=headers)
+                if isinstance(data, Path):
+                    with data.open("rb") as body:
+                        conn.request(method, target, body=body, headers=headers)
+                else:
+                    conn.request(method, target, body=data, headers=headers)
                 resp = conn.getresponse()
-                content = resp.read()
             except _STALE as exc:
                 self._drop(parts.netloc)
                 if reused and attempt == 1:
@@ -113,7 +131,38 @@ class LoopbackTransport:
             except (OSError, http.client.HTTPException) as exc:
                 self._drop(parts.netloc)
                 raise TransportConnectionError(f"{type(exc).__name__}: {exc}") from None
+            content = self._body(parts.netloc, method, resp, sink)
             if resp.will_close:
                 self._drop(parts.netloc)
             return Response(resp.status, resp.headers, content)
         raise AssertionError("unreachable")
+
+    def _body(self, netloc: str, method: str, resp: http.client.HTTPResponse, sink: Sink | None) -> bytes:
+        """The body, read whole, or streamed to where `sink` says; a body cut off part way (a reset, or fewer
+        bytes than its Content-Length) raises BodyInterrupted."""
+        write = sink(resp.status, resp.headers) if sink is not None and method != "HEAD" else None
+        declared = resp.getheader("Content-Length")
+        got = 0
+        chunks: list[bytes] = []
+        try:
+            while True:
+                # read1: what has arrived, so a reset keeps every byte before it; the final read() (of nothing
+                # left) closes the answer, so the kept-alive connection takes the next request.
+                chunk = resp.read1(CHUNK) or resp.read()
+                if not chunk:
+                    break
+                got += len(chunk)
+                if write is None:
+                    chunks.append(chunk)
+                else:
+                    write(chunk)
+            short = method != "HEAD" and declared is not None and declared.isdigit() and got < int(declared)
+            why = f"closed after {got} of {declared} bytes" if short else ""
+        except TimeoutError as exc:
+            why = f"timed out after {got} bytes ({exc})"
+        except (OSError, http.client.HTTPException) as exc:
+            why = f"{type(exc).__name__} after {got} bytes: {exc}"
+        if why:
+            self._drop(netloc)
+            raise BodyInterrupted(why)
+        return b"".join(chunks)

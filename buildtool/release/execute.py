@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from buildtool.common.refs import split_repo_path
+from buildtool.common.units import human_size
 from buildtool.matrix.plan import CellPlan
 from buildtool.registry.client import (
     INDEX_TYPES,
@@ -33,15 +34,21 @@ def _blobs(manifest: dict[str, Any]) -> list[str]:
 
 
 def copy_manifest(client: RegistryClient, src_repo: str, dst_repo: str, raw: bytes, media_type: str,
-                  digest: str) -> None:
-    """Make `digest` exist in dst_repo without tags: blobs mounted, children first, bytes unchanged."""
+                  digest: str) -> dict[str, int]:
+    """Make `digest` exist in dst_repo without tags: blobs mounted (uploaded where the registry declines a
+    mount), children first, bytes unchanged. Returns the uploaded blobs and their sizes."""
     manifest = json.loads(raw)
+    uploaded: dict[str, int] = {}
     if media_type in INDEX_TYPES:
         for child in manifest.get("manifests", []):
             child_raw, child_type, child_digest = client.get_manifest(src_repo, child["digest"])
-            copy_manifest(client, src_repo, dst_repo, child_raw, child_type, child_digest)
-    client.mount_blobs(dst_repo, _blobs(manifest), src_repo)
+            uploaded.update(copy_manifest(client, src_repo, dst_repo, child_raw, child_type, child_digest))
+    sizes = {d["digest"]: int(d.get("size") or 0) for d in [manifest.get("config") or {}, *manifest.get("layers", [])]
+             if "digest" in d}
+    for blob in client.mount_blobs(dst_repo, _blobs(manifest), src_repo):
+        uploaded[blob] = sizes.get(blob, 0)
     client.put_manifest(dst_repo, digest, raw, media_type)
+    return uploaded
 
 
 Staged = dict[str, list[Referrer]]     # platform manifest digest -> the artifacts attached to it
@@ -49,8 +56,9 @@ Staged = dict[str, list[Referrer]]     # platform manifest digest -> the artifac
 
 def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> Staged:
     """The writes of a promotion that need no lock: the image's manifests (children first, blobs
-    mounted, bytes unchanged: the index keeps its digest) and each platform manifest's signed verdict,
-    SBOM and provenance artifacts, all by digest and untagged in the release repository. Returns the
+    mounted, or uploaded where the registry declines the mount, which `item.transfer` then says; bytes
+    unchanged: the index keeps its digest) and each platform manifest's signed verdict, SBOM and
+    provenance artifacts, all by digest and untagged in the release repository. Returns the
     artifacts of each platform manifest, for `promote` to list as referrers of that digest."""
     from buildtool.registry.bundles import beside
     from buildtool.registry.referrers import copy_artifact
@@ -58,7 +66,10 @@ def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> Staged:
 
     _, src = split_repo_path(plan.dev_repo)
     _, dst = split_repo_path(plan.release_repo)
-    copy_manifest(client, src, dst, item._raw, item.media_type, item.digest)
+    uploaded = copy_manifest(client, src, dst, item._raw, item.media_type, item.digest)
+    if uploaded:
+        item.transfer.append(f"the registry declined to mount {len(uploaded)} blob(s) from {src}: uploaded "
+                             f"{human_size(sum(uploaded.values()))} through this machine")
     # Users of the release repository can check the signed verdict and SBOM by digest there too (bytes
     # unchanged, so the signatures hold), and the plain SBOM travels with the image (release.packages).
     staged: Staged = {}

@@ -4,6 +4,7 @@ move, keep, refuse), from what was read. No I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_repo_path
+from buildtool.common.units import human_size
 from buildtool.contracts import names
 from buildtool.matrix.plan import CellPlan
 from buildtool.release.model import ImageRelease, ReleaseReport, TagAction, TagState
@@ -107,6 +109,31 @@ def apply_tag_plan(item: ImageRelease, plan: CellPlan, version: str, force: bool
         item.status = "refused"
     if with_previous:
         item.previous = state.previous
+
+
+_ECR = re.compile(r"^[0-9]{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?(:443)?$")
+
+
+def mount_outlook(plan: CellPlan, size: int) -> str:
+    """What a dry run can say before any write about moving the image's blobs into the release repository:
+    they are mounted, but a registry may decline a mount (202), and then they are uploaded through this
+    machine. Said where it is known or likely: GHCR across owners, ECR (it mounts only with blob mounting
+    turned on, and only blobs an image of the source references), any registry across namespaces (per-namespace
+    permissions: Docker Hub, Quay, Harbor projects). "" where nothing suggests it."""
+    host, src = split_repo_path(plan.dev_repo)
+    _, dst = split_repo_path(plan.release_repo)
+    src_ns, dst_ns = src.split("/", 1)[0], dst.split("/", 1)[0]
+    amount = human_size(size, missing="the image's blobs")
+    if host.lower() == "ghcr.io" and src_ns.lower() != dst_ns.lower():
+        return (f"ghcr.io declines to mount blobs across owners ({src_ns} -> {dst_ns}): they will be uploaded "
+                f"through this machine ({amount})")
+    if _ECR.match(host.lower()):
+        return (f"ECR mounts blobs only where blob mounting is turned on for the registry: otherwise they are "
+                f"uploaded through this machine (up to {amount})")
+    if src_ns != dst_ns:
+        return (f"the release repository is in another namespace ({src_ns} -> {dst_ns}): where the registry declines "
+                f"to mount across namespaces, the blobs are uploaded through this machine (up to {amount})")
+    return ""
 
 
 def writes_needed(item: ImageRelease) -> bool:

@@ -2,8 +2,10 @@
 
 For each chosen cell: find the dev image of the commit (`<name>-dev:<sha>-<version>`),
 check the gates (buildtool.release.gates), then give the same digest its release tags in the
-release repository. No layer data passes through this client: blobs are linked by
-cross-repository mounts and only manifests (a few KB) are written. Multi-arch indexes are
+release repository. No layer data passes through this client where the registry mounts: blobs are
+linked by cross-repository mounts and only manifests (a few KB) are written; a mount the registry
+declines (202: ECR, GHCR across owners) is completed by uploading the blob through this machine, and
+the report says so (the dry run says where it is known or likely: release.plan.mount_outlook). Multi-arch indexes are
 copied whole, child manifests first, so the index digest is unchanged. The verdicts that let
 the image through (signed attestations, one per platform manifest of an index) are attached to the same
 digests in the release repository.
@@ -38,7 +40,7 @@ from buildtool.release.gather import finish_gate, gather
 from buildtool.release.lock import LOCK_TAG, RepoLock
 from buildtool.release.model import ImageRelease, ReleaseOptions, ReleaseReport, TagAction
 from buildtool.release.packages import package_section, packages_entry, subjects
-from buildtool.release.plan import check_plans, settle_unpromoted
+from buildtool.release.plan import check_plans, mount_outlook, settle_unpromoted, writes_needed
 from buildtool.release.read import READ_THREADS, plan_item, read_standins, read_tag_state
 
 if TYPE_CHECKING:
@@ -72,6 +74,8 @@ def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
             finish_gate(item, p, standins, standin_problems)
             if item.status == "ready":
                 plan_item(client, item, p, version, options.force, state=state.result())
+                if options.dry_run and writes_needed(item) and (outlook := mount_outlook(p, item.size)):
+                    item.transfer.append(outlook)
                 # Each platform's SBOM, compared with the same platform's in the previous release.
                 found = subjects(item)
                 sboms.append((item, found, [pool.submit(package_section, client, s, p.dev_repo, p.release_repo)

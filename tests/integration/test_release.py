@@ -459,7 +459,9 @@ def test_held_lock_makes_another_release_wait_then_report(space: Space) -> None:
     assert space.release([CPU], r, "0.1.0").ok      # once released, the lock is free again
 
 
-def test_mount_refusal_is_an_error_not_a_data_copy(space: Space) -> None:
+def test_a_declined_mount_of_a_blob_the_source_lacks_is_an_error(space: Space) -> None:
+    """A declined mount is completed by an upload from the source (tests/integration/test_hosted_registries.py);
+    a source that does not hold the blob leaves nothing to upload."""
     from buildtool.registry.client import RegistryError
     from buildtool.release.execute import copy_manifest
 

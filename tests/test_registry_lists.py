@@ -1,0 +1,215 @@
+"""RegistryClient's lists (`Link` pages) and blob reads (resumed after a reset) against scripted plain-HTTP
+servers, without a registry: the edge cases the hosted-registry tests (tests/integration/test_hosted_registries.py)
+do not reach. Issue 53."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from buildtool.registry import client as client_mod
+from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy, next_link
+
+QUICK = RetryPolicy(attempts=3, first_delay=0.0, max_delay=0.0, timeout=5.0)
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    ('</v2/a/tags/list?last=x&n=20>; rel="next"', "http://r:5000/v2/a/tags/list?last=x&n=20"),   # Docker Hub
+    ("<https://r:5000/v2/a/tags/list?n=2&last=b>; rel=next", "https://r:5000/v2/a/tags/list?n=2&last=b"),
+    ('<https://r:5000/v2/a/tags/list?n=2>; rel="prev", <page2>; type="x"; rel="next"', "http://r:5000/v2/a/tags/page2"),
+    ('</v2/a/tags/list?last=y>; REL="last next"', "http://r:5000/v2/a/tags/list?last=y"),
+    ('</v2/a/tags/list?last=y>; rel="prev"', None),
+    ("", None),
+])
+def test_next_link_as_registries_write_it(header: str, expected: str | None) -> None:
+    assert next_link({"Link": header}, "http://r:5000/v2/a/tags/list") == expected
+
+
+Route = Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]]
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Route], str]]:
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(route: Route) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:   # noqa: N802
+                status, headers, body = route(self)
+                if status in (0, -206):       # a reset part way: the headers, what is given, then RST
+                    self.send_response(206 if status else 200)
+                    for key, value in headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(body)
+                    self.wfile.flush()
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _tags(tags: list[str], link: str = "") -> tuple[int, dict[str, str], bytes]:
+    return 200, {"Content-Type": "application/json", **({"Link": link} if link else {})}, json.dumps(
+        {"name": "a", "tags": tags}).encode()
+
+
+def test_every_page_of_a_tag_list_absolute_or_relative(serve) -> None:  # noqa: ANN001
+    pages = {"": _tags(["a", "b"], '</v2/team/a/tags/list?last=b&n=2>; rel="next"'),
+             "last=b&n=2": _tags(["c", "d"], ""), }
+    host = serve(lambda h: pages[h.path.partition("?")[2]])
+    pages["last=b&n=2"] = _tags(["c", "d"], f'<http://{host}/v2/team/a/tags/list?last=d&n=2>; rel="next"')
+    pages["last=d&n=2"] = _tags(["e"])
+    assert RegistryClient(host, retry=QUICK).tags("team/a") == ["a", "b", "c", "d", "e"]
+
+
+def test_a_next_page_on_another_origin_or_already_read_is_refused(serve) -> None:  # noqa: ANN001
+    elsewhere = serve(lambda h: _tags(["stolen"]))
+    host = serve(lambda h: _tags(["a"], f'<http://{elsewhere}/v2/team/a/tags/list?last=a>; rel="next"'))
+    with pytest.raises(RegistryError, match=f"is on another origin \\({elsewhere}\\); not followed"):
+        RegistryClient(host, retry=QUICK).tags("team/a")
+    looping = serve(lambda h: _tags(["a"], '</v2/team/a/tags/list?last=a>; rel="next"'))
+    with pytest.raises(RegistryError, match="is one already read"):
+        RegistryClient(looping, retry=QUICK).tags("team/a")
+
+
+def test_a_list_is_read_to_its_bound_and_no_further(serve, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(client_mod, "LIST_PAGES", 3)
+    served = iter(range(1000))
+    host = serve(lambda h: _tags([h.path], f'</v2/team/a/tags/list?page={next(served)}>; rel="next"'))
+    with pytest.raises(RegistryError, match="runs past 3 pages; not read further"):
+        RegistryClient(host, retry=QUICK).tags("team/a")
+
+
+def test_a_tag_list_that_is_not_one_is_a_registry_error(serve) -> None:  # noqa: ANN001
+    host = serve(lambda h: (200, {"Content-Type": "text/html"}, b"<html>maintenance</html>"))
+    with pytest.raises(RegistryError, match=r"the tag list of team/a is not a JSON \{\"tags\": \[...\]\} document"):
+        RegistryClient(host, retry=QUICK).tags("team/a")
+
+
+BLOB = bytes(range(256)) * 1024          # 256 KiB
+DIGEST = "sha256:" + hashlib.sha256(BLOB).hexdigest()
+
+
+@pytest.mark.parametrize("honours_range", [True, False])
+def test_a_blob_cut_off_by_resets_is_resumed_from_its_last_byte(serve, honours_range: bool) -> None:  # noqa: ANN001
+    """Plain HTTP (the loopback transport): two answers stop part way with a reset; the read goes on from the
+    byte it stopped at (`Range`), or from the start where the server ignores Range (200), and the digest holds."""
+    asked: list[str] = []
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        wanted = handler.headers.get("Range", "")
+        asked.append(wanted)
+        start = int(wanted[6:-1]) if wanted and honours_range else 0
+        rest = BLOB[start:]
+        ranged = {"Content-Range": f"bytes {start}-{len(BLOB) - 1}/{len(BLOB)}"} if start else {}
+        if len(asked) <= 2:
+            return -206 if start else 0, {"Content-Length": str(len(rest)), **ranged}, rest[:len(rest) // 3]
+        return 206 if start else 200, ranged, rest
+
+    host = serve(route)
+    assert RegistryClient(host, retry=QUICK).get_blob("team/a", DIGEST) == BLOB
+    first_cut = len(BLOB) // 3
+    assert asked[:2] == ["", f"bytes={first_cut}-"]
+    if honours_range:
+        assert asked[2] == f"bytes={first_cut + (len(BLOB) - first_cut) // 3}-"
+
+
+def test_a_blob_host_that_resets_before_any_byte_is_a_bounded_one_line_error(serve) -> None:  # noqa: ANN001
+    host = serve(lambda h: (0, {"Content-Length": str(len(BLOB))}, b""))
+    with pytest.raises(RegistryError) as caught:
+        RegistryClient(host, retry=QUICK).get_blob("team/a", DIGEST)
+    message = str(caught.value)
+    assert "the connection broke part way through the answer 3 times in a row with nothing new (0 bytes read)" in \
+        message and "\n" not in message
+
+
+SUBJECT = "sha256:" + "5" * 64
+INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+def _descriptor(n: int) -> dict[str, object]:
+    return {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + f"{n:x}" * 64,
+            "size": 10, "artifactType": "application/x.test"}
+
+
+def test_a_paged_referrers_api_is_read_to_its_last_page(serve) -> None:  # noqa: ANN001
+    from buildtool.registry.referrers import listed_referrers
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        last = handler.path.endswith("?page=2")
+        link = {} if last else {"Link": f'</v2/team/a/referrers/{SUBJECT}?page=2>; rel="next"'}
+        body = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [_descriptor(2 if last else 1)]}
+        return 200, {"Content-Type": INDEX, **link}, json.dumps(body).encode()
+
+    client = RegistryClient(serve(route), retry=QUICK)
+    assert [r.digest for r in listed_referrers(client, "team/a", SUBJECT)] == [
+        "sha256:" + "1" * 64, "sha256:" + "2" * 64]
+
+
+@pytest.mark.parametrize("answer", [
+    (200, {"Content-Type": "application/json"}, b'{"detail": "not here"}'),       # JSON, but no image index
+    (200, {"Content-Type": INDEX}, b"<html>oops</html>"),                          # says index, is not JSON
+    (401, {"Content-Type": "application/json"}, b'{"errors": [{"code": "UNAUTHORIZED"}]}'),   # no challenge
+    (302, {"Location": "http://127.0.0.1:1/login"}, b""),                          # a redirect: not followed
+])
+def test_any_referrers_answer_but_an_index_reads_the_fallback_tag_once(serve, answer) -> None:  # noqa: ANN001
+    from buildtool.registry.referrers import listed_referrers
+
+    asked: list[str] = []
+    fallback = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [_descriptor(3)]}
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        asked.append(handler.path)
+        if "/referrers/" in handler.path:
+            return answer
+        return 200, {"Content-Type": INDEX}, json.dumps(fallback).encode()
+
+    client = RegistryClient(serve(route), retry=QUICK)
+    for _ in range(2):
+        assert [r.digest for r in listed_referrers(client, "team/a", SUBJECT)] == ["sha256:" + "3" * 64]
+    assert [p for p in asked if "/referrers/" in p] == [f"/v2/team/a/referrers/{SUBJECT}"]    # remembered
+    assert f"/v2/team/a/manifests/sha256-{'5' * 64}" in asked
+
+
+def test_a_404_naming_the_subject_unknown_is_not_remembered_as_no_api(serve) -> None:  # noqa: ANN001
+    from buildtool.registry.referrers import listed_referrers
+
+    asked: list[str] = []
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        asked.append(handler.path)
+        return 404, {"Content-Type": "application/json"}, b'{"errors": [{"code": "MANIFEST_UNKNOWN"}]}'
+
+    client = RegistryClient(serve(route), retry=QUICK)
+    assert listed_referrers(client, "team/a", SUBJECT) == listed_referrers(client, "team/a", SUBJECT) == []
+    assert len([p for p in asked if "/referrers/" in p]) == 2 and "team/a" not in client.no_referrers_api
