@@ -42,12 +42,12 @@ def trusted(*keys: PrivateKey, roles: tuple[str, ...] = ("builder", "tester")) -
     return found
 
 
-def known_code(*codes: str) -> KnownCode:
-    """Release's view of which image-tests code verdicts may have run (buildtool.release.testcode),
+def known_code(*codes: str, matrix: str = MATRIX) -> KnownCode:
+    """Release's view of which image-tests code (and matrix) verdicts may have run (buildtool.release.testcode),
     as if `CODE` were image-tests at the image's revision; no folder: nothing to collect from."""
     return KnownCode({code: (f"image-tests at the image's revision ({code[7:19]})", None) for code in codes or (CODE,)},
                      [f"the image's revision abc: {code}" for code in codes or (CODE,)],
-                     {MATRIX: "matrix.yaml at the image's revision abc"})
+                     {matrix: "matrix.yaml at the image's revision abc"})
 
 
 def result(id_: str, outcome: str = "passed", code: str = "", text: str = "", gpu: bool = False,

@@ -56,10 +56,11 @@ class Project:
         """A release written straight into the registry (not through the proxy under test)."""
         from functools import partial
 
-        from buildtool.release.ancestry import revision_problem
+        from buildtool.release.ancestry import source_problems
 
-        report = self.space.release([CPU], revision or self.first, version, known_code=signing.known_code(self.code),
-                                    revision_check=partial(revision_problem, self.root))
+        known = signing.known_code(self.code, matrix=signing.committed_matrix(self.root))
+        report = self.space.release([CPU], revision or self.first, version, known_code=known,
+                                    source_check=partial(source_problems, self.root))
         assert report.ok, [i.problems for i in report.images]
 
 

@@ -128,7 +128,10 @@ class Space:
             signing.attach_provenance(self.client, repo, digest, signing.provenance(cell, revision=commit,
                                                                                     root=self.project))
         if result is not None:
-            store_verdict(self.client, repo, digest, verdict(cell, digest, result, tests, **(verdict_changes or {})))
+            # A verdict validated in the project read its committed matrix (what release compares it with).
+            bound = {"matrix_digest": signing.committed_matrix(self.project)} if self.project is not None else {}
+            store_verdict(self.client, repo, digest, verdict(cell, digest, result, tests,
+                                                             **{**bound, **(verdict_changes or {})}))
         return digest
 
     def resolve(self, cell: Cell, tag: str) -> str | None:
