@@ -38,7 +38,7 @@ from test_rendezvous import torchrun_2nodes  # noqa: E402
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.common.net import free_port  # noqa: E402
 from buildtool.contracts import frameworks  # noqa: E402
-from buildtool.launch.multinode import VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob  # noqa: E402
+from buildtool.launch.multinode import MultiNodeJob, write_verifier  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def _launcher_nodes(tmp_path: Path, results: dict) -> list[threading.Thread]:
     check = pytorch.multinode
     assert check is not None and pytorch.scripts is not None
     (scripts / check.script).write_text((pytorch.scripts / check.script).read_text())
-    (scripts / VERIFY_SCRIPT).write_text(VERIFY_SOURCE)
+    write_verifier(scripts)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "python3").symlink_to(sys.executable)
