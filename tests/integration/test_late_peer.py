@@ -132,7 +132,8 @@ def test_a_node_joining_more_than_a_minute_late_is_waited_for(tmp_path):
     image_out = results["image:early"].stdout + results["image:late-host"].stdout
     assert '"world_size": 2' in image_out and '"identical": true' in image_out, image_out[-2000:]
     launcher_out = results["launcher:early"].stdout + results["launcher:late"].stdout
-    assert "DDP check passed: world size 2, gloo" in launcher_out, launcher_out[-2000:]
+    # gloo's transport is TCP: the verifier's pass line names the family (issue 49)
+    assert "DDP check passed: world size 2, gloo, transport Socket" in launcher_out, launcher_out[-2000:]
 
 
 def test_two_nodes_with_the_same_pid_on_one_host_are_two_nodes() -> None:
