@@ -177,14 +177,14 @@ os._exit(0)
 """
 
 
-@pytest.mark.parametrize(("module", "folder"), [("jax_train", "image-tests/jax/scripts"),
-                                                ("ddp_train", "image-tests/pytorch/scripts")])
+@pytest.mark.parametrize(("module", "folder"), [
+    ("jax_train", "image-tests/jax/scripts"),
+    pytest.param("ddp_train", "image-tests/pytorch/scripts", marks=pytest.mark.host_torch),   # it imports torch
+])
 def test_c_stdio_lines_survive_the_scripts_exit(tmp_path: Path, module: str, folder: str) -> None:
     """Reproduced on CPU: NCCL's line, written through C stdio to a pipe, is lost when the process leaves by
     os._exit. The launchers' PYTHONUNBUFFERED keeps it (CPython then makes C's stdout unbuffered too), and so does
     the scripts' leave() (it flushes C stdio before os._exit)."""
-    if module == "ddp_train":
-        pytest.importorskip("torch", reason="ddp_train.py imports torch (the `scaling` extra)")
     from buildtool.launch.multinode import MultiNodeJob
 
     script = tmp_path / "c_print.py"
