@@ -385,3 +385,24 @@ def test_slurm_output_carries_the_transport_check(run_cli, tmp_path: Path, kind:
     if runtime == "oci":
         exported = next(w for w in text.split() if w.startswith("--export=DDP_")).removeprefix("--export=").split(",")
         assert set(EXPECTED[kind]) | {"DDP_GPUS_PER_NODE", "PYTHONUNBUFFERED"} <= set(exported)
+
+
+@pytest.mark.parametrize(("args", "cause"), [
+    (["--fabric-rate", "EDR"], "--fabric-rate"),
+    (["--require-gdr", "--nodes", "1"], "--require-gdr check NCCL's traffic between nodes"),
+    (["--efa-resource", "vpc.amazonaws.com/efa=32", "--nccl-ib-hca", "mlx5_0"],
+     "the job asks for two fabrics: EFA (--efa-resource) and IB (--nccl-ib-hca); name one"),
+    (["--efa-resource", "vpc.amazonaws.com/efa=0"], "--efa-resource"),
+])
+def test_the_commands_refuse_a_fabric_they_cannot_check_exit_2(run_cli, args: list[str], cause: str) -> None:
+    code, _, err = run_cli("k8s", IMAGE, "--gpus-per-node", "8", *args, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and cause in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_nccl_at_warn_is_not_read_and_says_so(tmp_path: Path) -> None:
+    """A GPU job that asked for no fabric may lower NCCL_DEBUG; the verifier then says it did not read the transport."""
+    job = MultiNodeJob(image=IMAGE, nodes=2, gpus_per_node=2, nccl=NcclSettings(debug="WARN"))
+    proc = run_verifier(tmp_path, "ib.log", 46.0, job)
+    assert proc.returncode == 0, proc.stderr
+    assert "): not read (NCCL_DEBUG=WARN: the network is in NCCL's INFO lines)" in proc.stdout
+    assert "DDP check passed: world size 4, nccl, transport not read, loss" in proc.stdout

@@ -337,7 +337,8 @@ def main(argv: list[str]) -> int:
         print("DDP check failed: " + "; ".join(problems), file=sys.stderr)
         return 1
     if result is not None:
-        family = "+".join(log.families()) if log is not None and log.families() else (
+        read = log is not None and env.get("NCCL_DEBUG") in READS_NCCL and log.families()
+        family = "+".join(log.families()) if read and log is not None else (
             nccl_log.SOCKET if want_backend == "gloo" else "not read")
         print(f"DDP check passed: world size {result['world_size']}, {result['backend']}, transport {family}, loss "
               f"{result['first_loss']:.4f} -> {result['last_loss']:.4f}{passed}", flush=True)
