@@ -247,15 +247,6 @@ class MultiNodeJob:
         words = [f"{family} ({' and '.join(options)})" for family, options in self._asked().items()]
         return " and ".join([*words, *(["GPUDirect RDMA (--require-gdr)"] if self.require_gdr else [])])
 
-    @property
-    def ib_reason(self) -> str:
-        return " and ".join(self._asked().get(busbw.IB, []))
-
-    @property
-    def wants_ib(self) -> bool:
-        """A GPU job across nodes that asked for InfiniBand: NCCL must run over the IB family, not sockets."""
-        return bool(self.gpus_per_node and self.nodes > 1 and self.wanted_family == busbw.IB)
-
     def fabric_env(self) -> dict[str, str]:
         """What the verifier checks NCCL's log and the cross-node bus bandwidth against (GPU jobs across nodes)."""
         if not (self.gpus_per_node and self.nodes > 1):
@@ -283,14 +274,6 @@ class MultiNodeJob:
         if self.efa_devices:
             return self.efa_devices, f"--efa-resource asks for {self.efa_devices} EFA device(s)"
         return 0, ""
-
-    def floor_preview(self) -> busbw.FabricFloor | None:
-        """The cross-node floor as the verifier will compute it when NCCL uses the family asked for (None: no
-        family asked); with no NIC count named, the one NCCL lists decides at run time."""
-        if not (self.wanted_family and self.gpus_per_node and self.nodes > 1):
-            return None
-        nics, said = self.named_nics
-        return busbw.cross_node_floor(self.wanted_family, self.fabric_rate, nics or None, said, self.gpus_per_node)
 
     def node_command(self, endpoint: str, rdzv_id: str, script: str) -> list[str]:
         """The launcher's command for SCRIPT on every node (without the verifier): ENDPOINT is the first node's
