@@ -250,3 +250,21 @@ def test_report_shows_the_window_comparison_and_a_missing_floor():
     nofloor = Busbw(cell="pytorch-ngc:25.10", gpus="8x GH200", peak_GBps=50.0, floor_GBps=None, previous_GBps=None,
                     change=None, sizes=[], floor_note="no floor for this model: nvidia-smi name 'X' is not in ...")
     assert nofloor.verdict.startswith("no floor for this model") and nofloor.status == "skipped"
+
+
+@pytest.mark.parametrize(("driver", "admitted"), [("535.261.03", True), ("535.104.05", False), ("545.23.08", False)])
+def test_ngc_25_10_decisions_say_their_minimums_are_unverified(driver: str, admitted: bool) -> None:
+    """Issue 49: no NVIDIA page read here states CUDA 13's forward-compatibility minimums (searched: NVIDIA's
+    Forward Compatibility guide, NGC 25.10 release notes; only SGLang 25.10's, which prints the 12.8-era list).
+    Every decision by NGC 25.10's rule says so; NGC 25.01's, verified, do not."""
+    decided = driver_rules.decide("13.0", driver, "12.2", [H100], "25.10", "amd64")
+    assert decided.admitted is admitted
+    assert decided.rule.endswith("(NGC 25.10's forward-compatibility minimums (R535 >= 535.261, R550 >= 550.163, "
+                                 "R570 >= 570.172) are unverified: no NVIDIA page read here states them (NVIDIA's "
+                                 "Forward Compatibility guide names none for CUDA 13; SGLang 25.10's notes print the "
+                                 "CUDA 12.8-era list); confirm them in that release's Driver Requirements before "
+                                 "relying on them)")
+    assert "minimums unverified" in driver_rules.forward_compat_summary("25.10")
+    old = driver_rules.decide("12.8", "535.86.10", "12.2", [H100], "25.01", "amd64")
+    assert old.admitted and "unverified" not in old.rule and "unverified" not in driver_rules.forward_compat_summary(
+        "25.01")

@@ -16,7 +16,7 @@ import yaml
 from kubernetes_validate import utils as kv
 from referencing import Registry, Resource
 
-from buildtool.launch.multinode import VERIFY_SOURCE
+from buildtool.launch.multinode import VERIFY_FILES, write_verifier
 
 REPO = Path(__file__).resolve().parent.parent
 K8S_VERSION = "1.33.0"
@@ -115,7 +115,7 @@ def test_defaults_shm_rendezvous_and_bounded_restarts(run_cli, variant: str) -> 
         assert docs[1]["spec"]["clusterIP"] == "None" and docs[1]["spec"]["publishNotReadyAddresses"] is True
     configmap = docs[0]
     assert configmap["data"]["ddp_train.py"] == (REPO / "image-tests/pytorch/scripts/ddp_train.py").read_text()
-    assert configmap["data"]["verify_ddp.py"] == VERIFY_SOURCE
+    assert {k: configmap["data"][k] for k in VERIFY_FILES} == VERIFY_FILES   # the verifier and what it imports
 
 
 def test_every_default_can_be_overridden(run_cli) -> None:
@@ -177,8 +177,7 @@ def _verify(tmp_path: Path, result: dict, exit_code: int = 0, world: int = 4,
             backend: str = "nccl", env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "fake_torchrun.py"
     fake.write_text(f"import sys\nprint('DDP_RESULT ' + {json.dumps(json.dumps(result))})\nsys.exit({exit_code})\n")
-    verify = tmp_path / "verify.py"
-    verify.write_text(VERIFY_SOURCE)
+    verify = write_verifier(tmp_path)
     env = {**os.environ, "DDP_EXPECT_WORLD_SIZE": str(world), "DDP_EXPECT_BACKEND": backend, **(env_extra or {})}
     return subprocess.run([sys.executable, str(verify), sys.executable, str(fake)], capture_output=True, text=True,
                           timeout=60, env=env)
@@ -203,7 +202,7 @@ def test_the_verifier_fails_the_wrong_backend_or_world_size(tmp_path: Path) -> N
     assert gloo.returncode == 1 and "trained with gloo, not nccl" in gloo.stderr, gloo.stderr
     small = _verify(tmp_path, {**good, "world_size": 8}, world=16)
     assert small.returncode == 1 and "world size 8, not the 16 asked for" in small.stderr, small.stderr
-    unset = subprocess.run([sys.executable, str(tmp_path / "verify.py"), "true"], capture_output=True, text=True,
+    unset = subprocess.run([sys.executable, str(tmp_path / "verify_ddp.py"), "true"], capture_output=True, text=True,
                            timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith("DDP_EXPECT")})
     assert unset.returncode != 0 and "DDP_EXPECT_WORLD_SIZE" in unset.stderr
 
@@ -318,8 +317,7 @@ def test_cpu_pods_get_no_nccl_no_ipc_lock_no_driver_folder(run_cli) -> None:
 
 def _echo_args(tmp_path: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """The verifier around a command that prints its arguments (and LD_LIBRARY_PATH), then fails: no DDP_RESULT."""
-    verify = tmp_path / "verify.py"
-    verify.write_text(VERIFY_SOURCE)
+    verify = write_verifier(tmp_path)
     echo = "import os, sys; print('ARGS', sys.argv[1:]); print('LD', os.environ.get('LD_LIBRARY_PATH')); sys.exit(7)"
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "JOB_COMPLETION_INDEX", "DDP_NODES")}
     env |= {"DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "nccl", **env_extra}

@@ -23,7 +23,7 @@ import yaml
 
 from buildtool.common.net import free_port
 from buildtool.contracts import frameworks
-from buildtool.launch.multinode import VERIFY_SOURCE, MultiNodeJob
+from buildtool.launch.multinode import VERIFY_FILES, MultiNodeJob, write_verifier
 from buildtool.launch.slurm import parse_output
 from tests.test_framework_folder import FIXTURE_FW, add_fixture_framework
 from tests.test_k8s import validate
@@ -139,8 +139,8 @@ def test_a_coordinator_job_has_one_process_per_node() -> None:
     check = frameworks.load_row(FIXTURE_FW).multinode
     job = MultiNodeJob(image="x:1", nodes=3, gpus_per_node=8, check=check, steps=7, join_timeout_s=30)
     assert (job.world_size, job.backend, job.procs_per_node) == (3, "nccl", 1)
-    assert job.env == {"DDP_EXPECT_WORLD_SIZE": "3", "DDP_EXPECT_BACKEND": "nccl", "NCCL_DEBUG": "INFO",
-                       "NCCL_DEBUG_SUBSYS": "INIT,NET", "DDP_BUSBW_FLOORS": "IB=6.25"}
+    assert job.env == {"DDP_EXPECT_WORLD_SIZE": "3", "DDP_EXPECT_BACKEND": "nccl", "PYTHONUNBUFFERED": "1",
+                       "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "DDP_GPUS_PER_NODE": "8"}
     assert job.command("h1:29400", "r", "/s") == [
         "python3", "/s/verify_ddp.py", "python3", "/s/fixture_train.py", "--coordinator", "h1:29400",
         "--num-processes", "3", "--process-id", "{process_id}", "--steps", "7", "--init-timeout", "30"]
@@ -166,7 +166,7 @@ def test_sbatch_runs_the_frameworks_script_with_the_coordinator_on_the_first_nod
     assert ('"$jobdir/verify_ddp.py" python3 "$jobdir/fixture_train.py" --coordinator "$endpoint" --num-processes 3 '
             "--process-id '{process_id}' --steps 5 --init-timeout 30") in text
     if runtime == "oci":
-        assert "--export=DDP_BUSBW_FLOORS,DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES" in text
+        assert "--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_GPUS_PER_NODE,DDP_NODES" in text
 
 
 @pytest.mark.tools("shellcheck")
@@ -230,15 +230,15 @@ def test_k8s_coordinator_check_is_an_indexed_job(run_cli, fw_project: Path) -> N
     for doc in docs:
         validate(doc)
     assert docs[0]["data"] == {"fixture_train.py": (fw_project / "image-tests/fixturefw/scripts/fixture_train.py")
-                               .read_text(), "verify_ddp.py": VERIFY_SOURCE}
+                               .read_text(), **VERIFY_FILES}
     container = docs[2]["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == [
         "python3", "/opt/image-tests/scripts/verify_ddp.py", "python3", "/opt/image-tests/scripts/fixture_train.py",
         "--coordinator", "ddp-check-0.ddp-check:29400", "--num-processes", "3", "--process-id", "{process_id}",
         "--steps", "6", "--init-timeout", "900"]
     assert {e["name"]: e["value"] for e in container["env"]} == {
-        "DDP_EXPECT_BACKEND": "nccl", "DDP_EXPECT_WORLD_SIZE": "3", "NCCL_DEBUG": "INFO",
-        "NCCL_DEBUG_SUBSYS": "INIT,NET", "DDP_BUSBW_FLOORS": "IB=6.25",
+        "DDP_EXPECT_BACKEND": "nccl", "DDP_EXPECT_WORLD_SIZE": "3", "NCCL_DEBUG": "INFO", "PYTHONUNBUFFERED": "1",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET", "DDP_GPUS_PER_NODE": "8",
         "DDP_RDZV_HOST": "ddp-check-0.ddp-check", "DDP_RESOLVE_TIMEOUT_S": "900",
         "DDP_APPEND_LIBRARY_PATH": "/usr/local/nvidia/lib64"}
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
@@ -318,8 +318,7 @@ def test_framework_must_agree_with_the_images_cell_and_exist(run_cli, fw_project
 
 def test_the_verifier_fails_a_process_0_that_reports_nothing(tmp_path: Path) -> None:
     """With torchrun any node may host rank 0; a coordinator check's process 0 must print the result line."""
-    verify = tmp_path / "verify.py"
-    verify.write_text(VERIFY_SOURCE)
+    verify = write_verifier(tmp_path)
     env = {**os.environ, "DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "gloo"}
     silent = [sys.executable, str(verify), sys.executable, "-c", "pass", "{process_id}"]
     proc = subprocess.run(silent, capture_output=True, text=True, timeout=60, env={**env, "JOB_COMPLETION_INDEX": "0"})
@@ -330,8 +329,7 @@ def test_the_verifier_fails_a_process_0_that_reports_nothing(tmp_path: Path) -> 
 
 
 def test_the_verifier_needs_somewhere_to_read_the_process_id_from(tmp_path: Path) -> None:
-    verify = tmp_path / "verify.py"
-    verify.write_text(VERIFY_SOURCE)
+    verify = write_verifier(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "DDP_NODES")}
     env.update(DDP_EXPECT_WORLD_SIZE="2", DDP_EXPECT_BACKEND="gloo")
     proc = subprocess.run([sys.executable, str(verify), "echo", "{process_id}"], capture_output=True, text=True,
@@ -355,8 +353,7 @@ def test_the_verifier_says_which_slurm_node_hosts_the_store(tmp_path: Path) -> N
     """torchrun under SLURM: the first node of DDP_NODES hosts the c10d store (is_host), found by this container's
     hostname, and the node's address from DDP_NODE_ADDRS is its agent's --local-addr; where the hostname is none
     of the nodes, torch decides both as it did before (and the log says so)."""
-    verify, site = tmp_path / "verify.py", tmp_path / "site"
-    verify.write_text(VERIFY_SOURCE)
+    verify, site = write_verifier(tmp_path), tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITE)
     conf = "--rdzv-conf=join_timeout=9,read_timeout=9,is_host={is_host}"

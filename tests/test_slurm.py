@@ -160,8 +160,9 @@ def test_dry_run_runs_the_real_ddp_check(run_cli, tmp_path: Path, runtime: str) 
         # the /dev/shm check inside the container, scripts in the bundle's jobs/ folder, removed afterwards.
         # DDP_EXPECT_*: what the verifier checks the run against (world size, backend).
         # DDP_NODES: the verifier finds this node's place there (the first hosts the c10d store).
+        # PYTHONUNBUFFERED: the check's own lines reach the job's log even when a process dies.
         assert launch[2:4] == ["--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_NODES,DDP_NODE_ADDRS,DDP_STEPS,"
-                               "DDP_TIMEOUT_S",
+                               "DDP_TIMEOUT_S,PYTHONUNBUFFERED",
                                f"--container={bundle}"]
         shm = srun_calls[0][1:]
         assert shm[:3] == ["--ntasks-per-node=1", "--export=NONE", f"--container={bundle}"] and shm[3] == "sh"
@@ -428,16 +429,18 @@ def test_nccl_settings_are_exported_only_when_set(run_cli, tmp_path: Path, runti
     extra = ["--runtime", runtime, *(["--shm-size", "1g", "--framework", "pytorch"] if runtime == "oci" else [])]
     text = generate(run_cli, tmp_path, image, "--gpus-per-node", "8", *extra).read_text()
     assert "export NCCL_DEBUG=INFO\nexport NCCL_DEBUG_SUBSYS=INIT,NET\n" in text
-    assert "NCCL_SOCKET_IFNAME" not in text and "NCCL_IB_HCA" not in text
+    # (the embedded verifier and nccl_log.py name NCCL_IB_HCA, which they read: no such variable is set or exported)
+    assert "export NCCL_SOCKET_IFNAME" not in text and "export NCCL_IB_HCA" not in text
+    assert not [line for line in text.splitlines() if "srun" in line and ("NCCL_IB_HCA" in line or "IFNAME" in line)]
     text = generate(run_cli, tmp_path, image, "--gpus-per-node", "8", "--nccl-debug", "INFO", "--nccl-socket-ifname",
                     "ib0", "--nccl-ib-hca", "^mlx5_2", "--nccl-env", "NCCL_IB_GID_INDEX=3", *extra).read_text()
     for line in ("export NCCL_DEBUG=INFO", "export NCCL_SOCKET_IFNAME=ib0", "export NCCL_IB_HCA='^mlx5_2'",
                  "export NCCL_IB_GID_INDEX=3"):
         assert f"\n{line}\n" in text
     if runtime == "oci":   # SLURM's containers get only what --export names
-        assert ("--export=DDP_BUSBW_FLOORS,DDP_EXPECT_BACKEND,DDP_EXPECT_TRANSPORT,DDP_EXPECT_WORLD_SIZE,DDP_NODES,"
+        assert ("--export=DDP_EXPECT_BACKEND,DDP_EXPECT_TRANSPORT,DDP_EXPECT_WORLD_SIZE,DDP_GPUS_PER_NODE,DDP_NODES,"
                 "DDP_NODE_ADDRS,DDP_STEPS,DDP_TIMEOUT_S,NCCL_DEBUG,NCCL_IB_GID_INDEX,NCCL_IB_HCA,"
-                "NCCL_SOCKET_IFNAME") in text
+                "NCCL_SOCKET_IFNAME,PYTHONUNBUFFERED") in text
     cpu = generate(run_cli, tmp_path, image, "--gpus-per-node", "0", *extra).read_text()
     # (the embedded verifier's text names NCCL_DEBUG in its transport message: no variable is set or exported)
     assert "export NCCL_" not in cpu and not [line for line in cpu.splitlines() if "srun" in line and "NCCL_" in line]

@@ -10,6 +10,8 @@ import typer
 from buildtool.cli.launch_image import framework_for, platform_for, shm_for
 from buildtool.cli.launch_options import (
     CheckFrameworkOption,
+    FabricNicsOption,
+    FabricRateOption,
     JoinTimeoutOption,
     MaxRestartsOption,
     NcclDebugOption,
@@ -18,6 +20,7 @@ from buildtool.cli.launch_options import (
     NcclIfnameOption,
     OutFileOption,
     RdzvPortOption,
+    RequireGdrOption,
     StepsOption,
     check_steps,
     nccl_settings,
@@ -54,6 +57,9 @@ GpuResourceOption = Annotated[str, typer.Option(help="Extended resource name of 
 DeadlineOption = Annotated[int, typer.Option(help="activeDeadlineSeconds of the job.")]
 RdmaResourceOption = Annotated[list[str] | None, typer.Option(
     help="An RDMA device resource for each GPU pod, NAME[=COUNT] (repeatable; e.g. rdma/rdma_shared_device_a).")]
+EfaResourceOption = Annotated[str | None, typer.Option(
+    help="The EFA device resource of each GPU pod, NAME=COUNT (e.g. vpc.amazonaws.com/efa=32): asks for AWS EFA "
+         "(NCCL through aws-ofi-nccl) and says how many EFA devices a node has.")]
 IpcLockOption = Annotated[bool, typer.Option(help="Add the IPC_LOCK capability to GPU pods (NCCL and RDMA pin "
                                                   "memory).")]
 PlatformOption = Annotated[str | None, typer.Option(
@@ -85,11 +91,15 @@ def k8s(
     deadline: DeadlineOption = ACTIVE_DEADLINE_S,
     steps: StepsOption = 40,
     rdma_resource: RdmaResourceOption = None,
+    efa_resource: EfaResourceOption = None,
     ipc_lock: IpcLockOption = True,
     nccl_debug: NcclDebugOption = "",
     nccl_socket_ifname: NcclIfnameOption = "",
     nccl_ib_hca: NcclHcaOption = "",
     nccl_env: NcclEnvOption = None,
+    fabric_rate: FabricRateOption = "",
+    fabric_nics: FabricNicsOption = 0,
+    require_gdr: RequireGdrOption = False,
     framework: CheckFrameworkOption = None,
     platform: PlatformOption = None,
     out_file: OutFileOption = None,
@@ -97,32 +107,39 @@ def k8s(
 ) -> None:
     """Manifests that run the multi-node check of the image's framework on Kubernetes."""
     check_arguments("k8s", locals())   # every argument first (issue 37)
-    from buildtool.common import argcheck
     from buildtool.launch.arch import node_selector as arch_selector
     from buildtool.launch.k8s import PodOptions, default_variant, manifests, to_yaml
     from buildtool.launch.multinode import MultiNodeJob, check_of, read_check_script
 
-    # Every argument before the matrix, the registry or the check script is read (issue 37).
+    _check_first(image, nodes, gpus_per_node, node_selector, steps)
+    shm = _shm_size(image, shm_size, matrix)
+    row = framework_for(image, framework, matrix)
+    chosen = platform_for(image, platform, matrix)
+    efa = PodOptions.parse_rdma([efa_resource], "--efa-resource") if efa_resource else ()
+    job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check_of(row), name=name,
+                       shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts,
+                       backoff_limit=backoff_limit, rdzv_port=rdzv_port, steps=steps,
+                       nccl=nccl_settings(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env),
+                       rdma=bool(rdma_resource), efa_devices=efa[0][1] if efa else 0, fabric_rate=fabric_rate,
+                       fabric_nics=fabric_nics, require_gdr=require_gdr)
+    opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
+                      node_selector=arch_selector(chosen, PodOptions.parse_selector(node_selector or [])),
+                      active_deadline_s=deadline,
+                      tolerations=PodOptions.parse_tolerations(toleration or []), ipc_lock=ipc_lock,
+                      rdma_resources=PodOptions.parse_rdma(rdma_resource or []) + efa)
+    docs = manifests(job, opts, read_check_script(row), variant or default_variant(job))
+    write_or_print(to_yaml(docs), out_file)
+
+
+def _check_first(image: str, nodes: int, gpus_per_node: int, node_selector: list[str] | None, steps: int) -> None:
+    """Every argument before the matrix, the registry or the check script is read (issue 37)."""
+    from buildtool.common import argcheck
+
     argcheck.reference("IMAGE", image)
     argcheck.count("--nodes", nodes)
     argcheck.count("--gpus-per-node", gpus_per_node, minimum=0)
     argcheck.node_selectors("--node-selector", node_selector or [])
     check_steps(steps)
-    shm = _shm_size(image, shm_size, matrix)
-    row = framework_for(image, framework, matrix)
-    chosen = platform_for(image, platform, matrix)
-    job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check_of(row), name=name,
-                       shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts,
-                       backoff_limit=backoff_limit, rdzv_port=rdzv_port, steps=steps,
-                       nccl=nccl_settings(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env),
-                       rdma=bool(rdma_resource))
-    opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
-                      node_selector=arch_selector(chosen, PodOptions.parse_selector(node_selector or [])),
-                      active_deadline_s=deadline,
-                      tolerations=PodOptions.parse_tolerations(toleration or []), ipc_lock=ipc_lock,
-                      rdma_resources=PodOptions.parse_rdma(rdma_resource or []))
-    docs = manifests(job, opts, read_check_script(row), variant or default_variant(job))
-    write_or_print(to_yaml(docs), out_file)
 
 
 def _shm_size(image: str, shm_size: str | None, matrix: Path | None) -> str:

@@ -46,6 +46,18 @@ NcclHcaOption = Annotated[str, typer.Option(help="NCCL_IB_HCA of a GPU job, e.g.
 NcclEnvOption = Annotated[list[str] | None, typer.Option(help="Another NCCL_* variable of a GPU job, NAME=VALUE "
                                                               "(repeatable; e.g. NCCL_IB_GID_INDEX=3).")]
 
+# The fabric of a GPU job across nodes (launch.multinode.MultiNodeJob; documented rates: contracts.busbw).
+FabricRateOption = Annotated[str, typer.Option(
+    help="The fabric's documented rate, which the job must run on: HDR or NDR (InfiniBand, per NIC), or an EFA "
+         "instance type (p4d.24xlarge, p5.48xlarge, p5en.48xlarge). It asks NCCL for that family (IB or EFA), "
+         "fails a port NCCL reports slower, and sets the cross-node bus-bandwidth floor (default: the slowest "
+         "documented rate of the family NCCL used).")]
+FabricNicsOption = Annotated[int, typer.Option(
+    help="NICs per node NCCL must use, one per GPU at most (default: the --nccl-ib-hca list's count, else the "
+         "devices NCCL lists); fewer in NCCL's channels fails the job, and the floor counts them.")]
+RequireGdrOption = Annotated[bool, typer.Option(
+    help="Fail unless every NET channel NCCL opens between nodes is GPUDirect RDMA (`via NET/.../GDRDMA`).")]
+
 # Where a generated job (manifests, an sbatch script) goes.
 OutFileOption = Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")]
 

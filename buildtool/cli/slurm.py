@@ -11,6 +11,8 @@ import typer
 from buildtool.cli.launch_image import bundle_shm, framework_for, shm_for
 from buildtool.cli.launch_options import (
     CheckFrameworkOption,
+    FabricNicsOption,
+    FabricRateOption,
     JoinTimeoutOption,
     MaxRestartsOption,
     NcclDebugOption,
@@ -19,6 +21,7 @@ from buildtool.cli.launch_options import (
     NcclIfnameOption,
     OutFileOption,
     RdzvPortOption,
+    RequireGdrOption,
     StepsOption,
     check_steps,
     nccl_settings,
@@ -76,6 +79,9 @@ def slurm(
     nccl_socket_ifname: NcclIfnameOption = "",
     nccl_ib_hca: NcclHcaOption = "",
     nccl_env: NcclEnvOption = None,
+    fabric_rate: FabricRateOption = "",
+    fabric_nics: FabricNicsOption = 0,
+    require_gdr: RequireGdrOption = False,
     framework: CheckFrameworkOption = None,
     out_file: OutFileOption = None,
     matrix: MatrixOption = None,
@@ -91,7 +97,8 @@ def slurm(
     check = check_of(framework_for(image, framework, matrix))
     job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check, name=name,
                        shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port,
-                       steps=steps, nccl=nccl_settings(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env))
+                       steps=steps, nccl=nccl_settings(nccl_debug, nccl_socket_ifname, nccl_ib_hca, nccl_env),
+                       fabric_rate=fabric_rate, fabric_nics=fabric_nics, require_gdr=require_gdr)
     opts = SlurmOptions(runtime=runtime, partition=partition, account=account, time_limit=time_limit,
                         cpus_per_task=cpus_per_task, scripts_dir=scripts_dir, constraint=constraint)
     write_or_print(sbatch_script(job, opts), out_file)

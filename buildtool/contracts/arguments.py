@@ -40,6 +40,7 @@ from typing import Any
 from buildtool.common import argcheck
 from buildtool.common.errors import UserError
 from buildtool.common.refs import shown
+from buildtool.contracts import busbw
 
 Grammar = Callable[[str, Any], object]
 
@@ -256,6 +257,9 @@ JSON = ("--json", FLAG)
 _NCCL = {"nccl_debug": ("--nccl-debug", choice("", "VERSION", "WARN", "INFO", "TRACE")),
          "nccl_socket_ifname": ("--nccl-socket-ifname", NCCL_LIST), "nccl_ib_hca": ("--nccl-ib-hca", NCCL_LIST),
          "nccl_env": ("--nccl-env", _each(NCCL_ENV))}
+# The fabric a GPU job across nodes must run on (launch.multinode.MultiNodeJob; the rates: contracts.busbw).
+_FABRIC = {"fabric_rate": ("--fabric-rate", choice("", *busbw.LINK_RATES)),
+           "fabric_nics": ("--fabric-nics", count(0, 64)), "require_gdr": ("--require-gdr", FLAG)}
 _RUN = {"join_timeout": ("--join-timeout", count(1, 86_400)), "rdzv_port": ("--rdzv-port", count(1, 65_535)),
         "max_restarts": ("--max-restarts", count(0, 100)), "steps": ("--steps", count(3, 1_000_000)),
         "framework": ("--framework", FRAMEWORK_NAME), "out_file": ("--out", OUT_FILE),
@@ -278,13 +282,14 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
     "check": {"matrix": MATRIX, "offline": ("--offline", FLAG)},
     "diff": {"image_a": ("IMAGE_A", REFERENCE), "image_b": ("IMAGE_B", REFERENCE), "as_json": JSON,
              "probe_timeout": ("--probe-timeout", count(1, 86_400))},
-    "k8s": {"image": ("IMAGE", REFERENCE), **_RUN, **_NCCL,
+    "k8s": {"image": ("IMAGE", REFERENCE), **_RUN, **_NCCL, **_FABRIC,
             "variant": ("--variant", choice("", "pytorchjob", "job")), "name": ("--name", DNS_LABEL),
             "namespace": ("--namespace", DNS_LABEL), "backoff_limit": ("--backoff-limit", count(0, 100)),
             "cpu": ("--cpu", QUANTITY), "memory": ("--memory", QUANTITY),
             "node_selector": ("--node-selector", _node_selectors), "toleration": ("--toleration", _each(TOLERATION)),
             "gpu_resource": ("--gpu-resource", _label_key), "deadline": ("--deadline", count(1, 30 * 86_400)),
             "rdma_resource": ("--rdma-resource", _each(RDMA_RESOURCE)), "ipc_lock": ("--ipc-lock", FLAG),
+            "efa_resource": ("--efa-resource", RDMA_RESOURCE),
             "platform": ("--platform", _platform)},
     "keys": {"name": ("--name", KEY_NAME), "out_dir": ("--out", OUT_DIR),
              "role": ("--role", _each(choice("builder", "tester"))), "dev": ("--dev", FLAG)},
@@ -311,7 +316,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
                 "time_limit": ("--time", SLURM_TIME), "shm_size": _RUN["shm_size"], "rdzv_port": _RUN["rdzv_port"],
                 "out_dir": ("--out", OUT_DIR), "strategy": ("--strategy", _strategies),
                 "min_efficiency": ("--min-efficiency", _fraction), "revision": REV, "matrix": MATRIX},
-    "slurm": {"image": ("IMAGE", IMAGE_OR_FILE), **_RUN, **_NCCL,
+    "slurm": {"image": ("IMAGE", IMAGE_OR_FILE), **_RUN, **_NCCL, **_FABRIC,
               "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "name": ("--name", SLURM_WORD),
               "partition": ("--partition", SLURM_WORD), "account": ("--account", SLURM_WORD),
               "constraint": ("--constraint", SLURM_CONSTRAINT),

@@ -98,34 +98,116 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")   # nvidia-smi underlines the header ro
 
 
 # -- across nodes: the fabric NCCL's network runs on ------------------------------------------------
-# NCCL names the network it chose in an INFO line, `NCCL INFO Using network IB` (InfiniBand and RoCE, through
-# libibverbs) or `... Using network Socket` (TCP: its fallback when libibverbs or a device is missing).
-IB = "IB"
-SOCKET = "Socket"
-# The cross-node all-reduce's bus bandwidth is bounded by the nodes' network ports, not NVLink: a 2-node ring
-# crosses the fabric twice per step, so nccl-tests' busbw approaches the per-direction rate of the ports
-# NCCL uses. The floor is FLOOR_FRACTION of ONE port's per-direction rate (a node with 8 ports stays far above).
-# fabric -> (documented Gb/s per port, source)
-FABRICS: dict[str, tuple[float, str]] = {
-    IB: (200, "InfiniBand HDR, 200 Gb/s per port (NVIDIA ConnectX-6 VPI datasheet): the slowest IB rate of "
-              "NVIDIA's reference GPU systems (DGX A100: HDR 200 Gb/s; DGX H100/H200: NDR 400 Gb/s)"),
+# Families of NCCL's networks (contracts.nccl_log.family_of reads them from `Using network NAME`; the same words).
+IB = "IB"           # InfiniBand and RoCE through verbs: NCCL's `IB`, HPC-X's `IBext*`, `NCCL RDMA Plugin*`
+EFA = "EFA"         # AWS EFA through aws-ofi-nccl: `Libfabric`, `AWS Libfabric`, `OFI`
+SOCKET = "Socket"   # TCP: NCCL's fallback when verbs, a plugin or a device is missing
+UNKNOWN = "unknown"
+
+# A 2-node all-reduce's bus bandwidth is bounded by the NICs NCCL uses on each node: every NIC carries its own
+# channels, so nccl-tests' busbw approaches NICs x per-NIC rate. Measured by NVIDIA on healthy fabrics: 24 GB/s per
+# 200 Gb/s NIC and 12 GB/s per 100 Gb/s NIC, 96% of the line rate (sjeaugey, NVIDIA/nccl-tests#119: 4 x 200G,
+# target 96 GB/s), 48-49 GB/s per ConnectX-7 NIC at NDR 400 Gb/s (AddyLaddy, NVIDIA/nccl-tests#267). The floor is
+# FABRIC_FLOOR_FRACTION of NICs x rate: healthy fabrics reach about 0.96 of it, and the faults it must catch give
+# at most a quarter (a fabric at a quarter of its rate, RoCE without lossless settings) or an eighth (one NIC used
+# of eight). One GPU drives about one NIC's rate (nccl-tests#232: 1 H100 per node with 4 NICs, busbw 50 GB/s =
+# one NIC), so the NICs counted are at most the node's GPUs.
+FABRIC_FLOOR_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class LinkRate:
+    """A documented rate: per NIC (an InfiniBand generation's 4x port), or per instance (EFA: AWS states the
+    instance's aggregate EFA bandwidth, shared by its GPUs)."""
+
+    family: str
+    name: str
+    gbits: float
+    per_instance: bool = False
+    gpus: int = 0               # an instance's GPUs (its rate is shared by them)
+    nics: int = 0               # an instance's EFA devices
+    source: str = ""
+
+
+_CX6 = "InfiniBand HDR, 200 Gb/s per 4x port (NVIDIA ConnectX-6 VPI datasheet; DGX A100: 8x HDR for compute)"
+_CX7 = "InfiniBand NDR, 400 Gb/s per 4x port (NVIDIA ConnectX-7 datasheet; DGX H100/H200: 8x NDR for compute)"
+_AWS = ("AWS's instance pages state the aggregate EFA bandwidth; not re-read from here (the search tool held no copy "
+        "of AWS's tables): the figure as AWS has published it since the instance's launch; EFA devices per instance "
+        "as aws-ofi-nccl's platform table and torchx's named resources count them")
+# --fabric-rate NAME -> its documented rate.
+LINK_RATES: dict[str, LinkRate] = {
+    "HDR": LinkRate(IB, "HDR", 200, source=_CX6),
+    "NDR": LinkRate(IB, "NDR", 400, source=_CX7),
+    "p4d.24xlarge": LinkRate(EFA, "p4d.24xlarge", 400, per_instance=True, gpus=8, nics=4,
+                             source=f"400 Gb/s EFA per instance, 4 EFA devices of 100 Gb/s, 8 A100 ({_AWS})"),
+    "p5.48xlarge": LinkRate(EFA, "p5.48xlarge", 3200, per_instance=True, gpus=8, nics=32,
+                            source=f"3200 Gb/s EFA per instance, 32 EFA devices of 100 Gb/s, 8 H100 ({_AWS})"),
+    "p5en.48xlarge": LinkRate(EFA, "p5en.48xlarge", 3200, per_instance=True, gpus=8, nics=16,
+                              source=f"3200 Gb/s EFAv3 per instance, 16 EFA devices of 200 Gb/s, 8 H200 ({_AWS})"),
 }
-# fabric -> why it has no floor (a tested reason, not a silence)
+# The rate of a family when the job declares none (--fabric-rate): the slowest documented one, so the floor can
+# only be too low, never fail a healthy fabric; per NIC, with the NICs NCCL lists.
+DEFAULT_RATES: dict[str, LinkRate] = {
+    IB: LINK_RATES["HDR"],
+    EFA: LinkRate(EFA, "100 Gb/s per EFA device", 100,
+                  source="the slowest EFA device of LINK_RATES (p4d.24xlarge, p5.48xlarge: 100 Gb/s each)"),
+}
+# family -> why it has no floor (a tested reason, not a silence)
 NO_FABRIC_FLOOR: dict[str, str] = {
     SOCKET: "TCP sockets are NCCL's fallback over whatever Ethernet the nodes have (10 to 400 Gb/s, no one "
-            "figure to state); a job that asked for InfiniBand (--nccl-ib-hca, --rdma-resource) fails on "
-            "sockets by the transport check instead",
+            "figure to state); a job that asked for InfiniBand or EFA fails on sockets by the transport check instead",
+    UNKNOWN: "NCCL named a network this check does not know, so no documented rate applies",
 }
 
 
-def fabric_floor(fabric: str) -> tuple[float | None, str]:
-    """(floor GB/s, source) of a cross-node fabric, or (None, why not); ValueError for a fabric not declared."""
-    if fabric in FABRICS:
-        gbits, source = FABRICS[fabric]
-        return round(FLOOR_FRACTION * gbits / 8, 2), source
-    if fabric in NO_FABRIC_FLOOR:
-        return None, NO_FABRIC_FLOOR[fabric]
-    raise ValueError(f"fabric {fabric!r} is neither in FABRICS nor in NO_FABRIC_FLOOR (buildtool/contracts/busbw.py)")
+def link_rate(name: str) -> LinkRate:
+    """The documented rate --fabric-rate NAME names; ValueError naming the known ones."""
+    try:
+        return LINK_RATES[name]
+    except KeyError:
+        raise ValueError(f"--fabric-rate {name!r} is not a documented rate; one of {', '.join(LINK_RATES)} "
+                         "(buildtool/contracts/busbw.py)") from None
+
+
+@dataclass(frozen=True)
+class FabricFloor:
+    """The cross-node floor of one family, or why none (`floor_GBps` None, `how` says why)."""
+
+    family: str
+    floor_GBps: float | None
+    expected_GBps: float | None
+    how: str
+    source: str = ""
+
+
+def cross_node_floor(family: str, rate_name: str, nics: int | None, nics_from: str, gpus: int) -> FabricFloor:
+    """The cross-node all-reduce floor of FAMILY on nodes of GPUS GPUs: FABRIC_FLOOR_FRACTION of the documented
+    rate (RATE_NAME when declared and of this family, else DEFAULT_RATES') times the NICs (NICS, said to come
+    from NICS_FROM; at most GPUS), or per instance its share of the instance's rate."""
+    if family in NO_FABRIC_FLOOR:
+        return FabricFloor(family, None, None, NO_FABRIC_FLOOR[family])
+    if family not in DEFAULT_RATES:
+        raise ValueError(f"fabric {family!r} is neither in DEFAULT_RATES nor in NO_FABRIC_FLOOR "
+                         "(buildtool/contracts/busbw.py)")
+    declared = link_rate(rate_name) if rate_name else None
+    rate = declared if declared is not None and declared.family == family else DEFAULT_RATES[family]
+    said = "" if rate is declared else " (no rate declared: the slowest documented; declare --fabric-rate)"
+    if rate.per_instance:
+        share = min(gpus, rate.gpus)
+        gbits = rate.gbits * share / rate.gpus
+        how = (f"{rate.name} {rate.gbits:g} Gb/s per instance"
+               + (f" x {share}/{rate.gpus} of its GPUs" if share < rate.gpus else ""))
+    else:
+        if not nics:
+            return FabricFloor(family, None, None, f"no floor: the number of {family} NICs is unknown (NCCL listed "
+                                                   "none and the job named none)", rate.source)
+        counted = min(nics, gpus) if gpus else nics
+        gbits = rate.gbits * counted
+        capped = f", at most one per GPU of {gpus}" if counted < nics else ""
+        how = f"{counted} NIC(s) x {rate.name} {rate.gbits:g} Gb/s ({nics} NIC(s): {nics_from}{capped}){said}"
+    expected = gbits / 8
+    return FabricFloor(family, round(FABRIC_FLOOR_FRACTION * expected, 2), expected,
+                       f"{FABRIC_FLOOR_FRACTION:g} x {how}", rate.source)
 
 
 def model_of(gpu_name: str) -> str | None:

@@ -31,6 +31,7 @@ class ForwardCompat:
     cuda: str
     branches: tuple[tuple[int, str], ...]
     source: str
+    unverified: str = ""    # why these minimums are not confirmed by a page NVIDIA publishes ('' when they are)
 
 
 _NGC_12_8 = (
@@ -49,13 +50,28 @@ _NGC_13_0 = (
     # minimums are the higher (stricter) of the two, so they can only refuse more, never admit more.
     (535, "535.261"), (550, "550.163"), (570, "570.172"),
 )
+# Searched again for issue 49 (the search tool's docs and pages corpora: "CUDA compatibility", "forward
+# compatibility", "NGC release notes 25.10 driver requirements"): NVIDIA's CUDA Compatibility guide, Forward
+# Compatibility (docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html) names the package
+# (cuda-compat-13-0) but no minimum per branch in the text held; the PyTorch/TensorFlow/JAX 25.10 release notes
+# are not held; SGLang 25.10 (docs.nvidia.com/deeplearning/frameworks/sglang-release-notes/rel-25-10.html) says
+# "based on CUDA 13.0.2.006 which requires NVIDIA Driver release 570 or later ... 470.57 (or later R470), 525.85
+# (or later R525), 535.86 (or later R535), or 550.54 (or later R550)", a list that also says "not
+# forward-compatible with CUDA 12.8", so copied from the 12.8 era; NVIDIA's data-center driver matrix
+# (docs.nvidia.com/datacenter/tesla/drivers/supported-drivers-and-cuda-toolkit-versions.html) lists R550 as end
+# of life. So no published figure confirms these minimums, and every decision by this rule says so.
+_NGC_13_0_UNVERIFIED = ("NGC 25.10's forward-compatibility minimums (R535 >= 535.261, R550 >= 550.163, R570 >= "
+                        "570.172) are unverified: no NVIDIA page read here states them (NVIDIA's Forward "
+                        "Compatibility guide names none for CUDA 13; SGLang 25.10's notes print the CUDA 12.8-era "
+                        "list); confirm them in that release's Driver Requirements before relying on them")
 
 # NGC release (YY.MM of nvcr.io/nvidia/<framework>:YY.MM-...) -> its published rule. A matrix cell on an
 # NGC release missing here is refused at load (matrix.schema), so nothing falls back to a guess.
 NGC_FORWARD_COMPAT: dict[str, ForwardCompat] = {
     "25.01": ForwardCompat("12.8", _NGC_12_8, "NGC 25.01 release notes, Driver Requirements"),
     "25.02": ForwardCompat("12.8", _NGC_12_8, "NGC 25.02 release notes, Driver Requirements"),
-    "25.10": ForwardCompat("13.0", _NGC_13_0, "NGC 25.10 release notes, Driver Requirements"),
+    "25.10": ForwardCompat("13.0", _NGC_13_0, "NGC 25.10 release notes, Driver Requirements (as quoted; unverified)",
+                           unverified=_NGC_13_0_UNVERIFIED),
 }
 
 # Data-center GPU families by the model word nvidia-smi prints after "NVIDIA "/"Tesla "
@@ -128,7 +144,8 @@ def forward_compat_summary(release: str) -> str:
     """What the catalogue and the refusals say about an NGC release's forward compatibility."""
     rule = ngc_rule(release)
     return (f"on data-center GPUs (not GeForce/RTX) NGC {release} also admits {_branches(rule)} through "
-            f"CUDA forward compatibility (the compat package the image ships in {COMPAT_DIR})")
+            f"CUDA forward compatibility (the compat package the image ships in {COMPAT_DIR})"
+            + (" (minimums unverified: no NVIDIA page read here states them)" if rule.unverified else ""))
 
 
 def decide(cuda: str, driver: str, cuda_driver: str, gpu_names: list[str], ngc: str | None,
@@ -166,11 +183,13 @@ def decide(cuda: str, driver: str, cuda_driver: str, gpu_names: list[str], ngc: 
                                      f"GPUs only, and {named} is not one; {fix}")
     branch = _numbers(driver)[0]
     first = dict(rule.branches).get(branch)
+    caveat = f" ({rule.unverified})" if rule.unverified else ""
     if first is None:
         return DriverDecision(False, f"{too_old}; R{branch} is not a forward-compatible branch for CUDA "
-                                     f"{rule.cuda} (NGC {ngc} names {_branches(rule)}); {fix}")
+                                     f"{rule.cuda} (NGC {ngc} names {_branches(rule)}); {fix}{caveat}")
     if _numbers(driver) < _numbers(first):
         return DriverDecision(False, f"{too_old}; NGC {ngc}'s forward-compatibility rule needs R{branch} "
-                                     f">= {first}; update the R{branch} driver or {fix}")
+                                     f">= {first}; update the R{branch} driver or {fix}{caveat}")
     return DriverDecision(True, f"driver {driver} admitted by NGC {ngc}'s forward-compatibility rule for "
-                                f"data-center GPUs (R{branch} >= {first}; CUDA compat package in {COMPAT_DIR})")
+                                f"data-center GPUs (R{branch} >= {first}; CUDA compat package in {COMPAT_DIR})"
+                                f"{caveat}")

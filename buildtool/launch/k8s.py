@@ -27,8 +27,7 @@ from buildtool.launch.multinode import (
     LIBRARY_PATH_ENV,
     MOUNT_DIR,
     RDZV_HOST_ENV,
-    VERIFY_SCRIPT,
-    VERIFY_SOURCE,
+    VERIFY_FILES,
     MultiNodeJob,
     k8s_quantity,
 )
@@ -68,18 +67,20 @@ class PodOptions:
     gpu_resource: str = GPU_RESOURCE
     service_account: str = ""
     active_deadline_s: int = ACTIVE_DEADLINE_S
-    rdma_resources: tuple[tuple[str, int], ...] = ()   # e.g. (("rdma/rdma_shared_device_a", 1),), GPU pods only
+    # e.g. (("rdma/rdma_shared_device_a", 1),) or (("vpc.amazonaws.com/efa", 32),): GPU pods only
+    rdma_resources: tuple[tuple[str, int], ...] = ()
     ipc_lock: bool = True          # GPU pods: IPC_LOCK, so NCCL/RDMA can pin memory
 
     @staticmethod
-    def parse_rdma(items: list[str]) -> tuple[tuple[str, int], ...]:
-        """`NAME[=COUNT]` (e.g. rdma/rdma_shared_device_a, or rdma/ib=2) -> (name, count) pairs."""
+    def parse_rdma(items: list[str], option: str = "--rdma-resource") -> tuple[tuple[str, int], ...]:
+        """`NAME[=COUNT]` (e.g. rdma/rdma_shared_device_a, rdma/ib=2, vpc.amazonaws.com/efa=32) -> (name, count)
+        pairs: RDMA or EFA device resources of a GPU pod."""
         out = []
         for item in items:
             name, sep, count = item.partition("=")
-            check_resource_name("--rdma-resource", name)
+            check_resource_name(option, name)
             if sep and not (count.isdigit() and int(count) > 0):
-                raise UserError(f"--rdma-resource {item!r}: COUNT must be a positive whole number")
+                raise UserError(f"{option} {item!r}: COUNT must be a positive whole number")
             out.append((name, int(count) if sep else 1))
         return tuple(out)
 
@@ -122,9 +123,9 @@ def _check(job: MultiNodeJob) -> MultiNodeCheck:
 
 
 def config_map(job: MultiNodeJob, opts: PodOptions, source: str) -> dict[str, Any]:
-    """The framework's check script (SOURCE) and the verifier."""
+    """The framework's check script (SOURCE), the verifier and the contracts it imports (VERIFY_FILES)."""
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(job, opts, f"{job.name}-scripts"),
-            "data": {_check(job).script: source, VERIFY_SCRIPT: VERIFY_SOURCE}}
+            "data": {_check(job).script: source, **VERIFY_FILES}}
 
 
 def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str], port_name: str,

@@ -181,7 +181,7 @@ class SlurmLauncher:
         return count * (self.gpus_per_node or 1)
 
     def run(self, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-        from buildtool.launch.multinode import VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob
+        from buildtool.launch.multinode import VERIFY_FILES, VERIFY_SCRIPT, MultiNodeJob
         from buildtool.launch.slurm import SlurmOptions, Workload, render
         from buildtool.launch.slurmjobs import run_job
 
@@ -196,7 +196,7 @@ class SlurmLauncher:
         command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
                    *job.node_command("$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
         work = Workload(label=f"{self.strategy.upper()} scaling run", command=command, env={**env, **job.expect_env},
-                        embedded={**shipped_with(worker), VERIFY_SCRIPT: VERIFY_SOURCE},
+                        embedded={**shipped_with(worker), **VERIFY_FILES},
                         first_node_hosts=job.launcher.first_node_hosts)
         self.workdir.mkdir(parents=True, exist_ok=True)
         script = self.workdir / f"{job.name}.sbatch"

@@ -45,8 +45,7 @@ from buildtool.launch.multinode import (
     MOUNT_DIR,
     NODE_ADDRS_ENV,
     NODES_ENV,
-    VERIFY_SCRIPT,
-    VERIFY_SOURCE,
+    VERIFY_FILES,
     MultiNodeJob,
 )
 
@@ -130,7 +129,7 @@ def ddp_check(job: MultiNodeJob) -> Workload:
     command = job.command("$endpoint", "$SLURM_JOB_ID", "$jobdir")
     return Workload(label="DDP check", command=command, env=job.env, copied=(job.check.script,),
                     scripts_dir=f"image-tests/{job.check.framework}/scripts",
-                    embedded={VERIFY_SCRIPT: VERIFY_SOURCE}, first_node_hosts=job.launcher.first_node_hosts)
+                    embedded=dict(VERIFY_FILES), first_node_hosts=job.launcher.first_node_hosts)
 
 
 # The bundle's ENTRYPOINT words (read from ENTRYPOINT_FILE): nothing when there are none, even under `set -u`

@@ -9,7 +9,11 @@ an address on 127.0.0.1) fails here as it would on a cluster. The join timeout d
 NCCL_HOSTID, so NCCL never takes the two containers of one machine for one host and bypasses the
 network. A missing peer must fail with torchrun's RendezvousTimeoutError, not hang. Both are
 decided from what torchrun and the ranks record (ranks.py): the exception's type, never words in
-the output, which another failure may print."""
+the output, which another failure may print.
+
+The transport between the two nodes is recorded in the verdict (figure `two_node_transport`): on CPU
+gloo's TCP (family Socket); on GPUs what NCCL's per-rank log says (contracts/nccl_log.py: the family,
+the NICs, GPUDirect RDMA), an empty or missing log failing on its own ("NCCL wrote no log: ...")."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import pytest
 import ranks
 from harness import Probe, free_port, redirects
 
+from buildtool.contracts import nccl_log
 from buildtool.contracts.rendezvous import rdzv_conf
 
 pytestmark = pytest.mark.devices(why="two-node DDP")
@@ -51,7 +56,23 @@ def never_joined(waited: float, endpoint: str, found: ranks.Ranks) -> str:
             f"(--nnodes 2); torchrun: {found.launcher_error}; " + redirects("socket", "proxy"))
 
 
-def test_two_nodes_rendezvous_and_agree(main, target, start_container, bridge):
+def nccl_between_nodes(results: dict[str, Probe]) -> str:
+    """What NCCL's per-rank logs (NCCL_DEBUG_FILE, beside the ranks' records) say joined the two nodes; an
+    AssertionError naming what is missing or wrong."""
+    folders = [probe.dir for probe in results.values() if probe.dir is not None]
+    logs = sorted(p for folder in folders for p in folder.glob("nccl-*.log"))
+    log = nccl_log.read_files(logs)
+    empty = nccl_log.no_log(logs, " and ".join(str(f) for f in folders) or "no node's folder", log)
+    assert not empty, empty + " (NCCL_DEBUG=INFO, NCCL_DEBUG_FILE=nccl-RANK.%p.log)"
+    shortcut = [f"{p.who} via {via}" for p in log.processes.values() for via in p.local]
+    assert not shortcut, ("NCCL took the two nodes for one host and bypassed the network "
+                          f"(NCCL_HOSTID not honoured?): {shortcut[:2]}")
+    assert log.channels(), ("NCCL's log names no NET channel between the two nodes (`Channel NN/N : ... via NET/...`): "
+                            f"{nccl_log.summary(log)}")
+    return nccl_log.summary(log)
+
+
+def test_two_nodes_rendezvous_and_agree(main, target, start_container, bridge, figures):
     join = float(target.get("rdzv_join_timeout_s", 900))
     # Two nodes of their own on the bridge network (the main container is on the host's network).
     first = start_container(target["image"], hint="node0", gpus=True, network=bridge)
@@ -110,12 +131,10 @@ def test_two_nodes_rendezvous_and_agree(main, target, start_container, bridge):
     assert found["world_size"] == 2, f"expected 2 ranks across 2 nodes, got {found['world_size']}"
     if len(gpus) >= 2:
         assert found["backend"] == "nccl", f"two GPU nodes trained with {found['backend']}, not NCCL"
-        logs = [p for probe in results.values() if probe.dir is not None for p in probe.dir.glob("nccl-*.log")]
-        assert logs, "NCCL wrote no debug log (NCCL_DEBUG=INFO, NCCL_DEBUG_FILE)"
-        shortcut = [line.strip() for path in logs for line in path.read_text(errors="replace").splitlines()
-                    if " via P2P" in line or " via SHM" in line]
-        assert not shortcut, ("NCCL took the two nodes for one host and bypassed the network "
-                              f"(NCCL_HOSTID not honoured?): {shortcut[:2]}")
+        figures["two_node_transport"] = nccl_between_nodes(results)
+    else:
+        assert found["backend"] == "gloo", f"two CPU nodes trained with {found['backend']}, not gloo"
+        figures["two_node_transport"] = f"{nccl_log.SOCKET} (gloo: torch's CPU collectives over TCP; NCCL not used)"
     assert found["identical"], f"the nodes ended with different parameters: {found['param_hashes']}"
     assert found["last_loss"] < 0.5 * found["first_loss"], f"loss did not fall: {found}"
 

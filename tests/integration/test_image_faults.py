@@ -506,3 +506,13 @@ def test_validate_exit_codes(images, run_cli, tmp_path):
     assert code == 2 and "not found in registry" in err
     code, _, err = run_cli("validate", images["pytorch"], *common)  # local only: no digest to store under
     assert code == 2 and "--no-store" in err
+
+
+def test_the_two_node_run_records_its_transport_family(images, validate):
+    """Issue 49: the two-container run (two nodes on the run's bridge network) records what carried it in the
+    verdict, which the nightly report shows: on CPU gloo over TCP, the family Socket (on GPUs, NCCL's per-rank
+    log read by contracts/nccl_log.py; an empty one fails: tests/test_nccl_log.py)."""
+    verdict = validate(images["pytorch"], select="two_nodes_rendezvous")
+    assert results(verdict)["test_two_nodes_rendezvous_and_agree"]["result"] == "passed", verdict
+    assert verdict["figures"]["two_node_transport"] == (
+        "Socket (gloo: torch's CPU collectives over TCP; NCCL not used)"), verdict["figures"]

@@ -38,7 +38,7 @@ from test_rendezvous import torchrun_2nodes  # noqa: E402
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.common.net import free_port  # noqa: E402
 from buildtool.contracts import frameworks  # noqa: E402
-from buildtool.launch.multinode import VERIFY_SCRIPT, VERIFY_SOURCE, MultiNodeJob  # noqa: E402
+from buildtool.launch.multinode import MultiNodeJob, write_verifier  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def _launcher_nodes(tmp_path: Path, results: dict) -> list[threading.Thread]:
     check = pytorch.multinode
     assert check is not None and pytorch.scripts is not None
     (scripts / check.script).write_text((pytorch.scripts / check.script).read_text())
-    (scripts / VERIFY_SCRIPT).write_text(VERIFY_SOURCE)
+    write_verifier(scripts)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "python3").symlink_to(sys.executable)
@@ -132,7 +132,8 @@ def test_a_node_joining_more_than_a_minute_late_is_waited_for(tmp_path):
     image_out = results["image:early"].stdout + results["image:late-host"].stdout
     assert '"world_size": 2' in image_out and '"identical": true' in image_out, image_out[-2000:]
     launcher_out = results["launcher:early"].stdout + results["launcher:late"].stdout
-    assert "DDP check passed: world size 2, gloo" in launcher_out, launcher_out[-2000:]
+    # gloo's transport is TCP: the verifier's pass line names the family (issue 49)
+    assert "DDP check passed: world size 2, gloo, transport Socket" in launcher_out, launcher_out[-2000:]
 
 
 def test_two_nodes_with_the_same_pid_on_one_host_are_two_nodes() -> None:

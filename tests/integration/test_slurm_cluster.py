@@ -208,6 +208,7 @@ def test_oci_runtime_two_nodes_ddp_check_passes(cluster: LocalSlurm, bundle: Pat
     assert end.state == "COMPLETED" and outcome.passed, end.output[-3000:]
     assert outcome.world_size == 2 and outcome.result and outcome.result["nnodes"] == 2
     assert outcome.result["identical"] and outcome.result["last_loss"] < outcome.result["first_loss"]
+    assert outcome.reason.startswith("DDP check passed: world size 2, gloo, transport Socket"), outcome.reason
     assert not (bundle / "jobs" / f"ddp-check-{end.job_id}").exists(), "the job folder must be removed"
     assert not [c for c in cluster.containers() if f".{end.job_id}." in c]
 
@@ -274,7 +275,7 @@ def test_two_nodes_coordinator_check_passes(cluster: LocalSlurm, bundle: Path, t
     assert end.state == "COMPLETED" and outcome.passed, end.output[-3000:]
     assert outcome.result and outcome.result["hosts"] == ["n1", "n2"]   # process 0 on n1, process 1 on n2
     assert outcome.world_size == 2 and outcome.result["identical"]
-    assert outcome.reason.startswith("DDP check passed: world size 2, gloo")
+    assert outcome.reason.startswith("DDP check passed: world size 2, gloo, transport Socket"), outcome.reason
     assert not (bundle / "jobs" / f"coordinator-{end.job_id}").exists(), "the job folder must be removed"
 
 
@@ -292,7 +293,7 @@ def test_two_nodes_jax_check_passes_in_oci_containers(cluster: LocalSlurm, jax_b
     assert outcome.result["psum"] == outcome.result["psum_expected"]
     assert outcome.world_size == 2 and outcome.result["identical"]
     assert outcome.result["last_loss"] < outcome.result["first_loss"]
-    assert outcome.reason.startswith("DDP check passed: world size 2, gloo"), outcome.reason
+    assert outcome.reason.startswith("DDP check passed: world size 2, gloo, transport Socket"), outcome.reason
     assert not (jax_bundle / "jobs" / f"jax-check-{end.job_id}").exists(), "the job folder must be removed"
 
 

@@ -8,7 +8,7 @@ import it), and the one `get` finds the module by. Nothing else names a launcher
 (launch/multinode.py), the Kubernetes manifests (launch/k8s.py) and the sbatch script (launch/slurm.py)
 ask the launcher. tests/test_launchers.py keeps the table and the modules in step.
 
-What a node command may carry for the verifier (launch/multinode.py's VERIFY_SOURCE) to resolve on the
+What a node command may carry for the verifier (launch/verify_ddp.py) to resolve on the
 node itself, inside the container: PROCESS_ID (this node's process id), IS_HOST (whether this node hosts
 the rendezvous store) and LOCAL_ADDR (this node's address). The generators read them off the command and
 give the verifier what it needs to resolve them (JOB_COMPLETION_INDEX on Kubernetes, which is why a

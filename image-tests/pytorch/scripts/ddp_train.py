@@ -214,10 +214,21 @@ def guarded() -> int:
     return code
 
 
-if __name__ == "__main__":
-    code = guarded()
+def leave(code: int) -> None:
+    """os._exit(CODE) without losing output: Python's buffers and C stdio's, where NCCL writes its log when
+    NCCL_DEBUG_FILE is unset (to a pipe stdout is block-buffered, and os._exit skips the C library's flush)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)   # fflush(NULL): every C stdio stream of the process
+    except (OSError, AttributeError):    # no C library to ask (not Linux): nothing of NCCL's to lose either
+        pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
     # Skip interpreter teardown: gloo's background threads intermittently abort there
     # ("terminate called without an active exception") after all work is done and checked.
-    os._exit(code)
+    leave(guarded())

@@ -1,0 +1,313 @@
+"""NCCL's debug log, read as NCCL writes it: per process, the network NCCL chose and its family, the
+devices it lists and uses, and whether GPUDirect RDMA is on in each of its NET channels.
+
+Standard library only: the multi-node verifier (buildtool/launch/verify_ddp.py) runs it in the job's
+containers, shipped beside itself, and the image tests import it from here.
+
+The formats, from NCCL's own source (NVIDIA/nccl, v2.18 to v2.29; tests/fixtures/nccl/README.md cites each):
+- src/debug.cc: an INFO line is `HOST:PID:TID [CUDADEV] NCCL INFO TEXT` (HOST cut at its first dot; a
+  `[date time] ` before it only when NCCL_DEBUG_TIMESTAMP_LEVELS names INFO), a WARN line
+  `HOST:PID:TID [CUDADEV] FILE:LINE (FUNC) NCCL WARN TEXT`. NCCL writes them with vfprintf to stdout, never
+  flushed, or to NCCL_DEBUG_FILE (`%h` host, `%p` pid), line-buffered: one process per file.
+- src/init.cc: `Using network NAME`, NAME being the net plugin's: `IB` and `Socket` (NCCL's own), `IBext`,
+  `IBext_v8` ... (NVIDIA's HPC-X plugin, nccl-rdma-sharp-plugins), names starting `NCCL RDMA Plugin`,
+  `Libfabric`, `AWS Libfabric` or `OFI` (aws-ofi-nccl, src/nccl_ofi_interface_nvidia.cpp).
+  `... comm 0x... rank R nranks N cudaDev D ... - Init COMPLETE` names the process's rank.
+- src/transport/net.cc: `Channel CC/C : R[X] -> R[X] [send|receive] via NET/NAME/DEV[(PROXY)][/GDRDMA][(PCI)][/Shared]`:
+  DEV indexes the plugin's device list; /GDRDMA is GPUDirect RDMA on that connection.
+- src/transport/net_ib: `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ... [RO]; OOB IF:ADDR<0>` (the HPC-X
+  plugin prints the same line, `.../IB/SHARP`), `NET/IB : No device found.`, and from v2.27 (TRACE before)
+  `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 ...` (the port's rate, Mb/s).
+- aws-ofi-nccl: `NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)` (older:
+  `Selected Provider is efa (found 4 nics)`).
+
+Several processes writing to one pipe glue lines together: `...Using netgpu-a01:4128:4191 [1] NCCL INFO ...`.
+A physical line is split at every NCCL prefix; every piece but the last is a cut record and is dropped
+(counted in `Log.cut`), never parsed as a whole one, and a host name glued to a cut piece is restored from
+the hosts seen at the start of lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+IB = "IB"
+EFA = "EFA"
+SOCKET = "Socket"
+UNKNOWN = "unknown"
+FAMILIES = (IB, EFA, SOCKET, UNKNOWN)
+FAMILY_WORDS = {IB: "InfiniBand/RoCE through verbs", EFA: "AWS EFA through libfabric (aws-ofi-nccl)",
+                SOCKET: "TCP sockets", UNKNOWN: "a network this check does not know"}
+
+# `HOST:PID:TID [DEV] ` followed by NCCL's level (a WARN has FILE:LINE (FUNC) between).
+_PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>-?\d+)\] "
+                     r"(?=NCCL (?:INFO|TRACE|CALL) |\S+:\d+ (?:\([^)]*\) )?NCCL WARN )")
+_LEVEL = re.compile(r"NCCL (?P<level>INFO|TRACE|CALL) |\S+:\d+ (?:\([^)]*\) )?NCCL (?P<warn>WARN) ")
+_USING = re.compile(r"Using network (?P<name>\S.*?)\s*$")
+# NET lines name their direction; P2P (`Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM`) and SHM (`Channel 00 : ...
+# via SHM/direct`, no connection index) do not.
+_CHANNEL = re.compile(r"Channel (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<a>\d+)\[[0-9a-fA-F]+\] -> "
+                      r"(?P<b>\d+)\[[0-9a-fA-F]+\](?: \[(?P<dir>send|receive)\])? via (?P<via>\S.*?)\s*$")
+_NET_VIA = re.compile(r"NET/(?P<net>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<gdr>/GDRDMA)?(?:\(PCI\))?"
+                      r"(?P<shared>/Shared)?$")
+_IB_USING = re.compile(r"NET/IB ?: Using (?P<devs>.*?);\s*OOB ")
+_IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^/\s\[]+)/(?P<link>[A-Za-z]+)")
+_IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<port>\d+)/\S+ .*\bspeed=(?P<mbps>\d+)")
+_SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>.*)$")
+_SOCKET_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^:\s]+):")
+_OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[^,\s]+)(?:, fabric is (?P<fabric>\S+))? "
+                  r"\(found (?P<nics>\d+) nics?\)")
+_RANK = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<cuda>-?\d+)")
+_PLUGIN = re.compile(r"NET/Plugin ?: Loaded net plugin (?P<name>.+?) \(v\d+\)\s*$")
+# NCCL's own words for why a network was not used: quoted in a refusal.
+_WHY = re.compile(r"NET/IB ?: No device found|Failed to open libibverbs|NET/Plugin ?: (?:Could not find|Failed)|"
+                  r"NET/OFI .*(?:failed|Could not|No )|libnccl-net")
+
+
+def family_of(network: str) -> str:
+    """The family of a network NCCL names in `Using network NAME` (IB, EFA, Socket, or unknown)."""
+    name = network.strip()
+    if name == "IB" or name.startswith("IBext") or name.startswith("NCCL RDMA Plugin"):
+        return IB
+    if "Libfabric" in name or name == "OFI":
+        return EFA
+    if name == "Socket":
+        return SOCKET
+    return UNKNOWN
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One NET connection of a process (`Channel ... via NET/...`)."""
+
+    channel: int
+    direction: str          # send | receive
+    rank: int               # the rank of the process that printed it
+    peer: int
+    network: str
+    device: int             # index into the plugin's device list
+    gdr: bool
+
+    def text(self) -> str:
+        return (f"rank {self.rank} channel {self.channel:02d} [{self.direction}] via NET/{self.network}/{self.device}"
+                + ("/GDRDMA" if self.gdr else ""))
+
+
+@dataclass
+class Process:
+    """What NCCL said in one process (one HOST:PID)."""
+
+    host: str
+    pid: str
+    cuda_dev: str = ""
+    ranks: set[int] = field(default_factory=set)
+    networks: list[str] = field(default_factory=list)       # `Using network`, one per communicator
+    # family whose plugin listed them (IB: `NET/IB : Using`, Socket: `NET/Socket : Using`) -> index -> name
+    devices: dict[str, dict[int, str]] = field(default_factory=dict)
+    speeds_gbits: dict[str, float] = field(default_factory=dict)   # IB device -> port rate (NCCL >= 2.27)
+    ofi_nics: int | None = None
+    plugin: str = ""
+    channels: list[Channel] = field(default_factory=list)
+    local: list[str] = field(default_factory=list)         # intra-node channel transports (P2P/..., SHM/...)
+    why: list[str] = field(default_factory=list)           # NCCL's lines saying why a network was not used
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def who(self) -> str:
+        rank = f"rank {','.join(str(r) for r in sorted(self.ranks))} " if self.ranks else ""
+        gpu = f", GPU {self.cuda_dev}" if self.cuda_dev else ""
+        return f"{rank}({self.host}:{self.pid}{gpu})"
+
+    @property
+    def network(self) -> str:
+        """The network of its communicators, several joined by +: their `Using network` lines, else the network
+        its NET channels name (a `Using network` line lost to glued output); '' when it said neither."""
+        return "+".join(dict.fromkeys(self.networks or [c.network for c in self.channels]))
+
+    @property
+    def families(self) -> list[str]:
+        return list(dict.fromkeys(family_of(n) for n in self.network.split("+") if n))
+
+    def used_devices(self) -> list[str]:
+        """The devices its NET channels used, by name where NCCL listed them (else NET/NAME/INDEX)."""
+        found = {(c.network, c.device) for c in self.channels}
+        return sorted(self.devices.get(family_of(net), {}).get(i, f"NET/{net}/{i}") for net, i in found)
+
+    def listed_nics(self) -> int | None:
+        """How many devices NCCL listed for its network: `NET/IB : Using [0]... [n]...`, or aws-ofi-nccl's
+        `found N nics`; None when it listed none."""
+        families = self.families
+        if IB in families and self.devices.get(IB):
+            return len(self.devices[IB])
+        return self.ofi_nics if EFA in families else None
+
+
+@dataclass
+class Log:
+    """NCCL's log of one or more processes."""
+
+    processes: dict[tuple[str, str], Process] = field(default_factory=dict)
+    lines: int = 0            # NCCL lines read (whole ones)
+    cut: int = 0              # pieces of lines cut by another process's output (dropped)
+
+    def process(self, host: str, pid: str) -> Process:
+        return self.processes.setdefault((host, pid), Process(host, pid))
+
+    def with_network(self) -> list[Process]:
+        return [p for p in self.processes.values() if p.network]
+
+    def channels(self) -> list[Channel]:
+        return [c for p in self.processes.values() for c in p.channels]
+
+    def families(self) -> list[str]:
+        return sorted({f for p in self.processes.values() for f in p.families})
+
+
+def _split(line: str) -> list[tuple[re.Match[str], str, bool]]:
+    """The NCCL records on one physical line: (prefix, text, whole?). Every record but the last was cut
+    by the next one's start (glued output of two processes)."""
+    found = list(_PREFIX.finditer(line))
+    return [(m, line[m.end():found[i + 1].start() if i + 1 < len(found) else len(line)], i + 1 == len(found))
+            for i, m in enumerate(found)]
+
+
+def read(text: str, log: Log | None = None) -> Log:
+    """NCCL's records in TEXT (one or several processes' output), added to LOG."""
+    log = log or Log()
+    records: list[tuple[str, str, str, str, bool]] = []   # host, pid, dev, text, glued host?
+    hosts: set[str] = set()
+    for line in text.splitlines():
+        for index, (match, rest, whole) in enumerate(_split(line)):
+            if index == 0:      # the line's first record (a launcher's or a timestamp's prefix may come before)
+                hosts.add(match["host"])
+            if not whole:
+                log.cut += 1
+                continue
+            records.append((match["host"], match["pid"], match["dev"], rest, index > 0))
+    for host, pid, dev, rest, glued in records:
+        if glued:   # `...Using netgpu-a01:4128:...`: the host is the known one its name ends with
+            host = max((h for h in hosts if host.endswith(h)), key=len, default=host)
+        level = _LEVEL.match(rest)
+        if level is None:
+            continue
+        log.lines += 1
+        proc = log.process(host, pid)
+        proc.cuda_dev = proc.cuda_dev or dev
+        body = rest[level.end():].rstrip()
+        if level["warn"]:
+            proc.warnings.append(body)
+            continue
+        _record(proc, body)
+    return log
+
+
+def _record(proc: Process, body: str) -> None:
+    if found := _USING.match(body):
+        proc.networks.append(found["name"])
+    elif found := _CHANNEL.match(body):
+        via, receive = found["via"], found["dir"] == "receive"
+        net = _NET_VIA.match(via)
+        rank = int(found["b"] if receive else found["a"])    # the printing process is the sender, or the receiver
+        peer = int(found["a"] if receive else found["b"])
+        proc.ranks.add(rank)
+        if net:
+            proc.channels.append(Channel(int(found["ch"]), found["dir"] or "send", rank, peer, net["net"],
+                                         int(net["dev"]), bool(net["gdr"])))
+        elif not via.startswith("NET/"):
+            proc.local.append(via)
+    elif found := _IB_USING.match(body):
+        proc.devices[IB] = {int(d["i"]): d["name"] for d in _IB_DEV.finditer(found["devs"])}
+    elif found := _IB_SPEED.match(body):
+        proc.speeds_gbits[f"{found['dev']}:{found['port']}"] = int(found["mbps"]) / 1000
+    elif found := _SOCKET_USING.match(body):
+        proc.devices[SOCKET] = {int(d["i"]): d["name"] for d in _SOCKET_DEV.finditer(found["devs"])}
+    elif found := _OFI.search(body):
+        proc.ofi_nics = int(found["nics"])
+    elif found := _RANK.search(body):
+        proc.ranks.add(int(found["rank"]))
+        proc.cuda_dev = found["cuda"]
+    elif found := _PLUGIN.match(body):
+        proc.plugin = found["name"]
+    if _WHY.search(body) and body not in proc.why:
+        proc.why.append(body)
+
+
+def read_files(paths: Iterable[Path]) -> Log:
+    """The NCCL log of every file in PATHS (NCCL_DEBUG_FILE's, one process each)."""
+    log = Log()
+    for path in paths:
+        read(path.read_text(encoding="utf-8", errors="replace"), log)
+    return log
+
+
+def no_log(paths: list[Path], where: str, log: Log | None = None) -> str:
+    """'' when NCCL wrote something readable, else the one-line failure naming what was found."""
+    if not paths:
+        return f"NCCL wrote no log: no file in {where}"
+    sizes = [p.stat().st_size if p.exists() else 0 for p in paths]
+    if not any(sizes):
+        return f"NCCL wrote no log: {len(paths)} file(s) in {where}, all empty"
+    log = log if log is not None else read_files(paths)
+    if not log.lines:
+        return (f"NCCL wrote no log: {len(paths)} file(s) in {where} ({sum(sizes)} bytes) hold no NCCL INFO or WARN "
+                "line (`HOST:PID:TID [DEV] NCCL INFO ...`)")
+    return ""
+
+
+def ranges(numbers: Iterable[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    values = sorted(set(numbers))
+    parts: list[str] = []
+    for value in values:
+        if parts and value == int(parts[-1].split("-")[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{value}"
+        else:
+            parts.append(str(value))
+    return ", ".join(parts)
+
+
+def summary(log: Log) -> str:
+    """One line: the family per network, the processes and their ranks, the devices used, GPUDirect RDMA."""
+    groups: dict[str, list[Process]] = {}
+    for proc in log.processes.values():
+        if proc.network:
+            groups.setdefault(proc.network, []).append(proc)
+    if not groups:
+        return "no network named (no `NCCL INFO Using network` line)"
+    parts = []
+    for network, procs in sorted(groups.items()):
+        families = "+".join(dict.fromkeys(family_of(n) for n in network.split("+")))
+        ranks = [r for p in procs for r in p.ranks]
+        who = f"ranks {ranges(ranks)}" if ranks else ", ".join(f"{p.host}:{p.pid}" for p in procs)
+        channels = [c for p in procs for c in p.channels]
+        used = sorted({d for p in procs for d in p.used_devices()})
+        listed = max((p.listed_nics() or 0 for p in procs), default=0)
+        text = f"{families} (NET/{network}) in {len(procs)} process(es) ({who})"
+        if channels:
+            gdr = sum(c.gdr for c in channels)
+            text += (f"; NICs used: {', '.join(used)} ({len(used)}" + (f" of {listed} listed)" if listed else ")")
+                     + f"; GPUDirect RDMA {'on' if gdr == len(channels) else 'off' if not gdr else 'partly on'} "
+                       f"({gdr} of {len(channels)} NET channels)")
+        else:
+            text += "; no NET channel line"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def asked_hcas(value: str) -> list[str] | None:
+    """The HCAs an NCCL_IB_HCA value names, for counting: None when it excludes (`^...`) or is empty."""
+    value = value.strip()
+    if not value or value.startswith("^"):
+        return None
+    return [entry.lstrip("=") for entry in value.split(",") if entry.lstrip("=")]
+
+
+def matches_hca(device: str, entry: str) -> bool:
+    """Whether an NCCL_IB_HCA entry (`mlx5_0`, `mlx5_0:1`) names DEVICE (`mlx5_0:1`), as NCCL matches: by
+    prefix of the device name, and the port when the entry names one."""
+    name, _, port = device.partition(":")
+    want_name, sep, want_port = entry.partition(":")
+    return name.startswith(want_name) and (not sep or want_port == port)

@@ -1,0 +1,200 @@
+"""Issue 49: NCCL's debug log read as NCCL writes it (buildtool/contracts/nccl_log.py), by the multi-node verifier
+and by the image test of two-node rendezvous; and NCCL's log never lost on the way there."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from buildtool.contracts import busbw, nccl_log
+
+REPO = Path(__file__).resolve().parent.parent
+NCCL_LOGS = REPO / "tests" / "fixtures" / "nccl"
+sys.path.insert(0, str(REPO / "image-tests"))
+sys.path.insert(0, str(REPO / "image-tests" / "pytorch"))
+from harness import Probe  # noqa: E402
+from test_rendezvous import nccl_between_nodes  # noqa: E402
+
+
+def fixture(name: str) -> nccl_log.Log:
+    return nccl_log.read((NCCL_LOGS / name).read_text())
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("IB", "IB"), ("IBext", "IB"), ("IBext_v8", "IB"), ("IBext_v11", "IB"), ("NCCL RDMA Plugin v8", "IB"),
+    ("Libfabric", "EFA"), ("AWS Libfabric", "EFA"), ("OFI", "EFA"), ("Socket", "Socket"),
+    ("UCX", "unknown"), ("", "unknown"), ("Sockets", "unknown"), ("IBX", "unknown"),
+])
+def test_network_names_map_to_families(name: str, family: str) -> None:
+    """The names NCCL and its plugins give (NCCL src/transport, nccl-rdma-sharp-plugins, aws-ofi-nccl)."""
+    assert nccl_log.family_of(name) == family
+
+
+def test_busbw_keys_the_families_nccl_log_names() -> None:
+    assert (busbw.IB, busbw.EFA, busbw.SOCKET, busbw.UNKNOWN) == nccl_log.FAMILIES
+    assert set(busbw.DEFAULT_RATES) | set(busbw.NO_FABRIC_FLOOR) == set(nccl_log.FAMILIES)
+
+
+def test_a_process_is_its_host_and_pid_with_its_rank_gpu_devices_and_channels() -> None:
+    log = fixture("ibext_v8.log")
+    assert len(log.processes) == 8 and log.cut == 0
+    proc = log.processes[("dgx-h100-07", "2213")]
+    assert (proc.ranks, proc.cuda_dev, proc.network, proc.families) == ({2}, "2", "IBext_v8", ["IB"])
+    assert proc.plugin == "NCCL RDMA Plugin v8" and proc.listed_nics() == 8
+    assert proc.devices["IB"][2] == "mlx5_4:1" and proc.used_devices() == ["mlx5_4:1"]
+    assert [c.text() for c in proc.channels] == ["rank 2 channel 02 [send] via NET/IBext_v8/2/GDRDMA",
+                                                 "rank 2 channel 10 [receive] via NET/IBext_v8/2/GDRDMA"]
+
+
+def test_names_with_spaces_busids_and_nccl_229_lines_are_read() -> None:
+    old = fixture("aws-libfabric.log")            # NCCL 2.18: `0[101c0]`, plugin name with a space
+    proc = old.processes[("ip-10-0-3-88", "3102")]
+    assert proc.network == "AWS Libfabric" and proc.ofi_nics == 4 and proc.channels[0].network == "AWS Libfabric"
+    new = fixture("ib-quarter-rate.log")          # NCCL 2.29: `[Rank 0] ... Init START`, port speeds
+    proc = new.processes[("gpu-a01", "4127")]
+    assert proc.ranks == {0} and proc.speeds_gbits == {"mlx5_0:1": 100.0, "mlx5_1:1": 100.0}
+    assert fixture("libfabric.log").processes[("ip-10-1-17-42", "3101")].ofi_nics == 16
+
+
+def test_intra_node_channels_are_kept_apart_from_net_ones() -> None:
+    proc = fixture("ib.log").processes[("gpu-a01", "4127")]
+    assert proc.local == ["P2P/CUMEM", "P2P/CUMEM"] and {c.network for c in proc.channels} == {"IB"}
+    shm = nccl_log.read("h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct\n")
+    assert shm.processes[("h", "1")].local == ["SHM/direct"]
+
+
+def test_glued_lines_are_cut_never_misread() -> None:
+    """What the old verifier's regex (`... NCCL INFO (?P<text>.*)$`) made of a glued line: rank 0's network was
+    `IBgpu-a01:4128:4191 [1] NCCL INFO Using network IB`. Now the cut piece is dropped and rank 1's record keeps
+    its own host."""
+    glued = "gpu-a01:4127:4190 [0] NCCL INFO Using network IBgpu-a01:4128:4191 [1] NCCL INFO Using network IB"
+    old = re.compile(r"(?P<host>[^\s:]+):(?P<pid>[0-9]+):[0-9]+ \[(?P<dev>[^\]]*)\] NCCL INFO (?P<text>.*)$")
+    assert old.search(glued)["text"] == "Using network IBgpu-a01:4128:4191 [1] NCCL INFO Using network IB"
+    log = fixture("glued.log")
+    assert log.cut == 2
+    assert set(log.processes) == {("gpu-a01", "4127"), ("gpu-a01", "4128")}
+    assert log.processes[("gpu-a01", "4128")].networks == ["IB"]
+    rank0 = log.processes[("gpu-a01", "4127")]
+    assert rank0.networks == [] and rank0.network == "IB"    # from its channels: its own line was cut
+    assert [c.text() for c in log.channels()] == [          # rank 1's cut channel 00 is dropped, not misread
+        "rank 0 channel 00 [receive] via NET/IB/0/GDRDMA", "rank 0 channel 01 [receive] via NET/IB/0/GDRDMA",
+        "rank 1 channel 01 [send] via NET/IB/1/GDRDMA"]
+
+
+def test_launcher_prefixes_timestamps_and_warnings() -> None:
+    text = textwrap.dedent("""\
+        [1,7]<stdout>:ip-172-32-38-1:21471:22316 [7] NCCL INFO Using network AWS Libfabric
+        0: gpu-b02:77:90 [3] NCCL INFO Using network IB
+        [2026-01-02 03:04:05] gpu-b02:78:91 [4] NCCL INFO Using network IB
+
+        gpu-b02:79:92 [5] transport/net_ib.cc:123 (ncclIbInit) NCCL WARN NET/IB : Got completion with error 12
+        gpu-b02:79:92 [5] NCCL INFO this is not a line NCCL prints
+        """)
+    log = nccl_log.read(text)
+    assert {k: p.network for k, p in log.processes.items()} == {
+        ("ip-172-32-38-1", "21471"): "AWS Libfabric", ("gpu-b02", "77"): "IB", ("gpu-b02", "78"): "IB",
+        ("gpu-b02", "79"): ""}
+    assert log.processes[("gpu-b02", "79")].warnings == ["NET/IB : Got completion with error 12"]
+
+
+def test_no_log_names_what_was_found(tmp_path: Path) -> None:
+    assert nccl_log.no_log([], "DIR") == "NCCL wrote no log: no file in DIR"
+    empty = tmp_path / "nccl.h.1.log"
+    empty.write_text("")
+    assert nccl_log.no_log([empty], "DIR") == "NCCL wrote no log: 1 file(s) in DIR, all empty"
+    junk = tmp_path / "nccl.h.2.log"
+    junk.write_text("Traceback (most recent call last):\n")
+    assert nccl_log.no_log([empty, junk], "DIR").startswith("NCCL wrote no log: 2 file(s) in DIR (35 bytes) hold no "
+                                                          "NCCL INFO or WARN line")
+    assert nccl_log.no_log([NCCL_LOGS / "ib.log"], "DIR") == ""
+
+
+def test_hca_lists_count_what_they_name() -> None:
+    assert nccl_log.asked_hcas("mlx5_0:1,=mlx5_1") == ["mlx5_0:1", "mlx5_1"]
+    assert nccl_log.asked_hcas("^mlx5_2") is None and nccl_log.asked_hcas("") is None
+    assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0") and nccl_log.matches_hca("mlx5_0:1", "mlx5_0:1")
+    assert not nccl_log.matches_hca("mlx5_0:2", "mlx5_0:1") and not nccl_log.matches_hca("mlx5_3:1", "mlx5_0")
+
+
+# -- the image test of two-node rendezvous -----------------------------------------------------------
+
+def probes(tmp_path: Path, **files: str) -> dict[str, Probe]:
+    """Two nodes' probes whose folders hold FILES (name -> text) as ddp_train.py leaves NCCL's logs there."""
+    found = {}
+    for node in ("node0", "node1"):
+        folder = tmp_path / node
+        folder.mkdir(parents=True)
+        for name, text in files.items():
+            if name.startswith(node):
+                (folder / name.split("/", 1)[1]).write_text(text)
+        found[node] = Probe(step=node, argv=[], dir=folder)
+    return found
+
+
+def ib_of(pid: str) -> str:
+    """One process's lines of ib.log, as a node of one GPU has them (no P2P channel to a GPU of its own node)."""
+    return "".join(line + "\n" for line in (NCCL_LOGS / "ib.log").read_text().splitlines()
+                   if f":{pid}:" in line and "via P2P" not in line)
+
+
+def test_the_image_test_fails_an_empty_nccl_log(tmp_path: Path) -> None:
+    """Before issue 49 test_rendezvous.py passed when NCCL's log files were there but empty."""
+    found = probes(tmp_path, **{"node0/nccl-0.11.log": "", "node1/nccl-1.12.log": ""})
+    with pytest.raises(AssertionError, match="NCCL wrote no log: 2 file.s. in .*, all empty"):
+        nccl_between_nodes(found)
+    with pytest.raises(AssertionError, match="NCCL wrote no log: no file in"):
+        nccl_between_nodes(probes(tmp_path / "none"))
+
+
+def test_the_image_test_reports_the_family_and_fails_a_shortcut(tmp_path: Path) -> None:
+    healthy = nccl_between_nodes(probes(tmp_path, **{"node0/nccl-0.4127.log": ib_of("4127"),
+                                                     "node1/nccl-1.4128.log": ""}))
+    assert healthy.startswith("IB (NET/IB) in 1 process(es) (ranks 0)") and "GPUDirect RDMA on" in healthy
+    p2p = "gpu-a01:9:9 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+    with pytest.raises(AssertionError, match="NCCL took the two nodes for one host .*via P2P/CUMEM"):
+        nccl_between_nodes(probes(tmp_path / "p2p", **{"node0/nccl-0.9.log": p2p}))
+    no_net = "gpu-a01:9:9 [0] NCCL INFO Using network IB\n"
+    with pytest.raises(AssertionError, match="names no NET channel between the two nodes"):
+        nccl_between_nodes(probes(tmp_path / "nonet", **{"node0/nccl-0.9.log": no_net}))
+
+
+# -- the log is never lost ------------------------------------------------------------------------------
+
+C_PRINT = """\
+import ctypes, os, sys
+libc = ctypes.CDLL(None)
+libc.printf(b"gpu-a01:1:1 [0] NCCL INFO Using network IB\\n")   # as NCCL's vfprintf to stdout: never flushed
+if sys.argv[1] == "leave":
+    from {module} import leave
+    leave(0)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize(("module", "folder"), [
+    ("jax_train", "image-tests/jax/scripts"),
+    pytest.param("ddp_train", "image-tests/pytorch/scripts", marks=pytest.mark.host_torch),   # it imports torch
+])
+def test_c_stdio_lines_survive_the_scripts_exit(tmp_path: Path, module: str, folder: str) -> None:
+    """Reproduced on CPU: NCCL's line, written through C stdio to a pipe, is lost when the process leaves by
+    os._exit. The launchers' PYTHONUNBUFFERED keeps it (CPython then makes C's stdout unbuffered too), and so does
+    the scripts' leave() (it flushes C stdio before os._exit)."""
+    from buildtool.launch.multinode import MultiNodeJob
+
+    script = tmp_path / "c_print.py"
+    script.write_text(C_PRINT.format(module=module))
+    line = "gpu-a01:1:1 [0] NCCL INFO Using network IB\n"
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(REPO / folder)}
+    unbuffered = MultiNodeJob(image="x:1", nodes=2, gpus_per_node=8).env["PYTHONUNBUFFERED"]
+    runs = {how: subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=120,
+                                env=base | extra)
+            for how, extra in (("exit", {}), ("leave", {}), ("unbuffered", {"PYTHONUNBUFFERED": unbuffered}))}
+    assert [r.returncode for r in runs.values()] == [0, 0, 0], {k: r.stderr for k, r in runs.items()}
+    assert runs["exit"].stdout == ""
+    assert runs["leave"].stdout == runs["unbuffered"].stdout == line
