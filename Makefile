@@ -1,8 +1,9 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
 # (the docker client of every docker command: buildx, classic or a path; see docs/commands.md), JOBS (validate:
-# the image tests on this many workers side by side; 1: one after another; PLATFORM: only that platform of an
-# image index, e.g. linux/arm64 on a native arm64 GPU runner), TEST_JOBS (make test: the
+# the image tests on this many workers side by side; 1: one after another), PLATFORM (validate: only that platform
+# of an image index, e.g. linux/arm64 on a native arm64 GPU runner; build: the platforms of a multi-platform cell
+# to build, default this machine's, while push builds every one), TEST_JOBS (make test: the
 # toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
 # workers than cores), FAST_JOBS (make test-fast: its workers, twice the cores by default: a fifth of its
 # time is tests waiting on subprocesses, sleeps and timeouts; see docs/testing.md).
@@ -19,7 +20,7 @@ export REGISTRY BASE_MIRROR DOCKER_CLIENT
 
 .PHONY: help
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: setup
 setup: ## Install and start what a fresh machine needs (engine, registry, venv); idempotent
@@ -63,8 +64,8 @@ test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package 
 	$(PYTHON) -m pytest -q -n $(FAST_JOBS) -m "not ($(FAST_EXCLUDE))"
 
 .PHONY: build
-build: ## Build FRAMEWORK (default pytorch-ngc; all for every cell) and tag it <name>-dev:<git-sha>-<version>
-	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(BUILD_FLAGS)
+build: ## Build FRAMEWORK (default pytorch-ngc) for this machine's platform (or PLATFORM), tag <name>-dev:<sha>-<version>
+	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(PLATFORM),--platform $(PLATFORM)) $(BUILD_FLAGS)
 
 .PHONY: push
 push: ## Build FRAMEWORK if needed and push its dev tags, verifying digests
