@@ -468,7 +468,7 @@ def test_nightly_shares_one_registry_and_requires_gpus(matrix, tmp_path):
     names = [s.get("name", "") for s in validate_job["steps"]]
     assert names.index("Last nights' verdicts") < names.index("Validate with GPUs and push the signed verdict")
     step = validate_job["steps"][names.index("Validate with GPUs and push the signed verdict")]
-    assert "make nightly-validate" in step["run"] and "NIGHTLY_HISTORY=verdict-history" in step["run"]
+    assert "make nightly-validate" in step["run"] and "NIGHTLY_HISTORY=reports/verdict-history" in step["run"]
     assert "NIGHTLY_SCALING_COUNTS=gpus" in doc["jobs"]["scaling"]["steps"][-2]["run"]
     script = tmp_path / "check.sh"
     script.write_text(REGISTRY_CHECK)

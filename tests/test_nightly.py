@@ -105,19 +105,19 @@ def test_the_workflows_report_step_keeps_a_window_of_nights_and_reports_against_
     for n in range(1, 10):
         tonight_dir = write(tmp_path / f"night{n}", last_night())
         run = script.replace("${{ github.run_id }}", f"run{n:02d}").replace(
-            'cat site/report.md >> "$GITHUB_STEP_SUMMARY"', "")
+            'cat reports/nightly/report.md >> "$GITHUB_STEP_SUMMARY"', "")
         night = run_make(run.split()[1], tmp_path, tonight_dir, *run.split()[2:], cwd=tmp_path,
                          env={"PATH": f"{clock.parent}:{__import__('os').environ['PATH']}",
                               "FAKE_NIGHT": f"202612{n:02d}T030000Z"})
         assert night.code == 0, night.stderr
         report = night.call("report")
         seen.append(report[report.index("--previous") + 1] if "--previous" in report else None)
-        assert (tmp_path / "site" / "report.md").is_file()
-    history = sorted(p.name for p in (tmp_path / "verdict-history").iterdir())
+        assert (tmp_path / "reports" / "nightly" / "report.md").is_file()
+    history = sorted(p.name for p in (tmp_path / "reports" / "verdict-history").iterdir())
     assert len(history) == busbw.DEFAULT_WINDOW == 7
     assert history == [f"202612{n:02d}T030000Z-run{n:02d}" for n in range(3, 10)]
     assert seen[0] is None
-    assert seen[1:] == [f"verdict-history/202612{n:02d}T030000Z-run{n:02d}" for n in range(1, 9)]
+    assert seen[1:] == [f"reports/verdict-history/202612{n:02d}T030000Z-run{n:02d}" for n in range(1, 9)]
 
 
 def test_the_nightly_runs_the_slurm_scaling_and_reports_it_when_a_bundle_folder_is_set(tmp_path, nights) -> None:

@@ -95,7 +95,8 @@ def test_nightly_runs_every_cell_on_configurable_gpu_runners() -> None:
     assert runs_on == """${{ fromJSON(vars.GPU_RUNNER_LABELS || '["self-hosted","h100"]') }}"""
     assert doc["jobs"]["report"]["needs"] == ["build-validate", "scaling"]
     report = " ".join(s.get("run", "") for s in doc["jobs"]["report"]["steps"])
-    assert "make nightly-report NIGHTLY_OUT=site" in report and "NIGHTLY_HISTORY=verdict-history" in report
+    assert "make nightly-report NIGHTLY_OUT=reports/nightly" in report
+    assert "NIGHTLY_HISTORY=reports/verdict-history" in report
     assert "GITHUB_STEP_SUMMARY" in report
     assert "NIGHTLY_SCALING_CELL=pytorch-ngc:25.10" in doc["jobs"]["scaling"]["steps"][-2]["run"]
 
@@ -211,7 +212,7 @@ def test_nightly_validates_each_gpu_cells_arm64_on_native_arm64_gpu_runners() ->
     assert job["needs"] == ["build-validate", "emulated-linux-arm64"] and job["env"]["DL_IMAGES_REQUIRE_GPU"] == "1"
     [validate] = [s for s in job["steps"] if validates(s)]
     assert validate["run"] == ("make nightly-validate FRAMEWORK='${{ matrix.cell }}' PLATFORM=linux/arm64 "
-                               "NIGHTLY_HISTORY=verdict-history")
+                               "NIGHTLY_HISTORY=reports/verdict-history")
     assert validate["env"] == {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}
     assert "validate-linux-arm64" in doc["jobs"]["report"]["needs"]
     # The amd64 runners build every platform and validate a GPU cell's amd64 manifest only; a CPU cell's
@@ -221,8 +222,8 @@ def test_nightly_validates_each_gpu_cells_arm64_on_native_arm64_gpu_runners() ->
     [step] = [s for s in build["steps"] if validates(s)]
     assert step["env"]["PLATFORM"] == ("${{ contains(fromJSON('[\"pytorch-ngc:25.10\"]'), matrix.cell) "
                                        "&& 'linux/amd64' || '' }}")
-    assert step["run"] == ("make nightly-validate FRAMEWORK='${{ matrix.cell }}' NIGHTLY_HISTORY=verdict-history "
-                           "PLATFORM=\"$PLATFORM\"")
+    assert step["run"] == ("make nightly-validate FRAMEWORK='${{ matrix.cell }}' "
+                           "NIGHTLY_HISTORY=reports/verdict-history PLATFORM=\"$PLATFORM\"")
     assert "# GPU cells validated on native linux/arm64 runners: pytorch-ngc:25.10" in \
         render_workflows(multi_platform_matrix())[NIGHTLY_PATH].decode()
 
@@ -249,7 +250,8 @@ def test_nightly_has_no_arm64_job_without_an_arm64_gpu_cell() -> None:
     doc = load(NIGHTLY_PATH)
     assert not any(job.startswith(("validate-", "emulated-")) for job in doc["jobs"])
     [step] = [s for s in doc["jobs"]["build-validate"]["steps"] if validates(s)]
-    assert step["run"] == "make nightly-validate FRAMEWORK='${{ matrix.cell }}' NIGHTLY_HISTORY=verdict-history"
+    assert step["run"] == ("make nightly-validate FRAMEWORK='${{ matrix.cell }}' "
+                           "NIGHTLY_HISTORY=reports/verdict-history")
     assert "PLATFORM" not in step["env"]
 
 
@@ -268,10 +270,10 @@ def test_the_multi_platform_nightly_passes_the_github_schema(tmp_path: Path) -> 
 
 # What a workflow step may run besides a Makefile target: the runner's own mechanics (the plan job's matrix,
 # checks of the workflow itself, the venv, the release's version check and the run's summary).
-NOT_MAKE = ("python -m buildtool plan --json > plan.json", "python -m buildtool workflows ci-matrix",
+NOT_MAKE = ("python -m buildtool plan --json > reports/", "python -m buildtool workflows ci-matrix",
             "check-jsonschema --builtin-schema", "python3 -m venv .venv", ".venv/bin/python -m pip install -e",
             "python -m pip install -e", '.venv/bin/python -m buildtool plan --framework "$FRAMEWORK" --release',
-            'cat site/report.md >> "$GITHUB_STEP_SUMMARY"')
+            'cat reports/nightly/report.md >> "$GITHUB_STEP_SUMMARY"', "mkdir -p reports")
 
 
 def makefile_targets() -> set[str]:
@@ -305,3 +307,18 @@ def test_every_workflow_step_runs_a_makefile_target_as_the_makefile_defines_it()
     run_by_make_nightly = set(re.findall(r"\$\(SUBMAKE\) ([\w-]+)", recipe))
     assert run_by_make_nightly == {"push", "nightly-validate", "nightly-scaling", "nightly-report"}
     assert nightly_targets == run_by_make_nightly | {"validate-emulated"}
+
+
+def test_what_the_workflows_write_in_the_checkout_is_ignored_by_git() -> None:
+    """An untracked file makes the revision `<sha>-dirty.<hash>`: the release workflow's release-plan.json in the
+    checkout made `make release` look for dev images of a dirty revision and refuse (found by running its steps,
+    tests/integration/test_nightly_release.py), and the restored verdict history did the same to the nightly's
+    validate and report. Every path the workflows write is under an ignored folder."""
+    from buildtool.render import workflows
+
+    written = [workflows.PLAN_FILE, workflows.RELEASE_PLAN_FILE, workflows.HISTORY, f"{workflows.SITE}/report.md"]
+    texts = b"".join(render_workflows(real_matrix()).values()).decode()
+    assert all(path in texts for path in written)
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", *written], capture_output=True,
+                             text=True, timeout=30)
+    assert ignored.stdout.split() == written, ignored.stdout + ignored.stderr

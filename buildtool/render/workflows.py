@@ -51,6 +51,13 @@ CACHE_SAVE = "actions/cache/save@v4"
 PAGES_UPLOAD = "actions/upload-pages-artifact@v3"
 PAGES_DEPLOY = "actions/deploy-pages@v4"
 
+# Every file a workflow writes in the checkout goes under reports/, which .gitignore ignores: an untracked file makes
+# the work tree's revision `<sha>-dirty.<hash>` (matrix.plan.git_revision), and validate, the report and release
+# would then look for dev images of a revision nothing pushed.
+WRITES = "reports"
+PLAN_FILE = f"{WRITES}/plan.json"
+RELEASE_PLAN_FILE = f"{WRITES}/release-plan.json"
+
 HEADER = ("# GENERATED FILE - DO NOT EDIT. Rendered from matrix.yaml by `buildtool workflows` "
           "(also `make render`);\n# `make check` fails when it drifts.\n")
 
@@ -165,10 +172,10 @@ def _plan_job(runs_on: str, cells: list[str]) -> dict[str, Any]:
         "steps": [
             *_setup_steps(),
             {"id": "plan", "name": "Plan the cells",
-             "run": ("python -m buildtool plan --json > plan.json\n"
-                     f"python -m buildtool workflows ci-matrix --plan plan.json --cells {','.join(cells)} "
+             "run": (f"mkdir -p {WRITES}\npython -m buildtool plan --json > {PLAN_FILE}\n"
+                     f"python -m buildtool workflows ci-matrix --plan {PLAN_FILE} --cells {','.join(cells)} "
                      ">> \"$GITHUB_OUTPUT\"\n")},
-            {"uses": UPLOAD, "with": {"name": "plan", "path": "plan.json"}},
+            {"uses": UPLOAD, "with": {"name": "plan", "path": PLAN_FILE}},
         ],
     }
 
@@ -248,8 +255,8 @@ def _registry_check() -> dict[str, Any]:
 # The last nights' verdicts, one folder per night (the Makefile's NIGHTLY_HISTORY): restored from the Actions cache
 # before validate (the bus bandwidth baseline) and the report (the trend), which adds tonight's and cuts it to the
 # busbw window (NIGHTLY_KEEP). The first night has none: both steps say so and go on.
-HISTORY = "verdict-history"
-SITE = "site"   # what the report job publishes (NIGHTLY_OUT of the scaling and report steps)
+HISTORY = f"{WRITES}/verdict-history"
+SITE = f"{WRITES}/nightly"   # what the report job publishes (NIGHTLY_OUT of the scaling and report steps)
 VALIDATE_SETTINGS = {"NIGHTLY_HISTORY": HISTORY}
 # The GPU runners' scaling: PyTorch's strategies in the default PyTorch GPU cell, one process per GPU; no JAX run.
 SCALING_SETTINGS = {"NIGHTLY_OUT": SITE, "NIGHTLY_JAX_SCALING_CELL": ""}
@@ -412,14 +419,14 @@ def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
                 "timeout-minutes": 30,
                 "steps": [*_self_hosted_setup(),
                           {"name": "Check the version",
-                           "run": ".venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
-                                  "--release \"$VERSION\" --json > release-plan.json\n",
+                           "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
+                                  f"--release \"$VERSION\" --json > {RELEASE_PLAN_FILE}\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
                           {"name": "Retag the validated dev images",
                            "run": "make release FRAMEWORK=\"$FRAMEWORK\" VERSION=\"$VERSION\" FROM=\"$FROM\"\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
                                    "FROM": "${{ inputs.from }}"}},
-                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": "release-plan.json"}}],
+                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}}],
             },
         },
     }
