@@ -1,8 +1,9 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
 # (the docker client of every docker command: buildx, classic or a path; see docs/commands.md), JOBS (validate:
-# the image tests on this many workers side by side; 1: one after another; PLATFORM: only that platform of an
-# image index, e.g. linux/arm64 on a native arm64 GPU runner), TEST_JOBS (make test: the
+# the image tests on this many workers side by side; 1: one after another), PLATFORM (validate: only that platform
+# of an image index, e.g. linux/arm64 on a native arm64 GPU runner; build: the platforms of a multi-platform cell
+# to build, default this machine's, while push builds every one), TEST_JOBS (make test: the
 # toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
 # workers than cores), FAST_JOBS (make test-fast: its workers, twice the cores by default: a fifth of its
 # time is tests waiting on subprocesses, sleeps and timeouts; see docs/testing.md).
@@ -19,7 +20,7 @@ export REGISTRY BASE_MIRROR DOCKER_CLIENT
 
 .PHONY: help
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: setup
 setup: ## Install and start what a fresh machine needs (engine, registry, venv); idempotent
@@ -63,8 +64,8 @@ test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package 
 	$(PYTHON) -m pytest -q -n $(FAST_JOBS) -m "not ($(FAST_EXCLUDE))"
 
 .PHONY: build
-build: ## Build FRAMEWORK (default pytorch-ngc; all for every cell) and tag it <name>-dev:<git-sha>-<version>
-	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(BUILD_FLAGS)
+build: ## Build FRAMEWORK (default pytorch-ngc) for this machine's platform (or PLATFORM), tag <name>-dev:<sha>-<version>
+	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(PLATFORM),--platform $(PLATFORM)) $(BUILD_FLAGS)
 
 .PHONY: push
 push: ## Build FRAMEWORK if needed and push its dev tags, verifying digests
@@ -101,15 +102,27 @@ verify: ## Verify an image's signed chain (provenance, SBOM, verdict): make veri
 	@test -n "$(IMAGE)" || { echo "error: set IMAGE, e.g. make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }
 	$(BUILDTOOL) verify "$(IMAGE)" $(VERIFY_FLAGS)
 
-# The nightly, as the GPU runners run it (.github/workflows/nightly.yml, one cell per runner there):
-# build + push every cell, validate (verdicts stored by digest), the scaling runs (strategies side by side), then the report
-# from the registry's verdicts with the trend against the previous run, all under NIGHTLY_OUT.
+# The nightly: build + push every cell, validate (verdicts stored by digest), the scaling runs (strategies side by
+# side), then the report from the registry's verdicts with the trend against the previous night, all under NIGHTLY_OUT.
+# Each step is a target of its own, and .github/workflows/nightly.yml runs these same targets, one job each (push
+# and nightly-validate per cell on the GPU runners, nightly-scaling, nightly-report): what `make nightly` does here
+# is what the runners do. A step that fails does not stop the next ones: a failed night still leaves its report,
+# and `make nightly` exits 1.
 # NGC bases come from the local stand-ins unless BASE_MIRROR is set (set it empty to pull upstream).
 NIGHTLY_OUT ?= reports/nightly
+# The verdicts of earlier nights, one folder per night named by its UTC time (newest last), cut to the newest
+# NIGHTLY_KEEP (the bus-bandwidth baseline's window, DEFAULT_WINDOW in buildtool/contracts/busbw.py): validate
+# compares the bus bandwidth with their median, the report's trend is against the newest. No folder yet: the first
+# night, which the report says (no trend) and validate says (no baseline). NIGHTLY_RUN_ID ends each night's name.
+NIGHTLY_HISTORY ?= $(NIGHTLY_OUT)/history
+NIGHTLY_KEEP ?= 7
+NIGHTLY_RUN_ID ?=
 NIGHTLY_SCALING_CELL ?= pytorch-cpu:2.13
 NIGHTLY_SCALING_COUNTS ?= 1,2
 # The strategies compared side by side (docs/scaling.md): PyTorch's in NIGHTLY_SCALING_CELL (and over SLURM),
-# JAX data parallelism in NIGHTLY_JAX_SCALING_CELL (empty: not run).
+# JAX data parallelism in NIGHTLY_JAX_SCALING_CELL (empty: not run). A scaling run needs its cell's dev image of
+# this commit: it runs when FRAMEWORK covers its cell (the default, all, covers every cell), else it is not run
+# and says so.
 NIGHTLY_SCALING_STRATEGIES ?= ddp,fsdp,deepspeed
 NIGHTLY_JAX_SCALING_CELL ?= jax-cpu:0.10
 # On a SLURM site, the scaling also runs over SLURM nodes: set NIGHTLY_SLURM_BUNDLE to a folder on the shared
@@ -121,27 +134,66 @@ NIGHTLY_SLURM_NODES ?= 1,2
 NIGHTLY_SLURM_FLAGS ?=
 NIGHTLY_MIRROR := $(if $(filter environment command% override,$(origin BASE_MIRROR)),$(BASE_MIRROR),$(or \
 	$(REGISTRY),127.0.0.1:5000))
+# The folders of tonight's scaling runs, in the report's order.
+NIGHTLY_SCALING_DIRS := "$(NIGHTLY_OUT)/scaling" $(if $(NIGHTLY_JAX_SCALING_CELL),"$(NIGHTLY_OUT)/scaling-jax") \
+	$(if $(NIGHTLY_SLURM_BUNDLE),"$(NIGHTLY_OUT)/scaling-slurm")
+SUBMAKE := $(MAKE) --no-print-directory
 
 .PHONY: nightly
 nightly: ## Build, validate, scaling run (and over SLURM nodes with NIGHTLY_SLURM_BUNDLE), HTML report into NIGHTLY_OUT
-	@out="$(NIGHTLY_OUT)"; status=0; export BASE_MIRROR="$(NIGHTLY_MIRROR)"; \
-	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),all) --push || status=1; \
-	$(BUILDTOOL) validate $(if $(FRAMEWORK),--framework $(FRAMEWORK),--all) --reports "$$out/validate" || status=1; \
-	$(BUILDTOOL) scaling --cell $(NIGHTLY_SCALING_CELL) --counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling" \
-		--strategy $(NIGHTLY_SCALING_STRATEGIES) || status=1; \
-	$(if $(NIGHTLY_JAX_SCALING_CELL),$(BUILDTOOL) scaling --cell $(NIGHTLY_JAX_SCALING_CELL) --strategy jax-dp \
-		--counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling-jax" || status=1;) \
-	$(if $(NIGHTLY_SLURM_BUNDLE),image=$$($(BUILDTOOL) plan --framework $(NIGHTLY_SCALING_CELL) --json \
-		| $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["include"][0]["dev_image"])') \
+	@status=0; export BASE_MIRROR="$(NIGHTLY_MIRROR)"; \
+	$(SUBMAKE) push FRAMEWORK="$(or $(FRAMEWORK),all)" || status=1; \
+	$(SUBMAKE) nightly-validate || status=1; \
+	$(SUBMAKE) nightly-scaling || status=1; \
+	$(SUBMAKE) nightly-report || status=1; \
+	if [ $$status -ne 0 ]; then echo "nightly: a step failed (above); exit 1" >&2; fi; exit $$status
+
+.PHONY: nightly-validate
+nightly-validate: ## The nightly's validation of FRAMEWORK (default all), bus bandwidth against NIGHTLY_HISTORY
+	@baseline=(); if [ -d "$(NIGHTLY_HISTORY)" ]; then baseline=(--baseline "$(NIGHTLY_HISTORY)"); else \
+		echo "nightly: no earlier night in $(NIGHTLY_HISTORY) (the first night): the bus bandwidth has no baseline" >&2; fi; \
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),all) --reports "$(NIGHTLY_OUT)/validate" "$${baseline[@]}" \
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM))
+
+# Each run starts from an empty folder, so a run that fails leaves no earlier night's results to be reported.
+.PHONY: nightly-scaling
+nightly-scaling: ## The nightly's scaling runs into NIGHTLY_OUT: strategies side by side, JAX, SLURM nodes
+	@status=0; out="$(NIGHTLY_OUT)"; plan=$$($(BUILDTOOL) plan --framework $(or $(FRAMEWORK),all) --json) || exit 2; \
+	cells=" $$(echo "$$plan" | $(PYTHON) -c 'import json, sys; print(" ".join(e["cell"] for e in json.load(sys.stdin)["include"]))') "; \
+	covered() { case "$$cells" in *" $$1 "*) return 0;; esac; \
+		echo "nightly: the scaling in $$1 is not run: FRAMEWORK=$(FRAMEWORK) does not build it" >&2; return 1; }; \
+	rm -rf $(NIGHTLY_SCALING_DIRS); \
+	if covered $(NIGHTLY_SCALING_CELL); then $(BUILDTOOL) scaling --cell $(NIGHTLY_SCALING_CELL) \
+		--counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling" --strategy $(NIGHTLY_SCALING_STRATEGIES) || status=1; fi; \
+	$(if $(NIGHTLY_JAX_SCALING_CELL),if covered $(NIGHTLY_JAX_SCALING_CELL); then $(BUILDTOOL) scaling \
+		--cell $(NIGHTLY_JAX_SCALING_CELL) --strategy jax-dp --counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling-jax" \
+		|| status=1; fi;) \
+	$(if $(NIGHTLY_SLURM_BUNDLE),if covered $(NIGHTLY_SCALING_CELL); then \
+		image=$$(echo "$$plan" | $(PYTHON) -c 'import json, sys; print(next(e["dev_image"] for e in json.load(sys.stdin)["include"] if e["cell"] == "$(NIGHTLY_SCALING_CELL)"))') \
 		&& $(BUILDTOOL) bundle "$$image" "$(NIGHTLY_SLURM_BUNDLE)" --force \
 		&& $(BUILDTOOL) scaling --launcher slurm --runtime oci --image "$(NIGHTLY_SLURM_BUNDLE)" \
-			--strategy $(NIGHTLY_SCALING_STRATEGIES) --nodes $(NIGHTLY_SLURM_NODES) $(NIGHTLY_SLURM_FLAGS) --metrics-dir "$$out/scaling-slurm" || status=1;) \
-	rm -rf "$$out/previous-verdicts"; if [ -d "$$out/verdicts" ]; then mv "$$out/verdicts" "$$out/previous-verdicts"; fi; \
-	$(BUILDTOOL) report --fetch --framework $(or $(FRAMEWORK),all) --verdicts "$$out/verdicts" \
-		--previous "$$out/previous-verdicts" --scaling "$$out/scaling" \
-		$(if $(NIGHTLY_JAX_SCALING_CELL),--scaling "$$out/scaling-jax") \
-		$(if $(NIGHTLY_SLURM_BUNDLE),--scaling "$$out/scaling-slurm") --out "$$out" || status=1; \
-	echo "nightly report: $$out/report.html (exit $$status)"; exit $$status
+			--strategy $(NIGHTLY_SCALING_STRATEGIES) --nodes $(NIGHTLY_SLURM_NODES) $(NIGHTLY_SLURM_FLAGS) \
+			--metrics-dir "$$out/scaling-slurm" || status=1; fi;) \
+	exit $$status
+
+# The report reads tonight's verdicts from the registry into NIGHTLY_OUT/verdicts (emptied first); the trend is
+# against the newest night in NIGHTLY_HISTORY, passed only when there is one (`report --previous` refuses a folder
+# that does not exist). Then tonight's verdicts join the history, which keeps the newest NIGHTLY_KEEP nights.
+.PHONY: nightly-report
+nightly-report: ## The nightly report in NIGHTLY_OUT: tonight's verdicts, the trend against the newest earlier night
+	@out="$(NIGHTLY_OUT)"; history="$(NIGHTLY_HISTORY)"; args=(); \
+	previous=$$(find "$$history" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | tail -n 1); \
+	if [ -n "$$previous" ]; then args+=(--previous "$$previous"); \
+	else echo "nightly: no earlier night in $$history (the first night): the report shows no trend" >&2; fi; \
+	for dir in $(NIGHTLY_SCALING_DIRS); do if [ -d "$$dir" ]; then args+=(--scaling "$$dir"); \
+		else echo "nightly: no scaling results in $$dir (that run failed or was not run)" >&2; fi; done; \
+	rm -rf "$$out/verdicts"; \
+	$(BUILDTOOL) report --fetch --framework $(or $(FRAMEWORK),all) --verdicts "$$out/verdicts" "$${args[@]}" \
+		--out "$$out" || exit 1; \
+	night="$$history/$$(date -u +%Y%m%dT%H%M%SZ)$(if $(NIGHTLY_RUN_ID),-$(NIGHTLY_RUN_ID))"; \
+	mkdir -p "$$history" && mkdir "$$night" && cp -R "$$out/verdicts/." "$$night/" || exit 1; \
+	find "$$history" -mindepth 1 -maxdepth 1 -type d | sort | head -n -$(NIGHTLY_KEEP) | xargs -r rm -rf; \
+	echo "nightly: report $$out/report.html; tonight's verdicts kept in $$night" >&2
 
 # The GPU paths in one short run (NCCL DDP, bus bandwidth, the profiler's Kernel view, /dev/shm),
 # one JSON under GPU_SMOKE_OUT. With an engine that has GPUs: in GPU_SMOKE_IMAGE (default: this

@@ -63,7 +63,8 @@ def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201
     assert cell.platforms == ("linux/amd64", "linux/arm64")
     registry = MemRegistry(HOST)
 
-    def start(fail: str = "", revision: str | None = None, base_digests: str = "ab") -> tuple[Builder, Any, Fakes]:
+    def start(fail: str = "", revision: str | None = None, base_digests: str = "ab", push: bool = True,
+              platforms: tuple[str, ...] = ()) -> tuple[Builder, Any, Fakes]:
         fakes = Fakes(registry, fail)
         revision = revision or git_revision(REPO)
         plan = plan_cell(cell, Settings(registry=HOST), revision)
@@ -82,8 +83,8 @@ def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201
         monkeypatch.setattr(Builder, "_attach_platform", lambda self, plan, platform, digest, key, began: {
             "platform": platform, "digest": digest, "content_key": key, "sbom": "", "provenance": ""})
         build = Builder(REPO, matrix.source, Settings(registry=HOST), revision,
-                        BuildOptions(push=True, builder_key=lambda: signing.KEY, push_with="engine",
-                                     log_dir=tmp_path / "build-logs",
+                        BuildOptions(push=push, platforms=platforms, builder_key=lambda: signing.KEY,
+                                     push_with="engine", log_dir=tmp_path / "build-logs",
                                      cache_trust=lambda own: signing.trusted(roles=("builder",))), print)
         build.registry = registry   # type: ignore[assignment]
         build._key = signing.KEY
@@ -163,3 +164,68 @@ def test_each_platform_takes_layers_from_its_own_signed_image_of_an_earlier_inde
     assert later.run_cell(second, BaseInfo("unused", "sha256:" + "0" * 64)).result == "pushed"
     assert fakes.builds == ["linux/amd64", "linux/arm64"]
     assert fakes.cache_from == {"linux/amd64": [], "linux/arm64": [f"{HOST}/{repo}@{earlier['linux/arm64']}"]}
+
+
+def test_a_build_without_push_makes_only_the_platforms_asked_and_tags_this_machines(run, monkeypatch) -> None:  # noqa: ANN001
+    """Issue 55: `make build` makes what this machine runs (buildtool build's default without --push); a push makes
+    every platform. Nothing goes to the registry without push."""
+    registry, start = run
+    native = builder_mod.platforms.host().name
+    build, plan, fakes = start(push=False, platforms=(native,))
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.result == "built", result.message
+    assert fakes.builds == [native] and result.digest == f"image-{native}"
+    assert [p["platform"] for p in result.platforms] == [native]
+    # Again with nothing changed: the image this machine holds has the content key, nothing is built.
+    labels = fakes.labels[f"image-{native}"]
+    again, plan, fakes = start(push=False, platforms=(native,))
+    monkeypatch.setattr(engine, "image_labels", lambda ref: labels)
+    monkeypatch.setattr(engine, "image_attrs", lambda ref: {"Id": f"image-{native}"})
+    result = again.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.result == "up to date" and fakes.builds == [] and result.digest == f"image-{native}"
+    monkeypatch.setattr(engine, "image_labels", lambda ref: None)
+    foreign = next(p for p in plan.cell.platforms if p != native)
+    build, plan, fakes = start(push=False, platforms=(foreign,))
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert fakes.builds == [foreign] and result.digest == ""   # the dev tag names this machine's image only
+    build, plan, fakes = start(push=False)
+    assert build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64)).result == "built"
+    assert fakes.builds == list(plan.cell.platforms)          # none named: every platform
+    assert registry.manifest_digest(plan.dev_repo.split("/", 1)[1], plan.dev_tag) is None
+
+
+def test_a_cell_built_for_none_of_the_platforms_asked_fails_naming_them(run) -> None:  # noqa: ANN001
+    _, start = run
+    build, plan, fakes = start(push=False, platforms=("linux/riscv64",))
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.result == "failed" and fakes.builds == []
+    assert "jax-cpu:0.10 is built for linux/amd64, linux/arm64, none of linux/riscv64" in result.message
+
+
+def test_a_push_of_some_platforms_is_refused_before_the_engine_is_asked(run, monkeypatch) -> None:  # noqa: ANN001
+    from buildtool.common.errors import UserError
+
+    _, start = run
+    build, plan, _ = start(platforms=("linux/amd64",))
+    monkeypatch.setattr(engine, "sdk", lambda: pytest.fail("the engine was asked"))
+    with pytest.raises(UserError, match="--platform: a push writes each cell's image index over every platform"):
+        build.run([plan])
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ([], "host"), (["--push"], ()), (["--platform", "linux/arm64,linux/amd64"], ("linux/arm64", "linux/amd64")),
+])
+def test_build_without_push_defaults_to_this_machines_platform(run_cli, monkeypatch, args, expected) -> None:
+    """What `buildtool build` asks the Builder for: this machine's platform without --push, every one with it."""
+    seen = []
+
+    def capture(self, plans):  # noqa: ANN001, ANN202
+        seen.append(self.options.platforms)
+        return []
+
+    monkeypatch.setattr(Builder, "run", capture)
+    code, _, err = run_cli("build", "-f", "jax-cpu", *args, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    assert seen == [(builder_mod.platforms.host().name,) if expected == "host" else expected]
+    code, _, err = run_cli("build", "-f", "jax-cpu", "--platform", "linux/sparc", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and "--platform: unknown platform" in err, err

@@ -360,6 +360,23 @@ def test_a_stand_in_lacking_a_platform_is_made_again_whole_each_platform_on_its_
     assert mirror.index == list(BOTH)
 
 
+def test_a_build_of_some_platforms_makes_only_their_stand_ins_and_keeps_the_others(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 55: `make build` (this machine's platform) of pytorch-ngc:25.10 makes its amd64 stand-in only, never the
+    arm64 one (PyPI's CUDA torch, 4.9 GB); a platform the tag already holds is kept beside it, by digest."""
+    cells = {c.key: c for c in _matrix_with(tmp_path, ARM64_TORCH).cells}
+    cell = cells["pytorch-ngc:25.10"]
+    for holds, index in (([], ["linux/amd64"]), (["linux/arm64"], list(BOTH)), (["linux/amd64"], None)):
+        mirror = _FakeMirror(holds)
+        mirror.install(monkeypatch)
+        results = bases._standin_index(cell, "127.0.0.1:5000/nvidia/pytorch:25.10-py3", "127.0.0.1:5000", force=False,
+                                       log=lambda line: None, log_dir=tmp_path, templates=REPO / "templates",
+                                       only=("linux/amd64",))
+        assert [r.platform for r in results] == ["linux/amd64"], holds
+        assert [b[0] for b in mirror.built] == ([] if index is None else ["linux/amd64"]), holds
+        assert mirror.index == index, holds
+
+
 def test_an_image_on_the_arm64_child_of_a_stand_in_index_is_refused_by_digest_and_by_layers() -> None:
     """Release reads every child of the mirror's stand-in index: an arm64 image built on it is refused even with
     its stand-in labels stripped, by its base digest and by its first layers."""

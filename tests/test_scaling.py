@@ -286,25 +286,3 @@ def test_slurm_scaling_bad_input_is_exit_2(run_cli, tmp_path: Path, args: list[s
     code, out, err = run_cli("scaling", "--launcher", "slurm", *args, "--out", str(tmp_path / "m"),
                              "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and message in err and not (tmp_path / "m").exists(), err
-
-
-def test_the_nightly_runs_the_slurm_scaling_and_reports_it_when_a_bundle_folder_is_set() -> None:
-    def dry(*args: str) -> str:
-        proc = subprocess.run(["make", "-s", "-n", "nightly", *args], cwd=REPO, capture_output=True, text=True,
-                              timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        return " ".join(proc.stdout.replace("\\\n", " ").split())  # one line, single spaces
-
-    plain = dry()
-    assert "--launcher slurm" not in plain and "scaling-slurm" not in plain
-    # The strategies side by side (issue 42): PyTorch's in the PyTorch cell, JAX data parallelism in the JAX cell.
-    assert ('scaling --cell pytorch-cpu:2.13 --counts 1,2 --out "$out/scaling" --strategy ddp,fsdp,deepspeed'
-            in plain)
-    assert 'scaling --cell jax-cpu:0.10 --strategy jax-dp --counts 1,2 --out "$out/scaling-jax"' in plain
-    assert '--scaling "$out/scaling" --scaling "$out/scaling-jax" --out "$out"' in plain
-    assert "scaling-jax" not in dry("NIGHTLY_JAX_SCALING_CELL=")
-    slurm = dry("NIGHTLY_SLURM_BUNDLE=/shared/bundles/nightly", "NIGHTLY_SLURM_FLAGS=--partition gpu")
-    assert 'bundle "$image" "/shared/bundles/nightly" --force' in slurm
-    assert ('scaling --launcher slurm --runtime oci --image "/shared/bundles/nightly" --strategy ddp,fsdp,deepspeed'
-            in slurm and '--nodes 1,2 --partition gpu --metrics-dir "$out/scaling-slurm"' in slurm)
-    assert '--scaling "$out/scaling" --scaling "$out/scaling-jax" --scaling "$out/scaling-slurm" --out "$out"' in slurm

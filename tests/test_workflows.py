@@ -64,6 +64,12 @@ def load(rel: str, options: WorkflowOptions | None = None) -> dict:
     return yaml.safe_load(render_workflows(matrix(), options)[rel])
 
 
+def validates(step: dict) -> bool:
+    """A step that runs one of the Makefile's validate targets (validate, nightly-validate, validate-emulated)."""
+    words = step.get("run", "").split()
+    return words[:1] == ["make"] and "validate" in words[1]
+
+
 def test_pull_request_builds_exactly_the_cells_without_gpu() -> None:
     doc = load(PR_PATH)
     # The key is written quoted ('on'), so YAML 1.1 readers do not turn it into True.
@@ -89,9 +95,10 @@ def test_nightly_runs_every_cell_on_configurable_gpu_runners() -> None:
     assert runs_on == """${{ fromJSON(vars.GPU_RUNNER_LABELS || '["self-hosted","h100"]') }}"""
     assert doc["jobs"]["report"]["needs"] == ["build-validate", "scaling"]
     report = " ".join(s.get("run", "") for s in doc["jobs"]["report"]["steps"])
-    assert "buildtool report --fetch" in report and "verdict-history" in report
+    assert "make nightly-report NIGHTLY_OUT=reports/nightly" in report
+    assert "NIGHTLY_HISTORY=reports/verdict-history" in report
     assert "GITHUB_STEP_SUMMARY" in report
-    assert "--cell pytorch-ngc:25.10" in doc["jobs"]["scaling"]["steps"][-2]["run"]
+    assert "NIGHTLY_SCALING_CELL=pytorch-ngc:25.10" in doc["jobs"]["scaling"]["steps"][-2]["run"]
 
 
 def test_release_is_manual_with_a_version_input() -> None:
@@ -168,43 +175,10 @@ def test_only_the_nightly_runners_get_the_verdict_signing_key() -> None:
     """Verdicts the release trusts are signed by the GPU runners; pull-request jobs (untrusted code)
     validate with a throwaway dev key, whose verdicts release refuses."""
     steps = [s for job in load(NIGHTLY_PATH)["jobs"].values() for s in job.get("steps", [])]
-    validate = [s for s in steps if "make validate" in s.get("run", "")]
-    assert validate and all(s["env"]["DL_IMAGES_SIGNING_KEY"] == "${{ secrets.DL_IMAGES_SIGNING_KEY }}"
+    validate = [s for s in steps if validates(s)]
+    assert len(validate) == 1 and all(s["env"]["DL_IMAGES_SIGNING_KEY"] == "${{ secrets.DL_IMAGES_SIGNING_KEY }}"
                             for s in validate)
     assert "DL_IMAGES_SIGNING_KEY" not in render_workflows(matrix())[PR_PATH].decode()
-
-
-def test_nightly_keeps_a_window_of_nights_and_reports_against_the_newest(tmp_path: Path) -> None:
-    """The report step run as the workflow runs it, nine nights in a row (a stand-in `buildtool report`
-    records its arguments): the history keeps the busbw window's 7 newest nights, one folder each, so
-    validate's median has 7 nights, and each report's trend is the night before it."""
-    from buildtool.contracts import busbw
-
-    doc = load(NIGHTLY_PATH)
-    validate_job = doc["jobs"]["build-validate"]
-    assert validate_job["env"]["DL_IMAGES_BASELINE"] == "verdict-history"
-    script = next(s["run"] for s in doc["jobs"]["report"]["steps"] if s.get("name") == "Report")
-    fake_python = tmp_path / ".venv" / "bin" / "python"
-    fake_python.parent.mkdir(parents=True)
-    fake_python.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > args.txt\nmkdir -p site && echo report > site/report.md\n')
-    fake_python.chmod(0o755)
-    previous_seen = []
-    for night in range(1, 10):
-        (tmp_path / "verdicts").mkdir(exist_ok=True)
-        (tmp_path / "verdicts" / "night.txt").write_text(str(night))
-        run = script.replace("${{ github.run_id }}", f"run{night:02d}").replace(
-            "$(date -u +%Y%m%dT%H%M%SZ)", f"202612{night:02d}T030000Z")
-        result = subprocess.run(["bash", "-euc", run], cwd=tmp_path, capture_output=True, text=True, timeout=30,
-                                env={"PATH": "/usr/bin:/bin", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary")})
-        assert result.returncode == 0, result.stderr
-        args = (tmp_path / "args.txt").read_text().split("\n")
-        previous_seen.append(args[args.index("--previous") + 1] if "--previous" in args else None)
-    history = sorted(p.name for p in (tmp_path / "verdict-history").iterdir())
-    assert len(history) == busbw.DEFAULT_WINDOW == 7
-    assert [(tmp_path / "verdict-history" / name / "night.txt").read_text() for name in history] == [
-        str(n) for n in range(3, 10)]
-    assert previous_seen[0] is None                     # the first night has nothing to compare with
-    assert previous_seen[1:] == [f"verdict-history/202612{n:02d}T030000Z-run{n:02d}" for n in range(1, 9)]
 
 
 def test_only_the_nightly_build_jobs_get_the_builder_key() -> None:
@@ -215,7 +189,7 @@ def test_only_the_nightly_build_jobs_get_the_builder_key() -> None:
     assert push and all(s["env"]["DL_IMAGES_BUILDER_KEY"] == "${{ secrets.DL_IMAGES_BUILDER_KEY }}"
                         and s["env"]["DL_IMAGES_BUILDER_ID"].endswith("/actions/runs/${{ github.run_id }}")
                         for s in push)
-    assert all("DL_IMAGES_BUILDER_KEY" not in s.get("env", {}) for s in steps if "make validate" in s.get("run", ""))
+    assert all("DL_IMAGES_BUILDER_KEY" not in s.get("env", {}) for s in steps if validates(s))
     assert "DL_IMAGES_BUILDER_KEY" not in render_workflows(matrix())[PR_PATH].decode()
 
 
@@ -236,18 +210,20 @@ def test_nightly_validates_each_gpu_cells_arm64_on_native_arm64_gpu_runners() ->
                               """'["self-hosted","linux","arm64","gpu","gh200"]') }}""")
     assert job["strategy"]["matrix"] == {"cell": ["pytorch-ngc:25.10"]}   # GPU cells with arm64 only: one job each
     assert job["needs"] == ["build-validate", "emulated-linux-arm64"] and job["env"]["DL_IMAGES_REQUIRE_GPU"] == "1"
-    [validate] = [s for s in job["steps"] if "make validate" in s.get("run", "")]
-    assert validate["run"] == "make validate FRAMEWORK='${{ matrix.cell }}' PLATFORM=linux/arm64"
+    [validate] = [s for s in job["steps"] if validates(s)]
+    assert validate["run"] == ("make nightly-validate FRAMEWORK='${{ matrix.cell }}' PLATFORM=linux/arm64 "
+                               "NIGHTLY_HISTORY=reports/verdict-history")
     assert validate["env"] == {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}
     assert "validate-linux-arm64" in doc["jobs"]["report"]["needs"]
     # The amd64 runners build every platform and validate a GPU cell's amd64 manifest only; a CPU cell's
     # every platform (arm64 under emulation).
     build = doc["jobs"]["build-validate"]
     assert build["runs-on"] == """${{ fromJSON(vars.GPU_RUNNER_LABELS || '["self-hosted","linux","x64","gpu"]') }}"""
-    [step] = [s for s in build["steps"] if "make validate" in s.get("run", "")]
+    [step] = [s for s in build["steps"] if validates(s)]
     assert step["env"]["PLATFORM"] == ("${{ contains(fromJSON('[\"pytorch-ngc:25.10\"]'), matrix.cell) "
                                        "&& 'linux/amd64' || '' }}")
-    assert step["run"] == "make validate FRAMEWORK='${{ matrix.cell }}' PLATFORM=\"$PLATFORM\""
+    assert step["run"] == ("make nightly-validate FRAMEWORK='${{ matrix.cell }}' "
+                           "NIGHTLY_HISTORY=reports/verdict-history PLATFORM=\"$PLATFORM\"")
     assert "# GPU cells validated on native linux/arm64 runners: pytorch-ngc:25.10" in \
         render_workflows(multi_platform_matrix())[NIGHTLY_PATH].decode()
 
@@ -260,7 +236,7 @@ def test_nightly_validates_a_gpu_cells_arm64_under_qemu_first_so_the_native_verd
     assert job["runs-on"] == doc["jobs"]["build-validate"]["runs-on"]   # amd64 runners, arm64 under QEMU
     assert job["needs"] == "build-validate" and job["strategy"]["matrix"] == {"cell": ["pytorch-ngc:25.10"]}
     assert "DL_IMAGES_REQUIRE_GPU" not in job.get("env", {})
-    [step] = [s for s in job["steps"] if "make validate" in s.get("run", "")]
+    [step] = [s for s in job["steps"] if validates(s)]
     assert step["run"] == "make validate-emulated FRAMEWORK='${{ matrix.cell }}' PLATFORM=linux/arm64"
     assert "emulated-linux-arm64" in doc["jobs"]["validate-linux-arm64"]["needs"]
     assert "emulated-linux-arm64" in doc["jobs"]["report"]["needs"]
@@ -273,8 +249,10 @@ def test_nightly_validates_a_gpu_cells_arm64_under_qemu_first_so_the_native_verd
 def test_nightly_has_no_arm64_job_without_an_arm64_gpu_cell() -> None:
     doc = load(NIGHTLY_PATH)
     assert not any(job.startswith(("validate-", "emulated-")) for job in doc["jobs"])
-    [step] = [s for s in doc["jobs"]["build-validate"]["steps"] if "make validate" in s.get("run", "")]
-    assert step["run"] == "make validate FRAMEWORK='${{ matrix.cell }}'" and "PLATFORM" not in step["env"]
+    [step] = [s for s in doc["jobs"]["build-validate"]["steps"] if validates(s)]
+    assert step["run"] == ("make nightly-validate FRAMEWORK='${{ matrix.cell }}' "
+                           "NIGHTLY_HISTORY=reports/verdict-history")
+    assert "PLATFORM" not in step["env"]
 
 
 def test_a_gpu_cell_of_a_platform_without_runner_labels_is_refused() -> None:
@@ -288,3 +266,59 @@ def test_the_multi_platform_nightly_passes_the_github_schema(tmp_path: Path) -> 
     path.write_bytes(render_workflows(multi_platform_matrix())[NIGHTLY_PATH])
     proc = check_jsonschema(path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# What a workflow step may run besides a Makefile target: the runner's own mechanics (the plan job's matrix,
+# checks of the workflow itself, the venv, the release's version check and the run's summary).
+NOT_MAKE = ("python -m buildtool plan --json > reports/", "python -m buildtool workflows ci-matrix",
+            "check-jsonschema --builtin-schema", "python3 -m venv .venv", ".venv/bin/python -m pip install -e",
+            "python -m pip install -e", '.venv/bin/python -m buildtool plan --framework "$FRAMEWORK" --release',
+            'cat reports/nightly/report.md >> "$GITHUB_STEP_SUMMARY"', "mkdir -p reports")
+
+
+def makefile_targets() -> set[str]:
+    import re
+
+    return set(re.findall(r"^([a-zA-Z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
+
+
+def test_every_workflow_step_runs_a_makefile_target_as_the_makefile_defines_it() -> None:
+    """Issue 55: what CI proves is what the runners run: each toolkit step of the committed workflows is
+    `make TARGET SETTINGS` (one definition, in the Makefile), and the nightly's jobs run exactly the targets
+    `make nightly` runs (plus the emulated validation of a GPU cell's other platform)."""
+    import re
+
+    targets, nightly_targets = makefile_targets(), set()
+    for rel in PATHS:
+        doc = yaml.safe_load((REPO / rel).read_text())
+        for job in doc["jobs"].values():
+            for step in job.get("steps", []):
+                for line in filter(None, (ln.strip() for ln in step.get("run", "").splitlines())):
+                    if line.startswith("make "):
+                        target = line.split()[1]
+                        assert target in targets, (rel, line)
+                        if rel == NIGHTLY_PATH:
+                            nightly_targets.add(target)
+                        continue
+                    if step.get("name") == "Check the shared registry":
+                        continue
+                    assert line.startswith(NOT_MAKE), f"{rel}: a step runs {line!r}, not a Makefile target"
+    recipe = (REPO / "Makefile").read_text().split("\nnightly:", 1)[1].split("\n\n", 1)[0]
+    run_by_make_nightly = set(re.findall(r"\$\(SUBMAKE\) ([\w-]+)", recipe))
+    assert run_by_make_nightly == {"push", "nightly-validate", "nightly-scaling", "nightly-report"}
+    assert nightly_targets == run_by_make_nightly | {"validate-emulated"}
+
+
+def test_what_the_workflows_write_in_the_checkout_is_ignored_by_git() -> None:
+    """An untracked file makes the revision `<sha>-dirty.<hash>`: the release workflow's release-plan.json in the
+    checkout made `make release` look for dev images of a dirty revision and refuse (found by running its steps,
+    tests/integration/test_nightly_release.py), and the restored verdict history did the same to the nightly's
+    validate and report. Every path the workflows write is under an ignored folder."""
+    from buildtool.render import workflows
+
+    written = [workflows.PLAN_FILE, workflows.RELEASE_PLAN_FILE, workflows.HISTORY, f"{workflows.SITE}/report.md"]
+    texts = b"".join(render_workflows(real_matrix()).values()).decode()
+    assert all(path in texts for path in written)
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", *written], capture_output=True,
+                             text=True, timeout=30)
+    assert ignored.stdout.split() == written, ignored.stdout + ignored.stderr

@@ -47,6 +47,10 @@ PushWithOption = Annotated[str, typer.Option(
          "else skopeo, whose compression uses every core), engine or skopeo.")]
 BasesForceOption = Annotated[bool, typer.Option("--force", help="Rebuild stand-ins that exist (Debian bases are kept: "
                                                                 "a new one changes every image's content key).")]
+PlatformOption = Annotated[list[str] | None, typer.Option(
+    "--platform", help="Only these platforms of a multi-platform cell (os/arch, repeatable or a comma list). Default "
+                       "without --push: this machine's; with --push every platform (the dev tag names the index "
+                       "over all), which --platform cannot narrow.")]
 MirrorOption = Annotated[str | None, typer.Option("--mirror", help="Registry to fill (default: BASE_MIRROR, "
                                                                    "else 127.0.0.1:5000).")]
 
@@ -65,14 +69,17 @@ def build(
     log_dir: LogDirOption = Path("build-logs"),
     registry_cache: RegistryCacheOption = True,
     push_with: PushWithOption = "auto",
+    platform: PlatformOption = None,
     revision: RevisionOption = None,
     as_json: JsonOption = False,
     matrix: MatrixOption = None,
 ) -> None:
     """Build FRAMEWORK's cells with BuildKit, tag them <registry>/<name>-dev:<sha>-<version>, and skip or
-    retag what is already built (content key). Exit 1 when any cell failed."""
+    retag what is already built (content key). A multi-platform cell: without --push this machine's platform
+    (--platform names others), with --push every platform and the index over them. Exit 1 when any cell failed."""
     check_arguments("build", locals())   # every argument first (issue 37)
     from buildtool.common.errors import FailedError
+    from buildtool.contracts import platforms
     from buildtool.imagebuild.builder import Builder, BuildOptions
     from buildtool.matrix.plan import Settings, plan_matrix
 
@@ -84,7 +91,11 @@ def build(
     plans = plan_matrix(loaded, cells, settings, revision)
     if not log_dir.is_absolute():
         log_dir = project.root / log_dir
-    options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill,
+    named = tuple(dict.fromkeys(p.strip() for item in platform or [] for p in item.split(",") if p.strip()))
+    # A local build makes what this machine runs (a foreign platform's stand-in can be GBs: pytorch-ngc:25.10's arm64
+    # one carries PyPI's CUDA torch); a push makes the whole index.
+    chosen = named or (() if push else (platforms.host().name,))
+    options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill, platforms=chosen,
                            builder_key=_builder_key, matrix=project.matrix_path, registry_cache=registry_cache,
                            cache_trust=_cache_trust(project.root, settings), push_with=push_with)
     with build_progress([p.cell.key for p in plans]) as progress:

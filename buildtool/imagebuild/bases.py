@@ -398,9 +398,10 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
 
 
 def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, log_dir: Path,
-               templates: Path) -> list[BaseResult]:
+               templates: Path, only: tuple[str, ...] = ()) -> list[BaseResult]:
     """Make every base the cells need present in the mirror registry (idempotent). `templates` is the
-    project's folder: a multi-platform stand-in installs with the uv its uv.lock pins."""
+    project's folder: a multi-platform stand-in installs with the uv its uv.lock pins. `only`: just these
+    platforms of each cell (a build without push of some of them; empty: every platform)."""
     mirror = local_mirror(base_mirror)
     RegistryClient(mirror.split("/", 1)[0]).ping()
     engine.sdk()
@@ -413,7 +414,7 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
         if not upstream.startswith("docker.io/library/debian:"):
             raise UserError(f"{cell.key}: no recipe for base {upstream}; only Debian bases and NGC stand-ins "
                             "can be made locally")
-        names = debian_platforms(cell)
+        names = [p for p in debian_platforms(cell) if not only or p in only]
         wanted.setdefault(mirror_base(upstream, mirror), (upstream, set()))[1].update(names)
     # Kept even with force: a new Debian base changes every image's content key.
     for ref, (upstream, needed) in wanted.items():
@@ -427,7 +428,8 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
             continue
         done.add(ref)
         if cell.multi_platform:
-            results += _standin_index(cell, ref, mirror, force=force, log=log, log_dir=log_dir, templates=templates)
+            results += _standin_index(cell, ref, mirror, force=force, log=log, log_dir=log_dir, templates=templates,
+                                      only=only)
             continue
         started = time.monotonic()
         digest = None if force else registry_digest(ref)
@@ -493,11 +495,12 @@ def _measured_framework(cell: Cell, image: str, platform: str, folder: Path) -> 
 
 
 def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, log_dir: Path,
-                   templates: Path) -> list[BaseResult]:
+                   templates: Path, only: tuple[str, ...] = ()) -> list[BaseResult]:
     """The stand-in of a multi-platform cell: one image per platform (_standin_index_dockerfile), each pushed
     under `<tag>__<arch>`, then an OCI index over them at the tag (the platforms' images first: one that fails
     leaves the tag as it was). A tag that already holds every platform is kept (a real mirror of the upstream
-    too); one that lacks some is made again whole."""
+    too); one that lacks some is made again whole. `only`: just these of the cell's platforms are wanted (a build
+    without push): they are made again when the tag lacks one of them, and the tag's other platforms are kept."""
     from buildtool.contracts.locks import uv_requirement
     from buildtool.imagebuild import aptlock, multiplatform
     from buildtool.registry.image_index import put_index
@@ -510,9 +513,10 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
         children = {} if force else base_index.read_children(client, repo, tag)
     except NotFound:
         children = {}
-    if all(p in children for p in cell.platforms):
-        return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in cell.platforms]
-    for name in cell.platforms:
+    wanted = [p for p in cell.platforms if not only or p in only]
+    if all(p in children for p in wanted):
+        return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in wanted]
+    for name in wanted:
         problem = platforms.binfmt_problem(name)
         if problem:
             raise UserError(f"cannot make the {name} stand-in {ref}: {problem}")
@@ -521,7 +525,7 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
     text = _standin_index_dockerfile(cell, debian_ref, requirement)
     build_base = aptlock.platform_base(debian_ref, platforms.host().name)
     made, results = [], []
-    for name in cell.platforms:
+    for name in wanted:
         begun = time.monotonic()
         arch = platforms.get(name).architecture
         log(f"building the {name} stand-in of {ref} (FROM {debian_ref}, "
@@ -534,6 +538,7 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
         digest = push_verified(platform_ref, log)
         made.append(multiplatform.child_of(client, repo, multiplatform.platform_tag(tag, name), name))
         results.append(BaseResult(ref, "stand-in", digest, time.monotonic() - begun, name))
-    index = put_index(client, repo, tag, made)
-    log(f"{ref}: index {index} over {', '.join(cell.platforms)}")
+    kept = [children[p] for p in cell.platforms if p not in wanted and p in children]
+    index = put_index(client, repo, tag, sorted([*made, *kept], key=lambda c: cell.platforms.index(c.platform)))
+    log(f"{ref}: index {index} over {', '.join(p for p in cell.platforms if p in wanted or p in children)}")
     return results

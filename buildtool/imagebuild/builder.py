@@ -77,6 +77,9 @@ class BuildOptions:
     registry_cache: bool = True
     push_with: str = push_path.AUTO     # push_path.CHOICES: who uploads a built image
     cache_trust: Callable[[PublicKey | None], Trusted] | None = None
+    # Which platforms of a multi-platform cell a build without push makes (empty: every one). A push makes every
+    # platform: the dev tag names the index over all of them.
+    platforms: tuple[str, ...] = ()
 
 
 @dataclass
@@ -370,9 +373,10 @@ class Builder:
         cell = plan.cell
         _, repo, _ = split_repo(plan.dev_ref)
         try:
-            bases = {p: self._platform_base(plan, p) for p in cell.platforms}
-            keys = {p: cell_content_key(plan, self.root, bases[p], p) for p in cell.platforms}
-            result.content_key = keys[cell.platforms[0]]
+            wanted = self.platforms_of(cell)
+            bases = {p: self._platform_base(plan, p) for p in wanted}
+            keys = {p: cell_content_key(plan, self.root, bases[p], p) for p in wanted}
+            result.content_key = keys[wanted[0]]
             if self.options.push and not self.options.force:
                 tags = self.registry.tags(repo)
                 ordered = [plan.dev_tag] if plan.dev_tag in tags else []
@@ -404,7 +408,7 @@ class Builder:
             built: list[Child] = []
             local: dict[str, str] = {}
             actions = []
-            for platform in cell.platforms:
+            for platform in wanted:
                 ref = f"{plan.dev_repo}:{multiplatform.platform_tag(plan.dev_tag, platform)}"
                 try:
                     action, image = self._platform_image(plan, platform, ref, bases[platform], keys[platform],
@@ -430,7 +434,7 @@ class Builder:
                     engine.tag(local[native], plan.dev_ref)
                 result.digest = local.get(native, "")
                 result.platforms = [{"platform": p, "digest": local[p], "content_key": keys[p]} for p in keys]
-                result.result = "built"
+                result.result = "up to date" if all(a.endswith(" up to date") for a in actions) else "built"
             result.message = "; ".join(actions)
         except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError, UserError) as exc:
             result.result = "failed"
@@ -439,6 +443,16 @@ class Builder:
             result.platforms = []
         result.seconds = time.monotonic() - started
         return result
+
+    def platforms_of(self, cell: Cell) -> tuple[str, ...]:
+        """The platforms of `cell` this build makes: every one, or those of BuildOptions.platforms (no push)."""
+        if not (cell.multi_platform and self.options.platforms):
+            return cell.platforms
+        chosen = tuple(p for p in cell.platforms if p in self.options.platforms)
+        if not chosen:
+            raise FailedError(f"{cell.key} is built for {', '.join(cell.platforms)}, none of "
+                              f"{', '.join(self.options.platforms)}: name one of them with --platform (PLATFORM=)")
+        return chosen
 
     def _platform_base(self, plan: CellPlan, platform: str) -> BaseInfo:
         try:
@@ -720,13 +734,17 @@ class Builder:
         missing: dict[str, str] = {}
         mirror = self.settings.base_mirror
         auto = self.options.fill_bases and mirror and "=" not in mirror and is_loopback_registry(mirror)
+        # The platforms whose bases a build without push needs: those it makes, and this machine's (the native
+        # stages of a multi-platform cell run on its image of the base). Empty: every platform.
+        only = tuple(dict.fromkeys((*self.options.platforms, platforms.host().name))) if self.options.platforms else ()
         if auto:
             to_fill = []
             for plan in plans:
                 try:
                     # Every platform the cell builds needs its base; one made here by an older recipe is made
                     # again (it gave unreproducible layers).
-                    if stale_platforms(plan.base, plan.cell.platforms, recipe_suite(plan.cell)):
+                    needed = tuple(p for p in plan.cell.platforms if not only or p in only)
+                    if needed and stale_platforms(plan.base, needed, recipe_suite(plan.cell)):
                         to_fill.append(plan.cell)
                 except RegistryUnreachable:
                     raise UserError(f"BASE_MIRROR registry {mirror} is unreachable; start it with "
@@ -735,7 +753,7 @@ class Builder:
                 self.log(f"filling {mirror} with missing bases for {', '.join(c.key for c in to_fill)} "
                          "(as `buildtool bases` does)")
                 fill_bases(_unique(to_fill), mirror, force=False, log=self.log, log_dir=self.options.log_dir,
-                           templates=self.root / "templates")
+                           templates=self.root / "templates", only=only)
         for plan in plans:
             try:
                 info = resolve_base(plan)
@@ -752,6 +770,9 @@ class Builder:
         return infos, missing
 
     def run(self, plans: list[CellPlan]) -> list[CellResult]:
+        if self.options.push and self.options.platforms:
+            raise UserError("--platform: a push writes each cell's image index over every platform it is built "
+                            "for; build some platforms without --push")
         engine.sdk()
         try:
             self.registry.ping()

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from buildtool.contracts import busbw, platforms
+from buildtool.contracts import platforms
 from buildtool.matrix.schema import Matrix
 
 WORKFLOW_DIR = ".github/workflows"
@@ -50,6 +50,13 @@ CACHE_RESTORE = "actions/cache/restore@v4"
 CACHE_SAVE = "actions/cache/save@v4"
 PAGES_UPLOAD = "actions/upload-pages-artifact@v3"
 PAGES_DEPLOY = "actions/deploy-pages@v4"
+
+# Every file a workflow writes in the checkout goes under reports/, which .gitignore ignores: an untracked file makes
+# the work tree's revision `<sha>-dirty.<hash>` (matrix.plan.git_revision), and validate, the report and release
+# would then look for dev images of a revision nothing pushed.
+WRITES = "reports"
+PLAN_FILE = f"{WRITES}/plan.json"
+RELEASE_PLAN_FILE = f"{WRITES}/release-plan.json"
 
 HEADER = ("# GENERATED FILE - DO NOT EDIT. Rendered from matrix.yaml by `buildtool workflows` "
           "(also `make render`);\n# `make check` fails when it drifts.\n")
@@ -121,7 +128,7 @@ def _validate_step(matrix: Matrix) -> dict[str, Any]:
     # The runners' signing key (`buildtool keys`); its public half is in config/trusted-keys.yaml.
     # Pull-request jobs never get it.
     step: dict[str, Any] = {"name": "Validate with GPUs and push the signed verdict",
-                            "run": "make validate FRAMEWORK='${{ matrix.cell }}'",
+                            "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", **VALIDATE_SETTINGS),
                             "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}
     native = sorted({cell for cells in native_gpu_cells(matrix).values() for cell in cells})
     if native:
@@ -129,6 +136,11 @@ def _validate_step(matrix: Matrix) -> dict[str, Any]:
         step["run"] += ' PLATFORM="$PLATFORM"'
         step["env"]["PLATFORM"] = f"${{{{ contains(fromJSON('{listed}'), matrix.cell) && 'linux/amd64' || '' }}}}"
     return step
+
+
+def _make(target: str, **settings: str) -> str:
+    """`make TARGET K=V ...`: a step the Makefile defines, run as `make nightly` runs it (settings only differ)."""
+    return " ".join(["make", target, *(f"{key}={value}" for key, value in settings.items())])
 
 
 def _job_id(platform: str) -> str:
@@ -160,10 +172,10 @@ def _plan_job(runs_on: str, cells: list[str]) -> dict[str, Any]:
         "steps": [
             *_setup_steps(),
             {"id": "plan", "name": "Plan the cells",
-             "run": ("python -m buildtool plan --json > plan.json\n"
-                     f"python -m buildtool workflows ci-matrix --plan plan.json --cells {','.join(cells)} "
+             "run": (f"mkdir -p {WRITES}\npython -m buildtool plan --json > {PLAN_FILE}\n"
+                     f"python -m buildtool workflows ci-matrix --plan {PLAN_FILE} --cells {','.join(cells)} "
                      ">> \"$GITHUB_OUTPUT\"\n")},
-            {"uses": UPLOAD, "with": {"name": "plan", "path": "plan.json"}},
+            {"uses": UPLOAD, "with": {"name": "plan", "path": PLAN_FILE}},
         ],
     }
 
@@ -240,22 +252,22 @@ def _registry_check() -> dict[str, Any]:
     return {"name": "Check the shared registry", "run": REGISTRY_CHECK}
 
 
-HISTORY = "verdict-history"
+# The last nights' verdicts, one folder per night (the Makefile's NIGHTLY_HISTORY): restored from the Actions cache
+# before validate (the bus bandwidth baseline) and the report (the trend), which adds tonight's and cuts it to the
+# busbw window (NIGHTLY_KEEP). The first night has none: both steps say so and go on.
+HISTORY = f"{WRITES}/verdict-history"
+SITE = f"{WRITES}/nightly"   # what the report job publishes (NIGHTLY_OUT of the scaling and report steps)
+VALIDATE_SETTINGS = {"NIGHTLY_HISTORY": HISTORY}
+# The GPU runners' scaling: PyTorch's strategies in the default PyTorch GPU cell, one process per GPU; no JAX run.
+SCALING_SETTINGS = {"NIGHTLY_OUT": SITE, "NIGHTLY_JAX_SCALING_CELL": ""}
 
 
 def _report_script() -> str:
-    """The report against the newest earlier night, then tonight's verdicts added to the history as its
-    own folder (UTC time and run id: names sort by night) and the history cut to the busbw window."""
-    keep = busbw.DEFAULT_WINDOW
-    return (f'previous=$(find {HISTORY} -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | tail -n 1)\n'
-            'set --\n'
-            'if [ -n "$previous" ]; then set -- --previous "$previous"; fi\n'
-            '.venv/bin/python -m buildtool report --fetch --framework all --verdicts verdicts "$@" '
-            '--scaling site/scaling --out site\n'
-            'cat site/report.md >> "$GITHUB_STEP_SUMMARY"\n'
-            f'night="{HISTORY}/$(date -u +%Y%m%dT%H%M%SZ)-${{{{ github.run_id }}}}"\n'
-            f'mkdir -p {HISTORY} && cp -r verdicts "$night"\n'
-            f'find {HISTORY} -mindepth 1 -maxdepth 1 -type d | sort | head -n -{keep} | xargs -r rm -rf\n')
+    """`make nightly-report` (the trend against the newest night in the history, tonight's verdicts added to it
+    under the run's id), then the Markdown report as the run's summary."""
+    return (_make("nightly-report", **SCALING_SETTINGS, NIGHTLY_HISTORY=HISTORY,
+                  NIGHTLY_RUN_ID="${{ github.run_id }}") + "\n"
+            f'cat {SITE}/report.md >> "$GITHUB_STEP_SUMMARY"\n')
 
 
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
@@ -282,8 +294,8 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
             "runs-on": labels, "timeout-minutes": 180,
             "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
             # The bus bandwidth is compared with the median of the last nights' verdicts of the cell on
-            # the same GPUs (busbw.DEFAULT_WINDOW nights are kept).
-            "env": {**gpu_env, "DL_IMAGES_BASELINE": HISTORY},
+            # the same GPUs (nightly-validate passes the history when there is one).
+            "env": gpu_env,
             "steps": [_registry_check(), *setup,
                       {"name": "Build and push ${{ matrix.dev_image }}",
                        "run": "make push FRAMEWORK='${{ matrix.cell }}'",
@@ -322,10 +334,11 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
             "if": "${{ !cancelled() }}",
             "runs-on": _labels_expr(options, platform), "timeout-minutes": 180,
             "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
-            "env": {**gpu_env, "DL_IMAGES_BASELINE": HISTORY},
+            "env": gpu_env,
             "steps": [_registry_check(), *setup, previous,
                       {"name": f"Validate {platform} with GPUs and push the signed verdict",
-                       "run": f"make validate FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
+                       "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform,
+                                    **VALIDATE_SETTINGS),
                        "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
         }
         needs.append(job_id)
@@ -338,11 +351,10 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
             "env": gpu_env,
             "steps": [_registry_check(), *setup,
                       {"name": "Scaling run",
-                       "run": (f".venv/bin/python -m buildtool scaling --cell {scaling_cell.key} "
-                               f"--counts {options.scaling_counts} --strategy ddp,fsdp,deepspeed "
-                               "--out site/scaling\n")},
+                       "run": _make("nightly-scaling", NIGHTLY_SCALING_CELL=scaling_cell.key,
+                                    NIGHTLY_SCALING_COUNTS=options.scaling_counts, **SCALING_SETTINGS)},
                       {"if": "always()", "uses": UPLOAD,
-                       "with": {"name": "scaling", "path": "site/scaling/", "if-no-files-found": "ignore"}}],
+                       "with": {"name": "scaling", "path": f"{SITE}/scaling/", "if-no-files-found": "ignore"}}],
         }
         needs.append("scaling")
     jobs["report"] = {
@@ -352,12 +364,12 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
         "runs-on": labels, "timeout-minutes": 20,
         "steps": [_registry_check(), *setup, previous,
                   {"uses": DOWNLOAD, "continue-on-error": True,
-                   "with": {"name": "scaling", "path": "site/scaling"}},
+                   "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
                   {"name": "Report", "run": _report_script()},
                   {"name": "Keep the last nights' verdicts for tomorrow", "if": "always()", "uses": CACHE_SAVE,
                    "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"}},
-                  {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": "site/"}},
-                  {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": "site/"}}],
+                  {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": f"{SITE}/"}},
+                  {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": f"{SITE}/"}}],
     }
     jobs["publish"] = {
         "needs": "report",
@@ -407,14 +419,14 @@ def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
                 "timeout-minutes": 30,
                 "steps": [*_self_hosted_setup(),
                           {"name": "Check the version",
-                           "run": ".venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
-                                  "--release \"$VERSION\" --json > release-plan.json\n",
+                           "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
+                                  f"--release \"$VERSION\" --json > {RELEASE_PLAN_FILE}\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
                           {"name": "Retag the validated dev images",
                            "run": "make release FRAMEWORK=\"$FRAMEWORK\" VERSION=\"$VERSION\" FROM=\"$FROM\"\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
                                    "FROM": "${{ inputs.from }}"}},
-                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": "release-plan.json"}}],
+                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}}],
             },
         },
     }

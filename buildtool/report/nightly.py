@@ -32,6 +32,9 @@ from buildtool.contracts.verdict import ColdStart, Runner, Verdict, VerdictError
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 
 RESULTS = ("passed", "failed", "skipped")
+# What a report without a previous night's verdicts says in place of the trend (a first night: `make nightly`
+# passes --previous only when its history holds a night).
+NO_TREND = "No previous night's verdicts to compare against (a first night): this report shows no trend."
 _MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", "incomplete": "INCOMPLETE", None: "—"}
 _MD_MARK = {"passed": "✅ pass", "failed": "❌ **FAIL**", "skipped": "⏭️ skip", "incomplete": "⚠️ **incomplete**",
             None: "—"}
@@ -609,6 +612,7 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
                             "runs": found.get("runs", []), "plots": shown, "reason": found.get("reason", ""),
                             "flag": scaling_flag(found), "comparison": found.get("rows", [])})
     return {"title": title, "report": report, "counts": report.counts, "marks": _MARK, "md_marks": _MD_MARK,
+            "no_trend": NO_TREND,
             "shows_platform": report.shows_platform,
             "columns": columns, "rows": rows, "failures": failed, "anchors": anchors,
             "skips": skip_reasons(report), "incomplete": [row for row in report.rows if row.result == "incomplete"],
