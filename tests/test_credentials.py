@@ -175,3 +175,39 @@ def test_authfile_is_private_and_removed(config: Path) -> None:
         folder = path.parent  # type: ignore[union-attr]
         raise RuntimeError("the tool failed")
     assert not folder.exists()
+
+
+# -- keys matched as the docker CLI matches them (issue 51) -----------------------------------------------------
+# docker/cli: configfile.getConfiguredCredentialStore looks up credHelpers[address] exactly; fileStore.Get takes
+# auths[address], else a key whose ConvertToHostname equals the address exactly (no case folding); the address is
+# the registry's hostname, or https://index.docker.io/v1/ for Docker Hub (command.ResolveAuthConfig).
+
+def test_a_cred_helper_key_is_matched_exactly(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a credHelpers key `https://reg.example` served reg.example; docker's CLI asks credHelpers[host]."""
+    log = helper(tmp_path, monkeypatch, "loose", {"reg.example": ("u", "p")})
+    config.write_text(json.dumps({"credHelpers": {"https://reg.example": "loose", "REG2.example": "loose"}}))
+    assert resolve("reg.example") is None and resolve("reg2.example") is None
+    assert not log.exists()
+    config.write_text(json.dumps({"credHelpers": {"reg.example": "loose"}}))
+    assert resolve("reg.example") == Credential("u", "p", source="docker-credential-loose")
+
+
+def test_an_auths_key_by_its_hostname_is_matched_without_folding_case(config: Path) -> None:
+    config.write_text(json.dumps({"auths": {"https://reg.example/v2/": {"auth": b64("a:b")},
+                                            "OTHER.example": {"auth": b64("c:d")}}}))
+    assert resolve("reg.example") is not None          # ConvertToHostname("https://reg.example/v2/") == reg.example
+    assert resolve("other.example") is None            # docker compares the hostname exactly
+
+
+def test_docker_hub_is_asked_by_its_index_server_key_only(config: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker Hub's credentials are under https://index.docker.io/v1/; a key `docker.io` serves it in no docker CLI.
+    Before, any of Docker Hub's host names as a key served every one of them."""
+    config.write_text(json.dumps({"auths": {"docker.io": {"auth": b64("a:b")}},
+                                  "credHelpers": {"index.docker.io": "nope"}}))
+    for host in ("docker.io", "index.docker.io", "registry-1.docker.io"):
+        assert resolve(host) is None, host
+    log = helper(tmp_path, monkeypatch, "hub", {"https://index.docker.io/v1/": ("hubuser", "pw")})
+    config.write_text(json.dumps({"credHelpers": {"https://index.docker.io/v1/": "hub"}}))
+    assert resolve("docker.io") == Credential("hubuser", "pw", source="docker-credential-hub")
+    assert log.read_text().splitlines() == ["get https://index.docker.io/v1/"]

@@ -18,6 +18,12 @@ import re
 from dataclasses import dataclass, replace
 
 DOCKER_HUB = "docker.io"
+# Docker's reference rules (distribution/reference normalize.go): `index.docker.io` is Docker Hub's legacy name
+# and normalises to docker.io; its registry API answers at registry-1.docker.io (the one map of Docker Hub's
+# hosts: the registry client, credentials and the builder read these).
+LEGACY_DOCKER_HUB = "index.docker.io"
+DOCKER_HUB_API = "registry-1.docker.io"
+DOCKER_HUB_HOSTS = (DOCKER_HUB, LEGACY_DOCKER_HUB, DOCKER_HUB_API)
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?$")
 _PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -41,7 +47,8 @@ class Reference:
 
     @property
     def registry(self) -> str:
-        return self.domain or DOCKER_HUB
+        """The registry as Docker names it: no domain, or `index.docker.io`, is docker.io."""
+        return DOCKER_HUB if self.domain in ("", LEGACY_DOCKER_HUB) else self.domain
 
     @property
     def repository(self) -> str:
@@ -218,3 +225,13 @@ def is_loopback_host(host: str) -> bool:
     except ValueError:
         return False
     return address.is_loopback
+
+
+def is_docker_hub(host: str) -> bool:
+    """Whether a registry host is one of Docker Hub's names (the registry, its legacy name, its API host)."""
+    return host.lower() in DOCKER_HUB_HOSTS
+
+
+def api_host(host: str) -> str:
+    """Where a registry's API answers: Docker Hub's names at registry-1.docker.io, any other host itself."""
+    return DOCKER_HUB_API if is_docker_hub(host) else host

@@ -54,9 +54,6 @@ from buildtool.registry.provenance import OnlyKey, attach_provenance, find_prove
 from buildtool.registry.sbom import find_sbom
 from buildtool.registry.sbom_attestation import SBOM_PREDICATE, plain_sbom_problem, signed_by
 
-# Docker Hub's API lives on another host than its image names.
-_API_HOST = {"docker.io": "registry-1.docker.io"}
-
 Log = Callable[[str], None]
 
 
@@ -121,7 +118,7 @@ class BaseInfo:
 
 def _client(host: str, quick: bool = False) -> RegistryClient:
     retry = RetryPolicy(attempts=2, first_delay=0.5, timeout=15) if quick else RetryPolicy(timeout=60)
-    return RegistryClient(_API_HOST.get(host, host), retry=retry)
+    return RegistryClient(host, retry=retry)   # the client asks Docker Hub's API host for docker.io
 
 
 def image_config(client: RegistryClient, repo: str, ref: str, platform: str = platforms.DEFAULT[0]) -> tuple[str, dict]:

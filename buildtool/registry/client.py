@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
+from buildtool.common import refs
 from buildtool.registry import hosts
 from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
 from buildtool.registry.errors import (
@@ -80,8 +81,6 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 _AUTH_ROUNDS = 2          # 401s one request answers by (re)authenticating before it gives up
 LIST_PAGES = 1000         # pages of one list (tags, referrers) read at most: 100,000 tags at Docker Hub's 100
 BLOB_RESUMES = 100        # cut-offs one blob read survives in all, even each bringing bytes (a bound on the requests)
-# docker.io names the registry; its API answers at registry-1.docker.io (as the docker CLI does it).
-_API_HOSTS = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 
 
 _OUR_ERRORS: dict[type[BaseException], str] = {TransportConnectionError: "ConnectionError",
@@ -150,7 +149,7 @@ class RegistryClient:
     def __init__(self, host: str, *, retry: RetryPolicy | None = None, scheme: str | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
         self.host = host
-        self.api_host = _API_HOSTS.get(host.lower(), host)
+        self.api_host = refs.api_host(host)   # docker.io names the registry; its API is registry-1.docker.io
         # Plain HTTP only for this machine by address, or a host the user named as insecure.
         self.scheme = scheme or ("http" if hosts.plain_http(host) else "https")
         self.retry = retry or RetryPolicy()

@@ -7,13 +7,16 @@ Where they come from, first match wins:
    that name no host would go to every host a command contacts.
 2. REGISTRY_AUTH_FILE (podman's and skopeo's auth.json), then docker's config.json (DOCKER_CONFIG, else
    ~/.docker), each read the way the docker CLI reads it:
-   - `credHelpers[HOST]`, else `credsStore`: `docker-credential-NAME get` with the server address on
-     stdin (a timeout applies); "not found" falls through to `auths`. A Username of `<token>` means the
-     Secret is an identity (refresh) token.
-   - `auths`: the key equal to HOST, else one whose host part (scheme and path stripped) is HOST;
-     `auth` (base64 of USER:PASSWORD) and `identitytoken`.
-   Docker Hub's hosts (docker.io, index.docker.io, registry-1.docker.io) use docker's legacy key
-   `https://index.docker.io/v1/`.
+   - the server address: HOST, or for Docker Hub's hosts (docker.io, index.docker.io, registry-1.docker.io)
+     docker's key `https://index.docker.io/v1/` (docker's ResolveAuthConfig: IndexServer for the official
+     index, else the registry's hostname);
+   - `credHelpers[ADDRESS]`, the key exactly as written (docker's getConfiguredCredentialStore: a key
+     `https://reg.example` does not serve reg.example), else `credsStore`: `docker-credential-NAME get` with the
+     server address on stdin (a timeout applies); "not found" falls through to `auths`. A Username of
+     `<token>` means the Secret is an identity (refresh) token.
+   - `auths`: the key equal to ADDRESS, else one whose host part (docker's ConvertToHostname: scheme and path
+     stripped) equals ADDRESS exactly (docker's fileStore.Get; case is not folded); `auth` (base64 of
+     USER:PASSWORD) and `identitytoken`.
 
 Why not the Docker SDK's `docker.auth`: it runs helpers with no timeout (every external process here has
 one), decodes every `auths` entry when it loads a file (one malformed entry for another registry breaks
@@ -42,11 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import UserError
+from buildtool.common.refs import is_docker_hub
 
 log = logging.getLogger(__name__)
 
 DOCKER_HUB_KEY = "https://index.docker.io/v1/"
-DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
 TOKEN_USERNAME = "<token>"
 HELPER_TIMEOUT_S = 30.0
 _warned_unscoped = False
@@ -71,23 +74,16 @@ class Credential:
         return out
 
 
-def is_docker_hub(host: str) -> bool:
-    return host.lower() in DOCKER_HUB_HOSTS
+def server_address(host: str) -> str:
+    """The key docker looks credentials up by for `host`: Docker Hub's index server, else the host itself."""
+    return DOCKER_HUB_KEY if is_docker_hub(host) else host
 
 
 def _hostname(key: str) -> str:
-    """docker's ConvertToHostname: the host part of an `auths` key (scheme and path stripped)."""
-    for prefix in ("http://", "https://"):
-        if key.startswith(prefix):
-            key = key[len(prefix):]
+    """docker's ConvertToHostname: the host part of an `auths` key (a scheme and path stripped)."""
+    if "://" in key:
+        key = key.split("://", 1)[1]
     return key.split("/", 1)[0]
-
-
-def _same_host(key: str, host: str) -> bool:
-    found = _hostname(key).lower()
-    if is_docker_hub(host):
-        return found in DOCKER_HUB_HOSTS or key == DOCKER_HUB_KEY
-    return found == host.lower()
 
 
 def config_files() -> list[Path]:
@@ -131,30 +127,26 @@ def _from_environment(host: str) -> Credential | None:
             _warned_unscoped = True
         return None
     hosts = {h.strip().lower() for h in named.split(",") if h.strip()}
-    if host.lower() in hosts or (is_docker_hub(host) and hosts & set(DOCKER_HUB_HOSTS)):
+    if host.lower() in hosts or (is_docker_hub(host) and any(is_docker_hub(h) for h in hosts)):
         return Credential(user, password, source="REGISTRY_USER/REGISTRY_PASSWORD (REGISTRY_AUTH_HOST)")
     return None
 
 
 def from_config(config: dict[str, Any], host: str, where: str) -> Credential | None:
     """Credentials for `host` from one parsed config.json / auth.json (`where` names it in errors)."""
+    address = server_address(host)
     helpers = config.get("credHelpers") or {}
-    helper = None
-    if isinstance(helpers, dict):
-        for key, name in helpers.items():
-            if _same_host(key, host) and isinstance(name, str) and name:
-                helper = name
-                break
+    helper = helpers.get(address) if isinstance(helpers, dict) else None
     store = config.get("credsStore")
-    name = helper or (store if isinstance(store, str) and store else None)
+    name = helper if isinstance(helper, str) and helper else (store if isinstance(store, str) and store else None)
     if name:
-        found = run_helper(name, DOCKER_HUB_KEY if is_docker_hub(host) else host, host, where)
+        found = run_helper(name, address, host, where)
         if found is not None:
             return found
     auths = config.get("auths") or {}
     if not isinstance(auths, dict):
         raise CredentialError(f"{where}: `auths` is not an object; fix or remove it")
-    keys = [k for k in auths if k == host] + [k for k in auths if k != host and _same_host(k, host)]
+    keys = [k for k in auths if k == address] + [k for k in auths if k != address and _hostname(k) == address]
     for key in keys:
         entry = auths[key]
         if not isinstance(entry, dict):
@@ -242,7 +234,7 @@ def authfile(hosts: Iterable[str]) -> Iterator[Path | None]:
             entry["auth"] = base64.b64encode(f"{found.username}:{found.password}".encode()).decode()
         if found.identity_token:
             entry["identitytoken"] = found.identity_token
-        auths[DOCKER_HUB_KEY if is_docker_hub(host) else host] = entry
+        auths[server_address(host)] = entry
     if not auths:
         yield None
         return
