@@ -15,7 +15,7 @@ reference gets it here; nothing else splits references on ':' or '/'.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 DOCKER_HUB = "docker.io"
 # Docker's reference rules (distribution/reference normalize.go): `index.docker.io` is Docker Hub's legacy name
@@ -65,12 +65,6 @@ class Reference:
     def ref_in_repo(self) -> str:
         """What to ask the registry's manifests endpoint for: the digest, else the tag (latest)."""
         return self.digest or self.tag or "latest"
-
-    def with_tag(self, tag: str) -> Reference:
-        return replace(self, tag=tag, digest="")
-
-    def with_digest(self, digest: str) -> Reference:
-        return replace(self, tag="", digest=digest)
 
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
@@ -150,14 +144,6 @@ def parse_reference(text: str) -> Reference:
     if len(f"{domain}/{path}" if domain else path) > NAME_MAX:
         raise ReferenceError(f"{shown(text)}: the name is longer than {NAME_MAX} characters")
     return Reference(domain, path, tag, digest)
-
-
-def is_reference(text: str) -> bool:
-    try:
-        parse_reference(text)
-    except ReferenceError:
-        return False
-    return True
 
 
 def has_registry(text: str) -> bool:

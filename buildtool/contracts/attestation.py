@@ -2,11 +2,11 @@
 
     Statement {"_type": STATEMENT_TYPE,
                "subject": [{"name": <repository>, "digest": {"sha256": <hex of the image digest>}}],
-               "predicateType": verdict_predicate(<the verdict's schema>),   # .../verdict/v3
+               "predicateType": verdict_predicate(<the verdict's schema>),   # .../verdict/v6
                "predicate": <the verdict (buildtool.contracts.verdict)>}
 
-The predicate type names the schema of the verdict it carries: `.../verdict/v3` for what validate
-writes now, `.../verdict/v2` for the schema before it (still read). A statement whose predicate type
+The predicate type names the schema of the verdict it carries: `.../verdict/v6` for what validate
+writes now, `.../verdict/v5` and `/v4` for the schemas before it (still read). A statement whose predicate type
 and verdict schema disagree, or whose predicate type names a schema not read, is refused naming it.
 
 The envelope's payloadType is the in-toto one; the envelope is the one layer (DSSE_MEDIA_TYPE)

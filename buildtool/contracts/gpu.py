@@ -79,13 +79,6 @@ def cuda_tag(cuda: str) -> str:
     return f"cu{match.group('major')}{match.group('minor')}"
 
 
-def nvidia_env(cuda: str) -> dict[str, str]:
-    """The NVIDIA_* variables a GPU image of this CUDA sets (templates/parts/nvidia.j2 writes them)."""
-    return {"NVIDIA_VISIBLE_DEVICES": NVIDIA_VISIBLE_DEVICES,
-            "NVIDIA_DRIVER_CAPABILITIES": NVIDIA_DRIVER_CAPABILITIES,
-            "NVIDIA_REQUIRE_CUDA": f"cuda>={check_cuda(cuda)}"}
-
-
 def busbw_peak(figures: Mapping[str, Any]) -> float | None:
     """The peak bus bandwidth of a verdict's figures (GB/s), or None."""
     figure = figures.get(BUSBW_FIGURE)

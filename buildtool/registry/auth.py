@@ -41,10 +41,6 @@ _MAX_TOKENS = 64
 Triple = tuple[str, str, str]        # (resource type, name, action)
 
 
-class HeadersLike(Protocol):
-    def get(self, key: str, default: Any = ...) -> Any: ...
-
-
 class ResponseLike(Protocol):
     status_code: int
     headers: Any

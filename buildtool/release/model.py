@@ -91,8 +91,6 @@ class ImageRelease:
     def labels(self) -> dict[str, str]:
         return self.platforms[0].labels if self.platforms else {}
 
-    def tag_refs(self) -> list[str]:
-        return [f"{self.release_repo}:{t.tag}" for t in self.tags if t.action != "keep"]
 
 
 @dataclass

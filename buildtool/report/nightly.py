@@ -159,10 +159,6 @@ class Report:
 
 # -- loading ------------------------------------------------------------------------------------
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 class Missing(BaseModel):
     """The report's own record of a cell's image with no verdict to show (no image, or no valid verdict),
     saved beside the fetched verdicts so that the next night's trend sees it too. Not a verdict. `platform`
