@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from buildtool.imagebuild import engine  # noqa: E402
 from buildtool.imagebuild.pipconfig import SECRET_UV, pip_secrets  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.registry.client import RegistryClient  # noqa: E402
 
 LOCAL = "127.0.0.1:5000"

@@ -30,8 +30,8 @@ sys.path.insert(0, str(REPO))
 
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import frameworks  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
 
 SCRIPTS = REPO / "image-tests" / "scripts"
 CELLS = ("pytorch-cpu:2.13", "tensorflow-cpu:2.21")

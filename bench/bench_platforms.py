@@ -43,8 +43,9 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_build import plain_docker_build  # noqa: E402
 from buildtool.contracts import platforms  # noqa: E402
 from buildtool.imagebuild.builder import resolve_base  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
-from buildtool.matrix.schema import Cell, load_matrix  # noqa: E402
+from buildtool.matrix.schema import Cell  # noqa: E402
 from buildtool.render.dockerfiles import render_cell_dockerfile  # noqa: E402
 
 

@@ -87,8 +87,8 @@ def main() -> int:
     args = parser.parse_args()
     image = args.image
     if not image:
+        from buildtool.matrix.loader import load_matrix
         from buildtool.matrix.plan import Settings, git_revision, plan_cell
-        from buildtool.matrix.schema import load_matrix
 
         cell = next(c for c in load_matrix(ROOT / "matrix.yaml").cells if c.key == "pytorch-cpu:2.13")
         image = plan_cell(cell, Settings.from_env(), git_revision(ROOT)).dev_ref

@@ -50,8 +50,9 @@ sys.path.insert(0, str(ROOT))
 from bench.delayproxy import DelayProxy  # noqa: E402
 from buildtool.common.dsse import PrivateKey, generate  # noqa: E402
 from buildtool.contracts import names  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import git_revision  # noqa: E402
-from buildtool.matrix.schema import Cell, load_matrix  # noqa: E402
+from buildtool.matrix.schema import Cell  # noqa: E402
 from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
 from buildtool.registry.referrers import referrers  # noqa: E402
 from buildtool.validate.collect import defined_tests, image_tests_hash  # noqa: E402

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.render.catalogue import catalogue_outputs  # noqa: E402
 from buildtool.render.dockerfiles import render_outputs, write_outputs  # noqa: E402
 

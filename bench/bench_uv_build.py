@@ -42,8 +42,8 @@ from buildtool.common import docker_cli  # noqa: E402
 from buildtool.imagebuild import engine  # noqa: E402
 from buildtool.imagebuild.lock import compile_cell, read_locks  # noqa: E402
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
 
 LOCAL = "127.0.0.1:5000"
 BUMP = ("tensorboard", "2.20.0")

@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import label_keys  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, probe_flags, resolve, run_flags, validate_image  # noqa: E402
 
 sys.path.insert(0, str(REPO / "image-tests"))

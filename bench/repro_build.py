@@ -45,8 +45,8 @@ from buildtool.imagebuild import engine, push_path, repro_config  # noqa: E402
 from buildtool.imagebuild.bases import fill_bases, push_verified  # noqa: E402
 from buildtool.imagebuild.contents import probe  # noqa: E402
 from buildtool.imagebuild.pipconfig import pip_secrets  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import git_full_revision, mirror_base  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
 from buildtool.registry.client import RegistryClient  # noqa: E402
 
 

@@ -424,7 +424,7 @@ def probed_flags(image: str, labels: dict[str, str], cell_key: str, gpus: list[d
         from buildtool.common.errors import UserError
         from buildtool.contracts import driver_rules, platforms
         from buildtool.contracts.versions import ngc_release
-        from buildtool.matrix.schema import load_matrix
+        from buildtool.matrix.loader import load_matrix
         from buildtool.validate.probe import probe_flags, run_flags
         from buildtool.validate.targets import find_cell
     except ImportError as exc:

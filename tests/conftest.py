@@ -16,7 +16,8 @@ from buildtool.cli import main
 from buildtool.cli.console import Project
 from buildtool.cli.generate import all_outputs
 from buildtool.contracts import frameworks
-from buildtool.matrix.schema import Matrix, load_matrix
+from buildtool.matrix.loader import load_matrix
+from buildtool.matrix.schema import Matrix
 from buildtool.render.dockerfiles import write_outputs
 
 REPO = Path(__file__).resolve().parent.parent

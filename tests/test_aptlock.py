@@ -12,7 +12,7 @@ import pytest
 from buildtool.contracts.aptlock import entries_digest, parse_apt_lock, parse_deb_hashes, parse_simulation
 from buildtool.imagebuild import aptlock
 from buildtool.imagebuild.engine import last_error_line
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from buildtool.render.dockerfiles import TemplateError, render_cell_dockerfile
 from tests.conftest import FIXTURE_PROJECT, REPO, fixture_matrix
 

@@ -122,8 +122,8 @@ def test_every_build_exports_the_inline_cache_and_imports_the_sources_it_is_give
 def _builder(monkeypatch: pytest.MonkeyPatch, **options: object):  # noqa: ANN202
     """A Builder on the real matrix whose registry is in memory and whose engine records the build."""
     from buildtool.imagebuild import builder
+    from buildtool.matrix.loader import load_matrix
     from buildtool.matrix.plan import Settings, plan_cell
-    from buildtool.matrix.schema import load_matrix
 
     root = Path(__file__).resolve().parents[1]
     cell = next(c for c in load_matrix(root / "matrix.yaml").cells if c.key == "pytorch-cpu:2.13")

@@ -16,7 +16,7 @@ import pytest
 from buildtool.common.errors import FailedError, MatrixError
 from buildtool.contracts import busbw, driver_rules, gpu
 from buildtool.contracts.verdict import SCHEMA, Gpu
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from buildtool.validate import probe
 from tests.conftest import fixture_image_tests
 from tests.signing import complete

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.contracts import frameworks
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from buildtool.validate.collect import defined_tests
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from buildtool.common.errors import FailedError, MatrixError
 from buildtool.common.sizes import SizeError, doubling
 from buildtool.contracts import driver_rules, gpu, label_keys, versions
 from buildtool.contracts.verdict import Gpu, derive_result
-from buildtool.matrix.schema import parse_matrix
+from buildtool.matrix.loader import parse_matrix
 from buildtool.render.catalogue import render_catalogue
 from buildtool.render.dockerfiles import render_outputs
 from buildtool.validate import runner

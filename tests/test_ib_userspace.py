@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.imagebuild import aptlock
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from buildtool.registry import sbom
 from tests import sbom_probe
 

@@ -10,8 +10,9 @@ import pytest
 from buildtool.contracts import label_keys
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
 from buildtool.imagebuild.builder import BaseInfo, build_labels
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, mirror_base, plan_cell
-from buildtool.matrix.schema import Cell, Matrix, load_matrix
+from buildtool.matrix.schema import Cell, Matrix
 from buildtool.validate.labels import template_labels
 from tests.conftest import REPO
 

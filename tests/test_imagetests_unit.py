@@ -21,7 +21,7 @@ import pytest
 from buildtool.common.errors import MatrixError
 from buildtool.contracts import label_keys
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
-from buildtool.matrix.schema import load_matrix, parse_matrix
+from buildtool.matrix.loader import load_matrix, parse_matrix
 from buildtool.matrix.yamlsource import load_yaml
 from buildtool.validate import pytest_run, runner
 from buildtool.validate.labels import dockerfile_labels, label_checks, template_labels, version_proof

@@ -237,7 +237,7 @@ def test_a_tag_that_names_no_cell_is_exit_2_never_the_default_cell(run_cli, imag
 
 def test_a_tag_of_each_accepted_form_names_its_cell() -> None:
     from buildtool.launch.multinode import cell_for_image
-    from buildtool.matrix.schema import load_matrix
+    from buildtool.matrix.loader import load_matrix
 
     matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates")
     found = {ref: getattr(cell_for_image(matrix, ref), "key", None) for ref in (

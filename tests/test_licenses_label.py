@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from buildtool.contracts import label_keys
-from buildtool.matrix.schema import Matrix, load_matrix
+from buildtool.matrix.loader import load_matrix
+from buildtool.matrix.schema import Matrix
 from tests.conftest import fixture_matrix
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from buildtool.common.errors import FailedError
 from buildtool.contracts import locks
 from buildtool.imagebuild import lock, lockdrift
 from buildtool.imagebuild.pipconfig import HostPip
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from tests.conftest import fixture_matrix
 from tests.fakewheels import fake_wheel
 

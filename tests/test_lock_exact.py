@@ -14,7 +14,7 @@ import pytest
 from buildtool.contracts import locks
 from buildtool.imagebuild import lock
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from tests.conftest import fixture_matrix
 from tests.fakewheels import fake_wheel
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.yamlsource import MAX_ALIAS_VALUES
 from tests.conftest import FIXTURE_MATRIX, REPO, fixture_image_tests, snapshot
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import MatrixError, UserError
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from tests.conftest import REPO, snapshot
 
 # (id, text to replace in the real matrix.yaml, replacement, key expected in the message,

@@ -15,8 +15,8 @@ from buildtool.contracts import label_keys, names
 from buildtool.imagebuild import builder as builder_mod
 from buildtool.imagebuild import engine, multiplatform
 from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
-from buildtool.matrix.schema import load_matrix
 from tests import provenance_fixture, signing
 from tests.conftest import REPO
 from tests.memregistry import MemRegistry

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from buildtool.contracts.locks import FRAMEWORK_LOCK, TOOLS_LOCK, parse_lock
 from buildtool.imagebuild.lock import fingerprint
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 
 REPO = Path(__file__).resolve().parent.parent
 # What render and check read, and the toolkit with the tests that are about frameworks.

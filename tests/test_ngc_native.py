@@ -234,7 +234,7 @@ def test_the_debian_base_of_a_multi_platform_stand_in_holds_each_platform() -> N
 
 def _matrix_with(tmp_path: Path, version_lines: str):
     """The fixture matrix with `version_lines` added to pytorch-ngc 25.10 (8 spaces in, as its keys)."""
-    from buildtool.matrix.schema import load_matrix
+    from buildtool.matrix.loader import load_matrix
     from tests.conftest import fixture_image_tests
 
     text = (FIXTURE_PROJECT / "matrix.yaml").read_text()
@@ -295,7 +295,7 @@ def test_a_stand_in_without_a_base_after_merging_is_refused(tmp_path: Path) -> N
         "      requirements: [\"torch==2.13.0+cpu\"]\n", 1)
     path = tmp_path / "m.yaml"
     path.write_text(text)
-    from buildtool.matrix.schema import load_matrix
+    from buildtool.matrix.loader import load_matrix
     from tests.conftest import fixture_image_tests
 
     with pytest.raises(MatrixError, match=r"standin.base: required key is missing"):

@@ -15,7 +15,7 @@ import pytest
 
 from buildtool.common.errors import MatrixError
 from buildtool.contracts import nvlibs, skips
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from buildtool.validate.targets import expectations
 from tests.conftest import fixture_image_tests
 

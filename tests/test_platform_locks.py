@@ -161,7 +161,7 @@ def test_fingerprints_differ_per_platform_and_the_default_platforms_are_unchange
 
 def test_single_platform_dockerfiles_render_byte_identical_to_the_committed_ones():
     """Every cell of the real matrix built for linux/amd64 alone renders as committed (no TARGETARCH)."""
-    from buildtool.matrix.schema import load_matrix
+    from buildtool.matrix.loader import load_matrix
 
     matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates", display="matrix.yaml")
     outputs = render_outputs(matrix, REPO / "templates", root=REPO)

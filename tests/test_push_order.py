@@ -18,8 +18,8 @@ from buildtool.contracts.names import SBOM_TYPE
 from buildtool.imagebuild import builder as builder_mod
 from buildtool.imagebuild import engine
 from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions, CellResult
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell
-from buildtool.matrix.schema import load_matrix
 from buildtool.registry import referrers
 from buildtool.registry.client import RegistryError
 from tests import signing

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.contracts import label_keys
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from buildtool.render import dockerfiles as render_module
 from buildtool.render.catalogue import catalogue_outputs
 from buildtool.render.dockerfiles import render_outputs, write_outputs

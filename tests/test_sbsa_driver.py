@@ -45,7 +45,7 @@ def test_every_sbsa_floor_is_a_cuda_release_with_an_x86_64_floor_and_names_its_s
 
 
 def test_validate_decides_with_the_runners_own_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
-    from buildtool.matrix.schema import load_matrix
+    from buildtool.matrix.loader import load_matrix
 
     [cell] = [c for c in load_matrix(REPO / "matrix.yaml").cells if c.key == "pytorch-cuda:2.13"]
     inventory = probe.Inventory([probe.Gpu(index="0", name=GH200, driver="575.57.08")], driver="575.57.08")

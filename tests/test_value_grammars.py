@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from buildtool.common.errors import MatrixError
 from buildtool.matrix import values
-from buildtool.matrix.schema import RunProfile, ValidateSettings, load_matrix
+from buildtool.matrix.loader import load_matrix
+from buildtool.matrix.schema import RunProfile, ValidateSettings
 from tests.conftest import FIXTURE_MATRIX, REPO
 
 ACCEPT = None

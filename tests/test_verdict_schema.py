@@ -12,7 +12,7 @@ import pytest
 from buildtool.contracts import verdict as contract
 from buildtool.contracts.attestation import read_statement, statement
 from buildtool.contracts.verdict import READ_SCHEMAS, SCHEMA, VerdictError, parse_verdict
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from tests.signing import verdict
 
 REPO = Path(__file__).resolve().parent.parent

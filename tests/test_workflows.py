@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from buildtool.contracts import names
-from buildtool.matrix.schema import load_matrix
+from buildtool.matrix.loader import load_matrix
 from buildtool.render.workflows import NIGHTLY_PATH, PR_PATH, RELEASE_PATH, WorkflowOptions, ci_matrix, render_workflows
 from tests.conftest import REPO, fixture_matrix
 

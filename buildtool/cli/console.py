@@ -82,7 +82,7 @@ class Project:
         return self.root / "templates"
 
     def load(self) -> Matrix:
-        from buildtool.matrix.schema import load_matrix
+        from buildtool.matrix.loader import load_matrix
 
         display = self._display()
         loaded = load_matrix(self.matrix_path, self.templates, display=display)

@@ -388,8 +388,8 @@ def image_id(ref: str) -> str | None:
 def dev_image(name: str) -> str:
     """This commit's dev image of a CPU cell, built (or retagged) by buildtool and tagged locally."""
     from buildtool.imagebuild.builder import Builder, BuildOptions
+    from buildtool.matrix.loader import load_matrix
     from buildtool.matrix.plan import Settings, git_revision, plan_cell
-    from buildtool.matrix.schema import load_matrix
 
     matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates")
     settings = Settings(registry=DEV_REGISTRY, release_registry=DEV_REGISTRY, base_mirror="127.0.0.1:5000")

@@ -14,8 +14,8 @@ import pytest
 from buildtool.contracts.aptlock import parse_entries
 from buildtool.imagebuild import aptlock, engine
 from buildtool.imagebuild.bases import fill_bases
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import mirror_base
-from buildtool.matrix.schema import load_matrix
 from buildtool.render.dockerfiles import render_cell_dockerfile
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]

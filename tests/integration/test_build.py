@@ -33,8 +33,8 @@ from buildtool.contracts import label_keys, names
 from buildtool.imagebuild import engine
 from buildtool.imagebuild.builder import Builder, BuildOptions
 from buildtool.imagebuild.pipconfig import HostPip
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_cell
-from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.image_index import platform_manifest
 from tests import signing

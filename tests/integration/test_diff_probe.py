@@ -20,8 +20,8 @@ import pytest
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.imagebuild.builder import Builder, BuildOptions, CellResult
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell
-from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.sbom import contents, load_sbom
 from tests import signing

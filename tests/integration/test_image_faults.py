@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
 from buildtool.contracts import label_keys, names  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]

@@ -22,8 +22,8 @@ import pytest
 from buildtool.common import docker_cli
 from buildtool.contracts import label_keys, names, platforms
 from buildtool.imagebuild import engine, multiplatform
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
-from buildtool.matrix.schema import load_matrix
 from tests.integration.test_pipeline import copy_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]

@@ -23,8 +23,8 @@ import pytest
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import platforms
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
-from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.provenance import find_provenance
 from buildtool.registry.sbom import load_sbom

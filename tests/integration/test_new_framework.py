@@ -19,7 +19,7 @@ import fixture_images  # noqa: E402
 
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts import label_keys  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.validate.runner import Options, validate_image  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]

@@ -19,8 +19,8 @@ from buildtool.imagebuild import engine
 from buildtool.imagebuild.bases import fill_bases
 from buildtool.imagebuild.lock import read_locks
 from buildtool.imagebuild.pipconfig import pip_secrets
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import mirror_base
-from buildtool.matrix.schema import load_matrix
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 ROOT = Path(__file__).resolve().parents[2]

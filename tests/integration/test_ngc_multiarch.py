@@ -21,8 +21,8 @@ import pytest
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import label_keys, locks, platforms
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, mirror_base, plan_cell
-from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.image_index import read_index
 from tests.integration import fixture_images

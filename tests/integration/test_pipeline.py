@@ -27,8 +27,8 @@ import pytest
 from buildtool.common.refs import split_repo, split_repo_path
 from buildtool.contracts import label_keys
 from buildtool.imagebuild.engine import image_labels as engine_labels
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
-from buildtool.matrix.schema import load_matrix
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.sbom import contents, load_sbom
 from buildtool.registry.sbom_attestation import find_sbom_attestation

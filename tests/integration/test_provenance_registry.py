@@ -18,8 +18,8 @@ from buildtool.common.errors import UserError
 from buildtool.contracts import intoto, label_keys
 from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.imagebuild.builder import Builder, BuildOptions, CellResult
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_cell
-from buildtool.matrix.schema import load_matrix
 from buildtool.registry.provenance import find_provenance
 from buildtool.registry.referrers import fetch, referrers
 from buildtool.release.ancestry import source_problems

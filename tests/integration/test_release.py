@@ -24,8 +24,9 @@ import pytest
 
 from buildtool.contracts import label_keys, names
 from buildtool.contracts.names import ATTESTATION_TYPE
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings
-from buildtool.matrix.schema import Cell, load_matrix
+from buildtool.matrix.schema import Cell
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient, RetryPolicy, sha256_digest
 from buildtool.registry.referrers import referrers
 from buildtool.release.promote import LOCK_TAG, ReleaseOptions, release

@@ -17,8 +17,8 @@ import pytest
 from buildtool.common import docker_cli
 from buildtool.imagebuild import engine
 from buildtool.imagebuild.bases import fill_bases
+from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import mirror_base
-from buildtool.matrix.schema import load_matrix
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 ROOT = Path(__file__).resolve().parents[2]

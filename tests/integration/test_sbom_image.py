@@ -19,7 +19,7 @@ from buildtool.imagebuild.contents import probe  # noqa: E402
 from buildtool.imagebuild.lock import read_locks  # noqa: E402
 from buildtool.imagebuild.pipconfig import HostPip  # noqa: E402
 from buildtool.imagebuild.wheel_hashes import Sources, identify  # noqa: E402
-from buildtool.matrix.schema import load_matrix  # noqa: E402
+from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.registry.sbom import make_sbom, validate_sbom  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]

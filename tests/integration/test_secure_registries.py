@@ -261,8 +261,8 @@ def test_make_push_validate_release_verify_as_a_user_runs_them_with_a_credential
     verify runs release's gate, so it takes release's waiver of the peer skips (--accept-skip) too."""
     from buildtool.common.refs import split_repo
     from buildtool.contracts.names import parse_dev_tag, push_staging_tag
+    from buildtool.matrix.loader import load_matrix
     from buildtool.matrix.plan import git_revision, plan_cell
-    from buildtool.matrix.schema import load_matrix
     from tests.integration.test_pipeline import copy_project
 
     target = registries.token

@@ -1,0 +1,429 @@
+"""The matrix expanded into cells: `defaults` < image < version, merged key by key (mappings merge, lists and
+scalars replace), each cell checked where a check needs more than one value (required keys, the template's
+needs, the framework and its requirements, tags that name one cell, GPU, library and platform fields, the
+stand-in), every error naming file, line and the layer that set the value."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from pydantic import ValidationError
+
+from buildtool.common.errors import MatrixError
+from buildtool.contracts import frameworks, platforms
+from buildtool.matrix import values
+from buildtool.matrix.schema import (
+    DEFAULT_TAGS,
+    Cell,
+    CellFields,
+    ImageSpec,
+    MatrixFile,
+    NvidiaLibraries,
+    OciLabels,
+    Run,
+    StandIn,
+    VersionSpec,
+    deadline_for,
+)
+from buildtool.matrix.yamlsource import Loc, Located, dotted
+
+_REQUIRED = ("framework", "accelerator", "template", "base", "python", "framework_version", "run", "tests", "use")
+_REQUIRED_RUN = ("shm_size", "ipc", "ulimits", "gpus")
+
+
+def _check_layer(doc: Located, base: Loc, fields: CellFields) -> None:
+    """Within one layer (defaults, an image, a version): no package or test group twice."""
+    def fail(loc: Loc, message: str) -> MatrixError:
+        return MatrixError(doc.path, doc.line_of(loc), dotted(loc), message)
+
+    seen: dict[str, str] = {}
+    for name in fields.packages or {}:
+        canonical = canonicalize_name(name)
+        if canonical in seen:
+            raise fail((*base, "packages", name), f"{name!r} is the same package as {seen[canonical]!r} "
+                                                  "(names compare without case, '-', '_' or '.'); keep one")
+        seen[canonical] = name
+    for key in ("tests", "apt_packages", "framework_requirements", "platforms"):
+        items: list[str] = getattr(fields, key) or []
+        for k, item in enumerate(items):
+            if item in items[:k]:
+                raise fail((*base, key, k), f"{item!r} is listed twice; keep one")
+
+
+# The keys a layer may set, as the matrix spells them (`validate`, not the field's `validate_`).
+_CELL_KEYS = frozenset(f.alias or name for name, f in CellFields.model_fields.items())
+
+
+def _unset_nulls(value: Any) -> Any:
+    """A null anywhere in a mapping means "not set here"."""
+    if isinstance(value, dict):
+        return {k: _unset_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _layer(data: Any) -> dict[str, Any]:
+    """A layer's cell fields as written (already validated)."""
+    if not isinstance(data, dict):
+        return {}
+    return {k: _unset_nulls(v) for k, v in data.items() if k in _CELL_KEYS and v is not None}
+
+
+def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """Later layer wins; mappings merge key by key, everything else replaces. New dicts only:
+    the layers (shared by YAML aliases, or by every version of an image) are never changed."""
+    out = dict(base)
+    for key, value in layer.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            old = out.get(key)
+            out[key] = _merge(old if isinstance(old, dict) else {}, value)
+        else:
+            out[key] = value
+    return out
+
+
+_NEEDS_RE = re.compile(r"^\{#-?\s*needs:\s*([a-z_]+(?:\s*,\s*[a-z_]+)*)")
+
+
+def _template_needs(templates_dir: Path | None, template: str, cache: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """Cell fields a template declares it needs: `{# needs: framework_requirements #}` as its first line."""
+    if templates_dir is None:
+        return ()
+    if template not in cache:
+        try:
+            with (templates_dir / template).open(encoding="utf-8", errors="replace") as handle:
+                first = handle.readline()
+        except OSError:
+            first = ""
+        match = _NEEDS_RE.match(first)
+        found = tuple(n.strip() for n in match.group(1).split(",")) if match else ()
+        cache[template] = tuple(n for n in found if n in _CELL_KEYS)
+    return cache[template]
+
+
+@lru_cache(maxsize=65536)
+def _installs(requirement: str, framework: str, version: str) -> bool:
+    """Whether `requirement` leaves `version` of `framework` installable (True when it names
+    another distribution)."""
+    req = Requirement(requirement)
+    carriers = {canonicalize_name(d) for d in frameworks.get(framework).distributions}
+    return canonicalize_name(req.name) not in carriers or req.specifier.contains(version, prereleases=True)
+
+
+Layers = tuple[tuple[dict[str, Any], Loc], ...]
+
+
+class _CellCheck:
+    """Checks on one cell's merged fields. Where a value came from (which layer set it) is
+    worked out only for an error, so a valid matrix pays nothing for it."""
+
+    def __init__(self, doc: Located, loc: Loc, merged: dict[str, Any], layers: Layers):
+        self.doc, self.loc, self.merged, self.layers = doc, loc, merged, layers
+
+    def where(self, *path: str | int) -> Loc:
+        """The matrix location of the merged value at `path` (the last layer that sets it)."""
+        keys = tuple(p for p in path if isinstance(p, str))
+        index = tuple(p for p in path if isinstance(p, int))
+        found: Loc = (*self.loc, *keys)
+        for data, base in self.layers:
+            node: Any = data
+            for key in keys:
+                node = node.get(key) if isinstance(node, dict) else None
+            if node is not None:
+                found = (*base, *keys)
+        return (*found, *index)
+
+    def fail(self, loc: Loc, message: str) -> MatrixError:
+        return MatrixError(self.doc.path, self.doc.line_of(loc), dotted(loc), message)
+
+    def required(self) -> None:
+        for key in _REQUIRED:
+            if key not in self.merged:
+                raise self.fail((*self.loc, key), "required key is missing (set it in defaults, the image or "
+                                                  "this version)")
+        for key in _REQUIRED_RUN:
+            if key not in self.merged["run"]:
+                raise self.fail((*self.loc, "run", key), "required key is missing (set it in defaults.run, the "
+                                                         "image or this version)")
+
+    def framework(self) -> None:
+        framework, version = self.merged["framework"], self.merged["framework_version"]
+        if framework not in self.merged["tests"]:
+            raise self.fail(self.where("tests"), f"a {framework} image must run the {framework!r} test group; "
+                                                 f"add it to tests")
+        for k, text in enumerate(self.merged.get("framework_requirements", ())):
+            if not _installs(text, framework, version):
+                line = self.doc.line_of(self.where("framework_version"))
+                raise self.fail(self.where("framework_requirements", k),
+                                f"{text!r} does not install framework_version {version} (line {line}); "
+                                "make the two agree")
+
+    def needs(self, needed: tuple[str, ...]) -> None:
+        """Fields the cell's template says (in its first line) it cannot do without."""
+        for key in needed:
+            if not self.merged.get(key):
+                where = self.where(key) if key in self.merged else (*self.loc, key)
+                example = ""
+                if key == "framework_requirements" and "framework" in self.merged:
+                    dist = frameworks.get(self.merged["framework"]).distributions[0]
+                    example = f', e.g. {key}: ["{dist}=={self.merged.get("framework_version", "1.0")}"]'
+                raise self.fail(where, f"template {self.merged['template']} needs {key} (its first line says so); "
+                                       f"set it in defaults, the image or this version{example}")
+
+    def tag_loc(self, field: str, k: int) -> Loc:
+        release = self.merged.get("release", {})
+        return self.where("release", field, k) if field in release else (*self.loc, "release", field)
+
+    def tags(self, version: str, claimed: dict[str, tuple[str, _CellCheck, str, int]],
+             key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Render every dev and release tag now (not at release time); a tag names one cell."""
+        try:
+            values.dev_tag(version)
+        except ValueError as exc:
+            raise self.fail((*self.loc, "version"), str(exc)) from None
+        release = self.merged.get("release", {})
+        rendered: dict[str, list[str]] = {"tags": list(release.get("tags", DEFAULT_TAGS)),
+                                          "moving": list(release.get("moving", ()))}
+        if not rendered["tags"]:
+            raise self.fail(self.tag_loc("tags", 0)[:-1] if "tags" in release else (*self.loc, "release", "tags"),
+                            "lists no immutable tag; keep at least one, e.g. tags: [\"{version}-{release}\"]")
+        for k, template in enumerate(rendered["tags"]):
+            if "{release}" not in template:
+                raise self.fail(self.tag_loc("tags", k), f"immutable tag template {template!r} has no {{release}}, "
+                                                         "so a second release would need to move it; add "
+                                                         "{release} or list it under moving")
+        mine: set[str] = set()
+        for field, templates in rendered.items():
+            for k, template in enumerate(templates):
+                try:
+                    tag = values.rendered_tag(template, version)
+                except ValueError as exc:
+                    raise self.fail(self.tag_loc(field, k), str(exc)) from None
+                if tag in mine:
+                    raise self.fail(self.tag_loc(field, k), f"tag template {template!r} gives the tag {tag!r} "
+                                                            f"twice for {key}; keep one")
+                if tag in claimed:
+                    other, check, other_field, other_k = claimed[tag]
+                    line = self.doc.line_of(check.tag_loc(other_field, other_k))
+                    raise self.fail(self.tag_loc(field, k), f"tag template {template!r} gives {tag!r}, also a tag "
+                                                            f"of {other} (line {line}); a tag names one cell, so "
+                                                            "keep it on one version")
+                mine.add(tag)
+                claimed[tag] = (key, self, field, k)
+        return tuple(rendered["tags"]), tuple(rendered["moving"])
+
+
+# -- GPU fields (issue 10: GPU runners) ----------------------------------------------------------
+# `cuda` is required on GPU cells (accelerator: cuda) and refused on CPU cells: it decides the
+# NVIDIA_REQUIRE_CUDA of the image, the minimum driver the catalogue states, and the local version
+# (+cu130) PyTorch's CUDA wheels report. An NGC GPU cell's release must have a forward-compatibility
+# rule (contracts.driver_rules), so validate and the catalogue never guess which older drivers NGC admits.
+# Bus-bandwidth floors are not set here: they are hardware figures, one table keyed by GPU model and
+# interconnect in buildtool/contracts/busbw.py; the old per-cell `busbw_floor_GBps` is refused by name.
+
+def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
+    from buildtool.contracts.driver_rules import ngc_rule
+    from buildtool.contracts.gpu import check_cuda
+    from buildtool.contracts.versions import ngc_release
+
+    merged = check.merged
+    cuda = merged.get("cuda")
+    gpu = merged["accelerator"] == "cuda"
+    if merged.get("busbw_floor_GBps") is not None:
+        raise check.fail(check.where("busbw_floor_GBps"), "bus-bandwidth floors are not set in the matrix: they "
+                         "live in one table keyed by GPU model and interconnect (buildtool/contracts/busbw.py); "
+                         "remove busbw_floor_GBps")
+    if gpu and cuda is None:
+        raise check.fail((*check.loc, "cuda"), "a GPU cell (accelerator: cuda) needs its CUDA version, "
+                                               "e.g. cuda: \"13.0\"")
+    if not gpu and cuda is not None:
+        raise check.fail(check.where("cuda"), "only GPU cells (accelerator: cuda) have a CUDA version; remove it")
+    if cuda is not None:
+        try:
+            check_cuda(cuda)
+        except ValueError as exc:
+            raise check.fail(check.where("cuda"), str(exc)) from None
+        release = ngc_release(str(merged.get("base") or ""))
+        if release is not None:
+            try:
+                rule = ngc_rule(release)
+            except ValueError as exc:
+                raise check.fail(check.where("base"), str(exc)) from None
+            if rule.cuda != cuda:
+                raise check.fail(check.where("cuda"), f"NGC {release} is built on CUDA {rule.cuda} "
+                                 f"({rule.source}), not {cuda}")
+    return {"cuda": cuda}
+
+
+def _library_fields(check: _CellCheck) -> dict[str, Any]:
+    """`libraries`: required where the base is an NGC release (its notes promise a cuDNN and an NCCL, and
+    nothing else says which the image must carry); any other cell may declare what its base promises."""
+    from buildtool.contracts.versions import ngc_release
+
+    merged = check.merged
+    libraries = merged.get("libraries")
+    release = ngc_release(str(merged.get("base") or ""))
+    if release is not None and libraries is None:
+        raise check.fail((*check.loc, "libraries"), f"an NGC {release} base needs the cuDNN and NCCL its release "
+                         "notes list, e.g. libraries: {cudnn: \"9.7.0.66\", nccl: \"2.25.1\", source: "
+                         "https://docs.nvidia.com/deeplearning/frameworks/<framework>-release-notes/rel-YY-MM.html}")
+    if libraries is None:
+        return {"libraries": None}
+    return {"libraries": NvidiaLibraries.model_validate(libraries)}
+
+
+def _platform_fields(check: _CellCheck) -> dict[str, Any]:
+    """The cell's platforms (default linux/amd64) and, where it has another, its emulation factor."""
+    merged = check.merged
+    names = tuple(merged.get("platforms") or platforms.DEFAULT)
+    factor = (merged.get("validate") or {}).get("emulation_factor")
+    if names != platforms.DEFAULT and factor is None:
+        raise check.fail(check.where("platforms"), f"a cell built for {', '.join(names)} needs "
+                         "validate.emulation_factor (how much slower its tests run under QEMU on another "
+                         "architecture's runner); set it in defaults or on the image")
+    return {"platforms": names, "emulation_factor": int(factor or 1)}
+
+
+@lru_cache(maxsize=1024)
+def _standin_model(base: str, requirements: tuple[str, ...], workdir: str,
+                   platform_requirements: tuple[tuple[Any, Any], ...]) -> StandIn:
+    fields = {"base": base, "requirements": list(requirements) or None, "workdir": workdir,
+              "platform_requirements": {k: list(v) if isinstance(v, tuple) else v for k, v in platform_requirements}}
+    # A key no layer set is missing (named so), not None.
+    return StandIn.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+def _standin(check: _CellCheck, fields: dict[str, Any], cell_platforms: tuple[str, ...]) -> StandIn:
+    """A stand-in merged from several layers must still be whole, and name only the cell's platforms."""
+    by_platform = fields.get("platform_requirements") or {}
+    try:
+        if not isinstance(by_platform, dict):
+            raise check.fail((*check.where("standin"), "platform_requirements"),
+                             "must be a mapping of platform to requirements, e.g. {linux/arm64: [\"torch==2.13.0\"]}")
+        standin = _standin_model(fields.get("base"), tuple(fields.get("requirements") or ()),
+                                 fields.get("workdir", "/workspace"),
+                                 tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in by_platform.items()))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise check.fail((*check.where("standin"), *first["loc"]),
+                         "required key is missing" if first["type"] == "missing" else first["msg"]) from None
+    for platform in standin.platform_requirements:
+        if platform not in cell_platforms:
+            raise check.fail((*check.where("standin"), "platform_requirements", platform),
+                             f"{platform} is not one of the cell's platforms ({', '.join(cell_platforms)}); "
+                             "add it to `platforms:` or remove its requirements")
+    return standin
+
+
+class _Expansion:
+    """State of one expansion that every cell shares: the document, the defaults layer, the templates' needs
+    (read once per template)."""
+
+    def __init__(self, doc: Located, spec: MatrixFile, templates_dir: Path | None) -> None:
+        self.doc, self.templates_dir = doc, templates_dir
+        # Merging works on the validated document itself (strict validation keeps values as written): cheaper
+        # than dumping the models again, and the same values.
+        _check_layer(doc, ("defaults",), spec.defaults)
+        self.defaults = _layer(doc.data.get("defaults"))
+        self.needs: dict[str, tuple[str, ...]] = {}
+
+    def fail(self, loc: Loc, message: str) -> MatrixError:
+        return MatrixError(self.doc.path, self.doc.line_of(loc), dotted(loc), message)
+
+
+def expand(doc: Located, spec: MatrixFile, templates_dir: Path | None) -> tuple[Cell, ...]:
+    """Every cell of a validated matrix document, in matrix order."""
+    run = _Expansion(doc, spec, templates_dir)
+    cells: list[Cell] = []
+    seen_images: dict[str, int] = {}
+    for i, (image, raw_image) in enumerate(zip(spec.images, doc.data["images"], strict=True)):
+        name_loc: Loc = ("images", i, "name")
+        if image.name in seen_images:
+            raise run.fail(name_loc, f"duplicate image {image.name!r} (first declared on line "
+                                     f"{seen_images[image.name]})")
+        seen_images[image.name] = doc.line_of(name_loc) or 0
+        cells += _image_cells(run, ("images", i), image, raw_image)
+    return tuple(cells)
+
+
+def _image_cells(run: _Expansion, image_loc: Loc, image: ImageSpec, raw_image: dict[str, Any]) -> list[Cell]:
+    """The cells of one image: one per version, exactly one of them the default."""
+    doc = run.doc
+    _check_layer(doc, image_loc, image)
+    image_layer = _layer(raw_image)
+    image_fields = _merge(run.defaults, image_layer)
+    seen_versions: dict[str, int] = {}
+    first_default: tuple[str, int | None] | None = None
+    claimed: dict[str, tuple[str, _CellCheck, str, int]] = {}   # tag -> the version of this image it names
+    cells = []
+    for j, (ver, raw_ver) in enumerate(zip(image.versions, raw_image["versions"], strict=True)):
+        loc: Loc = (*image_loc, "versions", j)
+        line = doc.line_of((*loc, "version")) or 0
+        if ver.version in seen_versions:
+            raise run.fail((*loc, "version"), f"duplicate version {ver.version!r} of {image.name} "
+                                              f"(first declared on line {seen_versions[ver.version]})")
+        seen_versions[ver.version] = line
+        if ver.default:
+            if first_default is not None:
+                raise run.fail((*loc, "default"), f"a second version of {image.name} with `default: true` (the "
+                                                  f"first is {first_default[0]}, line {first_default[1]}); keep one")
+            first_default = (ver.version, doc.line_of((*loc, "default")))
+        _check_layer(doc, loc, ver)
+        version_layer = _layer(raw_ver)
+        check = _CellCheck(doc, loc, _merge(image_fields, version_layer),
+                           ((run.defaults, ("defaults",)), (image_layer, image_loc), (version_layer, loc)))
+        cells.append(_cell(run, check, image.name, ver, claimed))
+    if first_default is None:
+        raise run.fail(image_loc, f"no version of {image.name} has `default: true`; set it on exactly one (the "
+                                  "version `latest` and the nightly jobs use)")
+    return cells
+
+
+def _cell(run: _Expansion, check: _CellCheck, name: str, ver: VersionSpec,
+          claimed: dict[str, tuple[str, _CellCheck, str, int]]) -> Cell:
+    """One cell from its merged fields, once every check that needs more than one value passed."""
+    merged = check.merged
+    check.required()
+    check.needs(_template_needs(run.templates_dir, merged["template"], run.needs))
+    check.framework()
+    release_tags, moving_tags = check.tags(ver.version, claimed, f"{name}:{ver.version}")
+    index = merged.get("index", {})
+    profile = merged["run"]
+    standin = merged.get("standin")
+    placed = _platform_fields(check)
+    return Cell(
+        name=name,
+        version=ver.version,
+        default=ver.default,
+        framework=merged["framework"],
+        accelerator=merged["accelerator"],
+        template=merged["template"],
+        base=merged["base"],
+        standin=_standin(check, standin, placed["platforms"]) if standin else None,
+        python=merged["python"],
+        framework_version=merged["framework_version"],
+        framework_requirements=tuple(merged.get("framework_requirements", ())),
+        packages=tuple(sorted(merged.get("packages", {}).items())),
+        apt_packages=tuple(merged.get("apt_packages", ())),
+        index_url=index.get("url"),
+        extra_index_urls=tuple(index.get("extra_urls", ())),
+        # A whole number of bytes (YAML int) is Docker's size without a unit.
+        run=Run(shm_size=str(profile["shm_size"]), ipc=profile["ipc"],
+                ulimits=tuple(sorted(profile["ulimits"].items())), gpus=profile["gpus"]),
+        tests=tuple(merged["tests"]),
+        use=merged["use"],
+        release_tags=release_tags,
+        moving_tags=moving_tags,
+        line=run.doc.line_of(check.loc) or 0,
+        validate_deadline_s=deadline_for(merged),
+        oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
+        **placed,
+        **_gpu_fields(check),
+        **_library_fields(check),
+    )
