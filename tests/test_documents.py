@@ -8,7 +8,8 @@ import pytest
 
 from buildtool.common.documents import code_span, markdown_cell, plural, render_document
 from buildtool.release.notes import render_notes
-from buildtool.report.nightly import build_report, parse_verdict, render_html, render_markdown
+from buildtool.report.nightly import build_report, render_html, render_markdown
+from buildtool.report.verdict_files import parse_verdict
 from tests.signing import complete
 
 

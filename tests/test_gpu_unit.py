@@ -524,7 +524,8 @@ def _schema2(cell_key: str, result: str, peak: float | None, started: str, **ext
 
 def test_report_shows_incomplete_verdicts_and_bus_bandwidth_against_last_night():
     """A verdict without a window baseline (older validate) is compared with last night, and says 1 night."""
-    from buildtool.report.nightly import build_report, parse_verdict, render_html, render_markdown
+    from buildtool.report.nightly import build_report, render_html, render_markdown
+    from buildtool.report.verdict_files import parse_verdict
 
     tonight = [_schema2("pytorch-cuda:2.13", "passed", 300.0, "2026-12-02T02:00:00"),
                _schema2("pytorch-ngc:25.10", "incomplete", None, "2026-12-02T02:00:00")]

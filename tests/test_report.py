@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import UserError
-from buildtool.report.nightly import build_report, load_verdicts, parse_verdict, render_html, render_markdown
+from buildtool.report.nightly import build_report, render_html, render_markdown
+from buildtool.report.verdict_files import load_verdicts, parse_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_APT = "apt-get install -y --no-install-recommends chromium"

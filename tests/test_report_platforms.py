@@ -17,16 +17,9 @@ from buildtool.contracts.gpu import BUSBW_FIGURE
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.report import fetch
-from buildtool.report.nightly import (
-    Row,
-    build_report,
-    busbw_rows,
-    load_verdicts,
-    parse_verdict,
-    render_html,
-    render_markdown,
-    save_verdicts,
-)
+from buildtool.report.nightly import build_report, busbw_rows, render_html, render_markdown
+from buildtool.report.rows import Row
+from buildtool.report.verdict_files import load_verdicts, parse_verdict, save_verdicts
 from tests import signing
 from tests.conftest import fixture_matrix
 from tests.memregistry import MemRegistry

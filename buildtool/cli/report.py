@@ -36,13 +36,14 @@ def report(
     """Turn verdicts into one static HTML page and Markdown (images by rows, checks by columns)."""
     check_arguments("report", locals())   # every argument first (issue 37)
     from buildtool.report import nightly as rep
+    from buildtool.report.verdict_files import load_verdicts
 
     if fetch:
         _fetch(verdicts, framework, revision, matrix)
-    prev_rows = rep.load_verdicts(previous) if previous is not None and previous.is_dir() else None
+    prev_rows = load_verdicts(previous) if previous is not None and previous.is_dir() else None
     if previous is not None and prev_rows is None:
         err.print(f"no previous verdicts in {previous}; the report shows no trend")
-    model = rep.build_report(rep.load_verdicts(verdicts), prev_rows)
+    model = rep.build_report(load_verdicts(verdicts), prev_rows)
     paths = rep.write_report(model, out_dir, scaling)
     counts = model.counts
     out.print(f"{paths['html']}: {len(model.rows)} images, {counts['failed']} failed / {counts['passed']} passed"
@@ -52,8 +53,8 @@ def report(
 def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: Path | None) -> None:
     """Save each planned cell's verdict from the registry into VERDICTS (one per platform of a cell)."""
     from buildtool.matrix.plan import Settings, plan_matrix
-    from buildtool.report import nightly as rep
     from buildtool.report.fetch import fetch_verdicts
+    from buildtool.report.verdict_files import save_verdicts
     from buildtool.validate.keys import dev_public_key, load_trusted
 
     project = find_project(matrix)
@@ -68,4 +69,4 @@ def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: 
     # One record per platform of a multi-platform cell: each platform's verdict, or why it has none.
     fetched = fetch_verdicts({p.cell.key: p.dev_ref for p in plans}, trusted,
                              platforms={p.cell.key: p.cell.platforms for p in plans})
-    rep.save_verdicts(fetched, verdicts)
+    save_verdicts(fetched, verdicts)

@@ -1,0 +1,140 @@
+"""The report's model: a row per validated image (one verdict; one per platform of a multi-platform cell), its
+checks, the trend against the previous night, and the report over them all. Data only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from buildtool.contracts.verdict import Runner
+
+
+class Placed(Protocol):
+    """What names a platform beside a cell: a row, a trend, a bus-bandwidth line."""
+
+    @property
+    def cell(self) -> str: ...
+
+    @property
+    def platform(self) -> str: ...
+
+    @property
+    def emulated(self) -> bool: ...
+
+RESULTS = ("passed", "failed", "skipped")
+# A row's platform when its record names none: a schema-4 verdict (written before verdicts recorded one) or a
+# missing record of a single image. Either is about the image's only platform, which the file does not name.
+UNRECORDED = ""
+UNRECORDED_TEXT = "single image, platform not recorded"
+
+
+def platform_text(platform: str, emulated: bool) -> str:
+    """`linux/arm64 (emulated)`, `linux/amd64`, or what an unrecorded platform is."""
+    if platform == UNRECORDED:
+        return UNRECORDED_TEXT
+    return f"{platform} (emulated)" if emulated else platform
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    group: str
+    result: str
+    duration_s: float | None
+    message: str
+    skip_reason: str
+
+    @property
+    def reason(self) -> str:
+        return self.skip_reason if self.result == "skipped" else self.message
+
+
+@dataclass(frozen=True)
+class Row:
+    """One validated image (one verdict): a single-platform cell's image, or one platform manifest of a
+    multi-platform cell's index."""
+
+    cell: str
+    image: str
+    digest: str
+    result: str
+    started: str
+    duration_s: float | None
+    size_bytes: int | None
+    runner: Runner | None                # None: no verdict (the report's record of a missing one)
+    checks: dict[str, Check]
+    figures: dict[str, Any]
+    incomplete: tuple[str, ...] = ()     # why the verdict is incomplete
+    framework_version: str = ""
+    cold_start: str = ""                 # what the first import of the framework cost ('' when unknown)
+    platform: str = UNRECORDED           # os/arch the verdict (schema 5) or missing record names
+    emulated: bool = False               # it ran under QEMU on a runner of another architecture
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What one row stands for: a cell's image of one platform."""
+        return (self.cell, self.platform)
+
+    @property
+    def platform_text(self) -> str:
+        return platform_text(self.platform, self.emulated)
+
+
+@dataclass(frozen=True)
+class Trend:
+    cell: str
+    check: str
+    before: str | None
+    now: str
+    platform: str = UNRECORDED
+    emulated: bool = False
+
+
+@dataclass
+class Report:
+    rows: list[Row]
+    columns: list[str]
+    newly_failing: list[Trend] = field(default_factory=list)
+    fixed: list[Trend] = field(default_factory=list)
+    has_previous: bool = False
+    previous_rows: list[Row] = field(default_factory=list)
+    # scaling.json of each of the night's scaling runs (processes in one container, nodes over SLURM), with the
+    # report-relative paths of its plots under "plots"
+    scaling: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(RESULTS, 0)
+        for row in self.rows:
+            for check in row.checks.values():
+                counts[check.result] = counts.get(check.result, 0) + 1
+        return counts
+
+    @property
+    def failed_images(self) -> list[str]:
+        """Images (rows: one per platform of a multi-platform cell) whose verdict is not `passed`."""
+        return [row.cell for row in self.rows if row.result != "passed"]
+
+    @property
+    def multi_platform_cells(self) -> set[str]:
+        """Cells with rows of more than one platform tonight: their rows are named with the platform."""
+        seen: dict[str, set[str]] = {}
+        for row in self.rows:
+            seen.setdefault(row.cell, set()).add(row.platform)
+        return {cell for cell, found in seen.items() if len(found) > 1}
+
+    @property
+    def shows_platform(self) -> bool:
+        """Whether the tables have a platform column: when a row records one (or ran emulated). A night of
+        schema-4 verdicts only has none, as before verdicts recorded platforms."""
+        return any(row.platform != UNRECORDED or row.emulated for row in self.rows)
+
+    def platform_note(self, item: Placed) -> str:
+        """The platform to name beside a cell outside the table ('' where the cell has one platform)."""
+        if item.cell in self.multi_platform_cells or item.emulated:
+            return platform_text(item.platform, item.emulated)
+        return ""
+
+    @property
+    def incomplete_images(self) -> list[str]:
+        return [row.cell for row in self.rows if row.result == "incomplete"]

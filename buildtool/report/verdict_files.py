@@ -1,0 +1,199 @@
+"""The verdict files a report reads and the nightly keeps: verdicts (every schema the toolkit reads), and the
+report's own records of an image with no verdict (`Missing`), each loaded into a row (buildtool.report.rows).
+What does not parse is a UserError naming the file, never a default."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from buildtool.common.errors import UserError
+from buildtool.contracts import platforms
+from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError
+from buildtool.contracts.verdict import parse_verdict as parse_typed
+from buildtool.report.rows import UNRECORDED, Check, Row
+
+
+class Missing(BaseModel):
+    """The report's own record of a cell's image with no verdict to show (no image, or no valid verdict),
+    saved beside the fetched verdicts so that the next night's trend sees it too. Not a verdict. `platform`
+    names the platform of a multi-platform cell that has none ("" for a single-platform cell's image)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    missing: Literal[True]
+    cell: str
+    image: str
+    digest: str = ""
+    reason: str
+    platform: str = UNRECORDED
+
+    @field_validator("platform")
+    @classmethod
+    def _known_platform(cls, value: str) -> str:
+        if value != UNRECORDED:
+            platforms.get(value)     # UnknownPlatform (a ValueError) names it
+        return value
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        if data["platform"] == UNRECORDED:
+            del data["platform"]     # a single image's record, as it was written before platforms
+        return data
+
+
+MISSING_CHECK = "image/verdict"
+
+
+class _LegacyCheck(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    id: Literal["image/verdict"]
+    message: str = ""
+
+
+class _LegacyMissing(BaseModel):
+    """A missing record as `report --fetch` wrote it before verdicts were typed: a schema-1 pseudo-verdict
+    whose one test is `image/verdict`. Read because the nightly keeps the previous night's folder (a CI
+    cache) and a report that refused it would fail every night; any other schema-1 file is refused
+    (parse_verdict names its schema)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+
+    schema_: Literal[1] = Field(alias="schema")
+    cell: str
+    image: str = ""
+    digest: str = ""
+    tests: list[_LegacyCheck] = Field(min_length=1, max_length=1)
+
+
+def _legacy_missing(data: dict[str, Any]) -> Missing | None:
+    try:
+        old = _LegacyMissing.model_validate(data)
+    except ValidationError:
+        return None
+    return Missing(missing=True, cell=old.cell, image=old.image, digest=old.digest, reason=old.tests[0].message)
+
+
+def parse_verdict(data: Any, where: str) -> Row:
+    """A verdict file's JSON -> Row. A verdict is parsed by buildtool.contracts.verdict.parse_verdict
+    (the current schema and the one before it), plus the image size the report adds (`size_bytes`); a
+    missing record (`Missing`) is a failed row naming why. Anything else is a UserError naming `where` and
+    the cause."""
+    if isinstance(data, dict) and data.get("missing") is True:
+        try:
+            return _missing_row(Missing.model_validate(data))
+        except ValidationError as exc:
+            raise UserError(f"{where}: malformed missing-verdict record: {exc.errors()[0]['loc']}: "
+                            f"{exc.errors()[0]['msg']}") from None
+    if isinstance(data, dict) and (legacy := _legacy_missing(data)) is not None:
+        return _missing_row(legacy)
+    size: Any = None
+    if isinstance(data, dict) and "size_bytes" in data:
+        data = dict(data)
+        size = data.pop("size_bytes")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+            raise UserError(f"{where}: `size_bytes` (the image size the report adds) must be an integer or null, "
+                            f"not {size!r}")
+    try:
+        verdict = parse_typed(data, where)
+    except VerdictError as exc:
+        raise UserError(str(exc)) from None
+    return verdict_row(verdict, size)
+
+
+def verdict_row(verdict: Verdict, size_bytes: int | None = None) -> Row:
+    checks = {t.id: Check(id=t.id, group=t.group, result=t.result, duration_s=t.duration_s, message=t.message,
+                          skip_reason=t.skip_reason) for t in verdict.tests}
+    return Row(cell=verdict.cell, image=verdict.image, digest=verdict.digest, result=verdict.result,
+               started=verdict.started, duration_s=verdict.duration_s, size_bytes=size_bytes, runner=verdict.runner,
+               checks=checks, figures=dict(verdict.figures), incomplete=tuple(verdict.incomplete),
+               framework_version=verdict.framework_version, cold_start=cold_start_text(verdict.cold_start),
+               platform=verdict.platform, emulated=verdict.emulated)
+
+
+def _missing_row(missing: Missing) -> Row:
+    check = Check(id=MISSING_CHECK, group="pipeline", result="failed", duration_s=None, message=missing.reason,
+                  skip_reason="")
+    return Row(cell=missing.cell, image=missing.image, digest=missing.digest, result="failed", started="",
+               duration_s=None, size_bytes=None, runner=None, checks={check.id: check}, figures={},
+               platform=missing.platform)
+
+
+def cold_start_text(cold: ColdStart | None) -> str:
+    """`import torch 54.7 s, 1650 MB read` from a verdict's cold_start ('' when absent)."""
+    if cold is None or not cold.imports:
+        return ""
+    first = cold.imports[0]
+    read = f", {first.read_bytes / 1e6:.0f} MB read" if first.read_bytes else ""
+    return f"import {first.module} {first.seconds:.1f} s{read}"
+
+
+VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<digest>/verdict.json
+
+
+def load_verdicts(folder: Path) -> list[Row]:
+    """Every verdict file under `folder`; when one image (a cell's platform) appears twice, the newest
+    verdict wins. Two platforms of a cell are two images: neither hides the other."""
+    if not folder.is_dir():
+        raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
+    rows: dict[tuple[str, str], Row] = {}
+    paths = sorted({p for pattern in VERDICT_GLOBS for p in folder.rglob(pattern)})
+    for path in paths:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{path}: cannot read verdict ({exc})") from None
+        row = parse_verdict(data, str(path))
+        if row.key not in rows or row.started >= rows[row.key].started:
+            rows[row.key] = row
+    return _fold_unrecorded(rows)
+
+
+def _fold_unrecorded(rows: dict[tuple[str, str], Row]) -> list[Row]:
+    """A row that records no platform (a schema-4 verdict, a single image's missing record) is about the
+    image's only platform: where the cell has exactly one recorded platform besides it, the two are one
+    image and the newest wins. Beside two or more recorded platforms it is an older single image of a
+    cell that is now an index: kept as its own row (shown, never hiding or hidden)."""
+    by_cell: dict[str, list[tuple[str, str]]] = {}
+    for key in rows:
+        by_cell.setdefault(key[0], []).append(key)
+    for cell, keys in by_cell.items():
+        recorded = [key for key in keys if key[1] != UNRECORDED]
+        if (cell, UNRECORDED) in rows and len(recorded) == 1:
+            bare, named = rows[(cell, UNRECORDED)], rows[recorded[0]]
+            del rows[(cell, UNRECORDED) if named.started >= bare.started else recorded[0]]
+    return list(rows.values())
+
+
+def verdict_file_name(row: Row, multi_platform: bool) -> str:
+    """`<cell>.verdict.json`, and `<cell>.<os>-<arch>.verdict.json` for a record of a multi-platform cell, so
+    that two platforms of one cell never write the same file (':' and '/' become '_' and '-')."""
+    name = row.cell.replace(":", "_").replace("/", "_")
+    if multi_platform:
+        name += "." + (row.platform or "unrecorded-platform").replace("/", "-")
+    return name + ".verdict.json"
+
+
+def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Path]:
+    """Write fetched verdicts and missing records (the folder the next night compares against), one file
+    each: `<cell>.verdict.json`, or with the platform in the name where the cell has more than one record.
+    Two records that would share a file are an error naming both, never one silently overwriting the other."""
+    records = [(data, parse_verdict(data, f"fetched record {index}")) for index, data in enumerate(rows_data)]
+    per_cell = Counter(row.cell for _, row in records)
+    named: dict[Path, tuple[dict[str, Any], Row]] = {}
+    for data, row in records:
+        path = folder / verdict_file_name(row, per_cell[row.cell] > 1)
+        if path in named:
+            raise UserError(f"{path.name}: two fetched records of {row.cell} ({named[path][1].platform_text}, "
+                            f"{row.platform_text}) would share one file")
+        named[path] = (data, row)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, (data, _) in named.items():
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return list(named)
