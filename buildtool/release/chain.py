@@ -36,6 +36,7 @@ from buildtool.validate.verdicts import find_verdicts
 
 if TYPE_CHECKING:
     from buildtool.contracts.provenance import Provenance
+    from buildtool.contracts.verdict import Verdict
     from buildtool.matrix.plan import Settings
     from buildtool.matrix.schema import Cell
     from buildtool.release.testcode import KnownCode
@@ -241,30 +242,50 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     chain.lines.append(("sbom", f"{components} components, {sbom.digest} signed by {trusted.describe(sbom.signer)}"))
     chain.facts["sbom"] = {"digest": sbom.digest, "artifact": sbom.artifact, "signer": sbom.signer,
                            "components": components}
+    verdict = _tested(chain, client, repo, digest, trusted, sbom.digest, prov.keyid, now)
+    if verdict is None:
+        return chain
+    plain = plain_sbom_problem(client, repo, digest, sbom.digest)
+    if plain:
+        return chain.fail(plain)
+    # What the provenance must say, as release checks it (gates.provenance_problems): the verdict's cell, no
+    # stand-in base, the base the image's labels name.
+    own = provenance_problems(verdict.cell, digest, prov.provenance, images)
+    own += [f"{digest} is labelled {label_keys.CELL}={c}, not {verdict.cell}, the cell of its verdict"
+            for c in labelled if c != verdict.cell]
+    return chain.fail(own[0]) if own else chain
+
+
+def _tested(chain: Chain, client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys, sbom: str,
+            builder: str, now: dt.datetime | None) -> Verdict | None:
+    """The verdict link: the verdicts of the chain's cell, read and chosen exactly as release reads and chooses
+    them, the one that counts shown; it, or None when the chain failed on it (`sbom`: the signed SBOM's digest,
+    `builder`: the provenance's key)."""
     testers = in_role(trusted, TESTER)
-    # The verdicts of the provenance's cell, read and chosen exactly as release reads and chooses them.
     findings = find_verdicts(client, repo, digest, testers, chain.cell, now=now)
     if findings.blocking:
-        return chain.fail(f"a verdict of {digest} cannot be read or typed: {findings.blocking[0]}")
+        chain.fail(f"a verdict of {digest} cannot be read or typed: {findings.blocking[0]}")
+        return None
     if findings.overwritten:
-        return chain.fail(f"a verdict of {digest} was overwritten in the registry ({'; '.join(findings.overwritten)})")
+        chain.fail(f"a verdict of {digest} was overwritten in the registry ({'; '.join(findings.overwritten)})")
+        return None
     decision = findings.decision()
     chosen = decision.counted
     if chosen is None:
-        return chain.fail(f"{digest} has no valid verdict: {findings.why_none(testers)} (verdicts count only when "
-                          f"signed by a key {trusted.source} trusts as {TESTER})")
+        chain.fail(f"{digest} has no valid verdict: {findings.why_none(testers)} (verdicts count only when "
+                   f"signed by a key {trusted.source} trusts as {TESTER})")
+        return None
     v = chosen.verdict
     counts = v.counts()
     chain.facts["verdict"] = {"artifact": chosen.artifact, "signer": chosen.keyid, "result": v.result,
                               "runner": v.runner.hostname, "test_code": v.test_code, "sbom": v.sbom, "cell": v.cell,
-                              "started": v.started, **counts}
-    matches = "matches" if v.sbom and v.sbom == sbom.digest else "does not match"
+                              "started": v.started, "platform": v.platform, "emulated": v.emulated, **counts}
+    matches = "matches" if v.sbom and v.sbom == sbom else "does not match"
     chain.lines.append(("tested", f"by {v.runner.hostname} (key {trusted.describe(chosen.keyid)}), {v.result}, "
                                   f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
                                   f"test code {v.test_code}, "
                                   + (f"ran {v.platform}{' under emulation' if v.emulated else ''}, " if v.platform
                                      else "") + f"names sbom {v.sbom or '(none)'} ({matches})"))
-    chain.facts["verdict"].update(platform=v.platform, emulated=v.emulated)
     result: str = v.result
     if decision.covered:
         from buildtool.release.gates import with_covered
@@ -274,35 +295,32 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
         chain.facts["verdict"]["companion"] = decision.companion.artifact if decision.companion else ""
     if decision.note:
         chain.lines.append(("order", decision.note))
-    if prov.keyid == chosen.keyid:
-        same = (f"builder and tester are the same key {trusted.describe(chosen.keyid)}: one party built the image "
-                "and vouched for its tests")
-        chain.lines.append(("note", same))
+    if builder == chosen.keyid:
+        chain.lines.append(("note", f"builder and tester are the same key {trusted.describe(chosen.keyid)}: one "
+                                    "party built the image and vouched for its tests"))
         chain.facts["same_key"] = True
+    why = _verdict_link_problem(v, digest, chain.platform, result, sbom, decision.note)
+    if why:
+        chain.fail(why)
+        return None
+    return v
+
+
+def _verdict_link_problem(v: Verdict, digest: str, platform: str, result: str, sbom: str, note: str) -> str:
+    """Why the counting verdict does not carry the chain ("" when it does)."""
     if platform and v.platform != platform:
         # Its subject is this digest, yet it says it ran another platform (or, schema 4, none).
-        return chain.fail(f"the verdict of {digest} records platform {v.platform or '(none: schema 4)'}, not "
-                          f"{platform}, the index entry it is attached to")
+        return (f"the verdict of {digest} records platform {v.platform or '(none: schema 4)'}, not {platform}, the "
+                "index entry it is attached to")
     if result != "passed":
         failed = [t.id for t in v.tests if t.result == "failed"]
-        return chain.fail(f"the verdict of {digest} is {result!r}"
-                          + (f" (failed: {', '.join(failed[:3])})" if failed else "")
-                          + (f"; {decision.note}" if decision.note else ""))
+        return (f"the verdict of {digest} is {result!r}" + (f" (failed: {', '.join(failed[:3])})" if failed else "")
+                + (f"; {note}" if note else ""))
     if not v.sbom:
-        return chain.fail(f"the verdict of {digest} names no SBOM ({v.sbom_problem or f'schema {v.schema_}'})")
-    if v.sbom != sbom.digest:
-        return chain.fail(f"the verdict of {digest} names SBOM {v.sbom}, but the signed SBOM attached is {sbom.digest}")
-    plain = plain_sbom_problem(client, repo, digest, sbom.digest)
-    if plain:
-        return chain.fail(plain)
-    # What the provenance must say, as release checks it (gates.provenance_problems): the verdict's cell, no
-    # stand-in base, the base the image's labels name.
-    own = provenance_problems(v.cell, digest, prov.provenance, images)
-    own += [f"{digest} is labelled {label_keys.CELL}={c}, not {v.cell}, the cell of its verdict"
-            for c in labelled if c != v.cell]
-    if own:
-        return chain.fail(own[0])
-    return chain
+        return f"the verdict of {digest} names no SBOM ({v.sbom_problem or f'schema {v.schema_}'})"
+    if v.sbom != sbom:
+        return f"the verdict of {digest} names SBOM {v.sbom}, but the signed SBOM attached is {sbom}"
+    return ""
 
 
 def _built(provenance: Provenance, signer: str) -> str:
