@@ -270,107 +270,45 @@ def _report_script() -> str:
             f'cat {SITE}/report.md >> "$GITHUB_STEP_SUMMARY"\n')
 
 
+@dataclass(frozen=True)
+class _Nightly:
+    """What the nightly's jobs share: the runners' labels, their set-up steps, the GPU runners' environment and
+    the step that restores the last nights' verdicts (one folder per night, newest last by name: validate compares
+    the bus bandwidth with their median, the report's trend with the newest)."""
+
+    options: WorkflowOptions
+    labels: str
+    setup: tuple[dict[str, Any], ...]
+    # On the GPU runners: no usable GPU is a failure (exit 1), not a quietly skipped GPU check.
+    gpu_env: tuple[tuple[str, str], ...] = (("DL_IMAGES_REQUIRE_GPU", "1"),)
+    previous: tuple[tuple[str, Any], ...] = (
+        ("name", "Last nights' verdicts"), ("uses", CACHE_RESTORE),
+        ("with", {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}",
+                  "restore-keys": "nightly-verdict-history-"}))
+
+    def env(self) -> dict[str, str]:
+        return dict(self.gpu_env)
+
+    def restore(self) -> dict[str, Any]:
+        return dict(self.previous)
+
+
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
     cells = [c.key for c in matrix.cells]
-    scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
-    setup = _self_hosted_setup()
-    labels = _labels_expr(options)
-    # BASE_MIRROR: a pull-through cache of nvcr.io and Docker Hub, when the site has one.
-    env = {"REGISTRY": "${{ inputs.registry || vars.REGISTRY }}", "BASE_MIRROR": "${{ vars.BASE_MIRROR }}"}
-    # On the GPU runners: no usable GPU is a failure (exit 1), not a quietly skipped GPU check.
-    gpu_env = {"DL_IMAGES_REQUIRE_GPU": "1"}
-    # The last nights' verdicts, one folder per night (newest last by name): validate compares the bus
-    # bandwidth with their median, the report's trend with the newest.
-    previous = {"name": "Last nights' verdicts", "uses": CACHE_RESTORE,
-                "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}",
-                         "restore-keys": "nightly-verdict-history-"}}
+    night = _Nightly(options, _labels_expr(options), tuple(_self_hosted_setup()))
     plan = _plan_job(HOSTED_RUNNER, cells)
     plan["steps"].insert(0, _registry_check())
-    jobs: dict[str, Any] = {
-        "plan": plan,
-        "build-validate": {
-            "name": "${{ matrix.cell }} on GPU runners",
-            "needs": "plan",
-            "runs-on": labels, "timeout-minutes": 180,
-            "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
-            # The bus bandwidth is compared with the median of the last nights' verdicts of the cell on
-            # the same GPUs (nightly-validate passes the history when there is one).
-            "env": gpu_env,
-            "steps": [_registry_check(), *setup,
-                      {"name": "Build and push ${{ matrix.dev_image }}",
-                       "run": "make push FRAMEWORK='${{ matrix.cell }}'",
-                       # The build jobs' key signs each image's provenance and SBOM (`buildtool keys --role
-                       # builder`, trusted as builder in config/trusted-keys.yaml); the builder id is this run.
-                       "env": {"DL_IMAGES_BUILDER_KEY": "${{ secrets.DL_IMAGES_BUILDER_KEY }}",
-                               "DL_IMAGES_BUILDER_ID": "${{ github.server_url }}/${{ github.repository }}"
-                                                       "/actions/runs/${{ github.run_id }}"}},
-                      previous,
-                      _validate_step(matrix)],
-        },
-    }
+    jobs: dict[str, Any] = {"plan": plan, "build-validate": _build_validate_job(night, matrix)}
     needs = ["build-validate"]
     for platform, gpu_cells in native_gpu_cells(matrix).items():
-        job_id = _job_id(platform)
-        # The platform's CPU checks under QEMU on the amd64 runners (its GPU checks not run: incomplete), each
-        # night, whether or not its GPU runners are up; the native job waits for it, so the verdict release
-        # reads (the newest) is the native one when both ran. Deadline: validate.deadline_s x emulation_factor.
-        emulated_id = f"emulated-{platform.replace('/', '-')}"
-        jobs[emulated_id] = {
-            "name": f"${{{{ matrix.cell }}}} {platform} under QEMU (CPU checks)",
-            "needs": "build-validate",
-            "if": "${{ !cancelled() }}",
-            "runs-on": labels, "timeout-minutes": 240,
-            "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
-            "steps": [_registry_check(), *setup,
-                      {"name": f"Validate {platform} under QEMU and push the signed verdict (GPU checks not run)",
-                       "run": f"make validate-emulated FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
-                       "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
-        }
-        needs.append(emulated_id)
-        jobs[job_id] = {
-            "name": f"${{{{ matrix.cell }}}} on {platform} GPU runners",
-            # The index (every platform) is pushed by the build job; the emulated verdict comes first.
-            "needs": ["build-validate", emulated_id],
-            "if": "${{ !cancelled() }}",
-            "runs-on": _labels_expr(options, platform), "timeout-minutes": 180,
-            "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
-            "env": gpu_env,
-            "steps": [_registry_check(), *setup, previous,
-                      {"name": f"Validate {platform} with GPUs and push the signed verdict",
-                       "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform,
-                                    **VALIDATE_SETTINGS),
-                       "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
-        }
-        needs.append(job_id)
+        emulated_id, native = _platform_jobs(night, platform, gpu_cells)
+        jobs[emulated_id], jobs[_job_id(platform)] = native
+        needs += [emulated_id, _job_id(platform)]
+    scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
     if scaling_cell is not None:
-        jobs["scaling"] = {
-            "name": f"Scaling of {scaling_cell.key} (DDP, FSDP, DeepSpeed side by side)",
-            "needs": "build-validate",
-            "if": "${{ !cancelled() }}",
-            "runs-on": labels, "timeout-minutes": 60,
-            "env": gpu_env,
-            "steps": [_registry_check(), *setup,
-                      {"name": "Scaling run",
-                       "run": _make("nightly-scaling", NIGHTLY_SCALING_CELL=scaling_cell.key,
-                                    NIGHTLY_SCALING_COUNTS=options.scaling_counts, **SCALING_SETTINGS)},
-                      {"if": "always()", "uses": UPLOAD,
-                       "with": {"name": "scaling", "path": f"{SITE}/scaling/", "if-no-files-found": "ignore"}}],
-        }
+        jobs["scaling"] = _scaling_job(night, scaling_cell.key)
         needs.append("scaling")
-    jobs["report"] = {
-        "name": "nightly report",
-        "needs": needs,
-        "if": "${{ !cancelled() }}",
-        "runs-on": labels, "timeout-minutes": 20,
-        "steps": [_registry_check(), *setup, previous,
-                  {"uses": DOWNLOAD, "continue-on-error": True,
-                   "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
-                  {"name": "Report", "run": _report_script()},
-                  {"name": "Keep the last nights' verdicts for tomorrow", "if": "always()", "uses": CACHE_SAVE,
-                   "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"}},
-                  {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": f"{SITE}/"}},
-                  {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": f"{SITE}/"}}],
-    }
+    jobs["report"] = _report_job(night, needs)
     jobs["publish"] = {
         "needs": "report",
         # Opt in per repository once GitHub Pages is enabled (variable PUBLISH_PAGES=true).
@@ -387,10 +325,101 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
                          "required": False, "type": "string", "default": ""}}}},
         "permissions": {"contents": "read"},
         "concurrency": {"group": "nightly", "cancel-in-progress": False},
-        "env": env,
+        # BASE_MIRROR: a pull-through cache of nvcr.io and Docker Hub, when the site has one.
+        "env": {"REGISTRY": "${{ inputs.registry || vars.REGISTRY }}", "BASE_MIRROR": "${{ vars.BASE_MIRROR }}"},
         "jobs": jobs,
     }
     return doc, cells
+
+
+def _build_validate_job(night: _Nightly, matrix: Matrix) -> dict[str, Any]:
+    return {
+        "name": "${{ matrix.cell }} on GPU runners",
+        "needs": "plan",
+        "runs-on": night.labels, "timeout-minutes": 180,
+        "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
+        # The bus bandwidth is compared with the median of the last nights' verdicts of the cell on
+        # the same GPUs (nightly-validate passes the history when there is one).
+        "env": night.env(),
+        "steps": [_registry_check(), *night.setup,
+                  {"name": "Build and push ${{ matrix.dev_image }}",
+                   "run": "make push FRAMEWORK='${{ matrix.cell }}'",
+                   # The build jobs' key signs each image's provenance and SBOM (`buildtool keys --role
+                   # builder`, trusted as builder in config/trusted-keys.yaml); the builder id is this run.
+                   "env": {"DL_IMAGES_BUILDER_KEY": "${{ secrets.DL_IMAGES_BUILDER_KEY }}",
+                           "DL_IMAGES_BUILDER_ID": "${{ github.server_url }}/${{ github.repository }}"
+                                                   "/actions/runs/${{ github.run_id }}"}},
+                  night.restore(),
+                  _validate_step(matrix)],
+    }
+
+
+def _platform_jobs(night: _Nightly, platform: str,
+                   gpu_cells: list[str]) -> tuple[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """A platform other than the hosted runners': its CPU checks under QEMU on the amd64 runners (its GPU checks
+    not run: incomplete), each night, whether or not its GPU runners are up; and the native job, which waits for
+    it, so the verdict release reads (the newest) is the native one when both ran. Deadline: validate.deadline_s
+    x emulation_factor. Returns the emulated job's id and both jobs."""
+    emulated_id = f"emulated-{platform.replace('/', '-')}"
+    emulated = {
+        "name": f"${{{{ matrix.cell }}}} {platform} under QEMU (CPU checks)",
+        "needs": "build-validate",
+        "if": "${{ !cancelled() }}",
+        "runs-on": night.labels, "timeout-minutes": 240,
+        "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
+        "steps": [_registry_check(), *night.setup,
+                  {"name": f"Validate {platform} under QEMU and push the signed verdict (GPU checks not run)",
+                   "run": f"make validate-emulated FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
+                   "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
+    }
+    native = {
+        "name": f"${{{{ matrix.cell }}}} on {platform} GPU runners",
+        # The index (every platform) is pushed by the build job; the emulated verdict comes first.
+        "needs": ["build-validate", emulated_id],
+        "if": "${{ !cancelled() }}",
+        "runs-on": _labels_expr(night.options, platform), "timeout-minutes": 180,
+        "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
+        "env": night.env(),
+        "steps": [_registry_check(), *night.setup, night.restore(),
+                  {"name": f"Validate {platform} with GPUs and push the signed verdict",
+                   "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform,
+                                **VALIDATE_SETTINGS),
+                   "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
+    }
+    return emulated_id, (emulated, native)
+
+
+def _scaling_job(night: _Nightly, cell: str) -> dict[str, Any]:
+    return {
+        "name": f"Scaling of {cell} (DDP, FSDP, DeepSpeed side by side)",
+        "needs": "build-validate",
+        "if": "${{ !cancelled() }}",
+        "runs-on": night.labels, "timeout-minutes": 60,
+        "env": night.env(),
+        "steps": [_registry_check(), *night.setup,
+                  {"name": "Scaling run",
+                   "run": _make("nightly-scaling", NIGHTLY_SCALING_CELL=cell,
+                                NIGHTLY_SCALING_COUNTS=night.options.scaling_counts, **SCALING_SETTINGS)},
+                  {"if": "always()", "uses": UPLOAD,
+                   "with": {"name": "scaling", "path": f"{SITE}/scaling/", "if-no-files-found": "ignore"}}],
+    }
+
+
+def _report_job(night: _Nightly, needs: list[str]) -> dict[str, Any]:
+    return {
+        "name": "nightly report",
+        "needs": needs,
+        "if": "${{ !cancelled() }}",
+        "runs-on": night.labels, "timeout-minutes": 20,
+        "steps": [_registry_check(), *night.setup, night.restore(),
+                  {"uses": DOWNLOAD, "continue-on-error": True,
+                   "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
+                  {"name": "Report", "run": _report_script()},
+                  {"name": "Keep the last nights' verdicts for tomorrow", "if": "always()", "uses": CACHE_SAVE,
+                   "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"}},
+                  {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": f"{SITE}/"}},
+                  {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": f"{SITE}/"}}],
+    }
 
 
 def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
