@@ -147,20 +147,33 @@ def unplaceable(started: str, now: dt.datetime) -> str:
     return ""
 
 
+@dataclass
+class _Reading:
+    """One reading of a digest's verdicts: where, against which keys and cell, by whose clock; the envelopes read
+    so far (a bundle of one already read is the same verdict again) and what was found."""
+
+    client: RegistryClient
+    repo: str
+    digest: str
+    trusted: TrustedKeys
+    cell: str | None
+    now: dt.datetime
+    findings: Findings = field(default_factory=Findings)
+    counted: set[str] = field(default_factory=set)
+
+
 def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys,
                   cell: str | None = None, now: dt.datetime | None = None) -> Findings:
     """Every verdict attached to `digest` in `repo` (listed as a referrer, or pinned by a tag of its own),
     each read by its own digest and verified against `trusted`; `cell` set: a verdict for another cell is
     rejected too. `now`: the reader's clock (default this machine's), that no verdict may be dated after."""
-    findings = Findings()
-    now = now or dt.datetime.now(dt.UTC)
+    reading = _Reading(client, repo, digest, trusted, cell, now or dt.datetime.now(dt.UTC))
+    findings = reading.findings
     # Pinned first: where a copy carries the same envelope, the artifact validate attached and pinned is read.
     candidates = {artifact: f"pinned by tag {tag}" for tag, artifact in _pinned(client, repo, digest, findings).items()}
     for listed in listed_referrers(client, repo, digest):
         candidates.setdefault(listed.digest, "listed")
-    counted: set[str] = set()    # the envelopes read: a bundle of one already read is the same verdict again
-    own = [r for artifact, how in candidates.items()
-           if (r := _own_descriptor(client, repo, digest, artifact, how, findings)) is not None]
+    own = [r for artifact, how in candidates.items() if (r := _own_descriptor(reading, artifact, how)) is not None]
     for ref in own_first(own):
         if ref.artifact_type == VERDICT_TYPE:
             findings.rejected.append(Rejected(ref.digest, "unsigned: a plain verdict artifact, not a signed "
@@ -172,18 +185,18 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
                 findings.blocking.append(f"{ref.digest}, {candidates[ref.digest]}, is a {kind}, not a verdict "
                                          "attestation: a verdict pin names it")
             continue
-        _read_one(client, repo, digest, ref, trusted, cell, now, counted, findings)
+        _read_one(reading, ref)
     if not findings.found and not findings.rejected and not findings.unplaced and not findings.blocking:
         findings.legacy = client.manifest_digest(repo, verdict_tag(digest)) is not None
     return findings
 
 
-def _own_descriptor(client: RegistryClient, repo: str, digest: str, artifact: str, how: str,
-                    findings: Findings) -> Referrer | None:
+def _own_descriptor(reading: _Reading, artifact: str, how: str) -> Referrer | None:
     """The artifact as its own manifest describes it (read by its digest), or None: a listed artifact that is
     not there, or does not name this digest as its subject, cannot be shown not to be a verdict (blocking)."""
+    findings, digest = reading.findings, reading.digest
     try:
-        raw, _, got = client.get_manifest(repo, artifact)
+        raw, _, got = reading.client.get_manifest(reading.repo, artifact)
         manifest = json.loads(raw)
     except NotFound:
         findings.blocking.append(f"{artifact}, {how}, is not in the registry: it may be a verdict nobody can read")
@@ -202,11 +215,11 @@ def _own_descriptor(client: RegistryClient, repo: str, digest: str, artifact: st
                     {str(k): str(v) for k, v in (manifest.get("annotations") or {}).items()})
 
 
-def _read_one(client: RegistryClient, repo: str, digest: str, ref: Referrer, trusted: TrustedKeys,
-              cell: str | None, now: dt.datetime, counted: set[str], findings: Findings) -> None:
+def _read_one(reading: _Reading, ref: Referrer) -> None:
     """One verdict attestation (by its own manifest): found, rejected, unplaced or blocking."""
+    findings = reading.findings
     try:
-        payloads = fetch_envelopes(client, repo, ref, digest)
+        payloads = fetch_envelopes(reading.client, reading.repo, ref, reading.digest)
     except (NotFound, RegistryError) as exc:
         findings.blocking.append(f"verdict attestation {ref.digest} cannot be read ({str(exc)[:200]})")
         return
@@ -215,10 +228,10 @@ def _read_one(client: RegistryClient, repo: str, digest: str, ref: Referrer, tru
         return
     same = same_envelope(payloads)
     if same is not None:
-        if same in counted:
+        if same in reading.counted:
             return   # that envelope again (push publishes each in both layouts): the same verdict
-        counted.add(same)
-    outcome = _verify(payloads, digest, trusted, cell)
+        reading.counted.add(same)
+    outcome = _verify(payloads, reading.digest, reading.trusted, reading.cell)
     if isinstance(outcome, Untyped):
         findings.blocking.append(f"verdict attestation {ref.digest}: {outcome.why}")
         return
@@ -227,7 +240,7 @@ def _read_one(client: RegistryClient, repo: str, digest: str, ref: Referrer, tru
         return
     verdict, keyid = outcome
     found = Found(ref.digest, verdict, keyid, ref)
-    why = unplaceable(verdict.started, now)
+    why = unplaceable(verdict.started, reading.now)
     if not why:
         findings.found.append(found)
     elif verdict.result == "passed":
