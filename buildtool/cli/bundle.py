@@ -53,7 +53,7 @@ def bundle(
     """An OCI bundle of IMAGE for `srun --container` (`buildtool slurm --runtime oci`), run-profile ready."""
     check_arguments("bundle", locals())   # every argument first (issue 37)
     from buildtool.launch.arch import choose_platform, image_platforms
-    from buildtool.launch.bundle import make_bundle, parse_ulimits
+    from buildtool.launch.bundle import BundleRequest, make_bundle, parse_ulimits
     from buildtool.launch.multinode import cell_for_image
 
     project = project_or_none(matrix)   # outside a checkout: the image's own label is the profile
@@ -62,8 +62,8 @@ def bundle(
     fallback = _cell_profile(cell) if cell is not None else None
     overrides = parse_ulimits(ulimit or [])
     chosen = choose_platform(image, platform, cell, None if platform else image_platforms(image))
-    made = make_bundle(image, dest, chosen, fallback=fallback, shm_size=shm_size, ulimits=overrides, hosts=hosts,
-                       jobs_dir=jobs_dir, read_only=not writable, force=force, log=log)
+    made = make_bundle(BundleRequest(image, dest, chosen, fallback=fallback, shm_size=shm_size, ulimits=overrides,
+                                     hosts=hosts, jobs_dir=jobs_dir, read_only=not writable, force=force), log=log)
     _print_bundle(made, json_out)
 
 

@@ -238,26 +238,39 @@ def parse_ulimits(items: list[str]) -> tuple[tuple[str, int], ...]:
     return tuple(pairs)
 
 
-def make_bundle(image: str, dest: Path, platform: platforms.Platform, *, fallback: Profile | None = None,
-                shm_size: str | None = None,
-                ulimits: tuple[tuple[str, int], ...] = (), hosts: Path | None = None, jobs_dir: Path | None = None,
-                read_only: bool = True, force: bool = False, log: Callable[[str], None] = lambda _: None) -> Bundle:
-    """Copy IMAGE from its registry, unpack it, write the fitted config: DEST appears whole or not at all.
+@dataclass(frozen=True)
+class BundleRequest:
+    """What `buildtool bundle` asks for: IMAGE's `platform` image as a bundle at `dest`. The run profile is the
+    image's label, else `fallback` (the matrix cell's); `shm_size` and `ulimits` override it (for nodes that cannot
+    grant a limit, e.g. memlock without CAP_SYS_RESOURCE; the record says so)."""
 
-    The profile is the image's label, else FALLBACK (the matrix cell's); SHM_SIZE and ULIMITS override it
-    (for nodes that cannot grant a limit, e.g. memlock without CAP_SYS_RESOURCE; the record says so).
-    """
+    image: str
+    dest: Path
+    platform: platforms.Platform
+    fallback: Profile | None = None
+    shm_size: str | None = None
+    ulimits: tuple[tuple[str, int], ...] = ()
+    hosts: Path | None = None
+    jobs_dir: Path | None = None
+    read_only: bool = True
+    force: bool = False
+
+
+def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: None) -> Bundle:
+    """Copy the image from its registry, unpack it, write the fitted config: the bundle appears whole or not at
+    all."""
     started = time.monotonic()
+    image, platform = request.image, request.platform
     try:
         ref = parse_reference(image)
     except ReferenceError as exc:
         raise UserError(f"IMAGE: {exc}") from None
-    if shm_size is not None:
-        shm_bytes(shm_size)
-    if hosts is not None and not hosts.is_file():
-        raise UserError(f"--hosts {hosts} is not a file")
-    dest = Path(os.path.abspath(dest))
-    if dest.exists() and not force:
+    if request.shm_size is not None:
+        shm_bytes(request.shm_size)
+    if request.hosts is not None and not request.hosts.is_file():
+        raise UserError(f"--hosts {request.hosts} is not a file")
+    dest = Path(os.path.abspath(request.dest))
+    if dest.exists() and not request.force:
         raise UserError(f"{dest} exists; remove it or pass --force to replace it")
     skopeo, umoci = _tool("skopeo"), _tool("umoci")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -276,39 +289,16 @@ def make_bundle(image: str, dest: Path, platform: platforms.Platform, *, fallbac
         problem = platform_problem(platform, declared)
         if problem is not None:
             raise UserError(f"{image}: {problem}")
-        profile = profile_from_labels(labels) or fallback
-        if profile is None and shm_size is None:
-            raise UserError(f"{image} carries no {label_keys.RUN_PROFILE} label and matches no matrix cell; "
-                            "pass --shm-size (and check its ulimits by hand)")
-        if profile is None:
-            profile = Profile(shm_size=str(shm_size), source="--shm-size")
-        elif shm_size is not None:
-            profile = replace(profile, shm_size=shm_size, source=f"{profile.source}, /dev/shm from --shm-size")
-        if ulimits:
-            merged = dict(profile.ulimits) | dict(ulimits)
-            given = ", ".join(f"{k}={v}" for k, v in ulimits)
-            profile = replace(profile, ulimits=tuple(sorted(merged.items())),
-                              source=f"{profile.source}, --ulimit {given}")
+        profile = _profile(request, labels)
         staged = work / "bundle"
         log(f"unpacking {digest[:19]} (umoci)")
         _run([umoci, "unpack", "--image", f"{layout}:image", str(staged)], UNPACK_TIMEOUT_S, f"umoci unpack of {image}")
         shutil.rmtree(layout)  # the layers now live in rootfs/; the layout would double the disk used
-        config = json.loads((staged / "config.json").read_text(encoding="utf-8"))
-        jobs = Path(os.path.abspath(jobs_dir)) if jobs_dir is not None else None
-        fitted = fit_config(config, dest, profile, hosts=hosts is not None, jobs_dir=jobs, read_only=read_only)
-        (staged / "config.json").write_text(json.dumps(fitted, indent=1) + "\n", encoding="utf-8")
-        if hosts is not None:
-            shutil.copyfile(hosts, staged / HOSTS_FILE)
-        if jobs is not None:
-            jobs.mkdir(parents=True, exist_ok=True)
-            (staged / JOBS_DIR).symlink_to(jobs)
-        else:
-            (staged / JOBS_DIR).mkdir()
-            (staged / JOBS_DIR).chmod(0o1777)  # every user's jobs write here, as in /tmp
+        jobs = _fit(request, staged, dest, profile)
         bundle = Bundle(path=str(dest), image=image, digest=digest, profile_source=profile.source,
                         shm_size=profile.shm_size, shm_bytes=_profile_shm_bytes(profile),
-                        ulimits=dict(profile.ulimits), read_only=read_only,
-                        hosts=str(dest / HOSTS_FILE) if hosts is not None else "/etc/hosts (the node's)",
+                        ulimits=dict(profile.ulimits), read_only=request.read_only,
+                        hosts=str(dest / HOSTS_FILE) if request.hosts is not None else "/etc/hosts (the node's)",
                         jobs_dir=str(jobs or dest / JOBS_DIR), seconds=round(time.monotonic() - started, 1),
                         platform=platform.name, machine=platform.machine, entrypoint=entrypoint)
         (staged / META_FILE).write_text(json.dumps(asdict(bundle), indent=1) + "\n", encoding="utf-8")
@@ -319,6 +309,42 @@ def make_bundle(image: str, dest: Path, platform: platforms.Platform, *, fallbac
         return bundle
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _profile(request: BundleRequest, labels: dict[str, str]) -> Profile:
+    """The run profile the bundle is fitted to: the image's label, else the matrix cell's, with the overrides."""
+    profile = profile_from_labels(labels) or request.fallback
+    if profile is None and request.shm_size is None:
+        raise UserError(f"{request.image} carries no {label_keys.RUN_PROFILE} label and matches no matrix cell; "
+                        "pass --shm-size (and check its ulimits by hand)")
+    if profile is None:
+        profile = Profile(shm_size=str(request.shm_size), source="--shm-size")
+    elif request.shm_size is not None:
+        profile = replace(profile, shm_size=request.shm_size, source=f"{profile.source}, /dev/shm from --shm-size")
+    if request.ulimits:
+        merged = dict(profile.ulimits) | dict(request.ulimits)
+        given = ", ".join(f"{k}={v}" for k, v in request.ulimits)
+        profile = replace(profile, ulimits=tuple(sorted(merged.items())), source=f"{profile.source}, --ulimit {given}")
+    return profile
+
+
+def _fit(request: BundleRequest, staged: Path, dest: Path, profile: Profile) -> Path | None:
+    """The unpacked bundle's config fitted to the profile, its hosts file and jobs folder; the jobs folder given
+    (None: the bundle's own)."""
+    config = json.loads((staged / "config.json").read_text(encoding="utf-8"))
+    jobs = Path(os.path.abspath(request.jobs_dir)) if request.jobs_dir is not None else None
+    fitted = fit_config(config, dest, profile, hosts=request.hosts is not None, jobs_dir=jobs,
+                        read_only=request.read_only)
+    (staged / "config.json").write_text(json.dumps(fitted, indent=1) + "\n", encoding="utf-8")
+    if request.hosts is not None:
+        shutil.copyfile(request.hosts, staged / HOSTS_FILE)
+    if jobs is not None:
+        jobs.mkdir(parents=True, exist_ok=True)
+        (staged / JOBS_DIR).symlink_to(jobs)
+    else:
+        (staged / JOBS_DIR).mkdir()
+        (staged / JOBS_DIR).chmod(0o1777)  # every user's jobs write here, as in /tmp
+    return jobs
 
 
 def read_meta(bundle: Path) -> dict[str, Any] | None:
