@@ -57,7 +57,7 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     copyright file names none says so in a property (LICENSE_NOTE), and unlicensed() lists them."""
     import uuid  # here, with cyclonedx: release reads SBOMs and never makes one
 
-    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model import Property
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.output.json import JsonV1Dot6
@@ -76,6 +76,22 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     bom.metadata.component = root
     by_ref: dict[str, Component] = {}
     edges: dict[str, set[str]] = {}
+    _python_components(probe, locks, identified, indexes, by_ref, edges)
+    _deb_components(probe, deb_hashes or {}, by_ref, edges)
+    for component in by_ref.values():
+        bom.components.add(component)
+    for key, targets in edges.items():
+        bom.register_dependency(by_ref[key], [by_ref[t] for t in sorted(targets)])
+    bom.register_dependency(root, [by_ref[t] for t in packages.top_level(edges)])
+    return json.loads(JsonV1Dot6(bom).output_as_string())
+
+
+def _python_components(probe: dict[str, Any], locks: Mapping[str, LockFile], identified: Mapping[str, str],
+                       indexes: Sequence[str], by_ref: dict[str, Any], edges: dict[str, set[str]]) -> None:
+    """The image's Python distributions as components (into `by_ref`, their dependencies into `edges`)."""
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
 
     dists = packages.dists(probe)
     python_edges, python_missing = packages.python_graph(dists, probe.get("marker_environment") or {})
@@ -99,6 +115,14 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
             licenses=_python_licenses(dist), properties=props)
         edges[dist.name] = python_edges[dist.name]
 
+
+def _deb_components(probe: dict[str, Any], deb_hashes: Mapping[str, str], by_ref: dict[str, Any],
+                    edges: dict[str, set[str]]) -> None:
+    """The image's Debian packages as components (into `by_ref`, their dependencies into `edges`)."""
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
     debs = packages.debs(probe)
     if debs:
         namespace, distro = packages.distro(probe)
@@ -106,7 +130,7 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
         for deb in debs:
             purl = PackageURL("deb", namespace=namespace, name=deb.name, version=deb.version,
                               qualifiers=deb.qualifiers(distro))
-            sha256 = (deb_hashes or {}).get(f"{deb.name}={deb.version}", "")
+            sha256 = deb_hashes.get(f"{deb.name}={deb.version}", "")
             props = [] if len(sha256) == 64 else \
                 [Property(name=f"{PROPERTY}:hash", value=DEB_NOT_SERVED_NOTE if sha256 else DEB_HASH_NOTE)]
             props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r) for r in deb_missing.get(deb.key, [])]
@@ -117,13 +141,6 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
                 hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if len(sha256) == 64 else None,
                 licenses=licenses, properties=props)
             edges[deb.key] = deb_edges[deb.key]
-
-    for component in by_ref.values():
-        bom.components.add(component)
-    for key, targets in edges.items():
-        bom.register_dependency(by_ref[key], [by_ref[t] for t in sorted(targets)])
-    bom.register_dependency(root, [by_ref[t] for t in packages.top_level(edges)])
-    return json.loads(JsonV1Dot6(bom).output_as_string())
 
 
 BASE_REPOSITORY_NOTE = ("unknown: a local version (not PyPI's) installed by the base image, not from the cell's "
