@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.registry.answers import retry_after
 from buildtool.registry.auth import format_scopes, needed_scopes, parse_challenges, parse_scopes
-from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy, retry_after
+from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
 from buildtool.registry.errors import (
     CredentialsRefused,
     InsufficientScope,

@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from buildtool.registry import client as client_mod
-from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy, next_link
+from buildtool.registry.answers import next_link
+from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
 
 QUICK = RetryPolicy(attempts=3, first_delay=0.0, max_delay=0.0, timeout=5.0)
 

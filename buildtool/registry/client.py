@@ -26,11 +26,9 @@ subject itself.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import hashlib
 import io
 import logging
-import re
 import tempfile
 import threading
 import time
@@ -41,7 +39,7 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from buildtool.common import refs
-from buildtool.registry import hosts
+from buildtool.registry import answers, hosts
 from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
 from buildtool.registry.errors import (
     NotFound,
@@ -111,37 +109,6 @@ class RetryPolicy:
     rate_limit_budget: float = 300.0   # seconds one client may spend waiting out 429/503, all calls together
 
 
-def retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds a `Retry-After` header asks for (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def _origin(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.scheme, parts.netloc.lower()
-
-
-_TLS_REASON = re.compile(r"\[SSL: [A-Z_]+\] ([^(\'\"]+)|(certificate verify failed[^(\'\"]*)|(hostname [^(\'\"]+)")
-
-
-def _tls_reason(exc: BaseException) -> str:
-    found = _TLS_REASON.search(str(exc))
-    if found:
-        return next(g for g in found.groups() if g).strip().rstrip(".")
-    return type(exc).__name__
-
-
 class RegistryClient:
     """One registry host. `scheme` is http for loopback registries and those named in
     DL_IMAGES_INSECURE_REGISTRIES, https otherwise."""
@@ -188,7 +155,7 @@ class RegistryClient:
             if context is None and ":" not in netloc:
                 context = hosts.ssl_context(f"{netloc}:443")
             if context is not None:
-                self.session.mount(f"https://{netloc}/", _ContextAdapter(context))
+                self.session.mount(f"https://{netloc}/", answers.ContextAdapter(context))
 
     def _send_once(self, method: str, url: str, headers: dict[str, str], data: bytes | Path | None,
                    sink: Sink | None = None) -> Any:
@@ -204,7 +171,7 @@ class RegistryClient:
             # closed without its close_notify) is then told apart from a handshake that failed.
             response = self.session.request(method, url, headers=headers, data=body, timeout=self.retry.timeout,
                                             allow_redirects=False, stream=True)
-        return _streamed(response, sink if method != "HEAD" else None)
+        return answers.streamed(response, sink if method != "HEAD" else None)
 
     def _send(self, method: str, url: str, headers: dict[str, str], data: bytes | Path | None,
               sink: Sink | None = None, follow: bool = True) -> Any:
@@ -218,7 +185,7 @@ class RegistryClient:
             if not location:
                 break
             target = urljoin(url, location)
-            if _origin(target) != _origin(url):
+            if answers.origin(target) != answers.origin(url):
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
             url = target
             response = self._send_once(method, url, headers, data, sink)
@@ -260,7 +227,7 @@ class RegistryClient:
                 response = self._send(method, url, headers, data, sink, follow)
             except self._tls_errors() as exc:
                 netloc = urlsplit(url).netloc
-                raise RegistryTLSError(f"TLS to {netloc} failed: {_tls_reason(exc)}; {hosts.tls_hint(netloc)}") \
+                raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; {hosts.tls_hint(netloc)}") \
                     from None
             except BodyInterrupted:
                 if sink is not None:
@@ -274,7 +241,7 @@ class RegistryClient:
                 if status not in (429,) and status < 500:
                     return response
                 last = f"HTTP {status}"
-                asked = retry_after(response.headers.get("Retry-After"))
+                asked = answers.retry_after(response.headers.get("Retry-After"))
                 if status in (429, 503) and asked is not None:
                     if asked > self.retry.max_retry_after:
                         raise self._rate_limited(method, url, response, f"Retry-After {asked:.0f} s, longer than "
@@ -323,7 +290,7 @@ class RegistryClient:
             return response
         if response.status_code == 404:
             raise NotFound(f"{method} {self._safe(url)}: not found")
-        raise RegistryError(f"{method} {self._safe(url)}: HTTP {response.status_code} {_error_text(response)}"
+        raise RegistryError(f"{method} {self._safe(url)}: HTTP {response.status_code} {answers.error_text(response)}"
                             + (f" after {self.retry.attempts} attempts" if response.status_code >= 500 else ""))
 
     def answer(self, method: str, path: str, *, repo: str = "", headers: dict[str, str] | None = None) -> Any:
@@ -448,7 +415,7 @@ class RegistryClient:
 
         def sink(status: int, headers: Any) -> Callable[[bytes], object] | None:
             if status == 206:
-                start = _range_start(headers.get("Content-Range"))
+                start = answers.range_start(headers.get("Content-Range"))
                 if start != got:
                     raise RegistryError(f"GET {self._safe(self._url(path))}: asked for bytes {got}- and got "
                                         f"{headers.get('Content-Range')!r}")
@@ -575,10 +542,10 @@ class RegistryClient:
             page = first if first is not None else self.request("GET", url, repo=repo, headers=headers or {})
             first = None
             yield page
-            following = next_link(page.headers, url)
+            following = answers.next_link(page.headers, url)
             if following is None:
                 return
-            if _origin(following) != _origin(url):
+            if answers.origin(following) != answers.origin(url):
                 raise RegistryError(f"{self.host}: the next page of {self._safe(url)} is on another origin "
                                     f"({urlsplit(following).netloc}); not followed")
             if following in seen:
@@ -604,75 +571,3 @@ class RegistryClient:
                 raise RegistryError(f"{self.host}: the tag list of {repo} is not a JSON {{\"tags\": [...]}} document")
             found += listed
         return list(dict.fromkeys(found))
-
-
-_LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;<]+)*)")
-_REL = re.compile(r"""rel\s*=\s*(?:"([^"]*)"|([^\s;,"]+))""", re.IGNORECASE)
-
-
-def next_link(headers: Any, url: str) -> str | None:
-    """The absolute URL of a `Link: <...>; rel="next"` header (several links per header, several headers), or
-    None. Relative targets are resolved against `url`, as registries (Docker Hub, distribution) write them."""
-    values = headers.get_all("Link") if hasattr(headers, "get_all") else [headers.get("Link")]
-    for value in values or []:
-        for target, params in _LINK.findall(value or ""):
-            rel = _REL.search(params)
-            if rel and "next" in (rel.group(1) or rel.group(2) or "").lower().split():
-                return urljoin(url, target.strip())
-    return None
-
-
-def _range_start(value: str | None) -> int | None:
-    """The first byte a `Content-Range: bytes START-END/TOTAL` answer holds."""
-    found = re.match(r"\s*bytes\s+(\d+)-", value or "")
-    return int(found.group(1)) if found else None
-
-
-def _streamed(response: Any, sink: Sink | None) -> Response:
-    """A requests answer (made with stream=True) read to where `sink` says (or whole), as a transport.Response;
-    a body cut off part way raises BodyInterrupted."""
-    import urllib3
-
-    write = sink(response.status_code, response.headers) if sink is not None else None
-    chunks: list[bytes] = []
-    got = 0
-    try:
-        # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
-        # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
-        while chunk := response.raw.read1(CHUNK, decode_content=True):
-            got += len(chunk)
-            (chunks.append if write is None else write)(chunk)
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
-    finally:
-        response.close()
-    return Response(response.status_code, response.headers, b"".join(chunks))
-
-
-def _error_text(response: Response | requests.Response) -> str:
-    try:
-        errors = response.json().get("errors", [])
-        return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:300]
-    except ValueError:
-        return response.text[:200]
-
-
-def _context_adapter() -> type:
-    from requests.adapters import HTTPAdapter
-
-    class ContextAdapter(HTTPAdapter):
-        """requests' adapter with our SSL context: the default CAs plus the host's certs.d CAs."""
-
-        def __init__(self, context: Any) -> None:
-            self._context = context
-            super().__init__()
-
-        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["ssl_context"] = self._context
-            super().init_poolmanager(*args, **kwargs)
-
-    return ContextAdapter
-
-
-def _ContextAdapter(context: Any) -> Any:  # noqa: N802 - a factory standing for the class requests imports lazily
-    return _context_adapter()(context)

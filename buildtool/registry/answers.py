@@ -1,0 +1,119 @@
+"""Reading what a registry answers: a `Link` header's next page, a `Content-Range`, a `Retry-After`, the errors a
+body names, a streamed body read to its sink, and why TLS failed; the requests adapter that carries this
+toolkit's SSL context. Pure helpers of buildtool.registry.client."""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
+
+from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink
+
+if TYPE_CHECKING:
+    import requests
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a `Retry-After` header asks for (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc.lower()
+
+
+_TLS_REASON = re.compile(r"\[SSL: [A-Z_]+\] ([^(\'\"]+)|(certificate verify failed[^(\'\"]*)|(hostname [^(\'\"]+)")
+
+
+def tls_reason(exc: BaseException) -> str:
+    found = _TLS_REASON.search(str(exc))
+    if found:
+        return next(g for g in found.groups() if g).strip().rstrip(".")
+    return type(exc).__name__
+
+
+_LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;<]+)*)")
+_REL = re.compile(r"""rel\s*=\s*(?:"([^"]*)"|([^\s;,"]+))""", re.IGNORECASE)
+
+
+def next_link(headers: Any, url: str) -> str | None:
+    """The absolute URL of a `Link: <...>; rel="next"` header (several links per header, several headers), or
+    None. Relative targets are resolved against `url`, as registries (Docker Hub, distribution) write them."""
+    values = headers.get_all("Link") if hasattr(headers, "get_all") else [headers.get("Link")]
+    for value in values or []:
+        for target, params in _LINK.findall(value or ""):
+            rel = _REL.search(params)
+            if rel and "next" in (rel.group(1) or rel.group(2) or "").lower().split():
+                return urljoin(url, target.strip())
+    return None
+
+
+def range_start(value: str | None) -> int | None:
+    """The first byte a `Content-Range: bytes START-END/TOTAL` answer holds."""
+    found = re.match(r"\s*bytes\s+(\d+)-", value or "")
+    return int(found.group(1)) if found else None
+
+
+def streamed(response: Any, sink: Sink | None) -> Response:
+    """A requests answer (made with stream=True) read to where `sink` says (or whole), as a transport.Response;
+    a body cut off part way raises BodyInterrupted."""
+    import urllib3
+
+    write = sink(response.status_code, response.headers) if sink is not None else None
+    chunks: list[bytes] = []
+    got = 0
+    try:
+        # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
+        # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
+        while chunk := response.raw.read1(CHUNK, decode_content=True):
+            got += len(chunk)
+            (chunks.append if write is None else write)(chunk)
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
+    finally:
+        response.close()
+    return Response(response.status_code, response.headers, b"".join(chunks))
+
+
+def error_text(response: Response | requests.Response) -> str:
+    try:
+        errors = response.json().get("errors", [])
+        return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:300]
+    except ValueError:
+        return response.text[:200]
+
+
+def _context_adapter() -> type:
+    from requests.adapters import HTTPAdapter
+
+    class ContextAdapter(HTTPAdapter):
+        """requests' adapter with our SSL context: the default CAs plus the host's certs.d CAs."""
+
+        def __init__(self, context: Any) -> None:
+            self._context = context
+            super().__init__()
+
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["ssl_context"] = self._context
+            super().init_poolmanager(*args, **kwargs)
+
+    return ContextAdapter
+
+
+def ContextAdapter(context: Any) -> Any:  # noqa: N802 - a factory standing for the class requests imports lazily
+    return _context_adapter()(context)
