@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 from packaging.requirements import Requirement
@@ -33,7 +33,7 @@ from pydantic import (
 
 from buildtool.common.errors import MatrixError, UserError
 from buildtool.common.sizes import size_bytes
-from buildtool.contracts import frameworks, platforms, runprofile
+from buildtool.contracts import frameworks, platforms, runprofile, sitetests
 from buildtool.matrix import values
 from buildtool.matrix.yamlsource import Loc, Located, dotted, load_yaml, paused_gc
 
@@ -197,6 +197,25 @@ class ValidateSettings(_Strict):
     # An emulated platform (arm64 under QEMU on an amd64 runner) runs the same tests this many times slower:
     # its deadline is deadline_s times this. Required where a cell has more than one platform.
     emulation_factor: StrictInt | None = None
+    # A site's own checks (contracts.sitetests): a folder beside the matrix, run as one more test group named after
+    # it; release takes only verdicts that ran it.
+    extra_tests: StrictStr | None = None
+
+    @field_validator("extra_tests")
+    @classmethod
+    def _extra_tests(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        path = PurePosixPath(value)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            raise ValueError(f"{value!r} must be a folder beside the matrix (a relative path without ..)")
+        context = info.context or {}
+        where: Path | None = context.get("matrix_dir")
+        if where is not None:
+            wrong = sitetests.problem(where / path, context.get("tests_dir"))
+            if wrong:
+                raise ValueError(wrong)
+        return str(path)
 
     @field_validator("emulation_factor")
     @classmethod
@@ -330,11 +349,22 @@ class Cell:
     moving_tags: tuple[str, ...]
     line: int
     validate_deadline_s: int = runprofile.DEFAULT_DEADLINE_S["cpu"]
+    extra_tests: str | None = None                          # the site's own checks: a folder beside the matrix
     cuda: str | None = None                                 # GPU cells: the CUDA the image is built for
     oci: tuple[tuple[str, str], ...] = ()                   # (key of OciLabels, value), in OciLabels' order
     platforms: tuple[str, ...] = platforms.DEFAULT          # os/arch of each image in the cell's index
     emulation_factor: int = 1                               # deadline multiplier of an emulated platform
     libraries: NvidiaLibraries | None = None                # cuDNN/NCCL the base promises (required on NGC)
+
+    @property
+    def site_group(self) -> str | None:
+        """The test group of the cell's site checks (its folder's name; contracts.sitetests), or None."""
+        return PurePosixPath(self.extra_tests).name if self.extra_tests else None
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Every test group a verdict of the cell must have run: its image-tests groups and its site checks."""
+        return (*self.tests, self.site_group) if self.site_group else self.tests
 
     @property
     def multi_platform(self) -> bool:
@@ -798,10 +828,11 @@ def _platform_fields(check: _CellCheck) -> dict[str, Any]:
 
 
 def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Path | None = None,
-                 tests_display: str | None = None) -> Matrix:
+                 tests_display: str | None = None, matrix_dir: Path | None = None) -> Matrix:
     """Validate a located YAML document and expand it into cells. `templates_dir`, `tests_dir`: the
     folders a template and a test group must be in (None: not looked at; `load_matrix` always looks
-    for the test groups); `tests_display`: how errors name `tests_dir`."""
+    for the test groups); `tests_display`: how errors name `tests_dir`; `matrix_dir`: the folder a site
+    folder (`validate.extra_tests`) is named from, looked at when given."""
     if not isinstance(doc.data, dict):
         raise MatrixError(doc.path, 1, "", "the top level must be a mapping with `schema`, `source` and `images`")
     if tests_dir is not None:
@@ -814,7 +845,8 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
             raise UserError(str(exc)) from None
     try:
         spec = MatrixFile.model_validate(doc.data, context={"templates_dir": templates_dir, "tests_dir": tests_dir,
-                                                            "tests_display": tests_display})
+                                                            "tests_display": tests_display,
+                                                            "matrix_dir": matrix_dir})
     except ValidationError as exc:
         raise _pydantic_error(doc, exc) from None
 
@@ -893,6 +925,7 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
                 moving_tags=moving_tags,
                 line=doc.line_of(loc) or 0,
                 validate_deadline_s=deadline_for(merged),
+                extra_tests=(merged.get("validate") or {}).get("extra_tests"),
                 oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
                 **placed,
                 **_gpu_fields(check),
@@ -956,4 +989,4 @@ def load_matrix(path: Path, templates_dir: Path | None = None, display: str | No
     test group a cell names must be a folder of `tests_dir` (default: image-tests/ beside the matrix)."""
     folder, shown = tests_dir_for(path, tests_dir)
     with paused_gc():
-        return parse_matrix(load_yaml(path, display), templates_dir, folder, shown)
+        return parse_matrix(load_yaml(path, display), templates_dir, folder, shown, path.parent)

@@ -207,7 +207,9 @@ FAULTS: dict[str, Fault] = {
                                                        "expected [3.0")}),
     "user-cannot-write-workdir": Fault("pytorch-nobody", "test_user or ddp_checkpoint or profiler_writes", {
         "test_image_user_can_write_in_its_workdir": ("user 65534 (nobody) cannot write in its working directory "
-                                                     "/workspace: PermissionError",),
+                                                     "/workspace: mktemp: failed to create file", "Permission denied"),
+        "test_image_user_can_write_its_home": ("user 65534 (nobody) cannot write in its HOME /nonexistent",
+                                               "No such file or directory"),
         "test_ddp_checkpoint_saved_in_workdir": ("Permission denied", "/workspace/imgtest-checkpoint-"),
         "test_profiler_writes_trace": ("/workspace/imgtest-profiler-",)}),
     "ca-certificates-removed": Fault("pytorch-nocerts", "system_ca_certificates", {
@@ -215,8 +217,19 @@ FAULTS: dict[str, Fault] = {
             "Python's default SSL context trusts no CA certificate (none in /usr/lib/ssl/cert.pem or "
             "/usr/lib/ssl/certs)", "fails with CERTIFICATE_VERIFY_FAILED", "install ca-certificates")}),
     "tmp-not-writable": Fault("pytorch-tmp-readonly", "test_user", {
-        "test_image_user_can_write_tmp": ("user 1000 (trainer) cannot write in /tmp: PermissionError",
-                                          "'/tmp/")}),
+        "test_image_user_can_write_tmp": ("user 1000 (trainer) cannot write in /tmp: mktemp",
+                                          "'/tmp/", "Permission denied")}),
+    # -- issue 54: checks written with testinfra's `host`, each failing on its fault -------------------------
+    "locked-package-removed": Fault("pytorch-noprofiler", "locked_packages", {
+        "test_locked_packages_installed_at_their_versions": ("1 of ", "locked packages differ",
+                                                             "torch-tb-profiler: locked 0.4.3, image has nothing "
+                                                             "installed")}),
+    "cpu-image-requires-cuda": Fault("pytorch-requires-cuda", "nvidia_runtime_variables", {
+        "test_nvidia_runtime_variables": ("a CPU image sets NVIDIA_REQUIRE_CUDA=cuda>=12.4",
+                                          "GPU runtimes would refuse to start it")}),
+    "tensorboard-listens-everywhere": Fault("pytorch-tensorboard-exposed", "tensorboard_listens", {
+        "test_tensorboard_listens_on_loopback_only": ("TensorBoard started without --host listens on 0.0.0.0:",
+                                                      "not on loopback only")}),
     "gloo-interface-missing": Fault("pytorch-gloo-ifname", "ddp_loss or collectives", {
         "test_ddp_loss_falls": ("failed: rank", "RuntimeError", "Unable to find address for: nonexistent0"),
         "test_collectives_give_known_results_on_cpu": ("Unable to find address for: nonexistent0",)},
