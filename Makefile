@@ -1,5 +1,6 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
-# Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
+# Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, EXTRA_TESTS (validate: a folder
+# of the site's own checks, as --extra-tests; default the matrix's validate.extra_tests), DOCKER_CLIENT
 # (the docker client of every docker command: buildx, classic or a path; see docs/commands.md), JOBS (validate:
 # the image tests on this many workers side by side; 1: one after another), PLATFORM (validate: only that platform
 # of an image index, e.g. linux/arm64 on a native arm64 GPU runner; build: the platforms of a multi-platform cell
@@ -77,7 +78,8 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 
 .PHONY: validate
 validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM))
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM)) \
+		$(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
 
 # A foreign platform's image validated under QEMU on this machine (CPU checks; a GPU cell's GPU checks are not
 # run, so its verdict is incomplete and only a native GPU runner's counts for release); the nightly runs it

@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
 import lanes  # noqa: E402
 from harness import Container, check_client_setting, install_signal_cleanup, remove_all, skip, warm_up  # noqa: E402
+from infra import host_of, pip_list  # noqa: E402
 
 from buildtool.contracts import skips  # noqa: E402
 from buildtool.contracts.target import load_target  # noqa: E402
@@ -219,6 +220,20 @@ def main(target: dict[str, Any], shared_dir: Path, out_root: Path):
 
 
 @pytest.fixture(scope="session")
+def host(main):
+    """The testinfra host of `main` (infra.py): `host.file(...)`, `host.pip`, `host.user()`, `host.environment()`,
+    `host.mount_point(...)`, `host.socket(...)`, `host.run(...)`, each command run as the image's default user in
+    its working directory, without a login shell, under the image's deadline."""
+    return host_of(main)
+
+
+@pytest.fixture(scope="session")
+def pip_packages(host) -> dict[str, str]:
+    """Every Python distribution of the image, as the `pip` on its PATH lists them (normalised name -> version)."""
+    return pip_list(host)
+
+
+@pytest.fixture(scope="session")
 def bridge(target: dict[str, Any]) -> str:
     """The run's bridge network (made by validate, one per run): a container started on it has a network
     namespace of its own and reaches the others by their container names, as nodes do."""
@@ -233,21 +248,13 @@ def contents(main, target) -> dict[str, Any]:
     """What the image really contains (scripts/contents.py), read once per image."""
     info = target["framework_info"]
     spec = {"module": info["module"], "gpu_count_expr": info["gpu_count_expr"],
-            "cuda_expr": info.get("cuda_build_expr") or "''", "packages": sorted(target["expect"].get("packages", {})),
-            "commands": ["torchrun", "tensorboard"],
-            "env": [info["container_version_env"]] if info.get("container_version_env") else []}
+            "cuda_expr": info.get("cuda_build_expr") or "''"}
     probe = main.python("contents.py", json.dumps(spec), step=f"import {info['module']} and read its version")
     found = probe.result
     assert probe.ok and isinstance(found, dict) and "stage" not in found, probe.cause() or "no result"
     if found.get("framework_version"):
         _FACTS["framework_version"] = found["framework_version"]  # the full string, local part included
     return found
-
-
-@pytest.fixture(scope="session")
-def limits(main) -> dict[str, Any]:
-    """The rlimits and /dev/shm a process of the image's user really gets (scripts/limits.py)."""
-    return main.result("limits.py", step="read the container's limits", site=False)
 
 
 @pytest.fixture(scope="session")

@@ -34,8 +34,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,6 +408,12 @@ class Container:
         `step` names what it does ("<step> hung: no CPU or I/O for 30 s"); `quiet` is the longest
         it may show no progress (raise it where the probe waits on a peer or on a timeout of its
         own); it may run as long as the image's deadline allows while it makes progress."""
+        probe = self.prepare(argv, step=step, quiet=quiet)
+        return probe if probe.error else self.execute(probe, env)
+
+    def prepare(self, argv: list[str], *, step: str, quiet: float = QUIET_S) -> Probe:
+        """A probe not yet run: its folder made and its bound taken from the image's deadline (or the
+        error that it is not run)."""
         if isinstance(argv, str):  # never a shell: its start-up files are the image's, not ours
             raise TypeError("probes take an argument list, never a shell string")
         probe = Probe(step=step, argv=list(argv), quiet=float(quiet))
@@ -414,13 +422,18 @@ class Container:
             probe.error = "not run: " + DEADLINE.describe()
             return probe
         ident = f"{re.sub(r'[^a-z0-9]+', '-', step.lower())[:40].strip('-')}-{uuid.uuid4().hex[:8]}"
-        host_dir = _make_dir(self.out_root, ident)
-        probe.dir = host_dir
+        probe.dir = _make_dir(self.out_root, ident)
+        return probe
+
+    def execute(self, probe: Probe, env: dict[str, str] | None = None) -> Probe:
+        """Run a prepared probe under the supervisor and read how it ended."""
+        assert probe.dir is not None
+        host_dir, ident, step = probe.dir, probe.dir.name, probe.step
         inside = f"{OUT_IN}/{ident}"
         # "{out}" in a value is the probe's own folder inside the container.
         envs = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v.replace('{out}', inside)}")]
         full = ["exec", *envs, self.name, "python3", "-I", "-S", f"{SCRIPTS_IN}/supervise.py", inside,
-                _seconds(probe.bound), _seconds(probe.quiet), ident, "--", *argv]
+                _seconds(probe.bound), _seconds(probe.quiet), ident, "--", *probe.argv]
         started = time.monotonic()
         try:
             proc = _docker(*full, timeout=probe.bound + HOST_GRACE_S)
@@ -444,6 +457,29 @@ class Container:
         if probe.timed_out or probe.lost:
             DEADLINE.spent_by = DEADLINE.spent_by or step
         return probe
+
+    @contextlib.contextmanager
+    def serving(self, script: str, *args: str, step: str, quiet: float = QUIET_S,
+                ready: str = "serving.json") -> Iterator[dict[str, Any]]:
+        """A probe script left running while the test inspects what it serves (a TensorBoard's socket,
+        through `host`): yields the JSON object the script writes to `ready` in its folder once it serves;
+        leaving the block writes `stop` there, which ends it. A script that ends, hangs or is cut before it
+        is ready fails the test with its cause as the first line."""
+        probe = self.prepare(["python3", f"{SCRIPTS_IN}/{script}", *args], step=step, quiet=quiet)
+        if probe.error or probe.dir is None:
+            pytest.fail(probe.cause(), pytrace=False)
+        worker = threading.Thread(target=self.execute, args=(probe,), daemon=True)
+        worker.start()
+        try:
+            while (found := _json(probe.dir / ready)) is None:
+                if not worker.is_alive():
+                    pytest.fail(probe.cause() or f"{step} ended without serving ({probe.tail(1)[:200]})",
+                                pytrace=False)
+                time.sleep(0.2)
+            yield found
+        finally:
+            (probe.dir / "stop").touch()
+            worker.join()
 
     def exec(self, argv: list[str], *, quiet: float = QUIET_S, env: dict[str, str] | None = None) -> Probe:
         """A command whose output its caller reads (a fixture framework's own group test); the

@@ -51,3 +51,18 @@ def test_setup_installs_with_the_lock_as_constraints() -> None:
 def test_the_check_can_fail(tmp_path: Path) -> None:
     req = Requirement("pydantic>=2.13.4,<3")
     assert not req.specifier.contains(Version("3.0.0"))
+
+
+def test_what_runs_the_image_tests_is_a_runtime_dependency_and_is_used() -> None:
+    """`buildtool validate` runs image-tests/ with this package's own Python: pytest, its xdist workers and
+    pytest-testinfra (every check that inspects an image goes through testinfra's `host`, image-tests/infra.py)
+    are runtime dependencies, pinned, and testinfra is really imported there."""
+    runtime = {canonicalize_name(Requirement(r).name)
+               for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    assert {"pytest", "pytest-testinfra", "pytest-xdist"} <= runtime
+    assert {"pytest", "pytest-testinfra", "pytest-xdist"} <= set(_lock())
+    infra = (ROOT / "image-tests" / "infra.py").read_text()
+    assert "import testinfra.host" in infra and "from testinfra.backend.base import BaseBackend" in infra
+    uses = [p.name for p in (ROOT / "image-tests" / "common").glob("test_*.py") if "(host" in p.read_text()
+            or ", host" in p.read_text()]
+    assert len(uses) >= 6, uses

@@ -1,13 +1,15 @@
-"""The worked example of image-tests/README.md ("Adding a check"), run without an engine: its script
-and its test, through the harness's calling style (`Container.result`), against a stand-in container
-that runs /imagetests scripts with this machine's Python under the real supervisor. What the example
-promises: a healthy CA setup passes; none fails naming where it looked; a probe that hangs is stopped
-and named; one that fails names its cause. (tests/integration/test_image_faults.py's `ca-certificates-
-removed` runs the same check in a real image without CA certificates.)"""
+"""The worked example of image-tests/README.md ("Adding a check"), run without an engine: its testinfra check
+against a stand-in container that runs the harness's commands on this machine, under the real supervisor, through
+the backend every image test's `host` has (image-tests/infra.py). What the example promises: a healthy CA setup
+passes; none fails naming where it looked; a command that hangs is stopped and named, one that cannot start names
+why, as the first line of the test's failure. (tests/integration/test_image_faults.py's `ca-certificates-removed`
+runs the same check in a real image without CA certificates.) Also the backend's /proc/net reading of sockets,
+which images without `ss` or `netstat` need."""
 
 from __future__ import annotations
 
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -21,30 +23,29 @@ TESTS_DIR = REPO / "image-tests"
 sys.path.insert(0, str(TESTS_DIR))
 sys.path.insert(0, str(TESTS_DIR / "common"))
 import harness  # noqa: E402
+import infra  # noqa: E402
 import test_ca_certs  # noqa: E402
 
-SCRIPT = TESTS_DIR / "scripts" / "ca_certs.py"
 TEST = TESTS_DIR / "common" / "test_ca_certs.py"
 
 
 class HostContainer:
-    """harness.Container as a check calls it (`result`, `python`, `run`), on this machine: `python3` is
-    this Python, /imagetests is `scripts`, and every probe runs under scripts/supervise.py as in an image."""
+    """harness.Container as the testinfra backend calls it (`run(argv, step=...)`), on this machine: every command
+    runs under scripts/supervise.py with `env` as its whole environment, as in an image."""
 
-    python = harness.Container.python
-    result = harness.Container.result
+    name = "stand-in"
 
-    def __init__(self, out: Path, env: dict[str, str], scripts: Path = harness.SCRIPTS) -> None:
-        self.out, self.env, self.scripts = out, env, scripts
+    def __init__(self, out: Path, env: dict[str, str], quiet: float = harness.QUIET_S) -> None:
+        self.out, self.env, self.quiet = out, env, quiet
 
     def run(self, argv: list[str], *, step: str, quiet: float = harness.QUIET_S,
             env: dict[str, str] | None = None) -> harness.Probe:
+        quiet = min(quiet, self.quiet)
         probe = harness.Probe(step=step, argv=list(argv), quiet=float(quiet), bound=60)
         host_dir = self.out / uuid.uuid4().hex[:8]
         host_dir.mkdir(parents=True)
-        local = [sys.executable if a == "python3" else a.replace(harness.SCRIPTS_IN, str(self.scripts)) for a in argv]
         subprocess.run([sys.executable, "-I", "-S", str(harness.SCRIPTS / "supervise.py"), str(host_dir), "60",
-                        str(quiet), f"unit-{host_dir.name}", "--", *local],
+                        str(quiet), f"unit-{host_dir.name}", "--", *argv],
                        env={"PATH": "/usr/bin:/bin", **self.env, **(env or {})}, check=True, timeout=quiet + 60)
         assert probe.read_record(host_dir), "the supervisor left no record"
         return probe
@@ -64,39 +65,76 @@ def _ca_env(tmp_path: Path, certs: bool) -> dict[str, str]:
     return {"SSL_CERT_FILE": str(bundle), "SSL_CERT_DIR": str(folder)}
 
 
+def _host(tmp_path: Path, env: dict[str, str], quiet: float = harness.QUIET_S) -> infra.ImageHost:
+    return infra.host_of(HostContainer(tmp_path / "out", env, quiet))
+
+
 def test_the_check_passes_where_python_trusts_ca_certificates(tmp_path):
-    test_ca_certs.test_python_trusts_the_system_ca_certificates(HostContainer(tmp_path, _ca_env(tmp_path, True)))
+    test_ca_certs.test_python_trusts_the_system_ca_certificates(_host(tmp_path, _ca_env(tmp_path, True)))
 
 
 def test_the_check_fails_naming_where_it_looked_when_no_ca_is_trusted(tmp_path):
     env = _ca_env(tmp_path, False)
     with pytest.raises(AssertionError) as failed:
-        test_ca_certs.test_python_trusts_the_system_ca_certificates(HostContainer(tmp_path, env))
+        test_ca_certs.test_python_trusts_the_system_ca_certificates(_host(tmp_path, env))
     first = str(failed.value).splitlines()[0]
     assert first.startswith("Python's default SSL context trusts no CA certificate "
                             f"(none in {env['SSL_CERT_FILE']} or {env['SSL_CERT_DIR']})"), first
     assert "CERTIFICATE_VERIFY_FAILED; install ca-certificates" in first, first
 
 
-@pytest.mark.parametrize(("code", "cause"), [
-    ("import time; time.sleep(300)", "probe the example hung: no CPU or I/O for 2 s; killed after"),
-    ("raise SystemExit('no ssl module here')", "probe the example exited with 1: no ssl module here"),
-    ("print('a result printed, not written')", "probe the example wrote no result"),
-])
-def test_a_check_that_hangs_or_breaks_fails_naming_its_cause(tmp_path, code, cause):
-    """What `Container.result` keeps of the harness: a hung probe is stopped within its quiet window and
-    named, a broken one names its cause, as the first line of the test's failure."""
-    scripts = tmp_path / "scripts"
-    scripts.mkdir()
-    (scripts / "example.py").write_text(code + "\n")
-    container = HostContainer(tmp_path / "out", {}, scripts)
+def test_a_command_that_hangs_is_stopped_and_named_as_the_first_line(tmp_path):
+    """What the backend keeps of the harness: a testinfra command is supervised, never left to hang."""
+    host = _host(tmp_path, {}, quiet=2)
     with pytest.raises(pytest.fail.Exception) as failed:
-        container.result("example.py", step="probe the example", quiet=2)
-    assert str(failed.value).startswith(cause), str(failed.value)
+        host.run("sleep 300")
+    assert str(failed.value).startswith("`sleep 300` hung: no CPU or I/O for 2 s; killed after"), str(failed.value)
+
+
+def test_a_command_that_cannot_start_names_why_and_a_failing_one_is_testinfras_answer(tmp_path):
+    host = _host(tmp_path, {"PATH": str(tmp_path / "nothing")})   # no /bin/sh on PATH is fine: it is run by path
+    done = host.run("exit 3")
+    assert done.rc == 3 and not done.stdout
+    probe = harness.Probe(step="`true`", argv=["/bin/sh"], error="/bin/sh: not found in the image (PATH=/x)")
+    container = HostContainer(tmp_path / "out", {})
+    container.run = lambda argv, step, **kw: probe   # type: ignore[method-assign]
+    with pytest.raises(pytest.fail.Exception) as failed:
+        infra.host_of(container).run("true")
+    assert str(failed.value) == "`true`: /bin/sh: not found in the image (PATH=/x)"
+
+
+def test_output_and_environment_come_back_whole(tmp_path):
+    host = _host(tmp_path, {"LANG": "C.UTF-8", "IMGTEST_X": "a=b"})
+    assert host.environment()["IMGTEST_X"] == "a=b"
+    big = host.check_output("head -c 300000 /dev/zero | tr '\\0' x")
+    assert len(big) == 300000                     # the supervisor's stdout file, not the 20 kB tail for people
+    assert host.check_output("printf %s", "é") == "é"
+
+
+@pytest.mark.parametrize(("field", "address"), [
+    ("0100007F:1F90", ("127.0.0.1", 8080)),
+    ("00000000:0016", ("0.0.0.0", 22)),
+    ("00000000000000000000000001000000:1F90", ("::1", 8080)),
+    ("00000000000000000000000000000000:0050", ("::", 80)),
+])
+def test_proc_net_addresses_read_as_the_kernel_writes_them(field, address):
+    assert infra._address(field) == address
+
+
+def test_sockets_without_ss_or_netstat_come_from_proc_net(tmp_path):
+    host = _host(tmp_path, {})
+    sockets = infra.ProcNetSocket.get_module(host)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        assert not sockets(f"tcp://127.0.0.1:{port}").is_listening      # bound, not listening yet
+        server.listen()
+        assert sockets(f"tcp://127.0.0.1:{port}").is_listening
+        assert f"tcp://127.0.0.1:{port}" in sockets.get_listening_sockets()
+        assert not sockets(f"tcp://0.0.0.0:{port}").is_listening
 
 
 def test_the_readme_shows_the_example_as_it_is():
-    """The worked example in image-tests/README.md is these two files, verbatim (it cannot drift)."""
+    """The worked example in image-tests/README.md is this file, verbatim (it cannot drift)."""
     readme = (TESTS_DIR / "README.md").read_text()
-    for path in (SCRIPT, TEST):
-        assert path.read_text().strip() in readme, f"image-tests/README.md no longer shows {path.name} as it is"
+    assert TEST.read_text().strip() in readme, f"image-tests/README.md no longer shows {TEST.name} as it is"

@@ -442,7 +442,7 @@ def image_tests_argv(tmp_path: Path, files: dict[str, str], budget: float = 0, g
     on `jobs` xdist workers as validate runs them (buildtool.validate.targets.pytest_argv)."""
     suite = tmp_path / "suite"
     suite.mkdir()
-    for name in ("conftest.py", "harness.py", "lanes.py", "pytest.ini"):
+    for name in ("conftest.py", "harness.py", "infra.py", "lanes.py", "pytest.ini"):
         shutil.copy2(TESTS_DIR / name, suite / name)
     for name, body in files.items():
         (suite / name).write_text(textwrap.dedent(body))

@@ -151,7 +151,8 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     code_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-testcode")
     known = code_reader.submit(known_code, project.root, [("the image's revision", revision),
                                                           ("the release commit", "HEAD")],
-                               os.path.relpath(project.matrix_path, project.root))
+                               os.path.relpath(project.matrix_path, project.root),
+                               tuple(sorted({c.extra_tests for c in loaded.cells if c.extra_tests})))
     code_reader.shutdown(wait=False)
     from functools import partial
 

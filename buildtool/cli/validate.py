@@ -89,6 +89,11 @@ PlatformOption = Annotated[list[str] | None, typer.Option(
     help="Only this platform's manifest of an image index (os/arch, repeatable or a comma list; e.g. "
          "linux/arm64 on a native arm64 GPU runner). Default: every platform of the index.")]
 
+ExtraTestsOption = Annotated[Path | None, typer.Option(
+    "--extra-tests",
+    help="A folder of the site's own checks (test_*.py), run as one more test group named after the folder "
+         "(default: the matrix's validate.extra_tests). Release takes only verdicts of the committed one.")]
+
 
 def register(app: typer.Typer) -> None:
     app.command()(validate)
@@ -110,6 +115,7 @@ def validate(
     busbw_window: BusbwWindowOption = 7,
     jobs: JobsOption = DEFAULT_JOBS,
     platform: PlatformOption = None,
+    extra_tests: ExtraTestsOption = None,
     revision: RevisionOption = None,
     as_json: JsonOption = False,
     matrix: MatrixOption = None,
@@ -138,7 +144,7 @@ def validate(
     options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
                       reports=reports, cell=cell, deadline_s=deadline,
                       require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
-                      busbw_window=busbw_window, jobs=jobs)
+                      busbw_window=busbw_window, jobs=jobs, extra_tests=extra_tests)
     if options.require_gpu:
         # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
         require_gpus(gpu_inventory())

@@ -17,10 +17,11 @@ from buildtool.matrix.yamlsource import Located, load_yaml, paused_gc
 
 
 def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Path | None = None,
-                 tests_display: str | None = None) -> Matrix:
+                 tests_display: str | None = None, matrix_dir: Path | None = None) -> Matrix:
     """Validate a located YAML document and expand it into cells (buildtool.matrix.cells). `templates_dir`,
     `tests_dir`: the folders a template and a test group must be in (None: not looked at; `load_matrix` always
-    looks for the test groups); `tests_display`: how errors name `tests_dir`."""
+    looks for the test groups); `tests_display`: how errors name `tests_dir`; `matrix_dir`: the folder a site
+    folder (`validate.extra_tests`) is named from, looked at when given."""
     if not isinstance(doc.data, dict):
         raise MatrixError(doc.path, 1, "", "the top level must be a mapping with `schema`, `source` and `images`")
     if tests_dir is not None:
@@ -33,7 +34,8 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
             raise UserError(str(exc)) from None
     try:
         spec = MatrixFile.model_validate(doc.data, context={"templates_dir": templates_dir, "tests_dir": tests_dir,
-                                                            "tests_display": tests_display})
+                                                            "tests_display": tests_display,
+                                                            "matrix_dir": matrix_dir})
     except ValidationError as exc:
         raise pydantic_error(doc, exc) from None
     return Matrix(path=doc.path, source=spec.source, cells=expand(doc, spec, templates_dir))
@@ -59,4 +61,4 @@ def load_matrix(path: Path, templates_dir: Path | None = None, display: str | No
     test group a cell names must be a folder of `tests_dir` (default: image-tests/ beside the matrix)."""
     folder, shown = tests_dir_for(path, tests_dir)
     with paused_gc():
-        return parse_matrix(load_yaml(path, display), templates_dir, folder, shown)
+        return parse_matrix(load_yaml(path, display), templates_dir, folder, shown, path.parent)

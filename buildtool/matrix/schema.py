@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -31,7 +31,7 @@ from pydantic import (
 
 from buildtool.common.errors import UserError
 from buildtool.common.sizes import size_bytes
-from buildtool.contracts import frameworks, platforms, runprofile
+from buildtool.contracts import frameworks, platforms, runprofile, sitetests
 from buildtool.matrix import values
 
 SCHEMA_VERSION = values.SCHEMA_VERSION
@@ -194,6 +194,25 @@ class ValidateSettings(_Strict):
     # An emulated platform (arm64 under QEMU on an amd64 runner) runs the same tests this many times slower:
     # its deadline is deadline_s times this. Required where a cell has more than one platform.
     emulation_factor: StrictInt | None = None
+    # A site's own checks (contracts.sitetests): a folder beside the matrix, run as one more test group named after
+    # it; release takes only verdicts that ran it.
+    extra_tests: StrictStr | None = None
+
+    @field_validator("extra_tests")
+    @classmethod
+    def _extra_tests(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        path = PurePosixPath(value)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            raise ValueError(f"{value!r} must be a folder beside the matrix (a relative path without ..)")
+        context = info.context or {}
+        where: Path | None = context.get("matrix_dir")
+        if where is not None:
+            wrong = sitetests.problem(where / path, context.get("tests_dir"))
+            if wrong:
+                raise ValueError(wrong)
+        return str(path)
 
     @field_validator("emulation_factor")
     @classmethod
@@ -327,11 +346,22 @@ class Cell:
     moving_tags: tuple[str, ...]
     line: int
     validate_deadline_s: int = runprofile.DEFAULT_DEADLINE_S["cpu"]
+    extra_tests: str | None = None                          # the site's own checks: a folder beside the matrix
     cuda: str | None = None                                 # GPU cells: the CUDA the image is built for
     oci: tuple[tuple[str, str], ...] = ()                   # (key of OciLabels, value), in OciLabels' order
     platforms: tuple[str, ...] = platforms.DEFAULT          # os/arch of each image in the cell's index
     emulation_factor: int = 1                               # deadline multiplier of an emulated platform
     libraries: NvidiaLibraries | None = None                # cuDNN/NCCL the base promises (required on NGC)
+
+    @property
+    def site_group(self) -> str | None:
+        """The test group of the cell's site checks (its folder's name; contracts.sitetests), or None."""
+        return PurePosixPath(self.extra_tests).name if self.extra_tests else None
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Every test group a verdict of the cell must have run: its image-tests groups and its site checks."""
+        return (*self.tests, self.site_group) if self.site_group else self.tests
 
     @property
     def multi_platform(self) -> bool:

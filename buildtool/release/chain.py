@@ -206,7 +206,8 @@ def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, res
     revisions = sorted({c.facts["provenance"]["buildDefinition"]["externalParameters"]["revision"]
                         for c in result.chains if "provenance" in c.facts})
     known = checkout.known_code or known_code(checkout.root, [*(("the image's revision", r) for r in revisions),
-                                                             ("the checkout's HEAD", "HEAD")], checkout.matrix_name)
+                                                             ("the checkout's HEAD", "HEAD")], checkout.matrix_name,
+                                                (cell.extra_tests,) if cell.extra_tests else ())
     options = ReleaseOptions(version="", revision="HEAD", trusted=trusted, known_code=known, accept_skips=accept_skips,
                              source_check=checkout.source_check or partial(source_problems, checkout.root,
                                                                            matrix_name=checkout.matrix_name))

@@ -236,7 +236,7 @@ def _coverage_problems(cell: Cell, verdict: Verdict, local_tests: dict[str, bool
     if selection.deselected:
         problems.append(f"the verdict deselected {len(selection.deselected)} test(s): "
                         f"{_listed(selection.deselected)}")
-    wanted = list(cell.tests)
+    wanted = list(cell.groups)       # its site checks' group too (contracts.sitetests)
     ran_groups = list(verdict.groups)
     not_run = [g for g in wanted if g not in ran_groups]
     foreign = [g for g in ran_groups if g not in wanted]

@@ -72,16 +72,21 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
         item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
     local = None
     known, code = options.test_code(), chosen.verdict.test_code
+    codes = known.for_cell(plan.cell) if known is not None else {}
+    site = f" with the site folder {plan.cell.extra_tests}" if plan.cell.extra_tests else ""
     if known is None:
         item.problems.append("no image-tests code to compare the verdict's with (release reads image-tests from "
                              "the git checkout it runs in)")
-    elif code not in known.codes:
-        item.problems.append(f"the verdict ran image-tests {code or '(none)'}, which is neither image-tests at the "
-                             f"image's revision nor at the release commit ({known.describe()}); test code that git "
-                             "does not hold at either proves nothing: validate again with committed image-tests")
+    elif code not in codes:
+        dropped = (f"; {plan.cell.key}'s site checks ({plan.cell.site_group}) are part of its test code, so a "
+                   "verdict that did not run them is of other test code" if site else "")
+        item.problems.append(f"the verdict ran image-tests {code or '(none)'}, which is neither image-tests{site} at "
+                             f"the image's revision nor at the release commit ({known.describe()}); test code that git "
+                             f"does not hold at either proves nothing{dropped}: validate again with committed "
+                             f"image-tests{site}")
     else:
         item.problems += binding_problems(plan.cell, chosen.verdict, known.matrices)
-        where, folder = known.codes[code]
+        where, folder = codes[code]
         item.notes.append(f"verdict ran {where} ({code})")
         if folder is not None:
             from buildtool.validate.collect import defined_tests, missing_groups

@@ -7,6 +7,11 @@ or at the release commit (HEAD of this checkout): each tree is extracted with `g
 temporary folder and hashed there the same way, and the defined tests the gate compares with are
 collected from that very folder. A verdict made by any other test code (edited on the runner,
 or from a branch nobody released from) is refused.
+
+Site checks (contracts.sitetests): a cell whose matrix names a site folder (`validate.extra_tests`) is judged
+only against image-tests staged with that folder as committed at the same revision (`KnownCode.for_cell`).
+A verdict of image-tests alone, from a runner that dropped the site folder, has another hash and is refused,
+as is one of a site folder git does not hold; a revision without the folder offers no code for the cell.
 """
 
 from __future__ import annotations
@@ -19,9 +24,13 @@ import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
+
+if TYPE_CHECKING:
+    from buildtool.matrix.schema import Cell
 
 GIT_TIMEOUT_S = 60
 TESTS = "image-tests"
@@ -35,9 +44,16 @@ class KnownCode:
     looked_at: list[str] = field(default_factory=list)    # every revision asked, with its hash or why none
     # sha256 of the matrix as committed at each revision -> where: what a verdict's matrix_digest must be one of.
     matrices: dict[str, str] = field(default_factory=dict)
+    # A site folder (as the matrix names it) -> the codes of image-tests staged with it, like `codes`.
+    sites: dict[str, dict[str, tuple[str, Path | None]]] = field(default_factory=dict)
 
     def describe(self) -> str:
         return "; ".join(self.looked_at) or "no revision"
+
+    def for_cell(self, cell: Cell) -> dict[str, tuple[str, Path | None]]:
+        """The codes a verdict of `cell` may have run: image-tests, or image-tests with the cell's site folder
+        (never image-tests alone for a cell that has one; none at all for a folder nobody looked up)."""
+        return self.sites.get(cell.extra_tests, {}) if cell.extra_tests else self.codes
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -51,16 +67,16 @@ def _commit(root: Path, revision: str) -> str | None:
     return proc.stdout.decode().strip() if proc.returncode == 0 else None
 
 
-def _extract(root: Path, commit: str, into: Path) -> Path | None:
-    """image-tests/ at `commit`, extracted under `into` (None when that commit has none)."""
+def _extract(root: Path, commit: str, into: Path, folder: str = TESTS) -> Path | None:
+    """`folder` (default image-tests/) at `commit`, extracted under `into` (None when that commit has none)."""
 
-    proc = _git(root, "archive", "--format=tar", commit, "--", TESTS)
+    proc = _git(root, "archive", "--format=tar", commit, "--", folder)
     if proc.returncode != 0:
         return None
     target = into / commit
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         tar.extractall(target, filter="data")
-    return target / TESTS if (target / TESTS).is_dir() else None
+    return target / folder if (target / folder).is_dir() else None
 
 
 def _matrix_digest(root: Path, commit: str, matrix_name: str) -> str | None:
@@ -69,9 +85,12 @@ def _matrix_digest(root: Path, commit: str, matrix_name: str) -> str | None:
     return "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
 
 
-def known_code(root: Path, revisions: list[tuple[str, str]], matrix_name: str = "matrix.yaml") -> KnownCode:
+def known_code(root: Path, revisions: list[tuple[str, str]], matrix_name: str = "matrix.yaml",
+               sites: tuple[str, ...] = ()) -> KnownCode:
     """The image-tests hashes of each (label, revision) that git knows, e.g. [("the image's revision",
-    "abc123"), ("the release commit", "HEAD")], and the matrix (`matrix_name`, relative to `root`) at each."""
+    "abc123"), ("the release commit", "HEAD")], and the matrix (`matrix_name`, relative to `root`) at each;
+    for each site folder in `sites` (as the matrix names them, beside it), image-tests staged with it."""
+    from buildtool.contracts import sitetests
     from buildtool.validate.collect import image_tests_hash
 
     if _git(root, "rev-parse", "--git-dir").returncode != 0:
@@ -95,4 +114,14 @@ def known_code(root: Path, revisions: list[tuple[str, str]], matrix_name: str = 
         code = image_tests_hash(folder)
         known.codes.setdefault(code, (f"image-tests at {label} {commit[:12]}", folder))
         known.looked_at.append(f"{label} {commit[:12]}: {code}")
+        for site in sites:
+            committed = _extract(root, commit, workdir, str(PurePosixPath(matrix_name).parent / site))
+            if committed is None:
+                known.looked_at.append(f"{label} {commit[:12]}: no site folder {site}")
+                continue
+            staged = sitetests.stage(folder, committed, workdir / commit / f"staged-{len(known.looked_at)}" / TESTS)
+            code = image_tests_hash(staged)
+            known.sites.setdefault(site, {}).setdefault(
+                code, (f"image-tests with the site folder {site} at {label} {commit[:12]}", staged))
+            known.looked_at.append(f"{label} {commit[:12]} with {site}: {code}")
     return known

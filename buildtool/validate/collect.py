@@ -29,28 +29,30 @@ PLUGIN = "buildtool.validate.collect_plugin"
 
 
 def image_tests_hash(tests_dir: Path) -> str:
-    """sha256 over image-tests/ (paths and bytes): which test code produced a verdict."""
+    """sha256 over image-tests/ (paths and bytes), or over the tree staged with a site folder
+    (contracts.sitetests.stage): which test code produced a verdict."""
     digest = hashlib.sha256()
     for path in sorted(p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         digest.update(str(path.relative_to(tests_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
     return f"sha256:{digest.hexdigest()}"
 
 
-def missing_groups(cell: Cell, tests_dir: Path) -> list[str]:
-    """The cell's test groups that have no folder in `tests_dir`."""
-    return [g for g in cell.tests if not (tests_dir / g).is_dir()]
+def missing_groups(cell: Cell, tests_dir: Path, groups: tuple[str, ...] | None = None) -> list[str]:
+    """The groups (default: the cell's, its site checks' included) that have no folder in `tests_dir`."""
+    return [g for g in (cell.groups if groups is None else groups) if not (tests_dir / g).is_dir()]
 
 
-def cell_groups(cell: Cell, tests_dir: Path) -> list[str]:
-    """The cell's test groups, every one (what validate runs and collect collects); a group without
-    its folder in `tests_dir` is an error naming it, never dropped."""
-    missing = missing_groups(cell, tests_dir)
+def cell_groups(cell: Cell, tests_dir: Path, groups: tuple[str, ...] | None = None) -> list[str]:
+    """The groups a run of the cell runs and collect collects, every one (default: the cell's image-tests groups
+    and its site checks' group, contracts.sitetests); a group without its folder in `tests_dir` (image-tests, or
+    the tree staged with the site folder) is an error naming it, never dropped."""
+    missing = missing_groups(cell, tests_dir, groups)
     if missing:
         plural = "s" if len(missing) > 1 else ""
         raise UserError(f"{cell.key} names the test group{plural} {', '.join(missing)}, but there is no folder "
                         f"{', '.join(f'{tests_dir / g}/' for g in missing)}; every group a cell names is a folder "
                         "of image-tests")
-    return list(cell.tests)
+    return list(cell.groups if groups is None else groups)
 
 
 def _cache_dir() -> Path:

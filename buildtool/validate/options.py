@@ -37,3 +37,5 @@ class Options:
     # How many earlier nights the bus bandwidth is compared with (their median; contracts.busbw).
     busbw_window: int = DEFAULT_BUSBW_WINDOW
     jobs: int = DEFAULT_JOBS
+    # A folder of site checks run as one more group (contracts.sitetests); None: the matrix's, if any.
+    extra_tests: Path | None = None

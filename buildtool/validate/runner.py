@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import emulation, platforms
+from buildtool.contracts import emulation, platforms, sitetests
 from buildtool.contracts.target import write_target
-from buildtool.matrix.schema import Matrix
+from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.validate import network
 from buildtool.validate.collect import cell_groups
@@ -77,6 +77,21 @@ def matrix_digest(matrix: Matrix) -> str:
         raise UserError(f"the matrix {matrix.path} cannot be read ({exc.strerror})") from None
 
 
+def site_folder(cell: Cell, matrix: Matrix, extra_tests: Path | None, tests_dir: Path) -> Path | None:
+    """The folder of site checks a run of `cell` adds (contracts.sitetests): --extra-tests, else the matrix's
+    `validate.extra_tests` (beside the matrix), else none. One that cannot be a site folder is exit 2 naming why."""
+    folder = extra_tests if extra_tests is not None else \
+        Path(matrix.path).parent / cell.extra_tests if cell.extra_tests else None
+    if folder is None:
+        return None
+    folder = folder.resolve()
+    wrong = sitetests.problem(folder, tests_dir)
+    if wrong:
+        where = "--extra-tests" if extra_tests is not None else f"validate.extra_tests of {cell.key}"
+        raise UserError(f"{where}: {wrong}")
+    return folder
+
+
 def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: Log,
                    platform: str | None = None) -> dict[str, Any]:
     """Run the cell's image-tests against `ref` (of an image index: its `platform` manifest); returns the
@@ -102,7 +117,8 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
 
     sbom, sbom_problem = verdict_sbom(image, root, log)
     tests_dir = root / "image-tests"
-    groups = cell_groups(cell, tests_dir)     # all of the cell's groups: one without its folder is exit 2
+    cell_groups(cell, tests_dir, cell.tests)  # all of the cell's groups: one without its folder is exit 2
+    site = site_folder(cell, matrix, options.extra_tests, tests_dir)
     deadline_s = float(options.deadline_s or cell.validate_deadline_s)
     if image.emulated:
         # The same tests under QEMU: the matrix says how much slower (validate.emulation_factor).
@@ -126,6 +142,9 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     run_id = uuid.uuid4().hex[:12]
     out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    # With a site folder the run is image-tests with it as one more group, staged (its hash is the test code).
+    tree = sitetests.stage(tests_dir, site, out_dir / f"tests-{run_id}") if site else tests_dir
+    groups = cell_groups(cell, tree, (*cell.tests, site.name) if site else cell.tests)
     if image.emulated:
         # An arm64 CPU's identity where QEMU shows this host's (buildtool.contracts.emulation).
         flags = [*flags, *emulation.run_flags(image.platform, out_dir / "cpu-sysfs")]
@@ -144,7 +163,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     results_path, defined_path = out_dir / "results.json", out_dir / "defined.json"
     results_path.unlink(missing_ok=True)
     defined_path.unlink(missing_ok=True)
-    argv = pytest_argv(tests_dir, groups, out_dir, cell.key, probes_dir(out_dir, run_id), options.select,
+    argv = pytest_argv(tree, groups, out_dir, cell.key, probes_dir(out_dir, run_id), options.select,
                        options.jobs)
     gpu_note = (f"{len(usable)}x {usable[0]['name']}" if usable else
                 f"none usable ({inventory.problem or 'CPU cell'}); GPU paths will be skipped")
@@ -169,10 +188,12 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     except (OSError, ValueError):
         results = None
     problem = deadline_problem(deadline_s, bool(fired), results, rc)
-    made = make_verdict(image, cell, started_at, duration, tests_dir, groups, inventory, usable, gpu_problem,
+    made = make_verdict(image, cell, started_at, duration, tree, groups, inventory, usable, gpu_problem,
                         options.require_gpu, target.run_flags, rc, results or {"tests": []}, defined_path,
                         options.select, problem, deadline_s, sbom=sbom, sbom_problem=sbom_problem,
                         matrix_digest=matrix_digest(matrix))
+    if site:
+        shutil.rmtree(tree, ignore_errors=True)
     verdict = made.to_json()
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(out_dir)

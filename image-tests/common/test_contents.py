@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from harness import skip
+from infra import normalized
 
 from buildtool.contracts import gpu, label_keys, skips, versions
 
@@ -36,21 +37,23 @@ def test_framework_version(contents, target):
     assert not wrong, "; ".join(wrong)
 
 
-def test_extra_packages(contents, target):
+def test_extra_packages(pip_packages, target):
+    """The packages the cell pins, as the image's `pip` lists them (testinfra's `host`)."""
     expected = target["expect"].get("packages", {})
     if not expected:
         skip(skips.NO_PINNED_PACKAGES, "the cell pins no extra packages")
-    wrong = {name: (version, contents["packages"].get(name)) for name, version in expected.items()
-             if contents["packages"].get(name) != version}
+    wrong = {name: (version, pip_packages.get(normalized(name))) for name, version in expected.items()
+             if pip_packages.get(normalized(name)) != version}
     assert not wrong, "; ".join(
         f"{name}: cell pins {want} but the image has {have or 'nothing installed'}"
         for name, (want, have) in sorted(wrong.items()))
 
 
-def test_nvidia_runtime_variables(target):
+def test_nvidia_runtime_variables(target, host):
     """A GPU image names what GPU runtimes must inject and the CUDA its driver must support
-    (pyxis/enroot inject no GPU without them); a CPU image demands no CUDA driver."""
-    env = target.get("image_env") or {}
+    (pyxis/enroot inject no GPU without them); a CPU image demands no CUDA driver. Read in the container
+    (testinfra's `host`): the variables its processes really get."""
+    env = host.environment()
     labels = target.get("labels") or {}
     if not target.get("needs_gpu"):
         assert "NVIDIA_REQUIRE_CUDA" not in env, (

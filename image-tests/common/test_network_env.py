@@ -3,8 +3,8 @@ interface of gloo, NCCL or TensorPipe pinned to the loopback device (ranks on ot
 told 127.0.0.1 and time out connecting to themselves), and no proxy variable without a no_proxy
 that keeps loopback and the cluster's addresses off the proxy (urllib, requests and gRPC, so
 TensorBoard's API and jax.distributed's coordinator, would send local connections to the proxy).
-Read with `python3 -I -S` (scripts/network_env.py): the variables as every process of the image
-gets them. Each problem names the variable and its value (a proxy's password masked)."""
+Read through testinfra's `host`: the variables as every process of the image gets them, and the container's
+interfaces from /sys/class/net. Each problem names the variable and its value (a proxy's password masked)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import ipaddress
 from typing import Any
 
 import pytest
-from harness import PROXY_VARS, SOCKET_VARS, docker_lines, shown
+from harness import NO_PROXY_VARS, PROXY_VARS, SOCKET_VARS, docker_lines, shown
 
 pytestmark = pytest.mark.shared(why="reads the container's environment and interfaces")
 
@@ -21,9 +21,16 @@ USERS = {"GLOO_SOCKET_IFNAME": "gloo (torch.distributed's CPU backend, JAX's CPU
          "NCCL_SOCKET_IFNAME": "NCCL", "TP_SOCKET_IFNAME": "TensorPipe (torch RPC)"}
 
 
+IFF_LOOPBACK = 0x8
+
+
 @pytest.fixture(scope="module")
-def found(main) -> dict[str, Any]:
-    return main.result("network_env.py", step="read the container's network settings", site=False)
+def found(host) -> dict[str, Any]:
+    """The image's socket and proxy variables, and its interfaces with which of them are loopback."""
+    flags = dict(line.split(":", 1) for line in host.check_output("grep -H . /sys/class/net/*/flags").splitlines())
+    names = {path.split("/")[-2]: int(value, 16) for path, value in flags.items()}
+    return {"env": {k: v for k, v in host.environment().items() if k in (*SOCKET_VARS, *PROXY_VARS, *NO_PROXY_VARS)},
+            "interfaces": sorted(names), "loopback": sorted(n for n, f in names.items() if f & IFF_LOOPBACK)}
 
 
 def interfaces_selected(name: str, value: str, known: list[str]) -> list[str] | None:

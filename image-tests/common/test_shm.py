@@ -1,6 +1,7 @@
-"""/dev/shm: as large as the run profile promises, and worker processes can pass batches larger
-than Docker's 64 MB default through it. A failure names the worker that hung or died and the
-signal; only a SIGBUS (or a full /dev/shm) is blamed on shared memory."""
+"""/dev/shm: mounted and as large as the run profile promises (testinfra's `host`), and worker processes can
+pass batches larger than Docker's 64 MB default through it (scripts/shm_workers.py, a program). A failure
+names the worker that hung or died and the signal; only a SIGBUS (or a full /dev/shm) is blamed on shared
+memory."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ pytestmark = pytest.mark.shared(why="its worker container's own /dev/shm; the ba
 WORKERS_QUIET_S = 60
 
 
-def test_shm_size_matches_run_profile(target, limits):
-    shm = limits["shm"]
-    assert shm.get("mounted"), "/dev/shm is not mounted in the container"
-    size, promised = int(shm["size"]), int(target["shm_expected_bytes"])
+def test_shm_size_matches_run_profile(target, host):
+    shm = host.mount_point("/dev/shm")
+    assert shm.exists, "/dev/shm is not mounted in the container"
+    blocks, block_size = host.check_output("stat -f -c %s /dev/shm", "%b %S").split()
+    size, promised = int(blocks) * int(block_size), int(target["shm_expected_bytes"])   # what statvfs says
     fix = target.get("shm_fix") or "run.shm_size in matrix.yaml"
     if promised < MIN_SHM_BYTES:
         raise AssertionError(
@@ -28,7 +30,8 @@ def test_shm_size_matches_run_profile(target, limits):
             f"DataLoader workers and NCCL need: raise {fix} to at least {MIN_SHM_SIZE}")
     assert size >= promised, (
         f"/dev/shm is {human(size)} but the run profile promises {target['shm_promised']} ({fix}): the container "
-        f"did not get the profile's shared memory (a later --shm-size or the engine overrode it)")
+        f"did not get the profile's shared memory (a later --shm-size or the engine overrode it; mounted "
+        f"{shm.filesystem} {','.join(shm.options)})")
 
 
 def worker_failure(found: dict, what: str, fix: str, raised: dict | None = None) -> str:

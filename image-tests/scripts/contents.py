@@ -1,18 +1,14 @@
 """What the image really contains, as facts its labels and its matrix cell are checked against.
 
-Argument: a JSON object {"module", "gpu_count_expr", "cuda_expr", "packages": [...],
-"commands": [...], "env": [...]} (the framework table's row and what the test wants to know).
-Writes result.json: python, the framework's version and CUDA build, GPUs it sees, the versions
-of the named packages, which commands are on PATH, and the named environment variables.
+Argument: a JSON object {"module", "gpu_count_expr", "cuda_expr"} (the framework table's row).
+Writes result.json: python, the framework's version and CUDA build, and the GPUs it sees. What needs no
+import of the framework (packages, commands, variables) the tests read through testinfra's `host`.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata as md
-import os
 import platform
-import shutil
 import sys
 
 from probe_io import error_line, result
@@ -21,14 +17,7 @@ from probe_io import error_line, result
 def main() -> int:
     spec = __import__("json").loads(sys.argv[1])
     module_name = spec["module"]
-    out = {"python": platform.python_version(), "executable": sys.executable, "packages": {},
-           "commands": {name: shutil.which(name) for name in spec.get("commands", [])},
-           "env": {name: os.environ.get(name) for name in spec.get("env", [])}}
-    for name in spec.get("packages", []):
-        try:
-            out["packages"][name] = md.version(name)
-        except md.PackageNotFoundError:
-            out["packages"][name] = None
+    out = {"python": platform.python_version(), "executable": sys.executable}
     result(dict(out, stage="import"))  # what is known before the import (which may hang)
     try:
         module = importlib.import_module(module_name)

@@ -5,8 +5,7 @@ For the SBOM also what the packages' own metadata says: each distribution's lice
 and Requires-Dist with the image's marker environment (evaluated by buildtool, which has
 `packaging`), each Debian package's architecture, source package, Depends/Pre-Depends/Provides
 and the license short names of a machine-readable (DEP-5) copyright file.
-Under the image-tests harness ($IMAGETEST_OUT set) the same object also goes to result.json,
-which is what the tests read (the build runs this file's text with `python -c`)."""
+The build runs this file's text with `python -c` (the image tests list packages through testinfra's `host`)."""
 
 from __future__ import annotations
 
@@ -168,11 +167,6 @@ def main() -> int:
         "deb_packages": deb_packages(),
     }
     print(json.dumps(out, sort_keys=True))
-    folder = os.environ.get("IMAGETEST_OUT")
-    if folder:
-        with open(os.path.join(folder, "result.json.tmp"), "w") as handle:
-            json.dump(out, handle, sort_keys=True)
-        os.replace(os.path.join(folder, "result.json.tmp"), os.path.join(folder, "result.json"))
     return 0
 
 

@@ -6,7 +6,9 @@ folder (never /tmp, which is the image's business). Modes: `listing` (plugins), 
 (torch-tb-profiler run, views, worker overview), `profile` (the profile plugin of TensorBoard,
 tensorboard-plugin-profile/xprof, which TensorFlow's and JAX's profilers write for: the run, its
 tools, its hosts and the trace viewer's events), `scalars` (scalar tags and values), `empty`
-(how fast an empty log folder answers). `--ui PLUGIN` also fetches the plugin's frontend as a
+(how fast an empty log folder answers), `serve` (TensorBoard started as a user starts it, without --host,
+left serving until the test writes `stop` into the probe's folder: serving.json says its port once it answers,
+and the test inspects its socket through testinfra's `host`). `--ui PLUGIN` also fetches the plugin's frontend as a
 browser would: TensorBoard's own page, the plugin's module, its index.html, every local asset
 that page names, and each `--ui-page`. `--expect-plugin NAME --plugin-dist DIST` says, when the
 plugin is not loaded, why: not installed, no entry point, or an entry point that fails to load.
@@ -34,12 +36,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from probe_io import error_line, out_dir, result
+from probe_io import error_line, out_dir, result, write
 
 PROFILER = "/data/plugin/pytorch_profiler"
 PROFILE = "/data/plugin/profile"
 TRACE_TOOL = "trace_viewer@"   # the profile plugin's trace viewer (XPlane converted to trace events)
 MAX_NAMES = 2000
+SERVE_S = 60          # `serve`: the longest TensorBoard is left serving for the test's inspection
 
 
 def free_port() -> int:
@@ -274,7 +277,7 @@ def crash_line(log_text: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--logdir", required=True)
-    ap.add_argument("--mode", choices=("listing", "profiler", "profile", "scalars", "empty"), required=True)
+    ap.add_argument("--mode", choices=("listing", "profiler", "profile", "scalars", "empty", "serve"), required=True)
     ap.add_argument("--timeout", type=float, default=60, help="bound for start and for data to appear")
     ap.add_argument("--run", default="")
     ap.add_argument("--tag", default="")
@@ -301,12 +304,13 @@ def main() -> int:
     port = free_port()
     log_path = os.path.join(out_dir(), "tensorboard.log")
     started = time.monotonic()
+    # `serve`: TensorBoard's own default address, what `tensorboard --logdir DIR` gives a user.
+    where = [] if args.mode == "serve" else ["--host", "127.0.0.1"]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([exe, "--logdir", args.logdir, "--host", "127.0.0.1", "--port", str(port),
-                                 "--reload_interval", "1"], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen([exe, "--logdir", args.logdir, *where, "--port", str(port), "--reload_interval", "1"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     out["port"] = port
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{'localhost' if args.mode == 'serve' else '127.0.0.1'}:{port}"
     deadline = started + args.timeout
     try:
         return query(args, out, proc, base, started, deadline, log_path)
@@ -341,6 +345,13 @@ def query(args: argparse.Namespace, out: dict, proc: subprocess.Popen, base: str
     out["started"] = True
     out["plugins"] = {name: bool(info.get("enabled")) for name, info in listing.items()} \
         if isinstance(listing, dict) else {}
+    if args.mode == "serve":
+        write("serving.json", {"port": int(urllib.parse.urlsplit(base).port or 0), "pid": proc.pid})
+        stop = os.path.join(out_dir(), "stop")
+        while not os.path.exists(stop) and proc.poll() is None and time.monotonic() < deadline + SERVE_S:
+            time.sleep(0.2)
+        out["exit_code"] = proc.poll()
+        return emit(out)
     if args.expect_plugin and args.expect_plugin not in out["plugins"]:
         with open(log_path, errors="replace") as fh:
             out["plugin_missing"] = diagnose_plugin(args.plugin_dist or [args.expect_plugin], fh.read())

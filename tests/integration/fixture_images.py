@@ -308,6 +308,11 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           "RUN dpkg --purge --force-depends ca-certificates\n"),
     Layer("pytorch-tmp-readonly", "pytorch", "/tmp not writable for the image's user (uid 1000)",
           "RUN useradd --create-home --uid 1000 trainer && chmod 755 /tmp\nUSER trainer\n"),
+    # Issue 54: what testinfra's `host` reads in the container, not in the image config.
+    Layer("pytorch-requires-cuda", "pytorch", "a CPU image that demands a CUDA driver (NVIDIA_REQUIRE_CUDA)",
+          "ENV NVIDIA_REQUIRE_CUDA=cuda>=12.4\n"),
+    Layer("pytorch-tensorboard-exposed", "pytorch", "TensorBoard's default address changed from localhost to every "
+          "interface", f"RUN sed -i 's/host = \"localhost\"/host = \"0.0.0.0\"/' {SITE}/tensorboard/program.py\n"),
     Layer("pytorch-gloo-ifname", "pytorch", "GLOO_SOCKET_IFNAME names an interface that does not exist",
           "ENV GLOO_SOCKET_IFNAME=nonexistent0\n"),
     Layer("pytorch-gloo-loopback", "pytorch", "GLOO_SOCKET_IFNAME=lo baked into the image (works on one host only)",

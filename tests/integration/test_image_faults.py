@@ -116,7 +116,11 @@ def test_pytorch_with_banners_and_another_user_passes_every_check(banners_pytorc
         "test_ulimit[stack]", "test_shm_size_matches_run_profile", "test_workers_pass_large_batches_through_shm",
         "test_python_version", "test_framework_version", "test_labels_state_the_matrix_cell",
         "test_labels_state_the_image_contents", "test_image_user_can_write_in_its_workdir",
-        "test_image_user_can_write_tmp", "test_entrypoint_runs_the_command", "test_ddp_loss_falls",
+        "test_image_user_can_write_tmp", "test_image_user_can_write_its_home", "test_entrypoint_runs_the_command",
+        "test_locked_packages_installed_at_their_versions", "test_extra_packages", "test_nvidia_runtime_variables",
+        "test_python_trusts_the_system_ca_certificates", "test_tensorboard_listens_on_loopback_only",
+        "test_socket_interfaces_are_not_pinned_to_loopback", "test_proxies_leave_local_traffic_local",
+        "test_ddp_loss_falls",
         "test_ddp_ranks_end_identical", "test_ddp_checkpoint_saved_in_workdir",
         "test_collectives_give_known_results_on_cpu", "test_two_nodes_rendezvous_and_agree",
         "test_missing_peer_fails_with_clear_timeout", "test_profiler_plugin_active", "test_profiler_views",
@@ -207,7 +211,9 @@ FAULTS: dict[str, Fault] = {
                                                        "expected [3.0")}),
     "user-cannot-write-workdir": Fault("pytorch-nobody", "test_user or ddp_checkpoint or profiler_writes", {
         "test_image_user_can_write_in_its_workdir": ("user 65534 (nobody) cannot write in its working directory "
-                                                     "/workspace: PermissionError",),
+                                                     "/workspace: mktemp: failed to create file", "Permission denied"),
+        "test_image_user_can_write_its_home": ("user 65534 (nobody) cannot write in its HOME /nonexistent",
+                                               "No such file or directory"),
         "test_ddp_checkpoint_saved_in_workdir": ("Permission denied", "/workspace/imgtest-checkpoint-"),
         "test_profiler_writes_trace": ("/workspace/imgtest-profiler-",)}),
     "ca-certificates-removed": Fault("pytorch-nocerts", "system_ca_certificates", {
@@ -215,8 +221,19 @@ FAULTS: dict[str, Fault] = {
             "Python's default SSL context trusts no CA certificate (none in /usr/lib/ssl/cert.pem or "
             "/usr/lib/ssl/certs)", "fails with CERTIFICATE_VERIFY_FAILED", "install ca-certificates")}),
     "tmp-not-writable": Fault("pytorch-tmp-readonly", "test_user", {
-        "test_image_user_can_write_tmp": ("user 1000 (trainer) cannot write in /tmp: PermissionError",
-                                          "'/tmp/")}),
+        "test_image_user_can_write_tmp": ("user 1000 (trainer) cannot write in /tmp: mktemp",
+                                          "/tmp/.imagetest-write-", "Permission denied")}),
+    # -- issue 54: checks written with testinfra's `host`, each failing on its fault -------------------------
+    "locked-package-removed": Fault("pytorch-noprofiler", "locked_packages", {
+        "test_locked_packages_installed_at_their_versions": ("1 of ", "locked packages differ",
+                                                             "torch-tb-profiler: locked 0.4.3, image has nothing "
+                                                             "installed")}),
+    "cpu-image-requires-cuda": Fault("pytorch-requires-cuda", "nvidia_runtime_variables", {
+        "test_nvidia_runtime_variables": ("a CPU image sets NVIDIA_REQUIRE_CUDA=cuda>=12.4",
+                                          "GPU runtimes would refuse to start it")}),
+    "tensorboard-listens-everywhere": Fault("pytorch-tensorboard-exposed", "tensorboard_listens", {
+        "test_tensorboard_listens_on_loopback_only": ("TensorBoard started without --host listens on 0.0.0.0:",
+                                                      "not on loopback only")}),
     "gloo-interface-missing": Fault("pytorch-gloo-ifname", "ddp_loss or collectives", {
         "test_ddp_loss_falls": ("failed: rank", "RuntimeError", "Unable to find address for: nonexistent0"),
         "test_collectives_give_known_results_on_cpu": ("Unable to find address for: nonexistent0",)},
