@@ -20,7 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from buildtool.common.errors import FailedError, UserError  # noqa: E402
-from buildtool.launch.scaling import WORKER, Launcher, host_has_module, parse_counts, run_scaling  # noqa: E402
+from buildtool.launch.scaling import (  # noqa: E402
+    WORKER,
+    Launcher,
+    RunSettings,
+    host_has_module,
+    parse_counts,
+    run_scaling,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             if not host_has_module(args.python, "torch"):
                 raise UserError(f"{args.python} cannot import torch; pip install '.[scaling]' or pass --image")
             launcher = Launcher(kind="host", python=args.python)
-        result, paths = run_scaling(launcher, parse_counts(args.counts), ROOT / WORKER, args.out,
-                                    samples=args.samples, epochs=args.epochs, batch=args.batch,
-                                    unit="gpus" if args.gpus else "processes", timeout_s=args.timeout)
+        settings = RunSettings(samples=args.samples, epochs=args.epochs, batch=args.batch,
+                               unit="gpus" if args.gpus else "processes", timeout_s=args.timeout)
+        result, paths = run_scaling(launcher, parse_counts(args.counts), ROOT / WORKER, args.out, settings)
     except (UserError, FailedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

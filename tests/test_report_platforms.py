@@ -253,3 +253,17 @@ def test_fetch_of_a_single_platform_cell_is_as_before(registry: Registry, tmp_pa
     fetched = _fetch(registry, {CELL: "abc-2.13", "y:1": "never-built-2.13"}, single)
     assert [(v["cell"], v["digest"], v.get("platform")) for v in fetched] == [(CELL, digest, AMD), ("y:1", "", None)]
     assert [p.name for p in save_verdicts(fetched, tmp_path)] == ["pytorch-cpu_2.13.verdict.json", "y_1.verdict.json"]
+
+
+def test_the_report_reads_verdicts_as_release_does_and_shows_what_blocks(registry: Registry) -> None:
+    """Issue 48: the report's reading is release's (validate.verdicts): a listed artifact that is not in the
+    registry blocks, and the report's row says so rather than showing the older pass."""
+    amd, arm = registry.validated("amd64", b"a"), registry.validated("arm64", b"b")
+    registry.index("abc-2.13", [(amd, "amd64"), (arm, "arm64")])
+    raw, media_type, _ = registry.get_manifest(REPO, f"sha256-{arm.partition(':')[2]}")
+    index = json.loads(raw)
+    index["manifests"].append({"mediaType": OCI_MANIFEST, "digest": "sha256:" + "9" * 64, "size": 1})
+    registry.put_manifest(REPO, f"sha256-{arm.partition(':')[2]}", json.dumps(index).encode(), media_type)
+    by = {v["platform"]: v for v in _fetch(registry, {CELL: "abc-2.13"})}
+    assert by[AMD]["result"] == "passed"
+    assert by[ARM]["missing"] is True and "a verdict cannot be read or typed: sha256:99" in by[ARM]["reason"]

@@ -10,7 +10,7 @@ import pytest
 
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.strategies import STRATEGIES, parse_strategies
-from buildtool.launch.scaling import CONTAINER_BENCH, Launcher, run_one, shipped_with
+from buildtool.launch.scaling import CONTAINER_BENCH, Launcher, RunSettings, run_one, shipped_with
 from buildtool.launch.strategy_runs import run_strategies
 from tests.test_scaling import report
 
@@ -68,8 +68,8 @@ def _run(python: str, names: str, out: Path, min_efficiency: float = 0.5):
 
     base = Launcher(kind="host", python=python)
     return run_strategies(lambda s: replace(base, entry=s.launch), parse_strategies(names), [1, 2], REPO, out,
-                          samples=512, epochs=3, batch=64, unit="processes", timeout_s=60,
-                          min_efficiency=min_efficiency)
+                          RunSettings(samples=512, epochs=3, batch=64, unit="processes", timeout_s=60,
+                                      min_efficiency=min_efficiency))
 
 
 def test_unknown_strategy_is_refused_naming_it() -> None:

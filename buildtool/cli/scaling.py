@@ -108,10 +108,10 @@ def scaling(
     run = _Run(samples=samples, epochs=epochs, batch=batch, timeout=timeout, out_dir=out_dir,
                strategies=tuple(strategies), min_efficiency=min_efficiency)
     if launcher == "slurm":
-        slurm, node_counts = _slurm_launcher(project, image=image, cell=cell, nodes=nodes, runtime=runtime,
-                                             gpus_per_node=gpus_per_node, partition=partition, account=account,
-                                             time_limit=time_limit, shm_size=shm_size, rdzv_port=rdzv_port,
-                                             out_dir=out_dir, revision=revision, strategy=strategy)
+        slurm, node_counts = _slurm_launcher(project, _SlurmAsk(
+            image=image, cell=cell, nodes=nodes, runtime=runtime, gpus_per_node=gpus_per_node, partition=partition,
+            account=account, time_limit=time_limit, shm_size=shm_size, rdzv_port=rdzv_port, out_dir=out_dir,
+            revision=revision, strategy=strategy))
         _run(project, slurm, node_counts, run, unit="nodes")
         return
     docker_flags: tuple[str, ...] = ("--shm-size=1g",)
@@ -192,40 +192,59 @@ def _with_probed_flags(launcher: Launcher) -> Launcher:
     return replace(launcher, docker_flags=tuple(kept))
 
 
-def _slurm_launcher(project: Project, *, image: str, cell: str, nodes: str, runtime: str, gpus_per_node: int,
-                    partition: str, account: str, time_limit: str, shm_size: str | None, rdzv_port: int,
-                    out_dir: Path, revision: str | None, strategy: str) -> tuple[SlurmLauncher, list[int]]:
+@dataclass(frozen=True)
+class _SlurmAsk:
+    """What `buildtool scaling --launcher slurm` was asked for (its options, as given)."""
+
+    image: str
+    cell: str
+    nodes: str
+    runtime: str
+    gpus_per_node: int
+    partition: str
+    account: str
+    time_limit: str
+    shm_size: str | None
+    rdzv_port: int
+    out_dir: Path
+    revision: str | None
+    strategy: str
+
+
+def _slurm_launcher(project: Project, ask: _SlurmAsk) -> tuple[SlurmLauncher, list[int]]:
     """`buildtool scaling --launcher slurm`: one sbatch job per node count, submitted from METRICS_DIR/jobs;
     the launcher and the node counts, every option checked before anything is submitted."""
     from buildtool.launch.scaling import SlurmLauncher
     from buildtool.launch.slurm import SlurmOptions, check_image
 
-    SlurmOptions(runtime=runtime, time_limit=time_limit)  # refuses a bad runtime or time limit up front
-    if one_framework(parse_strategies(strategy)) != "pytorch":
-        raise UserError(f"--strategy {strategy} cannot run over --launcher slurm: its jobs start torchrun (DDP, FSDP, "
-                        "DeepSpeed); run JAX data parallelism with --launcher docker or host")
-    if cell and not image:
-        if runtime == "oci":
+    SlurmOptions(runtime=ask.runtime, time_limit=ask.time_limit)  # refuses a bad runtime or time limit up front
+    if one_framework(parse_strategies(ask.strategy)) != "pytorch":
+        raise UserError(f"--strategy {ask.strategy} cannot run over --launcher slurm: its jobs start torchrun (DDP, "
+                        "FSDP, DeepSpeed); run JAX data parallelism with --launcher docker or host")
+    image = ask.image
+    if ask.cell and not image:
+        if ask.runtime == "oci":
             raise UserError("--runtime oci needs --image BUNDLE (the folder `buildtool bundle` made), not --cell")
-        image = _dev_ref(project, _one_cell(project, cell), revision)
+        image = _dev_ref(project, _one_cell(project, ask.cell), ask.revision)
     if not image:
         raise UserError("--launcher slurm needs --image (an image, a .sif or, with --runtime oci, a bundle folder)")
-    check_image(image, runtime)
+    check_image(image, ask.runtime)
     try:
-        counts = _parse_counts(nodes)
+        counts = _parse_counts(ask.nodes)
     except UserError:
-        raise UserError(f"--nodes {nodes!r} must be a comma list of node counts like 1,2") from None
-    shm = bundle_shm(image, shm_size) if runtime == "oci" else shm_for(image, shm_size, project.matrix_path)
-    slurm = SlurmLauncher(runtime=runtime, image=image, workdir=out_dir.absolute() / "jobs",
-                          gpus_per_node=gpus_per_node, shm_size=shm, partition=partition, account=account,
-                          time_limit=time_limit, rdzv_port=rdzv_port)
+        raise UserError(f"--nodes {ask.nodes!r} must be a comma list of node counts like 1,2") from None
+    shm = (bundle_shm(image, ask.shm_size) if ask.runtime == "oci"
+           else shm_for(image, ask.shm_size, project.matrix_path))
+    slurm = SlurmLauncher(runtime=ask.runtime, image=image, workdir=ask.out_dir.absolute() / "jobs",
+                          gpus_per_node=ask.gpus_per_node, shm_size=shm, partition=ask.partition,
+                          account=ask.account, time_limit=ask.time_limit, rdzv_port=ask.rdzv_port)
     return slurm, counts
 
 
 def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int], run: _Run, *, unit: str) -> None:
     from dataclasses import replace
 
-    from buildtool.launch.scaling import SlurmLauncher, check_subset
+    from buildtool.launch.scaling import RunSettings, SlurmLauncher, check_subset
     from buildtool.launch.strategy_runs import run_strategies
 
     def launcher_for(strategy: Strategy) -> Launcher | SlurmLauncher:
@@ -234,9 +253,9 @@ def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int]
         return replace(launcher, entry=strategy.launch)
 
     check_subset(launcher, counts, run.samples, run.batch)   # before any strategy runs
-    results, paths = run_strategies(launcher_for, list(run.strategies), counts, project.root, run.out_dir,
-                                    samples=run.samples, epochs=run.epochs, batch=run.batch, unit=unit,
-                                    timeout_s=run.timeout, min_efficiency=run.min_efficiency)
+    settings = RunSettings(samples=run.samples, epochs=run.epochs, batch=run.batch, unit=unit, timeout_s=run.timeout,
+                           min_efficiency=run.min_efficiency)
+    results, paths = run_strategies(launcher_for, list(run.strategies), counts, project.root, run.out_dir, settings)
     for result in results:
         _print_scaling(result)
     out.print("wrote " + ", ".join(str(p) for p in paths.values()))

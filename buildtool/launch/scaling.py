@@ -338,24 +338,38 @@ def check_subset(launcher: Launcher | SlurmLauncher, counts: list[int], samples:
                         f"of {batch}; use at least {ranks * batch}")
 
 
-def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: Path, out: Path, *, samples: int = 4096,
-                epochs: int = 3, batch: int = 64, unit: str = "processes", timeout_s: float = 600.0,
-                strategy: str = "ddp", title: str = "DDP",
-                min_efficiency: float = 0.0) -> tuple[ScalingResult, dict[str, Path]]:
+@dataclass(frozen=True)
+class RunSettings:
+    """What every run of a benchmark is given, wherever it runs: the training subset and its batches, the unit the
+    counts are in, each run's time limit, and the efficiency below which a strategy is flagged."""
+
+    samples: int = 4096
+    epochs: int = 3
+    batch: int = 64
+    unit: str = "processes"
+    timeout_s: float = 600.0
+    min_efficiency: float = 0.0
+
+
+def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: Path, out: Path,
+                settings: RunSettings = RunSettings(), strategy: str = "ddp",
+                title: str = "DDP") -> tuple[ScalingResult, dict[str, Path]]:
     """One strategy at every count into `out` (scaling.json, scaling.csv and its two plots); a strategy that
     cannot run here writes scaling.json with status "not run" and its reason, and no plots."""
     if not worker.is_file():
         raise UserError(f"{worker} not found; run from the project checkout")
+    samples, epochs, batch = settings.samples, settings.epochs, settings.batch
     check_subset(launcher, counts, samples, batch)
     info: dict[str, Any] = {"kind": launcher.kind, "image": launcher.image}
     if isinstance(launcher, SlurmLauncher):
         info.update(runtime=launcher.runtime, gpus_per_node=launcher.gpus_per_node, partition=launcher.partition)
     else:
         info["python"] = launcher.python if launcher.kind == "host" else ""
-    result = ScalingResult(unit=unit, samples=samples, epochs=epochs, launcher=info, strategy=strategy, title=title,
-                           batch=batch, min_efficiency=min_efficiency)
+    min_efficiency = settings.min_efficiency
+    result = ScalingResult(unit=settings.unit, samples=samples, epochs=epochs, launcher=info, strategy=strategy,
+                           title=title, batch=batch, min_efficiency=min_efficiency)
     try:
-        runs = [run_one(launcher, count, worker, samples, epochs, batch, timeout_s) for count in counts]
+        runs = [run_one(launcher, count, worker, samples, epochs, batch, settings.timeout_s) for count in counts]
     except NotRunHere as exc:
         result.status, result.reason = "not run", f"not run on this runner: {exc}"
         return result, write_metrics(result, out)

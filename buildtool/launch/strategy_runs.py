@@ -18,20 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.contracts.strategies import Strategy
-from buildtool.launch.scaling import Launcher, ScalingResult, SlurmLauncher, finish_plot, run_scaling
+from buildtool.launch.scaling import Launcher, RunSettings, ScalingResult, SlurmLauncher, finish_plot, run_scaling
 
 COMPARISON = "comparison.json"
 
 
 def run_strategies(launcher_for: Callable[[Strategy], Launcher | SlurmLauncher], strategies: list[Strategy],
-                   counts: list[int], root: Path, out: Path, *, samples: int, epochs: int, batch: int, unit: str,
-                   timeout_s: float, min_efficiency: float) -> tuple[list[ScalingResult], dict[str, Path]]:
+                   counts: list[int], root: Path, out: Path,
+                   settings: RunSettings) -> tuple[list[ScalingResult], dict[str, Path]]:
     results, paths = [], {}
     for strategy in strategies:
         folder = out if len(strategies) == 1 else out / strategy.name
-        result, written = run_scaling(launcher_for(strategy), counts, root / strategy.worker, folder,
-                                      samples=samples, epochs=epochs, batch=batch, unit=unit, timeout_s=timeout_s,
-                                      strategy=strategy.name, title=strategy.title, min_efficiency=min_efficiency)
+        result, written = run_scaling(launcher_for(strategy), counts, root / strategy.worker, folder, settings,
+                                      strategy=strategy.name, title=strategy.title)
         results.append(result)
         paths.update({f"{strategy.name} {kind}": path for kind, path in written.items()})
     if len(strategies) > 1:

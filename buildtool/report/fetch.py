@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from buildtool.common.refs import split_repo
@@ -45,13 +46,24 @@ def fetch_verdicts(dev_refs: Mapping[str, str], trusted: TrustedKeys | None = No
         expected = tuple(platforms[cell]) if platforms is not None else ()
         host, repo, tag = split_repo(ref)
         client = clients.setdefault(host, RegistryClient(host))
-        found += _cell_records(client, cell, ref, repo, tag, trusted, expected)
+        found += _cell_records(_Source(client, cell, ref, repo, trusted), tag, expected)
     return found
 
 
-def _cell_records(client: RegistryClient, cell: str, ref: str, repo: str, tag: str, trusted: TrustedKeys,
-                  expected: tuple[str, ...]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Source:
+    """Where one cell's verdicts are read: its dev image reference, repository and registry, and the keys trusted."""
+
+    client: RegistryClient
+    cell: str
+    ref: str
+    repo: str
+    trusted: TrustedKeys
+
+
+def _cell_records(src: _Source, tag: str, expected: tuple[str, ...]) -> list[dict[str, Any]]:
     multi = len(expected) > 1
+    cell, ref = src.cell, src.ref
 
     def missing_each(reason: str, digest: str = "") -> list[dict[str, Any]]:
         """One missing record per platform of a multi-platform cell (each is missing), else one."""
@@ -59,7 +71,7 @@ def _cell_records(client: RegistryClient, cell: str, ref: str, repo: str, tag: s
                                                                                                     digest)]
 
     try:
-        body, media_type, digest = client.get_manifest(repo, tag)
+        body, media_type, digest = src.client.get_manifest(src.repo, tag)
     except NotFound:
         return missing_each(f"no image {ref} in the registry (the build failed or did not run)")
     manifest = json.loads(body)
@@ -68,10 +80,9 @@ def _cell_records(client: RegistryClient, cell: str, ref: str, repo: str, tag: s
             return missing_each(f"{ref} is a single image manifest, but the matrix gives {cell} the platforms "
                                 f"{', '.join(expected)}: its dev tag must be an image index; push the cell again",
                                 digest)
-        return [_image_record(client, cell, ref, repo, digest, body, trusted,
-                              want=expected[0] if expected else UNRECORDED, in_index=False)]
+        return [_image_record(src, digest, body, want=expected[0] if expected else UNRECORDED, in_index=False)]
     try:
-        children = read_index(client, repo, digest)    # by digest: the index read above, even if the tag moved
+        children = read_index(src.client, src.repo, digest)    # by digest: the index read above, even if the tag moved
     except RegistryError as exc:
         return missing_each(f"{ref}: its image index cannot be read: {exc}", digest)
     children = children or {}
@@ -85,22 +96,25 @@ def _cell_records(client: RegistryClient, cell: str, ref: str, repo: str, tag: s
             records.append(_missing(cell, ref, f"{ref} is an index of {held}, without a {name} image (the build "
                                                f"of {name} failed or did not run)", digest, name))
             continue
-        child_body, _, _ = client.get_manifest(repo, child.digest)
-        records.append(_image_record(client, cell, ref, repo, child.digest, child_body, trusted, want=name,
-                                     in_index=True))
+        child_body, _, _ = src.client.get_manifest(src.repo, child.digest)
+        records.append(_image_record(src, child.digest, child_body, want=name, in_index=True))
     return records
 
 
-def _image_record(client: RegistryClient, cell: str, ref: str, repo: str, digest: str, body: bytes,
-                  trusted: TrustedKeys, want: str, in_index: bool) -> dict[str, Any]:
-    """The newest trusted verdict of one image (a platform manifest of an index, or the tag's single image),
-    or a missing record of `want` (the index entry's platform; "" for a single image) saying why."""
+def _image_record(src: _Source, digest: str, body: bytes, want: str, in_index: bool) -> dict[str, Any]:
+    """The verdict that counts of one image (a platform manifest of an index, or the tag's single image), read and
+    chosen as release reads and chooses it, or a missing record of `want` (the index entry's platform; "" for a
+    single image) saying why."""
+    cell, ref = src.cell, src.ref
     where = f"{ref} {want} image {digest}" if in_index else ref
     platform = want if in_index else UNRECORDED
-    findings = find_verdicts(client, repo, digest, trusted, cell)
+    findings = find_verdicts(src.client, src.repo, digest, src.trusted, cell)
+    if findings.blocking:
+        return _missing(cell, ref, f"{where}: a verdict cannot be read or typed: {findings.blocking[0]}", digest,
+                        platform)
     chosen = findings.chosen
     if chosen is None:
-        why = findings.why_none(trusted) if findings.rejected or findings.legacy else \
+        why = findings.why_none(src.trusted) if findings.rejected or findings.legacy else \
             "no verdict (validation did not run or did not finish)"
         return _missing(cell, ref, f"{where} has {why}", digest, platform)
     verdict = chosen.verdict
