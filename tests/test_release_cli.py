@@ -138,11 +138,11 @@ def test_fast_path_parses_the_same_options_as_the_typer_command() -> None:
     import typer.main
 
     from buildtool.cli.app import app
-    from buildtool.cli.release_run import OPTIONS
+    from buildtool.contracts.arguments import RELEASE_OPTIONS
 
     command = typer.main.get_command(app).commands["release"]  # type: ignore[attr-defined]
     typer_options = {tuple(sorted(p.opts)): (p.envvar, p.multiple, p.is_flag) for p in command.params}
-    fast = {tuple(sorted(flags)): (envvar, kind == "append", kind == "flag") for flags, _, kind, envvar in OPTIONS}
+    fast = {tuple(sorted(o.flags)): (o.envvar, o.kind == "append", o.kind == "flag") for o in RELEASE_OPTIONS}
     assert fast == typer_options
 
 

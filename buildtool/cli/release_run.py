@@ -3,8 +3,8 @@
 Kept free of typer: `buildtool release ...` is parsed here with argparse (buildtool.cli.main takes
 this path), because typer builds a pydantic validator per option on every call, which costs more
 than releasing one image to a loopback registry. `buildtool release --help`, and anything this
-parser does not understand, go to the typer command (buildtool.cli.release), which declares the
-same options; tests/test_release_cli.py checks that the two agree.
+parser does not understand, go to the typer command (buildtool.cli.release). Both are made from one
+declaration, buildtool.contracts.arguments.RELEASE_OPTIONS.
 """
 
 from __future__ import annotations
@@ -26,32 +26,20 @@ if TYPE_CHECKING:
     from buildtool.release.promote import ReleaseReport
     from buildtool.validate.keys import TrustedKeys
 
-# (flags, dest, kind, envvar): kind is "value", "append" or "flag". The typer command declares the same.
-OPTIONS: tuple[tuple[tuple[str, ...], str, str, str | None], ...] = (
-    (("--version",), "version", "value", "VERSION"),
-    (("--from", "--revision"), "from_sha", "value", "REVISION"),
-    (("--framework", "-f"), "framework", "append", None),
-    (("--dry-run",), "dry_run", "flag", None),
-    (("--force",), "force", "flag", None),
-    (("--accept-skip",), "accept_skip", "append", None),
-    (("--trust-local-key",), "trust_local_key", "flag", None),
-    (("--json",), "as_json", "flag", None),
-    (("--matrix",), "matrix", "value", None),
-)
-
-
 def fast_release(args: list[str]) -> bool:
     """Run `release ARGS` without typer; False when ARGS are for typer to answer (help, usage errors)."""
     if any(a in ("--help", "-h") for a in args):
         return False
+    from buildtool.contracts.arguments import RELEASE_OPTIONS
+
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    for flags, dest, kind, envvar in OPTIONS:
-        if kind == "flag":
-            parser.add_argument(*flags, dest=dest, action="store_true")
+    for option in RELEASE_OPTIONS:     # the one declaration of release's options (the typer command's too)
+        if option.kind == "flag":
+            parser.add_argument(*option.flags, dest=option.dest, action="store_true")
         else:
-            default = os.environ.get(envvar) if envvar else None
-            parser.add_argument(*flags, dest=dest, action="append" if kind == "append" else "store",
-                                default=default or None)
+            default = os.environ.get(option.envvar) if option.envvar else None
+            parser.add_argument(*option.flags, dest=option.dest,
+                                action="append" if option.kind == "append" else "store", default=default or None)
     try:
         parsed, unknown = parser.parse_known_args(args)
     except argparse.ArgumentError:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from buildtool.common import argcheck
@@ -266,6 +267,45 @@ _RUN = {"join_timeout": ("--join-timeout", count(1, 86_400)), "rdzv_port": ("--r
         "shm_size": ("--shm-size", _size),
         "nodes": ("--nodes", count(1, 10_000)), "gpus_per_node": ("--gpus-per-node", count(0, 64)), "matrix": MATRIX}
 
+@dataclass(frozen=True)
+class Option:
+    """One command-line option, declared once: its flags, the parameter it fills, how it is given (`value`,
+    `append`: repeatable, `flag`), the environment variable it defaults from, its help, and its grammar. The
+    typer command (buildtool.cli.release) and the fast parser (buildtool.cli.release_run) are both made from it."""
+
+    flags: tuple[str, ...]
+    dest: str
+    kind: str
+    grammar: Grammar
+    help: str = ""
+    envvar: str | None = None
+    required: bool = False
+
+
+# `buildtool release`: parsed without typer on its fast path (start-up time), and with typer for --help.
+RELEASE_OPTIONS: tuple[Option, ...] = (
+    Option(("--version",), "version", "value", _version, "Release version, e.g. 0.1.0 (tags <version>-<release>).",
+           envvar="VERSION", required=True),
+    Option(("--from", "--revision"), "from_sha", "value", GIT_REF,
+           "Git sha (or the revision given to `build --revision`) whose dev images to promote (default: HEAD, as "
+           "`buildtool build` names it).", envvar="REVISION"),
+    Option(("--framework", "-f"), "framework", "append", _each(SELECTOR),
+           "An image, a cell, a framework or all (repeatable, or comma list)."),
+    Option(("--dry-run",), "dry_run", "flag", FLAG, "Check gates and show the tag plan; write nothing."),
+    Option(("--force",), "force", "flag", FLAG,
+           "Move the matrix's moving tags (e.g. latest) even to an older release. Never moves version tags."),
+    Option(("--accept-skip",), "accept_skip", "append", _each(_skip_waiver),
+           "Accept skipped tests of this skip code (CODE, or CODE:SUBJECT for one subject, e.g. "
+           "ulimit-not-granted:memlock) although the matrix expects them to run; only codes marked waivable (a "
+           "runner's limits). Recorded as a waiver in the release notes. Never covers GPU tests of GPU images."),
+    Option(("--trust-local-key",), "trust_local_key", "flag", FLAG,
+           "Also trust verdicts signed by this machine's local dev key (made by validate when DL_IMAGES_SIGNING_KEY "
+           "is unset); only for a loopback registry, never for real releases."),
+    Option(("--json",), "as_json", "flag", FLAG, "Print JSON for machines instead of a table."),
+    Option(("--matrix",), "matrix", "value", MATRIX[1],
+           "The version matrix (default: matrix.yaml at the project root)."),
+)
+
 ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
     "bases": {"framework": ("--framework", SELECTOR), "force": ("--force", FLAG), "mirror": ("--mirror", MIRROR),
               "matrix": MATRIX},
@@ -296,10 +336,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
     "lock": {"framework": ("--framework", SELECTOR), "package": ("--package", _each(APT_PACKAGE)), "matrix": MATRIX},
     "plan": {"framework": ("--framework", SELECTOR), "as_json": JSON, "release": ("--release", TAG_TEMPLATE),
              "revision": REV, "matrix": MATRIX},
-    "release": {"version": ("--version", _version), "from_sha": ("--from", GIT_REF),
-                "framework": ("--framework", _each(SELECTOR)), "dry_run": ("--dry-run", FLAG),
-                "force": ("--force", FLAG), "accept_skip": ("--accept-skip", _each(_skip_waiver)),
-                "trust_local_key": ("--trust-local-key", FLAG), "as_json": JSON, "matrix": MATRIX},
+    "release": {o.dest: (o.flags[0], o.grammar) for o in RELEASE_OPTIONS},
     "render": {"matrix": MATRIX, "prune_stale": ("--prune", FLAG)},
     "report": {"verdicts": ("--verdicts", PATH), "previous": ("--previous", DIR), "fetch": ("--fetch", FLAG),
                "framework": ("--framework", SELECTOR), "revision": REV, "scaling": ("--scaling", _each(DIR)),
