@@ -18,7 +18,7 @@ import pytest
 from buildtool.common.errors import FailedError, MatrixError
 from buildtool.common.sizes import SizeError, doubling
 from buildtool.contracts import driver_rules, gpu, label_keys, versions
-from buildtool.contracts.verdict import Gpu, derive_result
+from buildtool.contracts.verdict import Gpu, Selection, derive_result
 from buildtool.matrix.loader import parse_matrix
 from buildtool.render.catalogue import render_catalogue
 from buildtool.render.dockerfiles import render_outputs
@@ -315,8 +315,9 @@ def test_a_gpu_cell_is_passed_only_when_every_gpu_test_passed(gpu_result, desele
     nothing deselected; otherwise `incomplete` (nothing failed)."""
     defined = OTHER + GPU_TESTS
     selected = [i for i in defined if i not in deselect]
-    result, reasons = derive_result(0, _tests(gpu_result, selected), defined=defined, deselected=deselect,
-                                    expression="x" if deselect else None, gpu_cell=True, gpu_tests=GPU_TESTS,
+    result, reasons = derive_result(0, _tests(gpu_result, selected), defined=defined,
+                                    selection=Selection(expression="x" if deselect else None, deselected=deselect),
+                                    gpu_cell=True, gpu_tests=GPU_TESTS,
                                     gpu_problem="nvidia-smi not found")
     if gpu_result == "passed" and not deselect:
         assert (result, reasons) == ("passed", [])
@@ -329,18 +330,19 @@ def test_a_gpu_cell_is_passed_only_when_every_gpu_test_passed(gpu_result, desele
 def test_result_rules_for_failures_and_cpu_cells():
     defined = OTHER + GPU_TESTS
     cpu = _tests("skipped", defined)   # a CPU cell's GPU tests skip as gpu-not-in-cell
-    assert derive_result(0, cpu, defined=defined, deselected=[], expression=None, gpu_cell=False,
+    assert derive_result(0, cpu, defined=defined, selection=Selection(), gpu_cell=False,
                          gpu_tests=GPU_TESTS) == ("passed", [])
     failed = [*cpu[:-1], {"id": GPU_TESTS[-1], "result": "failed"}]
-    assert derive_result(1, failed, defined=defined, deselected=[], expression=None, gpu_cell=True,
+    assert derive_result(1, failed, defined=defined, selection=Selection(), gpu_cell=True,
                          gpu_tests=GPU_TESTS)[0] == "failed"
-    missing = derive_result(0, cpu[1:], defined=defined, deselected=[], expression=None, gpu_cell=False,
+    missing = derive_result(0, cpu[1:], defined=defined, selection=Selection(), gpu_cell=False,
                             gpu_tests=GPU_TESTS)
     assert missing[0] == "incomplete" and "neither ran nor were deselected" in missing[1][0]
-    only_skips = derive_result(0, _tests("skipped", GPU_TESTS), defined=defined, deselected=OTHER,
-                               expression="gpu", gpu_cell=True, gpu_tests=GPU_TESTS)
+    only_skips = derive_result(0, _tests("skipped", GPU_TESTS), defined=defined,
+                               selection=Selection(expression="gpu", deselected=OTHER), gpu_cell=True,
+                               gpu_tests=GPU_TESTS)
     assert only_skips[0] == "failed"   # nothing passed at all
-    assert derive_result(2, cpu, defined=defined, deselected=[], expression=None, gpu_cell=False,
+    assert derive_result(2, cpu, defined=defined, selection=Selection(), gpu_cell=False,
                          gpu_tests=GPU_TESTS)[0] == "failed"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
-from buildtool.contracts.verdict import derive_result
+from buildtool.contracts.verdict import Selection, derive_result
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.validate import engine
 from tests.memregistry import MemRegistry
@@ -156,7 +156,7 @@ CPU_TEST = "common/test_shm.py::test_shm_size_matches_run_profile"
 @pytest.mark.parametrize("emulated", [False, True])
 def test_a_gpu_cell_run_under_emulation_is_incomplete_even_when_every_test_passed(emulated: bool) -> None:
     ran = [{"id": CPU_TEST, "result": "passed"}, {"id": GPU_TEST, "result": "passed"}]
-    result, reasons = derive_result(0, ran, defined=[CPU_TEST, GPU_TEST], deselected=[], expression=None,
+    result, reasons = derive_result(0, ran, defined=[CPU_TEST, GPU_TEST], selection=Selection(),
                                     gpu_cell=True, gpu_tests=[GPU_TEST], emulated=emulated)
     if not emulated:
         assert (result, reasons) == ("passed", [])      # the same run, native: it covers the cell
@@ -167,7 +167,7 @@ def test_a_gpu_cell_run_under_emulation_is_incomplete_even_when_every_test_passe
 
 def test_a_cpu_cell_run_under_emulation_counts() -> None:
     ran = [{"id": CPU_TEST, "result": "passed"}]
-    assert derive_result(0, ran, defined=[CPU_TEST], deselected=[], expression=None, gpu_cell=False,
+    assert derive_result(0, ran, defined=[CPU_TEST], selection=Selection(), gpu_cell=False,
                          gpu_tests=[], emulated=True) == ("passed", [])
 
 

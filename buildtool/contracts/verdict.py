@@ -223,10 +223,11 @@ def parse_verdict(data: Any, where: str) -> Verdict:
                            + "; ".join(_cause(e) for e in errors[:3]) + more) from None
 
 
-def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: list[str], deselected: list[str],
-                  expression: str | None, gpu_cell: bool, gpu_tests: list[str],
-                  gpu_problem: str = "", emulated: bool = False) -> tuple[Result, list[str]]:
+def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: list[str], selection: Selection,
+                  gpu_cell: bool, gpu_tests: list[str], gpu_problem: str = "",
+                  emulated: bool = False) -> tuple[Result, list[str]]:
     """(result, reasons): see the module docstring. Reasons explain `failed` and `incomplete`."""
+    deselected, expression = selection.deselected, selection.expression
     outcome = {str(t["id"]): t["result"] for t in tests}
     failed = [i for i, r in outcome.items() if r not in ("passed", "skipped")]   # "running": interrupted
     if failed:

@@ -182,7 +182,7 @@ def with_covered(verdict: Verdict, covered: dict[str, str]) -> tuple[str, list[s
 
     tests = [{"id": t.id, "result": "passed" if t.id in covered else t.result} for t in verdict.tests]
     result, reasons = derive_result(verdict.pytest_exit, tests, defined=verdict.defined_tests,
-                                    deselected=verdict.selection.deselected, expression=verdict.selection.expression,
+                                    selection=verdict.selection,
                                     gpu_cell=True, gpu_tests=verdict.gpu_tests or [t.id for t in verdict.tests
                                                                                     if t.gpu],
                                     emulated=verdict.emulated)

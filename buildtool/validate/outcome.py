@@ -50,7 +50,8 @@ def make_verdict(image: Resolved, cell: Cell, started_at: dt.datetime, duration:
     defined = [str(d["id"]) for d in collected["defined"]]
     gpu_tests = [str(d["id"]) for d in collected["defined"] if d.get("gpu")]
     deselected = sorted(set(collected["deselected"]))
-    result, reasons = derive_result(rc, results["tests"], defined=defined, deselected=deselected, expression=select,
+    result, reasons = derive_result(rc, results["tests"], defined=defined,
+                                    selection=Selection(expression=select, deselected=deselected),
                                     gpu_cell=cell.needs_gpu, gpu_tests=gpu_tests, gpu_problem=gpu_problem,
                                     emulated=image.emulated)
     if problem:
