@@ -55,7 +55,7 @@ def _cell():
 
 @pytest.fixture
 def locked(tmp_path: Path, host: HostPip) -> tuple[Path, Path]:
-    """A project root with the cell's locks as `make lock` writes them; (root, framework.lock)."""
+    """A project root with the cell's locks as `make lock` writes them; (root, pylock.framework.toml)."""
     root = tmp_path / "root"
     lock.lock_cells(root, [_cell()], {}, (), log=lambda line: None, host=host)
     return root, (root / _cell().dockerfile).parent / locks.FRAMEWORK_LOCK

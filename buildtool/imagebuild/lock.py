@@ -104,7 +104,7 @@ def cell_platform(cell: Cell, platform: str | None) -> platforms.Platform:
 def fingerprint(cell: Cell, part: str = TOOLS_LOCK, platform: str | None = None) -> str:
     """What a lock file depends on in the matrix: a change here makes it stale. The tools lock
     comes from the whole resolution; the framework lock only from the framework's inputs, so a
-    tool bump that leaves the framework's closure alone leaves framework.lock byte-identical.
+    tool bump that leaves the framework's closure alone leaves pylock.framework.toml byte-identical.
     The platform is its wheel platform, so a lock of one platform is stale in another's folder."""
     data = {
         "format": LOCK_FORMAT,
