@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from buildtool.imagebuild import engine  # noqa: E402
-from buildtool.imagebuild.pipconfig import SECRET_UV, pip_secrets  # noqa: E402
+from buildtool.imagebuild.pipconfig import pip_secrets  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
 from buildtool.registry.client import RegistryClient  # noqa: E402
@@ -49,17 +49,17 @@ def buildtool(args: list[str], env: dict[str, str]) -> tuple[float, dict]:
 
 
 def plain_docker_build(dockerfile: Path, tag: str, no_cache: bool, *, base: str | None = None,
-                       platform: str | None = None, uv_config: bool = False,
+                       platform: str | None = None,
                        build_args: dict[str, str] | None = None, context: Path | None = None) -> float:
     """What a user would type (with the secrets pip needs here, and host networking), with the build
     client buildtool uses (DOCKER_CLIENT). BASE: the base by digest (default: the Dockerfile's, from the
-    mirror); PLATFORM: `--platform`; UV_CONFIG: also hand uv its config secret, as buildtool does for a cell
-    that installs with uv; BUILD_ARGS: more build args (BUILD_BASE_IMAGE of native installs); CONTEXT: the
+    mirror); PLATFORM: `--platform`; the secrets are every one `buildtool build` hands a build (pip_secrets);
+    BUILD_ARGS: more build args (BUILD_BASE_IMAGE of native installs); CONTEXT: the
     build context when the Dockerfile is elsewhere (default: its folder)."""
     base = base or mirror_base(dockerfile.read_text().split("ARG BASE_IMAGE=", 1)[1].split()[0], LOCAL)
     client = engine.resolve_build_client()
     with pip_secrets() as pip:
-        files = {**pip.files, SECRET_UV: pip.uv_config(())} if uv_config else dict(pip.files)
+        files = dict(pip.files)
         argv = [*client.argv, "--network", "host", *(["--platform", platform] if platform else []),
                 "-f", str(dockerfile), "-t", tag, "--build-arg", f"BASE_IMAGE={base}", "--progress=plain"]
         for key, value in sorted((build_args or {}).items()):

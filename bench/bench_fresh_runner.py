@@ -27,7 +27,6 @@ like for like, or the bench fails. Runs interleaved, medians printed; asserts no
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -43,8 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from buildtool.common import docker_cli  # noqa: E402
+from buildtool.imagebuild.pipconfig import HostPip  # noqa: E402
 
-CELL_LOCK = Path("dockerfiles/pytorch/pytorch-cpu/2.13/tools.lock")
+CELL_LOCK = Path("dockerfiles/pytorch/pytorch-cpu/2.13/pylock.tools.toml")
 BUMP = "tzdata"
 BUMP_TO = "2025.2"            # the lock holds a newer release; any other release is a one-package bump
 REGISTRY = "127.0.0.1:5000"
@@ -114,15 +114,17 @@ def clone(dest: Path) -> None:
 
 
 def bump_lock(checkout: Path) -> str:
-    """Move BUMP to BUMP_TO in the tools lock, hash-pinned from the host's index, and commit it."""
-    with tempfile.TemporaryDirectory() as wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", wheels,
-                        f"{BUMP}=={BUMP_TO}"], check=True, capture_output=True)
-        (wheel,) = Path(wheels).iterdir()
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    """Move BUMP to BUMP_TO in the tools lock (its wheel's URL and sha256 as PyPI's JSON API lists them, as uv
+    would write them), and commit it."""
+    import requests
+
+    found = requests.get(f"https://pypi.org/pypi/{BUMP}/{BUMP_TO}/json", timeout=30,
+                         verify=HostPip.from_host().cert or True).json()
+    wheel = next(u for u in found["urls"] if u["packagetype"] == "bdist_wheel")
     lock = checkout / CELL_LOCK
-    text, count = re.subn(rf"^{BUMP}===\S+ \\\n(?:    --hash=sha256:\w+(?: \\)?\n)+",
-                          f"{BUMP}==={BUMP_TO} \\\n    --hash=sha256:{digest}\n", lock.read_text(), flags=re.M)
+    entry = (f'[[packages]]\nname = "{BUMP}"\nversion = "{BUMP_TO}"\nwheels = [{{ url = "{wheel["url"]}", '
+             f'hashes = {{ sha256 = "{wheel["digests"]["sha256"]}" }} }}]\n\n')
+    text, count = re.subn(rf'(?ms)^\[\[packages\]\]\nname = "{BUMP}"\n.*?(?=^\[)', entry, lock.read_text())
     if count != 1:
         raise SystemExit(f"{CELL_LOCK} has no single {BUMP} entry to bump")
     lock.write_text(text)

@@ -51,7 +51,7 @@ from buildtool.render.dockerfiles import render_cell_dockerfile  # noqa: E402
 
 def docker_build(dockerfile: Path, base: str, platform: str, tag: str, no_cache: bool, build_base: str,
                  context: Path | None = None) -> float:
-    return plain_docker_build(dockerfile, tag, no_cache, base=base, platform=platform, uv_config=True,
+    return plain_docker_build(dockerfile, tag, no_cache, base=base, platform=platform,
                               build_args={"BUILD_BASE_IMAGE": build_base}, context=context)
 
 

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from buildtool.common import docker_cli  # noqa: E402
+from buildtool.contracts.locks import FRAMEWORK_LOCK, TOOLS_LOCK  # noqa: E402
 from buildtool.imagebuild import engine  # noqa: E402
 from buildtool.imagebuild.lock import compile_cell, read_locks  # noqa: E402
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets  # noqa: E402
@@ -117,8 +118,8 @@ def framework_cached(log: str, marker: str) -> bool:
     return any(marker in text.split("\n", 1)[0] and "CACHED" in text for text in steps.values())
 
 
-_STEPS = (("apt-get", "apt"), ("venv", "venv"), ("/uv -r", "uv"), ("framework.lock", "framework"),
-          ("tools.lock", "tools"), ("exporting", "export"))
+_STEPS = (("apt-get", "apt"), ("venv", "venv"), ("/uv -r", "uv"), (FRAMEWORK_LOCK, "framework"),
+          (TOOLS_LOCK, "tools"), ("exporting", "export"))
 
 
 def step_times(log: str) -> list[tuple[str, float]]:
@@ -167,7 +168,7 @@ def main() -> int:
     print(f"re-locking {cell.key} with {BUMP[0]}=={BUMP[1]} (other pins kept)", file=sys.stderr)
     bumped = compile_cell(bumped_cell, host, previous=locks, upgrade=(BUMP[0],), base=None,
                           log=lambda m: print(m, file=sys.stderr))
-    framework_same = bumped["framework.lock"] == (folder.parent / "framework.lock").read_text()
+    framework_same = bumped[FRAMEWORK_LOCK] == (folder.parent / FRAMEWORK_LOCK).read_text()
     before = set(cache_mounts())
     client = engine.resolve_build_client()
     tag = f"bench-uv-{secrets.token_hex(3)}"
@@ -201,7 +202,7 @@ def main() -> int:
                     else:
                         for name, text in bumped.items():
                             (ctx / name).write_text(text)
-                        marker = "framework.lock"
+                        marker = FRAMEWORK_LOCK
                     row[f"{path}_bump_s"], _, log = bench.build(ctx, f"{path}-bump", epoch)
                     row[f"{path}_framework_reused"] = framework_cached(log, marker)
                     steps = ", ".join(f"{t} {s:.1f}" for t, s in step_times(log))

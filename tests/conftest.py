@@ -72,7 +72,15 @@ def _private_config(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Keys and caches the toolkit keeps per user (the local dev signing key, the collected-tests
     cache) go to this session's own folders: tests never touch the user's ~/.config or ~/.cache.
     Subprocesses inherit them."""
-    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    config = tmp_path_factory.mktemp("xdg-config")
+    # The machine's pip settings (its local wheel folders and indexes: `pip config list`), which `make lock`
+    # resolved the committed locks with and a build serves to BuildKit: a lock names each file where they found
+    # it. Copied, so the user's own file is only read.
+    user_pip = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "pip" / "pip.conf"
+    if user_pip.is_file():
+        (config / "pip").mkdir()
+        shutil.copy(user_pip, config / "pip" / "pip.conf")
+    os.environ["XDG_CONFIG_HOME"] = str(config)
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
     os.environ.pop("DL_IMAGES_SIGNING_KEY", None)
 

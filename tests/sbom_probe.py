@@ -6,7 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from buildtool.contracts.locks import FRAMEWORK_LOCK as FRAMEWORK_LOCK_NAME
+from buildtool.contracts.locks import TOOLS_LOCK as TOOLS_LOCK_NAME
 from buildtool.contracts.locks import parse_lock
+from tests.pylocks import pylock
 
 ENVIRONMENT = {"implementation_name": "cpython", "implementation_version": "3.11.2", "os_name": "posix",
                "platform_machine": "x86_64", "platform_release": "6.1.0", "platform_system": "Linux",
@@ -79,32 +82,26 @@ PROBE: dict[str, Any] = {
 }
 
 TORCH_SHA = "a" * 64
-FRAMEWORK_LOCK = f"""# python 3.11
-torch===2.13.0+cpu \\
-    --hash=sha256:{TORCH_SHA}
-filelock===4.3.1 \\
-    --hash=sha256:{"b" * 64} \\
-    --hash=sha256:{"c" * 64}
-sympy===1.14.0 \\
-    --hash=sha256:{"d" * 64}
-mpmath===1.3.0 \\
-    --hash=sha256:{"e" * 64}
-typing-extensions===4.16.0 \\
-    --hash=sha256:{"f" * 64}
-"""
-TOOLS_LOCK = f"""# python 3.11
-tensorboard===2.21.0 \\
-    --hash=sha256:{"1" * 64}
-werkzeug===3.1.9 \\
-    --hash=sha256:{"2" * 64}
-markupsafe===3.0.4 \\
-    --hash=sha256:{"3" * 64} \\
-    --hash=sha256:{"4" * 64} \\
-    --hash=sha256:{"5" * 64}
-markdown===3.11.3 \\
-    --hash=sha256:{"6" * 64}
-"""
-LOCKS = {"framework.lock": parse_lock(FRAMEWORK_LOCK), "tools.lock": parse_lock(TOOLS_LOCK)}
+MANY = "cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.manylinux_2_28_x86_64"
+
+
+FRAMEWORK_LOCK = pylock({
+    "torch": ("2.13.0+cpu", [("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", TORCH_SHA)]),
+    "filelock": ("4.3.1", [("filelock-4.3.1-py3-none-any.whl", "b" * 64),
+                           ("filelock-4.3.1-py2.py3-none-any.whl", "c" * 64)]),
+    "sympy": ("1.14.0", [("sympy-1.14.0-py3-none-any.whl", "d" * 64)]),
+    "mpmath": ("1.3.0", [("mpmath-1.3.0-py3-none-any.whl", "e" * 64)]),
+    "typing-extensions": ("4.16.0", [("typing_extensions-4.16.0-py3-none-any.whl", "f" * 64)]),
+})
+TOOLS_LOCK = pylock({
+    "tensorboard": ("2.21.0", [("tensorboard-2.21.0-py3-none-any.whl", "1" * 64)]),
+    "werkzeug": ("3.1.9", [("werkzeug-3.1.9-py3-none-any.whl", "2" * 64)]),
+    "markupsafe": ("3.0.4", [(f"markupsafe-3.0.4-{MANY}.whl", "3" * 64),
+                             ("markupsafe-3.0.4-cp311-cp311-musllinux_1_2_x86_64.whl", "4" * 64),
+                             ("markupsafe-3.0.4-py3-none-any.whl", "5" * 64)]),
+    "markdown": ("3.11.3", [("markdown-3.11.3-py3-none-any.whl", "6" * 64)]),
+})
+LOCKS = {FRAMEWORK_LOCK_NAME: parse_lock(FRAMEWORK_LOCK), TOOLS_LOCK_NAME: parse_lock(TOOLS_LOCK)}
 
 
 # The pytorch-cpu cell's indexes (sbom.make_sbom's `indexes`): PyPI, and PyTorch's CPU index its torch+cpu is from.

@@ -128,9 +128,9 @@ def test_content_key_follows_dockerfile_base_digest_and_context(matrix, tmp_path
     for item in (ROOT / c.dockerfile).parent.iterdir():   # the Dockerfile and the cell's locks
         (target.parent / item.name).write_bytes(item.read_bytes())
     assert cell_content_key(plan, fake_root, base) == key
-    (target.parent / "tools.lock").write_text((target.parent / "tools.lock").read_text() + "\n")
+    (target.parent / "pylock.tools.toml").write_text((target.parent / "pylock.tools.toml").read_text() + "\n")
     assert cell_content_key(plan, fake_root, base) != key   # a lock change is a content change
-    (target.parent / "tools.lock").write_bytes(((ROOT / c.dockerfile).parent / "tools.lock").read_bytes())
+    (target.parent / "pylock.tools.toml").write_bytes(((ROOT / c.dockerfile).parent / "pylock.tools.toml").read_bytes())
     (target.parent / "extra.sh").write_text("echo hi\n")
     assert cell_content_key(plan, fake_root, base) != key
     target.write_bytes((ROOT / c.dockerfile).read_bytes() + b"\nRUN true\n")

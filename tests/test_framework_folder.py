@@ -65,7 +65,7 @@ def test_a_new_framework_is_one_folder_and_its_matrix_entry(project: Path, run_c
     dockerfile = (project / "dockerfiles/fixturefw/fixturefw-img/1.0/Dockerfile").read_text()
     # The shared pip template, the framework's title, and its own template part.
     assert "rendered from templates/images/pip.Dockerfile.j2" in dockerfile
-    assert "# FixtureFW 2.0.9 (cpu) and its dependencies (framework.lock)." in dockerfile
+    assert "# FixtureFW 2.0.9 (cpu) and its dependencies (pylock.framework.toml)." in dockerfile
     assert "\nENV FIXTUREFW_HOME=/opt/fixturefw\n" in dockerfile
     assert "fixturefw-img" in (project / "docs/images.md").read_text()
 

@@ -14,9 +14,10 @@ from buildtool.contracts import locks
 from buildtool.imagebuild import lock
 from buildtool.imagebuild.pipconfig import HostPip
 from tests.conftest import fixture_matrix
+from tests.pylocks import one_wheel, pylock
 
 ROOT = Path(__file__).resolve().parents[1]
-H = "--hash=sha256:" + "a" * 64
+HEAD = 'lock-version = "1.0"\ncreated-by = "uv"\n'
 
 
 def _cell(key: str = "pytorch-cpu:2.13"):
@@ -24,27 +25,49 @@ def _cell(key: str = "pytorch-cpu:2.13"):
 
 
 def _lock_text(cell, entries: dict[str, str], part: str = locks.TOOLS_LOCK) -> str:
-    body = "".join(f"{n}{'==' if '+' in v else '==='}{v} \\\n    {H}\n    # via x\n" for n, v in entries.items())
-    return f"# header\n# inputs: {lock.fingerprint(cell, part)}\n{body}"
+    return pylock(one_wheel(entries), {"inputs": lock.fingerprint(cell, part), "python": cell.python,
+                                       "platform": lock.cell_platform(cell, None).wheel_platform})
 
 
 def test_parse_lock_reads_entries_hashes_and_inputs():
-    text = ("# inputs: sha256:" + "b" * 64 + "\n"
-            "Torch==2.13.0+cpu \\\n    --hash=sha256:" + "1" * 64 + "\n    # via -r matrix.in\n"
-            "typing_extensions==4.16.0 \\\n    --hash=sha256:" + "2" * 64 + " \\\n    --hash=sha256:" + "3" * 64 + "\n")
+    """uv's pylock.toml (each file's name, URL and sha256) and the table `buildtool lock` adds."""
+    text = (HEAD + '\n[[packages]]\nname = "Torch"\nversion = "2.13.0+cpu"\n'
+            'wheels = [{ url = "file:///opt/wheels/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl", '
+            'hashes = { sha256 = "' + "1" * 64 + '" } }]\n'
+            '\n[[packages]]\nname = "typing_extensions"\nversion = "4.16.0"\n'
+            'sdist = { url = "https://files.example/typing_extensions-4.16.0.tar.gz", hashes = { sha256 = "'
+            + "3" * 64 + '" } }\n'
+            'wheels = [{ url = "https://files.example/typing_extensions-4.16.0-py3-none-any.whl", '
+            'hashes = { sha256 = "' + "2" * 64 + '" } }]\n'
+            '\n[tool.dl-images]\ninputs = "sha256:' + "b" * 64 + '"\npython = "3.11"\n'
+            'platform = "x86_64-manylinux_2_28"\n')
     parsed = locks.parse_lock(text)
     assert parsed.inputs == "sha256:" + "b" * 64
+    assert (parsed.python, parsed.platform, parsed.glibc) == ("3.11", "x86_64-manylinux_2_28", "")
     assert parsed.versions() == {"torch": "2.13.0+cpu", "typing-extensions": "4.16.0"}
-    assert len(parsed.entries["typing-extensions"].hashes) == 2
+    assert len(parsed.entries["typing-extensions"].hashes) == 2      # the wheel's and the sdist's
+    assert parsed.entries["torch"].wheels[0].name == "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+
+SHA = '{ sha256 = "' + "a" * 64 + '" }'
 
 
 @pytest.mark.parametrize("text, message", [
-    ("numpy>=1\n", "not a pinned requirement"),
-    ("numpy==2.0\n", "numpy==2.0 has no --hash"),
-    (f"numpy==2.0 {H}\nNumPy==2.0 {H}\n", "numpy is listed twice"),
+    ("numpy==2.0 --hash=sha256:" + "a" * 64 + "\n", "not TOML"),                # uv's requirements output
+    ('lock-version = "2.0"\n', "lock-version is '2.0', not PEP 751's"),
+    (HEAD + '[[packages]]\nname = "numpy"\n', "a package without a name and version: 'numpy'"),
+    (HEAD + '[[packages]]\nname = "numpy"\nversion = "2.0"\nwheels = [{ url = "https://x/numpy-2.0-py3-none-any.whl"'
+     ' }]\n', "numpy 2.0: numpy-2.0-py3-none-any.whl has no sha256"),
+    (HEAD + '[[packages]]\nname = "numpy"\nversion = "2.0"\nwheels = [{ url = "https://x/n.whl", hashes = '
+     '{ sha256 = "abc" } }]\n', "numpy 2.0: n.whl has no sha256"),
+    (HEAD + '[[packages]]\nname = "numpy"\nversion = "2.0"\ndirectory = { path = "." }\n',
+     "numpy 2.0 has no wheel or sdist with a hash"),
+    (HEAD + f'[[packages]]\nname = "numpy"\nversion = "2.0"\nsdist = {{ url = "https://x/n.tar.gz", hashes = {SHA} }}\n'
+     f'[[packages]]\nname = "NumPy"\nversion = "2.0"\nsdist = {{ url = "https://x/n.tar.gz", hashes = {SHA} }}\n',
+     "numpy is listed twice"),
 ])
 def test_parse_lock_refuses_what_cannot_be_installed_with_hashes(text, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         locks.parse_lock(text)
 
 
@@ -72,8 +95,8 @@ def test_check_names_a_stale_lock_after_a_matrix_change(tmp_path: Path):
     _write(tmp_path, cell, GOOD_FW, GOOD_TOOLS)
     bumped = replace(cell, packages=(("tensorboard", "2.20.0"), ("torch-tb-profiler", "0.4.3")))
     problems = lock.check_cell(tmp_path, bumped)
-    assert any("tools.lock is stale" in p and "make lock FRAMEWORK=pytorch-cpu:2.13" in p for p in problems)
-    assert not any("framework.lock is stale" in p for p in problems)  # a tool bump leaves it alone
+    assert any("pylock.tools.toml is stale" in p and "make lock FRAMEWORK=pytorch-cpu:2.13" in p for p in problems)
+    assert not any("pylock.framework.toml is stale" in p for p in problems)  # a tool bump leaves it alone
     assert any("pins tensorboard==2.20.0 but the lock has 2.21.0" in p for p in problems)
 
 
@@ -110,8 +133,9 @@ def test_index_arguments_keep_host_settings_and_drop_unreachable_indexes():
 
 
 def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
-    """The framework lock is the framework's closure taken from the full resolution; the rest are tools;
-    on NGC cells the base's packages (same version) are left out and passed as constraints."""
+    """The framework lock is the framework's closure at the full resolution's versions; the rest are tools (uv
+    leaves the framework's packages out: --no-emit-package); on NGC cells the base's packages are left out and
+    passed as constraints. Versions are resolved for the platform's lower cap, the files listed up to the newest."""
     calls: list[list[str]] = []
     current: list = []
     full = {"torch": "2.13.0+cpu", "sympy": "1.14.0", "numpy": "2.4.6", "tensorboard": "2.21.0",
@@ -120,11 +144,12 @@ def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
     def fake_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
         calls.append(argv)
         out = argv[argv.index("-o") + 1]
-        names = ["torch", "sympy"] if argv[-1] == "framework.in" else list(full)
+        omitted = {argv[i + 1] for i, arg in enumerate(argv) if arg == "--no-emit-package"}
+        names = ["torch", "sympy"] if argv[-1] == "framework.in" else [n for n in full if n not in omitted]
         if argv[-1] != "framework.in":
             assert (cwd / argv[-1]).read_text().split() == (lock.framework_requirements(current[0])
                                                             + lock.tool_requirements(current[0]))
-        (cwd / out).write_text("".join(f"{n}=={full[n]} \\\n    {H}\n" for n in names))
+        (cwd / out).write_text(pylock(one_wheel({n: full[n] for n in names})))
 
     monkeypatch.setattr(lock, "_run_uv", fake_uv)
     monkeypatch.setattr(lock, "uv_binary", lambda: "uv")
@@ -136,8 +161,11 @@ def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
     assert set(locks.parse_lock(texts[locks.TOOLS_LOCK]).versions()) == {"numpy", "tensorboard", "torch-tb-profiler",
                                                                          "pip"}
     assert locks.parse_lock(texts[locks.TOOLS_LOCK]).inputs == lock.fingerprint(cell)
-    assert "--upgrade" in calls[0] and "--generate-hashes" in calls[0]
+    assert "--upgrade" in calls[0] and calls[0][calls[0].index("--format") + 1] == "pylock.toml"
     assert calls[0][calls[0].index("--python-version") + 1] == "3.11"
+    assert [c[c.index("--python-platform") + 1] for c in calls] == ["x86_64-manylinux_2_28", "x86_64-manylinux_2_40",
+                                                                     "x86_64-manylinux_2_40"]
+    assert [c[-1] for c in calls] == ["matrix.in", "framework.in", "matrix.in"]
 
     calls.clear()
     ngc = _cell("pytorch-ngc:25.10")
@@ -152,6 +180,7 @@ def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
     assert "STAND-IN" in texts[locks.TOOLS_LOCK]
     assert calls[0][calls[0].index("--upgrade-package") + 1] == "tensorboard"
     assert "--constraint" in calls[0]
+    assert {calls[-1][i + 1] for i, arg in enumerate(calls[-1]) if arg == "--no-emit-package"} == set(base.packages)
 
 
 def test_uv_pin_follows_the_toolkits_lock(tmp_path: Path):
@@ -172,9 +201,9 @@ def test_check_fails_on_a_pin_bump_until_the_lock_follows(project: Path, run_cli
     matrix.write_text(matrix.read_text().replace('tensorboard: "2.21.0"', 'tensorboard: "2.20.0"'))
     code, out, err = run_cli("check", "--offline", "--matrix", str(matrix))
     assert code == 1
-    assert "lock: dockerfiles/pytorch/pytorch-cpu/2.13/tools.lock is stale" in err
+    assert "lock: dockerfiles/pytorch/pytorch-cpu/2.13/pylock.tools.toml is stale" in err
     assert "the matrix pins tensorboard==2.20.0 but the lock has 2.21.0" in err
-    assert "framework.lock is stale" not in err   # a tool bump leaves the framework's lock alone
+    assert "pylock.framework.toml is stale" not in err   # a tool bump leaves the framework's lock alone
 
 
 def test_lock_refuses_an_unknown_package_before_resolving(project: Path, run_cli):

@@ -55,7 +55,7 @@ def _cell():
 
 @pytest.fixture
 def locked(tmp_path: Path, host: HostPip) -> tuple[Path, Path]:
-    """A project root with the cell's locks as `make lock` writes them; (root, framework.lock)."""
+    """A project root with the cell's locks as `make lock` writes them; (root, pylock.framework.toml)."""
     root = tmp_path / "root"
     lock.lock_cells(root, [_cell()], {}, (), log=lambda line: None, host=host)
     return root, (root / _cell().dockerfile).parent / locks.FRAMEWORK_LOCK
@@ -66,14 +66,22 @@ def _drift(root: Path, host: HostPip) -> list[str]:
 
 
 def _block(text: str, name: str) -> str:
-    match = re.search(rf"(?ms)^{name}===.*?(?=^\S|\Z)", text)
+    """A package's [[packages]] table in a pylock.toml, up to the next table."""
+    match = re.search(rf'(?ms)^\[\[packages\]\]\nname = "{name}"\n.*?(?=^\[|\Z)', text)
     assert match, name
     return match.group(0)
 
 
+def _reversion(text: str, name: str, old: str, new: str) -> str:
+    """The lock with `name`'s version changed by hand (its files and hashes kept)."""
+    block = _block(text, name)
+    return text.replace(block, block.replace(f'version = "{old}"', f'version = "{new}"'))
+
+
 def test_an_untouched_lock_resolves_to_itself(locked, host):
     root, framework = locked
-    assert "mpmath===1.3.0" in framework.read_text()     # the newest mpmath sympy allows
+    assert _block(framework.read_text(), "mpmath").startswith('[[packages]]\nname = "mpmath"\nversion = "1.3.0"\n')
+    # the newest mpmath sympy allows
     assert lock.check_cell(root, _cell()) == []
     assert _drift(root, host) == []
 
@@ -84,39 +92,41 @@ def test_a_deleted_package_is_drift(locked, host):
     framework.write_text(text.replace(_block(text, "mpmath"), ""))
     assert lock.check_cell(root, _cell()) == []          # the offline check does not see it
     assert _drift(root, host) == [
-        "dockerfiles/pytorch/pytorch-cpu/2.13/framework.lock: mpmath deleted by hand (the resolution needs mpmath "
-        "1.3.0); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
+        "dockerfiles/pytorch/pytorch-cpu/2.13/pylock.framework.toml: mpmath deleted by hand (the resolution needs "
+        "mpmath 1.3.0); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
 
 
 def test_an_added_line_is_drift(locked, host):
     root, framework = locked
-    framework.write_text(framework.read_text() + "six===1.17.0 \\\n    --hash=sha256:" + "1" * 64 + "\n")
+    framework.write_text(framework.read_text() + '\n[[packages]]\nname = "six"\nversion = "1.17.0"\n'
+                         'wheels = [{ url = "https://x/six-1.17.0-py3-none-any.whl", hashes = { sha256 = "'
+                         + "1" * 64 + '" } }]\n')
     assert lock.check_cell(root, _cell()) == []
     assert _drift(root, host) == [
-        "dockerfiles/pytorch/pytorch-cpu/2.13/framework.lock: six added by hand (1.17.0 is listed but nothing "
+        "dockerfiles/pytorch/pytorch-cpu/2.13/pylock.framework.toml: six added by hand (1.17.0 is listed but nothing "
         "requires it); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
 
 
 def test_a_transitive_version_changed_by_hand_is_drift(locked, host):
     """mpmath 1.2.1 satisfies sympy too, but the hashes kept are 1.3.0's."""
     root, framework = locked
-    framework.write_text(framework.read_text().replace("mpmath===1.3.0", "mpmath===1.2.1"))
+    framework.write_text(_reversion(framework.read_text(), "mpmath", "1.3.0", "1.2.1"))
     assert lock.check_cell(root, _cell()) == []
     assert _drift(root, host) == [
-        "dockerfiles/pytorch/pytorch-cpu/2.13/framework.lock: mpmath re-versioned by hand (the lock's hashes for "
-        "1.2.1 are none of 1.2.1's 2 files); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
+        "dockerfiles/pytorch/pytorch-cpu/2.13/pylock.framework.toml: mpmath re-versioned by hand (the lock's hashes "
+        "for 1.2.1 are none of 1.2.1's 2 files); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
 
 
 def test_a_replaced_hash_is_drift(locked, host):
     root, framework = locked
     text = framework.read_text()
-    first = re.search(r"sha256:([0-9a-f]{64})", _block(text, "mpmath"))
+    first = re.search(r'sha256 = "([0-9a-f]{64})"', _block(text, "mpmath"))
     assert first
     framework.write_text(text.replace(first.group(1), "0" * 64))
     assert lock.check_cell(root, _cell()) == []
     assert _drift(root, host) == [
-        "dockerfiles/pytorch/pytorch-cpu/2.13/framework.lock: mpmath re-hashed by hand (1.3.0: 1 hash(es) of no "
-        "file of it, 1 of its files' hashes missing); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
+        "dockerfiles/pytorch/pytorch-cpu/2.13/pylock.framework.toml: mpmath re-hashed by hand (1.3.0: 1 hash(es) of "
+        "no file of it, 1 of its files' hashes missing); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
 
 
 def test_drift_in_the_tools_lock_names_that_file(locked, host):
@@ -125,13 +135,13 @@ def test_drift_in_the_tools_lock_names_that_file(locked, host):
     text = tools.read_text()
     tools.write_text(text.replace(_block(text, "markdown"), ""))
     assert _drift(root, host) == [
-        "dockerfiles/pytorch/pytorch-cpu/2.13/tools.lock: markdown deleted by hand (the resolution needs markdown "
-        "3.11.3); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
+        "dockerfiles/pytorch/pytorch-cpu/2.13/pylock.tools.toml: markdown deleted by hand (the resolution needs "
+        "markdown 3.11.3); run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
 
 
 def test_the_check_never_writes_the_committed_lock(locked, host):
     root, framework = locked
-    edited = framework.read_text().replace("mpmath===1.3.0", "mpmath===1.2.1")
+    edited = _reversion(framework.read_text(), "mpmath", "1.3.0", "1.2.1")
     framework.write_text(edited)
     _drift(root, host)
     assert framework.read_text() == edited
@@ -148,7 +158,7 @@ def test_an_index_that_cannot_be_reached_is_an_error_not_a_pass(locked, monkeypa
 
 
 def test_make_check_fails_naming_the_package_and_make_lock(project: Path, run_cli, host, monkeypatch):
-    """The CLI: one pip cell (the fixture's others removed) whose framework.lock lost mpmath."""
+    """The CLI: one pip cell (the fixture's others removed) whose pylock.framework.toml lost mpmath."""
     matrix = project / "matrix.yaml"
     text = matrix.read_text()
     cell_block = text[text.index("  - name: pytorch-cpu"):text.index("  - name: pytorch-cuda")]
@@ -167,8 +177,8 @@ def test_make_check_fails_naming_the_package_and_make_lock(project: Path, run_cl
     assert run_cli("check", "--offline", "--matrix", str(matrix))[0] == 0     # the old check passes it
     code, _, err = run_cli("check", "--matrix", str(matrix))
     assert code == 1
-    assert ("lock: dockerfiles/pytorch/pytorch-cpu/2.13/framework.lock: mpmath deleted by hand (the resolution needs "
-            "mpmath 1.3.0); run `make lock FRAMEWORK=pytorch-cpu:2.13`") in err
+    assert ("lock: dockerfiles/pytorch/pytorch-cpu/2.13/pylock.framework.toml: mpmath deleted by hand (the resolution "
+            "needs mpmath 1.3.0); run `make lock FRAMEWORK=pytorch-cpu:2.13`") in err
     assert "1 lock problem(s); run `make lock`" in err
 
 
@@ -191,14 +201,15 @@ def test_an_ngc_cell_is_re_resolved_against_its_base_only_when_one_is_named(tmp_
     cell, root = _ngc_cell(), tmp_path / "root"
     lock.lock_cells(root, [cell], {cell.key: "mirror/pytorch:25.10"}, (), log=lambda line: None, host=host)
     tools = (root / cell.dockerfile).parent / locks.TOOLS_LOCK
-    assert "markdown" not in tools.read_text() and "tensorboard===2.21.0" in tools.read_text()
+    assert "markdown" not in locks.parse_lock(tools.read_text()).entries     # uv names it in a comment as left out
+    assert 'name = "tensorboard"\nversion = "2.21.0"' in tools.read_text()
     refs = {cell.key: "mirror/pytorch:25.10"}
     assert lockdrift.check_cells(root, [cell], lambda line: None, host, refs, ask) == ([], [])
     assert lockdrift.check_cells(root, [cell], lambda line: None, host, {}, ask) == ([], [cell.key])
     text = tools.read_text()
     tools.write_text(text.replace(_block(text, "tensorboard"), ""))
     assert lockdrift.check_cells(root, [cell], lambda line: None, host, refs, ask)[0] == [
-        "dockerfiles/pytorch/pytorch-ngc/25.10/tools.lock: tensorboard deleted by hand (the resolution needs "
+        "dockerfiles/pytorch/pytorch-ngc/25.10/pylock.tools.toml: tensorboard deleted by hand (the resolution needs "
         "tensorboard 2.21.0); run `make lock FRAMEWORK=pytorch-ngc:25.10`"]
     assert asked == ["mirror/pytorch:25.10"] * 3
 

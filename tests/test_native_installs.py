@@ -57,9 +57,10 @@ def test_the_installs_run_in_build_platform_stages_and_the_image_only_copies_the
         assert stages[name].startswith(f"FROM build-base AS {name}\n"), name
     for name, lock in (("site-framework", locks.FRAMEWORK_LOCK), ("site-tools", locks.TOOLS_LOCK)):
         [install] = [r for r in _runs(stages[name]) if "uv pip install" in r]
-        assert "--require-hashes --no-deps" in install
+        assert "--preview-features pylock" in install and "--require-hashes" in install
         assert '--python-platform "${wheel_platform}" --python-version 3.11' in install
-        assert f'-r "/run/lock/${{TARGETARCH}}/{lock}"' in install
+        assert f'sed -f /run/secrets/lock-urls "/run/lock/${{TARGETARCH}}/{lock}"' in install
+        assert f"-r /run/{lock} " in install
         assert "py_compile" in install  # bytecode written on the build machine, same Python minor version
     final = stages["final"]
     assert final.startswith("FROM base\n")
@@ -240,9 +241,9 @@ def test_each_targetarch_installs_for_its_machine_and_its_bases_glibc(tmp_path: 
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{known.machine}-manylinux_2_36"
-    lock_header = (_per_arch_project(tmp_path / "again") / Path(_single().dockerfile).parent / known.architecture
-                   / locks.FRAMEWORK_LOCK).read_text()
-    assert f"platform {known.wheel_platform} ({platform})" in lock_header
+    lock_text = (_per_arch_project(tmp_path / "again") / Path(_single().dockerfile).parent / known.architecture
+                 / locks.FRAMEWORK_LOCK).read_text()
+    assert f'platform = "{known.wheel_platform}"\ntarget = "{platform}"\n' in lock_text
 
 
 def test_a_base_dpkg_without_libc6_is_refused_naming_it(tmp_path: Path) -> None:

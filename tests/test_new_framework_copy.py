@@ -22,6 +22,7 @@ from pathlib import Path
 from buildtool.contracts.locks import FRAMEWORK_LOCK, TOOLS_LOCK, parse_lock
 from buildtool.imagebuild.lock import fingerprint
 from buildtool.matrix.loader import load_matrix
+from tests.pylocks import from_entries
 
 REPO = Path(__file__).resolve().parent.parent
 # What render and check read, and the toolkit with the tests that are about frameworks.
@@ -124,8 +125,8 @@ def _files(root: Path) -> dict[str, bytes]:
 
 def _write_locks(root: Path) -> None:
     """The toy cell's locks, as `make lock` would write them: jax-cpu's apt lock (the same base and apt
-    packages, so the same inputs), numpy alone in framework.lock, jax-cpu's tools (whose closure leaves
-    numpy to the framework lock) in tools.lock, each under the toy cell's own fingerprint."""
+    packages, so the same inputs), numpy alone in pylock.framework.toml, jax-cpu's tools (whose closure leaves
+    numpy to the framework lock) in pylock.tools.toml, each under the toy cell's own fingerprint."""
     matrix = load_matrix(root / "matrix.yaml", root / "templates", tests_dir=root / "image-tests")
     [cell] = matrix.select("toyfw")
     folder = root / Path(cell.dockerfile).parent
@@ -137,13 +138,9 @@ def _write_locks(root: Path) -> None:
     tools = parse_lock((source / TOOLS_LOCK).read_text()).entries
     assert "numpy" not in tools
     for name, entries in ((FRAMEWORK_LOCK, {"numpy": framework["numpy"]}), (TOOLS_LOCK, tools)):
-        part = "framework" if name == FRAMEWORK_LOCK else "tools"
-        header = (f"# GENERATED FILE - DO NOT EDIT. Refresh with `make lock FRAMEWORK={cell.key}`.\n"
-                  f"# Lock of cell {cell.key}, {part} layer: installed with hashes required "
-                  "(uv pip install --require-hashes --no-deps).\n"
-                  f"# inputs: {fingerprint(cell, name)}\n"
-                  f"# python {cell.python}, platform x86_64-manylinux_2_28\n")
-        (folder / name).write_text(header + "".join(entries[n].text + "\n" for n in sorted(entries)))
+        (folder / name).write_text(f"# GENERATED FILE - DO NOT EDIT. Refresh with `make lock FRAMEWORK={cell.key}`.\n"
+                                   + from_entries(entries, {"inputs": fingerprint(cell, name), "python": cell.python,
+                                                            "platform": "x86_64-manylinux_2_28"}))
 
 
 def test_a_new_framework_in_a_copy_of_the_repository_needs_no_toolkit_change(tmp_path: Path, run_cli) -> None:
@@ -172,7 +169,7 @@ def test_a_new_framework_in_a_copy_of_the_repository_needs_no_toolkit_change(tmp
     assert all(rel.startswith(GENERATED) for rel in changed - edited), sorted(changed - edited)
     dockerfile = (root / f"dockerfiles/toyfw/toyfw-cpu/{numpy}/Dockerfile").read_text()
     assert "rendered from templates/images/pip.Dockerfile.j2" in dockerfile
-    assert f"# ToyFW {numpy} (cpu) and its dependencies (framework.lock)." in dockerfile
+    assert f"# ToyFW {numpy} (cpu) and its dependencies (pylock.framework.toml)." in dockerfile
     catalogue = (root / "docs/images.md").read_text()
     assert f"| `toyfw-cpu` | {numpy} (default) | toyfw {numpy} |" in catalogue
     assert "| ToyFW | `image-tests/toyfw/` | `toyfw-cpu` | none | `plain` | `python` |" in catalogue

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,8 @@ def _ngc(**changes: Any):
 
 
 def _project(tmp_path: Path, glibc: dict[str, str | None] | None = None) -> Path:
-    """The fixture NGC cell's tools.lock laid out per architecture, each with the header `make lock` writes
-    for that platform (`# base glibc` the base's, None: that line left out)."""
+    """The fixture NGC cell's pylock.tools.toml laid out per architecture, each with the table `make lock` writes
+    for that platform (`glibc` the base's, None: that key left out)."""
     glibc = glibc if glibc is not None else {"amd64": "2.36", "arm64": "2.36"}
     cell = _ngc()
     source = (FIXTURE_PROJECT / cell.dockerfile).parent / locks.TOOLS_LOCK
@@ -44,11 +45,12 @@ def _project(tmp_path: Path, glibc: dict[str, str | None] | None = None) -> Path
         folder = (root / cell.dockerfile).parent / arch
         folder.mkdir(parents=True)
         text = source.read_text()
-        text = re.sub(r"(?m)^# inputs: .*$", f"# inputs: {lock.fingerprint(cell, locks.TOOLS_LOCK, platform)}", text)
+        text = re.sub(r'(?m)^inputs = ".*"$', f'inputs = "{lock.fingerprint(cell, locks.TOOLS_LOCK, platform)}"',
+                      text)
         wheel = lock.cell_platform(cell, platform).wheel_platform
-        text = re.sub(r"(?m)^# python (\S+), platform .*$", rf"# python \1, platform {wheel} ({platform})", text)
+        text = re.sub(r'(?m)^platform = ".*"$', f'platform = "{wheel}"\ntarget = "{platform}"', text)
         if version is not None:
-            text = re.sub(r"(?m)^(# resolved against the base .*)$", rf"\1\n# base glibc {version}", text)
+            text += f'glibc = "{version}"\n'     # the table is the file's last
         (folder / locks.TOOLS_LOCK).write_text(text)
     return root
 
@@ -105,13 +107,14 @@ def test_the_base_probe_reports_this_pythons_glibc() -> None:
 
 
 def test_a_multi_platform_ngc_lock_records_its_bases_glibc() -> None:
-    make = lock._header(_ngc(), _facts(glibc="2.39"), "linux/arm64")
-    header = make("tools")
-    assert locks.header_glibc(header) == "2.39"
-    assert locks.header_platform(header) == "aarch64-manylinux_2_28"
-    # A single-platform NGC lock is unchanged: it installs on the target, where uv reads the machine itself.
-    assert locks.header_glibc(lock._header(replace(_ngc(), platforms=platforms.DEFAULT), _facts(), None)("tools")) \
-        is None
+    def table(cell: Any, platform: str | None) -> dict[str, str]:
+        text = lock._table(cell, _facts(glibc="2.39"), platform, locks.TOOLS_LOCK, "3.12")
+        return dict(tomllib.loads(text)["tool"]["dl-images"])
+
+    found = table(_ngc(), "linux/arm64")
+    assert (found["glibc"], found["platform"], found["target"]) == ("2.39", "aarch64-manylinux_2_28", "linux/arm64")
+    # A single-platform NGC lock names none: it installs on the target, where uv reads the machine itself.
+    assert "glibc" not in table(replace(_ngc(), platforms=platforms.DEFAULT), None)
 
 
 # -- the Dockerfile ------------------------------------------------------------------------------------------
@@ -126,9 +129,9 @@ def test_the_tools_are_installed_on_the_build_machine_and_the_image_only_copies_
     assert stages["site-tools"].startswith("FROM build-base AS site-tools\n")
     [install] = [r for r in _runs(stages["site-tools"]) if "uv pip install" in r]
     # Into the base's own Python, under its pip constraints, every locked file written again for the target.
-    assert '--python "$(command -v python)" --reinstall --require-hashes --no-deps' in install
+    assert '--python "$(command -v python)" --reinstall' in install and "--require-hashes" in install
     assert '--python-platform "${wheel_platform}"' in install and "--python-version" not in install
-    assert 'export UV_CONSTRAINT="$PIP_CONSTRAINT"' in install
+    assert 'UV_CONSTRAINT="$PIP_CONSTRAINT"' in install and "uv pip install --dry-run --offline --no-deps" in install
     assert "aarch64-manylinux_2_36" in install and "x86_64-manylinux_2_36" in install
     assert "mkdir /site && env -C / xargs -0 -r cp -a --parents -t /site < /run/added" in install
     final = stages["final"]
@@ -143,8 +146,9 @@ def test_the_wheel_platform_is_each_bases_glibc_as_its_lock_records_it(tmp_path:
 
 
 def test_a_lock_without_its_bases_glibc_is_refused_at_render(tmp_path: Path) -> None:
-    with pytest.raises(TemplateError, match=r"arm64/tools.lock names no glibc of its base \(`# base glibc`\), so "
-                                            r"the wheels' platform is unknown; run `make lock FRAMEWORK=pytorch-ngc"):
+    with pytest.raises(TemplateError, match=r"arm64/pylock.tools.toml names no glibc of its base \(`glibc` in "
+                                            r"\[tool.dl-images\]\), so the wheels' platform is unknown; run `make "
+                                            r"lock FRAMEWORK=pytorch-ngc"):
         _render(tmp_path, glibc={"amd64": "2.36", "arm64": None})
 
 
@@ -152,7 +156,7 @@ def test_a_platform_without_its_lock_stops_that_platforms_build(tmp_path: Path) 
     text = _render(tmp_path, glibc={"amd64": "2.36"})
     [install] = [r for r in _runs(_stages(text)["site-tools"]) if "uv pip install" in r]
     assert "arm64) wheel_platform" not in install
-    assert ('if [ ! -f "/run/lock/${TARGETARCH}/tools.lock" ]; then echo "ERROR: no tools.lock for '
+    assert ('if [ ! -f "/run/lock/${TARGETARCH}/pylock.tools.toml" ]; then echo "ERROR: no pylock.tools.toml for '
             'TARGETARCH=${TARGETARCH}') in install
 
 

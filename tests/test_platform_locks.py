@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,9 +52,9 @@ def _per_arch_project(tmp_path: Path, archs: tuple[str, ...] = ("amd64", "arm64"
         (target / arch).mkdir(parents=True)
         for name in locks.LOCK_FILES:
             text = (source / name).read_text()
-            text = re.sub(r"(?m)^# inputs: .*$", f"# inputs: {lock.fingerprint(cell, name, platform)}", text)
+            text = re.sub(r'(?m)^inputs = ".*"$', f'inputs = "{lock.fingerprint(cell, name, platform)}"', text)
             wheel = lock.cell_platform(cell, platform).wheel_platform
-            text = re.sub(r"(?m)^# python (\S+), platform .*$", rf"# python \1, platform {wheel} ({platform})", text)
+            text = re.sub(r'(?m)^platform = ".*"$', f'platform = "{wheel}"\ntarget = "{platform}"', text)
             (target / arch / name).write_text(text)
         apt = parse_apt_lock((source / APT_LOCK).read_text())
         header = {**apt.header, "inputs": aptlock.fingerprint(cell, platform), "arch": arch}
@@ -69,7 +70,8 @@ def _per_arch_project(tmp_path: Path, archs: tuple[str, ...] = ("amd64", "arm64"
 def test_a_single_platform_cell_reads_its_locks_beside_the_dockerfile_with_or_without_naming_it():
     cell = _single()
     assert lock.lock_paths(FIXTURE_PROJECT, cell) == lock.lock_paths(FIXTURE_PROJECT, cell, "linux/amd64")
-    assert lock.lock_paths(FIXTURE_PROJECT, cell)[locks.FRAMEWORK_LOCK] == _folder(FIXTURE_PROJECT) / "framework.lock"
+    assert lock.lock_paths(FIXTURE_PROJECT, cell)[locks.FRAMEWORK_LOCK] == \
+        _folder(FIXTURE_PROJECT) / "pylock.framework.toml"
     assert lock.read_locks(FIXTURE_PROJECT, cell) == lock.read_locks(FIXTURE_PROJECT, cell, "linux/amd64")
     assert aptlock.read_hashes(FIXTURE_PROJECT, cell) == aptlock.read_hashes(FIXTURE_PROJECT, cell, "linux/amd64")
 
@@ -105,7 +107,8 @@ def test_each_platform_reads_its_own_folder(tmp_path: Path):
     root = _per_arch_project(tmp_path)
     cell = _multi()
     for arch in ("amd64", "arm64"):
-        assert lock.lock_paths(root, cell, f"linux/{arch}")[locks.TOOLS_LOCK] == _folder(root) / arch / "tools.lock"
+        assert lock.lock_paths(root, cell, f"linux/{arch}")[locks.TOOLS_LOCK] == \
+            _folder(root) / arch / "pylock.tools.toml"
         assert aptlock.read(root, cell, f"linux/{arch}").header["arch"] == arch
         assert aptlock.read_hashes(root, cell, f"linux/{arch}")
     assert lock.locked_versions(root, cell, "linux/arm64")["torch"] == "2.13.0+cpu"
@@ -117,12 +120,12 @@ def test_a_missing_platform_lock_is_named(tmp_path: Path):
     root = _per_arch_project(tmp_path, archs=("amd64",))
     cell = _multi()
     rel = f"{Path(cell.dockerfile).parent}/arm64"
-    with pytest.raises(UserError, match=rf"^{rel}/framework.lock is missing; run `make lock "
+    with pytest.raises(UserError, match=rf"^{rel}/pylock.framework.toml is missing; run `make lock "
                                         r"FRAMEWORK=pytorch-cpu:2.13`$"):
         lock.read_locks(root, cell, "linux/arm64")
     with pytest.raises(UserError, match=rf"^{rel}/{DEB_HASHES} is missing"):
         aptlock.read_hashes(root, cell, "linux/arm64")
-    assert lock.check_cell(root, cell) == [f"{rel}/framework.lock is missing; run `make lock FRAMEWORK={KEY}`"]
+    assert lock.check_cell(root, cell) == [f"{rel}/pylock.framework.toml is missing; run `make lock FRAMEWORK={KEY}`"]
     assert aptlock.check_cell(root, cell) == [f"{rel}/apt.lock is missing; run `make lock FRAMEWORK={KEY}`"]
 
 
@@ -134,18 +137,18 @@ def test_a_lock_of_another_platform_in_a_platforms_folder_is_refused(tmp_path: P
     # amd64's files copied over arm64's: their headers name amd64.
     for name in (*locks.LOCK_FILES, APT_LOCK):
         shutil.copy(folder / "amd64" / name, folder / "arm64" / name)
-    with pytest.raises(UserError, match=rf"^{rel}/framework.lock is a lock for x86_64-manylinux_2_28, not "
+    with pytest.raises(UserError, match=rf"^{rel}/pylock.framework.toml is a lock for x86_64-manylinux_2_28, not "
                                         r"aarch64-manylinux_2_28; run `make lock FRAMEWORK=pytorch-cpu:2.13`$"):
         lock.read_locks(root, cell, "linux/arm64")
     with pytest.raises(UserError, match=rf"^{rel}/apt.lock was resolved for amd64, not arm64; run `make lock"):
         aptlock.read(root, cell, "linux/arm64")
     assert any(p.startswith(f"{rel}/apt.lock was resolved for amd64") for p in aptlock.check_cell(root, cell))
-    # Without the platform line, its fingerprint (which covers the platform) still finds it.
+    # Without the platform it names, it is refused as well (a lock says which platform it is for).
     for name in locks.LOCK_FILES:
         path = folder / "arm64" / name
-        path.write_text(re.sub(r"(?m)^# python .*\n", "", path.read_text()))
-    assert f"{rel}/framework.lock is stale (matrix inputs changed); run `make lock FRAMEWORK={KEY}`" \
-        in lock.check_cell(root, cell)
+        path.write_text(re.sub(r"(?m)^platform = .*\n", "", path.read_text()))
+    assert lock.check_cell(root, cell) == [f"{rel}/pylock.framework.toml is a lock for no named platform, not "
+                                           f"aarch64-manylinux_2_28; run `make lock FRAMEWORK={KEY}`"]
 
 
 def test_fingerprints_differ_per_platform_and_the_default_platforms_are_unchanged():
@@ -192,10 +195,11 @@ def test_a_multi_platform_dockerfile_selects_locks_by_targetarch_and_apt_pins_by
     for name in locks.LOCK_FILES:
         for arch in ("amd64", "arm64"):
             assert f"--mount=type=bind,source={arch}/{name},target=/run/lock/{arch}/{name}" in text
-        assert f'-r "/run/lock/${{TARGETARCH}}/{name}"' in text
+        assert f'sed -f /run/secrets/lock-urls "/run/lock/${{TARGETARCH}}/{name}"' in text
+        assert f"-r /run/{name} \\\n" in text
         assert (f'if [ ! -f "/run/lock/${{TARGETARCH}}/{name}" ]; then echo "ERROR: no {name} for '
                 f'TARGETARCH=${{TARGETARCH}}') in text
-    assert "source=framework.lock" not in text
+    assert "source=pylock.framework.toml" not in text
 
 
 def test_a_platform_without_its_apt_lock_renders_a_branch_that_stops_its_build(tmp_path: Path):
@@ -256,18 +260,19 @@ def test_make_lock_writes_each_platforms_locks_and_drift_is_checked_per_platform
     cell = _small(_multi())
     lock.lock_cells(root, [cell], {}, (), log=lambda line: None, host=host)
     folder = _folder(root)
-    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.lock")) == [
-        "amd64/framework.lock", "amd64/tools.lock", "arm64/framework.lock", "arm64/tools.lock"]
-    header = (folder / "arm64" / "framework.lock").read_text().splitlines()[3]
-    assert header == "# python 3.11, platform aarch64-manylinux_2_28 (linux/arm64)"
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("pylock.*.toml")) == [
+        "amd64/pylock.framework.toml", "amd64/pylock.tools.toml", "arm64/pylock.framework.toml",
+        "arm64/pylock.tools.toml"]
+    table = tomllib.loads((folder / "arm64" / "pylock.framework.toml").read_text())["tool"]["dl-images"]
+    assert (table["python"], table["platform"], table["target"]) == ("3.11", "aarch64-manylinux_2_28", "linux/arm64")
     assert lock.check_cell(root, cell) == []
     assert lockdrift.cell_drift(root, cell, host, log=lambda line: None) == []
     # A hand edit in one platform's lock is drift of that file.
-    path = folder / "arm64" / "framework.lock"
-    path.write_text(re.sub(r"(?ms)^mpmath===.*?(?=^\S|\Z)", "", path.read_text()))
+    path = folder / "arm64" / "pylock.framework.toml"
+    path.write_text(re.sub(r'(?ms)^\[\[packages\]\]\nname = "mpmath"\n.*?(?=^\[|\Z)', "", path.read_text()))
     problems = lockdrift.cell_drift(root, cell, host, log=lambda line: None)
-    assert problems == [f"{Path(cell.dockerfile).parent}/arm64/framework.lock: mpmath deleted by hand (the resolution "
-                        f"needs mpmath 1.3.0); run `make lock FRAMEWORK={KEY}`"]
+    assert problems == [f"{Path(cell.dockerfile).parent}/arm64/pylock.framework.toml: mpmath deleted by hand (the "
+                        f"resolution needs mpmath 1.3.0); run `make lock FRAMEWORK={KEY}`"]
 
 
 def test_make_lock_of_a_single_platform_cell_writes_beside_the_dockerfile_as_before(tmp_path: Path, host: HostPip):
@@ -275,8 +280,9 @@ def test_make_lock_of_a_single_platform_cell_writes_beside_the_dockerfile_as_bef
     cell = _small(_single())
     lock.lock_cells(root, [cell], {}, (), log=lambda line: None, host=host)
     folder = _folder(root)
-    assert sorted(p.name for p in folder.iterdir()) == ["framework.lock", "tools.lock"]
-    assert (folder / "framework.lock").read_text().splitlines()[3] == "# python 3.11, platform x86_64-manylinux_2_28"
+    assert sorted(p.name for p in folder.iterdir()) == ["pylock.framework.toml", "pylock.tools.toml"]
+    table = tomllib.loads((folder / "pylock.framework.toml").read_text())["tool"]["dl-images"]
+    assert (table["python"], table["platform"]) == ("3.11", "x86_64-manylinux_2_28") and "target" not in table
 
 
 # -- the base of each platform ------------------------------------------------------------------------------

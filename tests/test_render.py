@@ -50,11 +50,13 @@ def test_golden_dockerfile_essentials():
     # uv from a stage of its own, by hash, with the pip secrets; never a layer of the image.
     assert "FROM base AS uv\n" in text and "--require-hashes" in text and "uv==0.13.9 --hash=sha256:" in text
     assert "--mount=type=secret,id=pip.conf,target=/run/secrets/pip.conf" in text
-    # Installs come from the cell's locks (framework first, own layer), hashes required, no resolution.
-    framework = text.index("--mount=type=bind,source=framework.lock")
-    tools = text.index("--mount=type=bind,source=tools.lock")
-    assert framework < tools and text.count("--require-hashes --no-deps") == 2
-    assert "--mount=type=secret,id=uv.toml,target=/run/secrets/uv.toml" in text
+    # Installs come from the cell's locks (framework first, own layer), hashes required, no resolution: each
+    # PEP 751 lock as the build sees it (local file URLs mapped to the loopback server by the lock-urls secret).
+    framework = text.index("--mount=type=bind,source=pylock.framework.toml")
+    tools = text.index("--mount=type=bind,source=pylock.tools.toml")
+    assert framework < tools and text.count("--require-hashes \\\n      -r /run/pylock.") == 2
+    assert text.count("--mount=type=secret,id=lock-urls,target=/run/secrets/lock-urls") == 2
+    assert "id=uv.toml" not in text        # the locks name every file: no index is asked
     assert "--mount=type=cache,id=dl-images-uv,target=/run/uv/cache" in text
     # The only pip run installs uv (by hash); every package of the image comes through `uv pip install`.
     assert len(re.findall(r'pip"? install', text)) == text.count("uv pip install") + 1 == 3
@@ -65,8 +67,9 @@ def test_golden_dockerfile_essentials():
     assert f'{label_keys.RUN_FLAGS}="--shm-size=2g --ulimit=memlock=-1"' in text
     ngc = _mini_outputs()["dockerfiles/tensorflow/mini-ngc/25.02/Dockerfile"].decode()
     assert "apt-get" not in ngc and "--shm-size=16g" in ngc and "--gpus=all" in ngc
-    # NGC: only tools.lock, under the base's own PIP_CONSTRAINT files.
-    assert "framework.lock" not in ngc and 'export UV_CONSTRAINT="$PIP_CONSTRAINT"' in ngc
+    # NGC: only pylock.tools.toml, checked against the base's own PIP_CONSTRAINT files (uv, offline).
+    assert "pylock.framework.toml" not in ngc and 'UV_CONSTRAINT="$PIP_CONSTRAINT"' in ngc
+    assert "/run/uv/uv pip install --dry-run --offline --no-deps" in ngc
 
 
 def test_oci_labels_inherit_key_by_key_and_are_quoted(tmp_path: Path):

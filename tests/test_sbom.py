@@ -107,8 +107,8 @@ def test_python_components_carry_the_sha256_their_lock_admits():
     sbom.validate_sbom(doc)
     found = _by_name(doc)
     assert found["torch"]["hashes"] == [{"alg": "SHA-256", "content": sbom_probe.TORCH_SHA}]
-    assert _props(found["torch"])["installed-from"] == "framework.lock"
-    assert _props(found["werkzeug"])["installed-from"] == "tools.lock"
+    assert _props(found["torch"])["installed-from"] == "pylock.framework.toml"
+    assert _props(found["werkzeug"])["installed-from"] == "pylock.tools.toml"
     hashed = sorted(c["name"] for c in doc["components"] if c.get("hashes"))
     assert hashed == ["markdown", "mpmath", "sympy", "tensorboard", "torch", "typing-extensions", "werkzeug"]
     # Several files admitted (wheels per platform, the sdist): which one was installed is not recorded.
@@ -124,7 +124,7 @@ def test_python_components_carry_the_sha256_their_lock_admits():
 def test_a_lock_at_another_version_than_the_image_is_refused():
     probe = sbom_probe.probe()
     probe["python_packages"]["torch"] = probe["python_details"]["torch"]["version"] = "2.13.1+cpu"
-    with pytest.raises(ValueError, match=r"torch 2.13.1\+cpu in the image, 2.13.0\+cpu in framework.lock"):
+    with pytest.raises(ValueError, match=r"torch 2.13.1\+cpu in the image, 2.13.0\+cpu in pylock.framework.toml"):
         _doc(probe)
 
 

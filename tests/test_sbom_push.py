@@ -32,13 +32,12 @@ def pushed(monkeypatch: pytest.MonkeyPatch) -> tuple[MemRegistry, str]:
     monkeypatch.setattr(referrers_module.time, "gmtime", lambda *_: real(next(seconds)))
     monkeypatch.setattr(contents.engine, "image_labels", lambda ref: {})
     monkeypatch.setattr(contents, "probe", lambda root, ref: sbom_probe.probe())
-    monkeypatch.setattr(contents.wheel_hashes, "identify", lambda *a: {})
     client = MemRegistry()
     return client, client.push_image(REPO, "abc-2.13")
 
 
 def attach(client: MemRegistry, digest: str) -> str:
-    return contents.attach_sbom(Path("."), client, REPO, digest, "local:tag", {}, None, print,  # type: ignore[arg-type]
+    return contents.attach_sbom(Path("."), client, REPO, digest, "local:tag", {},  # type: ignore[arg-type]
                                 signing.KEY, indexes=sbom_probe.INDEXES)
 
 
@@ -108,7 +107,6 @@ def _reused(monkeypatch: pytest.MonkeyPatch, pull) -> tuple:  # noqa: ANN001
         ("sbom", digest, ref)) or "sha256:" + "5" * 64)
     monkeypatch.setattr(builder, "read_locks", lambda root, cell, platform: {})
     monkeypatch.setattr(builder.aptlock, "read_hashes", lambda root, cell, platform: {})
-    monkeypatch.setattr(builder.Sources, "for_cell", lambda *args: None)
     fake = SimpleNamespace(options=BuildOptions(push=True), registry=MemRegistry(), _key=signing.KEY, root=Path("."),
                            _host_pip=object(), log=print, progress=SimpleNamespace(update=lambda *a: None))
     plan = SimpleNamespace(dev_ref="127.0.0.1:5999/team/pytorch-cpu-dev:abc-2.13",

@@ -1,13 +1,17 @@
 """uv's settings in a build (the `uv.toml` secret): the host's pip settings, local folders through
-the loopback server, unreachable remote indexes left out, credentials never in a log line."""
+the loopback server, unreachable remote indexes left out, credentials never in a log line; and the
+`lock-urls` secret, which maps a lock's local file URLs to the loopback server."""
 
 from __future__ import annotations
 
+import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from buildtool.imagebuild import pipconfig
-from buildtool.imagebuild.pipconfig import HostPip, pip_secrets, reachable, redact, render_uv_toml
+from buildtool.imagebuild.pipconfig import HostPip, pip_secrets, reachable, redact, render_lock_urls, render_uv_toml
 
 
 def test_uv_toml_mirrors_pip_settings_with_loopback_urls(monkeypatch):
@@ -16,26 +20,53 @@ def test_uv_toml_mirrors_pip_settings_with_loopback_urls(monkeypatch):
                    extra_index_urls=("file:///opt/pypi/simple", "https://u:secret@down.example/simple"),
                    find_links=("/opt/wheels",), trusted_hosts=("mirror.example",))
     served = {"/opt/pypi/simple": "http://127.0.0.1:9999/m0/simple/", "/opt/wheels": "http://127.0.0.1:9999/m1/"}
-    conf = tomllib.loads(render_uv_toml(host, served, ("https://download.pytorch.org/whl/cpu",)))
+    conf = tomllib.loads(render_uv_toml(host, served))
     assert conf["index-url"] == "https://mirror.example/simple"
-    # The cell's own index first, the host's local index through the loopback server, the unreachable one left out.
-    assert conf["extra-index-url"] == ["https://download.pytorch.org/whl/cpu", "http://127.0.0.1:9999/m0/simple/"]
+    # The host's local index through the loopback server, the unreachable one left out.
+    assert conf["extra-index-url"] == ["http://127.0.0.1:9999/m0/simple/"]
     assert conf["find-links"] == ["http://127.0.0.1:9999/m1/"]
     assert conf["allow-insecure-host"] == ["mirror.example", "127.0.0.1"]
     assert conf["index-strategy"] == "unsafe-best-match"
 
 
-def test_secrets_session_writes_a_private_uv_toml_per_cell_index_set(tmp_path: Path, monkeypatch):
+def test_secrets_session_writes_private_uv_toml_and_lock_urls(tmp_path: Path, monkeypatch):
+    """The lock-urls secret maps each served folder's file URLs (a find-links folder; a local index's folder
+    above `simple/`, whose pages link to ../../files/) to the loopback URL serving it, and nothing else."""
     monkeypatch.setattr(pipconfig, "answers", lambda url, timeout=10.0: True)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    with pip_secrets(HostPip(find_links=(str(wheels),))) as secrets:
-        plain = secrets.files["uv.toml"]
-        assert oct(plain.stat().st_mode & 0o777) == "0o600"
-        cell = secrets.uv_config(("https://download.pytorch.org/whl/cpu",))
-        assert cell != plain and cell == secrets.uv_config(("https://download.pytorch.org/whl/cpu",))
-        assert "download.pytorch.org" in cell.read_text() and "127.0.0.1" in plain.read_text()
-    assert not plain.exists() and not cell.exists()   # gone with the session
+    (tmp_path / "pypi" / "simple").mkdir(parents=True)
+    host = HostPip(extra_index_urls=(f"file://{tmp_path}/pypi/simple",), find_links=(str(wheels),))
+    with pip_secrets(host) as secrets:
+        plain, urls = secrets.files["uv.toml"], secrets.files["lock-urls"]
+        assert oct(plain.stat().st_mode & 0o777) == oct(urls.stat().st_mode & 0o777) == "0o600"
+        assert "127.0.0.1" in plain.read_text()
+        index, links = secrets.served[f"{tmp_path}/pypi/simple"], secrets.served[str(wheels)]
+        assert secrets.file_urls == {f"file://{tmp_path}/pypi/": index.removesuffix("simple/"),
+                                     f"file://{wheels}/": links}
+        lock = tmp_path / "pylock.tools.toml"
+        lock.write_text(f'url = "file://{tmp_path}/pypi/files/a-1-py3-none-any.whl"\n'
+                        f'url = "file://{wheels}/b-1+cpu-py3-none-any.whl"\n'
+                        'url = "file:///elsewhere/c-1-py3-none-any.whl"\n'
+                        'url = "https://files.pythonhosted.org/d-1-py3-none-any.whl"\n')
+        mapped = subprocess.run(["sed", "-f", str(urls), str(lock)], capture_output=True, text=True, timeout=30)
+        assert mapped.stdout.splitlines() == [f'url = "{index.removesuffix("simple/")}files/a-1-py3-none-any.whl"',
+                                              f'url = "{links}b-1+cpu-py3-none-any.whl"',
+                                              'url = "file:///elsewhere/c-1-py3-none-any.whl"',
+                                              'url = "https://files.pythonhosted.org/d-1-py3-none-any.whl"']
+    assert not plain.exists() and not urls.exists()   # gone with the session
+
+
+def test_lock_urls_take_every_character_of_a_folder_literally(tmp_path: Path):
+    """A folder name with sed's special characters maps itself and nothing else (`.` is not any character)."""
+    script = tmp_path / "lock-urls"
+    script.write_text(render_lock_urls({"file:///opt/a.b|c[1]&/": "http://127.0.0.1:1/m0/&|x/"}))
+    lock = tmp_path / "pylock.toml"
+    lock.write_text('url = "file:///opt/a.b|c[1]&/w.whl"\nurl = "file:///opt/aXb|c[1]&/w.whl"\n')
+    mapped = subprocess.run(["sed", "-f", str(script), str(lock)], capture_output=True, text=True, timeout=30)
+    assert mapped.stdout == 'url = "http://127.0.0.1:1/m0/&|x/w.whl"\nurl = "file:///opt/aXb|c[1]&/w.whl"\n'
+    with pytest.raises(ValueError, match="a folder name with a line break cannot be served"):
+        render_lock_urls({"file:///opt/a\nb/": "http://127.0.0.1:1/m0/"})
 
 
 def test_unreachable_indexes_are_named_without_their_credentials(monkeypatch):

@@ -1,14 +1,15 @@
-"""The lock file format: what `buildtool lock` writes beside each Dockerfile and what the
-Dockerfile installs with hashes required.
+"""The lock file format: PEP 751 `pylock.toml`, what `buildtool lock` writes beside each Dockerfile and what
+the Dockerfile installs (`uv pip install -r pylock.<layer>.toml`: every file checked against its sha256).
 
-A lock is uv's requirements output: one exact pin per package, every entry with its `--hash`
-lines (and `# via` comments), under a header whose `# inputs:` line fingerprints the matrix
-values it was made from (so a stale lock is found without a network). Exact means the pin admits
-one version only: `name==1.0+cu130` (a local version is compared as a whole), or `name===1.0`
-where uv wrote `name==1.0`, because `==1.0` is also satisfied by any local build `1.0+cpu` that
-a find-links folder offers: uv prefers that one and the hash check then fails the build. Each cell has
-`framework.lock` (the framework and its dependency closure; pip-installed cells only) and
-`tools.lock` (everything else it installs); `templates/uv.lock` pins the installer itself.
+The pinned uv writes each lock (`uv pip compile --format pylock.toml` for one wheel platform), so each package
+names its version and exactly the files of that version for that platform: each wheel's file name, URL and
+sha256 (and the sdist's). A version is a whole version (`2.13.0+cpu` or `2.13.0`): a file name and a hash, so
+no other build of it can be installed in its place. `buildtool lock` adds comment lines on top and a
+`[tool.dl-images]` table (PEP 751's place for a tool's own data) with what the lock was made from: the
+fingerprint of the matrix values (`inputs`, so a stale lock is found without a network), the Python, the
+wheel platform and, for an NGC cell, its base's glibc. Each cell has `pylock.framework.toml` (the framework
+and its dependency closure; pip-installed cells only) and `pylock.tools.toml` (everything else it installs).
+`templates/uv.lock` pins the installer itself as pip's hashed requirements: pip, not uv, installs it.
 
 Where: a cell built for the default platform only keeps its locks beside its Dockerfile; a cell with
 other platforms (matrix `platforms:`) keeps one folder per platform, named by its architecture
@@ -20,19 +21,22 @@ the platform; only a single-platform cell may leave it out (see `platform_folder
 from __future__ import annotations
 
 import re
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
 
-FRAMEWORK_LOCK = "framework.lock"
-TOOLS_LOCK = "tools.lock"
+FRAMEWORK_LOCK = "pylock.framework.toml"
+TOOLS_LOCK = "pylock.tools.toml"
 LOCK_FILES = (FRAMEWORK_LOCK, TOOLS_LOCK)
 UV_LOCK = "uv.lock"          # in templates/: the pinned uv every build installs its locks with
-_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?(?P<op>===|==)(?P<version>[^\s;\\]+)")
-_HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
-_INPUTS = re.compile(r"^# inputs: (sha256:[0-9a-f]{64})$", re.M)
+TOOL = "dl-images"           # the lock's [tool.dl-images] table
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def platform_folder(cell_folder: Path, cell_key: str, cell_platforms: tuple[str, ...],
@@ -56,102 +60,125 @@ def platform_folder(cell_folder: Path, cell_key: str, cell_platforms: tuple[str,
     return known, (cell_folder / known.architecture if multi else cell_folder)
 
 
-_PLATFORM_LINE = re.compile(r"^# python \S+, platform (?P<platform>\S+)", re.M)
-
-
-def header_platform(header: str) -> str | None:
-    """The wheel platform a lock's header names (`# python 3.11, platform aarch64-manylinux_2_28`)."""
-    found = _PLATFORM_LINE.search(header)
-    return found["platform"] if found else None
-
-
-_GLIBC_LINE = re.compile(r"^# base glibc (?P<glibc>[0-9]+\.[0-9]+)$", re.M)
-
-
-def header_glibc(header: str) -> str | None:
-    """The glibc of the base an NGC cell's lock was resolved against (`# base glibc 2.36`): the cap of the
-    wheel platform its files are installed for (render.dockerfiles.wheel_platforms). None: not recorded."""
-    found = _GLIBC_LINE.search(header)
-    return found["glibc"] if found else None
-
-
 def normalize(name: str) -> str:
     """PEP 503 name: what pip, uv and importlib.metadata agree a distribution is called."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
+class File:
+    """One file a lock admits: its name, where it is fetched from, its sha256 (hex)."""
+
+    name: str
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Entry:
     name: str                  # normalized
     version: str
-    hashes: tuple[str, ...]
-    text: str                  # the entry as written (requirement, hashes, `# via` comments)
-    operator: str = "=="       # `==` or `===`
+    wheels: tuple[File, ...]
+    sdist: File | None = None
 
     @property
-    def exact(self) -> bool:
-        """Whether the pin admits this version only (not also a local build of it)."""
-        return self.operator == "===" or "+" in self.version
-
-    def pinned_exactly(self) -> Entry:
-        """The entry with a pin no other build can satisfy: `==1.0` becomes `===1.0`."""
-        if self.exact:
-            return self
-        match = _ENTRY.match(self.text)
-        assert match is not None
-        text = self.text[:match.start("op")] + "===" + self.text[match.end("op"):]
-        return Entry(self.name, self.version, self.hashes, text, "===")
-
-    def uv_preference(self) -> str:
-        """The entry as uv's own output spells it (`==`): uv keeps a pin of an existing output
-        file only when it reads `==` (measured with uv 0.13.9: a `===` pin there is upgraded)."""
-        match = _ENTRY.match(self.text)
-        assert match is not None
-        return self.text[:match.start("op")] + "==" + self.text[match.end("op"):]
+    def hashes(self) -> tuple[str, ...]:
+        """`sha256:<hex>` of every file the entry admits (its wheels, then its sdist)."""
+        files = (*self.wheels, *((self.sdist,) if self.sdist else ()))
+        return tuple(f"sha256:{f.sha256}" for f in files)
 
 
 @dataclass(frozen=True)
 class LockFile:
-    inputs: str                        # the header's fingerprint, "" when missing
     entries: dict[str, Entry]          # normalized name -> entry
-    header: str = ""
+    inputs: str = ""                   # the fingerprint of the matrix values it came from ("" when missing)
+    python: str = ""
+    platform: str = ""                 # uv's --python-platform it was resolved for
+    glibc: str = ""                    # an NGC cell's base glibc (major.minor), the cap of its wheels
 
     def versions(self) -> dict[str, str]:
         return {name: e.version for name, e in self.entries.items()}
 
 
 def parse_lock(text: str) -> LockFile:
-    """Parse a lock; ValueError names the first entry that cannot be installed with hashes."""
-    header_lines: list[str] = []
-    blocks: list[list[str]] = []
-    for line in text.splitlines():
-        if not blocks and (line.startswith("#") or not line.strip()):
-            header_lines.append(line)
-        elif line and not line[0].isspace() and not line.startswith("#"):
-            blocks.append([line])
-        elif blocks:
-            blocks[-1].append(line)
+    """Parse a pylock.toml; ValueError names the first thing that cannot be installed with hashes."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"not TOML ({exc})") from None
+    if data.get("lock-version") != "1.0":
+        raise ValueError(f"lock-version is {data.get('lock-version')!r}, not PEP 751's \"1.0\"")
     entries: dict[str, Entry] = {}
-    for block in blocks:
-        match = _ENTRY.match(block[0])
-        if not match:
-            raise ValueError(f"not a pinned requirement: {block[0].split()[0]!r}")
-        joined = "\n".join(block).rstrip()
-        hashes = tuple(_HASH.findall(joined))
-        name = normalize(match["name"])
-        if not hashes:
-            raise ValueError(f"{match['name']}=={match['version']} has no --hash")
-        if name in entries:
-            raise ValueError(f"{name} is listed twice")
-        entries[name] = Entry(name, match["version"], hashes, joined, match["op"])
-    header = "\n".join(header_lines)
-    found = _INPUTS.search(header)
-    return LockFile(inputs=found.group(1) if found else "", entries=entries, header=header)
+    for package in data.get("packages", []):
+        entry = _entry(package)
+        if entry.name in entries:
+            raise ValueError(f"{entry.name} is listed twice")
+        entries[entry.name] = entry
+    tool = data.get("tool", {}).get(TOOL, {})
+    return LockFile(entries, **{key: str(tool.get(key, "")) for key in ("inputs", "python", "platform", "glibc")})
+
+
+def _entry(package: dict[str, Any]) -> Entry:
+    name, version = package.get("name"), package.get("version")
+    if not isinstance(name, str) or not isinstance(version, str):
+        raise ValueError(f"a package without a name and version: {package.get('name')!r}")
+    wheels = tuple(_file(name, version, w) for w in package.get("wheels", ()))
+    sdist = _file(name, version, package["sdist"]) if "sdist" in package else None
+    if not wheels and sdist is None:
+        # A directory, VCS or archive source: nothing a hash pins.
+        raise ValueError(f"{name} {version} has no wheel or sdist with a hash")
+    return Entry(normalize(name), version, wheels, sdist)
+
+
+def _file(name: str, version: str, table: dict[str, Any]) -> File:
+    url = str(table.get("url") or table.get("path") or "")
+    filename = str(table.get("name") or unquote(urlsplit(url).path.rsplit("/", 1)[-1]))
+    sha256 = str((table.get("hashes") or {}).get("sha256", ""))
+    if not _SHA256.fullmatch(sha256):
+        raise ValueError(f"{name} {version}: {filename or 'a file'} has no sha256")
+    return File(filename, url, sha256)
+
+
+def installed_files(python: Mapping[str, Mapping[str, object]], locks: Mapping[str, LockFile]) -> dict[str, str]:
+    """name -> sha256 of the wheel a lock installed, for each locked distribution the image holds at the locked
+    version whose entry lists several wheels for its platform (cryptography: abi3 and cp311, two manylinux
+    levels): the one whose file name's tags are the installed ones (its WHEEL file's, the probe's `wheel_tags`).
+    None matching, or several: left out (the SBOM says why). No index is asked: the lock names every file."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import InvalidVersion
+
+    found: dict[str, str] = {}
+    for lock in locks.values():
+        for name, entry in lock.entries.items():
+            detail = python.get(name)
+            if len(entry.wheels) < 2 or detail is None or detail.get("version") != entry.version:
+                continue
+            tags = detail.get("wheel_tags")
+            wanted = frozenset(tags) if isinstance(tags, list) else frozenset()
+            matching = set()
+            for wheel in entry.wheels:
+                try:
+                    wheel_tags = parse_wheel_filename(wheel.name)[3]
+                except (InvalidWheelFilename, InvalidVersion):
+                    continue
+                if wanted and frozenset(str(t) for t in wheel_tags) == wanted:
+                    matching.add(wheel.sha256)
+            if len(matching) == 1:
+                found[name] = matching.pop()
+    return found
+
+
+_UV_PIN = re.compile(r"^uv==(?P<version>\S+)", re.M)
+_UV_HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
 
 
 def uv_requirement(text: str) -> tuple[str, str]:
-    """(version, one-line hashed requirement) of uv from templates/uv.lock, for the Dockerfiles."""
-    entry = parse_lock(text).entries.get("uv")
-    if entry is None:
+    """(version, one-line hashed requirement) of uv from templates/uv.lock (pip's hashed requirements: Debian's
+    pip installs uv, and pip cannot read a pylock.toml), for the Dockerfiles."""
+    pin = _UV_PIN.search(text)
+    hashes = _UV_HASH.findall(text)
+    if pin is None:
         raise ValueError("no uv entry")
-    return entry.version, f"uv=={entry.version} " + " ".join(f"--hash={h}" for h in entry.hashes)
+    if not hashes:
+        raise ValueError(f"uv=={pin['version']} has no --hash")
+    return pin["version"], f"uv=={pin['version']} " + " ".join(f"--hash={h}" for h in hashes)

@@ -41,10 +41,9 @@ from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, 
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
 from buildtool.imagebuild.contents import attach_sbom
 from buildtool.imagebuild.lock import locked_versions, read_locks
-from buildtool.imagebuild.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
+from buildtool.imagebuild.pipconfig import HostPip, PipSecrets, pip_secrets, reachable
 from buildtool.imagebuild.progress import LogProgress, Progress, StepWatcher
 from buildtool.imagebuild.provenance import Built, facts_from_build, make_provenance, tools
-from buildtool.imagebuild.wheel_hashes import Sources
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
 from buildtool.matrix.schema import Cell
 from buildtool.registry.bundles import ensure_bundle
@@ -623,10 +622,7 @@ class Builder:
                 raise FailedError(f"{ref} has no SBOM signed by this builder key in the registry, and "
                                   f"pulling it to make one failed ({exc}); rebuild it with --force --push") from None
         self.progress.update(plan.cell.key, "sbom", f"probing the {platform} image's packages")
-        host = self._host_pip or HostPip.from_host()
-        sources = Sources.for_cell(host, plan.cell.index_url, plan.cell.extra_index_urls)
-        return attach_sbom(self.root, self.registry, repo, digest, ref,
-                           read_locks(self.root, plan.cell, platform), sources, self.log, key,
+        return attach_sbom(self.root, self.registry, repo, digest, ref, read_locks(self.root, plan.cell, platform), key,
                            aptlock.read_hashes(self.root, plan.cell, platform),
                            (plan.cell.index_url or "", *plan.cell.extra_index_urls))
 
@@ -682,8 +678,7 @@ class Builder:
         dockerfile = self.root / plan.cell.dockerfile
         labels = build_labels(plan, base, key, self.label_revision, self.source,
                               locked_versions(self.root, plan.cell, platform))
-        # The cell's own index URLs (e.g. PyTorch's CPU index) reach uv only where they answer.
-        files = {**secrets.files, SECRET_UV: secrets.uv_config(reachable(plan.cell.extra_index_urls, self.log))}
+        files = secrets.files   # the locks name every file's URL: no index of the cell's is asked
         cache_from = self._cache_from(plan, platform)
         build_args = {**plan.build_args, "BASE_IMAGE": base.pinned}
         if plan.cell.native_installs:

@@ -21,9 +21,8 @@ from typing import Any
 from buildtool.common.dsse import PrivateKey
 from buildtool.common.errors import FailedError
 from buildtool.contracts.image_labels import ImageLabels, LabelError
-from buildtool.contracts.locks import LockFile, normalize
-from buildtool.imagebuild import engine, wheel_hashes
-from buildtool.imagebuild.wheel_hashes import Log, Sources
+from buildtool.contracts.locks import LockFile, installed_files, normalize
+from buildtool.imagebuild import engine
 from buildtool.registry import sbom, sbom_attestation
 from buildtool.registry.client import RegistryClient
 
@@ -74,11 +73,11 @@ def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:
 
 
 def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, local_ref: str,
-                locks: Mapping[str, LockFile], sources: Sources, log: Log, key: PrivateKey,
+                locks: Mapping[str, LockFile], key: PrivateKey,
                 deb_hashes: Mapping[str, str] | None = None, indexes: tuple[str, ...] = ()) -> str:
     """Probe the local image, check it against its lock, attach its SBOM to repo@digest, plain and
-    signed with the builder's `key` (`locks`: the cell's lock files, whose hashes the SBOM's Python
-    components carry; `sources`: the indexes that say which of several locked files was installed).
+    signed with the builder's `key` (`locks`: the cell's lock files, whose wheels' sha256 the SBOM's Python
+    components carry: of several for a package, the one with the installed wheel's tags).
     Returns the plain SBOM artifact's digest. When `key` already signed an SBOM of the digest and the
     plain one is that document, both are kept; otherwise the document is made again from the image.
     `indexes`: the cell's index URL ("" for PyPI) and extra ones, which the Python purls name (sbom.make_sbom)."""
@@ -98,7 +97,7 @@ def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, loca
         raise FailedError(f"{local_ref} differs from its lock: " + "; ".join(wrong[:5])
                           + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
     try:
-        identified = wheel_hashes.identify(found.get("python_details") or {}, locks, sources, log)
+        identified = installed_files(found.get("python_details") or {}, locks)
         document = sbom.make_sbom(found, repository=f"{client.host}/{repo}", digest=digest,
                                   facts=facts(labels, found), locks=locks, identified=identified,
                                   deb_hashes=deb_hashes, indexes=indexes)

@@ -1,12 +1,11 @@
 """`buildtool lock`: per-cell locks of everything a cell installs on top of its base.
 
-One resolution (`uv pip compile --generate-hashes` over the framework requirements, the matrix's
-tool pins and pip) for the image's Python and platform, split in two files beside the
-Dockerfile (format: buildtool.contracts.locks): `framework.lock`, the framework's dependency
-closure taken from that resolution, and `tools.lock`, the rest. Every pin is exact (`===` where uv
-wrote a plain `==`, see contracts.locks), and the check refuses a framework build other than the
-matrix promises (build_problems). A tool bump that leaves the
-framework's closure alone leaves framework.lock byte-identical, so the framework layer stays
+One resolution (`uv pip compile` over the framework requirements, the matrix's tool pins and pip) for the
+image's Python and platform, written by uv as two PEP 751 files beside the Dockerfile (format:
+buildtool.contracts.locks): `pylock.framework.toml`, the framework's dependency closure at that resolution's
+versions, and `pylock.tools.toml`, the rest (uv's `--no-emit-package` for the framework's). The check
+refuses a framework build other than the matrix promises (build_problems). A tool bump that leaves the
+framework's closure alone leaves pylock.framework.toml byte-identical, so the framework layer stays
 cached. NGC cells have no framework lock: the base is asked (one throw-away container) for its
 Python, its installed distributions and its PIP_CONSTRAINT files; those are constraints of the
 resolution and are left out of the lock, so torch and the CUDA stack are never replaced.
@@ -32,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,11 +42,11 @@ from buildtool.contracts import versions as version_rules
 from buildtool.contracts.locks import (
     FRAMEWORK_LOCK,
     LOCK_FILES,
+    TOOL,
     TOOLS_LOCK,
     UV_LOCK,
     Entry,
     LockFile,
-    header_platform,
     normalize,
     parse_lock,
     platform_folder,
@@ -55,10 +54,14 @@ from buildtool.contracts.locks import (
 from buildtool.imagebuild.pipconfig import HostPip, answers, redact
 from buildtool.matrix.schema import Cell
 
-LOCK_FORMAT = 1
+LOCK_FORMAT = 2   # 2: PEP 751 pylock.toml (1: uv's requirements output)
 # Wheels for the default platform (glibc 2.28+ x86_64: Debian 12, NGC's Ubuntu); contracts.platforms
 # names each platform's.
 PLATFORM = platforms.get(platforms.DEFAULT[0]).wheel_platform
+# The files a lock lists: every wheel of the resolved versions up to the newest glibc uv names (manylinux_2_40),
+# so the install picks what its base's glibc allows (xprof 2.21.6 on aarch64 has only a manylinux_2_35 wheel
+# besides a py-none-any one that carries a Windows .pyd: a lock of 2_28 files alone installs that one).
+NEWEST_MANYLINUX = "manylinux_2_40"
 UV_TIMEOUT = 600
 
 Log = Callable[[str], None]
@@ -101,7 +104,7 @@ def cell_platform(cell: Cell, platform: str | None) -> platforms.Platform:
 def fingerprint(cell: Cell, part: str = TOOLS_LOCK, platform: str | None = None) -> str:
     """What a lock file depends on in the matrix: a change here makes it stale. The tools lock
     comes from the whole resolution; the framework lock only from the framework's inputs, so a
-    tool bump that leaves the framework's closure alone leaves framework.lock byte-identical.
+    tool bump that leaves the framework's closure alone leaves pylock.framework.toml byte-identical.
     The platform is its wheel platform, so a lock of one platform is stale in another's folder."""
     data = {
         "format": LOCK_FORMAT,
@@ -136,9 +139,10 @@ def read_locks(root: Path, cell: Cell, platform: str | None = None) -> dict[str,
             found[name] = parse_lock(path.read_text())
         except ValueError as exc:
             raise UserError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
-        named = header_platform(found[name].header)
-        if named is not None and named != wheel_platform:
-            raise UserError(f"{rel} is a lock for {named}, not {wheel_platform}; run `make lock FRAMEWORK={cell.key}`")
+        named = found[name].platform
+        if named != wheel_platform:
+            raise UserError(f"{rel} is a lock for {named or 'no named platform'}, not {wheel_platform}; "
+                            f"run `make lock FRAMEWORK={cell.key}`")
     return found
 
 
@@ -170,18 +174,6 @@ def _check_platform(root: Path, cell: Cell, platform: str) -> list[str]:
         overlap = set(locks[FRAMEWORK_LOCK].entries) & set(locks[TOOLS_LOCK].entries)
         if overlap:
             problems.append(f"{cell.key}: {', '.join(sorted(overlap))} in both lock files")
-    named = {normalize(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0])
-             for r in framework_requirements(cell) + tool_requirements(cell)}
-    for name, lock in locks.items():
-        # What the matrix names first (torch), then the rest by name.
-        loose = [f"{e.name}=={e.version}" for e in sorted(lock.entries.values(), key=lambda e: (e.name not in named,
-                                                                                                 e.name))
-                 if not e.exact]
-        if loose:
-            rel = paths[name].relative_to(root)
-            problems.append(f"{rel} pins {', '.join(loose[:3])}{' and more' if len(loose) > 3 else ''} loosely: a "
-                            "local build (such as +cpu on a find-links folder) satisfies `==` too and fails the "
-                            f"hash check; run `make lock FRAMEWORK={cell.key}` (it writes `===`)")
     versions = {n: v for lock in locks.values() for n, v in lock.versions().items()}
     if not is_ngc(cell):
         problems += build_problems(cell, versions)
@@ -301,93 +293,98 @@ def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], up
     None: move every package to its newest allowed version; a tuple: keep the previous pins except
     those packages. `pinned` (the drift check): the versions of these locks are constraints, so the
     resolution is the one `make lock` made whatever the index has released since; a pin nothing
-    requires is simply not in it."""
+    requires is simply not in it. Three runs of uv, each writing PEP 751: the whole resolution (versions for
+    the platform's lower cap, Platform.wheel_platform), then at its versions with every file up to
+    NEWEST_MANYLINUX the framework's closure and everything else (its packages and the base's not emitted)."""
     python = base.python if base else cell.python
-    wheel_platform = cell_platform(cell, platform).wheel_platform
+    target = cell_platform(cell, platform)
     args, skipped = index_args(host, cell.index_url, cell.extra_index_urls, reachable)
     for url in skipped:
         log(f"[{cell.key}] index {redact(url)} cannot be reached from here; left out (hashes decide what is "
             "installed)")
-    uv = uv_binary()
     env = {**os.environ, "UV_NO_CONFIG": "1"}
     if host.cert:
         env["SSL_CERT_FILE"] = host.cert
-    common = [uv, "pip", "compile", "--quiet", "--generate-hashes", "--no-header", "--python-version", python,
-              "--python-platform", wheel_platform, *args]
+    common = [uv_binary(), "pip", "compile", "--quiet", "--format", "pylock.toml", "--no-header",
+              "--python-version", python, *args]
     with tempfile.TemporaryDirectory(prefix="buildtool-lock-") as tmp:
         tmpdir = Path(tmp)
-        reqs = tmpdir / "matrix.in"  # shows as `# via -r matrix.in` in the lock
-        reqs.write_text(requirement_lines(framework_requirements(cell) + tool_requirements(cell)))
-        full = tmpdir / "full.txt"
+        (tmpdir / "matrix.in").write_text(requirement_lines(framework_requirements(cell) + tool_requirements(cell)))
         constraints: list[str] = []
         if base is not None:
-            pins = tmpdir / "base-constraints.txt"
-            pins.write_text(base.constraints + "\n" + "\n".join(f"{n}=={v}" for n, v in sorted(base.packages.items()))
-                            + "\n")
-            constraints = ["--constraint", pins.name]
+            (tmpdir / "base-constraints.txt").write_text(
+                base.constraints + "\n" + "\n".join(f"{n}=={v}" for n, v in sorted(base.packages.items())) + "\n")
+            constraints = ["--constraint", "base-constraints.txt"]
         if pinned:
-            committed = tmpdir / "committed-pins.txt"
-            committed.write_text("".join(f"{e.name}{'==' if e.exact and e.operator == '==' else '==='}{e.version}\n"
-                                         for lock in pinned.values() for e in lock.entries.values()))
-            constraints += ["--constraint", committed.name]
+            (tmpdir / "committed-pins.txt").write_text(exact_pins(e for lock in pinned.values()
+                                                                 for e in lock.entries.values()))
+            constraints += ["--constraint", "committed-pins.txt"]
+        full = tmpdir / "pylock.full.toml"
         if upgrade is not None and previous:
             # uv keeps what the output file already pins (its preferences) unless upgraded.
-            full.write_text("\n".join(e.uv_preference() for lock in previous.values()
-                                       for e in lock.entries.values()) + "\n")
+            full.write_text(preferences(e for lock in previous.values() for e in lock.entries.values()))
         upgrade_args = ["--upgrade"] if upgrade is None else [a for p in upgrade for a in ("--upgrade-package", p)]
-        _run_uv([*common, *constraints, *upgrade_args, "-o", full.name, reqs.name], env, tmpdir)
-        resolved = parse_lock(full.read_text())
-        # Exact pins (===) where uv wrote `==V`: a find-links folder's `V+cpu` must not satisfy them.
-        entries = {n: e.pinned_exactly() for n, e in resolved.entries.items()
-                   if not (base and base.packages.get(n) == e.version)}
-        framework: dict[str, Entry] = {}
+        _run_uv([*common, "--python-platform", target.wheel_platform, *constraints, *upgrade_args,
+                 "-o", full.name, "matrix.in"], env, tmpdir)
+        (tmpdir / "resolved.txt").write_text(exact_pins(parse_lock(full.read_text()).entries.values()))
+        at_versions = [*common, "--python-platform", f"{target.machine}-{NEWEST_MANYLINUX}", *constraints,
+                       "--constraint", "resolved.txt"]
+        texts: dict[str, str] = {}
+        omit = set(base.packages) if base else set()
         if framework_requirements(cell):
-            fw_in = tmpdir / "framework.in"
-            fw_in.write_text(requirement_lines(framework_requirements(cell)))
-            fw_out = tmpdir / "framework.txt"
-            # The framework's closure, pinned to the full resolution's versions.
-            _run_uv([*common, *constraints, "--constraint", full.name, "-o", fw_out.name, fw_in.name], env, tmpdir)
-            framework = {n: entries[n] for n in parse_lock(fw_out.read_text()).entries if n in entries}
-    tools = {n: e for n, e in entries.items() if n not in framework}
-    header = _header(cell, base, platform)
-    out = {TOOLS_LOCK: header("tools") + _body(tools)}
-    if framework_requirements(cell):
-        out[FRAMEWORK_LOCK] = header("framework") + _body(framework)
-    return out
+            (tmpdir / "framework.in").write_text(requirement_lines(framework_requirements(cell)))
+            _run_uv([*at_versions, "-o", FRAMEWORK_LOCK, "framework.in"], env, tmpdir)
+            texts[FRAMEWORK_LOCK] = (tmpdir / FRAMEWORK_LOCK).read_text()
+            omit |= set(parse_lock(texts[FRAMEWORK_LOCK]).entries)
+        no_emit = [a for name in sorted(omit) for a in ("--no-emit-package", name)]
+        _run_uv([*at_versions, *no_emit, "-o", TOOLS_LOCK, "matrix.in"], env, tmpdir)
+        texts[TOOLS_LOCK] = (tmpdir / TOOLS_LOCK).read_text()
+    return {name: _header(cell, base, target, name) + text + _table(cell, base, platform, name, python)
+            for name, text in texts.items()}
 
 
-def _body(entries: dict[str, Entry]) -> str:
-    return "".join(entries[n].text + "\n" for n in sorted(entries))
+def exact_pins(entries: Iterable[Entry]) -> str:
+    """Constraints that admit each entry's version only: `===V`, as `==V` is also met by a local build `V+cpu`
+    a find-links folder offers (a local version, compared whole by `==`, stays `==`)."""
+    return "".join(f"{e.name}{'==' if '+' in e.version else '==='}{e.version}\n" for e in entries)
 
 
-def _header(cell: Cell, base: BaseFacts | None, platform: str | None) -> Callable[[str], str]:
+def preferences(entries: Iterable[Entry]) -> str:
+    """Previous pins as a pylock.toml output file, which uv keeps as preferences unless upgraded."""
+    return 'lock-version = "1.0"\ncreated-by = "uv"\n' + "".join(
+        f'\n[[packages]]\nname = {json.dumps(e.name)}\nversion = {json.dumps(e.version)}\n' for e in entries)
+
+
+def _header(cell: Cell, base: BaseFacts | None, target: platforms.Platform, name: str) -> str:
+    part = "framework" if name == FRAMEWORK_LOCK else "tools"
+    lines = [
+        f"# GENERATED FILE - DO NOT EDIT. Refresh with `make lock FRAMEWORK={cell.key}` (all packages) or "
+        f"`make lock FRAMEWORK={cell.key} PACKAGE=<name>` (one).",
+        f"# Lock of cell {cell.key}, {part} layer (PEP 751, written by uv pip compile --format pylock.toml): "
+        f"versions resolved for {target.wheel_platform}, every wheel of them up to {NEWEST_MANYLINUX}; "
+        "installed with uv pip install -r, every file checked against its sha256.",
+    ]
+    if base is not None:
+        what = "a local stand-in for " + cell.base if base.standin else cell.base
+        lines.append(f"# Resolved against the base ({what}): its {len(base.packages)} Python packages"
+                     + (" and its PIP_CONSTRAINT file" if base.constraints.strip() else "")
+                     + " are constraints and not listed here.")
+        if base.standin:
+            lines.append("# STAND-IN: re-run `make lock` where the real NGC base can be pulled before building on it.")
+    return "\n".join(lines) + "\n"
+
+
+def _table(cell: Cell, base: BaseFacts | None, platform: str | None, name: str, python: str) -> str:
+    """The lock's [tool.dl-images] table: what it was made from (contracts.locks.LockFile)."""
     target = cell_platform(cell, platform)
-    # A multi-platform cell's locks also name the platform as the matrix and BuildKit do.
-    named = f"{target.wheel_platform} ({target.name})" if cell.multi_platform else target.wheel_platform
-
-    def make(part: str) -> str:
-        name = FRAMEWORK_LOCK if part == "framework" else TOOLS_LOCK
-        lines = [
-            "# GENERATED FILE - DO NOT EDIT. Refresh with `make lock FRAMEWORK=" + cell.key + "` "
-            "(all packages) or `make lock FRAMEWORK=" + cell.key + " PACKAGE=<name>` (one).",
-            f"# Lock of cell {cell.key}, {part} layer: installed with hashes required "
-            "(uv pip install --require-hashes --no-deps).",
-            f"# inputs: {fingerprint(cell, name, platform)}",
-            f"# python {base.python if base else cell.python}, platform {named}",
-        ]
+    values = {"inputs": fingerprint(cell, name, platform), "python": python,
+              "platform": target.wheel_platform}
+    if cell.multi_platform:
+        values["target"] = target.name
         if base is not None:
-            what = "a local stand-in for " + cell.base if base.standin else cell.base
-            lines.append(f"# resolved against the base ({what}): its {len(base.packages)} Python packages"
-                         + (" and its PIP_CONSTRAINT file" if base.constraints.strip() else "")
-                         + " are constraints and not listed here")
-            if cell.multi_platform:
-                # The native install's wheel platform (render.dockerfiles.wheel_platforms): this base's glibc.
-                lines.append(f"# base glibc {base.glibc}")
-            if base.standin:
-                lines.append("# STAND-IN: re-run `make lock` where the real NGC base can be pulled "
-                             "before building on it")
-        return "\n".join(lines) + "\n"
-    return make
+            # The native install's wheel platform (render.dockerfiles.wheel_platforms): this base's glibc.
+            values["glibc"] = base.glibc
+    return f"\n[tool.{TOOL}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
 
 
 def write_locks(root: Path, cell: Cell, texts: dict[str, str], platform: str | None = None) -> list[Path]:

@@ -13,14 +13,16 @@ from a build container, and copying them into the context would put them in a la
 `PipSecrets` serves them read-only over a loopback HTTP server for the duration of the
 build (builds run with `--network host`), and the pip.conf points there.
 
-uv (which installs the locks) does not read pip.conf: a third secret, `uv.toml`, carries the
-same indexes, find-links and loopback URLs (plus a cell's own index URLs, see
-`PipSecrets.uv_config`); the CA bundle reaches uv as SSL_CERT_FILE=/run/secrets/pip-ca.
+uv does not read pip.conf: a third secret, `uv.toml`, carries the same indexes, find-links and
+loopback URLs (for the stand-in bases' installs); the CA bundle reaches uv as
+SSL_CERT_FILE=/run/secrets/pip-ca. A cell's locks (PEP 751) name every file by URL, a local one as
+`file:///opt/wheels/...` on this machine: a fourth secret, `lock-urls`, is the sed script that maps each
+served folder's file URLs to its loopback URL (render_lock_urls), applied to the lock in the build step;
+the sha256 in the lock, not the URL, decides what is installed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import http.server
 import json
 import os
@@ -39,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 SECRET_CONF = "pip.conf"
 SECRET_UV = "uv.toml"
 SECRET_CA = "pip-ca"
+SECRET_LOCK_URLS = "lock-urls"
 CA_IN_BUILD = "/run/secrets/pip-ca"
 # Keys carried into the build; everything else (cache dirs, constraints of this machine,
 # user options) stays on the host.
@@ -178,17 +181,7 @@ class PipSecrets:
     served: dict[str, str] = field(default_factory=dict)  # local folder -> loopback URL
     conf_text: str = ""
     host: HostPip = field(default_factory=HostPip)
-    folder: Path | None = None
-
-    def uv_config(self, extra_index_urls: tuple[str, ...] = ()) -> Path:
-        """A `uv.toml` secret with a cell's own index URLs in front of the host's (written once)."""
-        if not extra_index_urls or self.folder is None:
-            return self.files[SECRET_UV]
-        text = render_uv_toml(self.host, self.served, extra_index_urls)
-        path = self.folder / f"uv-{hashlib.sha256(text.encode()).hexdigest()[:12]}.toml"
-        if not path.exists():
-            _write_private(path, text)
-        return path
+    file_urls: dict[str, str] = field(default_factory=dict)  # file URL of a served root -> its loopback URL
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -231,7 +224,7 @@ def _toml_list(values: list[str]) -> str:
     return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
 
-def render_uv_toml(host: HostPip, url_of: dict[str, str], extra_index_urls: tuple[str, ...] = ()) -> str:
+def render_uv_toml(host: HostPip, url_of: dict[str, str]) -> str:
     """The uv configuration a build sees (secret `uv.toml`): the same indexes, find-links and
     loopback URLs as its pip.conf. uv cannot take a CA path in its config: the build exports
     SSL_CERT_FILE=/run/secrets/pip-ca. Best match across indexes, as pip does: the locks'
@@ -244,7 +237,7 @@ def render_uv_toml(host: HostPip, url_of: dict[str, str], extra_index_urls: tupl
     lines = []
     if host.index_url and answers(host.index_url):
         lines.append(f"index-url = {json.dumps(mapped(host.index_url))}")
-    extra = [*extra_index_urls, *(mapped(u) for u in host.extra_index_urls if _local_path(u) or answers(u))]
+    extra = [mapped(u) for u in host.extra_index_urls if _local_path(u) or answers(u)]
     if extra:
         lines.append(f"extra-index-url = {_toml_list(list(dict.fromkeys(extra)))}")
     if host.find_links:
@@ -256,6 +249,23 @@ def render_uv_toml(host: HostPip, url_of: dict[str, str], extra_index_urls: tupl
         lines.append(f"allow-insecure-host = {_toml_list(list(dict.fromkeys(insecure)))}")
     lines += ['index-strategy = "unsafe-best-match"', "concurrent-downloads = 8"]
     return "\n".join(lines) + "\n"
+
+
+def render_lock_urls(file_urls: dict[str, str]) -> str:
+    """The `lock-urls` secret: a sed script that turns each served folder's file URLs in a pylock.toml
+    (`"file:///opt/wheels/...`) into its loopback URL, every character taken literally."""
+
+    def literal(text: str, special: str) -> str:
+        if "\n" in text:
+            raise ValueError(f"a folder name with a line break cannot be served to a build: {text!r}")
+        return "".join("\\" + c if c in special else c for c in text)
+
+    return "".join('s|"' + literal(source, _SED_PATTERN) + '|"' + literal(target, _SED_REPLACEMENT) + '|g\n'
+                   for source, target in sorted(file_urls.items()))
+
+
+_SED_PATTERN = "\\.*[]^$|"        # special in a basic regular expression, and the delimiter
+_SED_REPLACEMENT = "\\&|"
 
 
 @contextmanager
@@ -270,6 +280,7 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
     # An index folder's pages link to `../../files/...`: serve the folder above `simple/`.
     mounts: dict[str, Path] = {}
     url_of: dict[str, str] = {}
+    file_urls: dict[str, str] = {}
     server: socketserver.TCPServer | None = None
     thread: threading.Thread | None = None
     with tempfile.TemporaryDirectory(prefix="buildtool-pip-") as tmp:
@@ -287,8 +298,12 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
                 port = server.server_address[1]
                 for n, folder in enumerate(folders):
                     resolved = folder.resolve()
-                    suffix = resolved.name + "/" if mounts[f"m{n}"] != resolved else ""
+                    root = mounts[f"m{n}"]
+                    suffix = resolved.name + "/" if root != resolved else ""
                     url_of[str(folder)] = f"http://127.0.0.1:{port}/m{n}/{suffix}"
+                    # A lock names the files as uv found them: under the folder as configured or resolved.
+                    for above in {root, folder.parent if root != resolved else folder}:
+                        file_urls[f"file://{above.absolute()}/"] = f"http://127.0.0.1:{port}/m{n}/"
                 thread = threading.Thread(target=server.serve_forever, name="pip-file-server", daemon=True)
                 thread.start()
             files: dict[str, Path] = {}
@@ -303,7 +318,9 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
             files[SECRET_CONF] = conf_path
             files[SECRET_UV] = Path(tmp) / SECRET_UV
             _write_private(files[SECRET_UV], render_uv_toml(host, url_of))
-            yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, folder=Path(tmp))
+            files[SECRET_LOCK_URLS] = Path(tmp) / SECRET_LOCK_URLS
+            _write_private(files[SECRET_LOCK_URLS], render_lock_urls(file_urls))
+            yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, file_urls=file_urls)
         finally:
             if server is not None:
                 server.shutdown()

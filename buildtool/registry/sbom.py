@@ -48,8 +48,8 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
               deb_hashes: Mapping[str, str] | None = None, indexes: Sequence[str] = ()) -> dict[str, Any]:
     """A CycloneDX 1.6 document (as a dict) for the image `repository@digest`. `locks` are the cell's
     lock files by file name (empty for an image not installed from locks): a Python component whose
-    version a lock pins gets that lock's sha256 when the lock admits exactly one file, or the one of
-    its hashes `identified` names (name -> sha256, buildtool.imagebuild.wheel_hashes). `deb_hashes` (the
+    version a lock pins gets the sha256 of the lock's wheel when it lists one for the platform, or of the
+    one of its wheels `identified` names (name -> sha256, contracts.locks.installed_files). `deb_hashes` (the
     cell's debs.sha256: "name=version" -> sha256 or "-") gives Debian components the .deb's sha256;
     a package it does not list says why it has none. `indexes`: the cell's package indexes (its index URL,
     "" for PyPI, then its extra ones), which name where a Python package that is not PyPI's came from
@@ -215,15 +215,16 @@ def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified:
             continue
         if entry.version != dist.version:
             raise ValueError(f"{dist.name} {dist.version} in the image, {entry.version} in {lock_name}")
-        if len(entry.hashes) == 1:
-            return lock_name, entry.hashes[0].removeprefix("sha256:"), ""
+        wheels = {w.sha256 for w in entry.wheels}
+        if len(wheels) == 1:
+            return lock_name, next(iter(wheels)), ""
         if identified:
-            if f"sha256:{identified}" not in entry.hashes:
+            if identified not in wheels:
                 raise ValueError(f"{dist.name}: the file identified as installed ({identified[:12]}...) is not "
                                  f"one {lock_name} admits")
             return lock_name, identified, ""
-        return lock_name, "", (f"not recorded: {lock_name} admits {len(entry.hashes)} files and no index the "
-                               "cell installs from lists exactly one of them with the installed wheel's tags")
+        return lock_name, "", (f"not recorded: {lock_name} admits {len(wheels)} files (wheels for the platform) "
+                               "and not exactly one of them has the installed wheel's tags")
     return "no lock (the base image's own)", "", "not recorded: not installed from a lock"
 
 

@@ -31,7 +31,7 @@ from buildtool.contracts.aptlock import (
     parse_deb_hashes,
     parse_entries,
 )
-from buildtool.contracts.locks import TOOLS_LOCK, UV_LOCK, header_glibc, parse_lock, platform_folder, uv_requirement
+from buildtool.contracts.locks import TOOLS_LOCK, UV_LOCK, parse_lock, platform_folder, uv_requirement
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
 GENERATED_DIRS = ("dockerfiles",)
@@ -242,8 +242,9 @@ def wheel_platforms(root: Path | None, cell: Cell) -> dict[str, str]:
     """TARGETARCH -> uv's --python-platform for installing, for each platform of the cell: its machine and the
     glibc of the base the wheels land in, so uv picks the file pip in the image would. A pip cell reads libc6 in
     that platform's base.dpkg; an NGC cell (no framework requirements: the base carries the framework) reads the
-    `# base glibc` its tools.lock records (`make lock` asks the base, lock.platform_bases). The lock was resolved
-    under Platform.wheel_platform's lower cap (which fixes the versions) and lists every file of each version.
+    base glibc its pylock.tools.toml records (`make lock` asks the base, lock.platform_bases). The lock was resolved
+    under Platform.wheel_platform's lower cap (which fixes the versions) and lists every wheel of each version up to
+    lock.NEWEST_MANYLINUX.
     Installing under that cap took xprof 2.21.6's cp311-none-any wheel, which carries a Windows .pyd, over its
     manylinux_2_35_aarch64 one (arm64 jax-cpu: no profile plugin). An architecture without that file, or no
     project, is left out (its build stops, naming it); a file that does not parse or names no glibc is an error."""
@@ -281,19 +282,19 @@ def _base_dpkg_glibc(folder: Path, root: Path, key: str) -> tuple[str, str] | No
 
 
 def _tools_lock_glibc(folder: Path, root: Path, key: str) -> tuple[str, str] | None:
-    """(major, minor) of the base's glibc as the platform's tools.lock records it; None where the lock is
-    missing (its build stops, naming it)."""
+    """(major, minor) of the base's glibc as the platform's pylock.tools.toml records it (its [tool.dl-images]
+    `glibc`); None where the lock is missing (its build stops, naming it)."""
     path = folder / TOOLS_LOCK
     rel = path.relative_to(root)
     if not path.is_file():
         return None
     try:
-        glibc = header_glibc(parse_lock(path.read_text()).header)
+        glibc = parse_lock(path.read_text()).glibc
     except ValueError as exc:
         raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={key}`") from None
-    if glibc is None:
-        raise TemplateError(f"{rel} names no glibc of its base (`# base glibc`), so the wheels' platform is "
-                            f"unknown; run `make lock FRAMEWORK={key}`")
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", glibc):
+        raise TemplateError(f"{rel} names no glibc of its base (`glibc` in [tool.dl-images]), so the wheels' "
+                            f"platform is unknown; run `make lock FRAMEWORK={key}`")
     major, minor = glibc.split(".")
     return major, minor
 

@@ -85,37 +85,39 @@ RUN --mount=type=tmpfs,target=/run \
     touch /run/stamp \
  && python3 -m venv --without-pip "$VIRTUAL_ENV" \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +
-# PyTorch 2.13.0+cpu (cpu) and its dependencies (framework.lock).
+# PyTorch 2.13.0+cpu (cpu) and its dependencies (pylock.framework.toml).
 RUN --mount=type=tmpfs,target=/run \
     --mount=type=bind,from=uv,source=/uv/bin/uv,target=/run/uv/uv \
-    --mount=type=bind,source=framework.lock,target=/run/lock/framework.lock \
+    --mount=type=bind,source=pylock.framework.toml,target=/run/lock/pylock.framework.toml \
     --mount=type=cache,id=dl-images-uv,target=/run/uv/cache \
-    --mount=type=secret,id=uv.toml,target=/run/secrets/uv.toml \
+    --mount=type=secret,id=lock-urls,target=/run/secrets/lock-urls \
     --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \
     touch /run/stamp \
  && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \
- && if [ -f /run/secrets/uv.toml ]; then export UV_CONFIG_FILE=/run/secrets/uv.toml; fi \
+ && if [ -f /run/secrets/lock-urls ]; then sed -f /run/secrets/lock-urls /run/lock/pylock.framework.toml; else cat /run/lock/pylock.framework.toml; fi > /run/pylock.framework.toml \
+ && if grep -n '"file:' /run/pylock.framework.toml >&2; then echo "ERROR: pylock.framework.toml names a file on the build machine (above) that no folder of this machine's pip settings serves; run make lock FRAMEWORK=mini-cpu:1.0 with this machine's pip settings" >&2; exit 1; fi \
  && UV_CACHE_DIR=/run/uv/cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never \
-    /run/uv/uv pip install --no-progress --python "$(command -v python)" --require-hashes --no-deps \
-      -r /run/lock/framework.lock \
+    /run/uv/uv pip install --no-progress --preview-features pylock --python "$(command -v python)" --require-hashes \
+      -r /run/pylock.framework.toml \
  && find / -xdev -newer /run/stamp -name '*.py' -print0 | sort -z \
   | xargs -0 -r -n 2000 -P "$(nproc)" env PYTHONHASHSEED=0 python -c 'import sys, py_compile as c; [c.compile(p, doraise=False, quiet=2, invalidation_mode=c.PycInvalidationMode.CHECKED_HASH) for p in sys.argv[1:]]' \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +
 
 # TensorBoard and the profiler plugins users open their traces with, and everything else the
-# cell's lock holds besides the framework (tools.lock).
+# cell's lock holds besides the framework (pylock.tools.toml).
 RUN --mount=type=tmpfs,target=/run \
     --mount=type=bind,from=uv,source=/uv/bin/uv,target=/run/uv/uv \
-    --mount=type=bind,source=tools.lock,target=/run/lock/tools.lock \
+    --mount=type=bind,source=pylock.tools.toml,target=/run/lock/pylock.tools.toml \
     --mount=type=cache,id=dl-images-uv,target=/run/uv/cache \
-    --mount=type=secret,id=uv.toml,target=/run/secrets/uv.toml \
+    --mount=type=secret,id=lock-urls,target=/run/secrets/lock-urls \
     --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \
     touch /run/stamp \
  && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \
- && if [ -f /run/secrets/uv.toml ]; then export UV_CONFIG_FILE=/run/secrets/uv.toml; fi \
+ && if [ -f /run/secrets/lock-urls ]; then sed -f /run/secrets/lock-urls /run/lock/pylock.tools.toml; else cat /run/lock/pylock.tools.toml; fi > /run/pylock.tools.toml \
+ && if grep -n '"file:' /run/pylock.tools.toml >&2; then echo "ERROR: pylock.tools.toml names a file on the build machine (above) that no folder of this machine's pip settings serves; run make lock FRAMEWORK=mini-cpu:1.0 with this machine's pip settings" >&2; exit 1; fi \
  && UV_CACHE_DIR=/run/uv/cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never \
-    /run/uv/uv pip install --no-progress --python "$(command -v python)" --require-hashes --no-deps \
-      -r /run/lock/tools.lock \
+    /run/uv/uv pip install --no-progress --preview-features pylock --python "$(command -v python)" --require-hashes \
+      -r /run/pylock.tools.toml \
  && find / -xdev -newer /run/stamp -name '*.py' -print0 | sort -z \
   | xargs -0 -r -n 2000 -P "$(nproc)" env PYTHONHASHSEED=0 python -c 'import sys, py_compile as c; [c.compile(p, doraise=False, quiet=2, invalidation_mode=c.PycInvalidationMode.CHECKED_HASH) for p in sys.argv[1:]]' \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +

@@ -28,21 +28,24 @@ ARG SOURCE_DATE_EPOCH=0
 # only the tools are added.
 
 # TensorBoard and the profiler plugins users open their traces with, and everything else the
-# cell's lock holds besides the framework (tools.lock);
+# cell's lock holds besides the framework (pylock.tools.toml);
 # under the base's own pip constraints (PIP_CONSTRAINT), so the framework is never replaced.
 RUN --mount=type=tmpfs,target=/run \
     --mount=type=bind,from=uv,source=/uv/bin/uv,target=/run/uv/uv \
-    --mount=type=bind,source=tools.lock,target=/run/lock/tools.lock \
+    --mount=type=bind,source=pylock.tools.toml,target=/run/lock/pylock.tools.toml \
     --mount=type=cache,id=dl-images-uv,target=/run/uv/cache \
-    --mount=type=secret,id=uv.toml,target=/run/secrets/uv.toml \
+    --mount=type=secret,id=lock-urls,target=/run/secrets/lock-urls \
     --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \
     touch /run/stamp \
  && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \
- && if [ -f /run/secrets/uv.toml ]; then export UV_CONFIG_FILE=/run/secrets/uv.toml; fi \
- && if [ -n "${PIP_CONSTRAINT:-}" ]; then export UV_CONSTRAINT="$PIP_CONSTRAINT"; fi \
+ && if [ -f /run/secrets/lock-urls ]; then sed -f /run/secrets/lock-urls /run/lock/pylock.tools.toml; else cat /run/lock/pylock.tools.toml; fi > /run/pylock.tools.toml \
+ && if grep -n '"file:' /run/pylock.tools.toml >&2; then echo "ERROR: pylock.tools.toml names a file on the build machine (above) that no folder of this machine's pip settings serves; run make lock FRAMEWORK=mini-ngc:25.02 with this machine's pip settings" >&2; exit 1; fi \
  && UV_CACHE_DIR=/run/uv/cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never \
-    /run/uv/uv pip install --no-progress --python "$(command -v python)" --require-hashes --no-deps \
-      -r /run/lock/tools.lock \
+    /run/uv/uv pip install --no-progress --preview-features pylock --python "$(command -v python)" --require-hashes \
+      -r /run/pylock.tools.toml \
+ && if [ -n "${PIP_CONSTRAINT:-}" ]; then python -c 'import sys, tomllib; print("".join("%s===%s\n" % (p["name"], p["version"]) for p in tomllib.load(open(sys.argv[1], "rb"))["packages"]), end="")' /run/pylock.tools.toml > /run/pins.txt \
+ && UV_CACHE_DIR=/run/uv/cache UV_PYTHON_DOWNLOADS=never UV_CONSTRAINT="$PIP_CONSTRAINT" \
+    /run/uv/uv pip install --dry-run --offline --no-deps --python "$(command -v python)" -r /run/pins.txt; fi \
  && find / -xdev -newer /run/stamp -name '*.py' -print0 | sort -z \
   | xargs -0 -r -n 2000 -P "$(nproc)" env PYTHONHASHSEED=0 python -c 'import sys, py_compile as c; [c.compile(p, doraise=False, quiet=2, invalidation_mode=c.PycInvalidationMode.CHECKED_HASH) for p in sys.argv[1:]]' \
  && find / -xdev -newer /run/stamp -exec touch --no-dereference --date="@${SOURCE_DATE_EPOCH}" {} +

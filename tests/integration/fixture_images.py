@@ -292,7 +292,7 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in [
           f"RUN sed -i '/tensorboard_plugins/,$d' {SITE}/torch_tb_profiler-0.4.3.dist-info/entry_points.txt\n"),
     Layer("pytorch-noprofiler", "pytorch", "torch-tb-profiler uninstalled",
           "RUN /opt/venv/bin/python -m pip uninstall -y torch-tb-profiler\n"),
-    # What a framework.lock with mpmath deleted by hand builds: sympy without mpmath, and a lock label that
+    # What a framework lock with mpmath deleted by hand builds: sympy without mpmath, and a lock label that
     # does not list it (so the locked-packages check passes; only `pip check` sees it).
     Layer("pytorch-nompmath", "pytorch", "mpmath missing (uninstalled, and not in the lock label), sympy needs it",
           "RUN /opt/venv/bin/python -m pip uninstall -y mpmath\n", unlocked=("mpmath",)),

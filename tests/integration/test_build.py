@@ -191,7 +191,7 @@ TINY_TEMPLATE = """\
 {% block framework %}
 # Per session, so BuildKit's cache never skips the install steps that must see the secrets.
 ENV T_BUILD_SESSION={{ cell.name }}
-{{ uv_install("framework.lock") }}
+{{ uv_install("framework") }}
 BROKEN
 {% endblock %}
 """

@@ -23,6 +23,7 @@ import pytest
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import platforms
+from buildtool.contracts.locks import FRAMEWORK_LOCK, parse_lock
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.registry.client import RegistryClient
@@ -113,18 +114,19 @@ def test_the_arm64_image_runs_aarch64_with_the_wheel_its_own_lock_names(pushed: 
     first, *wheel = run.stdout.splitlines()
     assert first == "aarch64 0.10.2"
     assert any(line.startswith("Tag: cp311-cp311-manylinux") and line.endswith("_aarch64") for line in wheel), wheel
-    # Each image's jaxlib is a wheel its own platform's lock names (uv --require-hashes), and the arm64 one is
-    # none the amd64 lock would take: the image's SBOM records the hash of the file it installed. (The arm64
-    # lock lists every file PyPI has of a version; the amd64 lock, from this host's x86_64 index, fewer.)
+    # Each image's jaxlib is a wheel its own platform's lock names (uv checks its sha256), and the arm64 one is
+    # none the amd64 lock would take: the image's SBOM records the hash of the file it installed. (Each lock
+    # lists the files of its own platform.)
     folder = ROOT / pushed["cell"].dockerfile.rsplit("/", 1)[0]
-    locks = {arch: (folder / arch / "framework.lock").read_text() for arch in ("amd64", "arm64")}
+    locks = {arch: {h.removeprefix("sha256:") for e in parse_lock((folder / arch / FRAMEWORK_LOCK).read_text())
+                    .entries.values() for h in e.hashes} for arch in ("amd64", "arm64")}
     client = RegistryClient("127.0.0.1:5000")
     installed = {}
     for platform, digest in pushed["children"].items():
         document = load_sbom(client, pushed["repo"], digest)
         document = document[0] if isinstance(document, tuple) else document
         [jaxlib] = [c for c in document["components"] if c.get("name") == "jaxlib"]
-        [installed[platform]] = [f"sha256:{h['content']}" for h in jaxlib["hashes"] if h["alg"] == "SHA-256"]
+        [installed[platform]] = [h["content"] for h in jaxlib["hashes"] if h["alg"] == "SHA-256"]
         assert installed[platform] in locks[platforms.get(platform).architecture], platform
     assert installed["linux/arm64"] != installed["linux/amd64"]
     assert installed["linux/arm64"] not in locks["amd64"]

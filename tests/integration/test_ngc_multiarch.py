@@ -90,7 +90,7 @@ def test_the_dev_tag_is_an_index_of_both_platforms(pushed: dict[str, Any]) -> No
 
 @pytest.mark.parametrize("platform", BOTH)
 def test_each_image_holds_its_own_locks_tools_built_for_its_machine(pushed: dict[str, Any], platform: str) -> None:
-    """The versions each platform's tools.lock names, every ELF file of them for that platform's machine (the
+    """The versions each platform's pylock.tools.toml names, every ELF file of them for that platform's machine (the
     arm64 image run under QEMU), and the framework the stand-in brought still importable beside them."""
     target = platforms.get(platform)
     folder = ROOT / Path(pushed["cell"].dockerfile).parent / target.architecture

@@ -1,7 +1,7 @@
 """The SBOM of a real image: this commit's pytorch-cpu dev image (fixture_images, built or retagged by
 buildtool), probed twice the way `buildtool build --push` does (buildtool.imagebuild.contents.probe), turned
-into CycloneDX with the cell's committed locks and the host's indexes (which of several locked files
-was installed). About 10 s once the fixture exists; prints the counts.
+into CycloneDX with the cell's committed locks (their wheels' sha256; of several for a package, the one with
+the installed wheel's tags: no index is asked). About 10 s once the fixture exists; prints the counts.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_images  # noqa: E402
 
+from buildtool.contracts.locks import installed_files  # noqa: E402
 from buildtool.imagebuild.contents import probe  # noqa: E402
 from buildtool.imagebuild.lock import read_locks  # noqa: E402
-from buildtool.imagebuild.pipconfig import HostPip  # noqa: E402
-from buildtool.imagebuild.wheel_hashes import Sources, identify  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.registry.sbom import make_sbom, validate_sbom  # noqa: E402
 
@@ -32,11 +31,10 @@ def test_real_image_sbom_is_complete_valid_and_byte_identical():
     image = fixture_images.ensure("pytorch")
     cell = next(c for c in load_matrix(REPO / "matrix.yaml", REPO / "templates").cells if c.key == CELL)
     locks = read_locks(REPO, cell)
-    sources = Sources.for_cell(HostPip.from_host(), cell.index_url, cell.extra_index_urls)
     docs = []
     for _ in range(2):
         found = probe(REPO, image)
-        identified = identify(found["python_details"], locks, sources, log=print)
+        identified = installed_files(found["python_details"], locks)
         docs.append(make_sbom(found, repository="127.0.0.1:5000/x/pytorch-cpu-dev", digest=DIGEST,
                               facts={"cell": CELL}, locks=locks, identified=identified,
                               indexes=(cell.index_url or "", *cell.extra_index_urls)))   # as the builder does
@@ -47,12 +45,11 @@ def test_real_image_sbom_is_complete_valid_and_byte_identical():
     python = [c for c in components if c["purl"].startswith("pkg:pypi/")]
     debs = [c for c in components if c["purl"].startswith("pkg:deb/")]
     assert len(python) + len(debs) == len(components)
-    single = {n: e.hashes[0].removeprefix("sha256:") for lock in locks.values() for n, e in lock.entries.items()
-              if len(e.hashes) == 1}
+    single = {n: e.wheels[0].sha256 for lock in locks.values() for n, e in lock.entries.items()
+              if len(e.wheels) == 1}
     hashed = {c["name"]: c["hashes"][0]["content"] for c in components if c.get("hashes")}
-    admitted = {n: {h.removeprefix("sha256:") for h in e.hashes} for lock in locks.values()
-                for n, e in lock.entries.items()}
-    assert single.items() <= hashed.items()      # every file a lock pins to one hash
+    admitted = {n: {w.sha256 for w in e.wheels} for lock in locks.values() for n, e in lock.entries.items()}
+    assert single.items() <= hashed.items()      # every package a lock lists one wheel of
     assert all(sha in admitted[name] for name, sha in hashed.items())   # the others: one the lock admits
     assert set(identified) == set(hashed) - set(single)
     assert all("arch=" in c["purl"] and "distro=debian-12" in c["purl"] for c in debs)
