@@ -1,7 +1,8 @@
 # Everyday commands. Every target wraps `buildtool`; `make help` lists them.
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, DOCKER_CLIENT
 # (the docker client of every docker command: buildx, classic or a path; see docs/commands.md), JOBS (validate:
-# the image tests on this many workers side by side; 1: one after another), PLATFORM (validate: only that platform
+# the image tests on this many workers side by side; 1: one after another), RERUN (validate: 1 runs the image tests
+# even when the registry holds a trusted passing verdict of the same run, which validate otherwise reuses), PLATFORM (validate: only that platform
 # of an image index, e.g. linux/arm64 on a native arm64 GPU runner; build: the platforms of a multi-platform cell
 # to build, default this machine's, while push builds every one), TEST_JOBS (make test: the
 # toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
@@ -76,8 +77,9 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 	$(BUILDTOOL) bases --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
 
 .PHONY: validate
-validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM))
+validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest (a verdict of the same run is reused; RERUN=1 runs anyway)
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM)) \
+		$(if $(RERUN),--rerun)
 
 # A foreign platform's image validated under QEMU on this machine (CPU checks; a GPU cell's GPU checks are not
 # run, so its verdict is incomplete and only a native GPU runner's counts for release); the nightly runs it
@@ -153,7 +155,7 @@ nightly-validate: ## The nightly's validation of FRAMEWORK (default all), bus ba
 	@baseline=(); if [ -d "$(NIGHTLY_HISTORY)" ]; then baseline=(--baseline "$(NIGHTLY_HISTORY)"); else \
 		echo "nightly: no earlier night in $(NIGHTLY_HISTORY) (the first night): the bus bandwidth has no baseline" >&2; fi; \
 	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),all) --reports "$(NIGHTLY_OUT)/validate" "$${baseline[@]}" \
-		$(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM))
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(RERUN),--rerun)
 
 # Each run starts from an empty folder, so a run that fails leaves no earlier night's results to be reported.
 .PHONY: nightly-scaling

@@ -83,7 +83,8 @@ def in_role(trusted: TrustedKeys, role: str) -> TrustedKeys:
     """The trusted keys with only those trusted in `role` (what a verdict is opened against)."""
     keys = trusted.for_role(role)
     return TrustedKeys(keys=keys, names={k: v for k, v in trusted.names.items() if k in keys}, source=trusted.source,
-                       dev={k for k in trusted.dev if k in keys}, roles={k: trusted.roles[k] for k in keys})
+                       dev={k for k in trusted.dev if k in keys}, roles={k: trusted.roles[k] for k in keys},
+                       offered_dev=trusted.offered_dev)
 
 
 @dataclass

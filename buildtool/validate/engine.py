@@ -107,6 +107,37 @@ def _child_digest(client: RegistryClient, repo: str, digest: str, platform: str,
     raise UserError(f"image {ref} has no {platform} image")
 
 
+def _pinned_digest(client: RegistryClient, host: str, repo: str, tag_or_digest: str, ref: str,
+                   platform: str | None) -> str:
+    """The registry digest REF names; of an image index, its `platform` manifest's (which must then be named)."""
+    digest = tag_or_digest if tag_or_digest.startswith("sha256:") else client.manifest_digest(repo, tag_or_digest)
+    if digest is None:
+        raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)")
+    if index_platforms(f"{host}/{repo}@{digest}"):
+        if platform is None:
+            raise UserError(f"image {ref} is an image index: validate each of its platforms "
+                            f"({', '.join(index_platforms(f'{host}/{repo}@{digest}'))})")
+        digest = _child_digest(client, repo, digest, platform, ref)
+    return digest
+
+
+def pin(ref: str, platform: str | None = None) -> Resolved:
+    """REF (in a registry) pinned to its digest, with the labels, env and platform its config declares, read from
+    the registry alone: nothing is pulled (what a verdict about the digest is looked up with, validate.reuse)."""
+    host, repo, tag_or_digest = split_repo(ref)
+    client = RegistryClient(host)
+    client.ping()  # RegistryUnreachable (exit 2) when nothing answers
+    digest = _pinned_digest(client, host, repo, tag_or_digest, ref, platform)
+    manifest = json.loads(client.get_manifest(repo, digest)[0])
+    config_digest = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
+    if not isinstance(config_digest, str):
+        raise UserError(f"image {ref}: the manifest {digest} names no image config")
+    config = json.loads(client.get_blob(repo, config_digest))
+    attrs = {"Config": config.get("config") or {}, "Os": config.get("os"), "Architecture": config.get("architecture"),
+             "Variant": config.get("variant")}
+    return _check_platform(_resolved(ref, f"{host}/{repo}@{digest}", digest, host, repo, attrs), platform)
+
+
 def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
     """Pin `ref` to a digest and make sure the engine holds exactly that image. An image index is
     pinned to the manifest of `platform`, which must then be named (one verdict per platform manifest)."""
@@ -118,14 +149,7 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
     host, repo, tag_or_digest = split_repo(ref)
     client = RegistryClient(host)
     client.ping()  # RegistryUnreachable (exit 2) when nothing answers
-    digest = tag_or_digest if tag_or_digest.startswith("sha256:") else client.manifest_digest(repo, tag_or_digest)
-    if digest is None:
-        raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)")
-    if index_platforms(f"{host}/{repo}@{digest}"):
-        if platform is None:
-            raise UserError(f"image {ref} is an image index: validate each of its platforms "
-                            f"({', '.join(index_platforms(f'{host}/{repo}@{digest}'))})")
-        digest = _child_digest(client, repo, digest, platform, ref)
+    digest = _pinned_digest(client, host, repo, tag_or_digest, ref, platform)
     run_ref = f"{host}/{repo}@{digest}"
     attrs = _inspect(run_ref)
     if attrs is None:

@@ -37,3 +37,13 @@ class Options:
     # How many earlier nights the bus bandwidth is compared with (their median; contracts.busbw).
     busbw_window: int = DEFAULT_BUSBW_WINDOW
     jobs: int = DEFAULT_JOBS
+    # Run the tests even when the registry holds a trusted passing verdict of this very run (validate.reuse).
+    rerun: bool = False
+
+    def reuses(self) -> bool:
+        """Whether a verdict already in the registry may answer (buildtool.validate.reuse): a run that stores its
+        verdict, of the whole suite, with nothing injected (the toolkit's own fault tests) and no --rerun."""
+        injected = (self.extra_run_flags or self.peer_run_flags or self.ddp_master_addr != "127.0.0.1"
+                    or self.ddp_timeout_s != 60.0 or self.missing_peer_timeout_s != 5.0
+                    or self.join_timeout_s != DEFAULT_JOIN_TIMEOUT_S)
+        return self.store and not self.rerun and not self.select and not injected
