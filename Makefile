@@ -24,8 +24,12 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: ## Install and start what a fresh machine needs (engine, registry, venv); idempotent
+setup: ## Install and start what the main job needs (engine, registry, skopeo, debootstrap, venv); idempotent
 	bash scripts/setup.sh
+
+.PHONY: setup-tests
+setup-tests: ## setup, then what only the tests need (QEMU, Chromium, SLURM, Node, the verifier, test extras)
+	bash scripts/setup-tests.sh
 
 .PHONY: lock-deps
 lock-deps: ## Refresh requirements.lock: exact versions of the toolkit's own dependencies (clean venv)
@@ -100,9 +104,13 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 		--framework $(or $(FRAMEWORK),all) $(if $(FROM),--from $(FROM)) $(RELEASE_FLAGS)
 
 .PHONY: verify
-verify: ## Verify an image's signed chain (provenance, SBOM, verdict): make verify IMAGE=<registry>/<name>:<tag>
-	@test -n "$(IMAGE)" || { echo "error: set IMAGE, e.g. make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }
-	$(BUILDTOOL) verify "$(IMAGE)" $(VERIFY_FLAGS)
+verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<registry>/<name>:<tag>, or FRAMEWORK=<image> (this commit's dev images)
+	@images="$(IMAGE)"; if [ -z "$$images" ] && [ -n "$(FRAMEWORK)" ]; then \
+		plan=$$($(BUILDTOOL) plan --framework "$(FRAMEWORK)" --json) || exit 2; images=$$(echo "$$plan" | $(PYTHON) -c \
+			'import json, sys; print(" ".join(e["dev_image"] for e in json.load(sys.stdin)["include"]))') || exit 2; fi; \
+	test -n "$$images" || { echo "error: set IMAGE or FRAMEWORK, e.g. make verify FRAMEWORK=pytorch-cpu or make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }; \
+	status=0; for image in $$images; do echo "$(BUILDTOOL) verify $$image $(VERIFY_FLAGS)" >&2; \
+		$(BUILDTOOL) verify "$$image" $(VERIFY_FLAGS) || status=$$?; done; exit $$status
 
 # The nightly: build + push every cell, validate (verdicts stored by digest), the scaling runs (strategies side by
 # side), then the report from the registry's verdicts with the trend against the previous night, all under NIGHTLY_OUT.
