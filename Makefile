@@ -82,8 +82,7 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 
 .PHONY: validate
 validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest (a verdict of the same run is reused; RERUN=1 runs anyway)
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM)) \
-		$(if $(RERUN),--rerun)
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))$(if $(JOBS), --jobs $(JOBS))$(if $(PLATFORM), --platform $(PLATFORM))$(if $(RERUN), --rerun)
 
 # A foreign platform's image validated under QEMU on this machine (CPU checks; a GPU cell's GPU checks are not
 # run, so its verdict is incomplete and only a native GPU runner's counts for release); the nightly runs it
