@@ -41,6 +41,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from buildtool.common import docker_cli  # noqa: E402
+
 TARGET_S = 180.0
 BEFORE_S = 123.0 + 227.0
 MAIN_JOB = "make push validate FRAMEWORK=pytorch-cpu BASE_MIRROR={registry}"
@@ -120,7 +124,7 @@ def registry_storage(pid: int) -> Path:
 
 def wipe() -> None:
     """Stop the engine and the registry and delete what they held, and this checkout's .venv."""
-    info = subprocess.run(["/usr/bin/docker", "info", "--format", "{{json .DockerRootDir}}"], capture_output=True,
+    info = subprocess.run(docker_cli.argv("info", "--format", "{{json .DockerRootDir}}"), capture_output=True,
                           text=True, timeout=60)
     data_root = Path(json.loads(info.stdout)) if info.returncode == 0 else Path("/var/lib/docker")
     registries = _pids(lambda argv: Path(argv[0].decode()).name == "docker-registry" and b"serve" in argv)
@@ -170,7 +174,7 @@ class Private:
             env={**os.environ, "REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY": str(PRIVATE / "registry"),
                  "REGISTRY_HTTP_ADDR": PRIVATE_REGISTRY}))
         for _ in range(240):
-            engine = subprocess.run(["/usr/bin/docker", "-H", f"unix://{SOCKET}", "version"], capture_output=True)
+            engine = subprocess.run(docker_cli.argv("-H", f"unix://{SOCKET}", "version"), capture_output=True)
             registry = subprocess.run(["curl", "-fsS", "-m", "2", "-o", "/dev/null", f"http://{PRIVATE_REGISTRY}/v2/"],
                                       capture_output=True)
             if engine.returncode == 0 and registry.returncode == 0:

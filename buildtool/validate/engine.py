@@ -5,9 +5,13 @@ client is the one DOCKER_CLIENT chooses (buildtool.common.docker_cli).
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from buildtool.common import docker_cli
@@ -159,6 +163,13 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
             log(f"{run_ref} names the config {attrs['Id']}, which this engine holds: running that image")
             resolved = _resolved(ref, str(attrs["Id"]), digest, host, repo, attrs)
             return _check_platform(resolved, platform)
+        attrs = _from_layers_here(client, repo, digest)
+        if attrs is not None:
+            # Built here, its config then rewritten in the registry (imagebuild.repro_config): nothing to pull.
+            log(f"{run_ref}: this engine holds every layer of it; its config {attrs['Id']} loaded over them from the "
+                "registry: running that image")
+            resolved = _resolved(ref, str(attrs["Id"]), digest, host, repo, attrs)
+            return _check_platform(resolved, platform)
         log(f"pulling {run_ref}")
         proc = docker_cli.docker("pull", run_ref, timeout=PULL_TIMEOUT_S)
         if proc.returncode != 0:
@@ -183,6 +194,37 @@ def _same_image_here(client: RegistryClient, repo: str, digest: str) -> dict[str
     manifest = json.loads(client.get_manifest(repo, digest)[0])
     config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
     if not isinstance(config, str) or not config.startswith("sha256:"):
+        return None
+    attrs = _inspect(config)
+    return attrs if attrs is not None and attrs.get("Id") == config else None
+
+
+def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[str, Any] | None:
+    """The image `digest` pins, made in this engine from layers it already holds: the registry's config (read by
+    its digest) `docker load`ed with no layer data. The engine takes each layer it holds by its content's digest
+    (the config's rootfs.diff_ids) and refuses the load when one is missing, so the image it then has, whose id is
+    the config's digest, is exactly the one the registry's digest pins (as _same_image_here finds it). What a
+    build here has and the registry's normalised config (imagebuild.repro_config) would otherwise cost a pull of
+    every layer. None when a layer is not here (or anything else fails): the image is pulled."""
+    manifest = json.loads(client.get_manifest(repo, digest)[0])
+    config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
+    if not isinstance(config, str) or not config.startswith("sha256:"):
+        return None
+    raw = client.get_blob(repo, config)          # checked against its digest
+    diff_ids = ((json.loads(raw).get("rootfs") or {}).get("diff_ids")) or []
+    if not diff_ids:
+        return None
+    name = f"{config.partition(':')[2]}.json"
+    index = [{"Config": name, "RepoTags": None, "Layers": [f"{i}/layer.tar" for i in range(len(diff_ids))]}]
+    with tempfile.TemporaryDirectory(prefix="buildtool-config-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        with tarfile.open(archive, "w") as tar:
+            for member, data in ((name, raw), ("manifest.json", json.dumps(index).encode())):
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        proc = docker_cli.docker("load", "-q", "-i", str(archive), timeout=120)
+    if proc.returncode != 0:
         return None
     attrs = _inspect(config)
     return attrs if attrs is not None and attrs.get("Id") == config else None

@@ -65,6 +65,9 @@ def test_the_readmes_commands_in_order_on_a_fresh_copy(tmp_path: Path, space: st
     stored = re.search(rf"verdict for ({DIGEST}) stored as ({DIGEST})", job.stderr)
     assert stored, job.stderr[-3000:]
     digest, artifact = stored.groups()
+    # The image the build left in the engine is run, its config (rewritten in the registry) loaded over its layers:
+    # nothing pulled.
+    assert "this engine holds every layer of it" in job.stderr and "pulling" not in job.stderr, job.stderr[-3000:]
 
     # verify says yes in one result line, and release promotes that digest.
     checked = sh(verify)
