@@ -6,13 +6,15 @@
 What a fresh machine lacks, each run starts without: `.venv`, the Docker engine's data (images, BuildKit's cache),
 the registry's storage, uv's and pip's caches, the dev signing key and the toolkit's caches (the last three as
 empty folders of the run's own: XDG_CONFIG_HOME, XDG_CACHE_HOME, UV_CACHE_DIR, PIP_CACHE_DIR). The apt packages and
-the machine's pip settings (its local wheel folders) stay: setup.sh finds the packages installed.
+the machine's pip settings (its local wheel folders) stay: setup.sh finds the packages installed. The run's dev key
+is a throwaway (it signed only the bench's image).
 
 Two ways, one of which must be chosen:
-- `--wipe`: the machine's own engine and registry, on an idle machine. It stops the running dockerd and the
-  registry on 127.0.0.1:5000, deletes the engine's data root, the registry's storage and this checkout's `.venv`,
-  then runs the README's commands here as they are: setup.sh starts the engine and the registry again. Everything
-  the engine and the registry held is gone: never on a machine others are using.
+- `--wipe`: the machine's own engine and registry, on an idle machine. It stops the dockerd of /var/run/docker.pid
+  and the registry listening on 127.0.0.1:5000 (no other engine or registry), deletes the engine's data root, the
+  registry's storage and this checkout's `.venv`, then runs the README's commands here as they are: setup.sh starts
+  the engine and the registry again. Everything the engine and the registry held is gone: never on a machine others
+  are using.
 - `--private`: safe on a shared machine. A fresh clone of HEAD, a dockerd of its own (data root, socket and bridge
   of its own, started empty and timed: setup.sh would have started it) and a registry of its own on 127.0.0.1:5001
   (empty storage); the main job is the README's with BASE_MIRROR and REGISTRY naming that registry and DOCKER_HOST
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -85,17 +88,18 @@ def fresh_env(home: Path, **extra: str) -> dict[str, str]:
 
 # -- --wipe: the machine's own engine and registry ------------------------------------------------------------------
 
-def _pids(predicate: object) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                argv = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if predicate(argv):   # type: ignore[operator]
-                found.append(int(proc.name))
-    return found
+def _engine_pid() -> list[int]:
+    """The dockerd setup.sh starts: the one whose pid is in the default pidfile (never another's private engine)."""
+    try:
+        return [int(Path("/var/run/docker.pid").read_text().strip())]
+    except (OSError, ValueError):
+        return []
+
+
+def _registry_pid() -> list[int]:
+    """The registry listening on 127.0.0.1:5000 (never another one), as `ss` names its process."""
+    listing = subprocess.run(["ss", "-ltnpH", "sport = :5000"], capture_output=True, text=True, timeout=30).stdout
+    return [int(pid) for pid in re.findall(r'"docker-registry",pid=(\d+)', listing)]
 
 
 def _stop(pids: list[int], what: str) -> None:
@@ -127,10 +131,10 @@ def wipe() -> None:
     info = subprocess.run(docker_cli.argv("info", "--format", "{{json .DockerRootDir}}"), capture_output=True,
                           text=True, timeout=60)
     data_root = Path(json.loads(info.stdout)) if info.returncode == 0 else Path("/var/lib/docker")
-    registries = _pids(lambda argv: Path(argv[0].decode()).name == "docker-registry" and b"serve" in argv)
+    registries = _registry_pid()
     storages = [registry_storage(pid) for pid in registries]
-    _stop(registries, "the registry")
-    _stop(_pids(lambda argv: Path(argv[0].decode()).name == "dockerd"), "dockerd")
+    _stop(registries, "the registry on 127.0.0.1:5000")
+    _stop(_engine_pid(), "dockerd (/var/run/docker.pid)")
     for path in (data_root, *storages, ROOT / ".venv"):
         print(f"deleting {path}", file=sys.stderr)
         shutil.rmtree(path, ignore_errors=True)
