@@ -57,16 +57,21 @@ lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Docker
 	$(PYTHON) -m mypy
 	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
 
+# The tests run with Python's bytecode caches on (__pycache__, ignored by git) whatever PYTHONDONTWRITEBYTECODE says:
+# they start the toolkit in hundreds of subprocesses, and without the caches every one compiles what it imports
+# again (a fifth of test-fast's CPU here; docs/testing.md).
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
+
 .PHONY: test
 test: ## The toolkit's own tests (unit and integration), on TEST_JOBS xdist workers; the 30 slowest named (CI's budget)
-	$(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30
+	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
 FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools
 
 .PHONY: test-fast
 test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package index, host torch or linter binaries
-	$(PYTHON) -m pytest -q -n $(FAST_JOBS) -m "not ($(FAST_EXCLUDE))"
+	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(FAST_JOBS) -m "not ($(FAST_EXCLUDE))"
 
 .PHONY: build
 build: ## Build FRAMEWORK (default pytorch-ngc) for this machine's platform (or PLATFORM), tag <name>-dev:<sha>-<version>

@@ -105,8 +105,9 @@ else
       || { tail -20 "$STATE/pip.log" >&2; die "pip install uv==$uv_pin failed (log: .state/pip.log)"; }
   fi
   say "installing the project into .venv (uv pip install -c requirements.lock -e '.[validate]', log: .state/uv.log)"
-  (cd "$ROOT" && UV_CONFIG_FILE="$STATE/uv.toml" timeout 1200 "$VENV/bin/uv" pip install --python "$VENV/bin/python" \
-    -c requirements.lock -e '.[validate]') >"$STATE/uv.log" 2>&1 \
+  # --compile-bytecode, as pip does: without the caches every command compiles what it imports again.
+  (cd "$ROOT" && UV_CONFIG_FILE="$STATE/uv.toml" timeout 1200 "$VENV/bin/uv" pip install --compile-bytecode \
+    --python "$VENV/bin/python" -c requirements.lock -e '.[validate]') >"$STATE/uv.log" 2>&1 \
     || { tail -20 "$STATE/uv.log" >&2; die "uv pip install into .venv failed (log: .state/uv.log)"; }
   echo "$stamp" >"$VENV/.setup-stamp"
   say ".venv ready"
