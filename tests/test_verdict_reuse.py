@@ -186,10 +186,10 @@ class Ran(Exception):
     """The image would have been pulled and its tests run."""
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: Any = None, **changes: Any) -> dict[str, Any]:
     """A checkout (image-tests, no trusted keys: the dev key signs, as on a developer's machine), an in-memory
-    loopback registry holding an image with its SBOM and a passing verdict signed by this machine's dev key."""
+    loopback registry holding an image with its SBOM and a passing verdict bound to this very run, signed by
+    `key` (default this machine's dev key) with `changes` made to it."""
     from buildtool.validate.collect import image_tests_hash
 
     root = tmp_path / "project"
@@ -198,9 +198,10 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     dev = signing_key(print).key
     digest = client.push_image(REPO, "t", labels={label_keys.CELL: CPU.key})
     sbom = signing.attest_sbom(client, REPO, digest, key=dev)
-    artifact = signing.attest(client, REPO, digest, signing.verdict(
-        CPU, digest, test_code=image_tests_hash(root / "image-tests"), matrix_digest=runner.matrix_digest(MATRIX),
-        sbom=sbom), dev).digest
+    bound = {"test_code": image_tests_hash(root / "image-tests"), "matrix_digest": runner.matrix_digest(MATRIX),
+             "sbom": sbom}
+    artifact = signing.attest(client, REPO, digest, signing.verdict(CPU, digest, **{**bound, **changes}),
+                              key or dev).digest
     for module in ("buildtool.validate.engine", "buildtool.validate.runner", "buildtool.validate.sbomref"):
         monkeypatch.setattr(f"{module}.RegistryClient", lambda *_a, **_k: client)
     monkeypatch.setattr(runner, "gpu_inventory", lambda: Inventory([], problem="nvidia-smi not found"))
@@ -208,7 +209,13 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     def ran(*_a: Any, **_k: Any) -> None:
         raise Ran
     monkeypatch.setattr(runner, "resolve", ran)
-    return {"root": root, "client": client, "ref": f"127.0.0.1:5999/{REPO}:t", "artifact": artifact}
+    return {"root": root, "client": client, "ref": f"127.0.0.1:5999/{REPO}:t", "artifact": artifact, "dev": dev,
+            "digest": digest, "bound": bound}
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    return checkout(tmp_path, monkeypatch)
 
 
 def test_validate_answers_with_the_verdict_and_pulls_runs_and_stores_nothing(project: dict[str, Any]) -> None:
@@ -238,3 +245,29 @@ def test_a_change_to_any_image_test_runs_them_again_saying_why(project: dict[str
         runner.validate_image(project["ref"], MATRIX, project["root"], Options(), lines.append)
     assert any(line.startswith("no verdict of sha256:") and "it ran image tests sha256:" in line
                and line.endswith(": running the image tests") for line in lines), lines
+
+
+def _newer_failure(made: dict[str, Any]) -> None:
+    failed = signing.verdict(CPU, made["digest"], "failed", started="2026-01-02T00:00:00.000+00:00",
+                             tests=[signing.result("common/test_x.py::test_common", "failed")], **made["bound"])
+    signing.attest(made["client"], REPO, made["digest"], failed, made["dev"])
+
+
+@pytest.mark.parametrize(("key", "changes", "then", "cause"), [
+    (signing.ATTACKER, {}, None, "untrusted key"),
+    (None, {"runner": GPU_RUNNER}, None, "it ran on a runner of class 8x NVIDIA H100"),
+    (None, {"test_code": "sha256:" + "1" * 64}, None, "it ran image tests sha256:111"),
+    (None, {"matrix_digest": "sha256:" + "2" * 64}, None, "it read the matrix sha256:222"),
+    (None, {}, _newer_failure, "it failed"),
+])
+def test_every_attack_on_reuse_is_a_real_run_saying_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: Any,
+                                                        changes: dict[str, Any], then: Any, cause: str) -> None:
+    """A verdict from another runner class, of other test code or another matrix, signed by a key nobody trusts, or
+    a pass with a newer failure: validate runs the tests (here: reaches the pull), and the log names the cause."""
+    made = checkout(tmp_path, monkeypatch, key, **changes)
+    if then is not None:
+        then(made)
+    lines: list[str] = []
+    with pytest.raises(Ran):
+        runner.validate_image(made["ref"], MATRIX, made["root"], Options(), lines.append)
+    assert any(line.startswith(f"no verdict of {made['digest']} to reuse (") and cause in line for line in lines), lines
