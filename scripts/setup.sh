@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Set up what the main job needs (build, push and validate an image; verify and release it); idempotent.
 # What only the toolkit's own tests need (QEMU for arm64, Chromium, SLURM, Node and the Sigstore verifier, the
-# test extras of .venv) is scripts/setup-tests.sh, which the README's test command (and .ci/run) runs after this.
+# test extras of .venv) is scripts/setup-tests.sh, which runs this first; the README's test command (and .ci/run)
+# runs it.
 #   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap, python3-venv
 #   3. the Docker engine, started with the flags these machines need, only if it is not running
 #   4. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
-#   5. .venv: a virtual environment with this project and what validate runs (`-e '.[validate]'`), installed by
-#      uv (the version requirements.lock pins, put into .venv by its pip) with requirements.lock as constraints:
-#      pyproject.toml's ranges, the lock's exact versions; uv gets the host's pip settings (index URLs,
-#      find-links) as .state/uv.toml, written by buildtool.imagebuild.pipconfig, the code builds hand them on with
+#   5. .venv: a virtual environment with this project and its runtime dependencies (`-e .`: pytest and the
+#      plugins validate runs the image tests with among them), installed by uv (the version requirements.lock
+#      pins, put into .venv by its pip) with requirements.lock as constraints: pyproject.toml's ranges, the lock's
+#      exact versions; uv gets the host's pip settings (index URLs, find-links) as .state/uv.toml, written by
+#      buildtool.imagebuild.pipconfig, with which the builds hand them to uv
 #   (2, QEMU, and 4b, the Sigstore verifier, are scripts/setup-tests.sh's now, with Chromium and SLURM.)
 # Rerunning changes nothing; every step says whether it did something or found it done.
 # Settings: SETUP_SKIP_VENV=1 skips step 5; PYTHON picks the interpreter for the venv (python3).
@@ -104,10 +106,10 @@ else
     timeout 600 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "uv==$uv_pin" >"$STATE/pip.log" 2>&1 \
       || { tail -20 "$STATE/pip.log" >&2; die "pip install uv==$uv_pin failed (log: .state/pip.log)"; }
   fi
-  say "installing the project into .venv (uv pip install -c requirements.lock -e '.[validate]', log: .state/uv.log)"
+  say "installing the project into .venv (uv pip install -c requirements.lock -e ., log: .state/uv.log)"
   # --compile-bytecode, as pip does: without the caches every command compiles what it imports again.
   (cd "$ROOT" && UV_CONFIG_FILE="$STATE/uv.toml" timeout 1200 "$VENV/bin/uv" pip install --compile-bytecode \
-    --python "$VENV/bin/python" -c requirements.lock -e '.[validate]') >"$STATE/uv.log" 2>&1 \
+    --python "$VENV/bin/python" -c requirements.lock -e .) >"$STATE/uv.log" 2>&1 \
     || { tail -20 "$STATE/uv.log" >&2; die "uv pip install into .venv failed (log: .state/uv.log)"; }
   echo "$stamp" >"$VENV/.setup-stamp"
   say ".venv ready"

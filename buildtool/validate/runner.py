@@ -214,7 +214,7 @@ def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, pl
     sbom, _ = verdict_sbom(image, root, lambda _line: None)
     want = reuse.Wanted(
         digest=image.digest, cell=cell.key, platform=image.platform, emulated=image.emulated,
-        test_code=image_tests_hash(root / "image-tests"), matrix_digest=matrix_digest(matrix),
+        test_code=_test_code(root), matrix_digest=matrix_digest(matrix),
         libraries=promised_libraries(cell), sbom=sbom,
         runner_class=reuse.runner_class(inventory.gpus, inventory.driver, inventory.cuda_driver),
         has_peer=bool(options.peers))
@@ -225,3 +225,8 @@ def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, pl
         return None
     return {**found.verdict.to_json(), "image": ref, "reused": found.artifact,
             "signed_by": trusted.describe(found.keyid), "runner_class": want.runner_class}
+
+
+def _test_code(root: Path) -> str:
+    """The test code a run here would record (Verdict.test_code): the hash of the tree it would run."""
+    return image_tests_hash(root / "image-tests")
