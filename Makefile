@@ -2,7 +2,8 @@
 # Settings (environment or make variables): FRAMEWORK, REGISTRY, BASE_MIRROR, VERSION, EXTRA_TESTS (validate: a folder
 # of the site's own checks, as --extra-tests; default the matrix's validate.extra_tests), DOCKER_CLIENT
 # (the docker client of every docker command: buildx, classic or a path; see docs/commands.md), JOBS (validate:
-# the image tests on this many workers side by side; 1: one after another), PLATFORM (validate: only that platform
+# the image tests on this many workers side by side; 1: one after another), RERUN (validate: 1 runs the image tests
+# even when the registry holds a trusted passing verdict of the same run, which validate otherwise reuses), PLATFORM (validate: only that platform
 # of an image index, e.g. linux/arm64 on a native arm64 GPU runner; build: the platforms of a multi-platform cell
 # to build, default this machine's, while push builds every one), TEST_JOBS (make test: the
 # toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
@@ -24,8 +25,12 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: ## Install and start what a fresh machine needs (engine, registry, venv); idempotent
+setup: ## Install and start what the main job needs (engine, registry, skopeo, debootstrap, venv); idempotent
 	bash scripts/setup.sh
+
+.PHONY: setup-tests
+setup-tests: ## setup, then what only the tests need (QEMU, Chromium, SLURM, Node, the verifier, test extras)
+	bash scripts/setup-tests.sh
 
 .PHONY: lock-deps
 lock-deps: ## Refresh requirements.lock: exact versions of the toolkit's own dependencies (clean venv)
@@ -53,16 +58,21 @@ lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Docker
 	$(PYTHON) -m mypy
 	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
 
+# The tests run with Python's bytecode caches on (__pycache__, ignored by git) whatever PYTHONDONTWRITEBYTECODE says:
+# they start the toolkit in hundreds of subprocesses, and without the caches every one compiles what it imports
+# again (a fifth of test-fast's CPU here; docs/testing.md).
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
+
 .PHONY: test
 test: ## The toolkit's own tests (unit and integration), on TEST_JOBS xdist workers; the 30 slowest named (CI's budget)
-	$(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30
+	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
 FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools
 
 .PHONY: test-fast
 test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package index, host torch or linter binaries
-	$(PYTHON) -m pytest -q -n $(FAST_JOBS) -m "not ($(FAST_EXCLUDE))"
+	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(FAST_JOBS) -m "not ($(FAST_EXCLUDE))"
 
 .PHONY: build
 build: ## Build FRAMEWORK (default pytorch-ngc) for this machine's platform (or PLATFORM), tag <name>-dev:<sha>-<version>
@@ -77,9 +87,8 @@ bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap De
 	$(BUILDTOOL) bases --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
 
 .PHONY: validate
-validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM)) \
-		$(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
+validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest (a verdict of the same run is reused; RERUN=1 runs anyway)
+	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))$(if $(JOBS), --jobs $(JOBS))$(if $(PLATFORM), --platform $(PLATFORM))$(if $(RERUN), --rerun)$(if $(EXTRA_TESTS), --extra-tests $(EXTRA_TESTS))
 
 # A foreign platform's image validated under QEMU on this machine (CPU checks; a GPU cell's GPU checks are not
 # run, so its verdict is incomplete and only a native GPU runner's counts for release); the nightly runs it
@@ -100,9 +109,13 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 		--framework $(or $(FRAMEWORK),all) $(if $(FROM),--from $(FROM)) $(RELEASE_FLAGS)
 
 .PHONY: verify
-verify: ## Verify an image's signed chain (provenance, SBOM, verdict): make verify IMAGE=<registry>/<name>:<tag>
-	@test -n "$(IMAGE)" || { echo "error: set IMAGE, e.g. make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }
-	$(BUILDTOOL) verify "$(IMAGE)" $(VERIFY_FLAGS)
+verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<registry>/<name>:<tag>, or FRAMEWORK=<image> (this commit's dev images)
+	@images="$(IMAGE)"; if [ -z "$$images" ] && [ -n "$(FRAMEWORK)" ]; then \
+		plan=$$($(BUILDTOOL) plan --framework "$(FRAMEWORK)" --json) || exit 2; images=$$(echo "$$plan" | $(PYTHON) -c \
+			'import json, sys; print(" ".join(e["dev_image"] for e in json.load(sys.stdin)["include"]))') || exit 2; fi; \
+	test -n "$$images" || { echo "error: set IMAGE or FRAMEWORK, e.g. make verify FRAMEWORK=pytorch-cpu or make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }; \
+	status=0; for image in $$images; do echo "$(BUILDTOOL) verify $$image $(VERIFY_FLAGS)" >&2; \
+		$(BUILDTOOL) verify "$$image" $(VERIFY_FLAGS) || status=$$?; done; exit $$status
 
 # The nightly: build + push every cell, validate (verdicts stored by digest), the scaling runs (strategies side by
 # side), then the report from the registry's verdicts with the trend against the previous night, all under NIGHTLY_OUT.
@@ -155,7 +168,7 @@ nightly-validate: ## The nightly's validation of FRAMEWORK (default all), bus ba
 	@baseline=(); if [ -d "$(NIGHTLY_HISTORY)" ]; then baseline=(--baseline "$(NIGHTLY_HISTORY)"); else \
 		echo "nightly: no earlier night in $(NIGHTLY_HISTORY) (the first night): the bus bandwidth has no baseline" >&2; fi; \
 	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),all) --reports "$(NIGHTLY_OUT)/validate" "$${baseline[@]}" \
-		$(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM))
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(RERUN),--rerun)
 
 # Each run starts from an empty folder, so a run that fails leaves no earlier night's results to be reported.
 .PHONY: nightly-scaling

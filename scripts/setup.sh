@@ -1,23 +1,20 @@
 #!/usr/bin/env bash
-# Set up what a fresh machine needs to build, test and release images; idempotent.
-#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap,
-#      qemu-user-static and binfmt-support (linux/arm64 under emulation), and for the SLURM tests
-#      slurm-wlm, munge, runc and umoci (SETUP_SKIP_SLURM=1 leaves these out; the tests start their own
-#      private SLURM and stop it, nothing here starts a daemon of these packages)
-#   2. QEMU for linux/arm64 (scripts/binfmt.sh): binfmt_misc mounted if it is not, the qemu-aarch64
-#      entry enabled if it is not, then checked for flag F; a one-line error naming the fix otherwise
+# Set up what the main job needs (build, push and validate an image; verify and release it); idempotent.
+# What only the toolkit's own tests need (QEMU for arm64, Chromium, SLURM, Node and the Sigstore verifier, the
+# test extras of .venv) is scripts/setup-tests.sh, which runs this first; the README's test command (and .ci/run)
+# runs it.
+#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap, python3-venv
 #   3. the Docker engine, started with the flags these machines need, only if it is not running
 #   4. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
-#   4b. Node.js and npm (Debian's packages, where `node`/`npm` are missing) and the Sigstore verifier CI runs
-#      on every published bundle: `npm ci` in tools/sigstore-verify (exact versions from its package-lock.json;
-#      redone only when the lock changed)
-#   5. .venv: a clean virtual environment with this project installed (`pip install -c requirements.lock
-#      -e '.[dev,scaling]'`: pyproject.toml's ranges, requirements.lock's exact versions;
-#      the scaling extra is torch 2.13.0, which pip takes from a local CPU wheel where one is configured)
+#   5. .venv: a virtual environment with this project and its runtime dependencies (`-e .`: pytest and the
+#      plugins validate runs the image tests with among them), installed by uv (the version requirements.lock
+#      pins, put into .venv by its pip) with requirements.lock as constraints: pyproject.toml's ranges, the lock's
+#      exact versions; uv gets the host's pip settings (index URLs, find-links) as .state/uv.toml, written by
+#      buildtool.imagebuild.pipconfig, with which the builds hand them to uv
+#   (2, QEMU, and 4b, the Sigstore verifier, are scripts/setup-tests.sh's now, with Chromium and SLURM.)
 # Rerunning changes nothing; every step says whether it did something or found it done.
-# Settings: SETUP_SKIP_VENV=1 skips step 5; SETUP_SKIP_SLURM=1 leaves out the SLURM packages; PYTHON picks
-# the interpreter for the venv (python3).
+# Settings: SETUP_SKIP_VENV=1 skips step 5; PYTHON picks the interpreter for the venv (python3).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,24 +33,7 @@ command -v /usr/bin/docker >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
-# QEMU user emulation for linux/arm64 images (debootstrap --arch=arm64, builds and containers), registered
-# with binfmt_misc by binfmt-support's update-binfmts (step 2).
-[[ -x /usr/bin/qemu-aarch64-static ]] || need+=(qemu-user-static)
-command -v update-binfmts >/dev/null 2>&1 || need+=(binfmt-support)
-# Headless Chromium renders the nightly report in its test.
-command -v /usr/bin/chromium >/dev/null 2>&1 || need+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-# Node for tools/sigstore-verify (sigstore-js verifies the published Sigstore bundles in CI; step 4b).
-command -v node >/dev/null 2>&1 || need+=(nodejs)
-command -v npm >/dev/null 2>&1 || need+=(npm)
-# A real SLURM for tests/integration/test_slurm_cluster.py: two nodes on this machine, SLURM's own OCI
-# containers through runc, bundles unpacked with umoci (about 13 s to install).
-if [[ "${SETUP_SKIP_SLURM:-0}" != 1 ]]; then
-  [[ -x /usr/sbin/slurmctld && -x /usr/sbin/slurmd ]] || need+=(slurm-wlm)
-  [[ -x /usr/sbin/munged ]] || need+=(munge)
-  command -v runc >/dev/null 2>&1 || need+=(runc)
-  command -v umoci >/dev/null 2>&1 || need+=(umoci)
-fi
 if ((${#need[@]})); then
   [[ $(id -u) -eq 0 ]] || die "missing ${need[*]}; run this script as root (it installs them with apt-get)"
   say "installing ${need[*]} (apt-get)"
@@ -64,19 +44,9 @@ if ((${#need[@]})); then
   # The docker-registry package starts a system registry on :5000 with its own storage; ours
   # (step 4) uses the repository's config, so stop the packaged one if it grabbed the port.
   if systemctl is-active --quiet docker-registry 2>/dev/null; then systemctl stop docker-registry || true; fi
-  # Likewise the SLURM packages' own daemons, when this run installed them: the tests start private ones.
-  if [[ " ${need[*]} " == *" slurm-wlm "* || " ${need[*]} " == *" munge "* ]]; then
-    for unit in slurmctld slurmd munge; do
-      if systemctl is-active --quiet "$unit" 2>/dev/null; then systemctl disable --now "$unit" || true; fi
-    done
-  fi
 else
-  say "packages present: docker.io docker-registry skopeo debootstrap qemu-user-static binfmt-support chromium node npm$([[ "${SETUP_SKIP_SLURM:-0}" == 1 ]] \
-    || echo ' slurm-wlm munge runc umoci')"
+  say "packages present: docker.io docker-registry skopeo debootstrap python3-venv"
 fi
-
-# -- 2. QEMU for linux/arm64 ----------------------------------------------------------------
-bash "$ROOT/scripts/binfmt.sh"
 
 # -- 3. Docker engine -----------------------------------------------------------------------
 engine_up() { timeout 10 /usr/bin/docker -H "unix://$DOCKER_SOCK" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
@@ -109,36 +79,38 @@ else
   say "registry up"
 fi
 
-# -- 4b. the Sigstore verifier (tools/sigstore-verify) -----------------------------------------
-VERIFIER="$ROOT/tools/sigstore-verify"
-vstamp="$(sha256sum "$VERIFIER/package-lock.json" | cut -c1-16)"
-if [[ -f "$VERIFIER/node_modules/.setup-stamp" && "$(cat "$VERIFIER/node_modules/.setup-stamp")" == "$vstamp" ]]; then
-  say "sigstore verifier up to date (tools/sigstore-verify)"
-else
-  say "installing the sigstore verifier (npm ci in tools/sigstore-verify, log: .state/npm.log)"
-  (cd "$VERIFIER" && timeout 600 npm ci --no-audit --no-fund --ignore-scripts) >"$STATE/npm.log" 2>&1 \
-    || { tail -20 "$STATE/npm.log" >&2; die "npm ci in tools/sigstore-verify failed (log: .state/npm.log)"; }
-  echo "$vstamp" >"$VERIFIER/node_modules/.setup-stamp"
-  say "sigstore verifier ready"
-fi
-
 # -- 5. virtual environment -----------------------------------------------------------------
 if [[ "${SETUP_SKIP_VENV:-0}" == 1 ]]; then
   say "skipping .venv (SETUP_SKIP_VENV=1)"
   exit 0
 fi
 VENV="$ROOT/.venv"
+# A venv with pip (ensurepip: the builds ask the venv's pip for the host's pip settings).
+[[ -x "$VENV/bin/python" ]] || { say "creating .venv ($("$PYTHON" --version))"; "$PYTHON" -m venv "$VENV"; }
+# uv does not read pip's configuration: the host's index URLs and find-links, as the builds hand them to uv
+# (setup-tests.sh installs with the same file).
+PYTHONPATH="$ROOT" "$VENV/bin/python" -c 'import sys
+from buildtool.imagebuild.pipconfig import HostPip, render_uv_toml
+sys.stdout.write(render_uv_toml(HostPip.from_host(sys.executable), {}))' >"$STATE/uv.toml" \
+  || die "cannot read the host's pip settings for uv (.state/uv.toml)"
 # The stamp holds a hash of pyproject.toml and requirements.lock: reinstall only when they changed.
 stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" | sha256sum | cut -c1-16)"
-if [[ -x "$VENV/bin/python" && -f "$VENV/.setup-stamp" && "$(cat "$VENV/.setup-stamp")" == "$stamp" ]] \
-   && "$VENV/bin/python" -c 'import buildtool.cli, docker, pytest' >/dev/null 2>&1; then
+if [[ -f "$VENV/.setup-stamp" && "$(cat "$VENV/.setup-stamp")" == "$stamp" ]] \
+   && "$VENV/bin/python" -c 'import buildtool.cli, docker, pytest, xdist' >/dev/null 2>&1; then
   say ".venv up to date"
 else
-  [[ -x "$VENV/bin/python" ]] || { say "creating .venv ($("$PYTHON" --version))"; "$PYTHON" -m venv "$VENV"; }
-  say "installing the project into .venv (pip install -c requirements.lock -e '.[dev,scaling]', log: .state/pip.log)"
-  (cd "$ROOT" && timeout 1200 "$VENV/bin/python" -m pip install -q -c requirements.lock -e '.[dev,scaling]') \
-    >"$STATE/pip.log" 2>&1 \
-    || { tail -20 "$STATE/pip.log" >&2; die "pip install into .venv failed (log: .state/pip.log)"; }
+  uv_pin="$(grep -E '^uv==' "$ROOT/requirements.lock" | cut -d= -f3)"
+  [[ -n "$uv_pin" ]] || die "requirements.lock pins no uv (uv==VERSION); run make lock-deps"
+  if [[ "$("$VENV/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$uv_pin" ]]; then
+    say "installing uv $uv_pin into .venv (pip, log: .state/pip.log)"
+    timeout 600 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "uv==$uv_pin" >"$STATE/pip.log" 2>&1 \
+      || { tail -20 "$STATE/pip.log" >&2; die "pip install uv==$uv_pin failed (log: .state/pip.log)"; }
+  fi
+  say "installing the project into .venv (uv pip install -c requirements.lock -e ., log: .state/uv.log)"
+  # --compile-bytecode, as pip does: without the caches every command compiles what it imports again.
+  (cd "$ROOT" && UV_CONFIG_FILE="$STATE/uv.toml" timeout 1200 "$VENV/bin/uv" pip install --compile-bytecode \
+    --python "$VENV/bin/python" -c requirements.lock -e .) >"$STATE/uv.log" 2>&1 \
+    || { tail -20 "$STATE/uv.log" >&2; die "uv pip install into .venv failed (log: .state/uv.log)"; }
   echo "$stamp" >"$VENV/.setup-stamp"
   say ".venv ready"
 fi

@@ -50,7 +50,7 @@ def attestation_roles() -> dict[str, str]:
 
 def need_verifier() -> None:
     if shutil.which("node") is None or not (VERIFIER / "node_modules/@sigstore/verify").is_dir():
-        pytest.fail("this test needs node and tools/sigstore-verify/node_modules (bash scripts/setup.sh installs "
+        pytest.fail("this test needs node and tools/sigstore-verify/node_modules (bash scripts/setup-tests.sh installs "
                     "both)", pytrace=False)
 
 

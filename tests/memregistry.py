@@ -27,6 +27,9 @@ class MemRegistry:
         self.no_referrers_api: set[str] = set()
         self.subject_indexed: set[str] = set()     # never: it sends no OCI-Subject, the fallback index is written
 
+    def ping(self) -> None:
+        """It always answers."""
+
     def request(self, method: str, path: str, **_: Any) -> Any:
         raise NotFound(f"{method} {path}: no such API here")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -41,11 +42,20 @@ def test_every_declared_dependency_is_a_range_and_its_locked_version_is_inside_i
             "run `make lock-deps`")
 
 
-def test_setup_installs_with_the_lock_as_constraints() -> None:
-    setup = (ROOT / "scripts/setup.sh").read_text()
+@pytest.mark.parametrize("script", ["scripts/setup.sh", "scripts/setup-tests.sh"])
+def test_setup_installs_with_the_lock_as_constraints(script: str) -> None:
+    setup = (ROOT / script).read_text()
     assert "-c requirements.lock" in setup or '-c "$ROOT/requirements.lock"' in setup
     stamp = next(line for line in setup.splitlines() if line.startswith("stamp="))
     assert "requirements.lock" in stamp   # a new lock reinstalls
+
+
+def test_setup_installs_the_uv_the_lock_pins() -> None:
+    """uv is on PyPI: setup.sh puts the version requirements.lock pins into .venv and installs with it."""
+    setup = (ROOT / "scripts/setup.sh").read_text()
+    assert "grep -E '^uv==' \"$ROOT/requirements.lock\"" in setup and '"uv==$uv_pin"' in setup
+    assert "uv pip install" in setup and "-m pip install -q -c" not in setup
+    assert _lock()["uv"]
 
 
 def test_the_check_can_fail(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def test_binfmt_entry_missing_disabled_or_without_flag_f_is_named(tmp_path: Path
     foreign = _foreign()
     entry = tmp_path / platforms.get(foreign).qemu
     assert platforms.emulated(foreign)
-    assert "has no " + entry.name + " entry; run `bash scripts/setup.sh`" in str(
+    assert "has no " + entry.name + " entry; run `bash scripts/setup-tests.sh`" in str(
         platforms.binfmt_problem(foreign, root=str(tmp_path)))
     entry.write_text("disabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: PF\n")
     assert "is disabled" in str(platforms.binfmt_problem(foreign, root=str(tmp_path)))

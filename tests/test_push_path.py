@@ -141,3 +141,52 @@ def test_the_build_pushes_by_the_path_chosen_for_it(monkeypatch: pytest.MonkeyPa
     assert calls == [("127.0.0.1:5000/x-dev:abc-1__push", via)]
     assert local == [("tag", "127.0.0.1:5000/x-dev:abc-1", "127.0.0.1:5000/x-dev:abc-1__push"),
                      ("untag", "127.0.0.1:5000/x-dev:abc-1__push")]
+
+
+def _image_with_config(client, config: dict) -> tuple[str, bytes]:  # noqa: ANN001
+    """An image manifest in `client` whose config blob is `config` (written as a registry holds it)."""
+    from buildtool.registry.client import OCI_MANIFEST
+
+    raw = json.dumps(config, separators=(",", ":")).encode()
+    digest = client.put_blob("r", raw)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest, "size": len(raw)},
+                "layers": []}
+    return client.put_manifest("r", "t", json.dumps(manifest).encode(), OCI_MANIFEST), raw
+
+
+@pytest.mark.parametrize("loads", [True, False])
+def test_an_image_whose_layers_the_engine_holds_is_made_from_its_config_not_pulled(
+        monkeypatch: pytest.MonkeyPatch, loads: bool) -> None:
+    """Built here, its config rewritten in the registry (repro_config): the registry's config bytes, unchanged, are
+    `docker load`ed with no layer data; the engine takes the layers it holds by their digests, or refuses."""
+    import io
+    import subprocess
+    import tarfile
+
+    from tests.memregistry import MemRegistry
+
+    client = MemRegistry()
+    config = {"architecture": "amd64", "os": "linux", "config": {"Env": ["A=1"]},
+              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "a" * 64, "sha256:" + "b" * 64]}}
+    digest, raw = _image_with_config(client, config)
+    config_digest = json.loads(client.get_manifest("r", digest)[0])["config"]["digest"]
+    loaded: dict[str, bytes] = {}
+
+    def docker(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        assert argv[:3] == ("load", "-q", "-i")
+        with tarfile.open(argv[3]) as tar:
+            loaded.update({m.name: tar.extractfile(m).read() for m in tar.getmembers()})  # type: ignore[union-attr]
+        return subprocess.CompletedProcess(list(argv), 0 if loads else 1, "", "" if loads else "no such file")
+
+    monkeypatch.setattr(validate_engine.docker_cli, "docker", docker)
+    monkeypatch.setattr(validate_engine, "_inspect",
+                        lambda ref: {"Id": ref} if loads and ref == config_digest else None)
+    found = validate_engine._from_layers_here(client, "r", digest)  # type: ignore[arg-type]
+    assert (found is not None) is loads
+    # The config exactly as the registry holds it (its digest is the image id), and no layer data at all.
+    name = f"{config_digest.partition(':')[2]}.json"
+    assert loaded[name] == raw
+    assert json.load(io.BytesIO(loaded["manifest.json"])) == [
+        {"Config": name, "RepoTags": None, "Layers": ["0/layer.tar", "1/layer.tar"]}]
+    assert set(loaded) == {name, "manifest.json"}

@@ -120,7 +120,7 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     if trust_local_key:
         _check_loopback(settings)
     background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-prefetch")
-    trusted = background.submit(_trusted_keys, project.root, trust_local_key)
+    trusted = background.submit(_trusted_keys, project.root, trust_local_key, _loopback(settings))
     if not dry_run:
         background.submit(_preload_documents)
     background.shutdown(wait=False)
@@ -173,8 +173,9 @@ def _check_release_files(project: Project, version: str) -> None:
         raise UserError(problem)
 
 
-def _trusted_keys(root: Path, trust_local_key: bool) -> TrustedKeys:
-    """config/trusted-keys.yaml, and this machine's dev key with --trust-local-key."""
+def _trusted_keys(root: Path, trust_local_key: bool, loopback: bool = False) -> TrustedKeys:
+    """config/trusted-keys.yaml, and this machine's dev key with --trust-local-key; without it, on a loopback
+    registry, the dev key is named in the refusals of what it signed (with the flag that would trust it)."""
     from buildtool.validate.keys import dev_public_key, load_trusted
 
     trusted = load_trusted(root)
@@ -184,6 +185,8 @@ def _trusted_keys(root: Path, trust_local_key: bool) -> TrustedKeys:
             raise UserError("--trust-local-key: this machine has no local dev key (validate makes one when "
                             "DL_IMAGES_SIGNING_KEY is unset; or run `buildtool keys --dev`)")
         trusted.add_dev(key)
+    elif loopback:
+        trusted.offer_dev(dev_public_key())
     return trusted
 
 
@@ -192,6 +195,14 @@ def _preload_documents() -> None:
 
     preload("buildtool.release", "notes.md.j2", "packages.md.j2")
     preload("buildtool.render", "catalogue.md.j2")
+
+
+def _loopback(settings: Settings) -> bool:
+    """Whether both registries (REGISTRY, RELEASE_REGISTRY) are this machine by address: where --trust-local-key
+    may be passed."""
+    from buildtool.common.refs import is_loopback_host
+
+    return all(is_loopback_host(r.split("/", 1)[0]) for r in (settings.registry, settings.release_registry))
 
 
 def _check_loopback(settings: Settings) -> None:

@@ -84,6 +84,9 @@ JobsOption = Annotated[int, typer.Option(
     min=1, envvar="DL_IMAGES_VALIDATE_JOBS",
     help="Run the image tests on this many workers at once, each test declaring what it may run beside "
          "(image-tests/lanes.py); 1: one after another.")]
+RerunOption = Annotated[bool, typer.Option(
+    "--rerun", help="Run the image tests even when the registry holds a trusted passing verdict of the same image "
+                    "digest, image tests, matrix and runner class (which validate otherwise reuses, storing nothing).")]
 PlatformOption = Annotated[list[str] | None, typer.Option(
     "--platform",
     help="Only this platform's manifest of an image index (os/arch, repeatable or a comma list; e.g. "
@@ -116,6 +119,7 @@ def validate(
     jobs: JobsOption = DEFAULT_JOBS,
     platform: PlatformOption = None,
     extra_tests: ExtraTestsOption = None,
+    rerun: RerunOption = False,
     revision: RevisionOption = None,
     as_json: JsonOption = False,
     matrix: MatrixOption = None,
@@ -144,7 +148,7 @@ def validate(
     options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
                       reports=reports, cell=cell, deadline_s=deadline,
                       require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
-                      busbw_window=busbw_window, jobs=jobs, extra_tests=extra_tests)
+                      busbw_window=busbw_window, jobs=jobs, extra_tests=extra_tests, rerun=rerun)
     if options.require_gpu:
         # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
         require_gpus(gpu_inventory())
@@ -219,9 +223,16 @@ def _ref_platforms(ref: str, wanted: list[str]) -> list[str | None]:
 
 
 def _print_verdicts(verdicts: list[dict[str, Any]]) -> None:
-    """A table of the verdicts on stdout, then each failed and skipped test; where each verdict is stored."""
+    """One line for each verdict reused (validate.reuse); a table of the others on stdout, then each failed and
+    skipped test; where each verdict is stored."""
     from rich.table import Table
 
+    for v in verdicts:
+        if v.get("reused"):
+            out.print(reused_line(v), markup=False, highlight=False)
+    verdicts = [v for v in verdicts if not v.get("reused")]
+    if not verdicts:
+        return
     table = Table(title="Validation")
     for column in ("image", "cell", "platform", "digest", "result", "passed", "failed", "skipped", "seconds"):
         table.add_column(column, overflow="fold")
@@ -242,6 +253,15 @@ def _print_verdicts(verdicts: list[dict[str, Any]]) -> None:
                 out.print(f"SKIPPED {t['id']}: {t['skip_reason']}", markup=False, highlight=False)
         if v.get("stored"):
             err.print(f"verdict for {v['digest']} stored as {v['stored']}")
+
+
+def reused_line(v: dict[str, Any]) -> str:
+    """The one line that says a verdict was reused, naming it (validate.reuse)."""
+    counts = {k: sum(t["result"] == k for t in v["tests"]) for k in ("passed", "failed", "skipped")}
+    return (f"reused verdict {v['reused']} of {v['image']} ({v['digest']}, {v['platform']}): {v['result']}, "
+            f"{counts['passed']} passed, {counts['skipped']} skipped, started {v['started']}, signed by "
+            f"{v['signed_by']}; same image tests, matrix and runner class ({v['runner_class']}): nothing run, nothing "
+            "stored (--rerun runs the tests again)")
 
 
 def _say_incomplete(verdicts: list[dict[str, Any]]) -> None:

@@ -367,7 +367,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
                  "require_gpu": ("--require-gpu", FLAG), "baseline": ("--baseline", _each(DIR)),
                  "busbw_window": ("--busbw-window", count(1, 365)), "jobs": ("--jobs", count(1, 64)),
                  "platform": ("--platform", _each(_platforms)), "extra_tests": ("--extra-tests", DIR),
-                 "revision": REV, "as_json": JSON, "matrix": MATRIX},
+                 "rerun": ("--rerun", FLAG), "revision": REV, "as_json": JSON, "matrix": MATRIX},
     "verify": {"image": ("IMAGE", REFERENCE), "trust_local_key": ("--trust-local-key", FLAG),
                "keys": ("--keys", FILE), "accept_skip": ("--accept-skip", _each(_skip_waiver)), "as_json": JSON,
                "matrix": MATRIX},

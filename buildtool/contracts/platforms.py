@@ -84,8 +84,8 @@ def binfmt_problem(name: str, root: str = "/proc/sys/fs/binfmt_misc") -> str | N
     try:
         text = (Path(root) / entry).read_text(encoding="utf-8")
     except OSError:
-        return (f"{name} runs under QEMU here and binfmt_misc has no {entry} entry; run `bash scripts/setup.sh` "
-                "(installs qemu-user-static and registers it)")
+        return (f"{name} runs under QEMU here and binfmt_misc has no {entry} entry; run "
+                "`bash scripts/setup-tests.sh` (installs qemu-user-static and registers it)")
     lines = text.splitlines()
     if not lines or lines[0].strip() != "enabled":
         return f"binfmt_misc entry {entry} is disabled; run `update-binfmts --enable {entry}`"

@@ -32,3 +32,8 @@ class Trusted(Protocol):
     def describe(self, keyid: str) -> str:
         """The key id, short, with the name it is trusted under, for messages."""
         ...
+
+    def untrusted_hint(self, keyid: str) -> str:
+        """How to trust the untrusted signer `keyid` where the reader may (this machine's dev key on a loopback
+        registry: --trust-local-key), as the refusal to show; "" when there is no such way."""
+        ...

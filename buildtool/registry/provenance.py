@@ -54,6 +54,9 @@ class OnlyKey:
     def describe(self, keyid: str) -> str:
         return f"{short(keyid)} (this builder key)"
 
+    def untrusted_hint(self, keyid: str) -> str:
+        return ""
+
 
 def attach_provenance(client: RegistryClient, repo: str, digest: str, provenance: Provenance,
                       key: PrivateKey) -> Referrer:

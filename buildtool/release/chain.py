@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from buildtool.common.errors import UserError
 from buildtool.common.refs import parse_reference
 from buildtool.contracts import label_keys
-from buildtool.registry.client import INDEX_TYPES, RegistryClient
+from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 from buildtool.registry.provenance import find_provenance
 from buildtool.registry.sbom_attestation import find_sbom_attestation, plain_sbom_problem
 from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
@@ -84,7 +85,8 @@ def in_role(trusted: TrustedKeys, role: str) -> TrustedKeys:
     """The trusted keys with only those trusted in `role` (what a verdict is opened against)."""
     keys = trusted.for_role(role)
     return TrustedKeys(keys=keys, names={k: v for k, v in trusted.names.items() if k in keys}, source=trusted.source,
-                       dev={k for k in trusted.dev if k in keys}, roles={k: trusted.roles[k] for k in keys})
+                       dev={k for k in trusted.dev if k in keys}, roles={k: trusted.roles[k] for k in keys},
+                       offered_dev=trusted.offered_dev)
 
 
 @dataclass
@@ -133,7 +135,11 @@ def manifests(client: RegistryClient, repo: str, ref: str) -> tuple[list[tuple[s
     """(digest, platform) of each platform manifest `ref` names ("" platform for a single one), the problems
     of its index entries (release's checks: every entry a known platform, once, no index in an index, and
     an entry left out as an attestation only when it is proven one), and the digest `ref` names."""
-    raw, media_type, digest = client.get_manifest(repo, ref)
+    try:
+        raw, media_type, digest = client.get_manifest(repo, ref)
+    except NotFound:
+        raise UserError(f"{client.host}/{repo}{'@' if ref.startswith('sha256:') else ':'}{ref} is not in the registry; "
+                        "build and push it first (make push), or name an image it holds") from None
     if media_type not in INDEX_TYPES:
         return [(digest, "")], [], digest
     manifest = json.loads(raw)

@@ -169,7 +169,8 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
         more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
         # --accept-skip is suggested only where it can help: a code the contract marks waivable (a runner limit).
         waivable = sorted({t.skip_code for t in bad_skips if skip_judgement(cell, t, local_tests) == "waivable"})
-        hint = (f" (or waive a runner limit with --accept-skip: {', '.join(waivable)} may be waived)" if waivable
+        flags = " ".join(f"--accept-skip {code}" for code in waivable)
+        hint = (f" (or waive the runner's limit: pass {flags})" if waivable
                 else "; no --accept-skip waives these codes")
         problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
                         f"validate on a runner that can run them{hint}")

@@ -5,9 +5,13 @@ client is the one DOCKER_CLIENT chooses (buildtool.common.docker_cli).
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from buildtool.common import docker_cli
@@ -107,6 +111,37 @@ def _child_digest(client: RegistryClient, repo: str, digest: str, platform: str,
     raise UserError(f"image {ref} has no {platform} image")
 
 
+def _pinned_digest(client: RegistryClient, host: str, repo: str, tag_or_digest: str, ref: str,
+                   platform: str | None) -> str:
+    """The registry digest REF names; of an image index, its `platform` manifest's (which must then be named)."""
+    digest = tag_or_digest if tag_or_digest.startswith("sha256:") else client.manifest_digest(repo, tag_or_digest)
+    if digest is None:
+        raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)")
+    if index_platforms(f"{host}/{repo}@{digest}"):
+        if platform is None:
+            raise UserError(f"image {ref} is an image index: validate each of its platforms "
+                            f"({', '.join(index_platforms(f'{host}/{repo}@{digest}'))})")
+        digest = _child_digest(client, repo, digest, platform, ref)
+    return digest
+
+
+def pin(ref: str, platform: str | None = None) -> Resolved:
+    """REF (in a registry) pinned to its digest, with the labels, env and platform its config declares, read from
+    the registry alone: nothing is pulled (what a verdict about the digest is looked up with, validate.reuse)."""
+    host, repo, tag_or_digest = split_repo(ref)
+    client = RegistryClient(host)
+    client.ping()  # RegistryUnreachable (exit 2) when nothing answers
+    digest = _pinned_digest(client, host, repo, tag_or_digest, ref, platform)
+    manifest = json.loads(client.get_manifest(repo, digest)[0])
+    config_digest = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
+    if not isinstance(config_digest, str):
+        raise UserError(f"image {ref}: the manifest {digest} names no image config")
+    config = json.loads(client.get_blob(repo, config_digest))
+    attrs = {"Config": config.get("config") or {}, "Os": config.get("os"), "Architecture": config.get("architecture"),
+             "Variant": config.get("variant")}
+    return _check_platform(_resolved(ref, f"{host}/{repo}@{digest}", digest, host, repo, attrs), platform)
+
+
 def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
     """Pin `ref` to a digest and make sure the engine holds exactly that image. An image index is
     pinned to the manifest of `platform`, which must then be named (one verdict per platform manifest)."""
@@ -118,14 +153,7 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
     host, repo, tag_or_digest = split_repo(ref)
     client = RegistryClient(host)
     client.ping()  # RegistryUnreachable (exit 2) when nothing answers
-    digest = tag_or_digest if tag_or_digest.startswith("sha256:") else client.manifest_digest(repo, tag_or_digest)
-    if digest is None:
-        raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)")
-    if index_platforms(f"{host}/{repo}@{digest}"):
-        if platform is None:
-            raise UserError(f"image {ref} is an image index: validate each of its platforms "
-                            f"({', '.join(index_platforms(f'{host}/{repo}@{digest}'))})")
-        digest = _child_digest(client, repo, digest, platform, ref)
+    digest = _pinned_digest(client, host, repo, tag_or_digest, ref, platform)
     run_ref = f"{host}/{repo}@{digest}"
     attrs = _inspect(run_ref)
     if attrs is None:
@@ -133,6 +161,13 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
         if attrs is not None:
             # Pushed from this engine by skopeo, which leaves the engine no record of the registry's digest.
             log(f"{run_ref} names the config {attrs['Id']}, which this engine holds: running that image")
+            resolved = _resolved(ref, str(attrs["Id"]), digest, host, repo, attrs)
+            return _check_platform(resolved, platform)
+        attrs = _from_layers_here(client, repo, digest)
+        if attrs is not None:
+            # Built here, its config then rewritten in the registry (imagebuild.repro_config): nothing to pull.
+            log(f"{run_ref}: this engine holds every layer of it; its config {attrs['Id']} loaded over them from the "
+                "registry: running that image")
             resolved = _resolved(ref, str(attrs["Id"]), digest, host, repo, attrs)
             return _check_platform(resolved, platform)
         log(f"pulling {run_ref}")
@@ -159,6 +194,37 @@ def _same_image_here(client: RegistryClient, repo: str, digest: str) -> dict[str
     manifest = json.loads(client.get_manifest(repo, digest)[0])
     config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
     if not isinstance(config, str) or not config.startswith("sha256:"):
+        return None
+    attrs = _inspect(config)
+    return attrs if attrs is not None and attrs.get("Id") == config else None
+
+
+def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[str, Any] | None:
+    """The image `digest` pins, made in this engine from layers it already holds: the registry's config (read by
+    its digest) `docker load`ed with no layer data. The engine takes each layer it holds by its content's digest
+    (the config's rootfs.diff_ids) and refuses the load when one is missing, so the image it then has, whose id is
+    the config's digest, is exactly the one the registry's digest pins (as _same_image_here finds it). What a
+    build here has and the registry's normalised config (imagebuild.repro_config) would otherwise cost a pull of
+    every layer. None when a layer is not here (or anything else fails): the image is pulled."""
+    manifest = json.loads(client.get_manifest(repo, digest)[0])
+    config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
+    if not isinstance(config, str) or not config.startswith("sha256:"):
+        return None
+    raw = client.get_blob(repo, config)          # checked against its digest
+    diff_ids = ((json.loads(raw).get("rootfs") or {}).get("diff_ids")) or []
+    if not diff_ids:
+        return None
+    name = f"{config.partition(':')[2]}.json"
+    index = [{"Config": name, "RepoTags": None, "Layers": [f"{i}/layer.tar" for i in range(len(diff_ids))]}]
+    with tempfile.TemporaryDirectory(prefix="buildtool-config-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        with tarfile.open(archive, "w") as tar:
+            for member, data in ((name, raw), ("manifest.json", json.dumps(index).encode())):
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        proc = docker_cli.docker("load", "-q", "-i", str(archive), timeout=120)
+    if proc.returncode != 0:
         return None
     attrs = _inspect(config)
     return attrs if attrs is not None and attrs.get("Id") == config else None

@@ -115,6 +115,9 @@ class TrustedKeys:
     source: str = TRUSTED_KEYS_FILE
     dev: set[str] = field(default_factory=set)        # key ids trusted only as this machine's dev key
     roles: dict[str, frozenset[str]] = field(default_factory=dict)   # key id -> the ROLES it is trusted in
+    # This machine's dev key where --trust-local-key would trust it (a loopback registry) but it is not trusted:
+    # a refusal of what it signed names it and the flag (`untrusted_hint`).
+    offered_dev: str = ""
 
     def describe(self, keyid: str) -> str:
         name = self.names.get(keyid, "")
@@ -125,6 +128,19 @@ class TrustedKeys:
         self.names.setdefault(key.keyid, "local dev key")
         self.roles.setdefault(key.keyid, frozenset(ROLES))    # a developer builds and tests
         self.dev.add(key.keyid)
+
+    def offer_dev(self, key: PublicKey | None) -> None:
+        """Name this machine's dev key `key` in the refusals of what it signed: only where --trust-local-key would
+        cure them (the caller has checked the registry is a loopback one)."""
+        if key is not None and key.keyid not in self.keys:
+            self.offered_dev = key.keyid
+
+    def untrusted_hint(self, keyid: str) -> str:
+        """The refusal of a signature by `keyid` when it is the dev key offered (offer_dev), "" otherwise."""
+        if not keyid or keyid != self.offered_dev or keyid in self.keys:
+            return ""
+        return (f"untrusted key: signed by this machine's dev key {short(keyid)}, which is not a trusted key; on a "
+                "loopback registry pass --trust-local-key")
 
     def for_role(self, role: str) -> dict[str, PublicKey]:
         """The keys trusted in `role` (keyid -> key): what an envelope of that role is opened against."""

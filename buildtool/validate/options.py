@@ -39,3 +39,13 @@ class Options:
     jobs: int = DEFAULT_JOBS
     # A folder of site checks run as one more group (contracts.sitetests); None: the matrix's, if any.
     extra_tests: Path | None = None
+    # Run the tests even when the registry holds a trusted passing verdict of this very run (validate.reuse).
+    rerun: bool = False
+
+    def reuses(self) -> bool:
+        """Whether a verdict already in the registry may answer (buildtool.validate.reuse): a run that stores its
+        verdict, of the whole suite, with nothing injected (the toolkit's own fault tests) and no --rerun."""
+        injected = (self.extra_run_flags or self.peer_run_flags or self.ddp_master_addr != "127.0.0.1"
+                    or self.ddp_timeout_s != 60.0 or self.missing_peer_timeout_s != 5.0
+                    or self.join_timeout_s != DEFAULT_JOIN_TIMEOUT_S)
+        return self.store and not self.rerun and not self.select and not injected

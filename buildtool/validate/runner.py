@@ -38,13 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import UserError
+from buildtool.common.refs import has_registry
 from buildtool.contracts import emulation, platforms, sitetests
 from buildtool.contracts.target import write_target
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.validate import network
-from buildtool.validate.collect import cell_groups
-from buildtool.validate.engine import Log, Resolved, remove_run_containers, resolve
+from buildtool.validate.collect import cell_groups, image_tests_hash
+from buildtool.validate.engine import Log, Resolved, pin, remove_run_containers, resolve
 from buildtool.validate.labels import label_checks
 from buildtool.validate.options import DEFAULT_JOIN_TIMEOUT_S, Options
 from buildtool.validate.outcome import make_verdict, overall_result
@@ -99,6 +100,10 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     inventory = gpu_inventory()
     if options.require_gpu:
         require_gpus(inventory)
+    if options.reuses() and has_registry(ref):
+        reused = _reused(ref, matrix, root, options, log, platform, inventory)
+        if reused is not None:
+            return reused
     image = resolve(ref, log, platform)
     if image.emulated:
         problem = platforms.binfmt_problem(image.platform)
@@ -209,3 +214,48 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         log(f"verdict signed with {key.source} (key {key.key.keyid[:16]}) and attached to {image.digest} "
             f"as {artifact.digest}")
     return verdict
+
+
+def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, platform: str | None,
+            inventory: Inventory) -> dict[str, Any] | None:
+    """The verdict the registry already holds for exactly this run (buildtool.validate.reuse), as validate returns
+    a verdict, with `reused` naming it; None (and why, on the log) when the tests must run. Reads the registry only:
+    nothing is pulled, run, stored or written."""
+    from buildtool.validate import reuse
+    from buildtool.validate.keys import signing_key
+    from buildtool.validate.outcome import promised_libraries
+    from buildtool.validate.sbomref import verdict_sbom
+
+    image = pin(ref, platform)
+    if image.host is None or image.repo is None:
+        return None
+    cell = find_cell(matrix, image.labels, options.cell, ref)
+    check_cell_gpus(cell, inventory)       # a driver the cell cannot use fails here, reused or not
+    key = signing_key(log)
+    sbom, _ = verdict_sbom(image, root, lambda _line: None)
+    want = reuse.Wanted(
+        digest=image.digest, cell=cell.key, platform=image.platform, emulated=image.emulated,
+        test_code=_test_code(cell, matrix, root, options), matrix_digest=matrix_digest(matrix),
+        libraries=promised_libraries(cell), sbom=sbom,
+        runner_class=reuse.runner_class(inventory.gpus, inventory.driver, inventory.cuda_driver),
+        has_peer=bool(options.peers))
+    trusted = reuse.reuse_trust(root, image.host, key)
+    found, why = reuse.find_reusable(RegistryClient(image.host), image.repo, want, trusted)
+    if found is None:
+        log(f"no verdict of {image.digest} to reuse ({why}): running the image tests")
+        return None
+    return {**found.verdict.to_json(), "image": ref, "reused": found.artifact,
+            "signed_by": trusted.describe(found.keyid), "runner_class": want.runner_class}
+
+
+def _test_code(cell: Cell, matrix: Matrix, root: Path, options: Options) -> str:
+    """The test code a run here would record (Verdict.test_code): the hash of the tree it would run, the cell's
+    site checks staged in as one more group (contracts.sitetests) where it has them."""
+    import tempfile
+
+    tests_dir = root / "image-tests"
+    site = site_folder(cell, matrix, options.extra_tests, tests_dir)
+    if site is None:
+        return image_tests_hash(tests_dir)
+    with tempfile.TemporaryDirectory(prefix="buildtool-reuse-") as tmp:
+        return image_tests_hash(sitetests.stage(tests_dir, site, Path(tmp) / "tree"))

@@ -297,6 +297,8 @@ def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
         # A key trusted in another role only (a builder's) is named as such, not as "untrusted".
         held = [why for k in claimed_keyids(envelopes[0].data) if k in trusted.keys
                 and (why := trusted.role_problem(k, TESTER))]
+        # This machine's dev key, where --trust-local-key would trust it, is named with the flag.
+        held += [hint for k in claimed_keyids(envelopes[0].data) if (hint := trusted.untrusted_hint(k))]
         return held[0] if held else str(exc)
     signer = trusted.describe(opened.keyid)
     if opened.payload_type != PAYLOAD_TYPE:

@@ -1,5 +1,5 @@
 """`fill_bases` for a cell built for linux/amd64 and linux/arm64, against the real engine, the local registry
-and QEMU (binfmt_misc, scripts/setup.sh registers it), under a repository prefix of its own: an amd64-only
+and QEMU (binfmt_misc, scripts/setup-tests.sh registers it), under a repository prefix of its own: an amd64-only
 run makes today's single base; the two-platform run keeps that image as the amd64 child by digest and adds a
 debootstrapped arm64 one; the tag is then an OCI index over both, the arm64 child runs as aarch64, and a
 third run finds both present. About 5 minutes here: two debootstraps, the arm64 one under QEMU."""

@@ -76,7 +76,7 @@ def workspace() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def cluster(workspace: Path) -> Iterator[LocalSlurm]:
     missing = missing_tools()
-    assert not missing, f"missing {' '.join(missing)}: run scripts/setup.sh (it installs slurm-wlm munge runc umoci)"
+    assert not missing, f"missing {' '.join(missing)}: run scripts/setup-tests.sh (it installs them)"
     started = time.monotonic()
     slurm = LocalSlurm(workspace / "cluster")
     slurm.start()

@@ -88,7 +88,7 @@ class LocalSlurm:
         missing = missing_tools()
         if missing:
             raise ClusterError(f"missing {' '.join(missing)}: apt-get install {PACKAGES} "
-                               "(scripts/setup.sh installs them)")
+                               "(scripts/setup-tests.sh installs them)")
         for sub in ("etc", "log", "state", "runc", "faults"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         try:

@@ -1,0 +1,126 @@
+"""Verdict reuse: `validate` answers with a verdict the registry already holds, instead of running the image tests
+again, when a trusted tester signed that this very run passed (content-addressed, issue 50).
+
+The verdict that counts for the digest and cell (buildtool.validate.verdicts.find_verdicts, then
+Findings.decision(): the one reading release and `verify` use) is reused only when it
+- passed (a failed or incomplete verdict is never reused: a failure is always run again), in the schema validate
+  writes now;
+- is a whole run (no -k selection, nothing deselected), of this platform, native or emulated as this run would be;
+- ran the same image tests (`test_code`), read the same matrix (`matrix_digest`) and checked the cell's library
+  promises as the matrix states them now;
+- names the signed SBOM attached to the digest now;
+- ran on a runner of this runner's class: CPU, or the same GPU model(s), count, driver branch and CUDA version
+  (`runner_class`): a nightly on a runner whose inventory is not the verdict's runs again;
+- did not skip the cross-framework checks for want of a peer image where this run has one;
+and nothing blocks the reading (a verdict of the digest that cannot be read or typed, an overwritten pin). A newer
+failure, or one whose time cannot be placed, is itself the verdict that counts: an older pass is never reused over it.
+
+Whose verdicts: the tester keys of config/trusted-keys.yaml and, only where validate signs with this machine's dev key
+for a loopback registry, that key (as release trusts it with --trust-local-key). Nothing is stored or written: the
+verdict reused is the original, and release reads it as it did before. `validate --rerun` runs the tests whatever
+the registry holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildtool.common.refs import is_loopback_host
+from buildtool.contracts import skips
+from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict
+from buildtool.registry.client import RegistryClient
+from buildtool.validate.keys import SigningKey, TrustedKeys, dev_public_key, load_trusted
+from buildtool.validate.verdicts import Findings, Found, find_verdicts
+
+
+def runner_class(gpus: list[Gpu], driver: str, cuda_driver: str) -> str:
+    """What a verdict may be reused across: CPU, or the GPUs' model(s) and count, the driver's branch (its major
+    version: 550 of 550.54.15) and the CUDA version the driver supports."""
+    if not gpus:
+        return "CPU"
+    models = " + ".join(sorted({g.name for g in gpus}))
+    branch = driver.split(".", 1)[0] or "(unknown)"
+    return f"{len(gpus)}x {models}, driver branch {branch}, CUDA {cuda_driver or '(unknown)'}"
+
+
+def verdict_class(verdict: Verdict) -> str:
+    return runner_class(verdict.runner.gpus, verdict.runner.driver, verdict.runner.cuda_driver)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a run of the image here would be bound to: a verdict is reused only when it was bound to the same."""
+
+    digest: str
+    cell: str
+    platform: str
+    emulated: bool
+    test_code: str
+    matrix_digest: str
+    libraries: dict[str, str]
+    sbom: str                  # the signed SBOM attached now ("" when none verifies)
+    runner_class: str
+    has_peer: bool             # an image of another framework is at hand for the cross-framework checks
+
+
+def problem(verdict: Verdict, want: Wanted) -> str:
+    """Why `verdict` does not answer for a run bound to `want` ("" when it does)."""
+    if verdict.result != "passed":
+        return f"it {verdict.result}" if verdict.result == "failed" else f"it is {verdict.result}"
+    if verdict.schema_ != SCHEMA:
+        return f"it is a schema-{verdict.schema_} verdict, not schema {SCHEMA}"
+    if verdict.digest != want.digest or verdict.cell != want.cell:
+        return f"it is about {verdict.cell} {verdict.digest}, not {want.cell} {want.digest}"
+    if verdict.selection.expression or verdict.selection.deselected:
+        return "it ran a selection of the tests, not the whole suite"
+    if verdict.platform != want.platform or verdict.emulated != want.emulated:
+        def run(platform: str, emulated: bool) -> str:
+            return f"{platform}{' under emulation' if emulated else ''}"
+        return f"it ran {run(verdict.platform, verdict.emulated)}, this run is {run(want.platform, want.emulated)}"
+    if verdict.test_code != want.test_code:
+        return f"it ran image tests {verdict.test_code}, this checkout's are {want.test_code}"
+    if verdict.matrix_digest != want.matrix_digest:
+        return f"it read the matrix {verdict.matrix_digest}, this one is {want.matrix_digest}"
+    if verdict.libraries != want.libraries:
+        return f"it checked the library promises {verdict.libraries}, the matrix promises {want.libraries} now"
+    if not verdict.sbom or verdict.sbom != want.sbom:
+        return (f"it names the SBOM {verdict.sbom or '(none)'}, the signed SBOM attached now is "
+                f"{want.sbom or '(none that verifies)'}")
+    theirs = verdict_class(verdict)
+    if theirs != want.runner_class:
+        return f"it ran on a runner of class {theirs}, this runner is {want.runner_class}"
+    if want.has_peer and any(t.result == "skipped" and t.skip_code == skips.NO_PEER_IMAGE.code for t in verdict.tests):
+        return "it skipped the cross-framework checks for want of a peer image, and this run has one"
+    return ""
+
+
+def choose(findings: Findings, want: Wanted, trusted: TrustedKeys) -> tuple[Found | None, str]:
+    """(the verdict to reuse, "") or (None, why none is): only the verdict that counts, and only when it passes
+    `problem` and nothing blocks the reading."""
+    if findings.blocking:
+        return None, f"a verdict of {want.digest} cannot be read or typed ({findings.blocking[0]})"
+    if findings.overwritten:
+        return None, f"a verdict pin of {want.digest} was overwritten ({findings.overwritten[0]})"
+    counted = findings.decision().counted
+    if counted is None:
+        return None, findings.why_none(trusted)
+    why = problem(counted.verdict, want)
+    if why:
+        return None, f"the verdict that counts, {counted.artifact}, {why}"
+    return counted, ""
+
+
+def reuse_trust(root: Path, host: str, key: SigningKey) -> TrustedKeys:
+    """Whose verdicts may be reused: the trusted keys file, and this machine's dev key only when it is the key
+    this run signs with and the registry is a loopback one."""
+    trusted = load_trusted(root)
+    local = dev_public_key() if key.dev and is_loopback_host(host) else None
+    if local is not None:
+        trusted.add_dev(local)
+    return trusted
+
+
+def find_reusable(client: RegistryClient, repo: str, want: Wanted, trusted: TrustedKeys) -> tuple[Found | None, str]:
+    """The verdict in the registry that answers for a run bound to `want`, or why there is none."""
+    return choose(find_verdicts(client, repo, want.digest, trusted, want.cell), want, trusted)
