@@ -12,6 +12,8 @@ import pytest
 
 from buildtool.contracts.verdict import SCHEMA, Verdict
 from buildtool.validate.collect import defined_tests
+from buildtool.validate.options import Options
+from buildtool.validate.run_plan import RunOutcome, RunPlan
 from buildtool.validate.runner import Inventory, Resolved, make_verdict
 from tests.conftest import fixture_matrix
 
@@ -38,9 +40,11 @@ def _verdict(tmp_path: Path, ran: list[dict], defined: list[str], deselected: li
     (tmp_path / "defined.json").write_text(json.dumps({"defined": [{"id": i, "gpu": False} for i in defined],
                                                        "deselected": deselected}))
     image = Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
-    return make_verdict(image, CPU, dt.datetime.now(dt.UTC), 1.0, TESTS, ["common", "pytorch"], Inventory([]), [], "",
-                        False, [], rc, {"tests": ran, "figures": {}}, tmp_path / "defined.json", select,
-                        sbom="sha256:" + "5" * 64, sbom_problem="", matrix_digest="sha256:" + "c" * 64)
+    plan = RunPlan("r", image, CPU, None, Options(select=select), Inventory([]), flags=[],  # type: ignore[arg-type]
+                   tree=TESTS, groups=["common", "pytorch"])
+    run = RunOutcome(dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"), 1.0, rc,
+                     {"tests": ran, "figures": {}}, tmp_path / "defined.json")
+    return make_verdict(plan, run, ("sha256:" + "5" * 64, ""), "sha256:" + "c" * 64)
 
 
 def entry(id_: str, result: str = "passed") -> dict:

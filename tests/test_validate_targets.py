@@ -9,6 +9,8 @@ import pytest
 
 from buildtool.validate.engine import Resolved
 from buildtool.validate.options import Options
+from buildtool.validate.probe import Inventory
+from buildtool.validate.run_plan import RunPlan
 from buildtool.validate.targets import build_target, expectations, pytest_argv
 from tests.conftest import fixture_matrix
 
@@ -60,9 +62,9 @@ def test_a_selection_runs_on_one_worker(tmp_path: Path) -> None:
 
 def test_build_target_is_what_it_was_given() -> None:
     options = Options(extra_run_flags=["--pids-limit=64"], deadline_s=90)
-    target = build_target("reg/pytorch-cpu-dev:x", IMAGE, CPU, MATRIX, options, flags=["--shm-size=2g"],
-                          not_granted=["memlock"], usable=[], gpu_problem="", baseline={}, run_id="r1",
-                          deadline_s=90.0, probe_budget_s=60.0, expect={**expectations(CPU, {}), "labels": []})
+    plan = RunPlan("reg/pytorch-cpu-dev:x", IMAGE, CPU, MATRIX, options, Inventory([]), flags=["--shm-size=2g"],
+                   not_granted=["memlock"], run_id="r1", deadline_s=90.0)
+    target = build_target(plan, {}, 60.0, {**expectations(CPU, {}), "labels": []})
     assert (target.image, target.digest, target.cell) == (IMAGE.run_ref, IMAGE.digest, CPU.key)
     assert target.run_flags == ["--shm-size=2g"] and target.ulimits_not_granted == ["memlock"]
     assert target.extra_run_flags == ["--pids-limit=64"] and target.image_env == {"PATH": "/usr/bin"}

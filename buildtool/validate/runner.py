@@ -60,6 +60,7 @@ from buildtool.validate.probe import (
     run_flags,
 )
 from buildtool.validate.pytest_run import RESERVE_S, _run_pytest, deadline_problem, probes_dir
+from buildtool.validate.run_plan import RunOutcome, RunPlan
 from buildtool.validate.targets import build_target, expectations, find_cell, pytest_argv
 
 # Importable from here as before the split (each lives in the module of its capability).
@@ -120,15 +121,49 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
         key = signing_key(log)   # a bad DL_IMAGES_SIGNING_KEY is said now, not after the tests ran
     from buildtool.validate.sbomref import verdict_sbom
 
-    sbom, sbom_problem = verdict_sbom(image, root, log)
+    sbom = verdict_sbom(image, root, log)
+    started = time.monotonic()
+    plan = _plan(RunPlan(ref, image, cell, matrix, options, inventory, flags=[]), root, log)
+    baseline = (busbw_baseline([root / options.reports, *options.baselines], cell.key, plan.inventory,
+                               options.busbw_window) if plan.usable else {})
+    expect = {**expectations(cell, image.labels), "labels": label_checks(matrix, cell, image.labels,
+                                                                         root / "templates")}
+    target = build_target(plan, baseline, max(1.0, plan.deadline_s - (time.monotonic() - started) - RESERVE_S),
+                          expect)
+    write_target(plan.out_dir / "target.json", target)
+    run = _run(plan, root, log, started)
+    made = make_verdict(plan, run, sbom, matrix_digest(matrix))
+    if plan.tree != root / "image-tests":
+        shutil.rmtree(plan.tree, ignore_errors=True)      # the staged tree with the site folder
+    verdict = made.to_json()
+    (plan.out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
+    verdict["reports"] = str(plan.out_dir)
+    if key is not None and image.host and image.repo:
+        from buildtool.validate.verdicts import attest
+
+        try:
+            artifact = attest(RegistryClient(image.host), image.repo, image.digest, made, key)
+        except NotFound as exc:
+            raise UserError(f"cannot store the verdict: {exc}") from None
+        verdict["stored"] = artifact.digest
+        verdict["signed_by"] = key.key.keyid
+        log(f"verdict signed with {key.source} (key {key.key.keyid[:16]}) and attached to {image.digest} "
+            f"as {artifact.digest}")
+    return verdict
+
+
+def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
+    """The run planned for its image and cell (`plan`: those given): the deadline, the run flags the engine grants,
+    the GPUs the tests get, the folder and test tree of the run."""
+    image, cell, options = plan.image, plan.cell, plan.options
     tests_dir = root / "image-tests"
     cell_groups(cell, tests_dir, cell.tests)  # all of the cell's groups: one without its folder is exit 2
-    site = site_folder(cell, matrix, options.extra_tests, tests_dir)
+    site = site_folder(cell, plan.matrix, options.extra_tests, tests_dir)
     deadline_s = float(options.deadline_s or cell.validate_deadline_s)
     if image.emulated:
         # The same tests under QEMU: the matrix says how much slower (validate.emulation_factor).
         deadline_s *= cell.emulation_factor
-    started = time.monotonic()
+    inventory = plan.inventory
     rule = check_cell_gpus(cell, inventory)
     if rule:
         log(f"{cell.key}: {rule}")
@@ -153,67 +188,45 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     if image.emulated:
         # An arm64 CPU's identity where QEMU shows this host's (buildtool.contracts.emulation).
         flags = [*flags, *emulation.run_flags(image.platform, out_dir / "cpu-sysfs")]
-    baseline = (busbw_baseline([root / options.reports, *options.baselines], cell.key, inventory,
-                               options.busbw_window) if usable else {})
-    expect = {**expectations(cell, image.labels), "labels": label_checks(matrix, cell, image.labels,
-                                                                         root / "templates")}
-    target = build_target(
-        ref, image, cell, matrix, options, flags=flags, not_granted=not_granted, usable=usable,
-        gpu_problem=gpu_problem, baseline=baseline, run_id=run_id, deadline_s=deadline_s,
-        probe_budget_s=max(1.0, deadline_s - (time.monotonic() - started) - RESERVE_S), expect=expect,
-        interconnect=inventory.interconnect, interconnect_problem=inventory.interconnect_problem,
-        interconnect_seen=inventory.interconnect_seen,
-        network=network.name_for(run_id))
-    write_target(out_dir / "target.json", target)
+    return dataclasses.replace(plan, inventory=inventory, flags=flags, not_granted=not_granted, usable=usable,
+                               gpu_problem=gpu_problem, run_id=run_id, deadline_s=deadline_s, tree=tree,
+                               groups=groups, out_dir=out_dir)
+
+
+def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
+    """pytest over the plan's groups, on its own bridge network, within what is left of the deadline; the run's
+    containers removed however it ends."""
+    options, out_dir, usable = plan.options, plan.out_dir, plan.usable
     results_path, defined_path = out_dir / "results.json", out_dir / "defined.json"
     results_path.unlink(missing_ok=True)
     defined_path.unlink(missing_ok=True)
-    argv = pytest_argv(tree, groups, out_dir, cell.key, probes_dir(out_dir, run_id), options.select,
-                       options.jobs)
+    argv = pytest_argv(plan.tree, plan.groups, out_dir, plan.cell.key, probes_dir(out_dir, plan.run_id),
+                       options.select, options.jobs)
     gpu_note = (f"{len(usable)}x {usable[0]['name']}" if usable else
-                f"none usable ({inventory.problem or 'CPU cell'}); GPU paths will be skipped")
+                f"none usable ({plan.inventory.problem or 'CPU cell'}); GPU paths will be skipped")
+    image = plan.image
     where = f"{image.platform}{', emulated' if image.emulated else ''}"
-    log(f"validating {ref} ({where}: {image.digest}) as {cell.key}: groups {', '.join(groups)}; "
-        f"run flags {' '.join(target.run_flags) or '(none)'}; deadline {deadline_s:.0f}s; jobs {options.jobs}; "
+    log(f"validating {plan.ref} ({where}: {image.digest}) as {plan.cell.key}: groups {', '.join(plan.groups)}; "
+        f"run flags {' '.join(plan.flags) or '(none)'}; deadline {plan.deadline_s:.0f}s; jobs {options.jobs}; "
         f"GPUs: {gpu_note}")
     started_at = dt.datetime.now(dt.UTC)
     fired: list[bool] = []
     # The run's bridge network (its containers reach each other across network namespaces, as nodes do):
     # made here, removed after the containers however the run ends.
-    with network.run_network(run_id):
+    with network.run_network(plan.run_id):
         try:
             rc = _run_pytest(argv, root, out_dir / "pytest.log",
-                             max(1.0, deadline_s - (time.monotonic() - started)), log, fired)
+                             max(1.0, plan.deadline_s - (time.monotonic() - started)), log, fired)
         finally:
-            remove_run_containers(run_id)
-            shutil.rmtree(out_dir / f"lanes-{run_id}", ignore_errors=True)   # the tests' lock files (lanes.py)
-    duration = time.monotonic() - started
+            remove_run_containers(plan.run_id)
+            shutil.rmtree(out_dir / f"lanes-{plan.run_id}", ignore_errors=True)   # the tests' lock files (lanes.py)
     try:
         results = json.loads(results_path.read_text())
     except (OSError, ValueError):
         results = None
-    problem = deadline_problem(deadline_s, bool(fired), results, rc)
-    made = make_verdict(image, cell, started_at, duration, tree, groups, inventory, usable, gpu_problem,
-                        options.require_gpu, target.run_flags, rc, results or {"tests": []}, defined_path,
-                        options.select, problem, deadline_s, sbom=sbom, sbom_problem=sbom_problem,
-                        matrix_digest=matrix_digest(matrix))
-    if site:
-        shutil.rmtree(tree, ignore_errors=True)
-    verdict = made.to_json()
-    (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
-    verdict["reports"] = str(out_dir)
-    if key is not None and image.host and image.repo:
-        from buildtool.validate.verdicts import attest
-
-        try:
-            artifact = attest(RegistryClient(image.host), image.repo, image.digest, made, key)
-        except NotFound as exc:
-            raise UserError(f"cannot store the verdict: {exc}") from None
-        verdict["stored"] = artifact.digest
-        verdict["signed_by"] = key.key.keyid
-        log(f"verdict signed with {key.source} (key {key.key.keyid[:16]}) and attached to {image.digest} "
-            f"as {artifact.digest}")
-    return verdict
+    return RunOutcome(started_at=started_at.isoformat(timespec="milliseconds"),
+                      duration_s=time.monotonic() - started, rc=rc, results=results or {"tests": []},
+                      defined_path=defined_path, problem=deadline_problem(plan.deadline_s, bool(fired), results, rc))
 
 
 def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, platform: str | None,

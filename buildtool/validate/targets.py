@@ -15,8 +15,7 @@ from buildtool.contracts import busbw, frameworks, label_keys, versions
 from buildtool.contracts.target import Expectations, FrameworkInfo, Target
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.validate.collect import PLUGIN
-from buildtool.validate.engine import Resolved
-from buildtool.validate.options import Options
+from buildtool.validate.run_plan import RunPlan
 
 
 def find_cell(matrix: Matrix, labels: dict[str, str], override: str | None, ref: str) -> Cell:
@@ -86,33 +85,32 @@ def shm_fix(cell: Cell, matrix: Matrix) -> str:
     return f"run.shm_size of {cell.key} in {Path(matrix.path).name}{line}"
 
 
-def build_target(ref: str, image: Resolved, cell: Cell, matrix: Matrix, options: Options, *, flags: list[str],
-                 not_granted: list[str], usable: list[dict[str, str]], gpu_problem: str, baseline: dict[str, Any],
-                 run_id: str, deadline_s: float, probe_budget_s: float, expect: dict[str, Any],
-                 interconnect: str = "", interconnect_problem: str = "", network: str = "",
-                 interconnect_seen: str = "") -> Target:
+def build_target(plan: RunPlan, baseline: dict[str, Any], probe_budget_s: float, expect: dict[str, Any]) -> Target:
     """The target file's contents: the image, its cell and claims, the run flags the engine granted,
     the GPUs the tests may use, the budgets, and what the image claims (`expect`: `expectations` and
     what its labels must say)."""
-    floor = busbw.floor_for(usable[0]["name"], interconnect, interconnect_problem, interconnect_seen,
-                            gpus=len(usable)).as_target() if usable else {}
+    from buildtool.validate import network
+
+    image, cell, options, usable, inventory = plan.image, plan.cell, plan.options, plan.usable, plan.inventory
+    floor = busbw.floor_for(usable[0]["name"], inventory.interconnect, inventory.interconnect_problem,
+                            inventory.interconnect_seen, gpus=len(usable)).as_target() if usable else {}
     framework = frameworks.get(cell.framework)
     return Target(
-        image=image.run_ref, ref=ref, digest=image.digest, cell=cell.key,
+        image=image.run_ref, ref=plan.ref, digest=image.digest, cell=cell.key,
         framework=cell.framework, framework_info=framework_info(framework),
         peer_frameworks={f.name: framework_info(f) for f in frameworks.others(cell.framework)},
         accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, labels=image.labels, image_env=image.env,
-        run_flags=flags, ulimits=dict(cell.run.ulimits), ulimits_not_granted=not_granted,
+        run_flags=plan.flags, ulimits=dict(cell.run.ulimits), ulimits_not_granted=plan.not_granted,
         extra_run_flags=options.extra_run_flags, peer_run_flags=options.peer_run_flags,
-        shm_promised=cell.run.shm_size, shm_expected_bytes=cell.run.shm_bytes, shm_fix=shm_fix(cell, matrix),
+        shm_promised=cell.run.shm_size, shm_expected_bytes=cell.run.shm_bytes, shm_fix=shm_fix(cell, plan.matrix),
         expect=Expectations.model_validate(expect),
         runner_gpus=usable,
-        gpu_problem=gpu_problem, cuda=cell.cuda or "",
+        gpu_problem=plan.gpu_problem, cuda=cell.cuda or "",
         **floor, busbw_baseline=baseline,
         rdzv_join_timeout_s=options.join_timeout_s, missing_peer_timeout_s=options.missing_peer_timeout_s,
         ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
-        peers=options.peers, run_id=run_id, network=network,
-        deadline_s=deadline_s, probe_budget_s=probe_budget_s,
+        peers=options.peers, run_id=plan.run_id, network=network.name_for(plan.run_id) if plan.run_id else "",
+        deadline_s=plan.deadline_s, probe_budget_s=probe_budget_s,
     )
 
 
