@@ -57,7 +57,7 @@ test: ## The toolkit's own tests (unit and integration), on TEST_JOBS xdist work
 	$(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
-FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools
+FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools or sigstore_js
 
 .PHONY: test-fast
 test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package index, host torch or linter binaries

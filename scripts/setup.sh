@@ -10,7 +10,8 @@
 #   4. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
 #   4b. Node.js and npm (Debian's packages, where `node`/`npm` are missing) and the Sigstore verifier CI runs
-#      on every published bundle: `npm ci` in tools/sigstore-verify (exact versions from its package-lock.json;
+#      on every published bundle: `npm ci` in tools/sigstore-verify (exact versions from its package-lock.json,
+#      the Node 22 that @sigstore/verify 4.x needs among them, as tools/sigstore-verify/node_modules/.bin/node;
 #      redone only when the lock changed)
 #   5. .venv: a clean virtual environment with this project installed (`pip install -c requirements.lock
 #      -e '.[dev,scaling]'`: pyproject.toml's ranges, requirements.lock's exact versions;
