@@ -72,7 +72,7 @@ push: ## Build FRAMEWORK if needed and push its dev tags, verifying digests
 	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) --push $(BUILD_FLAGS)
 
 .PHONY: bases
-bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap Debian, NGC stand-ins)
+bases: ## Fill the local registry with the bases FRAMEWORK needs (reproducible mmdebstrap Debian, NGC stand-ins)
 	$(BUILDTOOL) bases --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
 
 .PHONY: validate

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up what a fresh machine needs to build, test and release images; idempotent.
-#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap,
+#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, mmdebstrap and
+#      arch-test (the reproducible Debian bases), debootstrap (bench/bench_fresh_machines.py's before arm),
 #      qemu-user-static and binfmt-support (linux/arm64 under emulation), and for the SLURM tests
 #      slurm-wlm, munge, runc and umoci (SETUP_SKIP_SLURM=1 leaves these out; the tests start their own
 #      private SLURM and stop it, nothing here starts a daemon of these packages)
@@ -36,8 +37,12 @@ need=()
 command -v /usr/bin/docker >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+# The Debian bases: mmdebstrap with SOURCE_DATE_EPOCH (issue 52; arch-test lets it check a foreign architecture
+# runs); debootstrap only for the bench's figure of the recipe it replaced.
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v arch-test >/dev/null 2>&1 || need+=(arch-test)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
-# QEMU user emulation for linux/arm64 images (debootstrap --arch=arm64, builds and containers), registered
+# QEMU user emulation for linux/arm64 images (mmdebstrap --architectures=arm64, builds and containers), registered
 # with binfmt_misc by binfmt-support's update-binfmts (step 2).
 [[ -x /usr/bin/qemu-aarch64-static ]] || need+=(qemu-user-static)
 command -v update-binfmts >/dev/null 2>&1 || need+=(binfmt-support)
@@ -72,7 +77,7 @@ if ((${#need[@]})); then
     done
   fi
 else
-  say "packages present: docker.io docker-registry skopeo debootstrap qemu-user-static binfmt-support chromium node npm$([[ "${SETUP_SKIP_SLURM:-0}" == 1 ]] \
+  say "packages present: docker.io docker-registry skopeo mmdebstrap arch-test debootstrap qemu-user-static binfmt-support chromium node npm$([[ "${SETUP_SKIP_SLURM:-0}" == 1 ]] \
     || echo ' slurm-wlm munge runc umoci')"
 fi
 

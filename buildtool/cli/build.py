@@ -163,7 +163,7 @@ def bases(
     mirror: MirrorOption = None,
     matrix: MatrixOption = None,
 ) -> None:
-    """Fill the mirror registry with FRAMEWORK's bases: Debian from debootstrap, NGC stand-ins (test
+    """Fill the mirror registry with FRAMEWORK's bases: Debian from mmdebstrap (DEBIAN_ARCHIVE), NGC stand-ins (test
     fixtures, labelled as such) built on it."""
     check_arguments("bases", locals())   # every argument first (issue 37)
     from rich.table import Table

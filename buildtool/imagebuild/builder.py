@@ -41,7 +41,7 @@ from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, 
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
 from buildtool.imagebuild.contents import attach_sbom
 from buildtool.imagebuild.lock import locked_versions, read_locks
-from buildtool.imagebuild.pipconfig import SECRET_UV, HostPip, PipSecrets, pip_secrets, reachable
+from buildtool.imagebuild.pipconfig import SECRET_UV, HostPip, PipSecrets, package_indexes, pip_secrets, reachable
 from buildtool.imagebuild.progress import LogProgress, Progress, StepWatcher
 from buildtool.imagebuild.provenance import Built, facts_from_build, make_provenance, tools
 from buildtool.imagebuild.wheel_hashes import Sources
@@ -593,7 +593,8 @@ class Builder:
             log = log or self.options.log_dir / f"{plan.cell.name}-{plan.cell.version}.log"
             facts = facts_from_build(log, local, self.source_date_epoch(), cache, changed)
             provenance = make_provenance(self.root, self.options.matrix or self.root / "matrix.yaml", plan,
-                                         Built(labels, platform), began, finished, tools(self.root), facts,
+                                         Built(labels, platform, tuple(config.get("history") or ())), began,
+                                         finished, tools(self.root), facts,
                                          self._key.public().keyid)
             return attach_provenance(self.registry, repo, digest, provenance, self._key).digest
         except (FailedError, UserError, EnvelopeError, RegistryError, ValueError, KeyError) as exc:
@@ -699,7 +700,8 @@ class Builder:
             return engine.build(client, dockerfile.parent, dockerfile,
                                 build_args=build_args, labels=labels,
                                 secrets=files, log_path=log_path, timeout=self.options.timeout,
-                                no_cache=self.options.force, cache_from=cache_from, platform=platform)
+                                no_cache=self.options.force, cache_from=cache_from, platform=platform,
+                                package_indexes=package_indexes(host_pip, plan.cell.extra_index_urls))
         finally:
             if self._steps is not None:
                 self._steps.unwatch(plan.cell.key)
