@@ -185,3 +185,22 @@ def test_sigstore_js_verifier_refuses_an_older_node(tmp_path: Path) -> None:
     done = subprocess.run([str(bundle_check.NODE), "-r", str(fake), str(bundle_check.VERIFIER / "verify.js"),
                            "--keys", str(_keys(tmp_path)), "x.json"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "Node 20.20.2 is older than @sigstore/verify 4.x needs (22.22.2)" in done.stderr
+
+
+def test_the_tsa_option_is_the_setting_only_while_its_command_runs(monkeypatch: pytest.MonkeyPatch,
+                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """`--tsa URL` (build, validate) sets DL_IMAGES_TSA_URL for the command and gives the setting back after."""
+    monkeypatch.delenv(tsa.TSA_URL_ENV, raising=False)
+    with tsa.using("http://127.0.0.1:1/tsr"):
+        assert tsa.configured_url() == "http://127.0.0.1:1/tsr"
+    assert tsa.configured_url() == ""
+    monkeypatch.setenv(tsa.TSA_URL_ENV, "https://tsa.example/tsr")
+    with tsa.using(None):
+        assert tsa.configured_url() == "https://tsa.example/tsr"
+    from buildtool.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["build", "--tsa", "https://user:s3cr3t@tsa.example/tsr", "--framework", "pytorch-cpu"])
+    assert exited.value.code == 2
+    err = capfd.readouterr().err
+    assert "--tsa: 'https://tsa.example/tsr' carries credentials" in err and "s3cr3t" not in err, err
