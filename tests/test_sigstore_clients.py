@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import warnings
 from pathlib import Path
@@ -39,6 +40,7 @@ from tests.memregistry import MemRegistry
 from tests.test_sigstore_bundle import only
 from tests.test_verify import LABELS, REPO
 from tests.tsa import LoopbackTsa
+from tests.tuf_repo import TufRepository
 
 DIGEST = "sha256:" + "1" * 64
 
@@ -204,3 +206,41 @@ def test_the_tsa_option_is_the_setting_only_while_its_command_runs(monkeypatch: 
     assert exited.value.code == 2
     err = capfd.readouterr().err
     assert "--tsa: 'https://tsa.example/tsr' carries credentials" in err and "s3cr3t" not in err, err
+
+
+def _top_level(repo: TufRepository, cache: Path, key: Path, bundle: Path) -> dict:
+    done = subprocess.run([str(bundle_check.NODE), str(Path(__file__).parent / "sigstore_top_level.js"), repo.url,
+                           str(repo.root), str(cache), str(key), str(bundle)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NODE_PATH": str(bundle_check.VERIFIER / "node_modules")})
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.sigstore_js
+def test_sigstore_js_top_level_verify_passes_with_a_loopback_tsa_and_refuses_a_bundle_without_a_timestamp(
+        authority: LoopbackTsa, tmp_path: Path) -> None:
+    """The outside check's own call, sigstore-js's `sigstore.verify(bundle, {keySelector, tlogThreshold: 0})`,
+    with its trusted root fetched by TUF (a repository of the test's own on loopback, tests/tuf_repo.py) that
+    names the loopback timestamp authority: a bundle written with `--tsa` verifies; one without a timestamp is
+    refused with the message the outside check saw."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    chain = [{"rawBytes": base64.b64encode(c.public_bytes(Encoding.DER)).decode()}
+             for c in (authority.leaf, authority.root)]
+    trusted_root = {"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1", "tlogs": [],
+                    "certificateAuthorities": [], "ctlogs": [],
+                    "timestampAuthorities": [{"subject": {"organization": "dl-images tests",
+                                                          "commonName": "loopback TSA"}, "uri": authority.url,
+                                              "certChain": {"certificates": chain},
+                                              "validFor": {"start": "2020-01-01T00:00:00Z"}}]}
+    key = tmp_path / "builder.pub"
+    key.write_text(signing.KEY.public().pem)
+    stamped, plain = tmp_path / "stamped.json", tmp_path / "plain.json"
+    stamped.write_bytes(_stamped(authority))
+    plain.write_bytes(sigstore_bundle.bundle(_envelope()))
+    with TufRepository(tmp_path / "tuf", trusted_root) as repo:
+        assert _top_level(repo, tmp_path / "cache", key, stamped) == {"verified": True}
+        assert _top_level(repo, tmp_path / "cache", key, plain) == {
+            "verified": False, "code": "TIMESTAMP_ERROR", "reason": "expected 1 timestamps, got 0"}
+        changed = bundle_check.one_byte_changed(stamped)
+        assert _top_level(repo, tmp_path / "cache", key, changed)["code"] == "SIGNATURE_ERROR"
