@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.common.net import free_port  # noqa: E402
 from buildtool.contracts import label_keys  # noqa: E402
-from tests.fresh_machine import CELL, FreshMachine  # noqa: E402
+from tests.fresh_machine import CELL, FreshMachine, head_commit  # noqa: E402
 
 
 def before_recipe(machine: FreshMachine) -> tuple[float, str]:
@@ -56,9 +56,9 @@ def before_recipe(machine: FreshMachine) -> tuple[float, str]:
     return seconds, machine.manifest_digest("before/debian", "bookworm-slim")
 
 
-def one_machine(name: str, port: int, net: int, image: bool) -> dict[str, object]:
+def one_machine(name: str, port: int, net: int, commit: str, image: bool) -> dict[str, object]:
     with FreshMachine(name, port, net) as machine:
-        checkout = machine.checkout()
+        checkout = machine.checkout(commit)
         before_s, before = before_recipe(machine)
         print(f"machine {name}: before {before_s:.1f} s {before}", file=sys.stderr)
         after_s, after = machine.make_base(checkout)
@@ -78,8 +78,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-image", action="store_true", help="only the base step")
     args = parser.parse_args()
-    port = free_port()
-    runs = {name: one_machine(name, port, net, not args.no_image) for name, net in (("a", 249), ("b", 250))}
+    port, commit = free_port(), head_commit()     # one commit for both, whatever HEAD does meanwhile
+    print(f"commit {commit}", file=sys.stderr)
+    runs = {name: one_machine(name, port, net, commit, not args.no_image) for name, net in (("a", 249), ("b", 250))}
     a, b = runs["a"], runs["b"]
     print("| machine | base step before (debootstrap, import, push) | after (buildtool bases, mmdebstrap) | "
           "after/before | image |")

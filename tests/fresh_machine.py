@@ -56,11 +56,19 @@ class FreshMachine:
                 "XDG_CACHE_HOME": str(own / ".cache"), "DOCKER_CONFIG": str(own / ".docker"),
                 "UV_CACHE_DIR": str(own / ".cache/uv"), "DL_IMAGES_BUILDER_ID": ""}
 
-    def checkout(self) -> Path:
-        """A clone of this repository's HEAD (the same commit on every machine)."""
+    def checkout(self, commit: str) -> Path:
+        """A clone of this repository at `commit` (the same on every machine, whatever HEAD does meanwhile)."""
         dest = self.folder / "checkout"
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(dest)], check=True, timeout=300)
+        subprocess.run(["git", "-C", str(dest), "checkout", "-q", "-B", "fresh-machine", commit], check=True,
+                       timeout=60)
         return dest
+
+
+def head_commit() -> str:
+    """This repository's HEAD, taken once for every machine of a run."""
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True, text=True,
+                          timeout=60).stdout.strip()
 
     # -- start and stop -------------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from buildtool.contracts.aptlock import parse_apt_lock
 from buildtool.contracts.image_labels import parse_archive_label
 from buildtool.registry.client import RegistryClient
 from buildtool.registry.provenance import OnlyKey, find_provenance
-from tests.fresh_machine import CELL, FreshMachine
+from tests.fresh_machine import CELL, FreshMachine, head_commit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,9 +36,9 @@ APT_LOCK = "dockerfiles/pytorch/pytorch-cpu/2.13/apt.lock"
 _STEP_EPOCH = re.compile(r"^RUN \|\d+ (?:\S+=\S* )*?SOURCE_DATE_EPOCH=(\d+) ")
 
 
-def _one_machine(name: str, port: int, net: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+def _one_machine(name: str, port: int, net: int, commit: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     with FreshMachine(name, port, net) as machine:
-        checkout = machine.checkout()
+        checkout = machine.checkout(commit)
         seconds, base = machine.make_base(checkout)
         labels = machine.config("library/debian", base)["config"]["Labels"]     # type: ignore[index]
         result = machine.push_cell(checkout)
@@ -63,9 +63,9 @@ def _one_machine(name: str, port: int, net: int, monkeypatch: pytest.MonkeyPatch
 def test_two_fresh_machines_push_pytorch_cpu_with_the_same_digest(monkeypatch: pytest.MonkeyPatch) -> None:
     if os.geteuid() != 0:
         pytest.fail("this test starts private dockerds and bridges: run it as root", pytrace=False)
-    port = free_port()
-    a = _one_machine("a", port, 251, monkeypatch)
-    b = _one_machine("b", port, 252, monkeypatch)
+    port, commit = free_port(), head_commit()
+    a = _one_machine("a", port, 251, commit, monkeypatch)
+    b = _one_machine("b", port, 252, commit, monkeypatch)
     print(f"\nbase step: {a['base_seconds']:.1f} s and {b['base_seconds']:.1f} s; bases {a['base']} {b['base']}; "
           f"{CELL}: {a['digest']} {b['digest']}; archive {a['archive']}")
     # The precondition: the same archive state (deb.debian.org did not publish between the two).
