@@ -33,7 +33,7 @@ class FreshMachine:
 
     def __init__(self, name: str, port: int, bridge_net: int) -> None:
         self.name, self.port = name, port
-        self.folder = Path(tempfile.mkdtemp(prefix=f"dl-images-machine-{name}-", dir="/var/tmp"))
+        self.folder = Path("/nonexistent")      # made on entry (nothing is left behind by a machine never entered)
         self.socket = self.folder / "docker.sock"
         self.bridge = f"dlm{name}{os.getpid() % 10000}"[:15]
         self.bridge_address = f"172.31.{bridge_net}.1/24"
@@ -65,14 +65,11 @@ class FreshMachine:
         return dest
 
 
-def head_commit() -> str:
-    """This repository's HEAD, taken once for every machine of a run."""
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True, text=True,
-                          timeout=60).stdout.strip()
-
     # -- start and stop -------------------------------------------------------------------------------------
 
     def __enter__(self) -> FreshMachine:
+        self.folder = Path(tempfile.mkdtemp(prefix=f"dl-images-machine-{self.name}-", dir="/var/tmp"))
+        self.socket = self.folder / "docker.sock"
         try:
             self._start_registry()
             self._start_engine()
@@ -180,3 +177,9 @@ def head_commit() -> str:
         client = RegistryClient(self.registry)
         manifest = json.loads(client.get_manifest(repo, digest)[0])
         return dict(json.loads(client.get_blob(repo, manifest["config"]["digest"])))
+
+
+def head_commit() -> str:
+    """This repository's HEAD, taken once for every machine of a run."""
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True, text=True,
+                          timeout=60).stdout.strip()
