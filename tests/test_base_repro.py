@@ -190,3 +190,25 @@ def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkey
     run.root = Path(__file__).resolve().parents[1]
     infos, missing = run.resolve_bases(plans)  # type: ignore[arg-type]
     assert filled == ["pytorch-cpu:2.13"] and missing == {} and len(infos) == 3
+
+
+def test_a_build_says_when_its_apt_lock_was_resolved_in_another_base():
+    """The apt lock names the base it was resolved in (by digest, reproducible now): a build on another one (the
+    archive moved since `make lock`) says so; on that base it says nothing."""
+    from buildtool.contracts.aptlock import parse_apt_lock
+
+    root = Path(__file__).resolve().parent / "fixtures/project"
+    cell = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")
+    lock = parse_apt_lock((root / Path(cell.dockerfile).parent / "apt.lock").read_text())
+    resolved = lock.header["resolved-in"].split(" ", 1)[0].rpartition("@")[2]
+    run = object.__new__(Builder)
+    logged: list[str] = []
+    run.root, run.log = root, logged.append
+    plan = SimpleNamespace(cell=cell)
+    run._say_lock_base(plan, BaseInfo("127.0.0.1:5000/library/debian:bookworm-slim", resolved), None)  # type: ignore[arg-type]
+    assert logged == []
+    run._say_lock_base(plan, BaseInfo("127.0.0.1:5000/library/debian:bookworm-slim", "sha256:" + "c" * 64),  # type: ignore[arg-type]
+                       None)
+    assert logged == [f"[pytorch-cpu:2.13] note: its apt lock was resolved in base {resolved[:19]}, this build's base "
+                      f"is sha256:{'c' * 12} (another archive state: `make lock FRAMEWORK=pytorch-cpu:2.13` resolves "
+                      "it in this one)"]

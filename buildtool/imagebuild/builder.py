@@ -694,6 +694,7 @@ class Builder:
             # The native stages (templates/parts/native.j2) run on this machine's image of the same base.
             build_args["BUILD_BASE_IMAGE"] = (base if platform == platforms.host().name
                                               else self._platform_base(plan, platforms.host().name)).pinned
+        self._say_lock_base(plan, base, platform)
         if self._steps is not None:
             self._steps.watch(plan.cell.key, log_path)
         try:
@@ -706,6 +707,21 @@ class Builder:
             if self._steps is not None:
                 self._steps.unwatch(plan.cell.key)
             scrub_log(log_path, secret_strings(host_pip))
+
+    def _say_lock_base(self, plan: CellPlan, base: BaseInfo, platform: str | None) -> None:
+        """Say so when the apt lock was resolved in another base than this build's (the base follows the archive:
+        the build's apt step still installs exactly the lock's versions, and stops on anything else apt adds)."""
+        if not aptlock.has_apt_step(plan.cell):
+            return
+        try:
+            resolved = aptlock.read(self.root, plan.cell, platform if plan.cell.multi_platform else None)
+        except UserError:
+            return     # the build's own checks name a missing or broken lock
+        named = resolved.header["resolved-in"].split(" ", 1)[0].rpartition("@")[2]
+        if named != base.digest:
+            self.log(f"[{plan.cell.key}] note: its apt lock was resolved in base {named[:19]}, this build's base is "
+                     f"{base.digest[:19]} (another archive state: `make lock FRAMEWORK={plan.cell.key}` resolves it "
+                     "in this one)")
 
     def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")
