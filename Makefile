@@ -68,7 +68,7 @@ test: ## The toolkit's own tests (unit and integration), on TEST_JOBS xdist work
 	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
-FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools
+FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools or sigstore_js
 
 .PHONY: test-fast
 test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package index, host torch or linter binaries
@@ -83,7 +83,7 @@ push: ## Build FRAMEWORK if needed and push its dev tags, verifying digests
 	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) --push $(BUILD_FLAGS)
 
 .PHONY: bases
-bases: ## Fill the local registry with the bases FRAMEWORK needs (debootstrap Debian, NGC stand-ins)
+bases: ## Fill the local registry with the bases FRAMEWORK needs (reproducible mmdebstrap Debian, NGC stand-ins)
 	$(BUILDTOOL) bases --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
 
 .PHONY: validate

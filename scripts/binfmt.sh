@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Let this amd64 machine run linux/arm64 binaries (debootstrap's second stage, arm64 image builds and
+# Let this amd64 machine run linux/arm64 binaries (mmdebstrap's second stage, arm64 image builds and
 # containers) through QEMU user emulation registered with binfmt_misc; idempotent, called by setup.sh
 # after qemu-user-static and binfmt-support are installed.
 #   1. /proc/sys/fs/binfmt_misc mounted (mount -t binfmt_misc), only if it is not a mountpoint

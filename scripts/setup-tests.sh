@@ -9,7 +9,8 @@
 #   2. QEMU for linux/arm64 (scripts/binfmt.sh): binfmt_misc mounted if it is not, the qemu-aarch64
 #      entry enabled if it is not, then checked for flag F; a one-line error naming the fix otherwise
 #   3. the Sigstore verifier CI runs on every published bundle: `npm ci` in tools/sigstore-verify (exact
-#      versions from its package-lock.json; redone only when the lock changed)
+#      versions from its package-lock.json, the Node 22 that @sigstore/verify 4.x needs among them, as
+#      tools/sigstore-verify/node_modules/.bin/node; redone only when the lock changed)
 #   4. .venv: the test extras (`-e '.[dev,scaling]'`: linters, the test tools, torch 2.13.0 for the host's scaling
 #      tests, which uv takes from a local CPU wheel where the host's pip settings name one), installed by the uv
 #      setup.sh put there, with requirements.lock as constraints

@@ -3,7 +3,9 @@
 # What only the toolkit's own tests need (QEMU for arm64, Chromium, SLURM, Node and the Sigstore verifier, the
 # test extras of .venv) is scripts/setup-tests.sh, which runs this first; the README's test command (and .ci/run)
 # runs it.
-#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, debootstrap, python3-venv
+#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, mmdebstrap and
+#      arch-test (the reproducible Debian bases), debootstrap (bench/bench_fresh_machines.py's before arm),
+#      python3-venv
 #   3. the Docker engine, started with the flags these machines need, only if it is not running
 #   4. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
@@ -32,6 +34,10 @@ need=()
 command -v /usr/bin/docker >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+# The Debian bases: mmdebstrap with SOURCE_DATE_EPOCH (issue 52; arch-test lets it check a foreign architecture
+# runs); debootstrap only for the bench's figure of the recipe it replaced.
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v arch-test >/dev/null 2>&1 || need+=(arch-test)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if ((${#need[@]})); then
@@ -45,7 +51,7 @@ if ((${#need[@]})); then
   # (step 4) uses the repository's config, so stop the packaged one if it grabbed the port.
   if systemctl is-active --quiet docker-registry 2>/dev/null; then systemctl stop docker-registry || true; fi
 else
-  say "packages present: docker.io docker-registry skopeo debootstrap python3-venv"
+  say "packages present: docker.io docker-registry skopeo mmdebstrap arch-test debootstrap python3-venv"
 fi
 
 # -- 3. Docker engine -----------------------------------------------------------------------

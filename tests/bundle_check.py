@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tests.referrers_api import ReferrersApi
 
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIER = ROOT / "tools/sigstore-verify"
+NODE = VERIFIER / "node_modules/.bin/node"     # the Node @sigstore/verify 4.x runs on (npm ci installs it)
 
 
 def dev_key_file(folder: Path) -> Path:
@@ -49,9 +49,9 @@ def attestation_roles() -> dict[str, str]:
 
 
 def need_verifier() -> None:
-    if shutil.which("node") is None or not (VERIFIER / "node_modules/@sigstore/verify").is_dir():
-        pytest.fail("this test needs node and tools/sigstore-verify/node_modules (bash scripts/setup-tests.sh installs "
-                    "both)", pytrace=False)
+    if not NODE.is_file() or not (VERIFIER / "node_modules/@sigstore/verify").is_dir():
+        pytest.fail("this test needs tools/sigstore-verify/node_modules with its Node (bash scripts/setup-tests.sh "
+                    "runs npm ci there)", pytrace=False)
 
 
 def listed(host: str, repo: str, digest: str, api: bool) -> list[dict]:
@@ -78,9 +78,12 @@ def fetch(host: str, repo: str, digest: str, descriptor: dict, folder: Path) -> 
     return path
 
 
-def run_verifier(keys: Path, role: str, digest: str, *bundles: Path) -> tuple[int, list[dict]]:
-    done = subprocess.run(["node", str(VERIFIER / "verify.js"), "--keys", str(keys), "--role", role,
-                           "--digest", digest, *map(str, bundles)], capture_output=True, text=True, timeout=60)
+def run_verifier(keys: Path, role: str, digest: str, *bundles: Path, tsa_certs: Path | None = None,
+                 ) -> tuple[int, list[dict]]:
+    """verify.js on `bundles` (with --tsa-certs: a timestamp by that authority is required of each)."""
+    tsa = ["--tsa-certs", str(tsa_certs)] if tsa_certs else []
+    done = subprocess.run([str(NODE), str(VERIFIER / "verify.js"), "--keys", str(keys), "--role", role,
+                           "--digest", digest, *tsa, *map(str, bundles)], capture_output=True, text=True, timeout=60)
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, [json.loads(line) for line in done.stdout.splitlines()]
 

@@ -88,6 +88,7 @@ def _private_config(tmp_path_factory: pytest.TempPathFactory) -> None:
 # What a marker's need is, for the needs the tests themselves can see. A test marked with a need that
 # is missing fails here, naming it: tests are deselected by marker (`make test-fast`), never skipped.
 CHROMIUM = ("chromium", "chromium-browser")
+SIGSTORE_JS_NODE = Path(__file__).resolve().parents[1] / "tools/sigstore-verify/node_modules/.bin/node"
 
 
 def _missing_needs(item: pytest.Item) -> list[str]:
@@ -96,6 +97,9 @@ def _missing_needs(item: pytest.Item) -> list[str]:
         missing.append(f"torch is not importable by {sys.executable} (pip install -e '.[scaling]')")
     if item.get_closest_marker("browser") and not any(shutil.which(name) for name in CHROMIUM):
         missing.append("headless Chromium is not on PATH (apt-get install -y chromium)")
+    if item.get_closest_marker("sigstore_js") and not SIGSTORE_JS_NODE.is_file():
+        missing.append(f"{SIGSTORE_JS_NODE} is not installed (bash scripts/setup.sh runs npm ci in "
+                       "tools/sigstore-verify)")
     for mark in item.iter_markers("tools"):
         if not mark.args:
             missing.append("@pytest.mark.tools names no tool")
@@ -106,7 +110,7 @@ def _missing_needs(item: pytest.Item) -> list[str]:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     missing = _missing_needs(item)
     if missing:
-        marks = sorted({m.name for m in item.iter_markers()} & {"host_torch", "browser", "tools"})
+        marks = sorted({m.name for m in item.iter_markers()} & {"host_torch", "browser", "tools", "sigstore_js"})
         pytest.fail(f"this test needs what is missing here: {'; '.join(missing)}; install it, or deselect the "
                     f"test with -m 'not {' and not '.join(marks)}' (make test-fast)", pytrace=False)
 

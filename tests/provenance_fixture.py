@@ -24,8 +24,10 @@ def standin_provenance(digest: str, base: str = "127.0.0.1:5000/debian:bookworm-
                 "externalParameters": {"cell": "pytorch-cpu:2.13", "matrix_digest": "sha256:" + "6" * 64,
                                        "revision": revision, "source": "", "platform": "linux/amd64",
                                        "dockerfile": "dockerfiles/pytorch-cpu/2.13/Dockerfile",
+                                       "context": "dockerfiles/pytorch-cpu/2.13",
                                        "buildArgs": {"BASE_IMAGE": f"{base}@sha256:{'7' * 64}"},
-                                       "sourceDateEpoch": 1767225600, "secrets": ["pip.conf"], "network": "host"},
+                                       "sourceDateEpoch": 0, "createdEpoch": 1767225600, "secrets": ["pip.conf"],
+                                       "network": "host", "packageIndexes": []},
                 "internalParameters": {},
                 "resolvedDependencies": [
                     {"name": "source", "uri": f"git+https://example.invalid/dl-images@{revision}",

@@ -167,8 +167,11 @@ def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool =
         committed = "HEAD"      # a revision git does not know (a test of its refusal): HEAD's sources
     external = {"cell": cell.key, "matrix_digest": committed_matrix(root, committed), "revision": revision,
                 "source": "https://example.invalid/dl-images", "dockerfile": cell.dockerfile,
+                "context": str(Path(cell.dockerfile).parent),
                 "platform": "linux/amd64", "buildArgs": {"BASE_IMAGE": f"{cell.base}@{base_digest}"},
-                "sourceDateEpoch": 1767225600, "secrets": ["pip.conf", "uv.toml"], "network": "host", **params}
+                "sourceDateEpoch": 0, "createdEpoch": 1767225600, "secrets": ["pip.conf", "uv.toml"],
+                "network": "host", "packageIndexes": [{"url": "https://pypi.org/simple", "role": "index-url"}],
+                **params}
     commit = str(external["revision"]).partition("-dirty.")[0]
     return {"buildDefinition": {
                 "buildType": BUILD_TYPE, "externalParameters": external, "internalParameters": {},

@@ -185,42 +185,42 @@ def test_the_written_image_states_its_platform_and_is_reproducible(tmp_path):
 # -- fill_bases --------------------------------------------------------------------------------------
 
 class Made:
-    """What the fakes of debootstrap did, in order."""
+    """What the fakes of mmdebstrap did, in order."""
 
     def __init__(self) -> None:
         self.steps: list[str] = []
+        self.states: list[bases.ArchiveState] = []
 
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
-    """bases against a MemRegistry: the host platform's debootstrap+push puts an engine-like image at the
-    tag; another platform's writes a real (tiny) tree through base_index."""
+    """bases against a MemRegistry and a fake archive: each platform's mmdebstrap writes a real (tiny) tree
+    through base_index, by digest (this machine's as amd64, another's as arm64)."""
     client = MemRegistry()
     made = Made()
     monkeypatch.setattr(bases, "RegistryClient", lambda host, **_: client)
     monkeypatch.setattr(bases.platforms, "binfmt_problem", lambda name: None)
     monkeypatch.setattr(bases.platforms, "host", lambda: platforms.get("linux/amd64"))
 
-    def native(suite, slim, ref, log, log_file):
-        made.steps.append("debootstrap linux/amd64")
-
-    def push(ref, log):
-        made.steps.append("push tag")
-        return image(client, TAG, "amd64", source=bases.base_source("bookworm")).digest
-
-    def foreign(client_, repo, suite, slim, platform, log, log_file):
-        made.steps.append(f"debootstrap {platform}")
+    def make(client_, repo, suite, slim, platform, state, log, log_file):
+        made.steps.append(f"mmdebstrap {platform}")
+        made.states.append(state)
+        if platform == "linux/amd64":
+            return base_index.rootfs_image(client, REPO, tree(tmp_path / f"t{len(made.steps)}"),  # type: ignore[arg-type]
+                                           "linux/amd64", epoch=EPOCH, cmd=["bash"],
+                                           labels={label_keys.BASE_SOURCE: AMD64_SOURCE}, created_by="test")
         return arm64(client, tmp_path / f"t{len(made.steps)}", str(len(made.steps)))
 
-    monkeypatch.setattr(bases, "_debootstrap", native)
-    monkeypatch.setattr(bases, "push_verified", push)
-    monkeypatch.setattr(bases, "_debootstrap_foreign", foreign)
+    monkeypatch.setattr(bases, "_make_platform", make)
     return client, made
+
+
+IN_RELEASE = b"Origin: Debian\nDate: Sat, 11 Jul 2026 10:16:37 UTC\n"
 
 
 def fill(tmp_path: Path, wanted: list[str], logged: list[str] | None = None) -> dict[str, tuple[str, str]]:
     results = bases._debian_base(REF, "docker.io/library/debian:bookworm-slim", wanted,
-                                 (logged if logged is not None else []).append, tmp_path)
+                                 (logged if logged is not None else []).append, tmp_path, lambda uri: IN_RELEASE)
     return {r.platform: (r.action, r.digest) for r in results}
 
 
@@ -228,26 +228,28 @@ def test_a_current_amd64_base_becomes_the_amd64_child_and_a_second_run_is_presen
     client, made = fake
     amd = image(client, TAG, "amd64")
     first = fill(tmp_path, BOTH)
-    assert made.steps == ["debootstrap linux/arm64"], "the current amd64 base was made again"
+    assert made.steps == ["mmdebstrap linux/arm64"], "the current amd64 base was made again"
     assert first["linux/amd64"] == ("present", amd.digest)
-    assert first["linux/arm64"][0] == "debootstrap"
+    assert first["linux/arm64"][0] == "mmdebstrap"
     assert client.get_manifest(REPO, TAG)[1] == OCI_INDEX
     assert base_index.platform_manifest(client, REPO, TAG, "linux/amd64")[0] == amd.digest  # type: ignore[arg-type]
     assert base_index.platform_manifest(client, REPO, TAG, "linux/arm64")[0] == first["linux/arm64"][1]  # type: ignore[arg-type]
     index_digest = client.manifest_digest(REPO, TAG)
     second = fill(tmp_path, BOTH)
-    assert made.steps == ["debootstrap linux/arm64"]
+    assert made.steps == ["mmdebstrap linux/arm64"]
     assert second == {"linux/amd64": ("present", amd.digest), "linux/arm64": ("present", first["linux/arm64"][1])}
     assert client.manifest_digest(REPO, TAG) == index_digest
     # An amd64-only cell finds its platform present in the index and leaves it alone.
     assert fill(tmp_path, ["linux/amd64"]) == {"linux/amd64": ("present", amd.digest)}
 
 
-def test_nothing_there_makes_arm64_before_the_tag_moves(fake, tmp_path):
+def test_nothing_there_makes_every_platform_from_one_archive_state_before_the_tag_moves(fake, tmp_path):
     client, made = fake
     results = fill(tmp_path, BOTH)
-    assert made.steps == ["debootstrap linux/arm64", "debootstrap linux/amd64", "push tag"]
-    assert {action for action, _ in results.values()} == {"debootstrap"}
+    assert made.steps == ["mmdebstrap linux/amd64", "mmdebstrap linux/arm64"]
+    assert len({id(s) for s in made.states}) == 1, "each platform read the archive again: they could disagree"
+    assert made.states[0].release.uri == "http://deb.debian.org/debian/dists/bookworm/InRelease"
+    assert {action for action, _ in results.values()} == {"mmdebstrap"}
     for name, (_, digest) in results.items():
         assert base_index.platform_manifest(client, REPO, TAG, name)[0] == digest  # type: ignore[arg-type]
 
@@ -255,19 +257,19 @@ def test_nothing_there_makes_arm64_before_the_tag_moves(fake, tmp_path):
 def test_one_platform_stays_a_single_image_as_today(fake, tmp_path):
     client, made = fake
     results = fill(tmp_path, ["linux/amd64"])
-    assert made.steps == ["debootstrap linux/amd64", "push tag"]
-    assert client.get_manifest(REPO, TAG)[1] == DOCKER_MANIFEST
+    assert made.steps == ["mmdebstrap linux/amd64"]
+    assert client.get_manifest(REPO, TAG)[1] == OCI_MANIFEST
     assert results["linux/amd64"][1] == client.manifest_digest(REPO, TAG)
 
 
-def test_a_platform_that_fails_to_debootstrap_leaves_the_tag_as_it_was(fake, monkeypatch, tmp_path):
+def test_a_platform_that_fails_to_bootstrap_leaves_the_tag_as_it_was(fake, monkeypatch, tmp_path):
     client, made = fake
     amd = image(client, TAG, "amd64")
 
     def broken(*args, **kwargs):
-        raise FailedError("debootstrap --arch=arm64 --variant=minbase bookworm exited 1; see log")
+        raise FailedError("mmdebstrap --architectures=arm64 --variant=minbase bookworm exited 1; see log")
 
-    monkeypatch.setattr(bases, "_debootstrap_foreign", broken)
+    monkeypatch.setattr(bases, "_make_platform", broken)
     with pytest.raises(FailedError, match="arm64.*exited 1"):
         fill(tmp_path, BOTH)
     assert client.manifest_digest(REPO, TAG) == amd.digest
@@ -278,11 +280,11 @@ def test_a_platform_that_fails_to_debootstrap_leaves_the_tag_as_it_was(fake, mon
 def test_an_older_recipe_child_is_made_again_and_the_current_one_kept(fake, tmp_path):
     client, made = fake
     amd = image(client, None, "amd64")
-    old = arm64(client, tmp_path, "old", source="debootstrap --arch=arm64 --variant=minbase bookworm, recipe 1")
+    old = arm64(client, tmp_path, "old", source="debootstrap --arch=arm64 --variant=minbase bookworm, recipe 2")
     base_index.put_index(client, REPO, TAG, [amd, old])  # type: ignore[arg-type]
     logged: list[str] = []
     results = fill(tmp_path, BOTH, logged)
-    assert made.steps == ["debootstrap linux/arm64"]
+    assert made.steps == ["mmdebstrap linux/arm64"]
     assert results["linux/amd64"] == ("present", amd.digest) and results["linux/arm64"][1] != old.digest
     assert any("linux/arm64 was made by" in line and "making it again" in line for line in logged)
     assert bases.stale_platforms(REF, tuple(BOTH), "bookworm") == []
@@ -295,7 +297,7 @@ def test_stale_platforms_names_what_a_build_would_miss(fake, tmp_path):
     assert bases.stale_platforms(REF, tuple(BOTH), "bookworm") == ["linux/arm64"]
 
 
-def test_a_platform_qemu_cannot_run_is_refused_before_any_debootstrap(fake, monkeypatch, tmp_path):
+def test_a_platform_qemu_cannot_run_is_refused_before_any_mmdebstrap(fake, monkeypatch, tmp_path):
     _, made = fake
     monkeypatch.setattr(bases.platforms, "binfmt_problem", lambda name: None if name == "linux/amd64" else
                         "binfmt_misc entry qemu-aarch64 is disabled; run `update-binfmts --enable qemu-aarch64`")

@@ -1,7 +1,9 @@
-"""The debootstrap base ships what keeps the layers built on it reproducible (no engine, no registry)."""
+"""The base made here (mmdebstrap) ships what keeps the layers built on it reproducible, dated by the archive state
+it was made from and checked to be made from it (no engine, no registry, no archive: fakes of each)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import subprocess
@@ -10,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.common.errors import FailedError
-from buildtool.contracts import label_keys
+from buildtool.common.errors import FailedError, UserError
+from buildtool.contracts import label_keys, platforms
 from buildtool.imagebuild import bases, builder, rootfs_seal
 from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions
 from tests.conftest import fixture_matrix
@@ -19,11 +21,14 @@ from tests.memregistry import MemRegistry
 
 RELEASE_DATE = "Sat, 11 Jul 2026 10:16:37 UTC"
 EPOCH = 1783764997  # RELEASE_DATE as Unix time
-LIST = "var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_Release"
+LIST = "var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_InRelease"
+IN_RELEASE = f"-----BEGIN PGP SIGNED MESSAGE-----\nOrigin: Debian\nSuite: stable\nDate: {RELEASE_DATE}\n".encode()
+ARCHIVE_URL = "http://deb.debian.org/debian/dists/bookworm/InRelease"
 
 
-def fake_tree(rootfs: Path, release: str | None = f"Origin: Debian\nDate: {RELEASE_DATE}\n") -> None:
-    """What debootstrap leaves: files written now, the build host's resolv.conf and hostname, no hosts."""
+def fake_tree(rootfs: Path, release: bytes | None = IN_RELEASE) -> None:
+    """What mmdebstrap leaves: files written now, the build host's resolv.conf and hostname, no hosts, the
+    InRelease it read in the lists (kept: --skip=cleanup/apt/lists)."""
     for name in ("etc/passwd", "usr/bin/true", "var/lib/apt/lists/partial/x"):
         (rootfs / name).parent.mkdir(parents=True, exist_ok=True)
         (rootfs / name).write_text("x\n")
@@ -32,33 +37,42 @@ def fake_tree(rootfs: Path, release: str | None = f"Origin: Debian\nDate: {RELEA
     (rootfs / "etc/resolv.conf").chmod(0o755)
     (rootfs / "etc/localtime").symlink_to("/usr/share/zoneinfo/Etc/UTC")
     if release is not None:
-        (rootfs / LIST).write_text(release)
+        (rootfs / LIST).write_bytes(release)
 
 
 @pytest.fixture
-def debootstrap_here(monkeypatch, tmp_path):
-    """_debootstrap with a fake debootstrap; returns what import_rootfs was handed (tree copied out)."""
-    seen: dict[str, object] = {}
+def mmdebstrap_here(monkeypatch, tmp_path):
+    """_make_platform with a fake mmdebstrap (it leaves `read`, the InRelease it read: the archive's unless a test
+    says otherwise) and a fake archive; returns what was written to the registry (tree, config, command)."""
+    seen: dict[str, object] = {"read": IN_RELEASE}
 
-    def run(argv, **_):
-        fake_tree(Path(argv[-1]))
+    def run(argv, **kwargs):
+        seen["argv"], seen["epoch"] = argv, kwargs["env"]["SOURCE_DATE_EPOCH"]
+        fake_tree(Path(argv[-2]), seen["read"])   # type: ignore[arg-type]
         return subprocess.CompletedProcess(argv, 0)
 
-    def import_rootfs(rootfs, ref, changes):
-        seen["changes"] = changes
+    def rootfs_image(client, repo, rootfs, platform, *, epoch, cmd, labels, created_by):
         seen["tree"] = {str(p.relative_to(rootfs)): p.lstat() for p in [rootfs, *rootfs.rglob("*")]}
         seen["text"] = {n: (rootfs / n).read_text() for n in rootfs_seal.RUNTIME_FILES if (rootfs / n).exists()}
-        return "sha256:x"
+        seen.update(platform=platform, epoch_written=epoch, labels=labels, created_by=created_by)
+        return SimpleNamespace(digest="sha256:" + "c" * 64)
 
-    monkeypatch.setattr(bases.shutil, "which", lambda name: "/usr/sbin/debootstrap")
+    monkeypatch.setattr(bases.shutil, "which", lambda name: "/usr/bin/mmdebstrap")
     monkeypatch.setattr(bases.subprocess, "run", run)
-    monkeypatch.setattr(bases.engine, "import_rootfs", import_rootfs)
-    return lambda: (bases._debootstrap("bookworm", True, "r:5000/library/debian:bookworm-slim", print,
-                                       tmp_path / "log"), seen)[1]
+    monkeypatch.setattr(bases.base_index, "rootfs_image", rootfs_image)
+    monkeypatch.setattr(bases.platforms, "host", lambda: platforms.get("linux/amd64"))
+
+    def make(platform: str = "linux/amd64", read: bytes = IN_RELEASE) -> dict[str, object]:
+        seen["read"] = read
+        state = bases.read_archive_state("http://deb.debian.org/debian", "bookworm", lambda uri: IN_RELEASE)
+        bases._make_platform(SimpleNamespace(host="r:5000"), "library/debian", "bookworm", True,  # type: ignore[arg-type]
+                             platform, state, print, tmp_path / "log")
+        return seen
+    return make
 
 
-def test_base_ships_runtime_files_with_the_release_time(debootstrap_here):
-    seen = debootstrap_here()
+def test_base_ships_runtime_files_with_the_release_time(mmdebstrap_here):
+    seen = mmdebstrap_here()
     tree = seen["tree"]
     for name in ("etc/hosts", "etc/resolv.conf", "etc/hostname"):
         assert name in tree, f"{name} missing: every RUN would create it and move /etc's mtime"
@@ -66,22 +80,47 @@ def test_base_ships_runtime_files_with_the_release_time(debootstrap_here):
         assert seen["text"][name] == "", f"{name} carries the build host's copy"
     assert tree["etc"].st_mtime == EPOCH
     newer = sorted(name for name, st in tree.items() if st.st_mtime > EPOCH)
-    assert newer == [], f"mtimes after the suite's Release date: {newer}"
-    assert f'LABEL {label_keys.BASE_SOURCE}="debootstrap --variant=minbase bookworm, recipe 2"' in seen["changes"]
+    assert newer == [], f"mtimes after the suite's InRelease date: {newer}"
+    assert LIST not in tree, "the lists mmdebstrap kept (to check which InRelease it read) are left in the base"
 
 
-def test_release_date_missing_or_bad_is_an_error(tmp_path):
-    fake_tree(tmp_path, release=None)
-    with pytest.raises(FailedError, match="0 Release files for bookworm"):
-        rootfs_seal.release_epoch(tmp_path, "bookworm")
-    (tmp_path / LIST).write_text("Origin: Debian\n")
-    with pytest.raises(FailedError, match="no Date field"):
-        rootfs_seal.release_epoch(tmp_path, "bookworm")
-    (tmp_path / LIST).write_text("Date: yesterday\n")
-    with pytest.raises(FailedError, match="unparseable 'Date: yesterday'"):
-        rootfs_seal.release_epoch(tmp_path, "bookworm")
-    (tmp_path / LIST).write_text(f"Date: {RELEASE_DATE}\n")
-    assert rootfs_seal.release_epoch(tmp_path, "bookworm") == EPOCH
+def test_mmdebstrap_runs_with_the_archive_states_date_and_the_base_says_which_state(mmdebstrap_here):
+    seen = mmdebstrap_here()
+    assert seen["epoch"] == str(EPOCH) and seen["epoch_written"] == EPOCH
+    assert seen["argv"] == ["mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory",
+                            "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr", "--skip=cleanup/apt/lists",
+                            "bookworm", seen["argv"][-2], "http://deb.debian.org/debian"]
+    assert seen["labels"] == {
+        label_keys.BASE_SOURCE: "mmdebstrap --variant=minbase bookworm, recipe 3",
+        label_keys.BASE_ARCHIVE: f"{ARCHIVE_URL} sha256:{hashlib.sha256(IN_RELEASE).hexdigest()} "
+                                 "2026-07-11T10:16:37Z"}
+    arm = mmdebstrap_here("linux/arm64")
+    assert "--architectures=arm64" in arm["argv"] and arm["platform"] == "linux/arm64"
+    assert arm["labels"][label_keys.BASE_SOURCE] == ("mmdebstrap --architectures=arm64 --variant=minbase bookworm, "
+                                                     "recipe 3")
+
+
+def test_an_archive_that_moved_while_the_base_was_made_is_refused(mmdebstrap_here):
+    """mmdebstrap read another InRelease than the one the base is dated and labelled by: two machines could not
+    agree on it, so no base is written."""
+    later = IN_RELEASE.replace(b"10:16:37", b"11:16:37")
+    with pytest.raises(FailedError, match="mmdebstrap read [0-9a-f]{64} InRelease of bookworm, not the "
+                                          ".*the archive moved while the base was made"):
+        mmdebstrap_here(read=later)
+
+
+def test_a_release_file_without_a_date_cannot_date_a_base():
+    with pytest.raises(FailedError, match="not a Debian release file"):
+        bases.read_archive_state("http://deb.debian.org/debian", "bookworm", lambda uri: b"Origin: Debian\n")
+
+
+def test_an_archive_setting_with_credentials_or_no_url_is_refused(monkeypatch):
+    for bad in ("deb.debian.org/debian", "http://user:pw@mirror.example/debian", "http://m.example/debian?t=1"):
+        monkeypatch.setenv(bases.ARCHIVE_ENV, bad)
+        with pytest.raises(UserError, match="DEBIAN_ARCHIVE: .*not an http\\(s\\) URL of a Debian archive"):
+            bases.debian_archive()
+    monkeypatch.setenv(bases.ARCHIVE_ENV, "http://snapshot.debian.org/archive/debian/20261201T000000Z/")
+    assert bases.debian_archive() == "http://snapshot.debian.org/archive/debian/20261201T000000Z"
 
 
 def test_seal_leaves_older_mtimes_and_symlink_targets_alone(tmp_path):
@@ -94,7 +133,8 @@ def test_seal_leaves_older_mtimes_and_symlink_targets_alone(tmp_path):
 
 
 @pytest.mark.parametrize(("found", "kept"), [
-    ("debootstrap --variant=minbase bookworm, recipe 2", True),
+    ("mmdebstrap --variant=minbase bookworm, recipe 3", True),
+    ("debootstrap --variant=minbase bookworm, recipe 2", False),  # debootstrap: another base on every machine
     ("debootstrap --variant=minbase bookworm", False),      # made before the runtime files were shipped
     (None, True),                                           # not made here (a mirror of the upstream): kept
 ])
@@ -128,8 +168,8 @@ def test_bench_says_why_image_digests_differ():
 
 def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkeypatch):
     cells = {c.key: c for c in fixture_matrix().cells}
-    sources = {"pytorch-cpu:2.13": "debootstrap --variant=minbase bookworm",          # older recipe
-               "tensorflow-cpu:2.21": "debootstrap --variant=minbase bookworm, recipe 2",
+    sources = {"pytorch-cpu:2.13": "debootstrap --variant=minbase bookworm, recipe 2",   # older recipe
+               "tensorflow-cpu:2.21": "mmdebstrap --variant=minbase bookworm, recipe 3",
                "pytorch-ngc:25.10": None}                                             # a mirror's copy
     plans = [SimpleNamespace(cell=cells[key], base=f"127.0.0.1:5000/{key}") for key in sources]
     by_base = {p.base: sources[p.cell.key] for p in plans}
@@ -150,3 +190,25 @@ def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkey
     run.root = Path(__file__).resolve().parents[1]
     infos, missing = run.resolve_bases(plans)  # type: ignore[arg-type]
     assert filled == ["pytorch-cpu:2.13"] and missing == {} and len(infos) == 3
+
+
+def test_a_build_says_when_its_apt_lock_was_resolved_in_another_base():
+    """The apt lock names the base it was resolved in (by digest, reproducible now): a build on another one (the
+    archive moved since `make lock`) says so; on that base it says nothing."""
+    from buildtool.contracts.aptlock import parse_apt_lock
+
+    root = Path(__file__).resolve().parent / "fixtures/project"
+    cell = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")
+    lock = parse_apt_lock((root / Path(cell.dockerfile).parent / "apt.lock").read_text())
+    resolved = lock.header["resolved-in"].split(" ", 1)[0].rpartition("@")[2]
+    run = object.__new__(Builder)
+    logged: list[str] = []
+    run.root, run.log = root, logged.append
+    plan = SimpleNamespace(cell=cell)
+    run._say_lock_base(plan, BaseInfo("127.0.0.1:5000/library/debian:bookworm-slim", resolved), None)  # type: ignore[arg-type]
+    assert logged == []
+    run._say_lock_base(plan, BaseInfo("127.0.0.1:5000/library/debian:bookworm-slim", "sha256:" + "c" * 64),  # type: ignore[arg-type]
+                       None)
+    assert logged == [f"[pytorch-cpu:2.13] note: its apt lock was resolved in base {resolved[:19]}, this build's base "
+                      f"is sha256:{'c' * 12} (another archive state: `make lock FRAMEWORK=pytorch-cpu:2.13` resolves "
+                      "it in this one)"]

@@ -15,6 +15,7 @@ import pytest
 from buildtool.contracts import label_keys
 from buildtool.imagebuild import cache_sources, engine
 from buildtool.imagebuild.cache_sources import Candidate
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.validate import keys as keys_module
 from tests import provenance_fixture, signing
 from tests.memregistry import MemRegistry
@@ -144,7 +145,7 @@ def _builder(monkeypatch: pytest.MonkeyPatch, **options: object):  # noqa: ANN20
     monkeypatch.setattr(builder.engine, "find_by_label", lambda key, value: [])
     monkeypatch.setattr(builder.Builder, "_build_env", lambda self: (None, SimpleNamespace(files={}, uv_config=lambda
                                                                                                   urls: Path("/x")),
-                                                                    SimpleNamespace()))
+                                                                    HostPip()))
     monkeypatch.setattr(builder, "reachable", lambda urls, log: urls)
     monkeypatch.setattr(builder, "scrub_log", lambda path, secrets: None)
     monkeypatch.setattr(builder, "build_labels", lambda *args: {})

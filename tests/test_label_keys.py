@@ -55,6 +55,7 @@ KEYS = {
     "PACKAGE_PREFIX": "io.dl-images.package.",
     "BASE_REF": "io.dl-images.base.ref",
     "BASE_SOURCE": "io.dl-images.base.source",
+    "BASE_ARCHIVE": "io.dl-images.base.archive",
     "BASE_UPSTREAM": "io.dl-images.base.upstream",
     "STANDIN": "io.dl-images.standin",
     "STANDIN_PREFIX": "io.dl-images.standin",

@@ -15,6 +15,7 @@ from buildtool.contracts import label_keys, names
 from buildtool.imagebuild import builder as builder_mod
 from buildtool.imagebuild import engine, multiplatform
 from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from tests import provenance_fixture, signing
@@ -77,7 +78,7 @@ def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201
         monkeypatch.setattr(engine, "image_labels", lambda ref: None)
         monkeypatch.setattr(builder_mod, "push_verified", lambda ref, log, via="": fakes.push(ref))
         monkeypatch.setattr(Builder, "_build_env", lambda self: (
-            None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), None))
+            None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), HostPip()))
         monkeypatch.setattr(builder_mod, "scrub_log", lambda path, secrets: None)
         monkeypatch.setattr(builder_mod, "secret_strings", lambda host: [])
         monkeypatch.setattr(Builder, "_attach_platform", lambda self, plan, platform, digest, key, began: {

@@ -15,6 +15,7 @@ import pytest
 
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import label_keys
+from buildtool.contracts.aptlock import parse_apt_lock
 from buildtool.contracts.provenance import PREDICATE_TYPE, ProvenanceError, builder_id_problem, parse_provenance
 from buildtool.imagebuild import provenance as build_provenance
 from buildtool.imagebuild.archive_state import ReleaseFile
@@ -38,6 +39,12 @@ from tests.signing import (
 )
 
 CPU = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")
+APT_LOCK = Path(__file__).parent / "fixtures/project/dockerfiles/pytorch/pytorch-cpu/2.13/apt.lock"
+# What BuildKit writes into the history of the steps (the base's entry, then RUN steps with their build args).
+HISTORY = tuple({"created": "2026-01-01T00:00:00Z", "created_by": step} for step in (
+    "mmdebstrap --variant=minbase bookworm, recipe 3", "ARG SOURCE_DATE_EPOCH=0",
+    "RUN |2 SOURCE_DATE_EPOCH=0 DEBIAN_FRONTEND=noninteractive /bin/bash -o pipefail -c touch /run/stamp",
+    "RUN |1 SOURCE_DATE_EPOCH=0 /bin/bash -o pipefail -c x"))
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 DSSE = "application/vnd.dsse.envelope.v1+json"
 REV = "a" * 40
@@ -61,6 +68,8 @@ def _project(tmp_path: Path) -> tuple[Path, CellPlan]:
     for path in [*lock_paths(root, CPU).values(), *aptlock.paths(root, CPU), aptlock.hashes_path(root, CPU)]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# {path.name}\n")
+    # A real apt.lock: the provenance names the base it was resolved in (its header).
+    aptlock.paths(root, CPU)[0].write_text(APT_LOCK.read_text())
     (root / "templates").mkdir()
     (root / "templates/uv.lock").write_text((Path(__file__).resolve().parents[1] / "templates/uv.lock").read_text())
     (root / "matrix.yaml").write_text("matrix: as built\n")
@@ -77,7 +86,8 @@ LABELS = {label_keys.OCI_REVISION: REV, label_keys.OCI_SOURCE: "https://example.
 FACTS = build_provenance.BuildFacts(
     build_args={"BASE_IMAGE": f"127.0.0.1:5000/library/debian:bookworm-slim@{BASE_DIGEST}",
                 "BUILDKIT_INLINE_CACHE": "1"},
-    secrets=("pip.conf", "uv.toml"), network="host", buildkit="classic", source_date_epoch=1767225600,
+    secrets=("pip.conf", "uv.toml"), network="host", buildkit="classic", created_epoch=1767225600,
+    package_indexes=(("https://pypi.org/simple", "index-url"), ("file:///opt/wheels", "find-links")),
     cache_from=(f"127.0.0.1:5000/pytorch-cpu-dev@sha256:{'e' * 64}",),
     archive=(ReleaseFile("http://deb.debian.org/debian/dists/bookworm/InRelease", "f" * 64, "2026-11-15T09:30:00Z",
                          False),),
@@ -85,7 +95,7 @@ FACTS = build_provenance.BuildFacts(
 
 
 def _made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, labels: dict[str, str] = LABELS,  # noqa: ANN202
-          facts: build_provenance.BuildFacts = FACTS):
+          facts: build_provenance.BuildFacts = FACTS, history: tuple[dict, ...] = HISTORY):
     monkeypatch.setattr(build_provenance, "docker_versions", lambda: ("20.10.24", "20.10.24+dfsg1"))
     monkeypatch.setattr(build_provenance, "git_ref", lambda root: "refs/heads/main")
     client = tmp_path / "docker"
@@ -98,7 +108,7 @@ def _made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, labels: dict[str, str
     root, plan = _project(tmp_path)
     started, finished = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC), datetime(2026, 1, 1, 0, 2, 5, tzinfo=UTC)
     made = build_provenance.make_provenance(root, root / "matrix.yaml", plan,
-                                            build_provenance.Built(labels, "linux/amd64"), started, finished,
+                                            build_provenance.Built(labels, "linux/amd64", history), started, finished,
                                             build_provenance.tools(root), facts, KEY.keyid)
     return root, made
 
@@ -139,18 +149,29 @@ def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl
     assert statement["subject"] == [{"name": "127.0.0.1:5000/pytorch-cpu-dev", "digest": {"sha256": "1" * 64}}]
     definition = statement["predicate"]["buildDefinition"]
     assert definition["buildType"] == \
-        "https://github.com/dl-images/dl-images/blob/main/docs/release-trust.md#cell-build-v2"
+        "https://github.com/dl-images/dl-images/blob/main/docs/release-trust.md#cell-build-v3"
     matrix = "sha256:" + hashlib.sha256((root / "matrix.yaml").read_bytes()).hexdigest()
+    context = str(Path(CPU.dockerfile).parent)
     assert definition["externalParameters"] == {
         "cell": CPU.key, "matrix_digest": matrix, "revision": REV, "source": "https://example.invalid/dl-images",
-        "dockerfile": CPU.dockerfile, "platform": "linux/amd64", "buildArgs": FACTS.build_args,
-        "sourceDateEpoch": 1767225600, "secrets": ["pip.conf", "uv.toml"], "network": "host"}
+        "dockerfile": CPU.dockerfile, "context": context, "platform": "linux/amd64", "buildArgs": FACTS.build_args,
+        "sourceDateEpoch": 0, "createdEpoch": 1767225600, "secrets": ["pip.conf", "uv.toml"], "network": "host",
+        "packageIndexes": [{"url": "https://pypi.org/simple", "role": "index-url"},
+                           {"url": "file:///opt/wheels", "role": "find-links"}]}
     assert definition["internalParameters"] == {"buildkit": "classic", "configRewrite": "created, history[].created"}
     deps = {d["name"]: d for d in definition["resolvedDependencies"]}
     assert deps["source"] == {"name": "source", "uri": "git+https://example.invalid/dl-images@refs/heads/main",
                               "digest": {"gitCommit": REV}}
-    assert deps["base"] == {"name": "base", "uri": "oci://127.0.0.1:5000/library/debian:bookworm-slim",
-                            "digest": {"sha256": "b" * 64}, "annotations": {"standin": False, "upstream": CPU.base}}
+    # Not made here (no recipe label): a copy of the upstream, by tag and by digest.
+    assert deps["base"] == {"name": "base", "uri": f"oci://127.0.0.1:5000/library/debian:bookworm-slim@{BASE_DIGEST}",
+                            "digest": {"sha256": "b" * 64}, "annotations": {"standin": False, "upstream": CPU.base,
+                                                                            "upstreamDigest": BASE_DIGEST}}
+    listing = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n"
+                      for p in sorted((root / context).iterdir()))
+    assert deps["context"] == {"name": "context", "uri": f"git+https://example.invalid/dl-images@refs/heads/main#{context}",
+                               "digest": {"sha256": hashlib.sha256(listing.encode()).hexdigest()},
+                               "annotations": {"files": len(list((root / context).iterdir())),
+                                               "listing": "sha256sum of every file, sorted by path"}}
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.lock import lock_paths
 
@@ -160,6 +181,9 @@ def test_the_provenance_a_push_makes_states_every_field_and_verifies_with_pynacl
     for path in locks:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         assert deps[f"lock:{path.relative_to(root)}"]["digest"] == {"sha256": digest}
+    resolved = parse_apt_lock(APT_LOCK.read_text()).header["resolved-in"]
+    assert deps[f"lock:{aptlock.paths(root, CPU)[0].relative_to(root)}"]["annotations"] == {"resolvedIn": resolved}
+    assert "@sha256:" in resolved
     debian = "pkg:deb/debian/docker.io@20.10.24%2Bdfsg1-1%2Bdeb12u1%2Bb6?arch=amd64"
     assert deps["tool:docker-client"]["annotations"]["version"] == "20.10.24"
     assert deps["tool:docker-client"]["uri"] == debian
@@ -223,8 +247,11 @@ def test_secret_names_are_stated_and_their_values_never_are(tmp_path: Path, monk
 
     monkeypatch.setattr(engine.subprocess, "run", fake_run)
     client = engine.BuildClient(("client-stand-in", "build"), (("DOCKER_BUILDKIT", "1"),), "classic")
+    from buildtool.imagebuild.pipconfig import HostPip, package_indexes
+
+    indexes = package_indexes(HostPip(index_url=f"https://user:{value}@index.example.invalid/simple"))
     engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b@sha256:" + "b" * 64},
-                 labels={}, secrets={"pip.conf": conf}, log_path=log)
+                 labels={}, secrets={"pip.conf": conf}, log_path=log, package_indexes=indexes)
     release = b"Origin: Debian\nDate: Sat, 15 Nov 2025 09:30:00 UTC\n"
     facts = build_provenance.facts_from_build(log, "sha256:" + "4" * 64, 1767225600, fetch=lambda uri: release)
     assert facts.secrets == ("pip.conf",)
@@ -233,6 +260,9 @@ def test_secret_names_are_stated_and_their_values_never_are(tmp_path: Path, monk
     assert '"secrets": ["pip.conf"]' in text
     assert value not in text and str(conf) not in text and value not in engine.facts_path(log).read_text()
     assert made.dependency("apt-archive:http://deb.debian.org/debian/dists/bookworm/InRelease") is not None
+    # The package index by URL, its credential never (issue 52).
+    assert [i.url for i in made.buildDefinition.externalParameters.packageIndexes] == [  # type: ignore[union-attr]
+        "https://index.example.invalid/simple"]
 
 
 def test_an_apt_step_taken_from_the_cache_says_the_archive_was_not_observed(tmp_path: Path,
@@ -245,7 +275,7 @@ def test_an_apt_step_taken_from_the_cache_says_the_archive_was_not_observed(tmp_
     log.write_text("#5 [base 2/4] RUN --mount=type=tmpfs,target=/run touch /run/stamp\n#5 CACHED\n")
     engine.facts_path(log).write_text(json.dumps({
         "image": "sha256:" + "4" * 64, "build_args": {}, "secrets": [], "network": "host", "buildkit": "classic",
-        "cache_from": [], "started": 1767225600}))
+        "cache_from": [], "started": 1767225600, "package_indexes": []}))
     facts = build_provenance.facts_from_build(log, None, 1767225600, fetch=lambda uri: pytest.fail(uri))
     assert facts.archive is None
     _, made = _made(tmp_path, monkeypatch, facts=facts)
@@ -259,7 +289,7 @@ def test_the_facts_of_another_build_are_refused_naming_the_record(tmp_path: Path
 
     log = tmp_path / "x.log"
     log.write_text("")
-    engine.facts_path(log).write_text(json.dumps({"image": "sha256:" + "1" * 64}))
+    engine.facts_path(log).write_text(json.dumps({"image": "sha256:" + "1" * 64, "package_indexes": []}))
     with pytest.raises(FailedError, match=f"records the build of sha256:{'1' * 64}, not sha256:{'2' * 64}"):
         build_provenance.facts_from_build(log, "sha256:" + "2" * 64, 0)
     with pytest.raises(FailedError, match="no record of the build"):
@@ -326,10 +356,89 @@ def test_a_dirty_revision_names_its_commit_and_says_it_was_dirty() -> None:
         build_provenance.source_descriptor("", REV, "")
 
 
-def test_a_base_made_here_names_its_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    recipe = "debootstrap --variant=minbase bookworm, recipe 2"
-    _, made = _made(tmp_path, monkeypatch, {**LABELS, label_keys.BASE_SOURCE: recipe})
-    assert made.base is not None and made.base.annotations["madeBy"] == recipe
+def test_a_base_made_here_names_its_recipe_and_archive_state_and_claims_no_upstream_digest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe = "mmdebstrap --variant=minbase bookworm, recipe 3"
+    archive = f"http://deb.debian.org/debian/dists/bookworm/InRelease sha256:{'7' * 64} 2026-07-11T10:16:37Z"
+    _, made = _made(tmp_path, monkeypatch, {**LABELS, label_keys.BASE_SOURCE: recipe,
+                                            label_keys.BASE_ARCHIVE: archive})
+    assert made.base is not None and made.base.annotations == {
+        "standin": False, "upstream": CPU.base, "madeBy": recipe,
+        "archive": {"uri": "http://deb.debian.org/debian/dists/bookworm/InRelease", "sha256": "7" * 64,
+                    "date": "2026-07-11T10:16:37Z"}}
+    # Not a copy of the upstream: its digest is this base's, not docker.io's.
+    assert "upstreamDigest" not in made.base.annotations
+
+
+# -- the SOURCE_DATE_EPOCH the steps ran with (issue 52) ------------------------------------------
+
+def test_the_source_date_epoch_stated_is_the_one_the_steps_ran_with_not_the_commit_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fault issue 52 found: sourceDateEpoch said the commit time (1767225600 here) while every step ran with
+    SOURCE_DATE_EPOCH=0; a rebuilder passing it got other layers. It is now the history's value; the commit time
+    the config's times carry is createdEpoch."""
+    _, made = _made(tmp_path, monkeypatch)
+    params = made.buildDefinition.externalParameters
+    assert (params.sourceDateEpoch, params.createdEpoch) == (0, 1767225600)
+    ran_with = [{**h, "created_by": h["created_by"].replace("SOURCE_DATE_EPOCH=0", "SOURCE_DATE_EPOCH=1700000000")}
+                for h in HISTORY]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    _, other = _made(tmp_path / "b", monkeypatch, history=tuple(ran_with))
+    assert other.buildDefinition.externalParameters.sourceDateEpoch == 1700000000
+    # Steps without it: null, stated as such (not a default).
+    _, none = _made(tmp_path / "c", monkeypatch, history=HISTORY[:2])
+    assert none.buildDefinition.externalParameters.sourceDateEpoch is None
+    with pytest.raises(FailedError, match="RUN steps ran with different SOURCE_DATE_EPOCH values \\(0, 1700000000\\)"):
+        build_provenance.steps_source_date_epoch((*HISTORY, *ran_with))
+
+
+# -- package indexes, never their credentials (issue 52) --------------------------------------------
+
+def test_package_indexes_are_recorded_by_url_without_credentials_or_tokens(tmp_path: Path) -> None:
+    from buildtool.imagebuild.pipconfig import HostPip, package_indexes
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    host = HostPip(index_url="https://__token__:s3cr3t-A@pypi.example.invalid/simple/",
+                   extra_index_urls=("https://user:s3cr3t-B@extra.example.invalid:8443/simple?token=s3cr3t-C#frag",
+                                     "https://pypi.example.invalid/simple/"),
+                   find_links=(str(wheels), "http://127.0.0.1:9/wheels"))
+    found = package_indexes(host, ("https://download.pytorch.org/whl/cpu?access_token=s3cr3t-D",))
+    assert found == [{"url": "https://pypi.example.invalid/simple/", "role": "index-url"},
+                     {"url": "https://extra.example.invalid:8443/simple", "role": "extra-index-url"},
+                     {"url": wheels.as_uri(), "role": "find-links"},
+                     {"url": "http://127.0.0.1:9/wheels", "role": "find-links"},
+                     {"url": "https://download.pytorch.org/whl/cpu", "role": "cell-index-url"}]
+    assert "s3cr3t" not in json.dumps(found) and "__token__" not in json.dumps(found)
+
+
+def test_a_provenance_carrying_a_credential_in_an_index_url_is_refused() -> None:
+    for url in ("https://u:p@idx.example.invalid/simple", "https://idx.example.invalid/simple?token=x"):
+        with pytest.raises(ProvenanceError, match="packageIndexes URL is not a plain URL without credentials"):
+            parse_provenance(body(packageIndexes=[{"url": url, "role": "index-url"}]), "x")
+    with pytest.raises(ProvenanceError, match="packageIndexes role 'mirror' is not one of"):
+        parse_provenance(body(packageIndexes=[{"url": "https://i.example/simple", "role": "mirror"}]), "x")
+
+
+def test_a_v2_provenance_is_still_read_and_v3_fields_under_v2_are_refused() -> None:
+    from buildtool.contracts.provenance import BUILD_TYPE_V2, ExternalParametersV2
+
+    v2 = body()
+    params = v2["buildDefinition"]["externalParameters"]
+    for key in ("context", "createdEpoch", "packageIndexes"):
+        del params[key]
+    params["sourceDateEpoch"] = 1767225600
+    v2["buildDefinition"]["buildType"] = BUILD_TYPE_V2
+    assert isinstance(parse_provenance(v2, "x").buildDefinition.externalParameters, ExternalParametersV2)
+    mixed = body()
+    mixed["buildDefinition"]["buildType"] = BUILD_TYPE_V2
+    with pytest.raises(ProvenanceError, match="externalParameters are not those of .*cell-build-v2"):
+        parse_provenance(mixed, "x")
+    missing = body()
+    del missing["buildDefinition"]["externalParameters"]["createdEpoch"]
+    with pytest.raises(ProvenanceError, match="malformed provenance"):
+        parse_provenance(missing, "x")
 
 
 def test_a_stand_in_base_is_stated_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

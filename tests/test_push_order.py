@@ -18,6 +18,7 @@ from buildtool.contracts.names import SBOM_TYPE
 from buildtool.imagebuild import builder as builder_mod
 from buildtool.imagebuild import engine
 from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions, CellResult
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell
 from buildtool.registry import referrers
@@ -99,7 +100,7 @@ def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201
     monkeypatch.setattr(engine, "find_by_label", lambda key, value: [])
     monkeypatch.setattr(builder_mod, "push_verified", lambda ref, log, via="": fakes.push(ref))
     monkeypatch.setattr(Builder, "_build_env", lambda self: (
-        None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), None))
+        None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), HostPip()))
     monkeypatch.setattr(builder_mod, "scrub_log", lambda path, secrets: None)
     monkeypatch.setattr(builder_mod, "secret_strings", lambda host: [])
     monkeypatch.setattr(Builder, "_ensure_sbom", lambda self, plan, ref, digest, platform: fakes.attach(

@@ -15,7 +15,17 @@ if TYPE_CHECKING:
     from buildtool.matrix.plan import Settings
     from buildtool.validate.keys import TrustedKeys
 
-from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, RevisionOption, err, find_project, log, out
+from buildtool.cli.options import (
+    FrameworkOption,
+    JsonOption,
+    MatrixOption,
+    RevisionOption,
+    TsaOption,
+    err,
+    find_project,
+    log,
+    out,
+)
 from buildtool.contracts.arguments import check_arguments
 
 
@@ -70,6 +80,7 @@ def build(
     registry_cache: RegistryCacheOption = True,
     push_with: PushWithOption = "auto",
     platform: PlatformOption = None,
+    tsa: TsaOption = None,
     revision: RevisionOption = None,
     as_json: JsonOption = False,
     matrix: MatrixOption = None,
@@ -78,6 +89,7 @@ def build(
     retag what is already built (content key). A multi-platform cell: without --push this machine's platform
     (--platform names others), with --push every platform and the index over them. Exit 1 when any cell failed."""
     check_arguments("build", locals())   # every argument first (issue 37)
+    from buildtool.common import tsa as timestamps
     from buildtool.common.errors import FailedError
     from buildtool.contracts import platforms
     from buildtool.imagebuild.builder import Builder, BuildOptions
@@ -98,7 +110,7 @@ def build(
     options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill, platforms=chosen,
                            builder_key=_builder_key, matrix=project.matrix_path, registry_cache=registry_cache,
                            cache_trust=_cache_trust(project.root, settings), push_with=push_with)
-    with build_progress([p.cell.key for p in plans]) as progress:
+    with build_progress([p.cell.key for p in plans]) as progress, timestamps.using(tsa):
         results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
     if as_json:
         out.print(json.dumps({"results": [r.to_json() for r in results]}, indent=2), markup=False,
@@ -151,7 +163,7 @@ def bases(
     mirror: MirrorOption = None,
     matrix: MatrixOption = None,
 ) -> None:
-    """Fill the mirror registry with FRAMEWORK's bases: Debian from debootstrap, NGC stand-ins (test
+    """Fill the mirror registry with FRAMEWORK's bases: Debian from mmdebstrap (DEBIAN_ARCHIVE), NGC stand-ins (test
     fixtures, labelled as such) built on it."""
     check_arguments("bases", locals())   # every argument first (issue 37)
     from rich.table import Table

@@ -16,8 +16,8 @@ import typer
 from buildtool.cli.console import Project, emit_json, err, find_project, json_emitted, log, out, reset_json, say
 
 # Re-exported for the command modules, with the options declared here.
-__all__ = ["FrameworkOption", "JsonOption", "MatrixOption", "Project", "RevisionOption", "emit_json", "err",
-           "find_project", "json_emitted", "log", "out", "reset_json", "say"]
+__all__ = ["FrameworkOption", "JsonOption", "MatrixOption", "Project", "RevisionOption", "TsaOption", "emit_json",
+           "err", "find_project", "json_emitted", "log", "out", "reset_json", "say"]
 
 FrameworkOption = Annotated[
     str | None,
@@ -28,6 +28,12 @@ MatrixOption = Annotated[
     Path | None, typer.Option("--matrix", help="The version matrix (default: matrix.yaml at the project root).")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines instead of a table.")]
+TsaOption = Annotated[
+    str | None,
+    typer.Option("--tsa", envvar="DL_IMAGES_TSA_URL", metavar="URL",
+                 help="An RFC 3161 timestamp authority: each Sigstore bundle written carries its timestamp over the "
+                      "signature (docs/release-trust.md). Default: none."),
+]
 RevisionOption = Annotated[
     str | None,
     typer.Option("--revision", envvar="REVISION",

@@ -16,8 +16,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from buildtool.cli.options import JsonOption, MatrixOption, Project, RevisionOption, err, find_project, log, out
+from buildtool.cli.options import (
+    JsonOption,
+    MatrixOption,
+    Project,
+    RevisionOption,
+    TsaOption,
+    err,
+    find_project,
+    log,
+    out,
+)
 from buildtool.common.errors import FailedError, UserError
+from buildtool.common.tsa import using
 from buildtool.contracts import frameworks
 from buildtool.contracts.arguments import check_arguments
 from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
@@ -120,6 +131,7 @@ def validate(
     platform: PlatformOption = None,
     extra_tests: ExtraTestsOption = None,
     rerun: RerunOption = False,
+    tsa: TsaOption = None,
     revision: RevisionOption = None,
     as_json: JsonOption = False,
     matrix: MatrixOption = None,
@@ -152,7 +164,13 @@ def validate(
     if options.require_gpu:
         # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
         require_gpus(gpu_inventory())
-    verdicts = _validate_all(refs, wanted, loaded, project.root, options)
+    with using(tsa):
+        verdicts = _validate_all(refs, wanted, loaded, project.root, options)
+    _report(verdicts, as_json, reports)
+
+
+def _report(verdicts: list[dict[str, Any]], as_json: bool, reports: Path) -> None:
+    """The verdicts as a table (or JSON), what was incomplete, and exit 1 naming the images that failed."""
     if as_json:
         out.print(json.dumps(verdicts, indent=1), markup=False, highlight=False)
     else:

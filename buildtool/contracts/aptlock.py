@@ -8,7 +8,7 @@ one `name=version` line per package, sorted by name:
     # format: 1
     # inputs: sha256:...        fingerprint of the matrix values (named packages, base, architecture)
     # base: docker.io/library/debian:bookworm-slim
-    # resolved-in: 127.0.0.1:5000/library/debian:bookworm-slim@sha256:... (debootstrap --variant=minbase bookworm)
+    # resolved-in: 127.0.0.1:5000/library/debian:bookworm-slim@sha256:... (mmdebstrap --variant=minbase bookworm, ...)
     # base-packages: sha256:... (88 in base.dpkg)
     # arch: amd64
     # entries: sha256:...       digest of the entry lines (a hand edit changes it)

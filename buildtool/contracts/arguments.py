@@ -130,6 +130,17 @@ def _platforms(option: str, value: str) -> object:
     return [_platform(option, part.strip()) for part in value.split(",") if part.strip()] or _platform(option, value)
 
 
+def _tsa_url(option: str, value: str) -> object:
+    """A timestamp authority's http(s) URL, without credentials (common.tsa)."""
+    from buildtool.common.tsa import url_problem
+    from buildtool.common.urls import public_url
+
+    problem = url_problem(value) if len(value) <= 512 else "is longer than 512 characters"
+    if problem:
+        raise UserError(f"{option}: {shown(public_url(value) or value)} {problem}")
+    return value
+
+
 def _size(option: str, value: str) -> object:
     from buildtool.common.sizes import parse_size
 
@@ -313,7 +324,8 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
               "jobs": ("--jobs", count(1, 64)), "fill": ("--fill-bases", FLAG), "log_dir": ("--log-dir", OUT_DIR),
               "registry_cache": ("--registry-cache", FLAG),
               "push_with": ("--push-with", choice("auto", "engine", "skopeo")),
-              "platform": ("--platform", _each(_platforms)), "revision": REV, "as_json": JSON, "matrix": MATRIX},
+              "platform": ("--platform", _each(_platforms)), "tsa": ("--tsa", _tsa_url), "revision": REV,
+              "as_json": JSON, "matrix": MATRIX},
     "bundle": {"image": ("IMAGE", REFERENCE), "dest": ("DEST", OUT_DIR), "shm_size": ("--shm-size", _size),
                "ulimit": ("--ulimit", _each(ULIMIT)), "hosts": ("--hosts", FILE), "jobs_dir": ("--jobs-dir", PATH),
                "writable": ("--writable", FLAG), "force": ("--force", FLAG), "platform": ("--platform", _platform),
@@ -367,7 +379,8 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
                  "require_gpu": ("--require-gpu", FLAG), "baseline": ("--baseline", _each(DIR)),
                  "busbw_window": ("--busbw-window", count(1, 365)), "jobs": ("--jobs", count(1, 64)),
                  "platform": ("--platform", _each(_platforms)), "extra_tests": ("--extra-tests", DIR),
-                 "rerun": ("--rerun", FLAG), "revision": REV, "as_json": JSON, "matrix": MATRIX},
+                 "rerun": ("--rerun", FLAG), "tsa": ("--tsa", _tsa_url), "revision": REV, "as_json": JSON,
+                 "matrix": MATRIX},
     "verify": {"image": ("IMAGE", REFERENCE), "trust_local_key": ("--trust-local-key", FLAG),
                "keys": ("--keys", FILE), "accept_skip": ("--accept-skip", _each(_skip_waiver)), "as_json": JSON,
                "matrix": MATRIX},

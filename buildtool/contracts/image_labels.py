@@ -3,7 +3,8 @@ written back to one. Keys come from label_keys; the values that carry structure 
 
 - the run profile (JSON: shm_size in the one size grammar, ipc, ulimits, gpus, docker_flags),
 - the locked packages (JSON object name -> version) and the per-package labels,
-- the test groups (a comma list), the stand-in flag (`true` or `false`).
+- the test groups (a comma list), the stand-in flag (`true` or `false`),
+- the archive state a base was made from (`<InRelease URL> sha256:<hex> <Date, RFC 3339>`, archive_label).
 
 A value that does not parse is a LabelError naming the key and the value, never a default. An empty
 value states nothing: Docker cannot remove a label in a derived image, only empty it (`LABEL k=""`), so
@@ -15,6 +16,7 @@ for every dict that parses (JSON labels in the builder's spelling: sorted keys, 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -25,6 +27,26 @@ from buildtool.contracts import label_keys
 
 class LabelError(ValueError):
     """A label whose value does not parse; the message names the key and the value."""
+
+
+_ARCHIVE = re.compile(r"(https?://\S+/dists/[A-Za-z0-9.-]+/InRelease) sha256:([0-9a-f]{64}) "
+                      r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z)")
+
+
+def archive_label(uri: str, sha256: str, date: str) -> str:
+    """The BASE_ARCHIVE value of a base made from the release file `uri` (its sha256 and Date)."""
+    value = f"{uri} sha256:{sha256} {date}"
+    parse_archive_label(value)
+    return value
+
+
+def parse_archive_label(value: str) -> tuple[str, str, str]:
+    """(InRelease URL, sha256 hex, Date) of a BASE_ARCHIVE value; LabelError naming it otherwise."""
+    match = _ARCHIVE.fullmatch(value)
+    if match is None:
+        raise LabelError(f"label {label_keys.BASE_ARCHIVE}={value[:120]!r} is not `<InRelease URL> sha256:<hex> "
+                         "<Date>`")
+    return match.group(1), match.group(2), match.group(3)
 
 
 def _compact(data: object) -> str:
@@ -114,6 +136,7 @@ TEXT_FIELDS = {
     "licenses": label_keys.OCI_LICENSES,
     "base_ref": label_keys.BASE_REF,
     "base_source": label_keys.BASE_SOURCE,
+    "base_archive": label_keys.BASE_ARCHIVE,
     "content_key": label_keys.CONTENT_KEY,
     "standin_framework": label_keys.STANDIN_FRAMEWORK,
     "standin_python": label_keys.STANDIN_PYTHON,
@@ -147,6 +170,7 @@ class ImageLabels:
     licenses: str = ""
     base_ref: str = ""
     base_source: str = ""
+    base_archive: str = ""
     content_key: str = ""
     standin_framework: str = ""
     standin_python: str = ""
@@ -178,6 +202,8 @@ class ImageLabels:
                 raise LabelError(f"label {label_keys.PACKAGES}: every version must be text "
                                  f"({present[label_keys.PACKAGES][:80]!r})")
             values["packages"] = dict(sorted(packages.items()))
+        if label_keys.BASE_ARCHIVE in present:
+            parse_archive_label(present[label_keys.BASE_ARCHIVE])
         if label_keys.STANDIN in present:
             flag = present[label_keys.STANDIN]
             if flag not in ("true", "false"):

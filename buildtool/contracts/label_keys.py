@@ -54,7 +54,8 @@ CONTENT_KEY = f"{PREFIX}.content-key"
 RUN_PROFILE = f"{PREFIX}.run-profile"       # JSON of the cell's run profile
 PACKAGES = f"{PREFIX}.packages"             # JSON name -> version of every package the cell's locks install
 BASE_REF = f"{PREFIX}.base.ref"             # the base reference the build pulled (mirror or upstream)
-BASE_SOURCE = f"{PREFIX}.base.source"       # how a locally made base was made (debootstrap ...)
+BASE_SOURCE = f"{PREFIX}.base.source"       # how a locally made base was made (mmdebstrap ...)
+BASE_ARCHIVE = f"{PREFIX}.base.archive"     # the archive state it was made from: `<InRelease URL> sha256:<hex> <Date>`
 BASE_UPSTREAM = f"{PREFIX}.base.upstream"   # the matrix's base (static): base.name is it or its mirror
 PACKAGE_PREFIX = f"{PREFIX}.package."       # one label per package (`<prefix><name>=<version>`), read by notes
 

@@ -4,17 +4,21 @@ The predicate of an in-toto Statement about the image digest (buildtool.contract
 the builder's key (buildtool.validate.keys, role builder) and attached to the digest as a referrer.
 Typed here once; the push writes it, release gates on it, `buildtool verify` prints it. Parsing is
 strict: an unknown field, a missing one or a wrong type is a ProvenanceError naming it, never a default.
-The build type is documented in docs/release-trust.md#cell-build-v2 (BUILD_TYPE is that address).
+The build type is documented in docs/release-trust.md#cell-build-v3 (BUILD_TYPE is that address); a v2
+provenance (#cell-build-v2, before issue 52) is still read, by its own model, never written.
 
     buildDefinition:
       buildType:           BUILD_TYPE
       externalParameters:  cell, matrix_digest (sha256 of matrix.yaml as built), revision (the full commit,
                            `-dirty.<hash>` when built from a dirty tree), source (the repository's URL),
-                           dockerfile (its path in the repository), platform, buildArgs (every --build-arg
-                           the build passed: BASE_IMAGE by digest, BUILDKIT_INLINE_CACHE, the cell's own),
-                           sourceDateEpoch (the commit time: the image config's and history's times),
-                           secrets (the BuildKit secret ids the build mounted: names, never values),
-                           network (the RUN steps' network mode)
+                           dockerfile (its path in the repository), context (the build context: its folder),
+                           platform, buildArgs (every --build-arg the build passed: BASE_IMAGE by digest,
+                           BUILDKIT_INLINE_CACHE, the cell's own), sourceDateEpoch (the SOURCE_DATE_EPOCH the
+                           RUN steps ran with, as the image's history shows it; null: none), createdEpoch (the
+                           commit time the push wrote into the config's and history's times), secrets (the
+                           BuildKit secret ids the build mounted: names, never values), network (the RUN steps'
+                           network mode), packageIndexes (each package index or find-links location the
+                           build's pip/uv settings named: URL without credentials, query or fragment; role)
       internalParameters:  buildkit (how the builder ran BuildKit: `classic` DOCKER_BUILDKIT=1 or `buildx`),
                            configRewrite (what the push path normalised in the config; "" when nothing)
       resolvedDependencies: each a ResourceDescriptor with at least one of uri, digest, content:
@@ -38,9 +42,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from buildtool.common.urls import public_url
+
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 DOCS = "https://github.com/dl-images/dl-images/blob/main/docs/release-trust.md"
-BUILD_TYPE = f"{DOCS}#cell-build-v2"
+BUILD_TYPE = f"{DOCS}#cell-build-v3"
+BUILD_TYPE_V2 = f"{DOCS}#cell-build-v2"     # read, never written (before issue 52)
+INDEX_ROLES = ("index-url", "extra-index-url", "find-links", "cell-index-url")
 # A builder with a key of trusted-keys.yaml but no CI run to name: the documented page, the key by its id.
 LOCAL_BUILDERS = DOCS
 BUILDER_ID_ENV = "DL_IMAGES_BUILDER_ID"     # e.g. https://github.com/<org>/<repo>/actions/runs/<id>
@@ -90,7 +98,32 @@ def descriptor_problem(descriptor: ResourceDescriptor) -> str:
     return ""
 
 
+class PackageIndex(_Model):
+    url: str            # common.urls.public_url of what the settings named: never a credential
+    role: str           # INDEX_ROLES
+
+
 class ExternalParameters(_Model):
+    """cell-build-v3."""
+
+    cell: str
+    matrix_digest: str
+    revision: str
+    source: str
+    dockerfile: str
+    context: str
+    platform: str
+    buildArgs: dict[str, str]
+    sourceDateEpoch: int | None
+    createdEpoch: int
+    secrets: list[str]
+    network: str
+    packageIndexes: list[PackageIndex]
+
+
+class ExternalParametersV2(_Model):
+    """cell-build-v2 (read only): sourceDateEpoch was the commit time, which the config's times carry."""
+
     cell: str
     matrix_digest: str
     revision: str
@@ -105,7 +138,7 @@ class ExternalParameters(_Model):
 
 class BuildDefinition(_Model):
     buildType: str
-    externalParameters: ExternalParameters
+    externalParameters: ExternalParameters | ExternalParametersV2
     internalParameters: dict[str, Any] = Field(default_factory=dict)
     resolvedDependencies: list[ResourceDescriptor]
 
@@ -167,6 +200,13 @@ class Provenance(_Model):
         return next((d for d in self.runDetails.byproducts if d.name == INLINE_CACHE), None)
 
 
+def pinned_reference(descriptor: ResourceDescriptor) -> str:
+    """`name@sha256:<hex>` of an oci:// descriptor, whether its uri names the tag only (v2) or tag and digest (v3)."""
+    name = descriptor.uri.removeprefix("oci://")
+    digest = f"sha256:{descriptor.digest.get('sha256', '?')}"
+    return name if name.endswith(f"@{digest}") else f"{name}@{digest}"
+
+
 class ProvenanceError(ValueError):
     """A provenance predicate that does not parse; the message names where and the field."""
 
@@ -181,8 +221,20 @@ def parse_provenance(data: Any, where: str) -> Provenance:
         first = exc.errors()[0]
         path = ".".join(str(p) for p in first["loc"])
         raise ProvenanceError(f"{where}: malformed provenance: `{path}`: {first['msg']}") from None
-    if provenance.buildDefinition.buildType != BUILD_TYPE:
-        raise ProvenanceError(f"{where}: buildType {provenance.buildDefinition.buildType!r} is not {BUILD_TYPE}")
+    definition = provenance.buildDefinition
+    wanted = {BUILD_TYPE: ExternalParameters, BUILD_TYPE_V2: ExternalParametersV2}.get(definition.buildType)
+    if wanted is None:
+        raise ProvenanceError(f"{where}: buildType {definition.buildType!r} is not {BUILD_TYPE} (nor {BUILD_TYPE_V2})")
+    if not isinstance(definition.externalParameters, wanted):
+        raise ProvenanceError(f"{where}: externalParameters are not those of {definition.buildType} (a field of "
+                              "another build type, or one missing)")
+    if isinstance(definition.externalParameters, ExternalParameters):
+        for index in definition.externalParameters.packageIndexes:
+            if index.role not in INDEX_ROLES:
+                raise ProvenanceError(f"{where}: packageIndexes role {index.role!r} is not one of {INDEX_ROLES}")
+            if public_url(index.url) != index.url:
+                raise ProvenanceError(f"{where}: a packageIndexes URL is not a plain URL without credentials, "
+                                      "query or fragment (a provenance never records a credential)")
     for name, what in ((BASE, "the base image"), (SOURCE, "the source, git+<URL>@<ref> with its gitCommit")):
         if provenance.dependency(name) is None:
             raise ProvenanceError(f"{where}: no resolved dependency named {name!r} ({what})")

@@ -2,15 +2,22 @@
 the form cosign's `--new-bundle-format`, GitHub's artifact attestations, sigstore-js and sigstore-go read.
 
     Bundle {"mediaType": BUNDLE_MEDIA_TYPE,
-            "verificationMaterial": {"publicKey": {"hint": <the key id: sha256 of the raw Ed25519 key, hex>}},
+            "verificationMaterial": {"publicKey": {"hint": <the key id: sha256 of the raw Ed25519 key, hex>},
+                                     "tlogEntries": [],
+                                     ["timestampVerificationData": {"rfc3161Timestamps": [{"signedTimestamp":
+                                         <base64 DER TimeStampResp over the signature>}]}]},
             "dsseEnvelope": <the DSSE envelope, as signed: payload, payloadType, signatures [{keyid, sig}]>}
 
-No transparency-log entries and no timestamps: the keys are the project's own (config/trusted-keys.yaml),
-not Sigstore's public-good instance, so a verifier is given the public key for the hint and log thresholds
-of 0 (docs/release-trust.md, "Sigstore bundles"). A bundle that carries a transparency-log entry, a timestamp
-or a certificate is refused by the reader: this toolkit cannot verify them, and a Sigstore verifier refuses
-what it cannot verify (issue 48: the toolkit and sigstore-js agree). The envelope is the same bytes' content the
-toolkit's own artifact carries: one signature, so a bundle and the artifact beside it are the same attestation.
+No transparency-log entries: the keys are the project's own (config/trusted-keys.yaml), not Sigstore's
+public-good instance, so a verifier is given the public key for the hint and a log threshold of 0
+(docs/release-trust.md, "Sigstore bundles"). `tlogEntries` is written, empty: protobuf-specs makes it a
+repeated field (absent means empty), but sigstore-models (sigstore-python's pydantic models) requires the key
+(issue 52). An RFC 3161 timestamp is there only when the writer named a timestamp authority
+(buildtool.common.tsa); a reader verifies it with that authority's certificates (`timestamp_problem`) and
+refuses a bundle carrying one it cannot verify, as it refuses a transparency-log entry or a certificate: a
+Sigstore verifier refuses what it cannot verify (issue 48: the toolkit and sigstore-js agree). The envelope is
+the same bytes' content the toolkit's own artifact carries: one signature, so a bundle and the artifact beside it
+are the same attestation.
 
 In the registry (buildtool.registry.bundles) a bundle is an OCI artifact with artifactType BUNDLE_MEDIA_TYPE,
 the bundle as its one layer (same media type), `subject` the image manifest, and the annotations cosign and
@@ -20,7 +27,10 @@ statement's predicate type (a hint for listing; readers check the signed stateme
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -33,22 +43,38 @@ class BundleError(ValueError):
     """A bundle this toolkit does not read; the message names why."""
 
 
-def bundle(envelope: bytes) -> bytes:
-    """The bundle (JSON bytes, keys sorted) of one signed DSSE envelope (JSON bytes, as sign_envelope makes)."""
+# Why an RFC 3161 timestamp (DER) over a signature (raw bytes) does not verify, "" when it does.
+TimestampCheck = Callable[[bytes, bytes], str]
+
+
+def signature_bytes(envelope: bytes) -> bytes:
+    """The raw bytes of a DSSE envelope's one signature: what a timestamp authority stamps for a bundle."""
     env = json.loads(envelope)
     signatures = env.get("signatures") or []
     if len(signatures) != 1 or not signatures[0].get("keyid"):
         raise BundleError(f"a bundle names one key: the envelope has {len(signatures)} signatures")
-    body = {"mediaType": BUNDLE_MEDIA_TYPE,
-            "verificationMaterial": {"publicKey": {"hint": signatures[0]["keyid"]}},
-            "dsseEnvelope": env}
+    return _decoded(signatures[0].get("sig"))
+
+
+def bundle(envelope: bytes, timestamps: Sequence[bytes] = ()) -> bytes:
+    """The bundle (JSON bytes, keys sorted) of one signed DSSE envelope (JSON bytes, as sign_envelope makes),
+    with the RFC 3161 timestamps (DER TimeStampResp each) over its signature when given."""
+    signature_bytes(envelope)
+    env = json.loads(envelope)
+    material: dict[str, Any] = {"publicKey": {"hint": env["signatures"][0]["keyid"]}, "tlogEntries": []}
+    if timestamps:
+        material["timestampVerificationData"] = {
+            "rfc3161Timestamps": [{"signedTimestamp": base64.b64encode(t).decode()} for t in timestamps]}
+    body = {"mediaType": BUNDLE_MEDIA_TYPE, "verificationMaterial": material, "dsseEnvelope": env}
     return json.dumps(body, sort_keys=True).encode()
 
 
-def envelope(data: bytes) -> bytes:
+def envelope(data: bytes, check_timestamp: TimestampCheck | None = None) -> bytes:
     """The DSSE envelope (JSON bytes, keys sorted: byte for byte what the toolkit's own artifact holds) of a
     bundle; BundleError naming the fault for anything but a v0.3 DSSE bundle with a public-key hint that is
-    the key id its signature claims (so this toolkit and a Sigstore verifier look up the same key)."""
+    the key id its signature claims (so this toolkit and a Sigstore verifier look up the same key). Its RFC 3161
+    timestamps, if any, must each pass `check_timestamp` (None: no timestamp authority is trusted, so a bundle
+    that carries one is refused)."""
     try:
         body = json.loads(data)
     except ValueError:
@@ -65,28 +91,52 @@ def envelope(data: bytes) -> bytes:
     if not isinstance(hint, str) or not hint:
         raise BundleError("malformed: the Sigstore bundle names no public key (verificationMaterial.publicKey.hint)")
     material = body.get("verificationMaterial") or {}
-    unverifiable = _unverifiable(material)
+    unverifiable = _unverifiable(material, check_timestamp is not None)
     if unverifiable:
         raise BundleError(f"unverifiable: the Sigstore bundle carries {unverifiable}, which this toolkit cannot verify "
-                          "(it trusts keys, not a transparency log or a timestamp authority); Sigstore's verifiers "
-                          "refuse what they cannot verify too, so it is refused, not read past")
+                          "(it trusts keys, not a transparency log, and a timestamp authority only where "
+                          "DL_IMAGES_TSA_CERTS names one); Sigstore's verifiers refuse what they cannot verify too, "
+                          "so it is refused, not read past")
     claimed = [s.get("keyid") for s in env.get("signatures") or [] if isinstance(s, dict)]
     if claimed != [hint]:
         raise BundleError(f"mismatched: the bundle's key hint {hint[:16]} is not the key its one signature names "
                           f"({', '.join(str(k)[:16] for k in claimed) or 'none'})")
+    if check_timestamp is not None:
+        signature = _decoded(env["signatures"][0].get("sig"))
+        for n, stamp in enumerate(_get(material, "timestampVerificationData", "rfc3161Timestamps") or []):
+            raw = stamp.get("signedTimestamp") if isinstance(stamp, dict) else None
+            problem = check_timestamp(_decoded(raw), signature)
+            if problem:
+                raise BundleError(f"unverifiable: the Sigstore bundle's RFC 3161 timestamp {n + 1} {problem}")
     return json.dumps(env, sort_keys=True).encode()
 
 
-def _unverifiable(material: dict[str, Any]) -> str:
-    """What verification material a keyed bundle carries beyond its key hint ("" when nothing): a transparency-log
-    entry, a timestamp, a certificate. Issue 48 decided: such a bundle is refused (sigstore-js refuses a bundle
-    whose transparency-log entry it cannot verify), so the toolkit and a Sigstore verifier agree."""
+def _decoded(value: Any) -> bytes:
+    """Base64 (as protobuf-specs' JSON writes bytes) -> bytes; BundleError for anything else."""
+    try:
+        decoded = base64.b64decode(value, validate=True) if isinstance(value, str) else b""
+    except (binascii.Error, ValueError):
+        decoded = b""
+    if not decoded:
+        raise BundleError("malformed: a signature or timestamp of the Sigstore bundle is not base64")
+    return decoded
+
+
+def _unverifiable(material: dict[str, Any], timestamps_checked: bool) -> str:
+    """What verification material a keyed bundle carries beyond its key hint that nothing here verifies ("" when
+    nothing): a transparency-log entry, a timestamp (unless a timestamp authority is trusted), a certificate.
+    Issue 48 decided: such a bundle is refused (sigstore-js refuses a bundle whose transparency-log entry it
+    cannot verify), so the toolkit and a Sigstore verifier agree."""
     found = []
     entries = material.get("tlogEntries")
     if entries not in (None, []):
         found.append(f"{len(entries) if isinstance(entries, list) else 'malformed'} transparency-log entries")
+    data = material.get("timestampVerificationData")
     stamps = _get(material, "timestampVerificationData", "rfc3161Timestamps")
-    if stamps not in (None, []):
+    if data is not None and (not isinstance(data, dict) or set(data) - {"rfc3161Timestamps"}
+                             or not isinstance(stamps, list | None)):
+        found.append("timestamp verification data other than RFC 3161 timestamps")
+    elif stamps and not timestamps_checked:
         found.append("RFC 3161 timestamps")
     found += [f"a {k}" for k in sorted(set(material) - {"publicKey", "tlogEntries", "timestampVerificationData"})]
     return ", ".join(found)

@@ -1,1 +1,1 @@
-"""Stage 3: building images: the Docker engine, bases (debootstrap, stand-ins), pip settings, the builder."""
+"""Stage 3: building images: the Docker engine, bases (mmdebstrap, stand-ins), pip settings, the builder."""

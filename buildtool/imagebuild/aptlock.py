@@ -71,8 +71,9 @@ def architecture(cell: Cell, platform: str | None) -> str:
 
 
 def fingerprint(cell: Cell, platform: str | None = None) -> str:
-    """The matrix values an apt lock follows from; a change makes it stale. Not the base's digest: a
-    debootstrap base differs by digest on every machine; its packages are checked against base.dpkg."""
+    """The matrix values an apt lock follows from; a change makes it stale. Not the base's digest: the base
+    follows the archive (a new base, made from a newer archive state, is the drift check's to report: its
+    packages against base.dpkg); `resolved-in` names the base by digest."""
     data = {"packages": named_packages(cell), "base": cell.base, "arch": architecture(cell, platform)}
     return "sha256:" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -298,7 +299,7 @@ def platform_base(base_ref: str, platform: str) -> str:
 
 
 def base_source(base_ref: str) -> str:
-    """How the base was made, from its label (debootstrap) or its being a plain pull."""
+    """How the base was made, from its label (mmdebstrap) or its being a plain pull."""
     from buildtool.contracts import label_keys
     from buildtool.imagebuild import engine
 
@@ -379,20 +380,13 @@ def _lock_platform(root: Path, cell: Cell, base_ref: str, log: Log, platform: st
     texts = lock_text(cell, probe, base_source(base_ref), platform)
     changed = []
     for path, text in zip((*paths(root, cell, platform), hashes_path(root, cell, platform)), texts, strict=True):
-        old = path.read_text() if path.is_file() else None
-        # The digest of a re-made base differs on every machine: a lock whose packages did not move is kept.
-        if old is not None and _same_but_origin(old, text):
+        # The base is reproducible (issue 52): `resolved-in` names by digest the base the image is built on, so a
+        # lock resolved in another base is written again even where its packages did not move.
+        if path.is_file() and path.read_text() == text:
             continue
         write_atomic(path, text)
         changed.append(path)
     return changed
-
-
-def _same_but_origin(old: str, new: str) -> bool:
-    def strip(text: str) -> list[str]:
-        return [ln for ln in text.splitlines() if not ln.startswith("# resolved-in:")
-                and not (ln.startswith("# ") and "@sha256:" in ln)]
-    return strip(old) == strip(new)
 
 
 # -- drift ------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def release_date(text: bytes, uri: str) -> datetime:
 
 def observe(build_log: str, began: datetime, fetch: Fetch | None = None) -> list[ReleaseFile]:
     """The release files the build's apt step read (release_urls), as the archive serves them now."""
-    fetch = fetch or _get
+    fetch = fetch or get
     found = []
     for uri in release_urls(build_log):
         data = fetch(uri)
@@ -64,15 +64,16 @@ def observe(build_log: str, began: datetime, fetch: Fetch | None = None) -> list
     return found
 
 
-def _get(uri: str) -> bytes:
+def get(uri: str) -> bytes:
+    """The file at `uri` (a Debian archive's release file); FailedError naming it when it cannot be read."""
     import requests
 
     try:
         response = requests.get(uri, timeout=TIMEOUT_S)
     except requests.RequestException as exc:
-        raise FailedError(f"the Debian archive's {uri} cannot be read for the provenance "
-                          f"({type(exc).__name__})") from None
+        raise FailedError(f"the Debian archive's {uri} cannot be read ({type(exc).__name__}): the base and the "
+                          "provenance record the release file") from None
     if response.status_code != 200:
-        raise FailedError(f"the Debian archive's {uri} answered {response.status_code} (the provenance "
-                          "records the release file the apt step read)")
+        raise FailedError(f"the Debian archive's {uri} answered {response.status_code} (the base and the "
+                          "provenance record the release file)")
     return response.content

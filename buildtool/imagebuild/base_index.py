@@ -1,11 +1,11 @@
 """Multi-platform bases: one OCI image index per base tag, one image per platform (the index itself is
 read and written by buildtool.registry.image_index).
 
-`rootfs_image` turns a sealed root file system of a platform this engine
-cannot import natively (Debian's docker 20.10 has no `docker import --platform`) into an image written
+`rootfs_image` turns a sealed root file system (of any platform: Debian's docker 20.10 has no
+`docker import --platform`, and `docker import` stamps the wall clock into the config) into an image written
 straight to the registry: a layer tarred here (names sorted, numeric owners, the tree's clamped mtimes,
-gzip without a timestamp) and a config stating the platform, dated by the suite's Release. The same tree
-gives the same bytes, so the same digest: the base stays reproducible without the engine in the loop.
+gzip without a timestamp) and a config stating the platform, dated by the suite's InRelease. The same tree
+gives the same bytes, so the same digest: the base is reproducible without the engine in the loop.
 """
 
 from __future__ import annotations
@@ -111,6 +111,12 @@ def image_config(platform: str, layer: Layer, *, epoch: int, cmd: list[str], lab
               "rootfs": {"type": "layers", "diff_ids": [layer.diff_id]},
               "history": [{"created": created, "created_by": created_by}]}
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+
+
+def tag_child(client: RegistryClient, repo: str, tag: str, child: Child) -> str:
+    """Point `tag` at one platform's image (a base of one platform): its manifest's very bytes, so one digest."""
+    body, media_type, _ = client.get_manifest(repo, child.digest)
+    return client.put_manifest(repo, tag, body, media_type)
 
 
 def rootfs_image(client: RegistryClient, repo: str, rootfs: Path, platform: str, *, epoch: int, cmd: list[str],

@@ -1,12 +1,15 @@
 """`buildtool bases`: fill a (local) mirror registry with the bases a build needs.
 
 When the upstream registries cannot be reached (air-gapped sites, this project's CI):
-- Debian bases (`docker.io/library/debian:<suite>[-slim]`) come from debootstrap of the same
-  suite, imported and pushed to the mirror path of the upstream. When a cell is built for another
-  platform as well (linux/arm64 under QEMU here), that platform is debootstrapped too, sealed the
-  same way, written to the registry as an image of that platform (buildtool.imagebuild.base_index), and
-  the tag becomes an OCI index over both; the engine's own (host) image stays what it was, byte for
-  byte, so single-platform cells keep pinning the same digest;
+- Debian bases (`docker.io/library/debian:<suite>[-slim]`) are made by mmdebstrap (Debian's reproducible
+  bootstrapper) of the same suite, with SOURCE_DATE_EPOCH the `Date:` of the suite's InRelease: two machines
+  given the same archive state (the same InRelease, whose sha256 the base's BASE_ARCHIVE label records) make
+  the same tree, and the tree is written to the registry by base_index (names sorted, numeric owners, clamped
+  mtimes, gzip without a time, a config dated by the InRelease): the same base digest (issue 52; debootstrap
+  and `docker import`, which stamps the wall clock, made another base on every machine). The archive is
+  DEBIAN_ARCHIVE (default http://deb.debian.org/debian; a snapshot.debian.org URL pins a date where that is
+  reachable). Each platform (linux/arm64 runs mmdebstrap's second stage under QEMU here) is an image by
+  digest; one platform is tagged as it is, more become an OCI index over them;
 - NGC bases (`nvcr.io/nvidia/...`) get a stand-in built FROM that Debian base with python and
   pip on PATH, the framework from the cell's `standin.requirements` and NGC's working
   directory. A stand-in is a test fixture: it is labelled so, and images built on it carry
@@ -15,7 +18,9 @@ When the upstream registries cannot be reached (air-gapped sites, this project's
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -28,8 +33,9 @@ from pathlib import Path
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import is_loopback_host, split_repo
 from buildtool.contracts import frameworks, label_keys, platforms
+from buildtool.contracts.image_labels import archive_label
 from buildtool.contracts.names import DEFAULT_REGISTRY
-from buildtool.imagebuild import base_index, engine, push_path, rootfs_seal
+from buildtool.imagebuild import archive_state, base_index, engine, push_path, rootfs_seal
 from buildtool.imagebuild.pipconfig import pip_secrets
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
@@ -37,10 +43,15 @@ from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.render.dockerfiles import label_value
 
 DEBIAN_REPO = "library/debian"
-DEBOOTSTRAP_TIMEOUT = 1200
-# What `docker import` is told for the engine's image; the written images of other platforms say the same.
+MMDEBSTRAP_TIMEOUT = 1200
+ARCHIVE_ENV = "DEBIAN_ARCHIVE"
+DEFAULT_ARCHIVE = "http://deb.debian.org/debian"
+# mmdebstrap's own hook for merged /usr as debootstrap sets it up (symlinks and usr-is-merged): without it
+# mmdebstrap installs the usrmerge package and perl with it (96 packages instead of debootstrap's 88).
+MERGED_USR_HOOKS = "/usr/share/mmdebstrap/hooks/merged-usr"
+# The image's command, as `docker run debian` has it.
 BASE_CMD = ["bash"]
-# What Debian's -slim images leave out (their dpkg excludes), so a debootstrapped -slim base
+# What Debian's -slim images leave out (their dpkg excludes), so a -slim base made here
 # is about the same size and a later apt-get install adds no docs either.
 SLIM_EXCLUDES = """\
 path-exclude /usr/share/doc/*
@@ -59,7 +70,7 @@ Log = Callable[[str], None]
 @dataclass(frozen=True)
 class BaseResult:
     ref: str
-    action: str  # "present", "debootstrap", "stand-in"
+    action: str  # "present", "mmdebstrap", "stand-in"
     digest: str  # the platform's own manifest (a child of the tag's index when it is one)
     seconds: float
     platform: str = platforms.DEFAULT[0]
@@ -116,9 +127,24 @@ def push_verified(ref: str, log: Log, attempts: int = 4, via: str = push_path.EN
 
 def base_source(suite: str, platform: str | None = None) -> str:
     """The BASE_SOURCE label of a Debian base made here; it names the recipe, so an older base is made again.
-    `platform`: one the engine does not import natively (written by base_index); None: the engine's own."""
-    arch = f"--arch={platforms.get(platform).architecture} " if platform else ""
-    return f"debootstrap {arch}--variant=minbase {suite}, recipe {rootfs_seal.RECIPE}"
+    `platform`: another than this machine's (made under QEMU); None: this machine's."""
+    arch = f"--architectures={platforms.get(platform).architecture} " if platform else ""
+    return f"mmdebstrap {arch}--variant=minbase {suite}, recipe {rootfs_seal.RECIPE}"
+
+
+MADE_HERE = ("debootstrap ", "mmdebstrap ")   # BASE_SOURCE of a base this tool made, by any recipe
+
+
+def debian_archive() -> str:
+    """DEBIAN_ARCHIVE (the Debian archive the bases are made from), else deb.debian.org's; UserError when it is
+    no http(s) URL without credentials."""
+    from buildtool.common.urls import public_url
+
+    archive = os.environ.get(ARCHIVE_ENV, "").strip().rstrip("/") or DEFAULT_ARCHIVE
+    if not archive.startswith(("http://", "https://")) or public_url(archive) != archive:
+        raise UserError(f"{ARCHIVE_ENV}: {public_url(archive) or 'the value'} is not an http(s) URL of a Debian "
+                        "archive without credentials, query or fragment (e.g. http://deb.debian.org/debian)")
+    return archive
 
 
 def registry_base_source(ref: str) -> str | None:
@@ -132,48 +158,78 @@ def registry_base_source(ref: str) -> str | None:
     return (labels or {}).get(label_keys.BASE_SOURCE)
 
 
-def _debootstrap(suite: str, slim: bool, ref: str, log: Log, log_file: Path) -> None:
-    """The engine's own platform: a sealed tree imported by the engine (tagged `ref`, not pushed)."""
-    with tempfile.TemporaryDirectory(prefix="buildtool-rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        _make_rootfs(suite, slim, rootfs, None, log, log_file)
-        engine.import_rootfs(rootfs, ref, [f"CMD {json.dumps(BASE_CMD)}",
-                                           f'LABEL {label_keys.BASE_SOURCE}="{base_source(suite)}"'])
+@dataclass(frozen=True)
+class ArchiveState:
+    """The Debian archive a base is made from, as it was: its suite's InRelease (URL, sha256, Date)."""
+
+    release: archive_state.ReleaseFile
+    epoch: int        # its Date as Unix time: the base's SOURCE_DATE_EPOCH
+
+    @property
+    def label(self) -> str:
+        return archive_label(self.release.uri, self.release.sha256, self.release.date)
 
 
-def _debootstrap_foreign(client: RegistryClient, repo: str, suite: str, slim: bool, platform: str, log: Log,
-                         log_file: Path) -> base_index.Child:
-    """Another platform: a sealed tree (debootstrap runs its second stage under QEMU), written to the
-    registry as an image of `platform` by digest; no tag moves."""
+def read_archive_state(archive: str, suite: str, fetch: archive_state.Fetch | None = None) -> ArchiveState:
+    """The suite's InRelease as the archive serves it now (FailedError naming it when it cannot be read)."""
+    uri = f"{archive}/dists/{suite}/InRelease"
+    data = (fetch or archive_state.get)(uri)
+    date = archive_state.release_date(data, uri)
+    return ArchiveState(archive_state.ReleaseFile(uri, hashlib.sha256(data).hexdigest(),
+                                                  date.strftime("%Y-%m-%dT%H:%M:%SZ"), False), int(date.timestamp()))
+
+
+def _make_platform(client: RegistryClient, repo: str, suite: str, slim: bool, platform: str, state: ArchiveState,
+                   log: Log, log_file: Path) -> base_index.Child:
+    """One platform's base: a sealed mmdebstrap tree (QEMU runs the second stage of another machine's), written
+    to the registry as an image of `platform` by digest; no tag moves."""
+    native = platform == platforms.host().name
     with tempfile.TemporaryDirectory(prefix="buildtool-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         started = time.monotonic()
-        epoch = _make_rootfs(suite, slim, rootfs, platform, log, log_file)
+        _make_rootfs(suite, slim, rootfs, None if native else platform, state, log, log_file)
         log(f"{platform} tree made in {time.monotonic() - started:.0f}s; writing its image to {client.host}/{repo}")
         started = time.monotonic()
-        child = base_index.rootfs_image(client, repo, rootfs, platform, epoch=epoch, cmd=BASE_CMD,
-                                        labels={label_keys.BASE_SOURCE: base_source(suite, platform)},
-                                        created_by=f"{base_source(suite, platform)} (buildtool bases)")
+        source = base_source(suite, None if native else platform)
+        child = base_index.rootfs_image(client, repo, rootfs, platform, epoch=state.epoch, cmd=BASE_CMD,
+                                        labels={label_keys.BASE_SOURCE: source, label_keys.BASE_ARCHIVE: state.label},
+                                        created_by=f"{source} (buildtool bases)")
         log(f"{platform} image {child.digest} written in {time.monotonic() - started:.0f}s")
         return child
 
 
-def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, log: Log, log_file: Path) -> int:
-    """debootstrap (for `platform`, None: this machine's), slimmed and sealed; returns the seal's epoch."""
-    if not shutil.which("debootstrap"):
-        raise UserError("debootstrap is not installed; run `bash scripts/setup.sh` (installs it as root)")
-    arch = [f"--arch={platforms.get(platform).architecture}"] if platform else []
-    what = f"debootstrap {' '.join([*arch, '--variant=minbase'])} {suite}"
-    log(f"{what} ({'a few minutes under QEMU' if platform else 'about a minute'}) -> {rootfs}")
+def mmdebstrap_argv(suite: str, rootfs: Path, platform: str | None, archive: str) -> list[str]:
+    """The mmdebstrap command of a base (run with SOURCE_DATE_EPOCH set): the lists kept, to check which
+    InRelease it read (they are removed after)."""
+    arch = [f"--architectures={platforms.get(platform).architecture}"] if platform else []
+    return ["mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory", *arch,
+            f"--hook-dir={MERGED_USR_HOOKS}", "--skip=cleanup/apt/lists", suite, str(rootfs), archive]
+
+
+def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, state: ArchiveState, log: Log,
+                 log_file: Path) -> None:
+    """mmdebstrap (for `platform`, None: this machine's) at the archive state `state`, slimmed and sealed."""
+    if not shutil.which("mmdebstrap"):
+        raise UserError("mmdebstrap is not installed; run `bash scripts/setup.sh` (installs it as root)")
+    archive = state.release.uri.rsplit("/dists/", 1)[0]
+    argv = mmdebstrap_argv(suite, rootfs, platform, archive)
+    what = " ".join(argv[:-2])
+    log(f"SOURCE_DATE_EPOCH={state.epoch} {what} ({'a few minutes under QEMU' if platform else 'about a minute'})"
+        f" -> {rootfs}")
     with log_file.open("a") as out:
         try:
-            run = subprocess.run(["debootstrap", *arch, "--variant=minbase", suite, str(rootfs)], stdout=out,
-                                 stderr=subprocess.STDOUT, timeout=DEBOOTSTRAP_TIMEOUT, stdin=subprocess.DEVNULL)
+            run = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=MMDEBSTRAP_TIMEOUT,
+                                 stdin=subprocess.DEVNULL, env={**os.environ, "SOURCE_DATE_EPOCH": str(state.epoch)})
         except subprocess.TimeoutExpired:
-            raise FailedError(f"{what} timed out after {DEBOOTSTRAP_TIMEOUT}s; see {log_file}") from None
+            raise FailedError(f"{what} timed out after {MMDEBSTRAP_TIMEOUT}s; see {log_file}") from None
     if run.returncode != 0:
         raise FailedError(f"{what} exited {run.returncode}; see {log_file}")
-    epoch = rootfs_seal.release_epoch(rootfs, suite)  # read before the apt lists go
+    read = sorted((rootfs / "var/lib/apt/lists").glob(f"*_dists_{suite}_InRelease"))
+    found = [hashlib.sha256(p.read_bytes()).hexdigest() for p in read]
+    if found != [state.release.sha256]:
+        raise FailedError(f"mmdebstrap read {', '.join(found) or 'no'} InRelease of {suite}, not the "
+                          f"{state.release.uri} of sha256 {state.release.sha256} the base is dated by: the archive "
+                          "moved while the base was made; run it again")
     if slim:
         (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
         (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(SLIM_EXCLUDES)
@@ -193,8 +249,7 @@ def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, log
         for item in (rootfs / folder).glob("*"):
             if item.is_file():
                 item.unlink()
-    rootfs_seal.seal(rootfs, epoch)  # last: every change above moved an mtime
-    return epoch
+    rootfs_seal.seal(rootfs, state.epoch)  # last: every change above moved an mtime
 
 
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
@@ -299,9 +354,9 @@ def debian_upstream_for(cell: Cell) -> str:
 
 
 def outdated_recipe(found: str | None, suite: str) -> bool:
-    """A base this tool made (its BASE_SOURCE says debootstrap) by another recipe than today's. A base
-    without that label came from elsewhere (a mirror of the upstream) and is never replaced."""
-    return found is not None and found.startswith("debootstrap ") and found != base_source(suite)
+    """A base this tool made (its BASE_SOURCE says mmdebstrap, or debootstrap before issue 52) by another recipe
+    than today's. A base without that label came from elsewhere (a mirror of the upstream): never replaced."""
+    return found is not None and found.startswith(MADE_HERE) and found != base_source(suite)
 
 
 def _made_by_recipe(ref: str, suite: str, log: Log) -> bool:
@@ -324,12 +379,12 @@ def debian_platforms(cell: Cell) -> tuple[str, ...]:
 
 
 def _child_current(child: base_index.Child, ref: str, suite: str, log: Log) -> bool:
-    """A child this tool made (BASE_SOURCE says debootstrap) by another recipe is made again; one made
-    elsewhere (a mirror of the upstream) is kept."""
+    """A child this tool made (BASE_SOURCE says mmdebstrap or debootstrap) by another recipe is made again; one
+    made elsewhere (a mirror of the upstream) is kept."""
     found = child.labels.get(label_keys.BASE_SOURCE)
     native = child.platform == platforms.host().name
     wanted = base_source(suite, None if native else child.platform)
-    if found is None or not found.startswith("debootstrap ") or found == wanted:
+    if found is None or not found.startswith(MADE_HERE) or found == wanted:
         return True
     log(f"{ref} {child.platform} was made by {found!r}, not {wanted!r}: making it again")
     return False
@@ -349,15 +404,15 @@ def _ordered(names: set[str]) -> list[str]:
     return [p for p in platforms.KNOWN if p in names]
 
 
-def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: Path) -> list[BaseResult]:
-    """Make `ref` hold a current image of every wanted platform: one platform the engine's single image,
-    more an OCI index whose host child is that same image. Images already current are kept by digest;
-    other platforms are made first, by digest, so one that fails leaves the tag as it was."""
+def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: Path,
+                 fetch: archive_state.Fetch | None = None) -> list[BaseResult]:
+    """Make `ref` hold a current image of every wanted platform: one platform that image, more an OCI index over
+    them. Images already current are kept by digest; the others are made by digest from one archive state (the
+    suite's InRelease, read once) before the tag moves, so one that fails leaves the tag as it was."""
     started = time.monotonic()
     host, repo, tag = split_repo(ref)
     client = RegistryClient(host)
     suite, slim = debian_suite(upstream)
-    native = platforms.host().name
     try:
         children = base_index.read_children(client, repo, tag)
     except NotFound:
@@ -365,30 +420,25 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
     todo = [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
     if not todo:
         return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in wanted]
-    # Refused before any debootstrap: an emulated platform this machine cannot run.
+    # Refused before any mmdebstrap: an emulated platform this machine cannot run.
     for name in todo:
         problem = platforms.binfmt_problem(name)
         if problem:
             raise UserError(f"cannot make the {name} base {ref}: {problem}")
+    state = read_archive_state(debian_archive(), suite, fetch)
+    log(f"{ref}: the archive state is {state.release.uri} sha256:{state.release.sha256} ({state.release.date})")
     results: list[BaseResult] = []
     made = dict(children)
-    # Other platforms first, by digest: a failure there leaves the tag as it was.
-    for name in (p for p in todo if p != native):
+    for name in todo:
         begun = time.monotonic()
         log_file = log_dir / f"base-debian-{suite}-{platforms.get(name).architecture}.log"
-        made[name] = _debootstrap_foreign(client, repo, suite, slim, name, log, log_file)
-        results.append(BaseResult(ref, "debootstrap", made[name].digest, time.monotonic() - begun, name))
-        log(f"{ref} {name}: debootstrap and push took {time.monotonic() - begun:.0f}s ({made[name].digest})")
-    if native in todo:
-        begun = time.monotonic()
-        _debootstrap(suite, slim, ref, log, log_dir / f"base-debian-{suite}.log")
-        digest = push_verified(ref, log)   # the tag: the engine's single image, as a one-platform base is
-        pushed = base_index.read_children(client, repo, digest)
-        if native not in pushed:
-            raise FailedError(f"{ref}: the engine imported a {', '.join(pushed)} image, not {native}")
-        made[native] = pushed[native]
-        results.append(BaseResult(ref, "debootstrap", digest, time.monotonic() - begun, native))
-    if set(made) != {native}:
+        made[name] = _make_platform(client, repo, suite, slim, name, state, log, log_file)
+        results.append(BaseResult(ref, "mmdebstrap", made[name].digest, time.monotonic() - begun, name))
+        log(f"{ref} {name}: mmdebstrap and write took {time.monotonic() - begun:.0f}s ({made[name].digest})")
+    if len(made) == 1:
+        [only] = made.values()
+        base_index.tag_child(client, repo, tag, only)
+    else:
         # Entries of platforms outside the table (an upstream index's) are not carried over.
         index = base_index.put_index(client, repo, tag, [made[p] for p in _ordered(set(made))])
         log(f"{ref}: index {index} over {', '.join(_ordered(set(made)))}")

@@ -41,7 +41,7 @@ from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, 
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
 from buildtool.imagebuild.contents import attach_sbom
 from buildtool.imagebuild.lock import locked_versions, read_locks
-from buildtool.imagebuild.pipconfig import HostPip, PipSecrets, pip_secrets, reachable
+from buildtool.imagebuild.pipconfig import HostPip, PipSecrets, package_indexes, pip_secrets, reachable
 from buildtool.imagebuild.progress import LogProgress, Progress, StepWatcher
 from buildtool.imagebuild.provenance import Built, facts_from_build, make_provenance, tools
 from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
@@ -589,7 +589,8 @@ class Builder:
             log = log or self.options.log_dir / f"{plan.cell.name}-{plan.cell.version}.log"
             facts = facts_from_build(log, local, self.source_date_epoch(), cache, changed)
             provenance = make_provenance(self.root, self.options.matrix or self.root / "matrix.yaml", plan,
-                                         Built(labels, platform), began, finished, tools(self.root), facts,
+                                         Built(labels, platform, tuple(config.get("history") or ())), began,
+                                         finished, tools(self.root), facts,
                                          self._key.public().keyid)
             return attach_provenance(self.registry, repo, digest, provenance, self._key).digest
         except (FailedError, UserError, EnvelopeError, RegistryError, ValueError, KeyError) as exc:
@@ -685,17 +686,34 @@ class Builder:
             # The native stages (templates/parts/native.j2) run on this machine's image of the same base.
             build_args["BUILD_BASE_IMAGE"] = (base if platform == platforms.host().name
                                               else self._platform_base(plan, platforms.host().name)).pinned
+        self._say_lock_base(plan, base, platform)
         if self._steps is not None:
             self._steps.watch(plan.cell.key, log_path)
         try:
             return engine.build(client, dockerfile.parent, dockerfile,
                                 build_args=build_args, labels=labels,
                                 secrets=files, log_path=log_path, timeout=self.options.timeout,
-                                no_cache=self.options.force, cache_from=cache_from, platform=platform)
+                                no_cache=self.options.force, cache_from=cache_from, platform=platform,
+                                package_indexes=package_indexes(host_pip, plan.cell.extra_index_urls))
         finally:
             if self._steps is not None:
                 self._steps.unwatch(plan.cell.key)
             scrub_log(log_path, secret_strings(host_pip))
+
+    def _say_lock_base(self, plan: CellPlan, base: BaseInfo, platform: str | None) -> None:
+        """Say so when the apt lock was resolved in another base than this build's (the base follows the archive:
+        the build's apt step still installs exactly the lock's versions, and stops on anything else apt adds)."""
+        if not aptlock.has_apt_step(plan.cell):
+            return
+        try:
+            resolved = aptlock.read(self.root, plan.cell, platform if plan.cell.multi_platform else None)
+        except UserError:
+            return     # the build's own checks name a missing or broken lock
+        named = resolved.header["resolved-in"].split(" ", 1)[0].rpartition("@")[2]
+        if named != base.digest:
+            self.log(f"[{plan.cell.key}] note: its apt lock was resolved in base {named[:19]}, this build's base is "
+                     f"{base.digest[:19]} (another archive state: `make lock FRAMEWORK={plan.cell.key}` resolves it "
+                     "in this one)")
 
     def _build(self, plan: CellPlan, base: BaseInfo, key: str, log_path: Path, result: CellResult) -> None:
         self.log(f"[{plan.cell.key}] building on {base.ref} (log: {log_path})")

@@ -101,6 +101,7 @@ def build(
     no_cache: bool = False,
     cache_from: Sequence[str] = (),
     platform: str | None = None,
+    package_indexes: Sequence[Mapping[str, str]] = (),
 ) -> str:
     """Run one BuildKit build (of `platform`, os/arch: BuildKit's --platform, which sets TARGETARCH; None:
     the engine's own); the full log goes to `log_path`. Returns the image id.
@@ -108,7 +109,8 @@ def build(
     Secrets are passed by file path (`--secret id=..,src=..`), so their content never
     appears on a command line, in a build arg or in the log. Every image carries BuildKit's
     inline cache, so a later build on another machine can take its layers (`cache_from`:
-    images to take them from, buildtool.imagebuild.cache_sources chooses them).
+    images to take them from, buildtool.imagebuild.cache_sources chooses them). `package_indexes`: the
+    locations the secrets' pip/uv settings name, without credentials (pipconfig.package_indexes), for the record.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     iidfile = log_path.with_suffix(".iid")
@@ -160,7 +162,8 @@ def build(
     facts_path(log_path).write_text(json.dumps({
         "image": image_id, "build_args": {**build_args, INLINE_CACHE_ARG: "1"}, "secrets": sorted(secrets),
         "network": "host" if network_host else "default", "buildkit": client.kind, "cache_from": list(cache_from),
-        "no_cache": no_cache, "platform": platform or "", "started": wall_started}, sort_keys=True, indent=1))
+        "no_cache": no_cache, "platform": platform or "", "started": wall_started,
+        "package_indexes": [dict(i) for i in package_indexes]}, sort_keys=True, indent=1))
     # The same record and log kept by image: the cell's files are the last build's, and another build of the
     # cell (another revision, a test beside it) replaces them while this image may still be pushed later.
     kept = image_record(log_path.parent, image_id)
@@ -266,28 +269,6 @@ def push(ref: str) -> str:
     if not digest:
         raise RuntimeError(f"push of {ref} reported no digest")
     return digest
-
-
-def import_rootfs(rootfs: Path, ref: str, changes: Sequence[str], timeout: float = 900) -> str:
-    """`tar -C rootfs -c . | docker import` through the SDK; returns the image id."""
-    tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    repo, _, tagname = ref.rpartition(":")
-    try:
-        assert tar.stdout is not None
-        result = sdk().api.import_image_from_stream(tar.stdout, repository=repo, tag=tagname,
-                                                    changes=list(changes))
-    finally:
-        if tar.stdout:
-            tar.stdout.close()
-        tar.wait(timeout=timeout)
-    if tar.returncode != 0:
-        raise RuntimeError(f"tar of {rootfs} exited {tar.returncode}")
-    if "error" in str(result).lower() and "status" not in str(result):
-        raise RuntimeError(f"docker import failed: {str(result)[:300]}")
-    attrs = image_attrs(ref)
-    if not attrs:
-        raise RuntimeError(f"docker import left no image {ref}: {str(result)[:300]}")
-    return str(attrs["Id"])
 
 
 def run_output(image: str, command: list[str], timeout: int = 120, platform: str | None = None) -> str:

@@ -102,6 +102,24 @@ class HostPip:
         return cls.parse(run.stdout) if run.returncode == 0 else cls()
 
 
+def package_indexes(host: HostPip, cell_urls: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """Each location the build's pip and uv settings name (the host's index, extra indexes and find-links, then
+    the cell's own index URLs), as the provenance records them: without credentials, query or fragment
+    (common.urls.public_url; a local folder as its file:// URL), each once, in that order."""
+    from buildtool.common.urls import public_url
+
+    found: dict[str, str] = {}
+    named = [(host.index_url, "index-url"), *((u, "extra-index-url") for u in host.extra_index_urls),
+             *((u, "find-links") for u in host.find_links), *((u, "cell-index-url") for u in cell_urls)]
+    for location, role in named:
+        if not location:
+            continue
+        url = public_url(location if "://" in location else Path(location).resolve().as_uri())
+        if url:
+            found.setdefault(url, role)
+    return [{"url": url, "role": role} for url, role in found.items()]
+
+
 def redact(url: str) -> str:
     """A URL fit for a log line: any password replaced by ****."""
     parts = urlsplit(url) if "://" in url else None

@@ -1,22 +1,26 @@
 """The SLSA provenance a push signs for each dev image (buildtool.contracts.provenance is the model;
-docs/release-trust.md#cell-build-v2 documents what each field means).
+docs/release-trust.md#cell-build-v3 documents what each field means).
 
-What it states comes from what the build used, not from what it meant to use: the base name, digest and
-stand-in flag from the pushed image's own labels (the ones release compares with), the revision and source
-from its revision label (the source as a resolved dependency, `git+<URL>@<ref>` with its gitCommit), each
-lock file of the cell by its sha256 as committed now (the content key covers the build context, so an image
-reused by content key was built from the same bytes), the build's arguments, secret ids, network mode and
-cache sources as the builder passed them (BuildFacts), the Debian release files its apt step read
-(buildtool.imagebuild.archive_state), and the tools: the docker client and engine, buildtool (this
-repository at the revision) and the uv the Dockerfiles install, each with a version-pinned URI and a digest
-where one can be taken. Anything missing is an error naming it: a provenance with a gap would be a signed
-guess.
+What it states comes from what the build used, not from what it meant to use: the base name, digest, stand-in
+flag, recipe and archive state from the pushed image's own labels (the ones release compares with), the
+revision and source from its revision label (the source as a resolved dependency, `git+<URL>@<ref>` with its
+gitCommit), the SOURCE_DATE_EPOCH its RUN steps ran with from its own history (issue 52: the commit time the
+config's times carry is another value, createdEpoch), the build context and each lock file of the cell by
+sha256 as committed now (the content key covers the build context, so an image reused by content key was
+built from the same bytes; apt.lock's with the base it was resolved in), the build's arguments, secret ids,
+network mode, package indexes (their URLs, never a credential) and cache sources as the builder passed them
+(BuildFacts), the Debian release files its apt step read (buildtool.imagebuild.archive_state), and the tools:
+the docker client and engine, buildtool (this repository at the revision) and the uv the Dockerfiles install,
+each with a version-pinned URI and a digest where one can be taken. Anything missing is an error naming it: a
+provenance with a gap would be a signed guess.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -30,7 +34,8 @@ from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import sha256_file
 from buildtool.contracts import label_keys
-from buildtool.contracts.image_labels import ImageLabels, LabelError
+from buildtool.contracts.aptlock import APT_LOCK, parse_apt_lock
+from buildtool.contracts.image_labels import ImageLabels, LabelError, parse_archive_label
 from buildtool.contracts.names import check_full_revision
 from buildtool.contracts.provenance import (
     ARCHIVE_PREFIX,
@@ -60,23 +65,41 @@ DPKG_TIMEOUT_S = 30
 
 @dataclass(frozen=True)
 class Built:
-    """The pushed image as the registry serves it: its config's labels and platform."""
+    """The pushed image as the registry serves it: its config's labels, platform and history."""
 
     labels: dict[str, str]
     platform: str          # os/architecture[/variant]
+    history: tuple[dict[str, Any], ...] = ()
+
+
+# BuildKit's record of a RUN step's build arguments: `RUN |2 SOURCE_DATE_EPOCH=0 DEBIAN_FRONTEND=... <command>`.
+_RUN_ARGS = re.compile(r"^RUN \|\d+ (?:\S+=\S* )*?SOURCE_DATE_EPOCH=(\d+) ")
+
+
+def steps_source_date_epoch(history: tuple[dict[str, Any], ...]) -> int | None:
+    """The SOURCE_DATE_EPOCH the image's RUN steps ran with, as its history records them (BuildKit writes each
+    step's build arguments into `created_by`); None when no step had one; FailedError when steps disagree."""
+    found = {int(m.group(1)) for h in history if (m := _RUN_ARGS.match(str(h.get("created_by", ""))))}
+    if len(found) > 1:
+        raise FailedError(f"the image's RUN steps ran with different SOURCE_DATE_EPOCH values "
+                          f"({', '.join(map(str, sorted(found)))}): no one value rebuilds it")
+    return found.pop() if found else None
 
 
 @dataclass(frozen=True)
 class BuildFacts:
-    """How the builder ran the build (engine.build's arguments), for the provenance. `archive`: the release
-    files the apt step read (None: not observed, the image was not built by this run); `inline_cache`: the
-    digest-pinned reference of the build's BuildKit cache kept apart from the image ("" when none)."""
+    """How the builder ran the build (engine.build's arguments), for the provenance. `created_epoch`: the commit
+    time the push writes into the config's times; `package_indexes`: (URL without credentials, role) of each
+    location the build's pip/uv settings named; `archive`: the release files the apt step read (None: not
+    observed, the image was not built by this run); `inline_cache`: the digest-pinned reference of the build's
+    BuildKit cache kept apart from the image ("" when none)."""
 
     build_args: dict[str, str]
     secrets: tuple[str, ...]
     network: str
     buildkit: str
-    source_date_epoch: int
+    created_epoch: int
+    package_indexes: tuple[tuple[str, str], ...] = ()
     cache_from: tuple[str, ...] = ()
     archive: tuple[ReleaseFile, ...] | None = None
     inline_cache: str = ""
@@ -84,7 +107,7 @@ class BuildFacts:
     not_observed: str = field(default="")     # why `archive` is None
 
 
-def facts_from_build(log_path: Path, image_id: str | None, source_date_epoch: int, inline_cache: str = "",
+def facts_from_build(log_path: Path, image_id: str | None, created_epoch: int, inline_cache: str = "",
                      config_rewrite: tuple[str, ...] = (), fetch: Fetch | None = None) -> BuildFacts:
     """The facts of the build logged at `log_path` (engine.build's record beside it, and the release files its
     apt step read, archive_state), checked to be the build of `image_id` when given (None: the caller pushed
@@ -111,9 +134,13 @@ def facts_from_build(log_path: Path, image_id: str | None, source_date_epoch: in
     # No release file fetched: the apt step did not run in this build, its layer came from the build cache
     # (this engine's, or a cache source's, which the provenance names; that image's provenance has them).
     archive = tuple(archive_state.observe(log_text, began, fetch))
+    if "package_indexes" not in record:
+        raise FailedError(f"{facts_file} is a record of an older buildtool (it names no package indexes): rebuild "
+                          "with `buildtool build --force --push`")
     return BuildFacts(build_args=dict(record["build_args"]), secrets=tuple(record["secrets"]),
                       network=str(record["network"]), buildkit=str(record["buildkit"]),
-                      source_date_epoch=source_date_epoch, cache_from=tuple(record["cache_from"]),
+                      created_epoch=created_epoch, cache_from=tuple(record["cache_from"]),
+                      package_indexes=tuple((str(i["url"]), str(i["role"])) for i in record["package_indexes"]),
                       archive=archive or None, inline_cache=inline_cache, config_rewrite=", ".join(config_rewrite),
                       not_observed="" if archive else NOT_RUN)
 
@@ -250,13 +277,50 @@ def source_descriptor(source: str, revision: str, ref: str) -> dict[str, Any]:
 
 
 def base_descriptor(labels: ImageLabels, upstream: str, base_hex: str) -> dict[str, Any]:
-    """The base as the build pulled it, with what an outsider needs: the upstream it stands for, and for a base
-    made here (debootstrap) the recipe, which with the archive state remakes it."""
+    """The base as the build pulled it (by tag and digest), with what an outsider needs: the upstream it stands
+    for (by digest too where the base is a copy of it: made elsewhere, a mirror's copy keeps the digest), and for
+    a base made here its recipe and the archive state it was made from, which remake it (the same digest)."""
     annotations: dict[str, Any] = {"standin": bool(labels.standin_keys), "upstream": upstream}
+    made = labels.base_source.startswith(("mmdebstrap ", "debootstrap ")) if labels.base_source else False
     if labels.base_source:
         annotations["madeBy"] = labels.base_source
-    return {"name": BASE, "uri": f"oci://{labels.base_name}", "digest": {"sha256": base_hex},
+    if labels.base_archive:
+        uri, sha256, date = parse_archive_label(labels.base_archive)
+        annotations["archive"] = {"uri": uri, "sha256": sha256, "date": date}
+    if not made and not labels.standin_keys:
+        annotations["upstreamDigest"] = f"sha256:{base_hex}"
+    name = labels.base_name.rpartition("@")[0] or labels.base_name
+    return {"name": BASE, "uri": f"oci://{name}@sha256:{base_hex}", "digest": {"sha256": base_hex},
             "annotations": annotations}
+
+
+CONTEXT = "context"
+
+
+def context_descriptor(root: Path, folder: str, source_uri: str) -> dict[str, Any]:
+    """The build context (the Dockerfile's folder, what the build sent) as a resolved dependency: its files by
+    sha256, one digest over `sha256  path` lines sorted by path (sha256sum's form), the folder within the source."""
+    base = root / folder
+    lines = []
+    for path in sorted(p for p in base.rglob("*") if p.is_file()):
+        lines.append(f"{sha256_file(path)}  {path.relative_to(base).as_posix()}\n")
+    if not lines:
+        raise FailedError(f"the build context {folder} holds no file")
+    digest = hashlib.sha256("".join(lines).encode()).hexdigest()
+    return {"name": CONTEXT, "uri": f"{source_uri}#{folder}", "digest": {"sha256": digest},
+            "annotations": {"files": len(lines), "listing": "sha256sum of every file, sorted by path"}}
+
+
+def lock_descriptor(root: Path, path: Path) -> dict[str, Any]:
+    """A lock file by sha256; an apt.lock names the base it was resolved in (its header's `resolved-in`)."""
+    descriptor: dict[str, Any] = {"name": f"{LOCK_PREFIX}{path.relative_to(root)}",
+                                  "digest": {"sha256": sha256_file(path)}}
+    if path.name == APT_LOCK:
+        try:
+            descriptor["annotations"] = {"resolvedIn": parse_apt_lock(path.read_text()).header["resolved-in"]}
+        except ValueError as exc:
+            raise FailedError(f"{path.relative_to(root)}: {exc}") from None
+    return descriptor
 
 
 def archive_descriptors(facts: BuildFacts) -> list[dict[str, Any]]:
@@ -304,7 +368,7 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
     files = [*lock_paths(root, cell, platform).values(), *apt]
     try:
         for path in files:
-            locks.append({"name": f"{LOCK_PREFIX}{path.relative_to(root)}", "digest": {"sha256": sha256_file(path)}})
+            locks.append(lock_descriptor(root, path))
     except OSError as exc:
         raise UserError(f"{exc.filename}: cannot be read ({exc.strerror}); run `make lock FRAMEWORK={cell.key}`") \
             from None
@@ -313,6 +377,7 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
     except OSError as exc:
         raise UserError(f"the matrix {matrix_path} cannot be read ({exc.strerror})") from None
     source = source_descriptor(labels.source, revision, git_ref(root))
+    context = Path(cell.dockerfile).parent.as_posix()
     ours = buildtool_version()
     buildtool = {"name": f"{TOOL_PREFIX}buildtool", "uri": source["uri"], "digest": dict(source["digest"]),
                  "annotations": {"version": ours}}
@@ -323,12 +388,15 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
         "buildDefinition": {
             "buildType": BUILD_TYPE,
             "externalParameters": {"cell": cell.key, "matrix_digest": matrix_digest, "revision": revision,
-                                   "source": labels.source, "dockerfile": cell.dockerfile,
+                                   "source": labels.source, "dockerfile": cell.dockerfile, "context": context,
                                    "platform": built.platform, "buildArgs": dict(sorted(facts.build_args.items())),
-                                   "sourceDateEpoch": facts.source_date_epoch, "secrets": sorted(facts.secrets),
-                                   "network": facts.network},
+                                   "sourceDateEpoch": steps_source_date_epoch(built.history),
+                                   "createdEpoch": facts.created_epoch, "secrets": sorted(facts.secrets),
+                                   "network": facts.network,
+                                   "packageIndexes": [{"url": u, "role": r} for u, r in facts.package_indexes]},
             "internalParameters": internal,
             "resolvedDependencies": [source, base_descriptor(labels, labels.base_upstream or cell.base, base_hex),
+                                     context_descriptor(root, context, source["uri"]),
                                      *locks, *tool_list, buildtool, *archive_descriptors(facts),
                                      *cache_descriptors(facts)],
         },

@@ -8,6 +8,10 @@ Each signed attestation (provenance, SBOM, verdict) is published twice: the tool
 bundle around the same envelope. The toolkit's readers read both (`signed_referrers`, `fetch_envelopes`), so
 an image that carries only bundles verifies too; a bundle carrying the same envelope as an artifact already
 read is the same attestation, not a second one (buildtool.validate.verdicts counts it once).
+
+Timestamps (issue 52): where DL_IMAGES_TSA_URL names a timestamp authority, each bundle written carries its
+RFC 3161 timestamp over the signature; where DL_IMAGES_TSA_CERTS names that authority's certificates, readers
+verify the timestamps a bundle carries (buildtool.common.tsa); neither set, nothing changes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from buildtool.common import tsa
 from buildtool.contracts.intoto import DSSE_MEDIA_TYPE
 from buildtool.contracts.sigstore_bundle import (
     BUNDLE_MEDIA_TYPE,
@@ -22,21 +27,36 @@ from buildtool.contracts.sigstore_bundle import (
     DSSE_CONTENT,
     PREDICATE_TYPE_ANNOTATION,
     BundleError,
+    TimestampCheck,
     bundle,
     envelope,
+    signature_bytes,
 )
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
 
 __all__ = ["BundleError", "attach_bundle", "beside", "ensure_bundle", "fetch_envelopes", "is_bundle", "own_first",
-           "read_once", "same_envelope", "signed_referrers"]
+           "read_once", "same_envelope", "signed_referrers", "timestamp_check"]
 
 
 def attach_bundle(client: RegistryClient, repo: str, digest: str, envelope_data: bytes,
                   predicate_type: str) -> Referrer:
-    """Publish the signed envelope `envelope_data` (about repo@digest) as a Sigstore bundle referrer."""
+    """Publish the signed envelope `envelope_data` (about repo@digest) as a Sigstore bundle referrer, with a
+    timestamp over its signature from the authority DL_IMAGES_TSA_URL names, when it names one."""
     notes = {CONTENT_ANNOTATION: DSSE_CONTENT, PREDICATE_TYPE_ANNOTATION: predicate_type}
-    return attach(client, repo, digest, BUNDLE_MEDIA_TYPE, [Payload(BUNDLE_MEDIA_TYPE, bundle(envelope_data))], notes)
+    url = tsa.configured_url()
+    stamps = [tsa.request_timestamp(url, signature_bytes(envelope_data))] if url else []
+    return attach(client, repo, digest, BUNDLE_MEDIA_TYPE, [Payload(BUNDLE_MEDIA_TYPE, bundle(envelope_data, stamps))],
+                  notes)
+
+
+def timestamp_check() -> TimestampCheck | None:
+    """How readers check a bundle's RFC 3161 timestamps: against the authority DL_IMAGES_TSA_CERTS names; None
+    when it names none (a bundle carrying a timestamp is then refused)."""
+    authority = tsa.configured_authority()
+    if authority is None:
+        return None
+    return lambda stamp, signature: tsa.timestamp_problem(stamp, signature, authority)
 
 
 def is_bundle(ref: Referrer, predicate: Callable[[str], bool]) -> bool:
@@ -67,7 +87,8 @@ def fetch_envelopes(client: RegistryClient, repo: str, ref: Referrer, digest: st
     payloads = fetch(client, repo, ref, digest)
     if ref.artifact_type != BUNDLE_MEDIA_TYPE:
         return payloads
-    return [Payload(DSSE_MEDIA_TYPE, envelope(p.data), p.title) if p.media_type == BUNDLE_MEDIA_TYPE else p
+    check = timestamp_check()
+    return [Payload(DSSE_MEDIA_TYPE, envelope(p.data, check), p.title) if p.media_type == BUNDLE_MEDIA_TYPE else p
             for p in payloads]
 
 

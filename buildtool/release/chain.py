@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from buildtool.common.errors import UserError
 from buildtool.common.refs import parse_reference
 from buildtool.contracts import label_keys
+from buildtool.contracts.provenance import pinned_reference
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 from buildtool.registry.provenance import find_provenance
 from buildtool.registry.sbom_attestation import find_sbom_attestation, plain_sbom_problem
@@ -333,7 +334,7 @@ def _verdict_link_problem(v: Verdict, digest: str, platform: str, result: str, s
 def _built(provenance: Provenance, signer: str) -> str:
     params = provenance.buildDefinition.externalParameters
     base = provenance.base
-    base_text = f"{base.uri.removeprefix('oci://')}@sha256:{base.digest.get('sha256', '?')}" if base else "(none)"
+    base_text = pinned_reference(base) if base else "(none)"
     if base is not None and base.annotations.get("standin"):
         base_text += " (a stand-in)"
     locks = ", ".join(f"{d.name.removeprefix('lock:')} sha256:{d.digest.get('sha256', '?')[:12]}"

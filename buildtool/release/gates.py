@@ -29,7 +29,7 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import names_mirror_of
 from buildtool.contracts import label_keys, names, platforms, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
-from buildtool.contracts.provenance import Provenance
+from buildtool.contracts.provenance import Provenance, pinned_reference
 from buildtool.contracts.verdict import TestResult, Verdict
 from buildtool.validate.verdict_choice import inventory_problems
 
@@ -367,7 +367,7 @@ def provenance_problems(cell: Cell | str, digest: str, provenance: Provenance | 
     base_digest = f"sha256:{base.digest.get('sha256', '')}"
     flag = base.annotations.get("standin")
     if flag is True:
-        problems.append(f"the provenance of {digest} names a stand-in base ({base.uri}@{base_digest}); stand-ins "
+        problems.append(f"the provenance of {digest} names a stand-in base (oci://{pinned_reference(base)}); stand-ins "
                         "are test fixtures and are never released")
     elif flag is not False:
         problems.append(f"the provenance of {digest} does not say whether its base is a stand-in "

@@ -14,6 +14,7 @@ from typing import Any
 from buildtool.common.documents import render_document
 from buildtool.common.files import write_atomic
 from buildtool.contracts.image_labels import ImageLabels
+from buildtool.contracts.provenance import pinned_reference
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
 from buildtool.contracts.verdict import Verdict
 from buildtool.release.model import Evidence, ImageRelease, ReleaseReport
@@ -82,7 +83,7 @@ def _provenance_summary(item: ImageRelease, ev: Evidence | None) -> dict[str, An
         "signed_by": ev.builder_signer,
         "revision": params.revision,
         "platform": params.platform,
-        "base": f"{base.uri.removeprefix('oci://')}@sha256:{base.digest.get('sha256', '')}" if base else None,
+        "base": pinned_reference(base) if base else None,
         "started": p.runDetails.metadata.startedOn,
         "finished": p.runDetails.metadata.finishedOn,
     }

@@ -221,7 +221,7 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
                 "needs": "plan",
                 "runs-on": HOSTED_RUNNER, "timeout-minutes": 60,
                 "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
-                # Bases come from the job's own registry (debootstrap Debian), as on a machine without Docker Hub.
+                # Bases come from the job's own registry (mmdebstrap Debian), as on a machine without Docker Hub.
                 "env": {"BASE_MIRROR": "${{ vars.BASE_MIRROR || '127.0.0.1:5000' }}"},
                 "steps": [*setup,
                           {"name": "Engine and registry", "run": "make setup"},

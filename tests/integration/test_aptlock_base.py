@@ -1,4 +1,4 @@
-"""The apt lock against the real debootstrap base in the local registry: `make lock`'s resolution gives the
+"""The apt lock against the real mmdebstrap base in the local registry: `make lock`'s resolution gives the
 committed lock's packages; its re-resolution finds no drift and names hand edits; the pinned step installs
 exactly the lock; one that would add an unlocked package stops; and a locked version Debian does not serve
 fails the build with the one line naming `make lock` (about 2 min: three containers of the base and three

@@ -1,8 +1,8 @@
 """`fill_bases` for a cell built for linux/amd64 and linux/arm64, against the real engine, the local registry
 and QEMU (binfmt_misc, scripts/setup-tests.sh registers it), under a repository prefix of its own: an amd64-only
-run makes today's single base; the two-platform run keeps that image as the amd64 child by digest and adds a
-debootstrapped arm64 one; the tag is then an OCI index over both, the arm64 child runs as aarch64, and a
-third run finds both present. About 5 minutes here: two debootstraps, the arm64 one under QEMU."""
+run makes a single base; the two-platform run keeps that image as the amd64 child by digest and adds an arm64
+one made by mmdebstrap; the tag is then an OCI index over both, the arm64 child runs as aarch64, and a third
+run finds both present. About 5 minutes here: two mmdebstraps, the arm64 one under QEMU."""
 
 from __future__ import annotations
 
@@ -40,16 +40,16 @@ def test_an_amd64_base_becomes_an_index_with_an_arm64_child_that_runs_as_aarch64
     amd64 = arm64 = ""
     try:
         first = fill_bases([single], mirror, force=False, log=logged.append, log_dir=tmp_path, templates=TEMPLATES)
-        assert [(r.platform, r.action) for r in first] == [("linux/amd64", "debootstrap")]
+        assert [(r.platform, r.action) for r in first] == [("linux/amd64", "mmdebstrap")]
         amd64 = first[0].digest
 
         second = {r.platform: r for r in fill_bases([multi], mirror, force=False, log=logged.append,
                                                      log_dir=tmp_path, templates=TEMPLATES)}
         assert (second["linux/amd64"].action, second["linux/amd64"].digest) == ("present", amd64), \
             "the current amd64 base was not kept as the amd64 child"
-        assert second["linux/arm64"].action == "debootstrap"
+        assert second["linux/arm64"].action == "mmdebstrap"
         arm64 = second["linux/arm64"].digest
-        print(f"arm64 debootstrap + push: {second['linux/arm64'].seconds:.0f} s;",
+        print(f"arm64 mmdebstrap + write: {second['linux/arm64'].seconds:.0f} s;",
               "; ".join(line for line in logged if "linux/arm64" in line))
 
         raw = json.loads(subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{ref}"],

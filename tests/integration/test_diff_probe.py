@@ -1,11 +1,11 @@
-"""`buildtool diff` against real images: the local debootstrap base (in the local registry, with no
+"""`buildtool diff` against real images: the local mmdebstrap base (in the local registry, with no
 SBOM: probed) against a pytorch-cpu dev image pushed with its SBOM; and that dev image probed under
 a local name against its own SBOM (the probe and the SBOM list the same packages).
 
 The dev image is this commit's pytorch-cpu cell, built by buildtool's Builder (a retag when an image
 with the same content key exists, e.g. from test_build) and pushed into a registry namespace of its
 own (`127.0.0.1:5000/t-diff-<random>/...`), removed at the end; its base is filled by the Builder
-(debootstrap) when the registry lacks it.
+(mmdebstrap) when the registry lacks it.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_the_base_without_sbom_is_probed_and_what_pytorch_cpu_adds_is_listed(pus
     code, out, err = run_cli("diff", plan.base, result.ref)
     assert code == 0, err
     assert f"before: {plan.base}: no SBOM attached, probed image sha256:" in err
-    assert "Python environments: none (Debian packages only)" in err      # debootstrap's minbase has no Python
+    assert "Python environments: none (Debian packages only)" in err      # minbase has no Python
     # The SBOM diff reads is the one the builder signed: the line names that attestation, of the image's digest.
     after = next(line for line in err.splitlines() if line.startswith(f"after: {result.ref}: SBOM sha256:"))
     assert f" of {result.digest}: " in after, after

@@ -74,7 +74,8 @@ def build_record(folder: Path) -> Path:
     facts_path(log).write_text(json.dumps({
         "image": "sha256:" + "4" * 64, "build_args": {"BASE_IMAGE": f"base@{signing.BASE_DIGEST}"},
         "secrets": ["pip.conf"], "network": "host", "buildkit": "classic", "cache_from": [], "no_cache": False,
-        "platform": "", "started": int(datetime.now(UTC).timestamp())}))
+        "platform": "", "started": int(datetime.now(UTC).timestamp()),
+        "package_indexes": [{"url": "https://pypi.org/simple", "role": "index-url"}]}))
     return log
 
 
@@ -95,6 +96,8 @@ def test_a_push_attaches_a_provenance_that_pynacl_verifies_and_a_no_op_push_keep
     params = definition["externalParameters"]
     assert params["cell"] == CPU.key and params["revision"] == full_revision(ROOT, git_revision(ROOT))
     assert params["platform"] == "linux/amd64" and params["dockerfile"] == CPU.dockerfile
+    assert params["packageIndexes"] == [{"url": "https://pypi.org/simple", "role": "index-url"}]
+    assert definition["buildType"].endswith("#cell-build-v3") and isinstance(params["createdEpoch"], int)
     deps = {d["name"]: d for d in definition["resolvedDependencies"]}
     assert deps["base"]["digest"] == {"sha256": signing.BASE_DIGEST.partition(":")[2]}
     assert deps["base"]["annotations"]["standin"] is False

@@ -1,11 +1,11 @@
-"""Two cold builds of one tiny Dockerfile FROM the local debootstrap base give identical layers.
+"""Two cold builds of one tiny Dockerfile FROM the local mmdebstrap base give identical layers.
 
 Each RUN stamps what it wrote with SOURCE_DATE_EPOCH, as the templates do, so what is left to
 differ is what the runtime does to the base around every RUN: on a base without /etc/hosts,
 /etc/resolv.conf or /etc/hostname it creates them as mount points and removes them after the
 step, and /etc lands in the layer with the wall-clock time (tests/test_base_repro.py checks the
 base's recipe without an engine). About 30 s with the base present; making it first adds a
-debootstrap (a minute or two)."""
+mmdebstrap (a minute or two)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,156 @@
+"""RFC 3161 timestamps from a timestamp authority the user names (issue 52), for Sigstore bundles.
+
+Optional on both sides, and nothing changes without them:
+- a writer with TSA_URL_ENV set (`--tsa URL` on `buildtool build` and `validate`) asks that authority for a
+  timestamp over each bundle's signature (the raw DSSE signature bytes: what sigstore-js and sigstore-python
+  hash, `entity.signature.signature`), checks the answer (granted, our nonce, our digest) and puts the whole
+  TimeStampResp, DER, in the bundle's `timestampVerificationData.rfc3161Timestamps[].signedTimestamp`
+  (protobuf-specs: "the DER encoded TimeStampResponse");
+- a reader with TSA_CERTS_ENV set (a PEM file: the authority's signing certificate first, then its
+  intermediates and root) verifies every timestamp a bundle carries against it; without it a bundle that
+  carries one is refused (buildtool.contracts.sigstore_bundle), as before.
+Requests and verification are rfc3161-client's (the library sigstore-python uses), not hand-written ASN.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from buildtool.common.errors import FailedError, UserError
+
+TSA_URL_ENV = "DL_IMAGES_TSA_URL"
+TSA_CERTS_ENV = "DL_IMAGES_TSA_CERTS"
+TIMEOUT_S = 30
+QUERY_TYPE = "application/timestamp-query"
+REPLY_TYPE = "application/timestamp-reply"
+
+
+def url_problem(url: str) -> str:
+    """Why `url` names no timestamp authority ("" when it does): an http(s) URL with a host, no credentials.
+    The value itself is not in the message (it may hold a secret): the caller shows it (refs.shown)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        host = None
+    if host is None or parts.scheme not in ("http", "https") or not url.isascii() or any(c.isspace() for c in url):
+        return "is not an http(s) URL of a timestamp authority (e.g. https://tsa.example/tsr)"
+    if parts.username or parts.password:
+        return "carries credentials: name the timestamp authority without them"
+    return ""
+
+
+def configured_url() -> str:
+    """TSA_URL_ENV ("" when unset); UserError naming the variable when it is not a TSA URL."""
+    from buildtool.common.refs import shown
+    from buildtool.common.urls import public_url
+
+    url = os.environ.get(TSA_URL_ENV, "").strip()
+    problem = url_problem(url) if url else ""
+    if problem:
+        raise UserError(f"{TSA_URL_ENV}: {shown(public_url(url) or url)} {problem}")
+    return url
+
+
+@contextmanager
+def using(url: str | None) -> Iterator[None]:
+    """TSA_URL_ENV set to `url` (a `--tsa` option, checked by the command) while the block runs; None: as it is."""
+    if url is None:
+        yield
+        return
+    before = os.environ.get(TSA_URL_ENV)
+    os.environ[TSA_URL_ENV] = url
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(TSA_URL_ENV, None)
+        else:
+            os.environ[TSA_URL_ENV] = before
+
+
+def request_timestamp(url: str, data: bytes) -> bytes:
+    """The DER TimeStampResp of the authority at `url` over sha256(`data`), checked to be granted, to answer our
+    nonce and to stamp our digest; FailedError naming the authority otherwise."""
+    import requests
+    from rfc3161_client import HashAlgorithm, PKIStatus, TimestampRequestBuilder, decode_timestamp_response
+
+    request = (TimestampRequestBuilder().data(data).hash_algorithm(HashAlgorithm.SHA256)
+               .nonce(nonce=True).cert_request(cert_request=True).build())
+    try:
+        answer = requests.post(url, data=request.as_bytes(), headers={"Content-Type": QUERY_TYPE}, timeout=TIMEOUT_S)
+    except requests.RequestException as exc:
+        raise FailedError(f"the timestamp authority {url} cannot be reached ({type(exc).__name__})") from None
+    if answer.status_code != 200:
+        raise FailedError(f"the timestamp authority {url} answered HTTP {answer.status_code}")
+    try:
+        stamp = decode_timestamp_response(answer.content)
+    except ValueError as exc:
+        raise FailedError(f"the timestamp authority {url} answered no RFC 3161 TimeStampResp ({exc})") from None
+    if PKIStatus(stamp.status) not in (PKIStatus.GRANTED, PKIStatus.GRANTED_WITH_MODS):
+        raise FailedError(f"the timestamp authority {url} refused the request (status {stamp.status})")
+    if stamp.tst_info.nonce != request.nonce:
+        raise FailedError(f"the timestamp authority {url} answered another request (nonce mismatch)")
+    if stamp.tst_info.message_imprint.message != hashlib.sha256(data).digest():
+        raise FailedError(f"the timestamp authority {url} stamped another digest than the signature's")
+    return answer.content
+
+
+@dataclass(frozen=True)
+class Authority:
+    """A timestamp authority a reader trusts: its signing certificate and the chain up to a root (DER)."""
+
+    source: str
+    leaf: bytes
+    intermediates: tuple[bytes, ...]
+    root: bytes
+
+
+def load_authority(path: Path) -> Authority:
+    """The authority of a PEM file (signing certificate first, root last); UserError naming the file."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    try:
+        certs = x509.load_pem_x509_certificates(path.read_bytes())
+    except OSError as exc:
+        raise UserError(f"{TSA_CERTS_ENV}: {path} cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise UserError(f"{TSA_CERTS_ENV}: {path} holds no PEM certificates ({exc})") from None
+    if len(certs) < 2:
+        raise UserError(f"{TSA_CERTS_ENV}: {path} must hold the authority's signing certificate and its root "
+                        f"(found {len(certs)} certificate)")
+    der = [c.public_bytes(Encoding.DER) for c in certs]
+    return Authority(str(path), der[0], tuple(der[1:-1]), der[-1])
+
+
+def configured_authority() -> Authority | None:
+    """The authority TSA_CERTS_ENV names, None when unset."""
+    named = os.environ.get(TSA_CERTS_ENV, "").strip()
+    return load_authority(Path(named)) if named else None
+
+
+def timestamp_problem(stamp: bytes, data: bytes, authority: Authority) -> str:
+    """Why the DER TimeStampResp `stamp` is no timestamp by `authority` over `data` ("" when it is one)."""
+    from cryptography import x509
+    from rfc3161_client import VerificationError, VerifierBuilder, decode_timestamp_response
+
+    try:
+        decoded = decode_timestamp_response(stamp)
+    except ValueError as exc:
+        return f"not an RFC 3161 TimeStampResp ({exc})"
+    builder = (VerifierBuilder().tsa_certificate(x509.load_der_x509_certificate(authority.leaf))
+               .add_root_certificate(x509.load_der_x509_certificate(authority.root)))
+    for der in authority.intermediates:
+        builder = builder.add_intermediate_certificate(x509.load_der_x509_certificate(der))
+    try:
+        builder.build().verify_message(decoded, data)
+    except (VerificationError, ValueError) as exc:
+        return f"does not verify with the timestamp authority of {authority.source} ({str(exc)[:200]})"
+    return ""

@@ -1,0 +1,30 @@
+"""URLs as the toolkit may show or record them: never with credentials (issue 52).
+
+A package index or a timestamp authority is named by a URL that may carry a secret: userinfo
+(`https://user:token@host/simple`), a token in the query (`?token=...`) or the fragment. `public_url`
+keeps scheme, host, port and path, and drops the rest; a token some index puts in the path itself
+(`https://host/<token>/simple`) cannot be told from a path and is the caller's to keep out (docs say so).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+
+def public_url(url: str) -> str:
+    """`url` without userinfo, query or fragment; "" for what does not parse as a URL with a scheme."""
+    try:
+        parts = urlsplit(url.strip())
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return ""
+    if not parts.scheme:
+        return ""
+    if parts.scheme == "file":
+        return urlunsplit(("file", "", parts.path, "", ""))
+    if not host:
+        return ""
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
