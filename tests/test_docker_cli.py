@@ -99,8 +99,9 @@ def test_one_setting_reaches_build_validate_harness_and_scaling(tmp_path, clean_
     context = tmp_path / "ctx"
     context.mkdir()
     (context / "Dockerfile").write_text("FROM scratch\n")
-    assert engine.build(build, context, context / "Dockerfile", build_args={}, labels={}, secrets={},
-                        log_path=tmp_path / "build.log", network_host=False) == "sha256:feed"
+    assert engine.build(build, engine.BuildRequest(
+        context, context / "Dockerfile", build_args={}, labels={}, secrets={},
+                        log_path=tmp_path / "build.log", network_host=False)) == "sha256:feed"
     assert any(c.startswith("build --progress=plain") for c in calls(log))
     assert "env DOCKER_BUILDKIT=1" in calls(log)
 

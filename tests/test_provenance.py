@@ -250,8 +250,9 @@ def test_secret_names_are_stated_and_their_values_never_are(tmp_path: Path, monk
     from buildtool.imagebuild.pipconfig import HostPip, package_indexes
 
     indexes = package_indexes(HostPip(index_url=f"https://user:{value}@index.example.invalid/simple"))
-    engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b@sha256:" + "b" * 64},
-                 labels={}, secrets={"pip.conf": conf}, log_path=log, package_indexes=indexes)
+    engine.build(client, engine.BuildRequest(
+        tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b@sha256:" + "b" * 64},
+                 labels={}, secrets={"pip.conf": conf}, log_path=log, package_indexes=indexes))
     release = b"Origin: Debian\nDate: Sat, 15 Nov 2025 09:30:00 UTC\n"
     facts = build_provenance.facts_from_build(log, "sha256:" + "4" * 64, 1767225600, fetch=lambda uri: release)
     assert facts.secrets == ("pip.conf",)
@@ -314,8 +315,9 @@ def test_an_image_whose_cell_was_built_again_since_is_found_by_its_own_record(tm
     monkeypatch.setattr(engine.subprocess, "run", fake_run)
     client = engine.BuildClient(("client-stand-in", "build"), (("DOCKER_BUILDKIT", "1"),), "classic")
     for network in (True, False):
-        engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b@sha256:" + "b" * 64},
-                     labels={}, secrets={}, log_path=log, network_host=network)
+        engine.build(client, engine.BuildRequest(
+        tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b@sha256:" + "b" * 64},
+                     labels={}, secrets={}, log_path=log, network_host=network))
     first = build_provenance.facts_from_build(log, "sha256:" + "4" * 64, 0, fetch=lambda uri: pytest.fail(uri))
     assert first.network == "host"          # the first build's record, though the cell's files are the second's
     assert build_provenance.facts_from_build(log, "sha256:" + "5" * 64, 0).network == "default"

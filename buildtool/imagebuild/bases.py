@@ -507,17 +507,17 @@ def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str],
         dockerfile.write_text(dockerfile_text)
         client = engine.resolve_build_client()
         try:
-            image = engine.build(client, Path(tmp), dockerfile, build_args=build_args, labels={},
-                                 secrets=secrets.files, log_path=log_file, platform=platform)
+            image = engine.build(client, engine.BuildRequest(Path(tmp), dockerfile, build_args=build_args, labels={},
+                                 secrets=secrets.files, log_path=log_file, platform=platform))
             if measure_framework:
                 labels[label_keys.STANDIN_FRAMEWORK] = _measured_framework(cell, image, platform or
                                                                            platforms.host().name, Path(tmp))
             python = engine.run_output(image, ["python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                                        timeout=300, platform=platform)
             # Same steps again, all cached, now with the probed label.
-            engine.build(client, Path(tmp), dockerfile, build_args=build_args,
+            engine.build(client, engine.BuildRequest(Path(tmp), dockerfile, build_args=build_args,
                          labels={**labels, label_keys.STANDIN_PYTHON: python.strip()}, secrets=secrets.files,
-                         log_path=log_file.with_suffix(".label.log"), tag=tag, platform=platform)
+                         log_path=log_file.with_suffix(".label.log"), tag=tag, platform=platform))
         except (engine.BuildFailed, RuntimeError) as exc:
             raise FailedError(f"stand-in {tag}: {exc}; full log {log_file}") from None
 

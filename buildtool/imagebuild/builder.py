@@ -690,11 +690,11 @@ class Builder:
         if self._steps is not None:
             self._steps.watch(plan.cell.key, log_path)
         try:
-            return engine.build(client, dockerfile.parent, dockerfile,
+            return engine.build(client, engine.BuildRequest(dockerfile.parent, dockerfile,
                                 build_args=build_args, labels=labels,
                                 secrets=files, log_path=log_path, timeout=self.options.timeout,
                                 no_cache=self.options.force, cache_from=cache_from, platform=platform,
-                                package_indexes=package_indexes(host_pip, plan.cell.extra_index_urls))
+                                package_indexes=package_indexes(host_pip, plan.cell.extra_index_urls)))
         finally:
             if self._steps is not None:
                 self._steps.unwatch(plan.cell.key)

@@ -86,73 +86,41 @@ def sdk() -> docker.DockerClient:
     return client
 
 
-def build(
-    client: BuildClient,
-    context: Path,
-    dockerfile: Path,
-    *,
-    build_args: Mapping[str, str],
-    labels: Mapping[str, str],
-    secrets: Mapping[str, Path],
-    log_path: Path,
-    timeout: float = 3600,
-    tag: str | None = None,
-    network_host: bool = True,
-    no_cache: bool = False,
-    cache_from: Sequence[str] = (),
-    platform: str | None = None,
-    package_indexes: Sequence[Mapping[str, str]] = (),
-) -> str:
-    """Run one BuildKit build (of `platform`, os/arch: BuildKit's --platform, which sets TARGETARCH; None:
-    the engine's own); the full log goes to `log_path`. Returns the image id.
+@dataclass(frozen=True)
+class BuildRequest:
+    """One BuildKit build: the context and Dockerfile, its arguments, labels and secrets (by file path), where its
+    log goes, and how it runs. `platform`: os/arch (BuildKit's --platform, which sets TARGETARCH; None: the
+    engine's own). `cache_from`: images to take layers from (buildtool.imagebuild.cache_sources chooses them).
+    `package_indexes`: the locations the secrets' pip/uv settings name, without credentials
+    (pipconfig.package_indexes), for the record."""
 
-    Secrets are passed by file path (`--secret id=..,src=..`), so their content never
-    appears on a command line, in a build arg or in the log. Every image carries BuildKit's
-    inline cache, so a later build on another machine can take its layers (`cache_from`:
-    images to take them from, buildtool.imagebuild.cache_sources chooses them). `package_indexes`: the
-    locations the secrets' pip/uv settings name, without credentials (pipconfig.package_indexes), for the record.
-    """
+    context: Path
+    dockerfile: Path
+    build_args: Mapping[str, str]
+    labels: Mapping[str, str]
+    secrets: Mapping[str, Path]
+    log_path: Path
+    timeout: float = 3600
+    tag: str | None = None
+    network_host: bool = True
+    no_cache: bool = False
+    cache_from: Sequence[str] = ()
+    platform: str | None = None
+    package_indexes: Sequence[Mapping[str, str]] = ()
+
+
+def build(client: BuildClient, request: BuildRequest) -> str:
+    """Run one BuildKit build; the full log goes to `request.log_path`. Returns the image id.
+
+    Secrets are passed by file path (`--secret id=..,src=..`), so their content never appears on a command line,
+    in a build arg or in the log. Every image carries BuildKit's inline cache, so a later build on another machine
+    can take its layers."""
+    log_path = request.log_path
     log_path.parent.mkdir(parents=True, exist_ok=True)
     iidfile = log_path.with_suffix(".iid")
     iidfile.unlink(missing_ok=True)
     facts_path(log_path).unlink(missing_ok=True)
-    argv: list[str] = [*client.argv, "--progress=plain", "--iidfile", str(iidfile), "-f", str(dockerfile)]
-    if network_host:
-        # Containers on the default bridge cannot reach anything here (iptables off), and
-        # the pip file server listens on loopback.
-        argv += ["--network", "host"]
-    if no_cache:
-        argv.append("--no-cache")
-    if platform:
-        # BuildKit's TARGETPLATFORM/TARGETARCH; another architecture's RUN steps run under QEMU (binfmt_misc).
-        argv += ["--platform", platform]
-    if tag:
-        argv += ["-t", tag]
-    for key, value in sorted(build_args.items()):
-        argv += ["--build-arg", f"{key}={value}"]
-    # BuildKit's own switch, not an ARG of the Dockerfile: it changes the image config (the cache
-    # metadata), never a layer.
-    argv += ["--build-arg", f"{INLINE_CACHE_ARG}=1"]
-    for ref in cache_from:
-        argv += ["--cache-from", ref]
-    for key, value in sorted(labels.items()):
-        argv += ["--label", f"{key}={value}"]
-    for sid, path in sorted(secrets.items()):
-        argv += ["--secret", f"id={sid},src={path}"]
-    argv.append(str(context))
-    env = {**os.environ, **dict(client.env)}
-    wall_started = int(time.time())
-    started = time.monotonic()
-    with log_path.open("w") as log:
-        log.write(f"$ {client.describe()} ... {context}\n")
-        log.flush()
-        try:
-            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            log.write(f"\nbuild timed out after {timeout:.0f}s\n")
-            raise BuildFailed(f"timed out after {timeout:.0f}s") from None
-        log.write(f"\nexit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
+    proc, wall_started = _run_build(client, request, iidfile)
     if proc.returncode != 0:
         raise BuildFailed(f"{' '.join(client.argv)} exited {proc.returncode}: {last_error_line(log_path)}")
     image_id = iidfile.read_text().strip()
@@ -160,10 +128,11 @@ def build(
     # What the provenance states about this build (buildtool.imagebuild.provenance.BuildFacts): the arguments as
     # passed, secret ids (never their files' content), the network mode; beside the log it belongs to.
     facts_path(log_path).write_text(json.dumps({
-        "image": image_id, "build_args": {**build_args, INLINE_CACHE_ARG: "1"}, "secrets": sorted(secrets),
-        "network": "host" if network_host else "default", "buildkit": client.kind, "cache_from": list(cache_from),
-        "no_cache": no_cache, "platform": platform or "", "started": wall_started,
-        "package_indexes": [dict(i) for i in package_indexes]}, sort_keys=True, indent=1))
+        "image": image_id, "build_args": {**request.build_args, INLINE_CACHE_ARG: "1"},
+        "secrets": sorted(request.secrets), "network": "host" if request.network_host else "default",
+        "buildkit": client.kind, "cache_from": list(request.cache_from), "no_cache": request.no_cache,
+        "platform": request.platform or "", "started": wall_started,
+        "package_indexes": [dict(i) for i in request.package_indexes]}, sort_keys=True, indent=1))
     # The same record and log kept by image: the cell's files are the last build's, and another build of the
     # cell (another revision, a test beside it) replaces them while this image may still be pushed later.
     kept = image_record(log_path.parent, image_id)
@@ -172,6 +141,55 @@ def build(
         shutil.copyfile(log_path, kept[1])
         shutil.copyfile(facts_path(log_path), kept[0])
     return image_id
+
+
+def _argv(client: BuildClient, request: BuildRequest, iidfile: Path) -> list[str]:
+    argv: list[str] = [*client.argv, "--progress=plain", "--iidfile", str(iidfile), "-f", str(request.dockerfile)]
+    if request.network_host:
+        # Containers on the default bridge cannot reach anything here (iptables off), and
+        # the pip file server listens on loopback.
+        argv += ["--network", "host"]
+    if request.no_cache:
+        argv.append("--no-cache")
+    if request.platform:
+        # BuildKit's TARGETPLATFORM/TARGETARCH; another architecture's RUN steps run under QEMU (binfmt_misc).
+        argv += ["--platform", request.platform]
+    if request.tag:
+        argv += ["-t", request.tag]
+    for key, value in sorted(request.build_args.items()):
+        argv += ["--build-arg", f"{key}={value}"]
+    # BuildKit's own switch, not an ARG of the Dockerfile: it changes the image config (the cache
+    # metadata), never a layer.
+    argv += ["--build-arg", f"{INLINE_CACHE_ARG}=1"]
+    for ref in request.cache_from:
+        argv += ["--cache-from", ref]
+    for key, value in sorted(request.labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    for sid, path in sorted(request.secrets.items()):
+        argv += ["--secret", f"id={sid},src={path}"]
+    argv.append(str(request.context))
+    return argv
+
+
+def _run_build(client: BuildClient, request: BuildRequest,
+               iidfile: Path) -> tuple[subprocess.CompletedProcess[bytes], int]:
+    """The build process, its output to the log, and when it started (Unix seconds); BuildFailed when it runs past
+    the request's timeout."""
+    argv = _argv(client, request, iidfile)
+    env = {**os.environ, **dict(client.env)}
+    wall_started = int(time.time())
+    started = time.monotonic()
+    with request.log_path.open("w") as log:
+        log.write(f"$ {client.describe()} ... {request.context}\n")
+        log.flush()
+        try:
+            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=request.timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            log.write(f"\nbuild timed out after {request.timeout:.0f}s\n")
+            raise BuildFailed(f"timed out after {request.timeout:.0f}s") from None
+        log.write(f"\nexit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
+    return proc, wall_started
 
 
 def facts_path(log_path: Path) -> Path:

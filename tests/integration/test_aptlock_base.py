@@ -98,8 +98,9 @@ def _build_apt_step(base: str, tmp_path: Path, edit) -> str:
     text = render_cell_dockerfile(matrix, cell, ROOT / "templates", root=tmp_path)
     (folder / "Dockerfile").write_text(text[:text.index("\nFROM base AS uv")] + "\n")   # before the uv stage
     tag = f"t-aptlock-{secrets.token_hex(4)}"
-    engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile", build_args={"BASE_IMAGE": base},
-                 labels={}, secrets={}, log_path=tmp_path / "build.log", tag=tag, no_cache=True)
+    engine.build(engine.resolve_build_client(), engine.BuildRequest(
+        folder, folder / "Dockerfile", build_args={"BASE_IMAGE": base},
+                 labels={}, secrets={}, log_path=tmp_path / "build.log", tag=tag, no_cache=True))
     return tag
 
 

@@ -37,8 +37,9 @@ def test_buildkit_reads_label_values_as_written(text: str, tmp_path: Path):
     start = rendered.index("LABEL ")
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text("FROM scratch\n" + rendered[start:])
-    image = engine.build(engine.resolve_build_client(), tmp_path, dockerfile, build_args={}, labels={},
-                         secrets={}, log_path=tmp_path / "build.log", timeout=300, network_host=False)
+    image = engine.build(engine.resolve_build_client(), engine.BuildRequest(
+        tmp_path, dockerfile, build_args={}, labels={},
+                         secrets={}, log_path=tmp_path / "build.log", timeout=300, network_host=False))
     try:
         labels = engine.image_labels(image)
     finally:
@@ -60,9 +61,10 @@ def test_buildkit_would_misread_them_without_the_label_filter(tmp_path: Path):
     context.mkdir()
     (context / "Dockerfile").write_text("FROM scratch\n" + rendered[rendered.index("LABEL "):])
     try:
-        image = engine.build(engine.resolve_build_client(), context, context / "Dockerfile", build_args={},
+        image = engine.build(engine.resolve_build_client(), engine.BuildRequest(
+        context, context / "Dockerfile", build_args={},
                              labels={}, secrets={}, log_path=tmp_path / "build.log", timeout=300,
-                             network_host=False)
+                             network_host=False))
     except engine.BuildFailed:
         return
     try:

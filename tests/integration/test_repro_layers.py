@@ -46,9 +46,9 @@ def test_two_cold_builds_on_the_base_give_identical_layers(tmp_path: Path):
     try:
         for ref in refs:
             # A new CACHE_EPOCH per build: nothing of the first build is reused by the second.
-            engine.build(engine.resolve_build_client(), tmp_path, tmp_path / "Dockerfile",
+            engine.build(engine.resolve_build_client(), engine.BuildRequest(tmp_path, tmp_path / "Dockerfile",
                          build_args={"BASE_IMAGE": base, "CACHE_EPOCH": secrets.token_hex(6)}, labels={},
-                         secrets={}, log_path=tmp_path / f"{ref.rsplit(':', 1)[1]}.log", tag=ref)
+                         secrets={}, log_path=tmp_path / f"{ref.rsplit(':', 1)[1]}.log", tag=ref))
         first, second = ((engine.image_attrs(ref) or {})["RootFS"]["Layers"] for ref in refs)
     finally:
         for ref in refs:
