@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts.locks import FRAMEWORK_LOCK, TOOLS_LOCK  # noqa: E402
 from buildtool.imagebuild import engine  # noqa: E402
-from buildtool.imagebuild.lock import compile_cell, read_locks  # noqa: E402
+from buildtool.imagebuild.lock import Pins, compile_cell, read_locks  # noqa: E402
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
@@ -99,8 +99,9 @@ class Bench:
         ref = f"{self.tag}/{name}:{epoch}"
         log = self.tmp / f"{name}-{epoch}.log"
         started = time.perf_counter()
-        engine.build(self.client, context, context / "Dockerfile", build_args={"BASE_IMAGE": self.base,
-                     "CACHE_EPOCH": epoch}, labels={}, secrets=self.secrets, log_path=log, tag=ref)
+        engine.build(self.client, engine.BuildRequest(
+            context, context / "Dockerfile", build_args={"BASE_IMAGE": self.base, "CACHE_EPOCH": epoch}, labels={},
+            secrets=self.secrets, log_path=log, tag=ref))
         elapsed = time.perf_counter() - started
         self.images.append(ref)
         size = int((engine.image_attrs(ref) or {}).get("Size", 0))
@@ -166,7 +167,7 @@ def main() -> int:
     locks = read_locks(ROOT, cell)
     bumped_cell = replace(cell, packages=tuple((n, BUMP[1] if n == BUMP[0] else v) for n, v in cell.packages))
     print(f"re-locking {cell.key} with {BUMP[0]}=={BUMP[1]} (other pins kept)", file=sys.stderr)
-    bumped = compile_cell(bumped_cell, host, previous=locks, upgrade=(BUMP[0],), base=None,
+    bumped = compile_cell(bumped_cell, host, Pins(locks, (BUMP[0],)), base=None,
                           log=lambda m: print(m, file=sys.stderr))
     framework_same = bumped[FRAMEWORK_LOCK] == (folder.parent / FRAMEWORK_LOCK).read_text()
     before = set(cache_mounts())

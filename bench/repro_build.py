@@ -173,8 +173,9 @@ def main() -> int:
                 text = text.replace("id=dl-images-uv,", f"id=repro-{secrets.token_hex(6)},")
                 (ctx / "Dockerfile").write_text(text)
                 ref = f"{tag}/{cell.name}:{n}"
-                engine.build(client, ctx, ctx / "Dockerfile", build_args={"BASE_IMAGE": mirror_base(cell.base, LOCAL)},
-                             labels={}, secrets=pip.files, log_path=tmp / f"{n}.log", tag=ref, no_cache=True)
+                engine.build(client, engine.BuildRequest(
+                    ctx, ctx / "Dockerfile", build_args={"BASE_IMAGE": mirror_base(cell.base, LOCAL)}, labels={},
+                    secrets=pip.files, log_path=tmp / f"{n}.log", tag=ref, no_cache=True))
                 refs.append(ref)
                 print(f"built {ref}", file=sys.stderr)
             probes = [probe(ROOT, ref) for ref in refs]

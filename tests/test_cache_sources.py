@@ -107,14 +107,15 @@ def test_every_build_exports_the_inline_cache_and_imports_the_sources_it_is_give
     script.write_text(FAKE_DOCKER.format(out=str(out)))
     client = engine.BuildClient((sys.executable, str(script), "build"), (), "classic")
     sources = ["127.0.0.1:5000/pytorch-cpu-dev@sha256:" + "1" * 64, "127.0.0.1:5000/pytorch-cpu-dev@sha256:" + "2" * 64]
-    engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b"}, labels={}, secrets={},
-                 log_path=tmp_path / "build.log", cache_from=sources)
+    engine.build(client, engine.BuildRequest(
+        tmp_path, tmp_path / "Dockerfile", build_args={"BASE_IMAGE": "b"}, labels={}, secrets={},
+        log_path=tmp_path / "build.log", cache_from=sources))
     argv = json.loads(out.read_text())
     pairs = list(zip(argv, argv[1:], strict=False))
     assert ("--build-arg", "BUILDKIT_INLINE_CACHE=1") in pairs
     assert [b for a, b in pairs if a == "--cache-from"] == sources
-    engine.build(client, tmp_path, tmp_path / "Dockerfile", build_args={}, labels={}, secrets={},
-                 log_path=tmp_path / "build.log")
+    engine.build(client, engine.BuildRequest(tmp_path, tmp_path / "Dockerfile", build_args={}, labels={}, secrets={},
+                 log_path=tmp_path / "build.log"))
     assert "--cache-from" not in json.loads(out.read_text())
 
 
@@ -136,8 +137,8 @@ def _builder(monkeypatch: pytest.MonkeyPatch, **options: object):  # noqa: ANN20
     run.registry = MemRegistry()   # type: ignore[assignment]
     seen: dict[str, object] = {}
 
-    def build(*args: object, **kwargs: object) -> str:
-        seen.update(kwargs)
+    def build(client: object, request: engine.BuildRequest) -> str:
+        seen.update(vars(request))
         raise engine.BuildFailed("recorded")
 
     monkeypatch.setattr(builder.engine, "build", build)

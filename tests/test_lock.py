@@ -155,7 +155,7 @@ def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
     monkeypatch.setattr(lock, "uv_binary", lambda: "uv")
     cell = _cell()
     current.append(cell)
-    texts = lock.compile_cell(cell, HostPip(), previous={}, upgrade=None, base=None, log=print,
+    texts = lock.compile_cell(cell, HostPip(), lock.Pins(), base=None, log=print,
                               reachable=lambda url: True)
     assert locks.parse_lock(texts[locks.FRAMEWORK_LOCK]).versions() == {"torch": "2.13.0+cpu", "sympy": "1.14.0"}
     assert set(locks.parse_lock(texts[locks.TOOLS_LOCK]).versions()) == {"numpy", "tensorboard", "torch-tb-profiler",
@@ -173,7 +173,7 @@ def test_compile_splits_one_resolution_into_framework_and_tools(monkeypatch):
     full["numpy"] = "1.26.4"
     base = lock.BaseFacts(python="3.12", packages={"torch": "2.13.0+cpu", "numpy": "1.26.4", "sympy": "1.14.0"},
                           constraints="torch==2.13.0+cpu\n", standin=True)
-    texts = lock.compile_cell(ngc, HostPip(), previous={}, upgrade=("tensorboard",), base=base, log=print,
+    texts = lock.compile_cell(ngc, HostPip(), lock.Pins(upgrade=("tensorboard",)), base=base, log=print,
                               reachable=lambda url: True)
     assert list(texts) == [locks.TOOLS_LOCK]
     assert set(locks.parse_lock(texts[locks.TOOLS_LOCK]).versions()) == {"tensorboard", "torch-tb-profiler", "pip"}

@@ -53,7 +53,7 @@ def _lock(host: HostPip, requirement: str) -> str:
     """The framework lock `make lock` writes for a pip cell whose framework requirement is `requirement`."""
     cell = replace(_cell("pytorch-cpu:2.13"), framework_requirements=(requirement,), packages=(),
                    extra_index_urls=(), index_url=None)
-    return lock.compile_cell(cell, host, previous={}, upgrade=None, base=None, log=print,
+    return lock.compile_cell(cell, host, lock.Pins(), base=None, log=print,
                              reachable=lambda url: True)[locks.FRAMEWORK_LOCK]
 
 
@@ -220,11 +220,11 @@ def test_compile_pins_versions_exactly_and_hands_uv_the_previous_pins_as_prefere
     monkeypatch.setattr(lock, "_run_uv", fake_uv)
     monkeypatch.setattr(lock, "uv_binary", lambda: "uv")
     cell = _cell("pytorch-cpu:2.13")
-    texts = lock.compile_cell(cell, HostPip(), previous={}, upgrade=None, base=None, log=print,
+    texts = lock.compile_cell(cell, HostPip(), lock.Pins(), base=None, log=print,
                               reachable=lambda url: True)
     assert seen["resolved"] == "torch==2.13.0+cpu\nsympy===1.14.0\n"
     framework = locks.parse_lock(texts[locks.FRAMEWORK_LOCK])
-    lock.compile_cell(cell, HostPip(), previous={locks.FRAMEWORK_LOCK: framework}, upgrade=("sympy",), base=None,
+    lock.compile_cell(cell, HostPip(), lock.Pins({locks.FRAMEWORK_LOCK: framework}, ("sympy",)), base=None,
                       log=print, reachable=lambda url: True)
     preferred = tomllib.loads(seen["preferences"])["packages"]      # names and versions only, no files
     assert {p["name"]: p["version"] for p in preferred} == {"torch": "2.13.0+cpu", "sympy": "1.14.0"}

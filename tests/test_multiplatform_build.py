@@ -35,9 +35,8 @@ class Fakes:
         self.labels: dict[str, dict[str, str]] = {}
         self.cache_from: dict[str, list[str]] = {}
 
-    def build(self, client: Any, context: Path, dockerfile: Path, *, platform: str | None = None,
-              labels: dict[str, str], log_path: Path, cache_from: list[str] = (),  # type: ignore[assignment]
-              **_: Any) -> str:
+    def build(self, client: Any, request: engine.BuildRequest) -> str:
+        platform, labels, log_path, cache_from = request.platform, request.labels, request.log_path, request.cache_from
         assert platform is not None, "a multi-platform cell always names the platform it builds"
         self.builds.append(platform)
         # As engine.build does: the platform's full log, which the push path is chosen from.
@@ -76,7 +75,7 @@ def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201
         monkeypatch.setattr(engine, "build", fakes.build)
         monkeypatch.setattr(engine, "tag", lambda image, ref: None)
         monkeypatch.setattr(engine, "image_labels", lambda ref: None)
-        monkeypatch.setattr(builder_mod, "push_verified", lambda ref, log, via="": fakes.push(ref))
+        monkeypatch.setattr("buildtool.imagebuild.publishing.push_verified", lambda ref, log, via="": fakes.push(ref))
         monkeypatch.setattr(Builder, "_build_env", lambda self: (
             None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), HostPip()))
         monkeypatch.setattr(builder_mod, "scrub_log", lambda path, secrets: None)

@@ -287,9 +287,9 @@ def _capture(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, str]]:
     seen: dict[str, dict[str, str]] = {}
     fake = engine.build
 
-    def build(*args: Any, platform: str | None = None, build_args: dict[str, str], **kwargs: Any) -> str:
-        seen[str(platform)] = dict(build_args)
-        return fake(*args, platform=platform, build_args=build_args, **kwargs)
+    def build(client: Any, request: engine.BuildRequest) -> str:
+        seen[str(request.platform)] = dict(request.build_args)
+        return fake(client, request)
 
     monkeypatch.setattr(engine, "build", build)
     return seen

@@ -108,7 +108,7 @@ def _made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, labels: dict[str, str
     root, plan = _project(tmp_path)
     started, finished = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC), datetime(2026, 1, 1, 0, 2, 5, tzinfo=UTC)
     made = build_provenance.make_provenance(root, root / "matrix.yaml", plan,
-                                            build_provenance.Built(labels, "linux/amd64", history), started, finished,
+                                            build_provenance.Built(labels, "linux/amd64", history), (started, finished),
                                             build_provenance.tools(root), facts, KEY.keyid)
     return root, made
 

@@ -55,11 +55,10 @@ class Fakes:
         self.uploaded: list[str] = []
         self.attached_while: list[list[str]] = []   # the dev repository's tags when each attestation went up
 
-    def build(self, client: Any, context: Path, dockerfile: Path, *, labels: dict[str, str], log_path: Path,
-              **_: Any) -> str:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text("#1 [1/1] FROM base\n")
-        self.labels["image-1"] = dict(labels)
+    def build(self, client: Any, request: engine.BuildRequest) -> str:
+        request.log_path.parent.mkdir(parents=True, exist_ok=True)
+        request.log_path.write_text("#1 [1/1] FROM base\n")
+        self.labels["image-1"] = dict(request.labels)
         return "image-1"
 
     def tag(self, image: str, ref: str) -> None:
@@ -98,7 +97,7 @@ def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201
     monkeypatch.setattr(engine, "image_attrs", fakes.attrs)
     monkeypatch.setattr(engine, "image_labels", lambda ref: (fakes.attrs(ref) or {}).get("Config", {}).get("Labels"))
     monkeypatch.setattr(engine, "find_by_label", lambda key, value: [])
-    monkeypatch.setattr(builder_mod, "push_verified", lambda ref, log, via="": fakes.push(ref))
+    monkeypatch.setattr("buildtool.imagebuild.publishing.push_verified", lambda ref, log, via="": fakes.push(ref))
     monkeypatch.setattr(Builder, "_build_env", lambda self: (
         None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), HostPip()))
     monkeypatch.setattr(builder_mod, "scrub_log", lambda path, secrets: None)

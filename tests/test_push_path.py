@@ -122,7 +122,8 @@ def test_the_build_pushes_by_the_path_chosen_for_it(monkeypatch: pytest.MonkeyPa
     from buildtool.imagebuild import builder
 
     calls: list[tuple[str, str]] = []
-    monkeypatch.setattr(builder, "push_verified", lambda ref, log, via: calls.append((ref, via)) or "sha256:1")
+    monkeypatch.setattr("buildtool.imagebuild.publishing.push_verified",
+                        lambda ref, log, via: calls.append((ref, via)) or "sha256:1")
     local: list[tuple[str, ...]] = []
     monkeypatch.setattr(builder.engine, "tag", lambda image, ref: local.append(("tag", image, ref)))
     monkeypatch.setattr(builder.engine, "untag", lambda ref: local.append(("untag", ref)))

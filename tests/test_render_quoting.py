@@ -328,7 +328,7 @@ def test_a_requirement_never_adds_lines_or_options_to_the_lock_input(value: str,
     ran: list[list[str]] = []
     monkeypatch.setattr(lock, "_run_uv", lambda argv, env, cwd: ran.append(argv))
     with pytest.raises(UserError, match="is not one PEP 508 requirement"):
-        lock.compile_cell(cell, lock.HostPip(), previous={}, upgrade=None, base=None, log=print,
+        lock.compile_cell(cell, lock.HostPip(), lock.Pins(), base=None, log=print,
                           reachable=lambda url: True)
     assert ran == []
     assert lock.requirement_lines(["torch==2.13.0", "tensorboard==2.21.0"]) == "torch==2.13.0\ntensorboard==2.21.0\n"

@@ -37,8 +37,8 @@ def pushed(monkeypatch: pytest.MonkeyPatch) -> tuple[MemRegistry, str]:
 
 
 def attach(client: MemRegistry, digest: str) -> str:
-    return contents.attach_sbom(Path("."), client, REPO, digest, "local:tag", {},  # type: ignore[arg-type]
-                                signing.KEY, indexes=sbom_probe.INDEXES)
+    return contents.attach_sbom(Path("."), client, REPO, digest, "local:tag",  # type: ignore[arg-type]
+                                contents.LockedContents({}, indexes=sbom_probe.INDEXES), signing.KEY)
 
 
 def listed(client: MemRegistry, digest: str) -> tuple[int, int]:
@@ -97,7 +97,7 @@ def test_a_push_run_without_a_builder_key_is_refused_before_anything_builds(monk
 
 def _reused(monkeypatch: pytest.MonkeyPatch, pull) -> tuple:  # noqa: ANN001
     """A push that reused an image by content key: in the registry, not in this engine's store."""
-    from buildtool.imagebuild import builder
+    from buildtool.imagebuild import publishing as builder
 
     calls: list = []
     monkeypatch.setattr(builder.engine, "image_attrs", lambda ref: None)

@@ -17,41 +17,39 @@ leaves no dev tag behind.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
-from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey
+from buildtool.common.dsse import PrivateKey, PublicKey
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import ReferenceError, parse_reference, split_repo
+from buildtool.common.refs import split_repo
 from buildtool.contracts import label_keys, platforms
-from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
-from buildtool.contracts.names import check_full_revision, parse_dev_tag, push_staging_tag
-from buildtool.contracts.provenance import PREDICATE_TYPE as PROVENANCE_PREDICATE
+from buildtool.contracts.names import parse_dev_tag
 from buildtool.contracts.trust import Trusted
 from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path, repro_config
-from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, push_verified, recipe_suite, stale_platforms
-from buildtool.imagebuild.contents import attach_sbom
-from buildtool.imagebuild.lock import locked_versions, read_locks
+from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, recipe_suite, stale_platforms
+from buildtool.imagebuild.cell_inputs import (
+    BaseInfo,
+    build_labels,
+    built_for,
+    cell_content_key,
+    scrub_log,
+    secret_strings,
+)
+from buildtool.imagebuild.lock import locked_versions
 from buildtool.imagebuild.pipconfig import HostPip, PipSecrets, package_indexes, pip_secrets, reachable
 from buildtool.imagebuild.progress import LogProgress, Progress, StepWatcher
-from buildtool.imagebuild.provenance import Built, facts_from_build, make_provenance, tools
-from buildtool.matrix.plan import CellPlan, Settings, content_key, full_revision
+from buildtool.imagebuild.publishing import Publishing
+from buildtool.matrix.plan import CellPlan, Settings, full_revision
 from buildtool.matrix.schema import Cell
-from buildtool.registry.bundles import ensure_bundle
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError, RegistryUnreachable, RetryPolicy
 from buildtool.registry.image_index import Child, platform_manifest, put_index
-from buildtool.registry.provenance import OnlyKey, attach_provenance, find_provenance
-from buildtool.registry.sbom import find_sbom
-from buildtool.registry.sbom_attestation import SBOM_PREDICATE, plain_sbom_problem, signed_by
 
 Log = Callable[[str], None]
 
@@ -104,17 +102,6 @@ class CellResult:
                                               "content_key", "sbom", "provenance", "platforms")}
 
 
-@dataclass(frozen=True)
-class BaseInfo:
-    ref: str        # what the build pulls (the mirror when BASE_MIRROR is set)
-    digest: str
-    labels: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def pinned(self) -> str:
-        return f"{self.ref.rsplit(':', 1)[0] if ':' in self.ref.rsplit('/', 1)[-1] else self.ref}@{self.digest}"
-
-
 def _client(host: str, quick: bool = False) -> RegistryClient:
     retry = RetryPolicy(attempts=2, first_delay=0.5, timeout=15) if quick else RetryPolicy(timeout=60)
     return RegistryClient(host, retry=retry)   # the client asks Docker Hub's API host for docker.io
@@ -147,93 +134,7 @@ def resolve_base(plan: CellPlan, platform: str | None = None) -> BaseInfo | None
     return BaseInfo(ref=plan.base, digest=digest, labels=dict(labels))
 
 
-def context_files(dockerfile: Path) -> dict[str, bytes]:
-    """Every file in the build context (the Dockerfile's folder) that a COPY could use."""
-    folder = dockerfile.parent
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p != dockerfile}
-
-
-def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo, platform: str | None = None) -> str:
-    """The content key of the cell's image (of a multi-platform cell: of its `platform` image, on that
-    platform's base)."""
-    dockerfile = root / plan.cell.dockerfile
-    settings = {"base": plan.cell.base, **{k: v for k, v in plan.build_args.items() if k != "BASE_IMAGE"}}
-    if platform is not None:
-        settings["platform"] = platform
-    return content_key(dockerfile.read_bytes(), base.digest, settings, context_files(dockerfile))
-
-
-def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source: str,
-                 locked: dict[str, str] | None = None) -> dict[str, str]:
-    """The labels `buildtool build` adds (contracts.image_labels writes them; the templates write the rest).
-    `revision`: the full commit (`names.check_full_revision`). `locked`: what the locks install, which the
-    contents check and the SBOM step prove inside the image. The base is named as the build pulled it
-    (`base.ref`, the mirror's reference when BASE_MIRROR is set) beside that reference's digest, so the
-    pair resolves; the matrix's upstream it stands for is the template's label_keys.BASE_UPSTREAM."""
-    cell = plan.cell
-    try:
-        check_full_revision(revision)
-    except ValueError as exc:
-        raise UserError(f"{cell.key}: {exc}") from None
-    run = RunProfile(shm_size=cell.run.shm_size, ipc=cell.run.ipc, ulimits=tuple(sorted(cell.run.ulimits)),
-                     gpus=cell.run.gpus, docker_flags=tuple(cell.run.docker_flags()))
-    try:
-        on_standin = ImageLabels.parse(base.labels)
-    except LabelError as exc:
-        raise UserError(f"base {base.ref}: {exc}") from None
-    labels = ImageLabels(
-        source=source, revision=revision, version=cell.version,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), base_name=base.ref, base_digest=base.digest,
-        base_ref=base.ref, cell=cell.key, content_key=key, run_profile=run,
-        packages=None if locked is None else dict(sorted(locked.items())),
-    )
-    if on_standin.standin:
-        labels = replace(labels, standin=True, standin_framework=on_standin.standin_framework or "unknown",
-                         standin_python=on_standin.standin_python)
-    return labels.to_dict()
-
-
-def secret_strings(host: HostPip) -> list[str]:
-    """Credentials inside index URLs: scrubbed from logs as a second line of defence."""
-    found = []
-    for url in (host.index_url, *host.extra_index_urls, *host.find_links):
-        parts = urlsplit(url) if "://" in url else None
-        if parts and parts.password:
-            found.append(parts.password)
-        if parts and parts.username and parts.password:
-            found.append(f"{parts.username}:{parts.password}")
-    return [s for s in found if len(s) >= 4]
-
-
-def scrub_log(path: Path, secrets: list[str]) -> None:
-    if not secrets or not path.is_file():
-        return
-    text = path.read_text(errors="replace")
-    for secret in secrets:
-        text = text.replace(secret, "****")
-    path.write_text(text)
-
-
-def built_for(plan: CellPlan, images: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Of local images carrying a content key, those this tool built for the cell: tagged in the
-    cell's dev repository with one of its dev tags. An image built FROM a dev image inherits all
-    its labels, content key included, so the label alone does not say what an image is."""
-    repo = parse_reference(f"{plan.dev_repo}:x").name
-    chosen = []
-    for image in images:
-        for ref in image.get("RepoTags") or []:
-            try:
-                parsed = parse_reference(ref)
-            except ReferenceError:
-                continue
-            if parsed.name == repo and parse_dev_tag(parsed.tag, plan.cell.version):
-                chosen.append(image)
-                break
-    return chosen
-
-
-class Builder:
+class Builder(Publishing):
     """One `build` run over several cells."""
 
     def __init__(self, root: Path, source: str, settings: Settings, revision: str, options: BuildOptions,
@@ -481,151 +382,6 @@ class Builder:
         if self.options.push:
             return "built and pushed", self._push_ref(plan, ref, log_path)
         return "built", image_id
-
-    def _push_ref(self, plan: CellPlan, ref: str, build_log: Path | None = None) -> str:
-        log_text = build_log.read_text(errors="replace") if build_log is not None else None
-        via = push_path.choose(self.options.push_with, log_text)
-        self.progress.update(plan.cell.key, "pushing", f"{ref} ({via})")
-        push_verified(ref, self.log, via=via)
-        return self._normalised(ref, build_log)
-
-    def _normalised(self, ref: str, build_log: Path | None) -> str:
-        """The image just pushed to `ref`, its config's times set to the commit's and its build metadata (the
-        inline cache) kept apart under the cache tag (repro_config): two builds of one commit, one digest.
-        Returns the digest `ref` names now; remembers what its provenance states about the push."""
-        host, repo, tag = split_repo(ref)
-        published = repro_config.publish_normalised(self.registry, repo, tag, self.source_date_epoch())
-        with self._lock:
-            self._pushed[published.digest] = (build_log, f"{host}/{repo}@{published.cache}" if published.cache
-                                              else "", published.changed)
-        return published.digest
-
-    def _attach_platform(self, plan: CellPlan, platform: str, digest: str, key: str, began: datetime) -> dict[str, str]:
-        """SBOM and provenance of one platform's image, attached to its own manifest digest."""
-        ref = f"{plan.dev_repo}:{multiplatform.platform_tag(plan.dev_tag, platform)}"
-        sbom = self._ensure_sbom(plan, ref, digest, platform)
-        provenance = self._ensure_provenance(plan, ref, digest, began, datetime.now(UTC))
-        return {"platform": platform, "digest": digest, "content_key": key, "sbom": sbom, "provenance": provenance}
-
-    def _push(self, plan: CellPlan, build_log: Path | None = None) -> str:
-        """Upload the local dev tag's image by the path push_path chooses for it (`build_log`: this run built it)
-        under its staging tag (names.push_staging_tag), not the dev tag: _publish writes that once the SBOM and
-        provenance are attached. Returns the digest the registry holds."""
-        log_text = build_log.read_text(errors="replace") if build_log is not None else None
-        via = push_path.choose(self.options.push_with, log_text)
-        staging = f"{plan.dev_repo}:{push_staging_tag(plan.dev_tag)}"
-        self.progress.update(plan.cell.key, "pushing", f"{staging} ({via})")
-        engine.tag(plan.dev_ref, staging)
-        try:
-            push_verified(staging, self.log, via=via)
-            return self._normalised(staging, build_log)
-        finally:
-            try:
-                engine.untag(staging)     # the local store keeps only the dev tag
-            except Exception as exc:  # noqa: BLE001 - a leftover local tag is harmless; say it
-                self.log(f"[{plan.cell.key}] could not remove the local tag {staging}: {exc}")
-
-    def _publish(self, plan: CellPlan, digest: str) -> None:
-        """Put the manifest `digest` (already in the dev repository, its attestations attached) at the dev tag:
-        the same bytes, so the digest cannot change; checked by reading the tag back."""
-        _, repo, _ = split_repo(plan.dev_ref)
-        self.progress.update(plan.cell.key, "tagging", f"{plan.dev_ref} -> {digest}")
-        body, media_type, held = self.registry.get_manifest(repo, digest)
-        if held != digest:
-            raise FailedError(f"{repo}@{digest}: the registry served a manifest whose digest is {held}")
-        self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
-        now = self.registry.manifest_digest(repo, plan.dev_tag)
-        if now != digest:
-            raise FailedError(f"{plan.dev_ref} names {now} after putting {digest} there")
-
-    def _attach_all(self, plan: CellPlan, result: CellResult, began: datetime) -> None:
-        """A pushed digest gets its SBOM and its signed provenance (each kept when already there); then, unless
-        the dev tag already named it ("up to date"), the dev tag is put on it (_publish). Attaching that fails
-        leaves the dev tag unwritten: the image is only under its staging tag, which is never a dev tag."""
-        if not (self.options.push and result.digest.startswith("sha256:")):
-            return
-        tagged = result.result == "up to date"
-        finished = datetime.now(UTC)
-        try:
-            result.sbom = self._ensure_sbom(plan, plan.dev_ref, result.digest, plan.cell.platforms[0])
-            result.provenance = self._ensure_provenance(plan, plan.dev_ref, result.digest, began, finished)
-        except (FailedError, RegistryError, RuntimeError, OSError) as exc:
-            cause = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-            if tagged:
-                # Pushed by an earlier run that did not attach them: distribution cannot untag (it deletes
-                # manifests, not tags), so say what is left.
-                raise FailedError(f"{plan.dev_ref} is in the registry as {result.digest}, but attaching its SBOM "
-                                  f"and provenance failed ({cause}); that dev tag is there without them, which "
-                                  "validate reports and release refuses: fix the cause and re-run build --push, "
-                                  "which attaches them") from None
-            raise FailedError(f"dev tag {plan.dev_ref} not written: attaching the SBOM and provenance of "
-                              f"{result.digest} failed, so the image is only at {push_staging_tag(plan.dev_tag)} "
-                              f"(never read as a dev tag); fix the cause and re-run build --push. Cause: "
-                              f"{cause}") from None
-        if not tagged:
-            self._publish(plan, result.digest)
-
-    def _ensure_provenance(self, plan: CellPlan, ref: str, digest: str, began: datetime, finished: datetime) -> str:
-        """Sign and attach the provenance of the image `digest` (tagged `ref`), unless one this builder key
-        signed already verifies (a no-op rebuild keeps it). Any failure is the cell's failure, one line naming
-        the cause. Returns the provenance artifact's digest."""
-        assert self._key is not None, "run() reads the builder key before a push"
-        _, repo, _ = split_repo(ref)
-        found = find_provenance(self.registry, repo, digest, OnlyKey(self._key.public()))
-        if found.provenance is not None:
-            if found.referrer is not None:   # kept from a push before bundles were published: add its bundle
-                ensure_bundle(self.registry, repo, digest, found.referrer, PROVENANCE_PREDICATE)
-            return found.artifact
-        self.progress.update(plan.cell.key, "provenance", "signing the build's provenance")
-        try:
-            body = json.loads(self.registry.get_manifest(repo, digest)[0])
-            config = json.loads(self.registry.get_blob(repo, body["config"]["digest"]))
-            labels = dict((config.get("config") or {}).get("Labels") or {})
-            platform = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
-            log, cache, changed = self._pushed.get(digest, (None, "", ()))
-            # Not pushed by this run: built by an earlier one on this machine, its cell's log when the record
-            # beside it names this very image.
-            local = None if log else str((engine.image_attrs(ref) or {}).get("Id", ""))
-            log = log or self.options.log_dir / f"{plan.cell.name}-{plan.cell.version}.log"
-            facts = facts_from_build(log, local, self.source_date_epoch(), cache, changed)
-            provenance = make_provenance(self.root, self.options.matrix or self.root / "matrix.yaml", plan,
-                                         Built(labels, platform, tuple(config.get("history") or ())), began,
-                                         finished, tools(self.root), facts,
-                                         self._key.public().keyid)
-            return attach_provenance(self.registry, repo, digest, provenance, self._key).digest
-        except (FailedError, UserError, EnvelopeError, RegistryError, ValueError, KeyError) as exc:
-            raise FailedError(f"provenance of {ref}: {exc}") from None
-
-    def _ensure_sbom(self, plan: CellPlan, ref: str, digest: str, platform: str) -> str:
-        """Every pushed digest gets its SBOM (of `platform`'s locks), plain and signed by the builder key (both
-        kept when this key already signed the plain one). Returns the SBOM artifact's digest."""
-        _, repo, _ = split_repo(ref)
-        key = self._key
-        if key is None:
-            raise FailedError("a push signs the image's SBOM with the builder key, and none was read "
-                              "(buildtool build --push reads DL_IMAGES_BUILDER_KEY, else the local dev key)")
-        found = find_sbom(self.registry, repo, digest)
-        signed = signed_by(self.registry, repo, digest, key.public())
-        if found is not None and signed is not None and not plain_sbom_problem(self.registry, repo, digest,
-                                                                                signed.digest):
-            ensure_bundle(self.registry, repo, digest, signed.referrer, SBOM_PREDICATE)   # as the provenance's
-            return found.digest
-        if engine.image_attrs(ref) is None:
-            # Reused by content key (built by another commit or machine) and not signed by this key yet: the
-            # SBOM is made from the image itself, pulled by the digest pushed.
-            registry_host, _, _ = split_repo(ref)
-            pinned = f"{registry_host}/{repo}@{digest}"
-            self.progress.update(plan.cell.key, "sbom", "pulling the image to probe its packages")
-            try:
-                engine.pull(pinned)
-                engine.tag(pinned, ref)
-            except RuntimeError as exc:
-                raise FailedError(f"{ref} has no SBOM signed by this builder key in the registry, and "
-                                  f"pulling it to make one failed ({exc}); rebuild it with --force --push") from None
-        self.progress.update(plan.cell.key, "sbom", f"probing the {platform} image's packages")
-        return attach_sbom(self.root, self.registry, repo, digest, ref, read_locks(self.root, plan.cell, platform), key,
-                           aptlock.read_hashes(self.root, plan.cell, platform),
-                           (plan.cell.index_url or "", *plan.cell.extra_index_urls))
 
     def _reuse(self, plan: CellPlan, key: str, result: CellResult) -> bool:
         """Retag or skip when an image with this content key exists. True when done."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,23 @@ def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class LockedContents:
+    """What the cell's locks say its image holds, as its SBOM names it."""
+
+    locks: Mapping[str, LockFile]                 # the Python lock files, whose wheels' sha256 the SBOM carries
+    deb_hashes: Mapping[str, str] | None = None   # the apt lock's package hashes
+    indexes: tuple[str, ...] = ()                 # the cell's index URL ("" for PyPI) and extra ones
+
+
 def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, local_ref: str,
-                locks: Mapping[str, LockFile], key: PrivateKey,
-                deb_hashes: Mapping[str, str] | None = None, indexes: tuple[str, ...] = ()) -> str:
+                locked: LockedContents, key: PrivateKey) -> str:
     """Probe the local image, check it against its lock, attach its SBOM to repo@digest, plain and
-    signed with the builder's `key` (`locks`: the cell's lock files, whose wheels' sha256 the SBOM's Python
-    components carry: of several for a package, the one with the installed wheel's tags).
+    signed with the builder's `key` (the Python components carry the sha256 of the locked wheel; of several for
+    a package, the one with the installed wheel's tags).
     Returns the plain SBOM artifact's digest. When `key` already signed an SBOM of the digest and the
     plain one is that document, both are kept; otherwise the document is made again from the image.
-    `indexes`: the cell's index URL ("" for PyPI) and extra ones, which the Python purls name (sbom.make_sbom)."""
+    The indexes are those the Python purls name (sbom.make_sbom)."""
     existing = sbom.find_sbom(client, repo, digest)
     signed = sbom_attestation.signed_by(client, repo, digest, key.public())
     if existing is not None and signed is not None and \
@@ -91,16 +100,16 @@ def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, loca
     except LabelError as exc:
         raise FailedError(f"{local_ref}: {exc}") from None
     found = probe(root, local_ref)
-    locked = dict(labels.packages or {})
-    wrong = lock_mismatches(locked, found.get("python_packages", {}))
+    labelled = dict(labels.packages or {})
+    wrong = lock_mismatches(labelled, found.get("python_packages", {}))
     if wrong:
         raise FailedError(f"{local_ref} differs from its lock: " + "; ".join(wrong[:5])
                           + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
     try:
-        identified = installed_files(found.get("python_details") or {}, locks)
+        identified = installed_files(found.get("python_details") or {}, locked.locks)
         document = sbom.make_sbom(found, repository=f"{client.host}/{repo}", digest=digest,
-                                  facts=facts(labels, found), locks=locks, identified=identified,
-                                  deb_hashes=deb_hashes, indexes=indexes)
+                                  facts=facts(labels, found), locks=locked.locks, identified=identified,
+                                  deb_hashes=locked.deb_hashes, indexes=locked.indexes)
     except ValueError as exc:
         raise FailedError(f"the SBOM of {local_ref} cannot be made: {exc}") from None
     sbom.validate_sbom(document)

@@ -286,16 +286,24 @@ def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
         raise FailedError("uv pip compile failed: " + " | ".join(fetch + lines[-4:])[:600])
 
 
-def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], upgrade: tuple[str, ...] | None,
-                 base: BaseFacts | None, log: Log, reachable: Callable[[str], bool] = answers,
-                 pinned: dict[str, LockFile] | None = None, platform: str | None = None) -> dict[str, str]:
-    """Resolve a cell for `platform` (None: its only one); returns lock file name -> text. `upgrade`
-    None: move every package to its newest allowed version; a tuple: keep the previous pins except
-    those packages. `pinned` (the drift check): the versions of these locks are constraints, so the
-    resolution is the one `make lock` made whatever the index has released since; a pin nothing
-    requires is simply not in it. Three runs of uv, each writing PEP 751: the whole resolution (versions for
-    the platform's lower cap, Platform.wheel_platform), then at its versions with every file up to
-    NEWEST_MANYLINUX the framework's closure and everything else (its packages and the base's not emitted)."""
+@dataclass(frozen=True)
+class Pins:
+    """What an earlier resolution holds a new one to. `upgrade` None: move every package to its newest allowed
+    version; a tuple: keep the `previous` pins except those packages. `pinned` (the drift check): the versions
+    of these locks are constraints, so the resolution is the one `make lock` made whatever the index has
+    released since; a pin nothing requires is simply not in it."""
+
+    previous: dict[str, LockFile] = field(default_factory=dict)
+    upgrade: tuple[str, ...] | None = None
+    pinned: dict[str, LockFile] | None = None
+
+
+def compile_cell(cell: Cell, host: HostPip, pins: Pins, *, base: BaseFacts | None, log: Log,
+                 reachable: Callable[[str], bool] = answers, platform: str | None = None) -> dict[str, str]:
+    """Resolve a cell for `platform` (None: its only one) held to `pins`; returns lock file name -> text. Three
+    runs of uv, each writing PEP 751: the whole resolution (versions for the platform's lower cap,
+    Platform.wheel_platform), then at its versions with every file up to NEWEST_MANYLINUX the framework's
+    closure and everything else (its packages and the base's not emitted)."""
     python = base.python if base else cell.python
     target = cell_platform(cell, platform)
     args, skipped = index_args(host, cell.index_url, cell.extra_index_urls, reachable)
@@ -315,11 +323,12 @@ def compile_cell(cell: Cell, host: HostPip, *, previous: dict[str, LockFile], up
             (tmpdir / "base-constraints.txt").write_text(
                 base.constraints + "\n" + "\n".join(f"{n}=={v}" for n, v in sorted(base.packages.items())) + "\n")
             constraints = ["--constraint", "base-constraints.txt"]
-        if pinned:
-            (tmpdir / "committed-pins.txt").write_text(exact_pins(e for lock in pinned.values()
+        if pins.pinned:
+            (tmpdir / "committed-pins.txt").write_text(exact_pins(e for lock in pins.pinned.values()
                                                                  for e in lock.entries.values()))
             constraints += ["--constraint", "committed-pins.txt"]
         full = tmpdir / "pylock.full.toml"
+        upgrade, previous = pins.upgrade, pins.previous
         if upgrade is not None and previous:
             # uv keeps what the output file already pins (its preferences) unless upgraded.
             full.write_text(preferences(e for lock in previous.values() for e in lock.entries.values()))
@@ -520,7 +529,7 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
                 log(f"[{cell.key}] resolving for {platform}")
             # Never another platform's pins as preferences: uv drops a preference whose hashes match none of
             # this platform's files and then resolved older versions (measured: numpy 2.4.5, not 2.4.6).
-            texts = compile_cell(cell, host, previous=previous[platform], upgrade=upgrade, base=bases.get(platform),
+            texts = compile_cell(cell, host, Pins(previous[platform], upgrade), base=bases.get(platform),
                                  log=log, platform=platform)
             changed += write_locks(root, cell, texts, platform)
             count = max(count, sum(len(parse_lock(t).entries) for t in texts.values()))

@@ -81,8 +81,8 @@ def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None]
     for platform in cell.platforms:
         committed = lock.read_locks(root, cell, platform)
         try:
-            texts = lock.compile_cell(cell, host, previous={}, upgrade=None, base=(bases or {}).get(platform),
-                                      log=log, reachable=reachable, pinned=committed, platform=platform)
+            texts = lock.compile_cell(cell, host, lock.Pins(pinned=committed), base=(bases or {}).get(platform),
+                                      log=log, reachable=reachable, platform=platform)
         except FailedError as exc:
             which = f"{platform} locks" if cell.multi_platform else "locks"
             raise FailedError(f"{cell.key}: cannot re-resolve its {which} to check them ({exc}); the "

@@ -339,10 +339,11 @@ def cache_descriptors(facts: BuildFacts) -> list[dict[str, Any]]:
     return found
 
 
-def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built, started: datetime,
-                    finished: datetime, tool_list: list[dict[str, Any]], facts: BuildFacts,
-                    builder_keyid: str) -> Provenance:
-    """The provenance of `plan`'s pushed image; FailedError naming what is missing or malformed."""
+def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built, window: tuple[datetime, datetime],
+                    tool_list: list[dict[str, Any]], facts: BuildFacts, builder_keyid: str) -> Provenance:
+    """The provenance of `plan`'s pushed image, built between `window`'s (started, finished); FailedError naming
+    what is missing or malformed."""
+    started, finished = window
     cell = plan.cell
     try:
         labels = ImageLabels.parse(built.labels)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.contracts.names import ATTESTATION_TYPE, PROVENANCE_TYPE, SBOM_ATTESTATION_TYPE, referrers_tag
+from buildtool.imagebuild.engine import BuildRequest
 from buildtool.registry.client import OCI_INDEX, RegistryClient
 from buildtool.registry.referrers import referrers
 from tests import signing
@@ -393,7 +394,7 @@ class EngineStandIn:
                                "image_labels": lambda ref: ((self.attrs(ref) or {}).get("Config") or {}).get(
                                    "Labels")}.items():
             monkeypatch.setattr(engine, name, stand_in)
-        monkeypatch.setattr(builder_mod, "push_verified", lambda ref, log, via="": self.push(ref))
+        monkeypatch.setattr("buildtool.imagebuild.publishing.push_verified", lambda ref, log, via="": self.push(ref))
         monkeypatch.setattr(builder_mod, "resolve_base", lambda plan, platform=None: base)
         monkeypatch.setattr(builder_mod, "scrub_log", lambda path, secrets: None)
         monkeypatch.setattr(builder_mod, "secret_strings", lambda host: [])
@@ -404,11 +405,10 @@ class EngineStandIn:
         monkeypatch.setattr(Builder, "_ensure_provenance", lambda self, plan, ref, digest, began, finished: self_attach(
             self, plan, digest, "provenance"))
 
-    def build(self, client: object, context: Path, dockerfile: Path, *, labels: dict[str, str], log_path: Path,
-              **_: object) -> str:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text("#1 [1/1] FROM base\n")
-        self.labels["image-1"] = dict(labels)
+    def build(self, client: object, request: BuildRequest) -> str:
+        request.log_path.parent.mkdir(parents=True, exist_ok=True)
+        request.log_path.write_text("#1 [1/1] FROM base\n")
+        self.labels["image-1"] = dict(request.labels)
         return "image-1"
 
     def tag(self, image: str, ref: str) -> None:

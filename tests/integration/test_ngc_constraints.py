@@ -39,8 +39,9 @@ RUN mkdir -p /etc/pip && python -m pip list --format=freeze > /etc/pip/constrain
  && echo '{extra_pin}' >> /etc/pip/constraint.txt
 ENV PIP_CONSTRAINT=/etc/pip/constraint.txt
 """)
-    engine.build(engine.resolve_build_client(), tmp, tmp / "Dockerfile", build_args={"BASE_IMAGE": standin},
-                 labels={}, secrets={}, log_path=tmp / "base.log", tag=ref)
+    engine.build(engine.resolve_build_client(), engine.BuildRequest(
+        tmp, tmp / "Dockerfile", build_args={"BASE_IMAGE": standin}, labels={}, secrets={},
+        log_path=tmp / "base.log", tag=ref))
     engine.push(ref)
     return ref
 
@@ -63,10 +64,10 @@ def test_tools_are_installed_under_the_bases_constraints_and_a_conflict_fails(tm
         with pip_secrets() as pip:
             agreeing = _ngc_like_base(tmp_path / "a", standin, "# nothing more", f"{space}/base:agree")
             built = f"{space}/pytorch-ngc-dev:agree"
-            engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile",
+            engine.build(engine.resolve_build_client(), engine.BuildRequest(folder, folder / "Dockerfile",
                          build_args={"BASE_IMAGE": agreeing, "BUILD_BASE_IMAGE": agreeing}, labels={},
                          secrets=pip.files,
-                         log_path=tmp_path / "agree.log", tag=built)
+                         log_path=tmp_path / "agree.log", tag=built))
             refs += [agreeing, built]
             torch_before = engine.run_output(agreeing, ["python", "-c", "import torch; print(torch.__version__)"])
             torch_after = engine.run_output(built, ["python", "-c", "import torch, tensorboard, numpy; "
@@ -77,10 +78,10 @@ def test_tools_are_installed_under_the_bases_constraints_and_a_conflict_fails(tm
             conflicting = _ngc_like_base(tmp_path / "c", standin, "numpy==1.26.4", f"{space}/base:conflict")
             refs.append(conflicting)
             with pytest.raises(engine.BuildFailed):
-                engine.build(engine.resolve_build_client(), folder, folder / "Dockerfile",
+                engine.build(engine.resolve_build_client(), engine.BuildRequest(folder, folder / "Dockerfile",
                              build_args={"BASE_IMAGE": conflicting, "BUILD_BASE_IMAGE": conflicting}, labels={},
                              secrets=pip.files,
-                             log_path=tmp_path / "conflict.log", tag=f"{space}/pytorch-ngc-dev:conflict")
+                             log_path=tmp_path / "conflict.log", tag=f"{space}/pytorch-ngc-dev:conflict"))
             log = (tmp_path / "conflict.log").read_text()
             assert f"numpy=={numpy} and numpy==1.26.4" in log and "unsatisfiable" in log, log[-2000:]
     finally:

@@ -1,0 +1,116 @@
+"""What a cell's build is made of, before any engine runs: its base (BaseInfo), its content key, the labels the
+build adds, the build's secrets to scrub from its log, and which local images were built for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from buildtool.common.errors import UserError
+from buildtool.common.refs import ReferenceError, parse_reference
+from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
+from buildtool.contracts.names import check_full_revision, parse_dev_tag
+from buildtool.imagebuild.pipconfig import HostPip
+from buildtool.matrix.plan import CellPlan, content_key
+
+
+@dataclass(frozen=True)
+class BaseInfo:
+    ref: str        # what the build pulls (the mirror when BASE_MIRROR is set)
+    digest: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.ref.rsplit(':', 1)[0] if ':' in self.ref.rsplit('/', 1)[-1] else self.ref}@{self.digest}"
+
+
+def context_files(dockerfile: Path) -> dict[str, bytes]:
+    """Every file in the build context (the Dockerfile's folder) that a COPY could use."""
+    folder = dockerfile.parent
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p != dockerfile}
+
+
+def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo, platform: str | None = None) -> str:
+    """The content key of the cell's image (of a multi-platform cell: of its `platform` image, on that
+    platform's base)."""
+    dockerfile = root / plan.cell.dockerfile
+    settings = {"base": plan.cell.base, **{k: v for k, v in plan.build_args.items() if k != "BASE_IMAGE"}}
+    if platform is not None:
+        settings["platform"] = platform
+    return content_key(dockerfile.read_bytes(), base.digest, settings, context_files(dockerfile))
+
+
+def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source: str,
+                 locked: dict[str, str] | None = None) -> dict[str, str]:
+    """The labels `buildtool build` adds (contracts.image_labels writes them; the templates write the rest).
+    `revision`: the full commit (`names.check_full_revision`). `locked`: what the locks install, which the
+    contents check and the SBOM step prove inside the image. The base is named as the build pulled it
+    (`base.ref`, the mirror's reference when BASE_MIRROR is set) beside that reference's digest, so the
+    pair resolves; the matrix's upstream it stands for is the template's label_keys.BASE_UPSTREAM."""
+    cell = plan.cell
+    try:
+        check_full_revision(revision)
+    except ValueError as exc:
+        raise UserError(f"{cell.key}: {exc}") from None
+    run = RunProfile(shm_size=cell.run.shm_size, ipc=cell.run.ipc, ulimits=tuple(sorted(cell.run.ulimits)),
+                     gpus=cell.run.gpus, docker_flags=tuple(cell.run.docker_flags()))
+    try:
+        on_standin = ImageLabels.parse(base.labels)
+    except LabelError as exc:
+        raise UserError(f"base {base.ref}: {exc}") from None
+    labels = ImageLabels(
+        source=source, revision=revision, version=cell.version,
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), base_name=base.ref, base_digest=base.digest,
+        base_ref=base.ref, cell=cell.key, content_key=key, run_profile=run,
+        packages=None if locked is None else dict(sorted(locked.items())),
+    )
+    if on_standin.standin:
+        labels = replace(labels, standin=True, standin_framework=on_standin.standin_framework or "unknown",
+                         standin_python=on_standin.standin_python)
+    return labels.to_dict()
+
+
+def secret_strings(host: HostPip) -> list[str]:
+    """Credentials inside index URLs: scrubbed from logs as a second line of defence."""
+    found = []
+    for url in (host.index_url, *host.extra_index_urls, *host.find_links):
+        parts = urlsplit(url) if "://" in url else None
+        if parts and parts.password:
+            found.append(parts.password)
+        if parts and parts.username and parts.password:
+            found.append(f"{parts.username}:{parts.password}")
+    return [s for s in found if len(s) >= 4]
+
+
+def scrub_log(path: Path, secrets: list[str]) -> None:
+    if not secrets or not path.is_file():
+        return
+    text = path.read_text(errors="replace")
+    for secret in secrets:
+        text = text.replace(secret, "****")
+    path.write_text(text)
+
+
+def built_for(plan: CellPlan, images: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of local images carrying a content key, those this tool built for the cell: tagged in the
+    cell's dev repository with one of its dev tags. An image built FROM a dev image inherits all
+    its labels, content key included, so the label alone does not say what an image is."""
+    repo = parse_reference(f"{plan.dev_repo}:x").name
+    chosen = []
+    for image in images:
+        for ref in image.get("RepoTags") or []:
+            try:
+                parsed = parse_reference(ref)
+            except ReferenceError:
+                continue
+            if parsed.name == repo and parse_dev_tag(parsed.tag, plan.cell.version):
+                chosen.append(image)
+                break
+    return chosen
+
+
