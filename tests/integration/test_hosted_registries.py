@@ -384,6 +384,7 @@ class EngineStandIn:
         from buildtool.imagebuild import builder as builder_mod
         from buildtool.imagebuild import engine
         from buildtool.imagebuild.builder import BaseInfo, Builder
+        from buildtool.imagebuild.pipconfig import HostPip
 
         self.local: dict[str, str] = {}
         self.labels: dict[str, dict[str, str]] = {}
@@ -399,7 +400,7 @@ class EngineStandIn:
         monkeypatch.setattr(builder_mod, "scrub_log", lambda path, secrets: None)
         monkeypatch.setattr(builder_mod, "secret_strings", lambda host: [])
         monkeypatch.setattr(Builder, "_build_env", lambda self: (
-            None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), None))
+            None, type("S", (), {"files": {}, "uv_config": lambda self, urls: Path("/dev/null")})(), HostPip()))
         monkeypatch.setattr(Builder, "_ensure_sbom", lambda self, plan, ref, digest, platform: self_attach(
             self, plan, digest, "sbom"))
         monkeypatch.setattr(Builder, "_ensure_provenance", lambda self, plan, ref, digest, began, finished: self_attach(
