@@ -49,7 +49,8 @@ class FreshMachine:
     def env(self) -> dict[str, str]:
         """What a process of this machine runs with: its engine, its registry as mirror and dev registry, config
         and cache folders of its own (the dev key is made afresh; no cache of the host's). The host's package
-        index settings stay (PIP_* and /etc: the package index is the same on every machine)."""
+        index settings stay (PIP_*, /etc and a copy of its user pip.conf: the package index is the same on every
+        machine)."""
         own = self.folder / "home"
         return {**os.environ, "DOCKER_HOST": f"unix://{self.socket}", "REGISTRY": f"{self.registry}/fresh",
                 "BASE_MIRROR": self.registry, "XDG_CONFIG_HOME": str(own / ".config"),
@@ -70,6 +71,7 @@ class FreshMachine:
     def __enter__(self) -> FreshMachine:
         self.folder = Path(tempfile.mkdtemp(prefix=f"dl-images-machine-{self.name}-", dir="/var/tmp"))
         self.socket = self.folder / "docker.sock"
+        self._copy_index_settings()
         try:
             self._start_registry()
             self._start_engine()
@@ -77,6 +79,17 @@ class FreshMachine:
             self.__exit__()
             raise
         return self
+
+    def _copy_index_settings(self) -> None:
+        """The package index is the same on every machine: the host's user pip settings (under XDG_CONFIG_HOME,
+        which this machine has its own of) are copied to this machine's, as a user of both machines would have
+        them. The locks name the index's files by URL; a build serves them from these settings' folders."""
+        config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        found = config_home / "pip" / "pip.conf"
+        if found.is_file():
+            own = self.folder / "home" / ".config" / "pip"
+            own.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(found, own / "pip.conf")
 
     def _start_registry(self) -> None:
         storage = self.folder / "registry"

@@ -47,10 +47,11 @@ def _one_machine(name: str, port: int, net: int, commit: str, monkeypatch: pytes
         digest = str(result["digest"])
         config = machine.config(repo, digest)
         # The provenance, verified with the key this machine made and signed with.
-        monkeypatch.setenv("XDG_CONFIG_HOME", machine.env()["XDG_CONFIG_HOME"])
         from buildtool.validate.keys import dev_public_key
 
-        key = dev_public_key()
+        with monkeypatch.context() as scoped:   # this machine's config folder, for reading its key only
+            scoped.setenv("XDG_CONFIG_HOME", machine.env()["XDG_CONFIG_HOME"])
+            key = dev_public_key()
         assert key is not None
         found = find_provenance(RegistryClient(machine.registry), repo, digest, OnlyKey(key))
         assert found.provenance is not None, found.rejected

@@ -55,9 +55,12 @@ def images():
     # A new content key too: `buildtool build` must never take these for the real image.
     good = _commit(parent, "", {label_keys.PACKAGES: locked, label_keys.CONTENT_KEY: "fixture:locked"})
     numpy = found["python_packages"]["numpy"]
+    # Another numpy as an install leaves it: its METADATA and its .dist-info folder's name (which pip list reads
+    # first) both say 1.0.0.
     broken = _commit(good, "set -e; /opt/venv/bin/python -m pip uninstall -y -q torch-tb-profiler; "
-                           f"meta=$(ls -d /opt/venv/lib/python3*/site-packages/numpy-{numpy}.dist-info)/METADATA; "
-                           f"sed -i 's/^Version: {numpy}$/Version: 1.0.0/' \"$meta\"", {})
+                           f"info=$(ls -d /opt/venv/lib/python3*/site-packages/numpy-{numpy}.dist-info); "
+                           f"sed -i 's/^Version: {numpy}$/Version: 1.0.0/' \"$info/METADATA\"; "
+                           f"mv \"$info\" \"${{info%-{numpy}.dist-info}}-1.0.0.dist-info\"", {})
     yield {"good": good, "broken": broken, "numpy": numpy}
     docker_cli.docker("rmi", broken, good, timeout=300)
 
