@@ -48,15 +48,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.delayproxy import DelayProxy  # noqa: E402
-from buildtool.common.dsse import PrivateKey, generate  # noqa: E402
+from buildtool.attest.dsse import PrivateKey, generate  # noqa: E402
+from buildtool.attest.keys import BUILDER, TESTER, trusted_entry  # noqa: E402
+from buildtool.attest.referrers import referrers  # noqa: E402
 from buildtool.contracts import names  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import git_revision  # noqa: E402
 from buildtool.matrix.schema import Cell  # noqa: E402
 from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
-from buildtool.registry.referrers import referrers  # noqa: E402
 from buildtool.validate.collect import defined_tests, image_tests_hash  # noqa: E402
-from buildtool.validate.keys import BUILDER, TESTER, trusted_entry  # noqa: E402
 from tests import signing  # noqa: E402
 from tests.integration.test_release import labels_for, push_single  # noqa: E402
 
@@ -75,7 +75,7 @@ LEAST = (
     (4, "PUT the 4 referrer manifests by digest"),
     (1, "PUT the referrers index under its fallback tag"),
 )
-# What this project's concurrency rules add per release repository (buildtool.release.lock, the re-check).
+# What this project's concurrency rules add per release repository (buildtool.release.repo_lock, the re-check).
 LOCKED = (
     (4, "the release lock (its config is the empty blob mounted above): GET is it free, PUT it, GET it back "
         "after the settle wait, PUT it released"),

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from buildtool.attest.referrers import copy, referrers
+from buildtool.attest.sigstore_bundle import BUNDLE_MEDIA_TYPE, PREDICATE_TYPE_ANNOTATION
 from buildtool.contracts.names import referrers_tag
-from buildtool.contracts.sigstore_bundle import BUNDLE_MEDIA_TYPE, PREDICATE_TYPE_ANNOTATION
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient
-from buildtool.registry.referrers import copy, referrers
 from buildtool.release.execute import copy_manifest
 from tests.referrers_api import ReferrersApi
 
@@ -29,7 +29,7 @@ NODE = VERIFIER / "node_modules/.bin/node"     # the Node @sigstore/verify 4.x r
 def dev_key_file(folder: Path) -> Path:
     """A trusted keys file holding this machine's local dev key in both roles (what `make push validate` signs
     with when no CI key is set)."""
-    from buildtool.validate.keys import dev_public_key, trusted_entry
+    from buildtool.attest.keys import dev_public_key, trusted_entry
 
     key = dev_public_key()
     assert key is not None, "no local dev key: push and validate make one on first use"
@@ -41,9 +41,9 @@ def dev_key_file(folder: Path) -> Path:
 def attestation_roles() -> dict[str, str]:
     """predicate type -> the role whose key signs it: the provenance and the SBOM the builder's, verdicts the
     tester's."""
-    from buildtool.contracts.attestation import VERDICT_PREDICATE
-    from buildtool.contracts.provenance import PREDICATE_TYPE
-    from buildtool.registry.sbom_attestation import SBOM_PREDICATE
+    from buildtool.attest.provenance_model import PREDICATE_TYPE
+    from buildtool.attest.verdict_statement import VERDICT_PREDICATE
+    from buildtool.sbom.signing import SBOM_PREDICATE
 
     return {PREDICATE_TYPE: "builder", SBOM_PREDICATE: "builder", VERDICT_PREDICATE: "tester"}
 

@@ -1,4 +1,4 @@
-"""An in-memory registry with the calls buildtool.registry.referrers and the readers make (no referrers
+"""An in-memory registry with the calls buildtool.attest.referrers and the readers make (no referrers
 API: the OCI fallback index, as distribution 2.8 here), for unit tests that attach and read artifacts
 without a registry process. Anyone holding it can do what anyone with push access can."""
 

@@ -1,5 +1,5 @@
 """A fixed signed provenance for the tests of `buildtool verify` (its printed chain names these values);
-the predicate is what a push writes, by the contract buildtool.contracts.provenance. Release tests use
+the predicate is what a push writes, by the contract buildtool.attest.provenance_model. Release tests use
 tests/signing.py's `provenance`, which follows the cell and the checkout's HEAD."""
 
 from __future__ import annotations
@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from buildtool.common.dsse import PrivateKey, sign_envelope
-from buildtool.contracts.intoto import DSSE_MEDIA_TYPE, PAYLOAD_TYPE
+from buildtool.attest.dsse import PrivateKey, sign_envelope
+from buildtool.attest.intoto import DSSE_MEDIA_TYPE, PAYLOAD_TYPE
+from buildtool.attest.referrers import Payload, Referrer, attach
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.referrers import Payload, Referrer, attach
 from tests.signing import KEY
 
 
 def standin_provenance(digest: str, base: str = "127.0.0.1:5000/debian:bookworm-slim", standin: bool = False,
                revision: str = "a" * 40) -> dict[str, Any]:
-    """A SLSA provenance predicate as push writes it (buildtool.contracts.provenance)."""
-    from buildtool.contracts.provenance import BUILD_TYPE
+    """A SLSA provenance predicate as push writes it (buildtool.attest.provenance_model)."""
+    from buildtool.attest.provenance_model import BUILD_TYPE
 
     return {"buildDefinition": {
                 "buildType": BUILD_TYPE,
@@ -42,10 +42,10 @@ def standin_provenance(digest: str, base: str = "127.0.0.1:5000/debian:bookworm-
 
 def attest_provenance(client: RegistryClient, repo: str, digest: str, key: PrivateKey = KEY,
                       predicate: dict[str, Any] | None = None) -> Referrer:
-    """Attach a signed provenance as the stand-in reader (buildtool.registry.provenance) finds it."""
-    from buildtool.contracts import intoto
+    """Attach a signed provenance as the stand-in reader (buildtool.attest.provenance_store) finds it."""
+    from buildtool.attest import intoto
+    from buildtool.attest.provenance_model import PREDICATE_TYPE
     from buildtool.contracts.names import PROVENANCE_TYPE
-    from buildtool.contracts.provenance import PREDICATE_TYPE
 
     payload = intoto.statement(f"{client.host}/{repo}", digest, PREDICATE_TYPE, predicate or standin_provenance(digest))
     data = json.dumps(sign_envelope(key, PAYLOAD_TYPE, payload), sort_keys=True).encode()

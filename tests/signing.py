@@ -14,15 +14,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from buildtool.common.dsse import PrivateKey, generate, sign_envelope
-from buildtool.contracts.attestation import DSSE_MEDIA_TYPE, PAYLOAD_TYPE, statement
+from buildtool.attest.dsse import PrivateKey, generate, sign_envelope
+from buildtool.attest.keys import SigningKey, TrustedKeys
+from buildtool.attest.referrers import Payload, Referrer, attach
+from buildtool.attest.verdict_statement import DSSE_MEDIA_TYPE, PAYLOAD_TYPE, statement
 from buildtool.contracts.names import ATTESTATION_TYPE
 from buildtool.contracts.verdict import SCHEMA, VerdictError, parse_verdict
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.referrers import Payload, Referrer, attach
 from buildtool.release.testcode import KnownCode
-from buildtool.validate.keys import SigningKey, TrustedKeys
 
 KEY = generate()            # the trusted runner's key, for this test session
 CODE = "sha256:" + "0" * 64     # the image-tests code hash of the verdicts made here
@@ -62,7 +62,7 @@ def verdict(cell: Cell, digest: str, outcome: str = "passed", /, tests: list[dic
     test listed is a defined test. It names the SBOM `attest_sbom` attaches by default (the digest of
     minimal_sbom(digest)) unless `sbom`/`sbom_problem` say otherwise, and (schema 6) the matrix MATRIX and the
     cell's library promises."""
-    from buildtool.registry.sbom_attestation import sbom_digest
+    from buildtool.sbom.signing import sbom_digest
 
     tests = tests if tests is not None else [result(f"{g}/test_x.py::test_{g}") for g in cell.tests]
     body = {"schema": SCHEMA, "digest": digest, "image": f"x@{digest}", "cell": cell.key, "result": outcome,
@@ -157,7 +157,7 @@ def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool =
     repository of `revision`, default this one) on `base_digest`; `params` override external parameters."""
     import subprocess
 
-    from buildtool.contracts.provenance import BASE, BUILD_TYPE
+    from buildtool.attest.provenance_model import BASE, BUILD_TYPE
 
     revision = revision or head_commit()
     committed = revision.partition("-dirty.")[0]
@@ -189,8 +189,8 @@ def provenance(cell: Cell, /, *, base_digest: str = BASE_DIGEST, standin: bool =
 
 
 def provenance_envelope(repo_name: str, digest: str, body: dict[str, Any], key: PrivateKey = KEY) -> bytes:
-    from buildtool.contracts import intoto
-    from buildtool.contracts.provenance import PREDICATE_TYPE
+    from buildtool.attest import intoto
+    from buildtool.attest.provenance_model import PREDICATE_TYPE
 
     payload = intoto.statement(repo_name, digest, PREDICATE_TYPE, body)
     return json.dumps(sign_envelope(key, intoto.PAYLOAD_TYPE, payload), sort_keys=True).encode()
@@ -267,9 +267,9 @@ def minimal_sbom(digest: str, components: int = 2) -> dict[str, Any]:
 def attest_sbom(client: RegistryClient, repo: str, digest: str, document: dict[str, Any] | None = None,
                 key: PrivateKey = KEY, plain: bool = True) -> str:
     """Attach the SBOM as push does (plain, and signed by `key` as builder); returns the SBOM's digest."""
-    from buildtool.registry.sbom import store_sbom
-    from buildtool.registry.sbom_attestation import attest_sbom as real_attest_sbom
-    from buildtool.registry.sbom_attestation import sbom_digest
+    from buildtool.sbom.document import store_sbom
+    from buildtool.sbom.signing import attest_sbom as real_attest_sbom
+    from buildtool.sbom.signing import sbom_digest
 
     document = document if document is not None else minimal_sbom(digest)
     if plain:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.contracts.aptlock import entries_digest, parse_apt_lock, parse_deb_hashes, parse_simulation
+from buildtool.contracts.apt_lock_format import entries_digest, parse_apt_lock, parse_deb_hashes, parse_simulation
 from buildtool.imagebuild import aptlock
 from buildtool.imagebuild.engine import last_error_line
 from buildtool.matrix.loader import load_matrix

@@ -9,8 +9,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "buildtool"
 # Earlier first. `contracts` is what stages agree on; `cli` is the thin shell over all of them.
-LAYERS = ("common", "contracts", "matrix", "registry", "render", "imagebuild", "validate", "release", "launch",
-          "report", "cli")
+LAYERS = ("common", "contracts", "matrix", "registry", "attest", "sbom", "render", "imagebuild", "validate",
+          "release", "launch", "report", "cli")
 
 
 def _runtime_imports(path: Path, typing: bool = False) -> list[tuple[str, bool]]:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.common.dsse import EnvelopeError, generate, load_private, load_public, open_envelope, pae
+from buildtool.attest.dsse import EnvelopeError, generate, load_private, load_public, open_envelope, pae
+from buildtool.attest.keys import load_trusted, signing_key, trusted_entry
+from buildtool.attest.referrers import Payload, Referrer
+from buildtool.attest.verdict_statement import StatementError, read_statement, statement, verdict_predicate
 from buildtool.common.errors import UserError
-from buildtool.contracts.attestation import StatementError, read_statement, statement, verdict_predicate
 from buildtool.contracts.verdict import parse_verdict
-from buildtool.registry.referrers import Payload, Referrer
-from buildtool.validate.keys import load_trusted, signing_key, trusted_entry
 from buildtool.validate.verdicts import Findings, Found, Untyped, _verify
 from tests.conftest import fixture_matrix
 from tests.signing import ATTACKER, KEY, envelope, tamper, trusted, verdict

@@ -195,7 +195,7 @@ def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkey
 def test_a_build_says_when_its_apt_lock_was_resolved_in_another_base():
     """The apt lock names the base it was resolved in (by digest, reproducible now): a build on another one (the
     archive moved since `make lock`) says so; on that base it says nothing."""
-    from buildtool.contracts.aptlock import parse_apt_lock
+    from buildtool.contracts.apt_lock_format import parse_apt_lock
 
     root = Path(__file__).resolve().parent / "fixtures/project"
     cell = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")

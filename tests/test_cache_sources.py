@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from buildtool.attest import keys as keys_module
 from buildtool.contracts import label_keys
 from buildtool.imagebuild import cache_sources, engine
 from buildtool.imagebuild.cache_sources import Candidate
 from buildtool.imagebuild.pipconfig import HostPip
-from buildtool.validate import keys as keys_module
 from tests import provenance_fixture, signing
 from tests.memregistry import MemRegistry
 

@@ -1,11 +1,11 @@
-"""Debian's license names as SPDX (buildtool.registry.deb_licenses, issue 40): the table, compounds, and
+"""Debian's license names as SPDX (buildtool.sbom.deb_licenses, issue 40): the table, compounds, and
 the names kept as Debian wrote them because they map to nothing SPDX lists."""
 
 from __future__ import annotations
 
 import pytest
 
-from buildtool.registry.deb_licenses import TABLE, package_expression, spdx_of
+from buildtool.sbom.deb_licenses import TABLE, package_expression, spdx_of
 
 
 @pytest.mark.parametrize(("debian", "spdx"), [

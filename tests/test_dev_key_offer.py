@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.dsse import short
+from buildtool.attest.keys import signing_key
 from buildtool.cli import main
 from buildtool.cli.release_run import _trusted_keys
-from buildtool.common.dsse import short
-from buildtool.validate.keys import signing_key
 from buildtool.validate.verdicts import find_verdicts
 from tests import provenance_fixture, signing
 from tests.conftest import fixture_matrix

@@ -21,7 +21,7 @@ import pytest
 from buildtool.common.errors import UserError
 from buildtool.imagebuild import engine
 from buildtool.launch.scaling import Launcher, run_one
-from buildtool.validate import engine as validate_engine
+from buildtool.validate import containers as validate_engine
 from buildtool.validate import runner
 from tests.gpu_sim import FakeGpus, runner_env
 from tests.scan import python_sources
@@ -398,3 +398,48 @@ def test_a_document_naming_the_retired_setting_is_found(tmp_path: Path) -> None:
     (tmp_path / "docs" / "a.md").write_text(f"set {SETTING}\nor {RETIRED}=/usr/bin/docker\n")
     (tmp_path / "Makefile").write_text(f"export {RETIRED}\n")
     assert retired_mentions(tmp_path) == ["Makefile:1", "docs/a.md:2"]
+
+
+# -- one way to inspect an image ----------------------------------------------------------------
+
+
+def test_every_inspection_runs_the_chosen_client_and_reads_the_same_object(tmp_path, clean_env):
+    """The builder (engine.image_attrs), validate and the package probe inspect through docker_cli.inspect_image:
+    the fake client's log holds each one's `image inspect`, and all read its one object."""
+    from buildtool.imagebuild import image_probe
+
+    client, log = fake_client(tmp_path / "client")
+    clean_env.setenv(SETTING, str(client))
+    attrs = engine.image_attrs("t-build:1")
+    assert attrs is not None and attrs["Id"] == "sha256:feed" and engine.image_labels("t-build:1") == {"a": "b"}
+    assert image_probe.local_image("t-probe:1") == ("sha256:feed", ["PATH=/usr/bin"])
+    assert validate_engine.inspect_image("t-validate:1") == attrs
+    for ref in ("t-build:1", "t-probe:1", "t-validate:1"):
+        assert f"image inspect {ref}" in calls(log)
+
+
+@pytest.mark.parametrize("said", ["Error: No such image: t-gone:1",                          # docker 24+
+                                  "Error response from daemon: No such image: t-gone:1",     # docker 20.10
+                                  "Error: t-gone:1: image not known"])                       # podman
+def test_a_missing_image_is_none(said, tmp_path, clean_env):
+    from buildtool.common import docker_cli
+
+    client, _ = fake_client(tmp_path / "client", f'[ "$1 $2" = "image inspect" ] && {{ echo "{said}" >&2; exit 1; }}')
+    clean_env.setenv(SETTING, str(client))
+    assert docker_cli.inspect_image("t-gone:1") is None
+    assert engine.image_attrs("t-gone:1") is None
+
+
+def test_an_engine_that_fails_otherwise_is_an_error_not_a_missing_image(tmp_path, clean_env):
+    """Taking any failure for "no such image" would make the builder rebuild, and validate pull, on an engine
+    that is out of disk or refusing the client: it is an error naming the engine's words."""
+    from buildtool.common import docker_cli
+
+    client, _ = fake_client(tmp_path / "client", '[ "$1 $2" = "image inspect" ] && { echo "Error response from '
+                            'daemon: client version 1.52 is too new. Maximum supported API version is 1.41" >&2; '
+                            'exit 1; }')
+    clean_env.setenv(SETTING, str(client))
+    with pytest.raises(docker_cli.DockerError, match="cannot inspect t-local:1: .*client version 1.52 is too new"):
+        docker_cli.inspect_image("t-local:1")
+    with pytest.raises(docker_cli.DockerError):
+        engine.image_attrs("t-local:1")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from buildtool.contracts.provenance import LOCK_PREFIX, SOURCE, TOOL_PREFIX
+from buildtool.attest.provenance_model import LOCK_PREFIX, SOURCE, TOOL_PREFIX
 from buildtool.release.chain import verify_reference
 from tests import signing
 from tests.conftest import fixture_matrix

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from buildtool.attest.referrers import Payload, attach
+from buildtool.attest.sigstore_bundle import BUNDLE_MEDIA_TYPE, PREDICATE_TYPE_ANNOTATION
 from buildtool.contracts.label_keys import ARTIFACT_CREATED, VERDICT_RESULT
 from buildtool.contracts.names import ATTESTATION_TYPE, referrers_tag
-from buildtool.contracts.sigstore_bundle import BUNDLE_MEDIA_TYPE, PREDICATE_TYPE_ANNOTATION
 from buildtool.registry.client import OCI_INDEX
-from buildtool.registry.referrers import Payload, attach
 from buildtool.release.chain import Verification, verify_reference
 from tests import signing
 from tests.gate_scenarios import scenario
@@ -57,7 +57,7 @@ def image_with_pass_then_failure() -> Dev:
 
 def failure_entries(dev: Dev, digest: str, failure: str) -> set[str]:
     """The failure's artifact and its Sigstore bundle (the same envelope), as listed."""
-    from buildtool.contracts.sigstore_bundle import envelope as bundle_envelope
+    from buildtool.attest.sigstore_bundle import envelope as bundle_envelope
 
     own = json.loads(dev.client.get_manifest(dev.repo, failure)[0])
     wanted = json.loads(dev.client.get_blob(dev.repo, own["layers"][0]["digest"]))

@@ -17,7 +17,7 @@ import pytest
 
 from buildtool.imagebuild import aptlock
 from buildtool.matrix.loader import load_matrix
-from buildtool.registry import sbom
+from buildtool.sbom import document as sbom
 from tests import sbom_probe
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.registry import sbom
 from buildtool.registry.client import RegistryClient
+from buildtool.sbom import document as sbom
 
 REG = "r.example:5000"
 DIGESTS = {"old": "sha256:" + "1" * 64, "new": "sha256:" + "2" * 64, "base": "sha256:" + "3" * 64}
@@ -135,8 +135,8 @@ def fake_client(folder: Path, run_output: str = DEBIAN_ONLY, *, local: bool = Fa
 printf '%s ' "${{@:1:12}}" >> {log}; echo >> {log}
 case "$1" in
   image)
-    [ -e {state} ] || {{ echo "Error: No such image: $5" >&2; exit 1; }}
-    echo '"sha256:feed" ["PATH=/usr/bin","CUDA_VERSION=12.8"]'; exit 0 ;;
+    [ -e {state} ] || {{ echo "Error: No such image: $3" >&2; exit 1; }}
+    echo '[{{"Id": "sha256:feed", "Config": {{"Env": ["PATH=/usr/bin","CUDA_VERSION=12.8"]}}}}]'; exit 0 ;;
   pull)
     {f'echo "{pull}" >&2; exit 1' if pull else f'touch {state}; exit 0'} ;;
   run)
@@ -174,9 +174,9 @@ def test_an_image_without_sbom_is_pulled_probed_in_a_container_without_network_a
         "added zstd (python) 1.0", "added python3.11 (apt) 3.11.2-6+deb12u6"]
     calls = _calls(log)
     pinned = f"{REG}/img@{DIGESTS['base']}"
-    assert calls[:3] == [f"image inspect --format {{{{json .Id}}}} {{{{json .Config.Env}}}} {pinned} ",
+    assert calls[:3] == [f"image inspect {pinned} ",
                          f"pull {pinned} ",
-                         f"image inspect --format {{{{json .Id}}}} {{{{json .Config.Env}}}} {pinned} "]
+                         f"image inspect {pinned} "]
     run, rm = calls[3].split(), calls[4].split()
     name = run[3]
     assert run[:3] == ["run", "--rm", "--name"] and name.startswith("dl-images-probe-")

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from buildtool.contracts.locks import TOOLS_LOCK, installed_files, parse_lock
-from buildtool.registry import sbom
+from buildtool.sbom import document as sbom
 from tests import sbom_probe
 from tests.pylocks import pylock
 from tests.sbom_probe import MANY

@@ -134,7 +134,7 @@ def _debs_project(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     (made in `archive`, where the stand-in apt-get downloads from)."""
     import hashlib
 
-    from buildtool.contracts.aptlock import APT_LOCK, DEB_HASHES, parse_apt_lock
+    from buildtool.contracts.apt_lock_format import APT_LOCK, DEB_HASHES, parse_apt_lock
 
     root = _per_arch_project(tmp_path)
     folder = (root / _single().dockerfile).parent
@@ -199,7 +199,7 @@ def test_a_deb_whose_sha256_is_not_the_locks_stops_the_build_naming_it(tmp_path:
 
 def test_a_pin_without_a_recorded_sha256_stops_the_build_naming_it(tmp_path: Path) -> None:
     """debs.sha256's `-` (the archive no longer served that version when `make lock` ran), or no line at all."""
-    from buildtool.contracts.aptlock import DEB_HASHES
+    from buildtool.contracts.apt_lock_format import DEB_HASHES
 
     root, archive, pins = _debs_project(tmp_path)
     hashes = (root / _single().dockerfile).parent / "arm64" / DEB_HASHES
@@ -213,7 +213,7 @@ def test_a_pin_without_a_recorded_sha256_stops_the_build_naming_it(tmp_path: Pat
 
 
 def test_a_debs_sha256_that_does_not_parse_is_refused_at_render_naming_it(tmp_path: Path) -> None:
-    from buildtool.contracts.aptlock import DEB_HASHES
+    from buildtool.contracts.apt_lock_format import DEB_HASHES
 
     root = _per_arch_project(tmp_path)
     (root / _single().dockerfile).parent.joinpath("arm64", DEB_HASHES).write_text("ca-certificates=1 nothex\n")

@@ -17,7 +17,7 @@ import pytest
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import locks
-from buildtool.contracts.aptlock import APT_LOCK, BASE_DPKG, DEB_HASHES, parse_apt_lock
+from buildtool.contracts.apt_lock_format import APT_LOCK, BASE_DPKG, DEB_HASHES, parse_apt_lock
 from buildtool.imagebuild import aptlock, lock, lockdrift
 from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.render.dockerfiles import TemplateError, render_cell_dockerfile, render_outputs
@@ -339,7 +339,7 @@ def test_the_rendered_apt_selection_runs_each_archs_pins_and_stops_an_unknown_ar
     architecture's pins, each with the sha256 its debs.sha256 records."""
     import subprocess
 
-    from buildtool.contracts.aptlock import parse_deb_hashes
+    from buildtool.contracts.apt_lock_format import parse_deb_hashes
 
     root = _per_arch_project(tmp_path, archs=("amd64", "arm64"))
     text = render_cell_dockerfile(fixture_matrix(), _multi(), REPO / "templates", root=root)

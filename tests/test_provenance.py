@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.provenance_model import PREDICATE_TYPE, ProvenanceError, builder_id_problem, parse_provenance
+from buildtool.attest.provenance_store import sign_provenance, verify
+from buildtool.attest.referrers import Payload
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import label_keys
-from buildtool.contracts.aptlock import parse_apt_lock
-from buildtool.contracts.provenance import PREDICATE_TYPE, ProvenanceError, builder_id_problem, parse_provenance
+from buildtool.contracts.apt_lock_format import parse_apt_lock
 from buildtool.imagebuild import provenance as build_provenance
 from buildtool.imagebuild.archive_state import ReleaseFile
 from buildtool.matrix.plan import CellPlan
-from buildtool.registry.provenance import sign_provenance, verify
-from buildtool.registry.referrers import Payload
 from buildtool.release.ancestry import revision_problem
 from buildtool.release.gates import Platform, StandIns, provenance_problems
 from buildtool.validate.verdicts import _verify
@@ -424,7 +424,7 @@ def test_a_provenance_carrying_a_credential_in_an_index_url_is_refused() -> None
 
 
 def test_a_v2_provenance_is_still_read_and_v3_fields_under_v2_are_refused() -> None:
-    from buildtool.contracts.provenance import BUILD_TYPE_V2, ExternalParametersV2
+    from buildtool.attest.provenance_model import BUILD_TYPE_V2, ExternalParametersV2
 
     v2 = body()
     params = v2["buildDefinition"]["externalParameters"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from buildtool.attest import referrers
 from buildtool.common.refs import split_repo
 from buildtool.contracts import names
 from buildtool.contracts.names import SBOM_TYPE
@@ -21,7 +22,6 @@ from buildtool.imagebuild.builder import BaseInfo, Builder, BuildOptions, CellRe
 from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell
-from buildtool.registry import referrers
 from buildtool.registry.client import RegistryError
 from tests import signing
 from tests.conftest import REPO

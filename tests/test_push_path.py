@@ -13,7 +13,7 @@ import pytest
 
 from buildtool.common.errors import UserError
 from buildtool.imagebuild import push_path
-from buildtool.validate import engine as validate_engine
+from buildtool.validate import containers as validate_engine
 
 COLD = """\
 #5 [base 1/2] FROM 127.0.0.1:5000/library/debian@sha256:aaaa
@@ -106,7 +106,7 @@ class _Registry:
 def test_validation_runs_the_engines_image_only_when_its_id_is_the_manifests_config(
         monkeypatch: pytest.MonkeyPatch, held: str | None, expected: bool) -> None:
     config = "sha256:" + "d" * 64
-    monkeypatch.setattr(validate_engine, "_inspect", lambda ref: {"Id": held} if held and ref == config else None)
+    monkeypatch.setattr(validate_engine, "inspect_image", lambda ref: {"Id": held} if held and ref == config else None)
     found = validate_engine._same_image_here(_Registry({"config": {"digest": config}}), "r", "sha256:" + "1" * 64)  # type: ignore[arg-type]
     assert (found is not None) is expected
     index = {"manifests": [{"digest": "sha256:" + "2" * 64}]}
@@ -181,7 +181,7 @@ def test_an_image_whose_layers_the_engine_holds_is_made_from_its_config_not_pull
         return subprocess.CompletedProcess(list(argv), 0 if loads else 1, "", "" if loads else "no such file")
 
     monkeypatch.setattr(validate_engine.docker_cli, "docker", docker)
-    monkeypatch.setattr(validate_engine, "_inspect",
+    monkeypatch.setattr(validate_engine, "inspect_image",
                         lambda ref: {"Id": ref} if loads and ref == config_digest else None)
     found = validate_engine._from_layers_here(client, "r", digest)  # type: ignore[arg-type]
     assert (found is not None) is loads

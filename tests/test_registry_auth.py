@@ -14,14 +14,14 @@ import pytest
 
 from buildtool.registry.answers import retry_after
 from buildtool.registry.auth import format_scopes, needed_scopes, parse_challenges, parse_scopes
-from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
-from buildtool.registry.errors import (
+from buildtool.registry.call_errors import (
     CredentialsRefused,
     InsufficientScope,
     NoCredentials,
     RateLimited,
     RegistryTLSError,
 )
+from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
 from tests import pki
 from tests.tokenserver import FakeRegistry, Recorder, TokenServer
 

@@ -164,7 +164,7 @@ def _descriptor(n: int) -> dict[str, object]:
 
 
 def test_a_paged_referrers_api_is_read_to_its_last_page(serve) -> None:  # noqa: ANN001
-    from buildtool.registry.referrers import listed_referrers
+    from buildtool.attest.referrers import listed_referrers
 
     def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
         last = handler.path.endswith("?page=2")
@@ -184,7 +184,7 @@ def test_a_paged_referrers_api_is_read_to_its_last_page(serve) -> None:  # noqa:
     (302, {"Location": "http://127.0.0.1:1/login"}, b""),                          # a redirect: not followed
 ])
 def test_any_referrers_answer_but_an_index_reads_the_fallback_tag_once(serve, answer) -> None:  # noqa: ANN001
-    from buildtool.registry.referrers import listed_referrers
+    from buildtool.attest.referrers import listed_referrers
 
     asked: list[str] = []
     fallback = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [_descriptor(3)]}
@@ -203,7 +203,7 @@ def test_any_referrers_answer_but_an_index_reads_the_fallback_tag_once(serve, an
 
 
 def test_a_404_naming_the_subject_unknown_is_not_remembered_as_no_api(serve) -> None:  # noqa: ANN001
-    from buildtool.registry.referrers import listed_referrers
+    from buildtool.attest.referrers import listed_referrers
 
     asked: list[str] = []
 

@@ -105,7 +105,7 @@ def test_local_dev_key_is_trusted_only_for_a_loopback_registry(project, run_cli,
 # -- buildtool keys ---------------------------------------------------------------------------------
 
 def test_keys_makes_a_pair_says_where_each_half_goes_and_never_overwrites(run_cli, tmp_path: Path) -> None:
-    from buildtool.common.dsse import load_private, load_public
+    from buildtool.attest.dsse import load_private, load_public
 
     code, out, err = run_cli("keys", "--name", "gpu-runners", "--out", str(tmp_path))
     assert code == 0, err
@@ -117,7 +117,7 @@ def test_keys_makes_a_pair_says_where_each_half_goes_and_never_overwrites(run_cl
     entry = out[out.index("  - name: gpu-runners"):]
     (tmp_path / "config").mkdir()
     (tmp_path / "config/trusted-keys.yaml").write_text("keys:\n" + entry)
-    from buildtool.validate.keys import load_trusted
+    from buildtool.attest.keys import load_trusted
 
     assert list(load_trusted(tmp_path).keys) == [key.keyid]          # the printed entry is a valid trust entry
     code, out, err = run_cli("keys", "--name", "gpu-runners", "--out", str(tmp_path))

@@ -13,7 +13,7 @@ from buildtool.contracts.verdict import TestResult as Outcome
 from buildtool.contracts.verdict import Verdict, VerdictError, parse_verdict
 from buildtool.matrix.plan import Settings, plan_cell, resolve_revision
 from buildtool.release.gates import Platform, check_version, image_problems, skip_allowed, verdict_problems
-from buildtool.release.plan import plan_tags, release_number, releases_in
+from buildtool.release.tag_plan import plan_tags, release_number, releases_in
 from tests import signing
 from tests.conftest import fixture_matrix
 
@@ -294,7 +294,7 @@ def test_lock_staleness_rules() -> None:
     import socket
     import time
 
-    from buildtool.release.lock import _ACTIVE_TOKENS, RepoLock
+    from buildtool.release.repo_lock import _ACTIVE_TOKENS, RepoLock
 
     lock = RepoLock(None, "repo")  # type: ignore[arg-type]  # _free reads no registry
     me, later = socket.gethostname(), f"{time.time() + 60:.3f}"

@@ -9,11 +9,11 @@ import json
 from buildtool.common.refs import split_repo_path
 from buildtool.matrix.plan import Settings
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
-from buildtool.registry.sbom import contents, diff, make_sbom, store_sbom
 from buildtool.release.model import Evidence, ImageRelease, ReleaseOptions
 from buildtool.release.notes import build_manifest, render_notes
-from buildtool.release.packages import Subject, package_notes, package_section, packages_entry, subjects
+from buildtool.release.package_changes import Subject, package_notes, package_section, packages_entry, subjects
 from buildtool.release.promote import ReleaseReport, release
+from buildtool.sbom.document import contents, diff, make_sbom, store_sbom
 from tests import sbom_probe, signing
 from tests.test_release_notes import D1, item
 from tests.test_release_platforms import MULTI, REVISION, Dev

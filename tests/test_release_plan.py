@@ -1,4 +1,4 @@
-"""The pure decisions of a release (buildtool.release.plan), without a registry."""
+"""The pure decisions of a release (buildtool.release.tag_plan), without a registry."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from buildtool.common.errors import UserError
 from buildtool.matrix.plan import CellPlan, Settings, plan_cell
 from buildtool.release.model import ImageRelease, ReleaseReport, TagState
-from buildtool.release.plan import apply_tag_plan, check_plans, mount_outlook, settle_unpromoted, writes_needed
+from buildtool.release.tag_plan import apply_tag_plan, check_plans, mount_outlook, settle_unpromoted, writes_needed
 from tests.conftest import fixture_matrix
 
 CPU = {c.key: c for c in fixture_matrix().cells}["pytorch-cpu:2.13"]

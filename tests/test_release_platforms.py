@@ -303,8 +303,8 @@ def test_a_schema_4_verdict_counts_for_a_single_manifest_but_not_for_an_index_en
 
 
 def test_promotion_copies_the_index_byte_for_byte_with_each_platforms_artifacts_on_its_own_digest() -> None:
+    from buildtool.attest.referrers import referrers
     from buildtool.contracts.names import ATTESTATION_TYPE
-    from buildtool.registry.referrers import referrers
     from buildtool.release.execute import promote
     from buildtool.release.model import TagAction
 

@@ -268,7 +268,7 @@ def test_the_label_checks_catch_templates_without_label(template: str, tmp_path:
 def test_each_hostile_value_is_refused_on_its_way_to_the_apt_step(value: str):
     """The apt step's words come from the matrix's apt_packages (refused by their grammar at load) and from
     apt.lock (refused by its parser): neither lets a hostile value through to the RUN line."""
-    from buildtool.contracts.aptlock import parse_apt_lock
+    from buildtool.contracts.apt_lock_format import parse_apt_lock
     from buildtool.matrix import values
 
     with pytest.raises(ValueError, match="is not a Debian package name"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.imagebuild import contents
-from buildtool.registry import sbom
+from buildtool.sbom import document as sbom
 from tests import sbom_probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,7 +255,7 @@ def test_provides_resolve_and_unsatisfied_relations_are_named():
 
 
 def test_cycles_nothing_else_reaches_get_one_root_edge_each():
-    from buildtool.registry.sbom_packages import top_level
+    from buildtool.sbom.components import top_level
     assert top_level({"a": {"b"}, "b": {"a"}, "c": {"b"}, "d": set()}) == ["c", "d"]
     assert top_level({"z": {"y"}, "y": {"z", "x"}, "x": set(), "w": {"v"}, "v": {"w"}}) == ["v", "y"]
 

@@ -1,4 +1,4 @@
-"""The SBOM as a signed attestation (buildtool.registry.sbom_attestation), its place in the verdict and
+"""The SBOM as a signed attestation (buildtool.sbom.signing), its place in the verdict and
 the release gate (buildtool.release.sbomgate), checked with tools that are not ours: PyNaCl's Ed25519 over
 DSSE's PAE written here from the spec, and cyclonedx-python-lib's strict JSON validator."""
 
@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 
-from buildtool.common.dsse import generate
-from buildtool.contracts.intoto import DSSE_MEDIA_TYPE, PREDICATE_ANNOTATION
+from buildtool.attest.dsse import generate
+from buildtool.attest.intoto import DSSE_MEDIA_TYPE, PREDICATE_ANNOTATION
+from buildtool.attest.referrers import fetch, referrers
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
 from buildtool.contracts.verdict import VerdictError, parse_verdict
-from buildtool.registry import sbom
-from buildtool.registry.referrers import fetch, referrers
-from buildtool.registry.sbom_attestation import (
+from buildtool.release.model import Evidence
+from buildtool.release.sbomgate import gate_sbom, sbom_problems
+from buildtool.sbom import document as sbom
+from buildtool.sbom.signing import (
     SBOM_PREDICATE,
     attest_sbom,
     envelope_bytes,
@@ -24,8 +26,6 @@ from buildtool.registry.sbom_attestation import (
     plain_sbom_problem,
     sbom_digest,
 )
-from buildtool.release.model import Evidence
-from buildtool.release.sbomgate import gate_sbom, sbom_problems
 from tests import sbom_probe, signing
 from tests.conftest import fixture_matrix
 from tests.memregistry import MemRegistry
@@ -211,7 +211,7 @@ def test_release_refuses_a_rewritten_plain_sbom_naming_both_digests(image) -> No
 def test_sbom_problems_is_pure_and_says_which_link_fails() -> None:
     digest = "sha256:" + "1" * 64
     verdict = parse_verdict(signing.verdict(CPU, digest), "t")
-    from buildtool.registry.sbom_attestation import SbomFindings
+    from buildtool.sbom.signing import SbomFindings
 
     assert "has no valid SBOM attestation" in sbom_problems(digest, verdict, SbomFindings())[0]
 
@@ -220,8 +220,8 @@ def test_sbom_problems_is_pure_and_says_which_link_fails() -> None:
 
 @pytest.fixture
 def validate_root(tmp_path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, ANN201
+    from buildtool.attest.keys import trusted_entry
     from buildtool.validate import sbomref
-    from buildtool.validate.keys import trusted_entry
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config/trusted-keys.yaml").write_text(
@@ -233,7 +233,7 @@ def validate_root(tmp_path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, A
 
 
 def resolved(client: MemRegistry, digest: str, host: str | None = None):  # noqa: ANN201
-    from buildtool.validate.engine import Resolved
+    from buildtool.validate.containers import Resolved
 
     return Resolved("x", "x", digest, host if host is not None else client.host, REPO if host != "" else None, {})
 

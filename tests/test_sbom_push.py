@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from buildtool.attest import referrers as referrers_module
+from buildtool.attest.referrers import referrers
 from buildtool.common.errors import FailedError
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE, SBOM_TYPE
 from buildtool.imagebuild import contents
 from buildtool.imagebuild.builder import Builder, BuildOptions
-from buildtool.registry import referrers as referrers_module
-from buildtool.registry import sbom
-from buildtool.registry.referrers import referrers
-from buildtool.registry.sbom_attestation import find_sbom_attestation, plain_sbom_problem, sbom_digest
+from buildtool.sbom import document as sbom
+from buildtool.sbom.signing import find_sbom_attestation, plain_sbom_problem, sbom_digest
 from tests import sbom_probe, signing
 from tests.memregistry import MemRegistry
 

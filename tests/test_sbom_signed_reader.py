@@ -9,7 +9,7 @@ import json
 import pytest
 
 from buildtool.cli import main
-from buildtool.registry.sbom import store_sbom
+from buildtool.sbom.document import store_sbom
 from tests import signing
 from tests.memregistry import MemRegistry
 

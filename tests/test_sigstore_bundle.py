@@ -10,16 +10,16 @@ import json
 
 import pytest
 
-from buildtool.contracts import sigstore_bundle
-from buildtool.contracts.attestation import VERDICT_PREDICATE
+from buildtool.attest import sigstore_bundle
+from buildtool.attest.bundles import attach_bundle
+from buildtool.attest.provenance_model import PREDICATE_TYPE
+from buildtool.attest.provenance_store import find_provenance
+from buildtool.attest.referrers import Payload, attach, listed_referrers
+from buildtool.attest.verdict_statement import VERDICT_PREDICATE
 from buildtool.contracts.names import SBOM_TYPE, referrers_tag
-from buildtool.contracts.provenance import PREDICATE_TYPE
-from buildtool.registry.bundles import attach_bundle
 from buildtool.registry.client import EMPTY_JSON_TYPE
-from buildtool.registry.provenance import find_provenance
-from buildtool.registry.referrers import Payload, attach, listed_referrers
-from buildtool.registry.sbom_attestation import SBOM_PREDICATE, find_sbom_attestation
 from buildtool.release.chain import verify_digest
+from buildtool.sbom.signing import SBOM_PREDICATE, find_sbom_attestation
 from buildtool.validate.verdicts import find_verdicts
 from tests import provenance_fixture, signing
 from tests.memregistry import MemRegistry

@@ -28,13 +28,13 @@ with warnings.catch_warnings():   # its generated models use a pydantic form pyd
     warnings.simplefilter("ignore", DeprecationWarning)
     from sigstore_protobuf_specs.dev.sigstore.bundle.v1 import Bundle as ProtobufBundle
 
+from buildtool.attest import sigstore_bundle
+from buildtool.attest.bundles import attach_bundle, timestamp_check
+from buildtool.attest.keys import trusted_entry
+from buildtool.attest.provenance_model import PREDICATE_TYPE
+from buildtool.attest.provenance_store import find_provenance
 from buildtool.common import tsa
 from buildtool.common.errors import FailedError, UserError
-from buildtool.contracts import sigstore_bundle
-from buildtool.contracts.provenance import PREDICATE_TYPE
-from buildtool.registry.bundles import attach_bundle, timestamp_check
-from buildtool.registry.provenance import find_provenance
-from buildtool.validate.keys import trusted_entry
 from tests import bundle_check, signing
 from tests.memregistry import MemRegistry
 from tests.test_sigstore_bundle import only

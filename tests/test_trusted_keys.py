@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.common.dsse import generate, write_private
+from buildtool.attest.dsse import generate, write_private
+from buildtool.attest.keys import load_trusted, trusted_entry
+from buildtool.attest.verdict_statement import dev_key_path
 from buildtool.common.errors import UserError
-from buildtool.contracts.attestation import dev_key_path
-from buildtool.validate.keys import load_trusted, trusted_entry
 
 CI, OTHER = generate(), generate()
 

@@ -1,4 +1,4 @@
-"""Validation per platform (buildtool.validate.engine): an image index is validated one platform manifest
+"""Validation per platform (buildtool.validate.containers): an image index is validated one platform manifest
 at a time, each pinned by its own digest and checked to be the image its entry says; its entries are
 named by the platform table (an unknown one is refused, never skipped). No engine: an in-memory registry,
 and the engine's inspect answered from a table (or refused, where resolve must stop before docker)."""
@@ -14,7 +14,7 @@ from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
 from buildtool.contracts.verdict import Selection, derive_result
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
-from buildtool.validate import engine
+from buildtool.validate import containers as engine
 from tests.memregistry import MemRegistry
 
 REPO = "wt-schema5/jax-cpu-dev"
@@ -53,7 +53,7 @@ def client(monkeypatch: pytest.MonkeyPatch) -> Registry:
     def no_engine(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError(f"the engine was asked: {args}")
 
-    monkeypatch.setattr(engine, "_inspect", no_engine)
+    monkeypatch.setattr(engine, "inspect_image", no_engine)
     monkeypatch.setattr(engine.docker_cli, "docker", no_engine)
     return registry
 
@@ -115,7 +115,7 @@ def test_a_platform_the_index_lacks_is_refused_naming_it(client: Registry) -> No
 
 def _engine_holds(monkeypatch: pytest.MonkeyPatch, held: dict[str, dict[str, Any]]) -> None:
     """The engine's `image inspect`, answered for the references in `held` (None for any other)."""
-    monkeypatch.setattr(engine, "_inspect", held.get)
+    monkeypatch.setattr(engine, "inspect_image", held.get)
 
 
 def test_a_named_platform_pins_its_own_manifest_and_says_whether_it_runs_emulated(

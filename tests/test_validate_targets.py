@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.validate.engine import Resolved
+from buildtool.validate.containers import Resolved
 from buildtool.validate.options import Options
 from buildtool.validate.probe import Inventory
 from buildtool.validate.run_plan import RunPlan

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from buildtool.attest.keys import TESTER, SigningKey, dev_public_key, signing_key
 from buildtool.contracts import label_keys
 from buildtool.contracts.verdict import Gpu
 from buildtool.validate import reuse, runner
-from buildtool.validate.keys import TESTER, SigningKey, dev_public_key, signing_key
 from buildtool.validate.options import Options
 from buildtool.validate.probe import Inventory
 from buildtool.validate.verdicts import find_verdicts
@@ -202,7 +202,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: Any = None, *
              "sbom": sbom}
     artifact = signing.attest(client, REPO, digest, signing.verdict(CPU, digest, **{**bound, **changes}),
                               key or dev).digest
-    for module in ("buildtool.validate.engine", "buildtool.validate.runner", "buildtool.validate.sbomref"):
+    for module in ("buildtool.validate.containers", "buildtool.validate.runner", "buildtool.validate.sbomref"):
         monkeypatch.setattr(f"{module}.RegistryClient", lambda *_a, **_k: client)
     monkeypatch.setattr(runner, "gpu_inventory", lambda: Inventory([], problem="nvidia-smi not found"))
 

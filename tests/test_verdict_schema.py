@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.verdict_statement import read_statement, statement
 from buildtool.contracts import verdict as contract
-from buildtool.contracts.attestation import read_statement, statement
 from buildtool.contracts.verdict import READ_SCHEMAS, SCHEMA, VerdictError, parse_verdict
 from buildtool.matrix.loader import load_matrix
 from tests.signing import verdict

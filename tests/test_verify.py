@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.dsse import generate
+from buildtool.attest.keys import trusted_entry
 from buildtool.cli import main
-from buildtool.common.dsse import generate
 from buildtool.contracts import label_keys
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.release.chain import verify_digest
-from buildtool.validate.keys import trusted_entry
 from tests import provenance_fixture, signing
 from tests.conftest import fixture_matrix
 from tests.memregistry import MemRegistry

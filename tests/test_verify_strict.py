@@ -13,8 +13,8 @@ import pytest
 
 from buildtool.matrix.plan import Settings
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, sha256_digest
-from buildtool.registry.sbom import store_sbom
 from buildtool.release.chain import Checkout, Verification, verify_reference
+from buildtool.sbom.document import store_sbom
 from tests import signing
 from tests.test_release_platforms import CPU, MULTI, Dev
 

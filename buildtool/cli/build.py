@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from buildtool.common.dsse import PrivateKey, PublicKey
+    from buildtool.attest.dsse import PrivateKey, PublicKey
+    from buildtool.attest.keys import TrustedKeys
     from buildtool.imagebuild.builder import CellResult
     from buildtool.matrix.plan import Settings
-    from buildtool.validate.keys import TrustedKeys
 
 from buildtool.cli.options import (
     FrameworkOption,
@@ -31,7 +31,7 @@ from buildtool.contracts.arguments import check_arguments
 
 def _builder_key() -> PrivateKey:
     """The key a push signs provenance and SBOMs with: DL_IMAGES_BUILDER_KEY, else the local dev key."""
-    from buildtool.validate.keys import BUILDER, signing_key
+    from buildtool.attest.keys import BUILDER, signing_key
 
     found = signing_key(log, role=BUILDER)
     if found.dev:
@@ -126,8 +126,8 @@ def _cache_trust(root: Path, settings: Settings) -> Callable[[PublicKey | None],
     """The keys whose provenance lets a build take layers from an earlier dev image (given its own key)."""
 
     def trust(own: PublicKey | None) -> TrustedKeys:
+        from buildtool.attest.keys import cache_trust
         from buildtool.imagebuild.bases import is_loopback_registry
-        from buildtool.validate.keys import cache_trust
 
         return cache_trust(root, own, is_loopback_registry(settings.registry))
 

@@ -14,7 +14,7 @@ from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
-    from buildtool.validate.keys import TrustedKeys
+    from buildtool.attest.keys import TrustedKeys
 
 
 def register(app: typer.Typer) -> None:
@@ -79,7 +79,7 @@ def _image_sbom(image: str) -> tuple[dict, str, str]:
     from buildtool.common import argcheck
     from buildtool.common.errors import FailedError, UserError
     from buildtool.registry.client import RegistryClient, RegistryError
-    from buildtool.registry.sbom_attestation import read_signed_sbom
+    from buildtool.sbom.signing import read_signed_sbom
 
     ref = argcheck.reference("IMAGE", image)   # cut, escaped, no password echoed (issue 37)
     if not ref.domain:
@@ -101,8 +101,8 @@ def _image_sbom(image: str) -> tuple[dict, str, str]:
 def sbom_trust(host: str) -> TrustedKeys:
     """Whose signed SBOMs `sbom` and `diff` show: the builder keys of the project's trusted keys file, this
     machine's builder key, and its dev key on a loopback registry (as a build trusts cache sources)."""
+    from buildtool.attest.keys import BUILDER, cache_trust, signing_key
     from buildtool.common.refs import is_loopback_host
-    from buildtool.validate.keys import BUILDER, cache_trust, signing_key
 
     try:
         root = find_project(None).root

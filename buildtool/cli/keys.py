@@ -18,7 +18,7 @@ from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
-    from buildtool.common.dsse import PublicKey
+    from buildtool.attest.dsse import PublicKey
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
@@ -46,9 +46,9 @@ def keys(
 ) -> None:
     """Create an Ed25519 key pair for signing verdicts or builds and say where each half must live."""
     check_arguments("keys", locals())   # every argument first (issue 37)
-    from buildtool.common.dsse import generate, write_private
-    from buildtool.contracts.attestation import config_home
-    from buildtool.validate.keys import ROLES, TESTER
+    from buildtool.attest.dsse import generate, write_private
+    from buildtool.attest.keys import ROLES, TESTER
+    from buildtool.attest.verdict_statement import config_home
 
     roles = tuple(dict.fromkeys(role or [TESTER]))
     unknown = [r for r in roles if r not in ROLES]
@@ -78,8 +78,8 @@ def _show_dev_key() -> None:
     """`keys --dev`: make (or show) this machine's local dev key, and what it is good for."""
     import os
 
-    from buildtool.contracts.attestation import SIGNING_KEY_ENV, dev_key_path
-    from buildtool.validate.keys import signing_key
+    from buildtool.attest.keys import signing_key
+    from buildtool.attest.verdict_statement import SIGNING_KEY_ENV, dev_key_path
 
     os.environ.pop(SIGNING_KEY_ENV, None)   # the dev key, whatever this shell has set
     dev_key = signing_key(log)
@@ -90,8 +90,8 @@ def _show_dev_key() -> None:
 
 def _say_where(name: str, key: PublicKey, roles: tuple[str, ...], private: Path, public: Path) -> None:
     """Where each half of a new key pair must live: the private one a CI secret, the public one trusted."""
-    from buildtool.contracts.attestation import TRUSTED_KEYS_FILE
-    from buildtool.validate.keys import KEY_ENV, trusted_entry
+    from buildtool.attest.keys import KEY_ENV, trusted_entry
+    from buildtool.attest.verdict_statement import TRUSTED_KEYS_FILE
 
     jobs = {"tester": "that run `make validate` (the nightly and GPU runners)",
             "builder": "that run `make push` (the build jobs)"}

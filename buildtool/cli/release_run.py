@@ -21,10 +21,10 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
+    from buildtool.attest.keys import TrustedKeys
     from buildtool.matrix.plan import Settings
     from buildtool.matrix.schema import Cell, Matrix
     from buildtool.release.promote import ReleaseReport
-    from buildtool.validate.keys import TrustedKeys
 
 def fast_release(args: list[str]) -> bool:
     """Run `release ARGS` without typer; False when ARGS are for typer to answer (help, usage errors)."""
@@ -176,7 +176,7 @@ def _check_release_files(project: Project, version: str) -> None:
 def _trusted_keys(root: Path, trust_local_key: bool, loopback: bool = False) -> TrustedKeys:
     """config/trusted-keys.yaml, and this machine's dev key with --trust-local-key; without it, on a loopback
     registry, the dev key is named in the refusals of what it signed (with the flag that would trust it)."""
-    from buildtool.validate.keys import dev_public_key, load_trusted
+    from buildtool.attest.keys import dev_public_key, load_trusted
 
     trusted = load_trusted(root)
     if trust_local_key:   # the registry was checked to be a loopback one before this ran

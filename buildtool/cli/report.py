@@ -52,10 +52,10 @@ def report(
 
 def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: Path | None) -> None:
     """Save each planned cell's verdict from the registry into VERDICTS (one per platform of a cell)."""
+    from buildtool.attest.keys import dev_public_key, load_trusted
     from buildtool.matrix.plan import Settings, plan_matrix
     from buildtool.report.fetch import fetch_verdicts
     from buildtool.report.verdict_files import save_verdicts
-    from buildtool.validate.keys import dev_public_key, load_trusted
 
     project = find_project(matrix)
     loaded = project.load()

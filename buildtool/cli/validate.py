@@ -226,7 +226,7 @@ def _validate_all(refs: list[str], wanted: list[str], loaded: Matrix, root: Path
 def _ref_platforms(ref: str, wanted: list[str]) -> list[str | None]:
     """The platforms of REF to validate: every one of its index ([None] for a single image), or the --platform
     ones, each of which the index must have."""
-    from buildtool.validate.engine import index_platforms
+    from buildtool.validate.containers import index_platforms
 
     per_platform: list[str | None] = list(index_platforms(ref)) or [None]
     if not wanted:

@@ -14,8 +14,8 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
+    from buildtool.attest.keys import TrustedKeys
     from buildtool.release.chain import Checkout, Verification
-    from buildtool.validate.keys import TrustedKeys
 
 
 ImageArgument = Annotated[str, typer.Argument(help="A registry reference, by tag or digest (an index: each platform).")]
@@ -57,7 +57,7 @@ def verify(
     checkout = _checkout(matrix, keys)
     trusted = _trusted(checkout, keys, matrix, trust_local_key)
     if not trust_local_key and is_loopback_host(parsed.domain):
-        from buildtool.validate.keys import dev_public_key
+        from buildtool.attest.keys import dev_public_key
 
         trusted.offer_dev(dev_public_key())   # named, with the flag, in a refusal of what it signed
     found = verify_reference(RegistryClient(parsed.domain), image, trusted, checkout,
@@ -72,7 +72,7 @@ def verify(
 
 def _trusted(checkout: Checkout | None, keys: Path | None, matrix: Path | None, trust_local_key: bool) -> TrustedKeys:
     """The trusted keys: --keys, else the project's file; with --trust-local-key, this machine's dev key too."""
-    from buildtool.validate.keys import dev_public_key, load_trusted
+    from buildtool.attest.keys import dev_public_key, load_trusted
 
     if keys is not None and (matrix is None or checkout is None):
         root = keys.resolve().parent

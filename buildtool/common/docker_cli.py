@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from buildtool.common.errors import UserError
 
@@ -238,6 +240,25 @@ def docker(*args: str, timeout: float, check: bool = False, input: str | None = 
     if check:
         proc.check_returncode()
     return proc
+
+
+# What the docker CLI (and podman's) say of an image the engine does not hold.
+_NO_SUCH_IMAGE = ("no such image", "image not known")
+
+
+def inspect_image(ref: str, timeout: float = 60) -> dict[str, Any] | None:
+    """`docker image inspect REF`'s object (the engine API's ImageInspect), or None when the engine holds no such
+    image: the one way buildtool inspects a local image. Any other failure is a DockerError naming the engine's
+    words, never taken for a missing image."""
+    proc = docker("image", "inspect", ref, timeout=timeout)
+    if proc.returncode != 0:
+        if any(words in proc.stderr.lower() for words in _NO_SUCH_IMAGE):
+            return None
+        raise DockerError(f"cannot inspect {ref}: {engine_error(proc.stderr)}")
+    found = json.loads(proc.stdout)
+    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict):
+        raise DockerError(f"cannot inspect {ref}: the docker client printed no single image")
+    return found[0]
 
 
 def remove(*names: str, timeout: float = 120) -> None:

@@ -8,7 +8,7 @@ Optional on both sides, and nothing changes without them:
   (protobuf-specs: "the DER encoded TimeStampResponse");
 - a reader with TSA_CERTS_ENV set (a PEM file: the authority's signing certificate first, then its
   intermediates and root) verifies every timestamp a bundle carries against it; without it a bundle that
-  carries one is refused (buildtool.contracts.sigstore_bundle), as before.
+  carries one is refused (buildtool.attest.sigstore_bundle), as before.
 Requests and verification are rfc3161-client's (the library sigstore-python uses), not hand-written ASN.1.
 """
 

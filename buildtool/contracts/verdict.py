@@ -11,7 +11,7 @@ it, and refuse any other number naming it; release takes only the current one.
   selection removed, and the runner's GPUs.
 - 3: schema 2 plus `cold_start` (the first import of the framework in a new container).
 - 4: schema 3 plus `sbom`, the digest of the image's signed SBOM that validate read (the sha256 of the
-  CycloneDX document's canonical bytes, buildtool.registry.sbom_attestation.sbom_digest), or "" with
+  CycloneDX document's canonical bytes, buildtool.sbom.signing.sbom_digest), or "" with
   `sbom_problem` saying why there was none that verified (release refuses such a verdict). Exactly one
   of the two is set; a schema-3 verdict carries neither (it names no SBOM: release refuses it).
 - 5: schema 4 plus `platform`, the os/arch of the manifest validated (contracts.platforms names it; one

@@ -31,7 +31,7 @@ from pathlib import Path
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_atomic
 from buildtool.contracts import platforms
-from buildtool.contracts.aptlock import (
+from buildtool.contracts.apt_lock_format import (
     APT_LOCK,
     BASE_DPKG,
     DEB_HASHES,

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildtool.common.dsse import PrivateKey, PublicKey
+from buildtool.attest.dsse import PrivateKey, PublicKey
+from buildtool.attest.trust import Trusted
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import split_repo
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.names import parse_dev_tag
-from buildtool.contracts.trust import Trusted
 from buildtool.imagebuild import aptlock, cache_sources, engine, multiplatform, push_path, repro_config
 from buildtool.imagebuild.bases import fill_bases, is_loopback_registry, recipe_suite, stale_platforms
 from buildtool.imagebuild.cell_inputs import (
@@ -62,7 +62,7 @@ class BuildOptions:
     log_dir: Path = Path("build-logs")
     timeout: float = 3600
     fill_bases: bool = True  # fill a loopback BASE_MIRROR with missing bases (`buildtool bases`)
-    # The key a push signs each image's provenance and SBOM with (validate.keys.signing_key, role builder: that layer
+    # The key a push signs each image's provenance and SBOM with (attest.keys.signing_key, role builder: that layer
     # is above this one, so the caller hands it in); read once before anything builds. Required with push.
     builder_key: Callable[[], PrivateKey] | None = None
     matrix: Path | None = None   # the matrix file the plans came from (its digest goes into the provenance)

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from buildtool.attest.provenance_store import find_provenance
+from buildtool.attest.trust import Trusted
 from buildtool.contracts import label_keys
-from buildtool.contracts.trust import Trusted
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.provenance import find_provenance
 
 # The newest two: last night's image, and the one before in case last night's was built on another base.
 CACHE_SOURCES = 2

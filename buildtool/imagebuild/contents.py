@@ -2,7 +2,7 @@
 turned into the SBOM that is attached to the image's digest when it is pushed.
 
 The SBOM is stored twice: the plain CycloneDX artifact (what scanners read) and the same document
-as an in-toto attestation signed with the builder's key (buildtool.registry.sbom_attestation: what
+as an in-toto attestation signed with the builder's key (buildtool.sbom.signing: what
 validate names in the verdict and release and `buildtool verify` check).
 
 The probe is image-tests/scripts/packages.py (standard library only), run once in a
@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from buildtool.common.dsse import PrivateKey
+from buildtool.attest.dsse import PrivateKey
 from buildtool.common.errors import FailedError
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.locks import LockFile, installed_files, normalize
 from buildtool.imagebuild import engine
-from buildtool.registry import sbom, sbom_attestation
 from buildtool.registry.client import RegistryClient
+from buildtool.sbom import document as sbom
+from buildtool.sbom import signing as sbom_attestation
 
 PROBE = Path("image-tests") / "scripts" / "packages.py"
 # A project without image-tests of its own uses the toolkit's.

@@ -28,7 +28,7 @@ import requests
 from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
 from buildtool.common.refs import parse_reference
-from buildtool.contracts.aptlock import build_error
+from buildtool.contracts.apt_lock_format import build_error
 
 ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
                "or point DOCKER_HOST at a running engine")
@@ -236,15 +236,9 @@ def last_error_line(log_path: Path) -> str:
 
 
 def image_attrs(ref: str) -> dict[str, Any] | None:
-    """`docker image inspect` as a dict, or None when the image is not in the local store."""
-    try:
-        return sdk().api.inspect_image(ref)
-    except docker.errors.ImageNotFound:
-        return None
-    except docker.errors.APIError as exc:
-        if exc.status_code == 404:
-            return None
-        raise
+    """`docker image inspect` as a dict, or None when the image is not in the local store (docker_cli.inspect_image,
+    the one way an image is inspected, validate's and the probe's too)."""
+    return docker_cli.inspect_image(ref)
 
 
 def image_labels(ref: str) -> dict[str, str]:

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.imagebuild import image_probe
-from buildtool.registry import sbom
 from buildtool.registry.client import RegistryClient, RegistryError, RegistryUnreachable
-from buildtool.registry.sbom import Change, Contents
-from buildtool.registry.sbom_attestation import SbomRefused, read_signed_sbom
+from buildtool.sbom import document as sbom
+from buildtool.sbom.document import Change, Contents
+from buildtool.sbom.signing import SbomRefused, read_signed_sbom
 
 if TYPE_CHECKING:
-    from buildtool.contracts.trust import Trusted
+    from buildtool.attest.trust import Trusted
 
 # Packages are listed removed first, then changed, then added; the headline facts before them all.
 # The facts a probe can see in any image; the others (framework, base, cell, revision) come from a build.

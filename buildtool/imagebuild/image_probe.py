@@ -111,11 +111,11 @@ def local_image(ref: str, pull_timeout: float = PULL_TIMEOUT_S) -> tuple[str, li
 
 
 def _inspect(ref: str) -> tuple[str, list[str]] | None:
-    run = docker_cli.docker("image", "inspect", "--format", "{{json .Id}} {{json .Config.Env}}", ref, timeout=60)
-    if run.returncode != 0:
+    """(image id, configured environment) of `ref`, None when the engine does not hold it."""
+    found = docker_cli.inspect_image(ref)
+    if found is None:
         return None
-    image_id, _, env = run.stdout.strip().partition(" ")
-    return json.loads(image_id), [str(item) for item in json.loads(env or "null") or []]
+    return str(found["Id"]), [str(item) for item in (found.get("Config") or {}).get("Env") or []]
 
 
 def probe_image(ref: str, source: str, *, timeout: float = PROBE_TIMEOUT_S,

@@ -1,4 +1,4 @@
-"""The SLSA provenance a push signs for each dev image (buildtool.contracts.provenance is the model;
+"""The SLSA provenance a push signs for each dev image (buildtool.attest.provenance_model is the model;
 docs/release-trust.md#cell-build-v3 documents what each field means).
 
 What it states comes from what the build used, not from what it meant to use: the base name, digest, stand-in
@@ -30,14 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from buildtool.common import docker_cli
-from buildtool.common.errors import FailedError, UserError
-from buildtool.common.files import sha256_file
-from buildtool.contracts import label_keys
-from buildtool.contracts.aptlock import APT_LOCK, parse_apt_lock
-from buildtool.contracts.image_labels import ImageLabels, LabelError, parse_archive_label
-from buildtool.contracts.names import check_full_revision
-from buildtool.contracts.provenance import (
+from buildtool.attest.provenance_model import (
     ARCHIVE_PREFIX,
     BASE,
     BUILD_TYPE,
@@ -52,6 +45,13 @@ from buildtool.contracts.provenance import (
     local_builder_id,
     parse_provenance,
 )
+from buildtool.common import docker_cli
+from buildtool.common.errors import FailedError, UserError
+from buildtool.common.files import sha256_file
+from buildtool.contracts import label_keys
+from buildtool.contracts.apt_lock_format import APT_LOCK, parse_apt_lock
+from buildtool.contracts.image_labels import ImageLabels, LabelError, parse_archive_label
+from buildtool.contracts.names import check_full_revision
 from buildtool.imagebuild import aptlock, archive_state
 from buildtool.imagebuild.archive_state import Fetch, ReleaseFile
 from buildtool.imagebuild.lock import lock_paths

@@ -10,11 +10,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool.common.dsse import EnvelopeError, PrivateKey
+from buildtool.attest.bundles import ensure_bundle
+from buildtool.attest.dsse import EnvelopeError, PrivateKey
+from buildtool.attest.provenance_model import PREDICATE_TYPE as PROVENANCE_PREDICATE
+from buildtool.attest.provenance_store import OnlyKey, attach_provenance, find_provenance
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import split_repo
 from buildtool.contracts.names import push_staging_tag
-from buildtool.contracts.provenance import PREDICATE_TYPE as PROVENANCE_PREDICATE
 from buildtool.imagebuild import aptlock, engine, multiplatform, push_path, repro_config
 from buildtool.imagebuild.bases import push_verified
 from buildtool.imagebuild.contents import LockedContents, attach_sbom
@@ -22,11 +24,9 @@ from buildtool.imagebuild.lock import read_locks
 from buildtool.imagebuild.progress import Progress
 from buildtool.imagebuild.provenance import Built, facts_from_build, make_provenance, tools
 from buildtool.matrix.plan import CellPlan
-from buildtool.registry.bundles import ensure_bundle
 from buildtool.registry.client import RegistryClient, RegistryError
-from buildtool.registry.provenance import OnlyKey, attach_provenance, find_provenance
-from buildtool.registry.sbom import find_sbom
-from buildtool.registry.sbom_attestation import SBOM_PREDICATE, plain_sbom_problem, signed_by
+from buildtool.sbom.document import find_sbom
+from buildtool.sbom.signing import SBOM_PREDICATE, plain_sbom_problem, signed_by
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -324,7 +324,7 @@ def read_check_script(framework: Framework) -> str:
 def names_cell(tag: str, cell: Cell) -> bool:
     """Whether `tag` is one of the tags `cell` has: its version, a release or moving tag its templates
     make (a release that is a PEP 440 version), or a dev tag `<revision>-<version>`."""
-    from buildtool.release.plan import release_number
+    from buildtool.release.tag_plan import release_number
 
     if tag == cell.version:
         return True

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
 from buildtool.registry import credentials as creds_mod
-from buildtool.registry.errors import CredentialsRefused, InsufficientScope, NoCredentials, RegistryError
+from buildtool.registry.call_errors import CredentialsRefused, InsufficientScope, NoCredentials, RegistryError
 
 log = logging.getLogger(__name__)
 

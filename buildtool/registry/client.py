@@ -19,7 +19,7 @@ that a connection reset cuts off on any host (the registry, or the storage it re
 with a Range request from the last byte received (restarted when the host ignores Range); a
 cross-repository mount the registry declines (202 and an upload session) is completed by copying the
 blob through this machine; a manifest PUT whose answer carries `OCI-Subject` is remembered, so
-buildtool.registry.referrers writes the fallback index only where the registry did not index the
+buildtool.attest.referrers writes the fallback index only where the registry did not index the
 subject itself.
 """
 
@@ -41,7 +41,7 @@ from urllib.parse import urljoin, urlsplit
 from buildtool.common import refs
 from buildtool.registry import answers, hosts
 from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
-from buildtool.registry.errors import (
+from buildtool.registry.call_errors import (
     NotFound,
     RateLimited,
     RegistryAuthError,
@@ -139,7 +139,7 @@ class RegistryClient:
         self._tls_ready: set[str] = set()
         self._lock = threading.Lock()
         self._rate_waited = 0.0
-        # Repositories whose referrers API answered anything but an image index (buildtool.registry.referrers).
+        # Repositories whose referrers API answered anything but an image index (buildtool.attest.referrers).
         self.no_referrers_api: set[str] = set()
         # `repo@digest` of manifests whose PUT the registry answered with OCI-Subject: it indexed their subject.
         self.subject_indexed: set[str] = set()

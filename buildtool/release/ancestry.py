@@ -14,8 +14,8 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+from buildtool.attest.provenance_model import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
 from buildtool.contracts.names import FULL_REVISION_RE
-from buildtool.contracts.provenance import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
 
 GIT_TIMEOUT_S = 60
 

@@ -23,21 +23,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from buildtool.attest.keys import TESTER, TrustedKeys
+from buildtool.attest.provenance_model import pinned_reference
+from buildtool.attest.provenance_store import find_provenance
 from buildtool.common.errors import UserError
 from buildtool.common.refs import parse_reference
 from buildtool.contracts import label_keys
-from buildtool.contracts.provenance import pinned_reference
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
-from buildtool.registry.provenance import find_provenance
-from buildtool.registry.sbom_attestation import find_sbom_attestation, plain_sbom_problem
 from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
 from buildtool.release.gather import unproven_attestations
 from buildtool.release.read import read_platforms
-from buildtool.validate.keys import TESTER, TrustedKeys
+from buildtool.sbom.signing import find_sbom_attestation, plain_sbom_problem
 from buildtool.validate.verdicts import find_verdicts
 
 if TYPE_CHECKING:
-    from buildtool.contracts.provenance import Provenance
+    from buildtool.attest.provenance_model import Provenance
     from buildtool.contracts.verdict import Verdict
     from buildtool.matrix.plan import Settings
     from buildtool.matrix.schema import Cell

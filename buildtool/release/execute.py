@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from buildtool.attest.referrers import Referrer
 from buildtool.common.refs import split_repo_path
 from buildtool.common.units import human_size
 from buildtool.matrix.plan import CellPlan
@@ -19,11 +20,10 @@ from buildtool.registry.client import (
     RegistryError,
     RegistryUnreachable,
 )
-from buildtool.registry.referrers import Referrer
-from buildtool.release.lock import RepoLock
 from buildtool.release.model import ImageRelease, ReleaseOptions, ReleaseReport, TagAction
-from buildtool.release.plan import writes_needed
 from buildtool.release.read import READ_THREADS, plan_item
+from buildtool.release.repo_lock import RepoLock
+from buildtool.release.tag_plan import writes_needed
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,9 @@ def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> Staged:
     unchanged: the index keeps its digest) and each platform manifest's signed verdict, SBOM and
     provenance artifacts, all by digest and untagged in the release repository. Returns the
     artifacts of each platform manifest, for `promote` to list as referrers of that digest."""
-    from buildtool.registry.bundles import beside
-    from buildtool.registry.referrers import copy_artifact
-    from buildtool.registry.sbom import find_sbom
+    from buildtool.attest.bundles import beside
+    from buildtool.attest.referrers import copy_artifact
+    from buildtool.sbom.document import find_sbom
 
     _, src = split_repo_path(plan.dev_repo)
     _, dst = split_repo_path(plan.release_repo)
@@ -88,7 +88,7 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
             staged: Staged | None = None) -> None:
     """Copy (unless `stage` already did: `staged`), list the artifacts, tag (compare before each
     write), verify. Raises RegistryError on a fault."""
-    from buildtool.registry.referrers import add_referrers
+    from buildtool.attest.referrers import add_referrers
 
     _, dst = split_repo_path(plan.release_repo)
     todo = [t for t in item.tags if t.action in ("create", "move")]

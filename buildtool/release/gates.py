@@ -8,7 +8,7 @@
   expects or one the releaser waived by name (`--accept-skip`, only for codes marked waivable);
 - the image's provenance: no stand-in label of any value, no stand-in base by digest or by its
   layers, and the base the matrix names;
-- the signed SLSA provenance (read and verified by buildtool.registry.provenance): for this cell, its
+- the signed SLSA provenance (read and verified by buildtool.attest.provenance_store): for this cell, its
   base no stand-in (by its annotation and by digest) and the base the image's labels name;
 - the platforms (an image index, one manifest per platform): exactly the matrix's platforms of the cell,
   each known, once, its image config of that platform; each platform manifest gated on its own evidence
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
+from buildtool.attest.provenance_model import Provenance, pinned_reference
 from buildtool.common.errors import UserError
 from buildtool.common.refs import names_mirror_of
 from buildtool.contracts import label_keys, names, platforms, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
-from buildtool.contracts.provenance import Provenance, pinned_reference
 from buildtool.contracts.verdict import TestResult, Verdict
 from buildtool.validate.verdict_choice import inventory_problems
 

@@ -117,7 +117,7 @@ def _gate_provenance(client: RegistryClient, item: Evidence, plan: CellPlan, dev
                      options: ReleaseOptions) -> None:
     """The digest's signed provenance from a trusted builder key, built from a revision release may take
     (the release commit or its ancestor); what it must say is checked with the image (provenance_problems)."""
-    from buildtool.registry.provenance import find_provenance
+    from buildtool.attest.provenance_store import find_provenance
 
     trusted = options.trusted_keys()
     found = find_provenance(client, dev_repo, item.digest, trusted)

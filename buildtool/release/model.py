@@ -9,12 +9,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildtool.contracts.provenance import Provenance
+from buildtool.attest.keys import TrustedKeys
+from buildtool.attest.provenance_model import Provenance
+from buildtool.attest.referrers import Referrer
 from buildtool.contracts.verdict import Verdict
-from buildtool.registry.referrers import Referrer
 from buildtool.release.gates import Platform
 from buildtool.release.testcode import KnownCode
-from buildtool.validate.keys import TrustedKeys
 
 
 @dataclass

@@ -11,14 +11,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from buildtool.attest.provenance_model import pinned_reference
 from buildtool.common.documents import render_document
 from buildtool.common.files import write_atomic
 from buildtool.contracts.image_labels import ImageLabels
-from buildtool.contracts.provenance import pinned_reference
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
 from buildtool.contracts.verdict import Verdict
 from buildtool.release.model import Evidence, ImageRelease, ReleaseReport
-from buildtool.release.packages import NOTES_LIMIT
+from buildtool.release.package_changes import NOTES_LIMIT
 
 
 def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:

@@ -37,11 +37,11 @@ from buildtool.registry.client import RegistryClient
 from buildtool.release.execute import promote_all
 from buildtool.release.gates import Platform, check_version
 from buildtool.release.gather import finish_gate, gather
-from buildtool.release.lock import LOCK_TAG, RepoLock
 from buildtool.release.model import ImageRelease, ReleaseOptions, ReleaseReport, TagAction
-from buildtool.release.packages import package_section, packages_entry, subjects
-from buildtool.release.plan import check_plans, mount_outlook, settle_unpromoted, writes_needed
+from buildtool.release.package_changes import package_section, packages_entry, subjects
 from buildtool.release.read import READ_THREADS, plan_item, read_standins, read_tag_state
+from buildtool.release.repo_lock import LOCK_TAG, RepoLock
+from buildtool.release.tag_plan import check_plans, mount_outlook, settle_unpromoted, writes_needed
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell

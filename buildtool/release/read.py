@@ -24,7 +24,7 @@ from buildtool.registry.client import (
 )
 from buildtool.release.gates import Platform, StandIns, index_entries
 from buildtool.release.model import ImageRelease, TagState
-from buildtool.release.plan import apply_tag_plan, releases_in
+from buildtool.release.tag_plan import apply_tag_plan, releases_in
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell

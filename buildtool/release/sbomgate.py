@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from buildtool.contracts.verdict import Verdict
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.sbom_attestation import SbomFindings, find_sbom_attestation, plain_sbom_problem
 from buildtool.release.model import Evidence
+from buildtool.sbom.signing import SbomFindings, find_sbom_attestation, plain_sbom_problem
 
 if TYPE_CHECKING:
-    from buildtool.validate.keys import TrustedKeys
+    from buildtool.attest.keys import TrustedKeys
 
 
 def sbom_problems(digest: str, verdict: Verdict, findings: SbomFindings) -> list[str]:

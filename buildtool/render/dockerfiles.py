@@ -22,7 +22,7 @@ import jinja2
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import frameworks, label_keys, platforms
-from buildtool.contracts.aptlock import (
+from buildtool.contracts.apt_lock_format import (
     APT_LOCK,
     BASE_DPKG,
     DEB_HASHES,

@@ -15,13 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from buildtool.attest.keys import TrustedKeys
 from buildtool.common.refs import split_repo
 from buildtool.contracts import platforms as platform_table
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient, RegistryError
 from buildtool.registry.image_index import read_index
 from buildtool.report.rows import UNRECORDED
 from buildtool.report.verdict_files import Missing
-from buildtool.validate.keys import TrustedKeys
 from buildtool.validate.verdicts import find_verdicts
 
 

@@ -22,7 +22,7 @@ from buildtool.contracts.verdict import (
 )
 from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.schema import Cell
-from buildtool.validate.engine import Log
+from buildtool.validate.containers import Log
 
 
 @dataclass(frozen=True)

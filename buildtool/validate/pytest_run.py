@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from buildtool.validate.engine import Log
+from buildtool.validate.containers import Log
 
 # The tests' probes stop this long before the image's deadline: removing containers and writing
 # results fit in it, so a validation that hangs still ends by its deadline. pytest is stopped at

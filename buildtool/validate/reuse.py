@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildtool.attest.keys import SigningKey, TrustedKeys, dev_public_key, load_trusted
 from buildtool.common.refs import is_loopback_host
 from buildtool.contracts import skips
 from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict
 from buildtool.registry.client import RegistryClient
-from buildtool.validate.keys import SigningKey, TrustedKeys, dev_public_key, load_trusted
 from buildtool.validate.verdicts import Findings, Found, find_verdicts
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildtool.matrix.schema import Cell, Matrix
-from buildtool.validate.engine import Resolved
+from buildtool.validate.containers import Resolved
 from buildtool.validate.options import Options
 from buildtool.validate.probe import Inventory
 

@@ -45,7 +45,7 @@ from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
 from buildtool.validate import network
 from buildtool.validate.collect import cell_groups, image_tests_hash
-from buildtool.validate.engine import Log, Resolved, pin, remove_run_containers, resolve
+from buildtool.validate.containers import Log, Resolved, pin, remove_run_containers, resolve
 from buildtool.validate.labels import label_checks
 from buildtool.validate.options import DEFAULT_JOIN_TIMEOUT_S, Options
 from buildtool.validate.outcome import make_verdict, overall_result
@@ -116,7 +116,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     cell = find_cell(matrix, image.labels, options.cell, ref)
     key = None
     if options.store:
-        from buildtool.validate.keys import signing_key
+        from buildtool.attest.keys import signing_key
 
         key = signing_key(log)   # a bad DL_IMAGES_SIGNING_KEY is said now, not after the tests ran
     from buildtool.validate.sbomref import verdict_sbom
@@ -234,8 +234,8 @@ def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, pl
     """The verdict the registry already holds for exactly this run (buildtool.validate.reuse), as validate returns
     a verdict, with `reused` naming it; None (and why, on the log) when the tests must run. Reads the registry only:
     nothing is pulled, run, stored or written."""
+    from buildtool.attest.keys import signing_key
     from buildtool.validate import reuse
-    from buildtool.validate.keys import signing_key
     from buildtool.validate.outcome import promised_libraries
     from buildtool.validate.sbomref import verdict_sbom
 

@@ -1,4 +1,4 @@
-"""Which SBOM a verdict names: the image's signed SBOM attestation (buildtool.registry.sbom_attestation),
+"""Which SBOM a verdict names: the image's signed SBOM attestation (buildtool.sbom.signing),
 verified against the builder keys validate trusts, read before the tests run.
 
 Validate trusts config/trusted-keys.yaml and, for an image in a loopback registry, this machine's dev key
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from buildtool.attest.keys import TrustedKeys, dev_public_key, load_trusted
 from buildtool.common.refs import is_loopback_host
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.sbom_attestation import find_sbom_attestation
-from buildtool.validate.engine import Resolved
-from buildtool.validate.keys import TrustedKeys, dev_public_key, load_trusted
+from buildtool.sbom.signing import find_sbom_attestation
+from buildtool.validate.containers import Resolved
 
 
 def validate_trust(root: Path, host: str) -> TrustedKeys:

@@ -32,7 +32,7 @@ from buildtool.contracts.gpu import BUSBW_FIGURE
 from buildtool.contracts.verdict import Verdict
 
 if TYPE_CHECKING:
-    from buildtool.registry.referrers import Referrer
+    from buildtool.attest.referrers import Referrer
 
 # How far apart two runners' clocks may be (NTP keeps them within seconds), and how far after the reader's clock a
 # verdict may be dated: within it, a failure is never shown older than another runner's pass.

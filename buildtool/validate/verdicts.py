@@ -1,8 +1,8 @@
 """Verdicts stored with the image in its registry, as signed attestations attached to its digest.
 
 validate signs each verdict (an in-toto Statement in a DSSE envelope, see
-buildtool.contracts.attestation) and attaches it to the image digest as an OCI referrer
-(buildtool.registry.referrers): pushed by digest, listed in the registry's referrers API or
+buildtool.attest.verdict_statement) and attaches it to the image digest as an OCI referrer
+(buildtool.attest.referrers): pushed by digest, listed in the registry's referrers API or
 the `sha256-<hex>` index, never replacing an earlier verdict, and pinned by a tag named by its
 own digest (names.verdict_pin_tag). Any machine with registry access can ask "did this exact
 digest pass?"; only a verdict signed by a trusted key answers.
@@ -36,9 +36,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from buildtool.common.dsse import EnvelopeError, claimed_keyids, open_envelope, sign_envelope
-from buildtool.contracts import label_keys
-from buildtool.contracts.attestation import (
+from buildtool.attest.bundles import attach_bundle, fetch_envelopes, is_bundle, own_first, same_envelope
+from buildtool.attest.dsse import EnvelopeError, claimed_keyids, open_envelope, sign_envelope
+from buildtool.attest.intoto import check_subject, load_statement
+from buildtool.attest.keys import TESTER, SigningKey, TrustedKeys
+from buildtool.attest.referrers import Payload, Referrer, attach, listed_referrers
+from buildtool.attest.sigstore_bundle import BundleError
+from buildtool.attest.verdict_statement import (
     DSSE_MEDIA_TYPE,
     ENVELOPE_TITLE,
     PAYLOAD_TYPE,
@@ -47,7 +51,7 @@ from buildtool.contracts.attestation import (
     read_statement,
     statement,
 )
-from buildtool.contracts.intoto import check_subject, load_statement
+from buildtool.contracts import label_keys
 from buildtool.contracts.names import (
     ATTESTATION_TYPE,
     VERDICT_TYPE,
@@ -55,12 +59,8 @@ from buildtool.contracts.names import (
     verdict_pin_tag,
     verdict_tag,
 )
-from buildtool.contracts.sigstore_bundle import BundleError
 from buildtool.contracts.verdict import READ_SCHEMAS, Verdict
-from buildtool.registry.bundles import attach_bundle, fetch_envelopes, is_bundle, own_first, same_envelope
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, Referrer, attach, listed_referrers
-from buildtool.validate.keys import TESTER, SigningKey, TrustedKeys
 from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, when
 
 log = logging.getLogger(__name__)

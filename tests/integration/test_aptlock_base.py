@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.contracts.aptlock import parse_entries
+from buildtool.contracts.apt_lock_format import parse_entries
 from buildtool.imagebuild import aptlock, engine
 from buildtool.imagebuild.bases import fill_bases
 from buildtool.matrix.loader import load_matrix
@@ -80,7 +80,7 @@ def _restamped(text: str) -> str:
     Debian or the base moved on after it ran (render refuses a lock whose entries do not match the digest)."""
     import re
 
-    from buildtool.contracts.aptlock import entries_digest, parse_entries
+    from buildtool.contracts.apt_lock_format import entries_digest, parse_entries
 
     return re.sub(r"(?m)^# entries: sha256:[0-9a-f]{64}$", f"# entries: {entries_digest(parse_entries(text, 'x'))}",
                   text)

@@ -23,7 +23,7 @@ from buildtool.imagebuild.builder import Builder, BuildOptions, CellResult
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.sbom import contents, load_sbom
+from buildtool.sbom.document import contents, load_sbom
 from tests import signing
 from tests.integration.test_build import _cleanup_namespace
 

@@ -22,12 +22,12 @@ from datetime import UTC, datetime
 
 import pytest
 
+from buildtool.attest.provenance_store import OnlyKey, find_provenance
 from buildtool.common.net import free_port
 from buildtool.contracts import label_keys
-from buildtool.contracts.aptlock import parse_apt_lock
+from buildtool.contracts.apt_lock_format import parse_apt_lock
 from buildtool.contracts.image_labels import parse_archive_label
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.provenance import OnlyKey, find_provenance
 from tests.fresh_machine import CELL, FreshMachine, head_commit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,7 +47,7 @@ def _one_machine(name: str, port: int, net: int, commit: str, monkeypatch: pytes
         digest = str(result["digest"])
         config = machine.config(repo, digest)
         # The provenance, verified with the key this machine made and signed with.
-        from buildtool.validate.keys import dev_public_key
+        from buildtool.attest.keys import dev_public_key
 
         with monkeypatch.context() as scoped:   # this machine's config folder, for reading its key only
             scoped.setenv("XDG_CONFIG_HOME", machine.env()["XDG_CONFIG_HOME"])

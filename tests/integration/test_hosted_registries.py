@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.referrers import referrers
 from buildtool.contracts.names import ATTESTATION_TYPE, PROVENANCE_TYPE, SBOM_ATTESTATION_TYPE, referrers_tag
 from buildtool.imagebuild.engine import BuildRequest
 from buildtool.registry.client import OCI_INDEX, RegistryClient
-from buildtool.registry.referrers import referrers
 from tests import signing
 from tests.hosted_registry import BlobHost, HostedRegistry
 from tests.integration.test_release import CPU, HOST, TF_CPU, Space, commit_image_tests, git, trust
@@ -100,7 +100,7 @@ def no_traceback(done: subprocess.CompletedProcess[str]) -> None:
 def keys(folder: Path) -> Path:
     """config/trusted-keys.yaml in `folder` (where sbom and diff read it; verify is given it), trusting the test key
     as builder and tester."""
-    from buildtool.validate.keys import trusted_entry
+    from buildtool.attest.keys import trusted_entry
 
     path = folder / "config/trusted-keys.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -309,7 +309,7 @@ def test_every_command_survives_resets_on_an_https_blob_host(project: Path, monk
                              cwd=project, **env)
         # validate's own registry read before its tests run (the command then needs the engine to run image-tests
         # in the image, which these synthetic images cannot): the signed SBOM its verdict will name.
-        from buildtool.validate.engine import Resolved
+        from buildtool.validate.containers import Resolved
         from buildtool.validate.sbomref import verdict_sbom
 
         monkeypatch.setenv("DL_IMAGES_CERTS_D", str(blobs.certs_d))
@@ -432,8 +432,8 @@ class EngineStandIn:
 
 
 def self_attach(builder: object, plan: object, digest: str, kind: str) -> str:
+    from buildtool.attest.referrers import Payload, attach
     from buildtool.common.refs import split_repo
-    from buildtool.registry.referrers import Payload, attach
 
     _, repo, _ = split_repo(plan.dev_ref)  # type: ignore[attr-defined]
     payload = Payload("application/json", json.dumps({"kind": kind}).encode())

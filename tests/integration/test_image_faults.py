@@ -487,9 +487,9 @@ def pushed_pytorch(images) -> str:
 
 
 def test_validate_stores_verdict_by_digest(pushed_pytorch, run_cli, tmp_path):
+    from buildtool.attest.keys import TrustedKeys, dev_public_key
     from buildtool.common.refs import split_repo
     from buildtool.registry.client import RegistryClient
-    from buildtool.validate.keys import TrustedKeys, dev_public_key
     from buildtool.validate.verdicts import find_verdicts
 
     code, out, err = run_cli("validate", pushed_pytorch, "-k", "framework_version or shm_size", "--json",

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from buildtool.attest.keys import TrustedKeys, dev_public_key
+from buildtool.attest.provenance_store import find_provenance
 from buildtool.common import docker_cli
 from buildtool.common.refs import split_repo
 from buildtool.contracts import platforms
@@ -27,10 +29,8 @@ from buildtool.contracts.locks import FRAMEWORK_LOCK, parse_lock
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.provenance import find_provenance
-from buildtool.registry.sbom import load_sbom
-from buildtool.registry.sbom_attestation import find_sbom_attestation
-from buildtool.validate.keys import TrustedKeys, dev_public_key
+from buildtool.sbom.document import load_sbom
+from buildtool.sbom.signing import find_sbom_attestation
 from buildtool.validate.verdicts import find_verdicts
 from tests import bundle_check
 from tests.integration import fixture_images

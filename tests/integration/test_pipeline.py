@@ -24,15 +24,15 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.keys import TrustedKeys, dev_public_key
 from buildtool.common.refs import split_repo, split_repo_path
 from buildtool.contracts import label_keys
 from buildtool.imagebuild.engine import image_labels as engine_labels
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, git_revision, plan_cell
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.sbom import contents, load_sbom
-from buildtool.registry.sbom_attestation import find_sbom_attestation
-from buildtool.validate.keys import TrustedKeys, dev_public_key
+from buildtool.sbom.document import contents, load_sbom
+from buildtool.sbom.signing import find_sbom_attestation
 from buildtool.validate.verdicts import find_verdicts
 from tests import bundle_check
 

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest import intoto
+from buildtool.attest.provenance_store import find_provenance
+from buildtool.attest.referrers import fetch, referrers
 from buildtool.common.errors import UserError
-from buildtool.contracts import intoto, label_keys
+from buildtool.contracts import label_keys
 from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.imagebuild.builder import Builder, BuildOptions, CellResult
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_cell
-from buildtool.registry.provenance import find_provenance
-from buildtool.registry.referrers import fetch, referrers
 from buildtool.release.ancestry import source_problems
 from buildtool.release.notes import build_manifest, render_notes
 from tests import signing
@@ -129,7 +130,7 @@ def test_a_push_replaces_nothing_and_adds_its_own_beside_an_attackers_provenance
 
 def test_a_push_whose_builder_key_cannot_be_read_fails_before_building_naming_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from buildtool.validate.keys import BUILDER, signing_key
+    from buildtool.attest.keys import BUILDER, signing_key
 
     missing = tmp_path / "builder.pem"
     monkeypatch.setenv("DL_IMAGES_BUILDER_KEY", str(missing))

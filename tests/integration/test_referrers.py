@@ -10,9 +10,9 @@ import threading
 import pytest
 import requests
 
+from buildtool.attest.referrers import Payload, attach, copy, fetch, referrers
 from buildtool.contracts.names import referrers_tag
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, attach, copy, fetch, referrers
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 HOST = "127.0.0.1:5000"
@@ -115,7 +115,7 @@ def test_a_repository_without_the_referrers_api_is_asked_once_per_client(repo):
 
 
 def test_several_artifacts_are_listed_with_one_index_write_and_never_twice(repo):
-    from buildtool.registry.referrers import add_referrers, copy_artifact
+    from buildtool.attest.referrers import add_referrers, copy_artifact
     from tests.faultproxy import FaultProxy
 
     client, name, digest = repo

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.referrers import referrers
 from buildtool.contracts import label_keys, names
 from buildtool.contracts.names import ATTESTATION_TYPE
 from buildtool.matrix.loader import load_matrix
 from buildtool.matrix.plan import Settings
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient, RetryPolicy, sha256_digest
-from buildtool.registry.referrers import referrers
 from buildtool.release.promote import LOCK_TAG, ReleaseOptions, release
 from tests import signing
 from tests.faultproxy import FaultProxy
@@ -445,7 +445,7 @@ def test_concurrent_identical_releases_both_succeed(space: Space) -> None:
 
 
 def test_held_lock_makes_another_release_wait_then_report(space: Space) -> None:
-    from buildtool.release.lock import RepoLock
+    from buildtool.release.repo_lock import RepoLock
 
     r = rev()
     space.build(CPU, r)
@@ -513,7 +513,7 @@ def commit_image_tests(project: Path) -> str:
 def trust(project: Path) -> None:
     """The project trusts the test key as builder (it signs the SBOMs) and tester (the verdicts), as
     config/trusted-keys.yaml would list CI keys."""
-    from buildtool.validate.keys import trusted_entry
+    from buildtool.attest.keys import trusted_entry
 
     (project / "config").mkdir(exist_ok=True)
     entry = trusted_entry("test", signing.KEY.public(), ("builder", "tester"))
@@ -680,7 +680,7 @@ def test_concurrent_releases_of_two_versions_leave_latest_on_the_newer(space: Sp
 # -- the lock's settle wait and what is done in it ---------------------------------------------
 
 def test_work_in_the_lock_settle_runs_once_and_a_lost_race_is_retaken_without_it(space: Space) -> None:
-    from buildtool.release.lock import RepoLock
+    from buildtool.release.repo_lock import RepoLock
 
     repo = space.rel_repo(CPU)
     space.client.put_blob(repo, b"{}")
@@ -757,7 +757,7 @@ def test_a_trusted_keys_file_that_says_two_things_refuses_a_release_that_would_p
         project: Path, run_cli, monkeypatch: pytest.MonkeyPatch, shape: str) -> None:  # noqa: ANN001
     """Issue 20, hole 2: both shapes were accepted without a word; now exit 2 naming the line(s),
     although the image, its verdict and the key that signed it are otherwise all good."""
-    from buildtool.validate.keys import trusted_entry
+    from buildtool.attest.keys import trusted_entry
 
     space = Space(project)
     entry = trusted_entry("ci-2026", signing.KEY.public())

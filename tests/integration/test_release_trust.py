@@ -14,10 +14,10 @@ import json
 import pytest
 import requests
 
+from buildtool.attest.referrers import referrers
 from buildtool.contracts import label_keys, names
 from buildtool.contracts.names import ATTESTATION_TYPE, VERDICT_TYPE, referrers_tag, verdict_pin_tag, verdict_tag
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryClient, sha256_digest
-from buildtool.registry.referrers import referrers
 from tests import signing
 from tests.faultproxy import FaultProxy
 from tests.integration.test_release import CPU, FAST, HOST, NGC, Space, push_single, rev, upstream

@@ -19,7 +19,7 @@ from buildtool.contracts.locks import installed_files  # noqa: E402
 from buildtool.imagebuild.contents import probe  # noqa: E402
 from buildtool.imagebuild.lock import read_locks  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
-from buildtool.registry.sbom import make_sbom, validate_sbom  # noqa: E402
+from buildtool.sbom.document import make_sbom, validate_sbom  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 REPO = Path(__file__).resolve().parents[2]

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.keys import BUILDER, signing_key
+from buildtool.attest.referrers import add_referrers, copy_artifact
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
-from buildtool.registry.referrers import add_referrers, copy_artifact
-from buildtool.registry.sbom import contents, find_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
-from buildtool.registry.sbom_attestation import attest_sbom
-from buildtool.release.packages import Subject, package_notes, package_section
-from buildtool.validate.keys import BUILDER, signing_key
+from buildtool.release.package_changes import Subject, package_notes, package_section
+from buildtool.sbom.document import contents, find_sbom, load_sbom, make_sbom, store_sbom, validate_sbom
+from buildtool.sbom.signing import attest_sbom
 from tests import sbom_probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]

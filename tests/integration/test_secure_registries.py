@@ -93,7 +93,7 @@ def credentials(source: str, hosts: list[str], tmp: Path, monkeypatch: pytest.Mo
 
 
 def keys_file(folder: Path) -> Path:
-    from buildtool.validate.keys import trusted_entry
+    from buildtool.attest.keys import trusted_entry
 
     (folder / "config").mkdir(parents=True, exist_ok=True)
     path = folder / "config/trusted-keys.yaml"

@@ -3,7 +3,7 @@ and verified by sigstore-js (@sigstore/verify, tools/sigstore-verify: a verifier
 with the public keys of a trusted keys file, offline (issue 40; the checks: tests/bundle_check.py).
 
 A small image (one random layer, no build) gets what push and validate attach, by their own writers: the
-provenance (buildtool.registry.provenance.attach_provenance, builder key), the SBOM attestation
+provenance (buildtool.attest.provenance_store.attach_provenance, builder key), the SBOM attestation
 (attest_sbom, builder key) and the verdict (buildtool.validate.verdicts.attest, tester key); each publishes
 its envelope as a bundle too. The bundles are read through the fallback index `sha256-<hex>` (the local
 registry, distribution 2.8, has no referrers API), then through the referrers API of tests/referrers_api.py
@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.common.dsse import generate
-from buildtool.contracts.attestation import VERDICT_PREDICATE
-from buildtool.contracts.provenance import PREDICATE_TYPE, parse_provenance
+from buildtool.attest.dsse import generate
+from buildtool.attest.keys import trusted_entry
+from buildtool.attest.provenance_model import PREDICATE_TYPE, parse_provenance
+from buildtool.attest.provenance_store import attach_provenance
+from buildtool.attest.verdict_statement import VERDICT_PREDICATE
 from buildtool.registry.client import EMPTY_JSON, EMPTY_JSON_TYPE, OCI_MANIFEST, RegistryClient
-from buildtool.registry.provenance import attach_provenance
-from buildtool.registry.sbom_attestation import SBOM_PREDICATE
-from buildtool.validate.keys import trusted_entry
+from buildtool.sbom.signing import SBOM_PREDICATE
 from tests import bundle_check, signing
 from tests.conftest import fixture_matrix
 

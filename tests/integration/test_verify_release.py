@@ -5,7 +5,7 @@ the signed artifacts with the image), then the command prints the whole chain fr
 The image is test_release's small synthetic one (nothing is built); the verdict is signed by hand as
 validate signs it (tests/signing.py), naming the SBOM digest that validate's own reader
 (buildtool.validate.sbomref.verdict_sbom) returns from the registry. The provenance is attached by
-tests/signing.attest_provenance, in the form the stand-in reader (buildtool.registry.provenance) reads.
+tests/signing.attest_provenance, in the form the stand-in reader (buildtool.attest.provenance_store) reads.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.attest.keys import trusted_entry
+from buildtool.attest.referrers import referrers
+from buildtool.attest.sigstore_bundle import BUNDLE_MEDIA_TYPE, PREDICATE_TYPE_ANNOTATION
+from buildtool.attest.verdict_statement import VERDICT_PREDICATE
 from buildtool.contracts import names
-from buildtool.contracts.attestation import VERDICT_PREDICATE
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
-from buildtool.contracts.sigstore_bundle import BUNDLE_MEDIA_TYPE, PREDICATE_TYPE_ANNOTATION
-from buildtool.registry.referrers import referrers
-from buildtool.registry.sbom_attestation import SBOM_PREDICATE
-from buildtool.validate.engine import Resolved
-from buildtool.validate.keys import trusted_entry
+from buildtool.sbom.signing import SBOM_PREDICATE
+from buildtool.validate.containers import Resolved
 from buildtool.validate.sbomref import verdict_sbom
 from tests import signing
 from tests.integration.test_release import CPU, HOST, Space, labels_for, push_single, rev

@@ -15,27 +15,27 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from buildtool.common.dsse import (
+from buildtool.attest import intoto
+from buildtool.attest.attested import Outcome, each_signed, open_signed
+from buildtool.attest.bundles import attach_bundle
+from buildtool.attest.dsse import (
     PrivateKey,
     PublicKey,
     short,
     sign_envelope,
 )
-from buildtool.contracts import intoto
+from buildtool.attest.provenance_model import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
+from buildtool.attest.referrers import Payload, Referrer, attach
+from buildtool.attest.trust import BUILDER, Trusted
 from buildtool.contracts.names import PROVENANCE_TYPE
-from buildtool.contracts.provenance import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
-from buildtool.contracts.trust import BUILDER, Trusted
-from buildtool.registry.attested import Outcome, each_signed, open_signed
-from buildtool.registry.bundles import attach_bundle
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.referrers import Payload, Referrer, attach
 
 ENVELOPE_TITLE = "provenance.intoto.jsonl"
 
 
 @dataclass(frozen=True)
 class OnlyKey:
-    """One key trusted as builder (a contracts.trust.Trusted, as release's TrustedKeys is): what a push
+    """One key trusted as builder (a attest.trust.Trusted, as release's TrustedKeys is): what a push
     checks an attached provenance against (its own key), so that a provenance signed by anyone else is
     replaced, never kept."""
 

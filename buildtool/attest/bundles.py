@@ -1,8 +1,8 @@
 """Sigstore bundles attached to an image digest, in the OCI referrers layout cosign (`--new-bundle-format`) and
 GitHub's artifact attestations use: an artifact manifest of artifactType BUNDLE_MEDIA_TYPE, an empty config,
-the bundle (buildtool.contracts.sigstore_bundle) as its one layer, `subject` the image, annotated
+the bundle (buildtool.attest.sigstore_bundle) as its one layer, `subject` the image, annotated
 `dev.sigstore.bundle.content: dsse-envelope` and `dev.sigstore.bundle.predicateType`. Listed in the referrers
-API, or in the fallback index `sha256-<hex>` where the registry has none (buildtool.registry.referrers).
+API, or in the fallback index `sha256-<hex>` where the registry has none (buildtool.attest.referrers).
 
 Each signed attestation (provenance, SBOM, verdict) is published twice: the toolkit's own artifact and this
 bundle around the same envelope. The toolkit's readers read both (`signed_referrers`, `fetch_envelopes`), so
@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from buildtool.common import tsa
-from buildtool.contracts.intoto import DSSE_MEDIA_TYPE
-from buildtool.contracts.sigstore_bundle import (
+from buildtool.attest.intoto import DSSE_MEDIA_TYPE
+from buildtool.attest.referrers import Payload, Referrer, attach, fetch, referrers
+from buildtool.attest.sigstore_bundle import (
     BUNDLE_MEDIA_TYPE,
     CONTENT_ANNOTATION,
     DSSE_CONTENT,
@@ -32,8 +32,8 @@ from buildtool.contracts.sigstore_bundle import (
     envelope,
     signature_bytes,
 )
+from buildtool.common import tsa
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, Referrer, attach, fetch, referrers
 
 __all__ = ["BundleError", "attach_bundle", "beside", "ensure_bundle", "fetch_envelopes", "is_bundle", "own_first",
            "read_once", "same_envelope", "signed_referrers", "timestamp_check"]

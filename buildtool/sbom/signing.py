@@ -2,7 +2,7 @@
 CycloneDX document (predicateType SBOM_PREDICATE), in a DSSE envelope signed by the builder's key, attached
 to the digest as a referrer (artifactType names.SBOM_ATTESTATION_TYPE, one layer intoto.DSSE_MEDIA_TYPE,
 the manifest annotated `in-toto.io/predicate-type`). Push attaches it beside the plain SBOM artifact
-(buildtool.registry.sbom, which scanners read); the plain one is unsigned, so anyone who may push can
+(buildtool.sbom.document, which scanners read); the plain one is unsigned, so anyone who may push can
 rewrite it, and what counts is this one.
 
 The SBOM's digest (`sbom_digest`) is the sha256 of the CycloneDX document's canonical bytes (JSON, keys
@@ -21,21 +21,21 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildtool.common.dsse import PrivateKey, PublicKey, sign_envelope
-from buildtool.contracts import label_keys
-from buildtool.contracts.intoto import (
+from buildtool.attest.attested import each_signed
+from buildtool.attest.bundles import attach_bundle
+from buildtool.attest.dsse import PrivateKey, PublicKey, sign_envelope
+from buildtool.attest.intoto import (
     DSSE_MEDIA_TYPE,
     PAYLOAD_TYPE,
     PREDICATE_ANNOTATION,
     statement,
 )
+from buildtool.attest.referrers import Payload, Referrer, attach
+from buildtool.attest.trust import BUILDER, Trusted
+from buildtool.contracts import label_keys
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
-from buildtool.contracts.trust import BUILDER, Trusted
-from buildtool.registry.attested import each_signed
-from buildtool.registry.bundles import attach_bundle
 from buildtool.registry.client import RegistryClient, RegistryError
-from buildtool.registry.referrers import Payload, Referrer, attach
-from buildtool.registry.sbom import load_sbom
+from buildtool.sbom.document import load_sbom
 
 SBOM_PREDICATE = "https://cyclonedx.org/bom"
 ENVELOPE_TITLE = "sbom.intoto.jsonl"
@@ -126,7 +126,7 @@ class SbomFindings:
 
 def find_sbom_attestation(client: RegistryClient, repo: str, digest: str, trusted: Trusted) -> SbomFindings:
     """Every SBOM attestation attached to repo@digest, verified against the keys `trusted` (release's
-    buildtool.validate.keys.TrustedKeys) holds in the builder role (a tester key's signature does not
+    buildtool.attest.keys.TrustedKeys) holds in the builder role (a tester key's signature does not
     count, naming its role)."""
     return _find(client, repo, digest, trusted.for_role(BUILDER), trusted)
 

@@ -1,6 +1,6 @@
 """The roles a key signs in, and what a reader of signed attestations needs of the trusted keys.
 
-Which key signs and which keys release trusts (config/trusted-keys.yaml) is buildtool.validate.keys; its
+Which key signs and which keys release trusts (config/trusted-keys.yaml) is buildtool.attest.keys; its
 TrustedKeys satisfies `Trusted`. Stages below validate (registry, imagebuild) read signatures through
 `Trusted`, so that they need not import the stage that loads the keys.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from buildtool.common.dsse import PublicKey
+from buildtool.attest.dsse import PublicKey
 
 BUILDER, TESTER = "builder", "tester"     # the builder signs provenance and SBOMs, the tester verdicts
 ROLES = (BUILDER, TESTER)

@@ -4,7 +4,7 @@ One in-image probe (image-tests/scripts/packages.py, standard library only) list
 Python distributions and the Debian packages; `make_sbom` turns that into a CycloneDX 1.6
 document with cyclonedx-python-lib, the image itself as `metadata.component` and the facts
 people ask first (framework, Python, CUDA, base) as properties. What scanners match on comes
-from the packages' own metadata (buildtool.registry.sbom_packages): purls `pkg:pypi/NAME@V`
+from the packages' own metadata (buildtool.sbom.components): purls `pkg:pypi/NAME@V`
 and `pkg:deb/debian/NAME@V?arch=A&distro=debian-12&upstream=SRC[@SRCV]`, the lock's sha256 of
 each Python file it pinned, declared licenses, and a dependency graph whose root depends only
 on the packages nothing else needs. Hashes and licenses that the image does not record are
@@ -12,7 +12,7 @@ left out (a property says why), never guessed. The document is deterministic: no
 a serial number derived from the digest, everything sorted, so the same image gives the same bytes.
 
 It is stored as an OCI referrer artifact of the image (artifactType SBOM_TYPE, through
-buildtool.registry.referrers), so any OCI 1.1 client finds it: `oras discover`, or on
+buildtool.attest.referrers), so any OCI 1.1 client finds it: `oras discover`, or on
 registries without the referrers API (distribution 2.8) `skopeo inspect --raw
 docker://REPO:sha256-<hex>` (the fallback index) and `skopeo copy docker://REPO@<artifact> dir:D`.
 """
@@ -24,12 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from buildtool.attest import referrers
 from buildtool.contracts import label_keys
 from buildtool.contracts.locks import LockFile
 from buildtool.contracts.names import SBOM_TYPE
-from buildtool.registry import deb_licenses, referrers
-from buildtool.registry import sbom_packages as packages
 from buildtool.registry.client import RegistryClient, RegistryError
+from buildtool.sbom import components as packages
+from buildtool.sbom import deb_licenses
 
 PROPERTY = label_keys.SBOM_PROPERTY
 SBOM_TITLE = "sbom.cdx.json"

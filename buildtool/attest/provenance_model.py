@@ -1,7 +1,7 @@
 """SLSA provenance v1 (https://slsa.dev/spec/v1.0/provenance) of a dev image: how it was built.
 
-The predicate of an in-toto Statement about the image digest (buildtool.contracts.intoto), signed by
-the builder's key (buildtool.validate.keys, role builder) and attached to the digest as a referrer.
+The predicate of an in-toto Statement about the image digest (buildtool.attest.intoto), signed by
+the builder's key (buildtool.attest.keys, role builder) and attached to the digest as a referrer.
 Typed here once; the push writes it, release gates on it, `buildtool verify` prints it. Parsing is
 strict: an unknown field, a missing one or a wrong type is a ProvenanceError naming it, never a default.
 The build type is documented in docs/release-trust.md#cell-build-v3 (BUILD_TYPE is that address); a v2

@@ -19,7 +19,7 @@ Sigstore verifier refuses what it cannot verify (issue 48: the toolkit and sigst
 the same bytes' content the toolkit's own artifact carries: one signature, so a bundle and the artifact beside it
 are the same attestation.
 
-In the registry (buildtool.registry.bundles) a bundle is an OCI artifact with artifactType BUNDLE_MEDIA_TYPE,
+In the registry (buildtool.attest.bundles) a bundle is an OCI artifact with artifactType BUNDLE_MEDIA_TYPE,
 the bundle as its one layer (same media type), `subject` the image manifest, and the annotations cosign and
 GitHub's attest action write: CONTENT_ANNOTATION = "dsse-envelope", PREDICATE_TYPE_ANNOTATION = the
 statement's predicate type (a hint for listing; readers check the signed statement).

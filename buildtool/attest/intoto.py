@@ -1,5 +1,5 @@
 """in-toto Statements v1 about one image digest, the form every attestation here takes
-(the verdict: buildtool.contracts.attestation; the provenance: buildtool.contracts.provenance;
+(the verdict: buildtool.attest.verdict_statement; the provenance: buildtool.attest.provenance_model;
 the SBOM attestation: CycloneDX's predicate type).
 
     Statement {"_type": STATEMENT_TYPE,
@@ -7,7 +7,7 @@ the SBOM attestation: CycloneDX's predicate type).
                "predicateType": <what the predicate is>, "predicate": {...}}
 
 The statement's bytes are canonical JSON (sorted keys, no spaces), signed in a DSSE envelope whose
-payloadType is PAYLOAD_TYPE (buildtool.common.dsse). The signed subject is what ties an attestation to
+payloadType is PAYLOAD_TYPE (buildtool.attest.dsse). The signed subject is what ties an attestation to
 a digest: an OCI artifact's own `subject` field and the registry's referrer lists are not signed.
 """
 

@@ -22,8 +22,8 @@ from typing import Any
 from buildtool.common.documents import render_document
 from buildtool.common.refs import split_repo_path
 from buildtool.registry.client import RegistryClient, RegistryError, RegistryUnreachable
-from buildtool.registry.sbom import Contents, contents, diff, load_sbom
 from buildtool.release.model import ImageRelease
+from buildtool.sbom.document import Contents, contents, diff, load_sbom
 
 # Listed in the notes; the JSON keeps every change.
 NOTES_LIMIT = 60

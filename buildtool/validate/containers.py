@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common import docker_cli
+from buildtool.common.docker_cli import inspect_image
 from buildtool.common.errors import UserError
 from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import label_keys, platforms
@@ -23,13 +24,6 @@ from buildtool.registry.client import NotFound, RegistryClient
 PULL_TIMEOUT_S = 1800
 
 Log = Callable[[str], None]
-
-
-def _inspect(ref: str) -> dict[str, Any] | None:
-    proc = docker_cli.docker("image", "inspect", ref, timeout=60)
-    if proc.returncode != 0:
-        return None
-    return json.loads(proc.stdout)[0]
 
 
 def _config(attrs: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -146,7 +140,7 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
     """Pin `ref` to a digest and make sure the engine holds exactly that image. An image index is
     pinned to the manifest of `platform`, which must then be named (one verdict per platform manifest)."""
     if not has_registry(ref):
-        attrs = _inspect(ref)
+        attrs = inspect_image(ref)
         if attrs is None:
             raise UserError(f"image {ref!r} not found locally; build it or name it with its registry")
         return _resolved(ref, ref, attrs["Id"], None, None, attrs)
@@ -155,7 +149,7 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
     client.ping()  # RegistryUnreachable (exit 2) when nothing answers
     digest = _pinned_digest(client, host, repo, tag_or_digest, ref, platform)
     run_ref = f"{host}/{repo}@{digest}"
-    attrs = _inspect(run_ref)
+    attrs = inspect_image(run_ref)
     if attrs is None:
         attrs = _same_image_here(client, repo, digest)
         if attrs is not None:
@@ -174,7 +168,7 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
         proc = docker_cli.docker("pull", run_ref, timeout=PULL_TIMEOUT_S)
         if proc.returncode != 0:
             raise UserError(f"cannot pull {run_ref}: {proc.stderr.strip()[-300:]}")
-        attrs = _inspect(run_ref)
+        attrs = inspect_image(run_ref)
         if attrs is None:
             raise UserError(f"pulled {run_ref} but the engine does not show it")
     return _check_platform(_resolved(ref, run_ref, digest, host, repo, attrs), platform)
@@ -195,7 +189,7 @@ def _same_image_here(client: RegistryClient, repo: str, digest: str) -> dict[str
     config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
     if not isinstance(config, str) or not config.startswith("sha256:"):
         return None
-    attrs = _inspect(config)
+    attrs = inspect_image(config)
     return attrs if attrs is not None and attrs.get("Id") == config else None
 
 
@@ -226,7 +220,7 @@ def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[st
         proc = docker_cli.docker("load", "-q", "-i", str(archive), timeout=120)
     if proc.returncode != 0:
         return None
-    attrs = _inspect(config)
+    attrs = inspect_image(config)
     return attrs if attrs is not None and attrs.get("Id") == config else None
 
 

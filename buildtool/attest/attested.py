@@ -1,22 +1,22 @@
 """Signed in-toto attestations attached to an image digest (the provenance, the SBOM attestation): list
 them by artifact type, open each one's DSSE envelope against the keys of one role, and read the
 statement about that digest. What each predicate must say is its reader's business
-(buildtool.registry.provenance, buildtool.registry.sbom_attestation)."""
+(buildtool.attest.provenance_store, buildtool.sbom.signing)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from buildtool.common.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
-from buildtool.contracts import intoto
-from buildtool.registry.bundles import read_once, signed_referrers
+from buildtool.attest import intoto
+from buildtool.attest.bundles import read_once, signed_referrers
+from buildtool.attest.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
+from buildtool.attest.referrers import Payload, Referrer
 from buildtool.registry.client import RegistryClient
-from buildtool.registry.referrers import Payload, Referrer
 
 
 class KeyRoles(Protocol):
-    """What a reader needs of the trusted keys (buildtool.validate.keys.TrustedKeys) to name a role problem."""
+    """What a reader needs of the trusted keys (buildtool.attest.keys.TrustedKeys) to name a role problem."""
 
     @property
     def keys(self) -> dict[str, PublicKey]: ...
@@ -60,7 +60,7 @@ def open_signed(payloads: list[Payload], digest: str, predicate_type: str, keys:
 def each_signed(client: RegistryClient, repo: str, digest: str, artifact_type: str, predicate_type: str,
                 keys: dict[str, PublicKey], roles: KeyRoles | None, role: str) -> Iterator[tuple[Referrer, Outcome]]:
     """Every `artifact_type` referrer of repo@digest, and every Sigstore bundle of `predicate_type`
-    (buildtool.registry.bundles), with what open_signed says of it (an artifact listed but missing, not what
+    (buildtool.attest.bundles), with what open_signed says of it (an artifact listed but missing, not what
     its descriptor says, or a bundle that does not read, is a reason too). A bundle carrying an envelope already
     read (push publishes each envelope in both layouts) is that attestation again: not yielded twice."""
     seen: set[str] = set()

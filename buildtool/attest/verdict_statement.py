@@ -11,7 +11,7 @@ and verdict schema disagree, or whose predicate type names a schema not read, is
 
 The envelope's payloadType is the in-toto one; the envelope is the one layer (DSSE_MEDIA_TYPE)
 of an OCI artifact (names.ATTESTATION_TYPE) whose subject is the image, attached with
-buildtool.registry.referrers (append-only). The signed subject is what ties the verdict to a
+buildtool.attest.referrers (append-only). The signed subject is what ties the verdict to a
 digest: an artifact's own `subject` field and the registry's lists are not signed and prove nothing.
 
 Signing keys (who may sign verdicts is decided by the trusted keys file, not here):
@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 # The in-toto names, re-exported for the verdict's readers and writers.
-from buildtool.contracts.intoto import DSSE_MEDIA_TYPE as DSSE_MEDIA_TYPE
-from buildtool.contracts.intoto import PAYLOAD_TYPE as PAYLOAD_TYPE
-from buildtool.contracts.intoto import STATEMENT_TYPE as STATEMENT_TYPE
-from buildtool.contracts.intoto import StatementError as StatementError
-from buildtool.contracts.intoto import check_subject, load_statement
-from buildtool.contracts.intoto import statement as intoto_statement
+from buildtool.attest.intoto import DSSE_MEDIA_TYPE as DSSE_MEDIA_TYPE
+from buildtool.attest.intoto import PAYLOAD_TYPE as PAYLOAD_TYPE
+from buildtool.attest.intoto import STATEMENT_TYPE as STATEMENT_TYPE
+from buildtool.attest.intoto import StatementError as StatementError
+from buildtool.attest.intoto import check_subject, load_statement
+from buildtool.attest.intoto import statement as intoto_statement
 from buildtool.contracts.verdict import SCHEMA, Verdict, VerdictError, parse_verdict
 
 VERDICT_PREDICATE_PREFIX = "https://github.com/dl-images/dl-images/attestations/verdict/v"

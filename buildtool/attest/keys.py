@@ -35,13 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildtool.common.dsse import EnvelopeError, PrivateKey, PublicKey, generate, load_private, load_public, short
-from buildtool.common.dsse import write_private as _write_private
+from buildtool.attest.dsse import EnvelopeError, PrivateKey, PublicKey, generate, load_private, load_public, short
+from buildtool.attest.dsse import write_private as _write_private
+from buildtool.attest.trust import BUILDER as BUILDER  # the roles, re-exported for validate's callers
+from buildtool.attest.trust import ROLES as ROLES
+from buildtool.attest.trust import TESTER as TESTER
+from buildtool.attest.verdict_statement import BUILDER_KEY_ENV, SIGNING_KEY_ENV, TRUSTED_KEYS_FILE, dev_key_path
 from buildtool.common.errors import UserError
-from buildtool.contracts.attestation import BUILDER_KEY_ENV, SIGNING_KEY_ENV, TRUSTED_KEYS_FILE, dev_key_path
-from buildtool.contracts.trust import BUILDER as BUILDER  # the roles, re-exported for validate's callers
-from buildtool.contracts.trust import ROLES as ROLES
-from buildtool.contracts.trust import TESTER as TESTER
 
 KEY_ENV = {TESTER: SIGNING_KEY_ENV, BUILDER: BUILDER_KEY_ENV}   # the CI secret each role signs with
 
@@ -108,7 +108,7 @@ def dev_public_key() -> PublicKey | None:
 
 @dataclass
 class TrustedKeys:
-    """The keys release trusts, by role; a buildtool.contracts.trust.Trusted (what registry readers take)."""
+    """The keys release trusts, by role; a buildtool.attest.trust.Trusted (what registry readers take)."""
 
     keys: dict[str, PublicKey] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
@@ -172,8 +172,8 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
     public key under two entries (removing one would leave it trusted), and the local dev key, by
     its key or by an entry that says it is one: dev-signed verdicts are trusted only with
     --trust-local-key on a loopback registry, never through this file."""
+    from buildtool.attest.verdict_statement import dev_key_path
     from buildtool.common.errors import MatrixError
-    from buildtool.contracts.attestation import dev_key_path
     from buildtool.matrix.yamlsource import load_yaml
 
     path = path or root / TRUSTED_KEYS_FILE
