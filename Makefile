@@ -194,6 +194,7 @@ nightly-scaling: ## The nightly's scaling runs into NIGHTLY_OUT: strategies side
 # The report reads tonight's verdicts from the registry into NIGHTLY_OUT/verdicts (emptied first); the trend is
 # against the newest night in NIGHTLY_HISTORY, passed only when there is one (`report --previous` refuses a folder
 # that does not exist). Then tonight's verdicts join the history, which keeps the newest NIGHTLY_KEEP nights.
+# A night started within the same second as a kept one (a rerun) is kept beside it with a -2, -3 ... suffix.
 .PHONY: nightly-report
 nightly-report: ## The nightly report in NIGHTLY_OUT: tonight's verdicts, the trend against the newest earlier night
 	@out="$(NIGHTLY_OUT)"; history="$(NIGHTLY_HISTORY)"; args=(); \
@@ -206,6 +207,7 @@ nightly-report: ## The nightly report in NIGHTLY_OUT: tonight's verdicts, the tr
 	$(BUILDTOOL) report --fetch --framework $(or $(FRAMEWORK),all) --verdicts "$$out/verdicts" "$${args[@]}" \
 		--out "$$out" || exit 1; \
 	night="$$history/$$(date -u +%Y%m%dT%H%M%SZ)$(if $(NIGHTLY_RUN_ID),-$(NIGHTLY_RUN_ID))"; \
+	base="$$night"; n=1; while [ -e "$$night" ]; do n=$$((n + 1)); night="$$base-$$n"; done; \
 	mkdir -p "$$history" && mkdir "$$night" && cp -R "$$out/verdicts/." "$$night/" || exit 1; \
 	find "$$history" -mindepth 1 -maxdepth 1 -type d | sort | head -n -$(NIGHTLY_KEEP) | xargs -r rm -rf; \
 	echo "nightly: report $$out/report.html; tonight's verdicts kept in $$night" >&2

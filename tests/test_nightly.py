@@ -21,9 +21,9 @@ def nights(tmp_path: Path) -> dict[str, Path]:
     return {"first": write(tmp_path / "first", last_night()), "second": write(tmp_path / "second", tonight())}
 
 
-def nightly(tmp_path: Path, verdicts: Path, *settings: str, fail: str = ""):
+def nightly(tmp_path: Path, verdicts: Path, *settings: str, fail: str = "", env: dict[str, str] | None = None):
     return run_make("nightly", tmp_path, verdicts, "FRAMEWORK=pytorch-cpu", f"NIGHTLY_OUT={tmp_path / 'out'}",
-                    *settings, fail=fail)
+                    *settings, fail=fail, env=env)
 
 
 def test_the_first_night_into_a_fresh_folder_reports_and_says_it_has_no_trend(tmp_path, nights) -> None:
@@ -62,6 +62,27 @@ def test_the_second_night_has_the_trend_against_the_first(tmp_path, nights) -> N
     md = (out / "report.md").read_text()
     assert NO_TREND not in md and "### Newly failing" in md and f"`pytorch-ngc:25.10` `{DDP}` (was passed)" in md
     assert len(list((out / "history").iterdir())) == 2
+
+
+def test_a_rerun_within_the_same_second_is_kept_beside_the_night_before_it(tmp_path, nights) -> None:
+    """The night's folder is named by the second it ran; a rerun in that second gets a suffix, not a refusal."""
+    import os
+
+    clock = tmp_path / "bin" / "date"
+    clock.parent.mkdir()
+    clock.write_text('#!/bin/sh\necho 20261206T030000Z\n')
+    clock.chmod(0o755)
+    same_second = {"PATH": f"{clock.parent}:{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    assert nightly(tmp_path, nights["first"], env=same_second).code == 0
+    night = nightly(tmp_path, nights["second"], env=same_second)
+    assert night.code == 0, night.stderr
+    assert sorted(p.name for p in (out / "history").iterdir()) == ["20261206T030000Z", "20261206T030000Z-2"]
+    report = night.call("report")
+    assert report[report.index("--previous") + 1] == str(out / "history" / "20261206T030000Z")
+    third = nightly(tmp_path, nights["second"], env=same_second)
+    report = third.call("report")
+    assert report[report.index("--previous") + 1] == str(out / "history" / "20261206T030000Z-2")
 
 
 def test_a_failed_night_still_leaves_its_report_and_exits_1(tmp_path, nights) -> None:
