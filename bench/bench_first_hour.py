@@ -6,7 +6,8 @@
 What a fresh machine lacks, each run starts without: `.venv`, the Docker engine's data (images, BuildKit's cache),
 the registry's storage, uv's and pip's caches, the dev signing key and the toolkit's caches (the last three as
 empty folders of the run's own: XDG_CONFIG_HOME, XDG_CACHE_HOME, UV_CACHE_DIR, PIP_CACHE_DIR). The apt packages and
-the machine's pip settings (its local wheel folders) stay: setup.sh finds the packages installed. The run's dev key
+the machine's pip settings (its local wheel folders; the user's pip.conf is copied into the run's XDG_CONFIG_HOME)
+stay: setup.sh finds the packages installed. The run's dev key
 is a throwaway (it signed only the bench's image).
 
 Two ways, one of which must be chosen:
@@ -80,9 +81,15 @@ def fresh_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("REGISTRY", "RELEASE_REGISTRY", "BASE_MIRROR", "PYTHON",
                                                             "FRAMEWORK", "DL_IMAGES_SIGNING_KEY", "DOCKER_HOST",
                                                             "DL_IMAGES_BUILDER_KEY", "VIRTUAL_ENV")}
+    user_pip = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "pip" / "pip.conf"
     for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "UV_CACHE_DIR", "PIP_CACHE_DIR"):
         (home / name).mkdir(parents=True, exist_ok=True)
         env[name] = str(home / name)
+    # The machine's package index stays (the locks name its files by URL; a build serves them from the folders
+    # of the pip settings): the user's pip.conf, which lives under XDG_CONFIG_HOME, comes along.
+    if user_pip.is_file():
+        (home / "XDG_CONFIG_HOME" / "pip").mkdir(exist_ok=True)
+        shutil.copy2(user_pip, home / "XDG_CONFIG_HOME" / "pip" / "pip.conf")
     return {**env, **extra}
 
 
