@@ -212,7 +212,9 @@ def run_private(home: Path, logs: Path) -> tuple[float, float]:
     private = Private()
     try:
         services = private.start(logs)
-        env = fresh_env(home, DOCKER_HOST=f"unix://{SOCKET}", DOCKER_SOCK=SOCKET, REGISTRY=PRIVATE_REGISTRY)
+        # setup.sh finds this engine and this registry answering (it would start the machine's own otherwise).
+        env = fresh_env(home, DOCKER_HOST=f"unix://{SOCKET}", DOCKER_SOCK=SOCKET, REGISTRY=PRIVATE_REGISTRY,
+                        SETUP_REGISTRY_ADDR=PRIVATE_REGISTRY)
         setup = services + timed(["bash", "scripts/setup.sh"], checkout, env, logs / "setup.log")
         main = timed(["bash", "-c", MAIN_JOB.format(registry=PRIVATE_REGISTRY)], checkout, env, logs / "main-job.log")
         print(f"  (set-up includes {services:.1f} s starting the private engine and registry)", file=sys.stderr)

@@ -7,7 +7,7 @@
 #      arch-test (the reproducible Debian bases), debootstrap (bench/bench_fresh_machines.py's before arm),
 #      python3-venv
 #   3. the Docker engine, started with the flags these machines need, only if it is not running
-#   4. a local registry on 127.0.0.1:5000 (config/registry.yml, storage .state/registry), only if
+#   4. a local registry on 127.0.0.1:5000 or SETUP_REGISTRY_ADDR (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
 #   5. .venv: a virtual environment with this project and its runtime dependencies (`-e .`: pytest and the
 #      plugins validate runs the image tests with among them), installed by uv (the version requirements.lock
@@ -16,12 +16,13 @@
 #      buildtool.imagebuild.pipconfig, with which the builds hand them to uv
 #   (2, QEMU, and 4b, the Sigstore verifier, are scripts/setup-tests.sh's now, with Chromium and SLURM.)
 # Rerunning changes nothing; every step says whether it did something or found it done.
-# Settings: SETUP_SKIP_VENV=1 skips step 5; PYTHON picks the interpreter for the venv (python3).
+# Settings: SETUP_SKIP_VENV=1 skips step 5; PYTHON picks the interpreter for the venv (python3); DOCKER_SOCK the
+# engine's socket; SETUP_REGISTRY_ADDR the local registry's address (127.0.0.1:5000).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="$ROOT/.state"
-REGISTRY_ADDR="127.0.0.1:5000"
+REGISTRY_ADDR="${SETUP_REGISTRY_ADDR:-127.0.0.1:5000}"
 DOCKER_SOCK="${DOCKER_SOCK:-/var/run/docker.sock}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$STATE"

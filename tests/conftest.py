@@ -98,7 +98,7 @@ def _missing_needs(item: pytest.Item) -> list[str]:
     if item.get_closest_marker("browser") and not any(shutil.which(name) for name in CHROMIUM):
         missing.append("headless Chromium is not on PATH (apt-get install -y chromium)")
     if item.get_closest_marker("sigstore_js") and not SIGSTORE_JS_NODE.is_file():
-        missing.append(f"{SIGSTORE_JS_NODE} is not installed (bash scripts/setup.sh runs npm ci in "
+        missing.append(f"{SIGSTORE_JS_NODE} is not installed (bash scripts/setup-tests.sh runs npm ci in "
                        "tools/sigstore-verify)")
     for mark in item.iter_markers("tools"):
         if not mark.args:
