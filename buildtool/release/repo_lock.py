@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from buildtool.common.processes import pid_alive
 from buildtool.contracts import label_keys, names
 from buildtool.registry.client import (
     EMPTY_JSON,
@@ -35,16 +36,6 @@ _ACTIVE_GUARD = threading.Lock()
 
 class LockBusy(RegistryError):
     pass
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RepoLock:
@@ -93,7 +84,7 @@ class RepoLock:
         if info.get(label_keys.LOCK_HOST) == socket.gethostname():
             pid = int(info.get(label_keys.LOCK_PID, "0") or 0)
             if pid != os.getpid():
-                return not _pid_alive(pid)
+                return not pid_alive(pid)
             with _ACTIVE_GUARD:   # same process: stale unless that lock is still held here
                 return info.get(label_keys.LOCK_TOKEN) not in _ACTIVE_TOKENS
         return False

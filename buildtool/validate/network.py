@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
+from buildtool.common.processes import pid_alive
 from buildtool.contracts import label_keys
 
 PREFIX = "dl-imagetest"
@@ -32,16 +33,6 @@ def name_for(run_id: str) -> str:
 
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def create(run_id: str) -> str:
@@ -79,7 +70,7 @@ def sweep() -> list[str]:
             continue
         name, owner, run_id = parts
         who, _, pid = owner.rpartition(":")
-        if who == host and pid.isdigit() and not _alive(int(pid)):
+        if who == host and pid.isdigit() and not pid_alive(int(pid)):
             remove(name, run_id)
             removed.append(name)
     return removed
