@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,6 +58,29 @@ def test_proxies_need_no_proxy_for_loopback_and_the_cluster(no_proxy, missing):
     assert problem.startswith("http_proxy=http://bob:***@proxy.invalid:3128 set in the image"), problem
     assert f"which does not cover {missing}:" in problem and "secret" not in problem
     assert ("no_proxy is unset" if no_proxy is None else f"no_proxy={no_proxy}") in problem
+
+
+class _Host:
+    """testinfra's `host`, answering the one command the interface read runs."""
+
+    def __init__(self, rc: int, stdout: str, stderr: str = "") -> None:
+        self.result = SimpleNamespace(rc=rc, stdout=stdout, stderr=stderr)
+
+    def run(self, command: str) -> SimpleNamespace:
+        assert command == "grep -sH . /sys/class/net/*/flags", command
+        return self.result
+
+
+def test_an_interface_that_goes_away_during_the_read_is_left_out():
+    """A bridge removed between the glob and its read (EINVAL, grep's rc 2; seen in CI on a host-network run)."""
+    read = "/sys/class/net/docker0/flags:0x1003\n/sys/class/net/eth0/flags:0x1003\n/sys/class/net/lo/flags:0x9\n"
+    assert network_env.interface_flags(_Host(2, read)) == {"docker0": 0x1003, "eth0": 0x1003, "lo": 0x9}
+
+
+@pytest.mark.parametrize(("rc", "stdout", "said"), [(2, "", "(rc 2): grep: no such file"), (127, "x:0x1", "(rc 127)")])
+def test_interfaces_that_cannot_be_read_fail_the_test(rc, stdout, said):
+    with pytest.raises(pytest.fail.Exception, match=r"could not read the container's interfaces .*" + re.escape(said)):
+        network_env.interface_flags(_Host(rc, stdout, "grep: no such file" if not stdout else ""))
 
 
 def test_no_proxy_variable_means_no_problem():

@@ -24,17 +24,22 @@ USERS = {"GLOO_SOCKET_IFNAME": "gloo (torch.distributed's CPU backend, JAX's CPU
 IFF_LOOPBACK = 0x8
 
 
-@pytest.fixture(scope="module")
-def found(host) -> dict[str, Any]:
-    """The image's socket and proxy variables, and its interfaces with which of them are loopback."""
-    # An interface removed between the glob and its read (a bridge of another container going away on a
-    # host-network run) fails its read with EINVAL: it is skipped, as long as some interface was read.
+def interface_flags(host) -> dict[str, int]:
+    """Each interface of /sys/class/net with its flags. An interface removed between the glob and its read (a
+    bridge of another container going away on a host-network run) fails its read with EINVAL: it is left out,
+    as long as some interface was read."""
     read = host.run("grep -sH . /sys/class/net/*/flags")
     if read.rc not in (0, 2) or not read.stdout.strip():
         pytest.fail(f"could not read the container's interfaces from /sys/class/net (rc {read.rc}): "
                     f"{read.stderr.strip() or 'no interface listed'}")
-    flags = dict(line.split(":", 1) for line in read.stdout.splitlines())
-    names = {path.split("/")[-2]: int(value, 16) for path, value in flags.items()}
+    lines = (line.split(":", 1) for line in read.stdout.splitlines())
+    return {path.split("/")[-2]: int(value, 16) for path, value in lines}
+
+
+@pytest.fixture(scope="module")
+def found(host) -> dict[str, Any]:
+    """The image's socket and proxy variables, and its interfaces with which of them are loopback."""
+    names = interface_flags(host)
     return {"env": {k: v for k, v in host.environment().items() if k in (*SOCKET_VARS, *PROXY_VARS, *NO_PROXY_VARS)},
             "interfaces": sorted(names), "loopback": sorted(n for n, f in names.items() if f & IFF_LOOPBACK)}
 
