@@ -32,10 +32,8 @@ from buildtool.launch.multinode import (
 )
 
 # The Kubernetes shapes, and what each runs (a refusal quotes it).
-VARIANTS = {
-    "pytorchjob": "runs torchrun under Kubeflow's training operator",
-    "job": "runs the check's command in an indexed Job behind a headless Service",
-}
+VARIANTS = {"pytorchjob": "runs torchrun under Kubeflow's training operator",
+            "job": "runs the check's command in an indexed Job behind a headless Service"}
 LABEL_APP = "app.kubernetes.io/name"
 LABEL_PART = "app.kubernetes.io/part-of"
 # GKE's NVIDIA driver installer mounts the driver's libraries here; CUDA images do not look there by themselves.
@@ -49,10 +47,8 @@ def check_resource_name(option: str, name: str) -> str:
     """NAME if it is an extended resource name (e.g. rdma/rdma_shared_device_a); UserError naming it."""
     match = _RESOURCE.fullmatch(name)
     if not match or len(match["prefix"]) > 253:
-        raise UserError(
-            f"{option} {name!r} is not a resource name like vendor.example/device (a DNS prefix, a "
-            "slash, a name of letters, digits, -, _ or .)"
-        )
+        raise UserError(f"{option} {name!r} is not a resource name like vendor.example/device (a DNS prefix, a "
+                        "slash, a name of letters, digits, -, _ or .)")
     if match["prefix"] == "kubernetes.io" or match["prefix"].endswith(".kubernetes.io"):
         raise UserError(f"{option} {name!r}: kubernetes.io names no extended resource")
     return name
@@ -65,14 +61,14 @@ class PodOptions:
     namespace: str = ""
     cpu: str = ""
     memory: str = ""
-    node_selector: dict[str, str] = field(default_factory=dict)  # with the platform's (launch.arch.node_selector)
+    node_selector: dict[str, str] = field(default_factory=dict)   # with the platform's (launch.arch.node_selector)
     tolerations: tuple[dict[str, str], ...] = ()
     gpu_resource: str = GPU_RESOURCE
     service_account: str = ""
     active_deadline_s: int = ACTIVE_DEADLINE_S
     # e.g. (("rdma/rdma_shared_device_a", 1),) or (("vpc.amazonaws.com/efa", 32),): GPU pods only
     rdma_resources: tuple[tuple[str, int], ...] = ()
-    ipc_lock: bool = True  # GPU pods: IPC_LOCK, so NCCL/RDMA can pin memory
+    ipc_lock: bool = True          # GPU pods: IPC_LOCK, so NCCL/RDMA can pin memory
 
     @staticmethod
     def parse_rdma(items: list[str], option: str = "--rdma-resource") -> tuple[tuple[str, int], ...]:
@@ -97,11 +93,8 @@ class PodOptions:
             if not sep or not key_value or effect not in effects:
                 raise UserError(f"--toleration {item!r} is not KEY[=VALUE]:EFFECT, EFFECT one of {', '.join(effects)}")
             key, eq, value = key_value.partition("=")
-            out.append(
-                {"key": key, "operator": "Equal", "value": value, "effect": effect}
-                if eq
-                else {"key": key, "operator": "Exists", "effect": effect}
-            )
+            out.append({"key": key, "operator": "Equal", "value": value, "effect": effect} if eq
+                       else {"key": key, "operator": "Exists", "effect": effect})
         return tuple(out)
 
     @staticmethod
@@ -130,22 +123,12 @@ def _check(job: MultiNodeJob) -> MultiNodeCheck:
 
 def config_map(job: MultiNodeJob, opts: PodOptions, source: str) -> dict[str, Any]:
     """The framework's check script (SOURCE), the verifier and the contracts it imports (VERIFY_FILES)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(job, opts, f"{job.name}-scripts"),
-        "data": {_check(job).script: source, **VERIFY_FILES},
-    }
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(job, opts, f"{job.name}-scripts"),
+            "data": {_check(job).script: source, **VERIFY_FILES}}
 
 
-def _container(
-    job: MultiNodeJob,
-    opts: PodOptions,
-    name: str,
-    command: list[str],
-    port_name: str,
-    extra_env: dict[str, str] | None = None,
-) -> dict[str, Any]:
+def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str], port_name: str,
+               extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     extra_env = extra_env or {}
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
@@ -172,10 +155,8 @@ def _container(
         "args": command,
         "env": [{"name": k, "value": v} for k, v in sorted({**env, **extra_env}.items())],
         "ports": [{"name": port_name, "containerPort": job.rdzv_port, "protocol": "TCP"}],
-        "volumeMounts": [
-            {"name": "dshm", "mountPath": "/dev/shm"},
-            {"name": "scripts", "mountPath": MOUNT_DIR, "readOnly": True},
-        ],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                         {"name": "scripts", "mountPath": MOUNT_DIR, "readOnly": True}],
     }
     if limits or requests:
         container["resources"] = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
@@ -221,11 +202,8 @@ def pytorch_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
         "kind": "PyTorchJob",
         "metadata": _metadata(job, opts, job.name),
         "spec": {
-            "runPolicy": {
-                "backoffLimit": job.backoff_limit,
-                "cleanPodPolicy": "None",
-                "activeDeadlineSeconds": opts.active_deadline_s,
-            },
+            "runPolicy": {"backoffLimit": job.backoff_limit, "cleanPodPolicy": "None",
+                          "activeDeadlineSeconds": opts.active_deadline_s},
             "pytorchReplicaSpecs": replicas,
         },
     }
@@ -233,9 +211,7 @@ def pytorch_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
 
 def headless_service(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _metadata(job, opts, job.name),
+        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(job, opts, job.name),
         "spec": {
             "clusterIP": "None",
             # Pods must resolve each other before they are ready: the rendezvous is how they get ready.
@@ -253,20 +229,12 @@ def indexed_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     up to the join timeout, for `<name>-0.<name>` to resolve before it starts."""
     host = f"{job.name}-0.{job.name}"
     endpoint = f"{host}:{job.rdzv_port}"
-    container = _container(
-        job,
-        opts,
-        "ddp-check",
-        job.command(endpoint, job.name),
-        "rdzv",
-        {RDZV_HOST_ENV: host, "DDP_RESOLVE_TIMEOUT_S": str(job.join_timeout_s)},
-    )
+    container = _container(job, opts, "ddp-check", job.command(endpoint, job.name), "rdzv",
+                           {RDZV_HOST_ENV: host, "DDP_RESOLVE_TIMEOUT_S": str(job.join_timeout_s)})
     spec = _pod_spec(job, opts, container, "Never")
     spec["subdomain"] = job.name
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _metadata(job, opts, job.name),
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(job, opts, job.name),
         "spec": {
             "completionMode": "Indexed",
             "completions": job.nodes,
@@ -290,11 +258,9 @@ def manifests(job: MultiNodeJob, opts: PodOptions, source: str, variant: str) ->
     check = _check(job)
     launcher = job.launcher
     if variant not in launcher.k8s_variants:
-        raise UserError(
-            f"--variant {variant} {VARIANTS[variant]}, and {check.framework}'s multi-node check is a "
-            f"{check.launcher} check ({check.script}, {launcher.processes}): use --variant "
-            f"{' or '.join(launcher.k8s_variants)}"
-        )
+        raise UserError(f"--variant {variant} {VARIANTS[variant]}, and {check.framework}'s multi-node check is a "
+                        f"{check.launcher} check ({check.script}, {launcher.processes}): use --variant "
+                        f"{' or '.join(launcher.k8s_variants)}")
     docs = [config_map(job, opts, source)]
     if variant == "pytorchjob":
         docs.append(pytorch_job(job, opts))

@@ -57,21 +57,19 @@ WRITES = "reports"
 PLAN_FILE = f"{WRITES}/plan.json"
 RELEASE_PLAN_FILE = f"{WRITES}/release-plan.json"
 
-HEADER = (
-    "# GENERATED FILE - DO NOT EDIT. Rendered from matrix.yaml by `buildtool workflows` "
-    "(also `make render`);\n# `make check` fails when it drifts.\n"
-)
+HEADER = ("# GENERATED FILE - DO NOT EDIT. Rendered from matrix.yaml by `buildtool workflows` "
+          "(also `make render`);\n# `make check` fails when it drifts.\n")
 
 
 @dataclass(frozen=True)
 class WorkflowOptions:
     """What a site may change when generating (the committed files use the defaults)."""
 
-    gpu_labels: tuple[str, ...] = DEFAULT_GPU_LABELS  # linux/amd64's GPU runners (build and validate)
+    gpu_labels: tuple[str, ...] = DEFAULT_GPU_LABELS      # linux/amd64's GPU runners (build and validate)
     # Each other platform's GPU runners: (platform, labels); a platform a GPU cell has needs an entry.
     platform_gpu_labels: tuple[tuple[str, tuple[str, ...]], ...] = tuple(NATIVE_GPU_LABELS.items())
     nightly_cron: str = "17 2 * * *"
-    scaling_counts: str = "gpus"  # 1, 2, 4, ... up to each runner's GPU count (`buildtool scaling --counts`)
+    scaling_counts: str = "gpus"     # 1, 2, 4, ... up to each runner's GPU count (`buildtool scaling --counts`)
 
 
 def dump_workflow(doc: dict[str, Any], cells_note: str) -> bytes:
@@ -85,7 +83,7 @@ def _labels_expr(options: WorkflowOptions, platform: str = "linux/amd64") -> str
         labels, variable = options.gpu_labels, "GPU_RUNNER_LABELS"
     else:
         found = dict(options.platform_gpu_labels).get(platform)
-        if found is None:  # fail closed: a GPU cell of a platform with no runners would never be validated
+        if found is None:   # fail closed: a GPU cell of a platform with no runners would never be validated
             raise ValueError(f"no GPU runner labels for {platform}; add them to WorkflowOptions.platform_gpu_labels")
         labels, variable = found, f"GPU_RUNNER_LABELS_{platforms.get(platform).architecture.upper()}"
     default = json.dumps(list(labels), separators=(",", ":"))
@@ -113,11 +111,9 @@ def _validate_step(matrix: Matrix) -> dict[str, Any]:
     under emulation (PLATFORM empty: every platform of the index)."""
     # The runners' signing key (`buildtool keys`); its public half is in config/trusted-keys.yaml.
     # Pull-request jobs never get it.
-    step: dict[str, Any] = {
-        "name": "Validate with GPUs and push the signed verdict",
-        "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", **VALIDATE_SETTINGS),
-        "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"},
-    }
+    step: dict[str, Any] = {"name": "Validate with GPUs and push the signed verdict",
+                            "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", **VALIDATE_SETTINGS),
+                            "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}
     native = sorted({cell for cells in native_gpu_cells(matrix).values() for cell in cells})
     if native:
         listed = json.dumps(native, separators=(",", ":"))
@@ -159,15 +155,10 @@ def _plan_job(runs_on: str, cells: list[str]) -> dict[str, Any]:
         "outputs": {"matrix": "${{ steps.plan.outputs.matrix }}"},
         "steps": [
             *_setup_steps(),
-            {
-                "id": "plan",
-                "name": "Plan the cells",
-                "run": (
-                    f"mkdir -p {WRITES}\npython -m buildtool plan --json > {PLAN_FILE}\n"
-                    f"python -m buildtool workflows ci-matrix --plan {PLAN_FILE} --cells {','.join(cells)} "
-                    '>> "$GITHUB_OUTPUT"\n'
-                ),
-            },
+            {"id": "plan", "name": "Plan the cells",
+             "run": (f"mkdir -p {WRITES}\npython -m buildtool plan --json > {PLAN_FILE}\n"
+                     f"python -m buildtool workflows ci-matrix --plan {PLAN_FILE} --cells {','.join(cells)} "
+                     ">> \"$GITHUB_OUTPUT\"\n")},
             {"uses": UPLOAD, "with": {"name": "plan", "path": PLAN_FILE}},
         ],
     }
@@ -188,56 +179,40 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
         "jobs": {
             "check": {
                 "name": "generated files match matrix.yaml",
-                "runs-on": HOSTED_RUNNER,
-                "timeout-minutes": 10,
-                "steps": [
-                    *setup,
-                    {"name": "Drift check", "run": "make check"},
-                    {
-                        "name": "Workflow schema",
-                        "run": "check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml",
-                    },
-                ],
+                "runs-on": HOSTED_RUNNER, "timeout-minutes": 10,
+                "steps": [*setup,
+                          {"name": "Drift check", "run": "make check"},
+                          {"name": "Workflow schema",
+                           "run": "check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml"}],
             },
             "lint": {
-                "runs-on": HOSTED_RUNNER,
-                "timeout-minutes": 10,
+                "runs-on": HOSTED_RUNNER, "timeout-minutes": 10,
                 "steps": [*setup, {"name": "ruff and hadolint", "run": "make lint"}],
             },
             "test": {
                 "name": "toolkit tests",
-                "runs-on": HOSTED_RUNNER,
-                "timeout-minutes": 45,
-                "steps": [
-                    *setup,
-                    {"name": "Engine, registry and browser", "run": "make setup"},
-                    {"name": "Tests", "run": "make test"},
-                    {
-                        "if": "always()",
-                        "uses": UPLOAD,
-                        "with": {"name": "test-artefacts", "path": "reports/artefacts/", "if-no-files-found": "ignore"},
-                    },
-                ],
+                "runs-on": HOSTED_RUNNER, "timeout-minutes": 45,
+                "steps": [*setup,
+                          {"name": "Engine, registry and browser", "run": "make setup"},
+                          {"name": "Tests", "run": "make test"},
+                          {"if": "always()", "uses": UPLOAD,
+                           "with": {"name": "test-artefacts", "path": "reports/artefacts/",
+                                    "if-no-files-found": "ignore"}}],
             },
             "plan": _plan_job(HOSTED_RUNNER, cpu_cells),
             "cpu-image": {
                 "name": "build and validate ${{ matrix.cell }}",
                 "needs": "plan",
-                "runs-on": HOSTED_RUNNER,
-                "timeout-minutes": 60,
+                "runs-on": HOSTED_RUNNER, "timeout-minutes": 60,
                 "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
                 # Bases come from the job's own registry (mmdebstrap Debian), as on a machine without Docker Hub.
                 "env": {"BASE_MIRROR": "${{ vars.BASE_MIRROR || '127.0.0.1:5000' }}"},
-                "steps": [
-                    *setup,
-                    {"name": "Engine and registry", "run": "make setup"},
-                    {"name": "Bases", "run": "make bases FRAMEWORK='${{ matrix.cell }}'"},
-                    {
-                        "name": "Build and push ${{ matrix.dev_image }}",
-                        "run": "make push FRAMEWORK='${{ matrix.cell }}'",
-                    },
-                    {"name": "Validate", "run": "make validate FRAMEWORK='${{ matrix.cell }}'"},
-                ],
+                "steps": [*setup,
+                          {"name": "Engine and registry", "run": "make setup"},
+                          {"name": "Bases", "run": "make bases FRAMEWORK='${{ matrix.cell }}'"},
+                          {"name": "Build and push ${{ matrix.dev_image }}",
+                           "run": "make push FRAMEWORK='${{ matrix.cell }}'"},
+                          {"name": "Validate", "run": "make validate FRAMEWORK='${{ matrix.cell }}'"}],
             },
         },
     }
@@ -265,7 +240,7 @@ def _registry_check() -> dict[str, Any]:
 # before validate (the bus bandwidth baseline) and the report (the trend), which adds tonight's and cuts it to the
 # busbw window (NIGHTLY_KEEP). The first night has none: both steps say so and go on.
 HISTORY = f"{WRITES}/verdict-history"
-SITE = f"{WRITES}/nightly"  # what the report job publishes (NIGHTLY_OUT of the scaling and report steps)
+SITE = f"{WRITES}/nightly"   # what the report job publishes (NIGHTLY_OUT of the scaling and report steps)
 VALIDATE_SETTINGS = {"NIGHTLY_HISTORY": HISTORY}
 # The GPU runners' scaling: PyTorch's strategies in the default PyTorch GPU cell, one process per GPU; no JAX run.
 SCALING_SETTINGS = {"NIGHTLY_OUT": SITE, "NIGHTLY_JAX_SCALING_CELL": ""}
@@ -274,11 +249,9 @@ SCALING_SETTINGS = {"NIGHTLY_OUT": SITE, "NIGHTLY_JAX_SCALING_CELL": ""}
 def _report_script() -> str:
     """`make nightly-report` (the trend against the newest night in the history, tonight's verdicts added to it
     under the run's id), then the Markdown report as the run's summary."""
-    return (
-        _make("nightly-report", **SCALING_SETTINGS, NIGHTLY_HISTORY=HISTORY, NIGHTLY_RUN_ID="${{ github.run_id }}")
-        + "\n"
-        f'cat {SITE}/report.md >> "$GITHUB_STEP_SUMMARY"\n'
-    )
+    return (_make("nightly-report", **SCALING_SETTINGS, NIGHTLY_HISTORY=HISTORY,
+                  NIGHTLY_RUN_ID="${{ github.run_id }}") + "\n"
+            f'cat {SITE}/report.md >> "$GITHUB_STEP_SUMMARY"\n')
 
 
 @dataclass(frozen=True)
@@ -293,17 +266,9 @@ class _Nightly:
     # On the GPU runners: no usable GPU is a failure (exit 1), not a quietly skipped GPU check.
     gpu_env: tuple[tuple[str, str], ...] = (("DL_IMAGES_REQUIRE_GPU", "1"),)
     previous: tuple[tuple[str, Any], ...] = (
-        ("name", "Last nights' verdicts"),
-        ("uses", CACHE_RESTORE),
-        (
-            "with",
-            {
-                "path": HISTORY,
-                "key": "nightly-verdict-history-${{ github.run_id }}",
-                "restore-keys": "nightly-verdict-history-",
-            },
-        ),
-    )
+        ("name", "Last nights' verdicts"), ("uses", CACHE_RESTORE),
+        ("with", {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}",
+                  "restore-keys": "nightly-verdict-history-"}))
 
     def env(self) -> dict[str, str]:
         return dict(self.gpu_env)
@@ -332,27 +297,16 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
         "needs": "report",
         # Opt in per repository once GitHub Pages is enabled (variable PUBLISH_PAGES=true).
         "if": "${{ !cancelled() && needs.report.result == 'success' && vars.PUBLISH_PAGES == 'true' }}",
-        "runs-on": HOSTED_RUNNER,
-        "timeout-minutes": 10,
+        "runs-on": HOSTED_RUNNER, "timeout-minutes": 10,
         "permissions": {"pages": "write", "id-token": "write"},
         "environment": {"name": "github-pages", "url": "${{ steps.deploy.outputs.page_url }}"},
         "steps": [{"id": "deploy", "uses": PAGES_DEPLOY}],
     }
     doc: dict[str, Any] = {
         "name": "nightly",
-        "on": {
-            "schedule": [{"cron": options.nightly_cron}],
-            "workflow_dispatch": {
-                "inputs": {
-                    "registry": {
-                        "description": "Registry every runner shares (default: the REGISTRY variable)",
-                        "required": False,
-                        "type": "string",
-                        "default": "",
-                    }
-                }
-            },
-        },
+        "on": {"schedule": [{"cron": options.nightly_cron}], "workflow_dispatch": {"inputs": {
+            "registry": {"description": "Registry every runner shares (default: the REGISTRY variable)",
+                         "required": False, "type": "string", "default": ""}}}},
         "permissions": {"contents": "read"},
         "concurrency": {"group": "nightly", "cancel-in-progress": False},
         # BASE_MIRROR: a pull-through cache of nvcr.io and Docker Hub, when the site has one.
@@ -366,35 +320,26 @@ def _build_validate_job(night: _Nightly, matrix: Matrix) -> dict[str, Any]:
     return {
         "name": "${{ matrix.cell }} on GPU runners",
         "needs": "plan",
-        "runs-on": night.labels,
-        "timeout-minutes": 180,
+        "runs-on": night.labels, "timeout-minutes": 180,
         "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
         # The bus bandwidth is compared with the median of the last nights' verdicts of the cell on
         # the same GPUs (nightly-validate passes the history when there is one).
         "env": night.env(),
-        "steps": [
-            _registry_check(),
-            *night.setup,
-            {
-                "name": "Build and push ${{ matrix.dev_image }}",
-                "run": "make push FRAMEWORK='${{ matrix.cell }}'",
-                # The build jobs' key signs each image's provenance and SBOM (`buildtool keys --role
-                # builder`, trusted as builder in config/trusted-keys.yaml); the builder id is this run.
-                "env": {
-                    "DL_IMAGES_BUILDER_KEY": "${{ secrets.DL_IMAGES_BUILDER_KEY }}",
-                    "DL_IMAGES_BUILDER_ID": "${{ github.server_url }}/${{ github.repository }}"
-                    "/actions/runs/${{ github.run_id }}",
-                },
-            },
-            night.restore(),
-            _validate_step(matrix),
-        ],
+        "steps": [_registry_check(), *night.setup,
+                  {"name": "Build and push ${{ matrix.dev_image }}",
+                   "run": "make push FRAMEWORK='${{ matrix.cell }}'",
+                   # The build jobs' key signs each image's provenance and SBOM (`buildtool keys --role
+                   # builder`, trusted as builder in config/trusted-keys.yaml); the builder id is this run.
+                   "env": {"DL_IMAGES_BUILDER_KEY": "${{ secrets.DL_IMAGES_BUILDER_KEY }}",
+                           "DL_IMAGES_BUILDER_ID": "${{ github.server_url }}/${{ github.repository }}"
+                                                   "/actions/runs/${{ github.run_id }}"}},
+                  night.restore(),
+                  _validate_step(matrix)],
     }
 
 
-def _platform_jobs(
-    night: _Nightly, platform: str, gpu_cells: list[str]
-) -> tuple[str, tuple[dict[str, Any], dict[str, Any]]]:
+def _platform_jobs(night: _Nightly, platform: str,
+                   gpu_cells: list[str]) -> tuple[str, tuple[dict[str, Any], dict[str, Any]]]:
     """A platform other than the hosted runners': its CPU checks under QEMU on the amd64 runners (its GPU checks
     not run: incomplete), each night, whether or not its GPU runners are up; and the native job, which waits for
     it, so the verdict release reads (the newest) is the native one when both ran. Deadline: validate.deadline_s
@@ -404,40 +349,26 @@ def _platform_jobs(
         "name": f"${{{{ matrix.cell }}}} {platform} under QEMU (CPU checks)",
         "needs": "build-validate",
         "if": "${{ !cancelled() }}",
-        "runs-on": night.labels,
-        "timeout-minutes": 240,
+        "runs-on": night.labels, "timeout-minutes": 240,
         "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
-        "steps": [
-            _registry_check(),
-            *night.setup,
-            {
-                "name": f"Validate {platform} under QEMU and push the signed verdict (GPU checks not run)",
-                "run": f"make validate-emulated FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
-                "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"},
-            },
-        ],
+        "steps": [_registry_check(), *night.setup,
+                  {"name": f"Validate {platform} under QEMU and push the signed verdict (GPU checks not run)",
+                   "run": f"make validate-emulated FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
+                   "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
     }
     native = {
         "name": f"${{{{ matrix.cell }}}} on {platform} GPU runners",
         # The index (every platform) is pushed by the build job; the emulated verdict comes first.
         "needs": ["build-validate", emulated_id],
         "if": "${{ !cancelled() }}",
-        "runs-on": _labels_expr(night.options, platform),
-        "timeout-minutes": 180,
+        "runs-on": _labels_expr(night.options, platform), "timeout-minutes": 180,
         "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
         "env": night.env(),
-        "steps": [
-            _registry_check(),
-            *night.setup,
-            night.restore(),
-            {
-                "name": f"Validate {platform} with GPUs and push the signed verdict",
-                "run": _make(
-                    "nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform, **VALIDATE_SETTINGS
-                ),
-                "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"},
-            },
-        ],
+        "steps": [_registry_check(), *night.setup, night.restore(),
+                  {"name": f"Validate {platform} with GPUs and push the signed verdict",
+                   "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform,
+                                **VALIDATE_SETTINGS),
+                   "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
     }
     return emulated_id, (emulated, native)
 
@@ -447,27 +378,14 @@ def _scaling_job(night: _Nightly, cell: str) -> dict[str, Any]:
         "name": f"Scaling of {cell} (DDP, FSDP, DeepSpeed side by side)",
         "needs": "build-validate",
         "if": "${{ !cancelled() }}",
-        "runs-on": night.labels,
-        "timeout-minutes": 60,
+        "runs-on": night.labels, "timeout-minutes": 60,
         "env": night.env(),
-        "steps": [
-            _registry_check(),
-            *night.setup,
-            {
-                "name": "Scaling run",
-                "run": _make(
-                    "nightly-scaling",
-                    NIGHTLY_SCALING_CELL=cell,
-                    NIGHTLY_SCALING_COUNTS=night.options.scaling_counts,
-                    **SCALING_SETTINGS,
-                ),
-            },
-            {
-                "if": "always()",
-                "uses": UPLOAD,
-                "with": {"name": "scaling", "path": f"{SITE}/scaling/", "if-no-files-found": "ignore"},
-            },
-        ],
+        "steps": [_registry_check(), *night.setup,
+                  {"name": "Scaling run",
+                   "run": _make("nightly-scaling", NIGHTLY_SCALING_CELL=cell,
+                                NIGHTLY_SCALING_COUNTS=night.options.scaling_counts, **SCALING_SETTINGS)},
+                  {"if": "always()", "uses": UPLOAD,
+                   "with": {"name": "scaling", "path": f"{SITE}/scaling/", "if-no-files-found": "ignore"}}],
     }
 
 
@@ -476,23 +394,15 @@ def _report_job(night: _Nightly, needs: list[str]) -> dict[str, Any]:
         "name": "nightly report",
         "needs": needs,
         "if": "${{ !cancelled() }}",
-        "runs-on": night.labels,
-        "timeout-minutes": 20,
-        "steps": [
-            _registry_check(),
-            *night.setup,
-            night.restore(),
-            {"uses": DOWNLOAD, "continue-on-error": True, "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
-            {"name": "Report", "run": _report_script()},
-            {
-                "name": "Keep the last nights' verdicts for tomorrow",
-                "if": "always()",
-                "uses": CACHE_SAVE,
-                "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"},
-            },
-            {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": f"{SITE}/"}},
-            {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": f"{SITE}/"}},
-        ],
+        "runs-on": night.labels, "timeout-minutes": 20,
+        "steps": [_registry_check(), *night.setup, night.restore(),
+                  {"uses": DOWNLOAD, "continue-on-error": True,
+                   "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
+                  {"name": "Report", "run": _report_script()},
+                  {"name": "Keep the last nights' verdicts for tomorrow", "if": "always()", "uses": CACHE_SAVE,
+                   "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"}},
+                  {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": f"{SITE}/"}},
+                  {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": f"{SITE}/"}}],
     }
 
 
@@ -501,63 +411,35 @@ def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
     images = ["all", *matrix.image_names]
     doc: dict[str, Any] = {
         "name": "release",
-        "on": {
-            "workflow_dispatch": {
-                "inputs": {
-                    "version": {
-                        "description": "Release version filled into the release tags (e.g. 2026.11.1)",
-                        "required": True,
-                        "type": "string",
-                    },
-                    "framework": {
-                        "description": "Which images to release",
-                        "required": True,
-                        "type": "choice",
-                        "default": "all",
-                        "options": images,
-                    },
-                    "from": {
-                        "description": "Commit whose validated dev images to promote (default: the dispatched one)",
-                        "required": False,
-                        "type": "string",
-                        "default": "",
-                    },
-                }
-            }
-        },
+        "on": {"workflow_dispatch": {"inputs": {
+            "version": {"description": "Release version filled into the release tags (e.g. 2026.11.1)",
+                        "required": True, "type": "string"},
+            "framework": {"description": "Which images to release", "required": True, "type": "choice",
+                          "default": "all", "options": images},
+            "from": {"description": "Commit whose validated dev images to promote (default: the dispatched one)",
+                     "required": False, "type": "string", "default": ""},
+        }}},
         "permissions": {"contents": "read"},
         "concurrency": {"group": "release", "cancel-in-progress": False},
-        "env": {
-            "REGISTRY": "${{ vars.REGISTRY || '127.0.0.1:5000' }}",
-            "RELEASE_REGISTRY": "${{ vars.RELEASE_REGISTRY || vars.REGISTRY || '127.0.0.1:5000' }}",
-        },
+        "env": {"REGISTRY": "${{ vars.REGISTRY || '127.0.0.1:5000' }}",
+                "RELEASE_REGISTRY": "${{ vars.RELEASE_REGISTRY || vars.REGISTRY || '127.0.0.1:5000' }}"},
         "jobs": {
             "release": {
                 "name": "release ${{ inputs.version }}",
                 # On the site's own runners: they reach the registry the nightly pushed dev images to.
-                "runs-on": "${{ fromJSON(vars.RELEASE_RUNNER_LABELS || '"
-                + json.dumps(list(DEFAULT_RELEASE_LABELS), separators=(",", ":"))
-                + "') }}",
+                "runs-on": "${{ fromJSON(vars.RELEASE_RUNNER_LABELS || '" + json.dumps(list(DEFAULT_RELEASE_LABELS),
+                                                                                      separators=(",", ":")) + "') }}",
                 "timeout-minutes": 30,
-                "steps": [
-                    *_self_hosted_setup(),
-                    {
-                        "name": "Check the version",
-                        "run": f'mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework "$FRAMEWORK" '
-                        f'--release "$VERSION" --json > {RELEASE_PLAN_FILE}\n',
-                        "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"},
-                    },
-                    {
-                        "name": "Retag the validated dev images",
-                        "run": 'make release FRAMEWORK="$FRAMEWORK" VERSION="$VERSION" FROM="$FROM"\n',
-                        "env": {
-                            "VERSION": "${{ inputs.version }}",
-                            "FRAMEWORK": "${{ inputs.framework }}",
-                            "FROM": "${{ inputs.from }}",
-                        },
-                    },
-                    {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}},
-                ],
+                "steps": [*_self_hosted_setup(),
+                          {"name": "Check the version",
+                           "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
+                                  f"--release \"$VERSION\" --json > {RELEASE_PLAN_FILE}\n",
+                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
+                          {"name": "Retag the validated dev images",
+                           "run": "make release FRAMEWORK=\"$FRAMEWORK\" VERSION=\"$VERSION\" FROM=\"$FROM\"\n",
+                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
+                                   "FROM": "${{ inputs.from }}"}},
+                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}}],
             },
         },
     }
@@ -569,13 +451,12 @@ def render_workflows(matrix: Matrix, options: WorkflowOptions | None = None) -> 
     pr, pr_cells = pull_request_workflow(matrix)
     nightly, nightly_cells = nightly_workflow(matrix, options)
     release, release_cells = release_workflow(matrix)
-    native = "".join(
-        _cells_note(f"GPU cells validated on native {platform} runners", cells)
-        for platform, cells in native_gpu_cells(matrix).items()
-    )
+    native = "".join(_cells_note(f"GPU cells validated on native {platform} runners", cells)
+                     for platform, cells in native_gpu_cells(matrix).items())
     return {
         PR_PATH: dump_workflow(pr, _cells_note("Cells built on pull requests (no GPU needed)", pr_cells)),
-        NIGHTLY_PATH: dump_workflow(nightly, _cells_note("Cells built and validated nightly", nightly_cells) + native),
+        NIGHTLY_PATH: dump_workflow(nightly, _cells_note("Cells built and validated nightly", nightly_cells)
+                                    + native),
         RELEASE_PATH: dump_workflow(release, _cells_note("Cells released", release_cells)),
     }
 
