@@ -19,8 +19,10 @@ REPO = "team/pytorch-cpu"
 @pytest.fixture
 def registry(monkeypatch: pytest.MonkeyPatch) -> MemRegistry:
     client = MemRegistry()
-    monkeypatch.setattr("buildtool.registry.client.RegistryClient", lambda host, **kw: client)
+    # image_diff first: patching it imports it, and an import after the registry client's patch would bind the
+    # stand-in for good (its teardown restores what it found), failing whichever test of diff runs next.
     monkeypatch.setattr("buildtool.imagebuild.image_diff.RegistryClient", lambda host, **kw: client)
+    monkeypatch.setattr("buildtool.registry.client.RegistryClient", lambda host, **kw: client)
     monkeypatch.setattr("buildtool.cli.contents.sbom_trust", lambda host: signing.trusted(roles=("builder",)))
     return client
 
