@@ -15,6 +15,7 @@ from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.attest.keys import TrustedKeys
+    from buildtool.matrix.schema import Cell
 
 
 def register(app: typer.Typer) -> None:
@@ -50,11 +51,15 @@ def lock(
         changed = write_uv_lock(project.templates)
         if changed:
             say(f"wrote {changed.relative_to(project.root)}")
+
+    def fill(chosen: list[Cell]) -> None:
+        """As `build` does: the bases (NGC stand-ins, Debian) are made in a local mirror when missing."""
+        if chosen and settings.base_mirror and is_loopback_registry(settings.base_mirror):
+            fill_bases(chosen, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs",
+                       templates=project.templates)
+
     bases = {c.key: mirror_base(c.base, settings.base_mirror) for c in cells if is_ngc(c)}
-    if bases and settings.base_mirror and is_loopback_registry(settings.base_mirror):
-        # As `build` does: stand-ins for NGC bases are made in a local mirror when missing.
-        fill_bases([c for c in cells if c.key in bases], settings.base_mirror, force=False, log=log,
-                   log_dir=project.root / "build-logs", templates=project.templates)
+    fill([c for c in cells if c.key in bases])
     for result in lock_cells(project.root, cells, bases, packages, log):
         for rel in result.changed:
             say(f"wrote {rel}")
@@ -62,9 +67,7 @@ def lock(
             log(f"[{result.cell}] lock up to date ({result.packages} packages)")
     apt_cells = [c for c in cells if aptlock.has_apt_step(c)] if not packages else []
     if apt_cells:
-        if settings.base_mirror and is_loopback_registry(settings.base_mirror):
-            fill_bases(apt_cells, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs",
-                       templates=project.templates)
+        fill(apt_cells)
         for cell in apt_cells:
             for path in aptlock.lock_cell(project.root, cell, mirror_base(cell.base, settings.base_mirror), log):
                 say(f"wrote {path.relative_to(project.root)}")
