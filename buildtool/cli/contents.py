@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from buildtool.cli.console import project_or_none
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, find_project, log, say
 from buildtool.cli.options import out as stdout
 from buildtool.common.errors import UserError
@@ -80,7 +81,7 @@ def lock(
 def _image_sbom(image: str) -> tuple[dict, str, str]:
     """(document, artifact digest, image digest) of IMAGE's SBOM; exit 1 when it has none."""
     from buildtool.common import argcheck
-    from buildtool.common.errors import FailedError, UserError
+    from buildtool.common.errors import FailedError
     from buildtool.registry.client import RegistryClient, RegistryError
     from buildtool.sbom.signing import read_signed_sbom
 
@@ -107,10 +108,8 @@ def sbom_trust(host: str) -> TrustedKeys:
     from buildtool.attest.keys import BUILDER, cache_trust, signing_key
     from buildtool.common.refs import is_loopback_host
 
-    try:
-        root = find_project(None).root
-    except UserError:
-        root = Path.cwd()   # outside a project: no trusted keys file, only this machine's keys
+    project = project_or_none(None)   # outside a project: no trusted keys file, only this machine's keys
+    root = project.root if project is not None else Path.cwd()
     try:
         own = signing_key(log, create_dev=False, role=BUILDER).key.public()
     except UserError:
@@ -145,10 +144,8 @@ def diff(
 
     argcheck.references("IMAGE", (image_a, image_b))   # both, before either is read (issue 37)
 
-    try:
-        root: Path | None = find_project(None).root
-    except UserError:
-        root = None   # outside a project: the toolkit's listing
+    project = project_or_none(None)   # outside a project: the toolkit's listing
+    root = project.root if project is not None else None
     before = read_side(image_a, root, probe_timeout, trusted=_trust_of(image_a))
     after = read_side(image_b, root, probe_timeout, trusted=_trust_of(image_b))
     changes = compared(before, after)

@@ -92,11 +92,9 @@ def check(
     lock_problems += [problem for cell in loaded.cells for problem in aptlock.check_cell(project.root, cell)]
     if (project.root / "requirements.lock").is_file():
         lock_problems += uv_pin_problems(project.root)
-    not_resolved: list[str] = []
-    apt_not_resolved: list[str] = []
-    if not offline and not lock_problems:
-        drift_problems, not_resolved, apt_not_resolved = _re_resolve(project, loaded)
-        lock_problems += drift_problems
+    drift_problems, not_resolved, apt_not_resolved = (_re_resolve(project, loaded) if not offline and not lock_problems
+                                                      else ([], [], []))
+    lock_problems += drift_problems
     for problem in lock_problems:
         err.print(f"lock: {problem}", markup=False, highlight=False)
     # Locks first: a hand-edited apt.lock also drifts its Dockerfile, and `make lock` re-renders it.
