@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
-    from buildtool.attest.dsse import PrivateKey, PublicKey
-    from buildtool.attest.keys import TrustedKeys
+    from buildtool.attest.dsse import PrivateKey
     from buildtool.imagebuild.builder import CellResult
-    from buildtool.matrix.plan import Settings
 
 from buildtool.cli.options import (
     FrameworkOption,
@@ -89,9 +86,11 @@ def build(
     retag what is already built (content key). A multi-platform cell: without --push this machine's platform
     (--platform names others), with --push every platform and the index over them. Exit 1 when any cell failed."""
     check_arguments("build", locals())   # every argument first (issue 37)
+    from buildtool.attest.keys import cache_trust
     from buildtool.common import tsa as timestamps
     from buildtool.common.errors import FailedError
     from buildtool.contracts import platforms
+    from buildtool.imagebuild.bases import is_loopback_registry
     from buildtool.imagebuild.builder import Builder, BuildOptions
     from buildtool.matrix.plan import Settings, plan_matrix
 
@@ -109,7 +108,10 @@ def build(
     chosen = named or (() if push else (platforms.host().name,))
     options = BuildOptions(push=push, force=force, jobs=jobs, log_dir=log_dir, fill_bases=fill, platforms=chosen,
                            builder_key=_builder_key, matrix=project.matrix_path, registry_cache=registry_cache,
-                           cache_trust=_cache_trust(project.root, settings), push_with=push_with)
+                           push_with=push_with,
+                           # the keys whose provenance lets a build take layers from an earlier dev image
+                           cache_trust=lambda own: cache_trust(project.root, own,
+                                                               is_loopback_registry(settings.registry)))
     with build_progress([p.cell.key for p in plans]) as progress, timestamps.using(tsa):
         results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
     if as_json:
@@ -120,18 +122,6 @@ def build(
     failed = [r.cell for r in results if r.result == "failed"]
     if failed:
         raise FailedError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
-
-
-def _cache_trust(root: Path, settings: Settings) -> Callable[[PublicKey | None], TrustedKeys]:
-    """The keys whose provenance lets a build take layers from an earlier dev image (given its own key)."""
-
-    def trust(own: PublicKey | None) -> TrustedKeys:
-        from buildtool.attest.keys import cache_trust
-        from buildtool.imagebuild.bases import is_loopback_registry
-
-        return cache_trust(root, own, is_loopback_registry(settings.registry))
-
-    return trust
 
 
 def _print_results(results: list[CellResult], revision: str) -> None:

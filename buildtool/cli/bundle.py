@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.launch_image import project_or_none
+from buildtool.cli.console import project_or_none
 from buildtool.cli.options import JsonOption, MatrixOption, log, say
 from buildtool.contracts.arguments import check_arguments
 

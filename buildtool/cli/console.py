@@ -124,3 +124,11 @@ def find_project(matrix: Path | None) -> Project:
         if (folder / "matrix.yaml").is_file():
             return Project(root=folder, matrix_path=folder / "matrix.yaml")
     raise UserError("no matrix.yaml in this folder or above; run from the project or pass --matrix")
+
+
+def project_or_none(matrix: Path | None) -> Project | None:
+    """The project, or None outside a checkout (where nothing knows the image's cell or trusted keys)."""
+    try:
+        return find_project(matrix)
+    except UserError:
+        return None

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from buildtool.cli.console import project_or_none
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, find_project, log, say
 from buildtool.cli.options import out as stdout
 from buildtool.common.errors import UserError
@@ -15,6 +16,7 @@ from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.attest.keys import TrustedKeys
+    from buildtool.matrix.schema import Cell
 
 
 def register(app: typer.Typer) -> None:
@@ -50,11 +52,15 @@ def lock(
         changed = write_uv_lock(project.templates)
         if changed:
             say(f"wrote {changed.relative_to(project.root)}")
+
+    def fill(chosen: list[Cell]) -> None:
+        """As `build` does: the bases (NGC stand-ins, Debian) are made in a local mirror when missing."""
+        if chosen and settings.base_mirror and is_loopback_registry(settings.base_mirror):
+            fill_bases(chosen, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs",
+                       templates=project.templates)
+
     bases = {c.key: mirror_base(c.base, settings.base_mirror) for c in cells if is_ngc(c)}
-    if bases and settings.base_mirror and is_loopback_registry(settings.base_mirror):
-        # As `build` does: stand-ins for NGC bases are made in a local mirror when missing.
-        fill_bases([c for c in cells if c.key in bases], settings.base_mirror, force=False, log=log,
-                   log_dir=project.root / "build-logs", templates=project.templates)
+    fill([c for c in cells if c.key in bases])
     for result in lock_cells(project.root, cells, bases, packages, log):
         for rel in result.changed:
             say(f"wrote {rel}")
@@ -62,9 +68,7 @@ def lock(
             log(f"[{result.cell}] lock up to date ({result.packages} packages)")
     apt_cells = [c for c in cells if aptlock.has_apt_step(c)] if not packages else []
     if apt_cells:
-        if settings.base_mirror and is_loopback_registry(settings.base_mirror):
-            fill_bases(apt_cells, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs",
-                       templates=project.templates)
+        fill(apt_cells)
         for cell in apt_cells:
             for path in aptlock.lock_cell(project.root, cell, mirror_base(cell.base, settings.base_mirror), log):
                 say(f"wrote {path.relative_to(project.root)}")
@@ -77,7 +81,7 @@ def lock(
 def _image_sbom(image: str) -> tuple[dict, str, str]:
     """(document, artifact digest, image digest) of IMAGE's SBOM; exit 1 when it has none."""
     from buildtool.common import argcheck
-    from buildtool.common.errors import FailedError, UserError
+    from buildtool.common.errors import FailedError
     from buildtool.registry.client import RegistryClient, RegistryError
     from buildtool.sbom.signing import read_signed_sbom
 
@@ -104,10 +108,8 @@ def sbom_trust(host: str) -> TrustedKeys:
     from buildtool.attest.keys import BUILDER, cache_trust, signing_key
     from buildtool.common.refs import is_loopback_host
 
-    try:
-        root = find_project(None).root
-    except UserError:
-        root = Path.cwd()   # outside a project: no trusted keys file, only this machine's keys
+    project = project_or_none(None)   # outside a project: no trusted keys file, only this machine's keys
+    root = project.root if project is not None else Path.cwd()
     try:
         own = signing_key(log, create_dev=False, role=BUILDER).key.public()
     except UserError:
@@ -142,10 +144,8 @@ def diff(
 
     argcheck.references("IMAGE", (image_a, image_b))   # both, before either is read (issue 37)
 
-    try:
-        root: Path | None = find_project(None).root
-    except UserError:
-        root = None   # outside a project: the toolkit's listing
+    project = project_or_none(None)   # outside a project: the toolkit's listing
+    root = project.root if project is not None else None
     before = read_side(image_a, root, probe_timeout, trusted=_trust_of(image_a))
     after = read_side(image_b, root, probe_timeout, trusted=_trust_of(image_b))
     changes = compared(before, after)

@@ -92,11 +92,9 @@ def check(
     lock_problems += [problem for cell in loaded.cells for problem in aptlock.check_cell(project.root, cell)]
     if (project.root / "requirements.lock").is_file():
         lock_problems += uv_pin_problems(project.root)
-    not_resolved: list[str] = []
-    apt_not_resolved: list[str] = []
-    if not offline and not lock_problems:
-        drift_problems, not_resolved, apt_not_resolved = _re_resolve(project, loaded)
-        lock_problems += drift_problems
+    drift_problems, not_resolved, apt_not_resolved = (_re_resolve(project, loaded) if not offline and not lock_problems
+                                                      else ([], [], []))
+    lock_problems += drift_problems
     for problem in lock_problems:
         err.print(f"lock: {problem}", markup=False, highlight=False)
     # Locks first: a hand-edited apt.lock also drifts its Dockerfile, and `make lock` re-renders it.
@@ -116,25 +114,26 @@ def check(
 def _re_resolve(project: Project, loaded: Matrix) -> tuple[list[str], list[str], list[str]]:
     """Every cell's locks re-resolved and compared with the committed ones: (problems, NGC cells not
     re-resolved, cells whose apt lock was not re-resolved), the last two for want of BASE_MIRROR."""
+    from functools import partial
+
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.lock import is_ngc
     from buildtool.imagebuild.lockdrift import check_cells
     from buildtool.matrix.plan import Settings, mirror_base
 
     settings = Settings.from_env()
+    log = partial(err.print, markup=False, highlight=False)
     # NGC cells: asked as `make lock` asks them, through BASE_MIRROR; without it they are named, not checked.
     bases = ({c.key: mirror_base(c.base, settings.base_mirror) for c in loaded.cells if is_ngc(c)}
              if settings.base_mirror else {})
-    problems, not_resolved = check_cells(project.root, loaded.cells, log=lambda line: err.print(
-        line, markup=False, highlight=False), base_refs=bases)
+    problems, not_resolved = check_cells(project.root, loaded.cells, log=log, base_refs=bases)
     apt_not_resolved = []
     # apt locks: re-resolved in the cell's base, which the engine reaches through BASE_MIRROR.
     for cell in (c for c in loaded.cells if aptlock.has_apt_step(c)):
         if not settings.base_mirror:
             apt_not_resolved.append(cell.key)
             continue
-        problems += aptlock.cell_drift(project.root, cell, mirror_base(cell.base, settings.base_mirror),
-                                       log=lambda line: err.print(line, markup=False, highlight=False))
+        problems += aptlock.cell_drift(project.root, cell, mirror_base(cell.base, settings.base_mirror), log=log)
     return problems, not_resolved, apt_not_resolved
 
 

@@ -65,7 +65,7 @@ def keys(
     for path in (private, public):
         if path.exists():
             raise UserError(f"{path} exists; keys are never overwritten: choose another --name or --out")
-    if _inside_git_work_tree(folder):
+    if any((parent / ".git").exists() for parent in (folder, *folder.parents)):   # inside a git work tree
         err.print(f"warning: {folder} is inside a git work tree; never commit {private.name}", markup=False)
     key = generate()
     write_private(private, key)
@@ -101,7 +101,3 @@ def _say_where(name: str, key: PublicKey, roles: tuple[str, ...], private: Path,
     say(f"public key:  {public}. Trust it by adding these lines under `keys:` in {TRUSTED_KEYS_FILE}, "
         "in a reviewed commit:")
     say(trusted_entry(name, key, roles).rstrip("\n"))
-
-
-def _inside_git_work_tree(folder: Path) -> bool:
-    return any((parent / ".git").exists() for parent in (folder, *folder.parents))

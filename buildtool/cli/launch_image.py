@@ -7,20 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool.cli.options import Project, find_project
+from buildtool.cli.console import project_or_none
+from buildtool.cli.options import find_project
 from buildtool.common.errors import UserError
 
 if TYPE_CHECKING:
     from buildtool.contracts import platforms as contracts_platforms
     from buildtool.contracts.frameworks import Framework
-
-
-def project_or_none(matrix: Path | None) -> Project | None:
-    """The project, or None outside a checkout (where nothing knows the image's cell)."""
-    try:
-        return find_project(matrix)
-    except UserError:
-        return None
 
 
 def shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:

@@ -56,13 +56,8 @@ def fast_release(args: list[str]) -> bool:
 def _cells(loaded: Matrix, framework: list[str] | None) -> list[Cell]:
     """Cells of every --framework value (image, cell, framework or all), in matrix order, once."""
     names = [n.strip() for item in (framework or ["all"]) for n in item.split(",") if n.strip()]
-    chosen, seen = [], set()
-    for name in names or ["all"]:
-        for cell in loaded.select(name):
-            if cell.key not in seen:
-                seen.add(cell.key)
-                chosen.append(cell)
-    return chosen
+    chosen = {cell.key: cell for name in names or ["all"] for cell in loaded.select(name)}   # first place kept
+    return list(chosen.values())
 
 
 def print_report(report: ReleaseReport) -> None:

@@ -125,10 +125,10 @@ def scaling(
         unit = "gpus" if chosen.needs_gpu and unit == "processes" else unit
     here = _local_launcher(launcher, image, python, docker_flags, framework)
     # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
-    from buildtool.launch.scaling import GPU_COUNTS
+    from buildtool.launch.scaling import GPU_COUNTS, parse_counts
 
     on_gpus = counts == GPU_COUNTS or (here.kind == "docker" and any(f.startswith("--gpus") for f in docker_flags))
-    wanted = _gpu_counts(counts) if on_gpus else _parse_counts(counts)
+    wanted = _gpu_counts(counts) if on_gpus else parse_counts(counts)
     unit = "gpus" if on_gpus and unit == "processes" else unit
     if here.kind == "docker" and cell:
         here = _with_probed_flags(here)
@@ -163,21 +163,15 @@ def _local_launcher(launcher: str, image: str, python: str, docker_flags: tuple[
     return Launcher(kind=kind, image=image, python=python, docker_flags=docker_flags)
 
 
-def _parse_counts(counts: str) -> list[int]:
-    from buildtool.launch.scaling import parse_counts
-
-    return parse_counts(counts)
-
-
 def _gpu_counts(counts: str) -> list[int]:
     """--counts on this runner's GPUs (`gpus`: 1, 2, 4, ... up to how many it has): each must fit."""
-    from buildtool.launch.scaling import GPU_COUNTS, check_counts_fit, counts_for_gpus
+    from buildtool.launch.scaling import GPU_COUNTS, check_counts_fit, counts_for_gpus, parse_counts
     from buildtool.validate.probe import gpu_inventory
 
     inventory = gpu_inventory()
     if not inventory.gpus:
         raise FailedError(f"the scaling run needs GPUs and this runner has none usable ({inventory.problem})")
-    wanted = counts_for_gpus(len(inventory.gpus)) if counts == GPU_COUNTS else _parse_counts(counts)
+    wanted = counts_for_gpus(len(inventory.gpus)) if counts == GPU_COUNTS else parse_counts(counts)
     check_counts_fit(wanted, len(inventory.gpus))
     return wanted
 
@@ -214,7 +208,7 @@ class _SlurmAsk:
 def _slurm_launcher(project: Project, ask: _SlurmAsk) -> tuple[SlurmLauncher, list[int]]:
     """`buildtool scaling --launcher slurm`: one sbatch job per node count, submitted from METRICS_DIR/jobs;
     the launcher and the node counts, every option checked before anything is submitted."""
-    from buildtool.launch.scaling import SlurmLauncher
+    from buildtool.launch.scaling import SlurmLauncher, parse_counts
     from buildtool.launch.slurm import SlurmOptions, check_image
 
     SlurmOptions(runtime=ask.runtime, time_limit=ask.time_limit)  # refuses a bad runtime or time limit up front
@@ -230,7 +224,7 @@ def _slurm_launcher(project: Project, ask: _SlurmAsk) -> tuple[SlurmLauncher, li
         raise UserError("--launcher slurm needs --image (an image, a .sif or, with --runtime oci, a bundle folder)")
     check_image(image, ask.runtime)
     try:
-        counts = _parse_counts(ask.nodes)
+        counts = parse_counts(ask.nodes)
     except UserError:
         raise UserError(f"--nodes {ask.nodes!r} must be a comma list of node counts like 1,2") from None
     shm = (bundle_shm(image, ask.shm_size) if ask.runtime == "oci"

@@ -54,15 +54,10 @@ def _platforms(values: list[str]) -> list[str]:
     """--platform values (a comma list each; an empty PLATFORM: every platform), each a known platform."""
     from buildtool.contracts import platforms
 
-    found = []
-    for value in (v.strip() for item in values for v in item.split(",")):
-        if not value:
-            continue
-        try:
-            found.append(platforms.get(value).name)
-        except platforms.UnknownPlatform as exc:
-            raise UserError(f"--platform: {exc}") from None
-    return found
+    try:
+        return [platforms.get(v.strip()).name for item in values for v in item.split(",") if v.strip()]
+    except platforms.UnknownPlatform as exc:
+        raise UserError(f"--platform: {exc}") from None
 
 
 ImagesArgument = Annotated[list[str] | None, typer.Argument(help="Image references to validate.")]
@@ -202,12 +197,11 @@ def _dev_refs(project: Project, loaded: Matrix, framework: str | None, revision:
     everything = [plan_cell(c, Settings.from_env(), rev) for c in loaded.cells]
     for p in plans:
         for other in frameworks.others(p.cell.framework):
-            name = other.name
-            if name not in peers:
-                twin = next((q for q in everything if q.cell.framework == name
+            if other.name not in peers:
+                twin = next((q for q in everything if q.cell.framework == other.name
                              and q.cell.accelerator == p.cell.accelerator), None)
                 if twin and _exists(twin.dev_ref):
-                    peers[name] = twin.dev_ref
+                    peers[other.name] = twin.dev_ref
     return [p.dev_ref for p in plans]
 
 

@@ -67,8 +67,7 @@ def _cell_records(src: _Source, tag: str, expected: tuple[str, ...]) -> list[dic
 
     def missing_each(reason: str, digest: str = "") -> list[dict[str, Any]]:
         """One missing record per platform of a multi-platform cell (each is missing), else one."""
-        return [_missing(cell, ref, reason, digest, p) for p in expected] if multi else [_missing(cell, ref, reason,
-                                                                                                    digest)]
+        return [_missing(cell, ref, reason, digest, p) for p in (expected if multi else (UNRECORDED,))]
 
     try:
         body, media_type, digest = src.client.get_manifest(src.repo, tag)

@@ -21,8 +21,7 @@ from typing import Any
 
 from buildtool.common.documents import render_document
 from buildtool.common.errors import UserError
-from buildtool.common.units import human_size as _human_size
-from buildtool.common.units import short_digest as _short_digest
+from buildtool.common.units import human_size, short_digest
 from buildtool.contracts import platforms
 from buildtool.contracts.busbw import MAX_FALL as BUSBW_MAX_FALL
 from buildtool.contracts.gpu import BUSBW_FIGURE
@@ -82,10 +81,7 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
         return (row.key not in new_rows, row.result == "passed", row.cell,
                 order.index(row.platform) if row.platform in order else -1, row.platform)
 
-    seen: dict[str, None] = {}
-    for row in current:
-        for check_id in row.checks:
-            seen.setdefault(check_id, None)
+    seen = dict.fromkeys(check_id for row in current for check_id in row.checks)   # first seen, first
     failing = {cid for row in current for cid, c in row.checks.items() if c.result == "failed"}
     columns = sorted(seen, key=lambda cid: (cid not in new_checks, cid not in failing, cid))
     return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
@@ -107,7 +103,6 @@ def short_check(check_id: str) -> str:
 def check_file(check_id: str) -> str:
     """`image-tests/common/test_shm.py::test_x` -> `common/test_shm.py` (the column's sub-heading)."""
     return check_id.split("::", 1)[0].removeprefix("image-tests/") if "::" in check_id else ""
-
 
 
 def format_figure(value: Any) -> str:
@@ -273,7 +268,8 @@ def _filters(report: Report) -> dict[str, Any]:
         note = report.platform_note(item)
         return f" on {note}" if note else ""
 
-    return {"duration": human_duration, "size": human_size, "short_digest": short_digest, "short_check": short_check,
+    return {"duration": human_duration, "size": lambda size: human_size(size, missing="—"),
+            "short_digest": lambda digest: short_digest(digest, missing="—"), "short_check": short_check,
             "figure": format_figure, "gbps": _gbps, "change": _change, "binary": _binary,
             "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title,
             "scaling_flag": scaling_flag, "on": on}
@@ -292,13 +288,13 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
                 + (["newly-failing"] if cid in new_checks else []),
                 "file": check_file(cid) or next((r.checks[cid].group for r in report.rows if cid in r.checks), "")}
                for cid in report.columns]
-    rows = [{"row": row,
-             "classes": f"image-{row.result}" + (" newly-failing" if row.key in new_rows else ""),
-             "cells": [{"check": row.checks.get(cid), "newly": (*row.key, cid) in new,
-                        "anchor": anchors.get((*row.key, cid), "")} for cid in report.columns],
-             "figures": [(k, v) for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE]
-             + ([("cold start", row.cold_start)] if row.cold_start else [])}
-            for row in report.rows]
+    rows: list[dict[str, Any]] = [{"row": row,
+                                   "classes": f"image-{row.result}" + (" newly-failing" if row.key in new_rows else ""),
+                                   "cells": [{"check": row.checks.get(cid), "newly": (*row.key, cid) in new,
+                                              "anchor": anchors.get((*row.key, cid), "")} for cid in report.columns],
+                                   "figures": [(k, v) for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE]
+                                   + ([("cold start", row.cold_start)] if row.cold_start else [])}
+                                  for row in report.rows]
     scaling = []
     for index, found in enumerate(report.scaling or [{}]):
         shown = [*(plots if index == 0 else []), *found.get("plots", [])]
@@ -312,10 +308,7 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
             "columns": columns, "rows": rows, "failures": failed, "anchors": anchors,
             "skips": skip_reasons(report), "incomplete": [row for row in report.rows if row.result == "incomplete"],
             "bandwidth": busbw_rows(report), "scaling": scaling,
-            "figure_rows": [(row, k, v) for row in report.rows
-                            for k, v in [*sorted(row.figures.items()), *([("cold start", row.cold_start)]
-                                                                          if row.cold_start else [])]
-                            if k != BUSBW_FIGURE]}
+            "figure_rows": [(row["row"], k, v) for row in rows for k, v in row["figures"]]}
 
 
 def render_html(report: Report, title: str = "Image validation report", plots: Iterable[str] = ()) -> str:
@@ -399,11 +392,3 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
     paths["html"].write_text(render_html(report), encoding="utf-8")
     paths["markdown"].write_text(render_markdown(report), encoding="utf-8")
     return paths
-
-
-def human_size(size: int | None) -> str:
-    return _human_size(size, missing="—")
-
-
-def short_digest(digest: str) -> str:
-    return _short_digest(digest, missing="—")

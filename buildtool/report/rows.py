@@ -3,6 +3,7 @@ checks, the trend against the previous night, and the report over them all. Data
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -104,11 +105,7 @@ class Report:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(RESULTS, 0)
-        for row in self.rows:
-            for check in row.checks.values():
-                counts[check.result] = counts.get(check.result, 0) + 1
-        return counts
+        return {**dict.fromkeys(RESULTS, 0), **Counter(c.result for row in self.rows for c in row.checks.values())}
 
     @property
     def failed_images(self) -> list[str]:
@@ -118,10 +115,8 @@ class Report:
     @property
     def multi_platform_cells(self) -> set[str]:
         """Cells with rows of more than one platform tonight: their rows are named with the platform."""
-        seen: dict[str, set[str]] = {}
-        for row in self.rows:
-            seen.setdefault(row.cell, set()).add(row.platform)
-        return {cell for cell, found in seen.items() if len(found) > 1}
+        platforms = Counter(cell for cell, _ in {row.key for row in self.rows})
+        return {cell for cell, count in platforms.items() if count > 1}
 
     @property
     def shows_platform(self) -> bool:
