@@ -144,20 +144,14 @@ def fit_config(config: dict[str, Any], bundle: Path, profile: Profile, *, hosts:
     cfg.setdefault("root", {"path": "rootfs"})["readonly"] = read_only
     replaced = {"/dev/shm", "/etc/hosts", "/etc/resolv.conf", "/tmp", JOBS_MOUNT}
     mounts = [m for m in cfg.get("mounts", []) if m.get("destination") not in replaced]
-    shm = _profile_shm_bytes(profile)
-    mounts.append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-                   "options": ["nosuid", "nodev", "mode=1777", f"size={shm}"]})
-    mounts.append({"destination": "/etc/hosts", "type": "bind",
-                   "source": str(bundle / HOSTS_FILE) if hosts else "/etc/hosts", "options": ["rbind", "ro"]})
-    if not hosts:
-        mounts.append({"destination": "/etc/resolv.conf", "type": "bind", "source": "/etc/resolv.conf",
-                       "options": ["rbind", "ro"]})
-    if read_only:
-        mounts.append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-                       "options": ["nosuid", "nodev", "mode=1777"]})
-    mounts.append({"destination": JOBS_MOUNT, "type": "bind", "source": str(jobs_dir or bundle / JOBS_DIR),
-                   "options": ["rbind", "ro"]})
-    cfg["mounts"] = mounts
+    tmpfs, ro_bind = ["nosuid", "nodev", "mode=1777"], ["rbind", "ro"]
+    added = [("/dev/shm", "tmpfs", "shm", [*tmpfs, f"size={_profile_shm_bytes(profile)}"]),
+             ("/etc/hosts", "bind", str(bundle / HOSTS_FILE) if hosts else "/etc/hosts", ro_bind),
+             *([] if hosts else [("/etc/resolv.conf", "bind", "/etc/resolv.conf", ro_bind)]),
+             *([("/tmp", "tmpfs", "tmpfs", tmpfs)] if read_only else []),
+             (JOBS_MOUNT, "bind", str(jobs_dir or bundle / JOBS_DIR), ro_bind)]
+    cfg["mounts"] = mounts + [{"destination": destination, "type": kind, "source": source, "options": list(options)}
+                              for destination, kind, source, options in added]
     return cfg
 
 
