@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import ReferenceError, is_loopback_host, parse_reference
+from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.common.sizes import SizeError, size_bytes
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError
@@ -58,10 +58,9 @@ COPY_TIMEOUT_S = 1800
 UNPACK_TIMEOUT_S = 1800
 UNLIMITED = 2**64 - 1
 # docker --ulimit names -> OCI rlimit types
-RLIMITS = {"stack": "RLIMIT_STACK", "memlock": "RLIMIT_MEMLOCK", "nofile": "RLIMIT_NOFILE", "nproc": "RLIMIT_NPROC",
-           "core": "RLIMIT_CORE", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "as": "RLIMIT_AS",
-           "rss": "RLIMIT_RSS", "msgqueue": "RLIMIT_MSGQUEUE", "sigpending": "RLIMIT_SIGPENDING",
-           "nice": "RLIMIT_NICE", "rtprio": "RLIMIT_RTPRIO", "locks": "RLIMIT_LOCKS", "data": "RLIMIT_DATA"}
+RLIMITS = {name: f"RLIMIT_{name.upper()}" for name in ("stack", "memlock", "nofile", "nproc", "core", "cpu", "fsize",
+                                                     "as", "rss", "msgqueue", "sigpending", "nice", "rtprio", "locks",
+                                                     "data")}
 
 
 @dataclass(frozen=True)
@@ -145,20 +144,14 @@ def fit_config(config: dict[str, Any], bundle: Path, profile: Profile, *, hosts:
     cfg.setdefault("root", {"path": "rootfs"})["readonly"] = read_only
     replaced = {"/dev/shm", "/etc/hosts", "/etc/resolv.conf", "/tmp", JOBS_MOUNT}
     mounts = [m for m in cfg.get("mounts", []) if m.get("destination") not in replaced]
-    shm = _profile_shm_bytes(profile)
-    mounts.append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-                   "options": ["nosuid", "nodev", "mode=1777", f"size={shm}"]})
-    mounts.append({"destination": "/etc/hosts", "type": "bind",
-                   "source": str(bundle / HOSTS_FILE) if hosts else "/etc/hosts", "options": ["rbind", "ro"]})
-    if not hosts:
-        mounts.append({"destination": "/etc/resolv.conf", "type": "bind", "source": "/etc/resolv.conf",
-                       "options": ["rbind", "ro"]})
-    if read_only:
-        mounts.append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-                       "options": ["nosuid", "nodev", "mode=1777"]})
-    mounts.append({"destination": JOBS_MOUNT, "type": "bind", "source": str(jobs_dir or bundle / JOBS_DIR),
-                   "options": ["rbind", "ro"]})
-    cfg["mounts"] = mounts
+    tmpfs, ro_bind = ["nosuid", "nodev", "mode=1777"], ["rbind", "ro"]
+    added = [("/dev/shm", "tmpfs", "shm", [*tmpfs, f"size={_profile_shm_bytes(profile)}"]),
+             ("/etc/hosts", "bind", str(bundle / HOSTS_FILE) if hosts else "/etc/hosts", ro_bind),
+             *([] if hosts else [("/etc/resolv.conf", "bind", "/etc/resolv.conf", ro_bind)]),
+             *([("/tmp", "tmpfs", "tmpfs", tmpfs)] if read_only else []),
+             (JOBS_MOUNT, "bind", str(jobs_dir or bundle / JOBS_DIR), ro_bind)]
+    cfg["mounts"] = mounts + [{"destination": destination, "type": kind, "source": source, "options": list(options)}
+                              for destination, kind, source, options in added]
     return cfg
 
 
@@ -219,11 +212,6 @@ def platform_problem(wanted: platforms.Platform, declared: str) -> str | None:
         return None
     return (f"the image is {declared or 'of no declared platform'}, not {wanted.name}: it is no index with a "
             f"{wanted.name} manifest; bundle the platform it has (--platform), or an image of {wanted.name}")
-
-
-def _loopback(host: str) -> bool:
-    # As the registry client decides http vs https: a registry on this machine speaks plain http.
-    return is_loopback_host(host)
 
 
 def parse_ulimits(items: list[str]) -> tuple[tuple[str, int], ...]:

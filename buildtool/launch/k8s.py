@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildtool.common import yamlout
+from buildtool.common import argcheck, yamlout
 from buildtool.common.errors import UserError
 from buildtool.contracts.frameworks import MultiNodeCheck
 from buildtool.contracts.rendezvous import ACTIVE_DEADLINE_S, GPU_RESOURCE
@@ -99,13 +99,8 @@ class PodOptions:
 
     @staticmethod
     def parse_selector(items: list[str]) -> dict[str, str]:
-        selector: dict[str, str] = {}
-        for item in items:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise UserError(f"--node-selector {item!r} is not KEY=VALUE")
-            selector[key] = value
-        return selector
+        """`KEY=VALUE` items, each a Kubernetes label key and value (argcheck.node_selectors)."""
+        return argcheck.node_selectors("--node-selector", items)
 
 
 def _metadata(job: MultiNodeJob, opts: PodOptions, name: str) -> dict[str, Any]:

@@ -129,12 +129,8 @@ class NcclSettings:
         env = {"NCCL_DEBUG": self.debug or DEFAULT_NCCL_DEBUG}
         if not self.debug and "NCCL_DEBUG_SUBSYS" not in dict(self.extra):
             env["NCCL_DEBUG_SUBSYS"] = DEFAULT_NCCL_DEBUG_SUBSYS
-        if self.socket_ifname:
-            env["NCCL_SOCKET_IFNAME"] = self.socket_ifname
-        if self.ib_hca:
-            env["NCCL_IB_HCA"] = self.ib_hca
-        env.update(self.extra)
-        return env
+        named = (("NCCL_SOCKET_IFNAME", self.socket_ifname), ("NCCL_IB_HCA", self.ib_hca))
+        return {**env, **{name: value for name, value in named if value}, **dict(self.extra)}
 
 
 @dataclass(frozen=True)
@@ -251,17 +247,12 @@ class MultiNodeJob:
         """What the verifier checks NCCL's log and the cross-node bus bandwidth against (GPU jobs across nodes)."""
         if not (self.gpus_per_node and self.nodes > 1):
             return {}
-        env = {GPUS_ENV: str(self.gpus_per_node)}
-        if self.wanted_family:
-            env[TRANSPORT_ENV] = self.wanted_family
-        if self.require_gdr:
-            env[GDR_ENV] = "1"
-        if self.fabric_rate:
-            env[RATE_ENV] = self.fabric_rate
-        nics, said = self.named_nics
+        env = {GPUS_ENV: str(self.gpus_per_node), TRANSPORT_ENV: self.wanted_family,
+               GDR_ENV: "1" if self.require_gdr else "", RATE_ENV: self.fabric_rate}
         if self.fabric_nics or self.efa_devices:   # NCCL_IB_HCA's list the verifier reads itself
+            nics, said = self.named_nics
             env[NICS_ENV], env[NICS_FROM_ENV] = str(nics), said
-        return env
+        return {name: value for name, value in env.items() if value}
 
     @property
     def named_nics(self) -> tuple[int, str]:
@@ -284,8 +275,8 @@ class MultiNodeJob:
         """What every node runs: the verifier around the framework's check."""
         if self.check is None:
             raise ValueError("a job without a framework's check has no check command")
-        verify = ["python3", f"{script_dir}/{VERIFY_SCRIPT}"]
-        return [*verify, *self.node_command(endpoint, rdzv_id, f"{script_dir}/{self.check.script}")]
+        return ["python3", f"{script_dir}/{VERIFY_SCRIPT}",
+                *self.node_command(endpoint, rdzv_id, f"{script_dir}/{self.check.script}")]
 
     @property
     def expect_env(self) -> dict[str, str]:

@@ -136,11 +136,6 @@ def parse_counts(text: str) -> list[int]:
     return counts
 
 
-def _epoch_time(times: list[float]) -> float:
-    steady = times[1:] if len(times) > 1 else times
-    return statistics.median(steady)
-
-
 def shipped_with(worker: Path) -> dict[str, str]:
     """The worker and the modules beside it that it imports, and theirs (fsdp_epochs.py: torch_epochs.py), by file
     name: what a SLURM job writes into its folder. The docker launcher mounts the worker's whole folder instead."""
@@ -257,8 +252,9 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
     peaks = data.get("peak_memory_mb")
     if not isinstance(peaks, list) or len(peaks) != expected:
         raise FailedError(f"run with {what} reported no peak memory for each of its {expected} ranks: {peaks!r}")
-    per_epoch = _epoch_time(data["epoch_times_s"])
-    return RunResult(count=count, backend=data["backend"], epoch_times_s=data["epoch_times_s"],
+    times = data["epoch_times_s"]
+    per_epoch = statistics.median(times[1:] or times)   # the epochs after the first, which pays for warm-up
+    return RunResult(count=count, backend=data["backend"], epoch_times_s=times,
                      losses=data["losses"], identical=True, time_per_epoch_s=per_epoch,
                      wall_clock_s=round(wall_clock, 6), samples_per_s=round(samples / per_epoch, 3),
                      peak_memory_mb=[float(p) for p in peaks], matches_reference=data.get("matches_reference"),
@@ -365,17 +361,15 @@ def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: P
         info.update(runtime=launcher.runtime, gpus_per_node=launcher.gpus_per_node, partition=launcher.partition)
     else:
         info["python"] = launcher.python if launcher.kind == "host" else ""
-    min_efficiency = settings.min_efficiency
     result = ScalingResult(unit=settings.unit, samples=samples, epochs=epochs, launcher=info, strategy=strategy,
-                           title=title, batch=batch, min_efficiency=min_efficiency)
+                           title=title, batch=batch, min_efficiency=settings.min_efficiency)
     try:
         runs = [run_one(launcher, count, worker, samples, epochs, batch, settings.timeout_s) for count in counts]
     except NotRunHere as exc:
         result.status, result.reason = "not run", f"not run on this runner: {exc}"
         return result, write_metrics(result, out)
     result.runs = with_speedups(runs)
-    top = result.runs[-1]
-    result.flagged = len(result.runs) > 1 and top.efficiency < min_efficiency
+    result.flagged = len(result.runs) > 1 and result.runs[-1].efficiency < settings.min_efficiency
     paths = write_metrics(result, out)
     paths.update(plot(result, out))
     return result, paths

@@ -38,7 +38,6 @@ from typing import Any
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
-from buildtool.contracts.rendezvous import rdzv_conf as contracts_rdzv_conf
 from buildtool.launch.bundle import ENTRYPOINT_FILE, JOBS_DIR, JOBS_MOUNT, META_FILE, shm_bytes
 from buildtool.launch.launchers import IS_HOST, LOCAL_ADDR, PROCESS_ID
 from buildtool.launch.multinode import (
@@ -116,12 +115,6 @@ def check_image(image: str, runtime: str) -> None:
                         f"{' or a .sif file' if runtime == 'apptainer' else ''}; a bundle folder needs --runtime oci")
 
 
-def rdzv_conf(job: MultiNodeJob) -> str:
-    # read_timeout bounds every c10d store operation, a node's first connection to the store host included:
-    # at its default (60 s) a node fails waiting for a head node that is late but within the join timeout.
-    return contracts_rdzv_conf(job.join_timeout_s)   # one definition for validate, k8s and SLURM
-
-
 def ddp_check(job: MultiNodeJob) -> Workload:
     """The framework's check (job.check), wrapped by the verifier that fails unless it trained in sync."""
     if job.check is None:
@@ -170,25 +163,27 @@ def _platform_check(failed: str) -> list[str]:
     return ["# The bundle is of one platform: every node must be of its architecture (uname -m).",
             "bundle_machine=\"$(sed -n 's/^ *\"machine\": \"\\([^\"]*\\)\".*/\\1/p' \"$OCI_BUNDLE/" + META_FILE
             + "\" 2>/dev/null || true)\"",
-            "if [ -z \"$bundle_machine\" ]; then",
-            "  echo \"error: $OCI_BUNDLE/" + META_FILE + " records no platform (a bundle made before bundles "
-            "recorded one): make it again with \\`buildtool bundle --platform\\`\" >&2",
-            "  exit 2", "fi",
+            *_fail_if('[ -z "$bundle_machine" ]', f"error: $OCI_BUNDLE/{META_FILE} records no platform (a bundle made "
+                      "before bundles recorded one): make it again with \\`buildtool bundle --platform\\`"),
             "node_machines=\"$(srun --ntasks-per-node=1 uname -m | sort -u | tr '\\n' ' ')\"",
-            "if [ \"$node_machines\" != \"$bundle_machine \" ]; then",
-            f"  echo \"{failed}: the bundle is for $bundle_machine, but the nodes are $node_machines(uname -m); "
-            "make a bundle of their platform (buildtool bundle --platform) or submit to nodes of its own\" >&2",
-            "  exit 2", "fi"]
+            *_fail_if('[ "$node_machines" != "$bundle_machine " ]', f"{failed}: the bundle is for $bundle_machine, "
+                      "but the nodes are $node_machines(uname -m); make a bundle of their platform (buildtool bundle "
+                      "--platform) or submit to nodes of its own")]
+
+
+def _fail_if(test: str, message: str) -> list[str]:
+    """Lines that end the job (exit 2) saying MESSAGE (double-quoted in the script) when TEST holds."""
+    return [f"if {test}; then", f"  echo \"{message}\" >&2", "  exit 2", "fi"]
 
 
 def _launch(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     # srun does not take the job's --cpus-per-task from sbatch in SLURM 22.05 to 23.02: name it on the step.
     cpus = [f"--cpus-per-task={opts.cpus(job)}"] if opts.cpus(job) else []
-    step = _step(job, opts, work)
-    return [*step[:2], *cpus, *step[2:]]   # srun --kill-on-bad-exit=1 --cpus-per-task=N ...
+    return ["srun", "--kill-on-bad-exit=1", *cpus, *_container(job, opts, work), *work.command]
 
 
-def _step(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
+def _container(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
+    """What runs the work in opts.runtime's container: srun's options, and the words before the work's command."""
     # The image's entrypoint runs first, with the command as its arguments, as under validate (issue 39): NGC's
     # sets up CUDA's forward-compatibility libraries for the older drivers contracts.driver_rules admits.
     # `apptainer run` (the runscript: ENTRYPOINT, then the arguments; `exec` skips it) and pyxis'
@@ -196,17 +191,14 @@ def _step(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     if opts.runtime == "apptainer":
         source = job.image if job.image.endswith(".sif") else f"docker://{job.image}"
         nv = ["--nv"] if job.gpus_per_node else []
-        prefix = ["apptainer", "run", *nv, "--bind", f"$workdir:{MOUNT_DIR}:ro", source]
-        return ["srun", "--kill-on-bad-exit=1", *prefix, *work.command]
+        return ["apptainer", "run", *nv, "--bind", f"$workdir:{MOUNT_DIR}:ro", source]
     if opts.runtime == "pyxis":
-        return ["srun", "--kill-on-bad-exit=1", f"--container-image={enroot_image(job.image)}",
-                "--container-entrypoint", f"--container-mounts=$workdir:{MOUNT_DIR}:ro", "--no-container-mount-home",
-                *work.command]
+        return [f"--container-image={enroot_image(job.image)}", "--container-entrypoint",
+                f"--container-mounts=$workdir:{MOUNT_DIR}:ro", "--no-container-mount-home"]
     names = ",".join(sorted([*work.env, *([NODES_ENV] if _needs_nodes(work) else []),
                              *([NODE_ADDRS_ENV] if LOCAL_ADDR in work.command else [])])) or "NONE"
     # SLURM runs the step's command in place of the bundle's process: the image's ENTRYPOINT goes first.
-    return ["srun", "--kill-on-bad-exit=1", f"--export={names}", "--container=$OCI_BUNDLE", ENTRYPOINT_WORDS,
-            *work.command]
+    return [f"--export={names}", "--container=$OCI_BUNDLE", ENTRYPOINT_WORDS]
 
 
 def _needs_nodes(work: Workload) -> bool:
@@ -234,11 +226,8 @@ def _head_address(failed: str) -> list[str]:
         "  node_ip_of \"$head_node\"",
         "  head_addr=\"$node_ip\"",
         "fi",
-        "if [ -z \"$head_addr\" ]; then",
-        f"  echo \"{failed}: cannot resolve the address of node $head_node (NodeAddr ${{node_addr:-unknown}}), "
-        "which hosts the rendezvous; set RDZV_ADDR to its IP address\" >&2",
-        "  exit 2",
-        "fi",
+        *_fail_if('[ -z "$head_addr" ]', f"{failed}: cannot resolve the address of node $head_node (NodeAddr "
+                  "${node_addr:-unknown}), which hosts the rendezvous; set RDZV_ADDR to its IP address"),
     ]
 
 
@@ -276,12 +265,9 @@ def _header(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     """The script's first lines: what made it, how to submit it, its #SBATCH directives."""
     directives = [f"--job-name={job.name}", f"--nodes={job.nodes}", "--ntasks-per-node=1",
                   f"--time={opts.time_limit}", f"--output={job.name}-%j.out"]
-    if job.gpus_per_node:
-        directives.append(f"--gpus-per-node={job.gpus_per_node}")
-    if opts.cpus(job):
-        directives.append(f"--cpus-per-task={opts.cpus(job)}")
-    directives += [f"--{name}={value}" for name, value in (("partition", opts.partition), ("account", opts.account),
-                                                             ("constraint", opts.constraint)) if value]
+    optional = (("gpus-per-node", job.gpus_per_node), ("cpus-per-task", opts.cpus(job)),
+                ("partition", opts.partition), ("account", opts.account), ("constraint", opts.constraint))
+    directives += [f"--{name}={value}" for name, value in optional if value]
     return [
         "#!/bin/bash",
         f"# Generated by buildtool: the multi-node {work.label} of dl-images ({opts.runtime}).",
@@ -306,19 +292,15 @@ def _inputs(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
               f"JOIN_TIMEOUT_S={job.join_timeout_s}",
               *[f"export {k}={shlex.quote(v)}" for k, v in sorted(work.env.items())], ""]
     for name in work.copied:
-        lines += [f"if [ ! -f \"$SCRIPTS_DIR/{name}\" ]; then",
-                  f"  echo \"error: $SCRIPTS_DIR/{name} not found; set SCRIPTS_DIR to {work.scripts_dir}\" >&2",
-                  "  exit 2", "fi"]
+        lines += _fail_if(f'[ ! -f "$SCRIPTS_DIR/{name}" ]',
+                          f"error: $SCRIPTS_DIR/{name} not found; set SCRIPTS_DIR to {work.scripts_dir}")
     if opts.runtime == "oci":
-        lines += ["if [ ! -f \"$OCI_BUNDLE/config.json\" ] || [ ! -d \"$OCI_BUNDLE/" + JOBS_DIR + "\" ]; then",
-                  "  echo \"error: $OCI_BUNDLE is not a bundle made by \\`buildtool bundle\\`; set OCI_BUNDLE\" >&2",
-                  "  exit 2", "fi",
+        lines += [*_fail_if(f'[ ! -f "$OCI_BUNDLE/config.json" ] || [ ! -d "$OCI_BUNDLE/{JOBS_DIR}" ]',
+                            "error: $OCI_BUNDLE is not a bundle made by \\`buildtool bundle\\`; set OCI_BUNDLE"),
                   "# SLURM runs the step's command in place of the bundle's process: the image's ENTRYPOINT",
                   "# (NGC's sets up CUDA's forward-compatibility libraries) goes first, as under validate.",
-                  "if [ ! -f \"$OCI_BUNDLE/" + ENTRYPOINT_FILE + "\" ]; then",
-                  "  echo \"error: $OCI_BUNDLE records no entrypoint (a bundle made before bundles recorded it): "
-                  "make it again with \\`buildtool bundle\\`\" >&2",
-                  "  exit 2", "fi",
+                  *_fail_if(f'[ ! -f "$OCI_BUNDLE/{ENTRYPOINT_FILE}" ]', "error: $OCI_BUNDLE records no entrypoint "
+                            "(a bundle made before bundles recorded it): make it again with \\`buildtool bundle\\`"),
                   "entrypoint=()",
                   "while IFS= read -r word; do entrypoint+=(\"$word\"); done < \"$OCI_BUNDLE/" + ENTRYPOINT_FILE + "\""]
     return lines

@@ -31,25 +31,20 @@ class JobEnd:
     seconds: float
 
 
-def _call(argv: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+def _call(argv: list[str], env: dict[str, str] | None, cwd: Path | None = None,
+          what: str = "") -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT_S, env=env,
+        return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT_S, env=env, cwd=cwd,
                               stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise UserError(f"{argv[0]} not found: run this on a SLURM submit host") from None
     except subprocess.TimeoutExpired:
-        raise FailedError(f"{' '.join(argv[:3])} did not answer within {CALL_TIMEOUT_S} s") from None
+        raise FailedError(f"{what or ' '.join(argv[:3])} did not answer within {CALL_TIMEOUT_S} s") from None
 
 
 def submit(script: Path, *, cwd: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> str:
     """sbatch SCRIPT from CWD; the job id."""
-    try:
-        proc = subprocess.run(["sbatch", "--parsable", *args, str(script)], capture_output=True, text=True,
-                              timeout=CALL_TIMEOUT_S, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise UserError("sbatch not found: run this on a SLURM submit host") from None
-    except subprocess.TimeoutExpired:
-        raise FailedError(f"sbatch did not answer within {CALL_TIMEOUT_S} s") from None
+    proc = _call(["sbatch", "--parsable", *args, str(script)], env, cwd=cwd, what="sbatch")
     if proc.returncode != 0:
         raise FailedError(f"sbatch refused {script.name}: {proc.stderr.strip()}")
     return proc.stdout.strip().split(";")[0]

@@ -51,13 +51,9 @@ def summary_row(result: ScalingResult) -> dict[str, Any]:
     return row
 
 
-def markdown_table(rows: list[dict[str, Any]], unit: str) -> str:
+def write_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]:
     from buildtool.common.documents import render_document
 
-    return render_document("buildtool.launch", "comparison.md.j2", rows=rows, unit=unit)
-
-
-def write_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     unit = results[0].unit
     rows = [summary_row(r) for r in results]
@@ -66,7 +62,8 @@ def write_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]
             "launcher": results[0].launcher, "strategies": [r.strategy for r in results], "rows": rows,
             "results": [asdict(r) for r in results]}
     paths["comparison json"].write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    paths["comparison table"].write_text(markdown_table(rows, unit), encoding="utf-8")
+    table = render_document("buildtool.launch", "comparison.md.j2", rows=rows, unit=unit)
+    paths["comparison table"].write_text(table, encoding="utf-8")
     ran = [r for r in results if r.runs]
     if ran:
         paths.update(plot_comparison(ran, out))

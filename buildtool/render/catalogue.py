@@ -67,12 +67,9 @@ def _cell_view(cell: Cell, released: dict[str, dict[str, Any]]) -> dict[str, Any
 
 def _framework_views(matrix: Matrix) -> list[dict[str, Any]]:
     """Every framework of the matrix's table (its image-tests folders), in the table's order, with its images."""
-    views = []
-    for name in frameworks.names():
-        row = frameworks.get(name)
-        views.append({"row": row, "folder": f"image-tests/{name}/",
-                      "images": list(dict.fromkeys(c.name for c in matrix.cells if c.framework == name))})
-    return views
+    return [{"row": frameworks.get(name), "folder": f"image-tests/{name}/",
+             "images": list(dict.fromkeys(c.name for c in matrix.cells if c.framework == name))}
+            for name in frameworks.names()]
 
 
 def _kinds() -> list[dict[str, Any]]:

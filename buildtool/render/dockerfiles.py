@@ -326,20 +326,18 @@ def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matr
         return _tidy(env.get_template(cell.template).render(context))
     except TemplateError:
         raise
-    except jinja2.UndefinedError as exc:
-        where = _template_location(exc, templates_dir) or f"templates/{cell.template}"
-        raise TemplateError(f"{where}: {exc.message} for cell {cell.key}; define it in matrix.yaml "
-                            "or fix the template") from None
-    except jinja2.TemplateNotFound as exc:
-        where = _template_location(exc, templates_dir) or f"templates/{cell.template}"
-        raise TemplateError(f"{where}: includes missing template {exc.name!r} (cell {cell.key})") from None
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"templates/{exc.name or cell.template}:{exc.lineno}: {exc.message}") from None
     except Exception as exc:  # noqa: BLE001 - any other mistake in a template is the template's, not ours
         where = _template_location(exc, templates_dir) or f"templates/{cell.template}"
-        detail = " ".join(str(exc).split()) or type(exc).__name__
-        raise TemplateError(f"{where}: {type(exc).__name__}: {detail} (cell {cell.key}); fix the template") \
-            from None
+        if isinstance(exc, jinja2.UndefinedError):
+            problem = f"{exc.message} for cell {cell.key}; define it in matrix.yaml or fix the template"
+        elif isinstance(exc, jinja2.TemplateNotFound):
+            problem = f"includes missing template {exc.name!r} (cell {cell.key})"
+        else:
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            problem = f"{type(exc).__name__}: {detail} (cell {cell.key}); fix the template"
+        raise TemplateError(f"{where}: {problem}") from None
 
 
 def render_cell_dockerfile(matrix: Matrix, cell: Cell, templates_dir: Path, root: Path | None = None) -> str:
@@ -354,17 +352,11 @@ class Outputs:
 
     files: dict[str, bytes]
 
-    def owned_existing(self, root: Path) -> set[str]:
-        found: set[str] = set()
-        for folder in GENERATED_DIRS:
-            base = root / folder
-            if base.is_dir():
-                found |= {str(p.relative_to(root)) for p in base.rglob("Dockerfile") if p.is_file()}
-        return found
-
     def stale(self, root: Path) -> list[str]:
         """Generated-looking files on disk that no cell renders any more."""
-        return sorted(self.owned_existing(root) - set(self.files))
+        owned = {str(p.relative_to(root)) for folder in GENERATED_DIRS if (root / folder).is_dir()
+                 for p in (root / folder).rglob("Dockerfile") if p.is_file()}
+        return sorted(owned - set(self.files))
 
 
 Extra = Callable[[Matrix], dict[str, bytes]]

@@ -73,8 +73,7 @@ class WorkflowOptions:
 
 
 def dump_workflow(doc: dict[str, Any], cells_note: str) -> bytes:
-    body = yamlout.dump(doc)
-    return (HEADER + cells_note + body).encode()
+    return (HEADER + cells_note + yamlout.dump(doc)).encode()
 
 
 def _labels_expr(options: WorkflowOptions, platform: str = "linux/amd64") -> str:
@@ -95,12 +94,9 @@ def native_gpu_cells(matrix: Matrix) -> dict[str, list[str]]:
     runner of that platform, one job per (cell, platform). CPU cells' other platforms are validated under
     emulation on the amd64 runners, in the build job."""
     found: dict[str, list[str]] = {}
-    for cell in matrix.cells:
-        if not cell.needs_gpu:
-            continue
-        for platform in cell.platforms:
-            if platform != "linux/amd64":
-                found.setdefault(platform, []).append(cell.key)
+    for cell in (c for c in matrix.cells if c.needs_gpu):
+        for platform in (p for p in cell.platforms if p != "linux/amd64"):
+            found.setdefault(platform, []).append(cell.key)
     return found
 
 
@@ -254,27 +250,22 @@ def _report_script() -> str:
             f'cat {SITE}/report.md >> "$GITHUB_STEP_SUMMARY"\n')
 
 
+# On the GPU runners: no usable GPU is a failure (exit 1), not a quietly skipped GPU check.
+GPU_ENV = {"DL_IMAGES_REQUIRE_GPU": "1"}
+# The step that restores the last nights' verdicts (one folder per night, newest last by name: validate compares
+# the bus bandwidth with their median, the report's trend with the newest).
+RESTORE_HISTORY = {"name": "Last nights' verdicts", "uses": CACHE_RESTORE,
+                   "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}",
+                            "restore-keys": "nightly-verdict-history-"}}
+
+
 @dataclass(frozen=True)
 class _Nightly:
-    """What the nightly's jobs share: the runners' labels, their set-up steps, the GPU runners' environment and
-    the step that restores the last nights' verdicts (one folder per night, newest last by name: validate compares
-    the bus bandwidth with their median, the report's trend with the newest)."""
+    """What the nightly's jobs share: the site's options, the runners' labels and their set-up steps."""
 
     options: WorkflowOptions
     labels: str
     setup: tuple[dict[str, Any], ...]
-    # On the GPU runners: no usable GPU is a failure (exit 1), not a quietly skipped GPU check.
-    gpu_env: tuple[tuple[str, str], ...] = (("DL_IMAGES_REQUIRE_GPU", "1"),)
-    previous: tuple[tuple[str, Any], ...] = (
-        ("name", "Last nights' verdicts"), ("uses", CACHE_RESTORE),
-        ("with", {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}",
-                  "restore-keys": "nightly-verdict-history-"}))
-
-    def env(self) -> dict[str, str]:
-        return dict(self.gpu_env)
-
-    def restore(self) -> dict[str, Any]:
-        return dict(self.previous)
 
 
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
@@ -285,9 +276,9 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
     jobs: dict[str, Any] = {"plan": plan, "build-validate": _build_validate_job(night, matrix)}
     needs = ["build-validate"]
     for platform, gpu_cells in native_gpu_cells(matrix).items():
-        emulated_id, native = _platform_jobs(night, platform, gpu_cells)
-        jobs[emulated_id], jobs[_job_id(platform)] = native
-        needs += [emulated_id, _job_id(platform)]
+        platform_jobs = _platform_jobs(night, platform, gpu_cells)
+        jobs.update(platform_jobs)
+        needs += list(platform_jobs)
     scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
     if scaling_cell is not None:
         jobs["scaling"] = _scaling_job(night, scaling_cell.key)
@@ -324,7 +315,7 @@ def _build_validate_job(night: _Nightly, matrix: Matrix) -> dict[str, Any]:
         "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
         # The bus bandwidth is compared with the median of the last nights' verdicts of the cell on
         # the same GPUs (nightly-validate passes the history when there is one).
-        "env": night.env(),
+        "env": GPU_ENV,
         "steps": [_registry_check(), *night.setup,
                   {"name": "Build and push ${{ matrix.dev_image }}",
                    "run": "make push FRAMEWORK='${{ matrix.cell }}'",
@@ -333,17 +324,16 @@ def _build_validate_job(night: _Nightly, matrix: Matrix) -> dict[str, Any]:
                    "env": {"DL_IMAGES_BUILDER_KEY": "${{ secrets.DL_IMAGES_BUILDER_KEY }}",
                            "DL_IMAGES_BUILDER_ID": "${{ github.server_url }}/${{ github.repository }}"
                                                    "/actions/runs/${{ github.run_id }}"}},
-                  night.restore(),
+                  RESTORE_HISTORY,
                   _validate_step(matrix)],
     }
 
 
-def _platform_jobs(night: _Nightly, platform: str,
-                   gpu_cells: list[str]) -> tuple[str, tuple[dict[str, Any], dict[str, Any]]]:
+def _platform_jobs(night: _Nightly, platform: str, gpu_cells: list[str]) -> dict[str, dict[str, Any]]:
     """A platform other than the hosted runners': its CPU checks under QEMU on the amd64 runners (its GPU checks
     not run: incomplete), each night, whether or not its GPU runners are up; and the native job, which waits for
     it, so the verdict release reads (the newest) is the native one when both ran. Deadline: validate.deadline_s
-    x emulation_factor. Returns the emulated job's id and both jobs."""
+    x emulation_factor. Both jobs, by id."""
     emulated_id = f"emulated-{platform.replace('/', '-')}"
     emulated = {
         "name": f"${{{{ matrix.cell }}}} {platform} under QEMU (CPU checks)",
@@ -363,14 +353,14 @@ def _platform_jobs(night: _Nightly, platform: str,
         "if": "${{ !cancelled() }}",
         "runs-on": _labels_expr(night.options, platform), "timeout-minutes": 180,
         "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
-        "env": night.env(),
-        "steps": [_registry_check(), *night.setup, night.restore(),
+        "env": GPU_ENV,
+        "steps": [_registry_check(), *night.setup, RESTORE_HISTORY,
                   {"name": f"Validate {platform} with GPUs and push the signed verdict",
                    "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform,
                                 **VALIDATE_SETTINGS),
                    "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
     }
-    return emulated_id, (emulated, native)
+    return {emulated_id: emulated, _job_id(platform): native}
 
 
 def _scaling_job(night: _Nightly, cell: str) -> dict[str, Any]:
@@ -379,7 +369,7 @@ def _scaling_job(night: _Nightly, cell: str) -> dict[str, Any]:
         "needs": "build-validate",
         "if": "${{ !cancelled() }}",
         "runs-on": night.labels, "timeout-minutes": 60,
-        "env": night.env(),
+        "env": GPU_ENV,
         "steps": [_registry_check(), *night.setup,
                   {"name": "Scaling run",
                    "run": _make("nightly-scaling", NIGHTLY_SCALING_CELL=cell,
@@ -395,7 +385,7 @@ def _report_job(night: _Nightly, needs: list[str]) -> dict[str, Any]:
         "needs": needs,
         "if": "${{ !cancelled() }}",
         "runs-on": night.labels, "timeout-minutes": 20,
-        "steps": [_registry_check(), *night.setup, night.restore(),
+        "steps": [_registry_check(), *night.setup, RESTORE_HISTORY,
                   {"uses": DOWNLOAD, "continue-on-error": True,
                    "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
                   {"name": "Report", "run": _report_script()},

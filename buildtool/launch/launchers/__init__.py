@@ -75,7 +75,3 @@ def get(name: str) -> Launcher:
     if not isinstance(launcher, Launcher) or launcher.name != name:
         raise ValueError(f"{module_name(name)} must define LAUNCHER, a Launcher named {name!r}")
     return launcher
-
-
-def names() -> tuple[str, ...]:
-    return tuple(LAUNCHERS)

@@ -19,18 +19,6 @@ if TYPE_CHECKING:
     from buildtool.launch.multinode import MultiNodeJob
 
 
-def command(job: MultiNodeJob, endpoint: str, rdzv_id: str, script: str, *, host_flag: bool = True) -> list[str]:
-    """torchrun running SCRIPT, the same on every node (c10d assigns ranks). HOST_FLAG: the rendezvous
-    configuration ends `,is_host={is_host}` and LOCAL_ADDR follows it, which the verifier resolves on the node."""
-    conf = rdzv_conf(job.join_timeout_s) + (f",is_host={IS_HOST}" if host_flag else "")
-    return [
-        "torchrun", f"--nnodes={job.nodes}", f"--nproc-per-node={job.procs_per_node}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-        f"--rdzv-conf={conf}", *([LOCAL_ADDR] if host_flag else []), f"--max-restarts={job.max_restarts}",
-        script,
-    ]
-
-
 class Torchrun(Launcher):
     name = "torchrun"
     processes = "torchrun's processes per node, ranked by c10d"
@@ -41,7 +29,14 @@ class Torchrun(Launcher):
         return gpus_per_node or 1
 
     def node_command(self, job: MultiNodeJob, endpoint: str, rdzv_id: str, script: str) -> list[str]:
-        return command(job, endpoint, rdzv_id, script)
+        """torchrun running SCRIPT, the same on every node (c10d assigns ranks). The rendezvous configuration
+        ends `,is_host={is_host}` and LOCAL_ADDR follows it, which the verifier resolves on the node."""
+        return [
+            "torchrun", f"--nnodes={job.nodes}", f"--nproc-per-node={job.procs_per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+            f"--rdzv-conf={rdzv_conf(job.join_timeout_s)},is_host={IS_HOST}", LOCAL_ADDR,
+            f"--max-restarts={job.max_restarts}", script,
+        ]
 
     def env(self, job: MultiNodeJob) -> dict[str, str]:
         # The process group may wait as long as the rendezvous did for the slowest node.
