@@ -217,11 +217,8 @@ def parse_probe(output: str) -> Probe:
     errors = [ln for ln in sections["plan"] + sections["pinned"] if ln.startswith("E: ")]
     if errors:
         raise ValueError(f"apt-get install -s refused: {errors[0][3:][:200]}")
-    served = set()
-    for line in sections["served"]:
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) >= 3:
-            served.add((parts[0], parts[1]))
+    rows = [[part.strip() for part in line.split("|")] for line in sections["served"]]   # apt-cache madison's
+    served = {(row[0], row[1]) for row in rows if len(row) >= 3}
     return Probe(arch="".join(sections["arch"]).strip(), base=parse_entries("\n".join(sections["base"]), "dpkg-query"),
                  plan=parse_simulation("\n".join(sections["plan"])), served=served,
                  pinned=parse_simulation("\n".join(sections["pinned"])),

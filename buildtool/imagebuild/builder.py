@@ -547,8 +547,7 @@ class Builder(Publishing):
                 with self._stack, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
                     futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key]) for p in todo}
                     for key, future in futures.items():
-                        results[key] = future.result()
-                        r = results[key]
+                        r = results[key] = future.result()
                         self.progress.update(key, r.result, r.message)
             finally:
                 self._steps = None

@@ -267,8 +267,7 @@ def index_args(host: HostPip, index_url: str | None, extra_index_urls: tuple[str
             skipped.append(url)
             continue
         args += ["--extra-index-url", url]
-    for link in host.find_links:
-        args += ["--find-links", link]
+    args += [a for link in host.find_links for a in ("--find-links", link)]
     if host.no_index:
         args.append("--no-index")
     return args, skipped
