@@ -174,11 +174,8 @@ class ArchiveState:
 
 def read_archive_state(archive: str, suite: str, fetch: archive_state.Fetch | None = None) -> ArchiveState:
     """The suite's InRelease as the archive serves it now (FailedError naming it when it cannot be read)."""
-    uri = f"{archive}/dists/{suite}/InRelease"
-    data = (fetch or archive_state.get)(uri)
-    date = archive_state.release_date(data, uri)
-    return ArchiveState(archive_state.ReleaseFile(uri, hashlib.sha256(data).hexdigest(),
-                                                  date.strftime("%Y-%m-%dT%H:%M:%SZ"), False), int(date.timestamp()))
+    release, date = archive_state.read_release(f"{archive}/dists/{suite}/InRelease", fetch)
+    return ArchiveState(release, int(date.timestamp()))
 
 
 def _make_platform(client: RegistryClient, repo: str, suite: str, slim: bool, platform: str, state: ArchiveState,
