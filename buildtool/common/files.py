@@ -27,6 +27,14 @@ def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
         raise
 
 
+def write_changed(files: dict[Path, str]) -> list[Path]:
+    """write_atomic of each file (path -> text) whose text is not that already; returns those written."""
+    changed = [path for path, text in files.items() if not (path.is_file() and path.read_text() == text)]
+    for path in changed:
+        write_atomic(path, files[path])
+    return changed
+
+
 def sha256_file(path: Path) -> str:
     """The sha256 of a file's bytes, hex (read in 1 MiB blocks)."""
     digest = hashlib.sha256()

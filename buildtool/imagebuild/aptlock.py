@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.files import write_atomic
+from buildtool.common.files import write_changed
 from buildtool.contracts import platforms
 from buildtool.contracts.apt_lock_format import (
     APT_LOCK,
@@ -217,11 +217,8 @@ def parse_probe(output: str) -> Probe:
     errors = [ln for ln in sections["plan"] + sections["pinned"] if ln.startswith("E: ")]
     if errors:
         raise ValueError(f"apt-get install -s refused: {errors[0][3:][:200]}")
-    served = set()
-    for line in sections["served"]:
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) >= 3:
-            served.add((parts[0], parts[1]))
+    rows = [[part.strip() for part in line.split("|")] for line in sections["served"]]   # apt-cache madison's
+    served = {(row[0], row[1]) for row in rows if len(row) >= 3}
     return Probe(arch="".join(sections["arch"]).strip(), base=parse_entries("\n".join(sections["base"]), "dpkg-query"),
                  plan=parse_simulation("\n".join(sections["plan"])), served=served,
                  pinned=parse_simulation("\n".join(sections["pinned"])),
@@ -304,16 +301,14 @@ def base_source(base_ref: str) -> str:
     from buildtool.imagebuild import engine
 
     attrs = engine.image_attrs(base_ref) or {}
-    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    made = ((attrs.get("Config") or {}).get("Labels") or {}).get(label_keys.BASE_SOURCE)
+    named = f" ({made})" if made else ""
     if "@" in base_ref:  # a platform's image of an index, by its digest (platform_base)
-        made = labels.get(label_keys.BASE_SOURCE)
-        return base_ref + (f" ({made})" if made else "")
+        return base_ref + named
     digests = attrs.get("RepoDigests") or []
     digest = next((d.split("@", 1)[1] for d in digests if d.split("@", 1)[0] == base_ref.rsplit(":", 1)[0]),
                   digests[0].split("@", 1)[1] if digests else "unpushed")
-    labels = (attrs.get("Config") or {}).get("Labels") or {}
-    made = labels.get(label_keys.BASE_SOURCE)
-    return f"{base_ref}@{digest}" + (f" ({made})" if made else "")
+    return f"{base_ref}@{digest}{named}"
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -378,15 +373,10 @@ def _lock_platform(root: Path, cell: Cell, base_ref: str, log: Log, platform: st
     log(f"[{cell.key}] resolving its Debian packages in {base_ref}" + (f" ({platform})" if platform else ""))
     probe = run_probe(base_ref, named_packages(cell), platform=platform)
     texts = lock_text(cell, probe, base_source(base_ref), platform)
-    changed = []
-    for path, text in zip((*paths(root, cell, platform), hashes_path(root, cell, platform)), texts, strict=True):
-        # The base is reproducible (issue 52): `resolved-in` names by digest the base the image is built on, so a
-        # lock resolved in another base is written again even where its packages did not move.
-        if path.is_file() and path.read_text() == text:
-            continue
-        write_atomic(path, text)
-        changed.append(path)
-    return changed
+    # The base is reproducible (issue 52): `resolved-in` names by digest the base the image is built on, so a
+    # lock resolved in another base is written again even where its packages did not move.
+    return write_changed(dict(zip((*paths(root, cell, platform), hashes_path(root, cell, platform)), texts,
+                                  strict=True)))
 
 
 # -- drift ------------------------------------------------------------------------------------------

@@ -54,14 +54,16 @@ def release_date(text: bytes, uri: str) -> datetime:
 
 def observe(build_log: str, began: datetime, fetch: Fetch | None = None) -> list[ReleaseFile]:
     """The release files the build's apt step read (release_urls), as the archive serves them now."""
-    fetch = fetch or get
-    found = []
-    for uri in release_urls(build_log):
-        data = fetch(uri)
-        date = release_date(data, uri)
-        found.append(ReleaseFile(uri, hashlib.sha256(data).hexdigest(), date.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                 date >= began))
-    return found
+    return [read_release(uri, fetch, began)[0] for uri in release_urls(build_log)]
+
+
+def read_release(uri: str, fetch: Fetch | None = None, began: datetime | None = None) -> tuple[ReleaseFile, datetime]:
+    """The release file at `uri` as the archive serves it now (published during the build: dated from `began` on),
+    and its Date."""
+    data = (fetch or get)(uri)
+    date = release_date(data, uri)
+    return ReleaseFile(uri, hashlib.sha256(data).hexdigest(), date.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       began is not None and date >= began), date
 
 
 def get(uri: str) -> bytes:

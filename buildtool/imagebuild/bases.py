@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +39,9 @@ from buildtool.imagebuild import archive_state, base_index, engine, push_path, r
 from buildtool.imagebuild.pipconfig import pip_secrets
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
-from buildtool.registry.client import NotFound, RegistryClient
+from buildtool.registry.client import NotFound, RegistryClient, RetryPolicy
 from buildtool.render.dockerfiles import label_value
 
-DEBIAN_REPO = "library/debian"
 MMDEBSTRAP_TIMEOUT = 1200
 ARCHIVE_ENV = "DEBIAN_ARCHIVE"
 DEFAULT_ARCHIVE = "http://deb.debian.org/debian"
@@ -63,6 +62,11 @@ path-include /usr/share/locale/locale.alias
 path-exclude /usr/share/lintian/*
 path-exclude /usr/share/linda/*
 """
+
+# The Debian packages every stand-in installs: its Python and the CA certificates.
+STANDIN_APT = """RUN apt-get update \\
+ && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"""
 
 Log = Callable[[str], None]
 
@@ -98,8 +102,6 @@ def debian_suite(upstream: str) -> tuple[str, bool]:
 
 
 def registry_digest(ref: str, attempts: int = 3) -> str | None:
-    from buildtool.registry.client import RetryPolicy
-
     host, repo, tag = split_repo(ref)
     return RegistryClient(host, retry=RetryPolicy(attempts=attempts, timeout=20)).manifest_digest(repo, tag)
 
@@ -172,11 +174,8 @@ class ArchiveState:
 
 def read_archive_state(archive: str, suite: str, fetch: archive_state.Fetch | None = None) -> ArchiveState:
     """The suite's InRelease as the archive serves it now (FailedError naming it when it cannot be read)."""
-    uri = f"{archive}/dists/{suite}/InRelease"
-    data = (fetch or archive_state.get)(uri)
-    date = archive_state.release_date(data, uri)
-    return ArchiveState(archive_state.ReleaseFile(uri, hashlib.sha256(data).hexdigest(),
-                                                  date.strftime("%Y-%m-%dT%H:%M:%SZ"), False), int(date.timestamp()))
+    release, date = archive_state.read_release(f"{archive}/dists/{suite}/InRelease", fetch)
+    return ArchiveState(release, int(date.timestamp()))
 
 
 def _make_platform(client: RegistryClient, repo: str, suite: str, slim: bool, platform: str, state: ArchiveState,
@@ -255,16 +254,14 @@ def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, sta
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
     assert cell.standin is not None
     # Matrix values on the RUN line are single inert shell words; LABEL values are escaped.
-    reqs = " ".join(shlex.quote(r) for r in cell.standin.requirements)
+    reqs = shlex.join(cell.standin.requirements)
     return f"""\
 # Stand-in for {cell.base}: a test fixture, never released.
 ARG BASE_IMAGE={debian_ref}
 FROM ${{BASE_IMAGE}}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
-RUN apt-get update \\
- && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+{STANDIN_APT}
 # NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
 ENV VIRTUAL_ENV=/usr/local/standin \\
     PATH=/usr/local/standin/bin:$PATH
@@ -285,15 +282,9 @@ def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) 
     target's wheel platform, in a venv at the stand-in's path, then copied in; on the target (under QEMU where it
     is another machine's) only apt runs. uv is the one templates/uv.lock pins, by hash."""
     assert cell.standin is not None
-    standin = cell.standin
-
-    def words(platform: str) -> str:
-        return " ".join(shlex.quote(r) for r in standin.requirements_for(platform))
-    arches = " ".join(f"{p.architecture}) machine={p.machine}; reqs=({words(p.name)}) ;;"
+    reqs = cell.standin.requirements_for
+    arches = " ".join(f"{p.architecture}) machine={p.machine}; reqs=({shlex.join(reqs(p.name))}) ;;"
                       for p in map(platforms.get, cell.platforms))
-    apt = """RUN apt-get update \\
- && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"""
     return f"""\
 # Stand-in for {cell.base} ({', '.join(cell.platforms)}): a test fixture, never released.
 ARG BASE_IMAGE={debian_ref}
@@ -301,7 +292,7 @@ ARG BUILD_BASE_IMAGE={debian_ref}
 FROM --platform=$BUILDPLATFORM ${{BUILD_BASE_IMAGE}} AS build-python
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
-{apt}
+{STANDIN_APT}
 RUN python3 -m venv /usr/local/standin
 RUN --mount=type=secret,id=pip.conf \\
     --mount=type=secret,id=pip-ca \\
@@ -321,7 +312,7 @@ RUN --mount=type=secret,id=uv.toml \\
 FROM ${{BASE_IMAGE}}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
-{apt}
+{STANDIN_APT}
 COPY --from=build-python /usr/local/standin /usr/local/standin
 # NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
 ENV VIRTUAL_ENV=/usr/local/standin \\
@@ -390,14 +381,27 @@ def _child_current(child: base_index.Child, ref: str, suite: str, log: Log) -> b
     return False
 
 
+def _children(client: RegistryClient, repo: str, tag: str) -> dict[str, base_index.Child]:
+    """The platform images at repo:tag ({}: no such tag)."""
+    try:
+        return base_index.read_children(client, repo, tag)
+    except NotFound:
+        return {}
+
+
 def stale_platforms(ref: str, wanted: tuple[str, ...], suite: str, log: Log = lambda line: None) -> list[str]:
     """Which of `wanted` the base tag lacks or holds by an older recipe (all of them: no such tag)."""
     host, repo, tag = split_repo(ref)
-    try:
-        children = base_index.read_children(RegistryClient(host), repo, tag)
-    except NotFound:
-        return list(wanted)
+    children = _children(RegistryClient(host), repo, tag)
     return [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
+
+
+def _check_runnable(names: Iterable[str], what: str) -> None:
+    """Refused before anything is made: an emulated platform this machine cannot run."""
+    for name in names:
+        problem = platforms.binfmt_problem(name)
+        if problem:
+            raise UserError(f"cannot make the {name} {what}: {problem}")
 
 
 def _ordered(names: set[str]) -> list[str]:
@@ -413,18 +417,11 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
     host, repo, tag = split_repo(ref)
     client = RegistryClient(host)
     suite, slim = debian_suite(upstream)
-    try:
-        children = base_index.read_children(client, repo, tag)
-    except NotFound:
-        children = {}
+    children = _children(client, repo, tag)
     todo = [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
     if not todo:
         return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in wanted]
-    # Refused before any mmdebstrap: an emulated platform this machine cannot run.
-    for name in todo:
-        problem = platforms.binfmt_problem(name)
-        if problem:
-            raise UserError(f"cannot make the {name} base {ref}: {problem}")
+    _check_runnable(todo, f"base {ref}")
     state = read_archive_state(debian_archive(), suite, fetch)
     log(f"{ref}: the archive state is {state.release.uri} sha256:{state.release.sha256} ({state.release.date})")
     results: list[BaseResult] = []
@@ -436,14 +433,12 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
         results.append(BaseResult(ref, "mmdebstrap", made[name].digest, time.monotonic() - begun, name))
         log(f"{ref} {name}: mmdebstrap and write took {time.monotonic() - begun:.0f}s ({made[name].digest})")
     if len(made) == 1:
-        [only] = made.values()
-        base_index.tag_child(client, repo, tag, only)
+        base_index.tag_child(client, repo, tag, next(iter(made.values())))
     else:
         # Entries of platforms outside the table (an upstream index's) are not carried over.
         index = base_index.put_index(client, repo, tag, [made[p] for p in _ordered(set(made))])
         log(f"{ref}: index {index} over {', '.join(_ordered(set(made)))}")
-    done = {r.platform for r in results}
-    results += [BaseResult(ref, "present", made[p].digest, 0.0, p) for p in wanted if p not in done]
+    results += [BaseResult(ref, "present", made[p].digest, 0.0, p) for p in wanted if p not in todo]
     return sorted(results, key=lambda r: list(platforms.KNOWN).index(r.platform))
 
 
@@ -559,17 +554,11 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
     started = time.monotonic()
     host, repo, tag = split_repo(ref)
     client = RegistryClient(host)
-    try:
-        children = {} if force else base_index.read_children(client, repo, tag)
-    except NotFound:
-        children = {}
+    children = {} if force else _children(client, repo, tag)
     wanted = [p for p in cell.platforms if not only or p in only]
     if all(p in children for p in wanted):
         return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in wanted]
-    for name in wanted:
-        problem = platforms.binfmt_problem(name)
-        if problem:
-            raise UserError(f"cannot make the {name} stand-in {ref}: {problem}")
+    _check_runnable(wanted, f"stand-in {ref}")
     debian_ref = mirror_base(cell.standin.base, mirror)
     requirement = uv_requirement((templates / "uv.lock").read_text())[1]
     text = _standin_index_dockerfile(cell, debian_ref, requirement)

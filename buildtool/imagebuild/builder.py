@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -95,23 +95,15 @@ class CellResult:
 
     @property
     def ok(self) -> bool:
-        return self.result not in ("failed",)
+        return self.result != "failed"
 
     def to_json(self) -> dict[str, object]:
-        return {k: getattr(self, k) for k in ("cell", "result", "ref", "digest", "size", "seconds", "message", "log",
-                                              "content_key", "sbom", "provenance", "platforms")}
+        return asdict(self)
 
 
 def _client(host: str, quick: bool = False) -> RegistryClient:
     retry = RetryPolicy(attempts=2, first_delay=0.5, timeout=15) if quick else RetryPolicy(timeout=60)
     return RegistryClient(host, retry=retry)   # the client asks Docker Hub's API host for docker.io
-
-
-def image_config(client: RegistryClient, repo: str, ref: str, platform: str = platforms.DEFAULT[0]) -> tuple[str, dict]:
-    """(manifest digest, image config) of `platform`'s image at repo:ref: the manifest itself when it is a single
-    image (of that platform), or that platform's entry of an index (its digest, so a build pins exactly the
-    image it builds on). No image of that platform there: PlatformMissing (a NotFound)."""
-    return platform_manifest(client, repo, ref, platform)
 
 
 def resolve_base(plan: CellPlan, platform: str | None = None) -> BaseInfo | None:
@@ -121,7 +113,8 @@ def resolve_base(plan: CellPlan, platform: str | None = None) -> BaseInfo | None
     host, repo, tag = split_repo(plan.base)
     client = _client(host, quick=True)
     try:
-        digest, config = image_config(client, repo, tag, platform or plan.cell.platforms[0])
+        # That platform's entry of an index by its own digest, so a build pins exactly the image it builds on.
+        digest, config = platform_manifest(client, repo, tag, platform or plan.cell.platforms[0])
     except NotFound:
         return None
     except RegistryUnreachable:
@@ -186,30 +179,29 @@ class Builder(Publishing):
 
     # -- lookups ---------------------------------------------------------------------------
 
-    def _registry_labels(self, repo: str, ref: str) -> tuple[str, dict[str, str]] | None:
-        try:
-            digest, config = image_config(self.registry, repo, ref)
-        except NotFound:
-            return None
-        return digest, dict((config.get("config") or {}).get("Labels") or {})
-
     def _registry_match(self, plan: CellPlan, key: str) -> tuple[str, str] | None:
         """(tag, digest) of an image in the dev repo with this content key, the dev tag first. The
         images passed over are remembered: they are what a build of the cell may take layers from."""
         _, repo, _ = split_repo(plan.dev_ref)
-        tags = self.registry.tags(repo)
-        ordered = [plan.dev_tag] if plan.dev_tag in tags else []
-        ordered += sorted((t for t in tags if t != plan.dev_tag and parse_dev_tag(t, plan.cell.version)), reverse=True)
         seen: list[cache_sources.Candidate] = []
-        for tag in ordered:
-            found = self._registry_labels(repo, tag)
-            if found and found[1].get(label_keys.CONTENT_KEY) == key:
-                return tag, found[0]
-            if found:
-                seen.append(cache_sources.Candidate(tag, found[0], found[1]))
+        for tag in self._dev_tags(plan, repo):
+            try:
+                digest, config = platform_manifest(self.registry, repo, tag, platforms.DEFAULT[0])
+            except NotFound:
+                continue
+            labels = dict((config.get("config") or {}).get("Labels") or {})
+            if labels.get(label_keys.CONTENT_KEY) == key:
+                return tag, digest
+            seen.append(cache_sources.Candidate(tag, digest, labels))
         with self._lock:
             self._candidates[plan.cell.key] = seen
         return None
+
+    def _dev_tags(self, plan: CellPlan, repo: str) -> list[str]:
+        """The cell's dev tags in the dev repo: the plan's own first, then the others newest first."""
+        tags = self.registry.tags(repo)
+        others = sorted((t for t in tags if t != plan.dev_tag and parse_dev_tag(t, plan.cell.version)), reverse=True)
+        return [plan.dev_tag, *others] if plan.dev_tag in tags else others
 
     def _cache_from(self, plan: CellPlan, platform: str | None = None) -> list[str]:
         """The earlier dev images this build takes unchanged layers from (cache_sources), each logged; for
@@ -243,13 +235,8 @@ class Builder(Publishing):
         try:
             key = cell_content_key(plan, self.root, base)
             result.content_key = key
-            if not self.options.force:
-                done = self._reuse(plan, key, result)
-                if done:
-                    self._attach_all(plan, result, began)
-                    result.seconds = time.monotonic() - started
-                    return result
-            self._build(plan, base, key, log_path, result)
+            if self.options.force or not self._reuse(plan, key, result):
+                self._build(plan, base, key, log_path, result)
             self._attach_all(plan, result, began)
         except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
             result.result = "failed"
@@ -275,41 +262,38 @@ class Builder(Publishing):
             keys = {p: cell_content_key(plan, self.root, bases[p], p) for p in wanted}
             result.content_key = keys[wanted[0]]
             if self.options.push and not self.options.force:
-                tags = self.registry.tags(repo)
-                ordered = [plan.dev_tag] if plan.dev_tag in tags else []
-                ordered += sorted((t for t in tags if t != plan.dev_tag and parse_dev_tag(t, cell.version)),
-                                  reverse=True)
-                earlier = multiplatform.read_indexes(self.registry, repo, ordered)
+                earlier = multiplatform.read_indexes(self.registry, repo, self._dev_tags(plan, repo))
                 with self._lock:
                     for platform in cell.platforms:
                         self._candidates[f"{cell.key} {platform}"] = multiplatform.platform_candidates(
                             earlier, platform, exclude=plan.dev_tag)
                 match = multiplatform.matching_index(self.registry, repo, earlier, keys)
-                if match and match[0] == plan.dev_tag:
-                    result.result, result.digest = "up to date", match[1]
-                    result.message = "the registry already holds this dev tag's index with the same content keys"
                 if match:
                     # Each platform's attestations first, then (another commit's index) the dev tag: a manifest
                     # PUT, no layer moves.
                     children = multiplatform.index_children(self.registry, repo, match[0]) or {}
                     result.platforms = [self._attach_platform(plan, p, children[p].digest, keys[p], began)
                                         for p in keys]
-                if match and match[0] != plan.dev_tag:
-                    body, media_type, digest = self.registry.get_manifest(repo, match[0])
-                    self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
-                    result.result, result.digest = "retagged", digest
-                    result.message = f"same content keys as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
-                if match:
+                    if match[0] == plan.dev_tag:
+                        result.result, result.digest = "up to date", match[1]
+                        result.message = "the registry already holds this dev tag's index with the same content keys"
+                    else:
+                        body, media_type, digest = self.registry.get_manifest(repo, match[0])
+                        self.registry.put_manifest(repo, plan.dev_tag, body, media_type)
+                        result.result, result.digest = "retagged", digest
+                        result.message = (f"same content keys as {repo}:{match[0]}; tagged in the registry, "
+                                          "nothing rebuilt")
                     result.seconds = time.monotonic() - started
                     return result
             built: list[Child] = []
             local: dict[str, str] = {}
             actions = []
             for platform in wanted:
-                ref = f"{plan.dev_repo}:{multiplatform.platform_tag(plan.dev_tag, platform)}"
+                tag = multiplatform.platform_tag(plan.dev_tag, platform)
+                arch_log = log_path.with_name(f"{log_path.stem}-{platforms.get(platform).architecture}.log")
                 try:
-                    action, image = self._platform_image(plan, platform, ref, bases[platform], keys[platform],
-                                                         log_path.with_name(f"{log_path.stem}-{platforms.get(platform).architecture}.log"))
+                    action, image = self._platform_image(plan, platform, f"{plan.dev_repo}:{tag}", bases[platform],
+                                                         keys[platform], arch_log)
                 except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
                     # The cell fails naming the platform; the platforms already pushed stay under their own
                     # tags, and the dev tag is not written: no half index.
@@ -317,8 +301,7 @@ class Builder(Publishing):
                 actions.append(f"{platform} {action}")
                 local[platform] = image
                 if self.options.push:
-                    built.append(multiplatform.child_of(self.registry, repo, multiplatform.platform_tag(
-                        plan.dev_tag, platform), platform))
+                    built.append(multiplatform.child_of(self.registry, repo, tag, platform))
             if self.options.push:
                 result.digest = put_index(self.registry, repo, plan.dev_tag, built)
                 result.platforms = [self._attach_platform(plan, c.platform, c.digest, keys[c.platform], began)
@@ -352,10 +335,7 @@ class Builder(Publishing):
         return chosen
 
     def _platform_base(self, plan: CellPlan, platform: str) -> BaseInfo:
-        try:
-            found = resolve_base(plan, platform)
-        except NotFound:
-            found = None
+        found = resolve_base(plan, platform)   # None: no such tag, or no image of that platform
         if found is None:
             raise FailedError(f"base {plan.base} has no {platform} image; run `make bases FRAMEWORK={plan.cell.name} "
                               f"BASE_MIRROR={self.settings.base_mirror or '127.0.0.1:5000'}`")
@@ -419,10 +399,7 @@ class Builder(Publishing):
         if same:
             engine.tag(same[0]["Id"], plan.dev_ref)
             result.size = int(same[0].get("Size", 0))
-            if self.options.push:
-                result.digest = self._push(plan)
-            else:
-                result.digest = str(same[0]["Id"])
+            result.digest = self._push(plan) if self.options.push else str(same[0]["Id"])
             result.result = "retagged"
             result.message = "same content key as a local image; tagged, nothing rebuilt"
             return True
@@ -476,10 +453,8 @@ class Builder(Publishing):
         self.progress.update(plan.cell.key, "building", "starting BuildKit")
         image_id = self._buildkit(plan, base, key, log_path, None)
         engine.tag(image_id, plan.dev_ref)
-        attrs = engine.image_attrs(plan.dev_ref) or {}
-        result.size = int(attrs.get("Size", 0))
-        result.digest = image_id
-        result.result = "built"
+        result.size = int((engine.image_attrs(plan.dev_ref) or {}).get("Size", 0))
+        result.digest, result.result = image_id, "built"
         if self.options.push:
             result.digest = self._push(plan, log_path)
 
@@ -518,8 +493,8 @@ class Builder(Publishing):
             if to_fill:
                 self.log(f"filling {mirror} with missing bases for {', '.join(c.key for c in to_fill)} "
                          "(as `buildtool bases` does)")
-                fill_bases(_unique(to_fill), mirror, force=False, log=self.log, log_dir=self.options.log_dir,
-                           templates=self.root / "templates", only=only)
+                fill_bases(list({c.key: c for c in to_fill}.values()), mirror, force=False, log=self.log,
+                           log_dir=self.options.log_dir, templates=self.root / "templates", only=only)
         for plan in plans:
             try:
                 info = resolve_base(plan)
@@ -572,8 +547,7 @@ class Builder(Publishing):
                 with self._stack, ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
                     futures = {p.cell.key: pool.submit(self.run_cell, p, infos[p.cell.key]) for p in todo}
                     for key, future in futures.items():
-                        results[key] = future.result()
-                        r = results[key]
+                        r = results[key] = future.result()
                         self.progress.update(key, r.result, r.message)
             finally:
                 self._steps = None
@@ -584,7 +558,3 @@ class Builder(Publishing):
         for secret in secret_strings(self._host_pip) if self._host_pip else ():
             line = line.replace(secret, "****")
         return line
-
-
-def _unique(cells: list[Cell]) -> list[Cell]:
-    return list({c.key: c for c in cells}.values())

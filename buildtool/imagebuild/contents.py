@@ -33,10 +33,15 @@ PROBE = Path("image-tests") / "scripts" / "packages.py"
 _TOOLKIT = Path(__file__).resolve().parents[2]
 
 
+def listing_source(root: Path | None) -> str:
+    """The probe's text: the project's copy when it has one, else the toolkit's."""
+    script = root / PROBE if root is not None and (root / PROBE).is_file() else _TOOLKIT / PROBE
+    return script.read_text()
+
+
 def probe(root: Path, image: str, timeout: int = 180) -> dict[str, Any]:
     """The probe's JSON for `image` (Python and Debian packages, Python version, CUDA)."""
-    script = root / PROBE if (root / PROBE).is_file() else _TOOLKIT / PROBE
-    source = script.read_text()
+    source = listing_source(root)
     try:
         output = engine.run_output(image, ["python", "-c", source], timeout=timeout)
         return dict(json.loads(output.strip().splitlines()[-1]))

@@ -156,19 +156,14 @@ def _argv(client: BuildClient, request: BuildRequest, iidfile: Path) -> list[str
         argv += ["--platform", request.platform]
     if request.tag:
         argv += ["-t", request.tag]
-    for key, value in sorted(request.build_args.items()):
-        argv += ["--build-arg", f"{key}={value}"]
+    argv += [a for key, value in sorted(request.build_args.items()) for a in ("--build-arg", f"{key}={value}")]
     # BuildKit's own switch, not an ARG of the Dockerfile: it changes the image config (the cache
     # metadata), never a layer.
     argv += ["--build-arg", f"{INLINE_CACHE_ARG}=1"]
-    for ref in request.cache_from:
-        argv += ["--cache-from", ref]
-    for key, value in sorted(request.labels.items()):
-        argv += ["--label", f"{key}={value}"]
-    for sid, path in sorted(request.secrets.items()):
-        argv += ["--secret", f"id={sid},src={path}"]
-    argv.append(str(request.context))
-    return argv
+    argv += [a for ref in request.cache_from for a in ("--cache-from", ref)]
+    argv += [a for key, value in sorted(request.labels.items()) for a in ("--label", f"{key}={value}")]
+    argv += [a for sid, path in sorted(request.secrets.items()) for a in ("--secret", f"id={sid},src={path}")]
+    return [*argv, str(request.context)]
 
 
 def _run_build(client: BuildClient, request: BuildRequest,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.imagebuild import image_probe
+from buildtool.imagebuild.contents import listing_source
 from buildtool.registry.client import RegistryClient, RegistryError, RegistryUnreachable
 from buildtool.sbom import document as sbom
 from buildtool.sbom.document import Change, Contents
@@ -87,7 +88,7 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
                         sbom=found[1])
     # By digest when the registry named one: the probe lists exactly the image the digest is.
     target = f"{ref.name}@{digest}" if digest else image
-    probed = image_probe.probe_image(target, image_probe.listing_source(root), timeout=timeout)
+    probed = image_probe.probe_image(target, listing_source(root), timeout=timeout)
     listing = probed.listing()
     facts = {key: listing[key] for key in PROBE_FACTS}
     # Keyed as an SBOM's purls are: PEP 503 Python names, Debian package names without the architecture.
@@ -99,17 +100,12 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
 
 
 def compared(before: Side, after: Side) -> list[Change]:
-    """The changes between two sides. Where one side was probed, only the facts a probe sees are
-    compared: its framework or base is unknown, not absent."""
+    """The changes between two sides (sbom.diff's order). Where one side was probed, only the facts a probe
+    sees are compared: its framework or base is unknown, not absent."""
     if "probe" in (before.source, after.source):
-        return changes(_probe_facts(before.contents), _probe_facts(after.contents))
-    return changes(before.contents, after.contents)
+        return sbom.diff(_probe_facts(before.contents), _probe_facts(after.contents))
+    return sbom.diff(before.contents, after.contents)
 
 
 def _probe_facts(found: Contents) -> Contents:
     return replace(found, facts={k: v for k, v in found.facts.items() if k in PROBE_FACTS})
-
-
-def changes(before: Contents, after: Contents) -> list[Change]:
-    """The headline facts first, then the packages: removed, changed, added (sbom.diff's order)."""
-    return sbom.diff(before, after)

@@ -17,18 +17,15 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError
-from buildtool.imagebuild.contents import PROBE
 
 PROBE_TIMEOUT_S = 180
 PULL_TIMEOUT_S = 900
 # A listing's line is `status<TAB>package<TAB>version`: never starts with this.
 _MARK = "@@"
-_TOOLKIT = Path(__file__).resolve().parents[2]
 # $1 is the listing's source. Sections: apt (or no-dpkg), os, then one per Python environment.
 _SCRIPT = r"""
 src="$1"
@@ -86,12 +83,6 @@ class Probed:
         first = self.environments[0].version if self.environments else ""
         return {"python": first, "os": self.os, "cuda": self.cuda, "python_packages": dict(sorted(python.items())),
                 "apt_packages": dict(sorted(self.apt.items()))}
-
-
-def listing_source(root: Path | None) -> str:
-    """The listing's text: the project's copy when it has one (as the SBOM step uses), else the toolkit's."""
-    script = root / PROBE if root is not None and (root / PROBE).is_file() else _TOOLKIT / PROBE
-    return script.read_text()
 
 
 def local_image(ref: str, pull_timeout: float = PULL_TIMEOUT_S) -> tuple[str, list[str]]:

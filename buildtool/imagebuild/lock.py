@@ -32,11 +32,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.files import write_atomic
+from buildtool.common.files import write_changed
 from buildtool.contracts import frameworks, platforms
 from buildtool.contracts import versions as version_rules
 from buildtool.contracts.locks import (
@@ -266,8 +267,7 @@ def index_args(host: HostPip, index_url: str | None, extra_index_urls: tuple[str
             skipped.append(url)
             continue
         args += ["--extra-index-url", url]
-    for link in host.find_links:
-        args += ["--find-links", link]
+    args += [a for link in host.find_links for a in ("--find-links", link)]
     if host.no_index:
         args.append("--no-index")
     return args, skipped
@@ -310,9 +310,7 @@ def compile_cell(cell: Cell, host: HostPip, pins: Pins, *, base: BaseFacts | Non
     for url in skipped:
         log(f"[{cell.key}] index {redact(url)} cannot be reached from here; left out (hashes decide what is "
             "installed)")
-    env = {**os.environ, "UV_NO_CONFIG": "1"}
-    if host.cert:
-        env["SSL_CERT_FILE"] = host.cert
+    env = {**os.environ, "UV_NO_CONFIG": "1", **({"SSL_CERT_FILE": host.cert} if host.cert else {})}
     common = [uv_binary(), "pip", "compile", "--quiet", "--format", "pylock.toml", "--no-header",
               "--python-version", python, *args]
     with tempfile.TemporaryDirectory(prefix="buildtool-lock-") as tmp:
@@ -398,14 +396,7 @@ def _table(cell: Cell, base: BaseFacts | None, platform: str | None, name: str, 
 
 def write_locks(root: Path, cell: Cell, texts: dict[str, str], platform: str | None = None) -> list[Path]:
     """Atomic writes of a cell's locks of `platform`; returns the files that changed."""
-    changed = []
-    for name, path in lock_paths(root, cell, platform).items():
-        text = texts[name]
-        if path.is_file() and path.read_text() == text:
-            continue
-        write_atomic(path, text)
-        changed.append(path)
-    return changed
+    return write_changed({path: texts[name] for name, path in lock_paths(root, cell, platform).items()})
 
 
 # What a base already has, asked inside it (stdlib only): Python, its distributions and the
@@ -500,14 +491,11 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
     wanted = tuple(normalize(p) for p in packages)
     results = []
     for cell in cells:
-        previous: dict[str, dict[str, LockFile]] = {}
+        previous: dict[str, dict[str, LockFile]] = {platform: {} for platform in cell.platforms}
         for platform in cell.platforms:
-            previous[platform] = {}
             for name, path in lock_paths(root, cell, platform).items():
-                try:
+                with suppress(OSError, ValueError):   # a missing or broken lock holds no pins
                     previous[platform][name] = parse_lock(path.read_text())
-                except (OSError, ValueError):
-                    continue
         known = {n for locks in previous.values() for lock in locks.values() for n in lock.entries} | {
             normalize(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0])
             for r in framework_requirements(cell) + tool_requirements(cell)}

@@ -50,12 +50,7 @@ def content_key_of(client: RegistryClient, repo: str, ref: str) -> str | None:
 
 def read_indexes(client: RegistryClient, repo: str, tags: list[str]) -> dict[str, dict[str, Child]]:
     """tag -> its index's platform images, for those of `tags` that hold an index (in the order given)."""
-    found = {}
-    for tag in tags:
-        children = index_children(client, repo, tag)
-        if children is not None:
-            found[tag] = children
-    return found
+    return {tag: children for tag in tags if (children := index_children(client, repo, tag)) is not None}
 
 
 def platform_candidates(indexes: dict[str, dict[str, Child]], platform: str, exclude: str) -> list[Candidate]:

@@ -43,9 +43,6 @@ SECRET_UV = "uv.toml"
 SECRET_CA = "pip-ca"
 SECRET_LOCK_URLS = "lock-urls"
 CA_IN_BUILD = "/run/secrets/pip-ca"
-# Keys carried into the build; everything else (cache dirs, constraints of this machine,
-# user options) stays on the host.
-_KEYS = ("index-url", "extra-index-url", "find-links", "cert", "trusted-host", "no-index")
 _SECTIONS = ("global", "install", "download", ":env:")  # later wins, as in pip
 
 
@@ -73,11 +70,7 @@ class HostPip:
             if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
                 value = value[1:-1]
             merged.setdefault(key, {})[section] = value
-        chosen: dict[str, str] = {}
-        for key, by_section in merged.items():
-            for section in _SECTIONS:
-                if section in by_section:
-                    chosen[key] = by_section[section]
+        chosen = {key: by_section[s] for key, by_section in merged.items() for s in _SECTIONS if s in by_section}
 
         def many(key: str) -> tuple[str, ...]:
             return tuple(chosen.get(key, "").split())
@@ -169,6 +162,12 @@ def _local_path(location: str) -> Path | None:
     return None
 
 
+def _mapped(location: str, url_of: dict[str, str]) -> str:
+    """A location as a build sees it: a local folder served on loopback as its URL there."""
+    local = _local_path(location)
+    return location if local is None else url_of.get(str(local), location)
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Read-only file server over several folders mounted at /m<N>/ prefixes."""
 
@@ -210,20 +209,13 @@ def _write_private(path: Path, text: str) -> None:
 
 def render_conf(host: HostPip, url_of: dict[str, str], *, has_ca: bool) -> str:
     """The pip.conf a build sees: local folders replaced by their loopback URLs."""
-
-    def mapped(location: str, index: bool) -> str:
-        local = _local_path(location)
-        if local is None:
-            return location
-        return url_of.get(str(local), location)
-
     lines = ["[global]"]
     if host.index_url:
-        lines.append(f"index-url = {mapped(host.index_url, True)}")
+        lines.append(f"index-url = {_mapped(host.index_url, url_of)}")
     if host.extra_index_urls:
-        lines.append("extra-index-url = " + " ".join(mapped(u, True) for u in host.extra_index_urls))
+        lines.append("extra-index-url = " + " ".join(_mapped(u, url_of) for u in host.extra_index_urls))
     if host.find_links:
-        lines.append("find-links = " + " ".join(mapped(u, False) for u in host.find_links))
+        lines.append("find-links = " + " ".join(_mapped(u, url_of) for u in host.find_links))
     if host.no_index:
         lines.append("no-index = true")
     trusted = list(host.trusted_hosts)
@@ -247,19 +239,14 @@ def render_uv_toml(host: HostPip, url_of: dict[str, str]) -> str:
     loopback URLs as its pip.conf. uv cannot take a CA path in its config: the build exports
     SSL_CERT_FILE=/run/secrets/pip-ca. Best match across indexes, as pip does: the locks'
     hashes decide which file is acceptable, so no index can substitute another."""
-
-    def mapped(location: str) -> str:
-        local = _local_path(location)
-        return location if local is None else url_of.get(str(local), location)
-
     lines = []
     if host.index_url and answers(host.index_url):
-        lines.append(f"index-url = {json.dumps(mapped(host.index_url))}")
-    extra = [mapped(u) for u in host.extra_index_urls if _local_path(u) or answers(u)]
+        lines.append(f"index-url = {json.dumps(_mapped(host.index_url, url_of))}")
+    extra = [_mapped(u, url_of) for u in host.extra_index_urls if _local_path(u) or answers(u)]
     if extra:
         lines.append(f"extra-index-url = {_toml_list(list(dict.fromkeys(extra)))}")
     if host.find_links:
-        lines.append(f"find-links = {_toml_list([mapped(u) for u in host.find_links])}")
+        lines.append(f"find-links = {_toml_list([_mapped(u, url_of) for u in host.find_links])}")
     if host.no_index:
         lines.append("no-index = true")
     insecure = [*host.trusted_hosts, *(["127.0.0.1"] if url_of else [])]
@@ -295,8 +282,6 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
         local = _local_path(location) if location else None
         if local is not None and local.is_dir() and local not in folders:
             folders.append(local)
-    # An index folder's pages link to `../../files/...`: serve the folder above `simple/`.
-    mounts: dict[str, Path] = {}
     url_of: dict[str, str] = {}
     file_urls: dict[str, str] = {}
     server: socketserver.TCPServer | None = None
@@ -305,13 +290,10 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
         os.chmod(tmp, 0o700)
         try:
             if folders:
-                for n, folder in enumerate(folders):
-                    resolved = folder.resolve()
-                    is_index = folder in {_local_path(u) for u in (host.index_url, *host.extra_index_urls) if u}
-                    root = resolved.parent if is_index else resolved
-                    mounts[f"m{n}"] = root
-                handler = partial(_Handler, mounts=mounts)
-                server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+                # An index folder's pages link to `../../files/...`: serve the folder above `simple/`.
+                indexes = {_local_path(u) for u in (host.index_url, *host.extra_index_urls) if u}
+                mounts = {f"m{n}": f.resolve().parent if f in indexes else f.resolve() for n, f in enumerate(folders)}
+                server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), partial(_Handler, mounts=mounts))
                 server.daemon_threads = True
                 port = server.server_address[1]
                 for n, folder in enumerate(folders):
@@ -329,15 +311,10 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
             if has_ca:
                 files[SECRET_CA] = Path(host.cert)
             conf = render_conf(host, url_of, has_ca=has_ca)
-            conf_path = Path(tmp) / "pip.conf"
-            fd = os.open(conf_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(conf)
-            files[SECRET_CONF] = conf_path
-            files[SECRET_UV] = Path(tmp) / SECRET_UV
-            _write_private(files[SECRET_UV], render_uv_toml(host, url_of))
-            files[SECRET_LOCK_URLS] = Path(tmp) / SECRET_LOCK_URLS
-            _write_private(files[SECRET_LOCK_URLS], render_lock_urls(file_urls))
+            for secret, text in ((SECRET_CONF, conf), (SECRET_UV, render_uv_toml(host, url_of)),
+                                 (SECRET_LOCK_URLS, render_lock_urls(file_urls))):
+                files[secret] = Path(tmp) / secret
+                _write_private(files[secret], text)
             yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, file_urls=file_urls)
         finally:
             if server is not None:

@@ -13,7 +13,6 @@ from typing import Protocol
 
 # BuildKit's plain progress: `#7 [stage 3/8] RUN apt-get update ...` or `#7 [3/8] RUN ...`.
 _STEP_RE = re.compile(r"^#\d+ \[(?:[^\]]*?\s)?(\d+/\d+)\] (.+)$")
-STATES = ("queued", "checking", "building", "pushing")
 
 
 class Progress(Protocol):
@@ -25,18 +24,12 @@ def latest_step(log_path: Path, tail_bytes: int = 65536) -> str:
     """The last BuildKit step a build log shows, as `3/8 RUN apt-get ...`; '' when none yet."""
     try:
         with log_path.open("rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - tail_bytes))
+            handle.seek(max(0, handle.seek(0, 2) - tail_bytes))
             text = handle.read().decode(errors="replace")
     except OSError:
         return ""
-    found = ""
-    for line in text.splitlines():
-        match = _STEP_RE.match(line.strip())
-        if match:
-            found = f"{match.group(1)} {match.group(2)}"
-    return found
+    steps = [match for line in text.splitlines() if (match := _STEP_RE.match(line.strip()))]
+    return f"{steps[-1].group(1)} {steps[-1].group(2)}" if steps else ""
 
 
 class LogProgress:

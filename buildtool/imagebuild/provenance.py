@@ -301,9 +301,8 @@ def context_descriptor(root: Path, folder: str, source_uri: str) -> dict[str, An
     """The build context (the Dockerfile's folder, what the build sent) as a resolved dependency: its files by
     sha256, one digest over `sha256  path` lines sorted by path (sha256sum's form), the folder within the source."""
     base = root / folder
-    lines = []
-    for path in sorted(p for p in base.rglob("*") if p.is_file()):
-        lines.append(f"{sha256_file(path)}  {path.relative_to(base).as_posix()}\n")
+    lines = [f"{sha256_file(path)}  {path.relative_to(base).as_posix()}\n"
+             for path in sorted(p for p in base.rglob("*") if p.is_file())]
     if not lines:
         raise FailedError(f"the build context {folder} holds no file")
     digest = hashlib.sha256("".join(lines).encode()).hexdigest()
@@ -360,7 +359,6 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
                           "with `buildtool build --force --push`")
     if labels.cell and labels.cell != cell.key:
         raise FailedError(f"{plan.dev_ref} is labelled {label_keys.CELL}={labels.cell}, not {cell.key}")
-    locks = []
     # The Python locks, and for a cell with an apt step its apt lock, the base's package list it sits on and
     # the .debs' hashes (a multi-platform cell: the built platform's).
     platform = built.platform if cell.multi_platform else None
@@ -368,8 +366,7 @@ def make_provenance(root: Path, matrix_path: Path, plan: CellPlan, built: Built,
            if aptlock.has_apt_step(cell) else ())
     files = [*lock_paths(root, cell, platform).values(), *apt]
     try:
-        for path in files:
-            locks.append(lock_descriptor(root, path))
+        locks = [lock_descriptor(root, path) for path in files]
     except OSError as exc:
         raise UserError(f"{exc.filename}: cannot be read ({exc.strerror}); run `make lock FRAMEWORK={cell.key}`") \
             from None

@@ -166,7 +166,7 @@ class Publishing:
     def _ensure_sbom(self, plan: CellPlan, ref: str, digest: str, platform: str) -> str:
         """Every pushed digest gets its SBOM (of `platform`'s locks), plain and signed by the builder key (both
         kept when this key already signed the plain one). Returns the SBOM artifact's digest."""
-        _, repo, _ = split_repo(ref)
+        registry_host, repo, _ = split_repo(ref)
         key = self._key
         if key is None:
             raise FailedError("a push signs the image's SBOM with the builder key, and none was read "
@@ -180,7 +180,6 @@ class Publishing:
         if engine.image_attrs(ref) is None:
             # Reused by content key (built by another commit or machine) and not signed by this key yet: the
             # SBOM is made from the image itself, pulled by the digest pushed.
-            registry_host, _, _ = split_repo(ref)
             pinned = f"{registry_host}/{repo}@{digest}"
             self.progress.update(plan.cell.key, "sbom", "pulling the image to probe its packages")
             try:

@@ -54,8 +54,7 @@ def rfc3339(epoch: int) -> str:
 
 def normalise(config: dict[str, Any], epoch: int) -> tuple[dict[str, Any], list[str]]:
     """(config with `created`, every history entry's `created` and the created label at `epoch` and no build
-    metadata, the
-    fields that changed: [] when it already was so)."""
+    metadata, the fields that changed: [] when it already was so)."""
     when = rfc3339(epoch)
     new = {k: v for k, v in config.items() if k not in BUILD_METADATA}
     changed = sorted(k for k in config if k in BUILD_METADATA)
