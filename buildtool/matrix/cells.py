@@ -30,7 +30,7 @@ from buildtool.matrix.schema import (
     VersionSpec,
     deadline_for,
 )
-from buildtool.matrix.yamlsource import Loc, Located, dotted
+from buildtool.matrix.yamlsource import Loc, Located
 
 _REQUIRED = ("framework", "accelerator", "template", "base", "python", "framework_version", "run", "tests", "use")
 _REQUIRED_RUN = ("shm_size", "ipc", "ulimits", "gpus")
@@ -38,21 +38,18 @@ _REQUIRED_RUN = ("shm_size", "ipc", "ulimits", "gpus")
 
 def _check_layer(doc: Located, base: Loc, fields: CellFields) -> None:
     """Within one layer (defaults, an image, a version): no package or test group twice."""
-    def fail(loc: Loc, message: str) -> MatrixError:
-        return MatrixError(doc.path, doc.line_of(loc), dotted(loc), message)
-
     seen: dict[str, str] = {}
     for name in fields.packages or {}:
         canonical = canonicalize_name(name)
         if canonical in seen:
-            raise fail((*base, "packages", name), f"{name!r} is the same package as {seen[canonical]!r} "
-                                                  "(names compare without case, '-', '_' or '.'); keep one")
+            raise doc.error((*base, "packages", name), f"{name!r} is the same package as {seen[canonical]!r} "
+                                                       "(names compare without case, '-', '_' or '.'); keep one")
         seen[canonical] = name
     for key in ("tests", "apt_packages", "framework_requirements", "platforms"):
         items: list[str] = getattr(fields, key) or []
         for k, item in enumerate(items):
             if item in items[:k]:
-                raise fail((*base, key, k), f"{item!r} is listed twice; keep one")
+                raise doc.error((*base, key, k), f"{item!r} is listed twice; keep one")
 
 
 # The keys a layer may set, as the matrix spells them (`validate`, not the field's `validate_`).
@@ -74,12 +71,10 @@ def _layer(data: Any) -> dict[str, Any]:
 
 
 def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
-    """Later layer wins; mappings merge key by key, everything else replaces. New dicts only:
-    the layers (shared by YAML aliases, or by every version of an image) are never changed."""
+    """Later layer wins; mappings merge key by key, everything else replaces (a layer holds no null: `_layer`).
+    New dicts only: the layers (shared by YAML aliases, or by every version of an image) are never changed."""
     out = dict(base)
     for key, value in layer.items():
-        if value is None:
-            continue
         if isinstance(value, dict):
             old = out.get(key)
             out[key] = _merge(old if isinstance(old, dict) else {}, value)
@@ -140,7 +135,7 @@ class _CellCheck:
         return (*found, *index)
 
     def fail(self, loc: Loc, message: str) -> MatrixError:
-        return MatrixError(self.doc.path, self.doc.line_of(loc), dotted(loc), message)
+        return self.doc.error(loc, message)
 
     def required(self) -> None:
         for key in _REQUIRED:
@@ -333,9 +328,6 @@ class _Expansion:
         self.defaults = _layer(doc.data.get("defaults"))
         self.needs: dict[str, tuple[str, ...]] = {}
 
-    def fail(self, loc: Loc, message: str) -> MatrixError:
-        return MatrixError(self.doc.path, self.doc.line_of(loc), dotted(loc), message)
-
 
 def expand(doc: Located, spec: MatrixFile, templates_dir: Path | None) -> tuple[Cell, ...]:
     """Every cell of a validated matrix document, in matrix order."""
@@ -345,8 +337,8 @@ def expand(doc: Located, spec: MatrixFile, templates_dir: Path | None) -> tuple[
     for i, (image, raw_image) in enumerate(zip(spec.images, doc.data["images"], strict=True)):
         name_loc: Loc = ("images", i, "name")
         if image.name in seen_images:
-            raise run.fail(name_loc, f"duplicate image {image.name!r} (first declared on line "
-                                     f"{seen_images[image.name]})")
+            raise doc.error(name_loc, f"duplicate image {image.name!r} (first declared on line "
+                                      f"{seen_images[image.name]})")
         seen_images[image.name] = doc.line_of(name_loc) or 0
         cells += _image_cells(run, ("images", i), image, raw_image)
     return tuple(cells)
@@ -366,13 +358,13 @@ def _image_cells(run: _Expansion, image_loc: Loc, image: ImageSpec, raw_image: d
         loc: Loc = (*image_loc, "versions", j)
         line = doc.line_of((*loc, "version")) or 0
         if ver.version in seen_versions:
-            raise run.fail((*loc, "version"), f"duplicate version {ver.version!r} of {image.name} "
-                                              f"(first declared on line {seen_versions[ver.version]})")
+            raise doc.error((*loc, "version"), f"duplicate version {ver.version!r} of {image.name} "
+                                               f"(first declared on line {seen_versions[ver.version]})")
         seen_versions[ver.version] = line
         if ver.default:
             if first_default is not None:
-                raise run.fail((*loc, "default"), f"a second version of {image.name} with `default: true` (the "
-                                                  f"first is {first_default[0]}, line {first_default[1]}); keep one")
+                raise doc.error((*loc, "default"), f"a second version of {image.name} with `default: true` (the "
+                                                   f"first is {first_default[0]}, line {first_default[1]}); keep one")
             first_default = (ver.version, doc.line_of((*loc, "default")))
         _check_layer(doc, loc, ver)
         version_layer = _layer(raw_ver)
@@ -380,8 +372,8 @@ def _image_cells(run: _Expansion, image_loc: Loc, image: ImageSpec, raw_image: d
                            ((run.defaults, ("defaults",)), (image_layer, image_loc), (version_layer, loc)))
         cells.append(_cell(run, check, image.name, ver, claimed))
     if first_default is None:
-        raise run.fail(image_loc, f"no version of {image.name} has `default: true`; set it on exactly one (the "
-                                  "version `latest` and the nightly jobs use)")
+        raise doc.error(image_loc, f"no version of {image.name} has `default: true`; set it on exactly one (the "
+                                   "version `latest` and the nightly jobs use)")
     return cells
 
 

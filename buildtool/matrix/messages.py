@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from buildtool.common.errors import MatrixError
 from buildtool.matrix import values
 from buildtool.matrix.schema import MatrixFile, OciLabels, PackageIndex, ReleaseTags, RunProfile, UlimitName
-from buildtool.matrix.yamlsource import Loc, Located, dotted
+from buildtool.matrix.yamlsource import Loc, Located
 
 # Where a key belongs, for a key written one level off ("`shm_size` belongs under `run:`").
 _HOME = {
@@ -139,7 +139,6 @@ def pydantic_error(doc: Located, exc: ValidationError) -> MatrixError:
         loc: Loc = tuple("schema" if part == "schema_" else part for part in error["loc"])
         on_key = bool(loc) and loc[-1] == "[key]"
         loc = loc[:-1] if on_key else loc
-        line = doc.line_of(loc)
-        found.append(((error["type"] == "missing", line or 0, index), line, loc, error, on_key))
-    _, line, loc, error, on_key = min(found, key=lambda item: item[0])
-    return MatrixError(doc.path, line, dotted(loc), _message(doc, error, loc, on_key))
+        found.append(((error["type"] == "missing", doc.line_of(loc) or 0, index), loc, error, on_key))
+    _, loc, error, on_key = min(found, key=lambda item: item[0])
+    return doc.error(loc, _message(doc, error, loc, on_key))

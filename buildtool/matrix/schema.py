@@ -31,7 +31,7 @@ from pydantic import (
 
 from buildtool.common.errors import UserError
 from buildtool.common.sizes import size_bytes
-from buildtool.contracts import frameworks, platforms, runprofile, sitetests
+from buildtool.contracts import frameworks, nvlibs, platforms, runprofile, sitetests
 from buildtool.matrix import values
 
 SCHEMA_VERSION = values.SCHEMA_VERSION
@@ -97,9 +97,7 @@ PlatformName = Annotated[StrictStr, AfterValidator(_known_platform)]
 
 
 def _library_version(value: str) -> str:
-    from buildtool.contracts.nvlibs import parse_promise
-
-    parse_promise(value)
+    nvlibs.parse_promise(value)
     return value
 
 
@@ -185,6 +183,9 @@ class StandInFields(_Strict):
 
 
 # -- validate: how long the image tests of a cell may take (issue 14) ----------------------------
+MAX_EMULATION_FACTOR = 20
+
+
 class ValidateSettings(_Strict):
     """How `buildtool validate` runs this cell's image tests."""
 
@@ -214,22 +215,17 @@ class ValidateSettings(_Strict):
                 raise ValueError(wrong)
         return str(path)
 
-    @field_validator("emulation_factor")
+    @field_validator("emulation_factor", "deadline_s")
     @classmethod
-    def _factor(cls, value: int | None) -> int | None:
-        if value is not None and not 1 <= value <= MAX_EMULATION_FACTOR:
-            raise ValueError(f"must be between 1 and {MAX_EMULATION_FACTOR} (got {value})")
-        return value
-
-    @field_validator("deadline_s")
-    @classmethod
-    def _deadline(cls, value: int | None) -> int | None:
-        if value is not None and not 60 <= value <= runprofile.MAX_DEADLINE_S:
-            raise ValueError(f"must be between 60 and {runprofile.MAX_DEADLINE_S} seconds (got {value})")
+    def _within(cls, value: int | None, info: ValidationInfo) -> int | None:
+        low, high, unit = _BOUNDS[info.field_name or ""]
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}{unit} (got {value})")
         return value
 
 
-MAX_EMULATION_FACTOR = 20
+# field of ValidateSettings -> (lowest, highest, unit)
+_BOUNDS = {"emulation_factor": (1, MAX_EMULATION_FACTOR, ""), "deadline_s": (60, runprofile.MAX_DEADLINE_S, " seconds")}
 
 
 def deadline_for(merged: dict[str, Any]) -> int:

@@ -61,13 +61,6 @@ def suggest(word: str, choices: list[str] | tuple[str, ...]) -> str:
     return f"; did you mean `{close[0]}`?" if close else ""
 
 
-def _first_bad_char(text: str) -> str | None:
-    for char in text:
-        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") or char in "\u0085":
-            return char
-    return None
-
-
 @functools.lru_cache(maxsize=65536)
 def is_plain_word(text: str) -> bool:
     """Whether `text` can be shown as a bare YAML word in advice (no spaces, quotes, breaks)."""
@@ -77,7 +70,7 @@ def is_plain_word(text: str) -> bool:
 @functools.lru_cache(maxsize=65536)
 def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
     """Free text (the `use` sentence): one line, printable, at most `limit` characters."""
-    bad = _first_bad_char(text)
+    bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") or c == "\u0085"), None)
     if bad is not None:
         if bad in "\n\r\u2028\u2029\u0085":
             what = "a line break"
@@ -354,13 +347,10 @@ def shm_size(value: object) -> str:
     """/dev/shm size: a string like 8g (or a whole number of bytes), at least the checks' minimum."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"must be a size like 8g (at least {MIN_SHM_SIZE}); got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{value} is not a size; write a size of at least {MIN_SHM_SIZE} for /dev/shm, "
-                             "e.g. shm_size: 8g (there is no unlimited /dev/shm)")
-        text = str(value)
-    else:
-        text = value
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"{value} is not a size; write a size of at least {MIN_SHM_SIZE} for /dev/shm, "
+                         "e.g. shm_size: 8g (there is no unlimited /dev/shm)")
+    text = str(value)
     if not SIZE_RE.match(text):
         raise ValueError(f"{text!r} is not a size; write it like shm_size: {_size_hint(text)} "
                          "(a whole number with k, m or g)")

@@ -78,8 +78,12 @@ class Located:
                 break
         return line
 
+    def error(self, loc: Loc, message: str) -> MatrixError:
+        """The MatrixError at `loc`: the file, the line of the deepest known part of `loc`, the key."""
+        return MatrixError(self.path, self.line_of(loc), dotted(loc), message)
 
-def _dotted(loc: Loc) -> str:
+
+def dotted(loc: Loc) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
@@ -89,47 +93,44 @@ def _dotted(loc: Loc) -> str:
     return "".join(parts)
 
 
-dotted = _dotted
-
-
 def _read(path: Path, shown: str) -> str:
     """The file's text; every way of not being a readable UTF-8 file is a one-line MatrixError."""
+    def fail(message: str, line: int | None = None) -> MatrixError:
+        return MatrixError(shown, line, "", message)
+
+    unreadable = "cannot read it ({}); pass a readable matrix file with --matrix"
     try:
         info = path.stat()
     except FileNotFoundError:
-        raise MatrixError(shown, None, "", "file not found; pass --matrix or create it") from None
+        raise fail("file not found; pass --matrix or create it") from None
     except OSError as exc:
-        raise MatrixError(shown, None, "", f"cannot read it ({exc.strerror or exc}); pass a readable matrix "
-                                           "file with --matrix") from None
+        raise fail(unreadable.format(exc.strerror or exc)) from None
     if stat.S_ISDIR(info.st_mode):
-        raise MatrixError(shown, None, "", "is a directory; pass the matrix file itself, e.g. "
-                                           f"--matrix {Path(shown) / 'matrix.yaml'}")
+        raise fail(f"is a directory; pass the matrix file itself, e.g. --matrix {Path(shown) / 'matrix.yaml'}")
     if not stat.S_ISREG(info.st_mode):
-        raise MatrixError(shown, None, "", f"is not a regular file ({path} is a device, pipe or socket); pass the "
-                                           "matrix file")
+        raise fail(f"is not a regular file ({path} is a device, pipe or socket); pass the matrix file")
     if info.st_size > MAX_BYTES:
-        raise MatrixError(shown, None, "", f"is {info.st_size / 2**20:.1f} MiB; a matrix is at most "
-                                           f"{MAX_BYTES >> 20} MiB (split it or remove generated content)")
+        raise fail(f"is {info.st_size / 2**20:.1f} MiB; a matrix is at most {MAX_BYTES >> 20} MiB (split it or "
+                   "remove generated content)")
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise MatrixError(shown, None, "", f"cannot read it ({exc.strerror or exc}); pass a readable matrix "
-                                           "file with --matrix") from None
+        raise fail(unreadable.format(exc.strerror or exc)) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise MatrixError(shown, line, "", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column}); "
-                                           "save the file as UTF-8") from None
+        raise fail(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column}); save the file as UTF-8",
+                   line) from None
     text = text.removeprefix("\ufeff")
     bad = _NOT_PRINTABLE.search(text)
     if bad is not None:
         line = text.count("\n", 0, bad.start()) + 1
         column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
-        raise MatrixError(shown, line, "", f"control character U+{ord(bad.group()):04X} at column {column}; "
-                                           "YAML text has none (is this a binary file?)")
+        raise fail(f"control character U+{ord(bad.group()):04X} at column {column}; YAML text has none (is this a "
+                   "binary file?)", line)
     return text
 
 
@@ -167,7 +168,7 @@ class _Builder:
         self.seen_root = False
 
     def fail(self, line: int | None, loc: Loc, message: str) -> MatrixError:
-        return MatrixError(self.doc.path, line, _dotted(loc), message)
+        return MatrixError(self.doc.path, line, dotted(loc), message)
 
     def run(self, get_event: Any) -> None:
         stack = self.stack
