@@ -82,10 +82,6 @@ def _path(kind: str) -> Grammar:
     return lambda option, value: argcheck.path(option, value, kind)
 
 
-def _reference(option: str, value: str) -> object:
-    return argcheck.reference(option, value)
-
-
 def _sif_or_reference(option: str, value: str) -> object:
     if value.startswith(("/", ".")):   # a path on the cluster's shared file system: maybe not on this machine
         return argcheck.path(option, value, "any")
@@ -151,14 +147,6 @@ def _size(option: str, value: str) -> object:
         raise UserError(f"{option}: {shown(value)} is not a size like 8g, 512m or 1048576") from None
 
 
-def _node_selectors(option: str, value: list[str]) -> object:
-    return argcheck.node_selectors(option, value)
-
-
-def _label_key(option: str, value: str) -> object:
-    return argcheck.label_key(option, value)
-
-
 def _skip_waiver(option: str, value: str) -> object:
     from buildtool.contracts import skips
 
@@ -192,7 +180,7 @@ def _fraction(option: str, value: float) -> object:
 
 FLAG: Grammar = lambda option, value: value   # noqa: E731 - a flag carries no value
 TEXT: Grammar = lambda option, value: argcheck.plain(option, value)  # noqa: E731
-REFERENCE: Grammar = _reference
+REFERENCE: Grammar = argcheck.reference
 PATH, FILE, DIR, OUT_FILE, OUT_DIR = (_path(k) for k in ("any", "file", "dir", "out-file", "out-dir"))
 NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?"
 # The matrix says which selectors exist (read here: no call out); the grammar keeps out what no name has.
@@ -338,8 +326,9 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
             "variant": ("--variant", choice("", "pytorchjob", "job")), "name": ("--name", DNS_LABEL),
             "namespace": ("--namespace", DNS_LABEL), "backoff_limit": ("--backoff-limit", count(0, 100)),
             "cpu": ("--cpu", QUANTITY), "memory": ("--memory", QUANTITY),
-            "node_selector": ("--node-selector", _node_selectors), "toleration": ("--toleration", _each(TOLERATION)),
-            "gpu_resource": ("--gpu-resource", _label_key), "deadline": ("--deadline", count(1, 30 * 86_400)),
+            "node_selector": ("--node-selector", argcheck.node_selectors),
+            "toleration": ("--toleration", _each(TOLERATION)), "gpu_resource": ("--gpu-resource", argcheck.label_key),
+            "deadline": ("--deadline", count(1, 30 * 86_400)),
             "rdma_resource": ("--rdma-resource", _each(RDMA_RESOURCE)), "ipc_lock": ("--ipc-lock", FLAG),
             "efa_resource": ("--efa-resource", RDMA_RESOURCE),
             "platform": ("--platform", _platform)},

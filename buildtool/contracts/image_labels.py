@@ -99,16 +99,9 @@ class RunProfile:
                    docker_flags=None if flags is None else tuple(flags))
 
     def to_json(self) -> str:
-        data: dict[str, Any] = {"shm_size": self.shm_size}
-        if self.ipc is not None:
-            data["ipc"] = self.ipc
-        if self.ulimits is not None:
-            data["ulimits"] = dict(self.ulimits)
-        if self.gpus is not None:
-            data["gpus"] = self.gpus
-        if self.docker_flags is not None:
-            data["docker_flags"] = list(self.docker_flags)
-        return _compact(data)
+        data = {"shm_size": self.shm_size, "ipc": self.ipc, "gpus": self.gpus, "docker_flags": self.docker_flags,
+                "ulimits": None if self.ulimits is None else dict(self.ulimits)}
+        return _compact({k: v for k, v in data.items() if v is not None})
 
 
 # Field -> key of every label that is plain text.

@@ -103,7 +103,7 @@ def check_revision(text: str) -> str:
     if PLATFORM_TAG_SEP in text:
         raise ValueError(f"revision {text!r} contains {PLATFORM_TAG_SEP!r}, which marks tags that are not dev tags "
                          "(a platform's image, a push before its attestations)")
-    if GIT_REVISION_RE.match(text) or CUSTOM_REVISION_RE.match(text):
+    if _is_revision(text):
         return text
     raise ValueError(f"revision {text!r} cannot be part of an image tag (letters, digits, '.', '_', '-')")
 
@@ -118,19 +118,22 @@ def check_full_revision(text: str) -> str:
 
 
 def template_fields(template: str) -> list[str]:
-    """Placeholders named in a tag template; ValueError for a malformed one."""
+    """Placeholders named in a tag template; ValueError for a malformed one or one naming another placeholder
+    than RELEASE_PLACEHOLDERS."""
     try:
-        return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as exc:
         raise ValueError(f"tag template {template!r} is malformed ({exc}); use {{version}} and {{release}}") from None
+    unknown = [f for f in fields if f not in RELEASE_PLACEHOLDERS]
+    if unknown:
+        raise ValueError(f"unknown placeholder {{{unknown[0]}}} in tag template {template!r}; "
+                         "use {version} and {release}")
+    return fields
 
 
 def expand_tag(template: str, version: str, release: str) -> str:
     """Fill a release tag template; ValueError for an unknown placeholder or an invalid tag."""
-    unknown = [f for f in template_fields(template) if f not in RELEASE_PLACEHOLDERS]
-    if unknown:
-        raise ValueError(f"unknown placeholder {{{unknown[0]}}} in tag template {template!r}; "
-                         "use {version} and {release}")
+    template_fields(template)
     return template.replace("{version}", version).replace("{release}", release)
 
 
@@ -148,10 +151,7 @@ class ReleaseTag:
 def parse_release_tag(tag: str, template: str, cell_version: str) -> ReleaseTag | None:
     """The release tag `tag` made from `template` for `cell_version`, or None when the template
     does not make it (ValueError for a malformed template)."""
-    unknown = [f for f in template_fields(template) if f not in RELEASE_PLACEHOLDERS]
-    if unknown:
-        raise ValueError(f"unknown placeholder {{{unknown[0]}}} in tag template {template!r}; "
-                         "use {version} and {release}")
+    template_fields(template)
     pattern = re.escape(template).replace(re.escape("{version}"), re.escape(cell_version))
     pattern = pattern.replace(re.escape("{release}"), "(?P<release>.+?)", 1)
     pattern = pattern.replace(re.escape("{release}"), "(?P=release)")

@@ -70,7 +70,7 @@ _WHY = re.compile(r"NET/IB ?: No device found|Failed to open libibverbs|NET/Plug
 def family_of(network: str) -> str:
     """The family of a network NCCL names in `Using network NAME` (IB, EFA, Socket, or unknown)."""
     name = network.strip()
-    if name == "IB" or name.startswith("IBext") or name.startswith("NCCL RDMA Plugin"):
+    if name == "IB" or name.startswith(("IBext", "NCCL RDMA Plugin")):
         return IB
     if "Libfabric" in name or name == "OFI":
         return EFA
@@ -259,14 +259,13 @@ def no_log(paths: list[Path], where: str, log: Log | None = None) -> str:
 
 def ranges(numbers: Iterable[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
-    values = sorted(set(numbers))
-    parts: list[str] = []
-    for value in values:
-        if parts and value == int(parts[-1].split("-")[-1]) + 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{value}"
+    runs: list[list[int]] = []    # [first, last] of each run of consecutive numbers
+    for value in sorted(set(numbers)):
+        if runs and value == runs[-1][1] + 1:
+            runs[-1][1] = value
         else:
-            parts.append(str(value))
-    return ", ".join(parts)
+            runs.append([value, value])
+    return ", ".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
 
 
 def summary(log: Log) -> str:

@@ -48,11 +48,7 @@ def parse_strategies(text: str) -> list[Strategy]:
     if unknown:
         raise UserError(f"--strategy: unknown strategy {', '.join(shown(u) for u in unknown)}; known: "
                         f"{', '.join(STRATEGIES)}")
-    seen: list[Strategy] = []
-    for name in names:
-        if STRATEGIES[name] not in seen:
-            seen.append(STRATEGIES[name])
-    return seen
+    return [STRATEGIES[name] for name in dict.fromkeys(names)]
 
 
 def check_framework(strategies: list[Strategy], framework: str, where: str) -> None:
