@@ -186,8 +186,8 @@ class _CellCheck:
         rendered: dict[str, list[str]] = {"tags": list(release.get("tags", DEFAULT_TAGS)),
                                           "moving": list(release.get("moving", ()))}
         if not rendered["tags"]:
-            raise self.fail(self.tag_loc("tags", 0)[:-1] if "tags" in release else (*self.loc, "release", "tags"),
-                            "lists no immutable tag; keep at least one, e.g. tags: [\"{version}-{release}\"]")
+            raise self.fail(self.where("release", "tags"), "lists no immutable tag; keep at least one, e.g. "
+                                                           "tags: [\"{version}-{release}\"]")
         for k, template in enumerate(rendered["tags"]):
             if "{release}" not in template:
                 raise self.fail(self.tag_loc("tags", k), f"immutable tag template {template!r} has no {{release}}, "

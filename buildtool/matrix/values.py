@@ -16,6 +16,7 @@ import functools
 import re
 import string
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
@@ -87,13 +88,23 @@ def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=65536)
-def dist_name(name: str) -> str:
-    """A PEP 508 distribution name (a key under `packages`)."""
-    if not _DIST_NAME_RE.match(name):
-        raise ValueError(f"{name!r} is not a package name (letters, digits, '.', '_' and '-', starting and "
-                         "ending with a letter or digit)")
-    return name
+def _matching(pattern: re.Pattern[str], problem: str) -> Callable[[str], str]:
+    """The grammar that is one regular expression: `text` when it matches, else ValueError `'text' <problem>`."""
+    @functools.lru_cache(maxsize=65536)
+    def check(text: str) -> str:
+        if not pattern.match(text):
+            raise ValueError(f"{text!r} {problem}")
+        return text
+    return check
+
+
+# A PEP 508 distribution name (a key under `packages`).
+dist_name = _matching(_DIST_NAME_RE, "is not a package name (letters, digits, '.', '_' and '-', starting and ending "
+                                     "with a letter or digit)")
+# A Debian package name, optionally `:arch` and `=version`.
+apt_package = _matching(_APT_RE, "is not a Debian package name (lower-case letters, digits, '+', '-' and '.', at least "
+                                 "two characters; optionally =VERSION)")
+python_version = _matching(_PYTHON_RE, "is not a Python version like 3.11")
 
 
 @functools.lru_cache(maxsize=65536)
@@ -172,22 +183,16 @@ def _url(text: str, schemes: tuple[str, ...], what: str) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=65536)
-def index_url(text: str) -> str:
-    """A package index URL (`index.url`, `index.extra_urls`): https, http or file."""
-    return _url(text, INDEX_SCHEMES, "an index URL")
+def _url_of(schemes: tuple[str, ...], what: str) -> Callable[[str], str]:
+    @functools.lru_cache(maxsize=65536)
+    def check(text: str) -> str:
+        return _url(text, schemes, what)
+    return check
 
 
-@functools.lru_cache(maxsize=65536)
-def source_url(text: str) -> str:
-    """The project's source URL (`source`, an OCI label): https or http."""
-    return _url(text, ("https", "http"), "the source")
-
-
-@functools.lru_cache(maxsize=65536)
-def web_url(text: str) -> str:
-    """A web page an OCI label points to (`oci.url`, `oci.documentation`): https or http."""
-    return _url(text, ("https", "http"), "a web page's URL")
+index_url = _url_of(INDEX_SCHEMES, "an index URL")           # `index.url`, `index.extra_urls`
+source_url = _url_of(("https", "http"), "the source")        # the project's (`source`, an OCI label)
+web_url = _url_of(("https", "http"), "a web page's URL")     # a page an OCI label points to (`oci.url`, ...)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -203,15 +208,6 @@ def spdx_expression(text: str) -> str:
                          "BSD-3-Clause AND MIT, or LicenseRef-<name> for a license SPDX does not list") from None
     if canonical != text:
         raise ValueError(f"{text!r} is not spelt as SPDX spells it; write {canonical!r}")
-    return text
-
-
-@functools.lru_cache(maxsize=65536)
-def apt_package(text: str) -> str:
-    """A Debian package name, optionally `:arch` and `=version`."""
-    if not _APT_RE.match(text):
-        raise ValueError(f"{text!r} is not a Debian package name (lower-case letters, digits, '+', '-' and '.', "
-                         "at least two characters; optionally =VERSION)")
     return text
 
 
@@ -234,13 +230,6 @@ def cell_version(text: str) -> str:
     if not _CELL_VERSION_RE.match(text):
         raise ValueError(f"{text!r} cannot be used in an image tag (letters, digits, '_', '.', '+', '-'; "
                          "at most 64 characters)")
-    return text
-
-
-@functools.lru_cache(maxsize=65536)
-def python_version(text: str) -> str:
-    if not _PYTHON_RE.match(text):
-        raise ValueError(f"{text!r} is not a Python version like 3.11")
     return text
 
 
