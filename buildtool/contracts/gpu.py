@@ -74,9 +74,7 @@ def min_driver(cuda: str) -> str:
 
 def cuda_tag(cuda: str) -> str:
     """`13.0` -> `cu130`, `12.8` -> `cu128`: the local version PyPI/PyTorch CUDA wheels carry."""
-    match = CUDA_RE.match(check_cuda(cuda))
-    assert match is not None
-    return f"cu{match.group('major')}{match.group('minor')}"
+    return "cu" + check_cuda(cuda).replace(".", "")
 
 
 def busbw_peak(figures: Mapping[str, Any]) -> float | None:

@@ -34,6 +34,8 @@ from buildtool.matrix.yamlsource import Loc, Located
 
 _REQUIRED = ("framework", "accelerator", "template", "base", "python", "framework_version", "run", "tests", "use")
 _REQUIRED_RUN = ("shm_size", "ipc", "ulimits", "gpus")
+# Required keys a Cell takes as the matrix wrote them.
+_AS_WRITTEN = ("framework", "accelerator", "template", "base", "python", "framework_version", "use")
 
 
 def _check_layer(doc: Located, base: Loc, fields: CellFields) -> None:
@@ -393,13 +395,8 @@ def _cell(run: _Expansion, check: _CellCheck, name: str, ver: VersionSpec,
         name=name,
         version=ver.version,
         default=ver.default,
-        framework=merged["framework"],
-        accelerator=merged["accelerator"],
-        template=merged["template"],
-        base=merged["base"],
+        **{key: merged[key] for key in _AS_WRITTEN},
         standin=_standin(check, standin, placed["platforms"]) if standin else None,
-        python=merged["python"],
-        framework_version=merged["framework_version"],
         framework_requirements=tuple(merged.get("framework_requirements", ())),
         packages=tuple(sorted(merged.get("packages", {}).items())),
         apt_packages=tuple(merged.get("apt_packages", ())),
@@ -409,7 +406,6 @@ def _cell(run: _Expansion, check: _CellCheck, name: str, ver: VersionSpec,
         run=Run(shm_size=str(profile["shm_size"]), ipc=profile["ipc"],
                 ulimits=tuple(sorted(profile["ulimits"].items())), gpus=profile["gpus"]),
         tests=tuple(merged["tests"]),
-        use=merged["use"],
         release_tags=release_tags,
         moving_tags=moving_tags,
         line=run.doc.line_of(check.loc) or 0,

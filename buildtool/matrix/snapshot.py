@@ -147,8 +147,7 @@ def _record(obj: Any) -> dict[str, Any]:
     """Every field, property and argument-less public method of `obj` (a dataclass), evaluated;
     of a pydantic model (the stand-in settings), its fields."""
     if not dataclasses.is_dataclass(obj):
-        values = {name: getattr(obj, name) for name in type(obj).model_fields}
-        return {"values": {k: _plain(v) for k, v in values.items()}, "calls": {}}
+        return {"values": {name: _plain(getattr(obj, name)) for name in type(obj).model_fields}, "calls": {}}
     kind: type = type(obj)   # a dataclass instance here, not the class
     fields, properties, methods = _members(kind)
     values = {name: _plain(getattr(obj, name)) for name in (*fields, *properties)}
