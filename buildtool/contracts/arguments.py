@@ -50,14 +50,9 @@ def _re(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern + r"\Z")
 
 
-def _word(pattern: str, what: str, *, empty: bool = False, limit: int = 0) -> Grammar:
+def _word(pattern: str, what: str, *, empty: bool = False) -> Grammar:
     compiled = _re(pattern)
-
-    def check(option: str, value: str) -> object:
-        if limit and len(value) > limit:
-            raise UserError(f"{option}: {shown(value)} is longer than {limit} characters")
-        return argcheck.word(option, value, compiled, what, empty=empty)
-    return check
+    return lambda option, value: argcheck.word(option, value, compiled, what, empty=empty)
 
 
 def _each(grammar: Grammar) -> Grammar:

@@ -73,7 +73,7 @@ class SkipCode:
         parts = ["tests marked gpu"] if self.gpu_only else []
         if self.tests:
             parts.append(", ".join(self.tests))
-        return " among ".join(parts) if len(parts) == 2 else (parts[0] if parts else "any test")
+        return " among ".join(parts) or "any test"
 
 
 def _cpu_cell(cell: SkipCell, _subject: str) -> bool:

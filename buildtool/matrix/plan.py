@@ -146,13 +146,12 @@ def full_revision(root: Path, revision: str) -> str:
     if match is None:
         full = git_full_revision(root)
     else:
-        sha = _git(root, "rev-parse", "--verify", "--quiet", f"{match.group('sha')}^{{commit}}") \
-            if _git_commit(root, match.group("sha")) else ""
-        if not sha.strip():
+        sha = _git_commit(root, match.group("sha"), digits=40)
+        if sha is None:
             raise UserError(f"revision {revision!r} is not a commit of {root}: the image's revision label must "
                             "name the whole commit (build in the clone that has it)")
         dirty = match.group("dirty")
-        full = sha.strip() + (f"-dirty.{dirty}" if dirty else "")
+        full = sha + (f"-dirty.{dirty}" if dirty else "")
     try:
         return names.check_full_revision(full)
     except ValueError as exc:
@@ -278,12 +277,13 @@ def resolve_revision(root: Path, override: str | None, current: Callable[[Path],
             from None
 
 
-def _git_commit(root: Path, name: str) -> str | None:
-    """12-digit sha of the commit `name` names in this clone (sha prefix, branch, tag), or None."""
+def _git_commit(root: Path, name: str, digits: int = 12) -> str | None:
+    """The sha (12 digits, or 40: all of it) of the commit `name` names in this clone (sha prefix, branch, tag),
+    or None."""
     if name.startswith("-"):
         return None
     try:
-        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", "--short=12",
+        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"--short={digits}",
                                f"{name}^{{commit}}"], capture_output=True, text=True, timeout=30)
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return None
