@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.attest.keys import SigningKey, TrustedKeys, dev_public_key, load_trusted
-from buildtool.common.refs import is_loopback_host
+from buildtool.attest.keys import SigningKey, TrustedKeys
 from buildtool.contracts import skips
 from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict
 from buildtool.registry.client import RegistryClient
+from buildtool.validate.sbomref import validate_trust
 from buildtool.validate.verdicts import Findings, Found, find_verdicts
 
 
@@ -114,11 +114,7 @@ def choose(findings: Findings, want: Wanted, trusted: TrustedKeys) -> tuple[Foun
 def reuse_trust(root: Path, host: str, key: SigningKey) -> TrustedKeys:
     """Whose verdicts may be reused: the trusted keys file, and this machine's dev key only when it is the key
     this run signs with and the registry is a loopback one."""
-    trusted = load_trusted(root)
-    local = dev_public_key() if key.dev and is_loopback_host(host) else None
-    if local is not None:
-        trusted.add_dev(local)
-    return trusted
+    return validate_trust(root, host, key.dev)
 
 
 def find_reusable(client: RegistryClient, repo: str, want: Wanted, trusted: TrustedKeys) -> tuple[Found | None, str]:
