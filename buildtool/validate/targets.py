@@ -15,6 +15,7 @@ from buildtool.contracts import busbw, frameworks, label_keys, versions
 from buildtool.contracts.target import Expectations, Target
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.validate.collect import PLUGIN, framework_info
+from buildtool.validate.outcome import promised_libraries
 from buildtool.validate.run_plan import RunPlan
 
 
@@ -60,7 +61,7 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
         expect["framework_claims"] = claims
         expect["python"] = cell.python
     if cell.libraries is not None:   # what the base's notes promise (checked on the base, not a stand-in)
-        expect["libraries"] = {"cudnn": cell.libraries.cudnn, "nccl": cell.libraries.nccl}
+        expect["libraries"] = promised_libraries(cell)
         expect["libraries_source"] = cell.libraries.source
     scheme = frameworks.get(cell.framework).local_versions
     for claim in expect["framework_claims"]:
