@@ -32,6 +32,7 @@ TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
 _SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_MAX = 255
+_HOST_PORT_RE = re.compile(r"\[(?P<bracketed>[^\]]*)\](?::[0-9]+)?|(?P<named>[^:]*):[0-9]+")
 
 
 class ReferenceError(ValueError):
@@ -190,20 +191,10 @@ def is_loopback_host(host: str) -> bool:
     point anywhere: not loopback. The one predicate for both `--trust-local-key` and plain HTTP."""
     import ipaddress
 
-    name, port = host, ""
-    if host.startswith("["):
-        name, sep, rest = host[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            return False
-        port = rest[1:] if rest else ""
-        if rest and not port:
-            return False
-    elif host.count(":") == 1:
-        name, port = host.split(":")
-        if not port:
-            return False
-    if port and not (port.isascii() and port.isdigit()):
-        return False
+    # `[name]` with an optional numeric port, or `name:port` (one ':'); anything else is the name as it is: a bare
+    # IPv6 `::1`, or text that never parses as an address (`localhost:`, `[::1]x`).
+    match = _HOST_PORT_RE.fullmatch(host)
+    name = host if match is None else match["bracketed"] if match["bracketed"] is not None else match["named"]
     if name == "localhost":
         return True
     try:
