@@ -44,10 +44,6 @@ def runner_class(gpus: list[Gpu], driver: str, cuda_driver: str) -> str:
     return f"{len(gpus)}x {models}, driver branch {branch}, CUDA {cuda_driver or '(unknown)'}"
 
 
-def verdict_class(verdict: Verdict) -> str:
-    return runner_class(verdict.runner.gpus, verdict.runner.driver, verdict.runner.cuda_driver)
-
-
 @dataclass(frozen=True)
 class Wanted:
     """What a run of the image here would be bound to: a verdict is reused only when it was bound to the same."""
@@ -87,7 +83,7 @@ def problem(verdict: Verdict, want: Wanted) -> str:
     if not verdict.sbom or verdict.sbom != want.sbom:
         return (f"it names the SBOM {verdict.sbom or '(none)'}, the signed SBOM attached now is "
                 f"{want.sbom or '(none that verifies)'}")
-    theirs = verdict_class(verdict)
+    theirs = runner_class(verdict.runner.gpus, verdict.runner.driver, verdict.runner.cuda_driver)
     if theirs != want.runner_class:
         return f"it ran on a runner of class {theirs}, this runner is {want.runner_class}"
     if want.has_peer and any(t.result == "skipped" and t.skip_code == skips.NO_PEER_IMAGE.code for t in verdict.tests):
