@@ -71,10 +71,6 @@ class Reference:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
 
 
-def _looks_like_domain(first: str) -> bool:
-    return "." in first or ":" in first or first == "localhost" or first.lower() != first
-
-
 REFERENCE_MAX = 512      # a name is at most NAME_MAX; tag and digest add at most 200
 SHOWN_MAX = 80
 
@@ -127,7 +123,7 @@ def parse_reference(text: str) -> Reference:
             raise ReferenceError(f"{shown(text)}: tag {shown(tag)} is not a valid tag "
                                  "(letters, digits, '_', '.', '-'; at most 128; not starting with '.' or '-')")
     first, sep, remainder = rest.partition("/")
-    if sep and _looks_like_domain(first):
+    if sep and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
         domain, path = first, remainder
         if not _DOMAIN_RE.match(domain):
             raise ReferenceError(f"{shown(text)}: registry host {shown(domain)} is not a host[:port]")
