@@ -26,13 +26,6 @@ PULL_TIMEOUT_S = 1800
 Log = Callable[[str], None]
 
 
-def _config(attrs: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """(labels, env) of an inspected image."""
-    config = attrs.get("Config") or {}
-    env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-    return config.get("Labels") or {}, env
-
-
 @dataclass(frozen=True)
 class Resolved:
     """An image reference pinned to a digest, with its labels."""
@@ -63,8 +56,11 @@ def _platform(attrs: dict[str, Any], ref: str) -> str:
 
 def _resolved(ref: str, run_ref: str, digest: str, host: str | None, repo: str | None, attrs: dict[str, Any],
               platform: str | None = None) -> Resolved:
-    """The image as inspected; where an index entry said `platform`, its own config must say the same."""
-    image = Resolved(ref, run_ref, digest, host, repo, *_config(attrs), platform=_platform(attrs, ref))
+    """The image as inspected (its labels and env); where an index entry said `platform`, its own config must say
+    the same."""
+    config = attrs.get("Config") or {}
+    env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+    image = Resolved(ref, run_ref, digest, host, repo, config.get("Labels") or {}, env, platform=_platform(attrs, ref))
     if platform is not None and image.platform != platform:
         raise UserError(f"image {image.ref}: its {platform} entry {image.digest} is a {image.platform} image")
     return image
