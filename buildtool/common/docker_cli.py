@@ -154,13 +154,8 @@ def resolve(value: str) -> str:
     if not candidates:
         raise ClientNotFound(f"no docker client: none on PATH and no {CLASSIC}; install Docker (bash "
                              f"scripts/setup.sh) or set {SETTING} to {CHOICES}")
-    for path in candidates:
-        if has_buildx(path):
-            return path
-    for path in candidates:
-        if builtin_buildkit(path):
-            return path
-    return candidates[0]
+    found = next((path for path in candidates if has_buildx(path)), None)
+    return found or next((path for path in candidates if builtin_buildkit(path)), candidates[0])
 
 
 def client() -> str:

@@ -32,6 +32,7 @@ TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
 _SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_MAX = 255
+_HOST_PORT_RE = re.compile(r"\[(?P<bracketed>[^\]]*)\](?::[0-9]+)?|(?P<named>[^:]*):[0-9]+")
 
 
 class ReferenceError(ValueError):
@@ -68,10 +69,6 @@ class Reference:
 
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
-
-
-def _looks_like_domain(first: str) -> bool:
-    return "." in first or ":" in first or first == "localhost" or first.lower() != first
 
 
 REFERENCE_MAX = 512      # a name is at most NAME_MAX; tag and digest add at most 200
@@ -126,7 +123,7 @@ def parse_reference(text: str) -> Reference:
             raise ReferenceError(f"{shown(text)}: tag {shown(tag)} is not a valid tag "
                                  "(letters, digits, '_', '.', '-'; at most 128; not starting with '.' or '-')")
     first, sep, remainder = rest.partition("/")
-    if sep and _looks_like_domain(first):
+    if sep and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
         domain, path = first, remainder
         if not _DOMAIN_RE.match(domain):
             raise ReferenceError(f"{shown(text)}: registry host {shown(domain)} is not a host[:port]")
@@ -190,20 +187,10 @@ def is_loopback_host(host: str) -> bool:
     point anywhere: not loopback. The one predicate for both `--trust-local-key` and plain HTTP."""
     import ipaddress
 
-    name, port = host, ""
-    if host.startswith("["):
-        name, sep, rest = host[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            return False
-        port = rest[1:] if rest else ""
-        if rest and not port:
-            return False
-    elif host.count(":") == 1:
-        name, port = host.split(":")
-        if not port:
-            return False
-    if port and not (port.isascii() and port.isdigit()):
-        return False
+    # `[name]` with an optional numeric port, or `name:port` (one ':'); anything else is the name as it is: a bare
+    # IPv6 `::1`, or text that never parses as an address (`localhost:`, `[::1]x`).
+    match = _HOST_PORT_RE.fullmatch(host)
+    name = host if match is None else match["bracketed"] if match["bracketed"] is not None else match["named"]
     if name == "localhost":
         return True
     try:

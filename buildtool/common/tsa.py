@@ -28,7 +28,6 @@ TSA_URL_ENV = "DL_IMAGES_TSA_URL"
 TSA_CERTS_ENV = "DL_IMAGES_TSA_CERTS"
 TIMEOUT_S = 30
 QUERY_TYPE = "application/timestamp-query"
-REPLY_TYPE = "application/timestamp-reply"
 
 
 def url_problem(url: str) -> str:

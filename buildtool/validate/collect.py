@@ -8,6 +8,7 @@ test-code version, not once per run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,10 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildtool.common.errors import FailedError, UserError
+from buildtool.common.files import cache_root, write_atomic
 from buildtool.contracts import frameworks
 
 if TYPE_CHECKING:
-    from buildtool.contracts.target import Target
+    from buildtool.contracts.target import FrameworkInfo, Target
     from buildtool.matrix.schema import Cell
 
 COLLECT_TIMEOUT_S = 300
@@ -55,17 +57,21 @@ def cell_groups(cell: Cell, tests_dir: Path, groups: tuple[str, ...] | None = No
     return list(cell.groups if groups is None else groups)
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dl-images" / "defined-tests"
+def framework_info(framework: frameworks.Framework) -> FrameworkInfo:
+    """The framework's facts as the target file tells them to the image tests."""
+    from buildtool.contracts.target import FrameworkInfo
+
+    return FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
+                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers,
+                         cuda_build_expr=framework.cuda_build_expr,
+                         container_version_env=framework.container_version_env)
 
 
 def _target(cell: Cell) -> Target:
     """A target file good enough to collect with (nothing is run)."""
-    from buildtool.contracts.target import Expectations, FrameworkInfo, Target
+    from buildtool.contracts.target import Expectations, Target
 
-    framework = frameworks.get(cell.framework)
-    info = FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
-                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers)
+    info = framework_info(frameworks.get(cell.framework))
     return Target(image="collect-only", ref="collect-only", digest="", cell=cell.key, framework=cell.framework,
                   framework_info=info, accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, run_flags=[],
                   ulimits=dict(cell.run.ulimits), shm_promised=cell.run.shm_size, shm_expected_bytes=0,
@@ -77,11 +83,9 @@ def defined_tests(cell: Cell, tests_dir: Path, test_code: str | None = None) -> 
     groups = cell_groups(cell, tests_dir)
     code = test_code or image_tests_hash(tests_dir)
     key = hashlib.sha256(json.dumps([code, groups, sorted(dict(cell.run.ulimits))]).encode()).hexdigest()
-    cached = _cache_dir() / f"{key}.json"
-    try:
+    cached = cache_root() / "defined-tests" / f"{key}.json"
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         return {str(k): bool(v) for k, v in json.loads(cached.read_text()).items()}
-    except (OSError, ValueError, AttributeError):
-        pass
     from buildtool.contracts.target import write_target
 
     with tempfile.TemporaryDirectory(prefix="buildtool-collect-") as tmp:
@@ -104,11 +108,6 @@ def defined_tests(cell: Cell, tests_dir: Path, test_code: str | None = None) -> 
             raise FailedError(f"cannot collect the image tests of {cell.key} (pytest exit {proc.returncode}): "
                               + " | ".join(tail))
         found = {str(d["id"]): bool(d["gpu"]) for d in json.loads(out.read_text())["defined"]}
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp_file = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp_file.write_text(json.dumps(found, sort_keys=True))
-        tmp_file.replace(cached)
-    except OSError:
-        pass   # a cache that cannot be written only costs the next run a collection
+    with contextlib.suppress(OSError):   # a cache that cannot be written only costs the next run a collection
+        write_atomic(cached, json.dumps(found, sort_keys=True))
     return found

@@ -9,10 +9,11 @@ loads it into every run; release runs it with `--collect-only` to see what this 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+
+from buildtool.common.files import write_atomic
 
 _DEFINED: list[dict[str, object]] = []
 _DESELECTED: list[str] = []
@@ -41,6 +42,4 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     path = session.config.getoption("--defined-tests")
     if path:
         # Every xdist worker collects the same tests and writes them: each whole, never interleaved.
-        tmp = Path(f"{path}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"defined": _DEFINED, "deselected": _DESELECTED}, indent=1))
-        tmp.replace(path)
+        write_atomic(Path(path), json.dumps({"defined": _DEFINED, "deselected": _DESELECTED}, indent=1))

@@ -26,13 +26,6 @@ PULL_TIMEOUT_S = 1800
 Log = Callable[[str], None]
 
 
-def _config(attrs: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """(labels, env) of an inspected image."""
-    config = attrs.get("Config") or {}
-    env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-    return config.get("Labels") or {}, env
-
-
 @dataclass(frozen=True)
 class Resolved:
     """An image reference pinned to a digest, with its labels."""
@@ -61,79 +54,79 @@ def _platform(attrs: dict[str, Any], ref: str) -> str:
         raise UserError(f"image {ref}: {exc}") from None
 
 
-def _resolved(ref: str, run_ref: str, digest: str, host: str | None, repo: str | None,
-              attrs: dict[str, Any]) -> Resolved:
-    return Resolved(ref, run_ref, digest, host, repo, *_config(attrs), platform=_platform(attrs, ref))
+def _resolved(ref: str, run_ref: str, digest: str, host: str | None, repo: str | None, attrs: dict[str, Any],
+              platform: str | None = None) -> Resolved:
+    """The image as inspected (its labels and env); where an index entry said `platform`, its own config must say
+    the same."""
+    config = attrs.get("Config") or {}
+    env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+    image = Resolved(ref, run_ref, digest, host, repo, config.get("Labels") or {}, env, platform=_platform(attrs, ref))
+    if platform is not None and image.platform != platform:
+        raise UserError(f"image {image.ref}: its {platform} entry {image.digest} is a {image.platform} image")
+    return image
+
+
+def _index_entries(client: RegistryClient, host: str, repo: str, tag_or_digest: str,
+                   ref: str) -> list[tuple[str, dict[str, Any]]]:
+    """(platform, entry) of each image of the index `ref` names, in index order; [] for a single image. An entry
+    the platform table does not know is refused by name, never skipped (it would release unvalidated)."""
+    try:
+        body = client.get_manifest(repo, tag_or_digest)[0]
+    except NotFound:
+        raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)") from None
+    entries = []
+    for child in json.loads(body).get("manifests") or []:
+        if platforms.is_attestation(child):
+            continue    # buildx's attestation entry: about the images, not one of them
+        try:
+            entries.append((platforms.from_descriptor(child.get("platform")).name, child))
+        except platforms.UnknownPlatform as exc:
+            raise UserError(f"image {ref}: entry {child.get('digest')}: {exc}") from None
+    return entries
 
 
 def index_platforms(ref: str) -> list[str]:
     """The platforms of the image index `ref` names, in index order; [] for a single image (or a local one).
-    Each is validated on its own: an entry the platform table does not know is refused by name, never
-    skipped (it would release unvalidated)."""
+    Each is validated on its own: an entry the platform table does not know is refused by name."""
     if not has_registry(ref):
         return []
     host, repo, tag_or_digest = split_repo(ref)
     client = RegistryClient(host)
     client.ping()
-    try:
-        body = client.get_manifest(repo, tag_or_digest)[0]
-    except NotFound:
-        raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)") from None
-    manifest = json.loads(body)
-    if "manifests" not in manifest:
-        return []
-    names = []
-    for child in manifest["manifests"]:
-        if platforms.is_attestation(child):
-            continue    # buildx's attestation entry: about the images, not one of them
-        try:
-            names.append(platforms.from_descriptor(child.get("platform")).name)
-        except platforms.UnknownPlatform as exc:
-            raise UserError(f"image {ref}: entry {child.get('digest')}: {exc}") from None
-    return names
+    return [name for name, _ in _index_entries(client, host, repo, tag_or_digest, ref)]
 
 
-def _child_digest(client: RegistryClient, repo: str, digest: str, platform: str, ref: str) -> str:
-    """The digest of `platform`'s manifest in the index `digest`."""
-    manifest = json.loads(client.get_manifest(repo, digest)[0])
-    for child in manifest.get("manifests") or []:
-        try:
-            if platforms.from_descriptor(child.get("platform")).name == platform:
-                return str(child["digest"])
-        except platforms.UnknownPlatform:
-            continue
-    raise UserError(f"image {ref} has no {platform} image")
-
-
-def _pinned_digest(client: RegistryClient, host: str, repo: str, tag_or_digest: str, ref: str,
-                   platform: str | None) -> str:
-    """The registry digest REF names; of an image index, its `platform` manifest's (which must then be named)."""
+def _pinned(ref: str, platform: str | None) -> tuple[RegistryClient, str, str, str]:
+    """(client, host, repo, digest): the registry digest REF names; of an image index, its `platform` manifest's
+    (which must then be named)."""
+    host, repo, tag_or_digest = split_repo(ref)
+    client = RegistryClient(host)
+    client.ping()  # RegistryUnreachable (exit 2) when nothing answers
     digest = tag_or_digest if tag_or_digest.startswith("sha256:") else client.manifest_digest(repo, tag_or_digest)
     if digest is None:
         raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)")
-    if index_platforms(f"{host}/{repo}@{digest}"):
+    entries = _index_entries(client, host, repo, digest, f"{host}/{repo}@{digest}")
+    if entries:
         if platform is None:
             raise UserError(f"image {ref} is an image index: validate each of its platforms "
-                            f"({', '.join(index_platforms(f'{host}/{repo}@{digest}'))})")
-        digest = _child_digest(client, repo, digest, platform, ref)
-    return digest
+                            f"({', '.join(name for name, _ in entries)})")
+        digest = next((str(child["digest"]) for name, child in entries if name == platform), None)
+        if digest is None:
+            raise UserError(f"image {ref} has no {platform} image")
+    return client, host, repo, digest
 
 
 def pin(ref: str, platform: str | None = None) -> Resolved:
     """REF (in a registry) pinned to its digest, with the labels, env and platform its config declares, read from
     the registry alone: nothing is pulled (what a verdict about the digest is looked up with, validate.reuse)."""
-    host, repo, tag_or_digest = split_repo(ref)
-    client = RegistryClient(host)
-    client.ping()  # RegistryUnreachable (exit 2) when nothing answers
-    digest = _pinned_digest(client, host, repo, tag_or_digest, ref, platform)
-    manifest = json.loads(client.get_manifest(repo, digest)[0])
-    config_digest = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
-    if not isinstance(config_digest, str):
+    client, host, repo, digest = _pinned(ref, platform)
+    config_digest = _config_digest(client, repo, digest)
+    if config_digest is None:
         raise UserError(f"image {ref}: the manifest {digest} names no image config")
     config = json.loads(client.get_blob(repo, config_digest))
     attrs = {"Config": config.get("config") or {}, "Os": config.get("os"), "Architecture": config.get("architecture"),
              "Variant": config.get("variant")}
-    return _check_platform(_resolved(ref, f"{host}/{repo}@{digest}", digest, host, repo, attrs), platform)
+    return _resolved(ref, f"{host}/{repo}@{digest}", digest, host, repo, attrs, platform)
 
 
 def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
@@ -144,26 +137,19 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
         if attrs is None:
             raise UserError(f"image {ref!r} not found locally; build it or name it with its registry")
         return _resolved(ref, ref, attrs["Id"], None, None, attrs)
-    host, repo, tag_or_digest = split_repo(ref)
-    client = RegistryClient(host)
-    client.ping()  # RegistryUnreachable (exit 2) when nothing answers
-    digest = _pinned_digest(client, host, repo, tag_or_digest, ref, platform)
+    client, host, repo, digest = _pinned(ref, platform)
     run_ref = f"{host}/{repo}@{digest}"
     attrs = inspect_image(run_ref)
+    if attrs is None and (attrs := _same_image_here(client, repo, digest)) is not None:
+        # Pushed from this engine by skopeo, which leaves the engine no record of the registry's digest.
+        log(f"{run_ref} names the config {attrs['Id']}, which this engine holds: running that image")
+        run_ref = str(attrs["Id"])
+    if attrs is None and (attrs := _from_layers_here(client, repo, digest)) is not None:
+        # Built here, its config then rewritten in the registry (imagebuild.repro_config): nothing to pull.
+        log(f"{run_ref}: this engine holds every layer of it; its config {attrs['Id']} loaded over them from the "
+            "registry: running that image")
+        run_ref = str(attrs["Id"])
     if attrs is None:
-        attrs = _same_image_here(client, repo, digest)
-        if attrs is not None:
-            # Pushed from this engine by skopeo, which leaves the engine no record of the registry's digest.
-            log(f"{run_ref} names the config {attrs['Id']}, which this engine holds: running that image")
-            resolved = _resolved(ref, str(attrs["Id"]), digest, host, repo, attrs)
-            return _check_platform(resolved, platform)
-        attrs = _from_layers_here(client, repo, digest)
-        if attrs is not None:
-            # Built here, its config then rewritten in the registry (imagebuild.repro_config): nothing to pull.
-            log(f"{run_ref}: this engine holds every layer of it; its config {attrs['Id']} loaded over them from the "
-                "registry: running that image")
-            resolved = _resolved(ref, str(attrs["Id"]), digest, host, repo, attrs)
-            return _check_platform(resolved, platform)
         log(f"pulling {run_ref}")
         proc = docker_cli.docker("pull", run_ref, timeout=PULL_TIMEOUT_S)
         if proc.returncode != 0:
@@ -171,27 +157,28 @@ def resolve(ref: str, log: Log, platform: str | None = None) -> Resolved:
         attrs = inspect_image(run_ref)
         if attrs is None:
             raise UserError(f"pulled {run_ref} but the engine does not show it")
-    return _check_platform(_resolved(ref, run_ref, digest, host, repo, attrs), platform)
+    return _resolved(ref, run_ref, digest, host, repo, attrs, platform)
 
 
-def _check_platform(image: Resolved, platform: str | None) -> Resolved:
-    """The index entry said `platform`; the image's own config must say the same."""
-    if platform is not None and image.platform != platform:
-        raise UserError(f"image {image.ref}: its {platform} entry {image.digest} is a {image.platform} image")
-    return image
+def _config_digest(client: RegistryClient, repo: str, digest: str) -> str | None:
+    """The digest of the image config the manifest `digest` names; None for an index."""
+    manifest = json.loads(client.get_manifest(repo, digest)[0])
+    config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
+    return config if isinstance(config, str) else None
+
+
+def _held(config: str) -> dict[str, Any] | None:
+    """The engine's image whose id is the config digest `config`, None when the engine holds none."""
+    attrs = inspect_image(config)
+    return attrs if attrs is not None and attrs.get("Id") == config else None
 
 
 def _same_image_here(client: RegistryClient, repo: str, digest: str) -> dict[str, Any] | None:
     """The engine's image whose id is the config digest the manifest names: exactly the image the digest
     pins (the config names every layer by the digest of its content), so nothing needs pulling. None for
     an index or an image the engine does not hold."""
-    manifest = json.loads(client.get_manifest(repo, digest)[0])
-    config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
-    if not isinstance(config, str) or not config.startswith("sha256:"):
-        return None
-    attrs = inspect_image(config)
-    return attrs if attrs is not None and attrs.get("Id") == config else None
-
+    config = _config_digest(client, repo, digest)
+    return _held(config) if config is not None and config.startswith("sha256:") else None
 
 def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[str, Any] | None:
     """The image `digest` pins, made in this engine from layers it already holds: the registry's config (read by
@@ -200,9 +187,8 @@ def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[st
     the config's digest, is exactly the one the registry's digest pins (as _same_image_here finds it). What a
     build here has and the registry's normalised config (imagebuild.repro_config) would otherwise cost a pull of
     every layer. None when a layer is not here (or anything else fails): the image is pulled."""
-    manifest = json.loads(client.get_manifest(repo, digest)[0])
-    config = (manifest.get("config") or {}).get("digest") if isinstance(manifest, dict) else None
-    if not isinstance(config, str) or not config.startswith("sha256:"):
+    config = _config_digest(client, repo, digest)
+    if config is None or not config.startswith("sha256:"):
         return None
     raw = client.get_blob(repo, config)          # checked against its digest
     diff_ids = ((json.loads(raw).get("rootfs") or {}).get("diff_ids")) or []
@@ -218,10 +204,7 @@ def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[st
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         proc = docker_cli.docker("load", "-q", "-i", str(archive), timeout=120)
-    if proc.returncode != 0:
-        return None
-    attrs = inspect_image(config)
-    return attrs if attrs is not None and attrs.get("Id") == config else None
+    return _held(config) if proc.returncode == 0 else None
 
 
 def remove_run_containers(run_id: str) -> None:

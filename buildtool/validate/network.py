@@ -31,16 +31,12 @@ def name_for(run_id: str) -> str:
     return f"{PREFIX}-{run_id}"
 
 
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def create(run_id: str) -> str:
     """A new bridge network for run `run_id`; its name. One line naming the engine's error otherwise."""
     name = name_for(run_id)
     proc = docker_cli.docker("network", "create", "--driver", "bridge", "--label",
-                             f"{label_keys.IMAGETEST_RUN}={run_id}", "--label", f"{OWNER_LABEL}={_owner()}", name,
-                             timeout=TIMEOUT_S)
+                             f"{label_keys.IMAGETEST_RUN}={run_id}", "--label",
+                             f"{OWNER_LABEL}={socket.gethostname()}:{os.getpid()}", name, timeout=TIMEOUT_S)
     if proc.returncode != 0:
         raise UserError(f"cannot create the bridge network {name} the image tests' containers share: "
                         f"{docker_cli.engine_error(proc.stderr)}")

@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.attest.keys import SigningKey, TrustedKeys, dev_public_key, load_trusted
-from buildtool.common.refs import is_loopback_host
+from buildtool.attest.keys import SigningKey, TrustedKeys
 from buildtool.contracts import skips
 from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict
 from buildtool.registry.client import RegistryClient
+from buildtool.validate.sbomref import validate_trust
 from buildtool.validate.verdicts import Findings, Found, find_verdicts
 
 
@@ -42,10 +42,6 @@ def runner_class(gpus: list[Gpu], driver: str, cuda_driver: str) -> str:
     models = " + ".join(sorted({g.name for g in gpus}))
     branch = driver.split(".", 1)[0] or "(unknown)"
     return f"{len(gpus)}x {models}, driver branch {branch}, CUDA {cuda_driver or '(unknown)'}"
-
-
-def verdict_class(verdict: Verdict) -> str:
-    return runner_class(verdict.runner.gpus, verdict.runner.driver, verdict.runner.cuda_driver)
 
 
 @dataclass(frozen=True)
@@ -87,7 +83,7 @@ def problem(verdict: Verdict, want: Wanted) -> str:
     if not verdict.sbom or verdict.sbom != want.sbom:
         return (f"it names the SBOM {verdict.sbom or '(none)'}, the signed SBOM attached now is "
                 f"{want.sbom or '(none that verifies)'}")
-    theirs = verdict_class(verdict)
+    theirs = runner_class(verdict.runner.gpus, verdict.runner.driver, verdict.runner.cuda_driver)
     if theirs != want.runner_class:
         return f"it ran on a runner of class {theirs}, this runner is {want.runner_class}"
     if want.has_peer and any(t.result == "skipped" and t.skip_code == skips.NO_PEER_IMAGE.code for t in verdict.tests):
@@ -114,11 +110,7 @@ def choose(findings: Findings, want: Wanted, trusted: TrustedKeys) -> tuple[Foun
 def reuse_trust(root: Path, host: str, key: SigningKey) -> TrustedKeys:
     """Whose verdicts may be reused: the trusted keys file, and this machine's dev key only when it is the key
     this run signs with and the registry is a loopback one."""
-    trusted = load_trusted(root)
-    local = dev_public_key() if key.dev and is_loopback_host(host) else None
-    if local is not None:
-        trusted.add_dev(local)
-    return trusted
+    return validate_trust(root, host, key.dev)
 
 
 def find_reusable(client: RegistryClient, repo: str, want: Wanted, trusted: TrustedKeys) -> tuple[Found | None, str]:

@@ -169,10 +169,8 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
         log(f"{cell.key}: {rule}")
         inventory = dataclasses.replace(inventory, driver_rule=rule)
     seen = inventory.as_dicts()
-    wanted = run_flags(cell, image.labels, seen, log)
-    if image.emulated:
-        # An emulated GPU run is not a GPU run: no GPUs for containers of another architecture.
-        wanted = [f for f in wanted if not f.startswith("--gpus")]
+    # An emulated GPU run is not a GPU run: no GPUs for containers of another architecture.
+    wanted = run_flags(cell, image.labels, [] if image.emulated else seen, log)
     flags, not_granted = probe_flags(image.run_ref, wanted, log, cell.cuda)
     # The tests get GPUs only where this cell's containers were started with them (probed above).
     usable = seen if any(f.startswith("--gpus") for f in flags) else []

@@ -18,9 +18,10 @@ from buildtool.sbom.signing import find_sbom_attestation
 from buildtool.validate.containers import Resolved
 
 
-def validate_trust(root: Path, host: str) -> TrustedKeys:
+def validate_trust(root: Path, host: str, dev: bool = True) -> TrustedKeys:
+    """config/trusted-keys.yaml, and this machine's dev key for a loopback registry (`dev` false: never)."""
     trusted = load_trusted(root)
-    local = dev_public_key() if is_loopback_host(host) else None
+    local = dev_public_key() if dev and is_loopback_host(host) else None
     if local is not None:
         trusted.add_dev(local)
     return trusted

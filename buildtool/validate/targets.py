@@ -12,9 +12,10 @@ from typing import Any
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import busbw, frameworks, label_keys, versions
-from buildtool.contracts.target import Expectations, FrameworkInfo, Target
+from buildtool.contracts.target import Expectations, Target
 from buildtool.matrix.schema import Cell, Matrix
-from buildtool.validate.collect import PLUGIN
+from buildtool.validate.collect import PLUGIN, framework_info
+from buildtool.validate.outcome import promised_libraries
 from buildtool.validate.run_plan import RunPlan
 
 
@@ -60,7 +61,7 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
         expect["framework_claims"] = claims
         expect["python"] = cell.python
     if cell.libraries is not None:   # what the base's notes promise (checked on the base, not a stand-in)
-        expect["libraries"] = {"cudnn": cell.libraries.cudnn, "nccl": cell.libraries.nccl}
+        expect["libraries"] = promised_libraries(cell)
         expect["libraries_source"] = cell.libraries.source
     scheme = frameworks.get(cell.framework).local_versions
     for claim in expect["framework_claims"]:
@@ -70,13 +71,6 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
                                     cuda=cell.cuda, ngc=None if standin else versions.ngc_release(cell.base))
         claim.update(local_pattern=rule.local_pattern, local_text=rule.local_text, source_dev=rule.source_dev)
     return expect
-
-
-def framework_info(framework: frameworks.Framework) -> FrameworkInfo:
-    return FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
-                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers,
-                         cuda_build_expr=framework.cuda_build_expr,
-                         container_version_env=framework.container_version_env)
 
 
 def shm_fix(cell: Cell, matrix: Matrix) -> str:

@@ -89,13 +89,10 @@ def whole_run(verdict: Verdict) -> bool:
     return not verdict.selection.expression and not verdict.selection.deselected
 
 
-def _same_clock(a: Found, b: Found) -> bool:
-    return a.keyid == b.keyid and a.verdict.runner.hostname == b.verdict.runner.hostname
-
-
 def not_shown_older(failure: Found, other: Found) -> bool:
     """Whether the signed times cannot show `failure` ran before `other` (see the module)."""
-    margin = 0 if _same_clock(failure, other) else CLOCK_SKEW_S
+    same_clock = failure.keyid == other.keyid and failure.verdict.runner.hostname == other.verdict.runner.hostname
+    margin = 0 if same_clock else CLOCK_SKEW_S
     return failure.started + dt.timedelta(seconds=margin) >= other.started
 
 
