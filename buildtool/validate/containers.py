@@ -180,6 +180,7 @@ def _same_image_here(client: RegistryClient, repo: str, digest: str) -> dict[str
     config = _config_digest(client, repo, digest)
     return _held(config) if config is not None and config.startswith("sha256:") else None
 
+
 def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[str, Any] | None:
     """The image `digest` pins, made in this engine from layers it already holds: the registry's config (read by
     its digest) `docker load`ed with no layer data. The engine takes each layer it holds by its content's digest
