@@ -173,8 +173,7 @@ class RegistryClient:
         if url.startswith("http://"):
             if self._loopback is None:
                 self._loopback = LoopbackTransport()
-            return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, auth=None,
-                                       sink=sink)
+            return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, sink=sink)
         self._prepare_tls(url)
         with contextlib.ExitStack() as stack:
             body = stack.enter_context(data.open("rb")) if isinstance(data, Path) else data
