@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from buildtool.common import refs
@@ -50,7 +50,6 @@ from buildtool.registry.call_errors import (
     RegistryUnreachable,
 )
 from buildtool.registry.transport import (
-    CHUNK,
     BodyInterrupted,
     LoopbackTransport,
     Response,
@@ -399,28 +398,19 @@ class RegistryClient:
         """A blob, checked against its digest; a read cut off part way is resumed (see _download)."""
         buffer = io.BytesIO()
         self._download(repo, digest, buffer)
-        data = buffer.getvalue()
-        if sha256_digest(data) != digest:
-            raise RegistryError(f"blob {digest} of {repo} does not match its digest")
-        return data
+        return buffer.getvalue()
 
     def download_blob(self, repo: str, digest: str, path: Path) -> None:
         """A blob into the file `path` (large blobs never held in memory), checked against its digest."""
         with path.open("w+b") as out:
             self._download(repo, digest, out)
-            out.seek(0)
-            hashed = hashlib.sha256()
-            while chunk := out.read(CHUNK):
-                hashed.update(chunk)
-        if "sha256:" + hashed.hexdigest() != digest:
-            raise RegistryError(f"blob {digest} of {repo} does not match its digest")
 
-    def _download(self, repo: str, digest: str, out: IO[bytes]) -> None:
-        """GET a blob into `out`. A body cut off part way (a connection reset, on the registry or on the storage
-        host it redirects to) is asked for again from the first missing byte (`Range`, as the distribution spec's
-        resumable pull does), and taken whole again when the host answers 200 instead of 206: at once when the
-        cut-off read brought bytes, after the backoff when it brought none; at most retry.attempts cut-offs in a
-        row that brought nothing, and BLOB_RESUMES in all."""
+    def _download(self, repo: str, digest: str, out: io.BytesIO | io.BufferedRandom) -> None:
+        """GET a blob into `out` and check it against its digest. A body cut off part way (a connection reset, on
+        the registry or on the storage host it redirects to) is asked for again from the first missing byte
+        (`Range`, as the distribution spec's resumable pull does), and taken whole again when the host answers 200
+        instead of 206: at once when the cut-off read brought bytes, after the backoff when it brought none; at
+        most retry.attempts cut-offs in a row that brought nothing, and BLOB_RESUMES in all."""
         path = f"{repo}/blobs/{digest}"
         got, idle, cuts, delay = 0, 0, 0, self.retry.first_delay
 
@@ -442,7 +432,7 @@ class RegistryClient:
                 headers["Range"] = f"bytes={got}-"
             try:
                 self.request("GET", path, ok=(200, 206), repo=repo, headers=headers, sink=sink)
-                return
+                break
             except BodyInterrupted as exc:
                 now = out.tell()
                 idle = 0 if now > got else idle + 1
@@ -460,6 +450,9 @@ class RegistryClient:
                 if idle:
                     self._sleep(delay)
                     delay = min(delay * 2, self.retry.max_delay)
+        out.seek(0)
+        if "sha256:" + hashlib.file_digest(out, "sha256").hexdigest() != digest:
+            raise RegistryError(f"blob {digest} of {repo} does not match its digest")
 
     def put_blob(self, repo: str, data: bytes) -> str:
         """Upload a small blob (monolithic POST+PUT); a no-op when it already exists."""
