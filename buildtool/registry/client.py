@@ -273,7 +273,8 @@ class RegistryClient:
                 raise self._rate_limited(method, url, response, f"{self.retry.attempts} attempts")
             return response
         if last == "ConnectionError" and urlsplit(url).netloc.lower() == self.api_host.lower():
-            raise RegistryUnreachable(self._down_message())
+            raise RegistryUnreachable(f"registry {self.host} is unreachable; start it (bash scripts/setup.sh starts "
+                                      "the local one) or set REGISTRY to a reachable registry")
         raise RegistryError(f"{method} {self._safe(url)}: {last} after {self.retry.attempts} attempts")
 
     def _rate_limited(self, method: str, url: str, response: Any, detail: str) -> RateLimited:
@@ -288,13 +289,14 @@ class RegistryClient:
         return RateLimited(f"{method} {self._safe(url)}: HTTP {status}{f' ({said})' if said else ''}, {detail}; "
                            "try later")
 
-    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "",
-                mount_from: str = "", sink: Sink | None = None, **kwargs: Any) -> Response | requests.Response:
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "", mount_from: str = "",
+                sink: Sink | None = None, headers: dict[str, str] | None = None,
+                data: bytes | Path | None = None) -> Response | requests.Response:
         """One API call: authenticated as the registry asks (scopes for `repo`, and `mount_from` for a
         cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx).
         `sink`: where a 2xx body goes instead of memory (see buildtool.registry.transport.Sink)."""
         url = self._url(path)
-        response = self._call(method, url, needed_scopes(method, repo, mount_from), kwargs,
+        response = self._call(method, url, needed_scopes(method, repo, mount_from), headers, data,
                               _Mode(sink=sink, ok_401=401 in ok))
         if response.status_code in ok:
             return response
@@ -308,17 +310,14 @@ class RegistryClient:
         redirects are not followed and a 401 that authenticating cannot cure (one without a challenge, or one
         whose token is refused) is returned, not raised. For endpoints whose every answer but one means
         "not supported here" (the referrers API). Transport, TLS and rate-limit failures still raise."""
-        return self._call(method, self._url(path), needed_scopes(method, repo, ""), {"headers": headers or {}},
+        return self._call(method, self._url(path), needed_scopes(method, repo, ""), headers, None,
                           _Mode(follow=False, lenient=True))
 
-    def _call(self, method: str, url: str, needed: frozenset[Triple], kwargs: dict[str, Any], mode: _Mode) -> Any:
+    def _call(self, method: str, url: str, needed: frozenset[Triple], base: dict[str, str] | None,
+              data: bytes | Path | None, mode: _Mode) -> Any:
         """One call authenticated for the scopes `needed` (more where the registry's challenge asks for them)."""
-        base = dict(kwargs.pop("headers", None) or {})
-        data = kwargs.pop("data", None)
-        if kwargs:
-            raise TypeError(f"unexpected arguments: {', '.join(kwargs)}")
         for rounds in range(_AUTH_ROUNDS + 1):
-            headers = dict(base)
+            headers = dict(base or {})
             sent = self.auth.header(needed)
             if sent:
                 headers["Authorization"] = sent
@@ -334,10 +333,6 @@ class RegistryClient:
                     return response
                 raise
         return response
-
-    def _down_message(self) -> str:
-        return (f"registry {self.host} is unreachable; start it (bash scripts/setup.sh starts the local one) "
-                "or set REGISTRY to a reachable registry")
 
     @staticmethod
     def _safe(url: str) -> str:
