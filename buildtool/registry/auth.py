@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
 import threading
@@ -253,8 +252,7 @@ class HostAuth:
             raise NoCredentials(f"no credentials for {self.host}: it asks for a user name and password; "
                                 f"run `docker login {self.host}`, add a credential helper, or set REGISTRY_USER, "
                                 f"REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
-        raw = f"{found.username}:{found.password}".encode()
-        return "Basic " + base64.b64encode(raw).decode()
+        return "Basic " + found.basic()
 
     def _cached(self, needed: frozenset[Triple]) -> Token | None:
         now = self._clock()
@@ -349,8 +347,7 @@ class HostAuth:
             url = realm + (("&" if "?" in realm else "?") + urlencode(query) if query else "")
             headers = {}
             if usable is not None and usable.password:
-                raw = f"{usable.username}:{usable.password}".encode()
-                headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+                headers["Authorization"] = "Basic " + usable.basic()
             response = self._fetch("GET", url, headers=headers, data=None)
         return self._accept(response, want, started, usable)
 
