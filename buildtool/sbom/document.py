@@ -303,25 +303,20 @@ SCOPE_ORDER = ("python", "apt")
 def diff(before: Contents, after: Contents) -> list[Change]:
     """Changes from `before` to `after`: the headline facts first, then the packages in KIND_ORDER,
     each kind in SCOPE_ORDER and by name."""
-    changes: list[Change] = []
-    for key in (*HEADLINE, *sorted(set(before.facts) | set(after.facts))):
-        if key in {c.name for c in changes if c.scope == "fact"}:
-            continue
+    facts: list[Change] = []
+    for key in dict.fromkeys((*HEADLINE, *sorted(set(before.facts) | set(after.facts)))):
         old, new = before.facts.get(key), after.facts.get(key)
         if old != new and (old or new):
             kind = "added" if not old else "removed" if not new else "changed"
-            changes.append(Change(kind, "fact", key, old, new))
+            facts.append(Change(kind, "fact", key, old, new))
+    found: list[Change] = []
     for scope, old_set, new_set in (("python", before.python, after.python), ("apt", before.apt, after.apt)):
         for name in sorted(set(old_set) | set(new_set)):
             old, new = old_set.get(name), new_set.get(name)
-            if old == new:
-                continue
-            kind = "added" if old is None else "removed" if new is None else "changed"
-            changes.append(Change(kind, scope, name, old, new))
-    facts = [c for c in changes if c.scope == "fact"]
-    packages = sorted((c for c in changes if c.scope != "fact"),
-                      key=lambda c: (KIND_ORDER.index(c.kind), SCOPE_ORDER.index(c.scope), c.name))
-    return facts + packages
+            if old != new:
+                kind = "added" if old is None else "removed" if new is None else "changed"
+                found.append(Change(kind, scope, name, old, new))
+    return facts + sorted(found, key=lambda c: (KIND_ORDER.index(c.kind), SCOPE_ORDER.index(c.scope), c.name))
 
 
 # -- the registry ----------------------------------------------------------------------------
