@@ -59,56 +59,30 @@ class Challenge:
     params: dict[str, str] = field(default_factory=dict)
 
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_BARE = re.compile(r"[^,\s\"]*")
-_TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+_NAME = re.compile(r"[ \t,]*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)[ \t]*")     # a scheme or a parameter's name
+# `=` and a quoted string (backslash escapes; unterminated: to the end), or leniently anything up to a comma or space
+_VALUE = re.compile(r'=[ \t]*(?:"((?:[^"\\]|\\[\s\S]|\\\Z)*)"?|([^,\s"]*))')
+_TOKEN68 = re.compile(r"([A-Za-z0-9\-._~+/]+=*)[ \t]*(?:,|\Z)")
+_ESCAPED = re.compile(r"\\([\s\S])")
 
 
 def parse_challenges(header: str) -> list[Challenge]:
     """RFC 7235 `WWW-Authenticate`: every challenge with its parameters (names lower-cased). Never raises:
     what does not parse ends the list."""
     out: list[Challenge] = []
-    pos, n = 0, len(header)
-    current: Challenge | None = None
-
-    def skip(chars: str) -> None:
-        nonlocal pos
-        while pos < n and header[pos] in chars:
-            pos += 1
-
-    while pos < n:
-        skip(" \t,")
-        if pos >= n:
-            break
-        m = _TOKEN.match(header, pos)
-        if not m:
-            break
-        name = m.group(0)
-        pos = m.end()
-        skip(" \t")
-        if pos < n and header[pos] == "=" and current is not None and not (pos + 1 < n and header[pos + 1] == "="):
-            pos += 1
-            skip(" \t")
-            if pos < n and header[pos] == '"':
-                pos += 1
-                value = []
-                while pos < n and header[pos] != '"':
-                    if header[pos] == "\\" and pos + 1 < n:
-                        pos += 1
-                    value.append(header[pos])
-                    pos += 1
-                pos += 1          # the closing quote
-                current.params[name.lower()] = "".join(value)
-            else:
-                v = _BARE.match(header, pos)       # a token; leniently anything up to a comma or space
-                current.params[name.lower()] = v.group(0) if v else ""
-                pos = v.end() if v else pos
+    pos = 0
+    while name := _NAME.match(header, pos):
+        pos = name.end()
+        # `name=value` is a parameter of the challenge before it; `name==` (and a first name) begins a challenge.
+        value = _VALUE.match(header, pos) if out and not header.startswith("==", pos) else None
+        if value:
+            quoted, bare = value.groups()
+            out[-1].params[name.group(1).lower()] = bare if quoted is None else _ESCAPED.sub(r"\1", quoted)
+            pos = value.end()
             continue
-        current = Challenge(name.lower(), {})
-        out.append(current)
-        t68 = _TOKEN68.match(header, pos)     # `Basic dXNlcg==`: a token68, not a parameter; skipped
-        if t68 and (header[t68.end():].lstrip(" \t") or ",").startswith(","):
-            pos = t68.end()
+        out.append(Challenge(name.group(1).lower(), {}))
+        token68 = _TOKEN68.match(header, pos)     # `Basic dXNlcg==`: a token68, not a parameter; skipped
+        pos = token68.end(1) if token68 else pos
     return out
 
 
