@@ -108,18 +108,14 @@ def format_scopes(triples: Iterable[Triple]) -> list[str]:
     return [f"{kind}:{name}:{','.join(sorted(actions))}" for (kind, name), actions in sorted(grouped.items())]
 
 
+_ACTIONS = {"GET": ("pull",), "HEAD": ("pull",), "DELETE": ("delete",)}    # any other method: ("pull", "push")
+
+
 def needed_scopes(method: str, repo: str, mount_from: str = "") -> frozenset[Triple]:
     """What the distribution registry checks for `method` on `repo` (and a mount's source)."""
     if not repo:
         return frozenset()
-    method = method.upper()
-    if method in ("GET", "HEAD"):
-        actions: tuple[str, ...] = ("pull",)
-    elif method == "DELETE":
-        actions = ("delete",)
-    else:
-        actions = ("pull", "push")
-    out = {("repository", repo, a) for a in actions}
+    out = {("repository", repo, a) for a in _ACTIONS.get(method.upper(), ("pull", "push"))}
     if mount_from:
         out.add(("repository", mount_from, "pull"))
     return frozenset(out)
