@@ -91,7 +91,6 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
 def _python_components(probe: dict[str, Any], locks: Mapping[str, LockFile], identified: Mapping[str, str],
                        indexes: Sequence[str], by_ref: dict[str, Any], edges: dict[str, set[str]]) -> None:
     """The image's Python distributions as components (into `by_ref`, their dependencies into `edges`)."""
-    from cyclonedx.model import Property
     from packageurl import PackageURL
 
     dists = packages.dists(probe)
@@ -104,19 +103,16 @@ def _python_components(probe: dict[str, Any], locks: Mapping[str, LockFile], ide
         repository_url = python_repository(dist.name, dist.version, indexes) if from_locks else ""
         purl = PackageURL("pypi", name=dist.name, version=dist.version,
                           qualifiers={"repository_url": repository_url} if repository_url else None)
-        props = [Property(name=f"{PROPERTY}:installed-from", value=origin)]
-        props += [] if from_locks or not _local_version(dist.version) else \
-            [Property(name=f"{PROPERTY}:repository", value=BASE_REPOSITORY_NOTE)]
-        props += [Property(name=f"{PROPERTY}:hash", value=note)] if note else []
+        base_local = not from_locks and _local_version(dist.version)
+        notes = [("installed-from", origin), ("repository", BASE_REPOSITORY_NOTE if base_local else ""), ("hash", note)]
         by_ref[dist.name] = _library(dist.name, dist.version, purl, sha256, _python_licenses(dist),
-                                     props, python_missing.get(dist.name, []))
+                                     notes, python_missing.get(dist.name, []))
         edges[dist.name] = python_edges[dist.name]
 
 
 def _deb_components(probe: dict[str, Any], deb_hashes: Mapping[str, str], by_ref: dict[str, Any],
                     edges: dict[str, set[str]]) -> None:
     """The image's Debian packages as components (into `by_ref`, their dependencies into `edges`)."""
-    from cyclonedx.model import Property
     from packageurl import PackageURL
 
     debs = packages.debs(probe)
@@ -127,26 +123,26 @@ def _deb_components(probe: dict[str, Any], deb_hashes: Mapping[str, str], by_ref
             purl = PackageURL("deb", namespace=namespace, name=deb.name, version=deb.version,
                               qualifiers=deb.qualifiers(distro))
             sha256 = deb_hashes.get(f"{deb.name}={deb.version}", "")
-            props = [] if len(sha256) == 64 else \
-                [Property(name=f"{PROPERTY}:hash", value=DEB_NOT_SERVED_NOTE if sha256 else DEB_HASH_NOTE)]
-            licenses, note = _deb_licenses(deb.licenses)
-            props += [Property(name=f"{PROPERTY}:{LICENSE_PROPERTY}", value=note)] if note else []
-            by_ref[deb.key] = _library(deb.name, deb.version, purl, sha256 if len(sha256) == 64 else "", licenses,
-                                       props, deb_missing.get(deb.key, []))
+            hash_note = "" if len(sha256) == 64 else DEB_NOT_SERVED_NOTE if sha256 else DEB_HASH_NOTE
+            licenses, license_note = _deb_licenses(deb.licenses)
+            by_ref[deb.key] = _library(deb.name, deb.version, purl, "" if hash_note else sha256, licenses,
+                                       [("hash", hash_note), (LICENSE_PROPERTY, license_note)],
+                                       deb_missing.get(deb.key, []))
             edges[deb.key] = deb_edges[deb.key]
 
 
-def _library(name: str, version: str, purl: Any, sha256: str, licenses: list[Any], props: list[Any],
+def _library(name: str, version: str, purl: Any, sha256: str, licenses: list[Any], notes: list[tuple[str, str]],
              missing: list[str]) -> Any:
-    """A package as a library component named by its purl, with its sha256 when known and its dependencies
-    no installed package satisfies (`missing`) as properties."""
+    """A package as a library component named by its purl, with its sha256 when known; `notes` (PROPERTY:KEY,
+    value; those without a value left out) and the dependencies no installed package satisfies (`missing`)
+    as properties."""
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.component import Component, ComponentType
 
-    props = props + [Property(name=f"{PROPERTY}:unresolved-dependency", value=r) for r in missing]
+    notes = [*notes, *(("unresolved-dependency", r) for r in missing)]
     return Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl, bom_ref=str(purl),
                      hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if sha256 else None,
-                     licenses=licenses, properties=props)
+                     licenses=licenses, properties=[Property(name=f"{PROPERTY}:{k}", value=v) for k, v in notes if v])
 
 
 BASE_REPOSITORY_NOTE = ("unknown: a local version (not PyPI's) installed by the base image, not from the cell's "
