@@ -136,8 +136,7 @@ class Token:
     expires_at: float           # monotonic
 
     def fresh(self, now: float, life: float) -> bool:
-        margin = min(10.0, life / 5)
-        return now < self.expires_at - margin
+        return now < self.expires_at - min(10.0, life / 5)     # a margin: a fifth of the life, at most 10 s
 
 
 # -- messages ----------------------------------------------------------------------------------
