@@ -83,8 +83,7 @@ class LoopbackTransport:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
             return conn, True
-        host, _, port = netloc.rpartition(":") if ":" in netloc else (netloc, "", "80")
-        conn = _NoDelayConnection(host.strip("[]"), int(port or 80), timeout=timeout)
+        conn = _NoDelayConnection(netloc, timeout=timeout)    # http.client reads `host[:port]`, `[v6]:port` too
         pool[netloc] = conn
         return conn, False
 
