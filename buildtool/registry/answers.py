@@ -27,8 +27,6 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    if when is None:
-        return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
@@ -98,22 +96,13 @@ def error_text(response: Response | requests.Response) -> str:
         return response.text[:200]
 
 
-def _context_adapter() -> type:
+def ContextAdapter(context: Any) -> Any:  # noqa: N802 - a factory standing for the class requests imports lazily
+    """requests' adapter with our SSL context: the default CAs plus the host's certs.d CAs."""
     from requests.adapters import HTTPAdapter
 
-    class ContextAdapter(HTTPAdapter):
-        """requests' adapter with our SSL context: the default CAs plus the host's certs.d CAs."""
-
-        def __init__(self, context: Any) -> None:
-            self._context = context
-            super().__init__()
-
+    class Adapter(HTTPAdapter):
         def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["ssl_context"] = self._context
+            kwargs["ssl_context"] = context
             super().init_poolmanager(*args, **kwargs)
 
-    return ContextAdapter
-
-
-def ContextAdapter(context: Any) -> Any:  # noqa: N802 - a factory standing for the class requests imports lazily
-    return _context_adapter()(context)
+    return Adapter()

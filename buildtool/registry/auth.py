@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
 import threading
@@ -60,56 +59,30 @@ class Challenge:
     params: dict[str, str] = field(default_factory=dict)
 
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_BARE = re.compile(r"[^,\s\"]*")
-_TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+_NAME = re.compile(r"[ \t,]*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)[ \t]*")     # a scheme or a parameter's name
+# `=` and a quoted string (backslash escapes; unterminated: to the end), or leniently anything up to a comma or space
+_VALUE = re.compile(r'=[ \t]*(?:"((?:[^"\\]|\\[\s\S]|\\\Z)*)"?|([^,\s"]*))')
+_TOKEN68 = re.compile(r"([A-Za-z0-9\-._~+/]+=*)[ \t]*(?:,|\Z)")
+_ESCAPED = re.compile(r"\\([\s\S])")
 
 
 def parse_challenges(header: str) -> list[Challenge]:
     """RFC 7235 `WWW-Authenticate`: every challenge with its parameters (names lower-cased). Never raises:
     what does not parse ends the list."""
     out: list[Challenge] = []
-    pos, n = 0, len(header)
-    current: Challenge | None = None
-
-    def skip(chars: str) -> None:
-        nonlocal pos
-        while pos < n and header[pos] in chars:
-            pos += 1
-
-    while pos < n:
-        skip(" \t,")
-        if pos >= n:
-            break
-        m = _TOKEN.match(header, pos)
-        if not m:
-            break
-        name = m.group(0)
-        pos = m.end()
-        skip(" \t")
-        if pos < n and header[pos] == "=" and current is not None and not (pos + 1 < n and header[pos + 1] == "="):
-            pos += 1
-            skip(" \t")
-            if pos < n and header[pos] == '"':
-                pos += 1
-                value = []
-                while pos < n and header[pos] != '"':
-                    if header[pos] == "\\" and pos + 1 < n:
-                        pos += 1
-                    value.append(header[pos])
-                    pos += 1
-                pos += 1          # the closing quote
-                current.params[name.lower()] = "".join(value)
-            else:
-                v = _BARE.match(header, pos)       # a token; leniently anything up to a comma or space
-                current.params[name.lower()] = v.group(0) if v else ""
-                pos = v.end() if v else pos
+    pos = 0
+    while name := _NAME.match(header, pos):
+        pos = name.end()
+        # `name=value` is a parameter of the challenge before it; `name==` (and a first name) begins a challenge.
+        value = _VALUE.match(header, pos) if out and not header.startswith("==", pos) else None
+        if value:
+            quoted, bare = value.groups()
+            out[-1].params[name.group(1).lower()] = bare if quoted is None else _ESCAPED.sub(r"\1", quoted)
+            pos = value.end()
             continue
-        current = Challenge(name.lower(), {})
-        out.append(current)
-        t68 = _TOKEN68.match(header, pos)     # `Basic dXNlcg==`: a token68, not a parameter; skipped
-        if t68 and (header[t68.end():].lstrip(" \t") or ",").startswith(","):
-            pos = t68.end()
+        out.append(Challenge(name.group(1).lower(), {}))
+        token68 = _TOKEN68.match(header, pos)     # `Basic dXNlcg==`: a token68, not a parameter; skipped
+        pos = token68.end(1) if token68 else pos
     return out
 
 
@@ -135,18 +108,14 @@ def format_scopes(triples: Iterable[Triple]) -> list[str]:
     return [f"{kind}:{name}:{','.join(sorted(actions))}" for (kind, name), actions in sorted(grouped.items())]
 
 
+_ACTIONS = {"GET": ("pull",), "HEAD": ("pull",), "DELETE": ("delete",)}    # any other method: ("pull", "push")
+
+
 def needed_scopes(method: str, repo: str, mount_from: str = "") -> frozenset[Triple]:
     """What the distribution registry checks for `method` on `repo` (and a mount's source)."""
     if not repo:
         return frozenset()
-    method = method.upper()
-    if method in ("GET", "HEAD"):
-        actions: tuple[str, ...] = ("pull",)
-    elif method == "DELETE":
-        actions = ("delete",)
-    else:
-        actions = ("pull", "push")
-    out = {("repository", repo, a) for a in actions}
+    out = {("repository", repo, a) for a in _ACTIONS.get(method.upper(), ("pull", "push"))}
     if mount_from:
         out.add(("repository", mount_from, "pull"))
     return frozenset(out)
@@ -167,8 +136,7 @@ class Token:
     expires_at: float           # monotonic
 
     def fresh(self, now: float, life: float) -> bool:
-        margin = min(10.0, life / 5)
-        return now < self.expires_at - margin
+        return now < self.expires_at - min(10.0, life / 5)     # a margin: a fifth of the life, at most 10 s
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -253,8 +221,7 @@ class HostAuth:
             raise NoCredentials(f"no credentials for {self.host}: it asks for a user name and password; "
                                 f"run `docker login {self.host}`, add a credential helper, or set REGISTRY_USER, "
                                 f"REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
-        raw = f"{found.username}:{found.password}".encode()
-        return "Basic " + base64.b64encode(raw).decode()
+        return "Basic " + found.basic()
 
     def _cached(self, needed: frozenset[Triple]) -> Token | None:
         now = self._clock()
@@ -349,8 +316,7 @@ class HostAuth:
             url = realm + (("&" if "?" in realm else "?") + urlencode(query) if query else "")
             headers = {}
             if usable is not None and usable.password:
-                raw = f"{usable.username}:{usable.password}".encode()
-                headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+                headers["Authorization"] = "Basic " + usable.basic()
             response = self._fetch("GET", url, headers=headers, data=None)
         return self._accept(response, want, started, usable)
 

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from buildtool.common import refs
@@ -50,7 +50,6 @@ from buildtool.registry.call_errors import (
     RegistryUnreachable,
 )
 from buildtool.registry.transport import (
-    CHUNK,
     BodyInterrupted,
     LoopbackTransport,
     Response,
@@ -173,8 +172,7 @@ class RegistryClient:
         if url.startswith("http://"):
             if self._loopback is None:
                 self._loopback = LoopbackTransport()
-            return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, auth=None,
-                                       sink=sink)
+            return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, sink=sink)
         self._prepare_tls(url)
         with contextlib.ExitStack() as stack:
             body = stack.enter_context(data.open("rb")) if isinstance(data, Path) else data
@@ -275,7 +273,8 @@ class RegistryClient:
                 raise self._rate_limited(method, url, response, f"{self.retry.attempts} attempts")
             return response
         if last == "ConnectionError" and urlsplit(url).netloc.lower() == self.api_host.lower():
-            raise RegistryUnreachable(self._down_message())
+            raise RegistryUnreachable(f"registry {self.host} is unreachable; start it (bash scripts/setup.sh starts "
+                                      "the local one) or set REGISTRY to a reachable registry")
         raise RegistryError(f"{method} {self._safe(url)}: {last} after {self.retry.attempts} attempts")
 
     def _rate_limited(self, method: str, url: str, response: Any, detail: str) -> RateLimited:
@@ -290,13 +289,14 @@ class RegistryClient:
         return RateLimited(f"{method} {self._safe(url)}: HTTP {status}{f' ({said})' if said else ''}, {detail}; "
                            "try later")
 
-    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "",
-                mount_from: str = "", sink: Sink | None = None, **kwargs: Any) -> Response | requests.Response:
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "", mount_from: str = "",
+                sink: Sink | None = None, headers: dict[str, str] | None = None,
+                data: bytes | Path | None = None) -> Response | requests.Response:
         """One API call: authenticated as the registry asks (scopes for `repo`, and `mount_from` for a
         cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx).
         `sink`: where a 2xx body goes instead of memory (see buildtool.registry.transport.Sink)."""
         url = self._url(path)
-        response = self._call(method, url, needed_scopes(method, repo, mount_from), kwargs,
+        response = self._call(method, url, needed_scopes(method, repo, mount_from), headers, data,
                               _Mode(sink=sink, ok_401=401 in ok))
         if response.status_code in ok:
             return response
@@ -310,17 +310,14 @@ class RegistryClient:
         redirects are not followed and a 401 that authenticating cannot cure (one without a challenge, or one
         whose token is refused) is returned, not raised. For endpoints whose every answer but one means
         "not supported here" (the referrers API). Transport, TLS and rate-limit failures still raise."""
-        return self._call(method, self._url(path), needed_scopes(method, repo, ""), {"headers": headers or {}},
+        return self._call(method, self._url(path), needed_scopes(method, repo, ""), headers, None,
                           _Mode(follow=False, lenient=True))
 
-    def _call(self, method: str, url: str, needed: frozenset[Triple], kwargs: dict[str, Any], mode: _Mode) -> Any:
+    def _call(self, method: str, url: str, needed: frozenset[Triple], base: dict[str, str] | None,
+              data: bytes | Path | None, mode: _Mode) -> Any:
         """One call authenticated for the scopes `needed` (more where the registry's challenge asks for them)."""
-        base = dict(kwargs.pop("headers", None) or {})
-        data = kwargs.pop("data", None)
-        if kwargs:
-            raise TypeError(f"unexpected arguments: {', '.join(kwargs)}")
         for rounds in range(_AUTH_ROUNDS + 1):
-            headers = dict(base)
+            headers = dict(base or {})
             sent = self.auth.header(needed)
             if sent:
                 headers["Authorization"] = sent
@@ -336,10 +333,6 @@ class RegistryClient:
                     return response
                 raise
         return response
-
-    def _down_message(self) -> str:
-        return (f"registry {self.host} is unreachable; start it (bash scripts/setup.sh starts the local one) "
-                "or set REGISTRY to a reachable registry")
 
     @staticmethod
     def _safe(url: str) -> str:
@@ -400,28 +393,19 @@ class RegistryClient:
         """A blob, checked against its digest; a read cut off part way is resumed (see _download)."""
         buffer = io.BytesIO()
         self._download(repo, digest, buffer)
-        data = buffer.getvalue()
-        if sha256_digest(data) != digest:
-            raise RegistryError(f"blob {digest} of {repo} does not match its digest")
-        return data
+        return buffer.getvalue()
 
     def download_blob(self, repo: str, digest: str, path: Path) -> None:
         """A blob into the file `path` (large blobs never held in memory), checked against its digest."""
         with path.open("w+b") as out:
             self._download(repo, digest, out)
-            out.seek(0)
-            hashed = hashlib.sha256()
-            while chunk := out.read(CHUNK):
-                hashed.update(chunk)
-        if "sha256:" + hashed.hexdigest() != digest:
-            raise RegistryError(f"blob {digest} of {repo} does not match its digest")
 
-    def _download(self, repo: str, digest: str, out: IO[bytes]) -> None:
-        """GET a blob into `out`. A body cut off part way (a connection reset, on the registry or on the storage
-        host it redirects to) is asked for again from the first missing byte (`Range`, as the distribution spec's
-        resumable pull does), and taken whole again when the host answers 200 instead of 206: at once when the
-        cut-off read brought bytes, after the backoff when it brought none; at most retry.attempts cut-offs in a
-        row that brought nothing, and BLOB_RESUMES in all."""
+    def _download(self, repo: str, digest: str, out: io.BytesIO | io.BufferedRandom) -> None:
+        """GET a blob into `out` and check it against its digest. A body cut off part way (a connection reset, on
+        the registry or on the storage host it redirects to) is asked for again from the first missing byte
+        (`Range`, as the distribution spec's resumable pull does), and taken whole again when the host answers 200
+        instead of 206: at once when the cut-off read brought bytes, after the backoff when it brought none; at
+        most retry.attempts cut-offs in a row that brought nothing, and BLOB_RESUMES in all."""
         path = f"{repo}/blobs/{digest}"
         got, idle, cuts, delay = 0, 0, 0, self.retry.first_delay
 
@@ -443,7 +427,7 @@ class RegistryClient:
                 headers["Range"] = f"bytes={got}-"
             try:
                 self.request("GET", path, ok=(200, 206), repo=repo, headers=headers, sink=sink)
-                return
+                break
             except BodyInterrupted as exc:
                 now = out.tell()
                 idle = 0 if now > got else idle + 1
@@ -461,6 +445,9 @@ class RegistryClient:
                 if idle:
                     self._sleep(delay)
                     delay = min(delay * 2, self.retry.max_delay)
+        out.seek(0)
+        if "sha256:" + hashlib.file_digest(out, "sha256").hexdigest() != digest:
+            raise RegistryError(f"blob {digest} of {repo} does not match its digest")
 
     def put_blob(self, repo: str, data: bytes) -> str:
         """Upload a small blob (monolithic POST+PUT); a no-op when it already exists."""

@@ -66,12 +66,9 @@ class Credential:
     identity_token: str = field(default="", repr=False)
     source: str = ""        # where it came from, for messages: "auths in /x/config.json", a helper's name
 
-    def secrets(self) -> list[str]:
-        """Every form a secret could leak in (for tests and scrubbing)."""
-        out = [s for s in (self.password, self.identity_token) if s]
-        if self.password:
-            out.append(base64.b64encode(f"{self.username}:{self.password}".encode()).decode())
-        return out
+    def basic(self) -> str:
+        """base64 of USER:PASSWORD: an `auths` entry's `auth`, and what a Basic Authorization header sends."""
+        return base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
 
 
 def server_address(host: str) -> str:
@@ -161,9 +158,7 @@ def from_config(config: dict[str, Any], host: str, where: str) -> Credential | N
 def _from_entry(entry: dict[str, Any], key: str, host: str, where: str) -> Credential | None:
     source = f"auths[{key!r}] in {where}"
     if entry.get("identitytoken"):
-        user = ""
-        if entry.get("auth"):
-            user = _decode(entry["auth"], key, host, where)[0]
+        user = _decode(entry["auth"], key, host, where)[0] if entry.get("auth") else ""
         return Credential(user, identity_token=str(entry["identitytoken"]), source=source)
     if entry.get("auth"):
         user, password = _decode(entry["auth"], key, host, where)
@@ -231,7 +226,7 @@ def authfile(hosts: Iterable[str]) -> Iterator[Path | None]:
             continue
         entry: dict[str, str] = {}
         if found.password:
-            entry["auth"] = base64.b64encode(f"{found.username}:{found.password}".encode()).decode()
+            entry["auth"] = found.basic()
         if found.identity_token:
             entry["identitytoken"] = found.identity_token
         auths[server_address(host)] = entry

@@ -27,29 +27,17 @@ CERTS_D_ENV = "DL_IMAGES_CERTS_D"
 CERTS_D_ROOTS = ("/etc/docker/certs.d", "/etc/containers/certs.d")
 
 
-def insecure_registries() -> set[str]:
-    """The hosts DL_IMAGES_INSECURE_REGISTRIES names (lower-cased, `host[:port]`)."""
-    return {part.strip().lower() for part in os.environ.get(INSECURE_ENV, "").split(",") if part.strip()}
-
-
 def plain_http(host: str) -> bool:
     """Whether `host` (`host[:port]`) is spoken to over plain HTTP."""
-    return is_loopback_host(host) or host.lower() in insecure_registries()
-
-
-def certs_d_roots() -> list[Path]:
-    extra = [Path(p) for p in os.environ.get(CERTS_D_ENV, "").split(":") if p]
-    return [*extra, *(Path(p) for p in CERTS_D_ROOTS)]
+    named = {part.strip().lower() for part in os.environ.get(INSECURE_ENV, "").split(",") if part.strip()}
+    return is_loopback_host(host) or host.lower() in named
 
 
 def ca_files(netloc: str) -> list[Path]:
-    """The `*.crt` CA files docker would read for `netloc` (`host[:port]`), in a stable order."""
-    found: list[Path] = []
-    for root in certs_d_roots():
-        folder = root / netloc
-        if folder.is_dir():
-            found += sorted(folder.glob("*.crt"))
-    return found
+    """The `*.crt` CA files docker would read for `netloc` (`host[:port]`), in a stable order: DL_IMAGES_CERTS_D's
+    roots first."""
+    roots = [*os.environ.get(CERTS_D_ENV, "").split(":"), *CERTS_D_ROOTS]
+    return [path for root in roots if root for path in sorted((Path(root) / netloc).glob("*.crt"))]
 
 
 def ssl_context(netloc: str) -> ssl.SSLContext | None:
@@ -59,14 +47,9 @@ def ssl_context(netloc: str) -> ssl.SSLContext | None:
         return None
     import ssl
 
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if not bundle:
-        try:
-            import certifi
+    import certifi  # requests' own CA bundle (it depends on certifi)
 
-            bundle = certifi.where()
-        except ImportError:  # pragma: no cover - requests depends on certifi
-            bundle = None
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where()
     context = ssl.create_default_context(cafile=bundle)
     for path in files:
         context.load_verify_locations(cafile=str(path))

@@ -103,7 +103,7 @@ def _entries(client: RegistryClient, repo: str, manifest: dict[str, Any], where:
             raise RegistryError(f"{where}: registry served {child_digest} for index entry {entry['digest']}")
         child_where = f"{where} {wanted.name} entry {child_digest}"
         child_manifest = json.loads(child_body)
-        if child_type in INDEX_TYPES or "manifests" in child_manifest:
+        if _is_index(child_manifest, child_type):
             raise RegistryError(f"{child_where} is itself an index")
         child, found = _image(client, repo, child_digest, child_manifest, child_type, len(child_body), child_where)
         if found != wanted:
@@ -125,7 +125,7 @@ def platform_manifest(client: RegistryClient, repo: str, ref: str, platform: str
             raise PlatformMissing(f"{repo}:{ref} is a single {found.name} image, not {wanted}; make the base for "
                                 f"{wanted} (`make bases`)")
         return child.digest, child.config
-    children = read_children(client, repo, ref)
+    children = _entries(client, repo, manifest, f"{repo}:{ref}", strict=False)
     if wanted not in children:
         raise PlatformMissing(f"{repo}:{ref} is an index of {', '.join(sorted(children)) or 'no known platform'}, "
                             f"without {wanted}; make the base for {wanted} (`make bases`)")

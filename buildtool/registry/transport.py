@@ -14,15 +14,15 @@ after what arrived was written.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 
 class TransportTimeout(TimeoutError):
@@ -44,11 +44,11 @@ Sink = Callable[[int, Any], "Callable[[bytes], object] | None"]
 CHUNK = 1 << 16
 
 
+@dataclass
 class Response:
-    def __init__(self, status: int, headers: http.client.HTTPMessage, content: bytes) -> None:
-        self.status_code = status
-        self.headers = headers
-        self.content = content
+    status_code: int
+    headers: Any          # case-insensitive: http.client's HTTPMessage, or requests' own (answers.streamed)
+    content: bytes
 
     @property
     def text(self) -> str:
@@ -83,8 +83,7 @@ class LoopbackTransport:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
             return conn, True
-        host, _, port = netloc.rpartition(":") if ":" in netloc else (netloc, "", "80")
-        conn = _NoDelayConnection(host.strip("[]"), int(port or 80), timeout=timeout)
+        conn = _NoDelayConnection(netloc, timeout=timeout)    # http.client reads `host[:port]`, `[v6]:port` too
         pool[netloc] = conn
         return conn, False
 
@@ -95,18 +94,13 @@ class LoopbackTransport:
             conn.close()
 
     def send(self, method: str, url: str, *, headers: dict[str, str], data: bytes | Path | None, timeout: float,
-             auth: tuple[str, str] | None = None, params: dict[str, str] | None = None,
              sink: Sink | None = None) -> Response:
         """One request, redirects not followed: RegistryClient follows them, and it alone decides which
         headers (never the Authorization one across origins) go along. `data` may be a file (Path), sent
         from disk; `sink`: see Sink."""
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        if params:
-            target += ("&" if "?" in target else "?") + urlencode(params)
         headers = dict(headers)
-        if auth is not None and "Authorization" not in headers:
-            headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
         if isinstance(data, Path):
             headers["Content-Length"] = str(data.stat().st_size)
         elif data is not None or method in ("PUT", "POST", "PATCH"):
@@ -120,16 +114,12 @@ class LoopbackTransport:
                 else:
                     conn.request(method, target, body=data, headers=headers)
                 resp = conn.getresponse()
-            except _STALE as exc:
-                self._drop(parts.netloc)
-                if reused and attempt == 1:
-                    continue   # the registry closed a kept-alive connection: once more on a new one
-                raise TransportConnectionError(f"{type(exc).__name__}: {exc}") from None
-            except TimeoutError as exc:
-                self._drop(parts.netloc)
-                raise TransportTimeout(str(exc) or "timed out") from None
             except (OSError, http.client.HTTPException) as exc:
                 self._drop(parts.netloc)
+                if isinstance(exc, _STALE) and reused and attempt == 1:
+                    continue   # the registry closed a kept-alive connection: once more on a new one
+                if isinstance(exc, TimeoutError):
+                    raise TransportTimeout(str(exc) or "timed out") from None
                 raise TransportConnectionError(f"{type(exc).__name__}: {exc}") from None
             content = self._body(parts.netloc, method, resp, sink)
             if resp.will_close:

@@ -111,8 +111,7 @@ def deb_graph(packages: list[Deb]) -> tuple[dict[str, set[str]], dict[str, list[
 
 def _same_arch(candidates: list[Deb], arch: str) -> Deb:
     """The candidate of the depender's architecture (then `all`, then the first by key)."""
-    ranked = sorted(candidates, key=lambda d: (d.arch != arch, d.arch != "all", d.key))
-    return ranked[0]
+    return min(candidates, key=lambda d: (d.arch != arch, d.arch != "all", d.key))
 
 
 # -- Python -----------------------------------------------------------------------------------------

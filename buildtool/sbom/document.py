@@ -20,8 +20,8 @@ docker://REPO:sha256-<hex>` (the fallback index) and `skopeo copy docker://REPO@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from buildtool.attest import referrers
@@ -57,6 +57,7 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     (python_repository). Debian licenses are SPDX where Debian's names map (deb_licenses); a package whose
     copyright file names none says so in a property (LICENSE_NOTE), and unlicensed() lists them."""
     import uuid  # here, with cyclonedx: release reads SBOMs and never makes one
+    from importlib.metadata import version
 
     from cyclonedx.model import Property
     from cyclonedx.model.bom import Bom
@@ -68,7 +69,7 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"{repository}@{digest}"))
     bom.metadata.timestamp = None  # type: ignore[assignment]  # the same image gives the same document
     for tool, kind in ((GENERATOR, ComponentType.APPLICATION), ("cyclonedx-python-lib", ComponentType.LIBRARY)):
-        bom.metadata.tools.components.add(Component(type=kind, name=tool, version=_version(tool)))
+        bom.metadata.tools.components.add(Component(type=kind, name=tool, version=version(tool)))
     root = Component(
         type=ComponentType.CONTAINER, name=name, version=digest, bom_ref=f"{repository}@{digest}",
         purl=PackageURL("oci", name=name, version=digest, qualifiers={"repository_url": repository}),
@@ -90,8 +91,6 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
 def _python_components(probe: dict[str, Any], locks: Mapping[str, LockFile], identified: Mapping[str, str],
                        indexes: Sequence[str], by_ref: dict[str, Any], edges: dict[str, set[str]]) -> None:
     """The image's Python distributions as components (into `by_ref`, their dependencies into `edges`)."""
-    from cyclonedx.model import HashAlgorithm, HashType, Property
-    from cyclonedx.model.component import Component, ComponentType
     from packageurl import PackageURL
 
     dists = packages.dists(probe)
@@ -104,24 +103,16 @@ def _python_components(probe: dict[str, Any], locks: Mapping[str, LockFile], ide
         repository_url = python_repository(dist.name, dist.version, indexes) if from_locks else ""
         purl = PackageURL("pypi", name=dist.name, version=dist.version,
                           qualifiers={"repository_url": repository_url} if repository_url else None)
-        props = [Property(name=f"{PROPERTY}:installed-from", value=origin)]
-        props += [] if from_locks or not _local_version(dist.version) else \
-            [Property(name=f"{PROPERTY}:repository", value=BASE_REPOSITORY_NOTE)]
-        props += [Property(name=f"{PROPERTY}:hash", value=note)] if note else []
-        props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r)
-                  for r in python_missing.get(dist.name, [])]
-        by_ref[dist.name] = Component(
-            type=ComponentType.LIBRARY, name=dist.name, version=dist.version, purl=purl, bom_ref=str(purl),
-            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if sha256 else None,
-            licenses=_python_licenses(dist), properties=props)
+        base_local = not from_locks and _local_version(dist.version)
+        notes = [("installed-from", origin), ("repository", BASE_REPOSITORY_NOTE if base_local else ""), ("hash", note)]
+        by_ref[dist.name] = _library(dist.name, dist.version, purl, sha256, _python_licenses(dist),
+                                     notes, python_missing.get(dist.name, []))
         edges[dist.name] = python_edges[dist.name]
 
 
 def _deb_components(probe: dict[str, Any], deb_hashes: Mapping[str, str], by_ref: dict[str, Any],
                     edges: dict[str, set[str]]) -> None:
     """The image's Debian packages as components (into `by_ref`, their dependencies into `edges`)."""
-    from cyclonedx.model import HashAlgorithm, HashType, Property
-    from cyclonedx.model.component import Component, ComponentType
     from packageurl import PackageURL
 
     debs = packages.debs(probe)
@@ -132,16 +123,26 @@ def _deb_components(probe: dict[str, Any], deb_hashes: Mapping[str, str], by_ref
             purl = PackageURL("deb", namespace=namespace, name=deb.name, version=deb.version,
                               qualifiers=deb.qualifiers(distro))
             sha256 = deb_hashes.get(f"{deb.name}={deb.version}", "")
-            props = [] if len(sha256) == 64 else \
-                [Property(name=f"{PROPERTY}:hash", value=DEB_NOT_SERVED_NOTE if sha256 else DEB_HASH_NOTE)]
-            props += [Property(name=f"{PROPERTY}:unresolved-dependency", value=r) for r in deb_missing.get(deb.key, [])]
-            licenses, note = _deb_licenses(deb.licenses)
-            props += [Property(name=f"{PROPERTY}:{LICENSE_PROPERTY}", value=note)] if note else []
-            by_ref[deb.key] = Component(
-                type=ComponentType.LIBRARY, name=deb.name, version=deb.version, purl=purl, bom_ref=str(purl),
-                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if len(sha256) == 64 else None,
-                licenses=licenses, properties=props)
+            hash_note = "" if len(sha256) == 64 else DEB_NOT_SERVED_NOTE if sha256 else DEB_HASH_NOTE
+            licenses, license_note = _deb_licenses(deb.licenses)
+            by_ref[deb.key] = _library(deb.name, deb.version, purl, "" if hash_note else sha256, licenses,
+                                       [("hash", hash_note), (LICENSE_PROPERTY, license_note)],
+                                       deb_missing.get(deb.key, []))
             edges[deb.key] = deb_edges[deb.key]
+
+
+def _library(name: str, version: str, purl: Any, sha256: str, licenses: list[Any], notes: list[tuple[str, str]],
+             missing: list[str]) -> Any:
+    """A package as a library component named by its purl, with its sha256 when known; `notes` (PROPERTY:KEY,
+    value; those without a value left out) and the dependencies no installed package satisfies (`missing`)
+    as properties."""
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.component import Component, ComponentType
+
+    notes = [*notes, *(("unresolved-dependency", r) for r in missing)]
+    return Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl, bom_ref=str(purl),
+                     hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)] if sha256 else None,
+                     licenses=licenses, properties=[Property(name=f"{PROPERTY}:{k}", value=v) for k, v in notes if v])
 
 
 BASE_REPOSITORY_NOTE = ("unknown: a local version (not PyPI's) installed by the base image, not from the cell's "
@@ -202,12 +203,6 @@ def unlicensed(document: dict[str, Any]) -> list[str]:
                          for p in c.get("properties", [])))
 
 
-def _version(distribution: str) -> str:
-    from importlib.metadata import version
-
-    return version(distribution)
-
-
 def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified: str) -> tuple[str, str, str]:
     """(installed-from, sha256 or "", why there is no hash) of one distribution."""
     for lock_name, lock in sorted(locks.items()):
@@ -230,16 +225,10 @@ def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified:
 
 
 def _python_licenses(dist: packages.Dist) -> list[Any]:
-    from cyclonedx.model.license import LicenseExpression
+    from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 
     expression, names = packages.license_fields(dist)
-    return [LicenseExpression(expression)] if expression else _names(names)
-
-
-def _names(names: Iterable[str]) -> list[Any]:
-    from cyclonedx.model.license import DisjunctiveLicense
-
-    return [DisjunctiveLicense(name=n) for n in sorted(set(names))]
+    return [LicenseExpression(expression)] if expression else [DisjunctiveLicense(name=n) for n in sorted(set(names))]
 
 
 def validate_sbom(document: dict[str, Any]) -> None:
@@ -270,18 +259,15 @@ def contents(document: dict[str, Any]) -> Contents:
     root = (document.get("metadata") or {}).get("component") or {}
     facts = {p["name"].split(":", 1)[1]: p.get("value", "") for p in root.get("properties", [])
              if str(p.get("name", "")).startswith(f"{PROPERTY}:")}
-    python: dict[str, str] = {}
-    apt: dict[str, str] = {}
+    found: dict[str, dict[str, str]] = {"pypi": {}, "deb": {}}
     for component in document.get("components", []):
         try:
             purl = PackageURL.from_string(component.get("purl", ""))
         except ValueError:
             continue
-        if purl.type == "pypi":
-            python[purl.name] = purl.version or ""
-        elif purl.type == "deb":
-            apt[purl.name] = purl.version or ""
-    return Contents(facts=facts, python=dict(sorted(python.items())), apt=dict(sorted(apt.items())))
+        if purl.type in found:
+            found[purl.type][purl.name] = purl.version or ""
+    return Contents(facts=facts, python=dict(sorted(found["pypi"].items())), apt=dict(sorted(found["deb"].items())))
 
 
 @dataclass(frozen=True)
@@ -301,8 +287,7 @@ class Change:
         return f"{label}: {self.before} -> {self.after}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "scope": self.scope, "name": self.name, "before": self.before,
-                "after": self.after}
+        return asdict(self)
 
 
 # Package changes are listed removed, then changed, then added; each group Python before Debian, by name
@@ -314,25 +299,20 @@ SCOPE_ORDER = ("python", "apt")
 def diff(before: Contents, after: Contents) -> list[Change]:
     """Changes from `before` to `after`: the headline facts first, then the packages in KIND_ORDER,
     each kind in SCOPE_ORDER and by name."""
-    changes: list[Change] = []
-    for key in (*HEADLINE, *sorted(set(before.facts) | set(after.facts))):
-        if key in {c.name for c in changes if c.scope == "fact"}:
-            continue
+    facts: list[Change] = []
+    for key in dict.fromkeys((*HEADLINE, *sorted(set(before.facts) | set(after.facts)))):
         old, new = before.facts.get(key), after.facts.get(key)
         if old != new and (old or new):
             kind = "added" if not old else "removed" if not new else "changed"
-            changes.append(Change(kind, "fact", key, old, new))
+            facts.append(Change(kind, "fact", key, old, new))
+    found: list[Change] = []
     for scope, old_set, new_set in (("python", before.python, after.python), ("apt", before.apt, after.apt)):
         for name in sorted(set(old_set) | set(new_set)):
             old, new = old_set.get(name), new_set.get(name)
-            if old == new:
-                continue
-            kind = "added" if old is None else "removed" if new is None else "changed"
-            changes.append(Change(kind, scope, name, old, new))
-    facts = [c for c in changes if c.scope == "fact"]
-    packages = sorted((c for c in changes if c.scope != "fact"),
-                      key=lambda c: (KIND_ORDER.index(c.kind), SCOPE_ORDER.index(c.scope), c.name))
-    return facts + packages
+            if old != new:
+                kind = "added" if old is None else "removed" if new is None else "changed"
+                found.append(Change(kind, scope, name, old, new))
+    return facts + sorted(found, key=lambda c: (KIND_ORDER.index(c.kind), SCOPE_ORDER.index(c.scope), c.name))
 
 
 # -- the registry ----------------------------------------------------------------------------
