@@ -47,10 +47,6 @@ def _config(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> tupl
     return dict((body.get("config") or {}).get("Labels") or {}), platform
 
 
-def _config_labels(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> dict[str, str]:
-    return _config(client, repo, manifest)[0]
-
-
 def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: str) -> list[Platform]:
     """Size, labels and layers of each platform image (config blobs are small; layers are not read),
     and the labels of the base each names by digest, where that base is in the same registry."""
@@ -92,7 +88,7 @@ def _base_labels(client: RegistryClient, labels: dict[str, str]) -> dict[str, st
             if child is None:
                 return {}
             manifest = json.loads(client.get_manifest(repo, child["digest"])[0])
-        return _config_labels(client, repo, manifest)
+        return _config(client, repo, manifest)[0]
     except NotFound:
         return None
 
@@ -133,17 +129,12 @@ def read_standins(client: RegistryClient, settings: Settings, cells: Sequence[Ce
     return found, problems
 
 
-def _tag_state(client: RegistryClient, repo: str, plan: CellPlan) -> tuple[dict[str, str | None], list[str]]:
-    tags = client.tags(repo)
-    current = {t: (client.manifest_digest(repo, t) if t in tags else None)
-               for t in (*plan.release_tags, *plan.moving_tags)}
-    return current, tags
-
-
 def read_tag_state(client: RegistryClient, plan: CellPlan, version: str, with_previous: bool = True) -> TagState:
     """The release repository's tags of this cell now, and its previous release."""
     _, repo = split_repo_path(plan.release_repo)
-    current, tags = _tag_state(client, repo, plan)
+    tags = client.tags(repo)
+    current = {t: (client.manifest_digest(repo, t) if t in tags else None)
+               for t in (*plan.release_tags, *plan.moving_tags)}
     state = TagState(current, tags)
     if with_previous:
         state.previous = previous_release(client, repo, plan.cell, version, tags)
