@@ -36,9 +36,6 @@ from buildtool.validate.verdict_choice import inventory_problems
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
 
-_TAG_RE = names.TAG_RE
-
-
 # -- versions ------------------------------------------------------------------------------------
 
 def check_version(version: str) -> str:
@@ -50,7 +47,7 @@ def check_version(version: str) -> str:
     except InvalidVersion:
         raise UserError(f"--version {version!r} is not a version like 0.1.0") from None
     normal = str(parsed)
-    if not _TAG_RE.match(normal):
+    if not names.TAG_RE.match(normal):
         raise UserError(f"--version {version!r} cannot be part of a tag; use letters, digits, '.', '-', '_'")
     return normal
 
@@ -394,12 +391,17 @@ class Entry:
     media_type: str = ""
 
 
+def _platform_name(child: dict[str, Any]) -> str:
+    """The os/arch[/variant] an index entry declares ("" when it declares none)."""
+    plat = child.get("platform") or {}
+    return "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
+
+
 def index_entries(manifest: dict[str, Any]) -> list[Entry]:
     """The platform manifests of an index (BuildKit's attestation manifests left out, nothing else)."""
     found = []
     for child in manifest.get("manifests") or []:
-        plat = child.get("platform") or {}
-        name = "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
+        name = _platform_name(child)
         # BuildKit's attestation manifests (unknown/unknown, annotated): no runtime selects them, so they are no
         # platform; anything else unknown is refused, never skipped.
         if name == "unknown/unknown" and platforms.is_attestation(child):
@@ -420,13 +422,8 @@ def claimed_attestations(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """The entries of an index that claim to be BuildKit attestation manifests (unknown/unknown, annotated
     `vnd.docker.reference.type: attestation-manifest`): what index_entries leaves out, each to be proven one
     (attestation_problems) before it is left out of anything."""
-    out = []
-    for child in manifest.get("manifests") or []:
-        plat = child.get("platform") or {}
-        name = "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
-        if name == "unknown/unknown" and platforms.is_attestation(child):
-            out.append(child)
-    return out
+    return [child for child in manifest.get("manifests") or []
+            if _platform_name(child) == "unknown/unknown" and platforms.is_attestation(child)]
 
 
 def attestation_problems(entry: dict[str, Any], manifest: dict[str, Any] | None, others: set[str]) -> list[str]:
