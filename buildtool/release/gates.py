@@ -288,10 +288,7 @@ class StandIns:
 
     def built_on(self, layers: list[str]) -> str | None:
         """The stand-in whose layers this image's layers start with, if any."""
-        for base, ref in self.layers.items():
-            if tuple(layers[: len(base)]) == base:
-                return ref
-        return None
+        return next((ref for base, ref in self.layers.items() if tuple(layers[: len(base)]) == base), None)
 
 
 @dataclass(frozen=True)
@@ -507,15 +504,9 @@ def entry_problems(cell: Cell, entries: list[Entry]) -> list[str]:
 def config_platform_problems(found: list[Platform], expected: dict[str, str]) -> list[str]:
     """Each platform image's config must declare the platform it is released as (`expected`: digest ->
     platform): an index entry saying linux/arm64 over an amd64 image would run nowhere it claims to."""
-    problems = []
-    for p in found:
-        want = expected.get(p.digest)
-        if want is None:
-            continue
-        if known_platform(p.config_platform) != want:
-            problems.append(f"{want} ({p.digest}): its image config declares {p.config_platform or 'no platform'}, "
-                            f"not {want}")
-    return problems
+    return [f"{want} ({p.digest}): its image config declares {p.config_platform or 'no platform'}, not {want}"
+            for p in found
+            if (want := expected.get(p.digest)) is not None and known_platform(p.config_platform) != want]
 
 
 def recorded_platform_problems(cell: Cell, platform: str, verdict: Verdict, in_index: bool) -> list[str]:
