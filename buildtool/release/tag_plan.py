@@ -34,25 +34,16 @@ def release_number(tag: str, template: str, cell: Cell) -> Version | None:
 
 def releases_in(tags: Iterable[str], cell: Cell) -> dict[Version, str]:
     """Release number -> tag, for every immutable tag of this cell in a tag list."""
-    found: dict[Version, str] = {}
-    for tag in tags:
-        for template in cell.release_tags:
-            number = release_number(tag, template, cell)
-            if number is not None:
-                found[number] = tag
-    return found
+    return {number: tag for tag in tags for template in cell.release_tags
+            if (number := release_number(tag, template, cell)) is not None}
 
 
 def plan_tags(plan: CellPlan, digest: str, version: str, current: dict[str, str | None],
               existing_tags: list[str], force: bool) -> tuple[list[TagAction], list[str]]:
     """Decide per tag: create, exists (already there: no-op), move (moving tags), keep."""
     actions, problems = [], []
-    spelt = {}
-    for tag in existing_tags:
-        for template in plan.cell.release_tags:
-            number = release_number(tag, template, plan.cell)
-            if number is not None:
-                spelt[tag] = number
+    spelt = {tag: number for tag in existing_tags for template in plan.cell.release_tags
+             if (number := release_number(tag, template, plan.cell)) is not None}
     same = sorted(tag for tag, number in spelt.items() if number == Version(version)
                   and tag not in plan.release_tags)
     if same:
