@@ -92,7 +92,6 @@ class ImageRelease:
         return self.platforms[0].labels if self.platforms else {}
 
 
-
 @dataclass
 class ReleaseReport:
     version: str

@@ -111,11 +111,9 @@ def changes(item: ImageRelease) -> list[str]:
         return ["first release of this image version"]
     if prev["digest"] == item.digest:
         return [f"same image as release {prev['release']} ({item.digest})"]
-    lines = []
     before, after = versions_from_labels(prev.get("labels", {})), versions_from_labels(item.labels)
-    for name in sorted(set(before) | set(after)):
-        if before.get(name) != after.get(name):
-            lines.append(f"{name}: {before.get(name, '(none)')} -> {after.get(name, '(none)')}")
+    lines = [f"{name}: {before.get(name, '(none)')} -> {after.get(name, '(none)')}"
+             for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
     delta = item.size - int(prev.get("size", 0))
     lines.append(f"size: {_mb(prev.get('size', 0))} -> {_mb(item.size)} ({'+' if delta >= 0 else ''}{_mb(delta)})")
     lines.append(f"digest: {prev['digest']} -> {item.digest}")

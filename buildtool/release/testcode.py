@@ -69,7 +69,6 @@ def _commit(root: Path, revision: str) -> str | None:
 
 def _extract(root: Path, commit: str, into: Path, folder: str = TESTS) -> Path | None:
     """`folder` (default image-tests/) at `commit`, extracted under `into` (None when that commit has none)."""
-
     proc = _git(root, "archive", "--format=tar", commit, "--", folder)
     if proc.returncode != 0:
         return None
