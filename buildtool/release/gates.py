@@ -179,12 +179,9 @@ def with_covered(verdict: Verdict, covered: dict[str, str]) -> tuple[str, list[s
     from buildtool.contracts.verdict import derive_result
 
     tests = [{"id": t.id, "result": "passed" if t.id in covered else t.result} for t in verdict.tests]
-    result, reasons = derive_result(verdict.pytest_exit, tests, defined=verdict.defined_tests,
-                                    selection=verdict.selection,
-                                    gpu_cell=True, gpu_tests=verdict.gpu_tests or [t.id for t in verdict.tests
-                                                                                    if t.gpu],
-                                    emulated=verdict.emulated)
-    return result, reasons
+    return derive_result(verdict.pytest_exit, tests, defined=verdict.defined_tests, selection=verdict.selection,
+                         gpu_cell=True, gpu_tests=verdict.gpu_tests or [t.id for t in verdict.tests if t.gpu],
+                         emulated=verdict.emulated)
 
 
 def binding_problems(cell: Cell, verdict: Verdict, matrices: dict[str, str]) -> list[str]:
