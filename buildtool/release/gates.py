@@ -149,7 +149,6 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
         if not_passed:
             problems.append(f"{len(not_passed)} GPU test(s) of GPU cell {cell.key} did not pass: "
                             f"{_listed(not_passed)}; validate on a GPU runner (no waiver covers them)")
-    if is_gpu_cell(cell):
         problems += inventory_problems(verdict)
     skipped = [t for t in tests if t.result == "skipped"]
     misplaced = [why for t in skipped
