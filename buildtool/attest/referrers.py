@@ -120,7 +120,9 @@ def listed_referrers(client: RegistryClient, repo: str, subject_digest: str) -> 
     API's order, or the fallback index's (attaching appends, so that is upload order). A verdict's place in
     this list is one of the orders release reads (buildtool.validate.verdicts)."""
     found = _api_referrers(client, repo, subject_digest)
-    return found if found is not None else _fallback_referrers(client, repo, subject_digest)
+    if found is not None:
+        return found
+    return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
 
 
 def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest: str) -> list[Payload]:
@@ -230,10 +232,6 @@ def _fallback_index(client: RegistryClient, repo: str, subject_digest: str) -> d
     if index.get("mediaType") != OCI_INDEX or not isinstance(index.get("manifests"), list):
         raise RegistryError(f"{repo}:{referrers_tag(subject_digest)} is not an OCI referrers index")
     return index
-
-
-def _fallback_referrers(client: RegistryClient, repo: str, subject_digest: str) -> list[Referrer]:
-    return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
 
 
 def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: str, found: list[Referrer],
