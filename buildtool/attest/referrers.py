@@ -137,12 +137,10 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
     if manifest.get("artifactType") != referrer.artifact_type:
         raise RegistryError(f"artifact {referrer.digest} is a {manifest.get('artifactType')}, "
                             f"not a {referrer.artifact_type}")
-    payloads = []
-    for layer in manifest.get("layers", []):
-        data = client.get_blob(repo, layer["digest"])   # get_blob checks the digest
-        title = (layer.get("annotations") or {}).get(ARTIFACT_TITLE, "")
-        payloads.append(Payload(media_type=str(layer.get("mediaType")), data=data, title=title))
-    return payloads
+    return [Payload(data=client.get_blob(repo, layer["digest"]),    # get_blob checks the digest
+                    title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),
+                    media_type=str(layer.get("mediaType")))
+            for layer in manifest.get("layers", [])]
 
 
 def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer, subject_digest: str,
