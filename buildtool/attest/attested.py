@@ -6,31 +6,20 @@ statement about that digest. What each predicate must say is its reader's busine
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from buildtool.attest import intoto
 from buildtool.attest.bundles import read_once, signed_referrers
 from buildtool.attest.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
 from buildtool.attest.referrers import Payload, Referrer
+from buildtool.attest.trust import Trusted
 from buildtool.registry.client import RegistryClient
-
-
-class KeyRoles(Protocol):
-    """What a reader needs of the trusted keys (buildtool.attest.keys.TrustedKeys) to name a role problem."""
-
-    @property
-    def keys(self) -> dict[str, PublicKey]: ...
-
-    def role_problem(self, keyid: str, role: str) -> str: ...
-
-    def untrusted_hint(self, keyid: str) -> str: ...
-
 
 Outcome = tuple[dict[str, Any], str] | str     # (predicate, signing key id), or why it does not count
 
 
 def open_signed(payloads: list[Payload], digest: str, predicate_type: str, keys: dict[str, PublicKey],
-                roles: KeyRoles | None, role: str) -> Outcome:
+                roles: Trusted | None, role: str) -> Outcome:
     """One artifact's payloads -> (predicate, key id) when its one envelope verifies against `keys` and
     states `predicate_type` about `digest`; else why not (a key trusted only in another role is named so)."""
     envelopes = [p for p in payloads if p.media_type == intoto.DSSE_MEDIA_TYPE]
@@ -58,7 +47,7 @@ def open_signed(payloads: list[Payload], digest: str, predicate_type: str, keys:
 
 
 def each_signed(client: RegistryClient, repo: str, digest: str, artifact_type: str, predicate_type: str,
-                keys: dict[str, PublicKey], roles: KeyRoles | None, role: str) -> Iterator[tuple[Referrer, Outcome]]:
+                keys: dict[str, PublicKey], roles: Trusted | None, role: str) -> Iterator[tuple[Referrer, Outcome]]:
     """Every `artifact_type` referrer of repo@digest, and every Sigstore bundle of `predicate_type`
     (buildtool.attest.bundles), with what open_signed says of it (an artifact listed but missing, not what
     its descriptor says, or a bundle that does not read, is a reason too). A bundle carrying an envelope already

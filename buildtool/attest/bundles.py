@@ -128,20 +128,16 @@ def read_once(client: RegistryClient, repo: str, ref: Referrer, digest: str,
 def beside(client: RegistryClient, repo: str, digest: str, artifacts: list[Referrer]) -> list[Referrer]:
     """The bundles of repo@digest that carry the envelope of one of `artifacts` (the toolkit's own, already
     verified by the caller): release copies them with the image, so the released digest has them too."""
-    wanted: set[str] = set()
-    for artifact in artifacts:
+    def text(ref: Referrer) -> str | None:
         try:
-            found = same_envelope(fetch_envelopes(client, repo, artifact, digest))
+            return same_envelope(fetch_envelopes(client, repo, ref, digest))
         except (RegistryError, BundleError):
-            continue
-        if found is not None:
-            wanted.add(found)
+            return None    # a bundle that does not read is not copied; its reader refuses it where it is
+
+    wanted = {found for artifact in artifacts if (found := text(artifact)) is not None}
     chosen = []
     for ref in referrers(client, repo, digest, BUNDLE_MEDIA_TYPE):
-        try:
-            found = same_envelope(fetch_envelopes(client, repo, ref, digest))
-        except (RegistryError, BundleError):
-            continue    # a bundle that does not read is not copied; its reader refuses it where it is
+        found = text(ref)
         if found in wanted:
             wanted.discard(found)
             chosen.append(ref)

@@ -65,14 +65,11 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
 
 
-def _raw_public(key: Any) -> bytes:
+def _keyid(public_key: Any) -> str:
+    """The key id: the sha256 of the raw public key, hex."""
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
-def keyid_of(raw_public: bytes) -> str:
-    return hashlib.sha256(raw_public).hexdigest()
+    return hashlib.sha256(public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)).hexdigest()
 
 
 def generate() -> PrivateKey:
@@ -82,7 +79,7 @@ def generate() -> PrivateKey:
 
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    return PrivateKey(keyid_of(_raw_public(key.public_key())), pem)
+    return PrivateKey(_keyid(key.public_key()), pem)
 
 
 def load_private(pem: bytes, where: str) -> PrivateKey:
@@ -96,7 +93,7 @@ def load_private(pem: bytes, where: str) -> PrivateKey:
         raise EnvelopeError(f"{where} is not an unencrypted PEM private key ({exc})") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise EnvelopeError(f"{where} is a {type(key).__name__}, not an Ed25519 key (make one with `buildtool keys`)")
-    return PrivateKey(keyid_of(_raw_public(key.public_key())), pem)
+    return PrivateKey(_keyid(key.public_key()), pem)
 
 
 def load_public(pem: str, where: str) -> PublicKey:
@@ -110,7 +107,7 @@ def load_public(pem: str, where: str) -> PublicKey:
         raise EnvelopeError(f"{where} is not a PEM public key ({exc})") from None
     if not isinstance(key, Ed25519PublicKey):
         raise EnvelopeError(f"{where} is a {type(key).__name__}, not an Ed25519 public key")
-    return PublicKey(keyid_of(_raw_public(key)), pem)
+    return PublicKey(_keyid(key), pem)
 
 
 def write_private(path: Path, key: PrivateKey) -> None:

@@ -172,7 +172,6 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
     public key under two entries (removing one would leave it trusted), and the local dev key, by
     its key or by an entry that says it is one: dev-signed verdicts are trusted only with
     --trust-local-key on a loopback registry, never through this file."""
-    from buildtool.attest.verdict_statement import dev_key_path
     from buildtool.common.errors import MatrixError
     from buildtool.matrix.yamlsource import load_yaml
 

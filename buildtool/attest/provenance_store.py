@@ -18,12 +18,7 @@ from dataclasses import dataclass, field
 from buildtool.attest import intoto
 from buildtool.attest.attested import Outcome, each_signed, open_signed
 from buildtool.attest.bundles import attach_bundle
-from buildtool.attest.dsse import (
-    PrivateKey,
-    PublicKey,
-    short,
-    sign_envelope,
-)
+from buildtool.attest.dsse import PrivateKey, PublicKey, short, sign_envelope
 from buildtool.attest.provenance_model import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
 from buildtool.attest.referrers import Payload, Referrer, attach
 from buildtool.attest.trust import BUILDER, Trusted

@@ -120,7 +120,9 @@ def listed_referrers(client: RegistryClient, repo: str, subject_digest: str) -> 
     API's order, or the fallback index's (attaching appends, so that is upload order). A verdict's place in
     this list is one of the orders release reads (buildtool.validate.verdicts)."""
     found = _api_referrers(client, repo, subject_digest)
-    return found if found is not None else _fallback_referrers(client, repo, subject_digest)
+    if found is not None:
+        return found
+    return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
 
 
 def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest: str) -> list[Payload]:
@@ -135,12 +137,10 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
     if manifest.get("artifactType") != referrer.artifact_type:
         raise RegistryError(f"artifact {referrer.digest} is a {manifest.get('artifactType')}, "
                             f"not a {referrer.artifact_type}")
-    payloads = []
-    for layer in manifest.get("layers", []):
-        data = client.get_blob(repo, layer["digest"])   # get_blob checks the digest
-        title = (layer.get("annotations") or {}).get(ARTIFACT_TITLE, "")
-        payloads.append(Payload(media_type=str(layer.get("mediaType")), data=data, title=title))
-    return payloads
+    return [Payload(data=client.get_blob(repo, layer["digest"]),    # get_blob checks the digest
+                    title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),
+                    media_type=str(layer.get("mediaType")))
+            for layer in manifest.get("layers", [])]
 
 
 def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer, subject_digest: str,
@@ -230,10 +230,6 @@ def _fallback_index(client: RegistryClient, repo: str, subject_digest: str) -> d
     if index.get("mediaType") != OCI_INDEX or not isinstance(index.get("manifests"), list):
         raise RegistryError(f"{repo}:{referrers_tag(subject_digest)} is not an OCI referrers index")
     return index
-
-
-def _fallback_referrers(client: RegistryClient, repo: str, subject_digest: str) -> list[Referrer]:
-    return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
 
 
 def _add_to_fallback_index(client: RegistryClient, repo: str, subject_digest: str, found: list[Referrer],
