@@ -384,7 +384,7 @@ class Entry:
     media_type: str = ""
 
 
-def _platform_name(child: dict[str, Any]) -> str:
+def declared_platform(child: dict[str, Any]) -> str:
     """The os/arch[/variant] an index entry declares ("" when it declares none)."""
     plat = child.get("platform") or {}
     return "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
@@ -394,7 +394,7 @@ def index_entries(manifest: dict[str, Any]) -> list[Entry]:
     """The platform manifests of an index (BuildKit's attestation manifests left out, nothing else)."""
     found = []
     for child in manifest.get("manifests") or []:
-        name = _platform_name(child)
+        name = declared_platform(child)
         # BuildKit's attestation manifests (unknown/unknown, annotated): no runtime selects them, so they are no
         # platform; anything else unknown is refused, never skipped.
         if name == "unknown/unknown" and platforms.is_attestation(child):
@@ -416,7 +416,7 @@ def claimed_attestations(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     `vnd.docker.reference.type: attestation-manifest`): what index_entries leaves out, each to be proven one
     (attestation_problems) before it is left out of anything."""
     return [child for child in manifest.get("manifests") or []
-            if _platform_name(child) == "unknown/unknown" and platforms.is_attestation(child)]
+            if declared_platform(child) == "unknown/unknown" and platforms.is_attestation(child)]
 
 
 def attestation_problems(entry: dict[str, Any], manifest: dict[str, Any] | None, others: set[str]) -> list[str]:

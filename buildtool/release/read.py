@@ -22,7 +22,7 @@ from buildtool.registry.client import (
     RetryPolicy,
     sha256_digest,
 )
-from buildtool.release.gates import Platform, StandIns, index_entries
+from buildtool.release.gates import Platform, StandIns, declared_platform, index_entries
 from buildtool.release.model import ImageRelease, TagState
 from buildtool.release.tag_plan import apply_tag_plan, releases_in
 
@@ -30,11 +30,6 @@ if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
 
 READ_THREADS = 8
-
-
-def _platform_name(descriptor: dict[str, Any]) -> str:
-    plat = descriptor.get("platform") or {}
-    return "/".join(x for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
 
 
 def _config(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> tuple[dict[str, str], str]:
@@ -84,7 +79,7 @@ def _base_labels(client: RegistryClient, labels: dict[str, str]) -> dict[str, st
         raw, media_type, _ = client.get_manifest(repo, digest)
         manifest = json.loads(raw)
         if media_type in INDEX_TYPES:
-            child = next((m for m in manifest.get("manifests", []) if _platform_name(m) != "unknown/unknown"), None)
+            child = next((m for m in manifest.get("manifests", []) if declared_platform(m) != "unknown/unknown"), None)
             if child is None:
                 return {}
             manifest = json.loads(client.get_manifest(repo, child["digest"])[0])
