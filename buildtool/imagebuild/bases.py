@@ -63,8 +63,10 @@ path-exclude /usr/share/lintian/*
 path-exclude /usr/share/linda/*
 """
 
-# The Debian packages every stand-in installs: its Python and the CA certificates.
-STANDIN_APT = """RUN apt-get update \\
+# Every stand-in stage's shell and the Debian packages it installs: its Python and the CA certificates.
+STANDIN_APT = """SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \\
  && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"""
 
@@ -259,8 +261,6 @@ def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
 # Stand-in for {cell.base}: a test fixture, never released.
 ARG BASE_IMAGE={debian_ref}
 FROM ${{BASE_IMAGE}}
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG DEBIAN_FRONTEND=noninteractive
 {STANDIN_APT}
 # NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
 ENV VIRTUAL_ENV=/usr/local/standin \\
@@ -290,8 +290,6 @@ def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) 
 ARG BASE_IMAGE={debian_ref}
 ARG BUILD_BASE_IMAGE={debian_ref}
 FROM --platform=$BUILDPLATFORM ${{BUILD_BASE_IMAGE}} AS build-python
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG DEBIAN_FRONTEND=noninteractive
 {STANDIN_APT}
 RUN python3 -m venv /usr/local/standin
 RUN --mount=type=secret,id=pip.conf \\
@@ -310,8 +308,6 @@ RUN --mount=type=secret,id=uv.toml \\
       --python /usr/local/standin/bin/python --python-platform "${{machine}}-manylinux_${{glibc}}" "${{reqs[@]}}"
 
 FROM ${{BASE_IMAGE}}
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG DEBIAN_FRONTEND=noninteractive
 {STANDIN_APT}
 COPY --from=build-python /usr/local/standin /usr/local/standin
 # NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
