@@ -63,8 +63,10 @@ path-exclude /usr/share/lintian/*
 path-exclude /usr/share/linda/*
 """
 
-# The Debian packages every stand-in installs: its Python and the CA certificates.
-STANDIN_APT = """RUN apt-get update \\
+# Every stand-in stage's shell and the Debian packages it installs: its Python and the CA certificates.
+STANDIN_APT = """SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \\
  && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"""
 
@@ -259,8 +261,6 @@ def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
 # Stand-in for {cell.base}: a test fixture, never released.
 ARG BASE_IMAGE={debian_ref}
 FROM ${{BASE_IMAGE}}
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG DEBIAN_FRONTEND=noninteractive
 {STANDIN_APT}
 # NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
 ENV VIRTUAL_ENV=/usr/local/standin \\
@@ -290,8 +290,6 @@ def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) 
 ARG BASE_IMAGE={debian_ref}
 ARG BUILD_BASE_IMAGE={debian_ref}
 FROM --platform=$BUILDPLATFORM ${{BUILD_BASE_IMAGE}} AS build-python
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG DEBIAN_FRONTEND=noninteractive
 {STANDIN_APT}
 RUN python3 -m venv /usr/local/standin
 RUN --mount=type=secret,id=pip.conf \\
@@ -310,8 +308,6 @@ RUN --mount=type=secret,id=uv.toml \\
       --python /usr/local/standin/bin/python --python-platform "${{machine}}-manylinux_${{glibc}}" "${{reqs[@]}}"
 
 FROM ${{BASE_IMAGE}}
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG DEBIAN_FRONTEND=noninteractive
 {STANDIN_APT}
 COPY --from=build-python /usr/local/standin /usr/local/standin
 # NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
@@ -344,18 +340,18 @@ def debian_upstream_for(cell: Cell) -> str:
     return cell.base
 
 
-def outdated_recipe(found: str | None, suite: str) -> bool:
-    """A base this tool made (its BASE_SOURCE says mmdebstrap, or debootstrap before issue 52) by another recipe
-    than today's. A base without that label came from elsewhere (a mirror of the upstream): never replaced."""
-    return found is not None and found.startswith(MADE_HERE) and found != base_source(suite)
+def _current(found: str | None, what: str, wanted: str, log: Log) -> bool:
+    """False (said in the log: `what` is made again) for a base this tool made (its BASE_SOURCE `found` says
+    mmdebstrap, or debootstrap before issue 52) by another recipe than `wanted`, today's. A base without that
+    label came from elsewhere (a mirror of the upstream): never replaced."""
+    if found is None or not found.startswith(MADE_HERE) or found == wanted:
+        return True
+    log(f"{what} was made by {found!r}, not {wanted!r}: making it again")
+    return False
 
 
 def _made_by_recipe(ref: str, suite: str, log: Log) -> bool:
-    found = registry_base_source(ref)
-    if not outdated_recipe(found, suite):
-        return True
-    log(f"{ref} was made by {found!r}, not {base_source(suite)!r}: making it again")
-    return False
+    return _current(registry_base_source(ref), ref, base_source(suite), log)
 
 
 def recipe_suite(cell: Cell) -> str:
@@ -370,15 +366,9 @@ def debian_platforms(cell: Cell) -> tuple[str, ...]:
 
 
 def _child_current(child: base_index.Child, ref: str, suite: str, log: Log) -> bool:
-    """A child this tool made (BASE_SOURCE says mmdebstrap or debootstrap) by another recipe is made again; one
-    made elsewhere (a mirror of the upstream) is kept."""
-    found = child.labels.get(label_keys.BASE_SOURCE)
     native = child.platform == platforms.host().name
-    wanted = base_source(suite, None if native else child.platform)
-    if found is None or not found.startswith(MADE_HERE) or found == wanted:
-        return True
-    log(f"{ref} {child.platform} was made by {found!r}, not {wanted!r}: making it again")
-    return False
+    return _current(child.labels.get(label_keys.BASE_SOURCE), f"{ref} {child.platform}",
+                    base_source(suite, None if native else child.platform), log)
 
 
 def _children(client: RegistryClient, repo: str, tag: str) -> dict[str, base_index.Child]:
