@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 APT_LOCK = "apt.lock"
@@ -34,7 +33,7 @@ HEADER_KEYS = ("format", "inputs", "base", "resolved-in", "base-packages", "arch
 # Debian policy: a package name is [a-z0-9][a-z0-9+.-]+; a version [epoch:]upstream[-revision].
 _NAME = r"[a-z0-9][a-z0-9+.-]+"
 _VERSION = r"(?:[0-9]+:)?[0-9A-Za-z][0-9A-Za-z.+~:-]*"
-_ENTRY = re.compile(rf"^(?P<name>{_NAME})=(?P<version>{_VERSION})$")
+_ENTRY = re.compile(rf"^(?P<key>{_NAME})=(?P<value>{_VERSION})$")
 _HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>\S.*)$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # `apt-get -s` lines: `Inst libssl3 [3.0.15-1~deb12u1] (3.0.17-1~deb12u2 Debian:12.12/stable [amd64])`; the
@@ -48,43 +47,34 @@ def entries_digest(entries: dict[str, str]) -> str:
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
 
-def _content_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of every line that is neither blank nor a comment."""
+def _parse_lines(text: str, where: str, line_re: re.Pattern[str], form: str, width: int) -> dict[str, str]:
+    """LINE_RE's `key` -> `value` of every line neither blank nor a comment; ValueError naming the first line
+    that is not FORM, or whose key was listed before."""
+    found: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
-        if line.strip() and not line.startswith("#"):
-            yield number, line
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = line_re.match(line)
+        if not match:
+            raise ValueError(f"{where} {number}: {line[:width]!r} is not `{form}`")
+        if match["key"] in found:
+            raise ValueError(f"{where} {number}: {match['key']} is listed twice")
+        found[match["key"]] = match["value"]
+    return found
 
 
 def parse_entries(text: str, what: str) -> dict[str, str]:
     """`name=version` lines (comments and blank lines aside); ValueError naming the first bad line."""
-    found: dict[str, str] = {}
-    where = f"{what} line" if what else "line"
-    for number, line in _content_lines(text):
-        match = _ENTRY.match(line)
-        if not match:
-            raise ValueError(f"{where} {number}: {line[:80]!r} is not `name=version`")
-        if match["name"] in found:
-            raise ValueError(f"{where} {number}: {match['name']} is listed twice")
-        found[match["name"]] = match["version"]
-    return found
+    return _parse_lines(text, f"{what} line" if what else "line", _ENTRY, "name=version", 80)
 
 
-_HASH_LINE = re.compile(rf"^(?P<name>{_NAME})=(?P<version>{_VERSION}) (?P<sha>[0-9a-f]{{64}}|{re.escape(NOT_SERVED)})$")
+_HASH_LINE = re.compile(rf"^(?P<key>{_NAME}={_VERSION}) (?P<value>[0-9a-f]{{64}}|{re.escape(NOT_SERVED)})$")
 
 
 def parse_deb_hashes(text: str, what: str) -> dict[str, str]:
     """`name=version sha256` lines of DEB_HASHES -> {"name=version": sha256 or NOT_SERVED}; ValueError naming
     the first bad line (a hash never defaults to anything)."""
-    found: dict[str, str] = {}
-    for number, line in _content_lines(text):
-        match = _HASH_LINE.match(line)
-        if not match:
-            raise ValueError(f"{what} line {number}: {line[:100]!r} is not `name=version <sha256 or {NOT_SERVED}>`")
-        key = f"{match['name']}={match['version']}"
-        if key in found:
-            raise ValueError(f"{what} line {number}: {key} is listed twice")
-        found[key] = match["sha"]
-    return found
+    return _parse_lines(text, f"{what} line", _HASH_LINE, f"name=version <sha256 or {NOT_SERVED}>", 100)
 
 
 def parse_package_records(output: str) -> dict[str, str]:

@@ -87,26 +87,28 @@ def _optional_sif_or_reference(option: str, value: str) -> object:
     return value if value == "" else _sif_or_reference(option, value)
 
 
+def _parsed(option: str, value: str, parse: Callable[[str], object], refusal: str,
+            limit: int = argcheck.TEXT_MAX) -> object:
+    """Plain text of at most `limit` characters that `parse` reads; its ValueError is the UserError `refusal`
+    (a format of `option`, the `value` shown, the `exc` it raised)."""
+    argcheck.plain(option, value, limit)
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise UserError(refusal.format(option=option, value=shown(value), exc=exc)) from None
+
+
 def _revision(option: str, value: str) -> object:
     from buildtool.contracts.names import check_revision
 
-    argcheck.plain(option, value, 128)
-    try:
-        return check_revision(value)
-    except ValueError:
-        raise UserError(f"{option}: {shown(value)} cannot be part of an image tag (letters, digits, '.', '_', '-'; "
-                        "no '__')") from None
+    return _parsed(option, value, check_revision, "{option}: {value} cannot be part of an image tag (letters, "
+                   "digits, '.', '_', '-'; no '__')", 128)
 
 
 def _version(option: str, value: str) -> object:
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import Version  # its InvalidVersion is a ValueError
 
-    argcheck.plain(option, value, 64)
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise UserError(f"{option} {shown(value)} is not a version like 0.1.0") from None
-    return value
+    return _parsed(option, value, Version, "{option} {value} is not a version like 0.1.0", 64)
 
 
 def _platform(option: str, value: str) -> object:
@@ -135,22 +137,13 @@ def _tsa_url(option: str, value: str) -> object:
 def _size(option: str, value: str) -> object:
     from buildtool.common.sizes import parse_size
 
-    argcheck.plain(option, value, 64)
-    try:
-        return parse_size(value)
-    except ValueError:
-        raise UserError(f"{option}: {shown(value)} is not a size like 8g, 512m or 1048576") from None
+    return _parsed(option, value, parse_size, "{option}: {value} is not a size like 8g, 512m or 1048576", 64)
 
 
 def _skip_waiver(option: str, value: str) -> object:
     from buildtool.contracts import skips
 
-    argcheck.plain(option, value)
-    try:
-        skips.parse_waiver(value)
-    except ValueError as exc:
-        raise UserError(f"{option} {shown(value)}: {exc}") from None
-    return value
+    return _parsed(option, value, skips.parse_waiver, "{option} {value}: {exc}")
 
 
 def _counts(lo: int, hi: int, *words: str) -> Grammar:

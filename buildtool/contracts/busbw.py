@@ -227,7 +227,6 @@ def read_topology(topo: str) -> tuple[str, str]:
     if header is None:
         raise ValueError("no GPU0 column header in the `nvidia-smi topo -m` output")
     columns = [i for i, name in enumerate(header) if _GPU_RE.match(name.strip())]
-    links: list[str] = []
     pcie: dict[tuple[str, ...], str] = {}
     rows = 0
     for line in lines:
@@ -242,10 +241,8 @@ def read_topology(topo: str) -> tuple[str, str]:
             if not (_NVLINK_RE.match(link) or link in _PCIE_LINKS):
                 raise ValueError(f"unknown link {link!r} between {cells[0].strip()} and {header[i].strip()} in "
                                  "`nvidia-smi topo -m`")
-            links.append(link)
-            pair = tuple(sorted((cells[0].strip(), header[i].strip())))
-            if not _NVLINK_RE.match(link) and pair not in pcie:
-                pcie[pair] = link
+            if link in _PCIE_LINKS:   # the first link seen between the pair (both rows list it)
+                pcie.setdefault(tuple(sorted((cells[0].strip(), header[i].strip()))), link)
     if rows != len(columns) or rows < 2:
         raise ValueError(f"`nvidia-smi topo -m` lists {rows} GPU rows for {len(columns)} GPU columns; "
                          "an interconnect needs two or more GPUs")

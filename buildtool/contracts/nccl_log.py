@@ -271,9 +271,8 @@ def ranges(numbers: Iterable[int]) -> str:
 def summary(log: Log) -> str:
     """One line: the family per network, the processes and their ranks, the devices used, GPUDirect RDMA."""
     groups: dict[str, list[Process]] = {}
-    for proc in log.processes.values():
-        if proc.network:
-            groups.setdefault(proc.network, []).append(proc)
+    for proc in log.with_network():
+        groups.setdefault(proc.network, []).append(proc)
     if not groups:
         return "no network named (no `NCCL INFO Using network` line)"
     parts = []
