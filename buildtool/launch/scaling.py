@@ -301,29 +301,34 @@ def finish_plot(fig: Any, ax: Any, path: Path, counts: list[int], xlabel: str, y
     plt.close(fig)
 
 
-def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
+def plot_pair(lines: list[tuple[str, str, list[RunResult]]], paths: tuple[Path, Path], xlabel: str,
+              titles: tuple[str, str], width: float) -> None:
+    """The two scaling plots of LINES (label on the time plot, label on the speed-up plot, runs): time per epoch
+    (log-log) and speed-up next to the ideal linear line, at every count of the runs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    counts = [r.count for r in result.runs]
-    times = [r.time_per_epoch_s for r in result.runs]
-    speedups = [r.speedup for r in result.runs]
+    counts = sorted({r.count for _, _, runs in lines for r in runs})
+    fig, ax = plt.subplots(figsize=(width, 4.5))
+    for label, _, runs in lines:
+        ax.loglog([r.count for r in runs], [r.time_per_epoch_s for r in runs], "o-", base=2, label=label)
+    finish_plot(fig, ax, paths[0], counts, xlabel, "time per epoch (s)", titles[0], log=True)
+
+    fig, ax = plt.subplots(figsize=(width, 4.5))
+    ax.plot(counts, [c / counts[0] for c in counts], "--", color="grey", label="ideal (linear)")
+    for _, label, runs in lines:
+        ax.plot([r.count for r in runs], [r.speedup for r in runs], "o-", label=label)
+    finish_plot(fig, ax, paths[1], counts, xlabel, f"speed-up vs {counts[0]}", titles[1])
+
+
+def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     paths = {"time": folder / "time_per_epoch.png", "speedup": folder / "speedup.png"}
-    label = f"{result.unit} ({result.runs[0].backend})"
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    ax.loglog(counts, times, "o-", base=2, label="measured")
-    finish_plot(fig, ax, paths["time"], counts, label, "time per epoch (s)",
-                f"{result.title} time per epoch (absolute wall-clock), {result.samples} samples", log=True)
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    ideal = [c / counts[0] for c in counts]
-    ax.plot(counts, ideal, "--", color="grey", label="ideal (linear)")
-    ax.plot(counts, speedups, "o-", label="measured")
-    finish_plot(fig, ax, paths["speedup"], counts, label, f"speed-up vs {counts[0]}",
-                f"{result.title} speed-up (relative wall-clock)")
+    plot_pair([("measured", "measured", result.runs)], (paths["time"], paths["speedup"]),
+              f"{result.unit} ({result.runs[0].backend})",
+              (f"{result.title} time per epoch (absolute wall-clock), {result.samples} samples",
+               f"{result.title} speed-up (relative wall-clock)"), 6)
     return paths
 
 
