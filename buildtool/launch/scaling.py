@@ -66,6 +66,24 @@ class Launcher:
         return docker_cli.argv("run", "--rm", f"--name={name}", "--network=host", *self.docker_flags, *env_flags,
                                f"--volume={worker.parent.resolve()}:{CONTAINER_BENCH}:ro", self.image, *run)
 
+    def run(self, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+        """COUNT processes of WORKER, here or in the image: (exit code, output)."""
+        name = f"t-scaling-{uuid.uuid4().hex[:10]}"
+        cmd = self.command(count, worker, env, name)
+        full_env = {**os.environ, **env}
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=full_env, check=False)
+        except subprocess.TimeoutExpired:
+            raise FailedError(f"scaling run with {count} processes took over {timeout_s:.0f} s") from None
+        except FileNotFoundError as exc:
+            raise UserError(f"cannot start {cmd[0]} ({exc}); install it or choose another --launcher") from None
+        finally:
+            if self.kind == "docker":  # interrupted or timed out: the container must not outlive us
+                docker_cli.remove(name, timeout=60)
+        if self.kind == "docker":
+            docker_cli.check_reached(proc)
+        return proc.returncode, proc.stdout + proc.stderr
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -200,24 +218,6 @@ class SlurmLauncher:
         return (0 if end.state == "COMPLETED" else 1), f"{end.output}\n[job {end.job_id}: {end.state} {end.exit_code}]"
 
 
-def _launch(launcher: Launcher, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-    name = f"t-scaling-{uuid.uuid4().hex[:10]}"
-    cmd = launcher.command(count, worker, env, name)
-    full_env = {**os.environ, **env}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=full_env, check=False)
-    except subprocess.TimeoutExpired:
-        raise FailedError(f"scaling run with {count} processes took over {timeout_s:.0f} s") from None
-    except FileNotFoundError as exc:
-        raise UserError(f"cannot start {cmd[0]} ({exc}); install it or choose another --launcher") from None
-    finally:
-        if launcher.kind == "docker":  # interrupted or timed out: the container must not outlive us
-            docker_cli.remove(name, timeout=60)
-    if launcher.kind == "docker":
-        docker_cli.check_reached(proc)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
 # Several nodes' torchrun output interleaves: enough lines that the failing rank's traceback is in view.
 FAILURE_TAIL_LINES = 40
 
@@ -227,10 +227,7 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
     env = {"SCALING_SAMPLES": str(samples), "SCALING_EPOCHS": str(epochs), "SCALING_BATCH": str(batch)}
     what = f"{count} node{'s' if count != 1 else ''}" if isinstance(launcher, SlurmLauncher) else f"{count} processes"
     started = time.monotonic()
-    if isinstance(launcher, SlurmLauncher):
-        code, output = launcher.run(count, worker, env, timeout_s)
-    else:
-        code, output = _launch(launcher, count, worker, env, timeout_s)
+    code, output = launcher.run(count, worker, env, timeout_s)
     wall_clock = time.monotonic() - started
     lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
     not_run = [line[len(NOT_RUN_PREFIX):].strip() for line in output.splitlines() if line.startswith(NOT_RUN_PREFIX)]
