@@ -103,11 +103,12 @@ class PodOptions:
         return argcheck.node_selectors("--node-selector", items)
 
 
-def _metadata(job: MultiNodeJob, opts: PodOptions, name: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": {LABEL_APP: job.name, LABEL_PART: "dl-images"}}
+def _object(job: MultiNodeJob, opts: PodOptions, api_version: str, kind: str, name: str = "") -> dict[str, Any]:
+    """An object's apiVersion, kind and metadata: NAME (default: the job's), the job's labels, the namespace."""
+    meta: dict[str, Any] = {"name": name or job.name, "labels": {LABEL_APP: job.name, LABEL_PART: "dl-images"}}
     if opts.namespace:
         meta["namespace"] = opts.namespace
-    return meta
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
 
 
 def _check(job: MultiNodeJob) -> MultiNodeCheck:
@@ -118,7 +119,7 @@ def _check(job: MultiNodeJob) -> MultiNodeCheck:
 
 def config_map(job: MultiNodeJob, opts: PodOptions, source: str) -> dict[str, Any]:
     """The framework's check script (SOURCE), the verifier and the contracts it imports (VERIFY_FILES)."""
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(job, opts, f"{job.name}-scripts"),
+    return {**_object(job, opts, "v1", "ConfigMap", f"{job.name}-scripts"),
             "data": {_check(job).script: source, **VERIFY_FILES}}
 
 
@@ -189,13 +190,10 @@ def pytorch_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     container = _container(job, opts, "pytorch", command, "pytorchjob-port")
     # The replica's restartPolicy is what the operator applies; the pod's says the same.
     template = {"metadata": {"labels": {LABEL_APP: job.name}}, "spec": _pod_spec(job, opts, container, "OnFailure")}
-    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
-    if job.nodes > 1:
-        replicas["Worker"] = {"replicas": job.nodes - 1, "restartPolicy": "OnFailure", "template": template}
+    replicas = {role: {"replicas": count, "restartPolicy": "OnFailure", "template": template}
+                for role, count in (("Master", 1), ("Worker", job.nodes - 1)) if count}
     return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": _metadata(job, opts, job.name),
+        **_object(job, opts, "kubeflow.org/v1", "PyTorchJob"),
         "spec": {
             "runPolicy": {"backoffLimit": job.backoff_limit, "cleanPodPolicy": "None",
                           "activeDeadlineSeconds": opts.active_deadline_s},
@@ -206,7 +204,7 @@ def pytorch_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
 
 def headless_service(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(job, opts, job.name),
+        **_object(job, opts, "v1", "Service"),
         "spec": {
             "clusterIP": "None",
             # Pods must resolve each other before they are ready: the rendezvous is how they get ready.
@@ -229,7 +227,7 @@ def indexed_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     spec = _pod_spec(job, opts, container, "Never")
     spec["subdomain"] = job.name
     return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(job, opts, job.name),
+        **_object(job, opts, "batch/v1", "Job"),
         "spec": {
             "completionMode": "Indexed",
             "completions": job.nodes,

@@ -66,6 +66,24 @@ class Launcher:
         return docker_cli.argv("run", "--rm", f"--name={name}", "--network=host", *self.docker_flags, *env_flags,
                                f"--volume={worker.parent.resolve()}:{CONTAINER_BENCH}:ro", self.image, *run)
 
+    def run(self, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+        """COUNT processes of WORKER, here or in the image: (exit code, output)."""
+        name = f"t-scaling-{uuid.uuid4().hex[:10]}"
+        cmd = self.command(count, worker, env, name)
+        full_env = {**os.environ, **env}
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=full_env, check=False)
+        except subprocess.TimeoutExpired:
+            raise FailedError(f"scaling run with {count} processes took over {timeout_s:.0f} s") from None
+        except FileNotFoundError as exc:
+            raise UserError(f"cannot start {cmd[0]} ({exc}); install it or choose another --launcher") from None
+        finally:
+            if self.kind == "docker":  # interrupted or timed out: the container must not outlive us
+                docker_cli.remove(name, timeout=60)
+        if self.kind == "docker":
+            docker_cli.check_reached(proc)
+        return proc.returncode, proc.stdout + proc.stderr
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -200,24 +218,6 @@ class SlurmLauncher:
         return (0 if end.state == "COMPLETED" else 1), f"{end.output}\n[job {end.job_id}: {end.state} {end.exit_code}]"
 
 
-def _launch(launcher: Launcher, count: int, worker: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-    name = f"t-scaling-{uuid.uuid4().hex[:10]}"
-    cmd = launcher.command(count, worker, env, name)
-    full_env = {**os.environ, **env}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=full_env, check=False)
-    except subprocess.TimeoutExpired:
-        raise FailedError(f"scaling run with {count} processes took over {timeout_s:.0f} s") from None
-    except FileNotFoundError as exc:
-        raise UserError(f"cannot start {cmd[0]} ({exc}); install it or choose another --launcher") from None
-    finally:
-        if launcher.kind == "docker":  # interrupted or timed out: the container must not outlive us
-            docker_cli.remove(name, timeout=60)
-    if launcher.kind == "docker":
-        docker_cli.check_reached(proc)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
 # Several nodes' torchrun output interleaves: enough lines that the failing rank's traceback is in view.
 FAILURE_TAIL_LINES = 40
 
@@ -227,10 +227,7 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
     env = {"SCALING_SAMPLES": str(samples), "SCALING_EPOCHS": str(epochs), "SCALING_BATCH": str(batch)}
     what = f"{count} node{'s' if count != 1 else ''}" if isinstance(launcher, SlurmLauncher) else f"{count} processes"
     started = time.monotonic()
-    if isinstance(launcher, SlurmLauncher):
-        code, output = launcher.run(count, worker, env, timeout_s)
-    else:
-        code, output = _launch(launcher, count, worker, env, timeout_s)
+    code, output = launcher.run(count, worker, env, timeout_s)
     wall_clock = time.monotonic() - started
     lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
     not_run = [line[len(NOT_RUN_PREFIX):].strip() for line in output.splitlines() if line.startswith(NOT_RUN_PREFIX)]
@@ -301,29 +298,34 @@ def finish_plot(fig: Any, ax: Any, path: Path, counts: list[int], xlabel: str, y
     plt.close(fig)
 
 
-def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
+def plot_pair(lines: list[tuple[str, str, list[RunResult]]], paths: tuple[Path, Path], xlabel: str,
+              titles: tuple[str, str], width: float) -> None:
+    """The two scaling plots of LINES (label on the time plot, label on the speed-up plot, runs): time per epoch
+    (log-log) and speed-up next to the ideal linear line, at every count of the runs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    counts = [r.count for r in result.runs]
-    times = [r.time_per_epoch_s for r in result.runs]
-    speedups = [r.speedup for r in result.runs]
+    counts = sorted({r.count for _, _, runs in lines for r in runs})
+    fig, ax = plt.subplots(figsize=(width, 4.5))
+    for label, _, runs in lines:
+        ax.loglog([r.count for r in runs], [r.time_per_epoch_s for r in runs], "o-", base=2, label=label)
+    finish_plot(fig, ax, paths[0], counts, xlabel, "time per epoch (s)", titles[0], log=True)
+
+    fig, ax = plt.subplots(figsize=(width, 4.5))
+    ax.plot(counts, [c / counts[0] for c in counts], "--", color="grey", label="ideal (linear)")
+    for _, label, runs in lines:
+        ax.plot([r.count for r in runs], [r.speedup for r in runs], "o-", label=label)
+    finish_plot(fig, ax, paths[1], counts, xlabel, f"speed-up vs {counts[0]}", titles[1])
+
+
+def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
     paths = {"time": folder / "time_per_epoch.png", "speedup": folder / "speedup.png"}
-    label = f"{result.unit} ({result.runs[0].backend})"
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    ax.loglog(counts, times, "o-", base=2, label="measured")
-    finish_plot(fig, ax, paths["time"], counts, label, "time per epoch (s)",
-                f"{result.title} time per epoch (absolute wall-clock), {result.samples} samples", log=True)
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    ideal = [c / counts[0] for c in counts]
-    ax.plot(counts, ideal, "--", color="grey", label="ideal (linear)")
-    ax.plot(counts, speedups, "o-", label="measured")
-    finish_plot(fig, ax, paths["speedup"], counts, label, f"speed-up vs {counts[0]}",
-                f"{result.title} speed-up (relative wall-clock)")
+    plot_pair([("measured", "measured", result.runs)], (paths["time"], paths["speedup"]),
+              f"{result.unit} ({result.runs[0].backend})",
+              (f"{result.title} time per epoch (absolute wall-clock), {result.samples} samples",
+               f"{result.title} speed-up (relative wall-clock)"), 6)
     return paths
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.contracts.strategies import Strategy
-from buildtool.launch.scaling import Launcher, RunSettings, ScalingResult, SlurmLauncher, finish_plot, run_scaling
+from buildtool.launch.scaling import Launcher, RunSettings, ScalingResult, SlurmLauncher, plot_pair, run_scaling
 
 COMPARISON = "comparison.json"
 
@@ -71,26 +71,9 @@ def write_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]
 
 
 def plot_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    unit = results[0].unit
-    counts = sorted({r.count for result in results for r in result.runs})
     paths = {"comparison time": out / "time_per_epoch.png", "comparison speedup": out / "speedup.png"}
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for result in results:
-        ax.loglog([r.count for r in result.runs], [r.time_per_epoch_s for r in result.runs], "o-", base=2,
-                  label=result.title)
-    finish_plot(fig, ax, paths["comparison time"], counts, unit, "time per epoch (s)",
-                f"Time per epoch by strategy (absolute wall-clock), {results[0].samples} samples", log=True)
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    ax.plot(counts, [c / counts[0] for c in counts], "--", color="grey", label="ideal (linear)")
-    for result in results:
-        ax.plot([r.count for r in result.runs], [r.speedup for r in result.runs], "o-",
-                label=result.title + (" (flagged)" if result.flagged else ""))
-    finish_plot(fig, ax, paths["comparison speedup"], counts, unit, f"speed-up vs {counts[0]}",
-                "Speed-up by strategy (relative wall-clock)")
+    lines = [(r.title, r.title + (" (flagged)" if r.flagged else ""), r.runs) for r in results]
+    plot_pair(lines, (paths["comparison time"], paths["comparison speedup"]), results[0].unit,
+              (f"Time per epoch by strategy (absolute wall-clock), {results[0].samples} samples",
+               "Speed-up by strategy (relative wall-clock)"), 6.5)
     return paths

@@ -250,53 +250,38 @@ def wheel_platforms(root: Path | None, cell: Cell) -> dict[str, str]:
     project, is left out (its build stops, naming it); a file that does not parse or names no glibc is an error."""
     if root is None:
         return {}
-    read_glibc = _base_dpkg_glibc if cell.framework_requirements else _tools_lock_glibc
     found = {}
     for platform in cell.platforms:
         try:
             known, folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
         except UserError as exc:
             raise TemplateError(str(exc)) from None
-        glibc = read_glibc(folder, root, cell.key)
+        glibc = _base_glibc(folder, root, cell)
         if glibc is not None:
             found[known.architecture] = f"{known.machine}-manylinux_{glibc[0]}_{glibc[1]}"
     return found
 
 
-def _base_dpkg_glibc(folder: Path, root: Path, key: str) -> tuple[str, str] | None:
-    """(major, minor) of libc6 in the platform's base.dpkg; None where the file is missing (as a missing
+def _base_glibc(folder: Path, root: Path, cell: Cell) -> tuple[str, str] | None:
+    """(major, minor) of the glibc of the platform's base: libc6 in its base.dpkg for a pip cell, the `glibc` its
+    pylock.tools.toml records ([tool.dl-images]) for an NGC cell; None where that file is missing (as a missing
     apt.lock: that architecture's build stops, naming it)."""
-    path = folder / BASE_DPKG
+    pip = bool(cell.framework_requirements)
+    path = folder / (BASE_DPKG if pip else TOOLS_LOCK)
     rel = path.relative_to(root)
     if not path.is_file():
         return None
     try:
-        libc = parse_entries(path.read_text(), BASE_DPKG).get("libc6", "")
+        text = path.read_text()
+        glibc = parse_entries(text, BASE_DPKG).get("libc6", "") if pip else parse_lock(text).glibc
     except ValueError as exc:
-        raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={key}`") from None
-    glibc = _GLIBC.match(libc)
-    if glibc is None:
-        raise TemplateError(f"{rel} names no libc6 version ({libc!r}), so the wheels' glibc is unknown; "
-                            f"run `make lock FRAMEWORK={key}`")
-    return glibc["major"], glibc["minor"]
-
-
-def _tools_lock_glibc(folder: Path, root: Path, key: str) -> tuple[str, str] | None:
-    """(major, minor) of the base's glibc as the platform's pylock.tools.toml records it (its [tool.dl-images]
-    `glibc`); None where the lock is missing (its build stops, naming it)."""
-    path = folder / TOOLS_LOCK
-    rel = path.relative_to(root)
-    if not path.is_file():
-        return None
-    try:
-        glibc = parse_lock(path.read_text()).glibc
-    except ValueError as exc:
-        raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={key}`") from None
-    if not re.fullmatch(r"[0-9]+\.[0-9]+", glibc):
-        raise TemplateError(f"{rel} names no glibc of its base (`glibc` in [tool.dl-images]), so the wheels' "
-                            f"platform is unknown; run `make lock FRAMEWORK={key}`")
-    major, minor = glibc.split(".")
-    return major, minor
+        raise TemplateError(f"{rel}: {exc}; run `make lock FRAMEWORK={cell.key}`") from None
+    found = _GLIBC.match(glibc) if pip else re.fullmatch(r"([0-9]+)\.([0-9]+)", glibc)
+    if found is None:
+        why = (f"names no libc6 version ({glibc!r}), so the wheels' glibc is unknown" if pip else
+               "names no glibc of its base (`glibc` in [tool.dl-images]), so the wheels' platform is unknown")
+        raise TemplateError(f"{rel} {why}; run `make lock FRAMEWORK={cell.key}`")
+    return found[1], found[2]
 
 
 def render_dockerfile(env: jinja2.Environment, templates_dir: Path, matrix: Matrix, cell: Cell,

@@ -267,6 +267,13 @@ class _Nightly:
     labels: str
     setup: tuple[dict[str, Any], ...]
 
+    def job(self, name: str, needs: str | list[str], minutes: int, steps: list[dict[str, Any]], runs_on: str = "",
+            **more: Any) -> dict[str, Any]:
+        """A job that runs once NEEDS have ended, whatever became of them, on RUNS_ON (default: the GPU runners),
+        with `more` (its strategy, env): the shared registry checked and the toolkit set up before STEPS."""
+        return {"name": name, "needs": needs, "if": "${{ !cancelled() }}", "runs-on": runs_on or self.labels,
+                "timeout-minutes": minutes, **more, "steps": [_registry_check(), *self.setup, *steps]}
+
 
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
     cells = [c.key for c in matrix.cells]
@@ -335,65 +342,41 @@ def _platform_jobs(night: _Nightly, platform: str, gpu_cells: list[str]) -> dict
     it, so the verdict release reads (the newest) is the native one when both ran. Deadline: validate.deadline_s
     x emulation_factor. Both jobs, by id."""
     emulated_id = f"emulated-{platform.replace('/', '-')}"
-    emulated = {
-        "name": f"${{{{ matrix.cell }}}} {platform} under QEMU (CPU checks)",
-        "needs": "build-validate",
-        "if": "${{ !cancelled() }}",
-        "runs-on": night.labels, "timeout-minutes": 240,
-        "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
-        "steps": [_registry_check(), *night.setup,
-                  {"name": f"Validate {platform} under QEMU and push the signed verdict (GPU checks not run)",
-                   "run": f"make validate-emulated FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
-                   "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
-    }
-    native = {
-        "name": f"${{{{ matrix.cell }}}} on {platform} GPU runners",
-        # The index (every platform) is pushed by the build job; the emulated verdict comes first.
-        "needs": ["build-validate", emulated_id],
-        "if": "${{ !cancelled() }}",
-        "runs-on": _labels_expr(night.options, platform), "timeout-minutes": 180,
-        "strategy": {"fail-fast": False, "matrix": {"cell": gpu_cells}},
-        "env": GPU_ENV,
-        "steps": [_registry_check(), *night.setup, RESTORE_HISTORY,
-                  {"name": f"Validate {platform} with GPUs and push the signed verdict",
-                   "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform,
-                                **VALIDATE_SETTINGS),
-                   "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
-    }
+    strategy = {"fail-fast": False, "matrix": {"cell": gpu_cells}}
+    emulated = night.job(
+        f"${{{{ matrix.cell }}}} {platform} under QEMU (CPU checks)", "build-validate", 240,
+        [{"name": f"Validate {platform} under QEMU and push the signed verdict (GPU checks not run)",
+          "run": f"make validate-emulated FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
+          "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
+        strategy=strategy)
+    # The index (every platform) is pushed by the build job; the emulated verdict comes first.
+    native = night.job(
+        f"${{{{ matrix.cell }}}} on {platform} GPU runners", ["build-validate", emulated_id], 180,
+        [RESTORE_HISTORY,
+         {"name": f"Validate {platform} with GPUs and push the signed verdict",
+          "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform, **VALIDATE_SETTINGS),
+          "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
+        _labels_expr(night.options, platform), strategy=strategy, env=GPU_ENV)
     return {emulated_id: emulated, _job_id(platform): native}
 
 
 def _scaling_job(night: _Nightly, cell: str) -> dict[str, Any]:
-    return {
-        "name": f"Scaling of {cell} (DDP, FSDP, DeepSpeed side by side)",
-        "needs": "build-validate",
-        "if": "${{ !cancelled() }}",
-        "runs-on": night.labels, "timeout-minutes": 60,
-        "env": GPU_ENV,
-        "steps": [_registry_check(), *night.setup,
-                  {"name": "Scaling run",
-                   "run": _make("nightly-scaling", NIGHTLY_SCALING_CELL=cell,
-                                NIGHTLY_SCALING_COUNTS=night.options.scaling_counts, **SCALING_SETTINGS)},
-                  {"if": "always()", "uses": UPLOAD,
-                   "with": {"name": "scaling", "path": f"{SITE}/scaling/", "if-no-files-found": "ignore"}}],
-    }
+    return night.job(f"Scaling of {cell} (DDP, FSDP, DeepSpeed side by side)", "build-validate", 60, [
+        {"name": "Scaling run", "run": _make("nightly-scaling", NIGHTLY_SCALING_CELL=cell,
+                                             NIGHTLY_SCALING_COUNTS=night.options.scaling_counts, **SCALING_SETTINGS)},
+        {"if": "always()", "uses": UPLOAD,
+         "with": {"name": "scaling", "path": f"{SITE}/scaling/", "if-no-files-found": "ignore"}}], env=GPU_ENV)
 
 
 def _report_job(night: _Nightly, needs: list[str]) -> dict[str, Any]:
-    return {
-        "name": "nightly report",
-        "needs": needs,
-        "if": "${{ !cancelled() }}",
-        "runs-on": night.labels, "timeout-minutes": 20,
-        "steps": [_registry_check(), *night.setup, RESTORE_HISTORY,
-                  {"uses": DOWNLOAD, "continue-on-error": True,
-                   "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
-                  {"name": "Report", "run": _report_script()},
-                  {"name": "Keep the last nights' verdicts for tomorrow", "if": "always()", "uses": CACHE_SAVE,
-                   "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"}},
-                  {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": f"{SITE}/"}},
-                  {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": f"{SITE}/"}}],
-    }
+    return night.job("nightly report", needs, 20, [
+        RESTORE_HISTORY,
+        {"uses": DOWNLOAD, "continue-on-error": True, "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
+        {"name": "Report", "run": _report_script()},
+        {"name": "Keep the last nights' verdicts for tomorrow", "if": "always()", "uses": CACHE_SAVE,
+         "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"}},
+        {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": f"{SITE}/"}},
+        {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": f"{SITE}/"}}])
 
 
 def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
