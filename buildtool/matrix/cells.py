@@ -224,14 +224,18 @@ class _CellCheck:
 # Bus-bandwidth floors are not set here: they are hardware figures, one table keyed by GPU model and
 # interconnect in buildtool/contracts/busbw.py; the old per-cell `busbw_floor_GBps` is refused by name.
 
-def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
+def _nvidia_fields(check: _CellCheck) -> dict[str, Any]:
+    """`cuda` (above) and `libraries`: required where the base is an NGC release (its notes promise a cuDNN and
+    an NCCL, and nothing else says which the image must carry); any other cell may declare what its base
+    promises."""
     from buildtool.contracts.driver_rules import ngc_rule
     from buildtool.contracts.gpu import check_cuda
     from buildtool.contracts.versions import ngc_release
 
     merged = check.merged
-    cuda = merged.get("cuda")
+    cuda, libraries = merged.get("cuda"), merged.get("libraries")
     gpu = merged["accelerator"] == "cuda"
+    release = ngc_release(str(merged.get("base") or ""))
     if merged.get("busbw_floor_GBps") is not None:
         raise check.fail(check.where("busbw_floor_GBps"), "bus-bandwidth floors are not set in the matrix: they "
                          "live in one table keyed by GPU model and interconnect (buildtool/contracts/busbw.py); "
@@ -246,7 +250,6 @@ def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
             check_cuda(cuda)
         except ValueError as exc:
             raise check.fail(check.where("cuda"), str(exc)) from None
-        release = ngc_release(str(merged.get("base") or ""))
         if release is not None:
             try:
                 rule = ngc_rule(release)
@@ -255,24 +258,11 @@ def _gpu_fields(check: _CellCheck) -> dict[str, Any]:
             if rule.cuda != cuda:
                 raise check.fail(check.where("cuda"), f"NGC {release} is built on CUDA {rule.cuda} "
                                  f"({rule.source}), not {cuda}")
-    return {"cuda": cuda}
-
-
-def _library_fields(check: _CellCheck) -> dict[str, Any]:
-    """`libraries`: required where the base is an NGC release (its notes promise a cuDNN and an NCCL, and
-    nothing else says which the image must carry); any other cell may declare what its base promises."""
-    from buildtool.contracts.versions import ngc_release
-
-    merged = check.merged
-    libraries = merged.get("libraries")
-    release = ngc_release(str(merged.get("base") or ""))
     if release is not None and libraries is None:
         raise check.fail((*check.loc, "libraries"), f"an NGC {release} base needs the cuDNN and NCCL its release "
                          "notes list, e.g. libraries: {cudnn: \"9.7.0.66\", nccl: \"2.25.1\", source: "
                          "https://docs.nvidia.com/deeplearning/frameworks/<framework>-release-notes/rel-YY-MM.html}")
-    if libraries is None:
-        return {"libraries": None}
-    return {"libraries": NvidiaLibraries.model_validate(libraries)}
+    return {"cuda": cuda, "libraries": None if libraries is None else NvidiaLibraries.model_validate(libraries)}
 
 
 def _platform_fields(check: _CellCheck) -> dict[str, Any]:
@@ -413,6 +403,5 @@ def _cell(run: _Expansion, check: _CellCheck, name: str, ver: VersionSpec,
         extra_tests=(merged.get("validate") or {}).get("extra_tests"),
         oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
         **placed,
-        **_gpu_fields(check),
-        **_library_fields(check),
+        **_nvidia_fields(check),
     )

@@ -25,7 +25,7 @@ from buildtool.contracts import names
 from buildtool.contracts.names import DEFAULT_REGISTRY
 
 if TYPE_CHECKING:
-    from buildtool.matrix.schema import Cell, Matrix
+    from buildtool.matrix.schema import Cell, Matrix, Run
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,12 @@ def full_revision(root: Path, revision: str) -> str:
         raise UserError(str(exc)) from None
 
 
+def run_profile(run: Run) -> dict[str, object]:
+    """A cell's run profile as the plan's JSON and the image's run-profile label state it."""
+    return {"shm_size": run.shm_size, "ipc": run.ipc, "ulimits": dict(run.ulimits), "gpus": run.gpus,
+            "docker_flags": run.docker_flags()}
+
+
 @dataclass(frozen=True)
 class CellPlan:
     """What one cell will produce; the JSON form is what CI matrices consume."""
@@ -199,13 +205,7 @@ class CellPlan:
             "build_args": dict(self.build_args),
             "tests": list(c.tests),
             "needs_gpu": c.needs_gpu,
-            "run": {
-                "shm_size": c.run.shm_size,
-                "ipc": c.run.ipc,
-                "ulimits": dict(c.run.ulimits),
-                "gpus": c.run.gpus,
-                "docker_flags": c.run.docker_flags(),
-            },
+            "run": run_profile(c.run),
             "use": c.use,
         }
 

@@ -1,6 +1,6 @@
 """The version matrix: its schema (the models every value is validated by), the cell, and the loader.
 Expanding the document into cells is buildtool.matrix.cells; turning pydantic's errors into one located line
-is buildtool.matrix.messages.
+is buildtool.matrix.loader.
 
 `matrix.yaml` declares images; each image has one or more versions, and a cell is one
 image at one version. Values are declared once and inherited: `defaults` < image < version.

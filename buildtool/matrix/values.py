@@ -154,39 +154,37 @@ def reference(text: str) -> str:
     return text
 
 
-def _url(text: str, schemes: tuple[str, ...], what: str) -> str:
-    bad = next((c for c in text if not _URL_CHARS.match(c)), None)
-    if bad is not None:
-        shown = "a space" if bad == " " else repr(bad)
-        raise ValueError(f"{text!r} contains {shown}; {what} is a plain URL with no whitespace, quotes or "
-                         "shell metacharacters (percent-encode the character if the URL really has it)")
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"{text!r} is not a URL ({exc})") from None
-    if parts.scheme not in schemes:
-        starts = [s + "://" for s in schemes]
-        raise ValueError(f"{text!r}: {what} must start with {', '.join(starts[:-1])} or {starts[-1]}")
-    if parts.scheme != "file" and not parts.hostname:
-        raise ValueError(f"{text!r} names no host; write it like {parts.scheme or 'https'}://pypi.example.org/simple")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError(f"{text!r} carries credentials; never put them in the matrix: the host's pip "
-                         "configuration supplies them to builds as secrets")
-    if parts.scheme == "file" and not parts.path.startswith("/"):
-        raise ValueError(f"{text!r}: a file URL needs an absolute path, e.g. file:///srv/wheels")
-    if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
-        # file://srv/wheels is the folder /wheels on a host named srv, not /srv/wheels.
-        raise ValueError(f"{text!r}: a file URL names a folder on this machine, with no host: three slashes, "
-                         f"e.g. file:///{parts.netloc}{parts.path}")
-    del port
-    return text
-
-
 def _url_of(schemes: tuple[str, ...], what: str) -> Callable[[str], str]:
+    """The grammar of a URL with one of `schemes`; `what` names it in errors."""
     @functools.lru_cache(maxsize=65536)
     def check(text: str) -> str:
-        return _url(text, schemes, what)
+        bad = next((c for c in text if not _URL_CHARS.match(c)), None)
+        if bad is not None:
+            shown = "a space" if bad == " " else repr(bad)
+            raise ValueError(f"{text!r} contains {shown}; {what} is a plain URL with no whitespace, quotes or "
+                             "shell metacharacters (percent-encode the character if the URL really has it)")
+        try:
+            parts = urlsplit(text)
+            port = parts.port
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not a URL ({exc})") from None
+        if parts.scheme not in schemes:
+            starts = [s + "://" for s in schemes]
+            raise ValueError(f"{text!r}: {what} must start with {', '.join(starts[:-1])} or {starts[-1]}")
+        if parts.scheme != "file" and not parts.hostname:
+            raise ValueError(f"{text!r} names no host; write it like "
+                             f"{parts.scheme or 'https'}://pypi.example.org/simple")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(f"{text!r} carries credentials; never put them in the matrix: the host's pip "
+                             "configuration supplies them to builds as secrets")
+        if parts.scheme == "file" and not parts.path.startswith("/"):
+            raise ValueError(f"{text!r}: a file URL needs an absolute path, e.g. file:///srv/wheels")
+        if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+            # file://srv/wheels is the folder /wheels on a host named srv, not /srv/wheels.
+            raise ValueError(f"{text!r}: a file URL names a folder on this machine, with no host: three slashes, "
+                             f"e.g. file:///{parts.netloc}{parts.path}")
+        del port
+        return text
     return check
 
 

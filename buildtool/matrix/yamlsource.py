@@ -84,13 +84,9 @@ class Located:
 
 
 def dotted(loc: Loc) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            parts.append(("." if parts else "") + str(item))
-    return "".join(parts)
+    """`images[0].versions[1].run`: keys joined by dots, list indexes in brackets."""
+    return "".join(f"[{part}]" if isinstance(part, int) else ("." if i else "") + str(part)
+                   for i, part in enumerate(loc))
 
 
 def _read(path: Path, shown: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from buildtool.contracts import frameworks, label_keys
+from buildtool.matrix.plan import run_profile
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.render.dockerfiles import render_cell_dockerfile
 
@@ -72,9 +73,7 @@ def _canonical(text: str | None) -> str | None:
 
 def run_profile_label(cell: Cell) -> str:
     """What the label_keys.RUN_PROFILE label must say for this cell (the run profile users are told to use)."""
-    run = cell.run
-    return json.dumps({"shm_size": run.shm_size, "ipc": run.ipc, "ulimits": dict(run.ulimits), "gpus": run.gpus,
-                       "docker_flags": run.docker_flags()}, sort_keys=True, separators=(",", ":"))
+    return json.dumps(run_profile(cell.run), sort_keys=True, separators=(",", ":"))
 
 
 def label_checks(matrix: Matrix, cell: Cell, labels: dict[str, str], templates_dir: Path) -> list[dict[str, Any]]:

@@ -48,7 +48,7 @@ from buildtool.validate.collect import cell_groups, image_tests_hash
 from buildtool.validate.containers import Log, Resolved, pin, remove_run_containers, resolve
 from buildtool.validate.labels import label_checks
 from buildtool.validate.options import DEFAULT_JOIN_TIMEOUT_S, Options
-from buildtool.validate.outcome import make_verdict, overall_result
+from buildtool.validate.outcome import make_verdict, overall_result, promised_libraries
 from buildtool.validate.probe import (
     Inventory,
     busbw_baseline,
@@ -234,7 +234,6 @@ def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, pl
     nothing is pulled, run, stored or written."""
     from buildtool.attest.keys import signing_key
     from buildtool.validate import reuse
-    from buildtool.validate.outcome import promised_libraries
     from buildtool.validate.sbomref import verdict_sbom
 
     image = pin(ref, platform)
