@@ -67,10 +67,6 @@ PlatformOption = Annotated[str | None, typer.Option(
          "kubernetes.io/os labels. Default: the cell's only platform; a multi-platform cell's must be named.")]
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(k8s)
-
-
 def k8s(
     image: ImageArgument,
     nodes: NodesOption = 2,

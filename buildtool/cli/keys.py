@@ -34,10 +34,6 @@ DevOption = Annotated[bool, typer.Option(
     "DL_IMAGES_SIGNING_KEY is unset.")]
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(keys)
-
-
 def keys(
     name: NameOption = "validate-runners",
     out_dir: OutDirOption = None,

@@ -72,10 +72,6 @@ class _Run:
     min_efficiency: float
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(scaling)
-
-
 def scaling(
     counts: CountsOption = "1,2",
     image: ImageOption = "",

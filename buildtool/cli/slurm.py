@@ -54,10 +54,6 @@ ScriptsDirOption = Annotated[str, typer.Option(
          "(default: in the submit folder).")]
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(slurm)
-
-
 def slurm(
     image: ImageArgument,
     nodes: NodesOption = 2,
