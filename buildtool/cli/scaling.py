@@ -5,7 +5,7 @@ or of SLURM nodes (one sbatch job per count), and its speed-up plots, side by si
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,7 +25,7 @@ from buildtool.contracts.strategies import (
 )
 
 if TYPE_CHECKING:
-    from buildtool.launch.scaling import Launcher, ScalingResult, SlurmLauncher
+    from buildtool.launch.scaling import Launcher, RunSettings, ScalingResult, SlurmLauncher
     from buildtool.matrix.schema import Cell
 
 CountsOption = Annotated[str, typer.Option(help="Comma list of process (GPU) counts, or `gpus`: 1, 2, 4, ... "
@@ -59,19 +59,6 @@ MinEfficiencyOption = Annotated[float, typer.Option(help="Flag a strategy whose 
                                                          "below this fraction of ideal (linear) scaling.")]
 
 
-@dataclass(frozen=True)
-class _Run:
-    """What every run of the benchmark is given, wherever it runs."""
-
-    samples: int
-    epochs: int
-    batch: int
-    timeout: int
-    out_dir: Path
-    strategies: tuple[Strategy, ...]
-    min_efficiency: float
-
-
 def scaling(
     counts: CountsOption = "1,2",
     image: ImageOption = "",
@@ -99,16 +86,18 @@ def scaling(
 ) -> None:
     """Scaling benchmark per strategy: time per epoch at each count (processes, or SLURM nodes), speed-up plots."""
     check_arguments("scaling", locals())   # every argument first (issue 37)
+    from buildtool.launch.scaling import GPU_COUNTS, RunSettings, parse_counts
+
     project = find_project(matrix)
     strategies = parse_strategies(strategy)
-    run = _Run(samples=samples, epochs=epochs, batch=batch, timeout=timeout, out_dir=out_dir,
-               strategies=tuple(strategies), min_efficiency=min_efficiency)
+    settings = RunSettings(samples=samples, epochs=epochs, batch=batch, timeout_s=timeout,
+                           min_efficiency=min_efficiency)
     if launcher == "slurm":
         slurm, node_counts = _slurm_launcher(project, _SlurmAsk(
             image=image, cell=cell, nodes=nodes, runtime=runtime, gpus_per_node=gpus_per_node, partition=partition,
             account=account, time_limit=time_limit, shm_size=shm_size, rdzv_port=rdzv_port, out_dir=out_dir,
             revision=revision, strategy=strategy))
-        _run(project, slurm, node_counts, run, unit="nodes")
+        _run(project, slurm, node_counts, strategies, out_dir, replace(settings, unit="nodes"))
         return
     docker_flags: tuple[str, ...] = ("--shm-size=1g",)
     framework = one_framework(strategies)
@@ -121,14 +110,12 @@ def scaling(
         unit = "gpus" if chosen.needs_gpu and unit == "processes" else unit
     here = _local_launcher(launcher, image, python, docker_flags, framework)
     # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
-    from buildtool.launch.scaling import GPU_COUNTS, parse_counts
-
     on_gpus = counts == GPU_COUNTS or (here.kind == "docker" and any(f.startswith("--gpus") for f in docker_flags))
     wanted = _gpu_counts(counts) if on_gpus else parse_counts(counts)
     unit = "gpus" if on_gpus and unit == "processes" else unit
     if here.kind == "docker" and cell:
         here = _with_probed_flags(here)
-    _run(project, here, wanted, run, unit=unit)
+    _run(project, here, wanted, strategies, out_dir, replace(settings, unit=unit))
 
 
 def _one_cell(project: Project, cell: str) -> Cell:
@@ -231,10 +218,9 @@ def _slurm_launcher(project: Project, ask: _SlurmAsk) -> tuple[SlurmLauncher, li
     return slurm, counts
 
 
-def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int], run: _Run, *, unit: str) -> None:
-    from dataclasses import replace
-
-    from buildtool.launch.scaling import RunSettings, SlurmLauncher, check_subset
+def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int], strategies: list[Strategy],
+         out_dir: Path, settings: RunSettings) -> None:
+    from buildtool.launch.scaling import SlurmLauncher, check_subset
     from buildtool.launch.strategy_runs import run_strategies
 
     def launcher_for(strategy: Strategy) -> Launcher | SlurmLauncher:
@@ -242,10 +228,8 @@ def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int]
             return replace(launcher, strategy=strategy.name)
         return replace(launcher, entry=strategy.launch)
 
-    check_subset(launcher, counts, run.samples, run.batch)   # before any strategy runs
-    settings = RunSettings(samples=run.samples, epochs=run.epochs, batch=run.batch, unit=unit, timeout_s=run.timeout,
-                           min_efficiency=run.min_efficiency)
-    results, paths = run_strategies(launcher_for, list(run.strategies), counts, project.root, run.out_dir, settings)
+    check_subset(launcher, counts, settings.samples, settings.batch)   # before any strategy runs
+    results, paths = run_strategies(launcher_for, strategies, counts, project.root, out_dir, settings)
     for result in results:
         _print_scaling(result)
     out.print("wrote " + ", ".join(str(p) for p in paths.values()))
