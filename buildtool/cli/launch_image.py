@@ -16,10 +16,19 @@ if TYPE_CHECKING:
     from buildtool.contracts.frameworks import Framework
 
 
-def shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:
-    """The run profile's shm size of the image's cell, unless given."""
+def shm_for(image: str, shm_size: str | None, matrix: Path | None, runtime: str = "") -> str:
+    """The /dev/shm size to launch IMAGE with, unless given: the one its bundle was made with (its record; slurm's
+    --runtime oci, where IMAGE is the bundle folder), else its cell's run profile's."""
     if shm_size:
         return shm_size
+    if runtime == "oci":
+        from buildtool.launch.bundle import META_FILE, read_meta
+
+        meta = read_meta(Path(image))
+        if meta is None or not isinstance(meta.get("shm_size"), str):
+            raise UserError(f"no bundle record ({META_FILE}) in {image} on this machine, so the bundle's /dev/shm size "
+                            "is unknown; pass --shm-size (the size it was made with)")
+        return str(meta["shm_size"])
     from buildtool.launch.multinode import cell_for_image
 
     if image.startswith("/"):
@@ -31,19 +40,6 @@ def shm_for(image: str, shm_size: str | None, matrix: Path | None) -> str:
         raise UserError(f"{image} is no image of the matrix ({', '.join(loaded.image_names)}), so it has no run "
                         "profile to take /dev/shm from; pass --shm-size")
     return cell.run.shm_size
-
-
-def bundle_shm(bundle: str, shm_size: str | None) -> str:
-    """The /dev/shm size a bundle was made with (its record), unless given."""
-    if shm_size:
-        return shm_size
-    from buildtool.launch.bundle import META_FILE, read_meta
-
-    meta = read_meta(Path(bundle))
-    if meta is None or not isinstance(meta.get("shm_size"), str):
-        raise UserError(f"no bundle record ({META_FILE}) in {bundle} on this machine, so the bundle's /dev/shm size is "
-                        "unknown; pass --shm-size (the size it was made with)")
-    return str(meta["shm_size"])
 
 
 def platform_for(image: str, platform: str | None, matrix: Path | None) -> contracts_platforms.Platform:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.launch_image import bundle_shm, shm_for
+from buildtool.cli.launch_image import shm_for
 from buildtool.cli.options import MatrixOption, Project, RevisionOption, err, find_project, out
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
@@ -210,8 +210,7 @@ def _slurm_launcher(project: Project, ask: _SlurmAsk) -> tuple[SlurmLauncher, li
         counts = parse_counts(ask.nodes)
     except UserError:
         raise UserError(f"--nodes {ask.nodes!r} must be a comma list of node counts like 1,2") from None
-    shm = (bundle_shm(image, ask.shm_size) if ask.runtime == "oci"
-           else shm_for(image, ask.shm_size, project.matrix_path))
+    shm = shm_for(image, ask.shm_size, project.matrix_path, ask.runtime)
     slurm = SlurmLauncher(runtime=ask.runtime, image=image, workdir=ask.out_dir.absolute() / "jobs",
                           gpus_per_node=ask.gpus_per_node, shm_size=shm, partition=ask.partition,
                           account=ask.account, time_limit=ask.time_limit, rdzv_port=ask.rdzv_port)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from buildtool.cli.launch_image import bundle_shm, framework_for, shm_for
+from buildtool.cli.launch_image import framework_for, shm_for
 from buildtool.cli.launch_options import (
     CheckFrameworkOption,
     FabricNicsOption,
@@ -104,7 +104,7 @@ def slurm(
 
 def _shm_size(image: str, shm_size: str | None, runtime: str, matrix: Path | None) -> str:
     """--shm-size, else the bundle's (--runtime oci) or the cell's run profile's, as sbatch can say it."""
-    shm = bundle_shm(image, shm_size) if runtime == "oci" else shm_for(image, shm_size, matrix)
+    shm = shm_for(image, shm_size, matrix, runtime)
     if not re.fullmatch(r"[0-9]+[kmgKMG]?", shm):
         raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
     return shm
