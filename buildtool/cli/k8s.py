@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from buildtool.cli.launch_image import framework_for, platform_for, shm_for
 from buildtool.cli.launch_options import (
     CheckFrameworkOption,
     FabricNicsOption,
@@ -23,7 +22,10 @@ from buildtool.cli.launch_options import (
     RequireGdrOption,
     StepsOption,
     check_steps,
+    framework_for,
     nccl_settings,
+    platform_for,
+    shm_for,
     write_or_print,
 )
 from buildtool.cli.options import MatrixOption

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.launch_image import shm_for
+from buildtool.cli.launch_options import shm_for
 from buildtool.cli.options import MatrixOption, Project, RevisionOption, err, find_project, out
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments

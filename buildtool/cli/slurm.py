@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from buildtool.cli.launch_image import framework_for, shm_for
 from buildtool.cli.launch_options import (
     CheckFrameworkOption,
     FabricNicsOption,
@@ -24,7 +23,9 @@ from buildtool.cli.launch_options import (
     RequireGdrOption,
     StepsOption,
     check_steps,
+    framework_for,
     nccl_settings,
+    shm_for,
     write_or_print,
 )
 from buildtool.cli.options import MatrixOption
