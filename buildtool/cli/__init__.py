@@ -3,12 +3,11 @@
 stdout carries results (`--json` for machines); stderr carries logs. Exit codes:
 0 success, 1 a check, build or test failed, 2 bad input or usage.
 
-Each command module (one per command or command group) registers its commands on the app
-(buildtool.cli.app); they share options through the leaf module `buildtool.cli.options` (the
-launch commands k8s, slurm, bundle and scaling also through `buildtool.cli.launch_options` and
-`buildtool.cli.launch_image`) and import the stages they call inside each command, so the CLI has
-no import cycle and `buildtool --help` imports no stage at all. No function here runs past 60 lines
-(tests/test_cli_shape.py).
+Each command module (one per command or command group) holds its commands, which the app
+(buildtool.cli.app) lists; they share options through the leaf module `buildtool.cli.options` (the
+launch commands k8s, slurm, bundle and scaling also through `buildtool.cli.launch_options`) and
+import the stages they call inside each command, so the CLI has no import cycle and `buildtool --help`
+imports no stage at all. No function here runs past 60 lines (tests/test_cli_shape.py).
 `buildtool release ...` takes a fast path that does not import typer (buildtool.cli.release_run).
 """
 

@@ -1,22 +1,22 @@
-"""The typer application: every command module registers its commands here, in the order `--help` lists them."""
+"""The typer application: every command, in the order `--help` lists them."""
 
 from __future__ import annotations
 
 import typer
 
-from buildtool.cli.build import register as register_build
-from buildtool.cli.bundle import register as register_bundle
-from buildtool.cli.contents import register as register_contents
-from buildtool.cli.generate import register as register_generate
-from buildtool.cli.k8s import register as register_k8s
-from buildtool.cli.keys import register as register_keys
-from buildtool.cli.release import register as register_release
-from buildtool.cli.report import register as register_report
-from buildtool.cli.scaling import register as register_scaling
-from buildtool.cli.slurm import register as register_slurm
-from buildtool.cli.validate import register as register_validate
-from buildtool.cli.verify import register as register_verify
-from buildtool.cli.workflows import register as register_workflows
+from buildtool.cli.build import bases, build
+from buildtool.cli.bundle import bundle
+from buildtool.cli.contents import diff, lock, sbom
+from buildtool.cli.generate import catalogue, check, plan, render
+from buildtool.cli.k8s import k8s
+from buildtool.cli.keys import keys
+from buildtool.cli.release import release
+from buildtool.cli.report import report
+from buildtool.cli.scaling import scaling
+from buildtool.cli.slurm import slurm
+from buildtool.cli.validate import validate
+from buildtool.cli.verify import verify
+from buildtool.cli.workflows import app as workflows
 
 app = typer.Typer(
     help="Build and verify deep-learning container images from one version matrix (matrix.yaml).",
@@ -25,8 +25,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-# A command group (workflows) is listed after the commands, wherever it is registered.
-for register in (register_generate, register_build, register_contents, register_validate, register_release,
-                 register_keys, register_workflows, register_report, register_k8s, register_slurm, register_bundle,
-                 register_scaling, register_verify):
-    register(app)
+for command in (render, check, plan, catalogue, build, bases, lock, sbom, diff, validate, release, keys, report, k8s,
+                slurm, bundle, scaling, verify):
+    app.command()(command)
+# A command group is listed after the commands, wherever it is added.
+app.add_typer(workflows, name="workflows")

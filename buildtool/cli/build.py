@@ -62,11 +62,6 @@ MirrorOption = Annotated[str | None, typer.Option("--mirror", help="Registry to 
                                                                    "else 127.0.0.1:5000).")]
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(build)
-    app.command()(bases)
-
-
 def build(
     framework: FrameworkOption = None,
     push: PushOption = False,

@@ -33,10 +33,6 @@ PlatformOption = Annotated[str | None, typer.Option(
          "architecture. Default: the cell's only platform; a multi-platform cell's must be named.")]
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(bundle)
-
-
 def bundle(
     image: ImageArgument,
     dest: DestArgument,

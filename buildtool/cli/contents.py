@@ -19,12 +19,6 @@ if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(lock)
-    app.command()(sbom)
-    app.command()(diff)
-
-
 def lock(
     framework: FrameworkOption = None,
     package: Annotated[list[str] | None, typer.Option(

@@ -28,13 +28,6 @@ def all_outputs(project: Project, matrix: Matrix) -> Outputs:
     return render_outputs(matrix, project.templates, extras=(catalogue, workflow_outputs), root=project.root)
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(render)
-    app.command()(check)
-    app.command()(plan)
-    app.command()(catalogue)
-
-
 def render(
     matrix: MatrixOption = None,
     prune_stale: Annotated[bool, typer.Option("--prune", help="Delete Dockerfiles of cells no longer in the matrix.")]

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from buildtool.cli.launch_image import framework_for, platform_for, shm_for
 from buildtool.cli.launch_options import (
     CheckFrameworkOption,
     FabricNicsOption,
@@ -23,7 +22,10 @@ from buildtool.cli.launch_options import (
     RequireGdrOption,
     StepsOption,
     check_steps,
+    framework_for,
     nccl_settings,
+    platform_for,
+    shm_for,
     write_or_print,
 )
 from buildtool.cli.options import MatrixOption
@@ -65,10 +67,6 @@ IpcLockOption = Annotated[bool, typer.Option(help="Add the IPC_LOCK capability t
 PlatformOption = Annotated[str | None, typer.Option(
     help="The platform the pods run (os/arch, e.g. linux/arm64): its nodes by the kubernetes.io/arch and "
          "kubernetes.io/os labels. Default: the cell's only platform; a multi-platform cell's must be named.")]
-
-
-def register(app: typer.Typer) -> None:
-    app.command()(k8s)
 
 
 def k8s(

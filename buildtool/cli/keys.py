@@ -8,6 +8,7 @@ it signs in those roles. `--dev` makes (or shows) this machine's local developme
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,9 +21,6 @@ from buildtool.contracts.arguments import check_arguments
 if TYPE_CHECKING:
     from buildtool.attest.dsse import PublicKey
 
-_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
-
-
 NameOption = Annotated[str, typer.Option(help="Who holds the key, e.g. gpu-runners-2026 (file names, trust entry).")]
 OutDirOption = Annotated[Path | None, typer.Option(
     "--out", help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
@@ -32,10 +30,6 @@ RoleOption = Annotated[list[str] | None, typer.Option(
 DevOption = Annotated[bool, typer.Option(
     "--dev", help="Make (or show) this machine's local dev key, which validate uses when "
     "DL_IMAGES_SIGNING_KEY is unset.")]
-
-
-def register(app: typer.Typer) -> None:
-    app.command()(keys)
 
 
 def keys(
@@ -58,7 +52,7 @@ def keys(
     if dev:
         _show_dev_key()
         return
-    if not name or set(name) - _NAME_CHARS:
+    if not re.fullmatch(r"[a-z0-9._-]+", name):
         raise UserError(f"--name {name!r}: use lower-case letters, digits, '-', '_' and '.'")
     folder = (out_dir or config_home() / "dl-images" / "keys").expanduser().resolve()
     private, public = folder / f"{name}.key", folder / f"{name}.pub"

@@ -17,11 +17,7 @@ from buildtool.contracts.arguments import RELEASE_OPTIONS, Option
 _TYPES = {"value": str | None, "append": list[str] | None, "flag": bool}
 
 
-def register(app: typer.Typer) -> None:
-    app.command("release")(release_command)
-
-
-def release_command(**options: Any) -> None:
+def release(**options: Any) -> None:
     """Promote the dev images of a commit to release tags, digest for digest, inside the registry."""
     from buildtool.cli.release_run import run_release
 
@@ -37,4 +33,4 @@ def _parameter(option: Option) -> inspect.Parameter:
 
 
 # typer reads a command's options from its signature: this one's is the table's.
-release_command.__signature__ = inspect.Signature([_parameter(o) for o in RELEASE_OPTIONS])  # type: ignore[attr-defined]
+release.__signature__ = inspect.Signature([_parameter(o) for o in RELEASE_OPTIONS])  # type: ignore[attr-defined]

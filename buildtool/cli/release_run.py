@@ -112,10 +112,9 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     # registry, instead of before them. A short switch interval hands the interpreter back to a
     # thread whose response has arrived within 1 ms rather than the default 5.
     sys.setswitchinterval(0.001)
-    if trust_local_key:
-        _check_loopback(settings)
+    loopback = _loopback(settings, trust_local_key)
     background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-prefetch")
-    trusted = background.submit(_trusted_keys, project.root, trust_local_key, _loopback(settings))
+    trusted = background.submit(_trusted_keys, project.root, trust_local_key, loopback)
     if not dry_run:
         background.submit(_preload_documents)
     background.shutdown(wait=False)
@@ -192,25 +191,22 @@ def _preload_documents() -> None:
     preload("buildtool.render", "catalogue.md.j2")
 
 
-def _loopback(settings: Settings) -> bool:
-    """Whether both registries (REGISTRY, RELEASE_REGISTRY) are this machine by address: where --trust-local-key
-    may be passed."""
-    from buildtool.common.refs import is_loopback_host
-
-    return all(is_loopback_host(r.split("/", 1)[0]) for r in (settings.registry, settings.release_registry))
-
-
-def _check_loopback(settings: Settings) -> None:
-    """Both registries (dev images are read from REGISTRY, tags written to RELEASE_REGISTRY) must be
-    this machine by address (buildtool.common.refs.is_loopback_host), never by a name's spelling."""
+def _loopback(settings: Settings, trust_local_key: bool) -> bool:
+    """Whether both registries (dev images are read from REGISTRY, tags written to RELEASE_REGISTRY) are this
+    machine by address (buildtool.common.refs.is_loopback_host), never by a name's spelling: with
+    --trust-local-key they must be."""
     from buildtool.common.refs import is_loopback_host
 
     for variable, registry in (("REGISTRY", settings.registry), ("RELEASE_REGISTRY", settings.release_registry)):
         host = registry.split("/", 1)[0]
-        if not is_loopback_host(host):
+        if is_loopback_host(host):
+            continue
+        if trust_local_key:
             raise UserError(f"--trust-local-key is only for a loopback registry (127.0.0.0/8, ::1 or localhost), not "
                             f"{variable}={registry} ({host} is not a loopback address); for a real release add the "
                             "validating runner's public key to config/trusted-keys.yaml (see `buildtool keys`)")
+        return False
+    return True
 
 
 def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bool, dry_run: bool) -> None:

@@ -19,10 +19,6 @@ ScalingOption = Annotated[list[Path] | None, typer.Option(help="Folder with a sc
 OutDirOption = Annotated[Path, typer.Option("--out", help="Where report.html and report.md go.")]
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(report)
-
-
 def report(
     verdicts: VerdictsOption = Path("reports"),
     previous: PreviousOption = None,

@@ -5,13 +5,13 @@ or of SLURM nodes (one sbatch job per count), and its speed-up plots, side by si
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.launch_image import bundle_shm, shm_for
+from buildtool.cli.launch_options import shm_for
 from buildtool.cli.options import MatrixOption, Project, RevisionOption, err, find_project, out
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
@@ -25,7 +25,7 @@ from buildtool.contracts.strategies import (
 )
 
 if TYPE_CHECKING:
-    from buildtool.launch.scaling import Launcher, ScalingResult, SlurmLauncher
+    from buildtool.launch.scaling import Launcher, RunSettings, ScalingResult, SlurmLauncher
     from buildtool.matrix.schema import Cell
 
 CountsOption = Annotated[str, typer.Option(help="Comma list of process (GPU) counts, or `gpus`: 1, 2, 4, ... "
@@ -59,23 +59,6 @@ MinEfficiencyOption = Annotated[float, typer.Option(help="Flag a strategy whose 
                                                          "below this fraction of ideal (linear) scaling.")]
 
 
-@dataclass(frozen=True)
-class _Run:
-    """What every run of the benchmark is given, wherever it runs."""
-
-    samples: int
-    epochs: int
-    batch: int
-    timeout: int
-    out_dir: Path
-    strategies: tuple[Strategy, ...]
-    min_efficiency: float
-
-
-def register(app: typer.Typer) -> None:
-    app.command()(scaling)
-
-
 def scaling(
     counts: CountsOption = "1,2",
     image: ImageOption = "",
@@ -103,16 +86,18 @@ def scaling(
 ) -> None:
     """Scaling benchmark per strategy: time per epoch at each count (processes, or SLURM nodes), speed-up plots."""
     check_arguments("scaling", locals())   # every argument first (issue 37)
+    from buildtool.launch.scaling import GPU_COUNTS, RunSettings, SlurmLauncher, parse_counts
+
     project = find_project(matrix)
     strategies = parse_strategies(strategy)
-    run = _Run(samples=samples, epochs=epochs, batch=batch, timeout=timeout, out_dir=out_dir,
-               strategies=tuple(strategies), min_efficiency=min_efficiency)
+    settings = RunSettings(samples=samples, epochs=epochs, batch=batch, timeout_s=timeout,
+                           min_efficiency=min_efficiency)
     if launcher == "slurm":
-        slurm, node_counts = _slurm_launcher(project, _SlurmAsk(
-            image=image, cell=cell, nodes=nodes, runtime=runtime, gpus_per_node=gpus_per_node, partition=partition,
-            account=account, time_limit=time_limit, shm_size=shm_size, rdzv_port=rdzv_port, out_dir=out_dir,
-            revision=revision, strategy=strategy))
-        _run(project, slurm, node_counts, run, unit="nodes")
+        asked = SlurmLauncher(runtime=runtime, image=image, workdir=out_dir.absolute() / "jobs",
+                              gpus_per_node=gpus_per_node, shm_size=shm_size or "", partition=partition,
+                              account=account, time_limit=time_limit, rdzv_port=rdzv_port)
+        slurm, node_counts = _slurm_launcher(project, asked, cell, nodes, revision, strategy)
+        _run(project, slurm, node_counts, strategies, out_dir, replace(settings, unit="nodes"))
         return
     docker_flags: tuple[str, ...] = ("--shm-size=1g",)
     framework = one_framework(strategies)
@@ -125,14 +110,12 @@ def scaling(
         unit = "gpus" if chosen.needs_gpu and unit == "processes" else unit
     here = _local_launcher(launcher, image, python, docker_flags, framework)
     # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
-    from buildtool.launch.scaling import GPU_COUNTS, parse_counts
-
     on_gpus = counts == GPU_COUNTS or (here.kind == "docker" and any(f.startswith("--gpus") for f in docker_flags))
     wanted = _gpu_counts(counts) if on_gpus else parse_counts(counts)
     unit = "gpus" if on_gpus and unit == "processes" else unit
     if here.kind == "docker" and cell:
         here = _with_probed_flags(here)
-    _run(project, here, wanted, run, unit=unit)
+    _run(project, here, wanted, strategies, out_dir, replace(settings, unit=unit))
 
 
 def _one_cell(project: Project, cell: str) -> Cell:
@@ -186,59 +169,37 @@ def _with_probed_flags(launcher: Launcher) -> Launcher:
     return replace(launcher, docker_flags=tuple(kept))
 
 
-@dataclass(frozen=True)
-class _SlurmAsk:
-    """What `buildtool scaling --launcher slurm` was asked for (its options, as given)."""
-
-    image: str
-    cell: str
-    nodes: str
-    runtime: str
-    gpus_per_node: int
-    partition: str
-    account: str
-    time_limit: str
-    shm_size: str | None
-    rdzv_port: int
-    out_dir: Path
-    revision: str | None
-    strategy: str
-
-
-def _slurm_launcher(project: Project, ask: _SlurmAsk) -> tuple[SlurmLauncher, list[int]]:
+def _slurm_launcher(project: Project, asked: SlurmLauncher, cell: str, nodes: str, revision: str | None,
+                    strategy: str) -> tuple[SlurmLauncher, list[int]]:
     """`buildtool scaling --launcher slurm`: one sbatch job per node count, submitted from METRICS_DIR/jobs;
-    the launcher and the node counts, every option checked before anything is submitted."""
-    from buildtool.launch.scaling import SlurmLauncher, parse_counts
+    the launcher as asked (its image and /dev/shm size as given, maybe none) made whole, and the node counts,
+    every option checked before anything is submitted."""
+    from buildtool.launch.scaling import parse_counts
     from buildtool.launch.slurm import SlurmOptions, check_image
 
-    SlurmOptions(runtime=ask.runtime, time_limit=ask.time_limit)  # refuses a bad runtime or time limit up front
-    if one_framework(parse_strategies(ask.strategy)) != "pytorch":
-        raise UserError(f"--strategy {ask.strategy} cannot run over --launcher slurm: its jobs start torchrun (DDP, "
+    SlurmOptions(runtime=asked.runtime, time_limit=asked.time_limit)  # refuses a bad runtime or time limit up front
+    if one_framework(parse_strategies(strategy)) != "pytorch":
+        raise UserError(f"--strategy {strategy} cannot run over --launcher slurm: its jobs start torchrun (DDP, "
                         "FSDP, DeepSpeed); run JAX data parallelism with --launcher docker or host")
-    image = ask.image
-    if ask.cell and not image:
-        if ask.runtime == "oci":
+    image = asked.image
+    if cell and not image:
+        if asked.runtime == "oci":
             raise UserError("--runtime oci needs --image BUNDLE (the folder `buildtool bundle` made), not --cell")
-        image = _dev_ref(project, _one_cell(project, ask.cell), ask.revision)
+        image = _dev_ref(project, _one_cell(project, cell), revision)
     if not image:
         raise UserError("--launcher slurm needs --image (an image, a .sif or, with --runtime oci, a bundle folder)")
-    check_image(image, ask.runtime)
+    check_image(image, asked.runtime)
     try:
-        counts = parse_counts(ask.nodes)
+        counts = parse_counts(nodes)
     except UserError:
-        raise UserError(f"--nodes {ask.nodes!r} must be a comma list of node counts like 1,2") from None
-    shm = (bundle_shm(image, ask.shm_size) if ask.runtime == "oci"
-           else shm_for(image, ask.shm_size, project.matrix_path))
-    slurm = SlurmLauncher(runtime=ask.runtime, image=image, workdir=ask.out_dir.absolute() / "jobs",
-                          gpus_per_node=ask.gpus_per_node, shm_size=shm, partition=ask.partition,
-                          account=ask.account, time_limit=ask.time_limit, rdzv_port=ask.rdzv_port)
-    return slurm, counts
+        raise UserError(f"--nodes {nodes!r} must be a comma list of node counts like 1,2") from None
+    shm = shm_for(image, asked.shm_size, project.matrix_path, asked.runtime)
+    return replace(asked, image=image, shm_size=shm), counts
 
 
-def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int], run: _Run, *, unit: str) -> None:
-    from dataclasses import replace
-
-    from buildtool.launch.scaling import RunSettings, SlurmLauncher, check_subset
+def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int], strategies: list[Strategy],
+         out_dir: Path, settings: RunSettings) -> None:
+    from buildtool.launch.scaling import SlurmLauncher, check_subset
     from buildtool.launch.strategy_runs import run_strategies
 
     def launcher_for(strategy: Strategy) -> Launcher | SlurmLauncher:
@@ -246,10 +207,8 @@ def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int]
             return replace(launcher, strategy=strategy.name)
         return replace(launcher, entry=strategy.launch)
 
-    check_subset(launcher, counts, run.samples, run.batch)   # before any strategy runs
-    settings = RunSettings(samples=run.samples, epochs=run.epochs, batch=run.batch, unit=unit, timeout_s=run.timeout,
-                           min_efficiency=run.min_efficiency)
-    results, paths = run_strategies(launcher_for, list(run.strategies), counts, project.root, run.out_dir, settings)
+    check_subset(launcher, counts, settings.samples, settings.batch)   # before any strategy runs
+    results, paths = run_strategies(launcher_for, strategies, counts, project.root, out_dir, settings)
     for result in results:
         _print_scaling(result)
     out.print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from buildtool.cli.launch_image import bundle_shm, framework_for, shm_for
 from buildtool.cli.launch_options import (
     CheckFrameworkOption,
     FabricNicsOption,
@@ -24,7 +23,9 @@ from buildtool.cli.launch_options import (
     RequireGdrOption,
     StepsOption,
     check_steps,
+    framework_for,
     nccl_settings,
+    shm_for,
     write_or_print,
 )
 from buildtool.cli.options import MatrixOption
@@ -52,10 +53,6 @@ ShmSizeOption = Annotated[str | None, typer.Option(help="/dev/shm size required 
 ScriptsDirOption = Annotated[str, typer.Option(
     help="Where image-tests/<framework>/scripts (the framework's check) is on the cluster "
          "(default: in the submit folder).")]
-
-
-def register(app: typer.Typer) -> None:
-    app.command()(slurm)
 
 
 def slurm(
@@ -108,7 +105,7 @@ def slurm(
 
 def _shm_size(image: str, shm_size: str | None, runtime: str, matrix: Path | None) -> str:
     """--shm-size, else the bundle's (--runtime oci) or the cell's run profile's, as sbatch can say it."""
-    shm = bundle_shm(image, shm_size) if runtime == "oci" else shm_for(image, shm_size, matrix)
+    shm = shm_for(image, shm_size, matrix, runtime)
     if not re.fullmatch(r"[0-9]+[kmgKMG]?", shm):
         raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
     return shm

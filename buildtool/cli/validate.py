@@ -104,10 +104,6 @@ ExtraTestsOption = Annotated[Path | None, typer.Option(
          "(default: the matrix's validate.extra_tests). Release takes only verdicts of the committed one.")]
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(validate)
-
-
 def validate(
     images: ImagesArgument = None,
     framework: FrameworkOption = None,

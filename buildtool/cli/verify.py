@@ -29,10 +29,6 @@ AcceptSkipOption = Annotated[list[str] | None, typer.Option(
                           "waived (repeatable).")]
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(verify)
-
-
 def verify(
     image: ImageArgument,
     trust_local_key: TrustLocalKeyOption = False,

@@ -19,14 +19,10 @@ OutDirOption = Annotated[Path | None, typer.Option("--out", help="Folder to writ
 PlanOption = Annotated[Path, typer.Option(help="Output of `buildtool plan --json`.")]
 CellsOption = Annotated[str, typer.Option(help="Comma list of cells to keep.")]
 
-
-def register(app: typer.Typer) -> None:
-    workflows_app = typer.Typer(help="GitHub Actions workflows generated from the matrix.", no_args_is_help=True)
-    app.add_typer(workflows_app, name="workflows")
-    workflows_app.command("write")(workflows_write)
-    workflows_app.command("ci-matrix")(workflows_ci_matrix)
+app = typer.Typer(help="GitHub Actions workflows generated from the matrix.", no_args_is_help=True)
 
 
+@app.command("write")
 def workflows_write(
     gpu_labels: GpuLabelsOption = "self-hosted,linux,x64,gpu",
     cron: CronOption = "17 2 * * *",
@@ -47,6 +43,7 @@ def workflows_write(
         out.print(f"wrote {rel}")
 
 
+@app.command("ci-matrix")
 def workflows_ci_matrix(plan: PlanOption, cells: CellsOption) -> None:
     """Print `matrix=<one-line JSON>` for $GITHUB_OUTPUT: the plan narrowed to CELLS."""
     check_arguments("workflows ci-matrix", locals())   # every argument first (issue 37)
