@@ -218,10 +218,13 @@ class HostAuth:
     def _basic_header(self) -> str:
         found = self.credentials()
         if found is None or not found.password:
-            raise NoCredentials(f"no credentials for {self.host}: it asks for a user name and password; "
-                                f"run `docker login {self.host}`, add a credential helper, or set REGISTRY_USER, "
-                                f"REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
+            raise self._no_credentials("it asks for a user name and password;")
         return "Basic " + found.basic()
+
+    def _no_credentials(self, why: str) -> NoCredentials:
+        """No credentials for this host, `why` they are needed, and the ways to give them."""
+        return NoCredentials(f"no credentials for {self.host}: {why} run `docker login {self.host}`, add a credential "
+                             f"helper, or set REGISTRY_USER, REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
 
     def _cached(self, needed: frozenset[Triple]) -> Token | None:
         now = self._clock()
@@ -272,9 +275,7 @@ class HostAuth:
             unknown = (f", or {hidden} is not found or not yours ({self.host} answered insufficient_scope, as "
                        "registries such as Docker Hub do for a repository that does not exist): check the name, and "
                        "if it is yours" if hidden else ";")
-            return NoCredentials(f"no credentials for {self.host}: {describe(needed)} needs them{said}{unknown} run "
-                                 f"`docker login {self.host}`, add a credential helper, or set REGISTRY_USER, "
-                                 f"REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
+            return self._no_credentials(f"{describe(needed)} needs them{said}{unknown}")
         if self.realm.startswith("http://"):
             return NoCredentials(f"{self.host}: {describe(needed)} needs credentials, and they are not sent to "
                                  f"its plain-HTTP token realm {self._realm_host()}{said}")
@@ -329,13 +330,11 @@ class HostAuth:
             if sent is not None:
                 raise CredentialsRefused(f"credentials for {self.host} were refused by its token server {server}"
                                          f"{said} ({sent.source})")
-            found = self._creds
-            if found is not None:
+            if self._creds is not None:
                 raise NoCredentials(f"{self.host}: its token server {server} is plain HTTP, so the credentials for "
                                     f"{self.host} are not sent there, and it refused an anonymous token{said}")
-            raise NoCredentials(f"no credentials for {self.host}: its token server {server} refused an anonymous "
-                                f"token for {describe(want)}{said}; run `docker login {self.host}`, add a credential "
-                                f"helper, or set REGISTRY_USER, REGISTRY_PASSWORD and REGISTRY_AUTH_HOST={self.host}")
+            raise self._no_credentials(f"its token server {server} refused an anonymous token for "
+                                       f"{describe(want)}{said};")
         if response.status_code != 200:
             raise RegistryError(f"token server {server} for {self.host}: HTTP {response.status_code}{said}")
         try:
