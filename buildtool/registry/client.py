@@ -131,6 +131,10 @@ class RegistryClient:
         self.scheme = scheme or ("http" if hosts.plain_http(host) else "https")
         self.retry = retry or RetryPolicy()
         self._session: requests.Session | None = None
+        # The errors a retry may cure (connection failures, timeouts, answers cut off part way) and the TLS failures
+        # never retried, of either transport: requests' join them when `session` imports it.
+        self._transient: tuple[type[BaseException], ...] = (TransportConnectionError, TransportTimeout)
+        self._tls_errors: tuple[type[BaseException], ...] = ()
         self._loopback: LoopbackTransport | None = None
         self._sleep = sleep
         self._clock = clock
@@ -152,6 +156,9 @@ class RegistryClient:
             import requests
 
             self._session = requests.Session()
+            self._transient += (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                                requests.exceptions.ContentDecodingError)
+            self._tls_errors = (requests.exceptions.SSLError,)
         return self._session
 
     def _prepare_tls(self, url: str) -> None:
@@ -201,24 +208,6 @@ class RegistryClient:
         response.answered_by = urlsplit(url).netloc
         return response
 
-    def _transient(self) -> tuple[type[BaseException], ...]:
-        """The errors a retry may cure: connection failures, timeouts and answers cut off part way, of either
-        transport."""
-        errors: tuple[type[BaseException], ...] = (TransportConnectionError, TransportTimeout)
-        if self._session is not None:
-            import requests
-
-            errors += (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                       requests.exceptions.ContentDecodingError)
-        return errors
-
-    def _tls_errors(self) -> tuple[type[BaseException], ...]:
-        if self._session is None:
-            return ()
-        import requests
-
-        return (requests.exceptions.SSLError,)
-
     def _url(self, path: str) -> str:
         return path if path.startswith("http") else f"{self.scheme}://{self.api_host}/v2/{path}"
 
@@ -234,7 +223,7 @@ class RegistryClient:
             wait = delay
             try:
                 response = self._send(method, url, headers, data, sink, follow)
-            except self._tls_errors() as exc:
+            except self._tls_errors as exc:
                 netloc = urlsplit(url).netloc
                 raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; {hosts.tls_hint(netloc)}") \
                     from None
@@ -242,7 +231,7 @@ class RegistryClient:
                 if sink is not None:
                     raise
                 last, response = _CUT_OFF, None
-            except self._transient() as exc:
+            except self._transient as exc:
                 last = _failure_name(exc)
                 response = None
             else:
