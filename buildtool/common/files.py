@@ -36,9 +36,6 @@ def write_changed(files: dict[Path, str]) -> list[Path]:
 
 
 def sha256_file(path: Path) -> str:
-    """The sha256 of a file's bytes, hex (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
+    """The sha256 of a file's bytes, hex (read in blocks)."""
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
