@@ -138,17 +138,14 @@ def resolve(value: str) -> str:
             raise ClientNotFound(f"{SETTING}=classic names {CLASSIC}, which is not installed: install Debian's "
                                  f"docker.io (bash scripts/setup.sh) or set {SETTING} to buildx or a path")
         return CLASSIC
-    if value == "buildx":
-        found = shutil.which("docker")
-        if not found:
+    if value:
+        found = shutil.which("docker" if value == "buildx" else value)
+        if found:
+            return os.path.abspath(found)
+        if value == "buildx":
             raise ClientNotFound(f"{SETTING}=buildx but no `docker` is on PATH: install Docker with the buildx "
                                  f"plugin or set {SETTING} to classic or a path")
-        return os.path.abspath(found)
-    if value:
-        found = shutil.which(value)
-        if not found:
-            raise ClientNotFound(f"{SETTING}={value!r} is not an executable: set it to {CHOICES}")
-        return os.path.abspath(found)
+        raise ClientNotFound(f"{SETTING}={value!r} is not an executable: set it to {CHOICES}")
     on_path = shutil.which("docker")
     candidates = list(dict.fromkeys(os.path.abspath(p) for p in (on_path, CLASSIC) if p and _executable(p)))
     if not candidates:
