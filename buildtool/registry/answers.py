@@ -72,15 +72,15 @@ def streamed(response: Any, sink: Sink | None) -> Response:
     a body cut off part way raises BodyInterrupted."""
     import urllib3
 
-    write = sink(response.status_code, response.headers) if sink is not None else None
     chunks: list[bytes] = []
+    write = (sink(response.status_code, response.headers) if sink is not None else None) or chunks.append
     got = 0
     try:
         # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
         # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
         while chunk := response.raw.read1(CHUNK, decode_content=True):
             got += len(chunk)
-            (chunks.append if write is None else write)(chunk)
+            write(chunk)
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
     finally:

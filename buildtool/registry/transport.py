@@ -130,22 +130,16 @@ class LoopbackTransport:
     def _body(self, netloc: str, method: str, resp: http.client.HTTPResponse, sink: Sink | None) -> bytes:
         """The body, read whole, or streamed to where `sink` says; a body cut off part way (a reset, or fewer
         bytes than its Content-Length) raises BodyInterrupted."""
-        write = sink(resp.status, resp.headers) if sink is not None and method != "HEAD" else None
+        chunks: list[bytes] = []
+        write = (sink(resp.status, resp.headers) if sink is not None and method != "HEAD" else None) or chunks.append
         declared = resp.getheader("Content-Length")
         got = 0
-        chunks: list[bytes] = []
         try:
-            while True:
-                # read1: what has arrived, so a reset keeps every byte before it; the final read() (of nothing
-                # left) closes the answer, so the kept-alive connection takes the next request.
-                chunk = resp.read1(CHUNK) or resp.read()
-                if not chunk:
-                    break
+            # read1: what has arrived, so a reset keeps every byte before it; the final read() (of nothing
+            # left) closes the answer, so the kept-alive connection takes the next request.
+            while chunk := resp.read1(CHUNK) or resp.read():
                 got += len(chunk)
-                if write is None:
-                    chunks.append(chunk)
-                else:
-                    write(chunk)
+                write(chunk)
             short = method != "HEAD" and declared is not None and declared.isdigit() and got < int(declared)
             why = f"closed after {got} of {declared} bytes" if short else ""
         except TimeoutError as exc:
