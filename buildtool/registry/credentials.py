@@ -157,11 +157,10 @@ def from_config(config: dict[str, Any], host: str, where: str) -> Credential | N
 
 def _from_entry(entry: dict[str, Any], key: str, host: str, where: str) -> Credential | None:
     source = f"auths[{key!r}] in {where}"
+    user, password = _decode(entry["auth"], key, host, where) if entry.get("auth") else ("", "")
     if entry.get("identitytoken"):
-        user = _decode(entry["auth"], key, host, where)[0] if entry.get("auth") else ""
         return Credential(user, identity_token=str(entry["identitytoken"]), source=source)
-    if entry.get("auth"):
-        user, password = _decode(entry["auth"], key, host, where)
+    if user:     # `auth` decoded (_decode refuses an empty user)
         return Credential(user, password, source=source)
     if entry.get("username") and entry.get("password"):     # written by some tools; docker reads it too
         return Credential(str(entry["username"]), str(entry["password"]), source=source)
