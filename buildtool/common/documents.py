@@ -27,9 +27,7 @@ def markdown_cell(value: Any) -> str:
 def code_span(value: Any) -> str:
     """Inline code in Markdown; a value holding a backtick gets a longer fence (CommonMark)."""
     text = str(value)
-    fence = "``" if "`" in text else "`"
-    pad = " " if fence == "``" else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
 def plural(count: int, word: str) -> str:
