@@ -227,13 +227,10 @@ class RegistryClient:
                 netloc = urlsplit(url).netloc
                 raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; {hosts.tls_hint(netloc)}") \
                     from None
-            except BodyInterrupted:
-                if sink is not None:
+            except self._transient as exc:     # BodyInterrupted too: a TransportConnectionError
+                if sink is not None and isinstance(exc, BodyInterrupted):
                     raise
-                last, response = _CUT_OFF, None
-            except self._transient as exc:
-                last = _failure_name(exc)
-                response = None
+                last, response = _failure_name(exc), None
             else:
                 status = response.status_code
                 if status not in (429,) and status < 500:
