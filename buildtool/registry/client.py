@@ -80,18 +80,15 @@ LIST_PAGES = 1000         # pages of one list (tags, referrers) read at most: 10
 BLOB_RESUMES = 100        # cut-offs one blob read survives in all, even each bringing bytes (a bound on the requests)
 
 
-_OUR_ERRORS: dict[type[BaseException], str] = {TransportConnectionError: "ConnectionError",
-                                                TransportTimeout: "Timeout"}
 _CUT_OFF = "the connection broke part way through the answer"
-_CUT_OFF_ERRORS = ("BodyInterrupted", "ChunkedEncodingError", "ContentDecodingError")
+# How a retried transport failure is named in messages, by its class's name (never its arguments: they may hold a
+# URL); a class not named here is named as it is (requests' ConnectionError, ReadTimeout).
+_FAILURE_NAMES = {"TransportConnectionError": "ConnectionError", "TransportTimeout": "Timeout",
+                  **dict.fromkeys(("BodyInterrupted", "ChunkedEncodingError", "ContentDecodingError"), _CUT_OFF)}
 
 
 def _failure_name(exc: BaseException) -> str:
-    """How a retried transport failure is named in messages (never its arguments: they may hold a URL)."""
-    name = type(exc).__name__
-    if name in _CUT_OFF_ERRORS:
-        return _CUT_OFF
-    return _OUR_ERRORS.get(type(exc), name)
+    return _FAILURE_NAMES.get(type(exc).__name__, type(exc).__name__)
 
 
 def sha256_digest(data: bytes) -> str:
