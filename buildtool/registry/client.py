@@ -9,7 +9,7 @@ helpers, auth.json or REGISTRY_USER/REGISTRY_PASSWORD with REGISTRY_AUTH_HOST
 (buildtool.registry.credentials), for this client's host only, and never appear in an exception,
 a log line or a report. Redirects are followed here (GET and HEAD), and the Authorization header
 never crosses to another host, port or scheme. Plain-http registries (loopback, or named in
-DL_IMAGES_INSECURE_REGISTRIES: buildtool.registry.hosts) are spoken to over the standard library
+DL_IMAGES_INSECURE_REGISTRIES: buildtool.registry.tools) are spoken to over the standard library
 (buildtool.registry.transport), https ones through `requests`, imported only then, trusting the
 CA in /etc/docker/certs.d/HOST[:PORT]/ as docker does.
 
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from buildtool.common import refs
-from buildtool.registry import answers, hosts
+from buildtool.registry import answers, tools
 from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
 from buildtool.registry.call_errors import (
     NotFound,
@@ -125,7 +125,7 @@ class RegistryClient:
         self.host = host
         self.api_host = refs.api_host(host)   # docker.io names the registry; its API is registry-1.docker.io
         # Plain HTTP only for this machine by address, or a host the user named as insecure.
-        self.scheme = scheme or ("http" if hosts.plain_http(host) else "https")
+        self.scheme = scheme or ("http" if tools.plain_http(host) else "https")
         self.retry = retry or RetryPolicy()
         self._session: requests.Session | None = None
         # The errors a retry may cure (connection failures, timeouts, answers cut off part way) and the TLS failures
@@ -165,9 +165,9 @@ class RegistryClient:
             if netloc in self._tls_ready:
                 return
             self._tls_ready.add(netloc)
-            context = hosts.ssl_context(netloc)
+            context = tools.ssl_context(netloc)
             if context is None and ":" not in netloc:
-                context = hosts.ssl_context(f"{netloc}:443")
+                context = tools.ssl_context(f"{netloc}:443")
             if context is not None:
                 self.session.mount(f"https://{netloc}/", answers.ContextAdapter(context))
 
@@ -222,7 +222,7 @@ class RegistryClient:
                 response = self._send(method, url, headers, data, sink, follow)
             except self._tls_errors as exc:
                 netloc = urlsplit(url).netloc
-                raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; {hosts.tls_hint(netloc)}") \
+                raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; {tools.tls_hint(netloc)}") \
                     from None
             except self._transient as exc:     # BodyInterrupted too: a TransportConnectionError
                 if sink is not None and isinstance(exc, BodyInterrupted):

@@ -1,19 +1,81 @@
-"""What a registry tool this toolkit runs (skopeo) needs to reach a host as RegistryClient does.
+"""How this toolkit reaches a registry host: plain HTTP or HTTPS, which CA its certificate is checked against, and
+what a registry tool this toolkit runs (skopeo) needs to reach it as RegistryClient does.
 
-`skopeo_access(host, "src"|"dest")` yields skopeo's options for one side of a copy: plain HTTP as
-buildtool.registry.hosts decides it (`--src-tls-verify=false`), the host's certs.d folder
-(`--src-cert-dir`), and its credentials (buildtool.registry.credentials, resolved for that host only)
-in a private auth file (`--src-authfile`, mode 0600, removed when the block ends): never on a command
-line, never in the environment of the tool.
+- Plain HTTP is spoken to this machine by address (buildtool.common.refs.is_loopback_host) and to the
+  hosts named in DL_IMAGES_INSECURE_REGISTRIES (comma-separated `host[:port]`, off by default), as
+  docker's `insecure-registries` setting does. Naming a host there changes only the scheme: it does not
+  make a key "local" (--trust-local-key still goes by address) and credentials still never go to a
+  plain-HTTP token realm (buildtool.registry.auth).
+- A host's CA is read where docker and skopeo read it: every `*.crt` in /etc/docker/certs.d/HOST[:PORT]/
+  (also /etc/containers/certs.d/, podman's place; DL_IMAGES_CERTS_D names other roots, colon-separated,
+  for tests and for users without root). Those CAs are added to the default trust (certifi, or
+  REQUESTS_CA_BUNDLE), for that host only.
+- `skopeo_access(host, "src"|"dest")` yields skopeo's options for one side of a copy: plain HTTP as
+  `plain_http` decides it (`--src-tls-verify=false`), the host's certs.d folder (`--src-cert-dir`), and its
+  credentials (buildtool.registry.credentials, resolved for that host only) in a private auth file
+  (`--src-authfile`, mode 0600, removed when the block ends): never on a command line, never in the
+  environment of the tool.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from buildtool.registry import hosts
+from buildtool.common.refs import is_loopback_host
 from buildtool.registry.credentials import authfile
+
+if TYPE_CHECKING:
+    import ssl
+
+INSECURE_ENV = "DL_IMAGES_INSECURE_REGISTRIES"
+CERTS_D_ENV = "DL_IMAGES_CERTS_D"
+CERTS_D_ROOTS = ("/etc/docker/certs.d", "/etc/containers/certs.d")
+
+
+def plain_http(host: str) -> bool:
+    """Whether `host` (`host[:port]`) is spoken to over plain HTTP."""
+    named = {part.strip().lower() for part in os.environ.get(INSECURE_ENV, "").split(",") if part.strip()}
+    return is_loopback_host(host) or host.lower() in named
+
+
+def ca_files(netloc: str) -> list[Path]:
+    """The `*.crt` CA files docker would read for `netloc` (`host[:port]`), in a stable order: DL_IMAGES_CERTS_D's
+    roots first."""
+    roots = [*os.environ.get(CERTS_D_ENV, "").split(":"), *CERTS_D_ROOTS]
+    return [path for root in roots if root for path in sorted((Path(root) / netloc).glob("*.crt"))]
+
+
+def ssl_context(netloc: str) -> ssl.SSLContext | None:
+    """A verifying context that trusts the default CAs plus `netloc`'s certs.d CAs; None when it has none."""
+    files = ca_files(netloc)
+    if not files:
+        return None
+    import ssl
+
+    import certifi  # requests' own CA bundle (it depends on certifi)
+
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where()
+    context = ssl.create_default_context(cafile=bundle)
+    for path in files:
+        context.load_verify_locations(cafile=str(path))
+    return context
+
+
+def tls_hint(netloc: str) -> str:
+    """Where a CA for `netloc` goes, as the one-line TLS error says."""
+    return (f"put the registry's CA certificate in /etc/docker/certs.d/{netloc}/ca.crt (docker, skopeo and "
+            "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE")
+
+
+def cert_dir(netloc: str) -> Path | None:
+    """The certs.d folder holding `netloc`'s CA (for skopeo's --cert-dir when it is not under /etc, which
+    skopeo reads itself), or None."""
+    files = ca_files(netloc)
+    return files[0].parent if files else None
 
 
 @contextlib.contextmanager
@@ -21,10 +83,10 @@ def skopeo_access(host: str, side: str) -> Iterator[list[str]]:
     if side not in ("src", "dest"):
         raise ValueError(f"side {side!r} is src or dest")
     args: list[str] = []
-    if hosts.plain_http(host):
+    if plain_http(host):
         args.append(f"--{side}-tls-verify=false")
     else:
-        folder = hosts.cert_dir(host)
+        folder = cert_dir(host)
         if folder is not None:
             args.append(f"--{side}-cert-dir={folder}")
     with authfile([host]) as path:
