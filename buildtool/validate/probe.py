@@ -99,12 +99,6 @@ def _interconnect(count: int) -> tuple[str, str, str]:
     return link, "", seen
 
 
-def runner_gpus() -> tuple[list[dict[str, str]], str]:
-    """GPUs on this host as nvidia-smi sees them (none when it is missing or failing) and the driver."""
-    found = gpu_inventory()
-    return found.as_dicts(), found.driver
-
-
 def require_gpus(inventory: Inventory) -> None:
     """A declared GPU runner that cannot see its GPUs fails at once (exit 1), before any test."""
     if not inventory.gpus:
