@@ -225,10 +225,14 @@ def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified:
 
 
 def _python_licenses(dist: packages.Dist) -> list[Any]:
+    """License-Expression when declared, else a one-line License field, else the License :: classifiers;
+    none when the metadata declares none."""
     from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 
-    expression, names = packages.license_fields(dist)
-    return [LicenseExpression(expression)] if expression else [DisjunctiveLicense(name=n) for n in sorted(set(names))]
+    if dist.license_expression:
+        return [LicenseExpression(dist.license_expression)]
+    names = [dist.license] if dist.license else set(dist.license_classifiers)
+    return [DisjunctiveLicense(name=n) for n in sorted(names)]
 
 
 def validate_sbom(document: dict[str, Any]) -> None:
