@@ -184,16 +184,14 @@ def _deb_licenses(names: tuple[str, ...] | None) -> tuple[list[Any], str]:
 
     if not names:
         return [], LICENSE_NONE
+    unique = sorted(set(names))
     expression = deb_licenses.package_expression(names)
-    original = "Debian: " + "; ".join(sorted(set(names)))
+    original = "Debian: " + "; ".join(unique)
     if expression is not None:
-        simple = " " not in expression
-        return [DisjunctiveLicense(id=expression) if simple else LicenseExpression(expression)], original
-    found = []
-    for name in sorted(set(names)):
-        spdx = deb_licenses.spdx_of(name)
-        found.append(DisjunctiveLicense(id=spdx) if spdx and " " not in spdx else DisjunctiveLicense(name=name))
-    return found, original
+        return [DisjunctiveLicense(id=expression) if " " not in expression else LicenseExpression(expression)], original
+    found = {name: deb_licenses.spdx_of(name) for name in unique}
+    return [DisjunctiveLicense(id=spdx) if spdx and " " not in spdx else DisjunctiveLicense(name=name)
+            for name, spdx in found.items()], original
 
 
 def unlicensed(document: dict[str, Any]) -> list[str]:
