@@ -216,14 +216,6 @@ def _binary(size: Any) -> str:
     return f"{size} B"
 
 
-def _gbps(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f} GB/s"
-
-
-def _change(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.0%}"
-
-
 # -- details shared by both formats ---------------------------------------------------------------
 
 def _newly(report: Report) -> set[tuple[str, str, str]]:
@@ -270,7 +262,8 @@ def _filters(report: Report) -> dict[str, Any]:
 
     return {"duration": human_duration, "size": lambda size: human_size(size, missing="—"),
             "short_digest": lambda digest: short_digest(digest, missing="—"), "short_check": short_check,
-            "figure": format_figure, "gbps": _gbps, "change": _change, "binary": _binary,
+            "figure": format_figure, "gbps": lambda value: "—" if value is None else f"{value:.1f} GB/s",
+            "change": lambda value: "—" if value is None else f"{value:+.0%}", "binary": _binary,
             "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title,
             "scaling_flag": scaling_flag, "on": on}
 

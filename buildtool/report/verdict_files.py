@@ -160,11 +160,8 @@ def _fold_unrecorded(rows: dict[tuple[str, str], Row]) -> list[Row]:
     image's only platform: where the cell has exactly one recorded platform besides it, the two are one
     image and the newest wins. Beside two or more recorded platforms it is an older single image of a
     cell that is now an index: kept as its own row (shown, never hiding or hidden)."""
-    by_cell: dict[str, list[tuple[str, str]]] = {}
-    for key in rows:
-        by_cell.setdefault(key[0], []).append(key)
-    for cell, keys in by_cell.items():
-        recorded = [key for key in keys if key[1] != UNRECORDED]
+    for cell in dict.fromkeys(cell for cell, _ in rows):
+        recorded = [key for key in rows if key[0] == cell and key[1] != UNRECORDED]
         if (cell, UNRECORDED) in rows and len(recorded) == 1:
             bare, named = rows[(cell, UNRECORDED)], rows[recorded[0]]
             del rows[(cell, UNRECORDED) if named.started >= bare.started else recorded[0]]

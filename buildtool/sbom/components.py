@@ -183,16 +183,6 @@ def python_graph(found: list[Dist], environment: Mapping[str, str]) -> tuple[dic
     return edges, {name: sorted(reqs) for name, reqs in sorted(unresolved.items())}
 
 
-def license_fields(dist: Dist) -> tuple[str, list[str]]:
-    """(SPDX expression, names): License-Expression when declared, else a one-line License field,
-    else the License :: classifiers; ("", []) when the metadata declares none."""
-    if dist.license_expression:
-        return dist.license_expression, []
-    if dist.license:
-        return "", [dist.license]
-    return "", sorted(set(dist.license_classifiers))
-
-
 # -- the graph's root -----------------------------------------------------------------------------
 
 def top_level(edges: Mapping[str, Iterable[str]]) -> list[str]:

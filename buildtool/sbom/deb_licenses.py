@@ -12,6 +12,7 @@ exception`) maps only when every part does; every result is checked against the 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 
 # Debian short name (lower case) -> SPDX id. DEP-5: `+` is "or later"; without it the version is exact.
@@ -69,7 +70,7 @@ def _simple(name: str) -> str | None:
     return f"{license_id} WITH {found}" if found else None
 
 
-def _join(parts: list[str | None], operator: str) -> str | None:
+def _join(parts: Sequence[str | None], operator: str) -> str | None:
     if any(p is None for p in parts):
         return None
     wrapped = [f"({p})" if " OR " in p or (" AND " in p and operator == "OR") else p for p in parts if p]
@@ -111,7 +112,4 @@ def package_expression(names: list[str] | tuple[str, ...]) -> str | None:
     """One SPDX expression for a package whose copyright file names `names` (its files are under each:
     AND), or None when any name maps to none."""
     mapped = [spdx_of(n) for n in sorted(set(names))]
-    if not mapped or any(m is None for m in mapped):
-        return None
-    unique = sorted(set(m for m in mapped if m))
-    return _join(list(unique), "AND")
+    return _join(sorted({m for m in mapped if m}), "AND") if mapped and None not in mapped else None

@@ -184,16 +184,14 @@ def _deb_licenses(names: tuple[str, ...] | None) -> tuple[list[Any], str]:
 
     if not names:
         return [], LICENSE_NONE
+    unique = sorted(set(names))
     expression = deb_licenses.package_expression(names)
-    original = "Debian: " + "; ".join(sorted(set(names)))
+    original = "Debian: " + "; ".join(unique)
     if expression is not None:
-        simple = " " not in expression
-        return [DisjunctiveLicense(id=expression) if simple else LicenseExpression(expression)], original
-    found = []
-    for name in sorted(set(names)):
-        spdx = deb_licenses.spdx_of(name)
-        found.append(DisjunctiveLicense(id=spdx) if spdx and " " not in spdx else DisjunctiveLicense(name=name))
-    return found, original
+        return [DisjunctiveLicense(id=expression) if " " not in expression else LicenseExpression(expression)], original
+    found = {name: deb_licenses.spdx_of(name) for name in unique}
+    return [DisjunctiveLicense(id=spdx) if spdx and " " not in spdx else DisjunctiveLicense(name=name)
+            for name, spdx in found.items()], original
 
 
 def unlicensed(document: dict[str, Any]) -> list[str]:
@@ -225,10 +223,14 @@ def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified:
 
 
 def _python_licenses(dist: packages.Dist) -> list[Any]:
+    """License-Expression when declared, else a one-line License field, else the License :: classifiers;
+    none when the metadata declares none."""
     from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 
-    expression, names = packages.license_fields(dist)
-    return [LicenseExpression(expression)] if expression else [DisjunctiveLicense(name=n) for n in sorted(set(names))]
+    if dist.license_expression:
+        return [LicenseExpression(dist.license_expression)]
+    names = [dist.license] if dist.license else set(dist.license_classifiers)
+    return [DisjunctiveLicense(name=n) for n in sorted(names)]
 
 
 def validate_sbom(document: dict[str, Any]) -> None:

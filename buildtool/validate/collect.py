@@ -58,13 +58,10 @@ def cell_groups(cell: Cell, tests_dir: Path, groups: tuple[str, ...] | None = No
 
 
 def framework_info(framework: frameworks.Framework) -> FrameworkInfo:
-    """The framework's facts as the target file tells them to the image tests."""
+    """The framework's facts as the target file tells them to the image tests: its row's FrameworkInfo fields."""
     from buildtool.contracts.target import FrameworkInfo
 
-    return FrameworkInfo(name=framework.name, module=framework.module, gpu_count_expr=framework.gpu_count_expr,
-                         events_writer=list(framework.events_writer), shm_workers=framework.shm_workers,
-                         cuda_build_expr=framework.cuda_build_expr,
-                         container_version_env=framework.container_version_env)
+    return FrameworkInfo.model_validate(framework, from_attributes=True)
 
 
 def _target(cell: Cell) -> Target:

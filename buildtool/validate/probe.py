@@ -69,15 +69,12 @@ def gpu_inventory() -> Inventory:
             gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2], memory_mib=memory))
     if not gpus:
         return Inventory([], problem="nvidia-smi lists no GPU")
-    cuda_driver = ""
     try:
-        header = _nvidia_smi()
-        match = _CUDA_VERSION_RE.search(header.stdout)
-        cuda_driver = match.group(1) if match else ""
+        match = _CUDA_VERSION_RE.search(_nvidia_smi().stdout)
     except (OSError, subprocess.TimeoutExpired):
-        pass
+        match = None
     link, link_problem, seen = _interconnect(len(gpus))
-    return Inventory(gpus, driver=gpus[0].driver, cuda_driver=cuda_driver, interconnect=link,
+    return Inventory(gpus, driver=gpus[0].driver, cuda_driver=match.group(1) if match else "", interconnect=link,
                      interconnect_problem=link_problem, interconnect_seen=seen)
 
 
@@ -97,12 +94,6 @@ def _interconnect(count: int) -> tuple[str, str, str]:
     except ValueError as exc:
         return "", str(exc), ""
     return link, "", seen
-
-
-def runner_gpus() -> tuple[list[dict[str, str]], str]:
-    """GPUs on this host as nvidia-smi sees them (none when it is missing or failing) and the driver."""
-    found = gpu_inventory()
-    return found.as_dicts(), found.driver
 
 
 def require_gpus(inventory: Inventory) -> None:

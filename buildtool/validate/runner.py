@@ -23,7 +23,7 @@ not finish are failed, never passed. Validation then goes on with the next image
 This module only orders the steps; each capability has its module: validate.options (what is asked),
 validate.engine (the image pinned by digest, its containers), validate.probe (GPUs, run flags, what
 the engine grants), validate.targets (what the tests are told: pure), validate.pytest_run (the run and
-its deadline), validate.outcome (the verdict: pure), validate.verdicts (storing it).
+its deadline), validate.run_plan (the run planned, and its verdict: pure), validate.verdicts (storing it).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from buildtool.validate.collect import cell_groups, image_tests_hash
 from buildtool.validate.containers import Log, Resolved, pin, remove_run_containers, resolve
 from buildtool.validate.labels import label_checks
 from buildtool.validate.options import DEFAULT_JOIN_TIMEOUT_S, Options
-from buildtool.validate.outcome import make_verdict, overall_result, promised_libraries
 from buildtool.validate.probe import (
     Inventory,
     busbw_baseline,
@@ -60,7 +59,7 @@ from buildtool.validate.probe import (
     run_flags,
 )
 from buildtool.validate.pytest_run import RESERVE_S, _run_pytest, deadline_problem, probes_dir
-from buildtool.validate.run_plan import RunOutcome, RunPlan
+from buildtool.validate.run_plan import RunOutcome, RunPlan, make_verdict, overall_result, promised_libraries
 from buildtool.validate.targets import build_target, expectations, find_cell, pytest_argv
 
 # Importable from here as before the split (each lives in the module of its capability).

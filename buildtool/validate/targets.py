@@ -15,8 +15,7 @@ from buildtool.contracts import busbw, frameworks, label_keys, versions
 from buildtool.contracts.target import Expectations, Target
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.validate.collect import PLUGIN, framework_info
-from buildtool.validate.outcome import promised_libraries
-from buildtool.validate.run_plan import RunPlan
+from buildtool.validate.run_plan import RunPlan, promised_libraries
 
 
 def find_cell(matrix: Matrix, labels: dict[str, str], override: str | None, ref: str) -> Cell:
