@@ -21,7 +21,7 @@ the step that hung; pytest itself is stopped at the deadline as a backstop, and 
 not finish are failed, never passed. Validation then goes on with the next image.
 
 This module only orders the steps; each capability has its module: validate.options (what is asked),
-validate.engine (the image pinned by digest, its containers), validate.probe (GPUs, run flags, what
+validate.containers (the image pinned by digest, its containers), validate.probe (GPUs, run flags, what
 the engine grants), validate.targets (what the tests are told: pure), validate.pytest_run (the run and
 its deadline), validate.run_plan (the run planned, and its verdict: pure), validate.verdicts (storing it).
 """
