@@ -78,14 +78,20 @@ def _base_labels(client: RegistryClient, labels: dict[str, str]) -> dict[str, st
     try:
         raw, media_type, _ = client.get_manifest(repo, digest)
         manifest = json.loads(raw)
-        if media_type in INDEX_TYPES:
-            child = next((m for m in manifest.get("manifests", []) if declared_platform(m) != "unknown/unknown"), None)
-            if child is None:
-                return {}
-            manifest = json.loads(client.get_manifest(repo, child["digest"])[0])
-        return _config(client, repo, manifest)[0]
+        if media_type not in INDEX_TYPES:
+            return _config(client, repo, manifest)[0]
     except NotFound:
         return None
+    # Every platform of a base index is read, one missing child aside: a stand-in child behind a clean first one,
+    # or behind a deleted one, is still found.
+    found: list[dict[str, str]] = []
+    for child in manifest.get("manifests", []):
+        if declared_platform(child) != "unknown/unknown":
+            try:
+                found.append(_config(client, repo, json.loads(client.get_manifest(repo, child["digest"])[0]))[0])
+            except NotFound:
+                continue
+    return next((labels for labels in found if label_keys.standin_keys(labels)), found[0] if found else {})
 
 
 def read_standins(client: RegistryClient, settings: Settings, cells: Sequence[Cell]) -> tuple[StandIns, list[str]]:
