@@ -65,7 +65,7 @@ def _base_labels_of(registry: Registry, base_digest: str) -> dict[str, str] | No
 
 def test_a_standin_child_behind_a_clean_first_child_of_the_base_index_is_found_and_refused() -> None:
     registry = Registry()
-    clean = registry.image({"org.opencontainers.image.title": "base"})
+    clean = registry.image({label_keys.OCI_TITLE: "base"})
     standin = registry.image({label_keys.STANDIN: "true"})
     base = registry.index([(AMD64, clean), (ARM64, standin)])
     labels = _base_labels_of(registry, base)
@@ -79,15 +79,15 @@ def test_a_standin_child_behind_a_clean_first_child_of_the_base_index_is_found_a
 
 def test_a_base_index_of_clean_children_gives_the_first_childs_labels() -> None:
     registry = Registry()
-    first = registry.image({"org.opencontainers.image.title": "first"})
-    second = registry.image({"org.opencontainers.image.title": "second"})
+    first = registry.image({label_keys.OCI_TITLE: "first"})
+    second = registry.image({label_keys.OCI_TITLE: "second"})
     assert _base_labels_of(registry, registry.index([(AMD64, first), (ARM64, second)])) == {
-        "org.opencontainers.image.title": "first"}
+        label_keys.OCI_TITLE: "first"}
 
 
 def test_a_deleted_child_does_not_hide_the_standin_child_after_it() -> None:
     registry = Registry()
-    deleted = registry.image({"org.opencontainers.image.title": "gone"})
+    deleted = registry.image({label_keys.OCI_TITLE: "gone"})
     standin = registry.image({label_keys.STANDIN: "true"})
     base = registry.index([(AMD64, deleted), (ARM64, standin)])
     del registry.manifests[deleted]
