@@ -47,11 +47,6 @@ class Evidence:
     ignored: list[str] = field(default_factory=list)    # its attestations that did not verify, and why
     problems: list[str] = field(default_factory=list)   # why this platform may not be released
 
-    @property
-    def where(self) -> str:
-        """How messages name it: `linux/arm64 (sha256:...)` for an index entry, the digest otherwise."""
-        return f"{self.platform} ({self.digest})" if self.platform else self.digest
-
 
 @dataclass
 class ImageRelease:

@@ -40,14 +40,13 @@ from buildtool.release.gather import finish_gate, gather
 from buildtool.release.model import ImageRelease, ReleaseOptions, ReleaseReport, TagAction
 from buildtool.release.package_changes import package_section, packages_entry, subjects
 from buildtool.release.read import READ_THREADS, plan_item, read_standins, read_tag_state
-from buildtool.release.repo_lock import LOCK_TAG, RepoLock
+from buildtool.release.repo_lock import LOCK_TAG
 from buildtool.release.tag_plan import check_plans, mount_outlook, settle_unpromoted, writes_needed
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
 
-__all__ = ["LOCK_TAG", "ImageRelease", "Platform", "ReleaseOptions", "ReleaseReport", "RepoLock", "TagAction",
-           "check_version", "release"]
+__all__ = ["LOCK_TAG", "ImageRelease", "Platform", "ReleaseOptions", "ReleaseReport", "TagAction", "release"]
 
 
 def release(cells: list[Cell], settings: Settings, options: ReleaseOptions,
