@@ -10,14 +10,12 @@ code nobody reviewed into what is released; a commit git does not know cannot be
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from pathlib import Path
 
 from buildtool.attest.provenance_model import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
 from buildtool.contracts.names import FULL_REVISION_RE
-
-GIT_TIMEOUT_S = 60
+from buildtool.release.testcode import GIT_TIMEOUT_S, committed_sha256
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -48,13 +46,6 @@ def revision_problem(root: Path, revision: str, release: str = "HEAD") -> str:
     return ""
 
 
-def _committed_sha256(root: Path, commit: str, path: str) -> str | None:
-    """sha256 (hex) of `path` as committed at `commit`; None when the commit has no such file."""
-    proc = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{path}"], capture_output=True,
-                          timeout=GIT_TIMEOUT_S, check=False)
-    return hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
-
-
 def source_problems(root: Path, provenance: Provenance, matrix_name: str = "matrix.yaml") -> list[str]:
     """Why the provenance may not be released from this checkout (empty: it may): its revision
     (revision_problem), then each field that names the source against git at that revision."""
@@ -72,13 +63,13 @@ def source_problems(root: Path, provenance: Provenance, matrix_name: str = "matr
                 problems.append(f"the provenance's {descriptor.name} names gitCommit {named}, not its revision "
                                 f"{revision}: what SLSA verifiers read must be what was built")
     matrix = provenance.buildDefinition.externalParameters.matrix_digest
-    committed = _committed_sha256(root, revision, matrix_name)
+    committed = committed_sha256(root, revision, matrix_name)
     if committed is None or matrix != f"sha256:{committed}":
         problems.append(f"the provenance's matrix_digest {matrix} is not {matrix_name} as committed at {revision[:12]} "
                         f"({'none there' if committed is None else 'sha256:' + committed})")
     for lock in provenance.locks:
         path = lock.name.removeprefix(LOCK_PREFIX)
-        committed = _committed_sha256(root, revision, path)
+        committed = committed_sha256(root, revision, path)
         if committed is None:
             problems.append(f"the provenance's {lock.name}: no such file committed at {revision[:12]}")
         elif lock.digest.get("sha256") != committed:

@@ -78,10 +78,10 @@ def _extract(root: Path, commit: str, into: Path, folder: str = TESTS) -> Path |
     return target / folder if (target / folder).is_dir() else None
 
 
-def _matrix_digest(root: Path, commit: str, matrix_name: str) -> str | None:
-    """sha256 of the matrix file as committed at `commit` (None when that commit has none)."""
-    proc = _git(root, "show", f"{commit}:{matrix_name}")
-    return "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
+def committed_sha256(root: Path, commit: str, path: str) -> str | None:
+    """sha256 (hex) of `path` as committed at `commit`; None when the commit has no such file."""
+    proc = _git(root, "show", f"{commit}:{path}")
+    return hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
 
 
 def known_code(root: Path, revisions: list[tuple[str, str]], matrix_name: str = "matrix.yaml",
@@ -103,9 +103,9 @@ def known_code(root: Path, revisions: list[tuple[str, str]], matrix_name: str = 
         if commit is None:
             known.looked_at.append(f"{label} {revision}: not a commit of this clone")
             continue
-        matrix = _matrix_digest(root, commit, matrix_name)
+        matrix = committed_sha256(root, commit, matrix_name)
         if matrix is not None:
-            known.matrices.setdefault(matrix, f"{matrix_name} at {label} {commit[:12]}")
+            known.matrices.setdefault(f"sha256:{matrix}", f"{matrix_name} at {label} {commit[:12]}")
         folder = _extract(root, commit, workdir)
         if folder is None:
             known.looked_at.append(f"{label} {commit[:12]}: no image-tests/")
