@@ -71,7 +71,7 @@ def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> Staged:
         item.transfer.append(f"the registry declined to mount {len(uploaded)} blob(s) from {src}: uploaded "
                              f"{human_size(sum(uploaded.values()))} through this machine")
     # Users of the release repository can check the signed verdict and SBOM by digest there too (bytes
-    # unchanged, so the signatures hold), and the plain SBOM travels with the image (release.packages).
+    # unchanged, so the signatures hold), and the plain SBOM travels with the image (release.package_changes).
     staged: Staged = {}
     for ev in item.evidence:
         signed = [a for a in (ev.attestation, ev.sbom_attestation, ev.provenance_artifact) if a is not None]

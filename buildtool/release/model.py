@@ -71,10 +71,10 @@ class ImageRelease:
     tags_unknown: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)   # moving tags put back by the final re-check
     # What moving the blobs took or may take: mounts the registry declined (blobs uploaded through this machine)
-    # or, in a dry run, may decline (release.plan.mount_outlook).
+    # or, in a dry run, may decline (release.tag_plan.mount_outlook).
     transfer: list[str] = field(default_factory=list)
     previous: dict[str, Any] | None = None
-    # SBOM and package changes (release.packages): one section, or {"platforms": [...]} for an index.
+    # SBOM and package changes (release.package_changes): one section, or {"platforms": [...]} for an index.
     packages: dict[str, Any] | None = None
     _raw: bytes = b""
 
