@@ -1,17 +1,10 @@
 """`buildtool verify`: the chain of signed statements about one image, checked as release checks them.
 
-For each platform manifest of IMAGE (the manifest itself for a single-platform image): the SLSA
-provenance (builder key), the SBOM attestation (builder key) and the verdict that counts (tester key,
-buildtool.validate.verdicts: bounded by the clock, ordered by upload too), each verified against the
-trusted keys, and the links between them: the verdict passed and names the SBOM that is attached, the
-plain SBOM beside it is that document, the provenance is for the verdict's cell and names no stand-in
-base. An index's entries are each a known platform, once, or an attestation manifest proven one.
-
-With a checkout at hand (`Checkout`: the matrix, its git history) verify then runs release's own gate
-(buildtool.release.gather.gather, the very code release runs) on the image as the cell the verdict names:
-the cell's groups and tests, skip codes, GPU tests, the matrix cell's platforms, base and stand-ins, the
-provenance's revision known to git (the checkout's HEAD or an ancestor), the test code. Without one it
-says which of those it could not run, and why (`Verification.not_run`). Nothing is waived.
+For each platform manifest: the provenance, the SBOM attestation and the verdict that counts, each verified
+against the trusted keys, and the links between them (docs/release-trust.md, "The SBOM as a signed attestation,
+and `buildtool verify`"). With a checkout at hand (`Checkout`) verify then runs release's own gate
+(buildtool.release.gather.gather, the very code release runs) on the image as the cell the verdict names;
+without one it says which checks it could not run, and why (`Verification.not_run`). Nothing is waived.
 """
 
 from __future__ import annotations

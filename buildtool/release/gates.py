@@ -1,18 +1,6 @@
-"""What must hold before a digest is released as a cell: pure checks on what release read.
-
-- the version: PEP 440, in its normal form, not already released under another spelling;
-- the verdict (the newest validly signed one, see buildtool.validate.verdicts): for this cell and
-  digest, `passed`, run on every group the matrix gives the cell, every test those groups define
-  present (compared with this checkout's own collection when the verdict ran this checkout's
-  test code), no selection, every GPU test of a GPU cell passed, every skip one the matrix
-  expects or one the releaser waived by name (`--accept-skip`, only for codes marked waivable);
-- the image's provenance: no stand-in label of any value, no stand-in base by digest or by its
-  layers, and the base the matrix names;
-- the signed SLSA provenance (read and verified by buildtool.attest.provenance_store): for this cell, its
-  base no stand-in (by its annotation and by digest) and the base the image's labels name;
-- the platforms (an image index, one manifest per platform): exactly the matrix's platforms of the cell,
-  each known, once, its image config of that platform; each platform manifest gated on its own evidence
-  (verdict, SBOM, provenance attached to its digest), the verdict recording that platform.
+"""What must hold before a digest is released as a cell: pure checks on what release read (the version, the
+verdict, the image's labels and base, the signed provenance, an index's platforms, each platform manifest on its
+own evidence). Each check, and why, is in docs/release-trust.md ("What release checks").
 
 No waiver covers anything but waivable skips.
 """

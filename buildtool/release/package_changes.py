@@ -1,17 +1,10 @@
 """The package part of release notes: what changed in an image since the previous release of
-its cell, read from the SBOMs stored with both digests (framework, Python, CUDA and base first,
-then added, removed and changed Python and Debian packages).
+its cell, read from the SBOMs stored with both digests (the `packages` entry of docs/contents.md).
 
-Each platform manifest of an image index has its own SBOM, attached to its own digest, so an
-index gets one section per platform, each compared with the SAME platform's image in the previous
-release (`subjects`); a platform new in this release is said to be new, never diffed against
-another platform's SBOM. The `packages` entry of the release JSON is one section for a single
-manifest, and `{"platforms": [section, ...]}` for an index (each section naming its `platform`,
-in the index's order): see `packages_entry`.
-
-Kept apart from the gates and the promotion (release.promote) and from the layout of the notes
-(release.notes): `package_section` is called once per platform image while the release is planned
-(the promotion copies each SBOM itself, so it travels with its digest).
+Each platform manifest of an index has its own SBOM, so an index gets one section per platform, each
+compared with the SAME platform's image in the previous release (`subjects`), never diffed against another
+platform's SBOM. `package_section` is called once per platform image while the release is planned (the
+promotion copies each SBOM itself, so it travels with its digest).
 """
 
 from __future__ import annotations

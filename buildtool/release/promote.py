@@ -1,29 +1,23 @@
 """Promote tested dev images to release tags, digest for digest, inside the registry.
 
-For each chosen cell: find the dev image of the commit (`<name>-dev:<sha>-<version>`),
-check the gates (buildtool.release.gates), then give the same digest its release tags in the
-release repository. No layer data passes through this client where the registry mounts: blobs are
-linked by cross-repository mounts and only manifests (a few KB) are written; a mount the registry
-declines (202: ECR, GHCR across owners) is completed by uploading the blob through this machine, and
-the report says so (the dry run says where it is known or likely: release.plan.mount_outlook). Multi-arch indexes are
-copied whole, child manifests first, so the index digest is unchanged. The verdicts that let
-the image through (signed attestations, one per platform manifest of an index) are attached to the same
-digests in the release repository.
+For each chosen cell: find the dev image of the commit (`<name>-dev:<sha>-<version>`), check the gates
+(buildtool.release.gates), then give the same digest its release tags in the release repository, with the
+signed verdict, SBOM and provenance of each platform manifest attached to the same digests. Blobs are linked
+by cross-repository mounts (uploaded through this machine where the registry declines one, which the report
+says; the dry run says where that is known or likely: release.tag_plan.mount_outlook); indexes are copied
+whole, child manifests first, so the index digest is unchanged.
 
 All images are gated before anything is written; one refusal promotes nothing. Version tags
 are immutable (never moved, not even with --force); `--force` moves only the matrix's moving
 tags, and is needed only to move them to an older release.
 
-Concurrency: distribution registries have no compare-and-swap on tags, so each release
-repository gets a lock tag (`release-lock`, a small OCI artifact naming its holder and an
-expiry) taken by write-then-read-back, and every tag is compared before it is written and
-verified after. See `RepoLock`. A write that reaches the registry late (a request the network
-held after this client gave up on it) is caught by a final re-check of every tag after the
-last write, still under the lock: a moving tag found elsewhere is put back (and reported).
+Distribution registries have no compare-and-swap on tags: each release repository is locked (`RepoLock`),
+every tag is compared before it is written and verified after, and a final re-check under the lock puts back
+a moving tag that a late write moved (docs/release-trust.md, "Re-running, and writes that land late").
 
-This module only orders the steps; each capability has its module: release.model (the data),
-release.read (registry reads), release.gather (one image gated, read-only), release.plan (the
-tag plan and other decisions: pure), release.lock (`RepoLock`), release.execute (the writes).
+This module only orders the steps: release.model (the data), release.read (registry reads), release.gather
+(one image gated, read-only), release.tag_plan (the tag plan and other pure decisions), release.repo_lock
+(`RepoLock`), release.execute (the writes).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Which image-tests code a verdict may have run: computed from git, never taken from the verdict.
 
-A verdict records the sha256 of the image-tests it ran (buildtool.validate.collect.image_tests_hash) and of the
-matrix it read (schema 6); both must be what git holds at the image's revision or the release commit.
-Release accepts it only when that hash equals image-tests as committed at the image's own revision
-or at the release commit (HEAD of this checkout): each tree is extracted with `git archive` into a
-temporary folder and hashed there the same way, and the defined tests the gate compares with are
-collected from that very folder. A verdict made by any other test code (edited on the runner,
-or from a branch nobody released from) is refused.
-
-Site checks (contracts.sitetests): a cell whose matrix names a site folder (`validate.extra_tests`) is judged
-only against image-tests staged with that folder as committed at the same revision (`KnownCode.for_cell`).
-A verdict of image-tests alone, from a runner that dropped the site folder, has another hash and is refused,
-as is one of a site folder git does not hold; a revision without the folder offers no code for the cell.
+A verdict's test_code (buildtool.validate.collect.image_tests_hash) and matrix digest (schema 6) count only
+when they are image-tests and the matrix as committed at the image's own revision or at the release commit
+(HEAD of this checkout): each tree is extracted with `git archive` and hashed the same way, and the defined
+tests the gate compares with are collected from that very folder. A verdict made by any other test code (edited
+on the runner, or from a branch nobody released from) is refused. A cell whose matrix names a site folder
+(`validate.extra_tests`) is judged only against image-tests staged with that folder as committed at the same
+revision (`KnownCode.for_cell`; image-tests/README.md, "Site checks").
 """
 
 from __future__ import annotations
