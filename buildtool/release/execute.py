@@ -150,7 +150,6 @@ def read_back(client: RegistryClient, item: ImageRelease) -> None:
 
 
 def _digests(client: RegistryClient, repo: str, tags: list[str]) -> dict[str, str | None]:
-    """What each tag names now, read side by side."""
     if len(tags) < 2:
         return {t: client.manifest_digest(repo, t) for t in tags}
     with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(tags))) as pool:

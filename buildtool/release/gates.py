@@ -271,7 +271,6 @@ class StandIns:
             self.layers[tuple(layers)] = ref
 
     def built_on(self, layers: list[str]) -> str | None:
-        """The stand-in whose layers this image's layers start with, if any."""
         return next((ref for base, ref in self.layers.items() if tuple(layers[: len(base)]) == base), None)
 
 
@@ -365,15 +364,12 @@ def provenance_problems(cell: Cell | str, digest: str, provenance: Provenance | 
 
 @dataclass(frozen=True)
 class Entry:
-    """One manifest an image index lists."""
-
     digest: str
     platform: str                # os/arch[/variant] as the index declares it ("" when it declares none)
     media_type: str = ""
 
 
 def declared_platform(child: dict[str, Any]) -> str:
-    """The os/arch[/variant] an index entry declares ("" when it declares none)."""
     plat = child.get("platform") or {}
     return "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
 

@@ -176,14 +176,12 @@ def unproven_attestations(client: RegistryClient, repo: str, manifest: dict[str,
 
 def _gate_platform(client: RegistryClient, ev: Evidence, plan: CellPlan, dev_repo: str, options: ReleaseOptions,
                    in_index: bool) -> None:
-    """Verdict, provenance and SBOM of one platform manifest, each found by its own digest."""
     _gate_verdict(client, ev, plan, dev_repo, options, in_index)
     _gate_provenance(client, ev, plan, dev_repo, options)
     gate_sbom(client, ev, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
 
 
 def platform_problems(item: ImageRelease) -> list[str]:
-    """Every platform's problems, each naming its platform where the image is an index."""
     return [f"{ev.platform}: {p}" if ev.platform else p for ev in item.evidence for p in ev.problems]
 
 

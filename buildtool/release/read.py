@@ -33,7 +33,6 @@ READ_THREADS = 8
 
 
 def _config(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> tuple[dict[str, str], str]:
-    """The labels and the os/arch[/variant] an image's config declares."""
     config = manifest.get("config", {})
     if not config.get("digest"):
         return {}, ""
@@ -131,7 +130,6 @@ def read_standins(client: RegistryClient, settings: Settings, cells: Sequence[Ce
 
 
 def read_tag_state(client: RegistryClient, plan: CellPlan, version: str, with_previous: bool = True) -> TagState:
-    """The release repository's tags of this cell now, and its previous release."""
     _, repo = split_repo_path(plan.release_repo)
     tags = client.tags(repo)
     current = {t: (client.manifest_digest(repo, t) if t in tags else None)
@@ -144,7 +142,6 @@ def read_tag_state(client: RegistryClient, plan: CellPlan, version: str, with_pr
 
 def plan_item(client: RegistryClient, item: ImageRelease, plan: CellPlan, version: str, force: bool,
               with_previous: bool = True, state: TagState | None = None) -> None:
-    """Read the release repository's tags now (unless given: `state`) and plan the item's tags."""
     state = state or read_tag_state(client, plan, version, with_previous)
     apply_tag_plan(item, plan, version, force, state, with_previous)
 

@@ -93,7 +93,6 @@ def check_plans(plans: list[CellPlan]) -> str:
 
 def apply_tag_plan(item: ImageRelease, plan: CellPlan, version: str, force: bool, state: TagState,
                    with_previous: bool = True) -> None:
-    """The tag plan of `item` from the release repository's tags (`state`); problems refuse it."""
     item.tags, problems = plan_tags(plan, item.digest, version, state.current, state.tags, force)
     item.problems += problems
     if problems:
