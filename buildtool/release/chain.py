@@ -99,14 +99,9 @@ class Verification:
 
     @property
     def problem(self) -> str:
-        if self.gated:
-            return self.problems[0] if self.problems else ""
-        chained = [c.problem for c in self.chains if not c.ok]
-        if chained:
-            return chained[0]
-        if self.problems:
-            return self.problems[0]
-        return "" if self.chains else f"{self.image} names an index with no platform manifest"
+        if found := self.all_problems:
+            return found[0]
+        return "" if self.gated or self.chains else f"{self.image} names an index with no platform manifest"
 
     @property
     def all_problems(self) -> list[str]:
