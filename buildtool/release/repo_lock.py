@@ -27,7 +27,6 @@ from buildtool.registry.client import (
 log = logging.getLogger(__name__)
 
 LOCK_TAG = names.RELEASE_LOCK_TAG
-LOCK_TYPE = names.RELEASE_LOCK_TYPE
 
 
 _ACTIVE_TOKENS: set[str] = set()
@@ -65,7 +64,7 @@ class RepoLock:
                        label_keys.LOCK_EXPIRES: f"{time.time() + self.ttl_s:.3f}",
                        label_keys.LOCK_RELEASED: "true" if released else "false"}
         empty = {"mediaType": EMPTY_JSON_TYPE, "digest": sha256_digest(EMPTY_JSON), "size": len(EMPTY_JSON)}
-        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": LOCK_TYPE,
+        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": names.RELEASE_LOCK_TYPE,
                     "config": empty, "layers": [empty], "annotations": annotations}
         return json.dumps(manifest, sort_keys=True).encode()
 
