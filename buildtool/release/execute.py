@@ -55,11 +55,10 @@ Staged = dict[str, list[Referrer]]     # platform manifest digest -> the artifac
 
 
 def stage(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> Staged:
-    """The writes of a promotion that need no lock: the image's manifests (children first, blobs
-    mounted, or uploaded where the registry declines the mount, which `item.transfer` then says; bytes
-    unchanged: the index keeps its digest) and each platform manifest's signed verdict, SBOM and
-    provenance artifacts, all by digest and untagged in the release repository. Returns the
-    artifacts of each platform manifest, for `promote` to list as referrers of that digest."""
+    """The writes of a promotion that need no lock, all by digest and untagged in the release repository: the
+    image's manifests (copy_manifest; a declined mount is said in `item.transfer`) and each platform manifest's
+    signed verdict, SBOM and provenance artifacts. Returns the artifacts of each platform manifest, for
+    `promote` to list as referrers of that digest."""
     from buildtool.attest.bundles import beside
     from buildtool.attest.referrers import copy_artifact
     from buildtool.sbom.document import find_sbom
