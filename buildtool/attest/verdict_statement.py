@@ -28,7 +28,6 @@ VERDICT_PREDICATE_PREFIX = "https://github.com/dl-images/dl-images/attestations/
 
 
 def verdict_predicate(schema: int) -> str:
-    """The predicate type of a statement carrying a verdict of `schema`."""
     return f"{VERDICT_PREDICATE_PREFIX}{schema}"
 
 
