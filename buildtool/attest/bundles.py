@@ -9,9 +9,8 @@ bundle around the same envelope. The toolkit's readers read both (`signed_referr
 an image that carries only bundles verifies too; a bundle carrying the same envelope as an artifact already
 read is the same attestation, not a second one (buildtool.validate.verdicts counts it once).
 
-Timestamps (issue 52): where DL_IMAGES_TSA_URL names a timestamp authority, each bundle written carries its
-RFC 3161 timestamp over the signature; where DL_IMAGES_TSA_CERTS names that authority's certificates, readers
-verify the timestamps a bundle carries (buildtool.common.tsa); neither set, nothing changes.
+RFC 3161 timestamps (issue 52): written where DL_IMAGES_TSA_URL names an authority (attach_bundle), verified
+against DL_IMAGES_TSA_CERTS (timestamp_check); buildtool.common.tsa.
 """
 
 from __future__ import annotations

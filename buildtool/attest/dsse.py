@@ -66,14 +66,12 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 
 def _keyid(public_key: Any) -> str:
-    """The key id: the sha256 of the raw public key, hex."""
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
     return hashlib.sha256(public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)).hexdigest()
 
 
 def generate() -> PrivateKey:
-    """A new Ed25519 key pair."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 

@@ -27,7 +27,6 @@ class StatementError(ValueError):
 
 
 def statement(repository: str, digest: str, predicate_type: str, predicate: dict[str, Any]) -> bytes:
-    """The statement's bytes: `predicate` of `predicate_type` about repository@digest."""
     algorithm, _, hexdigest = digest.partition(":")
     body = {"_type": STATEMENT_TYPE,
             "subject": [{"name": repository, "digest": {algorithm: hexdigest}}],

@@ -1,14 +1,11 @@
 """Which key signs attestations here, and which keys release trusts for what.
 
-Two roles sign (ROLES): the builder signs what it built (the provenance and the SBOM attestation,
-at push), the tester signs what it validated (the verdict). Signing keys, by role:
-- tester (validate): the private key in DL_IMAGES_SIGNING_KEY (PEM text, or a path to a PEM file: a CI
-  secret of the validating runners);
-- builder (push): the private key in DL_IMAGES_BUILDER_KEY (the same forms: a CI secret of the build jobs);
-- either, when its variable is unset: this user's local development key
-  (~/.config/dl-images/dev-signing-key.pem), created on first use so that the README's first command works
-  on a fresh machine. What the dev key signs is signed, but by nobody release trusts: release accepts it
-  (in both roles) only with `--trust-local-key`, and only for a loopback registry.
+Two roles sign (ROLES): the builder signs what it built (the provenance and the SBOM attestation, at push), the
+tester what it validated (the verdict), each with the private key in its variable (KEY_ENV: PEM text or a path,
+a CI secret), else with this user's local development key, created on first use so that the README's first
+command works on a fresh machine. What the dev key signs is signed, but by nobody release trusts: release
+accepts it (in both roles) only with `--trust-local-key`, and only for a loopback registry. Where each key lives:
+docs/release-trust.md#keys.
 
 Trust (release): config/trusted-keys.yaml in the repository, a reviewed list of public keys, each with
 the roles it is trusted in (no default: a key without roles is refused, naming it):
@@ -54,8 +51,7 @@ class SigningKey:
 
 
 def signing_key(log: Callable[[str], None], create_dev: bool = True, role: str = TESTER) -> SigningKey:
-    """The key `role` signs with: its variable (KEY_ENV: DL_IMAGES_SIGNING_KEY for the tester,
-    DL_IMAGES_BUILDER_KEY for the builder), else the local dev key (created when missing)."""
+    """The key `role` signs with: its variable (KEY_ENV), else the local dev key (created when missing)."""
     if role not in KEY_ENV:
         raise ValueError(f"unknown signing role {role!r} (roles: {', '.join(ROLES)})")
     env = KEY_ENV[role]

@@ -2,37 +2,11 @@
 
 The predicate of an in-toto Statement about the image digest (buildtool.attest.intoto), signed by
 the builder's key (buildtool.attest.keys, role builder) and attached to the digest as a referrer.
-Typed here once; the push writes it, release gates on it, `buildtool verify` prints it. Parsing is
-strict: an unknown field, a missing one or a wrong type is a ProvenanceError naming it, never a default.
-The build type is documented in docs/release-trust.md#cell-build-v3 (BUILD_TYPE is that address); a v2
-provenance (#cell-build-v2, before issue 52) is still read, by its own model, never written.
-
-    buildDefinition:
-      buildType:           BUILD_TYPE
-      externalParameters:  cell, matrix_digest (sha256 of matrix.yaml as built), revision (the full commit,
-                           `-dirty.<hash>` when built from a dirty tree), source (the repository's URL),
-                           dockerfile (its path in the repository), context (the build context: its folder),
-                           platform, buildArgs (every --build-arg the build passed: BASE_IMAGE by digest,
-                           BUILDKIT_INLINE_CACHE, the cell's own), sourceDateEpoch (the SOURCE_DATE_EPOCH the
-                           RUN steps ran with, as the image's history shows it; null: none), createdEpoch (the
-                           commit time the push wrote into the config's and history's times), secrets (the
-                           BuildKit secret ids the build mounted: names, never values), network (the RUN steps'
-                           network mode), packageIndexes (each package index or find-links location the
-                           build's pip/uv settings named: URL without credentials, query or fragment; role)
-      internalParameters:  buildkit (how the builder ran BuildKit: `classic` DOCKER_BUILDKIT=1 or `buildx`),
-                           configRewrite (what the push path normalised in the config; "" when nothing)
-      resolvedDependencies: each a ResourceDescriptor with at least one of uri, digest, content:
-                           SOURCE (`git+<URL>@<ref>`, digest {gitCommit}), BASE (uri `oci://<ref>`, digest
-                           {sha256}, annotations {standin, upstream, ...}), each lock file (`lock:<path>`,
-                           digest {sha256}), each tool (`tool:<name>`, a version-pinned uri and a digest
-                           where one is known), each Debian archive index the apt step read
-                           (`apt-archive:<InRelease URL>`, digest {sha256}, annotations {date}), each cache
-                           source (`cache:<n>`, uri `oci://<repo>@<digest>`, digest {sha256})
-    runDetails:
-      builder:  {id: a URI: BUILDER_ID_ENV (a CI run's workflow URL), else LOCAL_BUILDERS?keyid=<builder key
-                 id>#local-builders; version: {buildtool: ...}}
-      metadata: {invocationId, startedOn, finishedOn} (RFC 3339 UTC)
-      byproducts: the BuildKit inline cache kept apart from the image (INLINE_CACHE: uri, digest), when pushed
+Typed here once; the push writes it (buildtool.imagebuild.provenance), release gates on it, `buildtool verify`
+prints it. Parsing is strict: an unknown field, a missing one or a wrong type is a ProvenanceError naming it,
+never a default. The build type, every field and what it means, is documented in
+docs/release-trust.md#cell-build-v3 (BUILD_TYPE is that address); a v2 provenance (#cell-build-v2, before
+issue 52) is still read, by its own model, never written.
 """
 
 from __future__ import annotations
@@ -150,7 +124,7 @@ class Builder(_Model):
 
 class BuildMetadata(_Model):
     invocationId: str = ""
-    startedOn: str
+    startedOn: str      # RFC 3339 UTC, as finishedOn
     finishedOn: str
 
 

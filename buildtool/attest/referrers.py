@@ -7,14 +7,8 @@ overwritten in place), and made findable through the referrers API where the reg
 the tag `sha256-<hex>` listing every referrer. Attaching adds to that list; it never removes or
 replaces an entry. Any OCI 1.1 client (oras, regctl, cosign) finds the same artifacts.
 
-As the distribution spec asks, and as registries behave:
-- Writing: a registry that indexed the pushed manifest's subject says so (`OCI-Subject` on the PUT's
-  answer); for every artifact whose PUT came back without it, the fallback index is written.
-- Reading: only an OCI image index (paged by `Link`, as the spec allows) is the referrers API. Any
-  other answer (404; Harbor 2.7's 401 without a challenge; GHCR's 303 to a web page; a 5xx page; a
-  JSON that is no index) means "no referrers API here", as regclient takes it, and the fallback
-  index is read. A 404 that names the repository or manifest as unknown says nothing about the API,
-  so it is not remembered for the repository; every other such answer is, for this client's run.
+Which answers mean "no referrers API here" (as regclient takes them), what is remembered of that, and when
+the fallback index is written (`OCI-Subject`, as the distribution spec asks): docs/registries.md, "Referrers".
 """
 
 from __future__ import annotations
@@ -177,7 +171,7 @@ def add_referrers(client: RegistryClient, repo: str, subject_digest: str, found:
 
 def _api_referrers(client: RegistryClient, repo: str, subject_digest: str) -> list[Referrer] | None:
     """The referrers API's answer (every page), or None where the registry has none: any first answer but an
-    OCI image index (see the module's docstring). Remembered per repository for this client, except a 404
+    OCI image index (docs/registries.md). Remembered per repository for this client, except a 404
     naming the repository or the subject as unknown."""
     if repo in client.no_referrers_api:
         return None

@@ -8,21 +8,13 @@ the form cosign's `--new-bundle-format`, GitHub's artifact attestations, sigstor
                                          <base64 DER TimeStampResp over the signature>}]}]},
             "dsseEnvelope": <the DSSE envelope, as signed: payload, payloadType, signatures [{keyid, sig}]>}
 
-No transparency-log entries: the keys are the project's own (config/trusted-keys.yaml), not Sigstore's
-public-good instance, so a verifier is given the public key for the hint and a log threshold of 0
-(docs/release-trust.md, "Sigstore bundles"). `tlogEntries` is written, empty: protobuf-specs makes it a
-repeated field (absent means empty), but sigstore-models (sigstore-python's pydantic models) requires the key
-(issue 52). An RFC 3161 timestamp is there only when the writer named a timestamp authority
-(buildtool.common.tsa); a reader verifies it with that authority's certificates (`timestamp_problem`) and
-refuses a bundle carrying one it cannot verify, as it refuses a transparency-log entry or a certificate: a
-Sigstore verifier refuses what it cannot verify (issue 48: the toolkit and sigstore-js agree). The envelope is
-the same bytes' content the toolkit's own artifact carries: one signature, so a bundle and the artifact beside it
-are the same attestation.
-
-In the registry (buildtool.attest.bundles) a bundle is an OCI artifact with artifactType BUNDLE_MEDIA_TYPE,
-the bundle as its one layer (same media type), `subject` the image manifest, and the annotations cosign and
-GitHub's attest action write: CONTENT_ANNOTATION = "dsse-envelope", PREDICATE_TYPE_ANNOTATION = the
-statement's predicate type (a hint for listing; readers check the signed statement).
+No transparency-log entries (the keys are the project's own, not Sigstore's public-good instance), yet
+`tlogEntries` is written, empty, for sigstore-python (issue 52); an RFC 3161 timestamp only where the writer
+named a timestamp authority (buildtool.common.tsa). A reader refuses what it cannot verify (a transparency-log
+entry, a certificate, a timestamp of no authority it trusts), as a Sigstore verifier does (issue 48): why, and
+the options verifiers need, in docs/release-trust.md, "Sigstore bundles". The envelope is the same bytes'
+content the toolkit's own artifact carries: one signature, so a bundle and the artifact beside it are the same
+attestation. In the registry a bundle is an OCI artifact (buildtool.attest.bundles).
 """
 
 from __future__ import annotations

@@ -23,17 +23,13 @@ class Trusted(Protocol):
 
     def for_role(self, role: str) -> dict[str, PublicKey]:
         """The keys trusted in `role` (keyid -> key)."""
-        ...
 
     def role_problem(self, keyid: str, role: str) -> str:
         """Why a signature by `keyid` does not count in `role` ("" when it does)."""
-        ...
 
     def describe(self, keyid: str) -> str:
         """The key id, short, with the name it is trusted under, for messages."""
-        ...
 
     def untrusted_hint(self, keyid: str) -> str:
         """How to trust the untrusted signer `keyid` where the reader may (this machine's dev key on a loopback
         registry: --trust-local-key), as the refusal to show; "" when there is no such way."""
-        ...

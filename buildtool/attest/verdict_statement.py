@@ -1,23 +1,13 @@
-"""A verdict as an attestation: an in-toto Statement v1 about one image digest, in a DSSE envelope.
-
-    Statement {"_type": STATEMENT_TYPE,
-               "subject": [{"name": <repository>, "digest": {"sha256": <hex of the image digest>}}],
-               "predicateType": verdict_predicate(<the verdict's schema>),   # .../verdict/v6
-               "predicate": <the verdict (buildtool.contracts.verdict)>}
+"""A verdict as an attestation: an in-toto Statement v1 about one image digest (buildtool.attest.intoto) whose
+predicate is the verdict (buildtool.contracts.verdict), in a DSSE envelope: the one layer (DSSE_MEDIA_TYPE) of an
+OCI artifact (names.ATTESTATION_TYPE) attached to the image with buildtool.attest.referrers (append-only).
 
 The predicate type names the schema of the verdict it carries: `.../verdict/v6` for what validate
 writes now, `.../verdict/v5` and `/v4` for the schemas before it (still read). A statement whose predicate type
 and verdict schema disagree, or whose predicate type names a schema not read, is refused naming it.
 
-The envelope's payloadType is the in-toto one; the envelope is the one layer (DSSE_MEDIA_TYPE)
-of an OCI artifact (names.ATTESTATION_TYPE) whose subject is the image, attached with
-buildtool.attest.referrers (append-only). The signed subject is what ties the verdict to a
-digest: an artifact's own `subject` field and the registry's lists are not signed and prove nothing.
-
-Signing keys (who may sign verdicts is decided by the trusted keys file, not here):
-- SIGNING_KEY_ENV: the validating runner's private key (PEM text or a path to it), a CI secret;
-- otherwise a local development key under the user's config folder (DEV_KEY_FILE), created on
-  first use; release trusts it only when told to (`--trust-local-key`) and only for a loopback registry.
+Also where the signing keys are found (SIGNING_KEY_ENV, BUILDER_KEY_ENV, else DEV_KEY_FILE); who signs what and
+who is trusted is buildtool.attest.keys (docs/release-trust.md#keys).
 """
 
 from __future__ import annotations
@@ -29,7 +19,6 @@ from typing import Any
 # The in-toto names, re-exported for the verdict's readers and writers.
 from buildtool.attest.intoto import DSSE_MEDIA_TYPE as DSSE_MEDIA_TYPE
 from buildtool.attest.intoto import PAYLOAD_TYPE as PAYLOAD_TYPE
-from buildtool.attest.intoto import STATEMENT_TYPE as STATEMENT_TYPE
 from buildtool.attest.intoto import StatementError as StatementError
 from buildtool.attest.intoto import check_subject, load_statement
 from buildtool.attest.intoto import statement as intoto_statement
@@ -39,7 +28,6 @@ VERDICT_PREDICATE_PREFIX = "https://github.com/dl-images/dl-images/attestations/
 
 
 def verdict_predicate(schema: int) -> str:
-    """The predicate type of a statement carrying a verdict of `schema`."""
     return f"{VERDICT_PREDICATE_PREFIX}{schema}"
 
 
