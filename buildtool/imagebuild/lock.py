@@ -149,9 +149,7 @@ def read_locks(root: Path, cell: Cell, platform: str | None = None) -> dict[str,
 
 def locked_versions(root: Path, cell: Cell, platform: str | None = None) -> dict[str, str]:
     """name -> version of every package the cell's locks of `platform` install."""
-    merged: dict[str, str] = {}
-    for lock in read_locks(root, cell, platform).values():
-        merged.update(lock.versions())
+    merged = {n: v for lock in read_locks(root, cell, platform).values() for n, v in lock.versions().items()}
     return dict(sorted(merged.items()))
 
 
@@ -394,11 +392,6 @@ def _table(cell: Cell, base: BaseFacts | None, platform: str | None, name: str, 
     return f"\n[tool.{TOOL}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
 
 
-def write_locks(root: Path, cell: Cell, texts: dict[str, str], platform: str | None = None) -> list[Path]:
-    """Atomic writes of a cell's locks of `platform`; returns the files that changed."""
-    return write_changed({path: texts[name] for name, path in lock_paths(root, cell, platform).items()})
-
-
 # What a base already has, asked inside it (stdlib only): Python, its distributions and the
 # text of the files its PIP_CONSTRAINT names.
 BASE_PROBE = r"""
@@ -429,10 +422,6 @@ def parse_base_probe(output: str, *, ref: str, standin: bool) -> BaseFacts:
                      glibc=glibc.group(0) if glibc else "")
 
 
-# A base asked under QEMU (another platform's image) starts Python emulated: minutes, not seconds.
-BASE_PROBE_TIMEOUT = {None: 120, "emulated": 900}
-
-
 def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
     """Ask the base image itself (pulled when missing) what it already has. `platform` (os/arch): its image
     of that platform (`base_ref` a registry reference whose index has it; run under QEMU where that is not
@@ -443,12 +432,12 @@ def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
 
     ref = platform_base(base_ref, platform) if platform else base_ref
     placed = {"platform": platform} if platform else {}
+    # A base asked under QEMU (another platform's image) starts Python emulated: minutes, not seconds.
     emulated = platform is not None and platform != platforms.host().name
     try:
         if engine.image_attrs(ref) is None:
             engine.pull(ref, **placed)
-        output = engine.run_output(ref, ["python", "-c", BASE_PROBE],
-                                   timeout=BASE_PROBE_TIMEOUT["emulated" if emulated else None], **placed)
+        output = engine.run_output(ref, ["python", "-c", BASE_PROBE], timeout=900 if emulated else 120, **placed)
     except RuntimeError as exc:
         raise FailedError(f"cannot ask the base {ref} for its packages: {str(exc)[:200]}") from None
     standin = engine.image_labels(ref).get(label_keys.STANDIN) == "true"
@@ -519,7 +508,7 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
             # this platform's files and then resolved older versions (measured: numpy 2.4.5, not 2.4.6).
             texts = compile_cell(cell, host, Pins(previous[platform], upgrade), base=bases.get(platform),
                                  log=log, platform=platform)
-            changed += write_locks(root, cell, texts, platform)
+            changed += write_changed({path: texts[name] for name, path in lock_paths(root, cell, platform).items()})
             count = max(count, sum(len(parse_lock(t).entries) for t in texts.values()))
         results.append(LockResult(cell.key, [str(p.relative_to(root)) for p in changed], count))
     return results
@@ -551,11 +540,8 @@ def write_uv_lock(templates: Path, host: HostPip | None = None) -> Path | None:
         body = (Path(tmp) / "uv.txt").read_text()
     text = ("# GENERATED FILE - DO NOT EDIT. The uv every image build installs its locks with; refreshed by "
             "`make lock`\n# (the version pinned in requirements.lock). Hashes of every wheel of that release.\n" + body)
-    path = templates / UV_LOCK
-    if path.is_file() and path.read_text() == text:
-        return None
-    path.write_text(text)
-    return path
+    changed = write_changed({templates / UV_LOCK: text})
+    return changed[0] if changed else None
 
 
 def uv_pin_problems(root: Path) -> list[str]:
