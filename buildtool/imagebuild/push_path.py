@@ -71,12 +71,10 @@ def skopeo_push(ref: str, insecure: bool | None = None, timeout: float = SKOPEO_
     registry, _, _ = split_repo(ref)   # a reference with a registry and a tag, or ReferenceError
     with tempfile.TemporaryDirectory(prefix="buildtool-push-") as tmp, skopeo_access(registry, "dest") as access:
         digest_file = Path(tmp) / "digest"
-        argv = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file)]
         host = os.environ.get("DOCKER_HOST", "")
-        if host:
-            argv += ["--src-daemon-host", host]
-        argv += access   # plain HTTP for a loopback registry; CA; --dest-authfile
-        argv += [f"docker-daemon:{ref}", f"docker://{ref}"]
+        # `access`: plain HTTP for a loopback registry; CA; --dest-authfile
+        argv = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file),
+                *(["--src-daemon-host", host] if host else []), *access, f"docker-daemon:{ref}", f"docker://{ref}"]
         try:
             run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
