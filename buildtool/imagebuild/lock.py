@@ -1,24 +1,13 @@
-"""`buildtool lock`: per-cell locks of everything a cell installs on top of its base.
+"""`buildtool lock`: per-cell locks of everything a cell installs on top of its base (docs/contents.md, Locks).
 
-One resolution (`uv pip compile` over the framework requirements, the matrix's tool pins and pip) for the
-image's Python and platform, written by uv as two PEP 751 files beside the Dockerfile (format:
-buildtool.contracts.locks): `pylock.framework.toml`, the framework's dependency closure at that resolution's
-versions, and `pylock.tools.toml`, the rest (uv's `--no-emit-package` for the framework's). The check
-refuses a framework build other than the matrix promises (build_problems). A tool bump that leaves the
-framework's closure alone leaves pylock.framework.toml byte-identical, so the framework layer stays
-cached. NGC cells have no framework lock: the base is asked (one throw-away container) for its
-Python, its installed distributions and its PIP_CONSTRAINT files; those are constraints of the
-resolution and are left out of the lock, so torch and the CUDA stack are never replaced.
-
-A cell built for more than one platform (matrix `platforms:`) gets one resolution per platform (uv's
-`--python-platform` of that platform), written to the platform's folder (contracts.locks.platform_folder);
-every reader names the platform it reads.
-
-Each file's header fingerprints the matrix values it came from, so `buildtool check` finds a
-stale lock offline; `buildtool lock` (network) refreshes every package or, with --package,
-only the named ones (other pins kept). Index settings come from the host's pip configuration
-plus the cell's own index URLs; remote ones that cannot be reached are left out with a note:
-the hashes decide what may be installed, an index only where it is downloaded from.
+One `uv pip compile` resolution for the image's Python and platform, written by uv as two PEP 751 files beside the
+Dockerfile (buildtool.contracts.locks): `pylock.framework.toml`, the framework's closure, and `pylock.tools.toml`,
+the rest; a tool bump that leaves the framework's closure alone leaves the framework layer cached. NGC cells have
+no framework lock: what their base has (asked in one throw-away container) constrains the resolution and is left
+out of the lock, so torch and the CUDA stack are never replaced. A multi-platform cell gets one resolution per
+platform, in that platform's folder (contracts.locks.platform_folder). Each file's header fingerprints the matrix
+values it came from, so `buildtool check` finds a stale lock offline. Remote indexes that cannot be reached are
+left out with a note: the hashes decide what may be installed, an index only where it is downloaded from.
 """
 
 from __future__ import annotations
