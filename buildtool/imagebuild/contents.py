@@ -34,7 +34,6 @@ _TOOLKIT = Path(__file__).resolve().parents[2]
 
 
 def listing_source(root: Path | None) -> str:
-    """The probe's text: the project's copy when it has one, else the toolkit's."""
     script = root / PROBE if root is not None and (root / PROBE).is_file() else _TOOLKIT / PROBE
     return script.read_text()
 
@@ -50,7 +49,6 @@ def probe(root: Path, image: str, timeout: int = 180) -> dict[str, Any]:
 
 
 def lock_mismatches(locked: dict[str, str], installed: dict[str, str]) -> list[str]:
-    """One line per locked package that is missing or at another version."""
     have = {normalize(k): v for k, v in installed.items()}
     return [f"{name}: locked {version}, image has {have.get(name) or 'nothing installed'}"
             for name, version in sorted(locked.items()) if have.get(normalize(name)) != version]

@@ -504,7 +504,6 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
 
 
 def uv_version() -> str:
-    """The version of the pinned uv this project runs (`uv --version`)."""
     try:
         run = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -38,7 +38,6 @@ class Drift:
 
 
 def compare(file: str, committed: LockFile, resolved: LockFile) -> list[Drift]:
-    """The entry-by-entry differences, by package name."""
     found = []
     for name in sorted(set(committed.entries) | set(resolved.entries)):
         have, want = committed.entries.get(name), resolved.entries.get(name)

@@ -142,7 +142,6 @@ def answers(url: str, timeout: float = 10.0) -> bool:
 
 
 def reachable(urls: tuple[str, ...], log: Callable[[str], None]) -> tuple[str, ...]:
-    """The URLs that answer; each one that does not is named (redacted) in the log."""
     found = []
     for url in urls:
         if answers(url):
@@ -154,7 +153,6 @@ def reachable(urls: tuple[str, ...], log: Callable[[str], None]) -> tuple[str, .
 
 
 def _local_path(location: str) -> Path | None:
-    """A local folder behind a find-links/index entry, or None for remote URLs."""
     if location.startswith("file:"):
         return Path(unquote(urlsplit(location).path))
     if "://" not in location:
