@@ -244,20 +244,13 @@ def index_args(host: HostPip, index_url: str | None, extra_index_urls: tuple[str
                reachable: Callable[[str], bool]) -> tuple[list[str], list[str]]:
     """uv arguments for the cell's and the host's indexes; unreachable remote ones are left out
     (with the reason): a lock's hashes decide what is installed, the index only where it comes from."""
-    args: list[str] = ["--index-strategy", "unsafe-best-match"]
-    skipped: list[str] = []
+    urls = (*extra_index_urls, *host.extra_index_urls)
+    skipped = [url for url in urls if "://" in url and not url.startswith("file:") and not reachable(url)]
     index = index_url or host.index_url
-    if index:
-        args += ["--index-url", index]
-    for url in (*extra_index_urls, *host.extra_index_urls):
-        if "://" in url and not url.startswith("file:") and not reachable(url):
-            skipped.append(url)
-            continue
-        args += ["--extra-index-url", url]
+    args = ["--index-strategy", "unsafe-best-match", *(["--index-url", index] if index else [])]
+    args += [a for url in urls if url not in skipped for a in ("--extra-index-url", url)]
     args += [a for link in host.find_links for a in ("--find-links", link)]
-    if host.no_index:
-        args.append("--no-index")
-    return args, skipped
+    return args + (["--no-index"] if host.no_index else []), skipped
 
 
 def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
