@@ -265,11 +265,8 @@ _SED_REPLACEMENT = "\\&|"
 def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
     """Generate the secrets and serve local folders on loopback while the context is open."""
     host = host if host is not None else HostPip.from_host()
-    folders: list[Path] = []
-    for location in (host.index_url, *host.extra_index_urls, *host.find_links):
-        local = _local_path(location) if location else None
-        if local is not None and local.is_dir() and local not in folders:
-            folders.append(local)
+    named = (_local_path(url) for url in (host.index_url, *host.extra_index_urls, *host.find_links) if url)
+    folders = list(dict.fromkeys(local for local in named if local is not None and local.is_dir()))
     url_of: dict[str, str] = {}
     file_urls: dict[str, str] = {}
     server: socketserver.TCPServer | None = None
