@@ -1,17 +1,10 @@
-"""Which earlier dev images a build may take layers from (BuildKit's registry cache).
-
-A fresh runner starts with an empty engine, but the registry holds the earlier dev images of the same
-cell, and every layer below what changed is in them. Every build exports BuildKit's inline cache into
-its image (engine.build sets BUILDKIT_INLINE_CACHE=1), and a build imports it from the newest earlier dev
-images of its cell (`--cache-from`): a lock bump re-runs only the steps whose inputs changed and pulls
-the other layers from the registry instead of rebuilding them.
-
-A cache source puts its layers into the image as surely as the base does: anyone who can push a tag
-could otherwise offer layers under our steps' cache keys (cache poisoning). So a dev image is a cache
-source only when its provenance verifies with a builder key this build trusts, and it is named by
+"""Which earlier dev images a build may take layers from (BuildKit's registry cache; docs/contents.md, Fresh
+runners). A build imports the inline cache of the newest earlier dev images of its cell (`--cache-from`), so a
+fresh runner re-runs only the steps whose inputs changed. A cache source puts its layers into the image as surely
+as the base does (cache poisoning: anyone who can push a tag could offer layers under our steps' cache keys), so a
+dev image is one only when its provenance verifies with a builder key this build trusts, and it is named by
 digest, so its tag cannot move between that check and the build. The pushed image carries no cache
-(buildtool.imagebuild.repro_config keeps it apart, for reproducible digests): the build imports the cache
-manifest its signed provenance names as a byproduct.
+(repro_config keeps it apart): the build imports the cache manifest its signed provenance names as a byproduct.
 """
 
 from __future__ import annotations

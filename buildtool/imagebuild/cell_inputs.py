@@ -28,13 +28,6 @@ class BaseInfo:
         return f"{self.ref.rsplit(':', 1)[0] if ':' in self.ref.rsplit('/', 1)[-1] else self.ref}@{self.digest}"
 
 
-def context_files(dockerfile: Path) -> dict[str, bytes]:
-    """Every file in the build context (the Dockerfile's folder) that a COPY could use."""
-    folder = dockerfile.parent
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p != dockerfile}
-
-
 def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo, platform: str | None = None) -> str:
     """The content key of the cell's image (of a multi-platform cell: of its `platform` image, on that
     platform's base)."""
@@ -42,7 +35,10 @@ def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo, platform: str |
     settings = {"base": plan.cell.base, **{k: v for k, v in plan.build_args.items() if k != "BASE_IMAGE"}}
     if platform is not None:
         settings["platform"] = platform
-    return content_key(dockerfile.read_bytes(), base.digest, settings, context_files(dockerfile))
+    # Every file in the build context (the Dockerfile's folder) that a COPY could use.
+    context = {str(p.relative_to(dockerfile.parent)): p.read_bytes() for p in sorted(dockerfile.parent.rglob("*"))
+               if p.is_file() and p != dockerfile}
+    return content_key(dockerfile.read_bytes(), base.digest, settings, context)
 
 
 def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source: str,

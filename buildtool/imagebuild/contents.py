@@ -34,7 +34,6 @@ _TOOLKIT = Path(__file__).resolve().parents[2]
 
 
 def listing_source(root: Path | None) -> str:
-    """The probe's text: the project's copy when it has one, else the toolkit's."""
     script = root / PROBE if root is not None and (root / PROBE).is_file() else _TOOLKIT / PROBE
     return script.read_text()
 
@@ -50,7 +49,6 @@ def probe(root: Path, image: str, timeout: int = 180) -> dict[str, Any]:
 
 
 def lock_mismatches(locked: dict[str, str], installed: dict[str, str]) -> list[str]:
-    """One line per locked package that is missing or at another version."""
     have = {normalize(k): v for k, v in installed.items()}
     return [f"{name}: locked {version}, image has {have.get(name) or 'nothing installed'}"
             for name, version in sorted(locked.items()) if have.get(normalize(name)) != version]
@@ -58,20 +56,15 @@ def lock_mismatches(locked: dict[str, str], installed: dict[str, str]) -> list[s
 
 def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:
     """The headline of an SBOM and of release notes: framework, Python, CUDA, base (+ cell, revision)."""
-    framework = labels.framework
-    version = labels.standin_framework or labels.framework_version
     cuda = str(found.get("cuda") or "")
     if not cuda:   # PyPI's CUDA wheels: the runtime's version, e.g. nvidia-cuda-runtime-cu12
         cuda = next((v for k, v in sorted(found.get("python_packages", {}).items())
                      if k.startswith("nvidia-cuda-runtime")), "")
-    base = labels.base_name
-    if labels.base_digest:
-        base += f"@{labels.base_digest}"
     return {
-        "framework": f"{framework} {version}".strip(),
+        "framework": f"{labels.framework} {labels.standin_framework or labels.framework_version}".strip(),
         "python": str(found.get("python", "")),
         "cuda": cuda,
-        "base": base,
+        "base": labels.base_name + (f"@{labels.base_digest}" if labels.base_digest else ""),
         "os": str(found.get("os", "")),
         "cell": labels.cell,
         "revision": labels.revision,

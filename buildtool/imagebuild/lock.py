@@ -1,24 +1,13 @@
-"""`buildtool lock`: per-cell locks of everything a cell installs on top of its base.
+"""`buildtool lock`: per-cell locks of everything a cell installs on top of its base (docs/contents.md, Locks).
 
-One resolution (`uv pip compile` over the framework requirements, the matrix's tool pins and pip) for the
-image's Python and platform, written by uv as two PEP 751 files beside the Dockerfile (format:
-buildtool.contracts.locks): `pylock.framework.toml`, the framework's dependency closure at that resolution's
-versions, and `pylock.tools.toml`, the rest (uv's `--no-emit-package` for the framework's). The check
-refuses a framework build other than the matrix promises (build_problems). A tool bump that leaves the
-framework's closure alone leaves pylock.framework.toml byte-identical, so the framework layer stays
-cached. NGC cells have no framework lock: the base is asked (one throw-away container) for its
-Python, its installed distributions and its PIP_CONSTRAINT files; those are constraints of the
-resolution and are left out of the lock, so torch and the CUDA stack are never replaced.
-
-A cell built for more than one platform (matrix `platforms:`) gets one resolution per platform (uv's
-`--python-platform` of that platform), written to the platform's folder (contracts.locks.platform_folder);
-every reader names the platform it reads.
-
-Each file's header fingerprints the matrix values it came from, so `buildtool check` finds a
-stale lock offline; `buildtool lock` (network) refreshes every package or, with --package,
-only the named ones (other pins kept). Index settings come from the host's pip configuration
-plus the cell's own index URLs; remote ones that cannot be reached are left out with a note:
-the hashes decide what may be installed, an index only where it is downloaded from.
+One `uv pip compile` resolution for the image's Python and platform, written by uv as two PEP 751 files beside the
+Dockerfile (buildtool.contracts.locks): `pylock.framework.toml`, the framework's closure, and `pylock.tools.toml`,
+the rest; a tool bump that leaves the framework's closure alone leaves the framework layer cached. NGC cells have
+no framework lock: what their base has (asked in one throw-away container) constrains the resolution and is left
+out of the lock, so torch and the CUDA stack are never replaced. A multi-platform cell gets one resolution per
+platform, in that platform's folder (contracts.locks.platform_folder). Each file's header fingerprints the matrix
+values it came from, so `buildtool check` finds a stale lock offline. Remote indexes that cannot be reached are
+left out with a note: the hashes decide what may be installed, an index only where it is downloaded from.
 """
 
 from __future__ import annotations
@@ -149,9 +138,7 @@ def read_locks(root: Path, cell: Cell, platform: str | None = None) -> dict[str,
 
 def locked_versions(root: Path, cell: Cell, platform: str | None = None) -> dict[str, str]:
     """name -> version of every package the cell's locks of `platform` install."""
-    merged: dict[str, str] = {}
-    for lock in read_locks(root, cell, platform).values():
-        merged.update(lock.versions())
+    merged = {n: v for lock in read_locks(root, cell, platform).values() for n, v in lock.versions().items()}
     return dict(sorted(merged.items()))
 
 
@@ -257,20 +244,13 @@ def index_args(host: HostPip, index_url: str | None, extra_index_urls: tuple[str
                reachable: Callable[[str], bool]) -> tuple[list[str], list[str]]:
     """uv arguments for the cell's and the host's indexes; unreachable remote ones are left out
     (with the reason): a lock's hashes decide what is installed, the index only where it comes from."""
-    args: list[str] = ["--index-strategy", "unsafe-best-match"]
-    skipped: list[str] = []
+    urls = (*extra_index_urls, *host.extra_index_urls)
+    skipped = [url for url in urls if "://" in url and not url.startswith("file:") and not reachable(url)]
     index = index_url or host.index_url
-    if index:
-        args += ["--index-url", index]
-    for url in (*extra_index_urls, *host.extra_index_urls):
-        if "://" in url and not url.startswith("file:") and not reachable(url):
-            skipped.append(url)
-            continue
-        args += ["--extra-index-url", url]
+    args = ["--index-strategy", "unsafe-best-match", *(["--index-url", index] if index else [])]
+    args += [a for url in urls if url not in skipped for a in ("--extra-index-url", url)]
     args += [a for link in host.find_links for a in ("--find-links", link)]
-    if host.no_index:
-        args.append("--no-index")
-    return args, skipped
+    return args + (["--no-index"] if host.no_index else []), skipped
 
 
 def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
@@ -394,11 +374,6 @@ def _table(cell: Cell, base: BaseFacts | None, platform: str | None, name: str, 
     return f"\n[tool.{TOOL}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
 
 
-def write_locks(root: Path, cell: Cell, texts: dict[str, str], platform: str | None = None) -> list[Path]:
-    """Atomic writes of a cell's locks of `platform`; returns the files that changed."""
-    return write_changed({path: texts[name] for name, path in lock_paths(root, cell, platform).items()})
-
-
 # What a base already has, asked inside it (stdlib only): Python, its distributions and the
 # text of the files its PIP_CONSTRAINT names.
 BASE_PROBE = r"""
@@ -429,10 +404,6 @@ def parse_base_probe(output: str, *, ref: str, standin: bool) -> BaseFacts:
                      glibc=glibc.group(0) if glibc else "")
 
 
-# A base asked under QEMU (another platform's image) starts Python emulated: minutes, not seconds.
-BASE_PROBE_TIMEOUT = {None: 120, "emulated": 900}
-
-
 def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
     """Ask the base image itself (pulled when missing) what it already has. `platform` (os/arch): its image
     of that platform (`base_ref` a registry reference whose index has it; run under QEMU where that is not
@@ -443,12 +414,12 @@ def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
 
     ref = platform_base(base_ref, platform) if platform else base_ref
     placed = {"platform": platform} if platform else {}
+    # A base asked under QEMU (another platform's image) starts Python emulated: minutes, not seconds.
     emulated = platform is not None and platform != platforms.host().name
     try:
         if engine.image_attrs(ref) is None:
             engine.pull(ref, **placed)
-        output = engine.run_output(ref, ["python", "-c", BASE_PROBE],
-                                   timeout=BASE_PROBE_TIMEOUT["emulated" if emulated else None], **placed)
+        output = engine.run_output(ref, ["python", "-c", BASE_PROBE], timeout=900 if emulated else 120, **placed)
     except RuntimeError as exc:
         raise FailedError(f"cannot ask the base {ref} for its packages: {str(exc)[:200]}") from None
     standin = engine.image_labels(ref).get(label_keys.STANDIN) == "true"
@@ -519,14 +490,13 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
             # this platform's files and then resolved older versions (measured: numpy 2.4.5, not 2.4.6).
             texts = compile_cell(cell, host, Pins(previous[platform], upgrade), base=bases.get(platform),
                                  log=log, platform=platform)
-            changed += write_locks(root, cell, texts, platform)
+            changed += write_changed({path: texts[name] for name, path in lock_paths(root, cell, platform).items()})
             count = max(count, sum(len(parse_lock(t).entries) for t in texts.values()))
         results.append(LockResult(cell.key, [str(p.relative_to(root)) for p in changed], count))
     return results
 
 
 def uv_version() -> str:
-    """The version of the pinned uv this project runs (`uv --version`)."""
     try:
         run = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -551,11 +521,8 @@ def write_uv_lock(templates: Path, host: HostPip | None = None) -> Path | None:
         body = (Path(tmp) / "uv.txt").read_text()
     text = ("# GENERATED FILE - DO NOT EDIT. The uv every image build installs its locks with; refreshed by "
             "`make lock`\n# (the version pinned in requirements.lock). Hashes of every wheel of that release.\n" + body)
-    path = templates / UV_LOCK
-    if path.is_file() and path.read_text() == text:
-        return None
-    path.write_text(text)
-    return path
+    changed = write_changed({templates / UV_LOCK: text})
+    return changed[0] if changed else None
 
 
 def uv_pin_problems(root: Path) -> list[str]:

@@ -1,24 +1,13 @@
-"""The lock drift check of `buildtool check`: each cell's locks re-resolved as `make lock` resolves
-them, compared entry by entry with the committed files.
+"""The lock drift check of `buildtool check` (docs/contents.md, Locks): each cell's locks re-resolved as `make lock`
+resolves them, compared entry by entry with the committed files.
 
-The header's fingerprint only says the matrix values did not change; it cannot see an edit below
-the matrix pins (a deleted `mpmath`, an added line, a transitive version or a hash changed by hand).
-So the check resolves the cell again with uv (same requirements, indexes, Python and platform, into
-a temporary folder; the committed files are never written), with the committed versions as
-constraints: the answer is what `make lock` wrote for these versions whatever the index released
-since, and any difference is a hand edit:
-
-- deleted:      the resolution needs a package the lock does not list;
-- added:        the lock lists a package nothing requires;
-- re-versioned: the lock names another version than the resolution, or a version whose hashes are
-                none of that version's files (the version was changed and its hashes kept);
-- re-hashed:    the version is the resolution's but its hash set is not.
-
-It needs the package index (PyPI and the cell's indexes): an index that cannot be reached is an
-error naming it, never a pass. NGC cells resolve against their base's own packages, which only a
-container of the base can tell (`make lock` asks one): with BASE_MIRROR set they are re-resolved
-against the mirrored base (or its stand-in) as `make lock` does, a base that cannot be asked being an
-error; without it they are named as not re-resolved.
+The header's fingerprint only says the matrix values did not change; it cannot see a hand edit below the matrix
+pins (a deleted `mpmath`, an added line, a transitive version or a hash changed). The re-resolution takes the
+committed versions as constraints, so it is what `make lock` wrote for them whatever the index released since, and
+any difference is a hand edit (Drift.kind). An index that cannot be reached is an error naming it, never a pass.
+NGC cells resolve against their base's own packages, which only a container of the base can tell: with BASE_MIRROR
+set they are re-resolved against the mirrored base (or its stand-in), a base that cannot be asked being an error;
+without it they are named as not re-resolved.
 """
 
 from __future__ import annotations
@@ -49,7 +38,6 @@ class Drift:
 
 
 def compare(file: str, committed: LockFile, resolved: LockFile) -> list[Drift]:
-    """The entry-by-entry differences, by package name."""
     found = []
     for name in sorted(set(committed.entries) | set(resolved.entries)):
         have, want = committed.entries.get(name), resolved.entries.get(name)

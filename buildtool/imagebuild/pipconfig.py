@@ -142,7 +142,6 @@ def answers(url: str, timeout: float = 10.0) -> bool:
 
 
 def reachable(urls: tuple[str, ...], log: Callable[[str], None]) -> tuple[str, ...]:
-    """The URLs that answer; each one that does not is named (redacted) in the log."""
     found = []
     for url in urls:
         if answers(url):
@@ -154,7 +153,6 @@ def reachable(urls: tuple[str, ...], log: Callable[[str], None]) -> tuple[str, .
 
 
 def _local_path(location: str) -> Path | None:
-    """A local folder behind a find-links/index entry, or None for remote URLs."""
     if location.startswith("file:"):
         return Path(unquote(urlsplit(location).path))
     if "://" not in location:
@@ -201,12 +199,6 @@ class PipSecrets:
     file_urls: dict[str, str] = field(default_factory=dict)  # file URL of a served root -> its loopback URL
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-
-
 def render_conf(host: HostPip, url_of: dict[str, str], *, has_ca: bool) -> str:
     """The pip.conf a build sees: local folders replaced by their loopback URLs."""
     lines = ["[global]"]
@@ -230,10 +222,6 @@ def render_conf(host: HostPip, url_of: dict[str, str], *, has_ca: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _toml_list(values: list[str]) -> str:
-    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
-
-
 def render_uv_toml(host: HostPip, url_of: dict[str, str]) -> str:
     """The uv configuration a build sees (secret `uv.toml`): the same indexes, find-links and
     loopback URLs as its pip.conf. uv cannot take a CA path in its config: the build exports
@@ -244,14 +232,14 @@ def render_uv_toml(host: HostPip, url_of: dict[str, str]) -> str:
         lines.append(f"index-url = {json.dumps(_mapped(host.index_url, url_of))}")
     extra = [_mapped(u, url_of) for u in host.extra_index_urls if _local_path(u) or answers(u)]
     if extra:
-        lines.append(f"extra-index-url = {_toml_list(list(dict.fromkeys(extra)))}")
+        lines.append(f"extra-index-url = {json.dumps(list(dict.fromkeys(extra)))}")
     if host.find_links:
-        lines.append(f"find-links = {_toml_list([_mapped(u, url_of) for u in host.find_links])}")
+        lines.append(f"find-links = {json.dumps([_mapped(u, url_of) for u in host.find_links])}")
     if host.no_index:
         lines.append("no-index = true")
     insecure = [*host.trusted_hosts, *(["127.0.0.1"] if url_of else [])]
     if insecure:
-        lines.append(f"allow-insecure-host = {_toml_list(list(dict.fromkeys(insecure)))}")
+        lines.append(f"allow-insecure-host = {json.dumps(list(dict.fromkeys(insecure)))}")
     lines += ['index-strategy = "unsafe-best-match"', "concurrent-downloads = 8"]
     return "\n".join(lines) + "\n"
 
@@ -277,11 +265,8 @@ _SED_REPLACEMENT = "\\&|"
 def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
     """Generate the secrets and serve local folders on loopback while the context is open."""
     host = host if host is not None else HostPip.from_host()
-    folders: list[Path] = []
-    for location in (host.index_url, *host.extra_index_urls, *host.find_links):
-        local = _local_path(location) if location else None
-        if local is not None and local.is_dir() and local not in folders:
-            folders.append(local)
+    named = (_local_path(url) for url in (host.index_url, *host.extra_index_urls, *host.find_links) if url)
+    folders = list(dict.fromkeys(local for local in named if local is not None and local.is_dir()))
     url_of: dict[str, str] = {}
     file_urls: dict[str, str] = {}
     server: socketserver.TCPServer | None = None
@@ -314,7 +299,8 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
             for secret, text in ((SECRET_CONF, conf), (SECRET_UV, render_uv_toml(host, url_of)),
                                  (SECRET_LOCK_URLS, render_lock_urls(file_urls))):
                 files[secret] = Path(tmp) / secret
-                _write_private(files[secret], text)
+                with os.fdopen(os.open(files[secret], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+                    handle.write(text)
             yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, file_urls=file_urls)
         finally:
             if server is not None:

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 
 class Publishing:
-    """The push and attach steps of a Builder."""
-
     root: Path
     registry: RegistryClient
     options: BuildOptions

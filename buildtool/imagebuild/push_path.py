@@ -1,15 +1,11 @@
-"""How a built image goes to the registry: the engine's push or skopeo's, whichever is faster for it.
-
-Measured (bench/bench_push.py): the engine compresses each layer with one thread, so pushing the 1 GB
-pytorch-cpu into an empty registry took 45.1 s against 22.9 s for `skopeo copy docker-daemon:`, whose
-gzip runs on every core. But after a build that took its unchanged layers from the registry cache
-(buildtool.imagebuild.cache_sources), the engine knows where those layers are and uploads only the changed
-ones, which skopeo, reading the image back from the engine uncompressed, cannot know
-(bench/bench_fresh_runner.py: engine median 7.5 s, skopeo 10.6 s, with skopeo's own cache of what it
-pushed before warm; 18.3 s without). So an image whose build pulled layers for a build step is pushed
-by the engine, any other image this run built by skopeo, and one it did not build by the engine,
-which skips what it pushed or pulled before. Both are checked the same way (push_verified: the
-registry must serve the digest the push reported).
+"""How a built image goes to the registry: the engine's push or skopeo's, whichever is faster for it (measured
+in docs/contents.md, bench/bench_push.py and bench/bench_fresh_runner.py). skopeo's gzip runs on every core, the
+engine's on one thread; but after a build that took its unchanged layers from the registry cache
+(buildtool.imagebuild.cache_sources) the engine knows where those are and uploads only the changed ones, which
+skopeo, reading the image back from the engine uncompressed, cannot know. So an image whose build pulled layers for
+a build step is pushed by the engine, any other image this run built by skopeo, and one it did not build by the
+engine, which skips what it pushed or pulled before. Both are checked the same way (push_verified: the registry
+must serve the digest the push reported).
 """
 
 from __future__ import annotations
@@ -71,12 +67,10 @@ def skopeo_push(ref: str, insecure: bool | None = None, timeout: float = SKOPEO_
     registry, _, _ = split_repo(ref)   # a reference with a registry and a tag, or ReferenceError
     with tempfile.TemporaryDirectory(prefix="buildtool-push-") as tmp, skopeo_access(registry, "dest") as access:
         digest_file = Path(tmp) / "digest"
-        argv = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file)]
         host = os.environ.get("DOCKER_HOST", "")
-        if host:
-            argv += ["--src-daemon-host", host]
-        argv += access   # plain HTTP for a loopback registry; CA; --dest-authfile
-        argv += [f"docker-daemon:{ref}", f"docker://{ref}"]
+        # `access`: plain HTTP for a loopback registry; CA; --dest-authfile
+        argv = ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file),
+                *(["--src-daemon-host", host] if host else []), *access, f"docker-daemon:{ref}", f"docker://{ref}"]
         try:
             run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:

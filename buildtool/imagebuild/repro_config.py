@@ -1,15 +1,10 @@
-"""Image configs that do not depend on when or with what cache an image was built (issue 40).
-
-Docker 20.10's BuildKit (v0.8) stamps the config's `created` and every `history[].created` with the build's
-wall-clock time (SOURCE_DATE_EPOCH for them came in BuildKit v0.11), and the inline cache the registry
-cache needs (engine.INLINE_CACHE_ARG) writes `moby.buildkit.cache.v0` into the config. Two builds of one
-commit then give equal layers but different configs, so different image digests. The push path rewrites
-the pushed config in the registry instead: the times set to the commit's time (SOURCE_DATE_EPOCH, as
-BuildKit >= 0.11 would), the cache metadata dropped. The manifest keeps its layers (no byte moves) and
-points at the new config; its digest is taken from those bytes. The image as the build made it, inline
-cache and all, stays in the registry under the cache tag (its digest goes into the provenance as a
-byproduct, buildtool.imagebuild.cache_sources reads it from there): the cache is kept apart from the image.
-A config already in that form (a newer BuildKit given SOURCE_DATE_EPOCH, no inline cache) is left as is.
+"""Image configs that do not depend on when or with what cache an image was built (issue 40; docs/contents.md,
+Reproducibility). Docker 20.10's BuildKit (v0.8) stamps the config's `created` and every `history[].created` with
+the build's wall-clock time, and the inline cache (engine.INLINE_CACHE_ARG) writes `moby.buildkit.cache.v0` into
+the config: two builds of one commit give equal layers but different image digests. So the push path rewrites the
+pushed config in the registry: the times set to the commit's (SOURCE_DATE_EPOCH), the cache metadata dropped, the
+manifest's layers kept. The image as built stays under the cache tag (cache_sources reads it through the
+provenance's byproduct). A config already in that form is left as is.
 """
 
 from __future__ import annotations
