@@ -144,7 +144,6 @@ class Builder(Publishing):
         self.log = log
         self._lock = threading.Lock()
         self._key: PrivateKey | None = None     # the builder key, read by run() when pushing
-        self._configs: dict[str, dict] = {}
         self.registry = _client(split_repo(f"{settings.registry}/x:y")[0])
         # Asked for only when a cell really builds: a no-op run stays well under a second.
         self._host_pip: HostPip | None = None
@@ -231,26 +230,25 @@ class Builder(Publishing):
         self.progress.update(cell.key, "checking", "content key and existing images")
         began = datetime.now(UTC)
         if cell.multi_platform:
-            return self._run_platforms(plan, result, log_path, began, started)
-        try:
-            key = cell_content_key(plan, self.root, base)
-            result.content_key = key
-            if self.options.force or not self._reuse(plan, key, result):
-                self._build(plan, base, key, log_path, result)
-            self._attach_all(plan, result, began)
-        except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
-            result.result = "failed"
-            # Long enough for _attach_all's message with its cause (one line: references, a digest, the error).
-            result.message = str(exc).splitlines()[0][:700] if str(exc) else type(exc).__name__
-            result.digest = ""
-            self._drop_stale_dev_tag(plan, result.content_key)
+            self._run_platforms(plan, result, log_path, began)
+        else:
+            try:
+                result.content_key = key = cell_content_key(plan, self.root, base)
+                if self.options.force or not self._reuse(plan, key, result):
+                    self._build(plan, base, key, log_path, result)
+                self._attach_all(plan, result, began)
+            except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
+                result.result = "failed"
+                # Long enough for _attach_all's message with its cause (one line: references, a digest, the error).
+                result.message = str(exc).splitlines()[0][:700] if str(exc) else type(exc).__name__
+                result.digest = ""
+                self._drop_stale_dev_tag(plan, result.content_key)
         result.seconds = time.monotonic() - started
         return result
 
     # -- a multi-platform cell (buildtool.imagebuild.multiplatform) ----------------------------------
 
-    def _run_platforms(self, plan: CellPlan, result: CellResult, log_path: Path, began: datetime,
-                       started: float) -> CellResult:
+    def _run_platforms(self, plan: CellPlan, result: CellResult, log_path: Path, began: datetime) -> None:
         """Each platform's image by its own content key (reused, retagged or built with --platform), then,
         with push, the index over them at the dev tag; any platform failing fails the cell before the index
         is written, so the dev tag never names a half index."""
@@ -283,8 +281,7 @@ class Builder(Publishing):
                         result.result, result.digest = "retagged", digest
                         result.message = (f"same content keys as {repo}:{match[0]}; tagged in the registry, "
                                           "nothing rebuilt")
-                    result.seconds = time.monotonic() - started
-                    return result
+                    return
             built: list[Child] = []
             local: dict[str, str] = {}
             actions = []
@@ -321,8 +318,6 @@ class Builder(Publishing):
             result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             result.digest = ""
             result.platforms = []
-        result.seconds = time.monotonic() - started
-        return result
 
     def platforms_of(self, cell: Cell) -> tuple[str, ...]:
         """The platforms of `cell` this build makes: every one, or those of BuildOptions.platforms (no push)."""
