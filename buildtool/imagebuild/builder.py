@@ -362,13 +362,13 @@ class Builder(Publishing):
         """Retag or skip when an image with this content key exists. True when done."""
         _, repo, _ = split_repo(plan.dev_ref)
         local = engine.image_attrs(plan.dev_ref)
-        local_key = ((local or {}).get("Config") or {}).get("Labels", {}) or {}
-        local_ok = local is not None and local_key.get(label_keys.CONTENT_KEY) == key
+        if local is not None and ((local.get("Config") or {}).get("Labels") or {}).get(label_keys.CONTENT_KEY) != key:
+            local = None   # the local dev tag holds other content
         match = self._registry_match(plan, key)
         if match and match[0] == plan.dev_tag:
             result.result, result.digest = "up to date", match[1]
             result.message = "the registry already holds this dev tag with the same content key"
-            result.size = local["Size"] if local_ok and local else 0
+            result.size = local["Size"] if local else 0
             return True
         if match:
             # Same content under another commit's tag: a manifest PUT, no layer moves. With push, the PUT comes
@@ -381,7 +381,7 @@ class Builder(Publishing):
             result.result, result.digest = "retagged", digest
             result.message = f"same content key as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
             return True
-        if local_ok and local is not None:
+        if local is not None:
             result.size = int(local["Size"])
             if self.options.push:
                 result.digest = self._push(plan)
