@@ -87,13 +87,11 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
     # By digest when the registry named one: the probe lists exactly the image the digest is.
     target = f"{ref.name}@{digest}" if digest else image
     probed = image_probe.probe_image(target, listing_source(root), timeout=timeout)
-    listing = probed.listing()
-    facts = {key: listing[key] for key in PROBE_FACTS}
+    listing = probed.listing()   # its packages sorted by name
     # Keyed as an SBOM's purls are: PEP 503 Python names, Debian package names without the architecture.
-    probed_contents = sbom.Contents(facts={k: v for k, v in facts.items() if v},
-                                    python=dict(sorted(listing["python_packages"].items())),
-                                    apt=dict(sorted(listing["apt_packages"].items())))
-    return Side(image=image, source="probe", digest=digest, contents=probed_contents, image_id=probed.image_id,
+    contents = sbom.Contents(facts={k: listing[k] for k in PROBE_FACTS if listing[k]},
+                             python=listing["python_packages"], apt=listing["apt_packages"])
+    return Side(image=image, source="probe", digest=digest, contents=contents, image_id=probed.image_id,
                 environments=probed.environments)
 
 
