@@ -109,8 +109,7 @@ def push_verified(ref: str, log: Log, attempts: int = 4, via: str = push_path.EN
     delay = 2.0
     for attempt in range(1, attempts + 1):
         try:
-            digest = (push_path.skopeo_push(ref) if via == push_path.SKOPEO
-                      else engine.push(ref))
+            digest = push_path.skopeo_push(ref) if via == push_path.SKOPEO else engine.push(ref)
             stored = registry_digest(ref)
             if stored != digest:
                 raise RuntimeError(f"registry holds {stored} for {ref}, {via} pushed {digest}")
