@@ -7,10 +7,9 @@ Per cell: resolve the base to a digest, compute the content key (plan.content_ke
 - otherwise build it with BuildKit (pip settings as secrets), taking the layers that did not change
   from the newest earlier dev images of the cell whose provenance a trusted builder signed
   (buildtool.imagebuild.cache_sources), tag it, push it if asked.
-A push never leaves a dev tag that looks complete without its attestations: the image goes up under its
-staging tag (`<dev tag>__push`, names.push_staging_tag, never read as a dev tag), its SBOM and signed provenance
-are attached to the digest, and only then is the same manifest put at the dev tag (a manifest PUT, digest
-checked). A registry retag with push is written last in the same way.
+A push never leaves a dev tag that looks complete without its attestations: the dev tag is written last, after
+the SBOM and signed provenance are attached to the digest pushed under its staging tag
+(buildtool.imagebuild.publishing; docs/registries.md#build---push-and-attestations).
 Cells run with bounded parallelism; one failing cell never stops the others, and it
 leaves no dev tag behind.
 """
