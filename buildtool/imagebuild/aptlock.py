@@ -362,21 +362,15 @@ def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
     debs.sha256; returns what changed. On a multi-platform cell `base_ref` must be a registry reference
     whose index has each platform's image (platform_base)."""
     changed = []
-    for platform in cell.platforms:
-        changed += _lock_platform(root, cell, base_ref, log, platform if cell.multi_platform else None)
+    for platform in cell.platforms if cell.multi_platform else (None,):
+        ref = platform_base(base_ref, platform) if platform else base_ref
+        log(f"[{cell.key}] resolving its Debian packages in {ref}" + (f" ({platform})" if platform else ""))
+        texts = lock_text(cell, run_probe(ref, named_packages(cell), platform=platform), base_source(ref), platform)
+        # The base is reproducible (issue 52): `resolved-in` names by digest the base the image is built on, so a
+        # lock resolved in another base is written again even where its packages did not move.
+        changed += write_changed(dict(zip((*paths(root, cell, platform), hashes_path(root, cell, platform)), texts,
+                                          strict=True)))
     return changed
-
-
-def _lock_platform(root: Path, cell: Cell, base_ref: str, log: Log, platform: str | None) -> list[Path]:
-    if platform is not None:
-        base_ref = platform_base(base_ref, platform)
-    log(f"[{cell.key}] resolving its Debian packages in {base_ref}" + (f" ({platform})" if platform else ""))
-    probe = run_probe(base_ref, named_packages(cell), platform=platform)
-    texts = lock_text(cell, probe, base_source(base_ref), platform)
-    # The base is reproducible (issue 52): `resolved-in` names by digest the base the image is built on, so a
-    # lock resolved in another base is written again even where its packages did not move.
-    return write_changed(dict(zip((*paths(root, cell, platform), hashes_path(root, cell, platform)), texts,
-                                  strict=True)))
 
 
 # -- drift ------------------------------------------------------------------------------------------
@@ -414,23 +408,19 @@ def compare(rel: str, lock: AptLock, probe: Probe, base_rel: str, base: dict[str
 def cell_drift(root: Path, cell: Cell, base_ref: str, log: Log) -> list[str]:
     """Problems of a pip cell's committed apt locks, each platform's, against their pinned re-resolution in
     `base_ref` (on a multi-platform cell: in its image of each platform, platform_base)."""
-    return [problem for platform in cell.platforms
-            for problem in _platform_drift(root, cell, base_ref, log, platform if cell.multi_platform else None)]
-
-
-def _platform_drift(root: Path, cell: Cell, base_ref: str, log: Log, platform: str | None) -> list[str]:
-    lock = read(root, cell, platform)
-    lock_path, dpkg_path = paths(root, cell, platform)
-    try:
-        if platform is not None:
-            base_ref = platform_base(base_ref, platform)
-        log(f"[{cell.key}] re-resolving {lock_path.relative_to(root)} in {base_ref}")
-        probe = run_probe(base_ref, named_packages(cell), preferences(lock.entries), platform=platform)
-    except FailedError as exc:
-        raise FailedError(f"{cell.key}: cannot re-resolve its apt lock to check it ({exc}); the check needs the "
-                          "engine, the base (`make bases`) and the Debian archive; `buildtool check --offline` "
-                          "checks only the matrix and the lock's own digest") from None
-    base = parse_entries(dpkg_path.read_text(), BASE_DPKG)
-    fix = f"; run `make lock FRAMEWORK={cell.key}`"
-    return [p + fix for p in compare(str(lock_path.relative_to(root)), lock, probe,
-                                     str(dpkg_path.relative_to(root)), base)]
+    found = []
+    for platform in cell.platforms if cell.multi_platform else (None,):
+        lock = read(root, cell, platform)
+        lock_path, dpkg_path = paths(root, cell, platform)
+        try:
+            ref = platform_base(base_ref, platform) if platform else base_ref
+            log(f"[{cell.key}] re-resolving {lock_path.relative_to(root)} in {ref}")
+            probe = run_probe(ref, named_packages(cell), preferences(lock.entries), platform=platform)
+        except FailedError as exc:
+            raise FailedError(f"{cell.key}: cannot re-resolve its apt lock to check it ({exc}); the check needs "
+                              "the engine, the base (`make bases`) and the Debian archive; `buildtool check "
+                              "--offline` checks only the matrix and the lock's own digest") from None
+        base = parse_entries(dpkg_path.read_text(), BASE_DPKG)
+        found += [f"{p}; run `make lock FRAMEWORK={cell.key}`" for p in compare(
+            str(lock_path.relative_to(root)), lock, probe, str(dpkg_path.relative_to(root)), base)]
+    return found

@@ -1,13 +1,8 @@
-"""The state of the Debian archive a build's apt step read, for the provenance (issue 40).
-
-The apt step runs `apt-get update` inside BuildKit and deletes the lists in the same step (they would
-make the layer depend on the day), so what it read is taken from two places: the build log names each
-release file it fetched (`Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]`), and the
-builder fetches those same URLs once the build is done, recording each file's sha256 and `Date:`.
-The release file is the archive's state: it signs the Packages indexes, which name every .deb by hash.
-A file whose Date is after the build began may be newer than the one the apt step read (the archive
-published during the build): the record says so (`publishedDuringBuild`), never claims otherwise.
-A log without the lines (no apt step, or an image this run did not build) gives no record.
+"""The state of the Debian archive a build's apt step read, for the provenance (issue 40; docs/release-trust.md
+says why it is read this way): the build log names each release file apt fetched, and the builder fetches
+those same URLs once the build is done, recording each file's sha256 and `Date:`, and whether it may have
+been published during the build. A log without the lines (no apt step, or an image this run did not build)
+gives no record.
 """
 
 from __future__ import annotations
@@ -41,17 +36,6 @@ def release_urls(build_log: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def release_date(text: bytes, uri: str) -> datetime:
-    """The Date: field of a release file; FailedError naming the URI when it has none or it does not parse."""
-    match = re.search(rb"^Date: (.+)$", text, re.MULTILINE)
-    try:
-        if match is None:
-            raise ValueError("no Date field")
-        return parsedate_to_datetime(match.group(1).decode().strip()).astimezone(UTC)
-    except (ValueError, TypeError) as exc:
-        raise FailedError(f"{uri}: not a Debian release file ({exc})") from None
-
-
 def observe(build_log: str, began: datetime, fetch: Fetch | None = None) -> list[ReleaseFile]:
     """The release files the build's apt step read (release_urls), as the archive serves them now."""
     return [read_release(uri, fetch, began)[0] for uri in release_urls(build_log)]
@@ -59,9 +43,15 @@ def observe(build_log: str, began: datetime, fetch: Fetch | None = None) -> list
 
 def read_release(uri: str, fetch: Fetch | None = None, began: datetime | None = None) -> tuple[ReleaseFile, datetime]:
     """The release file at `uri` as the archive serves it now (published during the build: dated from `began` on),
-    and its Date."""
+    and its Date; FailedError naming the URI when it has no Date or the Date does not parse."""
     data = (fetch or get)(uri)
-    date = release_date(data, uri)
+    match = re.search(rb"^Date: (.+)$", data, re.MULTILINE)
+    try:
+        if match is None:
+            raise ValueError("no Date field")
+        date = parsedate_to_datetime(match.group(1).decode().strip()).astimezone(UTC)
+    except (ValueError, TypeError) as exc:
+        raise FailedError(f"{uri}: not a Debian release file ({exc})") from None
     return ReleaseFile(uri, hashlib.sha256(data).hexdigest(), date.strftime("%Y-%m-%dT%H:%M:%SZ"),
                        began is not None and date >= began), date
 

@@ -14,7 +14,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from buildtool.registry.client import OCI_MANIFEST, RegistryClient, RegistryErro
 
 # Bases and their tests read and write indexes through here.
 from buildtool.registry.image_index import Child as Child
-from buildtool.registry.image_index import PlatformMissing as PlatformMissing
 from buildtool.registry.image_index import index_body as index_body
 from buildtool.registry.image_index import platform_manifest as platform_manifest
 from buildtool.registry.image_index import put_index as put_index
@@ -76,7 +74,7 @@ def rootfs_layer(rootfs: Path, out: Path) -> Layer:
         with gzip.GzipFile(filename="", mode="wb", compresslevel=GZIP_LEVEL, fileobj=blob, mtime=0) as gz:
             tar_hash = _Hashing(gz)
             with tarfile.open(fileobj=tar_hash, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for path in _walk_sorted(rootfs):
+                for path in sorted(rootfs.rglob("*"), key=lambda p: p.relative_to(rootfs).as_posix()):
                     info = tar.gettarinfo(str(path), arcname=str(path.relative_to(rootfs)))
                     if info is None:
                         continue
@@ -90,29 +88,6 @@ def rootfs_layer(rootfs: Path, out: Path) -> Layer:
     return Layer(out, "sha256:" + blob.sha.hexdigest(), "sha256:" + tar_hash.sha.hexdigest(), blob.size)
 
 
-def _walk_sorted(root: Path) -> list[Path]:
-    found: list[Path] = []
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        base = Path(folder)
-        found.extend(base / name for name in dirs)
-        found.extend(base / name for name in files)
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
-
-
-def image_config(platform: str, layer: Layer, *, epoch: int, cmd: list[str], labels: dict[str, str],
-                 created_by: str) -> bytes:
-    """The config `docker import` would write for the tree (Cmd and Labels as its changes say), stating
-    `platform` and dated by `epoch` instead of the wall clock."""
-    created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    chosen = platforms.get(platform)
-    config = {"architecture": chosen.architecture, "os": chosen.os, "created": created,
-              "config": {"Cmd": cmd, "Labels": labels},
-              "rootfs": {"type": "layers", "diff_ids": [layer.diff_id]},
-              "history": [{"created": created, "created_by": created_by}]}
-    return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
-
-
 def tag_child(client: RegistryClient, repo: str, tag: str, child: Child) -> str:
     """Point `tag` at one platform's image (a base of one platform): its manifest's very bytes, so one digest."""
     body, media_type, _ = client.get_manifest(repo, child.digest)
@@ -121,17 +96,24 @@ def tag_child(client: RegistryClient, repo: str, tag: str, child: Child) -> str:
 
 def rootfs_image(client: RegistryClient, repo: str, rootfs: Path, platform: str, *, epoch: int, cmd: list[str],
                  labels: dict[str, str], created_by: str) -> Child:
-    """Push the tree as a one-layer image of `platform` by digest (no tag moves); returns it."""
+    """Push the tree as a one-layer image of `platform` by digest (no tag moves); returns it. Its config is the one
+    `docker import` would write (Cmd and Labels as its changes say), dated by `epoch` instead of the wall clock."""
     with tempfile.TemporaryDirectory(prefix="buildtool-layer-") as tmp:
         layer = rootfs_layer(rootfs, Path(tmp) / "layer.tar.gz")
         if client.put_blob(repo, layer.path.read_bytes()) != layer.digest:
             raise RegistryError(f"{repo}: the layer's digest changed on upload")
-    config = image_config(platform, layer, epoch=epoch, cmd=cmd, labels=labels, created_by=created_by)
+    created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    chosen = platforms.get(platform)
+    config = json.dumps({"architecture": chosen.architecture, "os": chosen.os, "created": created,
+                         "config": {"Cmd": cmd, "Labels": labels},
+                         "rootfs": {"type": "layers", "diff_ids": [layer.diff_id]},
+                         "history": [{"created": created, "created_by": created_by}]},
+                        sort_keys=True, separators=(",", ":")).encode()
     config_digest = client.put_blob(repo, config)
     manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                            "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": len(config)},
                            "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": layer.digest, "size": layer.size}]},
                           separators=(",", ":")).encode()
     digest = client.put_manifest(repo, sha256_digest(manifest), manifest, OCI_MANIFEST)
-    return Child(platforms.get(platform).name, digest, OCI_MANIFEST, len(manifest), json.loads(config))
+    return Child(chosen.name, digest, OCI_MANIFEST, len(manifest), json.loads(config))
 

@@ -1,15 +1,10 @@
 """`buildtool bases`: fill a (local) mirror registry with the bases a build needs.
 
 When the upstream registries cannot be reached (air-gapped sites, this project's CI):
-- Debian bases (`docker.io/library/debian:<suite>[-slim]`) are made by mmdebstrap (Debian's reproducible
-  bootstrapper) of the same suite, with SOURCE_DATE_EPOCH the `Date:` of the suite's InRelease: two machines
-  given the same archive state (the same InRelease, whose sha256 the base's BASE_ARCHIVE label records) make
-  the same tree, and the tree is written to the registry by base_index (names sorted, numeric owners, clamped
-  mtimes, gzip without a time, a config dated by the InRelease): the same base digest (issue 52; debootstrap
-  and `docker import`, which stamps the wall clock, made another base on every machine). The archive is
-  DEBIAN_ARCHIVE (default http://deb.debian.org/debian; a snapshot.debian.org URL pins a date where that is
-  reachable). Each platform (linux/arm64 runs mmdebstrap's second stage under QEMU here) is an image by
-  digest; one platform is tagged as it is, more become an OCI index over them;
+- Debian bases (`docker.io/library/debian:<suite>[-slim]`) are made by mmdebstrap at one archive state (the
+  suite's InRelease, DEBIAN_ARCHIVE's, dated by its `Date:`) and written to the registry by base_index, so two
+  machines given the same InRelease make the same base digest (issue 52; docs/contents.md#reproducibility says
+  how). Each platform is an image by digest; one platform is tagged as it is, more become an OCI index;
 - NGC bases (`nvcr.io/nvidia/...`) get a stand-in built FROM that Debian base with python and
   pip on PATH, the framework from the cell's `standin.requirements` and NGC's working
   directory. A stand-in is a test fixture: it is labelled so, and images built on it carry
@@ -114,8 +109,7 @@ def push_verified(ref: str, log: Log, attempts: int = 4, via: str = push_path.EN
     delay = 2.0
     for attempt in range(1, attempts + 1):
         try:
-            digest = (push_path.skopeo_push(ref) if via == push_path.SKOPEO
-                      else engine.push(ref))
+            digest = push_path.skopeo_push(ref) if via == push_path.SKOPEO else engine.push(ref)
             stored = registry_digest(ref)
             if stored != digest:
                 raise RuntimeError(f"registry holds {stored} for {ref}, {via} pushed {digest}")
@@ -199,21 +193,16 @@ def _make_platform(client: RegistryClient, repo: str, suite: str, slim: bool, pl
         return child
 
 
-def mmdebstrap_argv(suite: str, rootfs: Path, platform: str | None, archive: str) -> list[str]:
-    """The mmdebstrap command of a base (run with SOURCE_DATE_EPOCH set): the lists kept, to check which
-    InRelease it read (they are removed after)."""
-    arch = [f"--architectures={platforms.get(platform).architecture}"] if platform else []
-    return ["mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory", *arch,
-            f"--hook-dir={MERGED_USR_HOOKS}", "--skip=cleanup/apt/lists", suite, str(rootfs), archive]
-
-
 def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, state: ArchiveState, log: Log,
                  log_file: Path) -> None:
     """mmdebstrap (for `platform`, None: this machine's) at the archive state `state`, slimmed and sealed."""
     if not shutil.which("mmdebstrap"):
         raise UserError("mmdebstrap is not installed; run `bash scripts/setup.sh` (installs it as root)")
-    archive = state.release.uri.rsplit("/dists/", 1)[0]
-    argv = mmdebstrap_argv(suite, rootfs, platform, archive)
+    # The lists are kept, to check which InRelease it read (they are removed after).
+    argv = ["mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory",
+            *([f"--architectures={platforms.get(platform).architecture}"] if platform else []),
+            f"--hook-dir={MERGED_USR_HOOKS}", "--skip=cleanup/apt/lists", suite, str(rootfs),
+            state.release.uri.rsplit("/dists/", 1)[0]]
     what = " ".join(argv[:-2])
     log(f"SOURCE_DATE_EPOCH={state.epoch} {what} ({'a few minutes under QEMU' if platform else 'about a minute'})"
         f" -> {rootfs}")

@@ -7,10 +7,9 @@ Per cell: resolve the base to a digest, compute the content key (plan.content_ke
 - otherwise build it with BuildKit (pip settings as secrets), taking the layers that did not change
   from the newest earlier dev images of the cell whose provenance a trusted builder signed
   (buildtool.imagebuild.cache_sources), tag it, push it if asked.
-A push never leaves a dev tag that looks complete without its attestations: the image goes up under its
-staging tag (`<dev tag>__push`, names.push_staging_tag, never read as a dev tag), its SBOM and signed provenance
-are attached to the digest, and only then is the same manifest put at the dev tag (a manifest PUT, digest
-checked). A registry retag with push is written last in the same way.
+A push never leaves a dev tag that looks complete without its attestations: the dev tag is written last, after
+the SBOM and signed provenance are attached to the digest pushed under its staging tag
+(buildtool.imagebuild.publishing; docs/registries.md#build---push-and-attestations).
 Cells run with bounded parallelism; one failing cell never stops the others, and it
 leaves no dev tag behind.
 """
@@ -144,7 +143,6 @@ class Builder(Publishing):
         self.log = log
         self._lock = threading.Lock()
         self._key: PrivateKey | None = None     # the builder key, read by run() when pushing
-        self._configs: dict[str, dict] = {}
         self.registry = _client(split_repo(f"{settings.registry}/x:y")[0])
         # Asked for only when a cell really builds: a no-op run stays well under a second.
         self._host_pip: HostPip | None = None
@@ -231,26 +229,25 @@ class Builder(Publishing):
         self.progress.update(cell.key, "checking", "content key and existing images")
         began = datetime.now(UTC)
         if cell.multi_platform:
-            return self._run_platforms(plan, result, log_path, began, started)
-        try:
-            key = cell_content_key(plan, self.root, base)
-            result.content_key = key
-            if self.options.force or not self._reuse(plan, key, result):
-                self._build(plan, base, key, log_path, result)
-            self._attach_all(plan, result, began)
-        except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
-            result.result = "failed"
-            # Long enough for _attach_all's message with its cause (one line: references, a digest, the error).
-            result.message = str(exc).splitlines()[0][:700] if str(exc) else type(exc).__name__
-            result.digest = ""
-            self._drop_stale_dev_tag(plan, result.content_key)
+            self._run_platforms(plan, result, log_path, began)
+        else:
+            try:
+                result.content_key = key = cell_content_key(plan, self.root, base)
+                if self.options.force or not self._reuse(plan, key, result):
+                    self._build(plan, base, key, log_path, result)
+                self._attach_all(plan, result, began)
+            except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
+                result.result = "failed"
+                # Long enough for _attach_all's message with its cause (one line: references, a digest, the error).
+                result.message = str(exc).splitlines()[0][:700] if str(exc) else type(exc).__name__
+                result.digest = ""
+                self._drop_stale_dev_tag(plan, result.content_key)
         result.seconds = time.monotonic() - started
         return result
 
     # -- a multi-platform cell (buildtool.imagebuild.multiplatform) ----------------------------------
 
-    def _run_platforms(self, plan: CellPlan, result: CellResult, log_path: Path, began: datetime,
-                       started: float) -> CellResult:
+    def _run_platforms(self, plan: CellPlan, result: CellResult, log_path: Path, began: datetime) -> None:
         """Each platform's image by its own content key (reused, retagged or built with --platform), then,
         with push, the index over them at the dev tag; any platform failing fails the cell before the index
         is written, so the dev tag never names a half index."""
@@ -283,8 +280,7 @@ class Builder(Publishing):
                         result.result, result.digest = "retagged", digest
                         result.message = (f"same content keys as {repo}:{match[0]}; tagged in the registry, "
                                           "nothing rebuilt")
-                    result.seconds = time.monotonic() - started
-                    return result
+                    return
             built: list[Child] = []
             local: dict[str, str] = {}
             actions = []
@@ -321,8 +317,6 @@ class Builder(Publishing):
             result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             result.digest = ""
             result.platforms = []
-        result.seconds = time.monotonic() - started
-        return result
 
     def platforms_of(self, cell: Cell) -> tuple[str, ...]:
         """The platforms of `cell` this build makes: every one, or those of BuildOptions.platforms (no push)."""
@@ -367,13 +361,13 @@ class Builder(Publishing):
         """Retag or skip when an image with this content key exists. True when done."""
         _, repo, _ = split_repo(plan.dev_ref)
         local = engine.image_attrs(plan.dev_ref)
-        local_key = ((local or {}).get("Config") or {}).get("Labels", {}) or {}
-        local_ok = local is not None and local_key.get(label_keys.CONTENT_KEY) == key
+        if local is not None and ((local.get("Config") or {}).get("Labels") or {}).get(label_keys.CONTENT_KEY) != key:
+            local = None   # the local dev tag holds other content
         match = self._registry_match(plan, key)
         if match and match[0] == plan.dev_tag:
             result.result, result.digest = "up to date", match[1]
             result.message = "the registry already holds this dev tag with the same content key"
-            result.size = local["Size"] if local_ok and local else 0
+            result.size = local["Size"] if local else 0
             return True
         if match:
             # Same content under another commit's tag: a manifest PUT, no layer moves. With push, the PUT comes
@@ -386,7 +380,7 @@ class Builder(Publishing):
             result.result, result.digest = "retagged", digest
             result.message = f"same content key as {repo}:{match[0]}; tagged in the registry, nothing rebuilt"
             return True
-        if local_ok and local is not None:
+        if local is not None:
             result.size = int(local["Size"])
             if self.options.push:
                 result.digest = self._push(plan)

@@ -1,11 +1,10 @@
 """What `buildtool diff` compares: each image's packages from the SBOM attached to its digest or,
 when it has none (a base, an upstream NGC image, a local image), from a probe of the image itself
-(buildtool.imagebuild.image_probe); and the order the changes are listed in.
+(buildtool.imagebuild.image_probe).
 
-A probed side goes through the SBOM's own functions (make_sbom, then contents), so its package
-names are keyed exactly as an SBOM's are; its facts are only what the probe can see (Python, OS,
-CUDA), never the framework, base, cell or revision an SBOM records from the build, so a diff with a
-probed side compares those three facts alone.
+A probed side's facts are only what the probe can see (Python, OS, CUDA), never the framework, base,
+cell or revision an SBOM records from the build, so a diff with a probed side compares those three
+facts alone.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from buildtool.sbom.signing import SbomRefused, read_signed_sbom
 if TYPE_CHECKING:
     from buildtool.attest.trust import Trusted
 
-# Packages are listed removed first, then changed, then added; the headline facts before them all.
 # The facts a probe can see in any image; the others (framework, base, cell, revision) come from a build.
 PROBE_FACTS = ("python", "os", "cuda")
 
@@ -89,13 +87,11 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
     # By digest when the registry named one: the probe lists exactly the image the digest is.
     target = f"{ref.name}@{digest}" if digest else image
     probed = image_probe.probe_image(target, listing_source(root), timeout=timeout)
-    listing = probed.listing()
-    facts = {key: listing[key] for key in PROBE_FACTS}
+    listing = probed.listing()   # its packages sorted by name
     # Keyed as an SBOM's purls are: PEP 503 Python names, Debian package names without the architecture.
-    probed_contents = sbom.Contents(facts={k: v for k, v in facts.items() if v},
-                                    python=dict(sorted(listing["python_packages"].items())),
-                                    apt=dict(sorted(listing["apt_packages"].items())))
-    return Side(image=image, source="probe", digest=digest, contents=probed_contents, image_id=probed.image_id,
+    contents = sbom.Contents(facts={k: listing[k] for k in PROBE_FACTS if listing[k]},
+                             python=listing["python_packages"], apt=listing["apt_packages"])
+    return Side(image=image, source="probe", digest=digest, contents=contents, image_id=probed.image_id,
                 environments=probed.environments)
 
 

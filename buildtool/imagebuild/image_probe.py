@@ -2,10 +2,9 @@
 (a base, an upstream NGC image).
 
 The listing is the SBOM's own (image-tests/scripts/packages.py, as buildtool.imagebuild.contents runs
-it), run by every Python environment the image has: `python` on PATH first (what the SBOM's probe
-runs: the project's venv in its images), then $VIRTUAL_ENV, the project's venv and the system
-python3s, each folder once. Debian packages come from the same `dpkg-query` line the listing
-uses, run by the shell, so an image without Python gives its Debian packages alone.
+it), run by every Python environment the image has, each folder once; Debian packages come from its
+`dpkg-query` line run by the shell, so an image without Python gives them alone (docs/contents.md#buildtool-diff
+says which environments, in what order).
 
 One throw-away container per image, through the client DOCKER_CLIENT chooses: no network, no
 implicit pull (the image is pulled first, when the engine does not have it), a name of its own
@@ -76,10 +75,7 @@ class Probed:
     def listing(self) -> dict[str, Any]:
         """As packages.py prints it: Python packages of every environment, the first one listed
         winning a name (as `python` on PATH would import it), Python version of the first."""
-        python: dict[str, str] = {}
-        for env in self.environments:
-            for name, version in env.packages.items():
-                python.setdefault(name, version)
+        python = {name: version for env in reversed(self.environments) for name, version in env.packages.items()}
         first = self.environments[0].version if self.environments else ""
         return {"python": first, "os": self.os, "cuda": self.cuda, "python_packages": dict(sorted(python.items())),
                 "apt_packages": dict(sorted(self.apt.items()))}

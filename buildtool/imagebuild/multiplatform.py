@@ -66,9 +66,7 @@ def matching_index(client: RegistryClient, repo: str, indexes: dict[str, dict[st
     """(tag, index digest) of the first of `indexes` (read_indexes) whose platforms are exactly `keys`' and
     whose every platform image carries that platform's content key."""
     for tag, children in indexes.items():
-        if set(children) != set(keys):
-            continue
-        if all(children[p].labels.get(label_keys.CONTENT_KEY) == keys[p] for p in keys):
+        if set(children) == set(keys) and all(children[p].labels.get(label_keys.CONTENT_KEY) == keys[p] for p in keys):
             digest = client.manifest_digest(repo, tag)
             if digest:
                 return tag, digest

@@ -1,18 +1,12 @@
 """The SLSA provenance a push signs for each dev image (buildtool.attest.provenance_model is the model;
-docs/release-trust.md#cell-build-v3 documents what each field means).
+docs/release-trust.md#cell-build-v3 documents what each field means and where it comes from).
 
-What it states comes from what the build used, not from what it meant to use: the base name, digest, stand-in
-flag, recipe and archive state from the pushed image's own labels (the ones release compares with), the
-revision and source from its revision label (the source as a resolved dependency, `git+<URL>@<ref>` with its
-gitCommit), the SOURCE_DATE_EPOCH its RUN steps ran with from its own history (issue 52: the commit time the
-config's times carry is another value, createdEpoch), the build context and each lock file of the cell by
-sha256 as committed now (the content key covers the build context, so an image reused by content key was
-built from the same bytes; apt.lock's with the base it was resolved in), the build's arguments, secret ids,
-network mode, package indexes (their URLs, never a credential) and cache sources as the builder passed them
-(BuildFacts), the Debian release files its apt step read (buildtool.imagebuild.archive_state), and the tools:
-the docker client and engine, buildtool (this repository at the revision) and the uv the Dockerfiles install,
-each with a version-pinned URI and a digest where one can be taken. Anything missing is an error naming it: a
-provenance with a gap would be a signed guess.
+What it states comes from what the build used, not from what it meant to use: the pushed image's own labels
+and history, engine.build's record of the build (BuildFacts), the cell's files by sha256 as committed now (the
+content key covers the build context, so an image reused by content key was built from the same bytes), the
+Debian release files its apt step read (buildtool.imagebuild.archive_state) and the tools, each with a
+version-pinned URI and a digest where one can be taken. Anything missing is an error naming it: a provenance
+with a gap would be a signed guess.
 """
 
 from __future__ import annotations
@@ -57,10 +51,9 @@ from buildtool.imagebuild.archive_state import Fetch, ReleaseFile
 from buildtool.imagebuild.lock import lock_paths
 from buildtool.matrix.plan import CellPlan
 
-DOCKER_VERSION_TIMEOUT_S = 30
+TIMEOUT_S = 30   # docker version, dpkg-query, git
 NOT_RUN = ("the apt step did not run in this build: its layer came from the build cache (an earlier build's, "
            "whose provenance records the release files it read)")
-DPKG_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -172,7 +165,7 @@ def rfc3339(when: datetime) -> str:
 @lru_cache(maxsize=1)
 def docker_versions() -> tuple[str, str]:
     """(client version, engine version) of the docker the builds run with; FailedError when unknown."""
-    proc = docker_cli.docker("version", "--format", "{{json .}}", timeout=DOCKER_VERSION_TIMEOUT_S)
+    proc = docker_cli.docker("version", "--format", "{{json .}}", timeout=TIMEOUT_S)
     try:
         data = json.loads(proc.stdout)
         client, server = str(data["Client"]["Version"]), str(data["Server"]["Version"])
@@ -193,12 +186,12 @@ def deb_owner(path: str) -> tuple[str, str, str] | None:
     if shutil.which("dpkg-query") is None:
         return None
     try:
-        owner = subprocess.run(["dpkg-query", "-S", path], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S)
+        owner = subprocess.run(["dpkg-query", "-S", path], capture_output=True, text=True, timeout=TIMEOUT_S)
         if owner.returncode != 0:
             return None
         package = owner.stdout.split(":", 1)[0].strip()
         shown = subprocess.run(["dpkg-query", "-W", "-f", "${Version} ${Architecture}", package],
-                               capture_output=True, text=True, timeout=DPKG_TIMEOUT_S)
+                               capture_output=True, text=True, timeout=TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
         return None
     version, _, arch = shown.stdout.strip().partition(" ")
@@ -256,7 +249,7 @@ def git_ref(root: Path) -> str:
     """The ref the checkout is on (refs/heads/main), "" when detached or not a git checkout."""
     try:
         found = subprocess.run(["git", "-C", str(root), "symbolic-ref", "-q", "HEAD"], capture_output=True,
-                               text=True, timeout=DPKG_TIMEOUT_S)
+                               text=True, timeout=TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return found.stdout.strip() if found.returncode == 0 else ""
@@ -281,7 +274,7 @@ def base_descriptor(labels: ImageLabels, upstream: str, base_hex: str) -> dict[s
     for (by digest too where the base is a copy of it: made elsewhere, a mirror's copy keeps the digest), and for
     a base made here its recipe and the archive state it was made from, which remake it (the same digest)."""
     annotations: dict[str, Any] = {"standin": bool(labels.standin_keys), "upstream": upstream}
-    made = labels.base_source.startswith(("mmdebstrap ", "debootstrap ")) if labels.base_source else False
+    made = labels.base_source.startswith(("mmdebstrap ", "debootstrap "))
     if labels.base_source:
         annotations["madeBy"] = labels.base_source
     if labels.base_archive:

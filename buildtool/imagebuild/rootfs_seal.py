@@ -36,12 +36,6 @@ def seal(rootfs: Path, epoch: int) -> None:
         path.write_bytes(b"")
         os.chown(path, 0, 0)
         path.chmod(0o644)
-    for folder, dirs, files in os.walk(rootfs):
-        for name in [*dirs, *files]:
-            _clamp(Path(folder) / name, epoch)
-    _clamp(rootfs, epoch)
-
-
-def _clamp(path: Path, epoch: int) -> None:
-    if path.lstat().st_mtime > epoch:
-        os.utime(path, (epoch, epoch), follow_symlinks=False)
+    for path in [*rootfs.rglob("*"), rootfs]:
+        if path.lstat().st_mtime > epoch:
+            os.utime(path, (epoch, epoch), follow_symlinks=False)
