@@ -238,3 +238,40 @@ def test_a_local_image_is_reused_by_content_key_only_when_it_is_a_dev_image_of_t
     genuine = {"Id": "sha256:g", "RepoTags": [f"{own_repo}:{names.dev_tag('0123456789ab', '2.13')}"]}
     assert built_for(plan, [derived, other_version, untagged, genuine]) == [genuine]
     assert built_for(plan, [derived, untagged]) == []
+
+
+def test_pip_secrets_fails_instead_of_hanging_when_its_file_server_cannot_start(tmp_path, monkeypatch):
+    """A machine out of threads: the server's thread does not start. The error comes back and the socket is
+    closed; shutdown() would wait forever for a serve_forever that never ran."""
+    import threading
+
+    from buildtool.imagebuild import pipconfig
+
+    real_thread = threading.Thread   # pipconfig.threading is this module: the runner below needs the real one
+
+    class NoThread(threading.Thread):
+        def start(self):
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(pipconfig.threading, "Thread", NoThread)
+    (tmp_path / "wheels").mkdir()
+    host = HostPip(find_links=(str(tmp_path / "wheels"),))
+    servers = []
+    real_server = pipconfig.socketserver.ThreadingTCPServer
+    monkeypatch.setattr(pipconfig.socketserver, "ThreadingTCPServer",
+                        lambda *a, **k: servers.append(real_server(*a, **k)) or servers[-1])
+    outcome: list[BaseException] = []
+
+    def enter() -> None:
+        try:
+            with pip_secrets(host):
+                pass
+        except RuntimeError as exc:
+            outcome.append(exc)
+
+    runner = real_thread(target=enter, daemon=True)
+    runner.start()
+    runner.join(timeout=15)
+    assert not runner.is_alive(), "pip_secrets hung on a file server whose thread never started"
+    assert [str(e) for e in outcome] == ["can't start new thread"]
+    assert servers and servers[0].socket.fileno() == -1   # closed

@@ -303,8 +303,8 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
                     handle.write(text)
             yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, file_urls=file_urls)
         finally:
-            if server is not None:
-                server.shutdown()
-                server.server_close()
-            if thread is not None:
+            if thread is not None and thread.is_alive():
+                server.shutdown()   # waits for serve_forever: only a thread that started runs it
                 thread.join(timeout=10)
+            if server is not None:
+                server.server_close()
