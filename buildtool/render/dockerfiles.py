@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import tempfile
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,12 +145,10 @@ def _tidy(text: str) -> str:
 def _template_location(exc: BaseException, templates_dir: Path) -> str:
     """Innermost template frame of a Jinja2 error, as `templates/<file>:<line>`."""
     where = ""
-    tb = exc.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        filename = frame.f_code.co_filename
         if filename.startswith(str(templates_dir)):
-            where = f"templates/{Path(filename).relative_to(templates_dir)}:{tb.tb_lineno}"
-        tb = tb.tb_next
+            where = f"templates/{Path(filename).relative_to(templates_dir)}:{line}"
     return where
 
 
