@@ -79,13 +79,11 @@ def dump_workflow(doc: dict[str, Any], cells_note: str) -> bytes:
 def _labels_expr(options: WorkflowOptions, platform: str = "linux/amd64") -> str:
     """The runs-on of `platform`'s GPU runners: the repository variable when set, else the default labels."""
     if platform == "linux/amd64":
-        labels, variable = options.gpu_labels, "GPU_RUNNER_LABELS"
-    else:
-        found = dict(options.platform_gpu_labels).get(platform)
-        if found is None:   # fail closed: a GPU cell of a platform with no runners would never be validated
-            raise ValueError(f"no GPU runner labels for {platform}; add them to WorkflowOptions.platform_gpu_labels")
-        labels, variable = found, f"GPU_RUNNER_LABELS_{platforms.get(platform).architecture.upper()}"
-    return _runs_on(variable, labels)
+        return _runs_on("GPU_RUNNER_LABELS", options.gpu_labels)
+    found = dict(options.platform_gpu_labels).get(platform)
+    if found is None:   # fail closed: a GPU cell of a platform with no runners would never be validated
+        raise ValueError(f"no GPU runner labels for {platform}; add them to WorkflowOptions.platform_gpu_labels")
+    return _runs_on(f"GPU_RUNNER_LABELS_{platforms.get(platform).architecture.upper()}", found)
 
 
 def _runs_on(variable: str, labels: tuple[str, ...]) -> str:
