@@ -67,9 +67,7 @@ def _unset_nulls(value: Any) -> Any:
 
 def _layer(data: Any) -> dict[str, Any]:
     """A layer's cell fields as written (already validated)."""
-    if not isinstance(data, dict):
-        return {}
-    return {k: _unset_nulls(v) for k, v in data.items() if k in _CELL_KEYS and v is not None}
+    return {k: v for k, v in _unset_nulls(data).items() if k in _CELL_KEYS} if isinstance(data, dict) else {}
 
 
 def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:

@@ -46,22 +46,16 @@ def parse_matrix(doc: Located, templates_dir: Path | None = None, tests_dir: Pat
 IMAGE_TESTS = "image-tests"
 
 
-def tests_dir_for(path: Path, tests_dir: Path | None = None) -> tuple[Path, str]:
-    """The image-tests folder of the matrix at `path` (beside it, unless named) and how errors show
-    it: relative to the matrix's folder when inside it."""
+def load_matrix(path: Path, templates_dir: Path | None = None, display: str | None = None,
+                tests_dir: Path | None = None) -> Matrix:
+    """Load and validate `matrix.yaml`; raises MatrixError (exit 2) naming file:line and key. Every
+    test group a cell names must be a folder of `tests_dir` (default: image-tests/ beside the matrix), which
+    errors show relative to the matrix's folder when inside it."""
     folder = tests_dir if tests_dir is not None else path.parent / IMAGE_TESTS
     try:
         shown = str(folder.resolve().relative_to(path.parent.resolve()))
     except ValueError:
         shown = str(folder)
-    return folder, shown
-
-
-def load_matrix(path: Path, templates_dir: Path | None = None, display: str | None = None,
-                tests_dir: Path | None = None) -> Matrix:
-    """Load and validate `matrix.yaml`; raises MatrixError (exit 2) naming file:line and key. Every
-    test group a cell names must be a folder of `tests_dir` (default: image-tests/ beside the matrix)."""
-    folder, shown = tests_dir_for(path, tests_dir)
     with paused_gc():
         return parse_matrix(load_yaml(path, display), templates_dir, folder, shown, path.parent)
 

@@ -210,10 +210,6 @@ class CellPlan:
         }
 
 
-def expand_tag(template: str, cell: Cell, release: str) -> str:
-    return names.expand_tag(template, cell.version, release)
-
-
 def plan_cell(cell: Cell, settings: Settings, revision: str, release: str = "{release}") -> CellPlan:
     base = mirror_base(cell.base, settings.base_mirror)
     return CellPlan(
@@ -222,8 +218,8 @@ def plan_cell(cell: Cell, settings: Settings, revision: str, release: str = "{re
         dev_repo=names.dev_repo(settings.registry, cell.name),
         dev_tag=names.dev_tag(revision, cell.version),
         release_repo=names.release_repo(settings.release_registry, cell.name),
-        release_tags=tuple(expand_tag(t, cell, release) for t in cell.release_tags),
-        moving_tags=tuple(expand_tag(t, cell, release) for t in cell.moving_tags),
+        release_tags=tuple(names.expand_tag(t, cell.version, release) for t in cell.release_tags),
+        moving_tags=tuple(names.expand_tag(t, cell.version, release) for t in cell.moving_tags),
         base=base,
         build_args={"BASE_IMAGE": base},
     )

@@ -34,7 +34,6 @@ from buildtool.common.sizes import size_bytes
 from buildtool.contracts import frameworks, nvlibs, platforms, runprofile, sitetests
 from buildtool.matrix import values
 
-SCHEMA_VERSION = values.SCHEMA_VERSION
 UlimitName = Literal["memlock", "stack", "nofile", "nproc", "core", "fsize", "cpu", "as", "data", "rss", "rtprio",
                      "sigpending"]
 

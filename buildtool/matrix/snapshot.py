@@ -34,12 +34,12 @@ _CODE_DIRS = ("common", "contracts", "matrix")
 
 
 class Record:
-    """Attribute access to a snapshot's values; zero-argument methods return their stored result."""
+    """Attribute access to a stored object's values; zero-argument methods return their stored result."""
 
-    def __init__(self, values: dict[str, Any], calls: dict[str, Any]) -> None:
-        self.__dict__.update(values)
-        for name, result in calls.items():
-            self.__dict__[name] = _returning(result)
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.__dict__.update({name: _rebuild(value) for name, value in record["values"].items()})
+        for name, result in record["calls"].items():
+            self.__dict__[name] = _returning(_rebuild(result))
 
     def __repr__(self) -> str:
         return f"Record({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items() if not callable(v))})"
@@ -54,10 +54,10 @@ def _returning(result: Any) -> Callable[[], Any]:
 class MatrixSnapshot(Record):
     cells: tuple[Any, ...]
 
-    def __init__(self, values: dict[str, Any], calls: dict[str, Any], selections: dict[str, list[int]],
-                 load: Callable[[], Any]) -> None:
-        super().__init__(values, calls)
-        self._selections, self._load = selections, load
+    def __init__(self, data: dict[str, Any], load: Callable[[], Any]) -> None:
+        super().__init__(data["matrix"])
+        self.cells = tuple(Record(c) for c in data["cells"])
+        self._selections, self._load = data["selections"], load
 
     def select(self, framework: str | None) -> list[Any]:
         picked = self._selections.get("" if framework is None else framework)
@@ -164,8 +164,7 @@ def _rebuild(data: Any) -> Any:
         if "d" in data:
             return {k: _rebuild(v) for k, v in data["d"].items()}
         if "o" in data:
-            return Record({k: _rebuild(v) for k, v in data["o"]["values"].items()},
-                          {k: _rebuild(v) for k, v in data["o"]["calls"].items()})
+            return Record(data["o"])
     return data
 
 
@@ -205,11 +204,7 @@ def read(key: str, load: Callable[[], Any]) -> MatrixSnapshot | None:
         return None
     if not isinstance(data, dict) or data.get("version") != _VERSION:
         return None
-    cells = tuple(_rebuild({"o": c}) for c in data["cells"])
-    values = {k: _rebuild(v) for k, v in data["matrix"]["values"].items()}
-    calls = {k: _rebuild(v) for k, v in data["matrix"]["calls"].items()}
-    values["cells"] = cells
-    return MatrixSnapshot(values, calls, data["selections"], load)
+    return MatrixSnapshot(data, load)
 
 
 def selection_names(matrix: Any) -> list[str]:

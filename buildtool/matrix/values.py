@@ -56,9 +56,8 @@ PLAUSIBLE_REVISION = "0123456789ab-dirty.01234567"
 
 def suggest(word: str, choices: list[str] | tuple[str, ...]) -> str:
     """`; did you mean `versions`?` when `word` is close to one of `choices`, else ``."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    if not close and word.lower() in [c.lower() for c in choices]:
-        close = [next(c for c in choices if c.lower() == word.lower())]
+    close = (difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+             or [c for c in choices if c.lower() == word.lower()][:1])
     return f"; did you mean `{close[0]}`?" if close else ""
 
 

@@ -17,9 +17,9 @@ from buildtool.common.documents import render_document
 from buildtool.contracts import frameworks
 from buildtool.contracts.driver_rules import forward_compat_summary
 from buildtool.contracts.gpu import min_driver
+from buildtool.contracts.names import expand_tag
 from buildtool.contracts.releases import RELEASES_DIR, latest_by_cell
 from buildtool.contracts.versions import SCHEMES, ngc_release
-from buildtool.matrix.plan import expand_tag
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell, Matrix
@@ -50,7 +50,8 @@ def _cell_view(cell: Cell, released: dict[str, dict[str, Any]]) -> dict[str, Any
     return {
         "cell": cell,
         "platforms": _platforms_line(cell),
-        "tags": [f"{cell.name}:{expand_tag(t, cell, '<release>')}" for t in [*cell.release_tags, *cell.moving_tags]],
+        "tags": [f"{cell.name}:{expand_tag(t, cell.version, '<release>')}"
+                 for t in [*cell.release_tags, *cell.moving_tags]],
         "released": None if not latest else {
             **latest,
             "tags": [f"{cell.name}:{t}" for t in latest["tags"]],

@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import tempfile
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,12 +145,10 @@ def _tidy(text: str) -> str:
 def _template_location(exc: BaseException, templates_dir: Path) -> str:
     """Innermost template frame of a Jinja2 error, as `templates/<file>:<line>`."""
     where = ""
-    tb = exc.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        filename = frame.f_code.co_filename
         if filename.startswith(str(templates_dir)):
-            where = f"templates/{Path(filename).relative_to(templates_dir)}:{tb.tb_lineno}"
-        tb = tb.tb_next
+            where = f"templates/{Path(filename).relative_to(templates_dir)}:{line}"
     return where
 
 
@@ -163,15 +162,21 @@ def uv_pin(templates_dir: Path) -> dict[str, str]:
     return {"version": version, "requirement": requirement}
 
 
-def _read_pins(root: Path, cell: Cell, platform: str | None) -> list[str] | None:
-    """The pins of one platform's apt.lock (None: its only one); None when the file is not there."""
+def _lock_folder(root: Path, cell: Cell, platform: str | None) -> tuple[platforms.Platform, Path]:
+    """contracts.locks.platform_folder of the cell's Dockerfile under `root`, its refusal a TemplateError."""
     try:
-        known, folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
+        return platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
     except UserError as exc:
         raise TemplateError(str(exc)) from None
+
+
+def _read_pins(root: Path, cell: Cell, platform: str | None) -> tuple[str, Path, list[str] | None]:
+    """(architecture, lock folder, pins of its apt.lock) of one platform (None: the cell's only one); the pins
+    None when the file is not there."""
+    known, folder = _lock_folder(root, cell, platform)
     path = folder / APT_LOCK
     if not path.is_file():
-        return None
+        return known.architecture, folder, None
     rel = path.relative_to(root)
     try:
         lock = parse_apt_lock(path.read_text())
@@ -184,7 +189,7 @@ def _read_pins(root: Path, cell: Cell, platform: str | None) -> list[str] | None
         # A hand-edited pin (well formed, but not what `buildtool lock` resolved) never reaches a Dockerfile.
         raise TemplateError(f"{rel}: its entries no longer match its recorded digest ({lock.header['entries']}): "
                             f"it was edited by hand; run `make lock FRAMEWORK={cell.key}`")
-    return lock.pins()
+    return known.architecture, folder, lock.pins()
 
 
 def apt_pins(root: Path | None, cell: Cell) -> dict[str, Any] | None:
@@ -195,27 +200,23 @@ def apt_pins(root: Path | None, cell: Cell) -> dict[str, Any] | None:
     if root is None:
         return None
     if not cell.multi_platform:
-        pins = _read_pins(root, cell, None)
+        pins = _read_pins(root, cell, None)[2]
         return None if pins is None else {"pins": pins}
-    by_arch = {platform_folder(Path(cell.dockerfile).parent, cell.key, cell.platforms, p)[0].architecture:
-               _read_pins(root, cell, p) for p in cell.platforms}
+    read = [_read_pins(root, cell, p) for p in cell.platforms]
+    by_arch = {arch: pins for arch, _, pins in read}
     if all(pins is None for pins in by_arch.values()):
         return None
     found: dict[str, Any] = {"by_arch": by_arch}
     if cell.native_installs:
-        found["debs_by_arch"] = {}
-        for platform in cell.platforms:
-            arch = platforms.get(platform).architecture
-            pins = by_arch[arch]
-            found["debs_by_arch"][arch] = None if pins is None else _with_deb_hashes(root, cell, platform, pins)
+        found["debs_by_arch"] = {arch: None if pins is None else _with_deb_hashes(root, cell, folder, pins)
+                                 for arch, folder, pins in read}
     return found
 
 
-def _with_deb_hashes(root: Path, cell: Cell, platform: str, pins: list[str]) -> list[str]:
-    """`name=version sha256` for each pin of one platform, the sha256 its debs.sha256 records; NOT_SERVED
-    where it records none (or has no line, or no file): the rendered fetch of that .deb stops the build, naming
-    it, as a missing apt.lock does. A debs.sha256 that does not parse is an error."""
-    folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)[1]
+def _with_deb_hashes(root: Path, cell: Cell, folder: Path, pins: list[str]) -> list[str]:
+    """`name=version sha256` for each pin of one platform (its locks in `folder`), the sha256 its debs.sha256
+    records; NOT_SERVED where it records none (or has no line, or no file): the rendered fetch of that .deb stops
+    the build, naming it, as a missing apt.lock does. A debs.sha256 that does not parse is an error."""
     path = folder / DEB_HASHES
     hashes: dict[str, str] = {}
     if path.is_file():
@@ -252,10 +253,7 @@ def wheel_platforms(root: Path | None, cell: Cell) -> dict[str, str]:
         return {}
     found = {}
     for platform in cell.platforms:
-        try:
-            known, folder = platform_folder((root / cell.dockerfile).parent, cell.key, cell.platforms, platform)
-        except UserError as exc:
-            raise TemplateError(str(exc)) from None
+        known, folder = _lock_folder(root, cell, platform)
         glibc = _base_glibc(folder, root, cell)
         if glibc is not None:
             found[known.architecture] = f"{known.machine}-manylinux_{glibc[0]}_{glibc[1]}"

@@ -79,14 +79,16 @@ def dump_workflow(doc: dict[str, Any], cells_note: str) -> bytes:
 def _labels_expr(options: WorkflowOptions, platform: str = "linux/amd64") -> str:
     """The runs-on of `platform`'s GPU runners: the repository variable when set, else the default labels."""
     if platform == "linux/amd64":
-        labels, variable = options.gpu_labels, "GPU_RUNNER_LABELS"
-    else:
-        found = dict(options.platform_gpu_labels).get(platform)
-        if found is None:   # fail closed: a GPU cell of a platform with no runners would never be validated
-            raise ValueError(f"no GPU runner labels for {platform}; add them to WorkflowOptions.platform_gpu_labels")
-        labels, variable = found, f"GPU_RUNNER_LABELS_{platforms.get(platform).architecture.upper()}"
-    default = json.dumps(list(labels), separators=(",", ":"))
-    return "${{ fromJSON(vars." + variable + " || '" + default + "') }}"
+        return _runs_on("GPU_RUNNER_LABELS", options.gpu_labels)
+    found = dict(options.platform_gpu_labels).get(platform)
+    if found is None:   # fail closed: a GPU cell of a platform with no runners would never be validated
+        raise ValueError(f"no GPU runner labels for {platform}; add them to WorkflowOptions.platform_gpu_labels")
+    return _runs_on(f"GPU_RUNNER_LABELS_{platforms.get(platform).architecture.upper()}", found)
+
+
+def _runs_on(variable: str, labels: tuple[str, ...]) -> str:
+    """A runs-on of the repository variable VARIABLE when set, else of LABELS."""
+    return "${{ fromJSON(vars." + variable + " || '" + json.dumps(list(labels), separators=(",", ":")) + "') }}"
 
 
 def native_gpu_cells(matrix: Matrix) -> dict[str, list[str]]:
@@ -127,20 +129,16 @@ def _job_id(platform: str) -> str:
     return f"validate-{platform.replace('/', '-')}"
 
 
-def _setup_steps() -> list[dict[str, Any]]:
-    return [
-        {"uses": CHECKOUT},
-        {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
-        {"name": "Install the toolkit", "run": "python -m pip install -e '.[dev]'"},
-    ]
-
-
-def _self_hosted_setup() -> list[dict[str, Any]]:
-    # Self-hosted runners keep their engine and Python; a venv per job keeps runs apart.
-    return [
-        {"uses": CHECKOUT},
-        {"name": "Install the toolkit", "run": "python3 -m venv .venv\n.venv/bin/python -m pip install -e '.[dev]'\n"},
-    ]
+HOSTED_SETUP = (
+    {"uses": CHECKOUT},
+    {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
+    {"name": "Install the toolkit", "run": "python -m pip install -e '.[dev]'"},
+)
+# Self-hosted runners keep their engine and Python; a venv per job keeps runs apart.
+SELF_HOSTED_SETUP = (
+    {"uses": CHECKOUT},
+    {"name": "Install the toolkit", "run": "python3 -m venv .venv\n.venv/bin/python -m pip install -e '.[dev]'\n"},
+)
 
 
 def _plan_job(runs_on: str, cells: list[str]) -> dict[str, Any]:
@@ -150,7 +148,7 @@ def _plan_job(runs_on: str, cells: list[str]) -> dict[str, Any]:
         "timeout-minutes": 10,
         "outputs": {"matrix": "${{ steps.plan.outputs.matrix }}"},
         "steps": [
-            *_setup_steps(),
+            *HOSTED_SETUP,
             {"id": "plan", "name": "Plan the cells",
              "run": (f"mkdir -p {WRITES}\npython -m buildtool plan --json > {PLAN_FILE}\n"
                      f"python -m buildtool workflows ci-matrix --plan {PLAN_FILE} --cells {','.join(cells)} "
@@ -166,7 +164,6 @@ def _cells_note(label: str, cells: list[str]) -> str:
 
 def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
     cpu_cells = [c.key for c in matrix.cells if not c.needs_gpu]
-    setup = _setup_steps()
     doc: dict[str, Any] = {
         "name": "pull-request",
         "on": {"pull_request": {}, "push": {"branches": ["main"]}},
@@ -176,19 +173,19 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
             "check": {
                 "name": "generated files match matrix.yaml",
                 "runs-on": HOSTED_RUNNER, "timeout-minutes": 10,
-                "steps": [*setup,
+                "steps": [*HOSTED_SETUP,
                           {"name": "Drift check", "run": "make check"},
                           {"name": "Workflow schema",
                            "run": "check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml"}],
             },
             "lint": {
                 "runs-on": HOSTED_RUNNER, "timeout-minutes": 10,
-                "steps": [*setup, {"name": "ruff and hadolint", "run": "make lint"}],
+                "steps": [*HOSTED_SETUP, {"name": "ruff and hadolint", "run": "make lint"}],
             },
             "test": {
                 "name": "toolkit tests",
                 "runs-on": HOSTED_RUNNER, "timeout-minutes": 45,
-                "steps": [*setup,
+                "steps": [*HOSTED_SETUP,
                           {"name": "Engine, registry and browser", "run": "make setup"},
                           {"name": "Tests", "run": "make test"},
                           {"if": "always()", "uses": UPLOAD,
@@ -203,7 +200,7 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
                 "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
                 # Bases come from the job's own registry (mmdebstrap Debian), as on a machine without Docker Hub.
                 "env": {"BASE_MIRROR": "${{ vars.BASE_MIRROR || '127.0.0.1:5000' }}"},
-                "steps": [*setup,
+                "steps": [*HOSTED_SETUP,
                           {"name": "Engine and registry", "run": "make setup"},
                           {"name": "Bases", "run": "make bases FRAMEWORK='${{ matrix.cell }}'"},
                           {"name": "Build and push ${{ matrix.dev_image }}",
@@ -226,10 +223,7 @@ REGISTRY_CHECK = """case "$REGISTRY" in
 esac
 echo "shared registry: $REGISTRY"
 """
-
-
-def _registry_check() -> dict[str, Any]:
-    return {"name": "Check the shared registry", "run": REGISTRY_CHECK}
+REGISTRY_STEP = {"name": "Check the shared registry", "run": REGISTRY_CHECK}
 
 
 # The last nights' verdicts, one folder per night (the Makefile's NIGHTLY_HISTORY): restored from the Actions cache
@@ -261,25 +255,24 @@ RESTORE_HISTORY = {"name": "Last nights' verdicts", "uses": CACHE_RESTORE,
 
 @dataclass(frozen=True)
 class _Nightly:
-    """What the nightly's jobs share: the site's options, the runners' labels and their set-up steps."""
+    """What the nightly's jobs share: the site's options and the runners' labels."""
 
     options: WorkflowOptions
     labels: str
-    setup: tuple[dict[str, Any], ...]
 
     def job(self, name: str, needs: str | list[str], minutes: int, steps: list[dict[str, Any]], runs_on: str = "",
             **more: Any) -> dict[str, Any]:
         """A job that runs once NEEDS have ended, whatever became of them, on RUNS_ON (default: the GPU runners),
         with `more` (its strategy, env): the shared registry checked and the toolkit set up before STEPS."""
         return {"name": name, "needs": needs, "if": "${{ !cancelled() }}", "runs-on": runs_on or self.labels,
-                "timeout-minutes": minutes, **more, "steps": [_registry_check(), *self.setup, *steps]}
+                "timeout-minutes": minutes, **more, "steps": [REGISTRY_STEP, *SELF_HOSTED_SETUP, *steps]}
 
 
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
     cells = [c.key for c in matrix.cells]
-    night = _Nightly(options, _labels_expr(options), tuple(_self_hosted_setup()))
+    night = _Nightly(options, _labels_expr(options))
     plan = _plan_job(HOSTED_RUNNER, cells)
-    plan["steps"].insert(0, _registry_check())
+    plan["steps"].insert(0, REGISTRY_STEP)
     jobs: dict[str, Any] = {"plan": plan, "build-validate": _build_validate_job(night, matrix)}
     needs = ["build-validate"]
     for platform, gpu_cells in native_gpu_cells(matrix).items():
@@ -323,7 +316,7 @@ def _build_validate_job(night: _Nightly, matrix: Matrix) -> dict[str, Any]:
         # The bus bandwidth is compared with the median of the last nights' verdicts of the cell on
         # the same GPUs (nightly-validate passes the history when there is one).
         "env": GPU_ENV,
-        "steps": [_registry_check(), *night.setup,
+        "steps": [REGISTRY_STEP, *SELF_HOSTED_SETUP,
                   {"name": "Build and push ${{ matrix.dev_image }}",
                    "run": "make push FRAMEWORK='${{ matrix.cell }}'",
                    # The build jobs' key signs each image's provenance and SBOM (`buildtool keys --role
@@ -400,10 +393,9 @@ def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
             "release": {
                 "name": "release ${{ inputs.version }}",
                 # On the site's own runners: they reach the registry the nightly pushed dev images to.
-                "runs-on": "${{ fromJSON(vars.RELEASE_RUNNER_LABELS || '" + json.dumps(list(DEFAULT_RELEASE_LABELS),
-                                                                                      separators=(",", ":")) + "') }}",
+                "runs-on": _runs_on("RELEASE_RUNNER_LABELS", DEFAULT_RELEASE_LABELS),
                 "timeout-minutes": 30,
-                "steps": [*_self_hosted_setup(),
+                "steps": [*SELF_HOSTED_SETUP,
                           {"name": "Check the version",
                            "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
                                   f"--release \"$VERSION\" --json > {RELEASE_PLAN_FILE}\n",
