@@ -303,7 +303,7 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
                     handle.write(text)
             yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, file_urls=file_urls)
         finally:
-            if thread is not None and thread.is_alive():
+            if server is not None and thread is not None and thread.is_alive():
                 server.shutdown()   # waits for serve_forever: only a thread that started runs it
                 thread.join(timeout=10)
             if server is not None:
