@@ -146,3 +146,26 @@ def test_content_key_changes_with_each_input():
                 content_key(b"FROM x\n", "sha256:bb", {"client": "docker"}),
                 content_key(b"FROM x\n", "sha256:aa", {"client": "buildx"}),
                 content_key(b"FROM x\n", "sha256:aa", {"client": "docker"}, {"f": b"1"})}) == 5
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    # A list of plain registries passed the settings check item by item, then became the base reference
+    # "127.0.0.1:5000,127.0.0.1:5001/library/python:...".
+    ("127.0.0.1:5000,127.0.0.1:5001", "BASE_MIRROR='127.0.0.1:5000,127.0.0.1:5001' names 2 registries"),
+    # The same upstream twice: which mirror served it depended on the order of the pairs.
+    ("docker.io=a.example,docker.io=b.example", "BASE_MIRROR names docker.io twice"),
+    ("127.0.0.1:5000,nvcr.io=ngc.local", "BASE_MIRROR item '127.0.0.1:5000' is not `upstream-host=mirror`"),
+])
+def test_settings_and_mirror_base_refuse_the_same_base_mirror(value: str, fragment: str):
+    """Settings.from_env and mirror_base read BASE_MIRROR one way: what the first accepts, the second maps."""
+    with pytest.raises(UserError, match=re.escape(fragment)):
+        Settings.from_env({"BASE_MIRROR": value})
+    with pytest.raises(UserError, match=re.escape(fragment)):
+        mirror_base("python:3.12-slim-bookworm", value)
+
+
+def test_an_empty_item_of_base_mirror_is_ignored_by_every_reader():
+    """`docker.io=m.example,` (a trailing comma): the settings check ignored the empty item, mirror_base refused it."""
+    settings = Settings.from_env({"BASE_MIRROR": "docker.io=m.example,"})
+    mapped = mirror_base("python:3.12-slim-bookworm", settings.base_mirror)
+    assert mapped == "m.example/library/python:3.12-slim-bookworm"

@@ -47,13 +47,7 @@ class Settings:
         )
         check_registry("REGISTRY", settings.registry)
         check_registry("RELEASE_REGISTRY", settings.release_registry)
-        for item in filter(None, (i.strip() for i in settings.base_mirror.split(","))):
-            upstream, sep, mirror = item.rpartition("=")
-            if sep and not (upstream and mirror):
-                raise UserError(f"BASE_MIRROR item {item!r} is not `upstream-host=mirror`")
-            if sep:
-                check_registry("BASE_MIRROR upstream", upstream)
-            check_registry("BASE_MIRROR", mirror)
+        base_mirrors(settings.base_mirror)
         return settings
 
 
@@ -70,6 +64,28 @@ def check_registry(setting: str, value: str) -> str:
     return value
 
 
+def base_mirrors(base_mirror: str) -> str | dict[str, str]:
+    """BASE_MIRROR as every reader takes it (settings and mirror_base read it here, so they cannot differ): ''
+    (none), one registry, or {upstream host: mirror}. Anything else is refused: a list of plain registries
+    would have become a reference no engine pulls, a host named twice a mirror chosen by position."""
+    items = [item.strip() for item in base_mirror.split(",") if item.strip()]
+    if not any("=" in item for item in items):
+        if len(items) > 1:
+            raise UserError(f"BASE_MIRROR={base_mirror!r} names {len(items)} registries: set one registry, or "
+                            "`upstream-host=mirror` pairs separated by commas")
+        return check_registry("BASE_MIRROR", items[0]).rstrip("/") if items else ""
+    pairs: dict[str, str] = {}
+    for item in items:
+        upstream, sep, mirror = item.partition("=")
+        if not sep or not upstream or not mirror:
+            raise UserError(f"BASE_MIRROR item {item!r} is not `upstream-host=mirror`")
+        if upstream in pairs:
+            raise UserError(f"BASE_MIRROR names {upstream} twice: keep one `{upstream}=mirror` pair")
+        check_registry("BASE_MIRROR upstream", upstream)
+        pairs[upstream] = check_registry("BASE_MIRROR", mirror)
+    return pairs
+
+
 def mirror_base(base: str, base_mirror: str) -> str:
     """Map an upstream base to its mirror.
 
@@ -77,20 +93,16 @@ def mirror_base(base: str, base_mirror: str) -> str:
     upstream, `127.0.0.1:5000` -> `127.0.0.1:5000/nvidia/pytorch:25.10-py3`, or a comma list
     of `upstream-host=mirror` pairs for sites with one pull-through cache per upstream.
     """
-    if not base_mirror:
+    mirrors = base_mirrors(base_mirror)
+    if not mirrors:
         return base
     host, path, tag = split_reference(base)
-    target = base_mirror
-    if "=" in base_mirror:
-        pairs = {}
-        for item in base_mirror.split(","):
-            upstream, sep, mirror = item.strip().partition("=")
-            if not sep or not upstream or not mirror:
-                raise UserError(f"BASE_MIRROR item {item!r} is not `upstream-host=mirror`")
-            pairs[upstream] = mirror
-        if host not in pairs:
+    if isinstance(mirrors, dict):
+        if host not in mirrors:
             return base
-        target = pairs[host]
+        target = mirrors[host]
+    else:
+        target = mirrors
     sep = "" if tag.startswith("@") else ":"
     return f"{target.rstrip('/')}/{path}{sep}{tag}"
 
