@@ -6,14 +6,8 @@ run profile -> `pytest image-tests/<groups>` with a target file -> JUnit XML + J
 under reports/ -> the verdict (buildtool.contracts.verdict: what ran, what the groups define, what
 a selection left out) signed and attached to the image digest in its registry repository (buildtool.validate.verdicts).
 
-GPUs: the matrix says whether a cell needs them, the runner says what it has (`nvidia-smi`:
-model, count, driver, the CUDA the driver supports) and the engine says whether containers get
-them (a throwaway `docker run --gpus`). GPU tests run only where the cell's containers have
-GPUs; elsewhere they are skipped with the reason and the verdict of a GPU cell is `incomplete`
-(contracts.verdict.derive_result), never `passed`. A runner that lists GPUs the engine cannot
-give to containers (no NVIDIA Container Toolkit, a driver too old for the image's CUDA), or a
-runner declared a GPU runner (--require-gpu, DL_IMAGES_REQUIRE_GPU) that cannot see its GPUs,
-fails with exit 1 and a message naming the fix, before any test runs.
+GPUs (docs/gpu.md): GPU tests run only where the cell's containers have GPUs, else a GPU cell's verdict is
+`incomplete` (contracts.verdict.derive_result); a runner at fault fails with exit 1 before any test runs.
 
 Bounded in time: the cell's `validate.deadline_s` (matrix) is the image's whole budget. The image
 tests cut every probe to what is left of it (less RESERVE_S for teardown) and report a hang as
