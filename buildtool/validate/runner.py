@@ -161,7 +161,7 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     if rule:
         log(f"{cell.key}: {rule}")
         inventory = dataclasses.replace(inventory, driver_rule=rule)
-    seen = inventory.as_dicts()
+    seen = [{"index": g.index, "name": g.name, "driver": g.driver} for g in inventory.gpus]
     # An emulated GPU run is not a GPU run: no GPUs for containers of another architecture.
     wanted = run_flags(cell, image.labels, [] if image.emulated else seen, log)
     flags, not_granted = probe_flags(image.run_ref, wanted, log, cell.cuda)
@@ -202,8 +202,6 @@ def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
         f"GPUs: {gpu_note}")
     started_at = dt.datetime.now(dt.UTC)
     fired: list[bool] = []
-    # The run's bridge network (its containers reach each other across network namespaces, as nodes do):
-    # made here, removed after the containers however the run ends.
     with network.run_network(plan.run_id):
         try:
             rc = _run_pytest(argv, root, out_dir / "pytest.log",
