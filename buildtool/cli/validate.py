@@ -206,11 +206,8 @@ def _validate_all(refs: list[str], wanted: list[str], loaded: Matrix, root: Path
     """One verdict per image, or per platform manifest of an image index (foreign ones under QEMU)."""
     from buildtool.validate.runner import validate_image
 
-    verdicts = []
-    for ref in refs:
-        for one in _ref_platforms(ref, wanted):
-            verdicts.append(validate_image(ref, loaded, root, options, log, one))
-    return verdicts
+    return [validate_image(ref, loaded, root, options, log, one)
+            for ref in refs for one in _ref_platforms(ref, wanted)]
 
 
 def _ref_platforms(ref: str, wanted: list[str]) -> list[str | None]:
