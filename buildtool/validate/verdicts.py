@@ -165,7 +165,8 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
             findings.rejected.append(Rejected(ref.digest, "unsigned: a plain verdict artifact, not a signed "
                                                           "attestation (hand-pushed?)"))
             continue
-        if ref.artifact_type != ATTESTATION_TYPE and not is_bundle(ref, _verdict_predicate):
+        verdict_bundle = is_bundle(ref, lambda t: t.startswith(VERDICT_PREDICATE_PREFIX))
+        if ref.artifact_type != ATTESTATION_TYPE and not verdict_bundle:
             if candidates[ref.digest] != "listed":
                 kind = ref.artifact_type or "(no artifact type)"
                 findings.blocking.append(f"{ref.digest}, {candidates[ref.digest]}, is a {kind}, not a verdict "
@@ -233,10 +234,6 @@ def _read_one(reading: _Reading, ref: Referrer) -> None:
         findings.rejected.append(Rejected(ref.digest, f"a pass whose time cannot be placed: {why}"))
     else:
         findings.unplaced.append((found, why))
-
-
-def _verdict_predicate(predicate_type: str) -> bool:
-    return predicate_type.startswith(VERDICT_PREDICATE_PREFIX)
 
 
 def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) -> dict[str, str]:
