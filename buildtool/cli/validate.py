@@ -31,8 +31,7 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.common.tsa import using
 from buildtool.contracts import frameworks
 from buildtool.contracts.arguments import check_arguments
-from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
-from buildtool.validate.options import DEFAULT_JOBS
+from buildtool.validate.options import DEFAULT_JOBS, DEFAULT_JOIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Matrix
@@ -112,7 +111,7 @@ def validate(
     select: SelectOption = None,
     peer: PeerOption = None,
     cell: CellOption = None,
-    rdzv_join_timeout: JoinTimeoutOption = float(JOIN_TIMEOUT_S),
+    rdzv_join_timeout: JoinTimeoutOption = DEFAULT_JOIN_TIMEOUT_S,
     deadline: DeadlineOption = None,
     reports: ReportsOption = Path("reports"),
     require_gpu: RequireGpuOption = False,
