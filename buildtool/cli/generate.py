@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
 def all_outputs(project: Project, matrix: Matrix) -> Outputs:
     """Every generated file: Dockerfiles, the catalogue and the CI workflows."""
+    from functools import partial
+
     from buildtool.render.catalogue import catalogue_outputs
     from buildtool.render.dockerfiles import render_outputs
     from buildtool.render.workflows import workflow_outputs
 
-    def catalogue(m: Matrix) -> dict[str, bytes]:
-        return catalogue_outputs(m, project.root)
-
+    catalogue = partial(catalogue_outputs, root=project.root)
     return render_outputs(matrix, project.templates, extras=(catalogue, workflow_outputs), root=project.root)
 
 

@@ -46,10 +46,7 @@ def fast_release(args: list[str]) -> bool:
         return False
     if unknown or not parsed.version:
         return False   # typer says what is wrong, as it does for every other command
-    run_release(version=parsed.version, from_sha=parsed.from_sha, framework=parsed.framework,
-                dry_run=parsed.dry_run, force=parsed.force, accept_skip=parsed.accept_skip,
-                trust_local_key=parsed.trust_local_key, as_json=parsed.as_json,
-                matrix=Path(parsed.matrix) if parsed.matrix else None)
+    run_release(**{**vars(parsed), "matrix": Path(parsed.matrix) if parsed.matrix else None})
     return True
 
 

@@ -161,8 +161,6 @@ def _gpu_counts(counts: str) -> list[int]:
 
 def _with_probed_flags(launcher: Launcher) -> Launcher:
     """As validate does: an engine that cannot grant a ulimit runs with its default, and says so."""
-    from dataclasses import replace
-
     from buildtool.validate.probe import probe_flags
 
     kept, _ = probe_flags(launcher.image, list(launcher.docker_flags), lambda line: err.print(line, markup=False))

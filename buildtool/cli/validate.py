@@ -31,8 +31,7 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.common.tsa import using
 from buildtool.contracts import frameworks
 from buildtool.contracts.arguments import check_arguments
-from buildtool.contracts.rendezvous import JOIN_TIMEOUT_S
-from buildtool.validate.options import DEFAULT_JOBS
+from buildtool.validate.options import DEFAULT_JOBS, DEFAULT_JOIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Matrix
@@ -112,7 +111,7 @@ def validate(
     select: SelectOption = None,
     peer: PeerOption = None,
     cell: CellOption = None,
-    rdzv_join_timeout: JoinTimeoutOption = float(JOIN_TIMEOUT_S),
+    rdzv_join_timeout: JoinTimeoutOption = DEFAULT_JOIN_TIMEOUT_S,
     deadline: DeadlineOption = None,
     reports: ReportsOption = Path("reports"),
     require_gpu: RequireGpuOption = False,
@@ -206,11 +205,8 @@ def _validate_all(refs: list[str], wanted: list[str], loaded: Matrix, root: Path
     """One verdict per image, or per platform manifest of an image index (foreign ones under QEMU)."""
     from buildtool.validate.runner import validate_image
 
-    verdicts = []
-    for ref in refs:
-        for one in _ref_platforms(ref, wanted):
-            verdicts.append(validate_image(ref, loaded, root, options, log, one))
-    return verdicts
+    return [validate_image(ref, loaded, root, options, log, one)
+            for ref in refs for one in _ref_platforms(ref, wanted)]
 
 
 def _ref_platforms(ref: str, wanted: list[str]) -> list[str | None]:

@@ -34,8 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
-    for item in items:
-        _DESELECTED.append(_id(item.config, item))
+    _DESELECTED.extend(_id(item.config, item) for item in items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

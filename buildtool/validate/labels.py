@@ -61,19 +61,12 @@ def version_proof(cell: Cell) -> str:
     return f"env:{env}" if env else ""
 
 
-def _canonical(text: str | None) -> str | None:
+def _canonical(text: str) -> str:
     """A JSON label in one spelling (sorted keys, compact), or the text itself when it is not JSON."""
-    if text is None:
-        return None
     try:
         return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
     except ValueError:
         return text
-
-
-def run_profile_label(cell: Cell) -> str:
-    """What the label_keys.RUN_PROFILE label must say for this cell (the run profile users are told to use)."""
-    return json.dumps(run_profile(cell.run), sort_keys=True, separators=(",", ":"))
 
 
 def label_checks(matrix: Matrix, cell: Cell, labels: dict[str, str], templates_dir: Path) -> list[dict[str, Any]]:
@@ -81,8 +74,8 @@ def label_checks(matrix: Matrix, cell: Cell, labels: dict[str, str], templates_d
     standin = labels.get(label_keys.STANDIN) == "true"
     stated = template_labels(matrix, cell, templates_dir)
     if label_keys.RUN_PROFILE in labels:  # a build-time label, but it states the cell's run profile
-        stated[label_keys.RUN_PROFILE] = run_profile_label(cell)
-        labels = {**labels, label_keys.RUN_PROFILE: _canonical(labels[label_keys.RUN_PROFILE]) or ""}
+        stated[label_keys.RUN_PROFILE] = json.dumps(run_profile(cell.run), sort_keys=True, separators=(",", ":"))
+        labels = {**labels, label_keys.RUN_PROFILE: _canonical(labels[label_keys.RUN_PROFILE])}
     checks: list[dict[str, Any]] = []
     for key in sorted(set(stated) | (set(label_keys.FACTS) & set(labels))):
         fact = label_keys.FACTS.get(key, "")

@@ -38,9 +38,6 @@ class Inventory:
     interconnect_seen: str = ""     # what topo -m showed (busbw.read_topology: the pairs joined through PCIe)
     driver_rule: str = ""           # which rule admitted this driver for the cell (driver_rules.decide)
 
-    def as_dicts(self) -> list[dict[str, str]]:
-        return [{"index": g.index, "name": g.name, "driver": g.driver} for g in self.gpus]
-
 
 NVIDIA_SMI_TIMEOUT_S = 30
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")

@@ -1,24 +1,11 @@
 """Verdict reuse: `validate` answers with a verdict the registry already holds, instead of running the image tests
 again, when a trusted tester signed that this very run passed (content-addressed, issue 50).
 
-The verdict that counts for the digest and cell (buildtool.validate.verdicts.find_verdicts, then
-Findings.decision(): the one reading release and `verify` use) is reused only when it
-- passed (a failed or incomplete verdict is never reused: a failure is always run again), in the schema validate
-  writes now;
-- is a whole run (no -k selection, nothing deselected), of this platform, native or emulated as this run would be;
-- ran the same image tests (`test_code`), read the same matrix (`matrix_digest`) and checked the cell's library
-  promises as the matrix states them now;
-- names the signed SBOM attached to the digest now;
-- ran on a runner of this runner's class: CPU, or the same GPU model(s), count, driver branch and CUDA version
-  (`runner_class`): a nightly on a runner whose inventory is not the verdict's runs again;
-- did not skip the cross-framework checks for want of a peer image where this run has one;
-and nothing blocks the reading (a verdict of the digest that cannot be read or typed, an overwritten pin). A newer
-failure, or one whose time cannot be placed, is itself the verdict that counts: an older pass is never reused over it.
-
-Whose verdicts: the tester keys of config/trusted-keys.yaml and, only where validate signs with this machine's dev key
-for a loopback registry, that key (as release trusts it with --trust-local-key). Nothing is stored or written: the
-verdict reused is the original, and release reads it as it did before. `validate --rerun` runs the tests whatever
-the registry holds.
+Only the verdict that counts for the digest and cell (Findings.decision(): the reading release and `verify` use)
+is reused, only when it passed and was bound to what this run would be bound to (`Wanted`; `problem` names what
+differs), and only when nothing blocks the reading: a failure is always run again, and an older pass is never
+reused over a newer failure. Nothing is stored or written: release reads the original verdict as it did before.
+The conditions and whose verdicts: docs/release-trust.md, "Validate reuses the verdict that counts".
 """
 
 from __future__ import annotations

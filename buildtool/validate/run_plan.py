@@ -1,8 +1,7 @@
 """One validation run as planned before pytest starts: the image and its cell, what the engine granted (run flags,
 ulimits it could not), the GPUs the tests may use and why not, the run's id, deadline, folders and test groups.
 The target file (validate.targets.build_target) and the verdict (make_verdict) are made from it; what only the run
-adds (its outcome) travels separately. The verdict of a run is pure apart from reading what pytest wrote: what ran,
-what the groups define, what a selection left out, the runner's GPUs, and the result with why it is not `passed`.
+adds (its outcome) travels separately. The verdict of a run is pure apart from reading what pytest wrote.
 """
 
 from __future__ import annotations

@@ -6,14 +6,8 @@ run profile -> `pytest image-tests/<groups>` with a target file -> JUnit XML + J
 under reports/ -> the verdict (buildtool.contracts.verdict: what ran, what the groups define, what
 a selection left out) signed and attached to the image digest in its registry repository (buildtool.validate.verdicts).
 
-GPUs: the matrix says whether a cell needs them, the runner says what it has (`nvidia-smi`:
-model, count, driver, the CUDA the driver supports) and the engine says whether containers get
-them (a throwaway `docker run --gpus`). GPU tests run only where the cell's containers have
-GPUs; elsewhere they are skipped with the reason and the verdict of a GPU cell is `incomplete`
-(contracts.verdict.derive_result), never `passed`. A runner that lists GPUs the engine cannot
-give to containers (no NVIDIA Container Toolkit, a driver too old for the image's CUDA), or a
-runner declared a GPU runner (--require-gpu, DL_IMAGES_REQUIRE_GPU) that cannot see its GPUs,
-fails with exit 1 and a message naming the fix, before any test runs.
+GPUs (docs/gpu.md): GPU tests run only where the cell's containers have GPUs, else a GPU cell's verdict is
+`incomplete` (contracts.verdict.derive_result); a runner at fault fails with exit 1 before any test runs.
 
 Bounded in time: the cell's `validate.deadline_s` (matrix) is the image's whole budget. The image
 tests cut every probe to what is left of it (less RESERVE_S for teardown) and report a hang as
@@ -167,7 +161,7 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     if rule:
         log(f"{cell.key}: {rule}")
         inventory = dataclasses.replace(inventory, driver_rule=rule)
-    seen = inventory.as_dicts()
+    seen = [{"index": g.index, "name": g.name, "driver": g.driver} for g in inventory.gpus]
     # An emulated GPU run is not a GPU run: no GPUs for containers of another architecture.
     wanted = run_flags(cell, image.labels, [] if image.emulated else seen, log)
     flags, not_granted = probe_flags(image.run_ref, wanted, log, cell.cuda)
@@ -208,8 +202,6 @@ def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
         f"GPUs: {gpu_note}")
     started_at = dt.datetime.now(dt.UTC)
     fired: list[bool] = []
-    # The run's bridge network (its containers reach each other across network namespaces, as nodes do):
-    # made here, removed after the containers however the run ends.
     with network.run_network(plan.run_id):
         try:
             rc = _run_pytest(argv, root, out_dir / "pytest.log",

@@ -2,23 +2,9 @@
 report apply. buildtool.validate.verdicts reads the registry; this decides, from what the testers signed. Pure.
 
 Only what a tester signed orders verdicts: each verdict's signed `started`, bounded by the reader's clock
-(buildtool.validate.verdicts.unplaceable). Nothing a pusher can rewrite without a trusted key takes part: not
-the order of the registry's referrers list, not the artifacts' `created` annotations, not their artifact types
-or their digests (docs/release-trust.md, "Which verdict counts").
-
-- The base: the newest verdict of a whole run (no -k selection, nothing deselected); where there is none, the
-  newest verdict. At equal times a verdict with a failed test is the newer.
-- One-GPU runners (issue 39): a base that skipped the multi-GPU checks as one-gpu-on-runner is completed by the
-  newest multi-GPU verdict that ran those checks (the companion), which must pass every check a verdict passes
-  alone (`pair_problem`): same digest, cell, platform and image-tests code, a native run (not emulated), two or
-  more usable GPUs, an inventory that agrees with its own bus-bandwidth figure, no failed test, and each
-  needed test passed.
-- The newest-failure rule, across the base and its companion: a verdict with a failed test that is not shown
-  older than each of them counts instead. Across two runners a failure is shown older only by more than
-  CLOCK_SKEW_S (their clocks may differ by that much); on one runner (the same key and hostname), by the signed
-  times. A pass counts only when it is newer than every failure by every clock the reader can vouch for.
-- A failure whose time cannot be placed (it does not parse, or lies beyond the reader's clock) counts as the
-  newest: nobody can show an older pass came after it.
+(buildtool.validate.verdicts.unplaceable); nothing a pusher can rewrite without a trusted key takes part. The
+rules (the base, one-GPU companions, the newest-failure rule, failures that cannot be placed) are written out in
+docs/release-trust.md, "Which verdict counts".
 """
 
 from __future__ import annotations
@@ -90,7 +76,7 @@ def whole_run(verdict: Verdict) -> bool:
 
 
 def not_shown_older(failure: Found, other: Found) -> bool:
-    """Whether the signed times cannot show `failure` ran before `other` (see the module)."""
+    """Whether the signed times cannot show `failure` ran before `other` (the newest-failure rule)."""
     same_clock = failure.keyid == other.keyid and failure.verdict.runner.hostname == other.verdict.runner.hostname
     margin = 0 if same_clock else CLOCK_SKEW_S
     return failure.started + dt.timedelta(seconds=margin) >= other.started
@@ -110,7 +96,7 @@ def _gpus(verdict: Verdict) -> str:
 
 
 def decide(found: list[Found], unplaced: list[tuple[Found, str]]) -> Decision:
-    """The decision over the placed verdicts `found` and the failures that cannot be placed (see the module)."""
+    """The decision over the placed verdicts `found` and the failures that cannot be placed."""
     if unplaced:
         first, why = unplaced[0]
         return Decision(first, f"verdict {first.artifact} ({first.verdict.result}) counts as the newest: {why}, so "

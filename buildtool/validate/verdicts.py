@@ -7,26 +7,12 @@ the `sha256-<hex>` index, never replacing an earlier verdict, and pinned by a ta
 own digest (names.verdict_pin_tag). Any machine with registry access can ask "did this exact
 digest pass?"; only a verdict signed by a trusted key answers.
 
-What an attacker who may push (but not delete) can and cannot do: a forged, tampered, replayed
-or untrusted verdict never counts (it does not verify); rewriting the `sha256-<hex>` index to
-drop or relabel a verdict does not hide it (its pin tag still names it, and each artifact is typed by its own
-manifest, which has the digest the pin names); reordering the index or rewriting its annotations changes
-nothing (only signed times order verdicts); pointing a pin tag at another
-manifest is detected (the tag's name is its content's digest) and refuses the release. Hiding
-a verdict takes deleting its manifest: delete permission on the registry (as it does with the
-OCI referrers API, where the registry keeps the list).
-
-Which verdicts are read (the one reading release, verify and report use): every artifact the registry lists as
-a referrer of the digest and every artifact a verdict pin tag names, each read by its own digest and typed by
-its own manifest (the listing's descriptor, which anyone who may push can rewrite, never decides what an
-artifact is). A verdict counts when its envelope verifies against a trusted tester key, its signed statement
-is about this digest, it parses (a schema this toolkit reads: buildtool.contracts.verdict) and, where a cell is
-asked, it is for that cell. What cannot be read (a pinned or listed artifact that is not there, a verdict
-artifact whose payload cannot be fetched) or typed (a trusted tester's statement about this digest that does
-not parse) blocks: it is named in `Findings.blocking`, and release and verify refuse. Which of the verdicts
-counts is buildtool.validate.verdict_choice (the signed times only, never the registry's order).
-
-A newer verdict that does not verify never hides an older one that does.
+The one reading release, verify and report use: every artifact listed as a referrer of the digest or named by a
+verdict pin tag, each read by its own digest and typed by its own manifest (never by the listing, which anyone who
+may push can rewrite); what cannot be read or typed blocks (`Findings.blocking`). Hiding a verdict takes deleting
+its manifest. What is read, what blocks and what an attacker who may push can and cannot do: docs/release-trust.md
+("Which verdict counts", "What an attacker with push access can and cannot do"); which verdict counts is
+buildtool.validate.verdict_choice.
 """
 
 from __future__ import annotations
@@ -179,7 +165,8 @@ def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: Trust
             findings.rejected.append(Rejected(ref.digest, "unsigned: a plain verdict artifact, not a signed "
                                                           "attestation (hand-pushed?)"))
             continue
-        if ref.artifact_type != ATTESTATION_TYPE and not is_bundle(ref, _verdict_predicate):
+        verdict_bundle = is_bundle(ref, lambda t: t.startswith(VERDICT_PREDICATE_PREFIX))
+        if ref.artifact_type != ATTESTATION_TYPE and not verdict_bundle:
             if candidates[ref.digest] != "listed":
                 kind = ref.artifact_type or "(no artifact type)"
                 findings.blocking.append(f"{ref.digest}, {candidates[ref.digest]}, is a {kind}, not a verdict "
@@ -247,10 +234,6 @@ def _read_one(reading: _Reading, ref: Referrer) -> None:
         findings.rejected.append(Rejected(ref.digest, f"a pass whose time cannot be placed: {why}"))
     else:
         findings.unplaced.append((found, why))
-
-
-def _verdict_predicate(predicate_type: str) -> bool:
-    return predicate_type.startswith(VERDICT_PREDICATE_PREFIX)
 
 
 def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) -> dict[str, str]:
