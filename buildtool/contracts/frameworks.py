@@ -105,10 +105,6 @@ class Framework:
     folder: Path | None = None      # image-tests/<name>/
 
     @property
-    def test_group(self) -> str:
-        return self.name
-
-    @property
     def scripts(self) -> Path | None:
         return self.folder / SCRIPTS if self.folder is not None else None
 
@@ -302,8 +298,8 @@ def get(name: str) -> Framework:
 
 
 def test_groups() -> tuple[str, ...]:
-    """Every image-tests group a cell may list."""
-    return (COMMON_GROUP, *(f.test_group for f in _table().values()))
+    """Every image-tests group a cell may list: common and each framework's (named after it)."""
+    return (COMMON_GROUP, *_table())
 
 
 def others(name: str) -> tuple[Framework, ...]:
