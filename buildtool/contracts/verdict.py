@@ -130,24 +130,17 @@ class Verdict(_Model):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @model_validator(mode="after")
-    def _platform_fields(self) -> Verdict:
-        if self.schema_ < 5:
-            if self.platform or self.emulated:
-                raise ValueError(f"`platform` and `emulated` are schema-5 fields, not of schema {self.schema_}")
-            return self
-        try:
-            platforms.get(self.platform)
-        except platforms.UnknownPlatform as exc:
-            raise ValueError(f"`platform`: {exc}") from None
-        return self
-
-    @model_validator(mode="after")
-    def _binding_fields(self) -> Verdict:
-        if self.schema_ < 6:
-            if self.matrix_digest or self.libraries:
-                raise ValueError(f"`matrix_digest` and `libraries` are schema-6 fields, not of schema {self.schema_}")
-            return self
-        if not re.fullmatch(SBOM_DIGEST_RE, self.matrix_digest):
+    def _schema_fields(self) -> Verdict:
+        if self.schema_ < 5 and (self.platform or self.emulated):
+            raise ValueError(f"`platform` and `emulated` are schema-5 fields, not of schema {self.schema_}")
+        if self.schema_ >= 5:
+            try:
+                platforms.get(self.platform)
+            except platforms.UnknownPlatform as exc:
+                raise ValueError(f"`platform`: {exc}") from None
+        if self.schema_ < 6 and (self.matrix_digest or self.libraries):
+            raise ValueError(f"`matrix_digest` and `libraries` are schema-6 fields, not of schema {self.schema_}")
+        if self.schema_ >= 6 and not re.fullmatch(SBOM_DIGEST_RE, self.matrix_digest):
             raise ValueError(f"`matrix_digest` {self.matrix_digest[:80]!r} is not a sha256:<64 hex> digest")
         return self
 
