@@ -1,12 +1,9 @@
 """All-reduce bus-bandwidth floors: one table keyed by GPU model and interconnect, and the window of
 earlier nights a new figure is compared with.
 
-The model comes from nvidia-smi's exact name (`--query-gpu=name`, `-L`), never a substring: "H200"
-must not match "NVIDIA GH200 480GB" or "NVIDIA H200 NVL". The interconnect comes from
-`nvidia-smi topo -m`: NV# between every pair of GPUs is NVLink; any pair joined only through PCIe
-(PIX, PXB, PHB, NODE, SYS) makes the all-reduce a PCIe one, since a ring is as fast as its slowest
-link (an 8-GPU H100 NVL box with bridged pairs is PCIe here). A model or interconnect missing from
-the table gets no floor, and says so ("no floor for this model ..."), in the verdict and the report.
+The model is nvidia-smi's exact name, never a substring ("H200" must not match "NVIDIA GH200 480GB"); the
+interconnect is NVLink only when `nvidia-smi topo -m` shows NV# between every pair of GPUs, since a ring is as
+fast as its slowest link (an H100 NVL box with bridged pairs is PCIe). docs/gpu.md ("Bus bandwidth") has the rest.
 
 Floors are conservative: FLOOR_FRACTION of the documented per-direction link bandwidth (half the
 bidirectional figure NVIDIA's datasheets print). nccl-tests' busbw is comparable to that per-direction
