@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -172,10 +172,9 @@ def _compiles(expr: str, what: str, where: str) -> None:
         raise TableError(f"{where}: {what} {expr!r} is not a Python expression ({exc.msg})") from None
 
 
-def _one_of(value: str, kinds: Iterable[str], key: str, where: str, table: str) -> None:
-    known = tuple(kinds)
-    if value not in known:
-        raise TableError(f"{where}: {key}: {value!r} is none of the known kinds ({', '.join(known)}); a new kind is "
+def _one_of(value: str, kinds: Collection[str], key: str, where: str, table: str) -> None:
+    if value not in kinds:
+        raise TableError(f"{where}: {key}: {value!r} is none of the known kinds ({', '.join(kinds)}); a new kind is "
                          f"an entry of {table}")
 
 
