@@ -100,7 +100,7 @@ def min_driver_on(cuda: str, architecture: str) -> tuple[str, str]:
     """(first driver that runs CUDA `cuda` natively on `architecture`, where NVIDIA says so); ValueError naming
     an architecture or a CUDA release with no documented floor."""
     if architecture == "amd64":
-        return min_driver(check_cuda(cuda)), "NVIDIA CUDA Toolkit release notes (Linux x86_64 driver versions)"
+        return min_driver(cuda), "NVIDIA CUDA Toolkit release notes (Linux x86_64 driver versions)"
     if architecture == "arm64":
         try:
             return SBSA_MIN_DRIVER[check_cuda(cuda)]
