@@ -53,9 +53,8 @@ _SCRIPT = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py"
 _PART = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2"
 
 
-# The launchers a framework's multi-node check may name (framework.yaml `multinode.launcher`): one entry each,
-# its name and what runs on every node. Its behaviour is the module buildtool/launch/launchers/<name>.py
-# (contracts cannot import launch; tests/test_launchers.py keeps the two in step).
+# multinode.launcher's kinds (module docstring): what runs on every node. contracts cannot import their modules in
+# buildtool/launch/launchers/; tests/test_launchers.py keeps the two in step.
 LAUNCHERS: dict[str, str] = {
     "torchrun": "one torchrun per node (`--nproc-per-node` = the node's GPUs, 1 on CPU), c10d rendezvous on the "
                 "first node; the script is torchrun's, its ranks from torchrun's environment",
@@ -65,9 +64,8 @@ LAUNCHERS: dict[str, str] = {
                    "(as `jax.distributed` wants it)",
 }
 
-# How image-tests/scripts/shm_workers.py passes large batches through /dev/shm (framework.yaml `shm_workers`):
-# one entry each, its name and the workers it runs (failure messages name them so). Its behaviour is the
-# function `<name>_mode` of that script, which runs in the image and cannot import this module.
+# shm_workers' kinds (module docstring): the workers each runs (failure messages name them so). Its `<name>_mode`
+# runs in the image and cannot import this module.
 SHM_WORKERS: dict[str, str] = {
     "torch": "a DataLoader with 2 workers (torch.utils.data)",
     "python": "2 worker processes (multiprocessing.shared_memory)",
