@@ -8,25 +8,16 @@ is not checked) and raises UserError (exit 2) with one line naming the flag, the
 does (cut, escaped; a reference with credentials never echoed). tests/test_cli_args_first.py walks the click
 command tree and fails for a parameter missing here, and feeds each one hostile values.
 
-The grammars (a value a grammar accepts may still be refused later, by what it means: a cell the matrix lacks):
+The grammars are `(flag, value)` checks raising that UserError (a value a grammar accepts may still be refused
+later, by what it means: a cell the matrix lacks). Most are a regular expression over ASCII with the words its
+refusal names (`_word`), a range (count, seconds) or a few words (choice); the others parse with the module that
+owns the format (names.check_revision, packaging's Version, sizes.parse_size, skips.parse_waiver, ...). Besides:
 - FLAG: an on/off flag; it carries no value, nothing to check.
-- REFERENCE: an image reference (refs.parse_reference: at most 512 characters, no credentials, no whitespace).
-- IMAGE_OR_FILE: a reference, or a path (starting with `/` or `.`: a .sif or bundle folder on the cluster's
-  shared file system, maybe not on this machine: its text only).
-- count(lo, hi): a whole number in [lo, hi] (nodes, GPUs, ports 1-65535, seconds, steps, jobs ...).
-- seconds(lo, hi): a finite number of seconds in [lo, hi].
-- SELECTOR: an image, cell, framework or `all` (comma list allowed): ASCII name characters, `:`, `,`.
-- FRAMEWORK_NAME: a framework folder name. REVISION: names.check_revision (a revision inside a dev tag).
-  GIT_REF: a commit, branch or tag git resolves (release --from). VERSION: a PEP 440 version.
-- choice(...): one of a few words. PLATFORM(S): a known os/arch (comma list for PLATFORMS).
-- SIZE: a Docker size (sizes.parse_size); QUANTITY: a Kubernetes quantity or empty.
-- DNS_LABEL: a Kubernetes object name or namespace (RFC 1123 label, at most 63) or empty for the namespace.
-- LABEL_KEY: a Kubernetes label key / extended resource name; NODE_SELECTORS: KEY=VALUE label pairs.
-- TOLERATION, RDMA_RESOURCE, NCCL_ENV, NCCL_LIST, ULIMIT, SLURM_WORD, SLURM_TIME, CRON, LABEL_LIST, APT_PACKAGE,
-  MIRROR, TAG_TEMPLATE, KEY_NAME, PEER: the grammars below, each a regular expression over ASCII.
+- REFERENCE: an image reference (refs.parse_reference: at most 512 characters, no credentials, no whitespace);
+  IMAGE_OR_FILE also takes a path (starting with `/` or `.`: a .sif or bundle folder on the cluster's shared
+  file system, maybe not on this machine: its text only).
 - TEXT: free text (a pytest -k expression, a regular expression): at most 512 characters, no control or format
   character.
-- skip waivers (--accept-skip): a waivable skip code, CODE or CODE:SUBJECT (contracts.skips.parse_waiver).
 - path kinds: FILE (exists, a file), DIR (exists, a folder), OUT_FILE (not a folder), OUT_DIR (not a file),
   PATH (the text only: a path on another machine, a program, the matrix whose loader says what is wrong with it).
 """

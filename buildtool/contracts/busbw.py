@@ -1,12 +1,9 @@
 """All-reduce bus-bandwidth floors: one table keyed by GPU model and interconnect, and the window of
 earlier nights a new figure is compared with.
 
-The model comes from nvidia-smi's exact name (`--query-gpu=name`, `-L`), never a substring: "H200"
-must not match "NVIDIA GH200 480GB" or "NVIDIA H200 NVL". The interconnect comes from
-`nvidia-smi topo -m`: NV# between every pair of GPUs is NVLink; any pair joined only through PCIe
-(PIX, PXB, PHB, NODE, SYS) makes the all-reduce a PCIe one, since a ring is as fast as its slowest
-link (an 8-GPU H100 NVL box with bridged pairs is PCIe here). A model or interconnect missing from
-the table gets no floor, and says so ("no floor for this model ..."), in the verdict and the report.
+The model is nvidia-smi's exact name, never a substring ("H200" must not match "NVIDIA GH200 480GB"); the
+interconnect is NVLink only when `nvidia-smi topo -m` shows NV# between every pair of GPUs, since a ring is as
+fast as its slowest link (an H100 NVL box with bridged pairs is PCIe). docs/gpu.md ("Bus bandwidth") has the rest.
 
 Floors are conservative: FLOOR_FRACTION of the documented per-direction link bandwidth (half the
 bidirectional figure NVIDIA's datasheets print). nccl-tests' busbw is comparable to that per-direction
@@ -125,7 +122,6 @@ class LinkRate:
     gbits: float
     per_instance: bool = False
     gpus: int = 0               # an instance's GPUs (its rate is shared by them)
-    nics: int = 0               # an instance's EFA devices
     source: str = ""
 
 
@@ -138,11 +134,11 @@ _AWS = ("AWS's instance pages state the aggregate EFA bandwidth; not re-read fro
 LINK_RATES: dict[str, LinkRate] = {
     "HDR": LinkRate(IB, "HDR", 200, source=_CX6),
     "NDR": LinkRate(IB, "NDR", 400, source=_CX7),
-    "p4d.24xlarge": LinkRate(EFA, "p4d.24xlarge", 400, per_instance=True, gpus=8, nics=4,
+    "p4d.24xlarge": LinkRate(EFA, "p4d.24xlarge", 400, per_instance=True, gpus=8,
                              source=f"400 Gb/s EFA per instance, 4 EFA devices of 100 Gb/s, 8 A100 ({_AWS})"),
-    "p5.48xlarge": LinkRate(EFA, "p5.48xlarge", 3200, per_instance=True, gpus=8, nics=32,
+    "p5.48xlarge": LinkRate(EFA, "p5.48xlarge", 3200, per_instance=True, gpus=8,
                             source=f"3200 Gb/s EFA per instance, 32 EFA devices of 100 Gb/s, 8 H100 ({_AWS})"),
-    "p5en.48xlarge": LinkRate(EFA, "p5en.48xlarge", 3200, per_instance=True, gpus=8, nics=16,
+    "p5en.48xlarge": LinkRate(EFA, "p5en.48xlarge", 3200, per_instance=True, gpus=8,
                               source=f"3200 Gb/s EFAv3 per instance, 16 EFA devices of 200 Gb/s, 8 H200 ({_AWS})"),
 }
 # The rate of a family when the job declares none (--fabric-rate): the slowest documented one, so the floor can

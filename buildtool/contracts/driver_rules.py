@@ -50,16 +50,13 @@ _NGC_13_0 = (
     # minimums are the higher (stricter) of the two, so they can only refuse more, never admit more.
     (535, "535.261"), (550, "550.163"), (570, "570.172"),
 )
-# Searched again for issue 49 (the search tool's docs and pages corpora: "CUDA compatibility", "forward
-# compatibility", "NGC release notes 25.10 driver requirements"): NVIDIA's CUDA Compatibility guide, Forward
-# Compatibility (docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html) names the package
-# (cuda-compat-13-0) but no minimum per branch in the text held; the PyTorch/TensorFlow/JAX 25.10 release notes
-# are not held; SGLang 25.10 (docs.nvidia.com/deeplearning/frameworks/sglang-release-notes/rel-25-10.html) says
-# "based on CUDA 13.0.2.006 which requires NVIDIA Driver release 570 or later ... 470.57 (or later R470), 525.85
-# (or later R525), 535.86 (or later R535), or 550.54 (or later R550)", a list that also says "not
-# forward-compatible with CUDA 12.8", so copied from the 12.8 era; NVIDIA's data-center driver matrix
-# (docs.nvidia.com/datacenter/tesla/drivers/supported-drivers-and-cuda-toolkit-versions.html) lists R550 as end
-# of life. So no published figure confirms these minimums, and every decision by this rule says so.
+# Searched again for issue 49 (docs/gpu.md, "Unverified"): NVIDIA's Forward Compatibility guide
+# (docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html) names the package (cuda-compat-13-0) but no
+# minimum per branch; the PyTorch/TensorFlow/JAX 25.10 release notes are not held; SGLang 25.10's
+# (docs.nvidia.com/deeplearning/frameworks/sglang-release-notes/rel-25-10.html) lists 470.57, 525.85, 535.86 and 550.54,
+# a list that also says "not forward-compatible with CUDA 12.8", so copied from the 12.8 era; NVIDIA's data-center
+# driver matrix (docs.nvidia.com/datacenter/tesla/drivers/supported-drivers-and-cuda-toolkit-versions.html) lists R550
+# as end of life. So no published figure confirms these minimums, and every decision by this rule says so.
 _NGC_13_0_UNVERIFIED = ("NGC 25.10's forward-compatibility minimums (R535 >= 535.261, R550 >= 550.163, R570 >= "
                         "570.172) are unverified: no NVIDIA page read here states them (NVIDIA's Forward "
                         "Compatibility guide names none for CUDA 13; SGLang 25.10's notes print the CUDA 12.8-era "
@@ -100,7 +97,7 @@ def min_driver_on(cuda: str, architecture: str) -> tuple[str, str]:
     """(first driver that runs CUDA `cuda` natively on `architecture`, where NVIDIA says so); ValueError naming
     an architecture or a CUDA release with no documented floor."""
     if architecture == "amd64":
-        return min_driver(check_cuda(cuda)), "NVIDIA CUDA Toolkit release notes (Linux x86_64 driver versions)"
+        return min_driver(cuda), "NVIDIA CUDA Toolkit release notes (Linux x86_64 driver versions)"
     if architecture == "arm64":
         try:
             return SBSA_MIN_DRIVER[check_cuda(cuda)]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -53,9 +53,8 @@ _SCRIPT = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py"
 _PART = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2"
 
 
-# The launchers a framework's multi-node check may name (framework.yaml `multinode.launcher`): one entry each,
-# its name and what runs on every node. Its behaviour is the module buildtool/launch/launchers/<name>.py
-# (contracts cannot import launch; tests/test_launchers.py keeps the two in step).
+# multinode.launcher's kinds (module docstring): what runs on every node. contracts cannot import their modules in
+# buildtool/launch/launchers/; tests/test_launchers.py keeps the two in step.
 LAUNCHERS: dict[str, str] = {
     "torchrun": "one torchrun per node (`--nproc-per-node` = the node's GPUs, 1 on CPU), c10d rendezvous on the "
                 "first node; the script is torchrun's, its ranks from torchrun's environment",
@@ -65,9 +64,8 @@ LAUNCHERS: dict[str, str] = {
                    "(as `jax.distributed` wants it)",
 }
 
-# How image-tests/scripts/shm_workers.py passes large batches through /dev/shm (framework.yaml `shm_workers`):
-# one entry each, its name and the workers it runs (failure messages name them so). Its behaviour is the
-# function `<name>_mode` of that script, which runs in the image and cannot import this module.
+# shm_workers' kinds (module docstring): the workers each runs (failure messages name them so). Its `<name>_mode`
+# runs in the image and cannot import this module.
 SHM_WORKERS: dict[str, str] = {
     "torch": "a DataLoader with 2 workers (torch.utils.data)",
     "python": "2 worker processes (multiprocessing.shared_memory)",
@@ -103,10 +101,6 @@ class Framework:
     template_parts: tuple[str, ...] = ()  # its *.j2 parts, as templates name them (framework/<name>/<file>)
     multinode: MultiNodeCheck | None = None  # its multi-node check; None: it has none
     folder: Path | None = None      # image-tests/<name>/
-
-    @property
-    def test_group(self) -> str:
-        return self.name
 
     @property
     def scripts(self) -> Path | None:
@@ -176,10 +170,9 @@ def _compiles(expr: str, what: str, where: str) -> None:
         raise TableError(f"{where}: {what} {expr!r} is not a Python expression ({exc.msg})") from None
 
 
-def _one_of(value: str, kinds: Iterable[str], key: str, where: str, table: str) -> None:
-    known = tuple(kinds)
-    if value not in known:
-        raise TableError(f"{where}: {key}: {value!r} is none of the known kinds ({', '.join(known)}); a new kind is "
+def _one_of(value: str, kinds: Collection[str], key: str, where: str, table: str) -> None:
+    if value not in kinds:
+        raise TableError(f"{where}: {key}: {value!r} is none of the known kinds ({', '.join(kinds)}); a new kind is "
                          f"an entry of {table}")
 
 
@@ -302,8 +295,8 @@ def get(name: str) -> Framework:
 
 
 def test_groups() -> tuple[str, ...]:
-    """Every image-tests group a cell may list."""
-    return (COMMON_GROUP, *(f.test_group for f in _table().values()))
+    """Every image-tests group a cell may list: common and each framework's (named after it)."""
+    return (COMMON_GROUP, *_table())
 
 
 def others(name: str) -> tuple[Framework, ...]:

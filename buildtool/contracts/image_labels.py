@@ -104,70 +104,44 @@ class RunProfile:
         return _compact({k: v for k, v in data.items() if v is not None})
 
 
-# Field -> key of every label that is plain text.
-TEXT_FIELDS = {
-    "cell": label_keys.CELL,
-    "framework": label_keys.FRAMEWORK,
-    "framework_version": label_keys.FRAMEWORK_VERSION,
-    "python": label_keys.PYTHON,
-    "accelerator": label_keys.ACCELERATOR,
-    "cuda": label_keys.CUDA,
-    "run_flags": label_keys.RUN_FLAGS,
-    "title": label_keys.OCI_TITLE,
-    "description": label_keys.OCI_DESCRIPTION,
-    "version": label_keys.OCI_VERSION,
-    "source": label_keys.OCI_SOURCE,
-    "revision": label_keys.OCI_REVISION,
-    "created": label_keys.OCI_CREATED,
-    "base_name": label_keys.OCI_BASE_NAME,
-    "base_digest": label_keys.OCI_BASE_DIGEST,
-    "base_upstream": label_keys.BASE_UPSTREAM,
-    "authors": label_keys.OCI_AUTHORS,
-    "url": label_keys.OCI_URL,
-    "documentation": label_keys.OCI_DOCUMENTATION,
-    "vendor": label_keys.OCI_VENDOR,
-    "licenses": label_keys.OCI_LICENSES,
-    "base_ref": label_keys.BASE_REF,
-    "base_source": label_keys.BASE_SOURCE,
-    "base_archive": label_keys.BASE_ARCHIVE,
-    "content_key": label_keys.CONTENT_KEY,
-    "standin_framework": label_keys.STANDIN_FRAMEWORK,
-    "standin_python": label_keys.STANDIN_PYTHON,
-    "standin_for": label_keys.STANDIN_FOR,
-}
+def _text(key: str) -> Any:
+    """A field of a label that is plain text: its key rides in the field's metadata (TEXT_FIELDS)."""
+    return field(default="", metadata={"key": key})
+
+
 _STRUCTURED = frozenset({label_keys.TESTS, label_keys.RUN_PROFILE, label_keys.PACKAGES, label_keys.STANDIN})
 
 
 @dataclass(frozen=True)
 class ImageLabels:
-    cell: str = ""
-    framework: str = ""
-    framework_version: str = ""
-    python: str = ""
-    accelerator: str = ""
-    cuda: str = ""
-    run_flags: str = ""
-    title: str = ""
-    description: str = ""
-    version: str = ""
-    source: str = ""
-    revision: str = ""
-    created: str = ""
-    base_name: str = ""
-    base_digest: str = ""
-    base_upstream: str = ""
-    authors: str = ""
-    url: str = ""
-    documentation: str = ""
-    vendor: str = ""
-    licenses: str = ""
-    base_ref: str = ""
-    base_source: str = ""
-    base_archive: str = ""
-    content_key: str = ""
-    standin_framework: str = ""
-    standin_python: str = ""
-    standin_for: str = ""
+    cell: str = _text(label_keys.CELL)
+    framework: str = _text(label_keys.FRAMEWORK)
+    framework_version: str = _text(label_keys.FRAMEWORK_VERSION)
+    python: str = _text(label_keys.PYTHON)
+    accelerator: str = _text(label_keys.ACCELERATOR)
+    cuda: str = _text(label_keys.CUDA)
+    run_flags: str = _text(label_keys.RUN_FLAGS)
+    title: str = _text(label_keys.OCI_TITLE)
+    description: str = _text(label_keys.OCI_DESCRIPTION)
+    version: str = _text(label_keys.OCI_VERSION)
+    source: str = _text(label_keys.OCI_SOURCE)
+    revision: str = _text(label_keys.OCI_REVISION)
+    created: str = _text(label_keys.OCI_CREATED)
+    base_name: str = _text(label_keys.OCI_BASE_NAME)
+    base_digest: str = _text(label_keys.OCI_BASE_DIGEST)
+    base_upstream: str = _text(label_keys.BASE_UPSTREAM)
+    authors: str = _text(label_keys.OCI_AUTHORS)
+    url: str = _text(label_keys.OCI_URL)
+    documentation: str = _text(label_keys.OCI_DOCUMENTATION)
+    vendor: str = _text(label_keys.OCI_VENDOR)
+    licenses: str = _text(label_keys.OCI_LICENSES)
+    base_ref: str = _text(label_keys.BASE_REF)
+    base_source: str = _text(label_keys.BASE_SOURCE)
+    base_archive: str = _text(label_keys.BASE_ARCHIVE)
+    content_key: str = _text(label_keys.CONTENT_KEY)
+    standin_framework: str = _text(label_keys.STANDIN_FRAMEWORK)
+    standin_python: str = _text(label_keys.STANDIN_PYTHON)
+    standin_for: str = _text(label_keys.STANDIN_FOR)
     tests: tuple[str, ...] = ()
     run_profile: RunProfile | None = None
     packages: Mapping[str, str] | None = None         # the locks' packages; None: the image states none
@@ -230,3 +204,7 @@ class ImageLabels:
         """Every stand-in label the image carries, whatever its value (issue 11: `standin=false` beside
         `standin.for=...` is still a stand-in)."""
         return label_keys.standin_keys(self.to_dict())
+
+
+# Field -> key of every label that is plain text.
+TEXT_FIELDS = {f.name: f.metadata["key"] for f in fields(ImageLabels) if "key" in f.metadata}

@@ -1,21 +1,12 @@
 """The lock file format: PEP 751 `pylock.toml`, what `buildtool lock` writes beside each Dockerfile and what
 the Dockerfile installs (`uv pip install -r pylock.<layer>.toml`: every file checked against its sha256).
 
-The pinned uv writes each lock (`uv pip compile --format pylock.toml` for one wheel platform), so each package
-names its version and exactly the files of that version for that platform: each wheel's file name, URL and
-sha256 (and the sdist's). A version is a whole version (`2.13.0+cpu` or `2.13.0`): a file name and a hash, so
-no other build of it can be installed in its place. `buildtool lock` adds comment lines on top and a
-`[tool.dl-images]` table (PEP 751's place for a tool's own data) with what the lock was made from: the
-fingerprint of the matrix values (`inputs`, so a stale lock is found without a network), the Python, the
-wheel platform and, for an NGC cell, its base's glibc. Each cell has `pylock.framework.toml` (the framework
-and its dependency closure; pip-installed cells only) and `pylock.tools.toml` (everything else it installs).
-`templates/uv.lock` pins the installer itself as pip's hashed requirements: pip, not uv, installs it.
-
-Where: a cell built for the default platform only keeps its locks beside its Dockerfile; a cell with
-other platforms (matrix `platforms:`) keeps one folder per platform, named by its architecture
-(`amd64/`, `arm64/`: BuildKit's TARGETARCH, which selects them in the one Dockerfile), each holding the
-same file names (the pip locks and the apt lock, base list and .deb hashes of that platform). Readers name
-the platform; only a single-platform cell may leave it out (see `platform_folder`).
+Each package names its version and exactly the files of that version for the lock's wheel platform (file
+name, URL, sha256), so no other build of it can be installed in its place; `buildtool lock` adds a
+`[tool.dl-images]` table (PEP 751's place for a tool's own data) with what the lock was made from (`inputs`, the
+matrix fingerprint, finds a stale lock without a network). A cell built for other platforms than the default
+keeps one folder of locks per platform, named by its architecture (`platform_folder`). docs/contents.md
+("Locks") says the rest.
 """
 
 from __future__ import annotations

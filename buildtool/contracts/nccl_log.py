@@ -86,7 +86,6 @@ class Channel:
     channel: int
     direction: str          # send | receive
     rank: int               # the rank of the process that printed it
-    peer: int
     network: str
     device: int             # index into the plugin's device list
     gdr: bool
@@ -211,11 +210,10 @@ def _record(proc: Process, body: str) -> None:
         via, receive = found["via"], found["dir"] == "receive"
         net = _NET_VIA.match(via)
         rank = int(found["b"] if receive else found["a"])    # the printing process is the sender, or the receiver
-        peer = int(found["a"] if receive else found["b"])
         proc.ranks.add(rank)
         if net:
-            proc.channels.append(Channel(int(found["ch"]), found["dir"] or "send", rank, peer, net["net"],
-                                         int(net["dev"]), bool(net["gdr"])))
+            proc.channels.append(Channel(int(found["ch"]), found["dir"] or "send", rank, net["net"], int(net["dev"]),
+                                         bool(net["gdr"])))
         elif not via.startswith("NET/"):
             proc.local.append(via)
     elif found := _IB_USING.match(body):

@@ -1,14 +1,10 @@
 """Site checks: a platform team's own image tests (its CA, its mounts, its packages) in a folder of its own,
-run beside a cell's image-tests groups without editing image-tests/.
+run beside a cell's image-tests groups without editing image-tests/ (image-tests/README.md, "Site checks").
 
-The folder is named by the matrix (`validate.extra_tests`, a path beside the matrix) or, for one run, by
-`buildtool validate --extra-tests DIR`. Its `test_*.py` files get every fixture image-tests has (`host`, `main`,
-`target`, ...): validate stages image-tests/ with the folder as one more group, named after the folder, and runs
-that tree (`stage`). So the site checks count in the verdict like the others: their group is in its `groups`,
-their ids (`<group>/test_x.py::test_y`) in its `defined_tests` and `tests`, and its `test_code` is the hash of the
-staged tree, which release computes the same way from git. A cell whose matrix names a site folder is released
-only on a verdict of exactly that tree: one that ran image-tests without it (a runner that dropped the folder)
-has another test code and is refused as such.
+validate stages image-tests/ with the folder as one more group, named after the folder, and runs that tree
+(`stage`): the site checks count in the verdict like the others, and its `test_code` is the hash of the staged
+tree, which release computes the same way from git (a verdict that ran image-tests without the folder has
+another test code and is refused as such).
 """
 
 from __future__ import annotations

@@ -42,9 +42,6 @@ class SkipCell(Protocol):
     def packages(self) -> tuple[tuple[str, str], ...]: ...
 
     @property
-    def standin(self) -> object | None: ...
-
-    @property
     def libraries(self) -> object | None: ...
 
 

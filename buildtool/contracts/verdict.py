@@ -6,22 +6,10 @@ statement, a file), with `parse_verdict`, and reads the typed object's attribute
 what does not parse is a `VerdictError` naming where, the field and what is wrong, never a default.
 
 Schemas (`schema`): validate writes SCHEMA; readers accept READ_SCHEMAS, the current one and the two before
-it, and refuse any other number naming it; release takes only the current one.
-- 2: what a reader needs to trust a `passed`: the tests the cell's groups define, which of them a
-  selection removed, and the runner's GPUs.
-- 3: schema 2 plus `cold_start` (the first import of the framework in a new container).
-- 4: schema 3 plus `sbom`, the digest of the image's signed SBOM that validate read (the sha256 of the
-  CycloneDX document's canonical bytes, buildtool.sbom.signing.sbom_digest), or "" with
-  `sbom_problem` saying why there was none that verified (release refuses such a verdict). Exactly one
-  of the two is set; a schema-3 verdict carries neither (it names no SBOM: release refuses it).
-- 5: schema 4 plus `platform`, the os/arch of the manifest validated (contracts.platforms names it; one
-  verdict per platform manifest of an index), and `emulated`, whether it ran under QEMU on a runner of
-  another architecture (its GPU tests then never count: an emulated GPU run is not a GPU run).
-- 6: schema 5 plus what the run was bound to (issue 48): `matrix_digest`, the sha256 of the matrix file
-  validate read (the expectations the image tests compared with came from it), and `libraries`, the NVIDIA
-  library promises of the cell (name -> version: what test_nvidia_libraries compared the image with; {} when
-  the cell promises none). Release refuses a verdict whose promises are not the matrix's now, or whose matrix
-  is not the one committed at the image's revision or the release commit.
+it, and refuse any other number naming it; release takes only the current one. What each schema adds is in
+docs/release-trust.md's table of verdict schemas (4: `sbom`, or `sbom_problem` saying why no signed SBOM
+verified, exactly one of the two; 5: `platform` and `emulated`; 6: `matrix_digest` and `libraries`, what the
+run was bound to, issue 48).
 
 The result (`derive_result`): `failed` when a test failed, pytest did not succeed, or nothing
 passed; `incomplete` when nothing failed but the verdict does not cover the cell: a defined test
@@ -142,24 +130,17 @@ class Verdict(_Model):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @model_validator(mode="after")
-    def _platform_fields(self) -> Verdict:
-        if self.schema_ < 5:
-            if self.platform or self.emulated:
-                raise ValueError(f"`platform` and `emulated` are schema-5 fields, not of schema {self.schema_}")
-            return self
-        try:
-            platforms.get(self.platform)
-        except platforms.UnknownPlatform as exc:
-            raise ValueError(f"`platform`: {exc}") from None
-        return self
-
-    @model_validator(mode="after")
-    def _binding_fields(self) -> Verdict:
-        if self.schema_ < 6:
-            if self.matrix_digest or self.libraries:
-                raise ValueError(f"`matrix_digest` and `libraries` are schema-6 fields, not of schema {self.schema_}")
-            return self
-        if not re.fullmatch(SBOM_DIGEST_RE, self.matrix_digest):
+    def _schema_fields(self) -> Verdict:
+        if self.schema_ < 5 and (self.platform or self.emulated):
+            raise ValueError(f"`platform` and `emulated` are schema-5 fields, not of schema {self.schema_}")
+        if self.schema_ >= 5:
+            try:
+                platforms.get(self.platform)
+            except platforms.UnknownPlatform as exc:
+                raise ValueError(f"`platform`: {exc}") from None
+        if self.schema_ < 6 and (self.matrix_digest or self.libraries):
+            raise ValueError(f"`matrix_digest` and `libraries` are schema-6 fields, not of schema {self.schema_}")
+        if self.schema_ >= 6 and not re.fullmatch(SBOM_DIGEST_RE, self.matrix_digest):
             raise ValueError(f"`matrix_digest` {self.matrix_digest[:80]!r} is not a sha256:<64 hex> digest")
         return self
 

@@ -90,8 +90,7 @@ class Scheme:
     rule: Callable[[str, str | None, str | None], Expectation]   # (accelerator, cuda, ngc release) -> local part
 
 
-# The version schemes a framework.yaml may name in `local_versions`, each one entry: its name, what it
-# means, its rule. contracts.frameworks refuses any other name when it loads a framework's row.
+# contracts.frameworks refuses a `local_versions` that is not a key here when it loads a framework's row.
 SCHEMES: dict[str, Scheme] = {
     TORCH: Scheme("`+cpu` / `+cu<CUDA>` on PyPI's wheels, `+<commit>.nvYY.MM` on NGC", _torch),
     PLAIN: Scheme("no local part; NGC's builds may add `+nvYY.MM`", _plain),
@@ -108,7 +107,7 @@ def expectation(claim: str, *, scheme: str, accelerator: str, cuda: str | None,
     """The local part a build of this cell must report next to `claim`."""
     local = split(claim)[1]
     if local:
-        return Expectation(rf"{re.escape(local)}", f"+{local} (as claimed)")
+        return Expectation(re.escape(local), f"+{local} (as claimed)")
     if scheme not in SCHEMES:
         raise ValueError(f"unknown version scheme {scheme!r}; one of {', '.join(SCHEMES)}")
     return SCHEMES[scheme].rule(accelerator, cuda, ngc)
