@@ -1,30 +1,13 @@
 """What the Kubernetes and SLURM generators share: the multi-node check of the image's framework, and its defaults.
 
 A framework declares its check in its framework.yaml (`multinode`: a script in its scripts/ and a
-launcher; buildtool/contracts/frameworks.py says what each launcher runs and what the script must
-print). Both generators run it on every node wrapped by a verifier (launch/verify_ddp.py, a program of its
-own, shipped into the job with the contracts it imports: VERIFY_FILES) that fails the job unless it ran with
-the backend (NCCL when there are GPUs per node) and the world size the launcher asked for, the loss fell and
-every process ended with identical parameters (the script itself only reports; the image-tests harness
-asserts on one machine, this wrapper asserts across machines). On GPUs it also reads NCCL's log, one file per
-process, and checks the fabric the job asked for (issue 49): the family NCCL used (--nccl-ib-hca,
---rdma-resource, --efa-resource, --fabric-rate), GPUDirect RDMA on every NET channel (--require-gdr), the
-NICs used (NCCL_IB_HCA's list, --fabric-nics), and the cross-node bus bandwidth against the floor of the
-NICs and documented rate (contracts/busbw.py).
-
-What runs on every node, how many processes that makes and where it runs on Kubernetes are the
-launcher's (buildtool/launch/launchers/, one module per kind; `MultiNodeJob.launcher`). A launcher whose
-processes need their process id (`coordinator`) puts the placeholder `{process_id}` in its command, which
-the verifier resolves on the node itself, inside the container: from JOB_COMPLETION_INDEX (a Kubernetes
-indexed Job) or from the place of the container's hostname in DDP_NODES (the SLURM allocation's node
-names, in the order `scontrol show hostnames` gives them, whose first node hosts process 0).
-Not from SLURM_PROCID: the srun line is expanded once by the batch shell (every node would be 0), and
-per-task SLURM_* variables are wrong inside SLURM 22.05's OCI containers (measured on the test cluster:
-the task on n2 saw SLURM_PROCID=0, SLURM_NODEID=0 and SLURMD_NODENAME=n1). The hostname is the node's
-name in every runtime the SLURM generator supports: Apptainer (without --uts/--hostname, which it does
-not get here) and enroot (pyxis; user and mount namespaces only) share the node's uts namespace, and
-bundles made by `buildtool bundle` have none of their own; and SLURM's NodeHostname is NodeName unless
-slurm.conf sets it apart. Where they differ, the verifier stops naming both (never process id 0).
+launcher; buildtool/contracts/frameworks.py). Both generators run it on every node wrapped by a verifier
+(launch/verify_ddp.py, a program of its own, shipped into the job with the contracts it imports: VERIFY_FILES)
+that fails the job unless it trained in sync with the backend and world size asked for and, on GPUs, NCCL's log
+shows the fabric the job asked for (issue 49). The script itself only reports: the image-tests harness asserts
+on one machine, this wrapper across machines. What runs on every node is its launcher's (launch/launchers/);
+a process id is resolved by the verifier on the node, from JOB_COMPLETION_INDEX or the place of the
+container's hostname in DDP_NODES, never from SLURM_PROCID: docs/multinode.md says why.
 """
 
 from __future__ import annotations
@@ -166,7 +149,10 @@ class MultiNodeJob:
                 raise UserError(str(exc)) from None
         if self.fabric_nics < 0:
             raise UserError(f"--fabric-nics must be a positive number of NICs per node, not {self.fabric_nics}")
-        fabric = self.fabric_options
+        # The options that ask the fabric for something only a GPU job across nodes can show.
+        fabric = [option for option, on in (("--fabric-rate", self.fabric_rate), ("--fabric-nics", self.fabric_nics),
+                                            ("--require-gdr", self.require_gdr), ("--efa-resource", self.efa_devices))
+                  if on]
         if fabric and not (self.gpus_per_node and self.nodes > 1):
             raise UserError(f"{' and '.join(fabric)} check NCCL's traffic between nodes: they need a GPU job "
                             f"(--gpus-per-node, now {self.gpus_per_node}) across nodes (--nodes, now {self.nodes})")
@@ -214,13 +200,6 @@ class MultiNodeJob:
     def backend(self) -> str:
         return "nccl" if self.gpus_per_node > 0 else "gloo"
 
-    @property
-    def fabric_options(self) -> list[str]:
-        """The options that ask the fabric for something only a GPU job across nodes can show."""
-        return [option for option, on in (("--fabric-rate", self.fabric_rate), ("--fabric-nics", self.fabric_nics),
-                                           ("--require-gdr", self.require_gdr), ("--efa-resource", self.efa_devices))
-                if on]
-
     def _asked(self) -> dict[str, list[str]]:
         """family -> the options that asked for it."""
         asked: dict[str, list[str]] = {}
@@ -266,17 +245,12 @@ class MultiNodeJob:
             return self.efa_devices, f"--efa-resource asks for {self.efa_devices} EFA device(s)"
         return 0, ""
 
-    def node_command(self, endpoint: str, rdzv_id: str, script: str) -> list[str]:
-        """The launcher's command for SCRIPT on every node (without the verifier): ENDPOINT is the first node's
-        rendezvous or coordinator address; it may carry the verifier's placeholders (launch/launchers/)."""
-        return self.launcher.node_command(self, endpoint, rdzv_id, script)
-
     def command(self, endpoint: str, rdzv_id: str, script_dir: str = MOUNT_DIR) -> list[str]:
         """What every node runs: the verifier around the framework's check."""
         if self.check is None:
             raise ValueError("a job without a framework's check has no check command")
         return ["python3", f"{script_dir}/{VERIFY_SCRIPT}",
-                *self.node_command(endpoint, rdzv_id, f"{script_dir}/{self.check.script}")]
+                *self.launcher.node_command(self, endpoint, rdzv_id, f"{script_dir}/{self.check.script}")]
 
     @property
     def expect_env(self) -> dict[str, str]:
@@ -317,14 +291,11 @@ def names_cell(tag: str, cell: Cell) -> bool:
     make (a release that is a PEP 440 version), or a dev tag `<revision>-<version>`."""
     from buildtool.release.tag_plan import release_number
 
-    if tag == cell.version:
+    if tag == cell.version or any(
+            release_number(tag, template, cell) is not None if "{release}" in template
+            else template.replace("{version}", cell.version) == tag
+            for template in (*cell.release_tags, *cell.moving_tags)):
         return True
-    for template in (*cell.release_tags, *cell.moving_tags):
-        if "{release}" in template:
-            if release_number(tag, template, cell) is not None:
-                return True
-        elif template.replace("{version}", cell.version) == tag:
-            return True
     dev = parse_dev_tag(tag, cell.version)
     if dev is None:
         return False

@@ -207,7 +207,7 @@ class SlurmLauncher:
         # containers it tells each node whether it hosts the store (is_host) and gives its agent the node's
         # address (--local-addr); the scaling worker prints no DDP_RESULT, so it checks nothing else.
         command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
-                   *job.node_command("$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
+                   *job.launcher.node_command(job, "$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
         work = Workload(label=f"{self.strategy.upper()} scaling run", command=command, env={**env, **job.expect_env},
                         embedded={**shipped_with(worker), **VERIFY_FILES},
                         first_node_hosts=job.launcher.first_node_hosts)
