@@ -129,10 +129,7 @@ def counts_for_gpus(gpus: int) -> list[int]:
     """1, 2, 4, ... up to `gpus`, and `gpus` itself when it is not a power of two."""
     if gpus < 1:
         raise FailedError("--counts gpus: this runner has no usable GPU (nvidia-smi lists none)")
-    counts, count = [], 1
-    while count <= gpus:
-        counts.append(count)
-        count *= 2
+    counts = [2**power for power in range(gpus.bit_length())]
     return counts if counts[-1] == gpus else [*counts, gpus]
 
 
