@@ -96,13 +96,10 @@ class NcclSettings:
 
     @staticmethod
     def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
-        pairs = []
         for item in items:
-            name, sep, value = item.partition("=")
-            if not sep:
+            if "=" not in item:
                 raise UserError(f"--nccl-env {item!r} is not NAME=VALUE")
-            pairs.append((name, value))
-        return tuple(pairs)
+        return tuple((name, value) for name, _, value in (item.partition("=") for item in items))
 
     @property
     def explicit(self) -> bool:
@@ -228,22 +225,14 @@ class MultiNodeJob:
             return {}
         env = {GPUS_ENV: str(self.gpus_per_node), TRANSPORT_ENV: self.wanted_family,
                GDR_ENV: "1" if self.require_gdr else "", RATE_ENV: self.fabric_rate}
-        if self.fabric_nics or self.efa_devices:   # NCCL_IB_HCA's list the verifier reads itself
-            nics, said = self.named_nics
-            env[NICS_ENV], env[NICS_FROM_ENV] = str(nics), said
-        return {name: value for name, value in env.items() if value}
-
-    @property
-    def named_nics(self) -> tuple[int, str]:
-        """The NICs per node the job names, and how: --fabric-nics, NCCL_IB_HCA's list, the EFA resource's count."""
+        # The NICs per node the job names, and how (NCCL_IB_HCA's list the verifier reads itself; it never comes
+        # with --efa-resource: two fabrics are refused above).
         if self.fabric_nics:
-            return self.fabric_nics, f"--fabric-nics {self.fabric_nics}"
-        hcas = nccl_log.asked_hcas(self.nccl.ib_hca)
-        if hcas:
-            return len(hcas), f"NCCL_IB_HCA names {len(hcas)}"
-        if self.efa_devices:
-            return self.efa_devices, f"--efa-resource asks for {self.efa_devices} EFA device(s)"
-        return 0, ""
+            env[NICS_ENV], env[NICS_FROM_ENV] = str(self.fabric_nics), f"--fabric-nics {self.fabric_nics}"
+        elif self.efa_devices:
+            env[NICS_ENV] = str(self.efa_devices)
+            env[NICS_FROM_ENV] = f"--efa-resource asks for {self.efa_devices} EFA device(s)"
+        return {name: value for name, value in env.items() if value}
 
     def command(self, endpoint: str, rdzv_id: str, script_dir: str = MOUNT_DIR) -> list[str]:
         """What every node runs: the verifier around the framework's check."""
