@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.common.sizes import SizeError, size_bytes
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError
+from buildtool.launch.multinode import parse_image
 from buildtool.registry.tools import skopeo_access
 
 JOBS_DIR = "jobs"
@@ -239,10 +239,7 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
     all."""
     started = time.monotonic()
     image, platform = request.image, request.platform
-    try:
-        ref = parse_reference(image)
-    except ReferenceError as exc:
-        raise UserError(f"IMAGE: {exc}") from None
+    ref = parse_image(image)
     if request.shm_size is not None:
         shm_bytes(request.shm_size)
     if request.hosts is not None and not request.hosts.is_file():
