@@ -1,29 +1,18 @@
 """An OCI bundle of an image for SLURM's own containers (`srun --container=BUNDLE`), fitted to its run profile.
 
-skopeo copies the image from its registry into an OCI layout; umoci unpacks it (`rootfs/` and a runtime
-`config.json`); this module then fits umoci's generic config to what the multi-node check needs and what
-the image's run profile (its label_keys.RUN_PROFILE label, else the matrix cell's) says:
-
-- `/dev/shm`: a tmpfs of the profile's size (umoci gives 64 MB; DataLoader workers and NCCL fail on that);
-- the profile's ulimits as rlimits (stack, memlock, ...) and no others: umoci's nofile 1024 goes, so the
-  job's own limits apply as under apptainer and pyxis; `ipc: host` shares the node's IPC namespace;
-- no private pid, network or uts namespace: the container is the node (its hostname and addresses for
-  the c10d rendezvous and gloo/NCCL), as with apptainer and pyxis; two c10d agents on one host are
-  told apart by hostname and pid, so a private pid namespace would make them collide;
-- a read-only root file system (every node of every job runs the same bundle) with a private /tmp;
-- the node's /etc/hosts and /etc/resolv.conf bound read-only (or a hosts file of your own), so node
-  names resolve inside;
-- `jobs/` beside rootfs, bound read-only at JOBS_MOUNT: SLURM 22.05 has no per-job bind mounts, so a
-  job's scripts go to `BUNDLE/jobs/<job>/` to be seen inside (`--jobs-dir` puts that folder elsewhere);
-- `terminal: false` (srun steps have no terminal), and for GPU profiles the NVIDIA_* variables that the
-  NVIDIA runtime hook of a GPU site's oci.conf reads.
+skopeo copies the image into an OCI layout; umoci unpacks it (`rootfs/` and a runtime `config.json`); fit_config
+fits umoci's generic config to the multi-node check and the image's run profile (its label_keys.RUN_PROFILE
+label, else the matrix cell's), as docs/multinode.md ("on a SLURM cluster") lists. Why not umoci's defaults:
+its 64 MB /dev/shm fails DataLoader workers and NCCL; its nofile 1024 is too few (without it the job's own
+limits apply, as under apptainer and pyxis); the container must be the node (no private pid, network or uts
+namespace: c10d agents on one host are told apart by hostname and pid); SLURM 22.05 has no per-job bind
+mounts, so jobs write to `BUNDLE/jobs/<job>/`, bound read-only at JOBS_MOUNT.
 
 Mount sources are absolute paths: a bundle is made for the place it lives in. The folder appears whole or
 not at all (built beside DEST in a temporary folder, renamed into place).
 
-A bundle is of one platform (os/arch): skopeo picks that platform's manifest of an image index
-(`--override-os`/`--override-arch`), the copied image's config must declare it (a single-platform image of
-another platform is refused), and the bundle's record names it (`platform`, and `machine` as `uname -m`
+A bundle is of one platform (os/arch): skopeo picks that platform's manifest of an image index, the copied
+image's config must declare it, and the bundle's record names it (`platform`, and `machine` as `uname -m`
 prints it), so the sbatch script can refuse nodes of another architecture (buildtool.launch.slurm).
 """
 
@@ -41,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.common.sizes import SizeError, size_bytes
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError
+from buildtool.launch.multinode import parse_image
 from buildtool.registry.tools import skopeo_access
 
 JOBS_DIR = "jobs"
@@ -177,13 +166,15 @@ def _blob(layout: Path, digest: str) -> dict[str, Any]:
     return json.loads((layout / "blobs" / algorithm / hexdigest).read_text(encoding="utf-8"))
 
 
+def _layout_config(layout: Path) -> tuple[str, dict[str, Any]]:
+    """(manifest digest, config) of the one image in an OCI layout written by skopeo."""
+    digest = json.loads((layout / "index.json").read_text(encoding="utf-8"))["manifests"][0]["digest"]
+    return digest, _blob(layout, _blob(layout, digest)["config"]["digest"])
+
+
 def layout_image(layout: Path) -> tuple[str, dict[str, str], str]:
-    """(manifest digest, labels, os/arch[/variant] its config declares) of the one image in an OCI layout
-    written by skopeo."""
-    index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
-    digest = index["manifests"][0]["digest"]
-    manifest = _blob(layout, digest)
-    config = _blob(layout, manifest["config"]["digest"])
+    """(manifest digest, labels, os/arch[/variant] its config declares) of the one image in an OCI layout."""
+    digest, config = _layout_config(layout)
     declared = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
     return digest, dict((config.get("config") or {}).get("Labels") or {}), declared
 
@@ -191,9 +182,8 @@ def layout_image(layout: Path) -> tuple[str, dict[str, str], str]:
 def layout_entrypoint(layout: Path) -> tuple[str, ...]:
     """The ENTRYPOINT of the one image in an OCI layout (() for none); UserError for a word the one-per-line
     record cannot hold."""
-    index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
-    config = _blob(layout, _blob(layout, index["manifests"][0]["digest"])["config"]["digest"])
-    words = tuple(str(w) for w in (config.get("config") or {}).get("Entrypoint") or ())
+    config = _layout_config(layout)[1].get("config") or {}
+    words = tuple(str(w) for w in config.get("Entrypoint") or ())
     if any("\n" in w or not w for w in words):
         raise UserError(f"the image's ENTRYPOINT {list(words)!r} has an empty word or a newline: a bundle records "
                         "it one word a line")
@@ -249,10 +239,7 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
     all."""
     started = time.monotonic()
     image, platform = request.image, request.platform
-    try:
-        ref = parse_reference(image)
-    except ReferenceError as exc:
-        raise UserError(f"IMAGE: {exc}") from None
+    ref = parse_image(image)
     if request.shm_size is not None:
         shm_bytes(request.shm_size)
     if request.hosts is not None and not request.hosts.is_file():

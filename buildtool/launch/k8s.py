@@ -125,10 +125,9 @@ def config_map(job: MultiNodeJob, opts: PodOptions, source: str) -> dict[str, An
 
 def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str], port_name: str,
                extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    extra_env = extra_env or {}
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
-    env = dict(job.env)
+    env = {**job.env, **(extra_env or {})}
     if job.gpus_per_node:
         limits[opts.gpu_resource] = job.gpus_per_node
         limits.update(opts.rdma_resources)
@@ -149,7 +148,7 @@ def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str
         # under validate. NGC's entrypoint sets up CUDA's forward-compatibility libraries (the older drivers
         # contracts.driver_rules admits need them); `command` would replace it (issue 39).
         "args": command,
-        "env": [{"name": k, "value": v} for k, v in sorted({**env, **extra_env}.items())],
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "ports": [{"name": port_name, "containerPort": job.rdzv_port, "protocol": "TCP"}],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
                          {"name": "scripts", "mountPath": MOUNT_DIR, "readOnly": True}],

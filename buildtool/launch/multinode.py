@@ -1,30 +1,13 @@
 """What the Kubernetes and SLURM generators share: the multi-node check of the image's framework, and its defaults.
 
 A framework declares its check in its framework.yaml (`multinode`: a script in its scripts/ and a
-launcher; buildtool/contracts/frameworks.py says what each launcher runs and what the script must
-print). Both generators run it on every node wrapped by a verifier (launch/verify_ddp.py, a program of its
-own, shipped into the job with the contracts it imports: VERIFY_FILES) that fails the job unless it ran with
-the backend (NCCL when there are GPUs per node) and the world size the launcher asked for, the loss fell and
-every process ended with identical parameters (the script itself only reports; the image-tests harness
-asserts on one machine, this wrapper asserts across machines). On GPUs it also reads NCCL's log, one file per
-process, and checks the fabric the job asked for (issue 49): the family NCCL used (--nccl-ib-hca,
---rdma-resource, --efa-resource, --fabric-rate), GPUDirect RDMA on every NET channel (--require-gdr), the
-NICs used (NCCL_IB_HCA's list, --fabric-nics), and the cross-node bus bandwidth against the floor of the
-NICs and documented rate (contracts/busbw.py).
-
-What runs on every node, how many processes that makes and where it runs on Kubernetes are the
-launcher's (buildtool/launch/launchers/, one module per kind; `MultiNodeJob.launcher`). A launcher whose
-processes need their process id (`coordinator`) puts the placeholder `{process_id}` in its command, which
-the verifier resolves on the node itself, inside the container: from JOB_COMPLETION_INDEX (a Kubernetes
-indexed Job) or from the place of the container's hostname in DDP_NODES (the SLURM allocation's node
-names, in the order `scontrol show hostnames` gives them, whose first node hosts process 0).
-Not from SLURM_PROCID: the srun line is expanded once by the batch shell (every node would be 0), and
-per-task SLURM_* variables are wrong inside SLURM 22.05's OCI containers (measured on the test cluster:
-the task on n2 saw SLURM_PROCID=0, SLURM_NODEID=0 and SLURMD_NODENAME=n1). The hostname is the node's
-name in every runtime the SLURM generator supports: Apptainer (without --uts/--hostname, which it does
-not get here) and enroot (pyxis; user and mount namespaces only) share the node's uts namespace, and
-bundles made by `buildtool bundle` have none of their own; and SLURM's NodeHostname is NodeName unless
-slurm.conf sets it apart. Where they differ, the verifier stops naming both (never process id 0).
+launcher; buildtool/contracts/frameworks.py). Both generators run it on every node wrapped by a verifier
+(launch/verify_ddp.py, a program of its own, shipped into the job with the contracts it imports: VERIFY_FILES)
+that fails the job unless it trained in sync with the backend and world size asked for and, on GPUs, NCCL's log
+shows the fabric the job asked for (issue 49). The script itself only reports: the image-tests harness asserts
+on one machine, this wrapper across machines. What runs on every node is its launcher's (launch/launchers/);
+a process id is resolved by the verifier on the node, from JOB_COMPLETION_INDEX or the place of the
+container's hostname in DDP_NODES, never from SLURM_PROCID: docs/multinode.md says why.
 """
 
 from __future__ import annotations
@@ -35,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
-from buildtool.common.refs import ReferenceError, parse_reference
+from buildtool.common.refs import Reference, ReferenceError, parse_reference
 from buildtool.common.sizes import parse_size
 from buildtool.contracts import busbw, nccl_log
 from buildtool.contracts.frameworks import LAUNCHERS, Framework, MultiNodeCheck
@@ -113,13 +96,10 @@ class NcclSettings:
 
     @staticmethod
     def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
-        pairs = []
         for item in items:
-            name, sep, value = item.partition("=")
-            if not sep:
+            if "=" not in item:
                 raise UserError(f"--nccl-env {item!r} is not NAME=VALUE")
-            pairs.append((name, value))
-        return tuple(pairs)
+        return tuple((name, value) for name, _, value in (item.partition("=") for item in items))
 
     @property
     def explicit(self) -> bool:
@@ -166,7 +146,10 @@ class MultiNodeJob:
                 raise UserError(str(exc)) from None
         if self.fabric_nics < 0:
             raise UserError(f"--fabric-nics must be a positive number of NICs per node, not {self.fabric_nics}")
-        fabric = self.fabric_options
+        # The options that ask the fabric for something only a GPU job across nodes can show.
+        fabric = [option for option, on in (("--fabric-rate", self.fabric_rate), ("--fabric-nics", self.fabric_nics),
+                                            ("--require-gdr", self.require_gdr), ("--efa-resource", self.efa_devices))
+                  if on]
         if fabric and not (self.gpus_per_node and self.nodes > 1):
             raise UserError(f"{' and '.join(fabric)} check NCCL's traffic between nodes: they need a GPU job "
                             f"(--gpus-per-node, now {self.gpus_per_node}) across nodes (--nodes, now {self.nodes})")
@@ -192,10 +175,7 @@ class MultiNodeJob:
         if not self.image or any(c.isspace() for c in self.image):
             raise UserError(f"IMAGE {self.image!r} is not an image reference")
         if not self.image.startswith("/"):   # a path (a .sif, a bundle) is the SLURM runtime's to check
-            try:
-                parse_reference(self.image)
-            except ReferenceError as exc:
-                raise UserError(f"IMAGE: {exc}") from None
+            parse_image(self.image)
 
     @property
     def launcher(self) -> launchers.Launcher:
@@ -213,13 +193,6 @@ class MultiNodeJob:
     @property
     def backend(self) -> str:
         return "nccl" if self.gpus_per_node > 0 else "gloo"
-
-    @property
-    def fabric_options(self) -> list[str]:
-        """The options that ask the fabric for something only a GPU job across nodes can show."""
-        return [option for option, on in (("--fabric-rate", self.fabric_rate), ("--fabric-nics", self.fabric_nics),
-                                           ("--require-gdr", self.require_gdr), ("--efa-resource", self.efa_devices))
-                if on]
 
     def _asked(self) -> dict[str, list[str]]:
         """family -> the options that asked for it."""
@@ -249,34 +222,21 @@ class MultiNodeJob:
             return {}
         env = {GPUS_ENV: str(self.gpus_per_node), TRANSPORT_ENV: self.wanted_family,
                GDR_ENV: "1" if self.require_gdr else "", RATE_ENV: self.fabric_rate}
-        if self.fabric_nics or self.efa_devices:   # NCCL_IB_HCA's list the verifier reads itself
-            nics, said = self.named_nics
-            env[NICS_ENV], env[NICS_FROM_ENV] = str(nics), said
-        return {name: value for name, value in env.items() if value}
-
-    @property
-    def named_nics(self) -> tuple[int, str]:
-        """The NICs per node the job names, and how: --fabric-nics, NCCL_IB_HCA's list, the EFA resource's count."""
+        # The NICs per node the job names, and how (NCCL_IB_HCA's list the verifier reads itself; it never comes
+        # with --efa-resource: two fabrics are refused above).
         if self.fabric_nics:
-            return self.fabric_nics, f"--fabric-nics {self.fabric_nics}"
-        hcas = nccl_log.asked_hcas(self.nccl.ib_hca)
-        if hcas:
-            return len(hcas), f"NCCL_IB_HCA names {len(hcas)}"
-        if self.efa_devices:
-            return self.efa_devices, f"--efa-resource asks for {self.efa_devices} EFA device(s)"
-        return 0, ""
-
-    def node_command(self, endpoint: str, rdzv_id: str, script: str) -> list[str]:
-        """The launcher's command for SCRIPT on every node (without the verifier): ENDPOINT is the first node's
-        rendezvous or coordinator address; it may carry the verifier's placeholders (launch/launchers/)."""
-        return self.launcher.node_command(self, endpoint, rdzv_id, script)
+            env[NICS_ENV], env[NICS_FROM_ENV] = str(self.fabric_nics), f"--fabric-nics {self.fabric_nics}"
+        elif self.efa_devices:
+            env[NICS_ENV] = str(self.efa_devices)
+            env[NICS_FROM_ENV] = f"--efa-resource asks for {self.efa_devices} EFA device(s)"
+        return {name: value for name, value in env.items() if value}
 
     def command(self, endpoint: str, rdzv_id: str, script_dir: str = MOUNT_DIR) -> list[str]:
         """What every node runs: the verifier around the framework's check."""
         if self.check is None:
             raise ValueError("a job without a framework's check has no check command")
         return ["python3", f"{script_dir}/{VERIFY_SCRIPT}",
-                *self.node_command(endpoint, rdzv_id, f"{script_dir}/{self.check.script}")]
+                *self.launcher.node_command(self, endpoint, rdzv_id, f"{script_dir}/{self.check.script}")]
 
     @property
     def expect_env(self) -> dict[str, str]:
@@ -294,6 +254,13 @@ class MultiNodeJob:
     def env(self) -> dict[str, str]:
         """The check's environment on every node: what its launcher's script reads, and expect_env."""
         return {**self.launcher.env(self), **self.expect_env}
+
+
+def parse_image(image: str) -> Reference:
+    try:
+        return parse_reference(image)
+    except ReferenceError as exc:
+        raise UserError(f"IMAGE: {exc}") from None
 
 
 def check_of(framework: Framework) -> MultiNodeCheck:
@@ -317,14 +284,11 @@ def names_cell(tag: str, cell: Cell) -> bool:
     make (a release that is a PEP 440 version), or a dev tag `<revision>-<version>`."""
     from buildtool.release.tag_plan import release_number
 
-    if tag == cell.version:
+    if tag == cell.version or any(
+            release_number(tag, template, cell) is not None if "{release}" in template
+            else template.replace("{version}", cell.version) == tag
+            for template in (*cell.release_tags, *cell.moving_tags)):
         return True
-    for template in (*cell.release_tags, *cell.moving_tags):
-        if "{release}" in template:
-            if release_number(tag, template, cell) is not None:
-                return True
-        elif template.replace("{version}", cell.version) == tag:
-            return True
     dev = parse_dev_tag(tag, cell.version)
     if dev is None:
         return False
@@ -350,10 +314,7 @@ def cell_for_image(matrix: Matrix, image: str) -> Cell | None:
     cell's own (`names_cell`). None when the repository is no image of the matrix (a foreign image);
     UserError naming it when the reference does not parse, names no tag, or its tag names no cell
     (never the image's default cell)."""
-    try:
-        ref = parse_reference(image)
-    except ReferenceError as exc:
-        raise UserError(f"IMAGE: {exc}") from None
+    ref = parse_image(image)
     name = image_of_repo_path(ref.path)
     candidates = [c for c in matrix.cells if c.name == name]
     if not candidates:

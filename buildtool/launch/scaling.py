@@ -129,10 +129,7 @@ def counts_for_gpus(gpus: int) -> list[int]:
     """1, 2, 4, ... up to `gpus`, and `gpus` itself when it is not a power of two."""
     if gpus < 1:
         raise FailedError("--counts gpus: this runner has no usable GPU (nvidia-smi lists none)")
-    counts, count = [], 1
-    while count <= gpus:
-        counts.append(count)
-        count *= 2
+    counts = [2**power for power in range(gpus.bit_length())]
     return counts if counts[-1] == gpus else [*counts, gpus]
 
 
@@ -207,7 +204,7 @@ class SlurmLauncher:
         # containers it tells each node whether it hosts the store (is_host) and gives its agent the node's
         # address (--local-addr); the scaling worker prints no DDP_RESULT, so it checks nothing else.
         command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
-                   *job.node_command("$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
+                   *job.launcher.node_command(job, "$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
         work = Workload(label=f"{self.strategy.upper()} scaling run", command=command, env={**env, **job.expect_env},
                         embedded={**shipped_with(worker), **VERIFY_FILES},
                         first_node_hosts=job.launcher.first_node_hosts)
@@ -282,42 +279,35 @@ def write_metrics(result: ScalingResult, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def finish_plot(fig: Any, ax: Any, path: Path, counts: list[int], xlabel: str, ylabel: str, title: str, *,
-                log: bool = False) -> None:
-    """Every scaling plot's axes, grid (minor lines too on log axes), legend and file (110 dpi); closes `fig`."""
-    import matplotlib.pyplot as plt
-
-    ax.set_xticks(counts, [str(c) for c in counts])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, which="both" if log else "major", alpha=.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def plot_pair(lines: list[tuple[str, str, list[RunResult]]], paths: tuple[Path, Path], xlabel: str,
               titles: tuple[str, str], width: float) -> None:
     """The two scaling plots of LINES (label on the time plot, label on the speed-up plot, runs): time per epoch
-    (log-log) and speed-up next to the ideal linear line, at every count of the runs."""
+    (log-log, minor grid lines too) and speed-up next to the ideal linear line, at every count of the runs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     counts = sorted({r.count for _, _, runs in lines for r in runs})
-    fig, ax = plt.subplots(figsize=(width, 4.5))
-    for label, _, runs in lines:
-        ax.loglog([r.count for r in runs], [r.time_per_epoch_s for r in runs], "o-", base=2, label=label)
-    finish_plot(fig, ax, paths[0], counts, xlabel, "time per epoch (s)", titles[0], log=True)
-
-    fig, ax = plt.subplots(figsize=(width, 4.5))
-    ax.plot(counts, [c / counts[0] for c in counts], "--", color="grey", label="ideal (linear)")
-    for _, label, runs in lines:
-        ax.plot([r.count for r in runs], [r.speedup for r in runs], "o-", label=label)
-    finish_plot(fig, ax, paths[1], counts, xlabel, f"speed-up vs {counts[0]}", titles[1])
+    for path, ylabel, title, log in ((paths[0], "time per epoch (s)", titles[0], True),
+                                     (paths[1], f"speed-up vs {counts[0]}", titles[1], False)):
+        fig, ax = plt.subplots(figsize=(width, 4.5))
+        if log:
+            for label, _, runs in lines:
+                ax.loglog([r.count for r in runs], [r.time_per_epoch_s for r in runs], "o-", base=2, label=label)
+        else:
+            ax.plot(counts, [c / counts[0] for c in counts], "--", color="grey", label="ideal (linear)")
+            for _, label, runs in lines:
+                ax.plot([r.count for r in runs], [r.speedup for r in runs], "o-", label=label)
+        ax.set_xticks(counts, [str(c) for c in counts])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both" if log else "major", alpha=.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
 
 
 def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:

@@ -1,27 +1,12 @@
 """An sbatch script for the multi-node check of the image's framework, with Apptainer, enroot/pyxis or
 SLURM's own OCI containers.
 
-One task per node; each runs the framework's check in the image, as its launcher says
-(launch/launchers/: torchrun with a c10d rendezvous on the first node of the allocation, or the
-framework's script with the coordinator on the first node and this node's process id), with the
-check's scripts in a job folder on the shared file system (copied from SCRIPTS_DIR, by default
-image-tests/<framework>/scripts in the submit folder):
-
-- apptainer / pyxis: the job folder sits in the submit folder and is bound read-only into the container.
-  These containers share the node's /dev/shm, so the /dev/shm check runs on the node itself.
-- oci (`srun --container=BUNDLE`, SLURM's native containers; the bundle made by `buildtool bundle`):
-  SLURM 22.05 has no per-job bind mounts, so the job folder is `BUNDLE/jobs/<job>`, which the bundle's
-  config binds read-only at JOBS_MOUNT. /dev/shm is the bundle's own tmpfs, so the check runs inside the
-  container. `--export=<names>` keeps the image's PATH: with the default (ALL) 22.05 writes the host's
-  environment over the image's. Per-task SLURM_* variables are wrong inside these containers; torchrun's
-  rendezvous needs none of them, and a coordinator check's process id comes from the node list the
-  script exports (DDP_NODES) and the container's hostname, resolved by the verifier.
-
-The rendezvous is at the first node's address, not its name (containers may not resolve SLURM's node
-names): its NodeAddr, resolved on the batch host, or RDZV_ADDR; a node whose address cannot be found ends
-the job at once, named. torchrun's agents also publish their node's address (--local-addr), and the
-first node hosts the store (is_host), both resolved in the container by the verifier. The one task per
-node gets CPUS_PER_GPU CPUs per GPU unless --cpus-per-task says otherwise.
+One task per node runs the framework's check in the image, as its launcher says (launch/launchers/),
+with the check's scripts in a job folder on the shared file system: beside the submit folder, bound
+read-only (apptainer, pyxis), or `BUNDLE/jobs/<job>`, which the bundle binds at JOBS_MOUNT (oci: SLURM
+22.05 has no per-job bind mounts). The rendezvous is at the first node's address, not its name
+(containers may not resolve SLURM's node names). docs/multinode.md ("on a SLURM cluster") and docs/gpu.md
+say what each runtime needs and why.
 
 The check's output is kept: when the step fails, the script says why in one line, naming the node that
 failed first (srun's `NODE: task N: ...`) or the rendezvous timeout. `parse_output` reads a job's output
@@ -176,12 +161,6 @@ def _fail_if(test: str, message: str) -> list[str]:
     return [f"if {test}; then", f"  echo \"{message}\" >&2", "  exit 2", "fi"]
 
 
-def _launch(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
-    # srun does not take the job's --cpus-per-task from sbatch in SLURM 22.05 to 23.02: name it on the step.
-    cpus = [f"--cpus-per-task={opts.cpus(job)}"] if opts.cpus(job) else []
-    return ["srun", "--kill-on-bad-exit=1", *cpus, *_container(job, opts, work), *work.command]
-
-
 def _container(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     """What runs the work in opts.runtime's container: srun's options, and the words before the work's command."""
     # The image's entrypoint runs first, with the command as its arguments, as under validate (issue 39): NGC's
@@ -208,11 +187,8 @@ def _needs_nodes(work: Workload) -> bool:
 
 
 def _head_address(failed: str) -> list[str]:
-    """Lines that set head_addr to the first node's IP address, or end the job naming the node.
-
-    Containers may not resolve SLURM's node names (c10d then retries until the time limit), so the
-    rendezvous is at an address: RDZV_ADDR when set, else the node's NodeAddr from scontrol, resolved
-    here on the batch host when it is a name (NodeAddr is NodeName unless slurm.conf sets it)."""
+    """Lines that set head_addr to the first node's IP address, or end the job naming the node (c10d would
+    retry a name the containers cannot resolve until the time limit)."""
     return [
         "# Containers may not resolve node names: rendezvous at the first node's address (RDZV_ADDR overrides).",
         "# node_ip_of NODE: its NodeAddr as an IPv4 address (resolved here, on the batch host, when it is a name).",
@@ -238,11 +214,9 @@ def _node_addresses(failed: str) -> list[str]:
         f"{NODE_ADDRS_ENV}=\"\"",
         "while read -r node; do",
         "  if [ \"$node\" = \"$head_node\" ]; then node_ip=\"$head_addr\"; else node_ip_of \"$node\" < /dev/null; fi",
-        "  if [ -z \"$node_ip\" ]; then",
-        f"    echo \"{failed}: cannot resolve the address of node $node (NodeAddr ${{node_addr:-unknown}}), which "
-        "torchrun's workers may need to reach\" >&2",
-        "    exit 2",
-        "  fi",
+        *(f"  {line}" for line in _fail_if('[ -z "$node_ip" ]', f"{failed}: cannot resolve the address of node "
+                                           "$node (NodeAddr ${node_addr:-unknown}), which torchrun's workers may "
+                                           "need to reach")),
         f"  {NODE_ADDRS_ENV}=\"${NODE_ADDRS_ENV}$node_ip \"",
         "done < <(scontrol show hostnames \"$SLURM_JOB_NODELIST\")",
         f"export {NODE_ADDRS_ENV}",
@@ -253,10 +227,9 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
     """The sbatch script running WORK on JOB's nodes in opts.runtime's containers."""
     check_image(job.image, opts.runtime)
     failed = f"{work.label} failed"
-    oci = opts.runtime == "oci"
     lines = [*_header(job, opts, work), *_inputs(job, opts, work), *_rendezvous(job, work, failed),
              *_job_folder(job, opts, work)]
-    lines += ["", *(_platform_check(failed) if oci else []), *_shm_check(opts, failed), ""]
+    lines += ["", *(_platform_check(failed) if opts.runtime == "oci" else []), *_shm_check(opts, failed), ""]
     lines += _srun_step(job, opts, work, failed)
     return "\n".join(lines)
 
@@ -360,7 +333,10 @@ def _job_folder(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[s
 
 def _srun_step(job: MultiNodeJob, opts: SlurmOptions, work: Workload, failed: str) -> list[str]:
     """The srun step, and a failure that names its cause (the rendezvous, the node whose task ended first)."""
-    launch = " ".join(_quote(w) for w in _launch(job, opts, work))
+    # srun does not take the job's --cpus-per-task from sbatch in SLURM 22.05 to 23.02: name it on the step.
+    cpus = [f"--cpus-per-task={opts.cpus(job)}"] if opts.cpus(job) else []
+    launch = " ".join(_quote(w) for w in ["srun", "--kill-on-bad-exit=1", *cpus, *_container(job, opts, work),
+                                          *work.command])
     return [
         "# Keep the step's output to say what failed: srun names the node whose task ended first.",
         "set +e",

@@ -11,16 +11,11 @@ both are left to torch. DDP_RDZV_HOST: a name to wait for (up to DDP_RESOLVE_TIM
 DDP_APPEND_LIBRARY_PATH: folders appended to the command's LD_LIBRARY_PATH (GKE's driver folder).
 
 NCCL (a GPU job, NCCL_DEBUG set): every process writes its own log, NCCL_DEBUG_FILE=DIR/nccl.%h.%p.log
-(DDP_NCCL_LOG_DIR, else a new folder under /tmp): one writer per file, line-buffered by NCCL, so nothing is
-lost when a process leaves through os._exit and no two ranks' lines are glued. After the check the
-verifier prints every file into its output (the job's log) and reads them: per process the network NCCL
-used, its family (IB, EFA, Socket or unknown), the NICs its NET channels used and whether GPUDirect RDMA
-was on; an empty or missing log is a failure of its own ("NCCL wrote no log: ..."). What the job asked
-for is checked on every node: DDP_EXPECT_TRANSPORT=IB|EFA (every process used that family),
-DDP_EXPECT_GDR=1 (every NET channel is GDRDMA), NCCL_IB_HCA or DDP_FABRIC_NICS (NCCL used as many NICs,
-one per GPU at most), DDP_FABRIC_RATE (no port slower than that documented rate). The node that prints
-rank 0's result compares the cross-node bus bandwidth with the floor of the family used
-(contracts/busbw.py: NICs x documented rate).
+(DDP_NCCL_LOG_DIR, else a new folder under /tmp: one writer per file, so nothing is lost or glued), which
+the verifier prints into the job's log and reads after the check, against what the job asked for:
+DDP_EXPECT_TRANSPORT=IB|EFA, DDP_EXPECT_GDR=1, NCCL_IB_HCA or DDP_FABRIC_NICS, DDP_FABRIC_RATE. The node
+that prints rank 0's result compares the cross-node bus bandwidth with the family's floor
+(contracts/busbw.py). docs/multinode.md ("The transport check") says what each check reads and why.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 process 0's), the number of processes and its own process id, as JAX's `jax.distributed` wants it:
 `python3 SCRIPT --coordinator HOST:PORT --num-processes N --process-id I --steps S --init-timeout SECONDS`.
 I is PROCESS_ID, resolved by the verifier on the node: JOB_COMPLETION_INDEX on Kubernetes (an indexed
-Job), the place of the container's hostname in DDP_NODES on SLURM (launch/multinode.py says why not
+Job), the place of the container's hostname in DDP_NODES on SLURM (docs/multinode.md says why not
 SLURM_PROCID). Its steps and timeout are on its command line.
 
 Kubernetes: the indexed Job only (Kubeflow's PyTorchJob runs torchrun).
