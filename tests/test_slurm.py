@@ -222,6 +222,15 @@ def test_oci_takes_a_bundle_folder_and_the_others_an_image(run_cli) -> None:
     assert code == 2 and out == "" and "--time 'soon'" in err
 
 
+def test_pyxis_refuses_a_sif_file_in_one_line(run_cli) -> None:
+    """A .sif is Apptainer's image file; pyxis takes a registry reference. It ended in a ReferenceError traceback."""
+    code, out, err = run_cli("slurm", "/shared/pytorch.sif", "--runtime", "pyxis", "--shm-size", "8g", "--framework",
+                             "pytorch", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == ["error: '/shared/pytorch.sif' is a path: --runtime pyxis takes an image "
+                                        "reference; a bundle folder needs --runtime oci"]
+
+
 def test_oci_without_a_bundle_record_needs_shm_size(run_cli, tmp_path: Path) -> None:
     """Issue 21: no record to read the bundle's /dev/shm from is an error, not 8g."""
     bundle = fake_bundle(tmp_path)

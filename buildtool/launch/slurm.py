@@ -95,7 +95,7 @@ def check_image(image: str, runtime: str) -> None:
         if not image.startswith("/"):
             raise UserError(f"--runtime oci takes the bundle folder made by `buildtool bundle` as an absolute path "
                             f"on the cluster, not {image!r}")
-    elif image.startswith("/") and not image.endswith(".sif"):
+    elif image.startswith("/") and not (runtime == "apptainer" and image.endswith(".sif")):   # a .sif is Apptainer's
         raise UserError(f"{image!r} is a path: --runtime {runtime} takes an image reference"
                         f"{' or a .sif file' if runtime == 'apptainer' else ''}; a bundle folder needs --runtime oci")
 
