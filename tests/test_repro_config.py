@@ -7,6 +7,7 @@ names (cache_sources)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -119,6 +120,25 @@ def test_the_release_files_the_apt_step_read_are_recorded_by_digest_and_date() -
     with pytest.raises(FailedError, match="bookworm/InRelease: not a Debian release file"):
         archive_state.observe(LOG, began, fetch=lambda uri: b"<html>proxy error</html>")
     assert archive_state.release_urls("#5 no apt here") == []
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_a_release_date_without_a_time_zone_is_refused_on_every_machine(zone: str, monkeypatch) -> None:
+    """A Date with no zone was read in the machine's local time: two machines, two dates, two base digests."""
+    import time
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        with pytest.raises(FailedError, match=re.escape("names no time zone")):
+            archive_state.read_release("u", lambda uri: b"Date: Sat, 10 Aug 2024 09:40:00\n")
+        for said in (b"Sat, 10 Aug 2024 09:40:00 UTC", b"Sat, 10 Aug 2024 09:40:00 -0000",
+                     b"Sat, 10 Aug 2024 05:40:00 -0400"):
+            [found, _] = archive_state.read_release("u", lambda uri, said=said: b"Date: " + said + b"\n")
+            assert found.date == "2024-08-10T09:40:00Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_the_cache_source_is_the_inline_cache_the_signed_provenance_names() -> None:

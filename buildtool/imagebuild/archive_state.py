@@ -49,7 +49,11 @@ def read_release(uri: str, fetch: Fetch | None = None, began: datetime | None = 
     try:
         if match is None:
             raise ValueError("no Date field")
-        date = parsedate_to_datetime(match.group(1).decode().strip()).astimezone(UTC)
+        text = match.group(1).decode().strip()
+        date = parsedate_to_datetime(text)
+        if date.tzinfo is None and not text.endswith("-0000"):   # RFC 5322's -0000 is UTC; no zone is this host's
+            raise ValueError(f"its Date {text[:60]!r} names no time zone")
+        date = date.replace(tzinfo=date.tzinfo or UTC).astimezone(UTC)
     except (ValueError, TypeError) as exc:
         raise FailedError(f"{uri}: not a Debian release file ({exc})") from None
     return ReleaseFile(uri, hashlib.sha256(data).hexdigest(), date.strftime("%Y-%m-%dT%H:%M:%SZ"),
