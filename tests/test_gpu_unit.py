@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.common.errors import FailedError, MatrixError
+from buildtool.common.errors import FailedError, MatrixError, UserError
 from buildtool.common.sizes import SizeError, doubling
 from buildtool.contracts import driver_rules, gpu, label_keys, versions
 from buildtool.contracts.verdict import Gpu, Selection, derive_result
@@ -546,3 +546,19 @@ def test_report_shows_incomplete_verdicts_and_bus_bandwidth_against_last_night()
     own = _schema2("pytorch-cuda:2.13", "failed", 60.0, "2026-12-03T02:00:00", previous_GBps=300.0)
     md = render_markdown(build_report([parse_verdict(own, "z")]))
     assert "| 60.0 GB/s | 100.0 GB/s | 300.0 GB/s (median of 1 night) | -80% | ❌ below floor |" in md
+
+
+@pytest.mark.parametrize("value", ["ture", "Y", "enabled", "2"])
+def test_an_unknown_require_gpu_value_is_refused_not_read_as_no(run_cli, tmp_path, monkeypatch, value):
+    """A misspelt DL_IMAGES_REQUIRE_GPU on a GPU runner turned its no-GPU check off in silence."""
+    from buildtool.contracts.gpu import require_gpu_from_env
+
+    with pytest.raises(UserError, match=f"DL_IMAGES_REQUIRE_GPU={value.lower()!r} is neither yes"):
+        require_gpu_from_env({"DL_IMAGES_REQUIRE_GPU": value})
+    monkeypatch.setenv("DL_IMAGES_REQUIRE_GPU", value)
+    code, out, err = run_cli("validate", "127.0.0.1:9/pytorch-cuda-dev:x-2.13", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and err.strip().splitlines() == [
+        f"error: DL_IMAGES_REQUIRE_GPU={value.lower()!r} is neither yes (1, true, yes, on) nor no (0, false, no, off, "
+        "or unset)"], err
+    assert [require_gpu_from_env({"DL_IMAGES_REQUIRE_GPU": v}) for v in ("", " 0", "False", "no", "off")] == [False] * 5
+    assert [require_gpu_from_env({"DL_IMAGES_REQUIRE_GPU": v}) for v in ("1", "TRUE", "yes ", "on")] == [True] * 4

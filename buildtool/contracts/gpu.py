@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from buildtool.common.errors import UserError
+
 # A runner that must have usable GPUs: `buildtool validate --require-gpu`, or this variable set
 # to 1/true/yes (the generated nightly workflow sets it on its GPU jobs).
 REQUIRE_GPU_ENV = "DL_IMAGES_REQUIRE_GPU"
@@ -54,8 +56,13 @@ BUSBW_FIGURE = "allreduce_busbw"
 
 
 def require_gpu_from_env(environ: Mapping[str, str] | None = None) -> bool:
-    value = (environ if environ is not None else os.environ).get(REQUIRE_GPU_ENV, "")
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    """DL_IMAGES_REQUIRE_GPU; a value that is neither yes nor no is refused: a misspelt `ture` on a GPU runner
+    would otherwise turn its no-GPU check off (fail closed)."""
+    value = (environ if environ is not None else os.environ).get(REQUIRE_GPU_ENV, "").strip().lower()
+    if value not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+        raise UserError(f"{REQUIRE_GPU_ENV}={value[:40]!r} is neither yes (1, true, yes, on) nor no (0, false, no, "
+                        "off, or unset)")
+    return value in ("1", "true", "yes", "on")
 
 
 def check_cuda(cuda: str) -> str:
