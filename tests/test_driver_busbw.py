@@ -268,3 +268,16 @@ def test_ngc_25_10_decisions_say_their_minimums_are_unverified(driver: str, admi
     old = driver_rules.decide("12.8", "535.86.10", "12.2", [H100], "25.01", "amd64")
     assert old.admitted and "unverified" not in old.rule and "unverified" not in driver_rules.forward_compat_summary(
         "25.01")
+
+
+@pytest.mark.parametrize(("driver", "reported", "named"), [
+    ("N/A", "", "the driver version 'N/A'"),
+    ("N/A", "N/A", "the driver version 'N/A' and the CUDA version 'N/A'"),
+    ("570.86.15", "[N/A]", "the CUDA version '[N/A]'"),
+])
+def test_a_driver_version_that_is_not_a_version_is_refused_not_a_traceback(driver: str, reported: str, named: str):
+    """A runner whose driver just broke: nvidia-smi says N/A. decide() raised IndexError on the NGC path."""
+    for ngc in ("25.01", None):
+        decision = driver_rules.decide("12.8", driver, reported, ["NVIDIA H100 80GB HBM3"], ngc, "amd64")
+        assert not decision.admitted
+        assert decision.rule.startswith(f"refused: nvidia-smi reported {named}, not a version, so CUDA 12.8 cannot")

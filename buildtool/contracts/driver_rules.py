@@ -160,6 +160,11 @@ def decide(cuda: str, driver: str, cuda_driver: str, gpu_names: list[str], ngc: 
     if not driver and not cuda_driver:
         return DriverDecision(False, f"refused: nvidia-smi reported no driver version, so CUDA {cuda} cannot be "
                                      f"checked; {fix}")
+    said = (("driver version", driver), ("CUDA version", cuda_driver))
+    unreadable = [f"{name} {value[:40]!r}" for name, value in said if value and not _numbers(value)]
+    if unreadable:   # a broken driver's `N/A`: never compared as if it were a version
+        return DriverDecision(False, f"refused: nvidia-smi reported the {' and the '.join(unreadable)}, not a version, "
+                                     f"so CUDA {cuda} cannot be checked; {fix}")
     native = (_numbers(cuda_driver)[:2] >= _numbers(cuda)[:2]) if cuda_driver else _numbers(driver) >= _numbers(need)
     if native:
         on = " on arm64 (SBSA)" if architecture == "arm64" else ""
