@@ -313,3 +313,14 @@ def test_a_multi_platform_stand_in_needs_its_debian_base_on_each_platform(monkey
     assert bases.debian_platforms(dataclasses.replace(cell, platforms=tuple(BOTH))) == tuple(BOTH)
     debian = next(c for c in fixture_matrix().cells if c.standin is None)
     assert bases.debian_platforms(dataclasses.replace(debian, platforms=tuple(BOTH))) == tuple(BOTH)
+
+
+@pytest.mark.parametrize("descriptor", ["linux/amd64", ["linux", "amd64"], 7])
+def test_an_entry_whose_platform_is_not_an_object_is_refused_not_a_traceback(descriptor):
+    """A registry's index JSON can hold any type where `platform` belongs: AttributeError before."""
+    client = MemRegistry()
+    index(client, [(image(client, None, "amd64"), descriptor)])
+    with pytest.raises(RegistryError, match="names no platform os/architecture"):
+        base_index.platform_manifest(client, REPO, TAG, "linux/amd64")  # type: ignore[arg-type]
+    with pytest.raises(platforms.UnknownPlatform, match="is not an OCI platform object"):
+        platforms.from_descriptor(descriptor)  # type: ignore[arg-type]

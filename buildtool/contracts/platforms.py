@@ -49,6 +49,9 @@ def get(name: str) -> Platform:
 
 def from_descriptor(descriptor: dict[str, object] | None) -> Platform:
     """The platform an OCI index entry (or an image config) declares; unknown ones are refused."""
+    if descriptor is not None and not isinstance(descriptor, dict):   # a registry's JSON: any type at all
+        raise UnknownPlatform(f"platform {str(descriptor)[:60]!r} is not an OCI platform object; one of "
+                              f"{', '.join(KNOWN)}")
     descriptor = descriptor or {}
     name = f"{descriptor.get('os', '')}/{descriptor.get('architecture', '')}"
     if descriptor.get("variant") and name != "linux/arm64":

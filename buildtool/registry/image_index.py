@@ -87,7 +87,7 @@ def _entries(client: RegistryClient, repo: str, manifest: dict[str, Any], where:
     children: dict[str, Child] = {}
     for entry in manifest.get("manifests") or []:
         descriptor = entry.get("platform") or {}
-        if not descriptor.get("os") or not descriptor.get("architecture"):
+        if not isinstance(descriptor, dict) or not descriptor.get("os") or not descriptor.get("architecture"):
             raise RegistryError(f"{where}: index entry {entry.get('digest')} names no platform os/architecture")
         try:
             wanted = platforms.from_descriptor(descriptor)
