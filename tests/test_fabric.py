@@ -406,3 +406,14 @@ def test_nccl_at_warn_is_not_read_and_says_so(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "): not read (NCCL_DEBUG=WARN: the network is in NCCL's INFO lines)" in proc.stdout
     assert "DDP check passed: world size 4, nccl, transport not read, loss" in proc.stdout
+
+
+def test_a_prefix_nccl_ib_hca_counts_every_nic_it_matches_for_the_floor(tmp_path: Path) -> None:
+    """NCCL_IB_HCA=mlx5 is every mlx5_N (NCCL matches by prefix): counted as one NIC, the floor was half of
+    this two-NIC node's and 20 GB/s passed it."""
+    proc = run_verifier(tmp_path, "ib.log", 20.0, ib_job("mlx5"))
+    assert proc.returncode == 1
+    assert ("cross-node all-reduce bus bandwidth 20.0 GB/s over IB is below the floor 25 GB/s (0.5 x 2 NIC(s) x HDR "
+            "200 Gb/s (2 NIC(s): NCCL_IB_HCA 'mlx5' matches 2 that NCCL listed)") in proc.stderr
+    proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job("mlx5"))
+    assert proc.returncode == 0, proc.stderr

@@ -198,3 +198,14 @@ def test_c_stdio_lines_survive_the_scripts_exit(tmp_path: Path, module: str, fol
     assert [r.returncode for r in runs.values()] == [0, 0, 0], {k: r.stderr for k, r in runs.items()}
     assert runs["exit"].stdout == ""
     assert runs["leave"].stdout == runs["unbuffered"].stdout == line
+
+
+def test_nccl_ib_hca_counts_a_prefix_as_the_nics_it_matches_and_honours_exact_matching():
+    """NCCL's net_ib.cc: entries match device names by prefix, exactly after a leading `=` (after `^`)."""
+    listed = [f"mlx5_{n}:1" for n in range(12)]
+    assert nccl_log.hca_count("mlx5", listed) == 12
+    assert nccl_log.hca_count("mlx5_0:1,mlx5_1:1", ["mlx5_0:1"]) == 2   # a named NIC that NCCL left out still counts
+    assert nccl_log.hca_count("=mlx5_1", listed) == 1 and nccl_log.hca_count("mlx5_1", listed) == 3   # 1, 10, 11
+    assert nccl_log.hca_count("^mlx5_1", listed) == 0 and nccl_log.hca_count("", listed) == 0
+    assert nccl_log.hca_exact("=mlx5_0") and nccl_log.hca_exact("^=mlx5_0") and not nccl_log.hca_exact("mlx5_0")
+    assert nccl_log.matches_hca("mlx5_10:1", "mlx5_1") and not nccl_log.matches_hca("mlx5_10:1", "mlx5_1", exact=True)

@@ -301,9 +301,24 @@ def asked_hcas(value: str) -> list[str] | None:
     return [entry.lstrip("=") for entry in value.split(",") if entry.lstrip("=")]
 
 
-def matches_hca(device: str, entry: str) -> bool:
+def hca_exact(value: str) -> bool:
+    """NCCL_IB_HCA starts (after its `^`) with `=`: every entry names a device exactly, not by prefix (NCCL's
+    net_ib.cc reads `^`, then `=`, at the start of the whole list)."""
+    return value.strip().removeprefix("^").startswith("=")
+
+
+def matches_hca(device: str, entry: str, exact: bool = False) -> bool:
     """Whether an NCCL_IB_HCA entry (`mlx5_0`, `mlx5_0:1`) names DEVICE (`mlx5_0:1`), as NCCL matches: by
-    prefix of the device name, and the port when the entry names one."""
+    prefix of the device name (`mlx5` is every mlx5_N), exactly under `=`, and the port when the entry names one."""
     name, _, port = device.partition(":")
     want_name, sep, want_port = entry.partition(":")
-    return name.startswith(want_name) and (not sep or want_port == port)
+    return (name == want_name if exact else name.startswith(want_name)) and (not sep or want_port == port)
+
+
+def hca_count(value: str, listed: list[str]) -> int:
+    """How many NICs an NCCL_IB_HCA value asks for on a node whose NCCL listed `listed` (0: it names none). An
+    entry counts once, a prefix entry (`mlx5`) as every listed device it matches: counting it once set the NIC
+    check and the bus-bandwidth floor for one NIC on an eight-NIC node."""
+    asked = asked_hcas(value) or []
+    exact = hca_exact(value)
+    return max(len(asked), sum(any(matches_hca(d, a, exact) for a in asked) for d in listed))

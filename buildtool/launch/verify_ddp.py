@@ -192,14 +192,15 @@ def transport_problems(log: nccl_log.Log, env: dict[str, str]) -> list[str]:
                             "the GPU (NCCL_NET_GDR_LEVEL)")
     gpus = int(env.get("DDP_GPUS_PER_NODE") or 0)
     asked = nccl_log.asked_hcas(env.get("NCCL_IB_HCA", ""))
-    count, said = asked_nics(env, asked)
+    count, said = asked_nics(env, listed_ib(named))
     # The NICs of the family asked for (a process on another network is the transport problem above).
     on_fabric = [p for p in named if p.families == [want or nccl_log.IB]]
     used = sorted({d for p in on_fabric for d in p.used_devices()})
     if count and on_fabric and any(p.channels for p in on_fabric):
         need = min(count, gpus) if gpus else count
         if len(used) < need:
-            unused = [a for a in asked or [] if not any(nccl_log.matches_hca(u, a) for u in used)]
+            exact = nccl_log.hca_exact(env.get("NCCL_IB_HCA", ""))
+            unused = [a for a in asked or [] if not any(nccl_log.matches_hca(u, a, exact) for u in used)]
             problems.append(f"NCCL used {len(used)} NIC(s) on this node ({', '.join(used)}), not the {need} asked "
                             f"for ({said}, one per GPU of {gpus})" + (f"; unused: {', '.join(unused)}" if unused
                                                                           else "")
@@ -216,13 +217,21 @@ def transport_problems(log: nccl_log.Log, env: dict[str, str]) -> list[str]:
     return problems
 
 
-def asked_nics(env: dict[str, str], asked: list[str] | None) -> tuple[int, str]:
-    """The NICs per node the job named (DDP_FABRIC_NICS, else NCCL_IB_HCA's list) and how it named them."""
+def listed_ib(processes: list[nccl_log.Process]) -> list[str]:
+    """The InfiniBand/RoCE devices NCCL listed on this node (`NET/IB : Using [0]mlx5_0:1/IB ...`)."""
+    return sorted({name for p in processes for name in p.devices.get(nccl_log.IB, {}).values()})
+
+
+def asked_nics(env: dict[str, str], listed: list[str]) -> tuple[int, str]:
+    """The NICs per node the job named (DDP_FABRIC_NICS, else NCCL_IB_HCA's list, a prefix entry counted as the
+    devices NCCL `listed` that it matches) and how it named them."""
     if env.get("DDP_FABRIC_NICS"):
         return int(env["DDP_FABRIC_NICS"]), env.get("DDP_FABRIC_NICS_FROM") or f"--fabric-nics {env['DDP_FABRIC_NICS']}"
-    if asked:
-        return len(asked), f"NCCL_IB_HCA names {len(asked)}"
-    return 0, ""
+    value = env.get("NCCL_IB_HCA", "")
+    count = nccl_log.hca_count(value, listed)
+    if count and count != len(nccl_log.asked_hcas(value) or []):
+        return count, f"NCCL_IB_HCA {value.strip()[:60]!r} matches {count} that NCCL listed"
+    return count, f"NCCL_IB_HCA names {count}" if count else ""
 
 
 def busbw_check(result: dict[str, Any], log: nccl_log.Log | None, env: dict[str, str], problems: list[str]) -> str:
@@ -241,7 +250,7 @@ def busbw_check(result: dict[str, Any], log: nccl_log.Log | None, env: dict[str,
                 f"{'networks of ' + ' and '.join(families) if families else 'no network it named'} on this node)")
     family = families[0]
     named = log.with_network()
-    count, said = asked_nics(env, nccl_log.asked_hcas(env.get("NCCL_IB_HCA", "")))
+    count, said = asked_nics(env, listed_ib(named))
     if not count:
         count = max((p.listed_nics() or 0 for p in named), default=0)
         said = f"NCCL listed {count} on this node"
