@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.common.errors import FailedError
 from buildtool.imagebuild import pipconfig
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets, reachable, redact, render_lock_urls, render_uv_toml
 
@@ -76,3 +77,33 @@ def test_unreachable_indexes_are_named_without_their_credentials(monkeypatch):
     assert kept == ("https://up.example/simple",)
     assert lines and "tok123" not in lines[0] and "https://user:****@down.example/simple" in lines[0]
     assert redact("https://a.example/simple") == "https://a.example/simple"
+
+
+TOKEN_URL = "https://ghp_abcdEFGH1234@pypi.example.com/simple"
+
+
+def test_a_token_given_as_the_user_name_is_redacted_and_scrubbed():
+    """`https://TOKEN@host/simple` (no password): the user name is the secret, and it was shown in full."""
+    from buildtool.imagebuild.cell_inputs import secret_strings
+
+    assert redact(TOKEN_URL) == "https://****@pypi.example.com/simple"
+    assert secret_strings(HostPip(index_url=TOKEN_URL)) == ["ghp_abcdEFGH1234"]
+    assert redact("https://user:tok123@a.example/simple") == "https://user:****@a.example/simple"
+
+
+def test_a_stand_in_build_log_is_scrubbed_of_index_tokens(tmp_path, monkeypatch):
+    """The stand-in build ran with the host's pip settings but never scrubbed its log, as the builder does."""
+    from buildtool.imagebuild import bases, engine
+
+    monkeypatch.setattr(HostPip, "from_host", classmethod(lambda cls: HostPip(index_url=TOKEN_URL)))
+    monkeypatch.setattr(engine, "resolve_build_client", lambda: None)
+
+    def build(client, request):
+        request.log_path.write_text(f"#5 Looking in indexes: {TOKEN_URL}\n#5 ERROR: no matching distribution\n")
+        raise engine.BuildFailed("pip install failed")
+
+    monkeypatch.setattr(engine, "build", build)
+    log = tmp_path / "base-standin-x.log"
+    with pytest.raises(FailedError, match="stand-in x:tag: pip install failed"):
+        bases._build_standin(None, "FROM scratch\n", {}, "x:tag", log)  # type: ignore[arg-type]
+    assert "ghp_abcdEFGH1234" not in log.read_text() and "https://****@pypi.example.com/simple" in log.read_text()

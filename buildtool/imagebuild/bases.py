@@ -31,7 +31,8 @@ from buildtool.contracts import frameworks, label_keys, platforms
 from buildtool.contracts.image_labels import archive_label
 from buildtool.contracts.names import DEFAULT_REGISTRY
 from buildtool.imagebuild import archive_state, base_index, engine, push_path, rootfs_seal
-from buildtool.imagebuild.pipconfig import pip_secrets
+from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+from buildtool.imagebuild.pipconfig import HostPip, pip_secrets
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RetryPolicy
@@ -476,7 +477,8 @@ def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str],
     `measure_framework`: its framework version label is what the framework reports in it (imported there),
     which must be the version its requirement pins; otherwise the label is the pin."""
     labels: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="buildtool-standin-") as tmp, pip_secrets() as secrets:
+    host = HostPip.from_host()
+    with tempfile.TemporaryDirectory(prefix="buildtool-standin-") as tmp, pip_secrets(host) as secrets:
         dockerfile = Path(tmp) / "Dockerfile"
         dockerfile.write_text(dockerfile_text)
         client = engine.resolve_build_client()
@@ -494,6 +496,9 @@ def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str],
                          log_path=log_file.with_suffix(".label.log"), tag=tag, platform=platform))
         except (engine.BuildFailed, RuntimeError) as exc:
             raise FailedError(f"stand-in {tag}: {exc}; full log {log_file}") from None
+        finally:   # as the builder scrubs its logs: the index tokens pip or uv may have printed
+            for log in (log_file, log_file.with_suffix(".label.log")):
+                scrub_log(log, secret_strings(host))
 
 
 def _measured_framework(cell: Cell, image: str, platform: str, folder: Path) -> str:

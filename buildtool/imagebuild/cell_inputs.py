@@ -80,6 +80,8 @@ def secret_strings(host: HostPip) -> list[str]:
             found.append(parts.password)
         if parts and parts.username and parts.password:
             found.append(f"{parts.username}:{parts.password}")
+        elif parts and parts.username:   # `https://TOKEN@host/simple`: the user name is the secret
+            found.append(parts.username)
     return [s for s in found if len(s) >= 4]
 
 

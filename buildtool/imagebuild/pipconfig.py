@@ -114,11 +114,14 @@ def package_indexes(host: HostPip, cell_urls: tuple[str, ...] = ()) -> list[dict
 
 
 def redact(url: str) -> str:
-    """A URL fit for a log line: any password replaced by ****."""
+    """A URL fit for a log line: any password replaced by ****, and a user name alone (`https://TOKEN@host`,
+    how GitHub and GitLab tokens are often given) too."""
     parts = urlsplit(url) if "://" in url else None
-    if parts is None or not parts.password:
+    if parts is None or not (parts.password or parts.username):
         return url
-    return url.replace(f":{parts.password}@", ":****@", 1)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":****@", 1)
+    return url.replace(f"//{parts.username}@", "//****@", 1)
 
 
 _ANSWERS: dict[str, bool] = {}
