@@ -48,12 +48,12 @@ def url_problem(url: str) -> str:
 def configured_url() -> str:
     """TSA_URL_ENV ("" when unset); UserError naming the variable when it is not a TSA URL."""
     from buildtool.common.refs import shown
-    from buildtool.common.urls import public_url
+    from buildtool.common.urls import shown_url
 
     url = os.environ.get(TSA_URL_ENV, "").strip()
     problem = url_problem(url) if url else ""
     if problem:
-        raise UserError(f"{TSA_URL_ENV}: {shown(public_url(url) or url)} {problem}")
+        raise UserError(f"{TSA_URL_ENV}: {shown(shown_url(url))} {problem}")
     return url
 
 
@@ -80,24 +80,28 @@ def request_timestamp(url: str, data: bytes) -> bytes:
     import requests
     from rfc3161_client import HashAlgorithm, PKIStatus, TimestampRequestBuilder, decode_timestamp_response
 
+    from buildtool.common.urls import shown_url
+
+    named = shown_url(url)   # a token in the URL's query never reaches a message
+
     request = (TimestampRequestBuilder().data(data).hash_algorithm(HashAlgorithm.SHA256)
                .nonce(nonce=True).cert_request(cert_request=True).build())
     try:
         answer = requests.post(url, data=request.as_bytes(), headers={"Content-Type": QUERY_TYPE}, timeout=TIMEOUT_S)
     except requests.RequestException as exc:
-        raise FailedError(f"the timestamp authority {url} cannot be reached ({type(exc).__name__})") from None
+        raise FailedError(f"the timestamp authority {named} cannot be reached ({type(exc).__name__})") from None
     if answer.status_code != 200:
-        raise FailedError(f"the timestamp authority {url} answered HTTP {answer.status_code}")
+        raise FailedError(f"the timestamp authority {named} answered HTTP {answer.status_code}")
     try:
         stamp = decode_timestamp_response(answer.content)
     except ValueError as exc:
-        raise FailedError(f"the timestamp authority {url} answered no RFC 3161 TimeStampResp ({exc})") from None
+        raise FailedError(f"the timestamp authority {named} answered no RFC 3161 TimeStampResp ({exc})") from None
     if PKIStatus(stamp.status) not in (PKIStatus.GRANTED, PKIStatus.GRANTED_WITH_MODS):
-        raise FailedError(f"the timestamp authority {url} refused the request (status {stamp.status})")
+        raise FailedError(f"the timestamp authority {named} refused the request (status {stamp.status})")
     if stamp.tst_info.nonce != request.nonce:
-        raise FailedError(f"the timestamp authority {url} answered another request (nonce mismatch)")
+        raise FailedError(f"the timestamp authority {named} answered another request (nonce mismatch)")
     if stamp.tst_info.message_imprint.message != hashlib.sha256(data).digest():
-        raise FailedError(f"the timestamp authority {url} stamped another digest than the signature's")
+        raise FailedError(f"the timestamp authority {named} stamped another digest than the signature's")
     return answer.content
 
 

@@ -8,6 +8,7 @@ keeps scheme, host, port and path, and drops the rest; a token some index puts i
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -28,3 +29,9 @@ def public_url(url: str) -> str:
     if port is not None:
         netloc += f":{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def shown_url(url: str) -> str:
+    """What a message may show of `url`: public_url, else (a bad port, no scheme) the text with its userinfo
+    masked and its query and fragment cut, where a secret rides; never the text as given."""
+    return public_url(url) or re.split(r"[?#]", re.sub(r"//[^/?#]*@", "//****@", url, count=1), maxsplit=1)[0]

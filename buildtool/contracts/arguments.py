@@ -117,11 +117,11 @@ def _platforms(option: str, value: str) -> object:
 def _tsa_url(option: str, value: str) -> object:
     """A timestamp authority's http(s) URL, without credentials (common.tsa)."""
     from buildtool.common.tsa import url_problem
-    from buildtool.common.urls import public_url
+    from buildtool.common.urls import shown_url
 
     problem = url_problem(value) if len(value) <= 512 else "is longer than 512 characters"
     if problem:
-        raise UserError(f"{option}: {shown(public_url(value) or value)} {problem}")
+        raise UserError(f"{option}: {shown(shown_url(value))} {problem}")
     return value
 
 
