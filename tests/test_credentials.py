@@ -211,3 +211,21 @@ def test_docker_hub_is_asked_by_its_index_server_key_only(config: Path, tmp_path
     config.write_text(json.dumps({"credHelpers": {"https://index.docker.io/v1/": "hub"}}))
     assert resolve("docker.io") == Credential("hubuser", "pw", source="docker-credential-hub")
     assert log.read_text().splitlines() == ["get https://index.docker.io/v1/"]
+
+
+def test_a_helper_that_prints_its_json_and_fails_is_named_without_the_secret(config: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its stdout is the message of a failing helper (as docker reads it): a helper that printed the credentials
+    JSON and then exited 1 put the secret in the error."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    leaky = bindir / "docker-credential-leaky"
+    leaky.write_text("#!/bin/sh\necho '{\"Username\":\"u\",\"Secret\":\"s3cret-token\"}'\nexit 1\n")
+    leaky.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    config.write_text(json.dumps({"credsStore": "leaky"}))
+    with pytest.raises(CredentialError) as failed:
+        resolve(HOST)
+    assert "s3cret-token" not in str(failed.value)
+    assert str(failed.value) == (f"docker-credential-leaky get for {HOST} failed: exit 1, after printing JSON (not "
+                                 "shown: it may hold the secret)")

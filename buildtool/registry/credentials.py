@@ -198,6 +198,8 @@ def run_helper(name: str, server: str, host: str, where: str, timeout: float = H
     if proc.returncode != 0:
         message = (out or proc.stderr.decode("utf-8", errors="replace").strip()).splitlines()
         first = message[0][:200] if message else f"exit {proc.returncode}"
+        if first.lstrip().startswith(("{", "[")):   # credentials JSON, then a failing exit: never shown
+            first = f"exit {proc.returncode}, after printing JSON (not shown: it may hold the secret)"
         if "not found" in first.lower():
             return None
         raise CredentialError(f"{program} get for {host} failed: {first}")
