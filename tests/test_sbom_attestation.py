@@ -254,3 +254,18 @@ def test_validate_names_the_signed_sbom_or_says_why_there_is_none(validate_root)
     assert said[-1] == f"SBOM {named_sbom} of {digest} signed by {signing.KEY.keyid[:16]} (ci-builder)"
     assert verdict_sbom(resolved(client, digest, host=""), root, said.append) == (
         "", "the image is not in a registry, so it has no signed SBOM to name")
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[]", b'{"metadata": "x"}'])
+def test_release_refuses_a_plain_sbom_that_is_not_a_document_by_name(image, body: bytes) -> None:  # noqa: ANN001
+    """A pusher attaches bytes that are no JSON object as the plain SBOM: the gate died with a JSON traceback."""
+    from buildtool.attest import referrers as attached
+    from buildtool.contracts.names import SBOM_TYPE
+
+    client, digest = image
+    named = signing.attest_sbom(client, REPO, digest, plain=False)   # type: ignore[arg-type]
+    artifact = attached.attach(client, REPO, digest, SBOM_TYPE,  # type: ignore[arg-type]
+                               [attached.Payload(media_type=SBOM_TYPE, data=body, title="sbom.cdx.json")]).digest
+    (problem,) = gated(client, digest, sbom=named).problems
+    assert problem == (f"the plain SBOM of {digest} cannot be read: SBOM {artifact} of {REPO}@{digest} is not a "
+                       "CycloneDX JSON document")

@@ -340,9 +340,13 @@ def load_sbom(client: RegistryClient, repo: str, digest: str) -> tuple[dict[str,
         return None
     for payload in referrers.fetch(client, repo, referrer, digest):
         if payload.media_type == SBOM_TYPE:
-            document = json.loads(payload.data)
-            component = (document.get("metadata") or {}).get("component") or {}
-            if component.get("version") != digest:
-                raise RegistryError(f"SBOM {referrer.digest} describes {component.get('version')}, not {digest}")
+            try:   # anyone with push rights can put any bytes here: refused by name, never a traceback
+                document = json.loads(payload.data)
+                version = ((document.get("metadata") or {}).get("component") or {}).get("version")
+            except (ValueError, AttributeError):
+                raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is not a CycloneDX JSON document") \
+                    from None
+            if version != digest:
+                raise RegistryError(f"SBOM {referrer.digest} describes {version}, not {digest}")
             return document, referrer.digest
     raise RegistryError(f"artifact {referrer.digest} of {repo}@{digest} holds no {SBOM_TYPE} layer")
