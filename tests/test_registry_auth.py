@@ -387,3 +387,39 @@ def test_check_push_proves_push_access_before_anything_big_moves(
     client(registry.host).check_push("team/a")                  # alice may push to team/
     with pytest.raises(InsufficientScope, match="push on other"):
         client(registry.host).check_push("other")               # ... and only pull from other
+
+
+@pytest.mark.parametrize(("realm", "refused"), [
+    ("/token", True), ("ftp://auth.example/token", True), ("https:///token", True),
+    ("HTTPS://auth.example/token", False),
+])
+def test_a_token_realm_that_is_not_an_http_url_is_refused_by_name(realm: str, refused: bool) -> None:
+    """A relative realm reached requests and ended in a MissingSchema traceback; `HTTPS://` was taken for HTTP."""
+    from types import SimpleNamespace
+
+    client = RegistryClient("registry.example", scheme="https")
+    client.auth._fetch = lambda *a, **k: (_ for _ in ()).throw(RegistryError("asked"))  # type: ignore[method-assign]
+    challenge = SimpleNamespace(status_code=401, headers={"WWW-Authenticate": f'Bearer realm="{realm}",service="r"'},
+                                content=b"", text="", json=dict)
+    with pytest.raises(RegistryError) as failed:
+        client.auth.on_unauthorized(challenge, frozenset({("repository", "a/b", "pull")}), None)
+    if refused:
+        assert str(failed.value) == (f"registry.example: its token realm {realm!r} is not an http(s) URL, so no "
+                                     "token can be asked for (a registry or proxy misconfiguration)")
+    else:
+        assert str(failed.value) == "asked" and client.auth.realm == "https://auth.example/token"
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b'"Forbidden"', 'HTTP 403 "Forbidden"'), (b'{"errors": null}', "HTTP 403 "),
+    (b'{"errors": ["x"]}', "HTTP 403 x"), (b"[1]", "HTTP 403 [1]"),
+])
+def test_an_error_body_of_another_shape_is_named_not_a_traceback(body: bytes, said: str) -> None:
+    """A proxy's 403 with a JSON string for a body: AttributeError, and {"errors": null} TypeError, before."""
+    from buildtool.registry.transport import Response
+
+    client = RegistryClient("127.0.0.1:1")
+    client._exchange = lambda *a, **k: Response(403, {}, body)  # type: ignore[method-assign]
+    with pytest.raises(RegistryError) as failed:
+        client.request("GET", "a/tags/list")
+    assert str(failed.value) == f"GET http://127.0.0.1:1/v2/a/tags/list: {said}"

@@ -89,11 +89,17 @@ def streamed(response: Any, sink: Sink | None) -> Response:
 
 
 def error_text(response: Response | requests.Response) -> str:
+    """The registry's `errors[]` as `CODE: message`; the start of the body when it is not that shape (a proxy's
+    `"Forbidden"`, `{"errors": null}`): a hostile or odd answer is named, never a traceback."""
     try:
-        errors = response.json().get("errors", [])
-        return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:300]
+        body = response.json()
     except ValueError:
         return response.text[:200]
+    errors = (body.get("errors") or []) if isinstance(body, dict) else None
+    if not isinstance(errors, list):
+        return response.text[:200]
+    return "; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e)[:80]
+                     for e in errors)[:300]
 
 
 def ContextAdapter(context: Any) -> Any:  # noqa: N802 - a factory standing for the class requests imports lazily

@@ -164,6 +164,16 @@ def server_message(response: ResponseLike) -> str:
     return "; ".join(parts)[:300]
 
 
+def _token_realm(host: str, realm: str) -> str:
+    """A Bearer challenge's realm as a URL to ask (scheme lower-cased: `HTTPS://` is HTTPS); a relative or
+    non-http(s) realm is refused by name, where requests would end in a MissingSchema traceback."""
+    scheme, sep, rest = realm.strip().partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not urlsplit(f"{scheme.lower()}://{rest}").netloc:
+        raise RegistryError(f"{host}: its token realm {realm[:120]!r} is not an http(s) URL, so no token can be "
+                            "asked for (a registry or proxy misconfiguration)")
+    return f"{scheme.lower()}://{rest}"
+
+
 def _hidden_repositories(response: ResponseLike, needed: Iterable[Triple]) -> str:
     """The repositories of a 401 whose Bearer challenge says `error="insufficient_scope"`: what Docker Hub (and
     others) answer for a repository that does not exist or is not the caller's, whoever asks. "" otherwise."""
@@ -243,7 +253,7 @@ class HostAuth:
             basic = next((c for c in challenges if c.scheme == "basic"), None)
             if bearer is not None:
                 self.scheme = "bearer"
-                self.realm = bearer.params["realm"]
+                self.realm = _token_realm(self.host, bearer.params["realm"])
                 self.service = bearer.params.get("service", "")
                 want = needed | parse_scopes(bearer.params.get("scope", ""))
                 if sent and sent.startswith("Bearer "):
