@@ -229,3 +229,28 @@ def test_build_without_push_defaults_to_this_machines_platform(run_cli, monkeypa
     assert seen == [(builder_mod.platforms.host().name,) if expected == "host" else expected]
     code, _, err = run_cli("build", "-f", "jax-cpu", "--platform", "linux/sparc", "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and "--platform: unknown platform" in err, err
+
+
+def test_a_single_platform_cell_whose_lock_is_missing_fails_alone(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """A UserError (a missing lock) left run_cell for a one-platform cell: the whole build stopped, the other
+    cells' results were lost and the stale dev tag stayed. A multi-platform cell already failed alone."""
+    from buildtool.common.errors import UserError
+
+    matrix = load_matrix(REPO / "matrix.yaml")
+    [cell] = [c for c in matrix.cells if c.key == "pytorch-cpu:2.13"]
+    revision = git_revision(REPO)
+    plan = plan_cell(cell, Settings(registry=HOST), revision)
+    missing = "dockerfiles/pytorch/pytorch-cpu/2.13/pylock.framework.toml is missing; run make lock"
+
+    def no_lock(*args: Any) -> str:
+        raise UserError(missing)
+
+    dropped: list[str] = []
+    monkeypatch.setattr(builder_mod, "cell_content_key", no_lock)
+    monkeypatch.setattr(Builder, "_drop_stale_dev_tag", lambda self, plan, key: dropped.append(plan.dev_ref))
+    build = Builder(REPO, matrix.source, Settings(registry=HOST), revision,
+                    BuildOptions(push=False, log_dir=tmp_path / "build-logs"), print)
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert (result.result, result.message, result.digest) == ("failed", missing, "")
+    assert dropped == [plan.dev_ref]

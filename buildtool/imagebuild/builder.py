@@ -236,7 +236,8 @@ class Builder(Publishing):
                 if self.options.force or not self._reuse(plan, key, result):
                     self._build(plan, base, key, log_path, result)
                 self._attach_all(plan, result, began)
-            except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError) as exc:
+            except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError, UserError) as exc:
+                # UserError too (a missing lock), as for a multi-platform cell: one cell never stops the others.
                 result.result = "failed"
                 # Long enough for _attach_all's message with its cause (one line: references, a digest, the error).
                 result.message = str(exc).splitlines()[0][:700] if str(exc) else type(exc).__name__
