@@ -194,8 +194,6 @@ class PipSecrets:
 
     files: dict[str, Path]
     served: dict[str, str] = field(default_factory=dict)  # local folder -> loopback URL
-    conf_text: str = ""
-    host: HostPip = field(default_factory=HostPip)
     file_urls: dict[str, str] = field(default_factory=dict)  # file URL of a served root -> its loopback URL
 
 
@@ -210,9 +208,7 @@ def render_conf(host: HostPip, url_of: dict[str, str], *, has_ca: bool) -> str:
         lines.append("find-links = " + " ".join(_mapped(u, url_of) for u in host.find_links))
     if host.no_index:
         lines.append("no-index = true")
-    trusted = list(host.trusted_hosts)
-    if url_of:
-        trusted.append("127.0.0.1")  # the loopback file server speaks plain HTTP
+    trusted = [*host.trusted_hosts, *(["127.0.0.1"] if url_of else [])]  # the loopback server speaks plain HTTP
     if trusted:
         lines.append("trusted-host = " + " ".join(dict.fromkeys(trusted)))
     if has_ca:
@@ -295,13 +291,13 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
             has_ca = bool(host.cert) and Path(host.cert).is_file()
             if has_ca:
                 files[SECRET_CA] = Path(host.cert)
-            conf = render_conf(host, url_of, has_ca=has_ca)
-            for secret, text in ((SECRET_CONF, conf), (SECRET_UV, render_uv_toml(host, url_of)),
+            for secret, text in ((SECRET_CONF, render_conf(host, url_of, has_ca=has_ca)),
+                                 (SECRET_UV, render_uv_toml(host, url_of)),
                                  (SECRET_LOCK_URLS, render_lock_urls(file_urls))):
                 files[secret] = Path(tmp) / secret
                 with os.fdopen(os.open(files[secret], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
                     handle.write(text)
-            yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, file_urls=file_urls)
+            yield PipSecrets(files=files, served=url_of, file_urls=file_urls)
         finally:
             if server is not None and thread is not None and thread.is_alive():
                 server.shutdown()   # waits for serve_forever: only a thread that started runs it
