@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -121,24 +121,20 @@ def redact(url: str) -> str:
     return url.replace(f":{parts.password}@", ":****@", 1)
 
 
-_ANSWERS: dict[str, bool] = {}
-
-
+@cache
 def answers(url: str, timeout: float = 10.0) -> bool:
     """Whether a remote index answers at all (any HTTP status): asked once per process. uv, unlike
     pip, fails on an index it cannot connect to, so such an index is left out of its settings;
     the locks' hashes decide what may be installed, an index only where it comes from."""
     if url.startswith("file:") or "://" not in url:
         return True
-    if url not in _ANSWERS:
-        import requests
+    import requests
 
-        try:
-            requests.head(url, timeout=timeout, allow_redirects=False)
-            _ANSWERS[url] = True
-        except requests.RequestException:
-            _ANSWERS[url] = False
-    return _ANSWERS[url]
+    try:
+        requests.head(url, timeout=timeout, allow_redirects=False)
+    except requests.RequestException:
+        return False
+    return True
 
 
 def reachable(urls: tuple[str, ...], log: Callable[[str], None]) -> tuple[str, ...]:
