@@ -99,8 +99,7 @@ def attach_sbom(root: Path, client: RegistryClient, repo: str, digest: str, loca
     except LabelError as exc:
         raise FailedError(f"{local_ref}: {exc}") from None
     found = probe(root, local_ref)
-    labelled = dict(labels.packages or {})
-    wrong = lock_mismatches(labelled, found.get("python_packages", {}))
+    wrong = lock_mismatches(dict(labels.packages or {}), found.get("python_packages", {}))
     if wrong:
         raise FailedError(f"{local_ref} differs from its lock: " + "; ".join(wrong[:5])
                           + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))

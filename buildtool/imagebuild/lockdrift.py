@@ -4,7 +4,7 @@ resolves them, compared entry by entry with the committed files.
 The header's fingerprint only says the matrix values did not change; it cannot see a hand edit below the matrix
 pins (a deleted `mpmath`, an added line, a transitive version or a hash changed). The re-resolution takes the
 committed versions as constraints, so it is what `make lock` wrote for them whatever the index released since, and
-any difference is a hand edit (Drift.kind). An index that cannot be reached is an error naming it, never a pass.
+any difference is a hand edit (compare's kind). An index that cannot be reached is an error naming it, never a pass.
 NGC cells resolve against their base's own packages, which only a container of the base can tell: with BASE_MIRROR
 set they are re-resolved against the mirrored base (or its stand-in), a base that cannot be asked being an error;
 without it they are named as not re-resolved.
@@ -13,7 +13,6 @@ without it they are named as not re-resolved.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
@@ -23,39 +22,27 @@ from buildtool.imagebuild.pipconfig import HostPip, answers
 from buildtool.matrix.schema import Cell
 
 
-@dataclass(frozen=True)
-class Drift:
-    """One difference between a committed lock file and its re-resolution."""
-
-    file: str          # path relative to the project root
-    package: str
-    kind: str          # deleted, added, re-versioned, re-hashed
-    detail: str
-
-    def message(self, cell: str) -> str:
-        return (f"{self.file}: {self.package} {self.kind} by hand ({self.detail}); "
-                f"run `make lock FRAMEWORK={cell}`")
-
-
-def compare(file: str, committed: LockFile, resolved: LockFile) -> list[Drift]:
+def compare(committed: LockFile, resolved: LockFile) -> list[tuple[str, str, str]]:
+    """(package, kind, detail) of each difference between a committed lock file and its re-resolution; kind is
+    deleted, added, re-versioned or re-hashed."""
     found = []
     for name in sorted(set(committed.entries) | set(resolved.entries)):
         have, want = committed.entries.get(name), resolved.entries.get(name)
         if have is None:
             assert want is not None
-            found.append(Drift(file, name, "deleted", f"the resolution needs {name} {want.version}"))
+            found.append((name, "deleted", f"the resolution needs {name} {want.version}"))
         elif want is None:
-            found.append(Drift(file, name, "added", f"{have.version} is listed but nothing requires it"))
+            found.append((name, "added", f"{have.version} is listed but nothing requires it"))
         elif have.version != want.version:
-            found.append(Drift(file, name, "re-versioned", f"lock {have.version}, resolution {want.version}"))
+            found.append((name, "re-versioned", f"lock {have.version}, resolution {want.version}"))
         elif set(have.hashes) != set(want.hashes):
             if not set(have.hashes) & set(want.hashes):
-                found.append(Drift(file, name, "re-versioned", f"the lock's hashes for {have.version} are none of "
-                                   f"{have.version}'s {len(want.hashes)} files"))
+                found.append((name, "re-versioned", f"the lock's hashes for {have.version} are none of "
+                              f"{have.version}'s {len(want.hashes)} files"))
             else:
                 extra, missing = set(have.hashes) - set(want.hashes), set(want.hashes) - set(have.hashes)
-                found.append(Drift(file, name, "re-hashed", f"{have.version}: {len(extra)} hash(es) of no file of "
-                                   f"it, {len(missing)} of its files' hashes missing"))
+                found.append((name, "re-hashed", f"{have.version}: {len(extra)} hash(es) of no file of "
+                              f"it, {len(missing)} of its files' hashes missing"))
     return found
 
 
@@ -77,8 +64,9 @@ def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None]
                               "check needs the package index (PyPI and the cell's indexes); `buildtool check "
                               "--offline` checks only the matrix fingerprints") from None
         for name, path in lock.lock_paths(root, cell, platform).items():
-            rel = str(path.relative_to(root))
-            problems += [d.message(cell.key) for d in compare(rel, committed[name], parse_lock(texts[name]))]
+            problems += [f"{path.relative_to(root)}: {package} {kind} by hand ({detail}); "
+                         f"run `make lock FRAMEWORK={cell.key}`"
+                         for package, kind, detail in compare(committed[name], parse_lock(texts[name]))]
     return problems
 
 

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -124,24 +124,20 @@ def redact(url: str) -> str:
     return url.replace(f"//{parts.username}@", "//****@", 1)
 
 
-_ANSWERS: dict[str, bool] = {}
-
-
+@cache
 def answers(url: str, timeout: float = 10.0) -> bool:
     """Whether a remote index answers at all (any HTTP status): asked once per process. uv, unlike
     pip, fails on an index it cannot connect to, so such an index is left out of its settings;
     the locks' hashes decide what may be installed, an index only where it comes from."""
     if url.startswith("file:") or "://" not in url:
         return True
-    if url not in _ANSWERS:
-        import requests
+    import requests
 
-        try:
-            requests.head(url, timeout=timeout, allow_redirects=False)
-            _ANSWERS[url] = True
-        except requests.RequestException:
-            _ANSWERS[url] = False
-    return _ANSWERS[url]
+    try:
+        requests.head(url, timeout=timeout, allow_redirects=False)
+    except requests.RequestException:
+        return False
+    return True
 
 
 def reachable(urls: tuple[str, ...], log: Callable[[str], None]) -> tuple[str, ...]:
@@ -197,8 +193,6 @@ class PipSecrets:
 
     files: dict[str, Path]
     served: dict[str, str] = field(default_factory=dict)  # local folder -> loopback URL
-    conf_text: str = ""
-    host: HostPip = field(default_factory=HostPip)
     file_urls: dict[str, str] = field(default_factory=dict)  # file URL of a served root -> its loopback URL
 
 
@@ -213,9 +207,7 @@ def render_conf(host: HostPip, url_of: dict[str, str], *, has_ca: bool) -> str:
         lines.append("find-links = " + " ".join(_mapped(u, url_of) for u in host.find_links))
     if host.no_index:
         lines.append("no-index = true")
-    trusted = list(host.trusted_hosts)
-    if url_of:
-        trusted.append("127.0.0.1")  # the loopback file server speaks plain HTTP
+    trusted = [*host.trusted_hosts, *(["127.0.0.1"] if url_of else [])]  # the loopback server speaks plain HTTP
     if trusted:
         lines.append("trusted-host = " + " ".join(dict.fromkeys(trusted)))
     if has_ca:
@@ -298,13 +290,13 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
             has_ca = bool(host.cert) and Path(host.cert).is_file()
             if has_ca:
                 files[SECRET_CA] = Path(host.cert)
-            conf = render_conf(host, url_of, has_ca=has_ca)
-            for secret, text in ((SECRET_CONF, conf), (SECRET_UV, render_uv_toml(host, url_of)),
+            for secret, text in ((SECRET_CONF, render_conf(host, url_of, has_ca=has_ca)),
+                                 (SECRET_UV, render_uv_toml(host, url_of)),
                                  (SECRET_LOCK_URLS, render_lock_urls(file_urls))):
                 files[secret] = Path(tmp) / secret
                 with os.fdopen(os.open(files[secret], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
                     handle.write(text)
-            yield PipSecrets(files=files, served=url_of, conf_text=conf, host=host, file_urls=file_urls)
+            yield PipSecrets(files=files, served=url_of, file_urls=file_urls)
         finally:
             if server is not None and thread is not None and thread.is_alive():
                 server.shutdown()   # waits for serve_forever: only a thread that started runs it

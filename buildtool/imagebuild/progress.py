@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -81,7 +81,7 @@ class StepWatcher:
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
             with self._lock:
-                watched: Iterable[tuple[str, Path]] = list(self._watched.items())
+                watched = list(self._watched.items())
             for cell, path in watched:
                 step = latest_step(path)
                 if step:

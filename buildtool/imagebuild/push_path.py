@@ -51,9 +51,7 @@ def choose(setting: str, build_log: str | None) -> str:
         raise UserError(f"push path {setting!r} is unknown; use one of {', '.join(CHOICES)}")
     if setting != AUTO:
         return setting
-    if build_log is None or took_registry_layers(build_log):
-        return ENGINE
-    return SKOPEO
+    return ENGINE if build_log is None or took_registry_layers(build_log) else SKOPEO
 
 
 def skopeo_push(ref: str, insecure: bool | None = None, timeout: float = SKOPEO_TIMEOUT_S) -> str:

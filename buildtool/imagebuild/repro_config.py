@@ -43,14 +43,10 @@ def commit_time(root: Path, revision: str) -> int:
     return int(text)
 
 
-def rfc3339(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def normalise(config: dict[str, Any], epoch: int) -> tuple[dict[str, Any], list[str]]:
     """(config with `created`, every history entry's `created` and the created label at `epoch` and no build
     metadata, the fields that changed: [] when it already was so)."""
-    when = rfc3339(epoch)
+    when = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     new = {k: v for k, v in config.items() if k not in BUILD_METADATA}
     changed = sorted(k for k in config if k in BUILD_METADATA)
     if "created" in new and new["created"] != when:
