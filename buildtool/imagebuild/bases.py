@@ -354,10 +354,10 @@ def debian_platforms(cell: Cell) -> tuple[str, ...]:
     return cell.platforms
 
 
-def _child_current(child: base_index.Child, ref: str, suite: str, log: Log) -> bool:
-    native = child.platform == platforms.host().name
-    return _current(child.labels.get(label_keys.BASE_SOURCE), f"{ref} {child.platform}",
-                    base_source(suite, None if native else child.platform), log)
+def _stale(children: dict[str, base_index.Child], wanted: Iterable[str], ref: str, suite: str, log: Log) -> list[str]:
+    return [p for p in wanted if p not in children or not _current(
+        children[p].labels.get(label_keys.BASE_SOURCE), f"{ref} {p}",
+        base_source(suite, None if p == platforms.host().name else p), log)]
 
 
 def _children(client: RegistryClient, repo: str, tag: str) -> dict[str, base_index.Child]:
@@ -371,8 +371,7 @@ def _children(client: RegistryClient, repo: str, tag: str) -> dict[str, base_ind
 def stale_platforms(ref: str, wanted: tuple[str, ...], suite: str, log: Log = lambda line: None) -> list[str]:
     """Which of `wanted` the base tag lacks or holds by an older recipe (all of them: no such tag)."""
     host, repo, tag = split_repo(ref)
-    children = _children(RegistryClient(host), repo, tag)
-    return [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
+    return _stale(_children(RegistryClient(host), repo, tag), wanted, ref, suite, log)
 
 
 def _check_runnable(names: Iterable[str], what: str) -> None:
@@ -397,7 +396,7 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
     client = RegistryClient(host)
     suite, slim = debian_suite(upstream)
     children = _children(client, repo, tag)
-    todo = [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
+    todo = _stale(children, wanted, ref, suite, log)
     if not todo:
         return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in wanted]
     _check_runnable(todo, f"base {ref}")
