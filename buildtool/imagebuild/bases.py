@@ -30,7 +30,7 @@ from buildtool.common.refs import is_loopback_host, split_repo
 from buildtool.contracts import frameworks, label_keys, platforms
 from buildtool.contracts.image_labels import archive_label
 from buildtool.contracts.names import DEFAULT_REGISTRY
-from buildtool.imagebuild import archive_state, base_index, engine, push_path, rootfs_seal
+from buildtool.imagebuild import aptlock, archive_state, base_index, engine, multiplatform, push_path, rootfs_seal
 from buildtool.imagebuild.pipconfig import pip_secrets
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
@@ -525,7 +525,6 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
     too); one that lacks some is made again whole. `only`: just these of the cell's platforms are wanted (a build
     without push): they are made again when the tag lacks one of them, and the tag's other platforms are kept."""
     from buildtool.contracts.locks import uv_requirement
-    from buildtool.imagebuild import aptlock, multiplatform
     from buildtool.registry.image_index import put_index
 
     assert cell.standin is not None
