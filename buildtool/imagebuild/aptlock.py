@@ -204,13 +204,12 @@ class Probe:
 def parse_probe(output: str) -> Probe:
     """The probe's sections; ValueError when one is missing or apt refused the install."""
     sections: dict[str, list[str]] = {}
-    current = None
+    current: list[str] | None = None
     for line in output.splitlines():
         if line.startswith("--- "):
-            current = line[4:].strip()
-            sections[current] = []
+            current = sections[line[4:].strip()] = []
         elif current is not None:
-            sections[current].append(line)
+            current.append(line)
     missing = [s for s in ("arch", "base", "plan", "pinned", "served", "hashes") if s not in sections]
     if missing:
         raise ValueError(f"the probe printed no {', '.join(missing)} section")

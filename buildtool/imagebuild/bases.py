@@ -30,7 +30,7 @@ from buildtool.common.refs import is_loopback_host, split_repo
 from buildtool.contracts import frameworks, label_keys, platforms
 from buildtool.contracts.image_labels import archive_label
 from buildtool.contracts.names import DEFAULT_REGISTRY
-from buildtool.imagebuild import archive_state, base_index, engine, push_path, rootfs_seal
+from buildtool.imagebuild import aptlock, archive_state, base_index, engine, multiplatform, push_path, rootfs_seal
 from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets
 from buildtool.matrix.plan import mirror_base
@@ -355,10 +355,10 @@ def debian_platforms(cell: Cell) -> tuple[str, ...]:
     return cell.platforms
 
 
-def _child_current(child: base_index.Child, ref: str, suite: str, log: Log) -> bool:
-    native = child.platform == platforms.host().name
-    return _current(child.labels.get(label_keys.BASE_SOURCE), f"{ref} {child.platform}",
-                    base_source(suite, None if native else child.platform), log)
+def _stale(children: dict[str, base_index.Child], wanted: Iterable[str], ref: str, suite: str, log: Log) -> list[str]:
+    return [p for p in wanted if p not in children or not _current(
+        children[p].labels.get(label_keys.BASE_SOURCE), f"{ref} {p}",
+        base_source(suite, None if p == platforms.host().name else p), log)]
 
 
 def _children(client: RegistryClient, repo: str, tag: str) -> dict[str, base_index.Child]:
@@ -372,8 +372,7 @@ def _children(client: RegistryClient, repo: str, tag: str) -> dict[str, base_ind
 def stale_platforms(ref: str, wanted: tuple[str, ...], suite: str, log: Log = lambda line: None) -> list[str]:
     """Which of `wanted` the base tag lacks or holds by an older recipe (all of them: no such tag)."""
     host, repo, tag = split_repo(ref)
-    children = _children(RegistryClient(host), repo, tag)
-    return [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
+    return _stale(_children(RegistryClient(host), repo, tag), wanted, ref, suite, log)
 
 
 def _check_runnable(names: Iterable[str], what: str) -> None:
@@ -398,7 +397,7 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
     client = RegistryClient(host)
     suite, slim = debian_suite(upstream)
     children = _children(client, repo, tag)
-    todo = [p for p in wanted if p not in children or not _child_current(children[p], ref, suite, log)]
+    todo = _stale(children, wanted, ref, suite, log)
     if not todo:
         return [BaseResult(ref, "present", children[p].digest, time.monotonic() - started, p) for p in wanted]
     _check_runnable(todo, f"base {ref}")
@@ -531,7 +530,6 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
     too); one that lacks some is made again whole. `only`: just these of the cell's platforms are wanted (a build
     without push): they are made again when the tag lacks one of them, and the tag's other platforms are kept."""
     from buildtool.contracts.locks import uv_requirement
-    from buildtool.imagebuild import aptlock, multiplatform
     from buildtool.registry.image_index import put_index
 
     assert cell.standin is not None

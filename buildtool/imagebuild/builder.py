@@ -434,7 +434,7 @@ class Builder(Publishing):
         if not aptlock.has_apt_step(plan.cell):
             return
         try:
-            resolved = aptlock.read(self.root, plan.cell, platform if plan.cell.multi_platform else None)
+            resolved = aptlock.read(self.root, plan.cell, platform)
         except UserError:
             return     # the build's own checks name a missing or broken lock
         named = resolved.header["resolved-in"].split(" ", 1)[0].rpartition("@")[2]
