@@ -47,9 +47,7 @@ def _word(pattern: str, what: str, *, empty: bool = False) -> Grammar:
 
 
 def _each(grammar: Grammar) -> Grammar:
-    def check(option: str, values: list[Any]) -> object:
-        return [grammar(option, v) for v in values]
-    return check
+    return lambda option, values: [grammar(option, v) for v in values]
 
 
 def count(lo: int, hi: int) -> Grammar:
@@ -204,8 +202,6 @@ def _cpus_per_task(option: str, value: int) -> object:
     return argcheck.count(option, value, 0, 4096)
 
 
-RDMA_RESOURCE: Grammar = _rdma_resource
-NCCL_ENV: Grammar = _nccl_env
 NCCL_LIST = _word(r"\^?=?[A-Za-z0-9_.:-]{1,64}(?:,[A-Za-z0-9_.:-]{1,64}){0,31}",
                   "a comma list of interfaces or devices (e.g. ^lo,docker or mlx5_0:1)", empty=True)
 ULIMIT = _word(r"[a-z]{1,16}=(?:-1|unlimited|[0-9]{1,19})(?::(?:-1|unlimited|[0-9]{1,19}))?",
@@ -228,14 +224,13 @@ GIT_REF = _word(r"(?!.*\.\.)(?!.*//)[A-Za-z0-9][A-Za-z0-9._/+-]{0,254}",
                 "a git commit, branch or tag (letters, digits, '.', '_', '/', '+', '-')")
 CELL = _word(r"[A-Za-z0-9_.-]{1,128}:[A-Za-z0-9_.+-]{1,128}", "a cell (image:version)", empty=True)
 IMAGE_OR_FILE: Grammar = _sif_or_reference
-OPTIONAL_IMAGE_OR_FILE: Grammar = _optional_sif_or_reference
 
 MATRIX = ("--matrix", PATH)   # the text; the loader names a missing file, a folder, a pipe (read here, no call out)
 REV = ("--revision", _revision)
 JSON = ("--json", FLAG)
 _NCCL = {"nccl_debug": ("--nccl-debug", choice("", "VERSION", "WARN", "INFO", "TRACE")),
          "nccl_socket_ifname": ("--nccl-socket-ifname", NCCL_LIST), "nccl_ib_hca": ("--nccl-ib-hca", NCCL_LIST),
-         "nccl_env": ("--nccl-env", _each(NCCL_ENV))}
+         "nccl_env": ("--nccl-env", _each(_nccl_env))}
 # The fabric a GPU job across nodes must run on (launch.multinode.MultiNodeJob; the rates: contracts.busbw).
 _FABRIC = {"fabric_rate": ("--fabric-rate", choice("", *busbw.LINK_RATES)),
            "fabric_nics": ("--fabric-nics", count(0, 64)), "require_gdr": ("--require-gdr", FLAG)}
@@ -308,8 +303,8 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
             "node_selector": ("--node-selector", argcheck.node_selectors),
             "toleration": ("--toleration", _each(TOLERATION)), "gpu_resource": ("--gpu-resource", argcheck.label_key),
             "deadline": ("--deadline", count(1, 30 * 86_400)),
-            "rdma_resource": ("--rdma-resource", _each(RDMA_RESOURCE)), "ipc_lock": ("--ipc-lock", FLAG),
-            "efa_resource": ("--efa-resource", RDMA_RESOURCE),
+            "rdma_resource": ("--rdma-resource", _each(_rdma_resource)), "ipc_lock": ("--ipc-lock", FLAG),
+            "efa_resource": ("--efa-resource", _rdma_resource),
             "platform": ("--platform", _platform)},
     "keys": {"name": ("--name", KEY_NAME), "out_dir": ("--out", OUT_DIR),
              "role": ("--role", _each(choice("builder", "tester"))), "dev": ("--dev", FLAG)},
@@ -322,7 +317,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
                "framework": ("--framework", SELECTOR), "revision": REV, "scaling": ("--scaling", _each(DIR)),
                "out_dir": ("--out", OUT_DIR), "matrix": MATRIX},
     "sbom": {"image": ("IMAGE", REFERENCE)},
-    "scaling": {"counts": ("--counts", _counts(1, 4096, "gpus")), "image": ("--image", OPTIONAL_IMAGE_OR_FILE),
+    "scaling": {"counts": ("--counts", _counts(1, 4096, "gpus")), "image": ("--image", _optional_sif_or_reference),
                 "cell": ("--cell", CELL),
                 "launcher": ("--launcher", choice("auto", "docker", "host", "slurm")), "python": ("--python", PATH),
                 "samples": ("--samples", count(1, 1_000_000_000)), "epochs": ("--epochs", count(1, 10_000)),

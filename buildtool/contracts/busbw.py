@@ -309,12 +309,10 @@ def window_baseline(history: list[tuple[str, float, str]], window: int = DEFAULT
     the window it uses what exists and says how many (`nights`)."""
     if window < 1:
         raise ValueError(f"the bus-bandwidth window must be 1 night or more, not {window}")
-    nightly: dict[str, tuple[str, float, str]] = {}
-    for started, peak, source in history:
-        night = started[:10]
-        if night not in nightly or started > nightly[night][0]:
-            nightly[night] = (started, peak, source)
-    chosen = [nightly[night] for night in sorted(nightly, reverse=True)[:window]]
+    nightly: dict[str, tuple[str, float, str]] = {}   # night -> its newest verdict, the newest night first
+    for entry in sorted(history, key=lambda entry: entry[0], reverse=True):
+        nightly.setdefault(entry[0][:10], entry)
+    chosen = list(nightly.values())[:window]
     if not chosen:
         return {}
     return {"median_GBps": float(statistics.median(peak for _, peak, _ in chosen)), "nights": len(chosen),

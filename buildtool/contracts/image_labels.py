@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from buildtool.common.sizes import SizeError, parse_size
@@ -99,8 +99,7 @@ class RunProfile:
                    docker_flags=None if flags is None else tuple(flags))
 
     def to_json(self) -> str:
-        data = {"shm_size": self.shm_size, "ipc": self.ipc, "gpus": self.gpus, "docker_flags": self.docker_flags,
-                "ulimits": None if self.ulimits is None else dict(self.ulimits)}
+        data = {**asdict(self), "ulimits": None if self.ulimits is None else dict(self.ulimits)}
         return _compact({k: v for k, v in data.items() if v is not None})
 
 

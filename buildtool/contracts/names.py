@@ -132,7 +132,8 @@ def template_fields(template: str) -> list[str]:
 
 
 def expand_tag(template: str, version: str, release: str) -> str:
-    """Fill a release tag template; ValueError for an unknown placeholder or an invalid tag."""
+    """Fill a release tag template; ValueError for a malformed template or an unknown placeholder (that the
+    result is a Docker tag is checked where the matrix loads: matrix.values.rendered_tag)."""
     template_fields(template)
     return template.replace("{version}", version).replace("{release}", release)
 

@@ -12,14 +12,14 @@ MANIFEST_SCHEMA = 1
 
 def load_release_manifests(root: Path) -> list[dict[str, Any]]:
     """Every docs/releases/<version>.json, oldest release first (for the catalogue)."""
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import Version  # its InvalidVersion is a ValueError
 
     found = []
     for path in (root / RELEASES_DIR).glob("*.json"):
         try:
             manifest = json.loads(path.read_text())
             found.append((Version(str(manifest["version"])), manifest))
-        except (OSError, ValueError, KeyError, InvalidVersion):
+        except (OSError, ValueError, KeyError):
             continue   # not a release manifest; the catalogue shows only what it can read
     return [m for _, m in sorted(found, key=lambda pair: pair[0])]
 

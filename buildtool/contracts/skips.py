@@ -73,12 +73,8 @@ class SkipCode:
         return " among ".join(parts) or "any test"
 
 
-def _cpu_cell(cell: SkipCell, _subject: str) -> bool:
-    return cell.run.gpus == "none" and not cell.needs_gpu
-
-
-GPU_NOT_IN_CELL = SkipCode("gpu-not-in-cell", "GPU check on a cell whose run profile has no GPUs", _cpu_cell,
-                           gpu_only=True)
+GPU_NOT_IN_CELL = SkipCode("gpu-not-in-cell", "GPU check on a cell whose run profile has no GPUs",
+                           lambda cell, _s: cell.run.gpus == "none" and not cell.needs_gpu, gpu_only=True)
 NO_GPU_ON_RUNNER = SkipCode("no-gpu-on-runner", "GPU check of a GPU cell on a runner without usable GPUs",
                             gpu_only=True)
 ONE_GPU_ON_RUNNER = SkipCode("one-gpu-on-runner", "multi-GPU check (bus bandwidth) on a runner with one GPU",
