@@ -130,17 +130,12 @@ def _members(kind: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, .
     import inspect  # only when writing a snapshot
 
     fields = tuple(f.name for f in dataclasses.fields(kind))
-    properties: list[str] = []
-    calls: list[str] = []
-    for cls in kind.__mro__[:-1]:
-        for name, member in vars(cls).items():
-            if name.startswith("_") or name in fields or name in properties or name in calls:
-                continue
-            if isinstance(member, property):
-                properties.append(name)
-            elif inspect.isfunction(member) and len(inspect.signature(member).parameters) == 1:
-                calls.append(name)
-    return fields, tuple(properties), tuple(calls)
+    public = [(name, member) for name, member in inspect.getmembers(kind)
+              if not name.startswith("_") and name not in fields]
+    properties = tuple(name for name, member in public if isinstance(member, property))
+    calls = tuple(name for name, member in public
+                  if inspect.isfunction(member) and len(inspect.signature(member).parameters) == 1)
+    return fields, properties, calls
 
 
 def _record(obj: Any) -> dict[str, Any]:
