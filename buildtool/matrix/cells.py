@@ -6,7 +6,8 @@ stand-in), every error naming file, line and the layer that set the value."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache, lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -86,20 +87,18 @@ def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
 _NEEDS_RE = re.compile(r"^\{#-?\s*needs:\s*([a-z_]+(?:\s*,\s*[a-z_]+)*)")
 
 
-def _template_needs(templates_dir: Path | None, template: str, cache: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+def _template_needs(templates_dir: Path | None, template: str) -> tuple[str, ...]:
     """Cell fields a template declares it needs: `{# needs: framework_requirements #}` as its first line."""
     if templates_dir is None:
         return ()
-    if template not in cache:
-        try:
-            with (templates_dir / template).open(encoding="utf-8", errors="replace") as handle:
-                first = handle.readline()
-        except OSError:
-            first = ""
-        match = _NEEDS_RE.match(first)
-        found = tuple(n.strip() for n in match.group(1).split(",")) if match else ()
-        cache[template] = tuple(n for n in found if n in _CELL_KEYS)
-    return cache[template]
+    try:
+        with (templates_dir / template).open(encoding="utf-8", errors="replace") as handle:
+            first = handle.readline()
+    except OSError:
+        first = ""
+    match = _NEEDS_RE.match(first)
+    found = tuple(n.strip() for n in match.group(1).split(",")) if match else ()
+    return tuple(n for n in found if n in _CELL_KEYS)
 
 
 @lru_cache(maxsize=65536)
@@ -306,22 +305,16 @@ def _standin(check: _CellCheck, fields: dict[str, Any], cell_platforms: tuple[st
     return standin
 
 
-class _Expansion:
-    """State of one expansion that every cell shares: the document, the defaults layer, the templates' needs
-    (read once per template)."""
-
-    def __init__(self, doc: Located, spec: MatrixFile, templates_dir: Path | None) -> None:
-        self.doc, self.templates_dir = doc, templates_dir
-        # Merging works on the validated document itself (strict validation keeps values as written): cheaper
-        # than dumping the models again, and the same values.
-        _check_layer(doc, ("defaults",), spec.defaults)
-        self.defaults = _layer(doc.data.get("defaults"))
-        self.needs: dict[str, tuple[str, ...]] = {}
+Needs = Callable[[str], tuple[str, ...]]
 
 
 def expand(doc: Located, spec: MatrixFile, templates_dir: Path | None) -> tuple[Cell, ...]:
     """Every cell of a validated matrix document, in matrix order."""
-    run = _Expansion(doc, spec, templates_dir)
+    # Merging works on the validated document itself (strict validation keeps values as written): cheaper
+    # than dumping the models again, and the same values.
+    _check_layer(doc, ("defaults",), spec.defaults)
+    defaults = _layer(doc.data.get("defaults"))
+    needs: Needs = cache(partial(_template_needs, templates_dir))   # each template read once per expansion
     cells: list[Cell] = []
     seen_images: dict[str, int] = {}
     for i, (image, raw_image) in enumerate(zip(spec.images, doc.data["images"], strict=True)):
@@ -330,16 +323,16 @@ def expand(doc: Located, spec: MatrixFile, templates_dir: Path | None) -> tuple[
             raise doc.error(name_loc, f"duplicate image {image.name!r} (first declared on line "
                                       f"{seen_images[image.name]})")
         seen_images[image.name] = doc.line_of(name_loc) or 0
-        cells += _image_cells(run, ("images", i), image, raw_image)
+        cells += _image_cells(doc, defaults, needs, ("images", i), image, raw_image)
     return tuple(cells)
 
 
-def _image_cells(run: _Expansion, image_loc: Loc, image: ImageSpec, raw_image: dict[str, Any]) -> list[Cell]:
+def _image_cells(doc: Located, defaults: dict[str, Any], needs: Needs, image_loc: Loc, image: ImageSpec,
+                 raw_image: dict[str, Any]) -> list[Cell]:
     """The cells of one image: one per version, exactly one of them the default."""
-    doc = run.doc
     _check_layer(doc, image_loc, image)
     image_layer = _layer(raw_image)
-    image_fields = _merge(run.defaults, image_layer)
+    image_fields = _merge(defaults, image_layer)
     seen_versions: dict[str, int] = {}
     first_default: tuple[str, int | None] | None = None
     claimed: dict[str, tuple[str, _CellCheck, str, int]] = {}   # tag -> the version of this image it names
@@ -359,20 +352,20 @@ def _image_cells(run: _Expansion, image_loc: Loc, image: ImageSpec, raw_image: d
         _check_layer(doc, loc, ver)
         version_layer = _layer(raw_ver)
         check = _CellCheck(doc, loc, _merge(image_fields, version_layer),
-                           ((run.defaults, ("defaults",)), (image_layer, image_loc), (version_layer, loc)))
-        cells.append(_cell(run, check, image.name, ver, claimed))
+                           ((defaults, ("defaults",)), (image_layer, image_loc), (version_layer, loc)))
+        cells.append(_cell(check, needs, image.name, ver, claimed))
     if first_default is None:
         raise doc.error(image_loc, f"no version of {image.name} has `default: true`; set it on exactly one (the "
                                    "version `latest` and the nightly jobs use)")
     return cells
 
 
-def _cell(run: _Expansion, check: _CellCheck, name: str, ver: VersionSpec,
+def _cell(check: _CellCheck, needs: Needs, name: str, ver: VersionSpec,
           claimed: dict[str, tuple[str, _CellCheck, str, int]]) -> Cell:
     """One cell from its merged fields, once every check that needs more than one value passed."""
     merged = check.merged
     check.required()
-    check.needs(_template_needs(run.templates_dir, merged["template"], run.needs))
+    check.needs(needs(merged["template"]))
     check.framework()
     release_tags, moving_tags = check.tags(ver.version, claimed, f"{name}:{ver.version}")
     index = merged.get("index", {})
@@ -396,7 +389,7 @@ def _cell(run: _Expansion, check: _CellCheck, name: str, ver: VersionSpec,
         tests=tuple(merged["tests"]),
         release_tags=release_tags,
         moving_tags=moving_tags,
-        line=run.doc.line_of(check.loc) or 0,
+        line=check.doc.line_of(check.loc) or 0,
         validate_deadline_s=deadline_for(merged),
         extra_tests=(merged.get("validate") or {}).get("extra_tests"),
         oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),

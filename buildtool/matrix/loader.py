@@ -135,8 +135,8 @@ def _quoted_example(doc: Located, loc: Loc, given: object) -> str:
 def _message(doc: Located, error: Any, loc: Loc, on_key: bool) -> str:
     kind, given = error["type"], error.get("input")
     name = loc[-1] if loc and isinstance(loc[-1], str) else "this entry"
+    allowed = _keys_at(loc[:-1])   # the keys of the mapping that holds `loc`
     if kind == "extra_forbidden":
-        allowed = _keys_at(loc[:-1])
         hint = values.suggest(str(name), allowed)
         if not hint and name in _HOME:
             hint = f"; `{name}` belongs {_HOME[name]}"
@@ -144,12 +144,11 @@ def _message(doc: Located, error: Any, loc: Loc, on_key: bool) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "literal_error" and on_key:
-        allowed = _keys_at(loc[:-1])
         return f"unknown key `{name}`{values.suggest(str(name), allowed)} (one of {', '.join(allowed)})"
     if given is None:
         if isinstance(loc[-1] if loc else None, int):
             return "is an empty entry; remove it or give it a value"
-        if name in _keys_at(loc[:-1]) and _keys_at(loc[:-1]) != _ULIMIT_KEYS:
+        if name in allowed and allowed != _ULIMIT_KEYS:
             return "is empty; give it a value"
         return "is empty; give it a value or remove the line"
     if kind == "string_type":

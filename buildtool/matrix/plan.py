@@ -97,12 +97,9 @@ def mirror_base(base: str, base_mirror: str) -> str:
     if not mirrors:
         return base
     host, path, tag = split_reference(base)
-    if isinstance(mirrors, dict):
-        if host not in mirrors:
-            return base
-        target = mirrors[host]
-    else:
-        target = mirrors
+    target = mirrors.get(host) if isinstance(mirrors, dict) else mirrors
+    if target is None:
+        return base
     sep = "" if tag.startswith("@") else ":"
     return f"{target.rstrip('/')}/{path}{sep}{tag}"
 

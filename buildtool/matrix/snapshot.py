@@ -88,20 +88,17 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Pa
     tests_dir = tests_dir if tests_dir is not None else matrix_path.parent / "image-tests"
     groups = sorted(p.name for p in tests_dir.iterdir() if p.is_dir()) if tests_dir.is_dir() else []
     digest.update(b"\0groups\0" + "\0".join(groups).encode())
-    # A framework is the folder with its framework.yaml: its row decides what a cell of it is.
-    for group in groups:
-        row = tests_dir / group / "framework.yaml"
-        try:
+    try:
+        # A framework is the folder with its framework.yaml: its row decides what a cell of it is.
+        for group in groups:
+            row = tests_dir / group / "framework.yaml"
             digest.update(b"\0" + group.encode() + b"\0" + (row.read_bytes() if row.is_file() else b"-"))
-        except OSError:
-            return ""
-    # A template's first line may name the cell fields it needs (schema.py checks them).
-    for name in names:
-        try:
+        # A template's first line may name the cell fields it needs (cells.py reads them).
+        for name in names:
             with (templates / name).open("rb") as handle:
                 digest.update(b"\0" + handle.readline(512))
-        except OSError:
-            return ""
+    except OSError:
+        return ""
     package = Path(__file__).resolve().parents[1]
     for path in sorted(p for folder in _CODE_DIRS for p in (package / folder).glob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
@@ -130,17 +127,12 @@ def _members(kind: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, .
     import inspect  # only when writing a snapshot
 
     fields = tuple(f.name for f in dataclasses.fields(kind))
-    properties: list[str] = []
-    calls: list[str] = []
-    for cls in kind.__mro__[:-1]:
-        for name, member in vars(cls).items():
-            if name.startswith("_") or name in fields or name in properties or name in calls:
-                continue
-            if isinstance(member, property):
-                properties.append(name)
-            elif inspect.isfunction(member) and len(inspect.signature(member).parameters) == 1:
-                calls.append(name)
-    return fields, tuple(properties), tuple(calls)
+    public = [(name, member) for name, member in inspect.getmembers(kind)
+              if not name.startswith("_") and name not in fields]
+    properties = tuple(name for name, member in public if isinstance(member, property))
+    calls = tuple(name for name, member in public
+                  if inspect.isfunction(member) and len(inspect.signature(member).parameters) == 1)
+    return fields, properties, calls
 
 
 def _record(obj: Any) -> dict[str, Any]:

@@ -320,13 +320,13 @@ def _size_hint(text: str) -> str:
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", text)
     if not match:
         return "8g"
-    number, unit = float(match.group(1)), match.group(2).lower()
-    scale = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}[unit]
+    units = ("", "k", "m", "g", "t")
+    number, scale = float(match.group(1)), units.index(match.group(2).lower())
     while scale > 0 and number != int(number):
         number, scale = number * 1024, scale - 1
     if scale == 4:
         number, scale = number * 1024, 3
-    return f"{int(number)}{['', 'k', 'm', 'g'][scale]}"
+    return f"{int(number)}{units[scale]}"
 
 
 def shm_size(value: object) -> str:

@@ -230,10 +230,7 @@ def _with_deb_hashes(root: Path, cell: Cell, folder: Path, pins: list[str]) -> l
 def target_archs(cell: Cell) -> list[str] | None:
     """The architectures (BuildKit's TARGETARCH) a multi-platform cell's Dockerfile selects among; None for
     a cell built for the default platform only (its Dockerfile names no platform)."""
-    if not cell.multi_platform:
-        return None
-    return [platform_folder(Path(cell.dockerfile).parent, cell.key, cell.platforms, p)[0].architecture
-            for p in cell.platforms]
+    return [platforms.get(p).architecture for p in cell.platforms] if cell.multi_platform else None
 
 
 _GLIBC = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d+)")

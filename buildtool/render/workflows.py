@@ -125,10 +125,6 @@ def _make(target: str, **settings: str) -> str:
     return " ".join(["make", target, *(f"{key}={value}" for key, value in settings.items())])
 
 
-def _job_id(platform: str) -> str:
-    return f"validate-{platform.replace('/', '-')}"
-
-
 HOSTED_SETUP = (
     {"uses": CHECKOUT},
     {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
@@ -268,22 +264,17 @@ class _Nightly:
                 "timeout-minutes": minutes, **more, "steps": [REGISTRY_STEP, *SELF_HOSTED_SETUP, *steps]}
 
 
-def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str, Any], list[str]]:
-    cells = [c.key for c in matrix.cells]
+def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> dict[str, Any]:
     night = _Nightly(options, _labels_expr(options))
-    plan = _plan_job(HOSTED_RUNNER, cells)
+    plan = _plan_job(HOSTED_RUNNER, [c.key for c in matrix.cells])
     plan["steps"].insert(0, REGISTRY_STEP)
     jobs: dict[str, Any] = {"plan": plan, "build-validate": _build_validate_job(night, matrix)}
-    needs = ["build-validate"]
     for platform, gpu_cells in native_gpu_cells(matrix).items():
-        platform_jobs = _platform_jobs(night, platform, gpu_cells)
-        jobs.update(platform_jobs)
-        needs += list(platform_jobs)
+        jobs.update(_platform_jobs(night, platform, gpu_cells))
     scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
     if scaling_cell is not None:
         jobs["scaling"] = _scaling_job(night, scaling_cell.key)
-        needs.append("scaling")
-    jobs["report"] = _report_job(night, needs)
+    jobs["report"] = _report_job(night, [job for job in jobs if job != "plan"])   # every job after the plan
     jobs["publish"] = {
         "needs": "report",
         # Opt in per repository once GitHub Pages is enabled (variable PUBLISH_PAGES=true).
@@ -293,7 +284,7 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
         "environment": {"name": "github-pages", "url": "${{ steps.deploy.outputs.page_url }}"},
         "steps": [{"id": "deploy", "uses": PAGES_DEPLOY}],
     }
-    doc: dict[str, Any] = {
+    return {
         "name": "nightly",
         "on": {"schedule": [{"cron": options.nightly_cron}], "workflow_dispatch": {"inputs": {
             "registry": {"description": "Registry every runner shares (default: the REGISTRY variable)",
@@ -304,7 +295,6 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> tuple[dict[str
         "env": {"REGISTRY": "${{ inputs.registry || vars.REGISTRY }}", "BASE_MIRROR": "${{ vars.BASE_MIRROR }}"},
         "jobs": jobs,
     }
-    return doc, cells
 
 
 def _build_validate_job(night: _Nightly, matrix: Matrix) -> dict[str, Any]:
@@ -350,7 +340,7 @@ def _platform_jobs(night: _Nightly, platform: str, gpu_cells: list[str]) -> dict
           "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform, **VALIDATE_SETTINGS),
           "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
         _labels_expr(night.options, platform), strategy=strategy, env=GPU_ENV)
-    return {emulated_id: emulated, _job_id(platform): native}
+    return {emulated_id: emulated, f"validate-{platform.replace('/', '-')}": native}
 
 
 def _scaling_job(night: _Nightly, cell: str) -> dict[str, Any]:
@@ -372,16 +362,14 @@ def _report_job(night: _Nightly, needs: list[str]) -> dict[str, Any]:
         {"name": "Publish", "uses": PAGES_UPLOAD, "with": {"path": f"{SITE}/"}}])
 
 
-def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
-    cells = [c.key for c in matrix.cells]
-    images = ["all", *matrix.image_names]
-    doc: dict[str, Any] = {
+def release_workflow(matrix: Matrix) -> dict[str, Any]:
+    return {
         "name": "release",
         "on": {"workflow_dispatch": {"inputs": {
             "version": {"description": "Release version filled into the release tags (e.g. 2026.11.1)",
                         "required": True, "type": "string"},
             "framework": {"description": "Which images to release", "required": True, "type": "choice",
-                          "default": "all", "options": images},
+                          "default": "all", "options": ["all", *matrix.image_names]},
             "from": {"description": "Commit whose validated dev images to promote (default: the dispatched one)",
                      "required": False, "type": "string", "default": ""},
         }}},
@@ -408,27 +396,24 @@ def release_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
             },
         },
     }
-    return doc, cells
 
 
 def render_workflows(matrix: Matrix, options: WorkflowOptions | None = None) -> dict[str, bytes]:
     options = options or WorkflowOptions()
     pr, pr_cells = pull_request_workflow(matrix)
-    nightly, nightly_cells = nightly_workflow(matrix, options)
-    release, release_cells = release_workflow(matrix)
+    cells = [c.key for c in matrix.cells]
     native = "".join(_cells_note(f"GPU cells validated on native {platform} runners", cells)
                      for platform, cells in native_gpu_cells(matrix).items())
     return {
         PR_PATH: dump_workflow(pr, _cells_note("Cells built on pull requests (no GPU needed)", pr_cells)),
-        NIGHTLY_PATH: dump_workflow(nightly, _cells_note("Cells built and validated nightly", nightly_cells)
-                                    + native),
-        RELEASE_PATH: dump_workflow(release, _cells_note("Cells released", release_cells)),
+        NIGHTLY_PATH: dump_workflow(nightly_workflow(matrix, options),
+                                    _cells_note("Cells built and validated nightly", cells) + native),
+        RELEASE_PATH: dump_workflow(release_workflow(matrix), _cells_note("Cells released", cells)),
     }
 
 
-def workflow_outputs(matrix: Matrix) -> dict[str, bytes]:
-    """The `render`/`check` extra: committed workflows with the default options."""
-    return render_workflows(matrix)
+# The `render`/`check` extra: committed workflows with the default options.
+workflow_outputs = render_workflows
 
 
 def ci_matrix(plan: dict[str, Any], cells: list[str]) -> dict[str, Any]:
