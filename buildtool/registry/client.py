@@ -105,17 +105,6 @@ class RetryPolicy:
     rate_limit_budget: float = 300.0   # seconds one client may spend waiting out 429/503, all calls together
 
 
-@dataclass(frozen=True)
-class _Mode:
-    """How one call is made: where a 2xx body goes (`sink`, else memory), whether redirects are followed, whether a
-    401 authenticating cannot cure is returned (`lenient`) or is itself an answer the caller takes (`ok_401`)."""
-
-    sink: Sink | None = None
-    follow: bool = True
-    lenient: bool = False
-    ok_401: bool = False
-
-
 class RegistryClient:
     """One registry host. `scheme` is http for loopback registries and those named in
     DL_IMAGES_INSECURE_REGISTRIES, https otherwise."""
@@ -279,8 +268,8 @@ class RegistryClient:
         cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx).
         `sink`: where a 2xx body goes instead of memory (see buildtool.registry.transport.Sink)."""
         url = self._url(path)
-        response = self._call(method, url, needed_scopes(method, repo, mount_from), headers, data,
-                              _Mode(sink=sink, ok_401=401 in ok))
+        response = self._call(method, url, needed_scopes(method, repo, mount_from), headers, data, sink,
+                              ok_401=401 in ok)
         if response.status_code in ok:
             return response
         if response.status_code == 404:
@@ -293,26 +282,27 @@ class RegistryClient:
         redirects are not followed and a 401 that authenticating cannot cure (one without a challenge, or one
         whose token is refused) is returned, not raised. For endpoints whose every answer but one means
         "not supported here" (the referrers API). Transport, TLS and rate-limit failures still raise."""
-        return self._call(method, self._url(path), needed_scopes(method, repo, ""), headers, None,
-                          _Mode(follow=False, lenient=True))
+        return self._call(method, self._url(path), needed_scopes(method, repo, ""), headers, None, raw=True)
 
     def _call(self, method: str, url: str, needed: frozenset[Triple], base: dict[str, str] | None,
-              data: bytes | Path | None, mode: _Mode) -> Any:
-        """One call authenticated for the scopes `needed` (more where the registry's challenge asks for them)."""
+              data: bytes | Path | None, sink: Sink | None = None, *, ok_401: bool = False, raw: bool = False) -> Any:
+        """One call authenticated for the scopes `needed` (more where the registry's challenge asks for them); a 2xx
+        body goes to `sink`, else memory. `ok_401`: a 401 is itself an answer the caller takes; `raw` (`answer`):
+        redirects are not followed, and a 401 that authenticating cannot cure is returned."""
         for rounds in range(_AUTH_ROUNDS + 1):
             headers = dict(base or {})
             sent = self.auth.header(needed)
             if sent:
                 headers["Authorization"] = sent
-            response = self._exchange(method, url, headers=headers, data=data, sink=mode.sink, follow=mode.follow)
-            if response.status_code != 401 or mode.ok_401:
+            response = self._exchange(method, url, headers=headers, data=data, sink=sink, follow=not raw)
+            if response.status_code != 401 or ok_401:
                 break
             try:
                 if rounds == _AUTH_ROUNDS:
                     raise self.auth.failure(response, needed, sent)
                 needed = self.auth.on_unauthorized(response, needed, sent)
             except RegistryAuthError:
-                if mode.lenient:
+                if raw:
                     return response
                 raise
         return response
