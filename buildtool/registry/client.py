@@ -219,16 +219,15 @@ class RegistryClient:
                 last, response = _failure_name(exc), None
             else:
                 status = response.status_code
-                if status not in (429,) and status < 500:
+                if status != 429 and status < 500:
                     return response
                 last = f"HTTP {status}"
-                asked = answers.retry_after(response.headers.get("Retry-After"))
-                if status in (429, 503) and asked is not None:
-                    if asked > self.retry.max_retry_after:
+                if status in (429, 503):
+                    asked = answers.retry_after(response.headers.get("Retry-After"))
+                    if asked is not None and asked > self.retry.max_retry_after:
                         raise self._rate_limited(method, url, response, f"Retry-After {asked:.0f} s, longer than "
                                                  f"the {self.retry.max_retry_after:.0f} s this command waits")
-                    wait = asked
-                if status in (429, 503):
+                    wait = delay if asked is None else asked
                     with self._lock:
                         self._rate_waited += wait
                         spent = self._rate_waited
