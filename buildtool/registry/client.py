@@ -71,6 +71,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
+_ACCEPT_MANIFESTS = {"Accept": ", ".join(MANIFEST_TYPES)}   # request() copies the headers it is given
 EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
 _CONCURRENT_COMMIT_RETRIES = 3
@@ -319,16 +320,14 @@ class RegistryClient:
 
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
         """(raw bytes, media type, digest) of a manifest or index, by tag or digest."""
-        response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo,
-                                headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         body = response.content
         return body, response.headers.get("Content-Type", "").split(";")[0], sha256_digest(body)
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
         """Digest a tag points at, or None when the tag does not exist."""
         try:
-            response = self.request("HEAD", f"{repo}/manifests/{ref}", repo=repo,
-                                    headers={"Accept": ", ".join(MANIFEST_TYPES)})
+            response = self.request("HEAD", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         except NotFound:
             return None
         digest = response.headers.get("Docker-Content-Digest")
@@ -346,9 +345,10 @@ class RegistryClient:
                 if "MANIFEST_BLOB_UNKNOWN" not in str(exc) or attempt == _CONCURRENT_COMMIT_RETRIES:
                     raise
                 self._sleep(0.2 * (attempt + 1))
-        digest = response.headers.get("Docker-Content-Digest") or sha256_digest(body)
-        if digest != sha256_digest(body):
-            raise RegistryError(f"registry stored {repo}:{ref} as {digest}, not {sha256_digest(body)}")
+        expected = sha256_digest(body)
+        digest = response.headers.get("Docker-Content-Digest") or expected
+        if digest != expected:
+            raise RegistryError(f"registry stored {repo}:{ref} as {digest}, not {expected}")
         if response.headers.get("OCI-Subject"):
             with self._lock:
                 self.subject_indexed.add(f"{repo}@{digest}")
@@ -424,9 +424,7 @@ class RegistryClient:
     def put_blob(self, repo: str, data: bytes) -> str:
         """Upload a small blob (monolithic POST+PUT); a no-op when it already exists."""
         digest = sha256_digest(data)
-        if self.has_blob(repo, digest):
-            return digest
-        return self._upload(repo, data, digest)
+        return digest if self.has_blob(repo, digest) else self._upload(repo, data, digest)
 
     def check_push(self, repo: str) -> None:
         """Upload the empty JSON blob (the config of every attestation artifact) whether or not `repo` holds it:
