@@ -166,12 +166,6 @@ def argv(*args: str) -> list[str]:
     return [client(), *args]
 
 
-def unreachable(stderr: str) -> bool:
-    """The client's stderr says that it reached no engine."""
-    first = next((line.strip().lower() for line in (stderr or "").splitlines() if line.strip()), "")
-    return any(first.startswith(marker) or marker in first[:120] for marker in _UNREACHABLE)
-
-
 # Lines the client adds around the engine's answer that say nothing about the cause: the usage
 # hint (20.10: "See 'docker run --help'.", 23 on: "Run 'docker run --help' for more information"),
 # the attach loop's "ERRO[0000] error waiting for container: context canceled", and the NVIDIA
@@ -204,9 +198,9 @@ def engine_error(stderr: str, limit: int = 300) -> str:
 
 def check_reached(proc: subprocess.CompletedProcess[str]) -> None:
     """EngineUnreachable when a docker command failed because the client reached no engine (for
-    callers that run the client themselves, as `argv` gives it)."""
-    if proc.returncode != 0 and unreachable(proc.stderr):
-        said = next(line.strip() for line in proc.stderr.splitlines() if line.strip())
+    callers that run the client themselves, as `argv` gives it): the first line of its stderr says so."""
+    said = next((line.strip() for line in (proc.stderr or "").splitlines() if line.strip()), "")
+    if proc.returncode != 0 and any(marker in said.lower()[:120] for marker in _UNREACHABLE):
         raise EngineUnreachable(f"the Docker engine is not reachable ({said[:200]}); {START_HINT}")
 
 

@@ -40,9 +40,23 @@ _ENVIRONMENTS_LOCK = threading.Lock()   # `preload` may build one in a thread wh
 
 
 def _environment(package: str) -> jinja2.Environment:
+    import jinja2  # here, not at the top: `release --dry-run` and `--help` never render a document
+
     with _ENVIRONMENTS_LOCK:
         if package not in _ENVIRONMENTS:
-            _ENVIRONMENTS[package] = _new_environment(package)
+            env = jinja2.Environment(
+                loader=jinja2.PackageLoader(package, "templates"),
+                autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
+                undefined=jinja2.StrictUndefined,     # a misspelt field fails the render instead of printing nothing
+                trim_blocks=True,
+                lstrip_blocks=True,
+                keep_trailing_newline=True,
+                # Compiling a template costs more than a whole release to a loopback registry; the cache is keyed
+                # by each template's source checksum, so an edited template is compiled again.
+                bytecode_cache=_bytecode_cache(),
+            )
+            env.filters.update(md=markdown_cell, code=code_span, plural=plural)
+            _ENVIRONMENTS[package] = env
         return _ENVIRONMENTS[package]
 
 
@@ -54,26 +68,6 @@ def preload(package: str, *templates: str) -> None:
         env = _environment(package)
         for template in templates:
             env.get_template(template)
-
-
-def _new_environment(package: str) -> jinja2.Environment:
-    import jinja2  # here, not at the top: `release --dry-run` and `--help` never render a document
-
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader(package, "templates"),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
-        undefined=jinja2.StrictUndefined,     # a misspelt field fails the render instead of printing nothing
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        # Compiling a template costs more than a whole release to a loopback registry; the cache is keyed
-        # by each template's source checksum, so an edited template is compiled again.
-        bytecode_cache=_bytecode_cache(),
-    )
-    env.filters["md"] = markdown_cell
-    env.filters["code"] = code_span
-    env.filters["plural"] = plural
-    return env
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:

@@ -50,7 +50,4 @@ def doubling(low: str, high: str) -> list[int]:
     first, last = size_bytes(low), size_bytes(high)
     if not 0 < first <= last:
         raise SizeError(f"sizes {low}..{high}: the first must be above 0 and at most the last")
-    sizes = [first]
-    while sizes[-1] * 2 <= last:
-        sizes.append(sizes[-1] * 2)
-    return sizes
+    return [first << n for n in range((last // first).bit_length())]

@@ -312,14 +312,10 @@ class HostAuth:
         response = None
         refresh = self._refresh_token or (usable.identity_token if usable else "")
         if usable is not None and refresh:
-            form: list[tuple[str, str]] = [("grant_type", "refresh_token"), ("refresh_token", refresh),
-                                           ("client_id", CLIENT_ID)]
-            if self.service:
-                form.append(("service", self.service))
-            if scopes:
-                form.append(("scope", " ".join(scopes)))
+            form = [("grant_type", "refresh_token"), ("refresh_token", refresh), ("client_id", CLIENT_ID),
+                    ("service", self.service), ("scope", " ".join(scopes))]
             response = self._fetch("POST", realm, headers={"Content-Type": "application/x-www-form-urlencoded"},
-                                   data=urlencode(form).encode())
+                                   data=urlencode([(key, value) for key, value in form if value]).encode())
             if response.status_code in (404, 405) and usable.password:
                 response = None
         if response is None:

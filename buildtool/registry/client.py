@@ -71,6 +71,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
+_ACCEPT_MANIFESTS = {"Accept": ", ".join(MANIFEST_TYPES)}   # request() copies the headers it is given
 EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
 _CONCURRENT_COMMIT_RETRIES = 3
@@ -103,17 +104,6 @@ class RetryPolicy:
     timeout: float = 30.0
     max_retry_after: float = 60.0      # a longer Retry-After fails at once (RateLimited), naming it
     rate_limit_budget: float = 300.0   # seconds one client may spend waiting out 429/503, all calls together
-
-
-@dataclass(frozen=True)
-class _Mode:
-    """How one call is made: where a 2xx body goes (`sink`, else memory), whether redirects are followed, whether a
-    401 authenticating cannot cure is returned (`lenient`) or is itself an answer the caller takes (`ok_401`)."""
-
-    sink: Sink | None = None
-    follow: bool = True
-    lenient: bool = False
-    ok_401: bool = False
 
 
 class RegistryClient:
@@ -230,16 +220,15 @@ class RegistryClient:
                 last, response = _failure_name(exc), None
             else:
                 status = response.status_code
-                if status not in (429,) and status < 500:
+                if status != 429 and status < 500:
                     return response
                 last = f"HTTP {status}"
-                asked = answers.retry_after(response.headers.get("Retry-After"))
-                if status in (429, 503) and asked is not None:
-                    if asked > self.retry.max_retry_after:
+                if status in (429, 503):
+                    asked = answers.retry_after(response.headers.get("Retry-After"))
+                    if asked is not None and asked > self.retry.max_retry_after:
                         raise self._rate_limited(method, url, response, f"Retry-After {asked:.0f} s, longer than "
                                                  f"the {self.retry.max_retry_after:.0f} s this command waits")
-                    wait = asked
-                if status in (429, 503):
+                    wait = delay if asked is None else asked
                     with self._lock:
                         self._rate_waited += wait
                         spent = self._rate_waited
@@ -279,8 +268,8 @@ class RegistryClient:
         cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx).
         `sink`: where a 2xx body goes instead of memory (see buildtool.registry.transport.Sink)."""
         url = self._url(path)
-        response = self._call(method, url, needed_scopes(method, repo, mount_from), headers, data,
-                              _Mode(sink=sink, ok_401=401 in ok))
+        response = self._call(method, url, needed_scopes(method, repo, mount_from), headers, data, sink,
+                              ok_401=401 in ok)
         if response.status_code in ok:
             return response
         if response.status_code == 404:
@@ -293,26 +282,27 @@ class RegistryClient:
         redirects are not followed and a 401 that authenticating cannot cure (one without a challenge, or one
         whose token is refused) is returned, not raised. For endpoints whose every answer but one means
         "not supported here" (the referrers API). Transport, TLS and rate-limit failures still raise."""
-        return self._call(method, self._url(path), needed_scopes(method, repo, ""), headers, None,
-                          _Mode(follow=False, lenient=True))
+        return self._call(method, self._url(path), needed_scopes(method, repo, ""), headers, None, raw=True)
 
     def _call(self, method: str, url: str, needed: frozenset[Triple], base: dict[str, str] | None,
-              data: bytes | Path | None, mode: _Mode) -> Any:
-        """One call authenticated for the scopes `needed` (more where the registry's challenge asks for them)."""
+              data: bytes | Path | None, sink: Sink | None = None, *, ok_401: bool = False, raw: bool = False) -> Any:
+        """One call authenticated for the scopes `needed` (more where the registry's challenge asks for them); a 2xx
+        body goes to `sink`, else memory. `ok_401`: a 401 is itself an answer the caller takes; `raw` (`answer`):
+        redirects are not followed, and a 401 that authenticating cannot cure is returned."""
         for rounds in range(_AUTH_ROUNDS + 1):
             headers = dict(base or {})
             sent = self.auth.header(needed)
             if sent:
                 headers["Authorization"] = sent
-            response = self._exchange(method, url, headers=headers, data=data, sink=mode.sink, follow=mode.follow)
-            if response.status_code != 401 or mode.ok_401:
+            response = self._exchange(method, url, headers=headers, data=data, sink=sink, follow=not raw)
+            if response.status_code != 401 or ok_401:
                 break
             try:
                 if rounds == _AUTH_ROUNDS:
                     raise self.auth.failure(response, needed, sent)
                 needed = self.auth.on_unauthorized(response, needed, sent)
             except RegistryAuthError:
-                if mode.lenient:
+                if raw:
                     return response
                 raise
         return response
@@ -330,16 +320,14 @@ class RegistryClient:
 
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
         """(raw bytes, media type, digest) of a manifest or index, by tag or digest."""
-        response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo,
-                                headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         body = response.content
         return body, response.headers.get("Content-Type", "").split(";")[0], sha256_digest(body)
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
         """Digest a tag points at, or None when the tag does not exist."""
         try:
-            response = self.request("HEAD", f"{repo}/manifests/{ref}", repo=repo,
-                                    headers={"Accept": ", ".join(MANIFEST_TYPES)})
+            response = self.request("HEAD", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         except NotFound:
             return None
         digest = response.headers.get("Docker-Content-Digest")
@@ -357,9 +345,10 @@ class RegistryClient:
                 if "MANIFEST_BLOB_UNKNOWN" not in str(exc) or attempt == _CONCURRENT_COMMIT_RETRIES:
                     raise
                 self._sleep(0.2 * (attempt + 1))
-        digest = response.headers.get("Docker-Content-Digest") or sha256_digest(body)
-        if digest != sha256_digest(body):
-            raise RegistryError(f"registry stored {repo}:{ref} as {digest}, not {sha256_digest(body)}")
+        expected = sha256_digest(body)
+        digest = response.headers.get("Docker-Content-Digest") or expected
+        if digest != expected:
+            raise RegistryError(f"registry stored {repo}:{ref} as {digest}, not {expected}")
         if response.headers.get("OCI-Subject"):
             with self._lock:
                 self.subject_indexed.add(f"{repo}@{digest}")
@@ -435,9 +424,7 @@ class RegistryClient:
     def put_blob(self, repo: str, data: bytes) -> str:
         """Upload a small blob (monolithic POST+PUT); a no-op when it already exists."""
         digest = sha256_digest(data)
-        if self.has_blob(repo, digest):
-            return digest
-        return self._upload(repo, data, digest)
+        return digest if self.has_blob(repo, digest) else self._upload(repo, data, digest)
 
     def check_push(self, repo: str) -> None:
         """Upload the empty JSON blob (the config of every attestation artifact) whether or not `repo` holds it:

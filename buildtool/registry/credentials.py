@@ -78,19 +78,14 @@ def server_address(host: str) -> str:
 
 def _hostname(key: str) -> str:
     """docker's ConvertToHostname: the host part of an `auths` key (a scheme and path stripped)."""
-    if "://" in key:
-        key = key.split("://", 1)[1]
-    return key.split("/", 1)[0]
+    return key.split("://", 1)[-1].split("/", 1)[0]
 
 
 def config_files() -> list[Path]:
     """The files credentials are read from, in order (those that exist)."""
-    files = []
-    if os.environ.get("REGISTRY_AUTH_FILE"):
-        files.append(Path(os.environ["REGISTRY_AUTH_FILE"]))
-    docker_dir = Path(os.environ["DOCKER_CONFIG"]) if os.environ.get("DOCKER_CONFIG") else Path.home() / ".docker"
-    files.append(docker_dir / "config.json")
-    return [f for f in files if f.is_file()]
+    docker_dir = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    files = [os.environ.get("REGISTRY_AUTH_FILE"), docker_dir / "config.json"]
+    return [Path(f) for f in files if f and Path(f).is_file()]
 
 
 def resolve(host: str) -> Credential | None:

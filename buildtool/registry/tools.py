@@ -71,13 +71,6 @@ def tls_hint(netloc: str) -> str:
             "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE")
 
 
-def cert_dir(netloc: str) -> Path | None:
-    """The certs.d folder holding `netloc`'s CA (for skopeo's --cert-dir when it is not under /etc, which
-    skopeo reads itself), or None."""
-    files = ca_files(netloc)
-    return files[0].parent if files else None
-
-
 @contextlib.contextmanager
 def skopeo_access(host: str, side: str) -> Iterator[list[str]]:
     if side not in ("src", "dest"):
@@ -85,10 +78,8 @@ def skopeo_access(host: str, side: str) -> Iterator[list[str]]:
     args: list[str] = []
     if plain_http(host):
         args.append(f"--{side}-tls-verify=false")
-    else:
-        folder = cert_dir(host)
-        if folder is not None:
-            args.append(f"--{side}-cert-dir={folder}")
+    elif files := ca_files(host):     # the certs.d folder (DL_IMAGES_CERTS_D's first) that holds its CA
+        args.append(f"--{side}-cert-dir={files[0].parent}")
     with authfile([host]) as path:
         if path is not None:
             args.append(f"--{side}-authfile={path}")
