@@ -55,7 +55,7 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     a package it does not list says why it has none. `indexes`: the cell's package indexes (its index URL,
     "" for PyPI, then its extra ones), which name where a Python package that is not PyPI's came from
     (python_repository). Debian licenses are SPDX where Debian's names map (deb_licenses); a package whose
-    copyright file names none says so in a property (LICENSE_NOTE), and unlicensed() lists them."""
+    copyright file names none says so in a property (LICENSE_PROPERTY: LICENSE_NONE), and unlicensed() lists them."""
     import uuid  # here, with cyclonedx: release reads SBOMs and never makes one
     from importlib.metadata import version
 

@@ -193,37 +193,34 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
     if not inventory.gpus:
         return {}
     model, count = inventory.gpus[0].name, len(inventory.gpus)
-    history: list[tuple[str, float, str]] = []
-    seen: set[Path] = set()
-    for folder in folders:
-        if not folder.is_dir():
-            continue
+    paths: dict[Path, Path] = {}     # each file once (by where it resolves), as first found
+    for folder in (f for f in folders if f.is_dir()):
         for path in sorted({p for pattern in BASELINE_GLOBS for p in folder.rglob(pattern)}):
-            if path.resolve() in seen:
-                continue
-            seen.add(path.resolve())
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                continue
-            if isinstance(data, dict):
-                data.pop("size_bytes", None)       # what `buildtool report --fetch` adds to a verdict
-            try:
-                earlier = parse_verdict(data, str(path))
-            except VerdictError:
-                continue                           # not a verdict (a missing record, another schema): no baseline
-            if earlier.cell != cell:
-                continue
-            gpus = earlier.runner.gpus
-            peak = gpu.busbw_peak(earlier.figures)
-            checked = any(t.gpu and "busbw" in t.id and t.result == "passed" for t in earlier.tests)
-            if peak is None or not checked or len(gpus) != count or gpus[0].name != model:
-                continue
-            link = (earlier.figures.get(gpu.BUSBW_FIGURE) or {}).get("interconnect")
-            broken = (busbw.model_of(model), inventory.interconnect) in busbw.FAULTS
-            if link and inventory.interconnect and link != inventory.interconnect and not broken:
-                continue                           # the same GPUs over another interconnect: not comparable
-            # (an SXM board read as PCIe is not another interconnect: NVLink is down, its nights compare)
-            history.append((earlier.started, peak, f"{path} ({earlier.started})"))
+            paths.setdefault(path.resolve(), path)
+    history: list[tuple[str, float, str]] = []
+    for path in paths.values():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict):
+            data.pop("size_bytes", None)       # what `buildtool report --fetch` adds to a verdict
+        try:
+            earlier = parse_verdict(data, str(path))
+        except VerdictError:
+            continue                           # not a verdict (a missing record, another schema): no baseline
+        if earlier.cell != cell:
+            continue
+        gpus = earlier.runner.gpus
+        peak = gpu.busbw_peak(earlier.figures)
+        checked = any(t.gpu and "busbw" in t.id and t.result == "passed" for t in earlier.tests)
+        if peak is None or not checked or len(gpus) != count or gpus[0].name != model:
+            continue
+        link = (earlier.figures.get(gpu.BUSBW_FIGURE) or {}).get("interconnect")
+        broken = (busbw.model_of(model), inventory.interconnect) in busbw.FAULTS
+        if link and inventory.interconnect and link != inventory.interconnect and not broken:
+            continue                           # the same GPUs over another interconnect: not comparable
+        # (an SXM board read as PCIe is not another interconnect: NVLink is down, its nights compare)
+        history.append((earlier.started, peak, f"{path} ({earlier.started})"))
     found = busbw.window_baseline(history, window)
     return {**found, "gpu_model": model, "gpus": count} if found else {}
