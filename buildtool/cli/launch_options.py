@@ -85,11 +85,6 @@ def nccl_settings(debug: str, ifname: str, hca: str, env: list[str] | None) -> N
     return NcclSettings(debug=debug, socket_ifname=ifname, ib_hca=hca, extra=NcclSettings.parse_env(env or []))
 
 
-def check_steps(steps: int) -> None:
-    if steps < 3:
-        raise UserError(f"--steps must be at least 3 (the check compares the first and last three), not {steps}")
-
-
 def shm_for(image: str, shm_size: str | None, matrix: Path | None, runtime: str = "") -> str:
     """The /dev/shm size to launch IMAGE with, unless given: the one its bundle was made with (its record; slurm's
     --runtime oci, where IMAGE is the bundle folder), else its cell's run profile's."""

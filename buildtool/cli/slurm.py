@@ -22,7 +22,6 @@ from buildtool.cli.launch_options import (
     RdzvPortOption,
     RequireGdrOption,
     StepsOption,
-    check_steps,
     framework_for,
     nccl_settings,
     shm_for,
@@ -90,7 +89,6 @@ def slurm(
 
     check_image(image, runtime)
     shm = _shm_size(image, shm_size, runtime, matrix)
-    check_steps(steps)
     check = check_of(framework_for(image, framework, matrix))
     job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check, name=name,
                        shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port,
