@@ -133,10 +133,7 @@ def diff(
     to its digest; an image without one (a base, an upstream image, a local image) is probed in a
     throw-away container without network (pulled first when needed), with the SBOM's own listing."""
     check_arguments("diff", locals())   # every argument first (issue 37)
-    from buildtool.common import argcheck
     from buildtool.imagebuild.image_diff import compared, read_side
-
-    argcheck.references("IMAGE", (image_a, image_b))   # both, before either is read (issue 37)
 
     project = project_or_none(None)   # outside a project: the toolkit's listing
     root = project.root if project is not None else None

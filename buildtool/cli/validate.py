@@ -49,16 +49,6 @@ def _peers(values: list[str]) -> dict[str, str]:
     return peers
 
 
-def _platforms(values: list[str]) -> list[str]:
-    """--platform values (a comma list each; an empty PLATFORM: every platform), each a known platform."""
-    from buildtool.contracts import platforms
-
-    try:
-        return [platforms.get(v.strip()).name for item in values for v in item.split(",") if v.strip()]
-    except platforms.UnknownPlatform as exc:
-        raise UserError(f"--platform: {exc}") from None
-
-
 ImagesArgument = Annotated[list[str] | None, typer.Argument(help="Image references to validate.")]
 # Not options.FrameworkOption: no $FRAMEWORK here (validate names its images on the command line).
 FrameworkOption = Annotated[str | None, typer.Option(
@@ -131,7 +121,7 @@ def validate(
     from buildtool.contracts.gpu import require_gpu_from_env
     from buildtool.validate.runner import Options, gpu_inventory, require_gpus
 
-    wanted = _platforms(platform or [])
+    wanted = [p.strip() for item in platform or [] for p in item.split(",") if p.strip()]   # known (check_arguments)
     chosen = sum((bool(images), framework is not None, all_cells))
     if chosen != 1:
         raise UserError("name the images to validate: IMAGE..., --framework X or --all (exactly one)")
@@ -139,9 +129,6 @@ def validate(
     loaded = project.load()
     peers = _peers(peer or [])
     refs = list(images or [])
-    from buildtool.common import argcheck
-
-    argcheck.references("IMAGE", refs)   # every one, before the engine or the registry is asked (issue 37)
     _tags_name_cells(loaded, refs)
     if not refs:
         refs = _dev_refs(project, loaded, framework, revision, peers)
