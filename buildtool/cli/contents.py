@@ -155,10 +155,6 @@ def diff(
 
 
 def _trust_of(image: str) -> TrustedKeys:
-    from buildtool.common.refs import ReferenceError, parse_reference
+    from buildtool.common.refs import parse_reference
 
-    try:
-        host = parse_reference(image).domain
-    except ReferenceError:
-        host = ""   # read_side says what is wrong with it
-    return sbom_trust(host or "")
+    return sbom_trust(parse_reference(image).domain or "")   # a reference: check_arguments parsed it
