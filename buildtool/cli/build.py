@@ -95,8 +95,7 @@ def build(
     settings = Settings.from_env()
     revision = project.revision(revision)
     plans = plan_matrix(loaded, cells, settings, revision)
-    if not log_dir.is_absolute():
-        log_dir = project.root / log_dir
+    log_dir = project.root / log_dir   # an absolute --log-dir stays itself
     named = tuple(dict.fromkeys(p.strip() for item in platform or [] for p in item.split(",") if p.strip()))
     # A local build makes what this machine runs (a foreign platform's stand-in can be GBs: pytorch-ngc:25.10's arm64
     # one carries PyPI's CUDA torch); a push makes the whole index.

@@ -13,8 +13,7 @@ from buildtool.cli.options import JsonOption, MatrixOption, log, say
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
-    from buildtool.launch.bundle import Bundle, Profile
-    from buildtool.matrix.schema import Cell
+    from buildtool.launch.bundle import Bundle
 
 ImageArgument = Annotated[str, typer.Argument(help="The image, as a registry reference (a dev or release tag).")]
 DestArgument = Annotated[Path, typer.Argument(help="The bundle folder to create, where the cluster's nodes will "
@@ -49,27 +48,22 @@ def bundle(
     """An OCI bundle of IMAGE for `srun --container` (`buildtool slurm --runtime oci`), run-profile ready."""
     check_arguments("bundle", locals())   # every argument first (issue 37)
     from buildtool.launch.arch import choose_platform, image_platforms
-    from buildtool.launch.bundle import BundleRequest, make_bundle, parse_ulimits
+    from buildtool.launch.bundle import BundleRequest, Profile, make_bundle, parse_ulimits
     from buildtool.launch.multinode import cell_for_image
 
     project = project_or_none(matrix)   # outside a checkout: the image's own label is the profile
     # A matrix that does not load, or a tag that names no cell of a matrix image, stops here.
     cell = cell_for_image(project.load(), image) if project is not None else None
-    fallback = _cell_profile(cell) if cell is not None else None
+    fallback = None
+    if cell is not None:   # its run profile, which the bundle takes unless the image's label says more
+        run = cell.run
+        fallback = Profile(shm_size=run.shm_size, ulimits=run.ulimits, gpus=run.gpus != "none",
+                           ipc_host=run.ipc == "host", source=f"the matrix cell {cell.key}")
     overrides = parse_ulimits(ulimit or [])
     chosen = choose_platform(image, platform, cell, None if platform else image_platforms(image))
     made = make_bundle(BundleRequest(image, dest, chosen, fallback=fallback, shm_size=shm_size, ulimits=overrides,
                                      hosts=hosts, jobs_dir=jobs_dir, read_only=not writable, force=force), log=log)
     _print_bundle(made, json_out)
-
-
-def _cell_profile(cell: Cell) -> Profile:
-    """The run profile of the image's matrix cell, which the bundle takes unless the image's label says more."""
-    from buildtool.launch.bundle import Profile
-
-    run = cell.run
-    return Profile(shm_size=run.shm_size, ulimits=run.ulimits, gpus=run.gpus != "none", ipc_host=run.ipc == "host",
-                   source=f"the matrix cell {cell.key}")
 
 
 def _print_bundle(made: Bundle, json_out: bool) -> None:

@@ -72,30 +72,6 @@ def lock(
     log("run `make render` if you changed templates, then commit the locks with the matrix change")
 
 
-def _image_sbom(image: str) -> tuple[dict, str, str]:
-    """(document, artifact digest, image digest) of IMAGE's SBOM; exit 1 when it has none."""
-    from buildtool.common import argcheck
-    from buildtool.common.errors import FailedError
-    from buildtool.registry.client import RegistryClient, RegistryError
-    from buildtool.sbom.signing import read_signed_sbom
-
-    ref = argcheck.reference("IMAGE", image)   # cut, escaped, no password echoed (issue 37)
-    if not ref.domain:
-        raise UserError(f"{image!r} names no registry; SBOMs live in a registry, e.g. 127.0.0.1:5000/{ref.path}")
-    trusted = sbom_trust(ref.domain)
-    client = RegistryClient(ref.registry)
-    digest = ref.digest or client.manifest_digest(ref.repository, ref.ref_in_repo)
-    if not digest:
-        raise UserError(f"{image}: no such tag in {ref.registry}/{ref.repository}")
-    try:
-        found = read_signed_sbom(client, ref.repository, digest, trusted)
-    except RegistryError as exc:
-        raise FailedError(str(exc)) from None
-    if found is None:
-        raise FailedError(f"{ref.name}@{digest} has no SBOM attached; `buildtool build --push` attaches one")
-    return found[0], found[1], digest
-
-
 def sbom_trust(host: str) -> TrustedKeys:
     """Whose signed SBOMs `sbom` and `diff` show: the builder keys of the project's trusted keys file, this
     machine's builder key, and its dev key on a loopback registry (as a build trusts cache sources)."""
@@ -116,7 +92,26 @@ def sbom(
 ) -> None:
     """Print IMAGE's SBOM (CycloneDX JSON, attached to its digest in the registry) on stdout."""
     check_arguments("sbom", locals())   # every argument first (issue 37)
-    document, artifact, digest = _image_sbom(image)
+    from buildtool.common import argcheck
+    from buildtool.common.errors import FailedError
+    from buildtool.registry.client import RegistryClient, RegistryError
+    from buildtool.sbom.signing import read_signed_sbom
+
+    ref = argcheck.reference("IMAGE", image)   # cut, escaped, no password echoed (issue 37)
+    if not ref.domain:
+        raise UserError(f"{image!r} names no registry; SBOMs live in a registry, e.g. 127.0.0.1:5000/{ref.path}")
+    trusted = sbom_trust(ref.domain)
+    client = RegistryClient(ref.registry)
+    digest = ref.digest or client.manifest_digest(ref.repository, ref.ref_in_repo)
+    if not digest:
+        raise UserError(f"{image}: no such tag in {ref.registry}/{ref.repository}")
+    try:
+        found = read_signed_sbom(client, ref.repository, digest, trusted)
+    except RegistryError as exc:
+        raise FailedError(str(exc)) from None
+    if found is None:
+        raise FailedError(f"{ref.name}@{digest} has no SBOM attached; `buildtool build --push` attaches one")
+    document, artifact = found
     log(f"SBOM {artifact} of {digest}")
     stdout.print(json.dumps(document, indent=1, sort_keys=True), markup=False, highlight=False)
 
@@ -133,10 +128,7 @@ def diff(
     to its digest; an image without one (a base, an upstream image, a local image) is probed in a
     throw-away container without network (pulled first when needed), with the SBOM's own listing."""
     check_arguments("diff", locals())   # every argument first (issue 37)
-    from buildtool.common import argcheck
     from buildtool.imagebuild.image_diff import compared, read_side
-
-    argcheck.references("IMAGE", (image_a, image_b))   # both, before either is read (issue 37)
 
     project = project_or_none(None)   # outside a project: the toolkit's listing
     root = project.root if project is not None else None
@@ -158,10 +150,6 @@ def diff(
 
 
 def _trust_of(image: str) -> TrustedKeys:
-    from buildtool.common.refs import ReferenceError, parse_reference
+    from buildtool.common.refs import parse_reference
 
-    try:
-        host = parse_reference(image).domain
-    except ReferenceError:
-        host = ""   # read_side says what is wrong with it
-    return sbom_trust(host or "")
+    return sbom_trust(parse_reference(image).domain or "")   # a reference: check_arguments parsed it

@@ -21,7 +21,6 @@ from buildtool.cli.launch_options import (
     RdzvPortOption,
     RequireGdrOption,
     StepsOption,
-    check_steps,
     framework_for,
     nccl_settings,
     platform_for,
@@ -109,7 +108,6 @@ def k8s(
     from buildtool.launch.k8s import PodOptions, default_variant, manifests, to_yaml
     from buildtool.launch.multinode import MultiNodeJob, check_of, read_check_script
 
-    _check_first(image, nodes, gpus_per_node, node_selector, steps)
     shm = _shm_size(image, shm_size, matrix)
     row = framework_for(image, framework, matrix)
     chosen = platform_for(image, platform, matrix)
@@ -127,17 +125,6 @@ def k8s(
                       rdma_resources=PodOptions.parse_rdma(rdma_resource or []) + efa)
     docs = manifests(job, opts, read_check_script(row), variant or default_variant(job))
     write_or_print(to_yaml(docs), out_file)
-
-
-def _check_first(image: str, nodes: int, gpus_per_node: int, node_selector: list[str] | None, steps: int) -> None:
-    """Every argument before the matrix, the registry or the check script is read (issue 37)."""
-    from buildtool.common import argcheck
-
-    argcheck.reference("IMAGE", image)
-    argcheck.count("--nodes", nodes)
-    argcheck.count("--gpus-per-node", gpus_per_node, minimum=0)
-    argcheck.node_selectors("--node-selector", node_selector or [])
-    check_steps(steps)
 
 
 def _shm_size(image: str, shm_size: str | None, matrix: Path | None) -> str:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from buildtool.contracts import platforms as contracts_platforms
     from buildtool.contracts.frameworks import Framework
     from buildtool.launch.multinode import NcclSettings
+    from buildtool.matrix.schema import Cell, Matrix
 
 # Not FrameworkOption (--framework/-f selects cells of the matrix, from $FRAMEWORK too): this one names the
 # framework of an image the matrix does not know, and only on the command line.
@@ -85,11 +86,6 @@ def nccl_settings(debug: str, ifname: str, hca: str, env: list[str] | None) -> N
     return NcclSettings(debug=debug, socket_ifname=ifname, ib_hca=hca, extra=NcclSettings.parse_env(env or []))
 
 
-def check_steps(steps: int) -> None:
-    if steps < 3:
-        raise UserError(f"--steps must be at least 3 (the check compares the first and last three), not {steps}")
-
-
 def shm_for(image: str, shm_size: str | None, matrix: Path | None, runtime: str = "") -> str:
     """The /dev/shm size to launch IMAGE with, unless given: the one its bundle was made with (its record; slurm's
     --runtime oci, where IMAGE is the bundle folder), else its cell's run profile's."""
@@ -116,43 +112,40 @@ def shm_for(image: str, shm_size: str | None, matrix: Path | None, runtime: str 
     return cell.run.shm_size
 
 
+def _matrix_cell(loaded: Matrix | None, image: str, given: str | None) -> Cell | None:
+    """IMAGE's cell of the matrix: None without a matrix, for a file, or for an image the matrix does not know. A
+    matrix image whose tag names no cell is refused (never its default cell's) unless the option the cell would
+    answer is GIVEN, as --shm-size does for its /dev/shm."""
+    from buildtool.launch.multinode import cell_for_image
+
+    if loaded is None or image.startswith("/"):
+        return None
+    try:
+        return cell_for_image(loaded, image)
+    except UserError:
+        if given is None:
+            raise
+        return None
+
+
 def platform_for(image: str, platform: str | None, matrix: Path | None) -> contracts_platforms.Platform:
     """The platform to launch IMAGE on: --platform, else its matrix cell's only one (launch.arch)."""
     from buildtool.launch.arch import choose_platform, image_platforms
-    from buildtool.launch.multinode import cell_for_image
 
     project = project_or_none(matrix)    # outside a checkout: nothing knows the image's platforms
-    cell = None
-    if project is not None and not image.startswith("/"):
-        try:
-            cell = cell_for_image(project.load(), image)
-        except UserError:
-            if platform is None:    # a matrix image whose tag names no cell: said so, never its default cell's
-                raise
+    loaded = project.load() if project is not None and not image.startswith("/") else None
+    cell = _matrix_cell(loaded, image, platform)
     return choose_platform(image, platform, cell, None if platform else image_platforms(image))
 
 
 def framework_for(image: str, framework: str | None, matrix: Path | None) -> Framework:
     """The framework whose multi-node check runs in IMAGE: its matrix cell's, else --framework; never a default."""
     from buildtool.contracts import frameworks
-    from buildtool.launch.multinode import cell_for_image
 
-    try:
-        project = find_project(matrix)
-    except UserError:
-        if framework is None:
-            raise
-        project = None     # outside a checkout: this checkout's framework table
+    # Outside a checkout only with --framework (this checkout's framework table).
+    project = find_project(matrix) if framework is None else project_or_none(matrix)
     # Loading the matrix also makes its image-tests folders the framework table.
-    loaded = project.load() if project is not None else None
-    cell = None
-    if loaded is not None and not image.startswith("/"):
-        try:
-            cell = cell_for_image(loaded, image)
-        except UserError:
-            if framework is None:   # a matrix image whose tag names no cell: said so, never its default cell's
-                raise
-            # ... unless --framework says it, as --shm-size does for its /dev/shm
+    cell = _matrix_cell(project.load() if project is not None else None, image, framework)
     if cell is not None:
         if framework is not None and framework != cell.framework:
             raise UserError(f"--framework {framework}, but {image} is an image of {cell.framework} (the matrix cell "

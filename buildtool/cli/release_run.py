@@ -71,6 +71,7 @@ def print_report(report: ReleaseReport) -> None:
 
 def text_table(rows: list[tuple[str, ...]], max_width: int = 72) -> str:
     """Columns padded to their widest line (cells may hold several lines; long lines are folded)."""
+    import itertools
     import textwrap
 
     def lines(value: str) -> list[str]:
@@ -82,9 +83,8 @@ def text_table(rows: list[tuple[str, ...]], max_width: int = 72) -> str:
     rule = "+".join("-" * (w + 2) for w in widths)
     out_lines = []
     for n, row in enumerate(cells):
-        for k in range(max(len(c) for c in row)):
-            out_lines.append(" | ".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths,
-                                                                                               strict=True)).rstrip())
+        for line in itertools.zip_longest(*row, fillvalue=""):
+            out_lines.append(" | ".join(part.ljust(w) for part, w in zip(line, widths, strict=True)).rstrip())
         if n == 0 or n < len(cells) - 1:
             out_lines.append(rule)
     return "\n".join(out_lines)
@@ -127,10 +127,10 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     # commit (git archive, hashed as validate hashes them), read while the registry answers.
     from buildtool.release.testcode import known_code
 
+    matrix_name = os.path.relpath(project.matrix_path, project.root)
     code_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-testcode")
     known = code_reader.submit(known_code, project.root, [("the image's revision", revision),
-                                                          ("the release commit", "HEAD")],
-                               os.path.relpath(project.matrix_path, project.root),
+                                                          ("the release commit", "HEAD")], matrix_name,
                                tuple(sorted({c.extra_tests for c in loaded.cells if c.extra_tests})))
     code_reader.shutdown(wait=False)
     from functools import partial
@@ -139,8 +139,7 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
 
     options = ReleaseOptions(version=normal, revision=revision, force=force, dry_run=dry_run,
                              accept_skips=tuple(accept_skip or ()), trusted=trusted, known_code=known,
-                             source_check=partial(source_problems, project.root,
-                                                  matrix_name=os.path.relpath(project.matrix_path, project.root)))
+                             source_check=partial(source_problems, project.root, matrix_name=matrix_name))
     report = release(cells, settings, options, matrix_cells=loaded.cells)
     trusted.result()   # a malformed keys file is bad input even when no image got as far as its verdict
     known.result()
@@ -220,8 +219,7 @@ def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bo
                               for i in report.images}})
     else:
         print_report(report)
-    promoted_any = any(i.tags_made for i in report.images)
-    if report.refused and not promoted_any:
+    if report.refused and not any(i.tags_made for i in report.images):
         raise FailedError(f"release {version} refused for {', '.join(i.cell for i in report.refused)}; "
                           "nothing was promoted (see the table)")
     if not report.ok:

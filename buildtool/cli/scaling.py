@@ -187,12 +187,8 @@ def _slurm_launcher(project: Project, asked: SlurmLauncher, cell: str, nodes: st
     if not image:
         raise UserError("--launcher slurm needs --image (an image, a .sif or, with --runtime oci, a bundle folder)")
     check_image(image, asked.runtime)
-    try:
-        counts = parse_counts(nodes)
-    except UserError:
-        raise UserError(f"--nodes {nodes!r} must be a comma list of node counts like 1,2") from None
     shm = shm_for(image, asked.shm_size, project.matrix_path, asked.runtime)
-    return replace(asked, image=image, shm_size=shm), counts
+    return replace(asked, image=image, shm_size=shm), parse_counts(nodes)   # a list of counts (check_arguments)
 
 
 def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int], strategies: list[Strategy],

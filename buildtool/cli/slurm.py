@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,7 +21,6 @@ from buildtool.cli.launch_options import (
     RdzvPortOption,
     RequireGdrOption,
     StepsOption,
-    check_steps,
     framework_for,
     nccl_settings,
     shm_for,
@@ -89,8 +87,9 @@ def slurm(
     from buildtool.launch.slurm import SlurmOptions, check_image, sbatch_script
 
     check_image(image, runtime)
-    shm = _shm_size(image, shm_size, runtime, matrix)
-    check_steps(steps)
+    shm = shm_for(image, shm_size, matrix, runtime)   # given, else the bundle's (--runtime oci) or the cell's
+    if not re.fullmatch(r"[0-9]+[kmgKMG]?", shm):   # as sbatch can say it
+        raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
     check = check_of(framework_for(image, framework, matrix))
     job = MultiNodeJob(image=image, nodes=nodes, gpus_per_node=gpus_per_node, check=check, name=name,
                        shm_size=shm, join_timeout_s=join_timeout, max_restarts=max_restarts, rdzv_port=rdzv_port,
@@ -101,11 +100,3 @@ def slurm(
     write_or_print(sbatch_script(job, opts), out_file)
     if out_file is not None:
         out_file.chmod(0o755)
-
-
-def _shm_size(image: str, shm_size: str | None, runtime: str, matrix: Path | None) -> str:
-    """--shm-size, else the bundle's (--runtime oci) or the cell's run profile's, as sbatch can say it."""
-    shm = shm_for(image, shm_size, matrix, runtime)
-    if not re.fullmatch(r"[0-9]+[kmgKMG]?", shm):
-        raise UserError(f"--shm-size {shm!r} must be a size like 8g or 512m")
-    return shm

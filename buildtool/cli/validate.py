@@ -35,7 +35,6 @@ from buildtool.validate.options import DEFAULT_JOBS, DEFAULT_JOIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Matrix
-    from buildtool.validate.options import Options
 
 
 def _peers(values: list[str]) -> dict[str, str]:
@@ -47,16 +46,6 @@ def _peers(values: list[str]) -> dict[str, str]:
             raise UserError(f"--peer {value!r} must be FRAMEWORK=IMAGE with FRAMEWORK one of {', '.join(known)}")
         peers[framework] = image
     return peers
-
-
-def _platforms(values: list[str]) -> list[str]:
-    """--platform values (a comma list each; an empty PLATFORM: every platform), each a known platform."""
-    from buildtool.contracts import platforms
-
-    try:
-        return [platforms.get(v.strip()).name for item in values for v in item.split(",") if v.strip()]
-    except platforms.UnknownPlatform as exc:
-        raise UserError(f"--platform: {exc}") from None
 
 
 ImagesArgument = Annotated[list[str] | None, typer.Argument(help="Image references to validate.")]
@@ -129,9 +118,9 @@ def validate(
     """Run image-tests inside images and store a verdict per digest (JUnit + JSON under reports/)."""
     check_arguments("validate", locals())   # every argument first (issue 37)
     from buildtool.contracts.gpu import require_gpu_from_env
-    from buildtool.validate.runner import Options, gpu_inventory, require_gpus
+    from buildtool.validate.runner import Options, gpu_inventory, require_gpus, validate_image
 
-    wanted = _platforms(platform or [])
+    wanted = [p.strip() for item in platform or [] for p in item.split(",") if p.strip()]   # known (check_arguments)
     chosen = sum((bool(images), framework is not None, all_cells))
     if chosen != 1:
         raise UserError("name the images to validate: IMAGE..., --framework X or --all (exactly one)")
@@ -139,9 +128,6 @@ def validate(
     loaded = project.load()
     peers = _peers(peer or [])
     refs = list(images or [])
-    from buildtool.common import argcheck
-
-    argcheck.references("IMAGE", refs)   # every one, before the engine or the registry is asked (issue 37)
     _tags_name_cells(loaded, refs)
     if not refs:
         refs = _dev_refs(project, loaded, framework, revision, peers)
@@ -154,8 +140,9 @@ def validate(
     if options.require_gpu:
         # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
         require_gpus(gpu_inventory())
-    with using(tsa):
-        verdicts = _validate_all(refs, wanted, loaded, project.root, options)
+    with using(tsa):   # one verdict per image, or per platform manifest of an image index (foreign ones under QEMU)
+        verdicts = [validate_image(ref, loaded, project.root, options, log, one)
+                    for ref in refs for one in _ref_platforms(ref, wanted)]
     _report(verdicts, as_json, reports)
 
 
@@ -198,15 +185,6 @@ def _dev_refs(project: Project, loaded: Matrix, framework: str | None, revision:
                 if twin and _exists(twin.dev_ref):
                     peers[other.name] = twin.dev_ref
     return [p.dev_ref for p in plans]
-
-
-def _validate_all(refs: list[str], wanted: list[str], loaded: Matrix, root: Path,
-                  options: Options) -> list[dict[str, Any]]:
-    """One verdict per image, or per platform manifest of an image index (foreign ones under QEMU)."""
-    from buildtool.validate.runner import validate_image
-
-    return [validate_image(ref, loaded, root, options, log, one)
-            for ref in refs for one in _ref_platforms(ref, wanted)]
 
 
 def _ref_platforms(ref: str, wanted: list[str]) -> list[str | None]:

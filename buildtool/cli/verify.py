@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from buildtool.cli.console import project_or_none
 from buildtool.cli.options import JsonOption, MatrixOption, emit_json, find_project, say
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
@@ -106,12 +107,9 @@ def _checkout(matrix: Path | None, keys: Path | None) -> Checkout | None:
     from buildtool.matrix.plan import Settings
     from buildtool.release.chain import Checkout
 
-    try:
-        project = find_project(matrix)
-    except UserError:
-        if keys is not None:
-            return None
-        raise
+    project = find_project(matrix) if keys is None else project_or_none(matrix)
+    if project is None:
+        return None
     import os
 
     return Checkout(root=project.root, cells=project.load_fast().cells, settings=Settings.from_env(),
