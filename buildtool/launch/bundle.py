@@ -172,13 +172,6 @@ def _layout_config(layout: Path) -> tuple[str, dict[str, Any]]:
     return digest, _blob(layout, _blob(layout, digest)["config"]["digest"])
 
 
-def layout_image(layout: Path) -> tuple[str, dict[str, str], str]:
-    """(manifest digest, labels, os/arch[/variant] its config declares) of the one image in an OCI layout."""
-    digest, config = _layout_config(layout)
-    declared = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
-    return digest, dict((config.get("config") or {}).get("Labels") or {}), declared
-
-
 def layout_entrypoint(layout: Path) -> tuple[str, ...]:
     """The ENTRYPOINT of the one image in an OCI layout (() for none); UserError for a word the one-per-line
     record cannot hold."""
@@ -259,12 +252,13 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
         with skopeo_access(ref.registry, "src") as access:
             _run([skopeo, *chosen, "copy", "--quiet", *access, f"docker://{image}", f"oci:{layout}:image"],
                  COPY_TIMEOUT_S, f"skopeo copy of {image}")
-        digest, labels, declared = layout_image(layout)
+        digest, config = _layout_config(layout)
         entrypoint = layout_entrypoint(layout)
+        declared = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
         problem = platform_problem(platform, declared)
         if problem is not None:
             raise UserError(f"{image}: {problem}")
-        profile = _profile(request, labels)
+        profile = _profile(request, dict((config.get("config") or {}).get("Labels") or {}))
         staged = work / "bundle"
         log(f"unpacking {digest[:19]} (umoci)")
         _run([umoci, "unpack", "--image", f"{layout}:image", str(staged)], UNPACK_TIMEOUT_S, f"umoci unpack of {image}")

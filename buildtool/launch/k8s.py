@@ -161,21 +161,17 @@ def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str
 
 
 def _pod_spec(job: MultiNodeJob, opts: PodOptions, container: dict[str, Any], restart: str) -> dict[str, Any]:
-    spec: dict[str, Any] = {
+    optional = (("nodeSelector", dict(sorted(opts.node_selector.items()))),
+                ("tolerations", [dict(t) for t in opts.tolerations]), ("serviceAccountName", opts.service_account))
+    return {
         "restartPolicy": restart,
         "containers": [container],
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(job.shm_size)}},
             {"name": "scripts", "configMap": {"name": f"{job.name}-scripts"}},
         ],
+        **{key: value for key, value in optional if value},
     }
-    if opts.node_selector:
-        spec["nodeSelector"] = dict(sorted(opts.node_selector.items()))
-    if opts.tolerations:
-        spec["tolerations"] = [dict(t) for t in opts.tolerations]
-    if opts.service_account:
-        spec["serviceAccountName"] = opts.service_account
-    return spec
 
 
 def pytorch_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:

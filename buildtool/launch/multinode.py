@@ -157,12 +157,12 @@ class MultiNodeJob:
         if len(asked) > 1:
             raise UserError("the job asks for two fabrics: " + " and ".join(
                 f"{family} ({', '.join(options)})" for family, options in sorted(asked.items())) + "; name one")
-        if (self.wanted_family or self.require_gdr) and self.nccl.debug in ("VERSION", "WARN"):
+        if (asked or self.require_gdr) and self.nccl.debug in ("VERSION", "WARN"):
             raise UserError(f"--nccl-debug {self.nccl.debug}: the job asks for {self.fabric_reason}, and the check "
                             "reads NCCL's INFO lines to see that NCCL used it; leave --nccl-debug unset (INFO, "
                             "subsystems INIT,NET) or set INFO or TRACE")
         subsys = dict(self.nccl.extra).get("NCCL_DEBUG_SUBSYS")
-        if (self.wanted_family or self.require_gdr) and subsys is not None and not (
+        if (asked or self.require_gdr) and subsys is not None and not (
                 {"INIT", "ALL"} & set(subsys.upper().split(","))):
             raise UserError(f"--nccl-env NCCL_DEBUG_SUBSYS={subsys}: the job asks for {self.fabric_reason}, and "
                             "NCCL prints the network and its channels under INIT; include INIT")
@@ -246,8 +246,7 @@ class MultiNodeJob:
         expect = {"DDP_EXPECT_WORLD_SIZE": str(self.world_size), "DDP_EXPECT_BACKEND": self.backend,
                   "PYTHONUNBUFFERED": "1"}
         if self.gpus_per_node:
-            expect.update(self.nccl.env())
-            expect.update(self.fabric_env())
+            expect |= {**self.nccl.env(), **self.fabric_env()}
         return expect
 
     @property

@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +261,7 @@ def with_speedups(runs: list[RunResult]) -> list[RunResult]:
     out = []
     for r in sorted(runs, key=lambda r: r.count):
         speedup = base.time_per_epoch_s / r.time_per_epoch_s
-        out.append(RunResult(**{**asdict(r), "speedup": speedup, "efficiency": speedup / (r.count / base.count)}))
+        out.append(replace(r, speedup=speedup, efficiency=speedup / (r.count / base.count)))
     return out
 
 
