@@ -13,6 +13,7 @@ import pytest
 
 from buildtool.registry.client import RegistryClient
 from buildtool.sbom import document as sbom
+from buildtool.sbom import signing as _signing  # noqa: F401  imported before the fixture patches sbom.load_sbom (below)
 
 REG = "r.example:5000"
 DIGESTS = {"old": "sha256:" + "1" * 64, "new": "sha256:" + "2" * 64, "base": "sha256:" + "3" * 64}
@@ -67,6 +68,8 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict | None]:
         return None if document is None else (document, "sha256:" + "a" * 64)
 
     monkeypatch.setattr(RegistryClient, "manifest_digest", manifest_digest)
+    # sbom.signing binds load_sbom when imported (`from ... import`): imported while this stand-in is in place, it
+    # kept it for good, and the SBOM readers' tests that ran after these read it (hence the import above).
     monkeypatch.setattr(sbom, "load_sbom", load_sbom)
     # diff reads the signed SBOM (tests/test_sbom_signed_reader.py checks the signature and the plain one).
     monkeypatch.setattr("buildtool.imagebuild.image_diff.read_signed_sbom",
