@@ -184,6 +184,19 @@ def test_base_pinned_by_digest():
     assert BaseInfo(ref="127.0.0.1:5000/x", digest="sha256:b").pinned == "127.0.0.1:5000/x@sha256:b"
 
 
+@pytest.mark.parametrize(("ref", "name"), [
+    ("docker.io/library/debian@sha256:" + "a" * 64, "docker.io/library/debian"),
+    ("docker.io/library/debian:bookworm@sha256:" + "a" * 64, "docker.io/library/debian"),
+    ("127.0.0.1:5000/x:t@sha256:" + "a" * 64, "127.0.0.1:5000/x"),
+    ("127.0.0.1:5000/x@sha256:" + "a" * 64, "127.0.0.1:5000/x"),
+])
+def test_a_base_pinned_by_digest_in_the_matrix_gives_one_digest(ref: str, name: str):
+    """A matrix base `repo@sha256:...` (or `repo:tag@sha256:...`): BASE_IMAGE is the name and the resolved digest
+    once, not `repo@sha256@sha256:...`."""
+    digest = "sha256:" + "a" * 64
+    assert BaseInfo(ref=ref, digest=digest).pinned == f"{name}@{digest}"
+
+
 def test_bases_helpers(matrix):
     assert debian_suite("docker.io/library/debian:bookworm-slim") == ("bookworm", True)
     assert debian_suite("docker.io/library/debian:trixie") == ("trixie", False)

@@ -25,7 +25,8 @@ class BaseInfo:
 
     @property
     def pinned(self) -> str:
-        return f"{self.ref.rsplit(':', 1)[0] if ':' in self.ref.rsplit('/', 1)[-1] else self.ref}@{self.digest}"
+        # The name without its tag or digest (a registry's `:port` is neither), then the resolved digest.
+        return f"{parse_reference(self.ref).name}@{self.digest}"
 
 
 def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo, platform: str | None = None) -> str:
