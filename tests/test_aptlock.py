@@ -216,6 +216,26 @@ def test_probe_output_is_read_fail_closed():
 
 # -- the build's one line -------------------------------------------------------------------------------
 
+def test_resolved_in_names_the_digest_of_the_bases_own_repository(monkeypatch):
+    """`resolved-in` is the digest the base's repository has (a registry's `:port` is no tag; Docker Hub's listed
+    by its short name); with none of its own (another registry's only, or none: built here), one line refuses."""
+    from buildtool.common.errors import FailedError
+    from buildtool.imagebuild import engine
+
+    ours, other = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    digests = [f"mirror.example/library/debian@{other}", f"127.0.0.1:5000/library/debian@{ours}"]
+    monkeypatch.setattr(engine, "image_attrs", lambda ref: {"RepoDigests": digests})
+    assert aptlock.base_source("127.0.0.1:5000/library/debian") == f"127.0.0.1:5000/library/debian@{ours}"
+    assert aptlock.base_source("127.0.0.1:5000/library/debian:bookworm-slim") == \
+        f"127.0.0.1:5000/library/debian:bookworm-slim@{ours}"
+    digests[:] = [f"mirror.example/library/debian@{other}", f"debian@{ours}"]
+    assert aptlock.base_source("docker.io/library/debian:bookworm-slim").endswith(f":bookworm-slim@{ours}")
+    for listed in ([f"mirror.example/library/debian@{other}"], []):
+        digests[:] = listed
+        with pytest.raises(FailedError, match=r"^the base 127.0.0.1:5000/library/debian in the engine has no digest "
+                                              r"of its repository 127.0.0.1:5000/library/debian \(built here"):
+            aptlock.base_source("127.0.0.1:5000/library/debian")
+
 def test_a_locked_version_debian_no_longer_serves_is_one_line_naming_make_lock(tmp_path: Path):
     log = tmp_path / "build.log"
     log.write_text("#7 [2/8] RUN --mount=type=tmpfs,target=/run touch /run/stamp ...\n"

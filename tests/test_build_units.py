@@ -230,6 +230,28 @@ def test_missing_engine_is_one_line_user_error(monkeypatch):
         engine.sdk.cache_clear()
 
 
+def test_pull_and_push_keep_a_registry_port_in_the_repository(monkeypatch):
+    """A tagless reference on a registry with a port is the repository `127.0.0.1:5000/x` (latest), not the
+    repository `127.0.0.1` with tag `5000/x`."""
+    asked: list[tuple[str, str, object]] = []
+
+    class Api:
+        def pull(self, repo, tag=None, **_):
+            asked.append(("pull", repo, tag))
+
+        def push(self, repo, tag=None, **_):
+            asked.append(("push", repo, tag))
+            return [{"aux": {"Digest": "sha256:" + "d" * 64}}]
+
+    monkeypatch.setattr(engine, "sdk", lambda: type("Sdk", (), {"api": Api()})())
+    engine.pull("127.0.0.1:5000/library/debian")
+    engine.pull("127.0.0.1:5000/library/debian:bookworm-slim")
+    engine.push("127.0.0.1:5000/x")
+    engine.push("127.0.0.1:5000/x:t")
+    assert asked == [("pull", "127.0.0.1:5000/library/debian", None),
+                     ("pull", "127.0.0.1:5000/library/debian", "bookworm-slim"),
+                     ("push", "127.0.0.1:5000/x", "latest"), ("push", "127.0.0.1:5000/x", "t")]
+
 def test_short_digest():
     assert short_digest("sha256:" + "ab" * 32) == "sha256:abababababab"
 

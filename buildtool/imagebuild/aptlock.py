@@ -30,6 +30,7 @@ from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_changed
+from buildtool.common.refs import Reference, ReferenceError, parse_reference
 from buildtool.contracts import platforms
 from buildtool.contracts.apt_lock_format import (
     APT_LOCK,
@@ -304,10 +305,24 @@ def base_source(base_ref: str) -> str:
     named = f" ({made})" if made else ""
     if "@" in base_ref:  # a platform's image of an index, by its digest (platform_base)
         return base_ref + named
-    digests = attrs.get("RepoDigests") or []
-    digest = next((d.split("@", 1)[1] for d in digests if d.split("@", 1)[0] == base_ref.rsplit(":", 1)[0]),
-                  digests[0].split("@", 1)[1] if digests else "unpushed")
+    # The digest of the base's own repository (the engine lists Docker Hub's by their short names, a registry's
+    # `:port` is no tag); another registry's digest, or none, would record a base the lock was not resolved in.
+    wanted = parse_reference(base_ref)
+    digest = next((d.partition("@")[2] for d in attrs.get("RepoDigests") or [] if "@" in d and
+                   _same_repository(d.partition("@")[0], wanted)), None)
+    if digest is None:
+        raise FailedError(f"the base {base_ref} in the engine has no digest of its repository {wanted.name} (built "
+                          "here, never pulled from it or pushed to it): push it there, or remove the local image so "
+                          "`make lock` pulls it")
     return f"{base_ref}@{digest}{named}"
+
+
+def _same_repository(name: str, wanted: Reference) -> bool:
+    try:
+        found = parse_reference(name)
+    except ReferenceError:
+        return False
+    return (found.registry, found.repository) == (wanted.registry, wanted.repository)
 
 
 # -- writing --------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import requests
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
-from buildtool.common.refs import parse_reference
+from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.contracts.apt_lock_format import build_error
 
 ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
@@ -264,11 +264,22 @@ def untag(ref: str) -> None:
             raise
 
 
+def _repo_and_tag(ref: str) -> tuple[str, str]:
+    """(repository, tag or "") of `ref`, a registry's `:port` kept in the repository (`127.0.0.1:5000/x` has no
+    tag); RuntimeError naming what is wrong where it is no image reference."""
+    try:
+        parsed = parse_reference(ref)
+    except ReferenceError as exc:
+        raise RuntimeError(str(exc)) from None
+    return parsed.name, parsed.tag
+
+
 def push(ref: str) -> str:
-    """Push one tag; returns the manifest digest the engine reports. Raises RuntimeError on error."""
-    repo, _, tagname = ref.rpartition(":")
+    """Push one tag (`latest` where `ref` names none); returns the manifest digest the engine reports. Raises
+    RuntimeError on error."""
+    repo, tagname = _repo_and_tag(ref)
     digest = ""
-    for event in sdk().api.push(repo, tag=tagname, stream=True, decode=True):
+    for event in sdk().api.push(repo, tag=tagname or "latest", stream=True, decode=True):
         if "error" in event:
             raise RuntimeError(str(event.get("error"))[:300])
         aux = event.get("aux") or {}
@@ -297,7 +308,8 @@ def run_output(image: str, command: list[str], timeout: int = 120, platform: str
 def pull(ref: str, platform: str | None = None) -> None:
     """Pull one image (of `platform`, os/arch, from an index) into the local store; RuntimeError with the
     engine's reason on failure."""
-    repo, _, tagname = ref.rpartition(":") if "@" not in ref else (ref, "", "")
+    # A digest reference goes whole (the SDK splits it at its '@').
+    repo, tagname = _repo_and_tag(ref) if "@" not in ref else (ref, "")
     try:
         sdk().api.pull(repo, tag=tagname or None, **({"platform": platform} if platform else {}))
     except docker.errors.APIError as exc:
