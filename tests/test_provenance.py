@@ -297,6 +297,31 @@ def test_the_facts_of_another_build_are_refused_naming_the_record(tmp_path: Path
         build_provenance.facts_from_build(tmp_path / "none.log", "sha256:" + "2" * 64, 0)
 
 
+@pytest.mark.parametrize(("record", "says"), [
+    ([1], "is not a build record (a JSON object, not list)"),
+    ("sha256:" + "4" * 64, "is not a build record (a JSON object, not str)"),
+    ({"image": "sha256:" + "4" * 64}, "is a record of an older buildtool (it names no package indexes)"),
+    ({"image": "sha256:" + "4" * 64, "build_args": {}, "secrets": [], "network": "host", "buildkit": "classic",
+      "cache_from": [], "package_indexes": []}, ": field 'started' of the build record: field required"),
+    ({"image": "sha256:" + "4" * 64, "build_args": {}, "secrets": [], "network": "host", "buildkit": "classic",
+      "cache_from": [], "started": 0, "package_indexes": [{"url": "https://x.example/simple"}]},
+     ": field 'package_indexes.0.role' of the build record: field required"),
+])
+def test_a_build_record_of_the_wrong_shape_is_refused_naming_the_file_and_field(tmp_path: Path, record: object,
+                                                                                says: str) -> None:
+    """A record that is no JSON object, or lacks or mistypes a field, is one line naming the record and the field,
+    before anything is fetched (was: KeyError 'started' or AttributeError after the archive's release files)."""
+    from buildtool.imagebuild import engine
+
+    log = tmp_path / "x.log"
+    log.write_text("#5 0.180 Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]\n")
+    engine.facts_path(log).write_text(json.dumps(record))
+    for image in (None, "sha256:" + "4" * 64):
+        with pytest.raises(FailedError) as caught:
+            build_provenance.facts_from_build(log, image, 0, fetch=lambda uri: pytest.fail(f"fetched {uri}"))
+        assert str(caught.value).startswith(str(engine.facts_path(log))) and says in str(caught.value)
+        assert "\n" not in str(caught.value) and "rebuild with `buildtool build --force --push`" in str(caught.value)
+
 def test_an_image_whose_cell_was_built_again_since_is_found_by_its_own_record(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """engine.build keeps each build's record by image: pushing an image built before the cell's last build (CI:

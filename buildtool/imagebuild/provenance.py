@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from buildtool.attest.provenance_model import (
     ARCHIVE_PREFIX,
     BASE,
@@ -115,27 +117,59 @@ def facts_from_build(log_path: Path, image_id: str | None, created_epoch: int, i
     else:
         facts_file = facts_path(log_path)
     try:
-        record = json.loads(facts_file.read_text())
+        data = json.loads(facts_file.read_text())
         log_text = log_path.read_text(errors="replace")
     except (OSError, ValueError):
         raise FailedError(f"no record of the build of {(image_id or 'the image')[:19]} at {facts_file}: "
                           "rebuild it with `buildtool build --force --push` to state how it was built") from None
-    if image_id is not None and record.get("image") != image_id:
-        raise FailedError(f"{facts_file} records the build of {record.get('image')}, not {image_id}: "
-                          "rebuild with `buildtool build --force --push`")
-    began = datetime.fromtimestamp(int(record["started"]), UTC)
+    record = _build_record(facts_file, data, image_id)
+    began = datetime.fromtimestamp(record.started, UTC)
     # No release file fetched: the apt step did not run in this build, its layer came from the build cache
     # (this engine's, or a cache source's, which the provenance names; that image's provenance has them).
     archive = tuple(archive_state.observe(log_text, began, fetch))
-    if "package_indexes" not in record:
-        raise FailedError(f"{facts_file} is a record of an older buildtool (it names no package indexes): rebuild "
-                          "with `buildtool build --force --push`")
-    return BuildFacts(build_args=dict(record["build_args"]), secrets=tuple(record["secrets"]),
-                      network=str(record["network"]), buildkit=str(record["buildkit"]),
-                      created_epoch=created_epoch, cache_from=tuple(record["cache_from"]),
-                      package_indexes=tuple((str(i["url"]), str(i["role"])) for i in record["package_indexes"]),
+    return BuildFacts(build_args=record.build_args, secrets=tuple(record.secrets), network=record.network,
+                      buildkit=record.buildkit, created_epoch=created_epoch, cache_from=tuple(record.cache_from),
+                      package_indexes=tuple((i.url, i.role) for i in record.package_indexes),
                       archive=archive or None, inline_cache=inline_cache, config_rewrite=", ".join(config_rewrite),
                       not_observed="" if archive else NOT_RUN)
+
+
+class _PackageIndex(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    url: str
+    role: str
+
+
+class _BuildRecord(BaseModel):
+    """The fields of engine.build's record that the provenance states (the rest is ignored)."""
+    model_config = ConfigDict(extra="ignore", strict=True)
+    image: str
+    build_args: dict[str, str]
+    secrets: list[str]
+    network: str
+    buildkit: str
+    cache_from: list[str]
+    started: int
+    package_indexes: list[_PackageIndex]
+
+
+def _build_record(facts_file: Path, data: Any, image_id: str | None) -> _BuildRecord:
+    """engine.build's record `data` read from `facts_file`, checked to be of `image_id` (None: any) and whole
+    before anything is fetched; FailedError naming the file and the field that is missing or wrong."""
+    rebuild = "rebuild with `buildtool build --force --push`"
+    if not isinstance(data, dict):
+        raise FailedError(f"{facts_file} is not a build record (a JSON object, not {type(data).__name__}): {rebuild}")
+    if image_id is not None and data.get("image") != image_id:
+        raise FailedError(f"{facts_file} records the build of {data.get('image')}, not {image_id}: {rebuild}")
+    if "package_indexes" not in data:
+        raise FailedError(f"{facts_file} is a record of an older buildtool (it names no package indexes): {rebuild}")
+    try:
+        return _BuildRecord.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field_name = ".".join(str(part) for part in error["loc"])
+        raise FailedError(f"{facts_file}: field {field_name!r} of the build record: {error['msg'].lower()}: "
+                          f"{rebuild}") from None
 
 
 def _records(facts_file: Path, image_id: str | None) -> bool:
