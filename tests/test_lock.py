@@ -7,7 +7,9 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import docker.errors
 import pytest
+import requests
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import locks
@@ -210,3 +212,53 @@ def test_lock_refuses_an_unknown_package_before_resolving(project: Path, run_cli
     code, _, err = run_cli("lock", "-f", "pytorch-cpu:2.13", "--package", "no-such-package",
                            "--matrix", str(project / "matrix.yaml"))
     assert code == 2 and "--package no-such-package: not in the lock of pytorch-cpu:2.13" in err
+
+
+class _Container:
+    """A container of the Docker SDK whose wait raises `fails` (None: exits 0); records its removal."""
+    short_id = "c0ffee"
+
+    def __init__(self, fails: Exception | None):
+        self.fails, self.removed = fails, False
+
+    def start(self) -> None:
+        pass
+
+    def wait(self, timeout: int) -> dict:
+        if self.fails is not None:
+            raise self.fails
+        return {"StatusCode": 0}
+
+    def logs(self, **_) -> bytes:
+        return b""
+
+    def remove(self, force: bool) -> None:
+        self.removed = force
+
+
+@pytest.mark.parametrize(("fails", "says"), [
+    (requests.exceptions.ReadTimeout("UnixHTTPConnectionPool(host='localhost', port=None): Read timed out."),
+     "python in b:1 did not finish within 120s"),
+    (docker.errors.APIError("500 Server Error", explanation="container is marked for removal"),
+     "python in b:1 failed in the engine: container is marked for removal"),
+    (None, "its package probe printed 'nothing' (IndexError), not the probe's JSON"),
+], ids=["timeout", "engine-error", "no-output"])
+def test_a_base_probe_that_times_out_or_fails_is_one_line_naming_the_base(monkeypatch, fails, says):
+    """A probe of the base that runs past its timeout, that the engine refuses, or that prints nothing: one line
+    naming the base (was: a ReadTimeout, APIError or IndexError traceback); the container is removed."""
+    from buildtool.common.errors import FailedError
+    from buildtool.imagebuild import contents, engine
+
+    made: list[_Container] = []
+    create = lambda *args, **kwargs: made.append(_Container(fails)) or made[-1]  # noqa: E731
+    monkeypatch.setattr(engine, "sdk", lambda: type("Sdk", (), {"containers": type("C", (), {"create": create})})())
+    monkeypatch.setattr(engine, "image_attrs", lambda ref: {})
+    monkeypatch.setattr(engine, "image_labels", lambda ref: {})
+    with pytest.raises(FailedError) as caught:
+        lock.base_facts("b:1")
+    assert "b:1" in str(caught.value) and says in str(caught.value) and "\n" not in str(caught.value)
+    assert made[-1].removed
+    if fails is not None:
+        with pytest.raises(FailedError, match="^the package probe failed in b:1: ") as caught:
+            contents.probe(ROOT, "b:1")
+        assert made[-1].removed and "\n" not in str(caught.value)

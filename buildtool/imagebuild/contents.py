@@ -44,7 +44,7 @@ def probe(root: Path, image: str, timeout: int = 180) -> dict[str, Any]:
     try:
         output = engine.run_output(image, ["python", "-c", source], timeout=timeout)
         return dict(json.loads(output.strip().splitlines()[-1]))
-    except (RuntimeError, ValueError, IndexError) as exc:
+    except (RuntimeError, ValueError, IndexError, TypeError) as exc:
         raise FailedError(f"the package probe failed in {image}: {str(exc).splitlines()[0][:160]}") from None
 
 

@@ -291,18 +291,36 @@ def push(ref: str) -> str:
 
 def run_output(image: str, command: list[str], timeout: int = 120, platform: str | None = None) -> str:
     """stdout of a short command in a throw-away container (no network), always removed. `platform`
-    (os/arch): the image is that platform's (run under QEMU where it is not this machine's)."""
-    container = sdk().containers.create(image, command, network_disabled=True,
-                                        **({"platform": platform} if platform else {}))
+    (os/arch): the image is that platform's (run under QEMU where it is not this machine's). RuntimeError with
+    one line on any failure: the engine's refusal, the command's exit status, or its running past `timeout`."""
+    try:
+        container = sdk().containers.create(image, command, network_disabled=True,
+                                            **({"platform": platform} if platform else {}))
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise RuntimeError(f"the engine cannot create a container of {image}: {_sdk_reason(exc)}") from None
     try:
         container.start()
         status = container.wait(timeout=timeout)
         output = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        if status.get("StatusCode") != 0:
-            raise RuntimeError(f"{' '.join(command)} in {image} exited {status.get('StatusCode')}")
-        return output
+    except requests.exceptions.ReadTimeout:   # container.wait(timeout=) running out
+        raise RuntimeError(f"{command[0]} in {image} did not finish within {timeout}s") from None
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise RuntimeError(f"{command[0]} in {image} failed in the engine: {_sdk_reason(exc)}") from None
     finally:
-        container.remove(force=True)
+        try:
+            container.remove(force=True)
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise RuntimeError(f"cannot remove container {container.short_id} of {image} ({_sdk_reason(exc)}): "
+                               f"remove it with `docker rm -f {container.short_id}`") from None
+    if status.get("StatusCode") != 0:
+        raise RuntimeError(f"{' '.join(command)} in {image} exited {status.get('StatusCode')}")
+    return output
+
+
+def _sdk_reason(exc: Exception) -> str:
+    """An SDK or HTTP error as one short line: the engine's explanation where it gave one."""
+    reason = str(getattr(exc, "explanation", None) or exc).strip()
+    return (reason.splitlines() or [type(exc).__name__])[0][:200]
 
 
 def pull(ref: str, platform: str | None = None) -> None:
@@ -312,5 +330,5 @@ def pull(ref: str, platform: str | None = None) -> None:
     repo, tagname = _repo_and_tag(ref) if "@" not in ref else (ref, "")
     try:
         sdk().api.pull(repo, tag=tagname or None, **({"platform": platform} if platform else {}))
-    except docker.errors.APIError as exc:
-        raise RuntimeError(f"pull of {ref} failed: {str(exc.explanation or exc)[:200]}") from None
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise RuntimeError(f"pull of {ref} failed: {_sdk_reason(exc)}") from None

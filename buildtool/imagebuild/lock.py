@@ -396,12 +396,19 @@ print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "packages": packages
 
 
 def parse_base_probe(output: str, *, ref: str, standin: bool) -> BaseFacts:
-    data = json.loads(output.strip().splitlines()[-1])
+    """BASE_PROBE's last line; FailedError naming the base where it is not the JSON the probe prints."""
+    try:
+        data = json.loads(output.strip().splitlines()[-1])
+        packages = {normalize(k): str(v) for k, v in data["packages"].items()}
+        python = str(data["python"])
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
+        said = (output.strip().splitlines() or ["nothing"])[-1][:120]
+        raise FailedError(f"cannot read what the base {ref} has: its package probe printed {said!r} "
+                          f"({type(exc).__name__}), not the probe's JSON") from None
     # Constraint lines that are not plain pins (comments, URLs, markers) are passed through as they are.
     glibc = re.match(r"[0-9]+\.[0-9]+", str(data.get("glibc") or ""))
-    return BaseFacts(python=str(data["python"]), packages={normalize(k): str(v) for k, v in data["packages"].items()},
-                     constraints=str(data.get("constraints", "")), standin=standin, ref=ref,
-                     glibc=glibc.group(0) if glibc else "")
+    return BaseFacts(python=python, packages=packages, constraints=str(data.get("constraints", "")), standin=standin,
+                     ref=ref, glibc=glibc.group(0) if glibc else "")
 
 
 def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
