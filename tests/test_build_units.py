@@ -55,6 +55,23 @@ def test_host_pip_parse_takes_environment_over_files():
     assert host.trusted_hosts == ("pkgs.example.com",)
 
 
+def test_a_pip_configuration_pip_refuses_is_refused_naming_pips_error(tmp_path: Path, monkeypatch):
+    """A broken pip.conf is pip's own refusal in one line (was: read as no settings, PyPI without the host's CA);
+    the line it quotes (which may hold an index token) is not shown. A Python without pip has no settings."""
+    import subprocess
+    import sys
+
+    conf = tmp_path / "bad.conf"
+    conf.write_text("[global\nindex-url = https://user:s3cr3t-token@mirror.example/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    with pytest.raises(UserError, match=r"^the host's pip configuration is refused by pip \(`pip config list`: "
+                                        r"Configuration file could not be loaded\. file: '.*bad\.conf', line: 1\); "
+                                        r"fix that file") as caught:
+        HostPip.from_host()
+    assert "s3cr3t" not in str(caught.value) and "\n" not in str(caught.value)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True, timeout=60)
+    assert HostPip.from_host(str(tmp_path / "bare" / "bin" / "python")) == HostPip()
+
 def test_render_conf_points_at_the_secret_ca_and_maps_local_folders():
     host = HostPip.parse(LISTING)
     conf = render_conf(host, {"/opt/pypi/simple": "http://127.0.0.1:9/m0/simple/",

@@ -38,6 +38,8 @@ from functools import cache, partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from buildtool.common.errors import UserError
+
 SECRET_CONF = "pip.conf"
 SECRET_UV = "uv.toml"
 SECRET_CA = "pip-ca"
@@ -86,13 +88,23 @@ class HostPip:
 
     @classmethod
     def from_host(cls, python: str | None = None) -> HostPip:
-        """Ask the host's pip (config files and PIP_* environment) what it would use."""
+        """Ask the host's pip (config files and PIP_* environment) what it would use: nothing where that Python
+        has no pip; UserError where pip refuses its own configuration (pip install would refuse it too)."""
         try:
             run = subprocess.run([python or sys.executable, "-m", "pip", "config", "list"], capture_output=True,
                                  text=True, timeout=60, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
         except (OSError, subprocess.TimeoutExpired):
             return cls()
-        return cls.parse(run.stdout) if run.returncode == 0 else cls()
+        if run.returncode == 0:
+            return cls.parse(run.stdout)
+        if "No module named pip" in run.stderr:
+            return cls()
+        # Never read as "PyPI, no CA": the host's own settings would be dropped. pip's first line, and the line
+        # naming the file where it gives one (not the offending line it quotes, which may hold an index token).
+        lines = [line.strip() for line in run.stderr.splitlines() if line.strip()]
+        said = " ".join([*lines[:1], *(line for line in lines[1:] if line.startswith("file: "))])[:200]
+        raise UserError(f"the host's pip configuration is refused by pip (`pip config list`: "
+                        f"{said or f'exit {run.returncode}'}); fix that file (or PIP_CONFIG_FILE, PIP_* settings)")
 
 
 def package_indexes(host: HostPip, cell_urls: tuple[str, ...] = ()) -> list[dict[str, str]]:
