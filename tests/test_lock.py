@@ -15,6 +15,7 @@ from buildtool.common.errors import UserError
 from buildtool.contracts import locks
 from buildtool.imagebuild import lock
 from buildtool.imagebuild.pipconfig import HostPip
+from buildtool.matrix.loader import load_matrix
 from tests.conftest import fixture_matrix
 from tests.pylocks import one_wheel, pylock
 
@@ -213,6 +214,27 @@ def test_lock_refuses_an_unknown_package_before_resolving(project: Path, run_cli
                            "--matrix", str(project / "matrix.yaml"))
     assert code == 2 and "--package no-such-package: not in the lock of pytorch-cpu:2.13" in err
 
+
+def test_lock_refuses_a_package_no_selected_cell_lists_before_resolving(project: Path, monkeypatch):
+    """With several cells selected, a --package none of their locks lists (a typo) is one line naming it, before
+    anything is resolved (was: nothing upgraded and each cell said "lock up to date"); one some cell lists is
+    upgraded where it is known."""
+    cells = [c for c in load_matrix(project / "matrix.yaml", project / "templates").cells if not lock.is_ngc(c)]
+    assert len(cells) > 1
+    monkeypatch.setattr(lock, "compile_cell", lambda *args, **kwargs: pytest.fail("resolved"))
+    with pytest.raises(UserError, match=rf"^--package no-such-package: in the lock of none of the {len(cells)} "
+                                        r"selected cells \(pytorch-cpu:2.13, "):
+        lock.lock_cells(project, cells, {}, ("numpy", "No_Such.Package"), print, host=HostPip())
+    upgraded: list[tuple[str, ...] | None] = []
+
+    def compile_cell(cell, host, pins, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        upgraded.append(pins.upgrade)
+        raise UserError("stop")
+
+    monkeypatch.setattr(lock, "compile_cell", compile_cell)
+    with pytest.raises(UserError, match="^stop$"):
+        lock.lock_cells(project, cells, {}, ("numpy",), print, host=HostPip())
+    assert upgraded == [("numpy",)]
 
 class _Container:
     """A container of the Docker SDK whose wait raises `fails` (None: exits 0); records its removal."""

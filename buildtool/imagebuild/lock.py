@@ -461,26 +461,39 @@ class LockResult:
     packages: int
 
 
+def _locked_and_known(root: Path, cell: Cell) -> tuple[dict[str, dict[str, LockFile]], set[str]]:
+    """The cell's committed locks by platform, and every package they or its requirements name."""
+    previous: dict[str, dict[str, LockFile]] = {platform: {} for platform in cell.platforms}
+    for platform in cell.platforms:
+        for name, path in lock_paths(root, cell, platform).items():
+            with suppress(OSError, ValueError):   # a missing or broken lock holds no pins
+                previous[platform][name] = parse_lock(path.read_text())
+    known = {n for locks in previous.values() for lock in locks.values() for n in lock.entries} | {
+        normalize(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0])
+        for r in framework_requirements(cell) + tool_requirements(cell)}
+    return previous, known
+
+
 def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], packages: tuple[str, ...],
                log: Log, host: HostPip | None = None) -> list[LockResult]:
     """Refresh the locks of `cells`: every package (no `packages`) or only the named ones.
     `base_refs` maps NGC cells to the base reference to ask (their mirror or stand-in)."""
     host = host if host is not None else HostPip.from_host()
     wanted = tuple(normalize(p) for p in packages)
+    found = {cell.key: _locked_and_known(root, cell) for cell in cells}
+    # A --package no selected cell lists (a typo) upgrades nothing: refused before anything is resolved.
+    unknown = [p for p in wanted if not any(p in known for _, known in found.values())]
+    if unknown and len(cells) == 1:
+        raise UserError(f"--package {', '.join(unknown)}: not in the lock of {cells[0].key}; name a package "
+                        "it lists (or leave --package out to refresh all)")
+    if unknown:
+        keys = [c.key for c in cells]
+        raise UserError(f"--package {', '.join(unknown)}: in the lock of none of the {len(cells)} selected cells "
+                        f"({', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''}); name a package one of them "
+                        "lists (or leave --package out to refresh all)")
     results = []
     for cell in cells:
-        previous: dict[str, dict[str, LockFile]] = {platform: {} for platform in cell.platforms}
-        for platform in cell.platforms:
-            for name, path in lock_paths(root, cell, platform).items():
-                with suppress(OSError, ValueError):   # a missing or broken lock holds no pins
-                    previous[platform][name] = parse_lock(path.read_text())
-        known = {n for locks in previous.values() for lock in locks.values() for n in lock.entries} | {
-            normalize(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0])
-            for r in framework_requirements(cell) + tool_requirements(cell)}
-        unknown = [p for p in wanted if p not in known]
-        if unknown and len(cells) == 1:
-            raise UserError(f"--package {', '.join(unknown)}: not in the lock of {cell.key}; name a package "
-                            "it lists (or leave --package out to refresh all)")
+        previous, known = found[cell.key]
         bases: dict[str, BaseFacts] = {}
         if is_ngc(cell):
             ref = base_refs[cell.key]
