@@ -197,6 +197,15 @@ def test_uv_pin_follows_the_toolkits_lock(tmp_path: Path):
                                               "run `make lock`"]
 
 
+def test_a_requirements_lock_without_a_uv_pin_is_a_problem(tmp_path: Path):
+    """No uv pin in requirements.lock: nothing says which uv the toolkit installs (was: no problem at all)."""
+    (tmp_path / "templates").mkdir()
+    shutil.copy(ROOT / "templates" / locks.UV_LOCK, tmp_path / "templates" / locks.UV_LOCK)
+    text = (ROOT / "requirements.lock").read_text()
+    (tmp_path / "requirements.lock").write_text(re.sub(r"(?m)^uv==.*\n", "", text))
+    assert lock.uv_pin_problems(tmp_path) == ["requirements.lock pins no uv (a `uv==` line; templates/uv.lock has uv "
+                                              "0.13.9): pin the uv the toolkit installs, then run `make lock`"]
+
 def test_check_fails_on_a_pin_bump_until_the_lock_follows(project: Path, run_cli):
     """A tool pin lives in the lock, not the Dockerfile: only the lock check sees the bump."""
     matrix = project / "matrix.yaml"

@@ -291,3 +291,11 @@ def test_debian_components_carry_the_deb_sha256_make_lock_recorded():
     assert "hashes" not in found["libc6"] and _props(found["libc6"])["hash"] == sbom.DEB_NOT_SERVED_NOTE
     assert "hashes" not in found["debconf"] and _props(found["debconf"])["hash"] == sbom.DEB_HASH_NOTE
     sbom.validate_sbom(doc)
+
+
+def test_lock_mismatches_compare_and_name_packages_by_their_normalised_name():
+    """`Foo_Bar` locked and `foo-bar` installed are one package: its installed version is named (was: "nothing
+    installed"), by the normalised name."""
+    assert contents.lock_mismatches({"Foo_Bar": "1"}, {"foo-bar": "2"}) == ["foo-bar: locked 1, image has 2"]
+    assert contents.lock_mismatches({"Foo_Bar": "1"}, {"foo.bar": "1"}) == []
+    assert contents.lock_mismatches({"Foo_Bar": "1"}, {}) == ["foo-bar: locked 1, image has nothing installed"]

@@ -49,9 +49,11 @@ def probe(root: Path, image: str, timeout: int = 180) -> dict[str, Any]:
 
 
 def lock_mismatches(locked: dict[str, str], installed: dict[str, str]) -> list[str]:
+    # Both sides by their PEP 503 name (`Foo_Bar` is `foo-bar`), which each problem names.
     have = {normalize(k): v for k, v in installed.items()}
+    want = {normalize(k): v for k, v in locked.items()}
     return [f"{name}: locked {version}, image has {have.get(name) or 'nothing installed'}"
-            for name, version in sorted(locked.items()) if have.get(normalize(name)) != version]
+            for name, version in sorted(want.items()) if have.get(name) != version]
 
 
 def facts(labels: ImageLabels, found: dict[str, Any]) -> dict[str, str]:

@@ -556,6 +556,9 @@ def uv_pin_problems(root: Path) -> list[str]:
         version, _ = uv_requirement((root / "templates" / UV_LOCK).read_text())
     except (OSError, ValueError) as exc:
         return [f"templates/{UV_LOCK}: {exc}; run `make lock`"]
-    if pinned and pinned != version:
+    if not pinned:   # nothing to follow: the uv the toolkit installs is unknown
+        return [f"requirements.lock pins no uv (a `uv==` line; templates/{UV_LOCK} has uv {version}): pin the uv the "
+                "toolkit installs, then run `make lock`"]
+    if pinned != version:
         return [f"templates/{UV_LOCK} pins uv {version} but requirements.lock pins {pinned}; run `make lock`"]
     return []
