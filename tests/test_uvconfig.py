@@ -107,3 +107,57 @@ def test_a_stand_in_build_log_is_scrubbed_of_index_tokens(tmp_path, monkeypatch)
     with pytest.raises(FailedError, match="stand-in x:tag: pip install failed"):
         bases._build_standin(None, "FROM scratch\n", {}, "x:tag", log)  # type: ignore[arg-type]
     assert "ghp_abcdEFGH1234" not in log.read_text() and "https://****@pypi.example.com/simple" in log.read_text()
+
+
+def test_an_index_behind_the_hosts_own_ca_is_asked_through_it(tmp_path: Path, monkeypatch):
+    """An index whose certificate only the host's pip CA (HostPip.cert) vouches for, as an intercepting proxy's:
+    asked through that CA it answers, so uv.toml, the build's reachability note and lock's uv arguments keep it
+    (was: asked with the default bundle, called unreachable and left out)."""
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from buildtool.imagebuild import lock
+    from tests.conftest import fixture_matrix
+    from tests.pki import make_ca
+
+    class Index(BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    ca = make_ca(tmp_path / "pki")
+    issued = ca.issue("index", ["127.0.0.1"])
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(issued.cert), str(issued.key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}/simple"
+    host = HostPip(extra_index_urls=(url,), cert=str(ca.cert))
+    pipconfig.answers.cache_clear()
+    try:
+        assert not pipconfig.answers(url)                  # the default bundle does not vouch for it
+        assert tomllib.loads(render_uv_toml(host, {}))["extra-index-url"] == [url]
+        said: list[str] = []
+        assert reachable((url,), said.append, host.cert) == (url,) and said == []
+        ran: list[list[str]] = []
+
+        def run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
+            ran.append(argv)
+            raise FailedError("stop")
+
+        monkeypatch.setattr(lock, "uv_binary", lambda: "uv")
+        monkeypatch.setattr(lock, "_run_uv", run_uv)
+        cell = next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13")
+        with pytest.raises(FailedError, match="^stop$"):
+            lock.compile_cell(cell, host, lock.Pins(), base=None, log=said.append)
+        assert ["--extra-index-url", url] == ran[0][ran[0].index(url) - 1:ran[0].index(url) + 1]
+        assert not [line for line in said if url in line]
+    finally:
+        pipconfig.answers.cache_clear()
+        server.shutdown()
+        server.server_close()

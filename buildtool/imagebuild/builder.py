@@ -171,7 +171,7 @@ class Builder(Publishing):
                 self._secrets = self._stack.enter_context(pip_secrets(self._host_pip))
                 # uv fails on an index it cannot reach: say which of the host's are left out of uv.toml.
                 reachable(tuple(u for u in (self._host_pip.index_url, *self._host_pip.extra_index_urls) if u),
-                          self.log)
+                          self.log, self._host_pip.cert)
             assert self._host_pip is not None
             return self._client, self._secrets, self._host_pip
 

@@ -279,14 +279,16 @@ class Pins:
 
 
 def compile_cell(cell: Cell, host: HostPip, pins: Pins, *, base: BaseFacts | None, log: Log,
-                 reachable: Callable[[str], bool] = answers, platform: str | None = None) -> dict[str, str]:
+                 reachable: Callable[[str], bool] | None = None, platform: str | None = None) -> dict[str, str]:
     """Resolve a cell for `platform` (None: its only one) held to `pins`; returns lock file name -> text. Three
     runs of uv, each writing PEP 751: the whole resolution (versions for the platform's lower cap,
     Platform.wheel_platform), then at its versions with every file up to NEWEST_MANYLINUX the framework's
     closure and everything else (its packages and the base's not emitted)."""
     python = base.python if base else cell.python
     target = cell_platform(cell, platform)
-    args, skipped = index_args(host, cell.index_url, cell.extra_index_urls, reachable)
+    # None: asked through the host's CA, as uv will fetch from it (SSL_CERT_FILE below).
+    args, skipped = index_args(host, cell.index_url, cell.extra_index_urls,
+                               reachable or (lambda url: answers(url, host.cert)))
     for url in skipped:
         log(f"[{cell.key}] index {redact(url)} cannot be reached from here; left out (hashes decide what is "
             "installed)")

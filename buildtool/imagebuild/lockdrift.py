@@ -18,7 +18,7 @@ from pathlib import Path
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.locks import LockFile, parse_lock
 from buildtool.imagebuild import lock
-from buildtool.imagebuild.pipconfig import HostPip, answers
+from buildtool.imagebuild.pipconfig import HostPip
 from buildtool.matrix.schema import Cell
 
 
@@ -47,7 +47,7 @@ def compare(committed: LockFile, resolved: LockFile) -> list[tuple[str, str, str
 
 
 def cell_drift(root: Path, cell: Cell, host: HostPip, log: Callable[[str], None],
-               reachable: Callable[[str], bool] = answers,
+               reachable: Callable[[str], bool] | None = None,
                bases: dict[str, lock.BaseFacts] | None = None) -> list[str]:
     """Problems of one cell's committed locks, each platform's, against their re-resolution for that platform
     (`bases`: what an NGC cell's base has on each platform, lock.platform_bases). FailedError when uv cannot

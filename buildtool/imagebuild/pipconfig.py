@@ -137,25 +137,26 @@ def redact(url: str) -> str:
 
 
 @cache
-def answers(url: str, timeout: float = 10.0) -> bool:
+def answers(url: str, cert: str = "", timeout: float = 10.0) -> bool:
     """Whether a remote index answers at all (any HTTP status): asked once per process. uv, unlike
     pip, fails on an index it cannot connect to, so such an index is left out of its settings;
-    the locks' hashes decide what may be installed, an index only where it comes from."""
+    the locks' hashes decide what may be installed, an index only where it comes from. `cert`: the host's
+    pip CA (HostPip.cert), trusted as pip and uv trust it (an intercepting proxy's); "": the default bundle."""
     if url.startswith("file:") or "://" not in url:
         return True
     import requests
 
     try:
-        requests.head(url, timeout=timeout, allow_redirects=False)
+        requests.head(url, timeout=timeout, allow_redirects=False, verify=cert or True)
     except requests.RequestException:
         return False
     return True
 
 
-def reachable(urls: tuple[str, ...], log: Callable[[str], None]) -> tuple[str, ...]:
+def reachable(urls: tuple[str, ...], log: Callable[[str], None], cert: str = "") -> tuple[str, ...]:
     found = []
     for url in urls:
-        if answers(url):
+        if answers(url, cert):
             found.append(url)
         else:
             log(f"index {redact(url)} cannot be reached from here; left out of uv's settings (the locks' hashes "
@@ -235,9 +236,9 @@ def render_uv_toml(host: HostPip, url_of: dict[str, str]) -> str:
     SSL_CERT_FILE=/run/secrets/pip-ca. Best match across indexes, as pip does: the locks'
     hashes decide which file is acceptable, so no index can substitute another."""
     lines = []
-    if host.index_url and answers(host.index_url):
+    if host.index_url and answers(host.index_url, host.cert):
         lines.append(f"index-url = {json.dumps(_mapped(host.index_url, url_of))}")
-    extra = [_mapped(u, url_of) for u in host.extra_index_urls if _local_path(u) or answers(u)]
+    extra = [_mapped(u, url_of) for u in host.extra_index_urls if _local_path(u) or answers(u, host.cert)]
     if extra:
         lines.append(f"extra-index-url = {json.dumps(list(dict.fromkeys(extra)))}")
     if host.find_links:
