@@ -133,6 +133,19 @@ def test_ci_matrix_rejects_non_plan_json() -> None:
         ci_matrix({"cells": []}, ["x"])
 
 
+@pytest.mark.parametrize("text", ['[]', '"x"', '{"include": [1]}', '{"include": [5]}', '{"include": [{"cell": [1]}]}',
+                                  '{"include": [{}]}'])
+def test_ci_matrix_refuses_a_plan_json_of_the_wrong_shape(run_cli, tmp_path: Path, text: str) -> None:
+    """Any JSON parses: a plan that is no object, or an `include` entry that is no object naming its cell, is one
+    line naming the file (exit 2), not an AttributeError."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(text)
+    code, out, err = run_cli("workflows", "ci-matrix", "--plan", str(plan), "--cells", "pytorch-cpu:2.13")
+    assert code == 2 and out == "", err
+    assert str(plan) in err and "buildtool plan --json" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_check_fails_when_a_workflow_is_edited_by_hand(project: Path, run_cli) -> None:
     path = project / NIGHTLY_PATH
     rendered = path.read_text()
