@@ -128,6 +128,16 @@ def test_ci_matrix_narrows_real_plan_output(run_cli, tmp_path: Path, fixture_pro
     assert code == 2 and out == "" and "pytorch-cpu:9.9" in err
 
 
+@pytest.mark.parametrize("cells", ["", ",", ",,"])
+def test_ci_matrix_refuses_an_empty_cell_list(run_cli, tmp_path: Path, cells: str) -> None:
+    """`--cells ,` names no cell: an empty CI matrix is refused (exit 2), never printed."""
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"include": [{"cell": "pytorch-cpu:2.13"}]}')
+    code, out, err = run_cli("workflows", "ci-matrix", "--plan", str(plan), "--cells", cells)
+    assert code == 2 and out == "", out
+    assert "--cells" in err and len(err.strip().splitlines()) == 1
+
+
 def test_ci_matrix_rejects_non_plan_json() -> None:
     with pytest.raises(ValueError, match="include"):
         ci_matrix({"cells": []}, ["x"])
