@@ -212,7 +212,9 @@ SLURM_CONSTRAINT = _word(r"[A-Za-z0-9_.&|*\[\]-]{1,128}", "SLURM node features (
                          "joined by & or |)", empty=True)
 SLURM_TIME = _word(r"(?:[0-9]{1,3}-)?[0-9]{1,4}(?::[0-9]{2}){0,2}", "a SLURM time limit ([D-]HH:MM:SS or MM)")
 KEY_NAME = _word(NAME, "a key name (letters, digits, '.', '_', '-'; at most 128)")
-APT_PACKAGE = _word(r"[a-z0-9][a-z0-9+.-]{0,127}", "a Debian package name")
+# lock --package names Python distributions (what uv resolves): PEP 508 names, one or a comma list.
+PYTHON_PACKAGES = _word(rf"{NAME}(?:,{NAME}){{0,63}}", "a Python package name (PEP 508: letters, digits, '.', "
+                        "'_', '-'; a comma list for several)")
 MIRROR = _word(r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?(?:/[a-z0-9._-]{1,128}){0,8}",
                "a registry host[:port][/path] (e.g. 127.0.0.1:5000)")
 # plan names a release whose tag is no Docker tag itself (it has the matrix's tag templates).
@@ -308,7 +310,8 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
             "platform": ("--platform", _platform)},
     "keys": {"name": ("--name", KEY_NAME), "out_dir": ("--out", OUT_DIR),
              "role": ("--role", _each(choice("builder", "tester"))), "dev": ("--dev", FLAG)},
-    "lock": {"framework": ("--framework", SELECTOR), "package": ("--package", _each(APT_PACKAGE)), "matrix": MATRIX},
+    "lock": {"framework": ("--framework", SELECTOR), "package": ("--package", _each(PYTHON_PACKAGES)),
+             "matrix": MATRIX},
     "plan": {"framework": ("--framework", SELECTOR), "as_json": JSON, "release": ("--release", TAG_TEMPLATE),
              "revision": REV, "matrix": MATRIX},
     "release": {o.dest: (o.flags[0], o.grammar) for o in RELEASE_OPTIONS},
