@@ -69,6 +69,31 @@ def test_dirty_tree_gets_a_distinct_revision(project: Path):
     assert git_revision(project) not in (clean, dirty)
 
 
+def _scratch_repo(root: Path) -> Path:
+    root.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+    (root / "tracked.bin").write_bytes(b"\0\1\2")
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(root), "commit", "-q", "-m", "one"], check=True, capture_output=True)
+    return root
+
+
+@pytest.mark.parametrize("path", ["newdir/f", "new dir/f", "with space", "caf\u00e9", "docs/releases/sub/f"])
+def test_every_untracked_file_counts_in_the_dirty_revision(tmp_path: Path, path: str):
+    """git status lists a new folder as `newdir/` and quotes a name with a space: each untracked file's contents
+    must still count, so two different dirty trees never share a dev tag (REVISION_PATHSPEC excepted)."""
+    repo = _scratch_repo(tmp_path / "repo")
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text("a\n")
+    first = git_revision(repo)
+    (repo / path).write_text("b\n")
+    if path.startswith("docs/releases/"):   # what release writes never makes the tree dirty
+        assert git_revision(repo) == first and "-dirty." not in first
+    else:
+        assert "-dirty." in first and git_revision(repo) != first
+
+
 def _head(root: Path) -> str:
     return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
