@@ -54,6 +54,18 @@ def test_plan_honours_registry_mirror_release_and_framework(project: Path, run_c
     assert ngc["release_tags"] == ["25.02-0.3.0"]
 
 
+@pytest.mark.parametrize("base_mirror", ["127.0.0.1:5000/", "nvcr.io=127.0.0.1:5000/"])
+def test_a_base_mirror_with_a_trailing_slash_is_taken_as_registry_is(project: Path, run_cli, monkeypatch,
+                                                                     base_mirror: str):
+    """REGISTRY='host/' works; BASE_MIRROR='host/' (alone or as a pair's mirror) is the same registry."""
+    monkeypatch.setenv("BASE_MIRROR", base_mirror)
+    Settings.from_env()   # not refused
+    assert mirror_base("nvcr.io/nvidia/pytorch:25.10-py3", base_mirror) == "127.0.0.1:5000/nvidia/pytorch:25.10-py3"
+    code, out, err = run_cli("plan", "--json", "-f", "pytorch-ngc:25.10", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    assert json.loads(out)["include"][0]["base"] == "127.0.0.1:5000/nvidia/pytorch:25.10-py3"
+
+
 def test_plan_table_for_people(project: Path, run_cli):
     code, out, _ = run_cli("plan", "-f", "pytorch-cpu:2.13", "--matrix", str(project / "matrix.yaml"))
     assert code == 0 and "pytorch-cpu:2.13" in out and "pytorch-cpu-dev:" in out

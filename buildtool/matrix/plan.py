@@ -73,7 +73,8 @@ def base_mirrors(base_mirror: str) -> str | dict[str, str]:
         if len(items) > 1:
             raise UserError(f"BASE_MIRROR={base_mirror!r} names {len(items)} registries: set one registry, or "
                             "`upstream-host=mirror` pairs separated by commas")
-        return check_registry("BASE_MIRROR", items[0]).rstrip("/") if items else ""
+        # A trailing '/' is taken as REGISTRY's is: the registry without it.
+        return check_registry("BASE_MIRROR", items[0].rstrip("/")) if items else ""
     pairs: dict[str, str] = {}
     for item in items:
         upstream, sep, mirror = item.partition("=")
@@ -82,7 +83,7 @@ def base_mirrors(base_mirror: str) -> str | dict[str, str]:
         if upstream in pairs:
             raise UserError(f"BASE_MIRROR names {upstream} twice: keep one `{upstream}=mirror` pair")
         check_registry("BASE_MIRROR upstream", upstream)
-        pairs[upstream] = check_registry("BASE_MIRROR", mirror)
+        pairs[upstream] = check_registry("BASE_MIRROR", mirror.rstrip("/"))
     return pairs
 
 
