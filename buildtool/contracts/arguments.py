@@ -183,6 +183,15 @@ def _rdma_resource(option: str, item: str) -> object:
     return item
 
 
+def _efa_resource(option: str, item: str) -> object:
+    """NAME=COUNT: the COUNT is how many EFA devices a node has (the bus-bandwidth floor), never a default of 1."""
+    _rdma_resource(option, item)
+    if "=" not in item:
+        raise UserError(f"{option} {shown(item)} names no COUNT: give NAME=COUNT, the EFA devices of a node "
+                        "(e.g. vpc.amazonaws.com/efa=32)")
+    return item
+
+
 def _nccl_env(option: str, item: str) -> object:
     """NCCL_NAME=VALUE, the value a plain word (what NCCL reads: numbers, interface lists, paths)."""
     argcheck.plain(option, item)
@@ -306,7 +315,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
             "toleration": ("--toleration", _each(TOLERATION)), "gpu_resource": ("--gpu-resource", argcheck.label_key),
             "deadline": ("--deadline", count(1, 30 * 86_400)),
             "rdma_resource": ("--rdma-resource", _each(_rdma_resource)), "ipc_lock": ("--ipc-lock", FLAG),
-            "efa_resource": ("--efa-resource", _rdma_resource),
+            "efa_resource": ("--efa-resource", _efa_resource),
             "platform": ("--platform", _platform)},
     "keys": {"name": ("--name", KEY_NAME), "out_dir": ("--out", OUT_DIR),
              "role": ("--role", _each(choice("builder", "tester"))), "dev": ("--dev", FLAG)},
