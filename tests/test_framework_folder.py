@@ -172,6 +172,20 @@ def test_a_row_without_distributions_is_refused_where_the_table_is_read(project:
     assert len(err.strip().splitlines()) == 1
 
 
+def test_selecting_a_framework_no_cell_uses_says_it_has_no_cells(project: Path, run_cli) -> None:
+    """A framework folder no image of the matrix uses: `-f fixturefw` said "unknown FRAMEWORK='fixturefw'; choose
+    one of: ..., fixturefw, ...; did you mean `fixturefw`?". It says the framework has no cells, and offers only
+    frameworks some cell is of."""
+    shutil.copytree(FIXTURE_FW, project / "image-tests" / "fixturefw")   # the folder, no matrix entry
+    code, out, err = run_cli("plan", "-f", "fixturefw", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert err.strip() == ("error: FRAMEWORK='fixturefw': the framework fixturefw has no cells in matrix.yaml (no "
+                           "image there has `framework: fixturefw`); add one, or choose one of: all, pytorch, "
+                           "tensorflow, pytorch-ngc, tensorflow-ngc, pytorch-cpu, pytorch-cuda, tensorflow-cpu"), err
+    code, _, err = run_cli("plan", "-f", "fixturefx", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "unknown FRAMEWORK='fixturefx'" in err and "fixturefw" not in err, err
+
+
 def test_a_framework_folder_without_a_test_file_is_refused_at_load(project: Path, run_cli) -> None:
     """Issue 37: such a folder rendered with exit 0 and its group collected 0 tests (every image passed untested)."""
     add_fixture_framework(project)
