@@ -399,6 +399,15 @@ def test_the_commands_refuse_a_fabric_they_cannot_check_exit_2(run_cli, args: li
     assert code == 2 and cause in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("value", ["vpc.amazonaws.com/efa", "vpc.amazonaws.com/efa="])
+def test_k8s_refuses_an_efa_resource_without_its_count(run_cli, value: str) -> None:
+    """--efa-resource is NAME=COUNT: the COUNT (a node's EFA devices) sets the floor; never a silent 1."""
+    code, out, err = run_cli("k8s", IMAGE, "--gpus-per-node", "8", "--efa-resource", value,
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--efa-resource" in err and "COUNT" in err
+
+
 def test_nccl_at_warn_is_not_read_and_says_so(tmp_path: Path) -> None:
     """A GPU job that asked for no fabric may lower NCCL_DEBUG; the verifier then says it did not read the transport."""
     job = MultiNodeJob(image=IMAGE, nodes=2, gpus_per_node=2, nccl=NcclSettings(debug="WARN"))

@@ -156,6 +156,36 @@ def test_a_folder_that_does_not_make_a_row_is_an_error_naming_its_file(tmp_path:
     assert str(caught.value).startswith(message), str(caught.value)
 
 
+def test_a_row_without_distributions_is_refused_where_the_table_is_read(project: Path, run_cli) -> None:
+    """distributions: [] carries the framework in no pip name: refused naming the file, never an IndexError when a
+    template needs framework_requirements (its example names the first distribution)."""
+    row = project / "image-tests/pytorch/framework.yaml"
+    row.write_text(_edit(row.read_text(), "distributions: [torch]", "distributions: []"))
+    text = (project / "matrix.yaml").read_text()
+    for line in ('        framework_requirements: ["torch==2.13.0+cpu"]\n',
+                 '        framework_requirements: ["torch===2.13.0"]\n'):
+        text = _edit(text, line, "")   # the pip template needs it: needs() names an example requirement
+    (project / "matrix.yaml").write_text(text)
+    code, out, err = run_cli("plan", "-f", "pytorch-cpu:2.13", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert err.startswith("error: image-tests/pytorch/framework.yaml: distributions: ") and "at least 1" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_selecting_a_framework_no_cell_uses_says_it_has_no_cells(project: Path, run_cli) -> None:
+    """A framework folder no image of the matrix uses: `-f fixturefw` said "unknown FRAMEWORK='fixturefw'; choose
+    one of: ..., fixturefw, ...; did you mean `fixturefw`?". It says the framework has no cells, and offers only
+    frameworks some cell is of."""
+    shutil.copytree(FIXTURE_FW, project / "image-tests" / "fixturefw")   # the folder, no matrix entry
+    code, out, err = run_cli("plan", "-f", "fixturefw", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert err.strip() == ("error: FRAMEWORK='fixturefw': the framework fixturefw has no cells in matrix.yaml (no "
+                           "image there has `framework: fixturefw`); add one, or choose one of: all, pytorch, "
+                           "tensorflow, pytorch-ngc, tensorflow-ngc, pytorch-cpu, pytorch-cuda, tensorflow-cpu"), err
+    code, _, err = run_cli("plan", "-f", "fixturefx", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "unknown FRAMEWORK='fixturefx'" in err and "fixturefw" not in err, err
+
+
 def test_a_framework_folder_without_a_test_file_is_refused_at_load(project: Path, run_cli) -> None:
     """Issue 37: such a folder rendered with exit 0 and its group collected 0 tests (every image passed untested)."""
     add_fixture_framework(project)

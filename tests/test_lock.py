@@ -293,3 +293,26 @@ def test_a_base_probe_that_times_out_or_fails_is_one_line_naming_the_base(monkey
         with pytest.raises(FailedError, match="^the package probe failed in b:1: ") as caught:
             contents.probe(ROOT, "b:1")
         assert made[-1].removed and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["typing_extensions", "PyYAML", "zope.interface", "numpy,typing_extensions"])
+def test_lock_package_takes_python_names_and_comma_lists(value: str) -> None:
+    """--package names Python distributions (PEP 508 names: capitals, '_', '.'), one or a comma list."""
+    from buildtool.contracts.arguments import check_argument
+
+    check_argument("lock", "package", [value])
+
+
+@pytest.mark.parametrize("value", ["", "a b", "-x", "x-", "a,", ",a", "a,,b", "x;id", "a==1", "numpy[extra]"])
+def test_lock_package_refuses_what_is_no_python_name(value: str) -> None:
+    from buildtool.contracts.arguments import check_argument
+
+    with pytest.raises(UserError, match="--package .*is not a Python package name"):
+        check_argument("lock", "package", [value])
+
+
+def test_lock_splits_a_comma_list_of_python_names(project: Path, run_cli):
+    """The comma list reaches lock, which splits and normalizes it (it was refused as no Debian name)."""
+    code, _, err = run_cli("lock", "-f", "pytorch-cpu:2.13", "--package", "No_Such.Package,Other_One",
+                           "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "--package no-such-package, other-one: not in the lock of pytorch-cpu:2.13" in err

@@ -114,6 +114,29 @@ def test_a_removed_test_group_folder_is_loaded_for_real(tmp_path: Path) -> None:
         project.load_fast()
 
 
+@pytest.mark.parametrize(("change", "cause"), [
+    (lambda site: (site / "test_acme.py").unlink(), "holds no test_\\*.py"),
+    (lambda site: shutil.rmtree(site), "no folder"),
+], ids=["test-files-deleted", "folder-removed"])
+def test_a_site_folder_the_load_would_now_refuse_is_loaded_for_real(tmp_path: Path, change, cause: str) -> None:
+    """validate.extra_tests names a folder the load checks (contracts.sitetests): a snapshot taken while it passed
+    must not let release or verify accept the matrix once it does not."""
+    from tests.test_site_checks import project as site_project
+    from tests.test_site_checks import site
+
+    root = tmp_path / "p"
+    root.mkdir()
+    site_project(root, "site-acme")
+    shutil.copytree(REPO / "templates", root / "templates")
+    folder = site(root)
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project.load()
+    assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
+    change(folder)
+    with pytest.raises(UserError, match=cause):
+        project.load_fast()
+
+
 def test_no_snapshot_of_what_is_not_a_matrix_file(tmp_path: Path) -> None:
     """A directory, a pipe or a device is reported by the real load, never read for a key."""
     assert snapshot.snapshot_key(tmp_path, tmp_path / "templates", "x") == ""

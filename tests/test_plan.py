@@ -54,6 +54,18 @@ def test_plan_honours_registry_mirror_release_and_framework(project: Path, run_c
     assert ngc["release_tags"] == ["25.02-0.3.0"]
 
 
+@pytest.mark.parametrize("base_mirror", ["127.0.0.1:5000/", "nvcr.io=127.0.0.1:5000/"])
+def test_a_base_mirror_with_a_trailing_slash_is_taken_as_registry_is(project: Path, run_cli, monkeypatch,
+                                                                     base_mirror: str):
+    """REGISTRY='host/' works; BASE_MIRROR='host/' (alone or as a pair's mirror) is the same registry."""
+    monkeypatch.setenv("BASE_MIRROR", base_mirror)
+    Settings.from_env()   # not refused
+    assert mirror_base("nvcr.io/nvidia/pytorch:25.10-py3", base_mirror) == "127.0.0.1:5000/nvidia/pytorch:25.10-py3"
+    code, out, err = run_cli("plan", "--json", "-f", "pytorch-ngc:25.10", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    assert json.loads(out)["include"][0]["base"] == "127.0.0.1:5000/nvidia/pytorch:25.10-py3"
+
+
 def test_plan_table_for_people(project: Path, run_cli):
     code, out, _ = run_cli("plan", "-f", "pytorch-cpu:2.13", "--matrix", str(project / "matrix.yaml"))
     assert code == 0 and "pytorch-cpu:2.13" in out and "pytorch-cpu-dev:" in out
@@ -67,6 +79,31 @@ def test_dirty_tree_gets_a_distinct_revision(project: Path):
     assert dirty.startswith(f"{clean}-dirty.") and dirty != clean
     (project / "matrix.yaml").write_text((project / "matrix.yaml").read_text() + "# another edit\n")
     assert git_revision(project) not in (clean, dirty)
+
+
+def _scratch_repo(root: Path) -> Path:
+    root.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+    (root / "tracked.bin").write_bytes(b"\0\1\2")
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(root), "commit", "-q", "-m", "one"], check=True, capture_output=True)
+    return root
+
+
+@pytest.mark.parametrize("path", ["newdir/f", "new dir/f", "with space", "caf\u00e9", "docs/releases/sub/f"])
+def test_every_untracked_file_counts_in_the_dirty_revision(tmp_path: Path, path: str):
+    """git status lists a new folder as `newdir/` and quotes a name with a space: each untracked file's contents
+    must still count, so two different dirty trees never share a dev tag (REVISION_PATHSPEC excepted)."""
+    repo = _scratch_repo(tmp_path / "repo")
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text("a\n")
+    first = git_revision(repo)
+    (repo / path).write_text("b\n")
+    if path.startswith("docs/releases/"):   # what release writes never makes the tree dirty
+        assert git_revision(repo) == first and "-dirty." not in first
+    else:
+        assert "-dirty." in first and git_revision(repo) != first
 
 
 def _head(root: Path) -> str:

@@ -151,6 +151,18 @@ def test_check_prints_a_unified_diff_on_drift(project: Path, run_cli):
     assert "run `make render`" in err
 
 
+def test_check_reports_a_generated_file_that_is_not_utf8_as_drift(project: Path, run_cli):
+    """A committed generated file with bytes that are not UTF-8 is drift shown in the diff, not a traceback."""
+    dockerfile = project / "dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile"
+    rendered = dockerfile.read_bytes()
+    dockerfile.write_bytes(b"\xff" + rendered)
+    assert dockerfile.read_bytes() != rendered
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1, err
+    assert "--- a/dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile" in out and "-\\xff# GENERATED FILE" in out
+    assert "run `make render`" in err
+
+
 def test_check_reports_a_missing_generated_file(project: Path, run_cli):
     (project / "docs" / "images.md").unlink()
     code, out, _ = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))

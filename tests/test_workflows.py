@@ -128,9 +128,32 @@ def test_ci_matrix_narrows_real_plan_output(run_cli, tmp_path: Path, fixture_pro
     assert code == 2 and out == "" and "pytorch-cpu:9.9" in err
 
 
+@pytest.mark.parametrize("cells", ["", ",", ",,"])
+def test_ci_matrix_refuses_an_empty_cell_list(run_cli, tmp_path: Path, cells: str) -> None:
+    """`--cells ,` names no cell: an empty CI matrix is refused (exit 2), never printed."""
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"include": [{"cell": "pytorch-cpu:2.13"}]}')
+    code, out, err = run_cli("workflows", "ci-matrix", "--plan", str(plan), "--cells", cells)
+    assert code == 2 and out == "", out
+    assert "--cells" in err and len(err.strip().splitlines()) == 1
+
+
 def test_ci_matrix_rejects_non_plan_json() -> None:
     with pytest.raises(ValueError, match="include"):
         ci_matrix({"cells": []}, ["x"])
+
+
+@pytest.mark.parametrize("text", ['[]', '"x"', '{"include": [1]}', '{"include": [5]}', '{"include": [{"cell": [1]}]}',
+                                  '{"include": [{}]}'])
+def test_ci_matrix_refuses_a_plan_json_of_the_wrong_shape(run_cli, tmp_path: Path, text: str) -> None:
+    """Any JSON parses: a plan that is no object, or an `include` entry that is no object naming its cell, is one
+    line naming the file (exit 2), not an AttributeError."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(text)
+    code, out, err = run_cli("workflows", "ci-matrix", "--plan", str(plan), "--cells", "pytorch-cpu:2.13")
+    assert code == 2 and out == "", err
+    assert str(plan) in err and "buildtool plan --json" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_check_fails_when_a_workflow_is_edited_by_hand(project: Path, run_cli) -> None:

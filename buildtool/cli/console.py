@@ -98,7 +98,7 @@ class Project:
         from buildtool.matrix import snapshot
 
         key = snapshot.snapshot_key(self.matrix_path, self.templates, self._display())
-        found = snapshot.read(key, self.load)
+        found = snapshot.read(key, self.load, self.matrix_path.parent)
         if found is None:
             return self.load()
         frameworks.point_at(self.matrix_path.parent / "image-tests")   # the table the snapshot was made with

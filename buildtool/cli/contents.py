@@ -23,7 +23,8 @@ def lock(
     framework: FrameworkOption = None,
     package: Annotated[list[str] | None, typer.Option(
         "--package", "-p",
-        help="Move only this package (repeatable); other pins are kept. Default: refresh every package.")] = None,
+        help="Move only this Python package (repeatable, or a comma list); other pins are kept. "
+             "Default: refresh every package.")] = None,
     matrix: MatrixOption = None,
 ) -> None:
     """Resolve FRAMEWORK's cells (default all) with uv and write their locks beside the Dockerfiles

@@ -45,11 +45,15 @@ def workflows_write(
 def workflows_ci_matrix(plan: PlanOption, cells: CellsOption) -> None:
     """Print `matrix=<one-line JSON>` for $GITHUB_OUTPUT: the plan narrowed to CELLS."""
     check_arguments("workflows ci-matrix", locals())   # every argument first (issue 37)
+    from buildtool.common.refs import shown
     from buildtool.render.workflows import ci_matrix
 
+    wanted = [c for c in cells.split(",") if c]
+    if not wanted:   # an empty CI matrix: GitHub fails the job later, or it runs nothing and passes
+        raise UserError(f"--cells {shown(cells)} names no cell; give a comma list of cells (image:version)")
     try:
         data = json.loads(plan.read_text(encoding="utf-8"))
-        narrowed = ci_matrix(data, [c for c in cells.split(",") if c])
+        narrowed = ci_matrix(data, wanted)
     except (OSError, json.JSONDecodeError, ValueError) as exc:
         raise UserError(f"{plan}: {exc}") from None
     sys.stdout.write("matrix=" + json.dumps(narrowed, separators=(",", ":"), sort_keys=True) + "\n")

@@ -183,6 +183,15 @@ def _rdma_resource(option: str, item: str) -> object:
     return item
 
 
+def _efa_resource(option: str, item: str) -> object:
+    """NAME=COUNT: the COUNT is how many EFA devices a node has (the bus-bandwidth floor), never a default of 1."""
+    _rdma_resource(option, item)
+    if "=" not in item:
+        raise UserError(f"{option} {shown(item)} names no COUNT: give NAME=COUNT, the EFA devices of a node "
+                        "(e.g. vpc.amazonaws.com/efa=32)")
+    return item
+
+
 def _nccl_env(option: str, item: str) -> object:
     """NCCL_NAME=VALUE, the value a plain word (what NCCL reads: numbers, interface lists, paths)."""
     argcheck.plain(option, item)
@@ -212,7 +221,9 @@ SLURM_CONSTRAINT = _word(r"[A-Za-z0-9_.&|*\[\]-]{1,128}", "SLURM node features (
                          "joined by & or |)", empty=True)
 SLURM_TIME = _word(r"(?:[0-9]{1,3}-)?[0-9]{1,4}(?::[0-9]{2}){0,2}", "a SLURM time limit ([D-]HH:MM:SS or MM)")
 KEY_NAME = _word(NAME, "a key name (letters, digits, '.', '_', '-'; at most 128)")
-APT_PACKAGE = _word(r"[a-z0-9][a-z0-9+.-]{0,127}", "a Debian package name")
+# lock --package names Python distributions (what uv resolves): PEP 508 names, one or a comma list.
+PYTHON_PACKAGES = _word(rf"{NAME}(?:,{NAME}){{0,63}}", "a Python package name (PEP 508: letters, digits, '.', "
+                        "'_', '-'; a comma list for several)")
 MIRROR = _word(r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?(?:/[a-z0-9._-]{1,128}){0,8}",
                "a registry host[:port][/path] (e.g. 127.0.0.1:5000)")
 # plan names a release whose tag is no Docker tag itself (it has the matrix's tag templates).
@@ -304,11 +315,12 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
             "toleration": ("--toleration", _each(TOLERATION)), "gpu_resource": ("--gpu-resource", argcheck.label_key),
             "deadline": ("--deadline", count(1, 30 * 86_400)),
             "rdma_resource": ("--rdma-resource", _each(_rdma_resource)), "ipc_lock": ("--ipc-lock", FLAG),
-            "efa_resource": ("--efa-resource", _rdma_resource),
+            "efa_resource": ("--efa-resource", _efa_resource),
             "platform": ("--platform", _platform)},
     "keys": {"name": ("--name", KEY_NAME), "out_dir": ("--out", OUT_DIR),
              "role": ("--role", _each(choice("builder", "tester"))), "dev": ("--dev", FLAG)},
-    "lock": {"framework": ("--framework", SELECTOR), "package": ("--package", _each(APT_PACKAGE)), "matrix": MATRIX},
+    "lock": {"framework": ("--framework", SELECTOR), "package": ("--package", _each(PYTHON_PACKAGES)),
+             "matrix": MATRIX},
     "plan": {"framework": ("--framework", SELECTOR), "as_json": JSON, "release": ("--release", TAG_TEMPLATE),
              "revision": REV, "matrix": MATRIX},
     "release": {o.dest: (o.flags[0], o.grammar) for o in RELEASE_OPTIONS},

@@ -90,7 +90,7 @@ class MultiNodeCheck:
 class Framework:
     name: str                       # the matrix's `framework:` value; also its image-tests group and folder
     module: str                     # the import whose __version__ proves the framework's version
-    distributions: tuple[str, ...]  # pip names that carry it (a stand-in's requirement is found by these)
+    distributions: tuple[str, ...]  # pip names that carry it, at least one (a stand-in's requirement is found by these)
     gpu_count_expr: str             # Python, evaluated in the image with `module` imported: GPUs it sees
     events_writer: tuple[str, ...]  # its scripts/ command that writes TensorBoard scalars "loss"
     title: str = ""                 # how documents and Dockerfile comments name it (PyTorch)
@@ -125,7 +125,9 @@ def _row_model() -> Any:
         name: Annotated[StrictStr, Field(pattern=f"^{_NAME}$", max_length=40)]
         title: Annotated[StrictStr, Field(min_length=1, max_length=40, pattern=r"^[^\x00-\x1f\x7f]+$")]
         module: Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")]
-        distributions: tuple[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...]
+        # At least one: a stand-in's requirement and framework_requirements are found by these.
+        distributions: Annotated[tuple[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...],
+                                 Field(min_length=1)]
         gpu_count: Annotated[StrictStr, Field(min_length=1)]
         cuda_build: Annotated[StrictStr, Field(min_length=1)] = "''"
         events_writer: Annotated[tuple[StrictStr, ...], Field(min_length=1)]

@@ -73,7 +73,8 @@ def base_mirrors(base_mirror: str) -> str | dict[str, str]:
         if len(items) > 1:
             raise UserError(f"BASE_MIRROR={base_mirror!r} names {len(items)} registries: set one registry, or "
                             "`upstream-host=mirror` pairs separated by commas")
-        return check_registry("BASE_MIRROR", items[0]).rstrip("/") if items else ""
+        # A trailing '/' is taken as REGISTRY's is: the registry without it.
+        return check_registry("BASE_MIRROR", items[0].rstrip("/")) if items else ""
     pairs: dict[str, str] = {}
     for item in items:
         upstream, sep, mirror = item.partition("=")
@@ -82,7 +83,7 @@ def base_mirrors(base_mirror: str) -> str | dict[str, str]:
         if upstream in pairs:
             raise UserError(f"BASE_MIRROR names {upstream} twice: keep one `{upstream}=mirror` pair")
         check_registry("BASE_MIRROR upstream", upstream)
-        pairs[upstream] = check_registry("BASE_MIRROR", mirror)
+        pairs[upstream] = check_registry("BASE_MIRROR", mirror.rstrip("/"))
     return pairs
 
 
@@ -109,27 +110,40 @@ def mirror_base(base: str, base_mirror: str) -> str:
 REVISION_PATHSPEC = (".", ":(exclude)docs/releases", ":(exclude)docs/images.md")
 
 
-def _git(repo: Path, *args: str) -> str:
+def _git_bytes(repo: Path, *args: str) -> bytes:
     try:
-        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                              text=True, timeout=30).stdout
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, timeout=30).stdout
     except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
         raise UserError(f"cannot read the git revision of {repo} ({exc}); run inside a git clone "
                         "with at least one commit") from None
 
 
+def _git(repo: Path, *args: str) -> str:
+    return _git_bytes(repo, *args).decode("utf-8", "replace")
+
+
 def _dirty_suffix(repo: Path) -> str:
     """`-dirty.<hash of the changes>` for a work tree with changes (outside REVISION_PATHSPEC), else ''."""
-    status = _git(repo, "status", "--porcelain", "--untracked-files=normal", "--", *REVISION_PATHSPEC)
-    if not status.strip():
+    # -z: NUL-separated, names unquoted (a name with a space or non-ASCII is read as it is); all: every untracked
+    # file, not only its new folder, so each one's contents are hashed. Bytes: a name need not be UTF-8.
+    status = _git_bytes(repo, "status", "--porcelain", "-z", "--untracked-files=all", "--", *REVISION_PATHSPEC)
+    if not status.strip(b"\0"):
         return ""
-    digest = hashlib.sha256(_git(repo, "diff", "HEAD", "--", *REVISION_PATHSPEC).encode() + status.encode())
-    for line in status.splitlines():
-        if line.startswith("??"):
-            path = repo / line[3:].strip()
-            if path.is_file():
-                digest.update(path.read_bytes())
+    digest = hashlib.sha256(_git_bytes(repo, "diff", "HEAD", "--", *REVISION_PATHSPEC) + status)
+    for record in status.split(b"\0"):
+        if record.startswith(b"?? "):
+            digest.update(_untracked_bytes(repo / os.fsdecode(record[3:])))
     return f"-dirty.{digest.hexdigest()[:8]}"
+
+
+def _untracked_bytes(path: Path) -> bytes:
+    """What an untracked file adds to the dirty hash: its length and contents (a link: its target)."""
+    try:
+        data = os.fsencode(os.readlink(path)) if path.is_symlink() else path.read_bytes() if path.is_file() else b""
+    except OSError as exc:
+        raise UserError(f"cannot read the untracked file {path} for the dirty revision ({exc.strerror}); "
+                        "remove it, add it to .gitignore or make it readable") from None
+    return b"%d\0" % len(data) + data
 
 
 def git_revision(repo: Path) -> str:

@@ -412,17 +412,21 @@ class Matrix:
             return list(self.cells)
         chosen = list(self._by_name.get(framework, ()))
         if not chosen:
+            # Only the frameworks some cell is of: a framework folder no image uses selects nothing.
+            used = [f for f in frameworks.names() if f in {c.framework for c in self.cells}]
+            names = self.image_names
+            shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more images" if len(names) > 20 else "")
+            choices = f"all, {', '.join(used)}, {shown}"
+            if framework in frameworks.names():
+                raise UserError(f"FRAMEWORK={framework!r}: the framework {framework} has no cells in {self.path} (no "
+                                f"image there has `framework: {framework}`); add one, or choose one of: {choices}")
             name, sep, _ = framework.partition(":")
             if sep and name in self.image_names:
                 versions = ", ".join(c.version for c in self.cells if c.name == name)
                 hint = f"; {name} has version(s) {versions}"
             else:
-                hint = values.suggest(framework, ["all", *frameworks.names(), *self.image_names,
-                                                  *(c.key for c in self.cells)])
-            names = self.image_names
-            shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more images" if len(names) > 20 else "")
-            raise UserError(f"unknown FRAMEWORK={framework!r}; choose one of: all, "
-                            f"{', '.join(frameworks.names())}, {shown}{hint}")
+                hint = values.suggest(framework, ["all", *used, *self.image_names, *(c.key for c in self.cells)])
+            raise UserError(f"unknown FRAMEWORK={framework!r}; choose one of: {choices}{hint}")
         return chosen
 
 

@@ -10,8 +10,10 @@ table, buildtool/common/). Reading it gives objects with every field, property a
 method of the real Cell, Run and Matrix, with the values the real code computed when the
 snapshot was made: nothing here re-implements a rule. `Matrix.select` is answered from the
 selections the real matrix made for every name it knows; any other name is loaded for real (to
-raise its error). A missing, stale or unreadable snapshot means a real load, which writes a
-fresh one.
+raise its error). The site folders the cells name (`validate.extra_tests`) are not in the key (which of
+them the matrix names is known only once it is loaded): reading a snapshot checks each again with the
+load's own rule (contracts.sitetests.problem). A missing, stale or unreadable snapshot, or one whose
+site folder the load would now refuse, means a real load, which writes a fresh one (or raises its error).
 """
 
 from __future__ import annotations
@@ -187,7 +189,8 @@ def write(matrix: Any, key: str, names: list[str]) -> None:
         pass    # no cache: the next command loads for real again
 
 
-def read(key: str, load: Callable[[], Any]) -> MatrixSnapshot | None:
+def read(key: str, load: Callable[[], Any], matrix_dir: Path | None = None) -> MatrixSnapshot | None:
+    """The snapshot under `key`, or None (load for real). `matrix_dir`: where the cells' site folders are."""
     if not key:
         return None
     try:
@@ -196,7 +199,21 @@ def read(key: str, load: Callable[[], Any]) -> MatrixSnapshot | None:
         return None
     if not isinstance(data, dict) or data.get("version") != _VERSION:
         return None
-    return MatrixSnapshot(data, load)
+    found = MatrixSnapshot(data, load)
+    return found if _sites_still_pass(found, matrix_dir) else None
+
+
+def _sites_still_pass(found: MatrixSnapshot, matrix_dir: Path | None) -> bool:
+    """Whether every site folder a cell names would pass the load's check now (renamed, emptied of its
+    test_*.py, or its name taken by image-tests since the snapshot: the real load must refuse it)."""
+    folders = {c.extra_tests for c in found.cells if getattr(c, "extra_tests", None)}
+    if not folders:
+        return True
+    if matrix_dir is None:   # nowhere to look: load for real
+        return False
+    from buildtool.contracts import sitetests  # only for a matrix with site folders: release starts fast
+
+    return not any(sitetests.problem(matrix_dir / f, matrix_dir / "image-tests") for f in folders)
 
 
 def selection_names(matrix: Any) -> list[str]:

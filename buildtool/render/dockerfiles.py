@@ -401,11 +401,14 @@ def drift(root: Path, outputs: Outputs) -> tuple[str, list[str]]:
     chunks: list[str] = []
     for rel, data in sorted(outputs.files.items()):
         path = root / rel
-        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        # surrogateescape: a committed byte that is not UTF-8 never equals what was rendered (drift, not a crash);
+        # the diff shows it as \xNN.
+        current = path.read_text(encoding="utf-8", errors="surrogateescape") if path.is_file() else ""
         wanted = data.decode()
         if current != wanted:
+            shown = current.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             chunks.extend(difflib.unified_diff(
-                current.splitlines(keepends=True), wanted.splitlines(keepends=True),
+                shown.splitlines(keepends=True), wanted.splitlines(keepends=True),
                 fromfile=f"a/{rel}" if path.is_file() else "/dev/null", tofile=f"b/{rel}"))
     return "".join(chunks), outputs.stale(root)
 

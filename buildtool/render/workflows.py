@@ -416,11 +416,15 @@ def render_workflows(matrix: Matrix, options: WorkflowOptions | None = None) -> 
 workflow_outputs = render_workflows
 
 
-def ci_matrix(plan: dict[str, Any], cells: list[str]) -> dict[str, Any]:
+def ci_matrix(plan: Any, cells: list[str]) -> dict[str, Any]:
     """`buildtool plan --json` output narrowed to `cells` (in plan order); unknown cells are an error."""
-    include = plan.get("include")
+    include = plan.get("include") if isinstance(plan, dict) else None
     if not isinstance(include, list):
         raise ValueError("plan JSON has no `include` list; produce it with `buildtool plan --json`")
+    # Any JSON parses: an entry that is no object naming its cell is a wrong file, not a crash.
+    if not all(isinstance(entry, dict) and isinstance(entry.get("cell"), str) for entry in include):
+        raise ValueError("plan JSON `include` has an entry that is not an object with a `cell` name; "
+                         "produce it with `buildtool plan --json`")
     known = {entry.get("cell") for entry in include}
     missing = [c for c in cells if c not in known]
     if missing:
