@@ -118,8 +118,9 @@ def put(doc):
 # An index's manifest of the platform asked for (--override-arch), or a single image of STUB_ARCH.
 chosen = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--override-"))
 arch = os.environ.get("STUB_ARCH") or chosen.get("override-arch", "amd64")
-config = put({"architecture": arch, "os": chosen.get("override-os", "linux"),
-              "config": {"Labels": json.loads(os.environ["STUB_LABELS"])}})
+declared = json.loads(os.environ.get("STUB_PLATFORM") or "null") or {"architecture": arch,
+                                                                    "os": chosen.get("override-os", "linux")}
+config = put({**declared, "config": {"Labels": json.loads(os.environ["STUB_LABELS"])}})
 manifest = put({"schemaVersion": 2, "config": config, "layers": []})
 json.dump({"schemaVersion": 2, "manifests": [manifest]}, open(os.path.join(layout, "index.json"), "w"))
 '''
@@ -263,6 +264,22 @@ def test_an_image_of_another_platform_than_asked_is_refused_and_leaves_nothing(
                              "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and out == ""
     assert "127.0.0.1:5000/t/other:1: the image is linux/amd64, not linux/arm64" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stub.log", "stubs"]
+
+
+@pytest.mark.parametrize("declared", [{"os": "linux", "variant": "amd64"}, {"os": "linux/amd64"}])
+def test_a_config_without_an_architecture_is_refused_by_name(run_cli, tools: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch, declared: dict) -> None:
+    """The platform check joined the config's os/architecture/variant with "/" and split it again: a config with no
+    architecture whose other fields spelled linux/amd64 passed as linux/amd64."""
+    monkeypatch.setenv("STUB_PLATFORM", json.dumps(declared))
+    code, out, err = run_cli("bundle", "127.0.0.1:5000/t/other:1", str(tmp_path / "b"), "--platform", "linux/amd64",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        f"error: 127.0.0.1:5000/t/other:1: the image's config declares no architecture ({json.dumps(declared)}), so "
+        "it is of no known platform, not linux/amd64; rebuild it (`buildtool build`), or bundle an image whose config "
+        "declares its os and architecture")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stub.log", "stubs"]
 
 

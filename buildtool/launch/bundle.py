@@ -183,17 +183,24 @@ def layout_entrypoint(layout: Path) -> tuple[str, ...]:
     return words
 
 
-def platform_problem(wanted: platforms.Platform, declared: str) -> str | None:
-    """Why the copied image is not of the platform the bundle is made for (None: it is)."""
-    os_, _, rest = declared.partition("/")
-    arch, _, variant = rest.partition("/")
+def platform_problem(wanted: platforms.Platform, config: dict[str, Any]) -> str | None:
+    """Why the copied image is not of the platform the bundle is made for (None: it is), from its config's own
+    os, architecture and variant fields (not their "/"-joined string split again: `{"os": "linux/amd64"}` read so
+    passed as linux/amd64)."""
+    fields = {k: config[k] for k in ("os", "architecture", "variant") if config.get(k) is not None}
+    missing = [k for k in ("os", "architecture") if not config.get(k)]
+    if missing:
+        return (f"the image's config declares no {' and no '.join(missing)} ({json.dumps(fields)[:120]}), so it is "
+                f"of no known platform, not {wanted.name}; rebuild it (`buildtool build`), or bundle an image whose "
+                "config declares its os and architecture")
     try:
-        found = platforms.from_descriptor({"os": os_, "architecture": arch, "variant": variant})
+        found = platforms.from_descriptor(fields)
     except platforms.UnknownPlatform:
         found = None
     if found is not None and found.name == wanted.name:
         return None
-    return (f"the image is {declared or 'of no declared platform'}, not {wanted.name}: it is no index with a "
+    declared = "/".join(str(v) for v in fields.values() if v)
+    return (f"the image is {declared}, not {wanted.name}: it is no index with a "
             f"{wanted.name} manifest; bundle the platform it has (--platform), or an image of {wanted.name}")
 
 
@@ -254,8 +261,7 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
                  COPY_TIMEOUT_S, f"skopeo copy of {image}")
         digest, config = _layout_config(layout)
         entrypoint = layout_entrypoint(layout)
-        declared = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
-        problem = platform_problem(platform, declared)
+        problem = platform_problem(platform, config)
         if problem is not None:
             raise UserError(f"{image}: {problem}")
         profile = _profile(request, dict((config.get("config") or {}).get("Labels") or {}))
