@@ -205,6 +205,33 @@ def test_bad_input_is_refused_before_copying(run_cli, tools: Path, tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stubs", "taken"]
 
 
+def test_ulimit_takes_the_advertised_soft_hard_form(run_cli, tools: Path, tmp_path: Path) -> None:
+    """The argument check accepts NAME=SOFT[:HARD] (as --help says), but parse_ulimits refused SOFT:HARD ("must be
+    NAME=VALUE") and took `--1` or -5 as numbers (only -1 means unlimited). SOFT:HARD now reaches the OCI config's
+    rlimit (soft and hard) and the bundle's record; the rest is one line."""
+    dest = tmp_path / "b"
+    code, out, err = run_cli("bundle", IMAGE, str(dest), "--ulimit=memlock=1:2", "--ulimit=core=0:unlimited",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    rlimits = {r["type"]: r for r in json.loads((dest / "config.json").read_text())["process"]["rlimits"]}
+    assert rlimits["RLIMIT_MEMLOCK"] == {"type": "RLIMIT_MEMLOCK", "soft": 1, "hard": 2}
+    assert rlimits["RLIMIT_CORE"] == {"type": "RLIMIT_CORE", "soft": 0, "hard": UNLIMITED}
+    made = json.loads((dest / "dl-images-bundle.json").read_text())
+    assert made["ulimits"] == {"core": [0, -1], "memlock": [1, 2], "stack": 67108864}
+    assert "ulimits core=0:-1, memlock=1:2, stack=67108864" in out and "--ulimit memlock=1:2, core=0:-1" in out
+    assert parse_ulimits(["memlock=1:2", "stack=unlimited", "nofile=-1:-1"]) == (
+        ("memlock", (1, 2)), ("stack", -1), ("nofile", (-1, -1)))
+    for bad in ("memlock=--1", "memlock=-2", "memlock=1:-5", "memlock=1:", "memlock=1:2:3", "memlock=\uff11"):
+        with pytest.raises(UserError) as caught:
+            parse_ulimits([bad])
+        assert str(caught.value).startswith(f"--ulimit {bad!r} must be NAME=SOFT[:HARD] with NAME one of as, "), bad
+        assert str(caught.value).endswith("and SOFT, HARD whole numbers (-1 or unlimited: unlimited)"), bad
+    for above in ("memlock=5:4", "memlock=-1:4"):    # runc would refuse it on every node at the job's start
+        with pytest.raises(UserError, match=f"^--ulimit '{above}': the soft limit is above the hard limit; give "
+                                            "SOFT <= HARD$"):
+            parse_ulimits([above])
+
+
 def test_an_image_without_a_profile_takes_the_cells_or_needs_shm_size(run_cli, tools: Path, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STUB_LABELS", "{}")
