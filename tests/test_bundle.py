@@ -259,6 +259,31 @@ def test_force_replaces_a_bundle_whole(run_cli, tools: Path, tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "stub.log", "stubs"]
 
 
+def test_a_failed_force_replace_keeps_the_old_bundle(run_cli, tools: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """--force moved the old bundle aside, then the new one's rename failed: the cleanup deleted the old one too
+    (and the OSError was a traceback). The old bundle is put back, and the failure is one line."""
+    dest = tmp_path / "bundle"
+    matrix = ["--matrix", str(REPO / "matrix.yaml")]
+    assert run_cli("bundle", IMAGE, str(dest), *matrix)[0] == 0
+    (dest / "jobs" / "mine").mkdir()
+    before = (dest / "dl-images-bundle.json").read_text()
+    rename = os.rename
+
+    def failing(src: str | Path, dst: str | Path) -> None:
+        if Path(dst) == dest and Path(src).name == "bundle":   # the new bundle's final rename
+            raise OSError(28, "No space left on device")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", failing)
+    code, out, err = run_cli("bundle", IMAGE, str(dest), "--force", "--shm-size", "1g", *matrix)
+    assert code == 1 and out == ""
+    assert err.strip().splitlines()[-1] == (f"failed: cannot move the new bundle into place at {dest} ([Errno 28] "
+                                            "No space left on device); the old bundle is kept there"), err
+    assert (dest / "dl-images-bundle.json").read_text() == before and (dest / "jobs" / "mine").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "stub.log", "stubs"]
+
+
 def test_a_matrix_image_whose_tag_names_no_cell_is_exit_2_not_the_default_cells_profile(
         run_cli, tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 21: `-25.01` is no version of pytorch-cpu; the 2.13 cell's profile is not the answer."""

@@ -292,12 +292,31 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
                         platform=platform.name, machine=platform.machine, entrypoint=entrypoint)
         (staged / META_FILE).write_text(json.dumps(asdict(bundle), indent=1) + "\n", encoding="utf-8")
         (staged / ENTRYPOINT_FILE).write_text("".join(f"{word}\n" for word in entrypoint), encoding="utf-8")
-        if dest.exists():
-            os.rename(dest, work / "replaced")
-        os.rename(staged, dest)
+        _move_into_place(staged, dest, work / "replaced")
         return bundle
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not (work / "replaced").exists():   # else an old bundle that could not be put back: the error names it
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _move_into_place(staged: Path, dest: Path, aside: Path) -> None:
+    """STAGED renamed to DEST. An old DEST (--force) is moved ASIDE first, and back where the new one cannot take
+    its place: a failed replace keeps the old bundle."""
+    if dest.exists():
+        os.rename(dest, aside)
+    try:
+        os.rename(staged, dest)
+    except OSError as exc:
+        if not aside.exists():
+            raise FailedError(f"cannot move the new bundle into place at {dest}: {exc}") from None
+        try:
+            os.rename(aside, dest)
+        except OSError as back:
+            raise FailedError(f"cannot move the new bundle into place at {dest} ({exc}), nor the old one back "
+                              f"({back}): the old bundle is at {aside}") from None
+        raise FailedError(f"cannot move the new bundle into place at {dest} ({exc}); the old bundle is kept "
+                          "there") from None
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _profile(request: BundleRequest, labels: dict[str, str]) -> Profile:
