@@ -118,8 +118,9 @@ def put(doc):
 # An index's manifest of the platform asked for (--override-arch), or a single image of STUB_ARCH.
 chosen = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--override-"))
 arch = os.environ.get("STUB_ARCH") or chosen.get("override-arch", "amd64")
-config = put({"architecture": arch, "os": chosen.get("override-os", "linux"),
-              "config": {"Labels": json.loads(os.environ["STUB_LABELS"])}})
+declared = json.loads(os.environ.get("STUB_PLATFORM") or "null") or {"architecture": arch,
+                                                                    "os": chosen.get("override-os", "linux")}
+config = put({**declared, "config": {"Labels": json.loads(os.environ["STUB_LABELS"])}})
 manifest = put({"schemaVersion": 2, "config": config, "layers": []})
 json.dump({"schemaVersion": 2, "manifests": [manifest]}, open(os.path.join(layout, "index.json"), "w"))
 '''
@@ -204,6 +205,33 @@ def test_bad_input_is_refused_before_copying(run_cli, tools: Path, tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stubs", "taken"]
 
 
+def test_ulimit_takes_the_advertised_soft_hard_form(run_cli, tools: Path, tmp_path: Path) -> None:
+    """The argument check accepts NAME=SOFT[:HARD] (as --help says), but parse_ulimits refused SOFT:HARD ("must be
+    NAME=VALUE") and took `--1` or -5 as numbers (only -1 means unlimited). SOFT:HARD now reaches the OCI config's
+    rlimit (soft and hard) and the bundle's record; the rest is one line."""
+    dest = tmp_path / "b"
+    code, out, err = run_cli("bundle", IMAGE, str(dest), "--ulimit=memlock=1:2", "--ulimit=core=0:unlimited",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    rlimits = {r["type"]: r for r in json.loads((dest / "config.json").read_text())["process"]["rlimits"]}
+    assert rlimits["RLIMIT_MEMLOCK"] == {"type": "RLIMIT_MEMLOCK", "soft": 1, "hard": 2}
+    assert rlimits["RLIMIT_CORE"] == {"type": "RLIMIT_CORE", "soft": 0, "hard": UNLIMITED}
+    made = json.loads((dest / "dl-images-bundle.json").read_text())
+    assert made["ulimits"] == {"core": [0, -1], "memlock": [1, 2], "stack": 67108864}
+    assert "ulimits core=0:-1, memlock=1:2, stack=67108864" in out and "--ulimit memlock=1:2, core=0:-1" in out
+    assert parse_ulimits(["memlock=1:2", "stack=unlimited", "nofile=-1:-1"]) == (
+        ("memlock", (1, 2)), ("stack", -1), ("nofile", (-1, -1)))
+    for bad in ("memlock=--1", "memlock=-2", "memlock=1:-5", "memlock=1:", "memlock=1:2:3", "memlock=\uff11"):
+        with pytest.raises(UserError) as caught:
+            parse_ulimits([bad])
+        assert str(caught.value).startswith(f"--ulimit {bad!r} must be NAME=SOFT[:HARD] with NAME one of as, "), bad
+        assert str(caught.value).endswith("and SOFT, HARD whole numbers (-1 or unlimited: unlimited)"), bad
+    for above in ("memlock=5:4", "memlock=-1:4"):    # runc would refuse it on every node at the job's start
+        with pytest.raises(UserError, match=f"^--ulimit '{above}': the soft limit is above the hard limit; give "
+                                            "SOFT <= HARD$"):
+            parse_ulimits([above])
+
+
 def test_an_image_without_a_profile_takes_the_cells_or_needs_shm_size(run_cli, tools: Path, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STUB_LABELS", "{}")
@@ -228,6 +256,31 @@ def test_force_replaces_a_bundle_whole(run_cli, tools: Path, tmp_path: Path) -> 
     assert code == 0, err
     assert not (dest / "jobs" / "stale").exists()
     assert json.loads((dest / "dl-images-bundle.json").read_text())["shm_size"] == "1g"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "stub.log", "stubs"]
+
+
+def test_a_failed_force_replace_keeps_the_old_bundle(run_cli, tools: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """--force moved the old bundle aside, then the new one's rename failed: the cleanup deleted the old one too
+    (and the OSError was a traceback). The old bundle is put back, and the failure is one line."""
+    dest = tmp_path / "bundle"
+    matrix = ["--matrix", str(REPO / "matrix.yaml")]
+    assert run_cli("bundle", IMAGE, str(dest), *matrix)[0] == 0
+    (dest / "jobs" / "mine").mkdir()
+    before = (dest / "dl-images-bundle.json").read_text()
+    rename = os.rename
+
+    def failing(src: str | Path, dst: str | Path) -> None:
+        if Path(dst) == dest and Path(src).name == "bundle":   # the new bundle's final rename
+            raise OSError(28, "No space left on device")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", failing)
+    code, out, err = run_cli("bundle", IMAGE, str(dest), "--force", "--shm-size", "1g", *matrix)
+    assert code == 1 and out == ""
+    assert err.strip().splitlines()[-1] == (f"failed: cannot move the new bundle into place at {dest} ([Errno 28] "
+                                            "No space left on device); the old bundle is kept there"), err
+    assert (dest / "dl-images-bundle.json").read_text() == before and (dest / "jobs" / "mine").is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "stub.log", "stubs"]
 
 
@@ -263,6 +316,22 @@ def test_an_image_of_another_platform_than_asked_is_refused_and_leaves_nothing(
                              "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and out == ""
     assert "127.0.0.1:5000/t/other:1: the image is linux/amd64, not linux/arm64" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stub.log", "stubs"]
+
+
+@pytest.mark.parametrize("declared", [{"os": "linux", "variant": "amd64"}, {"os": "linux/amd64"}])
+def test_a_config_without_an_architecture_is_refused_by_name(run_cli, tools: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch, declared: dict) -> None:
+    """The platform check joined the config's os/architecture/variant with "/" and split it again: a config with no
+    architecture whose other fields spelled linux/amd64 passed as linux/amd64."""
+    monkeypatch.setenv("STUB_PLATFORM", json.dumps(declared))
+    code, out, err = run_cli("bundle", "127.0.0.1:5000/t/other:1", str(tmp_path / "b"), "--platform", "linux/amd64",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        f"error: 127.0.0.1:5000/t/other:1: the image's config declares no architecture ({json.dumps(declared)}), so "
+        "it is of no known platform, not linux/amd64; rebuild it (`buildtool build`), or bundle an image whose config "
+        "declares its os and architecture")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stub.log", "stubs"]
 
 

@@ -16,6 +16,8 @@ import yaml
 from kubernetes_validate import utils as kv
 from referencing import Registry, Resource
 
+from buildtool.common.errors import UserError
+from buildtool.launch.k8s import PodOptions
 from buildtool.launch.multinode import VERIFY_FILES, write_verifier
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,6 +173,21 @@ def test_bad_input_is_one_line_and_exit_2(run_cli, args: list[str], needle: str)
     code, out, err = run_cli("k8s", IMAGE, *args, "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and out == ""
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_toleration_key_must_be_a_label_key() -> None:
+    """parse_tolerations took an empty key (`=v:NoSchedule`, which Kubernetes allows only with Exists) and a key with
+    a space; Kubernetes refused them only when the manifest was applied. Refused here, in one line."""
+    for item, bad in (("=v:NoSchedule", "''"), ("a b:NoSchedule", "'a b'"), ("nvidia.com/:NoSchedule", "'nvidia.com/'"),
+                      ("-a:NoExecute", "'-a'")):
+        with pytest.raises(UserError) as caught:
+            PodOptions.parse_tolerations([item])
+        assert str(caught.value).startswith(f"--toleration: {bad} is not a Kubernetes label key ([prefix/]name"), item
+    with pytest.raises(UserError, match="^--toleration: 'a b' is not a Kubernetes label value"):
+        PodOptions.parse_tolerations(["k=a b:NoSchedule"])
+    assert PodOptions.parse_tolerations(["nvidia.com/gpu:NoSchedule", "pool=:NoExecute"]) == (
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "pool", "operator": "Equal", "value": "", "effect": "NoExecute"})
 
 
 def _verify(tmp_path: Path, result: dict, exit_code: int = 0, world: int = 4,

@@ -328,6 +328,32 @@ def test_the_verifier_fails_a_process_0_that_reports_nothing(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_verifier_fails_a_malformed_result_in_one_line_after_the_check_ends(tmp_path: Path) -> None:
+    """A DDP_RESULT line that is not JSON, not an object, or lacks what the checks read failed the verifier with a
+    traceback (JSONDecodeError, KeyError) while the check still ran; now one line, once the check has ended."""
+    verify = write_verifier(tmp_path)
+    env = {**os.environ, "DDP_EXPECT_WORLD_SIZE": "1", "DDP_EXPECT_BACKEND": "gloo", "JOB_COMPLETION_INDEX": "0"}
+    done = tmp_path / "done"
+    for line, why in (("{bad", "a DDP_RESULT line that is not JSON (Expecting property name"),
+                      ("5", "a DDP_RESULT line that is not a JSON object: 5"),
+                      ('{"backend": "gloo", "world_size": true, "identical": true, "first_loss": 1}',
+                       "DDP_RESULT line has no valid world_size (a whole number), last_loss (a number)")):
+        done.unlink(missing_ok=True)
+        check = (f"import time; print('DDP_RESULT ' + {line!r}, flush=True); time.sleep(0.5); print('after'); "
+                 f"open({str(done)!r}, 'w').close()")
+        proc = subprocess.run([sys.executable, str(verify), sys.executable, "-c", check, "{process_id}"],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("DDP check failed: "), proc.stderr
+        assert why in proc.stderr, proc.stderr
+        assert done.exists() and proc.stdout.endswith("after\n")   # the check ran to its end, waited for
+    proc = subprocess.run([sys.executable, str(verify), "true"], capture_output=True, text=True, timeout=60,
+                          env={**env, "DDP_RDZV_HOST": "localhost", "DDP_RESOLVE_TIMEOUT_S": "abc"})
+    assert proc.returncode == 1
+    assert proc.stderr == ("DDP check failed: DDP_RESOLVE_TIMEOUT_S='abc' is not a whole number of seconds (how long "
+                           "to wait for the rendezvous host's name to resolve)\n"), proc.stderr
+
+
 def test_the_verifier_needs_somewhere_to_read_the_process_id_from(tmp_path: Path) -> None:
     verify = write_verifier(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "DDP_NODES")}

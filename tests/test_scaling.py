@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -218,6 +219,34 @@ def test_a_run_whose_ranks_disagree_fails(tmp_path: Path) -> None:
                 256, 2, 64, 60)
     with pytest.raises(FailedError, match="exit 3"):
         run_one(Launcher(kind="host", python=fake_python(tmp_path, result, 3)), 2, WORKER, 256, 2, 64, 60)
+
+
+def test_a_malformed_result_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    """A SCALING_RESULT line that is not JSON (JSONDecodeError), lacks a field (KeyError) or has no epoch times
+    (statistics.StatisticsError) ended the scaling run in a traceback; now it is the run's failure, one line."""
+    good = {"backend": "gloo", "world_size": 2, "epoch_times_s": [1.0, 1.0], "losses": [2.0, 1.0],
+            "identical": True, "peak_memory_mb": [100.0, 100.0]}
+    fake = tmp_path / "python"
+    cases = [('{"world_size": 2', "its SCALING_RESULT line is not JSON (Expecting ',' delimiter"),
+             ("[1, 2]", "its SCALING_RESULT line is not a JSON object: [1, 2]"),
+             (json.dumps({k: v for k, v in good.items() if k != "epoch_times_s"}),
+              "its SCALING_RESULT line has no valid epoch_times_s (a non-empty list of seconds above 0)"),
+             (json.dumps({**good, "epoch_times_s": []}), "has no valid epoch_times_s (a non-empty list of seconds"),
+             (json.dumps({**good, "epoch_times_s": [0]}), "has no valid epoch_times_s (a non-empty list of seconds"),
+             (json.dumps({k: v for k, v in good.items() if k not in ("identical", "losses")}),
+              "has no valid identical (true or false), losses (a list of numbers)"),
+             (json.dumps({**good, "peak_memory_mb": ["lots", 1]}), "reported no peak memory for each of its 2 ranks")]
+    for line, why in cases:
+        fake.write_text(f"#!/bin/sh\necho {shlex.quote('SCALING_RESULT ' + line)}\n")
+        fake.chmod(0o755)
+        with pytest.raises(FailedError) as caught:
+            run_one(Launcher(kind="host", python=str(fake)), 2, WORKER, 256, 2, 64, 60)
+        message = str(caught.value)
+        assert "\n" not in message and message.startswith("run with 2 processes" if "peak" in why else
+                                                          "scaling run with 2 processes failed: "), message
+        assert why in message, message
+    fake.write_text(f"#!/bin/sh\necho {shlex.quote('SCALING_RESULT ' + json.dumps(good))}\n")
+    assert run_one(Launcher(kind="host", python=str(fake)), 2, WORKER, 256, 2, 64, 60).time_per_epoch_s == 1.0
 
 
 def test_the_report_has_a_section_per_scaling_run(run_cli, tmp_path: Path) -> None:

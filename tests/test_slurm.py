@@ -302,6 +302,16 @@ def test_parse_output() -> None:
     assert not parse_output(PASSED + KILLED).passed
 
 
+def test_parse_output_skips_a_result_that_is_not_an_object() -> None:
+    """`DDP_RESULT 5` (valid JSON, no object) was kept as the result and world_size raised AttributeError; it is
+    skipped as broken JSON is, and an earlier object line stays the result."""
+    odd = parse_output("DDP_RESULT 5\nDDP check passed: x")
+    assert odd.passed and odd.result is None and odd.world_size == 0
+    kept = parse_output('DDP_RESULT {"world_size": 2}\nDDP_RESULT [1]\nDDP check passed: x')
+    assert kept.result == {"world_size": 2} and kept.world_size == 2
+    assert parse_output('DDP_RESULT {"world_size": [2]}\nDDP check passed: x').world_size == 0
+
+
 def test_the_failure_summary_names_what_srun_reported(tmp_path: Path) -> None:
     """The script's epilogue, run against srun outputs as the real cluster printed them."""
     from buildtool.launch.multinode import MultiNodeJob

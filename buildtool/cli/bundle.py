@@ -19,8 +19,9 @@ ImageArgument = Annotated[str, typer.Argument(help="The image, as a registry ref
 DestArgument = Annotated[Path, typer.Argument(help="The bundle folder to create, where the cluster's nodes will "
                                                    "find it (a shared file system).")]
 ShmSizeOption = Annotated[str | None, typer.Option(help="/dev/shm size (default: the run profile's).")]
-UlimitOption = Annotated[list[str] | None, typer.Option(help="NAME=VALUE over the run profile's ulimits, for nodes "
-                                                             "that cannot grant one (e.g. memlock=8388608).")]
+UlimitOption = Annotated[list[str] | None, typer.Option(help="NAME=SOFT[:HARD] over the run profile's ulimits, for "
+                                                             "nodes that cannot grant one (e.g. memlock=8388608; "
+                                                             "-1: unlimited).")]
 HostsOption = Annotated[Path | None, typer.Option(help="A hosts file to bind at /etc/hosts (default: the node's "
                                                        "/etc/hosts and /etc/resolv.conf).")]
 JobsDirOption = Annotated[Path | None, typer.Option(help="Where jobs write their scripts, seen read-only inside "
@@ -72,7 +73,9 @@ def _print_bundle(made: Bundle, json_out: bool) -> None:
 
         say(json.dumps(asdict(made), indent=1))
         return
-    limits = ", ".join(f"{k}={v}" for k, v in made.ulimits.items()) or "none"
+    from buildtool.launch.bundle import limit_text
+
+    limits = ", ".join(f"{k}={limit_text(v)}" for k, v in made.ulimits.items()) or "none"
     say(f"{made.path}: {made.image}@{made.digest} ({made.platform})")
     say(f"  /dev/shm {made.shm_size}, ulimits {limits}, root {'read-only' if made.read_only else 'writable'}, "
         f"hosts {made.hosts}, jobs in {made.jobs_dir} (profile: {made.profile_source}; {made.seconds:.0f} s)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -50,6 +51,9 @@ UNLIMITED = 2**64 - 1
 RLIMITS = {name: f"RLIMIT_{name.upper()}" for name in ("stack", "memlock", "nofile", "nproc", "core", "cpu", "fsize",
                                                      "as", "rss", "msgqueue", "sigpending", "nice", "rtprio", "locks",
                                                      "data")}
+# A ulimit: one value for soft and hard (docker's NAME=VALUE, a run profile's), or (soft, hard); -1: unlimited.
+Limit = int | tuple[int, int]
+ULIMIT_VALUE = r"-1|unlimited|[0-9]{1,19}"   # contracts/arguments.py ULIMIT's grammar, the form --help advertises
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class Profile:
     """What the bundle takes from a run profile."""
 
     shm_size: str
-    ulimits: tuple[tuple[str, int], ...] = ()
+    ulimits: tuple[tuple[str, Limit], ...] = ()
     gpus: bool = False
     ipc_host: bool = False
     source: str = ""          # where it came from, for the summary
@@ -71,7 +75,7 @@ class Bundle:
     profile_source: str
     shm_size: str
     shm_bytes: int
-    ulimits: dict[str, int]
+    ulimits: dict[str, Limit]
     read_only: bool
     hosts: str
     jobs_dir: str
@@ -119,8 +123,8 @@ def fit_config(config: dict[str, Any], bundle: Path, profile: Profile, *, hosts:
         kind = RLIMITS.get(name)
         if kind is None:
             raise UserError(f"run profile ulimit {name!r} has no OCI rlimit; known: {', '.join(sorted(RLIMITS))}")
-        amount = UNLIMITED if value < 0 else value
-        limits[kind] = {"type": kind, "hard": amount, "soft": amount}
+        soft, hard = ((UNLIMITED if v < 0 else v) for v in (value if isinstance(value, tuple) else (value, value)))
+        limits[kind] = {"type": kind, "hard": hard, "soft": soft}
     process["rlimits"] = [limits[k] for k in sorted(limits)]
     if profile.gpus:
         env = [e for e in process.get("env", [])
@@ -183,30 +187,47 @@ def layout_entrypoint(layout: Path) -> tuple[str, ...]:
     return words
 
 
-def platform_problem(wanted: platforms.Platform, declared: str) -> str | None:
-    """Why the copied image is not of the platform the bundle is made for (None: it is)."""
-    os_, _, rest = declared.partition("/")
-    arch, _, variant = rest.partition("/")
+def platform_problem(wanted: platforms.Platform, config: dict[str, Any]) -> str | None:
+    """Why the copied image is not of the platform the bundle is made for (None: it is), from its config's own
+    os, architecture and variant fields (not their "/"-joined string split again: `{"os": "linux/amd64"}` read so
+    passed as linux/amd64)."""
+    fields = {k: config[k] for k in ("os", "architecture", "variant") if config.get(k) is not None}
+    missing = [k for k in ("os", "architecture") if not config.get(k)]
+    if missing:
+        return (f"the image's config declares no {' and no '.join(missing)} ({json.dumps(fields)[:120]}), so it is "
+                f"of no known platform, not {wanted.name}; rebuild it (`buildtool build`), or bundle an image whose "
+                "config declares its os and architecture")
     try:
-        found = platforms.from_descriptor({"os": os_, "architecture": arch, "variant": variant})
+        found = platforms.from_descriptor(fields)
     except platforms.UnknownPlatform:
         found = None
     if found is not None and found.name == wanted.name:
         return None
-    return (f"the image is {declared or 'of no declared platform'}, not {wanted.name}: it is no index with a "
+    declared = "/".join(str(v) for v in fields.values() if v)
+    return (f"the image is {declared}, not {wanted.name}: it is no index with a "
             f"{wanted.name} manifest; bundle the platform it has (--platform), or an image of {wanted.name}")
 
 
-def parse_ulimits(items: list[str]) -> tuple[tuple[str, int], ...]:
-    """`NAME=VALUE` (docker's --ulimit form, one value for soft and hard; -1 unlimited) -> pairs."""
-    pairs = []
+def parse_ulimits(items: list[str]) -> tuple[tuple[str, Limit], ...]:
+    """`NAME=SOFT[:HARD]` (docker's --ulimit form: one value for both, or the soft and the hard limit; -1 or
+    unlimited: unlimited) -> pairs, the value (soft, hard) where two are given."""
+    pairs: list[tuple[str, Limit]] = []
     for item in items:
-        name, _, value = item.partition("=")
-        if name not in RLIMITS or not value.lstrip("-").isdigit():
-            raise UserError(f"--ulimit {item!r} must be NAME=VALUE with NAME one of {', '.join(sorted(RLIMITS))} "
-                            "and VALUE a number (-1: unlimited)")
-        pairs.append((name, int(value)))
+        found = re.fullmatch(rf"([a-z]+)=({ULIMIT_VALUE})(?::({ULIMIT_VALUE}))?", item)
+        if found is None or found.group(1) not in RLIMITS:
+            raise UserError(f"--ulimit {item!r} must be NAME=SOFT[:HARD] with NAME one of {', '.join(sorted(RLIMITS))} "
+                            "and SOFT, HARD whole numbers (-1 or unlimited: unlimited)")
+        given = found.group(2), found.group(3) or found.group(2)
+        soft, hard = (-1 if v == "unlimited" else int(v) for v in given)
+        if hard != -1 and (soft == -1 or soft > hard):   # runc's setrlimit refuses it when the job starts
+            raise UserError(f"--ulimit {item!r}: the soft limit is above the hard limit; give SOFT <= HARD")
+        pairs.append((found.group(1), soft if found.group(3) is None else (soft, hard)))
     return tuple(pairs)
+
+
+def limit_text(value: Limit) -> str:
+    """A ulimit as --ulimit writes it: VALUE, or SOFT:HARD."""
+    return ":".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
 
 
 @dataclass(frozen=True)
@@ -220,7 +241,7 @@ class BundleRequest:
     platform: platforms.Platform
     fallback: Profile | None = None
     shm_size: str | None = None
-    ulimits: tuple[tuple[str, int], ...] = ()
+    ulimits: tuple[tuple[str, Limit], ...] = ()
     hosts: Path | None = None
     jobs_dir: Path | None = None
     read_only: bool = True
@@ -254,8 +275,7 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
                  COPY_TIMEOUT_S, f"skopeo copy of {image}")
         digest, config = _layout_config(layout)
         entrypoint = layout_entrypoint(layout)
-        declared = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
-        problem = platform_problem(platform, declared)
+        problem = platform_problem(platform, config)
         if problem is not None:
             raise UserError(f"{image}: {problem}")
         profile = _profile(request, dict((config.get("config") or {}).get("Labels") or {}))
@@ -272,12 +292,31 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
                         platform=platform.name, machine=platform.machine, entrypoint=entrypoint)
         (staged / META_FILE).write_text(json.dumps(asdict(bundle), indent=1) + "\n", encoding="utf-8")
         (staged / ENTRYPOINT_FILE).write_text("".join(f"{word}\n" for word in entrypoint), encoding="utf-8")
-        if dest.exists():
-            os.rename(dest, work / "replaced")
-        os.rename(staged, dest)
+        _move_into_place(staged, dest, work / "replaced")
         return bundle
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not (work / "replaced").exists():   # else an old bundle that could not be put back: the error names it
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _move_into_place(staged: Path, dest: Path, aside: Path) -> None:
+    """STAGED renamed to DEST. An old DEST (--force) is moved ASIDE first, and back where the new one cannot take
+    its place: a failed replace keeps the old bundle."""
+    if dest.exists():
+        os.rename(dest, aside)
+    try:
+        os.rename(staged, dest)
+    except OSError as exc:
+        if not aside.exists():
+            raise FailedError(f"cannot move the new bundle into place at {dest}: {exc}") from None
+        try:
+            os.rename(aside, dest)
+        except OSError as back:
+            raise FailedError(f"cannot move the new bundle into place at {dest} ({exc}), nor the old one back "
+                              f"({back}): the old bundle is at {aside}") from None
+        raise FailedError(f"cannot move the new bundle into place at {dest} ({exc}); the old bundle is kept "
+                          "there") from None
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _profile(request: BundleRequest, labels: dict[str, str]) -> Profile:
@@ -292,7 +331,7 @@ def _profile(request: BundleRequest, labels: dict[str, str]) -> Profile:
         profile = replace(profile, shm_size=request.shm_size, source=f"{profile.source}, /dev/shm from --shm-size")
     if request.ulimits:
         merged = dict(profile.ulimits) | dict(request.ulimits)
-        given = ", ".join(f"{k}={v}" for k, v in request.ulimits)
+        given = ", ".join(f"{k}={limit_text(v)}" for k, v in request.ulimits)
         profile = replace(profile, ulimits=tuple(sorted(merged.items())), source=f"{profile.source}, --ulimit {given}")
     return profile
 

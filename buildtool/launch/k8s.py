@@ -93,6 +93,10 @@ class PodOptions:
             if not sep or not key_value or effect not in effects:
                 raise UserError(f"--toleration {item!r} is not KEY[=VALUE]:EFFECT, EFFECT one of {', '.join(effects)}")
             key, eq, value = key_value.partition("=")
+            # Kubernetes refuses these only when the manifest is applied: a key is a label key (an empty one
+            # tolerates every taint, and only with Exists, which this form cannot say), a value a label value.
+            argcheck.label_key("--toleration", key)
+            argcheck.label_value("--toleration", value)
             out.append({"key": key, "operator": "Equal", "value": value, "effect": effect} if eq
                        else {"key": key, "operator": "Exists", "effect": effect})
         return tuple(out)

@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,42 @@ class SlurmLauncher:
         return (0 if end.state == "COMPLETED" else 1), f"{end.output}\n[job {end.job_id}: {end.state} {end.exit_code}]"
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# What run_one reads from a worker's result: each field's test (None: absent) and its words in a message.
+RESULT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "backend": (lambda v: isinstance(v, str), "a string"),
+    "world_size": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "identical": (lambda v: isinstance(v, bool), "true or false"),
+    "epoch_times_s": (lambda v: isinstance(v, list) and bool(v) and all(_number(t) and t > 0 for t in v),
+                      "a non-empty list of seconds above 0"),
+    "losses": (lambda v: isinstance(v, list) and all(_number(x) for x in v), "a list of numbers"),
+    "matches_reference": (lambda v: v is None or isinstance(v, bool), "true, false or absent"),
+    "max_abs_diff": (lambda v: v is None or _number(v), "a number or absent"),
+}
+
+
+def read_result(line: str, what: str) -> dict[str, Any]:
+    """A worker's `SCALING_RESULT <json>` line; FailedError naming what is wrong with it (the worker broke its
+    contract)."""
+    text = line[len(RESULT_PREFIX):]
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise FailedError(f"scaling run with {what} failed: its SCALING_RESULT line is not JSON ({exc}): "
+                          f"{text.strip()[:120]}") from None
+    if not isinstance(data, dict):
+        raise FailedError(f"scaling run with {what} failed: its SCALING_RESULT line is not a JSON object: "
+                          f"{text.strip()[:120]}")
+    wrong = [f"{name} ({words})" for name, (test, words) in RESULT_FIELDS.items() if not test(data.get(name))]
+    if wrong:
+        raise FailedError(f"scaling run with {what} failed: its SCALING_RESULT line has no valid {', '.join(wrong)}: "
+                          f"{text.strip()[:120]}")
+    return data
+
+
 # Several nodes' torchrun output interleaves: enough lines that the failing rank's traceback is in view.
 FAILURE_TAIL_LINES = 40
 
@@ -233,7 +270,7 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
     if code != 0 or not lines:
         tail = "\n".join(output.splitlines()[-FAILURE_TAIL_LINES:])
         raise FailedError(f"scaling run with {what} failed (exit {code}):\n{tail}")
-    data = json.loads(lines[-1][len(RESULT_PREFIX):])
+    data = read_result(lines[-1], what)
     expected = launcher.world_size(count)
     if data["world_size"] != expected:
         raise FailedError(f"asked for {what} ({expected} processes), the run had {data['world_size']}")
@@ -244,7 +281,7 @@ def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, sample
                           f"process (max difference {data.get('max_abs_diff')}): the gradients were not averaged "
                           f"across ranks")
     peaks = data.get("peak_memory_mb")
-    if not isinstance(peaks, list) or len(peaks) != expected:
+    if not isinstance(peaks, list) or len(peaks) != expected or not all(_number(p) for p in peaks):
         raise FailedError(f"run with {what} reported no peak memory for each of its {expected} ranks: {peaks!r}")
     times = data["epoch_times_s"]
     per_epoch = statistics.median(times[1:] or times)   # the epochs after the first, which pays for warm-up

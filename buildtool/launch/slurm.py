@@ -377,7 +377,8 @@ class Outcome:
 
     @property
     def world_size(self) -> int:
-        return int((self.result or {}).get("world_size", 0))
+        value = (self.result or {}).get("world_size", 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0   # 0: none reported
 
 
 def parse_output(text: str, label: str = "DDP check", marker: str = "DDP_RESULT ",
@@ -388,9 +389,11 @@ def parse_output(text: str, label: str = "DDP check", marker: str = "DDP_RESULT 
     for line in lines:
         if line.startswith(marker):
             try:
-                result = json.loads(line[len(marker):])
+                found = json.loads(line[len(marker):])
             except ValueError:
                 continue
+            if isinstance(found, dict):   # a number or a list is as malformed as broken JSON
+                result = found
     failed = [line for line in lines if line.startswith(f"{label} failed")]
     shm = [line for line in lines if line.startswith("error: /dev/shm on ")]
     limit = re.search(r"CANCELLED AT \S+ DUE TO TIME LIMIT", text)

@@ -288,6 +288,37 @@ def read_nccl(folder: Path | None, output: str, env: dict[str, str]) -> tuple[nc
     return log, [], nccl_log.summary(log)
 
 
+# What the checks below read from rank 0's result: the JSON type each needs, and its name in a message.
+RESULT_FIELDS: dict[str, tuple[Any, str]] = {
+    "backend": (str, "a string"), "world_size": (int, "a whole number"), "identical": (bool, "true or false"),
+    "first_loss": ((int, float), "a number"), "last_loss": ((int, float), "a number")}
+
+
+def read_result(text: str) -> tuple[dict[str, Any] | None, str]:
+    """A `DDP_RESULT` line's JSON object, or None and what is wrong with it (the check broke its contract)."""
+    shown = text.strip()[:120]
+    try:
+        result = json.loads(text)
+    except ValueError as exc:
+        return None, f"the check printed a DDP_RESULT line that is not JSON ({exc}): {shown}"
+    if not isinstance(result, dict):
+        return None, f"the check printed a DDP_RESULT line that is not a JSON object: {shown}"
+    # bool is an int to Python: true is no world size, 1 no answer to `identical`
+    wrong = [f"{name} ({words})" for name, (kind, words) in RESULT_FIELDS.items()
+             if not isinstance(result.get(name), kind) or isinstance(result[name], bool) != (kind is bool)]
+    if wrong:
+        return None, f"the check's DDP_RESULT line has no valid {', '.join(wrong)}: {shown}"
+    return result, ""
+
+
+def resolve_timeout(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        sys.exit(f"DDP check failed: DDP_RESOLVE_TIMEOUT_S={value!r} is not a whole number of seconds (how long to "
+                 "wait for the rendezvous host's name to resolve)")
+
+
 def main(argv: list[str]) -> int:
     try:
         want_world, want_backend = int(os.environ["DDP_EXPECT_WORLD_SIZE"]), os.environ["DDP_EXPECT_BACKEND"]
@@ -295,7 +326,7 @@ def main(argv: list[str]) -> int:
         sys.exit("verify_ddp.py: set DDP_EXPECT_WORLD_SIZE and DDP_EXPECT_BACKEND (what the launcher asked for)")
     command, me = resolve_command(argv)
     if os.environ.get("DDP_RDZV_HOST"):
-        wait_for_name(os.environ["DDP_RDZV_HOST"], int(os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900")))
+        wait_for_name(os.environ["DDP_RDZV_HOST"], resolve_timeout(os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900")))
     env = dict(os.environ)
     if os.environ.get("DDP_APPEND_LIBRARY_PATH"):
         # After the image's own folders (which may hold CUDA's forward-compatibility libraries).
@@ -304,13 +335,15 @@ def main(argv: list[str]) -> int:
     folder = nccl_log_dir(env)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     result = None
+    malformed = ""   # the first bad DDP_RESULT line's fault: the check is failed, after it ends
     output: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
         if line.startswith("DDP_RESULT "):
-            result = json.loads(line[len("DDP_RESULT "):])
+            result, fault = read_result(line[len("DDP_RESULT "):])
+            malformed = malformed or fault
         elif " NCCL " in line:
             output.append(line)
     code = proc.wait()
@@ -321,6 +354,9 @@ def main(argv: list[str]) -> int:
         problems = transport_problems(log, env)
     if code != 0:   # the check's own failure is the cause (the transport line above says what NCCL used)
         return code
+    if malformed:
+        print(f"DDP check failed: {malformed}", file=sys.stderr)
+        return 1
     if result is None and me == "0":   # torchrun: the node of rank 0 is c10d's choice; a process 0 must report
         print("DDP check failed: process 0 ended without its DDP_RESULT line", file=sys.stderr)
         return 1
