@@ -129,6 +129,22 @@ def test_newest_verdict_of_a_cell_wins(tmp_path: Path) -> None:
     assert len(rows) == 1 and rows[0].result == "passed"
 
 
+def test_the_newest_verdict_is_the_newest_in_time_not_as_text(tmp_path: Path) -> None:
+    """Ordered as the release gate orders them (verdict_choice.when): a fail at 00:30-01:00 (01:30 UTC) is newer
+    than a pass at 01:00 UTC, though it sorts first as text (the report showed the pass)."""
+    passed = verdict("pytorch-cpu:2.13", [test(SHM, "passed")], digest="sha256:" + "01" * 32,
+                     started="2026-01-02T01:00:00+00:00")
+    failed = verdict("pytorch-cpu:2.13", [test(SHM, "failed", "newer")], digest="sha256:" + "02" * 32,
+                     started="2026-01-02T00:30:00-01:00")
+    for order in ([passed, failed], [failed, passed]):
+        shutil.rmtree(tmp_path / "pytorch-cpu", ignore_errors=True)
+        rows = load_verdicts(write(tmp_path, order))
+        assert [(r.result, r.started) for r in rows] == [("failed", "2026-01-02T00:30:00-01:00")]
+    (tmp_path / "pytorch-cpu" / "010101010101" / "verdict.json").write_text(json.dumps({**passed, "started": "soon"}))
+    with pytest.raises(UserError, match=r"010101010101/verdict.json: `started` 'soon' is not an ISO 8601 time"):
+        load_verdicts(tmp_path)
+
+
 def _changed(**change: object) -> str:
     return json.dumps({**tonight()[0], **change})
 
