@@ -469,17 +469,21 @@ class RegistryClient:
         if response.status_code == 201:
             return "mounted"
         session = self._location(response, path) if response.headers.get("Location") else ""
-        if self.has_blob(repo, digest):
-            self._cancel(repo, session)
-            return "present"
+        uploaded = False
         try:
+            if self.has_blob(repo, digest):
+                return "present"
             with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
                 copied = Path(folder) / "blob"
                 self.download_blob(from_repo, digest, copied)
                 self._upload(repo, copied, digest, session)
+                uploaded = True
         except NotFound:
-            self._cancel(repo, session)
             return ""
+        finally:
+            if not uploaded:
+                # Whatever ended the copy (blob gone, digest mismatch, refused PUT, ^C): no session left open.
+                self._cancel(repo, session)
         log.info("registry %s declined to mount %s from %s into %s: uploaded it", self.host, digest, from_repo, repo)
         return "uploaded"
 
