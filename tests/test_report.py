@@ -182,6 +182,17 @@ def test_cli_writes_html_and_markdown(run_cli, tmp_path: Path) -> None:
     assert (out / "report.html").is_file() and (out / "report.md").is_file()
 
 
+def test_scaling_results_that_are_not_a_json_object_are_one_line_exit_2(run_cli, tmp_path: Path) -> None:
+    """A scaling.json holding `[]`: one line naming the file (was a TypeError traceback)."""
+    scaling = tmp_path / "scaling"
+    scaling.mkdir()
+    (scaling / "scaling.json").write_text("[]")
+    code, stdout, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())), "--scaling",
+                                str(scaling), "--out", str(tmp_path / "site"))
+    assert code == 2 and "Traceback" not in err, err
+    assert f"{scaling / 'scaling.json'}: cannot read the scaling results (a JSON list, not an object)" in err
+
+
 def test_cli_missing_folder_is_exit_2(run_cli, tmp_path: Path) -> None:
     code, stdout, err = run_cli("report", "--verdicts", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
     assert code == 2 and "does not exist" in err and not (tmp_path / "o").exists()
