@@ -149,15 +149,14 @@ class RegistryClient:
         return self._session
 
     def _prepare_tls(self, url: str) -> None:
-        """Trust the CA docker would trust for this URL's host (/etc/docker/certs.d/HOST[:PORT]/*.crt)."""
-        netloc = urlsplit(url).netloc.lower()
+        """Trust the CA docker would trust for this URL's host (/etc/docker/certs.d/HOST[:PORT]/*.crt, the host as
+        written: tools.host_ca_files, the lookup skopeo_access makes too)."""
+        netloc = urlsplit(url).netloc
         with self._lock:
             if netloc in self._tls_ready:
                 return
             self._tls_ready.add(netloc)
             context = tools.ssl_context(netloc)
-            if context is None and ":" not in netloc:
-                context = tools.ssl_context(f"{netloc}:443")
             if context is not None:
                 self.session.mount(f"https://{netloc}/", answers.ContextAdapter(context))
 
