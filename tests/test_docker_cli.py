@@ -443,3 +443,16 @@ def test_an_engine_that_fails_otherwise_is_an_error_not_a_missing_image(tmp_path
         docker_cli.inspect_image("t-local:1")
     with pytest.raises(docker_cli.DockerError):
         engine.image_attrs("t-local:1")
+
+
+@pytest.mark.parametrize("printed", ["WARNING: the client config is world-readable", "{}", "[]"])
+def test_a_client_that_prints_no_image_and_exits_0_is_the_one_line_error(printed, tmp_path, clean_env):
+    """Output that is not one image object (not JSON at all: a warning on stdout) is the DockerError, not a
+    JSONDecodeError traceback."""
+    from buildtool.common import docker_cli
+
+    client, _ = fake_client(tmp_path / "client", f'[ "$1 $2" = "image inspect" ] && {{ echo "{printed}"; exit 0; }}')
+    clean_env.setenv(SETTING, str(client))
+    with pytest.raises(docker_cli.DockerError, match="^cannot inspect t-odd:1: the docker client printed no single "
+                                                     "image$"):
+        docker_cli.inspect_image("t-odd:1")

@@ -74,6 +74,25 @@ def test_parse_lock_refuses_what_cannot_be_installed_with_hashes(text, message):
         locks.parse_lock(text)
 
 
+@pytest.mark.parametrize("text, message", [
+    (HEAD + '[[packages]]\nname = "a"\nversion = "1"\nsdist = "x"\n', "a 1: sdist is not a table (found a string)"),
+    (HEAD + '[packages]\nname = "a"\n', "packages is not an array (found a table)"),
+    (HEAD + 'packages = [1]\n', "a [[packages]] entry is not a table (found an integer)"),
+    (HEAD + 'tool = "x"\n', "tool is not a table (found a string)"),
+    (HEAD + '[tool]\ndl-images = 3\n', "tool.dl-images is not a table (found an integer)"),
+    (HEAD + '[[packages]]\nname = "a"\nversion = "1"\nwheels = "x"\n', "a 1: wheels is not an array (found a string)"),
+    (HEAD + '[[packages]]\nname = "a"\nversion = "1"\nwheels = ["x"]\n',
+     "a 1: a wheel is not a table (found a string)"),
+    (HEAD + '[[packages]]\nname = "a"\nversion = "1"\nsdist = { url = "https://x/a.tar.gz", hashes = "x" }\n',
+     "a 1: a.tar.gz: hashes is not a table (found a string)"),
+])
+def test_parse_lock_names_a_field_of_the_wrong_toml_type(text, message):
+    """A hand-edited lock with a string where a table belongs: the ValueError callers turn into "run make
+    lock", naming the field (was an AttributeError from the first .get(), a traceback)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        locks.parse_lock(text)
+
+
 def _write(tmp_path: Path, cell, framework: dict[str, str] | None, tools: dict[str, str]) -> None:
     folder = (tmp_path / cell.dockerfile).parent
     folder.mkdir(parents=True)

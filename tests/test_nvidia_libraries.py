@@ -44,6 +44,13 @@ def test_a_promise_that_is_not_a_version_is_refused(bad):
         nvlibs.parse_promise(bad)
 
 
+@pytest.mark.parametrize("bad", ["9.7.0\n", "9.7.0.66\n", "\u0669.7.0"])
+def test_a_promise_with_a_trailing_newline_or_another_scripts_digits_is_refused(bad):
+    """`$` matched before a final newline, so `'9.7.0\\n'` was taken for a version (and \\d any Unicode digit)."""
+    with pytest.raises(ValueError, match="is not a library version"):
+        nvlibs.parse_promise(bad)
+
+
 def test_a_version_call_that_returns_nothing_is_an_error_not_a_version():
     with pytest.raises(ValueError, match="reported version code 0"):
         nvlibs.decode("cudnn", 0)

@@ -371,6 +371,18 @@ def test_tls_failure_says_why_and_where_the_ca_goes_and_is_not_retried(
         registry.close()
 
 
+def test_the_ca_of_a_mixed_case_host_is_read_from_its_folder_as_written(ca: pki.CA, server_cert: pki.Issued) -> None:
+    """certs.d/HOST[:PORT] is looked up with the host as written, as docker and skopeo (skopeo_access) look it up:
+    the client looked up the lower-cased name, so a CA in certs.d/LocalHost:PORT was not trusted."""
+    registry = FakeRegistry(tls=(server_cert.cert, server_cert.key))
+    try:
+        host = f"LocalHost:{registry.server.port}"
+        trust(ca, host)
+        assert client(host, scheme="https").manifest_digest("team/a", "x") is None
+    finally:
+        registry.close()
+
+
 def test_a_non_loopback_host_is_https_unless_named_insecure(monkeypatch: pytest.MonkeyPatch) -> None:
     assert RegistryClient("registry.example:5000").scheme == "https"
     monkeypatch.setenv("DL_IMAGES_INSECURE_REGISTRIES", "registry.example:5000, other.example")

@@ -52,6 +52,10 @@ def registry() -> Iterator[tuple[Script, str]]:
                     self.end_headers()
                     self.wfile.write(data)
                     return
+            if self.command == "DELETE":
+                self.send_response(204)
+                self.end_headers()
+                return
             if self.command == "HEAD" and "/blobs/" in path:
                 self.send_response(200 if path.rsplit("/", 1)[1] in script.blobs else 404)
                 self.send_header("Content-Length", "0")
@@ -67,7 +71,7 @@ def registry() -> Iterator[tuple[Script, str]]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        do_GET = do_HEAD = do_PUT = do_POST = _answer
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _answer
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -117,3 +121,26 @@ def test_a_blob_commit_refused_while_another_writer_committed_it_counts_as_uploa
     script.answers[("PUT", "/v2/r/blobs/uploads/")] = [(400, _error("DIGEST_INVALID"))]
     with pytest.raises(RegistryError, match="DIGEST_INVALID"):
         client(host).put_blob("r", data)
+
+
+def test_a_declined_mount_cancels_its_upload_session_whatever_ends_the_copy(registry) -> None:
+    """A 202 to a mount opens an upload session: a failed copy cancels it (DELETE) on any error, not only when
+    the source no longer holds the blob (a digest mismatch, a refused PUT left it open)."""
+    script, host = registry
+    body = {"layer": 1}
+    digest = "sha256:" + hashlib.sha256(json.dumps(body).encode()).hexdigest()
+    cancel = ("DELETE", "/v2/r/blobs/uploads/session")
+    script.answers[("GET", f"/v2/s/blobs/{digest}")] = [(200, {"layer": 2})]         # not the blob named
+    with pytest.raises(RegistryError, match="does not match its digest"):
+        client(host).mount_blob("r", digest, "s")
+    assert script.seen.count(cancel) == 1
+    script.answers[("GET", f"/v2/s/blobs/{digest}")] = [(200, body)]
+    script.answers[("PUT", "/v2/r/blobs/uploads/")] = [(400, _error("BLOB_UPLOAD_INVALID"))]
+    with pytest.raises(RegistryError, match="BLOB_UPLOAD_INVALID"):
+        client(host).mount_blob("r", digest, "s")
+    assert script.seen.count(cancel) == 2
+    script.answers[("GET", f"/v2/s/blobs/{digest}")] = [(200, body)]
+    assert client(host).mount_blob("r", digest, "s") == "uploaded"
+    script.blobs.add(digest)
+    assert client(host).mount_blob("r", digest, "s") == "present"
+    assert script.seen.count(cancel) == 3                              # the copy that worked closed its own

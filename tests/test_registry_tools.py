@@ -80,3 +80,21 @@ def test_skopeo_access_for_a_host_without_credentials_and_an_insecure_one(
         assert args == ["--src-tls-verify=false"]
     with skopeo_access("127.0.0.1:5000", "dest") as args:
         assert args == ["--dest-tls-verify=false"]
+
+
+def test_skopeo_reads_the_ca_folder_the_client_reads(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One lookup (tools.host_ca_files) for RegistryClient and skopeo: the host as written (docker's certs.d rule),
+    and for a host without a port also HOST:443, which the client read and skopeo did not."""
+    from buildtool.registry import tools
+
+    certs = env / "certs.d"
+    for folder in ("Mixed.Example:5443", "Mixed.Example:443"):
+        (certs / folder).mkdir()
+        (certs / folder / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    with skopeo_access("Mixed.Example:5443", "dest") as args:
+        assert args == [f"--dest-cert-dir={certs / 'Mixed.Example:5443'}"]
+    with skopeo_access("mixed.example:5443", "dest") as args:
+        assert args == []                                   # another folder name: docker would not read it either
+    with skopeo_access("Mixed.Example", "src") as args:
+        assert args == [f"--src-cert-dir={certs / 'Mixed.Example:443'}"]
+    assert tools.host_ca_files("Mixed.Example") == [certs / "Mixed.Example:443" / "ca.crt"]

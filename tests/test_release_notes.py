@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from buildtool.contracts import label_keys
 from buildtool.contracts.verdict import parse_verdict
@@ -98,3 +101,31 @@ def test_catalogue_helpers_read_releases_in_version_order(tmp_path: Path) -> Non
     assert latest_by_cell(tmp_path)["pytorch-cpu:2.13"] == {
         "release": "0.10.0", "tags": ["2.13-0.2.0", "2.13"], "pinned": f"r/pytorch-cpu@{D2}", "digest": D2,
         "sbom": None, "platforms": [{"platform": "single", "digest": D2, "emulated": False}]}
+
+
+@pytest.mark.parametrize(("text", "cause"), [
+    ("[]", "a JSON list, not an object"),
+    ("{", "Expecting property name"),
+    ('{"version": "0.2.0", "images": []}', "its version is '0.2.0', not the file name's"),
+    ('{"version": "0.1.0", "images": {}}', "`images` is not a list of objects"),
+    ('{"version": "0.1.0", "images": [{"tags": []}]}', "image 0 (no cell): cell, pinned, digest missing or of "
+                                                       "another type"),
+    ('{"version": "0.1.0", "images": [{"cell": "c", "tags": [], "pinned": "p", "digest": "d", "packages": "x"}]}',
+     "image 0 (c): packages missing or of another type"),
+])
+def test_a_release_manifest_the_catalogue_cannot_read_is_one_line_naming_it(tmp_path: Path, text: str,
+                                                                            cause: str) -> None:
+    """docs/releases/<version>.json is a file release wrote: one the catalogue cannot read fails closed, naming
+    it (was a TypeError or KeyError traceback), rather than being skipped (an older release listed as the newest).
+    A file not named by a version is not a release manifest and is still left alone."""
+    from buildtool.common.errors import UserError
+    from buildtool.contracts.releases import latest_by_cell
+
+    write_release_files(tmp_path, build_manifest(ReleaseReport("0.0.9", "a", [item(digest=D1)])))
+    path = tmp_path / "docs/releases/0.1.0.json"
+    path.write_text(text)
+    with pytest.raises(UserError, match=re.escape(f"{path}: cannot read the release manifest (") + re.escape(cause)):
+        latest_by_cell(tmp_path)
+    path.unlink()
+    (tmp_path / "docs/releases/notes.json").write_text("[]")
+    assert latest_by_cell(tmp_path)["pytorch-cpu:2.13"]["release"] == "0.0.9"

@@ -129,6 +129,22 @@ def test_newest_verdict_of_a_cell_wins(tmp_path: Path) -> None:
     assert len(rows) == 1 and rows[0].result == "passed"
 
 
+def test_the_newest_verdict_is_the_newest_in_time_not_as_text(tmp_path: Path) -> None:
+    """Ordered as the release gate orders them (verdict_choice.when): a fail at 00:30-01:00 (01:30 UTC) is newer
+    than a pass at 01:00 UTC, though it sorts first as text (the report showed the pass)."""
+    passed = verdict("pytorch-cpu:2.13", [test(SHM, "passed")], digest="sha256:" + "01" * 32,
+                     started="2026-01-02T01:00:00+00:00")
+    failed = verdict("pytorch-cpu:2.13", [test(SHM, "failed", "newer")], digest="sha256:" + "02" * 32,
+                     started="2026-01-02T00:30:00-01:00")
+    for order in ([passed, failed], [failed, passed]):
+        shutil.rmtree(tmp_path / "pytorch-cpu", ignore_errors=True)
+        rows = load_verdicts(write(tmp_path, order))
+        assert [(r.result, r.started) for r in rows] == [("failed", "2026-01-02T00:30:00-01:00")]
+    (tmp_path / "pytorch-cpu" / "010101010101" / "verdict.json").write_text(json.dumps({**passed, "started": "soon"}))
+    with pytest.raises(UserError, match=r"010101010101/verdict.json: `started` 'soon' is not an ISO 8601 time"):
+        load_verdicts(tmp_path)
+
+
 def _changed(**change: object) -> str:
     return json.dumps({**tonight()[0], **change})
 
@@ -164,6 +180,17 @@ def test_cli_writes_html_and_markdown(run_cli, tmp_path: Path) -> None:
     assert code == 0, err
     assert "3 images, 2 failed / 5 passed / 1 skipped checks, 1 newly failing" in stdout
     assert (out / "report.html").is_file() and (out / "report.md").is_file()
+
+
+def test_scaling_results_that_are_not_a_json_object_are_one_line_exit_2(run_cli, tmp_path: Path) -> None:
+    """A scaling.json holding `[]`: one line naming the file (was a TypeError traceback)."""
+    scaling = tmp_path / "scaling"
+    scaling.mkdir()
+    (scaling / "scaling.json").write_text("[]")
+    code, stdout, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())), "--scaling",
+                                str(scaling), "--out", str(tmp_path / "site"))
+    assert code == 2 and "Traceback" not in err, err
+    assert f"{scaling / 'scaling.json'}: cannot read the scaling results (a JSON list, not an object)" in err
 
 
 def test_cli_missing_folder_is_exit_2(run_cli, tmp_path: Path) -> None:

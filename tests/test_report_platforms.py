@@ -15,7 +15,7 @@ import pytest
 from buildtool.common.errors import UserError
 from buildtool.contracts.gpu import BUSBW_FIGURE
 from buildtool.matrix.schema import Cell
-from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
+from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, NotFound
 from buildtool.report import fetch
 from buildtool.report.nightly import build_report, busbw_rows, render_html, render_markdown
 from buildtool.report.rows import Row
@@ -234,6 +234,35 @@ def test_fetch_names_a_platform_without_a_verdict_or_without_an_image(registry: 
     assert "has no verdict" in rows[(CELL, ARM)].checks["image/verdict"].message
     md = render_markdown(build_report(list(rows.values())))
     assert f"- ❌ `{CELL}` on linux/arm64 `image/verdict`: " in md
+
+
+def test_fetch_records_a_child_manifest_the_registry_no_longer_has_and_goes_on(
+        registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index naming a platform manifest the registry lacks: NotFound no longer aborts `report --fetch`. Gone
+    before the index is read, the strict index read fails and every platform of the cell is missing, naming it
+    (as release refuses such an index); gone between that read and the platform's own (deleted meanwhile), that
+    platform is missing and the other keeps its verdict (NotFound escaped and ended the whole fetch)."""
+    amd, arm = registry.validated("amd64", b"a"), registry.validated("arm64", b"b")
+    registry.index("abc-2.13", [(amd, "amd64"), (arm, "arm64")])
+    reads: list[str] = []
+    real = registry.get_manifest
+
+    def get_manifest(repo: str, ref: str) -> tuple[bytes, str, str]:
+        reads.append(ref)
+        if ref == arm and reads.count(arm) > 1:
+            raise NotFound(f"{repo}:{ref} not found")
+        return real(repo, ref)
+    monkeypatch.setattr(registry, "get_manifest", get_manifest)
+    fetched = _fetch(registry, {CELL: "abc-2.13"})
+    assert [(v["platform"], v.get("missing", False)) for v in fetched] == [(AMD, False), (ARM, True)]
+    assert fetched[1]["digest"] == arm and fetched[1]["reason"] == (
+        f"{registry.host}/{REPO}:abc-2.13 names a linux/arm64 image {arm} the registry no longer has; push the "
+        "cell again")
+    monkeypatch.delattr(registry, "get_manifest")      # the registry's own again
+    del registry.manifests[(REPO, arm)]
+    fetched = _fetch(registry, {CELL: "abc-2.13"})
+    assert [(v["platform"], v.get("missing", False)) for v in fetched] == [(AMD, True), (ARM, True)]
+    assert all(f"its image index cannot be read: {REPO}:{arm} not found" in v["reason"] for v in fetched)
 
 
 def test_fetch_refuses_a_verdict_that_records_another_platform(registry: Registry) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -277,6 +278,27 @@ def test_an_old_probe_output_is_refused_not_turned_into_a_thin_sbom():
     probe["python_details"]["sympy"]["requires_dist"] = ["mpmath>=>1"]
     with pytest.raises(ValueError, match="sympy 1.14.0: unparseable Requires-Dist"):
         _doc(probe)
+
+
+SYMPY = sbom_probe.PYTHON["sympy"]
+
+
+@pytest.mark.parametrize(("detail", "cause"), [
+    ({}, "the probe gave no version (text; found None)"),
+    ({**SYMPY, "license": None}, "the probe gave no license (text; found None)"),
+    ({**SYMPY, "requires_dist": "mpmath"}, "the probe gave no requires_dist (a list of text; found 'mpmath')"),
+    ({**SYMPY, "version": ""}, "the probe gave an empty version"),
+    (None, "its python_details entry is None, not an object"),
+])
+def test_python_metadata_missing_or_of_another_type_is_a_probe_error_naming_the_package(detail, cause):
+    """A distribution whose probe metadata lacks a field or holds another type: the module's ProbeError naming the
+    package and the field (was a KeyError or AttributeError traceback)."""
+    from buildtool.sbom.components import ProbeError, dists
+
+    probe = sbom_probe.probe()
+    probe["python_details"]["sympy"] = detail
+    with pytest.raises(ProbeError, match=re.escape(f"Python distribution sympy: {cause}")):
+        dists(probe)
 
 
 def test_debian_components_carry_the_deb_sha256_make_lock_recorded():

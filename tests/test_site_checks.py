@@ -190,3 +190,49 @@ def test_a_runner_that_dropped_the_site_folder_gets_no_verdict_release_accepts(m
 def test_a_verdict_of_an_edited_site_folder_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     found = gate(monkeypatch, site_verdict(test_code="sha256:" + "6" * 64))
     assert any("which is neither image-tests with the site folder site-acme" in p for p in found), found
+
+
+class Boom(Exception):
+    """A step of the run that failed."""
+
+
+@pytest.mark.parametrize("step", ["_run", "cell_groups"])
+def test_the_staged_tests_are_removed_however_the_run_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           step: str) -> None:
+    """validate stages image-tests with the site folder (reports/<cell>/<digest12>/tests-<run_id>); a step that
+    raises, after the staging (the run) or while planning on the staged tree, leaves no copy behind (it did)."""
+    from buildtool.contracts import label_keys
+    from buildtool.validate import runner
+    from buildtool.validate.containers import Resolved
+    from buildtool.validate.options import Options
+    from buildtool.validate.probe import Inventory
+
+    site(tmp_path)
+    matrix = load_matrix(project(tmp_path, "site-acme"), REPO / "templates")
+    image = Resolved(ref="pytorch-cpu-dev:t", run_ref="pytorch-cpu-dev:t", digest="sha256:" + "a" * 64, host=None,
+                     repo=None, labels={label_keys.CELL: CPU.key})
+    monkeypatch.setattr(runner, "gpu_inventory", lambda: Inventory([], problem="nvidia-smi not found"))
+    monkeypatch.setattr(runner, "resolve", lambda *_a, **_k: image)
+    monkeypatch.setattr(runner, "probe_flags", lambda _image, flags, *_a, **_k: (flags, []))
+    monkeypatch.setattr("buildtool.validate.sbomref.verdict_sbom", lambda *_a: ("", "no registry"))
+    monkeypatch.setattr(runner, "label_checks", lambda *_a: [])
+    staged: list[Path] = []
+    real_groups = runner.cell_groups
+
+    def groups(cell, tree: Path, names):  # type: ignore[no-untyped-def]
+        if tree != tmp_path / "image-tests":
+            staged.append(tree)
+            if step == "cell_groups":
+                raise Boom
+        return real_groups(cell, tree, names)
+
+    def run(plan, *_a: object) -> None:  # type: ignore[no-untyped-def]
+        assert (plan.tree / "site-acme" / "test_acme.py").is_file()
+        raise Boom
+    monkeypatch.setattr(runner, "cell_groups", groups)
+    monkeypatch.setattr(runner, "_run", run)
+    with pytest.raises(Boom):
+        runner.validate_image(image.ref, matrix, tmp_path, Options(store=False), print)
+    [tree] = staged
+    assert tree.name.startswith("tests-") and tree.parent.is_dir() and not tree.exists()
+    assert (tmp_path / "image-tests").is_dir()

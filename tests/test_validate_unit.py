@@ -67,6 +67,19 @@ def test_gpus_flag_only_where_the_runner_has_gpus(matrix):
     assert "--shm-size=8g" in run_flags(cpu, {}, [], print)
 
 
+@pytest.mark.parametrize(("label", "said"), [
+    ("[]", "is a JSON list, not the run profile's object; ignored"),
+    ('"8g"', "is a JSON str, not the run profile's object; ignored"),
+    ("{", "is not JSON; ignored"),
+])
+def test_a_run_profile_label_that_is_not_an_object_is_named_for_what_it_is(matrix, label, said):
+    """A label that is JSON but not an object was logged as "not JSON" (an AttributeError caught as a JSON error)."""
+    lines: list[str] = []
+    cpu = cell_of(matrix, "pytorch-cpu:2.13")
+    assert "--shm-size=8g" in run_flags(cpu, {label_keys.RUN_PROFILE: label}, [], lines.append)
+    assert lines == [f"note: label {label_keys.RUN_PROFILE} {said}"]
+
+
 def test_cell_from_label_or_bad_input(matrix):
     assert find_cell(matrix, {label_keys.CELL: "tensorflow-cpu:2.21"}, None, "x").key == "tensorflow-cpu:2.21"
     assert find_cell(matrix, {}, "pytorch-cpu:2.13", "x").key == "pytorch-cpu:2.13"

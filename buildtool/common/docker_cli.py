@@ -241,7 +241,10 @@ def inspect_image(ref: str, timeout: float = 60) -> dict[str, Any] | None:
         if any(words in proc.stderr.lower() for words in _NO_SUCH_IMAGE):
             return None
         raise DockerError(f"cannot inspect {ref}: {engine_error(proc.stderr)}")
-    found = json.loads(proc.stdout)
+    try:
+        found = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        found = None      # a client that printed a warning and exited 0: no image to read either
     if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict):
         raise DockerError(f"cannot inspect {ref}: the docker client printed no single image")
     return found[0]

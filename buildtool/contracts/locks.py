@@ -100,12 +100,12 @@ def parse_lock(text: str) -> LockFile:
     if data.get("lock-version") != "1.0":
         raise ValueError(f"lock-version is {data.get('lock-version')!r}, not PEP 751's \"1.0\"")
     entries: dict[str, Entry] = {}
-    for package in data.get("packages", []):
-        entry = _entry(package)
+    for package in _array(data.get("packages", []), "packages"):
+        entry = _entry(_table(package, "a [[packages]] entry"))
         if entry.name in entries:
             raise ValueError(f"{entry.name} is listed twice")
         entries[entry.name] = entry
-    tool = data.get("tool", {}).get(TOOL, {})
+    tool = _table(_table(data.get("tool", {}), "tool").get(TOOL, {}), f"tool.{TOOL}")
     return LockFile(entries, **{key: str(tool.get(key, "")) for key in ("inputs", "python", "platform", "glibc")})
 
 
@@ -113,21 +113,43 @@ def _entry(package: dict[str, Any]) -> Entry:
     name, version = package.get("name"), package.get("version")
     if not isinstance(name, str) or not isinstance(version, str):
         raise ValueError(f"a package without a name and version: {package.get('name')!r}")
-    wheels = tuple(_file(name, version, w) for w in package.get("wheels", ()))
-    sdist = _file(name, version, package["sdist"]) if "sdist" in package else None
+    where = f"{name} {version}"
+    wheels = tuple(_file(where, _table(w, f"{where}: a wheel"))
+                   for w in _array(package.get("wheels", []), f"{where}: wheels"))
+    sdist = _file(where, _table(package["sdist"], f"{where}: sdist")) if "sdist" in package else None
     if not wheels and sdist is None:
         # A directory, VCS or archive source: nothing a hash pins.
         raise ValueError(f"{name} {version} has no wheel or sdist with a hash")
     return Entry(normalize(name), version, wheels, sdist)
 
 
-def _file(name: str, version: str, table: dict[str, Any]) -> File:
+def _file(where: str, table: dict[str, Any]) -> File:
     url = str(table.get("url") or table.get("path") or "")
     filename = str(table.get("name") or unquote(urlsplit(url).path.rsplit("/", 1)[-1]))
-    sha256 = str((table.get("hashes") or {}).get("sha256", ""))
+    sha256 = str(_table(table.get("hashes") or {}, f"{where}: {filename or 'a file'}: hashes").get("sha256", ""))
     if not _SHA256.fullmatch(sha256):
-        raise ValueError(f"{name} {version}: {filename or 'a file'} has no sha256")
+        raise ValueError(f"{where}: {filename or 'a file'} has no sha256")
     return File(filename, url, sha256)
+
+
+# A hand-edited lock can hold any TOML type where a table or array belongs: a ValueError naming the field
+# (what callers turn into "run make lock"), not an AttributeError from the first .get().
+def _table(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not a table (found {_kind(value)})")
+    return value
+
+
+def _array(value: object, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} is not an array (found {_kind(value)})")
+    return value
+
+
+def _kind(value: object) -> str:
+    """The TOML name of a parsed value's type."""
+    kinds = {str: "a string", bool: "a boolean", int: "an integer", float: "a float", list: "an array", dict: "a table"}
+    return kinds.get(type(value), "a date or time")
 
 
 def installed_files(python: Mapping[str, Mapping[str, object]], locks: Mapping[str, LockFile]) -> dict[str, str]:

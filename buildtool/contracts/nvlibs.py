@@ -27,12 +27,13 @@ LIBRARIES: dict[str, Library] = {lib.name: lib for lib in (
     Library("nccl", "NCCL", "libnccl.so.{major}"),
 )}
 
-PROMISE_RE = re.compile(r"^\d+\.\d+\.\d+(\.\d+)?$")
+# Matched whole (fullmatch): `$` would also match before a final newline, and \d any Unicode digit.
+PROMISE_RE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(\.[0-9]+)?")
 
 
 def parse_promise(text: str) -> tuple[int, int, int]:
     """`9.7.0.66` -> (9, 7, 0); anything else is a ValueError naming the form."""
-    if not PROMISE_RE.match(text):
+    if not PROMISE_RE.fullmatch(text):
         raise ValueError(f"{text!r} is not a library version (MAJOR.MINOR.PATCH[.BUILD], e.g. 9.7.0.66)")
     major, minor, patch = (int(p) for p in text.split(".")[:3])
     return major, minor, patch

@@ -149,15 +149,14 @@ class RegistryClient:
         return self._session
 
     def _prepare_tls(self, url: str) -> None:
-        """Trust the CA docker would trust for this URL's host (/etc/docker/certs.d/HOST[:PORT]/*.crt)."""
-        netloc = urlsplit(url).netloc.lower()
+        """Trust the CA docker would trust for this URL's host (/etc/docker/certs.d/HOST[:PORT]/*.crt, the host as
+        written: tools.host_ca_files, the lookup skopeo_access makes too)."""
+        netloc = urlsplit(url).netloc
         with self._lock:
             if netloc in self._tls_ready:
                 return
             self._tls_ready.add(netloc)
             context = tools.ssl_context(netloc)
-            if context is None and ":" not in netloc:
-                context = tools.ssl_context(f"{netloc}:443")
             if context is not None:
                 self.session.mount(f"https://{netloc}/", answers.ContextAdapter(context))
 
@@ -469,17 +468,21 @@ class RegistryClient:
         if response.status_code == 201:
             return "mounted"
         session = self._location(response, path) if response.headers.get("Location") else ""
-        if self.has_blob(repo, digest):
-            self._cancel(repo, session)
-            return "present"
+        uploaded = False
         try:
+            if self.has_blob(repo, digest):
+                return "present"
             with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
                 copied = Path(folder) / "blob"
                 self.download_blob(from_repo, digest, copied)
                 self._upload(repo, copied, digest, session)
+                uploaded = True
         except NotFound:
-            self._cancel(repo, session)
             return ""
+        finally:
+            if not uploaded:
+                # Whatever ended the copy (blob gone, digest mismatch, refused PUT, ^C): no session left open.
+                self._cancel(repo, session)
         log.info("registry %s declined to mount %s from %s into %s: uploaded it", self.host, digest, from_repo, repo)
         return "uploaded"
 

@@ -49,9 +49,18 @@ def ca_files(netloc: str) -> list[Path]:
     return [path for root in roots if root for path in sorted((Path(root) / netloc).glob("*.crt"))]
 
 
+def host_ca_files(netloc: str) -> list[Path]:
+    """The CA files of registry `netloc` (`host[:port]`), the one lookup RegistryClient and skopeo_access share:
+    certs.d/HOST[:PORT] with the host as written, not lower-cased (docker joins certs.d with the reference's
+    host as it is, containers/image too; a folder for `Registry.Example` is not one for `registry.example`), and
+    for a host without a port also HOST:443 (a folder named for the https port)."""
+    return ca_files(netloc) or (ca_files(f"{netloc}:443") if ":" not in netloc else [])
+
+
 def ssl_context(netloc: str) -> ssl.SSLContext | None:
-    """A verifying context that trusts the default CAs plus `netloc`'s certs.d CAs; None when it has none."""
-    files = ca_files(netloc)
+    """A verifying context that trusts the default CAs plus `netloc`'s certs.d CAs (host_ca_files); None when it
+    has none."""
+    files = host_ca_files(netloc)
     if not files:
         return None
     import ssl
@@ -78,7 +87,7 @@ def skopeo_access(host: str, side: str) -> Iterator[list[str]]:
     args: list[str] = []
     if plain_http(host):
         args.append(f"--{side}-tls-verify=false")
-    elif files := ca_files(host):     # the certs.d folder (DL_IMAGES_CERTS_D's first) that holds its CA
+    elif files := host_ca_files(host):    # the certs.d folder (DL_IMAGES_CERTS_D's first) that holds its CA
         args.append(f"--{side}-cert-dir={files[0].parent}")
     with authfile([host]) as path:
         if path is not None:

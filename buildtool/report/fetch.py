@@ -95,7 +95,13 @@ def _cell_records(src: _Source, tag: str, expected: tuple[str, ...]) -> list[dic
             records.append(_missing(cell, ref, f"{ref} is an index of {held}, without a {name} image (the build "
                                                f"of {name} failed or did not run)", digest, name))
             continue
-        child_body, _, _ = src.client.get_manifest(src.repo, child.digest)
+        try:
+            child_body, _, _ = src.client.get_manifest(src.repo, child.digest)
+        except NotFound:
+            # Deleted since the index was read: that platform is missing, the other platforms' verdicts still count.
+            records.append(_missing(cell, ref, f"{ref} names a {name} image {child.digest} the registry no longer "
+                                               "has; push the cell again", child.digest, name))
+            continue
         records.append(_image_record(src, child.digest, child_body, want=name, in_index=True))
     return records
 

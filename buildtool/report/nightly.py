@@ -366,8 +366,11 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
             if (folder / name).is_file():
                 try:
                     data = json.loads((folder / name).read_text(encoding="utf-8"))
-                except (OSError, json.JSONDecodeError) as exc:
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                     raise UserError(f"{folder / name}: cannot read the scaling results ({exc})") from None
+                if not isinstance(data, dict):
+                    raise UserError(f"{folder / name}: cannot read the scaling results (a JSON "
+                                    f"{type(data).__name__}, not an object); run `buildtool scaling` again")
                 data.pop("results", None)   # comparison.json repeats every strategy's runs
         plots: list[str] = []
         if folder.is_dir():

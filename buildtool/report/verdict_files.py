@@ -4,6 +4,7 @@ What does not parse is a UserError naming the file, never a default."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections import Counter
 from collections.abc import Iterable
@@ -17,6 +18,7 @@ from buildtool.contracts import platforms
 from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 from buildtool.report.rows import UNRECORDED, Check, Row
+from buildtool.validate.verdict_choice import when
 
 
 class Missing(BaseModel):
@@ -143,6 +145,7 @@ def load_verdicts(folder: Path) -> list[Row]:
     if not folder.is_dir():
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
     rows: dict[tuple[str, str], Row] = {}
+    times: dict[tuple[str, str], dt.datetime] = {}
     paths = sorted({p for pattern in VERDICT_GLOBS for p in folder.rglob(pattern)})
     for path in paths:
         try:
@@ -150,12 +153,26 @@ def load_verdicts(folder: Path) -> list[Row]:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UserError(f"{path}: cannot read verdict ({exc})") from None
         row = parse_verdict(data, str(path))
-        if row.key not in rows or row.started >= rows[row.key].started:
-            rows[row.key] = row
-    return _fold_unrecorded(rows)
+        time = _placed(row, path)
+        if row.key not in rows or time >= times[row.key]:
+            rows[row.key], times[row.key] = row, time
+    return _fold_unrecorded(rows, times)
 
 
-def _fold_unrecorded(rows: dict[tuple[str, str], Row]) -> list[Row]:
+def _placed(row: Row, path: Path) -> dt.datetime:
+    """A row's `started` as a time, parsed as the release gate parses it, so that both call the same verdict the
+    newest (as text, 01:30 UTC written `00:30-01:00` sorts before 01:00 UTC). A missing record has none and is
+    older than any verdict; a `started` that is not an ISO 8601 time is a UserError naming the file."""
+    if not row.started:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
+    time = when(row.started)
+    if time is None:
+        raise UserError(f"{path}: `started` {row.started!r} is not an ISO 8601 time, so the verdict cannot be "
+                        "ordered against the others of its image")
+    return time
+
+
+def _fold_unrecorded(rows: dict[tuple[str, str], Row], times: dict[tuple[str, str], dt.datetime]) -> list[Row]:
     """A row that records no platform (a schema-4 verdict, a single image's missing record) is about the
     image's only platform: where the cell has exactly one recorded platform besides it, the two are one
     image and the newest wins. Beside two or more recorded platforms it is an older single image of a
@@ -163,8 +180,7 @@ def _fold_unrecorded(rows: dict[tuple[str, str], Row]) -> list[Row]:
     for cell in dict.fromkeys(cell for cell, _ in rows):
         recorded = [key for key in rows if key[0] == cell and key[1] != UNRECORDED]
         if (cell, UNRECORDED) in rows and len(recorded) == 1:
-            bare, named = rows[(cell, UNRECORDED)], rows[recorded[0]]
-            del rows[(cell, UNRECORDED) if named.started >= bare.started else recorded[0]]
+            del rows[(cell, UNRECORDED) if times[recorded[0]] >= times[(cell, UNRECORDED)] else recorded[0]]
     return list(rows.values())
 
 

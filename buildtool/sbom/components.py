@@ -134,10 +134,29 @@ def dists(probe: Mapping[str, Any]) -> list[Dist]:
     if set(details) != set(versions):
         raise ProbeError("python_details and python_packages name different distributions: "
                          + ", ".join(sorted(set(details) ^ set(versions))[:5]))
-    return [Dist(name, d["version"], d.get("license_expression", ""),
-                 "" if d.get("license", "").upper() == "UNKNOWN" else d.get("license", ""),
-                 tuple(d.get("license_classifiers", ())), tuple(d.get("requires_dist", ())))
-            for name, d in sorted(details.items())]
+    return [_dist(name, d) for name, d in sorted(details.items())]
+
+
+_TEXTS = ("version", "license_expression", "license")
+_LISTS = ("license_classifiers", "requires_dist")
+
+
+def _dist(name: str, detail: Any) -> Dist:
+    """One distribution of python_details, as packages.py writes it: every field there, of its type (a field
+    missing or of another type is a ProbeError naming the package and the field, never a default)."""
+    if not isinstance(detail, dict):
+        raise ProbeError(f"Python distribution {name}: its python_details entry is {detail!r}, not an object")
+    for key in (*_TEXTS, *_LISTS):
+        value = detail.get(key)
+        if key in _TEXTS and not isinstance(value, str):
+            raise ProbeError(f"Python distribution {name}: the probe gave no {key} (text; found {value!r})")
+        if key in _LISTS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ProbeError(f"Python distribution {name}: the probe gave no {key} (a list of text; found {value!r})")
+    if not detail["version"]:
+        raise ProbeError(f"Python distribution {name}: the probe gave an empty version")
+    license = detail["license"]
+    return Dist(name, detail["version"], detail["license_expression"], "" if license.upper() == "UNKNOWN" else license,
+                tuple(detail["license_classifiers"]), tuple(detail["requires_dist"]))
 
 
 def python_graph(found: list[Dist], environment: Mapping[str, str]) -> tuple[dict[str, set[str]],

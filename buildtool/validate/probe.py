@@ -107,11 +107,15 @@ def run_flags(cell: Cell, labels: dict[str, str], gpus: list[dict[str, str]], lo
     if label:
         try:
             built = json.loads(label)
-            if built.get("shm_size") not in (None, cell.run.shm_size):
+        except ValueError:
+            log(f"note: label {label_keys.RUN_PROFILE} is not JSON; ignored")
+        else:
+            if not isinstance(built, dict):
+                log(f"note: label {label_keys.RUN_PROFILE} is a JSON {type(built).__name__}, not the run profile's "
+                    "object; ignored")
+            elif built.get("shm_size") not in (None, cell.run.shm_size):
                 log(f"note: the image was built with run profile shm_size={built.get('shm_size')}, "
                     f"the matrix now says {cell.run.shm_size}; testing the matrix's")
-        except (ValueError, AttributeError):
-            log(f"note: label {label_keys.RUN_PROFILE} is not JSON; ignored")
     flags = [f for f in cell.run.docker_flags() if not f.startswith("--gpus")]
     if gpus and cell.run.gpus != "none":
         flags.append(f"--gpus={cell.run.gpus}")

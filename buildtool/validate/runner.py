@@ -117,17 +117,18 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     sbom = verdict_sbom(image, root, log)
     started = time.monotonic()
     plan = _plan(RunPlan(ref, image, cell, matrix, options, inventory, flags=[]), root, log)
-    baseline = (busbw_baseline([root / options.reports, *options.baselines], cell.key, plan.inventory,
-                               options.busbw_window) if plan.usable else {})
-    expect = {**expectations(cell, image.labels), "labels": label_checks(matrix, cell, image.labels,
-                                                                         root / "templates")}
-    target = build_target(plan, baseline, max(1.0, plan.deadline_s - (time.monotonic() - started) - RESERVE_S),
-                          expect)
-    write_target(plan.out_dir / "target.json", target)
-    run = _run(plan, root, log, started)
-    made = make_verdict(plan, run, sbom, matrix_digest(matrix))
-    if plan.tree != root / "image-tests":
-        shutil.rmtree(plan.tree, ignore_errors=True)      # the staged tree with the site folder
+    try:
+        baseline = (busbw_baseline([root / options.reports, *options.baselines], cell.key, plan.inventory,
+                                   options.busbw_window) if plan.usable else {})
+        expect = {**expectations(cell, image.labels), "labels": label_checks(matrix, cell, image.labels,
+                                                                             root / "templates")}
+        target = build_target(plan, baseline, max(1.0, plan.deadline_s - (time.monotonic() - started) - RESERVE_S),
+                              expect)
+        write_target(plan.out_dir / "target.json", target)
+        run = _run(plan, root, log, started)
+        made = make_verdict(plan, run, sbom, matrix_digest(matrix))
+    finally:
+        _remove_staged(plan.tree, root)
     verdict = made.to_json()
     (plan.out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(plan.out_dir)
@@ -175,13 +176,24 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     out_dir.mkdir(parents=True, exist_ok=True)
     # With a site folder the run is image-tests with it as one more group, staged (its hash is the test code).
     tree = sitetests.stage(tests_dir, site, out_dir / f"tests-{run_id}") if site else tests_dir
-    groups = cell_groups(cell, tree, (*cell.tests, site.name) if site else cell.tests)
-    if image.emulated:
-        # An arm64 CPU's identity where QEMU shows this host's (buildtool.contracts.emulation).
-        flags = [*flags, *emulation.run_flags(image.platform, out_dir / "cpu-sysfs")]
+    try:
+        groups = cell_groups(cell, tree, (*cell.tests, site.name) if site else cell.tests)
+        if image.emulated:
+            # An arm64 CPU's identity where QEMU shows this host's (buildtool.contracts.emulation).
+            flags = [*flags, *emulation.run_flags(image.platform, out_dir / "cpu-sysfs")]
+    except BaseException:
+        _remove_staged(tree, root)
+        raise
     return dataclasses.replace(plan, inventory=inventory, flags=flags, not_granted=not_granted, usable=usable,
                                gpu_problem=gpu_problem, run_id=run_id, deadline_s=deadline_s, tree=tree,
                                groups=groups, out_dir=out_dir)
+
+
+def _remove_staged(tree: Path, root: Path) -> None:
+    """The staged copy of the tests with the site folder (reports/<cell>/<digest12>/tests-<run_id>), however the run
+    ended: it is a copy of image-tests, no record of the run. image-tests itself is never removed."""
+    if tree != root / "image-tests":
+        shutil.rmtree(tree, ignore_errors=True)
 
 
 def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
