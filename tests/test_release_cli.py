@@ -192,3 +192,16 @@ def test_one_loopback_predicate_decides_trust_and_plain_http(host: str, loopback
 
     assert is_loopback_host(host) is loopback
     assert RegistryClient(host or "x").scheme == ("http" if loopback and host else "https")
+
+
+def test_a_release_manifest_the_catalogue_cannot_read_is_refused_before_any_tag_moves(project, run_cli,  # noqa: ANN001
+                                                                                       monkeypatch) -> None:
+    """The catalogue, written after the tags move, refuses a docs/releases file it cannot read: release asks first,
+    so it never stops half done (the registry here is unreachable: reaching it would be another error)."""
+    monkeypatch.setenv("REGISTRY", "127.0.0.1:1")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    (project / "docs/releases").mkdir(parents=True, exist_ok=True)
+    (project / "docs/releases/0.0.9.json").write_text("[]")
+    code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--matrix",
+                             str(project / "matrix.yaml"))
+    assert code == 2 and "docs/releases/0.0.9.json" in err and "unreachable" not in err, err

@@ -161,6 +161,9 @@ def _check_release_files(project: Project, version: str) -> None:
             continue
     for problem in spelling_problems(version, released, "this project"):
         raise UserError(problem)
+    from buildtool.contracts.releases import latest_by_cell
+
+    latest_by_cell(project.root)   # the catalogue reads every release manifest: one it cannot is refused before any tag
 
 
 def _trusted_keys(root: Path, trust_local_key: bool, loopback: bool = False) -> TrustedKeys:
