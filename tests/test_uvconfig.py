@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.common.errors import FailedError
+from buildtool.common.errors import FailedError, UserError
 from buildtool.imagebuild import pipconfig
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets, reachable, redact, render_lock_urls, render_uv_toml
 
@@ -96,6 +96,7 @@ def test_a_stand_in_build_log_is_scrubbed_of_index_tokens(tmp_path, monkeypatch)
     from buildtool.imagebuild import bases, engine
 
     monkeypatch.setattr(HostPip, "from_host", classmethod(lambda cls: HostPip(index_url=TOKEN_URL)))
+    monkeypatch.setattr(pipconfig, "answers", lambda url, cert="", timeout=10.0: True)   # the token's index answers
     monkeypatch.setattr(engine, "resolve_build_client", lambda: None)
 
     def build(client, request):
@@ -161,3 +162,15 @@ def test_an_index_behind_the_hosts_own_ca_is_asked_through_it(tmp_path: Path, mo
         pipconfig.answers.cache_clear()
         server.shutdown()
         server.server_close()
+
+
+def test_a_main_index_that_does_not_answer_is_refused_not_replaced_by_pypi(monkeypatch):
+    """Left out of uv.toml, an unreachable index-url made uv fetch from PyPI: a site that allows only its own
+    mirror was not told. Extra indexes are still left out (the locks' hashes decide what is installed)."""
+    monkeypatch.setattr(pipconfig, "answers", lambda url, cert="", timeout=10.0: False)
+    with pytest.raises(UserError) as refused:
+        render_uv_toml(HostPip(index_url="https://u:tok123@mirror.example/simple"), {})
+    assert str(refused.value) == ("the pip index-url https://u:****@mirror.example/simple does not answer from "
+                                  "here, and uv would use PyPI in its place: make it reachable, or unset it (`pip "
+                                  "config list` shows where)")
+    assert "extra-index-url" not in render_uv_toml(HostPip(extra_index_urls=("https://down.example/simple",)), {})

@@ -236,7 +236,10 @@ def render_uv_toml(host: HostPip, url_of: dict[str, str]) -> str:
     SSL_CERT_FILE=/run/secrets/pip-ca. Best match across indexes, as pip does: the locks'
     hashes decide which file is acceptable, so no index can substitute another."""
     lines = []
-    if host.index_url and answers(host.index_url, host.cert):
+    if host.index_url:
+        if not answers(host.index_url, host.cert):   # left out, uv would quietly take PyPI in its place
+            raise UserError(f"the pip index-url {redact(host.index_url)} does not answer from here, and uv would "
+                            "use PyPI in its place: make it reachable, or unset it (`pip config list` shows where)")
         lines.append(f"index-url = {json.dumps(_mapped(host.index_url, url_of))}")
     extra = [_mapped(u, url_of) for u in host.extra_index_urls if _local_path(u) or answers(u, host.cert)]
     if extra:
