@@ -144,3 +144,15 @@ def test_a_declined_mount_cancels_its_upload_session_whatever_ends_the_copy(regi
     script.blobs.add(digest)
     assert client(host).mount_blob("r", digest, "s") == "present"
     assert script.seen.count(cancel) == 3                              # the copy that worked closed its own
+
+
+def test_an_upload_that_fails_cancels_the_session_it_opened(registry) -> None:
+    """put_blob's own upload session (POST, then a refused PUT) was left open on the registry."""
+    script, host = registry
+    data = b'{"x": 1}'
+    script.answers[("PUT", "/v2/r/blobs/uploads/")] = [(400, _error("BLOB_UPLOAD_INVALID"))]
+    with pytest.raises(RegistryError, match="BLOB_UPLOAD_INVALID"):
+        client(host).put_blob("r", data)
+    assert script.seen.count(("DELETE", "/v2/r/blobs/uploads/session")) == 1
+    assert client(host).put_blob("r", data) == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert script.seen.count(("DELETE", "/v2/r/blobs/uploads/session")) == 1   # a commit that worked: no DELETE

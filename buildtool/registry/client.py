@@ -434,18 +434,25 @@ class RegistryClient:
     def _upload(self, repo: str, data: bytes | Path, digest: str, location: str = "") -> str:
         """A monolithic upload (PUT of the whole blob, from memory or a file) into the upload session at
         `location`, or a new one (POST)."""
+        opened = ""
         if not location:
             start = self.request("POST", f"{repo}/blobs/uploads/", ok=(202,), repo=repo)
-            location = self._location(start, f"{repo}/blobs/uploads/")
+            location = opened = self._location(start, f"{repo}/blobs/uploads/")
         sep = "&" if "?" in location else "?"
+        done = False
         try:
             self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
                          headers={"Content-Type": "application/octet-stream"})
+            done = True
         except RegistryError:
             # Two writers uploading the same blob at once: the registry may refuse the second
             # commit (DIGEST_INVALID) although the blob is there, whole, by then.
             if not self.has_blob(repo, digest):
                 raise
+            done = True
+        finally:
+            if not done:
+                self._cancel(repo, opened)   # the session this call opened: none left open (a caller's is its own)
         return digest
 
     def _location(self, response: Any, path: str) -> str:
