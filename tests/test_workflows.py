@@ -345,3 +345,14 @@ def test_what_the_workflows_write_in_the_checkout_is_ignored_by_git() -> None:
     ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", *written], capture_output=True,
                              text=True, timeout=30)
     assert ignored.stdout.split() == written, ignored.stdout + ignored.stderr
+
+
+def test_a_matrix_whose_every_cell_needs_a_gpu_gets_no_cpu_image_jobs() -> None:
+    """Its plan job ran `ci-matrix --cells` with no cell, and that job failed on every pull request."""
+    from types import SimpleNamespace
+
+    from buildtool.render.workflows import pull_request_workflow
+
+    gpu_only = SimpleNamespace(cells=[c for c in matrix().cells if c.needs_gpu])
+    doc, cells = pull_request_workflow(gpu_only)  # type: ignore[arg-type]
+    assert cells == [] and set(doc["jobs"]) == {"check", "lint", "test"}

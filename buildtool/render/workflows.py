@@ -205,6 +205,8 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
             },
         },
     }
+    if not cpu_cells:   # every cell needs a GPU: no CPU image to build here (`ci-matrix --cells` of nothing fails)
+        del doc["jobs"]["plan"], doc["jobs"]["cpu-image"]
     return doc, cpu_cells
 
 
