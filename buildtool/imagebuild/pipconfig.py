@@ -102,7 +102,8 @@ class HostPip:
         # Never read as "PyPI, no CA": the host's own settings would be dropped. pip's first line, and the line
         # naming the file where it gives one (not the offending line it quotes, which may hold an index token).
         lines = [line.strip() for line in run.stderr.splitlines() if line.strip()]
-        said = " ".join([*lines[:1], *(line for line in lines[1:] if line.startswith("file: "))])[:200]
+        where = [line[:600] for line in lines[1:] if line.startswith("file: ")]   # a long path is never cut short
+        said = " ".join([*(line[:200] for line in lines[:1]), *where])
         raise UserError(f"the host's pip configuration is refused by pip (`pip config list`: "
                         f"{said or f'exit {run.returncode}'}); fix that file (or PIP_CONFIG_FILE, PIP_* settings)")
 
