@@ -107,17 +107,13 @@ def _validate_step(matrix: Matrix) -> dict[str, Any]:
     natively: here its linux/amd64 manifest, each other platform on that platform's runners (the
     validate-<platform> jobs); every other cell's every platform is validated here, a CPU cell's foreign ones
     under emulation (PLATFORM empty: every platform of the index)."""
-    # The runners' signing key (`buildtool keys`); its public half is in config/trusted-keys.yaml.
-    # Pull-request jobs never get it.
-    step: dict[str, Any] = {"name": "Validate with GPUs and push the signed verdict",
-                            "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", **VALIDATE_SETTINGS),
-                            "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}
+    run, env = _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", **VALIDATE_SETTINGS), SIGNING_ENV
     native = sorted({cell for cells in native_gpu_cells(matrix).values() for cell in cells})
     if native:
         listed = json.dumps(native, separators=(",", ":"))
-        step["run"] += ' PLATFORM="$PLATFORM"'
-        step["env"]["PLATFORM"] = f"${{{{ contains(fromJSON('{listed}'), matrix.cell) && 'linux/amd64' || '' }}}}"
-    return step
+        run += ' PLATFORM="$PLATFORM"'
+        env = {**env, "PLATFORM": f"${{{{ contains(fromJSON('{listed}'), matrix.cell) && 'linux/amd64' || '' }}}}"}
+    return {"name": "Validate with GPUs and push the signed verdict", "run": run, "env": env}
 
 
 def _make(target: str, **settings: str) -> str:
@@ -234,16 +230,11 @@ VALIDATE_SETTINGS = {"NIGHTLY_HISTORY": HISTORY}
 SCALING_SETTINGS = {"NIGHTLY_OUT": SITE, "NIGHTLY_JAX_SCALING_CELL": ""}
 
 
-def _report_script() -> str:
-    """`make nightly-report` (the trend against the newest night in the history, tonight's verdicts added to it
-    under the run's id), then the Markdown report as the run's summary."""
-    return (_make("nightly-report", **SCALING_SETTINGS, NIGHTLY_HISTORY=HISTORY,
-                  NIGHTLY_RUN_ID="${{ github.run_id }}") + "\n"
-            f'cat {SITE}/report.md >> "$GITHUB_STEP_SUMMARY"\n')
-
-
 # On the GPU runners: no usable GPU is a failure (exit 1), not a quietly skipped GPU check.
 GPU_ENV = {"DL_IMAGES_REQUIRE_GPU": "1"}
+# The runners' signing key (`buildtool keys`); its public half is in config/trusted-keys.yaml.
+# Pull-request jobs never get it.
+SIGNING_ENV = {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}
 # The step that restores the last nights' verdicts (one folder per night, newest last by name: validate compares
 # the bus bandwidth with their median, the report's trend with the newest).
 RESTORE_HISTORY = {"name": "Last nights' verdicts", "uses": CACHE_RESTORE,
@@ -251,32 +242,25 @@ RESTORE_HISTORY = {"name": "Last nights' verdicts", "uses": CACHE_RESTORE,
                             "restore-keys": "nightly-verdict-history-"}}
 
 
-@dataclass(frozen=True)
-class _Nightly:
-    """What the nightly's jobs share: the site's options and the runners' labels."""
-
-    options: WorkflowOptions
-    labels: str
-
-    def job(self, name: str, needs: str | list[str], minutes: int, steps: list[dict[str, Any]], runs_on: str = "",
-            **more: Any) -> dict[str, Any]:
-        """A job that runs once NEEDS have ended, whatever became of them, on RUNS_ON (default: the GPU runners),
-        with `more` (its strategy, env): the shared registry checked and the toolkit set up before STEPS."""
-        return {"name": name, "needs": needs, "if": "${{ !cancelled() }}", "runs-on": runs_on or self.labels,
-                "timeout-minutes": minutes, **more, "steps": [REGISTRY_STEP, *SELF_HOSTED_SETUP, *steps]}
+def _night_job(name: str, needs: str | list[str], minutes: int, runs_on: str, steps: list[dict[str, Any]],
+               **more: Any) -> dict[str, Any]:
+    """A nightly job that runs once NEEDS have ended, whatever became of them, on RUNS_ON, with `more` (its
+    strategy, env): the shared registry checked and the toolkit set up before STEPS."""
+    return {"name": name, "needs": needs, "if": "${{ !cancelled() }}", "runs-on": runs_on,
+            "timeout-minutes": minutes, **more, "steps": [REGISTRY_STEP, *SELF_HOSTED_SETUP, *steps]}
 
 
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> dict[str, Any]:
-    night = _Nightly(options, _labels_expr(options))
+    labels = _labels_expr(options)
     plan = _plan_job(HOSTED_RUNNER, [c.key for c in matrix.cells])
     plan["steps"].insert(0, REGISTRY_STEP)
-    jobs: dict[str, Any] = {"plan": plan, "build-validate": _build_validate_job(night, matrix)}
+    jobs: dict[str, Any] = {"plan": plan, "build-validate": _build_validate_job(labels, matrix)}
     for platform, gpu_cells in native_gpu_cells(matrix).items():
-        jobs.update(_platform_jobs(night, platform, gpu_cells))
+        jobs.update(_platform_jobs(options, labels, platform, gpu_cells))
     scaling_cell = next((c for c in matrix.cells if c.framework == "pytorch" and c.needs_gpu and c.default), None)
     if scaling_cell is not None:
-        jobs["scaling"] = _scaling_job(night, scaling_cell.key)
-    jobs["report"] = _report_job(night, [job for job in jobs if job != "plan"])   # every job after the plan
+        jobs["scaling"] = _scaling_job(labels, scaling_cell.key, options.scaling_counts)
+    jobs["report"] = _report_job(labels, [job for job in jobs if job != "plan"])   # every job after the plan
     jobs["publish"] = {
         "needs": "report",
         # Opt in per repository once GitHub Pages is enabled (variable PUBLISH_PAGES=true).
@@ -299,11 +283,11 @@ def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> dict[str, Any]
     }
 
 
-def _build_validate_job(night: _Nightly, matrix: Matrix) -> dict[str, Any]:
+def _build_validate_job(labels: str, matrix: Matrix) -> dict[str, Any]:
     return {
         "name": "${{ matrix.cell }} on GPU runners",
         "needs": "plan",
-        "runs-on": night.labels, "timeout-minutes": 180,
+        "runs-on": labels, "timeout-minutes": 180,
         "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
         # The bus bandwidth is compared with the median of the last nights' verdicts of the cell on
         # the same GPUs (nightly-validate passes the history when there is one).
@@ -321,43 +305,49 @@ def _build_validate_job(night: _Nightly, matrix: Matrix) -> dict[str, Any]:
     }
 
 
-def _platform_jobs(night: _Nightly, platform: str, gpu_cells: list[str]) -> dict[str, dict[str, Any]]:
+def _platform_jobs(options: WorkflowOptions, labels: str, platform: str,
+                   gpu_cells: list[str]) -> dict[str, dict[str, Any]]:
     """A platform other than the hosted runners': its CPU checks under QEMU on the amd64 runners (its GPU checks
     not run: incomplete), each night, whether or not its GPU runners are up; and the native job, which waits for
     it, so the verdict release reads (the newest) is the native one when both ran. Deadline: validate.deadline_s
     x emulation_factor. Both jobs, by id."""
     emulated_id = f"emulated-{platform.replace('/', '-')}"
     strategy = {"fail-fast": False, "matrix": {"cell": gpu_cells}}
-    emulated = night.job(
-        f"${{{{ matrix.cell }}}} {platform} under QEMU (CPU checks)", "build-validate", 240,
+    emulated = _night_job(
+        f"${{{{ matrix.cell }}}} {platform} under QEMU (CPU checks)", "build-validate", 240, labels,
         [{"name": f"Validate {platform} under QEMU and push the signed verdict (GPU checks not run)",
           "run": f"make validate-emulated FRAMEWORK='${{{{ matrix.cell }}}}' PLATFORM={platform}",
-          "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
+          "env": SIGNING_ENV}],
         strategy=strategy)
     # The index (every platform) is pushed by the build job; the emulated verdict comes first.
-    native = night.job(
+    native = _night_job(
         f"${{{{ matrix.cell }}}} on {platform} GPU runners", ["build-validate", emulated_id], 180,
+        _labels_expr(options, platform),
         [RESTORE_HISTORY,
          {"name": f"Validate {platform} with GPUs and push the signed verdict",
           "run": _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", PLATFORM=platform, **VALIDATE_SETTINGS),
-          "env": {"DL_IMAGES_SIGNING_KEY": "${{ secrets.DL_IMAGES_SIGNING_KEY }}"}}],
-        _labels_expr(night.options, platform), strategy=strategy, env=GPU_ENV)
+          "env": SIGNING_ENV}],
+        strategy=strategy, env=GPU_ENV)
     return {emulated_id: emulated, f"validate-{platform.replace('/', '-')}": native}
 
 
-def _scaling_job(night: _Nightly, cell: str) -> dict[str, Any]:
-    return night.job(f"Scaling of {cell} (DDP, FSDP, DeepSpeed side by side)", "build-validate", 60, [
+def _scaling_job(labels: str, cell: str, counts: str) -> dict[str, Any]:
+    return _night_job(f"Scaling of {cell} (DDP, FSDP, DeepSpeed side by side)", "build-validate", 60, labels, [
         {"name": "Scaling run", "run": _make("nightly-scaling", NIGHTLY_SCALING_CELL=cell,
-                                             NIGHTLY_SCALING_COUNTS=night.options.scaling_counts, **SCALING_SETTINGS)},
+                                             NIGHTLY_SCALING_COUNTS=counts, **SCALING_SETTINGS)},
         {"if": "always()", "uses": UPLOAD,
          "with": {"name": "scaling", "path": f"{SITE}/scaling/", "if-no-files-found": "ignore"}}], env=GPU_ENV)
 
 
-def _report_job(night: _Nightly, needs: list[str]) -> dict[str, Any]:
-    return night.job("nightly report", needs, 20, [
+def _report_job(labels: str, needs: list[str]) -> dict[str, Any]:
+    return _night_job("nightly report", needs, 20, labels, [
         RESTORE_HISTORY,
         {"uses": DOWNLOAD, "continue-on-error": True, "with": {"name": "scaling", "path": f"{SITE}/scaling"}},
-        {"name": "Report", "run": _report_script()},
+        # `make nightly-report` (the trend against the newest night in the history, tonight's verdicts added to it
+        # under the run's id), then the Markdown report as the run's summary.
+        {"name": "Report", "run": _make("nightly-report", **SCALING_SETTINGS, NIGHTLY_HISTORY=HISTORY,
+                                        NIGHTLY_RUN_ID="${{ github.run_id }}") + "\n"
+                                  f'cat {SITE}/report.md >> "$GITHUB_STEP_SUMMARY"\n'},
         {"name": "Keep the last nights' verdicts for tomorrow", "if": "always()", "uses": CACHE_SAVE,
          "with": {"path": HISTORY, "key": "nightly-verdict-history-${{ github.run_id }}"}},
         {"if": "always()", "uses": UPLOAD, "with": {"name": "nightly-report", "path": f"{SITE}/"}},
