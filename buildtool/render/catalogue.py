@@ -75,18 +75,16 @@ def _framework_views(matrix: Matrix) -> list[dict[str, Any]]:
 
 def _kinds() -> list[dict[str, Any]]:
     """The kinds a framework's row chooses from, each with what it means (the tables' own words)."""
-    tables: list[tuple[str, dict[str, str]]] = [
-        ("multinode.launcher", frameworks.LAUNCHERS),
-        ("local_versions", {name: scheme.description for name, scheme in SCHEMES.items()}),
-        ("shm_workers", frameworks.SHM_WORKERS),
+    tables = [
+        ("multinode.launcher", frameworks.LAUNCHERS, lambda row: row.multinode.launcher if row.multinode else None),
+        ("local_versions", {name: scheme.description for name, scheme in SCHEMES.items()},
+         lambda row: row.local_versions),
+        ("shm_workers", frameworks.SHM_WORKERS, lambda row: row.shm_workers),
     ]
     rows = [frameworks.get(name) for name in frameworks.names()]
-    used = {"multinode.launcher": {r.name: r.multinode.launcher for r in rows if r.multinode is not None},
-            "local_versions": {r.name: r.local_versions for r in rows},
-            "shm_workers": {r.name: r.shm_workers for r in rows}}
     return [{"key": key, "name": name, "description": description,
-             "used_by": [frameworks.get(f).title for f, kind in used[key].items() if kind == name]}
-            for key, table in tables for name, description in table.items()]
+             "used_by": [row.title for row in rows if kind_of(row) == name]}
+            for key, table, kind_of in tables for name, description in table.items()]
 
 
 def render_catalogue(matrix: Matrix, released: dict[str, dict[str, Any]] | None = None) -> str:
