@@ -104,16 +104,16 @@ def _framework_part(name: str) -> tuple[str, str, Callable[[], bool]] | None:
     """`framework/<framework>/<file>.j2`: a template part in the framework's own folder."""
     framework, _, part = name.partition("/")
     try:
-        folder = frameworks.get(framework).folder
+        row = frameworks.get(framework)
     except KeyError:
         return None
-    if folder is None or part not in {p.rsplit("/", 1)[-1] for p in frameworks.get(framework).template_parts}:
+    if row.folder is None or part not in {p.rsplit("/", 1)[-1] for p in row.template_parts}:
         return None   # only the parts its framework.yaml lists, never any file of the folder
-    path = folder / part
+    path = row.folder / part
     try:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise TemplateError(f"{folder.name}/{part}: cannot read the template part ({exc})") from None
+        raise TemplateError(f"{row.folder.name}/{part}: cannot read the template part ({exc})") from None
     mtime = path.stat().st_mtime
     return source, str(path), lambda: path.is_file() and path.stat().st_mtime == mtime
 
@@ -144,12 +144,10 @@ def _tidy(text: str) -> str:
 
 def _template_location(exc: BaseException, templates_dir: Path) -> str:
     """Innermost template frame of a Jinja2 error, as `templates/<file>:<line>`."""
-    where = ""
-    for frame, line in traceback.walk_tb(exc.__traceback__):
-        filename = frame.f_code.co_filename
-        if filename.startswith(str(templates_dir)):
-            where = f"templates/{Path(filename).relative_to(templates_dir)}:{line}"
-    return where
+    found = [f"templates/{Path(frame.f_code.co_filename).relative_to(templates_dir)}:{line}"
+             for frame, line in traceback.walk_tb(exc.__traceback__)
+             if frame.f_code.co_filename.startswith(str(templates_dir))]
+    return found[-1] if found else ""
 
 
 def uv_pin(templates_dir: Path) -> dict[str, str]:
