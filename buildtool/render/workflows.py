@@ -133,10 +133,10 @@ SELF_HOSTED_SETUP = (
 )
 
 
-def _plan_job(runs_on: str, cells: list[str]) -> dict[str, Any]:
+def _plan_job(cells: list[str]) -> dict[str, Any]:
     """A job whose output `matrix` is `buildtool plan --json` narrowed to `cells`, on one line."""
     return {
-        "runs-on": runs_on,
+        "runs-on": HOSTED_RUNNER,
         "timeout-minutes": 10,
         "outputs": {"matrix": "${{ steps.plan.outputs.matrix }}"},
         "steps": [
@@ -184,7 +184,7 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
                            "with": {"name": "test-artefacts", "path": "reports/artefacts/",
                                     "if-no-files-found": "ignore"}}],
             },
-            "plan": _plan_job(HOSTED_RUNNER, cpu_cells),
+            "plan": _plan_job(cpu_cells),
             "cpu-image": {
                 "name": "build and validate ${{ matrix.cell }}",
                 "needs": "plan",
@@ -252,7 +252,7 @@ def _night_job(name: str, needs: str | list[str], minutes: int, runs_on: str, st
 
 def nightly_workflow(matrix: Matrix, options: WorkflowOptions) -> dict[str, Any]:
     labels = _labels_expr(options)
-    plan = _plan_job(HOSTED_RUNNER, [c.key for c in matrix.cells])
+    plan = _plan_job([c.key for c in matrix.cells])
     plan["steps"].insert(0, REGISTRY_STEP)
     jobs: dict[str, Any] = {"plan": plan, "build-validate": _build_validate_job(labels, matrix)}
     for platform, gpu_cells in native_gpu_cells(matrix).items():
@@ -394,8 +394,8 @@ def render_workflows(matrix: Matrix, options: WorkflowOptions | None = None) -> 
     options = options or WorkflowOptions()
     pr, pr_cells = pull_request_workflow(matrix)
     cells = [c.key for c in matrix.cells]
-    native = "".join(_cells_note(f"GPU cells validated on native {platform} runners", cells)
-                     for platform, cells in native_gpu_cells(matrix).items())
+    native = "".join(_cells_note(f"GPU cells validated on native {platform} runners", gpu_cells)
+                     for platform, gpu_cells in native_gpu_cells(matrix).items())
     return {
         PR_PATH: dump_workflow(pr, _cells_note("Cells built on pull requests (no GPU needed)", pr_cells)),
         NIGHTLY_PATH: dump_workflow(nightly_workflow(matrix, options),
