@@ -45,9 +45,6 @@ from buildtool.imagebuild.pipconfig import HostPip, answers, redact
 from buildtool.matrix.schema import Cell
 
 LOCK_FORMAT = 2   # 2: PEP 751 pylock.toml (1: uv's requirements output)
-# Wheels for the default platform (glibc 2.28+ x86_64: Debian 12, NGC's Ubuntu); contracts.platforms
-# names each platform's.
-PLATFORM = platforms.get(platforms.DEFAULT[0]).wheel_platform
 # The files a lock lists: every wheel of the resolved versions up to the newest glibc uv names (manylinux_2_40),
 # so the install picks what its base's glibc allows (xprof 2.21.6 on aarch64 has only a manylinux_2_35 wheel
 # besides a py-none-any one that carries a Windows .pyd: a lock of 2_28 files alone installs that one).
