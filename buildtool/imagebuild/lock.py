@@ -145,16 +145,14 @@ def check_cell(root: Path, cell: Cell) -> list[str]:
 
 
 def _check_platform(root: Path, cell: Cell, platform: str) -> list[str]:
-    problems = []
     try:
         locks = read_locks(root, cell, platform)
     except UserError as exc:
         return [str(exc)]
     paths = lock_paths(root, cell, platform)
-    for name, lock in locks.items():
-        rel = paths[name].relative_to(root)
-        if lock.inputs != fingerprint(cell, name, platform):
-            problems.append(f"{rel} is stale (matrix inputs changed); run `make lock FRAMEWORK={cell.key}`")
+    problems = [f"{paths[name].relative_to(root)} is stale (matrix inputs changed); "
+                f"run `make lock FRAMEWORK={cell.key}`"
+                for name, lock in locks.items() if lock.inputs != fingerprint(cell, name, platform)]
     if FRAMEWORK_LOCK in locks:
         overlap = set(locks[FRAMEWORK_LOCK].entries) & set(locks[TOOLS_LOCK].entries)
         if overlap:
