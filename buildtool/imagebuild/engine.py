@@ -120,7 +120,19 @@ def build(client: BuildClient, request: BuildRequest) -> str:
     iidfile = log_path.with_suffix(".iid")
     iidfile.unlink(missing_ok=True)
     facts_path(log_path).unlink(missing_ok=True)
-    proc, wall_started = _run_build(client, request, iidfile)
+    argv = _argv(client, request, iidfile)
+    wall_started = int(time.time())
+    started = time.monotonic()
+    with log_path.open("w") as log:
+        log.write(f"$ {client.describe()} ... {request.context}\n")
+        log.flush()
+        try:
+            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **dict(client.env)},
+                                  timeout=request.timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            log.write(f"\nbuild timed out after {request.timeout:.0f}s\n")
+            raise BuildFailed(f"timed out after {request.timeout:.0f}s") from None
+        log.write(f"\nexit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
     if proc.returncode != 0:
         raise BuildFailed(f"{' '.join(client.argv)} exited {proc.returncode}: {last_error_line(log_path)}")
     image_id = iidfile.read_text().strip()
@@ -164,27 +176,6 @@ def _argv(client: BuildClient, request: BuildRequest, iidfile: Path) -> list[str
     argv += [a for key, value in sorted(request.labels.items()) for a in ("--label", f"{key}={value}")]
     argv += [a for sid, path in sorted(request.secrets.items()) for a in ("--secret", f"id={sid},src={path}")]
     return [*argv, str(request.context)]
-
-
-def _run_build(client: BuildClient, request: BuildRequest,
-               iidfile: Path) -> tuple[subprocess.CompletedProcess[bytes], int]:
-    """The build process, its output to the log, and when it started (Unix seconds); BuildFailed when it runs past
-    the request's timeout."""
-    argv = _argv(client, request, iidfile)
-    env = {**os.environ, **dict(client.env)}
-    wall_started = int(time.time())
-    started = time.monotonic()
-    with request.log_path.open("w") as log:
-        log.write(f"$ {client.describe()} ... {request.context}\n")
-        log.flush()
-        try:
-            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=request.timeout,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            log.write(f"\nbuild timed out after {request.timeout:.0f}s\n")
-            raise BuildFailed(f"timed out after {request.timeout:.0f}s") from None
-        log.write(f"\nexit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
-    return proc, wall_started
 
 
 def facts_path(log_path: Path) -> Path:

@@ -45,9 +45,6 @@ from buildtool.imagebuild.pipconfig import HostPip, answers, redact
 from buildtool.matrix.schema import Cell
 
 LOCK_FORMAT = 2   # 2: PEP 751 pylock.toml (1: uv's requirements output)
-# Wheels for the default platform (glibc 2.28+ x86_64: Debian 12, NGC's Ubuntu); contracts.platforms
-# names each platform's.
-PLATFORM = platforms.get(platforms.DEFAULT[0]).wheel_platform
 # The files a lock lists: every wheel of the resolved versions up to the newest glibc uv names (manylinux_2_40),
 # so the install picks what its base's glibc allows (xprof 2.21.6 on aarch64 has only a manylinux_2_35 wheel
 # besides a py-none-any one that carries a Windows .pyd: a lock of 2_28 files alone installs that one).
@@ -148,16 +145,14 @@ def check_cell(root: Path, cell: Cell) -> list[str]:
 
 
 def _check_platform(root: Path, cell: Cell, platform: str) -> list[str]:
-    problems = []
     try:
         locks = read_locks(root, cell, platform)
     except UserError as exc:
         return [str(exc)]
     paths = lock_paths(root, cell, platform)
-    for name, lock in locks.items():
-        rel = paths[name].relative_to(root)
-        if lock.inputs != fingerprint(cell, name, platform):
-            problems.append(f"{rel} is stale (matrix inputs changed); run `make lock FRAMEWORK={cell.key}`")
+    problems = [f"{paths[name].relative_to(root)} is stale (matrix inputs changed); "
+                f"run `make lock FRAMEWORK={cell.key}`"
+                for name, lock in locks.items() if lock.inputs != fingerprint(cell, name, platform)]
     if FRAMEWORK_LOCK in locks:
         overlap = set(locks[FRAMEWORK_LOCK].entries) & set(locks[TOOLS_LOCK].entries)
         if overlap:

@@ -283,8 +283,7 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
     file_urls: dict[str, str] = {}
     server: socketserver.TCPServer | None = None
     thread: threading.Thread | None = None
-    with tempfile.TemporaryDirectory(prefix="buildtool-pip-") as tmp:
-        os.chmod(tmp, 0o700)
+    with tempfile.TemporaryDirectory(prefix="buildtool-pip-") as tmp:   # mode 0700, as mkdtemp makes it
         try:
             if folders:
                 # An index folder's pages link to `../../files/...`: serve the folder above `simple/`.

@@ -214,22 +214,23 @@ def client_binary() -> str:
     return docker_cli.resolve(docker_cli.setting())
 
 
+def _stdout(argv: list[str]) -> str:
+    """stdout of a short local command; "" when it cannot run, runs past TIMEOUT_S or exits non-zero."""
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return run.stdout if run.returncode == 0 else ""
+
+
 def deb_owner(path: str) -> tuple[str, str, str] | None:
     """(package, version, architecture) of the Debian package that installed `path`; None when dpkg has
     no record of it (not a Debian system, or a binary installed another way)."""
-    if shutil.which("dpkg-query") is None:
+    package = _stdout(["dpkg-query", "-S", path]).split(":", 1)[0].strip()
+    if not package:
         return None
-    try:
-        owner = subprocess.run(["dpkg-query", "-S", path], capture_output=True, text=True, timeout=TIMEOUT_S)
-        if owner.returncode != 0:
-            return None
-        package = owner.stdout.split(":", 1)[0].strip()
-        shown = subprocess.run(["dpkg-query", "-W", "-f", "${Version} ${Architecture}", package],
-                               capture_output=True, text=True, timeout=TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    version, _, arch = shown.stdout.strip().partition(" ")
-    return (package, version, arch) if shown.returncode == 0 and version and arch else None
+    version, _, arch = _stdout(["dpkg-query", "-W", "-f", "${Version} ${Architecture}", package]).strip().partition(" ")
+    return (package, version, arch) if version and arch else None
 
 
 def deb_purl(package: str, version: str, arch: str) -> str:
@@ -281,12 +282,7 @@ def buildtool_version() -> str:
 
 def git_ref(root: Path) -> str:
     """The ref the checkout is on (refs/heads/main), "" when detached or not a git checkout."""
-    try:
-        found = subprocess.run(["git", "-C", str(root), "symbolic-ref", "-q", "HEAD"], capture_output=True,
-                               text=True, timeout=TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return found.stdout.strip() if found.returncode == 0 else ""
+    return _stdout(["git", "-C", str(root), "symbolic-ref", "-q", "HEAD"]).strip()
 
 
 def source_descriptor(source: str, revision: str, ref: str) -> dict[str, Any]:
