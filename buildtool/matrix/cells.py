@@ -5,6 +5,7 @@ stand-in), every error naming file, line and the layer that set the value."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from functools import cache, lru_cache, partial
@@ -275,24 +276,16 @@ def _platform_fields(check: _CellCheck) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1024)
-def _standin_model(base: str, requirements: tuple[str, ...], workdir: str,
-                   platform_requirements: tuple[tuple[Any, Any], ...]) -> StandIn:
-    fields = {"base": base, "requirements": list(requirements) or None, "workdir": workdir,
-              "platform_requirements": {k: list(v) if isinstance(v, tuple) else v for k, v in platform_requirements}}
-    # A key no layer set is missing (named so), not None.
-    return StandIn.model_validate({k: v for k, v in fields.items() if v is not None})
+def _standin_model(fields: str) -> StandIn:
+    """The stand-in of a cell's merged fields, given as JSON: cells that share a stand-in validate it once."""
+    return StandIn.model_validate_json(fields)
 
 
 def _standin(check: _CellCheck, fields: dict[str, Any], cell_platforms: tuple[str, ...]) -> StandIn:
-    """A stand-in merged from several layers must still be whole, and name only the cell's platforms."""
-    by_platform = fields.get("platform_requirements") or {}
+    """A stand-in merged from several layers must still be whole (a key no layer set is missing, named so), and
+    name only the cell's platforms."""
     try:
-        if not isinstance(by_platform, dict):
-            raise check.fail((*check.where("standin"), "platform_requirements"),
-                             "must be a mapping of platform to requirements, e.g. {linux/arm64: [\"torch==2.13.0\"]}")
-        standin = _standin_model(fields.get("base"), tuple(fields.get("requirements") or ()),
-                                 fields.get("workdir", "/workspace"),
-                                 tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in by_platform.items()))
+        standin = _standin_model(json.dumps(fields))
     except ValidationError as exc:
         first = exc.errors()[0]
         raise check.fail((*check.where("standin"), *first["loc"]),
