@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
 from buildtool.common.errors import MatrixError
-from buildtool.contracts import frameworks, platforms
+from buildtool.contracts import frameworks, platforms, runprofile
 from buildtool.matrix import values
 from buildtool.matrix.schema import (
     DEFAULT_TAGS,
@@ -30,7 +30,6 @@ from buildtool.matrix.schema import (
     Run,
     StandIn,
     VersionSpec,
-    deadline_for,
 )
 from buildtool.matrix.yamlsource import Loc, Located
 
@@ -267,7 +266,7 @@ def _platform_fields(check: _CellCheck) -> dict[str, Any]:
     """The cell's platforms (default linux/amd64) and, where it has another, its emulation factor."""
     merged = check.merged
     names = tuple(merged.get("platforms") or platforms.DEFAULT)
-    factor = (merged.get("validate") or {}).get("emulation_factor")
+    factor = merged.get("validate", {}).get("emulation_factor")
     if names != platforms.DEFAULT and factor is None:
         raise check.fail(check.where("platforms"), f"a cell built for {', '.join(names)} needs "
                          "validate.emulation_factor (how much slower its tests run under QEMU on another "
@@ -363,6 +362,7 @@ def _cell(check: _CellCheck, needs: Needs, name: str, ver: VersionSpec,
     release_tags, moving_tags = check.tags(ver.version, claimed, f"{name}:{ver.version}")
     index = merged.get("index", {})
     profile = merged["run"]
+    validate = merged.get("validate", {})
     standin = merged.get("standin")
     placed = _platform_fields(check)
     return Cell(
@@ -383,8 +383,8 @@ def _cell(check: _CellCheck, needs: Needs, name: str, ver: VersionSpec,
         release_tags=release_tags,
         moving_tags=moving_tags,
         line=check.doc.line_of(check.loc) or 0,
-        validate_deadline_s=deadline_for(merged),
-        extra_tests=(merged.get("validate") or {}).get("extra_tests"),
+        validate_deadline_s=validate.get("deadline_s") or runprofile.DEFAULT_DEADLINE_S[merged["accelerator"]],
+        extra_tests=validate.get("extra_tests"),
         oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
         **placed,
         **_nvidia_fields(check),
