@@ -5,6 +5,7 @@ stand-in), every error naming file, line and the layer that set the value."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from functools import cache, lru_cache, partial
@@ -16,7 +17,7 @@ from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
 from buildtool.common.errors import MatrixError
-from buildtool.contracts import frameworks, platforms
+from buildtool.contracts import frameworks, platforms, runprofile
 from buildtool.matrix import values
 from buildtool.matrix.schema import (
     DEFAULT_TAGS,
@@ -29,7 +30,6 @@ from buildtool.matrix.schema import (
     Run,
     StandIn,
     VersionSpec,
-    deadline_for,
 )
 from buildtool.matrix.yamlsource import Loc, Located
 
@@ -266,7 +266,7 @@ def _platform_fields(check: _CellCheck) -> dict[str, Any]:
     """The cell's platforms (default linux/amd64) and, where it has another, its emulation factor."""
     merged = check.merged
     names = tuple(merged.get("platforms") or platforms.DEFAULT)
-    factor = (merged.get("validate") or {}).get("emulation_factor")
+    factor = merged.get("validate", {}).get("emulation_factor")
     if names != platforms.DEFAULT and factor is None:
         raise check.fail(check.where("platforms"), f"a cell built for {', '.join(names)} needs "
                          "validate.emulation_factor (how much slower its tests run under QEMU on another "
@@ -275,24 +275,16 @@ def _platform_fields(check: _CellCheck) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1024)
-def _standin_model(base: str, requirements: tuple[str, ...], workdir: str,
-                   platform_requirements: tuple[tuple[Any, Any], ...]) -> StandIn:
-    fields = {"base": base, "requirements": list(requirements) or None, "workdir": workdir,
-              "platform_requirements": {k: list(v) if isinstance(v, tuple) else v for k, v in platform_requirements}}
-    # A key no layer set is missing (named so), not None.
-    return StandIn.model_validate({k: v for k, v in fields.items() if v is not None})
+def _standin_model(fields: str) -> StandIn:
+    """The stand-in of a cell's merged fields, given as JSON: cells that share a stand-in validate it once."""
+    return StandIn.model_validate_json(fields)
 
 
 def _standin(check: _CellCheck, fields: dict[str, Any], cell_platforms: tuple[str, ...]) -> StandIn:
-    """A stand-in merged from several layers must still be whole, and name only the cell's platforms."""
-    by_platform = fields.get("platform_requirements") or {}
+    """A stand-in merged from several layers must still be whole (a key no layer set is missing, named so), and
+    name only the cell's platforms."""
     try:
-        if not isinstance(by_platform, dict):
-            raise check.fail((*check.where("standin"), "platform_requirements"),
-                             "must be a mapping of platform to requirements, e.g. {linux/arm64: [\"torch==2.13.0\"]}")
-        standin = _standin_model(fields.get("base"), tuple(fields.get("requirements") or ()),
-                                 fields.get("workdir", "/workspace"),
-                                 tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in by_platform.items()))
+        standin = _standin_model(json.dumps(fields))
     except ValidationError as exc:
         first = exc.errors()[0]
         raise check.fail((*check.where("standin"), *first["loc"]),
@@ -370,6 +362,7 @@ def _cell(check: _CellCheck, needs: Needs, name: str, ver: VersionSpec,
     release_tags, moving_tags = check.tags(ver.version, claimed, f"{name}:{ver.version}")
     index = merged.get("index", {})
     profile = merged["run"]
+    validate = merged.get("validate", {})
     standin = merged.get("standin")
     placed = _platform_fields(check)
     return Cell(
@@ -390,8 +383,8 @@ def _cell(check: _CellCheck, needs: Needs, name: str, ver: VersionSpec,
         release_tags=release_tags,
         moving_tags=moving_tags,
         line=check.doc.line_of(check.loc) or 0,
-        validate_deadline_s=deadline_for(merged),
-        extra_tests=(merged.get("validate") or {}).get("extra_tests"),
+        validate_deadline_s=validate.get("deadline_s") or runprofile.DEFAULT_DEADLINE_S[merged["accelerator"]],
+        extra_tests=validate.get("extra_tests"),
         oci=tuple((k, merged["oci"][k]) for k in OciLabels.model_fields if k in merged.get("oci", {})),
         **placed,
         **_nvidia_fields(check),

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -84,18 +85,10 @@ _ULIMIT_KEYS = get_args(UlimitName)
 
 
 def _unwrap(annotation: Any) -> Any:
-    """Strip Annotated and Optional from a field's type."""
-    while True:
-        origin = get_origin(annotation)
-        if origin is Annotated:
-            annotation = get_args(annotation)[0]
-        elif origin is not None and type(None) in get_args(annotation):
-            rest = [a for a in get_args(annotation) if a is not type(None)]
-            if len(rest) != 1:
-                return annotation
-            annotation = rest[0]
-        else:
-            return annotation
+    """Strip Annotated and Optional from a field's type (the schema's unions are all `X | None`)."""
+    while get_origin(annotation) in (Annotated, Union, UnionType):
+        annotation = get_args(annotation)[0]
+    return annotation
 
 
 def _keys_at(loc: Loc) -> tuple[str, ...]:

@@ -118,10 +118,6 @@ def _git_bytes(repo: Path, *args: str) -> bytes:
                         "with at least one commit") from None
 
 
-def _git(repo: Path, *args: str) -> str:
-    return _git_bytes(repo, *args).decode("utf-8", "replace")
-
-
 def _dirty_suffix(repo: Path) -> str:
     """`-dirty.<hash of the changes>` for a work tree with changes (outside REVISION_PATHSPEC), else ''."""
     # -z: NUL-separated, names unquoted (a name with a space or non-ASCII is read as it is); all: every untracked
@@ -153,12 +149,12 @@ def git_revision(repo: Path) -> str:
     never mistaken for the commit's image nor for another dirty build. Changes to the files
     a release writes (REVISION_PATHSPEC) do not count.
     """
-    return _git(repo, "rev-parse", "--short=12", "HEAD").strip() + _dirty_suffix(repo)
+    return _git_bytes(repo, "rev-parse", "--short=12", "HEAD").decode("utf-8", "replace").strip() + _dirty_suffix(repo)
 
 
 def git_full_revision(repo: Path) -> str:
     """`git_revision` with the whole 40-hex sha: what the revision label of an image built here says."""
-    return _git(repo, "rev-parse", "HEAD").strip() + _dirty_suffix(repo)
+    return _git_bytes(repo, "rev-parse", "HEAD").decode("utf-8", "replace").strip() + _dirty_suffix(repo)
 
 
 def full_revision(root: Path, revision: str) -> str:

@@ -225,13 +225,6 @@ class ValidateSettings(_Strict):
 
 # field of ValidateSettings -> (lowest, highest, unit)
 _BOUNDS = {"emulation_factor": (1, MAX_EMULATION_FACTOR, ""), "deadline_s": (60, runprofile.MAX_DEADLINE_S, " seconds")}
-
-
-def deadline_for(merged: dict[str, Any]) -> int:
-    """The cell's deadline: its own, or the default for its accelerator (`merged` holds the
-    matrix's own keys: `validate`)."""
-    own = (merged.get("validate") or {}).get("deadline_s")
-    return int(own or runprofile.DEFAULT_DEADLINE_S.get(merged.get("accelerator", "cpu"), 480))
 # -- end of the validate block ------------------------------------------------------------------
 
 

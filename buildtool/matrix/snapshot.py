@@ -111,10 +111,8 @@ def _plain(value: Any) -> Any:
     """A value as JSON, with enough structure to rebuild it (tuples stay tuples)."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    if isinstance(value, tuple):
-        return {"t": [_plain(v) for v in value]}
-    if isinstance(value, list):
-        return {"l": [_plain(v) for v in value]}
+    if isinstance(value, tuple | list):
+        return {"t" if isinstance(value, tuple) else "l": [_plain(v) for v in value]}
     if isinstance(value, dict):
         return {"d": {str(k): _plain(v) for k, v in value.items()}}
     if dataclasses.is_dataclass(value) or hasattr(value, "model_dump"):
