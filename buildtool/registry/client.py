@@ -122,7 +122,7 @@ class RegistryClient:
         # never retried, of either transport: requests' join them when `session` imports it.
         self._transient: tuple[type[BaseException], ...] = (TransportConnectionError, TransportTimeout)
         self._tls_errors: tuple[type[BaseException], ...] = ()
-        self._loopback: LoopbackTransport | None = None
+        self._loopback = LoopbackTransport()
         self._sleep = sleep
         self._clock = clock
         self.auth = HostAuth(host, self._exchange, clock=clock)
@@ -163,12 +163,9 @@ class RegistryClient:
     def _send_once(self, method: str, url: str, headers: dict[str, str], data: bytes | Path | None,
                    sink: Sink | None = None) -> Any:
         if url.startswith("http://"):
-            if self._loopback is None:
-                self._loopback = LoopbackTransport()
             return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, sink=sink)
         self._prepare_tls(url)
-        with contextlib.ExitStack() as stack:
-            body = stack.enter_context(data.open("rb")) if isinstance(data, Path) else data
+        with data.open("rb") if isinstance(data, Path) else contextlib.nullcontext(data) as body:
             # Streamed, and read by _streamed: a body cut off after the answer began (a reset, a TLS connection
             # closed without its close_notify) is then told apart from a handshake that failed.
             response = self.session.request(method, url, headers=headers, data=body, timeout=self.retry.timeout,
