@@ -259,7 +259,7 @@ class RegistryClient:
 
     def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "", mount_from: str = "",
                 sink: Sink | None = None, headers: dict[str, str] | None = None,
-                data: bytes | Path | None = None) -> Response | requests.Response:
+                data: bytes | Path | None = None) -> Response:
         """One API call: authenticated as the registry asks (scopes for `repo`, and `mount_from` for a
         cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx).
         `sink`: where a 2xx body goes instead of memory (see buildtool.registry.transport.Sink)."""
