@@ -436,20 +436,18 @@ class RegistryClient:
             start = self.request("POST", f"{repo}/blobs/uploads/", ok=(202,), repo=repo)
             location = opened = self._location(start, f"{repo}/blobs/uploads/")
         sep = "&" if "?" in location else "?"
-        done = False
-        try:
-            self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
-                         headers={"Content-Type": "application/octet-stream"})
-            done = True
-        except RegistryError:
-            # Two writers uploading the same blob at once: the registry may refuse the second
-            # commit (DIGEST_INVALID) although the blob is there, whole, by then.
-            if not self.has_blob(repo, digest):
-                raise
-            done = True
-        finally:
-            if not done:
-                self._cancel(repo, opened)   # the session this call opened: none left open (a caller's is its own)
+        with contextlib.ExitStack() as unless_stored:
+            # The session this call opened: none left open (a caller's is its own).
+            unless_stored.callback(self._cancel, repo, opened)
+            try:
+                self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
+                             headers={"Content-Type": "application/octet-stream"})
+            except RegistryError:
+                # Two writers uploading the same blob at once: the registry may refuse the second
+                # commit (DIGEST_INVALID) although the blob is there, whole, by then.
+                if not self.has_blob(repo, digest):
+                    raise
+            unless_stored.pop_all()
         return digest
 
     def _location(self, response: Any, path: str) -> str:
@@ -472,21 +470,19 @@ class RegistryClient:
         if response.status_code == 201:
             return "mounted"
         session = self._location(response, path) if response.headers.get("Location") else ""
-        uploaded = False
-        try:
-            if self.has_blob(repo, digest):
-                return "present"
-            with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
-                copied = Path(folder) / "blob"
-                self.download_blob(from_repo, digest, copied)
-                self._upload(repo, copied, digest, session)
-                uploaded = True
-        except NotFound:
-            return ""
-        finally:
-            if not uploaded:
-                # Whatever ended the copy (blob gone, digest mismatch, refused PUT, ^C): no session left open.
-                self._cancel(repo, session)
+        with contextlib.ExitStack() as unless_uploaded:
+            # Whatever ends the copy (blob there or gone, digest mismatch, refused PUT, ^C): no session left open.
+            unless_uploaded.callback(self._cancel, repo, session)
+            try:
+                if self.has_blob(repo, digest):
+                    return "present"
+                with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
+                    copied = Path(folder) / "blob"
+                    self.download_blob(from_repo, digest, copied)
+                    self._upload(repo, copied, digest, session)
+                    unless_uploaded.pop_all()
+            except NotFound:
+                return ""
         log.info("registry %s declined to mount %s from %s into %s: uploaded it", self.host, digest, from_repo, repo)
         return "uploaded"
 
