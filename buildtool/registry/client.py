@@ -88,10 +88,6 @@ _FAILURE_NAMES = {"TransportConnectionError": "ConnectionError", "TransportTimeo
                   **dict.fromkeys(("BodyInterrupted", "ChunkedEncodingError", "ContentDecodingError"), _CUT_OFF)}
 
 
-def _failure_name(exc: BaseException) -> str:
-    return _FAILURE_NAMES.get(type(exc).__name__, type(exc).__name__)
-
-
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -124,7 +120,6 @@ class RegistryClient:
         self._tls_errors: tuple[type[BaseException], ...] = ()
         self._loopback = LoopbackTransport()
         self._sleep = sleep
-        self._clock = clock
         self.auth = HostAuth(host, self._exchange, clock=clock)
         self._tls_ready: set[str] = set()
         self._lock = threading.Lock()
@@ -213,7 +208,7 @@ class RegistryClient:
             except self._transient as exc:     # BodyInterrupted too: a TransportConnectionError
                 if sink is not None and isinstance(exc, BodyInterrupted):
                     raise
-                last, response = _failure_name(exc), None
+                last, response = _FAILURE_NAMES.get(type(exc).__name__, type(exc).__name__), None
             else:
                 status = response.status_code
                 if status != 429 and status < 500:
