@@ -203,8 +203,9 @@ class RegistryClient:
                 response = self._send(method, url, headers, data, sink, follow)
             except self._tls_errors as exc:
                 netloc = urlsplit(url).netloc
-                raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; {tools.tls_hint(netloc)}") \
-                    from None
+                raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; put the registry's CA "
+                                       f"certificate in /etc/docker/certs.d/{netloc}/ca.crt (docker, skopeo and "
+                                       "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE") from None
             except self._transient as exc:     # BodyInterrupted too: a TransportConnectionError
                 if sink is not None and isinstance(exc, BodyInterrupted):
                     raise
