@@ -173,10 +173,8 @@ class RegistryClient:
         leaving the origin. The answer names the origin that gave it (`answered_by`)."""
         response = self._send_once(method, url, headers, data, sink)
         for _ in range(5):
-            if not follow or response.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
-                break
             location = response.headers.get("Location", "")
-            if not location:
+            if not (follow and location and response.status_code in _REDIRECTS and method in ("GET", "HEAD")):
                 break
             target = urljoin(url, location)
             if answers.origin(target) != answers.origin(url):
