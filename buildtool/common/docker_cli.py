@@ -261,8 +261,7 @@ def remove(*names: str, timeout: float = 120) -> None:
 
 def remove_labelled(key: str, value: str, timeout: float = 120) -> list[str]:
     """Remove every container (running or not) labelled key=value; returns their ids."""
-    proc = docker("ps", "-aq", "--filter", f"label={key}={value}", timeout=60)
-    ids = proc.stdout.split()
+    ids = docker("ps", "-aq", "--filter", f"label={key}={value}", timeout=60).stdout.split()
     if ids:
         docker("rm", "-f", "-v", *ids, timeout=timeout)
     return ids

@@ -7,13 +7,10 @@ from __future__ import annotations
 import email.utils
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink
-
-if TYPE_CHECKING:
-    import requests
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -88,7 +85,7 @@ def streamed(response: Any, sink: Sink | None) -> Response:
     return Response(response.status_code, response.headers, b"".join(chunks))
 
 
-def error_text(response: Response | requests.Response) -> str:
+def error_text(response: Response) -> str:
     """The registry's `errors[]` as `CODE: message`; the start of the body when it is not that shape (a proxy's
     `"Forbidden"`, `{"errors": null}`): a hostile or odd answer is named, never a traceback."""
     try:

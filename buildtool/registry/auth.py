@@ -25,11 +25,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from buildtool.registry import credentials as creds_mod
 from buildtool.registry.call_errors import CredentialsRefused, InsufficientScope, NoCredentials, RegistryError
+from buildtool.registry.transport import Response
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +39,6 @@ CLIENT_ID = "dl-images-buildtool"
 _MAX_TOKENS = 64
 
 Triple = tuple[str, str, str]        # (resource type, name, action)
-
-
-class ResponseLike(Protocol):
-    status_code: int
-    headers: Any
-    content: bytes
-
-    @property
-    def text(self) -> str: ...
-
-    def json(self) -> Any: ...
 
 
 # -- challenges --------------------------------------------------------------------------------
@@ -141,7 +131,7 @@ class Token:
 
 # -- messages ----------------------------------------------------------------------------------
 
-def server_message(response: ResponseLike) -> str:
+def server_message(response: Response) -> str:
     """The server's own words: registry `errors[].message`, a token server's `details`/`error_description`/
     `error`/`message`, else the first line of a short text body."""
     try:
@@ -174,7 +164,7 @@ def _token_realm(host: str, realm: str) -> str:
     return f"{scheme.lower()}://{rest}"
 
 
-def _hidden_repositories(response: ResponseLike, needed: Iterable[Triple]) -> str:
+def _hidden_repositories(response: Response, needed: Iterable[Triple]) -> str:
     """The repositories of a 401 whose Bearer challenge says `error="insufficient_scope"`: what Docker Hub (and
     others) answer for a repository that does not exist or is not the caller's, whoever asks. "" otherwise."""
     challenges = parse_challenges(response.headers.get("WWW-Authenticate", "") or "")
@@ -244,7 +234,7 @@ class HostAuth:
                 return token
         return None
 
-    def on_unauthorized(self, response: ResponseLike, needed: frozenset[Triple], sent: str | None) -> frozenset[Triple]:
+    def on_unauthorized(self, response: Response, needed: frozenset[Triple], sent: str | None) -> frozenset[Triple]:
         """A 401: learn the scheme and get what the next try needs (returned: the scopes it asks a token
         for), or raise the error that says why another try would not do."""
         with self._lock:
@@ -271,7 +261,7 @@ class HostAuth:
                 return needed
             raise self.failure(response, needed, sent)
 
-    def failure(self, response: ResponseLike, needed: frozenset[Triple], sent: str | None) -> RegistryError:
+    def failure(self, response: Response, needed: frozenset[Triple], sent: str | None) -> RegistryError:
         """The one-line error for a 401 that another try will not cure."""
         message = server_message(response)
         said = f" ({message})" if message else ""
@@ -327,7 +317,7 @@ class HostAuth:
             response = self._fetch("GET", url, headers=headers, data=None)
         return self._accept(response, want, started, usable)
 
-    def _accept(self, response: ResponseLike, want: frozenset[Triple], started: float,
+    def _accept(self, response: Response, want: frozenset[Triple], started: float,
                 sent: creds_mod.Credential | None) -> Token:
         server = self._realm_host()
         message = server_message(response)

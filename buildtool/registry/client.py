@@ -88,10 +88,6 @@ _FAILURE_NAMES = {"TransportConnectionError": "ConnectionError", "TransportTimeo
                   **dict.fromkeys(("BodyInterrupted", "ChunkedEncodingError", "ContentDecodingError"), _CUT_OFF)}
 
 
-def _failure_name(exc: BaseException) -> str:
-    return _FAILURE_NAMES.get(type(exc).__name__, type(exc).__name__)
-
-
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -122,9 +118,8 @@ class RegistryClient:
         # never retried, of either transport: requests' join them when `session` imports it.
         self._transient: tuple[type[BaseException], ...] = (TransportConnectionError, TransportTimeout)
         self._tls_errors: tuple[type[BaseException], ...] = ()
-        self._loopback: LoopbackTransport | None = None
+        self._loopback = LoopbackTransport()
         self._sleep = sleep
-        self._clock = clock
         self.auth = HostAuth(host, self._exchange, clock=clock)
         self._tls_ready: set[str] = set()
         self._lock = threading.Lock()
@@ -163,12 +158,9 @@ class RegistryClient:
     def _send_once(self, method: str, url: str, headers: dict[str, str], data: bytes | Path | None,
                    sink: Sink | None = None) -> Any:
         if url.startswith("http://"):
-            if self._loopback is None:
-                self._loopback = LoopbackTransport()
             return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, sink=sink)
         self._prepare_tls(url)
-        with contextlib.ExitStack() as stack:
-            body = stack.enter_context(data.open("rb")) if isinstance(data, Path) else data
+        with data.open("rb") if isinstance(data, Path) else contextlib.nullcontext(data) as body:
             # Streamed, and read by _streamed: a body cut off after the answer began (a reset, a TLS connection
             # closed without its close_notify) is then told apart from a handshake that failed.
             response = self.session.request(method, url, headers=headers, data=body, timeout=self.retry.timeout,
@@ -181,10 +173,8 @@ class RegistryClient:
         leaving the origin. The answer names the origin that gave it (`answered_by`)."""
         response = self._send_once(method, url, headers, data, sink)
         for _ in range(5):
-            if not follow or response.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
-                break
             location = response.headers.get("Location", "")
-            if not location:
+            if not (follow and location and response.status_code in _REDIRECTS and method in ("GET", "HEAD")):
                 break
             target = urljoin(url, location)
             if answers.origin(target) != answers.origin(url):
@@ -211,12 +201,13 @@ class RegistryClient:
                 response = self._send(method, url, headers, data, sink, follow)
             except self._tls_errors as exc:
                 netloc = urlsplit(url).netloc
-                raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; {tools.tls_hint(netloc)}") \
-                    from None
+                raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; put the registry's CA "
+                                       f"certificate in /etc/docker/certs.d/{netloc}/ca.crt (docker, skopeo and "
+                                       "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE") from None
             except self._transient as exc:     # BodyInterrupted too: a TransportConnectionError
                 if sink is not None and isinstance(exc, BodyInterrupted):
                     raise
-                last, response = _failure_name(exc), None
+                last, response = _FAILURE_NAMES.get(type(exc).__name__, type(exc).__name__), None
             else:
                 status = response.status_code
                 if status != 429 and status < 500:
@@ -262,7 +253,7 @@ class RegistryClient:
 
     def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "", mount_from: str = "",
                 sink: Sink | None = None, headers: dict[str, str] | None = None,
-                data: bytes | Path | None = None) -> Response | requests.Response:
+                data: bytes | Path | None = None) -> Response:
         """One API call: authenticated as the registry asks (scopes for `repo`, and `mount_from` for a
         cross-repository mount), retried on connection errors, timeouts, 5xx and 429 (never other 4xx).
         `sink`: where a 2xx body goes instead of memory (see buildtool.registry.transport.Sink)."""
@@ -439,20 +430,18 @@ class RegistryClient:
             start = self.request("POST", f"{repo}/blobs/uploads/", ok=(202,), repo=repo)
             location = opened = self._location(start, f"{repo}/blobs/uploads/")
         sep = "&" if "?" in location else "?"
-        done = False
-        try:
-            self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
-                         headers={"Content-Type": "application/octet-stream"})
-            done = True
-        except RegistryError:
-            # Two writers uploading the same blob at once: the registry may refuse the second
-            # commit (DIGEST_INVALID) although the blob is there, whole, by then.
-            if not self.has_blob(repo, digest):
-                raise
-            done = True
-        finally:
-            if not done:
-                self._cancel(repo, opened)   # the session this call opened: none left open (a caller's is its own)
+        with contextlib.ExitStack() as unless_stored:
+            # The session this call opened: none left open (a caller's is its own).
+            unless_stored.callback(self._cancel, repo, opened)
+            try:
+                self.request("PUT", f"{location}{sep}digest={digest}", ok=(201,), repo=repo, data=data,
+                             headers={"Content-Type": "application/octet-stream"})
+            except RegistryError:
+                # Two writers uploading the same blob at once: the registry may refuse the second
+                # commit (DIGEST_INVALID) although the blob is there, whole, by then.
+                if not self.has_blob(repo, digest):
+                    raise
+            unless_stored.pop_all()
         return digest
 
     def _location(self, response: Any, path: str) -> str:
@@ -475,21 +464,19 @@ class RegistryClient:
         if response.status_code == 201:
             return "mounted"
         session = self._location(response, path) if response.headers.get("Location") else ""
-        uploaded = False
-        try:
-            if self.has_blob(repo, digest):
-                return "present"
-            with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
-                copied = Path(folder) / "blob"
-                self.download_blob(from_repo, digest, copied)
-                self._upload(repo, copied, digest, session)
-                uploaded = True
-        except NotFound:
-            return ""
-        finally:
-            if not uploaded:
-                # Whatever ended the copy (blob gone, digest mismatch, refused PUT, ^C): no session left open.
-                self._cancel(repo, session)
+        with contextlib.ExitStack() as unless_uploaded:
+            # Whatever ends the copy (blob there or gone, digest mismatch, refused PUT, ^C): no session left open.
+            unless_uploaded.callback(self._cancel, repo, session)
+            try:
+                if self.has_blob(repo, digest):
+                    return "present"
+                with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
+                    copied = Path(folder) / "blob"
+                    self.download_blob(from_repo, digest, copied)
+                    self._upload(repo, copied, digest, session)
+                    unless_uploaded.pop_all()
+            except NotFound:
+                return ""
         log.info("registry %s declined to mount %s from %s into %s: uploaded it", self.host, digest, from_repo, repo)
         return "uploaded"
 

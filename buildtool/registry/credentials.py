@@ -232,9 +232,8 @@ def authfile(hosts: Iterable[str]) -> Iterator[Path | None]:
     folder = Path(tempfile.mkdtemp(prefix="buildtool-auth-"))   # mkdtemp: mode 0700
     try:
         path = folder / "auth.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump({"auths": auths}, out)
+        path.touch(mode=0o600, exist_ok=False)     # private before a secret is written into it
+        path.write_text(json.dumps({"auths": auths}), encoding="utf-8")
         yield path
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -74,12 +74,6 @@ def ssl_context(netloc: str) -> ssl.SSLContext | None:
     return context
 
 
-def tls_hint(netloc: str) -> str:
-    """Where a CA for `netloc` goes, as the one-line TLS error says."""
-    return (f"put the registry's CA certificate in /etc/docker/certs.d/{netloc}/ca.crt (docker, skopeo and "
-            "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE")
-
-
 @contextlib.contextmanager
 def skopeo_access(host: str, side: str) -> Iterator[list[str]]:
     if side not in ("src", "dest"):

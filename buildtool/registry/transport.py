@@ -14,6 +14,7 @@ after what arrived was written.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -100,19 +101,13 @@ class LoopbackTransport:
         from disk; `sink`: see Sink."""
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        headers = dict(headers)
-        if isinstance(data, Path):
-            headers["Content-Length"] = str(data.stat().st_size)
-        elif data is not None or method in ("PUT", "POST", "PATCH"):
-            headers["Content-Length"] = str(len(data or b""))
+        if isinstance(data, Path):     # http.client counts bytes itself, but would send a file chunked
+            headers = {**headers, "Content-Length": str(data.stat().st_size)}
         for attempt in (1, 2):
             conn, reused = self._connection(parts.netloc, timeout)
             try:
-                if isinstance(data, Path):
-                    with data.open("rb") as body:
-                        conn.request(method, target, body=body, headers=headers)
-                else:
-                    conn.request(method, target, body=data, headers=headers)
+                with data.open("rb") if isinstance(data, Path) else contextlib.nullcontext(data) as body:
+                    conn.request(method, target, body=body, headers=headers)
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 self._drop(parts.netloc)
