@@ -403,13 +403,13 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
     _check_runnable(todo, f"base {ref}")
     state = read_archive_state(debian_archive(), suite, fetch)
     log(f"{ref}: the archive state is {state.release.uri} sha256:{state.release.sha256} ({state.release.date})")
-    results: list[BaseResult] = []
+    results: dict[str, BaseResult] = {}
     made = dict(children)
     for name in todo:
         begun = time.monotonic()
         log_file = log_dir / f"base-debian-{suite}-{platforms.get(name).architecture}.log"
         made[name] = _make_platform(client, repo, suite, slim, name, state, log, log_file)
-        results.append(BaseResult(ref, "mmdebstrap", made[name].digest, time.monotonic() - begun, name))
+        results[name] = BaseResult(ref, "mmdebstrap", made[name].digest, time.monotonic() - begun, name)
         log(f"{ref} {name}: mmdebstrap and write took {time.monotonic() - begun:.0f}s ({made[name].digest})")
     if len(made) == 1:
         base_index.tag_child(client, repo, tag, next(iter(made.values())))
@@ -417,8 +417,7 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
         # Entries of platforms outside the table (an upstream index's) are not carried over.
         index = base_index.put_index(client, repo, tag, [made[p] for p in _ordered(set(made))])
         log(f"{ref}: index {index} over {', '.join(_ordered(set(made)))}")
-    results += [BaseResult(ref, "present", made[p].digest, 0.0, p) for p in wanted if p not in todo]
-    return sorted(results, key=lambda r: list(platforms.KNOWN).index(r.platform))
+    return [results.get(p) or BaseResult(ref, "present", made[p].digest, 0.0, p) for p in wanted]
 
 
 def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, log_dir: Path,
