@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,25 +205,21 @@ class Probe:
 
 def parse_probe(output: str) -> Probe:
     """The probe's sections; ValueError when one is missing or apt refused the install."""
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in output.splitlines():
-        if line.startswith("--- "):
-            current = sections[line[4:].strip()] = []
-        elif current is not None:
-            current.append(line)
+    # A `--- name` line opens a section: the lines up to the next one.
+    parts = re.split(r"^--- (.*)\n?", "\n".join(output.splitlines()), flags=re.MULTILINE)
+    sections = {name.strip(): body for name, body in zip(parts[1::2], parts[2::2], strict=True)}
     missing = [s for s in ("arch", "base", "plan", "pinned", "served", "hashes") if s not in sections]
     if missing:
         raise ValueError(f"the probe printed no {', '.join(missing)} section")
-    errors = [ln for ln in sections["plan"] + sections["pinned"] if ln.startswith("E: ")]
+    errors = [ln for s in ("plan", "pinned") for ln in sections[s].splitlines() if ln.startswith("E: ")]
     if errors:
         raise ValueError(f"apt-get install -s refused: {errors[0][3:][:200]}")
-    rows = [[part.strip() for part in line.split("|")] for line in sections["served"]]   # apt-cache madison's
-    served = {(row[0], row[1]) for row in rows if len(row) >= 3}
-    return Probe(arch="".join(sections["arch"]).strip(), base=parse_entries("\n".join(sections["base"]), "dpkg-query"),
-                 plan=parse_simulation("\n".join(sections["plan"])), served=served,
-                 pinned=parse_simulation("\n".join(sections["pinned"])),
-                 hashes=parse_package_records("\n".join(sections["hashes"])))
+    rows = [[part.strip() for part in line.split("|")] for line in sections["served"].splitlines()]
+    served = {(row[0], row[1]) for row in rows if len(row) >= 3}   # apt-cache madison's
+    return Probe(arch="".join(sections["arch"].splitlines()).strip(),
+                 base=parse_entries(sections["base"], "dpkg-query"), plan=parse_simulation(sections["plan"]),
+                 served=served, pinned=parse_simulation(sections["pinned"]),
+                 hashes=parse_package_records(sections["hashes"]))
 
 
 def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str | None = None) -> Probe:

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
 
 from buildtool.contracts import platforms
 from buildtool.registry.client import OCI_MANIFEST, RegistryClient, RegistryError, sha256_digest
@@ -31,31 +29,10 @@ from buildtool.registry.image_index import platform_manifest as platform_manifes
 from buildtool.registry.image_index import put_index as put_index
 from buildtool.registry.image_index import read_children as read_children
 
-if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer
-
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 # Docker's own default (compress/gzip DefaultCompression); a fixed level keeps the blob's bytes fixed.
 GZIP_LEVEL = 6
-
-
-class _Hashing(io.RawIOBase):
-    """A write-only file that hashes and counts what passes through it."""
-
-    def __init__(self, out: IO[bytes] | gzip.GzipFile) -> None:
-        super().__init__()
-        self.out, self.sha, self.size = out, hashlib.sha256(), 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: ReadableBuffer) -> int:
-        view = memoryview(data)
-        self.sha.update(view)
-        self.size += view.nbytes
-        self.out.write(view)
-        return view.nbytes
 
 
 @dataclass(frozen=True)
@@ -69,23 +46,23 @@ class Layer:
 def rootfs_layer(rootfs: Path, out: Path) -> Layer:
     """The tree as one gzipped layer: entries sorted by name, numeric owners only, integer mtimes, no
     gzip name or time. Hard links stay links; sockets are left out (as tar does)."""
-    with out.open("wb") as raw:
-        blob = _Hashing(raw)
-        with gzip.GzipFile(filename="", mode="wb", compresslevel=GZIP_LEVEL, fileobj=blob, mtime=0) as gz:
-            tar_hash = _Hashing(gz)
-            with tarfile.open(fileobj=tar_hash, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for path in sorted(rootfs.rglob("*"), key=lambda p: p.relative_to(rootfs).as_posix()):
-                    info = tar.gettarinfo(str(path), arcname=str(path.relative_to(rootfs)))
-                    if info is None:
-                        continue
-                    info.mtime = int(info.mtime)
-                    info.uname = info.gname = ""
-                    if info.isreg():
-                        with path.open("rb") as data:
-                            tar.addfile(info, data)
-                    else:
-                        tar.addfile(info)
-    return Layer(out, "sha256:" + blob.sha.hexdigest(), "sha256:" + tar_hash.sha.hexdigest(), blob.size)
+    with (out.open("wb") as raw,
+          gzip.GzipFile(filename="", mode="wb", compresslevel=GZIP_LEVEL, fileobj=raw, mtime=0) as gz,
+          tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar):
+        for path in sorted(rootfs.rglob("*"), key=lambda p: p.relative_to(rootfs).as_posix()):
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(rootfs)))
+            if info is None:
+                continue
+            info.mtime = int(info.mtime)
+            info.uname = info.gname = ""
+            if info.isreg():
+                with path.open("rb") as data:
+                    tar.addfile(info, data)
+            else:
+                tar.addfile(info)
+    with out.open("rb") as blob, gzip.open(out) as layer:
+        digest, diff_id = (hashlib.file_digest(f, "sha256").hexdigest() for f in (blob, layer))
+    return Layer(out, f"sha256:{digest}", f"sha256:{diff_id}", out.stat().st_size)
 
 
 def tag_child(client: RegistryClient, repo: str, tag: str, child: Child) -> str:

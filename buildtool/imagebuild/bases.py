@@ -59,13 +59,6 @@ path-exclude /usr/share/lintian/*
 path-exclude /usr/share/linda/*
 """
 
-# Every stand-in stage's shell and the Debian packages it installs: its Python and the CA certificates.
-STANDIN_APT = """SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG DEBIAN_FRONTEND=noninteractive
-RUN apt-get update \\
- && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \\
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"""
-
 Log = Callable[[str], None]
 
 
@@ -245,25 +238,8 @@ def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, sta
 
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
     assert cell.standin is not None
-    # Matrix values on the RUN line are single inert shell words; LABEL values are escaped.
-    reqs = shlex.join(cell.standin.requirements)
-    return f"""\
-# Stand-in for {cell.base}: a test fixture, never released.
-ARG BASE_IMAGE={debian_ref}
-FROM ${{BASE_IMAGE}}
-{STANDIN_APT}
-# NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
-ENV VIRTUAL_ENV=/usr/local/standin \\
-    PATH=/usr/local/standin/bin:$PATH
-RUN python3 -m venv "$VIRTUAL_ENV"
-RUN --mount=type=secret,id=pip.conf \\
-    --mount=type=secret,id=pip-ca \\
-    PIP_CONFIG_FILE=/run/secrets/pip.conf python -m pip install --no-cache-dir {reqs}
-WORKDIR {cell.standin.workdir}
-LABEL {label_keys.STANDIN}="true" \\
-      {label_keys.STANDIN_FRAMEWORK}={label_value(standin_framework_version(cell))} \\
-      {label_keys.STANDIN_FOR}={label_value(cell.base)}
-"""
+    return _render_standin("standin.Dockerfile.j2", cell, debian_ref,
+                           framework_version=standin_framework_version(cell))
 
 
 def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) -> str:
@@ -272,43 +248,18 @@ def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) 
     target's wheel platform, in a venv at the stand-in's path, then copied in; on the target (under QEMU where it
     is another machine's) only apt runs. uv is the one templates/uv.lock pins, by hash."""
     assert cell.standin is not None
-    reqs = cell.standin.requirements_for
-    arches = " ".join(f"{p.architecture}) machine={p.machine}; reqs=({shlex.join(reqs(p.name))}) ;;"
-                      for p in map(platforms.get, cell.platforms))
-    return f"""\
-# Stand-in for {cell.base} ({', '.join(cell.platforms)}): a test fixture, never released.
-ARG BASE_IMAGE={debian_ref}
-ARG BUILD_BASE_IMAGE={debian_ref}
-FROM --platform=$BUILDPLATFORM ${{BUILD_BASE_IMAGE}} AS build-python
-{STANDIN_APT}
-RUN python3 -m venv /usr/local/standin
-RUN --mount=type=secret,id=pip.conf \\
-    --mount=type=secret,id=pip-ca \\
-    printf '%s\\n' {shlex.quote(uv_requirement)} > /tmp/uv.txt \\
- && PIP_CONFIG_FILE=/run/secrets/pip.conf /usr/local/standin/bin/python -m pip install --no-cache-dir --no-deps \\
-      --require-hashes --target /uv -r /tmp/uv.txt && rm /tmp/uv.txt
-ARG TARGETARCH
-# TARGETARCH's machine and this Debian's glibc: the wheel tags pip would accept on the target.
-RUN --mount=type=secret,id=uv.toml \\
-    --mount=type=secret,id=pip-ca \\
-    case "${{TARGETARCH}}" in {arches} *) echo "ERROR: no stand-in for ${{TARGETARCH}}" >&2; exit 1 ;; esac \\
- && glibc="$(getconf GNU_LIBC_VERSION | cut -d' ' -f2 | tr . _)" \\
- && if [ -f /run/secrets/pip-ca ]; then export SSL_CERT_FILE=/run/secrets/pip-ca; fi \\
- && UV_CONFIG_FILE=/run/secrets/uv.toml UV_NO_CACHE=1 UV_PYTHON_DOWNLOADS=never /uv/bin/uv pip install --no-progress \\
-      --python /usr/local/standin/bin/python --python-platform "${{machine}}-manylinux_${{glibc}}" "${{reqs[@]}}"
+    return _render_standin("standin-index.Dockerfile.j2", cell, debian_ref, uv_requirement=uv_requirement,
+                           targets=[platforms.get(p) for p in cell.platforms])
 
-FROM ${{BASE_IMAGE}}
-{STANDIN_APT}
-COPY --from=build-python /usr/local/standin /usr/local/standin
-# NGC has `python` and `pip` on PATH; a venv first on PATH gives both.
-ENV VIRTUAL_ENV=/usr/local/standin \\
-    PATH=/usr/local/standin/bin:$PATH
-WORKDIR {cell.standin.workdir}
-# Each platform's framework version ({label_keys.STANDIN_FRAMEWORK}, as the framework reports it there) is a
-# label of its own build.
-LABEL {label_keys.STANDIN}="true" \\
-      {label_keys.STANDIN_FOR}={label_value(cell.base)}
-"""
+
+def _render_standin(template: str, cell: Cell, debian_ref: str, **context: object) -> str:
+    """buildtool/imagebuild/templates/`template`. Matrix values on a RUN line are single inert shell words
+    (`sh`, `quote`); LABEL values are escaped (`label`)."""
+    from buildtool.common.documents import render_document
+
+    filters = {"sh": shlex.join, "quote": shlex.quote, "label": label_value}
+    return render_document("buildtool.imagebuild", template, filters, cell=cell, debian_ref=debian_ref,
+                           label_keys=label_keys, **context)
 
 
 def standin_framework_version(cell: Cell, platform: str | None = None) -> str:
@@ -403,13 +354,13 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
     _check_runnable(todo, f"base {ref}")
     state = read_archive_state(debian_archive(), suite, fetch)
     log(f"{ref}: the archive state is {state.release.uri} sha256:{state.release.sha256} ({state.release.date})")
-    results: list[BaseResult] = []
+    results: dict[str, BaseResult] = {}
     made = dict(children)
     for name in todo:
         begun = time.monotonic()
         log_file = log_dir / f"base-debian-{suite}-{platforms.get(name).architecture}.log"
         made[name] = _make_platform(client, repo, suite, slim, name, state, log, log_file)
-        results.append(BaseResult(ref, "mmdebstrap", made[name].digest, time.monotonic() - begun, name))
+        results[name] = BaseResult(ref, "mmdebstrap", made[name].digest, time.monotonic() - begun, name)
         log(f"{ref} {name}: mmdebstrap and write took {time.monotonic() - begun:.0f}s ({made[name].digest})")
     if len(made) == 1:
         base_index.tag_child(client, repo, tag, next(iter(made.values())))
@@ -417,8 +368,7 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
         # Entries of platforms outside the table (an upstream index's) are not carried over.
         index = base_index.put_index(client, repo, tag, [made[p] for p in _ordered(set(made))])
         log(f"{ref}: index {index} over {', '.join(_ordered(set(made)))}")
-    results += [BaseResult(ref, "present", made[p].digest, 0.0, p) for p in wanted if p not in todo]
-    return sorted(results, key=lambda r: list(platforms.KNOWN).index(r.platform))
+    return [results.get(p) or BaseResult(ref, "present", made[p].digest, 0.0, p) for p in wanted]
 
 
 def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, log_dir: Path,

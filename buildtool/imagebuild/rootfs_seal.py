@@ -31,8 +31,7 @@ def seal(rootfs: Path, epoch: int) -> None:
     """Ship the runtime's files (empty, root, 0644) and clamp every mtime to `epoch`."""
     for name in RUNTIME_FILES:
         path = rootfs / name
-        if path.is_symlink() or path.exists():
-            path.unlink()
+        path.unlink(missing_ok=True)
         path.write_bytes(b"")
         os.chown(path, 0, 0)
         path.chmod(0o644)
