@@ -21,6 +21,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from buildtool.common.documents import render_document
 from buildtool.common.errors import UserError
 from buildtool.common.refs import split_reference
 from buildtool.launch.bundle import ENTRYPOINT_FILE, JOBS_DIR, JOBS_MOUNT, META_FILE, shm_bytes
@@ -124,43 +125,6 @@ def _quote(word: str) -> str:
     return shlex.quote(word)
 
 
-def _shm_check(opts: SlurmOptions, failed: str) -> list[str]:
-    test = ("have=$(df -B1 --output=size /dev/shm | tail -n 1 | tr -d \" \"); if [ \"$have\" -lt \"$1\" ]; then "
-            "echo \"error: /dev/shm on NODE is $have bytes, need $1 as the run profile says\" >&2; exit 1; fi")
-    if opts.runtime == "oci":
-        # In the container: /dev/shm is the bundle's tmpfs. The node's hostname names it (no uts namespace).
-        inner = test.replace("NODE", "$(hostname)")
-        return ["# /dev/shm is the bundle's own tmpfs: check it inside the container, on every node.",
-                "# shellcheck disable=SC2016  # the single-quoted script expands in the container, not here",
-                f"srun --ntasks-per-node=1 --export=NONE --container=\"$OCI_BUNDLE\" sh -c '{inner}' "
-                "shm-check \"$SHM_BYTES\" || { status=$?; echo \"" + failed + ": the /dev/shm check step failed "
-                "(exit $status): a node's /dev/shm is too small (above), or the container did not start there "
-                "(runc's error above)\" >&2; exit \"$status\"; }"]
-    inner = test.replace("NODE", "${SLURMD_NODENAME:-$(hostname)}")
-    return ["# Containers share the node's /dev/shm: refuse to start on a node where it is too small.",
-            "# shellcheck disable=SC2016  # the single-quoted script expands on each node, not here",
-            f"srun --ntasks-per-node=1 bash -c '{inner}' shm-check \"$SHM_BYTES\""]
-
-
-def _platform_check(failed: str) -> list[str]:
-    """A bundle is of one platform (its record's `machine`, buildtool.launch.bundle): refuse to start on nodes
-    of another architecture (runc would fail with `exec format error`, or QEMU would run it unvalidated)."""
-    return ["# The bundle is of one platform: every node must be of its architecture (uname -m).",
-            "bundle_machine=\"$(sed -n 's/^ *\"machine\": \"\\([^\"]*\\)\".*/\\1/p' \"$OCI_BUNDLE/" + META_FILE
-            + "\" 2>/dev/null || true)\"",
-            *_fail_if('[ -z "$bundle_machine" ]', f"error: $OCI_BUNDLE/{META_FILE} records no platform (a bundle made "
-                      "before bundles recorded one): make it again with \\`buildtool bundle --platform\\`"),
-            "node_machines=\"$(srun --ntasks-per-node=1 uname -m | sort -u | tr '\\n' ' ')\"",
-            *_fail_if('[ "$node_machines" != "$bundle_machine " ]', f"{failed}: the bundle is for $bundle_machine, "
-                      "but the nodes are $node_machines(uname -m); make a bundle of their platform (buildtool bundle "
-                      "--platform) or submit to nodes of its own")]
-
-
-def _fail_if(test: str, message: str) -> list[str]:
-    """Lines that end the job (exit 2) saying MESSAGE (double-quoted in the script) when TEST holds."""
-    return [f"if {test}; then", f"  echo \"{message}\" >&2", "  exit 2", "fi"]
-
-
 def _container(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     """What runs the work in opts.runtime's container: srun's options, and the words before the work's command."""
     # The image's entrypoint runs first, with the command as its arguments, as under validate (issue 39): NGC's
@@ -186,179 +150,33 @@ def _needs_nodes(work: Workload) -> bool:
     return any(PROCESS_ID in w or IS_HOST in w for w in work.command)
 
 
-def _head_address(failed: str) -> list[str]:
-    """Lines that set head_addr to the first node's IP address, or end the job naming the node (c10d would
-    retry a name the containers cannot resolve until the time limit)."""
-    return [
-        "# Containers may not resolve node names: rendezvous at the first node's address (RDZV_ADDR overrides).",
-        "# node_ip_of NODE: its NodeAddr as an IPv4 address (resolved here, on the batch host, when it is a name).",
-        "node_ip_of() {",
-        "  node_addr=\"$(scontrol show node \"$1\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | sed -n 1p)\"",
-        "  node_ip=\"$(getent ahostsv4 \"${node_addr:-$1}\" | awk 'NR == 1 {print $1}' || true)\"",
-        "}",
-        "head_addr=\"${RDZV_ADDR:-}\"",
-        "node_addr=\"\"",
-        "if [ -z \"$head_addr\" ]; then",
-        "  node_ip_of \"$head_node\"",
-        "  head_addr=\"$node_ip\"",
-        "fi",
-        *_fail_if('[ -z "$head_addr" ]', f"{failed}: cannot resolve the address of node $head_node (NodeAddr "
-                  "${node_addr:-unknown}), which hosts the rendezvous; set RDZV_ADDR to its IP address"),
-    ]
-
-
-def _node_addresses(failed: str) -> list[str]:
-    """torchrun: every node's address in DDP_NODE_ADDRS (the verifier gives its node's to --local-addr: the
-    agent of group rank 0 publishes it to the workers as MASTER_ADDR, by default the node's name)."""
-    return [
-        f"{NODE_ADDRS_ENV}=\"\"",
-        "while read -r node; do",
-        "  if [ \"$node\" = \"$head_node\" ]; then node_ip=\"$head_addr\"; else node_ip_of \"$node\" < /dev/null; fi",
-        *(f"  {line}" for line in _fail_if('[ -z "$node_ip" ]', f"{failed}: cannot resolve the address of node "
-                                           "$node (NodeAddr ${node_addr:-unknown}), which torchrun's workers may "
-                                           "need to reach")),
-        f"  {NODE_ADDRS_ENV}=\"${NODE_ADDRS_ENV}$node_ip \"",
-        "done < <(scontrol show hostnames \"$SLURM_JOB_NODELIST\")",
-        f"export {NODE_ADDRS_ENV}",
-    ]
-
-
 def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
-    """The sbatch script running WORK on JOB's nodes in opts.runtime's containers."""
+    """The sbatch script running WORK on JOB's nodes in opts.runtime's containers: templates/slurm.sbatch.j2 with
+    the values computed here."""
     check_image(job.image, opts.runtime)
-    failed = f"{work.label} failed"
-    lines = [*_header(job, opts, work), *_inputs(job, opts, work), *_rendezvous(job, work, failed),
-             *_job_folder(job, opts, work)]
-    lines += ["", *(_platform_check(failed) if opts.runtime == "oci" else []), *_shm_check(opts, failed), ""]
-    lines += _srun_step(job, opts, work, failed)
-    return "\n".join(lines)
-
-
-def _header(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
-    """The script's first lines: what made it, how to submit it, its #SBATCH directives."""
+    cpus = opts.cpus(job)
+    optional = (("gpus-per-node", job.gpus_per_node), ("cpus-per-task", cpus), ("partition", opts.partition),
+                ("account", opts.account), ("constraint", opts.constraint))
     directives = [f"--job-name={job.name}", f"--nodes={job.nodes}", "--ntasks-per-node=1",
-                  f"--time={opts.time_limit}", f"--output={job.name}-%j.out"]
-    optional = (("gpus-per-node", job.gpus_per_node), ("cpus-per-task", opts.cpus(job)),
-                ("partition", opts.partition), ("account", opts.account), ("constraint", opts.constraint))
-    directives += [f"--{name}={value}" for name, value in optional if value]
-    return [
-        "#!/bin/bash",
-        f"# Generated by buildtool: the multi-node {work.label} of dl-images ({opts.runtime}).",
-        f"# Submit with: sbatch THIS_FILE   (override SCRIPTS_DIR to point at {work.scripts_dir or 'the scripts'}"
-        + (", OCI_BUNDLE at the bundle)" if opts.runtime == "oci" else ")"),
-        *[f"#SBATCH {d}" for d in directives],
-        "set -euo pipefail",
-        "",
-    ]
-
-
-def _inputs(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
-    """The job's settings and the files it needs, each checked before anything runs."""
-    lines = []
-    if work.copied:
-        scripts_dir = opts.scripts_dir or f"${{SLURM_SUBMIT_DIR:-$PWD}}/{work.scripts_dir}"
-        lines.append(f"SCRIPTS_DIR=\"${{SCRIPTS_DIR:-{scripts_dir}}}\"")
-    if opts.runtime == "oci":
-        lines.append(f"OCI_BUNDLE=\"${{OCI_BUNDLE:-{job.image}}}\"")
-    lines += [f"SHM_BYTES={shm_bytes(job.shm_size, f'shm size of {job.name}')}  # {job.shm_size}, the run "
-              "profile's --shm-size",
-              f"JOIN_TIMEOUT_S={job.join_timeout_s}",
-              *[f"export {k}={shlex.quote(v)}" for k, v in sorted(work.env.items())], ""]
-    for name in work.copied:
-        lines += _fail_if(f'[ ! -f "$SCRIPTS_DIR/{name}" ]',
-                          f"error: $SCRIPTS_DIR/{name} not found; set SCRIPTS_DIR to {work.scripts_dir}")
-    if opts.runtime == "oci":
-        lines += [*_fail_if(f'[ ! -f "$OCI_BUNDLE/config.json" ] || [ ! -d "$OCI_BUNDLE/{JOBS_DIR}" ]',
-                            "error: $OCI_BUNDLE is not a bundle made by \\`buildtool bundle\\`; set OCI_BUNDLE"),
-                  "# SLURM runs the step's command in place of the bundle's process: the image's ENTRYPOINT",
-                  "# (NGC's sets up CUDA's forward-compatibility libraries) goes first, as under validate.",
-                  *_fail_if(f'[ ! -f "$OCI_BUNDLE/{ENTRYPOINT_FILE}" ]', "error: $OCI_BUNDLE records no entrypoint "
-                            "(a bundle made before bundles recorded it): make it again with \\`buildtool bundle\\`"),
-                  "entrypoint=()",
-                  "while IFS= read -r word; do entrypoint+=(\"$word\"); done < \"$OCI_BUNDLE/" + ENTRYPOINT_FILE + "\""]
-    return lines
-
-
-def _rendezvous(job: MultiNodeJob, work: Workload, failed: str) -> list[str]:
-    """Where the rendezvous is (the first node), and each node's place in the node list where the work needs it."""
-    lines = [
-        "",
-        f"# The first node of the allocation hosts the {work.first_node_hosts}.",
-        "# sed, not head: head would close the pipe early and pipefail would kill the job (SIGPIPE).",
-        "head_node=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)\"",
-        *_head_address(failed),
-        f"endpoint=\"$head_addr:{job.rdzv_port}\"",
-        "echo \"rendezvous at $endpoint (node $head_node)\"",
-    ]
-    if _needs_nodes(work):
-        lines += [
-            "# Each node's process id is its place in this list (the first hosts the rendezvous): the verifier,",
-            "# in the container, finds its hostname there (SLURM_PROCID would be expanded once, here, and is",
-            "# wrong in OCI containers).",
-            f"{NODES_ENV}=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tr '\\n' ' ')\"",
-            f"export {NODES_ENV}",
-            *(_node_addresses(failed) if LOCAL_ADDR in work.command else []),
-        ]
-    lines.append("")
-    return lines
-
-
-def _job_folder(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
-    """The job's folder the container sees (the bundle's jobs/ folder, or one on the shared file system), removed
-    when the job ends, with the work's scripts in it."""
-    folder = f"{job.name}-$SLURM_JOB_ID"
-    if opts.runtime == "oci":
-        lines = [
-            "# SLURM 22.05 has no per-job bind mounts: the bundle binds its jobs/ folder read-only at "
-            f"{JOBS_MOUNT}.",
-            f"workdir=\"$OCI_BUNDLE/{JOBS_DIR}/{folder}\"",
-            f"jobdir=\"{JOBS_MOUNT}/{folder}\"",
-            "mkdir -p \"$workdir\" || { echo \"error: cannot write $OCI_BUNDLE/" + JOBS_DIR + "; make the bundle "
-            "with --jobs-dir on a folder you can write\" >&2; exit 2; }",
-        ]
-    else:
-        lines = [
-            "# Scripts go to a job folder on the shared file system, bound read-only into the container.",
-            f"workdir=\"${{SLURM_SUBMIT_DIR:-$PWD}}/.{folder}\"",
-            f"jobdir={MOUNT_DIR}",
-            "mkdir -p \"$workdir\"",
-        ]
-    lines.append("trap 'rm -rf \"$workdir\"' EXIT")
-    lines += [f"cp \"$SCRIPTS_DIR/{name}\" \"$workdir/{name}\"" for name in work.copied]
-    for name, text in work.embedded.items():
-        marker = re.sub(r"\W", "_", name).upper()
-        lines += [f"cat > \"$workdir/{name}\" <<'{marker}'", text.rstrip("\n"), marker]
-    return lines
-
-
-def _srun_step(job: MultiNodeJob, opts: SlurmOptions, work: Workload, failed: str) -> list[str]:
-    """The srun step, and a failure that names its cause (the rendezvous, the node whose task ended first)."""
+                  f"--time={opts.time_limit}", f"--output={job.name}-%j.out",
+                  *(f"--{name}={value}" for name, value in optional if value)]
+    shm = shm_bytes(job.shm_size, f"shm size of {job.name}")
     # srun does not take the job's --cpus-per-task from sbatch in SLURM 22.05 to 23.02: name it on the step.
-    cpus = [f"--cpus-per-task={opts.cpus(job)}"] if opts.cpus(job) else []
-    launch = " ".join(_quote(w) for w in ["srun", "--kill-on-bad-exit=1", *cpus, *_container(job, opts, work),
-                                          *work.command])
-    return [
-        "# Keep the step's output to say what failed: srun names the node whose task ended first.",
-        "set +e",
-        f"{launch} 2>&1 | tee \"$workdir/step.log\"",
-        "status=${PIPESTATUS[0]}",
-        "set -e",
-        "if [ \"$status\" -ne 0 ]; then",
-        "  first=\"$(grep -m 1 -E '^srun: error: [^ ]+: tasks? [0-9]' \"$workdir/step.log\" "
-        "| sed 's/^srun: error: //' || true)\"",
-        "  if grep -q -E 'Rendezvous(Timeout|Connection|Closed)Error' \"$workdir/step.log\"; then",
-        f"    echo \"{failed}: the c10d rendezvous timed out: not every node joined within the join timeout "
-        "of ${JOIN_TIMEOUT_S} s (${first%%:*} gave up first: ${first#*: })\" >&2",
-        "  elif [ -n \"$first\" ]; then",
-        f"    echo \"{failed} on node ${{first%%:*}}: ${{first#*: }}; --kill-on-bad-exit stopped the "
-        "other nodes\" >&2",
-        "  else",
-        f"    echo \"{failed}: the step exited $status (see the output above)\" >&2",
-        "  fi",
-        "fi",
-        "exit \"$status\"",
-        "",
-    ]
+    launch = ["srun", "--kill-on-bad-exit=1", *([f"--cpus-per-task={cpus}"] if cpus else []),
+              *_container(job, opts, work), *work.command]
+    return render_document(
+        "buildtool.launch", "slurm.sbatch.j2", runtime=opts.runtime, label=work.label, directives=directives,
+        work_scripts_dir=work.scripts_dir, copied=work.copied,
+        scripts_dir=opts.scripts_dir or f"${{SLURM_SUBMIT_DIR:-$PWD}}/{work.scripts_dir}",
+        image=job.image, shm_bytes=shm, shm_size=job.shm_size, join_timeout_s=job.join_timeout_s,
+        exports=[f"{k}={shlex.quote(v)}" for k, v in sorted(work.env.items())],
+        first_node_hosts=work.first_node_hosts, rdzv_port=job.rdzv_port,
+        needs_nodes=_needs_nodes(work), node_addresses=LOCAL_ADDR in work.command,
+        folder=f"{job.name}-$SLURM_JOB_ID",
+        embedded=[(name, re.sub(r"\W", "_", name).upper(), text.rstrip("\n")) for name, text in work.embedded.items()],
+        launch=" ".join(_quote(w) for w in launch),
+        meta_file=META_FILE, entrypoint_file=ENTRYPOINT_FILE, jobs_dir=JOBS_DIR, jobs_mount=JOBS_MOUNT,
+        mount_dir=MOUNT_DIR, nodes_env=NODES_ENV, node_addrs_env=NODE_ADDRS_ENV)
 
 
 def sbatch_script(job: MultiNodeJob, opts: SlurmOptions) -> str:
