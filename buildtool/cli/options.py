@@ -13,11 +13,11 @@ from typing import Annotated
 
 import typer
 
-from buildtool.cli.console import Project, emit_json, err, find_project, json_emitted, log, out, reset_json, say
+from buildtool.cli.console import Project, emit_json, err, find_project, log, out, say
 
 # Re-exported for the command modules, with the options declared here.
 __all__ = ["FrameworkOption", "JsonOption", "MatrixOption", "Project", "RevisionOption", "TsaOption", "emit_json",
-           "err", "find_project", "json_emitted", "log", "out", "reset_json", "say"]
+           "err", "find_project", "log", "out", "say"]
 
 FrameworkOption = Annotated[
     str | None,

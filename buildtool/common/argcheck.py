@@ -31,21 +31,12 @@ def count(option: str, value: int, minimum: int = 1, maximum: int | None = None)
     return value
 
 
-def reference(option: str, text: str, *, registry: bool = False) -> Reference:
-    """An image reference (`registry`: one that names its registry host)."""
+def reference(option: str, text: str) -> Reference:
+    """An image reference."""
     try:
-        parsed = parse_reference(text)
+        return parse_reference(text)
     except ReferenceError as exc:
         raise UserError(f"{option}: {exc}") from None
-    if registry and not parsed.domain:
-        raise UserError(f"{option}: {shown(text)} names no registry; name the image with its registry "
-                        "(host/repository:tag or @digest)")
-    return parsed
-
-
-def references(option: str, texts: Iterable[str], *, registry: bool = False) -> list[Reference]:
-    """Every reference, all checked before the first is used."""
-    return [reference(option, text, registry=registry) for text in texts]
 
 
 def label_key(option: str, key: str) -> str:

@@ -204,8 +204,7 @@ def check_reached(proc: subprocess.CompletedProcess[str]) -> None:
         raise EngineUnreachable(f"the Docker engine is not reachable ({said[:200]}); {START_HINT}")
 
 
-def docker(*args: str, timeout: float, check: bool = False, input: str | None = None,
-           env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def docker(*args: str, timeout: float, check: bool = False) -> subprocess.CompletedProcess[str]:
     """Run `docker ARGS...` with the chosen client; stdout and stderr captured as text.
 
     A non-zero exit is the caller's to read (`check`: subprocess.CalledProcessError), except that
@@ -215,8 +214,7 @@ def docker(*args: str, timeout: float, check: bool = False, input: str | None = 
     path = client()
     cmd = [path, *args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input,
-                              env=dict(env) if env is not None else None)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         raise ClientNotFound(f"cannot run the docker client {path} ({exc.strerror or exc}): set {SETTING} to "
                              f"{CHOICES}") from None

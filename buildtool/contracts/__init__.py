@@ -4,5 +4,5 @@ target file image-tests read, the verdict, and the framework table.
 Imported by buildtool's stages and by image-tests alike; it imports no stage. Submodules:
 `names` (tags, revisions, artifact names), `label_keys`, `skips`, `target`, `verdict`,
 `frameworks`, `releases` (the release manifest the catalogue reads), `gpu` (CUDA, drivers,
-NVIDIA variables, GPU runners), `versions` (framework version semantics).
+GPU runners), `versions` (framework version semantics).
 """

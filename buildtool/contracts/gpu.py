@@ -1,9 +1,8 @@
 """What GPU images and GPU runners agree on: the CUDA a cell needs, the driver that runs it,
-the NVIDIA container variables, how a runner declares that it must have GPUs, and the
-bus-bandwidth figure's shape.
+how a runner declares that it must have GPUs, and the bus-bandwidth figure's shape.
 
 Imported by the matrix (CUDA versions it accepts), the catalogue (minimum drivers), validate
-(runner checks) and image-tests (expected NVIDIA_* variables). Which driver a cell admits, and by
+(runner checks) and image-tests (minimum drivers, the figure's name). Which driver a cell admits, and by
 which rule, is contracts.driver_rules; bus-bandwidth floors are contracts.busbw.
 """
 
@@ -38,11 +37,6 @@ CUDA_MIN_DRIVER: dict[str, str] = {
 }
 
 CUDA_RE = re.compile(r"^(?P<major>[0-9]{2})\.(?P<minor>[0-9])$")
-
-# The variables a GPU image sets so every runtime injects its GPUs (docker --gpus sets them too,
-# but pyxis/enroot, Apptainer --nv and Kubernetes' device plugin read them from the image).
-NVIDIA_VISIBLE_DEVICES = "all"
-NVIDIA_DRIVER_CAPABILITIES = "compute,utility"
 
 # Docker's message when the engine has no NVIDIA runtime (the NVIDIA Container Toolkit) for --gpus.
 NO_RUNTIME_MARKERS = ("could not select device driver", "unknown or invalid runtime name: nvidia")

@@ -64,7 +64,6 @@ class PodOptions:
     node_selector: dict[str, str] = field(default_factory=dict)   # with the platform's (launch.arch.node_selector)
     tolerations: tuple[dict[str, str], ...] = ()
     gpu_resource: str = GPU_RESOURCE
-    service_account: str = ""
     active_deadline_s: int = ACTIVE_DEADLINE_S
     # e.g. (("rdma/rdma_shared_device_a", 1),) or (("vpc.amazonaws.com/efa", 32),): GPU pods only
     rdma_resources: tuple[tuple[str, int], ...] = ()
@@ -166,7 +165,7 @@ def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str
 
 def _pod_spec(job: MultiNodeJob, opts: PodOptions, container: dict[str, Any], restart: str) -> dict[str, Any]:
     optional = (("nodeSelector", dict(sorted(opts.node_selector.items()))),
-                ("tolerations", [dict(t) for t in opts.tolerations]), ("serviceAccountName", opts.service_account))
+                ("tolerations", [dict(t) for t in opts.tolerations]))
     return {
         "restartPolicy": restart,
         "containers": [container],

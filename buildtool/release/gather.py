@@ -113,8 +113,7 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
                                "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
 
 
-def _gate_provenance(client: RegistryClient, item: Evidence, plan: CellPlan, dev_repo: str,
-                     options: ReleaseOptions) -> None:
+def _gate_provenance(client: RegistryClient, item: Evidence, dev_repo: str, options: ReleaseOptions) -> None:
     """The digest's signed provenance from a trusted builder key, built from a revision release may take
     (the release commit or its ancestor); what it must say is checked with the image (provenance_problems)."""
     from buildtool.attest.provenance_store import find_provenance
@@ -177,7 +176,7 @@ def unproven_attestations(client: RegistryClient, repo: str, manifest: dict[str,
 def _gate_platform(client: RegistryClient, ev: Evidence, plan: CellPlan, dev_repo: str, options: ReleaseOptions,
                    in_index: bool) -> None:
     _gate_verdict(client, ev, plan, dev_repo, options, in_index)
-    _gate_provenance(client, ev, plan, dev_repo, options)
+    _gate_provenance(client, ev, dev_repo, options)
     gate_sbom(client, ev, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
 
 

@@ -42,7 +42,7 @@ def _verdict_summary(ev: Evidence | None, item: ImageRelease) -> dict[str, Any]:
     return {
         "ref": ev.verdict_ref if ev is not None else "",
         "result": v.result if v is not None else None,
-        "platform": _platform(ev, item),
+        "platform": _platform(ev),
         "emulated": _emulated(v),
         "started": v.started if v is not None else None,
         "test_code": v.test_code if v is not None else None,
@@ -55,7 +55,7 @@ def _verdict_summary(ev: Evidence | None, item: ImageRelease) -> dict[str, Any]:
     }
 
 
-def _platform(ev: Evidence | None, item: ImageRelease) -> str | None:
+def _platform(ev: Evidence | None) -> str | None:
     """The platform a verdict was counted for: the index entry's, or the cell's only one for a single manifest."""
     if ev is None:
         return None
