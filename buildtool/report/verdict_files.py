@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
-from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError
+from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, verdict_files
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 from buildtool.report.rows import UNRECORDED, Check, Row
 from buildtool.validate.verdict_choice import when
@@ -136,9 +136,6 @@ def cold_start_text(cold: ColdStart | None) -> str:
     return f"import {first.module} {first.seconds:.1f} s{read}"
 
 
-VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<digest>/verdict.json
-
-
 def load_verdicts(folder: Path) -> list[Row]:
     """Every verdict file under `folder`; when one image (a cell's platform) appears twice, the newest
     verdict wins. Two platforms of a cell are two images: neither hides the other."""
@@ -146,8 +143,7 @@ def load_verdicts(folder: Path) -> list[Row]:
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
     rows: dict[tuple[str, str], Row] = {}
     times: dict[tuple[str, str], dt.datetime] = {}
-    paths = sorted({p for pattern in VERDICT_GLOBS for p in folder.rglob(pattern)})
-    for path in paths:
+    for path in verdict_files(folder):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
