@@ -110,8 +110,8 @@ class Findings:
         """Why the verdict that counts is not simply the newest ("" when it is)."""
         return self.decision().note
 
-    def why_none(self, trusted: TrustedKeys) -> str:
-        """Why no verdict counts, for the message that refuses the image."""
+    def why_none(self, trusted: TrustedKeys, otherwise: str = "no verdict") -> str:
+        """Why no verdict counts, for the message that refuses the image (`otherwise`: when none was found)."""
         if self.rejected:
             shown = "; ".join(f"{r.artifact[:19]}…: {r.reason}" for r in self.rejected[:4])
             more = f" (and {len(self.rejected) - 4} more)" if len(self.rejected) > 4 else ""
@@ -119,7 +119,7 @@ class Findings:
         if self.legacy:
             return ("only an unsigned verdict (the old `.verdict` tag, schema 1): release needs a signed "
                     "verdict; validate the image again")
-        return "no verdict"
+        return otherwise
 
 
 def unplaceable(started: str, now: dt.datetime) -> str:
