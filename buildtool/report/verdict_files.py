@@ -141,8 +141,7 @@ def load_verdicts(folder: Path) -> list[Row]:
     verdict wins. Two platforms of a cell are two images: neither hides the other."""
     if not folder.is_dir():
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
-    rows: dict[tuple[str, str], Row] = {}
-    times: dict[tuple[str, str], dt.datetime] = {}
+    newest: dict[tuple[str, str], tuple[dt.datetime, Row]] = {}
     for path in verdict_files(folder):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -150,9 +149,9 @@ def load_verdicts(folder: Path) -> list[Row]:
             raise UserError(f"{path}: cannot read verdict ({exc})") from None
         row = parse_verdict(data, str(path))
         time = _placed(row, path)
-        if row.key not in rows or time >= times[row.key]:
-            rows[row.key], times[row.key] = row, time
-    return _fold_unrecorded(rows, times)
+        if row.key not in newest or time >= newest[row.key][0]:
+            newest[row.key] = (time, row)
+    return _fold_unrecorded(newest)
 
 
 def _placed(row: Row, path: Path) -> dt.datetime:
@@ -168,16 +167,16 @@ def _placed(row: Row, path: Path) -> dt.datetime:
     return time
 
 
-def _fold_unrecorded(rows: dict[tuple[str, str], Row], times: dict[tuple[str, str], dt.datetime]) -> list[Row]:
+def _fold_unrecorded(newest: dict[tuple[str, str], tuple[dt.datetime, Row]]) -> list[Row]:
     """A row that records no platform (a schema-4 verdict, a single image's missing record) is about the
     image's only platform: where the cell has exactly one recorded platform besides it, the two are one
     image and the newest wins. Beside two or more recorded platforms it is an older single image of a
     cell that is now an index: kept as its own row (shown, never hiding or hidden)."""
-    for cell in dict.fromkeys(cell for cell, _ in rows):
-        recorded = [key for key in rows if key[0] == cell and key[1] != UNRECORDED]
-        if (cell, UNRECORDED) in rows and len(recorded) == 1:
-            del rows[(cell, UNRECORDED) if times[recorded[0]] >= times[(cell, UNRECORDED)] else recorded[0]]
-    return list(rows.values())
+    for cell in dict.fromkeys(cell for cell, _ in newest):
+        recorded = [key for key in newest if key[0] == cell and key[1] != UNRECORDED]
+        if (cell, UNRECORDED) in newest and len(recorded) == 1:
+            del newest[(cell, UNRECORDED) if newest[recorded[0]][0] >= newest[(cell, UNRECORDED)][0] else recorded[0]]
+    return [row for _, row in newest.values()]
 
 
 def verdict_file_name(row: Row, multi_platform: bool) -> str:
