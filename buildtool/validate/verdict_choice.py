@@ -90,7 +90,7 @@ def one_gpu_skips(verdict: Verdict) -> list[str]:
     return [t.id for t in verdict.tests if t.result == "skipped" and t.skip_code == skips.ONE_GPU_ON_RUNNER.code]
 
 
-def _gpus(verdict: Verdict) -> str:
+def gpus_text(verdict: Verdict) -> str:
     gpus = verdict.runner.gpus
     return f"{len(gpus)}x {gpus[0].name}" if gpus else "no GPU"
 
@@ -134,7 +134,7 @@ def _pair(decision: Decision, base: Found, others: list[Found], needed: list[str
             continue
         decision.companion = other
         decision.covered = {test_id: f"{test_id} passed in verdict {other.artifact[:19]}… on "
-                                     f"{_gpus(other.verdict)} ({other.verdict.started})" for test_id in needed}
+                                     f"{gpus_text(other.verdict)} ({other.verdict.started})" for test_id in needed}
         return
 
 
@@ -150,7 +150,7 @@ def pair_problem(base: Verdict, other: Verdict, needed: list[str]) -> str:
     if other.emulated:
         return f"it ran {other.platform} under emulation: an emulated GPU run is not a GPU run"
     if len(other.runner.gpus) < 2 or other.runner.gpus_usable is not True:
-        return f"its runner had {_gpus(other)}{'' if other.runner.gpus_usable else ' (not usable)'}"
+        return f"its runner had {gpus_text(other)}{'' if other.runner.gpus_usable else ' (not usable)'}"
     inventory = inventory_problems(other)
     if inventory:
         return f"its inventory does not hold: {inventory[0]}"
