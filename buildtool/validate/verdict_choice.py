@@ -2,9 +2,9 @@
 report apply. buildtool.validate.verdicts reads the registry; this decides, from what the testers signed. Pure.
 
 Only what a tester signed orders verdicts: each verdict's signed `started`, bounded by the reader's clock
-(buildtool.validate.verdicts.unplaceable); nothing a pusher can rewrite without a trusted key takes part. The
-rules (the base, one-GPU companions, the newest-failure rule, failures that cannot be placed) are written out in
-docs/release-trust.md, "Which verdict counts".
+(unplaceable); nothing a pusher can rewrite without a trusted key takes part. The rules (the base, one-GPU
+companions, the newest-failure rule, failures that cannot be placed) are written out in docs/release-trust.md,
+"Which verdict counts".
 """
 
 from __future__ import annotations
@@ -32,6 +32,17 @@ def when(value: str) -> dt.datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def unplaceable(started: str, now: dt.datetime) -> str:
+    """Why a verdict's signed `started` cannot be placed in time ("" when it can)."""
+    placed = when(started)
+    if placed is None:
+        return f"its started time {started[:40]!r} does not parse"
+    if placed > now + dt.timedelta(seconds=CLOCK_SKEW_S):
+        return (f"it is dated {started[:40]}, more than {CLOCK_SKEW_S} s after this machine's clock "
+                f"({now.isoformat(timespec='seconds')})")
+    return ""
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from buildtool.contracts.names import (
 )
 from buildtool.contracts.verdict import READ_SCHEMAS, Verdict
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, when
+from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, unplaceable
 
 log = logging.getLogger(__name__)
 
@@ -120,17 +120,6 @@ class Findings:
             return ("only an unsigned verdict (the old `.verdict` tag, schema 1): release needs a signed "
                     "verdict; validate the image again")
         return otherwise
-
-
-def unplaceable(started: str, now: dt.datetime) -> str:
-    """Why a verdict's signed `started` cannot be placed in time ("" when it can)."""
-    placed = when(started)
-    if placed is None:
-        return f"its started time {started[:40]!r} does not parse"
-    if placed > now + dt.timedelta(seconds=CLOCK_SKEW_S):
-        return (f"it is dated {started[:40]}, more than {CLOCK_SKEW_S} s after this machine's clock "
-                f"({now.isoformat(timespec='seconds')})")
-    return ""
 
 
 @dataclass
