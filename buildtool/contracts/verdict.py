@@ -161,7 +161,7 @@ class Verdict(_Model):
         return {k: sum(t.result == k for t in self.tests) for k in ("passed", "failed", "skipped")}
 
 
-def verdict_files(folder: Path) -> list[Path]:
+def verdict_paths(folder: Path) -> list[Path]:
     """Every verdict file under `folder`, in path order: validate writes <cell>/<digest>/verdict.json, `buildtool
     report --fetch` <cell>.verdict.json."""
     return sorted({*folder.rglob("verdict.json"), *folder.rglob("*.verdict.json")})

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
-from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, verdict_files
+from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, verdict_paths
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 from buildtool.report.rows import UNRECORDED, Check, Row
 from buildtool.validate.verdict_choice import when
@@ -142,7 +142,7 @@ def load_verdicts(folder: Path) -> list[Row]:
     if not folder.is_dir():
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
     newest: dict[tuple[str, str], tuple[dt.datetime, Row]] = {}
-    for path in verdict_files(folder):
+    for path in verdict_paths(folder):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
