@@ -21,6 +21,7 @@ validated where no GPU could be used is therefore never `passed`, whatever the o
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -158,6 +159,12 @@ class Verdict(_Model):
 
     def counts(self) -> dict[str, int]:
         return {k: sum(t.result == k for t in self.tests) for k in ("passed", "failed", "skipped")}
+
+
+def verdict_paths(folder: Path) -> list[Path]:
+    """Every verdict file under `folder`, in path order: validate writes <cell>/<digest>/verdict.json, `buildtool
+    report --fetch` <cell>.verdict.json."""
+    return sorted({*folder.rglob("verdict.json"), *folder.rglob("*.verdict.json")})
 
 
 class VerdictError(ValueError):

@@ -19,7 +19,7 @@ from buildtool.common.refs import names_mirror_of
 from buildtool.contracts import label_keys, names, platforms, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.verdict import TestResult, Verdict
-from buildtool.validate.verdict_choice import inventory_problems
+from buildtool.validate.verdict_choice import gpus_text, inventory_problems, one_gpu_skips
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
@@ -129,7 +129,7 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
     if is_gpu_cell(cell):
         gpu_ids = {t.id for t in tests if t.gpu} | {i for i, gpu in (local_tests or {}).items() if gpu}
         results = {t.id: t.result for t in tests}
-        one_gpu = {t.id: t for t in tests if t.result == "skipped" and t.skip_code == skips.ONE_GPU_ON_RUNNER.code}
+        one_gpu = set(one_gpu_skips(verdict))
         not_passed = sorted(i for i in gpu_ids if results.get(i) != "passed" and i not in one_gpu)
         missing = sorted(i for i in one_gpu if i not in covered)
         if missing:
@@ -196,8 +196,7 @@ def binding_problems(cell: Cell, verdict: Verdict, matrices: dict[str, str]) -> 
 
 def _one_gpu_missing(cell: Cell, verdict: Verdict, missing: list[str], why: tuple[str, ...]) -> str:
     """What releases a one-GPU runner's verdict, exactly: the multi-GPU verdict it lacks."""
-    gpus = verdict.runner.gpus
-    runner = f"{len(gpus)}x {gpus[0].name}" if gpus else "no GPU"
+    runner = gpus_text(verdict)
     platform = verdict.platform or "its platform"
     found = f" ({'; '.join(why)})" if why else " (there is none)"
     return (f"{_listed(missing)} skipped as one-gpu-on-runner on {runner}: release also needs a trusted verdict of "

@@ -119,8 +119,7 @@ def _image_record(src: _Source, digest: str, body: bytes, want: str, in_index: b
                         platform)
     chosen = findings.chosen
     if chosen is None:
-        why = findings.why_none(src.trusted) if findings.rejected or findings.legacy else \
-            "no verdict (validation did not run or did not finish)"
+        why = findings.why_none(src.trusted, "no verdict (validation did not run or did not finish)")
         return _missing(cell, ref, f"{where} has {why}", digest, platform)
     verdict = chosen.verdict
     # As release (gates.recorded_platform_problems): the verdict counts for the platform it records. One that

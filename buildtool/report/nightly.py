@@ -24,7 +24,7 @@ from buildtool.common.errors import UserError
 from buildtool.common.units import human_size, short_digest
 from buildtool.contracts import platforms
 from buildtool.contracts.busbw import MAX_FALL as BUSBW_MAX_FALL
-from buildtool.contracts.gpu import BUSBW_FIGURE
+from buildtool.contracts.gpu import BUSBW_FIGURE, busbw_peak
 from buildtool.contracts.verdict import Runner
 from buildtool.report.rows import UNRECORDED, Check, Report, Row, Trend
 
@@ -183,10 +183,10 @@ def busbw_rows(report: Report) -> list[Busbw]:
     before = previous_of(report.rows, report.previous_rows)
     found = []
     for row in report.rows:
-        figure = row.figures.get(BUSBW_FIGURE)
-        if not isinstance(figure, dict) or not isinstance(figure.get("peak_GBps"), int | float):
+        peak = busbw_peak(row.figures)
+        if peak is None:
             continue
-        peak = float(figure["peak_GBps"])
+        figure = row.figures[BUSBW_FIGURE]
         base = figure.get("baseline_GBps", figure.get("previous_GBps"))
         nights = int(figure.get("baseline_nights") or (1 if base is not None else 0))
         old = before.get(row.key)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
-from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError
+from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, verdict_paths
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 from buildtool.report.rows import UNRECORDED, Check, Row
 from buildtool.validate.verdict_choice import when
@@ -136,27 +136,22 @@ def cold_start_text(cold: ColdStart | None) -> str:
     return f"import {first.module} {first.seconds:.1f} s{read}"
 
 
-VERDICT_GLOBS = ("verdict.json", "*.verdict.json")  # validate writes <cell>/<digest>/verdict.json
-
-
 def load_verdicts(folder: Path) -> list[Row]:
     """Every verdict file under `folder`; when one image (a cell's platform) appears twice, the newest
     verdict wins. Two platforms of a cell are two images: neither hides the other."""
     if not folder.is_dir():
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
-    rows: dict[tuple[str, str], Row] = {}
-    times: dict[tuple[str, str], dt.datetime] = {}
-    paths = sorted({p for pattern in VERDICT_GLOBS for p in folder.rglob(pattern)})
-    for path in paths:
+    newest: dict[tuple[str, str], tuple[dt.datetime, Row]] = {}
+    for path in verdict_paths(folder):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UserError(f"{path}: cannot read verdict ({exc})") from None
         row = parse_verdict(data, str(path))
         time = _placed(row, path)
-        if row.key not in rows or time >= times[row.key]:
-            rows[row.key], times[row.key] = row, time
-    return _fold_unrecorded(rows, times)
+        if row.key not in newest or time >= newest[row.key][0]:
+            newest[row.key] = (time, row)
+    return _fold_unrecorded(newest)
 
 
 def _placed(row: Row, path: Path) -> dt.datetime:
@@ -172,16 +167,16 @@ def _placed(row: Row, path: Path) -> dt.datetime:
     return time
 
 
-def _fold_unrecorded(rows: dict[tuple[str, str], Row], times: dict[tuple[str, str], dt.datetime]) -> list[Row]:
+def _fold_unrecorded(newest: dict[tuple[str, str], tuple[dt.datetime, Row]]) -> list[Row]:
     """A row that records no platform (a schema-4 verdict, a single image's missing record) is about the
     image's only platform: where the cell has exactly one recorded platform besides it, the two are one
     image and the newest wins. Beside two or more recorded platforms it is an older single image of a
     cell that is now an index: kept as its own row (shown, never hiding or hidden)."""
-    for cell in dict.fromkeys(cell for cell, _ in rows):
-        recorded = [key for key in rows if key[0] == cell and key[1] != UNRECORDED]
-        if (cell, UNRECORDED) in rows and len(recorded) == 1:
-            del rows[(cell, UNRECORDED) if times[recorded[0]] >= times[(cell, UNRECORDED)] else recorded[0]]
-    return list(rows.values())
+    for cell in dict.fromkeys(cell for cell, _ in newest):
+        recorded = [key for key in newest if key[0] == cell and key[1] != UNRECORDED]
+        if (cell, UNRECORDED) in newest and len(recorded) == 1:
+            del newest[(cell, UNRECORDED) if newest[recorded[0]][0] >= newest[(cell, UNRECORDED)][0] else recorded[0]]
+    return [row for _, row in newest.values()]
 
 
 def verdict_file_name(row: Row, multi_platform: bool) -> str:

@@ -15,11 +15,7 @@ from typing import Any
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import busbw, driver_rules, gpu, label_keys, platforms
-from buildtool.contracts.verdict import (
-    Gpu,
-    VerdictError,
-    parse_verdict,
-)
+from buildtool.contracts.verdict import Gpu, VerdictError, parse_verdict, verdict_paths
 from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.schema import Cell
 from buildtool.validate.containers import Log
@@ -187,9 +183,6 @@ def check_cell_gpus(cell: Cell, inventory: Inventory) -> str:
     return decision.rule
 
 
-BASELINE_GLOBS = ("verdict.json", "*.verdict.json")   # as validate and `buildtool report --fetch` write them
-
-
 def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
                    window: int = busbw.DEFAULT_WINDOW) -> dict[str, Any]:
     """The median peak of the last `window` nights of earlier verdicts of `cell` on the same GPU model,
@@ -199,7 +192,7 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
     model, count = inventory.gpus[0].name, len(inventory.gpus)
     paths: dict[Path, Path] = {}     # each file once (by where it resolves), as first found
     for folder in (f for f in folders if f.is_dir()):
-        for path in sorted({p for pattern in BASELINE_GLOBS for p in folder.rglob(pattern)}):
+        for path in verdict_paths(folder):
             paths.setdefault(path.resolve(), path)
     history: list[tuple[str, float, str]] = []
     for path in paths.values():

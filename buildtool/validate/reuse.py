@@ -18,6 +18,7 @@ from buildtool.contracts import skips
 from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict
 from buildtool.registry.client import RegistryClient
 from buildtool.validate.sbomref import validate_trust
+from buildtool.validate.verdict_choice import whole_run
 from buildtool.validate.verdicts import Findings, Found, find_verdicts
 
 
@@ -55,7 +56,7 @@ def problem(verdict: Verdict, want: Wanted) -> str:
         return f"it is a schema-{verdict.schema_} verdict, not schema {SCHEMA}"
     if verdict.digest != want.digest or verdict.cell != want.cell:
         return f"it is about {verdict.cell} {verdict.digest}, not {want.cell} {want.digest}"
-    if verdict.selection.expression or verdict.selection.deselected:
+    if not whole_run(verdict):
         return "it ran a selection of the tests, not the whole suite"
     if verdict.platform != want.platform or verdict.emulated != want.emulated:
         def run(platform: str, emulated: bool) -> str:

@@ -2,9 +2,9 @@
 report apply. buildtool.validate.verdicts reads the registry; this decides, from what the testers signed. Pure.
 
 Only what a tester signed orders verdicts: each verdict's signed `started`, bounded by the reader's clock
-(buildtool.validate.verdicts.unplaceable); nothing a pusher can rewrite without a trusted key takes part. The
-rules (the base, one-GPU companions, the newest-failure rule, failures that cannot be placed) are written out in
-docs/release-trust.md, "Which verdict counts".
+(unplaceable); nothing a pusher can rewrite without a trusted key takes part. The rules (the base, one-GPU
+companions, the newest-failure rule, failures that cannot be placed) are written out in docs/release-trust.md,
+"Which verdict counts".
 """
 
 from __future__ import annotations
@@ -32,6 +32,17 @@ def when(value: str) -> dt.datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def unplaceable(started: str, now: dt.datetime) -> str:
+    """Why a verdict's signed `started` cannot be placed in time ("" when it can)."""
+    placed = when(started)
+    if placed is None:
+        return f"its started time {started[:40]!r} does not parse"
+    if placed > now + dt.timedelta(seconds=CLOCK_SKEW_S):
+        return (f"it is dated {started[:40]}, more than {CLOCK_SKEW_S} s after this machine's clock "
+                f"({now.isoformat(timespec='seconds')})")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,7 @@ def one_gpu_skips(verdict: Verdict) -> list[str]:
     return [t.id for t in verdict.tests if t.result == "skipped" and t.skip_code == skips.ONE_GPU_ON_RUNNER.code]
 
 
-def _gpus(verdict: Verdict) -> str:
+def gpus_text(verdict: Verdict) -> str:
     gpus = verdict.runner.gpus
     return f"{len(gpus)}x {gpus[0].name}" if gpus else "no GPU"
 
@@ -134,7 +145,7 @@ def _pair(decision: Decision, base: Found, others: list[Found], needed: list[str
             continue
         decision.companion = other
         decision.covered = {test_id: f"{test_id} passed in verdict {other.artifact[:19]}… on "
-                                     f"{_gpus(other.verdict)} ({other.verdict.started})" for test_id in needed}
+                                     f"{gpus_text(other.verdict)} ({other.verdict.started})" for test_id in needed}
         return
 
 
@@ -150,7 +161,7 @@ def pair_problem(base: Verdict, other: Verdict, needed: list[str]) -> str:
     if other.emulated:
         return f"it ran {other.platform} under emulation: an emulated GPU run is not a GPU run"
     if len(other.runner.gpus) < 2 or other.runner.gpus_usable is not True:
-        return f"its runner had {_gpus(other)}{'' if other.runner.gpus_usable else ' (not usable)'}"
+        return f"its runner had {gpus_text(other)}{'' if other.runner.gpus_usable else ' (not usable)'}"
     inventory = inventory_problems(other)
     if inventory:
         return f"its inventory does not hold: {inventory[0]}"

@@ -47,7 +47,7 @@ from buildtool.contracts.names import (
 )
 from buildtool.contracts.verdict import READ_SCHEMAS, Verdict
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, when
+from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, unplaceable
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +110,8 @@ class Findings:
         """Why the verdict that counts is not simply the newest ("" when it is)."""
         return self.decision().note
 
-    def why_none(self, trusted: TrustedKeys) -> str:
-        """Why no verdict counts, for the message that refuses the image."""
+    def why_none(self, trusted: TrustedKeys, otherwise: str = "no verdict") -> str:
+        """Why no verdict counts, for the message that refuses the image (`otherwise`: when none was found)."""
         if self.rejected:
             shown = "; ".join(f"{r.artifact[:19]}…: {r.reason}" for r in self.rejected[:4])
             more = f" (and {len(self.rejected) - 4} more)" if len(self.rejected) > 4 else ""
@@ -119,18 +119,7 @@ class Findings:
         if self.legacy:
             return ("only an unsigned verdict (the old `.verdict` tag, schema 1): release needs a signed "
                     "verdict; validate the image again")
-        return "no verdict"
-
-
-def unplaceable(started: str, now: dt.datetime) -> str:
-    """Why a verdict's signed `started` cannot be placed in time ("" when it can)."""
-    placed = when(started)
-    if placed is None:
-        return f"its started time {started[:40]!r} does not parse"
-    if placed > now + dt.timedelta(seconds=CLOCK_SKEW_S):
-        return (f"it is dated {started[:40]}, more than {CLOCK_SKEW_S} s after this machine's clock "
-                f"({now.isoformat(timespec='seconds')})")
-    return ""
+        return otherwise
 
 
 @dataclass
