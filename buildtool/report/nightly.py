@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,7 +268,7 @@ def _filters(report: Report) -> dict[str, Any]:
             "scaling_flag": scaling_flag, "on": on}
 
 
-def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, Any]:
+def _view(report: Report, title: str) -> dict[str, Any]:
     """Everything both templates show, decided once: order, anchors, what is newly failing."""
     new = _newly(report)
     new_rows = {(t.cell, t.platform) for t in report.newly_failing}
@@ -289,8 +289,8 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
                                    + ([("cold start", row.cold_start)] if row.cold_start else [])}
                                   for row in report.rows]
     scaling = []
-    for index, found in enumerate(report.scaling or [{}]):
-        shown = [*(plots if index == 0 else []), *found.get("plots", [])]
+    for found in report.scaling or [{}]:
+        shown = found.get("plots", [])
         if shown or found:
             scaling.append({"title": scaling_title(found), "unit": str(found.get("unit", "workers")),
                             "runs": found.get("runs", []), "plots": shown, "reason": found.get("reason", ""),
@@ -304,10 +304,10 @@ def _view(report: Report, title: str, plots: Iterable[str] = ()) -> dict[str, An
             "figure_rows": [(row["row"], k, v) for row in rows for k, v in row["figures"]]}
 
 
-def render_html(report: Report, title: str = "Image validation report", plots: Iterable[str] = ()) -> str:
+def render_html(report: Report, title: str = "Image validation report") -> str:
     """One self-contained page; every value is autoescaped by the template."""
     return render_document("buildtool.report", "report.html.j2", filters=_filters(report),
-                           **_view(report, title, list(plots)))
+                           **_view(report, title))
 
 
 def render_markdown(report: Report, title: str = "Image validation report") -> str:

@@ -41,7 +41,7 @@ from buildtool.validate import network
 from buildtool.validate.collect import cell_groups, image_tests_hash
 from buildtool.validate.containers import Log, Resolved, pin, remove_run_containers, resolve
 from buildtool.validate.labels import label_checks
-from buildtool.validate.options import DEFAULT_JOIN_TIMEOUT_S, Options
+from buildtool.validate.options import Options
 from buildtool.validate.probe import (
     Inventory,
     busbw_baseline,
@@ -57,7 +57,7 @@ from buildtool.validate.run_plan import RunOutcome, RunPlan, make_verdict, overa
 from buildtool.validate.targets import build_target, expectations, find_cell, pytest_argv
 
 # Importable from here as before the split (each lives in the module of its capability).
-__all__ = ["DEFAULT_JOIN_TIMEOUT_S", "Inventory", "Options", "Resolved", "busbw_baseline", "deadline_problem",
+__all__ = ["Inventory", "Options", "Resolved", "busbw_baseline", "deadline_problem",
            "expectations", "find_cell", "gpu_inventory", "gpu_start_problem", "make_verdict", "overall_result",
            "probe_flags", "require_gpus", "resolve", "run_flags", "validate_image"]
 

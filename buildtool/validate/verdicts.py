@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 from dataclasses import dataclass, field
 
 from buildtool.attest.bundles import attach_bundle, fetch_envelopes, is_bundle, own_first, same_envelope
@@ -48,8 +47,6 @@ from buildtool.contracts.names import (
 from buildtool.contracts.verdict import READ_SCHEMAS, Verdict
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, unplaceable
-
-log = logging.getLogger(__name__)
 
 __all__ = ["CLOCK_SKEW_S", "Found", "Findings", "Rejected", "attest", "find_verdicts", "verdict_tag"]
 
