@@ -39,6 +39,7 @@ from buildtool.registry.client import NotFound, RegistryClient, RetryPolicy
 from buildtool.render.dockerfiles import label_value
 
 MMDEBSTRAP_TIMEOUT = 1200
+MEASURE_TIMEOUT = 900   # importing the framework in a stand-in, under QEMU where emulated
 ARCHIVE_ENV = "DEBIAN_ARCHIVE"
 DEFAULT_ARCHIVE = "http://deb.debian.org/debian"
 # mmdebstrap's own hook for merged /usr as debootstrap sets it up (symlinks and usr-is-merged): without it
@@ -459,8 +460,17 @@ def _measured_framework(cell: Cell, image: str, platform: str, folder: Path) -> 
 
     module = frameworks.get(cell.framework).module
     flags = emulation.run_flags(platform, folder / "cpu-sysfs")
-    run = docker_cli.docker("run", "--rm", "--network=none", "--platform", platform, *flags, image, "python", "-c",
-                            f"import {module}; print({module}.__version__)", timeout=900)
+    # A name of its own, removed in `finally`: a client killed at its timeout never runs its own `--rm`.
+    name = f"dl-images-standin-{os.urandom(6).hex()}"
+    try:
+        run = docker_cli.docker("run", "--rm", "--name", name, "--network=none", "--platform", platform, *flags,
+                                image, "python", "-c", f"import {module}; print({module}.__version__)",
+                                timeout=MEASURE_TIMEOUT)
+    except docker_cli.DockerTimeout:
+        raise FailedError(f"stand-in of {cell.base} ({platform}): `import {module}` did not finish within "
+                          f"{MEASURE_TIMEOUT}s") from None
+    finally:
+        docker_cli.remove(name)
     found = run.stdout.strip().splitlines()[-1:] if run.returncode == 0 else []
     if not found:
         raise FailedError(f"stand-in of {cell.base} ({platform}): `import {module}` failed in it: "
