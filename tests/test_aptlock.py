@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
+import docker.errors
 import pytest
+import requests
 
 from buildtool.contracts.apt_lock_format import entries_digest, parse_apt_lock, parse_deb_hashes, parse_simulation
 from buildtool.imagebuild import aptlock
@@ -212,6 +215,63 @@ def test_probe_output_is_read_fail_closed():
     with pytest.raises(ValueError, match="apt-get install -s refused: Version '9' for 'procps' was not found"):
         aptlock.parse_probe(out.replace("Inst procps (2:4.0.2-3 D [amd64])",
                                         "E: Version '9' for 'procps' was not found"))
+
+
+
+class _ProbeContainer:
+    """A container whose `failing` step raises `error`; records its removal."""
+
+    short_id = "0123456789ab"
+
+    def __init__(self, failing: str, error: Exception) -> None:
+        self.failing, self.error, self.removed = failing, error, False
+
+    def start(self) -> None:
+        if self.failing == "start":
+            raise self.error
+
+    def wait(self, timeout: int) -> dict[str, int]:
+        if self.failing == "wait":
+            raise self.error
+        return {"StatusCode": 0}
+
+    def logs(self, stdout: bool, stderr: bool) -> bytes:
+        return b""
+
+    def remove(self, force: bool) -> None:
+        self.removed = force
+
+
+@pytest.mark.parametrize("failing, error, message", [
+    # docker-py's wait past its timeout (a QEMU apt-get update slower than PROBE_TIMEOUT)
+    ("wait", requests.exceptions.ConnectionError("Read timed out"),
+     r"the apt probe in debian:bookworm-slim did not finish within 300s .*: Read timed out$"),
+    ("wait", requests.exceptions.ReadTimeout("read timeout=300"),
+     r"the apt probe in debian:bookworm-slim did not finish within 300s .*: read timeout=300$"),
+    ("start", docker.errors.APIError("500 Server Error", explanation="cannot start: no space left"),
+     r"the apt probe in debian:bookworm-slim failed in the engine: cannot start: no space left$"),
+    ("create", docker.errors.ImageNotFound("No such image: debian:bookworm-slim"),
+     r"cannot ask the base debian:bookworm-slim for its apt packages: No such image: debian:bookworm-slim; "),
+])
+def test_an_engine_failure_in_the_apt_probe_is_one_line_and_removes_its_container(monkeypatch, failing, error,
+                                                                                   message):
+    """`make lock` with a probe that runs past its timeout, or an engine that refuses: one FailedError naming the
+    probe and the cause, never the SDK's traceback, and the container (still running after a timeout) removed."""
+    from buildtool.common.errors import FailedError
+    from buildtool.imagebuild import engine
+
+    container = _ProbeContainer(failing, error)
+
+    def create(*args, **kwargs):
+        if failing == "create":
+            raise container.error
+        return container
+
+    monkeypatch.setattr(engine, "image_attrs", lambda ref: {})
+    monkeypatch.setattr(engine, "sdk", lambda: SimpleNamespace(containers=SimpleNamespace(create=create)))
+    with pytest.raises(FailedError, match=message):
+        aptlock.run_probe("debian:bookworm-slim", ["curl"])
+    assert container.removed or failing == "create"
 
 
 # -- the build's one line -------------------------------------------------------------------------------

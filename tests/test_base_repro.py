@@ -91,13 +91,36 @@ def test_mmdebstrap_runs_with_the_archive_states_date_and_the_base_says_which_st
                             "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr", "--skip=cleanup/apt/lists",
                             "bookworm", seen["argv"][-2], "http://deb.debian.org/debian"]
     assert seen["labels"] == {
-        label_keys.BASE_SOURCE: "mmdebstrap --variant=minbase bookworm, recipe 3",
+        label_keys.BASE_SOURCE: "mmdebstrap --variant=minbase bookworm, recipe 4",
         label_keys.BASE_ARCHIVE: f"{ARCHIVE_URL} sha256:{hashlib.sha256(IN_RELEASE).hexdigest()} "
                                  "2026-07-11T10:16:37Z"}
     arm = mmdebstrap_here("linux/arm64")
     assert "--architectures=arm64" in arm["argv"] and arm["platform"] == "linux/arm64"
     assert arm["labels"][label_keys.BASE_SOURCE] == ("mmdebstrap --architectures=arm64 --variant=minbase bookworm, "
-                                                     "recipe 3")
+                                                     "recipe 4")
+
+
+def test_a_slim_base_keeps_what_its_dpkg_filter_includes(mmdebstrap_here, monkeypatch):
+    """A -slim base is what its dpkg filter (SLIM_EXCLUDES) would have installed, as Docker's slim images are:
+    docs, man pages and translations out, each package's copyright and /usr/share/locale/locale.alias (which
+    glibc's locale functions read) kept."""
+    made = bases.subprocess.run
+    docs = ("usr/share/locale/locale.alias", "usr/share/locale/de/LC_MESSAGES/dpkg.mo", "usr/share/man/man1/ls.1.gz",
+            "usr/share/info/dir", "usr/share/doc/bash/copyright", "usr/share/doc/bash/changelog.gz",
+            "usr/share/doc/bash/examples/x")
+
+    def run(argv, **kwargs):
+        done = made(argv, **kwargs)
+        for name in docs:
+            (Path(argv[-2]) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(argv[-2]) / name).write_text("x\n")
+        return done
+
+    monkeypatch.setattr(bases.subprocess, "run", run)
+    tree = mmdebstrap_here()["tree"]
+    assert sorted(name for name in docs if name in tree) == ["usr/share/doc/bash/copyright",
+                                                             "usr/share/locale/locale.alias"]
+    assert {"usr/share/locale", "usr/share/man", "usr/share/info", "etc/dpkg/dpkg.cfg.d/docker-slim"} <= set(tree)
 
 
 def test_an_archive_that_moved_while_the_base_was_made_is_refused(mmdebstrap_here):
@@ -133,7 +156,8 @@ def test_seal_leaves_older_mtimes_and_symlink_targets_alone(tmp_path):
 
 
 @pytest.mark.parametrize(("found", "kept"), [
-    ("mmdebstrap --variant=minbase bookworm, recipe 3", True),
+    ("mmdebstrap --variant=minbase bookworm, recipe 4", True),
+    ("mmdebstrap --variant=minbase bookworm, recipe 3", False),   # a -slim base without locale.alias
     ("debootstrap --variant=minbase bookworm, recipe 2", False),  # debootstrap: another base on every machine
     ("debootstrap --variant=minbase bookworm", False),      # made before the runtime files were shipped
     (None, True),                                           # not made here (a mirror of the upstream): kept
@@ -169,7 +193,7 @@ def test_bench_says_why_image_digests_differ():
 def test_build_remakes_a_base_of_an_older_recipe_and_keeps_a_mirrored_one(monkeypatch):
     cells = {c.key: c for c in fixture_matrix().cells}
     sources = {"pytorch-cpu:2.13": "debootstrap --variant=minbase bookworm, recipe 2",   # older recipe
-               "tensorflow-cpu:2.21": "mmdebstrap --variant=minbase bookworm, recipe 3",
+               "tensorflow-cpu:2.21": "mmdebstrap --variant=minbase bookworm, recipe 4",
                "pytorch-ngc:25.10": None}                                             # a mirror's copy
     plans = [SimpleNamespace(cell=cells[key], base=f"127.0.0.1:5000/{key}") for key in sources]
     by_base = {p.base: sources[p.cell.key] for p in plans}

@@ -443,3 +443,25 @@ def test_the_framework_label_of_a_stand_in_is_what_its_framework_reports(
     # Under QEMU with the emulated CPU sysfs: torch's oneDNN needs MIDR_EL1 to import at all.
     assert any(a.startswith("--volume=") and a.endswith(":/sys/devices/system/cpu:ro") for a in ran[0])
     assert ran[0][-3:] == ("python", "-c", "import torch; print(torch.__version__)")
+
+
+def test_a_stand_in_whose_framework_import_runs_past_its_timeout_leaves_no_container(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The client killed at its timeout never runs its own `--rm`: the container, named, is removed after it (as
+    image_probe's), and `bases` stops with one line naming the stand-in and the timeout."""
+    from buildtool.common.errors import FailedError
+    from tests.test_docker_cli import fake_client
+
+    cell = {c.key: c for c in _matrix_with(tmp_path, ARM64_TORCH).cells}["pytorch-ngc:25.10"]
+    # A `docker run` that hangs (exec: the client itself is what the timeout kills), as a QEMU import may.
+    client, log = fake_client(tmp_path / "client", '[ "$1" = run ] && exec sleep 30')
+    monkeypatch.setenv("DOCKER_CLIENT", str(client))
+    monkeypatch.setattr(bases, "MEASURE_TIMEOUT", 1, raising=False)   # none before the fix: 900 s
+    monkeypatch.setattr(bases.platforms, "host", lambda: platforms.get("linux/amd64"))
+    with pytest.raises(FailedError, match=r"^stand-in of .* \(linux/arm64\): `import torch` did not finish within "
+                                          r"1s$"):
+        bases._measured_framework(cell, "img", "linux/arm64", tmp_path)
+    calls = log.read_text().splitlines()
+    run = next(c.split() for c in calls if c.startswith("run "))
+    name = run[run.index("--name") + 1]
+    assert f"rm -f -v {name}" in calls, calls

@@ -226,17 +226,21 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
     """Run PROBE in a throw-away container of the base (host network: apt-get update); always removed.
     `platform` (os/arch): run the base's image of that platform (under QEMU where it is not this machine's);
     None: the default platform, as the base is."""
+    import docker.errors
+    import requests
+
     from buildtool.imagebuild import engine
 
     arch = platforms.get(platform).architecture if platform else ARCH
     placed = {"platform": platform} if platform else {}
+    sdk_errors = (docker.errors.DockerException, requests.RequestException)
     try:
         if engine.image_attrs(base_ref) is None:
             engine.pull(base_ref, **placed)
         container = engine.sdk().containers.create(base_ref, ["sh", "-c", PROBE, "probe", prefs, *install],
                                                    network_mode="host", user="0", **placed)
-    except RuntimeError as exc:
-        raise FailedError(f"cannot ask the base {base_ref} for its apt packages: {str(exc)[:200]}; where the base "
+    except (RuntimeError, *sdk_errors) as exc:
+        raise FailedError(f"cannot ask the base {base_ref} for its apt packages: {_reason(exc)}; where the base "
                           "cannot be pulled, set BASE_MIRROR (BASE_MIRROR=127.0.0.1:5000: make lock fills it)") \
             from None
     try:
@@ -244,8 +248,18 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
         status = container.wait(timeout=PROBE_TIMEOUT)
         out = container.logs(stdout=True, stderr=False).decode(errors="replace")
         err = container.logs(stdout=False, stderr=True).decode(errors="replace").strip()
+    except sdk_errors as exc:
+        # The SDK's wait past its timeout is a ReadTimeout, or a ConnectionError saying "Read timed out".
+        timed_out = isinstance(exc, requests.Timeout) or "timed out" in str(exc).lower()
+        raise FailedError(f"the apt probe in {base_ref} " + (
+            f"did not finish within {PROBE_TIMEOUT}s (apt-get update under QEMU or a slow archive)" if timed_out
+            else "failed in the engine") + f": {_reason(exc)}") from None
     finally:
-        container.remove(force=True)
+        try:
+            container.remove(force=True)
+        except sdk_errors as exc:
+            raise FailedError(f"cannot remove the apt probe's container {container.short_id} of {base_ref} "
+                              f"({_reason(exc)}): remove it with `docker rm -f {container.short_id}`") from None
     if status.get("StatusCode") == 3:
         raise FailedError(f"apt-get update failed in {base_ref} (the Debian archive must be reachable): "
                           f"{' | '.join(err.splitlines()[-2:])[:200]}")
@@ -258,6 +272,12 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
     if probe.arch != arch:
         raise FailedError(f"{base_ref} is {probe.arch!r}, the apt locks are for {arch}")
     return probe
+
+
+def _reason(exc: Exception) -> str:
+    """An engine or SDK error as one short line: the engine's explanation where it gave one."""
+    reason = str(getattr(exc, "explanation", None) or exc).strip()
+    return (reason.splitlines() or [type(exc).__name__])[0][:200]
 
 
 def platform_base(base_ref: str, platform: str) -> str:

@@ -13,6 +13,7 @@ When the upstream registries cannot be reached (air-gapped sites, this project's
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -39,6 +40,7 @@ from buildtool.registry.client import NotFound, RegistryClient, RetryPolicy
 from buildtool.render.dockerfiles import label_value
 
 MMDEBSTRAP_TIMEOUT = 1200
+MEASURE_TIMEOUT = 900   # importing the framework in a stand-in, under QEMU where emulated
 ARCHIVE_ENV = "DEBIAN_ARCHIVE"
 DEFAULT_ARCHIVE = "http://deb.debian.org/debian"
 # mmdebstrap's own hook for merged /usr as debootstrap sets it up (symlinks and usr-is-merged): without it
@@ -58,6 +60,9 @@ path-include /usr/share/locale/locale.alias
 path-exclude /usr/share/lintian/*
 path-exclude /usr/share/linda/*
 """
+# Its path-includes (relative to the root): kept in the tree as dpkg keeps them in later installs.
+SLIM_KEPT = tuple(line.split(" ", 1)[1].lstrip("/") for line in SLIM_EXCLUDES.splitlines()
+                  if line.startswith("path-include "))
 
 Log = Callable[[str], None]
 
@@ -215,25 +220,35 @@ def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, sta
                           f"{state.release.uri} of sha256 {state.release.sha256} the base is dated by: the archive "
                           "moved while the base was made; run it again")
     if slim:
-        (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
-        (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(SLIM_EXCLUDES)
-        for folder in ("usr/share/man", "usr/share/info", "usr/share/locale"):
-            target = rootfs / folder
-            if target.is_dir():
-                shutil.rmtree(target)
-                target.mkdir()
-        doc = rootfs / "usr/share/doc"
-        for item in doc.iterdir() if doc.is_dir() else ():
-            if item.is_dir() and not item.is_symlink():
-                for child in item.iterdir():
-                    if child.name != "copyright":
-                        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        _slim(rootfs)
     # Package lists and downloaded .debs are not part of an image (as in Docker's Debian).
     for folder in ("var/lib/apt/lists", "var/cache/apt/archives"):
         for item in (rootfs / folder).glob("*"):
             if item.is_file():
                 item.unlink()
     rootfs_seal.seal(rootfs, state.epoch)  # last: every change above moved an mtime
+
+
+def _slim(rootfs: Path) -> None:
+    """What SLIM_EXCLUDES leaves out of later installs, taken out of the tree too (its path-includes kept), and
+    the filter written for dpkg."""
+    (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(SLIM_EXCLUDES)
+    for folder in ("usr/share/man", "usr/share/info", "usr/share/locale"):
+        target = rootfs / folder
+        for item in target.iterdir() if target.is_dir() else ():
+            if not any(fnmatch.fnmatchcase(f"{folder}/{item.name}", kept) for kept in SLIM_KEPT):
+                _remove(item)
+    doc = rootfs / "usr/share/doc"
+    for item in doc.iterdir() if doc.is_dir() else ():
+        if item.is_dir() and not item.is_symlink():
+            for child in item.iterdir():
+                if child.name != "copyright":
+                    _remove(child)
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
@@ -459,8 +474,17 @@ def _measured_framework(cell: Cell, image: str, platform: str, folder: Path) -> 
 
     module = frameworks.get(cell.framework).module
     flags = emulation.run_flags(platform, folder / "cpu-sysfs")
-    run = docker_cli.docker("run", "--rm", "--network=none", "--platform", platform, *flags, image, "python", "-c",
-                            f"import {module}; print({module}.__version__)", timeout=900)
+    # A name of its own, removed in `finally`: a client killed at its timeout never runs its own `--rm`.
+    name = f"dl-images-standin-{os.urandom(6).hex()}"
+    try:
+        run = docker_cli.docker("run", "--rm", "--name", name, "--network=none", "--platform", platform, *flags,
+                                image, "python", "-c", f"import {module}; print({module}.__version__)",
+                                timeout=MEASURE_TIMEOUT)
+    except docker_cli.DockerTimeout:
+        raise FailedError(f"stand-in of {cell.base} ({platform}): `import {module}` did not finish within "
+                          f"{MEASURE_TIMEOUT}s") from None
+    finally:
+        docker_cli.remove(name)
     found = run.stdout.strip().splitlines()[-1:] if run.returncode == 0 else []
     if not found:
         raise FailedError(f"stand-in of {cell.base} ({platform}): `import {module}` failed in it: "

@@ -22,9 +22,10 @@ from pathlib import Path
 RUNTIME_FILES = ("etc/hosts", "etc/resolv.conf", "etc/hostname")
 # Changes whenever what `buildtool bases` puts in a base changes, so that it knows that a base it finds in
 # the registry was made by an older recipe and makes it again.
-# 3: mmdebstrap with SOURCE_DATE_EPOCH at one archive state, written by base_index (issue 52); 2 (debootstrap):
-# runtime files shipped, mtimes clamped to the Release date; 1 (no mark): neither.
-RECIPE = "3"
+# 4: a -slim base keeps /usr/share/locale/locale.alias (its dpkg filter's path-include); 3: mmdebstrap with
+# SOURCE_DATE_EPOCH at one archive state, written by base_index (issue 52); 2 (debootstrap): runtime files shipped,
+# mtimes clamped to the Release date; 1 (no mark): neither.
+RECIPE = "4"
 
 
 def seal(rootfs: Path, epoch: int) -> None:
