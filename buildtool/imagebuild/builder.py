@@ -422,7 +422,8 @@ class Builder(Publishing):
                                 build_args=build_args, labels=labels,
                                 secrets=files, log_path=log_path, timeout=self.options.timeout,
                                 no_cache=self.options.force, cache_from=cache_from, platform=platform,
-                                package_indexes=package_indexes(host_pip, plan.cell.extra_index_urls)))
+                                package_indexes=package_indexes(host_pip, plan.cell.extra_index_urls),
+                                log_secrets=secret_strings(host_pip)))
         finally:
             if self._steps is not None:
                 self._steps.unwatch(plan.cell.key)
