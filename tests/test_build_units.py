@@ -72,6 +72,28 @@ def test_a_pip_configuration_pip_refuses_is_refused_naming_pips_error(tmp_path: 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True, timeout=60)
     assert HostPip.from_host(str(tmp_path / "bare" / "bin" / "python")) == HostPip()
 
+def test_a_ca_bundle_that_does_not_exist_is_one_line_naming_the_setting(tmp_path: Path, monkeypatch, project: Path,
+                                                                      run_cli):
+    """PIP_CERT (or pip.conf's `cert`) naming no file is one line naming the setting and the file (was: requests'
+    OSError "Could not find a suitable TLS CA certificate bundle" as a traceback from `buildtool check`)."""
+    monkeypatch.setenv("PIP_CERT", "/nonexistent/ca.pem")
+    with pytest.raises(UserError, match=r"^pip's CA bundle /nonexistent/ca\.pem \(PIP_CERT\) does not exist; point "
+                                        r"PIP_CERT at an existing CA bundle file, or unset it"):
+        HostPip.from_host()
+    code, _, err = run_cli("check", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and err.strip().splitlines() == [
+        "error: pip's CA bundle /nonexistent/ca.pem (PIP_CERT) does not exist; point PIP_CERT at an existing CA "
+        "bundle file, or unset it (`pip config list` shows where it is set)"]
+    monkeypatch.delenv("PIP_CERT")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\ncert = {tmp_path / 'gone.pem'}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    with pytest.raises(UserError, match=r"\(`cert` in pip's configuration\) does not exist"):
+        HostPip.from_host()
+    (tmp_path / "gone.pem").write_text("")
+    assert HostPip.from_host().cert == str(tmp_path / "gone.pem")
+
+
 def test_render_conf_points_at_the_secret_ca_and_maps_local_folders():
     host = HostPip.parse(LISTING)
     conf = render_conf(host, {"/opt/pypi/simple": "http://127.0.0.1:9/m0/simple/",

@@ -136,6 +136,25 @@ def test_check_names_missing_files_packages_and_overlaps(tmp_path: Path):
         lock.locked_versions(tmp_path, cell)
 
 
+@pytest.mark.parametrize("requirements", [("torch[opt-einsum]==2.13.0+cpu",), ("torch>=2.13,<2.14",),
+                                          ("torch~=2.13.0",), ("torch[opt-einsum] >=2.13; python_version >= '3.9'",)])
+def test_check_reads_extras_and_ranges_as_the_matrix_does(tmp_path: Path, requirements: tuple[str, ...]):
+    """The matrix accepts any PEP 508 requirement that names a version: after `make lock` the check finds the
+    distribution whatever extras the requirement names, and a range is met by a locked version inside it (was:
+    "the lock has no torch[opt-einsum]", "the lock has no torch>=2.13,<2.14" with the package locked)."""
+    cell = replace(_cell(), framework_requirements=requirements)
+    _write(tmp_path, cell, GOOD_FW, GOOD_TOOLS)
+    assert lock.check_cell(tmp_path, cell) == []
+    outside = replace(cell, framework_requirements=("torch[opt-einsum]>=2.14",))
+    (tmp_path / cell.dockerfile).parent.joinpath(locks.FRAMEWORK_LOCK).write_text(
+        _lock_text(outside, GOOD_FW, locks.FRAMEWORK_LOCK))
+    (tmp_path / cell.dockerfile).parent.joinpath(locks.TOOLS_LOCK).write_text(_lock_text(outside, GOOD_TOOLS))
+    assert lock.check_cell(tmp_path, outside) == [
+        "pytorch-cpu:2.13: the matrix pins torch[opt-einsum]>=2.14 but the lock has 2.13.0+cpu; "
+        "run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
+    assert lock._locked_and_known(tmp_path, outside)[1] >= {"torch", "tensorboard", "pip"}
+
+
 def test_ngc_cells_lock_only_their_tools():
     cell = _cell("pytorch-ngc:25.10")
     assert lock.is_ngc(cell)

@@ -440,6 +440,36 @@ def test_package_indexes_are_recorded_by_url_without_credentials_or_tokens(tmp_p
     assert "s3cr3t" not in json.dumps(found) and "__token__" not in json.dumps(found)
 
 
+def test_a_build_records_the_cells_own_index_url_as_well_as_its_extra_ones(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cell's `index: {url: ...}` (its locks were resolved from it) is a `cell-index-url` of the build's record,
+    before its extra URLs, without its credential (was: only the extra URLs were passed to engine.build)."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from buildtool.imagebuild import builder, engine
+    from buildtool.imagebuild.pipconfig import HostPip
+    from buildtool.matrix.plan import Settings, plan_cell
+
+    root = Path(__file__).resolve().parents[1]
+    cell = replace(next(c for c in fixture_matrix().cells if c.key == "pytorch-cpu:2.13"),
+                   index_url="https://__token__:s3cr3t-E@mirror.example.invalid/simple/?token=s3cr3t-F",
+                   extra_index_urls=("https://download.pytorch.org/whl/cpu",))
+    plan = plan_cell(cell, Settings(registry="127.0.0.1:5999/team"), "nightly-1")
+    run = builder.Builder(root, "matrix.yaml", Settings(registry="127.0.0.1:5999/team"), "nightly-1",
+                          builder.BuildOptions(log_dir=tmp_path), print)
+    seen: list[engine.BuildRequest] = []
+    monkeypatch.setattr(builder.engine, "build", lambda client, request: seen.append(request) or "sha256:" + "7" * 64)
+    monkeypatch.setattr(builder.Builder, "_build_env", lambda self: (None, SimpleNamespace(files={}), HostPip()))
+    monkeypatch.setattr(builder, "build_labels", lambda *args: {})
+    base = SimpleNamespace(ref="b", pinned="b@sha256:" + "b" * 64, digest="sha256:" + "b" * 64)
+    run._buildkit(plan, base, "sha256:" + "f" * 64, tmp_path / "x.log", None)   # type: ignore[arg-type]
+    assert [dict(i) for i in seen[0].package_indexes] == [
+        {"url": "https://mirror.example.invalid/simple/", "role": "cell-index-url"},
+        {"url": "https://download.pytorch.org/whl/cpu", "role": "cell-index-url"}]
+    assert "s3cr3t" not in json.dumps([dict(i) for i in seen[0].package_indexes])
+
+
 def test_a_provenance_carrying_a_credential_in_an_index_url_is_refused() -> None:
     for url in ("https://u:p@idx.example.invalid/simple", "https://idx.example.invalid/simple?token=x"):
         with pytest.raises(ProvenanceError, match="packageIndexes URL is not a plain URL without credentials"):

@@ -415,6 +415,8 @@ class Builder(Publishing):
             build_args["BUILD_BASE_IMAGE"] = (base if platform == platforms.host().name
                                               else self._platform_base(plan, platforms.host().name)).pinned
         self._say_lock_base(plan, base, platform)
+        # The cell's own index URLs (its locks were resolved from them), as the SBOM's locked contents name them.
+        cell_indexes = (plan.cell.index_url or "", *plan.cell.extra_index_urls)
         if self._steps is not None:
             self._steps.watch(plan.cell.key, log_path)
         try:
@@ -422,7 +424,8 @@ class Builder(Publishing):
                                 build_args=build_args, labels=labels,
                                 secrets=files, log_path=log_path, timeout=self.options.timeout,
                                 no_cache=self.options.force, cache_from=cache_from, platform=platform,
-                                package_indexes=package_indexes(host_pip, plan.cell.extra_index_urls)))
+                                package_indexes=package_indexes(host_pip, cell_indexes),
+                                log_secrets=secret_strings(host_pip)))
         finally:
             if self._steps is not None:
                 self._steps.unwatch(plan.cell.key)

@@ -29,6 +29,7 @@ from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.contracts.apt_lock_format import build_error
+from buildtool.imagebuild.cell_inputs import scrub_log
 
 ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
                "or point DOCKER_HOST at a running engine")
@@ -92,7 +93,8 @@ class BuildRequest:
     log goes, and how it runs. `platform`: os/arch (BuildKit's --platform, which sets TARGETARCH; None: the
     engine's own). `cache_from`: images to take layers from (buildtool.imagebuild.cache_sources chooses them).
     `package_indexes`: the locations the secrets' pip/uv settings name, without credentials
-    (pipconfig.package_indexes), for the record."""
+    (pipconfig.package_indexes), for the record. `log_secrets`: strings (index credentials) replaced by `****` in
+    the log before build() returns or raises, so no copy of the log ever holds them."""
 
     context: Path
     dockerfile: Path
@@ -107,6 +109,7 @@ class BuildRequest:
     cache_from: Sequence[str] = ()
     platform: str | None = None
     package_indexes: Sequence[Mapping[str, str]] = ()
+    log_secrets: Sequence[str] = ()
 
 
 def build(client: BuildClient, request: BuildRequest) -> str:
@@ -123,16 +126,20 @@ def build(client: BuildClient, request: BuildRequest) -> str:
     argv = _argv(client, request, iidfile)
     wall_started = int(time.time())
     started = time.monotonic()
-    with log_path.open("w") as log:
-        log.write(f"$ {client.describe()} ... {request.context}\n")
-        log.flush()
-        try:
-            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **dict(client.env)},
-                                  timeout=request.timeout, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            log.write(f"\nbuild timed out after {request.timeout:.0f}s\n")
-            raise BuildFailed(f"timed out after {request.timeout:.0f}s") from None
-        log.write(f"\nexit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
+    try:
+        with log_path.open("w") as log:
+            log.write(f"$ {client.describe()} ... {request.context}\n")
+            log.flush()
+            try:
+                proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
+                                      env={**os.environ, **dict(client.env)}, timeout=request.timeout,
+                                      stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired:
+                log.write(f"\nbuild timed out after {request.timeout:.0f}s\n")
+                raise BuildFailed(f"timed out after {request.timeout:.0f}s") from None
+            log.write(f"\nexit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
+    finally:   # before anything reads or copies the log: the by-image copy below is made from the scrubbed one
+        scrub_log(log_path, list(request.log_secrets))
     if proc.returncode != 0:
         raise BuildFailed(f"{' '.join(client.argv)} exited {proc.returncode}: {last_error_line(log_path)}")
     image_id = iidfile.read_text().strip()

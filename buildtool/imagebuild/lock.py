@@ -25,6 +25,8 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_changed
 from buildtool.contracts import frameworks, platforms
@@ -160,15 +162,31 @@ def _check_platform(root: Path, cell: Cell, platform: str) -> list[str]:
     versions = {n: v for lock in locks.values() for n, v in lock.versions().items()}
     if not is_ngc(cell):
         problems += build_problems(cell, versions)
-    for req in framework_requirements(cell) + tool_requirements(cell):
-        name, sep, version = re.split(r"(===|==)", req, maxsplit=1) if "==" in req else (req, "", "")
-        have = versions.get(normalize(name))
+    for text in framework_requirements(cell) + tool_requirements(cell):
+        req = requirement(text)
+        have = versions.get(normalize(req.name))
         if have is None:
-            problems.append(f"{cell.key}: the lock has no {name}; run `make lock FRAMEWORK={cell.key}`")
-        elif sep and have != version:
-            problems.append(f"{cell.key}: the matrix pins {name}=={version} but the lock has {have}; "
+            problems.append(f"{cell.key}: the lock has no {req.name}; run `make lock FRAMEWORK={cell.key}`")
+        elif not _satisfies(req, have):
+            problems.append(f"{cell.key}: the matrix pins {text} but the lock has {have}; "
                             f"run `make lock FRAMEWORK={cell.key}`")
     return problems
+
+
+def requirement(text: str) -> Requirement:
+    """A matrix requirement as pip and uv read it (packaging, as the matrix checked it): `jax[cpu]>=0.10` names
+    the distribution jax."""
+    try:
+        return Requirement(text)
+    except InvalidRequirement as exc:   # the matrix refuses these: a cell made some other way
+        raise UserError(f"{text!r} is not a PEP 508 requirement ({str(exc).splitlines()[0]})") from None
+
+
+def _satisfies(req: Requirement, have: str) -> bool:
+    """Whether the locked version `have` is what `req` asks for: in its range, and for an exact pin (`==V`,
+    `===V`) V as written (`==2.13.0` also admits a local build 2.13.0+cpu, which is another wheel)."""
+    exact = [s.version for s in req.specifier if s.operator in ("==", "===") and not s.version.endswith(".*")]
+    return all(have == v for v in exact) and req.specifier.contains(have, prereleases=True)
 
 
 # CUDA runtime wheels: `nvidia-cuda-runtime` (CUDA 13 on) or `nvidia-cuda-runtime-cu12`; their version starts
@@ -466,8 +484,7 @@ def _locked_and_known(root: Path, cell: Cell) -> tuple[dict[str, dict[str, LockF
             with suppress(OSError, ValueError):   # a missing or broken lock holds no pins
                 previous[platform][name] = parse_lock(path.read_text())
     known = {n for locks in previous.values() for lock in locks.values() for n in lock.entries} | {
-        normalize(re.split(r"[=<>!~;\[ ]", r, maxsplit=1)[0])
-        for r in framework_requirements(cell) + tool_requirements(cell)}
+        normalize(requirement(r).name) for r in framework_requirements(cell) + tool_requirements(cell)}
     return previous, known
 
 

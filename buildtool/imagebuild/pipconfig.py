@@ -96,7 +96,7 @@ class HostPip:
         except (OSError, subprocess.TimeoutExpired):
             return cls()
         if run.returncode == 0:
-            return cls.parse(run.stdout)
+            return cls.parse(run.stdout).checked()
         if "No module named pip" in run.stderr:
             return cls()
         # Never read as "PyPI, no CA": the host's own settings would be dropped. pip's first line, and the line
@@ -106,6 +106,15 @@ class HostPip:
         said = " ".join([*(line[:200] for line in lines[:1]), *where])
         raise UserError(f"the host's pip configuration is refused by pip (`pip config list`: "
                         f"{said or f'exit {run.returncode}'}); fix that file (or PIP_CONFIG_FILE, PIP_* settings)")
+
+    def checked(self) -> HostPip:
+        """These settings, or a UserError naming a CA bundle that does not exist (requests and uv would fail on it
+        with a traceback or quietly take their own bundle)."""
+        if self.cert and not os.path.exists(self.cert):
+            setting = "PIP_CERT" if os.environ.get("PIP_CERT") == self.cert else "`cert` in pip's configuration"
+            raise UserError(f"pip's CA bundle {self.cert} ({setting}) does not exist; point {setting} at an existing "
+                            "CA bundle file, or unset it (`pip config list` shows where it is set)")
+        return self
 
 
 def package_indexes(host: HostPip, cell_urls: tuple[str, ...] = ()) -> list[dict[str, str]]:
