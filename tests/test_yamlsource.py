@@ -79,6 +79,17 @@ def test_refusals_are_located(loader: type, text: str, line: int, fragment: str)
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["a: {<<: 1}\n", "x: 1\na:\n  b: 2\n  <<: text\n", "a: {b: 2, <<: null}\n",
+                                  "a: {<<: [1]}\n"])
+def test_a_merge_key_with_a_plain_value_is_refused(loader: type, text: str):
+    """`<<` takes a mapping (or a list of them), as in PyYAML: a scalar is never stored as a key `<<`."""
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load(text)
+    with pytest.raises(MatrixError, match="`<<` merges a mapping") as caught:
+        yamlsource.parse_yaml(text, "m.yaml")
+    assert caught.value.line == text.count("\n", 0, text.index("<<")) + 1
+
+
 def test_alias_expansion_is_bounded(loader: type):
     lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     for prev, name in zip("abcdefgh", "bcdefghi", strict=True):

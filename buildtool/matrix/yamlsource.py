@@ -187,7 +187,8 @@ class _Builder:
                         top.key, top.key_line = key, line
                     continue
                 tag = event.tag
-                if event.anchor or (tag is not None and tag != "!") or len(stack) >= MAX_DEPTH:
+                # A merge key's value goes to the merges (`_attach`), which refuse a scalar.
+                if event.anchor or (tag is not None and tag != "!") or len(stack) >= MAX_DEPTH or key == "<<":
                     self._node(event, line)
                     continue
                 value: Any = event.value
