@@ -195,10 +195,29 @@ def read(key: str, load: Callable[[], Any], matrix_dir: Path | None = None) -> M
         data = json.loads((cache_dir() / f"{key}.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("version") != _VERSION:
+    if not _well_formed(data):
         return None
-    found = MatrixSnapshot(data, load)
+    try:
+        found = MatrixSnapshot(data, load)
+    except (KeyError, TypeError, AttributeError, ValueError):   # damaged inside a record
+        return None
     return found if _sites_still_pass(found, matrix_dir) else None
+
+
+def _is_record(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("values"), dict) and isinstance(value.get("calls"), dict)
+
+
+def _well_formed(data: Any) -> bool:
+    """Whether `data` has the shape `write` gives it (this version, the matrix, its cells, selections of them):
+    a snapshot damaged or written by other code is not read, so a real load replaces it."""
+    if not isinstance(data, dict) or data.get("version") != _VERSION or not _is_record(data.get("matrix")):
+        return False
+    cells, selections = data.get("cells"), data.get("selections")
+    if not isinstance(cells, list) or not all(map(_is_record, cells)) or not isinstance(selections, dict):
+        return False
+    return all(isinstance(picked, list) and all(type(i) is int and 0 <= i < len(cells) for i in picked)
+               for picked in selections.values())
 
 
 def _sites_still_pass(found: MatrixSnapshot, matrix_dir: Path | None) -> bool:
