@@ -195,6 +195,28 @@ def test_no_snapshot_of_what_is_not_a_matrix_file(tmp_path: Path) -> None:
     assert snapshot.read("", lambda: None) is None
 
 
+def test_an_unlistable_image_tests_folder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image-tests/ that cannot be listed (no read permission: simulated, tests may run as root) gets no
+    snapshot key; the real load names the folder in one line, no traceback from release or verify."""
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    copy_fixture_image_tests(root / "image-tests")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    iterdir = Path.iterdir
+
+    def unlistable(self: Path):
+        if self.name == "image-tests":
+            raise PermissionError(13, "Permission denied", str(self))
+        return iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", unlistable)
+    assert snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml") == ""
+    with pytest.raises(UserError, match=r"cannot list the framework folders of \S*/p/image-tests \("):
+        project.load_fast()
+
+
 def test_a_matrix_too_big_to_pay_off_gets_no_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every load writes a snapshot; past MAX_CELLS that would cost more than it saves."""
     root = tmp_path / "p"

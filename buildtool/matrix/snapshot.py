@@ -73,8 +73,9 @@ def cache_dir() -> Path:
 
 
 def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Path | None = None) -> str:
-    """The snapshot's name; "" (no snapshot) when the matrix is not a readable regular file,
-    so the real load reports that (a directory, a pipe or /dev/zero is never read here).
+    """The snapshot's name; "" (no snapshot) when the matrix is not a readable regular file or a folder
+    it depends on cannot be listed, so the real load reports that (a directory, a pipe or /dev/zero is never
+    read here).
     `tests_dir`: the image-tests folder whose group folders the load checks (default: beside the matrix)."""
     digest = hashlib.sha256(f"v{_VERSION}\0{display}\0".encode())
     try:
@@ -83,14 +84,14 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Pa
         digest.update(matrix_path.read_bytes())
     except OSError:
         return ""
-    names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
-        if templates.is_dir() else []
-    digest.update("\0".join(names).encode())
-    # Every test group a cell names must be a folder there (schema.py checks them).
     tests_dir = tests_dir if tests_dir is not None else matrix_path.parent / "image-tests"
-    groups = sorted(p.name for p in tests_dir.iterdir() if p.is_dir()) if tests_dir.is_dir() else []
-    digest.update(b"\0groups\0" + "\0".join(groups).encode())
-    try:
+    try:   # a folder that cannot be listed: no snapshot, the real load reports it
+        names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
+            if templates.is_dir() else []
+        digest.update("\0".join(names).encode())
+        # Every test group a cell names must be a folder there (schema.py checks them).
+        groups = sorted(p.name for p in tests_dir.iterdir() if p.is_dir()) if tests_dir.is_dir() else []
+        digest.update(b"\0groups\0" + "\0".join(groups).encode())
         # A framework is the folder with its framework.yaml: its row decides what a cell of it is.
         for group in groups:
             row = tests_dir / group / "framework.yaml"
