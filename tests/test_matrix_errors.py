@@ -213,3 +213,34 @@ def test_image_tests_are_looked_for_beside_the_matrix_unless_named(tmp_path: Pat
         load_matrix(matrix, REPO / "templates", tests_dir=elsewhere)
     assert ": images[0].framework: unknown framework 'pytorch'; one of (none) (a new one is a folder" \
         in str(caught.value)
+
+
+@pytest.mark.parametrize(("first", "message"), [
+    ("{#- needs: framework_requirments -#}",
+     "'framework_requirments' is not a cell field; did you mean `framework_requirements`?"),
+    ("{#- needs: framework-requirements (installs the framework with pip) -#}",
+     "'framework-requirements' is not a cell field; did you mean `framework_requirements`?"),
+    ("{# needs: #}", "lists no field (or an empty one between commas)"),
+])
+def test_unknown_name_on_a_templates_needs_line(project: Path, run_cli, first: str, message: str):
+    """A misspelt name on a template's `needs:` line would drop the check it asks for: it is an error at
+    the template's first line."""
+    template = project / "templates" / "images" / "pip.Dockerfile.j2"
+    lines = template.read_text().split("\n", 1)
+    assert lines[0].startswith("{#- needs: framework_requirements")
+    template.write_text(first + "\n" + lines[1])
+    before = snapshot(project)
+    code, _, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: templates/images/pip.Dockerfile.j2:1: needs: {message}"), err
+    assert snapshot(project) == before
+
+
+def test_every_committed_templates_needs_line_names_cell_fields():
+    from buildtool.matrix.cells import _template_needs
+
+    templates = REPO / "templates"
+    needs = {str(p.relative_to(templates)): _template_needs(templates, str(p.relative_to(templates)))
+             for p in templates.rglob("*.j2")}
+    assert needs["images/pip.Dockerfile.j2"] == ("framework_requirements",)

@@ -137,11 +137,84 @@ def test_a_site_folder_the_load_would_now_refuse_is_loaded_for_real(tmp_path: Pa
         project.load_fast()
 
 
+def _with(path: tuple, value: object):
+    """A damage: the snapshot with the value at `path` replaced (removed when `value` is _GONE)."""
+    def damage(data: dict) -> object:
+        node = data
+        for part in path[:-1]:
+            node = node[part]
+        if value is _GONE:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+        return data
+    return damage
+
+
+_GONE = object()
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: {"version": 1},
+    lambda d: [d],
+    _with(("version",), 2),
+    _with(("cells",), _GONE),
+    _with(("selections",), []),
+    _with(("selections", "all"), [10**6]),
+    _with(("selections", "all"), ["0"]),
+    _with(("cells", 0), "cell"),
+    _with(("matrix", "values"), []),
+    _with(("cells", 0, "values", "run"), {"o": 5}),
+    _with(("cells", 0, "values", "tests"), {"d": []}),
+], ids=["only-version", "a-list", "other-version", "no-cells", "selections-a-list", "selection-out-of-range",
+        "selection-not-an-index", "cell-not-a-record", "values-a-list", "inner-record-damaged", "inner-dict-damaged"])
+def test_a_damaged_snapshot_is_loaded_for_real_and_rewritten(tmp_path: Path, damage) -> None:
+    """A snapshot without the shape `write` gives it (edited, or written by other code) is never read:
+    release and verify load the matrix for real, which writes a good one again."""
+    import json
+
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    copy_fixture_image_tests(root / "image-tests")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    real = project.load()
+    path = snapshot.cache_dir() / f"{snapshot.snapshot_key(project.matrix_path, project.templates, 'matrix.yaml')}.json"
+    path.write_text(json.dumps(damage(json.loads(path.read_text()))))
+    loaded = project.load_fast()
+    assert not isinstance(loaded, snapshot.MatrixSnapshot)
+    assert [c.key for c in loaded.cells] == [c.key for c in real.cells]
+    assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)   # the real load wrote it again
+
+
 def test_no_snapshot_of_what_is_not_a_matrix_file(tmp_path: Path) -> None:
     """A directory, a pipe or a device is reported by the real load, never read for a key."""
     assert snapshot.snapshot_key(tmp_path, tmp_path / "templates", "x") == ""
     assert snapshot.snapshot_key(Path("/dev/zero"), tmp_path / "templates", "x") == ""
     assert snapshot.read("", lambda: None) is None
+
+
+def test_an_unlistable_image_tests_folder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image-tests/ that cannot be listed (no read permission: simulated, tests may run as root) gets no
+    snapshot key; the real load names the folder in one line, no traceback from release or verify."""
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    copy_fixture_image_tests(root / "image-tests")
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    iterdir = Path.iterdir
+
+    def unlistable(self: Path):
+        if self.name == "image-tests":
+            raise PermissionError(13, "Permission denied", str(self))
+        return iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", unlistable)
+    assert snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml") == ""
+    with pytest.raises(UserError, match=r"cannot list the framework folders of \S*/p/image-tests \("):
+        project.load_fast()
 
 
 def test_a_matrix_too_big_to_pay_off_gets_no_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

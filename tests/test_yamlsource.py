@@ -79,6 +79,28 @@ def test_refusals_are_located(loader: type, text: str, line: int, fragment: str)
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["a: {<<: 1}\n", "x: 1\na:\n  b: 2\n  <<: text\n", "a: {b: 2, <<: null}\n",
+                                  "a: {<<: [1]}\n"])
+def test_a_merge_key_with_a_plain_value_is_refused(loader: type, text: str):
+    """`<<` takes a mapping (or a list of them), as in PyYAML: a scalar is never stored as a key `<<`."""
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load(text)
+    with pytest.raises(MatrixError, match="`<<` merges a mapping") as caught:
+        yamlsource.parse_yaml(text, "m.yaml")
+    assert caught.value.line == text.count("\n", 0, text.index("<<")) + 1
+
+
+@pytest.mark.parametrize(("text", "line", "written"), [("~", 1, "~"), ("null\n", 1, "null"),
+                                                     ("# nothing yet\n--- Null\n", 2, "Null")])
+def test_a_null_document_is_not_called_an_empty_file(loader: type, text: str, line: int, written: str):
+    with pytest.raises(MatrixError) as caught:
+        yamlsource.parse_yaml(text, "m.yaml")
+    assert str(caught.value) == f"m.yaml:{line}: the document is null (`{written}`), not a mapping; declare `images:`"
+    for empty in ("", "# nothing yet\n", "---\n"):
+        with pytest.raises(MatrixError, match="^m.yaml:1: the file is empty; declare `images:`$"):
+            yamlsource.parse_yaml(empty, "m.yaml")
+
+
 def test_alias_expansion_is_bounded(loader: type):
     lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     for prev, name in zip("abcdefgh", "bcdefghi", strict=True):

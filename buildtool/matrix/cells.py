@@ -84,11 +84,13 @@ def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_NEEDS_RE = re.compile(r"^\{#-?\s*needs:\s*([a-z_]+(?:\s*,\s*[a-z_]+)*)")
+_NEEDS_RE = re.compile(r"^\{#-?\s*needs\s*:")
+_NEEDS_END = re.compile(r"\(|-?#\}")   # a note in parentheses, or the comment's end, closes the names
 
 
 def _template_needs(templates_dir: Path | None, template: str) -> tuple[str, ...]:
-    """Cell fields a template declares it needs: `{# needs: framework_requirements #}` as its first line."""
+    """Cell fields a template declares it needs: `{# needs: framework_requirements #}` as its first line.
+    A name there that is no cell field is an error at the template's line (a typo would drop the check)."""
     if templates_dir is None:
         return ()
     try:
@@ -97,8 +99,17 @@ def _template_needs(templates_dir: Path | None, template: str) -> tuple[str, ...
     except OSError:
         first = ""
     match = _NEEDS_RE.match(first)
-    found = tuple(n.strip() for n in match.group(1).split(",")) if match else ()
-    return tuple(n for n in found if n in _CELL_KEYS)
+    if not match:
+        return ()
+    names = tuple(n.strip() for n in _NEEDS_END.split(first[match.end():], 1)[0].split(","))
+    for name in names:
+        if not name:
+            raise MatrixError(f"templates/{template}", 1, "needs", "lists no field (or an empty one between "
+                                                                   "commas); e.g. {# needs: framework_requirements #}")
+        if name not in _CELL_KEYS:
+            hint = values.suggest(name, sorted(_CELL_KEYS)) or f" (one of {', '.join(sorted(_CELL_KEYS))})"
+            raise MatrixError(f"templates/{template}", 1, "needs", f"{name!r} is not a cell field{hint}")
+    return names
 
 
 @lru_cache(maxsize=65536)

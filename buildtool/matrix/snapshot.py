@@ -73,8 +73,9 @@ def cache_dir() -> Path:
 
 
 def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Path | None = None) -> str:
-    """The snapshot's name; "" (no snapshot) when the matrix is not a readable regular file,
-    so the real load reports that (a directory, a pipe or /dev/zero is never read here).
+    """The snapshot's name; "" (no snapshot) when the matrix is not a readable regular file or a folder
+    it depends on cannot be listed, so the real load reports that (a directory, a pipe or /dev/zero is never
+    read here).
     `tests_dir`: the image-tests folder whose group folders the load checks (default: beside the matrix)."""
     digest = hashlib.sha256(f"v{_VERSION}\0{display}\0".encode())
     try:
@@ -83,14 +84,14 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Pa
         digest.update(matrix_path.read_bytes())
     except OSError:
         return ""
-    names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
-        if templates.is_dir() else []
-    digest.update("\0".join(names).encode())
-    # Every test group a cell names must be a folder there (schema.py checks them).
     tests_dir = tests_dir if tests_dir is not None else matrix_path.parent / "image-tests"
-    groups = sorted(p.name for p in tests_dir.iterdir() if p.is_dir()) if tests_dir.is_dir() else []
-    digest.update(b"\0groups\0" + "\0".join(groups).encode())
-    try:
+    try:   # a folder that cannot be listed: no snapshot, the real load reports it
+        names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
+            if templates.is_dir() else []
+        digest.update("\0".join(names).encode())
+        # Every test group a cell names must be a folder there (schema.py checks them).
+        groups = sorted(p.name for p in tests_dir.iterdir() if p.is_dir()) if tests_dir.is_dir() else []
+        digest.update(b"\0groups\0" + "\0".join(groups).encode())
         # A framework is the folder with its framework.yaml: its row decides what a cell of it is.
         for group in groups:
             row = tests_dir / group / "framework.yaml"
@@ -195,10 +196,29 @@ def read(key: str, load: Callable[[], Any], matrix_dir: Path | None = None) -> M
         data = json.loads((cache_dir() / f"{key}.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("version") != _VERSION:
+    if not _well_formed(data):
         return None
-    found = MatrixSnapshot(data, load)
+    try:
+        found = MatrixSnapshot(data, load)
+    except (KeyError, TypeError, AttributeError, ValueError):   # damaged inside a record
+        return None
     return found if _sites_still_pass(found, matrix_dir) else None
+
+
+def _is_record(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("values"), dict) and isinstance(value.get("calls"), dict)
+
+
+def _well_formed(data: Any) -> bool:
+    """Whether `data` has the shape `write` gives it (this version, the matrix, its cells, selections of them):
+    a snapshot damaged or written by other code is not read, so a real load replaces it."""
+    if not isinstance(data, dict) or data.get("version") != _VERSION or not _is_record(data.get("matrix")):
+        return False
+    cells, selections = data.get("cells"), data.get("selections")
+    if not isinstance(cells, list) or not all(map(_is_record, cells)) or not isinstance(selections, dict):
+        return False
+    return all(isinstance(picked, list) and all(type(i) is int and 0 <= i < len(cells) for i in picked)
+               for picked in selections.values())
 
 
 def _sites_still_pass(found: MatrixSnapshot, matrix_dir: Path | None) -> bool:

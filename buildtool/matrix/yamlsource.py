@@ -187,7 +187,8 @@ class _Builder:
                         top.key, top.key_line = key, line
                     continue
                 tag = event.tag
-                if event.anchor or (tag is not None and tag != "!") or len(stack) >= MAX_DEPTH:
+                # A merge key's value goes to the merges (`_attach`), which refuse a scalar.
+                if event.anchor or (tag is not None and tag != "!") or len(stack) >= MAX_DEPTH or key == "<<":
                     self._node(event, line)
                     continue
                 value: Any = event.value
@@ -461,8 +462,12 @@ def parse_yaml(text: str, shown: str) -> Located:
         raise MatrixError(shown, None, "", "YAML: " + " ".join(str(exc).split())) from None
     finally:
         loader.dispose()
-    if not builder.seen_root or builder.root is None:
+    written = doc.raw.get((), "")    # the text of a null document: `~`, `null`; none after a bare `---`
+    if not builder.seen_root or (builder.root is None and not written):
         raise MatrixError(shown, 1, "", "the file is empty; declare `images:`")
+    if builder.root is None:
+        raise MatrixError(shown, doc.root_line, "", f"the document is null (`{written}`), not a mapping; "
+                                                    "declare `images:`")
     doc.data = builder.root
     return doc
 
