@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -50,3 +51,48 @@ def test_the_log_kept_by_image_is_scrubbed_as_the_cells_log_is(tmp_path: Path,
     for text in (log.read_text(), kept[1].read_text(), kept[0].read_text()):
         assert TOKEN not in text
     assert "Looking in indexes: https://user:****@pkgs.example.invalid/simple" in kept[1].read_text()
+
+
+def test_a_stand_in_builds_log_kept_by_image_is_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in builds of `buildtool bases` run the same engine.build: their by-image copies (both the build
+    and its labelled rebuild) hold no index token either."""
+    from buildtool.imagebuild import bases, pipconfig
+    from buildtool.matrix.loader import load_matrix
+
+    root = Path(__file__).resolve().parents[1]
+    cell = next(c for c in load_matrix(root / "matrix.yaml").cells if c.key == "pytorch-ngc:25.10")
+
+    def fake_run(argv, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        Path(argv[argv.index("--iidfile") + 1]).write_text(IMAGE)
+        kwargs["stdout"].write(f"#9 1.20 Looking in indexes: {INDEX}\n")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(engine.subprocess, "run", fake_run)
+    monkeypatch.setattr(engine, "resolve_build_client",
+                        lambda: engine.BuildClient(("client-stand-in", "build"), (), "classic"))
+    monkeypatch.setattr(engine, "run_output", lambda *args, **kwargs: "3.11\n")
+    monkeypatch.setattr(pipconfig.HostPip, "from_host", classmethod(lambda cls: HostPip(index_url=INDEX)))
+    monkeypatch.setattr(bases, "pip_secrets", lambda host: contextlib.nullcontext(SimpleNamespace(files={})))
+    log = tmp_path / "base-standin.log"
+    bases._build_standin(cell, "FROM scratch\n", {}, "127.0.0.1:5000/nvidia/pytorch:25.10-py3", log)
+    kept = engine.image_record(tmp_path, IMAGE)
+    assert kept is not None and kept[1].is_file()
+    assert "Looking in indexes: https://user:****@pkgs.example.invalid/simple" in kept[1].read_text()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert TOKEN not in path.read_text(), path
+
+
+def test_a_stand_ins_framework_pin_is_read_as_pip_reads_it() -> None:
+    """`torch[opt]==2.13.0` pins torch: the stand-in's framework label is 2.13.0, not `unknown`."""
+    from dataclasses import replace
+
+    from buildtool.imagebuild import bases
+    from buildtool.matrix.loader import load_matrix
+
+    root = Path(__file__).resolve().parents[1]
+    cell = next(c for c in load_matrix(root / "matrix.yaml").cells if c.key == "tensorflow-ngc:25.02")
+    assert cell.standin is not None
+    standin = cell.standin.model_copy(update={"requirements": ["tensorflow-cpu[and-cuda] == 2.21.0"],
+                                              "platform_requirements": {}})
+    assert bases.standin_framework_version(replace(cell, standin=standin)) == "2.21.0"

@@ -33,6 +33,7 @@ from buildtool.contracts.image_labels import archive_label
 from buildtool.contracts.names import DEFAULT_REGISTRY
 from buildtool.imagebuild import aptlock, archive_state, base_index, engine, multiplatform, push_path, rootfs_seal
 from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+from buildtool.imagebuild.lock import requirement
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
@@ -282,10 +283,11 @@ def standin_framework_version(cell: Cell, platform: str | None = None) -> str:
     framework requirement."""
     assert cell.standin is not None
     wanted = frameworks.get(cell.framework).distributions
-    for req in cell.standin.requirements_for(platform or cell.platforms[0]):
-        name, sep, version = req.partition("==")
-        if sep and name.strip().lower() in wanted:
-            return version.strip()
+    for text in cell.standin.requirements_for(platform or cell.platforms[0]):
+        req = requirement(text)    # `torch[opt]==2.13.0` pins torch, as pip reads it
+        pinned = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        if pinned and req.name.lower() in wanted:
+            return pinned[0]
     return "unknown"
 
 
@@ -448,7 +450,8 @@ def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str],
         client = engine.resolve_build_client()
         try:
             image = engine.build(client, engine.BuildRequest(Path(tmp), dockerfile, build_args=build_args, labels={},
-                                 secrets=secrets.files, log_path=log_file, platform=platform))
+                                 secrets=secrets.files, log_path=log_file, platform=platform,
+                                 log_secrets=secret_strings(host)))
             if measure_framework:
                 labels[label_keys.STANDIN_FRAMEWORK] = _measured_framework(cell, image, platform or
                                                                            platforms.host().name, Path(tmp))
@@ -457,7 +460,8 @@ def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str],
             # Same steps again, all cached, now with the probed label.
             engine.build(client, engine.BuildRequest(Path(tmp), dockerfile, build_args=build_args,
                          labels={**labels, label_keys.STANDIN_PYTHON: python.strip()}, secrets=secrets.files,
-                         log_path=log_file.with_suffix(".label.log"), tag=tag, platform=platform))
+                         log_path=log_file.with_suffix(".label.log"), tag=tag, platform=platform,
+                         log_secrets=secret_strings(host)))
         except (engine.BuildFailed, RuntimeError) as exc:
             raise FailedError(f"stand-in {tag}: {exc}; full log {log_file}") from None
         finally:   # as the builder scrubs its logs: the index tokens pip or uv may have printed
