@@ -506,11 +506,8 @@ def _odd_paths_script(tmp_path: Path, runtime: str) -> tuple[Path, Path, Path | 
     return script, scripts, bundle
 
 
-@pytest.mark.parametrize("runtime", ["pyxis", "oci"])
-def test_a_scripts_dir_or_bundle_with_shell_characters_is_taken_literally(tmp_path: Path, runtime: str) -> None:
-    """--scripts-dir and the bundle path were written unquoted in "${VAR:-...}": a `}` cut the folder short and
-    $(...) or a backtick ran on the batch host. They are quoted: the job reads the folder given, nothing else runs."""
-    script, _, bundle = _odd_paths_script(tmp_path, runtime)
+def _run_with_stubs(tmp_path: Path, script: Path) -> subprocess.CompletedProcess[str]:
+    """SCRIPT under bash on one node n1: srun runs its command here, without the container."""
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "srun").write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n')
@@ -520,7 +517,15 @@ def test_a_scripts_dir_or_bundle_with_shell_characters_is_taken_literally(tmp_pa
     env = {k: v for k, v in os.environ.items() if k not in ("SCRIPTS_DIR", "OCI_BUNDLE")}
     env |= {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1",
             "SLURM_SUBMIT_DIR": str(tmp_path)}
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("runtime", ["pyxis", "oci"])
+def test_a_scripts_dir_or_bundle_with_shell_characters_is_taken_literally(tmp_path: Path, runtime: str) -> None:
+    """--scripts-dir and the bundle path were written unquoted in "${VAR:-...}": a `}` cut the folder short and
+    $(...) or a backtick ran on the batch host. They are quoted: the job reads the folder given, nothing else runs."""
+    script, _, bundle = _odd_paths_script(tmp_path, runtime)
+    proc = _run_with_stubs(tmp_path, script)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "from the folder given" in proc.stdout
     assert not list(tmp_path.rglob("PWNED*")), "a command in the path ran"
@@ -533,3 +538,19 @@ def test_a_script_with_quoted_paths_is_shellcheck_clean(tmp_path: Path) -> None:
     script, _, _ = _odd_paths_script(tmp_path, "oci")
     proc = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_an_embedded_file_with_a_line_equal_to_its_marker_is_written_whole(tmp_path: Path) -> None:
+    """A line `W_PY` in w.py ended its here-document early and bash ran the rest; the marker is one no line equals."""
+    from buildtool.launch.multinode import MultiNodeJob
+    from buildtool.launch.slurm import SlurmOptions, Workload, render
+
+    text = "print(1)\nW_PY\nW_PY_END\ntouch PWNED\n"
+    work = Workload(label="W", command=["cat", "$workdir/w.py"], embedded={"w.py": text})
+    script = tmp_path / "w.sbatch"
+    script.write_text(render(MultiNodeJob(image=IMAGE, nodes=1, gpus_per_node=0, shm_size="1m"),
+                             SlurmOptions(runtime="pyxis"), work))
+    proc = _run_with_stubs(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.endswith(text), proc.stdout
+    assert not list(tmp_path.rglob("PWNED*"))

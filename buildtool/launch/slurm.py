@@ -136,6 +136,15 @@ def _default(var: str, value: str, prefix: str = "") -> str:
     return f'{var}="${{{var}:-}}"\n[ -n "${var}" ] || {var}=' + (f'"{prefix}"' if prefix else "") + f"$'{word}'"
 
 
+def _marker(name: str, text: str) -> str:
+    """The here-document marker of embedded file NAME: one no line of TEXT equals (that line would end it early
+    and bash would run the rest)."""
+    marker, lines = re.sub(r"\W", "_", name).upper(), set(text.split("\n"))
+    while marker in lines:
+        marker += "_END"
+    return marker
+
+
 def _container(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     """What runs the work in opts.runtime's container: srun's options, and the words before the work's command."""
     # The image's entrypoint runs first, with the command as its arguments, as under validate (issue 39): NGC's
@@ -186,7 +195,7 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
         first_node_hosts=work.first_node_hosts, rdzv_port=job.rdzv_port,
         needs_nodes=_needs_nodes(work), node_addresses=LOCAL_ADDR in work.command,
         folder=f"{job.name}-$SLURM_JOB_ID",
-        embedded=[(name, re.sub(r"\W", "_", name).upper(), text.rstrip("\n")) for name, text in work.embedded.items()],
+        embedded=[(name, _marker(name, text), text.rstrip("\n")) for name, text in work.embedded.items()],
         launch=" ".join(_quote(w) for w in launch),
         meta_file=META_FILE, entrypoint_file=ENTRYPOINT_FILE, jobs_dir=JOBS_DIR, jobs_mount=JOBS_MOUNT,
         mount_dir=MOUNT_DIR, nodes_env=NODES_ENV, node_addrs_env=NODE_ADDRS_ENV)
