@@ -215,6 +215,31 @@ def test_a_failure_while_writing_leaves_the_tree_as_it_was(project: Path, monkey
     assert not list(project.rglob(".render-*"))
 
 
+def test_a_failure_reading_the_old_files_leaves_no_staged_file(tmp_path: Path, monkeypatch):
+    """The old contents were read after staging, outside both try blocks: a failed read left `.render-*` files."""
+    outputs = render_module.Outputs(files={"a/one.txt": b"new\n", "b/two.txt": b"new\n"})
+    for rel in outputs.files:
+        (tmp_path / rel).parent.mkdir()
+        (tmp_path / rel).write_text("old\n")
+    before = snapshot(tmp_path)
+    real_read = Path.read_bytes
+    calls = {"n": 0}
+
+    def failing_read(path: Path) -> bytes:
+        calls["n"] += 1
+        if calls["n"] > len(outputs.files):   # the reads that find what changed pass; the next (after staging) fails
+            raise PermissionError(f"cannot read {path}")
+        return real_read(path)
+
+    monkeypatch.setattr(Path, "read_bytes", failing_read)
+    with pytest.raises(PermissionError):
+        write_outputs(tmp_path, outputs)
+    monkeypatch.undo()
+    assert calls["n"] > len(outputs.files)
+    assert not list(tmp_path.rglob(".render-*"))
+    assert snapshot(tmp_path) == before
+
+
 def test_rendering_needs_no_docker_engine(project: Path, tmp_path: Path):
     """No docker client or socket on PATH/env: render and check still work."""
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "DOCKER_HOST": "unix:///nonexistent",

@@ -482,3 +482,75 @@ def test_a_bundle_of_another_platform_than_the_nodes_is_refused_before_the_check
     assert proc.returncode == 2, proc.stderr
     assert cause.format(host=platform.machine()) in proc.stderr, proc.stderr
     assert all("--kill-on-bad-exit=1" not in c for c in calls), "the check itself never started"
+
+
+# A folder name that ended "${VAR:-...}" early (`}`) or ran on the batch host ($(...), a backtick, `"`).
+ODD_FOLDER = 'a}b $(touch PWNED) "q" `touch PWNED2` \'s\''
+ODD_BUNDLE = 'a}b$(id>PWNED)"q"`id>PWNED2`\'s\''   # an image has no whitespace
+
+
+def _odd_paths_script(tmp_path: Path, runtime: str) -> tuple[Path, Path, Path | None]:
+    """A script whose --scripts-dir (and, for oci, bundle) is ODD_FOLDER; its command prints the copied file."""
+    from buildtool.launch.multinode import MultiNodeJob
+    from buildtool.launch.slurm import SlurmOptions, Workload, render
+
+    scripts = tmp_path / "scripts" / ODD_FOLDER
+    scripts.mkdir(parents=True)
+    (scripts / "w.txt").write_text("from the folder given\n")
+    bundle = fake_bundle(tmp_path / "bundles" / ODD_BUNDLE) if runtime == "oci" else None
+    job = MultiNodeJob(image=str(bundle) if bundle else IMAGE, nodes=1, gpus_per_node=0, shm_size="1m")
+    work = Workload(label="W", command=["env", "JOBDIR=$jobdir", "cat", "$workdir/w.txt"], copied=("w.txt",),
+                    scripts_dir="x")
+    script = tmp_path / "w.sbatch"
+    script.write_text(render(job, SlurmOptions(runtime=runtime, scripts_dir=str(scripts)), work))
+    return script, scripts, bundle
+
+
+def _run_with_stubs(tmp_path: Path, script: Path) -> subprocess.CompletedProcess[str]:
+    """SCRIPT under bash on one node n1: srun runs its command here, without the container."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "srun").write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n')
+    (stubs / "scontrol").write_text('#!/bin/sh\n[ "$2" = node ] && echo "NodeName=n1 NodeAddr=127.0.0.1" || echo n1\n')
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("SCRIPTS_DIR", "OCI_BUNDLE")}
+    env |= {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1",
+            "SLURM_SUBMIT_DIR": str(tmp_path)}
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("runtime", ["pyxis", "oci"])
+def test_a_scripts_dir_or_bundle_with_shell_characters_is_taken_literally(tmp_path: Path, runtime: str) -> None:
+    """--scripts-dir and the bundle path were written unquoted in "${VAR:-...}": a `}` cut the folder short and
+    $(...) or a backtick ran on the batch host. They are quoted: the job reads the folder given, nothing else runs."""
+    script, _, bundle = _odd_paths_script(tmp_path, runtime)
+    proc = _run_with_stubs(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "from the folder given" in proc.stdout
+    assert not list(tmp_path.rglob("PWNED*")), "a command in the path ran"
+    if bundle:
+        assert (bundle / "jobs").is_dir() and not list((bundle / "jobs").iterdir()), "the job folder is in the bundle"
+
+
+@pytest.mark.tools("shellcheck")
+def test_a_script_with_quoted_paths_is_shellcheck_clean(tmp_path: Path) -> None:
+    script, _, _ = _odd_paths_script(tmp_path, "oci")
+    proc = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_an_embedded_file_with_a_line_equal_to_its_marker_is_written_whole(tmp_path: Path) -> None:
+    """A line `W_PY` in w.py ended its here-document early and bash ran the rest; the marker is one no line equals."""
+    from buildtool.launch.multinode import MultiNodeJob
+    from buildtool.launch.slurm import SlurmOptions, Workload, render
+
+    text = "print(1)\nW_PY\nW_PY_END\ntouch PWNED\n"
+    work = Workload(label="W", command=["cat", "$workdir/w.py"], embedded={"w.py": text})
+    script = tmp_path / "w.sbatch"
+    script.write_text(render(MultiNodeJob(image=IMAGE, nodes=1, gpus_per_node=0, shm_size="1m"),
+                             SlurmOptions(runtime="pyxis"), work))
+    proc = _run_with_stubs(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.endswith(text), proc.stdout
+    assert not list(tmp_path.rglob("PWNED*"))

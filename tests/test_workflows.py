@@ -356,3 +356,37 @@ def test_a_matrix_whose_every_cell_needs_a_gpu_gets_no_cpu_image_jobs() -> None:
     gpu_only = SimpleNamespace(cells=[c for c in matrix().cells if c.needs_gpu])
     doc, cells = pull_request_workflow(gpu_only)  # type: ignore[arg-type]
     assert cells == [] and set(doc["jobs"]) == {"check", "lint", "test"}
+
+
+def arm64_only_matrix():  # noqa: ANN201
+    """The multi-platform fixture with pytorch-cuda, a GPU cell, built for linux/arm64 only."""
+    import dataclasses
+
+    cells = tuple(dataclasses.replace(c, platforms=("linux/arm64",), emulation_factor=4)
+                  if c.key == "pytorch-cuda:2.13" else c for c in multi_platform_matrix().cells)
+    return dataclasses.replace(multi_platform_matrix(), cells=cells)
+
+
+def test_a_gpu_cell_of_arm64_only_is_validated_only_on_arm64_gpu_runners() -> None:
+    """An arm64-only GPU cell was validated in the amd64 build job with PLATFORM=linux/amd64, which validate refuses
+    (an index of linux/arm64 only): it failed every night. The build job skips its validation; the native arm64
+    job validates it."""
+    doc = yaml.safe_load(render_workflows(arm64_only_matrix())[NIGHTLY_PATH])
+    [step] = [s for s in doc["jobs"]["build-validate"]["steps"] if validates(s)]
+    assert step["if"] == "${{ !contains(fromJSON('[\"pytorch-cuda:2.13\"]'), matrix.cell) }}"
+    # the amd64 manifest of the multi-platform GPU cell only: never the arm64-only cell's
+    assert step["env"]["PLATFORM"] == ("${{ contains(fromJSON('[\"pytorch-ngc:25.10\"]'), matrix.cell) "
+                                       "&& 'linux/amd64' || '' }}")
+    native = doc["jobs"]["validate-linux-arm64"]
+    assert native["strategy"]["matrix"] == {"cell": ["pytorch-ngc:25.10", "pytorch-cuda:2.13"]}
+    assert "GPU_RUNNER_LABELS_ARM64" in native["runs-on"]
+    # The build job still builds it (and validates every other cell): only the validation step is skipped.
+    assert "if" not in next(s for s in doc["jobs"]["build-validate"]["steps"] if "make push" in s.get("run", ""))
+
+
+@pytest.mark.tools("check-jsonschema")
+def test_the_arm64_only_nightly_passes_the_github_schema(tmp_path: Path) -> None:
+    path = tmp_path / "nightly.yml"
+    path.write_bytes(render_workflows(arm64_only_matrix())[NIGHTLY_PATH])
+    proc = check_jsonschema(path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

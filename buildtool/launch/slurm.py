@@ -125,6 +125,26 @@ def _quote(word: str) -> str:
     return shlex.quote(word)
 
 
+def _default(var: str, value: str, prefix: str = "") -> str:
+    """The line(s) setting VAR, unless the job's environment does, to PREFIX (shell words, expanded on the batch
+    host) followed by VALUE (a path, taken literally)."""
+    if re.fullmatch(r"[\w./,:@%+=-]*", value):
+        return f'{var}="${{{var}:-{prefix}{value}}}"'
+    # In "${VAR:-...}" a `}` would end the default early and `$(...)`, a backtick or `"` would run on the batch
+    # host: assign a $'...' word, its quotes and backslashes as \xHH (which shellcheck takes as literal, too).
+    word = "".join(f"\\x{ord(c):02x}" if c in "\"'\\" or not c.isprintable() else c for c in value)
+    return f'{var}="${{{var}:-}}"\n[ -n "${var}" ] || {var}=' + (f'"{prefix}"' if prefix else "") + f"$'{word}'"
+
+
+def _marker(name: str, text: str) -> str:
+    """The here-document marker of embedded file NAME: one no line of TEXT equals (that line would end it early
+    and bash would run the rest)."""
+    marker, lines = re.sub(r"\W", "_", name).upper(), set(text.split("\n"))
+    while marker in lines:
+        marker += "_END"
+    return marker
+
+
 def _container(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[str]:
     """What runs the work in opts.runtime's container: srun's options, and the words before the work's command."""
     # The image's entrypoint runs first, with the command as its arguments, as under validate (issue 39): NGC's
@@ -167,13 +187,15 @@ def render(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> str:
     return render_document(
         "buildtool.launch", "slurm.sbatch.j2", runtime=opts.runtime, label=work.label, directives=directives,
         work_scripts_dir=work.scripts_dir, copied=work.copied,
-        scripts_dir=opts.scripts_dir or f"${{SLURM_SUBMIT_DIR:-$PWD}}/{work.scripts_dir}",
-        image=job.image, shm_bytes=shm, shm_size=job.shm_size, join_timeout_s=job.join_timeout_s,
+        scripts_dir=(_default("SCRIPTS_DIR", opts.scripts_dir) if opts.scripts_dir else
+                     _default("SCRIPTS_DIR", work.scripts_dir, "${SLURM_SUBMIT_DIR:-$PWD}/")),
+        bundle=_default("OCI_BUNDLE", job.image),
+        shm_bytes=shm, shm_size=job.shm_size, join_timeout_s=job.join_timeout_s,
         exports=[f"{k}={shlex.quote(v)}" for k, v in sorted(work.env.items())],
         first_node_hosts=work.first_node_hosts, rdzv_port=job.rdzv_port,
         needs_nodes=_needs_nodes(work), node_addresses=LOCAL_ADDR in work.command,
         folder=f"{job.name}-$SLURM_JOB_ID",
-        embedded=[(name, re.sub(r"\W", "_", name).upper(), text.rstrip("\n")) for name, text in work.embedded.items()],
+        embedded=[(name, _marker(name, text), text.rstrip("\n")) for name, text in work.embedded.items()],
         launch=" ".join(_quote(w) for w in launch),
         meta_file=META_FILE, entrypoint_file=ENTRYPOINT_FILE, jobs_dir=JOBS_DIR, jobs_mount=JOBS_MOUNT,
         mount_dir=MOUNT_DIR, nodes_env=NODES_ENV, node_addrs_env=NODE_ADDRS_ENV)

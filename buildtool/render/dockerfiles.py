@@ -374,10 +374,11 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
         for _, path in staged:
             path.unlink(missing_ok=True)
         raise
-    # Keep the old bytes so a failure half-way through the renames can be undone.
-    previous = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel, _ in staged}
     done: list[str] = []
     try:
+        # Keep the old bytes so a failure half-way through the renames can be undone (inside the try: a failed
+        # read removes the staged files too).
+        previous = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel, _ in staged}
         for rel, path in staged:
             os.replace(path, root / rel)
             done.append(rel)

@@ -4,8 +4,8 @@ Three workflows:
 - pull request: drift check, lint, the toolkit's tests, and build + validate of the cells that need no GPU;
 - nightly on self-hosted GPU runners: build and validate every cell, push verdicts, scaling run, report;
   each platform of a GPU cell is validated on GPU runners of that architecture (one job per cell and
-  platform: linux/amd64 in the build job, linux/arm64 on the GH200 runners), each other platform of a CPU
-  cell under emulation on the amd64 runners;
+  platform: linux/amd64 in the build job, linux/arm64 on the GH200 runners, so an arm64-only GPU cell is
+  validated there alone), each other platform of a CPU cell under emulation on the amd64 runners;
 - release: the release pipeline for one version, on manual dispatch.
 
 The job matrices come from `buildtool plan --json` at run time (a `plan` job, `fromJSON` in the
@@ -105,15 +105,20 @@ def native_gpu_cells(matrix: Matrix) -> dict[str, list[str]]:
 def _validate_step(matrix: Matrix) -> dict[str, Any]:
     """The build job's validation (on the amd64 GPU runners). A multi-platform GPU cell's GPU tests count only
     natively: here its linux/amd64 manifest, each other platform on that platform's runners (the
-    validate-<platform> jobs); every other cell's every platform is validated here, a CPU cell's foreign ones
-    under emulation (PLATFORM empty: every platform of the index)."""
+    validate-<platform> jobs); a GPU cell without linux/amd64 is not validated here at all (its index has no
+    amd64 image); every other cell's every platform is validated here, a CPU cell's foreign ones under emulation
+    (PLATFORM empty: every platform of the index)."""
     run, env = _make("nightly-validate", FRAMEWORK="'${{ matrix.cell }}'", **VALIDATE_SETTINGS), SIGNING_ENV
-    native = sorted({cell for cells in native_gpu_cells(matrix).values() for cell in cells})
-    if native:
-        listed = json.dumps(native, separators=(",", ":"))
+    native = {cell for cells in native_gpu_cells(matrix).values() for cell in cells}
+    elsewhere = sorted(c.key for c in matrix.cells if c.needs_gpu and "linux/amd64" not in c.platforms)
+    step: dict[str, Any] = {"name": "Validate with GPUs and push the signed verdict"}
+    if elsewhere:
+        step["if"] = f"${{{{ !contains(fromJSON('{json.dumps(elsewhere, separators=(',', ':'))}'), matrix.cell) }}}}"
+    if native - set(elsewhere):
+        listed = json.dumps(sorted(native - set(elsewhere)), separators=(",", ":"))
         run += ' PLATFORM="$PLATFORM"'
         env = {**env, "PLATFORM": f"${{{{ contains(fromJSON('{listed}'), matrix.cell) && 'linux/amd64' || '' }}}}"}
-    return {"name": "Validate with GPUs and push the signed verdict", "run": run, "env": env}
+    return {**step, "run": run, "env": env}
 
 
 def _make(target: str, **settings: str) -> str:
