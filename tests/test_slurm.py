@@ -554,3 +554,16 @@ def test_an_embedded_file_with_a_line_equal_to_its_marker_is_written_whole(tmp_p
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.endswith(text), proc.stdout
     assert not list(tmp_path.rglob("PWNED*"))
+
+
+@pytest.mark.parametrize("path", ["/shared/$(touch PWNED).sif", "/shared/`id`.sif", '/shared/a".sif',
+                                  "/shared/a\\\\.sif"])
+def test_a_sif_path_that_the_shell_would_expand_is_refused(run_cli, tmp_path: Path, path: str) -> None:
+    """The .sif goes on the srun line double-quoted (so $jobdir expands there): `$(...)`, a backtick, a quote or a
+    backslash in its name would run or break on the batch host. Refused in one line; nothing is written."""
+    out_file = tmp_path / "s.sbatch"
+    code, out, err = run_cli("slurm", path, "--runtime", "apptainer", "--shm-size", "8g", "--framework", "pytorch",
+                             "--out", str(out_file), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and not out_file.exists()
+    assert err.strip().splitlines() == [f"error: {path!r}: a .sif path with '$`\"\\\\' in it would run as shell on "
+                                        "the batch host; rename the file"]

@@ -91,11 +91,19 @@ def enroot_image(image: str) -> str:
     return f"{host}#{path}{suffix}"
 
 
+# What a double-quoted word of the script would still expand or end.
+_EXPANDED = '$`"\\'
+
+
 def check_image(image: str, runtime: str) -> None:
     if runtime == "oci":
         if not image.startswith("/"):
             raise UserError(f"--runtime oci takes the bundle folder made by `buildtool bundle` as an absolute path "
                             f"on the cluster, not {image!r}")
+    elif image.endswith(".sif") and any(c in image for c in _EXPANDED):
+        # It goes on the srun line as one double-quoted word (_quote, which leaves $jobdir expandable).
+        raise UserError(f"{image!r}: a .sif path with {_EXPANDED!r} in it would run as shell on the batch host; "
+                        "rename the file")
     elif image.startswith("/") and not (runtime == "apptainer" and image.endswith(".sif")):   # a .sif is Apptainer's
         raise UserError(f"{image!r} is a path: --runtime {runtime} takes an image reference"
                         f"{' or a .sif file' if runtime == 'apptainer' else ''}; a bundle folder needs --runtime oci")
