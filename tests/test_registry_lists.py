@@ -218,6 +218,42 @@ def test_a_failed_write_of_a_requests_answer_is_no_cut_off() -> None:
         streamed(Answer(), lambda status, headers: full)
 
 
+def test_an_answer_the_sink_refuses_leaves_no_dirty_connection(serve) -> None:  # noqa: ANN001
+    """Before: a 206 whose Content-Range is not the one asked for was refused before its body was read, and the
+    body stayed on the kept-alive connection: the next request on it failed (ResponseNotReady), here with one
+    attempt as 'registry ... is unreachable'."""
+    seen: list[str] = []
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        seen.append(handler.path)
+        if "/blobs/" in handler.path:
+            return 206, {"Content-Range": f"bytes 100-{len(BLOB) - 1}/{len(BLOB)}"}, BLOB[100:]
+        return _tags(["a"])
+
+    registry = RegistryClient(serve(route), retry=RetryPolicy(attempts=1, timeout=5.0))
+    with pytest.raises(RegistryError, match="asked for bytes 0- and got 'bytes 100-"):
+        registry.get_blob("team/a", DIGEST)
+    assert registry.tags("team/a") == ["a"]
+    assert seen == [f"/v2/team/a/blobs/{DIGEST}", "/v2/team/a/tags/list"]
+
+
+def test_a_requests_answer_the_sink_refuses_is_closed() -> None:
+    """The https path (answers.streamed) left such an answer open: its connection out of the pool, unclosed."""
+    class Answer:
+        status_code, headers, closed = 206, {"Content-Range": "bytes 100-"}, False
+
+        def close(self) -> None:
+            self.closed = True
+
+    def refuse(status: int, headers: object) -> None:
+        raise RegistryError("asked for bytes 0- and got 'bytes 100-'")
+
+    answer = Answer()
+    with pytest.raises(RegistryError):
+        streamed(answer, refuse)
+    assert answer.closed
+
+
 SUBJECT = "sha256:" + "5" * 64
 INDEX = "application/vnd.oci.image.index.v1+json"
 

@@ -4,6 +4,7 @@ toolkit's SSL context. Pure helpers of buildtool.registry.client."""
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import re
 import time
@@ -70,18 +71,18 @@ def streamed(response: Any, sink: Sink | None) -> Response:
     import urllib3
 
     chunks: list[bytes] = []
-    write = (sink(response.status_code, response.headers) if sink is not None else None) or chunks.append
     got = 0
-    try:
-        # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
-        # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
-        while chunk := response.raw.read1(CHUNK, decode_content=True):
-            write_to_sink(write, chunk)
-            got += len(chunk)
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
-    finally:
-        response.close()
+    # Closed whatever ends the read, the sink refusing the answer too: a half-read answer closes its connection.
+    with contextlib.closing(response):
+        write = (sink(response.status_code, response.headers) if sink is not None else None) or chunks.append
+        try:
+            # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
+            # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
+            while chunk := response.raw.read1(CHUNK, decode_content=True):
+                write_to_sink(write, chunk)
+                got += len(chunk)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
     return Response(response.status_code, response.headers, b"".join(chunks))
 
 

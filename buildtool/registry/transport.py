@@ -128,13 +128,19 @@ class LoopbackTransport:
                 if isinstance(exc, TimeoutError):
                     raise TransportTimeout(str(exc) or "timed out") from None
                 raise TransportConnectionError(f"{type(exc).__name__}: {exc}") from None
-            content = self._body(parts.netloc, method, resp, sink)
+            try:
+                content = self._body(method, resp, sink)
+            except BaseException:
+                # An answer not read to its end (cut off, or refused by the sink) would be read as the answer
+                # to the next request on this kept-alive connection: closed, never reused.
+                self._drop(parts.netloc)
+                raise
             if resp.will_close:
                 self._drop(parts.netloc)
             return Response(resp.status, resp.headers, content)
         raise AssertionError("unreachable")
 
-    def _body(self, netloc: str, method: str, resp: http.client.HTTPResponse, sink: Sink | None) -> bytes:
+    def _body(self, method: str, resp: http.client.HTTPResponse, sink: Sink | None) -> bytes:
         """The body, read whole, or streamed to where `sink` says; a body cut off part way (a reset, or fewer
         bytes than its Content-Length) raises BodyInterrupted."""
         chunks: list[bytes] = []
@@ -154,6 +160,5 @@ class LoopbackTransport:
         except (OSError, http.client.HTTPException) as exc:
             why = f"{type(exc).__name__} after {got} bytes: {exc}"
         if why:
-            self._drop(netloc)
             raise BodyInterrupted(why)
         return b"".join(chunks)
