@@ -480,3 +480,24 @@ def test_an_expires_in_absent_or_not_positive_is_the_specs_60_seconds(expires_in
     now[0] += 2                                       # 51 s: within the margin (10 s) of the 60
     auth.header(PULL_X)
     assert auth.token_requests == 2
+
+
+def test_an_empty_password_is_named_alike_for_a_bearer_and_a_basic_registry(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    """`auth` = base64 of `alice:`. Before: a Bearer registry asked for a token anonymously, then blamed credentials
+    "refused by its token server" that were never sent; a Basic registry said there were no credentials at all."""
+    from buildtool.registry.credentials import CredentialError
+
+    tokens, bearer = token_registry
+    basic = FakeRegistry(auth="basic", users=USERS)
+    try:
+        for registry in (bearer, basic):
+            login(registry.host, password="", config=clean_env)
+            with pytest.raises(CredentialError) as caught:
+                client(registry.host).manifest_digest("team/a", "x")
+            assert str(caught.value) == (f"{clean_env / 'config.json'}: auths['{registry.host}'] for {registry.host} "
+                                         f"has an empty password; run `docker login {registry.host}` again")
+            assert caught.value.exit_code == 2
+        assert not tokens.seen                        # no token asked for on the strength of an unusable entry
+    finally:
+        basic.close()
