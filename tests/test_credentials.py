@@ -191,6 +191,20 @@ def test_authfile_is_private_and_removed(config: Path) -> None:
     assert not folder.exists()
 
 
+def test_authfile_writes_an_identity_token_as_skopeo_reads_it(config: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """containers/image (skopeo) skips an auths entry whose `auth` does not decode to USER:PASSWORD, identitytoken
+    and all (decodeDockerAuth). Before, an identity token was written without `auth`, so skopeo went anonymous."""
+    helper(tmp_path, monkeypatch, "acr", {HOST: ("<token>", "refresh-xyz")})
+    config.write_text(json.dumps({"credHelpers": {HOST: "acr"},
+                                  "auths": {"other.example": {"auth": b64("alice:"), "identitytoken": "refresh-abc"}}}))
+    with authfile([HOST, "other.example"]) as path:
+        assert path is not None
+        assert json.loads(path.read_text()) == {"auths": {
+            HOST: {"auth": b64("<token>:"), "identitytoken": "refresh-xyz"},
+            "other.example": {"auth": b64("alice:"), "identitytoken": "refresh-abc"}}}
+
+
 # -- keys matched as the docker CLI matches them (issue 51) -----------------------------------------------------
 # docker/cli: configfile.getConfiguredCredentialStore looks up credHelpers[address] exactly; fileStore.Get takes
 # auths[address], else a key whose ConvertToHostname equals the address exactly (no case folding); the address is

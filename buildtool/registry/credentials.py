@@ -227,6 +227,9 @@ def authfile(hosts: Iterable[str]) -> Iterator[Path | None]:
         if found.password:
             entry["auth"] = found.basic()
         if found.identity_token:
+            # containers/image (skopeo) skips an entry whose `auth` is not USER:PASSWORD, identitytoken and all: the
+            # user (docker's `<token>` for a helper's token) with no password, as `docker login` writes it.
+            entry["auth"] = Credential(found.username or TOKEN_USERNAME, found.password).basic()
             entry["identitytoken"] = found.identity_token
         auths[server_address(host)] = entry
     if not auths:
