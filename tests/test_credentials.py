@@ -76,6 +76,20 @@ def test_identitytoken(config: Path) -> None:
     assert "refresh-abc" not in repr(found)
 
 
+@pytest.mark.parametrize("entry", [{"auth": b64("alice:")}, {"username": "alice", "password": ""},
+                                   {"username": "alice"}])
+def test_a_user_with_an_empty_password_is_an_error_naming_the_entry(config: Path, entry: dict[str, str]) -> None:
+    """Before: taken as credentials (and nothing sent), or skipped as none; either way the registry's answer was
+    explained wrongly."""
+    config.write_text(json.dumps({"auths": {HOST: entry}}))
+    with pytest.raises(CredentialError) as caught:
+        resolve(HOST)
+    assert str(caught.value) == (f"{config}: auths['{HOST}'] for {HOST} has an empty password; run `docker login "
+                                 f"{HOST}` again")
+    config.write_text(json.dumps({"auths": {HOST: {}}}))    # what docker writes beside a credsStore: no credentials
+    assert resolve(HOST) is None
+
+
 def test_docker_hubs_legacy_key_serves_its_api_host(config: Path) -> None:
     config.write_text(json.dumps({"auths": {"https://index.docker.io/v1/": {"auth": b64("hubuser:hubpw")}}}))
     for host in ("docker.io", "registry-1.docker.io", "index.docker.io"):
@@ -175,6 +189,20 @@ def test_authfile_is_private_and_removed(config: Path) -> None:
         folder = path.parent  # type: ignore[union-attr]
         raise RuntimeError("the tool failed")
     assert not folder.exists()
+
+
+def test_authfile_writes_an_identity_token_as_skopeo_reads_it(config: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """containers/image (skopeo) skips an auths entry whose `auth` does not decode to USER:PASSWORD, identitytoken
+    and all (decodeDockerAuth). Before, an identity token was written without `auth`, so skopeo went anonymous."""
+    helper(tmp_path, monkeypatch, "acr", {HOST: ("<token>", "refresh-xyz")})
+    config.write_text(json.dumps({"credHelpers": {HOST: "acr"},
+                                  "auths": {"other.example": {"auth": b64("alice:"), "identitytoken": "refresh-abc"}}}))
+    with authfile([HOST, "other.example"]) as path:
+        assert path is not None
+        assert json.loads(path.read_text()) == {"auths": {
+            HOST: {"auth": b64("<token>:"), "identitytoken": "refresh-xyz"},
+            "other.example": {"auth": b64("alice:"), "identitytoken": "refresh-abc"}}}
 
 
 # -- keys matched as the docker CLI matches them (issue 51) -----------------------------------------------------

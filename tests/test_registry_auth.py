@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.registry.answers import retry_after
-from buildtool.registry.auth import format_scopes, needed_scopes, parse_challenges, parse_scopes
+from buildtool.registry.auth import HostAuth, format_scopes, needed_scopes, parse_challenges, parse_scopes
 from buildtool.registry.call_errors import (
     CredentialsRefused,
     InsufficientScope,
@@ -435,3 +435,69 @@ def test_an_error_body_of_another_shape_is_named_not_a_traceback(body: bytes, sa
     with pytest.raises(RegistryError) as failed:
         client.request("GET", "a/tags/list")
     assert str(failed.value) == f"GET http://127.0.0.1:1/v2/a/tags/list: {said}"
+
+
+def _token_answering(body: dict[str, object], clock: list[float]) -> HostAuth:
+    """A HostAuth whose token server answers `body` (200) to every request."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    def fetch(method: str, url: str, **kw: object) -> Response:
+        return Response(200, email.message.Message(), json.dumps(body).encode())
+
+    auth = HostAuth("reg.example", fetch, clock=lambda: clock[0], resolve=lambda host: None)
+    auth.scheme, auth.realm = "bearer", "https://auth.example/token"
+    return auth
+
+
+PULL_X = frozenset({("repository", "x", "pull")})
+
+
+@pytest.mark.parametrize("expires_in", ["nan", float("nan"), "inf", float("inf"), "300", True, [60], 10 ** 400],
+                         ids=["nan-text", "NaN", "inf-text", "Infinity", "text", "bool", "list", "past-float"])
+def test_an_expires_in_that_is_no_number_is_refused_by_name(expires_in: object) -> None:
+    """Before: "nan" (or JSON NaN) made the token never fresh, so one was asked for every request; "inf" made it
+    never renewed. The spec says nothing of such a value: refused, naming it."""
+    with pytest.raises(RegistryError) as failed:
+        _token_answering({"token": "t", "expires_in": expires_in}, [0.0]).header(PULL_X)
+    shown = repr(str(expires_in)[:40])
+    assert str(failed.value) == (f"token server auth.example for reg.example answered an expires_in of {shown}, "
+                                 "not a number of seconds")
+
+
+@pytest.mark.parametrize("expires_in", ["omitted", None, 0, -5])
+def test_an_expires_in_absent_or_not_positive_is_the_specs_60_seconds(expires_in: object) -> None:
+    """The spec: absent means 60 s (docker takes 0 and less alike). Before, -5 gave a token of 1 s."""
+    now = [1000.0]
+    auth = _token_answering({"token": "t"} if expires_in == "omitted" else {"token": "t", "expires_in": expires_in},
+                            now)
+    for _ in range(3):
+        auth.header(PULL_X)
+    now[0] += 49
+    auth.header(PULL_X)
+    assert auth.token_requests == 1
+    now[0] += 2                                       # 51 s: within the margin (10 s) of the 60
+    auth.header(PULL_X)
+    assert auth.token_requests == 2
+
+
+def test_an_empty_password_is_named_alike_for_a_bearer_and_a_basic_registry(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path) -> None:
+    """`auth` = base64 of `alice:`. Before: a Bearer registry asked for a token anonymously, then blamed credentials
+    "refused by its token server" that were never sent; a Basic registry said there were no credentials at all."""
+    from buildtool.registry.credentials import CredentialError
+
+    tokens, bearer = token_registry
+    basic = FakeRegistry(auth="basic", users=USERS)
+    try:
+        for registry in (bearer, basic):
+            login(registry.host, password="", config=clean_env)
+            with pytest.raises(CredentialError) as caught:
+                client(registry.host).manifest_digest("team/a", "x")
+            assert str(caught.value) == (f"{clean_env / 'config.json'}: auths['{registry.host}'] for {registry.host} "
+                                         f"has an empty password; run `docker login {registry.host}` again")
+            assert caught.value.exit_code == 2
+        assert not tokens.seen                        # no token asked for on the strength of an unusable entry
+    finally:
+        basic.close()

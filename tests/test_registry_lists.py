@@ -4,8 +4,11 @@ do not reach. Issue 53."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
+import os
 import socket
 import struct
 import threading
@@ -14,8 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from buildtool.common.errors import FailedError
 from buildtool.registry import client as client_mod
-from buildtool.registry.answers import next_link
+from buildtool.registry.answers import next_link, streamed
 from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
 
 QUICK = RetryPolicy(attempts=3, first_delay=0.0, max_delay=0.0, timeout=5.0)
@@ -152,6 +156,102 @@ def test_a_blob_host_that_resets_before_any_byte_is_a_bounded_one_line_error(ser
     message = str(caught.value)
     assert "the connection broke part way through the answer 3 times in a row with nothing new (0 bytes read)" in \
         message and "\n" not in message
+
+
+class FullDisk(io.BytesIO):
+    """A file on a disk that is full after `room` bytes, or whose last flush fails (EIO)."""
+
+    name = "/data/blobs/layer"
+
+    def __init__(self, room: int, flush_fails: bool = False) -> None:
+        super().__init__()
+        self.room, self.flush_fails = room, flush_fails
+
+    def write(self, chunk: bytes) -> int:  # type: ignore[override]
+        if self.tell() + len(chunk) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(chunk)
+
+    def flush(self) -> None:
+        if self.flush_fails:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def test_a_blob_our_disk_cannot_hold_is_named_as_that_and_not_asked_again(serve) -> None:  # noqa: ANN001
+    """Before: ENOSPC on the file a blob streams to was taken for a network cut-off, resumed and retried, and ended
+    in 'the connection broke part way through the answer 3 times in a row', hiding the full disk."""
+    asked: list[str] = []
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        asked.append(handler.headers.get("Range", ""))
+        return 200, {}, BLOB
+
+    registry = RegistryClient(serve(route), retry=QUICK)
+    where = f"blob {DIGEST} of team/a could not be written to /data/blobs/layer"
+    with pytest.raises(FailedError) as caught:
+        registry._download("team/a", DIGEST, FullDisk(room=len(BLOB) // 2))
+    assert str(caught.value) == f"{where}: [Errno 28] {os.strerror(errno.ENOSPC)}"
+    assert asked == [""]                              # one GET: nothing retried
+    with pytest.raises(FailedError) as caught:        # what the file buffered fails to reach the disk at the end
+        registry._download("team/a", DIGEST, FullDisk(room=len(BLOB), flush_fails=True))
+    assert str(caught.value) == f"{where}: [Errno 5] {os.strerror(errno.EIO)}"
+
+
+def test_a_failed_write_of_a_requests_answer_is_no_cut_off() -> None:
+    """The https path (answers.streamed) took a local write error for a cut-off too."""
+    from buildtool.registry.transport import SinkWriteError
+
+    class Raw:
+        def read1(self, amount: int, decode_content: bool) -> bytes:
+            return b"x" * 10
+
+    class Answer:
+        status_code, headers, raw = 200, {}, Raw()
+
+        def close(self) -> None:
+            pass
+
+    def full(chunk: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(SinkWriteError, match=r"^\[Errno 28\] "):
+        streamed(Answer(), lambda status, headers: full)
+
+
+def test_an_answer_the_sink_refuses_leaves_no_dirty_connection(serve) -> None:  # noqa: ANN001
+    """Before: a 206 whose Content-Range is not the one asked for was refused before its body was read, and the
+    body stayed on the kept-alive connection: the next request on it failed (ResponseNotReady), here with one
+    attempt as 'registry ... is unreachable'."""
+    seen: list[str] = []
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        seen.append(handler.path)
+        if "/blobs/" in handler.path:
+            return 206, {"Content-Range": f"bytes 100-{len(BLOB) - 1}/{len(BLOB)}"}, BLOB[100:]
+        return _tags(["a"])
+
+    registry = RegistryClient(serve(route), retry=RetryPolicy(attempts=1, timeout=5.0))
+    with pytest.raises(RegistryError, match="asked for bytes 0- and got 'bytes 100-"):
+        registry.get_blob("team/a", DIGEST)
+    assert registry.tags("team/a") == ["a"]
+    assert seen == [f"/v2/team/a/blobs/{DIGEST}", "/v2/team/a/tags/list"]
+
+
+def test_a_requests_answer_the_sink_refuses_is_closed() -> None:
+    """The https path (answers.streamed) left such an answer open: its connection out of the pool, unclosed."""
+    class Answer:
+        status_code, headers, closed = 206, {"Content-Range": "bytes 100-"}, False
+
+        def close(self) -> None:
+            self.closed = True
+
+    def refuse(status: int, headers: object) -> None:
+        raise RegistryError("asked for bytes 0- and got 'bytes 100-'")
+
+    answer = Answer()
+    with pytest.raises(RegistryError):
+        streamed(answer, refuse)
+    assert answer.closed
 
 
 SUBJECT = "sha256:" + "5" * 64

@@ -4,13 +4,14 @@ toolkit's SSL context. Pure helpers of buildtool.registry.client."""
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import re
 import time
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink
+from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink, write_to_sink
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -66,22 +67,22 @@ def range_start(value: str | None) -> int | None:
 
 def streamed(response: Any, sink: Sink | None) -> Response:
     """A requests answer (made with stream=True) read to where `sink` says (or whole), as a transport.Response;
-    a body cut off part way raises BodyInterrupted."""
+    a body cut off part way raises BodyInterrupted, a failed write to the sink SinkWriteError."""
     import urllib3
 
     chunks: list[bytes] = []
-    write = (sink(response.status_code, response.headers) if sink is not None else None) or chunks.append
     got = 0
-    try:
-        # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
-        # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
-        while chunk := response.raw.read1(CHUNK, decode_content=True):
-            got += len(chunk)
-            write(chunk)
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
-    finally:
-        response.close()
+    # Closed whatever ends the read, the sink refusing the answer too: a half-read answer closes its connection.
+    with contextlib.closing(response):
+        write = (sink(response.status_code, response.headers) if sink is not None else None) or chunks.append
+        try:
+            # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
+            # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
+            while chunk := response.raw.read1(CHUNK, decode_content=True):
+                write_to_sink(write, chunk)
+                got += len(chunk)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
     return Response(response.status_code, response.headers, b"".join(chunks))
 
 

@@ -6,8 +6,9 @@
   DELETE: delete; a cross-repository mount also pull on the source repository); a cached token that covers
   them and has not run out is reused, else one is asked for. A 401 with `insufficient_scope` (or a token
   the registry no longer takes) asks again with the union of what the request needs and what the challenge
-  names. Tokens are asked for again before `expires_in` runs out (60 s when the server gives none), by the
-  local clock (a margin of a fifth of the life, at most 10 s).
+  names. Tokens are asked for again before `expires_in` runs out (60 s when the server gives none, as the
+  spec says, or 0 or less, as docker reads it; anything but a finite number is an error: the spec says
+  nothing of it), by the local clock (a margin of a fifth of the life, at most 10 s).
 - The token server: `GET realm?service=S&scope=...` with Basic credentials; with an identity (refresh)
   token, the OAuth2 `POST realm` (grant_type=refresh_token), falling back to GET with Basic when the server
   has no OAuth2 endpoint (404/405) and there is a password. `token` or `access_token`; a `refresh_token`
@@ -20,6 +21,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -127,6 +129,23 @@ class Token:
 
     def fresh(self, now: float, life: float) -> bool:
         return now < self.expires_at - min(10.0, life / 5)     # a margin: a fifth of the life, at most 10 s
+
+
+def token_life(expires_in: Any) -> float | None:
+    """A token answer's `expires_in` in seconds: absent (or null) the spec's 60, and so 0 or less (docker reads it
+    so: Go cannot tell 0 from absent); None for anything but a finite number ("nan", NaN, Infinity, "300"), which
+    no Go client decodes and would otherwise mean a token asked for every request, or never again."""
+    if expires_in is None:
+        return DEFAULT_TOKEN_LIFE_S
+    if isinstance(expires_in, bool) or not isinstance(expires_in, int | float):
+        return None
+    try:
+        life = float(expires_in)
+    except OverflowError:       # an integer past float's range
+        return None
+    if not math.isfinite(life):
+        return None
+    return max(life, 1.0) if life > 0 else DEFAULT_TOKEN_LIFE_S
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -341,11 +360,10 @@ class HostAuth:
         if not isinstance(value, str) or not value:
             raise RegistryError(f"token server {server} for {self.host} answered without a token "
                                 "(no JSON `token` or `access_token`)")
-        try:
-            life = float(body.get("expires_in") or DEFAULT_TOKEN_LIFE_S)
-        except (TypeError, ValueError):
-            life = DEFAULT_TOKEN_LIFE_S
-        life = max(life, 1.0)
+        life = token_life(body.get("expires_in"))
+        if life is None:
+            raise RegistryError(f"token server {server} for {self.host} answered an expires_in of "
+                                f"{str(body.get('expires_in'))[:40]!r}, not a number of seconds")
         if isinstance(body.get("refresh_token"), str) and body["refresh_token"]:
             self._refresh_token = body["refresh_token"]
         token = Token(value, want, started + life)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from buildtool.common import refs
+from buildtool.common.errors import FailedError
 from buildtool.registry import answers, tools
 from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
 from buildtool.registry.call_errors import (
@@ -54,6 +55,7 @@ from buildtool.registry.transport import (
     LoopbackTransport,
     Response,
     Sink,
+    SinkWriteError,
     TransportConnectionError,
     TransportTimeout,
 )
@@ -367,7 +369,8 @@ class RegistryClient:
         the registry or on the storage host it redirects to) is asked for again from the first missing byte
         (`Range`, as the distribution spec's resumable pull does), and taken whole again when the host answers 200
         instead of 206: at once when the cut-off read brought bytes, after the backoff when it brought none; at
-        most retry.attempts cut-offs in a row that brought nothing, and BLOB_RESUMES in all."""
+        most retry.attempts cut-offs in a row that brought nothing, and BLOB_RESUMES in all. A write to `out` that
+        fails (a full disk) is no cut-off: a FailedError naming the file, never retried."""
         path = f"{repo}/blobs/{digest}"
         got, idle, cuts, delay = 0, 0, 0, self.retry.first_delay
 
@@ -379,9 +382,16 @@ class RegistryClient:
                                         f"{headers.get('Content-Range')!r}")
             elif status != 200:
                 return None
-            out.seek(got if status == 206 else 0)
-            out.truncate()
+            try:
+                out.seek(got if status == 206 else 0)
+                out.truncate()
+            except OSError as exc:
+                raise SinkWriteError(str(exc)) from None
             return out.write
+
+        def unwritten(error: object) -> FailedError:
+            return FailedError(f"blob {digest} of {repo} could not be written to {getattr(out, 'name', 'memory')}: "
+                               f"{error}")
 
         while True:
             headers = {"Accept-Encoding": "identity"}   # byte offsets are offsets of the blob itself
@@ -390,6 +400,8 @@ class RegistryClient:
             try:
                 self.request("GET", path, ok=(200, 206), repo=repo, headers=headers, sink=sink)
                 break
+            except SinkWriteError as exc:      # our disk, not the network: asking again would not cure it
+                raise unwritten(exc) from None
             except BodyInterrupted as exc:
                 now = out.tell()
                 idle = 0 if now > got else idle + 1
@@ -407,6 +419,10 @@ class RegistryClient:
                 if idle:
                     self._sleep(delay)
                     delay = min(delay * 2, self.retry.max_delay)
+        try:
+            out.flush()        # what the file still buffered: a full disk may say so only now
+        except OSError as exc:
+            raise unwritten(exc) from None
         out.seek(0)
         if "sha256:" + hashlib.file_digest(out, "sha256").hexdigest() != digest:
             raise RegistryError(f"blob {digest} of {repo} does not match its digest")

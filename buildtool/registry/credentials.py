@@ -16,7 +16,9 @@ Where they come from, first match wins:
      `<token>` means the Secret is an identity (refresh) token.
    - `auths`: the key equal to ADDRESS, else one whose host part (docker's ConvertToHostname: scheme and path
      stripped) equals ADDRESS exactly (docker's fileStore.Get; case is not folded); `auth` (base64 of
-     USER:PASSWORD) and `identitytoken`.
+     USER:PASSWORD) and `identitytoken`. A user with an empty password and no identity token is an error
+     naming the entry (docker takes the entry and then sends nothing, so a registry's refusal, if any,
+     would blame credentials that were never sent).
 
 Why not the Docker SDK's `docker.auth`: it runs helpers with no timeout (every external process here has
 one), decodes every `auths` entry when it loads a file (one malformed entry for another registry breaks
@@ -155,11 +157,12 @@ def _from_entry(entry: dict[str, Any], key: str, host: str, where: str) -> Crede
     user, password = _decode(entry["auth"], key, host, where) if entry.get("auth") else ("", "")
     if entry.get("identitytoken"):
         return Credential(user, identity_token=str(entry["identitytoken"]), source=source)
-    if user:     # `auth` decoded (_decode refuses an empty user)
-        return Credential(user, password, source=source)
-    if entry.get("username") and entry.get("password"):     # written by some tools; docker reads it too
-        return Credential(str(entry["username"]), str(entry["password"]), source=source)
-    return None
+    if not user and entry.get("username"):      # written by some tools; docker reads it too
+        user, password = str(entry["username"]), str(entry.get("password") or "")
+    if user and not password:     # a login whose secret was empty (an unset CI variable): nothing to send
+        raise CredentialError(f"{where}: auths[{key!r}] for {host} has an empty password; run `docker login {host}` "
+                              "again")
+    return Credential(user, password, source=source) if user else None
 
 
 def _decode(value: Any, key: str, host: str, where: str) -> tuple[str, str]:
@@ -224,6 +227,9 @@ def authfile(hosts: Iterable[str]) -> Iterator[Path | None]:
         if found.password:
             entry["auth"] = found.basic()
         if found.identity_token:
+            # containers/image (skopeo) skips an entry whose `auth` is not USER:PASSWORD, identitytoken and all: the
+            # user (docker's `<token>` for a helper's token) with no password, as `docker login` writes it.
+            entry["auth"] = Credential(found.username or TOKEN_USERNAME, found.password).basic()
             entry["identitytoken"] = found.identity_token
         auths[server_address(host)] = entry
     if not auths:

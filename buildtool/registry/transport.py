@@ -9,7 +9,7 @@ client (buildtool.registry.client), not here.
 `Response` has the attributes callers of RegistryClient.request use: status_code, headers
 (case-insensitive), content, text, json(). A caller may stream a body instead (`sink`: blobs, read to a
 file or resumed with a Range request after a reset); a body cut off part way raises BodyInterrupted,
-after what arrived was written.
+after what arrived was written; a write to the sink's file that fails (a full disk) raises SinkWriteError.
 """
 
 from __future__ import annotations
@@ -37,6 +37,18 @@ class TransportConnectionError(ConnectionError):
 class BodyInterrupted(TransportConnectionError):
     """An answer's body stopped part way (a connection reset, or closed before its Content-Length): what
     arrived went to the sink, so a reader can resume from there."""
+
+
+class SinkWriteError(Exception):
+    """Putting a streamed body where the sink said failed on this machine (a full disk, an I/O error): not the
+    network's doing, so never retried as a cut-off. Its text is the OSError's."""
+
+
+def write_to_sink(write: Callable[[bytes], object], chunk: bytes) -> None:
+    try:
+        write(chunk)
+    except OSError as exc:
+        raise SinkWriteError(str(exc)) from None
 
 
 # Called with an answer's status and headers before its body is read: where the body goes (a write
@@ -116,13 +128,19 @@ class LoopbackTransport:
                 if isinstance(exc, TimeoutError):
                     raise TransportTimeout(str(exc) or "timed out") from None
                 raise TransportConnectionError(f"{type(exc).__name__}: {exc}") from None
-            content = self._body(parts.netloc, method, resp, sink)
+            try:
+                content = self._body(method, resp, sink)
+            except BaseException:
+                # An answer not read to its end (cut off, or refused by the sink) would be read as the answer
+                # to the next request on this kept-alive connection: closed, never reused.
+                self._drop(parts.netloc)
+                raise
             if resp.will_close:
                 self._drop(parts.netloc)
             return Response(resp.status, resp.headers, content)
         raise AssertionError("unreachable")
 
-    def _body(self, netloc: str, method: str, resp: http.client.HTTPResponse, sink: Sink | None) -> bytes:
+    def _body(self, method: str, resp: http.client.HTTPResponse, sink: Sink | None) -> bytes:
         """The body, read whole, or streamed to where `sink` says; a body cut off part way (a reset, or fewer
         bytes than its Content-Length) raises BodyInterrupted."""
         chunks: list[bytes] = []
@@ -133,8 +151,8 @@ class LoopbackTransport:
             # read1: what has arrived, so a reset keeps every byte before it; the final read() (of nothing
             # left) closes the answer, so the kept-alive connection takes the next request.
             while chunk := resp.read1(CHUNK) or resp.read():
+                write_to_sink(write, chunk)      # a SinkWriteError is no OSError: it passes the handlers below
                 got += len(chunk)
-                write(chunk)
             short = method != "HEAD" and declared is not None and declared.isdigit() and got < int(declared)
             why = f"closed after {got} of {declared} bytes" if short else ""
         except TimeoutError as exc:
@@ -142,6 +160,5 @@ class LoopbackTransport:
         except (OSError, http.client.HTTPException) as exc:
             why = f"{type(exc).__name__} after {got} bytes: {exc}"
         if why:
-            self._drop(netloc)
             raise BodyInterrupted(why)
         return b"".join(chunks)
