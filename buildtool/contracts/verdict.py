@@ -20,6 +20,7 @@ validated where no GPU could be used is therefore never `passed`, whatever the o
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +36,16 @@ READ_SCHEMAS = (4, 5, 6)
 SBOM_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 Result = Literal["passed", "failed", "incomplete"]
 TestOutcome = Literal["passed", "failed", "skipped"]
+
+
+def when(value: str) -> dt.datetime | None:
+    """A signed `started` time, None when it does not parse as an ISO 8601 time: the one parse every reader that
+    orders verdicts by time uses (release, verify, the report, validate's bus-bandwidth window)."""
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 class _Model(BaseModel):

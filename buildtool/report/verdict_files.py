@@ -15,10 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
-from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, verdict_paths
+from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, verdict_paths, when
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 from buildtool.report.rows import UNRECORDED, Check, Row
-from buildtool.validate.verdict_choice import when
 
 
 class Missing(BaseModel):
