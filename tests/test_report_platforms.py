@@ -316,3 +316,25 @@ def test_fetch_of_a_manifest_that_is_not_json_is_one_error_naming_the_reference(
     with pytest.raises(RegistryError, match="big-2.13: the registry's manifest gives a layer the size 'big', not a "
                                             "non-negative integer"):
         _fetch(registry, {CELL: "big-2.13"}, dataclasses.replace(MULTI, platforms=(AMD,)))
+
+
+def test_fetch_refuses_an_image_whose_verdict_pin_was_overwritten_as_release_does(registry: Registry,
+                                                                                  tmp_path: Path) -> None:
+    """A verdict pin tag pointed at another manifest is tampering: release, verify and reuse refuse the image. The
+    report showed the verdict that still counts (a pass) with no word; now the image is a missing record, failed,
+    with release's reason."""
+    from buildtool.contracts.names import verdict_pin_tag
+
+    digest = registry.validated("amd64", b"a")
+    registry.put_manifest(REPO, "abc-2.13", registry.get_manifest(REPO, digest)[0], OCI_MANIFEST)
+    tag = next(t for t in registry.tags(REPO) if t.startswith(verdict_pin_tag(digest, "sha256:" + "0" * 64)[:-32]))
+    other = registry.image("amd64", b"other")
+    registry.put_manifest(REPO, tag, registry.get_manifest(REPO, other)[0], OCI_MANIFEST)
+    [fetched] = _fetch(registry, {CELL: "abc-2.13"}, dataclasses.replace(MULTI, platforms=(AMD,)))
+    assert fetched["missing"] is True and fetched["digest"] == digest
+    assert fetched["reason"] == (f"{registry.host}/{REPO}:abc-2.13: a verdict of {digest} was overwritten in the "
+                                 f"registry ({tag} now names {other}): the registry was tampered with; find out who "
+                                 "wrote it, then validate the image again")
+    save_verdicts([fetched], tmp_path)
+    report = build_report(load_verdicts(tmp_path))
+    assert [r.result for r in report.rows] == ["failed"] and report.failed_images == [CELL]

@@ -3,9 +3,9 @@
 A single-platform cell's dev tag is one image: its newest trusted verdict. A multi-platform cell's dev
 tag is an image index: the newest trusted verdict of EACH platform manifest, found by that manifest's
 digest (buildtool.validate.verdicts, as buildtool.release.gather reads them). A platform without a
-valid verdict, one the index lacks, or one whose verdict records another platform gets the report's
-missing record naming that platform: it shows as failed, never dropped, and never hides behind
-another platform's pass.
+valid verdict, one the index lacks, one whose verdict records another platform, or one with a verdict pin tag
+overwritten (tampering: release refuses it whatever verdict counts) gets the report's missing record naming
+that platform: it shows as failed, never dropped, and never hides behind another platform's pass.
 """
 
 from __future__ import annotations
@@ -117,6 +117,8 @@ def _image_record(src: _Source, digest: str, body: bytes, want: str, in_index: b
     if findings.blocking:
         return _missing(cell, ref, f"{where}: a verdict cannot be read or typed: {findings.blocking[0]}", digest,
                         platform)
+    if findings.overwritten:   # tampering: release, verify and reuse refuse the image whatever verdict counts
+        return _missing(cell, ref, f"{where}: {findings.tampered(digest)}", digest, platform)
     chosen = findings.chosen
     if chosen is None:
         why = findings.why_none(src.trusted, "no verdict (validation did not run or did not finish)")
