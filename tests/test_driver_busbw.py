@@ -267,6 +267,26 @@ def test_the_window_orders_verdicts_by_time_and_leaves_out_a_time_that_does_not_
         f"1 earlier verdict left out: {baseline['left_out'][0]}"]
 
 
+def test_the_window_reads_the_size_the_report_adds_by_the_reports_rule(tmp_path):
+    """`size_bytes` (what `report --fetch` adds) must be an integer or null: the report refuses a file with
+    "12", and validate's baseline used that file as a night. One rule for both: it is left out, and named."""
+    from buildtool.common.errors import UserError
+    from buildtool.report.verdict_files import load_verdicts
+
+    for day, size in ((1, 12), (2, "12")):
+        _night(tmp_path, day, 300.0 + day)
+        path = tmp_path / f"night{day:02d}" / "verdict.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "size_bytes": size}))
+    inventory = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    baseline = probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory)
+    bad = tmp_path / "night02" / "verdict.json"
+    assert (baseline["nights"], baseline["peaks"]) == (1, [301.0])
+    assert baseline["left_out"] == [f"{bad}: `size_bytes` (the image size the report adds) must be an integer or "
+                                    "null, not '12'"]
+    with pytest.raises(UserError, match=re.escape(baseline["left_out"][0])):
+        load_verdicts(tmp_path)
+
+
 def test_report_shows_the_window_comparison_and_a_missing_floor():
     from buildtool.report.nightly import Busbw
 

@@ -222,6 +222,20 @@ def parse_verdict(data: Any, where: str) -> Verdict:
                            + "; ".join(_cause(e) for e in errors[:3]) + more) from None
 
 
+def split_size(data: Any, where: str) -> tuple[Any, int | None]:
+    """A verdict file's JSON without the image size `report --fetch` adds to it (`size_bytes`), and that size: an
+    integer or null, anything else a VerdictError naming `where`. The one rule of every reader of verdict files
+    (the report, validate's bus-bandwidth baseline), so that a file one refuses the other does not use."""
+    if not isinstance(data, dict) or "size_bytes" not in data:
+        return data, None
+    data = dict(data)
+    size = data.pop("size_bytes")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+        raise VerdictError(f"{where}: `size_bytes` (the image size the report adds) must be an integer or null, "
+                           f"not {size!r}")
+    return data, size
+
+
 def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: list[str], selection: Selection,
                   gpu_cell: bool, gpu_tests: list[str], gpu_problem: str = "",
                   emulated: bool = False) -> tuple[Result, list[str]]:
