@@ -456,3 +456,51 @@ def test_a_client_that_prints_no_image_and_exits_0_is_the_one_line_error(printed
     with pytest.raises(docker_cli.DockerError, match="^cannot inspect t-odd:1: the docker client printed no single "
                                                      "image$"):
         docker_cli.inspect_image("t-odd:1")
+
+
+# -- clean-up that cannot list or remove containers says so ------------------------------------
+
+
+PS_FAILS = '[ "$1" = ps ] && { echo "Error response from daemon: x" >&2; exit 1; }'
+
+
+def test_a_failed_docker_ps_in_clean_up_is_reported_not_taken_for_nothing_to_remove(tmp_path, clean_env):
+    """remove_labelled returned [] when `docker ps` failed, so every clean-up silently left the run's containers.
+    Now it is one line naming the label; in a clean-up after another error it is a warning, and that error stays."""
+    from buildtool.common import docker_cli
+    from buildtool.contracts import label_keys
+    from buildtool.validate import network
+
+    client, log = fake_client(tmp_path / "client", PS_FAILS)
+    clean_env.setenv(SETTING, str(client))
+    said = ("cannot list the containers labelled k=v (`docker ps`: Error response from daemon: x); containers "
+            "labelled k=v may be left: remove them with `docker rm -f -v $(docker ps -aq --filter label=k=v)`")
+    with pytest.raises(docker_cli.DockerError) as caught:
+        docker_cli.remove_labelled("k", "v")
+    assert str(caught.value) == said and type(caught.value).__name__ == "LeftBehind"
+    label = f"{label_keys.IMAGETEST_RUN}=r1"
+    with pytest.raises(docker_cli.DockerError, match=f"cannot list the containers labelled {label} "):
+        validate_engine.remove_run_containers("r1")
+    warnings: list[str] = []
+    validate_engine.remove_run_containers("r1", warnings.append)
+    with pytest.raises(RuntimeError, match="^the run's own error$"), network.run_network("r1", warnings.append):
+        raise RuntimeError("the run's own error")
+    assert warnings == [f"warning: cannot list the containers labelled {label} (`docker ps`: Error response from "
+                        f"daemon: x); containers labelled {label} may be left: remove them with "
+                        f"`docker rm -f -v $(docker ps -aq --filter label={label})`"] * 2
+    assert f"network rm {network.name_for('r1')}" in calls(log)
+
+
+def test_a_container_docker_rm_cannot_remove_is_reported_one_gone_meanwhile_is_not(tmp_path, clean_env):
+    from buildtool.common import docker_cli
+
+    gone, _ = fake_client(tmp_path / "gone", '[ "$1" = rm ] && { echo "Error: No such container: c2" >&2; exit 1; }')
+    clean_env.setenv(SETTING, str(gone))
+    assert docker_cli.remove_labelled("k", "v") == ["c1", "c2"]
+    stuck, _ = fake_client(tmp_path / "stuck", '[ "$1" = rm ] && { echo "Error response from daemon: cannot remove '
+                                               'container c1: device or resource busy" >&2; exit 1; }')
+    clean_env.setenv(SETTING, str(stuck))
+    with pytest.raises(docker_cli.DockerError, match=r"^cannot remove the containers labelled k=v \(`docker rm`: Error "
+                                                    r"response from daemon: cannot remove container c1: device or "
+                                                    r"resource busy\); containers labelled k=v may be left"):
+        docker_cli.remove_labelled("k", "v")

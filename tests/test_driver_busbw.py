@@ -241,6 +241,52 @@ def test_fewer_nights_than_the_window_use_what_exists_and_say_so(tmp_path):
     assert (two["nights"], two["median_GBps"]) == (2, 290.0)
 
 
+def test_the_window_orders_verdicts_by_time_and_leaves_out_a_time_that_does_not_parse(tmp_path):
+    """Nights are placed by the time the verdicts' `started` says, parsed as release and the report parse it: as
+    text 00:30+02:00 sorts after 23:00+00:00 of the day before, though it is half an hour earlier. A time that
+    does not parse is no night: it is left out, and the baseline says so."""
+    def night(day: int, peak: float, started: str) -> Path:
+        _night(tmp_path, day, peak)
+        path = tmp_path / f"night{day:02d}" / "verdict.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "started": started}))
+        return path
+
+    night(1, 100.0, "2026-06-02T00:30:00+02:00")
+    newer = night(2, 50.0, "2026-06-01T23:00:00+00:00")
+    inventory = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    one = probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory, window=1)
+    assert (one["sources"], one["median_GBps"]) == ([f"{newer} (2026-06-01T23:00:00+00:00)"], 50.0)
+    assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory)["nights"] == 1   # one UTC day
+    bad = night(3, 7.0, "yesterday-ish")
+    baseline = probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory)
+    assert (baseline["nights"], baseline["peaks"]) == (1, [50.0])
+    assert baseline["left_out"] == [f"{bad}: `started` 'yesterday-ish' is not an ISO 8601 time, so the verdict "
+                                    "cannot be placed in a night"]
+    assert busbw.problems(30.0, None, "H100 SXM", baseline) == [
+        "peak 30.0 GB/s fell 40% below 50.0 GB/s, the median of the last 1 night (fewer than the window of 7); "
+        f"1 earlier verdict left out: {baseline['left_out'][0]}"]
+
+
+def test_the_window_reads_the_size_the_report_adds_by_the_reports_rule(tmp_path):
+    """`size_bytes` (what `report --fetch` adds) must be an integer or null: the report refuses a file with
+    "12", and validate's baseline used that file as a night. One rule for both: it is left out, and named."""
+    from buildtool.common.errors import UserError
+    from buildtool.report.verdict_files import load_verdicts
+
+    for day, size in ((1, 12), (2, "12")):
+        _night(tmp_path, day, 300.0 + day)
+        path = tmp_path / f"night{day:02d}" / "verdict.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "size_bytes": size}))
+    inventory = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    baseline = probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory)
+    bad = tmp_path / "night02" / "verdict.json"
+    assert (baseline["nights"], baseline["peaks"]) == (1, [301.0])
+    assert baseline["left_out"] == [f"{bad}: `size_bytes` (the image size the report adds) must be an integer or "
+                                    "null, not '12'"]
+    with pytest.raises(UserError, match=re.escape(baseline["left_out"][0])):
+        load_verdicts(tmp_path)
+
+
 def test_report_shows_the_window_comparison_and_a_missing_floor():
     from buildtool.report.nightly import Busbw
 

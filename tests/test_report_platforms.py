@@ -15,7 +15,7 @@ import pytest
 from buildtool.common.errors import UserError
 from buildtool.contracts.gpu import BUSBW_FIGURE
 from buildtool.matrix.schema import Cell
-from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, NotFound
+from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, NotFound, RegistryError
 from buildtool.report import fetch
 from buildtool.report.nightly import build_report, busbw_rows, render_html, render_markdown
 from buildtool.report.rows import Row
@@ -296,3 +296,45 @@ def test_the_report_reads_verdicts_as_release_does_and_shows_what_blocks(registr
     by = {v["platform"]: v for v in _fetch(registry, {CELL: "abc-2.13"})}
     assert by[AMD]["result"] == "passed"
     assert by[ARM]["missing"] is True and "a verdict cannot be read or typed: sha256:99" in by[ARM]["reason"]
+
+
+def test_fetch_of_a_manifest_that_is_not_json_is_one_error_naming_the_reference(registry: Registry) -> None:
+    """A dev tag whose manifest is not JSON (or an image whose layer sizes are not integers) is a bad answer of the
+    registry: one RegistryError naming the reference (exit 1), not a JSONDecodeError's traceback."""
+    registry.put_manifest(REPO, "garbled-2.13", b"not json", OCI_MANIFEST)
+    with pytest.raises(RegistryError, match=rf"^{registry.host}/{REPO}:garbled-2.13 \(digest sha256:[0-9a-f]{{64}}\): "
+                                            r"the registry's manifest is not JSON \(Expecting value"):
+        _fetch(registry, {CELL: "garbled-2.13"}, dataclasses.replace(MULTI, platforms=(AMD,)))
+    registry.put_manifest(REPO, "list-2.13", b"[]", OCI_MANIFEST)
+    with pytest.raises(RegistryError, match="list-2.13 .*: the registry's manifest is not a JSON object"):
+        _fetch(registry, {CELL: "list-2.13"}, dataclasses.replace(MULTI, platforms=(AMD,)))
+    digest = registry.validated("amd64", b"a")
+    manifest = json.loads(registry.get_manifest(REPO, digest)[0])
+    manifest["layers"][0]["size"] = "big"
+    big = registry.put_manifest(REPO, "big-2.13", json.dumps(manifest).encode(), OCI_MANIFEST)
+    signing.attest(registry, REPO, big, signing.verdict(MULTI, big, "passed", platform=AMD))  # type: ignore[arg-type]
+    with pytest.raises(RegistryError, match="big-2.13: the registry's manifest gives a layer the size 'big', not a "
+                                            "non-negative integer"):
+        _fetch(registry, {CELL: "big-2.13"}, dataclasses.replace(MULTI, platforms=(AMD,)))
+
+
+def test_fetch_refuses_an_image_whose_verdict_pin_was_overwritten_as_release_does(registry: Registry,
+                                                                                  tmp_path: Path) -> None:
+    """A verdict pin tag pointed at another manifest is tampering: release, verify and reuse refuse the image. The
+    report showed the verdict that still counts (a pass) with no word; now the image is a missing record, failed,
+    with release's reason."""
+    from buildtool.contracts.names import verdict_pin_tag
+
+    digest = registry.validated("amd64", b"a")
+    registry.put_manifest(REPO, "abc-2.13", registry.get_manifest(REPO, digest)[0], OCI_MANIFEST)
+    tag = next(t for t in registry.tags(REPO) if t.startswith(verdict_pin_tag(digest, "sha256:" + "0" * 64)[:-32]))
+    other = registry.image("amd64", b"other")
+    registry.put_manifest(REPO, tag, registry.get_manifest(REPO, other)[0], OCI_MANIFEST)
+    [fetched] = _fetch(registry, {CELL: "abc-2.13"}, dataclasses.replace(MULTI, platforms=(AMD,)))
+    assert fetched["missing"] is True and fetched["digest"] == digest
+    assert fetched["reason"] == (f"{registry.host}/{REPO}:abc-2.13: a verdict of {digest} was overwritten in the "
+                                 f"registry ({tag} now names {other}): the registry was tampered with; find out who "
+                                 "wrote it, then validate the image again")
+    save_verdicts([fetched], tmp_path)
+    report = build_report(load_verdicts(tmp_path))
+    assert [r.result for r in report.rows] == ["failed"] and report.failed_images == [CELL]

@@ -62,6 +62,10 @@ class EngineUnreachable(DockerError):
     """The client ran but reached no engine."""
 
 
+class LeftBehind(DockerError):
+    """A clean-up could not list or remove the containers it should: they may be left behind."""
+
+
 class DockerTimeout(DockerError, subprocess.TimeoutExpired):
     """A docker command ran past its timeout. Also a subprocess.TimeoutExpired, so a caller that
     handles a slow command (the harness kills a probe's supervisor) still catches it."""
@@ -258,8 +262,22 @@ def remove(*names: str, timeout: float = 120) -> None:
 
 
 def remove_labelled(key: str, value: str, timeout: float = 120) -> list[str]:
-    """Remove every container (running or not) labelled key=value; returns their ids."""
-    ids = docker("ps", "-aq", "--filter", f"label={key}={value}", timeout=60).stdout.split()
+    """Remove every container (running or not) labelled key=value; returns their ids. A `docker ps` that fails is
+    LeftBehind naming the label, never taken for nothing to remove; so is a `docker rm` that fails for a container
+    still there (one gone meanwhile is removed)."""
+    label = f"{key}={value}"
+    left = (f"containers labelled {label} may be left: remove them with "
+            f"`docker rm -f -v $(docker ps -aq --filter label={label})`")
+    listed = docker("ps", "-aq", "--filter", f"label={label}", timeout=60)
+    if listed.returncode != 0:
+        raise LeftBehind(f"cannot list the containers labelled {label} (`docker ps`: "
+                         f"{engine_error(listed.stderr)}); {left}")
+    ids = listed.stdout.split()
     if ids:
-        docker("rm", "-f", "-v", *ids, timeout=timeout)
+        removed = docker("rm", "-f", "-v", *ids, timeout=timeout)
+        failed = [line for line in (removed.stderr or "").splitlines()
+                  if line.strip() and "no such container" not in line.lower()]
+        if removed.returncode != 0 and failed:
+            said = engine_error("\n".join(failed))
+            raise LeftBehind(f"cannot remove the containers labelled {label} (`docker rm`: {said}); {left}")
     return ids

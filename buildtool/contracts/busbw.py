@@ -13,6 +13,7 @@ so a figure below a quarter means NCCL is not using the link (wrong topology, P2
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import statistics
 from collections.abc import Mapping
@@ -303,15 +304,17 @@ def floor_for(gpu_name: str, link: str, link_problem: str = "", seen: str = "", 
 
 # -- the window of earlier nights ----------------------------------------------------------------
 
-def window_baseline(history: list[tuple[str, float, str]], window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+def window_baseline(history: list[tuple[dt.datetime, float, str]], window: int = DEFAULT_WINDOW) -> dict[str, Any]:
     """The median peak of the last `window` nights of `history` ((started, peak, source) of earlier
     verdicts; one per night, the newest of that day). {} when there is none. With fewer nights than
-    the window it uses what exists and says how many (`nights`)."""
+    the window it uses what exists and says how many (`nights`). `started` is the verdict's time as its reader
+    parsed it (contracts.verdict.when, as release and the report parse it: never the text, where 00:30+02:00
+    sorts after 23:00+00:00 of the day before though it is earlier); a night is a UTC day."""
     if window < 1:
         raise ValueError(f"the bus-bandwidth window must be 1 night or more, not {window}")
-    nightly: dict[str, tuple[str, float, str]] = {}   # night -> its newest verdict, the newest night first
+    nightly: dict[dt.date, tuple[dt.datetime, float, str]] = {}   # night -> its newest verdict, the newest first
     for entry in sorted(history, key=lambda entry: entry[0], reverse=True):
-        nightly.setdefault(entry[0][:10], entry)
+        nightly.setdefault(entry[0].astimezone(dt.UTC).date(), entry)
     chosen = list(nightly.values())[:window]
     if not chosen:
         return {}
@@ -323,7 +326,10 @@ def baseline_text(baseline: Mapping[str, Any]) -> str:
     nights = int(baseline.get("nights") or 0)
     window = int(baseline.get("window") or nights)
     short = f" (fewer than the window of {window})" if nights < window else ""
-    return f"the median of the last {nights} night{'s' if nights != 1 else ''}{short}"
+    left_out = list(baseline.get("left_out") or [])
+    unplaced = (f"; {len(left_out)} earlier verdict{'s' if len(left_out) != 1 else ''} left out: {left_out[0]}"
+                + (f" and {len(left_out) - 1} more" if len(left_out) > 1 else "")) if left_out else ""
+    return f"the median of the last {nights} night{'s' if nights != 1 else ''}{short}{unplaced}"
 
 
 def problems(peak: float, floor: float | None, floor_model: str, baseline: Mapping[str, Any],

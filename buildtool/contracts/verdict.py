@@ -20,6 +20,7 @@ validated where no GPU could be used is therefore never `passed`, whatever the o
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +36,16 @@ READ_SCHEMAS = (4, 5, 6)
 SBOM_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 Result = Literal["passed", "failed", "incomplete"]
 TestOutcome = Literal["passed", "failed", "skipped"]
+
+
+def when(value: str) -> dt.datetime | None:
+    """A signed `started` time, None when it does not parse as an ISO 8601 time: the one parse every reader that
+    orders verdicts by time uses (release, verify, the report, validate's bus-bandwidth window)."""
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 class _Model(BaseModel):
@@ -209,6 +220,20 @@ def parse_verdict(data: Any, where: str) -> Verdict:
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
         raise VerdictError(f"{where}: malformed schema-{schema} verdict: "
                            + "; ".join(_cause(e) for e in errors[:3]) + more) from None
+
+
+def split_size(data: Any, where: str) -> tuple[Any, int | None]:
+    """A verdict file's JSON without the image size `report --fetch` adds to it (`size_bytes`), and that size: an
+    integer or null, anything else a VerdictError naming `where`. The one rule of every reader of verdict files
+    (the report, validate's bus-bandwidth baseline), so that a file one refuses the other does not use."""
+    if not isinstance(data, dict) or "size_bytes" not in data:
+        return data, None
+    data = dict(data)
+    size = data.pop("size_bytes")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+        raise VerdictError(f"{where}: `size_bytes` (the image size the report adds) must be an integer or null, "
+                           f"not {size!r}")
+    return data, size
 
 
 def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: list[str], selection: Selection,

@@ -49,9 +49,7 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
         (item.problems if decision.counted is not None and decision.counted.verdict.result != "passed"
          else item.notes).append(decision.note)
     if findings.overwritten:
-        item.problems.append(f"a verdict of {item.digest} was overwritten in the registry "
-                             f"({'; '.join(findings.overwritten)}): the registry was tampered with; find out who "
-                             "wrote it, then validate the image again")
+        item.problems.append(findings.tampered(item.digest))
     chosen = decision.counted
     if chosen is None:
         if findings.rejected or findings.legacy:

@@ -3,9 +3,9 @@
 A single-platform cell's dev tag is one image: its newest trusted verdict. A multi-platform cell's dev
 tag is an image index: the newest trusted verdict of EACH platform manifest, found by that manifest's
 digest (buildtool.validate.verdicts, as buildtool.release.gather reads them). A platform without a
-valid verdict, one the index lacks, or one whose verdict records another platform gets the report's
-missing record naming that platform: it shows as failed, never dropped, and never hides behind
-another platform's pass.
+valid verdict, one the index lacks, one whose verdict records another platform, or one with a verdict pin tag
+overwritten (tampering: release refuses it whatever verdict counts) gets the report's missing record naming
+that platform: it shows as failed, never dropped, and never hides behind another platform's pass.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _cell_records(src: _Source, tag: str, expected: tuple[str, ...]) -> list[dic
         body, media_type, digest = src.client.get_manifest(src.repo, tag)
     except NotFound:
         return missing_each(f"no image {ref} in the registry (the build failed or did not run)")
-    manifest = json.loads(body)
+    manifest = _manifest(body, f"{ref} (digest {digest})")
     if media_type not in INDEX_TYPES and "manifests" not in manifest:
         if multi:
             return missing_each(f"{ref} is a single image manifest, but the matrix gives {cell} the platforms "
@@ -117,6 +117,8 @@ def _image_record(src: _Source, digest: str, body: bytes, want: str, in_index: b
     if findings.blocking:
         return _missing(cell, ref, f"{where}: a verdict cannot be read or typed: {findings.blocking[0]}", digest,
                         platform)
+    if findings.overwritten:   # tampering: release, verify and reuse refuse the image whatever verdict counts
+        return _missing(cell, ref, f"{where}: {findings.tampered(digest)}", digest, platform)
     chosen = findings.chosen
     if chosen is None:
         why = findings.why_none(src.trusted, "no verdict (validation did not run or did not finish)")
@@ -128,8 +130,33 @@ def _image_record(src: _Source, digest: str, body: bytes, want: str, in_index: b
         return _missing(cell, ref, f"{where}: its newest valid verdict records platform "
                                    f"{verdict.platform or '(none: schema 4)'}, not {want}; validate {want} again",
                         digest, platform)
-    layers = json.loads(body).get("layers") or []
-    return {**verdict.to_json(), "size_bytes": sum(int(layer.get("size", 0)) for layer in layers) or None}
+    return {**verdict.to_json(), "size_bytes": _size(_manifest(body, where), where) or None}
+
+
+def _manifest(body: bytes, what: str) -> dict[str, Any]:
+    """A manifest the registry returned, as JSON; a RegistryError naming `what` when it is not a JSON object."""
+    try:
+        manifest = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RegistryError(f"{what}: the registry's manifest is not JSON ({exc}); push the image again") from None
+    if not isinstance(manifest, dict):
+        raise RegistryError(f"{what}: the registry's manifest is not a JSON object; push the image again")
+    return manifest
+
+
+def _size(manifest: dict[str, Any], what: str) -> int:
+    """The image's size: the sum of its layers' `size`, each a non-negative integer (else a RegistryError)."""
+    layers = manifest.get("layers") or []
+    if not isinstance(layers, list):
+        raise RegistryError(f"{what}: the registry's manifest has `layers` that is not a list; push the image again")
+    total = 0
+    for layer in layers:
+        size = layer.get("size") if isinstance(layer, dict) else None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise RegistryError(f"{what}: the registry's manifest gives a layer the size {size!r}, not a "
+                                "non-negative integer; push the image again")
+        total += size
+    return total
 
 
 def _missing(cell: str, ref: str, reason: str, digest: str = "", platform: str = UNRECORDED) -> dict[str, Any]:

@@ -15,10 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
-from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, verdict_paths
+from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, split_size, verdict_paths, when
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 from buildtool.report.rows import UNRECORDED, Check, Row
-from buildtool.validate.verdict_choice import when
 
 
 class Missing(BaseModel):
@@ -95,14 +94,8 @@ def parse_verdict(data: Any, where: str) -> Row:
                             f"{exc.errors()[0]['msg']}") from None
     if isinstance(data, dict) and (legacy := _legacy_missing(data)) is not None:
         return _missing_row(legacy)
-    size: Any = None
-    if isinstance(data, dict) and "size_bytes" in data:
-        data = dict(data)
-        size = data.pop("size_bytes")
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
-            raise UserError(f"{where}: `size_bytes` (the image size the report adds) must be an integer or null, "
-                            f"not {size!r}")
     try:
+        data, size = split_size(data, where)
         verdict = parse_typed(data, where)
     except VerdictError as exc:
         raise UserError(str(exc)) from None

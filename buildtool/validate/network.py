@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
@@ -43,16 +44,23 @@ def create(run_id: str) -> str:
     return name
 
 
-def remove(name: str, run_id: str) -> None:
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
+def remove(name: str, run_id: str, log: Callable[[str], None] = _stderr) -> None:
     """Remove the network, first any container of the run still attached to it. Never raises: it
-    runs in `finally` blocks; what could not be removed is left to `sweep`."""
-    with contextlib.suppress(OSError, docker_cli.DockerError):
+    runs in `finally` blocks; what could not be removed is left to `sweep`, and containers of the run that
+    could not be listed or removed are a warning on `log`, naming the run's label."""
+    try:
         docker_cli.remove_labelled(label_keys.IMAGETEST_RUN, run_id)
+    except (OSError, docker_cli.DockerError) as exc:
+        log(f"warning: {exc}")
     with contextlib.suppress(OSError, docker_cli.DockerError):
         docker_cli.docker("network", "rm", name, timeout=TIMEOUT_S)
 
 
-def sweep() -> list[str]:
+def sweep(log: Callable[[str], None] = _stderr) -> list[str]:
     """Remove the networks that validations on this host made and left behind when killed (their
     maker's pid is gone); returns their names."""
     fields = f'{{{{.Name}}}} {{{{.Label "{OWNER_LABEL}"}}}} {{{{.Label "{label_keys.IMAGETEST_RUN}"}}}}'
@@ -67,18 +75,18 @@ def sweep() -> list[str]:
         name, owner, run_id = parts
         who, _, pid = owner.rpartition(":")
         if who == host and pid.isdigit() and not pid_alive(int(pid)):
-            remove(name, run_id)
+            remove(name, run_id, log)
             removed.append(name)
     return removed
 
 
 @contextlib.contextmanager
-def run_network(run_id: str) -> Iterator[str]:
-    """The run's network for the `with` block; removed when it ends, however it ends."""
+def run_network(run_id: str, log: Callable[[str], None] = _stderr) -> Iterator[str]:
+    """The run's network for the `with` block; removed when it ends, however it ends (warnings on `log`)."""
     with contextlib.suppress(docker_cli.DockerError):
-        sweep()
+        sweep(log)
     name = create(run_id)
     try:
         yield name
     finally:
-        remove(name, run_id)
+        remove(name, run_id, log)

@@ -5,6 +5,7 @@ the same GPUs measured.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import subprocess
@@ -15,7 +16,7 @@ from typing import Any
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import busbw, driver_rules, gpu, label_keys, platforms
-from buildtool.contracts.verdict import Gpu, VerdictError, parse_verdict, verdict_paths
+from buildtool.contracts.verdict import Gpu, VerdictError, parse_verdict, split_size, verdict_paths, when
 from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.schema import Cell
 from buildtool.validate.containers import Log
@@ -194,14 +195,18 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
     for folder in (f for f in folders if f.is_dir()):
         for path in verdict_paths(folder):
             paths.setdefault(path.resolve(), path)
-    history: list[tuple[str, float, str]] = []
+    history: list[tuple[dt.datetime, float, str]] = []
+    left_out: list[str] = []
     for path in paths.values():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if isinstance(data, dict):
-            data.pop("size_bytes", None)       # what `buildtool report --fetch` adds to a verdict
+        try:   # the size `buildtool report --fetch` adds, by the report's rule: a file it refuses is no night here
+            data, _ = split_size(data, str(path))
+        except VerdictError as exc:
+            left_out.append(str(exc))
+            continue
         try:
             earlier = parse_verdict(data, str(path))
         except VerdictError:
@@ -218,6 +223,13 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
         if link and inventory.interconnect and link != inventory.interconnect and not broken:
             continue                           # the same GPUs over another interconnect: not comparable
         # (an SXM board read as PCIe is not another interconnect: NVLink is down, its nights compare)
-        history.append((earlier.started, peak, f"{path} ({earlier.started})"))
+        started = when(earlier.started)       # as release and the report parse it: a time that does not is no night
+        if started is None:
+            left_out.append(f"{path}: `started` {earlier.started[:40]!r} is not an ISO 8601 time, so the verdict "
+                            "cannot be placed in a night")
+            continue
+        history.append((started, peak, f"{path} ({earlier.started})"))
     found = busbw.window_baseline(history, window)
+    if left_out:
+        found["left_out"] = left_out
     return {**found, "gpu_model": model, "gpus": count} if found else {}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from buildtool.contracts import skips
 from buildtool.contracts.gpu import BUSBW_FIGURE
-from buildtool.contracts.verdict import Verdict
+from buildtool.contracts.verdict import Verdict, when
 
 if TYPE_CHECKING:
     from buildtool.attest.referrers import Referrer
@@ -23,15 +23,6 @@ if TYPE_CHECKING:
 # How far apart two runners' clocks may be (NTP keeps them within seconds), and how far after the reader's clock a
 # verdict may be dated: within it, a failure is never shown older than another runner's pass.
 CLOCK_SKEW_S = 300
-
-
-def when(value: str) -> dt.datetime | None:
-    """A signed `started` time, None when it does not parse as an ISO 8601 time."""
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def unplaceable(started: str, now: dt.datetime) -> str:

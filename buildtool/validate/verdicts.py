@@ -107,6 +107,14 @@ class Findings:
         """Why the verdict that counts is not simply the newest ("" when it is)."""
         return self.decision().note
 
+    def tampered(self, digest: str) -> str:
+        """Why `digest` is refused when a verdict pin tag of it was pointed elsewhere ("" when none was): release
+        and the report say it alike."""
+        if not self.overwritten:
+            return ""
+        return (f"a verdict of {digest} was overwritten in the registry ({'; '.join(self.overwritten)}): the "
+                "registry was tampered with; find out who wrote it, then validate the image again")
+
     def why_none(self, trusted: TrustedKeys, otherwise: str = "no verdict") -> str:
         """Why no verdict counts, for the message that refuses the image (`otherwise`: when none was found)."""
         if self.rejected:
