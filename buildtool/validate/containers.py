@@ -210,8 +210,8 @@ def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[st
 
 def remove_run_containers(run_id: str, log: Log | None = None) -> None:
     """Remove every container a test run started (a safety net behind the fixtures). What cannot be listed or
-    removed is a DockerError naming the run's label; with `log` (a clean-up after another error, which must stay
-    the error shown) it is a warning on the log instead."""
+    removed is a DockerError naming the run's label; with `log` (validate's clean-up after its run: the run's
+    result, or the error that ended it, stays what is shown) it is a warning on the log instead."""
     try:
         docker_cli.remove_labelled(label_keys.IMAGETEST_RUN, run_id)
     except docker_cli.DockerError as exc:
