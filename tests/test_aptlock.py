@@ -359,3 +359,36 @@ def test_a_missing_debs_sha256_fails_the_offline_check(project: Path):
     (project / "dockerfiles/pytorch/pytorch-cpu/2.13/debs.sha256").unlink()
     problems = aptlock.check_cell(project, _cell())
     assert any("debs.sha256 is missing (the SBOM's hashes of the Debian packages)" in p for p in problems), problems
+
+
+def test_a_single_platform_lock_is_resolved_in_the_registrys_image_not_the_engines_tag(monkeypatch,
+                                                                                        tmp_path: Path):
+    """The engine may keep an older image under the base's tag (the mirror was made again: a new recipe): `make
+    lock` ran the probe in that one and recorded it as `resolved-in`, a base no build uses. It asks the registry
+    for the tag's image of the cell's platform and runs the probe, and records the base, by that digest; the
+    drift check re-resolves in the same one."""
+    cell = _cell()
+    assert not cell.multi_platform
+    tag = "127.0.0.1:5000/library/debian:bookworm-slim"
+    pinned = "127.0.0.1:5000/library/debian@sha256:" + "e" * 64
+    asked: list[tuple[str, str]] = []
+    probed: list[str] = []
+    lock = parse_apt_lock(LOCK_TEXT)
+
+    def platform_base(ref: str, platform: str) -> str:
+        asked.append((ref, platform))
+        return pinned
+
+    def probe(ref: str, install: list[str], prefs: str = "", platform: str | None = None) -> aptlock.Probe:
+        probed.append(ref)
+        return _probe(dict(lock.entries), {"bash": "5.2.15-2+b13"})
+
+    monkeypatch.setattr(aptlock, "platform_base", platform_base)
+    monkeypatch.setattr(aptlock, "run_probe", probe)
+    monkeypatch.setattr(aptlock, "base_source", lambda ref: f"{ref} (mmdebstrap, recipe 4)")
+    (tmp_path / Path(cell.dockerfile).parent).mkdir(parents=True)
+    aptlock.lock_cell(tmp_path, cell, tag, log=lambda line: None)
+    assert asked == [(tag, "linux/amd64")] and probed == [pinned]
+    assert aptlock.read(tmp_path, cell).header["resolved-in"] == f"{pinned} (mmdebstrap, recipe 4)"
+    assert aptlock.cell_drift(tmp_path, cell, tag, log=lambda line: None) == []
+    assert asked[-1] == (tag, "linux/amd64") and probed[-1] == pinned

@@ -391,10 +391,11 @@ def lock_text(cell: Cell, probe: Probe, resolved_in: str, platform: str | None =
 def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
     """Resolve a pip cell's apt lock in its base, on each of its platforms, and write apt.lock, base.dpkg and
     debs.sha256; returns what changed. On a multi-platform cell `base_ref` must be a registry reference
-    whose index has each platform's image (platform_base)."""
+    whose index has each platform's image (platform_base). Each is run by the digest the registry holds: the
+    engine may keep an older image under the base's tag (a mirror made again), a base nothing builds on."""
     changed = []
     for platform in cell.platforms if cell.multi_platform else (None,):
-        ref = platform_base(base_ref, platform) if platform else base_ref
+        ref = platform_base(base_ref, platform or cell.platforms[0])
         log(f"[{cell.key}] resolving its Debian packages in {ref}" + (f" ({platform})" if platform else ""))
         texts = lock_text(cell, run_probe(ref, named_packages(cell), platform=platform), base_source(ref), platform)
         # The base is reproducible (issue 52): `resolved-in` names by digest the base the image is built on, so a
@@ -444,7 +445,7 @@ def cell_drift(root: Path, cell: Cell, base_ref: str, log: Log) -> list[str]:
         lock = read(root, cell, platform)
         lock_path, dpkg_path = paths(root, cell, platform)
         try:
-            ref = platform_base(base_ref, platform) if platform else base_ref
+            ref = platform_base(base_ref, platform or cell.platforms[0])   # by digest, as lock_cell
             log(f"[{cell.key}] re-resolving {lock_path.relative_to(root)} in {ref}")
             probe = run_probe(ref, named_packages(cell), preferences(lock.entries), platform=platform)
         except FailedError as exc:
