@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import is_loopback_host, split_repo
 from buildtool.contracts import frameworks, label_keys, platforms
@@ -33,7 +35,6 @@ from buildtool.contracts.image_labels import archive_label
 from buildtool.contracts.names import DEFAULT_REGISTRY
 from buildtool.imagebuild import aptlock, archive_state, base_index, engine, multiplatform, push_path, rootfs_seal
 from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
-from buildtool.imagebuild.lock import requirement
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
@@ -284,7 +285,10 @@ def standin_framework_version(cell: Cell, platform: str | None = None) -> str:
     assert cell.standin is not None
     wanted = frameworks.get(cell.framework).distributions
     for text in cell.standin.requirements_for(platform or cell.platforms[0]):
-        req = requirement(text)    # `torch[opt]==2.13.0` pins torch, as pip reads it
+        try:
+            req = Requirement(text)    # `torch[opt]==2.13.0` pins torch, as pip reads it
+        except InvalidRequirement:     # the matrix refuses it; the stand-in's own install names it
+            continue
         pinned = [s.version for s in req.specifier if s.operator in ("==", "===")]
         if pinned and req.name.lower() in wanted:
             return pinned[0]
