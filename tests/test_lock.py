@@ -354,3 +354,16 @@ def test_lock_splits_a_comma_list_of_python_names(project: Path, run_cli):
     code, _, err = run_cli("lock", "-f", "pytorch-cpu:2.13", "--package", "No_Such.Package,Other_One",
                            "--matrix", str(project / "matrix.yaml"))
     assert code == 2 and "--package no-such-package, other-one: not in the lock of pytorch-cpu:2.13" in err
+
+
+@pytest.mark.parametrize("text, message", [
+    (HEAD + '[tool.dl-images]\nglibc = 2.30\n', "tool.dl-images.glibc is not a string (found a float)"),
+    (HEAD + '[tool.dl-images]\npython = 3.1\n', "tool.dl-images.python is not a string (found a float)"),
+    (HEAD + '[tool.dl-images]\ninputs = ["sha256:x"]\n', "tool.dl-images.inputs is not a string (found an array)"),
+    (HEAD + '[tool.dl-images]\nplatform = true\n', "tool.dl-images.platform is not a string (found a boolean)"),
+])
+def test_parse_lock_refuses_a_tool_field_that_is_not_a_string(text, message):
+    """[tool.dl-images]'s fields were turned into text whatever their TOML type: a hand-edited `glibc = 2.30` (a
+    float) read as "2.3", the glibc the wheels' platform is made from (render.dockerfiles), silently wrong."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        locks.parse_lock(text)

@@ -3,6 +3,8 @@ the only tests that write a format out literally are these."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from buildtool.contracts import names
@@ -134,3 +136,18 @@ def test_the_revision_label_is_the_full_commit(revision: str) -> None:
 def test_a_revision_label_that_is_not_the_full_commit_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match=r"is not a full commit: the revision label is the 40-hex git sha"):
         names.check_full_revision(bad)
+
+
+def test_a_revision_with_a_trailing_newline_is_refused_everywhere_it_is_read() -> None:
+    """`$` matched before a final newline: `<sha>\\n` passed as a full revision (a label's value went into the
+    provenance, and release then blamed git for not knowing the commit), as a dev tag's revision and in a dev tag."""
+    from buildtool.release.ancestry import revision_problem
+
+    full = "0123456789abcdef0123456789abcdef01234567"
+    with pytest.raises(ValueError, match=r"is not a full commit"):
+        names.check_full_revision(full + "\n")
+    with pytest.raises(ValueError, match=r"cannot be part of an image tag"):
+        names.check_revision("0123abcd\n")
+    assert names.parse_dev_tag("0123abcd-2.13\n") is None
+    assert names.GIT_REVISION_RE.match("0123abcd\n") is None
+    assert "is not a full commit" in revision_problem(Path("/nonexistent"), full + "\n")

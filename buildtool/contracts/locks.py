@@ -106,7 +106,8 @@ def parse_lock(text: str) -> LockFile:
             raise ValueError(f"{entry.name} is listed twice")
         entries[entry.name] = entry
     tool = _table(_table(data.get("tool", {}), "tool").get(TOOL, {}), f"tool.{TOOL}")
-    return LockFile(entries, **{key: str(tool.get(key, "")) for key in ("inputs", "python", "platform", "glibc")})
+    return LockFile(entries, **{key: _string(tool.get(key, ""), f"tool.{TOOL}.{key}")
+                                for key in ("inputs", "python", "platform", "glibc")})
 
 
 def _entry(package: dict[str, Any]) -> Entry:
@@ -137,6 +138,13 @@ def _file(where: str, table: dict[str, Any]) -> File:
 def _table(value: object, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{what} is not a table (found {_kind(value)})")
+    return value
+
+
+def _string(value: object, what: str) -> str:
+    """A string field: another TOML type is refused, not turned into text (`glibc = 2.30`, a float, read 2.3)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is not a string (found {_kind(value)})")
     return value
 
 

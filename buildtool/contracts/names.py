@@ -23,12 +23,14 @@ from buildtool.common.refs import TAG_RE as TAG_RE  # the one tag grammar (re-ex
 DEFAULT_REGISTRY = "127.0.0.1:5000"
 DEV_SUFFIX = "-dev"
 
+# Each ends in \Z, not $: `$` also matches before a final newline, so `<sha>\n` passed for a revision (a label's
+# value, a tag) and went on, newline and all, into a provenance and a git command. Callers use .match.
 # What `git_revision` produces; `--from`/`--revision` may abbreviate the sha to 7 digits.
-GIT_REVISION_RE = re.compile(r"^(?P<sha>[0-9a-f]{7,40})(?:-dirty\.(?P<dirty>[0-9a-f]{8}))?$")
+GIT_REVISION_RE = re.compile(r"^(?P<sha>[0-9a-f]{7,40})(?:-dirty\.(?P<dirty>[0-9a-f]{8}))?\Z")
 # The revision label: the whole commit sha (OCI's convention), a dirty tree's hash as in the tag.
-FULL_REVISION_RE = re.compile(r"^[0-9a-f]{40}(?:-dirty\.[0-9a-f]{8})?$")
+FULL_REVISION_RE = re.compile(r"^[0-9a-f]{40}(?:-dirty\.[0-9a-f]{8})?\Z")
 # A revision a pipeline names itself (e.g. a build number): tag-safe, no '-' last.
-CUSTOM_REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
+CUSTOM_REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}\Z")
 RELEASE_PLACEHOLDERS = ("version", "release")
 
 
@@ -89,7 +91,7 @@ def parse_dev_tag(tag: str, cell_version: str | None = None) -> DevTag | None:
         if not tag.endswith(suffix) or not _is_revision(tag[: -len(suffix)]):
             return None
         return DevTag(tag[: -len(suffix)], cell_version)
-    match = re.match(r"^(?P<rev>[0-9a-f]{7,40}(?:-dirty\.[0-9a-f]{8})?)-(?P<ver>.+)$", tag)
+    match = re.match(r"^(?P<rev>[0-9a-f]{7,40}(?:-dirty\.[0-9a-f]{8})?)-(?P<ver>.+)\Z", tag)
     return DevTag(match.group("rev"), match.group("ver")) if match else None
 
 
