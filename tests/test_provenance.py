@@ -651,3 +651,15 @@ def test_of_two_valid_provenances_the_one_that_finished_last_by_the_clock_counts
     found = find_provenance(client, "pytorch-cpu", digest, trusted())   # type: ignore[arg-type]
     assert found.provenance is not None and not found.rejected, found.rejected
     assert found.provenance.buildDefinition.externalParameters.revision == newer
+
+
+@pytest.mark.parametrize("kind", ["base", "source", "lock:"])
+def test_a_provenance_naming_one_dependency_twice_is_refused(kind: str) -> None:
+    """Release reads the first `base` (no stand-in, the labelled digest) while a second, a stand-in, sat unread
+    beside it: one signed document saying two things, which a rebuilder or another verifier may read the other way."""
+    prov = body()
+    deps = prov["buildDefinition"]["resolvedDependencies"]
+    first = next(d for d in deps if d["name"] == kind or d["name"].startswith(kind) and kind.endswith(":"))
+    deps.append({**first, "annotations": {"standin": True}} if kind == "base" else dict(first))
+    why = read(provenance_envelope("r", D1, prov))
+    assert isinstance(why, str) and f"resolvedDependencies names {first['name']!r} more than once" in why, why

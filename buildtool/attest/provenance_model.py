@@ -226,6 +226,12 @@ def parse_provenance(data: Any, where: str) -> Provenance:
             if public_url(index.url) != index.url:
                 raise ProvenanceError(f"{where}: a packageIndexes URL is not a plain URL without credentials, "
                                       "query or fragment (a provenance never records a credential)")
+    for kind, descriptors in (("resolvedDependencies", provenance.buildDefinition.resolvedDependencies),
+                              ("byproducts", provenance.runDetails.byproducts)):
+        names = [d.name for d in descriptors]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:   # readers take the first of a name (dependency()): a second one would say something else unread
+            raise ProvenanceError(f"{where}: {kind} names {', '.join(repr(n) for n in twice)} more than once")
     for name, what in ((BASE, "the base image"), (SOURCE, "the source, git+<URL>@<ref> with its gitCommit")):
         if provenance.dependency(name) is None:
             raise ProvenanceError(f"{where}: no resolved dependency named {name!r} ({what})")
