@@ -165,6 +165,23 @@ def test_signing_key_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
             signing_key(print)
 
 
+@pytest.mark.parametrize("role", ["tester", "builder"])
+def test_a_signing_key_variable_that_is_no_pem_text_is_never_echoed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     role: str) -> None:
+    """PEM in quotes (a .env file's), base64 of the PEM (how CI secrets are often kept), or the DER's base64 are
+    taken as paths: the refusal named that "path", the private key itself, in a message CI logs."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    variable = "DL_IMAGES_SIGNING_KEY" if role == "tester" else "DL_IMAGES_BUILDER_KEY"
+    der = KEY.pem.decode().split("-----")[2].strip()
+    for value in (f'"{KEY.pem.decode()}"', base64.b64encode(KEY.pem).decode(), der, "'" + KEY.pem.decode().strip()):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(UserError) as refused:
+            signing_key(print, role=role)
+        said = str(refused.value)
+        assert f"${variable} is neither PEM text nor a file that can be read" in said, said
+        assert der[:24] not in said and base64.b64encode(KEY.pem).decode()[:24] not in said, said
+
+
 def test_trusted_keys_file_round_trip_and_bad_input(tmp_path: Path) -> None:
     assert load_trusted(tmp_path).keys == {}                          # no file: nobody is trusted
     (tmp_path / "config").mkdir()

@@ -611,3 +611,55 @@ def test_only_a_committed_revision_that_is_the_release_commit_or_its_ancestor_ma
     assert revision_problem(tmp_path, unknown).startswith(
         f"the provenance's revision {unknown} is not a commit git knows in {tmp_path}")
     assert "is not a full commit" in revision_problem(tmp_path, head[:12])
+
+
+def _timed(started: str, finished: str, revision: str = REV) -> dict:
+    prov = provenance(CPU, revision=revision)  # type: ignore[arg-type]
+    prov["runDetails"]["metadata"].update(startedOn=started, finishedOn=finished)
+    return prov
+
+
+@pytest.mark.parametrize(("started", "finished", "cause"), [
+    ("2026-01-01T00:00:00Z", "later", "finishedOn 'later' is not an RFC 3339 time with its zone"),
+    ("2026-01-01T00:00:00Z", "9999", "finishedOn '9999' is not an RFC 3339 time"),
+    ("2026-01-01", "2026-01-01T00:01:00Z", "startedOn '2026-01-01' is not an RFC 3339 time"),
+    ("2026-01-01T00:00:00Z", "2026-01-01T00:01:00", "finishedOn '2026-01-01T00:01:00' is not an RFC 3339 time"),
+    ("2026-01-01T00:00:00Z", "2026-02-30T00:01:00Z", "finishedOn '2026-02-30T00:01:00Z' is not an RFC 3339 time"),
+    ("2026-01-01T00:02:00Z", "2026-01-01T00:01:00Z", "the build finished (2026-01-01T00:01:00Z) before it started"),
+])
+def test_a_provenance_whose_build_times_are_no_rfc3339_times_is_refused(started: str, finished: str,
+                                                                        cause: str) -> None:
+    """The times order provenances (the one that finished last counts): text that is no time ("later", "9999")
+    sorted after every real time and so won over every honest provenance of the digest."""
+    why = read(provenance_envelope("r", D1, _timed(started, finished)))
+    assert isinstance(why, str) and cause in why, why
+
+
+def test_of_two_valid_provenances_the_one_that_finished_last_by_the_clock_counts_whatever_its_zone() -> None:
+    from buildtool.attest.provenance_store import find_provenance
+    from tests.memregistry import MemRegistry
+    from tests.provenance_fixture import attest_provenance
+
+    client = MemRegistry()
+    digest = client.push_image("pytorch-cpu", "2.13-dev")
+    older, newer = "b" * 40, "c" * 40
+    # 01:00+02:00 is 23:00 UTC the day before: as text it sorts after 00:30Z, as a time it is earlier.
+    attest_provenance(client, "pytorch-cpu", digest,  # type: ignore[arg-type]
+                      predicate=_timed("2026-01-01T00:30:00+02:00", "2026-01-01T01:00:00+02:00", older))
+    attest_provenance(client, "pytorch-cpu", digest,  # type: ignore[arg-type]
+                      predicate=_timed("2026-01-01T00:00:00Z", "2026-01-01T00:30:00Z", newer))
+    found = find_provenance(client, "pytorch-cpu", digest, trusted())   # type: ignore[arg-type]
+    assert found.provenance is not None and not found.rejected, found.rejected
+    assert found.provenance.buildDefinition.externalParameters.revision == newer
+
+
+@pytest.mark.parametrize("kind", ["base", "source", "lock:"])
+def test_a_provenance_naming_one_dependency_twice_is_refused(kind: str) -> None:
+    """Release reads the first `base` (no stand-in, the labelled digest) while a second, a stand-in, sat unread
+    beside it: one signed document saying two things, which a rebuilder or another verifier may read the other way."""
+    prov = body()
+    deps = prov["buildDefinition"]["resolvedDependencies"]
+    first = next(d for d in deps if d["name"] == kind or d["name"].startswith(kind) and kind.endswith(":"))
+    deps.append({**first, "annotations": {"standin": True}} if kind == "base" else dict(first))
+    why = read(provenance_envelope("r", D1, prov))
+    assert isinstance(why, str) and f"resolvedDependencies names {first['name']!r} more than once" in why, why

@@ -185,6 +185,25 @@ def test_a_bundle_the_toolkit_does_not_read_is_refused_naming_why(client: MemReg
     assert cause in reason, reason
 
 
+@pytest.mark.parametrize("signatures", [5, True, "sig", {"keyid": signing.KEY.keyid},
+                                        ["junk", {"keyid": signing.KEY.keyid, "sig": "AA=="}]])
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_a_bundle_whose_signatures_are_not_a_list_of_objects_is_refused_not_a_traceback(
+        client: MemRegistry, monkeypatch: pytest.MonkeyPatch, signatures: object, timestamps: bool) -> None:
+    """Anyone who may push can attach such a bundle: every reader (release, verify, push's own check) stopped with a
+    TypeError or AttributeError instead of listing it among the attestations that do not count."""
+    if timestamps:   # a timestamp authority trusted: the signature is decoded for the timestamp check too
+        monkeypatch.setattr("buildtool.attest.bundles.timestamp_check", lambda: (lambda stamp, signature: ""))
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    with_provenance_bundle(client, digest)
+    only(client, digest)
+    replace_bundle(client, digest, PREDICATE_TYPE, lambda b: b["dsseEnvelope"].update(signatures=signatures))
+    found = find_provenance(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    assert found.provenance is None
+    ((_, reason),) = found.rejected
+    assert reason == "malformed: the Sigstore bundle's dsseEnvelope.signatures is not a list of {keyid, sig}", reason
+
+
 def test_bundle_of_an_envelope_with_no_single_signature_is_refused() -> None:
     with pytest.raises(sigstore_bundle.BundleError, match="one key: the envelope has 2 signatures"):
         sigstore_bundle.bundle(json.dumps({"payloadType": "x", "payload": "",

@@ -137,3 +137,24 @@ def test_a_key_in_both_roles_is_refused_unless_its_entry_says_so(tmp_path: Path)
                                                                                                ("builder",)))
     assert "allow_both_roles" not in (tmp_path / "config/trusted-keys.yaml").read_text()
     assert len(load_trusted(tmp_path).keys) == 2
+
+
+@pytest.mark.parametrize(("extra", "after", "why"), [
+    ("other", False, "holds 2 PEM blocks, not one"),
+    ("other", True, "holds 2 PEM blocks, not one"),
+    ("text", False, "holds text before or after its PEM block"),
+    ("text", True, "holds text before or after its PEM block"),
+])
+def test_a_public_key_entry_with_a_second_block_or_other_text_is_refused(tmp_path: Path, extra: str, after: bool,
+                                                                         why: str) -> None:
+    """The PEM reader trusted the first block and read past the rest: an entry showing (and commented with the id
+    of) one key trusted another, hidden above it, and one key could sit unseen in two entries."""
+    shown, hidden = generate().public(), generate().public()
+    added = hidden.pem.strip() if extra == "other" else "not a key: see the runbook"
+    pem = f"{shown.pem.strip()}\n{added}" if after else f"{added}\n{shown.pem.strip()}"
+    body = "\n".join(f"      {line}" for line in pem.splitlines())
+    entry = trusted_entry("ci-runners", shown).split("    public_key: |\n")[0] + f"    public_key: |\n{body}\n"
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/trusted-keys.yaml").write_text("keys:\n" + entry)
+    with pytest.raises(UserError, match=f"config/trusted-keys.yaml:2 keys\\[0\\] {why}"):
+        load_trusted(tmp_path)

@@ -99,6 +99,13 @@ def load_public(pem: str, where: str) -> PublicKey:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
+    text = pem.strip()
+    blocks = text.count("-----BEGIN ")
+    # The PEM reader takes the first block and reads past the rest: a reviewer would see a key that is not trusted.
+    if blocks > 1:
+        raise EnvelopeError(f"{where} holds {blocks} PEM blocks, not one; give exactly one public key")
+    if blocks == 1 and not (text.startswith("-----BEGIN ") and text.endswith("-----")):
+        raise EnvelopeError(f"{where} holds text before or after its PEM block; give the public key's PEM only")
     try:
         key = load_pem_public_key(pem.encode())
     except (ValueError, TypeError) as exc:

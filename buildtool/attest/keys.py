@@ -64,8 +64,11 @@ def signing_key(log: Callable[[str], None], create_dev: bool = True, role: str =
             try:
                 pem = path.read_bytes()
             except OSError as exc:
-                raise UserError(f"${env} names {path}, which cannot be read ({exc.strerror}); "
-                                "set it to the PEM text or a readable file") from None
+                what = (f"names {path}, which cannot be read" if _plainly_a_path(value, path) else
+                        "is neither PEM text nor a file that can be read (its value is not shown: it may be the key "
+                        "itself, quoted or encoded)")
+                raise UserError(f"${env} {what} ({exc.strerror}); set it to the PEM text (starting -----BEGIN) or a "
+                                "readable file") from None
             where = f"{path} (${env})"
         try:
             return SigningKey(load_private(pem, where), where, dev=False)
@@ -89,6 +92,13 @@ def signing_key(log: Callable[[str], None], create_dev: bool = True, role: str =
         return SigningKey(load_private(path.read_bytes(), str(path)), f"local dev key {path}", dev=True)
     except EnvelopeError as exc:
         raise UserError(f"{exc}; remove it to have a new dev key made") from None
+
+
+def _plainly_a_path(value: str, path: Path) -> bool:
+    """Whether a signing key variable's value that is no PEM text is plainly `path` and may be shown: a value that
+    may be the key itself (PEM in quotes, base64, one line of key material) is never echoed."""
+    return ("/" in value and "-----" not in value and not any(c.isspace() or c in "\"'" for c in value)
+            and path.parent.is_dir())
 
 
 def dev_public_key() -> PublicKey | None:

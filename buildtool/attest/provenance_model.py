@@ -12,6 +12,7 @@ issue 52) is still read, by its own model, never written.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +35,7 @@ ARCHIVE_PREFIX = "apt-archive:"
 CACHE_PREFIX = "cache:"
 INLINE_CACHE = "buildkit-inline-cache"
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
 
 
 def local_builder_id(keyid: str) -> str:
@@ -124,8 +126,23 @@ class Builder(_Model):
 
 class BuildMetadata(_Model):
     invocationId: str = ""
-    startedOn: str      # RFC 3339 UTC, as finishedOn
+    startedOn: str      # RFC 3339 with its zone (a push writes UTC, `Z`), as finishedOn; checked by parse_provenance
     finishedOn: str
+
+    def finished_at(self) -> datetime:
+        """finishedOn as a time: what orders provenances (text would put `...T01:00:00+02:00` after `...T00:30:00Z`)."""
+        return datetime.fromisoformat(self.finishedOn)
+
+
+def time_problem(value: str, field: str) -> str:
+    """Why `value` is no RFC 3339 time with its zone ("" when it is one)."""
+    if _RFC3339.match(value):
+        try:
+            datetime.fromisoformat(value)
+            return ""
+        except ValueError:
+            pass
+    return f"runDetails.metadata.{field} {value[:40]!r} is not an RFC 3339 time with its zone (2026-01-01T00:00:00Z)"
 
 
 class RunDetails(_Model):
@@ -209,6 +226,12 @@ def parse_provenance(data: Any, where: str) -> Provenance:
             if public_url(index.url) != index.url:
                 raise ProvenanceError(f"{where}: a packageIndexes URL is not a plain URL without credentials, "
                                       "query or fragment (a provenance never records a credential)")
+    for kind, descriptors in (("resolvedDependencies", provenance.buildDefinition.resolvedDependencies),
+                              ("byproducts", provenance.runDetails.byproducts)):
+        names = [d.name for d in descriptors]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:   # readers take the first of a name (dependency()): a second one would say something else unread
+            raise ProvenanceError(f"{where}: {kind} names {', '.join(repr(n) for n in twice)} more than once")
     for name, what in ((BASE, "the base image"), (SOURCE, "the source, git+<URL>@<ref> with its gitCommit")):
         if provenance.dependency(name) is None:
             raise ProvenanceError(f"{where}: no resolved dependency named {name!r} ({what})")
@@ -223,4 +246,11 @@ def parse_provenance(data: Any, where: str) -> Provenance:
     problem = builder_id_problem(provenance.runDetails.builder.id)
     if problem:
         raise ProvenanceError(f"{where}: {problem}")
+    metadata = provenance.runDetails.metadata
+    problem = time_problem(metadata.startedOn, "startedOn") or time_problem(metadata.finishedOn, "finishedOn")
+    if problem:
+        raise ProvenanceError(f"{where}: {problem}")
+    if metadata.finished_at() < datetime.fromisoformat(metadata.startedOn):
+        raise ProvenanceError(f"{where}: the build finished ({metadata.finishedOn}) before it started "
+                              f"({metadata.startedOn})")
     return provenance

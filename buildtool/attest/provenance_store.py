@@ -104,7 +104,7 @@ def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Tru
         else:
             valid.append((ref, outcome[1], outcome[0]))
     if valid:
-        ref, keyid, provenance = max(valid, key=lambda v: (v[2].runDetails.metadata.finishedOn, v[0].digest))
+        ref, keyid, provenance = max(valid, key=lambda v: (v[2].runDetails.metadata.finished_at(), v[0].digest))
         findings.provenance, findings.keyid, findings.artifact, findings.referrer = provenance, keyid, ref.digest, ref
         findings.signer = trusted.describe(keyid)
     return findings

@@ -57,8 +57,15 @@ class Referrer:
 
     @classmethod
     def from_descriptor(cls, d: dict[str, Any]) -> Referrer:
+        """A descriptor of a referrers list (the registry's answer, or the fallback index anyone who may push
+        writes); RegistryError naming it when its size or annotations are not what OCI says (a number; strings)."""
+        size, notes = d.get("size") or 0, d.get("annotations") or {}
+        if not isinstance(size, int | str) or isinstance(size, bool) or not str(size).isdigit() \
+                or not isinstance(notes, dict) or not all(isinstance(v, str) for v in notes.values()):
+            raise RegistryError(f"the referrers list holds a malformed descriptor (its size must be a number, its "
+                                f"annotations strings): {json.dumps(d, default=str)[:160]}")
         return cls(digest=str(d.get("digest")), artifact_type=str(d.get("artifactType") or ""),
-                   size=int(d.get("size") or 0), annotations=dict(d.get("annotations") or {}))
+                   size=int(size), annotations=dict(notes))
 
     def descriptor(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mediaType": OCI_MANIFEST, "digest": self.digest, "size": self.size,

@@ -89,7 +89,10 @@ def envelope(data: bytes, check_timestamp: TimestampCheck | None = None) -> byte
                           "(it trusts keys, not a transparency log, and a timestamp authority only where "
                           "DL_IMAGES_TSA_CERTS names one); Sigstore's verifiers refuse what they cannot verify too, "
                           "so it is refused, not read past")
-    claimed = [s.get("keyid") for s in env.get("signatures") or [] if isinstance(s, dict)]
+    signatures = env.get("signatures")
+    if not isinstance(signatures, list) or not all(isinstance(s, dict) for s in signatures):
+        raise BundleError("malformed: the Sigstore bundle's dsseEnvelope.signatures is not a list of {keyid, sig}")
+    claimed = [s.get("keyid") for s in signatures]
     if claimed != [hint]:
         raise BundleError(f"mismatched: the bundle's key hint {hint[:16]} is not the key its one signature names "
                           f"({', '.join(str(k)[:16] for k in claimed) or 'none'})")
