@@ -167,3 +167,33 @@ def test_an_older_failure_before_both_does_not_count() -> None:
     dev, _ = paired(early)
     problems, found = both(dev)
     assert problems == [] and found.ok, problems
+
+
+OTHER_MATRIX = "sha256:" + "e" * 64
+
+for _name, _multi in {
+    "pairing/companion-of-another-matrix": {"matrix_digest": OTHER_MATRIX},
+    "pairing/companion-of-other-library-promises": {"libraries": {"cudnn": "9.0.0.1", "nccl": "2.0.1"}},
+    "pairing/companion-recording-no-binding": {"schema": 5},
+}.items():
+    scenario(_name)(lambda multi=_multi: paired(**multi)[0])
+
+
+@pytest.mark.parametrize(("multi", "why"), [
+    pytest.param({"matrix_digest": OTHER_MATRIX}, f"the verdict ran with the matrix {OTHER_MATRIX}, which is not the "
+                 "matrix committed", id="another-matrix"),
+    pytest.param({"libraries": {"cudnn": "9.0.0.1", "nccl": "2.0.1"}}, "the verdict checked the library promises "
+                 "cudnn 9.0.0.1, nccl 2.0.1, but the matrix promises none", id="other-library-promises"),
+    pytest.param({"schema": 5}, "the verdict is schema 5: it does not record the matrix and library promises",
+                 id="schema-5"),
+])
+def test_a_companion_bound_to_another_matrix_does_not_complete_the_one_gpu_verdict(multi: dict[str, Any],
+                                                                                   why: str) -> None:
+    """Before: only the one-GPU verdict's binding (schema 6: the matrix and library promises it ran with) was
+    checked, so a multi-GPU verdict that ran with an edited matrix, or recorded none, decided the multi-GPU
+    tests; a verdict alone of that kind is refused."""
+    dev, _ = paired(**multi)
+    problems, found = both(dev)
+    assert any(p.startswith("the multi-GPU verdict sha256:") and "that completes the one-GPU runner's verdict does "
+               f"not count: {why}" in p for p in problems), problems
+    assert not found.ok

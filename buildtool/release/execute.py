@@ -104,6 +104,12 @@ def promote(client: RegistryClient, item: ImageRelease, plan: CellPlan, lock: Re
     # Version tags first, then the moving ones: a moving tag never names a release whose version
     # tag was not written. Within each group the tags are independent: compared and written side by side.
     for group in ([t for t in todo if not t.moving], [t for t in todo if t.moving]):
+        if group and group[0].moving:
+            # ...nor one whose version tag was written and then found elsewhere: read back before any moves.
+            wrong = verify(client, item, moving=False)
+            if wrong:
+                raise RegistryError(f"{wrong[0]} after it was written; the moving tags "
+                                    f"{', '.join(t.tag for t in group)} were not moved")
         if group:
             _write_tags(client, item, plan, dst, group)
     item.status = "promoted"

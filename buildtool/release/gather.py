@@ -33,6 +33,7 @@ from buildtool.release.gates import (
 from buildtool.release.model import Evidence, ImageRelease, ReleaseOptions
 from buildtool.release.read import read_platforms
 from buildtool.release.sbomgate import gate_sbom
+from buildtool.validate.verdict_choice import Found
 
 
 def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_repo: str,
@@ -84,6 +85,7 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
                              f"image-tests{site}")
     else:
         item.problems += binding_problems(plan.cell, chosen.verdict, known.matrices)
+        item.problems += _companion_binding(plan, decision.companion, known.matrices)
         where, folder = codes[code]
         item.notes.append(f"verdict ran {where} ({code})")
         if folder is not None:
@@ -109,6 +111,15 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
                                                                                  local)
             item.skips.append({"id": t.id, "reason": t.skip_reason,
                                "accepted_by": "matrix" if pattern is None else f"--accept-skip {pattern}"})
+
+
+def _companion_binding(plan: CellPlan, companion: Found | None, matrices: dict[str, str]) -> list[str]:
+    """The multi-GPU verdict that completes a one-GPU runner's decides the tests it covers: it must be bound to a
+    committed matrix and the cell's library promises as the verdict it completes is (binding_problems)."""
+    if companion is None:
+        return []
+    return [f"the multi-GPU verdict {companion.artifact[:19]}… that completes the one-GPU runner's verdict does not "
+            f"count: {why}" for why in binding_problems(plan.cell, companion.verdict, matrices)]
 
 
 def _gate_provenance(client: RegistryClient, item: Evidence, dev_repo: str, options: ReleaseOptions) -> None:
