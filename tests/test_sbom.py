@@ -321,3 +321,21 @@ def test_lock_mismatches_compare_and_name_packages_by_their_normalised_name():
     assert contents.lock_mismatches({"Foo_Bar": "1"}, {"foo-bar": "2"}) == ["foo-bar: locked 1, image has 2"]
     assert contents.lock_mismatches({"Foo_Bar": "1"}, {"foo.bar": "1"}) == []
     assert contents.lock_mismatches({"Foo_Bar": "1"}, {}) == ["foo-bar: locked 1, image has nothing installed"]
+
+
+@pytest.mark.parametrize(("declared", "licenses", "note"), [
+    ("mit or apache-2.0", [{"expression": "MIT OR Apache-2.0"}], None),
+    ("LicenseRef-Proprietary", [{"expression": "LicenseRef-Proprietary"}], None),
+    ("Apache 2.0", [{"license": {"name": "Apache 2.0"}}], "not SPDX: "),
+    ("MIT OR", [{"license": {"name": "MIT OR"}}], "not SPDX: "),
+])
+def test_a_license_expression_that_is_not_spdx_is_given_as_a_name_not_as_an_spdx_expression(declared, licenses, note):
+    """A Python License-Expression goes in as an SPDX expression only when it is one (SPDX's canonical spelling);
+    `Apache 2.0` was written as {"expression": "Apache 2.0"}, which scanners read as SPDX."""
+    probe = sbom_probe.probe()
+    probe["python_details"]["sympy"]["license_expression"] = declared
+    doc = _doc(probe)
+    sbom.validate_sbom(doc)
+    sympy = _by_name(doc)["sympy"]
+    assert sympy["licenses"] == licenses
+    assert (_props(sympy).get("license") or "").startswith(note) if note else "license" not in _props(sympy)

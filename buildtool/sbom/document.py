@@ -41,6 +41,8 @@ DEB_HASH_NOTE = "not recorded: dpkg keeps per-file md5sums, not the hash of the 
 LICENSE_PROPERTY = "license"
 LICENSE_NONE = ("not declared: the package's /usr/share/doc/<package>/copyright is missing or not machine-readable "
                 "(DEP-5), so no license is claimed")
+PYTHON_LICENSE_NOT_SPDX = ("not SPDX: the package's License-Expression is no SPDX license expression, so it is "
+                           "given as a license name")
 DEB_NOT_SERVED_NOTE = "unknown: the Debian archive no longer served this version when `make lock` ran"
 
 
@@ -104,9 +106,11 @@ def _python_components(probe: dict[str, Any], locks: Mapping[str, LockFile], ide
         purl = PackageURL("pypi", name=dist.name, version=dist.version,
                           qualifiers={"repository_url": repository_url} if repository_url else None)
         base_local = not from_locks and _local_version(dist.version)
-        notes = [("installed-from", origin), ("repository", BASE_REPOSITORY_NOTE if base_local else ""), ("hash", note)]
-        by_ref[dist.name] = _library(dist.name, dist.version, purl, sha256, _python_licenses(dist),
-                                     notes, python_missing.get(dist.name, []))
+        licenses, license_note = _python_licenses(dist)
+        notes = [("installed-from", origin), ("repository", BASE_REPOSITORY_NOTE if base_local else ""), ("hash", note),
+                 (LICENSE_PROPERTY, license_note)]
+        by_ref[dist.name] = _library(dist.name, dist.version, purl, sha256, licenses, notes,
+                                     python_missing.get(dist.name, []))
         edges[dist.name] = python_edges[dist.name]
 
 
@@ -222,15 +226,19 @@ def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified:
     return "no lock (the base image's own)", "", "not recorded: not installed from a lock"
 
 
-def _python_licenses(dist: packages.Dist) -> list[Any]:
-    """License-Expression when declared, else a one-line License field, else the License :: classifiers;
-    none when the metadata declares none."""
+def _python_licenses(dist: packages.Dist) -> tuple[list[Any], str]:
+    """(licenses, a note): License-Expression when declared, in SPDX's canonical form; one that is not SPDX
+    is kept as a name, and the note says so (nothing that is not SPDX is written as an SPDX expression).
+    Else a one-line License field, else the License :: classifiers; none when the metadata declares none."""
     from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 
     if dist.license_expression:
-        return [LicenseExpression(dist.license_expression)]
+        expression = deb_licenses.canonical_spdx(dist.license_expression)
+        if expression is not None:
+            return [LicenseExpression(expression)], ""
+        return [DisjunctiveLicense(name=dist.license_expression)], PYTHON_LICENSE_NOT_SPDX
     names = [dist.license] if dist.license else set(dist.license_classifiers)
-    return [DisjunctiveLicense(name=n) for n in sorted(names)]
+    return [DisjunctiveLicense(name=n) for n in sorted(names)], ""
 
 
 def validate_sbom(document: dict[str, Any]) -> None:
