@@ -339,3 +339,31 @@ def test_a_license_expression_that_is_not_spdx_is_given_as_a_name_not_as_an_spdx
     sympy = _by_name(doc)["sympy"]
     assert sympy["licenses"] == licenses
     assert (_props(sympy).get("license") or "").startswith(note) if note else "license" not in _props(sympy)
+
+
+@pytest.mark.parametrize(("shape", "problem"), [
+    ({"components": [1]}, "components is not a list of objects with a text purl"),
+    ({"components": "pkg:pypi/a@1"}, "components is not a list of objects with a text purl"),
+    ({"metadata": {"component": {"version": DIGEST, "properties": [1]}}},
+     "metadata.component.properties is not a list of objects with a text name and value"),
+    ({"metadata": {"component": {"version": DIGEST, "properties": {"a": 1}}}},
+     "metadata.component.properties is not a list of objects with a text name and value"),
+])
+def test_a_stored_sbom_of_another_shape_is_refused_naming_the_part(monkeypatch, shape, problem):
+    """The plain SBOM artifact is anyone's who may push (release notes and `buildtool diff` read it): components or
+    properties of another type were an AttributeError traceback in sbom.contents; now load_sbom refuses it
+    (RegistryError, which release notes turn into "could not be read"), and a signed one is rejected, naming it."""
+    from buildtool.attest import referrers
+    from buildtool.registry.client import RegistryError
+    from buildtool.sbom import signing
+
+    document = {"bomFormat": "CycloneDX", "specVersion": "1.6", "metadata": {"component": {"version": DIGEST}},
+                **shape}
+    referrer = referrers.Referrer(digest="sha256:" + "a" * 64, artifact_type=sbom.SBOM_TYPE, size=1)
+    monkeypatch.setattr(referrers, "referrers", lambda client, repo, digest, kind: [referrer])
+    monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [
+        referrers.Payload(sbom.SBOM_TYPE, json.dumps(document).encode())])
+    with pytest.raises(RegistryError, match=re.escape(f"SBOM {referrer.digest} of r/a@{DIGEST} is malformed: "
+                                                      f"{problem}")):
+        sbom.load_sbom(None, "r/a", DIGEST)  # type: ignore[arg-type]
+    assert signing._cyclonedx(document, DIGEST) == f"malformed: the predicate's {problem}"

@@ -262,8 +262,29 @@ class Contents:
     apt: dict[str, str] = field(default_factory=dict)
 
 
+def shape_problem(document: Any) -> str:
+    """Why `contents` cannot read `document` ("" when it can): the parts it reads (metadata.component and its
+    properties, components and their purls) must be of CycloneDX's types. A stored SBOM is anyone's who may
+    push: a wrong type there is refused by its readers, naming it, never a traceback."""
+    if not isinstance(document, dict):
+        return "the document is not a JSON object"
+    metadata = document.get("metadata") or {}
+    root = (metadata.get("component") or {}) if isinstance(metadata, dict) else None
+    if not isinstance(root, dict):
+        return "metadata.component is not an object" if isinstance(metadata, dict) else "metadata is not an object"
+    properties = root.get("properties", [])
+    if not isinstance(properties, list) or not all(isinstance(p, dict) and isinstance(p.get("name", ""), str)
+                                                   and isinstance(p.get("value", ""), str) for p in properties):
+        return "metadata.component.properties is not a list of objects with a text name and value"
+    components = document.get("components", [])
+    if not isinstance(components, list) or not all(isinstance(c, dict) and isinstance(c.get("purl", ""), str)
+                                                   for c in components):
+        return "components is not a list of objects with a text purl"
+    return ""
+
+
 def contents(document: dict[str, Any]) -> Contents:
-    """Package sets of a CycloneDX document (ours or any with pypi/deb purls)."""
+    """Package sets of a CycloneDX document (ours or any with pypi/deb purls) that shape_problem accepts."""
     from packageurl import PackageURL
 
     root = (document.get("metadata") or {}).get("component") or {}
@@ -356,5 +377,8 @@ def load_sbom(client: RegistryClient, repo: str, digest: str) -> tuple[dict[str,
                     from None
             if version != digest:
                 raise RegistryError(f"SBOM {referrer.digest} describes {version}, not {digest}")
+            problem = shape_problem(document)
+            if problem:
+                raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is malformed: {problem}")
             return document, referrer.digest
     raise RegistryError(f"artifact {referrer.digest} of {repo}@{digest} holds no {SBOM_TYPE} layer")
