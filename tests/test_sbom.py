@@ -367,3 +367,16 @@ def test_a_stored_sbom_of_another_shape_is_refused_naming_the_part(monkeypatch, 
                                                       f"{problem}")):
         sbom.load_sbom(None, "r/a", DIGEST)  # type: ignore[arg-type]
     assert signing._cyclonedx(document, DIGEST) == f"malformed: the predicate's {problem}"
+
+
+@pytest.mark.parametrize("licenses", ["GPL-2+", [""], ["GPL-2+", 3], {"GPL-2+": 1}])
+def test_debian_licenses_of_another_shape_are_a_probe_error_naming_the_package(licenses):
+    """A deb_packages row's licenses that are not None or a list of names: a ProbeError naming the package (a text
+    became one license per letter, G, P, L...; an empty name was a cyclonedx exception, a number an AttributeError)."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    next(r for r in probe["deb_packages"] if r["Package"] == "dpkg")["licenses"] = licenses
+    with pytest.raises(ProbeError, match=re.escape(f"Debian package dpkg: the probe gave licenses {licenses!r}, "
+                                                   "not a list of license names")):
+        _doc(probe)
