@@ -380,3 +380,25 @@ def test_debian_licenses_of_another_shape_are_a_probe_error_naming_the_package(l
     with pytest.raises(ProbeError, match=re.escape(f"Debian package dpkg: the probe gave licenses {licenses!r}, "
                                                    "not a list of license names")):
         _doc(probe)
+
+
+def test_a_stored_sbom_that_repeats_a_key_is_refused(monkeypatch):
+    """A plain SBOM `{"components": [<other packages>], ..., "components": [<the signed ones>]}` read here as the
+    signed document (Python keeps the last key), so release and verify found it unchanged, while a reader that keeps
+    the first key showed other packages; now load_sbom refuses it, naming the key."""
+    from buildtool.attest import referrers
+    from buildtool.registry.client import RegistryError
+
+    signed = json.dumps(_doc())
+    data = ('{"components": [{"type": "library", "name": "openssl", "purl": "pkg:deb/debian/openssl@9.9"}], '
+            + signed[1:]).encode()
+    assert json.loads(data) == _doc()
+    referrer = referrers.Referrer(digest="sha256:" + "a" * 64, artifact_type=sbom.SBOM_TYPE, size=1)
+    monkeypatch.setattr(referrers, "referrers", lambda client, repo, digest, kind: [referrer])
+    monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [referrers.Payload(sbom.SBOM_TYPE, data)])
+    with pytest.raises(RegistryError, match=re.escape(f"SBOM {referrer.digest} of r/a@{DIGEST} repeats the key "
+                                                      "'components' in one JSON object")):
+        sbom.load_sbom(None, "r/a", DIGEST)  # type: ignore[arg-type]
+    monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [
+        referrers.Payload(sbom.SBOM_TYPE, signed.encode())])
+    assert sbom.load_sbom(None, "r/a", DIGEST) == (_doc(), referrer.digest)  # type: ignore[arg-type]
