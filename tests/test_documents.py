@@ -29,6 +29,18 @@ def test_code_span_with_a_backtick_gets_a_longer_fence() -> None:
     assert code_span("a`b") == "`` a`b ``"
 
 
+def test_code_span_holds_any_run_of_backticks_and_stays_on_one_line() -> None:
+    """A value with two backticks in a row closed the `` fence early: what followed was Markdown (a verdict's cell
+    `x``[link](https://e.invalid)``` gave the report a link); a line break ended a table row."""
+    import markdown_it
+
+    md = markdown_it.MarkdownIt("commonmark")
+    for value in ("x``[link](https://e.invalid)``", "a```b", "``", "a\nb"):
+        html = md.render("- " + code_span(value) + " after")
+        assert "<a " not in html and html.count("<code>") == 1 and html.endswith("</code> after</li>\n</ul>\n"), html
+    assert code_span("a``b") == "``` a``b ```" and code_span("a\r\nb") == "`a  b`"
+
+
 def test_plural() -> None:
     assert (plural(1, "image"), plural(2, "image"), plural(0, "image")) == ("1 image", "2 images", "0 images")
 

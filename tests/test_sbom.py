@@ -321,3 +321,84 @@ def test_lock_mismatches_compare_and_name_packages_by_their_normalised_name():
     assert contents.lock_mismatches({"Foo_Bar": "1"}, {"foo-bar": "2"}) == ["foo-bar: locked 1, image has 2"]
     assert contents.lock_mismatches({"Foo_Bar": "1"}, {"foo.bar": "1"}) == []
     assert contents.lock_mismatches({"Foo_Bar": "1"}, {}) == ["foo-bar: locked 1, image has nothing installed"]
+
+
+@pytest.mark.parametrize(("declared", "licenses", "note"), [
+    ("mit or apache-2.0", [{"expression": "MIT OR Apache-2.0"}], None),
+    ("LicenseRef-Proprietary", [{"expression": "LicenseRef-Proprietary"}], None),
+    ("Apache 2.0", [{"license": {"name": "Apache 2.0"}}], "not SPDX: "),
+    ("MIT OR", [{"license": {"name": "MIT OR"}}], "not SPDX: "),
+])
+def test_a_license_expression_that_is_not_spdx_is_given_as_a_name_not_as_an_spdx_expression(declared, licenses, note):
+    """A Python License-Expression goes in as an SPDX expression only when it is one (SPDX's canonical spelling);
+    `Apache 2.0` was written as {"expression": "Apache 2.0"}, which scanners read as SPDX."""
+    probe = sbom_probe.probe()
+    probe["python_details"]["sympy"]["license_expression"] = declared
+    doc = _doc(probe)
+    sbom.validate_sbom(doc)
+    sympy = _by_name(doc)["sympy"]
+    assert sympy["licenses"] == licenses
+    assert (_props(sympy).get("license") or "").startswith(note) if note else "license" not in _props(sympy)
+
+
+@pytest.mark.parametrize(("shape", "problem"), [
+    ({"components": [1]}, "components is not a list of objects with a text purl"),
+    ({"components": "pkg:pypi/a@1"}, "components is not a list of objects with a text purl"),
+    ({"metadata": {"component": {"version": DIGEST, "properties": [1]}}},
+     "metadata.component.properties is not a list of objects with a text name and value"),
+    ({"metadata": {"component": {"version": DIGEST, "properties": {"a": 1}}}},
+     "metadata.component.properties is not a list of objects with a text name and value"),
+])
+def test_a_stored_sbom_of_another_shape_is_refused_naming_the_part(monkeypatch, shape, problem):
+    """The plain SBOM artifact is anyone's who may push (release notes and `buildtool diff` read it): components or
+    properties of another type were an AttributeError traceback in sbom.contents; now load_sbom refuses it
+    (RegistryError, which release notes turn into "could not be read"), and a signed one is rejected, naming it."""
+    from buildtool.attest import referrers
+    from buildtool.registry.client import RegistryError
+    from buildtool.sbom import signing
+
+    document = {"bomFormat": "CycloneDX", "specVersion": "1.6", "metadata": {"component": {"version": DIGEST}},
+                **shape}
+    referrer = referrers.Referrer(digest="sha256:" + "a" * 64, artifact_type=sbom.SBOM_TYPE, size=1)
+    monkeypatch.setattr(referrers, "referrers", lambda client, repo, digest, kind: [referrer])
+    monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [
+        referrers.Payload(sbom.SBOM_TYPE, json.dumps(document).encode())])
+    with pytest.raises(RegistryError, match=re.escape(f"SBOM {referrer.digest} of r/a@{DIGEST} is malformed: "
+                                                      f"{problem}")):
+        sbom.load_sbom(None, "r/a", DIGEST)  # type: ignore[arg-type]
+    assert signing._cyclonedx(document, DIGEST) == f"malformed: the predicate's {problem}"
+
+
+@pytest.mark.parametrize("licenses", ["GPL-2+", [""], ["GPL-2+", 3], {"GPL-2+": 1}])
+def test_debian_licenses_of_another_shape_are_a_probe_error_naming_the_package(licenses):
+    """A deb_packages row's licenses that are not None or a list of names: a ProbeError naming the package (a text
+    became one license per letter, G, P, L...; an empty name was a cyclonedx exception, a number an AttributeError)."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    next(r for r in probe["deb_packages"] if r["Package"] == "dpkg")["licenses"] = licenses
+    with pytest.raises(ProbeError, match=re.escape(f"Debian package dpkg: the probe gave licenses {licenses!r}, "
+                                                   "not a list of license names")):
+        _doc(probe)
+
+
+def test_a_stored_sbom_that_repeats_a_key_is_refused(monkeypatch):
+    """A plain SBOM `{"components": [<other packages>], ..., "components": [<the signed ones>]}` read here as the
+    signed document (Python keeps the last key), so release and verify found it unchanged, while a reader that keeps
+    the first key showed other packages; now load_sbom refuses it, naming the key."""
+    from buildtool.attest import referrers
+    from buildtool.registry.client import RegistryError
+
+    signed = json.dumps(_doc())
+    data = ('{"components": [{"type": "library", "name": "openssl", "purl": "pkg:deb/debian/openssl@9.9"}], '
+            + signed[1:]).encode()
+    assert json.loads(data) == _doc()
+    referrer = referrers.Referrer(digest="sha256:" + "a" * 64, artifact_type=sbom.SBOM_TYPE, size=1)
+    monkeypatch.setattr(referrers, "referrers", lambda client, repo, digest, kind: [referrer])
+    monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [referrers.Payload(sbom.SBOM_TYPE, data)])
+    with pytest.raises(RegistryError, match=re.escape(f"SBOM {referrer.digest} of r/a@{DIGEST} repeats the key "
+                                                      "'components' in one JSON object")):
+        sbom.load_sbom(None, "r/a", DIGEST)  # type: ignore[arg-type]
+    monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [
+        referrers.Payload(sbom.SBOM_TYPE, signed.encode())])
+    assert sbom.load_sbom(None, "r/a", DIGEST) == (_doc(), referrer.digest)  # type: ignore[arg-type]

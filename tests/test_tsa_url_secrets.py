@@ -36,3 +36,28 @@ def test_a_token_in_the_query_never_reaches_the_failure(monkeypatch):
 ])
 def test_shown_url_keeps_no_secret(url: str, shown: str):
     assert shown_url(url) == shown
+
+
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("https://user:abc/def==@tsa.example/tsr", "https://tsa.example/tsr"),
+    ("https://user:abc/def==@tsa.example:99999/tsr", "https://****@tsa.example:99999/tsr"),
+    ("https://user:ab?cd@tsa.example/tsr", "https://tsa.example/tsr"),
+    ("https://tok#en@tsa.example/tsr", "https://tsa.example/tsr"),
+    ("user:secret@tsa.example/tsr", "****@tsa.example/tsr"),
+])
+def test_a_secret_with_a_slash_question_mark_or_hash_is_masked_whole(url: str, shown: str):
+    """A password with an unescaped `/`, `?` or `#` ends the authority early for a URL parser: the mask stopped
+    there and a message showed the password whole (`https://user:abc/def==@...`) or in part (`https://user:ab`)."""
+    assert shown_url(url) == shown
+
+
+def test_a_tsa_url_whose_password_holds_a_slash_never_reaches_the_failure(monkeypatch):
+    """`user:abc/def==@host` passes url_problem (a URL parser reads the host `user`); the failure named the URL
+    as given, password and all."""
+    monkeypatch.setenv(tsa.TSA_URL_ENV, "http://user:abc/def==@127.0.0.1:1/tsr")
+    with pytest.raises(FailedError) as failed:
+        tsa.request_timestamp(tsa.configured_url(), b"x")
+    assert "abc" not in str(failed.value) and str(failed.value).startswith("the timestamp authority "
+                                                                           "http://127.0.0.1:1/tsr "), failed.value

@@ -25,9 +25,14 @@ def markdown_cell(value: Any) -> str:
 
 
 def code_span(value: Any) -> str:
-    """Inline code in Markdown; a value holding a backtick gets a longer fence (CommonMark)."""
-    text = str(value)
-    return f"`` {text} ``" if "`" in text else f"`{text}`"
+    """Inline code in Markdown on one line; a value holding backticks gets a fence longer than its longest run of
+    them (CommonMark: a run as long as the fence closes the span, and what follows would be Markdown)."""
+    import re
+
+    text = str(value).replace("\r", " ").replace("\n", " ")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}" if longest else f"`{text}`"
 
 
 def plural(count: int, word: str) -> str:

@@ -33,5 +33,11 @@ def public_url(url: str) -> str:
 
 def shown_url(url: str) -> str:
     """What a message may show of `url`: public_url, else (a bad port, no scheme) the text with its userinfo
-    masked and its query and fragment cut, where a secret rides; never the text as given."""
-    return public_url(url) or re.split(r"[?#]", re.sub(r"//[^/?#]*@", "//****@", url, count=1), maxsplit=1)[0]
+    masked and its query and fragment cut, where a secret rides; never the text as given. Everything up to the
+    last `@` counts as userinfo: a token with an unescaped `/`, `?` or `#` (`https://u:ab/cd@host`) ends the
+    authority early for a URL parser, and was shown whole (or in part) for a path or a query."""
+    before, at, after = url.rpartition("@")
+    if at:
+        scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", before)
+        url = (scheme.group(0) if scheme else "") + "****@" + after
+    return public_url(url) or re.split(r"[?#]", url, maxsplit=1)[0]

@@ -55,17 +55,28 @@ def debs(probe: Mapping[str, Any]) -> list[Deb]:
         raise ProbeError("the probe's output has no deb_packages (made by an older packages.py?)")
     found = []
     for row in rows:
+        if not isinstance(row, dict):
+            raise ProbeError(f"a deb_packages entry of the probe is {row!r}, not an object")
         name = str(row.get("Package") or "")
         missing = [k for k in ("Package", "Version", "Architecture", "source:Package", "source:Version")
                    if not row.get(k)]
         if missing:
             raise ProbeError(f"Debian package {name or row!r}: dpkg gave no {', '.join(missing)}")
-        licenses = row.get("licenses")
         found.append(Deb(name, row["Version"], row["Architecture"], row["source:Package"], row["source:Version"],
                          ", ".join(d for d in (row.get("Pre-Depends"), row.get("Depends")) if d),
-                         str(row.get("Provides") or ""),
-                         tuple(licenses) if licenses is not None else None))
+                         str(row.get("Provides") or ""), _deb_licenses(name, row.get("licenses"))))
     return sorted(found, key=lambda d: d.key)
+
+
+def _deb_licenses(name: str, licenses: Any) -> tuple[str, ...] | None:
+    """A row's `licenses` as packages.py writes them: None (no machine-readable copyright file) or a list of
+    license names; anything else is a ProbeError naming the package (a text was read letter by letter, an
+    empty name was a cyclonedx exception)."""
+    if licenses is None:
+        return None
+    if not (isinstance(licenses, list) and all(isinstance(n, str) and n.strip() for n in licenses)):
+        raise ProbeError(f"Debian package {name}: the probe gave licenses {licenses!r}, not a list of license names")
+    return tuple(licenses)
 
 
 def distro(probe: Mapping[str, Any]) -> tuple[str, str]:

@@ -99,13 +99,18 @@ def spdx_of(name: str) -> str | None:
 
 
 def _is_spdx(expression: str) -> bool:
+    return canonical_spdx(expression) is not None
+
+
+def canonical_spdx(expression: str) -> str | None:
+    """`expression` in SPDX's canonical form (`mit or apache-2.0` -> `MIT OR Apache-2.0`: ids as the list spells
+    them, operators upper case), or None when it is not an SPDX expression (`Apache 2.0`, `MIT OR`)."""
     from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
 
     try:
-        canonicalize_license_expression(expression)
+        return str(canonicalize_license_expression(expression))
     except InvalidLicenseExpression:
-        return False
-    return True
+        return None
 
 
 def package_expression(names: list[str] | tuple[str, ...]) -> str | None:

@@ -41,6 +41,8 @@ DEB_HASH_NOTE = "not recorded: dpkg keeps per-file md5sums, not the hash of the 
 LICENSE_PROPERTY = "license"
 LICENSE_NONE = ("not declared: the package's /usr/share/doc/<package>/copyright is missing or not machine-readable "
                 "(DEP-5), so no license is claimed")
+PYTHON_LICENSE_NOT_SPDX = ("not SPDX: the package's License-Expression is no SPDX license expression, so it is "
+                           "given as a license name")
 DEB_NOT_SERVED_NOTE = "unknown: the Debian archive no longer served this version when `make lock` ran"
 
 
@@ -104,9 +106,11 @@ def _python_components(probe: dict[str, Any], locks: Mapping[str, LockFile], ide
         purl = PackageURL("pypi", name=dist.name, version=dist.version,
                           qualifiers={"repository_url": repository_url} if repository_url else None)
         base_local = not from_locks and _local_version(dist.version)
-        notes = [("installed-from", origin), ("repository", BASE_REPOSITORY_NOTE if base_local else ""), ("hash", note)]
-        by_ref[dist.name] = _library(dist.name, dist.version, purl, sha256, _python_licenses(dist),
-                                     notes, python_missing.get(dist.name, []))
+        licenses, license_note = _python_licenses(dist)
+        notes = [("installed-from", origin), ("repository", BASE_REPOSITORY_NOTE if base_local else ""), ("hash", note),
+                 (LICENSE_PROPERTY, license_note)]
+        by_ref[dist.name] = _library(dist.name, dist.version, purl, sha256, licenses, notes,
+                                     python_missing.get(dist.name, []))
         edges[dist.name] = python_edges[dist.name]
 
 
@@ -222,15 +226,19 @@ def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified:
     return "no lock (the base image's own)", "", "not recorded: not installed from a lock"
 
 
-def _python_licenses(dist: packages.Dist) -> list[Any]:
-    """License-Expression when declared, else a one-line License field, else the License :: classifiers;
-    none when the metadata declares none."""
+def _python_licenses(dist: packages.Dist) -> tuple[list[Any], str]:
+    """(licenses, a note): License-Expression when declared, in SPDX's canonical form; one that is not SPDX
+    is kept as a name, and the note says so (nothing that is not SPDX is written as an SPDX expression).
+    Else a one-line License field, else the License :: classifiers; none when the metadata declares none."""
     from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 
     if dist.license_expression:
-        return [LicenseExpression(dist.license_expression)]
+        expression = deb_licenses.canonical_spdx(dist.license_expression)
+        if expression is not None:
+            return [LicenseExpression(expression)], ""
+        return [DisjunctiveLicense(name=dist.license_expression)], PYTHON_LICENSE_NOT_SPDX
     names = [dist.license] if dist.license else set(dist.license_classifiers)
-    return [DisjunctiveLicense(name=n) for n in sorted(names)]
+    return [DisjunctiveLicense(name=n) for n in sorted(names)], ""
 
 
 def validate_sbom(document: dict[str, Any]) -> None:
@@ -254,8 +262,29 @@ class Contents:
     apt: dict[str, str] = field(default_factory=dict)
 
 
+def shape_problem(document: Any) -> str:
+    """Why `contents` cannot read `document` ("" when it can): the parts it reads (metadata.component and its
+    properties, components and their purls) must be of CycloneDX's types. A stored SBOM is anyone's who may
+    push: a wrong type there is refused by its readers, naming it, never a traceback."""
+    if not isinstance(document, dict):
+        return "the document is not a JSON object"
+    metadata = document.get("metadata") or {}
+    root = (metadata.get("component") or {}) if isinstance(metadata, dict) else None
+    if not isinstance(root, dict):
+        return "metadata.component is not an object" if isinstance(metadata, dict) else "metadata is not an object"
+    properties = root.get("properties", [])
+    if not isinstance(properties, list) or not all(isinstance(p, dict) and isinstance(p.get("name", ""), str)
+                                                   and isinstance(p.get("value", ""), str) for p in properties):
+        return "metadata.component.properties is not a list of objects with a text name and value"
+    components = document.get("components", [])
+    if not isinstance(components, list) or not all(isinstance(c, dict) and isinstance(c.get("purl", ""), str)
+                                                   for c in components):
+        return "components is not a list of objects with a text purl"
+    return ""
+
+
 def contents(document: dict[str, Any]) -> Contents:
-    """Package sets of a CycloneDX document (ours or any with pypi/deb purls)."""
+    """Package sets of a CycloneDX document (ours or any with pypi/deb purls) that shape_problem accepts."""
     from packageurl import PackageURL
 
     root = (document.get("metadata") or {}).get("component") or {}
@@ -341,12 +370,35 @@ def load_sbom(client: RegistryClient, repo: str, digest: str) -> tuple[dict[str,
     for payload in referrers.fetch(client, repo, referrer, digest):
         if payload.media_type == SBOM_TYPE:
             try:   # anyone with push rights can put any bytes here: refused by name, never a traceback
-                document = json.loads(payload.data)
+                document = json.loads(payload.data, object_pairs_hook=_unique_keys)
                 version = ((document.get("metadata") or {}).get("component") or {}).get("version")
+            except _RepeatedKey as exc:
+                # Python keeps the last of a repeated key, other JSON readers the first or none: a plain SBOM that
+                # reads here as the signed document could show scanners other packages.
+                raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} repeats the key {exc} in one JSON "
+                                    "object (JSON readers disagree on which one counts)") from None
             except (ValueError, AttributeError):
                 raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is not a CycloneDX JSON document") \
                     from None
             if version != digest:
                 raise RegistryError(f"SBOM {referrer.digest} describes {version}, not {digest}")
+            problem = shape_problem(document)
+            if problem:
+                raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is malformed: {problem}")
             return document, referrer.digest
     raise RegistryError(f"artifact {referrer.digest} of {repo}@{digest} holds no {SBOM_TYPE} layer")
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object names a key twice (the message: the key, as refs.shown shows it)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    from buildtool.common.refs import shown
+
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _RepeatedKey(shown(key))
+        found[key] = value
+    return found

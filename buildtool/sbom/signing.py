@@ -35,7 +35,7 @@ from buildtool.attest.trust import BUILDER, Trusted
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
 from buildtool.registry.client import RegistryClient, RegistryError
-from buildtool.sbom.document import load_sbom
+from buildtool.sbom.document import load_sbom, shape_problem
 
 SBOM_PREDICATE = "https://cyclonedx.org/bom"
 ENVELOPE_TITLE = "sbom.intoto.jsonl"
@@ -154,6 +154,9 @@ def _cyclonedx(document: dict[str, Any], digest: str) -> dict[str, Any] | str:
     """The predicate when it is a CycloneDX document about `digest`, else why not."""
     if document.get("bomFormat") != "CycloneDX" or not isinstance(document.get("specVersion"), str):
         return "malformed: the predicate is not a CycloneDX document (bomFormat, specVersion)"
+    problem = shape_problem(document)
+    if problem:
+        return f"malformed: the predicate's {problem}"
     described = ((document.get("metadata") or {}).get("component") or {}).get("version")
     if described != digest:
         return f"mismatched: the SBOM describes {described}, not {digest}"
