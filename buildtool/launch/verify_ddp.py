@@ -301,16 +301,14 @@ def finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-# What the checks below read from rank 0's result: the JSON type each needs, and its name in a message.
+# What the checks below read from rank 0's result: the JSON type each needs, and its name in a message. The losses
+# must be finite (NaN and Infinity, which json reads, are no JSON numbers): `last < first` holds for -Infinity
+# after 1.0 and for 1.0 after Infinity.
 RESULT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "backend": (lambda v: isinstance(v, str), "a string"),
     "world_size": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
     "identical": (lambda v: isinstance(v, bool), "true or false"),
-    "first_loss": (number, "a number"), "last_loss": (number, "a number")}
+    "first_loss": (finite, "a number"), "last_loss": (finite, "a number")}
 
 
 def read_result(text: str) -> tuple[dict[str, Any] | None, str]:
