@@ -11,6 +11,7 @@ the file, then prints rank 0's result."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -426,3 +427,14 @@ def test_a_prefix_nccl_ib_hca_counts_every_nic_it_matches_for_the_floor(tmp_path
             "200 Gb/s (2 NIC(s): NCCL_IB_HCA 'mlx5' matches 2 that NCCL listed)") in proc.stderr
     proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job("mlx5"))
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("peak", [math.nan, math.inf])
+def test_a_busbw_peak_that_is_no_finite_figure_fails_the_job(tmp_path: Path, peak: float) -> None:
+    """NaN is below no floor, and Infinity above every one: a busbw table whose peak was NaN or Infinity (json reads
+    both) passed the floor check, printing `cross-node bus bandwidth nan GB/s`. Now the job fails naming the table."""
+    proc = run_verifier(tmp_path, "ib.log", peak, ib_job())
+    assert proc.returncode == 1, proc.stdout
+    assert "DDP check passed" not in proc.stdout
+    assert proc.stderr.startswith("DDP check failed: rank 0's busbw table has no valid peak_GBps (a finite number of "
+                                  "GB/s): {\"peak_GBps\": "), proc.stderr

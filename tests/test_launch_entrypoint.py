@@ -121,3 +121,17 @@ def test_a_bundle_records_the_images_entrypoint(tmp_path: Path) -> None:
     assert layout_entrypoint(_layout(tmp_path / "pip", None)) == ()
     with pytest.raises(UserError, match="has an empty word or a newline"):
         layout_entrypoint(_layout(tmp_path / "bad", ["/bin/sh", "-c", "a\nb"]))
+
+
+@pytest.mark.parametrize("entrypoint", ["/opt/nvidia/nvidia_entrypoint.sh", ["/bin/sh", 5], {"a": "b"}])
+def test_an_entrypoint_that_is_no_list_of_strings_is_refused(tmp_path: Path, entrypoint: object) -> None:
+    """A config whose Entrypoint was a string was recorded one character a line (`/`, `o`, `p`, ...: every node would
+    run `/` with the rest as its arguments), a number as its text; now the bundle is refused naming it."""
+    from buildtool.common.errors import UserError
+    from buildtool.launch.bundle import layout_entrypoint
+
+    with pytest.raises(UserError) as caught:
+        layout_entrypoint(_layout(tmp_path / "bad", entrypoint))  # type: ignore[arg-type]
+    assert str(caught.value).startswith("the image's ENTRYPOINT "), caught.value
+    assert str(caught.value).endswith(" is not a list of strings (the image config's Entrypoint); rebuild the image "
+                                      "with an exec-form ENTRYPOINT"), caught.value

@@ -393,3 +393,17 @@ def test_the_verifier_says_which_slurm_node_hosts_the_store(tmp_path: Path) -> N
                               conf, "--local-addr={local_addr}"], capture_output=True, text=True, timeout=60, env=env)
         assert run.stdout.strip() == str([f"--rdzv-conf=join_timeout=9,read_timeout=9{flag}", *local]), run.stderr
         assert ("is none of the job's nodes" in run.stderr) == (hostname == "stranger")
+
+
+@pytest.mark.parametrize(("first", "last", "field"), [("Infinity", "1.0", "first_loss"),
+                                                      ("1.0", "-Infinity", "last_loss")])
+def test_the_verifier_fails_a_loss_that_is_no_finite_number(tmp_path: Path, first: str, last: str, field: str) -> None:
+    """json reads Infinity and -Infinity, and `last < first` holds for 1.0 after Infinity and -Infinity after 1.0:
+    such a result passed (`loss inf -> 1.0000`). Now it is a malformed result, named in one line."""
+    verify = write_verifier(tmp_path)
+    env = {**os.environ, "DDP_EXPECT_WORLD_SIZE": "1", "DDP_EXPECT_BACKEND": "gloo", "JOB_COMPLETION_INDEX": "0"}
+    line = f'{{"backend": "gloo", "world_size": 1, "identical": true, "first_loss": {first}, "last_loss": {last}}}'
+    proc = subprocess.run([sys.executable, str(verify), sys.executable, "-c", f"print('DDP_RESULT ' + {line!r})",
+                           "{process_id}"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1 and "DDP check passed" not in proc.stdout, proc.stdout
+    assert proc.stderr == f"DDP check failed: the check's DDP_RESULT line has no valid {field} (a number): {line}\n"

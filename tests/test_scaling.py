@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -315,3 +316,19 @@ def test_slurm_scaling_bad_input_is_exit_2(run_cli, tmp_path: Path, args: list[s
     code, out, err = run_cli("scaling", "--launcher", "slurm", *args, "--out", str(tmp_path / "m"),
                              "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and message in err and not (tmp_path / "m").exists(), err
+
+
+def test_an_infinite_epoch_time_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    """json reads Infinity: a worker's `epoch_times_s: [Infinity, ...]` was taken as seconds, giving a speed-up of
+    0 (or NaN against an infinite base, whose efficiency is below no --min-efficiency) and an invalid scaling.json.
+    Now it is a malformed result, named in one line."""
+    good = {"backend": "gloo", "world_size": 2, "epoch_times_s": [1.0, 1.0], "losses": [2.0, 1.0],
+            "identical": True, "peak_memory_mb": [100.0, 100.0]}
+    fake = tmp_path / "python"
+    line = "SCALING_RESULT " + json.dumps({**good, "epoch_times_s": [1.0, math.inf]})
+    fake.write_text(f"#!/bin/sh\necho {shlex.quote(line)}\n")
+    fake.chmod(0o755)
+    with pytest.raises(FailedError) as caught:
+        run_one(Launcher(kind="host", python=str(fake)), 2, WORKER, 256, 2, 64, 60)
+    assert str(caught.value).startswith("scaling run with 2 processes failed: its SCALING_RESULT line has no valid "
+                                        "epoch_times_s (a non-empty list of seconds above 0): "), caught.value

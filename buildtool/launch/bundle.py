@@ -180,7 +180,12 @@ def layout_entrypoint(layout: Path) -> tuple[str, ...]:
     """The ENTRYPOINT of the one image in an OCI layout (() for none); UserError for a word the one-per-line
     record cannot hold."""
     config = _layout_config(layout)[1].get("config") or {}
-    words = tuple(str(w) for w in config.get("Entrypoint") or ())
+    given = config.get("Entrypoint") or []
+    # The image config's Entrypoint is a list of strings: a string would be recorded one character a line.
+    if not isinstance(given, list) or not all(isinstance(w, str) for w in given):
+        raise UserError(f"the image's ENTRYPOINT {json.dumps(given)[:120]} is not a list of strings (the image "
+                        "config's Entrypoint); rebuild the image with an exec-form ENTRYPOINT")
+    words = tuple(given)
     if any("\n" in w or not w for w in words):
         raise UserError(f"the image's ENTRYPOINT {list(words)!r} has an empty word or a newline: a bundle records "
                         "it one word a line")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -225,7 +226,8 @@ RESULT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "backend": (lambda v: isinstance(v, str), "a string"),
     "world_size": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
     "identical": (lambda v: isinstance(v, bool), "true or false"),
-    "epoch_times_s": (lambda v: isinstance(v, list) and bool(v) and all(_number(t) and t > 0 for t in v),
+    # finite: an Infinity (json reads it) made the speed-ups 0 or NaN, and a NaN efficiency is below no threshold
+    "epoch_times_s": (lambda v: isinstance(v, list) and bool(v) and all(_number(t) and 0 < t < math.inf for t in v),
                       "a non-empty list of seconds above 0"),
     "losses": (lambda v: isinstance(v, list) and all(_number(x) for x in v), "a list of numbers"),
     "matches_reference": (lambda v: v is None or isinstance(v, bool), "true, false or absent"),

@@ -21,12 +21,14 @@ that prints rank 0's result compares the cross-node bus bandwidth with the famil
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -240,10 +242,16 @@ def busbw_check(result: dict[str, Any], log: nccl_log.Log | None, env: dict[str,
     if log is None or not env.get("DDP_GPUS_PER_NODE"):   # set for GPU jobs across nodes only
         return ""
     table = result.get("busbw")
-    if not isinstance(table, dict) or not isinstance(table.get("peak_GBps"), int | float):
+    if table is None:
         # PyTorch's ddp_train.py measures it on GPUs; a check that does not (JAX's) is said to, not failed.
         return ", cross-node bus bandwidth not measured (no busbw table in rank 0's DDP_RESULT)"
-    peak = float(table["peak_GBps"])
+    peak: Any = table.get("peak_GBps") if isinstance(table, dict) else None
+    if not finite(peak) or peak < 0:
+        # NaN is below no floor: a table that says nothing measurable fails rather than passes the floor.
+        problems.append("rank 0's busbw table has no valid peak_GBps (a finite number of GB/s): "
+                        + json.dumps(table)[:120])
+        return ""
+    peak = float(peak)
     families = log.families()
     if len(families) != 1:
         return (f", cross-node bus bandwidth {peak:.1f} GB/s (no floor: NCCL used "
@@ -288,10 +296,19 @@ def read_nccl(folder: Path | None, output: str, env: dict[str, str]) -> tuple[nc
     return log, [], nccl_log.summary(log)
 
 
-# What the checks below read from rank 0's result: the JSON type each needs, and its name in a message.
-RESULT_FIELDS: dict[str, tuple[Any, str]] = {
-    "backend": (str, "a string"), "world_size": (int, "a whole number"), "identical": (bool, "true or false"),
-    "first_loss": ((int, float), "a number"), "last_loss": ((int, float), "a number")}
+def finite(value: Any) -> bool:
+    """A JSON number that is neither NaN nor infinite (json reads NaN, Infinity and -Infinity), never a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# What the checks below read from rank 0's result: the JSON type each needs, and its name in a message. The losses
+# must be finite (NaN and Infinity, which json reads, are no JSON numbers): `last < first` holds for -Infinity
+# after 1.0 and for 1.0 after Infinity.
+RESULT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "backend": (lambda v: isinstance(v, str), "a string"),
+    "world_size": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "identical": (lambda v: isinstance(v, bool), "true or false"),
+    "first_loss": (finite, "a number"), "last_loss": (finite, "a number")}
 
 
 def read_result(text: str) -> tuple[dict[str, Any] | None, str]:
@@ -304,8 +321,7 @@ def read_result(text: str) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(result, dict):
         return None, f"the check printed a DDP_RESULT line that is not a JSON object: {shown}"
     # bool is an int to Python: true is no world size, 1 no answer to `identical`
-    wrong = [f"{name} ({words})" for name, (kind, words) in RESULT_FIELDS.items()
-             if not isinstance(result.get(name), kind) or isinstance(result[name], bool) != (kind is bool)]
+    wrong = [f"{name} ({words})" for name, (test, words) in RESULT_FIELDS.items() if not test(result.get(name))]
     if wrong:
         return None, f"the check's DDP_RESULT line has no valid {', '.join(wrong)}: {shown}"
     return result, ""
