@@ -30,3 +30,12 @@ def test_keys_whose_public_half_cannot_be_written_leave_no_private_key(run_cli, 
     code, out, err = run_cli("keys", "--name", "k", "--out", str(tmp_path))
     assert code == 2 and "No space left on device" in _one_line(err), err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["k8s", "slurm"])
+def test_a_job_written_where_no_file_can_be_is_one_line(run_cli, tmp_path: Path, command: str) -> None:
+    (tmp_path / "file").write_text("x")
+    target = tmp_path / "file" / "jobs" / "job.out"
+    code, out, err = run_cli(command, "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", "--out", str(target))
+    line = _one_line(err)
+    assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.console import find_project, out, project_or_none
+from buildtool.cli.console import find_project, out, project_or_none, writing
 from buildtool.common.errors import UserError
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ def write_or_print(text: str, target: Path | None) -> None:
     if target is None:
         sys.stdout.write(text)
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    with writing("--out", target):   # a folder that cannot be made, no permission: one line, not a traceback
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
     out.print(f"wrote {target}")
 
 
