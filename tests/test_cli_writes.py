@@ -39,3 +39,12 @@ def test_a_job_written_where_no_file_can_be_is_one_line(run_cli, tmp_path: Path,
     code, out, err = run_cli(command, "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", "--out", str(target))
     line = _one_line(err)
     assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err
+
+
+def test_a_report_written_where_no_folder_can_be_is_one_line(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "verdicts").mkdir()
+    code, out, err = run_cli("report", "--verdicts", str(tmp_path / "verdicts"), "--out",
+                             str(tmp_path / "file" / "report"))
+    line = _one_line(err)
+    assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from buildtool.cli.console import writing
 from buildtool.cli.options import FrameworkOption, MatrixOption, RevisionOption, err, find_project, out
 from buildtool.contracts.arguments import check_arguments
 
@@ -40,7 +41,8 @@ def report(
     if previous is not None and prev_rows is None:
         err.print(f"no previous verdicts in {previous}; the report shows no trend")
     model = rep.build_report(load_verdicts(verdicts), prev_rows)
-    paths = rep.write_report(model, out_dir, scaling)
+    with writing("--out", out_dir):   # a folder that cannot be made or written: one line, not a traceback
+        paths = rep.write_report(model, out_dir, scaling)
     counts = model.counts
     out.print(f"{paths['html']}: {len(model.rows)} images, {counts['failed']} failed / {counts['passed']} passed"
               f" / {counts['skipped']} skipped checks, {len(model.newly_failing)} newly failing")
