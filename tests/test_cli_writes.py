@@ -48,3 +48,10 @@ def test_a_report_written_where_no_folder_can_be_is_one_line(run_cli, tmp_path: 
                              str(tmp_path / "file" / "report"))
     line = _one_line(err)
     assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err
+
+
+def test_workflows_written_where_no_folder_can_be_is_one_line(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    code, out, err = run_cli("workflows", "write", "--out", str(tmp_path / "file" / "wf"))
+    line = _one_line(err)
+    assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err

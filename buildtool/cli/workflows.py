@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from buildtool.cli.console import writing
 from buildtool.cli.options import MatrixOption, find_project, out
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
@@ -37,7 +38,10 @@ def workflows_write(
     project = find_project(matrix)
     labels = tuple(gpu_labels.split(","))   # one label or more, no spaces (check_arguments)
     files = render_workflows(project.load(), WorkflowOptions(gpu_labels=labels, nightly_cron=cron))
-    for rel in write_outputs(out_dir or project.root, Outputs(files=files)):
+    target = out_dir or project.root
+    with writing("--out", target):   # a folder that cannot be made or written: one line, not a traceback
+        written = write_outputs(target, Outputs(files=files))
+    for rel in written:
         out.print(f"wrote {rel}")
 
 
