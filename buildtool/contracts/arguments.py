@@ -163,8 +163,10 @@ NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?"
 # The matrix says which selectors exist (read here: no call out); the grammar keeps out what no name has.
 SELECTOR = _word(r"[A-Za-z0-9_.:,+-]{1,512}", "an image, a cell (image:version), a framework or all (comma list)")
 FRAMEWORK_NAME = _word(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?", "a framework name (a folder image-tests/<name>/)")
-DNS_LABEL = _word(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name (at most 63 lower-case letters, "
-                  "digits, '-', alphanumeric at both ends)", empty=True)
+_DNS_LABEL_RE, _DNS_LABEL_WHAT = (r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name (at most 63 lower-case "
+                                  "letters, digits, '-', alphanumeric at both ends)")
+DNS_LABEL = _word(_DNS_LABEL_RE, _DNS_LABEL_WHAT, empty=True)   # --namespace '': the kubectl context's
+K8S_NAME = _word(_DNS_LABEL_RE, _DNS_LABEL_WHAT)   # --name names every object: never empty
 QUANTITY = _word(r"[0-9]{1,12}(?:\.[0-9]{1,6})?(?:m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?",
                  "a Kubernetes quantity (e.g. 16, 500m, 64Gi)", empty=True)
 TOLERATION = _word(r"(?:[a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}(?:=[A-Za-z0-9._-]{0,63})?"
@@ -308,7 +310,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
     "diff": {"image_a": ("IMAGE_A", REFERENCE), "image_b": ("IMAGE_B", REFERENCE), "as_json": JSON,
              "probe_timeout": ("--probe-timeout", count(1, 86_400))},
     "k8s": {"image": ("IMAGE", REFERENCE), **_RUN, **_NCCL, **_FABRIC,
-            "variant": ("--variant", choice("", "pytorchjob", "job")), "name": ("--name", DNS_LABEL),
+            "variant": ("--variant", choice("", "pytorchjob", "job")), "name": ("--name", K8S_NAME),
             "namespace": ("--namespace", DNS_LABEL), "backoff_limit": ("--backoff-limit", count(0, 100)),
             "cpu": ("--cpu", QUANTITY), "memory": ("--memory", QUANTITY),
             "node_selector": ("--node-selector", argcheck.node_selectors),
