@@ -218,6 +218,7 @@ NCCL_LIST = _word(r"\^?=?[A-Za-z0-9_.:-]{1,64}(?:,[A-Za-z0-9_.:-]{1,64}){0,31}",
 ULIMIT = _word(r"[a-z]{1,16}=(?:-1|unlimited|[0-9]{1,19})(?::(?:-1|unlimited|[0-9]{1,19}))?",
                "NAME=SOFT[:HARD] (e.g. memlock=-1)")
 SLURM_WORD = _word(r"[A-Za-z0-9_.-]{1,64}", "a SLURM name (letters, digits, '_', '.', '-')", empty=True)
+SLURM_JOB_NAME = _word(r"[A-Za-z0-9_.-]{1,64}", "a SLURM job name (letters, digits, '_', '.', '-')")   # never ''
 # sbatch --constraint: features joined by & (and), | (or), with counts [gh200*2] (SLURM's sbatch manual).
 SLURM_CONSTRAINT = _word(r"[A-Za-z0-9_.&|*\[\]-]{1,128}", "SLURM node features (letters, digits, '_', '.', '-', "
                          "joined by & or |)", empty=True)
@@ -343,7 +344,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
                 "out_dir": ("--out", OUT_DIR), "strategy": ("--strategy", _strategies),
                 "min_efficiency": ("--min-efficiency", _fraction), "revision": REV, "matrix": MATRIX},
     "slurm": {"image": ("IMAGE", IMAGE_OR_FILE), **_RUN, **_NCCL, **_FABRIC,
-              "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "name": ("--name", SLURM_WORD),
+              "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "name": ("--name", SLURM_JOB_NAME),
               "partition": ("--partition", SLURM_WORD), "account": ("--account", SLURM_WORD),
               "constraint": ("--constraint", SLURM_CONSTRAINT),
               "time_limit": ("--time", SLURM_TIME), "cpus_per_task": ("--cpus-per-task", _cpus_per_task),
