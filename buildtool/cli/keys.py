@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from buildtool.cli.console import writing
-from buildtool.cli.options import err, log, say
+from buildtool.cli.options import err, log, path_of, say
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 NameOption = Annotated[str, typer.Option(help="Who holds the key, e.g. gpu-runners-2026 (file names, trust entry).")]
 OutDirOption = Annotated[Path | None, typer.Option(
-    "--out", help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
+    "--out", parser=path_of("--out"),
+    help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
 RoleOption = Annotated[list[str] | None, typer.Option(
     "--role", help="What the key signs: tester (verdicts, the default) or builder (provenance, SBOMs); "
     "repeat for both.")]

@@ -10,14 +10,15 @@ from typing import Annotated
 import typer
 
 from buildtool.cli.console import writing
-from buildtool.cli.options import MatrixOption, find_project, out
+from buildtool.cli.options import MatrixOption, find_project, out, path_of
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
 GpuLabelsOption = Annotated[str, typer.Option(help="Comma list of the GPU runners' labels.")]
 CronOption = Annotated[str, typer.Option(help="When the nightly runs (cron, UTC).")]
-OutDirOption = Annotated[Path | None, typer.Option("--out", help="Folder to write into (default: the project).")]
-PlanOption = Annotated[Path, typer.Option(help="Output of `buildtool plan --json`.")]
+OutDirOption = Annotated[Path | None, typer.Option("--out", parser=path_of("--out"),
+    help="Folder to write into (default: the project).")]
+PlanOption = Annotated[Path, typer.Option(parser=path_of("--plan"), help="Output of `buildtool plan --json`.")]
 CellsOption = Annotated[str, typer.Option(help="Comma list of cells to keep.")]
 
 app = typer.Typer(help="GitHub Actions workflows generated from the matrix.", no_args_is_help=True)
