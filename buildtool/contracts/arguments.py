@@ -14,8 +14,9 @@ refusal names (`_word`), a range (count, seconds) or a few words (choice); the o
 owns the format (names.check_revision, packaging's Version, sizes.parse_size, skips.parse_waiver, ...). Besides:
 - FLAG: an on/off flag; it carries no value, nothing to check.
 - REFERENCE: an image reference (refs.parse_reference: at most 512 characters, no credentials, no whitespace);
-  IMAGE_OR_FILE also takes a path (starting with `/` or `.`: a .sif or bundle folder on the cluster's shared
-  file system, maybe not on this machine: its text only).
+  IMAGE_OR_FILE also takes an absolute path (a .sif or bundle folder on the cluster's shared file system, maybe not
+  on this machine: its text only); a relative one (`./x.sif`) is refused, as the launchers take only `/...` for a
+  path and would have read it as a reference.
 - TEXT: free text (a pytest -k expression, a regular expression): at most 512 characters, no control or format
   character.
 - path kinds: FILE (exists, a file), DIR (exists, a folder), OUT_FILE (not a folder), OUT_DIR (not a file),
@@ -67,8 +68,12 @@ def _path(kind: str) -> Grammar:
 
 
 def _sif_or_reference(option: str, value: str) -> object:
-    if value.startswith(("/", ".")):   # a path on the cluster's shared file system: maybe not on this machine
+    if value.startswith("/"):   # a path on the cluster's shared file system: maybe not on this machine
         return argcheck.path(option, value, "any")
+    if value.startswith("."):   # the launchers read anything but `/...` as an image reference
+        argcheck.plain(option, value, argcheck.PATH_MAX)
+        raise UserError(f"{option}: {shown(value)} is a relative path; name the .sif file or bundle folder by its "
+                        "absolute path on the cluster (e.g. /shared/images/pytorch.sif)")
     return argcheck.reference(option, value)
 
 
