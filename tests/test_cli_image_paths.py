@@ -33,3 +33,14 @@ def test_an_absolute_sif_still_makes_a_job(capsys: pytest.CaptureFixture) -> Non
     code, out, err = run(capsys, "slurm", "/shared/x.sif", "--shm-size", "1g", "--framework", "pytorch", "--matrix",
                          str(REPO / "matrix.yaml"))
     assert code == 0 and "/shared/x.sif" in out, err
+
+
+@pytest.mark.parametrize("peer", ["tensorflow=admin:s3cr3t@127.0.0.1:5000/tensorflow-cpu:2.20",
+                                  "tensorflow=127.0.0.1:5000/x:$(touch /tmp/p)", "tensorflow=;touch"])
+def test_a_peer_image_is_an_image_reference(outside: list[str], capsys: pytest.CaptureFixture, peer: str) -> None:
+    """validate --peer FRAMEWORK=IMAGE: its IMAGE was any text without spaces, so a reference with credentials
+    or shell text went on to the registry and the engine (and into the tests' target file)."""
+    code, out, err = run(capsys, "validate", "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", "--peer", peer,
+                         "--matrix", str(REPO / "matrix.yaml"))
+    assert outside == [] and code == 2, (code, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: --peer") and "s3cr3t" not in err, err

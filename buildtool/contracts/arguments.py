@@ -236,7 +236,19 @@ MIRROR = _word(r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?(?:/[a-z0-9._-]{1,128}){0,8
                "a registry host[:port][/path] (e.g. 127.0.0.1:5000)")
 # plan names a release whose tag is no Docker tag itself (it has the matrix's tag templates).
 TAG_TEMPLATE = _word(r"[!-~]{1,128}", "a release (printable ASCII, no space; at most 128)")
-PEER = _word(r"[a-z0-9][a-z0-9_-]{0,62}=\S{1,512}", "framework=IMAGE")
+_PEER_FRAMEWORK = _re(r"[a-z0-9][a-z0-9_-]{0,62}")
+
+
+def _peer(option: str, value: str) -> object:
+    """FRAMEWORK=IMAGE, the IMAGE an image reference (refs.parse_reference: no credentials, no shell text)."""
+    argcheck.plain(option, value)
+    framework, sep, image = value.partition("=")
+    if not sep or not _PEER_FRAMEWORK.match(framework):
+        raise UserError(f"{option} {shown(value)} is not framework=IMAGE")
+    return argcheck.reference(option, image)
+
+
+PEER: Grammar = _peer
 CRON = _word(r"[0-9*/,-]{1,64}(?: [0-9*/,-]{1,64}){4}", "a cron schedule of five fields (e.g. 17 2 * * *)")
 LABEL_LIST = _word(r"[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,31}", "a comma list of runner labels")
 GIT_REF = _word(r"(?!.*\.\.)(?!.*//)[A-Za-z0-9][A-Za-z0-9._/+-]{0,254}",
