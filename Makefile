@@ -226,8 +226,9 @@ GPU_SMOKE_DEADLINE_S ?= 450
 .PHONY: gpu-smoke
 gpu-smoke: ## GPU paths in < 8 min after the pull into GPU_SMOKE_OUT (GPU_SMOKE_IMAGE=... or GPU_SMOKE_PYTHON=...)
 	@if [ -n "$(GPU_SMOKE_PYTHON)" ]; then where=(--python "$(GPU_SMOKE_PYTHON)" --wheels "$(GPU_SMOKE_WHEELS)"); \
-	else image="$(GPU_SMOKE_IMAGE)"; if [ -z "$$image" ]; then image=$$($(BUILDTOOL) plan --framework pytorch-cuda \
-		--json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)["include"][0]["dev_image"])') || exit 2; fi; \
+	else image="$(GPU_SMOKE_IMAGE)"; if [ -z "$$image" ]; then plan=$$($(BUILDTOOL) plan --framework pytorch-cuda \
+		--json) || exit 2; image=$$(echo "$$plan" | $(PYTHON) -c \
+		'import json,sys; print(json.load(sys.stdin)["include"][0]["dev_image"])') || exit 2; fi; \
 	where=(--image "$$image"); fi; \
 	timeout -k 15 $$(( $(GPU_SMOKE_PULL_S) + $(GPU_SMOKE_DEADLINE_S) + 90 )) $(PYTHON) scripts/gpu_smoke.py \
 		"$${where[@]}" --out "$(GPU_SMOKE_OUT)" --pull-timeout $(GPU_SMOKE_PULL_S) --deadline $(GPU_SMOKE_DEADLINE_S)

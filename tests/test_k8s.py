@@ -456,3 +456,13 @@ def test_the_platforms_an_image_holds_are_read_from_its_registry(monkeypatch: py
     assert arch.image_platforms("127.0.0.1:5999/team/x:both") == ["linux/amd64", "linux/arm64"]
     assert arch.image_platforms("127.0.0.1:5999/team/x:gone") is None     # unreadable: --platform decides
     assert arch.image_platforms("x-dev:local") is None                    # no registry in the reference
+
+
+def test_an_empty_name_is_refused_and_an_empty_namespace_is_the_contexts(run_cli) -> None:
+    """--name names every object (the job, its Service, the `<name>-scripts` ConfigMap, the app label): '' made a
+    ConfigMap `-scripts` and an empty label, which no cluster takes. --namespace '' stays the kubectl context's."""
+    code, out, err = run_cli("k8s", IMAGE, "--name", "", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and err.strip() == "error: --name '' is not a Kubernetes name (at most 63 lower-case letters, " \
+        "digits, '-', alphanumeric at both ends)" and out == "", err
+    docs = generate(run_cli, IMAGE, "--namespace", "")
+    assert all("namespace" not in d["metadata"] for d in docs)

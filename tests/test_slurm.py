@@ -567,3 +567,13 @@ def test_a_sif_path_that_the_shell_would_expand_is_refused(run_cli, tmp_path: Pa
     assert code == 2 and out == "" and not out_file.exists()
     assert err.strip().splitlines() == [f"error: {path!r}: a .sif path with '$`\"\\\\' in it would run as shell on "
                                         "the batch host; rename the file"]
+
+
+def test_an_empty_job_name_is_refused(run_cli, tmp_path: Path) -> None:
+    """--name '' wrote `#SBATCH --job-name=` and the log `--output=-%j.out`; it is refused in one line. An empty
+    --partition or --account still means the site's default."""
+    code, out, err = run_cli("slurm", IMAGE, "--name", "", "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and err.strip() == ("error: --name '' is not a SLURM job name (letters, digits, "
+                                                       "'_', '.', '-')"), err
+    script = generate(run_cli, tmp_path, IMAGE, "--partition", "", "--account", "")
+    assert "--partition" not in script.read_text() and "--account" not in script.read_text()

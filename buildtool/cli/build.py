@@ -22,6 +22,7 @@ from buildtool.cli.options import (
     find_project,
     log,
     out,
+    path_of,
 )
 from buildtool.contracts.arguments import check_arguments
 
@@ -43,7 +44,7 @@ JobsOption = Annotated[int, typer.Option("--jobs", "-j", min=1, max=16, envvar="
 FillBasesOption = Annotated[bool, typer.Option("--fill-bases/--no-fill-bases",
                                                help="When BASE_MIRROR is a loopback registry, create missing bases "
                                                     "there first (as `buildtool bases`).")]
-LogDirOption = Annotated[Path, typer.Option("--log-dir", help="Per-cell build logs.")]
+LogDirOption = Annotated[Path, typer.Option("--log-dir", parser=path_of("--log-dir"), help="Per-cell build logs.")]
 RegistryCacheOption = Annotated[bool, typer.Option(
     "--registry-cache/--no-registry-cache", envvar="REGISTRY_CACHE",
     help="Take unchanged layers from the newest earlier dev images of each cell in the registry (only "

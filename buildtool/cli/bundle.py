@@ -9,23 +9,26 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from buildtool.cli.console import project_or_none
-from buildtool.cli.options import JsonOption, MatrixOption, log, say
+from buildtool.cli.options import JsonOption, MatrixOption, log, path_of, say
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.launch.bundle import Bundle
 
 ImageArgument = Annotated[str, typer.Argument(help="The image, as a registry reference (a dev or release tag).")]
-DestArgument = Annotated[Path, typer.Argument(help="The bundle folder to create, where the cluster's nodes will "
-                                                   "find it (a shared file system).")]
+DestArgument = Annotated[Path, typer.Argument(parser=path_of("DEST"),
+    help="The bundle folder to create, where the cluster's nodes will "
+         "find it (a shared file system).")]
 ShmSizeOption = Annotated[str | None, typer.Option(help="/dev/shm size (default: the run profile's).")]
 UlimitOption = Annotated[list[str] | None, typer.Option(help="NAME=SOFT[:HARD] over the run profile's ulimits, for "
                                                              "nodes that cannot grant one (e.g. memlock=8388608; "
                                                              "-1: unlimited).")]
-HostsOption = Annotated[Path | None, typer.Option(help="A hosts file to bind at /etc/hosts (default: the node's "
-                                                       "/etc/hosts and /etc/resolv.conf).")]
-JobsDirOption = Annotated[Path | None, typer.Option(help="Where jobs write their scripts, seen read-only inside "
-                                                         "(default: DEST/jobs, writable by everyone).")]
+HostsOption = Annotated[Path | None, typer.Option(parser=path_of("--hosts"),
+    help="A hosts file to bind at /etc/hosts (default: the node's "
+         "/etc/hosts and /etc/resolv.conf).")]
+JobsDirOption = Annotated[Path | None, typer.Option(parser=path_of("--jobs-dir"),
+    help="Where jobs write their scripts, seen read-only inside "
+         "(default: DEST/jobs, writable by everyone).")]
 WritableOption = Annotated[bool, typer.Option(help="A writable root file system (default: read-only).")]
 ForceOption = Annotated[bool, typer.Option(help="Replace DEST when it exists.")]
 PlatformOption = Annotated[str | None, typer.Option(

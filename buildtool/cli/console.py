@@ -5,6 +5,8 @@ which must not pay for importing typer."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +64,20 @@ def log(message: str) -> None:
     """Progress and notes: stderr, verbatim (no rich: nothing to import, nothing interpreted)."""
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
+
+
+@contextmanager
+def writing(option: str, target: Path) -> Iterator[None]:
+    """Where a command writes what OPTION names (a folder or a file): an OSError on the way (a folder that cannot be
+    made, no permission, a full disk) is one line naming the option, the path and why (UserError, exit 2)."""
+    try:
+        yield
+    except OSError as exc:
+        from buildtool.common.refs import shown
+
+        where = f"{shown(str(exc.filename))}: " if exc.filename is not None and str(exc.filename) != str(target) else ""
+        raise UserError(f"{option} {shown(str(target))}: cannot write there ({where}{exc.strerror or exc}); "
+                        "name a place this user can write") from None
 
 
 def say(message: str) -> None:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.options import err, log, say
+from buildtool.cli.console import writing
+from buildtool.cli.options import err, log, path_of, say
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 NameOption = Annotated[str, typer.Option(help="Who holds the key, e.g. gpu-runners-2026 (file names, trust entry).")]
 OutDirOption = Annotated[Path | None, typer.Option(
-    "--out", help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
+    "--out", parser=path_of("--out"),
+    help="Folder for NAME.key (private, 0600) and NAME.pub (default ~/.config/dl-images/keys).")]
 RoleOption = Annotated[list[str] | None, typer.Option(
     "--role", help="What the key signs: tester (verdicts, the default) or builder (provenance, SBOMs); "
     "repeat for both.")]
@@ -58,8 +60,13 @@ def keys(
     if any((parent / ".git").exists() for parent in (folder, *folder.parents)):   # inside a git work tree
         err.print(f"warning: {folder} is inside a git work tree; never commit {private.name}", markup=False)
     key = generate()
-    write_private(private, key)
-    public.write_text(key.public().pem)
+    with writing("--out", folder):   # a folder that cannot be made or written is one line, not a traceback
+        write_private(private, key)
+        try:
+            public.write_text(key.public().pem)
+        except OSError:   # no private key left without its public half
+            private.unlink(missing_ok=True)
+            raise
     say(f"key id:      {key.keyid}")
     _say_where(name, key.public(), roles, private, public)
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.console import find_project, out, project_or_none
+from buildtool.cli.console import find_project, out, project_or_none, writing
+from buildtool.cli.options import path_of
 from buildtool.common.errors import UserError
 
 if TYPE_CHECKING:
@@ -66,7 +67,8 @@ RequireGdrOption = Annotated[bool, typer.Option(
     help="Fail unless every NET channel NCCL opens between nodes is GPUDirect RDMA (`via NET/.../GDRDMA`).")]
 
 # Where a generated job (manifests, an sbatch script) goes.
-OutFileOption = Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")]
+OutFileOption = Annotated[Path | None, typer.Option("--out", parser=path_of("--out"),
+    help="Write here instead of stdout.")]
 
 
 def write_or_print(text: str, target: Path | None) -> None:
@@ -74,8 +76,9 @@ def write_or_print(text: str, target: Path | None) -> None:
     if target is None:
         sys.stdout.write(text)
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    with writing("--out", target):   # a folder that cannot be made, no permission: one line, not a traceback
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
     out.print(f"wrote {target}")
 
 

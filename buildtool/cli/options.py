@@ -8,6 +8,7 @@ modules import the pipeline stages they call inside the command functions, so th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +18,21 @@ from buildtool.cli.console import Project, emit_json, err, find_project, log, ou
 
 # Re-exported for the command modules, with the options declared here.
 __all__ = ["FrameworkOption", "JsonOption", "MatrixOption", "Project", "RevisionOption", "TsaOption", "emit_json",
-           "err", "find_project", "log", "out", "say"]
+           "err", "find_project", "log", "out", "path_of", "say"]
+
+
+def path_of(flag: str) -> Callable[[str | Path], Path]:
+    """The `parser` of a path argument or option named FLAG: typer's own makes '' the current folder (Path('') is
+    Path('.')), so `--out ""` (an unset variable) wrote keys into the checkout and `bundle IMAGE "" --force` would
+    have replaced it; '' is refused in one line naming FLAG (exit 2)."""
+    from buildtool.common.errors import UserError
+
+    def parse(value: str | Path) -> Path:
+        if isinstance(value, str) and value == "":
+            raise UserError(f"{flag}: the path is empty; name a file or folder ('.' for this one)")
+        return Path(value)
+
+    return parse
 
 FrameworkOption = Annotated[
     str | None,
@@ -25,7 +40,8 @@ FrameworkOption = Annotated[
                  help="An image (pytorch-cpu), a cell (pytorch-cpu:2.13), a framework (pytorch) or all."),
 ]
 MatrixOption = Annotated[
-    Path | None, typer.Option("--matrix", help="The version matrix (default: matrix.yaml at the project root).")
+    Path | None, typer.Option("--matrix", parser=path_of("--matrix"),
+                              help="The version matrix (default: matrix.yaml at the project root).")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines instead of a table.")]
 TsaOption = Annotated[

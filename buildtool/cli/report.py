@@ -7,16 +7,21 @@ from typing import Annotated
 
 import typer
 
-from buildtool.cli.options import FrameworkOption, MatrixOption, RevisionOption, err, find_project, out
+from buildtool.cli.console import writing
+from buildtool.cli.options import FrameworkOption, MatrixOption, RevisionOption, err, find_project, out, path_of
 from buildtool.contracts.arguments import check_arguments
 
-VerdictsOption = Annotated[Path, typer.Option(help="Folder searched for verdict.json / *.verdict.json files (as "
-                                                   "`buildtool validate` writes them); --fetch writes here.")]
-PreviousOption = Annotated[Path | None, typer.Option(help="The previous night's verdict folder, for the trend.")]
+VerdictsOption = Annotated[Path, typer.Option(parser=path_of("--verdicts"),
+    help="Folder searched for verdict.json / *.verdict.json files (as "
+         "`buildtool validate` writes them); --fetch writes here.")]
+PreviousOption = Annotated[Path | None, typer.Option(parser=path_of("--previous"),
+    help="The previous night's verdict folder, for the trend.")]
 FetchOption = Annotated[bool, typer.Option(help="First fetch each planned cell's verdict from the registry.")]
-ScalingOption = Annotated[list[Path] | None, typer.Option(help="Folder with a scaling run's results and plots to "
-                                                               "include (repeat: processes, SLURM nodes).")]
-OutDirOption = Annotated[Path, typer.Option("--out", help="Where report.html and report.md go.")]
+ScalingOption = Annotated[list[Path] | None, typer.Option(parser=path_of("--scaling"),
+    help="Folder with a scaling run's results and plots to "
+         "include (repeat: processes, SLURM nodes).")]
+OutDirOption = Annotated[Path, typer.Option("--out", parser=path_of("--out"),
+    help="Where report.html and report.md go.")]
 
 
 def report(
@@ -40,7 +45,8 @@ def report(
     if previous is not None and prev_rows is None:
         err.print(f"no previous verdicts in {previous}; the report shows no trend")
     model = rep.build_report(load_verdicts(verdicts), prev_rows)
-    paths = rep.write_report(model, out_dir, scaling)
+    with writing("--out", out_dir):   # a folder that cannot be made or written: one line, not a traceback
+        paths = rep.write_report(model, out_dir, scaling)
     counts = model.counts
     out.print(f"{paths['html']}: {len(model.rows)} images, {counts['failed']} failed / {counts['passed']} passed"
               f" / {counts['skipped']} skipped checks, {len(model.newly_failing)} newly failing")

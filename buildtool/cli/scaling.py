@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from buildtool.cli.launch_options import shm_for
-from buildtool.cli.options import MatrixOption, Project, RevisionOption, err, find_project, out
+from buildtool.cli.options import MatrixOption, Project, RevisionOption, err, find_project, out, path_of
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
 from buildtool.contracts.rendezvous import RDZV_PORT
@@ -52,7 +52,8 @@ TimeOption = Annotated[str, typer.Option("--time", help="--launcher slurm: each 
 ShmSizeOption = Annotated[str | None, typer.Option(help="--launcher slurm: /dev/shm each node needs (default: the "
                                                         "bundle's or the cell's run profile).")]
 RdzvPortOption = Annotated[int, typer.Option(help="--launcher slurm: port of the c10d store.")]
-OutDirOption = Annotated[Path, typer.Option("--out", "--metrics-dir", help="Metrics folder (JSON, CSV, plots).")]
+OutDirOption = Annotated[Path, typer.Option("--out", "--metrics-dir", parser=path_of("--out"),
+    help="Metrics folder (JSON, CSV, plots).")]
 StrategyOption = Annotated[str, typer.Option(help="Comma list of strategies, side by side: ddp, fsdp, deepspeed "
                                                   "(PyTorch images), jax-dp (JAX images).")]
 MinEfficiencyOption = Annotated[float, typer.Option(help="Flag a strategy whose speed-up at the largest count is "

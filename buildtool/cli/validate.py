@@ -26,6 +26,7 @@ from buildtool.cli.options import (
     find_project,
     log,
     out,
+    path_of,
 )
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.tsa import using
@@ -63,12 +64,12 @@ JoinTimeoutOption = Annotated[float, typer.Option(
     envvar="DL_IMAGES_RDZV_JOIN_TIMEOUT", help="torchrun rendezvous join timeout, seconds.")]
 DeadlineOption = Annotated[float | None, typer.Option(
     min=1, help="Seconds the tests of one image may take in all (default: the cell's validate.deadline_s).")]
-ReportsOption = Annotated[Path, typer.Option(help="Where JUnit XML and verdicts go.")]
+ReportsOption = Annotated[Path, typer.Option(parser=path_of("--reports"), help="Where JUnit XML and verdicts go.")]
 RequireGpuOption = Annotated[bool, typer.Option(
     "--require-gpu", help="This is a GPU runner: exit 1 unless its GPUs are seen and usable "
                           "(also set by DL_IMAGES_REQUIRE_GPU=1).")]
 BaselineOption = Annotated[list[Path] | None, typer.Option(
-    envvar="DL_IMAGES_BASELINE",
+    parser=path_of("--baseline"), envvar="DL_IMAGES_BASELINE",
     help="Folder of earlier verdicts to compare the bus bandwidth with (same cell and GPUs); "
          "the reports folder is always searched.")]
 BusbwWindowOption = Annotated[int, typer.Option(
@@ -87,7 +88,7 @@ PlatformOption = Annotated[list[str] | None, typer.Option(
          "linux/arm64 on a native arm64 GPU runner). Default: every platform of the index.")]
 
 ExtraTestsOption = Annotated[Path | None, typer.Option(
-    "--extra-tests",
+    "--extra-tests", parser=path_of("--extra-tests"),
     help="A folder of the site's own checks (test_*.py), run as one more test group named after the folder "
          "(default: the matrix's validate.extra_tests). Release takes only verdicts of the committed one.")]
 

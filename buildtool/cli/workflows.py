@@ -9,14 +9,16 @@ from typing import Annotated
 
 import typer
 
-from buildtool.cli.options import MatrixOption, find_project, out
+from buildtool.cli.console import writing
+from buildtool.cli.options import MatrixOption, find_project, out, path_of
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
 GpuLabelsOption = Annotated[str, typer.Option(help="Comma list of the GPU runners' labels.")]
 CronOption = Annotated[str, typer.Option(help="When the nightly runs (cron, UTC).")]
-OutDirOption = Annotated[Path | None, typer.Option("--out", help="Folder to write into (default: the project).")]
-PlanOption = Annotated[Path, typer.Option(help="Output of `buildtool plan --json`.")]
+OutDirOption = Annotated[Path | None, typer.Option("--out", parser=path_of("--out"),
+    help="Folder to write into (default: the project).")]
+PlanOption = Annotated[Path, typer.Option(parser=path_of("--plan"), help="Output of `buildtool plan --json`.")]
 CellsOption = Annotated[str, typer.Option(help="Comma list of cells to keep.")]
 
 app = typer.Typer(help="GitHub Actions workflows generated from the matrix.", no_args_is_help=True)
@@ -37,7 +39,10 @@ def workflows_write(
     project = find_project(matrix)
     labels = tuple(gpu_labels.split(","))   # one label or more, no spaces (check_arguments)
     files = render_workflows(project.load(), WorkflowOptions(gpu_labels=labels, nightly_cron=cron))
-    for rel in write_outputs(out_dir or project.root, Outputs(files=files)):
+    target = out_dir or project.root
+    with writing("--out", target):   # a folder that cannot be made or written: one line, not a traceback
+        written = write_outputs(target, Outputs(files=files))
+    for rel in written:
         out.print(f"wrote {rel}")
 
 

@@ -14,8 +14,9 @@ refusal names (`_word`), a range (count, seconds) or a few words (choice); the o
 owns the format (names.check_revision, packaging's Version, sizes.parse_size, skips.parse_waiver, ...). Besides:
 - FLAG: an on/off flag; it carries no value, nothing to check.
 - REFERENCE: an image reference (refs.parse_reference: at most 512 characters, no credentials, no whitespace);
-  IMAGE_OR_FILE also takes a path (starting with `/` or `.`: a .sif or bundle folder on the cluster's shared
-  file system, maybe not on this machine: its text only).
+  IMAGE_OR_FILE also takes an absolute path (a .sif or bundle folder on the cluster's shared file system, maybe not
+  on this machine: its text only); a relative one (`./x.sif`) is refused, as the launchers take only `/...` for a
+  path and would have read it as a reference.
 - TEXT: free text (a pytest -k expression, a regular expression): at most 512 characters, no control or format
   character.
 - path kinds: FILE (exists, a file), DIR (exists, a folder), OUT_FILE (not a folder), OUT_DIR (not a file),
@@ -67,8 +68,12 @@ def _path(kind: str) -> Grammar:
 
 
 def _sif_or_reference(option: str, value: str) -> object:
-    if value.startswith(("/", ".")):   # a path on the cluster's shared file system: maybe not on this machine
+    if value.startswith("/"):   # a path on the cluster's shared file system: maybe not on this machine
         return argcheck.path(option, value, "any")
+    if value.startswith("."):   # the launchers read anything but `/...` as an image reference
+        argcheck.plain(option, value, argcheck.PATH_MAX)
+        raise UserError(f"{option}: {shown(value)} is a relative path; name the .sif file or bundle folder by its "
+                        "absolute path on the cluster (e.g. /shared/images/pytorch.sif)")
     return argcheck.reference(option, value)
 
 
@@ -163,8 +168,10 @@ NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?"
 # The matrix says which selectors exist (read here: no call out); the grammar keeps out what no name has.
 SELECTOR = _word(r"[A-Za-z0-9_.:,+-]{1,512}", "an image, a cell (image:version), a framework or all (comma list)")
 FRAMEWORK_NAME = _word(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?", "a framework name (a folder image-tests/<name>/)")
-DNS_LABEL = _word(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name (at most 63 lower-case letters, "
-                  "digits, '-', alphanumeric at both ends)", empty=True)
+_DNS_LABEL_RE, _DNS_LABEL_WHAT = (r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name (at most 63 lower-case "
+                                  "letters, digits, '-', alphanumeric at both ends)")
+DNS_LABEL = _word(_DNS_LABEL_RE, _DNS_LABEL_WHAT, empty=True)   # --namespace '': the kubectl context's
+K8S_NAME = _word(_DNS_LABEL_RE, _DNS_LABEL_WHAT)   # --name names every object: never empty
 QUANTITY = _word(r"[0-9]{1,12}(?:\.[0-9]{1,6})?(?:m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?",
                  "a Kubernetes quantity (e.g. 16, 500m, 64Gi)", empty=True)
 TOLERATION = _word(r"(?:[a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}(?:=[A-Za-z0-9._-]{0,63})?"
@@ -216,6 +223,7 @@ NCCL_LIST = _word(r"\^?=?[A-Za-z0-9_.:-]{1,64}(?:,[A-Za-z0-9_.:-]{1,64}){0,31}",
 ULIMIT = _word(r"[a-z]{1,16}=(?:-1|unlimited|[0-9]{1,19})(?::(?:-1|unlimited|[0-9]{1,19}))?",
                "NAME=SOFT[:HARD] (e.g. memlock=-1)")
 SLURM_WORD = _word(r"[A-Za-z0-9_.-]{1,64}", "a SLURM name (letters, digits, '_', '.', '-')", empty=True)
+SLURM_JOB_NAME = _word(r"[A-Za-z0-9_.-]{1,64}", "a SLURM job name (letters, digits, '_', '.', '-')")   # never ''
 # sbatch --constraint: features joined by & (and), | (or), with counts [gh200*2] (SLURM's sbatch manual).
 SLURM_CONSTRAINT = _word(r"[A-Za-z0-9_.&|*\[\]-]{1,128}", "SLURM node features (letters, digits, '_', '.', '-', "
                          "joined by & or |)", empty=True)
@@ -228,7 +236,19 @@ MIRROR = _word(r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?(?:/[a-z0-9._-]{1,128}){0,8
                "a registry host[:port][/path] (e.g. 127.0.0.1:5000)")
 # plan names a release whose tag is no Docker tag itself (it has the matrix's tag templates).
 TAG_TEMPLATE = _word(r"[!-~]{1,128}", "a release (printable ASCII, no space; at most 128)")
-PEER = _word(r"[a-z0-9][a-z0-9_-]{0,62}=\S{1,512}", "framework=IMAGE")
+_PEER_FRAMEWORK = _re(r"[a-z0-9][a-z0-9_-]{0,62}")
+
+
+def _peer(option: str, value: str) -> object:
+    """FRAMEWORK=IMAGE, the IMAGE an image reference (refs.parse_reference: no credentials, no shell text)."""
+    argcheck.plain(option, value)
+    framework, sep, image = value.partition("=")
+    if not sep or not _PEER_FRAMEWORK.match(framework):
+        raise UserError(f"{option} {shown(value)} is not framework=IMAGE")
+    return argcheck.reference(option, image)
+
+
+PEER: Grammar = _peer
 CRON = _word(r"[0-9*/,-]{1,64}(?: [0-9*/,-]{1,64}){4}", "a cron schedule of five fields (e.g. 17 2 * * *)")
 LABEL_LIST = _word(r"[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,31}", "a comma list of runner labels")
 GIT_REF = _word(r"(?!.*\.\.)(?!.*//)[A-Za-z0-9][A-Za-z0-9._/+-]{0,254}",
@@ -308,7 +328,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
     "diff": {"image_a": ("IMAGE_A", REFERENCE), "image_b": ("IMAGE_B", REFERENCE), "as_json": JSON,
              "probe_timeout": ("--probe-timeout", count(1, 86_400))},
     "k8s": {"image": ("IMAGE", REFERENCE), **_RUN, **_NCCL, **_FABRIC,
-            "variant": ("--variant", choice("", "pytorchjob", "job")), "name": ("--name", DNS_LABEL),
+            "variant": ("--variant", choice("", "pytorchjob", "job")), "name": ("--name", K8S_NAME),
             "namespace": ("--namespace", DNS_LABEL), "backoff_limit": ("--backoff-limit", count(0, 100)),
             "cpu": ("--cpu", QUANTITY), "memory": ("--memory", QUANTITY),
             "node_selector": ("--node-selector", argcheck.node_selectors),
@@ -341,7 +361,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
                 "out_dir": ("--out", OUT_DIR), "strategy": ("--strategy", _strategies),
                 "min_efficiency": ("--min-efficiency", _fraction), "revision": REV, "matrix": MATRIX},
     "slurm": {"image": ("IMAGE", IMAGE_OR_FILE), **_RUN, **_NCCL, **_FABRIC,
-              "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "name": ("--name", SLURM_WORD),
+              "runtime": ("--runtime", choice("apptainer", "pyxis", "oci")), "name": ("--name", SLURM_JOB_NAME),
               "partition": ("--partition", SLURM_WORD), "account": ("--account", SLURM_WORD),
               "constraint": ("--constraint", SLURM_CONSTRAINT),
               "time_limit": ("--time", SLURM_TIME), "cpus_per_task": ("--cpus-per-task", _cpus_per_task),

@@ -1,0 +1,39 @@
+"""An empty path (`--out ""`, `bundle IMAGE ""`: a variable left unset) is refused in one line naming its flag
+(exit 2) before anything runs. typer made it Path(''), which is Path('.'), the current folder: `keys --out ""` wrote
+the private key into the checkout, `validate --extra-tests ""` took the checkout for the site's checks, and
+`bundle IMAGE "" --force` would have replaced the current folder with the bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli_args_first import COMMANDS, _argv, _base, _flag, _params, outside, run
+
+__all__ = ["outside"]   # the fixture, imported for the tests here
+
+# release (its own fast parser) and verify declare their options elsewhere; their parsing is not this test's.
+PATH_PARAMETERS = [(command_path, p.name) for command_path, command in sorted(COMMANDS.items())
+                   if command_path not in ("release", "verify")
+                   for p in _params(command) if "Path" in str(p.type_descriptor.annotation)]
+
+
+def test_the_walk_finds_the_path_parameters() -> None:
+    assert ("bundle", "dest") in PATH_PARAMETERS and ("keys", "out_dir") in PATH_PARAMETERS
+    assert ("validate", "extra_tests") in PATH_PARAMETERS and len(PATH_PARAMETERS) > 15
+
+
+@pytest.mark.parametrize(("command_path", "name"), PATH_PARAMETERS)
+def test_an_empty_path_is_refused_naming_its_flag(outside: list[str], capsys: pytest.CaptureFixture, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch, command_path: str,
+                                                  name: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    command = COMMANDS[command_path]
+    param = next(p for p in _params(command) if p.name == name)
+    argv = _argv(command_path, command, _base(command_path, command, tmp_path), param, "")
+    code, out, err = run(capsys, *argv)
+    assert outside == [] and code == 2, (argv, code, err)
+    assert err.strip() == f"error: {_flag(param)}: the path is empty; name a file or folder ('.' for this one)", err
+    assert list(tmp_path.iterdir()) == [p for p in tmp_path.iterdir() if p.name == "plan.json"]   # nothing written

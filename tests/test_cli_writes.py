@@ -1,0 +1,57 @@
+"""A command whose output folder or file cannot be written (a path through a file, no permission, a full disk)
+says so in one line naming the option (exit 2), never a traceback; nothing half-written is left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_keys_into_a_folder_that_cannot_be_made_is_one_line(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    code, out, err = run_cli("keys", "--name", "k", "--out", str(tmp_path / "file" / "keys"))
+    line = _one_line(err)
+    assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err
+
+
+def test_keys_whose_public_half_cannot_be_written_leave_no_private_key(run_cli, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(self: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    code, out, err = run_cli("keys", "--name", "k", "--out", str(tmp_path))
+    assert code == 2 and "No space left on device" in _one_line(err), err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["k8s", "slurm"])
+def test_a_job_written_where_no_file_can_be_is_one_line(run_cli, tmp_path: Path, command: str) -> None:
+    (tmp_path / "file").write_text("x")
+    target = tmp_path / "file" / "jobs" / "job.out"
+    code, out, err = run_cli(command, "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", "--out", str(target))
+    line = _one_line(err)
+    assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err
+
+
+def test_a_report_written_where_no_folder_can_be_is_one_line(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "verdicts").mkdir()
+    code, out, err = run_cli("report", "--verdicts", str(tmp_path / "verdicts"), "--out",
+                             str(tmp_path / "file" / "report"))
+    line = _one_line(err)
+    assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err
+
+
+def test_workflows_written_where_no_folder_can_be_is_one_line(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    code, out, err = run_cli("workflows", "write", "--out", str(tmp_path / "file" / "wf"))
+    line = _one_line(err)
+    assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err
