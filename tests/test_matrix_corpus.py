@@ -550,6 +550,16 @@ CASES = [
          '127.0.0.1:5000 or ghcr.io/team',
          args=("plan", "--revision", "0123456789ab", "--matrix", "{matrix}"),
          env=(("REGISTRY", "my registry:5000"),)),
+    Case("registry-setting-with-credentials-never-shows-them",
+         "error: REGISTRY='***@ghcr.io/team' is not a registry host[:port] with an optional path, e.g. "
+         '127.0.0.1:5000 or ghcr.io/team',
+         args=("plan", "--revision", "0123456789ab", "--matrix", "{matrix}"),
+         env=(("REGISTRY", "robot:s3cr3t@ghcr.io/team"),)),
+    Case("base-mirror-with-credentials-never-shows-them",
+         "error: BASE_MIRROR='***@mirror.example' is not a registry host[:port] with an optional path, e.g. "
+         '127.0.0.1:5000 or ghcr.io/team',
+         args=("plan", "--revision", "0123456789ab", "--matrix", "{matrix}"),
+         env=(("BASE_MIRROR", "robot:s3cr3t@mirror.example"),)),
     Case("release-option-not-a-tag",
          "error: --release '0.1/beta' gives the tag '25.10-0.1/beta', which is not a Docker tag; use a version like "
          '0.1.0',

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
-from buildtool.common.refs import ReferenceError, parse_reference, split_reference
+from buildtool.common.refs import ReferenceError, parse_reference, shown, split_reference
 from buildtool.contracts import names
 from buildtool.contracts.names import DEFAULT_REGISTRY
 
@@ -59,7 +59,7 @@ def check_registry(setting: str, value: str) -> str:
     except ReferenceError:
         ok = False
     if not ok:
-        raise UserError(f"{setting}={value!r} is not a registry host[:port] with an optional path, e.g. "
+        raise UserError(f"{setting}={shown(value)} is not a registry host[:port] with an optional path, e.g. "
                         f"{DEFAULT_REGISTRY} or ghcr.io/team")
     return value
 
@@ -71,7 +71,7 @@ def base_mirrors(base_mirror: str) -> str | dict[str, str]:
     items = [item.strip() for item in base_mirror.split(",") if item.strip()]
     if not any("=" in item for item in items):
         if len(items) > 1:
-            raise UserError(f"BASE_MIRROR={base_mirror!r} names {len(items)} registries: set one registry, or "
+            raise UserError(f"BASE_MIRROR={shown(base_mirror)} names {len(items)} registries: set one registry, or "
                             "`upstream-host=mirror` pairs separated by commas")
         # A trailing '/' is taken as REGISTRY's is: the registry without it.
         return check_registry("BASE_MIRROR", items[0].rstrip("/")) if items else ""
@@ -79,7 +79,7 @@ def base_mirrors(base_mirror: str) -> str | dict[str, str]:
     for item in items:
         upstream, sep, mirror = item.partition("=")
         if not sep or not upstream or not mirror:
-            raise UserError(f"BASE_MIRROR item {item!r} is not `upstream-host=mirror`")
+            raise UserError(f"BASE_MIRROR item {shown(item)} is not `upstream-host=mirror`")
         if upstream in pairs:
             raise UserError(f"BASE_MIRROR names {upstream} twice: keep one `{upstream}=mirror` pair")
         check_registry("BASE_MIRROR upstream", upstream)
