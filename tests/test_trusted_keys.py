@@ -158,3 +158,21 @@ def test_a_public_key_entry_with_a_second_block_or_other_text_is_refused(tmp_pat
     (tmp_path / "config/trusted-keys.yaml").write_text("keys:\n" + entry)
     with pytest.raises(UserError, match=f"config/trusted-keys.yaml:2 keys\\[0\\] {why}"):
         load_trusted(tmp_path)
+
+
+@pytest.mark.parametrize("variable", ["XDG_CONFIG_HOME", "XDG_CACHE_HOME"])
+def test_a_relative_xdg_folder_is_ignored_as_the_xdg_spec_says(monkeypatch, tmp_path: Path, variable: str) -> None:
+    """`XDG_CONFIG_HOME=conf` put the dev signing key under ./conf of whatever folder the command ran in (the
+    checkout, where it could be committed); the spec says a relative path is invalid and ignored."""
+    from buildtool.attest.verdict_statement import dev_key_path
+    from buildtool.common.files import cache_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, "relative")
+    found = dev_key_path() if variable == "XDG_CONFIG_HOME" else cache_root()
+    default = tmp_path / "home" / (".config" if variable == "XDG_CONFIG_HOME" else ".cache")
+    assert found.is_absolute() and found.is_relative_to(default), found
+    monkeypatch.setenv(variable, str(tmp_path / "absolute"))
+    found = dev_key_path() if variable == "XDG_CONFIG_HOME" else cache_root()
+    assert found.is_relative_to(tmp_path / "absolute")

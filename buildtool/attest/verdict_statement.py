@@ -12,7 +12,6 @@ who is trusted is buildtool.attest.keys (docs/release-trust.md#keys).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,9 @@ DEV_KEY_FILE = "dl-images/dev-signing-key.pem"     # under $XDG_CONFIG_HOME (def
 
 
 def config_home() -> Path:
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    from buildtool.common.files import xdg_home
+
+    return xdg_home("XDG_CONFIG_HOME", ".config")
 
 
 def dev_key_path() -> Path:

@@ -8,9 +8,16 @@ import tempfile
 from pathlib import Path
 
 
+def xdg_home(variable: str, default: str) -> Path:
+    """$XDG_CONFIG_HOME or $XDG_CACHE_HOME as the XDG spec reads it: a relative path is invalid and ignored (the
+    dev signing key would otherwise land in whatever folder the command ran in), as an unset or empty one is."""
+    value = os.environ.get(variable, "")
+    return Path(value) if os.path.isabs(value) else Path.home() / default
+
+
 def cache_root() -> Path:
     """Where the toolkit keeps what it can always recompute (matrix snapshots, compiled templates)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dl-images"
+    return xdg_home("XDG_CACHE_HOME", ".cache") / "dl-images"
 
 
 def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
