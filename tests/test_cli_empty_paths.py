@@ -37,3 +37,18 @@ def test_an_empty_path_is_refused_naming_its_flag(outside: list[str], capsys: py
     assert outside == [] and code == 2, (argv, code, err)
     assert err.strip() == f"error: {_flag(param)}: the path is empty; name a file or folder ('.' for this one)", err
     assert list(tmp_path.iterdir()) == [p for p in tmp_path.iterdir() if p.name == "plan.json"]   # nothing written
+
+
+@pytest.mark.parametrize("argv", [("release", "--version", "0.1.0", "--matrix", ""),          # its fast parser
+                                  ("release", "--matrix", ""),                                    # typer's (no version)
+                                  ("verify", "127.0.0.1:5000/x/y:1", "--keys", "")])
+def test_release_and_verify_refuse_an_empty_path_too(outside: list[str], capsys: pytest.CaptureFixture,
+                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      argv: tuple[str, ...]) -> None:
+    """`release --matrix ""` was taken as no --matrix (the matrix found from the current folder), `verify --keys ""`
+    as the current folder ("'.' is not a file"): each now names the empty flag, as every other command does."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv)
+    flag = "--keys" if argv[0] == "verify" else "--matrix"
+    assert outside == [] and code == 2, (argv, code, err)
+    assert err.strip() == f"error: {flag}: the path is empty; name a file or folder ('.' for this one)", err

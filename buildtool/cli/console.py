@@ -5,7 +5,7 @@ which must not pay for importing typer."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,3 +148,15 @@ def project_or_none(matrix: Path | None) -> Project | None:
         return find_project(matrix)
     except UserError:
         return None
+
+
+def path_of(flag: str) -> Callable[[str | Path], Path]:
+    """The `parser` of a path argument or option named FLAG: typer's own makes '' the current folder (Path('') is
+    Path('.')), so `--out ""` (an unset variable) wrote keys into the checkout and `bundle IMAGE "" --force` would
+    have replaced it; '' is refused in one line naming FLAG (exit 2)."""
+    def parse(value: str | Path) -> Path:
+        if isinstance(value, str) and value == "":
+            raise UserError(f"{flag}: the path is empty; name a file or folder ('.' for this one)")
+        return Path(value)
+
+    return parse

@@ -8,31 +8,18 @@ modules import the pipeline stages they call inside the command functions, so th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from buildtool.cli.console import Project, emit_json, err, find_project, log, out, say
+from buildtool.cli.console import Project, emit_json, err, find_project, log, out, path_of, say
 
 # Re-exported for the command modules, with the options declared here.
 __all__ = ["FrameworkOption", "JsonOption", "MatrixOption", "Project", "RevisionOption", "TsaOption", "emit_json",
            "err", "find_project", "log", "out", "path_of", "say"]
 
 
-def path_of(flag: str) -> Callable[[str | Path], Path]:
-    """The `parser` of a path argument or option named FLAG: typer's own makes '' the current folder (Path('') is
-    Path('.')), so `--out ""` (an unset variable) wrote keys into the checkout and `bundle IMAGE "" --force` would
-    have replaced it; '' is refused in one line naming FLAG (exit 2)."""
-    from buildtool.common.errors import UserError
-
-    def parse(value: str | Path) -> Path:
-        if isinstance(value, str) and value == "":
-            raise UserError(f"{flag}: the path is empty; name a file or folder ('.' for this one)")
-        return Path(value)
-
-    return parse
 
 FrameworkOption = Annotated[
     str | None,

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from buildtool.cli.console import path_of
 from buildtool.cli.release_run import print_report  # noqa: F401 - the table, for callers of this module
 from buildtool.contracts.arguments import RELEASE_OPTIONS, Option
 
@@ -26,7 +27,8 @@ def release(**options: Any) -> None:
 
 def _parameter(option: Option) -> inspect.Parameter:
     kind: Any = Path | None if option.dest == "matrix" else _TYPES[option.kind]
-    declared = typer.Option(*option.flags, envvar=option.envvar, help=option.help)
+    declared = typer.Option(*option.flags, envvar=option.envvar, help=option.help,
+                            parser=path_of("--matrix") if option.dest == "matrix" else None)
     default = inspect.Parameter.empty if option.required else (False if option.kind == "flag" else None)
     return inspect.Parameter(option.dest, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=Annotated[kind, declared])

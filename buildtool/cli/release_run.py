@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool.cli.console import Project, emit_json, find_project, log
+from buildtool.cli.console import Project, emit_json, find_project, log, path_of
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
 
@@ -46,7 +46,7 @@ def fast_release(args: list[str]) -> bool:
         return False
     if unknown or not parsed.version:
         return False   # typer says what is wrong, as it does for every other command
-    run_release(**{**vars(parsed), "matrix": Path(parsed.matrix) if parsed.matrix else None})
+    run_release(**{**vars(parsed), "matrix": None if parsed.matrix is None else path_of("--matrix")(parsed.matrix)})
     return True
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from buildtool.cli.console import project_or_none
-from buildtool.cli.options import JsonOption, MatrixOption, emit_json, find_project, say
+from buildtool.cli.options import JsonOption, MatrixOption, emit_json, find_project, path_of, say
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
 
@@ -24,7 +24,8 @@ TrustLocalKeyOption = Annotated[bool, typer.Option(
     "--trust-local-key", help="Also trust this machine's local dev key (as builder and tester); only for a "
                               "loopback registry.")]
 KeysOption = Annotated[Path | None, typer.Option(
-    "--keys", help="The trusted keys file (default: config/trusted-keys.yaml of the project).")]
+    "--keys", parser=path_of("--keys"),
+    help="The trusted keys file (default: config/trusted-keys.yaml of the project).")]
 AcceptSkipOption = Annotated[list[str] | None, typer.Option(
     "--accept-skip", help="As release's: skips of this waivable skip code (CODE or CODE:SUBJECT) count as "
                           "waived (repeatable).")]
