@@ -259,6 +259,26 @@ def test_force_replaces_a_bundle_whole(run_cli, tools: Path, tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "stub.log", "stubs"]
 
 
+def test_force_replaces_only_a_bundle_or_an_empty_folder(run_cli, tools: Path, tmp_path: Path) -> None:
+    """`bundle IMAGE ~ --force` (a mistyped DEST) deleted the home folder: --force replaces a bundle (its record
+    file) or an empty folder, and refuses anything else in one line, before a copy starts; nothing is touched."""
+    dest = tmp_path / "home"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    code, out, err = run_cli("bundle", IMAGE, str(dest), "--force", "--shm-size", "1g",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == ""
+    assert err.strip() == (f"error: {dest} is not a bundle made by `buildtool bundle` (no dl-images-bundle.json in "
+                           "it): --force replaces only a bundle or an empty folder; choose another DEST"), err
+    assert (dest / "notes.txt").read_text() == "mine" and [p.name for p in dest.iterdir()] == ["notes.txt"]
+    assert not (tmp_path / "stub.log").exists() or "copy" not in (tmp_path / "stub.log").read_text()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run_cli("bundle", IMAGE, str(empty), "--force", "--shm-size", "1g",
+                           "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+
+
 def test_a_failed_force_replace_keeps_the_old_bundle(run_cli, tools: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """--force moved the old bundle aside, then the new one's rename failed: the cleanup deleted the old one too

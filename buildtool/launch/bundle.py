@@ -266,6 +266,10 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
     dest = Path(os.path.abspath(request.dest))
     if dest.exists() and not request.force:
         raise UserError(f"{dest} exists; remove it or pass --force to replace it")
+    # --force replaces a bundle, never whatever else DEST is (a home folder, a checkout): the whole tree is deleted.
+    if dest.exists() and not (dest.is_dir() and ((dest / META_FILE).is_file() or not any(dest.iterdir()))):
+        raise UserError(f"{dest} is not a bundle made by `buildtool bundle` (no {META_FILE} in it): --force replaces "
+                        "only a bundle or an empty folder; choose another DEST")
     skopeo, umoci = _tool("skopeo"), _tool("umoci")
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
