@@ -30,7 +30,7 @@ JobsDirOption = Annotated[Path | None, typer.Option(parser=path_of("--jobs-dir")
     help="Where jobs write their scripts, seen read-only inside "
          "(default: DEST/jobs, writable by everyone).")]
 WritableOption = Annotated[bool, typer.Option(help="A writable root file system (default: read-only).")]
-ForceOption = Annotated[bool, typer.Option(help="Replace DEST when it exists.")]
+ForceOption = Annotated[bool, typer.Option(help="Replace DEST when it is a bundle (or an empty folder).")]
 PlatformOption = Annotated[str | None, typer.Option(
     help="The platform to bundle (os/arch, e.g. linux/arm64: that manifest of an image index), the nodes' "
          "architecture. Default: the cell's only platform; a multi-platform cell's must be named.")]
