@@ -116,7 +116,11 @@ def test_no_log_names_what_was_found(tmp_path: Path) -> None:
 
 
 def test_hca_lists_count_what_they_name() -> None:
-    assert nccl_log.asked_hcas("mlx5_0:1,=mlx5_1") == ["mlx5_0:1", "mlx5_1"]
+    assert nccl_log.asked_hcas("=mlx5_0:1,mlx5_1") == ["mlx5_0:1", "mlx5_1"]
+    # NCCL reads `=` only at the start of the list: a later one is part of a device name (utils.cc parseStringList).
+    assert nccl_log.asked_hcas("mlx5_0:1,=mlx5_1") == ["mlx5_0:1", "=mlx5_1"]
+    assert nccl_log.hca_count("mlx5_0:1,=mlx5_1", ["mlx5_0:1", "mlx5_1:1"]) == 2   # asked two; the NIC check names
+    assert not nccl_log.matches_hca("mlx5_1:1", "=mlx5_1")                           # the one no node has
     assert nccl_log.asked_hcas("^mlx5_2") is None and nccl_log.asked_hcas("") is None
     assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0") and nccl_log.matches_hca("mlx5_0:1", "mlx5_0:1")
     assert not nccl_log.matches_hca("mlx5_0:2", "mlx5_0:1") and not nccl_log.matches_hca("mlx5_3:1", "mlx5_0")

@@ -294,11 +294,13 @@ def summary(log: Log) -> str:
 
 
 def asked_hcas(value: str) -> list[str] | None:
-    """The HCAs an NCCL_IB_HCA value names, for counting: None when it excludes (`^...`) or is empty."""
+    """The HCAs an NCCL_IB_HCA value names, for counting: None when it excludes (`^...`) or is empty. As NCCL reads
+    it (net_ib.cc, then utils.cc parseStringList): `=` only at the start of the whole list; a later `=mlx5_1` is
+    a device of that name, which no node has (the NIC check then names it, the real cause)."""
     value = value.strip()
     if not value or value.startswith("^"):
         return None
-    return [entry.lstrip("=") for entry in value.split(",") if entry.lstrip("=")]
+    return [entry for entry in value.removeprefix("=").split(",") if entry]
 
 
 def hca_exact(value: str) -> bool:
