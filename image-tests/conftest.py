@@ -143,7 +143,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not _load_target(item.config).get("runner_gpus"):
         target = _load_target(item.config)
         what = item.get_closest_marker("gpu").kwargs.get("what") or item.name
-        if target.get("needs_gpu"):
+        # Not run where the cell wants GPUs: a CUDA image, or a run profile with GPUs (validate names why it has none).
+        if target.get("needs_gpu") or target.get("gpu_problem"):
             why = target.get("gpu_problem") or "nvidia-smi found none"
             skip(skips.NO_GPU_ON_RUNNER, f"no usable GPU on this runner ({why}): {what} not run")
         skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")
@@ -166,7 +167,7 @@ def require_gpu(runner_gpus: list[dict[str, str]], target: dict[str, Any]):
     def _require(what: str) -> None:
         if runner_gpus:
             return
-        if target.get("needs_gpu"):
+        if target.get("needs_gpu") or target.get("gpu_problem"):   # as pytest_runtest_setup says it
             why = target.get("gpu_problem") or "nvidia-smi found none"
             skip(skips.NO_GPU_ON_RUNNER, f"no usable GPU on this runner ({why}): {what} not run")
         skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")

@@ -53,7 +53,14 @@ from buildtool.validate.probe import (
     run_flags,
 )
 from buildtool.validate.pytest_run import RESERVE_S, _run_pytest, deadline_problem, probes_dir
-from buildtool.validate.run_plan import RunOutcome, RunPlan, make_verdict, overall_result, promised_libraries
+from buildtool.validate.run_plan import (
+    RunOutcome,
+    RunPlan,
+    gpu_cell,
+    make_verdict,
+    overall_result,
+    promised_libraries,
+)
 from buildtool.validate.targets import build_target, expectations, find_cell, pytest_argv
 
 # Importable from here as before the split (each lives in the module of its capability).
@@ -168,8 +175,8 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     flags, not_granted = probe_flags(image.run_ref, wanted, log, cell.cuda)
     # The tests get GPUs only where this cell's containers were started with them (probed above).
     usable = seen if any(f.startswith("--gpus") for f in flags) else []
-    gpu_problem = inventory.problem if cell.needs_gpu and not usable else ""
-    if cell.needs_gpu and image.emulated:
+    gpu_problem = inventory.problem if gpu_cell(cell) and not usable else ""
+    if gpu_cell(cell) and image.emulated:
         gpu_problem = f"{image.platform} runs emulated on this {platforms.host().name} runner"
     run_id = uuid.uuid4().hex[:12]
     out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
