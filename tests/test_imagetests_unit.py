@@ -562,6 +562,27 @@ def test_pytest_is_stopped_at_the_deadline(tmp_path):
     assert runner.overall_result(0, [{"result": "passed"}, {"result": "running"}]) == "failed"
 
 
+def test_a_run_that_dies_before_its_reports_leaves_none_of_an_earlier_runs(tmp_path, monkeypatch, matrix):
+    """pytest killed before it wrote anything (SIGKILL, a crash): the run's folder (the same for every run of the
+    digest and cell) keeps no earlier run's results, defined tests or JUnit XML to be read as this run's."""
+    import contextlib
+
+    from buildtool.validate.options import Options
+    from buildtool.validate.run_plan import RunPlan
+
+    for name in ("results.json", "defined.json", "junit.xml"):
+        (tmp_path / name).write_text("an earlier run's, all passed")
+    monkeypatch.setattr(runner.network, "run_network", contextlib.contextmanager(lambda run_id: (yield "net")))
+    monkeypatch.setattr(runner, "remove_run_containers", lambda run_id: None)
+    monkeypatch.setattr(runner, "_run_pytest", lambda argv, cwd, log_path, timeout, log, fired=None: -9)
+    image = runner.Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
+    plan = RunPlan("r", image, cell_of(matrix, "pytorch-cpu:2.13"), matrix, Options(jobs=1), runner.Inventory([]),
+                   flags=[], run_id="unit", deadline_s=100, tree=TESTS_DIR, groups=["common"], out_dir=tmp_path)
+    outcome = runner._run(plan, REPO, lambda line: None, time.monotonic())
+    assert outcome.problem == "image-tests wrote no results (pytest exit -9)"
+    assert [p.name for p in tmp_path.iterdir() if p.name in ("results.json", "defined.json", "junit.xml")] == []
+
+
 # -- concurrent runs (validate --jobs N): what may run together, and results as in serial runs ----------------
 
 # Every test sleeps: the intervals pytest records are long enough that tests run at the same time

@@ -208,8 +208,10 @@ def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
     containers removed however it ends."""
     options, out_dir, usable = plan.options, plan.out_dir, plan.usable
     results_path, defined_path = out_dir / "results.json", out_dir / "defined.json"
-    results_path.unlink(missing_ok=True)
-    defined_path.unlink(missing_ok=True)
+    # The reports of an earlier run of this digest and cell (the same folder): a run that dies before writing its own
+    # must leave none of them to be read as its own (the JUnit XML included: CI tools read it).
+    for stale in (results_path, defined_path, out_dir / "junit.xml"):
+        stale.unlink(missing_ok=True)
     argv = pytest_argv(plan.tree, plan.groups, out_dir, plan.cell.key, probes_dir(out_dir, plan.run_id),
                        options.select, options.jobs)
     gpu_note = (f"{len(usable)}x {usable[0]['name']}" if usable else
