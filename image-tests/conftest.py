@@ -358,7 +358,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _schedule(report, entry["id"])
     entry["gpu"] = entry["gpu"] or "gpu" in report.keywords
     entry["duration_s"] = round(entry["duration_s"] + report.duration, 3)
-    if report.skipped:
+    if report.skipped and entry["result"] != "failed":   # a skip after the failure (in teardown) never hides it
         entry["result"] = "skipped"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else _message(report)
         code, subject, text = skips.parse_skip(str(reason).removeprefix("Skipped: "))

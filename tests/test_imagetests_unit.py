@@ -499,6 +499,24 @@ def test_an_interrupted_test_is_failed_never_passed(tmp_path):
     assert not [t for t in found.values() if t["result"] not in ("passed", "failed", "skipped")]
 
 
+def test_a_failure_stays_a_failure_when_its_teardown_then_skips(tmp_path):
+    """A fixture that skips in its teardown after the test failed: the test is failed with its own message (it was
+    recorded as skipped, its failure gone from the verdict's tests)."""
+    found = run_image_tests(tmp_path, """
+        import pytest
+
+        @pytest.fixture
+        def tidy():
+            yield
+            pytest.skip("cleanup not possible here")
+
+        def test_fails(tidy):
+            assert False, "the real failure"
+    """)
+    assert found["test_fails"]["result"] == "failed" and found["test_fails"]["message"] == "the real failure"
+    assert found["test_fails"]["skip_reason"] == ""
+
+
 def test_a_gpu_check_without_gpus_is_skipped_before_its_fixtures(tmp_path):
     found = run_image_tests(tmp_path, """
         import pytest
