@@ -145,3 +145,17 @@ def test_cell_groups_are_the_cells_and_a_group_without_a_folder_is_named(matrix,
                                  f"{tmp_path / 'pytorch'}/; every group a cell names is a folder of image-tests")
     (tmp_path / "pytorch").mkdir()
     assert cell_groups(cell, tmp_path) == ["common", "pytorch"]
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ('["torch==2.13.0"]', "is '[\"torch==2.13.0\"]', not a JSON object of package versions"),
+    ("null", "is 'null', not a JSON object of package versions"),
+    ('{"torch": 2.13}', "every version must be text ('{\"torch\": 2.13}')"),
+])
+def test_a_packages_label_that_is_json_but_no_object_of_text_versions_is_bad_input(matrix, value, said):
+    """Read as the build and release read it (contracts.image_labels): it was taken for no label (a skip saying the
+    image has none) or, with a number for a version, a pydantic traceback after the engine probes."""
+    with pytest.raises(UserError) as caught:
+        expectations(cell_of(matrix, "pytorch-cpu:2.13"), {label_keys.PACKAGES: value})
+    assert str(caught.value) == (f"label {label_keys.PACKAGES} of the image{':' if 'every' in said else ''} {said}"
+                                 "; rebuild it with `buildtool build`")

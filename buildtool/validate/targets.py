@@ -39,7 +39,14 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
     except ValueError:
         raise UserError(f"label {label_keys.PACKAGES} of the image is not JSON; rebuild it with `buildtool build`") \
             from None
-    expect["locked"] = locked if isinstance(locked, dict) else None
+    # Read as the build and release read it (contracts.image_labels): an object of text versions, or refused.
+    if labels.get(label_keys.PACKAGES) and not isinstance(locked, dict):
+        raise UserError(f"label {label_keys.PACKAGES} of the image is {labels[label_keys.PACKAGES][:80]!r}, not a JSON "
+                        "object of package versions; rebuild it with `buildtool build`")
+    if locked is not None and not all(isinstance(v, str) for v in locked.values()):
+        raise UserError(f"label {label_keys.PACKAGES} of the image: every version must be text "
+                        f"({labels[label_keys.PACKAGES][:80]!r}); rebuild it with `buildtool build`")
+    expect["locked"] = locked
     if standin:
         value = labels.get(label_keys.STANDIN_FRAMEWORK)
         if not value:
