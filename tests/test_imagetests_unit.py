@@ -759,3 +759,23 @@ def test_the_deadline_stops_every_worker_and_fails_what_did_not_finish(tmp_path)
     assert found["interrupted"] and rc != 0
     workers = [int(p.name[4:]) for p in base.rglob("pid-*")]
     assert not [pid for pid in workers if _alive(pid)], workers
+
+
+@pytest.mark.parametrize("printed", ["", "WARNING: pip is configured with locations that require TLS\n",
+                                     '[{"version": "2.13.0"}]', '{"torch": "2.13.0"}'])
+def test_a_pip_list_without_its_json_list_fails_naming_what_pip_printed(printed):
+    """The image's `pip list --format=json` printed no JSON list of packages last: the checks that read it fail
+    with one line naming it (it was an IndexError, a JSONDecodeError or a KeyError, naming nothing)."""
+    from types import SimpleNamespace
+
+    import infra
+
+    host = SimpleNamespace(run=lambda *args: SimpleNamespace(rc=0, stdout=printed, stderr=""),
+                           find_command=lambda name: "/usr/bin/pip")
+    with pytest.raises(AssertionError) as caught:
+        infra.pip_list(host)
+    assert str(caught.value).startswith("`pip list --format=json` in the image printed no list of packages "
+                                        f"(name, version) as its last line: {printed.strip() or '(nothing)'}")
+    listed = '{"banner": 1}\n[{"name": "Torch_TB", "version": "0.4.3"}]'
+    host.run = lambda *args: SimpleNamespace(rc=0, stdout=listed, stderr="")
+    assert infra.pip_list(host) == {"torch-tb": "0.4.3"}
