@@ -61,7 +61,7 @@ from buildtool.validate.run_plan import (
     overall_result,
     promised_libraries,
 )
-from buildtool.validate.targets import build_target, expectations, find_cell, pytest_argv
+from buildtool.validate.targets import build_target, check_selection, expectations, find_cell, pytest_argv
 
 # Importable from here as before the split (each lives in the module of its capability).
 __all__ = ["Inventory", "Options", "Resolved", "busbw_baseline", "deadline_problem",
@@ -98,6 +98,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
                    platform: str | None = None) -> dict[str, Any]:
     """Run the cell's image-tests against `ref` (of an image index: its `platform` manifest); returns the
     verdict (stored when possible), which names the platform and whether it ran emulated."""
+    check_selection(options.select)
     inventory = gpu_inventory()
     if options.require_gpu:
         require_gpus(inventory)

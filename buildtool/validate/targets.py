@@ -114,6 +114,25 @@ def build_target(plan: RunPlan, baseline: dict[str, Any], probe_budget_s: float,
     )
 
 
+def check_selection(select: str | None) -> None:
+    """A `-k` expression pytest would refuse is bad input (exit 2), said before anything runs: pytest would exit 4
+    after the image was pulled and probed, and the verdict stored as `failed`."""
+    if not select:
+        return
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:     # another pytest: it says so itself
+        return
+    try:
+        Expression.compile(select)
+    except Exception as exc:  # noqa: BLE001 - pytest's parser raises SyntaxError (ParseError before pytest 8)
+        offset = getattr(exc, "offset", None)
+        column = f"at column {offset}: " if isinstance(offset, int) else ""
+        raise UserError(f"-k {select!r} is not a pytest selection expression ({column}"
+                        f"{getattr(exc, 'msg', None) or exc}); test names joined by and, or, not and parentheses"
+                        ) from None
+
+
 def pytest_argv(tests_dir: Path, groups: list[str], out_dir: Path, cell_key: str, basetemp: Path,
                 select: str | None, jobs: int = 1) -> list[str]:
     """The pytest command line of a run: the cell's groups, the target file, where results go, and
