@@ -143,7 +143,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not _load_target(item.config).get("runner_gpus"):
         target = _load_target(item.config)
         what = item.get_closest_marker("gpu").kwargs.get("what") or item.name
-        if target.get("needs_gpu"):
+        # Not run where the cell wants GPUs: a CUDA image, or a run profile with GPUs (validate names why it has none).
+        if target.get("needs_gpu") or target.get("gpu_problem"):
             why = target.get("gpu_problem") or "nvidia-smi found none"
             skip(skips.NO_GPU_ON_RUNNER, f"no usable GPU on this runner ({why}): {what} not run")
         skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")
@@ -166,7 +167,7 @@ def require_gpu(runner_gpus: list[dict[str, str]], target: dict[str, Any]):
     def _require(what: str) -> None:
         if runner_gpus:
             return
-        if target.get("needs_gpu"):
+        if target.get("needs_gpu") or target.get("gpu_problem"):   # as pytest_runtest_setup says it
             why = target.get("gpu_problem") or "nvidia-smi found none"
             skip(skips.NO_GPU_ON_RUNNER, f"no usable GPU on this runner ({why}): {what} not run")
         skip(skips.GPU_NOT_IN_CELL, f"the cell's run profile has no GPUs: {what} does not apply")
@@ -357,7 +358,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _schedule(report, entry["id"])
     entry["gpu"] = entry["gpu"] or "gpu" in report.keywords
     entry["duration_s"] = round(entry["duration_s"] + report.duration, 3)
-    if report.skipped:
+    if report.skipped and entry["result"] != "failed":   # a skip after the failure (in teardown) never hides it
         entry["result"] = "skipped"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else _message(report)
         code, subject, text = skips.parse_skip(str(reason).removeprefix("Skipped: "))

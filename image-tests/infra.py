@@ -106,7 +106,16 @@ def pip_list(host: Any) -> dict[str, str]:
     sitecustomize) may print before it at every Python start."""
     listing = host.run("%s list --no-index --format=json", host.find_command("pip"))
     assert listing.rc == 0, f"`pip list` in the image exited {listing.rc}: {listing.stderr.strip()[-300:]}"
-    return {normalized(d["name"]): d["version"] for d in json.loads(listing.stdout.strip().splitlines()[-1])}
+    last = (listing.stdout.strip().splitlines() or [""])[-1]
+    try:
+        listed = json.loads(last)
+    except ValueError:
+        listed = None
+    assert isinstance(listed, list) and all(isinstance(d, dict) and isinstance(d.get("name"), str)
+                                            and isinstance(d.get("version"), str) for d in listed), (
+        f"`pip list --format=json` in the image printed no list of packages (name, version) as its last line: "
+        f"{last[:200] or '(nothing)'}")
+    return {normalized(d["name"]): d["version"] for d in listed}
 
 
 def host_of(container: Any) -> ImageHost:

@@ -499,6 +499,24 @@ def test_an_interrupted_test_is_failed_never_passed(tmp_path):
     assert not [t for t in found.values() if t["result"] not in ("passed", "failed", "skipped")]
 
 
+def test_a_failure_stays_a_failure_when_its_teardown_then_skips(tmp_path):
+    """A fixture that skips in its teardown after the test failed: the test is failed with its own message (it was
+    recorded as skipped, its failure gone from the verdict's tests)."""
+    found = run_image_tests(tmp_path, """
+        import pytest
+
+        @pytest.fixture
+        def tidy():
+            yield
+            pytest.skip("cleanup not possible here")
+
+        def test_fails(tidy):
+            assert False, "the real failure"
+    """)
+    assert found["test_fails"]["result"] == "failed" and found["test_fails"]["message"] == "the real failure"
+    assert found["test_fails"]["skip_reason"] == ""
+
+
 def test_a_gpu_check_without_gpus_is_skipped_before_its_fixtures(tmp_path):
     found = run_image_tests(tmp_path, """
         import pytest
@@ -560,6 +578,27 @@ def test_pytest_is_stopped_at_the_deadline(tmp_path):
     assert "ran out" in runner.deadline_problem(480, True, None, rc)
     assert runner.deadline_problem(480, False, {"tests": [], "interrupted": ""}, 0) == ""
     assert runner.overall_result(0, [{"result": "passed"}, {"result": "running"}]) == "failed"
+
+
+def test_a_run_that_dies_before_its_reports_leaves_none_of_an_earlier_runs(tmp_path, monkeypatch, matrix):
+    """pytest killed before it wrote anything (SIGKILL, a crash): the run's folder (the same for every run of the
+    digest and cell) keeps no earlier run's results, defined tests or JUnit XML to be read as this run's."""
+    import contextlib
+
+    from buildtool.validate.options import Options
+    from buildtool.validate.run_plan import RunPlan
+
+    for name in ("results.json", "defined.json", "junit.xml"):
+        (tmp_path / name).write_text("an earlier run's, all passed")
+    monkeypatch.setattr(runner.network, "run_network", contextlib.contextmanager(lambda run_id: (yield "net")))
+    monkeypatch.setattr(runner, "remove_run_containers", lambda run_id: None)
+    monkeypatch.setattr(runner, "_run_pytest", lambda argv, cwd, log_path, timeout, log, fired=None: -9)
+    image = runner.Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
+    plan = RunPlan("r", image, cell_of(matrix, "pytorch-cpu:2.13"), matrix, Options(jobs=1), runner.Inventory([]),
+                   flags=[], run_id="unit", deadline_s=100, tree=TESTS_DIR, groups=["common"], out_dir=tmp_path)
+    outcome = runner._run(plan, REPO, lambda line: None, time.monotonic())
+    assert outcome.problem == "image-tests wrote no results (pytest exit -9)"
+    assert [p.name for p in tmp_path.iterdir() if p.name in ("results.json", "defined.json", "junit.xml")] == []
 
 
 # -- concurrent runs (validate --jobs N): what may run together, and results as in serial runs ----------------
@@ -720,3 +759,23 @@ def test_the_deadline_stops_every_worker_and_fails_what_did_not_finish(tmp_path)
     assert found["interrupted"] and rc != 0
     workers = [int(p.name[4:]) for p in base.rglob("pid-*")]
     assert not [pid for pid in workers if _alive(pid)], workers
+
+
+@pytest.mark.parametrize("printed", ["", "WARNING: pip is configured with locations that require TLS\n",
+                                     '[{"version": "2.13.0"}]', '{"torch": "2.13.0"}'])
+def test_a_pip_list_without_its_json_list_fails_naming_what_pip_printed(printed):
+    """The image's `pip list --format=json` printed no JSON list of packages last: the checks that read it fail
+    with one line naming it (it was an IndexError, a JSONDecodeError or a KeyError, naming nothing)."""
+    from types import SimpleNamespace
+
+    import infra
+
+    host = SimpleNamespace(run=lambda *args: SimpleNamespace(rc=0, stdout=printed, stderr=""),
+                           find_command=lambda name: "/usr/bin/pip")
+    with pytest.raises(AssertionError) as caught:
+        infra.pip_list(host)
+    assert str(caught.value).startswith("`pip list --format=json` in the image printed no list of packages "
+                                        f"(name, version) as its last line: {printed.strip() or '(nothing)'}")
+    listed = '{"banner": 1}\n[{"name": "Torch_TB", "version": "0.4.3"}]'
+    host.run = lambda *args: SimpleNamespace(rc=0, stdout=listed, stderr="")
+    assert infra.pip_list(host) == {"torch-tb": "0.4.3"}

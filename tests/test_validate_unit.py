@@ -145,3 +145,34 @@ def test_cell_groups_are_the_cells_and_a_group_without_a_folder_is_named(matrix,
                                  f"{tmp_path / 'pytorch'}/; every group a cell names is a folder of image-tests")
     (tmp_path / "pytorch").mkdir()
     assert cell_groups(cell, tmp_path) == ["common", "pytorch"]
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ('["torch==2.13.0"]', "is '[\"torch==2.13.0\"]', not a JSON object of package versions"),
+    ("null", "is 'null', not a JSON object of package versions"),
+    ('{"torch": 2.13}', "every version must be text ('{\"torch\": 2.13}')"),
+])
+def test_a_packages_label_that_is_json_but_no_object_of_text_versions_is_bad_input(matrix, value, said):
+    """Read as the build and release read it (contracts.image_labels): it was taken for no label (a skip saying the
+    image has none) or, with a number for a version, a pydantic traceback after the engine probes."""
+    with pytest.raises(UserError) as caught:
+        expectations(cell_of(matrix, "pytorch-cpu:2.13"), {label_keys.PACKAGES: value})
+    assert str(caught.value) == (f"label {label_keys.PACKAGES} of the image{':' if 'every' in said else ''} {said}"
+                                 "; rebuild it with `buildtool build`")
+
+
+def test_a_selection_pytest_would_refuse_is_bad_input_before_anything_runs(run_cli, fixture_project: Path,
+                                                                           monkeypatch):
+    """`-k` that pytest cannot parse: one line, exit 2, before the image is pulled or a runner probed (pytest exited
+    4 after all that, and the verdict was signed and stored as `failed`, the newest, blocking a release)."""
+    from buildtool.validate import runner
+
+    monkeypatch.setattr(runner, "gpu_inventory", lambda: pytest.fail("the runner was probed"))
+    monkeypatch.setattr(runner, "resolve", lambda *a, **k: pytest.fail("the image was resolved"))
+    code, out, err = run_cli("validate", "img:1", "-k", "test_ddp and (", "--matrix",
+                             str(fixture_project / "matrix.yaml"))
+    assert code == 2, err
+    [line] = err.strip().splitlines()
+    assert line == ("error: -k 'test_ddp and (' is not a pytest selection expression (at column 15: expected not OR "
+                    "left parenthesis OR identifier; got end of input); test names joined by and, or, not and "
+                    "parentheses"), line

@@ -52,6 +52,12 @@ class RunOutcome:
     problem: str = ""
 
 
+def gpu_cell(cell: Cell) -> bool:
+    """Whether the cell's GPU tests must pass on GPUs for `passed`: a CUDA image, or a run profile that gives its
+    containers GPUs (`run.gpus` not none), as release's gate counts a GPU cell (release.gates.is_gpu_cell)."""
+    return cell.needs_gpu or cell.run.gpus != "none"
+
+
 def overall_result(pytest_exit: int, tests: list[dict[str, Any]]) -> str:
     """Passed only when pytest succeeded, something passed and nothing failed: skips never count."""
     failed = any(t["result"] not in ("passed", "skipped") for t in tests)
@@ -77,7 +83,7 @@ def make_verdict(plan: RunPlan, run: RunOutcome, sbom: tuple[str, str], matrix_d
     deselected = sorted(set(collected["deselected"]))
     result, reasons = derive_result(run.rc, results["tests"], defined=defined,
                                     selection=Selection(expression=select, deselected=deselected),
-                                    gpu_cell=cell.needs_gpu, gpu_tests=gpu_tests, gpu_problem=plan.gpu_problem,
+                                    gpu_cell=gpu_cell(cell), gpu_tests=gpu_tests, gpu_problem=plan.gpu_problem,
                                     emulated=image.emulated)
     if run.problem:
         result, reasons = "failed", [run.problem]
@@ -88,7 +94,7 @@ def make_verdict(plan: RunPlan, run: RunOutcome, sbom: tuple[str, str], matrix_d
         runner=Runner(hostname=socket.gethostname(), gpu_runner=plan.options.require_gpu, gpus=inventory.gpus,
                       driver=inventory.driver, cuda_driver=inventory.cuda_driver,
                       driver_rule=inventory.driver_rule, interconnect=inventory.interconnect,
-                      gpus_usable=bool(plan.usable) if cell.needs_gpu else None,
+                      gpus_usable=bool(plan.usable) if gpu_cell(cell) else None,
                       gpu_problem=plan.gpu_problem or inventory.problem),
         groups=plan.groups, defined_tests=defined, gpu_tests=gpu_tests,
         selection=Selection(expression=select or None, deselected=deselected),

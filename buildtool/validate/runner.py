@@ -53,8 +53,15 @@ from buildtool.validate.probe import (
     run_flags,
 )
 from buildtool.validate.pytest_run import RESERVE_S, _run_pytest, deadline_problem, probes_dir
-from buildtool.validate.run_plan import RunOutcome, RunPlan, make_verdict, overall_result, promised_libraries
-from buildtool.validate.targets import build_target, expectations, find_cell, pytest_argv
+from buildtool.validate.run_plan import (
+    RunOutcome,
+    RunPlan,
+    gpu_cell,
+    make_verdict,
+    overall_result,
+    promised_libraries,
+)
+from buildtool.validate.targets import build_target, check_selection, expectations, find_cell, pytest_argv
 
 # Importable from here as before the split (each lives in the module of its capability).
 __all__ = ["Inventory", "Options", "Resolved", "busbw_baseline", "deadline_problem",
@@ -91,6 +98,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
                    platform: str | None = None) -> dict[str, Any]:
     """Run the cell's image-tests against `ref` (of an image index: its `platform` manifest); returns the
     verdict (stored when possible), which names the platform and whether it ran emulated."""
+    check_selection(options.select)
     inventory = gpu_inventory()
     if options.require_gpu:
         require_gpus(inventory)
@@ -170,8 +178,8 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     flags, not_granted = probe_flags(image.run_ref, wanted, log, cell.cuda)
     # The tests get GPUs only where this cell's containers were started with them (probed above).
     usable = seen if any(f.startswith("--gpus") for f in flags) else []
-    gpu_problem = inventory.problem if cell.needs_gpu and not usable else ""
-    if cell.needs_gpu and image.emulated:
+    gpu_problem = inventory.problem if gpu_cell(cell) and not usable else ""
+    if gpu_cell(cell) and image.emulated:
         gpu_problem = f"{image.platform} runs emulated on this {platforms.host().name} runner"
     run_id = uuid.uuid4().hex[:12]
     out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
@@ -203,8 +211,10 @@ def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
     containers removed however it ends."""
     options, out_dir, usable = plan.options, plan.out_dir, plan.usable
     results_path, defined_path = out_dir / "results.json", out_dir / "defined.json"
-    results_path.unlink(missing_ok=True)
-    defined_path.unlink(missing_ok=True)
+    # The reports of an earlier run of this digest and cell (the same folder): a run that dies before writing its own
+    # must leave none of them to be read as its own (the JUnit XML included: CI tools read it).
+    for stale in (results_path, defined_path, out_dir / "junit.xml"):
+        stale.unlink(missing_ok=True)
     argv = pytest_argv(plan.tree, plan.groups, out_dir, plan.cell.key, probes_dir(out_dir, plan.run_id),
                        options.select, options.jobs)
     gpu_note = (f"{len(usable)}x {usable[0]['name']}" if usable else

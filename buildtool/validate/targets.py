@@ -39,7 +39,14 @@ def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
     except ValueError:
         raise UserError(f"label {label_keys.PACKAGES} of the image is not JSON; rebuild it with `buildtool build`") \
             from None
-    expect["locked"] = locked if isinstance(locked, dict) else None
+    # Read as the build and release read it (contracts.image_labels): an object of text versions, or refused.
+    if labels.get(label_keys.PACKAGES) and not isinstance(locked, dict):
+        raise UserError(f"label {label_keys.PACKAGES} of the image is {labels[label_keys.PACKAGES][:80]!r}, not a JSON "
+                        "object of package versions; rebuild it with `buildtool build`")
+    if locked is not None and not all(isinstance(v, str) for v in locked.values()):
+        raise UserError(f"label {label_keys.PACKAGES} of the image: every version must be text "
+                        f"({labels[label_keys.PACKAGES][:80]!r}); rebuild it with `buildtool build`")
+    expect["locked"] = locked
     if standin:
         value = labels.get(label_keys.STANDIN_FRAMEWORK)
         if not value:
@@ -105,6 +112,25 @@ def build_target(plan: RunPlan, baseline: dict[str, Any], probe_budget_s: float,
         peers=options.peers, run_id=plan.run_id, network=network.name_for(plan.run_id) if plan.run_id else "",
         deadline_s=plan.deadline_s, probe_budget_s=probe_budget_s,
     )
+
+
+def check_selection(select: str | None) -> None:
+    """A `-k` expression pytest would refuse is bad input (exit 2), said before anything runs: pytest would exit 4
+    after the image was pulled and probed, and the verdict stored as `failed`."""
+    if not select:
+        return
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:     # another pytest: it says so itself
+        return
+    try:
+        Expression.compile(select)
+    except Exception as exc:  # noqa: BLE001 - pytest's parser raises SyntaxError (ParseError before pytest 8)
+        offset = getattr(exc, "offset", None)
+        column = f"at column {offset}: " if isinstance(offset, int) else ""
+        raise UserError(f"-k {select!r} is not a pytest selection expression ({column}"
+                        f"{getattr(exc, 'msg', None) or exc}); test names joined by and, or, not and parentheses"
+                        ) from None
 
 
 def pytest_argv(tests_dir: Path, groups: list[str], out_dir: Path, cell_key: str, basetemp: Path,

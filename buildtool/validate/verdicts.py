@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from buildtool.attest.bundles import attach_bundle, fetch_envelopes, is_bundle, own_first, same_envelope
 from buildtool.attest.dsse import EnvelopeError, claimed_keyids, open_envelope, sign_envelope
@@ -188,12 +189,31 @@ def _own_descriptor(reading: _Reading, artifact: str, how: str) -> Referrer | No
     if got != artifact or not isinstance(manifest, dict):
         findings.blocking.append(f"{artifact}, {how}, came back as {got}")
         return None
+    malformed = _malformed(manifest)
+    if malformed:
+        # Anyone who may push can write such a manifest: what cannot be read cannot be shown not to be a verdict.
+        findings.blocking.append(f"{artifact}, {how}, is no manifest this toolkit can read: {malformed}")
+        return None
     if (manifest.get("subject") or {}).get("digest") != digest:
         # Not attached to this digest: nothing it says is about this image (a listing can name anything).
         findings.rejected.append(Rejected(artifact, f"mismatched: artifact {artifact} is not attached to {digest}"))
         return None
     return Referrer(artifact, str(manifest.get("artifactType") or ""), len(raw),
                     {str(k): str(v) for k, v in (manifest.get("annotations") or {}).items()})
+
+
+def _malformed(manifest: dict[str, Any]) -> str:
+    """What of an artifact's manifest, as read, has not the shape OCI gives it ("" when all has): its subject and
+    annotations objects, its layers a list of descriptors, each naming its digest."""
+    for name in ("subject", "annotations"):
+        if manifest.get(name) is not None and not isinstance(manifest[name], dict):
+            return f"its {name!r} field is a JSON {type(manifest[name]).__name__}, not an object"
+    layers = manifest.get("layers", [])
+    if not isinstance(layers, list) or not all(isinstance(layer, dict) and isinstance(layer.get("digest"), str)
+                                               and isinstance(layer.get("annotations") or {}, dict)
+                                               for layer in layers):
+        return "its layers are not a list of descriptors, each with its digest"
+    return ""
 
 
 def _read_one(reading: _Reading, ref: Referrer) -> None:
