@@ -590,8 +590,8 @@ def test_a_run_that_dies_before_its_reports_leaves_none_of_an_earlier_runs(tmp_p
 
     for name in ("results.json", "defined.json", "junit.xml"):
         (tmp_path / name).write_text("an earlier run's, all passed")
-    monkeypatch.setattr(runner.network, "run_network", contextlib.contextmanager(lambda run_id: (yield "net")))
-    monkeypatch.setattr(runner, "remove_run_containers", lambda run_id: None)
+    monkeypatch.setattr(runner.network, "run_network", contextlib.contextmanager(lambda run_id, log=None: (yield "n")))
+    monkeypatch.setattr(runner, "remove_run_containers", lambda run_id, log=None: None)
     monkeypatch.setattr(runner, "_run_pytest", lambda argv, cwd, log_path, timeout, log, fired=None: -9)
     image = runner.Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
     plan = RunPlan("r", image, cell_of(matrix, "pytorch-cpu:2.13"), matrix, Options(jobs=1), runner.Inventory([]),
