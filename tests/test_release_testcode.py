@@ -45,3 +45,40 @@ def test_hashes_are_image_tests_as_committed_at_each_revision(tmp_path: Path) ->
 def test_a_folder_that_is_not_a_git_checkout_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="is not a git checkout"):
         known_code(tmp_path, [("the release commit", "HEAD")])
+
+
+def test_the_code_book_reads_each_revision_once_and_names_the_signed_one(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for release and verify (testcode.CodeBook): image-tests at the revision an image's signed provenance
+    names, or at the release commit (HEAD); each revision read from git once however many images ask, from any
+    thread; an image with no valid provenance is judged by the release commit alone, which the refusal says."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from buildtool.release import testcode
+
+    git(tmp_path, "init", "-q")
+    tests = tmp_path / "image-tests"
+    (tests / "common").mkdir(parents=True)
+    (tests / "common/test_a.py").write_text("def test_a():\n    pass\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "one")
+    first, one = git(tmp_path, "rev-parse", "HEAD"), image_tests_hash(tests)
+    (tests / "common/test_b.py").write_text("def test_b():\n    pass\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "two")
+    head, two = git(tmp_path, "rev-parse", "HEAD"), image_tests_hash(tests)
+    reads: list[str] = []
+    real = testcode._read_revision
+    monkeypatch.setattr(testcode, "_read_revision", lambda root, workdir, known, label, revision, *rest: (
+        reads.append(revision), real(root, workdir, known, label, revision, *rest))[1])
+    book = testcode.CodeBook(tmp_path)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(book.at, [first] * 20))
+    assert sorted(reads) == sorted([first, "HEAD"])                       # once each, for 20 images
+    assert all(set(a.codes) == {one, two} for a in answers)
+    assert answers[0].codes[one][0] == f"image-tests at the image's revision {first[:12]}"
+    assert answers[0].describe() == f"the image's revision {first[:12]}: {one}; the release commit {head[:12]}: {two}"
+    unsigned = book.at(None)
+    assert set(unsigned.codes) == {two} and reads.count("HEAD") == 1
+    assert unsigned.describe() == (f"the image's revision: none (no valid provenance names one); the release commit "
+                                   f"{head[:12]}: {two}")

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from buildtool.matrix.plan import Settings
     from buildtool.matrix.schema import Cell, Matrix
     from buildtool.release.promote import ReleaseReport
+    from buildtool.release.testcode import CodeBook
 
 def fast_release(args: list[str]) -> bool:
     """Run `release ARGS` without typer; False when ARGS are for typer to answer (help, usage errors)."""
@@ -123,14 +124,12 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     if normal != version:
         log(f"note: --version {version} is release {normal} (PEP 440 normal form); its tags use {normal}")
     _check_release_files(project, normal)
-    # The image-tests a verdict may have run: as committed at the image's revision and at the release
-    # commit (git archive, hashed as validate hashes them), read while the registry answers.
-    from buildtool.release.testcode import known_code
-
+    # The image-tests a verdict may have run: as committed at the revision the image's signed provenance names
+    # and at the release commit (git archive, hashed as validate hashes them; the release commit's read while the
+    # registry answers, each image's revision when its provenance is read): the rule verify applies too.
     matrix_name = os.path.relpath(project.matrix_path, project.root)
     code_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-testcode")
-    known = code_reader.submit(known_code, project.root, [("the image's revision", revision),
-                                                          ("the release commit", "HEAD")], matrix_name,
+    known = code_reader.submit(_code_book, project.root, matrix_name,
                                tuple(sorted({c.extra_tests for c in loaded.cells if c.extra_tests})))
     code_reader.shutdown(wait=False)
     from functools import partial
@@ -144,6 +143,14 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     trusted.result()   # a malformed keys file is bad input even when no image got as far as its verdict
     known.result()
     _finish(project, loaded, report, as_json, dry_run)
+
+
+def _code_book(root: Path, matrix_name: str, sites: tuple[str, ...]) -> CodeBook:
+    from buildtool.release.testcode import CodeBook
+
+    book = CodeBook(root, matrix_name, sites)
+    book.release_commit()
+    return book
 
 
 def _check_release_files(project: Project, version: str) -> None:

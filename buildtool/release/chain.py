@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from buildtool.contracts.verdict import Verdict
     from buildtool.matrix.plan import Settings
     from buildtool.matrix.schema import Cell
-    from buildtool.release.testcode import KnownCode
+    from buildtool.release.testcode import CodeBook, KnownCode
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Checkout:
     cells: Sequence[Cell]
     settings: Settings
     # Read from git at `root` when None (what the command does); given by tests that have no such history.
-    known_code: KnownCode | None = None
+    known_code: CodeBook | KnownCode | None = None
     source_check: Callable[[Provenance], list[str]] | None = None
     matrix_name: str = "matrix.yaml"     # the matrix file, relative to `root` (what verdicts are bound to)
 
@@ -192,17 +192,16 @@ def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, res
     from buildtool.release.gather import finish_gate, gather
     from buildtool.release.model import ReleaseOptions
     from buildtool.release.read import read_standins
-    from buildtool.release.testcode import known_code
+    from buildtool.release.testcode import CodeBook
 
     cell = next((c for c in checkout.cells if c.key == result.cell), None)
     if cell is None:
         return [f"the image is of cell {result.cell!r} (its {label_keys.CELL} label, else its provenance), which the "
                 f"matrix of {checkout.root} does not have"]
-    revisions = sorted({c.facts["provenance"]["buildDefinition"]["externalParameters"]["revision"]
-                        for c in result.chains if "provenance" in c.facts})
-    known = checkout.known_code or known_code(checkout.root, [*(("the image's revision", r) for r in revisions),
-                                                             ("the checkout's HEAD", "HEAD")], checkout.matrix_name,
-                                                (cell.extra_tests,) if cell.extra_tests else ())
+    # Release's rule: image-tests at the revision each platform's signed provenance names, or at HEAD (the
+    # release commit), asked for by the gate per platform.
+    known = checkout.known_code or CodeBook(checkout.root, checkout.matrix_name,
+                                            (cell.extra_tests,) if cell.extra_tests else ())
     options = ReleaseOptions(version="", revision="HEAD", trusted=trusted, known_code=known, accept_skips=accept_skips,
                              source_check=checkout.source_check or partial(source_problems, checkout.root,
                                                                            matrix_name=checkout.matrix_name))

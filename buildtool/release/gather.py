@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from buildtool.common.refs import split_repo_path
 from buildtool.matrix.plan import CellPlan
@@ -35,9 +36,14 @@ from buildtool.release.read import read_platforms
 from buildtool.release.sbomgate import gate_sbom
 from buildtool.validate.verdict_choice import Found
 
+if TYPE_CHECKING:
+    from buildtool.attest.provenance_store import ProvenanceFindings
+
 
 def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_repo: str,
-                    options: ReleaseOptions, in_index: bool) -> None:
+                    options: ReleaseOptions, in_index: bool, revision: str | None = None) -> None:
+    """The verdict that counts, checked; `revision`: what the digest's signed provenance names (None: no valid
+    one), the image's revision whose committed image-tests the verdict may have run (testcode.CodeBook)."""
     from buildtool.validate.verdicts import find_verdicts
 
     trusted = options.trusted_keys()
@@ -70,7 +76,7 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
     if chosen.keyid in trusted.dev:
         item.notes.append(f"verdict signed by this machine's local dev key {item.signer} (--trust-local-key)")
     local = None
-    known, code = options.test_code(), chosen.verdict.test_code
+    known, code = options.test_code(revision), chosen.verdict.test_code
     codes = known.for_cell(plan.cell) if known is not None else {}
     site = f" with the site folder {plan.cell.extra_tests}" if plan.cell.extra_tests else ""
     if known is None:
@@ -122,13 +128,10 @@ def _companion_binding(plan: CellPlan, companion: Found | None, matrices: dict[s
             f"count: {why}" for why in binding_problems(plan.cell, companion.verdict, matrices)]
 
 
-def _gate_provenance(client: RegistryClient, item: Evidence, dev_repo: str, options: ReleaseOptions) -> None:
-    """The digest's signed provenance from a trusted builder key, built from a revision release may take
+def _gate_provenance(item: Evidence, options: ReleaseOptions, found: ProvenanceFindings) -> None:
+    """The digest's signed provenance from a trusted builder key (`found`), built from a revision release may take
     (the release commit or its ancestor); what it must say is checked with the image (provenance_problems)."""
-    from buildtool.attest.provenance_store import find_provenance
-
     trusted = options.trusted_keys()
-    found = find_provenance(client, dev_repo, item.digest, trusted)
     item.ignored += [f"{artifact}: {reason}" for artifact, reason in found.rejected]
     if found.provenance is None:
         item.problems.append(f"{item.digest} has no valid provenance: {found.why_none()}; release needs one signed "
@@ -184,8 +187,14 @@ def unproven_attestations(client: RegistryClient, repo: str, manifest: dict[str,
 
 def _gate_platform(client: RegistryClient, ev: Evidence, plan: CellPlan, dev_repo: str, options: ReleaseOptions,
                    in_index: bool) -> None:
-    _gate_verdict(client, ev, plan, dev_repo, options, in_index)
-    _gate_provenance(client, ev, dev_repo, options)
+    from buildtool.attest.provenance_store import find_provenance
+
+    # Read first, checked after the verdict as ever: the revision it names is where the verdict's test code may
+    # come from (for release and verify alike, never the dev tag's or --from's revision).
+    found = find_provenance(client, dev_repo, ev.digest, options.trusted_keys())
+    signed = found.provenance.buildDefinition.externalParameters.revision if found.provenance is not None else None
+    _gate_verdict(client, ev, plan, dev_repo, options, in_index, signed)
+    _gate_provenance(ev, options, found)
     gate_sbom(client, ev, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
 
 

@@ -14,7 +14,7 @@ from buildtool.attest.provenance_model import Provenance
 from buildtool.attest.referrers import Referrer
 from buildtool.contracts.verdict import Verdict
 from buildtool.release.gates import Platform
-from buildtool.release.testcode import KnownCode
+from buildtool.release.testcode import CodeBook, KnownCode
 
 
 @dataclass
@@ -118,7 +118,9 @@ class ReleaseOptions:
     trusted: TrustedKeys | Future[TrustedKeys] = field(default_factory=TrustedKeys)
     # The image-tests code a verdict may have run (buildtool.release.testcode: image-tests as committed
     # at the image's revision and at the release commit); None: nothing to compare with, so no verdict counts.
-    known_code: KnownCode | Future[KnownCode] | None = None
+    # A CodeBook answers for the revision each image's signed provenance names; a KnownCode (the toolkit's tests)
+    # is the same for every image.
+    known_code: CodeBook | KnownCode | Future[CodeBook] | Future[KnownCode] | None = None
     # Why a provenance may not be released (empty when it may: its revision is the release commit or an ancestor
     # of it, and every field naming the source is what git holds there; buildtool.release.ancestry.source_problems
     # in the checkout release runs in). None: nothing to check against, so no provenance counts.
@@ -127,8 +129,11 @@ class ReleaseOptions:
     def trusted_keys(self) -> TrustedKeys:
         return self.trusted.result() if isinstance(self.trusted, Future) else self.trusted
 
-    def test_code(self) -> KnownCode | None:
-        return self.known_code.result() if isinstance(self.known_code, Future) else self.known_code
+    def test_code(self, revision: str | None = None) -> KnownCode | None:
+        """The code a verdict of an image may have run; `revision`: the one its signed provenance names (None:
+        no valid provenance names one)."""
+        known = self.known_code.result() if isinstance(self.known_code, Future) else self.known_code
+        return known.at(revision) if isinstance(known, CodeBook) else known
 
 
 @dataclass
