@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -407,3 +408,114 @@ def test_the_verifier_fails_a_loss_that_is_no_finite_number(tmp_path: Path, firs
                            "{process_id}"], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 1 and "DDP check passed" not in proc.stdout, proc.stdout
     assert proc.stderr == f"DDP check failed: the check's DDP_RESULT line has no valid {field} (a number): {line}\n"
+
+
+# -- torchrun: which node holds rank 0 is torch's choice; the check's DDP_RANK lines say ----------------------
+
+# A stand-in for torchrun on one node: prints a DDP_RANK line for each global rank in argv[1] (local world size: how
+# many), then argv[2] as rank 0's result when given, and exits 0. The rendezvous configuration follows, as torchrun's.
+TORCHRUN_NODE = """\
+import json, sys
+ranks = [int(r) for r in sys.argv[1].split(",") if r]
+for local, rank in enumerate(ranks):
+    print("DDP_RANK " + json.dumps({"rank": rank, "local_rank": local, "local_world_size": int(sys.argv[3])}))
+if sys.argv[2]:
+    print("DDP_RESULT " + sys.argv[2])
+"""
+GOOD = json.dumps({"backend": "gloo", "world_size": 4, "identical": True, "first_loss": 2.0, "last_loss": 0.5})
+RDZV_CONF = "--rdzv-conf=join_timeout=9,read_timeout=9,is_host={is_host}"
+
+
+def torchrun_node(tmp_path: Path, index: str, ranks: str, result: str = "", local_world: int = 2,
+                  **env: str) -> subprocess.CompletedProcess[str]:
+    """The verifier around TORCHRUN_NODE on pod INDEX of an indexed Job of 2 nodes x 2 processes (gloo)."""
+    verify = write_verifier(tmp_path)
+    stand_in = tmp_path / "torchrun_node.py"
+    stand_in.write_text(TORCHRUN_NODE)
+    full = {k: v for k, v in os.environ.items() if k not in ("DDP_NODES", "DDP_OWN_WORKLOAD")}
+    full |= {"DDP_EXPECT_WORLD_SIZE": "4", "DDP_EXPECT_BACKEND": "gloo", "JOB_COMPLETION_INDEX": index, **env}
+    return subprocess.run([sys.executable, str(verify), sys.executable, str(stand_in), ranks, result,
+                           str(local_world), RDZV_CONF], capture_output=True, text=True, timeout=60, env=full)
+
+
+def test_under_torchrun_a_node_that_ran_rank_0_without_its_result_fails(tmp_path: Path) -> None:
+    """The verifier required rank 0's DDP_RESULT only of a process id 0 (a coordinator check): under torchrun a rank 0
+    that printed nothing and exited 0 passed on every node, and the Job succeeded. Now the node whose DDP_RANK lines
+    include global rank 0 fails, naming it, whichever pod it is."""
+    host = socket.gethostname()
+    for index in ("0", "1"):
+        proc = torchrun_node(tmp_path, index, "0,1")
+        assert proc.returncode == 1, proc.stdout
+        assert proc.stderr == f"DDP check failed: global rank 0 ran on this node ({host}) and ended without its " \
+                              "DDP_RESULT line\n", proc.stderr
+        assert "DDP check passed" not in proc.stdout
+
+
+def test_rank_0_on_a_node_other_than_the_rendezvous_host_is_verified_there(tmp_path: Path) -> None:
+    """torch may give rank 0 to a node that does not host the store (pod 1 here): that node verifies the result and
+    passes; pod 0, whose ranks are 2 and 3, passes saying where rank 0 ran; a bad result fails on pod 1."""
+    host = socket.gethostname()
+    store = torchrun_node(tmp_path, "0", "2,3")
+    assert store.returncode == 0, store.stderr
+    assert "DDP check passed" not in store.stdout
+    assert store.stdout.endswith(f"verify_ddp.py: global rank(s) 2, 3 ran on this node ({host}); rank 0 ran on "
+                                 "another node, whose verifier checks its DDP_RESULT\n"), store.stdout
+    rank0 = torchrun_node(tmp_path, "1", "0,1", GOOD)
+    assert rank0.returncode == 0, rank0.stderr
+    assert "DDP check passed: world size 4, gloo, transport Socket, loss 2.0000 -> 0.5000" in rank0.stdout
+    bad = torchrun_node(tmp_path, "1", "0,1", GOOD.replace('"identical": true', '"identical": false'))
+    assert bad.returncode == 1 and bad.stderr == "DDP check failed: ranks ended with different parameters\n"
+
+
+def test_a_torchrun_node_that_cannot_tell_where_rank_0_ran_fails(tmp_path: Path) -> None:
+    """No DDP_RANK line (the reader's reproducer: a check that prints nothing), a local rank without one, or a
+    malformed one: nothing says rank 0 ran elsewhere, so the node fails in one line rather than pass by default."""
+    host = socket.gethostname()
+    verify = write_verifier(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "DDP_NODES", "DDP_OWN_WORKLOAD")}
+    env |= {"DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "gloo"}
+    silent = subprocess.run([sys.executable, str(verify), sys.executable, "-c", "pass"], capture_output=True,
+                            text=True, timeout=60, env=env)
+    assert silent.returncode == 1 and silent.stdout == ""
+    assert silent.stderr.startswith(f"DDP check failed: the check printed no DDP_RANK line on this node ({host}), so "
+                                    "nothing says whether global rank 0 ran here and owed its DDP_RESULT line"), \
+        silent.stderr
+    assert len(silent.stderr.splitlines()) == 1
+    partial = torchrun_node(tmp_path, "0", "3")   # local rank 1 of 2 never said
+    assert partial.returncode == 1
+    assert partial.stderr == ("DDP check failed: this node's DDP_RANK lines do not cover its local ranks (local world "
+                              f"size 2; no line from local rank(s) 1), so nothing says whether global rank 0 ran here "
+                              f"({host}) and owed its DDP_RESULT line\n"), partial.stderr
+    odd = subprocess.run([sys.executable, str(verify), sys.executable, "-c", "print('DDP_RANK {\"rank\": -1}')"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert odd.returncode == 1
+    assert odd.stderr == ("DDP check failed: the check's DDP_RANK line needs rank, local_rank and local_world_size "
+                          "(whole numbers, local_rank below local_world_size; restart, if there, a whole number): "
+                          '{"rank": -1}\n'), odd.stderr
+    # The scaling benchmark's own workload prints SCALING_RESULT, which its caller reads: nothing is owed here.
+    own = subprocess.run([sys.executable, str(verify), sys.executable, "-c", "pass"], capture_output=True, text=True,
+                         timeout=60, env={**env, "DDP_OWN_WORKLOAD": "1"})
+    assert own.returncode == 0, own.stderr
+
+
+@pytest.mark.host_torch
+def test_pytorchs_check_says_its_ranks_on_every_node_under_torchrun(tmp_path: Path) -> None:
+    """Two nodes on this machine, each torchrun (one CPU process) inside the verifier around the real ddp_train.py:
+    exactly one node saw rank 0 and verified its result; the other passed saying rank 0 ran elsewhere."""
+    verify, port = write_verifier(tmp_path), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "DDP_NODES", "DDP_OWN_WORKLOAD")}
+    env |= {"DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "gloo", "DDP_STEPS": "5", "DDP_TIMEOUT_S": "60",
+            "DDP_BUSBW": "0", "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("IMAGETEST_OUT", None)
+    nodes = [subprocess.Popen(
+        [sys.executable, str(verify), sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+         "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=t",
+         f"--rdzv-conf=join_timeout=60,read_timeout=60,is_host={'true' if i == 0 else 'false'}",
+         "--max-restarts=0", str(REPO / "image-tests/pytorch/scripts/ddp_train.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    outs = [node.communicate(timeout=240) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outs
+    passed = [out for out, _ in outs if "\nDDP check passed: world size 2, gloo" in out]
+    elsewhere = [out for out, _ in outs if "rank 0 ran on another node, whose verifier checks its DDP_RESULT" in out]
+    assert len(passed) == 1 and len(elsewhere) == 1, outs
+    assert '"rank": 0' in passed[0] and '"rank": 1' in elsewhere[0]

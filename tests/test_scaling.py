@@ -293,8 +293,9 @@ def test_a_slurm_run_is_one_job_per_node_count(tmp_path: Path, monkeypatch: pyte
     script = submitted[0]
     assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=2" in script
     assert "--nnodes=2 --nproc-per-node=2" in script and "--rdzv-conf=join_timeout=300,read_timeout=300" in script
-    assert ("--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_GPUS_PER_NODE,DDP_NODES,DDP_NODE_ADDRS,NCCL_DEBUG,"
-            "NCCL_DEBUG_SUBSYS,PYTHONUNBUFFERED,SCALING_BATCH,SCALING_EPOCHS,SCALING_SAMPLES") in script
+    assert ("--export=DDP_EXPECT_BACKEND,DDP_EXPECT_WORLD_SIZE,DDP_GPUS_PER_NODE,DDP_NODES,DDP_NODE_ADDRS,"
+            "DDP_OWN_WORKLOAD,NCCL_DEBUG,NCCL_DEBUG_SUBSYS,PYTHONUNBUFFERED,SCALING_BATCH,SCALING_EPOCHS,"
+            "SCALING_SAMPLES") in script
     # Through the DDP check's verifier, which gives torchrun is_host and this node's address (issue 23, 6).
     assert ('python3 "$jobdir/verify_ddp.py" torchrun --nnodes=2' in script
             and "is_host={is_host}' '--local-addr={local_addr}'" in script)

@@ -196,6 +196,7 @@ class SlurmLauncher:
         from buildtool.launch.multinode import VERIFY_FILES, VERIFY_SCRIPT, MultiNodeJob
         from buildtool.launch.slurm import SlurmOptions, Workload, render
         from buildtool.launch.slurmjobs import run_job
+        from buildtool.launch.verify_ddp import OWN_WORKLOAD_ENV
 
         job = MultiNodeJob(image=self.image, nodes=count, gpus_per_node=self.gpus_per_node,
                            name=f"{self.strategy}-scaling-{count}n", shm_size=self.shm_size,
@@ -204,10 +205,12 @@ class SlurmLauncher:
                             time_limit=self.time_limit)
         # torchrun through the DDP check's verifier: on a cluster whose node names do not resolve in the
         # containers it tells each node whether it hosts the store (is_host) and gives its agent the node's
-        # address (--local-addr); the scaling worker prints no DDP_RESULT, so it checks nothing else.
+        # address (--local-addr); the scaling worker prints no DDP_RESULT (OWN_WORKLOAD_ENV: none is owed; run_one
+        # reads its SCALING_RESULT), so it checks nothing else.
         command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
                    *job.launcher.node_command(job, "$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
-        work = Workload(label=f"{self.strategy.upper()} scaling run", command=command, env={**env, **job.expect_env},
+        work = Workload(label=f"{self.strategy.upper()} scaling run", command=command,
+                        env={**env, **job.expect_env, OWN_WORKLOAD_ENV: "1"},
                         embedded={**shipped_with(worker), **VERIFY_FILES},
                         first_node_hosts=job.launcher.first_node_hosts)
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,13 @@ the verifier prints into the job's log and reads after the check, against what t
 DDP_EXPECT_TRANSPORT=IB|EFA, DDP_EXPECT_GDR=1, NCCL_IB_HCA or DDP_FABRIC_NICS, DDP_FABRIC_RATE. The node
 that prints rank 0's result compares the cross-node bus bandwidth with the family's floor
 (contracts/busbw.py). docs/multinode.md ("The transport check") says what each check reads and why.
+
+Rank 0's result: the node that ran it must see its `DDP_RESULT {json}` line, or the check fails there. With a
+process id, process 0 is rank 0. Under torchrun, which node holds rank 0 is torch's choice, so every process of
+the check prints `DDP_RANK {json}` (its global rank, local rank and the node's local world size): a node that
+ran rank 0 needs the result, a node whose every local rank is another passes, and a node whose lines do not say
+(none, or some local rank's missing) fails. DDP_OWN_WORKLOAD=1: a workload of the caller's own (the scaling
+benchmark), which prints what its caller reads; no DDP_RESULT is required then.
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ else:   # in the job: shipped beside this file
     import nccl_log
 
 NCCL_FILE_PATTERN = "nccl.%h.%p.log"   # NCCL_DEBUG_FILE's: host and pid, one file per process
+RESULT_PREFIX = "DDP_RESULT "           # rank 0's result
+RANK_PREFIX = "DDP_RANK "               # every process's global and local rank (torchrun's checks)
+OWN_WORKLOAD_ENV = "DDP_OWN_WORKLOAD"   # 1: the caller reads what the workload prints (no DDP_RESULT owed)
 READS_NCCL = ("INFO", "TRACE")          # the NCCL_DEBUG levels that print the network and the channels
 
 
@@ -327,6 +337,51 @@ def read_result(text: str) -> tuple[dict[str, Any] | None, str]:
     return result, ""
 
 
+def whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def read_rank(text: str) -> tuple[dict[str, Any] | None, str]:
+    """A `DDP_RANK` line's JSON object, or None and what is wrong with it."""
+    shown = text.strip()[:120]
+    try:
+        mark = json.loads(text)
+    except ValueError as exc:
+        return None, f"the check printed a DDP_RANK line that is not JSON ({exc}): {shown}"
+    if (not isinstance(mark, dict) or not all(whole(mark.get(k)) for k in ("rank", "local_rank", "local_world_size"))
+            or mark["local_rank"] >= mark["local_world_size"] or not whole(mark.get("restart", 0))):
+        return None, ("the check's DDP_RANK line needs rank, local_rank and local_world_size (whole numbers, "
+                      f"local_rank below local_world_size; restart, if there, a whole number): {shown}")
+    return mark, ""
+
+
+def owed_result(me: str | None, marks: list[dict[str, Any]], env: dict[str, str]) -> tuple[str, str]:
+    """Why this node fails without rank 0's DDP_RESULT line ('' when it need not have seen it), and what the log
+    says instead: where rank 0 ran, by this node's process id or its processes' DDP_RANK lines."""
+    if env.get(OWN_WORKLOAD_ENV) == "1":
+        return "", ""
+    if me is not None:   # a process id: process 0 reports
+        return ("process 0 ended without its DDP_RESULT line" if me == "0" else ""), ""
+    host = socket.gethostname()
+    if not marks:
+        return (f"the check printed no DDP_RANK line on this node ({host}), so nothing says whether global rank 0 "
+                "ran here and owed its DDP_RESULT line (torchrun chooses the node of rank 0: every process of the "
+                "check must print `DDP_RANK {\"rank\": R, \"local_rank\": L, \"local_world_size\": N}`)"), ""
+    last = max(m.get("restart", 0) for m in marks)   # torchrun's latest attempt: a restart may rank anew
+    marks = [m for m in marks if m.get("restart", 0) == last]
+    ranks = sorted({m["rank"] for m in marks})
+    if 0 in ranks:
+        return f"global rank 0 ran on this node ({host}) and ended without its DDP_RESULT line", ""
+    sizes = sorted({m["local_world_size"] for m in marks})
+    missing = sorted(set(range(sizes[-1])) - {m["local_rank"] for m in marks})
+    if missing or len(sizes) > 1:
+        return (f"this node's DDP_RANK lines do not cover its local ranks (local world size "
+                f"{' and '.join(map(str, sizes))}; no line from local rank(s) {', '.join(map(str, missing)) or '-'}), "
+                f"so nothing says whether global rank 0 ran here ({host}) and owed its DDP_RESULT line"), ""
+    return "", (f"verify_ddp.py: global rank(s) {', '.join(map(str, ranks))} ran on this node ({host}); rank 0 ran "
+                "on another node, whose verifier checks its DDP_RESULT")
+
+
 def resolve_timeout(value: str) -> int:
     try:
         return int(value)
@@ -351,14 +406,19 @@ def main(argv: list[str]) -> int:
     folder = nccl_log_dir(env)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     result = None
-    malformed = ""   # the first bad DDP_RESULT line's fault: the check is failed, after it ends
+    malformed = ""   # the first bad DDP_RESULT or DDP_RANK line's fault: the check is failed, after it ends
     output: list[str] = []
+    marks: list[dict[str, Any]] = []
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
-        if line.startswith("DDP_RESULT "):
-            result, fault = read_result(line[len("DDP_RESULT "):])
+        if line.startswith(RESULT_PREFIX):
+            result, fault = read_result(line[len(RESULT_PREFIX):])
+            malformed = malformed or fault
+        elif line.startswith(RANK_PREFIX):
+            mark, fault = read_rank(line[len(RANK_PREFIX):])
+            marks += [mark] if mark is not None else []
             malformed = malformed or fault
         elif " NCCL " in line:
             output.append(line)
@@ -373,9 +433,12 @@ def main(argv: list[str]) -> int:
     if malformed:
         print(f"DDP check failed: {malformed}", file=sys.stderr)
         return 1
-    if result is None and me == "0":   # torchrun: the node of rank 0 is c10d's choice; a process 0 must report
-        print("DDP check failed: process 0 ended without its DDP_RESULT line", file=sys.stderr)
+    owed, elsewhere = owed_result(me, marks, env) if result is None else ("", "")
+    if owed:   # rank 0 ran here (or nothing says it did not): its result must be seen, here
+        print(f"DDP check failed: {owed}", file=sys.stderr)
         return 1
+    if elsewhere:
+        print(elsewhere, flush=True)
     passed = ""
     if result is not None:
         if result.get("backend") != want_backend:

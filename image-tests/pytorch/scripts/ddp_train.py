@@ -1,5 +1,6 @@
 """A short DDP training run, launched by torchrun (one process per GPU with NCCL, or two
-processes with gloo on CPU). Rank 0 prints `DDP_RESULT <json>`:
+processes with gloo on CPU). Every process prints `DDP_RANK <json>` (its global and local rank: the
+verifier learns from them which node holds rank 0) and rank 0 prints `DDP_RESULT <json>`:
 the loss at the start and the end, whether every rank holds identical parameters
 (a hash of each rank's parameters, gathered with all_gather_object), and on GPUs the
 all-reduce bus bandwidth measured as nccl-tests measures it (`busbw`).
@@ -142,6 +143,17 @@ def _slow_rank() -> tuple[int, float] | None:
     return int(rank), float(seconds)
 
 
+def say_rank(rank: int, local_rank: int) -> None:
+    """`DDP_RANK {json}`: which global rank this process of the node is. torchrun decides which node holds rank 0
+    (not always the rendezvous host), so the verifier on each node learns from these lines whether its node owes
+    rank 0's DDP_RESULT. One write, so that the node's processes never glue their lines together."""
+    mark = {"rank": rank, "local_rank": local_rank,
+            "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+            "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}
+    sys.stdout.write("DDP_RANK " + json.dumps(mark) + "\n")
+    sys.stdout.flush()
+
+
 def main() -> int:
     # DDP_DEVICE=cpu: two nodes sharing one GPU would trip NCCL's duplicate-GPU check.
     cuda = torch.cuda.is_available() and os.environ.get("DDP_DEVICE") != "cpu"
@@ -153,6 +165,7 @@ def main() -> int:
     dist.init_process_group(backend=backend, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    say_rank(rank, local_rank)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
