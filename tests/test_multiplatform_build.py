@@ -254,3 +254,24 @@ def test_a_single_platform_cell_whose_lock_is_missing_fails_alone(monkeypatch: p
     result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
     assert (result.result, result.message, result.digest) == ("failed", missing, "")
     assert dropped == [plan.dev_ref]
+
+
+def test_attestations_that_fail_leave_no_index_at_the_dev_tag(run, monkeypatch) -> None:  # noqa: ANN001
+    """The index went up at the dev tag before each platform's SBOM and provenance were attached: a registry
+    refusing them left a dev tag naming an index without its attestations (docs/registries.md says the
+    multi-platform push writes the dev tag last, as the single-platform one does)."""
+    from buildtool.common.errors import FailedError
+
+    registry, start = run
+    build, plan, fakes = start()
+
+    def refused(self, plan, platform, digest, key, began):  # noqa: ANN001, ANN202
+        raise FailedError(f"provenance of {platform}: HTTP 403 DENIED")
+
+    monkeypatch.setattr(Builder, "_attach_platform", refused)
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.result == "failed" and "HTTP 403 DENIED" in result.message, result.message
+    repo = plan.dev_repo.split("/", 1)[1]
+    assert plan.dev_tag not in registry.tags(repo)
+    assert registry.manifest_digest(repo, plan.dev_tag) is None
+    assert fakes.builds == ["linux/amd64", "linux/arm64"]

@@ -300,9 +300,11 @@ class Builder(Publishing):
                 if self.options.push:
                     built.append(multiplatform.child_of(self.registry, repo, tag, platform))
             if self.options.push:
-                result.digest = put_index(self.registry, repo, plan.dev_tag, built)
+                # Each platform's SBOM and provenance first, then the index at the dev tag: attaching that fails
+                # leaves the dev tag unwritten (docs/registries.md#build---push-and-attestations).
                 result.platforms = [self._attach_platform(plan, c.platform, c.digest, keys[c.platform], began)
                                     for c in built]
+                result.digest = put_index(self.registry, repo, plan.dev_tag, built)
                 result.result = "pushed"
             else:
                 # No registry index: the dev tag names this machine's own platform's image, when it is one of them.
