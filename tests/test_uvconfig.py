@@ -174,3 +174,30 @@ def test_a_main_index_that_does_not_answer_is_refused_not_replaced_by_pypi(monke
                                   "here, and uv would use PyPI in its place: make it reachable, or unset it (`pip "
                                   "config list` shows where)")
     assert "extra-index-url" not in render_uv_toml(HostPip(extra_index_urls=("https://down.example/simple",)), {})
+
+
+@pytest.mark.parametrize(("url", "shown", "secret"), [
+    ("https://pkgs.example/simple?token=s3cr3tQUERY", "https://pkgs.example/simple", "s3cr3tQUERY"),
+    ("https://pkgs.example/simple#s3cr3tFRAG", "https://pkgs.example/simple", "s3cr3tFRAG"),
+    ("https://user:ab/s3cr3tSLASH@pkgs.example/simple", "https://user:****@pkgs.example/simple", "ab/s3cr3tSLASH"),
+])
+def test_a_token_in_the_query_or_after_a_slash_is_redacted_and_scrubbed(tmp_path: Path, url: str, shown: str,
+                                                                        secret: str):
+    """A token in the query or fragment (common.urls counts both as secrets), or a password with an unescaped
+    `/`, was shown whole by redact and never scrubbed from a build log."""
+    from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+
+    assert redact(url) == shown
+    log = tmp_path / "build.log"
+    log.write_text(f"Looking in indexes: {url}\nGET {url.replace('%', '')}/torch/ 200\n")
+    scrub_log(log, secret_strings(HostPip(extra_index_urls=(url,))))
+    assert secret not in log.read_text() and "****" in log.read_text()
+
+
+def test_a_percent_encoded_password_is_scrubbed_as_written_and_decoded(tmp_path: Path):
+    from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+
+    log = tmp_path / "build.log"
+    log.write_text("https://user:p%40ss-w0rd@pkgs.example/simple\nauth user:p@ss-w0rd\n")
+    scrub_log(log, secret_strings(HostPip(index_url="https://user:p%40ss-w0rd@pkgs.example/simple")))
+    assert "p%40ss-w0rd" not in log.read_text() and "p@ss-w0rd" not in log.read_text()

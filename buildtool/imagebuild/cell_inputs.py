@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
@@ -73,17 +73,25 @@ def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source
 
 
 def secret_strings(host: HostPip) -> list[str]:
-    """Credentials inside index URLs: scrubbed from logs as a second line of defence."""
-    found = []
+    """Credentials inside index URLs: scrubbed from logs as a second line of defence. The user info is everything
+    up to the last `@` (a password may hold an unescaped `/`); a token may also ride in the query or fragment
+    (`?token=...`, common.urls): each value there is one too, and each secret as written and percent-decoded."""
+    found: list[str] = []
     for url in (host.index_url, *host.extra_index_urls, *host.find_links):
-        parts = urlsplit(url) if "://" in url else None
-        if parts and parts.password:
-            found.append(parts.password)
-        if parts and parts.username and parts.password:
-            found.append(f"{parts.username}:{parts.password}")
-        elif parts and parts.username:   # `https://TOKEN@host/simple`: the user name is the secret
-            found.append(parts.username)
-    return [s for s in found if len(s) >= 4]
+        scheme, sep, rest = url.partition("://")
+        if not (scheme and sep):
+            continue
+        userinfo, at, location = rest.rpartition("@")
+        user, colon, password = userinfo.partition(":")
+        if at and colon and password:
+            found += [password, userinfo]
+        elif at and user:   # `https://TOKEN@host/simple`: the user name is the secret
+            found.append(user)
+        parts = urlsplit(f"{scheme}://{location}")
+        found += [value for _, value in parse_qsl(parts.query, keep_blank_values=True)]
+        found += [parts.fragment] if parts.fragment else []
+    found += [unquote(s) for s in found]
+    return [s for s in dict.fromkeys(found) if len(s) >= 4]
 
 
 def scrub_log(path: Path, secrets: list[str]) -> None:

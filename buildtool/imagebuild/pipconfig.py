@@ -26,6 +26,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import socketserver
 import subprocess
 import sys
@@ -137,13 +138,18 @@ def package_indexes(host: HostPip, cell_urls: tuple[str, ...] = ()) -> list[dict
 
 def redact(url: str) -> str:
     """A URL fit for a log line: any password replaced by ****, and a user name alone (`https://TOKEN@host`,
-    how GitHub and GitLab tokens are often given) too."""
-    parts = urlsplit(url) if "://" in url else None
-    if parts is None or not (parts.password or parts.username):
+    how GitHub and GitLab tokens are often given) too; the query and fragment, where a token may ride
+    (`?token=...`, common.urls), are left out. Everything up to the last `@` is user info: a password with an
+    unescaped `/`, `?` or `#` ends the authority early for a URL parser."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
         return url
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":****@", 1)
-    return url.replace(f"//{parts.username}@", "//****@", 1)
+    userinfo, at, location = rest.rpartition("@")
+    location = re.split(r"[?#]", location, maxsplit=1)[0]
+    if not at:
+        return f"{scheme}://{location}"
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user}:****@{location}" if colon else f"{scheme}://****@{location}"
 
 
 @cache
