@@ -201,3 +201,16 @@ def test_a_percent_encoded_password_is_scrubbed_as_written_and_decoded(tmp_path:
     log.write_text("https://user:p%40ss-w0rd@pkgs.example/simple\nauth user:p@ss-w0rd\n")
     scrub_log(log, secret_strings(HostPip(index_url="https://user:p%40ss-w0rd@pkgs.example/simple")))
     assert "p%40ss-w0rd" not in log.read_text() and "p@ss-w0rd" not in log.read_text()
+
+
+def test_a_secret_that_is_part_of_another_does_not_leave_the_longer_ones_tail(tmp_path: Path):
+    """Secrets were replaced in the order found: `tokA` (one index's password) turned another index's token
+    `tokAsecondPART` into `****secondPART`, most of that token left in the log."""
+    from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+
+    host = HostPip(index_url="https://u:tokA@a.example/simple",
+                   extra_index_urls=("https://tokAsecondPART@b.example/simple",))
+    log = tmp_path / "build.log"
+    log.write_text("Looking in indexes: https://tokAsecondPART@b.example/simple\n")
+    scrub_log(log, secret_strings(host))
+    assert "secondPART" not in log.read_text() and "https://****@b.example/simple" in log.read_text()

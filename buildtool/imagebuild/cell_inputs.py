@@ -83,15 +83,16 @@ def secret_strings(host: HostPip) -> list[str]:
             continue
         userinfo, at, location = rest.rpartition("@")
         user, colon, password = userinfo.partition(":")
-        if at and colon and password:
-            found += [password, userinfo]
+        if at and colon and password:   # the password alone (the log keeps the user name), `user:pw` if it is short
+            found.append(password if len(password) >= 4 else userinfo)
         elif at and user:   # `https://TOKEN@host/simple`: the user name is the secret
             found.append(user)
         parts = urlsplit(f"{scheme}://{location}")
         found += [value for _, value in parse_qsl(parts.query, keep_blank_values=True)]
         found += [parts.fragment] if parts.fragment else []
     found += [unquote(s) for s in found]
-    return [s for s in dict.fromkeys(found) if len(s) >= 4]
+    # Longest first: a secret that is part of another (`tok` of `tok-2`) must not mask that one's head only.
+    return sorted((s for s in dict.fromkeys(found) if len(s) >= 4), key=len, reverse=True)
 
 
 def scrub_log(path: Path, secrets: list[str]) -> None:
