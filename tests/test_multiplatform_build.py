@@ -275,3 +275,21 @@ def test_attestations_that_fail_leave_no_index_at_the_dev_tag(run, monkeypatch) 
     assert plan.dev_tag not in registry.tags(repo)
     assert registry.manifest_digest(repo, plan.dev_tag) is None
     assert fakes.builds == ["linux/amd64", "linux/arm64"]
+
+
+def test_attestations_that_fail_say_the_dev_tag_was_not_written(run, monkeypatch) -> None:  # noqa: ANN001
+    """As for a single-platform cell (docs/registries.md): the one line says the dev tag was not written and why."""
+    from buildtool.common.errors import FailedError
+
+    _, start = run
+    build, plan, _ = start()
+
+    def refused(self, plan, platform, digest, key, began):  # noqa: ANN001, ANN202
+        raise FailedError(f"provenance of {platform}: HTTP 403 DENIED: requested access to the resource is denied")
+
+    monkeypatch.setattr(Builder, "_attach_platform", refused)
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.message.startswith(f"dev tag {plan.dev_ref} not written: attaching the SBOMs and provenance"), \
+        result.message
+    assert "re-run build --push" in result.message
+    assert result.message.endswith("HTTP 403 DENIED: requested access to the resource is denied")

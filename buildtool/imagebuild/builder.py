@@ -300,10 +300,7 @@ class Builder(Publishing):
                 if self.options.push:
                     built.append(multiplatform.child_of(self.registry, repo, tag, platform))
             if self.options.push:
-                # Each platform's SBOM and provenance first, then the index at the dev tag: attaching that fails
-                # leaves the dev tag unwritten (docs/registries.md#build---push-and-attestations).
-                result.platforms = [self._attach_platform(plan, c.platform, c.digest, keys[c.platform], began)
-                                    for c in built]
+                result.platforms = self._attach_platforms(plan, built, keys, began)
                 result.digest = put_index(self.registry, repo, plan.dev_tag, built)
                 result.result = "pushed"
             else:
@@ -317,9 +314,21 @@ class Builder(Publishing):
             result.message = "; ".join(actions)
         except (engine.BuildFailed, FailedError, RegistryError, RuntimeError, OSError, UserError) as exc:
             result.result = "failed"
-            result.message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            result.message = str(exc).splitlines()[0][:700] if str(exc) else type(exc).__name__
             result.digest = ""
             result.platforms = []
+
+    def _attach_platforms(self, plan: CellPlan, built: list[Child], keys: dict[str, str],
+                          began: datetime) -> list[dict[str, str]]:
+        """Each platform image's SBOM and provenance, before the index goes to the dev tag: attaching that fails
+        leaves the dev tag unwritten, and the one line says so (docs/registries.md#build---push-and-attestations)."""
+        try:
+            return [self._attach_platform(plan, c.platform, c.digest, keys[c.platform], began) for c in built]
+        except (FailedError, RegistryError, RuntimeError, OSError) as exc:
+            cause = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            raise FailedError(f"dev tag {plan.dev_ref} not written: attaching the SBOMs and provenance of its platform "
+                              f"images failed, so they are only at their platform tags (never read as dev tags); fix "
+                              f"the cause and re-run build --push. Cause: {cause}") from None
 
     def platforms_of(self, cell: Cell) -> tuple[str, ...]:
         """The platforms of `cell` this build makes: every one, or those of BuildOptions.platforms (no push)."""
