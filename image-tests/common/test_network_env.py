@@ -2,7 +2,9 @@
 interface of gloo, NCCL or TensorPipe pinned to the loopback device (ranks on other hosts would be
 told 127.0.0.1 and time out connecting to themselves), and no proxy variable without a no_proxy
 that keeps loopback and the cluster's addresses off the proxy (urllib, requests and gRPC, so
-TensorBoard's API and jax.distributed's coordinator, would send local connections to the proxy).
+TensorBoard's API and jax.distributed's coordinator, would send local connections to the proxy), as each of
+them reads it: urllib and requests take the lower-case no_proxy over NO_PROXY, gRPC no_grpc_proxy over no_proxy
+and reads no upper-case variable.
 Read through testinfra's `host`: the variables as every process of the image gets them, and the container's
 interfaces from /sys/class/net. Each problem names the variable and its value (a proxy's password masked)."""
 
@@ -94,15 +96,52 @@ def covered(host: str, no_proxy: str) -> bool:
     return False
 
 
+# Clients that read one no-proxy list, the first of theirs that is set, not all of them together: Python's urllib and
+# requests take the lower-case no_proxy over NO_PROXY; gRPC's C core (jax.distributed's coordinator) takes
+# no_grpc_proxy over no_proxy, and of grpc_proxy, https_proxy, http_proxy (lower case only) the first that is set
+# (grpc/grpc doc/environment_variables.md). (who, the proxies it reads, only the first set counts, its no-proxy lists)
+CLIENTS = (("urllib and requests (TensorBoard's API, downloads)",
+            ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"), False,
+            ("no_proxy", "NO_PROXY")),
+           ("gRPC (jax.distributed's coordinator)", ("grpc_proxy", "https_proxy", "http_proxy"), True,
+            ("no_grpc_proxy", "no_proxy")))
+
+
+def client_problems(env: dict[str, str], cluster: list[str]) -> list[str]:
+    """What each client's own no-proxy list (the first of its variables that is set) leaves of loopback and `cluster`
+    to a proxy it reads, one line per list; [] when every such list covers them."""
+    found: dict[str, tuple[list[str], list[str], list[str], str]] = {}   # said -> clients, proxies, missing, fix
+    for who, proxy_names, first_only, no_proxy_names in CLIENTS:
+        names = [name for name in proxy_names if name in env][:1] if first_only else list(proxy_names)
+        proxies = [f"{name}={shown(env[name])}" for name in names if env.get(name, "").strip()]
+        read = next((name for name in no_proxy_names if name in env), "")
+        missing = [host for host in (*LOOPBACK_HOSTS, *cluster) if not covered(host, env.get(read, ""))]
+        said = f"{read}={env[read]}" if read else f"neither {' nor '.join(no_proxy_names)} is set"
+        if proxies and missing:
+            clients, shown_proxies, _, _ = found.setdefault(said, ([], [], missing, read or no_proxy_names[-1]))
+            clients.append(who)
+            shown_proxies.extend(p for p in proxies if p not in shown_proxies)
+    lines = []
+    for said, (clients, proxies, missing, fix) in found.items():
+        ignored = [name for name in NO_PROXY_VARS if not said.startswith(name + "=") and name in env]
+        unread = f" (not {', '.join(ignored)})" if ignored else ""
+        lines.append(f"{', '.join(proxies)} set in the image, and {said}: the no-proxy list {' and '.join(clients)} "
+                     f"read{unread} does not cover {', '.join(missing)}, "
+                     f"so their local connections go to the proxy; add localhost,127.0.0.1,<the cluster's domains and "
+                     f"addresses> to {fix} too, or set proxies per job instead of in the image")
+    return lines
+
+
 def proxy_problem(env: dict[str, str], cluster: list[str]) -> str:
-    """'' when no proxy variable is set or no_proxy covers loopback and `cluster`; else what is wrong."""
+    """'' when no proxy variable is set or no_proxy covers loopback and `cluster` for every client; else what is
+    wrong."""
     proxies = [f"{name}={shown(env[name])}" for name in PROXY_VARS if env.get(name, "").strip()]
     if not proxies:
         return ""
     no_proxy = ",".join(env[n] for n in ("no_proxy", "NO_PROXY") if n in env)
     missing = [host for host in (*LOOPBACK_HOSTS, *cluster) if not covered(host, no_proxy)]
     if not missing:
-        return ""
+        return "; ".join(client_problems(env, cluster))
     said = ", ".join(f"{n}={env[n]}" for n in ("no_proxy", "NO_PROXY") if n in env) or "no_proxy is unset"
     return (f"{', '.join(proxies)} set in the image, and {said}, which does not cover {', '.join(missing)}: "
             "local connections through urllib, requests and gRPC (TensorBoard's API, jax.distributed's "
