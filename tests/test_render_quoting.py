@@ -373,3 +373,17 @@ def test_a_multi_platform_cells_python_is_one_inert_word_on_its_run_lines(templa
     assert all(found == ("3.12", [], "") for found in benign)
     assert hostile == [(value, [], "")] * len(benign)
     assert benign or template != "images/pip.Dockerfile.j2"
+
+
+@pytest.mark.parametrize("key", ["pytorch-cuda:2.13", "pytorch-ngc:25.10"])
+@pytest.mark.parametrize("value", [*HOSTILE, LABEL_TEXT, f'13.0" {label_keys.OCI_REVISION}="forged', "13.0}x"])
+def test_a_gpu_cells_cuda_never_breaks_out_of_its_env_or_label(key: str, value: str):
+    """parts/nvidia.j2 put `cell.cuda` bare into the ENV default `${NVIDIA_REQUIRE_CUDA:-cuda>=...}` and inside
+    plain double quotes on its LABEL: a quote in it ended the word, and what followed became another ENV variable or
+    LABEL of the matrix's choosing (a forged revision label). Now such a value is refused in one line."""
+    base = next(c for c in MATRIX.cells if c.key == key)
+    labels, problems = _labels(_render(TEMPLATES, dataclasses.replace(base, cuda="13.0")))
+    assert problems == [] and labels[label_keys.CUDA] == "13.0"
+    with pytest.raises(TemplateError, match="an ENV value .* holds a character other than") as caught:
+        _render(TEMPLATES, dataclasses.replace(base, cuda=value))
+    assert isinstance(caught.value, UserError) and "\n" not in str(caught.value)
