@@ -68,3 +68,17 @@ def test_release_notes_fail_loudly_on_a_manifest_missing_a_field() -> None:
 def test_a_template_that_does_not_exist_is_an_error() -> None:
     with pytest.raises(jinja2.TemplateNotFound):
         render_document("buildtool.report", "nope.md.j2")
+
+
+def test_markdown_report_keeps_a_bus_bandwidth_note_inside_its_row() -> None:
+    """The bus-bandwidth table's check column printed the verdict's `floor_note` (which quotes nvidia-smi's GPU
+    name) bare: a `|` in it added columns and a line break ended the table there, the rest as Markdown."""
+    from buildtool.contracts.gpu import BUSBW_FIGURE
+
+    data = _verdict("c", "m")
+    data["figures"] = {BUSBW_FIGURE: {"peak_GBps": 100.0, "ranks": 2, "gpu_model": "X",
+                                      "floor_note": "no floor: nvidia-smi name 'A|B' is unknown\n| injected | row |"}}
+    text = render_markdown(build_report([parse_verdict(data, "v")]))
+    row = next(line for line in text.splitlines() if line.startswith("| `c` | 2x X |"))
+    assert row.endswith("⚠️ no floor: nvidia-smi name 'A\\|B' is unknown \\| injected \\| row \\| |")
+    assert "\n| injected" not in text

@@ -332,3 +332,58 @@ def test_a_requirement_never_adds_lines_or_options_to_the_lock_input(value: str,
                           reachable=lambda url: True)
     assert ran == []
     assert lock.requirement_lines(["torch==2.13.0", "tensorboard==2.21.0"]) == "torch==2.13.0\ntensorboard==2.21.0\n"
+
+
+def _python_version_words(dockerfile: str) -> list[tuple[str, list[str], str]]:
+    """(the value after --python-version as bash reads it, the expansions in that word, bash -n's complaint) for
+    each uv install line of the Dockerfile (just that command: bashlex cannot parse the `case` around it)."""
+    found = []
+    for keyword, rest in _instructions(dockerfile):
+        command = _run_command(rest)
+        if keyword != "RUN" or "--python-version" not in command:
+            continue
+        install = command[command.index("/run/uv/uv pip install"):]
+        install = install[:install.index(" -r /run/")]
+        syntax = subprocess.run(["bash", "-n", "-c", install], capture_output=True, text=True, timeout=30)
+        try:
+            words = bashlex.parse(install)[0].parts
+        except Exception as exc:  # noqa: BLE001 - bashlex's own errors are what we report
+            found.append(("", [], f"bashlex: {exc}"))
+            continue
+        at = next(i for i, w in enumerate(words) if getattr(w, "word", "") == "--python-version") + 1
+        word = words[at] if at < len(words) and words[at].kind == "word" else None
+        # bashlex finds the expansions in the word; POSIX quote removal (shlex) gives its value.
+        found.append(("" if word is None else " ".join(shlex.split(install[word.pos[0]:word.pos[1]])),
+                      [part.kind for part in (word.parts or [])] if word is not None else ["not a word"]
+                      + [w.kind for w in words[at + 1:] if w.kind != "word"],
+                      syntax.stderr.strip()))
+    return found
+
+
+@pytest.mark.parametrize("template", IMAGE_TEMPLATES)
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_multi_platform_cells_python_is_one_inert_word_on_its_run_lines(template: str, value: str):
+    """A multi-platform cell installs its locks on the build machine (parts/uv.j2), telling uv the target's Python
+    on a RUN line: `--python-version {{ cell.python }}` put the matrix value there as shell text (the tests above
+    render single-platform cells only, which never reach that line)."""
+    base = next(c for c in MATRIX.cells if c.key == "pytorch-cpu:2.13")
+    two = dataclasses.replace(base, template=template, platforms=("linux/amd64", "linux/arm64"))
+    benign = _python_version_words(_render(TEMPLATES, dataclasses.replace(two, python="3.12")))
+    hostile = _python_version_words(_render(TEMPLATES, dataclasses.replace(two, python=value)))
+    assert all(found == ("3.12", [], "") for found in benign)
+    assert hostile == [(value, [], "")] * len(benign)
+    assert benign or template != "images/pip.Dockerfile.j2"
+
+
+@pytest.mark.parametrize("key", ["pytorch-cuda:2.13", "pytorch-ngc:25.10"])
+@pytest.mark.parametrize("value", [*HOSTILE, LABEL_TEXT, f'13.0" {label_keys.OCI_REVISION}="forged', "13.0}x"])
+def test_a_gpu_cells_cuda_never_breaks_out_of_its_env_or_label(key: str, value: str):
+    """parts/nvidia.j2 put `cell.cuda` bare into the ENV default `${NVIDIA_REQUIRE_CUDA:-cuda>=...}` and inside
+    plain double quotes on its LABEL: a quote in it ended the word, and what followed became another ENV variable or
+    LABEL of the matrix's choosing (a forged revision label). Now such a value is refused in one line."""
+    base = next(c for c in MATRIX.cells if c.key == key)
+    labels, problems = _labels(_render(TEMPLATES, dataclasses.replace(base, cuda="13.0")))
+    assert problems == [] and labels[label_keys.CUDA] == "13.0"
+    with pytest.raises(TemplateError, match="an ENV value .* holds a character other than") as caught:
+        _render(TEMPLATES, dataclasses.replace(base, cuda=value))
+    assert isinstance(caught.value, UserError) and "\n" not in str(caught.value)

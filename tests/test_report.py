@@ -334,3 +334,19 @@ def test_the_cold_start_of_each_image_is_shown_where_it_is_known() -> None:
     assert f"cold start: {shown}" in render_html(report)
     assert f"| `{verdicts[0]['cell']}` | cold start | {shown} |" in render_markdown(report)
     assert [r.cold_start for r in report.rows].count("") == len(verdicts) - 1
+
+
+def test_a_check_that_passed_last_night_and_was_not_run_tonight_is_no_unchanged_night() -> None:
+    """A GPU check that passed the previous night and was skipped tonight (no GPU), or a check gone from tonight's
+    verdict, changed no result to `failed` nor from it: the trend said "No change since the previous night". Now
+    both are listed as not run tonight, and the night is not called unchanged."""
+    before = verdict("pytorch-ngc:25.10", [test(SHM, "passed"), test(DDP, "passed"), test(BUSBW, "passed")],
+                     gpus=["NVIDIA H100 80GB HBM3"] * 2)
+    now = verdict("pytorch-ngc:25.10", [test(SHM, "passed"), test(BUSBW, "skipped", skip=NO_GPU)],
+                  started="2026-11-30T02:00:00")
+    report = build_report([parse_verdict(now, "now")], [parse_verdict(before, "before")])
+    assert [(t.check, t.now) for t in report.not_run] == [(DDP, "absent"), (BUSBW, "skipped")]
+    md, page = render_markdown(report), render_html(report)
+    assert "No change since the previous night" not in md and "<li>no change</li>" not in page
+    assert f"- ⏭️ `pytorch-ngc:25.10` `{BUSBW}` (skipped)" in md and f"- ⏭️ `pytorch-ngc:25.10` `{DDP}` (absent)" in md
+    assert f"not run tonight (skipped): pytorch-ngc:25.10 <code>{BUSBW}</code>" in page

@@ -77,6 +77,20 @@ def label_value(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._+-]+")
+
+
+def env_word(value: object) -> str:
+    """`| env_word`: a value inside an ENV default (`${VAR:-cuda>=VALUE}`): letters, digits and `. _ + -` only;
+    a quote, space, `$` or `}` would end the word or the default there and add what follows to the ENV line."""
+    text = str(value)
+    _one_line(text, "an ENV value")
+    if not _PLAIN_WORD.fullmatch(text):
+        raise UnsafeValue(f"an ENV value {text!r} holds a character other than letters, digits and . _ + -; it "
+                          "cannot go into a Dockerfile (fix it in matrix.yaml)")
+    return text
+
+
 class _Environment(jinja2.Environment):
     """Checks every value a template reads from a cell (see `_one_line`)."""
 
@@ -130,9 +144,11 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    # Every matrix value on a RUN line goes through `| sh`, every LABEL value through `| label`.
+    # Every matrix value on a RUN line goes through `| sh`, every LABEL value through `| label`, every ENV value
+    # through `| env_word`.
     env.filters["sh"] = sh_word
     env.filters["label"] = label_value
+    env.filters["env_word"] = env_word
     return env
 
 

@@ -62,10 +62,16 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     before = previous_of(current, list(previous or []))
     newly: list[Trend] = []
     fixed: list[Trend] = []
+    not_run: list[Trend] = []
     for row in sorted(current, key=lambda r: r.key):
         old = before.get(row.key)
         if old is None:
             continue
+        if row.runner is not None:    # a missing record's own failure says it: its checks are not listed one by one
+            not_run += [Trend(row.cell, cid, "passed", row.checks[cid].result if cid in row.checks else "absent",
+                              row.platform, row.emulated)
+                        for cid, was in old.checks.items()
+                        if was.result == "passed" and (cid not in row.checks or row.checks[cid].result == "skipped")]
         for check in row.checks.values():
             was = old.checks.get(check.id)
             was_result = was.result if was else None
@@ -85,7 +91,7 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     failing = {cid for row in current for cid, c in row.checks.items() if c.result == "failed"}
     columns = sorted(seen, key=lambda cid: (cid not in new_checks, cid not in failing, cid))
     return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
-                  has_previous=previous is not None, previous_rows=list(previous or []))
+                  not_run=not_run, has_previous=previous is not None, previous_rows=list(previous or []))
 
 
 # -- formatting helpers -------------------------------------------------------------------------
