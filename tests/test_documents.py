@@ -82,3 +82,14 @@ def test_markdown_report_keeps_a_bus_bandwidth_note_inside_its_row() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| `c` | 2x X |"))
     assert row.endswith("⚠️ no floor: nvidia-smi name 'A\\|B' is unknown \\| injected \\| row \\| |")
     assert "\n| injected" not in text
+
+
+@pytest.mark.parametrize("value", ["[x](https://e.invalid)", "![i](https://e.invalid/i.png)", "<img src=x>",
+                                   "<script>alert(1)</script>", "[a]: https://e.invalid", "a\\|b [c]"])
+def test_markdown_cell_renders_as_its_text_never_a_link_image_or_html(value: str) -> None:
+    """A failure message, skip reason or GPU name from a verdict goes into the Markdown report through `md`: it
+    escaped only `|` and line breaks, so `[x](url)` became a link and `<img>` raw HTML in the summary."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parseInline(markdown_cell(value))[0].children or []
+    assert [t.type for t in tokens] == ["text"] and tokens[0].content == value, tokens

@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 
 
 def markdown_cell(value: Any) -> str:
-    """A value safe inside one Markdown table cell or list line: no column break, no line break."""
-    return str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """A value safe inside one Markdown table cell or list line: no column break, no line break, and no link, image
+    or raw HTML (a failure message or a GPU name from a verdict renders as the text it is)."""
+    text = str(value).replace("\\", "\\\\")
+    for char in "|[]<>":
+        text = text.replace(char, "\\" + char)
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 def code_span(value: Any) -> str:
