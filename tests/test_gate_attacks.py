@@ -1,0 +1,105 @@
+"""The release gate's newer surfaces, attacked as someone with push rights to the registry or one runner's signing
+key (house rule: a new surface of the release gate gets its attacker first): the one-GPU pairing's companion, the
+version tags read back before the moving tags move, the provenance's times, overwritten verdict pins. Each attack
+is shown refused with its cause, by `release` and `verify` alike (the fixtures registered here run through both
+in tests/test_gate_agreement.py). In-memory registry (tests/memregistry.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from buildtool.attest import provenance_store
+from buildtool.release.chain import verify_reference
+from buildtool.validate import verdict_choice
+from tests import signing
+from tests.gate_scenarios import scenario
+from tests.test_release_platforms import CPU, Dev
+from tests.test_verify_strict import checkout, single
+
+FUTURE = "2099-01-01T00:00:00Z"
+NOT_HELD = "f" * 40      # a commit no clone holds
+
+
+def _dated(dev: Dev, digest: str, finished: str, revision: str = "") -> None:
+    """Another signed provenance of `digest`, by the trusted builder key, that finished at `finished`."""
+    prov = signing.provenance(dev.cell, platform="linux/amd64", **({"revision": revision} if revision else {}))
+    prov["runDetails"]["metadata"].update(startedOn=finished, finishedOn=finished)
+    signing.attach_provenance(dev.client, dev.repo, digest, prov)   # type: ignore[arg-type]
+
+
+def future_provenance(revision: str = NOT_HELD, alone: bool = False) -> tuple[Dev, str]:
+    """A validated image whose builder also signed a provenance dated 2099 (its clock ahead, or its key held by
+    an attacker), naming `revision`; `alone`: that provenance is the image's only one."""
+    dev = Dev(CPU)
+    if alone:
+        digest = dev.image("amd64")
+        signing.attest_sbom(dev.client, dev.repo, digest)   # type: ignore[arg-type]
+        signing.attest(dev.client, dev.repo, digest, signing.verdict(CPU, digest, platform="linux/amd64"))  # type: ignore[arg-type]
+    else:
+        digest = dev.validated("amd64")
+    _dated(dev, digest, FUTURE, revision)
+    single(dev, digest)
+    return dev, digest
+
+
+scenario("binding/a-future-dated-provenance-beside-the-honest-one")(lambda: future_provenance()[0])
+scenario("binding/only-a-future-dated-provenance")(lambda: future_provenance(signing.head_commit(), alone=True)[0])
+
+
+def both(dev: Dev) -> list[str]:
+    """release's gate and verify (in the project) on the dev image: one answer, returned."""
+    item = dev.gather()
+    found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
+                             signing.trusted(), checkout(dev.cell))
+    assert found.problems == item.problems, (found.problems, item.problems)
+    assert found.ok == (item.status == "ready")
+    return item.problems
+
+
+# -- provenance times (attest/provenance_store.py) ---------------------------------------------------------------
+
+def test_the_provenance_clock_skew_is_the_verdicts() -> None:
+    """attest may not import validate (tests/test_architecture.py): the two limits are kept equal here."""
+    assert provenance_store.CLOCK_SKEW_S == verdict_choice.CLOCK_SKEW_S
+
+
+def test_a_future_dated_provenance_is_refused_naming_its_time_and_the_honest_one_counts() -> None:
+    """Before: of two valid provenances the one that finished last counted, so one dated 2099 won over every
+    provenance the builder would ever sign for the digest (here it named a commit no clone holds, and refused the
+    image). As with verdicts (CLOCK_SKEW_S), one dated more than 300 s after the reader's clock cannot be placed."""
+    dev, digest = future_provenance()
+    problems = both(dev)
+    assert problems == [], problems
+    item = dev.gather()
+    assert item.evidence[0].provenance is not None
+    assert item.evidence[0].provenance.buildDefinition.externalParameters.revision == signing.head_commit()
+    assert any(f"it finished at {FUTURE}, more than 300 s after this machine's clock" in i for i in item.ignored), \
+        item.ignored
+
+
+def test_an_image_whose_only_provenance_is_future_dated_is_refused_naming_why() -> None:
+    dev, digest = future_provenance(signing.head_commit(), alone=True)
+    problems = both(dev)
+    assert any(p.startswith(f"{digest} has no valid provenance: no provenance verifies: ")
+               and f"it finished at {FUTURE}, more than 300 s after this machine's clock" in p
+               for p in problems), problems
+
+
+def test_a_provenance_within_the_skew_of_the_readers_clock_still_counts() -> None:
+    """A builder whose clock is a little ahead (within CLOCK_SKEW_S) is not refused, and its provenance, the
+    newest, counts."""
+    dev = Dev(CPU)
+    digest = dev.validated("amd64")
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _dated(dev, digest, soon)
+    found = provenance_store.find_provenance(dev.client, dev.repo, digest, signing.trusted())   # type: ignore[arg-type]
+    assert found.provenance is not None and not found.rejected, found.rejected
+    assert found.provenance.runDetails.metadata.finishedOn == soon
+
+
+def test_the_readers_clock_is_the_one_given() -> None:
+    dev, digest = future_provenance(signing.head_commit(), alone=True)
+    later = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
+    found = provenance_store.find_provenance(dev.client, dev.repo, digest, signing.trusted(),  # type: ignore[arg-type]
+                                             now=later)
+    assert found.provenance is not None, found.rejected
