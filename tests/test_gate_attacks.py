@@ -7,7 +7,11 @@ in tests/test_gate_agreement.py). In-memory registry (tests/memregistry.py)."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
+import pytest
+
+import tests.test_gate_pairing as pairing
 from buildtool.attest import provenance_store
 from buildtool.release.chain import verify_reference
 from buildtool.validate import verdict_choice
@@ -103,3 +107,106 @@ def test_the_readers_clock_is_the_one_given() -> None:
     found = provenance_store.find_provenance(dev.client, dev.repo, digest, signing.trusted(),  # type: ignore[arg-type]
                                              now=later)
     assert found.provenance is not None, found.rejected
+
+
+# -- the one-GPU pairing's companion (release/gather.py _companion_binding, validate/verdict_choice.py) ----------
+
+BUILDER_ONLY = signing.generate()     # a build job's key: trusted as builder, not as tester
+OTHER_DIGEST = "sha256:" + "9" * 64
+
+
+def _trusted_with_a_builder() -> Any:
+    keys = signing.trusted()
+    extra = signing.trusted(BUILDER_ONLY, roles=("builder",))
+    keys.keys.update(extra.keys)
+    keys.names.update({k: "build jobs" for k in extra.keys})
+    keys.roles.update(extra.roles)
+    return keys
+
+
+def companion(attack: str) -> Dev:
+    """A pytorch-cuda image validated on a one-GPU runner; its multi-GPU companion, as `attack` makes it."""
+    dev = Dev(pairing.CUDA)
+    digest = dev.image("amd64")
+    dev.evidence(digest, "linux/amd64", verdict=False)
+    signing.attest(dev.client, dev.repo, digest,   # type: ignore[arg-type]
+                   pairing.body(digest, 1, busbw="skipped", started=pairing.ONE_AT))
+    multi = pairing.body(digest, 2, busbw="passed", started=pairing.MULTI_AT, selected=True)
+    host, repo = f"{dev.client.host}/{dev.repo}", dev.repo
+    if attack == "of-another-digest":          # another image's companion, its envelope attached to this digest
+        other = pairing.body(OTHER_DIGEST, 2, busbw="passed", started=pairing.MULTI_AT, selected=True)
+        signing.attach_raw(dev.client, repo, digest, signing.envelope(host, OTHER_DIGEST, other))  # type: ignore[arg-type]
+    elif attack == "carrying-another-digests-verdict":   # a statement about this digest, the verdict of another
+        other = pairing.body(OTHER_DIGEST, 2, busbw="passed", started=pairing.MULTI_AT, selected=True)
+        signing.attach_raw(dev.client, repo, digest, signing.envelope(host, digest, other))  # type: ignore[arg-type]
+    elif attack == "of-another-platform":
+        signing.attest(dev.client, repo, digest, {**multi, "platform": "linux/arm64"})  # type: ignore[arg-type]
+    elif attack == "of-another-cell":
+        signing.attest(dev.client, repo, digest, {**multi, "cell": "pytorch-cpu:2.13"})  # type: ignore[arg-type]
+    elif attack == "replayed-after-a-newer-failure":     # the old pass attached again, as a new artifact
+        data = signing.envelope(host, digest, multi)
+        signing.attach_raw(dev.client, repo, digest, data)   # type: ignore[arg-type]
+        failed = pairing.body(digest, 2, busbw="failed", started=pairing.LATER, selected=True)
+        signing.attest(dev.client, repo, digest, failed)   # type: ignore[arg-type]
+        signing.attach_raw(dev.client, repo, digest, data)   # type: ignore[arg-type]
+    elif attack == "signed-by-a-builder-key":
+        signing.attach_raw(dev.client, repo, digest,   # type: ignore[arg-type]
+                           signing.envelope(host, digest, multi, BUILDER_ONLY))
+    elif attack == "whose-busbw-test-was-skipped":
+        skipped = pairing.body(digest, 2, busbw="skipped", started=pairing.MULTI_AT, selected=True)
+        skipped["tests"][-1].update(skip_code="no-peer-image", skip_reason="skipped", result="skipped")
+        signing.attest(dev.client, repo, digest, skipped)   # type: ignore[arg-type]
+    elif attack == "that-never-ran-the-busbw-test":
+        signing.attest(dev.client, repo, digest,   # type: ignore[arg-type]
+                       {**multi, "tests": [signing.result(pairing.OTHERS[0])], "figures": {},
+                        "selection": {"expression": "test_common", "deselected": pairing.OTHERS[1:] + [pairing.BUSBW]}})
+    else:
+        raise AssertionError(attack)
+    single(dev, digest)
+    return dev
+
+
+ATTACKS = {
+    "of-another-digest": f"replayed: signed for {OTHER_DIGEST}",
+    "carrying-another-digests-verdict": "mismatched",
+    "of-another-platform": "it ran on linux/arm64, not linux/amd64",
+    "of-another-cell": "mismatched: the verdict is for cell 'pytorch-cpu:2.13', not pytorch-cuda:2.13",
+    "replayed-after-a-newer-failure": f"{pairing.BUSBW} failed",
+    "signed-by-a-builder-key": "trusted as builder, not as tester",
+    "whose-busbw-test-was-skipped": f"it did not pass {pairing.BUSBW} skipped",
+    "that-never-ran-the-busbw-test": f"it did not pass {pairing.BUSBW} not run",
+}
+for _attack in ATTACKS:
+    scenario(f"pairing/a-companion-{_attack}")(lambda attack=_attack: companion(attack))
+
+
+def both_trusting_a_builder(dev: Dev) -> tuple[list[str], list[str]]:
+    """As `both`, with a build job's key trusted as builder too: (problems, ignored)."""
+    from buildtool.release.gather import gather
+    from buildtool.release.model import ReleaseOptions
+
+    trusted = _trusted_with_a_builder()
+    options = ReleaseOptions("0.1.0", "r", trusted=trusted, known_code=signing.known_code(),
+                             source_check=signing.source_check())
+    item = gather(dev.client, dev.plan, options)   # type: ignore[arg-type]
+    found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
+                             trusted, checkout(dev.cell))
+    assert found.problems == item.problems and not found.ok, (found.problems, item.problems)
+    return item.problems, item.ignored
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_a_companion_that_is_not_this_images_multi_gpu_run_completes_nothing(attack: str) -> None:
+    """The one-GPU verdict's skipped multi-GPU checks stay skipped (the refusal names the verdict it lacks) and the
+    reason the offered companion did not count is named: among the ignored attestations (what does not verify or
+    is of another cell), in the refusal (what verified but cannot pair), or as the newer failure that counts."""
+    dev = companion(attack)
+    problems, ignored = both_trusting_a_builder(dev)
+    cause = ATTACKS[attack]
+    if attack == "replayed-after-a-newer-failure":
+        assert any(p.startswith(f"verdict of {dev.client.get_manifest(dev.repo, dev.plan.dev_tag)[2]} is 'failed' "
+                                f"(failed: {pairing.BUSBW})") for p in problems), problems
+        return
+    pairing.one_gpu_refusal(problems, "release also needs")
+    assert any(cause in p for p in problems + ignored), (problems, ignored)
+
