@@ -17,7 +17,7 @@ from buildtool.release.chain import verify_reference
 from buildtool.validate import verdict_choice
 from tests import signing
 from tests.gate_scenarios import scenario
-from tests.test_release_platforms import CPU, Dev
+from tests.test_release_platforms import CPU, REVISION, Dev
 from tests.test_verify_strict import checkout, single
 
 FUTURE = "2099-01-01T00:00:00Z"
@@ -210,3 +210,135 @@ def test_a_companion_that_is_not_this_images_multi_gpu_run_completes_nothing(att
     pairing.one_gpu_refusal(problems, "release also needs")
     assert any(cause in p for p in problems + ignored), (problems, ignored)
 
+
+# -- version tags read back before the moving tags move (release/execute.py) --------------------------------------
+
+class Registry:
+    """The dev image's registry, answering as `answer` says: (repo, tag, nth read of that tag) -> the digest to
+    answer, or None to answer truly; `after_put` runs after each tag write (repo, tag)."""
+
+    def __init__(self, dev: Dev) -> None:
+        self.dev, self.reads = dev, {}
+        self.answer: Any = lambda repo, tag, n: None
+        self.after_put: Any = lambda repo, tag: None
+
+    def install(self) -> Any:
+        client: Any = self.dev.client
+        read, put = client.manifest_digest, client.put_manifest
+
+        def manifest_digest(repo: str, ref: str) -> str | None:
+            self.reads[(repo, ref)] = n = self.reads.get((repo, ref), 0) + 1
+            lie = self.answer(repo, ref, n)
+            return read(repo, ref) if lie is None else lie
+
+        def put_manifest(repo: str, ref: str, body: bytes, kind: str) -> str:
+            written = put(repo, ref, body, kind)
+            self.after_put(repo, ref)
+            return written
+
+        client.manifest_digest, client.put_manifest = manifest_digest, put_manifest
+        client.ping, client.mount_blob = lambda: None, lambda *_: True
+        return client
+
+
+def releasing() -> tuple[Dev, str, str, Registry]:
+    """A validated pytorch-cpu image, the moving tags on a previous release; (dev, its digest, the release
+    repository, the registry to script)."""
+    from buildtool.common.refs import split_repo_path
+
+    dev = Dev(CPU)
+    digest = dev.validated("amd64")
+    single(dev, digest)
+    _, rel = split_repo_path(dev.plan.release_repo)
+    before = dev.image("amd64", payload=b"the previous release")
+    before_raw, before_type, _ = dev.client.get_manifest(dev.repo, before)
+    for tag in dev.plan.moving_tags:
+        dev.client.put_manifest(rel, tag, before_raw, before_type)
+    return dev, digest, rel, Registry(dev)
+
+
+def run_release(dev: Dev, registry: Registry) -> Any:
+    from buildtool.matrix.plan import Settings
+    from buildtool.release.model import ReleaseOptions
+    from buildtool.release.promote import release
+
+    client = registry.install()
+    options = ReleaseOptions("0.1.0", REVISION, trusted=signing.trusted(), known_code=signing.known_code(),
+                             source_check=signing.source_check(), lock_settle_s=0)
+    settings = Settings(registry=f"{dev.client.host}/t", release_registry=f"{dev.client.host}/t/rel")
+    [item] = release([CPU], settings, options, client_for=lambda host: client, matrix_cells=[CPU]).images
+    return item
+
+
+def test_a_version_tag_read_back_elsewhere_only_the_second_time_fails_the_image_naming_it() -> None:
+    """The registry answers the first read-back of the version tag with the image, the second with another digest:
+    the image is failed naming the tag and what it resolved to (the moving tags moved after the first, which held);
+    what the report lists as made is what the registry holds when read again."""
+    dev, digest, rel, registry = releasing()
+    [version] = dev.plan.release_tags
+    other = "sha256:" + "4" * 64
+    written: dict[str, int] = {}
+
+    def write(repo: str, tag: str) -> None:
+        if (repo, tag) == (rel, version):
+            written[tag] = registry.reads[(rel, version)]     # the reads of it before its write
+    registry.after_put = write
+    registry.answer = lambda repo, tag, n: (other if (repo, tag) == (rel, version) and version in written
+                                            and n == written[version] + 2 else None)
+    item = run_release(dev, registry)
+    assert item.status == "failed", item.problems
+    assert item.problems[0] == f"{dev.plan.release_repo}:{version} resolves to {other}, not {digest}", item.problems
+    assert registry.reads[(rel, version)] > written[version] + 2   # read again: the report says what is there
+    assert sorted(item.tags_made) == sorted([version, *dev.plan.moving_tags])
+
+
+def test_a_version_tag_deleted_between_its_write_and_its_read_back_leaves_the_moving_tags_where_they_were() -> None:
+    """Someone who may delete removes the version tag right after release wrote it: the read-back says it is not
+    in the registry (before: 'resolves to None'), and no moving tag moved."""
+    dev, digest, rel, registry = releasing()
+    [version] = dev.plan.release_tags
+    before = {tag: dev.client.manifest_digest(rel, tag) for tag in dev.plan.moving_tags}
+
+    def delete(repo: str, tag: str) -> None:
+        if (repo, tag) == (rel, version):
+            del dev.client.manifests[(rel, version)]
+    registry.after_put = delete
+    item = run_release(dev, registry)
+    assert item.status == "failed", item.problems
+    assert item.problems[0] == (f"{dev.plan.release_repo}:{version} is not in the registry (deleted?), not on "
+                                f"{digest} after it was written; the moving tags "
+                                f"{', '.join(dev.plan.moving_tags)} were not moved"), item.problems
+    assert {tag: dev.client.manifest_digest(rel, tag) for tag in dev.plan.moving_tags} == before
+    assert item.tags_made == []
+
+
+def test_a_moving_tag_deleted_after_its_write_is_put_back_and_said_so() -> None:
+    """A late delete of a moving tag, found by the final re-check: put back, and the notes say it was deleted
+    (before: 'was moved to None')."""
+    dev, digest, rel, registry = releasing()
+    latest = dev.plan.moving_tags[-1]
+    deleted: list[str] = []
+
+    def delete(repo: str, tag: str) -> None:
+        if (repo, tag) == (rel, latest) and not deleted:
+            deleted.append(tag)
+            del dev.client.manifests[(rel, latest)]
+    registry.after_put = delete
+    item = run_release(dev, registry)
+    assert item.status == "promoted", item.problems
+    assert item.repaired == [f"{latest} was deleted after it was written; put back"]
+    assert dev.client.manifest_digest(rel, latest) == digest
+
+
+def test_a_version_tag_deleted_once_the_moving_tags_moved_fails_the_image_naming_it() -> None:
+    dev, digest, rel, registry = releasing()
+    [version] = dev.plan.release_tags
+
+    def delete(repo: str, tag: str) -> None:
+        if (repo, tag) == (rel, dev.plan.moving_tags[-1]) and (rel, version) in dev.client.manifests:
+            del dev.client.manifests[(rel, version)]
+    registry.after_put = delete
+    item = run_release(dev, registry)
+    assert item.status == "failed", item.problems
+    assert item.problems[0] == f"{dev.plan.release_repo}:{version} is not in the registry (deleted?), not on {digest}"
+    assert version not in item.tags_made and sorted(item.tags_made) == sorted(dev.plan.moving_tags)
