@@ -342,3 +342,69 @@ def test_a_version_tag_deleted_once_the_moving_tags_moved_fails_the_image_naming
     assert item.status == "failed", item.problems
     assert item.problems[0] == f"{dev.plan.release_repo}:{version} is not in the registry (deleted?), not on {digest}"
     assert version not in item.tags_made and sorted(item.tags_made) == sorted(dev.plan.moving_tags)
+
+
+# -- overwritten and unresolvable verdict pins (validate/verdicts.py Findings.tampered, _pinned) ------------------
+
+def failure_hidden_from_the_index() -> tuple[Dev, str, str]:
+    """A pass, then a newer failure; the failure (and its bundle) dropped from the `sha256-<hex>` fallback index,
+    as anyone who may push can: only its pin tag still names it. (dev, digest, the failure's pin tag)."""
+    from buildtool.contracts.names import verdict_pin_tag
+    from tests.test_gate_reading import failure_entries, image_with_pass_then_failure, rewrite_index
+
+    dev = image_with_pass_then_failure()
+    digest, failure = dev.digest, dev.failure   # type: ignore[attr-defined]
+    dropped = failure_entries(dev, digest, failure)
+    rewrite_index(dev, digest, lambda ms: ms.__setitem__(slice(None), [m for m in ms if m["digest"] not in dropped]))
+    dev.pin = verdict_pin_tag(digest, failure)   # type: ignore[attr-defined]
+    return dev, digest, dev.pin   # type: ignore[attr-defined]
+
+
+@scenario("reading/the-failures-pin-overwritten")
+def pin_overwritten() -> Dev:
+    dev, digest, tag = failure_hidden_from_the_index()
+    other = dev.image("amd64", payload=b"anything")
+    dev.client.put_manifest(dev.repo, tag, dev.client.get_manifest(dev.repo, other)[0], "application/vnd.oci."
+                                                                                           "image.manifest.v1+json")
+    dev.other = other   # type: ignore[attr-defined]
+    return dev
+
+
+@scenario("reading/the-failures-pin-listed-but-not-there")
+def pin_unresolvable() -> Dev:
+    """The failure's pin tag is listed, but the registry answers 404 for it (its manifest deleted, the tag left
+    listed; or a registry that lists what it cannot serve)."""
+    dev, digest, tag = failure_hidden_from_the_index()
+    client: Any = dev.client
+    read = client.manifest_digest
+    client.manifest_digest = lambda repo, ref: None if ref == tag else read(repo, ref)
+    return dev
+
+
+def test_an_overwritten_pin_refuses_the_image_in_release_and_report_alike() -> None:
+    """The failure hidden from the index and its pin tag pointed elsewhere: release (and verify) and the nightly
+    report refuse with the one text Findings.tampered gives, never the older pass."""
+    from buildtool.report import fetch
+    from buildtool.validate.verdicts import find_verdicts
+
+    dev = pin_overwritten()
+    digest, tag, other = dev.digest, dev.pin, dev.other   # type: ignore[attr-defined]
+    tampered = find_verdicts(dev.client, dev.repo, digest, signing.trusted(), CPU.key).tampered(digest)  # type: ignore[arg-type]
+    assert tampered == (f"a verdict of {digest} was overwritten in the registry ({tag} now names {other}): the "
+                        "registry was tampered with; find out who wrote it, then validate the image again")
+    assert tampered in both(dev)
+    ref = f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}"
+    source = fetch._Source(dev.client, CPU.key, ref, dev.repo, signing.trusted())   # type: ignore[arg-type]
+    record = fetch._image_record(source, digest, dev.client.get_manifest(dev.repo, digest)[0], want="", in_index=False)
+    assert record["missing"] is True and record["reason"].endswith(tampered), record
+
+
+def test_a_pin_tag_listed_but_not_in_the_registry_blocks() -> None:
+    """Before: a listed pin tag that the registry answered 404 for was passed over, so with the failure dropped from
+    the index the older pass was released. What is pinned and not in the registry may be a verdict: it blocks, in
+    release, verify, the report and reuse alike (all read Findings.blocking)."""
+    dev = pin_unresolvable()
+    digest, tag = dev.digest, dev.pin   # type: ignore[attr-defined]
+    problems = both(dev)
+    assert (f"a verdict of {digest} cannot be read or typed: the verdict pin tag {tag} is listed, but the registry "
+            "has no manifest for it: it may name a verdict nobody can read") in problems, problems
