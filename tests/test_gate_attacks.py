@@ -46,6 +46,39 @@ def future_provenance(revision: str = NOT_HELD, alone: bool = False) -> tuple[De
     return dev, digest
 
 
+def provenance_naming(revision: str) -> Dev:
+    """A validated image whose only provenance names `revision` (the release commit spelt another way)."""
+    dev = Dev(CPU)
+    digest = dev.image("amd64")
+    signing.attest_sbom(dev.client, dev.repo, digest)   # type: ignore[arg-type]
+    signing.attach_provenance(dev.client, dev.repo, digest,   # type: ignore[arg-type]
+                              signing.provenance(CPU, platform="linux/amd64", revision=revision))
+    signing.attest(dev.client, dev.repo, digest, signing.verdict(CPU, digest, platform="linux/amd64"))  # type: ignore[arg-type]
+    single(dev, digest)
+    return dev
+
+
+SPELT = {"short": lambda: signing.head_commit()[:12], "uppercase": lambda: signing.head_commit().upper(),
+         "not-held": lambda: NOT_HELD}
+for _name, _revision in SPELT.items():
+    scenario(f"binding/a-provenance-naming-a-{_name}-revision")(lambda spelt=_revision: provenance_naming(spelt()))
+
+
+@pytest.mark.parametrize(("revision", "cause"), [
+    (lambda: signing.head_commit()[:12], "is not a full commit (40 hex digits)"),
+    (lambda: signing.head_commit().upper(), "is not a full commit (40 hex digits)"),
+    (lambda: NOT_HELD, "is not a commit git knows in"),
+], ids=["short", "uppercase", "not-held"])
+def test_a_provenance_naming_the_release_commit_spelt_otherwise_is_refused_naming_its_revision(
+        revision: Any, cause: str) -> None:
+    """git resolves a short or an uppercase sha to the release commit; release takes only the full lowercase one,
+    and says which it got (tests/test_testcode_revision.py runs the same attacks in a git history of their own)."""
+    named = revision()
+    problems = both(provenance_naming(named))
+    assert any(p.endswith(f"the provenance's revision {named!r} {cause}") or f"revision {named} {cause}" in p
+               for p in problems), problems
+
+
 scenario("binding/a-future-dated-provenance-beside-the-honest-one")(lambda: future_provenance()[0])
 scenario("binding/only-a-future-dated-provenance")(lambda: future_provenance(signing.head_commit(), alone=True)[0])
 
