@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+import tests.test_gate_attacks
 import tests.test_gate_binding
 import tests.test_gate_pairing
 import tests.test_gate_reading  # noqa: F401  (they register their fixtures)

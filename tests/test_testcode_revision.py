@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.matrix.plan import Settings, plan_cell
 from buildtool.registry.client import OCI_MANIFEST
 from buildtool.release.testcode import known_code
@@ -43,9 +44,10 @@ def new_tests(root: Path, message: str) -> str:
     return git(root, "rev-parse", "HEAD")
 
 
-def push(project: Path, tag_revision: str, built_at: str, ran: str) -> tuple[Dev, str]:
+def push(project: Path, tag_revision: str, built_at: str, ran: str, matrix_at: str = "") -> tuple[Dev, str]:
     """The dev tag of `tag_revision` pointed at an image whose signed provenance says it was built at `built_at`,
-    with a passing verdict of image-tests `ran`; returns the registry and the dev image's reference."""
+    with a passing verdict of image-tests `ran` (and of the matrix at `matrix_at`, default `built_at`); returns the
+    registry and the dev image's reference."""
     dev = Dev(CPU)
     dev.plan = plan_cell(CPU, Settings(registry=REGISTRY, release_registry=f"{REGISTRY}/rel"), tag_revision[:12],
                          "0.1.0")
@@ -53,7 +55,8 @@ def push(project: Path, tag_revision: str, built_at: str, ran: str) -> tuple[Dev
     signing.attest_sbom(dev.client, dev.repo, digest)   # type: ignore[arg-type]
     signing.attach_provenance(dev.client, dev.repo, digest,   # type: ignore[arg-type]
                               signing.provenance(CPU, revision=built_at, root=project))
-    body = signing.verdict(CPU, digest, test_code=ran, matrix_digest=signing.committed_matrix(project, built_at))
+    body = signing.verdict(CPU, digest, test_code=ran,
+                           matrix_digest=signing.committed_matrix(project, matrix_at or built_at))
     signing.attest(dev.client, dev.repo, digest, body)   # type: ignore[arg-type]
     dev.client.put_manifest(dev.repo, dev.plan.dev_tag, dev.client.get_manifest(dev.repo, digest)[0], OCI_MANIFEST)
     return dev, f"{dev.plan.dev_repo}:{dev.plan.dev_tag}"
@@ -123,3 +126,91 @@ def test_a_verdict_of_the_tags_revision_image_tests_is_refused_by_release_as_by_
            f"{code_at(project, built)}"
     assert any(p.startswith(f"the verdict ran image-tests {ran_code}, which is neither image-tests at the image's "
                             f"revision nor at the release commit ({said})") for p in problems), problems
+
+
+def _signed_revision(project: Path, attack: str) -> tuple[str, str, list[str]]:
+    """(the revision the provenance names, the commit whose image-tests the verdict ran, what the refusal must say)
+    for `attack` on the revision a provenance names (house rule: the new surface gets its attacker first)."""
+    head = git(project, "rev-parse", "HEAD")
+    if attack == "not-held":
+        unknown = "f" * 40
+        return unknown, head, [f"the provenance's revision {unknown} is not a commit git knows in {project}"]
+    if attack == "not-an-ancestor":
+        git(project, "switch", "-q", "-c", "side")
+        side = new_tests(project, "image-tests on a side branch")
+        git(project, "switch", "-q", "-")
+        return side, side, [f"the provenance's revision {side[:12]} is neither the release commit {head[:12]} nor an "
+                            "ancestor of it: release from a checkout that contains it"]
+    older = head
+    new_tests(project, "newer image-tests")
+    if attack == "short":
+        return older[:12], older, [f"the provenance's revision {older[:12]!r} is not a full commit (40 hex digits)"]
+    assert attack == "uppercase"
+    return older.upper(), older, [f"the provenance's revision {older.upper()!r} is not a full commit (40 hex digits)"]
+
+
+@pytest.mark.parametrize("attack", ["not-held", "not-an-ancestor", "short", "uppercase"])
+def test_a_provenance_naming_a_revision_release_may_not_take_is_refused_by_release_as_by_verify(
+        project: Path, commands, attack: str) -> None:  # type: ignore[no-untyped-def]
+    """The builder's key signs a provenance whose revision git does not hold, that HEAD does not contain, or that
+    is a short or uppercase sha (git resolves both): the verdict ran the image-tests at the commit meant, yet
+    release and verify both refuse, naming the revision; nothing else the provenance says is read first."""
+    signed, ran_at, causes = _signed_revision(project, attack)
+    head = git(project, "rev-parse", "HEAD")
+    dev, reference = push(project, head, signed, code_at(project, ran_at), matrix_at=ran_at)
+    found = commands(dev, project, reference, head)
+    assert found["release"] == found["verify"], found
+    code, problems = found["release"]
+    assert code == 1
+    for cause in causes:
+        assert any(cause in p for p in problems), problems
+
+
+def test_a_provenance_replayed_from_another_digest_names_no_revision_for_the_test_code(project: Path,
+                                                                                        commands) -> None:  # type: ignore[no-untyped-def]
+    """An older commit's provenance, signed for another image, attached to this one: it is no provenance of this
+    digest, so its revision is not where the verdict's test code may come from (only the release commit is)."""
+    built = git(project, "rev-parse", "HEAD")
+    head = new_tests(project, "newer image-tests")
+    dev = Dev(CPU)
+    dev.plan = plan_cell(CPU, Settings(registry=REGISTRY, release_registry=f"{REGISTRY}/rel"), head[:12], "0.1.0")
+    digest, other = dev.image("amd64"), dev.image("amd64", payload=b"another image built at the older commit")
+    signing.attest_sbom(dev.client, dev.repo, digest)   # type: ignore[arg-type]
+    replayed = signing.provenance_envelope(f"{dev.client.host}/{dev.repo}", other,
+                                           signing.provenance(CPU, revision=built, root=project))
+    signing.attach_raw(dev.client, dev.repo, digest, replayed, artifact_type=PROVENANCE_TYPE)  # type: ignore[arg-type]
+    signing.attest(dev.client, dev.repo, digest, signing.verdict(  # type: ignore[arg-type]
+        CPU, digest, test_code=code_at(project, built), matrix_digest=signing.committed_matrix(project, built)))
+    dev.client.put_manifest(dev.repo, dev.plan.dev_tag, dev.client.get_manifest(dev.repo, digest)[0], OCI_MANIFEST)
+    reference = f"{dev.plan.dev_repo}:{dev.plan.dev_tag}"
+    found = commands(dev, project, reference, head)
+    assert found["release"] == found["verify"], found
+    code, problems = found["release"]
+    assert code == 1
+    assert any("has no valid provenance: no provenance verifies: " in p and f"replayed: signed for {other}" in p
+               for p in problems), problems
+    assert any("the image's revision: none (no valid provenance names one)" in p for p in problems), problems
+
+
+def test_of_two_provenances_naming_different_revisions_the_newest_decides_for_release_as_for_verify(
+        project: Path, commands) -> None:  # type: ignore[no-untyped-def]
+    """Two signed provenances of one digest, at two commits: the one that finished last names the revision whose
+    image-tests the verdict may have run, for release and verify alike (never the other)."""
+    older = git(project, "rev-parse", "HEAD")
+    newer = new_tests(project, "newer image-tests")
+    (project / "image-tests" / "common" / "test_added_too.py").write_text("def test_added_too():\n    pass\n")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "the release commit's image-tests")
+    newest_tests = git(project, "rev-parse", "HEAD")
+    dev, reference = push(project, newest_tests, newer, code_at(project, older))
+    own = dev.client.get_manifest(dev.repo, dev.plan.dev_tag)[2]
+    prov = signing.provenance(CPU, revision=older, root=project)
+    prov["runDetails"]["metadata"].update(startedOn="2025-01-01T00:00:00Z", finishedOn="2025-01-01T00:01:00Z")
+    signing.attach_provenance(dev.client, dev.repo, own, prov)   # type: ignore[arg-type]
+    found = commands(dev, project, reference, newest_tests)
+    assert found["release"] == found["verify"], found
+    code, problems = found["release"]
+    assert code == 1
+    assert any(p.startswith(f"the verdict ran image-tests {code_at(project, older)}, which is neither image-tests at "
+                            f"the image's revision nor at the release commit (the image's revision {newer[:12]}")
+               for p in problems), problems

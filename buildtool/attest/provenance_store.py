@@ -12,6 +12,7 @@ its predicate parses strictly. Everything else is listed with the reason it was 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass, field
 
@@ -26,6 +27,11 @@ from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.registry.client import RegistryClient
 
 ENVELOPE_TITLE = "provenance.intoto.jsonl"
+# How far after the reader's clock a provenance may say its build finished: a builder's clock a little ahead. One
+# dated later cannot be placed, and would otherwise count over every provenance of the digest ever signed after it
+# (the newest counts). The same limit as the verdicts' (buildtool.validate.verdict_choice.CLOCK_SKEW_S; attest
+# does not import validate: tests/test_gate_attacks.py keeps the two equal).
+CLOCK_SKEW_S = 300
 
 
 @dataclass(frozen=True)
@@ -91,16 +97,24 @@ class ProvenanceFindings:
         return f"no provenance verifies: {shown}{more}"
 
 
-def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Trusted) -> ProvenanceFindings:
+def find_provenance(client: RegistryClient, repo: str, digest: str, trusted: Trusted,
+                    now: dt.datetime | None = None) -> ProvenanceFindings:
     """The provenance of `repo@digest` that verifies against `trusted` in the builder role. Of several
-    valid ones, the one that finished last (signed `finishedOn`), ties by artifact digest."""
+    valid ones, the one that finished last (signed `finishedOn`), ties by artifact digest; one that finished more
+    than CLOCK_SKEW_S after `now` (the reader's clock, default this machine's) is rejected."""
     findings = ProvenanceFindings()
     valid: list[tuple[Referrer, str, Provenance]] = []
+    now = now or dt.datetime.now(dt.UTC)
     for ref, opened in each_signed(client, repo, digest, PROVENANCE_TYPE, PREDICATE_TYPE,
                                    trusted.for_role(BUILDER), trusted, BUILDER):
         outcome = _parsed(opened)
         if isinstance(outcome, str):
             findings.rejected.append((ref.digest, outcome))
+        elif outcome[0].runDetails.metadata.finished_at() > now + dt.timedelta(seconds=CLOCK_SKEW_S):
+            clock = now.isoformat(timespec="seconds")
+            findings.rejected.append((ref.digest, f"it finished at {outcome[0].runDetails.metadata.finishedOn}, "
+                                                  f"more than {CLOCK_SKEW_S} s after this machine's clock ({clock}): "
+                                                  "it cannot be placed in time"))
         else:
             valid.append((ref, outcome[1], outcome[0]))
     if valid:

@@ -221,7 +221,7 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     raw, media_type, _ = client.get_manifest(repo, digest)
     images = read_platforms(client, repo, raw, media_type)
     labelled = sorted({c for p in images if (c := p.labels.get(label_keys.CELL))})
-    prov = find_provenance(client, repo, digest, trusted)
+    prov = find_provenance(client, repo, digest, trusted, now)
     # The cell the image is checked as: its label (in the image config, so fixed by the digest), else what the
     # builder signed. Release checks an image as the cell it releases, and that the two agree.
     chain.cell = labelled[0] if len(labelled) == 1 else ""

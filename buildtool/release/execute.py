@@ -166,7 +166,8 @@ def verify(client: RegistryClient, item: ImageRelease, moving: bool = True) -> l
     exactly the source digest."""
     _, dst = split_repo_path(item.release_repo)
     checked = [t.tag for t in item.tags if t.action != "keep" and (moving or not t.moving)]
-    return [f"{item.release_repo}:{tag} resolves to {got}, not {item.digest}"
+    return [f"{item.release_repo}:{tag} resolves to {got}, not {item.digest}" if got is not None
+            else f"{item.release_repo}:{tag} is not in the registry (deleted?), not on {item.digest}"
             for tag, got in _digests(client, dst, checked).items() if got != item.digest]
 
 
@@ -187,7 +188,8 @@ def recheck(client: RegistryClient, items: list[ImageRelease]) -> None:
                 continue
             if t.moving:
                 client.put_manifest(dst, t.tag, item._raw, item.media_type)
-                item.repaired.append(f"{t.tag} was moved to {now} after it was written (a late write); put back")
+                item.repaired.append(f"{t.tag} was moved to {now} after it was written (a late write); put back"
+                                     if now is not None else f"{t.tag} was deleted after it was written; put back")
                 log.warning("%s:%s was on %s after the release wrote it; put back on %s", item.release_repo, t.tag,
                             now, item.digest)
                 again = client.manifest_digest(dst, t.tag)
@@ -198,7 +200,9 @@ def recheck(client: RegistryClient, items: list[ImageRelease]) -> None:
             else:
                 item.status = "failed"
                 item.problems.append(f"{item.release_repo}:{t.tag} resolves to {now} after it was written, not "
-                                     f"{item.digest}")
+                                     f"{item.digest}" if now is not None else
+                                     f"{item.release_repo}:{t.tag} is not in the registry (deleted?) after it was "
+                                     f"written, not on {item.digest}")
 
 
 def promote_all(client: RegistryClient, report: ReleaseReport, plans: list[CellPlan],

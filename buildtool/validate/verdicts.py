@@ -252,7 +252,8 @@ def _read_one(reading: _Reading, ref: Referrer) -> None:
 
 def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) -> dict[str, str]:
     """tag -> attestation digest of every verdict pin tag of `digest`; a pin tag that no longer
-    names the manifest its name says was overwritten: recorded in `findings.overwritten`."""
+    names the manifest its name says was overwritten: recorded in `findings.overwritten`; one listed that names no
+    manifest the registry has may name a verdict nobody can read: recorded in `findings.blocking`."""
     pins = {}
     for tag in client.tags(repo):
         named = parse_verdict_pin_tag(tag, digest)
@@ -260,6 +261,8 @@ def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) 
             continue
         now = client.manifest_digest(repo, tag)
         if now is None:
+            findings.blocking.append(f"the verdict pin tag {tag} is listed, but the registry has no manifest for it: "
+                                     "it may name a verdict nobody can read")
             continue
         if not now.partition(":")[2].startswith(named):
             findings.overwritten.append(f"{tag} now names {now}")
