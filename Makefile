@@ -125,11 +125,15 @@ verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<re
 # and `make nightly` exits 1.
 # NGC bases come from the local stand-ins unless BASE_MIRROR is set (set it empty to pull upstream).
 NIGHTLY_OUT ?= reports/nightly
+# Set empty, it is the default too: an empty NIGHTLY_OUT put the night's folders (and their rm -rf) at the file
+# system's root, /scaling, /verdicts, /history.
+override NIGHTLY_OUT := $(or $(NIGHTLY_OUT),reports/nightly)
 # The verdicts of earlier nights, one folder per night named by its UTC time (newest last), cut to the newest
 # NIGHTLY_KEEP (the bus-bandwidth baseline's window, DEFAULT_WINDOW in buildtool/contracts/busbw.py): validate
 # compares the bus bandwidth with their median, the report's trend is against the newest. No folder yet: the first
 # night, which the report says (no trend) and validate says (no baseline). NIGHTLY_RUN_ID ends each night's name.
 NIGHTLY_HISTORY ?= $(NIGHTLY_OUT)/history
+override NIGHTLY_HISTORY := $(or $(NIGHTLY_HISTORY),$(NIGHTLY_OUT)/history)
 NIGHTLY_KEEP ?= 7
 NIGHTLY_RUN_ID ?=
 NIGHTLY_SCALING_CELL ?= pytorch-cpu:2.13

@@ -1,0 +1,37 @@
+"""The Makefile's settings as a user leaves them: unset, or set to an empty string (as `make X NIGHTLY_OUT=` or a
+workflow's empty variable does), which must mean the default, not a path at the file system's root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NIGHTLY_STEPS = ("nightly-validate", "nightly-scaling", "nightly-report")
+
+
+def _dry_run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`make -n ARGS`: what the recipes would run, without running them."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "FRAMEWORK", "REGISTRY"))}
+    return subprocess.run(["make", "-n", "--no-print-directory", *args, f"PYTHON={sys.executable}"], cwd=REPO,
+                          env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)
+
+
+def test_an_empty_nightly_out_or_history_is_the_default_folder_not_the_root() -> None:
+    """NIGHTLY_OUT= made "$(NIGHTLY_OUT)/scaling" "/scaling": the nightly removed and wrote /scaling, /verdicts and
+    /history at the file system's root."""
+    default = _dry_run(*NIGHTLY_STEPS)
+    assert default.returncode == 0 and '"reports/nightly/scaling"' in default.stdout, default.stderr
+    for empty in (["NIGHTLY_OUT=", "NIGHTLY_HISTORY="], ["NIGHTLY_OUT="]):
+        assert _dry_run(*NIGHTLY_STEPS, *empty).stdout == default.stdout, empty
+    from_env = _dry_run(*NIGHTLY_STEPS, env={"NIGHTLY_OUT": "", "NIGHTLY_HISTORY": ""})
+    assert from_env.stdout == default.stdout
+    assert '"/scaling"' not in from_env.stdout and 'history="/history"' not in from_env.stdout
+
+
+def test_a_set_nightly_out_and_history_are_still_used() -> None:
+    run = _dry_run(*NIGHTLY_STEPS, "NIGHTLY_OUT=/tmp/out", "NIGHTLY_HISTORY=/tmp/nights").stdout
+    assert '--reports "/tmp/out/validate"' in run and '"/tmp/out/scaling"' in run and 'history="/tmp/nights"' in run
+    assert '"/tmp/out/history"' not in run and 'if [ -d "/tmp/nights" ]' in run
