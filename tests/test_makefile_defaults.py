@@ -35,3 +35,18 @@ def test_a_set_nightly_out_and_history_are_still_used() -> None:
     run = _dry_run(*NIGHTLY_STEPS, "NIGHTLY_OUT=/tmp/out", "NIGHTLY_HISTORY=/tmp/nights").stdout
     assert '--reports "/tmp/out/validate"' in run and '"/tmp/out/scaling"' in run and 'history="/tmp/nights"' in run
     assert '"/tmp/out/history"' not in run and 'if [ -d "/tmp/nights" ]' in run
+
+
+def test_lint_runs_the_hadolint_of_a_python_found_on_path() -> None:
+    """Without .venv, PYTHON is a name found on PATH (python3; the pull-request workflow's lint job, whose toolkit
+    is pip-installed into the runner's Python): `$(dir python3)hadolint` was ./hadolint, which is not there, so
+    `make lint` failed after ruff and mypy passed. It is the hadolint beside that Python's scripts now."""
+    import sysconfig
+
+    python = Path(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    run = subprocess.run(["make", "-n", "--no-print-directory", "lint", f"PYTHON={python.name}"], cwd=REPO,
+                         env={**env, "PATH": f"{python.parent}:{env['PATH']}"}, capture_output=True, text=True,
+                         timeout=60)
+    [line] = [ln for ln in run.stdout.splitlines() if "--config .hadolint.yaml" in ln]
+    assert f" {Path(sysconfig.get_path('scripts')) / 'hadolint'} --config" in line, line
