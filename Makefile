@@ -106,11 +106,16 @@ validate-emulated: ## Validate FRAMEWORK's PLATFORM image (default linux/arm64) 
 keys: ## Make the key pair validating runners sign verdicts with; prints where each half goes (NAME=...)
 	$(BUILDTOOL) keys $(if $(NAME),--name $(NAME))
 
+# VERSION and FROM reach the command as the shell's variables (make exports them), not as text in the recipe: the
+# release workflow passes its dispatch inputs (FROM is free text) in the environment, and `--from $(FROM)` ran
+# whatever shell a `;` or `$(...)` in it held. Other values: one shell word each, single-quoted, ' escaped.
+quote = '$(subst ','\'',$(1))'
+
 .PHONY: release
 release: ## Promote tested dev images of this commit (FROM=<sha>) to release tags: make release VERSION=0.1.0
-	@test -n "$(VERSION)" || { echo "error: set VERSION, e.g. make release VERSION=0.1.0" >&2; exit 2; }
-	RELEASE_REGISTRY="$(RELEASE_REGISTRY)" $(BUILDTOOL) release --version "$(VERSION)" \
-		--framework $(or $(FRAMEWORK),all) $(if $(FROM),--from $(FROM)) $(RELEASE_FLAGS)
+	@test -n "$$VERSION" || { echo "error: set VERSION, e.g. make release VERSION=0.1.0" >&2; exit 2; }
+	RELEASE_REGISTRY=$(call quote,$(RELEASE_REGISTRY)) $(BUILDTOOL) release --version "$$VERSION" \
+		--framework $(call quote,$(or $(FRAMEWORK),all)) $${FROM:+--from "$$FROM"} $(RELEASE_FLAGS)
 
 .PHONY: verify
 verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<registry>/<name>:<tag>, or FRAMEWORK=<image> (this commit's dev images)
