@@ -106,7 +106,8 @@ if [[ -f "$VENV/.setup-stamp" && "$(cat "$VENV/.setup-stamp")" == "$stamp" ]] \
    && "$VENV/bin/python" -c 'import buildtool.cli, docker, pytest, xdist' >/dev/null 2>&1; then
   say ".venv up to date"
 else
-  uv_pin="$(grep -E '^uv==' "$ROOT/requirements.lock" | cut -d= -f3)"
+  # `|| true`: under pipefail a grep that finds nothing ended the script silently, before the line below names it.
+  uv_pin="$(grep -E '^uv==' "$ROOT/requirements.lock" | cut -d= -f3 || true)"
   [[ -n "$uv_pin" ]] || die "requirements.lock pins no uv (uv==VERSION); run make lock-deps"
   if [[ "$("$VENV/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$uv_pin" ]]; then
     say "installing uv $uv_pin into .venv (pip, log: .state/pip.log)"
