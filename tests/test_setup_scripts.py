@@ -51,3 +51,11 @@ def test_a_lock_that_pins_no_uv_is_named_not_a_silent_exit(tmp_path: Path) -> No
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.splitlines()[-1]
     assert last == "setup: error: requirements.lock pins no uv (uv==VERSION); run make lock-deps", proc.stderr
+
+
+def test_a_failed_apt_get_update_is_named(tmp_path: Path) -> None:
+    """`timeout 600 apt-get update -qq` under set -e: a timeout (124, which prints nothing) or a failure ended the
+    script with its status and no word of which step failed."""
+    proc, calls = run_setup(tmp_path, lock="uv==0.13.9\n", missing=("skopeo",), uid=0, apt_get="exit 100")
+    assert proc.returncode == 2 and calls == ["apt-get update -qq"], proc.stderr
+    assert proc.stderr.splitlines()[-1] == "setup: error: apt-get update failed (exit 100; 124: timed out after 600 s)"
