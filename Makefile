@@ -144,6 +144,9 @@ override NIGHTLY_OUT := $(or $(NIGHTLY_OUT),reports/nightly)
 NIGHTLY_HISTORY ?= $(NIGHTLY_OUT)/history
 override NIGHTLY_HISTORY := $(or $(NIGHTLY_HISTORY),$(NIGHTLY_OUT)/history)
 NIGHTLY_KEEP ?= 7
+# Set empty, it is 7 too; anything but a whole number >= 1 is refused (0 made `head -n -0` delete tonight's night
+# with the rest).
+override NIGHTLY_KEEP := $(or $(NIGHTLY_KEEP),7)
 NIGHTLY_RUN_ID ?=
 NIGHTLY_SCALING_CELL ?= pytorch-cpu:2.13
 NIGHTLY_SCALING_COUNTS ?= 1,2
@@ -210,7 +213,9 @@ nightly-scaling: ## The nightly's scaling runs into NIGHTLY_OUT: strategies side
 # A night started within the same second as a kept one (a rerun) is kept beside it with a -2, -3 ... suffix.
 .PHONY: nightly-report
 nightly-report: ## The nightly report in NIGHTLY_OUT: tonight's verdicts, the trend against the newest earlier night
-	@out="$(NIGHTLY_OUT)"; history="$(NIGHTLY_HISTORY)"; args=(); \
+	@keep=$(call quote,$(NIGHTLY_KEEP)); case "$$keep" in ""|*[!0-9]*|0*) \
+		echo "error: NIGHTLY_KEEP=$$keep is not a number of nights (1 or more)" >&2; exit 2;; esac; \
+	out="$(NIGHTLY_OUT)"; history="$(NIGHTLY_HISTORY)"; args=(); \
 	previous=$$(find "$$history" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | tail -n 1); \
 	if [ -n "$$previous" ]; then args+=(--previous "$$previous"); \
 	else echo "nightly: no earlier night in $$history (the first night): the report shows no trend" >&2; fi; \

@@ -50,3 +50,36 @@ def test_lint_runs_the_hadolint_of_a_python_found_on_path() -> None:
                          timeout=60)
     [line] = [ln for ln in run.stdout.splitlines() if "--config .hadolint.yaml" in ln]
     assert f" {Path(sysconfig.get_path('scripts')) / 'hadolint'} --config" in line, line
+
+
+def _report_night(tmp_path: Path, *settings: str):
+    """`make nightly-report` in a folder of its own (the Makefile alone, as the nightly workflow's report step runs
+    it), tonight's verdicts from the stand-in fetch."""
+    import shutil
+
+    from tests.nightly_fake import run_make
+    from tests.test_report import last_night, write
+
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    tonight = tmp_path / "tonight"
+    if not tonight.exists():
+        write(tonight, last_night())
+    return run_make("nightly-report", tmp_path, tonight, "NIGHTLY_JAX_SCALING_CELL=", *settings, cwd=tmp_path)
+
+
+def test_nightly_keep_of_no_whole_number_of_nights_is_refused_before_the_report(tmp_path: Path) -> None:
+    """NIGHTLY_KEEP=0 made `head -n -0` list every night: tonight's was deleted with the rest, and the step still
+    said "tonight's verdicts kept in ..."; a word or an empty value was head's error, and the history grew without
+    bound. Now empty is the default (7), anything but a whole number >= 1 is refused before anything is written."""
+    history = tmp_path / "reports" / "nightly" / "history"
+    for keep in ("0", "seven", "-1"):
+        night = _report_night(tmp_path, f"NIGHTLY_KEEP={keep}")
+        assert night.code == 2 and night.calls == [], night.stderr
+        assert f"error: NIGHTLY_KEEP={keep} is not a number of nights (1 or more)" in night.stderr
+        assert not history.exists()
+    for n in range(3):
+        night = _report_night(tmp_path, "NIGHTLY_KEEP=", f"NIGHTLY_RUN_ID=run{n}")
+        assert night.code == 0, night.stderr
+    assert len(list(history.iterdir())) == 3
+    night = _report_night(tmp_path, "NIGHTLY_KEEP=1", "NIGHTLY_RUN_ID=run9")
+    assert night.code == 0 and [p.name.endswith("-run9") for p in history.iterdir()] == [True], night.stderr
