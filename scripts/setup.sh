@@ -45,7 +45,7 @@ if ((${#need[@]})); then
   [[ $(id -u) -eq 0 ]] || die "missing ${need[*]}; run this script as root (it installs them with apt-get)"
   say "installing ${need[*]} (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
-  timeout 600 apt-get update -qq
+  timeout 600 apt-get update -qq || die "apt-get update failed (exit $?; 124: timed out after 600 s)"
   timeout 1200 apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE/apt.log" 2>&1 \
     || { tail -20 "$STATE/apt.log" >&2; die "apt-get install failed (log: .state/apt.log)"; }
   # The docker-registry package starts a system registry on :5000 with its own storage; ours
@@ -106,7 +106,8 @@ if [[ -f "$VENV/.setup-stamp" && "$(cat "$VENV/.setup-stamp")" == "$stamp" ]] \
    && "$VENV/bin/python" -c 'import buildtool.cli, docker, pytest, xdist' >/dev/null 2>&1; then
   say ".venv up to date"
 else
-  uv_pin="$(grep -E '^uv==' "$ROOT/requirements.lock" | cut -d= -f3)"
+  # `|| true`: under pipefail a grep that finds nothing ended the script silently, before the line below names it.
+  uv_pin="$(grep -E '^uv==' "$ROOT/requirements.lock" | cut -d= -f3 || true)"
   [[ -n "$uv_pin" ]] || die "requirements.lock pins no uv (uv==VERSION); run make lock-deps"
   if [[ "$("$VENV/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$uv_pin" ]]; then
     say "installing uv $uv_pin into .venv (pip, log: .state/pip.log)"

@@ -3,6 +3,7 @@ not as a traceback of a later step of the recipe."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -28,3 +29,42 @@ def test_gpu_smoke_whose_plan_fails_says_the_plans_one_line() -> None:
     lines = _own_lines(proc.stderr)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("error: REGISTRY="), proc.stderr
+
+
+def test_release_passes_a_dispatch_inputs_text_to_the_cli_as_one_argument_not_as_shell(tmp_path: Path) -> None:
+    """The release workflow's step (run as GitHub runs it: bash, the dispatch inputs in its environment) ran
+    `make release ... FROM="$FROM"` into the recipe's `--from $(FROM)`: `abc; touch FILE` ran `touch` on the release
+    runner, and make itself ran a `$(shell ...)` in it. Each input is one argument now, whatever it holds."""
+    import json
+
+    import yaml
+
+    from buildtool.render.workflows import RELEASE_PATH
+
+    log, marker = tmp_path / "argv.json", tmp_path / "ran"
+    fake = tmp_path / "python"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(log)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    odd = f"abc'; touch {marker}; echo \"$(touch {marker})\" $(shell touch {marker}) '"
+    [step] = [s for s in yaml.safe_load((REPO / RELEASE_PATH).read_text())["jobs"]["release"]["steps"]
+              if s.get("name") == "Retag the validated dev images"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FRAMEWORK", "REGISTRY", "RELEASE_", "MAKE"))}
+    inputs = {"VERSION": "0.1.0", "FRAMEWORK": "pytorch-cpu", "FROM": odd}
+    assert set(step["env"]) == set(inputs)
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**base, **inputs, "PYTHON": str(fake)})
+    assert proc.returncode == 0 and not marker.exists(), proc.stderr
+    assert json.loads(log.read_text()) == ["-m", "buildtool", "release", "--version", "0.1.0", "--framework",
+                                           "pytorch-cpu", "--from", odd]
+
+
+def test_release_without_version_or_from_is_refused_or_promotes_this_commit(tmp_path: Path) -> None:
+    fake = tmp_path / "python"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nprint(sys.argv[1:])\n")
+    fake.chmod(0o755)
+    base = {k: v for k, v in os.environ.items() if k not in ("VERSION", "FROM", "FRAMEWORK", "RELEASE_REGISTRY")}
+    run = functools.partial(subprocess.run, cwd=REPO, capture_output=True, text=True, timeout=60, env=base)
+    refused = run(["make", "-s", "release", f"PYTHON={fake}", "VERSION="])
+    assert refused.returncode == 2 and "error: set VERSION, e.g. make release VERSION=0.1.0" in refused.stderr
+    plain = run(["make", "-s", "release", f"PYTHON={fake}", "VERSION=0.1.0", "FROM="])
+    assert plain.stdout.strip() == "['-m', 'buildtool', 'release', '--version', '0.1.0', '--framework', 'all']"

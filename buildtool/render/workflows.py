@@ -386,7 +386,8 @@ def release_workflow(matrix: Matrix) -> dict[str, Any]:
                                   f"--release \"$VERSION\" --json > {RELEASE_PLAN_FILE}\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
                           {"name": "Retag the validated dev images",
-                           "run": "make release FRAMEWORK=\"$FRAMEWORK\" VERSION=\"$VERSION\" FROM=\"$FROM\"\n",
+                           # The inputs in the environment only: make expands a `$(...)` in a command-line setting.
+                           "run": "make release\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
                                    "FROM": "${{ inputs.from }}"}},
                           {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}}],

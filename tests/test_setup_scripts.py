@@ -1,0 +1,61 @@
+"""scripts/setup.sh in a copy of the repository, on a PATH of stand-ins (the packages, engine and registry found, or
+missing, as a test needs) and the core tools it runs: a step that fails says which, in one `setup: error:` line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORE = ("bash", "cat", "cut", "sha256sum", "sed", "grep", "mkdir", "timeout", "seq", "sleep", "tail", "dirname")
+FOUND = ("docker-registry", "skopeo", "mmdebstrap", "arch-test", "debootstrap", "dockerd")
+
+
+def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: int = 1000,
+              apt_get: str = "exit 0") -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    root, stubs, calls = tmp_path / "repo", tmp_path / "bin", tmp_path / "calls"
+    (root / "scripts").mkdir(parents=True)
+    stubs.mkdir()
+    calls.write_text("")
+    # The engine's client is an absolute path in the script: the stand-in's here.
+    text = (REPO / "scripts/setup.sh").read_text().replace("/usr/bin/docker", str(stubs / "docker"))
+    (root / "scripts/setup.sh").write_text(text)
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (root / "requirements.lock").write_text(lock)
+    venv = root / ".venv/bin"
+    venv.mkdir(parents=True)
+    # The venv's python: writes no uv settings, and imports nothing (so the project is installed).
+    (venv / "python").write_text('#!/bin/bash\n[[ "$2" == *render_uv_toml* ]] && exit 0\nexit 1\n')
+    (venv / "python").chmod(0o755)
+    for name in CORE:
+        (stubs / name).symlink_to(shutil.which(name))
+    bodies = {"docker": "echo 27.0", "curl": "exit 0", "id": f"echo {uid}", "apt-get": apt_get,
+              **{name: "exit 0" for name in FOUND if name not in missing}}
+    for name, body in bodies.items():
+        (stubs / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\n')
+        (stubs / name).chmod(0o755)
+    if "docker.io" in missing:
+        (stubs / "docker").unlink()
+    proc = subprocess.run(["bash", str(root / "scripts/setup.sh")], capture_output=True, text=True, timeout=60,
+                          env={"PATH": str(stubs), "PYTHON": sys.executable, "HOME": os.environ.get("HOME", "/")})
+    return proc, [c for c in calls.read_text().splitlines() if c.startswith("apt-get")]
+
+
+def test_a_lock_that_pins_no_uv_is_named_not_a_silent_exit(tmp_path: Path) -> None:
+    """`uv_pin="$(grep ... | cut ...)"` under pipefail: a lock without uv== ended the script with exit 1 and no word,
+    before the check that names it."""
+    proc, _ = run_setup(tmp_path, lock="jinja2==3.1.6\n")
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert last == "setup: error: requirements.lock pins no uv (uv==VERSION); run make lock-deps", proc.stderr
+
+
+def test_a_failed_apt_get_update_is_named(tmp_path: Path) -> None:
+    """`timeout 600 apt-get update -qq` under set -e: a timeout (124, which prints nothing) or a failure ended the
+    script with its status and no word of which step failed."""
+    proc, calls = run_setup(tmp_path, lock="uv==0.13.9\n", missing=("skopeo",), uid=0, apt_get="exit 100")
+    assert proc.returncode == 2 and calls == ["apt-get update -qq"], proc.stderr
+    assert proc.stderr.splitlines()[-1] == "setup: error: apt-get update failed (exit 100; 124: timed out after 600 s)"
