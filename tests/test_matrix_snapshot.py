@@ -154,6 +154,17 @@ def _with(path: tuple, value: object):
 _GONE = object()
 
 
+
+def _fixture_project(tmp_path: Path) -> Project:
+    """A project of the fixture matrix, the templates and the fixture image-tests, under tmp_path/p."""
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    copy_fixture_image_tests(root / "image-tests")
+    return Project(root=root, matrix_path=root / "matrix.yaml")
+
+
 @pytest.mark.parametrize("damage", [
     lambda d: {"version": 1},
     lambda d: [d],
@@ -173,12 +184,7 @@ def test_a_damaged_snapshot_is_loaded_for_real_and_rewritten(tmp_path: Path, dam
     release and verify load the matrix for real, which writes a good one again."""
     import json
 
-    root = tmp_path / "p"
-    root.mkdir()
-    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")
-    shutil.copytree(REPO / "templates", root / "templates")
-    copy_fixture_image_tests(root / "image-tests")
-    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project = _fixture_project(tmp_path)
     real = project.load()
     path = snapshot.cache_dir() / f"{snapshot.snapshot_key(project.matrix_path, project.templates, 'matrix.yaml')}.json"
     path.write_text(json.dumps(damage(json.loads(path.read_text()))))
@@ -198,12 +204,7 @@ def test_no_snapshot_of_what_is_not_a_matrix_file(tmp_path: Path) -> None:
 def test_an_unlistable_image_tests_folder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An image-tests/ that cannot be listed (no read permission: simulated, tests may run as root) gets no
     snapshot key; the real load names the folder in one line, no traceback from release or verify."""
-    root = tmp_path / "p"
-    root.mkdir()
-    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")
-    shutil.copytree(REPO / "templates", root / "templates")
-    copy_fixture_image_tests(root / "image-tests")
-    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project = _fixture_project(tmp_path)
     iterdir = Path.iterdir
 
     def unlistable(self: Path):
