@@ -197,3 +197,55 @@ def test_a_companion_bound_to_another_matrix_does_not_complete_the_one_gpu_verdi
     assert any(p.startswith("the multi-GPU verdict sha256:") and "that completes the one-GPU runner's verdict does "
                f"not count: {why}" in p for p in problems), problems
     assert not found.ok
+
+
+# -- the checks of data moving between ranks (not marked gpu) that a one-GPU runner skips as not run -------------
+
+IDENTICAL = "pytorch/test_ddp.py::test_ddp_ranks_end_identical"
+
+
+def ranks_paired(companion_ran_it: bool) -> tuple[Dev, str]:
+    """A one-GPU verdict that skipped the bus-bandwidth test and IDENTICAL (DDP's ranks ending identical, not marked
+    gpu: it also runs with gloo) as one-gpu-on-runner, and a multi-GPU -k run that passed the bus-bandwidth test and,
+    when `companion_ran_it`, IDENTICAL."""
+    dev = Dev(CUDA)
+    digest = dev.image("amd64")
+    dev.evidence(digest, "linux/amd64", verdict=False)
+    one = body(digest, 1, busbw="skipped", started=ONE_AT)
+    one["tests"].append(signing.result(IDENTICAL, "skipped", "one-gpu-on-runner", "one GPU on this runner: torchrun "
+                                       "ran one rank, so no data moved between ranks"))
+    multi = body(digest, 2, busbw="passed", started=MULTI_AT, selected=True)
+    if companion_ran_it:
+        multi["tests"].append(signing.result(IDENTICAL))
+        multi["selection"] = {"expression": "busbw or identical", "deselected": OTHERS}
+    else:
+        multi["selection"]["deselected"] = [*OTHERS, IDENTICAL]
+    for found in (one, multi):
+        found["defined_tests"] = [*OTHERS, IDENTICAL, BUSBW]
+        signing.attest(dev.client, dev.repo, digest, found)   # type: ignore[arg-type]
+    single(dev, digest)
+    return dev, digest
+
+
+scenario("pairing/one-gpu-ranks-check-passed-by-the-companion")(lambda: ranks_paired(True)[0])
+scenario("pairing/one-gpu-ranks-check-not-run-by-the-companion")(lambda: ranks_paired(False)[0])
+
+
+def test_a_ranks_check_skipped_on_one_gpu_releases_with_a_companion_that_passed_it() -> None:
+    """Before: the code was for tests marked gpu only, so DDP's ranks check could not carry it (it passed on one GPU,
+    one rank, nothing moved) and a verdict where it did was refused as a misplaced skip."""
+    dev, _ = ranks_paired(True)
+    problems, found = both(dev)
+    assert problems == [] and found.ok, (problems, found.problem)
+    assert f"{IDENTICAL} passed in verdict sha256:" in dict(found.chains[0].lines)["paired"]
+
+
+def test_a_companion_that_did_not_pass_the_ranks_check_does_not_release_the_one_gpu_verdict() -> None:
+    dev, digest = ranks_paired(False)
+    problems, found = both(dev)
+    assert not found.ok
+    assert not [p for p in problems if "may not carry" in p], problems
+    select = "-k 'test_ddp_nccl_allreduce_busbw or test_ddp_ranks_end_identical'` on such a runner"   # one word
+    assert any(p.startswith(f"{BUSBW}, {IDENTICAL} skipped as one-gpu-on-runner on 1x {H100}: release also needs a "
+                            f"trusted verdict of {digest}") and f"it did not pass {IDENTICAL} not run" in p
+               and select in p for p in problems), problems

@@ -77,8 +77,17 @@ GPU_NOT_IN_CELL = SkipCode("gpu-not-in-cell", "GPU check on a cell whose run pro
                            lambda cell, _s: cell.run.gpus == "none" and not cell.needs_gpu, gpu_only=True)
 NO_GPU_ON_RUNNER = SkipCode("no-gpu-on-runner", "GPU check of a GPU cell on a runner without usable GPUs",
                             gpu_only=True)
-ONE_GPU_ON_RUNNER = SkipCode("one-gpu-on-runner", "multi-GPU check (bus bandwidth) on a runner with one GPU",
-                             gpu_only=True, tests=("pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw",))
+# The checks whose point is data moving between ranks: on one GPU they ran one rank (an all_reduce returns its input,
+# one hash is identical to itself), so they skip as not run. Not gpu_only: DDP's and FSDP's checks also run on CPU
+# with gloo (two ranks, never skipped); the release gate's one-GPU pairing needs each passed on two or more GPUs.
+ONE_GPU_ON_RUNNER = SkipCode(
+    "one-gpu-on-runner", "multi-GPU check (data moving between ranks) on a runner with one GPU",
+    tests=("pytorch/test_ddp.py::test_ddp_nccl_allreduce_busbw", "pytorch/test_ddp.py::test_ddp_ranks_end_identical",
+           "pytorch/test_fsdp.py::test_fsdp_shards_gather_the_same_parameters_on_every_rank",
+           "pytorch/test_fsdp.py::test_fsdp_gradient_reduction_matches_unsharded_training",
+           "pytorch/test_fsdp.py::test_fsdp_loss_falls",
+           "pytorch/test_collectives.py::test_collectives_give_known_results_with_nccl",
+           "jax/test_distributed.py::test_nccl_across_all_gpus"))
 ULIMIT_NOT_GRANTED = SkipCode("ulimit-not-granted", "the engine cannot grant a ulimit of the run profile",
                               waivable=True, tests=("common/test_run_profile.py::test_ulimit",))
 NO_PINNED_PACKAGES = SkipCode("no-pinned-packages", "the cell pins no extra packages",

@@ -7,6 +7,7 @@ No waiver covers anything but waivable skips.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -199,10 +200,11 @@ def _one_gpu_missing(cell: Cell, verdict: Verdict, missing: list[str], why: tupl
     runner = gpus_text(verdict)
     platform = verdict.platform or "its platform"
     found = f" ({'; '.join(why)})" if why else " (there is none)"
+    select = shlex.quote(" or ".join(i.rsplit("::", 1)[-1] for i in missing))   # several: one shell word
     return (f"{_listed(missing)} skipped as one-gpu-on-runner on {runner}: release also needs a trusted verdict of "
             f"{verdict.digest} for {cell.key} on {platform}, with the same image-tests, from a runner with two or more "
             f"usable GPUs in which {'it' if len(missing) == 1 else 'they'} passed{found}; run `buildtool validate "
-            f"IMAGE --require-gpu -k {' or '.join(i.rsplit('::', 1)[-1] for i in missing)}` on such a runner "
+            f"IMAGE --require-gpu -k {select}` on such a runner "
             "(--accept-skip cannot waive a GPU check)")
 
 

@@ -97,6 +97,18 @@ def cause(probe: Probe, what: str, addr: str = "") -> str:
     return ""
 
 
+def one_rank(found: dict[str, Any]) -> bool:
+    """Whether `run_in_main` ran one rank: a runner with exactly one GPU (one rank per GPU, NCCL). Gloo on CPU
+    always runs two."""
+    return int(found.get("nproc") or 0) < 2
+
+
+def one_rank_why(what: str) -> str:
+    """The reason a check whose point is data moving between ranks skips (one-gpu-on-runner) after one rank."""
+    return (f"one GPU on this runner: torchrun ran one rank, so no data moved between ranks and {what} was not "
+            "shown (not run, not passed); validate on a runner with two or more GPUs")
+
+
 def timeout_s(target: dict[str, Any]) -> float:
     """The ranks' rendezvous and collective timeout."""
     return float(target.get("ddp_timeout_s", TIMEOUT_S))

@@ -39,6 +39,8 @@ def test_ddp_loss_falls(ddp_run):
 def test_ddp_ranks_end_identical(ddp_run):
     assert ddp_run["world_size"] == ddp_run["nproc"], f"expected {ddp_run['nproc']} ranks, got {ddp_run['world_size']}"
     assert ddp_run["identical"], f"ranks ended with different parameters: {ddp_run['param_hashes']}"
+    if ranks.one_rank(ddp_run):   # one hash is trivially identical
+        skip(skips.ONE_GPU_ON_RUNNER, ranks.one_rank_why("every rank ending with the same parameters"))
 
 
 def test_ddp_checkpoint_saved_in_workdir(ddp_run):

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import pytest
 import ranks
+from harness import skip
+
+from buildtool.contracts import skips
 
 pytestmark = pytest.mark.devices(why="torchrun FSDP over the devices")
 
@@ -28,6 +31,8 @@ def test_fsdp_shards_gather_the_same_parameters_on_every_rank(fsdp_run):
         f"FSDP: expected {fsdp_run['nproc']} ranks, got {fsdp_run['world_size']}")
     assert fsdp_run["identical"], (
         f"FSDP: the full state dict gathered from the shards differs between ranks: {fsdp_run['param_hashes']}")
+    if ranks.one_rank(fsdp_run):
+        skip(skips.ONE_GPU_ON_RUNNER, ranks.one_rank_why("FSDP gathering the same parameters from every rank's shards"))
 
 
 def test_fsdp_gradient_reduction_matches_unsharded_training(fsdp_run):
@@ -36,8 +41,12 @@ def test_fsdp_gradient_reduction_matches_unsharded_training(fsdp_run):
         f"ranks ({fsdp_run['backend']}) the parameters differ from the same steps trained unsharded in one process "
         f"by up to {fsdp_run.get('max_abs_diff')} (tolerance 1e-3): the reduce-scatter did not average every "
         f"rank's gradients")
+    if ranks.one_rank(fsdp_run):
+        skip(skips.ONE_GPU_ON_RUNNER, ranks.one_rank_why("FSDP's reduce-scatter averaging the ranks' gradients"))
 
 
 def test_fsdp_loss_falls(fsdp_run):
     losses = fsdp_run["losses"]
     assert losses[-1] < losses[0], f"FSDP loss did not fall over the epochs: {losses}"
+    if ranks.one_rank(fsdp_run):
+        skip(skips.ONE_GPU_ON_RUNNER, ranks.one_rank_why("FSDP training over sharded parameters"))
