@@ -249,3 +249,21 @@ def test_a_companion_that_did_not_pass_the_ranks_check_does_not_release_the_one_
     assert any(p.startswith(f"{BUSBW}, {IDENTICAL} skipped as one-gpu-on-runner on 1x {H100}: release also needs a "
                             f"trusted verdict of {digest}") and f"it did not pass {IDENTICAL} not run" in p
                and select in p for p in problems), problems
+
+
+def test_a_ranks_check_skipped_as_one_gpu_on_a_runner_of_more_is_refused_naming_it() -> None:
+    """The runner's inventory was checked against the bus-bandwidth test's one-GPU skip only: a verdict of an
+    eight-GPU runner could skip DDP's ranks check as one-gpu-on-runner, and its companion need not have passed it
+    for the gate to see a lie. Refused, naming the check and the runner's GPU count."""
+    dev = Dev(CUDA)
+    digest = dev.image("amd64")
+    dev.evidence(digest, "linux/amd64", verdict=False)
+    found = body(digest, 8, busbw="passed", started=ONE_AT)
+    found["tests"].append(signing.result(IDENTICAL, "skipped", "one-gpu-on-runner", "one GPU on this runner"))
+    found["defined_tests"] = [*OTHERS, IDENTICAL, BUSBW]
+    signing.attest(dev.client, dev.repo, digest, found)   # type: ignore[arg-type]
+    single(dev, digest)
+    problems, verification = both(dev)
+    assert not verification.ok
+    assert any(f"{IDENTICAL} was skipped as one-gpu-on-runner, but the runner lists 8 GPUs" in p for p in problems), \
+        problems

@@ -167,7 +167,8 @@ def pair_problem(base: Verdict, other: Verdict, needed: list[str]) -> str:
 def inventory_problems(verdict: Verdict) -> list[str]:
     """A GPU verdict must say which GPUs its GPU tests ran on, and agree with what they report: `runner.gpus`
     non-empty, each with a model name, `gpus_usable` true; the bus-bandwidth test's figure (ranks, gpu_model)
-    equal to the inventory (it passed: the figure must be there; skipped as one GPU: the inventory lists one).
+    equal to the inventory (it passed: the figure must be there); any check skipped as one GPU: the inventory
+    lists one.
     A passed GPU test with no usable GPU is a verdict that lies."""
     runner = verdict.runner
     gpus = runner.gpus
@@ -189,8 +190,9 @@ def inventory_problems(verdict: Verdict) -> list[str]:
     if busbw is not None and busbw.result == "passed" and not isinstance(figure, dict):
         problems.append(f"{busbw.id} passed but the verdict has no {BUSBW_FIGURE} figure (ranks, GPU model) "
                         "to check against the runner's GPUs")
-    if busbw is not None and busbw.skip_code == skips.ONE_GPU_ON_RUNNER.code and len(gpus) != 1:
-        problems.append(f"{busbw.id} was skipped as one-gpu-on-runner, but the runner lists {len(gpus)} GPUs")
+    if len(gpus) != 1:   # every check that skips as one GPU (the ranks checks too), not the bus bandwidth alone
+        problems += [f"{i} was skipped as one-gpu-on-runner, but the runner lists {len(gpus)} GPUs"
+                     for i in one_gpu_skips(verdict)]
     if isinstance(figure, dict):
         ranks, model = figure.get("ranks"), figure.get("gpu_model")
         if ranks != len(gpus):
