@@ -256,20 +256,25 @@ def test_a_single_platform_cell_whose_lock_is_missing_fails_alone(monkeypatch: p
     assert dropped == [plan.dev_ref]
 
 
+def build_with_attachments_refused(start, monkeypatch, answer: str):  # noqa: ANN001, ANN201
+    """Build a cell whose registry refuses each platform's provenance with `answer`: (plan, fakes, result)."""
+    from buildtool.common.errors import FailedError
+
+    build, plan, fakes = start()
+
+    def refused(self, plan, platform, digest, key, began):  # noqa: ANN001, ANN202
+        raise FailedError(f"provenance of {platform}: {answer}")
+
+    monkeypatch.setattr(Builder, "_attach_platform", refused)
+    return plan, fakes, build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+
+
 def test_attestations_that_fail_leave_no_index_at_the_dev_tag(run, monkeypatch) -> None:  # noqa: ANN001
     """The index went up at the dev tag before each platform's SBOM and provenance were attached: a registry
     refusing them left a dev tag naming an index without its attestations (docs/registries.md says the
     multi-platform push writes the dev tag last, as the single-platform one does)."""
-    from buildtool.common.errors import FailedError
-
     registry, start = run
-    build, plan, fakes = start()
-
-    def refused(self, plan, platform, digest, key, began):  # noqa: ANN001, ANN202
-        raise FailedError(f"provenance of {platform}: HTTP 403 DENIED")
-
-    monkeypatch.setattr(Builder, "_attach_platform", refused)
-    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    plan, fakes, result = build_with_attachments_refused(start, monkeypatch, "HTTP 403 DENIED")
     assert result.result == "failed" and "HTTP 403 DENIED" in result.message, result.message
     repo = plan.dev_repo.split("/", 1)[1]
     assert plan.dev_tag not in registry.tags(repo)
@@ -279,16 +284,9 @@ def test_attestations_that_fail_leave_no_index_at_the_dev_tag(run, monkeypatch) 
 
 def test_attestations_that_fail_say_the_dev_tag_was_not_written(run, monkeypatch) -> None:  # noqa: ANN001
     """As for a single-platform cell (docs/registries.md): the one line says the dev tag was not written and why."""
-    from buildtool.common.errors import FailedError
-
     _, start = run
-    build, plan, _ = start()
-
-    def refused(self, plan, platform, digest, key, began):  # noqa: ANN001, ANN202
-        raise FailedError(f"provenance of {platform}: HTTP 403 DENIED: requested access to the resource is denied")
-
-    monkeypatch.setattr(Builder, "_attach_platform", refused)
-    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    plan, _, result = build_with_attachments_refused(
+        start, monkeypatch, "HTTP 403 DENIED: requested access to the resource is denied")
     assert result.message.startswith(f"dev tag {plan.dev_ref} not written: attaching the SBOMs and provenance"), \
         result.message
     assert "re-run build --push" in result.message

@@ -17,18 +17,24 @@ def git(root: Path, *args: str) -> str:
                           capture_output=True, text=True, timeout=30).stdout.strip()
 
 
-def test_hashes_are_image_tests_as_committed_at_each_revision(tmp_path: Path) -> None:
-    git(tmp_path, "init", "-q")
-    tests = tmp_path / "image-tests"
+def two_commits(root: Path) -> tuple[Path, str, str, str, str]:
+    """image-tests/ committed twice (test_a, then test_b added): (folder, first commit, its hash, HEAD, its hash)."""
+    git(root, "init", "-q")
+    tests = root / "image-tests"
     (tests / "common").mkdir(parents=True)
     (tests / "common/test_a.py").write_text("def test_a():\n    pass\n")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-qm", "one")
-    first, one = git(tmp_path, "rev-parse", "--short=12", "HEAD"), image_tests_hash(tests)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "one")
+    first, one = git(root, "rev-parse", "HEAD"), image_tests_hash(tests)
     (tests / "common/test_b.py").write_text("def test_b():\n    pass\n")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-qm", "two")
-    two = image_tests_hash(tests)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "two")
+    return tests, first, one, git(root, "rev-parse", "HEAD"), image_tests_hash(tests)
+
+
+def test_hashes_are_image_tests_as_committed_at_each_revision(tmp_path: Path) -> None:
+    tests, full, one, _, two = two_commits(tmp_path)
+    first = full[:12]
     (tests / "common/test_a.py").write_text("def test_a():\n    assert True  # not committed\n")
     edited = image_tests_hash(tests)
     (tests / "common/__pycache__").mkdir()
@@ -56,17 +62,7 @@ def test_the_code_book_reads_each_revision_once_and_names_the_signed_one(tmp_pat
 
     from buildtool.release import testcode
 
-    git(tmp_path, "init", "-q")
-    tests = tmp_path / "image-tests"
-    (tests / "common").mkdir(parents=True)
-    (tests / "common/test_a.py").write_text("def test_a():\n    pass\n")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-qm", "one")
-    first, one = git(tmp_path, "rev-parse", "HEAD"), image_tests_hash(tests)
-    (tests / "common/test_b.py").write_text("def test_b():\n    pass\n")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-qm", "two")
-    head, two = git(tmp_path, "rev-parse", "HEAD"), image_tests_hash(tests)
+    _, first, one, head, two = two_commits(tmp_path)
     reads: list[str] = []
     real = testcode._read_revision
     monkeypatch.setattr(testcode, "_read_revision", lambda root, workdir, known, label, revision, *rest: (
