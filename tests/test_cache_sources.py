@@ -60,6 +60,20 @@ def test_an_image_pushed_by_someone_else_is_never_a_cache_source_and_the_log_say
     assert logged[0].startswith(f"not a cache source: {REPO}:{poisoned.tag}") and cause in logged[0]
 
 
+def test_dev_tags_naming_one_image_fill_one_place_and_the_next_image_the_other() -> None:
+    """Commits that leave a cell unchanged tag the same image again: the build named one image twice as its two
+    cache sources and never the earlier one, built perhaps on another base, that the second place is for."""
+    client = MemRegistry()
+    newest = made(client, "b" * 12 + "-2.13", "2026-11-30T00:00:00Z")
+    again = Candidate("c" * 12 + "-2.13", newest.digest, newest.labels)
+    older = made(client, "a" * 12 + "-2.13", "2026-11-01T00:00:00Z")
+    logged: list[str] = []
+    chosen = cache_sources.choose(client, client.host, REPO, [newest, again, older],  # type: ignore[arg-type]
+                                  signing.trusted(roles=("builder",)), logged.append)
+    assert chosen == [f"{client.host}/{REPO}@{newest.digest}", f"{client.host}/{REPO}@{older.digest}"]
+    assert logged == []
+
+
 def test_a_key_trusted_only_as_tester_does_not_vouch_for_layers() -> None:
     client = MemRegistry()
     tested = made(client, "f" * 12 + "-2.13", "2026-12-01T00:00:00Z")

@@ -42,9 +42,14 @@ def choose(client: RegistryClient, registry_host: str, repo: str, candidates: It
     """Up to `limit` digest-pinned references to use as `--cache-from`, newest first: only images whose
     provenance a trusted builder key signed. Each one passed over is logged with why."""
     chosen: list[str] = []
+    seen: set[str] = set()
     for candidate in newest_first(candidates):
         if len(chosen) >= limit:
             break
+        # Dev tags of commits that left the cell unchanged name one image: it fills one place, not two.
+        if candidate.digest in seen:
+            continue
+        seen.add(candidate.digest)
         found = find_provenance(client, repo, candidate.digest, trusted)
         if found.provenance is None:
             log(f"not a cache source: {repo}:{candidate.tag} ({candidate.digest[:19]}…): {found.why_none()}")
