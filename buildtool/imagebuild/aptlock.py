@@ -230,6 +230,7 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
     import requests
 
     from buildtool.imagebuild import engine
+    from buildtool.imagebuild.engine import sdk_reason
 
     arch = platforms.get(platform).architecture if platform else ARCH
     placed = {"platform": platform} if platform else {}
@@ -240,7 +241,7 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
         container = engine.sdk().containers.create(base_ref, ["sh", "-c", PROBE, "probe", prefs, *install],
                                                    network_mode="host", user="0", **placed)
     except (RuntimeError, *sdk_errors) as exc:
-        raise FailedError(f"cannot ask the base {base_ref} for its apt packages: {_reason(exc)}; where the base "
+        raise FailedError(f"cannot ask the base {base_ref} for its apt packages: {sdk_reason(exc)}; where the base "
                           "cannot be pulled, set BASE_MIRROR (BASE_MIRROR=127.0.0.1:5000: make lock fills it)") \
             from None
     try:
@@ -253,13 +254,13 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
         timed_out = isinstance(exc, requests.Timeout) or "timed out" in str(exc).lower()
         raise FailedError(f"the apt probe in {base_ref} " + (
             f"did not finish within {PROBE_TIMEOUT}s (apt-get update under QEMU or a slow archive)" if timed_out
-            else "failed in the engine") + f": {_reason(exc)}") from None
+            else "failed in the engine") + f": {sdk_reason(exc)}") from None
     finally:
         try:
             container.remove(force=True)
         except sdk_errors as exc:
             raise FailedError(f"cannot remove the apt probe's container {container.short_id} of {base_ref} "
-                              f"({_reason(exc)}): remove it with `docker rm -f {container.short_id}`") from None
+                              f"({sdk_reason(exc)}): remove it with `docker rm -f {container.short_id}`") from None
     if status.get("StatusCode") == 3:
         raise FailedError(f"apt-get update failed in {base_ref} (the Debian archive must be reachable): "
                           f"{' | '.join(err.splitlines()[-2:])[:200]}")
@@ -272,12 +273,6 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
     if probe.arch != arch:
         raise FailedError(f"{base_ref} is {probe.arch!r}, the apt locks are for {arch}")
     return probe
-
-
-def _reason(exc: Exception) -> str:
-    """An engine or SDK error as one short line: the engine's explanation where it gave one."""
-    reason = str(getattr(exc, "explanation", None) or exc).strip()
-    return (reason.splitlines() or [type(exc).__name__])[0][:200]
 
 
 def platform_base(base_ref: str, platform: str) -> str:

@@ -295,7 +295,7 @@ def run_output(image: str, command: list[str], timeout: int = 120, platform: str
         container = sdk().containers.create(image, command, network_disabled=True,
                                             **({"platform": platform} if platform else {}))
     except (docker.errors.DockerException, requests.RequestException) as exc:
-        raise RuntimeError(f"the engine cannot create a container of {image}: {_sdk_reason(exc)}") from None
+        raise RuntimeError(f"the engine cannot create a container of {image}: {sdk_reason(exc)}") from None
     try:
         container.start()
         status = container.wait(timeout=timeout)
@@ -303,19 +303,19 @@ def run_output(image: str, command: list[str], timeout: int = 120, platform: str
     except requests.exceptions.ReadTimeout:   # container.wait(timeout=) running out
         raise RuntimeError(f"{command[0]} in {image} did not finish within {timeout}s") from None
     except (docker.errors.DockerException, requests.RequestException) as exc:
-        raise RuntimeError(f"{command[0]} in {image} failed in the engine: {_sdk_reason(exc)}") from None
+        raise RuntimeError(f"{command[0]} in {image} failed in the engine: {sdk_reason(exc)}") from None
     finally:
         try:
             container.remove(force=True)
         except (docker.errors.DockerException, requests.RequestException) as exc:
-            raise RuntimeError(f"cannot remove container {container.short_id} of {image} ({_sdk_reason(exc)}): "
+            raise RuntimeError(f"cannot remove container {container.short_id} of {image} ({sdk_reason(exc)}): "
                                f"remove it with `docker rm -f {container.short_id}`") from None
     if status.get("StatusCode") != 0:
         raise RuntimeError(f"{' '.join(command)} in {image} exited {status.get('StatusCode')}")
     return output
 
 
-def _sdk_reason(exc: Exception) -> str:
+def sdk_reason(exc: Exception) -> str:
     """An SDK or HTTP error as one short line: the engine's explanation where it gave one."""
     reason = str(getattr(exc, "explanation", None) or exc).strip()
     return (reason.splitlines() or [type(exc).__name__])[0][:200]
@@ -329,4 +329,4 @@ def pull(ref: str, platform: str | None = None) -> None:
     try:
         sdk().api.pull(repo, tag=tagname or None, **({"platform": platform} if platform else {}))
     except (docker.errors.DockerException, requests.RequestException) as exc:
-        raise RuntimeError(f"pull of {ref} failed: {_sdk_reason(exc)}") from None
+        raise RuntimeError(f"pull of {ref} failed: {sdk_reason(exc)}") from None
