@@ -242,18 +242,16 @@ def read_result(line: str, what: str) -> dict[str, Any]:
     """A worker's `SCALING_RESULT <json>` line; FailedError naming what is wrong with it (the worker broke its
     contract)."""
     text = line[len(RESULT_PREFIX):]
+    its, shown = f"scaling run with {what} failed: its SCALING_RESULT line", text.strip()[:120]
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise FailedError(f"scaling run with {what} failed: its SCALING_RESULT line is not JSON ({exc}): "
-                          f"{text.strip()[:120]}") from None
+        raise FailedError(f"{its} is not JSON ({exc}): {shown}") from None
     if not isinstance(data, dict):
-        raise FailedError(f"scaling run with {what} failed: its SCALING_RESULT line is not a JSON object: "
-                          f"{text.strip()[:120]}")
+        raise FailedError(f"{its} is not a JSON object: {shown}")
     wrong = [f"{name} ({words})" for name, (test, words) in RESULT_FIELDS.items() if not test(data.get(name))]
     if wrong:
-        raise FailedError(f"scaling run with {what} failed: its SCALING_RESULT line has no valid {', '.join(wrong)}: "
-                          f"{text.strip()[:120]}")
+        raise FailedError(f"{its} has no valid {', '.join(wrong)}: {shown}")
     return data
 
 

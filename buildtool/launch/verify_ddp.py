@@ -321,38 +321,36 @@ RESULT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "first_loss": (finite, "a number"), "last_loss": (finite, "a number")}
 
 
-def read_result(text: str) -> tuple[dict[str, Any] | None, str]:
-    """A `DDP_RESULT` line's JSON object, or None and what is wrong with it (the check broke its contract)."""
+def _json_line(text: str, name: str, fields: Callable[[Any], str]) -> tuple[dict[str, Any] | None, str]:
+    """A `NAME` line's JSON object, or None and what is wrong with it (the check broke its contract): FIELDS
+    says what is wrong with the parsed value, '' when nothing is."""
     shown = text.strip()[:120]
     try:
-        result = json.loads(text)
+        value = json.loads(text)
     except ValueError as exc:
-        return None, f"the check printed a DDP_RESULT line that is not JSON ({exc}): {shown}"
+        return None, f"the check printed a {name} line that is not JSON ({exc}): {shown}"
+    wrong = fields(value)
+    return (None, f"{wrong}: {shown}") if wrong else (value, "")
+
+
+def result_fault(result: Any) -> str:
     if not isinstance(result, dict):
-        return None, f"the check printed a DDP_RESULT line that is not a JSON object: {shown}"
+        return "the check printed a DDP_RESULT line that is not a JSON object"
     # bool is an int to Python: true is no world size, 1 no answer to `identical`
     wrong = [f"{name} ({words})" for name, (test, words) in RESULT_FIELDS.items() if not test(result.get(name))]
-    if wrong:
-        return None, f"the check's DDP_RESULT line has no valid {', '.join(wrong)}: {shown}"
-    return result, ""
+    return f"the check's DDP_RESULT line has no valid {', '.join(wrong)}" if wrong else ""
 
 
 def whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def read_rank(text: str) -> tuple[dict[str, Any] | None, str]:
-    """A `DDP_RANK` line's JSON object, or None and what is wrong with it."""
-    shown = text.strip()[:120]
-    try:
-        mark = json.loads(text)
-    except ValueError as exc:
-        return None, f"the check printed a DDP_RANK line that is not JSON ({exc}): {shown}"
+def rank_fault(mark: Any) -> str:
     if (not isinstance(mark, dict) or not all(whole(mark.get(k)) for k in ("rank", "local_rank", "local_world_size"))
             or mark["local_rank"] >= mark["local_world_size"] or not whole(mark.get("restart", 0))):
-        return None, ("the check's DDP_RANK line needs rank, local_rank and local_world_size (whole numbers, "
-                      f"local_rank below local_world_size; restart, if there, a whole number): {shown}")
-    return mark, ""
+        return ("the check's DDP_RANK line needs rank, local_rank and local_world_size (whole numbers, local_rank "
+                "below local_world_size; restart, if there, a whole number)")
+    return ""
 
 
 def owed_result(me: str | None, marks: list[dict[str, Any]], env: dict[str, str]) -> tuple[str, str]:
@@ -414,10 +412,10 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(line)
         sys.stdout.flush()
         if line.startswith(RESULT_PREFIX):
-            result, fault = read_result(line[len(RESULT_PREFIX):])
+            result, fault = _json_line(line[len(RESULT_PREFIX):], "DDP_RESULT", result_fault)
             malformed = malformed or fault
         elif line.startswith(RANK_PREFIX):
-            mark, fault = read_rank(line[len(RANK_PREFIX):])
+            mark, fault = _json_line(line[len(RANK_PREFIX):], "DDP_RANK", rank_fault)
             marks += [mark] if mark is not None else []
             malformed = malformed or fault
         elif " NCCL " in line:
