@@ -233,13 +233,11 @@ def read_topology(topo: str) -> tuple[str, str]:
         rows += 1
         for i in columns:
             link = cells[i].strip() if i < len(cells) else ""
-            if link == "X":
-                continue
-            if not (_NVLINK_RE.match(link) or link in _PCIE_LINKS):
-                raise ValueError(f"unknown link {link!r} between {cells[0].strip()} and {header[i].strip()} in "
-                                 "`nvidia-smi topo -m`")
             if link in _PCIE_LINKS:   # the first link seen between the pair (both rows list it)
                 pcie.setdefault(tuple(sorted((cells[0].strip(), header[i].strip()))), link)
+            elif link != "X" and not _NVLINK_RE.match(link):
+                raise ValueError(f"unknown link {link!r} between {cells[0].strip()} and {header[i].strip()} in "
+                                 "`nvidia-smi topo -m`")
     if rows != len(columns) or rows < 2:
         raise ValueError(f"`nvidia-smi topo -m` lists {rows} GPU rows for {len(columns)} GPU columns; "
                          "an interconnect needs two or more GPUs")

@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from buildtool.common.errors import UserError
@@ -28,6 +28,7 @@ LOCK_FILES = (FRAMEWORK_LOCK, TOOLS_LOCK)
 UV_LOCK = "uv.lock"          # in templates/: the pinned uv every build installs its locks with
 TOOL = "dl-images"           # the lock's [tool.dl-images] table
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
 
 
 def platform_folder(cell_folder: Path, cell_key: str, cell_platforms: tuple[str, ...],
@@ -100,13 +101,13 @@ def parse_lock(text: str) -> LockFile:
     if data.get("lock-version") != "1.0":
         raise ValueError(f"lock-version is {data.get('lock-version')!r}, not PEP 751's \"1.0\"")
     entries: dict[str, Entry] = {}
-    for package in _array(data.get("packages", []), "packages"):
-        entry = _entry(_table(package, "a [[packages]] entry"))
+    for package in _typed(list, data.get("packages", []), "packages"):
+        entry = _entry(_typed(dict, package, "a [[packages]] entry"))
         if entry.name in entries:
             raise ValueError(f"{entry.name} is listed twice")
         entries[entry.name] = entry
-    tool = _table(_table(data.get("tool", {}), "tool").get(TOOL, {}), f"tool.{TOOL}")
-    return LockFile(entries, **{key: _string(tool.get(key, ""), f"tool.{TOOL}.{key}")
+    tool = _typed(dict, _typed(dict, data.get("tool", {}), "tool").get(TOOL, {}), f"tool.{TOOL}")
+    return LockFile(entries, **{key: _typed(str, tool.get(key, ""), f"tool.{TOOL}.{key}")
                                 for key in ("inputs", "python", "platform", "glibc")})
 
 
@@ -115,9 +116,9 @@ def _entry(package: dict[str, Any]) -> Entry:
     if not isinstance(name, str) or not isinstance(version, str):
         raise ValueError(f"a package without a name and version: {package.get('name')!r}")
     where = f"{name} {version}"
-    wheels = tuple(_file(where, _table(w, f"{where}: a wheel"))
-                   for w in _array(package.get("wheels", []), f"{where}: wheels"))
-    sdist = _file(where, _table(package["sdist"], f"{where}: sdist")) if "sdist" in package else None
+    wheels = tuple(_file(where, _typed(dict, w, f"{where}: a wheel"))
+                   for w in _typed(list, package.get("wheels", []), f"{where}: wheels"))
+    sdist = _file(where, _typed(dict, package["sdist"], f"{where}: sdist")) if "sdist" in package else None
     if not wheels and sdist is None:
         # A directory, VCS or archive source: nothing a hash pins.
         raise ValueError(f"{name} {version} has no wheel or sdist with a hash")
@@ -127,37 +128,23 @@ def _entry(package: dict[str, Any]) -> Entry:
 def _file(where: str, table: dict[str, Any]) -> File:
     url = str(table.get("url") or table.get("path") or "")
     filename = str(table.get("name") or unquote(urlsplit(url).path.rsplit("/", 1)[-1]))
-    sha256 = str(_table(table.get("hashes") or {}, f"{where}: {filename or 'a file'}: hashes").get("sha256", ""))
+    sha256 = str(_typed(dict, table.get("hashes") or {}, f"{where}: {filename or 'a file'}: hashes").get("sha256", ""))
     if not _SHA256.fullmatch(sha256):
         raise ValueError(f"{where}: {filename or 'a file'} has no sha256")
     return File(filename, url, sha256)
 
 
+# The TOML name of each type tomllib reads a value as (any other: a date or time).
+_KINDS = {str: "a string", bool: "a boolean", int: "an integer", float: "a float", list: "an array", dict: "a table"}
+
+
 # A hand-edited lock can hold any TOML type where a table or array belongs: a ValueError naming the field
-# (what callers turn into "run make lock"), not an AttributeError from the first .get().
-def _table(value: object, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{what} is not a table (found {_kind(value)})")
+# (what callers turn into "run make lock"), not an AttributeError from the first .get(). A string field is refused
+# too, not turned into text (`glibc = 2.30`, a float, read 2.3).
+def _typed(kind: type[T], value: object, what: str) -> T:
+    if not isinstance(value, kind):
+        raise ValueError(f"{what} is not {_KINDS[kind]} (found {_KINDS.get(type(value), 'a date or time')})")
     return value
-
-
-def _string(value: object, what: str) -> str:
-    """A string field: another TOML type is refused, not turned into text (`glibc = 2.30`, a float, read 2.3)."""
-    if not isinstance(value, str):
-        raise ValueError(f"{what} is not a string (found {_kind(value)})")
-    return value
-
-
-def _array(value: object, what: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ValueError(f"{what} is not an array (found {_kind(value)})")
-    return value
-
-
-def _kind(value: object) -> str:
-    """The TOML name of a parsed value's type."""
-    kinds = {str: "a string", bool: "a boolean", int: "an integer", float: "a float", list: "an array", dict: "a table"}
-    return kinds.get(type(value), "a date or time")
 
 
 def installed_files(python: Mapping[str, Mapping[str, object]], locks: Mapping[str, LockFile]) -> dict[str, str]:

@@ -339,19 +339,14 @@ _HINTS = (
 )
 
 
+# A quoted scalar from its opening quote to its closing one: `\x` escapes in "...", `''` is a quote in '...'.
+# Possessive (`*+`): an unclosed quote never ends at an escaped one.
+_QUOTED = {'"': re.compile(r'"(?:[^"\\]|\\.)*+"'), "'": re.compile(r"'(?:[^']|'')*+'")}
+
+
 def _closing_quote(line: str, start: int) -> int | None:
-    quote, i = line[start], start + 1
-    while i < len(line):
-        if quote == '"' and line[i] == "\\":
-            i += 2
-            continue
-        if line[i] == quote:
-            if quote == "'" and line[i + 1:i + 2] == "'":
-                i += 2
-                continue
-            return i
-        i += 1
-    return None
+    match = _QUOTED[line[start]].match(line, start)
+    return match.end() - 1 if match else None
 
 
 def _quote_problem(text: str, upto: int) -> tuple[int, str] | None:
