@@ -15,6 +15,10 @@ ENTRY=qemu-aarch64
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 2; }
+# What needs root (mount, update-binfmts) runs as root: directly when this is root, else through sudo where it asks
+# no password (a GitHub-hosted runner's user, runner); the rest runs as the caller, so .state and .venv are theirs.
+can_root() { [[ $(id -u) -eq 0 ]] || sudo -n true 2>/dev/null; }
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
 
 if [[ "$(uname -m)" == aarch64 ]]; then
   say "arm64 host: linux/arm64 runs natively, no QEMU entry needed"
@@ -25,9 +29,9 @@ fi
 if mountpoint -q "$DIR"; then
   say "binfmt_misc already mounted ($DIR)"
 else
-  [[ $(id -u) -eq 0 ]] || die "$DIR is not mounted; run this script as root (it mounts binfmt_misc)"
+  can_root || die "$DIR is not mounted; run this script as root or with passwordless sudo (it mounts binfmt_misc)"
   say "mounting binfmt_misc on $DIR"
-  mount -t binfmt_misc binfmt_misc "$DIR" \
+  as_root mount -t binfmt_misc binfmt_misc "$DIR" \
     || die "mount -t binfmt_misc binfmt_misc $DIR failed; in a container, run scripts/setup.sh on the host"
 fi
 
@@ -35,9 +39,10 @@ fi
 if [[ -f "$DIR/$ENTRY" && "$(head -n1 "$DIR/$ENTRY")" == enabled ]]; then
   say "binfmt_misc entry $ENTRY already enabled"
 else
-  [[ $(id -u) -eq 0 ]] || die "binfmt_misc entry $ENTRY is missing or disabled; run this script as root"
+  can_root \
+    || die "binfmt_misc entry $ENTRY is missing or disabled; run this script as root or with passwordless sudo"
   say "enabling binfmt_misc entry $ENTRY (update-binfmts --enable $ENTRY)"
-  update-binfmts --enable "$ENTRY" >&2 || true   # its own message says why; the check below names the fix
+  as_root update-binfmts --enable "$ENTRY" >&2 || true   # its own message says why; the check below names the fix
 fi
 
 # -- 3. what the toolkit needs of it (platforms.binfmt_problem) ---------------------------------

@@ -2,7 +2,7 @@
 # Set up what only the toolkit's own tests need, on top of the main job's set-up; idempotent. The README's test
 # command (and .ci/run, which runs it) is `bash scripts/setup-tests.sh && make check lint test`:
 #   0. scripts/setup.sh: the main job's packages, engine, registry and .venv (it says what it found done)
-#   1. apt packages (as root, only those missing): qemu-user-static and binfmt-support (linux/arm64 under
+#   1. apt packages (as root or with sudo, only those missing): qemu-user-static and binfmt-support (linux/arm64 under
 #      emulation: the multi-platform builds and tests), chromium (the report's rendering test), nodejs and npm
 #      (the Sigstore verifier), and for the SLURM tests slurm-wlm, munge, runc and umoci (SETUP_SKIP_SLURM=1
 #      leaves these out; the tests start their own private SLURM and stop it, nothing here starts a daemon)
@@ -24,6 +24,10 @@ started=$SECONDS
 
 say() { printf 'setup-tests: %s\n' "$*" >&2; }
 die() { printf 'setup-tests: error: %s\n' "$*" >&2; exit 2; }
+# What needs root (apt-get, systemctl) runs as root: directly when this is root, else through sudo where it asks
+# no password (a GitHub-hosted runner's user, runner); the rest runs as the caller, so .state and .venv are theirs.
+can_root() { [[ $(id -u) -eq 0 ]] || sudo -n true 2>/dev/null; }
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
 
 # -- 0. the main job's set-up -----------------------------------------------------------------
 bash "$ROOT/scripts/setup.sh"
@@ -48,16 +52,16 @@ if [[ "${SETUP_SKIP_SLURM:-0}" != 1 ]]; then
   command -v umoci >/dev/null 2>&1 || need+=(umoci)
 fi
 if ((${#need[@]})); then
-  [[ $(id -u) -eq 0 ]] || die "missing ${need[*]}; run this script as root (it installs them with apt-get)"
+  can_root || die "missing ${need[*]}; run this script as root or with passwordless sudo (it installs them with apt)"
   say "installing ${need[*]} (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 600 apt-get update -qq || die "apt-get update failed (exit $?; 124: timed out after 600 s)"
-  timeout 1200 apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE/apt-tests.log" 2>&1 \
+  as_root timeout 600 apt-get update -qq || die "apt-get update failed (exit $?; 124: timed out after 600 s)"
+  as_root env DEBIAN_FRONTEND=noninteractive timeout 1200 apt-get install -y -qq --no-install-recommends "${need[@]}" \
+    >"$STATE/apt-tests.log" 2>&1 \
     || { tail -20 "$STATE/apt-tests.log" >&2; die "apt-get install failed (log: .state/apt-tests.log)"; }
   # The SLURM packages' own daemons, when this run installed them: the tests start private ones.
   if [[ " ${need[*]} " == *" slurm-wlm "* || " ${need[*]} " == *" munge "* ]]; then
     for unit in slurmctld slurmd munge; do
-      if systemctl is-active --quiet "$unit" 2>/dev/null; then systemctl disable --now "$unit" || true; fi
+      if systemctl is-active --quiet "$unit" 2>/dev/null; then as_root systemctl disable --now "$unit" || true; fi
     done
   fi
 else

@@ -3,7 +3,7 @@
 # What only the toolkit's own tests need (QEMU for arm64, Chromium, SLURM, Node and the Sigstore verifier, the
 # test extras of .venv) is scripts/setup-tests.sh, which runs this first; the README's test command (and .ci/run)
 # runs it.
-#   1. apt packages (as root, only those missing): docker.io, docker-registry, skopeo, mmdebstrap and
+#   1. apt packages (as root or with sudo, only those missing): docker.io, docker-registry, skopeo, mmdebstrap and
 #      arch-test (the reproducible Debian bases), debootstrap (bench/bench_fresh_machines.py's before arm),
 #      python3-venv
 #   3. the Docker engine, started with the flags these machines need, only if it is not running
@@ -29,6 +29,10 @@ mkdir -p "$STATE"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 2; }
+# What needs root (apt-get, systemctl, dockerd) runs as root: directly when this is root, else through sudo where it
+# asks no password (a GitHub-hosted runner's user, runner); the rest runs as the caller, so .state and .venv are theirs.
+can_root() { [[ $(id -u) -eq 0 ]] || sudo -n true 2>/dev/null; }
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
 
 # -- 1. packages ----------------------------------------------------------------------------
 need=()
@@ -42,15 +46,15 @@ command -v arch-test >/dev/null 2>&1 || need+=(arch-test)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if ((${#need[@]})); then
-  [[ $(id -u) -eq 0 ]] || die "missing ${need[*]}; run this script as root (it installs them with apt-get)"
+  can_root || die "missing ${need[*]}; run this script as root or with passwordless sudo (it installs them with apt)"
   say "installing ${need[*]} (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 600 apt-get update -qq || die "apt-get update failed (exit $?; 124: timed out after 600 s)"
-  timeout 1200 apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE/apt.log" 2>&1 \
+  as_root timeout 600 apt-get update -qq || die "apt-get update failed (exit $?; 124: timed out after 600 s)"
+  as_root env DEBIAN_FRONTEND=noninteractive timeout 1200 apt-get install -y -qq --no-install-recommends "${need[@]}" \
+    >"$STATE/apt.log" 2>&1 \
     || { tail -20 "$STATE/apt.log" >&2; die "apt-get install failed (log: .state/apt.log)"; }
   # The docker-registry package starts a system registry on :5000 with its own storage; ours
   # (step 4) uses the repository's config, so stop the packaged one if it grabbed the port.
-  if systemctl is-active --quiet docker-registry 2>/dev/null; then systemctl stop docker-registry || true; fi
+  if systemctl is-active --quiet docker-registry 2>/dev/null; then as_root systemctl stop docker-registry || true; fi
 else
   say "packages present: docker.io docker-registry skopeo mmdebstrap arch-test debootstrap python3-venv"
 fi
@@ -60,13 +64,14 @@ engine_up() { timeout 10 /usr/bin/docker -H "unix://$DOCKER_SOCK" version --form
 if engine_up; then
   say "Docker engine already running ($DOCKER_SOCK)"
 else
-  [[ $(id -u) -eq 0 ]] || die "the Docker engine is not running; start it (as root: bash scripts/setup.sh)"
+  can_root || die "the Docker engine is not running; start it (as root: bash scripts/setup.sh)"
   # iptables is unavailable on these machines: no NAT, so builds and containers that need
   # the network use --network host.
   say "starting dockerd --iptables=false --ip-forward=false --ip-masq=false (log: .state/dockerd.log)"
   # A session of its own (setsid): the engine outlives the shell, job or test run that started it,
   # even when that is stopped with its whole process group.
-  setsid nohup dockerd --iptables=false --ip-forward=false --ip-masq=false >>"$STATE/dockerd.log" 2>&1 </dev/null &
+  as_root setsid nohup dockerd --iptables=false --ip-forward=false --ip-masq=false >>"$STATE/dockerd.log" 2>&1 \
+    </dev/null &
   for _ in $(seq 1 60); do engine_up && break; sleep 1; done
   engine_up || { tail -20 "$STATE/dockerd.log" >&2; die "dockerd did not answer within 60 s (log: .state/dockerd.log)"; }
   say "Docker engine up"

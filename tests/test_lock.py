@@ -155,6 +155,36 @@ def test_check_reads_extras_and_ranges_as_the_matrix_does(tmp_path: Path, requir
     assert lock._locked_and_known(tmp_path, outside)[1] >= {"torch", "tensorboard", "pip"}
 
 
+def test_check_evaluates_a_requirements_markers_against_each_locks_platform(tmp_path: Path):
+    """A requirement whose PEP 508 marker is false on a lock's platform is one uv leaves out of that lock: the check
+    demanded it anyway ("the lock has no arm-only" on the linux/amd64 locks of a cell built for both). Each
+    platform's lock is checked against the requirements whose markers hold there (its machine, the lock's python)."""
+    cell = replace(_cell(), platforms=("linux/amd64", "linux/arm64"), emulation_factor=8, framework_requirements=(
+        "torch==2.13.0+cpu", "arm-only==1.0; platform_machine == 'aarch64'",
+        "x86-only==2.0; platform_machine == 'x86_64'", "old-python==3.0; python_version < '3.10'"))
+    locked = {"linux/amd64": {"x86-only": "2.0"}, "linux/arm64": {"arm-only": "1.0"}}
+
+    def write(platform: str, framework: dict[str, str]) -> None:
+        folder = (tmp_path / cell.dockerfile).parent / lock.cell_platform(cell, platform).architecture
+        folder.mkdir(parents=True, exist_ok=True)
+        for part, entries in ((locks.FRAMEWORK_LOCK, {**GOOD_FW, **framework}), (locks.TOOLS_LOCK, GOOD_TOOLS)):
+            (folder / part).write_text(pylock(one_wheel(entries), {
+                "inputs": lock.fingerprint(cell, part, platform), "python": cell.python,
+                "platform": lock.cell_platform(cell, platform).wheel_platform}))
+
+    for platform, framework in locked.items():
+        write(platform, framework)
+    assert lock.check_cell(tmp_path, cell) == []
+    # A marker that holds on the lock's platform is still demanded, at its version.
+    write("linux/arm64", {"arm-only": "1.1"})
+    assert lock.check_cell(tmp_path, cell) == [
+        "pytorch-cpu:2.13: the matrix pins arm-only==1.0; platform_machine == 'aarch64' but the lock has 1.1; "
+        "run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
+    write("linux/arm64", {})
+    assert lock.check_cell(tmp_path, cell) == [
+        "pytorch-cpu:2.13: the lock has no arm-only; run `make lock FRAMEWORK=pytorch-cpu:2.13`"]
+
+
 def test_ngc_cells_lock_only_their_tools():
     cell = _cell("pytorch-ngc:25.10")
     assert lock.is_ngc(cell)

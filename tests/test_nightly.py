@@ -167,3 +167,35 @@ def test_the_nightly_runs_the_slurm_scaling_and_reports_it_when_a_bundle_folder_
     report = slurm.call("report")
     assert [report[i + 1] for i, a in enumerate(report) if a == "--scaling"] == [
         f"{out}/scaling", f"{out}/scaling-jax", f"{out}/scaling-slurm"]
+
+
+def test_make_nightly_with_no_settings_in_a_fresh_checkout_runs_its_first_night(tmp_path) -> None:
+    """`make nightly` as documented, no flag at all (FRAMEWORK all, NIGHTLY_OUT reports/nightly in the checkout), on
+    an empty state: no earlier night, verdicts or baseline. Each step runs, says it is the first night, and the night
+    leaves its report and its history (the task guide: "`make nightly` fails on its first night", once)."""
+    import os
+    import subprocess
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True, timeout=60).stdout
+    tar = subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], input=tracked, cwd=REPO, capture_output=True,
+                         check=True, timeout=120).stdout
+    subprocess.run(["tar", "-x", "-f", "-"], input=tar, cwd=checkout, check=True, timeout=120)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=checkout, check=True, capture_output=True, timeout=60)
+    assert not (checkout / "reports").exists()
+    night = run_make("nightly", tmp_path, write(tmp_path / "tonight", last_night()), cwd=checkout,
+                     env={"PYTHONPATH": str(checkout), "PATH": os.environ["PATH"]})
+    assert night.code == 0, night.stderr
+    assert night.commands() == ["build", "validate", "scaling", "scaling", "report"]
+    assert night.call("build") == ["build", "--framework", "all", "--push"]
+    assert night.call("validate") == ["validate", "--framework", "all", "--reports", "reports/nightly/validate"]
+    assert "--previous" not in night.call("report")
+    assert "no earlier night in reports/nightly/history (the first night): the bus bandwidth has no baseline" \
+        in night.stderr
+    assert "no earlier night in reports/nightly/history (the first night): the report shows no trend" in night.stderr
+    out = checkout / "reports" / "nightly"
+    assert NO_TREND in (out / "report.md").read_text() and (out / "report.html").is_file()
+    [kept] = (out / "history").iterdir()
+    assert sorted(p.name for p in kept.rglob("verdict.json")) == ["verdict.json"] * 3

@@ -57,6 +57,17 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def marker_environment(platform: platforms.Platform, python: str) -> dict[str, str]:
+    """The PEP 508 marker environment a lock was resolved for (uv's --python-platform and --python-version): what
+    decides which of the matrix's requirements it holds (`foo==1; platform_machine == "aarch64"` only arm64's).
+    Every variable is given, so nothing is read from the machine running the check."""
+    full = python if python.count(".") >= 2 else f"{python}.0"
+    return {"implementation_name": "cpython", "implementation_version": full, "os_name": "posix",
+            "platform_machine": platform.machine, "platform_python_implementation": "CPython", "platform_release": "",
+            "platform_system": "Linux", "platform_version": "", "python_full_version": full,
+            "python_version": ".".join(python.split(".")[:2]), "sys_platform": "linux"}
+
+
 @dataclass(frozen=True)
 class File:
     """One file a lock admits: its name, where it is fetched from, its sha256 (hex)."""

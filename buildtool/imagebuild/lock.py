@@ -39,6 +39,7 @@ from buildtool.contracts.locks import (
     UV_LOCK,
     Entry,
     LockFile,
+    marker_environment,
     normalize,
     parse_lock,
     platform_folder,
@@ -162,8 +163,13 @@ def _check_platform(root: Path, cell: Cell, platform: str) -> list[str]:
     versions = {n: v for lock in locks.values() for n, v in lock.versions().items()}
     if not is_ngc(cell):
         problems += build_problems(cell, versions)
+    # A requirement whose marker is false on this lock's platform and python is one uv left out of it.
+    python = locks[TOOLS_LOCK].python or cell.python
+    environment = marker_environment(platforms.get(platform), python)
     for text in framework_requirements(cell) + tool_requirements(cell):
         req = requirement(text)
+        if req.marker is not None and not req.marker.evaluate(environment):
+            continue
         have = versions.get(normalize(req.name))
         if have is None:
             problems.append(f"{cell.key}: the lock has no {req.name}; run `make lock FRAMEWORK={cell.key}`")
