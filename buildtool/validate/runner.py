@@ -52,7 +52,7 @@ from buildtool.validate.probe import (
     require_gpus,
     run_flags,
 )
-from buildtool.validate.pytest_run import RESERVE_S, _run_pytest, deadline_problem, probes_dir
+from buildtool.validate.pytest_run import RESERVE_S, _run_pytest, deadline_problem, probes_dir, read_results
 from buildtool.validate.run_plan import (
     RunOutcome,
     RunPlan,
@@ -242,13 +242,13 @@ def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
             # that ended it (the warning names how to remove them).
             remove_run_containers(plan.run_id, log)
             shutil.rmtree(out_dir / f"lanes-{plan.run_id}", ignore_errors=True)   # the tests' lock files (lanes.py)
-    try:
-        results = json.loads(results_path.read_text())
-    except (OSError, ValueError):
-        results = None
+    results, wrong = read_results(results_path)
+    problem = deadline_problem(plan.deadline_s, bool(fired), results, rc)
+    if wrong and not fired:   # the deadline, when it ran out, says why first
+        problem = f"{wrong} (pytest exit {rc})"
     return RunOutcome(started_at=started_at.isoformat(timespec="milliseconds"),
                       duration_s=time.monotonic() - started, rc=rc, results=results or {"tests": []},
-                      defined_path=defined_path, problem=deadline_problem(plan.deadline_s, bool(fired), results, rc))
+                      defined_path=defined_path, problem=problem)
 
 
 def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, platform: str | None,
