@@ -3,6 +3,8 @@ that names a field nobody passes fails instead of printing nothing."""
 
 from __future__ import annotations
 
+import re
+
 import jinja2
 import pytest
 
@@ -93,3 +95,29 @@ def test_markdown_cell_renders_as_its_text_never_a_link_image_or_html(value: str
 
     tokens = MarkdownIt("commonmark").parseInline(markdown_cell(value))[0].children or []
     assert [t.type for t in tokens] == ["text"] and tokens[0].content == value, tokens
+
+
+def test_markdown_scaling_tables_keep_a_hostile_unit_and_count_inside_their_cells(tmp_path) -> None:
+    """The scaling tables (the report's, and comparison.md of `buildtool scaling`) printed the unit (free text:
+    `--unit`, or a scaling.json) and the count bare: a `|` added columns, a line break ended the table, `<img>` was
+    raw HTML in the job summary."""
+    from buildtool.launch.scaling import RunResult, ScalingResult
+    from buildtool.launch.strategy_runs import write_comparison
+
+    unit, count = "gpus | x <img src=x>\nbad", "2|y"
+    row = {"status": "ran", "title": "DDP", "count": count, "time_per_epoch_s": 1.0, "speedup": 1.0, "efficiency": 1.0,
+           "samples_per_s": 1.0, "peak_memory_mb": 1.0, "flagged": False}
+    report = build_report([parse_verdict(_verdict("c", "m"), "v")])
+    report.scaling = [{"unit": unit, "runs": [{k: row[k] for k in ("count", "time_per_epoch_s", "speedup",
+                                                                      "efficiency")}]},
+                      {"unit": unit, "rows": [row]}]
+    text = render_markdown(report)
+    escaped = "gpus \\| x \\<img src=x\\> bad"
+    assert f"| {escaped} | time per epoch | speed-up | efficiency |\n|---|---|---|---|\n| 2\\|y | 1.000 s |" in text
+    assert f"| strategy | {escaped} | time per epoch |" in text and "| DDP | 2\\|y | 1.000 s |" in text
+    assert not re.search(r"(?<!\\)<img", text) and "\nbad" not in text   # only the escaped \\<img
+    result = ScalingResult(unit=unit, samples=64, epochs=2, launcher={}, strategy="ddp", title="DDP", batch=8,
+                           runs=[RunResult(count=2, backend="gloo", epoch_times_s=[], losses=[], identical=True,
+                                           time_per_epoch_s=1.0)])
+    table = write_comparison([result], tmp_path)["comparison table"].read_text()
+    assert table.startswith(f"| strategy | {escaped} | time per epoch |") and not re.search(r"(?<!\\)<img", table)

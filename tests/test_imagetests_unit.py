@@ -601,6 +601,34 @@ def test_a_run_that_dies_before_its_reports_leaves_none_of_an_earlier_runs(tmp_p
     assert [p.name for p in tmp_path.iterdir() if p.name in ("results.json", "defined.json", "junit.xml")] == []
 
 
+@pytest.mark.parametrize(("written", "wrong"), [("[]", ", a JSON list, not an object"),
+                                               ("3", ", a JSON int, not an object"),
+                                               ('{"tests": 3}', " whose `tests` is not a list of objects"),
+                                               ('{"tests": ["a"]}', " whose `tests` is not a list of objects")])
+def test_results_that_are_not_an_object_of_tests_fail_the_run_naming_the_file(tmp_path, monkeypatch, matrix,
+                                                                             written, wrong):
+    """A results.json that parses but is not an object (`[]`, `3`) crashed deadline_problem with a traceback (`tests`
+    not a list of objects: make_verdict); now the run fails, its problem one line naming the file."""
+    import contextlib
+
+    from buildtool.validate.options import Options
+    from buildtool.validate.run_plan import RunPlan, make_verdict
+
+    def pytest_writes(argv, cwd, log_path, timeout, log, fired=None):
+        (tmp_path / "results.json").write_text(written)
+        return 0
+    monkeypatch.setattr(runner.network, "run_network", contextlib.contextmanager(lambda run_id, log=None: (yield "n")))
+    monkeypatch.setattr(runner, "remove_run_containers", lambda run_id, log=None: None)
+    monkeypatch.setattr(runner, "_run_pytest", pytest_writes)
+    image = runner.Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
+    plan = RunPlan("r", image, cell_of(matrix, "pytorch-cpu:2.13"), matrix, Options(jobs=1), runner.Inventory([]),
+                   flags=[], run_id="unit", deadline_s=100, tree=TESTS_DIR, groups=["common"], out_dir=tmp_path)
+    outcome = runner._run(plan, REPO, lambda line: None, time.monotonic())
+    assert outcome.problem == f"image-tests wrote {tmp_path / 'results.json'}{wrong} (pytest exit 0)"
+    verdict = make_verdict(plan, outcome, ("", "no registry"), "sha256:" + "c" * 64)
+    assert verdict.result == "failed" and verdict.problem == outcome.problem and verdict.tests == []
+
+
 # -- concurrent runs (validate --jobs N): what may run together, and results as in serial runs ----------------
 
 # Every test sleeps: the intervals pytest records are long enough that tests run at the same time

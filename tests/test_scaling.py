@@ -333,3 +333,20 @@ def test_an_infinite_epoch_time_fails_the_run_in_one_line(tmp_path: Path) -> Non
         run_one(Launcher(kind="host", python=str(fake)), 2, WORKER, 256, 2, 64, 60)
     assert str(caught.value).startswith("scaling run with 2 processes failed: its SCALING_RESULT line has no valid "
                                         "epoch_times_s (a non-empty list of seconds above 0): "), caught.value
+
+
+def test_docs_say_the_slurm_join_timeout_and_that_it_is_under_the_job_timeout() -> None:
+    """The SLURM scaling jobs' 300 s rendezvous join timeout is deliberate (test_a_slurm_run_is_one_job_per_node_count)
+    but docs/scaling.md did not say it, nor that it is under the jobs' 600 s --timeout, nor that no option sets it."""
+    import inspect
+
+    from buildtool.cli.scaling import scaling
+    from buildtool.launch.scaling import SlurmLauncher
+
+    join = SlurmLauncher.__dataclass_fields__["join_timeout_s"].default
+    job = inspect.signature(scaling).parameters["timeout"].default
+    assert (join, job) == (300, 600)
+    doc = " ".join((REPO / "docs" / "scaling.md").read_text().split())
+    assert f"waits up to {join} s for every node to join the c10d rendezvous" in doc
+    assert f"half of the {job} s each job gets by default (`--timeout`, queueing included)" in doc
+    assert "`buildtool scaling` has no option for it" in doc

@@ -6,6 +6,7 @@ by itself means.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -80,6 +81,21 @@ def probes_dir(out_dir: Path, run_id: str) -> Path:
                 shutil.rmtree(old, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
     return root / run_id
+
+
+def read_results(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The results file the image-tests plugin wrote, and "" (None and "" when it is missing or does not parse: the
+    run wrote none); None and what is wrong, naming the file, when its JSON is not an object with a list of tests."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, ""
+    if not isinstance(results, dict):
+        return None, f"image-tests wrote {path}, a JSON {type(results).__name__}, not an object"
+    tests = results.get("tests", [])
+    if not isinstance(tests, list) or not all(isinstance(t, dict) for t in tests):
+        return None, f"image-tests wrote {path} whose `tests` is not a list of objects"
+    return results, ""
 
 
 def deadline_problem(deadline_s: float, fired: bool, results: dict[str, Any] | None, rc: int) -> str:

@@ -37,7 +37,7 @@ from buildtool.contracts import emulation, platforms, sitetests
 from buildtool.contracts.target import write_target
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.registry.client import NotFound, RegistryClient
-from buildtool.validate import network
+from buildtool.validate import network, reports_lock
 from buildtool.validate.collect import cell_groups, image_tests_hash
 from buildtool.validate.containers import Log, Resolved, pin, remove_run_containers, resolve
 from buildtool.validate.labels import label_checks
@@ -52,7 +52,7 @@ from buildtool.validate.probe import (
     require_gpus,
     run_flags,
 )
-from buildtool.validate.pytest_run import RESERVE_S, _run_pytest, deadline_problem, probes_dir
+from buildtool.validate.pytest_run import RESERVE_S, _run_pytest, deadline_problem, probes_dir, read_results
 from buildtool.validate.run_plan import (
     RunOutcome,
     RunPlan,
@@ -123,24 +123,26 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     from buildtool.validate.sbomref import verdict_sbom
 
     sbom = verdict_sbom(image, root, log)
-    started = time.monotonic()
-    plan = _plan(RunPlan(ref, image, cell, matrix, options, inventory, flags=[]), root, log)
-    try:
-        baseline = (busbw_baseline([root / options.reports, *options.baselines], cell.key, plan.inventory,
-                                   options.busbw_window) if plan.usable else {})
-        for line in baseline.get("left_out", []):   # a time that does not parse is no night of the window
-            log(f"bus-bandwidth baseline of {cell.key}: {line}")
-        expect = {**expectations(cell, image.labels), "labels": label_checks(matrix, cell, image.labels,
-                                                                             root / "templates")}
-        target = build_target(plan, baseline, max(1.0, plan.deadline_s - (time.monotonic() - started) - RESERVE_S),
-                              expect)
-        write_target(plan.out_dir / "target.json", target)
-        run = _run(plan, root, log, started)
-        made = make_verdict(plan, run, sbom, matrix_digest(matrix))
-    finally:
-        _remove_staged(plan.tree, root)
-    verdict = made.to_json()
-    (plan.out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
+    # One run at a time per folder: two would overwrite each other's reports (validate.reports_lock).
+    with reports_lock.hold(run_folder(root, options, cell, image), f"buildtool validate of {ref}"):
+        started = time.monotonic()
+        plan = _plan(RunPlan(ref, image, cell, matrix, options, inventory, flags=[]), root, log)
+        try:
+            baseline = (busbw_baseline([root / options.reports, *options.baselines], cell.key, plan.inventory,
+                                       options.busbw_window) if plan.usable else {})
+            for line in baseline.get("left_out", []):   # a time that does not parse is no night of the window
+                log(f"bus-bandwidth baseline of {cell.key}: {line}")
+            expect = {**expectations(cell, image.labels), "labels": label_checks(matrix, cell, image.labels,
+                                                                                 root / "templates")}
+            left_s = max(1.0, plan.deadline_s - (time.monotonic() - started) - RESERVE_S)
+            target = build_target(plan, baseline, left_s, expect)
+            write_target(plan.out_dir / "target.json", target)
+            run = _run(plan, root, log, started)
+            made = make_verdict(plan, run, sbom, matrix_digest(matrix))
+        finally:
+            _remove_staged(plan.tree, root)
+        verdict = made.to_json()
+        (plan.out_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
     verdict["reports"] = str(plan.out_dir)
     if key is not None and image.host and image.repo:
         from buildtool.validate.verdicts import attest
@@ -182,7 +184,7 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     if gpu_cell(cell) and image.emulated:
         gpu_problem = f"{image.platform} runs emulated on this {platforms.host().name} runner"
     run_id = uuid.uuid4().hex[:12]
-    out_dir = (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
+    out_dir = run_folder(root, options, cell, image)
     out_dir.mkdir(parents=True, exist_ok=True)
     # With a site folder the run is image-tests with it as one more group, staged (its hash is the test code).
     tree = sitetests.stage(tests_dir, site, out_dir / f"tests-{run_id}") if site else tests_dir
@@ -197,6 +199,11 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     return dataclasses.replace(plan, inventory=inventory, flags=flags, not_granted=not_granted, usable=usable,
                                gpu_problem=gpu_problem, run_id=run_id, deadline_s=deadline_s, tree=tree,
                                groups=groups, out_dir=out_dir)
+
+
+def run_folder(root: Path, options: Options, cell: Cell, image: Resolved) -> Path:
+    """The reports folder of a run: reports/<cell>/<digest12>/, the same for every run of the digest and cell."""
+    return (root / options.reports / cell.name / image.digest.split(":")[-1][:12]).resolve()
 
 
 def _remove_staged(tree: Path, root: Path) -> None:
@@ -235,13 +242,13 @@ def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
             # that ended it (the warning names how to remove them).
             remove_run_containers(plan.run_id, log)
             shutil.rmtree(out_dir / f"lanes-{plan.run_id}", ignore_errors=True)   # the tests' lock files (lanes.py)
-    try:
-        results = json.loads(results_path.read_text())
-    except (OSError, ValueError):
-        results = None
+    results, wrong = read_results(results_path)
+    problem = deadline_problem(plan.deadline_s, bool(fired), results, rc)
+    if wrong and not fired:   # the deadline, when it ran out, says why first
+        problem = f"{wrong} (pytest exit {rc})"
     return RunOutcome(started_at=started_at.isoformat(timespec="milliseconds"),
                       duration_s=time.monotonic() - started, rc=rc, results=results or {"tests": []},
-                      defined_path=defined_path, problem=deadline_problem(plan.deadline_s, bool(fired), results, rc))
+                      defined_path=defined_path, problem=problem)
 
 
 def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, platform: str | None,
