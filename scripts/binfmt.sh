@@ -15,10 +15,8 @@ ENTRY=qemu-aarch64
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 2; }
-# What needs root (mount, update-binfmts) runs as root: directly when this is root, else through sudo where it asks
-# no password (a GitHub-hosted runner's user, runner); the rest runs as the caller, so .state and .venv are theirs.
-can_root() { [[ $(id -u) -eq 0 ]] || sudo -n true 2>/dev/null; }
-as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "${BASH_SOURCE[0]}")/as-root.sh"   # can_root, as_root
 
 if [[ "$(uname -m)" == aarch64 ]]; then
   say "arm64 host: linux/arm64 runs natively, no QEMU entry needed"

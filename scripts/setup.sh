@@ -29,10 +29,8 @@ mkdir -p "$STATE"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 2; }
-# What needs root (apt-get, systemctl, dockerd) runs as root: directly when this is root, else through sudo where it
-# asks no password (a GitHub-hosted runner's user, runner); the rest runs as the caller, so .state and .venv are theirs.
-can_root() { [[ $(id -u) -eq 0 ]] || sudo -n true 2>/dev/null; }
-as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "${BASH_SOURCE[0]}")/as-root.sh"   # can_root, as_root
 
 # -- 1. packages ----------------------------------------------------------------------------
 need=()
