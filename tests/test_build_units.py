@@ -349,3 +349,20 @@ def test_pip_secrets_fails_instead_of_hanging_when_its_file_server_cannot_start(
     assert not runner.is_alive(), "pip_secrets hung on a file server whose thread never started"
     assert [str(e) for e in outcome] == ["can't start new thread"]
     assert servers and servers[0].socket.fileno() == -1   # closed
+
+
+def test_a_ca_bundle_that_is_a_folder_is_one_line_naming_it(tmp_path: Path, monkeypatch):
+    """PIP_CERT (or pip.conf's `cert`) naming a folder passed: the build's secrets left the CA out (is_file), so pip
+    and uv in the build trusted their own bundle without a word. Refused now, naming the setting and the folder."""
+    from buildtool.imagebuild.pipconfig import pip_secrets
+
+    folder = tmp_path / "certs"
+    folder.mkdir()
+    monkeypatch.setenv("PIP_CERT", str(folder))
+    with pytest.raises(UserError) as caught:
+        HostPip.from_host()
+    assert str(caught.value) == (f"pip's CA bundle {folder} (PIP_CERT) is a folder; point PIP_CERT at one CA bundle "
+                                 "file (the folder's PEM certificates put together), or unset it (`pip config list` "
+                                 "shows where it is set)")
+    with pytest.raises(UserError, match=r"\(PIP_CERT\) is a folder"), pip_secrets(HostPip(cert=str(folder))):
+        pass

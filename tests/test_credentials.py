@@ -161,6 +161,31 @@ def test_environment_credentials_need_the_host_they_are_for(monkeypatch: pytest.
     assert resolve("other.example:5000") is None
 
 
+@pytest.mark.parametrize(("user", "password", "named"), [
+    ("env", "", "REGISTRY_PASSWORD is set but empty"),
+    ("env", None, "REGISTRY_PASSWORD is unset"),
+    ("", "env-pw", "REGISTRY_USER is set but empty"),
+    ("", "", "REGISTRY_USER is set but empty and REGISTRY_PASSWORD is set but empty"),
+])
+def test_half_an_environment_credential_for_the_host_is_refused_naming_it(
+        config: Path, monkeypatch: pytest.MonkeyPatch, user: str, password: str | None, named: str) -> None:
+    """An empty REGISTRY_PASSWORD (a CI secret that is not there) was dropped silently: the host got a config
+    file's entry, or nothing (anonymous), and its refusal blamed other credentials. Refused now, no secret shown."""
+    config.write_text(json.dumps({"auths": {HOST: {"auth": b64("docker:pw")}}}))
+    monkeypatch.setenv("REGISTRY_AUTH_HOST", HOST)
+    monkeypatch.setenv("REGISTRY_USER", user)
+    if password is not None:
+        monkeypatch.setenv("REGISTRY_PASSWORD", password)
+    message = (f"{named}, and REGISTRY_AUTH_HOST names {HOST} for them: set both REGISTRY_USER and "
+               "REGISTRY_PASSWORD, or unset both")
+    with pytest.raises(CredentialError) as refused:
+        resolve(HOST)
+    assert str(refused.value) == message and "env-pw" not in str(refused.value)
+    with pytest.raises(CredentialError, match="REGISTRY_AUTH_HOST names"), authfile([HOST]):
+        pass
+    assert resolve("other.example:5000") is None   # not the host they are for: its config entry, or none, as before
+
+
 def test_same_entry_as_the_docker_sdk(config: Path) -> None:
     """docker.auth picks the same auths entry for the same file (where both apply)."""
     import docker.auth

@@ -98,3 +98,34 @@ def test_skopeo_reads_the_ca_folder_the_client_reads(env: Path, monkeypatch: pyt
     with skopeo_access("Mixed.Example", "src") as args:
         assert args == [f"--src-cert-dir={certs / 'Mixed.Example:443'}"]
     assert tools.host_ca_files("Mixed.Example") == [certs / "Mixed.Example:443" / "ca.crt"]
+
+
+def test_a_ca_bundle_folder_is_read_as_a_capath_beside_the_hosts_ca(env: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """REQUESTS_CA_BUNDLE naming a folder (requests reads it as openssl's capath) crashed ssl_context for a host with
+    a certs.d CA (IsADirectoryError, a traceback); one naming nothing too. A folder now works; nothing is one line."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from buildtool.common.errors import UserError
+    from buildtool.registry.tools import ssl_context
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test ca")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    (env / "certs.d" / HOST / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    folder = tmp_path / "capath"
+    folder.mkdir()
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(folder))
+    context = ssl_context(HOST)
+    assert context is not None and context.cert_store_stats()["x509_ca"] == 1   # the host's CA; the folder is lazy
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "none.pem"))
+    with pytest.raises(UserError, match=f"^REQUESTS_CA_BUNDLE: {tmp_path / 'none.pem'} is no CA bundle"):
+        ssl_context(HOST)

@@ -176,3 +176,34 @@ def test_a_selection_pytest_would_refuse_is_bad_input_before_anything_runs(run_c
     assert line == ("error: -k 'test_ddp and (' is not a pytest selection expression (at column 15: expected not OR "
                     "left parenthesis OR identifier; got end of input); test names joined by and, or, not and "
                     "parentheses"), line
+
+
+@pytest.mark.parametrize("flag", ["True", "yes", "1", "false "])
+def test_a_standin_flag_neither_true_nor_false_is_refused_by_every_reader(matrix, monkeypatch, flag):
+    """validate's expectations and label checks and the lock's base probe read `standin == "true"`: `True` or `yes`
+    made a stand-in a real NGC image (its upstream claims checked, its stand-in version ignored), while
+    ImageLabels (build, release) refused it. Every reader now refuses it, naming the label."""
+    from buildtool.imagebuild import engine, lock
+    from buildtool.validate.labels import label_checks
+
+    cell = cell_of(matrix, "pytorch-ngc:25.10")
+    labels = {label_keys.STANDIN: flag, label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu"}
+    said = f"label {label_keys.STANDIN}={flag!r} is neither true nor false"
+    with pytest.raises(UserError, match=f"^the image's {re.escape(said)}; rebuild it with `buildtool build`$"):
+        expectations(cell, labels)
+    with pytest.raises(UserError, match=f"^the image's {re.escape(said)}"):
+        label_checks(matrix, cell, labels, Path(__file__).resolve().parent.parent / "templates")
+    monkeypatch.setattr(engine, "image_attrs", lambda ref: {})
+    monkeypatch.setattr(engine, "run_output", lambda ref, argv, **kw: '{"packages": {}, "python": "3.12"}\n')
+    monkeypatch.setattr(engine, "image_labels", lambda ref: labels)
+    with pytest.raises(UserError, match=f"^base b:1: {re.escape(said)}$"):
+        lock.base_facts("b:1")
+
+
+@pytest.mark.parametrize(("flag", "standin"), [("true", True), ("false", False), ("", False), (None, False)])
+def test_a_standin_flag_as_the_builder_writes_it_or_none_reads_the_same_everywhere(matrix, flag, standin):
+    from buildtool.contracts.image_labels import ImageLabels
+
+    labels = {label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu", **({} if flag is None else {label_keys.STANDIN: flag})}
+    assert expectations(cell_of(matrix, "pytorch-ngc:25.10"), labels)["standin"] is standin
+    assert bool(ImageLabels.parse(labels).standin) is standin

@@ -44,6 +44,22 @@ def size_bytes(text: object) -> int:
     return parse_size(text).bytes
 
 
+MAX_SHM_BYTES = 1 << 50   # 1 PiB: more than any machine's memory
+
+
+def shm_bytes(text: object) -> int:
+    """A /dev/shm size in bytes, by the one rule every command's --shm-size and the matrix's run.shm_size share: a
+    size, above 0 (a /dev/shm of 0 bytes holds no DataLoader batch or NCCL buffer), at most MAX_SHM_BYTES; SizeError
+    naming `text` otherwise. The matrix asks more of a run profile (contracts.runprofile.MIN_SHM_SIZE)."""
+    count = size_bytes(text)
+    if count == 0:
+        raise SizeError(f"{text!r} is a /dev/shm of 0 bytes: no room for DataLoader workers or NCCL; "
+                        "give a size like 8g")
+    if count > MAX_SHM_BYTES:
+        raise SizeError(f"{text} is larger than any machine's memory")
+    return count
+
+
 def doubling(low: str, high: str) -> list[int]:
     """Byte counts LOW, 2*LOW, ... up to HIGH (`64k`, `1m` -> 65536 ... 1048576), as the bus-bandwidth
     measurement takes them; SizeError for a size that does not parse or a range that is empty."""

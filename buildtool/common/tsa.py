@@ -40,8 +40,16 @@ def url_problem(url: str) -> str:
         host = None
     if host is None or parts.scheme not in ("http", "https") or not url.isascii() or any(c.isspace() for c in url):
         return "is not an http(s) URL of a timestamp authority (e.g. https://tsa.example/tsr)"
-    if parts.username or parts.password:
+    # An `@` past the scheme is userinfo, as shown_url reads it: a password with an unescaped `/`, `?` or `#`
+    # (`https://user:abc/def==@host`) ends the authority early for a URL parser, which reads host `user`.
+    if parts.username or parts.password or "@" in url.partition("://")[2]:
         return "carries credentials: name the timestamp authority without them"
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535: requests refused it only after the build, at signing
+        port = 0
+    if port == 0:  # port 0 connects nowhere
+        return "has a bad port: name a port from 1 to 65535, or none (e.g. https://tsa.example:8443/tsr)"
     return ""
 
 

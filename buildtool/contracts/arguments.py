@@ -134,6 +134,15 @@ def _size(option: str, value: str) -> object:
     return _parsed(option, value, parse_size, "{option}: {value} is not a size like 8g, 512m or 1048576", 64)
 
 
+def _shm_size(option: str, value: str) -> object:
+    """A /dev/shm size: a size (refused as _size refuses it), above 0 and not past any memory (sizes.shm_bytes, the
+    matrix's rule for run.shm_size less its floor for the image checks)."""
+    from buildtool.common.sizes import shm_bytes
+
+    _size(option, value)
+    return _parsed(option, value, shm_bytes, "{option}: {exc}", 64)
+
+
 def _skip_waiver(option: str, value: str) -> object:
     from buildtool.contracts import skips
 
@@ -268,7 +277,7 @@ _FABRIC = {"fabric_rate": ("--fabric-rate", choice("", *busbw.LINK_RATES)),
 _RUN = {"join_timeout": ("--join-timeout", count(1, 86_400)), "rdzv_port": ("--rdzv-port", count(1, 65_535)),
         "max_restarts": ("--max-restarts", count(0, 100)), "steps": ("--steps", count(3, 1_000_000)),
         "framework": ("--framework", FRAMEWORK_NAME), "out_file": ("--out", OUT_FILE),
-        "shm_size": ("--shm-size", _size),
+        "shm_size": ("--shm-size", _shm_size),
         "nodes": ("--nodes", count(1, 10_000)), "gpus_per_node": ("--gpus-per-node", count(0, 64)), "matrix": MATRIX}
 
 @dataclass(frozen=True)
@@ -319,7 +328,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
               "push_with": ("--push-with", choice("auto", "engine", "skopeo")),
               "platform": ("--platform", _each(_platforms)), "tsa": ("--tsa", _tsa_url), "revision": REV,
               "as_json": JSON, "matrix": MATRIX},
-    "bundle": {"image": ("IMAGE", REFERENCE), "dest": ("DEST", OUT_DIR), "shm_size": ("--shm-size", _size),
+    "bundle": {"image": ("IMAGE", REFERENCE), "dest": ("DEST", OUT_DIR), "shm_size": ("--shm-size", _shm_size),
                "ulimit": ("--ulimit", _each(ULIMIT)), "hosts": ("--hosts", FILE), "jobs_dir": ("--jobs-dir", PATH),
                "writable": ("--writable", FLAG), "force": ("--force", FLAG), "platform": ("--platform", _platform),
                "json_out": JSON, "matrix": MATRIX},

@@ -171,10 +171,7 @@ class ImageLabels:
         if label_keys.BASE_ARCHIVE in present:
             parse_archive_label(present[label_keys.BASE_ARCHIVE])
         if label_keys.STANDIN in present:
-            flag = present[label_keys.STANDIN]
-            if flag not in ("true", "false"):
-                raise LabelError(f"label {label_keys.STANDIN}={flag!r} is neither true nor false")
-            values["standin"] = flag == "true"
+            values["standin"] = standin_flag(present)
         known = set(TEXT_FIELDS.values()) | _STRUCTURED
         values["package_labels"] = {k.removeprefix(label_keys.PACKAGE_PREFIX): v for k, v in sorted(present.items())
                                     if k.startswith(label_keys.PACKAGE_PREFIX)}
@@ -203,6 +200,15 @@ class ImageLabels:
         """Every stand-in label the image carries, whatever its value (issue 11: `standin=false` beside
         `standin.for=...` is still a stand-in)."""
         return label_keys.standin_keys(self.to_dict())
+
+
+def standin_flag(labels: Mapping[str, str]) -> bool:
+    """The stand-in flag, the one reading of it: `true` or `false` as the builder writes it; absent or empty, no flag
+    (False); any other value (`True`, `yes`) a LabelError naming the label, never read as "not a stand-in"."""
+    flag = labels.get(label_keys.STANDIN, "")
+    if flag not in ("", "true", "false"):
+        raise LabelError(f"label {label_keys.STANDIN}={flag!r} is neither true nor false")
+    return flag == "true"
 
 
 # Field -> key of every label that is plain text.

@@ -436,7 +436,7 @@ def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
     """Ask the base image itself (pulled when missing) what it already has. `platform` (os/arch): its image
     of that platform (`base_ref` a registry reference whose index has it; run under QEMU where that is not
     this machine's); None: the base as it is."""
-    from buildtool.contracts import label_keys
+    from buildtool.contracts.image_labels import LabelError, standin_flag
     from buildtool.imagebuild import engine
     from buildtool.imagebuild.aptlock import platform_base
 
@@ -450,7 +450,10 @@ def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
         output = engine.run_output(ref, ["python", "-c", BASE_PROBE], timeout=900 if emulated else 120, **placed)
     except RuntimeError as exc:
         raise FailedError(f"cannot ask the base {ref} for its packages: {str(exc)[:200]}") from None
-    standin = engine.image_labels(ref).get(label_keys.STANDIN) == "true"
+    try:
+        standin = standin_flag(engine.image_labels(ref))
+    except LabelError as exc:
+        raise UserError(f"base {ref}: {exc}") from None
     return parse_base_probe(output, ref=ref, standin=standin)
 
 

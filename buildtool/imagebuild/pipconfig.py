@@ -110,11 +110,18 @@ class HostPip:
 
     def checked(self) -> HostPip:
         """These settings, or a UserError naming a CA bundle that does not exist (requests and uv would fail on it
-        with a traceback or quietly take their own bundle)."""
-        if self.cert and not os.path.exists(self.cert):
-            setting = "PIP_CERT" if os.environ.get("PIP_CERT") == self.cert else "`cert` in pip's configuration"
+        with a traceback or quietly take their own bundle) or is a folder (the build mounts one file as its CA, and
+        uv reads SSL_CERT_FILE: a folder was left out of the build without a word)."""
+        if not self.cert:
+            return self
+        setting = "PIP_CERT" if os.environ.get("PIP_CERT") == self.cert else "`cert` in pip's configuration"
+        if not os.path.exists(self.cert):
             raise UserError(f"pip's CA bundle {self.cert} ({setting}) does not exist; point {setting} at an existing "
                             "CA bundle file, or unset it (`pip config list` shows where it is set)")
+        if os.path.isdir(self.cert):
+            raise UserError(f"pip's CA bundle {self.cert} ({setting}) is a folder; point {setting} at one CA bundle "
+                            "file (the folder's PEM certificates put together), or unset it (`pip config list` shows "
+                            "where it is set)")
         return self
 
 
@@ -291,7 +298,7 @@ _SED_REPLACEMENT = "\\&|"
 @contextmanager
 def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
     """Generate the secrets and serve local folders on loopback while the context is open."""
-    host = host if host is not None else HostPip.from_host()
+    host = (host if host is not None else HostPip.from_host()).checked()   # its CA a file, or none
     named = (_local_path(url) for url in (host.index_url, *host.extra_index_urls, *host.find_links) if url)
     folders = list(dict.fromkeys(local for local in named if local is not None and local.is_dir()))
     url_of: dict[str, str] = {}
@@ -318,7 +325,7 @@ def pip_secrets(host: HostPip | None = None) -> Iterator[PipSecrets]:
                 thread = threading.Thread(target=server.serve_forever, name="pip-file-server", daemon=True)
                 thread.start()
             files: dict[str, Path] = {}
-            has_ca = bool(host.cert) and Path(host.cert).is_file()
+            has_ca = bool(host.cert)
             if has_ca:
                 files[SECRET_CA] = Path(host.cert)
             for secret, text in ((SECRET_CONF, render_conf(host, url_of, has_ca=has_ca)),

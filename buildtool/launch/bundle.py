@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from buildtool.common import sizes
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.sizes import SizeError, size_bytes
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.launch.multinode import parse_image
@@ -86,10 +86,10 @@ class Bundle:
 
 
 def shm_bytes(size: str, what: str = "--shm-size") -> int:
-    """A /dev/shm size (8g, 512m, 1048576) in bytes, by the one size grammar; UserError naming WHAT."""
+    """A /dev/shm size (8g, 512m, 1048576) in bytes, by the one rule (sizes.shm_bytes); UserError naming WHAT."""
     try:
-        return size_bytes(size)
-    except SizeError as exc:
+        return sizes.shm_bytes(size)
+    except sizes.SizeError as exc:
         raise UserError(f"{what}: {exc}") from None
 
 

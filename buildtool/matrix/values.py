@@ -24,7 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from buildtool.common.refs import ReferenceError, parse_reference
-from buildtool.common.sizes import SIZE_RE, size_bytes
+from buildtool.common.sizes import SIZE_RE, SizeError, shm_bytes, size_bytes
 from buildtool.contracts import names
 from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE
 
@@ -343,8 +343,10 @@ def shm_size(value: object) -> str:
     if size_bytes(text) < MIN_SHM_BYTES:
         raise ValueError(f"{text} is below the {MIN_SHM_SIZE} of /dev/shm the image checks need (DataLoader "
                          f"workers, NCCL); write at least shm_size: {MIN_SHM_SIZE}, e.g. shm_size: 8g")
-    if size_bytes(text) > 1 << 50:
-        raise ValueError(f"{text} is larger than any machine's memory; write e.g. shm_size: 8g")
+    try:
+        shm_bytes(text)   # the rule of every --shm-size too
+    except SizeError as exc:
+        raise ValueError(f"{exc}; write e.g. shm_size: 8g") from None
     return text
 
 

@@ -4,7 +4,8 @@ Where they come from, first match wins:
 
 1. REGISTRY_USER / REGISTRY_PASSWORD, only when REGISTRY_AUTH_HOST names the host being contacted
    (`host[:port]`, exactly). Without REGISTRY_AUTH_HOST they are ignored (a warning says so): credentials
-   that name no host would go to every host a command contacts.
+   that name no host would go to every host a command contacts. For a host it names, one of the two empty or
+   unset is a CredentialError naming it (never a fall-through to the files below or to anonymous access).
 2. REGISTRY_AUTH_FILE (podman's and skopeo's auth.json), then docker's config.json (DOCKER_CONFIG, else
    ~/.docker), each read the way the docker CLI reads it:
    - the server address: HOST, or for Docker Hub's hosts (docker.io, index.docker.io, registry-1.docker.io)
@@ -110,8 +111,8 @@ def resolve(host: str) -> Credential | None:
 
 def _from_environment(host: str) -> Credential | None:
     global _warned_unscoped
-    user, password = os.environ.get("REGISTRY_USER", ""), os.environ.get("REGISTRY_PASSWORD", "")
-    if not (user and password):
+    given = {name: os.environ.get(name) for name in ("REGISTRY_USER", "REGISTRY_PASSWORD")}
+    if all(value is None for value in given.values()):
         return None
     named = os.environ.get("REGISTRY_AUTH_HOST", "").strip()
     if not named:
@@ -121,9 +122,17 @@ def _from_environment(host: str) -> Credential | None:
             _warned_unscoped = True
         return None
     hosts = {h.strip().lower() for h in named.split(",") if h.strip()}
-    if host.lower() in hosts or (is_docker_hub(host) and any(is_docker_hub(h) for h in hosts)):
-        return Credential(user, password, source="REGISTRY_USER/REGISTRY_PASSWORD (REGISTRY_AUTH_HOST)")
-    return None
+    if not (host.lower() in hosts or (is_docker_hub(host) and any(is_docker_hub(h) for h in hosts))):
+        return None
+    # Half a credential (an empty secret from CI, say) is refused, never dropped for anonymous access or a
+    # config file's entry, as an auths entry with an empty password is (from_config).
+    missing = [f"{name} is {'unset' if value is None else 'set but empty'}" for name, value in given.items()
+               if not value]
+    if missing:
+        raise CredentialError(f"{' and '.join(missing)}, and REGISTRY_AUTH_HOST names {host} for them: set both "
+                              "REGISTRY_USER and REGISTRY_PASSWORD, or unset both")
+    user, password = given["REGISTRY_USER"] or "", given["REGISTRY_PASSWORD"] or ""
+    return Credential(user, password, source="REGISTRY_USER/REGISTRY_PASSWORD (REGISTRY_AUTH_HOST)")
 
 
 def from_config(config: dict[str, Any], host: str, where: str) -> Credential | None:

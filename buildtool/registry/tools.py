@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildtool.common.errors import UserError
 from buildtool.common.refs import is_loopback_host
 from buildtool.registry.credentials import authfile
 
@@ -67,8 +68,15 @@ def ssl_context(netloc: str) -> ssl.SSLContext | None:
 
     import certifi  # requests' own CA bundle (it depends on certifi)
 
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where()
-    context = ssl.create_default_context(cafile=bundle)
+    setting = next((name for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE") if os.environ.get(name)), "")
+    bundle = os.environ[setting] if setting else certifi.where()
+    try:
+        # A folder is openssl's capath (c_rehash names), as requests itself takes REQUESTS_CA_BUNDLE: not a cafile.
+        folder = os.path.isdir(bundle)
+        context = ssl.create_default_context(cafile=None if folder else bundle, capath=bundle if folder else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise UserError(f"{setting or 'certifi'}: {bundle} is no CA bundle ({exc.strerror or exc}); point it at a PEM "
+                        "file or a folder of hashed certificates (c_rehash), or unset it") from None
     for path in files:
         context.load_verify_locations(cafile=str(path))
     return context

@@ -15,7 +15,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from buildtool.common.errors import UserError
 from buildtool.contracts import frameworks, label_keys
+from buildtool.contracts.image_labels import LabelError, standin_flag
 from buildtool.matrix.plan import run_profile
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.render.dockerfiles import render_cell_dockerfile
@@ -69,9 +71,17 @@ def _canonical(text: str) -> str:
         return text
 
 
+def image_standin(labels: dict[str, str]) -> bool:
+    """The image's stand-in flag (image_labels.standin_flag); UserError naming the label for a value it refuses."""
+    try:
+        return standin_flag(labels)
+    except LabelError as exc:
+        raise UserError(f"the image's {exc}; rebuild it with `buildtool build`") from None
+
+
 def label_checks(matrix: Matrix, cell: Cell, labels: dict[str, str], templates_dir: Path) -> list[dict[str, Any]]:
     """One entry per label to check: its value on the image, the cell's value, the fact to prove inside."""
-    standin = labels.get(label_keys.STANDIN) == "true"
+    standin = image_standin(labels)
     stated = template_labels(matrix, cell, templates_dir)
     if label_keys.RUN_PROFILE in labels:  # a build-time label, but it states the cell's run profile
         stated[label_keys.RUN_PROFILE] = json.dumps(run_profile(cell.run), sort_keys=True, separators=(",", ":"))

@@ -15,6 +15,7 @@ from buildtool.contracts import busbw, frameworks, label_keys, versions
 from buildtool.contracts.target import Expectations, Target
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.validate.collect import PLUGIN, framework_info
+from buildtool.validate.labels import image_standin
 from buildtool.validate.run_plan import RunPlan, promised_libraries
 
 
@@ -30,7 +31,7 @@ def find_cell(matrix: Matrix, labels: dict[str, str], override: str | None, ref:
 
 def expectations(cell: Cell, labels: dict[str, str]) -> dict[str, Any]:
     """What the image claims to contain: from its matrix cell and its labels."""
-    standin = labels.get(label_keys.STANDIN) == "true"
+    standin = image_standin(labels)
     module = frameworks.get(cell.framework).module
     expect: dict[str, Any] = {"packages": dict(cell.packages), "standin": standin}
     try:
