@@ -23,6 +23,7 @@ def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: 
     # The engine's client is an absolute path in the script: the stand-in's here.
     text = (REPO / "scripts/setup.sh").read_text().replace("/usr/bin/docker", str(stubs / "docker"))
     (root / "scripts/setup.sh").write_text(text)
+    shutil.copy(REPO / "scripts/as-root.sh", root / "scripts")   # what setup.sh sources
     (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     (root / "requirements.lock").write_text(lock)
     venv = root / ".venv/bin"
