@@ -501,3 +501,34 @@ def test_an_empty_password_is_named_alike_for_a_bearer_and_a_basic_registry(
         assert not tokens.seen                        # no token asked for on the strength of an unusable entry
     finally:
         basic.close()
+
+
+def test_credentials_never_go_to_an_upload_location_on_another_origin() -> None:
+    """A registry's 202 may name its upload session anywhere (`Location`, absolute). Before, the Basic password
+    went along to that host, and to plain HTTP; docker sends credentials only where it was challenged."""
+    import email.message
+
+    from buildtool.registry.credentials import Credential
+    from buildtool.registry.transport import Response
+
+    seen: list[tuple[str, str, str]] = []
+
+    def exchange(method: str, url: str, *, headers: dict[str, str], **kw: object) -> Response:
+        sent = headers.get("Authorization", "")
+        seen.append((method, url.split("?", 1)[0], sent))
+        answer = email.message.Message()
+        if url.startswith("https://reg.example/") and not sent:
+            answer["WWW-Authenticate"] = 'Basic realm="reg"'
+            return Response(401, answer, b"")
+        if method == "POST":
+            answer["Location"] = "http://storage.example/uploads/1?state=x"
+            return Response(202, answer, b"")
+        return Response(201 if method == "PUT" else 204, answer, b"")
+
+    c = RegistryClient("reg.example", scheme="https")
+    c._exchange = exchange  # type: ignore[method-assign]
+    c.auth._resolve = lambda host: Credential("alice", PASSWORD, source="test")
+    c.check_push("team/a")
+    assert ("PUT", "http://storage.example/uploads/1", "") in seen
+    assert [s for s in seen if s[2]] == [("POST", "https://reg.example/v2/team/a/blobs/uploads/", "Basic "
+                                          + Credential("alice", PASSWORD).basic())]

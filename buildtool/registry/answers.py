@@ -28,9 +28,15 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+_DEFAULT_PORTS = {"http": ":80", "https": ":443"}
+
+
 def origin(url: str) -> tuple[str, str]:
+    """(scheme, host[:port]) of a URL, lower-cased, without the scheme's default port."""
     parts = urlsplit(url)
-    return parts.scheme, parts.netloc.lower()
+    scheme, netloc = parts.scheme.lower(), parts.netloc.lower()
+    default = _DEFAULT_PORTS.get(scheme)
+    return scheme, netloc.removesuffix(default) if default else netloc
 
 
 _TLS_REASON = re.compile(r"\[SSL: [A-Z_]+\] ([^(\'\"]+)|(certificate verify failed[^(\'\"]*)|(hostname [^(\'\"]+)")

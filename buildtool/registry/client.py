@@ -8,7 +8,8 @@ and expiry) is buildtool.registry.auth's; credentials come from docker's config,
 helpers, auth.json or REGISTRY_USER/REGISTRY_PASSWORD with REGISTRY_AUTH_HOST
 (buildtool.registry.credentials), for this client's host only, and never appear in an exception,
 a log line or a report. Redirects are followed here (GET and HEAD), and the Authorization header
-never crosses to another host, port or scheme. Plain-http registries (loopback, or named in
+never crosses to another host, port or scheme (a redirect's, or an upload Location's).
+Plain-http registries (loopback, or named in
 DL_IMAGES_INSECURE_REGISTRIES: buildtool.registry.tools) are spoken to over the standard library
 (buildtool.registry.transport), https ones through `requests`, imported only then, trusting the
 CA in /etc/docker/certs.d/HOST[:PORT]/ as docker does.
@@ -281,13 +282,17 @@ class RegistryClient:
         """One call authenticated for the scopes `needed` (more where the registry's challenge asks for them); a 2xx
         body goes to `sink`, else memory. `ok_401`: a 401 is itself an answer the caller takes; `raw` (`answer`):
         redirects are not followed, and a 401 that authenticating cannot cure is returned."""
+        # Credentials and tokens are this registry's: never sent to a URL of another origin that an answer named (an
+        # upload session's Location on another host, or on plain HTTP), as docker sends them only where it was
+        # challenged. A 401 from there is the answer.
+        own = answers.origin(url) == answers.origin(self._url(""))
         for rounds in range(_AUTH_ROUNDS + 1):
             headers = dict(base or {})
-            sent = self.auth.header(needed)
+            sent = self.auth.header(needed) if own else None
             if sent:
                 headers["Authorization"] = sent
             response = self._exchange(method, url, headers=headers, data=data, sink=sink, follow=not raw)
-            if response.status_code != 401 or ok_401:
+            if response.status_code != 401 or ok_401 or not own:
                 break
             try:
                 if rounds == _AUTH_ROUNDS:
