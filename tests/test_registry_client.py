@@ -156,3 +156,25 @@ def test_an_upload_that_fails_cancels_the_session_it_opened(registry) -> None:
     assert script.seen.count(("DELETE", "/v2/r/blobs/uploads/session")) == 1
     assert client(host).put_blob("r", data) == "sha256:" + hashlib.sha256(data).hexdigest()
     assert script.seen.count(("DELETE", "/v2/r/blobs/uploads/session")) == 1   # a commit that worked: no DELETE
+
+
+@pytest.mark.parametrize("algorithm", ["sha256", "sha512"])
+def test_a_manifest_asked_for_by_digest_must_have_that_digest(algorithm: str) -> None:
+    """Before, GET repo/manifests/<digest> took whatever bytes came back: a registry or proxy serving another
+    manifest for a digest passed unseen to every reader that asks by digest (index children, chains)."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    served, other = b'{"schemaVersion":2}', b'{"schemaVersion":2,"x":1}'
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = lambda *a, **k: Response(200, email.message.Message(), served)  # type: ignore[method-assign]
+    good = f"{algorithm}:{hashlib.new(algorithm, served).hexdigest()}"
+    assert c.get_manifest("a", good)[0] == served
+    wanted = f"{algorithm}:{hashlib.new(algorithm, other).hexdigest()}"
+    with pytest.raises(RegistryError) as refused:
+        c.get_manifest("a", wanted)
+    assert str(refused.value) == (f"127.0.0.1:1 answered a@{wanted} with a manifest whose digest is {good}, not the "
+                                  "one asked for")
+    with pytest.raises(RegistryError, match="the digest algorithm 'md5' is not one this client can check"):
+        c.get_manifest("a", "md5:" + hashlib.md5(served).hexdigest())

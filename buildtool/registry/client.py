@@ -316,9 +316,19 @@ class RegistryClient:
         self.request("GET", "", ok=(200, 401))
 
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
-        """(raw bytes, media type, digest) of a manifest or index, by tag or digest."""
+        """(raw bytes, media type, sha256 digest) of a manifest or index, by tag or digest; asked for by digest, the
+        bytes must have that digest (the spec's client check: a registry or proxy serving others is refused)."""
         response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         body = response.content
+        algorithm, by_digest, expected = ref.partition(":")
+        if by_digest:
+            if algorithm not in ("sha256", "sha512"):
+                raise RegistryError(f"{repo}@{ref}: the digest algorithm {algorithm!r} is not one this client can "
+                                    "check (sha256, sha512)")
+            got = hashlib.new(algorithm, body).hexdigest()
+            if got != expected:
+                raise RegistryError(f"{self.host} answered {repo}@{ref} with a manifest whose digest is "
+                                    f"{algorithm}:{got}, not the one asked for")
         return body, response.headers.get("Content-Type", "").split(";")[0], sha256_digest(body)
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
