@@ -178,3 +178,24 @@ def test_a_manifest_asked_for_by_digest_must_have_that_digest(algorithm: str) ->
                                   "one asked for")
     with pytest.raises(RegistryError, match="the digest algorithm 'md5' is not one this client can check"):
         c.get_manifest("a", "md5:" + hashlib.md5(served).hexdigest())
+
+
+@pytest.mark.parametrize("header", ["sha512:" + "a" * 128, "garbage", "SHA256:" + "A" * 64, "sha256:abc"])
+def test_a_docker_content_digest_that_is_no_sha256_digest_is_not_taken_for_the_tag(header: str) -> None:
+    """Before, manifest_digest returned the HEAD's Docker-Content-Digest as it came (a registry's sha512, a proxy's
+    garbage), and its callers compared that with sha256 digests: a tag read as moved, or a garbage digest pinned.
+    Now the manifest is read and hashed."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    body = b'{"schemaVersion":2}'
+
+    def exchange(method: str, url: str, **kw: object) -> Response:
+        answer = email.message.Message()
+        answer["Docker-Content-Digest"] = header
+        return Response(200, answer, body if method == "GET" else b"")
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = exchange  # type: ignore[method-assign]
+    assert c.manifest_digest("a", "t") == "sha256:" + hashlib.sha256(body).hexdigest()

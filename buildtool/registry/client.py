@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import io
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -75,6 +76,7 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 _ACCEPT_MANIFESTS = {"Accept": ", ".join(MANIFEST_TYPES)}   # request() copies the headers it is given
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
 _CONCURRENT_COMMIT_RETRIES = 3
@@ -332,13 +334,14 @@ class RegistryClient:
         return body, response.headers.get("Content-Type", "").split(";")[0], sha256_digest(body)
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
-        """Digest a tag points at, or None when the tag does not exist."""
+        """The sha256 digest a tag points at, or None when the tag does not exist. A `Docker-Content-Digest` that is
+        not a sha256 digest (another algorithm, a proxy's garbage) is not taken: the manifest is read and hashed."""
         try:
             response = self.request("HEAD", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         except NotFound:
             return None
-        digest = response.headers.get("Docker-Content-Digest")
-        return digest or self.get_manifest(repo, ref)[2]
+        digest = (response.headers.get("Docker-Content-Digest") or "").strip()
+        return digest if _SHA256.fullmatch(digest) else self.get_manifest(repo, ref)[2]
 
     def put_manifest(self, repo: str, ref: str, body: bytes, media_type: str) -> str:
         for attempt in range(_CONCURRENT_COMMIT_RETRIES + 1):
