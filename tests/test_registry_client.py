@@ -199,3 +199,27 @@ def test_a_docker_content_digest_that_is_no_sha256_digest_is_not_taken_for_the_t
     c = RegistryClient("127.0.0.1:1")
     c._exchange = exchange  # type: ignore[method-assign]
     assert c.manifest_digest("a", "t") == "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def test_a_manifest_put_answered_with_its_sha512_digest_is_stored() -> None:
+    """The spec lets a registry name what it stored by sha512. Before, a PUT answered with the sha512 digest of the
+    very bytes sent was refused as "registry stored a:t as sha512:..., not sha256:..."; another digest still is."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    body = b'{"schemaVersion":2}'
+    header = ["sha512:" + hashlib.sha512(body).hexdigest()]
+
+    def exchange(method: str, url: str, **kw: object) -> Response:
+        answer = email.message.Message()
+        answer["Docker-Content-Digest"] = header[0]
+        return Response(201, answer, b"")
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = exchange  # type: ignore[method-assign]
+    assert c.put_manifest("a", "t", body, "application/vnd.oci.image.manifest.v1+json") == (
+        "sha256:" + hashlib.sha256(body).hexdigest())
+    header[0] = "sha512:" + hashlib.sha512(b"other").hexdigest()
+    with pytest.raises(RegistryError, match=f"registry stored a:t as {header[0]}, not sha256:"):
+        c.put_manifest("a", "t", body, "application/vnd.oci.image.manifest.v1+json")

@@ -97,6 +97,12 @@ def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _hashed(body: bytes, digest: str) -> str:
+    """`body`'s digest by the algorithm `digest` names (sha256 or sha512); "" for any other."""
+    algorithm = digest.partition(":")[0]
+    return f"{algorithm}:{hashlib.new(algorithm, body).hexdigest()}" if algorithm in ("sha256", "sha512") else ""
+
+
 @dataclass
 class RetryPolicy:
     attempts: int = 5
@@ -322,15 +328,14 @@ class RegistryClient:
         bytes must have that digest (the spec's client check: a registry or proxy serving others is refused)."""
         response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         body = response.content
-        algorithm, by_digest, expected = ref.partition(":")
-        if by_digest:
-            if algorithm not in ("sha256", "sha512"):
-                raise RegistryError(f"{repo}@{ref}: the digest algorithm {algorithm!r} is not one this client can "
-                                    "check (sha256, sha512)")
-            got = hashlib.new(algorithm, body).hexdigest()
-            if got != expected:
-                raise RegistryError(f"{self.host} answered {repo}@{ref} with a manifest whose digest is "
-                                    f"{algorithm}:{got}, not the one asked for")
+        if ":" in ref:
+            got = _hashed(body, ref)
+            if not got:
+                raise RegistryError(f"{repo}@{ref}: the digest algorithm {ref.partition(':')[0]!r} is not one this "
+                                    "client can check (sha256, sha512)")
+            if got != ref:
+                raise RegistryError(f"{self.host} answered {repo}@{ref} with a manifest whose digest is {got}, not "
+                                    "the one asked for")
         return body, response.headers.get("Content-Type", "").split(";")[0], sha256_digest(body)
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
@@ -356,13 +361,14 @@ class RegistryClient:
                     raise
                 self._sleep(0.2 * (attempt + 1))
         expected = sha256_digest(body)
+        # The registry's digest of what it stored, by the algorithm it chose (sha512 is the spec's too).
         digest = response.headers.get("Docker-Content-Digest") or expected
-        if digest != expected:
+        if _hashed(body, digest) != digest:
             raise RegistryError(f"registry stored {repo}:{ref} as {digest}, not {expected}")
         if response.headers.get("OCI-Subject"):
             with self._lock:
-                self.subject_indexed.add(f"{repo}@{digest}")
-        return digest
+                self.subject_indexed.add(f"{repo}@{expected}")
+        return expected
 
     def has_blob(self, repo: str, digest: str) -> bool:
         try:
