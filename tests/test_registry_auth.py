@@ -532,3 +532,25 @@ def test_credentials_never_go_to_an_upload_location_on_another_origin() -> None:
     assert ("PUT", "http://storage.example/uploads/1", "") in seen
     assert [s for s in seen if s[2]] == [("POST", "https://reg.example/v2/team/a/blobs/uploads/", "Basic "
                                           + Credential("alice", PASSWORD).basic())]
+
+
+def test_challenges_in_several_www_authenticate_headers_are_all_read() -> None:
+    """A registry may send Basic and Bearer as two headers. Over the standard library's transport (plain-HTTP
+    registries) only the first was read: a Basic challenge made an anonymous pull fail with "no credentials"
+    where the Bearer one gives an anonymous token."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    asked: list[str] = []
+
+    def fetch(method: str, url: str, **kw: object) -> Response:
+        asked.append(url)
+        return Response(200, email.message.Message(), b'{"token": "t"}')
+
+    answer = email.message.Message()
+    answer["WWW-Authenticate"] = 'Basic realm="reg"'
+    answer["WWW-Authenticate"] = 'Bearer realm="https://auth.example/token",service="reg"'
+    auth = HostAuth("reg.example", fetch, resolve=lambda host: None)
+    auth.on_unauthorized(Response(401, answer, b""), PULL_X, None)
+    assert auth.scheme == "bearer" and asked == ["https://auth.example/token?service=reg&scope=repository%3Ax%3Apull"]

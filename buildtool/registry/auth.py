@@ -78,6 +78,13 @@ def parse_challenges(header: str) -> list[Challenge]:
     return out
 
 
+def challenge_header(headers: Any) -> str:
+    """Every `WWW-Authenticate` header of an answer as one list (RFC 7230 lets a registry send its challenges as
+    several headers): http.client's `get` gives the first alone; requests joins them already."""
+    values = headers.get_all("WWW-Authenticate") if hasattr(headers, "get_all") else [headers.get("WWW-Authenticate")]
+    return ", ".join(v for v in values or [] if v)
+
+
 # -- scopes ------------------------------------------------------------------------------------
 
 def parse_scopes(text: str) -> frozenset[Triple]:
@@ -186,7 +193,7 @@ def _token_realm(host: str, realm: str) -> str:
 def _hidden_repositories(response: Response, needed: Iterable[Triple]) -> str:
     """The repositories of a 401 whose Bearer challenge says `error="insufficient_scope"`: what Docker Hub (and
     others) answer for a repository that does not exist or is not the caller's, whoever asks. "" otherwise."""
-    challenges = parse_challenges(response.headers.get("WWW-Authenticate", "") or "")
+    challenges = parse_challenges(challenge_header(response.headers))
     if not any(c.scheme == "bearer" and c.params.get("error") == "insufficient_scope" for c in challenges):
         return ""
     return " and ".join(sorted({name for kind, name, _ in needed if kind == "repository"}))
@@ -257,7 +264,7 @@ class HostAuth:
         """A 401: learn the scheme and get what the next try needs (returned: the scopes it asks a token
         for), or raise the error that says why another try would not do."""
         with self._lock:
-            challenges = parse_challenges(response.headers.get("WWW-Authenticate", "") or "")
+            challenges = parse_challenges(challenge_header(response.headers))
             bearer = next((c for c in challenges if c.scheme == "bearer" and c.params.get("realm")), None)
             basic = next((c for c in challenges if c.scheme == "basic"), None)
             if bearer is not None:
