@@ -554,3 +554,17 @@ def test_challenges_in_several_www_authenticate_headers_are_all_read() -> None:
     auth = HostAuth("reg.example", fetch, resolve=lambda host: None)
     auth.on_unauthorized(Response(401, answer, b""), PULL_X, None)
     assert auth.scheme == "bearer" and asked == ["https://auth.example/token?service=reg&scope=repository%3Ax%3Apull"]
+
+
+@pytest.mark.parametrize("body", [b'{"errors": 5}', b'{"errors": true}', b'{"errors": 1.5}'])
+def test_a_401_whose_errors_is_no_list_is_one_line_not_a_traceback(body: bytes) -> None:
+    """Before: TypeError ('int' object is not iterable) from the message of a 401, 429 or token server answer."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = lambda *a, **k: Response(401, email.message.Message(), body)  # type: ignore[method-assign]
+    with pytest.raises(NoCredentials) as failed:
+        c.request("GET", "a/tags/list", repo="a")
+    assert str(failed.value).startswith(f"no credentials for 127.0.0.1:1: pull on a needs them ({body.decode()});")

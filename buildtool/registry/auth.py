@@ -166,7 +166,8 @@ def server_message(response: Response) -> str:
         body = None
     parts: list[str] = []
     if isinstance(body, dict):
-        for e in body.get("errors") or []:
+        errors = body.get("errors")
+        for e in errors if isinstance(errors, list) else []:     # `{"errors": 5}` is no list of errors
             if isinstance(e, dict):
                 parts.append(": ".join(str(x) for x in (e.get("code"), e.get("message")) if x))
         for key in ("details", "error_description", "error", "message"):
