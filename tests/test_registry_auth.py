@@ -568,3 +568,33 @@ def test_a_401_whose_errors_is_no_list_is_one_line_not_a_traceback(body: bytes) 
     with pytest.raises(NoCredentials) as failed:
         c.request("GET", "a/tags/list", repo="a")
     assert str(failed.value).startswith(f"no credentials for 127.0.0.1:1: pull on a needs them ({body.decode()});")
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request "
+     b"Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
+     "HTTP 413 (an HTML page: 413 Request Entity Too Large)"),
+    (b"<!DOCTYPE html>\n<html><body>no</body></html>", "HTTP 413 (an HTML page)"),
+    (b"request too large\nsee the proxy's limits\n", "HTTP 413 request too large see the proxy's limits"),
+    (b'{"errors": [{"code": "SIZE_INVALID", "message": "too\\nlarge"}]}', "HTTP 413 SIZE_INVALID: too large"),
+])
+def test_an_error_body_with_newlines_is_named_on_one_line(body: bytes, said: str) -> None:
+    """A proxy's HTML page (nginx's 413 to a large manifest PUT) went into the error as it came, tags and
+    newlines and all: a message of many lines."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = lambda *a, **k: Response(413, email.message.Message(), body)  # type: ignore[method-assign]
+    with pytest.raises(RegistryError) as failed:
+        c.request("PUT", "a/manifests/t")
+    assert str(failed.value) == f"PUT http://127.0.0.1:1/v2/a/manifests/t: {said}"
+
+
+def test_a_token_servers_message_with_newlines_is_one_line() -> None:
+    from buildtool.registry.auth import server_message
+    from buildtool.registry.transport import Response
+
+    body = b'{"errors": [{"code": "DENIED", "message": "requested access\\nto the resource is denied"}]}'
+    assert server_message(Response(401, {}, body)) == "DENIED: requested access to the resource is denied"

@@ -98,12 +98,29 @@ def error_text(response: Response) -> str:
     try:
         body = response.json()
     except ValueError:
-        return response.text[:200]
+        return page_text(response.text)
     errors = (body.get("errors") or []) if isinstance(body, dict) else None
     if not isinstance(errors, list):
-        return response.text[:200]
-    return "; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e)[:80]
-                     for e in errors)[:300]
+        return page_text(response.text)
+    return one_line("; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e)[:80]
+                              for e in errors))[:300]
+
+
+_TITLE = re.compile(r"<title[^>]*>([^<]*)</title>", re.IGNORECASE)
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of white space (newlines too) as one space: a message stays one line."""
+    return " ".join(text.split())
+
+
+def page_text(text: str) -> str:
+    """A body that is no registry error, for a one-line message: an HTML page (a proxy's 413, a load balancer's
+    502) by its title, anything else by its start, newlines folded."""
+    if text.lstrip().startswith("<"):
+        title = _TITLE.search(text)
+        return f"(an HTML page: {one_line(title.group(1))[:120]})" if title else "(an HTML page)"
+    return one_line(text[:400])[:200]
 
 
 def ContextAdapter(context: Any) -> Any:  # noqa: N802 - a factory standing for the class requests imports lazily

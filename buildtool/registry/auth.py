@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from buildtool.registry import credentials as creds_mod
+from buildtool.registry.answers import one_line
 from buildtool.registry.call_errors import CredentialsRefused, InsufficientScope, NoCredentials, RegistryError
 from buildtool.registry.transport import Response
 
@@ -178,7 +179,7 @@ def server_message(response: Response) -> str:
         text = response.text.strip().splitlines()
         if text and len(text[0]) < 300 and not text[0].lstrip().startswith("<"):
             parts.append(text[0])
-    return "; ".join(parts)[:300]
+    return one_line("; ".join(parts))[:300]     # one line: a message may hold newlines
 
 
 def _token_realm(host: str, realm: str) -> str:
