@@ -49,8 +49,9 @@ def tls_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-_LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;<]+)*)")
-_REL = re.compile(r"""rel\s*=\s*(?:"([^"]*)"|([^\s;,"]+))""", re.IGNORECASE)
+# A link, then its parameters: `; name=value`, a value quoted (RFC 8288: `title="a, b; c"`) or not.
+_LINK = re.compile(r'<([^>]*)>((?:\s*;\s*(?:[^,;<"]|"(?:[^"\\]|\\.)*")+)*)')
+_PARAM = re.compile(r';\s*([^\s=;,"]+)\s*(?:=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;,"]*)))?')
 
 
 def next_link(headers: Any, url: str) -> str | None:
@@ -59,8 +60,8 @@ def next_link(headers: Any, url: str) -> str | None:
     values = headers.get_all("Link") if hasattr(headers, "get_all") else [headers.get("Link")]
     for value in values or []:
         for target, params in _LINK.findall(value or ""):
-            rel = _REL.search(params)
-            if rel and "next" in (rel.group(1) or rel.group(2) or "").lower().split():
+            rel = next((quoted or bare for name, quoted, bare in _PARAM.findall(params) if name.lower() == "rel"), "")
+            if "next" in rel.lower().split():
                 return urljoin(url, target.strip())
     return None
 
