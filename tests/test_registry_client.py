@@ -223,3 +223,26 @@ def test_a_manifest_put_answered_with_its_sha512_digest_is_stored() -> None:
     header[0] = "sha512:" + hashlib.sha512(b"other").hexdigest()
     with pytest.raises(RegistryError, match=f"registry stored a:t as {header[0]}, not sha256:"):
         c.put_manifest("a", "t", body, "application/vnd.oci.image.manifest.v1+json")
+
+
+def test_a_blob_named_by_its_sha512_digest_is_checked_by_sha512() -> None:
+    """OCI descriptors may name a blob by sha512. Before, every blob was hashed with sha256 and compared with its
+    digest, so a sha512 blob always failed as "does not match its digest", however whole it came."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    data = b"layer bytes"
+
+    def exchange(method: str, url: str, *, sink: object = None, **kw: object) -> Response:
+        write = sink(200, email.message.Message())  # type: ignore[operator]
+        write(data)
+        return Response(200, email.message.Message(), b"")
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = exchange  # type: ignore[method-assign]
+    assert c.get_blob("a", "sha512:" + hashlib.sha512(data).hexdigest()) == data
+    with pytest.raises(RegistryError, match="does not match its digest"):
+        c.get_blob("a", "sha512:" + hashlib.sha512(b"other").hexdigest())
+    with pytest.raises(RegistryError, match="the digest algorithm 'md5' is not one this client can check"):
+        c.get_blob("a", "md5:" + hashlib.md5(data).hexdigest())

@@ -395,6 +395,10 @@ class RegistryClient:
         instead of 206: at once when the cut-off read brought bytes, after the backoff when it brought none; at
         most retry.attempts cut-offs in a row that brought nothing, and BLOB_RESUMES in all. A write to `out` that
         fails (a full disk) is no cut-off: a FailedError naming the file, never retried."""
+        algorithm = digest.partition(":")[0]
+        if algorithm not in ("sha256", "sha512"):
+            raise RegistryError(f"blob {digest} of {repo}: the digest algorithm {algorithm!r} is not one this client "
+                                "can check (sha256, sha512)")
         path = f"{repo}/blobs/{digest}"
         got, idle, cuts, delay = 0, 0, 0, self.retry.first_delay
 
@@ -448,7 +452,7 @@ class RegistryClient:
         except OSError as exc:
             raise unwritten(exc) from None
         out.seek(0)
-        if "sha256:" + hashlib.file_digest(out, "sha256").hexdigest() != digest:
+        if f"{algorithm}:{hashlib.file_digest(out, algorithm).hexdigest()}" != digest:
             raise RegistryError(f"blob {digest} of {repo} does not match its digest")
 
     def put_blob(self, repo: str, data: bytes) -> str:
