@@ -501,3 +501,100 @@ def test_an_empty_password_is_named_alike_for_a_bearer_and_a_basic_registry(
         assert not tokens.seen                        # no token asked for on the strength of an unusable entry
     finally:
         basic.close()
+
+
+def test_credentials_never_go_to_an_upload_location_on_another_origin() -> None:
+    """A registry's 202 may name its upload session anywhere (`Location`, absolute). Before, the Basic password
+    went along to that host, and to plain HTTP; docker sends credentials only where it was challenged."""
+    import email.message
+
+    from buildtool.registry.credentials import Credential
+    from buildtool.registry.transport import Response
+
+    seen: list[tuple[str, str, str]] = []
+
+    def exchange(method: str, url: str, *, headers: dict[str, str], **kw: object) -> Response:
+        sent = headers.get("Authorization", "")
+        seen.append((method, url.split("?", 1)[0], sent))
+        answer = email.message.Message()
+        if url.startswith("https://reg.example/") and not sent:
+            answer["WWW-Authenticate"] = 'Basic realm="reg"'
+            return Response(401, answer, b"")
+        if method == "POST":
+            answer["Location"] = "http://storage.example/uploads/1?state=x"
+            return Response(202, answer, b"")
+        return Response(201 if method == "PUT" else 204, answer, b"")
+
+    c = RegistryClient("reg.example", scheme="https")
+    c._exchange = exchange  # type: ignore[method-assign]
+    c.auth._resolve = lambda host: Credential("alice", PASSWORD, source="test")
+    c.check_push("team/a")
+    assert ("PUT", "http://storage.example/uploads/1", "") in seen
+    assert [s for s in seen if s[2]] == [("POST", "https://reg.example/v2/team/a/blobs/uploads/", "Basic "
+                                          + Credential("alice", PASSWORD).basic())]
+
+
+def test_challenges_in_several_www_authenticate_headers_are_all_read() -> None:
+    """A registry may send Basic and Bearer as two headers. Over the standard library's transport (plain-HTTP
+    registries) only the first was read: a Basic challenge made an anonymous pull fail with "no credentials"
+    where the Bearer one gives an anonymous token."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    asked: list[str] = []
+
+    def fetch(method: str, url: str, **kw: object) -> Response:
+        asked.append(url)
+        return Response(200, email.message.Message(), b'{"token": "t"}')
+
+    answer = email.message.Message()
+    answer["WWW-Authenticate"] = 'Basic realm="reg"'
+    answer["WWW-Authenticate"] = 'Bearer realm="https://auth.example/token",service="reg"'
+    auth = HostAuth("reg.example", fetch, resolve=lambda host: None)
+    auth.on_unauthorized(Response(401, answer, b""), PULL_X, None)
+    assert auth.scheme == "bearer" and asked == ["https://auth.example/token?service=reg&scope=repository%3Ax%3Apull"]
+
+
+@pytest.mark.parametrize("body", [b'{"errors": 5}', b'{"errors": true}', b'{"errors": 1.5}'])
+def test_a_401_whose_errors_is_no_list_is_one_line_not_a_traceback(body: bytes) -> None:
+    """Before: TypeError ('int' object is not iterable) from the message of a 401, 429 or token server answer."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = lambda *a, **k: Response(401, email.message.Message(), body)  # type: ignore[method-assign]
+    with pytest.raises(NoCredentials) as failed:
+        c.request("GET", "a/tags/list", repo="a")
+    assert str(failed.value).startswith(f"no credentials for 127.0.0.1:1: pull on a needs them ({body.decode()});")
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request "
+     b"Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
+     "HTTP 413 (an HTML page: 413 Request Entity Too Large)"),
+    (b"<!DOCTYPE html>\n<html><body>no</body></html>", "HTTP 413 (an HTML page)"),
+    (b"request too large\nsee the proxy's limits\n", "HTTP 413 request too large see the proxy's limits"),
+    (b'{"errors": [{"code": "SIZE_INVALID", "message": "too\\nlarge"}]}', "HTTP 413 SIZE_INVALID: too large"),
+])
+def test_an_error_body_with_newlines_is_named_on_one_line(body: bytes, said: str) -> None:
+    """A proxy's HTML page (nginx's 413 to a large manifest PUT) went into the error as it came, tags and
+    newlines and all: a message of many lines."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = lambda *a, **k: Response(413, email.message.Message(), body)  # type: ignore[method-assign]
+    with pytest.raises(RegistryError) as failed:
+        c.request("PUT", "a/manifests/t")
+    assert str(failed.value) == f"PUT http://127.0.0.1:1/v2/a/manifests/t: {said}"
+
+
+def test_a_token_servers_message_with_newlines_is_one_line() -> None:
+    from buildtool.registry.auth import server_message
+    from buildtool.registry.transport import Response
+
+    body = b'{"errors": [{"code": "DENIED", "message": "requested access\\nto the resource is denied"}]}'
+    assert server_message(Response(401, {}, body)) == "DENIED: requested access to the resource is denied"

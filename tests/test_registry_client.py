@@ -156,3 +156,93 @@ def test_an_upload_that_fails_cancels_the_session_it_opened(registry) -> None:
     assert script.seen.count(("DELETE", "/v2/r/blobs/uploads/session")) == 1
     assert client(host).put_blob("r", data) == "sha256:" + hashlib.sha256(data).hexdigest()
     assert script.seen.count(("DELETE", "/v2/r/blobs/uploads/session")) == 1   # a commit that worked: no DELETE
+
+
+@pytest.mark.parametrize("algorithm", ["sha256", "sha512"])
+def test_a_manifest_asked_for_by_digest_must_have_that_digest(algorithm: str) -> None:
+    """Before, GET repo/manifests/<digest> took whatever bytes came back: a registry or proxy serving another
+    manifest for a digest passed unseen to every reader that asks by digest (index children, chains)."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    served, other = b'{"schemaVersion":2}', b'{"schemaVersion":2,"x":1}'
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = lambda *a, **k: Response(200, email.message.Message(), served)  # type: ignore[method-assign]
+    good = f"{algorithm}:{hashlib.new(algorithm, served).hexdigest()}"
+    assert c.get_manifest("a", good)[0] == served
+    wanted = f"{algorithm}:{hashlib.new(algorithm, other).hexdigest()}"
+    with pytest.raises(RegistryError) as refused:
+        c.get_manifest("a", wanted)
+    assert str(refused.value) == (f"127.0.0.1:1 answered a@{wanted} with a manifest whose digest is {good}, not the "
+                                  "one asked for")
+    with pytest.raises(RegistryError, match="the digest algorithm 'md5' is not one this client can check"):
+        c.get_manifest("a", "md5:" + hashlib.md5(served).hexdigest())
+
+
+@pytest.mark.parametrize("header", ["sha512:" + "a" * 128, "garbage", "SHA256:" + "A" * 64, "sha256:abc"])
+def test_a_docker_content_digest_that_is_no_sha256_digest_is_not_taken_for_the_tag(header: str) -> None:
+    """Before, manifest_digest returned the HEAD's Docker-Content-Digest as it came (a registry's sha512, a proxy's
+    garbage), and its callers compared that with sha256 digests: a tag read as moved, or a garbage digest pinned.
+    Now the manifest is read and hashed."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    body = b'{"schemaVersion":2}'
+
+    def exchange(method: str, url: str, **kw: object) -> Response:
+        answer = email.message.Message()
+        answer["Docker-Content-Digest"] = header
+        return Response(200, answer, body if method == "GET" else b"")
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = exchange  # type: ignore[method-assign]
+    assert c.manifest_digest("a", "t") == "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def test_a_manifest_put_answered_with_its_sha512_digest_is_stored() -> None:
+    """The spec lets a registry name what it stored by sha512. Before, a PUT answered with the sha512 digest of the
+    very bytes sent was refused as "registry stored a:t as sha512:..., not sha256:..."; another digest still is."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    body = b'{"schemaVersion":2}'
+    header = ["sha512:" + hashlib.sha512(body).hexdigest()]
+
+    def exchange(method: str, url: str, **kw: object) -> Response:
+        answer = email.message.Message()
+        answer["Docker-Content-Digest"] = header[0]
+        return Response(201, answer, b"")
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = exchange  # type: ignore[method-assign]
+    assert c.put_manifest("a", "t", body, "application/vnd.oci.image.manifest.v1+json") == (
+        "sha256:" + hashlib.sha256(body).hexdigest())
+    header[0] = "sha512:" + hashlib.sha512(b"other").hexdigest()
+    with pytest.raises(RegistryError, match=f"registry stored a:t as {header[0]}, not sha256:"):
+        c.put_manifest("a", "t", body, "application/vnd.oci.image.manifest.v1+json")
+
+
+def test_a_blob_named_by_its_sha512_digest_is_checked_by_sha512() -> None:
+    """OCI descriptors may name a blob by sha512. Before, every blob was hashed with sha256 and compared with its
+    digest, so a sha512 blob always failed as "does not match its digest", however whole it came."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    data = b"layer bytes"
+
+    def exchange(method: str, url: str, *, sink: object = None, **kw: object) -> Response:
+        write = sink(200, email.message.Message())  # type: ignore[operator]
+        write(data)
+        return Response(200, email.message.Message(), b"")
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = exchange  # type: ignore[method-assign]
+    assert c.get_blob("a", "sha512:" + hashlib.sha512(data).hexdigest()) == data
+    with pytest.raises(RegistryError, match="does not match its digest"):
+        c.get_blob("a", "sha512:" + hashlib.sha512(b"other").hexdigest())
+    with pytest.raises(RegistryError, match="the digest algorithm 'md5' is not one this client can check"):
+        c.get_blob("a", "md5:" + hashlib.md5(data).hexdigest())

@@ -37,6 +37,18 @@ def test_next_link_as_registries_write_it(header: str, expected: str | None) -> 
     assert next_link({"Link": header}, "http://r:5000/v2/a/tags/list") == expected
 
 
+@pytest.mark.parametrize(("header", "expected"), [
+    ('</v2/a/tags/list?last=b>; title="tags, page 2"; rel="next"', "http://r:5000/v2/a/tags/list?last=b"),
+    ('</v2/a/tags/list?last=b>; title="a;b"; rel=next', "http://r:5000/v2/a/tags/list?last=b"),
+    ('</v2/a/tags/list?last=b>; title="not rel=next"', None),
+])
+def test_a_quoted_link_parameter_holding_a_comma_or_semicolon(header: str, expected: str | None) -> None:
+    """RFC 8288 lets a parameter's quoted value hold `,` and `;`. Before, such a parameter before `rel="next"` hid
+    the next page: the tag list ended silently after its first page; and a `rel=next` inside a quoted title was
+    read as the link's relation."""
+    assert next_link({"Link": header}, "http://r:5000/v2/a/tags/list") == expected
+
+
 Route = Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]]
 
 

@@ -28,9 +28,15 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+_DEFAULT_PORTS = {"http": ":80", "https": ":443"}
+
+
 def origin(url: str) -> tuple[str, str]:
+    """(scheme, host[:port]) of a URL, lower-cased, without the scheme's default port."""
     parts = urlsplit(url)
-    return parts.scheme, parts.netloc.lower()
+    scheme, netloc = parts.scheme.lower(), parts.netloc.lower()
+    default = _DEFAULT_PORTS.get(scheme)
+    return scheme, netloc.removesuffix(default) if default else netloc
 
 
 _TLS_REASON = re.compile(r"\[SSL: [A-Z_]+\] ([^(\'\"]+)|(certificate verify failed[^(\'\"]*)|(hostname [^(\'\"]+)")
@@ -43,8 +49,9 @@ def tls_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-_LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;<]+)*)")
-_REL = re.compile(r"""rel\s*=\s*(?:"([^"]*)"|([^\s;,"]+))""", re.IGNORECASE)
+# A link, then its parameters: `; name=value`, a value quoted (RFC 8288: `title="a, b; c"`) or not.
+_LINK = re.compile(r'<([^>]*)>((?:\s*;\s*(?:[^,;<"]|"(?:[^"\\]|\\.)*")+)*)')
+_PARAM = re.compile(r';\s*([^\s=;,"]+)\s*(?:=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;,"]*)))?')
 
 
 def next_link(headers: Any, url: str) -> str | None:
@@ -53,8 +60,8 @@ def next_link(headers: Any, url: str) -> str | None:
     values = headers.get_all("Link") if hasattr(headers, "get_all") else [headers.get("Link")]
     for value in values or []:
         for target, params in _LINK.findall(value or ""):
-            rel = _REL.search(params)
-            if rel and "next" in (rel.group(1) or rel.group(2) or "").lower().split():
+            rel = next((quoted or bare for name, quoted, bare in _PARAM.findall(params) if name.lower() == "rel"), "")
+            if "next" in rel.lower().split():
                 return urljoin(url, target.strip())
     return None
 
@@ -92,12 +99,29 @@ def error_text(response: Response) -> str:
     try:
         body = response.json()
     except ValueError:
-        return response.text[:200]
+        return page_text(response.text)
     errors = (body.get("errors") or []) if isinstance(body, dict) else None
     if not isinstance(errors, list):
-        return response.text[:200]
-    return "; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e)[:80]
-                     for e in errors)[:300]
+        return page_text(response.text)
+    return one_line("; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e)[:80]
+                              for e in errors))[:300]
+
+
+_TITLE = re.compile(r"<title[^>]*>([^<]*)</title>", re.IGNORECASE)
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of white space (newlines too) as one space: a message stays one line."""
+    return " ".join(text.split())
+
+
+def page_text(text: str) -> str:
+    """A body that is no registry error, for a one-line message: an HTML page (a proxy's 413, a load balancer's
+    502) by its title, anything else by its start, newlines folded."""
+    if text.lstrip().startswith("<"):
+        title = _TITLE.search(text)
+        return f"(an HTML page: {one_line(title.group(1))[:120]})" if title else "(an HTML page)"
+    return one_line(text[:400])[:200]
 
 
 def ContextAdapter(context: Any) -> Any:  # noqa: N802 - a factory standing for the class requests imports lazily

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from buildtool.registry import credentials as creds_mod
+from buildtool.registry.answers import one_line
 from buildtool.registry.call_errors import CredentialsRefused, InsufficientScope, NoCredentials, RegistryError
 from buildtool.registry.transport import Response
 
@@ -76,6 +77,13 @@ def parse_challenges(header: str) -> list[Challenge]:
         token68 = _TOKEN68.match(header, pos)     # `Basic dXNlcg==`: a token68, not a parameter; skipped
         pos = token68.end(1) if token68 else pos
     return out
+
+
+def challenge_header(headers: Any) -> str:
+    """Every `WWW-Authenticate` header of an answer as one list (RFC 7230 lets a registry send its challenges as
+    several headers): http.client's `get` gives the first alone; requests joins them already."""
+    values = headers.get_all("WWW-Authenticate") if hasattr(headers, "get_all") else [headers.get("WWW-Authenticate")]
+    return ", ".join(v for v in values or [] if v)
 
 
 # -- scopes ------------------------------------------------------------------------------------
@@ -159,7 +167,8 @@ def server_message(response: Response) -> str:
         body = None
     parts: list[str] = []
     if isinstance(body, dict):
-        for e in body.get("errors") or []:
+        errors = body.get("errors")
+        for e in errors if isinstance(errors, list) else []:     # `{"errors": 5}` is no list of errors
             if isinstance(e, dict):
                 parts.append(": ".join(str(x) for x in (e.get("code"), e.get("message")) if x))
         for key in ("details", "error_description", "error", "message"):
@@ -170,7 +179,7 @@ def server_message(response: Response) -> str:
         text = response.text.strip().splitlines()
         if text and len(text[0]) < 300 and not text[0].lstrip().startswith("<"):
             parts.append(text[0])
-    return "; ".join(parts)[:300]
+    return one_line("; ".join(parts))[:300]     # one line: a message may hold newlines
 
 
 def _token_realm(host: str, realm: str) -> str:
@@ -186,7 +195,7 @@ def _token_realm(host: str, realm: str) -> str:
 def _hidden_repositories(response: Response, needed: Iterable[Triple]) -> str:
     """The repositories of a 401 whose Bearer challenge says `error="insufficient_scope"`: what Docker Hub (and
     others) answer for a repository that does not exist or is not the caller's, whoever asks. "" otherwise."""
-    challenges = parse_challenges(response.headers.get("WWW-Authenticate", "") or "")
+    challenges = parse_challenges(challenge_header(response.headers))
     if not any(c.scheme == "bearer" and c.params.get("error") == "insufficient_scope" for c in challenges):
         return ""
     return " and ".join(sorted({name for kind, name, _ in needed if kind == "repository"}))
@@ -257,7 +266,7 @@ class HostAuth:
         """A 401: learn the scheme and get what the next try needs (returned: the scopes it asks a token
         for), or raise the error that says why another try would not do."""
         with self._lock:
-            challenges = parse_challenges(response.headers.get("WWW-Authenticate", "") or "")
+            challenges = parse_challenges(challenge_header(response.headers))
             bearer = next((c for c in challenges if c.scheme == "bearer" and c.params.get("realm")), None)
             basic = next((c for c in challenges if c.scheme == "basic"), None)
             if bearer is not None:

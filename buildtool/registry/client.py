@@ -8,7 +8,8 @@ and expiry) is buildtool.registry.auth's; credentials come from docker's config,
 helpers, auth.json or REGISTRY_USER/REGISTRY_PASSWORD with REGISTRY_AUTH_HOST
 (buildtool.registry.credentials), for this client's host only, and never appear in an exception,
 a log line or a report. Redirects are followed here (GET and HEAD), and the Authorization header
-never crosses to another host, port or scheme. Plain-http registries (loopback, or named in
+never crosses to another host, port or scheme (a redirect's, or an upload Location's).
+Plain-http registries (loopback, or named in
 DL_IMAGES_INSECURE_REGISTRIES: buildtool.registry.tools) are spoken to over the standard library
 (buildtool.registry.transport), https ones through `requests`, imported only then, trusting the
 CA in /etc/docker/certs.d/HOST[:PORT]/ as docker does.
@@ -29,6 +30,7 @@ import contextlib
 import hashlib
 import io
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -74,6 +76,7 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 _ACCEPT_MANIFESTS = {"Accept": ", ".join(MANIFEST_TYPES)}   # request() copies the headers it is given
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 EMPTY_JSON = b"{}"
 EMPTY_JSON_TYPE = "application/vnd.oci.empty.v1+json"
 _CONCURRENT_COMMIT_RETRIES = 3
@@ -92,6 +95,12 @@ _FAILURE_NAMES = {"TransportConnectionError": "ConnectionError", "TransportTimeo
 
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _hashed(body: bytes, digest: str) -> str:
+    """`body`'s digest by the algorithm `digest` names (sha256 or sha512); "" for any other."""
+    algorithm = digest.partition(":")[0]
+    return f"{algorithm}:{hashlib.new(algorithm, body).hexdigest()}" if algorithm in ("sha256", "sha512") else ""
 
 
 @dataclass
@@ -281,13 +290,17 @@ class RegistryClient:
         """One call authenticated for the scopes `needed` (more where the registry's challenge asks for them); a 2xx
         body goes to `sink`, else memory. `ok_401`: a 401 is itself an answer the caller takes; `raw` (`answer`):
         redirects are not followed, and a 401 that authenticating cannot cure is returned."""
+        # Credentials and tokens are this registry's: never sent to a URL of another origin that an answer named (an
+        # upload session's Location on another host, or on plain HTTP), as docker sends them only where it was
+        # challenged. A 401 from there is the answer.
+        own = answers.origin(url) == answers.origin(self._url(""))
         for rounds in range(_AUTH_ROUNDS + 1):
             headers = dict(base or {})
-            sent = self.auth.header(needed)
+            sent = self.auth.header(needed) if own else None
             if sent:
                 headers["Authorization"] = sent
             response = self._exchange(method, url, headers=headers, data=data, sink=sink, follow=not raw)
-            if response.status_code != 401 or ok_401:
+            if response.status_code != 401 or ok_401 or not own:
                 break
             try:
                 if rounds == _AUTH_ROUNDS:
@@ -311,19 +324,29 @@ class RegistryClient:
         self.request("GET", "", ok=(200, 401))
 
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
-        """(raw bytes, media type, digest) of a manifest or index, by tag or digest."""
+        """(raw bytes, media type, sha256 digest) of a manifest or index, by tag or digest; asked for by digest, the
+        bytes must have that digest (the spec's client check: a registry or proxy serving others is refused)."""
         response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         body = response.content
+        if ":" in ref:
+            got = _hashed(body, ref)
+            if not got:
+                raise RegistryError(f"{repo}@{ref}: the digest algorithm {ref.partition(':')[0]!r} is not one this "
+                                    "client can check (sha256, sha512)")
+            if got != ref:
+                raise RegistryError(f"{self.host} answered {repo}@{ref} with a manifest whose digest is {got}, not "
+                                    "the one asked for")
         return body, response.headers.get("Content-Type", "").split(";")[0], sha256_digest(body)
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
-        """Digest a tag points at, or None when the tag does not exist."""
+        """The sha256 digest a tag points at, or None when the tag does not exist. A `Docker-Content-Digest` that is
+        not a sha256 digest (another algorithm, a proxy's garbage) is not taken: the manifest is read and hashed."""
         try:
             response = self.request("HEAD", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         except NotFound:
             return None
-        digest = response.headers.get("Docker-Content-Digest")
-        return digest or self.get_manifest(repo, ref)[2]
+        digest = (response.headers.get("Docker-Content-Digest") or "").strip()
+        return digest if _SHA256.fullmatch(digest) else self.get_manifest(repo, ref)[2]
 
     def put_manifest(self, repo: str, ref: str, body: bytes, media_type: str) -> str:
         for attempt in range(_CONCURRENT_COMMIT_RETRIES + 1):
@@ -338,13 +361,14 @@ class RegistryClient:
                     raise
                 self._sleep(0.2 * (attempt + 1))
         expected = sha256_digest(body)
+        # The registry's digest of what it stored, by the algorithm it chose (sha512 is the spec's too).
         digest = response.headers.get("Docker-Content-Digest") or expected
-        if digest != expected:
+        if _hashed(body, digest) != digest:
             raise RegistryError(f"registry stored {repo}:{ref} as {digest}, not {expected}")
         if response.headers.get("OCI-Subject"):
             with self._lock:
-                self.subject_indexed.add(f"{repo}@{digest}")
-        return digest
+                self.subject_indexed.add(f"{repo}@{expected}")
+        return expected
 
     def has_blob(self, repo: str, digest: str) -> bool:
         try:
@@ -371,6 +395,10 @@ class RegistryClient:
         instead of 206: at once when the cut-off read brought bytes, after the backoff when it brought none; at
         most retry.attempts cut-offs in a row that brought nothing, and BLOB_RESUMES in all. A write to `out` that
         fails (a full disk) is no cut-off: a FailedError naming the file, never retried."""
+        algorithm = digest.partition(":")[0]
+        if algorithm not in ("sha256", "sha512"):
+            raise RegistryError(f"blob {digest} of {repo}: the digest algorithm {algorithm!r} is not one this client "
+                                "can check (sha256, sha512)")
         path = f"{repo}/blobs/{digest}"
         got, idle, cuts, delay = 0, 0, 0, self.retry.first_delay
 
@@ -424,7 +452,7 @@ class RegistryClient:
         except OSError as exc:
             raise unwritten(exc) from None
         out.seek(0)
-        if "sha256:" + hashlib.file_digest(out, "sha256").hexdigest() != digest:
+        if f"{algorithm}:{hashlib.file_digest(out, algorithm).hexdigest()}" != digest:
             raise RegistryError(f"blob {digest} of {repo} does not match its digest")
 
     def put_blob(self, repo: str, data: bytes) -> str:
