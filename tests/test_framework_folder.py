@@ -97,8 +97,8 @@ def _edit(text: str, old: str, new: str) -> str:
 
 WHERE = "image-tests/fixturefw/framework.yaml"
 
-
-@pytest.mark.parametrize(("change", "message"), [
+# Changes to the fixture's folder that load_row refuses, with the start of its message.
+ROW_REFUSALS = [
     (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(), "title: FixtureFW\n",
                                                       "title: FixtureFW\ntitel: typo\n")),
      f"{WHERE}: titel: Extra inputs are not permitted"),
@@ -146,7 +146,10 @@ WHERE = "image-tests/fixturefw/framework.yaml"
     (lambda f: (f / "framework.yaml").write_text(_edit((f / "framework.yaml").read_text(),
                                                       "{script: fixture_train.py, ", "{")),
      f"{WHERE}: multinode.script: required key is missing"),
-])
+]
+
+
+@pytest.mark.parametrize(("change", "message"), ROW_REFUSALS)
 def test_a_folder_that_does_not_make_a_row_is_an_error_naming_its_file(tmp_path: Path, change, message) -> None:
     folder = _folder(tmp_path)
     frameworks.load_row(folder)   # the fixture itself is a row
@@ -254,6 +257,71 @@ def test_a_matrix_snapshot_goes_stale_when_a_framework_row_changes(tmp_path: Pat
     row = root / "image-tests" / "tensorflow" / "framework.yaml"
     row.write_text(row.read_text().replace("[tensorflow, tensorflow-cpu]", "[tensorflow]"))
     assert snapshot_key(root / "matrix.yaml", root / "templates", "matrix.yaml") not in ("", before)
+
+
+def _replace_by_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _link_to_nothing(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path.parent / "gone.py")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    *ROW_REFUSALS,
+    (lambda f: (f / "test_fixturefw.py").unlink(), f"{WHERE}: fixturefw/ holds no test_*.py"),
+    (lambda f: _replace_by_folder(f / "test_fixturefw.py"), f"{WHERE}: fixturefw/ holds no test_*.py"),
+    (lambda f: _link_to_nothing(f / "scripts" / "fixture_events.py"), f"{WHERE}: events_writer"),
+    (lambda f: shutil.rmtree(f / "scripts"), f"{WHERE}: events_writer"),
+    (lambda f: (f.parent / "scripts" / "fixture_train.py").write_text("# takes the framework's name\n"),
+     f"{WHERE}: fixturefw/scripts/ has fixture_train.py, also in scripts/"),
+])
+def test_every_change_the_row_refuses_makes_a_matrix_snapshot_stale(tmp_path: Path, change, message) -> None:
+    """`buildtool release` starts from a matrix snapshot while its key is unchanged: every change to a framework
+    folder that a real load refuses must change the key, or release would use a matrix `buildtool plan` refuses."""
+    from buildtool.matrix.snapshot import snapshot_key
+
+    root = tmp_path / "p"
+    folder = _folder(root)
+    (root / "templates").mkdir()
+    (root / "matrix.yaml").write_text("schema: 1\n")   # the key hashes it; only the load reads it
+    before = snapshot_key(root / "matrix.yaml", root / "templates", "matrix.yaml")
+    frameworks.load_row(folder)
+    change(folder)
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(folder)
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert snapshot_key(root / "matrix.yaml", root / "templates", "matrix.yaml") not in ("", before)
+
+
+def test_load_row_looks_only_at_what_a_matrix_snapshot_is_keyed_by(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshot's key covers framework.yaml's text and the entries of frameworks.row_inputs (their names and
+    kinds): a check added to load_row that looks anywhere else, or reads another file's content, fails here
+    until row_inputs (and so the key) covers it."""
+    folder = _folder(tmp_path)
+    frameworks.load_row(folder)   # the row's model built, outside what is watched
+    looked, read = [], []
+
+    def watch(name: str, into: list) -> None:
+        method = getattr(Path, name)
+
+        def watched(self: Path, *args, **kwargs):
+            into.append(self)
+            return method(self, *args, **kwargs)
+        monkeypatch.setattr(Path, name, watched)
+
+    for name in ("stat", "lstat", "exists", "is_file", "is_dir", "is_symlink", "iterdir", "glob", "rglob"):
+        watch(name, looked)
+    for name in ("open", "read_text", "read_bytes"):
+        watch(name, read)
+    frameworks.load_row(folder)
+    inputs = set(frameworks.row_inputs(folder))
+    assert looked and all(p in inputs or p.parent in inputs for p in looked), \
+        sorted({str(p) for p in looked if p not in inputs and p.parent not in inputs})
+    assert set(read) == {folder / frameworks.FRAMEWORK_FILE}, read
 
 
 def _real_matrix_frameworks() -> list[str]:

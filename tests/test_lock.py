@@ -93,6 +93,26 @@ def test_parse_lock_names_a_field_of_the_wrong_toml_type(text, message):
         locks.parse_lock(text)
 
 
+WHEEL = '[[packages]]\nname = "a"\nversion = "1"\n[[packages.wheels]]\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    (HEAD + WHEEL + f"url = 5\nhashes = {SHA}\n", "a 1: a file's url is not a string (found an integer)"),
+    (HEAD + WHEEL + f"url = 0\nname = \"a-1-py3-none-any.whl\"\nhashes = {SHA}\n",
+     "a 1: a file's url is not a string (found an integer)"),
+    (HEAD + WHEEL + f"path = 5\nhashes = {SHA}\n", "a 1: a file's path is not a string (found an integer)"),
+    (HEAD + WHEEL + f'name = ["x"]\nurl = "https://x/a-1-py3-none-any.whl"\nhashes = {SHA}\n',
+     "a 1: a file's name is not a string (found an array)"),
+    (HEAD + WHEEL + 'url = "https://x/a-1-py3-none-any.whl"\nhashes = { sha256 = ' + "1" * 64 + " }\n",
+     "a 1: a-1-py3-none-any.whl: hashes.sha256 is not a string (found an integer)"),
+])
+def test_parse_lock_refuses_a_file_field_that_is_not_a_string(text, message):
+    """A file's url, path, name and sha256 are strings: another TOML type is refused naming the field (was turned
+    into text: `url = 5` read as the file "5", `name = ["x"]` as "['x']"), like `glibc = 2.30`."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        locks.parse_lock(text)
+
+
 def _write(tmp_path: Path, cell, framework: dict[str, str] | None, tools: dict[str, str]) -> None:
     folder = (tmp_path / cell.dockerfile).parent
     folder.mkdir(parents=True)

@@ -114,6 +114,19 @@ def test_a_removed_test_group_folder_is_loaded_for_real(tmp_path: Path) -> None:
         project.load_fast()
 
 
+def test_a_framework_folder_the_load_would_now_refuse_is_loaded_for_real(tmp_path: Path) -> None:
+    """The load checks each framework.yaml against its folder (its test_*.py, its scripts): a snapshot taken while
+    the folder passed must not let release use a matrix `buildtool plan` now refuses
+    (tests/test_framework_folder.py tries every such change on the key)."""
+    project = _fixture_project(tmp_path)
+    project.load()
+    assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
+    for test in (project.root / "image-tests" / "tensorflow").glob("test_*.py"):
+        test.unlink()
+    with pytest.raises(UserError, match=r"^image-tests/tensorflow/framework\.yaml: tensorflow/ holds no test_\*\.py"):
+        project.load_fast()
+
+
 @pytest.mark.parametrize(("change", "cause"), [
     (lambda site: (site / "test_acme.py").unlink(), "holds no test_\\*.py"),
     (lambda site: shutil.rmtree(site), "no folder"),

@@ -8,6 +8,8 @@ import ast
 import functools
 from pathlib import Path
 
+import pytest
+
 from buildtool.contracts import skips
 
 IMAGE_TESTS = Path(__file__).resolve().parent.parent / "image-tests"
@@ -58,6 +60,14 @@ def test_a_skip_message_round_trips() -> None:
     text = skips.skip_text(skips.ULIMIT_NOT_GRANTED, "engine refused", "memlock")
     assert skips.parse_skip(text) == ("ulimit-not-granted", "memlock", "engine refused")
     assert skips.parse_skip("free text") == ("", "", "free text")
+
+
+@pytest.mark.parametrize("subject", ["a]b", "a b", "memlock\n", "a:b"])
+def test_a_subject_a_skip_message_cannot_carry_is_refused_when_written(subject: str) -> None:
+    """A subject is what a waiver (`--accept-skip CODE:SUBJECT`) names: one it cannot name is refused when the skip
+    is written, never read back as another (`a]b` read back as subject 'a', text 'b] ...')."""
+    with pytest.raises(ValueError, match=r"^skip subject .* is not one a waiver can name"):
+        skips.skip_text(skips.ULIMIT_NOT_GRANTED, "not granted", subject)
 
 
 def _gpu_marked(function: ast.FunctionDef) -> bool:

@@ -178,6 +178,19 @@ def _one_of(value: str, kinds: Collection[str], key: str, where: str, table: str
                          f"an entry of {table}")
 
 
+# Python's bytecode caches (a script run or imported from either scripts/ folder) are nothing load_row looks at.
+NOT_INPUTS = frozenset({"__pycache__"})
+
+
+def row_inputs(folder: Path) -> tuple[Path, ...]:
+    """What load_row reads of a framework `folder` besides its framework.yaml's text: the folders whose entries
+    (their names, and whether each is a file) its checks look at: the folder (test_*.py, template parts), its
+    scripts/ (events writer, multinode script) and the common scripts/ (name clashes). A matrix snapshot is keyed
+    by these (buildtool.matrix.snapshot): a check that looks anywhere else must name that place here
+    (tests/test_framework_folder.py holds load_row to it)."""
+    return (folder, folder / SCRIPTS, folder.parent / SCRIPTS)
+
+
 def load_row(folder: Path) -> Framework:
     """The row in `folder`/framework.yaml, checked against the folder: its name is the folder's, its
     events writer and template parts are files there, its scripts shadow no common script."""
@@ -227,8 +240,7 @@ def load_row(folder: Path) -> Framework:
             raise TableError(f"{where}: template part {part!r} is not a file in {folder.name}/")
     common = folder.parent / SCRIPTS
     if scripts.is_dir() and common.is_dir():
-        # Python's bytecode caches (a script run or imported from either folder) are no scripts of either.
-        clash = sorted(p.name for p in scripts.iterdir() if p.name != "__pycache__" and (common / p.name).exists())
+        clash = sorted(p.name for p in scripts.iterdir() if p.name not in NOT_INPUTS and (common / p.name).exists())
         if clash:
             raise TableError(f"{where}: {folder.name}/{SCRIPTS}/ has {', '.join(clash)}, also in {SCRIPTS}/; both are "
                              "mounted at /imagetests, so rename the framework's")

@@ -137,9 +137,12 @@ def _entry(package: dict[str, Any]) -> Entry:
 
 
 def _file(where: str, table: dict[str, Any]) -> File:
-    url = str(table.get("url") or table.get("path") or "")
-    filename = str(table.get("name") or unquote(urlsplit(url).path.rsplit("/", 1)[-1]))
-    sha256 = str(_typed(dict, table.get("hashes") or {}, f"{where}: {filename or 'a file'}: hashes").get("sha256", ""))
+    # Each a string where given: `url = 5` is refused like `glibc = 2.30`, never read as "5" (nor `url = 0` as none).
+    url, path, name = (_typed(str, table.get(key, ""), f"{where}: a file's {key}") for key in ("url", "path", "name"))
+    url = url or path
+    filename = name or unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    hashes = _typed(dict, table.get("hashes") or {}, f"{where}: {filename or 'a file'}: hashes")
+    sha256 = _typed(str, hashes.get("sha256", ""), f"{where}: {filename or 'a file'}: hashes.sha256")
     if not _SHA256.fullmatch(sha256):
         raise ValueError(f"{where}: {filename or 'a file'} has no sha256")
     return File(filename, url, sha256)

@@ -114,7 +114,9 @@ CODES: dict[str, SkipCode] = {c.code: c for c in (
     GPU_NOT_IN_CELL, NO_GPU_ON_RUNNER, ONE_GPU_ON_RUNNER, ULIMIT_NOT_GRANTED,
     NO_PINNED_PACKAGES, NO_PEER_IMAGE, STANDIN_PYTHON, NO_LOCK_LABEL, NO_LIBRARY_PROMISE, STANDIN_LIBRARIES)}
 
-WAIVER_RE = re.compile(r"^(?P<code>[a-z0-9-]+)(?::(?P<subject>[A-Za-z0-9_.-]+))?$")
+# A skip's subject, as a waiver names it (`--accept-skip CODE:SUBJECT`) and a skip message carries it.
+_SUBJECT = r"[A-Za-z0-9_.-]+"
+WAIVER_RE = re.compile(rf"^(?P<code>[a-z0-9-]+)(?::(?P<subject>{_SUBJECT}))?$")
 
 
 def parse_waiver(text: str) -> tuple[str, str]:
@@ -149,7 +151,9 @@ _TEXT_RE = re.compile(r"^\[(?P<code>[a-z0-9-]+)(?::(?P<subject>[^\]]*))?\]\s*(?P
 
 
 def skip_text(code: SkipCode, text: str, subject: str = "") -> str:
-    """The message a test skips with."""
+    """The message a test skips with. ValueError for a subject no waiver can name (`a]b` would also not read back)."""
+    if subject and not re.fullmatch(_SUBJECT, subject):
+        raise ValueError(f"skip subject {subject!r} is not one a waiver can name ({_SUBJECT}, e.g. memlock)")
     return f"[{code.code}{':' + subject if subject else ''}] {text}"
 
 

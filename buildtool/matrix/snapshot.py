@@ -4,7 +4,8 @@ Loading the matrix means importing pydantic and building the schema's models, wh
 than releasing one image to a loopback registry. A snapshot is what `load_matrix` returned,
 written as JSON under ~/.cache/dl-images/matrix/, keyed by a hash of matrix.yaml, the names of
 the template files (and their first lines, where a template names the cell fields it needs), the
-folders of image-tests (every test group a cell names must be one) and
+folders of image-tests (every test group a cell names must be one), each framework's framework.yaml and
+the entries of the folders the load checks it against (contracts.frameworks.row_inputs) and
 the code that turns them into cells (buildtool/matrix/, buildtool/contracts/ with the framework
 table, buildtool/common/). Reading it gives objects with every field, property and argument-less
 method of the real Cell, Run and Matrix, with the values the real code computed when the
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common.files import cache_root
+from buildtool.contracts import frameworks
 
 _VERSION = 1
 MAX_CELLS = 1000
@@ -92,10 +94,16 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Pa
         # Every test group a cell names must be a folder there (schema.py checks them).
         groups = sorted(p.name for p in tests_dir.iterdir() if p.is_dir()) if tests_dir.is_dir() else []
         digest.update(b"\0groups\0" + "\0".join(groups).encode())
-        # A framework is the folder with its framework.yaml: its row decides what a cell of it is.
+        # A framework is the folder with its framework.yaml: its row decides what a cell of it is, and the
+        # load refuses a row the folders around it do not bear out (frameworks.row_inputs: what it looks at).
+        inputs: dict[Path, None] = {}
         for group in groups:
-            row = tests_dir / group / "framework.yaml"
+            row = tests_dir / group / frameworks.FRAMEWORK_FILE
             digest.update(b"\0" + group.encode() + b"\0" + (row.read_bytes() if row.is_file() else b"-"))
+            if row.is_file():
+                inputs.update(dict.fromkeys(frameworks.row_inputs(tests_dir / group)))
+        for folder in inputs:
+            digest.update(b"\0" + os.path.relpath(folder, tests_dir).encode() + b"\0" + _listing(folder))
         # A template's first line may name the cell fields it needs (cells.py reads them).
         for name in names:
             with (templates / name).open("rb") as handle:
@@ -106,6 +114,24 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Pa
     for path in sorted(p for folder in _CODE_DIRS for p in (package / folder).glob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def _listing(folder: Path) -> bytes:
+    """`folder`'s entries, each with its kind as the load's checks see it (links followed); b"-" when it is no
+    folder. Raises OSError when it cannot be listed."""
+    if not folder.is_dir():
+        return b"-"
+    with os.scandir(folder) as entries:
+        kinds = sorted(f"{e.name}/{_kind(e)}" for e in entries if e.name not in frameworks.NOT_INPUTS)
+    return "\0".join(kinds).encode()
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
+    if entry.is_file():
+        return "f"
+    if entry.is_dir():
+        return "d"
+    return "o" if os.path.exists(entry.path) else "-"   # something else, or a link to nothing
 
 
 def _plain(value: Any) -> Any:
