@@ -52,11 +52,25 @@ OWN_WORKLOAD_ENV = "DDP_OWN_WORKLOAD"   # 1: the caller reads what the workload 
 READS_NCCL = ("INFO", "TRACE")          # the NCCL_DEBUG levels that print the network and the channels
 
 
+# The whole-number settings (never negative) and what each says, for the one line that refuses a bad value.
+COUNT_SETTINGS = {
+    "JOB_COMPLETION_INDEX": "(this pod's index in its Kubernetes indexed Job: the node's process id)",
+    "DDP_RESOLVE_TIMEOUT_S": "of seconds (how long to wait for the rendezvous host's name to resolve)"}
+
+
+def count_setting(name: str, value: str) -> int:
+    """Setting NAME's VALUE as a whole number (digits only: int() also reads ' -1', '1_0'); anything else stops
+    the node naming it, never a traceback or a guess (a negative process id indexes the node list from its end)."""
+    if not (value.isascii() and value.isdigit()):
+        sys.exit(f"DDP check failed: {name}={value!r} is not a whole number {COUNT_SETTINGS[name]}")
+    return int(value)
+
+
 def node_index(strict: bool) -> str | None:
     """This node's process id: JOB_COMPLETION_INDEX, or the place of its hostname in DDP_NODES. None when
     neither says (only when not STRICT: a torchrun node then lets torch decide whether it hosts the store)."""
     if "JOB_COMPLETION_INDEX" in os.environ:
-        return os.environ["JOB_COMPLETION_INDEX"]
+        return str(count_setting("JOB_COMPLETION_INDEX", os.environ["JOB_COMPLETION_INDEX"]))
     nodes = os.environ.get("DDP_NODES", "").split()
     if not nodes:
         if not strict:
@@ -380,14 +394,6 @@ def owed_result(me: str | None, marks: list[dict[str, Any]], env: dict[str, str]
                 "on another node, whose verifier checks its DDP_RESULT")
 
 
-def resolve_timeout(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        sys.exit(f"DDP check failed: DDP_RESOLVE_TIMEOUT_S={value!r} is not a whole number of seconds (how long to "
-                 "wait for the rendezvous host's name to resolve)")
-
-
 def main(argv: list[str]) -> int:
     try:
         want_world, want_backend = int(os.environ["DDP_EXPECT_WORLD_SIZE"]), os.environ["DDP_EXPECT_BACKEND"]
@@ -395,7 +401,8 @@ def main(argv: list[str]) -> int:
         sys.exit("verify_ddp.py: set DDP_EXPECT_WORLD_SIZE and DDP_EXPECT_BACKEND (what the launcher asked for)")
     command, me = resolve_command(argv)
     if os.environ.get("DDP_RDZV_HOST"):
-        wait_for_name(os.environ["DDP_RDZV_HOST"], resolve_timeout(os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900")))
+        timeout = count_setting("DDP_RESOLVE_TIMEOUT_S", os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900"))
+        wait_for_name(os.environ["DDP_RDZV_HOST"], timeout)
     env = dict(os.environ)
     if os.environ.get("DDP_APPEND_LIBRARY_PATH"):
         # After the image's own folders (which may hold CUDA's forward-compatibility libraries).
