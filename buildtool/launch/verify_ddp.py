@@ -126,6 +126,16 @@ def libcuda_hint(env: dict[str, str]) -> str:
             "LD_LIBRARY_PATH (the generated manifests append it)")
 
 
+def node_addr(index: str, addrs: list[str]) -> str:
+    """This node's entry of DDP_NODE_ADDRS, by its process id INDEX: one outside the list is an error (a negative
+    index would pick another node's address from the end)."""
+    if not 0 <= int(index) < len(addrs):
+        where = "JOB_COMPLETION_INDEX" if "JOB_COMPLETION_INDEX" in os.environ else "this node's place in DDP_NODES"
+        sys.exit(f"DDP check failed: this node's process id {index} ({where}) is outside DDP_NODE_ADDRS, which names "
+                 f"{len(addrs)} node(s) (process ids 0 to {len(addrs) - 1})")
+    return addrs[int(index)]
+
+
 def resolve_command(argv: list[str]) -> tuple[list[str], str | None]:
     """The check's command with this node's placeholders resolved, and its process id (None: torch's choice)."""
     command, me = list(argv), None
@@ -139,7 +149,7 @@ def resolve_command(argv: list[str]) -> tuple[list[str], str | None]:
         index = node_index(strict=False)
         flag = "" if index is None else ",is_host=" + ("true" if index == "0" else "false")
         addrs = os.environ.get("DDP_NODE_ADDRS", "").split()
-        local = addrs[int(index)] if index is not None and int(index) < len(addrs) else ""
+        local = "" if index is None or not addrs else node_addr(index, addrs)
         command = [arg.replace(",is_host={is_host}", flag).replace("{local_addr}", local) for arg in command
                    if arg != "--local-addr={local_addr}" or local]
     return command, me
