@@ -55,7 +55,10 @@ READS_NCCL = ("INFO", "TRACE")          # the NCCL_DEBUG levels that print the n
 # The whole-number settings (never negative) and what each says, for the one line that refuses a bad value.
 COUNT_SETTINGS = {
     "JOB_COMPLETION_INDEX": "(this pod's index in its Kubernetes indexed Job: the node's process id)",
-    "DDP_RESOLVE_TIMEOUT_S": "of seconds (how long to wait for the rendezvous host's name to resolve)"}
+    "DDP_RESOLVE_TIMEOUT_S": "of seconds (how long to wait for the rendezvous host's name to resolve)",
+    "DDP_EXPECT_WORLD_SIZE": "(the processes the launcher asked for)",
+    "DDP_GPUS_PER_NODE": "(the GPUs per node the job asked for)",
+    "DDP_FABRIC_NICS": "(the fabric's NICs per node the job named, --fabric-nics)"}
 
 
 def count_setting(name: str, value: str) -> int:
@@ -226,7 +229,7 @@ def transport_problems(log: nccl_log.Log, env: dict[str, str]) -> list[str]:
                             f"channel(s) on this node ran without it (no /GDRDMA): {shown}: NCCL uses it only with "
                             "the host's peer-memory module (nvidia-peermem) or DMA-BUF, and a NIC close enough to "
                             "the GPU (NCCL_NET_GDR_LEVEL)")
-    gpus = int(env.get("DDP_GPUS_PER_NODE") or 0)
+    gpus = count_setting("DDP_GPUS_PER_NODE", env.get("DDP_GPUS_PER_NODE") or "0")
     asked = nccl_log.asked_hcas(env.get("NCCL_IB_HCA", ""))
     count, said = asked_nics(env, listed_ib(named))
     # The NICs of the family asked for (a process on another network is the transport problem above).
@@ -262,7 +265,8 @@ def asked_nics(env: dict[str, str], listed: list[str]) -> tuple[int, str]:
     """The NICs per node the job named (DDP_FABRIC_NICS, else NCCL_IB_HCA's list, a prefix entry counted as the
     devices NCCL `listed` that it matches) and how it named them."""
     if env.get("DDP_FABRIC_NICS"):
-        return int(env["DDP_FABRIC_NICS"]), env.get("DDP_FABRIC_NICS_FROM") or f"--fabric-nics {env['DDP_FABRIC_NICS']}"
+        said = env.get("DDP_FABRIC_NICS_FROM") or f"--fabric-nics {env['DDP_FABRIC_NICS']}"
+        return count_setting("DDP_FABRIC_NICS", env["DDP_FABRIC_NICS"]), said
     value = env.get("NCCL_IB_HCA", "")
     count = nccl_log.hca_count(value, listed)
     if count and count != len(nccl_log.asked_hcas(value) or []):
@@ -296,7 +300,7 @@ def busbw_check(result: dict[str, Any], log: nccl_log.Log | None, env: dict[str,
     if not count:
         count = max((p.listed_nics() or 0 for p in named), default=0)
         said = f"NCCL listed {count} on this node"
-    gpus = int(env.get("DDP_GPUS_PER_NODE") or 0)
+    gpus = count_setting("DDP_GPUS_PER_NODE", env.get("DDP_GPUS_PER_NODE") or "0")
     floor = busbw.cross_node_floor(family, env.get("DDP_FABRIC_RATE", ""), count or None, said, gpus)
     if floor.floor_GBps is None:
         return f", cross-node bus bandwidth {peak:.1f} GB/s over {family} (no floor for {family}: {floor.how})"
@@ -405,10 +409,13 @@ def owed_result(me: str | None, marks: list[dict[str, Any]], env: dict[str, str]
 
 
 def main(argv: list[str]) -> int:
-    try:
-        want_world, want_backend = int(os.environ["DDP_EXPECT_WORLD_SIZE"]), os.environ["DDP_EXPECT_BACKEND"]
-    except (KeyError, ValueError):
+    if "DDP_EXPECT_WORLD_SIZE" not in os.environ or "DDP_EXPECT_BACKEND" not in os.environ:
         sys.exit("verify_ddp.py: set DDP_EXPECT_WORLD_SIZE and DDP_EXPECT_BACKEND (what the launcher asked for)")
+    want_world = count_setting("DDP_EXPECT_WORLD_SIZE", os.environ["DDP_EXPECT_WORLD_SIZE"])
+    want_backend = os.environ["DDP_EXPECT_BACKEND"]
+    for name in ("DDP_GPUS_PER_NODE", "DDP_FABRIC_NICS"):   # read after the check: a bad one stops it before it runs
+        if os.environ.get(name):
+            count_setting(name, os.environ[name])
     command, me = resolve_command(argv)
     if os.environ.get("DDP_RDZV_HOST"):
         timeout = count_setting("DDP_RESOLVE_TIMEOUT_S", os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900"))
