@@ -392,3 +392,29 @@ def test_a_single_platform_lock_is_resolved_in_the_registrys_image_not_the_engin
     assert aptlock.read(tmp_path, cell).header["resolved-in"] == f"{pinned} (mmdebstrap, recipe 4)"
     assert aptlock.cell_drift(tmp_path, cell, tag, log=lambda line: None) == []
     assert asked[-1] == (tag, "linux/amd64") and probed[-1] == pinned
+
+
+def test_a_base_tag_holding_no_image_is_one_line_naming_it(monkeypatch):
+    """A tag holding a manifest without a config (an OCI artifact, or a Docker schema 1 manifest) ended `make lock`
+    in a KeyError traceback; now one line naming the base and its manifest's media type. An image still resolves."""
+    import json
+
+    from buildtool.common.errors import FailedError
+    from buildtool.registry import client as registry_client
+    from tests.memregistry import MemRegistry
+
+    registry = MemRegistry()
+    monkeypatch.setattr(registry_client, "RegistryClient", lambda host, **_: registry)
+    image = registry.push_image("library/debian", "bookworm-slim")
+    assert aptlock.platform_base(f"{registry.host}/library/debian:bookworm-slim", "linux/amd64") == (
+        f"{registry.host}/library/debian@{image}")
+    artifact = "application/vnd.oci.artifact.manifest.v1+json"
+    for media_type, manifest in ((artifact, {"mediaType": artifact, "artifactType": "application/x-sbom", "blobs": []}),
+                                 ("application/vnd.oci.image.manifest.v1+json", {"schemaVersion": 2, "layers": []}),
+                                 ("", {"schemaVersion": 1, "fsLayers": [], "config": {"size": 2}})):
+        registry.put_manifest("library/debian", "odd", json.dumps(manifest).encode(), media_type)
+        with pytest.raises(FailedError) as caught:
+            aptlock.platform_base(f"{registry.host}/library/debian:odd", "linux/amd64")
+        assert str(caught.value) == (f"the base {registry.host}/library/debian:odd is no image: its manifest "
+                                     f"({media_type or 'no media type'}) has no config digest (an artifact?); mirror "
+                                     "the base for linux/amd64 (`make bases`)")

@@ -55,6 +55,28 @@ def test_host_pip_parse_takes_environment_over_files():
     assert host.trusted_hosts == ("pkgs.example.com",)
 
 
+@pytest.mark.parametrize(("listing", "no_index"), [(":env:.no-index='t'", True), ("global.no-index='Y'", True),
+                                                  ("install.no-index='on'", True), (":env:.no-index='off'", False),
+                                                  ("global.no-index='f'", False), ("", False),
+                                                  ("global.no-index='yes'\n:env:.no-index=''", True)])
+def test_host_pip_reads_no_index_as_pip_does(listing: str, no_index: bool):
+    """pip reads a flag with its strtobool (y, t, on, ... any case) and skips an empty value; `no-index = t` was
+    read as false, so the build would reach the indexes the host's pip is kept from."""
+    assert HostPip.parse(listing).no_index is no_index
+
+
+@pytest.mark.parametrize(("listing", "where"), [(":env:.no-index='maybe'", "PIP_NO_INDEX in the environment"),
+                                                ("install.no-index='2'", "`install.no-index` in pip's configuration")])
+def test_a_no_index_pip_refuses_is_refused_naming_where_it_is_set(listing: str, where: str):
+    """pip install refuses a flag that is no boolean; it was read as false (fail open). Now one line naming it."""
+    value = listing.split("=", 1)[1]
+    with pytest.raises(UserError) as caught:
+        HostPip.parse(listing)
+    assert str(caught.value) == (f"pip's no-index setting {value} ({where}) is no boolean: pip reads y, yes, t, true, "
+                                 "on, 1 or n, no, f, false, off, 0 and refuses anything else; fix it (`pip config "
+                                 "list` shows where it is set)")
+
+
 def test_a_pip_configuration_pip_refuses_is_refused_naming_pips_error(tmp_path: Path, monkeypatch):
     """A broken pip.conf is pip's own refusal in one line (was: read as no settings, PyPI without the host's CA);
     the line it quotes (which may hold an index token) is not shown. A Python without pip has no settings."""

@@ -438,3 +438,16 @@ def test_a_busbw_peak_that_is_no_finite_figure_fails_the_job(tmp_path: Path, pea
     assert "DDP check passed" not in proc.stdout
     assert proc.stderr.startswith("DDP check failed: rank 0's busbw table has no valid peak_GBps (a finite number of "
                                   "GB/s): {\"peak_GBps\": "), proc.stderr
+
+
+@pytest.mark.parametrize(("name", "value", "what"), [
+    ("DDP_GPUS_PER_NODE", "eight", "(the GPUs per node the job asked for)"),
+    ("DDP_FABRIC_NICS", "-2", "(the fabric's NICs per node the job named, --fabric-nics)"),
+    ("DDP_EXPECT_WORLD_SIZE", "4.0", "(the processes the launcher asked for)")])
+def test_a_count_setting_that_is_no_whole_number_stops_the_check_before_it_runs(tmp_path: Path, name: str,
+                                                                                 value: str, what: str) -> None:
+    """DDP_GPUS_PER_NODE and DDP_FABRIC_NICS were read with a bare int() after the check had run: a traceback (and
+    a negative count passed as one). Now every whole-number setting is refused in one line, before the check runs."""
+    proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job(), **{name: value})
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout
+    assert proc.stderr == f"DDP check failed: {name}={value!r} is not a whole number {what}\n", proc.stderr

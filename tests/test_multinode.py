@@ -396,6 +396,43 @@ def test_the_verifier_says_which_slurm_node_hosts_the_store(tmp_path: Path) -> N
         assert ("is none of the job's nodes" in run.stderr) == (hostname == "stranger")
 
 
+def test_a_process_id_outside_the_node_addresses_is_refused_naming_it(tmp_path: Path) -> None:
+    """JOB_COMPLETION_INDEX=-1 took the last node's address (Python's negative index), and an index past the list
+    dropped --local-addr silently; now either stops the node in one line, the second naming the node count."""
+    verify = write_verifier(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "DDP_NODES"}
+    env.update(DDP_NODE_ADDRS="1.2.3.4 5.6.7.8", DDP_OWN_WORKLOAD="1", DDP_EXPECT_WORLD_SIZE="1",
+               DDP_EXPECT_BACKEND="gloo")
+    for index, why in (("-1", "JOB_COMPLETION_INDEX='-1' is not a whole number (this pod's index in its Kubernetes "
+                              "indexed Job: the node's process id)"),
+                       ("2", "this node's process id 2 (JOB_COMPLETION_INDEX) is outside DDP_NODE_ADDRS, which names "
+                             "2 node(s) (process ids 0 to 1)")):
+        proc = subprocess.run([sys.executable, str(verify), "echo", RDZV_CONF, "--local-addr={local_addr}"],
+                              capture_output=True, text=True, timeout=60, env={**env, "JOB_COMPLETION_INDEX": index})
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout
+        assert proc.stderr == f"DDP check failed: {why}\n", proc.stderr
+    proc = subprocess.run([sys.executable, str(verify), "echo", RDZV_CONF, "--local-addr={local_addr}"],
+                          capture_output=True, text=True, timeout=60, env={**env, "JOB_COMPLETION_INDEX": "1"})
+    assert proc.stdout == "--rdzv-conf=join_timeout=9,read_timeout=9,is_host=false --local-addr=5.6.7.8\n"
+
+
+@pytest.mark.parametrize("index", ["a", "-1", " 1", "1_0"])
+def test_a_completion_index_that_is_no_whole_number_is_refused_in_one_line(tmp_path: Path, index: str) -> None:
+    """JOB_COMPLETION_INDEX=a ended in a traceback (int()) for a command with {is_host} or {local_addr}, and went
+    into a {process_id} as it was; now every use stops the node in one line naming the variable and its value."""
+    verify = write_verifier(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("DDP_NODES", "DDP_NODE_ADDRS")}
+    env.update(JOB_COMPLETION_INDEX=index, DDP_EXPECT_WORLD_SIZE="1", DDP_EXPECT_BACKEND="gloo")
+    for command, addrs in ((["echo", "--rdzv-conf=x,is_host={is_host}"], ""),
+                           (["echo", "--rdzv-conf=x,is_host={is_host}", "--local-addr={local_addr}"], "1.2.3.4"),
+                           (["echo", "{process_id}"], "")):
+        proc = subprocess.run([sys.executable, str(verify), *command], capture_output=True, text=True, timeout=60,
+                              env={**env, "DDP_NODE_ADDRS": addrs})
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout
+        assert proc.stderr == (f"DDP check failed: JOB_COMPLETION_INDEX={index!r} is not a whole number (this pod's "
+                               "index in its Kubernetes indexed Job: the node's process id)\n"), proc.stderr
+
+
 @pytest.mark.parametrize(("first", "last", "field"), [("Infinity", "1.0", "first_loss"),
                                                       ("1.0", "-Infinity", "last_loss")])
 def test_the_verifier_fails_a_loss_that_is_no_finite_number(tmp_path: Path, first: str, last: str, field: str) -> None:

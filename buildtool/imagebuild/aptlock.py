@@ -299,7 +299,12 @@ def platform_base(base_ref: str, platform: str) -> str:
                            for e in document.get("manifests", []))
         raise FailedError(f"the base {base_ref} has no {platform} image (its index lists {listed or 'nothing'}); "
                           f"mirror the base for {platform} (`make bases`)")
-    config = json.loads(client.get_blob(repo, document["config"]["digest"]))
+    described = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(described, dict) or not isinstance(described.get("digest"), str):
+        # An artifact or another kind of manifest under the tag: no image config to read the platform from.
+        raise FailedError(f"the base {base_ref} is no image: its manifest ({media_type or 'no media type'}) has no "
+                          f"config digest (an artifact?); mirror the base for {platform} (`make bases`)")
+    config = json.loads(client.get_blob(repo, described["digest"]))
     have = f"{config.get('os')}/{config.get('architecture')}"
     if have != platform:
         raise FailedError(f"the base {base_ref} is one {have} image, not an index with {platform}; mirror the base "

@@ -47,6 +47,21 @@ SECRET_CA = "pip-ca"
 SECRET_LOCK_URLS = "lock-urls"
 CA_IN_BUILD = "/run/secrets/pip-ca"
 _SECTIONS = ("global", "install", "download", ":env:")  # later wins, as in pip
+# pip's booleans (pip/_internal/utils/misc.py strtobool, any case); pip refuses any other value of a flag.
+_PIP_TRUE = ("y", "yes", "t", "true", "on", "1")
+_PIP_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+def _pip_flag(key: str, value: str, section: str) -> bool:
+    """VALUE of pip's boolean setting KEY (set in SECTION) as pip reads it; UserError for any other value, which
+    pip install refuses (never read as false: `no-index = t` is true to pip)."""
+    if value.lower() in _PIP_TRUE + _PIP_FALSE:
+        return value.lower() in _PIP_TRUE
+    where = (f"PIP_{key.upper().replace('-', '_')} in the environment" if section == ":env:"
+             else f"`{section}.{key}` in pip's configuration")
+    raise UserError(f"pip's {key} setting {value[:40]!r} ({where}) is no boolean: pip reads "
+                    f"{', '.join(_PIP_TRUE)} or {', '.join(_PIP_FALSE)} and refuses anything else; fix it "
+                    "(`pip config list` shows where it is set)")
 
 
 @dataclass(frozen=True)
@@ -72,8 +87,10 @@ class HostPip:
             value = raw.strip()
             if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
                 value = value[1:-1]
-            merged.setdefault(key, {})[section] = value
-        chosen = {key: by_section[s] for key, by_section in merged.items() for s in _SECTIONS if s in by_section}
+            if value:   # pip ignores an empty value: an earlier section's stands (PIP_NO_INDEX= clears nothing)
+                merged.setdefault(key, {})[section] = value
+        source = {key: s for key, by_section in merged.items() for s in _SECTIONS if s in by_section}
+        chosen = {key: merged[key][section] for key, section in source.items()}
 
         def many(key: str) -> tuple[str, ...]:
             return tuple(chosen.get(key, "").split())
@@ -84,7 +101,7 @@ class HostPip:
             find_links=many("find-links"),
             cert=chosen.get("cert", ""),
             trusted_hosts=many("trusted-host"),
-            no_index=chosen.get("no-index", "").lower() in ("1", "true", "yes", "on"),
+            no_index="no-index" in chosen and _pip_flag("no-index", chosen["no-index"], source["no-index"]),
         )
 
     @classmethod

@@ -52,11 +52,28 @@ OWN_WORKLOAD_ENV = "DDP_OWN_WORKLOAD"   # 1: the caller reads what the workload 
 READS_NCCL = ("INFO", "TRACE")          # the NCCL_DEBUG levels that print the network and the channels
 
 
+# The whole-number settings (never negative) and what each says, for the one line that refuses a bad value.
+COUNT_SETTINGS = {
+    "JOB_COMPLETION_INDEX": "(this pod's index in its Kubernetes indexed Job: the node's process id)",
+    "DDP_RESOLVE_TIMEOUT_S": "of seconds (how long to wait for the rendezvous host's name to resolve)",
+    "DDP_EXPECT_WORLD_SIZE": "(the processes the launcher asked for)",
+    "DDP_GPUS_PER_NODE": "(the GPUs per node the job asked for)",
+    "DDP_FABRIC_NICS": "(the fabric's NICs per node the job named, --fabric-nics)"}
+
+
+def count_setting(name: str, value: str) -> int:
+    """Setting NAME's VALUE as a whole number (digits only: int() also reads ' -1', '1_0'); anything else stops
+    the node naming it, never a traceback or a guess (a negative process id indexes the node list from its end)."""
+    if not (value.isascii() and value.isdigit()):
+        sys.exit(f"DDP check failed: {name}={value!r} is not a whole number {COUNT_SETTINGS[name]}")
+    return int(value)
+
+
 def node_index(strict: bool) -> str | None:
     """This node's process id: JOB_COMPLETION_INDEX, or the place of its hostname in DDP_NODES. None when
     neither says (only when not STRICT: a torchrun node then lets torch decide whether it hosts the store)."""
     if "JOB_COMPLETION_INDEX" in os.environ:
-        return os.environ["JOB_COMPLETION_INDEX"]
+        return str(count_setting("JOB_COMPLETION_INDEX", os.environ["JOB_COMPLETION_INDEX"]))
     nodes = os.environ.get("DDP_NODES", "").split()
     if not nodes:
         if not strict:
@@ -112,6 +129,16 @@ def libcuda_hint(env: dict[str, str]) -> str:
             "LD_LIBRARY_PATH (the generated manifests append it)")
 
 
+def node_addr(index: str, addrs: list[str]) -> str:
+    """This node's entry of DDP_NODE_ADDRS, by its process id INDEX: one outside the list is an error (a negative
+    index would pick another node's address from the end)."""
+    if not 0 <= int(index) < len(addrs):
+        where = "JOB_COMPLETION_INDEX" if "JOB_COMPLETION_INDEX" in os.environ else "this node's place in DDP_NODES"
+        sys.exit(f"DDP check failed: this node's process id {index} ({where}) is outside DDP_NODE_ADDRS, which names "
+                 f"{len(addrs)} node(s) (process ids 0 to {len(addrs) - 1})")
+    return addrs[int(index)]
+
+
 def resolve_command(argv: list[str]) -> tuple[list[str], str | None]:
     """The check's command with this node's placeholders resolved, and its process id (None: torch's choice)."""
     command, me = list(argv), None
@@ -125,7 +152,7 @@ def resolve_command(argv: list[str]) -> tuple[list[str], str | None]:
         index = node_index(strict=False)
         flag = "" if index is None else ",is_host=" + ("true" if index == "0" else "false")
         addrs = os.environ.get("DDP_NODE_ADDRS", "").split()
-        local = addrs[int(index)] if index is not None and int(index) < len(addrs) else ""
+        local = "" if index is None or not addrs else node_addr(index, addrs)
         command = [arg.replace(",is_host={is_host}", flag).replace("{local_addr}", local) for arg in command
                    if arg != "--local-addr={local_addr}" or local]
     return command, me
@@ -202,7 +229,7 @@ def transport_problems(log: nccl_log.Log, env: dict[str, str]) -> list[str]:
                             f"channel(s) on this node ran without it (no /GDRDMA): {shown}: NCCL uses it only with "
                             "the host's peer-memory module (nvidia-peermem) or DMA-BUF, and a NIC close enough to "
                             "the GPU (NCCL_NET_GDR_LEVEL)")
-    gpus = int(env.get("DDP_GPUS_PER_NODE") or 0)
+    gpus = count_setting("DDP_GPUS_PER_NODE", env.get("DDP_GPUS_PER_NODE") or "0")
     asked = nccl_log.asked_hcas(env.get("NCCL_IB_HCA", ""))
     count, said = asked_nics(env, listed_ib(named))
     # The NICs of the family asked for (a process on another network is the transport problem above).
@@ -238,7 +265,8 @@ def asked_nics(env: dict[str, str], listed: list[str]) -> tuple[int, str]:
     """The NICs per node the job named (DDP_FABRIC_NICS, else NCCL_IB_HCA's list, a prefix entry counted as the
     devices NCCL `listed` that it matches) and how it named them."""
     if env.get("DDP_FABRIC_NICS"):
-        return int(env["DDP_FABRIC_NICS"]), env.get("DDP_FABRIC_NICS_FROM") or f"--fabric-nics {env['DDP_FABRIC_NICS']}"
+        said = env.get("DDP_FABRIC_NICS_FROM") or f"--fabric-nics {env['DDP_FABRIC_NICS']}"
+        return count_setting("DDP_FABRIC_NICS", env["DDP_FABRIC_NICS"]), said
     value = env.get("NCCL_IB_HCA", "")
     count = nccl_log.hca_count(value, listed)
     if count and count != len(nccl_log.asked_hcas(value) or []):
@@ -272,7 +300,7 @@ def busbw_check(result: dict[str, Any], log: nccl_log.Log | None, env: dict[str,
     if not count:
         count = max((p.listed_nics() or 0 for p in named), default=0)
         said = f"NCCL listed {count} on this node"
-    gpus = int(env.get("DDP_GPUS_PER_NODE") or 0)
+    gpus = count_setting("DDP_GPUS_PER_NODE", env.get("DDP_GPUS_PER_NODE") or "0")
     floor = busbw.cross_node_floor(family, env.get("DDP_FABRIC_RATE", ""), count or None, said, gpus)
     if floor.floor_GBps is None:
         return f", cross-node bus bandwidth {peak:.1f} GB/s over {family} (no floor for {family}: {floor.how})"
@@ -380,22 +408,18 @@ def owed_result(me: str | None, marks: list[dict[str, Any]], env: dict[str, str]
                 "on another node, whose verifier checks its DDP_RESULT")
 
 
-def resolve_timeout(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        sys.exit(f"DDP check failed: DDP_RESOLVE_TIMEOUT_S={value!r} is not a whole number of seconds (how long to "
-                 "wait for the rendezvous host's name to resolve)")
-
-
 def main(argv: list[str]) -> int:
-    try:
-        want_world, want_backend = int(os.environ["DDP_EXPECT_WORLD_SIZE"]), os.environ["DDP_EXPECT_BACKEND"]
-    except (KeyError, ValueError):
+    if "DDP_EXPECT_WORLD_SIZE" not in os.environ or "DDP_EXPECT_BACKEND" not in os.environ:
         sys.exit("verify_ddp.py: set DDP_EXPECT_WORLD_SIZE and DDP_EXPECT_BACKEND (what the launcher asked for)")
+    want_world = count_setting("DDP_EXPECT_WORLD_SIZE", os.environ["DDP_EXPECT_WORLD_SIZE"])
+    want_backend = os.environ["DDP_EXPECT_BACKEND"]
+    for name in ("DDP_GPUS_PER_NODE", "DDP_FABRIC_NICS"):   # read after the check: a bad one stops it before it runs
+        if os.environ.get(name):
+            count_setting(name, os.environ[name])
     command, me = resolve_command(argv)
     if os.environ.get("DDP_RDZV_HOST"):
-        wait_for_name(os.environ["DDP_RDZV_HOST"], resolve_timeout(os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900")))
+        timeout = count_setting("DDP_RESOLVE_TIMEOUT_S", os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900"))
+        wait_for_name(os.environ["DDP_RDZV_HOST"], timeout)
     env = dict(os.environ)
     if os.environ.get("DDP_APPEND_LIBRARY_PATH"):
         # After the image's own folders (which may hold CUDA's forward-compatibility libraries).
