@@ -451,3 +451,12 @@ def test_a_count_setting_that_is_no_whole_number_stops_the_check_before_it_runs(
     proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job(), **{name: value})
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout
     assert proc.stderr == f"DDP check failed: {name}={value!r} is not a whole number {what}\n", proc.stderr
+
+
+def test_an_unknown_fabric_rate_stops_the_check_before_it_runs_naming_the_known_ones(tmp_path: Path) -> None:
+    """DDP_FABRIC_RATE (--fabric-rate) naming no documented rate was a ValueError traceback from busbw.link_rate
+    after the check had run on every GPU; now one line before it runs."""
+    proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job(), DDP_FABRIC_RATE="HDR-9000")
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout
+    assert proc.stderr.startswith("DDP check failed: DDP_FABRIC_RATE: --fabric-rate 'HDR-9000' is not a documented "
+                                  "rate; one of ") and proc.stderr.count("\n") == 1, proc.stderr

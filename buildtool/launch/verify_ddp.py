@@ -416,6 +416,11 @@ def main(argv: list[str]) -> int:
     for name in ("DDP_GPUS_PER_NODE", "DDP_FABRIC_NICS"):   # read after the check: a bad one stops it before it runs
         if os.environ.get(name):
             count_setting(name, os.environ[name])
+    if os.environ.get("DDP_FABRIC_RATE"):   # an unknown rate was a traceback once the check had run
+        try:
+            busbw.link_rate(os.environ["DDP_FABRIC_RATE"])
+        except ValueError as exc:
+            sys.exit(f"DDP check failed: DDP_FABRIC_RATE: {exc}")
     command, me = resolve_command(argv)
     if os.environ.get("DDP_RDZV_HOST"):
         timeout = count_setting("DDP_RESOLVE_TIMEOUT_S", os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900"))
