@@ -18,6 +18,7 @@ import harness  # noqa: E402
 with warnings.catch_warnings():   # their marks are image-tests' own (image-tests/conftest.py)
     warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
     import test_collectives as collectives_tests
+    import test_network_env as network_env
 
 
 class LoneRanks:
@@ -48,3 +49,33 @@ def test_collectives_of_ranks_that_each_ran_alone_fail_naming_their_world_size(t
 
 def test_collectives_of_ranks_in_one_group_still_pass(tmp_path):
     collectives_tests.test_collectives_give_known_results_on_cpu(LoneRanks(tmp_path, world=2))
+
+
+PROXIED = {"http_proxy": "http://proxy.invalid:3128", "no_proxy": "localhost,127.0.0.1"}   # not the run's bridge
+
+
+def _network_env(env: dict[str, str]) -> dict[str, object]:
+    return {"env": env, "interfaces": ["eth0", "lo"], "loopback": ["lo"]}
+
+
+def test_a_bridge_network_that_cannot_be_inspected_fails_the_proxy_check_naming_it(monkeypatch):
+    """Before: `docker network inspect` failing gave no subnet, so a no_proxy that covers loopback only passed,
+    unchecked against the run's bridge network."""
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(network_env, "docker_lines", lambda *args, **kw: asked.append(args) or [])
+    with pytest.raises(pytest.fail.Exception) as failed:
+        network_env.test_proxies_leave_local_traffic_local(_network_env(PROXIED), {"network": "dl-imagetest-r1"})
+    assert str(failed.value).startswith("`docker network inspect dl-imagetest-r1` named no subnet of the run's "
+                                        "bridge network"), failed.value
+    assert asked and asked[0][:2] == ("network", "inspect")
+
+
+def test_the_proxy_check_names_the_bridge_subnet_no_proxy_leaves_out_and_needs_none_without_a_proxy(monkeypatch):
+    monkeypatch.setattr(network_env, "docker_lines", lambda *args, **kw: ["172.18.0.0/16", ""])
+    with pytest.raises(AssertionError) as failed:
+        network_env.test_proxies_leave_local_traffic_local(_network_env(PROXIED), {"network": "dl-imagetest-r1"})
+    assert "does not cover 172.18.0.0/16" in str(failed.value)
+    network_env.test_proxies_leave_local_traffic_local(
+        _network_env({**PROXIED, "no_proxy": "localhost,127.0.0.1,172.16.0.0/12"}), {"network": "dl-imagetest-r1"})
+    monkeypatch.setattr(network_env, "docker_lines", lambda *args, **kw: [])   # no proxy: the network is not asked
+    network_env.test_proxies_leave_local_traffic_local(_network_env({"no_proxy": "x"}), {"network": "dl-imagetest-r1"})
