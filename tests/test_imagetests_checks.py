@@ -1,5 +1,5 @@
 """Image checks that could not fail on an image with the fault they look for, each shown failing here against a
-stand-in (rank files as torchrun's ranks write them, a host's environment) with no engine."""
+stand-in (rank files as torchrun's ranks write them, a host's environment, NCCL's log files) with no engine."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts import nccl_log
+
 IMAGE_TESTS = Path(__file__).resolve().parent.parent / "image-tests"
 for _folder in ("", "pytorch", "common"):
     sys.path.insert(0, str(IMAGE_TESTS / _folder))
@@ -19,6 +21,7 @@ with warnings.catch_warnings():   # their marks are image-tests' own (image-test
     warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
     import test_collectives as collectives_tests
     import test_network_env as network_env
+    import test_rendezvous as rendezvous_tests
 
 
 class LoneRanks:
@@ -79,3 +82,38 @@ def test_the_proxy_check_names_the_bridge_subnet_no_proxy_leaves_out_and_needs_n
         _network_env({**PROXIED, "no_proxy": "localhost,127.0.0.1,172.16.0.0/12"}), {"network": "dl-imagetest-r1"})
     monkeypatch.setattr(network_env, "docker_lines", lambda *args, **kw: [])   # no proxy: the network is not asked
     network_env.test_proxies_leave_local_traffic_local(_network_env({"no_proxy": "x"}), {"network": "dl-imagetest-r1"})
+
+
+# Lines no NCCL prints (src/debug.cc, v2.18 to v2.29): a TRACE line has the milliseconds and FUNC:LINE before
+# `NCCL TRACE`, a CALL line no `[DEV]`. Read as INFO, these two made a network, a NIC and GPUDirect RDMA.
+NEVER_PRINTED = ("gpu-a01:11:12 [0] NCCL TRACE Using network IB\n"
+                 "gpu-a01:11:12 [0] NCCL CALL Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n")
+
+
+def _nodes(tmp_path: Path, text: str) -> dict[str, harness.Probe]:
+    found = {}
+    for index, node in enumerate(("node0", "node1")):
+        folder = tmp_path / node
+        folder.mkdir()
+        (folder / f"nccl-{index}.11.log").write_text(text if index == 0 else "")
+        found[node] = harness.Probe(step=node, argv=[], dir=folder)
+    return found
+
+
+def test_lines_nccl_never_prints_are_no_nccl_log_for_the_two_node_check(tmp_path):
+    """Before: the two-node check passed on them, reporting IB with GPUDirect RDMA on."""
+    assert nccl_log.read(NEVER_PRINTED).lines == 0
+    with pytest.raises(AssertionError) as failed:
+        rendezvous_tests.nccl_between_nodes(_nodes(tmp_path, NEVER_PRINTED))
+    assert str(failed.value).startswith("NCCL wrote no log: 2 file(s) in "), failed.value
+    assert "hold no NCCL INFO or WARN line" in str(failed.value)
+
+
+def test_real_trace_and_call_lines_end_a_record_and_are_not_read():
+    text = ("gpu-a01:11:12 [0] NCCL INFO Using network IB\n"
+            "gpu-a01:11:12 [0] 12.345678 netSend:301 NCCL TRACE Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n"
+            "gpu-a01:11:12 NCCL CALL ncclAllReduce(0x7f, 0x7f, 8, 7, 0, 0x5, 0x6)\n"
+            "gpu-a01:11:12 [0] NCCL INFO Using network IBgpu-a01:11:13 [0] 1.500000 f:1 NCCL TRACE x\n")
+    log = nccl_log.read(text)
+    assert (log.lines, log.cut, log.channels()) == (1, 1, [])
+    assert [p.networks for p in log.processes.values()] == [["IB"]]
