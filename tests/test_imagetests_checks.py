@@ -4,6 +4,8 @@ stand-in (rank files as torchrun's ranks write them, a host's environment, NCCL'
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -117,3 +119,22 @@ def test_real_trace_and_call_lines_end_a_record_and_are_not_read():
     log = nccl_log.read(text)
     assert (log.lines, log.cut, log.channels()) == (1, 1, [])
     assert [p.networks for p in log.processes.values()] == [["IB"]]
+
+
+def test_a_test_in_a_folder_named_gpu_is_recorded_as_marked_not_as_named(tmp_path):
+    """Before: results.json called a test gpu when any of its names was `gpu` (pytest's keywords: a site-check group
+    folder `gpu`), where defined.json and the release gate read the `gpu` marker."""
+    from tests.test_imagetests_unit import SUITE_TIMEOUT_S, image_tests_argv
+
+    argv = image_tests_argv(tmp_path, {})
+    (tmp_path / "suite" / "gpu").mkdir()
+    (tmp_path / "suite" / "gpu" / "test_site.py").write_text(
+        "import pytest\n\n\ndef test_dcgm_config():\n    pass\n\n\n"
+        "@pytest.mark.gpu(what='a GPU check')\ndef test_on_gpu():\n    pass\n")
+    subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(IMAGE_TESTS.parent)}, capture_output=True, text=True,
+                   timeout=SUITE_TIMEOUT_S)
+    found = {t["id"]: t for t in json.loads((tmp_path / "results.json").read_text())["tests"]}
+    assert found["gpu/test_site.py::test_dcgm_config"]["result"] == "passed"
+    assert found["gpu/test_site.py::test_dcgm_config"]["gpu"] is False
+    assert found["gpu/test_site.py::test_on_gpu"]["gpu"] is True and found["gpu/test_site.py::test_on_gpu"][
+        "skip_code"] == "gpu-not-in-cell"
