@@ -100,7 +100,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if cold:
         _COLD.append(True)
     mode, why = lanes.access(item, target)
-    item.user_properties += [("lane", _lane(item.config)), ("access", mode), ("access_why", why)]
+    item.user_properties += [("lane", _lane(item.config)), ("access", mode), ("access_why", why),
+                             ("gpu", item.get_closest_marker("gpu") is not None)]   # the marker, as defined.json
     with lanes.hold(_lock_dir(item.config), lanes.EXCLUSIVE if cold else mode) as held:
         _HOLDING[:] = [(held, mode, item)]
         try:
@@ -354,9 +355,12 @@ def _intervals() -> list[dict[str, Any]]:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    entry = _entry(report.nodeid, "gpu" in report.keywords)
+    # Marked gpu (never a folder or other name `gpu` among pytest's keywords): the controller of xdist workers has
+    # reports, not items, so the worker hands the marker over with the report.
+    gpu = bool(dict(report.user_properties).get("gpu"))
+    entry = _entry(report.nodeid, gpu)
     _schedule(report, entry["id"])
-    entry["gpu"] = entry["gpu"] or "gpu" in report.keywords
+    entry["gpu"] = entry["gpu"] or gpu
     entry["duration_s"] = round(entry["duration_s"] + report.duration, 3)
     if report.skipped and entry["result"] != "failed":   # a skip after the failure (in teardown) never hides it
         entry["result"] = "skipped"

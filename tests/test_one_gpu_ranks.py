@@ -68,7 +68,8 @@ class StandInRanks:
         checks = {"all_reduce_sum": {"ok": True, "got": 1, "want": 1}}
         for rank in range(nproc):
             (folder / f"rank-{rank}.start.json").write_text("{}")
-            (folder / f"rank-{rank}.json").write_text(json.dumps({"ok": True, "backend": backend, "checks": checks}))
+            ended = {"ok": True, "backend": backend, "world_size": nproc, "checks": checks}   # as collectives.py writes
+            (folder / f"rank-{rank}.json").write_text(json.dumps(ended))
         result = {"world_size": nproc, "backend": backend, "identical": True, "param_hashes": ["h"] * nproc,
                   "first_loss": 1.0, "last_loss": 0.1, "matches_reference": True, "max_abs_diff": 0.0,
                   "losses": [1.0, 0.5]}

@@ -42,10 +42,12 @@ FAMILIES = (IB, EFA, SOCKET, UNKNOWN)
 FAMILY_WORDS = {IB: "InfiniBand/RoCE through verbs", EFA: "AWS EFA through libfabric (aws-ofi-nccl)",
                 SOCKET: "TCP sockets", UNKNOWN: "a network this check does not know"}
 
-# `HOST:PID:TID [DEV] ` followed by NCCL's level (a WARN has FILE:LINE (FUNC) between).
-_PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>-?\d+)\] "
-                     r"(?=NCCL (?:INFO|TRACE|CALL) |\S+:\d+ (?:\([^)]*\) )?NCCL WARN )")
-_LEVEL = re.compile(r"NCCL (?P<level>INFO|TRACE|CALL) |\S+:\d+ (?:\([^)]*\) )?NCCL (?P<warn>WARN) ")
+# `HOST:PID:TID [DEV] ` followed by NCCL's level (a WARN has FILE:LINE (FUNC) between), as src/debug.cc prints them.
+# A TRACE line (`[DEV] MS FUNC:LINE NCCL TRACE `) and a CALL line (`NCCL CALL `, no device) end the record before them
+# but are not read; `[DEV] NCCL TRACE ` or `[DEV] NCCL CALL ` is no line NCCL prints, and no record.
+_PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) (?:\[(?P<dev>-?\d+)\] "
+                     r"(?=NCCL INFO |\S+:\d+ (?:\([^)]*\) )?NCCL WARN |\d+\.\d+ \S+:\d+ NCCL TRACE )|(?=NCCL CALL ))")
+_LEVEL = re.compile(r"NCCL (?P<level>INFO) |\S+:\d+ (?:\([^)]*\) )?NCCL (?P<warn>WARN) ")
 _USING = re.compile(r"Using network (?P<name>\S.*?)\s*$")
 # NET lines name their direction; P2P (`Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM`) and SHM (`Channel 00 : ...
 # via SHM/direct`, no connection index) do not.
@@ -185,7 +187,7 @@ def read(text: str, log: Log | None = None) -> Log:
             if not whole:
                 log.cut += 1
                 continue
-            records.append((match["host"], match["pid"], match["dev"], rest, index > 0))
+            records.append((match["host"], match["pid"], match["dev"] or "", rest, index > 0))
     for host, pid, dev, rest, glued in records:
         if glued:   # `...Using netgpu-a01:4128:...`: the host is the known one its name ends with
             host = max((h for h in hosts if host.endswith(h)), key=len, default=host)

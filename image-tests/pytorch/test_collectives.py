@@ -29,6 +29,12 @@ def run_collectives(main, nproc: int, device: str) -> tuple[str, dict]:
     assert not cause, cause
     found = ranks.read(probe).ended
     assert len(found) == nproc, f"{what}: {len(found)} of {nproc} ranks reported ({probe.cause() or 'no error'})"
+    # Each rank's expected results come from the world size it reports: ranks that each formed a group of their own
+    # (world 1) get their own input back and call it right. The world is the ranks torchrun started, or nothing moved.
+    alone = {rank: e.get("world_size") for rank, e in sorted(found.items()) if e.get("world_size") != nproc}
+    assert not alone, (f"{what}: not every rank joined one group of {nproc}: "
+                       + ", ".join(f"rank {rank} reports world size {size}" for rank, size in alone.items())
+                       + "; the collectives moved nothing between the ranks")
     return what, found
 
 
