@@ -408,19 +408,25 @@ def owed_result(me: str | None, marks: list[dict[str, Any]], env: dict[str, str]
                 "on another node, whose verifier checks its DDP_RESULT")
 
 
+def check_fabric_settings() -> None:
+    """The fabric settings read after the check has run, read now: a bad one stops the node before it runs (once a
+    traceback after every GPU had run)."""
+    for name in ("DDP_GPUS_PER_NODE", "DDP_FABRIC_NICS"):
+        if os.environ.get(name):
+            count_setting(name, os.environ[name])
+    if os.environ.get("DDP_FABRIC_RATE"):
+        try:
+            busbw.link_rate(os.environ["DDP_FABRIC_RATE"])
+        except ValueError as exc:
+            sys.exit(f"DDP check failed: DDP_FABRIC_RATE: {exc}")
+
+
 def main(argv: list[str]) -> int:
     if "DDP_EXPECT_WORLD_SIZE" not in os.environ or "DDP_EXPECT_BACKEND" not in os.environ:
         sys.exit("verify_ddp.py: set DDP_EXPECT_WORLD_SIZE and DDP_EXPECT_BACKEND (what the launcher asked for)")
     want_world = count_setting("DDP_EXPECT_WORLD_SIZE", os.environ["DDP_EXPECT_WORLD_SIZE"])
     want_backend = os.environ["DDP_EXPECT_BACKEND"]
-    for name in ("DDP_GPUS_PER_NODE", "DDP_FABRIC_NICS"):   # read after the check: a bad one stops it before it runs
-        if os.environ.get(name):
-            count_setting(name, os.environ[name])
-    if os.environ.get("DDP_FABRIC_RATE"):   # an unknown rate was a traceback once the check had run
-        try:
-            busbw.link_rate(os.environ["DDP_FABRIC_RATE"])
-        except ValueError as exc:
-            sys.exit(f"DDP check failed: DDP_FABRIC_RATE: {exc}")
+    check_fabric_settings()
     command, me = resolve_command(argv)
     if os.environ.get("DDP_RDZV_HOST"):
         timeout = count_setting("DDP_RESOLVE_TIMEOUT_S", os.environ.get("DDP_RESOLVE_TIMEOUT_S", "900"))
