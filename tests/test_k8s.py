@@ -466,3 +466,24 @@ def test_an_empty_name_is_refused_and_an_empty_namespace_is_the_contexts(run_cli
         "digits, '-', alphanumeric at both ends)" and out == "", err
     docs = generate(run_cli, IMAGE, "--namespace", "")
     assert all("namespace" not in d["metadata"] for d in docs)
+
+
+@pytest.mark.parametrize(("variant", "name", "nodes", "words"), [
+    ("job", "1check", "2", "--name '1check': the Service's name must start with a letter (a DNS-1035 label)"),
+    ("pytorchjob", "1check", "2", "--name '1check': a PyTorchJob's name must start with a letter"),
+    ("job", "a" * 62, "2", f"the pod hostname '{'a' * 62}-1' is 64 characters, and Kubernetes takes at most 63; "
+     "use a name of at most 61 characters"),
+    ("job", "a" * 61, "12", f"the pod hostname '{'a' * 61}-11' is 64 characters"),
+    ("pytorchjob", "a" * 55, "3", f"the pod and Service '{'a' * 55}-worker-1' is 64 characters"),
+    ("pytorchjob", "a" * 55, "1", f"the pod and Service '{'a' * 55}-master-0' is 64 characters"),
+])
+def test_a_name_the_cluster_would_refuse_for_its_objects_is_exit_2(run_cli, variant: str, name: str, nodes: str,
+                                                                    words: str) -> None:
+    """--name passed as any DNS-1123 label of 63, but the Service (and a PyTorchJob, by the operator's webhook) must
+    start with a letter, and the Job controller's pod hostname `<name>-<index>` (the operator's Services
+    `<name>-worker-<index>`) must fit 63 characters: kubectl applied the manifests and no pod ever started."""
+    code, out, err = run_cli("k8s", IMAGE, "--name", name, "--nodes", nodes, "--variant", variant,
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and words in err and len(err.strip().splitlines()) == 1, err
+    docs = generate(run_cli, IMAGE, "--name", "a" * 61, "--nodes", "2", "--variant", "job")   # `<61 a>-1`: 63
+    assert docs[-1]["metadata"]["name"] == "a" * 61
