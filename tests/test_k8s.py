@@ -487,3 +487,17 @@ def test_a_name_the_cluster_would_refuse_for_its_objects_is_exit_2(run_cli, vari
     assert code == 2 and out == "" and words in err and len(err.strip().splitlines()) == 1, err
     docs = generate(run_cli, IMAGE, "--name", "a" * 61, "--nodes", "2", "--variant", "job")   # `<61 a>-1`: 63
     assert docs[-1]["metadata"]["name"] == "a" * 61
+
+
+@pytest.mark.parametrize(("resource", "words"), [
+    ("cpu", "--gpu-resource 'cpu' is not a resource name like vendor.example/device"),
+    ("gpu", "--gpu-resource 'gpu' is not a resource name like vendor.example/device"),
+    ("kubernetes.io/gpu", "--gpu-resource 'kubernetes.io/gpu': kubernetes.io names no extended resource"),
+])
+def test_a_gpu_resource_that_is_no_extended_resource_is_exit_2(run_cli, resource: str, words: str) -> None:
+    """--gpu-resource was written into the limits unchecked: `cpu` asked for 8 CPUs and no GPU (the NCCL job then
+    failed on the node), `gpu` for a resource the API server refuses. It is checked as --rdma-resource is."""
+    code, out, err = run_cli("k8s", IMAGE, "--gpu-resource", resource, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and err.startswith(f"error: {words}") and len(err.strip().splitlines()) == 1, err
+    docs = generate(run_cli, IMAGE, "--gpu-resource", "amd.com/gpu")
+    assert _pod(docs[-1])["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 8}

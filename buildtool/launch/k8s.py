@@ -69,6 +69,11 @@ class PodOptions:
     rdma_resources: tuple[tuple[str, int], ...] = ()
     ipc_lock: bool = True          # GPU pods: IPC_LOCK, so NCCL/RDMA can pin memory
 
+    def __post_init__(self) -> None:
+        # A GPU is an extended resource as an RDMA device is: `gpu` or `cpu` made a limit the API server refuses, or
+        # 8 CPUs for a job that asked for GPUs.
+        check_resource_name("--gpu-resource", self.gpu_resource)
+
     @staticmethod
     def parse_rdma(items: list[str], option: str = "--rdma-resource") -> tuple[tuple[str, int], ...]:
         """`NAME[=COUNT]` (e.g. rdma/rdma_shared_device_a, rdma/ib=2, vpc.amazonaws.com/efa=32) -> (name, count)
