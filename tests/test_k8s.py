@@ -501,3 +501,16 @@ def test_a_gpu_resource_that_is_no_extended_resource_is_exit_2(run_cli, resource
     assert code == 2 and out == "" and err.startswith(f"error: {words}") and len(err.strip().splitlines()) == 1, err
     docs = generate(run_cli, IMAGE, "--gpu-resource", "amd.com/gpu")
     assert _pod(docs[-1])["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 8}
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--rdma-resource", "nvidia.com/gpu=1"], "--rdma-resource nvidia.com/gpu is named twice (also by --gpu-resource)"),
+    (["--rdma-resource", "rdma/ib", "--rdma-resource", "rdma/ib=2"],
+     "--rdma-resource rdma/ib is named twice (also by --rdma-resource)"),
+])
+def test_a_resource_named_twice_is_exit_2_never_one_limit_replacing_the_other(run_cli, args: list[str],
+                                                                               words: str) -> None:
+    """The pod's limits are one value per name: `--rdma-resource nvidia.com/gpu=1` replaced the job's 8 GPUs by 1
+    (torchrun then started 8 processes on one GPU), a repeated RDMA resource kept only its last count."""
+    code, out, err = run_cli("k8s", IMAGE, *args, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and err.startswith(f"error: {words}") and len(err.strip().splitlines()) == 1, err

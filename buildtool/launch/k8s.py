@@ -73,6 +73,13 @@ class PodOptions:
         # A GPU is an extended resource as an RDMA device is: `gpu` or `cpu` made a limit the API server refuses, or
         # 8 CPUs for a job that asked for GPUs.
         check_resource_name("--gpu-resource", self.gpu_resource)
+        # One limit per name: a second one replaced the first (the GPUs' 8 by an RDMA count of 1).
+        seen = {self.gpu_resource: "--gpu-resource"}
+        for name, _ in self.rdma_resources:
+            if name in seen:
+                raise UserError(f"--rdma-resource {name} is named twice (also by {seen[name]}): a pod has one limit "
+                                "per resource; name it once")
+            seen[name] = "--rdma-resource"
 
     @staticmethod
     def parse_rdma(items: list[str], option: str = "--rdma-resource") -> tuple[tuple[str, int], ...]:
