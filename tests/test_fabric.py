@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -460,3 +461,20 @@ def test_an_unknown_fabric_rate_stops_the_check_before_it_runs_naming_the_known_
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout
     assert proc.stderr.startswith("DDP check failed: DDP_FABRIC_RATE: --fabric-rate 'HDR-9000' is not a documented "
                                   "rate; one of ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize(("subsys", "refused"), [
+    ("^NET,INIT", True), ("^init", True), ("^ALL", True), ("INIT,^NET", False),
+    ("^NET", False), ("^COLL,GRAPH", False), ("init", False), ("ALL", False), ("COLL,NET", True),
+])
+def test_nccl_debug_subsys_is_read_as_nccl_reads_a_leading_caret(subsys: str, refused: bool) -> None:
+    """NCCL reads a leading ^ as "every subsystem but these" (src/debug.cc): `^NET,INIT` hides the INIT lines the
+    fabric check reads (`Using network`) and passed because INIT was in the list; `^NET` shows them and was
+    refused because INIT was not."""
+    settings = {"image": IMAGE, "nodes": 2, "gpus_per_node": 8, "fabric_rate": "NDR",
+                "nccl": NcclSettings(extra=(("NCCL_DEBUG_SUBSYS", subsys),))}
+    if refused:
+        with pytest.raises(UserError, match=f"NCCL_DEBUG_SUBSYS={re.escape(subsys)}: the job asks for IB"):
+            MultiNodeJob(**settings)
+    else:
+        assert MultiNodeJob(**settings).env["NCCL_DEBUG_SUBSYS"] == subsys

@@ -466,3 +466,51 @@ def test_an_empty_name_is_refused_and_an_empty_namespace_is_the_contexts(run_cli
         "digits, '-', alphanumeric at both ends)" and out == "", err
     docs = generate(run_cli, IMAGE, "--namespace", "")
     assert all("namespace" not in d["metadata"] for d in docs)
+
+
+@pytest.mark.parametrize(("variant", "name", "nodes", "words"), [
+    ("job", "1check", "2", "--name '1check': the Service's name must start with a letter (a DNS-1035 label)"),
+    ("pytorchjob", "1check", "2", "--name '1check': a PyTorchJob's name must start with a letter"),
+    ("job", "a" * 62, "2", f"the pod hostname '{'a' * 62}-1' is 64 characters, and Kubernetes takes at most 63; "
+     "use a name of at most 61 characters"),
+    ("job", "a" * 61, "12", f"the pod hostname '{'a' * 61}-11' is 64 characters"),
+    ("pytorchjob", "a" * 55, "3", f"the pod and Service '{'a' * 55}-worker-1' is 64 characters"),
+    ("pytorchjob", "a" * 55, "1", f"the pod and Service '{'a' * 55}-master-0' is 64 characters"),
+])
+def test_a_name_the_cluster_would_refuse_for_its_objects_is_exit_2(run_cli, variant: str, name: str, nodes: str,
+                                                                    words: str) -> None:
+    """--name passed as any DNS-1123 label of 63, but the Service (and a PyTorchJob, by the operator's webhook) must
+    start with a letter, and the Job controller's pod hostname `<name>-<index>` (the operator's Services
+    `<name>-worker-<index>`) must fit 63 characters: kubectl applied the manifests and no pod ever started."""
+    code, out, err = run_cli("k8s", IMAGE, "--name", name, "--nodes", nodes, "--variant", variant,
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and words in err and len(err.strip().splitlines()) == 1, err
+    docs = generate(run_cli, IMAGE, "--name", "a" * 61, "--nodes", "2", "--variant", "job")   # `<61 a>-1`: 63
+    assert docs[-1]["metadata"]["name"] == "a" * 61
+
+
+@pytest.mark.parametrize(("resource", "words"), [
+    ("cpu", "--gpu-resource 'cpu' is not a resource name like vendor.example/device"),
+    ("gpu", "--gpu-resource 'gpu' is not a resource name like vendor.example/device"),
+    ("kubernetes.io/gpu", "--gpu-resource 'kubernetes.io/gpu': kubernetes.io names no extended resource"),
+])
+def test_a_gpu_resource_that_is_no_extended_resource_is_exit_2(run_cli, resource: str, words: str) -> None:
+    """--gpu-resource was written into the limits unchecked: `cpu` asked for 8 CPUs and no GPU (the NCCL job then
+    failed on the node), `gpu` for a resource the API server refuses. It is checked as --rdma-resource is."""
+    code, out, err = run_cli("k8s", IMAGE, "--gpu-resource", resource, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and err.startswith(f"error: {words}") and len(err.strip().splitlines()) == 1, err
+    docs = generate(run_cli, IMAGE, "--gpu-resource", "amd.com/gpu")
+    assert _pod(docs[-1])["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 8}
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--rdma-resource", "nvidia.com/gpu=1"], "--rdma-resource nvidia.com/gpu is named twice (also by --gpu-resource)"),
+    (["--rdma-resource", "rdma/ib", "--rdma-resource", "rdma/ib=2"],
+     "--rdma-resource rdma/ib is named twice (also by --rdma-resource)"),
+])
+def test_a_resource_named_twice_is_exit_2_never_one_limit_replacing_the_other(run_cli, args: list[str],
+                                                                               words: str) -> None:
+    """The pod's limits are one value per name: `--rdma-resource nvidia.com/gpu=1` replaced the job's 8 GPUs by 1
+    (torchrun then started 8 processes on one GPU), a repeated RDMA resource kept only its last count."""
+    code, out, err = run_cli("k8s", IMAGE, *args, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and err.startswith(f"error: {words}") and len(err.strip().splitlines()) == 1, err

@@ -69,6 +69,18 @@ class PodOptions:
     rdma_resources: tuple[tuple[str, int], ...] = ()
     ipc_lock: bool = True          # GPU pods: IPC_LOCK, so NCCL/RDMA can pin memory
 
+    def __post_init__(self) -> None:
+        # A GPU is an extended resource as an RDMA device is: `gpu` or `cpu` made a limit the API server refuses, or
+        # 8 CPUs for a job that asked for GPUs.
+        check_resource_name("--gpu-resource", self.gpu_resource)
+        # One limit per name: a second one replaced the first (the GPUs' 8 by an RDMA count of 1).
+        seen = {self.gpu_resource: "--gpu-resource"}
+        for name, _ in self.rdma_resources:
+            if name in seen:
+                raise UserError(f"--rdma-resource {name} is named twice (also by {seen[name]}): a pod has one limit "
+                                "per resource; name it once")
+            seen[name] = "--rdma-resource"
+
     @staticmethod
     def parse_rdma(items: list[str], option: str = "--rdma-resource") -> tuple[tuple[str, int], ...]:
         """`NAME[=COUNT]` (e.g. rdma/rdma_shared_device_a, rdma/ib=2, vpc.amazonaws.com/efa=32) -> (name, count)
@@ -242,6 +254,24 @@ def default_variant(job: MultiNodeJob) -> str:
     return job.launcher.k8s_variants[0]
 
 
+def check_names(job: MultiNodeJob, variant: str) -> None:
+    """UserError unless the cluster takes the names the job's objects make of --name: the indexed Job's Service
+    and a PyTorchJob (the training operator's webhook) are DNS-1035 labels (a letter first), and so is each name
+    made from it, which must stay within 63 characters: pod hostname `<name>-<index>` (the Job controller's),
+    Service `<name>-worker-<index>` (the operator's). A longer one is refused only once the pods are made."""
+    if not job.name[:1].isalpha():
+        what = "the Service's" if variant == "job" else "a PyTorchJob's"
+        raise UserError(f"--name {job.name!r}: {what} name must start with a letter (a DNS-1035 label); "
+                        "name the job e.g. ddp-check")
+    made = (f"{job.name}-{job.nodes - 1}" if variant == "job"
+            else f"{job.name}-{'worker' if job.nodes > 1 else 'master'}-{max(job.nodes - 2, 0)}")
+    if len(made) > 63:
+        what = "pod hostname" if variant == "job" else "pod and Service"
+        raise UserError(f"--name {job.name!r} is too long for {job.nodes} node(s): the {what} {made!r} is "
+                        f"{len(made)} characters, and Kubernetes takes at most 63; use a name of at most "
+                        f"{len(job.name) - (len(made) - 63)} characters")
+
+
 def manifests(job: MultiNodeJob, opts: PodOptions, source: str, variant: str) -> list[dict[str, Any]]:
     """The objects to apply; SOURCE is the framework's check script."""
     if variant not in VARIANTS:
@@ -252,6 +282,7 @@ def manifests(job: MultiNodeJob, opts: PodOptions, source: str, variant: str) ->
         raise UserError(f"--variant {variant} {VARIANTS[variant]}, and {check.framework}'s multi-node check is a "
                         f"{check.launcher} check ({check.script}, {launcher.processes}): use --variant "
                         f"{' or '.join(launcher.k8s_variants)}")
+    check_names(job, variant)
     docs = [config_map(job, opts, source)]
     if variant == "pytorchjob":
         docs.append(pytorch_job(job, opts))

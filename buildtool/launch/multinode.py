@@ -113,6 +113,15 @@ class NcclSettings:
         return {**env, **{name: value for name, value in named if value}, **dict(self.extra)}
 
 
+def subsys_shows_init(subsys: str) -> bool:
+    """Whether NCCL_DEBUG_SUBSYS=SUBSYS lets NCCL print its INIT lines (`Using network`), read as NCCL reads it
+    (src/debug.cc): a comma list of subsystems in any case, or after a leading ^ all subsystems but those listed
+    (`^NET,INIT` leaves INIT out; `^NET` keeps it)."""
+    invert = subsys.startswith("^")
+    names = {name.strip().upper() for name in subsys.removeprefix("^").split(",")}
+    return bool({"INIT", "ALL"} & names) != invert
+
+
 @dataclass(frozen=True)
 class MultiNodeJob:
     """One multi-node run of a framework's check (`check`; None for a workload of the caller's own, as
@@ -162,8 +171,7 @@ class MultiNodeJob:
                             "reads NCCL's INFO lines to see that NCCL used it; leave --nccl-debug unset (INFO, "
                             "subsystems INIT,NET) or set INFO or TRACE")
         subsys = dict(self.nccl.extra).get("NCCL_DEBUG_SUBSYS")
-        if (asked or self.require_gdr) and subsys is not None and not (
-                {"INIT", "ALL"} & set(subsys.upper().split(","))):
+        if (asked or self.require_gdr) and subsys is not None and not subsys_shows_init(subsys):
             raise UserError(f"--nccl-env NCCL_DEBUG_SUBSYS={subsys}: the job asks for {self.fabric_reason}, and "
                             "NCCL prints the network and its channels under INIT; include INIT")
         if self.nodes < 1:
