@@ -236,3 +236,15 @@ def test_a_build_says_when_its_apt_lock_was_resolved_in_another_base():
     assert logged == [f"[pytorch-cpu:2.13] note: its apt lock was resolved in base {resolved[:19]}, this build's base "
                       f"is sha256:{'c' * 12} (another archive state: `make lock FRAMEWORK=pytorch-cpu:2.13` resolves "
                       "it in this one)"]
+
+
+def test_a_slim_bases_dpkg_filter_has_the_same_mode_under_any_umask(mmdebstrap_here):
+    """_slim wrote etc/dpkg/dpkg.cfg.d/docker-slim with the mode the process's umask left (0600 under 077, 0640
+    under a hardened root's 027): the base's layer, so its digest and every image's built on it, depended on the
+    machine that made it."""
+    old = os.umask(0o077)
+    try:
+        tree = mmdebstrap_here()["tree"]
+    finally:
+        os.umask(old)
+    assert tree["etc/dpkg/dpkg.cfg.d/docker-slim"].st_mode & 0o7777 == 0o644

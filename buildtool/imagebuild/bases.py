@@ -236,6 +236,8 @@ def _slim(rootfs: Path) -> None:
     the filter written for dpkg."""
     (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
     (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(SLIM_EXCLUDES)
+    # Its mode in the layer is Debian's (0644), not what the umask of the machine making the base leaves.
+    (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").chmod(0o644)
     for folder in ("usr/share/man", "usr/share/info", "usr/share/locale"):
         target = rootfs / folder
         for item in target.iterdir() if target.is_dir() else ():
