@@ -113,3 +113,16 @@ def test_a_query_token_is_scrubbed_as_it_is_written_not_only_decoded(tmp_path: P
     log.write_text(printed + "\n")
     scrub_log(log, secret_strings(HostPip(extra_index_urls=(url,))))
     assert log.read_text().rstrip("\n").endswith("=****"), log.read_text()
+
+
+def test_an_index_url_that_does_not_parse_is_still_scrubbed_not_a_traceback(tmp_path: Path) -> None:
+    """secret_strings split each index URL with urlsplit, which refuses a malformed host (`[` of an IPv6 address
+    left open) with ValueError: an extra index so written (left out of uv's settings as unreachable) ended each
+    cell's build in that traceback, and a failed `make lock` lost its one line to it."""
+    from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+
+    url = "https://u:tok123@[fd00::1/simple?token=zzzz1"
+    log = tmp_path / "build.log"
+    log.write_text(f"Looking in indexes: {url}\n")
+    scrub_log(log, secret_strings(HostPip(extra_index_urls=(url,))))
+    assert log.read_text() == "Looking in indexes: https://u:****@[fd00::1/simple?token=****\n"
