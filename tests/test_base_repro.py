@@ -236,3 +236,32 @@ def test_a_build_says_when_its_apt_lock_was_resolved_in_another_base():
     assert logged == [f"[pytorch-cpu:2.13] note: its apt lock was resolved in base {resolved[:19]}, this build's base "
                       f"is sha256:{'c' * 12} (another archive state: `make lock FRAMEWORK=pytorch-cpu:2.13` resolves "
                       "it in this one)"]
+
+
+def test_a_slim_bases_dpkg_filter_has_the_same_mode_under_any_umask(mmdebstrap_here):
+    """_slim wrote etc/dpkg/dpkg.cfg.d/docker-slim with the mode the process's umask left (0600 under 077, 0640
+    under a hardened root's 027): the base's layer, so its digest and every image's built on it, depended on the
+    machine that made it."""
+    old = os.umask(0o077)
+    try:
+        tree = mmdebstrap_here()["tree"]
+    finally:
+        os.umask(old)
+    assert tree["etc/dpkg/dpkg.cfg.d/docker-slim"].st_mode & 0o7777 == 0o644
+
+
+def test_a_stand_in_is_built_from_its_debian_base_by_digest(monkeypatch, tmp_path):
+    """A single-platform stand-in was built FROM the mirror's Debian tag: the engine's BuildKit resolves a tag
+    from its own image store first, so a machine holding an older image of that tag (pulled, or a base of an
+    earlier recipe) built the stand-in, and every image on it, on another base than the registry's."""
+    cell = next(c for c in fixture_matrix().cells if c.key == "pytorch-ngc:25.01")
+    debian = "sha256:" + "d" * 64
+    built: list[dict[str, str]] = []
+    monkeypatch.setattr(bases, "RegistryClient", lambda host: SimpleNamespace(ping=lambda: None))
+    monkeypatch.setattr(bases.engine, "sdk", lambda: None)
+    monkeypatch.setattr(bases, "_debian_base", lambda *args, **kwargs: [])
+    monkeypatch.setattr(bases, "registry_digest", lambda ref: debian if "/library/debian:" in ref else None)
+    monkeypatch.setattr(bases, "_build_standin", lambda cell, text, args, tag, log: built.append(args))
+    monkeypatch.setattr(bases, "push_verified", lambda ref, log: "sha256:" + "e" * 64)
+    bases.fill_bases([cell], "127.0.0.1:5000", force=False, log=print, log_dir=tmp_path, templates=tmp_path)
+    assert built == [{"BASE_IMAGE": f"127.0.0.1:5000/library/debian@{debian}"}]

@@ -96,3 +96,33 @@ def test_a_stand_ins_framework_pin_is_read_as_pip_reads_it() -> None:
     standin = cell.standin.model_copy(update={"requirements": ["tensorflow-cpu[and-cuda] == 2.21.0"],
                                               "platform_requirements": {}})
     assert bases.standin_framework_version(replace(cell, standin=standin)) == "2.21.0"
+
+
+@pytest.mark.parametrize(("url", "printed"), [
+    # uv's "Failed to fetch" line (measured with uv 0.x): the query as given, percent-encoding and all.
+    ("https://pkgs.example/simple?token=ab%2Bcd123", "Failed to fetch: https://pkgs.example/simple/numpy/?token=ab%2Bcd123"),
+    # An Azure SAS-like signature: base64 with `+`, `/` and `=` percent-encoded or `+` as written.
+    ("https://pkgs.example/simple?sv=1&sig=Ab+Cd%2FEf%3D", "GET https://pkgs.example/simple/x/?sv=1&sig=Ab+Cd%2FEf%3D"),
+])
+def test_a_query_token_is_scrubbed_as_it_is_written_not_only_decoded(tmp_path: Path, url: str, printed: str) -> None:
+    """secret_strings took a query's values decoded as a form (parse_qsl: `%2B` to `+`, `+` to a space), never as
+    written: uv and pip print the URL as given, so `?token=ab%2Bcd123` stayed whole in the build log."""
+    from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+
+    log = tmp_path / "build.log"
+    log.write_text(printed + "\n")
+    scrub_log(log, secret_strings(HostPip(extra_index_urls=(url,))))
+    assert log.read_text().rstrip("\n").endswith("=****"), log.read_text()
+
+
+def test_an_index_url_that_does_not_parse_is_still_scrubbed_not_a_traceback(tmp_path: Path) -> None:
+    """secret_strings split each index URL with urlsplit, which refuses a malformed host (`[` of an IPv6 address
+    left open) with ValueError: an extra index so written (left out of uv's settings as unreachable) ended each
+    cell's build in that traceback, and a failed `make lock` lost its one line to it."""
+    from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+
+    url = "https://u:tok123@[fd00::1/simple?token=zzzz1"
+    log = tmp_path / "build.log"
+    log.write_text(f"Looking in indexes: {url}\n")
+    scrub_log(log, secret_strings(HostPip(extra_index_urls=(url,))))
+    assert log.read_text() == "Looking in indexes: https://u:****@[fd00::1/simple?token=****\n"

@@ -417,3 +417,22 @@ def test_parse_lock_refuses_a_tool_field_that_is_not_a_string(text, message):
     float) read as "2.3", the glibc the wheels' platform is made from (render.dockerfiles), silently wrong."""
     with pytest.raises(ValueError, match=re.escape(message)):
         locks.parse_lock(text)
+
+
+def test_a_failed_resolution_names_no_index_token(tmp_path: Path) -> None:
+    """uv masks an index URL's password in its errors, not a token in its query: `make lock` against an index
+    given as `...?token=...` that failed printed the token in its one line (`Failed to fetch: ...?token=...`)."""
+    import sys
+
+    uv = tmp_path / "uv.py"
+    uv.write_text("import sys\nsys.stderr.write('error: Request failed after 3 retries\\n"
+                  "  cause: Failed to fetch: https://pkgs.example/simple/numpy/?token=ab%2Bcd123\\n"
+                  "  cause: error sending request for url (https://pkgs.example/simple/numpy/?token=ab%2Bcd123)\\n"
+                  "  cause: client error (Connect)\\n  cause: tcp connect error\\n')\nsys.exit(2)\n")
+    with pytest.raises(lock.FailedError) as failed:
+        lock._run_uv([sys.executable, str(uv), "--index-url", "https://u:pw%2F1@pkgs.example/simple",
+                      "--extra-index-url", "https://pkgs.example/simple?token=ab%2Bcd123", "-o", "x", "in"],
+                     {}, tmp_path)
+    said = str(failed.value)
+    assert "ab%2Bcd123" not in said and "ab+cd123" not in said
+    assert "Failed to fetch: https://pkgs.example/simple/numpy/?token=****" in said

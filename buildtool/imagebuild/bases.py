@@ -236,6 +236,8 @@ def _slim(rootfs: Path) -> None:
     the filter written for dpkg."""
     (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
     (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(SLIM_EXCLUDES)
+    # Its mode in the layer is Debian's (0644), not what the umask of the machine making the base leaves.
+    (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").chmod(0o644)
     for folder in ("usr/share/man", "usr/share/info", "usr/share/locale"):
         target = rootfs / folder
         for item in target.iterdir() if target.is_dir() else ():
@@ -433,12 +435,23 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
             results.append(BaseResult(ref, "present", digest, time.monotonic() - started))
             continue
         debian_ref = mirror_base(cell.standin.base, mirror)
-        log(f"building stand-in {ref} (FROM {debian_ref}, {' '.join(cell.standin.requirements)})")
+        pinned = _pinned(debian_ref)
+        log(f"building stand-in {ref} (FROM {pinned}, {' '.join(cell.standin.requirements)})")
         log_file = log_dir / f"base-standin-{cell.name}-{cell.version}.log"
-        _build_standin(cell, _standin_dockerfile(cell, debian_ref), {"BASE_IMAGE": debian_ref}, ref, log_file)
+        _build_standin(cell, _standin_dockerfile(cell, debian_ref), {"BASE_IMAGE": pinned}, ref, log_file)
         digest = push_verified(ref, log)
         results.append(BaseResult(ref, "stand-in", digest, time.monotonic() - started))
     return results
+
+
+def _pinned(ref: str) -> str:
+    """`ref` by the digest its registry holds now: a FROM by tag is resolved by the engine, which takes an image of
+    that tag in its own store (an older base pulled or built here before) over the registry's."""
+    digest = registry_digest(ref)
+    if not digest:
+        raise FailedError(f"the base {ref} is not in its registry after it was made; run `make bases` again")
+    host, repo, _ = split_repo(ref)
+    return f"{host}/{repo}@{digest}"
 
 
 def _build_standin(cell: Cell, dockerfile_text: str, build_args: dict[str, str], tag: str, log_file: Path,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
@@ -75,7 +75,8 @@ def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source
 def secret_strings(host: HostPip) -> list[str]:
     """Credentials inside index URLs: scrubbed from logs as a second line of defence. The user info is everything
     up to the last `@` (a password may hold an unescaped `/`); a token may also ride in the query or fragment
-    (`?token=...`, common.urls): each value there is one too, and each secret as written and percent-decoded."""
+    (`?token=...`, common.urls): each value there is one too, and each secret as written and percent-decoded (a
+    query value also as a form decodes it)."""
     found: list[str] = []
     for url in (host.index_url, *host.extra_index_urls, *host.find_links):
         scheme, sep, rest = url.partition("://")
@@ -87,9 +88,14 @@ def secret_strings(host: HostPip) -> list[str]:
             found.append(password if len(password) >= 4 else userinfo)
         elif at and user:   # `https://TOKEN@host/simple`: the user name is the secret
             found.append(user)
-        parts = urlsplit(f"{scheme}://{location}")
-        found += [value for _, value in parse_qsl(parts.query, keep_blank_values=True)]
-        found += [parts.fragment] if parts.fragment else []
+        # Split as urlsplit splits them, but never refused (`https://[bad/simple`: urlsplit's ValueError).
+        location, _, fragment = location.partition("#")
+        query = location.partition("?")[2]
+        # Each value as written (`sig=Ab%2Bc` is what uv and pip print) and as a form decodes it (`+` a space).
+        written = [pair.partition("=")[2] for pair in query.split("&")]
+        found += [value for value in written if value]
+        found += [value for _, value in parse_qsl(query, keep_blank_values=True)]
+        found += [fragment] if fragment else []
     found += [unquote(s) for s in found]
     # Longest first: a secret that is part of another (`tok` of `tok-2`) must not mask that one's head only.
     return sorted((s for s in dict.fromkeys(found) if len(s) >= 4), key=len, reverse=True)

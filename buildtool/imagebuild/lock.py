@@ -282,7 +282,20 @@ def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
         lines = [ln.strip() for ln in run.stderr.splitlines() if ln.strip()]
         # The URL it could not fetch (an unreachable index) comes first, above the causes' tail.
         fetch = [ln for ln in lines[:-4] if "Failed to fetch" in ln][:1]
-        raise FailedError("uv pip compile failed: " + " | ".join(fetch + lines[-4:])[:600])
+        said = " | ".join(fetch + lines[-4:])
+        # uv masks a URL's password, not a token in its query (`?token=...`): each index's secrets are scrubbed.
+        for secret in _index_secrets(argv):
+            said = said.replace(secret, "****")
+        raise FailedError("uv pip compile failed: " + said[:600])
+
+
+def _index_secrets(argv: list[str]) -> list[str]:
+    """The credentials in the index URLs of a uv command line (cell_inputs.secret_strings)."""
+    from buildtool.imagebuild.cell_inputs import secret_strings
+
+    urls = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1])
+                 if arg in ("--index-url", "--extra-index-url", "--find-links"))
+    return secret_strings(HostPip(extra_index_urls=urls))
 
 
 @dataclass(frozen=True)
