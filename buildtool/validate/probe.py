@@ -38,6 +38,11 @@ class Inventory:
 
 NVIDIA_SMI_TIMEOUT_S = 30
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
+_QUERY = ("index", "name", "driver_version", "memory.total")
+# nvidia-smi prints a value a GPU does not have as [N/A] or [Not Supported] (memory.total of a unified-memory GPU:
+# GB10, Jetson); any other bracketed value is the NVML error of reading it ([Unknown Error], [GPU requires reset],
+# [GPU is lost]), and ERR! the table's: such a GPU is listed but not usable (CUDA sees no device there).
+_NO_VALUE = ("[N/A]", "[Not Supported]")
 
 
 def _nvidia_smi(*args: str) -> subprocess.CompletedProcess[str]:
@@ -59,6 +64,9 @@ def gpu_inventory() -> Inventory:
     for line in proc.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 3:
+            broken = _broken_field(parts)
+            if broken:
+                return Inventory([], problem=broken)
             memory = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else None
             gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2], memory_mib=memory))
     if not gpus:
@@ -70,6 +78,16 @@ def gpu_inventory() -> Inventory:
     link, link_problem, seen = _interconnect(len(gpus))
     return Inventory(gpus, driver=gpus[0].driver, cuda_driver=match.group(1) if match else "", interconnect=link,
                      interconnect_problem=link_problem, interconnect_seen=seen)
+
+
+def _broken_field(parts: list[str]) -> str:
+    """Why a GPU row of nvidia-smi's --query-gpu answer is no usable GPU (a field it could not read), or ""."""
+    for field, value in zip(_QUERY, parts, strict=False):
+        error = value.startswith("[") and value.endswith("]") and value not in _NO_VALUE
+        if error or value == "ERR!" or (field == "name" and value in ("", *_NO_VALUE)):
+            return (f"nvidia-smi lists GPU {parts[0][:20]} ({parts[1][:60]}) but reads its {field} as {value[:60]!r} "
+                    "(a GPU NVML cannot read is no usable GPU; reset it or reboot the runner)")
+    return ""
 
 
 def _interconnect(count: int) -> tuple[str, str, str]:

@@ -1,0 +1,59 @@
+"""The runner's GPU inventory (validate.probe.gpu_inventory) read from nvidia-smi's answers as a broken runner gives
+them, not as tests/gpu_sim.py's healthy fake does: `--query-gpu=... --format=csv,noheader,nounits` rows whose fields
+NVML could not read ([Unknown Error], [GPU requires reset]), a lost GPU's line among the rows, and a failing
+nvidia-smi that printed the healthy GPUs' rows before its error."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from buildtool.common.errors import FailedError
+from buildtool.validate import probe
+
+H100 = "NVIDIA H100 80GB HBM3"
+HEADER = "| NVIDIA-SMI 570.86.15      Driver Version: 570.86.15      CUDA Version: 12.8     |"
+
+
+def _smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[str], rc: int = 0) -> None:
+    """A fake nvidia-smi first on PATH: `rows` (and exit `rc`) for --query-gpu, the table's header otherwise."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (tmp_path / "rows").write_text("".join(f"{row}\n" for row in rows))
+    script = folder / "nvidia-smi"
+    script.write_text(f"""#!/bin/bash
+case "$*" in
+  *--query-gpu*) cat {tmp_path / "rows"}; exit {rc} ;;
+  topo*) exit 3 ;;
+  *) echo '{HEADER}' ;;
+esac
+""")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+
+
+@pytest.mark.parametrize(("row", "field", "value"), [
+    (f"0, {H100}, 570.86.15, [GPU requires reset]", "memory.total", "[GPU requires reset]"),
+    ("0, [Unknown Error], [Unknown Error], [Unknown Error]", "name", "[Unknown Error]"),
+    (f"0, {H100}, [GPU is lost], [GPU is lost]", "driver_version", "[GPU is lost]"),
+])
+def test_a_gpu_whose_fields_nvml_cannot_read_is_no_usable_gpu_and_the_problem_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: str, field: str, value: str) -> None:
+    """Before: the row was a GPU like any other (name '[Unknown Error]', memory None), so the GPU tests ran on a GPU
+    CUDA cannot see, or --require-gpu passed; now the runner has no usable GPU, and why names the GPU and field."""
+    _smi(tmp_path, monkeypatch, [f"1, {H100}, 570.86.15, 81559", row])
+    found = probe.gpu_inventory()
+    assert found.gpus == []
+    assert found.problem.startswith("nvidia-smi lists GPU 0 (") and f"reads its {field} as {value!r}" in found.problem
+    assert "\n" not in found.problem
+    with pytest.raises(FailedError, match=r"declared a GPU runner .*" + field):
+        probe.require_gpus(found)
+
+
+def test_a_unified_memory_gpus_memory_na_is_still_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[N/A] is a value the GPU does not have (GB10's memory.total), not an error: the GPU stays, its memory unknown."""
+    _smi(tmp_path, monkeypatch, ["0, NVIDIA GB10, 580.95.05, [N/A]"])
+    found = probe.gpu_inventory()
+    assert [(g.name, g.memory_mib) for g in found.gpus] == [("NVIDIA GB10", None)] and found.problem == ""
