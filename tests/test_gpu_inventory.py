@@ -57,3 +57,17 @@ def test_a_unified_memory_gpus_memory_na_is_still_a_gpu(tmp_path: Path, monkeypa
     _smi(tmp_path, monkeypatch, ["0, NVIDIA GB10, 580.95.05, [N/A]"])
     found = probe.gpu_inventory()
     assert [(g.name, g.memory_mib) for g in found.gpus] == [("NVIDIA GB10", None)] and found.problem == ""
+
+
+@pytest.mark.parametrize("line", [
+    "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU",
+    "Unable to determine the device handle for GPU0000:65:00.0: Unknown Error",
+])
+def test_a_line_among_the_rows_that_is_no_gpu_is_never_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               line: str) -> None:
+    """Before: a lost GPU's line between the rows was skipped (it has no commas), so 2 of 3 GPUs passed for the
+    runner's inventory and the tests ran on them as if they were all; now the runner has no usable GPU, naming it."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559", line, f"2, {H100}, 570.86.15, 81559"])
+    found = probe.gpu_inventory()
+    assert found.gpus == [] and found.problem == (f"nvidia-smi --query-gpu printed {line!r}, not a GPU's index, name, "
+                                                  "driver_version, memory.total")

@@ -52,7 +52,7 @@ def _nvidia_smi(*args: str) -> subprocess.CompletedProcess[str]:
 def gpu_inventory() -> Inventory:
     """Model, count, driver and the driver's CUDA version of this host's GPUs (nvidia-smi first on PATH)."""
     try:
-        proc = _nvidia_smi("--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits")
+        proc = _nvidia_smi(f"--query-gpu={','.join(_QUERY)}", "--format=csv,noheader,nounits")
     except FileNotFoundError:
         return Inventory([], problem="nvidia-smi not found (no NVIDIA driver on this runner)")
     except subprocess.TimeoutExpired:
@@ -63,12 +63,16 @@ def gpu_inventory() -> Inventory:
     gpus = []
     for line in proc.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            broken = _broken_field(parts)
-            if broken:
-                return Inventory([], problem=broken)
-            memory = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else None
-            gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2], memory_mib=memory))
+        if len(parts) != len(_QUERY) or not parts[0].isdigit():
+            # Not one GPU's fields (a lost GPU's "Unable to determine the device handle ...", a warning): never
+            # skipped, or the GPUs listed would pass for all of the runner's.
+            return Inventory([], problem=f"nvidia-smi --query-gpu printed {line.strip()[:200]!r}, not a GPU's "
+                                         f"{', '.join(_QUERY)}")
+        broken = _broken_field(parts)
+        if broken:
+            return Inventory([], problem=broken)
+        gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2],
+                        memory_mib=int(parts[3]) if parts[3].isdigit() else None))
     if not gpus:
         return Inventory([], problem="nvidia-smi lists no GPU")
     try:
@@ -82,7 +86,7 @@ def gpu_inventory() -> Inventory:
 
 def _broken_field(parts: list[str]) -> str:
     """Why a GPU row of nvidia-smi's --query-gpu answer is no usable GPU (a field it could not read), or ""."""
-    for field, value in zip(_QUERY, parts, strict=False):
+    for field, value in zip(_QUERY, parts, strict=True):
         error = value.startswith("[") and value.endswith("]") and value not in _NO_VALUE
         if error or value == "ERR!" or (field == "name" and value in ("", *_NO_VALUE)):
             return (f"nvidia-smi lists GPU {parts[0][:20]} ({parts[1][:60]}) but reads its {field} as {value[:60]!r} "
