@@ -14,6 +14,8 @@ from buildtool.common.errors import FailedError
 from buildtool.validate import probe
 
 H100 = "NVIDIA H100 80GB HBM3"
+# nvidia-smi on a GPU that fell off the bus (Xid 79), as users report it upstream
+LOST = "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
 HEADER = "| NVIDIA-SMI 570.86.15      Driver Version: 570.86.15      CUDA Version: 12.8     |"
 
 
@@ -60,7 +62,7 @@ def test_a_unified_memory_gpus_memory_na_is_still_a_gpu(tmp_path: Path, monkeypa
 
 
 @pytest.mark.parametrize("line", [
-    "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU",
+    LOST,
     "Unable to determine the device handle for GPU0000:65:00.0: Unknown Error",
 ])
 def test_a_line_among_the_rows_that_is_no_gpu_is_never_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -71,3 +73,13 @@ def test_a_line_among_the_rows_that_is_no_gpu_is_never_skipped(tmp_path: Path, m
     found = probe.gpu_inventory()
     assert found.gpus == [] and found.problem == (f"nvidia-smi --query-gpu printed {line!r}, not a GPU's index, name, "
                                                   "driver_version, memory.total")
+
+
+def test_a_failing_nvidia_smi_is_named_by_its_error_not_by_the_row_of_a_gpu_it_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the problem was the first line nvidia-smi printed, the healthy GPU 0's row ('nvidia-smi failed
+    (exit 15): 0, NVIDIA H100 ...'), which names no cause; now it is the line that says what failed."""
+    lost = LOST
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559", lost], rc=15)
+    found = probe.gpu_inventory()
+    assert found.gpus == [] and found.problem == f"nvidia-smi failed (exit 15): {lost}"

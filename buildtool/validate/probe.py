@@ -59,11 +59,13 @@ def gpu_inventory() -> Inventory:
         return Inventory([], problem=f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S}s")
     if proc.returncode != 0:
         said = (proc.stdout + proc.stderr).strip().splitlines()
-        return Inventory([], problem=f"nvidia-smi failed (exit {proc.returncode}): {said[0] if said else 'no output'}")
+        # Its error, not the row of a GPU it could read before it (a lost GPU's line comes after the rows before it).
+        why = next((line for line in said if not _is_row(line)), said[0] if said else "no output")
+        return Inventory([], problem=f"nvidia-smi failed (exit {proc.returncode}): {why}")
     gpus = []
     for line in proc.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(_QUERY) or not parts[0].isdigit():
+        if not _is_row(line):
             # Not one GPU's fields (a lost GPU's "Unable to determine the device handle ...", a warning): never
             # skipped, or the GPUs listed would pass for all of the runner's.
             return Inventory([], problem=f"nvidia-smi --query-gpu printed {line.strip()[:200]!r}, not a GPU's "
@@ -82,6 +84,12 @@ def gpu_inventory() -> Inventory:
     link, link_problem, seen = _interconnect(len(gpus))
     return Inventory(gpus, driver=gpus[0].driver, cuda_driver=match.group(1) if match else "", interconnect=link,
                      interconnect_problem=link_problem, interconnect_seen=seen)
+
+
+def _is_row(line: str) -> bool:
+    """Whether `line` has the shape of one GPU's row of the --query-gpu answer (its values may still be errors)."""
+    parts = line.split(",")
+    return len(parts) == len(_QUERY) and parts[0].strip().isdigit()
 
 
 def _broken_field(parts: list[str]) -> str:
