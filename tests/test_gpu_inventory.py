@@ -1,7 +1,8 @@
 """The runner's GPU inventory (validate.probe.gpu_inventory) read from nvidia-smi's answers as a broken runner gives
 them, not as tests/gpu_sim.py's healthy fake does: `--query-gpu=... --format=csv,noheader,nounits` rows whose fields
 NVML could not read ([Unknown Error], [GPU requires reset]), a lost GPU's line among the rows, and a failing
-nvidia-smi that printed the healthy GPUs' rows before its error."""
+nvidia-smi that printed the healthy GPUs' rows before its error; and the probe of the GPUs' start (probe_flags)
+when it hangs."""
 
 from __future__ import annotations
 
@@ -83,3 +84,32 @@ def test_a_failing_nvidia_smi_is_named_by_its_error_not_by_the_row_of_a_gpu_it_r
     _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559", lost], rc=15)
     found = probe.gpu_inventory()
     assert found.gpus == [] and found.problem == f"nvidia-smi failed (exit 15): {lost}"
+
+
+def test_a_gpu_start_that_hangs_is_the_runners_failure_and_its_container_is_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: `docker run --gpus` that never returned (the NVIDIA hook stuck on a lost GPU) was exit 2, "is the engine
+    answering?", though the same start without --gpus had just passed, and the container the engine was still
+    starting was left behind (unnamed, unlabelled); now it is the runner's failure (exit 1) naming the hang, and the
+    probe's container, labelled, is removed."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "docker"
+    fake.write_text(f"""#!/bin/bash
+echo "$*" >> {calls}
+case "$*" in
+  *--gpus*) exec sleep 5 ;;
+  "ps -aq --filter"*) echo c9 ;;
+esac
+exit 0
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DOCKER_CLIENT", str(fake))
+    monkeypatch.setattr(probe, "GPU_START_TIMEOUT_S", 1.0, raising=False)
+    with pytest.raises(FailedError) as caught:
+        probe.probe_flags("img", ["--shm-size=8g", "--gpus=all"], print, "13.0")
+    assert str(caught.value).startswith("this runner lists GPUs but img did not start with them within 1 s "), caught
+    lines = calls.read_text().splitlines()
+    [started] = [line for line in lines if "--gpus=all" in line]
+    label = started.split("--label ", 1)[1].split()[0]
+    assert label.split("=", 1)[1].startswith("gpu-probe-")
+    assert lines[-2:] == [f"ps -aq --filter label={label}", "rm -f -v c9"], lines

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import re
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from buildtool.contracts import busbw, driver_rules, gpu, label_keys, platforms
 from buildtool.contracts.verdict import Gpu, VerdictError, parse_verdict, split_size, verdict_paths, when
 from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.schema import Cell
-from buildtool.validate.containers import Log
+from buildtool.validate.containers import Log, remove_run_containers
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Inventory:
 
 
 NVIDIA_SMI_TIMEOUT_S = 30
+GPU_START_TIMEOUT_S = 300.0   # a throwaway container started with the cell's GPUs (probe_flags)
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
 _QUERY = ("index", "name", "driver_version", "memory.total")
 # nvidia-smi prints a value a GPU does not have as [N/A] or [Not Supported] (memory.total of a unified-memory GPU:
@@ -194,7 +196,18 @@ def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None)
             else:
                 kept.append(flag)
     if gpu_flags:
-        proc = start(*kept, *gpu_flags, timeout=300)
+        # Labelled: a start that hangs (the NVIDIA hook stuck on a hung driver or a GPU that fell off the bus) leaves
+        # its container with the engine when the client is stopped; it is removed by this label.
+        probe = f"gpu-probe-{uuid.uuid4().hex[:12]}"
+        try:
+            proc = start("--label", f"{label_keys.IMAGETEST_RUN}={probe}", *kept, *gpu_flags,
+                         timeout=GPU_START_TIMEOUT_S)
+        except docker_cli.DockerTimeout:
+            remove_run_containers(probe, log)
+            raise FailedError(f"this runner lists GPUs but {image} did not start with them within "
+                              f"{GPU_START_TIMEOUT_S:g} s (it started without them): the NVIDIA driver or Container "
+                              "Toolkit hangs; check the GPUs (nvidia-smi, Xid errors in dmesg), reset them or reboot "
+                              "the runner") from None
         if proc.returncode == 125:
             raise FailedError(f"this runner lists GPUs but {image} cannot be started with them: "
                               + gpu_start_problem(proc.stderr, cuda))
