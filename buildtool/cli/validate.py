@@ -9,8 +9,11 @@ or none on a declared GPU runner: --require-gpu / DL_IMAGES_REQUIRE_GPU), 2 for 
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -141,10 +144,27 @@ def validate(
     if options.require_gpu:
         # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
         require_gpus(gpu_inventory())
-    with using(tsa):   # one verdict per image, or per platform manifest of an image index (foreign ones under QEMU)
+    # one verdict per image, or per platform manifest of an image index (foreign ones under QEMU)
+    with using(tsa), _writing_reports(project.root / reports):
         verdicts = [validate_image(ref, loaded, project.root, options, log, one)
                     for ref in refs for one in _ref_platforms(ref, wanted)]
     _report(verdicts, as_json, reports)
+
+
+@contextmanager
+def _writing_reports(folder: Path) -> Iterator[None]:
+    """A run's reports that cannot be written (--reports through a file, no permission, a full disk) are one line
+    naming the folder and why (exit 2), never a traceback; an OSError of anything else is not about --reports."""
+    folder = folder.resolve()   # as the run names its files (runner.run_folder)
+    try:
+        yield
+    except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        if not full and not (exc.filename is not None and Path(exc.filename).is_relative_to(folder)):
+            raise
+        where = f" ({exc.filename})" if exc.filename is not None and Path(exc.filename) != folder else ""
+        raise UserError(f"--reports {folder}: cannot write the run's reports there{where}: {exc.strerror or exc}; "
+                        "free space there or give a --reports folder this user can write") from None
 
 
 def _report(verdicts: list[dict[str, Any]], as_json: bool, reports: Path) -> None:

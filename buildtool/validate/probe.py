@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import re
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from buildtool.contracts import busbw, driver_rules, gpu, label_keys, platforms
 from buildtool.contracts.verdict import Gpu, VerdictError, parse_verdict, split_size, verdict_paths, when
 from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.schema import Cell
-from buildtool.validate.containers import Log
+from buildtool.validate.containers import Log, remove_run_containers
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,13 @@ class Inventory:
 
 
 NVIDIA_SMI_TIMEOUT_S = 30
+GPU_START_TIMEOUT_S = 300.0   # a throwaway container started with the cell's GPUs (probe_flags)
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
+_QUERY = ("index", "name", "driver_version", "memory.total")
+# nvidia-smi prints a value a GPU does not have as [N/A] or [Not Supported] (memory.total of a unified-memory GPU:
+# GB10, Jetson); any other bracketed value is the NVML error of reading it ([Unknown Error], [GPU requires reset],
+# [GPU is lost]), and ERR! the table's: such a GPU is listed but not usable (CUDA sees no device there).
+_NO_VALUE = ("[N/A]", "[Not Supported]")
 
 
 def _nvidia_smi(*args: str) -> subprocess.CompletedProcess[str]:
@@ -47,20 +54,29 @@ def _nvidia_smi(*args: str) -> subprocess.CompletedProcess[str]:
 def gpu_inventory() -> Inventory:
     """Model, count, driver and the driver's CUDA version of this host's GPUs (nvidia-smi first on PATH)."""
     try:
-        proc = _nvidia_smi("--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits")
+        proc = _nvidia_smi(f"--query-gpu={','.join(_QUERY)}", "--format=csv,noheader,nounits")
     except FileNotFoundError:
         return Inventory([], problem="nvidia-smi not found (no NVIDIA driver on this runner)")
     except subprocess.TimeoutExpired:
         return Inventory([], problem=f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S}s")
     if proc.returncode != 0:
         said = (proc.stdout + proc.stderr).strip().splitlines()
-        return Inventory([], problem=f"nvidia-smi failed (exit {proc.returncode}): {said[0] if said else 'no output'}")
+        # Its error, not the row of a GPU it could read before it (a lost GPU's line comes after the rows before it).
+        why = next((line for line in said if not _is_row(line)), said[0] if said else "no output")
+        return Inventory([], problem=f"nvidia-smi failed (exit {proc.returncode}): {why}")
     gpus = []
     for line in proc.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            memory = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else None
-            gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2], memory_mib=memory))
+        if not _is_row(line):
+            # Not one GPU's fields (a lost GPU's "Unable to determine the device handle ...", a warning): never
+            # skipped, or the GPUs listed would pass for all of the runner's.
+            return Inventory([], problem=f"nvidia-smi --query-gpu printed {line.strip()[:200]!r}, not a GPU's "
+                                         f"{', '.join(_QUERY)}")
+        broken = _broken_field(parts)
+        if broken:
+            return Inventory([], problem=broken)
+        gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2],
+                        memory_mib=int(parts[3]) if parts[3].isdigit() else None))
     if not gpus:
         return Inventory([], problem="nvidia-smi lists no GPU")
     try:
@@ -70,6 +86,22 @@ def gpu_inventory() -> Inventory:
     link, link_problem, seen = _interconnect(len(gpus))
     return Inventory(gpus, driver=gpus[0].driver, cuda_driver=match.group(1) if match else "", interconnect=link,
                      interconnect_problem=link_problem, interconnect_seen=seen)
+
+
+def _is_row(line: str) -> bool:
+    """Whether `line` has the shape of one GPU's row of the --query-gpu answer (its values may still be errors)."""
+    parts = line.split(",")
+    return len(parts) == len(_QUERY) and parts[0].strip().isdigit()
+
+
+def _broken_field(parts: list[str]) -> str:
+    """Why a GPU row of nvidia-smi's --query-gpu answer is no usable GPU (a field it could not read), or ""."""
+    for field, value in zip(_QUERY, parts, strict=True):
+        error = value.startswith("[") and value.endswith("]") and value not in _NO_VALUE
+        if error or value == "ERR!" or (field == "name" and value in ("", *_NO_VALUE)):
+            return (f"nvidia-smi lists GPU {parts[0][:20]} ({parts[1][:60]}) but reads its {field} as {value[:60]!r} "
+                    "(a GPU NVML cannot read is no usable GPU; reset it or reboot the runner)")
+    return ""
 
 
 def _interconnect(count: int) -> tuple[str, str, str]:
@@ -164,7 +196,18 @@ def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None)
             else:
                 kept.append(flag)
     if gpu_flags:
-        proc = start(*kept, *gpu_flags, timeout=300)
+        # Labelled: a start that hangs (the NVIDIA hook stuck on a hung driver or a GPU that fell off the bus) leaves
+        # its container with the engine when the client is stopped; it is removed by this label.
+        probe = f"gpu-probe-{uuid.uuid4().hex[:12]}"
+        try:
+            proc = start("--label", f"{label_keys.IMAGETEST_RUN}={probe}", *kept, *gpu_flags,
+                         timeout=GPU_START_TIMEOUT_S)
+        except docker_cli.DockerTimeout:
+            remove_run_containers(probe, log)
+            raise FailedError(f"this runner lists GPUs but {image} did not start with them within "
+                              f"{GPU_START_TIMEOUT_S:g} s (it started without them): the NVIDIA driver or Container "
+                              "Toolkit hangs; check the GPUs (nvidia-smi, Xid errors in dmesg), reset them or reboot "
+                              "the runner") from None
         if proc.returncode == 125:
             raise FailedError(f"this runner lists GPUs but {image} cannot be started with them: "
                               + gpu_start_problem(proc.stderr, cuda))
