@@ -289,6 +289,16 @@ def test_refusals_are_told_apart():
     assert "driver not loaded" in other and "check the NVIDIA driver" in other
 
 
+def test_dockers_cdi_refusal_without_the_toolkit_names_the_toolkit():
+    """Docker 29 asks CDI for --gpus and, with no vendor's spec (no toolkit), answers this (as users report it,
+    ShaneIsrael/fireshare#689): it got the generic "check the NVIDIA driver" hint, not the toolkit's fix."""
+    cdi = ("docker: Error response from daemon: failed to discover GPU vendor from CDI: no known GPU vendor found\n\n"
+           "Run 'docker run --help' for more information")
+    problem = runner.gpu_start_problem(cdi, "13.0")
+    assert "NVIDIA Container Toolkit" in problem and "nvidia-ctk cdi generate" in problem, problem
+    assert "no known GPU vendor found" in problem and "check the NVIDIA driver" not in problem, problem
+
+
 def test_shim_refuses_gpus_with_dockers_message(tmp_path):
     shim = engine_shim(tmp_path, "refuse", docker="/bin/echo")
     refused = subprocess.run([str(shim), "run", "--gpus=all", "img"], capture_output=True, text=True, timeout=30)

@@ -38,10 +38,13 @@ CUDA_MIN_DRIVER: dict[str, str] = {
 
 CUDA_RE = re.compile(r"^(?P<major>[0-9]{2})\.(?P<minor>[0-9])$")
 
-# Docker's message when the engine has no NVIDIA runtime (the NVIDIA Container Toolkit) for --gpus.
-NO_RUNTIME_MARKERS = ("could not select device driver", "unknown or invalid runtime name: nvidia")
+# Docker's message when the engine has no NVIDIA runtime (the NVIDIA Container Toolkit) for --gpus; Docker 29 asks
+# CDI first and, finding no vendor's spec, says so (the third).
+NO_RUNTIME_MARKERS = ("could not select device driver", "unknown or invalid runtime name: nvidia",
+                      "failed to discover gpu vendor from cdi")   # matched lower-cased
 TOOLKIT_FIX = ("install the NVIDIA Container Toolkit and register it with the engine "
-               "(`nvidia-ctk runtime configure --runtime=docker`, then restart dockerd)")
+               "(`nvidia-ctk runtime configure --runtime=docker`, then restart dockerd; for CDI, "
+               "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)")
 # nvidia-container-cli's refusal when NVIDIA_REQUIRE_CUDA is not met by the host driver.
 DRIVER_TOO_OLD_MARKERS = ("unsatisfied condition: cuda", "please update your driver")
 
