@@ -322,3 +322,23 @@ def test_catalogue_lists_each_platforms_sbom_of_a_released_index(tmp_path: Path)
             f"`r/pytorch-cpu@{s1}`, linux/arm64 none recorded; print one with `buildtool sbom r/pytorch-cpu@{d1}`"
             ) in text
     assert "- SBOM: none recorded for this release" not in text.split("### pytorch-cpu:2.13")[1].split("###")[0]
+
+
+def test_catalogue_image_paragraph_escapes_the_use_sentence() -> None:
+    """The `use` sentence the schema accepts (one line of text) reaches the image's paragraph as text: a `<!--`
+    there hid the rest of docs/images.md on GitHub, a `[x](url)` made a link (the table cell was escaped already)."""
+    import dataclasses
+
+    from buildtool.matrix import values
+    from buildtool.render.catalogue import render_catalogue
+    from tests.conftest import fixture_matrix
+
+    use = "Training <!-- hides the rest, [a link](https://evil.example) and <b>markup</b>"
+    assert values.one_line(use) == use   # the schema's grammar of `use` accepts it
+    base = fixture_matrix()
+    name = base.cells[0].name
+    text = render_catalogue(dataclasses.replace(base, cells=tuple(
+        dataclasses.replace(c, use=use) if c.name == name else c for c in base.cells)))
+    paragraph = text.split(f"\n## {name}\n\n", 1)[1].split("\n", 1)[0]
+    assert paragraph == r"Training \<!-- hides the rest, \[a link\](https://evil.example) and \<b\>markup\</b\>"
+    assert not re.search(r"(?<!\\)<!--", text.split("-->", 1)[1])   # only the header's own comment opens one
