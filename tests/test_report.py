@@ -350,3 +350,25 @@ def test_a_check_that_passed_last_night_and_was_not_run_tonight_is_no_unchanged_
     assert "No change since the previous night" not in md and "<li>no change</li>" not in page
     assert f"- ⏭️ `pytorch-ngc:25.10` `{BUSBW}` (skipped)" in md and f"- ⏭️ `pytorch-ngc:25.10` `{DDP}` (absent)" in md
     assert f"not run tonight (skipped): pytorch-ngc:25.10 <code>{BUSBW}</code>" in page
+
+
+def test_a_check_that_failed_last_night_and_was_not_run_tonight_is_named_not_unchanged() -> None:
+    """A check that failed the previous night and is gone from tonight's verdict (or skipped) is not known to be
+    fixed: the trend said "No change since the previous night" and the failure vanished from the report. Now it
+    is listed as failed the previous night, not run tonight; a previous missing record's failure is not."""
+    before = verdict("pytorch-ngc:25.10", [test(SHM, "passed"), test(DDP, "failed", "loss did not fall"),
+                                           test(BUSBW, "failed", "below floor")], gpus=["NVIDIA H100 80GB HBM3"] * 2)
+    now = verdict("pytorch-ngc:25.10", [test(SHM, "passed"), test(BUSBW, "skipped", skip=NO_GPU)],
+                  started="2026-11-30T02:00:00")
+    report = build_report([parse_verdict(now, "now")], [parse_verdict(before, "before")])
+    assert [(t.check, t.before, t.now) for t in report.failed_not_run] == [(DDP, "failed", "absent"),
+                                                                           (BUSBW, "failed", "skipped")]
+    assert report.not_run == [] and report.fixed == []
+    md, page = render_markdown(report), render_html(report)
+    assert "No change since the previous night" not in md and "<li>no change</li>" not in page
+    assert "### Failed the previous night, not run tonight (not known to be fixed)" in md
+    assert f"- ❌ `pytorch-ngc:25.10` `{DDP}` (absent)" in md and f"- ❌ `pytorch-ngc:25.10` `{BUSBW}` (skipped)" in md
+    assert (f"failed the previous night, not run tonight (absent; not known to be fixed): pytorch-ngc:25.10 "
+            f"<code>{DDP}</code>") in page
+    missing = {"missing": True, "cell": "pytorch-ngc:25.10", "image": "r/pytorch-ngc-dev:x", "reason": "no image"}
+    assert build_report([parse_verdict(now, "now")], [parse_verdict(missing, "before")]).failed_not_run == []

@@ -63,15 +63,19 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     newly: list[Trend] = []
     fixed: list[Trend] = []
     not_run: list[Trend] = []
+    failed_not_run: list[Trend] = []
     for row in sorted(current, key=lambda r: r.key):
         old = before.get(row.key)
         if old is None:
             continue
         if row.runner is not None:    # a missing record's own failure says it: its checks are not listed one by one
-            not_run += [Trend(row.cell, cid, "passed", row.checks[cid].result if cid in row.checks else "absent",
-                              row.platform, row.emulated)
-                        for cid, was in old.checks.items()
-                        if was.result == "passed" and (cid not in row.checks or row.checks[cid].result == "skipped")]
+            gone = [Trend(row.cell, cid, was.result, row.checks[cid].result if cid in row.checks else "absent",
+                          row.platform, row.emulated)
+                    for cid, was in old.checks.items() if cid not in row.checks or row.checks[cid].result == "skipped"]
+            not_run += [t for t in gone if t.before == "passed"]
+            # A failure not run again is not fixed: named, never "no change" (a missing record's failure is tonight's
+            # verdict itself, not a check).
+            failed_not_run += [t for t in gone if t.before == "failed" and old.runner is not None]
         for check in row.checks.values():
             was = old.checks.get(check.id)
             was_result = was.result if was else None
@@ -91,7 +95,7 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     failing = {cid for row in current for cid, c in row.checks.items() if c.result == "failed"}
     columns = sorted(seen, key=lambda cid: (cid not in new_checks, cid not in failing, cid))
     return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
-                  not_run=not_run, has_previous=previous is not None, previous_rows=list(previous or []))
+                  not_run=not_run, failed_not_run=failed_not_run, has_previous=previous is not None, previous_rows=list(previous or []))
 
 
 # -- formatting helpers -------------------------------------------------------------------------
