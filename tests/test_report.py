@@ -372,3 +372,31 @@ def test_a_check_that_failed_last_night_and_was_not_run_tonight_is_named_not_unc
             f"<code>{DDP}</code>") in page
     missing = {"missing": True, "cell": "pytorch-ngc:25.10", "image": "r/pytorch-ngc-dev:x", "reason": "no image"}
     assert build_report([parse_verdict(now, "now")], [parse_verdict(missing, "before")]).failed_not_run == []
+
+
+def test_an_image_of_the_previous_night_with_no_row_tonight_is_named_not_unchanged() -> None:
+    """An image the previous night reported (here with a failing check) that has no verdict and no missing record
+    tonight (validate wrote none for it, or its platform is gone) vanished from the report, and the trend said "No
+    change since the previous night". Now it is named; a cell whose only image recorded no platform (schema 4) is
+    accounted for by its rows tonight."""
+    two = ("sha256:" + "34" * 32, "sha256:" + "56" * 32)
+    before = [verdict("pytorch-cpu:2.13", [test(SHM, "passed")]),
+              verdict("tensorflow-cpu:2.21", [test(TB, "failed", "no plugin")], digest=two[0], schema=5),
+              {**verdict("tensorflow-cpu:2.21", [test(TB, "passed")], digest=two[1], schema=5),
+               "platform": "linux/arm64", "emulated": True}]
+    now = [verdict("pytorch-cpu:2.13", [test(SHM, "passed")], started="2026-11-30T02:00:00", schema=5),
+           verdict("tensorflow-cpu:2.21", [test(TB, "passed")], digest=two[0], started="2026-11-30T02:00:00",
+                   schema=5)]
+    report = build_report([parse_verdict(v, "now") for v in now], [parse_verdict(v, "before") for v in before])
+    assert [(row.cell, row.platform, row.result) for row in report.gone] == [
+        ("tensorflow-cpu:2.21", "linux/arm64", "passed")]
+    md, page = render_markdown(report), render_html(report)
+    assert "No change since the previous night" not in md and "<li>no change</li>" not in page
+    assert ("- ❌ `tensorflow-cpu:2.21` on linux/arm64 (emulated) (was passed): no verdict and no missing record "
+            "tonight") in md
+    assert ("in the previous night's report, not in tonight's (was passed; no verdict and no missing record "
+            "tonight): tensorflow-cpu:2.21 on linux/arm64 (emulated)") in page
+    report = build_report([parse_verdict(now[0], "now")], [parse_verdict(v, "before") for v in before[:2]])
+    assert [(row.cell, row.result) for row in report.gone] == [("tensorflow-cpu:2.21", "failed")]
+    assert "- ❌ `tensorflow-cpu:2.21` (was failed)" not in render_markdown(report)   # it records linux/amd64
+    assert "- ❌ `tensorflow-cpu:2.21` on linux/amd64 (was failed)" in render_markdown(report)

@@ -58,6 +58,17 @@ def previous_of(current: list[Row], previous: list[Row]) -> dict[tuple[str, str]
     return found
 
 
+def gone_rows(current: list[Row], previous: list[Row], before: dict[tuple[str, str], Row]) -> list[Row]:
+    """The previous night's rows (images) that no row of tonight is paired with: a cell, or a platform of one, that
+    has no verdict and no missing record tonight. A row that records no platform is about the cell's only image:
+    accounted for by any row of its cell tonight (as tonight's unrecorded row accounts for each of the cell's)."""
+    paired = {id(old) for old in before.values()}
+    cells = {row.cell for row in current}
+    unrecorded = {row.cell for row in current if row.platform == UNRECORDED}
+    return [old for old in previous if id(old) not in paired
+            and not (old.cell in cells and (old.platform == UNRECORDED or old.cell in unrecorded))]
+
+
 def build_report(current: list[Row], previous: list[Row] | None = None) -> Report:
     before = previous_of(current, list(previous or []))
     newly: list[Trend] = []
@@ -95,7 +106,9 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     failing = {cid for row in current for cid, c in row.checks.items() if c.result == "failed"}
     columns = sorted(seen, key=lambda cid: (cid not in new_checks, cid not in failing, cid))
     return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
-                  not_run=not_run, failed_not_run=failed_not_run, has_previous=previous is not None, previous_rows=list(previous or []))
+                  not_run=not_run, failed_not_run=failed_not_run,
+                  gone=gone_rows(current, list(previous or []), before), has_previous=previous is not None,
+                  previous_rows=list(previous or []))
 
 
 # -- formatting helpers -------------------------------------------------------------------------
