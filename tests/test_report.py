@@ -400,3 +400,21 @@ def test_an_image_of_the_previous_night_with_no_row_tonight_is_named_not_unchang
     assert [(row.cell, row.result) for row in report.gone] == [("tensorflow-cpu:2.21", "failed")]
     assert "- ❌ `tensorflow-cpu:2.21` (was failed)" not in render_markdown(report)   # it records linux/amd64
     assert "- ❌ `tensorflow-cpu:2.21` on linux/amd64 (was failed)" in render_markdown(report)
+
+
+def test_a_verdict_that_says_passed_against_its_own_tests_is_no_passed_image() -> None:
+    """A verdict whose `result` is `passed` while a test of it failed, pytest exited non-zero or no test passed
+    (validate never writes one; a hand-made or edited verdict does) was counted as a passed image. Now its row is
+    failed, the contradiction named as the failed check `image/verdict`."""
+    cases = [([test(SHM, "passed"), test(DDP, "failed", "loss did not fall")], 1, "1 test(s) failed: " + DDP),
+             ([test(SHM, "passed")], 2, "pytest exited with 2"),
+             ([test(SHM, "skipped", skip=NO_GPU)], 0, "no test passed")]
+    for tests, exit_code, why in cases:
+        claimed = {**verdict("pytorch-cpu:2.13", tests), "result": "passed", "pytest_exit": exit_code}
+        report = build_report([parse_verdict(claimed, "x")])
+        row = report.rows[0]
+        assert row.result == "failed" and report.failed_images == ["pytorch-cpu:2.13"], why
+        assert row.checks["image/verdict"].message == f"the verdict says passed, but {why}"
+        assert "0 images passed, 1 failed" in render_markdown(report)
+    honest = parse_verdict(verdict("pytorch-cpu:2.13", [test(SHM, "passed")]), "x")
+    assert honest.result == "passed" and "image/verdict" not in honest.checks

@@ -102,10 +102,32 @@ def parse_verdict(data: Any, where: str) -> Row:
     return verdict_row(verdict, size)
 
 
+def false_pass(verdict: Verdict) -> str:
+    """Why a verdict's `passed` contradicts what it records ('' when it does not): validate says `passed` only when
+    no test failed, pytest exited 0 and a test passed (contracts.verdict.derive_result)."""
+    if verdict.result != "passed":
+        return ""
+    failed = [t.id for t in verdict.tests if t.result == "failed"]
+    if failed:
+        return f"the verdict says passed, but {len(failed)} test(s) failed: {', '.join(failed[:3])}"
+    if verdict.pytest_exit != 0:
+        return f"the verdict says passed, but pytest exited with {verdict.pytest_exit}"
+    if not any(t.result == "passed" for t in verdict.tests):
+        return "the verdict says passed, but no test passed"
+    return ""
+
+
 def verdict_row(verdict: Verdict, size_bytes: int | None = None) -> Row:
+    """The row of one verdict. A `passed` that its own tests contradict is shown failed, the contradiction as the
+    failed check `image/verdict`: never counted as a passed image."""
     checks = {t.id: Check(id=t.id, group=t.group, result=t.result, duration_s=t.duration_s, message=t.message,
                           skip_reason=t.skip_reason) for t in verdict.tests}
-    return Row(cell=verdict.cell, image=verdict.image, digest=verdict.digest, result=verdict.result,
+    contradiction = false_pass(verdict)
+    if contradiction:
+        checks[MISSING_CHECK] = Check(id=MISSING_CHECK, group="pipeline", result="failed", duration_s=None,
+                                      message=contradiction, skip_reason="")
+    return Row(cell=verdict.cell, image=verdict.image, digest=verdict.digest,
+               result="failed" if contradiction else verdict.result,
                started=verdict.started, duration_s=verdict.duration_s, size_bytes=size_bytes, runner=verdict.runner,
                checks=checks, figures=dict(verdict.figures), incomplete=tuple(verdict.incomplete),
                framework_version=verdict.framework_version, cold_start=cold_start_text(verdict.cold_start),
