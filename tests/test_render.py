@@ -342,3 +342,20 @@ def test_catalogue_image_paragraph_escapes_the_use_sentence() -> None:
     paragraph = text.split(f"\n## {name}\n\n", 1)[1].split("\n", 1)[0]
     assert paragraph == r"Training \<!-- hides the rest, \[a link\](https://evil.example) and \<b\>markup\</b\>"
     assert not re.search(r"(?<!\\)<!--", text.split("-->", 1)[1])   # only the header's own comment opens one
+
+
+def test_render_that_cannot_write_a_file_says_which_in_one_line(project: Path, run_cli):
+    """A folder where a generated file goes (or no permission, a full disk) ended `buildtool render` in an
+    IsADirectoryError traceback; now one line names the file and why, exit 2, and nothing is written."""
+    import shutil
+
+    shutil.rmtree(project / "docs")
+    (project / "docs" / "images.md").mkdir(parents=True)
+    dockerfile = next(project.glob("dockerfiles/*/*/*/Dockerfile"))
+    dockerfile.write_text("stale\n")
+    code, out, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "Traceback" not in err
+    assert err.strip() == ("error: cannot write docs/images.md (Is a directory); nothing was written (the tree is "
+                           "as it was): make it a file this user can write (remove what is in its place) and render "
+                           "again")
+    assert dockerfile.read_text() == "stale\n" and not list(project.rglob(".render-*"))
