@@ -182,6 +182,25 @@ def test_stale_dockerfile_is_reported_never_silently_deleted(project: Path, run_
     assert "deleted dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in out
 
 
+def test_a_generated_workflow_no_render_produces_is_stale(project: Path, run_cli):
+    """A workflow file stamped GENERATED that no render produces any more (a workflow the generator renamed or
+    dropped: GitHub still runs it) passed `buildtool check`; now it is stale, as a Dockerfile of no cell is, and
+    `render --prune` deletes it. A site's own workflow (no mark) is left alone."""
+    workflows = project / ".github" / "workflows"
+    head = (workflows / "nightly.yml").read_text().splitlines()[:2]
+    old = workflows / "gpu-nightly.yml"
+    old.write_text("\n".join([*head, "name: gpu-nightly", ""]))
+    own = workflows / "site.yml"
+    own.write_text("name: site\non: push\n")
+    code, _, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1 and "stale: .github/workflows/gpu-nightly.yml" in err and "site.yml" not in err
+    code, out, _ = run_cli("render", "--prune", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and not old.exists() and own.exists() and (workflows / "nightly.yml").exists()
+    assert "deleted .github/workflows/gpu-nightly.yml" in out
+    code, _, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+
+
 def test_removing_a_cell_leaves_its_dockerfile_reported_as_stale(project: Path, run_cli):
     matrix = project / "matrix.yaml"
     text = matrix.read_text()
