@@ -198,6 +198,20 @@ def test_cli_missing_folder_is_exit_2(run_cli, tmp_path: Path) -> None:
     assert code == 2 and "does not exist" in err and not (tmp_path / "o").exists()
 
 
+def test_cli_a_folder_with_no_verdict_file_is_exit_2_not_an_empty_report(run_cli, tmp_path: Path) -> None:
+    """A verdict folder that holds no verdict file (the wrong folder, or validate wrote none) gave a report of no
+    image, exit 0: "0 failed", a night that reads as clean; as --previous, a trend against nothing. Now each is
+    refused, naming the folder."""
+    (tmp_path / "empty" / "pytorch-cpu").mkdir(parents=True)
+    (tmp_path / "empty" / "notes.txt").write_text("not a verdict\n")
+    code, _, err = run_cli("report", "--verdicts", str(tmp_path / "empty"), "--out", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "o").exists()
+    assert f"verdict folder {tmp_path / 'empty'} holds no verdict file (verdict.json or *.verdict.json)" in err
+    code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())),
+                           "--previous", str(tmp_path / "empty"), "--out", str(tmp_path / "o"))
+    assert code == 2 and f"verdict folder {tmp_path / 'empty'} holds no verdict file" in err
+
+
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:

@@ -153,11 +153,16 @@ def cold_start_text(cold: ColdStart | None) -> str:
 
 def load_verdicts(folder: Path) -> list[Row]:
     """Every verdict file under `folder`; when one image (a cell's platform) appears twice, the newest
-    verdict wins. Two platforms of a cell are two images: neither hides the other."""
+    verdict wins. Two platforms of a cell are two images: neither hides the other. A folder with none is a
+    UserError naming it."""
     if not folder.is_dir():
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
+    paths = verdict_paths(folder)
+    if not paths:   # a report of no image would read as a night with nothing failed
+        raise UserError(f"verdict folder {folder} holds no verdict file (verdict.json or *.verdict.json); pass the "
+                        "folder `buildtool validate` wrote, or fetch the verdicts with --fetch")
     newest: dict[tuple[str, str], tuple[dt.datetime, Row]] = {}
-    for path in verdict_paths(folder):
+    for path in paths:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
