@@ -212,6 +212,30 @@ def test_cli_a_folder_with_no_verdict_file_is_exit_2_not_an_empty_report(run_cli
     assert code == 2 and f"verdict folder {tmp_path / 'empty'} holds no verdict file" in err
 
 
+def test_fetch_reports_what_it_fetched_not_an_older_verdict_left_in_the_folder(project: Path, run_cli,
+                                                                                monkeypatch, tmp_path: Path) -> None:
+    """`report --fetch` saved each cell's record into --verdicts (default `reports/`, where validate leaves the
+    verdicts of earlier digests) and then read the whole folder, where a missing record is older than any verdict:
+    a cell whose image the registry lacks tonight showed an earlier digest's pass. Now only the fetched files count."""
+    from buildtool.report import fetch
+
+    folder = tmp_path / "reports"
+    write(folder, [verdict("pytorch-cpu:2.13", [test(SHM, "passed")], digest="sha256:" + "99" * 32)])
+
+    def fetched(refs: dict, trusted: object = None, platforms: object = None) -> list[dict]:
+        return [{"missing": True, "cell": cell, "image": ref, "reason": "no image (the build failed)"}
+                for cell, ref in refs.items()]
+
+    monkeypatch.setattr(fetch, "fetch_verdicts", fetched)
+    code, out, err = run_cli("report", "--fetch", "--framework", "pytorch-cpu:2.13", "--verdicts", str(folder),
+                             "--out", str(tmp_path / "o"), "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    assert "1 images, 1 failed / 0 passed" in out
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "- ❌ `pytorch-cpu:2.13` `image/verdict`: no image (the build failed)" in md
+    assert "sha256:999999999999" not in md and (folder / "pytorch-cpu_2.13.verdict.json").is_file()
+
+
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:

@@ -161,6 +161,12 @@ def load_verdicts(folder: Path) -> list[Row]:
     if not paths:   # a report of no image would read as a night with nothing failed
         raise UserError(f"verdict folder {folder} holds no verdict file (verdict.json or *.verdict.json); pass the "
                         "folder `buildtool validate` wrote, or fetch the verdicts with --fetch")
+    return load_verdict_files(paths)
+
+
+def load_verdict_files(paths: Iterable[Path]) -> list[Row]:
+    """The rows of these verdict files (load_verdicts' rules): `report --fetch` reads only the files it fetched, so
+    that a verdict of another digest left in the folder (an earlier validate's) never stands for what it fetched."""
     newest: dict[tuple[str, str], tuple[dt.datetime, Row]] = {}
     for path in paths:
         try:
