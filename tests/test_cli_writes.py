@@ -3,6 +3,7 @@ says so in one line naming the option (exit 2), never a traceback; nothing half-
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,9 @@ def test_a_job_written_where_no_file_can_be_is_one_line(run_cli, tmp_path: Path,
 def test_a_report_written_where_no_folder_can_be_is_one_line(run_cli, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     (tmp_path / "verdicts").mkdir()
+    # A folder with a verdict: one with none is refused before anything is written (test_report).
+    missing = {"missing": True, "cell": "pytorch-cpu:2.13", "image": "r/pytorch-cpu-dev:x", "reason": "no image"}
+    (tmp_path / "verdicts" / "pytorch-cpu_2.13.verdict.json").write_text(json.dumps(missing))
     code, out, err = run_cli("report", "--verdicts", str(tmp_path / "verdicts"), "--out",
                              str(tmp_path / "file" / "report"))
     line = _one_line(err)

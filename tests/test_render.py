@@ -182,6 +182,25 @@ def test_stale_dockerfile_is_reported_never_silently_deleted(project: Path, run_
     assert "deleted dockerfiles/pytorch/pytorch-old/1.0/Dockerfile" in out
 
 
+def test_a_generated_workflow_no_render_produces_is_stale(project: Path, run_cli):
+    """A workflow file stamped GENERATED that no render produces any more (a workflow the generator renamed or
+    dropped: GitHub still runs it) passed `buildtool check`; now it is stale, as a Dockerfile of no cell is, and
+    `render --prune` deletes it. A site's own workflow (no mark) is left alone."""
+    workflows = project / ".github" / "workflows"
+    head = (workflows / "nightly.yml").read_text().splitlines()[:2]
+    old = workflows / "gpu-nightly.yml"
+    old.write_text("\n".join([*head, "name: gpu-nightly", ""]))
+    own = workflows / "site.yml"
+    own.write_text("name: site\non: push\n")
+    code, _, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1 and "stale: .github/workflows/gpu-nightly.yml" in err and "site.yml" not in err
+    code, out, _ = run_cli("render", "--prune", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and not old.exists() and own.exists() and (workflows / "nightly.yml").exists()
+    assert "deleted .github/workflows/gpu-nightly.yml" in out
+    code, _, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+
+
 def test_removing_a_cell_leaves_its_dockerfile_reported_as_stale(project: Path, run_cli):
     matrix = project / "matrix.yaml"
     text = matrix.read_text()
@@ -322,3 +341,40 @@ def test_catalogue_lists_each_platforms_sbom_of_a_released_index(tmp_path: Path)
             f"`r/pytorch-cpu@{s1}`, linux/arm64 none recorded; print one with `buildtool sbom r/pytorch-cpu@{d1}`"
             ) in text
     assert "- SBOM: none recorded for this release" not in text.split("### pytorch-cpu:2.13")[1].split("###")[0]
+
+
+def test_catalogue_image_paragraph_escapes_the_use_sentence() -> None:
+    """The `use` sentence the schema accepts (one line of text) reaches the image's paragraph as text: a `<!--`
+    there hid the rest of docs/images.md on GitHub, a `[x](url)` made a link (the table cell was escaped already)."""
+    import dataclasses
+
+    from buildtool.matrix import values
+    from buildtool.render.catalogue import render_catalogue
+    from tests.conftest import fixture_matrix
+
+    use = "Training <!-- hides the rest, [a link](https://evil.example) and <b>markup</b>"
+    assert values.one_line(use) == use   # the schema's grammar of `use` accepts it
+    base = fixture_matrix()
+    name = base.cells[0].name
+    text = render_catalogue(dataclasses.replace(base, cells=tuple(
+        dataclasses.replace(c, use=use) if c.name == name else c for c in base.cells)))
+    paragraph = text.split(f"\n## {name}\n\n", 1)[1].split("\n", 1)[0]
+    assert paragraph == r"Training \<!-- hides the rest, \[a link\](https://evil.example) and \<b\>markup\</b\>"
+    assert not re.search(r"(?<!\\)<!--", text.split("-->", 1)[1])   # only the header's own comment opens one
+
+
+def test_render_that_cannot_write_a_file_says_which_in_one_line(project: Path, run_cli):
+    """A folder where a generated file goes (or no permission, a full disk) ended `buildtool render` in an
+    IsADirectoryError traceback; now one line names the file and why, exit 2, and nothing is written."""
+    import shutil
+
+    shutil.rmtree(project / "docs")
+    (project / "docs" / "images.md").mkdir(parents=True)
+    dockerfile = next(project.glob("dockerfiles/*/*/*/Dockerfile"))
+    dockerfile.write_text("stale\n")
+    code, out, err = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "Traceback" not in err
+    assert err.strip() == ("error: cannot write docs/images.md (Is a directory); nothing was written (the tree is "
+                           "as it was): make it a file this user can write (remove what is in its place) and render "
+                           "again")
+    assert dockerfile.read_text() == "stale\n" and not list(project.rglob(".render-*"))

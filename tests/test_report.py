@@ -198,6 +198,44 @@ def test_cli_missing_folder_is_exit_2(run_cli, tmp_path: Path) -> None:
     assert code == 2 and "does not exist" in err and not (tmp_path / "o").exists()
 
 
+def test_cli_a_folder_with_no_verdict_file_is_exit_2_not_an_empty_report(run_cli, tmp_path: Path) -> None:
+    """A verdict folder that holds no verdict file (the wrong folder, or validate wrote none) gave a report of no
+    image, exit 0: "0 failed", a night that reads as clean; as --previous, a trend against nothing. Now each is
+    refused, naming the folder."""
+    (tmp_path / "empty" / "pytorch-cpu").mkdir(parents=True)
+    (tmp_path / "empty" / "notes.txt").write_text("not a verdict\n")
+    code, _, err = run_cli("report", "--verdicts", str(tmp_path / "empty"), "--out", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "o").exists()
+    assert f"verdict folder {tmp_path / 'empty'} holds no verdict file (verdict.json or *.verdict.json)" in err
+    code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())),
+                           "--previous", str(tmp_path / "empty"), "--out", str(tmp_path / "o"))
+    assert code == 2 and f"verdict folder {tmp_path / 'empty'} holds no verdict file" in err
+
+
+def test_fetch_reports_what_it_fetched_not_an_older_verdict_left_in_the_folder(project: Path, run_cli,
+                                                                                monkeypatch, tmp_path: Path) -> None:
+    """`report --fetch` saved each cell's record into --verdicts (default `reports/`, where validate leaves the
+    verdicts of earlier digests) and then read the whole folder, where a missing record is older than any verdict:
+    a cell whose image the registry lacks tonight showed an earlier digest's pass. Now only the fetched files count."""
+    from buildtool.report import fetch
+
+    folder = tmp_path / "reports"
+    write(folder, [verdict("pytorch-cpu:2.13", [test(SHM, "passed")], digest="sha256:" + "99" * 32)])
+
+    def fetched(refs: dict, trusted: object = None, platforms: object = None) -> list[dict]:
+        return [{"missing": True, "cell": cell, "image": ref, "reason": "no image (the build failed)"}
+                for cell, ref in refs.items()]
+
+    monkeypatch.setattr(fetch, "fetch_verdicts", fetched)
+    code, out, err = run_cli("report", "--fetch", "--framework", "pytorch-cpu:2.13", "--verdicts", str(folder),
+                             "--out", str(tmp_path / "o"), "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    assert "1 images, 1 failed / 0 passed" in out
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "- ❌ `pytorch-cpu:2.13` `image/verdict`: no image (the build failed)" in md
+    assert "sha256:999999999999" not in md and (folder / "pytorch-cpu_2.13.verdict.json").is_file()
+
+
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
@@ -350,3 +388,71 @@ def test_a_check_that_passed_last_night_and_was_not_run_tonight_is_no_unchanged_
     assert "No change since the previous night" not in md and "<li>no change</li>" not in page
     assert f"- ⏭️ `pytorch-ngc:25.10` `{BUSBW}` (skipped)" in md and f"- ⏭️ `pytorch-ngc:25.10` `{DDP}` (absent)" in md
     assert f"not run tonight (skipped): pytorch-ngc:25.10 <code>{BUSBW}</code>" in page
+
+
+def test_a_check_that_failed_last_night_and_was_not_run_tonight_is_named_not_unchanged() -> None:
+    """A check that failed the previous night and is gone from tonight's verdict (or skipped) is not known to be
+    fixed: the trend said "No change since the previous night" and the failure vanished from the report. Now it
+    is listed as failed the previous night, not run tonight; a previous missing record's failure is not."""
+    before = verdict("pytorch-ngc:25.10", [test(SHM, "passed"), test(DDP, "failed", "loss did not fall"),
+                                           test(BUSBW, "failed", "below floor")], gpus=["NVIDIA H100 80GB HBM3"] * 2)
+    now = verdict("pytorch-ngc:25.10", [test(SHM, "passed"), test(BUSBW, "skipped", skip=NO_GPU)],
+                  started="2026-11-30T02:00:00")
+    report = build_report([parse_verdict(now, "now")], [parse_verdict(before, "before")])
+    assert [(t.check, t.before, t.now) for t in report.failed_not_run] == [(DDP, "failed", "absent"),
+                                                                           (BUSBW, "failed", "skipped")]
+    assert report.not_run == [] and report.fixed == []
+    md, page = render_markdown(report), render_html(report)
+    assert "No change since the previous night" not in md and "<li>no change</li>" not in page
+    assert "### Failed the previous night, not run tonight (not known to be fixed)" in md
+    assert f"- ❌ `pytorch-ngc:25.10` `{DDP}` (absent)" in md and f"- ❌ `pytorch-ngc:25.10` `{BUSBW}` (skipped)" in md
+    assert (f"failed the previous night, not run tonight (absent; not known to be fixed): pytorch-ngc:25.10 "
+            f"<code>{DDP}</code>") in page
+    missing = {"missing": True, "cell": "pytorch-ngc:25.10", "image": "r/pytorch-ngc-dev:x", "reason": "no image"}
+    assert build_report([parse_verdict(now, "now")], [parse_verdict(missing, "before")]).failed_not_run == []
+
+
+def test_an_image_of_the_previous_night_with_no_row_tonight_is_named_not_unchanged() -> None:
+    """An image the previous night reported (here with a failing check) that has no verdict and no missing record
+    tonight (validate wrote none for it, or its platform is gone) vanished from the report, and the trend said "No
+    change since the previous night". Now it is named; a cell whose only image recorded no platform (schema 4) is
+    accounted for by its rows tonight."""
+    two = ("sha256:" + "34" * 32, "sha256:" + "56" * 32)
+    before = [verdict("pytorch-cpu:2.13", [test(SHM, "passed")]),
+              verdict("tensorflow-cpu:2.21", [test(TB, "failed", "no plugin")], digest=two[0], schema=5),
+              {**verdict("tensorflow-cpu:2.21", [test(TB, "passed")], digest=two[1], schema=5),
+               "platform": "linux/arm64", "emulated": True}]
+    now = [verdict("pytorch-cpu:2.13", [test(SHM, "passed")], started="2026-11-30T02:00:00", schema=5),
+           verdict("tensorflow-cpu:2.21", [test(TB, "passed")], digest=two[0], started="2026-11-30T02:00:00",
+                   schema=5)]
+    report = build_report([parse_verdict(v, "now") for v in now], [parse_verdict(v, "before") for v in before])
+    assert [(row.cell, row.platform, row.result) for row in report.gone] == [
+        ("tensorflow-cpu:2.21", "linux/arm64", "passed")]
+    md, page = render_markdown(report), render_html(report)
+    assert "No change since the previous night" not in md and "<li>no change</li>" not in page
+    assert ("- ❌ `tensorflow-cpu:2.21` on linux/arm64 (emulated) (was passed): no verdict and no missing record "
+            "tonight") in md
+    assert ("in the previous night's report, not in tonight's (was passed; no verdict and no missing record "
+            "tonight): tensorflow-cpu:2.21 on linux/arm64 (emulated)") in page
+    report = build_report([parse_verdict(now[0], "now")], [parse_verdict(v, "before") for v in before[:2]])
+    assert [(row.cell, row.result) for row in report.gone] == [("tensorflow-cpu:2.21", "failed")]
+    assert "- ❌ `tensorflow-cpu:2.21` (was failed)" not in render_markdown(report)   # it records linux/amd64
+    assert "- ❌ `tensorflow-cpu:2.21` on linux/amd64 (was failed)" in render_markdown(report)
+
+
+def test_a_verdict_that_says_passed_against_its_own_tests_is_no_passed_image() -> None:
+    """A verdict whose `result` is `passed` while a test of it failed, pytest exited non-zero or no test passed
+    (validate never writes one; a hand-made or edited verdict does) was counted as a passed image. Now its row is
+    failed, the contradiction named as the failed check `image/verdict`."""
+    cases = [([test(SHM, "passed"), test(DDP, "failed", "loss did not fall")], 1, "1 test(s) failed: " + DDP),
+             ([test(SHM, "passed")], 2, "pytest exited with 2"),
+             ([test(SHM, "skipped", skip=NO_GPU)], 0, "no test passed")]
+    for tests, exit_code, why in cases:
+        claimed = {**verdict("pytorch-cpu:2.13", tests), "result": "passed", "pytest_exit": exit_code}
+        report = build_report([parse_verdict(claimed, "x")])
+        row = report.rows[0]
+        assert row.result == "failed" and report.failed_images == ["pytorch-cpu:2.13"], why
+        assert row.checks["image/verdict"].message == f"the verdict says passed, but {why}"
+        assert "0 images passed, 1 failed" in render_markdown(report)
+    honest = parse_verdict(verdict("pytorch-cpu:2.13", [test(SHM, "passed")]), "x")
+    assert honest.result == "passed" and "image/verdict" not in honest.checks

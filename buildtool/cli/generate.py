@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -39,12 +41,14 @@ def render(
 
     project = find_project(matrix)
     outputs = all_outputs(project, project.load())
-    changed = write_outputs(project.root, outputs)
+    with _writing(project, "nothing was written (the tree is as it was)"):
+        changed = write_outputs(project.root, outputs)
     for rel in changed:
         stdout.print(f"wrote {rel}")
     stale = outputs.stale(project.root)
     if stale and prune_stale:
-        prune(project.root, stale)
+        with _writing(project, "the files above were written; run `buildtool render --prune` again"):
+            prune(project.root, stale)
         for rel in stale:
             stdout.print(f"deleted {rel} (its cell is gone from the matrix)")
     elif stale:
@@ -52,6 +56,22 @@ def render(
             err.print(f"stale: {rel} belongs to no cell; delete it or run `buildtool render --prune`")
     if not changed:
         err.print(f"{len(outputs.files)} generated files already up to date")
+
+
+@contextmanager
+def _writing(project: Project, state: str) -> Iterator[None]:
+    """An OSError while writing or deleting generated files (no permission, a folder where a file goes, a full disk)
+    is one line naming the file and why, and what state the tree is in (UserError, exit 2), not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        from buildtool.common.errors import UserError
+
+        # os.replace names the staged file first and the target second: the target is the file the user can fix.
+        path = exc.filename2 if exc.filename2 is not None else exc.filename
+        where = str(path).removeprefix(f"{project.root}/") if path is not None else "a generated file"
+        raise UserError(f"cannot write {where} ({exc.strerror or exc}); {state}: make it a file this user can "
+                        "write (remove what is in its place) and render again") from None
 
 
 def check(

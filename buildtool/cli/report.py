@@ -37,14 +37,14 @@ def report(
     """Turn verdicts into one static HTML page and Markdown (images by rows, checks by columns)."""
     check_arguments("report", locals())   # every argument first (issue 37)
     from buildtool.report import nightly as rep
-    from buildtool.report.verdict_files import load_verdicts
+    from buildtool.report.verdict_files import load_verdict_files, load_verdicts
 
-    if fetch:
-        _fetch(verdicts, framework, revision, matrix)
+    # Fetched: only what was fetched counts (a missing record is never outranked by an older verdict in the folder).
+    rows = load_verdict_files(_fetch(verdicts, framework, revision, matrix)) if fetch else None
     prev_rows = load_verdicts(previous) if previous is not None and previous.is_dir() else None
     if previous is not None and prev_rows is None:
         err.print(f"no previous verdicts in {previous}; the report shows no trend")
-    model = rep.build_report(load_verdicts(verdicts), prev_rows)
+    model = rep.build_report(load_verdicts(verdicts) if rows is None else rows, prev_rows)
     with writing("--out", out_dir):   # a folder that cannot be made or written: one line, not a traceback
         paths = rep.write_report(model, out_dir, scaling)
     counts = model.counts
@@ -52,8 +52,8 @@ def report(
               f" / {counts['skipped']} skipped checks, {len(model.newly_failing)} newly failing")
 
 
-def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: Path | None) -> None:
-    """Save each planned cell's verdict from the registry into VERDICTS (one per platform of a cell)."""
+def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: Path | None) -> list[Path]:
+    """Save each planned cell's verdict from the registry into VERDICTS (one per platform of a cell); the files."""
     from buildtool.attest.keys import dev_public_key, load_trusted
     from buildtool.matrix.plan import Settings, plan_matrix
     from buildtool.report.fetch import fetch_verdicts
@@ -71,4 +71,4 @@ def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: 
     # One record per platform of a multi-platform cell: each platform's verdict, or why it has none.
     fetched = fetch_verdicts({p.cell.key: p.dev_ref for p in plans}, trusted,
                              platforms={p.cell.key: p.cell.platforms for p in plans})
-    save_verdicts(fetched, verdicts)
+    return save_verdicts(fetched, verdicts)

@@ -36,6 +36,10 @@ from buildtool.contracts.locks import TOOLS_LOCK, UV_LOCK, parse_lock, platform_
 from buildtool.matrix.schema import Cell, Matrix, Run, StandIn
 
 GENERATED_DIRS = ("dockerfiles",)
+# A folder where generated files sit beside hand-written ones (a site's own workflows): a file there is generated
+# when it starts with the mark every generated file starts with, so one that no render produces any more is stale.
+GENERATED_MARK = b"# GENERATED FILE - DO NOT EDIT."
+MARKED_DIRS = (".github/workflows",)
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
 
@@ -350,7 +354,18 @@ class Outputs:
         """Generated-looking files on disk that no cell renders any more."""
         owned = {str(p.relative_to(root)) for folder in GENERATED_DIRS if (root / folder).is_dir()
                  for p in (root / folder).rglob("Dockerfile") if p.is_file()}
+        owned |= {str(p.relative_to(root)) for folder in MARKED_DIRS if (root / folder).is_dir()
+                  for p in (root / folder).iterdir() if _marked(p)}
         return sorted(owned - set(self.files))
+
+
+def _marked(path: Path) -> bool:
+    """Whether `path` is a file that starts with GENERATED_MARK (one that cannot be read is not known to be)."""
+    try:
+        with path.open("rb") as handle:
+            return path.is_file() and handle.read(len(GENERATED_MARK)) == GENERATED_MARK
+    except OSError:
+        return False
 
 
 Extra = Callable[[Matrix], dict[str, bytes]]

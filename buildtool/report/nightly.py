@@ -58,20 +58,35 @@ def previous_of(current: list[Row], previous: list[Row]) -> dict[tuple[str, str]
     return found
 
 
+def gone_rows(current: list[Row], previous: list[Row], before: dict[tuple[str, str], Row]) -> list[Row]:
+    """The previous night's rows (images) that no row of tonight is paired with: a cell, or a platform of one, that
+    has no verdict and no missing record tonight. A row that records no platform is about the cell's only image:
+    accounted for by any row of its cell tonight (as tonight's unrecorded row accounts for each of the cell's)."""
+    paired = {id(old) for old in before.values()}
+    cells = {row.cell for row in current}
+    unrecorded = {row.cell for row in current if row.platform == UNRECORDED}
+    return [old for old in previous if id(old) not in paired
+            and not (old.cell in cells and (old.platform == UNRECORDED or old.cell in unrecorded))]
+
+
 def build_report(current: list[Row], previous: list[Row] | None = None) -> Report:
     before = previous_of(current, list(previous or []))
     newly: list[Trend] = []
     fixed: list[Trend] = []
     not_run: list[Trend] = []
+    failed_not_run: list[Trend] = []
     for row in sorted(current, key=lambda r: r.key):
         old = before.get(row.key)
         if old is None:
             continue
         if row.runner is not None:    # a missing record's own failure says it: its checks are not listed one by one
-            not_run += [Trend(row.cell, cid, "passed", row.checks[cid].result if cid in row.checks else "absent",
-                              row.platform, row.emulated)
-                        for cid, was in old.checks.items()
-                        if was.result == "passed" and (cid not in row.checks or row.checks[cid].result == "skipped")]
+            gone = [Trend(row.cell, cid, was.result, row.checks[cid].result if cid in row.checks else "absent",
+                          row.platform, row.emulated)
+                    for cid, was in old.checks.items() if cid not in row.checks or row.checks[cid].result == "skipped"]
+            not_run += [t for t in gone if t.before == "passed"]
+            # A failure not run again is not fixed: named, never "no change" (a missing record's failure is tonight's
+            # verdict itself, not a check).
+            failed_not_run += [t for t in gone if t.before == "failed" and old.runner is not None]
         for check in row.checks.values():
             was = old.checks.get(check.id)
             was_result = was.result if was else None
@@ -91,7 +106,9 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     failing = {cid for row in current for cid, c in row.checks.items() if c.result == "failed"}
     columns = sorted(seen, key=lambda cid: (cid not in new_checks, cid not in failing, cid))
     return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
-                  not_run=not_run, has_previous=previous is not None, previous_rows=list(previous or []))
+                  not_run=not_run, failed_not_run=failed_not_run,
+                  gone=gone_rows(current, list(previous or []), before), has_previous=previous is not None,
+                  previous_rows=list(previous or []))
 
 
 # -- formatting helpers -------------------------------------------------------------------------

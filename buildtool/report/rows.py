@@ -99,6 +99,10 @@ class Report:
     fixed: list[Trend] = field(default_factory=list)
     # checks that passed the previous night and were not run tonight (skipped, or absent from the verdict)
     not_run: list[Trend] = field(default_factory=list)
+    # checks that failed the previous night and were not run tonight: not known to be fixed
+    failed_not_run: list[Trend] = field(default_factory=list)
+    # rows (images) of the previous night with none tonight: no verdict and no missing record
+    gone: list[Row] = field(default_factory=list)
     has_previous: bool = False
     previous_rows: list[Row] = field(default_factory=list)
     # scaling.json of each of the night's scaling runs (processes in one container, nodes over SLURM), with the

@@ -102,10 +102,32 @@ def parse_verdict(data: Any, where: str) -> Row:
     return verdict_row(verdict, size)
 
 
+def false_pass(verdict: Verdict) -> str:
+    """Why a verdict's `passed` contradicts what it records ('' when it does not): validate says `passed` only when
+    no test failed, pytest exited 0 and a test passed (contracts.verdict.derive_result)."""
+    if verdict.result != "passed":
+        return ""
+    failed = [t.id for t in verdict.tests if t.result == "failed"]
+    if failed:
+        return f"the verdict says passed, but {len(failed)} test(s) failed: {', '.join(failed[:3])}"
+    if verdict.pytest_exit != 0:
+        return f"the verdict says passed, but pytest exited with {verdict.pytest_exit}"
+    if not any(t.result == "passed" for t in verdict.tests):
+        return "the verdict says passed, but no test passed"
+    return ""
+
+
 def verdict_row(verdict: Verdict, size_bytes: int | None = None) -> Row:
+    """The row of one verdict. A `passed` that its own tests contradict is shown failed, the contradiction as the
+    failed check `image/verdict`: never counted as a passed image."""
     checks = {t.id: Check(id=t.id, group=t.group, result=t.result, duration_s=t.duration_s, message=t.message,
                           skip_reason=t.skip_reason) for t in verdict.tests}
-    return Row(cell=verdict.cell, image=verdict.image, digest=verdict.digest, result=verdict.result,
+    contradiction = false_pass(verdict)
+    if contradiction:
+        checks[MISSING_CHECK] = Check(id=MISSING_CHECK, group="pipeline", result="failed", duration_s=None,
+                                      message=contradiction, skip_reason="")
+    return Row(cell=verdict.cell, image=verdict.image, digest=verdict.digest,
+               result="failed" if contradiction else verdict.result,
                started=verdict.started, duration_s=verdict.duration_s, size_bytes=size_bytes, runner=verdict.runner,
                checks=checks, figures=dict(verdict.figures), incomplete=tuple(verdict.incomplete),
                framework_version=verdict.framework_version, cold_start=cold_start_text(verdict.cold_start),
@@ -131,11 +153,22 @@ def cold_start_text(cold: ColdStart | None) -> str:
 
 def load_verdicts(folder: Path) -> list[Row]:
     """Every verdict file under `folder`; when one image (a cell's platform) appears twice, the newest
-    verdict wins. Two platforms of a cell are two images: neither hides the other."""
+    verdict wins. Two platforms of a cell are two images: neither hides the other. A folder with none is a
+    UserError naming it."""
     if not folder.is_dir():
         raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
+    paths = verdict_paths(folder)
+    if not paths:   # a report of no image would read as a night with nothing failed
+        raise UserError(f"verdict folder {folder} holds no verdict file (verdict.json or *.verdict.json); pass the "
+                        "folder `buildtool validate` wrote, or fetch the verdicts with --fetch")
+    return load_verdict_files(paths)
+
+
+def load_verdict_files(paths: Iterable[Path]) -> list[Row]:
+    """The rows of these verdict files (load_verdicts' rules): `report --fetch` reads only the files it fetched, so
+    that a verdict of another digest left in the folder (an earlier validate's) never stands for what it fetched."""
     newest: dict[tuple[str, str], tuple[dt.datetime, Row]] = {}
-    for path in verdict_paths(folder):
+    for path in paths:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
