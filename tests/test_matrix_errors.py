@@ -244,3 +244,20 @@ def test_every_committed_templates_needs_line_names_cell_fields():
     needs = {str(p.relative_to(templates)): _template_needs(templates, str(p.relative_to(templates)))
              for p in templates.rglob("*.j2")}
     assert needs["images/pip.Dockerfile.j2"] == ("framework_requirements",)
+
+
+def test_an_image_named_like_a_dev_repository_is_refused_at_its_name(project: Path, run_cli) -> None:
+    """`pytorch-cpu-dev` would release into the dev repository of pytorch-cpu, and launch, validate and bundle
+    (contracts.names.image_of_repo_path) read its images as dev images of pytorch-cpu: refused at load."""
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    marker = "  - name: pytorch-cpu\n"
+    matrix.write_text(text.replace(marker, "  - name: pytorch-cpu-dev\n", 1))
+    line = text[: text.index(marker)].count("\n") + 1
+    index = text[: text.index(marker)].count("  - name: ")
+    before = snapshot(project)
+    code, out, err = run_cli("plan", "--matrix", str(matrix))
+    assert code == 2 and out == "", err
+    assert err.strip().startswith(f"error: matrix.yaml:{line}: images[{index}].name: 'pytorch-cpu-dev' ends in '-dev': "
+                                  "pytorch-cpu-dev is the repository of the dev images of pytorch-cpu"), err
+    assert snapshot(project) == before

@@ -64,6 +64,11 @@ def check(grammar: Callable[[Any], Any], value: Any, expected: str | None) -> No
     ("a-", "not a valid image name"),
     ("a/b", "not a valid image name"),
     ("a b", "not a valid image name"),
+    ("dev", ACCEPT),
+    ("pytorch-devel", ACCEPT),
+    ("pytorch.dev", ACCEPT),
+    # <name>-dev is the dev repository of <name> (contracts.names.image_of_repo_path reads it so).
+    ("pytorch-cpu-dev", "ends in '-dev': pytorch-cpu-dev is the repository of the dev images of pytorch-cpu"),
 ))
 def test_image_name(value: str, expected: str | None) -> None:
     check(values.image_name, value, expected)

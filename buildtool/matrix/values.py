@@ -214,6 +214,12 @@ def image_name(text: str) -> str:
         raise ValueError(f"{text!r} is not a valid image name (lower case, digits, '-' and '.')")
     if len(text) > IMAGE_NAME_MAX:
         raise ValueError(f"{text!r} is {len(text)} characters; an image name has at most {IMAGE_NAME_MAX}")
+    if text.endswith(names.DEV_SUFFIX):
+        # <name>-dev is where the dev images of <name> go, and every reader of a repository takes it so
+        # (contracts.names.image_of_repo_path): this image's releases would be read as another image's dev images.
+        other = text.removesuffix(names.DEV_SUFFIX)
+        raise ValueError(f"{text!r} ends in {names.DEV_SUFFIX!r}: {text} is the repository of the dev images of "
+                         f"{other}, and is read so; choose a name that does not end in {names.DEV_SUFFIX!r}")
     return text
 
 
