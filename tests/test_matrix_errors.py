@@ -244,3 +244,62 @@ def test_every_committed_templates_needs_line_names_cell_fields():
     needs = {str(p.relative_to(templates)): _template_needs(templates, str(p.relative_to(templates)))
              for p in templates.rglob("*.j2")}
     assert needs["images/pip.Dockerfile.j2"] == ("framework_requirements",)
+
+
+def test_an_image_named_like_a_dev_repository_is_refused_at_its_name(project: Path, run_cli) -> None:
+    """`pytorch-cpu-dev` would release into the dev repository of pytorch-cpu, and launch, validate and bundle
+    (contracts.names.image_of_repo_path) read its images as dev images of pytorch-cpu: refused at load."""
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    marker = "  - name: pytorch-cpu\n"
+    matrix.write_text(text.replace(marker, "  - name: pytorch-cpu-dev\n", 1))
+    line = text[: text.index(marker)].count("\n") + 1
+    index = text[: text.index(marker)].count("  - name: ")
+    before = snapshot(project)
+    code, out, err = run_cli("plan", "--matrix", str(matrix))
+    assert code == 2 and out == "", err
+    assert err.strip().startswith(f"error: matrix.yaml:{line}: images[{index}].name: 'pytorch-cpu-dev' ends in '-dev': "
+                                  "pytorch-cpu-dev is the repository of the dev images of pytorch-cpu"), err
+    assert snapshot(project) == before
+
+
+_ANOTHER_VERSION = ('        release:\n          moving: ["{version}", latest]\n\n',
+                    '        release:\n          moving: ["{version}", latest]\n      - version: "VERSION"\n'
+                    '        framework_version: 2.13.0+cpu\n        framework_requirements: ["torch==2.13.0+cpu"]\n\n')
+
+
+def test_a_moving_tag_that_a_release_of_another_version_makes_is_refused(project: Path, run_cli) -> None:
+    """Version 2.13-1 (PEP 440: 2.13.post1) takes the moving tag `{version}` = 2.13-1 from defaults, which is the
+    immutable tag of release 1 of 2.13 (`{version}-{release}`): releasing 2.13-1 would move it. Refused at the
+    moving template, naming the other cell, its template and its line."""
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    old, new = _ANOTHER_VERSION
+    assert text.count(old) >= 1 and "  - name: pytorch-cpu\n" in text
+    start = text.index(old, text.index("  - name: pytorch-cpu\n"))
+    matrix.write_text(text[:start] + new.replace("VERSION", "2.13-1") + text[start + len(old):])
+    moving_line = text[: text.index('    moving: ["{version}"]')].count("\n") + 1
+    tags_line = text[: text.index('    tags: ["{version}-{release}"]')].count("\n") + 1
+    before = snapshot(project)
+    code, out, err = run_cli("plan", "--matrix", str(matrix))
+    assert code == 2 and out == "", err
+    assert err.strip() == (
+        f"error: matrix.yaml:{moving_line}: defaults.release.moving[0]: moving tag template '{{version}}' gives "
+        f"'2.13-1', which is also the immutable tag of release 1 of pytorch-cpu:2.13 ('{{version}}-{{release}}', "
+        f"line {tags_line}): releasing pytorch-cpu:2.13-1 would move it; change the version or one of the two "
+        "templates"), err
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("version", ["2.13.0", "2.13-dev", "2.13-rc1", "3.0"])
+def test_a_version_whose_moving_tag_no_release_makes_loads(project: Path, run_cli, version: str) -> None:
+    """`2.13-dev` and `2.13-rc1` are no tag a release of 2.13 makes (a release is a normal-form version: digits
+    first)."""
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    old, new = _ANOTHER_VERSION
+    start = text.index(old, text.index("  - name: pytorch-cpu\n"))
+    matrix.write_text(text[:start] + new.replace("VERSION", version) + text[start + len(old):])
+    code, out, err = run_cli("plan", "--json", "--matrix", str(matrix))
+    assert code == 0, err
+    assert f"pytorch-cpu:{version}" in out

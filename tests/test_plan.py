@@ -206,3 +206,22 @@ def test_an_empty_item_of_base_mirror_is_ignored_by_every_reader():
     settings = Settings.from_env({"BASE_MIRROR": "docker.io=m.example,"})
     mapped = mirror_base("python:3.12-slim-bookworm", settings.base_mirror)
     assert mapped == "m.example/library/python:3.12-slim-bookworm"
+
+
+@pytest.mark.parametrize(("given", "normal"), [("v0.3.0", "0.3.0"), ("0.3.0-RC1", "0.3.0rc1")])
+def test_plan_release_is_the_release_release_makes(project: Path, run_cli, given: str, normal: str) -> None:
+    """`plan --release` (the release workflow's version check, uploaded as the release's plan) reads the version as
+    `buildtool release --version` does: its tags are the ones release makes, in PEP 440's normal form."""
+    code, out, err = run_cli("plan", "--json", "-f", "tensorflow-cpu", "--release", given, "--revision",
+                             "0123456789ab", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    assert json.loads(out)["include"][0]["release_tags"] == [f"2.21-{normal}"]
+    assert f"note: --release {given} is release {normal}" in err
+
+
+def test_plan_release_that_is_no_version_is_refused_as_release_refuses_it(project: Path, run_cli) -> None:
+    code, out, err = run_cli("plan", "--json", "--release", "latest", "--revision", "0123456789ab",
+                             "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert err.strip() == ("error: --release 'latest' is not a version like 0.1.0 (what `buildtool release --version` "
+                           "takes)")

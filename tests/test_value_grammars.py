@@ -64,6 +64,11 @@ def check(grammar: Callable[[Any], Any], value: Any, expected: str | None) -> No
     ("a-", "not a valid image name"),
     ("a/b", "not a valid image name"),
     ("a b", "not a valid image name"),
+    ("dev", ACCEPT),
+    ("pytorch-devel", ACCEPT),
+    ("pytorch.dev", ACCEPT),
+    # <name>-dev is the dev repository of <name> (contracts.names.image_of_repo_path reads it so).
+    ("pytorch-cpu-dev", "ends in '-dev': pytorch-cpu-dev is the repository of the dev images of pytorch-cpu"),
 ))
 def test_image_name(value: str, expected: str | None) -> None:
     check(values.image_name, value, expected)
@@ -225,6 +230,15 @@ def test_source_url(value: str, expected: str | None) -> None:
     ("nvcr.io/nvidia/PyTorch:25.10-py3", "repository names are lower case"),
     ("nvcr.io/nvidia/pytorch:", "names no tag"),
     ("nvcr.io/nvidia/pytorch 25.10-py3", "contains whitespace"),
+    # Digests Docker pulls by (go-digest): sha256, sha384, sha512 with their lengths, lower-case hex.
+    ("debian@sha384:" + "a" * 96, ACCEPT),
+    ("nvcr.io/nvidia/pytorch:25.10-py3@sha512:" + "0a" * 64, ACCEPT),
+    ("debian@md5:" + "a" * 32, "digest md5:<32 hex digits> is not one Docker pulls by (sha256: 64, sha384: 96, "
+                               "sha512: 128 lower-case hex digits)"),
+    ("debian@sha512:" + "A" * 128, "digest sha512:<128 hex digits> is not one Docker pulls by"),
+    ("debian@sha512:" + "a" * 64, "digest sha512:<64 hex digits> is not one Docker pulls by"),
+    ("debian@sha256:abc", "digest sha256:<3 hex digits> is not one Docker pulls by"),   # not read as credentials
+    ("robot:s3cr3t@ghcr.io/team/x:1", "cannot carry credentials"),
 ))
 def test_image_reference(value: str, expected: str | None) -> None:
     check(values.reference, value, expected)

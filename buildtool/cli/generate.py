@@ -174,7 +174,8 @@ def plan(
     project = find_project(matrix)
     loaded = project.load()
     cells = loaded.select(framework)
-    plans = plan_matrix(loaded, cells, Settings.from_env(), project.revision(revision), release)
+    settings, revision = Settings.from_env(), project.revision(revision)
+    plans = plan_matrix(loaded, cells, settings, revision, release)
     if release != "{release}":
         from buildtool.common.errors import UserError
         from buildtool.contracts.names import TAG_RE
@@ -183,6 +184,19 @@ def plan(
         if bad is not None:
             raise UserError(f"--release {release!r} gives the tag {bad!r}, which is not a Docker tag; use a version "
                             "like 0.1.0")
+        # The release's tags are what `buildtool release --version` makes of it (the release workflow uploads this
+        # plan as its record): the same reader, so `v1.0` is 1.0 here too, and a word that is no version is refused.
+        from buildtool.release.gates import check_version
+
+        try:
+            normal = check_version(release)
+        except UserError as exc:
+            raise UserError(f"{str(exc).replace('--version', '--release', 1)} (what `buildtool release --version` "
+                            "takes)") from None
+        if normal != release:
+            err.print(f"note: --release {release} is release {normal} (PEP 440 normal form, as `buildtool release` "
+                      f"writes it); its tags use {normal}", markup=False, highlight=False)
+            plans = plan_matrix(loaded, cells, settings, revision, normal)
     if as_json:
         # Straight to the stream: rich's rendering of a big matrix's JSON takes seconds.
         stdout.file.write(json.dumps({"include": [p.to_json() for p in plans]}, indent=2) + "\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Callable
 from functools import cache, lru_cache, partial
 from pathlib import Path
@@ -17,7 +18,7 @@ from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
 from buildtool.common.errors import MatrixError
-from buildtool.contracts import frameworks, platforms, runprofile
+from buildtool.contracts import frameworks, names, platforms, runprofile
 from buildtool.matrix import values
 from buildtool.matrix.schema import (
     DEFAULT_TAGS,
@@ -339,7 +340,7 @@ def _image_cells(doc: Located, defaults: dict[str, Any], needs: Needs, image_loc
     seen_versions: dict[str, int] = {}
     first_default: tuple[str, int | None] | None = None
     claimed: dict[str, tuple[str, _CellCheck, str, int]] = {}   # tag -> the version of this image it names
-    cells = []
+    cells, checks = [], []
     for j, (ver, raw_ver) in enumerate(zip(image.versions, raw_image["versions"], strict=True)):
         loc: Loc = (*image_loc, "versions", j)
         line = doc.line_of((*loc, "version")) or 0
@@ -357,10 +358,55 @@ def _image_cells(doc: Located, defaults: dict[str, Any], needs: Needs, image_loc
         check = _CellCheck(doc, loc, _merge(image_fields, version_layer),
                            ((defaults, ("defaults",)), (image_layer, image_loc), (version_layer, loc)))
         cells.append(_cell(check, needs, image.name, ver, claimed))
+        checks.append(check)
     if first_default is None:
         raise doc.error(image_loc, f"no version of {image.name} has `default: true`; set it on exactly one (the "
                                    "version `latest` and the nightly jobs use)")
+    _moving_tags_name_no_release(checks, cells)
     return cells
+
+
+# A release as `buildtool release --version` writes it into a tag (PEP 440's normal form, which is tag-safe only
+# without an epoch or a local part: release.gates.check_version).
+_RELEASE_IN_TAG = r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?"
+
+
+def _moving_tags_name_no_release(checks: list[_CellCheck], cells: list[Cell]) -> None:
+    """A moving tag without {release} (`{version}`, `latest`) that some release of a cell of the image would make
+    as an immutable tag (version `2.13-1`'s `{version}` is release 1 of 2.13's `{version}-{release}`): releasing
+    the one would move the other's immutable tag. Checked per template, for every version at once."""
+    by_template: dict[str, list[int]] = {}
+    for i, cell in enumerate(cells):
+        for template in cell.release_tags:
+            by_template.setdefault(template, []).append(i)
+    patterns = []
+    for template, owners in by_template.items():
+        versions = "|".join(re.escape(v) for v in sorted({cells[i].version for i in owners}, key=len, reverse=True))
+        regex = ""
+        for literal, field, _, _ in string.Formatter().parse(template):
+            regex += re.escape(literal)
+            if field is not None and f"(?P<{field}>" in regex:
+                regex += f"(?P={field})"
+            elif field is not None:
+                regex += f"(?P<{field}>{versions if field == 'version' else _RELEASE_IN_TAG})"
+        patterns.append((template, owners, re.compile(regex)))
+    for check, cell in zip(checks, cells, strict=True):
+        for k, template in enumerate(cell.moving_tags):
+            if "{release}" in template:
+                continue
+            tag = names.expand_tag(template, cell.version, "")
+            for other_template, owners, pattern in patterns:
+                match = pattern.fullmatch(tag)
+                if match is None:
+                    continue
+                version = match.groupdict().get("version")
+                other = next(i for i in owners if version is None or cells[i].version == version)
+                line = checks[other].doc.line_of(checks[other].tag_loc("tags", cells[other].release_tags.index(
+                    other_template)))
+                raise check.fail(check.tag_loc("moving", k), f"moving tag template {template!r} gives {tag!r}, "
+                                 f"which is also the immutable tag of release {match.group('release')} of "
+                                 f"{cells[other].key} ({other_template!r}, line {line}): releasing {cell.key} "
+                                 "would move it; change the version or one of the two templates")
 
 
 def _cell(check: _CellCheck, needs: Needs, name: str, ver: VersionSpec,

@@ -141,15 +141,38 @@ def requirement(text: str) -> str:
     return text
 
 
+# The digests Docker pulls by (go-digest's algorithms): the grammar admits any `algorithm:hex`, Docker refuses the rest.
+_PULL_DIGESTS = {"sha256": 64, "sha384": 96, "sha512": 128}
+
+
+def _digest_problem(digest: str) -> str:
+    """Why Docker would not pull by `digest` when it is shaped `algorithm:hex`, else "" (the grammar's own message,
+    or none). The name before the '@' is never shown: before a host it may be a user name."""
+    algorithm, colon, hex_digits = digest.partition(":")
+    if not (colon and re.fullmatch(r"[A-Za-z0-9]+(?:[+._-][A-Za-z0-9]+)*", algorithm)
+            and re.fullmatch("[0-9A-Fa-f]+", hex_digits)):
+        return ""
+    if len(hex_digits) == _PULL_DIGESTS.get(algorithm) and not re.search("[A-F]", hex_digits):
+        return ""
+    known = ", ".join(f"{a}: {n}" for a, n in _PULL_DIGESTS.items())
+    return (f"digest {algorithm}:<{len(hex_digits)} hex digits> is not one Docker pulls by ({known} lower-case hex "
+            "digits); copy the digest whole, e.g. from `docker buildx imagetools inspect`")
+
+
 @functools.lru_cache(maxsize=65536)
 def reference(text: str) -> str:
-    """An image reference by the OCI distribution grammar, pinned by a tag or a digest."""
+    """An image reference by the OCI distribution grammar, pinned by a tag or a digest Docker pulls by."""
+    name, at, digest = text.partition("@")
+    if at and "/" not in name and _digest_problem(digest):
+        raise ValueError(_digest_problem(digest))   # the grammar reads `debian@sha256:abc` as credentials
     try:
         ref = parse_reference(text)
     except ReferenceError as exc:
         raise ValueError(str(exc)) from None
     if not ref.tag and not ref.digest:
         raise ValueError(f"{text!r} names no tag or digest; pin it, e.g. {text}:TAG or {text}@sha256:DIGEST")
+    if ref.digest and _digest_problem(ref.digest):
+        raise ValueError(f"{text!r}: {_digest_problem(ref.digest)}")
     return text
 
 
@@ -214,6 +237,12 @@ def image_name(text: str) -> str:
         raise ValueError(f"{text!r} is not a valid image name (lower case, digits, '-' and '.')")
     if len(text) > IMAGE_NAME_MAX:
         raise ValueError(f"{text!r} is {len(text)} characters; an image name has at most {IMAGE_NAME_MAX}")
+    if text.endswith(names.DEV_SUFFIX):
+        # <name>-dev is where the dev images of <name> go, and every reader of a repository takes it so
+        # (contracts.names.image_of_repo_path): this image's releases would be read as another image's dev images.
+        other = text.removesuffix(names.DEV_SUFFIX)
+        raise ValueError(f"{text!r} ends in {names.DEV_SUFFIX!r}: {text} is the repository of the dev images of "
+                         f"{other}, and is read so; choose a name that does not end in {names.DEV_SUFFIX!r}")
     return text
 
 
