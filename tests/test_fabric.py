@@ -478,3 +478,26 @@ def test_nccl_debug_subsys_is_read_as_nccl_reads_a_leading_caret(subsys: str, re
             MultiNodeJob(**settings)
     else:
         assert MultiNodeJob(**settings).env["NCCL_DEBUG_SUBSYS"] == subsys
+
+
+def test_a_job_pinning_nccl_net_aws_libfabric_is_generated_and_its_efa_log_passes(run_cli, tmp_path: Path) -> None:
+    """aws-ofi-nccl's net plugin is named `AWS Libfabric` (its src/compat_v6.c `.name`), which NCCL_NET pins: --nccl-env
+    refused the value for its space (exit 2). The job is generated with it, and the verifier, run with the job's own
+    env, reads NCCL's `Using network AWS Libfabric` and `via NET/AWS Libfabric/N/GDRDMA` as EFA and passes."""
+    code, out, err = run_cli("k8s", IMAGE, "--nodes", "2", "--gpus-per-node", "2",
+                             "--nccl-env", "NCCL_NET=AWS Libfabric", "--efa-resource", "vpc.amazonaws.com/efa=4",
+                             "--require-gdr",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    container = list(yaml.safe_load_all(out))[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
+        "containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert (env["NCCL_NET"], env["DDP_EXPECT_TRANSPORT"], env["DDP_EXPECT_GDR"]) == ("AWS Libfabric", "EFA", "1")
+    job = MultiNodeJob(image=IMAGE, nodes=2, gpus_per_node=2, efa_devices=4, require_gdr=True,
+                       nccl=NcclSettings(extra=(("NCCL_NET", "AWS Libfabric"),)))
+    checked = {k: v for k, v in env.items() if k.startswith(("NCCL_", "DDP_EXPECT_", "DDP_FABRIC_", "DDP_GPUS_"))}
+    assert checked == {k: v for k, v in job.expect_env.items() if k in checked}
+    proc = run_verifier(tmp_path, "aws-libfabric.log", 90.0, job, **checked)
+    assert proc.returncode == 0, proc.stderr
+    assert "EFA (NET/AWS Libfabric) in 2 process(es) (ranks 0-1)" in proc.stdout
+    assert "GPUDirect RDMA on (4 of 4 NET channels)" in proc.stdout and "transport EFA" in proc.stdout

@@ -18,7 +18,7 @@ from referencing import Registry, Resource
 
 from buildtool.common.errors import UserError
 from buildtool.launch.k8s import PodOptions
-from buildtool.launch.multinode import VERIFY_FILES, write_verifier
+from buildtool.launch.multinode import VERIFY_FILES, NcclSettings, write_verifier
 
 REPO = Path(__file__).resolve().parent.parent
 K8S_VERSION = "1.33.0"
@@ -514,3 +514,40 @@ def test_a_resource_named_twice_is_exit_2_never_one_limit_replacing_the_other(ru
     (torchrun then started 8 processes on one GPU), a repeated RDMA resource kept only its last count."""
     code, out, err = run_cli("k8s", IMAGE, *args, "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and out == "" and err.startswith(f"error: {words}") and len(err.strip().splitlines()) == 1, err
+
+
+# NCCL values that are free text, as NCCL takes them: aws-ofi-nccl's plugin name (a space), NCCL 2.24's per-function
+# algorithms (`;`, `,`), a topology file whose path has a space and quotes.
+NCCL_TEXT = {"NCCL_NET": "AWS Libfabric", "NCCL_ALGO": "allreduce:tree,ring;broadcast:ring",
+             "NCCL_TOPO_FILE": "/shared/topo files/it's \"p5\".xml"}
+
+
+@pytest.mark.parametrize("variant", ["pytorchjob", "job"])
+def test_nccl_env_values_with_spaces_reach_every_pod_as_given(run_cli, variant: str) -> None:
+    """--nccl-env took a value only if it was one word: NCCL_NET="AWS Libfabric" (aws-ofi-nccl's name, the one way
+    to pin EFA) exited 2. The value reaches each pod's env byte for byte."""
+    given = [a for name, value in NCCL_TEXT.items() for a in ("--nccl-env", f"{name}={value}")]
+    docs = generate(run_cli, IMAGE, "--nodes", "2", "--gpus-per-node", "8", "--variant", variant,
+                    "--efa-resource", "vpc.amazonaws.com/efa=32", *given)
+    specs = docs[-1]["spec"]["pytorchReplicaSpecs"].values() if variant == "pytorchjob" else [docs[-1]["spec"]]
+    for spec in specs:
+        env = {e["name"]: e["value"] for e in spec["template"]["spec"]["containers"][0]["env"]}
+        assert {name: env[name] for name in NCCL_TEXT} == NCCL_TEXT
+        assert env["DDP_EXPECT_TRANSPORT"] == "EFA"
+    validate(docs[-1])
+
+
+@pytest.mark.parametrize(("item", "cause"), [
+    ("NCCL_TOPO_FILE=$HOME/topo.xml", "the value of NCCL_TOPO_FILE is not printable ASCII, spaces allowed, no '$'"),
+    ("NCCL_NET=AWS\nLibfabric", "contains the control or format character '\\n'"),
+    ("NCCL_NET=AWS\0Libfabric", "contains the control or format character '\\x00'"),
+    ("NCCL_HOSTID=h\u00f6st", "the value of NCCL_HOSTID is not printable ASCII"),
+])
+def test_an_nccl_value_no_job_can_carry_as_given_is_refused_in_one_line(run_cli, item: str, cause: str) -> None:
+    code, out, err = run_cli("k8s", IMAGE, "--gpus-per-node", "8", "--nccl-env", item,
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--nccl-env" in err and cause in err, err
+    name, value = item.split("=", 1)   # the settings refuse it too, whoever makes them
+    with pytest.raises(UserError, match=f"^--nccl-env {name}: the value "):
+        NcclSettings(extra=((name, value),))

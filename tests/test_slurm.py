@@ -577,3 +577,50 @@ def test_an_empty_job_name_is_refused(run_cli, tmp_path: Path) -> None:
                                                        "'_', '.', '-')"), err
     script = generate(run_cli, tmp_path, IMAGE, "--partition", "", "--account", "")
     assert "--partition" not in script.read_text() and "--account" not in script.read_text()
+
+
+# srun that runs `uname -m`, passes the /dev/shm check and, for the step that runs the check (--kill-on-bad-exit),
+# writes the environment the step would get as JSON: SLURM's --export=NAMES gives it those variables only.
+SRUN_ENV = r'''#!/usr/bin/env python3
+import json, os, platform, sys
+args = sys.argv[1:]
+if args[-2:] == ["uname", "-m"]:
+    print(platform.machine())
+elif "--kill-on-bad-exit=1" in args:
+    export = next((a.split("=", 1)[1] for a in args if a.startswith("--export=")), "ALL")
+    names = None if export == "ALL" else set(export.split(","))
+    with open(os.environ["STEP_ENV"], "w") as out:
+        json.dump({k: v for k, v in os.environ.items() if names is None or k in names}, out)
+'''
+# NCCL values that are free text, as NCCL takes them: aws-ofi-nccl's plugin name (a space), NCCL 2.24's per-function
+# algorithms (`;`, `,`: SLURM's --export splits on commas), a topology file whose path has a space and quotes.
+NCCL_TEXT = {"NCCL_NET": "AWS Libfabric", "NCCL_ALGO": "allreduce:tree,ring;broadcast:ring",
+             "NCCL_TOPO_FILE": "/shared/topo files/it's \"p5\".xml"}
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis", "oci"])
+def test_nccl_env_values_with_spaces_reach_the_step_as_given(run_cli, tmp_path: Path, runtime: str) -> None:
+    """--nccl-env took a value only if it was one word: NCCL_NET="AWS Libfabric" (aws-ofi-nccl's name, the one way
+    to pin EFA) exited 2. The sbatch script run by bash hands srun the value byte for byte, under every runtime (oci:
+    a bundle made by `buildtool bundle`, whose step gets only what --export names)."""
+    image = str(fake_bundle(tmp_path)) if runtime == "oci" else IMAGE
+    extra = ["--shm-size", "1m", "--framework", "pytorch"] if runtime == "oci" else []
+    given = [a for name, value in NCCL_TEXT.items() for a in ("--nccl-env", f"{name}={value}")]
+    script = generate(run_cli, tmp_path, image, "--runtime", runtime, "--nodes", "2", "--gpus-per-node", "8",
+                      "--fabric-rate", "p5.48xlarge", *extra, *given)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "srun").write_text(SRUN_ENV)
+    (stubs / "scontrol").write_text(SCONTROL)
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    step = tmp_path / "step-env.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env |= {"PATH": f"{stubs}:{os.environ['PATH']}", "STEP_ENV": str(step), "SLURM_JOB_ID": "7",
+            "SLURM_JOB_NODELIST": "localhost,node2", "SLURM_SUBMIT_DIR": str(tmp_path),
+            "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(step.read_text())
+    assert {name: got.get(name) for name in NCCL_TEXT} == NCCL_TEXT
+    assert got["DDP_EXPECT_TRANSPORT"] == "EFA" and got["NCCL_DEBUG"] == "INFO"

@@ -208,16 +208,23 @@ def _efa_resource(option: str, item: str) -> object:
     return item
 
 
+# An NCCL_* value as NCCL reads it, literally: numbers, interface lists, paths, and free text with spaces and `;`
+# (NCCL_NET="AWS Libfabric", aws-ofi-nccl's plugin name; NCCL_ALGO="allreduce:tree;broadcast:ring"). Printable
+# ASCII; no `$`: NCCL expands nothing, and Kubernetes would read `$(NAME)` in a pod's env as a reference.
+NCCL_VALUE = _re(r"[ -#%-~]{1,256}")
+NCCL_VALUE_WHAT = "printable ASCII, spaces allowed, no '$' (NCCL takes it literally); at most 256 characters"
+
+
 def _nccl_env(option: str, item: str) -> object:
-    """NCCL_NAME=VALUE, the value a plain word (what NCCL reads: numbers, interface lists, paths)."""
+    """NCCL_NAME=VALUE (launch.multinode.NcclSettings carries the value into the job unchanged)."""
     argcheck.plain(option, item)
     name, sep, value = item.partition("=")
     if not sep:
         raise UserError(f"{option} {shown(item)} is not NAME=VALUE")
     if not re.match(r"^NCCL_[A-Z0-9_]{1,64}\Z", name):
         raise UserError(f"{option} {shown(item)}: the name must be an NCCL_* variable")
-    if not re.match(r"^[A-Za-z0-9_.,:=^/+-]{0,256}\Z", value):
-        raise UserError(f"{option} {shown(item)}: the value is not a word (letters, digits, '_.,:=^/+-')")
+    if value and not NCCL_VALUE.match(value):
+        raise UserError(f"{option} {shown(item)}: the value of {name} is not {NCCL_VALUE_WHAT}")
     return item
 
 

@@ -21,6 +21,7 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import Reference, ReferenceError, parse_reference
 from buildtool.common.sizes import parse_size
 from buildtool.contracts import busbw, nccl_log
+from buildtool.contracts.arguments import NCCL_VALUE, NCCL_VALUE_WHAT
 from buildtool.contracts.frameworks import LAUNCHERS, Framework, MultiNodeCheck
 from buildtool.contracts.names import check_revision, dev_tag, image_of_repo_path, parse_dev_tag
 from buildtool.contracts.rendezvous import BACKOFF_LIMIT, JOIN_TIMEOUT_S, MAX_RESTARTS, RDZV_PORT
@@ -93,6 +94,8 @@ class NcclSettings:
                 raise UserError(f"--nccl-env {name}: use its own option, {own[name]}")
             if "\n" in value or not value:
                 raise UserError(f"--nccl-env {name}: the value must be one non-empty line")
+            if not NCCL_VALUE.match(value):
+                raise UserError(f"--nccl-env {name}: the value is not {NCCL_VALUE_WHAT}")
 
     @staticmethod
     def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
