@@ -551,3 +551,13 @@ def test_an_nccl_value_no_job_can_carry_as_given_is_refused_in_one_line(run_cli,
     name, value = item.split("=", 1)   # the settings refuse it too, whoever makes them
     with pytest.raises(UserError, match=f"^--nccl-env {name}: the value "):
         NcclSettings(extra=((name, value),))
+
+
+@pytest.mark.parametrize("value", ["1e3", "0o17", "0x1F", ".inf", "-.5e-3"])
+def test_an_env_value_a_yaml_1_2_reader_takes_for_a_number_is_quoted(run_cli, value: str) -> None:
+    """PyYAML (YAML 1.1) wrote `value: 1e3` plain; Kubernetes reads manifests as YAML 1.2 (sigs.k8s.io/yaml), where
+    that is a float, and the API server refuses a number for EnvVar.value. Quoted, it is the string given."""
+    code, out, err = run_cli("k8s", IMAGE, "--gpus-per-node", "8", "--nccl-env", f"NCCL_BUFFSIZE={value}",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    assert f"value: '{value}'\n" in out, [line for line in out.splitlines() if "BUFFSIZE" in line]

@@ -3,6 +3,7 @@ given, multi-line strings in block style so scripts read as scripts."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -13,8 +14,16 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
+# What a YAML 1.2 reader (Kubernetes' sigs.k8s.io/yaml, GitHub Actions) takes for a number, bool or null in a plain
+# scalar and PyYAML (YAML 1.1) writes plain: `1e3`, `0o17`, `0x1F`. Quoted, a string stays a string (an env value of
+# `1e3` was a float to the API server, which refuses a number where EnvVar.value is a string).
+_YAML12_NOT_STR = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|0o[0-7]+|0x[0-9a-fA-F]+"
+                             r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)|true|True|TRUE|false|False|FALSE|null|Null|NULL|~")
+
+
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+    style = "|" if "\n" in value else "'" if _YAML12_NOT_STR.fullmatch(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
 _Dumper.add_representer(str, _str)
