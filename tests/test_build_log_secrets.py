@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -126,3 +130,78 @@ def test_an_index_url_that_does_not_parse_is_still_scrubbed_not_a_traceback(tmp_
     log.write_text(f"Looking in indexes: {url}\n")
     scrub_log(log, secret_strings(HostPip(extra_index_urls=(url,))))
     assert log.read_text() == "Looking in indexes: https://u:****@[fd00::1/simple?token=****\n"
+
+
+FAKE_CLIENT = """
+import time
+print("#9 1.20 Looking in indexes: {index}", flush=True)
+print("#9 1.21 Collecting numpy", flush=True)
+time.sleep(120)
+"""
+
+BUILD = """
+import sys
+from pathlib import Path
+from buildtool.imagebuild import engine
+from buildtool.imagebuild.cell_inputs import secret_strings
+from buildtool.imagebuild.pipconfig import HostPip
+context, client, log = map(Path, sys.argv[1:])
+engine.build(engine.BuildClient((sys.executable, str(client), "build"), (), "classic"), engine.BuildRequest(
+    context, context / "Dockerfile", build_args={}, labels={}, secrets={}, log_path=log,
+    log_secrets=secret_strings(HostPip(index_url=sys.stdin.read()))))
+"""
+
+
+def test_a_build_killed_midway_leaves_no_token_in_its_log(tmp_path: Path) -> None:
+    """engine.build let the engine write straight into the log (0644 under the usual umask, so any local user's to
+    read) and masked the index tokens only once the build ended: a build killed midway (SIGKILL, a cancelled CI
+    job) left what pip printed in build-logs/ as it was. Now each line is masked before it is written, and the log
+    is this user's only, an earlier build's log of another mode too."""
+    client = tmp_path / "docker.py"
+    client.write_text(FAKE_CLIENT.format(index=INDEX))
+    log = tmp_path / "logs" / "pytorch-cpu-2.13.log"
+    log.parent.mkdir()
+    log.write_text("an earlier build's log\n")
+    log.chmod(0o644)
+    repo = Path(__file__).resolve().parents[1]
+    run = subprocess.Popen([sys.executable, "-c", BUILD, str(tmp_path), str(client), str(log)], cwd=repo,
+                           env={**os.environ, "PYTHONPATH": str(repo)}, stdin=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        assert run.stdin is not None
+        run.stdin.write(INDEX)
+        run.stdin.close()
+        deadline = time.monotonic() + 60
+        while "Collecting numpy" not in log.read_text() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "Collecting numpy" in log.read_text(), log.read_text()
+    finally:   # the build and its client, as a cancelled job ends them
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)
+    text = log.read_text()
+    assert TOKEN not in text
+    assert "Looking in indexes: https://user:****@pkgs.example.invalid/simple" in text
+    assert log.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_finished_builds_logs_are_readable_by_their_user_only(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cell's log and the copy kept by image are created 0600 (were 0644: every local user's to read)."""
+    def fake_run(argv, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        Path(argv[argv.index("--iidfile") + 1]).write_text(IMAGE)
+        kwargs["stdout"].write(f"#9 1.20 Looking in indexes: {INDEX}\n")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(engine.subprocess, "run", fake_run)
+    log = tmp_path / "build.log"
+    kept = engine.image_record(tmp_path, IMAGE)
+    assert kept is not None
+    kept[1].parent.mkdir()
+    kept[1].write_text("an earlier build of the image\n")
+    kept[1].chmod(0o644)
+    engine.build(engine.BuildClient(("client-stand-in", "build"), (), "classic"), engine.BuildRequest(
+        tmp_path, tmp_path / "Dockerfile", build_args={}, labels={}, secrets={}, log_path=log,
+        log_secrets=[TOKEN]))
+    for path in (log, kept[1]):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+        assert "Looking in indexes: https://user:****@pkgs.example.invalid/simple" in path.read_text()

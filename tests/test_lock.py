@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import replace
@@ -14,7 +15,7 @@ import requests
 from buildtool.common.errors import UserError
 from buildtool.contracts import locks
 from buildtool.imagebuild import lock
-from buildtool.imagebuild.pipconfig import HostPip
+from buildtool.imagebuild.pipconfig import HostPip, uv_index_env
 from buildtool.matrix.loader import load_matrix
 from tests.conftest import fixture_matrix
 from tests.pylocks import one_wheel, pylock
@@ -436,3 +437,52 @@ def test_a_failed_resolution_names_no_index_token(tmp_path: Path) -> None:
     said = str(failed.value)
     assert "ab%2Bcd123" not in said and "ab+cd123" not in said
     assert "Failed to fetch: https://pkgs.example/simple/numpy/?token=****" in said
+
+
+FAKE_UV = """#!{python}
+import json, os, sys
+json.dump({{"argv": sys.argv, "env": {{k: v for k, v in os.environ.items() if k.startswith("UV_")}}}},
+          open({out!r}, "w"))
+sys.exit(2)
+"""
+
+
+def test_index_credentials_never_ride_on_uvs_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make lock` ran uv with `--index-url https://user:PASSWORD@host/simple` (and tokens of extra indexes and
+    find-links) on its command line, which every local user reads in /proc/<pid>/cmdline (`ps -ef`) while uv
+    runs. Now the locations reach uv in its environment (readable by the same user only), in the same order."""
+    import sys
+
+    out = tmp_path / "ran.json"
+    uv = tmp_path / "uv"
+    uv.write_text(FAKE_UV.format(python=sys.executable, out=str(out)))
+    uv.chmod(0o755)
+    monkeypatch.setattr(lock, "uv_binary", lambda: str(uv))
+    monkeypatch.setattr(lock, "uv_version", lambda: "0.13.9")
+    secrets = ("pw-s3cr3t", "extraTOKEN9", "linkTOKEN7")
+    host = HostPip(index_url=f"https://user:{secrets[0]}@pkgs.example/simple",
+                   extra_index_urls=(f"https://pkgs.example/extra/simple?token={secrets[1]}",),
+                   find_links=(f"https://pkgs.example/links/?sig={secrets[2]}", "/opt/wheels"))
+    cell = _cell()
+    extra = [*cell.extra_index_urls, *host.extra_index_urls]   # the cell's, then the host's
+    for make, extras in ((lambda: lock.compile_cell(cell, host, lock.Pins(), base=None, log=print,
+                                                    reachable=lambda url: True), extra),
+                         (lambda: lock.write_uv_lock(tmp_path, host), list(host.extra_index_urls))):
+        out.unlink(missing_ok=True)
+        with pytest.raises(lock.FailedError):
+            make()
+        ran = json.loads(out.read_text())
+        assert not [arg for arg in ran["argv"] for secret in secrets if secret in arg], ran["argv"]
+        assert not {"--index-url", "--extra-index-url", "--find-links"} & set(ran["argv"])
+        assert ran["argv"][ran["argv"].index("--index-strategy") + 1] == "unsafe-best-match"
+        assert ran["env"]["UV_INDEX_URL"] == host.index_url
+        assert ran["env"]["UV_EXTRA_INDEX_URL"].split(" ") == extras
+        assert ran["env"]["UV_FIND_LINKS"].split(",") == list(host.find_links)
+
+
+def test_a_location_uv_would_split_in_its_environment_is_refused() -> None:
+    """uv splits UV_FIND_LINKS at commas and UV_EXTRA_INDEX_URL at spaces: such a location is named, not split."""
+    with pytest.raises(UserError, match=r"^package location /opt/wheels,v2 holds ','"):
+        uv_index_env(["uv", "--find-links", "/opt/wheels,v2", "in"])
+    assert uv_index_env(["uv", "--extra-index-url", "a", "--find-links", "b", "--extra-index-url", "c", "x"]) == (
+        ["uv", "x"], {"UV_EXTRA_INDEX_URL": "a c", "UV_FIND_LINKS": "b"})

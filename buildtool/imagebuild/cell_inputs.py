@@ -3,6 +3,7 @@ build adds, the build's secrets to scrub from its log, and which local images we
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,13 +102,17 @@ def secret_strings(host: HostPip) -> list[str]:
     return sorted((s for s in dict.fromkeys(found) if len(s) >= 4), key=len, reverse=True)
 
 
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """`text` with each of `secrets` (secret_strings: longest first) replaced by ****."""
+    for secret in secrets:
+        text = text.replace(secret, "****")
+    return text
+
+
 def scrub_log(path: Path, secrets: list[str]) -> None:
     if not secrets or not path.is_file():
         return
-    text = path.read_text(errors="replace")
-    for secret in secrets:
-        text = text.replace(secret, "****")
-    path.write_text(text)
+    path.write_text(scrub(path.read_text(errors="replace"), secrets))
 
 
 def built_for(plan: CellPlan, images: list[dict[str, Any]]) -> list[dict[str, Any]]:

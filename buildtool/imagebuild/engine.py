@@ -14,12 +14,14 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import docker
 import docker.errors
@@ -29,12 +31,13 @@ from buildtool.common import docker_cli
 from buildtool.common.errors import UserError
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.contracts.apt_lock_format import build_error
-from buildtool.imagebuild.cell_inputs import scrub_log
+from buildtool.imagebuild.cell_inputs import scrub
 
 ENGINE_HINT = ("start one with `bash scripts/setup.sh` (or `sudo systemctl start docker`), "
                "or point DOCKER_HOST at a running engine")
 SDK_TIMEOUT = 120
 INLINE_CACHE_ARG = "BUILDKIT_INLINE_CACHE"
+DRAIN_TIMEOUT = 10   # seconds the build's last output may take to reach its log once the client has exited
 
 
 class BuildFailed(Exception):
@@ -94,7 +97,7 @@ class BuildRequest:
     engine's own). `cache_from`: images to take layers from (buildtool.imagebuild.cache_sources chooses them).
     `package_indexes`: the locations the secrets' pip/uv settings name, without credentials
     (pipconfig.package_indexes), for the record. `log_secrets`: strings (index credentials) replaced by `****` in
-    the log before build() returns or raises, so no copy of the log ever holds them."""
+    each line of the build's output before it is written to the log, so the log never holds them."""
 
     context: Path
     dockerfile: Path
@@ -126,22 +129,17 @@ def build(client: BuildClient, request: BuildRequest) -> str:
     argv = _argv(client, request, iidfile)
     wall_started = int(time.time())
     started = time.monotonic()
-    try:
-        with log_path.open("w") as log:
-            log.write(f"$ {client.describe()} ... {request.context}\n")
-            log.flush()
-            try:
-                proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
-                                      env={**os.environ, **dict(client.env)}, timeout=request.timeout,
-                                      stdin=subprocess.DEVNULL)
-            except subprocess.TimeoutExpired:
-                log.write(f"\nbuild timed out after {request.timeout:.0f}s\n")
-                raise BuildFailed(f"timed out after {request.timeout:.0f}s") from None
-            log.write(f"\nexit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
-    finally:   # before anything reads or copies the log: the by-image copy below is made from the scrubbed one
-        scrub_log(log_path, list(request.log_secrets))
-    if proc.returncode != 0:
-        raise BuildFailed(f"{' '.join(client.argv)} exited {proc.returncode}: {last_error_line(log_path)}")
+    with _private_log(log_path) as log:
+        log.write(f"$ {client.describe()} ... {request.context}\n")
+        log.flush()
+        try:
+            returncode = _run_masked(argv, {**os.environ, **dict(client.env)}, request, log)
+        except subprocess.TimeoutExpired:
+            log.write(f"\nbuild timed out after {request.timeout:.0f}s\n")
+            raise BuildFailed(f"timed out after {request.timeout:.0f}s") from None
+        log.write(f"\nexit {returncode} after {time.monotonic() - started:.1f}s\n")
+    if returncode != 0:
+        raise BuildFailed(f"{' '.join(client.argv)} exited {returncode}: {last_error_line(log_path)}")
     image_id = iidfile.read_text().strip()
     iidfile.unlink(missing_ok=True)
     # What the provenance states about this build (buildtool.imagebuild.provenance.BuildFacts): the arguments as
@@ -157,9 +155,42 @@ def build(client: BuildClient, request: BuildRequest) -> str:
     kept = image_record(log_path.parent, image_id)
     if kept is not None:
         kept[0].parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(log_path, kept[1])
+        shutil.copy(log_path, kept[1])   # its mode too: private, as the log is
         shutil.copyfile(facts_path(log_path), kept[0])
     return image_id
+
+
+def _private_log(path: Path) -> TextIO:
+    """`path` emptied for writing and readable by this user only, an earlier build's log of another mode too: what
+    pip or uv prints in a build (the index a package came from) is not every local user's to read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    return open(fd, "w", errors="replace")
+
+
+def _run_masked(argv: list[str], env: dict[str, str], request: BuildRequest, log: TextIO) -> int:
+    """Run the build, its output copied into `log` a line at a time, each masked (request.log_secrets) before it is
+    written: a build killed midway leaves no index token that pip or uv printed in the log. Its exit status;
+    subprocess.TimeoutExpired past request.timeout, as subprocess.run raises it."""
+    read_end, write_end = os.pipe()
+
+    def copy() -> None:
+        with open(read_end, "rb") as output:
+            for line in output:
+                # Read on whatever befalls the log (a full disk; closed, a killed client's child still printing):
+                # the build must never block on its output.
+                with suppress(ValueError, OSError):
+                    log.write(scrub(line.decode(errors="replace"), request.log_secrets))
+                    log.flush()
+
+    copier = threading.Thread(target=copy, name="build-log", daemon=True)
+    copier.start()
+    try:
+        with open(write_end, "w") as sink:
+            return subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, timeout=request.timeout,
+                                  stdin=subprocess.DEVNULL).returncode
+    finally:   # the output's end (not waited for past DRAIN_TIMEOUT: a killed client's plugin may still hold it)
+        copier.join(DRAIN_TIMEOUT)
 
 
 def _argv(client: BuildClient, request: BuildRequest, iidfile: Path) -> list[str]:

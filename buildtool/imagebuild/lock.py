@@ -44,7 +44,7 @@ from buildtool.contracts.locks import (
     parse_lock,
     platform_folder,
 )
-from buildtool.imagebuild.pipconfig import HostPip, answers, redact
+from buildtool.imagebuild.pipconfig import UV_INDEX_ENV, HostPip, answers, redact, uv_index_env
 from buildtool.matrix.schema import Cell
 
 LOCK_FORMAT = 2   # 2: PEP 751 pylock.toml (1: uv's requirements output)
@@ -273,9 +273,10 @@ def index_args(host: HostPip, index_url: str | None, extra_index_urls: tuple[str
 
 
 def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
+    command, index_env = uv_index_env(argv)   # the index URLs (credentials) in its environment, not in `ps`
     try:
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=UV_TIMEOUT, env=env, cwd=cwd,
-                             stdin=subprocess.DEVNULL)
+        run = subprocess.run(command, capture_output=True, text=True, timeout=UV_TIMEOUT, env={**env, **index_env},
+                             cwd=cwd, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise FailedError(f"uv pip compile timed out after {UV_TIMEOUT}s") from None
     if run.returncode != 0:
@@ -293,8 +294,7 @@ def _index_secrets(argv: list[str]) -> list[str]:
     """The credentials in the index URLs of a uv command line (cell_inputs.secret_strings)."""
     from buildtool.imagebuild.cell_inputs import secret_strings
 
-    urls = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1])
-                 if arg in ("--index-url", "--extra-index-url", "--find-links"))
+    urls = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in UV_INDEX_ENV)
     return secret_strings(HostPip(extra_index_urls=urls))
 
 

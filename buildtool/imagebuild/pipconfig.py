@@ -204,6 +204,39 @@ def reachable(urls: tuple[str, ...], log: Callable[[str], None], cert: str = "")
     return tuple(found)
 
 
+# The variable uv reads each index option of its command line from (where the option is not given), and what
+# separates the values of one (None: it holds one value).
+UV_INDEX_ENV = {"--index-url": ("UV_INDEX_URL", None), "--extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
+                "--find-links": ("UV_FIND_LINKS", ",")}
+
+
+def uv_index_env(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """`argv` without its index options, and the variables of UV_INDEX_ENV that give uv the same locations in the
+    same order: a command line is readable by every local user (/proc/<pid>/cmdline, `ps`), a process's
+    environment by its own user only, so index credentials never ride on uv's command line. UserError naming a
+    location that holds its variable's separator (uv would split it into others)."""
+    command: list[str] = []
+    given: dict[str, list[str]] = {}
+    args = iter(argv)
+    for arg in args:
+        if arg in UV_INDEX_ENV:
+            given.setdefault(arg, []).append(next(args))
+        else:
+            command.append(arg)
+    env = {}
+    for option, values in given.items():
+        name, separator = UV_INDEX_ENV[option]
+        if separator is None and len(values) > 1:
+            raise ValueError(f"{option} given {len(values)} times")   # uv takes one
+        for value in values:
+            if separator and separator in value:
+                raise UserError(f"package location {redact(value)} holds {separator!r}, which separates the "
+                                f"locations uv reads from {name} (where they are kept off its command line): "
+                                "rename it, or percent-encode the character in a URL")
+        env[name] = (separator or "").join(values)
+    return command, env
+
+
 def _local_path(location: str) -> Path | None:
     if location.startswith("file:"):
         return Path(unquote(urlsplit(location).path))
