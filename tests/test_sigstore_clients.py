@@ -130,6 +130,42 @@ def test_push_with_a_tsa_stamps_each_bundle_and_readers_verify_it(
     assert found.provenance is not None, found.rejected
 
 
+NO_TIMESTAMP = ("unverifiable: the Sigstore bundle carries no RFC 3161 timestamp, and DL_IMAGES_TSA_CERTS names a "
+                "timestamp authority to trust: each bundle must carry its timestamp (write it with --tsa URL), or "
+                "unset DL_IMAGES_TSA_CERTS")
+
+
+@pytest.mark.parametrize("material", [None, {}, {"rfc3161Timestamps": []}])
+def test_with_a_timestamp_authority_trusted_a_bundle_without_a_timestamp_is_refused_naming_it(
+        authority: LoopbackTsa, monkeypatch: pytest.MonkeyPatch, material: dict[str, object] | None) -> None:
+    """A reader told to trust an authority (DL_IMAGES_TSA_CERTS) took a bundle no authority dated, where sigstore-js
+    with that authority trusted (timestamp threshold 1) refuses it: "expected 1 timestamps, got 0"."""
+    body = json.loads(_stamped(authority))
+    if material is None:
+        del body["verificationMaterial"]["timestampVerificationData"]
+    else:
+        body["verificationMaterial"]["timestampVerificationData"] = material
+    data = json.dumps(body).encode()
+    assert json.loads(sigstore_bundle.envelope(data)) == json.loads(_envelope())    # no authority trusted: as before
+    monkeypatch.setenv(tsa.TSA_CERTS_ENV, str(authority.certs))
+    with pytest.raises(sigstore_bundle.BundleError) as refused:
+        sigstore_bundle.envelope(data, timestamp_check())
+    assert str(refused.value) == NO_TIMESTAMP
+
+
+def test_with_a_timestamp_authority_trusted_release_readers_refuse_a_bundle_pushed_without_tsa(
+        authority: LoopbackTsa, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = MemRegistry()
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    from tests.test_sigstore_bundle import with_provenance_bundle
+    with_provenance_bundle(client, digest)    # no DL_IMAGES_TSA_URL: no timestamp
+    only(client, digest)    # the bundle is all a reader finds
+    assert find_provenance(client, REPO, digest, signing.trusted()).provenance is not None  # type: ignore[arg-type]
+    monkeypatch.setenv(tsa.TSA_CERTS_ENV, str(authority.certs))
+    found = find_provenance(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    assert found.provenance is None and [why for _, why in found.rejected] == [NO_TIMESTAMP], found.rejected
+
+
 def test_a_tsa_setting_that_names_no_authority_or_one_that_does_not_answer_fails_naming_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     client = MemRegistry()

@@ -64,9 +64,9 @@ def bundle(envelope: bytes, timestamps: Sequence[bytes] = ()) -> bytes:
 def envelope(data: bytes, check_timestamp: TimestampCheck | None = None) -> bytes:
     """The DSSE envelope (JSON bytes, keys sorted: byte for byte what the toolkit's own artifact holds) of a
     bundle; BundleError naming the fault for anything but a v0.3 DSSE bundle with a public-key hint that is
-    the key id its signature claims (so this toolkit and a Sigstore verifier look up the same key). Its RFC 3161
-    timestamps, if any, must each pass `check_timestamp` (None: no timestamp authority is trusted, so a bundle
-    that carries one is refused)."""
+    the key id its signature claims (so this toolkit and a Sigstore verifier look up the same key). With
+    `check_timestamp` it must carry RFC 3161 timestamps, each passing it (None: no timestamp authority is trusted,
+    so a bundle that carries one is refused)."""
     try:
         body = json.loads(data)
     except ValueError:
@@ -98,7 +98,14 @@ def envelope(data: bytes, check_timestamp: TimestampCheck | None = None) -> byte
                           f"({', '.join(str(k)[:16] for k in claimed) or 'none'})")
     if check_timestamp is not None:
         signature = _decoded(env["signatures"][0].get("sig"))
-        for n, stamp in enumerate(_get(material, "timestampVerificationData", "rfc3161Timestamps") or []):
+        stamps = _get(material, "timestampVerificationData", "rfc3161Timestamps") or []
+        if not stamps:
+            # Fail closed, as sigstore-js does with the authority trusted (timestamp threshold 1): a reader told to
+            # trust an authority takes no bundle that authority did not date.
+            raise BundleError("unverifiable: the Sigstore bundle carries no RFC 3161 timestamp, and "
+                              "DL_IMAGES_TSA_CERTS names a timestamp authority to trust: each bundle must carry its "
+                              "timestamp (write it with --tsa URL), or unset DL_IMAGES_TSA_CERTS")
+        for n, stamp in enumerate(stamps):
             raw = stamp.get("signedTimestamp") if isinstance(stamp, dict) else None
             problem = check_timestamp(_decoded(raw), signature)
             if problem:

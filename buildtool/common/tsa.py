@@ -7,8 +7,9 @@ Optional on both sides, and nothing changes without them:
   TimeStampResp, DER, in the bundle's `timestampVerificationData.rfc3161Timestamps[].signedTimestamp`
   (protobuf-specs: "the DER encoded TimeStampResponse");
 - a reader with TSA_CERTS_ENV set (a PEM file: the authority's signing certificate first, then its
-  intermediates and root) verifies every timestamp a bundle carries against it; without it a bundle that
-  carries one is refused (buildtool.attest.sigstore_bundle), as before.
+  intermediates and root) verifies every timestamp a bundle carries against it, and refuses a bundle that carries
+  none (as sigstore-js with the authority trusted does); without it a bundle that carries one is refused
+  (buildtool.attest.sigstore_bundle), as before.
 Requests and verification are rfc3161-client's (the library sigstore-python uses), not hand-written ASN.1.
 """
 
