@@ -31,7 +31,7 @@ from buildtool.attest.sigstore_bundle import (
     envelope,
     signature_bytes,
 )
-from buildtool.common import tsa
+from buildtool.common import strict_json, tsa
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 
 __all__ = ["BundleError", "attach_bundle", "beside", "ensure_bundle", "fetch_envelopes", "is_bundle", "own_first",
@@ -98,7 +98,8 @@ def same_envelope(payloads: list[Payload]) -> str | None:
     if len(envelopes) != 1:
         return None
     try:
-        return json.dumps(json.loads(envelopes[0]), sort_keys=True, separators=(",", ":"))
+        # Strict: an envelope with a repeated key is no envelope here, never the same as one without it.
+        return json.dumps(strict_json.loads(envelopes[0]), sort_keys=True, separators=(",", ":"))
     except ValueError:
         return None
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buildtool.common import strict_json
+
 
 class EnvelopeError(ValueError):
     """An envelope or key that cannot be used; the message names why."""
@@ -141,7 +143,10 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
     """Verify an envelope against trusted keys (keyid -> key); EnvelopeError naming the cause:
     not an envelope, unsigned, signed only by untrusted keys, or a signature that does not verify."""
     try:
-        envelope = json.loads(data)
+        envelope = strict_json.loads(data)
+    except strict_json.RepeatedKey as exc:
+        raise EnvelopeError(f"malformed: the DSSE envelope repeats the key {exc} in one JSON object (JSON readers "
+                            "disagree on which one counts)") from None
     except ValueError:
         raise EnvelopeError("unsigned: not a DSSE envelope (not JSON)") from None
     if not isinstance(envelope, dict) or not {"payloadType", "payload"} <= set(envelope):

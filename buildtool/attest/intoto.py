@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from buildtool.common import strict_json
+
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
@@ -38,7 +40,10 @@ def statement(repository: str, digest: str, predicate_type: str, predicate: dict
 def load_statement(payload: bytes) -> dict[str, Any]:
     """A verified payload -> the statement's JSON object; StatementError when it is not a Statement v1."""
     try:
-        body = json.loads(payload)
+        body = strict_json.loads(payload)
+    except strict_json.RepeatedKey as exc:
+        raise StatementError(f"malformed: the signed statement repeats the key {exc} in one JSON object (JSON "
+                             "readers disagree on which one counts)") from None
     except ValueError:
         raise StatementError("malformed: the signed payload is not JSON") from None
     if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:

@@ -25,6 +25,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from buildtool.common import strict_json
+
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 CONTENT_ANNOTATION = "dev.sigstore.bundle.content"
 PREDICATE_TYPE_ANNOTATION = "dev.sigstore.bundle.predicateType"
@@ -68,7 +70,10 @@ def envelope(data: bytes, check_timestamp: TimestampCheck | None = None) -> byte
     `check_timestamp` it must carry RFC 3161 timestamps, each passing it (None: no timestamp authority is trusted,
     so a bundle that carries one is refused)."""
     try:
-        body = json.loads(data)
+        body = strict_json.loads(data)
+    except strict_json.RepeatedKey as exc:
+        raise BundleError(f"malformed: the Sigstore bundle repeats the key {exc} in one JSON object (JSON readers "
+                          "disagree on which one counts)") from None
     except ValueError:
         raise BundleError("malformed: the Sigstore bundle is not JSON") from None
     if not isinstance(body, dict):

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from buildtool.attest import referrers
+from buildtool.common import strict_json
 from buildtool.contracts import label_keys
 from buildtool.contracts.locks import LockFile
 from buildtool.contracts.names import SBOM_TYPE
@@ -370,9 +371,9 @@ def load_sbom(client: RegistryClient, repo: str, digest: str) -> tuple[dict[str,
     for payload in referrers.fetch(client, repo, referrer, digest):
         if payload.media_type == SBOM_TYPE:
             try:   # anyone with push rights can put any bytes here: refused by name, never a traceback
-                document = json.loads(payload.data, object_pairs_hook=_unique_keys)
+                document = strict_json.loads(payload.data)
                 version = ((document.get("metadata") or {}).get("component") or {}).get("version")
-            except _RepeatedKey as exc:
+            except strict_json.RepeatedKey as exc:
                 # Python keeps the last of a repeated key, other JSON readers the first or none: a plain SBOM that
                 # reads here as the signed document could show scanners other packages.
                 raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} repeats the key {exc} in one JSON "
@@ -387,18 +388,3 @@ def load_sbom(client: RegistryClient, repo: str, digest: str) -> tuple[dict[str,
                 raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is malformed: {problem}")
             return document, referrer.digest
     raise RegistryError(f"artifact {referrer.digest} of {repo}@{digest} holds no {SBOM_TYPE} layer")
-
-
-class _RepeatedKey(ValueError):
-    """A JSON object names a key twice (the message: the key, as refs.shown shows it)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    from buildtool.common.refs import shown
-
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise _RepeatedKey(shown(key))
-        found[key] = value
-    return found
