@@ -55,3 +55,19 @@ def test_workflows_written_where_no_folder_can_be_is_one_line(run_cli, tmp_path:
     code, out, err = run_cli("workflows", "write", "--out", str(tmp_path / "file" / "wf"))
     line = _one_line(err)
     assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err
+
+
+@pytest.mark.parametrize("name", ["x[/]y", "[red]z", "q:ok:q"])
+def test_a_written_path_is_said_as_it_is_not_read_as_markup(run_cli, tmp_path: Path, name: str) -> None:
+    """The line naming what was written went through rich: a `[/]` in --out was markup that closed nothing (a
+    traceback and exit 1 after the files were written), `[red]` was dropped and `:ok:` became an emoji, so the
+    line named a path that does not exist. It is the path as written now."""
+    (tmp_path / "verdicts").mkdir()
+    report = tmp_path / name
+    code, out, err = run_cli("report", "--verdicts", str(tmp_path / "verdicts"), "--out", str(report))
+    assert code == 0 and "Traceback" not in err, err
+    assert out.startswith(f"{report / 'report.html'}: 0 images"), out
+    job = tmp_path / f"{name}.sbatch"
+    code, out, err = run_cli("slurm", "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", "--out", str(job))
+    assert code == 0 and "Traceback" not in err, err
+    assert out == f"wrote {job}\n" and job.is_file(), out
