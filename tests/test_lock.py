@@ -436,3 +436,13 @@ def test_a_failed_resolution_names_no_index_token(tmp_path: Path) -> None:
     said = str(failed.value)
     assert "ab%2Bcd123" not in said and "ab+cd123" not in said
     assert "Failed to fetch: https://pkgs.example/simple/numpy/?token=****" in said
+
+
+def test_checks_drift_is_printed_as_difflib_made_it(project: Path, run_cli):
+    """`check` printed its unified diff through rich, which turned a tab into spaces and `:ok:` into an emoji: the
+    diff showed lines the files do not have. It is difflib's text now."""
+    dockerfile = project / "dockerfiles" / "pytorch" / "pytorch-cpu" / "2.13" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "# hand edit:\tx :ok: y\n")
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1, err
+    assert "\n-# hand edit:\tx :ok: y\n" in out, out
