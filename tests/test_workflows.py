@@ -265,8 +265,8 @@ def test_nightly_validates_a_gpu_cells_arm64_under_qemu_first_so_the_native_verd
     assert "emulated-linux-arm64" in doc["jobs"]["report"]["needs"]
     make = (REPO / "Makefile").read_text()
     assert "validate-emulated: ##" in make
-    assert ("$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),pytorch-cuda) "
-            "--platform $(or $(PLATFORM),linux/arm64)") in make
+    assert ("$(BUILDTOOL) validate --framework $(call quote,$(or $(FRAMEWORK),pytorch-cuda)) \\\n"
+            "\t\t--platform $(call quote,$(or $(PLATFORM),linux/arm64))") in make
 
 
 def test_nightly_has_no_arm64_job_without_an_arm64_gpu_cell() -> None:
