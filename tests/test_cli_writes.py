@@ -71,3 +71,29 @@ def test_a_written_path_is_said_as_it_is_not_read_as_markup(run_cli, tmp_path: P
     code, out, err = run_cli("slurm", "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", "--out", str(job))
     assert code == 0 and "Traceback" not in err, err
     assert out == f"wrote {job}\n" and job.is_file(), out
+
+
+@pytest.mark.parametrize("command", ["k8s", "slurm"])
+def test_a_job_cut_short_by_a_full_disk_leaves_no_half_file(tmp_path: Path, command: str) -> None:
+    """k8s and slurm wrote --out in place: a disk that filled half-way (here a file size limit) said so in one line,
+    but left the first part of the job where --out names it, an sbatch script or manifest cut mid-line that a later
+    `sbatch`/`kubectl apply` would take. Nothing is left now."""
+    import os
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+    target = tmp_path / "jobs" / "job.out"
+    image = "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "buildtool", command, image, "--out", str(target)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, preexec_fn=small_files, env=env)
+    assert proc.returncode == 2 and _one_line(proc.stderr).startswith("error: --out "), proc.stderr
+    assert not target.exists() and list(target.parent.iterdir()) == []

@@ -76,9 +76,12 @@ def write_or_print(text: str, target: Path | None) -> None:
     if target is None:
         sys.stdout.write(text)
         return
-    with writing("--out", target):   # a folder that cannot be made, no permission: one line, not a traceback
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+    from buildtool.common.files import write_atomic
+
+    # A folder that cannot be made, no permission: one line, not a traceback. Atomic: a full disk or Ctrl-C half-way
+    # left half a job (an sbatch script cut in the middle of a line) where --out names it.
+    with writing("--out", target):
+        write_atomic(target, text)
     say(f"wrote {target}")   # verbatim: rich read a `[/]` in the path as markup (a traceback) and `:ok:` as an emoji
 
 
