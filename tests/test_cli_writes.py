@@ -59,3 +59,45 @@ def test_workflows_written_where_no_folder_can_be_is_one_line(run_cli, tmp_path:
     code, out, err = run_cli("workflows", "write", "--out", str(tmp_path / "file" / "wf"))
     line = _one_line(err)
     assert code == 2 and line.startswith("error: --out ") and "cannot write there" in line, err
+
+
+@pytest.mark.parametrize("name", ["x[/]y", "[red]z", "q:ok:q"])
+def test_a_written_path_is_said_as_it_is_not_read_as_markup(run_cli, tmp_path: Path, name: str) -> None:
+    """The line naming what was written went through rich: a `[/]` in --out was markup that closed nothing (a
+    traceback and exit 1 after the files were written), `[red]` was dropped and `:ok:` became an emoji, so the
+    line named a path that does not exist. It is the path as written now."""
+    (tmp_path / "verdicts").mkdir()
+    report = tmp_path / name
+    code, out, err = run_cli("report", "--verdicts", str(tmp_path / "verdicts"), "--out", str(report))
+    assert code == 0 and "Traceback" not in err, err
+    assert out.startswith(f"{report / 'report.html'}: 0 images"), out
+    job = tmp_path / f"{name}.sbatch"
+    code, out, err = run_cli("slurm", "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", "--out", str(job))
+    assert code == 0 and "Traceback" not in err, err
+    assert out == f"wrote {job}\n" and job.is_file(), out
+
+
+@pytest.mark.parametrize("command", ["k8s", "slurm"])
+def test_a_job_cut_short_by_a_full_disk_leaves_no_half_file(tmp_path: Path, command: str) -> None:
+    """k8s and slurm wrote --out in place: a disk that filled half-way (here a file size limit) said so in one line,
+    but left the first part of the job where --out names it, an sbatch script or manifest cut mid-line that a later
+    `sbatch`/`kubectl apply` would take. Nothing is left now."""
+    import os
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+    target = tmp_path / "jobs" / "job.out"
+    image = "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "buildtool", command, image, "--out", str(target)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, preexec_fn=small_files, env=env)
+    assert proc.returncode == 2 and _one_line(proc.stderr).startswith("error: --out "), proc.stderr
+    assert not target.exists() and list(target.parent.iterdir()) == []

@@ -504,3 +504,16 @@ def test_a_container_docker_rm_cannot_remove_is_reported_one_gone_meanwhile_is_n
                                                     r"response from daemon: cannot remove container c1: device or "
                                                     r"resource busy\); containers labelled k=v may be left"):
         docker_cli.remove_labelled("k", "v")
+
+
+def test_output_that_is_not_utf8_is_read_not_a_traceback(tmp_path, clean_env, run_cli):
+    """docker() decoded the client's output strictly: a byte that is not UTF-8 (an image's file name, a program's
+    output in a container) was a UnicodeDecodeError traceback out of `buildtool diff` of a local image. It is read
+    with the byte replaced now, and diff says in one line that the listing is not one."""
+    from buildtool.common import docker_cli
+
+    client, _ = fake_client(tmp_path / "client", """[ "$1" = run ] && { printf 'caf\\xe9\\n'; exit 0; }""")
+    clean_env.setenv(SETTING, str(client))
+    assert docker_cli.docker("run", "--rm", "t-local:1", timeout=10).stdout == "caf\ufffd\n"
+    code, out, err = run_cli("diff", "t-local:1", "t-local:2")
+    assert code == 1 and "Traceback" not in err and "cannot list the packages of t-local:1" in err, err

@@ -258,3 +258,19 @@ def test_a_listing_that_failed_or_stopped_names_the_image_and_the_cause(output, 
     with pytest.raises(FailedError, match="cannot list the packages of img:1: ") as caught:
         parse("img:1", "sha256:feed", output)
     assert message in str(caught.value)
+
+
+def test_sbom_and_diff_json_print_the_documents_text_as_it_is(registry, run_cli, monkeypatch):
+    """`sbom` and `diff --json` printed their JSON through rich, which reads `:name:` as an emoji code even with
+    markup off: a value holding `:ok:` or `:x:` came out as 🆗 or ❌, so the SBOM on stdout was not the attached one.
+    The JSON is written as json.dumps made it now."""
+    registry["new"] = _document(_changed_probe(), DIGESTS["new"], dict(FACTS, framework="x:ok:y :x: z"))
+    document = registry["new"]
+    monkeypatch.setattr("buildtool.sbom.signing.read_signed_sbom",
+                        lambda client, repo, digest, trusted: (document, "sha256:" + "a" * 64))
+    code, out, err = run_cli("sbom", f"{REG}/img:new")
+    assert code == 0, err
+    assert out == json.dumps(document, indent=1, sort_keys=True) + "\n"
+    code, out, err = run_cli("diff", "--json", f"{REG}/img:old", f"{REG}/img:new")
+    assert code == 0, err
+    assert "x:ok:y :x: z" in out and json.loads(out)["changes"][0]["after"] == "x:ok:y :x: z"

@@ -486,3 +486,13 @@ def test_a_location_uv_would_split_in_its_environment_is_refused() -> None:
         uv_index_env(["uv", "--find-links", "/opt/wheels,v2", "in"])
     assert uv_index_env(["uv", "--extra-index-url", "a", "--find-links", "b", "--extra-index-url", "c", "x"]) == (
         ["uv", "x"], {"UV_EXTRA_INDEX_URL": "a c", "UV_FIND_LINKS": "b"})
+
+
+def test_checks_drift_is_printed_as_difflib_made_it(project: Path, run_cli):
+    """`check` printed its unified diff through rich, which turned a tab into spaces and `:ok:` into an emoji: the
+    diff showed lines the files do not have. It is difflib's text now."""
+    dockerfile = project / "dockerfiles" / "pytorch" / "pytorch-cpu" / "2.13" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "# hand edit:\tx :ok: y\n")
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1, err
+    assert "\n-# hand edit:\tx :ok: y\n" in out, out

@@ -4,10 +4,13 @@ not as a traceback of a later step of the recipe."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,3 +71,40 @@ def test_release_without_version_or_from_is_refused_or_promotes_this_commit(tmp_
     assert refused.returncode == 2 and "error: set VERSION, e.g. make release VERSION=0.1.0" in refused.stderr
     plain = run(["make", "-s", "release", f"PYTHON={fake}", "VERSION=0.1.0", "FROM="])
     assert plain.stdout.strip() == "['-m', 'buildtool', 'release', '--version', '0.1.0', '--framework', 'all']"
+
+
+def _recording_python(tmp_path: Path) -> tuple[Path, Path]:
+    """(a stand-in PYTHON that appends its arguments to a log as one JSON line and prints nothing, the log)."""
+    log, fake = tmp_path / "argv.jsonl", tmp_path / "python"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + "
+                    "'\\n')\n")
+    fake.chmod(0o755)
+    return fake, log
+
+
+@pytest.mark.parametrize(("target", "variable", "flag"), [
+    ("plan", "FRAMEWORK", "--framework"), ("lock", "FRAMEWORK", "--framework"), ("lock", "PACKAGE", "--package"),
+    ("build", "FRAMEWORK", "--framework"), ("build", "PLATFORM", "--platform"), ("push", "FRAMEWORK", "--framework"),
+    ("bases", "FRAMEWORK", "--framework"), ("validate", "FRAMEWORK", "--framework"), ("validate", "JOBS", "--jobs"),
+    ("validate", "PLATFORM", "--platform"), ("validate", "EXTRA_TESTS", "--extra-tests"),
+    ("validate-emulated", "FRAMEWORK", "--framework"), ("validate-emulated", "PLATFORM", "--platform"),
+    ("keys", "NAME", "--name"), ("verify", "FRAMEWORK", "--framework"), ("verify", "IMAGE", "verify"),
+    ("nightly-validate", "FRAMEWORK", "--framework"), ("nightly-report", "FRAMEWORK", "--framework"),
+])
+def test_a_value_with_shell_characters_reaches_the_cli_as_one_argument(tmp_path: Path, target: str, variable: str,
+                                                                       flag: str) -> None:
+    """Only `release` quoted what it spliced into its recipe: `make plan FRAMEWORK="a;touch FILE"` ran `touch`,
+    `FRAMEWORK="x'y"` was a shell syntax error and `FRAMEWORK="a b"` a usage error about `b`. Each value is one
+    argument of the CLI now (its own check then names what is wrong), and nothing in it runs."""
+    fake, log = _recording_python(tmp_path)
+    marker = tmp_path / "ran"
+    odd = f"a b'; touch {marker}; echo `touch {marker}` \"x\" '"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FRAMEWORK", "REGISTRY", "MAKE"))}
+    subprocess.run(["make", "-s", target, f"PYTHON={fake}", f"{variable}={odd}", f"NIGHTLY_OUT={tmp_path / 'n'}"],
+                   cwd=REPO, env=base, capture_output=True, text=True, timeout=60)
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    assert not marker.exists()
+    if variable == "IMAGE":   # IMAGE is a list of references, one word each (as FRAMEWORK's plan gives them)
+        assert [call[call.index(flag) + 1:] for call in calls] == [[word] for word in odd.split()], calls
+        return
+    assert any(odd in call and call[call.index(odd) - 1] == flag for call in calls), calls

@@ -70,3 +70,19 @@ def test_index_docker_io_is_docker_hub_with_library() -> None:
                                            ("nvcr.io", "nvcr.io"), ("127.0.0.1:5000", "127.0.0.1:5000")])
 def test_one_map_of_docker_hubs_hosts(host: str, api: str) -> None:
     assert api_host(host) == api and is_docker_hub(host) == (api == "registry-1.docker.io")
+
+
+@pytest.mark.parametrize("digest", ["sha512:" + "a" * 64, "sha384:" + "a" * 64, "sha384:" + "A" * 96,
+                                    "sha512:" + "F" * 128, "md5:" + "a" * 32, "foo:" + "a" * 32,
+                                    "Foo+bar:" + "a" * 32, "sha384:" + "a" * 96, "sha512:" + "b" * 128])
+def test_a_digest_is_taken_as_distribution_takes_it(digest: str) -> None:
+    """The toolkit took any `algorithm:hex` of 32 or more digits: `img@sha512:<64 hex>` or `img@md5:...` was a
+    reference, which distribution (digest.Parse: sha256, sha384, sha512 at their lengths, lower case) refuses and
+    no registry can serve; the command went on to ask for it. Both take and refuse the same digests now."""
+    for text in (f"ubuntu@{digest}", f"127.0.0.1:5000/team/app:1@{digest}"):
+        assert toolkit_parse(text) == distribution_parse(text), text
+    refused = distribution_parse(f"ubuntu@{digest}") is None
+    if refused:
+        with pytest.raises(ReferenceError, match="digest") as caught:
+            parse_reference(f"ubuntu@{digest}")
+        assert "credentials" not in str(caught.value)

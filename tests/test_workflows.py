@@ -265,8 +265,8 @@ def test_nightly_validates_a_gpu_cells_arm64_under_qemu_first_so_the_native_verd
     assert "emulated-linux-arm64" in doc["jobs"]["report"]["needs"]
     make = (REPO / "Makefile").read_text()
     assert "validate-emulated: ##" in make
-    assert ("$(BUILDTOOL) validate --framework $(or $(FRAMEWORK),pytorch-cuda) "
-            "--platform $(or $(PLATFORM),linux/arm64)") in make
+    assert ("$(BUILDTOOL) validate --framework $(call quote,$(or $(FRAMEWORK),pytorch-cuda)) \\\n"
+            "\t\t--platform $(call quote,$(or $(PLATFORM),linux/arm64))") in make
 
 
 def test_nightly_has_no_arm64_job_without_an_arm64_gpu_cell() -> None:
@@ -390,3 +390,20 @@ def test_the_arm64_only_nightly_passes_the_github_schema(tmp_path: Path) -> None
     path.write_bytes(render_workflows(arm64_only_matrix())[NIGHTLY_PATH])
     proc = check_jsonschema(path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("cron", "refused"), [
+    ("99 99 99 99 99", "the minute '99'"), ("- - - - -", "the minute '-'"), ("*/0 * * * *", "the minute '*/0'"),
+    ("0 5-1 * * *", "the hour '5-1'"), ("0 0 0 * *", "the day of the month '0'"), ("0 0 * 13 *", "the month '13'"),
+    ("0 0 * * 9", "the day of the week '9'")])
+def test_a_cron_out_of_its_fields_ranges_is_refused_before_writing(run_cli, tmp_path: Path, fixture_project: Path,
+                                                                  cron: str, refused: str) -> None:
+    """--cron was checked only for its characters: `99 99 99 99 99` was written into nightly.yml, a workflow GitHub
+    refuses, so the nightly never ran. Each field is checked against its range now, and nothing is written."""
+    code, out, err = run_cli("workflows", "write", "--cron", cron, "--out", str(tmp_path / "wf"),
+                             "--matrix", str(fixture_project / "matrix.yaml"))
+    assert code == 2 and err.startswith(f"error: --cron {cron!r}: {refused} is not *, N or N-M"), err
+    assert not (tmp_path / "wf").exists()
+    code, out, err = run_cli("workflows", "write", "--cron", "*/15 0-23/2 1,15 1-12 1-5", "--out", str(tmp_path / "ok"),
+                             "--matrix", str(fixture_project / "matrix.yaml"))
+    assert code == 0, err

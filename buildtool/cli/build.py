@@ -23,6 +23,7 @@ from buildtool.cli.options import (
     log,
     out,
     path_of,
+    say,
 )
 from buildtool.contracts.arguments import check_arguments
 
@@ -110,8 +111,8 @@ def build(
     with build_progress([p.cell.key for p in plans]) as progress, timestamps.using(tsa):
         results = Builder(project.root, loaded.source, settings, revision, options, log, progress).run(plans)
     if as_json:
-        out.print(json.dumps({"results": [r.to_json() for r in results]}, indent=2), markup=False,
-                  highlight=False)
+        # Straight to the stream: rich made an emoji code in a message (`:ok:`) an emoji, and JSON is not text to style.
+        say(json.dumps({"results": [r.to_json() for r in results]}, indent=2))
     else:
         _print_results(results, revision)
     failed = [r.cell for r in results if r.result == "failed"]

@@ -10,7 +10,6 @@ import typer
 
 from buildtool.cli.console import project_or_none
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, find_project, log, say
-from buildtool.cli.options import out as stdout
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
@@ -114,7 +113,7 @@ def sbom(
         raise FailedError(f"{ref.name}@{digest} has no SBOM attached; `buildtool build --push` attaches one")
     document, artifact = found
     log(f"SBOM {artifact} of {digest}")
-    stdout.print(json.dumps(document, indent=1, sort_keys=True), markup=False, highlight=False)
+    say(json.dumps(document, indent=1, sort_keys=True))   # the document as it is (rich made `:ok:` an emoji)
 
 
 def diff(
@@ -137,9 +136,8 @@ def diff(
     after = read_side(image_b, root, probe_timeout, trusted=_trust_of(image_b))
     changes = compared(before, after)
     if as_json:
-        stdout.print(json.dumps({"before": before.to_json(), "after": after.to_json(),
-                                 "changes": [c.to_json() for c in changes]}, indent=1),
-                     markup=False, highlight=False)
+        say(json.dumps({"before": before.to_json(), "after": after.to_json(),   # as it is, as sbom prints
+                        "changes": [c.to_json() for c in changes]}, indent=1))
         return
     log(f"before: {before.describe()}")
     log(f"after: {after.describe()}")

@@ -97,7 +97,7 @@ def check(
         outputs, unrendered = Outputs(files={}), exc
     diff, stale = drift(project.root, outputs) if unrendered is None else ("", [])
     if diff:
-        stdout.print(diff, end="", markup=False, highlight=False)
+        stdout.file.write(diff)   # as difflib made it: rich turned tabs into spaces and `:ok:` into an emoji
     for rel in stale:
         err.print(f"stale: {rel} belongs to no cell in the matrix; delete it or run `buildtool render --prune`")
     # Each cell's locks (beside its Dockerfile) against the matrix values they were made from.

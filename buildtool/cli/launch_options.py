@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.console import find_project, out, project_or_none, writing
+from buildtool.cli.console import find_project, project_or_none, say, writing
 from buildtool.cli.options import path_of
 from buildtool.common.errors import UserError
 
@@ -76,10 +76,13 @@ def write_or_print(text: str, target: Path | None) -> None:
     if target is None:
         sys.stdout.write(text)
         return
-    with writing("--out", target):   # a folder that cannot be made, no permission: one line, not a traceback
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-    out.print(f"wrote {target}")
+    from buildtool.common.files import write_atomic
+
+    # A folder that cannot be made, no permission: one line, not a traceback. Atomic: a full disk or Ctrl-C half-way
+    # left half a job (an sbatch script cut in the middle of a line) where --out names it.
+    with writing("--out", target):
+        write_atomic(target, text)
+    say(f"wrote {target}")   # verbatim: rich read a `[/]` in the path as markup (a traceback) and `:ok:` as an emoji
 
 
 def nccl_settings(debug: str, ifname: str, hca: str, env: list[str] | None) -> NcclSettings:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from buildtool.cli.console import writing
-from buildtool.cli.options import FrameworkOption, MatrixOption, RevisionOption, err, find_project, out, path_of
+from buildtool.cli.options import FrameworkOption, MatrixOption, RevisionOption, err, find_project, path_of, say
 from buildtool.contracts.arguments import check_arguments
 
 VerdictsOption = Annotated[Path, typer.Option(parser=path_of("--verdicts"),
@@ -48,8 +48,9 @@ def report(
     with writing("--out", out_dir):   # a folder that cannot be made or written: one line, not a traceback
         paths = rep.write_report(model, out_dir, scaling)
     counts = model.counts
-    out.print(f"{paths['html']}: {len(model.rows)} images, {counts['failed']} failed / {counts['passed']} passed"
-              f" / {counts['skipped']} skipped checks, {len(model.newly_failing)} newly failing")
+    # Verbatim: rich read a `[/]` in --out as markup (a traceback after the report was written), `:ok:` as an emoji.
+    say(f"{paths['html']}: {len(model.rows)} images, {counts['failed']} failed / {counts['passed']} passed"
+        f" / {counts['skipped']} skipped checks, {len(model.newly_failing)} newly failing")
 
 
 def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: Path | None) -> list[Path]:

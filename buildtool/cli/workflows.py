@@ -33,6 +33,7 @@ def workflows_write(
 ) -> None:
     """Write .github/workflows/*.yml (`make render` writes them with the defaults)."""
     check_arguments("workflows write", locals())   # every argument first (issue 37)
+    _check_cron(cron)
     from buildtool.render.dockerfiles import Outputs, write_outputs
     from buildtool.render.workflows import WorkflowOptions, render_workflows
 
@@ -44,6 +45,28 @@ def workflows_write(
         written = write_outputs(target, Outputs(files=files))
     for rel in written:
         out.print(f"wrote {rel}")
+
+
+# The fields of a schedule and their values (POSIX cron, as GitHub Actions reads `on.schedule[].cron`).
+_CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of the month", 1, 31), ("month", 1, 12),
+                ("day of the week", 0, 6))
+
+
+def _check_cron(cron: str) -> None:
+    """Each field of --cron within its range: `*`, N or N-M (N <= M), each with an optional /STEP (1 or more), comma
+    separated. The option's grammar only knew the characters, so `99 99 99 99 99` was written into nightly.yml,
+    which GitHub refuses as a workflow: the nightly never ran."""
+    import re
+
+    from buildtool.common.refs import shown
+
+    for text, (field, low, high) in zip(cron.split(" "), _CRON_FIELDS, strict=True):
+        for item in text.split(","):
+            found = re.fullmatch(r"(\*|([0-9]+)(?:-([0-9]+))?)(?:/([0-9]+))?", item)
+            first, last = (int(found[2]), int(found[3] or found[2])) if found and found[2] else (low, high)
+            if found is None or not low <= first <= last <= high or (found[4] is not None and int(found[4]) < 1):
+                raise UserError(f"--cron {shown(cron)}: the {field} {shown(item)} is not *, N or N-M from {low} to "
+                                f"{high} (with an optional /STEP of 1 or more)")
 
 
 @app.command("ci-matrix")

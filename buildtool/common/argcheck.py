@@ -128,14 +128,19 @@ def path(option: str, value: object, kind: str) -> str:
     if text == "":
         raise UserError(f"{option}: the path is empty")
     p = Path(text)
-    if kind == "file" and not p.is_file():
-        why = " (a folder)" if p.is_dir() else " (it does not exist)"
+    try:   # a name past the file system's limit (ENAMETOOLONG) or a folder on the way this user cannot search
+        is_file, is_dir, exists = p.is_file(), p.is_dir(), p.exists()
+    except OSError as exc:
+        raise UserError(f"{option}: {shown(text)} cannot be looked up ({exc.strerror or exc}); name a path this "
+                        "user can reach") from None
+    if kind == "file" and not is_file:
+        why = " (a folder)" if is_dir else " (it does not exist)"
         raise UserError(f"{option}: {shown(text)} is not a file{why}")
-    if kind == "dir" and not p.is_dir():
-        raise UserError(f"{option}: {shown(text)} " + ("is a file, not a folder" if p.exists() else "does not exist"))
-    if kind == "out-file" and p.is_dir():
+    if kind == "dir" and not is_dir:
+        raise UserError(f"{option}: {shown(text)} " + ("is a file, not a folder" if exists else "does not exist"))
+    if kind == "out-file" and is_dir:
         raise UserError(f"{option}: {shown(text)} is a folder; name a file to write")
-    if kind == "out-dir" and p.exists() and not p.is_dir():
+    if kind == "out-dir" and exists and not is_dir:
         raise UserError(f"{option}: {shown(text)} is a file, not a folder")
     return text
 

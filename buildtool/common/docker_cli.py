@@ -218,7 +218,9 @@ def docker(*args: str, timeout: float, check: bool = False) -> subprocess.Comple
     path = client()
     cmd = [path, *args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        # Decoded as UTF-8 whatever the locale, a byte that is not UTF-8 replaced: what a container or an image's
+        # files print is not ours to vouch for, and a strict decode ended the command in a UnicodeDecodeError.
+        proc = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace", timeout=timeout)
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         raise ClientNotFound(f"cannot run the docker client {path} ({exc.strerror or exc}): set {SETTING} to "
                              f"{CHOICES}") from None

@@ -36,7 +36,9 @@ def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
 
 def write_changed(files: dict[Path, str]) -> list[Path]:
     """write_atomic of each file (path -> text) whose text is not that already; returns those written."""
-    changed = [path for path, text in files.items() if not (path.is_file() and path.read_text() == text)]
+    # Bytes against the UTF-8 write_atomic writes: a file that is not UTF-8 (a lock saved in another encoding) is
+    # replaced, not a UnicodeDecodeError, and the locale's encoding decides nothing.
+    changed = [path for path, text in files.items() if not (path.is_file() and path.read_bytes() == text.encode())]
     for path in changed:
         write_atomic(path, files[path])
     return changed

@@ -6,7 +6,7 @@
                                                 or ':' or is `localhost`, as Docker decides)
     path-component := [a-z0-9]+ ( ( "." | "_" | "__" | "-"+ ) [a-z0-9]+ )*
     tag        := [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
-    digest     := algorithm ":" hex             (sha256: 64 lower-case hex digits)
+    digest     := algorithm ":" hex             (sha256, sha384, sha512: 64, 96, 128 lower-case hex digits)
 
 Every module that needs a registry host, a repository path, a tag or a digest out of a
 reference gets it here; nothing else splits references on ':' or '/'.
@@ -31,6 +31,9 @@ _PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
 _SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# The algorithms a digest may name and their lengths in hex, as distribution's digest.Parse takes them (go-digest's
+# available algorithms): another name, or a length that is not the algorithm's, names no content.
+DIGEST_HEX = {"sha256": 64, "sha384": 96, "sha512": 128}
 NAME_MAX = 255
 _HOST_PORT_RE = re.compile(r"\[(?P<bracketed>[^\]]*)\](?::[0-9]+)?|(?P<named>[^:]*):[0-9]+")
 
@@ -112,6 +115,13 @@ def parse_reference(text: str) -> Reference:
                                  "(e.g. sha256:<64 hex digits>)")
         if digest.startswith("sha256:") and not _SHA256_RE.match(digest):
             raise ReferenceError(f"{shown(text)}: a sha256 digest has 64 lower-case hex digits")
+        algorithm, _, hexdigits = digest.partition(":")
+        if algorithm not in DIGEST_HEX:
+            raise ReferenceError(f"{shown(text)}: digest algorithm {shown(algorithm)} is not one of "
+                                 f"{', '.join(DIGEST_HEX)}")
+        if not re.fullmatch(f"[0-9a-f]{{{DIGEST_HEX[algorithm]}}}", hexdigits):
+            raise ReferenceError(f"{shown(text)}: a {algorithm} digest has {DIGEST_HEX[algorithm]} lower-case hex "
+                                 "digits")
     tag = ""
     last = rest.rsplit("/", 1)[-1]
     if ":" in last:

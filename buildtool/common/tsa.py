@@ -105,7 +105,8 @@ def request_timestamp(url: str, data: bytes) -> bytes:
         stamp = decode_timestamp_response(answer.content)
     except ValueError as exc:
         raise FailedError(f"the timestamp authority {named} answered no RFC 3161 TimeStampResp ({exc})") from None
-    if PKIStatus(stamp.status) not in (PKIStatus.GRANTED, PKIStatus.GRANTED_WITH_MODS):
+    # As a number: PKIStatus(n) of a status RFC 3161 does not define (6 or more) was a ValueError traceback.
+    if stamp.status not in (PKIStatus.GRANTED.value, PKIStatus.GRANTED_WITH_MODS.value):
         raise FailedError(f"the timestamp authority {named} refused the request (status {stamp.status})")
     if stamp.tst_info.nonce != request.nonce:
         raise FailedError(f"the timestamp authority {named} answered another request (nonce mismatch)")
