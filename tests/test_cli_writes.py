@@ -67,10 +67,12 @@ def test_a_written_path_is_said_as_it_is_not_read_as_markup(run_cli, tmp_path: P
     traceback and exit 1 after the files were written), `[red]` was dropped and `:ok:` became an emoji, so the
     line named a path that does not exist. It is the path as written now."""
     (tmp_path / "verdicts").mkdir()
+    missing = {"missing": True, "cell": "pytorch-cpu:2.13", "image": "r/pytorch-cpu-dev:x", "reason": "no image"}
+    (tmp_path / "verdicts" / "pytorch-cpu_2.13.verdict.json").write_text(json.dumps(missing))   # none: refused
     report = tmp_path / name
     code, out, err = run_cli("report", "--verdicts", str(tmp_path / "verdicts"), "--out", str(report))
     assert code == 0 and "Traceback" not in err, err
-    assert out.startswith(f"{report / 'report.html'}: 0 images"), out
+    assert out.startswith(f"{report / 'report.html'}: 1 image"), out
     job = tmp_path / f"{name}.sbatch"
     code, out, err = run_cli("slurm", "127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", "--out", str(job))
     assert code == 0 and "Traceback" not in err, err
