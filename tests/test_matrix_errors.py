@@ -291,7 +291,7 @@ def test_a_moving_tag_that_a_release_of_another_version_makes_is_refused(project
     assert snapshot(project) == before
 
 
-@pytest.mark.parametrize("version", ["2.13.0", "2.13-dev", "2.13-rc1", "3.0"])
+@pytest.mark.parametrize("version", ["2.13.1", "2.13-dev", "2.13-rc1", "3.0"])
 def test_a_version_whose_moving_tag_no_release_makes_loads(project: Path, run_cli, version: str) -> None:
     """`2.13-dev` and `2.13-rc1` are no tag a release of 2.13 makes (a release is a normal-form version: digits
     first)."""
@@ -303,3 +303,32 @@ def test_a_version_whose_moving_tag_no_release_makes_loads(project: Path, run_cl
     code, out, err = run_cli("plan", "--json", "--matrix", str(matrix))
     assert code == 0, err
     assert f"pytorch-cpu:{version}" in out
+
+
+@pytest.mark.parametrize(("first", "second"), [("2.13", "2.13.0"), ("2.13rc1", "2.13RC1")])
+def test_one_version_spelt_two_ways_is_one_line_naming_both(tmp_path: Path, first: str, second: str) -> None:
+    """2.13 and 2.13.0 (or 2.13rc1 and 2.13RC1) are one PEP 440 version: release refuses a second spelling of a
+    release, and the case variants share a Dockerfile folder on a case-insensitive filesystem."""
+    matrix = tmp_path / "project" / "matrix.yaml"
+    matrix.parent.mkdir()
+    text = (REPO / "matrix.yaml").read_text()
+    start = text.index("  - name: pytorch-cpu\n")
+    old, new = _ANOTHER_VERSION
+    at = text.index(old, start)
+    text = (text[:start] + text[start:at].replace('- version: "2.13"\n', f'- version: "{first}"\n', 1)
+            + new.replace("VERSION", second) + text[at + len(old):])
+    matrix.write_text(text)
+    lines = text.splitlines()
+    first_line = lines.index(f'      - version: "{first}"') + 1
+    second_line = lines.index(f'      - version: "{second}"') + 1
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(matrix, REPO / "templates", display="matrix.yaml", tests_dir=REPO / "image-tests")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"matrix.yaml:{second_line}: images[3].versions[1].version: "), message
+    assert f"version '{second}' of pytorch-cpu is version '{first}' (line {first_line}) spelt otherwise" in message
+
+
+def test_the_committed_matrix_has_one_spelling_of_each_version() -> None:
+    cells = load_matrix(REPO / "matrix.yaml", REPO / "templates", tests_dir=REPO / "image-tests").cells
+    assert "pytorch-cpu:2.13" in {c.key for c in cells}

@@ -246,3 +246,36 @@ def test_a_matrix_too_big_to_pay_off_gets_no_snapshot(tmp_path: Path, monkeypatc
     monkeypatch.setattr(snapshot, "MAX_CELLS", 1000)
     project.load()
     assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
+
+
+def test_a_matrix_saved_during_the_load_gets_no_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """matrix.yaml saved while a slow load reads it: the cells read before the save must not be stored under the
+    saved file's key (release would reuse them); no snapshot then, and the next fast load is a real one."""
+    from buildtool.matrix import loader
+
+    root = tmp_path / "p"
+    root.mkdir()
+    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
+    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    monkeypatch.setattr(snapshot, "cache_dir", lambda: tmp_path / "cache")   # none from other tests
+    old_key = snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml")
+    real_load = loader.load_matrix
+
+    def saved_midway(*args, **kwargs):
+        loaded = real_load(*args, **kwargs)    # read the old text; the user saves the file now
+        text = (root / "matrix.yaml").read_text().replace("shm_size: 8g", "shm_size: 4g", 1)
+        (root / "matrix.yaml").write_text(text)
+        return loaded
+
+    monkeypatch.setattr(loader, "load_matrix", saved_midway)
+    assert project.load().cells[0].run.shm_size == "8g"
+    monkeypatch.setattr(loader, "load_matrix", real_load)
+    new_key = snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml")
+    assert new_key not in ("", old_key)
+    assert not (snapshot.cache_dir() / f"{old_key}.json").exists()
+    assert not (snapshot.cache_dir() / f"{new_key}.json").exists()
+    fresh = project.load_fast()
+    assert not isinstance(fresh, snapshot.MatrixSnapshot)
+    assert fresh.cells[0].run.shm_size == "4g"

@@ -234,6 +234,39 @@ def test_a_failure_while_writing_leaves_the_tree_as_it_was(project: Path, monkey
     assert not list(project.rglob(".render-*"))
 
 
+def test_a_render_that_fails_after_a_new_cells_file_leaves_no_folder_it_made(project: Path, run_cli, monkeypatch):
+    """A new cell's files go in folders the render makes: a failure rolled the files back but left those folders,
+    empty. Every path (folders too) is as it was."""
+    matrix = project / "matrix.yaml"
+    old = '        release:\n          moving: ["{version}", latest]\n'
+    text = matrix.read_text()
+    at = text.index(old, text.index("  - name: pytorch-cpu\n")) + len(old)
+    matrix.write_text(text[:at] + '      - version: "3.0"\n        framework_version: 2.13.0+cpu\n'
+                      '        framework_requirements: ["torch==2.13.0+cpu"]\n' + text[at:])
+    new_folder = project / "dockerfiles" / "pytorch" / "pytorch-cpu" / "3.0"
+
+    def listing() -> list[str]:
+        return sorted(str(p.relative_to(project)) for p in project.rglob("*") if ".git" not in p.parts)
+
+    before = listing()
+    real_mkstemp = render_module.tempfile.mkstemp
+    staged_in_new_folder = []
+
+    def failing_mkstemp(**kwargs):
+        if staged_in_new_folder:    # the file after the first one staged in the new cell's folder
+            raise OSError(28, "No space left on device")
+        if kwargs["dir"] == new_folder:
+            staged_in_new_folder.append(kwargs["dir"])
+        return real_mkstemp(**kwargs)
+
+    monkeypatch.setattr(render_module.tempfile, "mkstemp", failing_mkstemp)
+    code, out, err = run_cli("render", "--matrix", str(matrix))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "nothing was written" in err
+    assert staged_in_new_folder    # the render made the new cell's folder before it failed
+    assert listing() == before
+
+
 def test_a_failure_reading_the_old_files_leaves_no_staged_file(tmp_path: Path, monkeypatch):
     """The old contents were read after staging, outside both try blocks: a failed read left `.render-*` files."""
     outputs = render_module.Outputs(files={"a/one.txt": b"new\n", "b/two.txt": b"new\n"})

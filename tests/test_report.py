@@ -456,3 +456,50 @@ def test_a_verdict_that_says_passed_against_its_own_tests_is_no_passed_image() -
         assert "0 images passed, 1 failed" in render_markdown(report)
     honest = parse_verdict(verdict("pytorch-cpu:2.13", [test(SHM, "passed")]), "x")
     assert honest.result == "passed" and "image/verdict" not in honest.checks
+
+
+def _markdown_tables(md: str) -> list[list[list[str]]]:
+    """Every table of a Markdown page, as rows of cells split the way GitHub splits them: at each `|` that no
+    backslash escapes (inside code spans too)."""
+    tables: list[list[list[str]]] = []
+    previous = ""
+    for line in md.splitlines():
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                tables.append([])
+            tables[-1].append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip()[1:-1])])
+        previous = line
+    return tables
+
+
+def _assert_every_row_has_the_columns_of_its_separator(md: str) -> list[list[list[str]]]:
+    tables = _markdown_tables(md)
+    assert tables, md
+    for table in tables:
+        assert all(set(cell) <= set("-:") for cell in table[1]), table   # the line under the header
+        assert [len(row) for row in table] == [len(table[1])] * len(table), table
+    return tables
+
+
+def test_a_pipe_in_a_verdicts_cell_or_digest_stays_in_its_table_cell() -> None:
+    """A hand-made verdict file (`report --verdicts`) may hold any text: a `|` in a code span split the
+    row into more cells than the header has."""
+    hand_made = verdict("pytorch-ngc:25.10", [test(SHM, "passed"), test(BUSBW, "passed")],
+                        digest="sha256:ab|cd" + "e" * 58, figures={"busbw_GBps": 182.4, "algbw_GBps": 97.3})
+    hand_made["cell"] = "pytorch|ngc:25.10"
+    md = render_markdown(build_report([parse_verdict(hand_made, "x")]))
+    tables = _assert_every_row_has_the_columns_of_its_separator(md)
+    rows = [row for table in tables for row in table[2:]]
+    assert rows[0][:4] == ["`pytorch\\|ngc:25.10`", "✅ pass", "1.45 GB", "`sha256:ab\\|cdeeeeeee`"]
+    assert all(row[0] == "`pytorch\\|ngc:25.10`" for row in rows if row[0].startswith("`"))
+
+
+def test_a_report_whose_verdicts_have_no_tests_has_a_header_as_wide_as_its_table() -> None:
+    """No check columns: the header had an empty fifth cell over a four-column separator (GitHub then shows no
+    table)."""
+    empty = verdict("pytorch-cpu:2.13", [])
+    empty.update(result="failed", pytest_exit=1)
+    md = render_markdown(build_report([parse_verdict(empty, "x")]))
+    tables = _assert_every_row_has_the_columns_of_its_separator(md)
+    assert tables[0][0] == ["image", "result", "size", "digest"]
+    assert tables[0][2] == ["`pytorch-cpu:2.13`", "❌ **FAIL**", "1.45 GB", "`sha256:abababababab`"]

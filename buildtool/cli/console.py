@@ -98,14 +98,16 @@ class Project:
         return self.root / "templates"
 
     def load(self) -> Matrix:
+        from buildtool.matrix import snapshot
         from buildtool.matrix.loader import load_matrix
 
         display = self._display()
+        # The key before and after the load: a file it covers saved meanwhile would store the old cells
+        # under the new file's key (release would reuse them); then no snapshot, the next load writes one.
+        key = snapshot.snapshot_key(self.matrix_path, self.templates, display)
         loaded = load_matrix(self.matrix_path, self.templates, display=display)
-        from buildtool.matrix import snapshot
-
-        snapshot.write(loaded, snapshot.snapshot_key(self.matrix_path, self.templates, display),
-                       snapshot.selection_names(loaded))
+        if key == snapshot.snapshot_key(self.matrix_path, self.templates, display):
+            snapshot.write(loaded, key, snapshot.selection_names(loaded))
         return loaded
 
     def load_fast(self) -> Matrix:

@@ -15,6 +15,7 @@ from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 from pydantic import ValidationError
 
 from buildtool.common.errors import MatrixError
@@ -337,17 +338,24 @@ def _image_cells(doc: Located, defaults: dict[str, Any], needs: Needs, image_loc
     _check_layer(doc, image_loc, image)
     image_layer = _layer(raw_image)
     image_fields = _merge(defaults, image_layer)
-    seen_versions: dict[str, int] = {}
+    # One version, one spelling (release refuses a second): 2.13 and 2.13.0 (or 2.13rc1 and 2.13RC1) are one.
+    seen_versions: dict[Version, tuple[str, int]] = {}
     first_default: tuple[str, int | None] | None = None
     claimed: dict[str, tuple[str, _CellCheck, str, int]] = {}   # tag -> the version of this image it names
     cells, checks = [], []
     for j, (ver, raw_ver) in enumerate(zip(image.versions, raw_image["versions"], strict=True)):
         loc: Loc = (*image_loc, "versions", j)
         line = doc.line_of((*loc, "version")) or 0
-        if ver.version in seen_versions:
-            raise doc.error((*loc, "version"), f"duplicate version {ver.version!r} of {image.name} "
-                                               f"(first declared on line {seen_versions[ver.version]})")
-        seen_versions[ver.version] = line
+        parsed = Version(ver.version)   # values.cell_version checked it parses
+        if parsed in seen_versions:
+            first, first_line = seen_versions[parsed]
+            if first == ver.version:
+                raise doc.error((*loc, "version"), f"duplicate version {ver.version!r} of {image.name} "
+                                                   f"(first declared on line {first_line})")
+            raise doc.error((*loc, "version"), f"version {ver.version!r} of {image.name} is version {first!r} "
+                                               f"(line {first_line}) spelt otherwise (PEP 440); one version has "
+                                               "one spelling: keep one")
+        seen_versions[parsed] = (ver.version, line)
         if ver.default:
             if first_default is not None:
                 raise doc.error((*loc, "default"), f"a second version of {image.name} with `default: true` (the "

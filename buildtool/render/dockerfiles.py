@@ -8,6 +8,7 @@ next to its target and moved into place.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -387,15 +388,17 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
     """Write changed files atomically; returns the relative paths that changed.
 
     All new contents are staged as temporary files beside their targets first; only when
-    every one is staged are they renamed into place, so a failure leaves the tree as it was.
+    every one is staged are they renamed into place, so a failure leaves the tree as it was
+    (the folders made for new cells removed too).
     """
     changed = [rel for rel, data in sorted(outputs.files.items())
                if not (root / rel).is_file() or (root / rel).read_bytes() != data]
     staged: list[tuple[str, Path]] = []
+    made: list[Path] = []
     try:
         for rel in changed:
             target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
+            _make_folder(target.parent, made)
             fd, name = tempfile.mkstemp(prefix=".render-", dir=target.parent)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(outputs.files[rel])
@@ -404,6 +407,7 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
     except BaseException:
         for _, path in staged:
             path.unlink(missing_ok=True)
+        _remove_folders(made)
         raise
     done: list[str] = []
     try:
@@ -422,8 +426,32 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
                 (root / rel).write_bytes(old)
         for _, path in staged:
             path.unlink(missing_ok=True)
+        _remove_folders(made)
         raise
     return changed
+
+
+def _make_folder(folder: Path, made: list[Path]) -> None:
+    """`mkdir -p folder`, adding each folder it made (outermost first) to `made`."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+            continue   # made meanwhile by someone else: not ours to remove
+        made.append(path)
+
+
+def _remove_folders(made: list[Path]) -> None:
+    """Undo `_make_folder`: deepest first, each only if empty (what is in it now is not ours)."""
+    for folder in reversed(made):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def drift(root: Path, outputs: Outputs) -> tuple[str, list[str]]:

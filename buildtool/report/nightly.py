@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from buildtool.common.documents import render_document
+from buildtool.common.documents import code_span, render_document
 from buildtool.common.errors import UserError
 from buildtool.common.units import human_size, short_digest
 from buildtool.contracts import platforms
@@ -288,7 +288,13 @@ def _filters(report: Report) -> dict[str, Any]:
             "figure": format_figure, "gbps": lambda value: "—" if value is None else f"{value:.1f} GB/s",
             "change": lambda value: "—" if value is None else f"{value:+.0%}", "binary": _binary,
             "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title,
-            "scaling_flag": scaling_flag, "on": on}
+            "scaling_flag": scaling_flag, "on": on, "code_cell": code_cell}
+
+
+def code_cell(value: Any) -> str:
+    """`code` inside a Markdown table cell: GitHub splits cells at every `|`, in a code span too, unless escaped
+    (a cell or digest of a hand-made verdict file). Not for list lines, where the backslash would show."""
+    return code_span(value).replace("|", "\\|")
 
 
 def _view(report: Report, title: str) -> dict[str, Any]:
