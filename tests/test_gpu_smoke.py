@@ -281,3 +281,14 @@ def test_the_inventory_module_runs_on_the_gpu_runners_python():
     imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert {m.split(".")[0] for m in imported} <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_gpus_in_mig_mode_are_no_gpu_to_the_smoke(tmp_path):
+    """Before: a runner whose GPUs are in MIG mode listed them whole and the checks ran where CUDA sees only MIG
+    instances; now, as validate, it has no usable GPU: every check "not run" naming MIG and how to turn it off."""
+    env = runner_env(tmp_path, FakeGpus(count=2, mig="Enabled"))
+    code, report, _ = smoke(tmp_path, env, "--python", "/bin/false", "--deadline", "30")
+    assert code == 1 and report["result"] == "not run" and report["gpus"] == [], report
+    for name, check in report["checks"].items():
+        assert check["reason"].startswith("no GPU: not run (MIG mode is on for GPU 0 ("), (name, check)
+        assert check["status"] == "not run" and "nvidia-smi -i 0,1 -mig 0" in check["reason"], (name, check)
