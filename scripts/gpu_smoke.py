@@ -63,6 +63,7 @@ if str(ROOT) not in sys.path:  # a GPU runner's Python need not have the toolkit
     sys.path.insert(0, str(ROOT))
 from buildtool.common import docker_cli  # noqa: E402  (standard library only)
 from buildtool.contracts import busbw as floors  # noqa: E402  (standard library only: validate's floors)
+from buildtool.contracts import nvidia_smi  # noqa: E402  (standard library only: validate's reading of the GPUs)
 from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE  # noqa: E402  (constants only)
 
 # What image-tests mounts at /imagetests for a PyTorch image: the common scripts and PyTorch's own.
@@ -85,24 +86,10 @@ class Stopped(BaseException):
 
 
 def gpus_on_host() -> tuple[list[dict[str, str]], str, str]:
-    """(GPUs, driver, why none) from nvidia-smi."""
-    try:
-        proc = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
-    except FileNotFoundError:
-        return [], "", "nvidia-smi not found"
-    except subprocess.TimeoutExpired:
-        return [], "", "nvidia-smi did not answer within 30s"
-    if proc.returncode != 0:
-        said = (proc.stdout + proc.stderr).strip().splitlines()
-        return [], "", f"nvidia-smi failed: {said[0] if said else proc.returncode}"
-    gpus = []
-    for line in proc.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            gpus.append({"index": parts[0], "name": parts[1], "driver": parts[2],
-                         "memory_mib": parts[3] if len(parts) > 3 else ""})
-    return gpus, (gpus[0]["driver"] if gpus else ""), ("" if gpus else "nvidia-smi lists no GPU")
+    """(GPUs, driver, why none) from nvidia-smi, read as validate reads them (contracts.nvidia_smi): a GPU whose
+    fields NVML cannot read, a line that is no GPU's among the rows, a failing nvidia-smi leave no usable GPU."""
+    gpus, why = nvidia_smi.gpus()
+    return gpus, (gpus[0]["driver"] if gpus else ""), why
 
 
 def busbw_floor(gpus: list[dict[str, str]]) -> floors.Floor:

@@ -47,6 +47,7 @@ class FakeGpus:
     memory_mib: int = 81559
     broken: str = ""          # nvidia-smi prints this and exits 9 (e.g. NVML_MISMATCH)
     topo: str = ""            # `nvidia-smi topo -m` output; "" -> every pair NV18, as on an HGX H100
+    mig: str = "Disabled"     # each GPU's mig.mode.current: Enabled, Disabled, or [N/A] (a GPU without MIG)
 
 
 def nvlink_topo(count: int, link: str = "NV18") -> str:
@@ -73,11 +74,16 @@ def fake_nvidia_smi(folder: Path, gpus: FakeGpus) -> Path:
         body = f'echo "{gpus.broken}"\nexit 9\n'
     else:
         rows = "\n".join(f"{i}, {gpus.name}, {gpus.driver}, {gpus.memory_mib}" for i in range(gpus.count))
+        modes = "\n".join(f"{i}, {gpus.mig}" for i in range(gpus.count))
         listing = "\n".join(f"GPU {i}: {gpus.name} (UUID: GPU-fake-{i})" for i in range(gpus.count))
         topo = gpus.topo or nvlink_topo(gpus.count)
         body = f"""case "$*" in
   topo*) cat <<'EOF'
 {topo}
+EOF
+  ;;
+  *--query-gpu=index,mig.mode.current*) cat <<'EOF'
+{modes}
 EOF
   ;;
   *--query-gpu*) cat <<'EOF'

@@ -6,13 +6,22 @@ when it hangs."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import json
 import stat
 from pathlib import Path
 
 import pytest
 
 from buildtool.common.errors import FailedError
-from buildtool.validate import probe
+from buildtool.contracts import skips
+from buildtool.validate import probe, runner
+from buildtool.validate.containers import Resolved
+from buildtool.validate.options import Options
+from buildtool.validate.run_plan import RunOutcome, RunPlan, make_verdict
+from tests.conftest import fixture_matrix
+from tests.gpu_sim import FakeGpus, fake_nvidia_smi
 
 H100 = "NVIDIA H100 80GB HBM3"
 # nvidia-smi on a GPU that fell off the bus (Xid 79), as users report it upstream
@@ -20,14 +29,19 @@ LOST = "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.
 HEADER = "| NVIDIA-SMI 570.86.15      Driver Version: 570.86.15      CUDA Version: 12.8     |"
 
 
-def _smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[str], rc: int = 0) -> None:
-    """A fake nvidia-smi first on PATH: `rows` (and exit `rc`) for --query-gpu, the table's header otherwise."""
+def _smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[str], rc: int = 0,
+         modes: list[str] | None = None) -> None:
+    """A fake nvidia-smi first on PATH: `rows` (and exit `rc`) for --query-gpu, `modes` for its index,mig.mode.current
+    (by default [N/A], a GPU without MIG, for each row), the table's header otherwise."""
     folder = tmp_path / "bin"
     folder.mkdir()
     (tmp_path / "rows").write_text("".join(f"{row}\n" for row in rows))
+    modes = [f"{row.split(',')[0]}, [N/A]" for row in rows] if modes is None else modes
+    (tmp_path / "modes").write_text("".join(f"{mode}\n" for mode in modes))
     script = folder / "nvidia-smi"
     script.write_text(f"""#!/bin/bash
 case "$*" in
+  *--query-gpu=index,mig.mode.current*) cat {tmp_path / "modes"} ;;
   *--query-gpu*) cat {tmp_path / "rows"}; exit {rc} ;;
   topo*) exit 3 ;;
   *) echo '{HEADER}' ;;
@@ -113,3 +127,64 @@ exit 0
     label = started.split("--label ", 1)[1].split()[0]
     assert label.split("=", 1)[1].startswith("gpu-probe-")
     assert lines[-2:] == [f"ps -aq --filter label={label}", "rm -f -v c9"], lines
+
+
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def test_a_runner_with_mig_on_has_no_usable_gpu_and_a_gpu_cells_verdict_is_incomplete_naming_mig(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a runner whose GPUs are in MIG mode listed them whole, so the GPU tests ran and failed at test_contents
+    with "is the container started with --gpus all?" (CUDA sees only MIG instances there); now it has no usable GPU,
+    the problem naming MIG and the fix: --require-gpu fails (exit 1), a GPU cell's GPU tests are not run and its
+    verdict is incomplete, never passed."""
+    fake_nvidia_smi(tmp_path / "bin", FakeGpus(count=2, name=A100, mig="Enabled"))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    found = probe.gpu_inventory()
+    assert found.gpus == [] and found.problem.startswith(f"MIG mode is on for GPU 0 ({A100}), 1 ({A100}) "), found
+    assert "`nvidia-smi -i 0,1 -mig 0` as root" in found.problem and "a runner without MIG" in found.problem
+    with pytest.raises(FailedError, match="declared a GPU runner .*MIG mode is on"):
+        probe.require_gpus(found)
+    matrix = fixture_matrix()
+    cpu = {c.key: c for c in matrix.cells}["pytorch-cpu:2.13"]
+    cell = dataclasses.replace(cpu, run=dataclasses.replace(cpu.run, gpus="all"))   # a GPU cell (its run profile)
+    monkeypatch.setattr(runner, "probe_flags", lambda image, flags, log, cuda=None: (list(flags), []))
+    image = Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
+    plan = runner._plan(RunPlan("r", image, cell, matrix, Options(reports=tmp_path), found, flags=[]),
+                        Path(__file__).resolve().parent.parent, lambda line: None)
+    assert plan.usable == [] and plan.gpu_problem == found.problem
+    tests = [{"id": "common/a.py::t", "group": "common", "result": "passed", "skip_code": "", "gpu": False},
+             {"id": "common/gpu.py::t", "group": "common", "result": "skipped",
+              "skip_code": skips.NO_GPU_ON_RUNNER.code, "gpu": True}]
+    (tmp_path / "defined.json").write_text(json.dumps({"defined": [{"id": t["id"], "gpu": t["gpu"]} for t in tests],
+                                                       "deselected": []}))
+    run = RunOutcome(dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"), 1.0, 0, {"tests": tests},
+                     tmp_path / "defined.json")
+    verdict = make_verdict(plan, run, ("sha256:" + "5" * 64, ""), "sha256:" + "c" * 64)
+    assert verdict.result == "incomplete" and "did not pass on a GPU (MIG mode is on for GPU 0" in verdict.incomplete[0]
+
+
+@pytest.mark.parametrize(("modes", "rc", "problem"), [
+    (["0, Disabled", "1, [N/A]", "2, [Not Supported]"], 0, ""),
+    (["0, Disabled", "1, [Unknown Error]", "2, Disabled"], 0,
+     f"nvidia-smi lists GPU 1 ({H100}) but reads its mig.mode.current as '[Unknown Error]' "),
+    (["0, Disabled", "2, Disabled"], 0,
+     "nvidia-smi --query-gpu=index,mig.mode.current answered for GPUs ['0', '2'], not for the GPUs listed "),
+    (['Field "mig.mode.current" is not a valid field to query.'], 2,
+     'nvidia-smi --query-gpu=index,mig.mode.current failed (exit 2): Field "mig.mode.current" is not a valid field'),
+])
+def test_whether_mig_is_on_is_read_for_every_gpu_and_never_guessed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modes: list[str], rc: int, problem: str) -> None:
+    """MIG off, or a GPU without MIG ([N/A], [Not Supported]), leaves the GPUs usable; a mode NVML cannot read, a GPU
+    the answer leaves out, or a query that fails leaves none, naming it."""
+    rows = [f"{i}, {H100}, 570.86.15, 81559" for i in range(3)]
+    _smi(tmp_path, monkeypatch, rows, modes=modes)
+    if rc:   # the MIG query alone fails
+        script = tmp_path / "bin" / "nvidia-smi"
+        answer = f'cat {tmp_path / "modes"}'
+        script.write_text(script.read_text().replace(f"{answer} ;;", f"{answer}; exit {rc} ;;"))
+    found = probe.gpu_inventory()
+    if not problem:
+        assert [g.index for g in found.gpus] == ["0", "1", "2"] and found.problem == "", found
+    else:
+        assert found.gpus == [] and found.problem.startswith(problem), found.problem

@@ -242,3 +242,53 @@ def test_make_gpu_smoke_stops_itself_before_the_outer_timeout(tmp_path):
     for name in ("profiler_kernel_view", "shm"):
         check = report["checks"][name]
         assert check["status"] == "not run" and "(nccl_ddp ran past its bound)" in check["reason"], check
+
+
+def _listing(folder: Path, rows: list[str]) -> Path:
+    """A fake nvidia-smi in `folder` that answers --query-gpu with `rows`, as a broken runner's does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rows").write_text("".join(f"{row}\n" for row in rows))
+    script = folder / "nvidia-smi"
+    script.write_text(f'#!/bin/bash\ncase "$*" in\n  *--query-gpu*) cat {folder / "rows"} ;;\n  *) exit 3 ;;\nesac\n')
+    script.chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize(("rows", "why"), [
+    (["0, NVIDIA H100 80GB HBM3, 570.86.15, [GPU requires reset]"],
+     "nvidia-smi lists GPU 0 (NVIDIA H100 80GB HBM3) but reads its memory.total as '[GPU requires reset]'"),
+    (["0, NVIDIA H100 80GB HBM3, 570.86.15, 81559", "Unable to determine the device handle for GPU0000:65:00.0: "
+      "Unknown Error, and, more"],
+     "nvidia-smi --query-gpu printed 'Unable to determine the device handle for GPU0000:65:00.0: Unknown Error"),
+])
+def test_a_gpu_validate_refuses_is_no_gpu_to_the_smoke_either(tmp_path, rows, why):
+    """Before: gpu_smoke took any line with 3 commas for a GPU, so a GPU that needs a reset (or a lost GPU's error
+    line) was a GPU and the checks ran on it; now it reads nvidia-smi as validate does (contracts.nvidia_smi): no
+    usable GPU, every check "not run" naming why."""
+    env = runner_env(tmp_path, None)
+    env["PATH"] = f"{_listing(tmp_path / 'smi', rows)}{os.pathsep}{env['PATH']}"
+    code, report, _ = smoke(tmp_path, env, "--python", "/bin/false", "--deadline", "30")
+    assert code == 1 and report["result"] == "not run" and report["gpus"] == [], report
+    for name, check in report["checks"].items():
+        assert check["status"] == "not run" and check["reason"].startswith(f"no GPU: not run ({why}"), (name, check)
+
+
+def test_the_inventory_module_runs_on_the_gpu_runners_python():
+    """gpu_smoke imports contracts.nvidia_smi with any Python 3.9+: standard library only, 3.9 syntax."""
+    import ast
+
+    tree = ast.parse((REPO / "buildtool" / "contracts" / "nvidia_smi.py").read_text(), feature_version=(3, 9))
+    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m.split(".")[0] for m in imported} <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_gpus_in_mig_mode_are_no_gpu_to_the_smoke(tmp_path):
+    """Before: a runner whose GPUs are in MIG mode listed them whole and the checks ran where CUDA sees only MIG
+    instances; now, as validate, it has no usable GPU: every check "not run" naming MIG and how to turn it off."""
+    env = runner_env(tmp_path, FakeGpus(count=2, mig="Enabled"))
+    code, report, _ = smoke(tmp_path, env, "--python", "/bin/false", "--deadline", "30")
+    assert code == 1 and report["result"] == "not run" and report["gpus"] == [], report
+    for name, check in report["checks"].items():
+        assert check["reason"].startswith("no GPU: not run (MIG mode is on for GPU 0 ("), (name, check)
+        assert check["status"] == "not run" and "nvidia-smi -i 0,1 -mig 0" in check["reason"], (name, check)

@@ -16,7 +16,7 @@ from typing import Any
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
-from buildtool.contracts import busbw, driver_rules, gpu, label_keys, platforms
+from buildtool.contracts import busbw, driver_rules, gpu, label_keys, nvidia_smi, platforms
 from buildtool.contracts.verdict import Gpu, VerdictError, parse_verdict, split_size, verdict_paths, when
 from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.schema import Cell
@@ -37,50 +37,19 @@ class Inventory:
     driver_rule: str = ""           # which rule admitted this driver for the cell (driver_rules.decide)
 
 
-NVIDIA_SMI_TIMEOUT_S = 30
 GPU_START_TIMEOUT_S = 300.0   # a throwaway container started with the cell's GPUs (probe_flags)
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
-_QUERY = ("index", "name", "driver_version", "memory.total")
-# nvidia-smi prints a value a GPU does not have as [N/A] or [Not Supported] (memory.total of a unified-memory GPU:
-# GB10, Jetson); any other bracketed value is the NVML error of reading it ([Unknown Error], [GPU requires reset],
-# [GPU is lost]), and ERR! the table's: such a GPU is listed but not usable (CUDA sees no device there).
-_NO_VALUE = ("[N/A]", "[Not Supported]")
-
-
-def _nvidia_smi(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
 
 
 def gpu_inventory() -> Inventory:
     """Model, count, driver and the driver's CUDA version of this host's GPUs (nvidia-smi first on PATH)."""
+    rows, problem = nvidia_smi.gpus()   # read as gpu_smoke reads them
+    if not rows:
+        return Inventory([], problem=problem)
+    gpus = [Gpu(index=r["index"], name=r["name"], driver=r["driver"],
+                memory_mib=int(r["memory_mib"]) if r["memory_mib"].isdigit() else None) for r in rows]
     try:
-        proc = _nvidia_smi(f"--query-gpu={','.join(_QUERY)}", "--format=csv,noheader,nounits")
-    except FileNotFoundError:
-        return Inventory([], problem="nvidia-smi not found (no NVIDIA driver on this runner)")
-    except subprocess.TimeoutExpired:
-        return Inventory([], problem=f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S}s")
-    if proc.returncode != 0:
-        said = (proc.stdout + proc.stderr).strip().splitlines()
-        # Its error, not the row of a GPU it could read before it (a lost GPU's line comes after the rows before it).
-        why = next((line for line in said if not _is_row(line)), said[0] if said else "no output")
-        return Inventory([], problem=f"nvidia-smi failed (exit {proc.returncode}): {why}")
-    gpus = []
-    for line in proc.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if not _is_row(line):
-            # Not one GPU's fields (a lost GPU's "Unable to determine the device handle ...", a warning): never
-            # skipped, or the GPUs listed would pass for all of the runner's.
-            return Inventory([], problem=f"nvidia-smi --query-gpu printed {line.strip()[:200]!r}, not a GPU's "
-                                         f"{', '.join(_QUERY)}")
-        broken = _broken_field(parts)
-        if broken:
-            return Inventory([], problem=broken)
-        gpus.append(Gpu(index=parts[0], name=parts[1], driver=parts[2],
-                        memory_mib=int(parts[3]) if parts[3].isdigit() else None))
-    if not gpus:
-        return Inventory([], problem="nvidia-smi lists no GPU")
-    try:
-        match = _CUDA_VERSION_RE.search(_nvidia_smi().stdout)
+        match = _CUDA_VERSION_RE.search(nvidia_smi.run().stdout)
     except (OSError, subprocess.TimeoutExpired):
         match = None
     link, link_problem, seen = _interconnect(len(gpus))
@@ -88,28 +57,12 @@ def gpu_inventory() -> Inventory:
                      interconnect_problem=link_problem, interconnect_seen=seen)
 
 
-def _is_row(line: str) -> bool:
-    """Whether `line` has the shape of one GPU's row of the --query-gpu answer (its values may still be errors)."""
-    parts = line.split(",")
-    return len(parts) == len(_QUERY) and parts[0].strip().isdigit()
-
-
-def _broken_field(parts: list[str]) -> str:
-    """Why a GPU row of nvidia-smi's --query-gpu answer is no usable GPU (a field it could not read), or ""."""
-    for field, value in zip(_QUERY, parts, strict=True):
-        error = value.startswith("[") and value.endswith("]") and value not in _NO_VALUE
-        if error or value == "ERR!" or (field == "name" and value in ("", *_NO_VALUE)):
-            return (f"nvidia-smi lists GPU {parts[0][:20]} ({parts[1][:60]}) but reads its {field} as {value[:60]!r} "
-                    "(a GPU NVML cannot read is no usable GPU; reset it or reboot the runner)")
-    return ""
-
-
 def _interconnect(count: int) -> tuple[str, str, str]:
     """NVLink or PCIe between this host's GPUs (`nvidia-smi topo -m`) and what it showed, or "", why not, ""."""
     if count < 2:
         return "", "one GPU: no link between GPUs", ""
     try:
-        proc = _nvidia_smi("topo", "-m")
+        proc = nvidia_smi.run("topo", "-m")
     except (OSError, subprocess.TimeoutExpired) as exc:
         return "", f"nvidia-smi topo -m failed: {exc}", ""
     if proc.returncode != 0:

@@ -1,0 +1,109 @@
+"""The runner's GPUs as `nvidia-smi --query-gpu` lists them, read one way by validate (validate.probe) and by
+`make gpu-smoke` (scripts/gpu_smoke.py), so both refuse the same broken inventories. gpu_smoke runs on a GPU
+runner's own Python: standard library only, Python 3.9 syntax.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+TIMEOUT_S = 30
+QUERY = ("index", "name", "driver_version", "memory.total")
+# nvidia-smi prints a value a GPU does not have as [N/A] or [Not Supported] (memory.total of a unified-memory GPU:
+# GB10, Jetson); any other bracketed value is the NVML error of reading it ([Unknown Error], [GPU requires reset],
+# [GPU is lost]), and ERR! the table's: such a GPU is listed but not usable (CUDA sees no device there).
+NO_VALUE = ("[N/A]", "[Not Supported]")
+# A GPU in MIG mode is listed whole, but CUDA (and a container given --gpus all) sees only its MIG instances, none
+# when none are made: its GPU tests would fail misleadingly. Asked apart, so the rows of QUERY keep their shape.
+MIG_QUERY = ("index", "mig.mode.current")
+MIG_OFF = ("Disabled", *NO_VALUE)   # [N/A] on a GPU without MIG (consumer, pre-Ampere)
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """`nvidia-smi ARGS` (the first on PATH), bounded by TIMEOUT_S."""
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def gpus() -> tuple[list[dict[str, str]], str]:
+    """This host's usable GPUs ({index, name, driver, memory_mib}, as nvidia-smi prints them), or [] and why none."""
+    try:
+        proc = run(f"--query-gpu={','.join(QUERY)}", "--format=csv,noheader,nounits")
+    except FileNotFoundError:
+        return [], "nvidia-smi not found (no NVIDIA driver on this runner)"
+    except subprocess.TimeoutExpired:
+        return [], f"nvidia-smi did not answer within {TIMEOUT_S}s"
+    if proc.returncode != 0:
+        said = (proc.stdout + proc.stderr).strip().splitlines()
+        # Its error, not the row of a GPU it could read before it (a lost GPU's line comes after the rows before it).
+        why = next((line for line in said if not is_row(line)), said[0] if said else "no output")
+        return [], f"nvidia-smi failed (exit {proc.returncode}): {why}"
+    found, problem = read_rows(proc.stdout)
+    problem = problem or mig_problem(found)
+    return ([] if problem else found), problem
+
+
+def read_rows(text: str) -> tuple[list[dict[str, str]], str]:
+    """The GPUs of a `--query-gpu=QUERY --format=csv,noheader,nounits` answer, or [] and why it lists no usable one."""
+    found = []
+    for line in text.strip().splitlines():
+        if not is_row(line):
+            # Not one GPU's fields (a lost GPU's "Unable to determine the device handle ...", a warning): never
+            # skipped, or the GPUs listed would pass for all of the runner's.
+            return [], f"nvidia-smi --query-gpu printed {line.strip()[:200]!r}, not a GPU's {', '.join(QUERY)}"
+        parts = [p.strip() for p in line.split(",")]
+        broken = _broken_field(parts)
+        if broken:
+            return [], broken
+        found.append({"index": parts[0], "name": parts[1], "driver": parts[2], "memory_mib": parts[3]})
+    return found, "" if found else "nvidia-smi lists no GPU"
+
+
+def is_row(line: str) -> bool:
+    """Whether `line` has the shape of one GPU's row of the --query-gpu answer (its values may still be errors)."""
+    parts = line.split(",")
+    return len(parts) == len(QUERY) and parts[0].strip().isdigit()
+
+
+def _broken_field(parts: list[str]) -> str:
+    """Why a GPU row of nvidia-smi's --query-gpu answer is no usable GPU (a field it could not read), or ""."""
+    for field, value in zip(QUERY, parts):  # noqa: B905 (is_row: as many; zip's strict is Python 3.10's)
+        error = value.startswith("[") and value.endswith("]") and value not in NO_VALUE
+        if error or value == "ERR!" or (field == "name" and value in ("", *NO_VALUE)):
+            return (f"nvidia-smi lists GPU {parts[0][:20]} ({parts[1][:60]}) but reads its {field} as {value[:60]!r} "
+                    "(a GPU NVML cannot read is no usable GPU; reset it or reboot the runner)")
+    return ""
+
+
+def mig_problem(found: list[dict[str, str]]) -> str:
+    """Why the GPUs `found` are no usable GPUs because of MIG (on, or its mode unreadable), or ""."""
+    if not found:
+        return ""
+    ask = f"nvidia-smi --query-gpu={','.join(MIG_QUERY)}"
+    try:
+        proc = run(f"--query-gpu={','.join(MIG_QUERY)}", "--format=csv,noheader,nounits")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{ask} failed ({exc}), so whether MIG is on is unknown"
+    if proc.returncode != 0:
+        said = (proc.stdout + proc.stderr).strip().splitlines()
+        why = next((line for line in said if len(line.split(",")) != len(MIG_QUERY)), said[0] if said else "no output")
+        return f"{ask} failed (exit {proc.returncode}): {why}, so whether MIG is on is unknown"
+    modes = {}
+    for line in proc.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(MIG_QUERY) or not parts[0].isdigit():
+            return f"{ask} printed {line.strip()[:200]!r}, not a GPU's {', '.join(MIG_QUERY)}"
+        modes[parts[0]] = parts[1]
+    names = {gpu["index"]: gpu["name"] for gpu in found}
+    if set(modes) != set(names):
+        return f"{ask} answered for GPUs {sorted(modes)}, not for the GPUs listed ({sorted(names)})"
+    for index, mode in modes.items():
+        if mode not in ("Enabled", *MIG_OFF):
+            return (f"nvidia-smi lists GPU {index} ({names[index][:60]}) but reads its mig.mode.current as "
+                    f"{mode[:60]!r} (a GPU NVML cannot read is no usable GPU; reset it or reboot the runner)")
+    on = [index for index, mode in modes.items() if mode == "Enabled"]
+    if not on:
+        return ""
+    listed = ", ".join(f"{index} ({names[index][:60]})" for index in on)
+    return (f"MIG mode is on for GPU {listed} (mig.mode.current Enabled): CUDA sees its MIG instances, not the whole "
+            f"GPU, so the GPU tests cannot run on it; turn MIG off (`nvidia-smi -i {','.join(on)} -mig 0` as root, "
+            "then reset the GPU or reboot) or use a runner without MIG")
