@@ -16,7 +16,8 @@ import pytest
 import tests.test_gate_attacks
 import tests.test_gate_binding
 import tests.test_gate_pairing
-import tests.test_gate_reading  # noqa: F401  (they register their fixtures)
+import tests.test_gate_reading
+import tests.test_gate_revision  # noqa: F401  (they register their fixtures)
 from buildtool.matrix.plan import Settings
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.release.chain import verify_reference

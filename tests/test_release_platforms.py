@@ -27,7 +27,8 @@ CPU = {c.key: c for c in fixture_matrix().cells}["pytorch-cpu:2.13"]
 GPU = {c.key: c for c in fixture_matrix().cells}["pytorch-cuda:2.13"]
 MULTI = dataclasses.replace(CPU, platforms=("linux/amd64", "linux/arm64"), emulation_factor=4)
 MULTI_GPU = dataclasses.replace(GPU, platforms=("linux/amd64", "linux/arm64"), emulation_factor=4)
-REVISION = "0123456789ab"
+# The dev tag of the commit the fixtures' provenances name (signing.provenance: HEAD): release compares the two.
+REVISION = signing.head_commit()[:12]
 
 
 def labels(cell: Cell = MULTI) -> dict[str, str]:

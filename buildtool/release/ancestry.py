@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from buildtool.attest.provenance_model import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
-from buildtool.contracts.names import FULL_REVISION_RE
+from buildtool.contracts.names import FULL_REVISION_RE, GIT_REVISION_RE
 from buildtool.release.testcode import GIT_TIMEOUT_S, committed_sha256
 
 
@@ -44,6 +44,29 @@ def revision_problem(root: Path, revision: str, release: str = "HEAD") -> str:
     if ancestor.returncode != 0:
         return f"git merge-base --is-ancestor {revision[:12]} failed: {ancestor.stderr.strip()[:200]}"
     return ""
+
+
+def _shown(revision: str) -> str:
+    sha, sep, dirty = revision.partition("-dirty.")
+    return sha[:12] + sep + dirty
+
+
+def tag_revision_problem(tag_revision: str, revision: str) -> str:
+    """Why the provenance's full `revision` is not the revision the dev tag names (`tag_revision`: a sha, most often
+    the 12-digit prefix builds tag with, compared as a prefix then); "" when it is, and when the tag names no commit
+    (a revision a pipeline named itself, `nightly-42`: nothing to compare)."""
+    match = GIT_REVISION_RE.match(tag_revision)
+    if match is None:
+        return ""
+    sha, dirty = match.group("sha"), match.group("dirty") or ""
+    built, _, built_dirty = revision.partition("-dirty.")
+    if built.startswith(sha) and len(built) == 40 and built_dirty == dirty:
+        return ""
+    prefix = f" (the tag holds the first {len(sha)} hex digits of a commit, compared as a prefix)" \
+        if len(sha) < 40 else ""
+    return (f"the dev tag names revision {tag_revision}, but the signed provenance says the image was built from "
+            f"{_shown(revision)}{prefix}: an image of another commit was put at this dev tag; build and push this "
+            "commit's image, or release the commit it was built from")
 
 
 def source_problems(root: Path, provenance: Provenance, matrix_name: str = "matrix.yaml") -> list[str]:

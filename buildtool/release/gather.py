@@ -128,9 +128,12 @@ def _companion_binding(plan: CellPlan, companion: Found | None, matrices: dict[s
             f"count: {why}" for why in binding_problems(plan.cell, companion.verdict, matrices)]
 
 
-def _gate_provenance(item: Evidence, options: ReleaseOptions, found: ProvenanceFindings) -> None:
-    """The digest's signed provenance from a trusted builder key (`found`), built from a revision release may take
-    (the release commit or its ancestor); what it must say is checked with the image (provenance_problems)."""
+def _gate_provenance(item: Evidence, options: ReleaseOptions, found: ProvenanceFindings, tag_revision: str) -> None:
+    """The digest's signed provenance from a trusted builder key (`found`), built from the revision its dev tag names
+    (`tag_revision`, "" when the image was named by digest) and one release may take (the release commit or its
+    ancestor); what it must say is checked with the image (provenance_problems)."""
+    from buildtool.release.ancestry import tag_revision_problem
+
     trusted = options.trusted_keys()
     item.ignored += [f"{artifact}: {reason}" for artifact, reason in found.rejected]
     if found.provenance is None:
@@ -142,7 +145,8 @@ def _gate_provenance(item: Evidence, options: ReleaseOptions, found: ProvenanceF
         item.problems.append(f"no git checkout to check the provenance's revision {revision} against: release "
                              "runs in the clone of the release commit")
         return
-    why = options.source_check(found.provenance)
+    # Anyone with push rights can put an older commit's signed image at this commit's dev tag.
+    why = options.source_check(found.provenance) or [w for w in [tag_revision_problem(tag_revision, revision)] if w]
     if why:
         item.problems += [f"{item.digest}: {w}" for w in why]
         return
@@ -194,7 +198,7 @@ def _gate_platform(client: RegistryClient, ev: Evidence, plan: CellPlan, dev_rep
     found = find_provenance(client, dev_repo, ev.digest, options.trusted_keys())
     signed = found.provenance.buildDefinition.externalParameters.revision if found.provenance is not None else None
     _gate_verdict(client, ev, plan, dev_repo, options, in_index, signed)
-    _gate_provenance(ev, options, found)
+    _gate_provenance(ev, options, found, plan.revision)
     gate_sbom(client, ev, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
 
 
