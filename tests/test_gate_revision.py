@@ -9,13 +9,18 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from buildtool.contracts import label_keys
 from buildtool.matrix.plan import Settings
 from buildtool.release.chain import verify_reference
 from buildtool.release.model import ReleaseOptions
 from buildtool.release.promote import release
 from tests import signing
 from tests.gate_scenarios import scenario
-from tests.test_release_platforms import CPU, REVISION, Dev
+from tests.test_release_platforms import CPU, MULTI, REVISION, Dev
+from tests.test_release_platforms import labels as multi_labels
+from tests.test_testcode_revision import code_at, commands, content_key, git, new_tests, push  # noqa: F401
 from tests.test_verify_strict import checkout, single
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +54,8 @@ def release_dry_run(dev: Dev, revision: str = REVISION) -> tuple[str, list[str]]
     """`buildtool release --dry-run --from REVISION` of the dev image's cell: its status and problems."""
     dev.client.ping = lambda: None   # type: ignore[attr-defined]
     options = ReleaseOptions("0.1.0", revision, dry_run=True, trusted=signing.trusted(),
-                             known_code=signing.known_code(), source_check=signing.source_check())
+                             known_code=signing.known_code(), source_check=signing.source_check(),
+                             retag_check=signing.retag_check())
     settings = Settings(registry=f"{dev.client.host}/t", release_registry=f"{dev.client.host}/t/rel")
     [item] = release([dev.cell], settings, options, client_for=lambda host: dev.client,   # type: ignore[arg-type,return-value]
                      matrix_cells=[dev.cell]).images
@@ -64,7 +70,8 @@ def test_an_older_commits_image_at_this_commits_dev_tag_is_refused_by_release_an
     cause = (f"{digest}: the dev tag names revision {REVISION}, but the signed provenance says the image was built "
              f"from {older[:12]} (the tag holds the first 12 hex digits of a commit, compared as a prefix): an image "
              "of another commit was put at this dev tag; build and push this commit's image, or release the commit "
-             "it was built from")
+             "it was built from; not the image `buildtool build` retags for an unchanged cell: it has no label "
+             f"{label_keys.CONTENT_KEY}, so its content key cannot be compared with the cell's at {REVISION}")
     assert status == "refused" and problems == [cause], problems
     found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
                              signing.trusted(), checkout(CPU))
@@ -109,3 +116,71 @@ def test_the_tag_revision_is_compared_as_a_prefix_only_where_the_tag_holds_one()
     assert "(the tag holds the first 12 hex digits" in tag_revision_problem("0123456789ac", full)
     assert "built from 0123456789ab-dirty.0a1b2c3d" in tag_revision_problem("0123456789ab", full + "-dirty.0a1b2c3d")
     assert tag_revision_problem("0123456789ab-dirty.0a1b2c3d", full) != ""
+
+
+# -- `buildtool build`'s retag: an older commit's image at this commit's dev tag, the cell unchanged ---------------
+# builder._registry_match puts commit B's image at commit A's dev tag when the cell's content key is unchanged (its
+# provenance names B). Release and verify take it only where the image's content key (a label in its config, fixed
+# by the digest the provenance signs) is the cell's at A, the checkout's HEAD. Real git history, in-process CLI.
+
+def _change_the_dockerfile(project: Path) -> str:
+    dockerfile = project / CPU.dockerfile
+    dockerfile.write_text(dockerfile.read_text() + "RUN true\n")
+    git(project, "commit", "-qam", "the cell's Dockerfile changed")
+    return git(project, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("between", ["the Dockerfile changed", "only image-tests changed"])
+def test_an_older_commits_image_is_released_at_this_commits_dev_tag_only_with_the_cells_content_key(  # type: ignore[no-untyped-def]
+        project: Path, commands, between: str) -> None:  # noqa: F811
+    built, key = git(project, "rev-parse", "HEAD"), content_key(project)
+    tagged = _change_the_dockerfile(project) if between == "the Dockerfile changed" else new_tests(project, "tests")
+    dev, reference = push(project, tagged, built, code_at(project, built), key=key)
+    found = commands(dev, project, reference, tagged)
+    assert found["release"] == found["verify"], found
+    if between == "only image-tests changed":
+        assert found["release"] == (0, []), found
+        return
+    code, [problem] = found["release"]
+    assert code == 1 and problem.endswith(
+        f"an image of another commit was put at this dev tag; build and push this commit's image, or release the "
+        f"commit it was built from; not the image `buildtool build` retags for an unchanged cell: its content key "
+        f"{key} is not the cell's at {tagged[:12]} ({content_key(project)}): the cell changed between {built[:12]} "
+        f"and {tagged[:12]}"), problem
+    assert key != content_key(project)
+
+
+def test_a_retag_is_not_taken_where_the_tags_commit_is_not_the_checkouts_head(  # type: ignore[no-untyped-def]
+        project: Path, commands) -> None:  # noqa: F811
+    """`release --from A` in a clone whose HEAD is a later commit: the cell's key at A is not what this checkout
+    holds, so the retag cannot be confirmed; the refusal says to release from a clone of A."""
+    built = git(project, "rev-parse", "HEAD")
+    tagged = new_tests(project, "tests")
+    head = _change_the_dockerfile(project)
+    dev, reference = push(project, tagged, built, code_at(project, built))
+    found = commands(dev, project, reference, tagged)
+    assert found["release"] == found["verify"], found
+    code, [problem] = found["release"]
+    assert code == 1 and problem.endswith(
+        f"not the image `buildtool build` retags for an unchanged cell: that cannot be confirmed from this checkout: "
+        f"it needs the cell's content key at {tagged[:12]}, and the checkout's HEAD is {head[:12]}; release (or "
+        f"verify) from a clone of {tagged[:12]}"), problem
+
+
+def test_a_multi_platform_cells_retag_is_judged_by_that_platforms_key(project: Path) -> None:
+    """The builder keys each platform image of a multi-platform cell on its own (cell_content_key with the
+    platform): an arm64 image's key is refused as the amd64 image's."""
+    from buildtool.imagebuild.cell_inputs import BaseInfo, cell_content_key
+    from buildtool.matrix.plan import plan_cell
+    from buildtool.release.ancestry import retag_problem
+
+    built = git(project, "rev-parse", "HEAD")
+    head = new_tests(project, "tests")
+    plan = plan_cell(MULTI, Settings(registry="127.0.0.1:5999/t"), head[:12])
+    arm = cell_content_key(plan, project, BaseInfo(plan.base, signing.BASE_DIGEST), "linux/arm64")
+    labels = {**multi_labels(MULTI), label_keys.CONTENT_KEY: arm}
+    assert retag_problem(project, plan, built, labels, "linux/arm64") == ""
+    assert retag_problem(project, plan, built, labels, "linux/amd64").startswith(f"its content key {arm} is not ")
+    assert retag_problem(project, plan, built, {**labels, label_keys.CONTENT_KEY: ""}, "linux/arm64") == (
+        f"it has no label {label_keys.CONTENT_KEY}, so its content key cannot be compared with the cell's at "
+        f"{head[:12]}")

@@ -185,11 +185,11 @@ def _release_gate(client: RegistryClient, parsed: Reference, digest: str, result
                   trusted: TrustedKeys, checkout: Checkout, accept_skips: tuple[str, ...]) -> list[str]:
     """Release's gate (gather and finish_gate: the same code, the same problems) on the image (`parsed`, read as
     `digest`) as the cell its signed provenance names, read-only. Where `parsed` names a dev tag of the cell, the
-    provenance must name its revision, as release checks it."""
+    provenance must name its revision, or the image be `buildtool build`'s retag there, as release checks it."""
     from functools import partial
 
     from buildtool.matrix.plan import CellPlan
-    from buildtool.release.ancestry import source_problems
+    from buildtool.release.ancestry import retag_problem, source_problems
     from buildtool.release.gather import finish_gate, gather
     from buildtool.release.model import ReleaseOptions
     from buildtool.release.read import read_standins
@@ -205,7 +205,8 @@ def _release_gate(client: RegistryClient, parsed: Reference, digest: str, result
                                             (cell.extra_tests,) if cell.extra_tests else ())
     options = ReleaseOptions(version="", revision="HEAD", trusted=trusted, known_code=known, accept_skips=accept_skips,
                              source_check=checkout.source_check or partial(source_problems, checkout.root,
-                                                                           matrix_name=checkout.matrix_name))
+                                                                           matrix_name=checkout.matrix_name),
+                             retag_check=partial(retag_problem, checkout.root))
     host, repo, tag = parsed.domain or client.host, parsed.path, parsed.tag
     dev_tag = parse_dev_tag(tag, cell.version) if tag and repo.endswith(DEV_SUFFIX) else None
     if dev_tag is None:
