@@ -216,6 +216,17 @@ def source_check() -> Any:
     return partial(source_problems, Path(__file__).resolve().parents[1])
 
 
+def retag_check() -> Any:
+    """Release's check that an image whose provenance names another commit than its dev tag is `buildtool build`'s
+    retag there, in this checkout (buildtool.release.ancestry.retag_problem): what verify runs with a checkout here."""
+    from functools import partial
+    from pathlib import Path
+
+    from buildtool.release.ancestry import retag_problem
+
+    return partial(retag_problem, Path(__file__).resolve().parents[1])
+
+
 @functools.cache
 def committed_sha256(path: str, revision: str = "HEAD", root: Path | None = None) -> str:
     """sha256 (hex) of a file as committed at `revision` in `root` (default: this repository)."""

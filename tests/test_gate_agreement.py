@@ -16,7 +16,8 @@ import pytest
 import tests.test_gate_attacks
 import tests.test_gate_binding
 import tests.test_gate_pairing
-import tests.test_gate_reading  # noqa: F401  (they register their fixtures)
+import tests.test_gate_reading
+import tests.test_gate_revision  # noqa: F401  (they register their fixtures)
 from buildtool.matrix.plan import Settings
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.release.chain import verify_reference
@@ -87,7 +88,8 @@ def release_dry_run(dev: Dev) -> tuple[str, list[str]]:
     """`buildtool release --dry-run` of the dev image's cell: its status and problems."""
     dev.client.ping = lambda: None   # type: ignore[attr-defined]
     options = ReleaseOptions("0.1.0", REVISION, dry_run=True, trusted=signing.trusted(),
-                             known_code=signing.known_code(), source_check=signing.source_check())
+                             known_code=signing.known_code(), source_check=signing.source_check(),
+                             retag_check=signing.retag_check())
     settings = Settings(registry=f"{dev.client.host}/t", release_registry=f"{dev.client.host}/t/rel")
     [item] = release([dev.cell], settings, options, client_for=lambda host: dev.client,   # type: ignore[arg-type,return-value]
                      matrix_cells=[dev.cell]).images

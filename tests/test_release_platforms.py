@@ -27,7 +27,8 @@ CPU = {c.key: c for c in fixture_matrix().cells}["pytorch-cpu:2.13"]
 GPU = {c.key: c for c in fixture_matrix().cells}["pytorch-cuda:2.13"]
 MULTI = dataclasses.replace(CPU, platforms=("linux/amd64", "linux/arm64"), emulation_factor=4)
 MULTI_GPU = dataclasses.replace(GPU, platforms=("linux/amd64", "linux/arm64"), emulation_factor=4)
-REVISION = "0123456789ab"
+# The dev tag of the commit the fixtures' provenances name (signing.provenance: HEAD): release compares the two.
+REVISION = signing.head_commit()[:12]
 
 
 def labels(cell: Cell = MULTI) -> dict[str, str]:
@@ -47,10 +48,12 @@ class Dev:
                                         REVISION, "0.1.0")
         self.repo = split_repo_path(self.plan.dev_repo)[1]
 
-    def image(self, arch: str, config_arch: str | None = None, payload: bytes | None = None) -> str:
-        """One platform's image (its config declaring `config_arch`, default `arch`); returns its digest."""
+    def image(self, arch: str, config_arch: str | None = None, payload: bytes | None = None,
+              extra_labels: dict[str, str] | None = None) -> str:
+        """One platform's image (its config declaring `config_arch`, default `arch`; `extra_labels` beside the
+        cell's); returns its digest."""
         config = json.dumps({"architecture": config_arch or arch, "os": "linux",
-                             "config": {"Labels": labels(self.cell)}}).encode()
+                             "config": {"Labels": {**labels(self.cell), **(extra_labels or {})}}}).encode()
         layer = payload or arch.encode() * 64
         manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                     "config": {"mediaType": "application/vnd.oci.image.config.v1+json",

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.contracts import label_keys
 from buildtool.contracts.names import PROVENANCE_TYPE
+from buildtool.imagebuild.cell_inputs import BaseInfo, cell_content_key
 from buildtool.matrix.plan import Settings, plan_cell
 from buildtool.registry.client import OCI_MANIFEST
 from buildtool.release.testcode import known_code
@@ -44,14 +46,23 @@ def new_tests(root: Path, message: str) -> str:
     return git(root, "rev-parse", "HEAD")
 
 
-def push(project: Path, tag_revision: str, built_at: str, ran: str, matrix_at: str = "") -> tuple[Dev, str]:
+def content_key(project: Path) -> str:
+    """The content key `buildtool build` gives the CPU cell's image in the project's work tree (on the base the
+    test images' labels name): what its image's label says when it was built there."""
+    plan = plan_cell(CPU, Settings(registry=REGISTRY), "0" * 12)
+    return cell_content_key(plan, project, BaseInfo(plan.base, signing.BASE_DIGEST))
+
+
+def push(project: Path, tag_revision: str, built_at: str, ran: str, matrix_at: str = "",
+         key: str | None = None) -> tuple[Dev, str]:
     """The dev tag of `tag_revision` pointed at an image whose signed provenance says it was built at `built_at`,
     with a passing verdict of image-tests `ran` (and of the matrix at `matrix_at`, default `built_at`); returns the
-    registry and the dev image's reference."""
+    registry and the dev image's reference. Its content key label is `key` (default: the cell's in the work tree,
+    the same at `built_at` where the test changes no file of the cell)."""
     dev = Dev(CPU)
     dev.plan = plan_cell(CPU, Settings(registry=REGISTRY, release_registry=f"{REGISTRY}/rel"), tag_revision[:12],
                          "0.1.0")
-    digest = dev.image("amd64")
+    digest = dev.image("amd64", extra_labels={label_keys.CONTENT_KEY: content_key(project) if key is None else key})
     signing.attest_sbom(dev.client, dev.repo, digest)   # type: ignore[arg-type]
     signing.attach_provenance(dev.client, dev.repo, digest,   # type: ignore[arg-type]
                               signing.provenance(CPU, revision=built_at, root=project))

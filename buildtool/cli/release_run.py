@@ -134,11 +134,12 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     code_reader.shutdown(wait=False)
     from functools import partial
 
-    from buildtool.release.ancestry import source_problems
+    from buildtool.release.ancestry import retag_problem, source_problems
 
     options = ReleaseOptions(version=normal, revision=revision, force=force, dry_run=dry_run,
                              accept_skips=tuple(accept_skip or ()), trusted=trusted, known_code=known,
-                             source_check=partial(source_problems, project.root, matrix_name=matrix_name))
+                             source_check=partial(source_problems, project.root, matrix_name=matrix_name),
+                             retag_check=partial(retag_problem, project.root))
     report = release(cells, settings, options, matrix_cells=loaded.cells)
     trusted.result()   # a malformed keys file is bad input even when no image got as far as its verdict
     known.result()

@@ -11,11 +11,17 @@ code nobody reviewed into what is released; a commit git does not know cannot be
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildtool.attest.provenance_model import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
-from buildtool.contracts.names import FULL_REVISION_RE
+from buildtool.contracts import label_keys
+from buildtool.contracts.names import FULL_REVISION_RE, GIT_REVISION_RE
 from buildtool.release.testcode import GIT_TIMEOUT_S, committed_sha256
+
+if TYPE_CHECKING:
+    from buildtool.matrix.plan import CellPlan
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -43,6 +49,59 @@ def revision_problem(root: Path, revision: str, release: str = "HEAD") -> str:
                 "nor an ancestor of it: release from a checkout that contains it")
     if ancestor.returncode != 0:
         return f"git merge-base --is-ancestor {revision[:12]} failed: {ancestor.stderr.strip()[:200]}"
+    return ""
+
+
+def _shown(revision: str) -> str:
+    sha, sep, dirty = revision.partition("-dirty.")
+    return sha[:12] + sep + dirty
+
+
+def tag_revision_problem(tag_revision: str, revision: str) -> str:
+    """Why the provenance's full `revision` is not the revision the dev tag names (`tag_revision`: a sha, most often
+    the 12-digit prefix builds tag with, compared as a prefix then); "" when it is, and when the tag names no commit
+    (a revision a pipeline named itself, `nightly-42`: nothing to compare)."""
+    match = GIT_REVISION_RE.match(tag_revision)
+    if match is None:
+        return ""
+    sha, dirty = match.group("sha"), match.group("dirty") or ""
+    built, _, built_dirty = revision.partition("-dirty.")
+    if built.startswith(sha) and len(built) == 40 and built_dirty == dirty:
+        return ""
+    prefix = f" (the tag holds the first {len(sha)} hex digits of a commit, compared as a prefix)" \
+        if len(sha) < 40 else ""
+    return (f"the dev tag names revision {tag_revision}, but the signed provenance says the image was built from "
+            f"{_shown(revision)}{prefix}: an image of another commit was put at this dev tag; build and push this "
+            "commit's image, or release the commit it was built from")
+
+
+def retag_problem(root: Path, plan: CellPlan, revision: str, labels: Mapping[str, str], platform: str | None) -> str:
+    """Why the image built at `revision` (B; its config's `labels`) at the dev tag of plan.revision (A) is not the
+    image `buildtool build` retags there for an unchanged cell (builder._registry_match); "" when it is: its content
+    key label is the key the cell has at A, which must be this checkout's HEAD (cell_inputs.cell_content_key, as the
+    builder compared it: on the base digest the image records, of `platform`'s image for a multi-platform cell)."""
+    from buildtool.contracts.image_labels import ImageLabels, LabelError
+    from buildtool.imagebuild.cell_inputs import BaseInfo, cell_content_key
+
+    tag = plan.revision
+    head = _git(root, "rev-parse", "--verify", "--quiet", "HEAD^{commit}").stdout.strip()
+    if "-dirty." in tag or not head or not head.startswith(tag.lower()):
+        return (f"that cannot be confirmed from this checkout: it needs the cell's content key at {tag}, and the "
+                f"checkout's HEAD is {head[:12] or 'no commit'}; release (or verify) from a clone of {tag}")
+    try:
+        parsed = ImageLabels.parse(labels)
+    except LabelError as exc:
+        return f"its labels do not parse ({exc}), so its content key cannot be compared"
+    if not parsed.content_key or not parsed.base_digest:
+        missing = label_keys.CONTENT_KEY if not parsed.content_key else label_keys.OCI_BASE_DIGEST
+        return f"it has no label {missing}, so its content key cannot be compared with the cell's at {tag}"
+    try:
+        key = cell_content_key(plan, root, BaseInfo(plan.base, parsed.base_digest), platform)
+    except OSError as exc:
+        return f"the cell's content key at {tag} cannot be computed in {root}: {exc}"
+    if key != parsed.content_key:
+        return (f"its content key {parsed.content_key} is not the cell's at {tag} ({key}): the cell changed between "
+                f"{revision[:12]} and {tag}")
     return ""
 
 

@@ -20,8 +20,9 @@ from buildtool.attest.keys import TESTER, TrustedKeys
 from buildtool.attest.provenance_model import pinned_reference
 from buildtool.attest.provenance_store import find_provenance
 from buildtool.common.errors import UserError
-from buildtool.common.refs import parse_reference
+from buildtool.common.refs import Reference, parse_reference
 from buildtool.contracts import label_keys
+from buildtool.contracts.names import DEV_SUFFIX, parse_dev_tag
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
 from buildtool.release.gather import unproven_attestations
@@ -175,20 +176,20 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
         result.not_run.append("release's gate: neither a cell label nor a signed provenance names the cell to check "
                               "the image as")
         return result
-    result.problems = _release_gate(client, parsed.domain or client.host, parsed.path, digest, result, trusted,
-                                    checkout, accept_skips)
+    result.problems = _release_gate(client, parsed, digest, result, trusted, checkout, accept_skips)
     result.gated = True
     return result
 
 
-def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, result: Verification,
+def _release_gate(client: RegistryClient, parsed: Reference, digest: str, result: Verification,
                   trusted: TrustedKeys, checkout: Checkout, accept_skips: tuple[str, ...]) -> list[str]:
-    """Release's gate (gather and finish_gate: the same code, the same problems) on the image as the cell its
-    signed provenance names, read-only."""
+    """Release's gate (gather and finish_gate: the same code, the same problems) on the image (`parsed`, read as
+    `digest`) as the cell its signed provenance names, read-only. Where `parsed` names a dev tag of the cell, the
+    provenance must name its revision, or the image be `buildtool build`'s retag there, as release checks it."""
     from functools import partial
 
     from buildtool.matrix.plan import CellPlan
-    from buildtool.release.ancestry import source_problems
+    from buildtool.release.ancestry import retag_problem, source_problems
     from buildtool.release.gather import finish_gate, gather
     from buildtool.release.model import ReleaseOptions
     from buildtool.release.read import read_standins
@@ -204,9 +205,16 @@ def _release_gate(client: RegistryClient, host: str, repo: str, digest: str, res
                                             (cell.extra_tests,) if cell.extra_tests else ())
     options = ReleaseOptions(version="", revision="HEAD", trusted=trusted, known_code=known, accept_skips=accept_skips,
                              source_check=checkout.source_check or partial(source_problems, checkout.root,
-                                                                           matrix_name=checkout.matrix_name))
-    plan = CellPlan(cell=cell, revision="HEAD", dev_repo=f"{host}/{repo}", dev_tag=digest, release_repo="",
-                    release_tags=(), moving_tags=(), base=cell.base)
+                                                                           matrix_name=checkout.matrix_name),
+                             retag_check=partial(retag_problem, checkout.root))
+    host, repo, tag = parsed.domain or client.host, parsed.path, parsed.tag
+    dev_tag = parse_dev_tag(tag, cell.version) if tag and repo.endswith(DEV_SUFFIX) else None
+    if dev_tag is None:
+        result.not_run.append("the dev tag's revision against the provenance's: the image was not named by a dev tag "
+                              f"of {cell.key} (<name>-dev:<revision>-{cell.version}), so it claims no commit")
+    # Read by digest (the tag may move meanwhile); the tag's revision is compared with the provenance's all the same.
+    plan = CellPlan(cell=cell, revision=dev_tag.revision if dev_tag else "", dev_repo=f"{host}/{repo}", dev_tag=digest,
+                    release_repo="", release_tags=(), moving_tags=(), base=cell.base)
     standins, standin_problems = read_standins(client, checkout.settings, checkout.cells)
     item = gather(client, plan, options, standins, image_gate=False)
     finish_gate(item, plan, standins, standin_problems)

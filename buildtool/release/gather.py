@@ -128,9 +128,30 @@ def _companion_binding(plan: CellPlan, companion: Found | None, matrices: dict[s
             f"count: {why}" for why in binding_problems(plan.cell, companion.verdict, matrices)]
 
 
-def _gate_provenance(item: Evidence, options: ReleaseOptions, found: ProvenanceFindings) -> None:
-    """The digest's signed provenance from a trusted builder key (`found`), built from a revision release may take
-    (the release commit or its ancestor); what it must say is checked with the image (provenance_problems)."""
+def _tag_problem(client: RegistryClient, item: Evidence, plan: CellPlan, dev_repo: str, options: ReleaseOptions,
+                 revision: str) -> str:
+    """Why the image built at `revision` may not stand at the dev tag of plan.revision; "" when it is that commit's,
+    or `buildtool build`'s retag of an unchanged cell there (options.retag_check: its content key is the cell's at
+    the tag's commit)."""
+    from buildtool.release.ancestry import tag_revision_problem
+
+    why = tag_revision_problem(plan.revision, revision)
+    if not why:
+        return ""
+    if options.retag_check is None:
+        return f"{why}; no checkout to compare the cell's content key at {plan.revision} with the image's"
+    raw, media_type, _ = client.get_manifest(dev_repo, item.digest)
+    [image] = read_platforms(client, dev_repo, raw, media_type)
+    platform = (item.platform or plan.cell.platforms[0]) if plan.cell.multi_platform else None
+    retag = options.retag_check(plan, revision, image.labels, platform)
+    return f"{why}; not the image `buildtool build` retags for an unchanged cell: {retag}" if retag else ""
+
+
+def _gate_provenance(client: RegistryClient, item: Evidence, plan: CellPlan, dev_repo: str, options: ReleaseOptions,
+                     found: ProvenanceFindings) -> None:
+    """The digest's signed provenance from a trusted builder key (`found`), built from the revision its dev tag names
+    (plan.revision, "" when the image was named by digest) or `buildtool build`'s retag of it, and one release may
+    take (the release commit or its ancestor); what it must say is checked with the image (provenance_problems)."""
     trusted = options.trusted_keys()
     item.ignored += [f"{artifact}: {reason}" for artifact, reason in found.rejected]
     if found.provenance is None:
@@ -143,6 +164,9 @@ def _gate_provenance(item: Evidence, options: ReleaseOptions, found: ProvenanceF
                              "runs in the clone of the release commit")
         return
     why = options.source_check(found.provenance)
+    if not why:
+        # Anyone with push rights can put an older commit's signed image at this commit's dev tag.
+        why = [w for w in [_tag_problem(client, item, plan, dev_repo, options, revision)] if w]
     if why:
         item.problems += [f"{item.digest}: {w}" for w in why]
         return
@@ -194,7 +218,7 @@ def _gate_platform(client: RegistryClient, ev: Evidence, plan: CellPlan, dev_rep
     found = find_provenance(client, dev_repo, ev.digest, options.trusted_keys())
     signed = found.provenance.buildDefinition.externalParameters.revision if found.provenance is not None else None
     _gate_verdict(client, ev, plan, dev_repo, options, in_index, signed)
-    _gate_provenance(ev, options, found)
+    _gate_provenance(client, ev, plan, dev_repo, options, found)
     gate_sbom(client, ev, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
 
 

@@ -4,10 +4,10 @@ what happened) and the report. Data only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildtool.attest.keys import TrustedKeys
 from buildtool.attest.provenance_model import Provenance
@@ -15,6 +15,9 @@ from buildtool.attest.referrers import Referrer
 from buildtool.contracts.verdict import Verdict
 from buildtool.release.gates import Platform
 from buildtool.release.testcode import CodeBook, KnownCode
+
+if TYPE_CHECKING:
+    from buildtool.matrix.plan import CellPlan
 
 
 @dataclass
@@ -125,6 +128,10 @@ class ReleaseOptions:
     # of it, and every field naming the source is what git holds there; buildtool.release.ancestry.source_problems
     # in the checkout release runs in). None: nothing to check against, so no provenance counts.
     source_check: Callable[[Provenance], list[str]] | None = None
+    # Why an image whose provenance names another commit than its dev tag is not `buildtool build`'s retag of an
+    # unchanged cell there ("" when it is; buildtool.release.ancestry.retag_problem in that checkout): (plan, the
+    # provenance's revision, the image's labels, its platform for a multi-platform cell). None: none is accepted.
+    retag_check: Callable[[CellPlan, str, Mapping[str, str], str | None], str] | None = None
 
     def trusted_keys(self) -> TrustedKeys:
         return self.trusted.result() if isinstance(self.trusted, Future) else self.trusted

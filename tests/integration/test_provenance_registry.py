@@ -26,7 +26,7 @@ from buildtool.matrix.plan import Settings, full_revision, git_revision, plan_ce
 from buildtool.release.ancestry import source_problems
 from buildtool.release.notes import build_manifest, render_notes
 from tests import signing
-from tests.integration.test_release import CPU, HOST, Space, labels_for, push_single, rev
+from tests.integration.test_release import CPU, HOST, Space, commit_of, labels_for, push_single, rev
 from tests.test_provenance import _nacl_open
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
@@ -214,7 +214,8 @@ def test_release_with_a_provenance_naming_a_stand_in_base_is_refused() -> None:
     space = Space()
     r = rev()
     digest = space.build(CPU, r, provenance=False)
-    signing.attach_provenance(space.client, space.dev_repo(CPU), digest, signing.provenance(CPU, standin=True))
+    signing.attach_provenance(space.client, space.dev_repo(CPU), digest,
+                              signing.provenance(CPU, standin=True, revision=commit_of(r)))
     refused(space.release([CPU], r, "0.1.0"), f"the provenance of {digest} names a stand-in base")
 
 

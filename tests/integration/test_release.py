@@ -125,7 +125,8 @@ class Space:
                                 labels_for(cell, **extra_labels), payload_size)
         signing.attest_sbom(self.client, repo, digest)
         if provenance:
-            commit = git(self.project, "rev-parse", revision) if self.project is not None else ""
+            # The commit the dev tag names, in full (in this checkout without a project: rev()).
+            commit = git(self.project, "rev-parse", revision) if self.project is not None else commit_of(revision)
             signing.attach_provenance(self.client, repo, digest, signing.provenance(cell, revision=commit,
                                                                                     root=self.project))
         if result is not None:
@@ -151,8 +152,23 @@ def space() -> Iterator[Space]:
     yield Space()
 
 
+_COMMITS: list[str] = []
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def commit_of(revision: str) -> str:
+    """The commit `revision` (rev()'s) names in this checkout, in full: what an image's provenance names."""
+    return git(CHECKOUT, "rev-parse", revision)
+
+
 def rev() -> str:
-    return uuid.uuid4().hex[:12]
+    """A commit of this checkout, 12 digits: HEAD or one of its last ancestors, a different one from the call before
+    (a test's images at distinct revisions). Release checks that an image's signed provenance names its dev tag's
+    revision, and that it is the release commit or its ancestor, so a made-up revision is never released."""
+    if not _COMMITS:
+        _COMMITS.extend(git(CHECKOUT, "rev-list", "--max-count=8", "HEAD").split())
+    _COMMITS.append(_COMMITS.pop(0))
+    return _COMMITS[-1][:12]
 
 
 # -- promotion -----------------------------------------------------------------------------------
@@ -190,7 +206,8 @@ def validated_index(space: Space, r: str, verdicts: bool = True) -> tuple[str, l
     index, children = push_index(space.client, repo, names.dev_tag(r, MULTI.version), labels_for(MULTI))
     for child, platform in zip(children, ("linux/amd64", "linux/arm64"), strict=True):
         signing.attest_sbom(space.client, repo, child)
-        signing.attach_provenance(space.client, repo, child, signing.provenance(MULTI, platform=platform))
+        signing.attach_provenance(space.client, repo, child, signing.provenance(MULTI, platform=platform,
+                                                                                revision=commit_of(r)))
         if verdicts:
             store_verdict(space.client, repo, child, verdict(MULTI, child, platform=platform,
                                                              emulated=platform == "linux/arm64"))

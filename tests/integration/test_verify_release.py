@@ -28,7 +28,7 @@ from buildtool.sbom.signing import SBOM_PREDICATE
 from buildtool.validate.containers import Resolved
 from buildtool.validate.sbomref import verdict_sbom
 from tests import signing
-from tests.integration.test_release import CPU, HOST, Space, labels_for, push_single, rev
+from tests.integration.test_release import CPU, HOST, Space, commit_of, labels_for, push_single, rev
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
@@ -39,9 +39,9 @@ def test_verify_on_a_released_image_prints_the_whole_chain(tmp_path: Path) -> No
     space, r = Space(), rev()
     repo = space.dev_repo(CPU)
     digest, _ = push_single(space.client, repo, names.dev_tag(r, CPU.version), labels_for(CPU))
-    # push: the provenance (built at this checkout's HEAD: release wants the release commit or an ancestor),
-    # the SBOM plain and signed
-    signing.attach_provenance(space.client, repo, digest, signing.provenance(CPU))
+    # push: the provenance (built at r, a commit of this checkout: release wants the dev tag's revision, the release
+    # commit or an ancestor), the SBOM plain and signed
+    signing.attach_provenance(space.client, repo, digest, signing.provenance(CPU, revision=commit_of(r)))
     signing.attest_sbom(space.client, repo, digest)
     (tmp_path / "config").mkdir()
     keys = tmp_path / "config/trusted-keys.yaml"
