@@ -27,8 +27,9 @@ TABLE = [
     "[::1]:5000/app:1", f"[2001:db8::1]:5000/team/app@{D}", "[::1]/app",
     # separators and case
     "a/b__c/d-e.f:tag_1", "a.b/c", "A.example.com/x",
+    "Upper/app",   # an upper-case first part is a registry host to distribution (splitDockerDomain), not a refusal
     # refused by both
-    "Upper/app", "ubuntu:", "ubuntu:-x", "a//b", "ubuntu@sha256:abc", "UBUNTU", "/ubuntu", "ubuntu/",
+    "ubuntu:", "ubuntu:-x", "a//b", "ubuntu@sha256:abc", "UBUNTU", "/ubuntu", "ubuntu/",
     "a/b:" + "t" * 129, "ubu ntu",
 ]
 

@@ -503,3 +503,12 @@ def test_a_report_whose_verdicts_have_no_tests_has_a_header_as_wide_as_its_table
     tables = _assert_every_row_has_the_columns_of_its_separator(md)
     assert tables[0][0] == ["image", "result", "size", "digest"]
     assert tables[0][2] == ["`pytorch-cpu:2.13`", "❌ **FAIL**", "1.45 GB", "`sha256:abababababab`"]
+
+
+def test_cli_a_verdict_folder_that_is_a_file_is_named_as_one(run_cli, tmp_path: Path) -> None:
+    """`--verdicts` naming a file said the folder "does not exist", which sends the user looking for a missing path."""
+    (tmp_path / "verdict.json").write_text("{}")
+    code, _, err = run_cli("report", "--verdicts", str(tmp_path / "verdict.json"), "--out", str(tmp_path / "o"))
+    assert code == 2 and f"verdict folder {tmp_path / 'verdict.json'} is a file, not a folder; pass the folder" in err
+    code, _, err = run_cli("report", "--verdicts", str(tmp_path / "none"), "--out", str(tmp_path / "o"))
+    assert code == 2 and f"verdict folder {tmp_path / 'none'} does not exist; pass the folder" in err

@@ -156,7 +156,8 @@ def load_verdicts(folder: Path) -> list[Row]:
     verdict wins. Two platforms of a cell are two images: neither hides the other. A folder with none is a
     UserError naming it."""
     if not folder.is_dir():
-        raise UserError(f"verdict folder {folder} does not exist; pass the folder `buildtool validate` wrote")
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise UserError(f"verdict folder {folder} {what}; pass the folder `buildtool validate` wrote")
     paths = verdict_paths(folder)
     if not paths:   # a report of no image would read as a night with nothing failed
         raise UserError(f"verdict folder {folder} holds no verdict file (verdict.json or *.verdict.json); pass the "
