@@ -274,3 +274,14 @@ def test_sbom_and_diff_json_print_the_documents_text_as_it_is(registry, run_cli,
     code, out, err = run_cli("diff", "--json", f"{REG}/img:old", f"{REG}/img:new")
     assert code == 0, err
     assert "x:ok:y :x: z" in out and json.loads(out)["changes"][0]["after"] == "x:ok:y :x: z"
+
+
+def test_an_unreachable_registry_is_exit_2_as_for_sbom_and_verify(run_cli, no_registry_backoff) -> None:  # noqa: ANN001
+    """diff said exit 1 ("failed") where sbom and verify, reading the same registry, say exit 2 (the address is
+    wrong or nothing answers there: RegistryUnreachable is bad input)."""
+    codes = {}
+    for args in (("diff", "127.0.0.1:1/a:1", "127.0.0.1:1/b:1"), ("sbom", "127.0.0.1:1/a:1")):
+        code, _, err = run_cli(*args)
+        codes[args[0]] = code
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert codes == {"diff": 2, "sbom": 2}, codes

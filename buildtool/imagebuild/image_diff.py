@@ -75,8 +75,8 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
             if not digest:
                 raise UserError(f"{image}: no such tag in {ref.registry}/{ref.repository}")
             found = read_signed_sbom(client, ref.repository, digest, trusted)
-        except RegistryUnreachable as exc:
-            raise FailedError(f"cannot read {image}: {exc}") from None
+        except RegistryUnreachable as exc:   # the address is wrong or nothing runs there: exit 2, as sbom and verify
+            raise UserError(f"cannot read {image}: {exc}") from None
         except SbomRefused as exc:
             raise FailedError(f"{image}: {exc}") from None
         except RegistryError as exc:
