@@ -18,14 +18,12 @@ import tests.test_gate_binding
 import tests.test_gate_pairing
 import tests.test_gate_reading
 import tests.test_gate_revision  # noqa: F401  (they register their fixtures)
-from buildtool.matrix.plan import Settings
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.release.chain import verify_reference
-from buildtool.release.model import ReleaseOptions
-from buildtool.release.promote import release
 from tests import signing
 from tests.gate_scenarios import SCENARIOS, scenario
-from tests.test_release_platforms import MULTI, REVISION, Dev
+from tests.test_gate_revision import release_dry_run
+from tests.test_release_platforms import MULTI, Dev
 
 # -- multi-platform fixtures (an index: each platform gated on its own evidence) --------------------------
 
@@ -83,18 +81,6 @@ def index_missing_arm64() -> Dev:
 
 
 # -- the walk --------------------------------------------------------------------------------------------------
-
-def release_dry_run(dev: Dev) -> tuple[str, list[str]]:
-    """`buildtool release --dry-run` of the dev image's cell: its status and problems."""
-    dev.client.ping = lambda: None   # type: ignore[attr-defined]
-    options = ReleaseOptions("0.1.0", REVISION, dry_run=True, trusted=signing.trusted(),
-                             known_code=signing.known_code(), source_check=signing.source_check(),
-                             retag_check=signing.retag_check())
-    settings = Settings(registry=f"{dev.client.host}/t", release_registry=f"{dev.client.host}/t/rel")
-    [item] = release([dev.cell], settings, options, client_for=lambda host: dev.client,   # type: ignore[arg-type,return-value]
-                     matrix_cells=[dev.cell]).images
-    return item.status, item.problems
-
 
 def test_the_gate_has_fixtures_of_every_kind() -> None:
     kinds = {name.split("/", 1)[0] for name in SCENARIOS}

@@ -18,10 +18,11 @@ from buildtool.release.model import ReleaseOptions
 from buildtool.release.promote import release
 from tests import signing
 from tests.gate_scenarios import scenario
+from tests.test_gate_attacks import provenance_naming
 from tests.test_release_platforms import CPU, MULTI, REVISION, Dev
 from tests.test_release_platforms import labels as multi_labels
 from tests.test_testcode_revision import code_at, commands, content_key, git, new_tests, push  # noqa: F401
-from tests.test_verify_strict import checkout, single
+from tests.test_verify_strict import checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,22 +33,9 @@ def parent_commit() -> str:
                           timeout=60).stdout.strip()
 
 
-def built_at(revision: str) -> Dev:
-    """The dev tag of this commit (REVISION) naming a CPU image whose signed provenance says it was built at
-    `revision`, with its signed SBOM and a passed verdict: what a pusher leaves when he copies that commit's image."""
-    dev = Dev(CPU)
-    digest = dev.image("amd64")
-    signing.attest_sbom(dev.client, dev.repo, digest)   # type: ignore[arg-type]
-    signing.attach_provenance(dev.client, dev.repo, digest,   # type: ignore[arg-type]
-                              signing.provenance(CPU, platform="linux/amd64", revision=revision))
-    signing.attest(dev.client, dev.repo, digest, signing.verdict(CPU, digest, platform="linux/amd64"))  # type: ignore[arg-type]
-    single(dev, digest)
-    return dev
-
-
 @scenario("binding/an-older-commits-image-at-this-commits-dev-tag")
 def older_image() -> Dev:
-    return built_at(parent_commit())
+    return provenance_naming(parent_commit())
 
 
 def release_dry_run(dev: Dev, revision: str = REVISION) -> tuple[str, list[str]]:
