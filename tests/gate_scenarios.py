@@ -21,3 +21,11 @@ def scenario(name: str) -> Callable[[Callable[[], Dev]], Callable[[], Dev]]:
         SCENARIOS[name] = build
         return build
     return register
+
+
+def same_clock(problems: list[str]) -> list[str]:
+    """`problems` with the reader's clock, which a refusal of a future-dated provenance or verdict shows to the second,
+    written as one value: release and verify read it moments apart (once across a second: the two texts differed)."""
+    import re
+
+    return [re.sub(r"this machine's clock \([^)]*\)", "this machine's clock (now)", p) for p in problems]

@@ -28,7 +28,7 @@ from buildtool.sbom.signing import SBOM_PREDICATE
 from buildtool.validate.containers import Resolved
 from buildtool.validate.sbomref import verdict_sbom
 from tests import signing
-from tests.integration.test_release import CPU, HOST, Space, commit_of, labels_for, push_single, rev
+from tests.integration.test_release import CPU, HOST, Space, commit_of, labels_for, push_single
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.registry]
 
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_verify_on_a_released_image_prints_the_whole_chain(tmp_path: Path) -> None:
-    space, r = Space(), rev()
+    space, r = Space(), signing.head_commit()[:12]   # built at HEAD, which the `built` line names
     repo = space.dev_repo(CPU)
     digest, _ = push_single(space.client, repo, names.dev_tag(r, CPU.version), labels_for(CPU))
     # push: the provenance (built at r, a commit of this checkout: release wants the dev tag's revision, the release
