@@ -132,7 +132,7 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
     raw, _, digest = client.get_manifest(repo, referrer.digest)
     if digest != referrer.digest:
         raise RegistryError(f"artifact {referrer.digest} came back as {digest}")
-    manifest = json.loads(raw)
+    manifest = _artifact_manifest(raw, referrer.digest)
     if (manifest.get("subject") or {}).get("digest") != subject_digest:
         raise RegistryError(f"artifact {referrer.digest} is not attached to {subject_digest}")
     if manifest.get("artifactType") != referrer.artifact_type:
@@ -142,6 +142,28 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
                     title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),
                     media_type=str(layer.get("mediaType")))
             for layer in manifest.get("layers", [])]
+
+
+def _artifact_manifest(raw: bytes, digest: str) -> dict[str, Any]:
+    """An artifact's manifest as read, checked to have the shape OCI gives it (anyone who may push can write any
+    bytes under a digest): a JSON object whose subject is an object, whose config and layers are descriptors naming
+    their digest (each layer's annotations an object); RegistryError naming the artifact and the fault otherwise."""
+    try:
+        manifest = json.loads(raw)
+    except ValueError:
+        raise RegistryError(f"artifact {digest} is not a JSON manifest") from None
+    if not isinstance(manifest, dict):
+        raise RegistryError(f"artifact {digest} is a JSON {type(manifest).__name__}, not a manifest object")
+    config, layers = manifest.get("config"), manifest.get("layers", [])
+    if not isinstance(manifest.get("subject") or {}, dict):
+        raise RegistryError(f"artifact {digest}: its subject is not a descriptor object")
+    if not isinstance(config, dict) or not isinstance(config.get("digest"), str):
+        raise RegistryError(f"artifact {digest}: its config is not a descriptor naming its digest")
+    if not isinstance(layers, list) or not all(isinstance(layer, dict) and isinstance(layer.get("digest"), str)
+                                               and isinstance(layer.get("annotations") or {}, dict)
+                                               for layer in layers):
+        raise RegistryError(f"artifact {digest}: its layers are not a list of descriptors, each naming its digest")
+    return manifest
 
 
 def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer, subject_digest: str,
@@ -158,7 +180,7 @@ def copy_artifact(client: RegistryClient, src_repo: str, dst_repo: str, referrer
     """The artifact's manifest and blobs in dst_repo, by digest and untagged, not yet listed as a
     referrer (`add_referrers` does that). Content-addressed: safe to do without any lock."""
     raw, media_type, _ = client.get_manifest(src_repo, referrer.digest)
-    manifest = json.loads(raw)
+    manifest = _artifact_manifest(raw, referrer.digest)
     blobs = [manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]
     client.mount_blobs(dst_repo, blobs, src_repo)
     client.put_manifest(dst_repo, referrer.digest, raw, media_type)

@@ -1,0 +1,65 @@
+"""An artifact manifest, or the fallback referrers index, that is not what OCI says: anyone who may push can write
+any bytes under a digest or the `sha256-<hex>` tag. Readers (release, verify, push's own check) refuse it naming the
+artifact and the fault, never a traceback; a malformed copy of a signed artifact never stands in for the original."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from buildtool.attest.provenance_store import find_provenance
+from buildtool.attest.referrers import Referrer, add_referrers, copy_artifact
+from buildtool.contracts.label_keys import ARTIFACT_CREATED
+from buildtool.contracts.names import PROVENANCE_TYPE
+from buildtool.registry.client import OCI_MANIFEST, RegistryError, sha256_digest
+from tests import signing
+from tests.memregistry import MemRegistry
+from tests.provenance_fixture import attest_provenance
+
+REPO = "pytorch-cpu"
+
+
+def _without(name: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda m: {k: v for k, v in m.items() if k != name}
+
+
+def _layers(change: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    return lambda m: {**m, "layers": [change(layer) for layer in m["layers"]]}
+
+
+@pytest.mark.parametrize(("change", "cause"), [
+    (lambda m: b"not json", "is not a JSON manifest"),
+    (lambda m: [m], "is a JSON list, not a manifest object"),
+    (lambda m: {**m, "subject": m["subject"]["digest"]}, "its subject is not a descriptor object"),
+    # The signed envelope, in a manifest without the config every OCI manifest has: release's copy stopped on it.
+    (_without("config"), "its config is not a descriptor naming its digest"),
+    (lambda m: {**m, "config": m["config"]["digest"]}, "its config is not a descriptor naming its digest"),
+    (lambda m: {**m, "layers": m["layers"][0]}, "its layers are not a list of descriptors"),
+    (_layers(_without("digest")), "its layers are not a list of descriptors"),
+    (_layers(lambda layer: {**layer, "digest": 5}), "its layers are not a list of descriptors"),
+    (_layers(lambda layer: {**layer, "annotations": ["title"]}), "its layers are not a list of descriptors"),
+])
+def test_a_malformed_copy_of_a_signed_artifact_is_refused_naming_why_and_the_original_counts(
+        change: Callable[[dict[str, Any]], Any], cause: str) -> None:
+    client = MemRegistry()
+    digest = client.push_image(REPO, "2.13-dev")
+    original = attest_provenance(client, REPO, digest)   # type: ignore[arg-type]
+    manifest = json.loads(client.get_manifest(REPO, original.digest)[0])
+    # Listed first: its creation annotation, which anyone who pushes writes, sorts before the original's.
+    manifest["annotations"][ARTIFACT_CREATED] = "2000-01-01T00:00:00Z"
+    changed = change(manifest)
+    raw = changed if isinstance(changed, bytes) else json.dumps(changed).encode()
+    copied = client.put_manifest(REPO, sha256_digest(raw), raw, OCI_MANIFEST)
+    add_referrers(client, REPO, digest, [Referrer(copied, PROVENANCE_TYPE, len(raw),   # type: ignore[arg-type]
+                                                  {ARTIFACT_CREATED: "2000-01-01T00:00:00Z"})])
+    found = find_provenance(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    assert found.provenance is not None and found.artifact == original.digest, (found.artifact, found.rejected)
+    ((artifact, reason),) = found.rejected
+    assert artifact == copied and f"artifact {copied}" in reason and cause in reason, reason
+    # Release copies the artifact it read (stage): a RegistryError naming it, never a KeyError.
+    with pytest.raises(RegistryError, match=f"artifact {copied}.*{re.escape(cause)}"):
+        copy_artifact(client, REPO, "released", Referrer(copied, PROVENANCE_TYPE, len(raw)))  # type: ignore[arg-type]
