@@ -44,3 +44,22 @@ def test_a_well_formed_list_still_reads() -> None:
     digest = client.push_image("r", "t")
     _listed(client, digest, {"annotations": {ARTIFACT_CREATED: "2026-01-02T00:00:00Z"}})
     assert [r.digest[-1] for r in referrers(client, "r", digest)] == ["2", "1"]   # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"[]", b'"index"',
+                                 json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [1]}).encode(),
+                                 json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                             "manifests": ["sha256:" + "1" * 64]}).encode()])
+def test_a_fallback_index_that_is_no_index_of_descriptors_is_a_registry_error_naming_its_tag(raw: bytes) -> None:
+    """Anyone who may push can write the `sha256-<hex>` tag: not JSON, not an object, or descriptors that are not
+    objects stopped every reader (release, verify) and writer (push's attach) with a JSONDecodeError or
+    AttributeError."""
+    from buildtool.attest.referrers import Referrer, add_referrers
+
+    client = MemRegistry()
+    digest = client.push_image("r", "t")
+    client.put_manifest("r", referrers_tag(digest), raw, OCI_INDEX)
+    with pytest.raises(RegistryError, match=f"r:{referrers_tag(digest)} is not an OCI referrers index"):
+        referrers(client, "r", digest)   # type: ignore[arg-type]
+    with pytest.raises(RegistryError, match=f"r:{referrers_tag(digest)} is not an OCI referrers index"):
+        add_referrers(client, "r", digest, [Referrer("sha256:" + "3" * 64, "x", 3)])   # type: ignore[arg-type]

@@ -249,8 +249,14 @@ def _fallback_index(client: RegistryClient, repo: str, subject_digest: str) -> d
         raw, _, _ = client.get_manifest(repo, referrers_tag(subject_digest))
     except NotFound:
         return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
-    index = json.loads(raw)
-    if index.get("mediaType") != OCI_INDEX or not isinstance(index.get("manifests"), list):
+    try:
+        index = json.loads(raw)
+    except ValueError:
+        index = None
+    # Anyone who may push can write this tag: what is no index of descriptors is refused by name, never a traceback.
+    manifests = index.get("manifests") if isinstance(index, dict) else None
+    if not isinstance(index, dict) or index.get("mediaType") != OCI_INDEX or not isinstance(manifests, list) \
+            or not all(isinstance(d, dict) for d in manifests):
         raise RegistryError(f"{repo}:{referrers_tag(subject_digest)} is not an OCI referrers index")
     return index
 
