@@ -87,3 +87,24 @@ def test_a_sigstore_bundle_that_repeats_a_key_is_refused_naming_it() -> None:
     with pytest.raises(sigstore_bundle.BundleError) as refused:
         sigstore_bundle.envelope(data)
     assert str(refused.value) == f"malformed: the Sigstore bundle repeats the key 'dsseEnvelope' {AGREE}"
+
+
+def test_an_envelope_that_repeats_its_signatures_is_refused_naming_the_key_not_a_role() -> None:
+    """The signers named only by the last `signatures` (what Python's json keeps) were taken as the envelope's: a
+    verdict reader refused it as "signed by <a builder key>, trusted as builder, not as tester", a cause that only
+    that reading of the envelope has."""
+    from buildtool.attest.dsse import generate
+
+    builder = generate()
+    keys = trusted(KEY, roles=("tester",))
+    keys.keys[builder.keyid] = builder.public()
+    keys.roles[builder.keyid] = frozenset({"builder"})
+    honest = envelope("r", D1, verdict(CPU, D1))
+    second = json.dumps([{"keyid": builder.keyid, "sig": "AA=="}])
+    # The signed signatures first, then a builder key's (the one Python keeps); the original list's text stays, unread.
+    data = honest.replace(b'"signatures": ', f'"signatures": {json.dumps(json.loads(honest)["signatures"])}, '
+                                            f'"signatures": {second}, "ignored": '.encode(), 1)
+    cause = f"malformed: the DSSE envelope repeats the key 'signatures' {AGREE}"
+    assert _verify([Payload(DSSE_MEDIA_TYPE, data)], D1, keys, CPU.key) == cause
+    assert open_signed([Payload(DSSE_MEDIA_TYPE, data)], D1, VERDICT_TYPE, keys.for_role("tester"), keys,
+                       "tester") == cause

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,9 +182,10 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
 
 def claimed_keyids(data: bytes) -> list[str]:
     """The key ids an envelope claims to be signed by, unverified: only to say why a signature does not
-    count (a key trusted in another role), never to trust anything."""
+    count (a key trusted in another role), never to trust anything. Read as open_envelope reads it: an envelope
+    that repeats a key claims nothing (its refusal names the key, not the role of a signer only one reading sees)."""
     try:
-        signatures = json.loads(data).get("signatures")
+        signatures = strict_json.loads(data).get("signatures")
     except (ValueError, AttributeError):
         return []
     return [str(s.get("keyid")) for s in signatures if isinstance(s, dict)] if isinstance(signatures, list) else []
