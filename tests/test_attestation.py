@@ -182,6 +182,21 @@ def test_a_signing_key_variable_that_is_no_pem_text_is_never_echoed(tmp_path: Pa
         assert der[:24] not in said and base64.b64encode(KEY.pem).decode()[:24] not in said, said
 
 
+def test_a_base64_key_that_starts_with_a_slash_is_never_echoed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raw key material in base64 may start with `/` and hold no other: it read as a file right under `/`, whose
+    folder exists, so the refusal named the "path", the key itself (found by the attest hunt)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    raw = "/" + base64.b64encode(bytes(range(1, 33))).decode().replace("/", "A")[1:]
+    monkeypatch.setenv("DL_IMAGES_SIGNING_KEY", raw)
+    with pytest.raises(UserError) as refused:
+        signing_key(print)
+    said = str(refused.value)
+    assert "$DL_IMAGES_SIGNING_KEY is neither PEM text nor a file that can be read" in said and raw[1:20] not in said
+    monkeypatch.setenv("DL_IMAGES_SIGNING_KEY", "/missing-key.pem")      # a file name under / is still shown
+    with pytest.raises(UserError, match="names /missing-key.pem, which cannot be read"):
+        signing_key(print)
+
+
 def test_trusted_keys_file_round_trip_and_bad_input(tmp_path: Path) -> None:
     assert load_trusted(tmp_path).keys == {}                          # no file: nobody is trusted
     (tmp_path / "config").mkdir()

@@ -96,9 +96,11 @@ def signing_key(log: Callable[[str], None], create_dev: bool = True, role: str =
 
 def _plainly_a_path(value: str, path: Path) -> bool:
     """Whether a signing key variable's value that is no PEM text is plainly `path` and may be shown: a value that
-    may be the key itself (PEM in quotes, base64, one line of key material) is never echoed."""
+    may be the key itself (PEM in quotes, base64, one line of key material) is never echoed. Base64 may hold one
+    `/` anywhere, the first included: a file right under `/` is plainly a path only when its name has a `.`, which
+    base64 never has."""
     return ("/" in value and "-----" not in value and not any(c.isspace() or c in "\"'" for c in value)
-            and path.parent.is_dir())
+            and path.parent.is_dir() and (path.parent != Path(path.anchor) or "." in path.name))
 
 
 def dev_public_key() -> PublicKey | None:
