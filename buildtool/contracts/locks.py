@@ -207,9 +207,10 @@ def _typed(kind: type[T], value: object, what: str) -> T:
 
 def installed_files(python: Mapping[str, Mapping[str, object]], locks: Mapping[str, LockFile]) -> dict[str, str]:
     """name -> sha256 of the wheel a lock installed, for each locked distribution the image holds at the locked
-    version whose entry lists several wheels for its platform (cryptography: abi3 and cp311, two manylinux
-    levels): the one whose file name's tags are the installed ones (its WHEEL file's, the probe's `wheel_tags`).
-    None matching, or several: left out (the SBOM says why). No index is asked: the lock names every file."""
+    version whose entry lists several files for its platform (cryptography: abi3 and cp311, two manylinux
+    levels; a wheel and the sdist uv builds where the wheel does not fit the base's glibc): the wheel whose file
+    name's tags are the installed ones (its WHEEL file's, the probe's `wheel_tags`). None matching (built from the
+    sdist), or several: left out (the SBOM says why). No index is asked: the lock names every file."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import InvalidVersion
 
@@ -217,7 +218,7 @@ def installed_files(python: Mapping[str, Mapping[str, object]], locks: Mapping[s
     for lock in locks.values():
         for name, entry in lock.entries.items():
             detail = python.get(name)
-            if len(entry.wheels) < 2 or detail is None or detail.get("version") != entry.version:
+            if len(entry.hashes) < 2 or detail is None or detail.get("version") != entry.version:
                 continue
             tags = detail.get("wheel_tags")
             wanted = frozenset(tags) if isinstance(tags, list) else frozenset()
