@@ -42,3 +42,16 @@ def test_a_package_is_the_and_of_its_files_licenses_or_none_when_one_does_not_ma
     assert package_expression(["GPL-2+"]) == "GPL-2.0-or-later"
     assert package_expression(["GPL-2+", "public-domain"]) is None
     assert package_expression([]) is None
+
+
+@pytest.mark.parametrize(("debian", "spdx"), [
+    # copyright-format 1.0, "Syntax": `and` binds tighter than `or` unless a comma comes before it.
+    ("GPL-2+ or Artistic and Expat", "GPL-2.0-or-later OR (Artistic-1.0-Perl AND MIT)"),
+    ("Expat and GPL-2+ or BSD-3-clause", "(MIT AND GPL-2.0-or-later) OR BSD-3-Clause"),
+    ("GPL-2+ or Artistic, and Expat", "(GPL-2.0-or-later OR Artistic-1.0-Perl) AND MIT"),
+    ("GPL-2+ and Expat, or BSD-3-clause", "(GPL-2.0-or-later AND MIT) OR BSD-3-Clause"),
+])
+def test_and_binds_tighter_than_or_unless_a_comma_comes_before_it(debian: str, spdx: str) -> None:
+    """Was the other way round: `A or B and C` became `(A OR B) AND C`, a license the package never offered
+    (Artistic alone no longer sufficed, GPL alone was no choice)."""
+    assert spdx_of(debian) == spdx

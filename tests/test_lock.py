@@ -496,3 +496,27 @@ def test_checks_drift_is_printed_as_difflib_made_it(project: Path, run_cli):
     code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
     assert code == 1, err
     assert "\n-# hand edit:\tx :ok: y\n" in out, out
+
+
+def test_an_entry_whose_marker_is_false_for_the_locks_platform_is_refused_as_uv_skips_it(tmp_path: Path):
+    """PEP 751: `uv pip install -r pylock.toml` leaves out a package whose `marker` is false. The lock reader ignored
+    markers, so such an entry passed the check and went into the image's labels as installed (push then failed:
+    "differs from its lock"). Now every reader of the cell's locks refuses it, naming the package and the marker;
+    a marker true there (uv writes `sys_platform == 'linux'`) is read as before, and one that is no PEP 508 marker
+    (uv refuses it) is refused by the parser."""
+    cell = _cell()
+    _write(tmp_path, cell, GOOD_FW, GOOD_TOOLS)
+    path = (tmp_path / cell.dockerfile).parent / locks.TOOLS_LOCK
+    text = path.read_text()
+    path.write_text(text.replace('name = "numpy"\n', 'name = "numpy"\nmarker = "sys_platform == \'linux\'"\n'))
+    assert lock.check_cell(tmp_path, cell) == []
+    path.write_text(text.replace('name = "numpy"\n', 'name = "numpy"\nmarker = "python_full_version >= \'3.99\'"\n'))
+    rel = path.relative_to(tmp_path)
+    said = (f"{rel}: numpy 2.4.6 has the marker \"python_full_version >= '3.99'\", false on linux/amd64 with Python "
+            f"{cell.python}, so uv does not install it; run `make lock FRAMEWORK={cell.key}`")
+    assert lock.check_cell(tmp_path, cell) == [said]
+    with pytest.raises(UserError) as raised:
+        lock.locked_versions(tmp_path, cell)
+    assert str(raised.value) == said
+    with pytest.raises(ValueError, match=r"numpy 2.4.6: marker 'python_full_version >> 3' is not a PEP 508 marker"):
+        locks.parse_lock(text.replace('name = "numpy"\n', 'name = "numpy"\nmarker = "python_full_version >> 3"\n'))

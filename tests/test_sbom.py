@@ -402,3 +402,31 @@ def test_a_stored_sbom_that_repeats_a_key_is_refused(monkeypatch):
     monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [
         referrers.Payload(sbom.SBOM_TYPE, signed.encode())])
     assert sbom.load_sbom(None, "r/a", DIGEST) == (_doc(), referrer.digest)  # type: ignore[arg-type]
+
+
+def test_a_wheel_built_from_the_locks_sdist_is_not_given_the_hash_of_the_locks_one_wheel():
+    """An entry with one wheel and its sdist (pillow: one manylinux_2_27 wheel): where the wheel does not fit the base,
+    uv builds the sdist, and the image holds a wheel no index served. The SBOM gave that package the one wheel's
+    sha256 anyway (a file the image never installed, as a fact); now it has the hash only when the installed tags
+    are the wheel's, and otherwise says why it has none."""
+    from buildtool.contracts.locks import FRAMEWORK_LOCK, TOOLS_LOCK, installed_files, parse_lock
+
+    wheel, sdist = "9" * 64, "8" * 64
+    text = sbom_probe.TOOLS_LOCK.replace(
+        'name = "werkzeug"\nversion = "3.1.9"\n',
+        f'name = "werkzeug"\nversion = "3.1.9"\nsdist = {{ url = "https://files.example/werkzeug-3.1.9.tar.gz", '
+        f'hashes = {{ sha256 = "{sdist}" }} }}\n').replace("2" * 64, wheel)
+    locks = {FRAMEWORK_LOCK: sbom_probe.LOCKS[FRAMEWORK_LOCK], TOOLS_LOCK: parse_lock(text)}
+    assert locks[TOOLS_LOCK].entries["werkzeug"].sdist is not None
+
+    def werkzeug(tags: list[str]) -> dict:
+        probe = sbom_probe.probe()
+        probe["python_details"]["werkzeug"]["wheel_tags"] = tags
+        identified = installed_files(probe["python_details"], locks)
+        return _by_name(_doc(probe, locks, identified))["werkzeug"]
+
+    built = werkzeug(["cp311-cp311-linux_x86_64"])
+    assert "hashes" not in built
+    assert _props(built)["hash"] == ("not recorded: pylock.tools.toml admits one wheel and the sdist, and the "
+                                     "installed wheel's tags are not the wheel's (uv built it from the sdist)")
+    assert werkzeug(["py3-none-any"])["hashes"] == [{"alg": "SHA-256", "content": wheel}]

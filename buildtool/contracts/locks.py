@@ -11,9 +11,10 @@ keeps one folder of locks per platform, named by its architecture (`platform_fol
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,6 +84,16 @@ class Entry:
     version: str
     wheels: tuple[File, ...]
     sdist: File | None = None
+    marker: str = ""           # PEP 751's `marker`: uv pip install skips the package where it is false
+
+    def applies(self, environment: Mapping[str, str]) -> bool:
+        """Whether uv installs this entry in `environment` (marker_environment): no marker, or a true one. uv pip
+        install asks for no extras and no dependency groups (PEP 751's `extras`, `dependency_groups`: empty)."""
+        from packaging.markers import Marker
+
+        empty: frozenset[str] = frozenset()
+        return not self.marker or Marker(self.marker).evaluate(
+            {**environment, "extra": "", "extras": empty, "dependency_groups": empty})
 
     @property
     def hashes(self) -> tuple[str, ...]:
@@ -101,6 +112,27 @@ class LockFile:
 
     def versions(self) -> dict[str, str]:
         return {name: e.version for name, e in self.entries.items()}
+
+    def skipped(self, platform: platforms.Platform, python: str) -> str:
+        """Why `uv pip install` would leave out an entry on `platform` with the lock's Python (`python` where it names
+        none): its marker is false there (PEP 751); "" when it installs every entry."""
+        python = self.python or python
+        environment = marker_environment(platform, python)
+        left_out = [e for e in self.entries.values() if not e.applies(environment)]
+        return "".join(f"{e.name} {e.version} has the marker {e.marker!r}, false on {platform.name} with Python "
+                       f"{python}, so uv does not install it" for e in left_out[:1])
+
+
+def exact_pins(entries: Iterable[Entry]) -> str:
+    """Constraints that admit each entry's version only: `===V`, as `==V` is also met by a local build `V+cpu`
+    a find-links folder offers (a local version, compared whole by `==`, stays `==`)."""
+    return "".join(f"{e.name}{'==' if '+' in e.version else '==='}{e.version}\n" for e in entries)
+
+
+def preferences(entries: Iterable[Entry]) -> str:
+    """Previous pins as a pylock.toml output file, which uv keeps as preferences unless upgraded."""
+    return 'lock-version = "1.0"\ncreated-by = "uv"\n' + "".join(
+        f'\n[[packages]]\nname = {json.dumps(e.name)}\nversion = {json.dumps(e.version)}\n' for e in entries)
 
 
 def parse_lock(text: str) -> LockFile:
@@ -133,7 +165,19 @@ def _entry(package: dict[str, Any]) -> Entry:
     if not wheels and sdist is None:
         # A directory, VCS or archive source: nothing a hash pins.
         raise ValueError(f"{name} {version} has no wheel or sdist with a hash")
-    return Entry(normalize(name), version, wheels, sdist)
+    return Entry(normalize(name), version, wheels, sdist, _marker(where, package.get("marker", "")))
+
+
+def _marker(where: str, value: object) -> str:
+    """A package's `marker` (PEP 508), as uv reads it before installing: one it cannot read is refused here."""
+    from packaging.markers import InvalidMarker, Marker
+
+    text = _typed(str, value, f"{where}: marker")
+    try:
+        Marker(text) if text else None
+    except InvalidMarker as exc:
+        raise ValueError(f"{where}: marker {text!r} is not a PEP 508 marker ({str(exc).splitlines()[0]})") from None
+    return text
 
 
 def _file(where: str, table: dict[str, Any]) -> File:
@@ -163,9 +207,10 @@ def _typed(kind: type[T], value: object, what: str) -> T:
 
 def installed_files(python: Mapping[str, Mapping[str, object]], locks: Mapping[str, LockFile]) -> dict[str, str]:
     """name -> sha256 of the wheel a lock installed, for each locked distribution the image holds at the locked
-    version whose entry lists several wheels for its platform (cryptography: abi3 and cp311, two manylinux
-    levels): the one whose file name's tags are the installed ones (its WHEEL file's, the probe's `wheel_tags`).
-    None matching, or several: left out (the SBOM says why). No index is asked: the lock names every file."""
+    version whose entry lists several files for its platform (cryptography: abi3 and cp311, two manylinux
+    levels; a wheel and the sdist uv builds where the wheel does not fit the base's glibc): the wheel whose file
+    name's tags are the installed ones (its WHEEL file's, the probe's `wheel_tags`). None matching (built from the
+    sdist), or several: left out (the SBOM says why). No index is asked: the lock names every file."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import InvalidVersion
 
@@ -173,7 +218,7 @@ def installed_files(python: Mapping[str, Mapping[str, object]], locks: Mapping[s
     for lock in locks.values():
         for name, entry in lock.entries.items():
             detail = python.get(name)
-            if len(entry.wheels) < 2 or detail is None or detail.get("version") != entry.version:
+            if len(entry.hashes) < 2 or detail is None or detail.get("version") != entry.version:
                 continue
             tags = detail.get("wheel_tags")
             wanted = frozenset(tags) if isinstance(tags, list) else frozenset()

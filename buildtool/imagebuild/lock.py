@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,12 +37,13 @@ from buildtool.contracts.locks import (
     TOOL,
     TOOLS_LOCK,
     UV_LOCK,
-    Entry,
     LockFile,
+    exact_pins,
     marker_environment,
     normalize,
     parse_lock,
     platform_folder,
+    preferences,
 )
 from buildtool.imagebuild.pipconfig import UV_INDEX_ENV, HostPip, answers, redact, uv_index_env
 from buildtool.matrix.schema import Cell
@@ -133,6 +134,9 @@ def read_locks(root: Path, cell: Cell, platform: str | None = None) -> dict[str,
         if named != wheel_platform:
             raise UserError(f"{rel} is a lock for {named or 'no named platform'}, not {wheel_platform}; "
                             f"run `make lock FRAMEWORK={cell.key}`")
+        # PEP 751: uv skips an entry whose marker is false; read as installed, it would be in the labels and the check.
+        if skipped := found[name].skipped(cell_platform(cell, platform), cell.python):
+            raise UserError(f"{rel}: {skipped}; run `make lock FRAMEWORK={cell.key}`")
     return found
 
 
@@ -362,18 +366,6 @@ def compile_cell(cell: Cell, host: HostPip, pins: Pins, *, base: BaseFacts | Non
         texts[TOOLS_LOCK] = (tmpdir / TOOLS_LOCK).read_text()
     return {name: _header(cell, base, target, name) + text + _table(cell, base, platform, name, python)
             for name, text in texts.items()}
-
-
-def exact_pins(entries: Iterable[Entry]) -> str:
-    """Constraints that admit each entry's version only: `===V`, as `==V` is also met by a local build `V+cpu`
-    a find-links folder offers (a local version, compared whole by `==`, stays `==`)."""
-    return "".join(f"{e.name}{'==' if '+' in e.version else '==='}{e.version}\n" for e in entries)
-
-
-def preferences(entries: Iterable[Entry]) -> str:
-    """Previous pins as a pylock.toml output file, which uv keeps as preferences unless upgraded."""
-    return 'lock-version = "1.0"\ncreated-by = "uv"\n' + "".join(
-        f'\n[[packages]]\nname = {json.dumps(e.name)}\nversion = {json.dumps(e.version)}\n' for e in entries)
 
 
 def _header(cell: Cell, base: BaseFacts | None, target: platforms.Platform, name: str) -> str:

@@ -80,7 +80,8 @@ def _join(parts: Sequence[str | None], operator: str) -> str | None:
 @lru_cache(maxsize=1024)
 def spdx_of(name: str) -> str | None:
     """The SPDX expression of one Debian license name, or None when it (or any part of it) maps to none.
-    DEP-5 precedence: `, and` / `, or` bind loosest, then `and`, then `or`."""
+    DEP-5 precedence (copyright-format 1.0, "Syntax"): `, and` / `, or` bind loosest, then `or`, then `and`
+    (`A or B and C` is `A or (B and C)`, as in SPDX; `A or B, and C` is `(A or B) and C`)."""
     text = " ".join(name.split())
     if not text or "and/or" in text.lower():
         return None
@@ -89,10 +90,10 @@ def spdx_of(name: str) -> str | None:
     if len(top) > 1:
         parts, operators = top[0::2], {o.upper() for o in top[1::2]}
         expression = _join([spdx_of(p) for p in parts], operators.pop()) if len(operators) == 1 else None
-    elif re.search(r"\s+and\s+", text, re.IGNORECASE):
-        expression = _join([spdx_of(p) for p in re.split(r"\s+and\s+", text, flags=re.IGNORECASE)], "AND")
     elif re.search(r"\s+or\s+", text, re.IGNORECASE):
         expression = _join([spdx_of(p) for p in re.split(r"\s+or\s+", text, flags=re.IGNORECASE)], "OR")
+    elif re.search(r"\s+and\s+", text, re.IGNORECASE):
+        expression = _join([spdx_of(p) for p in re.split(r"\s+and\s+", text, flags=re.IGNORECASE)], "AND")
     else:
         expression = _simple(text)
     return expression if expression is not None and _is_spdx(expression) else None

@@ -215,13 +215,16 @@ def _lock_origin(dist: packages.Dist, locks: Mapping[str, LockFile], identified:
         if entry.version != dist.version:
             raise ValueError(f"{dist.name} {dist.version} in the image, {entry.version} in {lock_name}")
         wheels = {w.sha256 for w in entry.wheels}
-        if len(wheels) == 1:
+        if len(wheels) == 1 and entry.sdist is None:   # with an sdist, uv builds that where the wheel does not fit
             return lock_name, next(iter(wheels)), ""
         if identified:
             if identified not in wheels:
                 raise ValueError(f"{dist.name}: the file identified as installed ({identified[:12]}...) is not "
                                  f"one {lock_name} admits")
             return lock_name, identified, ""
+        if len(wheels) == 1:
+            return lock_name, "", (f"not recorded: {lock_name} admits one wheel and the sdist, and the installed "
+                                   "wheel's tags are not the wheel's (uv built it from the sdist)")
         return lock_name, "", (f"not recorded: {lock_name} admits {len(wheels)} files (wheels for the platform) "
                                "and not exactly one of them has the installed wheel's tags")
     return "no lock (the base image's own)", "", "not recorded: not installed from a lock"
