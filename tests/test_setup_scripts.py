@@ -11,7 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = ("bash", "cat", "cut", "sha256sum", "sed", "grep", "mkdir", "timeout", "seq", "sleep", "tail", "dirname")
-FOUND = ("docker-registry", "skopeo", "mmdebstrap", "arch-test", "debootstrap", "dockerd")
+FOUND = ("docker-registry", "skopeo", "mmdebstrap", "arch-test", "debootstrap", "dockerd", "curl")
 
 
 def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: int = 1000,
@@ -33,7 +33,7 @@ def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: 
     (venv / "python").chmod(0o755)
     for name in CORE:
         (stubs / name).symlink_to(shutil.which(name))
-    bodies = {"docker": "echo 27.0", "curl": "exit 0", "id": f"echo {uid}", "apt-get": apt_get,
+    bodies = {"docker": "echo 27.0", "id": f"echo {uid}", "apt-get": apt_get,
               **{name: "exit 0" for name in FOUND if name not in missing}}
     for name, body in bodies.items():
         (stubs / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\n')
@@ -60,3 +60,15 @@ def test_a_failed_apt_get_update_is_named(tmp_path: Path) -> None:
     proc, calls = run_setup(tmp_path, lock="uv==0.13.9\n", missing=("skopeo",), uid=0, apt_get="exit 100")
     assert proc.returncode == 2 and calls == ["apt-get update -qq"], proc.stderr
     assert proc.stderr.splitlines()[-1] == "setup: error: apt-get update failed (exit 100; 124: timed out after 600 s)"
+
+
+def test_a_machine_without_curl_gets_it_not_a_registry_that_did_not_answer(tmp_path: Path) -> None:
+    """Step 4 asks the registry whether it answers with curl, which no step installed: on a machine without it
+    (a minimal Debian) the check failed whatever the registry did, and after 30 s the script blamed the registry
+    ("registry did not answer"). curl is one of the packages step 1 installs now."""
+    proc, _ = run_setup(tmp_path, lock="uv==0.13.9\n", missing=("curl",))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("setup: error: missing curl; run this script as root or with passwordless "
+                                            "sudo (it installs them with apt)"), proc.stderr
+    proc, calls = run_setup(tmp_path / "root", lock="uv==0.13.9\n", missing=("curl",), uid=0, apt_get="exit 100")
+    assert calls == ["apt-get update -qq"] and "installing curl (apt-get)" in proc.stderr, proc.stderr
