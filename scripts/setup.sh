@@ -87,8 +87,11 @@ else
   say "starting docker-registry on $REGISTRY_ADDR (config/registry.yml, storage .state/registry, log: .state/registry.log)"
   REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY="$STATE/registry" \
     setsid nohup docker-registry serve "$ROOT/config/registry.yml" >>"$STATE/registry.log" 2>&1 </dev/null &
+  registry_pid=$!   # the registry itself: setsid and nohup exec it
   for _ in $(seq 1 30); do registry_up && break; sleep 1; done
-  registry_up || { tail -20 "$STATE/registry.log" >&2; die "registry did not answer on $REGISTRY_ADDR within 30 s"; }
+  # One that does not answer is stopped: left running, it held the port (or the storage) against the next try.
+  registry_up || { kill "$registry_pid" 2>/dev/null || true; tail -20 "$STATE/registry.log" >&2
+    die "registry did not answer on $REGISTRY_ADDR within 30 s (stopped it; log: .state/registry.log)"; }
   say "registry up"
 fi
 

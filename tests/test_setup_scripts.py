@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -15,7 +17,9 @@ FOUND = ("docker-registry", "skopeo", "mmdebstrap", "arch-test", "debootstrap", 
 
 
 def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: int = 1000,
-              apt_get: str = "exit 0") -> tuple[subprocess.CompletedProcess[str], list[str]]:
+              apt_get: str = "exit 0", stand_ins: dict[str, str] | None = None,
+              ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """STAND_INS: commands' bodies in place of the defaults (and of CORE's links)."""
     root, stubs, calls = tmp_path / "repo", tmp_path / "bin", tmp_path / "calls"
     (root / "scripts").mkdir(parents=True)
     stubs.mkdir()
@@ -32,9 +36,10 @@ def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: 
     (venv / "python").write_text('#!/bin/bash\n[[ "$2" == *render_uv_toml* ]] && exit 0\nexit 1\n')
     (venv / "python").chmod(0o755)
     for name in CORE:
-        (stubs / name).symlink_to(shutil.which(name))
+        if name not in (stand_ins or {}):
+            (stubs / name).symlink_to(shutil.which(name))
     bodies = {"docker": "echo 27.0", "id": f"echo {uid}", "apt-get": apt_get,
-              **{name: "exit 0" for name in FOUND if name not in missing}}
+              **{name: "exit 0" for name in FOUND if name not in missing}, **(stand_ins or {})}
     for name, body in bodies.items():
         (stubs / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\n')
         (stubs / name).chmod(0o755)
@@ -72,3 +77,37 @@ def test_a_machine_without_curl_gets_it_not_a_registry_that_did_not_answer(tmp_p
                                             "sudo (it installs them with apt)"), proc.stderr
     proc, calls = run_setup(tmp_path / "root", lock="uv==0.13.9\n", missing=("curl",), uid=0, apt_get="exit 100")
     assert calls == ["apt-get update -qq"] and "installing curl (apt-get)" in proc.stderr, proc.stderr
+
+
+def _running(pid: int) -> bool:
+    """PID is a process that has not ended (a zombie has)."""
+    try:
+        return pid > 0 and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_registry_that_does_not_answer_is_stopped_not_left_running(tmp_path: Path) -> None:
+    """Step 4 starts docker-registry in the background and waits 30 s for it to answer; one that did not was left
+    running (holding the port or its storage against the next try) while the script said it had failed."""
+    pid_file = tmp_path / "registry.pid"
+    never = f'echo $$ > {pid_file}\nexec {shutil.which("sleep")} 120'   # started, never answering
+    proc, _ = run_setup(tmp_path, lock="uv==0.13.9\n", stand_ins={
+        "curl": "exit 7", "docker-registry": never, "setsid": 'exec "$@"', "nohup": 'exec "$@"', "sleep": "exit 0"})
+    for _ in range(20):   # a stand-in killed before it wrote its pid wrote none: it is not running either
+        if pid_file.exists():
+            break
+        time.sleep(0.1)
+    pid = int(pid_file.read_text()) if pid_file.exists() else 0
+    try:
+        for _ in range(50):   # the kill is sent before the script exits; the process may take a moment to go
+            if not _running(pid):
+                break
+            time.sleep(0.1)
+        alive = _running(pid)
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 2 and not alive, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("setup: error: registry did not answer on 127.0.0.1:5000 within 30 s "
+                                            "(stopped it; log: .state/registry.log)"), proc.stderr
