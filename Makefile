@@ -8,7 +8,8 @@
 # to build, default this machine's, while push builds every one), TEST_JOBS (make test: the
 # toolkit's tests on this many xdist workers; most of their time is waiting on containers, so more
 # workers than cores), FAST_JOBS (make test-fast: its workers, twice the cores by default: a fifth of its
-# time is tests waiting on subprocesses, sleeps and timeouts; see docs/testing.md).
+# time is tests waiting on subprocesses, sleeps and timeouts; see docs/testing.md). validate's settings (JOBS, RERUN,
+# PLATFORM, EXTRA_TESTS) reach validate-emulated and nightly-validate alike.
 SHELL := /bin/bash
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 BUILDTOOL := $(PYTHON) -m buildtool
@@ -100,7 +101,8 @@ validate: ## Run image-tests against FRAMEWORK's dev images and store verdicts b
 .PHONY: validate-emulated
 validate-emulated: ## Validate FRAMEWORK's PLATFORM image (default linux/arm64) under QEMU: CPU checks only
 	$(BUILDTOOL) validate --framework $(call quote,$(or $(FRAMEWORK),pytorch-cuda)) \
-		--platform $(call quote,$(or $(PLATFORM),linux/arm64)) $(if $(JOBS),--jobs $(call quote,$(JOBS)))
+		--platform $(call quote,$(or $(PLATFORM),linux/arm64)) $(if $(JOBS),--jobs $(call quote,$(JOBS))) \
+		$(if $(RERUN),--rerun) $(if $(EXTRA_TESTS),--extra-tests $(call quote,$(EXTRA_TESTS)))
 
 .PHONY: keys
 keys: ## Make the key pair validating runners sign verdicts with; prints where each half goes (NAME=...)
@@ -185,7 +187,8 @@ nightly-validate: ## The nightly's validation of FRAMEWORK (default all), bus ba
 	@baseline=(); if [ -d "$(NIGHTLY_HISTORY)" ]; then baseline=(--baseline "$(NIGHTLY_HISTORY)"); else \
 		echo "nightly: no earlier night in $(NIGHTLY_HISTORY) (the first night): the bus bandwidth has no baseline" >&2; fi; \
 	$(BUILDTOOL) validate --framework $(call quote,$(or $(FRAMEWORK),all)) --reports "$(NIGHTLY_OUT)/validate" \
-		"$${baseline[@]}" $(if $(JOBS),--jobs $(call quote,$(JOBS))) $(if $(PLATFORM),--platform $(call quote,$(PLATFORM))) $(if $(RERUN),--rerun)
+		"$${baseline[@]}" $(if $(JOBS),--jobs $(call quote,$(JOBS))) $(if $(PLATFORM),--platform $(call quote,$(PLATFORM))) $(if $(RERUN),--rerun) \
+		$(if $(EXTRA_TESTS),--extra-tests $(call quote,$(EXTRA_TESTS)))
 
 # Each run starts from an empty folder, so a run that fails leaves no earlier night's results to be reported.
 .PHONY: nightly-scaling

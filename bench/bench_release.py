@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import resource
@@ -41,7 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,7 +192,7 @@ def main() -> None:
     python = sys.executable
     upstream = args.registry.rsplit(":", 1)
     made: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="bench-release-") as tmp, \
+    with cleaned_up(client, made), tempfile.TemporaryDirectory(prefix="bench-release-") as tmp, \
             DelayProxy((upstream[0], int(upstream[1])), args.delay_ms / 1000) as proxy:
         work = Path(tmp)
         project = make_project(work, keys)
@@ -205,10 +206,10 @@ def main() -> None:
         images = []
         for cell in cells:
             repo, tag = names.dev_repo(prefix, cell.name), names.dev_tag(revision, cell.version)
+            made.append(repo)   # before its first write: an image that fails half-way is cleaned up too
             digest = make_image(client, cell, repo, tag, int(args.size_mb * (1 << 20)), commit, code,
                                 project / "image-tests", builder, tester)
             images.append((cell, repo, tag, digest, [r.digest for r in referrers(client, repo, digest)]))
-            made.append(repo)
         frameworks = ",".join(c.key for c in cells)
 
         def release(host: str, dest: str, *extra: str, patch: str = "") -> str:
@@ -257,7 +258,6 @@ def main() -> None:
                     # before any registry request (exit 2), so no registry noise is in this row.
                     key = f"buildtool release --version x.y (bad input, exit 2) [{label}]"
                     variant_times[key].append(cpu_timed(lambda p=patch: refused(p, frameworks, project, env)))  # type: ignore[misc]
-    cleanup(client, made)
     report(args, cells, commands, times, counts, variant_times)
 
 
@@ -297,6 +297,16 @@ def report(args: argparse.Namespace, cells: list[Cell], commands: list, times: d
         print(f"\nrequests of `{name}` per image (mean over {args.runs} runs):")
         for kind, n in merged.most_common():
             print(f"  {n / args.runs / len(cells):6.1f}  {kind}")
+
+
+@contextlib.contextmanager
+def cleaned_up(client: RegistryClient, repos: list[str]) -> Iterator[None]:
+    """REPOS cleaned up however the block ends: a command that failed (SystemExit) or an interrupted round left
+    the bench's t-bench-* repositories in the registry, which other work shares."""
+    try:
+        yield
+    finally:
+        cleanup(client, repos)
 
 
 def cleanup(client: RegistryClient, repos: list[str]) -> None:

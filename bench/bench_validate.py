@@ -87,10 +87,16 @@ def manual_baseline(image: str, framework: str, flags: list[str]) -> tuple[float
     split = {}
     for name, cmd in checks.items():
         start = time.monotonic()
-        subprocess.run([docker, "run", "--rm", "--network", "host", *flags, "-v",
-                        f"{scripts_for(framework)}:/imagetests:ro",
-                        image, "bash", "-c", cmd], capture_output=True, timeout=900, check=False)
+        ran = subprocess.run([docker, "run", "--rm", "--network", "host", *flags, "-v",
+                              f"{scripts_for(framework)}:/imagetests:ro",
+                              image, "bash", "-c", cmd], capture_output=True, text=True, timeout=900, check=False)
         split[name] = time.monotonic() - start
+        # A check that failed (no image, a missing tool, a probe's error) took the time of its failure, not of the
+        # check: that figure is no baseline.
+        if ran.returncode != 0:
+            said = (ran.stderr or ran.stdout).strip().splitlines()
+            raise SystemExit(f"bench: the by-hand {name} check failed in {image} (exit {ran.returncode}) after "
+                             f"{split[name]:.1f} s: {said[-1] if said else 'no output'}; no baseline is printed")
     return sum(split.values()), split
 
 

@@ -4,8 +4,8 @@
 # test extras of .venv) is scripts/setup-tests.sh, which runs this first; the README's test command (and .ci/run)
 # runs it.
 #   1. apt packages (as root or with sudo, only those missing): docker.io, docker-registry, skopeo, mmdebstrap and
-#      arch-test (the reproducible Debian bases), debootstrap (bench/bench_fresh_machines.py's before arm),
-#      python3-venv
+#      arch-test (the reproducible Debian bases), debootstrap (bench/bench_fresh_machines.py's before arm), curl
+#      (step 4's check that the registry answers), python3-venv
 #   3. the Docker engine, started with the flags these machines need, only if it is not running
 #   4. a local registry on 127.0.0.1:5000 or SETUP_REGISTRY_ADDR (config/registry.yml, storage .state/registry), only if
 #      nothing answers there
@@ -42,6 +42,9 @@ command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v arch-test >/dev/null 2>&1 || need+=(arch-test)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# curl: the check that the registry answers (step 4); without it that check failed whatever the registry did, and
+# the script said the registry did not answer.
+command -v curl >/dev/null 2>&1 || need+=(curl)
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if ((${#need[@]})); then
   can_root || die "missing ${need[*]}; run this script as root or with passwordless sudo (it installs them with apt)"
@@ -54,7 +57,7 @@ if ((${#need[@]})); then
   # (step 4) uses the repository's config, so stop the packaged one if it grabbed the port.
   if systemctl is-active --quiet docker-registry 2>/dev/null; then as_root systemctl stop docker-registry || true; fi
 else
-  say "packages present: docker.io docker-registry skopeo mmdebstrap arch-test debootstrap python3-venv"
+  say "packages present: docker.io docker-registry skopeo mmdebstrap arch-test debootstrap curl python3-venv"
 fi
 
 # -- 3. Docker engine -----------------------------------------------------------------------
@@ -84,8 +87,11 @@ else
   say "starting docker-registry on $REGISTRY_ADDR (config/registry.yml, storage .state/registry, log: .state/registry.log)"
   REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY="$STATE/registry" \
     setsid nohup docker-registry serve "$ROOT/config/registry.yml" >>"$STATE/registry.log" 2>&1 </dev/null &
+  registry_pid=$!   # the registry itself: setsid and nohup exec it
   for _ in $(seq 1 30); do registry_up && break; sleep 1; done
-  registry_up || { tail -20 "$STATE/registry.log" >&2; die "registry did not answer on $REGISTRY_ADDR within 30 s"; }
+  # One that does not answer is stopped: left running, it held the port (or the storage) against the next try.
+  registry_up || { kill "$registry_pid" 2>/dev/null || true; tail -20 "$STATE/registry.log" >&2
+    die "registry did not answer on $REGISTRY_ADDR within 30 s (stopped it; log: .state/registry.log)"; }
   say "registry up"
 fi
 

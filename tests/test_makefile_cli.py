@@ -108,3 +108,18 @@ def test_a_value_with_shell_characters_reaches_the_cli_as_one_argument(tmp_path:
         assert [call[call.index(flag) + 1:] for call in calls] == [[word] for word in odd.split()], calls
         return
     assert any(odd in call and call[call.index(odd) - 1] == flag for call in calls), calls
+
+
+@pytest.mark.parametrize("target", ["validate", "validate-emulated", "nightly-validate"])
+def test_every_validate_target_passes_rerun_and_extra_tests(tmp_path: Path, target: str) -> None:
+    """`make validate-emulated RERUN=1 EXTRA_TESTS=DIR` ran validate without --rerun (a verdict of the same run was
+    reused) and without the site's checks, and nightly-validate dropped EXTRA_TESTS, without a word: the Makefile's
+    settings of validate reach each target that runs it now."""
+    fake, log = _recording_python(tmp_path)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FRAMEWORK", "REGISTRY", "MAKE", "RERUN",
+                                                                       "EXTRA_TESTS"))}
+    subprocess.run(["make", "-s", target, f"PYTHON={fake}", "RERUN=1", "EXTRA_TESTS=site checks",
+                    f"NIGHTLY_OUT={tmp_path / 'n'}"], cwd=REPO, env=base, capture_output=True, text=True, timeout=60)
+    [call] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert call[:3] == ["-m", "buildtool", "validate"] and "--rerun" in call, call
+    assert call[call.index("--extra-tests") + 1] == "site checks", call

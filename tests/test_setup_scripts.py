@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = ("bash", "cat", "cut", "sha256sum", "sed", "grep", "mkdir", "timeout", "seq", "sleep", "tail", "dirname")
-FOUND = ("docker-registry", "skopeo", "mmdebstrap", "arch-test", "debootstrap", "dockerd")
+FOUND = ("docker-registry", "skopeo", "mmdebstrap", "arch-test", "debootstrap", "dockerd", "curl")
 
 
 def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: int = 1000,
-              apt_get: str = "exit 0") -> tuple[subprocess.CompletedProcess[str], list[str]]:
+              apt_get: str = "exit 0", stand_ins: dict[str, str] | None = None,
+              ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """STAND_INS: commands' bodies in place of the defaults (and of CORE's links)."""
     root, stubs, calls = tmp_path / "repo", tmp_path / "bin", tmp_path / "calls"
     (root / "scripts").mkdir(parents=True)
     stubs.mkdir()
@@ -32,9 +36,10 @@ def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: 
     (venv / "python").write_text('#!/bin/bash\n[[ "$2" == *render_uv_toml* ]] && exit 0\nexit 1\n')
     (venv / "python").chmod(0o755)
     for name in CORE:
-        (stubs / name).symlink_to(shutil.which(name))
-    bodies = {"docker": "echo 27.0", "curl": "exit 0", "id": f"echo {uid}", "apt-get": apt_get,
-              **{name: "exit 0" for name in FOUND if name not in missing}}
+        if name not in (stand_ins or {}):
+            (stubs / name).symlink_to(shutil.which(name))
+    bodies = {"docker": "echo 27.0", "id": f"echo {uid}", "apt-get": apt_get,
+              **{name: "exit 0" for name in FOUND if name not in missing}, **(stand_ins or {})}
     for name, body in bodies.items():
         (stubs / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\n')
         (stubs / name).chmod(0o755)
@@ -60,3 +65,49 @@ def test_a_failed_apt_get_update_is_named(tmp_path: Path) -> None:
     proc, calls = run_setup(tmp_path, lock="uv==0.13.9\n", missing=("skopeo",), uid=0, apt_get="exit 100")
     assert proc.returncode == 2 and calls == ["apt-get update -qq"], proc.stderr
     assert proc.stderr.splitlines()[-1] == "setup: error: apt-get update failed (exit 100; 124: timed out after 600 s)"
+
+
+def test_a_machine_without_curl_gets_it_not_a_registry_that_did_not_answer(tmp_path: Path) -> None:
+    """Step 4 asks the registry whether it answers with curl, which no step installed: on a machine without it
+    (a minimal Debian) the check failed whatever the registry did, and after 30 s the script blamed the registry
+    ("registry did not answer"). curl is one of the packages step 1 installs now."""
+    proc, _ = run_setup(tmp_path, lock="uv==0.13.9\n", missing=("curl",))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("setup: error: missing curl; run this script as root or with passwordless "
+                                            "sudo (it installs them with apt)"), proc.stderr
+    proc, calls = run_setup(tmp_path / "root", lock="uv==0.13.9\n", missing=("curl",), uid=0, apt_get="exit 100")
+    assert calls == ["apt-get update -qq"] and "installing curl (apt-get)" in proc.stderr, proc.stderr
+
+
+def _running(pid: int) -> bool:
+    """PID is a process that has not ended (a zombie has)."""
+    try:
+        return pid > 0 and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_registry_that_does_not_answer_is_stopped_not_left_running(tmp_path: Path) -> None:
+    """Step 4 starts docker-registry in the background and waits 30 s for it to answer; one that did not was left
+    running (holding the port or its storage against the next try) while the script said it had failed."""
+    pid_file = tmp_path / "registry.pid"
+    never = f'echo $$ > {pid_file}\nexec {shutil.which("sleep")} 120'   # started, never answering
+    proc, _ = run_setup(tmp_path, lock="uv==0.13.9\n", stand_ins={
+        "curl": "exit 7", "docker-registry": never, "setsid": 'exec "$@"', "nohup": 'exec "$@"', "sleep": "exit 0"})
+    for _ in range(20):   # a stand-in killed before it wrote its pid wrote none: it is not running either
+        if pid_file.exists():
+            break
+        time.sleep(0.1)
+    pid = int(pid_file.read_text()) if pid_file.exists() else 0
+    try:
+        for _ in range(50):   # the kill is sent before the script exits; the process may take a moment to go
+            if not _running(pid):
+                break
+            time.sleep(0.1)
+        alive = _running(pid)
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 2 and not alive, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("setup: error: registry did not answer on 127.0.0.1:5000 within 30 s "
+                                            "(stopped it; log: .state/registry.log)"), proc.stderr
