@@ -76,11 +76,17 @@ def configured_url() -> str:
     return url
 
 
-def check_writer(option: str | None) -> None:
+def check_writer(option: str | None, writes: bool = False) -> None:
     """Before a command that writes bundles does anything: the authority it will ask, `--tsa` (`option`, checked as
-    an argument) or else TSA_URL_ENV, refused now naming the variable rather than after a build."""
-    if option is None:
-        configured_url()
+    an argument) or else TSA_URL_ENV, refused now naming the variable rather than after a build. `writes`: bundles
+    are about to be written, and TSA_CERTS_ENV set with no authority to ask is refused too: each bundle would carry
+    no timestamp, which every reader with TSA_CERTS_ENV set refuses (and a push would add another each time)."""
+    url = option if option is not None else configured_url()
+    if writes and not url and _setting(TSA_CERTS_ENV, "a PEM file of the timestamp authority's certificates"):
+        raise UserError(f"{TSA_CERTS_ENV} names a timestamp authority to trust, and neither {TSA_URL_ENV} nor --tsa "
+                        "names one to ask: every Sigstore bundle written would carry no RFC 3161 timestamp, which "
+                        f"release and verify refuse with {TSA_CERTS_ENV} set; set {TSA_URL_ENV} to that authority's "
+                        f"URL, or unset {TSA_CERTS_ENV}")
 
 
 @contextmanager
