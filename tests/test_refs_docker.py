@@ -31,6 +31,8 @@ TABLE = [
     # refused by both
     "ubuntu:", "ubuntu:-x", "a//b", "ubuntu@sha256:abc", "UBUNTU", "/ubuntu", "ubuntu/",
     "a/b:" + "t" * 129, "ubu ntu",
+    "[::ffff:1.2.3.4]/a", "[::ffff:127.0.0.1]:5000/a:1",   # IPv4-mapped IPv6: distribution's ipv6address is hex and ':'
+    "[fd00:1:2::3%eth0]:5000/a",   # a zone: refused by both
 ]
 
 

@@ -246,3 +246,54 @@ def test_a_blob_named_by_its_sha512_digest_is_checked_by_sha512() -> None:
         c.get_blob("a", "sha512:" + hashlib.sha512(b"other").hexdigest())
     with pytest.raises(RegistryError, match="the digest algorithm 'md5' is not one this client can check"):
         c.get_blob("a", "md5:" + hashlib.md5(data).hexdigest())
+
+
+_D = "sha256:" + "a" * 64
+_CONFIG = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _D, "size": 2}
+
+
+@pytest.mark.parametrize(("doc", "said"), [
+    (b"not json", "it is not JSON (Expecting value"),
+    ([], "it is a JSON list, not an object"),
+    ({"schemaVersion": 2, "config": "x", "layers": []}, "its config is a JSON string, not a descriptor object"),
+    ({"schemaVersion": 2, "config": _CONFIG, "layers": "x"}, "its layers is a JSON string, not a list of descriptors"),
+    ({"schemaVersion": 2, "config": _CONFIG, "layers": [{**_CONFIG, "digest": 5}]},
+     "layers[0] has the digest 5, not algorithm:hex"),
+    ({"schemaVersion": 2, "config": {**_CONFIG, "size": "2"}, "layers": []},
+     f"its config {_D} has the size \"2\", not a non-negative integer"),
+    ({"schemaVersion": 2, "config": {**_CONFIG, "mediaType": 7}, "layers": []},
+     "its config has the mediaType 7, not a string"),
+    ({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": ["x"]},
+     "manifests[0] is a JSON string, not a descriptor object"),
+    ({"schemaVersion": 2, "manifests": [{**_CONFIG, "platform": "linux/amd64"}]},
+     f"manifests[0] {_D} has a platform that is a JSON string, not an object"),
+    ({"schemaVersion": 2, "manifests": [{**_CONFIG, "annotations": ["a"]}]},
+     f"manifests[0] {_D} has annotations that are a JSON list, not an object"),
+])
+def test_a_manifest_of_the_wrong_shape_is_one_registry_error_for_every_reader(doc: object, said: str) -> None:
+    """A registry that breaks the spec (or anyone who may push) served a manifest whose config is no descriptor, whose
+    layers are no list, whose descriptors' fields have the wrong types: each reader indexed it as it came and failed
+    with a KeyError, TypeError or AttributeError's traceback. Now the client refuses it where it is fetched, naming
+    the reference, its digest and what is wrong."""
+    import email.message
+
+    from buildtool.attest.referrers import Referrer, copy_artifact
+    from buildtool.registry import image_index
+    from buildtool.registry.transport import Response
+    from buildtool.release import execute, read
+
+    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = lambda *a, **k: Response(200, email.message.Message(), body)  # type: ignore[method-assign]
+    by_tag = f"r:t (digest {digest})"
+    readers = [(lambda: image_index.read_children(c, "r", "t"), by_tag),
+               (lambda: image_index.platform_manifest(c, "r", "t", "linux/amd64"), by_tag),
+               (lambda: read.read_platforms(c, "r", *c.get_manifest("r", "t")[:2]), by_tag),
+               (lambda: execute.copy_manifest(c, "r", "s", *c.get_manifest("r", "t")), by_tag),
+               (lambda: copy_artifact(c, "r", "s", Referrer(digest, "x", len(body))), f"r@{digest}")]
+    for reader, named in readers:
+        with pytest.raises(RegistryError) as refused:
+            reader()
+        assert str(refused.value).startswith(f"127.0.0.1:1/{named} is no manifest OCI's image spec allows: {said}")
+        assert "\n" not in str(refused.value)

@@ -131,6 +131,24 @@ def test_verify_prints_the_chain_and_json(client: MemRegistry, cli) -> None:  # 
     assert one["provenance"]["buildDefinition"]["externalParameters"]["revision"] == "a" * 40
 
 
+@pytest.mark.parametrize(("args", "code", "said"), [
+    (("x:1",), 2, "error: x:1 names no registry"),
+    (("127.0.0.1:5999/UPPER:1",), 2, "error: IMAGE: '127.0.0.1:5999/UPPER:1': repository part 'UPPER' is not valid"),
+    (("127.0.0.1:5999/team/absent:1",), 2, "is not in the registry"),
+    ((), 2, "exit 2: see stderr"),
+])
+def test_verify_json_that_fails_before_a_verification_still_prints_one_document(cli, args: tuple[str, ...], code: int,
+                                                                                said: str) -> None:  # noqa: ANN001
+    """`verify --json` printed nothing on stdout when it exited 2 (a malformed reference, an image the registry does
+    not hold, a usage error): a script reading the document got an empty one. Now it prints verify's document with
+    `verified` false and the error, as `release --json` does, and the same exit code."""
+    got, out, err = cli(*args, "--json")
+    doc = json.loads(out)
+    assert got == code and doc["verified"] is False and doc["exit_code"] == code and said in doc["error"], (out, err)
+    assert doc["problem"] == doc["error"] and doc["problems"] == [doc["error"]] and doc["image"] is None
+    assert {"cell", "gated", "not_run", "manifests"} <= set(doc)
+
+
 def test_verify_of_an_image_whose_verdict_failed_exits_1_naming_it(client: MemRegistry, cli) -> None:  # noqa: ANN001
     digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
     chained(client, digest, result="failed")

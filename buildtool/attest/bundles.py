@@ -43,6 +43,7 @@ def attach_bundle(client: RegistryClient, repo: str, digest: str, envelope_data:
     """Publish the signed envelope `envelope_data` (about repo@digest) as a Sigstore bundle referrer, with a
     timestamp over its signature from the authority DL_IMAGES_TSA_URL names, when it names one."""
     notes = {CONTENT_ANNOTATION: DSSE_CONTENT, PREDICATE_TYPE_ANNOTATION: predicate_type}
+    tsa.check_writer(None, writes=True)   # never a bundle without the timestamp DL_IMAGES_TSA_CERTS asks for
     url = tsa.configured_url()
     stamps = [tsa.request_timestamp(url, signature_bytes(envelope_data))] if url else []
     return attach(client, repo, digest, BUNDLE_MEDIA_TYPE, [Payload(BUNDLE_MEDIA_TYPE, bundle(envelope_data, stamps))],

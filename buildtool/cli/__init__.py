@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: turn our errors into one line and an exit code.
 
     Typer's standalone mode already answers usage errors (exit 2), --help and Ctrl-C. With
-    `release --json`, stdout always carries one JSON document: a release that fails before it
-    has a report (bad input, a registry that is down) prints `{"ok": false, "error": ...}`.
+    `release --json` and `verify --json`, stdout always carries one JSON document: a release that fails before it
+    has a report (bad input, a registry that is down) prints `{"ok": false, "error": ...}`, a verify that fails
+    before it has a verification `{"verified": false, "error": ...}` (_json_error).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     reset_json()
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code != 0 and _json_wanted(args):
-            _json_error(f"exit {code}: see stderr (usage error or interrupted)", code)
+            _json_error(args, f"exit {code}: see stderr (usage error or interrupted)", code)
         raise
 
 
@@ -80,15 +81,21 @@ def _fast_path(args: list[str]) -> bool:
 def _failed(args: list[str], message: str, code: int) -> None:
     log(message)
     if _json_wanted(args):
-        _json_error(message, code)
+        _json_error(args, message, code)
     sys.exit(code)
 
 
 def _json_wanted(args: list[str]) -> bool:
-    return args[:1] == ["release"] and "--json" in args and not json_emitted()
+    return args[:1] in (["release"], ["verify"]) and "--json" in args and not json_emitted()
 
 
-def _json_error(message: str, code: int) -> None:
+def _json_error(args: list[str], message: str, code: int) -> None:
+    if args[:1] == ["verify"]:
+        # The keys verify's document always has (release.chain.Verification.to_json), plus why there is none; no
+        # image: the argument may be what is wrong, and may hold a password.
+        emit_json({"image": None, "verified": False, "problem": message, "cell": "", "gated": False,
+                   "problems": [message], "not_run": [], "manifests": [], "error": message, "exit_code": code})
+        return
     # The keys a release's document always has, plus why there is no report.
     emit_json({"ok": False, "error": message, "exit_code": code, "release": None, "status": {}})
 

@@ -91,6 +91,7 @@ def build(
     from buildtool.imagebuild.builder import Builder, BuildOptions
     from buildtool.matrix.plan import Settings, plan_matrix
 
+    timestamps.check_writer(tsa, writes=push)   # DL_IMAGES_TSA_*, with the arguments: not after the build
     project = find_project(matrix)
     loaded = project.load()
     cells = loaded.select(framework)

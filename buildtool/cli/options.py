@@ -33,9 +33,10 @@ MatrixOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines instead of a table.")]
 TsaOption = Annotated[
     str | None,
-    typer.Option("--tsa", envvar="DL_IMAGES_TSA_URL", metavar="URL",
+    # No envvar: DL_IMAGES_TSA_URL has one reader, buildtool.common.tsa.configured_url (click took "  " as a value).
+    typer.Option("--tsa", metavar="URL",
                  help="An RFC 3161 timestamp authority: each Sigstore bundle written carries its timestamp over the "
-                      "signature (docs/release-trust.md). Default: none."),
+                      "signature (docs/release-trust.md). Default: DL_IMAGES_TSA_URL, else none."),
 ]
 RevisionOption = Annotated[
     str | None,

@@ -32,7 +32,7 @@ from buildtool.cli.options import (
     path_of,
 )
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.tsa import using
+from buildtool.common.tsa import check_writer, using
 from buildtool.contracts import frameworks
 from buildtool.contracts.arguments import check_arguments
 from buildtool.validate.options import DEFAULT_JOBS, DEFAULT_JOIN_TIMEOUT_S
@@ -121,6 +121,7 @@ def validate(
 ) -> None:
     """Run image-tests inside images and store a verdict per digest (JUnit + JSON under reports/)."""
     check_arguments("validate", locals())   # every argument first (issue 37)
+    check_writer(tsa)                       # and DL_IMAGES_TSA_URL with them
     from buildtool.contracts.gpu import require_gpu_from_env
     from buildtool.validate.runner import Options, gpu_inventory, require_gpus, validate_image
 

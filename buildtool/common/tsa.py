@@ -54,16 +54,39 @@ def url_problem(url: str) -> str:
     return ""
 
 
+def _setting(name: str, example: str) -> str:
+    """The variable `name` as every reader takes it, stripped: "" when unset or empty (as click reads an option's
+    variable); only white space is refused naming it (fail closed: a value was meant, and none was given)."""
+    value = os.environ.get(name, "")
+    if value and not value.strip():
+        raise UserError(f"{name} is set to white space only: name {example}, or unset it")
+    return value.strip()
+
+
 def configured_url() -> str:
-    """TSA_URL_ENV ("" when unset); UserError naming the variable when it is not a TSA URL."""
+    """TSA_URL_ENV ("" when unset or empty); UserError naming the variable when it is not a TSA URL. The one reader
+    of the variable: `--tsa` does not read it (buildtool.cli.options), so the two cannot take it differently."""
     from buildtool.common.refs import shown
     from buildtool.common.urls import shown_url
 
-    url = os.environ.get(TSA_URL_ENV, "").strip()
+    url = _setting(TSA_URL_ENV, "a timestamp authority's URL (e.g. https://tsa.example/tsr)")
     problem = url_problem(url) if url else ""
     if problem:
         raise UserError(f"{TSA_URL_ENV}: {shown(shown_url(url))} {problem}")
     return url
+
+
+def check_writer(option: str | None, writes: bool = False) -> None:
+    """Before a command that writes bundles does anything: the authority it will ask, `--tsa` (`option`, checked as
+    an argument) or else TSA_URL_ENV, refused now naming the variable rather than after a build. `writes`: bundles
+    are about to be written, and TSA_CERTS_ENV set with no authority to ask is refused too: each bundle would carry
+    no timestamp, which every reader with TSA_CERTS_ENV set refuses (and a push would add another each time)."""
+    url = option if option is not None else configured_url()
+    if writes and not url and _setting(TSA_CERTS_ENV, "a PEM file of the timestamp authority's certificates"):
+        raise UserError(f"{TSA_CERTS_ENV} names a timestamp authority to trust, and neither {TSA_URL_ENV} nor --tsa "
+                        "names one to ask: every Sigstore bundle written would carry no RFC 3161 timestamp, which "
+                        f"release and verify refuse with {TSA_CERTS_ENV} set; set {TSA_URL_ENV} to that authority's "
+                        f"URL, or unset {TSA_CERTS_ENV}")
 
 
 @contextmanager
@@ -144,8 +167,8 @@ def load_authority(path: Path) -> Authority:
 
 
 def configured_authority() -> Authority | None:
-    """The authority TSA_CERTS_ENV names, None when unset."""
-    named = os.environ.get(TSA_CERTS_ENV, "").strip()
+    """The authority TSA_CERTS_ENV names, None when unset or empty."""
+    named = _setting(TSA_CERTS_ENV, "a PEM file of the timestamp authority's certificates")
     return load_authority(Path(named)) if named else None
 
 

@@ -1,11 +1,12 @@
 """Reading what a registry answers: a `Link` header's next page, a `Content-Range`, a `Retry-After`, the errors a
-body names, a streamed body read to its sink, and why TLS failed; the requests adapter that carries this
-toolkit's SSL context. Pure helpers of buildtool.registry.client."""
+body names, a streamed body read to its sink, why TLS failed, and whether a manifest has the shape OCI gives it; the
+requests adapter that carries this toolkit's SSL context. Pure helpers of buildtool.registry.client."""
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
+import json
 import re
 import time
 from typing import Any
@@ -105,6 +106,73 @@ def error_text(response: Response) -> str:
         return page_text(response.text)
     return one_line("; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e)[:80]
                               for e in errors))[:300]
+
+
+# OCI's digest grammar (image-spec descriptor.md): algorithm:encoded.
+_DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")
+_JSON_KINDS = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number",
+               type(None): "null"}
+
+
+def _kind(value: Any) -> str:
+    return f"a JSON {_JSON_KINDS.get(type(value), type(value).__name__)}"
+
+
+def manifest_problem(body: bytes) -> str:
+    """What makes `body` no manifest or index of the shape OCI's image spec gives it, "" when nothing does: a JSON
+    object whose config and subject are descriptors, whose layers and manifests are lists of descriptors. Checked
+    where every manifest is fetched, so that no reader indexes a field of the wrong type (a registry that breaks
+    the spec, or anyone who may push, can serve one)."""
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:      # UnicodeDecodeError too
+        return f"it is not JSON ({exc})"
+    if not isinstance(doc, dict):
+        return f"it is {_kind(doc)}, not an object"
+    for key in ("mediaType", "artifactType"):
+        if key in doc and not isinstance(doc[key], str):
+            return f"its {key} is {_kind(doc[key])}, not a string"
+    if "annotations" in doc and _annotations_problem(doc["annotations"]):
+        return f"its annotations {_annotations_problem(doc['annotations'])}"
+    for key in ("config", "subject"):
+        if key in doc and _descriptor_problem(doc[key]):
+            return f"its {key} {_descriptor_problem(doc[key])}"
+    for key in ("layers", "manifests"):
+        if key not in doc:
+            continue
+        if not isinstance(doc[key], list):
+            return f"its {key} is {_kind(doc[key])}, not a list of descriptors"
+        for number, entry in enumerate(doc[key]):
+            if _descriptor_problem(entry):
+                return f"{key}[{number}] {_descriptor_problem(entry)}"
+    return ""
+
+
+def _descriptor_problem(d: Any) -> str:
+    """What makes `d` no OCI descriptor (a mediaType, a digest, a size; annotations and a platform that are
+    objects where given), "" when nothing does."""
+    if not isinstance(d, dict):
+        return f"is {_kind(d)}, not a descriptor object"
+    if not isinstance(d.get("mediaType"), str):
+        return f"has the mediaType {json.dumps(d.get('mediaType'))[:80]}, not a string"
+    digest = d.get("digest")
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        return f"has the digest {json.dumps(digest)[:80]}, not algorithm:hex"
+    size = d.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"{digest} has the size {json.dumps(size)[:80]}, not a non-negative integer"
+    if "annotations" in d and _annotations_problem(d["annotations"]):
+        return f"{digest} has annotations that {_annotations_problem(d['annotations'])}"
+    if "platform" in d and not isinstance(d["platform"], dict):
+        return f"{digest} has a platform that is {_kind(d['platform'])}, not an object"
+    return ""
+
+
+def _annotations_problem(notes: Any) -> str:
+    if not isinstance(notes, dict):
+        return f"are {_kind(notes)}, not an object"
+    wrong = next((key for key, value in notes.items() if not isinstance(value, str)), None)
+    return "" if wrong is None else f"give {wrong!r} {_kind(notes[wrong])}, not a string"
 
 
 _TITLE = re.compile(r"<title[^>]*>([^<]*)</title>", re.IGNORECASE)

@@ -325,7 +325,8 @@ class RegistryClient:
 
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
         """(raw bytes, media type, sha256 digest) of a manifest or index, by tag or digest; asked for by digest, the
-        bytes must have that digest (the spec's client check: a registry or proxy serving others is refused)."""
+        bytes must have that digest (the spec's client check: a registry or proxy serving others is refused), and
+        whatever it is asked by, a JSON object of the shape OCI gives a manifest (answers.manifest_problem)."""
         response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
         body = response.content
         if ":" in ref:
@@ -336,6 +337,11 @@ class RegistryClient:
             if got != ref:
                 raise RegistryError(f"{self.host} answered {repo}@{ref} with a manifest whose digest is {got}, not "
                                     "the one asked for")
+        # Checked here, once, so that every reader indexes config, layers and manifests of the shape OCI gives them.
+        problem = answers.manifest_problem(body)
+        if problem:
+            named = f"{repo}@{ref}" if ":" in ref else f"{repo}:{ref} (digest {sha256_digest(body)})"
+            raise RegistryError(f"{self.host}/{named} is no manifest OCI's image spec allows: {problem}")
         return body, response.headers.get("Content-Type", "").split(";")[0], sha256_digest(body)
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:

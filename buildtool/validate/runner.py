@@ -119,8 +119,10 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     key = None
     if options.store:
         from buildtool.attest.keys import signing_key
+        from buildtool.common.tsa import check_writer
 
         key = signing_key(log)   # a bad DL_IMAGES_SIGNING_KEY is said now, not after the tests ran
+        check_writer(None, writes=True)   # as is a bundle that would carry no timestamp DL_IMAGES_TSA_CERTS asks for
     from buildtool.validate.sbomref import verdict_sbom
 
     sbom = verdict_sbom(image, root, log)
