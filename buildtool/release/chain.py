@@ -139,7 +139,8 @@ def manifests(client: RegistryClient, repo: str, ref: str) -> tuple[list[tuple[s
     # cell by release's gate when a checkout is at hand); unknown, missing, doubled and nested entries are not.
     loose = cast("Cell", _Platforms(key=f"{repo}@{digest}", platforms=known))
     problems = entry_problems(loose, entries) + unproven_attestations(client, repo, manifest)
-    return [(e.digest, name) for e in entries if (name := known_platform(e.platform)) is not None], problems, digest
+    return ([(e.digest, name) for e in entries if (name := known_platform(e.platform)) is not None and e.digest],
+            problems, digest)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: st
     if media_type in INDEX_TYPES:
         out = []
         for entry in index_entries(manifest):   # BuildKit's attestation manifests left out, nothing else
+            if not entry.digest:
+                continue   # an entry that names no digest: refused by gates.entry_problems, nothing to read
             child_raw, child_type, child_digest = client.get_manifest(repo, entry.digest)
             if child_type in INDEX_TYPES:
                 continue   # an index in an index: refused by gates.entry_problems, not read further
