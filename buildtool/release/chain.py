@@ -22,7 +22,7 @@ from buildtool.attest.provenance_store import find_provenance
 from buildtool.common.errors import UserError
 from buildtool.common.refs import Reference, parse_reference
 from buildtool.contracts import label_keys
-from buildtool.contracts.names import DEV_SUFFIX, parse_dev_tag
+from buildtool.contracts.names import DEV_SUFFIX, image_of_repo_path, parse_dev_tag
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
 from buildtool.release.gather import unproven_attestations
@@ -139,7 +139,8 @@ def manifests(client: RegistryClient, repo: str, ref: str) -> tuple[list[tuple[s
     # cell by release's gate when a checkout is at hand); unknown, missing, doubled and nested entries are not.
     loose = cast("Cell", _Platforms(key=f"{repo}@{digest}", platforms=known))
     problems = entry_problems(loose, entries) + unproven_attestations(client, repo, manifest)
-    return [(e.digest, name) for e in entries if (name := known_platform(e.platform)) is not None], problems, digest
+    return ([(e.digest, name) for e in entries if (name := known_platform(e.platform)) is not None and e.digest],
+            problems, digest)
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,9 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
             "the provenance's revision (committed, known to git, HEAD or its ancestor): no git checkout",
             "the verdict's test code (image-tests as committed at the image's revision): no git checkout"]
         return result
+    named = _tag_cell(parsed, checkout.cells, result.cell)
+    if named:   # release of that cell reads this very tag: the image is gated as it, whatever cell it says it is
+        result.cell = named
     if not result.cell:
         result.not_run.append("release's gate: neither a cell label nor a signed provenance names the cell to check "
                               "the image as")
@@ -179,6 +183,16 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
     result.problems = _release_gate(client, parsed, digest, result, trusted, checkout, accept_skips)
     result.gated = True
     return result
+
+
+def _tag_cell(parsed: Reference, cells: Sequence[Cell], labelled: str) -> str:
+    """The cell whose dev tag `parsed` is (`<name>-dev:<revision>-<version>`: the one release of that cell reads),
+    `labelled` (the cell the image says it is) where it is one of them; "" when it is no cell's dev tag."""
+    tag, repo = parsed.tag, parsed.path
+    if not tag or not repo.endswith(DEV_SUFFIX):
+        return ""
+    named = [c.key for c in cells if c.name == image_of_repo_path(repo) and parse_dev_tag(tag, c.version)]
+    return labelled if labelled in named else next(iter(named), "")
 
 
 def _release_gate(client: RegistryClient, parsed: Reference, digest: str, result: Verification,

@@ -372,13 +372,22 @@ class Entry:
 
 def declared_platform(child: dict[str, Any]) -> str:
     plat = child.get("platform") or {}
+    if not isinstance(plat, dict):
+        return ""    # a platform that is no object declares none (refused by entry_problems)
     return "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x)
+
+
+def index_children(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries of an index as written; one that is no object (or a `manifests` that is no list) is an entry that
+    names no digest, refused by entry_problems, never skipped."""
+    children = manifest.get("manifests") or []
+    return [c if isinstance(c, dict) else {} for c in (children if isinstance(children, list) else [None])]
 
 
 def index_entries(manifest: dict[str, Any]) -> list[Entry]:
     """The platform manifests of an index (BuildKit's attestation manifests left out, nothing else)."""
     found = []
-    for child in manifest.get("manifests") or []:
+    for child in index_children(manifest):
         name = declared_platform(child)
         # BuildKit's attestation manifests (unknown/unknown, annotated): no runtime selects them, so they are no
         # platform; anything else unknown is refused, never skipped.
@@ -386,7 +395,7 @@ def index_entries(manifest: dict[str, Any]) -> list[Entry]:
             continue
         # An OCI descriptor, not a verdict: a subscript, as tests/test_verdict_schema.py reads .get("digest") as one.
         digest = child["digest"] if "digest" in child else ""  # noqa: SIM401
-        found.append(Entry(str(digest), name, str(child.get("mediaType", ""))))
+        found.append(Entry(digest if isinstance(digest, str) else "", name, str(child.get("mediaType", ""))))
     return found
 
 
@@ -400,7 +409,7 @@ def claimed_attestations(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """The entries of an index that claim to be BuildKit attestation manifests (unknown/unknown, annotated
     `vnd.docker.reference.type: attestation-manifest`): what index_entries leaves out, each to be proven one
     (attestation_problems) before it is left out of anything."""
-    return [child for child in manifest.get("manifests") or []
+    return [child for child in index_children(manifest)
             if declared_platform(child) == "unknown/unknown" and platforms.is_attestation(child)]
 
 
@@ -456,6 +465,10 @@ def entry_problems(cell: Cell, entries: list[Entry]) -> list[str]:
     seen: dict[str, str] = {}
     expected = ", ".join(cell.platforms)
     for e in entries:
+        if not e.digest:
+            problems.append(f"an index entry ({e.platform or 'no platform'}) names no digest (or is no descriptor): "
+                            "no runtime can pull it, and nothing can be read for it; push the cell again")
+            continue
         name = known_platform(e.platform)
         if not e.platform:
             problems.append(f"index entry {e.digest} declares no platform: every manifest of the index must be one "

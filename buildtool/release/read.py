@@ -32,13 +32,29 @@ if TYPE_CHECKING:
 READ_THREADS = 8
 
 
+def _or_empty(value: Any) -> Any:
+    """A config's field as written, {} where it is absent or null (Docker writes `"Labels": null`)."""
+    return {} if value is None else value
+
+
 def _config(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> tuple[dict[str, str], str]:
     config = manifest.get("config", {})
     if not config.get("digest"):
         return {}, ""
-    body = json.loads(client.get_blob(repo, config["digest"]))
+    try:
+        body = json.loads(client.get_blob(repo, config["digest"]))
+    except ValueError:    # not JSON, not UTF-8
+        body = None
+    inner = _or_empty(body.get("config")) if isinstance(body, dict) else None
+    labels = _or_empty(inner.get("Labels")) if isinstance(inner, dict) else None
+    if not isinstance(body, dict) or not isinstance(labels, dict) or not all(
+            isinstance(v, str) for v in labels.values()):
+        # Anyone who may push can write such a config: its labels (cell, base) cannot be read, so nothing is judged.
+        raise RegistryError(f"{client.host}/{repo}: the config {config['digest']} of an image is not an image config "
+                            "(a JSON object whose config.Labels, where present, maps names to strings): its labels "
+                            "cannot be read, so the image is neither released nor verified; push the cell again")
     platform = "/".join(str(body[k]) for k in ("os", "architecture", "variant") if body.get(k))
-    return dict((body.get("config") or {}).get("Labels") or {}), platform
+    return dict(labels), platform
 
 
 def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: str) -> list[Platform]:
@@ -48,6 +64,8 @@ def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: st
     if media_type in INDEX_TYPES:
         out = []
         for entry in index_entries(manifest):   # BuildKit's attestation manifests left out, nothing else
+            if not entry.digest:
+                continue   # an entry that names no digest: refused by gates.entry_problems, nothing to read
             child_raw, child_type, child_digest = client.get_manifest(repo, entry.digest)
             if child_type in INDEX_TYPES:
                 continue   # an index in an index: refused by gates.entry_problems, not read further

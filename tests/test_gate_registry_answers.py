@@ -1,0 +1,94 @@
+"""What the registry answers that the gate cannot read, as someone with push rights can write it: release and verify
+stop with the same one line naming what cannot be read (RegistryError: exit 1), never a traceback. In-memory
+registry (tests/memregistry.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from buildtool.contracts import label_keys
+from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST, RegistryError, sha256_digest
+from buildtool.release.chain import verify_reference
+from tests import signing
+from tests.test_release_platforms import CPU, MULTI, Dev
+from tests.test_verify_strict import checkout, entry, index, single
+
+
+def _with_config(dev: Dev, config: bytes) -> str:
+    """A validated image of the cell whose config blob is `config`; the dev tag names it."""
+    good = dev.image("amd64")
+    manifest = json.loads(dev.client.get_manifest(dev.repo, good)[0])
+    manifest["config"].update(digest=dev.client.put_blob(dev.repo, config), size=len(config))
+    raw = json.dumps(manifest).encode()
+    digest = dev.client.put_manifest(dev.repo, sha256_digest(raw), raw, OCI_MANIFEST)
+    dev.evidence(digest, "linux/amd64")
+    single(dev, digest)
+    return dev.client.put_blob(dev.repo, config)
+
+
+@pytest.mark.parametrize("config", [b"not json", b"\xff\xfe", b"[]", b'{"config": []}',
+                                    b'{"os": "linux", "config": {"Labels": ["a"]}}',
+                                    json.dumps({"os": "linux", "config": {"Labels": {label_keys.CELL: 1}}}).encode()],
+                         ids=["not-json", "not-utf8", "a-list", "config-a-list", "labels-a-list", "a-label-a-number"])
+def test_a_config_that_is_no_image_config_stops_release_and_verify_naming_it(config: bytes) -> None:
+    """Before: a traceback (JSONDecodeError, AttributeError) from release and verify alike."""
+    dev = Dev(CPU)
+    blob = _with_config(dev, config)
+    said = f"the config {blob} of an image is not an image config"
+    with pytest.raises(RegistryError, match=said):
+        dev.gather()
+    with pytest.raises(RegistryError, match=said):
+        verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
+                         signing.trusted(), checkout(CPU))
+
+
+def _index_with(dev: Dev, broken: object) -> None:
+    """The cell's index at its dev tag, both platforms validated, and beside them the entry `broken` (a "{amd64}" in
+    it: the amd64 image's digest)."""
+    amd, arm = dev.validated("amd64"), dev.validated("arm64")
+    if isinstance(broken, dict) and broken.get("digest") == "{amd64}":
+        broken = {**broken, "digest": amd}
+    index(dev, [entry(dev, amd), entry(dev, arm, arch="arm64"), broken])
+
+
+def _broken_entries() -> dict[str, object]:
+    return {"platform-a-string": {"mediaType": OCI_MANIFEST, "digest": "{amd64}", "size": 2,
+                                  "platform": "linux/amd64"},
+            "no-digest": {"mediaType": OCI_MANIFEST, "size": 2, "platform": {"os": "linux", "architecture": "arm64"}},
+            "digest-a-number": {"mediaType": OCI_MANIFEST, "digest": 7, "size": 2,
+                                "platform": {"os": "linux", "architecture": "arm64"}},
+            "a-string": "sha256:" + "1" * 64}
+
+
+@pytest.mark.parametrize("name", sorted(_broken_entries()))
+def test_an_index_entry_that_is_no_descriptor_is_refused_by_release_and_verify_naming_it(name: str) -> None:
+    """Before: a traceback (AttributeError: 'str' object has no attribute 'get'), or a failure to read
+    `manifests/` (an entry with no digest) that named neither the entry nor the index."""
+    dev = Dev(MULTI)
+    _index_with(dev, _broken_entries()[name])
+    item = dev.gather()
+    assert item.status == "refused"
+    found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
+                             signing.trusted(), checkout(MULTI))
+    assert not found.ok and found.all_problems == item.problems, (found.all_problems, item.problems)
+    if name == "platform-a-string":
+        assert any(p.startswith("index entry sha256:") and "declares no platform" in p for p in item.problems), \
+            item.problems
+    else:
+        assert any(p.startswith("an index entry (") and "names no digest (or is no descriptor)" in p
+                   for p in item.problems), item.problems
+
+
+def test_manifests_that_is_no_list_is_refused_by_release_and_verify() -> None:
+    dev = Dev(MULTI)
+    amd = dev.validated("amd64")
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entry(dev, amd)}).encode()
+    dev.client.put_manifest(dev.repo, dev.plan.dev_tag, body, OCI_INDEX)
+    item = dev.gather()
+    found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}",   # type: ignore[arg-type]
+                             signing.trusted(), checkout(MULTI))
+    assert item.status == "refused" and not found.ok
+    assert found.all_problems == item.problems
+    assert any("names no digest (or is no descriptor)" in p for p in item.problems), item.problems
