@@ -98,6 +98,23 @@ def test_a_template_that_now_needs_a_field_is_loaded_for_real(tmp_path: Path) ->
         project.load_fast()
 
 
+def test_a_change_past_byte_512_of_a_templates_first_line_is_loaded_for_real(tmp_path: Path) -> None:
+    """The key hashed the first 512 bytes of each template's first line, which the load reads whole: a field
+    named past them (a long `needs:` line) did not change the key, and release kept the stale snapshot. Both read
+    the line through snapshot.template_first_line now."""
+    project = _fixture_project(tmp_path)
+    template = project.templates / "images" / "ngc.Dockerfile.j2"
+    head = "{# needs: python" + " " * 600
+    template.write_text(head + "#}\n" + template.read_text())
+    project.load()
+    key = snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml")
+    assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
+    template.write_text(template.read_text().replace(head + "#}", head + ", apt_packages #}", 1))
+    assert snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml") not in ("", key)
+    with pytest.raises(UserError, match="needs apt_packages"):
+        project.load_fast()
+
+
 def test_a_removed_test_group_folder_is_loaded_for_real(tmp_path: Path) -> None:
     """Every group a cell names must be a folder of image-tests: a snapshot taken while it was there
     must not let a release skip that check once it is gone."""
