@@ -324,3 +324,18 @@ def test_an_entry_whose_platform_is_not_an_object_is_refused_not_a_traceback(des
         base_index.platform_manifest(client, REPO, TAG, "linux/amd64")  # type: ignore[arg-type]
     with pytest.raises(platforms.UnknownPlatform, match="is not an OCI platform object"):
         platforms.from_descriptor(descriptor)  # type: ignore[arg-type]
+
+
+def test_a_debian_base_is_made_with_the_hosts_index_secrets_masked_in_its_log(fake, monkeypatch, tmp_path):
+    """The secrets every build log is masked with (the host's index credentials) reach mmdebstrap's log writer."""
+    from buildtool.imagebuild.pipconfig import HostPip
+
+    client, made = fake
+    seen: list[object] = []
+    make = bases._make_platform
+    monkeypatch.setattr(bases.HostPip, "from_host",
+                        classmethod(lambda cls: HostPip(index_url="https://u:s3cr3tTOKEN@pkgs.example/simple")))
+    monkeypatch.setattr(bases, "_make_platform", lambda *args: seen.append(args[-1]) or make(*args))
+    fill(tmp_path, ["linux/amd64"])
+    assert made.steps == ["mmdebstrap linux/amd64"]
+    assert seen == [bases.LogFile(tmp_path / "base-debian-bookworm-amd64.log", ["s3cr3tTOKEN"])]

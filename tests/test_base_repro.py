@@ -66,7 +66,7 @@ def mmdebstrap_here(monkeypatch, tmp_path):
         seen["read"] = read
         state = bases.read_archive_state("http://deb.debian.org/debian", "bookworm", lambda uri: IN_RELEASE)
         bases._make_platform(SimpleNamespace(host="r:5000"), "library/debian", "bookworm", True,  # type: ignore[arg-type]
-                             platform, state, print, tmp_path / "log")
+                             platform, state, print, bases.LogFile(tmp_path / "log"))
         return seen
     return make
 
@@ -265,3 +265,34 @@ def test_a_stand_in_is_built_from_its_debian_base_by_digest(monkeypatch, tmp_pat
     monkeypatch.setattr(bases, "push_verified", lambda ref, log: "sha256:" + "e" * 64)
     bases.fill_bases([cell], "127.0.0.1:5000", force=False, log=print, log_dir=tmp_path, templates=tmp_path)
     assert built == [{"BASE_IMAGE": f"127.0.0.1:5000/library/debian@{debian}"}]
+
+
+def test_a_debian_bases_log_is_private_and_masked_as_an_image_build_log_is(mmdebstrap_here, monkeypatch, tmp_path):
+    """mmdebstrap's log (build-logs/base-debian-<suite>-<arch>.log) was opened with the umask's mode (0644: every
+    local user could read it) and written raw, while an image's build log is 0600 and masked line by line. It is
+    written through the same writer now: 0600 (an earlier run's 0644 file too), the base's -slim sibling's lines
+    kept (both append to one log), each line masked before it reaches the file."""
+    log = tmp_path / "log"
+    log.write_text("the -slim sibling's run\n")
+    log.chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        mmdebstrap_here()
+    finally:
+        os.umask(old)
+    assert log.stat().st_mode & 0o777 == 0o600
+    assert log.read_text().startswith("the -slim sibling's run\n")
+    token = "s3cr3tTOKEN"
+    fake_run = bases.subprocess.run
+
+    def printing(argv, **kwargs):
+        kwargs["stdout"].write(f"I: Get https://user:{token}@mirror.example.invalid/debian bookworm\n")
+        kwargs["stdout"].flush()
+        return fake_run(argv, **kwargs)
+
+    monkeypatch.setattr(bases.subprocess, "run", printing)
+    state = bases.read_archive_state("http://deb.debian.org/debian", "bookworm", lambda uri: IN_RELEASE)
+    bases._make_platform(SimpleNamespace(host="r:5000"), "library/debian", "bookworm", True,  # type: ignore[arg-type]
+                         "linux/amd64", state, print, bases.LogFile(log, [token]))
+    assert "I: Get https://user:****@mirror.example.invalid/debian bookworm\n" in log.read_text()
+    assert token not in log.read_text() and log.stat().st_mode & 0o777 == 0o600

@@ -47,6 +47,12 @@ def test_plural() -> None:
     assert (plural(1, "image"), plural(2, "image"), plural(0, "image")) == ("1 image", "2 images", "0 images")
 
 
+def test_plural_of_a_noun_that_takes_es() -> None:
+    """The scaling benchmark's `1 processes` and the report's `1 images`: every count with its noun goes through
+    plural, which takes a plural of its own where WORD + s is not it."""
+    assert [plural(n, "process", "processes") for n in (0, 1, 2)] == ["0 processes", "1 process", "2 processes"]
+
+
 def test_html_report_escapes_every_value_from_a_verdict() -> None:
     hostile = '<script>alert(1)</script>" onmouseover="x'
     report = build_report([parse_verdict(_verdict(f"cell{hostile}", hostile), "v")])

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from buildtool.common.errors import UserError
-from buildtool.contracts import busbw
+from buildtool.contracts import busbw, nccl_log
 from buildtool.launch.multinode import VERIFY_FILES, MultiNodeJob, NcclSettings, write_verifier
 
 REPO = Path(__file__).resolve().parent.parent
@@ -399,6 +399,45 @@ def test_slurm_output_carries_the_transport_check(run_cli, tmp_path: Path, kind:
 def test_the_commands_refuse_a_fabric_they_cannot_check_exit_2(run_cli, args: list[str], cause: str) -> None:
     code, _, err = run_cli("k8s", IMAGE, "--gpus-per-node", "8", *args, "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and cause in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", ["k8s", "slurm"])
+@pytest.mark.parametrize(("args", "net", "family"), [
+    (["--fabric-rate", "HDR"], "Socket", "TCP sockets"),
+    (["--fabric-rate", "HDR"], "AWS Libfabric", "AWS EFA through libfabric"),
+    (["--fabric-rate", "p5en.48xlarge"], "IB", "InfiniBand/RoCE"),
+    (["--fabric-rate", "NDR"], "UCX", "a network this check does not know"),
+])
+def test_an_nccl_net_of_another_fabric_is_refused_when_the_job_is_generated(
+        run_cli, tmp_path: Path, command: str, args: list[str], net: str, family: str) -> None:
+    """--nccl-env NCCL_NET=... selects NCCL's network; one of another family than the job asks for was generated,
+    and every node failed after the pods were scheduled and ran. It is refused now, exit 2, naming both options,
+    by the rule the verifier reads NCCL's `Using network` with (NCCL matches NCCL_NET in any case)."""
+    out = ["--out", str(tmp_path / "ddp.sbatch")] if command == "slurm" else []
+    code, _, err = run_cli(command, IMAGE, "--nodes", "2", "--gpus-per-node", "8", *args, "--nccl-env",
+                           f"NCCL_NET={net}", *out, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--nccl-env NCCL_NET={net} selects {family}" in err and args[0] in err
+    assert not (tmp_path / "ddp.sbatch").exists()
+    for fine in (["--fabric-rate", "HDR", "--nccl-env", "NCCL_NET=ib"], ["--nccl-env", "NCCL_NET=Socket"],
+                 ["--fabric-rate", "NDR", "--nccl-env", "NCCL_NET=IBext_v8"]):
+        code, _, err = run_cli(command, IMAGE, "--nodes", "2", "--gpus-per-node", "8", *fine, *out,
+                               "--matrix", str(REPO / "matrix.yaml"))
+        assert code == 0, err
+
+
+def test_nccl_net_families_are_the_verifiers() -> None:
+    """The launcher's refusal and the verifier read a network's family with one rule (nccl_log.family_of): a job
+    asking for IB that NCCL ran on the network NCCL_NET names fails there exactly where it is refused here."""
+    for net in ("Socket", "IB", "IBext_v8", "AWS Libfabric", "UCX"):
+        settings = {"image": IMAGE, "nodes": 2, "gpus_per_node": 2, "fabric_rate": "HDR",
+                    "nccl": NcclSettings(extra=(("NCCL_NET", net),))}
+        refused = nccl_log.read(f"gpu-a01:1:1 [0] NCCL INFO Using network {net}\n").families() != ["IB"]
+        if refused:
+            with pytest.raises(UserError, match=f"NCCL_NET={net} selects"):
+                MultiNodeJob(**settings)
+        else:
+            assert MultiNodeJob(**settings).env["NCCL_NET"] == net
 
 
 @pytest.mark.parametrize("value", ["vpc.amazonaws.com/efa", "vpc.amazonaws.com/efa="])

@@ -188,3 +188,22 @@ def test_whether_mig_is_on_is_read_for_every_gpu_and_never_guessed(
         assert [g.index for g in found.gpus] == ["0", "1", "2"] and found.problem == "", found
     else:
         assert found.gpus == [] and found.problem.startswith(problem), found.problem
+
+
+@pytest.mark.parametrize(("fake", "cause", "driver"), [
+    (FakeGpus(count=2, name=A100, mig="Enabled"), "turn MIG off", False),
+    (FakeGpus(count=1, name=A100, mig="[Unknown Error]"), "reset it or reboot the runner", False),
+    (FakeGpus(broken="Failed to initialize NVML: Driver/library version mismatch"), "version mismatch", True),
+], ids=["mig-on", "mig-mode-unreadable", "nvml-mismatch"])
+def test_a_gpu_runner_without_a_usable_gpu_is_told_the_fix_of_its_cause(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeGpus, cause: str, driver: bool) -> None:
+    """--require-gpu without a usable GPU ended in `fix the NVIDIA driver (...)` whatever the cause: after MIG's own
+    fix (turn MIG off) or a GPU NVML cannot read (reset it), that sent the operator to a driver that was fine. The
+    driver's fix is said only where nvidia-smi is missing, failing or lists nothing (contracts.nvidia_smi)."""
+    fake_nvidia_smi(tmp_path / "bin", fake)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    with pytest.raises(FailedError) as caught:
+        probe.require_gpus(probe.gpu_inventory())
+    message = str(caught.value)
+    assert cause in message and "\n" not in message, message
+    assert ("fix the NVIDIA driver" in message) == driver, message

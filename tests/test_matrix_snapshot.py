@@ -42,15 +42,21 @@ def same(real: object, snap: object, where: str) -> None:
         assert real == snap, where
 
 
-@pytest.mark.parametrize("matrix", [REPO / "matrix.yaml", REPO / "tests/fixtures/mini/matrix.yaml"])
-def test_snapshot_gives_every_value_of_the_real_matrix(tmp_path: Path, matrix: Path) -> None:
+def _repo_project(tmp_path: Path, matrix: Path = REPO / "matrix.yaml") -> Project:
+    """A project of MATRIX, the templates beside it (else the checkout's) and the checkout's image-tests (the groups
+    cells name), under tmp_path/p."""
     root = tmp_path / "p"
     root.mkdir()
     shutil.copy2(matrix, root / "matrix.yaml")
     templates = matrix.parent / "templates"
     shutil.copytree(templates if templates.is_dir() else REPO / "templates", root / "templates")
-    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
-    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    shutil.copytree(REPO / "image-tests", root / "image-tests")
+    return Project(root=root, matrix_path=root / "matrix.yaml")
+
+
+@pytest.mark.parametrize("matrix", [REPO / "matrix.yaml", REPO / "tests/fixtures/mini/matrix.yaml"])
+def test_snapshot_gives_every_value_of_the_real_matrix(tmp_path: Path, matrix: Path) -> None:
+    project = _repo_project(tmp_path, matrix)
     real = project.load()                          # writes the snapshot
     snap = project.load_fast()
     assert isinstance(snap, snapshot.MatrixSnapshot)
@@ -62,12 +68,8 @@ def test_snapshot_gives_every_value_of_the_real_matrix(tmp_path: Path, matrix: P
 
 
 def test_a_changed_matrix_is_loaded_for_real(tmp_path: Path) -> None:
-    root = tmp_path / "p"
-    root.mkdir()
-    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
-    shutil.copytree(REPO / "templates", root / "templates")
-    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
-    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project = _repo_project(tmp_path)
+    root = project.root
     project.load()
     text = (root / "matrix.yaml").read_text().replace('shm_size: 8g', 'shm_size: 4g', 1)
     (root / "matrix.yaml").write_text(text)
@@ -84,12 +86,8 @@ def test_a_changed_matrix_is_loaded_for_real(tmp_path: Path) -> None:
 def test_a_template_that_now_needs_a_field_is_loaded_for_real(tmp_path: Path) -> None:
     """A template's first line may name fields the matrix must set: a snapshot taken before the
     template said so must not let a release skip that check."""
-    root = tmp_path / "p"
-    root.mkdir()
-    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
-    shutil.copytree(REPO / "templates", root / "templates")
-    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
-    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project = _repo_project(tmp_path)
+    root = project.root
     project.load()
     assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
     template = root / "templates" / "images" / "ngc.Dockerfile.j2"
@@ -98,15 +96,28 @@ def test_a_template_that_now_needs_a_field_is_loaded_for_real(tmp_path: Path) ->
         project.load_fast()
 
 
+def test_a_change_past_byte_512_of_a_templates_first_line_is_loaded_for_real(tmp_path: Path) -> None:
+    """The key hashed the first 512 bytes of each template's first line, which the load reads whole: a field
+    named past them (a long `needs:` line) did not change the key, and release kept the stale snapshot. Both read
+    the line through snapshot.template_first_line now."""
+    project = _fixture_project(tmp_path)
+    template = project.templates / "images" / "ngc.Dockerfile.j2"
+    head = "{# needs: python" + " " * 600
+    template.write_text(head + "#}\n" + template.read_text())
+    project.load()
+    key = snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml")
+    assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
+    template.write_text(template.read_text().replace(head + "#}", head + ", apt_packages #}", 1))
+    assert snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml") not in ("", key)
+    with pytest.raises(UserError, match="needs apt_packages"):
+        project.load_fast()
+
+
 def test_a_removed_test_group_folder_is_loaded_for_real(tmp_path: Path) -> None:
     """Every group a cell names must be a folder of image-tests: a snapshot taken while it was there
     must not let a release skip that check once it is gone."""
-    root = tmp_path / "p"
-    root.mkdir()
-    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")   # its frameworks: pytorch and tensorflow
-    shutil.copytree(REPO / "templates", root / "templates")
-    copy_fixture_image_tests(root / "image-tests")
-    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project = _fixture_project(tmp_path)   # its frameworks: pytorch and tensorflow
+    root = project.root
     project.load()
     assert isinstance(project.load_fast(), snapshot.MatrixSnapshot)
     shutil.rmtree(root / "image-tests" / "tensorflow")
@@ -233,12 +244,8 @@ def test_an_unlistable_image_tests_folder_is_one_line(tmp_path: Path, monkeypatc
 
 def test_a_matrix_too_big_to_pay_off_gets_no_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every load writes a snapshot; past MAX_CELLS that would cost more than it saves."""
-    root = tmp_path / "p"
-    root.mkdir()
-    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
-    shutil.copytree(REPO / "templates", root / "templates")
-    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
-    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project = _repo_project(tmp_path)
+    root = project.root
     monkeypatch.setattr(snapshot, "MAX_CELLS", len(project.load().cells) - 1)
     (root / "matrix.yaml").write_text((root / "matrix.yaml").read_text() + "\n# changed\n")
     project.load()
@@ -253,12 +260,8 @@ def test_a_matrix_saved_during_the_load_gets_no_snapshot(tmp_path: Path, monkeyp
     saved file's key (release would reuse them); no snapshot then, and the next fast load is a real one."""
     from buildtool.matrix import loader
 
-    root = tmp_path / "p"
-    root.mkdir()
-    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
-    shutil.copytree(REPO / "templates", root / "templates")
-    shutil.copytree(REPO / "image-tests", root / "image-tests")   # the groups cells name
-    project = Project(root=root, matrix_path=root / "matrix.yaml")
+    project = _repo_project(tmp_path)
+    root = project.root
     monkeypatch.setattr(snapshot, "cache_dir", lambda: tmp_path / "cache")   # none from other tests
     old_key = snapshot.snapshot_key(project.matrix_path, project.templates, "matrix.yaml")
     real_load = loader.load_matrix

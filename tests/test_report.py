@@ -230,7 +230,7 @@ def test_fetch_reports_what_it_fetched_not_an_older_verdict_left_in_the_folder(p
     code, out, err = run_cli("report", "--fetch", "--framework", "pytorch-cpu:2.13", "--verdicts", str(folder),
                              "--out", str(tmp_path / "o"), "--matrix", str(project / "matrix.yaml"))
     assert code == 0, err
-    assert "1 images, 1 failed / 0 passed" in out
+    assert "1 image, 1 failed / 0 passed" in out
     md = (tmp_path / "o" / "report.md").read_text()
     assert "- ❌ `pytorch-cpu:2.13` `image/verdict`: no image (the build failed)" in md
     assert "sha256:999999999999" not in md and (folder / "pytorch-cpu_2.13.verdict.json").is_file()

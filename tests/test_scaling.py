@@ -350,3 +350,14 @@ def test_docs_say_the_slurm_join_timeout_and_that_it_is_under_the_job_timeout() 
     assert f"waits up to {join} s for every node to join the c10d rendezvous" in doc
     assert f"half of the {job} s each job gets by default (`--timeout`, queueing included)" in doc
     assert "`buildtool scaling` has no option for it" in doc
+
+
+def test_a_run_of_one_process_or_node_says_so_in_the_singular(tmp_path: Path) -> None:
+    """A failed run of one process read `scaling run with 1 processes failed`; a count is printed with its noun in
+    the singular where it is 1 (common.documents.plural)."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(FailedError) as caught:
+        run_one(Launcher(kind="host", python=str(fake)), 1, WORKER, 256, 2, 64, 60)
+    assert str(caught.value).startswith("scaling run with 1 process failed (exit 3)"), caught.value

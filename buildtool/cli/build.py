@@ -85,6 +85,7 @@ def build(
     check_arguments("build", locals())   # every argument first (issue 37)
     from buildtool.attest.keys import cache_trust
     from buildtool.common import tsa as timestamps
+    from buildtool.common.documents import plural
     from buildtool.common.errors import FailedError
     from buildtool.contracts import platforms
     from buildtool.imagebuild.bases import is_loopback_registry
@@ -118,7 +119,7 @@ def build(
         _print_results(results, revision)
     failed = [r.cell for r in results if r.result == "failed"]
     if failed:
-        raise FailedError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
+        raise FailedError(f"{len(failed)} of {plural(len(results), 'cell')} failed: {', '.join(failed)}")
 
 
 def _print_results(results: list[CellResult], revision: str) -> None:

@@ -84,6 +84,7 @@ def check(
     or a cell's lock is missing, broken, stale (made from other matrix values) or edited by hand
     (re-resolved with uv and compared entry by entry; needs the package index unless --offline)."""
     check_arguments("check", locals())   # every argument first (issue 37)
+    from buildtool.common.documents import plural
     from buildtool.common.errors import FailedError
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.lock import check_cell, uv_pin_problems
@@ -120,7 +121,8 @@ def check(
         raise FailedError("generated files drifted from matrix.yaml; run `make render` and commit the result")
     how = ("not re-resolved: --offline" if offline else
            _resolved_note(len(loaded.cells) - len(not_resolved), not_resolved, apt_not_resolved))
-    err.print(f"{len(outputs.files)} generated files match matrix.yaml; the locks of {len(loaded.cells)} cells too "
+    err.print(f"{plural(len(outputs.files), 'generated file')} match matrix.yaml; the locks of "
+              f"{plural(len(loaded.cells), 'cell')} too "
               f"({how})")
 
 

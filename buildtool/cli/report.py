@@ -36,6 +36,7 @@ def report(
 ) -> None:
     """Turn verdicts into one static HTML page and Markdown (images by rows, checks by columns)."""
     check_arguments("report", locals())   # every argument first (issue 37)
+    from buildtool.common.documents import plural
     from buildtool.report import nightly as rep
     from buildtool.report.verdict_files import load_verdict_files, load_verdicts
 
@@ -49,7 +50,7 @@ def report(
         paths = rep.write_report(model, out_dir, scaling)
     counts = model.counts
     # Verbatim: rich read a `[/]` in --out as markup (a traceback after the report was written), `:ok:` as an emoji.
-    say(f"{paths['html']}: {len(model.rows)} images, {counts['failed']} failed / {counts['passed']} passed"
+    say(f"{paths['html']}: {plural(len(model.rows), 'image')}, {counts['failed']} failed / {counts['passed']} passed"
         f" / {counts['skipped']} skipped checks, {len(model.newly_failing)} newly failing")
 
 

@@ -39,9 +39,10 @@ def code_span(value: Any) -> str:
     return f"{fence} {text} {fence}" if longest else f"`{text}`"
 
 
-def plural(count: int, word: str) -> str:
-    """`1 image`, `2 images`."""
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+def plural(count: int, word: str, words: str = "") -> str:
+    """`1 image`, `2 images`, `0 images` (`words`: a plural that is not WORD + s, `1 process`, `2 processes`): every
+    count printed with its noun, in documents and messages alike."""
+    return f"{count} {word}" if count == 1 else f"{count} {words or word + 's'}"
 
 
 _ENVIRONMENTS: dict[str, jinja2.Environment] = {}

@@ -175,7 +175,19 @@ REFERENCE: Grammar = argcheck.reference
 PATH, FILE, DIR, OUT_FILE, OUT_DIR = (_path(k) for k in ("any", "file", "dir", "out-file", "out-dir"))
 NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?"
 # The matrix says which selectors exist (read here: no call out); the grammar keeps out what no name has.
-SELECTOR = _word(r"[A-Za-z0-9_.:,+-]{1,512}", "an image, a cell (image:version), a framework or all (comma list)")
+SELECTORS = _word(r"[A-Za-z0-9_.:,+-]{1,512}", "an image, a cell (image:version), a framework or all (comma list)")
+
+
+def _selector(option: str, value: str) -> object:
+    """One image, cell, framework or all, as the README says FRAMEWORK is: only release takes a comma list
+    (release_run._cells); elsewhere `a,b` was refused as one unknown name, naming the list."""
+    if "," in value:
+        raise UserError(f"{option} {shown(value)}: this command takes one image, cell, framework or all, not a comma "
+                        "list (only release takes several); run it once for each")
+    return SELECTORS(option, value)
+
+
+SELECTOR: Grammar = _selector
 FRAMEWORK_NAME = _word(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?", "a framework name (a folder image-tests/<name>/)")
 _DNS_LABEL_RE, _DNS_LABEL_WHAT = (r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name (at most 63 lower-case "
                                   "letters, digits, '-', alphanumeric at both ends)")
@@ -309,7 +321,7 @@ RELEASE_OPTIONS: tuple[Option, ...] = (
     Option(("--from", "--revision"), "from_sha", "value", GIT_REF,
            "Git sha (or the revision given to `build --revision`) whose dev images to promote (default: HEAD, as "
            "`buildtool build` names it).", envvar="REVISION"),
-    Option(("--framework", "-f"), "framework", "append", _each(SELECTOR),
+    Option(("--framework", "-f"), "framework", "append", _each(SELECTORS),
            "An image, a cell, a framework or all (repeatable, or comma list)."),
     Option(("--dry-run",), "dry_run", "flag", FLAG, "Check gates and show the tag plan; write nothing."),
     Option(("--force",), "force", "flag", FLAG,
@@ -395,7 +407,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
     "verify": {"image": ("IMAGE", REFERENCE), "trust_local_key": ("--trust-local-key", FLAG),
                "keys": ("--keys", FILE), "accept_skip": ("--accept-skip", _each(_skip_waiver)), "as_json": JSON,
                "matrix": MATRIX},
-    "workflows ci-matrix": {"plan": ("--plan", FILE), "cells": ("--cells", SELECTOR)},
+    "workflows ci-matrix": {"plan": ("--plan", FILE), "cells": ("--cells", SELECTORS)},
     "workflows write": {"gpu_labels": ("--gpu-labels", LABEL_LIST), "cron": ("--cron", CRON),
                         "out_dir": ("--out", OUT_DIR), "matrix": MATRIX},
 }

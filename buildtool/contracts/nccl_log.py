@@ -70,13 +70,15 @@ _WHY = re.compile(r"NET/IB ?: No device found|Failed to open libibverbs|NET/Plug
 
 
 def family_of(network: str) -> str:
-    """The family of a network NCCL names in `Using network NAME` (IB, EFA, Socket, or unknown)."""
-    name = network.strip()
-    if name == "IB" or name.startswith(("IBext", "NCCL RDMA Plugin")):
+    """The family of a network NCCL names in `Using network NAME` (IB, EFA, Socket, or unknown), or that NCCL_NET
+    selects: NCCL takes the network whose name matches NCCL_NET in any case (src/init.cc, strcasecmp), so the
+    launcher refuses an NCCL_NET of another family than the job asks for with the rule the verifier applies."""
+    name = network.strip().casefold()
+    if name == "ib" or name.startswith(("ibext", "nccl rdma plugin")):
         return IB
-    if "Libfabric" in name or name == "OFI":
+    if "libfabric" in name or name == "ofi":
         return EFA
-    if name == "Socket":
+    if name == "socket":
         return SOCKET
     return UNKNOWN
 

@@ -17,6 +17,9 @@ NO_VALUE = ("[N/A]", "[Not Supported]")
 # when none are made: its GPU tests would fail misleadingly. Asked apart, so the rows of QUERY keep their shape.
 MIG_QUERY = ("index", "mig.mode.current")
 MIG_OFF = ("Disabled", *NO_VALUE)   # [N/A] on a GPU without MIG (consumer, pre-Ampere)
+# The fixes the problems below name themselves, where the NVIDIA driver is not the cause (names_its_fix).
+UNREADABLE_FIX = "reset it or reboot the runner"
+MIG_FIX = "or use a runner without MIG"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -70,7 +73,7 @@ def _broken_field(parts: list[str]) -> str:
         error = value.startswith("[") and value.endswith("]") and value not in NO_VALUE
         if error or value == "ERR!" or (field == "name" and value in ("", *NO_VALUE)):
             return (f"nvidia-smi lists GPU {parts[0][:20]} ({parts[1][:60]}) but reads its {field} as {value[:60]!r} "
-                    "(a GPU NVML cannot read is no usable GPU; reset it or reboot the runner)")
+                    f"(a GPU NVML cannot read is no usable GPU; {UNREADABLE_FIX})")
     return ""
 
 
@@ -99,11 +102,17 @@ def mig_problem(found: list[dict[str, str]]) -> str:
     for index, mode in modes.items():
         if mode not in ("Enabled", *MIG_OFF):
             return (f"nvidia-smi lists GPU {index} ({names[index][:60]}) but reads its mig.mode.current as "
-                    f"{mode[:60]!r} (a GPU NVML cannot read is no usable GPU; reset it or reboot the runner)")
+                    f"{mode[:60]!r} (a GPU NVML cannot read is no usable GPU; {UNREADABLE_FIX})")
     on = [index for index, mode in modes.items() if mode == "Enabled"]
     if not on:
         return ""
     listed = ", ".join(f"{index} ({names[index][:60]})" for index in on)
     return (f"MIG mode is on for GPU {listed} (mig.mode.current Enabled): CUDA sees its MIG instances, not the whole "
             f"GPU, so the GPU tests cannot run on it; turn MIG off (`nvidia-smi -i {','.join(on)} -mig 0` as root, "
-            "then reset the GPU or reboot) or use a runner without MIG")
+            f"then reset the GPU or reboot) {MIG_FIX}")
+
+
+def names_its_fix(problem: str) -> bool:
+    """Whether a problem of gpus() says what to do itself (MIG on, a GPU NVML cannot read), the NVIDIA driver being
+    no cause; the others (nvidia-smi missing, failing, listing nothing) are the driver's to fix."""
+    return UNREADABLE_FIX in problem or MIG_FIX in problem

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from buildtool.common.documents import plural
 from buildtool.contracts import platforms
 
 SCHEMA: Literal[6] = 6
@@ -256,7 +257,7 @@ def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: lis
         reasons.append(f"{len(missing)} defined test(s) neither ran nor were deselected: {', '.join(missing[:3])}"
                        if missing else "no list of the tests the cell's groups define")
     if deselected:
-        reasons.append(f"{len(deselected)} of the cell's {len(defined)} tests deselected"
+        reasons.append(f"{len(deselected)} of the cell's {plural(len(defined), 'test')} deselected"
                        + (f" by -k {expression!r}" if expression else ""))
     if gpu_cell and emulated:
         reasons.append("a GPU cell's tests ran under emulation (an emulated GPU run is not a GPU run); validate "

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,8 +175,16 @@ def read_archive_state(archive: str, suite: str, fetch: archive_state.Fetch | No
     return ArchiveState(release, int(date.timestamp()))
 
 
+@dataclass(frozen=True)
+class LogFile:
+    """Where a base's mmdebstrap writes its output, and the strings masked in each line (as in every build log)."""
+
+    path: Path
+    secrets: Sequence[str] = ()
+
+
 def _make_platform(client: RegistryClient, repo: str, suite: str, slim: bool, platform: str, state: ArchiveState,
-                   log: Log, log_file: Path) -> base_index.Child:
+                   log: Log, log_file: LogFile) -> base_index.Child:
     """One platform's base: a sealed mmdebstrap tree (QEMU runs the second stage of another machine's), written
     to the registry as an image of `platform` by digest; no tag moves."""
     native = platform == platforms.host().name
@@ -195,7 +203,7 @@ def _make_platform(client: RegistryClient, repo: str, suite: str, slim: bool, pl
 
 
 def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, state: ArchiveState, log: Log,
-                 log_file: Path) -> None:
+                 log_file: LogFile) -> None:
     """mmdebstrap (for `platform`, None: this machine's) at the archive state `state`, slimmed and sealed."""
     if not shutil.which("mmdebstrap"):
         raise UserError("mmdebstrap is not installed; run `bash scripts/setup.sh` (installs it as root)")
@@ -207,14 +215,15 @@ def _make_rootfs(suite: str, slim: bool, rootfs: Path, platform: str | None, sta
     what = " ".join(argv[:-2])
     log(f"SOURCE_DATE_EPOCH={state.epoch} {what} ({'a few minutes under QEMU' if platform else 'about a minute'})"
         f" -> {rootfs}")
-    with log_file.open("a") as out:
+    # Appended to: a suite's base and its -slim sibling share the log. Private and masked as an image's build log.
+    with engine.private_log(log_file.path, append=True) as out:
         try:
-            run = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=MMDEBSTRAP_TIMEOUT,
-                                 stdin=subprocess.DEVNULL, env={**os.environ, "SOURCE_DATE_EPOCH": str(state.epoch)})
+            returncode = engine.run_masked(argv, {**os.environ, "SOURCE_DATE_EPOCH": str(state.epoch)}, out,
+                                           log_file.secrets, MMDEBSTRAP_TIMEOUT)
         except subprocess.TimeoutExpired:
-            raise FailedError(f"{what} timed out after {MMDEBSTRAP_TIMEOUT}s; see {log_file}") from None
-    if run.returncode != 0:
-        raise FailedError(f"{what} exited {run.returncode}; see {log_file}")
+            raise FailedError(f"{what} timed out after {MMDEBSTRAP_TIMEOUT}s; see {log_file.path}") from None
+    if returncode != 0:
+        raise FailedError(f"{what} exited {returncode}; see {log_file.path}")
     read = sorted((rootfs / "var/lib/apt/lists").glob(f"*_dists_{suite}_InRelease"))
     found = [hashlib.sha256(p.read_bytes()).hexdigest() for p in read]
     if found != [state.release.sha256]:
@@ -379,9 +388,10 @@ def _debian_base(ref: str, upstream: str, wanted: list[str], log: Log, log_dir: 
     log(f"{ref}: the archive state is {state.release.uri} sha256:{state.release.sha256} ({state.release.date})")
     results: dict[str, BaseResult] = {}
     made = dict(children)
+    secrets = secret_strings(HostPip.from_host())   # as every build log is masked
     for name in todo:
         begun = time.monotonic()
-        log_file = log_dir / f"base-debian-{suite}-{platforms.get(name).architecture}.log"
+        log_file = LogFile(log_dir / f"base-debian-{suite}-{platforms.get(name).architecture}.log", secrets)
         made[name] = _make_platform(client, repo, suite, slim, name, state, log, log_file)
         results[name] = BaseResult(ref, "mmdebstrap", made[name].digest, time.monotonic() - begun, name)
         log(f"{ref} {name}: mmdebstrap and write took {time.monotonic() - begun:.0f}s ({made[name].digest})")

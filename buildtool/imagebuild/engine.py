@@ -129,11 +129,12 @@ def build(client: BuildClient, request: BuildRequest) -> str:
     argv = _argv(client, request, iidfile)
     wall_started = int(time.time())
     started = time.monotonic()
-    with _private_log(log_path) as log:
+    with private_log(log_path) as log:
         log.write(f"$ {client.describe()} ... {request.context}\n")
         log.flush()
         try:
-            returncode = _run_masked(argv, {**os.environ, **dict(client.env)}, request, log)
+            returncode = run_masked(argv, {**os.environ, **dict(client.env)}, log, request.log_secrets,
+                                    request.timeout)
         except subprocess.TimeoutExpired:
             log.write(f"\nbuild timed out after {request.timeout:.0f}s\n")
             raise BuildFailed(f"timed out after {request.timeout:.0f}s") from None
@@ -160,18 +161,19 @@ def build(client: BuildClient, request: BuildRequest) -> str:
     return image_id
 
 
-def _private_log(path: Path) -> TextIO:
-    """`path` emptied for writing and readable by this user only, an earlier build's log of another mode too: what
-    pip or uv prints in a build (the index a package came from) is not every local user's to read."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def private_log(path: Path, append: bool = False) -> TextIO:
+    """`path` emptied (or appended to) for writing and readable by this user only, an earlier build's log of another
+    mode too: what pip or uv prints in a build (the index a package came from) is not every local user's to read.
+    Every build log is opened here, the bases' too."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o600)
     os.fchmod(fd, 0o600)
-    return open(fd, "w", errors="replace")
+    return open(fd, "a" if append else "w", errors="replace")
 
 
-def _run_masked(argv: list[str], env: dict[str, str], request: BuildRequest, log: TextIO) -> int:
-    """Run the build, its output copied into `log` a line at a time, each masked (request.log_secrets) before it is
-    written: a build killed midway leaves no index token that pip or uv printed in the log. Its exit status;
-    subprocess.TimeoutExpired past request.timeout, as subprocess.run raises it."""
+def run_masked(argv: list[str], env: dict[str, str], log: TextIO, secrets: Sequence[str], timeout: float) -> int:
+    """Run a build (an image's, or mmdebstrap's for a base), its output copied into `log` a line at a time, each
+    masked (`secrets`) before it is written: a build killed midway leaves no index token that pip or uv printed in
+    the log. Its exit status; subprocess.TimeoutExpired past `timeout`, as subprocess.run raises it."""
     read_end, write_end = os.pipe()
 
     def copy() -> None:
@@ -180,14 +182,14 @@ def _run_masked(argv: list[str], env: dict[str, str], request: BuildRequest, log
                 # Read on whatever befalls the log (a full disk; closed, a killed client's child still printing):
                 # the build must never block on its output.
                 with suppress(ValueError, OSError):
-                    log.write(scrub(line.decode(errors="replace"), request.log_secrets))
+                    log.write(scrub(line.decode(errors="replace"), secrets))
                     log.flush()
 
     copier = threading.Thread(target=copy, name="build-log", daemon=True)
     copier.start()
     try:
         with open(write_end, "w") as sink:
-            return subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, timeout=request.timeout,
+            return subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, timeout=timeout,
                                   stdin=subprocess.DEVNULL).returncode
     finally:   # the output's end (not waited for past DRAIN_TIMEOUT: a killed client's plugin may still hold it)
         copier.join(DRAIN_TIMEOUT)

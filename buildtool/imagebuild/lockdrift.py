@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from buildtool.common.documents import plural
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.locks import LockFile, parse_lock
 from buildtool.imagebuild import lock
@@ -38,7 +39,7 @@ def compare(committed: LockFile, resolved: LockFile) -> list[tuple[str, str, str
         elif set(have.hashes) != set(want.hashes):
             if not set(have.hashes) & set(want.hashes):
                 found.append((name, "re-versioned", f"the lock's hashes for {have.version} are none of "
-                              f"{have.version}'s {len(want.hashes)} files"))
+                              f"{have.version}'s {plural(len(want.hashes), 'file')}"))
             else:
                 extra, missing = set(have.hashes) - set(want.hashes), set(want.hashes) - set(have.hashes)
                 found.append((name, "re-hashed", f"{have.version}: {len(extra)} hash(es) of no file of "

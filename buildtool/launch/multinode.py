@@ -169,6 +169,13 @@ class MultiNodeJob:
         if len(asked) > 1:
             raise UserError("the job asks for two fabrics: " + " and ".join(
                 f"{family} ({', '.join(options)})" for family, options in sorted(asked.items())) + "; name one")
+        net = dict(self.nccl.extra).get("NCCL_NET")
+        if asked and net is not None and nccl_log.family_of(net) != self.wanted_family:
+            # The verifier fails every node whose NCCL used another family: say so before any pod is scheduled.
+            family, options = next(iter(asked.items()))
+            raise UserError(f"--nccl-env NCCL_NET={net} selects {nccl_log.FAMILY_WORDS[nccl_log.family_of(net)]}, "
+                            f"but the job asks for {family} ({' and '.join(options)}): name a network of {family} "
+                            "in NCCL_NET or leave it out")
         if (asked or self.require_gdr) and self.nccl.debug in ("VERSION", "WARN"):
             raise UserError(f"--nccl-debug {self.nccl.debug}: the job asks for {self.fabric_reason}, and the check "
                             "reads NCCL's INFO lines to see that NCCL used it; leave --nccl-debug unset (INFO, "

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.common import docker_cli
+from buildtool.common.documents import plural
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.rendezvous import RDZV_PORT
 
@@ -76,7 +77,8 @@ class Launcher:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=full_env, check=False)
         except subprocess.TimeoutExpired:
-            raise FailedError(f"scaling run with {count} processes took over {timeout_s:.0f} s") from None
+            raise FailedError(f"scaling run with {plural(count, 'process', 'processes')} took over {timeout_s:.0f} s"
+                              ) from None
         except FileNotFoundError as exc:
             raise UserError(f"cannot start {cmd[0]} ({exc}); install it or choose another --launcher") from None
         finally:
@@ -262,7 +264,7 @@ FAILURE_TAIL_LINES = 40
 def run_one(launcher: Launcher | SlurmLauncher, count: int, worker: Path, samples: int, epochs: int, batch: int,
             timeout_s: float) -> RunResult:
     env = {"SCALING_SAMPLES": str(samples), "SCALING_EPOCHS": str(epochs), "SCALING_BATCH": str(batch)}
-    what = f"{count} node{'s' if count != 1 else ''}" if isinstance(launcher, SlurmLauncher) else f"{count} processes"
+    what = plural(count, "node") if isinstance(launcher, SlurmLauncher) else plural(count, "process", "processes")
     started = time.monotonic()
     code, output = launcher.run(count, worker, env, timeout_s)
     wall_clock = time.monotonic() - started

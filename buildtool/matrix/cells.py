@@ -33,6 +33,7 @@ from buildtool.matrix.schema import (
     StandIn,
     VersionSpec,
 )
+from buildtool.matrix.snapshot import template_first_line
 from buildtool.matrix.yamlsource import Loc, Located
 
 _REQUIRED = ("framework", "accelerator", "template", "base", "python", "framework_version", "run", "tests", "use")
@@ -96,8 +97,7 @@ def _template_needs(templates_dir: Path | None, template: str) -> tuple[str, ...
     if templates_dir is None:
         return ()
     try:
-        with (templates_dir / template).open(encoding="utf-8", errors="replace") as handle:
-            first = handle.readline()
+        first = template_first_line(templates_dir / template)
     except OSError:
         first = ""
     match = _NEEDS_RE.match(first)

@@ -104,16 +104,23 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Pa
                 inputs.update(dict.fromkeys(frameworks.row_inputs(tests_dir / group)))
         for folder in inputs:
             digest.update(b"\0" + os.path.relpath(folder, tests_dir).encode() + b"\0" + _listing(folder))
-        # A template's first line may name the cell fields it needs (cells.py reads them).
+        # A template's first line may name the cell fields it needs (cells.py reads them): the same text the
+        # load reads, whole (512 bytes of it once: a change past them kept the stale snapshot).
         for name in names:
-            with (templates / name).open("rb") as handle:
-                digest.update(b"\0" + handle.readline(512))
+            digest.update(b"\0" + template_first_line(templates / name).encode())
     except OSError:
         return ""
     package = Path(__file__).resolve().parents[1]
     for path in sorted(p for folder in _CODE_DIRS for p in (package / folder).glob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def template_first_line(path: Path) -> str:
+    """A template's first line, where it may name the cell fields it needs (cells._template_needs): read here for
+    the load and for the snapshot's key alike, so the key covers what the load reads. OSError when unreadable."""
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        return handle.readline()
 
 
 def _listing(folder: Path) -> bytes:

@@ -78,9 +78,12 @@ def _interconnect(count: int) -> tuple[str, str, str]:
 def require_gpus(inventory: Inventory) -> None:
     """A declared GPU runner that cannot see its GPUs fails at once (exit 1), before any test."""
     if not inventory.gpus:
+        # MIG on, or a GPU NVML cannot read: the problem names its own fix, which is not the driver's.
+        fix = "" if nvidia_smi.names_its_fix(inventory.problem) else (
+            "; fix the NVIDIA driver (nvidia-smi must list the GPUs; after a kernel or driver update, reboot or "
+            "reload the nvidia modules)")
         raise FailedError(f"this runner is declared a GPU runner (--require-gpu or {gpu.REQUIRE_GPU_ENV}) but has "
-                          f"no usable GPU: {inventory.problem}; fix the NVIDIA driver (nvidia-smi must list the "
-                          "GPUs; after a kernel or driver update, reboot or reload the nvidia modules)")
+                          f"no usable GPU: {inventory.problem}{fix}")
 
 
 def run_flags(cell: Cell, labels: dict[str, str], gpus: list[dict[str, str]], log: Log) -> list[str]:
