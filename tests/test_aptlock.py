@@ -61,6 +61,25 @@ def test_simulation_lines_upgrades_included_and_an_unreadable_one_refused():
         parse_simulation("Inst ???\n")
 
 
+
+def test_a_simulated_package_of_a_foreign_architecture_or_named_twice_is_refused():
+    """`Inst libc6:i386 ...` (a base with a foreign architecture added) was kept as `libc6`: it overwrote the
+    native libc6's version, or alone was locked as a native package the lock's `libc6=...` then installs."""
+    native = "Inst libc6 (2.36-9+deb12u10 Debian:12.12/stable [amd64])\n"
+    foreign = "Inst libc6:i386 (2.36-9+deb12u9 Debian:12.12/stable [i386])\n"
+    assert parse_simulation(native, "amd64") == {"libc6": "2.36-9+deb12u10"}
+    for output in (native + foreign, foreign):
+        with pytest.raises(ValueError, match=re.escape("adds libc6:i386, a package of another architecture than "
+                                                       "amd64's")):
+            parse_simulation(output, "amd64")
+    with pytest.raises(ValueError, match=re.escape("names libc6 twice (2.36-9+deb12u10 and 2.36-9+deb12u9)")):
+        parse_simulation(native + foreign.replace(":i386", ":amd64"), "amd64")
+    out = ("--- arch\namd64\n--- base\nbash=5.2\n--- plan\n" + native + foreign + "--- pinned\n" + native
+           + "--- served\n--- hashes\n")
+    with pytest.raises(ValueError, match=re.escape("libc6:i386")):
+        aptlock.parse_probe(out)
+
+
 # -- render --------------------------------------------------------------------------------------------
 
 def test_render_pins_every_locked_package_and_stops_without_a_lock(tmp_path: Path):

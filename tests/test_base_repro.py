@@ -155,6 +155,25 @@ def test_seal_leaves_older_mtimes_and_symlink_targets_alone(tmp_path):
     assert (tmp_path / "etc/hosts").read_bytes() == b""
 
 
+
+def test_a_platforms_base_is_labelled_the_same_whichever_machine_makes_it(mmdebstrap_here, monkeypatch):
+    """The BASE_SOURCE label (in the base's config, so its digest) named `--architectures=` only where the platform
+    was not the machine's own: an arm64 machine made another arm64 base digest than an amd64 machine from one
+    archive state, and each machine judged the other's base an older recipe and made it again."""
+    made = {}
+    for host in ("linux/amd64", "linux/arm64"):
+        monkeypatch.setattr(bases.platforms, "host", lambda host=host: platforms.get(host))
+        for platform in ("linux/amd64", "linux/arm64"):
+            seen = mmdebstrap_here(platform)
+            made[host, platform] = (dict(seen["labels"]), seen["created_by"])   # type: ignore[call-overload]
+    for platform in ("linux/amd64", "linux/arm64"):
+        assert made["linux/amd64", platform] == made["linux/arm64", platform], platform
+        children = {platform: SimpleNamespace(labels=made["linux/amd64", platform][0])}
+        logged: list[str] = []
+        assert bases._stale(children, [platform], "r:5000/library/debian:bookworm-slim", "bookworm",   # type: ignore[arg-type]
+                            logged.append) == [], logged
+
+
 @pytest.mark.parametrize(("found", "kept"), [
     ("mmdebstrap --variant=minbase bookworm, recipe 4", True),
     ("mmdebstrap --variant=minbase bookworm, recipe 3", False),   # a -slim base without locale.alias

@@ -55,6 +55,19 @@ def test_host_pip_parse_takes_environment_over_files():
     assert host.trusted_hosts == ("pkgs.example.com",)
 
 
+
+def test_host_pip_reads_a_value_written_over_several_lines_as_pip_lists_it():
+    """pip.conf's several locations one a line (`extra-index-url =` then one URL a line) reach `pip config list` as
+    the value's repr, `'\\nhttps://...\\nhttps://...'`: it was read as one location with literal `\\n` in it, so
+    the build's pip and uv lost both indexes, and neither token was a secret the logs are scrubbed of."""
+    listing = ("global.extra-index-url='\\nhttps://u:tok-one@a.example/simple\\nhttps://u:tok-two@b.example/simple'\n"
+               "global.find-links=\"/opt/it's wheels\"\n")
+    host = HostPip.parse(listing)
+    assert host.extra_index_urls == ("https://u:tok-one@a.example/simple", "https://u:tok-two@b.example/simple")
+    assert host.find_links == ("/opt/it's", "wheels")    # pip splits it on white space too
+    assert {"tok-one", "tok-two"} <= set(secret_strings(host))
+
+
 @pytest.mark.parametrize(("listing", "no_index"), [(":env:.no-index='t'", True), ("global.no-index='Y'", True),
                                                   ("install.no-index='on'", True), (":env:.no-index='off'", False),
                                                   ("global.no-index='f'", False), ("", False),

@@ -148,6 +148,33 @@ def test_a_platform_that_fails_fails_the_cell_naming_it_and_leaves_no_index(run)
     assert result.digest == "" and result.platforms == []
 
 
+
+def test_a_failed_build_without_push_drops_a_local_dev_tag_of_other_content(run, monkeypatch) -> None:  # noqa: ANN001
+    """The bases moved and the other platform's build failed: the local dev tag still named the earlier build's
+    image of this machine's platform (another content key), which the image tests then ran as this commit's. A
+    single-platform cell drops such a tag; a dev tag with this build's content key is kept."""
+    _, start = run
+    native = builder_mod.platforms.host().name
+    foreign = next(p for p in ("linux/amd64", "linux/arm64") if p != native)
+    build, plan, _ = start(fail=foreign, push=False, base_digests="cd")
+    earlier = {label_keys.CONTENT_KEY: "sha256:" + "9" * 64}
+    monkeypatch.setattr(engine, "image_labels", lambda ref: earlier if ref == plan.dev_ref else None)
+    untagged: list[str] = []
+    monkeypatch.setattr(engine, "untag", untagged.append)
+    keys: dict[str | None, str] = {}
+    content_key = builder_mod.cell_content_key
+    monkeypatch.setattr(builder_mod, "cell_content_key", lambda plan, root, base, platform=None: keys.setdefault(
+        platform, content_key(plan, root, base, platform)))
+    result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+    assert result.result == "failed" and result.message.startswith(f"{foreign}: "), result.message
+    assert untagged == [plan.dev_ref]
+    current = {label_keys.CONTENT_KEY: keys[native]}
+    monkeypatch.setattr(engine, "image_labels", lambda ref: current if ref == plan.dev_ref else None)
+    untagged.clear()
+    assert build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64)).result == "failed"
+    assert untagged == []
+
+
 def test_each_platform_takes_layers_from_its_own_signed_image_of_an_earlier_index(run) -> None:  # noqa: ANN001
     """The registry cache per platform: a fresh runner's arm64 build imports BuildKit's inline cache from the
     earlier index's arm64 image (by digest, its provenance signed by a trusted builder), never from the amd64

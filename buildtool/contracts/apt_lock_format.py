@@ -38,7 +38,8 @@ _HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>\S.*)$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # `apt-get -s` lines: `Inst libssl3 [3.0.15-1~deb12u1] (3.0.17-1~deb12u2 Debian:12.12/stable [amd64])`; the
 # bracket is the version being replaced (an upgrade of a base package: also on top of the base).
-_INST = re.compile(rf"^Inst (?P<name>{_NAME})(?::\S+)? (?:\[[^\]]+\] )?\((?P<version>{_VERSION}) ")
+# A package of another architecture than the system's is named `name:arch` (`Inst libc6:i386 ...`).
+_INST = re.compile(rf"^Inst (?P<name>{_NAME})(?::(?P<arch>\S+))? (?:\[[^\]]+\] )?\((?P<version>{_VERSION}) ")
 
 
 def entries_digest(entries: dict[str, str]) -> str:
@@ -140,9 +141,11 @@ def format_apt_lock(header: dict[str, str], entries: dict[str, str], preamble: l
     return "\n".join(lines) + "\n" + "".join(f"{n}={v}\n" for n, v in sorted(entries.items()))
 
 
-def parse_simulation(output: str) -> dict[str, str]:
+def parse_simulation(output: str, arch: str | None = None) -> dict[str, str]:
     """package -> version of every `Inst` line of `apt-get install -s`; ValueError on an Inst line it
-    cannot read (never a package silently left out)."""
+    cannot read (never a package silently left out), on a package of another architecture than `arch` (the
+    system's; None: any other than none) and on a package named twice: a lock pins one `name=version` per name,
+    which apt installs for the system's architecture, so a foreign one would be locked as the native one."""
     found: dict[str, str] = {}
     for line in output.splitlines():
         if not line.startswith("Inst "):
@@ -150,6 +153,14 @@ def parse_simulation(output: str) -> dict[str, str]:
         match = _INST.match(line)
         if not match:
             raise ValueError(f"cannot read apt's simulated install line {line[:120]!r}")
+        if match["arch"] is not None and match["arch"] != arch:
+            raise ValueError(f"apt's simulated install adds {match['name']}:{match['arch']}, a package of another "
+                             f"architecture than {arch or 'the system'}'s, which an apt lock cannot pin (its "
+                             "`name=version` installs the system's own); remove the foreign architecture "
+                             "(`dpkg --add-architecture`) from the base or the package from matrix.yaml")
+        if match["name"] in found:
+            raise ValueError(f"apt's simulated install names {match['name']} twice ({found[match['name']]} and "
+                             f"{match['version']}), which an apt lock of one `name=version` each cannot pin")
         found[match["name"]] = match["version"]
     return found
 

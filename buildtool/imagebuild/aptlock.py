@@ -216,10 +216,10 @@ def parse_probe(output: str) -> Probe:
         raise ValueError(f"apt-get install -s refused: {errors[0][3:][:200]}")
     rows = [[part.strip() for part in line.split("|")] for line in sections["served"].splitlines()]
     served = {(row[0], row[1]) for row in rows if len(row) >= 3}   # apt-cache madison's
-    return Probe(arch="".join(sections["arch"].splitlines()).strip(),
-                 base=parse_entries(sections["base"], "dpkg-query"), plan=parse_simulation(sections["plan"]),
-                 served=served, pinned=parse_simulation(sections["pinned"]),
-                 hashes=parse_package_records(sections["hashes"]))
+    arch = "".join(sections["arch"].splitlines()).strip()
+    return Probe(arch=arch, base=parse_entries(sections["base"], "dpkg-query"),
+                 plan=parse_simulation(sections["plan"], arch), served=served,
+                 pinned=parse_simulation(sections["pinned"], arch), hashes=parse_package_records(sections["hashes"]))
 
 
 def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str | None = None) -> Probe:

@@ -126,8 +126,10 @@ def push_verified(ref: str, log: Log, attempts: int = 4, via: str = push_path.EN
 
 def base_source(suite: str, platform: str | None = None) -> str:
     """The BASE_SOURCE label of a Debian base made here; it names the recipe, so an older base is made again.
-    `platform`: another than this machine's (made under QEMU); None: this machine's."""
-    arch = f"--architectures={platforms.get(platform).architecture} " if platform else ""
+    `platform`: the base's (None: the default platform); the label names its architecture unless it is the default
+    one, whichever machine makes it (natively or under QEMU): the label is in the image's config, so its digest."""
+    chosen = platforms.get(platform or platforms.DEFAULT[0])
+    arch = f"--architectures={chosen.architecture} " if chosen.name != platforms.DEFAULT[0] else ""
     return f"mmdebstrap {arch}--variant=minbase {suite}, recipe {rootfs_seal.RECIPE}"
 
 
@@ -194,7 +196,7 @@ def _make_platform(client: RegistryClient, repo: str, suite: str, slim: bool, pl
         _make_rootfs(suite, slim, rootfs, None if native else platform, state, log, log_file)
         log(f"{platform} tree made in {time.monotonic() - started:.0f}s; writing its image to {client.host}/{repo}")
         started = time.monotonic()
-        source = base_source(suite, None if native else platform)
+        source = base_source(suite, platform)
         child = base_index.rootfs_image(client, repo, rootfs, platform, epoch=state.epoch, cmd=BASE_CMD,
                                         labels={label_keys.BASE_SOURCE: source, label_keys.BASE_ARCHIVE: state.label},
                                         created_by=f"{source} (buildtool bases)")
@@ -323,8 +325,8 @@ def _current(found: str | None, what: str, wanted: str, log: Log) -> bool:
     return False
 
 
-def _made_by_recipe(ref: str, suite: str, log: Log) -> bool:
-    return _current(registry_base_source(ref), ref, base_source(suite), log)
+def _made_by_recipe(ref: str, suite: str, log: Log, platform: str | None = None) -> bool:
+    return _current(registry_base_source(ref), ref, base_source(suite, platform), log)
 
 
 def recipe_suite(cell: Cell) -> str:
@@ -341,7 +343,7 @@ def debian_platforms(cell: Cell) -> tuple[str, ...]:
 def _stale(children: dict[str, base_index.Child], wanted: Iterable[str], ref: str, suite: str, log: Log) -> list[str]:
     return [p for p in wanted if p not in children or not _current(
         children[p].labels.get(label_keys.BASE_SOURCE), f"{ref} {p}",
-        base_source(suite, None if p == platforms.host().name else p), log)]
+        base_source(suite, p), log)]
 
 
 def _children(client: RegistryClient, repo: str, tag: str) -> dict[str, base_index.Child]:
@@ -441,7 +443,7 @@ def fill_bases(cells: list[Cell], base_mirror: str, *, force: bool, log: Log, lo
         started = time.monotonic()
         digest = None if force else registry_digest(ref)
         # A stand-in inherits its Debian base's labels: one on an older recipe's base is made again.
-        if digest and _made_by_recipe(ref, debian_suite(cell.standin.base)[0], log):
+        if digest and _made_by_recipe(ref, debian_suite(cell.standin.base)[0], log, cell.platforms[0]):
             results.append(BaseResult(ref, "present", digest, time.monotonic() - started))
             continue
         debian_ref = mirror_base(cell.standin.base, mirror)

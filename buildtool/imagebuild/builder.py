@@ -254,6 +254,7 @@ class Builder(Publishing):
         is written, so the dev tag never names a half index."""
         cell = plan.cell
         _, repo, _ = split_repo(plan.dev_ref)
+        keys: dict[str, str] = {}
         try:
             wanted = self.platforms_of(cell)
             bases = {p: self._platform_base(plan, p) for p in wanted}
@@ -317,6 +318,9 @@ class Builder(Publishing):
             result.message = str(exc).splitlines()[0][:700] if str(exc) else type(exc).__name__
             result.digest = ""
             result.platforms = []
+            # The local dev tag names this machine's platform's image (a build without push): one of other content,
+            # an earlier build's, must not stay as this commit's image, as for a single-platform cell.
+            self._drop_stale_dev_tag(plan, keys.get(platforms.host().name, ""))
 
     def _attach_platforms(self, plan: CellPlan, built: list[Child], keys: dict[str, str],
                           began: datetime) -> list[dict[str, str]]:

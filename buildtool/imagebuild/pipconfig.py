@@ -23,6 +23,7 @@ the sha256 in the lock, not the URL, decides what is installed.
 
 from __future__ import annotations
 
+import ast
 import http.server
 import json
 import os
@@ -64,6 +65,16 @@ def _pip_flag(key: str, value: str, section: str) -> bool:
                     "(`pip config list` shows where it is set)")
 
 
+def _unrepr(value: str) -> str:
+    """A value `pip config list` wrote with %r: its escapes (a line break, a quote, a backslash) read back as pip
+    holds them; the text between the quotes as it is where it is no such literal."""
+    try:
+        found = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value[1:-1]
+    return found if isinstance(found, str) else value[1:-1]
+
+
 @dataclass(frozen=True)
 class HostPip:
     """The pip settings a build needs, as the host resolves them."""
@@ -77,7 +88,8 @@ class HostPip:
 
     @classmethod
     def parse(cls, listing: str) -> HostPip:
-        """Parse `pip config list` output (`section.key='value'` lines)."""
+        """Parse `pip config list` output (`section.key=<the value's Python repr>` lines: a value written over several
+        lines of pip.conf, one location a line, is listed as `'\\nhttps://a/simple\\nhttps://b/simple'`)."""
         merged: dict[str, dict[str, str]] = {}
         for line in listing.splitlines():
             name, sep, raw = line.partition("=")
@@ -86,7 +98,7 @@ class HostPip:
             section, _, key = name.rpartition(".")
             value = raw.strip()
             if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1]
+                value = _unrepr(value)
             if value:   # pip ignores an empty value: an earlier section's stands (PIP_NO_INDEX= clears nothing)
                 merged.setdefault(key, {})[section] = value
         source = {key: s for key, by_section in merged.items() for s in _SECTIONS if s in by_section}
