@@ -193,6 +193,8 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     tree = sitetests.stage(tests_dir, site, out_dir / f"tests-{run_id}") if site else tests_dir
     try:
         groups = cell_groups(cell, tree, (*cell.tests, site.name) if site else cell.tests)
+        # The test code the verdict names, as it is now: the checkout's image-tests may change while pytest runs.
+        code = image_tests_hash(tree)
         if image.emulated:
             # An arm64 CPU's identity where QEMU shows this host's (buildtool.contracts.emulation).
             flags = [*flags, *emulation.run_flags(image.platform, out_dir / "cpu-sysfs")]
@@ -201,7 +203,7 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
         raise
     return dataclasses.replace(plan, inventory=inventory, flags=flags, not_granted=not_granted, usable=usable,
                                gpu_problem=gpu_problem, run_id=run_id, deadline_s=deadline_s, tree=tree,
-                               groups=groups, out_dir=out_dir)
+                               test_code=code, groups=groups, out_dir=out_dir)
 
 
 def run_folder(root: Path, options: Options, cell: Cell, image: Resolved) -> Path:
