@@ -59,3 +59,15 @@ def test_image_tests_edited_during_the_run_are_not_the_test_code_the_verdict_nam
     assert image_tests_hash(tests) != before
     assert verdict["test_code"] == before, "the verdict names test code that never ran"
 
+
+def test_a_matrix_edited_during_the_run_is_not_the_matrix_the_verdict_names(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the matrix file was hashed after pytest ended, so a matrix changed meanwhile was named as the one the
+    run read (its cell, library promises and run profile were those of the matrix as loaded)."""
+    path = project / "matrix.yaml"
+    before = runner.matrix_digest(load_matrix(path, project / "templates"))
+
+    def edit() -> None:
+        path.write_text(path.read_text() + "\n# changed during the run\n")
+    verdict = _validate(project, monkeypatch, edit)
+    assert verdict["matrix_digest"] == before, "the verdict names a matrix the run did not read"
