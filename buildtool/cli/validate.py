@@ -123,7 +123,7 @@ def validate(
     check_arguments("validate", locals())   # every argument first (issue 37)
     check_writer(tsa)                       # and DL_IMAGES_TSA_URL with them
     from buildtool.contracts.gpu import require_gpu_from_env
-    from buildtool.validate.runner import Options, gpu_inventory, require_gpus, validate_image
+    from buildtool.validate.runner import Options, gpu_inventory, matrix_digest, require_gpus, validate_image
 
     wanted = [p.strip() for item in platform or [] for p in item.split(",") if p.strip()]   # known (check_arguments)
     chosen = sum((bool(images), framework is not None, all_cells))
@@ -131,6 +131,7 @@ def validate(
         raise UserError("name the images to validate: IMAGE..., --framework X or --all (exactly one)")
     project = find_project(matrix)
     loaded = project.load()
+    bound = matrix_digest(loaded)   # as loaded: every image's verdict names this matrix, however long the runs take
     peers = _peers(peer or [])
     refs = list(images or [])
     _tags_name_cells(loaded, refs)
@@ -141,7 +142,8 @@ def validate(
     options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
                       reports=reports, cell=cell, deadline_s=deadline,
                       require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
-                      busbw_window=busbw_window, jobs=jobs, extra_tests=extra_tests, rerun=rerun)
+                      busbw_window=busbw_window, jobs=jobs, extra_tests=extra_tests, rerun=rerun,
+                      matrix_digest=bound)
     if options.require_gpu:
         # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
         require_gpus(gpu_inventory())

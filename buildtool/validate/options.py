@@ -41,6 +41,8 @@ class Options:
     extra_tests: Path | None = None
     # Run the tests even when the registry holds a trusted passing verdict of this very run (validate.reuse).
     rerun: bool = False
+    # sha256 of the matrix file as the command read it (runner.matrix_digest); "": read when the validation starts.
+    matrix_digest: str = ""
 
     def reuses(self) -> bool:
         """Whether a verdict already in the registry may answer (buildtool.validate.reuse): a run that stores its

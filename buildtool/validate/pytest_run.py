@@ -64,6 +64,12 @@ def _run_pytest(argv: list[str], cwd: Path, log_path: Path, timeout: float, log:
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+            except BaseException:
+                # A second interrupt while pytest tears down (CI's cancel sends SIGINT, then SIGTERM): pytest is
+                # killed, never left running on its own to start containers after validate removed the run's.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                raise
             raise
         finally:
             timer.cancel()

@@ -35,6 +35,7 @@ class RunPlan:
     run_id: str = ""
     deadline_s: float = 0.0
     tree: Path = Path("image-tests")          # the image-tests tree that runs (a site folder staged in)
+    test_code: str = ""                       # its hash when the run was planned (image_tests_hash of `tree`)
     groups: list[str] = field(default_factory=list)
     out_dir: Path = Path("reports")
 
@@ -90,7 +91,9 @@ def make_verdict(plan: RunPlan, run: RunOutcome, sbom: tuple[str, str], matrix_d
     facts = results.get("facts") or {}
     return Verdict(
         schema=SCHEMA, digest=image.digest, image=image.ref, cell=cell.key, result=result,
-        started=run.started_at, duration_s=round(run.duration_s, 2), test_code=image_tests_hash(plan.tree),
+        started=run.started_at, duration_s=round(run.duration_s, 2),
+        # Hashed before pytest started (runner._plan): a tree edited during the run is not the code that ran.
+        test_code=plan.test_code or image_tests_hash(plan.tree),
         runner=Runner(hostname=socket.gethostname(), gpu_runner=plan.options.require_gpu, gpus=inventory.gpus,
                       driver=inventory.driver, cuda_driver=inventory.cuda_driver,
                       driver_rule=inventory.driver_rule, interconnect=inventory.interconnect,

@@ -100,11 +100,13 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     """Run the cell's image-tests against `ref` (of an image index: its `platform` manifest); returns the
     verdict (stored when possible), which names the platform and whether it ran emulated."""
     check_selection(options.select)
+    # The matrix as read now, before anything runs: a matrix file edited during the run is not the one it read.
+    bound = options.matrix_digest or matrix_digest(matrix)
     inventory = gpu_inventory()
     if options.require_gpu:
         require_gpus(inventory)
     if options.reuses() and has_registry(ref):
-        reused = _reused(ref, matrix, root, options, log, platform, inventory)
+        reused = _reused(ref, matrix, root, options, log, platform, inventory, bound)
         if reused is not None:
             return reused
     image = resolve(ref, log, platform)
@@ -141,7 +143,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
             target = build_target(plan, baseline, left_s, expect)
             write_target(plan.out_dir / "target.json", target)
             run = _run(plan, root, log, started)
-            made = make_verdict(plan, run, sbom, matrix_digest(matrix))
+            made = make_verdict(plan, run, sbom, bound)
         finally:
             _remove_staged(plan.tree, root)
         verdict = made.to_json()
@@ -195,6 +197,8 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     tree = sitetests.stage(tests_dir, site, out_dir / f"tests-{run_id}") if site else tests_dir
     try:
         groups = cell_groups(cell, tree, (*cell.tests, site.name) if site else cell.tests)
+        # The test code the verdict names, as it is now: the checkout's image-tests may change while pytest runs.
+        code = image_tests_hash(tree)
         if image.emulated:
             # An arm64 CPU's identity where QEMU shows this host's (buildtool.contracts.emulation).
             flags = [*flags, *emulation.run_flags(image.platform, out_dir / "cpu-sysfs")]
@@ -203,7 +207,7 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
         raise
     return dataclasses.replace(plan, inventory=inventory, flags=flags, not_granted=not_granted, usable=usable,
                                gpu_problem=gpu_problem, run_id=run_id, deadline_s=deadline_s, tree=tree,
-                               groups=groups, out_dir=out_dir)
+                               test_code=code, groups=groups, out_dir=out_dir)
 
 
 def run_folder(root: Path, options: Options, cell: Cell, image: Resolved) -> Path:
@@ -257,10 +261,10 @@ def _run(plan: RunPlan, root: Path, log: Log, started: float) -> RunOutcome:
 
 
 def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, platform: str | None,
-            inventory: Inventory) -> dict[str, Any] | None:
+            inventory: Inventory, bound: str) -> dict[str, Any] | None:
     """The verdict the registry already holds for exactly this run (buildtool.validate.reuse), as validate returns
     a verdict, with `reused` naming it; None (and why, on the log) when the tests must run. Reads the registry only:
-    nothing is pulled, run, stored or written."""
+    nothing is pulled, run, stored or written. `bound`: the matrix digest a run would record."""
     from buildtool.attest.keys import signing_key
     from buildtool.validate import reuse
     from buildtool.validate.sbomref import verdict_sbom
@@ -274,7 +278,7 @@ def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, pl
     sbom, _ = verdict_sbom(image, root, lambda _line: None)
     want = reuse.Wanted(
         digest=image.digest, cell=cell.key, platform=image.platform, emulated=image.emulated,
-        test_code=_test_code(cell, matrix, root, options), matrix_digest=matrix_digest(matrix),
+        test_code=_test_code(cell, matrix, root, options), matrix_digest=bound,
         libraries=promised_libraries(cell), sbom=sbom,
         runner_class=reuse.runner_class(inventory.gpus, inventory.driver, inventory.cuda_driver),
         has_peer=bool(options.peers))
