@@ -62,6 +62,22 @@ def test_names_with_spaces_busids_and_nccl_229_lines_are_read() -> None:
     assert fixture("libfabric.log").processes[("ip-10-1-17-42", "3101")].ofi_nics == 16
 
 
+def test_libfabric_on_a_provider_other_than_efa_is_not_read_as_efa() -> None:
+    """aws-ofi-nccl names its network `Libfabric` whatever libfabric provider it selected (nccl_ofi_net.cpp:
+    `Selected provider is %s, fabric is %s (found %d nics)`); on `tcp` (no EFA device, FI_PROVIDER=tcp) NCCL's
+    traffic is TCP, and a job that asked for EFA must not pass as EFA."""
+    lines = ("n1:10:11 [0] NCCL INFO NET/OFI Selected provider is {}, fabric is {} (found 1 nics)\n"
+             "n1:10:11 [0] NCCL INFO Using network Libfabric\n"
+             "n1:10:11 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0\n")
+    tcp = nccl_log.read(lines.format("tcp", "10.0.0.0/24")).processes[("n1", "10")]
+    assert tcp.families == [nccl_log.SOCKET] and tcp.listed_nics() is None
+    assert tcp.why == ["NET/OFI Selected provider is tcp, fabric is 10.0.0.0/24 (found 1 nics)"]
+    assert nccl_log.summary(nccl_log.read(lines.format("tcp;ofi_rxm", "x"))).startswith("Socket (NET/Libfabric)")
+    assert nccl_log.read(lines.format("verbs;ofi_rxm", "mlx5_0")).families() == [nccl_log.UNKNOWN]
+    efa = nccl_log.read(lines.format("efa", "efa-direct")).processes[("n1", "10")]
+    assert efa.families == [nccl_log.EFA] and efa.listed_nics() == 1 and efa.why == []
+
+
 def test_intra_node_channels_are_kept_apart_from_net_ones() -> None:
     proc = fixture("ib.log").processes[("gpu-a01", "4127")]
     assert proc.local == ["P2P/CUMEM", "P2P/CUMEM"] and {c.network for c in proc.channels} == {"IB"}

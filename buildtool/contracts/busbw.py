@@ -98,7 +98,7 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")   # nvidia-smi underlines the header ro
 # -- across nodes: the fabric NCCL's network runs on ------------------------------------------------
 # Families of NCCL's networks (contracts.nccl_log.family_of reads them from `Using network NAME`; the same words).
 IB = "IB"           # InfiniBand and RoCE through verbs: NCCL's `IB`, HPC-X's `IBext*`, `NCCL RDMA Plugin*`
-EFA = "EFA"         # AWS EFA through aws-ofi-nccl: `Libfabric`, `AWS Libfabric`, `OFI`
+EFA = "EFA"         # AWS EFA through aws-ofi-nccl: `Libfabric`, `AWS Libfabric`, `OFI` (on libfabric's efa provider)
 SOCKET = "Socket"   # TCP: NCCL's fallback when verbs, a plugin or a device is missing
 UNKNOWN = "unknown"
 

@@ -19,7 +19,9 @@ The formats, from NCCL's own source (NVIDIA/nccl, v2.18 to v2.29; tests/fixtures
   plugin prints the same line, `.../IB/SHARP`), `NET/IB : No device found.`, and from v2.27 (TRACE before)
   `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 ...` (the port's rate, Mb/s).
 - aws-ofi-nccl: `NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)` (older:
-  `Selected Provider is efa (found 4 nics)`).
+  `Selected Provider is efa (found 4 nics)`). The plugin runs on any libfabric provider (`tcp`, `tcp;ofi_rxm`
+  where EFA is missing or FI_PROVIDER names it: src/nccl_ofi_ofiutils.cpp), under the same network name: a
+  process whose provider is not EFA's is of the provider's family (tcp: Socket), never EFA.
 
 Several processes writing to one pipe glue lines together: `...Using netgpu-a01:4128:4191 [1] NCCL INFO ...`.
 A physical line is split at every NCCL prefix; every piece but the last is a cut record and is dropped
@@ -112,6 +114,7 @@ class Process:
     devices: dict[str, dict[int, str]] = field(default_factory=dict)
     speeds_gbits: dict[str, float] = field(default_factory=dict)   # IB device -> port rate (NCCL >= 2.27)
     ofi_nics: int | None = None
+    ofi_provider: str = ""                                  # aws-ofi-nccl's libfabric provider (efa, tcp, ...)
     plugin: str = ""
     channels: list[Channel] = field(default_factory=list)
     local: list[str] = field(default_factory=list)         # intra-node channel transports (P2P/..., SHM/...)
@@ -132,7 +135,15 @@ class Process:
 
     @property
     def families(self) -> list[str]:
-        return list(dict.fromkeys(family_of(n) for n in self.network.split("+") if n))
+        return list(dict.fromkeys(self.family(n) for n in self.network.split("+") if n))
+
+    def family(self, network: str) -> str:
+        """The family of one of its networks: aws-ofi-nccl's `Libfabric` is EFA only on libfabric's EFA provider
+        (an unnamed provider is taken as EFA); on `tcp` it is TCP sockets, on another provider unknown."""
+        family = family_of(network)
+        if family != EFA or not self.ofi_provider or self.ofi_provider.startswith("efa"):
+            return family
+        return SOCKET if self.ofi_provider.startswith(("tcp", "sockets")) else UNKNOWN
 
     def used_devices(self) -> list[str]:
         """The devices its NET channels used, by name where NCCL listed them (else NET/NAME/INDEX)."""
@@ -228,6 +239,9 @@ def _record(proc: Process, body: str) -> None:
         proc.devices[SOCKET] = {int(d["i"]): d["name"] for d in _SOCKET_DEV.finditer(found["devs"])}
     elif found := _OFI.search(body):
         proc.ofi_nics = int(found["nics"])
+        proc.ofi_provider = found["provider"].lower()
+        if not proc.ofi_provider.startswith("efa") and body not in proc.why:   # why it was not EFA
+            proc.why.append(body)
     elif found := _RANK.search(body):
         proc.ranks.add(int(found["rank"]))
         proc.cuda_dev = found["cuda"]
@@ -279,7 +293,7 @@ def summary(log: Log) -> str:
         return "no network named (no `NCCL INFO Using network` line)"
     parts = []
     for network, procs in sorted(groups.items()):
-        families = "+".join(dict.fromkeys(family_of(n) for n in network.split("+")))
+        families = "+".join(dict.fromkeys(f for p in procs for f in p.families))
         ranks = [r for p in procs for r in p.ranks]
         who = f"ranks {ranges(ranks)}" if ranks else ", ".join(f"{p.host}:{p.pid}" for p in procs)
         channels = [c for p in procs for c in p.channels]
