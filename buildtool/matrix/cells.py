@@ -114,6 +114,9 @@ def _template_needs(templates_dir: Path | None, template: str) -> tuple[str, ...
     return names
 
 
+_canonical = lru_cache(maxsize=65536)(canonicalize_name)
+
+
 @lru_cache(maxsize=65536)
 def _installs(requirement: str, framework: str, version: str) -> bool:
     """Whether `requirement` leaves `version` of `framework` installable (True when it names
@@ -182,6 +185,18 @@ class _CellCheck:
                     example = f', e.g. {key}: ["{dist}=={self.merged.get("framework_version", "1.0")}"]'
                 raise self.fail(where, f"template {self.merged['template']} needs {key} (its first line says so); "
                                        f"set it in defaults, the image or this version{example}")
+
+    def packages(self) -> None:
+        """One pin a package: a layer that spells a package another layer pins otherwise (`TensorBoard` over
+        defaults' `tensorboard`) would pin it twice, not override the pin."""
+        seen: dict[str, str] = {}
+        for name in self.merged.get("packages", {}):
+            first = seen.setdefault(_canonical(name), name)
+            if first != name:
+                line = self.doc.line_of(self.where("packages", first))
+                raise self.fail(self.where("packages", name), f"{name!r} is the same package as {first!r} (line "
+                                f"{line}; names compare without case, '-', '_' or '.'), so the cell would pin it "
+                                f"twice; write {first!r} to change its pin")
 
     def tag_loc(self, field: str, k: int) -> Loc:
         release = self.merged.get("release", {})
@@ -422,6 +437,7 @@ def _cell(check: _CellCheck, needs: Needs, name: str, ver: VersionSpec,
     """One cell from its merged fields, once every check that needs more than one value passed."""
     merged = check.merged
     check.required()
+    check.packages()
     check.needs(needs(merged["template"]))
     check.framework()
     release_tags, moving_tags = check.tags(ver.version, claimed, f"{name}:{ver.version}")
