@@ -352,3 +352,25 @@ def test_a_package_spelt_otherwise_in_a_later_layer_is_refused_not_pinned_twice(
                                   f"same package as 'tensorboard' (line {first};"), err
     assert "write 'tensorboard' to change its pin" in err
     assert snapshot(project) == before
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("tensorflow", "'tensorflow' is the name of the framework tensorflow (image-tests/tensorflow/), and "
+                   "FRAMEWORK=tensorflow selects every image of that framework"),
+    ("all", "'all' is what FRAMEWORK=all means (every image)"),
+])
+def test_an_image_named_like_a_framework_or_all_is_refused_at_its_name(project: Path, run_cli, name: str,
+                                                                        fragment: str) -> None:
+    """An image (of pytorch) named `tensorflow`: FRAMEWORK=tensorflow selected it with every tensorflow image (and
+    the release workflow's `tensorflow` released them all); one named `all` could never be selected alone."""
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    marker = "  - name: pytorch-cpu\n"
+    matrix.write_text(text.replace(marker, f"  - name: {name}\n", 1))
+    line = text[: text.index(marker)].count("\n") + 1
+    index = text[: text.index(marker)].count("  - name: ")
+    before = snapshot(project)
+    code, out, err = run_cli("plan", "--matrix", str(matrix))
+    assert code == 2 and out == "", err
+    assert err.strip().startswith(f"error: matrix.yaml:{line}: images[{index}].name: {fragment}"), err
+    assert snapshot(project) == before

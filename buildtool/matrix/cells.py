@@ -343,8 +343,21 @@ def expand(doc: Located, spec: MatrixFile, templates_dir: Path | None) -> tuple[
             raise doc.error(name_loc, f"duplicate image {image.name!r} (first declared on line "
                                       f"{seen_images[image.name]})")
         seen_images[image.name] = doc.line_of(name_loc) or 0
+        _selectable_alone(doc, name_loc, image.name)
         cells += _image_cells(doc, defaults, needs, ("images", i), image, raw_image)
     return tuple(cells)
+
+
+def _selectable_alone(doc: Located, loc: Loc, name: str) -> None:
+    """FRAMEWORK=<name> (and the release workflow's choice of images) selects `all`, a framework or an image: an
+    image named `all` or like a framework would be selected with every image of it, never alone."""
+    if name == "all":
+        raise doc.error(loc, "'all' is what FRAMEWORK=all means (every image), so this image could never be "
+                             "chosen alone; choose another name")
+    if name in frameworks.names():
+        raise doc.error(loc, f"{name!r} is the name of the framework {name} (image-tests/{name}/), and "
+                             f"FRAMEWORK={name} selects every image of that framework, so this image could never be "
+                             f"chosen alone (nor released alone); choose another name, e.g. {name}-<accelerator>")
 
 
 def _image_cells(doc: Located, defaults: dict[str, Any], needs: Needs, image_loc: Loc, image: ImageSpec,
