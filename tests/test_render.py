@@ -163,6 +163,22 @@ def test_check_reports_a_generated_file_that_is_not_utf8_as_drift(project: Path,
     assert "run `make render`" in err
 
 
+@pytest.mark.parametrize("ending", [b"\r\n", b"\r"])
+def test_check_reports_a_generated_file_with_other_line_endings_as_drift(project: Path, run_cli, ending: bytes):
+    """A generated file committed with CRLF (or CR) line endings is not what render writes (render rewrites it):
+    check read it in text mode, saw LF, and passed. Drift now, its carriage returns shown as \\r."""
+    rel = "dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile"
+    dockerfile = project / rel
+    rendered = dockerfile.read_bytes()
+    dockerfile.write_bytes(rendered.replace(b"\n", ending))
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1, err
+    assert f"--- a/{rel}" in out and "\\r" in out
+    assert "run `make render`" in err
+    code, out, _ = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and out.split() == ["wrote", rel] and dockerfile.read_bytes() == rendered
+
+
 def test_check_reports_a_missing_generated_file(project: Path, run_cli):
     (project / "docs" / "images.md").unlink()
     code, out, _ = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
