@@ -427,3 +427,18 @@ def test_render_that_cannot_write_a_file_says_which_in_one_line(project: Path, r
                            "as it was): make it a file this user can write (remove what is in its place) and render "
                            "again")
     assert dockerfile.read_text() == "stale\n" and not list(project.rglob(".render-*"))
+
+
+def test_catalogue_that_cannot_write_it_says_so_in_one_line(project: Path, run_cli):
+    """`buildtool catalogue` wrote through the same write_outputs as render without render's guard: a folder in
+    the place of docs/images.md ended it in an IsADirectoryError traceback. Now render's one line, exit 2."""
+    import shutil
+
+    shutil.rmtree(project / "docs")
+    (project / "docs" / "images.md").mkdir(parents=True)
+    code, out, err = run_cli("catalogue", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.strip() == ("error: cannot write docs/images.md (Is a directory); nothing was written (the tree is "
+                           "as it was): make it a file this user can write (remove what is in its place) and render "
+                           "again")
+    assert not list(project.rglob(".render-*"))
