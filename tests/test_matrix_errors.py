@@ -332,3 +332,45 @@ def test_one_version_spelt_two_ways_is_one_line_naming_both(tmp_path: Path, firs
 def test_the_committed_matrix_has_one_spelling_of_each_version() -> None:
     cells = load_matrix(REPO / "matrix.yaml", REPO / "templates", tests_dir=REPO / "image-tests").cells
     assert "pytorch-cpu:2.13" in {c.key for c in cells}
+
+
+def test_a_package_spelt_otherwise_in_a_later_layer_is_refused_not_pinned_twice(project: Path, run_cli) -> None:
+    """defaults pin `tensorboard`; an image that writes `TensorBoard: ...` (the same distribution: names compare
+    without case, '-', '_' or '.') meant to change that pin, and got both pins in its cells. Refused at the later
+    spelling, naming the first and its line."""
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    marker = '      torch-tb-profiler: "0.4.3"\n'
+    assert marker in text
+    matrix.write_text(text.replace(marker, marker + '      TensorBoard: "2.20.0"\n', 1))
+    line = text[: text.index(marker)].count("\n") + 2
+    first = text[: text.index('    tensorboard: "2.21.0"')].count("\n") + 1
+    before = snapshot(project)
+    code, out, err = run_cli("plan", "--matrix", str(matrix))
+    assert code == 2 and out == "", err
+    assert err.strip().startswith(f"error: matrix.yaml:{line}: images[0].packages.TensorBoard: 'TensorBoard' is the "
+                                  f"same package as 'tensorboard' (line {first};"), err
+    assert "write 'tensorboard' to change its pin" in err
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("tensorflow", "'tensorflow' is the name of the framework tensorflow (image-tests/tensorflow/), and "
+                   "FRAMEWORK=tensorflow selects every image of that framework"),
+    ("all", "'all' is what FRAMEWORK=all means (every image)"),
+])
+def test_an_image_named_like_a_framework_or_all_is_refused_at_its_name(project: Path, run_cli, name: str,
+                                                                        fragment: str) -> None:
+    """An image (of pytorch) named `tensorflow`: FRAMEWORK=tensorflow selected it with every tensorflow image (and
+    the release workflow's `tensorflow` released them all); one named `all` could never be selected alone."""
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text()
+    marker = "  - name: pytorch-cpu\n"
+    matrix.write_text(text.replace(marker, f"  - name: {name}\n", 1))
+    line = text[: text.index(marker)].count("\n") + 1
+    index = text[: text.index(marker)].count("  - name: ")
+    before = snapshot(project)
+    code, out, err = run_cli("plan", "--matrix", str(matrix))
+    assert code == 2 and out == "", err
+    assert err.strip().startswith(f"error: matrix.yaml:{line}: images[{index}].name: {fragment}"), err
+    assert snapshot(project) == before

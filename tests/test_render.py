@@ -163,6 +163,22 @@ def test_check_reports_a_generated_file_that_is_not_utf8_as_drift(project: Path,
     assert "run `make render`" in err
 
 
+@pytest.mark.parametrize("ending", [b"\r\n", b"\r"])
+def test_check_reports_a_generated_file_with_other_line_endings_as_drift(project: Path, run_cli, ending: bytes):
+    """A generated file committed with CRLF (or CR) line endings is not what render writes (render rewrites it):
+    check read it in text mode, saw LF, and passed. Drift now, its carriage returns shown as \\r."""
+    rel = "dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile"
+    dockerfile = project / rel
+    rendered = dockerfile.read_bytes()
+    dockerfile.write_bytes(rendered.replace(b"\n", ending))
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1, err
+    assert f"--- a/{rel}" in out and "\\r" in out
+    assert "run `make render`" in err
+    code, out, _ = run_cli("render", "--matrix", str(project / "matrix.yaml"))
+    assert code == 0 and out.split() == ["wrote", rel] and dockerfile.read_bytes() == rendered
+
+
 def test_check_reports_a_missing_generated_file(project: Path, run_cli):
     (project / "docs" / "images.md").unlink()
     code, out, _ = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
@@ -411,3 +427,18 @@ def test_render_that_cannot_write_a_file_says_which_in_one_line(project: Path, r
                            "as it was): make it a file this user can write (remove what is in its place) and render "
                            "again")
     assert dockerfile.read_text() == "stale\n" and not list(project.rglob(".render-*"))
+
+
+def test_catalogue_that_cannot_write_it_says_so_in_one_line(project: Path, run_cli):
+    """`buildtool catalogue` wrote through the same write_outputs as render without render's guard: a folder in
+    the place of docs/images.md ended it in an IsADirectoryError traceback. Now render's one line, exit 2."""
+    import shutil
+
+    shutil.rmtree(project / "docs")
+    (project / "docs" / "images.md").mkdir(parents=True)
+    code, out, err = run_cli("catalogue", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.strip() == ("error: cannot write docs/images.md (Is a directory); nothing was written (the tree is "
+                           "as it was): make it a file this user can write (remove what is in its place) and render "
+                           "again")
+    assert not list(project.rglob(".render-*"))

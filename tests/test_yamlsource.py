@@ -90,6 +90,14 @@ def test_a_merge_key_with_a_plain_value_is_refused(loader: type, text: str):
     assert caught.value.line == text.count("\n", 0, text.index("<<")) + 1
 
 
+@pytest.mark.parametrize("text", ["base: &b {x: 1}\nm:\n  '<<': *b\n  y: 2\n", 'm: {"<<": 1}\n',
+                                  "b: &b {x: 1}\nm:\n  <<: *b\n  '<<': 3\n", "m: {'<<': {x: 1}, x: 2}\n"])
+def test_a_quoted_merge_key_is_a_key_as_in_pyyaml(loader: type, text: str):
+    """Only a plain `<<` is YAML's merge key; a quoted '<<' is the text, a key like any other (PyYAML keeps it so).
+    It was merged (or refused as a merge of a scalar); the matrix's schema now names it as an unknown key."""
+    assert yamlsource.parse_yaml(text, "m.yaml").data == yaml.safe_load(text)
+
+
 @pytest.mark.parametrize(("text", "line", "written"), [("~", 1, "~"), ("null\n", 1, "null"),
                                                      ("# nothing yet\n--- Null\n", 2, "Null")])
 def test_a_null_document_is_not_called_an_empty_file(loader: type, text: str, line: int, written: str):

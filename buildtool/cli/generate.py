@@ -220,5 +220,6 @@ def catalogue(matrix: MatrixOption = None) -> None:
 
     project = find_project(matrix)
     outputs = Outputs(files=catalogue_outputs(project.load(), project.root))
-    changed = write_outputs(project.root, outputs)
+    with _writing(project, "nothing was written (the tree is as it was)"):
+        changed = write_outputs(project.root, outputs)
     stdout.print(f"wrote {CATALOGUE_PATH}" if changed else f"{CATALOGUE_PATH} already up to date")

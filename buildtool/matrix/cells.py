@@ -114,6 +114,9 @@ def _template_needs(templates_dir: Path | None, template: str) -> tuple[str, ...
     return names
 
 
+_canonical = lru_cache(maxsize=65536)(canonicalize_name)
+
+
 @lru_cache(maxsize=65536)
 def _installs(requirement: str, framework: str, version: str) -> bool:
     """Whether `requirement` leaves `version` of `framework` installable (True when it names
@@ -182,6 +185,18 @@ class _CellCheck:
                     example = f', e.g. {key}: ["{dist}=={self.merged.get("framework_version", "1.0")}"]'
                 raise self.fail(where, f"template {self.merged['template']} needs {key} (its first line says so); "
                                        f"set it in defaults, the image or this version{example}")
+
+    def packages(self) -> None:
+        """One pin a package: a layer that spells a package another layer pins otherwise (`TensorBoard` over
+        defaults' `tensorboard`) would pin it twice, not override the pin."""
+        seen: dict[str, str] = {}
+        for name in self.merged.get("packages", {}):
+            first = seen.setdefault(_canonical(name), name)
+            if first != name:
+                line = self.doc.line_of(self.where("packages", first))
+                raise self.fail(self.where("packages", name), f"{name!r} is the same package as {first!r} (line "
+                                f"{line}; names compare without case, '-', '_' or '.'), so the cell would pin it "
+                                f"twice; write {first!r} to change its pin")
 
     def tag_loc(self, field: str, k: int) -> Loc:
         release = self.merged.get("release", {})
@@ -328,8 +343,21 @@ def expand(doc: Located, spec: MatrixFile, templates_dir: Path | None) -> tuple[
             raise doc.error(name_loc, f"duplicate image {image.name!r} (first declared on line "
                                       f"{seen_images[image.name]})")
         seen_images[image.name] = doc.line_of(name_loc) or 0
+        _selectable_alone(doc, name_loc, image.name)
         cells += _image_cells(doc, defaults, needs, ("images", i), image, raw_image)
     return tuple(cells)
+
+
+def _selectable_alone(doc: Located, loc: Loc, name: str) -> None:
+    """FRAMEWORK=<name> (and the release workflow's choice of images) selects `all`, a framework or an image: an
+    image named `all` or like a framework would be selected with every image of it, never alone."""
+    if name == "all":
+        raise doc.error(loc, "'all' is what FRAMEWORK=all means (every image), so this image could never be "
+                             "chosen alone; choose another name")
+    if name in frameworks.names():
+        raise doc.error(loc, f"{name!r} is the name of the framework {name} (image-tests/{name}/), and "
+                             f"FRAMEWORK={name} selects every image of that framework, so this image could never be "
+                             f"chosen alone (nor released alone); choose another name, e.g. {name}-<accelerator>")
 
 
 def _image_cells(doc: Located, defaults: dict[str, Any], needs: Needs, image_loc: Loc, image: ImageSpec,
@@ -422,6 +450,7 @@ def _cell(check: _CellCheck, needs: Needs, name: str, ver: VersionSpec,
     """One cell from its merged fields, once every check that needs more than one value passed."""
     merged = check.merged
     check.required()
+    check.packages()
     check.needs(needs(merged["template"]))
     check.framework()
     release_tags, moving_tags = check.tags(ver.version, claimed, f"{name}:{ver.version}")

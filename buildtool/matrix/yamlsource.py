@@ -133,7 +133,8 @@ def _read(path: Path, shown: str) -> str:
 class _Frame:
     """A mapping or sequence being filled."""
 
-    __slots__ = ("loc", "data", "is_map", "anchor", "start_line", "size", "key", "key_line", "merges", "lines")
+    __slots__ = ("loc", "data", "is_map", "anchor", "start_line", "size", "key", "key_line", "merging", "merges",
+                 "lines")
 
     def __init__(self, loc: Loc, data: Any, anchor: str | None, start_line: int):
         self.loc, self.data, self.anchor, self.start_line = loc, data, anchor, start_line
@@ -141,6 +142,7 @@ class _Frame:
         self.size = 1                       # values in this subtree, aliases expanded
         self.key: str | None = None         # mapping: the key whose value comes next
         self.key_line = 0
+        self.merging = False                # the key is YAML's merge key (a plain <<), not the text '<<'
         self.merges: list[tuple[Any, int]] = []
         self.lines: dict[str | int, int] = {}
 
@@ -188,7 +190,7 @@ class _Builder:
                     continue
                 tag = event.tag
                 # A merge key's value goes to the merges (`_attach`), which refuse a scalar.
-                if event.anchor or (tag is not None and tag != "!") or len(stack) >= MAX_DEPTH or key == "<<":
+                if event.anchor or (tag is not None and tag != "!") or len(stack) >= MAX_DEPTH or top.merging:
                     self._node(event, line)
                     continue
                 value: Any = event.value
@@ -267,7 +269,7 @@ class _Builder:
             raise self.fail(line, parent.loc, "keys must be plain strings (no anchors, aliases or collections)")
         key = event.value
         if key == "<<" and event.implicit[0] and _RESOLVER.resolve(yaml.ScalarNode, key, event.implicit) == _MERGE_TAG:
-            parent.key, parent.key_line = "<<", line
+            parent.key, parent.key_line, parent.merging = "<<", line, True
             return
         if key in parent.data or key in parent.lines:
             raise self.fail(line, (*parent.loc, key), "duplicate key (already set on line "
@@ -301,8 +303,9 @@ class _Builder:
             parent.lines[len(parent.data)] = line
             parent.data.append(value)
             return
-        if parent.key == "<<":
+        if parent.merging:
             parent.merges.append((value, line))
+            parent.merging = False
         else:
             parent.lines[parent.key] = line  # type: ignore[index]
             parent.data[parent.key] = value

@@ -459,14 +459,13 @@ def drift(root: Path, outputs: Outputs) -> tuple[str, list[str]]:
     chunks: list[str] = []
     for rel, data in sorted(outputs.files.items()):
         path = root / rel
-        # surrogateescape: a committed byte that is not UTF-8 never equals what was rendered (drift, not a crash);
-        # the diff shows it as \xNN.
-        current = path.read_text(encoding="utf-8", errors="surrogateescape") if path.is_file() else ""
-        wanted = data.decode()
-        if current != wanted:
-            shown = current.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        # Bytes, as `render` compares them: text mode would read a committed CRLF (or CR) as the LF rendered. The
+        # diff shows a byte that is not UTF-8 as \xNN and a carriage return as \r, so the drift can be seen.
+        current = path.read_bytes() if path.is_file() else b""
+        if current != data:
+            shown = current.decode("utf-8", "backslashreplace").replace("\r", "\\r")
             chunks.extend(difflib.unified_diff(
-                shown.splitlines(keepends=True), wanted.splitlines(keepends=True),
+                shown.splitlines(keepends=True), data.decode().splitlines(keepends=True),
                 fromfile=f"a/{rel}" if path.is_file() else "/dev/null", tofile=f"b/{rel}"))
     return "".join(chunks), outputs.stale(root)
 
