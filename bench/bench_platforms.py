@@ -29,7 +29,6 @@ commit's dev image of the cell pushed (make push FRAMEWORK=jax-cpu).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -84,11 +83,12 @@ def emulated_installs_dockerfile(matrix: object, cell: Cell, out: Path) -> Path:
 
 
 def validate(ref: str, platform: str) -> float:
-    started = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "buildtool", "validate", ref, "--platform", platform, "--no-store",
-                          "--reports", f"/tmp/bench-platforms-{os.getpid()}"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=7200)
-    elapsed = time.perf_counter() - started
+    with tempfile.TemporaryDirectory(prefix="bench-platforms-reports-") as reports:   # the run's reports: not kept
+        started = time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "buildtool", "validate", ref, "--platform", platform,
+                              "--no-store", "--reports", reports], cwd=ROOT, capture_output=True, text=True,
+                             timeout=7200)
+        elapsed = time.perf_counter() - started
     if run.returncode != 0:
         raise SystemExit(f"buildtool validate {ref} --platform {platform} failed:\n{run.stderr[-2000:]}")
     return elapsed

@@ -72,11 +72,16 @@ def push(arm: str, image: str, repo: str, tag: str) -> float:
         argv = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"docker-daemon:{image}", f"docker://{target}"]
         if arm == "skopeo-fast":
             argv[2:2] = ["--dest-compress-level", "1"]
-    started = time.monotonic()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    seconds = time.monotonic() - started
-    if arm == "engine":
-        subprocess.run(docker_cli.argv("rmi", target), check=True, stdout=subprocess.DEVNULL)
+    try:
+        started = time.monotonic()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        seconds = time.monotonic() - started
+    finally:
+        if arm == "engine":   # however the push ended: a failed one left the tag in the engine
+            removed = subprocess.run(docker_cli.argv("rmi", target), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+    if arm == "engine" and removed.returncode != 0:
+        raise SystemExit(f"docker rmi {target} failed: {removed.stderr.strip()}")
     return seconds
 
 

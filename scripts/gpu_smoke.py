@@ -586,8 +586,12 @@ def run(smoke: Smoke) -> str:
     """Everything up to the result; returns why the checks that did not run did not ('' when all ran)."""
     args = smoke.args
     work = Path(tempfile.mkdtemp(prefix="gpu-smoke-"))
-    work.chmod(0o755)
-    runner = Runner(args.image, args.python, work)
+    try:   # staging the scripts can fail (a full disk): the folder goes with it
+        work.chmod(0o755)
+        runner = Runner(args.image, args.python, work)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     try:
         if args.image:
             runner.docker = docker_cli.client()

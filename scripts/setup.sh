@@ -71,10 +71,22 @@ else
   say "starting dockerd --iptables=false --ip-forward=false --ip-masq=false (log: .state/dockerd.log)"
   # A session of its own (setsid): the engine outlives the shell, job or test run that started it,
   # even when that is stopped with its whole process group.
-  as_root setsid nohup dockerd --iptables=false --ip-forward=false --ip-masq=false >>"$STATE/dockerd.log" 2>&1 \
-    </dev/null &
+  # Its pid is written by the shell that then becomes dockerd (exec): `$!` is a subshell or sudo, not the engine.
+  # shellcheck disable=SC2016  # $$, $0 and $@ are the inner shell's
+  as_root setsid nohup bash -c 'echo "$$" >"$0" && exec "$@"' "$STATE/dockerd.pid" dockerd --iptables=false \
+    --ip-forward=false --ip-masq=false >>"$STATE/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 60); do engine_up && break; sleep 1; done
-  engine_up || { tail -20 "$STATE/dockerd.log" >&2; die "dockerd did not answer within 60 s (log: .state/dockerd.log)"; }
+  if ! engine_up; then
+    # One that does not answer is stopped: left running, it held the socket and /var/lib/docker against the next try.
+    pid="$(cat "$STATE/dockerd.pid" 2>/dev/null || true)"
+    if [[ "$pid" =~ ^[0-9]+$ && "$(cat "/proc/$pid/comm" 2>/dev/null)" == "dockerd" ]] && as_root kill "$pid"; then
+      stopped="stopped it"
+    else
+      stopped="it is no longer running"
+    fi
+    tail -20 "$STATE/dockerd.log" >&2
+    die "dockerd did not answer within 60 s ($stopped; log: .state/dockerd.log)"
+  fi
   say "Docker engine up"
 fi
 

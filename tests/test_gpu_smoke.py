@@ -292,3 +292,24 @@ def test_gpus_in_mig_mode_are_no_gpu_to_the_smoke(tmp_path):
     for name, check in report["checks"].items():
         assert check["reason"].startswith("no GPU: not run (MIG mode is on for GPU 0 ("), (name, check)
         assert check["status"] == "not run" and "nvidia-smi -i 0,1 -mig 0" in check["reason"], (name, check)
+
+
+def test_a_failure_while_staging_the_scripts_leaves_no_work_folder(tmp_path, monkeypatch):
+    """run() made its gpu-smoke-* folder, then built the Runner (which stages the probe scripts into it) before the
+    `try` whose `finally` removes it: a failure while staging (a full disk) left the folder behind."""
+    import argparse
+    import errno
+    import tempfile
+
+    gpu_smoke = load_smoke()
+
+    def full(into: Path) -> Path:
+        into.mkdir(parents=True)
+        raise OSError(errno.ENOSPC, "No space left on device", str(into / "probe_io.py"))
+
+    monkeypatch.setattr(gpu_smoke, "stage_scripts", full)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    args = argparse.Namespace(image="", python=sys.executable, deadline=60.0)
+    with pytest.raises(OSError, match="No space left"):
+        gpu_smoke.run(gpu_smoke.Smoke(args, [], ""))
+    assert list(tmp_path.iterdir()) == []

@@ -111,3 +111,28 @@ def test_a_registry_that_does_not_answer_is_stopped_not_left_running(tmp_path: P
     assert proc.returncode == 2 and not alive, proc.stderr
     assert proc.stderr.splitlines()[-1] == ("setup: error: registry did not answer on 127.0.0.1:5000 within 30 s "
                                             "(stopped it; log: .state/registry.log)"), proc.stderr
+
+
+def test_a_dockerd_that_does_not_answer_is_stopped_not_left_running(tmp_path: Path) -> None:
+    """Step 3 starts dockerd through as_root in the background and waits 60 s for it to answer; one that did not
+    was left running (holding the socket and /var/lib/docker against the next try): `$!` is the background shell
+    or sudo, not dockerd, and nothing stopped even that."""
+    pid_file = tmp_path / "dockerd.pid"
+    sleep = shutil.which("sleep")
+    hung = f"echo $$ > {pid_file}\nwhile :; do {sleep} 1; done"   # started, never answering (and named dockerd)
+    proc, _ = run_setup(tmp_path, lock="uv==0.13.9\n", uid=0, stand_ins={
+        "docker": "exit 1", "dockerd": hung, "setsid": 'exec "$@"', "nohup": 'exec "$@"',
+        "sleep": f"exec {sleep} 0.05"})
+    pid = int(pid_file.read_text()) if pid_file.exists() else 0
+    try:
+        for _ in range(50):   # the kill is sent before the script exits; the process may take a moment to go
+            if not _running(pid):
+                break
+            time.sleep(0.1)
+        alive = _running(pid)
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 2 and pid and not alive, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("setup: error: dockerd did not answer within 60 s (stopped it; "
+                                            "log: .state/dockerd.log)"), proc.stderr
