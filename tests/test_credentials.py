@@ -282,3 +282,25 @@ def test_a_helper_that_prints_its_json_and_fails_is_named_without_the_secret(con
     assert "s3cret-token" not in str(failed.value)
     assert str(failed.value) == (f"docker-credential-leaky get for {HOST} failed: exit 1, after printing JSON (not "
                                  "shown: it may hold the secret)")
+
+
+@pytest.mark.parametrize("said", ['exec: "pass": executable file not found in $PATH',
+                                  "gpg: decryption failed: No secret key (key not found)"])
+def test_a_helper_failure_that_says_not_found_is_an_error_not_anonymous_access(config: Path, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                                said: str) -> None:
+    """Any failing helper whose message held "not found" was taken for "no credentials for this server": the
+    command went on anonymously (or with another entry), and the registry's refusal blamed missing credentials.
+    Docker takes only ErrCredentialsNotFound's exact text so, as the toolkit does now."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    broken = bindir / "docker-credential-pass"
+    broken.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{said}'\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    config.write_text(json.dumps({"credsStore": "pass", "auths": {HOST: {"auth": b64("other:entry")}}}))
+    with pytest.raises(CredentialError) as failed:
+        resolve(HOST)
+    assert str(failed.value) == f"docker-credential-pass get for {HOST} failed: {said}"
+    helper(tmp_path, monkeypatch, "pass", {})       # docker's own "credentials not found in native keychain"
+    assert resolve(HOST) == Credential("other", "entry", source=f"auths['{HOST}'] in {config}")

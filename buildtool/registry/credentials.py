@@ -13,7 +13,8 @@ Where they come from, first match wins:
      index, else the registry's hostname);
    - `credHelpers[ADDRESS]`, the key exactly as written (docker's getConfiguredCredentialStore: a key
      `https://reg.example` does not serve reg.example), else `credsStore`: `docker-credential-NAME get` with the
-     server address on stdin (a timeout applies); "not found" falls through to `auths`. A Username of
+     server address on stdin (a timeout applies); its "credentials not found in native keychain" (that text exactly,
+     as docker reads it: any other failure is an error) falls through to `auths`. A Username of
      `<token>` means the Secret is an identity (refresh) token.
    - `auths`: the key equal to ADDRESS, else one whose host part (docker's ConvertToHostname: scheme and path
      stripped) equals ADDRESS exactly (docker's fileStore.Get; case is not folded); `auth` (base64 of
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 DOCKER_HUB_KEY = "https://index.docker.io/v1/"
 TOKEN_USERNAME = "<token>"
 HELPER_TIMEOUT_S = 30.0
+NOT_FOUND = "credentials not found in native keychain"
 _warned_unscoped = False
 
 
@@ -203,12 +205,14 @@ def run_helper(name: str, server: str, host: str, where: str, timeout: float = H
         raise CredentialError(f"{program} get for {host} could not start: {exc.strerror}") from None
     out = proc.stdout.decode("utf-8", errors="replace").strip()
     if proc.returncode != 0:
+        # Only the exact text of docker-credential-helpers' ErrCredentialsNotFound on stdout means "nothing for this
+        # server", as docker reads it: any other failure (`exec: "pass": executable file not found`) is one.
+        if out == NOT_FOUND:
+            return None
         message = (out or proc.stderr.decode("utf-8", errors="replace").strip()).splitlines()
         first = message[0][:200] if message else f"exit {proc.returncode}"
         if first.lstrip().startswith(("{", "[")):   # credentials JSON, then a failing exit: never shown
             first = f"exit {proc.returncode}, after printing JSON (not shown: it may hold the secret)"
-        if "not found" in first.lower():
-            return None
         raise CredentialError(f"{program} get for {host} failed: {first}")
     try:
         data = json.loads(out)
