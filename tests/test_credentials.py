@@ -304,3 +304,23 @@ def test_a_helper_failure_that_says_not_found_is_an_error_not_anonymous_access(c
     assert str(failed.value) == f"docker-credential-pass get for {HOST} failed: {said}"
     helper(tmp_path, monkeypatch, "pass", {})       # docker's own "credentials not found in native keychain"
     assert resolve(HOST) == Credential("other", "entry", source=f"auths['{HOST}'] in {config}")
+
+
+def test_what_a_failing_helper_writes_to_stderr_is_never_shown(config: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing on stdout, the first line of a failing helper's stderr was the error's text: a helper's trace
+    (`set -x`) or a tool it runs can print the secret there. Docker shows stdout only; the toolkit too now, and
+    says how to see the rest."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    traced = bindir / "docker-credential-traced"
+    traced.write_text("#!/bin/sh\ncat >/dev/null\necho '+ printf {\"Secret\":\"s3cret-token\"}' >&2\nexit 3\n")
+    traced.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    config.write_text(json.dumps({"credsStore": "traced"}))
+    with pytest.raises(CredentialError) as failed:
+        resolve(HOST)
+    assert "s3cret-token" not in str(failed.value)
+    assert str(failed.value) == (f"docker-credential-traced get for {HOST} failed: exit 3 (its error output is not "
+                                 f"shown: it may hold a secret; run `echo {HOST} | docker-credential-traced get` to "
+                                 "see it)")

@@ -209,8 +209,11 @@ def run_helper(name: str, server: str, host: str, where: str, timeout: float = H
         # server", as docker reads it: any other failure (`exec: "pass": executable file not found`) is one.
         if out == NOT_FOUND:
             return None
-        message = (out or proc.stderr.decode("utf-8", errors="replace").strip()).splitlines()
-        first = message[0][:200] if message else f"exit {proc.returncode}"
+        # Its stdout alone, as docker shows it: what a helper writes to stderr (a debug trace, a tool it runs) may
+        # hold the secret, and is left for the user to see by running the helper.
+        message = out.splitlines()
+        first = message[0][:200] if message else (f"exit {proc.returncode} (its error output is not shown: it may "
+                                                  f"hold a secret; run `echo {server} | {program} get` to see it)")
         if first.lstrip().startswith(("{", "[")):   # credentials JSON, then a failing exit: never shown
             first = f"exit {proc.returncode}, after printing JSON (not shown: it may hold the secret)"
         raise CredentialError(f"{program} get for {host} failed: {first}")
