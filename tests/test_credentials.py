@@ -324,3 +324,24 @@ def test_what_a_failing_helper_writes_to_stderr_is_never_shown(config: Path, tmp
     assert str(failed.value) == (f"docker-credential-traced get for {HOST} failed: exit 3 (its error output is not "
                                  f"shown: it may hold a secret; run `echo {HOST} | docker-credential-traced get` to "
                                  "see it)")
+
+
+@pytest.mark.parametrize(("settings", "said"), [
+    ({"credHelpers": ["ecr"]}, "`credHelpers` is not an object"),
+    ({"credHelpers": {HOST: {"helper": "ecr"}}}, f"credHelpers['{HOST}'] for {HOST} is not a helper's name"),
+    ({"credsStore": ["desktop"]}, "`credsStore` is not a helper's name"),
+    ({"credsStore": 5, "credHelpers": {"other.example": 5}}, "`credsStore` is not a helper's name"),
+])
+def test_a_helper_setting_that_names_no_helper_is_an_error_not_skipped(config: Path, settings: dict[str, object],
+                                                                       said: str) -> None:
+    """A `credHelpers` that was no object, an entry or a `credsStore` that was no string, was passed over as if it
+    were not there: the host's credentials then came from `auths` (another login) or none were sent, and the
+    registry's refusal blamed missing credentials. A broken `auths` was already an error naming the file; these are
+    too (an entry for another host still does no harm)."""
+    config.write_text(json.dumps({**settings, "auths": {HOST: {"auth": b64("stale:login")}}}))
+    with pytest.raises(CredentialError) as failed:
+        resolve(HOST)
+    assert str(failed.value) == f"{config}: {said}; fix or remove it"
+    config.write_text(json.dumps({"credHelpers": {"other.example": 5}, "credsStore": None,
+                                  "auths": {HOST: {"auth": b64("u:p")}}}))
+    assert resolve(HOST) == Credential("u", "p", source=f"auths['{HOST}'] in {config}")

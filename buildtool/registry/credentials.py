@@ -141,9 +141,14 @@ def from_config(config: dict[str, Any], host: str, where: str) -> Credential | N
     """Credentials for `host` from one parsed config.json / auth.json (`where` names it in errors)."""
     address = server_address(host)
     helpers = config.get("credHelpers") or {}
-    helper = helpers.get(address) if isinstance(helpers, dict) else None
-    store = config.get("credsStore")
-    name = helper if isinstance(helper, str) and helper else (store if isinstance(store, str) and store else None)
+    if not isinstance(helpers, dict):      # was ignored: another helper, the auths or anonymous access went instead
+        raise CredentialError(f"{where}: `credHelpers` is not an object; fix or remove it")
+    helper, store = helpers.get(address), config.get("credsStore")
+    if not isinstance(helper, str | None):
+        raise CredentialError(f"{where}: credHelpers[{address!r}] for {host} is not a helper's name; fix or remove it")
+    if not isinstance(store, str | None):
+        raise CredentialError(f"{where}: `credsStore` is not a helper's name; fix or remove it")
+    name = helper or store
     if name:
         found = run_helper(name, address, host, where)
         if found is not None:
