@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
-from buildtool.common.files import write_changed
+from buildtool.common.files import write_atomic, write_changed
 
 
 def test_a_file_that_is_not_utf8_is_replaced_not_a_traceback(tmp_path: Path) -> None:
@@ -16,3 +17,22 @@ def test_a_file_that_is_not_utf8_is_replaced_not_a_traceback(tmp_path: Path) -> 
     assert write_changed({lock: "café\n"}) == [lock]
     assert lock.read_bytes() == "café\n".encode()
     assert write_changed({lock: "café\n"}) == []   # the same text again: nothing written
+
+
+def test_an_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path: Path) -> None:
+    """write_atomic gave every file it wrote 0644: rewriting a private 0600 file (a launch script `--out` names,
+    with its job's settings) made it readable by everyone, and a script lost its x bit; writing it in place keeps
+    both. The replaced file's mode is kept now; a new file is 0644, and a mode given is the mode."""
+    private, script, new = tmp_path / "job.sh", tmp_path / "run.sh", tmp_path / "new.txt"
+    private.write_text("old\n")
+    private.chmod(0o600)
+    script.write_text("old\n")
+    script.chmod(0o750)
+    write_atomic(private, "new\n")
+    write_atomic(script, b"new\n")
+    write_atomic(new, "x")
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (private, script, new)] == [0o600, 0o750, 0o644]
+    assert private.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["job.sh", "new.txt",
+                                                                                              "run.sh"]
+    write_atomic(private, "again\n", mode=0o640)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o640

@@ -282,3 +282,66 @@ def test_a_helper_that_prints_its_json_and_fails_is_named_without_the_secret(con
     assert "s3cret-token" not in str(failed.value)
     assert str(failed.value) == (f"docker-credential-leaky get for {HOST} failed: exit 1, after printing JSON (not "
                                  "shown: it may hold the secret)")
+
+
+@pytest.mark.parametrize("said", ['exec: "pass": executable file not found in $PATH',
+                                  "gpg: decryption failed: No secret key (key not found)"])
+def test_a_helper_failure_that_says_not_found_is_an_error_not_anonymous_access(config: Path, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                                said: str) -> None:
+    """Any failing helper whose message held "not found" was taken for "no credentials for this server": the
+    command went on anonymously (or with another entry), and the registry's refusal blamed missing credentials.
+    Docker takes only ErrCredentialsNotFound's exact text so, as the toolkit does now."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    broken = bindir / "docker-credential-pass"
+    broken.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{said}'\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    config.write_text(json.dumps({"credsStore": "pass", "auths": {HOST: {"auth": b64("other:entry")}}}))
+    with pytest.raises(CredentialError) as failed:
+        resolve(HOST)
+    assert str(failed.value) == f"docker-credential-pass get for {HOST} failed: {said}"
+    helper(tmp_path, monkeypatch, "pass", {})       # docker's own "credentials not found in native keychain"
+    assert resolve(HOST) == Credential("other", "entry", source=f"auths['{HOST}'] in {config}")
+
+
+def test_what_a_failing_helper_writes_to_stderr_is_never_shown(config: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing on stdout, the first line of a failing helper's stderr was the error's text: a helper's trace
+    (`set -x`) or a tool it runs can print the secret there. Docker shows stdout only; the toolkit too now, and
+    says how to see the rest."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    traced = bindir / "docker-credential-traced"
+    traced.write_text("#!/bin/sh\ncat >/dev/null\necho '+ printf {\"Secret\":\"s3cret-token\"}' >&2\nexit 3\n")
+    traced.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    config.write_text(json.dumps({"credsStore": "traced"}))
+    with pytest.raises(CredentialError) as failed:
+        resolve(HOST)
+    assert "s3cret-token" not in str(failed.value)
+    assert str(failed.value) == (f"docker-credential-traced get for {HOST} failed: exit 3 (its error output is not "
+                                 f"shown: it may hold a secret; run `echo {HOST} | docker-credential-traced get` to "
+                                 "see it)")
+
+
+@pytest.mark.parametrize(("settings", "said"), [
+    ({"credHelpers": ["ecr"]}, "`credHelpers` is not an object"),
+    ({"credHelpers": {HOST: {"helper": "ecr"}}}, f"credHelpers['{HOST}'] for {HOST} is not a helper's name"),
+    ({"credsStore": ["desktop"]}, "`credsStore` is not a helper's name"),
+    ({"credsStore": 5, "credHelpers": {"other.example": 5}}, "`credsStore` is not a helper's name"),
+])
+def test_a_helper_setting_that_names_no_helper_is_an_error_not_skipped(config: Path, settings: dict[str, object],
+                                                                       said: str) -> None:
+    """A `credHelpers` that was no object, an entry or a `credsStore` that was no string, was passed over as if it
+    were not there: the host's credentials then came from `auths` (another login) or none were sent, and the
+    registry's refusal blamed missing credentials. A broken `auths` was already an error naming the file; these are
+    too (an entry for another host still does no harm)."""
+    config.write_text(json.dumps({**settings, "auths": {HOST: {"auth": b64("stale:login")}}}))
+    with pytest.raises(CredentialError) as failed:
+        resolve(HOST)
+    assert str(failed.value) == f"{config}: {said}; fix or remove it"
+    config.write_text(json.dumps({"credHelpers": {"other.example": 5}, "credsStore": None,
+                                  "auths": {HOST: {"auth": b64("u:p")}}}))
+    assert resolve(HOST) == Credential("u", "p", source=f"auths['{HOST}'] in {config}")

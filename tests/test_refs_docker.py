@@ -89,3 +89,16 @@ def test_a_digest_is_taken_as_distribution_takes_it(digest: str) -> None:
         with pytest.raises(ReferenceError, match="digest") as caught:
             parse_reference(f"ubuntu@{digest}")
         assert "credentials" not in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["a" * 64, "0123456789abcdef" * 4])
+def test_an_image_id_is_refused_as_distribution_refuses_it(text: str) -> None:
+    """64 hex digits were Docker Hub's `library/<hex>` to the toolkit, while docker takes them for a local image's ID
+    (distribution's ParseNormalizedNamed refuses them as a name): the toolkit asked Docker Hub for one image where
+    docker runs another. Refused now, saying why; with a tag, or under a path, both still take it as a name."""
+    assert distribution_parse(text) is None
+    with pytest.raises(ReferenceError, match="is an image ID") as caught:
+        parse_reference(text)
+    assert "\n" not in str(caught.value)
+    for named in (f"{text}:1", f"team/{text}", f"{text[:63]}"):
+        assert toolkit_parse(named) == distribution_parse(named) is not None, named

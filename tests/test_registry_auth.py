@@ -598,3 +598,43 @@ def test_a_token_servers_message_with_newlines_is_one_line() -> None:
 
     body = b'{"errors": [{"code": "DENIED", "message": "requested access\\nto the resource is denied"}]}'
     assert server_message(Response(401, {}, body)) == "DENIED: requested access to the resource is denied"
+
+
+def test_a_netrc_entry_never_replaces_the_registrys_authorization_nor_goes_to_other_hosts(
+        token_registry: tuple[TokenServer, FakeRegistry], clean_env: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """requests reads ~/.netrc (NETRC) for every host it is given no auth for: its `default` entry replaced the
+    Basic credentials this client sends the token server (which then refused them, naming docker's config) and
+    went to every https host, the storage a blob redirects to too. The client sends only what it chose."""
+    tokens, registry = token_registry
+    netrc = tmp_path / "netrc"
+    netrc.write_text("default login netuser password netrc-secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    login(registry.host, config=clean_env)
+    c = client(registry.host)
+    digest = c.put_blob("team/a", b"layer")
+    assert c.get_blob("team/a", digest) == b"layer"
+    netrc_basic = "Basic " + base64.b64encode(b"netuser:netrc-secret").decode()
+    sent = [s.headers.get("Authorization", "") for s in tokens.seen]
+    assert sent and netrc_basic not in sent
+    assert all(h == "Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode() for h in sent if h)
+
+
+def test_a_retry_after_of_digits_that_are_not_ascii_is_unreadable_not_a_traceback() -> None:
+    """A Retry-After of `²` or `١٢٠` (a header's bytes read as latin-1, or a proxy's) passed str.isdigit: `²` ended
+    the command in a ValueError traceback, `١٢٠` was waited out as 120 s. RFC 9110's delay-seconds are ASCII digits:
+    anything else is unreadable (the backoff applies), as a word is."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    assert retry_after("²") is None and retry_after("١٢٠") is None and retry_after(" 7 ") == 7.0
+    headers = email.message.Message()
+    headers["Retry-After"] = "²"
+    sleeps: list[float] = []
+    c = client("127.0.0.1:1", sleeps)
+    c._send = lambda *a, **k: Response(429, headers, b"")  # type: ignore[method-assign]
+    with pytest.raises(RateLimited, match="HTTP 429 Too Many Requests"):
+        c.has_blob("team/a", blob(b"x"))
+    assert sleeps == [0.5, 1.0]

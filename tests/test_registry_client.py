@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -297,3 +298,34 @@ def test_a_manifest_of_the_wrong_shape_is_one_registry_error_for_every_reader(do
             reader()
         assert str(refused.value).startswith(f"127.0.0.1:1/{named} is no manifest OCI's image spec allows: {said}")
         assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("config", [b"not json", b"\xff\xfe", b"[1]", b'{"os": "linux", "config": ["x"]}',
+                                    b'{"os": "linux", "architecture": "amd64", "config": {"Labels": ["a=b"]}}'])
+def test_an_image_whose_config_is_no_image_config_is_one_registry_error_for_the_index_readers(config: bytes) -> None:
+    """read_children, read_index (a multi-platform dev tag, the report's fetch) and platform_manifest (a build's base)
+    parsed the config blob as it came: one that is not JSON, not an object, or whose config.Labels is no object (anyone
+    who may push can write one) ended the command in a JSONDecodeError or AttributeError traceback. Now one line
+    naming the image and its config."""
+    from buildtool.registry import image_index
+    from buildtool.registry.client import DOCKER_MANIFEST
+    from tests.memregistry import MemRegistry
+
+    c: Any = MemRegistry()
+    blob = c.put_blob("r", config)
+    body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "layers": [],
+                       "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": blob,
+                                  "size": len(config)}}).encode()
+    child = c.put_manifest("r", "single", body, DOCKER_MANIFEST)
+    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"mediaType": DOCKER_MANIFEST, "digest": child, "size": len(body),
+         "platform": {"os": "linux", "architecture": "amd64"}}]}).encode()
+    c.put_manifest("r", "index", index, "application/vnd.oci.image.index.v1+json")
+    said = "is not an image config (a JSON object whose config.Labels, where present, is an object)"
+    readers = [(lambda: image_index.read_children(c, "r", "single"), "r:single"),
+               (lambda: image_index.read_index(c, "r", "index"), f"r:index linux/amd64 entry {child}"),
+               (lambda: image_index.platform_manifest(c, "r", "single", "linux/amd64"), "r:single")]
+    for reader, named in readers:
+        with pytest.raises(RegistryError) as refused:
+            reader()
+        assert str(refused.value) == f"{named}: its config {blob} {said}"

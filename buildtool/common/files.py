@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -20,8 +21,15 @@ def cache_root() -> Path:
     return xdg_home("XDG_CACHE_HOME", ".cache") / "dl-images"
 
 
-def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it into place."""
+def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it into place. `mode`: the file's permissions;
+    by default those of the file it replaces (a private 0600 file stays private, a script keeps its x bit, as
+    writing it in place would keep them), else 0644."""
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            mode = 0o644
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:

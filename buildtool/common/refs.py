@@ -33,6 +33,8 @@ _PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
 _SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# An image ID: distribution's ParseNormalizedNamed refuses it as a name ("cannot specify 64-byte hexadecimal strings").
+_IDENTIFIER_RE = re.compile(r"[a-f0-9]{64}\Z")
 # The algorithms a digest may name and their lengths in hex, as distribution's digest.Parse takes them (go-digest's
 # available algorithms): another name, or a length that is not the algorithm's, names no content.
 DIGEST_HEX = {"sha256": 64, "sha384": 96, "sha512": 128}
@@ -110,6 +112,9 @@ def parse_reference(text: str) -> Reference:
     if any(c.isspace() for c in text):
         raise ReferenceError(f"{shown(text)} contains whitespace; an image reference is one word like "
                              "nvcr.io/nvidia/pytorch:25.10-py3")
+    if _IDENTIFIER_RE.match(text):
+        raise ReferenceError(f"{shown(text)} is an image ID (64 hex digits), which docker takes for a local image, "
+                             "not a repository name; name the image by repository and tag or digest")
     rest, at, digest = text.partition("@")
     if at:
         if not _DIGEST_RE.match(digest):

@@ -20,7 +20,7 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():     # a header's `²` (latin-1) is a digit to str.isdigit, not to float
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)

@@ -13,7 +13,8 @@ Where they come from, first match wins:
      index, else the registry's hostname);
    - `credHelpers[ADDRESS]`, the key exactly as written (docker's getConfiguredCredentialStore: a key
      `https://reg.example` does not serve reg.example), else `credsStore`: `docker-credential-NAME get` with the
-     server address on stdin (a timeout applies); "not found" falls through to `auths`. A Username of
+     server address on stdin (a timeout applies); its "credentials not found in native keychain" (that text exactly,
+     as docker reads it: any other failure is an error) falls through to `auths`. A Username of
      `<token>` means the Secret is an identity (refresh) token.
    - `auths`: the key equal to ADDRESS, else one whose host part (docker's ConvertToHostname: scheme and path
      stripped) equals ADDRESS exactly (docker's fileStore.Get; case is not folded); `auth` (base64 of
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 DOCKER_HUB_KEY = "https://index.docker.io/v1/"
 TOKEN_USERNAME = "<token>"
 HELPER_TIMEOUT_S = 30.0
+NOT_FOUND = "credentials not found in native keychain"
 _warned_unscoped = False
 
 
@@ -139,9 +141,14 @@ def from_config(config: dict[str, Any], host: str, where: str) -> Credential | N
     """Credentials for `host` from one parsed config.json / auth.json (`where` names it in errors)."""
     address = server_address(host)
     helpers = config.get("credHelpers") or {}
-    helper = helpers.get(address) if isinstance(helpers, dict) else None
-    store = config.get("credsStore")
-    name = helper if isinstance(helper, str) and helper else (store if isinstance(store, str) and store else None)
+    if not isinstance(helpers, dict):      # was ignored: another helper, the auths or anonymous access went instead
+        raise CredentialError(f"{where}: `credHelpers` is not an object; fix or remove it")
+    helper, store = helpers.get(address), config.get("credsStore")
+    if not isinstance(helper, str | None):
+        raise CredentialError(f"{where}: credHelpers[{address!r}] for {host} is not a helper's name; fix or remove it")
+    if not isinstance(store, str | None):
+        raise CredentialError(f"{where}: `credsStore` is not a helper's name; fix or remove it")
+    name = helper or store
     if name:
         found = run_helper(name, address, host, where)
         if found is not None:
@@ -203,12 +210,17 @@ def run_helper(name: str, server: str, host: str, where: str, timeout: float = H
         raise CredentialError(f"{program} get for {host} could not start: {exc.strerror}") from None
     out = proc.stdout.decode("utf-8", errors="replace").strip()
     if proc.returncode != 0:
-        message = (out or proc.stderr.decode("utf-8", errors="replace").strip()).splitlines()
-        first = message[0][:200] if message else f"exit {proc.returncode}"
+        # Only the exact text of docker-credential-helpers' ErrCredentialsNotFound on stdout means "nothing for this
+        # server", as docker reads it: any other failure (`exec: "pass": executable file not found`) is one.
+        if out == NOT_FOUND:
+            return None
+        # Its stdout alone, as docker shows it: what a helper writes to stderr (a debug trace, a tool it runs) may
+        # hold the secret, and is left for the user to see by running the helper.
+        message = out.splitlines()
+        first = message[0][:200] if message else (f"exit {proc.returncode} (its error output is not shown: it may "
+                                                  f"hold a secret; run `echo {server} | {program} get` to see it)")
         if first.lstrip().startswith(("{", "[")):   # credentials JSON, then a failing exit: never shown
             first = f"exit {proc.returncode}, after printing JSON (not shown: it may hold the secret)"
-        if "not found" in first.lower():
-            return None
         raise CredentialError(f"{program} get for {host} failed: {first}")
     try:
         data = json.loads(out)

@@ -46,7 +46,16 @@ def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, A
            size: int, where: str) -> tuple[Child, platforms.Platform]:
     if "config" not in manifest:
         raise RegistryError(f"{where} is not an image manifest (no config)")
-    config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
+    blob = manifest["config"]["digest"]
+    try:
+        config = json.loads(client.get_blob(repo, blob))
+    except ValueError:      # not JSON, not UTF-8
+        config = None
+    inner = (config.get("config") or {}) if isinstance(config, dict) else None
+    if not isinstance(inner, dict) or not isinstance(inner.get("Labels") or {}, dict):
+        # Anyone who may push can write one; Child.labels and the platform check read it as an image config.
+        raise RegistryError(f"{where}: its config {blob} is not an image config (a JSON object whose config.Labels, "
+                            "where present, is an object)")
     found = _config_platform(config, where)
     return Child(found.name, digest, media_type or manifest.get("mediaType", OCI_MANIFEST), size, config), found
 
