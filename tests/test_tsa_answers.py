@@ -34,3 +34,42 @@ def test_a_status_that_grants_nothing_is_a_refusal_not_a_traceback(tmp_path: Pat
         with pytest.raises(FailedError) as refused:
             tsa.request_timestamp(authority.url, b"signature")
     assert str(refused.value) == f"the timestamp authority {authority.url} refused the request (status {status})"
+
+
+def test_a_netrc_login_never_goes_to_the_authority_and_a_redirect_is_not_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """requests adds ~/.netrc's login for a host given no auth (its `default` entry for any host), and re-reads it
+    after each redirect: the login went to the timestamp authority, and to wherever it redirected (registry hunt)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str | None] = []
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{self.server.server_address[1]}/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    netrc = tmp_path / "netrc"
+    netrc.write_text("default login someone password hunter2\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/tsr"
+        with pytest.raises(FailedError) as refused:
+            tsa.request_timestamp(url, b"signature")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [None]
+    assert str(refused.value) == (f"the timestamp authority {url} answered HTTP 307, a redirect, which is not "
+                                  "followed: set DL_IMAGES_TSA_URL to the URL it redirects to")

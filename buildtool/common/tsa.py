@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from buildtool.common.errors import FailedError, UserError
@@ -106,6 +107,11 @@ def using(url: str | None) -> Iterator[None]:
             os.environ[TSA_URL_ENV] = before
 
 
+def _no_netrc(request: Any) -> Any:
+    """requests' auth hook that leaves a request as it was made (request_timestamp)."""
+    return request
+
+
 def request_timestamp(url: str, data: bytes) -> bytes:
     """The DER TimeStampResp of the authority at `url` over sha256(`data`), checked to be granted, to answer our
     nonce and to stamp our digest; FailedError naming the authority otherwise."""
@@ -119,9 +125,15 @@ def request_timestamp(url: str, data: bytes) -> bytes:
     request = (TimestampRequestBuilder().data(data).hash_algorithm(HashAlgorithm.SHA256)
                .nonce(nonce=True).cert_request(cert_request=True).build())
     try:
-        answer = requests.post(url, data=request.as_bytes(), headers={"Content-Type": QUERY_TYPE}, timeout=TIMEOUT_S)
+        # An auth that adds nothing, and no redirect followed: requests otherwise sends ~/.netrc's login for the
+        # authority's host (its `default` entry for any host), and again to wherever a redirect points.
+        answer = requests.post(url, data=request.as_bytes(), headers={"Content-Type": QUERY_TYPE}, timeout=TIMEOUT_S,
+                               auth=_no_netrc, allow_redirects=False)
     except requests.RequestException as exc:
         raise FailedError(f"the timestamp authority {named} cannot be reached ({type(exc).__name__})") from None
+    if answer.is_redirect:
+        raise FailedError(f"the timestamp authority {named} answered HTTP {answer.status_code}, a redirect, which is "
+                          f"not followed: set {TSA_URL_ENV} to the URL it redirects to")
     if answer.status_code != 200:
         raise FailedError(f"the timestamp authority {named} answered HTTP {answer.status_code}")
     try:
