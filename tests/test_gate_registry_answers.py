@@ -92,3 +92,27 @@ def test_manifests_that_is_no_list_is_refused_by_release_and_verify() -> None:
     assert item.status == "refused" and not found.ok
     assert found.all_problems == item.problems
     assert any("names no digest (or is no descriptor)" in p for p in item.problems), item.problems
+
+
+@pytest.mark.parametrize("arch", ["amd64", "arm64"])
+def test_an_index_entry_whose_manifest_the_registry_lacks_stops_release_and_verify_naming_it(arch: str) -> None:
+    """The platform manifest deleted after the push: release and verify (with and without a checkout) stopped with the
+    registry's bare "GET …/manifests/sha256:…: not found", naming neither the index nor the platform, nor what to do."""
+    from tests.test_gate_revision import release_dry_run
+
+    dev = Dev(MULTI)
+    amd, arm = dev.validated("amd64"), dev.validated("arm64")
+    named = dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")])
+    gone = amd if arch == "amd64" else arm
+    del dev.client.manifests[(dev.repo, gone)]
+    said = (f"the index {dev.client.host}/{dev.repo}@{named} names {gone} for linux/{arch}, a manifest the registry "
+            "does not have (deleted after the push?): that platform cannot be read, so the image is neither released "
+            "nor verified; push the cell again")
+    reference = f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag}"
+    stops = [lambda: release_dry_run(dev), dev.gather,
+             lambda: verify_reference(dev.client, reference, signing.trusted(), checkout(MULTI)),   # type: ignore[arg-type]
+             lambda: verify_reference(dev.client, reference, signing.trusted())]   # type: ignore[arg-type]
+    for stop in stops:
+        with pytest.raises(RegistryError) as stopped:
+            stop()
+        assert str(stopped.value) == said
