@@ -177,3 +177,14 @@ def test_a_malformed_base_index_stops_release_and_verify_with_the_clients_one_li
     single(dev, image)
     assert _stops_alike(dev, CPU) == f"{dev.client.host}/{_BASE}@{base} is no manifest OCI's image spec allows: {said}"
 
+
+@pytest.mark.parametrize("body", [b"<html>502 Bad Gateway</html>", b"\xff\xfe"], ids=["not-json", "not-utf8"])
+def test_a_dev_tag_whose_index_is_not_json_stops_release_and_verify_with_the_clients_one_line(body: bytes) -> None:
+    """The dev tag's manifest is no JSON at all: the registry client refuses it where it is fetched (gather reads it
+    only after that), so release and verify stop with the same one line naming the tag and its digest."""
+    dev = Dev(MULTI)
+    dev.client = _Served()
+    dev.client.put_manifest(dev.repo, dev.plan.dev_tag, body, OCI_INDEX)
+    line = _stops_alike(dev, MULTI)
+    assert line.startswith(f"{dev.client.host}/{dev.repo}:{dev.plan.dev_tag} (digest {sha256_digest(body)}) is no "
+                           "manifest OCI's image spec allows: it is not JSON ("), line
