@@ -179,8 +179,12 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
     if named:   # release of that cell reads this very tag: the image is gated as it, whatever cell it says it is
         result.cell = named
     if not result.cell:
-        result.not_run.append("release's gate: neither a cell label nor a signed provenance names the cell to check "
-                              "the image as")
+        # Platforms that each name a cell, but not the same one, disagree: checking the image as either is a guess.
+        why = (f"the platforms disagree on the cell: their cell labels, else their signed provenances, name "
+               f"{' and '.join(cells)}, so there is no one cell to check the image as; name the image by the dev tag "
+               "of the cell to check it as" if len(cells) > 1
+               else "neither a cell label nor a signed provenance names the cell to check the image as")
+        result.not_run.append(f"release's gate: {why}")
         return result
     result.problems = _release_gate(client, parsed, digest, result, trusted, checkout, accept_skips)
     result.gated = True
