@@ -225,3 +225,22 @@ def test_verify_takes_releases_waiver_of_a_skip_and_refuses_it_without() -> None
     other = verify_reference(dev.client, reference, signing.trusted(),   # type: ignore[arg-type]
                              checkout(dev.cell), accept_skips=("ulimit-not-granted",))
     assert not other.ok and "skipped where the matrix expects them to run" in other.problem
+
+
+def test_an_index_whose_platforms_name_different_cells_says_they_disagree_naming_both() -> None:
+    """Named by digest (no cell's dev tag), an index whose arm64 platform is labelled another cell: verify said "neither
+    a cell label nor a signed provenance names the cell", though each platform names one; now it says they disagree."""
+    from buildtool.contracts import label_keys
+
+    dev = Dev(MULTI)
+    arm = dev.image("arm64", extra_labels={label_keys.CELL: "jax-cpu:0.10"})
+    dev.evidence(arm, "linux/arm64", emulated=True)
+    digest = dev.index([(dev.validated("amd64"), "linux/amd64"), (arm, "linux/arm64")])
+    found = verify_reference(dev.client, f"{dev.client.host}/{dev.repo}@{digest}", signing.trusted(),   # type: ignore[arg-type]
+                             checkout(MULTI))
+    assert not found.ok and not found.gated
+    assert found.problems == ["the platforms are of different cells (jax-cpu:0.10, pytorch-cpu:2.13)"], found.problems
+    said = ("release's gate: the platforms disagree on the cell: their cell labels, else their signed provenances, "
+            "name jax-cpu:0.10 and pytorch-cpu:2.13, so there is no one cell to check the image as; name the image by "
+            "the dev tag of the cell to check it as")
+    assert found.not_run == [said], found.not_run

@@ -26,7 +26,7 @@ from buildtool.contracts.names import DEV_SUFFIX, image_of_repo_path, parse_dev_
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
 from buildtool.release.gather import unproven_attestations
-from buildtool.release.read import read_platforms
+from buildtool.release.read import read_child, read_platforms
 from buildtool.sbom.signing import find_sbom_attestation, plain_sbom_problem
 from buildtool.validate.verdicts import find_verdicts
 
@@ -158,7 +158,9 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
     found, problems, digest = manifests(client, parsed.path, parsed.digest or parsed.tag or "latest")
     result = Verification(image=reference, problems=problems)
     for child, platform in found:
-        result.chains.append(verify_digest(client, parsed.path, child, trusted, platform, now))
+        # A platform is named only for an index's entry: a single manifest is no index's child.
+        result.chains.append(verify_digest(client, parsed.path, child, trusted, platform, now,
+                                           index=digest if platform else ""))
     # The cell each platform is checked as (its label, else its signed provenance's): verdicts are read for that
     # cell only, as release reads them for the cell it releases.
     cells = sorted({c.cell for c in result.chains if c.cell})
@@ -177,8 +179,12 @@ def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKey
     if named:   # release of that cell reads this very tag: the image is gated as it, whatever cell it says it is
         result.cell = named
     if not result.cell:
-        result.not_run.append("release's gate: neither a cell label nor a signed provenance names the cell to check "
-                              "the image as")
+        # Platforms that each name a cell, but not the same one, disagree: checking the image as either is a guess.
+        why = (f"the platforms disagree on the cell: their cell labels, else their signed provenances, name "
+               f"{' and '.join(cells)}, so there is no one cell to check the image as; name the image by the dev tag "
+               "of the cell to check it as" if len(cells) > 1
+               else "neither a cell label nor a signed provenance names the cell to check the image as")
+        result.not_run.append(f"release's gate: {why}")
         return result
     result.problems = _release_gate(client, parsed, digest, result, trusted, checkout, accept_skips)
     result.gated = True
@@ -236,11 +242,13 @@ def _release_gate(client: RegistryClient, parsed: Reference, digest: str, result
 
 
 def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys, platform: str = "",
-                  now: dt.datetime | None = None) -> Chain:
-    """The chain of one platform manifest (`platform`: its index entry's os/arch, "" for a single manifest)."""
+                  now: dt.datetime | None = None, index: str = "") -> Chain:
+    """The chain of one platform manifest (`platform`: its index entry's os/arch, "" for a single manifest; `index`:
+    the digest of the index that names it, "" for none)."""
     chain = Chain(image=f"{client.host}/{repo}@{digest}", platform=platform)
     chain.lines.append(("image", chain.image))
-    raw, media_type, _ = client.get_manifest(repo, digest)
+    raw, media_type, _ = (read_child(client, repo, index, digest, platform) if index
+                          else client.get_manifest(repo, digest))
     images = read_platforms(client, repo, raw, media_type)
     labelled = sorted({c for p in images if (c := p.labels.get(label_keys.CELL))})
     prov = find_provenance(client, repo, digest, trusted, now)

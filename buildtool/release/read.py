@@ -22,7 +22,7 @@ from buildtool.registry.client import (
     RetryPolicy,
     sha256_digest,
 )
-from buildtool.release.gates import Platform, StandIns, declared_platform, index_entries
+from buildtool.release.gates import Platform, StandIns, declared_platform, index_entries, known_platform
 from buildtool.release.model import ImageRelease, TagState
 from buildtool.release.tag_plan import apply_tag_plan, releases_in
 
@@ -66,7 +66,8 @@ def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: st
         for entry in index_entries(manifest):   # BuildKit's attestation manifests left out, nothing else
             if not entry.digest:
                 continue   # an entry that names no digest: refused by gates.entry_problems, nothing to read
-            child_raw, child_type, child_digest = client.get_manifest(repo, entry.digest)
+            child_raw, child_type, child_digest = read_child(client, repo, sha256_digest(raw), entry.digest,
+                                                             known_platform(entry.platform) or entry.platform)
             if child_type in INDEX_TYPES:
                 continue   # an index in an index: refused by gates.entry_problems, not read further
             for p in read_platforms(client, repo, child_raw, child_type):
@@ -78,6 +79,18 @@ def read_platforms(client: RegistryClient, repo: str, raw: bytes, media_type: st
     size = int(config.get("size", 0)) + sum(int(layer.get("size", 0)) for layer in manifest.get("layers", []))
     labels, declared = _config(client, repo, manifest)
     return [Platform("", sha256_digest(raw), size, labels, layers, _base_labels(client, labels), declared)]
+
+
+def read_child(client: RegistryClient, repo: str, index: str, digest: str, platform: str) -> tuple[bytes, str, str]:
+    """The platform manifest `digest` that the index `index` names for `platform`, read by its digest (release and
+    verify read it here alike). One the registry lacks (deleted after the push) is named with its index and platform:
+    the registry's bare "not found" says neither, nor what to do."""
+    try:
+        return client.get_manifest(repo, digest)
+    except NotFound:
+        raise RegistryError(f"the index {client.host}/{repo}@{index} names {digest} for {platform or 'no platform'}, "
+                            "a manifest the registry does not have (deleted after the push?): that platform cannot be "
+                            "read, so the image is neither released nor verified; push the cell again") from None
 
 
 def _base_labels(client: RegistryClient, labels: dict[str, str]) -> dict[str, str] | None:
