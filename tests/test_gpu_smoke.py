@@ -292,3 +292,16 @@ def test_gpus_in_mig_mode_are_no_gpu_to_the_smoke(tmp_path):
     for name, check in report["checks"].items():
         assert check["reason"].startswith("no GPU: not run (MIG mode is on for GPU 0 ("), (name, check)
         assert check["status"] == "not run" and "nvidia-smi -i 0,1 -mig 0" in check["reason"], (name, check)
+
+
+def test_the_smokes_cell_that_its_images_label_contradicts_is_a_failed_step_naming_both(tmp_path, monkeypatch):
+    """gpu_smoke reads the cell with validate's find_cell: a --cell the image's cell label contradicts is the run
+    flags step failing with validate's one line (both cells named), not a run as the other cell."""
+    docker, log = fake_docker(tmp_path)
+    monkeypatch.setenv("DOCKER_CLIENT", str(docker))
+    gpu_smoke = load_smoke()
+    flags, step = gpu_smoke.probed_flags("img", {label_keys.CELL: "pytorch-cuda:2.13"}, "pytorch-cpu:2.13", [], print)
+    assert flags == [] and step["status"] == "failed", step
+    assert not log.exists(), log.read_text()   # refused before any container is started
+    assert step["reason"].startswith("image img is labelled cell 'pytorch-cuda:2.13' "), step
+    assert "not 'pytorch-cpu:2.13': --cell is for an image without a cell label" in step["reason"], step
