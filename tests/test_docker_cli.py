@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys
 from buildtool.imagebuild import engine
 from buildtool.launch.scaling import Launcher, run_one
 from buildtool.validate import containers as validate_engine
@@ -110,7 +112,10 @@ def test_one_setting_reaches_build_validate_harness_and_scaling(tmp_path, clean_
     assert "image inspect t-local:1" in calls(log)
     flags, dropped = runner.probe_flags("t-local:1", ["--shm-size=8g"], print)
     assert flags == ["--shm-size=8g"] and dropped == []
-    assert "run --rm --network none --entrypoint true --shm-size=8g t-local:1" in calls(log)
+    # The probe's container is labelled (removed by its label if the start hangs): the label is a fresh id.
+    probe_run = re.compile(rf"run --rm --network none --entrypoint true --label {re.escape(label_keys.IMAGETEST_RUN)}"
+                           r"=probe-[0-9a-f]{12} --shm-size=8g t-local:1")
+    assert any(probe_run.fullmatch(c) for c in calls(log)), calls(log)
     validate_engine.remove_run_containers("run1")
     assert any(c.startswith("ps -aq --filter label=") and c.endswith("=run1") for c in calls(log))
     assert "rm -f -v c1 c2" in calls(log)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError
-from buildtool.contracts import skips
+from buildtool.contracts import label_keys, skips
 from buildtool.validate import probe, runner
 from buildtool.validate.containers import Resolved
 from buildtool.validate.options import Options
@@ -127,6 +128,34 @@ exit 0
     label = started.split("--label ", 1)[1].split()[0]
     assert label.split("=", 1)[1].startswith("gpu-probe-")
     assert lines[-2:] == [f"ps -aq --filter label={label}", "rm -f -v c9"], lines
+
+
+def test_a_plain_probe_start_that_hangs_has_its_container_removed_by_its_label(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the run profile's probe (`docker run --rm ... --entrypoint true`, no --gpus) carried no label, so a
+    start past its timeout left the container the engine was still starting, with nothing to find it by; now it goes
+    through the GPU probe's path: labelled, and removed by its label before the timeout (one line) goes on."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "docker"
+    fake.write_text(f"""#!/bin/bash
+echo "$*" >> {calls}
+case "$*" in
+  "run "*) exec sleep 3 ;;
+  "ps -aq --filter"*) echo c7 ;;
+esac
+exit 0
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DOCKER_CLIENT", str(fake))
+    monkeypatch.setattr(probe, "START_TIMEOUT_S", 1.0, raising=False)
+    with pytest.raises(docker_cli.DockerTimeout, match=r"^`docker run` did not finish within 1 s; "):
+        probe.probe_flags("img", ["--shm-size=8g"], print)
+    lines = calls.read_text().splitlines()
+    [started] = [line for line in lines if line.startswith("run ")]
+    assert "--label " in started, started
+    label = started.split("--label ", 1)[1].split()[0]
+    assert label.startswith(f"{label_keys.IMAGETEST_RUN}=probe-"), label
+    assert lines[-2:] == [f"ps -aq --filter label={label}", "rm -f -v c7"], lines
 
 
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -313,3 +313,16 @@ def test_a_failure_while_staging_the_scripts_leaves_no_work_folder(tmp_path, mon
     with pytest.raises(OSError, match="No space left"):
         gpu_smoke.run(gpu_smoke.Smoke(args, [], ""))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_smokes_cell_that_its_images_label_contradicts_is_a_failed_step_naming_both(tmp_path, monkeypatch):
+    """gpu_smoke reads the cell with validate's find_cell: a --cell the image's cell label contradicts is the run
+    flags step failing with validate's one line (both cells named), not a run as the other cell."""
+    docker, log = fake_docker(tmp_path)
+    monkeypatch.setenv("DOCKER_CLIENT", str(docker))
+    gpu_smoke = load_smoke()
+    flags, step = gpu_smoke.probed_flags("img", {label_keys.CELL: "pytorch-cuda:2.13"}, "pytorch-cpu:2.13", [], print)
+    assert flags == [] and step["status"] == "failed", step
+    assert not log.exists(), log.read_text()   # refused before any container is started
+    assert step["reason"].startswith("image img is labelled cell 'pytorch-cuda:2.13' "), step
+    assert "not 'pytorch-cpu:2.13': --cell is for an image without a cell label" in step["reason"], step

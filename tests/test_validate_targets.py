@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.common.errors import UserError
+from buildtool.contracts import label_keys
 from buildtool.validate.containers import Resolved
 from buildtool.validate.options import Options
 from buildtool.validate.probe import Inventory
 from buildtool.validate.run_plan import RunPlan
-from buildtool.validate.targets import build_target, expectations, pytest_argv
+from buildtool.validate.targets import build_target, expectations, find_cell, pytest_argv
 from tests.conftest import fixture_matrix
 
 MATRIX = fixture_matrix()
@@ -70,3 +72,18 @@ def test_build_target_is_what_it_was_given() -> None:
     assert target.extra_run_flags == ["--pids-limit=64"] and target.image_env == {"PATH": "/usr/bin"}
     assert (target.deadline_s, target.probe_budget_s, target.run_id) == (90.0, 60.0, "r1")
     assert target.busbw_floor_GBps is None and target.runner_gpus == []
+
+
+def test_cell_is_refused_when_the_images_cell_label_names_another_cell() -> None:
+    """Before: --cell ("Cell to test against when the image has no cell label") won over the image's label, so a
+    pytorch-cpu:2.13 image was validated, and its verdict signed, as pytorch-cuda:2.13; now that is one line (exit 2)
+    naming both cells. Without a label, or with the label's own cell, --cell is taken as before."""
+    ref, labelled = "reg/pytorch-cpu-dev:x-2.13", {label_keys.CELL: CPU.key}
+    with pytest.raises(UserError) as caught:
+        find_cell(MATRIX, labelled, "pytorch-cuda:2.13", ref)
+    assert str(caught.value) == (f"image {ref} is labelled cell 'pytorch-cpu:2.13' ({label_keys.CELL}), not "
+                                 "'pytorch-cuda:2.13': --cell is for an image without a cell label; drop --cell, or "
+                                 "pass the image built for that cell")
+    assert find_cell(MATRIX, labelled, CPU.key, ref) is CPU and find_cell(MATRIX, labelled, None, ref) is CPU
+    assert find_cell(MATRIX, {}, "pytorch-cuda:2.13", ref).key == "pytorch-cuda:2.13"
+    assert find_cell(MATRIX, {label_keys.CELL: ""}, CPU.key, ref) is CPU   # an emptied label is no label

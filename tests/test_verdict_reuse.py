@@ -111,6 +111,28 @@ def test_another_gpu_runner_class_runs_again_and_the_same_one_reuses() -> None:
         assert found is None and "it ran on a runner of class 8x NVIDIA H100 80GB HBM3" in why, why
 
 
+def test_a_mixed_gpu_host_is_not_the_class_of_one_with_the_counts_swapped() -> None:
+    """Before: the class was the total count and the set of models, so 1x A100 + 2x H100 and 2x A100 + 1x H100 were
+    both `3x NVIDIA A100-SXM4-80GB + NVIDIA H100 80GB HBM3` and one's verdict was reused on the other; now each model
+    has its count (a single-model host's class reads as before)."""
+    a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+
+    def host(*names: str) -> list[Gpu]:
+        return [Gpu(index=str(i), name=name, driver="550.54.15") for i, name in enumerate(names)]
+
+    one_a = reuse.runner_class(host(h100, a100, h100), "550.54.15", "12.4")
+    two_a = reuse.runner_class(host(a100, a100, h100), "550.54.15", "12.4")
+    assert one_a == f"1x {a100} + 2x {h100}, driver branch 550, CUDA 12.4", one_a
+    assert two_a == f"2x {a100} + 1x {h100}, driver branch 550, CUDA 12.4", two_a
+    assert reuse.runner_class(H100, "550.54.15", "12.4") == f"8x {h100}, driver branch 550, CUDA 12.4"
+    client = MemRegistry()
+    digest, sbom = image(client)
+    stored(client, digest, runner={**GPU_RUNNER, "gpus": [g.model_dump() for g in host(h100, a100, h100)]})
+    assert answer(client, want(digest, sbom, runner_class=one_a))[0] is not None
+    found, why = answer(client, want(digest, sbom, runner_class=two_a))
+    assert found is None and f"it ran on a runner of class 1x {a100} + 2x {h100}, " in why, why
+
+
 def test_an_untrusted_key_is_never_reused() -> None:
     client = MemRegistry()
     digest, sbom = image(client)

@@ -37,6 +37,7 @@ class Inventory:
     driver_rule: str = ""           # which rule admitted this driver for the cell (driver_rules.decide)
 
 
+START_TIMEOUT_S = 120.0       # a throwaway container started with the cell's run profile (probe_flags)
 GPU_START_TIMEOUT_S = 300.0   # a throwaway container started with the cell's GPUs (probe_flags)
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
 
@@ -131,9 +132,16 @@ def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None)
     # `--entrypoint true`: only the engine's answer to the flags matters here, and an image whose
     # entrypoint ignores its command or hangs must not stall validation (the tests report it).
     # Exit 125 is the engine refusing to start the container; any other code means it started.
-    def start(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return docker_cli.docker("run", "--rm", "--network", "none", "--entrypoint", "true", *args, image,
-                                 timeout=timeout)
+    # Labelled: a start that hangs (a stuck engine; for --gpus the NVIDIA hook stuck on a hung driver or a GPU that
+    # fell off the bus) leaves its container with the engine when the client is stopped; it is removed by this label.
+    def start(*args: str, name: str = "probe", timeout: float = START_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        run = f"{name}-{uuid.uuid4().hex[:12]}"
+        try:
+            return docker_cli.docker("run", "--rm", "--network", "none", "--entrypoint", "true", "--label",
+                                     f"{label_keys.IMAGETEST_RUN}={run}", *args, image, timeout=timeout)
+        except docker_cli.DockerTimeout:
+            remove_run_containers(run, log)
+            raise
 
     gpu_flags = [f for f in flags if f.startswith("--gpus")]
     plain = [f for f in flags if not f.startswith("--gpus")]
@@ -152,14 +160,9 @@ def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None)
             else:
                 kept.append(flag)
     if gpu_flags:
-        # Labelled: a start that hangs (the NVIDIA hook stuck on a hung driver or a GPU that fell off the bus) leaves
-        # its container with the engine when the client is stopped; it is removed by this label.
-        probe = f"gpu-probe-{uuid.uuid4().hex[:12]}"
         try:
-            proc = start("--label", f"{label_keys.IMAGETEST_RUN}={probe}", *kept, *gpu_flags,
-                         timeout=GPU_START_TIMEOUT_S)
+            proc = start(*kept, *gpu_flags, name="gpu-probe", timeout=GPU_START_TIMEOUT_S)
         except docker_cli.DockerTimeout:
-            remove_run_containers(probe, log)
             raise FailedError(f"this runner lists GPUs but {image} did not start with them within "
                               f"{GPU_START_TIMEOUT_S:g} s (it started without them): the NVIDIA driver or Container "
                               "Toolkit hangs; check the GPUs (nvidia-smi, Xid errors in dmesg), reset them or reboot "

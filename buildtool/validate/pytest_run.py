@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from buildtool.contracts.verdict import PROBES_DIR
 from buildtool.validate.containers import Log
 
 # The tests' probes stop this long before the image's deadline: removing containers and writing
@@ -78,7 +79,7 @@ def _run_pytest(argv: list[str], cwd: Path, log_path: Path, timeout: float, log:
 def probes_dir(out_dir: Path, run_id: str) -> Path:
     """A fresh folder for this run's probe files; earlier runs' are dropped where we may (containers
     running as another user may have left files we cannot remove: those stay)."""
-    root = out_dir / "probes"
+    root = out_dir / PROBES_DIR   # never read for verdicts (contracts.verdict.verdict_paths)
     if root.is_dir():
         for old in root.iterdir():
             if old.is_symlink() or not old.is_dir():

@@ -23,13 +23,15 @@ from buildtool.validate.verdicts import Findings, Found, find_verdicts
 
 
 def runner_class(gpus: list[Gpu], driver: str, cuda_driver: str) -> str:
-    """What a verdict may be reused across: CPU, or the GPUs' model(s) and count, the driver's branch (its major
-    version: 550 of 550.54.15) and the CUDA version the driver supports."""
+    """What a verdict may be reused across: CPU, or the GPUs' count of each model (`8x H100`; `1x A100 + 2x H100`:
+    a mixed host is not the same class as one with the counts swapped), the driver's branch (its major version: 550 of
+    550.54.15) and the CUDA version the driver supports."""
     if not gpus:
         return "CPU"
-    models = " + ".join(sorted({g.name for g in gpus}))
+    names = [g.name for g in gpus]
+    models = " + ".join(f"{names.count(name)}x {name}" for name in sorted(set(names)))
     branch = driver.split(".", 1)[0] or "(unknown)"
-    return f"{len(gpus)}x {models}, driver branch {branch}, CUDA {cuda_driver or '(unknown)'}"
+    return f"{models}, driver branch {branch}, CUDA {cuda_driver or '(unknown)'}"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,13 @@ from buildtool.validate.run_plan import RunPlan, promised_libraries
 
 
 def find_cell(matrix: Matrix, labels: dict[str, str], override: str | None, ref: str) -> Cell:
-    key = override or labels.get(label_keys.CELL)
+    """The image's cell: its cell label, or `override` (--cell) for an image without one. An override its label
+    contradicts is refused: the signed verdict would claim a cell the image says it is not."""
+    label = labels.get(label_keys.CELL)
+    if override and label and override != label:
+        raise UserError(f"image {ref} is labelled cell {label!r} ({label_keys.CELL}), not {override!r}: --cell is for "
+                        "an image without a cell label; drop --cell, or pass the image built for that cell")
+    key = override or label
     if not key:
         raise UserError(f"image {ref} has no {label_keys.CELL} label; pass --cell NAME:VERSION")
     for cell in matrix.cells:
