@@ -577,3 +577,14 @@ def test_a_value_kubectl_reads_as_a_bool_is_quoted_in_env_selector_and_toleratio
     assert not [x for x in lines if x.endswith(f": {value}")], [x for x in lines if x.endswith(value)]
     pod = _pod(list(yaml.safe_load_all(out))[-1])
     assert pod["nodeSelector"]["gpu"] == value and pod["tolerations"][0]["value"] == value
+
+
+@pytest.mark.parametrize(("memory", "shm"), [("4Gi", "8g"), ("8Gi", "8g"), ("8G", "8g"), ("500M", "512m")])
+def test_a_memory_limit_not_above_dev_shm_is_exit_2(run_cli, memory: str, shm: str) -> None:
+    """A memory-backed emptyDir holds at most the pod's memory limit (EmptyDirVolumeSource.sizeLimit): --memory 4Gi
+    with an 8g /dev/shm gave the check 4Gi of /dev/shm, not the run profile's, and nothing to run in."""
+    code, out, err = run_cli("k8s", IMAGE, "--memory", memory, "--shm-size", shm, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"--memory {memory} is not above the pod's /dev/shm of" in err, err
+    docs = generate(run_cli, IMAGE, "--memory", "9Gi", "--shm-size", "8g")
+    assert _pod(docs[-1])["containers"][0]["resources"]["limits"]["memory"] == "9Gi"
