@@ -624,3 +624,13 @@ def test_nccl_env_values_with_spaces_reach_the_step_as_given(run_cli, tmp_path: 
     got = json.loads(step.read_text())
     assert {name: got.get(name) for name in NCCL_TEXT} == NCCL_TEXT
     assert got["DDP_EXPECT_TRANSPORT"] == "EFA" and got["NCCL_DEBUG"] == "INFO"
+
+
+@pytest.mark.parametrize("command", ["slurm", "k8s"])
+def test_an_nccl_variable_given_twice_is_exit_2_never_one_value_dropped(run_cli, command: str) -> None:
+    """Two --nccl-env values of one variable: the job got the last and the first was dropped without a word."""
+    code, out, err = run_cli(command, "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.01", "--gpus-per-node", "8",
+                             "--nccl-env", "NCCL_NET_GDR_LEVEL=PHB", "--nccl-env", "NCCL_NET_GDR_LEVEL=SYS",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--nccl-env NCCL_NET_GDR_LEVEL is given twice (PHB and SYS); give it once" in err, err
