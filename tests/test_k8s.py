@@ -561,3 +561,30 @@ def test_an_env_value_a_yaml_1_2_reader_takes_for_a_number_is_quoted(run_cli, va
                              "--matrix", str(REPO / "matrix.yaml"))
     assert code == 0, err
     assert f"value: '{value}'\n" in out, [line for line in out.splitlines() if "BUFFSIZE" in line]
+
+
+@pytest.mark.parametrize("value", ["y", "Y", "n", "N"])
+def test_a_value_kubectl_reads_as_a_bool_is_quoted_in_env_selector_and_toleration(run_cli, value: str) -> None:
+    """kubectl reads manifests with go-yaml v2 (sigs.k8s.io/yaml), whose booleans include y, Y, n and N; PyYAML (YAML
+    1.1 without them) wrote them plain: `value: n` became false, which the API server refuses for EnvVar.value and a
+    toleration's value, and a nodeSelector of `gpu: y` selected no node labelled gpu=y."""
+    code, out, err = run_cli("k8s", IMAGE, "--variant", "job", "--nccl-env", f"NCCL_IB_DISABLE={value}",
+                             "--node-selector", f"gpu={value}", "--toleration", f"pool={value}:NoSchedule",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    lines = [line.strip() for line in out.splitlines()]
+    assert f"value: '{value}'" in lines and f"gpu: '{value}'" in lines, [x for x in lines if x.endswith(value)]
+    assert not [x for x in lines if x.endswith(f": {value}")], [x for x in lines if x.endswith(value)]
+    pod = _pod(list(yaml.safe_load_all(out))[-1])
+    assert pod["nodeSelector"]["gpu"] == value and pod["tolerations"][0]["value"] == value
+
+
+@pytest.mark.parametrize(("memory", "shm"), [("4Gi", "8g"), ("8Gi", "8g"), ("8G", "8g"), ("500M", "512m")])
+def test_a_memory_limit_not_above_dev_shm_is_exit_2(run_cli, memory: str, shm: str) -> None:
+    """A memory-backed emptyDir holds at most the pod's memory limit (EmptyDirVolumeSource.sizeLimit): --memory 4Gi
+    with an 8g /dev/shm gave the check 4Gi of /dev/shm, not the run profile's, and nothing to run in."""
+    code, out, err = run_cli("k8s", IMAGE, "--memory", memory, "--shm-size", shm, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"--memory {memory} is not above the pod's /dev/shm of" in err, err
+    docs = generate(run_cli, IMAGE, "--memory", "9Gi", "--shm-size", "8g")
+    assert _pod(docs[-1])["containers"][0]["resources"]["limits"]["memory"] == "9Gi"

@@ -624,3 +624,26 @@ def test_nccl_env_values_with_spaces_reach_the_step_as_given(run_cli, tmp_path: 
     got = json.loads(step.read_text())
     assert {name: got.get(name) for name in NCCL_TEXT} == NCCL_TEXT
     assert got["DDP_EXPECT_TRANSPORT"] == "EFA" and got["NCCL_DEBUG"] == "INFO"
+
+
+@pytest.mark.parametrize("command", ["slurm", "k8s"])
+def test_an_nccl_variable_given_twice_is_exit_2_never_one_value_dropped(run_cli, command: str) -> None:
+    """Two --nccl-env values of one variable: the job got the last and the first was dropped without a word."""
+    code, out, err = run_cli(command, "127.0.0.1:5000/pytorch-ngc-dev:0123456789ab-25.01", "--gpus-per-node", "8",
+                             "--nccl-env", "NCCL_NET_GDR_LEVEL=PHB", "--nccl-env", "NCCL_NET_GDR_LEVEL=SYS",
+                             "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--nccl-env NCCL_NET_GDR_LEVEL is given twice (PHB and SYS); give it once" in err, err
+
+
+@pytest.mark.parametrize("limit", ["0", "00:00:00", "0-00:00"])
+def test_a_time_limit_of_zero_is_exit_2_as_sbatch_reads_it_no_limit(run_cli, tmp_path: Path, limit: str) -> None:
+    """sbatch: "A time limit of zero requests that no time limit be imposed". `--time 0` made a job with no bound,
+    whose hung node held the allocation forever; the scaling benchmark's jobs too."""
+    code, out, err = run_cli("slurm", IMAGE, "--time", limit, "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"--time {limit} is no time limit to SLURM (zero imposes none)" in err, err
+    code, out, err = run_cli("scaling", "--launcher", "slurm", "--runtime", "oci", "--image", "/b", "--shm-size", "8g",
+                             "--time", limit, "--out", str(tmp_path / "m"), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and f"--time {limit} is no time limit to SLURM" in err and not (tmp_path / "m").exists(), err
+    assert "--time=00:01:00" in generate(run_cli, tmp_path, IMAGE, "--time", "00:01:00").read_text()

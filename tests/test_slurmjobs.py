@@ -106,3 +106,16 @@ def test_no_slurm_here_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError, match="sbatch not found"):
         run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=5)
+
+
+
+def test_an_sbatch_answer_with_no_job_id_is_one_line_never_another_jobs_state(stubs: Path, tmp_path: Path) -> None:
+    """sbatch exited 0 without a job id on stdout: `scontrol show job ''` lists every job, and the wait read another
+    job's state (COMPLETED here) and output as this one's. A line printed before the id is no id either."""
+    (stubs / "state").write_text("COMPLETED\n")
+    (stubs / "job-123.out").write_text("SCALING_RESULT {}\n")
+    (stubs / "sbatch").write_text("#!/bin/sh\necho 'sbatch: warning: no GRES given'\n")
+    with pytest.raises(FailedError, match=r"^sbatch --parsable answered no job id for job.sbatch \(stdout 'sbatch: "):
+        run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=5, poll_s=0.1)
+    (stubs / "sbatch").write_text("#!/bin/sh\necho 'sbatch: warning: no GRES given'\necho '123;cluster'\n")
+    assert run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=5, poll_s=0.1).job_id == "123"

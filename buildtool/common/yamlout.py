@@ -16,9 +16,11 @@ class _Dumper(yaml.SafeDumper):
 
 # What a YAML 1.2 reader (Kubernetes' sigs.k8s.io/yaml, GitHub Actions) takes for a number, bool or null in a plain
 # scalar and PyYAML (YAML 1.1) writes plain: `1e3`, `0o17`, `0x1F`. Quoted, a string stays a string (an env value of
-# `1e3` was a float to the API server, which refuses a number where EnvVar.value is a string).
+# `1e3` was a float to the API server, which refuses a number where EnvVar.value is a string). And kubectl's go-yaml v2
+# reads y, Y, n and N as booleans, which PyYAML's YAML 1.1 does not: `value: n` was false to the API server.
 _YAML12_NOT_STR = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|0o[0-7]+|0x[0-9a-fA-F]+"
-                             r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)|true|True|TRUE|false|False|FALSE|null|Null|NULL|~")
+                             r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)|true|True|TRUE|false|False|FALSE|null|Null|NULL|~"
+                             r"|[yYnN]")
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

@@ -20,6 +20,7 @@ from typing import Any
 
 from buildtool.common import argcheck, yamlout
 from buildtool.common.errors import UserError
+from buildtool.common.sizes import parse_size
 from buildtool.contracts.frameworks import MultiNodeCheck
 from buildtool.contracts.rendezvous import ACTIVE_DEADLINE_S, GPU_RESOURCE
 from buildtool.launch.multinode import (
@@ -41,6 +42,29 @@ GKE_DRIVER_LIBS = "/usr/local/nvidia/lib64"
 # An extended resource: `<DNS subdomain>/<name>` (Kubernetes' qualified name), outside kubernetes.io.
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 _RESOURCE = re.compile(rf"(?P<prefix>{_DNS_SUBDOMAIN})/(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?)")
+
+
+# A Kubernetes quantity as --memory takes it (contracts.arguments QUANTITY): a number and a decimal or binary suffix.
+_QUANTITY = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+_SUFFIX = {"": 1, "m": 1e-3, **{s: 1000 ** (i + 1) for i, s in enumerate("kMGTPE")},
+           **{f"{s}i": 1024 ** (i + 1) for i, s in enumerate("KMGTPE")}}
+
+
+def check_memory(job: MultiNodeJob, opts: PodOptions) -> None:
+    """UserError unless the pod's memory limit (--memory) is above its /dev/shm: a memory-backed emptyDir holds at
+    most the pod's memory limit (the API's EmptyDirVolumeSource.sizeLimit), so a smaller limit gave the check less
+    /dev/shm than the run profile asks, with nothing left for the processes."""
+    if not opts.memory:
+        return
+    match = _QUANTITY.fullmatch(opts.memory)
+    if match is None:
+        raise UserError(f"--memory {opts.memory!r} is not a Kubernetes quantity (e.g. 64Gi)")
+    limit = float(match["number"]) * _SUFFIX[match["suffix"] or ""]
+    shm = k8s_quantity(job.shm_size)
+    if limit <= parse_size(job.shm_size).bytes:
+        raise UserError(f"--memory {opts.memory} is not above the pod's /dev/shm of {shm} (--shm-size, else the cell's "
+                        f"run profile): the memory limit caps the memory-backed /dev/shm and the processes need "
+                        f"memory beside it; give --memory above {shm}, or a smaller --shm-size")
 
 
 def check_resource_name(option: str, name: str) -> str:
@@ -283,6 +307,7 @@ def manifests(job: MultiNodeJob, opts: PodOptions, source: str, variant: str) ->
                         f"{check.launcher} check ({check.script}, {launcher.processes}): use --variant "
                         f"{' or '.join(launcher.k8s_variants)}")
     check_names(job, variant)
+    check_memory(job, opts)
     docs = [config_map(job, opts, source)]
     if variant == "pytorchjob":
         docs.append(pytorch_job(job, opts))

@@ -82,9 +82,13 @@ class NcclSettings:
             if value and not _NCCL_LIST.fullmatch(value):
                 raise UserError(f"{option} {value!r} is not a comma list of names (NCCL's syntax: ^ excludes, "
                                 "= matches exactly)")
+        given: dict[str, str] = {}
         for name, value in self.extra:
             if not _NCCL_NAME.fullmatch(name):
                 raise UserError(f"--nccl-env {name}={value}: the name must be an NCCL_* variable")
+            if name in given:   # one value reaches the job: the other was dropped without a word
+                raise UserError(f"--nccl-env {name} is given twice ({given[name]} and {value}); give it once")
+            given[name] = value
             own = {"NCCL_DEBUG": "--nccl-debug", "NCCL_SOCKET_IFNAME": "--nccl-socket-ifname",
                    "NCCL_IB_HCA": "--nccl-ib-hca"}
             if name == "NCCL_DEBUG_FILE":

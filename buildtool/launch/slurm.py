@@ -59,6 +59,10 @@ class SlurmOptions:
             raise UserError(f"--runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}")
         if not re.fullmatch(r"(\d+-)?\d+(:\d{2}){0,2}", self.time_limit):
             raise UserError(f"--time {self.time_limit!r} must be a SLURM time limit like 01:00:00 or 1-00:00:00")
+        if not self.time_limit.strip("0-:"):
+            # sbatch: "A time limit of zero requests that no time limit be imposed": a hung node held the nodes forever.
+            raise UserError(f"--time {self.time_limit} is no time limit to SLURM (zero imposes none), and a node that "
+                            "hangs would hold the allocation forever; give a limit like 01:00:00")
         if self.cpus_per_task is not None and self.cpus_per_task < 0:
             raise UserError(f"--cpus-per-task must be 0 (the partition's default) or more, not {self.cpus_per_task}")
 

@@ -47,7 +47,14 @@ def submit(script: Path, *, cwd: Path, env: dict[str, str] | None = None, args: 
     proc = _call(["sbatch", "--parsable", *args, str(script)], env, cwd=cwd, what="sbatch")
     if proc.returncode != 0:
         raise FailedError(f"sbatch refused {script.name}: {proc.stderr.strip()}")
-    return proc.stdout.strip().split(";")[0]
+    lines = proc.stdout.strip().splitlines()   # `ID[;CLUSTER]`, last (a site's wrapper may print before it)
+    job_id = lines[-1].split(";")[0].strip() if lines else ""
+    # `scontrol show job ''` lists every job: waiting on no id read another job's state and output as this one's.
+    if not re.fullmatch(r"[0-9]+", job_id):
+        raise FailedError(f"sbatch --parsable answered no job id for {script.name} (stdout "
+                          f"{proc.stdout.strip()[:120]!r}, stderr {proc.stderr.strip()[:120]!r}); nothing was "
+                          "waited for")
+    return job_id
 
 
 class JobForgotten(FailedError):
