@@ -172,3 +172,22 @@ def test_a_multi_platform_cells_retag_is_judged_by_that_platforms_key(project: P
     assert retag_problem(project, plan, built, {**labels, label_keys.CONTENT_KEY: ""}, "linux/arm64") == (
         f"it has no label {label_keys.CONTENT_KEY}, so its content key cannot be compared with the cell's at "
         f"{head[:12]}")
+
+
+def test_a_multi_platform_cells_retag_is_judged_with_the_build_base_its_label_names(project: Path) -> None:
+    """A multi-platform cell's key covers the build machine's image of the base (its native stages run there): the
+    retag check computes it with the build base the image's label names, and refuses the key with another one."""
+    from buildtool.imagebuild.cell_inputs import BaseInfo, cell_content_key
+    from buildtool.matrix.plan import plan_cell
+    from buildtool.release.ancestry import retag_problem
+
+    built = git(project, "rev-parse", "HEAD")
+    head = new_tests(project, "tests")
+    plan = plan_cell(MULTI, Settings(registry="127.0.0.1:5999/t"), head[:12])
+    machine = BaseInfo(plan.base, "sha256:" + "e" * 64)
+    arm = cell_content_key(plan, project, BaseInfo(plan.base, signing.BASE_DIGEST, build=machine), "linux/arm64")
+    assert arm != cell_content_key(plan, project, BaseInfo(plan.base, signing.BASE_DIGEST), "linux/arm64")
+    labels = {**multi_labels(MULTI), label_keys.CONTENT_KEY: arm, label_keys.BUILD_BASE_DIGEST: machine.digest}
+    assert retag_problem(project, plan, built, labels, "linux/arm64") == ""
+    other = {**labels, label_keys.BUILD_BASE_DIGEST: "sha256:" + "f" * 64}
+    assert retag_problem(project, plan, built, other, "linux/arm64").startswith(f"its content key {arm} is not ")

@@ -57,6 +57,7 @@ KEYS = {
     "BASE_SOURCE": "io.dl-images.base.source",
     "BASE_ARCHIVE": "io.dl-images.base.archive",
     "BASE_UPSTREAM": "io.dl-images.base.upstream",
+    "BUILD_BASE_DIGEST": "io.dl-images.build-base.digest",
     "STANDIN": "io.dl-images.standin",
     "STANDIN_PREFIX": "io.dl-images.standin",
     "STANDIN_FRAMEWORK": "io.dl-images.standin.framework-version",

@@ -322,3 +322,38 @@ def test_a_base_without_this_machines_platform_fails_the_foreign_build_naming_it
                         else None)
     with pytest.raises(FailedError, match=r"base docker.io/library/debian:bookworm-slim has no linux/amd64 image"):
         build._buildkit(plan, arm64, "key", REPO / "build-logs" / "none.log", "linux/arm64")
+
+
+def test_each_platforms_content_key_covers_this_machines_image_of_the_base(
+        run, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The native stages' output is copied into every platform's image, and it depends on the build machine's image
+    of the base (an NGC cell's tools are installed by that image's own Python): a changed build base, or a machine
+    of the other platform, is another content key and a build, never a reuse of an image of other inputs; the
+    image's label names the build base its key covers (release's retag check reads it back)."""
+    from buildtool.contracts import label_keys
+    from buildtool.imagebuild.cell_inputs import cell_content_key
+
+    _, start = run
+    keys: dict[tuple[str, str], dict[str, str]] = {}
+    built: dict[tuple[str, str], list[str]] = {}
+    for host, digests in (("linux/amd64", "ab"), ("linux/amd64", "cb"), ("linux/arm64", "ab")):
+        monkeypatch.setattr(builder_mod.platforms, "host", lambda host=host: platforms.get(host))
+        build, plan, fakes = start(base_digests=digests)
+        result = build.run_cell(plan, BaseInfo("unused", "sha256:" + "0" * 64))
+        assert result.result == "pushed", result.message
+        keys[host, digests] = {p["platform"]: p["content_key"] for p in result.platforms}
+        built[host, digests] = fakes.builds
+    first = keys["linux/amd64", "ab"]
+    # Only the amd64 machine's base changed (arm64's target base is the same): the arm64 image is built again.
+    assert keys["linux/amd64", "cb"]["linux/arm64"] != first["linux/arm64"]
+    assert built["linux/amd64", "cb"] == ["linux/amd64", "linux/arm64"]
+    # The same bases, built on an arm64 machine (its native stages on arm64's image): other keys, both platforms.
+    assert keys["linux/arm64", "ab"]["linux/amd64"] != first["linux/amd64"]
+    assert keys["linux/arm64", "ab"]["linux/arm64"] != first["linux/arm64"]
+    assert built["linux/arm64", "ab"] == ["linux/amd64", "linux/arm64"]
+    # The label names the build machine's base, and with it the key is computed again as release computes it.
+    arm64 = fakes.labels["image-linux/arm64"]
+    assert arm64[label_keys.BUILD_BASE_DIGEST] == "sha256:" + "b" * 64
+    base = BaseInfo(plan.base, arm64[label_keys.OCI_BASE_DIGEST],
+                    build=BaseInfo(plan.base, arm64[label_keys.BUILD_BASE_DIGEST]))
+    assert cell_content_key(plan, REPO, base, "linux/arm64") == arm64[label_keys.CONTENT_KEY]

@@ -229,3 +229,24 @@ def test_nccl_ib_hca_counts_a_prefix_as_the_nics_it_matches_and_honours_exact_ma
     assert nccl_log.hca_count("^mlx5_1", listed) == 0 and nccl_log.hca_count("", listed) == 0
     assert nccl_log.hca_exact("=mlx5_0") and nccl_log.hca_exact("^=mlx5_0") and not nccl_log.hca_exact("mlx5_0")
     assert nccl_log.matches_hca("mlx5_10:1", "mlx5_1") and not nccl_log.matches_hca("mlx5_10:1", "mlx5_1", exact=True)
+
+
+def test_nccl_230_rail_and_plane_fields_are_read_apart_from_the_device() -> None:
+    """From NCCL 2.30 (NVIDIA/nccl 7ec092af, net_ib/init.cc) a device NCCL_IB_HCA gives a rail or plane
+    (`HCA:PORT:RAIL:PLANE`) is listed as `[i]HCA:PORT[:RAIL][:PLANE]/LINK` (`::PLANE` without a rail); the device
+    is still HCA:PORT, the name its port speed and NCCL_IB_HCA's entries (matched by name and port) use."""
+    prefix = "gpu-a01:4127:4190 [0] NCCL INFO "
+    text = "".join(prefix + line + "\n" for line in (
+        "NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=0x1 pciPath=/sys/x ar=1 oooRqSize=0",
+        "NET/IB : Using [0]mlx5_0:1:0:1/IB [1]mlx5_1:1:1/IB [2]mlx5_2:1::0/RoCE [3]mlx5_3:1/IB [RO]; "
+        "OOB eth0:10.0.0.1<0>",
+        "Using network IB",
+        "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0/GDRDMA"))
+    proc = nccl_log.read(text).processes[("gpu-a01", "4127")]
+    assert proc.devices["IB"] == {0: "mlx5_0:1", 1: "mlx5_1:1", 2: "mlx5_2:1", 3: "mlx5_3:1"}
+    assert proc.ib_rails == {"mlx5_0:1": (0, 1), "mlx5_1:1": (1, None), "mlx5_2:1": (None, 0)}
+    assert proc.used_devices() == ["mlx5_0:1"] and set(proc.speeds_gbits) <= set(proc.devices["IB"].values())
+    assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0:1") and nccl_log.matches_hca("mlx5_0:1", "mlx5_0:1:0:1")
+    assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0:1:0:1", exact=True)
+    assert not nccl_log.matches_hca("mlx5_0:2", "mlx5_0:1:0:1")
+    assert nccl_log.hca_count("mlx5_0:1:0:1,mlx5_1:1:1", list(proc.devices["IB"].values())) == 2

@@ -185,6 +185,25 @@ def test_check_reports_a_missing_generated_file(project: Path, run_cli):
     assert code == 1 and "+++ b/docs/images.md" in out
 
 
+@pytest.mark.parametrize("kind", ["folder", "symlink loop", "unreadable"])
+def test_check_names_a_generated_file_that_cannot_be_read(project: Path, run_cli, kind: str):
+    """Something at a generated file's path that cannot be read as a file: one line naming it (exit 2), never a
+    traceback (an unreadable file) nor a diff that calls it missing (a folder, a symlink loop)."""
+    rel = "dockerfiles/pytorch/pytorch-cpu/2.13/Dockerfile"
+    path = project / rel
+    path.unlink()
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "symlink loop":
+        path.symlink_to(path.name)
+    else:   # a file that is there and cannot be read, even by root (chmod 000 does not stop root)
+        path.symlink_to("/proc/self/mem")
+    code, out, err = run_cli("check", "--offline", "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and out == "", (code, out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"the generated file {rel} cannot be read: " in err and "run `make render`" in err
+
+
 def test_stale_dockerfile_is_reported_never_silently_deleted(project: Path, run_cli):
     stale = project / "dockerfiles/pytorch/pytorch-old/1.0/Dockerfile"
     stale.parent.mkdir(parents=True)

@@ -138,6 +138,7 @@ class ImageLabels:
     base_source: str = _text(label_keys.BASE_SOURCE)
     base_archive: str = _text(label_keys.BASE_ARCHIVE)
     content_key: str = _text(label_keys.CONTENT_KEY)
+    build_base_digest: str = _text(label_keys.BUILD_BASE_DIGEST)
     standin_framework: str = _text(label_keys.STANDIN_FRAMEWORK)
     standin_python: str = _text(label_keys.STANDIN_PYTHON)
     standin_for: str = _text(label_keys.STANDIN_FOR)

@@ -57,6 +57,8 @@ BASE_REF = f"{PREFIX}.base.ref"             # the base reference the build pulle
 BASE_SOURCE = f"{PREFIX}.base.source"       # how a locally made base was made (mmdebstrap ...)
 BASE_ARCHIVE = f"{PREFIX}.base.archive"     # the archive state it was made from: `<InRelease URL> sha256:<hex> <Date>`
 BASE_UPSTREAM = f"{PREFIX}.base.upstream"   # the matrix's base (static): base.name is it or its mirror
+# A multi-platform cell's build machine image of the base (BUILD_BASE_IMAGE), its digest: in the content key.
+BUILD_BASE_DIGEST = f"{PREFIX}.build-base.digest"
 PACKAGE_PREFIX = f"{PREFIX}.package."       # one label per package (`<prefix><name>=<version>`), read by notes
 
 # -- stand-ins (test fixtures, never released) ---------------------------------------------------

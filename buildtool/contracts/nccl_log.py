@@ -4,7 +4,7 @@ devices it lists and uses, and whether GPUDirect RDMA is on in each of its NET c
 Standard library only: the multi-node verifier (buildtool/launch/verify_ddp.py) runs it in the job's
 containers, shipped beside itself, and the image tests import it from here.
 
-The formats, from NCCL's own source (NVIDIA/nccl, v2.18 to v2.29; tests/fixtures/nccl/README.md cites each):
+The formats, from NCCL's own source (NVIDIA/nccl, v2.18 to v2.30; tests/fixtures/nccl/README.md cites each):
 - src/debug.cc: an INFO line is `HOST:PID:TID [CUDADEV] NCCL INFO TEXT` (HOST cut at its first dot; a
   `[date time] ` before it only when NCCL_DEBUG_TIMESTAMP_LEVELS names INFO), a WARN line
   `HOST:PID:TID [CUDADEV] FILE:LINE (FUNC) NCCL WARN TEXT`. NCCL writes them with vfprintf to stdout, never
@@ -16,7 +16,10 @@ The formats, from NCCL's own source (NVIDIA/nccl, v2.18 to v2.29; tests/fixtures
 - src/transport/net.cc: `Channel CC/C : R[X] -> R[X] [send|receive] via NET/NAME/DEV[(PROXY)][/GDRDMA][(PCI)][/Shared]`:
   DEV indexes the plugin's device list; /GDRDMA is GPUDirect RDMA on that connection.
 - src/transport/net_ib: `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ... [RO]; OOB IF:ADDR<0>` (the HPC-X
-  plugin prints the same line, `.../IB/SHARP`), `NET/IB : No device found.`, and from v2.27 (TRACE before)
+  plugin prints the same line, `.../IB/SHARP`); from v2.30 (commit 7ec092af) a device NCCL_IB_HCA gives a rail
+  or plane (`mlx5_0:1:0:1`, HCA:PORT:RAIL:PLANE) is listed with them, `[0]mlx5_0:1:0/IB` (rail),
+  `[0]mlx5_0:1:0:1/IB` (both), `[0]mlx5_0:1::1/IB` (plane): the device is still `mlx5_0:1`;
+  `NET/IB : No device found.`, and from v2.27 (TRACE before)
   `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 ...` (the port's rate, Mb/s).
 - aws-ofi-nccl: `NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)` (older:
   `Selected Provider is efa (found 4 nics)`). The plugin runs on any libfabric provider (`tcp`, `tcp;ofi_rxm`
@@ -59,6 +62,8 @@ _NET_VIA = re.compile(r"NET/(?P<net>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<
                       r"(?P<shared>/Shared)?$")
 _IB_USING = re.compile(r"NET/IB ?: Using (?P<devs>.*?);\s*OOB ")
 _IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^/\s\[]+)/(?P<link>[A-Za-z]+)")
+# Its name: HCA:PORT, then (NCCL >= 2.30) `:RAIL`, `:RAIL:PLANE` or `::PLANE` where NCCL_IB_HCA gave them.
+_IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>-?\d*)(?::(?P<plane>-?\d+))?)?")
 _IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<port>\d+)/\S+ .*\bspeed=(?P<mbps>\d+)")
 _SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>.*)$")
 _SOCKET_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^:\s]+):")
@@ -113,6 +118,8 @@ class Process:
     # family whose plugin listed them (IB: `NET/IB : Using`, Socket: `NET/Socket : Using`) -> index -> name
     devices: dict[str, dict[int, str]] = field(default_factory=dict)
     speeds_gbits: dict[str, float] = field(default_factory=dict)   # IB device -> port rate (NCCL >= 2.27)
+    # IB device -> the (rail, plane) NCCL_IB_HCA gave it, None where it gave none (NCCL >= 2.30); absent: neither
+    ib_rails: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
     ofi_nics: int | None = None
     ofi_provider: str = ""                                  # aws-ofi-nccl's libfabric provider (efa, tcp, ...)
     plugin: str = ""
@@ -232,7 +239,7 @@ def _record(proc: Process, body: str) -> None:
         elif not via.startswith("NET/"):
             proc.local.append(via)
     elif found := _IB_USING.match(body):
-        proc.devices[IB] = {int(d["i"]): d["name"] for d in _IB_DEV.finditer(found["devs"])}
+        proc.devices[IB] = {int(d["i"]): _ib_device(proc, d["name"]) for d in _IB_DEV.finditer(found["devs"])}
     elif found := _IB_SPEED.match(body):
         proc.speeds_gbits[f"{found['dev']}:{found['port']}"] = int(found["mbps"]) / 1000
     elif found := _SOCKET_USING.match(body):
@@ -249,6 +256,17 @@ def _record(proc: Process, body: str) -> None:
         proc.plugin = found["name"]
     if _WHY.search(body) and body not in proc.why:
         proc.why.append(body)
+
+
+def _ib_device(proc: Process, name: str) -> str:
+    """The device (`mlx5_0:1`) of a `NET/IB : Using` entry's name, its rail and plane kept apart (NCCL >= 2.30)."""
+    found = _IB_NAME.fullmatch(name)
+    if found is None:
+        return name
+    if found["rail"] is not None:
+        proc.ib_rails[found["dev"]] = (int(found["rail"]) if found["rail"] else None,
+                                       int(found["plane"]) if found["plane"] else None)
+    return found["dev"]
 
 
 def read_files(paths: Iterable[Path]) -> Log:
@@ -328,10 +346,12 @@ def hca_exact(value: str) -> bool:
 
 
 def matches_hca(device: str, entry: str, exact: bool = False) -> bool:
-    """Whether an NCCL_IB_HCA entry (`mlx5_0`, `mlx5_0:1`) names DEVICE (`mlx5_0:1`), as NCCL matches: by
-    prefix of the device name (`mlx5` is every mlx5_N), exactly under `=`, and the port when the entry names one."""
+    """Whether an NCCL_IB_HCA entry (`mlx5_0`, `mlx5_0:1`; from NCCL 2.30 also `mlx5_0:1:RAIL:PLANE`) names DEVICE
+    (`mlx5_0:1`), as NCCL matches: by prefix of the device name (`mlx5` is every mlx5_N), exactly under `=`, and the
+    port when the entry names one (a rail or plane after it does not take part, utils.cc matchIfList)."""
     name, _, port = device.partition(":")
-    want_name, sep, want_port = entry.partition(":")
+    want_name, sep, rest = entry.partition(":")
+    want_port = rest.partition(":")[0]
     return (name == want_name if exact else name.startswith(want_name)) and (not sep or want_port == port)
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -258,6 +258,11 @@ class Builder(Publishing):
         try:
             wanted = self.platforms_of(cell)
             bases = {p: self._platform_base(plan, p) for p in wanted}
+            if cell.native_installs:
+                # Each platform's native stages run on this machine's image of the base: in its key and its labels.
+                host = platforms.host().name
+                build = bases[host] if host in bases else self._platform_base(plan, host)
+                bases = {p: replace(b, build=build) for p, b in bases.items()}
             keys = {p: cell_content_key(plan, self.root, bases[p], p) for p in wanted}
             result.content_key = keys[wanted[0]]
             if self.options.push and not self.options.force:
@@ -427,8 +432,8 @@ class Builder(Publishing):
         build_args = {**plan.build_args, "BASE_IMAGE": base.pinned}
         if plan.cell.native_installs:
             # The native stages (templates/parts/native.j2) run on this machine's image of the same base.
-            build_args["BUILD_BASE_IMAGE"] = (base if platform == platforms.host().name
-                                              else self._platform_base(plan, platforms.host().name)).pinned
+            build_args["BUILD_BASE_IMAGE"] = (base.build or (base if platform == platforms.host().name
+                                              else self._platform_base(plan, platforms.host().name))).pinned
         self._say_lock_base(plan, base, platform)
         # The cell's own index URLs (its locks were resolved from them), as the SBOM's locked contents name them.
         cell_indexes = (plan.cell.index_url or "", *plan.cell.extra_index_urls)

@@ -23,6 +23,9 @@ class BaseInfo:
     ref: str        # what the build pulls (the mirror when BASE_MIRROR is set)
     digest: str
     labels: dict[str, str] = field(default_factory=dict)
+    # A multi-platform cell's build machine image of the same base (BUILD_BASE_IMAGE), which its native stages run on
+    # (None: a cell without them, or an image labelled before the content key covered it).
+    build: BaseInfo | None = None
 
     @property
     def pinned(self) -> str:
@@ -37,6 +40,13 @@ def cell_content_key(plan: CellPlan, root: Path, base: BaseInfo, platform: str |
     settings = {"base": plan.cell.base, **{k: v for k, v in plan.build_args.items() if k != "BASE_IMAGE"}}
     if platform is not None:
         settings["platform"] = platform
+    if base.build is not None:
+        # The native stages' output is copied into the image, and what they make depends on the build machine's image
+        # of the base, not only on the locks: an NGC cell's tools are installed by that image's own Python (its
+        # version writes the bytecode, its path the scripts' first lines, its site-packages where files go), a pip
+        # cell's venv by the Python the build platform's apt.lock pins. So its digest (one per platform) is part of
+        # the key: another build machine's base, or a machine of another platform, is another key, never a reuse.
+        settings["build_base"] = base.build.digest
     # Every file in the build context (the Dockerfile's folder) that a COPY could use.
     context = {str(p.relative_to(dockerfile.parent)): p.read_bytes() for p in sorted(dockerfile.parent.rglob("*"))
                if p.is_file() and p != dockerfile}
@@ -64,7 +74,8 @@ def build_labels(plan: CellPlan, base: BaseInfo, key: str, revision: str, source
     labels = ImageLabels(
         source=source, revision=revision, version=cell.version,
         created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), base_name=base.ref, base_digest=base.digest,
-        base_ref=base.ref, cell=cell.key, content_key=key, run_profile=run,
+        base_ref=base.ref, cell=cell.key, content_key=key, build_base_digest=base.build.digest if base.build else "",
+        run_profile=run,
         packages=None if locked is None else dict(sorted(locked.items())),
     )
     if on_standin.standin:

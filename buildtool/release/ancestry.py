@@ -96,7 +96,9 @@ def retag_problem(root: Path, plan: CellPlan, revision: str, labels: Mapping[str
         missing = label_keys.CONTENT_KEY if not parsed.content_key else label_keys.OCI_BASE_DIGEST
         return f"it has no label {missing}, so its content key cannot be compared with the cell's at {tag}"
     try:
-        key = cell_content_key(plan, root, BaseInfo(plan.base, parsed.base_digest), platform)
+        # The build machine's base is in the key of an image whose label names it (cell_inputs.cell_content_key).
+        build = BaseInfo(plan.base, parsed.build_base_digest) if parsed.build_base_digest else None
+        key = cell_content_key(plan, root, BaseInfo(plan.base, parsed.base_digest, build=build), platform)
     except OSError as exc:
         return f"the cell's content key at {tag} cannot be computed in {root}: {exc}"
     if key != parsed.content_key:

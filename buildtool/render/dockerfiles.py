@@ -461,13 +461,31 @@ def drift(root: Path, outputs: Outputs) -> tuple[str, list[str]]:
         path = root / rel
         # Bytes, as `render` compares them: text mode would read a committed CRLF (or CR) as the LF rendered. The
         # diff shows a byte that is not UTF-8 as \xNN and a carriage return as \r, so the drift can be seen.
-        current = path.read_bytes() if path.is_file() else b""
+        committed = _committed(path, rel)
+        current = committed or b""
         if current != data:
             shown = current.decode("utf-8", "backslashreplace").replace("\r", "\\r")
             chunks.extend(difflib.unified_diff(
                 shown.splitlines(keepends=True), data.decode().splitlines(keepends=True),
-                fromfile=f"a/{rel}" if path.is_file() else "/dev/null", tofile=f"b/{rel}"))
+                fromfile=f"a/{rel}" if committed is not None else "/dev/null", tofile=f"b/{rel}"))
     return "".join(chunks), outputs.stale(root)
+
+
+def _committed(path: Path, rel: str) -> bytes | None:
+    """The bytes of generated file `rel` at `path`, None when nothing is there. Something there that cannot be read
+    as a file (a folder, a symlink to nothing or a loop, no read permission) is a UserError naming it: never read as
+    missing, never a traceback."""
+    if not os.path.lexists(path):
+        return None
+    why = "it is a folder" if path.is_dir() else "" if path.is_file() else \
+        "it is not a regular file (a symlink to nothing or a loop, a pipe or a device)"
+    if not why:    # a pipe is never opened: reading it would wait for a writer
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+    raise UserError(f"the generated file {rel} cannot be read: {why}; remove it (or make it readable) and run "
+                    "`make render`")
 
 
 def prune(root: Path, stale: list[str]) -> None:
