@@ -30,6 +30,7 @@ from buildtool.cli.options import (
     log,
     out,
     path_of,
+    say,
 )
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.tsa import check_writer, using
@@ -173,7 +174,8 @@ def _writing_reports(folder: Path) -> Iterator[None]:
 def _report(verdicts: list[dict[str, Any]], as_json: bool, reports: Path) -> None:
     """The verdicts as a table (or JSON), what was incomplete, and exit 1 naming the images that failed."""
     if as_json:
-        out.print(json.dumps(verdicts, indent=1), markup=False, highlight=False)
+        # Straight to the stream: rich made an emoji code in a test's message (`:ok:`) an emoji, even with markup off.
+        say(json.dumps(verdicts, indent=1))
     else:
         _print_verdicts(verdicts)
     _say_incomplete(verdicts)

@@ -1,0 +1,42 @@
+"""What an image or a registry said (a test's message, a build's error, a package listing) reaches the user as it is:
+never through rich, which read `:name:` as an emoji code even with markup off, and with each control character
+escaped, so an ANSI sequence or a line break in it cannot colour, hide or forge a line of a CI log."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+ESC = "\x1b"
+
+
+def _verdict(message: str, skip_reason: str = "") -> dict:
+    """A failed verdict whose test messages came from inside the image."""
+    return {"image": "127.0.0.1:5000/foreign:1", "cell": "pytorch-cpu:2.13", "platform": "linux/amd64",
+            "emulated": False, "digest": "sha256:" + "a" * 64, "result": "failed", "duration_s": 1.0, "incomplete": [],
+            "tests": [{"id": "test_a.py::test_a", "result": "failed", "message": message, "skip_reason": ""},
+                      {"id": "test_b.py::test_b", "result": "skipped", "message": "", "skip_reason": skip_reason}]}
+
+
+def _validate(run_cli, monkeypatch: pytest.MonkeyPatch, project: Path, verdict: dict, *args: str
+              ) -> tuple[int, str, str]:
+    from buildtool.cli import validate
+    from buildtool.validate import runner
+
+    monkeypatch.setattr(runner, "validate_image", lambda *a, **k: verdict)
+    monkeypatch.setattr(validate, "_ref_platforms", lambda ref, wanted: [None])
+    monkeypatch.setattr(signal, "signal", lambda *a: None)   # validate's SIGTERM handler stays out of pytest
+    return run_cli("validate", "127.0.0.1:5000/foreign:1", "--no-store", "--matrix", str(project / "matrix.yaml"),
+                   "--reports", str(project / "reports"), *args)
+
+
+def test_validate_json_prints_each_verdict_as_it_is(project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`validate --json` went through rich: a test's message holding `:ok:` came out as 🆗, so the document was not
+    the verdict stored."""
+    verdict = _verdict("expected :ok: got :x:", skip_reason="no :thumbs_up:")
+    code, out, err = _validate(run_cli, monkeypatch, project, verdict, "--json")
+    assert code == 1, err
+    assert json.loads(out) == [verdict]
