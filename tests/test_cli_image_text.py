@@ -40,3 +40,16 @@ def test_validate_json_prints_each_verdict_as_it_is(project: Path, run_cli, monk
     code, out, err = _validate(run_cli, monkeypatch, project, verdict, "--json")
     assert code == 1, err
     assert json.loads(out) == [verdict]
+
+
+def test_validate_lines_escape_what_a_test_in_the_image_printed(project: Path, run_cli,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FAILED or SKIPPED line carried the test's text as the image gave it: an ANSI sequence coloured the CI log
+    (or erased the line), `:ok:` was an emoji; a skip reason's line break forged a line of its own."""
+    verdict = _verdict(f"{ESC}[2K{ESC}[32mPASSED{ESC}[0m :ok:\nsecond line", skip_reason="why\nPASSED all")
+    code, out, err = _validate(run_cli, monkeypatch, project, verdict)
+    assert code == 1, err
+    assert ESC not in out + err
+    assert "FAILED test_a.py::test_a: \\x1b[2K\\x1b[32mPASSED\\x1b[0m :ok:" in out.splitlines(), out
+    assert "SKIPPED test_b.py::test_b: why\\nPASSED all" in out.splitlines(), out
+    assert "PASSED all" not in [line.strip() for line in out.splitlines()]

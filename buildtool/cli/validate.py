@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from buildtool.cli.console import printable
 from buildtool.cli.options import (
     JsonOption,
     MatrixOption,
     Project,
     RevisionOption,
     TsaOption,
-    err,
     find_project,
     log,
     out,
@@ -237,7 +237,7 @@ def _print_verdicts(verdicts: list[dict[str, Any]]) -> None:
 
     for v in verdicts:
         if v.get("reused"):
-            out.print(reused_line(v), markup=False, highlight=False)
+            say(printable(reused_line(v)))
     verdicts = [v for v in verdicts if not v.get("reused")]
     if not verdicts:
         return
@@ -250,17 +250,17 @@ def _print_verdicts(verdicts: list[dict[str, Any]]) -> None:
                       v["digest"][:19], v["result"], str(counts["passed"]),
                       str(counts["failed"]), str(counts["skipped"]), f"{v['duration_s']:.1f}")
     out.print(table)
+    # Verbatim, each control character escaped: a test's message is the image's text (printable).
     for v in verdicts:
         if v.get("problem"):
-            out.print(f"FAILED {v['image']}: {v['problem']}", markup=False, highlight=False)
+            say(printable(f"FAILED {v['image']}: {v['problem']}"))
         for t in v["tests"]:
             if t["result"] == "failed":
-                out.print(f"FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}",
-                          markup=False, highlight=False)
+                say(printable(f"FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}"))
             elif t["result"] == "skipped":
-                out.print(f"SKIPPED {t['id']}: {t['skip_reason']}", markup=False, highlight=False)
+                say(printable(f"SKIPPED {t['id']}: {t['skip_reason']}"))
         if v.get("stored"):
-            err.print(f"verdict for {v['digest']} stored as {v['stored']}")
+            log(printable(f"verdict for {v['digest']} stored as {v['stored']}"))
 
 
 def reused_line(v: dict[str, Any]) -> str:
@@ -279,9 +279,8 @@ def _say_incomplete(verdicts: list[dict[str, Any]]) -> None:
             reasons = v["incomplete"]
             hint = ("validate it on a runner with usable GPUs" if any("GPU" in r for r in reasons) else
                     "validate without -k" if any("deselected" in r for r in reasons) else "validate it again")
-            err.print(f"INCOMPLETE {v['cell']} ({v['image']}): {'; '.join(reasons)}. The verdict is "
-                      f"{'stored ' if v.get('stored') else ''}incomplete and cannot release this image; {hint}",
-                      markup=False, highlight=False)
+            log(printable(f"INCOMPLETE {v['cell']} ({v['image']}): {'; '.join(reasons)}. The verdict is "
+                          f"{'stored ' if v.get('stored') else ''}incomplete and cannot release this image; {hint}"))
 
 
 def _interrupt(signum: int, frame: object) -> None:
