@@ -53,3 +53,17 @@ def test_validate_lines_escape_what_a_test_in_the_image_printed(project: Path, r
     assert "FAILED test_a.py::test_a: \\x1b[2K\\x1b[32mPASSED\\x1b[0m :ok:" in out.splitlines(), out
     assert "SKIPPED test_b.py::test_b: why\\nPASSED all" in out.splitlines(), out
     assert "PASSED all" not in [line.strip() for line in out.splitlines()]
+
+
+def test_build_failure_line_escapes_what_the_build_printed(project: Path, run_cli,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed cell's line quoted the build's error (a RUN step's output, a registry's answer) through rich: its
+    ANSI sequences reached the CI log, `:x:` became an emoji."""
+    from buildtool.imagebuild.builder import Builder, CellResult
+
+    failed = CellResult(cell="pytorch-cpu:2.13", result="failed", message=f"RUN a:x:b {ESC}[1A{ESC}[2Kbuilt ok")
+    monkeypatch.setattr(Builder, "run", lambda self, plans: [failed])
+    code, out, err = run_cli("build", "-f", "pytorch-cpu:2.13", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1, err
+    assert ESC not in out + err
+    assert "pytorch-cpu:2.13: failed: RUN a:x:b \\x1b[1A\\x1b[2Kbuilt ok" in err.splitlines(), err
