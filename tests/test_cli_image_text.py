@@ -67,3 +67,21 @@ def test_build_failure_line_escapes_what_the_build_printed(project: Path, run_cl
     assert code == 1, err
     assert ESC not in out + err
     assert "pytorch-cpu:2.13: failed: RUN a:x:b \\x1b[1A\\x1b[2Kbuilt ok" in err.splitlines(), err
+
+
+def test_diff_lines_escape_what_a_probed_image_listed(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image without an SBOM is probed: its package names and versions are its own text, and `diff` printed
+    them as they were: an ANSI sequence or a line break in a version reached the terminal or the CI log."""
+    from buildtool.imagebuild import image_diff
+    from buildtool.sbom.document import Contents
+
+    def side(image: str, *args: object, **kwargs: object) -> image_diff.Side:
+        version = "1.0" if image.endswith(":a") else f"2.0{ESC}[8m\nadded evil 6.6.6"
+        return image_diff.Side(image=image, source="probe", digest=None, image_id=f"id-{ESC}[31m",
+                               contents=Contents(facts={}, python={"numpy": version}))
+
+    monkeypatch.setattr(image_diff, "read_side", side)
+    code, out, err = run_cli("diff", "local/x:a", "local/x:b")
+    assert code == 0, err
+    assert ESC not in out + err
+    assert out.splitlines() == ["numpy (python): 1.0 -> 2.0\\x1b[8m\\nadded evil 6.6.6"], out
