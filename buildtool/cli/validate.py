@@ -43,12 +43,15 @@ if TYPE_CHECKING:
 
 
 def _peers(values: list[str]) -> dict[str, str]:
-    peers = {}
+    peers: dict[str, str] = {}
     known = frameworks.names()
     for value in values:
         framework, sep, image = value.partition("=")
         if not sep or framework not in known or not image:
             raise UserError(f"--peer {value!r} must be FRAMEWORK=IMAGE with FRAMEWORK one of {', '.join(known)}")
+        if framework in peers:   # the last one silently won: the cross tests ran against an image not meant
+            raise UserError(f"--peer {framework}= is given twice ({peers[framework]} and {image}); give one image "
+                            "for each framework")
         peers[framework] = image
     return peers
 
