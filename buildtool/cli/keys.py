@@ -22,6 +22,7 @@ from buildtool.contracts.arguments import check_arguments
 if TYPE_CHECKING:
     from buildtool.attest.dsse import PublicKey
 
+DEFAULT_NAME = "validate-runners"
 NameOption = Annotated[str, typer.Option(help="Who holds the key, e.g. gpu-runners-2026 (file names, trust entry).")]
 OutDirOption = Annotated[Path | None, typer.Option(
     "--out", parser=path_of("--out"),
@@ -35,7 +36,7 @@ DevOption = Annotated[bool, typer.Option(
 
 
 def keys(
-    name: NameOption = "validate-runners",
+    name: NameOption = DEFAULT_NAME,
     out_dir: OutDirOption = None,
     role: RoleOption = None,
     dev: DevOption = False,
@@ -48,6 +49,13 @@ def keys(
 
     roles = tuple(dict.fromkeys(role or [TESTER]))   # tester, builder or both (check_arguments)
     if dev:
+        # The dev key has one place and signs in both roles: --out, --name and --role were ignored, and the key
+        # the user asked for somewhere else was never made there.
+        given = [flag for flag, value in (("--out", out_dir), ("--name", name), ("--role", role))
+                 if value is not None and value != DEFAULT_NAME]
+        if given:
+            raise UserError(f"--dev makes this machine's local dev key in its own place, in both roles: "
+                            f"{', '.join(given)} cannot go with it; drop --dev to make a key pair for a role")
         _show_dev_key()
         return
     if not re.fullmatch(r"[a-z0-9._-]+", name):
