@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.console import writing
-from buildtool.cli.options import err, log, path_of, say
+from buildtool.cli.console import printable, writing
+from buildtool.cli.options import log, path_of, say
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
@@ -66,7 +66,8 @@ def keys(
         if path.exists():
             raise UserError(f"{path} exists; keys are never overwritten: choose another --name or --out")
     if any((parent / ".git").exists() for parent in (folder, *folder.parents)):   # inside a git work tree
-        err.print(f"warning: {folder} is inside a git work tree; never commit {private.name}", markup=False)
+        # Verbatim: rich made an emoji code in the folder's name (`:ok:`) an emoji, even with markup off.
+        log(printable(f"warning: {folder} is inside a git work tree; never commit {private.name}"))
     key = generate()
     with writing("--out", folder):   # a folder that cannot be made or written is one line, not a traceback
         write_private(private, key)
