@@ -85,3 +85,20 @@ def test_diff_lines_escape_what_a_probed_image_listed(run_cli, monkeypatch: pyte
     assert code == 0, err
     assert ESC not in out + err
     assert out.splitlines() == ["numpy (python): 1.0 -> 2.0\\x1b[8m\\nadded evil 6.6.6"], out
+
+
+def test_verify_lines_escape_what_the_registry_holds(project: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify printed what it read from the registry as it was: a line break and an ANSI sequence in an index
+    entry's platform or in a problem quoting an artifact forged a `result  verified` line in the CI log."""
+    from buildtool.release import chain
+
+    forged = f"linux/amd64\nresult  verified{ESC}[8m"
+    found = chain.Verification(image="registry.example.org/x:1", chains=[chain.Chain(
+        image="registry.example.org/x@sha256:" + "a" * 64, platform=forged, problem=f"bad{ESC}[2K\nresult  verified")])
+    monkeypatch.setattr(chain, "verify_reference", lambda *a, **k: found)
+    code, out, err = run_cli("verify", "registry.example.org/x:1", "--matrix", str(project / "matrix.yaml"))
+    assert code == 1, err
+    assert ESC not in out + err
+    assert not any(line.startswith("result  verified") for line in out.splitlines()), out
+    assert out.splitlines()[0] == "platform linux/amd64\\nresult  verified\\x1b[8m", out
+    assert err.strip().splitlines() == ["failed: bad\\x1b[2K\\nresult  verified"], err
