@@ -205,3 +205,14 @@ def test_a_release_manifest_the_catalogue_cannot_read_is_refused_before_any_tag_
     code, out, err = run_cli("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--matrix",
                              str(project / "matrix.yaml"))
     assert code == 2 and "docs/releases/0.0.9.json" in err and "unreachable" not in err, err
+
+
+def test_table_escapes_control_characters_a_note_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    """A refusal quotes what the registry held; an ANSI sequence in it reached the terminal or CI log through the
+    table (erasing or recolouring lines)."""
+    item = ImageRelease(cell="pytorch-cpu:2.13", image="pytorch-cpu", source="s", release_repo="r",
+                        status="refused", problems=["verdict runner \x1b[2K\x1b[1Apromoted\x07"])
+    print_report(ReleaseReport("0.1.0", "abc", [item]))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "verdict runner \\x1b[2K\\x1b[1Apromoted\\x07" in out

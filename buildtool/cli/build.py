@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from buildtool.attest.dsse import PrivateKey
     from buildtool.imagebuild.builder import CellResult
 
+from buildtool.cli.console import printable
 from buildtool.cli.options import (
     FrameworkOption,
     JsonOption,
@@ -141,8 +142,8 @@ def _print_results(results: list[CellResult], revision: str) -> None:
             out.print(f"{r.ref} {r.digest}", markup=False, highlight=False)
     for r in results:
         if r.result in ("failed", "skipped"):
-            err.print(f"{r.cell}: {r.result}: {r.message}" + (f" (log: {r.log})" if r.log else ""),
-                      markup=False, highlight=False)
+            # Verbatim, each control character escaped: the message may quote the build's or the registry's text.
+            log(printable(f"{r.cell}: {r.result}: {r.message}" + (f" (log: {r.log})" if r.log else "")))
 
 
 def bases(

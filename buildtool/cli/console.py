@@ -80,6 +80,13 @@ def writing(option: str, target: Path) -> Iterator[None]:
                         "name a place this user can write") from None
 
 
+def printable(text: str) -> str:
+    """TEXT as a log line shows it as it is: each control or format character (the ESC of an ANSI sequence, a line
+    break, U+202E) escaped as Python writes it (`\\x1b`), so a value an image or a registry gave cannot colour,
+    hide or forge lines of a CI log."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def say(message: str) -> None:
     """A result line: stdout, verbatim."""
     sys.stdout.write(message + "\n")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.console import project_or_none
+from buildtool.cli.console import printable, project_or_none
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, find_project, log, say
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
@@ -139,10 +139,11 @@ def diff(
         say(json.dumps({"before": before.to_json(), "after": after.to_json(),   # as it is, as sbom prints
                         "changes": [c.to_json() for c in changes]}, indent=1))
         return
-    log(f"before: {before.describe()}")
-    log(f"after: {after.describe()}")
+    # Each control character escaped: a probed image's package names and versions are the image's own text.
+    log(printable(f"before: {before.describe()}"))
+    log(printable(f"after: {after.describe()}"))
     for change in changes:
-        say(change.line())
+        say(printable(change.line()))
     counts = {k: sum(1 for c in changes if c.kind == k and c.scope != "fact") for k in ("added", "removed", "changed")}
     log(f"{counts['removed']} removed, {counts['changed']} changed, {counts['added']} added packages"
         if changes else "no differences in the packages")

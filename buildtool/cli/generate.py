@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from buildtool.cli.console import log, printable, say
 from buildtool.cli.options import FrameworkOption, JsonOption, MatrixOption, Project, RevisionOption, err, find_project
 from buildtool.cli.options import out as stdout
 from buildtool.contracts.arguments import check_arguments
@@ -43,17 +44,18 @@ def render(
     outputs = all_outputs(project, project.load())
     with _writing(project, "nothing was written (the tree is as it was)"):
         changed = write_outputs(project.root, outputs)
+    # Verbatim (a stale file's name is whatever is on disk: rich read `[/]` in it as markup, a traceback).
     for rel in changed:
-        stdout.print(f"wrote {rel}")
+        say(printable(f"wrote {rel}"))
     stale = outputs.stale(project.root)
     if stale and prune_stale:
         with _writing(project, "the files above were written; run `buildtool render --prune` again"):
             prune(project.root, stale)
         for rel in stale:
-            stdout.print(f"deleted {rel} (its cell is gone from the matrix)")
+            say(printable(f"deleted {rel} (its cell is gone from the matrix)"))
     elif stale:
         for rel in stale:
-            err.print(f"stale: {rel} belongs to no cell; delete it or run `buildtool render --prune`")
+            log(printable(f"stale: {rel} belongs to no cell; delete it or run `buildtool render --prune`"))
     if not changed:
         err.print(f"{len(outputs.files)} generated files already up to date")
 
@@ -100,7 +102,7 @@ def check(
     if diff:
         stdout.file.write(diff)   # as difflib made it: rich turned tabs into spaces and `:ok:` into an emoji
     for rel in stale:
-        err.print(f"stale: {rel} belongs to no cell in the matrix; delete it or run `buildtool render --prune`")
+        log(printable(f"stale: {rel} belongs to no cell in the matrix; delete it or run `buildtool render --prune`"))
     # Each cell's locks (beside its Dockerfile) against the matrix values they were made from.
     lock_problems = [problem for cell in loaded.cells for problem in check_cell(project.root, cell)]
     lock_problems += [problem for cell in loaded.cells for problem in aptlock.check_cell(project.root, cell)]

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.console import writing
-from buildtool.cli.options import err, log, path_of, say
+from buildtool.cli.console import printable, writing
+from buildtool.cli.options import log, path_of, say
 from buildtool.common.errors import UserError
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.attest.dsse import PublicKey
 
+DEFAULT_NAME = "validate-runners"
 NameOption = Annotated[str, typer.Option(help="Who holds the key, e.g. gpu-runners-2026 (file names, trust entry).")]
 OutDirOption = Annotated[Path | None, typer.Option(
     "--out", parser=path_of("--out"),
@@ -35,7 +36,7 @@ DevOption = Annotated[bool, typer.Option(
 
 
 def keys(
-    name: NameOption = "validate-runners",
+    name: NameOption = DEFAULT_NAME,
     out_dir: OutDirOption = None,
     role: RoleOption = None,
     dev: DevOption = False,
@@ -48,6 +49,13 @@ def keys(
 
     roles = tuple(dict.fromkeys(role or [TESTER]))   # tester, builder or both (check_arguments)
     if dev:
+        # The dev key has one place and signs in both roles: --out, --name and --role were ignored, and the key
+        # the user asked for somewhere else was never made there.
+        given = [flag for flag, value in (("--out", out_dir), ("--name", name), ("--role", role))
+                 if value is not None and value != DEFAULT_NAME]
+        if given:
+            raise UserError(f"--dev makes this machine's local dev key in its own place, in both roles: "
+                            f"{', '.join(given)} cannot go with it; drop --dev to make a key pair for a role")
         _show_dev_key()
         return
     if not re.fullmatch(r"[a-z0-9._-]+", name):
@@ -58,7 +66,8 @@ def keys(
         if path.exists():
             raise UserError(f"{path} exists; keys are never overwritten: choose another --name or --out")
     if any((parent / ".git").exists() for parent in (folder, *folder.parents)):   # inside a git work tree
-        err.print(f"warning: {folder} is inside a git work tree; never commit {private.name}", markup=False)
+        # Verbatim: rich made an emoji code in the folder's name (`:ok:`) an emoji, even with markup off.
+        log(printable(f"warning: {folder} is inside a git work tree; never commit {private.name}"))
     key = generate()
     with writing("--out", folder):   # a folder that cannot be made or written is one line, not a traceback
         write_private(private, key)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool.cli.console import Project, emit_json, find_project, log, path_of
+from buildtool.cli.console import Project, emit_json, find_project, log, path_of, printable
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
 
@@ -76,8 +76,9 @@ def text_table(rows: list[tuple[str, ...]], max_width: int = 72) -> str:
     import textwrap
 
     def lines(value: str) -> list[str]:
+        # Each control character escaped: a note may quote the registry (an ANSI sequence must not reach the log).
         return [part for line in (value or "").splitlines() or [""]
-                for part in (textwrap.wrap(line, max_width) or [""])]
+                for part in (textwrap.wrap(printable(line), max_width) or [""])]
 
     cells = [[lines(value) for value in row] for row in rows]
     widths = [max(len(line) for row in cells for line in row[i]) for i in range(len(rows[0]))]

@@ -19,17 +19,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from buildtool.cli.console import printable
 from buildtool.cli.options import (
     JsonOption,
     MatrixOption,
     Project,
     RevisionOption,
     TsaOption,
-    err,
     find_project,
     log,
     out,
     path_of,
+    say,
 )
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.tsa import check_writer, using
@@ -42,12 +43,15 @@ if TYPE_CHECKING:
 
 
 def _peers(values: list[str]) -> dict[str, str]:
-    peers = {}
+    peers: dict[str, str] = {}
     known = frameworks.names()
     for value in values:
         framework, sep, image = value.partition("=")
         if not sep or framework not in known or not image:
             raise UserError(f"--peer {value!r} must be FRAMEWORK=IMAGE with FRAMEWORK one of {', '.join(known)}")
+        if framework in peers:   # the last one silently won: the cross tests ran against an image not meant
+            raise UserError(f"--peer {framework}= is given twice ({peers[framework]} and {image}); give one image "
+                            "for each framework")
         peers[framework] = image
     return peers
 
@@ -173,7 +177,8 @@ def _writing_reports(folder: Path) -> Iterator[None]:
 def _report(verdicts: list[dict[str, Any]], as_json: bool, reports: Path) -> None:
     """The verdicts as a table (or JSON), what was incomplete, and exit 1 naming the images that failed."""
     if as_json:
-        out.print(json.dumps(verdicts, indent=1), markup=False, highlight=False)
+        # Straight to the stream: rich made an emoji code in a test's message (`:ok:`) an emoji, even with markup off.
+        say(json.dumps(verdicts, indent=1))
     else:
         _print_verdicts(verdicts)
     _say_incomplete(verdicts)
@@ -235,7 +240,7 @@ def _print_verdicts(verdicts: list[dict[str, Any]]) -> None:
 
     for v in verdicts:
         if v.get("reused"):
-            out.print(reused_line(v), markup=False, highlight=False)
+            say(printable(reused_line(v)))
     verdicts = [v for v in verdicts if not v.get("reused")]
     if not verdicts:
         return
@@ -248,17 +253,17 @@ def _print_verdicts(verdicts: list[dict[str, Any]]) -> None:
                       v["digest"][:19], v["result"], str(counts["passed"]),
                       str(counts["failed"]), str(counts["skipped"]), f"{v['duration_s']:.1f}")
     out.print(table)
+    # Verbatim, each control character escaped: a test's message is the image's text (printable).
     for v in verdicts:
         if v.get("problem"):
-            out.print(f"FAILED {v['image']}: {v['problem']}", markup=False, highlight=False)
+            say(printable(f"FAILED {v['image']}: {v['problem']}"))
         for t in v["tests"]:
             if t["result"] == "failed":
-                out.print(f"FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}",
-                          markup=False, highlight=False)
+                say(printable(f"FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}"))
             elif t["result"] == "skipped":
-                out.print(f"SKIPPED {t['id']}: {t['skip_reason']}", markup=False, highlight=False)
+                say(printable(f"SKIPPED {t['id']}: {t['skip_reason']}"))
         if v.get("stored"):
-            err.print(f"verdict for {v['digest']} stored as {v['stored']}")
+            log(printable(f"verdict for {v['digest']} stored as {v['stored']}"))
 
 
 def reused_line(v: dict[str, Any]) -> str:
@@ -277,9 +282,8 @@ def _say_incomplete(verdicts: list[dict[str, Any]]) -> None:
             reasons = v["incomplete"]
             hint = ("validate it on a runner with usable GPUs" if any("GPU" in r for r in reasons) else
                     "validate without -k" if any("deselected" in r for r in reasons) else "validate it again")
-            err.print(f"INCOMPLETE {v['cell']} ({v['image']}): {'; '.join(reasons)}. The verdict is "
-                      f"{'stored ' if v.get('stored') else ''}incomplete and cannot release this image; {hint}",
-                      markup=False, highlight=False)
+            log(printable(f"INCOMPLETE {v['cell']} ({v['image']}): {'; '.join(reasons)}. The verdict is "
+                          f"{'stored ' if v.get('stored') else ''}incomplete and cannot release this image; {hint}"))
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.cli.console import project_or_none
+from buildtool.cli.console import printable, project_or_none
 from buildtool.cli.options import JsonOption, MatrixOption, emit_json, find_project, path_of, say
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.arguments import check_arguments
@@ -65,7 +65,7 @@ def verify(
     else:
         _print(found)
     if not found.ok:
-        raise FailedError(found.problem)
+        raise FailedError(printable(found.problem))
 
 
 def _trusted(checkout: Checkout | None, keys: Path | None, matrix: Path | None, trust_local_key: bool) -> TrustedKeys:
@@ -89,17 +89,19 @@ def _trusted(checkout: Checkout | None, keys: Path | None, matrix: Path | None, 
 def _print(found: Verification) -> None:
     """What was read, each platform's chain; every problem; what could not be checked; then one result line,
     the answer release's gate reaches where it ran (a checkout at hand)."""
+    # Each control character escaped: what is shown was read from the registry (anyone who may push writes there),
+    # and an ANSI sequence or a line break in it must not forge a `result verified` line.
     for chain in found.chains:
         if chain.platform:
-            say(f"platform {chain.platform}")
+            say(printable(f"platform {chain.platform}"))
         for link, text in chain.lines:
-            say(f"{link:<7} {text}")
+            say(printable(f"{link:<7} {text}"))
     for problem in found.all_problems:
-        say(f"{'problem':<7} {problem}")
+        say(printable(f"{'problem':<7} {problem}"))
     for why in found.not_run:
-        say(f"{'not run':<7} {why}")
-    say(f"{'result':<7} " + ("verified" if found.ok else f"NOT verified: {found.problem}")
-        + ("" if found.gated or not found.ok else " (without release's gate: see `not run`)"))
+        say(printable(f"{'not run':<7} {why}"))
+    say(printable(f"{'result':<7} " + ("verified" if found.ok else f"NOT verified: {found.problem}")
+                  + ("" if found.gated or not found.ok else " (without release's gate: see `not run`)")))
 
 
 def _checkout(matrix: Path | None, keys: Path | None) -> Checkout | None:
