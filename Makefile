@@ -26,7 +26,7 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: ## Install and start what the main job needs (engine, registry, skopeo, debootstrap, venv); idempotent
+setup: ## Install and start what the main job needs (engine, registry, skopeo, mmdebstrap, venv); idempotent
 	bash scripts/setup.sh
 
 .PHONY: setup-tests
