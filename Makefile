@@ -38,7 +38,7 @@ lock-deps: ## Refresh requirements.lock: exact versions of the toolkit's own dep
 	UPGRADE=$(UPGRADE) bash scripts/lock-deps.sh
 
 .PHONY: render
-render: ## Render dockerfiles/ and docs/images.md from matrix.yaml and templates/
+render: ## Render dockerfiles/, docs/images.md and .github/workflows/ from matrix.yaml and templates/
 	$(BUILDTOOL) render
 
 .PHONY: check
