@@ -29,11 +29,11 @@ def places(page: str, pattern: re.Pattern[str]) -> list[tuple[int, re.Match[str]
     return [(text.count("\n", 0, m.start()) + 1, m) for m in pattern.finditer(text)]
 
 
-def paths_missing(page: str, root: Path = ROOT) -> list[str]:
+def paths_missing(page: str) -> list[str]:
     missing = []
-    for line, match in places(page, PATH) if root == ROOT else []:
+    for line, match in places(page, PATH):
         path = match.group(1).split("::")[0].split("#")[0].rstrip(".")
-        if not any(c in path for c in "<>*{") and not path.startswith(MADE) and not (root / path).exists():
+        if not any(c in path for c in "<>*{") and not path.startswith(MADE) and not (ROOT / path).exists():
             missing.append(f"{page}:{line}: {path}")
     return missing
 
