@@ -22,6 +22,8 @@ CODE = re.compile(r"`([^`\n]+)`|^((?:make|buildtool) [^\n]*)$", re.M)
 MAKE = re.compile(r"\bmake ((?:[a-z][a-z0-9-]* ?)+)((?:\[?[A-Z_]+=[^ \]`]*\]? ?)*)")
 BUILDTOOL = re.compile(r"\bbuildtool ([a-z][a-z0-9-]*)((?: (?:write|ci-matrix)\b)?)([^|;&`]*)")
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z]\b)")
+# `tests/test_x.py::test_name`, and `::test_other` after it for another test of the same file.
+TEST = re.compile(r"(?<![\w/])(tests/[\w/]+\.py)::(test_\w+)|`::(test_\w+)")
 
 
 def places(page: str, pattern: re.Pattern[str]) -> list[tuple[int, re.Match[str]]]:
@@ -78,6 +80,21 @@ def test_every_repository_path_a_page_names_exists(page: str) -> None:
     assert paths_missing(page) == []
 
 
+def undefined_tests(page: str) -> list[str]:
+    missing, path = [], None
+    for line, match in places(page, TEST):
+        path = match.group(1) or path
+        name = match.group(2) or match.group(3)
+        if path is None or not re.search(rf"^(?:async )?def {name}\b", (ROOT / path).read_text(), re.M):
+            missing.append(f"{page}:{line}: {path}::{name}")
+    return missing
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_test_a_page_names_is_defined(page: str) -> None:
+    assert undefined_tests(page) == []
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_make_target_and_variable_a_page_names_is_the_makefiles(page: str) -> None:
     makefile = (ROOT / "Makefile").read_text()
@@ -101,5 +118,7 @@ def test_the_checks_find_what_they_look_for() -> None:
     assert buildtool_problems("buildtool verify IMAGE --key FILE") == ["`buildtool verify` has no option --key"]
     assert buildtool_problems("buildtool workflows write --cron X") == []
     assert buildtool_problems("buildtool gpusplit") == ["no command `buildtool gpusplit`"]
+    named = "`tests/test_a.py::test_b`, `::test_c`, `pytorch/test_d.py::test_e`"
+    assert [m.groups() for m in TEST.finditer(named)] == [("tests/test_a.py", "test_b", None), (None, None, "test_c")]
     assert [m.group(1) for m in PATH.finditer("see `buildtool/release/gpusplit.py` and ../docs/gpu.md")] == [
         "buildtool/release/gpusplit.py", "docs/gpu.md"]
