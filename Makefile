@@ -26,7 +26,7 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: ## Install and start what the main job needs (engine, registry, skopeo, debootstrap, venv); idempotent
+setup: ## Install and start what the main job needs (engine, registry, skopeo, mmdebstrap, venv); idempotent
 	bash scripts/setup.sh
 
 .PHONY: setup-tests
@@ -38,7 +38,7 @@ lock-deps: ## Refresh requirements.lock: exact versions of the toolkit's own dep
 	UPGRADE=$(UPGRADE) bash scripts/lock-deps.sh
 
 .PHONY: render
-render: ## Render dockerfiles/ and docs/images.md from matrix.yaml and templates/
+render: ## Render dockerfiles/, docs/images.md and .github/workflows/ from matrix.yaml and templates/
 	$(BUILDTOOL) render
 
 .PHONY: check

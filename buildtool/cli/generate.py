@@ -33,10 +33,11 @@ def all_outputs(project: Project, matrix: Matrix) -> Outputs:
 
 def render(
     matrix: MatrixOption = None,
-    prune_stale: Annotated[bool, typer.Option("--prune", help="Delete Dockerfiles of cells no longer in the matrix.")]
+    prune_stale: Annotated[bool, typer.Option("--prune", help="Delete Dockerfiles of cells no longer in the matrix, "
+                                              "and workflows marked generated that no render writes any more.")]
     = False,
 ) -> None:
-    """Render every cell's Dockerfile under dockerfiles/ and the catalogue, atomically."""
+    """Render every cell's Dockerfile under dockerfiles/, the catalogue and the CI workflows, atomically."""
     check_arguments("render", locals())   # every argument first (issue 37)
     from buildtool.render.dockerfiles import prune, write_outputs
 
