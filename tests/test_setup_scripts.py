@@ -87,6 +87,20 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _still_running_after_a_moment(pid: int) -> bool:
+    """Whether `pid` still runs 5 s on (a kill sent just before the script exits may take a moment to land); it is
+    killed either way, so no test leaves it behind."""
+    try:
+        for _ in range(50):
+            if not _running(pid):
+                break
+            time.sleep(0.1)
+        return _running(pid)
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_a_registry_that_does_not_answer_is_stopped_not_left_running(tmp_path: Path) -> None:
     """Step 4 starts docker-registry in the background and waits 30 s for it to answer; one that did not was left
     running (holding the port or its storage against the next try) while the script said it had failed."""
@@ -99,15 +113,7 @@ def test_a_registry_that_does_not_answer_is_stopped_not_left_running(tmp_path: P
             break
         time.sleep(0.1)
     pid = int(pid_file.read_text()) if pid_file.exists() else 0
-    try:
-        for _ in range(50):   # the kill is sent before the script exits; the process may take a moment to go
-            if not _running(pid):
-                break
-            time.sleep(0.1)
-        alive = _running(pid)
-    finally:
-        if _running(pid):
-            os.kill(pid, signal.SIGKILL)
+    alive = _still_running_after_a_moment(pid)
     assert proc.returncode == 2 and not alive, proc.stderr
     assert proc.stderr.splitlines()[-1] == ("setup: error: registry did not answer on 127.0.0.1:5000 within 30 s "
                                             "(stopped it; log: .state/registry.log)"), proc.stderr
@@ -124,15 +130,7 @@ def test_a_dockerd_that_does_not_answer_is_stopped_not_left_running(tmp_path: Pa
         "docker": "exit 1", "dockerd": hung, "setsid": 'exec "$@"', "nohup": 'exec "$@"',
         "sleep": f"exec {sleep} 0.05"})
     pid = int(pid_file.read_text()) if pid_file.exists() else 0
-    try:
-        for _ in range(50):   # the kill is sent before the script exits; the process may take a moment to go
-            if not _running(pid):
-                break
-            time.sleep(0.1)
-        alive = _running(pid)
-    finally:
-        if _running(pid):
-            os.kill(pid, signal.SIGKILL)
+    alive = _still_running_after_a_moment(pid)
     assert proc.returncode == 2 and pid and not alive, proc.stderr
     assert proc.stderr.splitlines()[-1] == ("setup: error: dockerd did not answer within 60 s (stopped it; "
                                             "log: .state/dockerd.log)"), proc.stderr
