@@ -512,3 +512,31 @@ def test_cli_a_verdict_folder_that_is_a_file_is_named_as_one(run_cli, tmp_path: 
     assert code == 2 and f"verdict folder {tmp_path / 'verdict.json'} is a file, not a folder; pass the folder" in err
     code, _, err = run_cli("report", "--verdicts", str(tmp_path / "none"), "--out", str(tmp_path / "o"))
     assert code == 2 and f"verdict folder {tmp_path / 'none'} does not exist; pass the folder" in err
+
+
+@pytest.mark.parametrize(("registry", "trusted_dev"), [("registry.example.org:5000", False), ("127.0.0.1:5000", True)])
+def test_fetch_trusts_this_machines_dev_key_only_on_a_loopback_registry(project: Path, run_cli, monkeypatch,
+                                                                        tmp_path: Path, registry: str,
+                                                                        trusted_dev: bool) -> None:
+    """`report --fetch` trusted this machine's dev key for any registry: on a runner that holds one, a verdict in
+    the shared registry signed by that key (a developer's, never a tester's) counted as the night's verdict.
+    Validate, verify and release trust it on a loopback registry only; so does the report now."""
+    from buildtool.attest import keys
+    from buildtool.report import fetch
+    from tests import signing
+
+    dev = signing.ATTACKER.public()
+    seen: list[object] = []
+
+    def fetched(refs: dict, trusted: keys.TrustedKeys, platforms: object = None) -> list[dict]:
+        seen.append(trusted)
+        return [{"missing": True, "cell": cell, "image": ref, "reason": "no verdict"} for cell, ref in refs.items()]
+
+    monkeypatch.setenv("REGISTRY", registry)
+    monkeypatch.setattr(keys, "dev_public_key", lambda: dev)
+    monkeypatch.setattr(fetch, "fetch_verdicts", fetched)
+    code, _, err = run_cli("report", "--fetch", "--framework", "pytorch-cpu:2.13", "--verdicts",
+                           str(tmp_path / "v"), "--out", str(tmp_path / "o"), "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    [trusted] = seen
+    assert isinstance(trusted, keys.TrustedKeys) and (dev.keyid in trusted.keys) is trusted_dev
