@@ -540,3 +540,21 @@ def test_fetch_trusts_this_machines_dev_key_only_on_a_loopback_registry(project:
     assert code == 0, err
     [trusted] = seen
     assert isinstance(trusted, keys.TrustedKeys) and (dev.keyid in trusted.keys) is trusted_dev
+
+
+def test_an_image_tonight_with_no_row_the_previous_night_is_named_not_unchanged() -> None:
+    """The previous night is a night of other cells (`make nightly FRAMEWORK=...` kept a partial night): tonight's
+    images it does not hold had nothing to be compared with, so pytorch-ngc's failing DDP was not newly failing, and
+    the trend said "No change since the previous night". Now each is named as not compared."""
+    now = [parse_verdict(v, "now") for v in tonight()]
+    report = build_report(now, [parse_verdict(tonight()[0], "before")])
+    assert [(row.cell, row.result) for row in report.unpaired] == [("pytorch-ngc:25.10", "failed"),
+                                                                   ("tensorflow-cpu:2.21", "failed")]
+    md, page = render_markdown(report), render_html(report)
+    assert "No change since the previous night" not in md and "<li>no change</li>" not in page
+    assert "### Not in the previous night's report (nothing to compare with)" in md
+    assert "- ❌ `pytorch-ngc:25.10` (now failed): no verdict and no missing record the previous night" in md
+    assert ("not in the previous night's report, nothing to compare with (now failed; no verdict and no missing "
+            "record the previous night): pytorch-ngc:25.10") in page
+    assert build_report(now, [parse_verdict(v, "before") for v in last_night()]).unpaired == []
+    assert build_report(now).unpaired == []

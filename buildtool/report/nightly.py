@@ -108,6 +108,8 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
                   not_run=not_run, failed_not_run=failed_not_run,
                   gone=gone_rows(current, list(previous or []), before), has_previous=previous is not None,
+                  unpaired=[row for row in sorted(current, key=lambda r: r.key)
+                            if previous is not None and row.key not in before],
                   previous_rows=list(previous or []))
 
 
