@@ -558,3 +558,23 @@ def test_an_image_tonight_with_no_row_the_previous_night_is_named_not_unchanged(
             "record the previous night): pytorch-ngc:25.10") in page
     assert build_report(now, [parse_verdict(v, "before") for v in last_night()]).unpaired == []
     assert build_report(now).unpaired == []
+
+
+@pytest.mark.parametrize(("runs", "said"), [
+    ([{"count": 1, "time_per_epoch_s": None, "speedup": 1.0, "efficiency": 1.0, "backend": "gloo"}],
+     "`runs[0]`.time_per_epoch_s is None, not a number"),
+    ([{"count": 1, "time_per_epoch_s": 2.0, "speedup": "1x", "efficiency": 1.0, "backend": "gloo"}],
+     "`runs[0]`.speedup is '1x', not a number"),
+    ([{"count": 1, "time_per_epoch_s": 2.0, "speedup": 1.0, "efficiency": 1.0}], "`runs[0]` has no `backend`"),
+    ({"count": 1}, "`runs` is a JSON dict, not a list")])
+def test_a_scaling_file_with_a_run_the_report_cannot_show_is_exit_2_naming_it(run_cli, tmp_path: Path, runs: object,
+                                                                              said: str) -> None:
+    """A scaling.json whose run has a figure that is not a number (or none) ended in a traceback from the template
+    (TypeError: must be real number), after the verdicts were read. Now it is one line naming the file and field."""
+    folder = tmp_path / "scaling"
+    folder.mkdir()
+    (folder / "scaling.json").write_text(json.dumps({"title": "DDP", "runs": runs}))
+    code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())), "--scaling", str(folder),
+                           "--out", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err, err
+    assert f"{folder / 'scaling.json'}: cannot read the scaling results ({said}); run `buildtool scaling` again" in err
