@@ -231,7 +231,8 @@ nightly-report: ## The nightly report in NIGHTLY_OUT: tonight's verdicts, the tr
 	night="$$history/$$(date -u +%Y%m%dT%H%M%SZ)$(if $(NIGHTLY_RUN_ID),-$(NIGHTLY_RUN_ID))"; \
 	base="$$night"; n=1; while [ -e "$$night" ]; do n=$$((n + 1)); night="$$base-$$n"; done; \
 	mkdir -p "$$history" && mkdir "$$night" && cp -R "$$out/verdicts/." "$$night/" || exit 1; \
-	find "$$history" -mindepth 1 -maxdepth 1 -type d | sort | head -n -$(NIGHTLY_KEEP) | xargs -r rm -rf; \
+	find "$$history" -mindepth 1 -maxdepth 1 -type d -print0 | sort -z | head -z -n -$(NIGHTLY_KEEP) \
+		| xargs -0 -r rm -rf --; \
 	echo "nightly: report $$out/report.html; tonight's verdicts kept in $$night" >&2
 
 # The GPU paths in one short run (NCCL DDP, bus bandwidth, the profiler's Kernel view, /dev/shm),

@@ -199,3 +199,19 @@ def test_make_nightly_with_no_settings_in_a_fresh_checkout_runs_its_first_night(
     assert NO_TREND in (out / "report.md").read_text() and (out / "report.html").is_file()
     [kept] = (out / "history").iterdir()
     assert sorted(p.name for p in kept.rglob("verdict.json")) == ["verdict.json"] * 3
+
+
+def test_pruning_the_history_under_a_folder_with_a_space_removes_old_nights_and_nothing_else(tmp_path) -> None:
+    """xargs split the history's paths at the space: `my nights/history/...` removed the folder `my` beside it (and
+    a relative `nights/history/...`), and no old night."""
+    (tmp_path / "my").mkdir()
+    (tmp_path / "my" / "keep.txt").write_text("not a night")
+    out = tmp_path / "my nights"
+    for day in (1, 2, 3):
+        write(out / "history" / f"2026120{day}T030000Z", last_night())
+    night = run_make("nightly-report", tmp_path, write(tmp_path / "tonight", last_night()), "FRAMEWORK=pytorch-cpu",
+                     f"NIGHTLY_OUT={out}", "NIGHTLY_KEEP=2")
+    assert night.code == 0, night.stderr
+    assert (tmp_path / "my" / "keep.txt").read_text() == "not a night"
+    kept = sorted(p.name for p in (out / "history").iterdir())
+    assert len(kept) == 2 and kept[0] == "20261203T030000Z" and kept[1] > kept[0], kept

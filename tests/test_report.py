@@ -512,3 +512,69 @@ def test_cli_a_verdict_folder_that_is_a_file_is_named_as_one(run_cli, tmp_path: 
     assert code == 2 and f"verdict folder {tmp_path / 'verdict.json'} is a file, not a folder; pass the folder" in err
     code, _, err = run_cli("report", "--verdicts", str(tmp_path / "none"), "--out", str(tmp_path / "o"))
     assert code == 2 and f"verdict folder {tmp_path / 'none'} does not exist; pass the folder" in err
+
+
+@pytest.mark.parametrize(("registry", "trusted_dev"), [("registry.example.org:5000", False), ("127.0.0.1:5000", True)])
+def test_fetch_trusts_this_machines_dev_key_only_on_a_loopback_registry(project: Path, run_cli, monkeypatch,
+                                                                        tmp_path: Path, registry: str,
+                                                                        trusted_dev: bool) -> None:
+    """`report --fetch` trusted this machine's dev key for any registry: on a runner that holds one, a verdict in
+    the shared registry signed by that key (a developer's, never a tester's) counted as the night's verdict.
+    Validate, verify and release trust it on a loopback registry only; so does the report now."""
+    from buildtool.attest import keys
+    from buildtool.report import fetch
+    from tests import signing
+
+    dev = signing.ATTACKER.public()
+    seen: list[object] = []
+
+    def fetched(refs: dict, trusted: keys.TrustedKeys, platforms: object = None) -> list[dict]:
+        seen.append(trusted)
+        return [{"missing": True, "cell": cell, "image": ref, "reason": "no verdict"} for cell, ref in refs.items()]
+
+    monkeypatch.setenv("REGISTRY", registry)
+    monkeypatch.setattr(keys, "dev_public_key", lambda: dev)
+    monkeypatch.setattr(fetch, "fetch_verdicts", fetched)
+    code, _, err = run_cli("report", "--fetch", "--framework", "pytorch-cpu:2.13", "--verdicts",
+                           str(tmp_path / "v"), "--out", str(tmp_path / "o"), "--matrix", str(project / "matrix.yaml"))
+    assert code == 0, err
+    [trusted] = seen
+    assert isinstance(trusted, keys.TrustedKeys) and (dev.keyid in trusted.keys) is trusted_dev
+
+
+def test_an_image_tonight_with_no_row_the_previous_night_is_named_not_unchanged() -> None:
+    """The previous night is a night of other cells (`make nightly FRAMEWORK=...` kept a partial night): tonight's
+    images it does not hold had nothing to be compared with, so pytorch-ngc's failing DDP was not newly failing, and
+    the trend said "No change since the previous night". Now each is named as not compared."""
+    now = [parse_verdict(v, "now") for v in tonight()]
+    report = build_report(now, [parse_verdict(tonight()[0], "before")])
+    assert [(row.cell, row.result) for row in report.unpaired] == [("pytorch-ngc:25.10", "failed"),
+                                                                   ("tensorflow-cpu:2.21", "failed")]
+    md, page = render_markdown(report), render_html(report)
+    assert "No change since the previous night" not in md and "<li>no change</li>" not in page
+    assert "### Not in the previous night's report (nothing to compare with)" in md
+    assert "- ❌ `pytorch-ngc:25.10` (now failed): no verdict and no missing record the previous night" in md
+    assert ("not in the previous night's report, nothing to compare with (now failed; no verdict and no missing "
+            "record the previous night): pytorch-ngc:25.10") in page
+    assert build_report(now, [parse_verdict(v, "before") for v in last_night()]).unpaired == []
+    assert build_report(now).unpaired == []
+
+
+@pytest.mark.parametrize(("runs", "said"), [
+    ([{"count": 1, "time_per_epoch_s": None, "speedup": 1.0, "efficiency": 1.0, "backend": "gloo"}],
+     "`runs[0]`.time_per_epoch_s is None, not a number"),
+    ([{"count": 1, "time_per_epoch_s": 2.0, "speedup": "1x", "efficiency": 1.0, "backend": "gloo"}],
+     "`runs[0]`.speedup is '1x', not a number"),
+    ([{"count": 1, "time_per_epoch_s": 2.0, "speedup": 1.0, "efficiency": 1.0}], "`runs[0]` has no `backend`"),
+    ({"count": 1}, "`runs` is a JSON dict, not a list")])
+def test_a_scaling_file_with_a_run_the_report_cannot_show_is_exit_2_naming_it(run_cli, tmp_path: Path, runs: object,
+                                                                              said: str) -> None:
+    """A scaling.json whose run has a figure that is not a number (or none) ended in a traceback from the template
+    (TypeError: must be real number), after the verdicts were read. Now it is one line naming the file and field."""
+    folder = tmp_path / "scaling"
+    folder.mkdir()
+    (folder / "scaling.json").write_text(json.dumps({"title": "DDP", "runs": runs}))
+    code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", tonight())), "--scaling", str(folder),
+                           "--out", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err, err
+    assert f"{folder / 'scaling.json'}: cannot read the scaling results ({said}); run `buildtool scaling` again" in err

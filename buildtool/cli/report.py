@@ -57,6 +57,7 @@ def report(
 def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: Path | None) -> list[Path]:
     """Save each planned cell's verdict from the registry into VERDICTS (one per platform of a cell); the files."""
     from buildtool.attest.keys import dev_public_key, load_trusted
+    from buildtool.common.refs import is_loopback_host, split_repo
     from buildtool.matrix.plan import Settings, plan_matrix
     from buildtool.report.fetch import fetch_verdicts
     from buildtool.report.verdict_files import save_verdicts
@@ -64,11 +65,12 @@ def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: 
     project = find_project(matrix)
     loaded = project.load()
     plans = plan_matrix(loaded, loaded.select(framework), Settings.from_env(), project.revision(revision))
-    # The verdicts release would count: signed by a trusted key, or by this machine's dev key
-    # (a report is a view, not a gate: a local run shows its own verdicts).
+    # The verdicts release would count: signed by a trusted key, or by this machine's dev key where every image is in
+    # a loopback registry (a report is a view, not a gate: a local run shows its own verdicts). As validate, verify
+    # and release: on a shared registry a dev key is anyone's, and what it signed is no runner's verdict.
     trusted = load_trusted(project.root)
     local = dev_public_key()
-    if local is not None:
+    if local is not None and all(is_loopback_host(split_repo(p.dev_ref)[0]) for p in plans):
         trusted.add_dev(local)
     # One record per platform of a multi-platform cell: each platform's verdict, or why it has none.
     fetched = fetch_verdicts({p.cell.key: p.dev_ref for p in plans}, trusted,

@@ -108,6 +108,8 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
     return Report(rows=sorted(current, key=row_key), columns=columns, newly_failing=newly, fixed=fixed,
                   not_run=not_run, failed_not_run=failed_not_run,
                   gone=gone_rows(current, list(previous or []), before), has_previous=previous is not None,
+                  unpaired=[row for row in sorted(current, key=lambda r: r.key)
+                            if previous is not None and row.key not in before],
                   previous_rows=list(previous or []))
 
 
@@ -364,6 +366,30 @@ def scaling_flag(scaling: dict[str, Any]) -> str:
             f"{top.get('efficiency', 0):.0%} of ideal, below the declared {scaling.get('min_efficiency', 0):.0%}")
 
 
+_RUN_NUMBERS = ("count", "time_per_epoch_s", "speedup", "efficiency")
+_ROW_NUMBERS = (*_RUN_NUMBERS, "samples_per_s", "peak_memory_mb", "min_efficiency")
+
+
+def scaling_problem(data: dict[str, Any]) -> str:
+    """What the report cannot show of a scaling.json/comparison.json ('' when nothing): each run, and each row that
+    ran, needs its figures as numbers (the templates format them); each its other fields shown."""
+    for key, numbers in (("runs", _RUN_NUMBERS), ("rows", _ROW_NUMBERS)):
+        entries = data.get(key, [])
+        if not isinstance(entries, list):
+            return f"`{key}` is a JSON {type(entries).__name__}, not a list"
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                return f"`{key}[{index}]` is a JSON {type(entry).__name__}, not an object"
+            ran = key == "runs" or entry.get("status") == "ran"
+            fields = ("backend",) if key == "runs" else ("title", "flagged") if ran else ("title", "reason")
+            if absent := [f for f in fields if f not in entry]:
+                return f"`{key}[{index}]` has no `{absent[0]}`"
+            if bad := [f for f in numbers if ran and (not isinstance(entry.get(f), int | float)
+                                                      or isinstance(entry[f], bool))]:
+                return f"`{key}[{index}]`.{bad[0]} is {entry.get(bad[0])!r}, not a number"
+    return ""
+
+
 def scaling_folders(folders: Sequence[Path]) -> list[Path]:
     """A metrics folder of several strategies (comparison.json) stands for itself (the side-by-side plots and
     table) followed by each strategy's folder, in the order they ran."""
@@ -400,6 +426,9 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
                 if not isinstance(data, dict):
                     raise UserError(f"{folder / name}: cannot read the scaling results (a JSON "
                                     f"{type(data).__name__}, not an object); run `buildtool scaling` again")
+                if problem := scaling_problem(data):
+                    raise UserError(f"{folder / name}: cannot read the scaling results ({problem}); run "
+                                    "`buildtool scaling` again")
                 data.pop("results", None)   # comparison.json repeats every strategy's runs
         plots: list[str] = []
         if folder.is_dir():

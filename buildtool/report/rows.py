@@ -103,6 +103,8 @@ class Report:
     failed_not_run: list[Trend] = field(default_factory=list)
     # rows (images) of the previous night with none tonight: no verdict and no missing record
     gone: list[Row] = field(default_factory=list)
+    # rows (images) of tonight with none the previous night (a night of other cells): nothing to compare them with
+    unpaired: list[Row] = field(default_factory=list)
     has_previous: bool = False
     previous_rows: list[Row] = field(default_factory=list)
     # scaling.json of each of the night's scaling runs (processes in one container, nodes over SLURM), with the
