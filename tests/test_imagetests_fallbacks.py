@@ -4,6 +4,7 @@ engine."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import tempfile
@@ -73,3 +74,56 @@ def test_ranks_with_nccl_on_gpus_and_gloo_on_cpu_still_pass(tmp_path: Path) -> N
 def test_ranks_that_used_nccl_where_the_run_has_no_gpu_fail(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match=r"^torchrun FSDP \(2 ranks\): the ranks used nccl, not gloo$"):
         fsdp_tests.fsdp_run.__wrapped__(FallenBackRanks(tmp_path, "nccl"), {}, [])
+
+
+def _load(relative: str, name: str) -> Any:
+    """An image-tests module by its path (pytorch/ and jax/ both have a test_profiler.py)."""
+    spec = importlib.util.spec_from_file_location(name, IMAGE_TESTS / relative)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        spec.loader.exec_module(module)
+    return module
+
+
+torch_profiler = _load("pytorch/test_profiler.py", "imagetests_torch_profiler")
+jax_profiler = _load("jax/test_profiler.py", "imagetests_jax_profiler")
+PAGE = "<html><body>Error: no steps, see trace_viewer@ and run 2026_12_07_10_22_46</body></html>"   # answered 200
+RUN = "2026_12_07_10_22_46"
+
+
+class EmptyLogdir:
+    """A container whose tb_query.py found the plugin loaded and its /runs answering `body` with 200."""
+
+    def __init__(self, body: object) -> None:
+        self.body = body
+
+    def python(self, script: str, *args: str, step: str, quiet: float = 0) -> harness.Probe:
+        found = {"started": True, "plugins": {"pytorch_profiler": False}, "answered_s": 1.5,
+                 "profiler_runs": {"status": 200, "body": self.body}}
+        return harness.Probe(step=step, argv=[script, *args], rc=0, result=found)
+
+
+def test_tensorboard_answers_read_from_a_page_answered_200_fail() -> None:
+    """Before: each passed, reading `"steps" in` / `"trace_viewer@" in` / `run in` the text of a page TensorBoard (or
+    whatever answered in its place) sent with 200, and taking any 200 as the profiler plugin's /runs answer."""
+    served = {"plugins": {"pytorch_profiler": True}, "runs": {"status": 200, "body": {"runs": ["run1"]}},
+              "workers": [200, ["worker0"]], "overview": [200, PAGE]}
+    with pytest.raises(AssertionError, match=r"^worker overview not served: 200 <html>"):
+        torch_profiler.test_profiler_worker_overview(served)
+    with pytest.raises(AssertionError, match=r"^the pytorch_profiler plugin did not answer on an empty log folder "):
+        torch_profiler.test_tensorboard_answers_on_empty_logdir(EmptyLogdir(PAGE))
+    jax_served = {"plugins": {"profile": True}, "run": RUN, "runs": [200, PAGE], "tools": [200, PAGE]}
+    with pytest.raises(AssertionError, match=r"^the profile plugin does not list the run "):
+        jax_profiler.test_profile_plugin_lists_the_run(jax_served)
+    with pytest.raises(AssertionError, match=r"^the run's tools <html>.* lack the trace viewer \(trace_viewer@\)$"):
+        jax_profiler.test_profile_plugin_offers_the_trace_viewer(jax_served)
+
+
+def test_tensorboard_answers_as_the_plugins_send_them_still_pass() -> None:
+    torch_profiler.test_profiler_worker_overview({"runs": {}, "workers": [200, ["w"]], "overview": [200, ["steps"]]})
+    torch_profiler.test_tensorboard_answers_on_empty_logdir(EmptyLogdir({"runs": [], "loading": False}))
+    jax_served = {"plugins": {"profile": True}, "run": RUN, "runs": [200, [RUN]], "tools": [200, ["trace_viewer@"]]}
+    jax_profiler.test_profile_plugin_lists_the_run(jax_served)
+    jax_profiler.test_profile_plugin_offers_the_trace_viewer(jax_served)
