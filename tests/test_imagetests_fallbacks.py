@@ -15,13 +15,15 @@ from typing import Any
 import pytest
 
 IMAGE_TESTS = Path(__file__).resolve().parent.parent / "image-tests"
-for _folder in ("", "pytorch"):
+for _folder in ("", "pytorch", "jax"):
     sys.path.insert(0, str(IMAGE_TESTS / _folder))
 import harness  # noqa: E402
 
 with warnings.catch_warnings():   # their marks are image-tests' own (image-tests/conftest.py)
     warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+    import processes
     import test_ddp as ddp_tests
+    import test_distributed as jax_tests
     import test_fsdp as fsdp_tests
 
 GPUS = [{"index": str(i), "name": "NVIDIA H100 80GB HBM3"} for i in range(2)]
@@ -127,3 +129,41 @@ def test_tensorboard_answers_as_the_plugins_send_them_still_pass() -> None:
     jax_served = {"plugins": {"profile": True}, "run": RUN, "runs": [200, [RUN]], "tools": [200, ["trace_viewer@"]]}
     jax_profiler.test_profile_plugin_lists_the_run(jax_served)
     jax_profiler.test_profile_plugin_offers_the_trace_viewer(jax_served)
+
+
+def _jax_processes(tmp_path: Path, psums: list[float]) -> list[Any]:
+    """Processes of one jax_train.py job as processes.read finds them: each ran to the end (a process whose own check
+    failed exits 1 with error_type Failed, as jax_train.py does), process i reading the sum psums[i] of 6.0."""
+    found = []
+    for index, psum in enumerate(psums):
+        folder = tmp_path / f"process-{index}"
+        folder.mkdir()
+        ok = psum == 6.0
+        state = {"ended": True, "ok": ok, "stage": "done" if ok else "verify", "platform": "cpu", "backend": "gloo",
+                 "process_count": len(psums), "global_devices": 3, "local_devices": 1, "psum": psum,
+                 "psum_expected": 6.0, "first_loss": 1.0, "last_loss": 0.1, "identical": True,
+                 "param_hashes": ["h"] * len(psums), **({} if ok else {"error_type": "Failed", "error": "psum"})}
+        (folder / f"process-{index}.start.json").write_text("{}")
+        (folder / f"process-{index}.json").write_text(json.dumps(state))
+        probe = harness.Probe(step=f"process {index}", argv=[], rc=0 if ok else 1, dir=folder)
+        found.append(processes.read(probe, index))
+    return found
+
+
+def test_a_jax_psum_that_reached_process_0_only_fails_naming_the_process(tmp_path: Path) -> None:
+    """Before: passed; process 1's own psum was wrong (it failed its check and exited 1), but run_job counts a
+    process whose checks failed as completed and the psum checks read process 0's findings alone."""
+    found = _jax_processes(tmp_path, [6.0, 2.0])
+    assert not [p for p in found if processes.cause(p, "two JAX processes")]   # run_job lets them through
+    want = ("psum over 3 devices: process 0 got the known sum but process 1 got 2.0, expected 6.0 (the sum did not "
+            "reach every process)")
+    for check in (jax_tests.test_psum_across_processes_gives_known_sum, jax_tests.test_two_containers_train_and_agree):
+        with pytest.raises(AssertionError) as failed:
+            check(found)
+        assert str(failed.value).split("\n", 1)[0] == want   # the first line, as the verdict keeps it
+
+
+def test_jax_psums_known_on_every_process_still_pass(tmp_path: Path) -> None:
+    found = _jax_processes(tmp_path, [6.0, 6.0])
+    jax_tests.test_psum_across_processes_gives_known_sum(found)
+    jax_tests.test_two_containers_train_and_agree(found)
