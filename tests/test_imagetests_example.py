@@ -83,6 +83,31 @@ def test_the_check_fails_naming_where_it_looked_when_no_ca_is_trusted(tmp_path):
     assert "CERTIFICATE_VERIFY_FAILED; install ca-certificates" in first, first
 
 
+def _hashed_folder(tmp_path: Path, target_exists: bool) -> dict[str, str]:
+    """No CA file; a CA folder whose one hashed name links to a certificate (this machine's bundle), or to a file
+    that is gone (a certificate removed, its hashed link left behind)."""
+    env = _ca_env(tmp_path, certs=False)
+    certificate = tmp_path / "ca.pem"
+    if target_exists:
+        default = ssl.get_default_verify_paths()
+        shutil.copyfile(default.cafile or default.openssl_cafile, certificate)
+    (Path(env["SSL_CERT_DIR"]) / "5ad8a5d6.0").symlink_to(certificate)
+    return env
+
+
+def test_a_ca_folder_of_hashed_links_that_lead_nowhere_fails(tmp_path):
+    """Before: passed, counting the hashed names of the CA folder whatever they lead to."""
+    env = _hashed_folder(tmp_path, target_exists=False)
+    with pytest.raises(AssertionError) as failed:
+        test_ca_certs.test_python_trusts_the_system_ca_certificates(_host(tmp_path, env))
+    assert str(failed.value).startswith("Python's default SSL context trusts no CA certificate "
+                                        f"(none in {env['SSL_CERT_FILE']} or {env['SSL_CERT_DIR']})"), failed.value
+
+
+def test_a_ca_folder_whose_hashed_link_leads_to_a_certificate_passes(tmp_path):
+    test_ca_certs.test_python_trusts_the_system_ca_certificates(_host(tmp_path, _hashed_folder(tmp_path, True)))
+
+
 def test_a_command_that_hangs_is_stopped_and_named_as_the_first_line(tmp_path):
     """What the backend keeps of the harness: a testinfra command is supervised, never left to hang."""
     host = _host(tmp_path, {}, quiet=2)

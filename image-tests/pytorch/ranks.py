@@ -117,8 +117,8 @@ def timeout_s(target: dict[str, Any]) -> float:
 def run_in_main(main: Any, target: dict[str, Any], runner_gpus: list[Any], script: str, name: str,
                 env: dict[str, str]) -> dict[str, Any]:
     """torchrun of /imagetests/`script` in the main container (one rank per GPU, or two with gloo; a static
-    rendezvous at the target's master address). Fails naming the cause (a rank's own error line, torchrun's);
-    returns rank 0's result.json with `nproc`."""
+    rendezvous at the target's master address). Fails naming the cause (a rank's own error line, torchrun's), and
+    when the ranks used another backend than NCCL on GPUs or gloo on CPU; returns rank 0's result.json with `nproc`."""
     nproc = len(runner_gpus) if runner_gpus else 2
     port = free_port()
     addr = f"{target.get('ddp_master_addr', '127.0.0.1')}:{port}"
@@ -132,5 +132,13 @@ def run_in_main(main: Any, target: dict[str, Any], runner_gpus: list[Any], scrip
     assert not why, why
     found = probe.result
     assert probe.ok and isinstance(found, dict), f"{what}: rank 0 wrote no result ({probe.cause()})"
+    # NCCL on the runner's GPUs, gloo on CPU: ranks that fell back to gloo on a GPU runner (torch in the image saw no
+    # GPU) still train, agree and measure a table; none of that is the GPU run the checks report.
+    want = "nccl" if runner_gpus else "gloo"
+    if found.get("backend") != want:
+        why = (f": torch in the image saw no GPU (torch.cuda.is_available() was False), so the ranks ran on the CPU "
+               f"instead of the runner's {nproc} GPUs" if runner_gpus else "")
+        raise AssertionError(f"{what}: the ranks used {found.get('backend') or 'no backend they recorded'}, not "
+                             f"{want}{why}")
     found["nproc"] = nproc
     return found
