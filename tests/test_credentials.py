@@ -266,16 +266,22 @@ def test_docker_hub_is_asked_by_its_index_server_key_only(config: Path, tmp_path
     assert log.read_text().splitlines() == ["get https://index.docker.io/v1/"]
 
 
+def failing_helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, script: str) -> None:
+    """docker-credential-NAME on PATH: the shell `script` given."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    path = bindir / f"docker-credential-{name}"
+    path.write_text(script)
+    path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+
+
 def test_a_helper_that_prints_its_json_and_fails_is_named_without_the_secret(config: Path, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Its stdout is the message of a failing helper (as docker reads it): a helper that printed the credentials
     JSON and then exited 1 put the secret in the error."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    leaky = bindir / "docker-credential-leaky"
-    leaky.write_text("#!/bin/sh\necho '{\"Username\":\"u\",\"Secret\":\"s3cret-token\"}'\nexit 1\n")
-    leaky.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    failing_helper(tmp_path, monkeypatch, "leaky",
+                   "#!/bin/sh\necho '{\"Username\":\"u\",\"Secret\":\"s3cret-token\"}'\nexit 1\n")
     config.write_text(json.dumps({"credsStore": "leaky"}))
     with pytest.raises(CredentialError) as failed:
         resolve(HOST)
@@ -292,12 +298,7 @@ def test_a_helper_failure_that_says_not_found_is_an_error_not_anonymous_access(c
     """Any failing helper whose message held "not found" was taken for "no credentials for this server": the
     command went on anonymously (or with another entry), and the registry's refusal blamed missing credentials.
     Docker takes only ErrCredentialsNotFound's exact text so, as the toolkit does now."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    broken = bindir / "docker-credential-pass"
-    broken.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{said}'\nexit 1\n")
-    broken.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    failing_helper(tmp_path, monkeypatch, "pass", f"#!/bin/sh\ncat >/dev/null\necho '{said}'\nexit 1\n")
     config.write_text(json.dumps({"credsStore": "pass", "auths": {HOST: {"auth": b64("other:entry")}}}))
     with pytest.raises(CredentialError) as failed:
         resolve(HOST)
@@ -311,12 +312,8 @@ def test_what_a_failing_helper_writes_to_stderr_is_never_shown(config: Path, tmp
     """With nothing on stdout, the first line of a failing helper's stderr was the error's text: a helper's trace
     (`set -x`) or a tool it runs can print the secret there. Docker shows stdout only; the toolkit too now, and
     says how to see the rest."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    traced = bindir / "docker-credential-traced"
-    traced.write_text("#!/bin/sh\ncat >/dev/null\necho '+ printf {\"Secret\":\"s3cret-token\"}' >&2\nexit 3\n")
-    traced.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    failing_helper(tmp_path, monkeypatch, "traced",
+                   "#!/bin/sh\ncat >/dev/null\necho '+ printf {\"Secret\":\"s3cret-token\"}' >&2\nexit 3\n")
     config.write_text(json.dumps({"credsStore": "traced"}))
     with pytest.raises(CredentialError) as failed:
         resolve(HOST)
