@@ -101,24 +101,31 @@ def test_a_failing_nvidia_smi_is_named_by_its_error_not_by_the_row_of_a_gpu_it_r
     assert found.gpus == [] and found.problem == f"nvidia-smi failed (exit 15): {lost}"
 
 
+def _hanging_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hangs: str, seconds: int, container: str) -> Path:
+    """A docker client (DOCKER_CLIENT) whose commands matching the case pattern `hangs` sleep `seconds`, whose
+    `ps -aq --filter` names `container`, and which logs every command to the file returned."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "docker"
+    fake.write_text(f"""#!/bin/bash
+echo "$*" >> {calls}
+case "$*" in
+  {hangs}) exec sleep {seconds} ;;
+  "ps -aq --filter"*) echo {container} ;;
+esac
+exit 0
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DOCKER_CLIENT", str(fake))
+    return calls
+
+
 def test_a_gpu_start_that_hangs_is_the_runners_failure_and_its_container_is_removed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: `docker run --gpus` that never returned (the NVIDIA hook stuck on a lost GPU) was exit 2, "is the engine
     answering?", though the same start without --gpus had just passed, and the container the engine was still
     starting was left behind (unnamed, unlabelled); now it is the runner's failure (exit 1) naming the hang, and the
     probe's container, labelled, is removed."""
-    calls = tmp_path / "calls"
-    fake = tmp_path / "docker"
-    fake.write_text(f"""#!/bin/bash
-echo "$*" >> {calls}
-case "$*" in
-  *--gpus*) exec sleep 5 ;;
-  "ps -aq --filter"*) echo c9 ;;
-esac
-exit 0
-""")
-    fake.chmod(0o755)
-    monkeypatch.setenv("DOCKER_CLIENT", str(fake))
+    calls = _hanging_docker(tmp_path, monkeypatch, "*--gpus*", 5, "c9")
     monkeypatch.setattr(probe, "GPU_START_TIMEOUT_S", 1.0, raising=False)
     with pytest.raises(FailedError) as caught:
         probe.probe_flags("img", ["--shm-size=8g", "--gpus=all"], print, "13.0")
@@ -135,18 +142,7 @@ def test_a_plain_probe_start_that_hangs_has_its_container_removed_by_its_label(
     """Before: the run profile's probe (`docker run --rm ... --entrypoint true`, no --gpus) carried no label, so a
     start past its timeout left the container the engine was still starting, with nothing to find it by; now it goes
     through the GPU probe's path: labelled, and removed by its label before the timeout (one line) goes on."""
-    calls = tmp_path / "calls"
-    fake = tmp_path / "docker"
-    fake.write_text(f"""#!/bin/bash
-echo "$*" >> {calls}
-case "$*" in
-  "run "*) exec sleep 3 ;;
-  "ps -aq --filter"*) echo c7 ;;
-esac
-exit 0
-""")
-    fake.chmod(0o755)
-    monkeypatch.setenv("DOCKER_CLIENT", str(fake))
+    calls = _hanging_docker(tmp_path, monkeypatch, '"run "*', 3, "c7")
     monkeypatch.setattr(probe, "START_TIMEOUT_S", 1.0, raising=False)
     with pytest.raises(docker_cli.DockerTimeout, match=r"^`docker run` did not finish within 1 s; "):
         probe.probe_flags("img", ["--shm-size=8g"], print)
