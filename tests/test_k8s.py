@@ -98,9 +98,14 @@ def test_defaults_shm_rendezvous_and_bounded_restarts(run_cli, variant: str) -> 
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     command = container["args"]
     # The store's read timeout follows the join timeout: late nodes may join after 60 s.
-    # is_host: the verifier says from the pod's index (or leaves it to torch where there is none, as in a PyTorchJob).
-    assert "--rdzv-backend=c10d" in command
-    assert "--rdzv-conf=join_timeout=900,read_timeout=900,is_host={is_host}" in command
+    # is_host: the verifier says from the pod's index. A PyTorchJob pins rank 0 to its Master instead: the static
+    # rendezvous with the operator's node rank, whose store waits the join timeout (test_the_pytorchjobs_master_...).
+    if variant == "job":
+        assert "--rdzv-backend=c10d" in command
+        assert "--rdzv-conf=join_timeout=900,read_timeout=900,is_host={is_host}" in command
+    else:
+        assert "--rdzv-backend=static" in command and "--node-rank={node_rank}" in command
+        assert "--rdzv-conf=timeout=900" in command
     assert "--nnodes=4" in command and "--nproc-per-node=8" in command
     assert command[-1] == "/opt/image-tests/scripts/ddp_train.py"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
@@ -127,7 +132,7 @@ def test_every_default_can_be_overridden(run_cli) -> None:
     job = docs[1]
     pod = _pod(job)
     assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "32Gi"
-    assert "--rdzv-conf=join_timeout=1800,read_timeout=1800,is_host={is_host}" in pod["containers"][0]["args"]
+    assert "--rdzv-conf=timeout=1800" in pod["containers"][0]["args"]   # a PyTorchJob's static rendezvous
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
     assert env["DDP_EXPECT_WORLD_SIZE"] == "8" and env["DDP_EXPECT_BACKEND"] == "nccl"
     assert job["spec"]["runPolicy"]["backoffLimit"] == 5
@@ -336,7 +341,8 @@ def _echo_args(tmp_path: Path, env_extra: dict[str, str], *args: str) -> subproc
     """The verifier around a command that prints its arguments (and LD_LIBRARY_PATH), then fails: no DDP_RESULT."""
     verify = write_verifier(tmp_path)
     echo = "import os, sys; print('ARGS', sys.argv[1:]); print('LD', os.environ.get('LD_LIBRARY_PATH')); sys.exit(7)"
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "JOB_COMPLETION_INDEX", "DDP_NODES")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_LIBRARY_PATH", "JOB_COMPLETION_INDEX", "DDP_NODES", "RANK")}
     env |= {"DDP_EXPECT_WORLD_SIZE": "2", "DDP_EXPECT_BACKEND": "nccl", **env_extra}
     return subprocess.run([sys.executable, str(verify), sys.executable, "-c", echo, *args], capture_output=True,
                           text=True, timeout=60, env=env)
@@ -351,6 +357,39 @@ def test_pod_0_hosts_the_store_by_its_index_not_by_dns(tmp_path: Path) -> None:
     # No index and no node list (a PyTorchJob): torch decides, as before.
     run = _echo_args(tmp_path, {}, conf)
     assert "ARGS ['--rdzv-conf=join_timeout=9,read_timeout=9']" in run.stdout, run.stdout + run.stderr
+
+
+def test_the_pytorchjobs_master_runs_rank_0_by_the_operators_node_rank(run_cli, tmp_path: Path) -> None:
+    """The training operator marks a PyTorchJob Succeeded once its Master succeeds (Workers restart in place), but
+    c10d's rendezvous may give global rank 0 to a Worker, whose failed check then never reached the job's status.
+    Now every pod runs torchrun's static rendezvous with the node rank the operator gives it (RANK: the Master 0),
+    so the Master runs rank 0; the indexed Job, which needs every pod to succeed, keeps c10d."""
+    docs = generate(run_cli, IMAGE, "--nodes", "3", "--gpus-per-node", "8")
+    validate(docs[-1])
+    specs = docs[-1]["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 2
+    for role in ("Master", "Worker"):
+        assert specs[role]["template"]["spec"]["containers"][0]["args"] == [
+            "python3", "/opt/image-tests/scripts/verify_ddp.py", "torchrun", "--nnodes=3", "--nproc-per-node=8",
+            "--rdzv-backend=static", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "--rdzv-id=ddp-check",
+            "--rdzv-conf=timeout=900", "--node-rank={node_rank}", "--max-restarts=0",
+            "/opt/image-tests/scripts/ddp_train.py"]
+    job = _container(generate(run_cli, IMAGE, "--nodes", "3", "--gpus-per-node", "8", "--variant", "job"))["args"]
+    assert job[2:] == ["torchrun", "--nnodes=3", "--nproc-per-node=8", "--rdzv-backend=c10d",
+                       "--rdzv-endpoint=ddp-check-0.ddp-check:29400", "--rdzv-id=ddp-check",
+                       "--rdzv-conf=join_timeout=900,read_timeout=900,is_host={is_host}", "--local-addr={local_addr}",
+                       "--max-restarts=0", "/opt/image-tests/scripts/ddp_train.py"]
+    # The verifier puts the operator's RANK there; without a whole number there it stops naming RANK.
+    for rank in ("0", "2"):
+        run = _echo_args(tmp_path, {"RANK": rank}, "--node-rank={node_rank}")
+        assert f"ARGS ['--node-rank={rank}']" in run.stdout, run.stdout + run.stderr
+    unset = _echo_args(tmp_path, {}, "--node-rank={node_rank}")
+    assert unset.returncode == 1 and "ARGS" not in unset.stdout
+    assert unset.stderr == ("DDP check failed: no node rank for this node: RANK is not set (Kubeflow's training "
+                            "operator sets it in a PyTorchJob's pods: the Master 0, Worker i i+1)\n"), unset.stderr
+    odd = _echo_args(tmp_path, {"RANK": "-1"}, "--node-rank={node_rank}")
+    assert odd.returncode == 1, odd.stdout
+    assert odd.stderr.startswith("DDP check failed: RANK='-1' is not a whole number"), odd.stderr
 
 
 def test_pods_wait_for_the_store_hosts_name_then_fail_naming_it(tmp_path: Path) -> None:

@@ -535,6 +535,62 @@ def test_a_torchrun_node_that_cannot_tell_where_rank_0_ran_fails(tmp_path: Path)
     assert own.returncode == 0, own.stderr
 
 
+def pytorchjob_node(tmp_path: Path, rank: str, ranks: str, result: str = "") -> subprocess.CompletedProcess[str]:
+    """The verifier around TORCHRUN_NODE in pod RANK of a PyTorchJob of 2 nodes x 2 processes (gloo): the operator's
+    RANK, no completion index, and the node rank in the command as the PyTorchJob gives it."""
+    verify = write_verifier(tmp_path)
+    stand_in = tmp_path / "torchrun_node.py"
+    stand_in.write_text(TORCHRUN_NODE)
+    env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "DDP_NODES", "DDP_OWN_WORKLOAD")}
+    env |= {"DDP_EXPECT_WORLD_SIZE": "4", "DDP_EXPECT_BACKEND": "gloo", "RANK": rank}
+    return subprocess.run([sys.executable, str(verify), sys.executable, str(stand_in), ranks, result, "2",
+                           "--node-rank={node_rank}"], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_pytorchjobs_master_without_rank_0s_result_fails(tmp_path: Path) -> None:
+    """The operator reports the Master's outcome alone. Rank 0 on a Worker (c10d's choice) left the Master passing
+    ("rank 0 ran on another node") while the Worker that failed rank 0's checks restarted in place: the job read
+    Succeeded. Now the PyTorchJob's Master is node rank 0 and owes rank 0's result whatever its DDP_RANK lines say;
+    a Worker passes without it, naming the Master; the Master judges the result it ran."""
+    master = pytorchjob_node(tmp_path, "0", "2,3")
+    assert master.returncode == 1, master.stdout
+    assert master.stderr == ("DDP check failed: node rank 0 (RANK=0: the PyTorchJob's Master, whose outcome is the "
+                             "job's) runs global rank 0, which ended without its DDP_RESULT line\n"), master.stderr
+    assert "DDP check passed" not in master.stdout and "rank 0 ran on another node" not in master.stdout
+    worker = pytorchjob_node(tmp_path, "1", "2,3")
+    assert worker.returncode == 0, worker.stderr
+    assert worker.stdout.endswith("verify_ddp.py: node rank 1 (RANK); global rank 0 runs on node rank 0 (the "
+                                  "PyTorchJob's Master), whose verifier checks its DDP_RESULT\n"), worker.stdout
+    passed = pytorchjob_node(tmp_path, "0", "0,1", GOOD)
+    assert passed.returncode == 0 and "DDP check passed: world size 4, gloo" in passed.stdout, passed.stderr
+    bad = pytorchjob_node(tmp_path, "0", "0,1", GOOD.replace('"identical": true', '"identical": false'))
+    assert bad.returncode == 1 and bad.stderr == "DDP check failed: ranks ended with different parameters\n"
+
+
+@pytest.mark.host_torch
+def test_the_pytorchjobs_command_gives_its_master_rank_0_under_real_torchrun(tmp_path: Path) -> None:
+    """The PyTorchJob's command (torchrun's static rendezvous, the node rank from RANK) on two nodes of this machine,
+    the Worker (RANK=1) started first, around the real ddp_train.py: the Master ran rank 0 and verified its result."""
+    job = MultiNodeJob(image="x:1", nodes=2, gpus_per_node=0, check=frameworks.get("pytorch").multinode,
+                       join_timeout_s=60)
+    port = free_port()
+    command = job.command(f"127.0.0.1:{port}", "t", str(REPO / "image-tests/pytorch/scripts"), ranked=True)
+    at = command.index("torchrun")
+    command[at:at + 1] = [sys.executable, "-m", "torch.distributed.run"]
+    command[0] = sys.executable
+    write_verifier(tmp_path)
+    command[1] = str(tmp_path / "verify_ddp.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "DDP_NODES", "DDP_OWN_WORKLOAD")}
+    env |= {**job.env, "DDP_STEPS": "5", "DDP_BUSBW": "0", "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("IMAGETEST_OUT", None)
+    nodes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**env, "RANK": rank}) for rank in ("1", "0")]
+    (worker, _), (master, _) = outs = [node.communicate(timeout=240) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outs
+    assert '"rank": 0' in master and "\nDDP check passed: world size 2, gloo" in master, outs
+    assert '"rank": 1' in worker and "global rank 0 runs on node rank 0" in worker, outs
+
+
 @pytest.mark.host_torch
 def test_pytorchs_check_says_its_ranks_on_every_node_under_torchrun(tmp_path: Path) -> None:
     """Two nodes on this machine, each torchrun (one CPU process) inside the verifier around the real ddp_train.py:

@@ -42,9 +42,10 @@ from buildtool.contracts.rendezvous import (
 ImageArgument = Annotated[str, typer.Argument(help="The image to check (a dev or release reference).")]
 NodesOption = Annotated[int, typer.Option(help="Pods (nodes) taking part.")]
 GpusPerNodeOption = Annotated[int, typer.Option(help="GPUs per pod; 0 runs one CPU process with gloo.")]
-VariantOption = Annotated[str, typer.Option(help="pytorchjob (Kubeflow training operator; torchrun checks) or job "
-                                                 "(indexed Job + headless Service). Default: pytorchjob for a "
-                                                 "torchrun check, job for a coordinator check.")]
+VariantOption = Annotated[str, typer.Option(help="pytorchjob (Kubeflow training operator; torchrun checks; its "
+                                                 "status is the Master's alone, which runs rank 0) or job (indexed "
+                                                 "Job + headless Service: every pod must pass). Default: pytorchjob "
+                                                 "for a torchrun check, job for a coordinator check.")]
 NameOption = Annotated[str, typer.Option(help="Name of the job and its objects.")]
 NamespaceOption = Annotated[str, typer.Option(help="Namespace (default: the kubectl context's).")]
 ShmSizeOption = Annotated[str | None, typer.Option(help="/dev/shm size (default: the cell's run profile).")]

@@ -216,10 +216,12 @@ def _pod_spec(job: MultiNodeJob, opts: PodOptions, container: dict[str, Any], re
 def pytorch_job(job: MultiNodeJob, opts: PodOptions) -> dict[str, Any]:
     """A kubeflow.org/v1 PyTorchJob: one Master and nodes-1 Workers.
 
-    The operator sets MASTER_ADDR and MASTER_PORT (from the port named `pytorchjob-port`) in
-    every pod, so the c10d store runs on the master on the rendezvous port.
+    The operator sets MASTER_ADDR and MASTER_PORT (from the port named `pytorchjob-port`) and RANK (the Master 0,
+    Worker i i+1) in every pod, and marks the job Succeeded once the Master succeeds (its UpdateJobStatus; a
+    Worker restarts in place). So the Master must run global rank 0 and judge its result: torchrun's static
+    rendezvous with node rank RANK (the launcher's ranked_command), the store on the Master on the rendezvous port.
     """
-    command = job.command("$(MASTER_ADDR):$(MASTER_PORT)", job.name)
+    command = job.command("$(MASTER_ADDR):$(MASTER_PORT)", job.name, ranked=True)
     # The operator requires the container to be called `pytorch`.
     container = _container(job, opts, "pytorch", command, "pytorchjob-port")
     # The replica's restartPolicy is what the operator applies; the pod's says the same.

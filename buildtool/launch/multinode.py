@@ -253,12 +253,15 @@ class MultiNodeJob:
             env[NICS_FROM_ENV] = f"--efa-resource asks for {self.efa_devices} EFA device(s)"
         return {name: value for name, value in env.items() if value}
 
-    def command(self, endpoint: str, rdzv_id: str, script_dir: str = MOUNT_DIR) -> list[str]:
-        """What every node runs: the verifier around the framework's check."""
+    def command(self, endpoint: str, rdzv_id: str, script_dir: str = MOUNT_DIR, *, ranked: bool = False) -> list[str]:
+        """What every node runs: the verifier around the framework's check. RANKED: the scheduler ranks the nodes
+        and reports node 0's outcome (a PyTorchJob), so node 0 must run rank 0 (Launcher.ranked_command)."""
         if self.check is None:
             raise ValueError("a job without a framework's check has no check command")
-        return ["python3", f"{script_dir}/{VERIFY_SCRIPT}",
-                *self.launcher.node_command(self, endpoint, rdzv_id, f"{script_dir}/{self.check.script}")]
+        script = f"{script_dir}/{self.check.script}"
+        node = (self.launcher.ranked_command(self, endpoint, rdzv_id, script) if ranked
+                else self.launcher.node_command(self, endpoint, rdzv_id, script))
+        return ["python3", f"{script_dir}/{VERIFY_SCRIPT}", *node]
 
     @property
     def expect_env(self) -> dict[str, str]:

@@ -7,7 +7,9 @@ process id, JOB_COMPLETION_INDEX (a Kubernetes indexed Job) or the place of this
 in DDP_NODES (SLURM: the allocation's node names in order, the first hosting process 0). Torch's
 launcher may be given `is_host={is_host}` in its rendezvous configuration (true on process 0: it hosts
 the c10d store) and `{local_addr}` (this node's entry of DDP_NODE_ADDRS); where no process id is known
-both are left to torch. DDP_RDZV_HOST: a name to wait for (up to DDP_RESOLVE_TIMEOUT_S) before starting.
+both are left to torch. `--node-rank={node_rank}` (torchrun's static rendezvous in a Kubeflow PyTorchJob) is
+RANK, the node rank the training operator gives the pod (the Master 0): node 0 runs global rank 0.
+DDP_RDZV_HOST: a name to wait for (up to DDP_RESOLVE_TIMEOUT_S) before starting.
 DDP_APPEND_LIBRARY_PATH: folders appended to the command's LD_LIBRARY_PATH (GKE's driver folder).
 
 NCCL (a GPU job, NCCL_DEBUG set): every process writes its own log, NCCL_DEBUG_FILE=DIR/nccl.%h.%p.log
@@ -21,8 +23,9 @@ Rank 0's result: the node that ran it must see its `DDP_RESULT {json}` line, or 
 process id, process 0 is rank 0. Under torchrun, which node holds rank 0 is torch's choice, so every process of
 the check prints `DDP_RANK {json}` (its global rank, local rank and the node's local world size): a node that
 ran rank 0 needs the result, a node whose every local rank is another passes, and a node whose lines do not say
-(none, or some local rank's missing) fails. DDP_OWN_WORKLOAD=1: a workload of the caller's own (the scaling
-benchmark), which prints what its caller reads; no DDP_RESULT is required then.
+(none, or some local rank's missing) fails; with a node rank, node 0 ran rank 0 (the PyTorchJob's Master, whose
+outcome alone the operator reports) and needs the result whatever its lines say. DDP_OWN_WORKLOAD=1: a workload
+of the caller's own (the scaling benchmark), which prints what its caller reads; no DDP_RESULT is required then.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ else:   # in the job: shipped beside this file
 NCCL_FILE_PATTERN = "nccl.%h.%p.log"   # NCCL_DEBUG_FILE's: host and pid, one file per process
 RESULT_PREFIX = "DDP_RESULT "           # rank 0's result
 RANK_PREFIX = "DDP_RANK "               # every process's global and local rank (torchrun's checks)
+NODE_RANK_ARG = "--node-rank={node_rank}"   # torchrun's static rendezvous: this node's rank, from RANK
 OWN_WORKLOAD_ENV = "DDP_OWN_WORKLOAD"   # 1: the caller reads what the workload prints (no DDP_RESULT owed)
 READS_NCCL = ("INFO", "TRACE")          # the NCCL_DEBUG levels that print the network and the channels
 
@@ -55,6 +59,7 @@ READS_NCCL = ("INFO", "TRACE")          # the NCCL_DEBUG levels that print the n
 # The whole-number settings (never negative) and what each says, for the one line that refuses a bad value.
 COUNT_SETTINGS = {
     "JOB_COMPLETION_INDEX": "(this pod's index in its Kubernetes indexed Job: the node's process id)",
+    "RANK": "(the node rank Kubeflow's training operator gives this pod: the Master 0, Worker i i+1)",
     "DDP_RESOLVE_TIMEOUT_S": "of seconds (how long to wait for the rendezvous host's name to resolve)",
     "DDP_EXPECT_WORLD_SIZE": "(the processes the launcher asked for)",
     "DDP_GPUS_PER_NODE": "(the GPUs per node the job asked for)",
@@ -140,8 +145,17 @@ def node_addr(index: str, addrs: list[str]) -> str:
 
 
 def resolve_command(argv: list[str]) -> tuple[list[str], str | None]:
-    """The check's command with this node's placeholders resolved, and its process id (None: torch's choice)."""
+    """The check's command with this node's placeholders resolved, and its process id or node rank (None: torch's
+    choice)."""
     command, me = list(argv), None
+    if NODE_RANK_ARG in command:
+        # The operator's rank of this pod: never a default, as node rank 0 owes rank 0's result (a Worker taken for
+        # node 0 would hold the store and rank 0 while the Master's outcome is the job's).
+        if "RANK" not in os.environ:
+            sys.exit("DDP check failed: no node rank for this node: RANK is not set (Kubeflow's training operator "
+                     "sets it in a PyTorchJob's pods: the Master 0, Worker i i+1)")
+        me = str(count_setting("RANK", os.environ["RANK"]))
+        command = [f"--node-rank={me}" if arg == NODE_RANK_ARG else arg for arg in command]
     if "{process_id}" in command:
         me = node_index(strict=True)
         assert me is not None   # strict: it exits naming why rather than guess
@@ -381,11 +395,19 @@ def rank_fault(mark: Any) -> str:
     return ""
 
 
-def owed_result(me: str | None, marks: list[dict[str, Any]], env: dict[str, str]) -> tuple[str, str]:
+def owed_result(me: str | None, marks: list[dict[str, Any]], env: dict[str, str],
+                ranked: bool = False) -> tuple[str, str]:
     """Why this node fails without rank 0's DDP_RESULT line ('' when it need not have seen it), and what the log
-    says instead: where rank 0 ran, by this node's process id or its processes' DDP_RANK lines."""
+    says instead: where rank 0 ran, by this node's process id, its node rank (RANKED) or its processes' DDP_RANK
+    lines."""
     if env.get(OWN_WORKLOAD_ENV) == "1":
         return "", ""
+    if ranked and me is not None:   # torchrun's static rendezvous: node 0 runs ranks 0 to G-1
+        if me == "0":
+            return ("node rank 0 (RANK=0: the PyTorchJob's Master, whose outcome is the job's) runs global rank 0, "
+                    "which ended without its DDP_RESULT line"), ""
+        return "", (f"verify_ddp.py: node rank {me} (RANK); global rank 0 runs on node rank 0 (the PyTorchJob's "
+                    "Master), whose verifier checks its DDP_RESULT")
     if me is not None:   # a process id: process 0 reports
         return ("process 0 ended without its DDP_RESULT line" if me == "0" else ""), ""
     host = socket.gethostname()
@@ -466,7 +488,7 @@ def main(argv: list[str]) -> int:
     if malformed:
         print(f"DDP check failed: {malformed}", file=sys.stderr)
         return 1
-    owed, elsewhere = owed_result(me, marks, env) if result is None else ("", "")
+    owed, elsewhere = owed_result(me, marks, env, NODE_RANK_ARG in argv) if result is None else ("", "")
     if owed:   # rank 0 ran here (or nothing says it did not): its result must be seen, here
         print(f"DDP check failed: {owed}", file=sys.stderr)
         return 1

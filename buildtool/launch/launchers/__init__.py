@@ -10,10 +10,10 @@ ask the launcher. tests/test_launchers.py keeps the table and the modules in ste
 
 What a node command may carry for the verifier (launch/verify_ddp.py) to resolve on the
 node itself, inside the container: PROCESS_ID (this node's process id), IS_HOST (whether this node hosts
-the rendezvous store) and LOCAL_ADDR (this node's address). The generators read them off the command and
-give the verifier what it needs to resolve them (JOB_COMPLETION_INDEX on Kubernetes, which is why a
-launcher whose command needs a process id runs in the indexed Job only; DDP_NODES and DDP_NODE_ADDRS on
-SLURM).
+the rendezvous store), LOCAL_ADDR (this node's address) and NODE_RANK (the rank a scheduler gave the node:
+Kubeflow's training operator's RANK). The generators read them off the command and give the verifier what it
+needs to resolve them (JOB_COMPLETION_INDEX on Kubernetes, which is why a launcher whose command needs a
+process id runs in the indexed Job only; DDP_NODES and DDP_NODE_ADDRS on SLURM; the operator sets RANK).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 PROCESS_ID = "{process_id}"      # the verifier puts this node's process id there
 IS_HOST = "{is_host}"            # in torchrun's --rdzv-conf: the verifier says whether this node hosts the store
 LOCAL_ADDR = "--local-addr={local_addr}"   # torchrun: this node's address from DDP_NODE_ADDRS, or dropped
+NODE_RANK = "--node-rank={node_rank}"      # torchrun's static rendezvous: the training operator's RANK (Master 0)
 
 
 class Launcher:
@@ -49,6 +50,11 @@ class Launcher:
         """What every node runs (inside the verifier) to run SCRIPT: ENDPOINT is the first node's address
         and port, RDZV_ID names the job's rendezvous."""
         raise NotImplementedError
+
+    def ranked_command(self, job: MultiNodeJob, endpoint: str, rdzv_id: str, script: str) -> list[str]:
+        """What every node runs where the scheduler ranks the nodes (Kubeflow's PyTorchJob: RANK, the Master 0)
+        and reports the outcome of node 0 alone: node 0, whose address and port are ENDPOINT, must run rank 0."""
+        raise NotImplementedError(f"the {self.name} launcher has no command for nodes ranked by their scheduler")
 
     def env(self, job: MultiNodeJob) -> dict[str, str]:
         """What the check's script reads from its environment (beyond what the verifier expects)."""

@@ -5,7 +5,10 @@ whether it hosts the store (IS_HOST, from its index: torch would match its hostn
 gives its agent this node's address (LOCAL_ADDR; torch's default, the node's name, may not resolve
 in the containers). The script reads its steps and timeout from DDP_STEPS and DDP_TIMEOUT_S.
 
-Kubernetes: Kubeflow's PyTorchJob (the training operator runs torchrun) by default, or the indexed Job.
+Kubernetes: Kubeflow's PyTorchJob (the training operator runs torchrun) by default, or the indexed Job. The
+operator reports the Master's outcome alone (Succeeded once the Master exits 0; Workers restart in place), so
+there the Master must run global rank 0 and judge its result: `ranked_command`, torchrun's static rendezvous with
+the node rank the operator gives each pod (RANK: the Master 0). c10d's rendezvous ignores --node-rank.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from buildtool.contracts.rendezvous import rdzv_conf
-from buildtool.launch.launchers import IS_HOST, LOCAL_ADDR, Launcher
+from buildtool.launch.launchers import IS_HOST, LOCAL_ADDR, NODE_RANK, Launcher
 
 if TYPE_CHECKING:
     from buildtool.launch.multinode import MultiNodeJob
@@ -35,6 +38,18 @@ class Torchrun(Launcher):
             "torchrun", f"--nnodes={job.nodes}", f"--nproc-per-node={job.procs_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
             f"--rdzv-conf={rdzv_conf(job.join_timeout_s)},is_host={IS_HOST}", LOCAL_ADDR,
+            f"--max-restarts={job.max_restarts}", script,
+        ]
+
+    def ranked_command(self, job: MultiNodeJob, endpoint: str, rdzv_id: str, script: str) -> list[str]:
+        """torchrun running SCRIPT with the static rendezvous: NODE_RANK (resolved by the verifier from RANK) is
+        this node's group rank, node 0's agent hosts the store at ENDPOINT, and torch's agent gives each node the
+        global ranks after those of the nodes ranked before it, so node 0 runs ranks 0 to G-1. The store's
+        timeout (its connect and reads) is the join timeout."""
+        return [
+            "torchrun", f"--nnodes={job.nodes}", f"--nproc-per-node={job.procs_per_node}",
+            "--rdzv-backend=static", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+            f"--rdzv-conf=timeout={int(job.join_timeout_s)}", NODE_RANK,
             f"--max-restarts={job.max_restarts}", script,
         ]
 
