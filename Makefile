@@ -120,13 +120,15 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 	RELEASE_REGISTRY=$(call quote,$(RELEASE_REGISTRY)) $(BUILDTOOL) release --version "$$VERSION" \
 		--framework $(call quote,$(or $(FRAMEWORK),all)) $${FROM:+--from "$$FROM"} $(RELEASE_FLAGS)
 
+# IMAGE is a list of references split on white space, never globbed (set -f): `IMAGE='*'` verified the checkout's
+# file names.
 .PHONY: verify
 verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<registry>/<name>:<tag>, or FRAMEWORK=<image> (this commit's dev images)
 	@images=$(call quote,$(IMAGE)); if [ -z "$$images" ] && [ -n $(call quote,$(FRAMEWORK)) ]; then \
 		plan=$$($(BUILDTOOL) plan --framework $(call quote,$(FRAMEWORK)) --json) || exit 2; images=$$(echo "$$plan" | $(PYTHON) -c \
 			'import json, sys; print(" ".join(e["dev_image"] for e in json.load(sys.stdin)["include"]))') || exit 2; fi; \
 	test -n "$$images" || { echo "error: set IMAGE or FRAMEWORK, e.g. make verify FRAMEWORK=pytorch-cpu or make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }; \
-	status=0; for image in $$images; do echo "$(BUILDTOOL) verify $$image $(VERIFY_FLAGS)" >&2; \
+	set -f; status=0; for image in $$images; do echo "$(BUILDTOOL) verify $$image $(VERIFY_FLAGS)" >&2; \
 		$(BUILDTOOL) verify "$$image" $(VERIFY_FLAGS) || status=$$?; done; exit $$status
 
 # The nightly: build + push every cell, validate (verdicts stored by digest), the scaling runs (strategies side by

@@ -123,3 +123,14 @@ def test_every_validate_target_passes_rerun_and_extra_tests(tmp_path: Path, targ
     [call] = [json.loads(line) for line in log.read_text().splitlines()]
     assert call[:3] == ["-m", "buildtool", "validate"] and "--rerun" in call, call
     assert call[call.index("--extra-tests") + 1] == "site checks", call
+
+
+def test_verify_image_is_never_globbed(tmp_path: Path) -> None:
+    """`make verify IMAGE='*'` ran `verify` once per file name of the checkout: the recipe's `for` loop globbed the
+    list. Each word of IMAGE reaches verify as it is written."""
+    fake, log = _recording_python(tmp_path)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FRAMEWORK", "REGISTRY", "MAKE", "IMAGE"))}
+    subprocess.run(["make", "-s", "verify", f"PYTHON={fake}", "IMAGE=* host/x:?"], cwd=REPO, env=base,
+                   capture_output=True, text=True, timeout=60)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls == [["-m", "buildtool", "verify", "*"], ["-m", "buildtool", "verify", "host/x:?"]], calls
