@@ -120,14 +120,21 @@ release: ## Promote tested dev images of this commit (FROM=<sha>) to release tag
 	RELEASE_REGISTRY=$(call quote,$(RELEASE_REGISTRY)) $(BUILDTOOL) release --version "$$VERSION" \
 		--framework $(call quote,$(or $(FRAMEWORK),all)) $${FROM:+--from "$$FROM"} $(RELEASE_FLAGS)
 
+# IMAGE is a list of references split on white space, never globbed (set -f): `IMAGE='*'` verified the checkout's
+# file names. With --json in VERIFY_FLAGS the images' documents are one JSON array (each verify printed its own
+# document, back to back, which no JSON reader takes); the exit status is still non-zero when any image is not verified.
 .PHONY: verify
 verify: ## Verify an image's signed chain (provenance, SBOM, verdict): IMAGE=<registry>/<name>:<tag>, or FRAMEWORK=<image> (this commit's dev images)
 	@images=$(call quote,$(IMAGE)); if [ -z "$$images" ] && [ -n $(call quote,$(FRAMEWORK)) ]; then \
 		plan=$$($(BUILDTOOL) plan --framework $(call quote,$(FRAMEWORK)) --json) || exit 2; images=$$(echo "$$plan" | $(PYTHON) -c \
 			'import json, sys; print(" ".join(e["dev_image"] for e in json.load(sys.stdin)["include"]))') || exit 2; fi; \
 	test -n "$$images" || { echo "error: set IMAGE or FRAMEWORK, e.g. make verify FRAMEWORK=pytorch-cpu or make verify IMAGE=127.0.0.1:5000/pytorch-cpu:2.13" >&2; exit 2; }; \
-	status=0; for image in $$images; do echo "$(BUILDTOOL) verify $$image $(VERIFY_FLAGS)" >&2; \
-		$(BUILDTOOL) verify "$$image" $(VERIFY_FLAGS) || status=$$?; done; exit $$status
+	set -f; json=; for flag in $(VERIFY_FLAGS); do [ "$$flag" != --json ] || json=1; done; \
+	status=0; docs=(); for image in $$images; do echo "$(BUILDTOOL) verify $$image $(VERIFY_FLAGS)" >&2; \
+		if [ -z "$$json" ]; then $(BUILDTOOL) verify "$$image" $(VERIFY_FLAGS) || status=$$?; \
+		else doc=$$($(BUILDTOOL) verify "$$image" $(VERIFY_FLAGS)) || status=$$?; docs+=("$$doc"); fi; done; \
+	if [ -n "$$json" ]; then $(PYTHON) -c 'import json, sys; print(json.dumps([json.loads(d) for d in sys.argv[1:] if d], indent=2))' \
+		"$${docs[@]}" || status=2; fi; exit $$status
 
 # The nightly: build + push every cell, validate (verdicts stored by digest), the scaling runs (strategies side by
 # side), then the report from the registry's verdicts with the trend against the previous night, all under NIGHTLY_OUT.

@@ -103,3 +103,20 @@ def test_a_job_cut_short_by_a_full_disk_leaves_no_half_file(tmp_path: Path, comm
                           capture_output=True, text=True, timeout=60, preexec_fn=small_files, env=env)
     assert proc.returncode == 2 and _one_line(proc.stderr).startswith("error: --out "), proc.stderr
     assert not target.exists() and list(target.parent.iterdir()) == []
+
+
+def test_keys_interrupted_before_the_public_half_leave_neither_half(run_cli, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only an OSError removed the private key: Ctrl-C between NAME.key and NAME.pub left the private key alone,
+    and the rerun was refused ("exists"). Any exception removes what was written now, and the rerun makes the pair."""
+    def interrupted(self: Path, *args: object, **kwargs: object) -> int:
+        self.write_bytes(b"-----BEGIN")   # part of the public half written, then Ctrl-C
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "write_text", interrupted)
+        code, out, err = run_cli("keys", "--name", "k", "--out", str(tmp_path))   # typer answers Ctrl-C itself
+    assert code == 130, err
+    assert list(tmp_path.iterdir()) == []
+    code, out, err = run_cli("keys", "--name", "k", "--out", str(tmp_path))
+    assert code == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["k.key", "k.pub"], err

@@ -132,6 +132,20 @@ def test_cred_helpers_per_host_win_over_the_store(config: Path, tmp_path: Path,
     assert not store_log.exists()
 
 
+@pytest.mark.parametrize("empty", ["", None])
+def test_an_empty_cred_helper_for_a_host_reads_auths_not_the_store(config: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, empty) -> None:
+    """`credHelpers: {HOST: ""}` is how docker is told not to use credsStore for HOST (getConfiguredCredentialStore
+    returns "", the file store): the toolkit ran the credsStore helper anyway and sent its credentials to HOST. It
+    reads `auths` for that host now; every other host still asks the store."""
+    store_log = helper(tmp_path, monkeypatch, "desktop", {HOST: ("store", "from-store"), "other.example": ("o", "p")})
+    config.write_text(json.dumps({"credsStore": "desktop", "credHelpers": {HOST: empty},
+                                  "auths": {HOST: {"auth": b64("alice:from-auths")}}}))
+    assert resolve(HOST) == Credential("alice", "from-auths", source=f"auths[{HOST!r}] in {config}")
+    assert not store_log.exists()
+    assert resolve("other.example") == Credential("o", "p", source="docker-credential-desktop")
+
+
 def test_a_helper_that_is_missing_fails_or_hangs_is_one_line(config: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     config.write_text(json.dumps({"credHelpers": {HOST: "absent"}}))

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,41 @@ def test_every_validate_target_passes_rerun_and_extra_tests(tmp_path: Path, targ
     [call] = [json.loads(line) for line in log.read_text().splitlines()]
     assert call[:3] == ["-m", "buildtool", "validate"] and "--rerun" in call, call
     assert call[call.index("--extra-tests") + 1] == "site checks", call
+
+
+def test_verify_image_is_never_globbed(tmp_path: Path) -> None:
+    """`make verify IMAGE='*'` ran `verify` once per file name of the checkout: the recipe's `for` loop globbed the
+    list. Each word of IMAGE reaches verify as it is written."""
+    fake, log = _recording_python(tmp_path)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FRAMEWORK", "REGISTRY", "MAKE", "IMAGE"))}
+    subprocess.run(["make", "-s", "verify", f"PYTHON={fake}", "IMAGE=* host/x:?"], cwd=REPO, env=base,
+                   capture_output=True, text=True, timeout=60)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls == [["-m", "buildtool", "verify", "*"], ["-m", "buildtool", "verify", "host/x:?"]], calls
+
+
+def test_verify_json_over_several_images_is_one_document(tmp_path: Path) -> None:
+    """`make verify FRAMEWORK=... VERIFY_FLAGS=--json` printed each image's document back to back: no JSON reader
+    took the whole. It is one array of them now (an image refused with exit 2 printed none), and the exit status is
+    still non-zero when any image is not verified."""
+    fake = tmp_path / "buildtool"
+    fake.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""\
+        import json, sys
+        image = sys.argv[2]
+        if image == "gone":
+            sys.exit("error: the registry does not hold gone")
+        print(json.dumps({"image": image, "verified": image == "good"}, indent=2))
+        sys.exit(0 if image == "good" else 1)
+        """))
+    fake.chmod(0o755)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FRAMEWORK", "REGISTRY", "MAKE", "IMAGE"))}
+    run = functools.partial(subprocess.run, cwd=REPO, env=base, capture_output=True, text=True, timeout=60)
+    several = run(["make", "-s", "verify", f"BUILDTOOL={fake}", f"PYTHON={sys.executable}", "IMAGE=good bad gone",
+                   "VERIFY_FLAGS=--trust-local-key --json"])
+    assert several.returncode != 0 and "error: the registry does not hold gone" in several.stderr, several.stderr
+    assert json.loads(several.stdout) == [{"image": "good", "verified": True}, {"image": "bad", "verified": False}]
+    good = run(["make", "-s", "verify", f"BUILDTOOL={fake}", f"PYTHON={sys.executable}", "IMAGE=good good",
+                "VERIFY_FLAGS=--json"])
+    assert good.returncode == 0 and json.loads(good.stdout) == [{"image": "good", "verified": True}] * 2, good.stderr
+    text = run(["make", "-s", "verify", f"BUILDTOOL={fake}", f"PYTHON={sys.executable}", "IMAGE=good bad"])
+    assert text.returncode != 0 and text.stdout.count('"image"') == 2, text   # without --json: as each prints it

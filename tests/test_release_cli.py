@@ -216,3 +216,19 @@ def test_table_escapes_control_characters_a_note_quotes(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert "verdict runner \\x1b[2K\\x1b[1Apromoted\\x07" in out
+
+
+@pytest.mark.parametrize("args", [["--from", "abc123", "--revision", "def456"], ["--revision=abc123", "--from", "d4"],
+                                  ["--from", "abc123", "--from", "def456"]])
+def test_from_and_revision_with_two_values_are_refused_naming_both(project, run_cli, args) -> None:  # noqa: ANN001
+    """--from and --revision name one option: `--from X --revision Y` promoted Y's images without a word about X.
+    Two values are one line naming both now (exit 2); the same value twice is one value."""
+    code, out, err = run_cli("release", "--version", "0.1.0", *args, "--matrix", str(project / "matrix.yaml"))
+    first, second = (a.partition("=")[0] for a in args if a.startswith("--"))
+    values = [a.partition("=")[2] or args[i + 1] for i, a in enumerate(args) if a.startswith("--")]
+    assert code == 2 and err.strip() == (f"error: {first} {values[0]!r} and {second} {values[1]!r} name the same "
+                                         "option with two values; give one"), err
+    assert not (project / "docs/releases").exists()
+    code, out, err = run_cli("release", "--version", "x.y", "--from", "abc123", "--revision", "abc123",
+                             "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "--version 'x.y' is not a version" in err, err   # past the options, to the first check

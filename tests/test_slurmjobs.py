@@ -119,3 +119,21 @@ def test_an_sbatch_answer_with_no_job_id_is_one_line_never_another_jobs_state(st
         run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=5, poll_s=0.1)
     (stubs / "sbatch").write_text("#!/bin/sh\necho 'sbatch: warning: no GRES given'\necho '123;cluster'\n")
     assert run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=5, poll_s=0.1).job_id == "123"
+
+
+def test_an_output_path_with_spaces_is_read_whole(stubs: Path, tmp_path: Path) -> None:
+    """job_fields split scontrol's line on every space: `StdOut=/shared/my runs/slurm-123.out` read as `/shared/my`,
+    so a finished job's output was read from a file that is not there (an empty tail). Each value runs to the next
+    `Key=` now, spaces and all, in a line as SLURM 22.05 writes it."""
+    folder = stubs / "my runs"
+    folder.mkdir()
+    (folder / "slurm-123.out").write_text("DDP check passed: world size 2\n")
+    line = ("JobId=123 JobName=ddp check UserId=ci(1000) MCS_label=N/A Account=(null) JobState=COMPLETED Reason=None "
+            "Dependency=(null) ExitCode=0:0 RunTime=00:00:14 AllocNode:Sid=head:42 ReqB:S:C:T=0:0:*:* "
+            "TRES=cpu=2,mem=1G,node=2 Socks/Node=* CPUs/Task=1 Comment= Command=$STUB_DIR/my runs/job.sbatch "
+            "WorkDir=$STUB_DIR/my runs StdErr=$STUB_DIR/my runs/slurm-123.out StdIn=/dev/null "
+            "StdOut=$STUB_DIR/my runs/slurm-123.out Power= ")
+    (stubs / "scontrol").write_text(f'#!/bin/sh\necho "{line}"\n')
+    end = run_job(tmp_path / "job.sbatch", cwd=tmp_path, timeout_s=30, poll_s=0.1)
+    assert (end.state, end.exit_code, end.output_path) == ("COMPLETED", "0:0", folder / "slurm-123.out")
+    assert end.output == "DDP check passed: world size 2\n"

@@ -46,7 +46,8 @@ JobsOption = Annotated[int, typer.Option("--jobs", "-j", min=1, max=16, envvar="
 FillBasesOption = Annotated[bool, typer.Option("--fill-bases/--no-fill-bases",
                                                help="When BASE_MIRROR is a loopback registry, create missing bases "
                                                     "there first (as `buildtool bases`).")]
-LogDirOption = Annotated[Path, typer.Option("--log-dir", parser=path_of("--log-dir"), help="Per-cell build logs.")]
+LogDirOption = Annotated[Path | None, typer.Option(
+    "--log-dir", parser=path_of("--log-dir"), help="Per-cell build logs (default: the project's build-logs/).")]
 RegistryCacheOption = Annotated[bool, typer.Option(
     "--registry-cache/--no-registry-cache", envvar="REGISTRY_CACHE",
     help="Take unchanged layers from the newest earlier dev images of each cell in the registry (only "
@@ -71,7 +72,7 @@ def build(
     force: ForceOption = False,
     jobs: JobsOption = 2,
     fill: FillBasesOption = True,
-    log_dir: LogDirOption = Path("build-logs"),
+    log_dir: LogDirOption = None,
     registry_cache: RegistryCacheOption = True,
     push_with: PushWithOption = "auto",
     platform: PlatformOption = None,
@@ -100,7 +101,8 @@ def build(
     settings = Settings.from_env()
     revision = project.revision(revision)
     plans = plan_matrix(loaded, cells, settings, revision)
-    log_dir = project.root / log_dir   # an absolute --log-dir stays itself
+    # A --log-dir given is the current folder's, as every path option; left out, the project's build-logs/.
+    log_dir = project.root / "build-logs" if log_dir is None else log_dir.absolute()
     named = tuple(dict.fromkeys(p.strip() for item in platform or [] for p in item.split(",") if p.strip()))
     # A local build makes what this machine runs (a foreign platform's stand-in can be GBs: pytorch-ngc:25.10's arm64
     # one carries PyPI's CUDA torch); a push makes the whole index.

@@ -70,11 +70,14 @@ def keys(
         log(printable(f"warning: {folder} is inside a git work tree; never commit {private.name}"))
     key = generate()
     with writing("--out", folder):   # a folder that cannot be made or written is one line, not a traceback
-        write_private(private, key)
         try:
+            write_private(private, key)   # created exclusively: a key made meanwhile is refused, never replaced
             public.write_text(key.public().pem)
-        except OSError:   # no private key left without its public half
-            private.unlink(missing_ok=True)
+        except FileExistsError:   # that other key is not ours to remove
+            raise
+        except BaseException:   # Ctrl-C too: no half of the pair left (a rerun would be refused: "exists")
+            for path in (private, public):
+                path.unlink(missing_ok=True)
             raise
     say(f"key id:      {key.keyid}")
     _say_where(name, key.public(), roles, private, public)

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from buildtool.cli.console import Project, emit_json, find_project, log, path_of, printable
 from buildtool.common.errors import FailedError, UserError
@@ -34,13 +34,14 @@ def fast_release(args: list[str]) -> bool:
     from buildtool.contracts.arguments import RELEASE_OPTIONS
 
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    given: dict[str, tuple[str, str]] = {}
     for option in RELEASE_OPTIONS:     # the one declaration of release's options (the typer command's too)
         if option.kind == "flag":
             parser.add_argument(*option.flags, dest=option.dest, action="store_true")
         else:
             default = os.environ.get(option.envvar) if option.envvar else None
-            parser.add_argument(*option.flags, dest=option.dest,
-                                action="append" if option.kind == "append" else "store", default=default or None)
+            how: dict[str, Any] = {"action": "append"} if option.kind == "append" else {"action": _Once, "given": given}
+            parser.add_argument(*option.flags, dest=option.dest, default=default or None, **how)
     try:
         parsed, unknown = parser.parse_known_args(args)
     except argparse.ArgumentError:
@@ -49,6 +50,26 @@ def fast_release(args: list[str]) -> bool:
         return False   # typer says what is wrong, as it does for every other command
     run_release(**{**vars(parsed), "matrix": None if parsed.matrix is None else path_of("--matrix")(parsed.matrix)})
     return True
+
+
+class _Once(argparse.Action):
+    """A value option given twice with two values (`--from X --revision Y`: one option under two names) is refused
+    naming both; argparse kept the last without a word. The environment's default is not a value given."""
+
+    def __init__(self, *args: Any, given: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.given = given
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from buildtool.common.refs import shown
+
+        flag = option_string or self.dest
+        first = self.given.setdefault(self.dest, (flag, values))
+        if first[1] != values:
+            raise UserError(f"{first[0]} {shown(first[1])} and {flag} {shown(values)} name the same option with two "
+                            "values; give one")
+        setattr(namespace, self.dest, values)
 
 
 def _cells(loaded: Matrix, framework: list[str] | None) -> list[Cell]:

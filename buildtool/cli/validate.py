@@ -71,7 +71,8 @@ JoinTimeoutOption = Annotated[float, typer.Option(
     envvar="DL_IMAGES_RDZV_JOIN_TIMEOUT", help="torchrun rendezvous join timeout, seconds.")]
 DeadlineOption = Annotated[float | None, typer.Option(
     min=1, help="Seconds the tests of one image may take in all (default: the cell's validate.deadline_s).")]
-ReportsOption = Annotated[Path, typer.Option(parser=path_of("--reports"), help="Where JUnit XML and verdicts go.")]
+ReportsOption = Annotated[Path | None, typer.Option(
+    parser=path_of("--reports"), help="Where JUnit XML and verdicts go (default: the project's reports/).")]
 RequireGpuOption = Annotated[bool, typer.Option(
     "--require-gpu", help="This is a GPU runner: exit 1 unless its GPUs are seen and usable "
                           "(also set by DL_IMAGES_REQUIRE_GPU=1).")]
@@ -110,7 +111,7 @@ def validate(
     cell: CellOption = None,
     rdzv_join_timeout: JoinTimeoutOption = DEFAULT_JOIN_TIMEOUT_S,
     deadline: DeadlineOption = None,
-    reports: ReportsOption = Path("reports"),
+    reports: ReportsOption = None,
     require_gpu: RequireGpuOption = False,
     baseline: BaselineOption = None,
     busbw_window: BusbwWindowOption = 7,
@@ -143,8 +144,10 @@ def validate(
         refs = _dev_refs(project, loaded, framework, revision, peers)
     # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed.
     signal.signal(signal.SIGTERM, _interrupt)
+    # A --reports given is the current folder's, as every path option; left out, the project's reports/.
+    folder = project.root / "reports" if reports is None else reports.absolute()
     options = Options(store=store, select=select, join_timeout_s=rdzv_join_timeout, peers=peers,
-                      reports=reports, cell=cell, deadline_s=deadline,
+                      reports=folder, cell=cell, deadline_s=deadline,
                       require_gpu=require_gpu or require_gpu_from_env(), baselines=list(baseline or []),
                       busbw_window=busbw_window, jobs=jobs, extra_tests=extra_tests, rerun=rerun,
                       matrix_digest=bound)
@@ -152,10 +155,10 @@ def validate(
         # A declared GPU runner without GPUs stops before the registry is asked (for an image index).
         require_gpus(gpu_inventory())
     # one verdict per image, or per platform manifest of an image index (foreign ones under QEMU)
-    with using(tsa), _writing_reports(project.root / reports):
+    with using(tsa), _writing_reports(folder):
         verdicts = [validate_image(ref, loaded, project.root, options, log, one)
                     for ref in refs for one in _ref_platforms(ref, wanted)]
-    _report(verdicts, as_json, reports)
+    _report(verdicts, as_json, reports or Path("reports"))
 
 
 @contextmanager

@@ -71,7 +71,13 @@ def job_fields(job_id: str, env: dict[str, str] | None = None) -> dict[str, str]
             raise JobForgotten(f"SLURM no longer knows job {job_id}: it ended more than MinJobAge ago and its "
                                f"state was purged; wait for it sooner, or raise MinJobAge in slurm.conf")
         return {}
-    return {m.group(1): m.group(2) for m in re.finditer(r"(\w+)=(\S*)", proc.stdout)}
+    return {m.group(1): m.group(2) for m in _PAIR.finditer(proc.stdout)}
+
+
+# scontrol's one line is `Key=Value` pairs joined by spaces, and a value may hold spaces (a job name, an output path:
+# `StdOut=/shared/my runs/slurm-1.out`): a pair ends only where a space is followed by a key and `=`. Keys as scontrol
+# writes them: a capital, then letters, digits, `_`, `:` and `/` (`AllocNode:Sid`, `CPUs/Task`, `MCS_label`).
+_PAIR = re.compile(r"(?:^| )([A-Z][\w:/]*)=(.*?)(?= +[A-Z][\w:/]*=| *$)", re.MULTILINE)
 
 
 def cancel(job_id: str, env: dict[str, str] | None = None) -> None:

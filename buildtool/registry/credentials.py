@@ -12,7 +12,8 @@ Where they come from, first match wins:
      docker's key `https://index.docker.io/v1/` (docker's ResolveAuthConfig: IndexServer for the official
      index, else the registry's hostname);
    - `credHelpers[ADDRESS]`, the key exactly as written (docker's getConfiguredCredentialStore: a key
-     `https://reg.example` does not serve reg.example), else `credsStore`: `docker-credential-NAME get` with the
+     `https://reg.example` does not serve reg.example; one set to "" means no helper for that host, not even
+     `credsStore`), else `credsStore`: `docker-credential-NAME get` with the
      server address on stdin (a timeout applies); its "credentials not found in native keychain" (that text exactly,
      as docker reads it: any other failure is an error) falls through to `auths`. A Username of
      `<token>` means the Secret is an identity (refresh) token.
@@ -148,7 +149,9 @@ def from_config(config: dict[str, Any], host: str, where: str) -> Credential | N
         raise CredentialError(f"{where}: credHelpers[{address!r}] for {host} is not a helper's name; fix or remove it")
     if not isinstance(store, str | None):
         raise CredentialError(f"{where}: `credsStore` is not a helper's name; fix or remove it")
-    name = helper or store
+    # A credHelpers key present names the host's store even when empty (or null): "" is docker's file store, the
+    # `auths` below, never credsStore (docker's getConfiguredCredentialStore).
+    name = helper if address in helpers else store
     if name:
         found = run_helper(name, address, host, where)
         if found is not None:
