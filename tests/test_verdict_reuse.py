@@ -20,7 +20,7 @@ from buildtool.validate.options import Options
 from buildtool.validate.probe import Inventory
 from buildtool.validate.verdicts import find_verdicts
 from tests import signing
-from tests.conftest import fixture_matrix
+from tests.conftest import FIXTURE_MATRIX, fixture_matrix
 from tests.memregistry import MemRegistry
 
 REPO = "team/pytorch-cpu-dev"
@@ -216,11 +216,12 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: Any = None, *
 
     root = tmp_path / "project"
     shutil.copytree(Path(__file__).parent / "fixtures" / "frameworks" / "fixturefw", root / "image-tests" / "fw")
+    shutil.copy(FIXTURE_MATRIX, root / "matrix.yaml")   # the file MATRIX was read from, where its path names it
     client = MemRegistry("127.0.0.1:5999")
     dev = signing_key(print).key
     digest = client.push_image(REPO, "t", labels={label_keys.CELL: CPU.key})
     sbom = signing.attest_sbom(client, REPO, digest, key=dev)
-    bound = {"test_code": image_tests_hash(root / "image-tests"), "matrix_digest": runner.matrix_digest(MATRIX),
+    bound = {"test_code": image_tests_hash(root / "image-tests"), "matrix_digest": runner.matrix_digest(MATRIX, root),
              "sbom": sbom}
     artifact = signing.attest(client, REPO, digest, signing.verdict(CPU, digest, **{**bound, **changes}),
                               key or dev).digest

@@ -136,7 +136,8 @@ def validate(
         raise UserError("name the images to validate: IMAGE..., --framework X or --all (exactly one)")
     project = find_project(matrix)
     loaded = project.load()
-    bound = matrix_digest(loaded)   # as loaded: every image's verdict names this matrix, however long the runs take
+    # As loaded: every image's verdict names this matrix, however long the runs take.
+    bound = matrix_digest(loaded, project.root)
     peers = _peers(peer or [])
     refs = list(images or [])
     _tags_name_cells(loaded, refs)

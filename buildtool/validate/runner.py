@@ -70,12 +70,18 @@ __all__ = ["Inventory", "Options", "Resolved", "busbw_baseline", "deadline_probl
            "probe_flags", "require_gpus", "resolve", "run_flags", "validate_image"]
 
 
-def matrix_digest(matrix: Matrix) -> str:
+def matrix_file(matrix: Matrix, root: Path) -> Path:
+    """The matrix's file: its path is shown relative to the project root (absolute when outside it), so read from
+    another folder it named no file (`validate` from docs/ could not read the matrix)."""
+    return root / matrix.path
+
+
+def matrix_digest(matrix: Matrix, root: Path) -> str:
     """sha256 of the matrix file as read (what the verdict is bound to; the provenance's is the same sum)."""
     from buildtool.common.files import sha256_file
 
     try:
-        return "sha256:" + sha256_file(Path(matrix.path))
+        return "sha256:" + sha256_file(matrix_file(matrix, root))
     except OSError as exc:
         raise UserError(f"the matrix {matrix.path} cannot be read ({exc.strerror})") from None
 
@@ -84,7 +90,7 @@ def site_folder(cell: Cell, matrix: Matrix, extra_tests: Path | None, tests_dir:
     """The folder of site checks a run of `cell` adds (contracts.sitetests): --extra-tests, else the matrix's
     `validate.extra_tests` (beside the matrix), else none. One that cannot be a site folder is exit 2 naming why."""
     folder = extra_tests if extra_tests is not None else \
-        Path(matrix.path).parent / cell.extra_tests if cell.extra_tests else None
+        matrix_file(matrix, tests_dir.parent).parent / cell.extra_tests if cell.extra_tests else None
     if folder is None:
         return None
     folder = folder.resolve()
@@ -101,7 +107,7 @@ def validate_image(ref: str, matrix: Matrix, root: Path, options: Options, log: 
     verdict (stored when possible), which names the platform and whether it ran emulated."""
     check_selection(options.select)
     # The matrix as read now, before anything runs: a matrix file edited during the run is not the one it read.
-    bound = options.matrix_digest or matrix_digest(matrix)
+    bound = options.matrix_digest or matrix_digest(matrix, root)
     inventory = gpu_inventory()
     if options.require_gpu:
         require_gpus(inventory)
