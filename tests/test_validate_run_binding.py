@@ -65,7 +65,7 @@ def test_a_matrix_edited_during_the_run_is_not_the_matrix_the_verdict_names(
     """Before: the matrix file was hashed after pytest ended, so a matrix changed meanwhile was named as the one the
     run read (its cell, library promises and run profile were those of the matrix as loaded)."""
     path = project / "matrix.yaml"
-    before = runner.matrix_digest(load_matrix(path, project / "templates"))
+    before = runner.matrix_digest(load_matrix(path, project / "templates"), project)
 
     def edit() -> None:
         path.write_text(path.read_text() + "\n# changed during the run\n")
