@@ -46,11 +46,17 @@ def before_recipe(machine: FreshMachine) -> tuple[float, str]:
         subprocess.run(["debootstrap", "--variant=minbase", "bookworm", f"{tmp}/rootfs"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
         tar = subprocess.Popen(["tar", "--numeric-owner", "-C", f"{tmp}/rootfs", "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run(docker_cli.argv("import", "-", ref), stdin=tar.stdout, env=env, check=True,
-                       stdout=subprocess.DEVNULL, timeout=900)
         assert tar.stdout is not None
-        tar.stdout.close()
-        tar.wait(timeout=60)
+        try:
+            subprocess.run(docker_cli.argv("import", "-", ref), stdin=tar.stdout, env=env, check=True,
+                           stdout=subprocess.DEVNULL, timeout=900)
+        finally:    # a failed import leaves no tar blocked on a pipe nobody reads
+            tar.stdout.close()
+            tar.wait(timeout=60)
+        # An import reads whatever the stream held: a tar that failed half-way made a partial base, timed as one.
+        if tar.returncode != 0:
+            raise SystemExit(f"machine {machine.name}: tar of the debootstrap root failed (exit {tar.returncode}); "
+                             "the before recipe is not timed")
         subprocess.run(docker_cli.argv("push", ref), env=env, check=True, stdout=subprocess.DEVNULL, timeout=900)
         seconds = time.monotonic() - started
     return seconds, machine.manifest_digest("before/debian", "bookworm-slim")

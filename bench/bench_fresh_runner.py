@@ -18,7 +18,8 @@ The engine is a private dockerd (its own data root and socket), wiped and restar
 so the user's engine and images are never pruned. Builds do not push: each arm's result would
 otherwise be found by content key by the next one. The previous image is built and pushed once, to a
 namespace of its own in the local registry (its provenance signed with this machine's key, which a
-loopback build trusts as a cache source). Every arm's image must have the same layers (diff IDs):
+loopback build trusts as a cache source); its tags and the pushes' are removed from the registry however
+the bench ends. Every arm's image must have the same layers (diff IDs):
 like for like, or the bench fails. Runs interleaved, medians printed; asserts nothing about time.
 
     python bench/bench_fresh_runner.py [--runs 3]     # as root, with the local registry up
@@ -42,7 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from buildtool.common import docker_cli  # noqa: E402
+from buildtool.contracts import names  # noqa: E402
 from buildtool.imagebuild.pipconfig import HostPip  # noqa: E402
+from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
 
 CELL_LOCK = Path("dockerfiles/pytorch/pytorch-cpu/2.13/pylock.tools.toml")
 BUMP = "tzdata"
@@ -163,6 +166,23 @@ def push(via: str, ref: str, run: int) -> float:
     return time.monotonic() - started
 
 
+def registry_repos() -> list[str]:
+    """The repositories the bench writes in the local registry: the cell's dev repository and the pushes'."""
+    namespace = NAMESPACE.removeprefix(f"{REGISTRY}/")
+    return [names.dev_repo(namespace, "pytorch-cpu"), f"{namespace}/push-bench"]
+
+
+def clean_registry(client: RegistryClient) -> None:
+    """Untag every manifest of the bench's repositories (the registry's GC reclaims the blobs); a failure is said,
+    and the rest cleaned all the same."""
+    for repo in registry_repos():
+        try:
+            for digest in filter(None, {client.manifest_digest(repo, tag) for tag in client.tags(repo)}):
+                client.request("DELETE", f"{repo}/manifests/{digest}", ok=(202, 404), repo=repo)
+        except RegistryError as exc:
+            print(f"cleanup of {REGISTRY}/{repo}: {exc}", file=sys.stderr)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -210,6 +230,7 @@ def main() -> int:
             stop_engine()
             shutil.rmtree(ENGINE, ignore_errors=True)
             remove_bridge()
+            clean_registry(RegistryClient(REGISTRY))   # the previous image and the pushes: the shared registry's
     median = {arm: statistics.median(values) for arm, values in times.items()}
     print(f"\npytorch-cpu rebuild after a one-package lock bump ({BUMP} -> {BUMP_TO}): whole `buildtool build` "
           f"processes, no push, {args.runs} runs each, interleaved")

@@ -87,25 +87,35 @@ convert(yaml.compose(open(sys.argv[1], encoding="utf-8").read(), Loader=yaml.Saf
 """
 
 
-def timed(argv: list[str], limit: float, cwd: Path) -> tuple[float, float, int | None]:
-    """Wall and CPU seconds of one whole process, and its exit code (None: stopped at `limit`).
-    CPU time is what a busy shared machine distorts least."""
+def timed(argv: list[str], limit: float, cwd: Path) -> tuple[float, float, int | None, str]:
+    """Wall and CPU seconds of one whole process, its exit code (None: stopped at `limit`) and the last line of
+    its stderr. CPU time is what a busy shared machine distorts least."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     try:
         proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=limit)
     except subprocess.TimeoutExpired:
-        return limit, limit, None
+        return limit, limit, None, ""
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, proc.returncode
+    said = proc.stderr.decode(errors="replace").strip().splitlines()
+    return wall, cpu, proc.returncode, said[-1] if said else ""
 
 
-def median_run(argv: list[str], runs: int, limit: float, cwd: Path) -> tuple[float, float, int | None]:
+def median_run(argv: list[str], runs: int, limit: float, cwd: Path,
+               expect: tuple[int | None, ...]) -> tuple[float, float, int | None]:
+    """Medians of `runs` runs, and the exit code (None when a run was stopped at `limit`). A run that ends
+    otherwise than EXPECT says (a crash, a wrong answer) stops the bench: its time is not the case's."""
     results = [timed(argv, limit, cwd) for _ in range(runs)]
-    return (statistics.median(r[0] for r in results), statistics.median(r[1] for r in results), results[-1][2])
+    for _, _, code, said in results:
+        if code not in expect:
+            shown = " or ".join("stopped" if c is None else f"exit {c}" for c in expect)
+            raise SystemExit(f"bench: {' '.join(argv[1:])} ended with {'no exit' if code is None else f'exit {code}'}"
+                             f" (expected {shown}): {said or 'no output'}; no figure is printed")
+    code = None if any(r[2] is None for r in results) else results[-1][2]
+    return (statistics.median(r[0] for r in results), statistics.median(r[1] for r in results), code)
 
 
 def main() -> None:
@@ -141,14 +151,13 @@ def main() -> None:
         for label, name, command, want in cases:
             path = project / name
             wall, cpu, code = median_run([python, "-m", "buildtool", *command, "--matrix", str(path)], args.runs,
-                                         args.limit, project)
+                                         args.limit, project, (want,))
             old_wall, old_cpu, old_code = median_run([python, str(project / "previous_loader.py"), str(path)],
-                                                     args.runs, args.limit, project)
+                                                     args.runs, args.limit, project, (0, None))
             ours = f"{wall:.2f} ({cpu:.2f})"
             theirs = f"{old_wall:.2f} ({old_cpu:.2f})" if old_code is not None else f">{old_wall:.0f} (stopped)"
             ratio = f"{old_wall / wall:.1f}x" if old_code is not None else f">{old_wall / wall:.0f}x"
-            flag = "" if code == want else f"  (exit {code}, expected {want})"
-            print(f"{label:<36}{ours:>15}{code!s:>6}{theirs:>18}{ratio:>8}{wall / TARGET_S:>7.2f}x{flag}")
+            print(f"{label:<36}{ours:>15}{code!s:>6}{theirs:>18}{ratio:>8}{wall / TARGET_S:>7.2f}x")
 
 if __name__ == "__main__":
     main()

@@ -41,10 +41,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_build import plain_docker_build  # noqa: E402
 from buildtool.contracts import platforms  # noqa: E402
+from buildtool.imagebuild import engine  # noqa: E402
 from buildtool.imagebuild.builder import resolve_base  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
-from buildtool.matrix.plan import Settings, git_revision, plan_cell  # noqa: E402
-from buildtool.matrix.schema import Cell  # noqa: E402
+from buildtool.matrix.plan import CellPlan, Settings, git_revision, plan_cell  # noqa: E402
+from buildtool.matrix.schema import Cell, Matrix  # noqa: E402
 from buildtool.render.dockerfiles import render_cell_dockerfile  # noqa: E402
 
 
@@ -94,6 +95,11 @@ def validate(ref: str, platform: str) -> float:
     return elapsed
 
 
+def tag(platform: str) -> str:
+    """The engine tag of the bench's builds for PLATFORM (removed at the end)."""
+    return f"bench-platforms:{platform.split('/')[1]}"
+
+
 def row(name: str, figures: dict[str, list[float]], order: list[str]) -> None:
     medians = {p: statistics.median(figures[p]) for p in order}
     runs = "  ".join(f"{p.split('/')[1]}: " + ", ".join(f"{t:.1f}" for t in figures[p]) for p in order)
@@ -120,7 +126,6 @@ def main() -> None:
         raise SystemExit(f"{cell.key} is built for {', '.join(cell.platforms)} only")
     order = [platforms.host().name, *[p for p in cell.platforms if p != platforms.host().name]][:2]
     plan = plan_cell(cell, Settings.from_env(), git_revision(ROOT))
-    dockerfile = ROOT / cell.dockerfile
     bases = {}
     for platform in order:
         found = resolve_base(plan, platform)
@@ -128,12 +133,23 @@ def main() -> None:
             raise SystemExit(f"no {platform} base for {cell.key}; run `make bases FRAMEWORK={cell.name} "
                              "BASE_MIRROR=127.0.0.1:5000`")
         bases[platform] = found.pinned
+    try:
+        figures(args, matrix, cell, order, plan, bases)
+    finally:   # the images the builds tagged, whether the figures were printed or a build failed
+        for p in order:
+            engine.untag(tag(p))
+
+
+def figures(args: argparse.Namespace, matrix: Matrix, cell: Cell, order: list[str], plan: CellPlan,
+            bases: dict[str, str]) -> None:
+    """Build (and validate) on each platform of ORDER; a row of figures each."""
+    dockerfile = ROOT / cell.dockerfile
     print(f"{cell.key}: {order[0]} native, {order[1]} under QEMU; medians in seconds, whole processes")
     print(f"{'figure':<44} {order[0].split('/')[1]:>9} {order[1].split('/')[1]:>9} {'ratio':>9}")
     native = bases[order[0]]
 
     def build(p: str, no_cache: bool, file: Path = dockerfile) -> float:
-        return docker_build(file, bases[p], p, f"bench-platforms:{p.split('/')[1]}", no_cache, native,
+        return docker_build(file, bases[p], p, tag(p), no_cache, native,
                             context=dockerfile.parent)
 
     if args.before or args.emulated_installs:

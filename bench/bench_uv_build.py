@@ -144,11 +144,20 @@ def step_times(log: str) -> list[tuple[str, float]]:
 
 
 def cache_mounts() -> dict[str, str]:
+    """The engine's cache mounts (id: description). An answer that cannot be read stops the bench: read as none,
+    the mounts before the run were unknown and the clean-up at its end pruned every uv cache mount of the
+    shared engine as if the run had made it."""
     run = docker_cli.docker("system", "df", "-v", "--format", "{{json .BuildCache}}", timeout=120)
     try:
-        records = json.loads(run.stdout or "[]")
+        records = json.loads(run.stdout) if run.returncode == 0 else ()
     except ValueError:
-        return {}
+        records = ()
+    if records is None:    # `null`: an engine with no build cache at all
+        records = []
+    if not isinstance(records, list):
+        said = (run.stderr or run.stdout).strip().splitlines()
+        raise SystemExit(f"bench: `docker system df -v` gave no list of the build cache (exit {run.returncode}: "
+                         f"{said[-1] if said else 'no output'}); no cache mount is pruned")
     return {r["ID"]: r.get("Description", "") for r in records if r.get("CacheType") == "exec.cachemount"}
 
 

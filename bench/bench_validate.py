@@ -108,16 +108,19 @@ def probe_cpu_s(reports: str) -> float:
 
 
 def validate_process(image: str, jobs: int, reports: str) -> tuple[float, str]:
-    """Seconds of one whole `buildtool validate` process, and its verdict's result."""
+    """Seconds of one whole `buildtool validate` process, and its verdict's result. A process that gave no verdict
+    (an image it could not find, bad input, a crash) stops the bench: its time is not a validation's."""
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "buildtool", "validate", image, "--no-store", "--json", "--jobs",
                            str(jobs), "--reports", reports], cwd=REPO, capture_output=True, text=True, timeout=1800,
                           check=False)
     seconds = time.monotonic() - start
     try:
-        result = json.loads(proc.stdout)[0]["result"]
-    except (ValueError, IndexError, KeyError):
-        result = f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
+        result = str(json.loads(proc.stdout)[0]["result"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        said = proc.stderr.strip().splitlines()
+        raise SystemExit(f"bench: buildtool validate {image} --jobs {jobs} gave no verdict (exit {proc.returncode}) "
+                         f"after {seconds:.1f} s: {said[-1] if said else 'no output'}; no figure is printed") from None
     return seconds, result
 
 

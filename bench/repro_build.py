@@ -132,11 +132,13 @@ def push_both(refs: list[str], logs: list[Path]) -> dict[str, object]:
     for n, (ref, log) in enumerate(zip(refs, logs, strict=True), 1):
         pushed_ref = f"{LOCAL}/{ref}"
         engine.tag(ref, pushed_ref)
-        via = push_path.choose(push_path.AUTO, log.read_text(errors="replace"))
-        built = push_verified(pushed_ref, lambda line: print(line, file=sys.stderr), via=via)
-        _, repo, tag = split_repo(pushed_ref)
-        published = repro_config.publish_normalised(client, repo, tag, epoch)
-        engine.untag(pushed_ref)
+        try:    # the tag goes however the push ends: `rmi -f REF` at the end removes REF, not this tag of the image
+            via = push_path.choose(push_path.AUTO, log.read_text(errors="replace"))
+            built = push_verified(pushed_ref, lambda line: print(line, file=sys.stderr), via=via)
+            _, repo, tag = split_repo(pushed_ref)
+            published = repro_config.publish_normalised(client, repo, tag, epoch)
+        finally:
+            engine.untag(pushed_ref)
         found.update({f"built_{n}": built, f"digest_{n}": published.digest, f"cache_{n}": published.cache,
                       f"pushed_with_{n}": via})
         found["normalised"] = list(published.changed)

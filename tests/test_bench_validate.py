@@ -1,8 +1,10 @@
-"""bench/bench_validate.py's by-hand baseline (one `docker run` per check), on a stand-in docker client: a check
-that fails is no figure to compare validate with."""
+"""bench/bench_validate.py's by-hand baseline (one `docker run` per check) on a stand-in docker client, and its
+whole `buildtool validate` processes on a stand-in process: a check that fails, or a validate that gives no
+verdict, is no figure."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -48,3 +50,27 @@ def test_by_hand_checks_that_pass_are_each_timed(tmp_path: Path, monkeypatch: py
     total, split = bench_validate.manual_baseline("img:1", "tensorflow", ["--shm-size=1g"])
     assert list(split) == ["contents", "shm", "tensorboard"] and total == pytest.approx(sum(split.values()))
     assert all(line.startswith("run --rm --network host --shm-size=1g -v ") for line in calls.read_text().splitlines())
+
+
+def test_a_validate_process_with_no_verdict_stops_the_bench(monkeypatch: pytest.MonkeyPatch,
+                                                            bench_validate: ModuleType) -> None:
+    """`--jobs` and `--images` timed every `buildtool validate` process: one that gave no verdict (an image the
+    registry does not hold, exit 2 in a second) went into the medians and the ratio, its result only shown as
+    "exit 2: [...]" on its own line."""
+    def validate(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 2, "", "error: img:1: no such image in the registry\n")
+
+    monkeypatch.setattr(bench_validate.subprocess, "run", validate)
+    with pytest.raises(SystemExit, match=r"^bench: buildtool validate img:1 --jobs 2 gave no verdict \(exit 2\) "
+                                         r"after .* s: error: img:1: no such image in the registry; no figure"):
+        bench_validate.validate_process("img:1", 2, "/nonexistent")
+
+
+def test_a_validate_process_with_a_verdict_is_timed(monkeypatch: pytest.MonkeyPatch,
+                                                    bench_validate: ModuleType) -> None:
+    def validate(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, '[{"result": "failed"}]', "")
+
+    monkeypatch.setattr(bench_validate.subprocess, "run", validate)
+    seconds, result = bench_validate.validate_process("img:1", 1, "/nonexistent")
+    assert result == "failed" and seconds >= 0
