@@ -578,3 +578,29 @@ def test_a_scaling_file_with_a_run_the_report_cannot_show_is_exit_2_naming_it(ru
                            "--out", str(tmp_path / "o"))
     assert code == 2 and "Traceback" not in err, err
     assert f"{folder / 'scaling.json'}: cannot read the scaling results ({said}); run `buildtool scaling` again" in err
+
+
+def test_a_gpu_cell_verdict_that_says_passed_without_its_gpu_tests_is_no_passed_image() -> None:
+    """A GPU cell's verdict (it records `runner.gpus_usable`) whose `result` says passed while its GPU tests were
+    skipped (no usable GPU: a GPU cell validated on a CPU runner) or ran under emulation was counted a passed image
+    (release refuses it; validate writes `incomplete`). Now its row is failed, the contradiction named as the failed
+    check `image/verdict`."""
+    gpu_skipped = {**test(BUSBW, "skipped", skip=NO_GPU), "gpu": True}
+    claimed = verdict("pytorch-ngc:25.10", [test(SHM, "passed"), gpu_skipped], schema=5)
+    claimed["runner"].update(gpus_usable=False, gpu_problem="nvidia-smi not found")
+    claimed["gpu_tests"] = [BUSBW]
+    report = build_report([parse_verdict(claimed, "x")])
+    row = report.rows[0]
+    assert row.result == "failed" and report.failed_images == ["pytorch-ngc:25.10"]
+    assert row.checks["image/verdict"].message == ("the verdict says passed, but 1 GPU test(s) of this GPU cell did "
+                                                   "not pass on a GPU (nvidia-smi not found): "
+                                                   "test_ddp_nccl_allreduce_busbw")
+    assert "0 images passed, 1 failed" in render_markdown(report)
+    emulated = {**claimed, "emulated": True, "tests": [test(SHM, "passed"), {**test(BUSBW, "passed"), "gpu": True}]}
+    assert parse_verdict(emulated, "x").checks["image/verdict"].message == (
+        "the verdict says passed, but a GPU cell's tests ran under emulation (an emulated GPU run is not a GPU run)")
+    on_gpus = {**claimed, "tests": emulated["tests"]}
+    on_gpus["runner"] = {**claimed["runner"], "gpus_usable": True, "gpu_problem": ""}
+    assert parse_verdict(on_gpus, "x").result == "passed"
+    cpu_cell = {**claimed, "runner": {**claimed["runner"], "gpus_usable": None}}   # a CPU cell: its skips are its own
+    assert parse_verdict(cpu_cell, "x").result == "passed"

@@ -191,3 +191,31 @@ def test_the_report_shows_strategies_side_by_side(fake_python: str, stub_plots: 
     assert "not run on this runner: DeepSpeed is not installed in this image" in page
     assert "flagged: speed-up 1.32x at 2 processes is 66% of ideal, below the declared 70%" in page
     assert "### FSDP (fully_shard) scaling" in markdown and "below 70% of ideal" in markdown
+
+
+@pytest.mark.parametrize(("launcher", "unit", "asked"), [
+    (Launcher(kind="host"), "gpus", "the counts are GPUs"),
+    (Launcher(kind="docker", image="img:1", docker_flags=("--shm-size=1g", "--gpus=all")), "processes",
+     "the container is started with --gpus=all"),
+])
+def test_a_gpu_run_that_trained_with_gloo_is_failed_never_a_gpu_figure(fake_python: str, stub_plots: None,
+                                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       launcher: Launcher, unit: str,
+                                                                       asked: str) -> None:
+    """A run asked on GPUs (--counts gpus, a container given --gpus) whose processes saw no GPU trains with gloo on
+    CPU: its scaling.json said `"unit": "gpus"` with gloo's figures, a CPU run shown as a GPU one. Now it fails
+    naming the backend, and writes no figures."""
+    from dataclasses import replace
+
+    from buildtool.launch import scaling
+
+    monkeypatch.setenv("DOCKER_CLIENT", fake_python)   # `docker run ... torchrun --nproc-per-node=N`: the fake worker
+    out = tmp_path / "metrics"
+    with pytest.raises(FailedError, match=rf"scaling run with 1 process was asked on GPUs \({asked}\), but trained "
+                                          r"with gloo, not nccl: .* CPU figures, not GPU ones"):
+        scaling.run_scaling(replace(launcher, python=fake_python), [1, 2], REPO / "bench" / "ddp_epochs.py", out,
+                            RunSettings(samples=512, epochs=3, batch=64, unit=unit, timeout_s=60))
+    assert not (out / "scaling.json").exists()
+    slurm = scaling.SlurmLauncher(runtime="oci", image="/b", workdir=tmp_path, gpus_per_node=2)
+    assert scaling.gpus_asked(slurm, "nodes") == "--gpus-per-node 2"
+    assert scaling.gpus_asked(replace(slurm, gpus_per_node=0), "nodes") == ""

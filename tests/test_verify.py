@@ -200,3 +200,32 @@ def test_verify_refuses_a_verdict_that_records_another_platform_than_its_index_e
                                          "linux/arm64, the index entry it is attached to")
     assert "ran linux/amd64, names sbom" in out and out.count("result") == 1
     assert out.splitlines()[-1].startswith(f"result  NOT verified: the verdict of {arm} records platform")
+
+
+def test_a_gpu_cell_verdict_that_says_passed_without_its_gpu_tests_does_not_verify(client: MemRegistry) -> None:
+    """Without a checkout (release's gate not run), a signed verdict that says passed while it records a GPU cell
+    (runner.gpus_usable set) whose GPU test was skipped for want of a GPU verified: `verified` for a GPU path no GPU
+    ran. Now the chain fails on the verdict, naming the GPU test; the same verdict with its GPU test passed on
+    usable GPUs verifies."""
+    digest = client.push_image(REPO, "2.13-0.1.0", labels=LABELS)
+    provenance_fixture.attest_provenance(client, REPO, digest)   # type: ignore[arg-type]
+    named = signing.attest_sbom(client, REPO, digest)   # type: ignore[arg-type]
+    tests = [signing.result(f"{g}/test_x.py::test_{g}") for g in CPU.tests]
+    gpu_id = tests[-1]["id"]
+    tests[-1] = signing.result(gpu_id, "skipped", code="no-gpu-on-runner", gpu=True)
+    body = signing.verdict(CPU, digest, "passed", tests=tests, sbom=named, gpu_tests=[gpu_id])
+    body["runner"].update(gpus_usable=False, gpu_problem="nvidia-smi not found")
+    signing.attest(client, REPO, digest, body)   # type: ignore[arg-type]
+    chain = verify_digest(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    assert not chain.ok and chain.problem == (f"the verdict of {digest} says passed, but 1 GPU test(s) of this GPU "
+                                              f"cell did not pass on a GPU (nvidia-smi not found): "
+                                              f"{gpu_id.rsplit('::', 1)[-1]}")
+    honest = MemRegistry()
+    assert honest.push_image(REPO, "2.13-0.1.0", labels=LABELS) == digest
+    provenance_fixture.attest_provenance(honest, REPO, digest)   # type: ignore[arg-type]
+    named = signing.attest_sbom(honest, REPO, digest)   # type: ignore[arg-type]
+    tests[-1] = signing.result(gpu_id, gpu=True)
+    body = signing.verdict(CPU, digest, "passed", tests=tests, sbom=named, gpu_tests=[gpu_id])
+    body["runner"].update(gpus_usable=True, gpus=[{"index": "0", "name": "NVIDIA H100 80GB HBM3"}])
+    signing.attest(honest, REPO, digest, body)   # type: ignore[arg-type]
+    assert verify_digest(honest, REPO, digest, signing.trusted()).ok   # type: ignore[arg-type]

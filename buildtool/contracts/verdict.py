@@ -248,6 +248,24 @@ def split_size(data: Any, where: str) -> tuple[Any, int | None]:
     return data, size
 
 
+def gpu_pass_problem(verdict: Verdict) -> str:
+    """Why a `passed` verdict of a GPU cell contradicts what it records of its GPU tests ("" when it does not): a GPU
+    cell (validate records whether its containers got GPUs, `runner.gpus_usable`, for a GPU cell only) is `passed`
+    only when every GPU test passed and nothing ran emulated (derive_result). For the readers of verdicts that are
+    not validate's own run (the report, verify): never a GPU pass that no GPU ran."""
+    if verdict.result != "passed" or verdict.runner.gpus_usable is None:
+        return ""
+    if verdict.emulated:
+        return "a GPU cell's tests ran under emulation (an emulated GPU run is not a GPU run)"
+    outcome = {t.id: t.result for t in verdict.tests}
+    not_on_gpu = [i for i in verdict.gpu_tests or [t.id for t in verdict.tests if t.gpu] if outcome.get(i) != "passed"]
+    if not_on_gpu:
+        why = f" ({verdict.runner.gpu_problem})" if verdict.runner.gpu_problem else ""
+        return (f"{len(not_on_gpu)} GPU test(s) of this GPU cell did not pass on a GPU{why}: "
+                + ", ".join(i.rsplit("::", 1)[-1] for i in not_on_gpu[:3]))
+    return ""
+
+
 def derive_result(pytest_exit: int, tests: list[dict[str, Any]], *, defined: list[str], selection: Selection,
                   gpu_cell: bool, gpu_tests: list[str], gpu_problem: str = "",
                   emulated: bool = False) -> tuple[Result, list[str]]:

@@ -368,6 +368,29 @@ def check_subset(launcher: Launcher | SlurmLauncher, counts: list[int], samples:
                         f"of {batch}; use at least {ranks * batch}")
 
 
+def gpus_asked(launcher: Launcher | SlurmLauncher, unit: str) -> str:
+    """Why the runs are GPU runs, one process per GPU ("" when they are not): the counts are GPUs, the SLURM jobs ask
+    for GPUs per node, or the container is given GPUs."""
+    if unit == "gpus":
+        return "the counts are GPUs"
+    if isinstance(launcher, SlurmLauncher):
+        return f"--gpus-per-node {launcher.gpus_per_node}" if launcher.gpus_per_node > 0 else ""
+    gpus = [f for f in launcher.docker_flags if f.startswith("--gpus")] if launcher.kind == "docker" else []
+    return f"the container is started with {gpus[0]}" if gpus else ""
+
+
+def on_gpus_or_fail(run: RunResult, on_gpus: str, launcher: Launcher | SlurmLauncher) -> RunResult:
+    """A GPU run that trained with anything but NCCL ran on CPU: its figures are no GPU figures (FailedError)."""
+    if not on_gpus or run.backend == "nccl":
+        return run
+    slurm = isinstance(launcher, SlurmLauncher)
+    what = plural(run.count, "node") if slurm else plural(run.count, "process", "processes")
+    cpu = "--gpus-per-node 0" if slurm else "--unit processes, without --gpus"
+    raise FailedError(f"scaling run with {what} was asked on GPUs ({on_gpus}), but trained with {run.backend}, not "
+                      "nccl: its processes saw no usable GPU, so its figures are CPU figures, not GPU ones; give the "
+                      f"processes their GPUs, or count processes on CPU ({cpu})")
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What every run of a benchmark is given, wherever it runs: the training subset and its batches, the unit the
@@ -397,8 +420,11 @@ def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: P
         info["python"] = launcher.python if launcher.kind == "host" else ""
     result = ScalingResult(unit=settings.unit, samples=samples, epochs=epochs, launcher=info, strategy=strategy,
                            title=title, batch=batch, min_efficiency=settings.min_efficiency)
+    on_gpus = gpus_asked(launcher, settings.unit)
     try:
-        runs = [run_one(launcher, count, worker, samples, epochs, batch, settings.timeout_s) for count in counts]
+        runs = [on_gpus_or_fail(run_one(launcher, count, worker, samples, epochs, batch, settings.timeout_s), on_gpus,
+                                launcher)
+                for count in counts]
     except NotRunHere as exc:
         result.status, result.reason = "not run", f"not run on this runner: {exc}"
         return result, write_metrics(result, out)

@@ -23,6 +23,7 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import Reference, parse_reference
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import DEV_SUFFIX, image_of_repo_path, parse_dev_tag
+from buildtool.contracts.verdict import gpu_pass_problem
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
 from buildtool.release.gather import unproven_attestations
@@ -341,6 +342,9 @@ def _verdict_link_problem(v: Verdict, digest: str, platform: str, result: str, s
         failed = [t.id for t in v.tests if t.result == "failed"]
         return (f"the verdict of {digest} is {result!r}" + (f" (failed: {', '.join(failed[:3])})" if failed else "")
                 + (f"; {note}" if note else ""))
+    gpu = gpu_pass_problem(v)
+    if gpu:   # what the verdict records of its own GPU tests (release's gate checks them against the matrix cell)
+        return f"the verdict of {digest} says passed, but {gpu}"
     if not v.sbom:
         return f"the verdict of {digest} names no SBOM ({v.sbom_problem or f'schema {v.schema_}'})"
     if v.sbom != sbom:

@@ -15,7 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import platforms
-from buildtool.contracts.verdict import ColdStart, Verdict, VerdictError, split_size, verdict_paths, when
+from buildtool.contracts.verdict import (
+    ColdStart,
+    Verdict,
+    VerdictError,
+    gpu_pass_problem,
+    split_size,
+    verdict_paths,
+    when,
+)
 from buildtool.contracts.verdict import parse_verdict as parse_typed
 from buildtool.report.rows import UNRECORDED, Check, Row
 
@@ -104,7 +112,8 @@ def parse_verdict(data: Any, where: str) -> Row:
 
 def false_pass(verdict: Verdict) -> str:
     """Why a verdict's `passed` contradicts what it records ('' when it does not): validate says `passed` only when
-    no test failed, pytest exited 0 and a test passed (contracts.verdict.derive_result)."""
+    no test failed, pytest exited 0, a test passed and, for a GPU cell, every GPU test passed on a GPU, not emulated
+    (contracts.verdict.derive_result)."""
     if verdict.result != "passed":
         return ""
     failed = [t.id for t in verdict.tests if t.result == "failed"]
@@ -114,7 +123,8 @@ def false_pass(verdict: Verdict) -> str:
         return f"the verdict says passed, but pytest exited with {verdict.pytest_exit}"
     if not any(t.result == "passed" for t in verdict.tests):
         return "the verdict says passed, but no test passed"
-    return ""
+    gpu = gpu_pass_problem(verdict)
+    return f"the verdict says passed, but {gpu}" if gpu else ""
 
 
 def verdict_row(verdict: Verdict, size_bytes: int | None = None) -> Row:
