@@ -219,3 +219,18 @@ def test_a_gpu_run_that_trained_with_gloo_is_failed_never_a_gpu_figure(fake_pyth
     slurm = scaling.SlurmLauncher(runtime="oci", image="/b", workdir=tmp_path, gpus_per_node=2)
     assert scaling.gpus_asked(slurm, "nodes") == "--gpus-per-node 2"
     assert scaling.gpus_asked(replace(slurm, gpus_per_node=0), "nodes") == ""
+
+
+def test_counts_gpus_in_an_image_gives_its_container_the_gpus(run_cli, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`scaling --image X --counts gpus` asked for one process per GPU but started the container without --gpus, so
+    every run trained with gloo on the container's CPU (now refused by name as no GPU figure): it is given them."""
+    from buildtool.cli import scaling as scaling_cli
+
+    seen: list[tuple[str, ...]] = []
+    monkeypatch.setattr(scaling_cli, "_gpu_counts", lambda counts: [1, 2])
+    monkeypatch.setattr(scaling_cli, "_run", lambda project, here, wanted, *_a: seen.append(here.docker_flags))
+    code, _, err = run_cli("scaling", "--image", "img:1", "--launcher", "docker", "--strategy", "ddp",
+                           "--counts", "gpus", "--metrics-dir", str(tmp_path / "m"))
+    assert code == 0, err
+    assert seen == [("--shm-size=1g", "--gpus=all")]

@@ -110,6 +110,10 @@ def scaling(
         docker_flags = tuple(chosen.run.docker_flags())
         unit = "gpus" if chosen.needs_gpu and unit == "processes" else unit
     here = _local_launcher(launcher, image, python, docker_flags, framework)
+    if here.kind == "docker" and counts == GPU_COUNTS and not any(f.startswith("--gpus") for f in docker_flags):
+        # One process per GPU was asked: a container given none (an --image, or a CPU cell) trained with gloo.
+        here = replace(here, docker_flags=(*here.docker_flags, "--gpus=all"))
+        docker_flags = here.docker_flags
     # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
     on_gpus = counts == GPU_COUNTS or (here.kind == "docker" and any(f.startswith("--gpus") for f in docker_flags))
     wanted = _gpu_counts(counts) if on_gpus else parse_counts(counts)
