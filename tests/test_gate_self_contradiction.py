@@ -63,3 +63,49 @@ def test_release_and_verify_refuse_a_pass_its_own_results_contradict(kind: str) 
     assert gated.problems == item.problems
     bare = verify(dev, with_checkout=False)      # the chain alone, no checkout: the same cause
     assert not bare.ok and bare.problem == f"the {want}", bare.problem
+
+
+# -- which verdict counts: a failure by its own record is a failure, whatever its summary says ------------------
+
+def after_a_pass(newer: dict[str, Any]) -> tuple[Dev, str]:
+    """A valid whole-run pass (2026-01-01, host ci), then `newer` (changes to a verdict of the image)."""
+    dev = Dev(CPU)
+    digest = dev.image("amd64")
+    dev.evidence(digest, "linux/amd64")
+    body = signing.verdict(CPU, digest)
+    body.update(newer)
+    signing.attest(dev.client, dev.repo, digest, body)   # type: ignore[arg-type]
+    single(dev, digest)
+    return dev, digest
+
+
+NEWER = {
+    # a -k run on another runner a day later whose pytest exited 1: validate would have said failed
+    "selection": ({"result": "incomplete", "started": "2026-01-02T00:00:00+00:00", "pytest_exit": 1,
+                   "runner": {"hostname": "other", "gpus": []},
+                   "selection": {"expression": "test_pytorch", "deselected": [COMMON]},
+                   "tests": [signing.result(TORCH)], "defined_tests": [COMMON, TORCH]},
+                  "it says incomplete, but pytest exited with 1"),
+    # a pass over a failed test, dated after the reader's clock: a failure nobody can order
+    "future": ({"started": "2099-01-01T00:00:00+00:00",
+                "tests": [signing.result(COMMON), signing.result(TORCH, "failed")]},
+               f"it says passed, but 1 test(s) failed: {TORCH}"),
+}
+
+for _kind, (_newer, _) in NEWER.items():
+    scenario(f"reading/a-newer-verdict-its-own-record-shows-failed-{_kind}")(
+        lambda newer=_newer: after_a_pass(newer)[0])
+
+
+@pytest.mark.parametrize("kind", NEWER)
+def test_a_newer_verdict_whose_own_record_shows_a_failure_counts_over_an_older_pass(kind: str) -> None:
+    """Before: which verdict counts read the summary alone: a newer -k run that said `incomplete` with pytest's exit 1
+    was no failure (the older pass released), and a future-dated `passed` over a failed test was ignored as a pass
+    nobody can place (the older pass released)."""
+    dev, digest = after_a_pass(NEWER[kind][0])
+    item = dev.gather()
+    assert any(p.startswith(f"verdict of {digest} contradicts itself: {NEWER[kind][1]}") for p in item.problems), \
+        item.problems
+    assert any(" counts " in p and ("counts over" in p or "counts as the newest" in p) for p in item.problems), \
+        item.problems      # why it counts, not the older pass, is part of the refusal
+    assert verify(dev).problems == item.problems
