@@ -109,3 +109,17 @@ def test_a_newer_verdict_whose_own_record_shows_a_failure_counts_over_an_older_p
     assert any(" counts " in p and ("counts over" in p or "counts as the newest" in p) for p in item.problems), \
         item.problems      # why it counts, not the older pass, is part of the refusal
     assert verify(dev).problems == item.problems
+
+
+def test_a_multi_gpu_verdict_whose_own_record_shows_a_failure_does_not_complete_a_one_gpu_verdict() -> None:
+    """Before: the companion was judged by its summary and its tests: a -k run on two GPUs that passed the bus-bandwidth
+    test but whose pytest exited 1 (validate would have said failed) completed the one-GPU verdict, and released."""
+    from tests.test_gate_pairing import paired
+
+    dev, _ = paired(pytest_exit=1)
+    item = dev.gather()
+    # No companion: it is a failure newer than the one-GPU verdict, and counts over it, saying why.
+    assert any("(incomplete, started 2026-03-02T03:00:00+00:00, by gpu-2) counts over" in p for p in item.problems), \
+        item.problems
+    assert any("contradicts itself: it says incomplete, but pytest exited with 1" in p for p in item.problems)
+    assert verify(dev).problems == item.problems

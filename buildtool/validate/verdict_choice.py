@@ -177,6 +177,9 @@ def pair_problem(base: Verdict, other: Verdict, needed: list[str]) -> str:
     failed = [t.id for t in other.tests if t.result == "failed"]
     if failed or other.result == "failed":
         return f"it failed ({', '.join(failed[:2]) or other.result})"
+    contradiction = recorded_failure(other)
+    if contradiction:
+        return f"it failed by its own record: {contradiction}"
     results = {t.id: t.result for t in other.tests}
     not_passed = [f"{i} {results.get(i, 'not run')}" for i in needed if results.get(i) != "passed"]
     return f"it did not pass {', '.join(not_passed)}" if not_passed else ""
