@@ -17,7 +17,8 @@ import tests.test_gate_attacks
 import tests.test_gate_binding
 import tests.test_gate_pairing
 import tests.test_gate_reading
-import tests.test_gate_revision  # noqa: F401  (they register their fixtures)
+import tests.test_gate_revision
+import tests.test_gate_self_contradiction  # noqa: F401  (they register their fixtures)
 from buildtool.registry.client import OCI_INDEX, OCI_MANIFEST
 from buildtool.release.chain import verify_reference
 from tests import signing

@@ -294,3 +294,21 @@ def test_every_attack_on_reuse_is_a_real_run_saying_why(tmp_path: Path, monkeypa
     with pytest.raises(Ran):
         runner.validate_image(made["ref"], MATRIX, made["root"], Options(), lines.append)
     assert any(line.startswith(f"no verdict of {made['digest']} to reuse (") and cause in line for line in lines), lines
+
+
+@pytest.mark.parametrize(("changes", "cause"), [
+    ({"tests": [signing.result("common/test_x.py::test_common"), signing.result("pytorch/test_x.py::test_pytorch",
+                                                                                 "failed")]},
+     "it says passed, but 1 test(s) failed: pytorch/test_x.py::test_pytorch (it contradicts itself)"),
+    ({"pytest_exit": 2}, "it says passed, but pytest exited with 2 (it contradicts itself)"),
+    ({"problem": "interrupted"},
+     "it says passed, but the run did not end by itself (interrupted) (it contradicts itself)"),
+])
+def test_a_pass_its_own_record_contradicts_is_never_reused(changes: dict[str, Any], cause: str) -> None:
+    """Before: reuse read `result` alone, so a signed `passed` over a failed test was answered with (nothing run),
+    and release then refused it (tests/test_gate_self_contradiction.py): a failure is always run again."""
+    client = MemRegistry()
+    digest, sbom = image(client)
+    artifact = stored(client, digest, **changes)
+    found, why = answer(client, want(digest, sbom))
+    assert found is None and why == f"the verdict that counts, {artifact}, {cause}", why

@@ -29,6 +29,7 @@ from buildtool.release.gates import entry_problems, index_entries, known_platfor
 from buildtool.release.gather import unproven_attestations
 from buildtool.release.read import read_child, read_platforms
 from buildtool.sbom.signing import find_sbom_attestation, plain_sbom_problem
+from buildtool.validate.verdict_choice import recorded_failure
 from buildtool.validate.verdicts import find_verdicts
 
 if TYPE_CHECKING:
@@ -342,6 +343,9 @@ def _verdict_link_problem(v: Verdict, digest: str, platform: str, result: str, s
         failed = [t.id for t in v.tests if t.result == "failed"]
         return (f"the verdict of {digest} is {result!r}" + (f" (failed: {', '.join(failed[:3])})" if failed else "")
                 + (f"; {note}" if note else ""))
+    contradiction = recorded_failure(v)
+    if contradiction:
+        return f"the verdict of {digest} contradicts itself: {contradiction}"
     gpu = gpu_pass_problem(v)
     if gpu:   # what the verdict records of its own GPU tests (release's gate checks them against the matrix cell)
         return f"the verdict of {digest} says passed, but {gpu}"

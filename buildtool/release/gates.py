@@ -20,7 +20,7 @@ from buildtool.common.refs import names_mirror_of
 from buildtool.contracts import label_keys, names, platforms, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
 from buildtool.contracts.verdict import TestResult, Verdict
-from buildtool.validate.verdict_choice import gpus_text, inventory_problems, one_gpu_skips
+from buildtool.validate.verdict_choice import gpus_text, inventory_problems, one_gpu_skips, recorded_failure
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
@@ -124,6 +124,10 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
         problems.append(f"verdict of {digest} is {result!r}"
                         + (f" (failed: {_listed(failed)})" if failed else "")
                         + (f": {'; '.join(reasons)}" if covered and reasons else ""))
+    contradiction = recorded_failure(verdict)
+    if contradiction:
+        # The signed summary never outvotes the signed results: the report shows such a verdict failed too.
+        problems.append(f"verdict of {digest} contradicts itself: {contradiction}; validate the image again")
     if not any(t.result == "passed" for t in tests):
         problems.append(f"verdict of {digest} has no passed test")
     problems += _coverage_problems(cell, verdict, local_tests)

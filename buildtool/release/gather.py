@@ -34,7 +34,7 @@ from buildtool.release.gates import (
 from buildtool.release.model import Evidence, ImageRelease, ReleaseOptions
 from buildtool.release.read import read_platforms
 from buildtool.release.sbomgate import gate_sbom
-from buildtool.validate.verdict_choice import Found
+from buildtool.validate.verdict_choice import Found, has_failure
 
 if TYPE_CHECKING:
     from buildtool.attest.provenance_store import ProvenanceFindings
@@ -53,7 +53,8 @@ def _gate_verdict(client: RegistryClient, item: Evidence, plan: CellPlan, dev_re
     decision = findings.decision()
     if decision.note:
         # The verdict that counts is not the newest whole run by the signer's clock alone: say why, in the refusal.
-        (item.problems if decision.counted is not None and decision.counted.verdict.result != "passed"
+        counted = decision.counted
+        (item.problems if counted is not None and (counted.verdict.result != "passed" or has_failure(counted.verdict))
          else item.notes).append(decision.note)
     if findings.overwritten:
         item.problems.append(findings.tampered(item.digest))

@@ -18,7 +18,7 @@ from buildtool.contracts import skips
 from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict
 from buildtool.registry.client import RegistryClient
 from buildtool.validate.sbomref import validate_trust
-from buildtool.validate.verdict_choice import whole_run
+from buildtool.validate.verdict_choice import recorded_failure, whole_run
 from buildtool.validate.verdicts import Findings, Found, find_verdicts
 
 
@@ -54,6 +54,9 @@ def problem(verdict: Verdict, want: Wanted) -> str:
     """Why `verdict` does not answer for a run bound to `want` ("" when it does)."""
     if verdict.result != "passed":
         return f"it {verdict.result}" if verdict.result == "failed" else f"it is {verdict.result}"
+    contradiction = recorded_failure(verdict)
+    if contradiction:
+        return f"{contradiction} (it contradicts itself)"
     if verdict.schema_ != SCHEMA:
         return f"it is a schema-{verdict.schema_} verdict, not schema {SCHEMA}"
     if verdict.digest != want.digest or verdict.cell != want.cell:

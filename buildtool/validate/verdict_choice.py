@@ -70,7 +70,25 @@ class Decision:
 
 
 def has_failure(verdict: Verdict) -> bool:
-    return verdict.result == "failed" or any(t.result == "failed" for t in verdict.tests)
+    """A failure by its summary or by its own record (recorded_failure): a `passed` over a failed test is one."""
+    return verdict.result == "failed" or bool(recorded_failure(verdict))
+
+
+def recorded_failure(verdict: Verdict) -> str:
+    """Why a verdict that does not say `failed` failed by its own record ("" when it did not, or says so): validate
+    says `failed` whenever a test failed, pytest exited non-zero or the run did not end by itself
+    (contracts.verdict.derive_result, validate.run_plan.make_verdict), so a `passed` that its results contradict is
+    no pass, whoever signed it."""
+    if verdict.result == "failed":
+        return ""
+    failed = [t.id for t in verdict.tests if t.result == "failed"]
+    if failed:
+        return f"it says {verdict.result}, but {len(failed)} test(s) failed: {', '.join(failed[:3])}"
+    if verdict.pytest_exit != 0:
+        return f"it says {verdict.result}, but pytest exited with {verdict.pytest_exit}"
+    if verdict.problem:
+        return f"it says {verdict.result}, but the run did not end by itself ({verdict.problem[:200]})"
+    return ""
 
 
 def whole_run(verdict: Verdict) -> bool:
@@ -159,6 +177,9 @@ def pair_problem(base: Verdict, other: Verdict, needed: list[str]) -> str:
     failed = [t.id for t in other.tests if t.result == "failed"]
     if failed or other.result == "failed":
         return f"it failed ({', '.join(failed[:2]) or other.result})"
+    contradiction = recorded_failure(other)
+    if contradiction:
+        return f"it failed by its own record: {contradiction}"
     results = {t.id: t.result for t in other.tests}
     not_passed = [f"{i} {results.get(i, 'not run')}" for i in needed if results.get(i) != "passed"]
     return f"it did not pass {', '.join(not_passed)}" if not_passed else ""

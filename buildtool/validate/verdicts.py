@@ -47,7 +47,7 @@ from buildtool.contracts.names import (
 )
 from buildtool.contracts.verdict import READ_SCHEMAS, Verdict
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
-from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, unplaceable
+from buildtool.validate.verdict_choice import CLOCK_SKEW_S, Decision, Found, decide, has_failure, unplaceable
 
 __all__ = ["CLOCK_SKEW_S", "Found", "Findings", "Rejected", "attest", "find_verdicts", "verdict_tag"]
 
@@ -244,7 +244,7 @@ def _read_one(reading: _Reading, ref: Referrer) -> None:
     why = unplaceable(verdict.started, reading.now)
     if not why:
         findings.found.append(found)
-    elif verdict.result == "passed":
+    elif verdict.result == "passed" and not has_failure(verdict):
         findings.rejected.append(Rejected(ref.digest, f"a pass whose time cannot be placed: {why}"))
     else:
         findings.unplaced.append((found, why))
