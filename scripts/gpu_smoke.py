@@ -42,6 +42,7 @@ client is the one DOCKER_CLIENT chooses (buildtool/common/docker_cli.py), unless
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -235,11 +236,17 @@ class Runner:
             raise
         finally:
             if name:
-                subprocess.run([self.docker, "rm", "-f", name], capture_output=True, timeout=60)
+                self.remove(name)
+
+    def remove(self, name: str) -> None:
+        """`docker rm -f NAME`, best effort: a removal that fails (an engine that no longer answers, what a stopped
+        run often meets) must not hide why the run ended, nor keep the rest of the clean-up from running."""
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run([self.docker, "rm", "-f", name], capture_output=True, timeout=60)
 
     def cleanup(self) -> None:
         for name in self.names:
-            subprocess.run([self.docker, "rm", "-f", name], capture_output=True, timeout=60)
+            self.remove(name)
 
 
 # -- the checks: each reads its probes' result files ----------------------------------------------
@@ -625,9 +632,11 @@ def run(smoke: Smoke) -> str:
             smoke.run_check(name, strategy)
         return ""
     finally:
-        if args.image and runner.docker:
-            runner.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            if args.image and runner.docker:
+                runner.cleanup()
+        finally:   # the folder goes even when the clean-up is stopped (a second signal, the backstop alarm)
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -522,3 +522,30 @@ def test_output_that_is_not_utf8_is_read_not_a_traceback(tmp_path, clean_env, ru
     assert docker_cli.docker("run", "--rm", "t-local:1", timeout=10).stdout == "caf\ufffd\n"
     code, out, err = run_cli("diff", "t-local:1", "t-local:2")
     assert code == 1 and "Traceback" not in err and "cannot list the packages of t-local:1" in err, err
+
+
+@pytest.mark.parametrize("cut", ["timeout", "ctrl-c"])
+def test_a_network_create_cut_short_has_its_network_removed(tmp_path, clean_env, cut):
+    """`docker network create` past its timeout (or Ctrl-C, CI's cancel) may leave the network the engine made: the
+    run's `try` that removes it began only after the create answered, so that network stayed until a later validate
+    swept it, after this process ended. Now the run's network is removed whichever way its creation ended."""
+    import signal
+
+    from buildtool.common.docker_cli import DockerTimeout
+    from buildtool.validate import network
+
+    client, log = fake_client(tmp_path / "client", '[ "$1 $2" = "network create" ] && exec sleep 30')
+    clean_env.setenv(SETTING, str(client))
+    clean_env.setattr(network, "TIMEOUT_S", 1 if cut == "timeout" else 60)
+
+    def ctrl_c(*_args: object) -> None:
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGALRM, ctrl_c)
+    signal.setitimer(signal.ITIMER_REAL, 0 if cut == "timeout" else 1.0)
+    try:
+        with pytest.raises(DockerTimeout if cut == "timeout" else KeyboardInterrupt), network.run_network("r1", print):
+            raise AssertionError("the block never runs: the network was not made")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert calls(log)[-1] == f"network rm {network.name_for('r1')}", calls(log)

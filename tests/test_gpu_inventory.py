@@ -232,3 +232,28 @@ def test_a_gpu_runner_without_a_usable_gpu_is_told_the_fix_of_its_cause(
     message = str(caught.value)
     assert cause in message and "\n" not in message, message
     assert ("fix the NVIDIA driver" in message) == driver, message
+
+
+def test_a_probe_start_interrupted_while_it_hangs_has_its_container_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: only a start past its timeout was cleaned up; Ctrl-C (or CI's cancel, which the CLI raises as an
+    exception) while `docker run --gpus` hung stopped the client and left the container the engine was still
+    starting. Now however the start ends, the probe's containers are removed by its label."""
+    import signal
+
+    calls = _hanging_docker(tmp_path, monkeypatch, "*--gpus*", 30, "c9")
+
+    def ctrl_c(*_args: object) -> None:
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGALRM, ctrl_c)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            probe.probe_flags("img", ["--shm-size=8g", "--gpus=all"], print, "13.0")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    lines = calls.read_text().splitlines()
+    [started] = [line for line in lines if "--gpus=all" in line]
+    label = started.split("--label ", 1)[1].split()[0]
+    assert lines[-2:] == [f"ps -aq --filter label={label}", "rm -f -v c9"], lines

@@ -326,3 +326,35 @@ def test_the_smokes_cell_that_its_images_label_contradicts_is_a_failed_step_nami
     assert not log.exists(), log.read_text()   # refused before any container is started
     assert step["reason"].startswith("image img is labelled cell 'pytorch-cuda:2.13' "), step
     assert "not 'pytorch-cpu:2.13': --cell is for an image without a cell label" in step["reason"], step
+
+
+def test_a_container_removal_that_times_out_still_removes_the_work_folder_and_keeps_the_cause(tmp_path, monkeypatch):
+    """run()'s clean-up removed its containers (`docker rm -f`, 60 s each) and then the gpu-smoke-* folder: an engine
+    that no longer answered (what a stopped run often meets) raised TimeoutExpired out of the clean-up, so the folder
+    was left and the report named that timeout, not why the run was stopped. Both now happen whatever the removal
+    does, and the run's own cause goes on."""
+    import argparse
+    import tempfile
+    import types
+
+    docker, _log = fake_docker(tmp_path / "bin")
+    monkeypatch.setenv("DOCKER_CLIENT", str(docker))
+    gpu_smoke = load_smoke()
+
+    def run(cmd, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if cmd[1:3] == ["rm", "-f"]:
+            raise subprocess.TimeoutExpired(cmd, kwargs.get("timeout", 60))
+        return subprocess.run(cmd, *args, **kwargs)
+
+    def prepare(smoke, runner, work):  # type: ignore[no-untyped-def]
+        runner.names.append("t-gpu-smoke-started")
+        raise gpu_smoke.Stopped("SIGTERM (an outer timeout or an interrupt)")
+
+    monkeypatch.setattr(gpu_smoke, "subprocess", types.SimpleNamespace(**{**vars(subprocess), "run": run}))
+    monkeypatch.setattr(gpu_smoke, "prepare", prepare)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    args = argparse.Namespace(image="img", python="", deadline=60.0)
+    with pytest.raises(gpu_smoke.Stopped, match="SIGTERM"):
+        gpu_smoke.run(gpu_smoke.Smoke(args, [], ""))
+    assert list((tmp_path / "tmp").iterdir()) == []

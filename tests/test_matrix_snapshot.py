@@ -282,3 +282,25 @@ def test_a_matrix_saved_during_the_load_gets_no_snapshot(tmp_path: Path, monkeyp
     fresh = project.load_fast()
     assert not isinstance(fresh, snapshot.MatrixSnapshot)
     assert fresh.cells[0].run.shm_size == "4g"
+
+
+@pytest.mark.parametrize("fault", [OSError(28, "No space left on device"), KeyboardInterrupt()],
+                         ids=["disk-full", "ctrl-c"])
+def test_a_snapshot_that_cannot_be_written_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    fault: BaseException) -> None:
+    """The snapshot is written beside its name and renamed into place: a write that failed (a full disk, a cache the
+    rename is refused in, Ctrl-C) left its `<key>.<pid>.tmp` in the cache folder, one more on every load."""
+    import os
+
+    project = _fixture_project(tmp_path)
+    monkeypatch.setattr(snapshot, "cache_dir", lambda: tmp_path / "cache")
+
+    def refused(*_args: object) -> None:
+        raise fault
+    monkeypatch.setattr(os, "replace", refused)
+    if isinstance(fault, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            project.load()
+    else:
+        project.load()    # no snapshot: the next load reads the matrix for real
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == []

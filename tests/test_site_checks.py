@@ -236,3 +236,34 @@ def test_the_staged_tests_are_removed_however_the_run_ends(tmp_path: Path, monke
     [tree] = staged
     assert tree.name.startswith("tests-") and tree.parent.is_dir() and not tree.exists()
     assert (tmp_path / "image-tests").is_dir()
+
+
+def test_a_staging_that_fails_midway_leaves_no_partial_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Staging copies image-tests, then the site folder: a copy of the site folder that fails (a file it cannot read,
+    Ctrl-C) left the half-staged reports/<cell>/<digest12>/tests-<run_id> behind, a new one each run."""
+    from buildtool.contracts import label_keys
+    from buildtool.validate import runner
+    from buildtool.validate.containers import Resolved
+    from buildtool.validate.options import Options
+    from buildtool.validate.probe import Inventory
+
+    site(tmp_path)
+    matrix = load_matrix(project(tmp_path, "site-acme"), REPO / "templates")
+    image = Resolved(ref="pytorch-cpu-dev:t", run_ref="pytorch-cpu-dev:t", digest="sha256:" + "a" * 64, host=None,
+                     repo=None, labels={label_keys.CELL: CPU.key})
+    monkeypatch.setattr(runner, "gpu_inventory", lambda: Inventory([], problem="nvidia-smi not found"))
+    monkeypatch.setattr(runner, "resolve", lambda *_a, **_k: image)
+    monkeypatch.setattr(runner, "probe_flags", lambda _image, flags, *_a, **_k: (flags, []))
+    monkeypatch.setattr("buildtool.validate.sbomref.verdict_sbom", lambda *_a: ("", "no registry"))
+    real_copy = shutil.copytree
+
+    def copy(source: Path, into: Path, *args: object, **kwargs: object) -> Path:
+        if Path(source).name == "site-acme":
+            raise KeyboardInterrupt
+        return real_copy(source, into, *args, **kwargs)  # type: ignore[arg-type]
+    monkeypatch.setattr(sitetests.shutil, "copytree", copy)
+    with pytest.raises(KeyboardInterrupt):
+        runner.validate_image(image.ref, matrix, tmp_path, Options(store=False), print)
+    [folder] = (tmp_path / "reports").glob("*/*")
+    assert not list(folder.glob("tests-*")), sorted(p.name for p in folder.iterdir())
+    assert (tmp_path / "image-tests").is_dir()

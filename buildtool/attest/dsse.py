@@ -117,11 +117,19 @@ def load_public(pem: str, where: str) -> PublicKey:
 
 
 def write_private(path: Path, key: PrivateKey) -> None:
-    """Write a private key readable by its owner only (created 0600, never widened)."""
+    """Write a private key readable by its owner only (created 0600, never widened), whole or not at all: written
+    beside `path` and linked into place, so no reader (a second validate making the dev key) meets half a key and a
+    write that fails (a full disk, Ctrl-C) leaves none. FileExistsError where `path` exists: never replaced."""
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key.pem)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")   # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(key.pem)
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 def sign_envelope(key: PrivateKey, payload_type: str, payload: bytes) -> dict[str, Any]:

@@ -19,6 +19,7 @@ site folder the load would now refuse, means a real load, which writes a fresh o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from buildtool.common.files import cache_root
+from buildtool.common.files import cache_root, write_atomic
 from buildtool.contracts import frameworks
 
 _VERSION = 1
@@ -212,13 +213,10 @@ def write(matrix: Any, key: str, names: list[str]) -> None:
             continue
     body = json.dumps({"version": _VERSION, "matrix": record, "cells": cells, "selections": selections})
     path = cache_dir() / f"{key}.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(body)
-        tmp.replace(path)
-    except OSError:
-        pass    # no cache: the next command loads for real again
+    # No cache where it cannot be written: the next command loads for real again. A write that fails (a full disk,
+    # Ctrl-C) leaves no temporary file behind.
+    with contextlib.suppress(OSError):
+        write_atomic(path, body)
 
 
 def read(key: str, load: Callable[[], Any], matrix_dir: Path | None = None) -> MatrixSnapshot | None:

@@ -85,7 +85,11 @@ def run_network(run_id: str, log: Callable[[str], None] = _stderr) -> Iterator[s
     """The run's network for the `with` block; removed when it ends, however it ends (warnings on `log`)."""
     with contextlib.suppress(docker_cli.DockerError):
         sweep(log)
-    name = create(run_id)
+    try:
+        name = create(run_id)
+    except (docker_cli.DockerTimeout, KeyboardInterrupt):   # cut short (Ctrl-C, CI's cancel too): the engine may
+        remove(name_for(run_id), run_id, log)               # have made it all the same
+        raise
     try:
         yield name
     finally:

@@ -133,14 +133,16 @@ def probe_flags(image: str, flags: list[str], log: Log, cuda: str | None = None)
     # entrypoint ignores its command or hangs must not stall validation (the tests report it).
     # Exit 125 is the engine refusing to start the container; any other code means it started.
     # Labelled: a start that hangs (a stuck engine; for --gpus the NVIDIA hook stuck on a hung driver or a GPU that
-    # fell off the bus) leaves its container with the engine when the client is stopped; it is removed by this label.
+    # fell off the bus) leaves its container with the engine when the client is stopped; it is removed by this label,
+    # however the client was stopped: its timeout, Ctrl-C or CI's cancel (SIGTERM, raised by the CLI).
     def start(*args: str, name: str = "probe", timeout: float = START_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
         run = f"{name}-{uuid.uuid4().hex[:12]}"
         try:
             return docker_cli.docker("run", "--rm", "--network", "none", "--entrypoint", "true", "--label",
                                      f"{label_keys.IMAGETEST_RUN}={run}", *args, image, timeout=timeout)
-        except docker_cli.DockerTimeout:
-            remove_run_containers(run, log)
+        except BaseException as exc:
+            if not isinstance(exc, (docker_cli.ClientNotFound, docker_cli.EngineUnreachable)):   # those started none
+                remove_run_containers(run, log)
             raise
 
     gpu_flags = [f for f in flags if f.startswith("--gpus")]

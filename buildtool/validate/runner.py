@@ -200,8 +200,10 @@ def _plan(plan: RunPlan, root: Path, log: Log) -> RunPlan:
     out_dir = run_folder(root, options, cell, image)
     out_dir.mkdir(parents=True, exist_ok=True)
     # With a site folder the run is image-tests with it as one more group, staged (its hash is the test code).
-    tree = sitetests.stage(tests_dir, site, out_dir / f"tests-{run_id}") if site else tests_dir
+    tree = out_dir / f"tests-{run_id}" if site else tests_dir
     try:
+        if site:   # a copy that fails midway (a file it cannot read, Ctrl-C) is removed as well
+            sitetests.stage(tests_dir, site, tree)
         groups = cell_groups(cell, tree, (*cell.tests, site.name) if site else cell.tests)
         # The test code the verdict names, as it is now: the checkout's image-tests may change while pytest runs.
         code = image_tests_hash(tree)
