@@ -139,8 +139,17 @@ def set_image_env(image_env: dict[str, str], run_flags: list[str]) -> None:
 
 
 def shown(value: str) -> str:
-    """A variable's value for a message: a URL's password masked (`http://user:***@proxy:3128`)."""
-    return re.sub(r"(://[^:/@\s]*:)[^@/\s]*@", r"\1***@", value)
+    """A variable's value for a message: a URL's password masked (`http://user:***@proxy:3128`), a user name given
+    alone (a token: `http://TOKEN@proxy`) too, with or without a scheme. Everything up to the last `@` is userinfo:
+    a password may hold an unescaped `@` or `/`."""
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        scheme, rest = "", value
+    userinfo, at, location = rest.rpartition("@")
+    if not at:
+        return value
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}:***@{location}" if colon else f"{scheme}{sep}***@{location}"
 
 
 def redirects(*kinds: str, env: dict[str, str] | None = None) -> str:

@@ -116,10 +116,15 @@ VENV="$ROOT/.venv"
 # A venv with pip (ensurepip: the builds ask the venv's pip for the host's pip settings).
 [[ -x "$VENV/bin/python" ]] || { say "creating .venv ($("$PYTHON" --version))"; "$PYTHON" -m venv "$VENV"; }
 # uv does not read pip's configuration: the host's index URLs and find-links, as the builds hand them to uv
-# (setup-tests.sh installs with the same file).
-PYTHONPATH="$ROOT" "$VENV/bin/python" -c 'import sys
+# (setup-tests.sh installs with the same file). They may carry credentials: the file is this user's alone (0600,
+# an earlier one's mode too), never the shell's umask's (0644: every local user read the index token).
+PYTHONPATH="$ROOT" "$VENV/bin/python" -c 'import os, sys
 from buildtool.imagebuild.pipconfig import HostPip, render_uv_toml
-sys.stdout.write(render_uv_toml(HostPip.from_host(sys.executable), {}))' >"$STATE/uv.toml" \
+text = render_uv_toml(HostPip.from_host(sys.executable), {})
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+os.fchmod(fd, 0o600)
+with os.fdopen(fd, "w") as out:
+    out.write(text)' "$STATE/uv.toml" \
   || die "cannot read the host's pip settings for uv (.state/uv.toml)"
 # The stamp holds a hash of pyproject.toml and requirements.lock: reinstall only when they changed.
 stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" | sha256sum | cut -c1-16)"

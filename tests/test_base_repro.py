@@ -146,6 +146,19 @@ def test_an_archive_setting_with_credentials_or_no_url_is_refused(monkeypatch):
     assert bases.debian_archive() == "http://snapshot.debian.org/archive/debian/20261201T000000Z"
 
 
+def test_an_archive_token_holding_a_slash_is_refused_and_never_shown(monkeypatch):
+    """`https://tok3n/s3cr3t@mirror/debian`: a URL parser reads host `tok3n` and the path `/s3cr3t@mirror/debian`, so
+    public_url kept it whole: the setting was taken (the token into mmdebstrap's log and the base's label), or, with
+    a capital letter in it, refused with the token in the message. It is refused now, naming the URL without it."""
+    for token in ("tok3n/s3cr3t", "Tok3n/S3cr3t"):
+        monkeypatch.setenv(bases.ARCHIVE_ENV, f"https://{token}@mirror.example/debian")
+        with pytest.raises(UserError) as refused:
+            bases.debian_archive()
+        said = str(refused.value)
+        assert "3cr3t" not in said and "ok3n" not in said, said
+        assert said.startswith("DEBIAN_ARCHIVE: https://mirror.example/debian is not an http(s) URL"), said
+
+
 def test_seal_leaves_older_mtimes_and_symlink_targets_alone(tmp_path):
     fake_tree(tmp_path)
     os.utime(tmp_path / "usr/bin/true", (1000, 1000))

@@ -83,6 +83,22 @@ def test_interfaces_that_cannot_be_read_fail_the_test(rc, stdout, said):
         network_env.interface_flags(_Host(rc, stdout, "grep: no such file" if not stdout else ""))
 
 
+@pytest.mark.parametrize(("proxy", "masked"), [
+    ("http://s3cr3t-token@proxy.invalid:3128", "http://***@proxy.invalid:3128"),
+    ("http://bob:pa@s3cr3t@proxy.invalid:3128", "http://bob:***@proxy.invalid:3128"),
+    ("http://bob:pa/s3cr3t@proxy.invalid:3128", "http://bob:***@proxy.invalid:3128"),
+    ("bob:s3cr3t@proxy.invalid:3128", "bob:***@proxy.invalid:3128"),
+])
+def test_a_proxys_token_never_reaches_the_verdict(proxy, masked):
+    """harness.shown masked `scheme://user:password@` alone: a token given as the user name, a password holding
+    `@` or `/`, or a proxy without a scheme was written whole (or its tail) into the test's message, the verdict
+    and the nightly report."""
+    problem = network_env.proxy_problem({"https_proxy": proxy}, ["172.18.0.0/16"])
+    assert "s3cr3t" not in problem, problem
+    assert problem.startswith(f"https_proxy={masked} set in the image"), problem
+    assert "s3cr3t" not in harness.redirects("proxy", env={"HTTPS_PROXY": proxy})
+
+
 def test_no_proxy_variable_means_no_problem():
     assert network_env.proxy_problem({"no_proxy": "x"}, []) == ""
 

@@ -480,6 +480,27 @@ def test_index_credentials_never_ride_on_uvs_command_line(tmp_path: Path, monkey
         assert ran["env"]["UV_FIND_LINKS"].split(",") == list(host.find_links)
 
 
+def test_an_index_of_the_hosts_uv_environment_is_not_read_and_its_token_never_shown(tmp_path: Path) -> None:
+    """`make lock` ran uv with the host's whole environment: a UV_EXTRA_INDEX_URL (or UV_INDEX, ...) set there was
+    resolved from besides the host's pip settings and the cell's (what the docs and the builds name), and its token,
+    which no scrubber knew, was printed whole in the failure (`Failed to fetch: ...?token=...`). Those variables are
+    not handed to uv now; the locations the toolkit gives it still are."""
+    import sys
+
+    uv = tmp_path / "uv.py"
+    uv.write_text("import os, sys\nsys.stderr.write('error: Request failed\\n  cause: Failed to fetch: ' + ' '.join("
+                  "os.environ.get(n, '-') for n in ('UV_EXTRA_INDEX_URL', 'UV_INDEX', 'UV_INDEX_URL')) + '\\n')\n"
+                  "sys.exit(2)\n")
+    env = {"UV_EXTRA_INDEX_URL": "https://pkgs.example/simple?token=hostTOKEN42",
+           "UV_INDEX": "private=https://pkgs.example/other?token=hostTOKEN43", "UV_CACHE_DIR": str(tmp_path)}
+    with pytest.raises(lock.FailedError) as failed:
+        lock._run_uv([sys.executable, str(uv), "--index-url", "https://pypi.example/simple", "-o", "x", "in"], env,
+                     tmp_path)
+    said = str(failed.value)
+    assert "hostTOKEN" not in said, said
+    assert said.endswith("Failed to fetch: - - https://pypi.example/simple"), said
+
+
 def test_a_location_uv_would_split_in_its_environment_is_refused() -> None:
     """uv splits UV_FIND_LINKS at commas and UV_EXTRA_INDEX_URL at spaces: such a location is named, not split."""
     with pytest.raises(UserError, match=r"^package location /opt/wheels,v2 holds ','"):

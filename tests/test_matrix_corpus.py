@@ -349,7 +349,7 @@ CASES = [
          lines=(('<line>', 'apt_packages: [Curl]'),)),
     Case("index-url-credentials",
          'error: matrix.yaml:<line>: images[2].index.extra_urls[0]: '
-         "'https://user:secret@download.pytorch.org/whl/cpu' carries credentials; never put them in the matrix: the "
+         "'https://download.pytorch.org/whl/cpu' carries credentials; never put them in the matrix: the "
          "host's pip configuration supplies them to builds as secrets",
          old='extra_urls: ["https://download.pytorch.org/whl/cpu"]',
          new='extra_urls: ["https://user:secret@download.pytorch.org/whl/cpu"]',

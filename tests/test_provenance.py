@@ -478,6 +478,26 @@ def test_a_provenance_carrying_a_credential_in_an_index_url_is_refused() -> None
         parse_provenance(body(packageIndexes=[{"url": "https://i.example/simple", "role": "mirror"}]), "x")
 
 
+def test_an_index_token_holding_a_slash_question_mark_or_hash_is_never_recorded() -> None:
+    """public_url read the authority as a URL parser does: a token with an unescaped `/`, `?` or `#` ends it early,
+    so `https://tok3n/s3cr3t@host/simple` was recorded as host `tok3n` and path `/s3cr3t@host/simple` (the token
+    whole in the provenance), `https://tk?s3cr3t@host/simple` as `https://tk`; and the reader took them as plain.
+    Everything up to the last `@` is userinfo now, as in every message (common.urls.shown_url)."""
+    from buildtool.imagebuild.pipconfig import HostPip, package_indexes
+
+    host = HostPip(index_url="https://tok3n/s3cr3t-A@pypi.example.invalid/simple",
+                   extra_index_urls=("https://tk?s3cr3t-B@extra.example.invalid/simple",
+                                     "https://user:ab#s3cr3t-C@third.example.invalid/simple"))
+    found = package_indexes(host)
+    assert "s3cr3t" not in json.dumps(found) and "tok3n" not in json.dumps(found), found
+    assert found == [{"url": "https://pypi.example.invalid/simple", "role": "index-url"},
+                     {"url": "https://extra.example.invalid/simple", "role": "extra-index-url"},
+                     {"url": "https://third.example.invalid/simple", "role": "extra-index-url"}]
+    with pytest.raises(ProvenanceError, match="packageIndexes URL is not a plain URL without credentials"):
+        parse_provenance(body(packageIndexes=[{"url": "https://tok3n/s3cr3t@idx.example.invalid/simple",
+                                               "role": "index-url"}]), "x")
+
+
 def test_a_v2_provenance_is_still_read_and_v3_fields_under_v2_are_refused() -> None:
     from buildtool.attest.provenance_model import BUILD_TYPE_V2, ExternalParametersV2
 

@@ -17,9 +17,10 @@ FOUND = ("docker-registry", "skopeo", "mmdebstrap", "arch-test", "debootstrap", 
 
 
 def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: int = 1000,
-              apt_get: str = "exit 0", stand_ins: dict[str, str] | None = None,
+              apt_get: str = "exit 0", stand_ins: dict[str, str] | None = None, venv_python: str | None = None,
               ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """STAND_INS: commands' bodies in place of the defaults (and of CORE's links)."""
+    """STAND_INS: commands' bodies in place of the defaults (and of CORE's links); VENV_PYTHON: the venv's python's
+    script in place of the default below."""
     root, stubs, calls = tmp_path / "repo", tmp_path / "bin", tmp_path / "calls"
     (root / "scripts").mkdir(parents=True)
     stubs.mkdir()
@@ -33,7 +34,7 @@ def run_setup(tmp_path: Path, *, lock: str, missing: tuple[str, ...] = (), uid: 
     venv = root / ".venv/bin"
     venv.mkdir(parents=True)
     # The venv's python: writes no uv settings, and imports nothing (so the project is installed).
-    (venv / "python").write_text('#!/bin/bash\n[[ "$2" == *render_uv_toml* ]] && exit 0\nexit 1\n')
+    (venv / "python").write_text(venv_python or '#!/bin/bash\n[[ "$2" == *render_uv_toml* ]] && exit 0\nexit 1\n')
     (venv / "python").chmod(0o755)
     for name in CORE:
         if name not in (stand_ins or {}):
@@ -134,3 +135,28 @@ def test_a_dockerd_that_does_not_answer_is_stopped_not_left_running(tmp_path: Pa
     assert proc.returncode == 2 and pid and not alive, proc.stderr
     assert proc.stderr.splitlines()[-1] == ("setup: error: dockerd did not answer within 60 s (stopped it; "
                                             "log: .state/dockerd.log)"), proc.stderr
+
+
+def test_the_uv_settings_holding_an_index_token_are_the_users_alone(tmp_path: Path) -> None:
+    """.state/uv.toml (the host's pip index URLs for uv, credentials and all) was written by a shell redirect: mode
+    0644 under the usual umask, so every local user could read the index token. It is 0600 now, an earlier file's
+    mode narrowed too."""
+    import stat
+
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nfind-links = https://builder:s3cr3t-idx@wheels.example.invalid/simple\n")
+    old = tmp_path / "repo/.state/uv.toml"
+    old.parent.mkdir(parents=True)
+    old.write_text("")
+    old.chmod(0o644)
+    # The venv's python: the real one for the uv settings (this checkout's buildtool, the pip.conf above).
+    real = (f'#!/bin/bash\nif [[ "$2" == *render_uv_toml* ]]; then PIP_CONFIG_FILE={conf} '
+            f'PYTHONPATH={REPO} exec {sys.executable} "$@"; fi\nexit 1\n')
+    before = os.umask(0o022)
+    try:
+        proc, _ = run_setup(tmp_path, lock="jinja2==3.1.6\n", venv_python=real)
+    finally:
+        os.umask(before)
+    assert proc.returncode == 2 and "pins no uv" in proc.stderr, proc.stderr   # past the uv settings
+    assert "s3cr3t-idx" in old.read_text()     # the settings were written: the token is in them
+    assert stat.S_IMODE(old.stat().st_mode) == 0o600

@@ -13,7 +13,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 
 def public_url(url: str) -> str:
-    """`url` without userinfo, query or fragment; "" for what does not parse as a URL with a scheme."""
+    """`url` without userinfo, query or fragment; "" for what does not parse as a URL with a scheme. Everything up to
+    the last `@` is userinfo, as shown_url reads it: a token with an unescaped `/`, `?` or `#`
+    (`https://tok/en@host/simple`) ends the authority early for a URL parser, which kept it as host and path."""
+    scheme, sep, rest = url.strip().partition("://")
+    if sep and scheme.lower() != "file":   # a file URL has no userinfo: an `@` in it is the path's
+        url = f"{scheme}://{rest.rpartition('@')[2]}"
     try:
         parts = urlsplit(url.strip())
         host, port = parts.hostname, parts.port

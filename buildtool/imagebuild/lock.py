@@ -45,7 +45,7 @@ from buildtool.contracts.locks import (
     platform_folder,
     preferences,
 )
-from buildtool.imagebuild.pipconfig import UV_INDEX_ENV, HostPip, answers, redact, uv_index_env
+from buildtool.imagebuild.pipconfig import UV_INDEX_ENV, UV_LOCATION_ENV, HostPip, answers, redact, uv_index_env
 from buildtool.matrix.schema import Cell
 
 LOCK_FORMAT = 2   # 2: PEP 751 pylock.toml (1: uv's requirements output)
@@ -279,8 +279,9 @@ def index_args(host: HostPip, index_url: str | None, extra_index_urls: tuple[str
 def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
     command, index_env = uv_index_env(argv)   # the index URLs (credentials) in its environment, not in `ps`
     try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=UV_TIMEOUT, env={**env, **index_env},
-                             cwd=cwd, stdin=subprocess.DEVNULL)
+        run = subprocess.run(command, capture_output=True, text=True, timeout=UV_TIMEOUT, cwd=cwd,
+                             env={**{k: v for k, v in env.items() if k not in UV_LOCATION_ENV}, **index_env},
+                             stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise FailedError(f"uv pip compile timed out after {UV_TIMEOUT}s") from None
     if run.returncode != 0:

@@ -220,6 +220,10 @@ def reachable(urls: tuple[str, ...], log: Callable[[str], None], cert: str = "")
 # separates the values of one (None: it holds one value).
 UV_INDEX_ENV = {"--index-url": ("UV_INDEX_URL", None), "--extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
                 "--find-links": ("UV_FIND_LINKS", ",")}
+# Every variable that names a package location to uv: the host's own are never read (as UV_NO_CONFIG keeps its
+# uv.toml out): the indexes are the host's pip settings' and the cell's, which uv_index_env sets, and a token in an
+# index only uv was given was never masked in its errors (redact, cell_inputs.secret_strings know pip's alone).
+UV_LOCATION_ENV = ("UV_INDEX", "UV_DEFAULT_INDEX", *(name for name, _ in UV_INDEX_ENV.values()))
 
 
 def uv_index_env(argv: list[str]) -> tuple[list[str], dict[str, str]]:

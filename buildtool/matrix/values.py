@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.common.sizes import SIZE_RE, SizeError, shm_bytes, size_bytes
+from buildtool.common.urls import shown_url
 from buildtool.contracts import names
 from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE
 
@@ -181,24 +182,32 @@ def _url_of(schemes: tuple[str, ...], what: str) -> Callable[[str], str]:
     @functools.lru_cache(maxsize=65536)
     def check(text: str) -> str:
         bad = next((c for c in text if not _URL_CHARS.match(c)), None)
+        # Never the userinfo, query or fragment of the URL as written: a token there reached the error, and the log.
+        given = repr(shown_url(text) if bad in ("?", "#") or "@" in text else text)
         if bad is not None:
             shown = "a space" if bad == " " else repr(bad)
-            raise ValueError(f"{text!r} contains {shown}; {what} is a plain URL with no whitespace, quotes or "
+            raise ValueError(f"{given} contains {shown}; {what} is a plain URL with no whitespace, quotes or "
                              "shell metacharacters (percent-encode the character if the URL really has it)")
+        credentials = (f"{given} carries credentials; never put them in the matrix: the host's pip configuration "
+                       "supplies them to builds as secrets")
+        # An `@` past the scheme is userinfo, as common.urls reads it: a token with an unescaped `/`
+        # (`https://tok/en@host/simple`) ends the authority early for a URL parser (which saw no user, or a port).
+        scheme, sep, rest = text.partition("://")
+        if sep and scheme != "file" and "@" in rest:
+            raise ValueError(credentials)
         try:
             parts = urlsplit(text)
             port = parts.port
         except ValueError as exc:
-            raise ValueError(f"{text!r} is not a URL ({exc})") from None
+            raise ValueError(f"{given} is not a URL ({exc})") from None
         if parts.scheme not in schemes:
             starts = [s + "://" for s in schemes]
-            raise ValueError(f"{text!r}: {what} must start with {', '.join(starts[:-1])} or {starts[-1]}")
+            raise ValueError(f"{given}: {what} must start with {', '.join(starts[:-1])} or {starts[-1]}")
         if parts.scheme != "file" and not parts.hostname:
-            raise ValueError(f"{text!r} names no host; write it like "
+            raise ValueError(f"{given} names no host; write it like "
                              f"{parts.scheme or 'https'}://pypi.example.org/simple")
         if parts.username is not None or parts.password is not None:
-            raise ValueError(f"{text!r} carries credentials; never put them in the matrix: the host's pip "
-                             "configuration supplies them to builds as secrets")
+            raise ValueError(credentials)
         if parts.scheme == "file" and not parts.path.startswith("/"):
             raise ValueError(f"{text!r}: a file URL needs an absolute path, e.g. file:///srv/wheels")
         if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
