@@ -26,6 +26,8 @@ REGISTRY_ADDR="${SETUP_REGISTRY_ADDR:-127.0.0.1:5000}"
 DOCKER_SOCK="${DOCKER_SOCK:-/var/run/docker.sock}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$STATE"
+# The user's alone: its logs (pip's, uv's, apt's) can quote an index URL's query token, and uv.toml holds credentials.
+chmod 700 "$STATE"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 2; }

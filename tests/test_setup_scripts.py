@@ -6,13 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = ("bash", "cat", "cut", "sha256sum", "sed", "grep", "mkdir", "timeout", "seq", "sleep", "tail", "dirname")
+CORE = ("bash", "cat", "cut", "sha256sum", "sed", "grep", "mkdir", "chmod", "timeout", "seq", "sleep", "tail",
+        "dirname")
 FOUND = ("docker-registry", "skopeo", "mmdebstrap", "arch-test", "debootstrap", "dockerd", "curl")
 
 
@@ -160,3 +162,12 @@ def test_the_uv_settings_holding_an_index_token_are_the_users_alone(tmp_path: Pa
     assert proc.returncode == 2 and "pins no uv" in proc.stderr, proc.stderr   # past the uv settings
     assert "s3cr3t-idx" in old.read_text()     # the settings were written: the token is in them
     assert stat.S_IMODE(old.stat().st_mode) == 0o600
+
+
+def test_the_state_folder_and_its_logs_are_the_users_alone(tmp_path: Path) -> None:
+    """.state/pip.log, uv.log and apt.log were made with the umask (0644): a failed install's log can quote an index
+    URL's query token, which uv does not mask. The folder is the user's alone now, one made earlier included."""
+    (tmp_path / "repo/.state").mkdir(parents=True)
+    (tmp_path / "repo/.state").chmod(0o755)
+    run_setup(tmp_path, lock="uv==0.13.9\n")
+    assert stat.S_IMODE((tmp_path / "repo/.state").stat().st_mode) == 0o700
