@@ -109,7 +109,10 @@ def cleanup(namespace: str, local_tags: list[str]) -> None:
             if ref.startswith(f"{LOCAL}/{namespace}/"):
                 engine.untag(ref)
     registry = RegistryClient(LOCAL)
-    for repo in registry.request("GET", "_catalog?n=1000").json().get("repositories") or []:
+    # Every page of the catalogue (its `Link` headers): the registry is shared, the bench's repositories may
+    # come after the first 1,000.
+    repos = [repo for page in registry.pages("_catalog?n=1000", "") for repo in page.json().get("repositories") or []]
+    for repo in repos:
         if repo.startswith(f"{namespace}/"):
             for tag in registry.tags(repo):
                 digest = registry.manifest_digest(repo, tag)

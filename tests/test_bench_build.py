@@ -118,3 +118,36 @@ def test_each_cold_build_runs_several_times_and_its_earlier_images_leave_the_eng
         (line,) = [line for line in out.splitlines() if line.startswith(f"{key} ")]
         assert line.split()[1] == "20.0" and line.endswith("runs (s): 10.0, 30.0, 20.0"), line
     assert set(tags[0]) == {f"r/{key}:bench-cold" for key in cells}
+
+
+def test_the_clean_up_reads_every_page_of_the_registry_catalogue(monkeypatch: pytest.MonkeyPatch,
+                                                                 bench_build: ModuleType) -> None:
+    """The clean-up read only `_catalog?n=1000`'s first page: on a registry of more repositories the bench's own, on
+    a later page (the `Link` header's), kept every tag it had pushed."""
+    pages = {
+        "http://127.0.0.1:5000/v2/_catalog?n=1000": (["a/x", "bench-1234/plain"], "</v2/_catalog?last=b&n=1000>"),
+        "http://127.0.0.1:5000/v2/_catalog?last=b&n=1000": (["bench-1234/pytorch-cpu-dev", "z/y"], ""),
+    }
+    deleted: list[str] = []
+
+    class Registry(bench_build.RegistryClient):   # the real client: its pages() follows the Link headers
+        def request(self, method: str, path: str, **_: object) -> object:
+            if method == "DELETE":
+                deleted.append(path)
+                return None
+            repos, link = pages[path if path.startswith("http") else self._url(path)]
+            return SimpleNamespace(headers={"Link": f'{link}; rel="next"'} if link else {},
+                                   json=lambda: {"repositories": repos})
+
+        def tags(self, repo: str) -> list[str]:
+            return ["t1"]
+
+        def manifest_digest(self, repo: str, ref: str) -> str:
+            return f"sha256:{repo.rpartition('/')[2]}"
+
+    monkeypatch.setattr(bench_build, "RegistryClient", Registry)
+    monkeypatch.setattr(bench_build.engine, "untag", lambda ref: None)
+    monkeypatch.setattr(bench_build.engine, "sdk", lambda: SimpleNamespace(images=SimpleNamespace(list=lambda: [])))
+    bench_build.cleanup("bench-1234", [])
+    assert deleted == ["bench-1234/plain/manifests/sha256:plain",
+                       "bench-1234/pytorch-cpu-dev/manifests/sha256:pytorch-cpu-dev"]
