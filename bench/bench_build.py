@@ -10,9 +10,11 @@
     (target: image <= 15% above the installed size: no pip caches, no apt lists, no files
     duplicated across layers).
 
+Each scenario runs --runs times (default 3; (a) at a new revision each run, the arms of (a) and (b)
+interleaved); prints the medians of both arms side by side with their ratio, and each run's figures.
 Everything runs in a registry namespace of its own (127.0.0.1:5000/bench-<random>), removed
 at the end. Needs the engine and local registry (bash scripts/setup.sh). Run:
-    python bench/bench_build.py [--cell pytorch-cpu:2.13] [--skip-cold]
+    python bench/bench_build.py [--cell pytorch-cpu:2.13] [--skip-cold] [--runs 3]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import time
@@ -33,6 +36,7 @@ from buildtool.imagebuild import engine  # noqa: E402
 from buildtool.imagebuild.pipconfig import pip_secrets  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
+from buildtool.matrix.schema import Cell, Matrix  # noqa: E402
 from buildtool.registry.client import RegistryClient  # noqa: E402
 
 LOCAL = "127.0.0.1:5000"
@@ -105,7 +109,10 @@ def cleanup(namespace: str, local_tags: list[str]) -> None:
             if ref.startswith(f"{LOCAL}/{namespace}/"):
                 engine.untag(ref)
     registry = RegistryClient(LOCAL)
-    for repo in registry.request("GET", "_catalog?n=1000").json().get("repositories") or []:
+    # Every page of the catalogue (its `Link` headers): the registry is shared, the bench's repositories may
+    # come after the first 1,000.
+    repos = [repo for page in registry.pages("_catalog?n=1000", "") for repo in page.json().get("repositories") or []]
+    for repo in repos:
         if repo.startswith(f"{namespace}/"):
             for tag in registry.tags(repo):
                 digest = registry.manifest_digest(repo, tag)
@@ -117,55 +124,95 @@ def mb(size: int) -> str:
     return f"{size / 1e6:,.0f} MB"
 
 
+def timed_build(args: list[str], env: dict[str, str], expected: str) -> float:
+    """Seconds of one `buildtool build`, which must end as EXPECTED: another outcome is not the scenario's work."""
+    seconds, result = buildtool(args, env)
+    if result["result"] != expected:
+        raise SystemExit(f"buildtool build {' '.join(args)} ended {result['result']!r}, not {expected!r}: "
+                         "no figure is printed")
+    return seconds
+
+
+def row(label: str, ours: list[float], plain: list[float], target: str) -> None:
+    """Medians of both arms side by side, their ratio, and each run's figures."""
+    median_ours, median_plain = statistics.median(ours), statistics.median(plain)
+    shown = f"buildtool {', '.join(f'{t:.2f}' for t in ours)}; docker build {', '.join(f'{t:.2f}' for t in plain)}"
+    print(f"{label:58} {median_ours:9.2f}s {median_plain:12.2f}s {median_plain / median_ours:7.1f}x  {target}   "
+          f"runs (s): {shown}")
+
+
+def compare(cell: Cell, env: dict[str, str], namespace: str, runs: int) -> None:
+    """(a) and (b): RUNS runs of each, the two arms interleaved so a machine whose load drifts weighs on both."""
+    plain = f"{LOCAL}/{namespace}/plain"    # the plain builds' tags: cleanup() removes all of the namespace's
+    dockerfile = ROOT / cell.dockerfile
+    # The registry holds the image, built (or reused) at an earlier "commit".
+    buildtool(["-f", cell.key, "--push", "--revision", "bench-earlier"], env)
+    # (b)'s starting point, not timed: the dev tag of its commit exists, a plain build's steps are in the cache.
+    buildtool(["-f", cell.key, "--revision", "bench-warm", "--push"], env)
+    plain_docker_build(dockerfile, f"{plain}:warm", no_cache=False)
+    times: dict[str, list[float]] = {"ours_a": [], "plain_a": [], "ours_b": [], "plain_b": []}
+    for run in range(1, runs + 1):
+        # (a) a new commit on a runner (a revision of its own each run): ours consults the registry first and
+        # retags there; the plain build rebuilds every step.
+        times["ours_a"].append(timed_build(["-f", cell.key, "--revision", f"bench-fresh-{run}"], env, "retagged"))
+        times["plain_a"].append(plain_docker_build(dockerfile, f"{plain}:fresh-{run}", no_cache=True))
+        # (b) warm no-op of the same cell and commit, against a fully cached plain build.
+        times["ours_b"].append(timed_build(["-f", cell.key, "--revision", "bench-warm", "--push"], env, "up to date"))
+        times["plain_b"].append(plain_docker_build(dockerfile, f"{plain}:warm", no_cache=False))
+    print()
+    print(f"medians of {runs} runs, whole processes (wall seconds): `buildtool build` against `docker build` of the "
+          "same Dockerfile")
+    print(f"{'scenario':58} {'buildtool':>10} {'docker build':>13} {'ratio':>8}  target")
+    row(f"(a) fresh runner, image in registry ({cell.key})", times["ours_a"], times["plain_a"], ">= 20x")
+    row(f"(b) warm no-op ({cell.key})", times["ours_b"], times["plain_b"], "buildtool < 1 s")
+
+
+def cold_builds(matrix: Matrix, env: dict[str, str], runs: int, local_tags: list[str]) -> None:
+    """(c): each CPU cell built cold RUNS times (`--force`, no cache); the median time, the last build's sizes."""
+    print()
+    print(f"{'(c) cold build':22} {'median s':>8} {'image':>10} {'installed':>10} {'overhead':>9} "
+          f"{'base':>8} {'venv':>9} {'pip cache':>9} {'apt lists':>9}  target <= 15%   "
+          f"(`buildtool build --force`, {runs} runs; sizes of the last)")
+    for cpu in (c for c in matrix.cells if c.accelerator == "cpu"):
+        seconds: list[float] = []
+        ref = ""
+        for _ in range(runs):
+            if ref:
+                engine.untag(ref)   # the previous run's image: each --force build leaves the last one untagged
+            took, result = buildtool(["-f", cpu.key, "--force", "--revision", "bench-cold"], env)
+            seconds.append(took)
+            ref = result["ref"]
+            local_tags.append(ref)
+        size = int(engine.image_attrs(ref)["Size"])  # type: ignore[index]
+        base = engine.image_attrs(mirror_base(cpu.base, LOCAL))
+        base_size = int(base["Size"]) if base else 0
+        sizes = installed_sizes(ref)
+        overhead = size / sizes["fs"] - 1
+        print(f"{cpu.key:22} {statistics.median(seconds):8.1f} {mb(size):>10} {mb(sizes['fs']):>10} "
+              f"{overhead:8.1%} {mb(base_size):>8} {mb(sizes['venv']):>9} {mb(sizes['pip_cache']):>9} "
+              f"{mb(sizes['apt_lists']):>9}   runs (s): {', '.join(f'{t:.1f}' for t in seconds)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cell", default="pytorch-cpu:2.13", help="cell for (a) and (b)")
     parser.add_argument("--skip-cold", action="store_true", help="skip (c), the cold builds of every CPU cell")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each scenario (medians shown)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.exit(2, f"--runs {args.runs}: give 1 or more runs\n")
     matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
     cell = next((c for c in matrix.cells if c.key == args.cell), None)
     if cell is None:
         raise SystemExit(f"unknown cell {args.cell}")
     namespace = f"bench-{secrets.token_hex(4)}"
     env = {"REGISTRY": f"{LOCAL}/{namespace}", "BASE_MIRROR": LOCAL}
-    plain_tag = f"{LOCAL}/{namespace}/plain:{secrets.token_hex(4)}"
-    local_tags = [plain_tag]
+    local_tags: list[str] = []
     print(f"engine: {engine.resolve_build_client().describe()}; registry namespace {LOCAL}/{namespace}")
     try:
-        # The registry holds the image, built (or reused) at an earlier "commit".
-        buildtool(["-f", cell.key, "--push", "--revision", "bench-earlier"], env)
-        # (a) a new commit on a runner: ours consults the registry first and retags there.
-        ours_a, result_a = buildtool(["-f", cell.key, "--revision", "bench-fresh"], env)
-        assert result_a["result"] == "retagged", result_a
-        plain_a = plain_docker_build(ROOT / cell.dockerfile, plain_tag, no_cache=True)
-        # (b) warm no-op of the same cell and commit, against a fully cached plain build.
-        buildtool(["-f", cell.key, "--revision", "bench-warm", "--push"], env)
-        ours_b, result_b = buildtool(["-f", cell.key, "--revision", "bench-warm", "--push"], env)
-        assert result_b["result"] == "up to date", result_b
-        plain_b = plain_docker_build(ROOT / cell.dockerfile, plain_tag, no_cache=False)
-        print()
-        print(f"{'scenario':58} {'buildtool':>10} {'docker build':>13} {'ratio':>8}  target")
-        print(f"{'(a) fresh runner, image in registry (' + cell.key + ')':58} {ours_a:9.2f}s {plain_a:12.2f}s "
-              f"{plain_a / ours_a:7.1f}x  >= 20x")
-        print(f"{'(b) warm no-op (' + cell.key + ')':58} {ours_b:9.2f}s {plain_b:12.2f}s "
-              f"{plain_b / ours_b:7.1f}x  buildtool < 1 s")
-        if args.skip_cold:
-            return
-        print()
-        print(f"{'(c) cold build':22} {'seconds':>8} {'image':>10} {'installed':>10} {'overhead':>9} "
-              f"{'base':>8} {'venv':>9} {'pip cache':>9} {'apt lists':>9}  target <= 15%")
-        for cpu in (c for c in matrix.cells if c.accelerator == "cpu"):
-            seconds, result = buildtool(["-f", cpu.key, "--force", "--revision", "bench-cold"], env)
-            ref = result["ref"]
-            local_tags.append(ref)
-            size = int(engine.image_attrs(ref)["Size"])  # type: ignore[index]
-            base = engine.image_attrs(mirror_base(cpu.base, LOCAL))
-            base_size = int(base["Size"]) if base else 0
-            sizes = installed_sizes(ref)
-            overhead = size / sizes["fs"] - 1
-            print(f"{cpu.key:22} {seconds:8.1f} {mb(size):>10} {mb(sizes['fs']):>10} {overhead:8.1%} "
-                  f"{mb(base_size):>8} {mb(sizes['venv']):>9} {mb(sizes['pip_cache']):>9} "
-                  f"{mb(sizes['apt_lists']):>9}")
+        compare(cell, env, namespace, args.runs)
+        if not args.skip_cold:
+            cold_builds(matrix, env, args.runs, local_tags)
     finally:
         cleanup(namespace, local_tags)
 

@@ -73,10 +73,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("images", nargs="*", help="IMAGE=MODULE (default: this commit's CPU dev images)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.exit(2, f"--runs {args.runs}: give 1 or more runs\n")
+    given = [(i, *i.partition("=")) for i in args.images]
+    for text, image, equals, module in given:
+        if not (image and equals and module):
+            parser.exit(2, f"{text}: give IMAGE=MODULE (the image, and the module to import in it)\n")
     if os.geteuid() != 0:
         print("bench: dropping the page cache needs root", file=sys.stderr)
         return 2
-    images = [tuple(i.split("=", 1)) for i in args.images] if args.images else default_images()
+    images = [(image, module) for _, image, _, module in given] if given else default_images()
     print(f"{'image':<58} {'':5} {'docker run (whole)':>19} {'import alone':>13} {'read from disk':>15}")
     for image, module in images:
         rows: dict[str, list[tuple[float, dict]]] = {"cold": [], "warm": []}

@@ -231,6 +231,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--logs", type=Path, default=None, help="where each run's logs go (default: a new folder)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.exit(2, f"--runs {args.runs}: give 1 or more runs\n")
     if os.geteuid() != 0:
         raise SystemExit("run as root: the bench starts and stops dockerd and the registry")
     logs_root = args.logs or Path(tempfile.mkdtemp(prefix="bench-first-hour-logs-"))

@@ -187,6 +187,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.exit(2, f"--runs {args.runs}: give 1 or more runs\n")
     if os.geteuid() != 0:
         raise SystemExit("run as root: the bench starts a private dockerd")
     times: dict[str, list[float]] = {"cold": [], "fresh": [], "warm": [], "pull": [], "push-engine": [],

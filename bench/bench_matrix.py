@@ -123,6 +123,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--limit", type=float, default=60.0, help="seconds before a run is stopped")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.exit(2, f"--runs {args.runs}: give 1 or more runs\n")
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-matrix-") as tmp:
         project = Path(tmp)

@@ -120,10 +120,16 @@ def main() -> None:
     baseline.add_argument("--emulated-installs", action="store_true",
                           help="also build the cell's Dockerfile rendered with every install on the target, cold")
     args = parser.parse_args()
+    for option, value in (("--runs", args.runs), ("--validate-runs", args.validate_runs)):
+        if value < 1:
+            parser.exit(2, f"{option} {value}: give 1 or more runs\n")
     matrix = load_matrix(ROOT / "matrix.yaml")
-    [cell] = [c for c in matrix.cells if c.key == args.cell]
+    cell = next((c for c in matrix.cells if c.key == args.cell), None)
+    if cell is None:
+        parser.exit(2, f"--cell {args.cell}: not a cell of matrix.yaml; name one built for two platforms "
+                       "(e.g. jax-cpu:0.10)\n")
     if len(cell.platforms) < 2:
-        raise SystemExit(f"{cell.key} is built for {', '.join(cell.platforms)} only")
+        parser.exit(2, f"{cell.key} is built for {', '.join(cell.platforms)} only\n")
     order = [platforms.host().name, *[p for p in cell.platforms if p != platforms.host().name]][:2]
     plan = plan_cell(cell, Settings.from_env(), git_revision(ROOT))
     bases = {}

@@ -90,6 +90,8 @@ def main() -> int:
     parser.add_argument("image", nargs="?")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.exit(2, f"--runs {args.runs}: give 1 or more runs\n")
     image = args.image
     if not image:
         from buildtool.matrix.loader import load_matrix

@@ -183,6 +183,11 @@ def main() -> None:
     parser.add_argument("--variants", type=int, default=0, metavar="RUNS",
                         help="also measure the fast path and the snapshot, RUNS rounds (0: not)")
     args = parser.parse_args()
+    for option, value in (("--runs", args.runs), ("--variants", args.variants)):
+        if value < 0:
+            parser.exit(2, f"{option} {value}: give 0 (none) or more rounds\n")
+    if not args.runs and not args.variants:
+        parser.exit(2, "--runs 0 measures only --variants: give --variants RUNS, or --runs 1 or more\n")
     cells = [c for c in load_matrix(ROOT / "matrix.yaml", ROOT / "templates").cells if not c.needs_gpu]
     prefix = f"t-bench-{uuid.uuid4().hex[:8]}"
     client = RegistryClient(args.registry)

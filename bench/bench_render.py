@@ -91,6 +91,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.exit(2, f"--runs {args.runs}: give 1 or more runs\n")
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
         matrix = project_copy(Path(tmp))
         files = generated(matrix)

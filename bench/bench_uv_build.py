@@ -166,6 +166,8 @@ def main() -> int:
     parser.add_argument("--cell", default="pytorch-cpu:2.13")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.exit(2, f"--rounds {args.rounds}: give 1 or more rounds\n")
     matrix = load_matrix(ROOT / "matrix.yaml")
     cell = next((c for c in matrix.cells if c.key == args.cell), None)
     if cell is None or not cell.framework_requirements:

@@ -171,11 +171,20 @@ def compare_images(before: str, after: str, runs: int) -> int:
     return 0
 
 
+# The comparisons' arguments before RUNS, as the usage names them.
+COMPARED = {"--images": ("BEFORE", "AFTER"), "--jobs": ("IMAGE",)}
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--images"]:
-        return compare_images(argv[1], argv[2], int(argv[3]) if len(argv) > 3 else 3)
-    if argv[:1] == ["--jobs"]:
-        return compare_jobs(argv[1], int(argv[2]) if len(argv) > 2 else 3)
+    if argv[:1] and argv[0] in COMPARED:
+        names, given = COMPARED[argv[0]], argv[1:]
+        runs = given[len(names)] if len(given) > len(names) else "3"
+        if len(given) not in (len(names), len(names) + 1) or not runs.isdigit() or int(runs) < 1:
+            print(f"{shlex.join(argv)}: give {argv[0]} {' '.join(names)} [RUNS], RUNS 1 or more", file=sys.stderr)
+            return 2
+        if argv[0] == "--images":
+            return compare_images(given[0], given[1], int(runs))
+        return compare_jobs(given[0], int(runs))
     matrix = load_matrix(REPO / "matrix.yaml", REPO / "templates")
     images = argv or default_images(matrix)
     rows = []

@@ -15,9 +15,10 @@ no cache-busting build argument, which the config's history would record), then 
 Prints per layer `identical`/`DIFFERENT`, `layers identical: N/N` and `pushed image digests: equal` on
 stderr, the JSON report on stdout. Makes the cell's base first when the registry lacks it or holds one of
 an older recipe (`buildtool bases`). Exits 1 when a layer, the package sets or the pushed digests differ.
-Images, this run's cache mounts and its registry tags' images stay only in the throw-away repository
-`repro-<hex>/<image>` of the local registry (the local images and cache mounts are removed).
-    python bench/repro_build.py [--cell pytorch-cpu:2.13]
+The local images, this run's cache mounts and the tags of its throw-away repository `repro-<hex>/<image>` in
+the local registry (both pushes and their cache tags) are removed however the bench ends; --keep keeps that
+repository to inspect the pushed images (the report names their digests).
+    python bench/repro_build.py [--cell pytorch-cpu:2.13] [--keep]
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from buildtool.imagebuild.contents import probe  # noqa: E402
 from buildtool.imagebuild.pipconfig import pip_secrets  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import git_full_revision, mirror_base  # noqa: E402
-from buildtool.registry.client import RegistryClient  # noqa: E402
+from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
 
 
 def layer_members(saved: tarfile.TarFile, name: str) -> dict[str, tuple[int, str, int, int]]:
@@ -146,9 +147,30 @@ def push_both(refs: list[str], logs: list[Path]) -> dict[str, object]:
     return found
 
 
+def clean_up(refs: list[str], before: set[str], repo: str, keep: bool) -> None:
+    """The run's local images and uv cache mounts; its registry REPO's tags (the registry's GC reclaims the blobs)
+    unless KEEP. A registry failure is said, not raised: the bench's own outcome stands."""
+    for ref in refs:
+        docker_cli.docker("rmi", "-f", ref, timeout=120)
+    for record, description in cache_mounts().items():
+        if record not in before and "uv/cache" in description:
+            docker_cli.docker("builder", "prune", "-f", "--filter", f"id={record}", timeout=300)
+    if keep:
+        print(f"kept {LOCAL}/{repo} (--keep): delete its tags when done", file=sys.stderr)
+        return
+    client = RegistryClient(LOCAL)
+    try:
+        for digest in filter(None, {client.manifest_digest(repo, tag) for tag in client.tags(repo)}):
+            client.request("DELETE", f"{repo}/manifests/{digest}", ok=(202, 404), repo=repo)
+    except RegistryError as exc:
+        print(f"clean-up of {LOCAL}/{repo}: {exc}", file=sys.stderr)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cell", default="pytorch-cpu:2.13")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the pushed images in the local registry (repro-<hex>/<image>) to inspect")
     args = parser.parse_args()
     cell = next((c for c in load_matrix(ROOT / "matrix.yaml").cells if c.key == args.cell), None)
     if cell is None:
@@ -190,11 +212,7 @@ def main() -> int:
                      **image_verdict(config_differences(saved_config(tmp / "1.tar"), saved_config(tmp / "2.tar")))}
             pushed = push_both(refs, [tmp / f"{n}.log" for n in (1, 2)])
     finally:
-        for ref in refs:
-            docker_cli.docker("rmi", "-f", ref, timeout=120)
-        for record, description in cache_mounts().items():
-            if record not in before and "uv/cache" in description:
-                docker_cli.docker("builder", "prune", "-f", "--filter", f"id={record}", timeout=300)
+        clean_up(refs, before, f"{tag}/{cell.name}", args.keep)
     same_python = probes[0]["python_packages"] == probes[1]["python_packages"]
     same_apt = probes[0]["apt_packages"] == probes[1]["apt_packages"]
     same = [a == b for a, b in zip(layers[0], layers[1], strict=True)]

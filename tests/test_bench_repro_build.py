@@ -1,13 +1,16 @@
 """bench/repro_build.py's push of its two builds, on stand-ins for the engine and the registry: the tag it gives
-each build for the push leaves the engine however the push ends."""
+each build for the push leaves the engine, and what it pushed leaves the registry, however the bench ends."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
+
+LOCAL = "127.0.0.1:5000"
 
 
 @pytest.fixture
@@ -38,3 +41,69 @@ def test_a_failed_push_still_removes_the_push_tag(tmp_path: Path, monkeypatch: p
     with pytest.raises(SystemExit, match="push of 127.0.0.1:5000/repro-1/x:1 failed"):
         repro_build.push_both(["repro-1/x:1", "repro-1/x:2"], [log, log])
     assert calls == [("tag", "repro-1/x:1", "127.0.0.1:5000/repro-1/x:1"), ("untag", "127.0.0.1:5000/repro-1/x:1")]
+
+
+class _Registry:
+    """The local registry's tags of the run's repository (what push_both wrote); DELETEs recorded."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, dict[str, str]] = {}
+        self.deleted: list[str] = []
+
+    def tags(self, repo: str) -> list[str]:
+        return list(self.held.get(repo, {}))
+
+    def manifest_digest(self, repo: str, tag: str) -> str | None:
+        return self.held.get(repo, {}).get(tag)
+
+    def request(self, method: str, path: str, **_: object) -> None:
+        self.deleted.append(f"{method} {path}")
+
+
+@pytest.fixture
+def stand_ins(monkeypatch: pytest.MonkeyPatch, repro_build: ModuleType) -> _Registry:
+    """Every engine call of main() up to its pushes; the pushes write the first build's tags, then fail."""
+    registry = _Registry()
+    monkeypatch.setattr(repro_build, "fill_bases", lambda *args, **kwargs: None)
+    monkeypatch.setattr(repro_build, "cache_mounts", lambda: {})
+    monkeypatch.setattr(repro_build.engine, "resolve_build_client", lambda: object())
+    monkeypatch.setattr(repro_build, "pip_secrets", lambda: contextlib.nullcontext(SimpleNamespace(files={})))
+    monkeypatch.setattr(repro_build.engine, "build", lambda client, request: None)
+    monkeypatch.setattr(repro_build, "probe", lambda root, ref: {"python_packages": [], "apt_packages": []})
+    monkeypatch.setattr(repro_build.engine, "image_attrs", lambda ref: {"RootFS": {"Layers": ["sha256:l"]}, "Id": "i"})
+    monkeypatch.setattr(repro_build.docker_cli, "docker", lambda *args, **kwargs: None)
+    monkeypatch.setattr(repro_build, "compare_layers", lambda first, second: [{"entries": 1, "differences": {}}])
+    monkeypatch.setattr(repro_build, "saved_config", lambda saved: {})
+    monkeypatch.setattr(repro_build, "RegistryClient", lambda host: registry)
+
+    def push_both(refs: list[str], logs: list[Path]) -> dict[str, object]:
+        repo, _, tag = refs[0].partition(":")
+        registry.held[repo] = {tag: "sha256:" + "a" * 64, f"{tag}__cache": "sha256:" + "b" * 64}
+        raise SystemExit(f"push of {LOCAL}/{refs[1]} failed")
+
+    monkeypatch.setattr(repro_build, "push_both", push_both)
+    return registry
+
+
+
+def test_the_pushed_images_leave_the_registry_however_the_bench_ends(monkeypatch: pytest.MonkeyPatch,
+                                                                      repro_build: ModuleType,
+                                                                      stand_ins: _Registry) -> None:
+    """Both pushes (and their cache tags) stayed in the shared local registry's repro-<hex>/<image> after every run,
+    passed or failed; nothing read them after the bench, which prints their digests."""
+    monkeypatch.setattr(sys, "argv", ["repro_build.py", "--cell", "pytorch-cpu:2.13"])
+    with pytest.raises(SystemExit, match=r"push of 127\.0\.0\.1:5000/repro-[0-9a-f]{6}/pytorch-cpu:2 failed"):
+        repro_build.main()
+    [repo] = stand_ins.held
+    assert repo.startswith("repro-") and repo.endswith("/pytorch-cpu")
+    assert sorted(stand_ins.deleted) == [f"DELETE {repo}/manifests/sha256:{c * 64}" for c in "ab"]
+
+
+def test_keep_leaves_the_pushed_images_to_inspect(monkeypatch: pytest.MonkeyPatch, repro_build: ModuleType,
+                                                  stand_ins: _Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["repro_build.py", "--keep"])
+    with pytest.raises(SystemExit, match="failed"):
+        repro_build.main()
+    [repo] = stand_ins.held
+    assert stand_ins.deleted == []
+    assert f"kept {LOCAL}/{repo} (--keep): delete its tags when done" in capsys.readouterr().err
