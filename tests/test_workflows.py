@@ -407,3 +407,13 @@ def test_a_cron_out_of_its_fields_ranges_is_refused_before_writing(run_cli, tmp_
     code, out, err = run_cli("workflows", "write", "--cron", "*/15 0-23/2 1,15 1-12 1-5", "--out", str(tmp_path / "ok"),
                              "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 0, err
+
+
+def test_the_release_checks_out_every_commit_for_the_ancestry_check() -> None:
+    """actions/checkout fetches one commit by default: release's gate then found no image's revision in git ("is not a
+    commit git knows"), so every image carried over from an earlier commit, and every `from`, was refused. The release
+    job clones the whole history (fetch-depth 0)."""
+    [job] = load(RELEASE_PATH)["jobs"].values()
+    [checkout] = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert checkout["with"]["fetch-depth"] == 0
+    assert job["steps"].index(checkout) == 0

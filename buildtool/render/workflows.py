@@ -383,7 +383,9 @@ def release_workflow(matrix: Matrix) -> dict[str, Any]:
                 # On the site's own runners: they reach the registry the nightly pushed dev images to.
                 "runs-on": _runs_on("RELEASE_RUNNER_LABELS", DEFAULT_RELEASE_LABELS),
                 "timeout-minutes": 30,
-                "steps": [*SELF_HOSTED_SETUP,
+                # Every commit: the gate reads each image's revision in git (an ancestor of the release commit, its
+                # files as committed there); a shallow clone knows the dispatched commit only.
+                "steps": [{"uses": CHECKOUT, "with": {"fetch-depth": 0}}, *SELF_HOSTED_SETUP[1:],
                           {"name": "Check the version",
                            "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
                                   f"--release \"$VERSION\" --json > {RELEASE_PLAN_FILE}\n",
