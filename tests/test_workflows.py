@@ -417,3 +417,21 @@ def test_the_release_checks_out_every_commit_for_the_ancestry_check() -> None:
     [checkout] = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
     assert checkout["with"]["fetch-depth"] == 0
     assert job["steps"].index(checkout) == 0
+
+
+def test_the_release_plan_names_the_dev_images_of_from(project: Path) -> None:
+    """The release's `Check the version` step planned the dispatched commit's dev images whatever `from` said, so the
+    release-plan artifact named images `make release` (which promotes those of FROM) never read. It plans FROM's."""
+    import os
+    import sys
+
+    [job] = yaml.safe_load((project / RELEASE_PATH).read_text())["jobs"].values()
+    [step] = [s for s in job["steps"] if s.get("name") == "Check the version"]
+    assert step["env"]["FROM"] == "${{ inputs.from }}"
+    script = step["run"].replace(".venv/bin/python", sys.executable)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VERSION": "1.2.0", "FRAMEWORK": "pytorch-cpu", "FROM": "nightly-42"}
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [planned] = json.loads((project / "reports" / "release-plan.json").read_text())["include"]
+    assert planned["dev_image"].endswith("/pytorch-cpu-dev:nightly-42-2.13"), planned["dev_image"]

@@ -386,10 +386,13 @@ def release_workflow(matrix: Matrix) -> dict[str, Any]:
                 # Every commit: the gate reads each image's revision in git (an ancestor of the release commit, its
                 # files as committed there); a shallow clone knows the dispatched commit only.
                 "steps": [{"uses": CHECKOUT, "with": {"fetch-depth": 0}}, *SELF_HOSTED_SETUP[1:],
+                          # The plan of the dev images `make release` promotes: those of FROM when it is given.
                           {"name": "Check the version",
                            "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
-                                  f"--release \"$VERSION\" --json > {RELEASE_PLAN_FILE}\n",
-                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
+                                  '--release "$VERSION" ${FROM:+--revision "$FROM"} '
+                                  f"--json > {RELEASE_PLAN_FILE}\n",
+                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
+                                   "FROM": "${{ inputs.from }}"}},
                           {"name": "Retag the validated dev images",
                            # The inputs in the environment only: make expands a `$(...)` in a command-line setting.
                            "run": "make release\n",
