@@ -435,3 +435,18 @@ def test_the_release_plan_names_the_dev_images_of_from(project: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     [planned] = json.loads((project / "reports" / "release-plan.json").read_text())["include"]
     assert planned["dev_image"].endswith("/pytorch-cpu-dev:nightly-42-2.13"), planned["dev_image"]
+
+
+def test_the_release_keeps_the_files_it_writes() -> None:
+    """`make release` writes the release's manifest and notes (docs/releases/<version>.json, .md) and the catalogue
+    (docs/images.md) in the runner's checkout, and the workflow kept only the release plan: the record of the release
+    (and the previous release's SBOM the next one's package changes are read against) was deleted with the checkout.
+    They are uploaded after the release, a missing one failing the job."""
+    [job] = load(RELEASE_PATH)["jobs"].values()
+    names = [s.get("name") or s.get("uses") for s in job["steps"]]
+    uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    kept = [s for s in uploads if "docs/releases/" in s["with"]["path"].split()]
+    assert len(kept) == 1 and kept[0]["with"]["path"].split() == ["docs/releases/", "docs/images.md"]
+    assert kept[0]["with"]["if-no-files-found"] == "error" and "if" not in kept[0]
+    assert names.index(kept[0]["name"]) > names.index("Retag the validated dev images")
+    assert len({s["with"]["name"] for s in uploads}) == len(uploads)   # one artifact name each

@@ -22,7 +22,9 @@ from typing import Any
 
 from buildtool.common import yamlout
 from buildtool.contracts import platforms
+from buildtool.contracts.releases import RELEASES_DIR
 from buildtool.matrix.schema import Matrix
+from buildtool.render.catalogue import CATALOGUE_PATH
 
 WORKFLOW_DIR = ".github/workflows"
 PR_PATH = f"{WORKFLOW_DIR}/pull-request.yml"
@@ -398,7 +400,12 @@ def release_workflow(matrix: Matrix) -> dict[str, Any]:
                            "run": "make release\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
                                    "FROM": "${{ inputs.from }}"}},
-                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}}],
+                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}},
+                          # What the release wrote in the checkout (its manifest and notes, the catalogue that lists
+                          # it), which the next job's checkout deletes: kept to be committed.
+                          {"name": "Keep the release manifest, notes and catalogue", "uses": UPLOAD,
+                           "with": {"name": "release-files", "path": f"{RELEASES_DIR}/\n{CATALOGUE_PATH}\n",
+                                    "if-no-files-found": "error"}}],
             },
         },
     }
