@@ -450,3 +450,13 @@ def test_the_release_keeps_the_files_it_writes() -> None:
     assert kept[0]["with"]["if-no-files-found"] == "error" and "if" not in kept[0]
     assert names.index(kept[0]["name"]) > names.index("Retag the validated dev images")
     assert len({s["with"]["name"] for s in uploads}) == len(uploads)   # one artifact name each
+
+
+def test_pull_request_bases_are_the_jobs_own_whatever_the_nightlys_mirror() -> None:
+    """The pull request's image jobs read the repository variable BASE_MIRROR, the nightly's mirror for its GPU runners
+    (upstream=mirror pairs, or a site registry the hosted runner cannot reach): `make bases` refused the pairs and
+    every pull request of the repository (not a fork's, which get no variables) failed. They fill their own registry."""
+    doc = load(PR_PATH)
+    assert doc["jobs"]["cpu-image"]["env"]["BASE_MIRROR"] == "127.0.0.1:5000"
+    assert "vars.BASE_MIRROR" not in render_workflows(matrix())[PR_PATH].decode()
+    assert load(NIGHTLY_PATH)["env"]["BASE_MIRROR"] == "${{ vars.BASE_MIRROR }}"

@@ -200,8 +200,10 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
                 "needs": "plan",
                 "runs-on": HOSTED_RUNNER, "timeout-minutes": 60,
                 "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
-                # Bases come from the job's own registry (mmdebstrap Debian), as on a machine without Docker Hub.
-                "env": {"BASE_MIRROR": "${{ vars.BASE_MIRROR || '127.0.0.1:5000' }}"},
+                # Bases come from the job's own registry (mmdebstrap Debian), as on a machine without Docker Hub;
+                # never the variable BASE_MIRROR, the nightly's (the site's mirror, maybe upstream=mirror pairs, which
+                # `make bases` refuses to fill), given to pull requests of this repository but not to forks'.
+                "env": {"BASE_MIRROR": "127.0.0.1:5000"},
                 "steps": [*HOSTED_SETUP,
                           {"name": "Engine and registry", "run": "make setup"},
                           {"name": "Bases", "run": "make bases FRAMEWORK='${{ matrix.cell }}'"},
