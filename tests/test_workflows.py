@@ -460,3 +460,21 @@ def test_pull_request_bases_are_the_jobs_own_whatever_the_nightlys_mirror() -> N
     assert doc["jobs"]["cpu-image"]["env"]["BASE_MIRROR"] == "127.0.0.1:5000"
     assert "vars.BASE_MIRROR" not in render_workflows(matrix())[PR_PATH].decode()
     assert load(NIGHTLY_PATH)["env"]["BASE_MIRROR"] == "${{ vars.BASE_MIRROR }}"
+
+
+def test_every_action_is_pinned_by_its_full_commit() -> None:
+    """`uses: actions/checkout@v4` ran whatever commit the tag named that day, in jobs that hold the builder and tester
+    keys; a moved tag would run other code there. Every action of every workflow is pinned by a 40-hex commit, and each
+    file's header names the release tag of each commit it uses."""
+    import re
+
+    from buildtool.render.workflows import ACTION_PINS
+
+    for rel, data in render_workflows(real_matrix()).items():
+        doc = yaml.safe_load(data)
+        uses = [s["uses"] for job in doc["jobs"].values() for s in job.get("steps", []) if "uses" in s]
+        assert uses, rel
+        for use in uses:
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", use), (rel, use)
+            repo = "/".join(use.split("@")[0].split("/")[:2])
+            assert use.endswith("@" + ACTION_PINS[repo][0]) and f"{repo} {ACTION_PINS[repo][1]}" in data.decode()
