@@ -407,3 +407,74 @@ def test_a_cron_out_of_its_fields_ranges_is_refused_before_writing(run_cli, tmp_
     code, out, err = run_cli("workflows", "write", "--cron", "*/15 0-23/2 1,15 1-12 1-5", "--out", str(tmp_path / "ok"),
                              "--matrix", str(fixture_project / "matrix.yaml"))
     assert code == 0, err
+
+
+def test_the_release_checks_out_every_commit_for_the_ancestry_check() -> None:
+    """actions/checkout fetches one commit by default: release's gate then found no image's revision in git ("is not a
+    commit git knows"), so every image carried over from an earlier commit, and every `from`, was refused. The release
+    job clones the whole history (fetch-depth 0)."""
+    [job] = load(RELEASE_PATH)["jobs"].values()
+    [checkout] = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert checkout["with"]["fetch-depth"] == 0
+    assert job["steps"].index(checkout) == 0
+
+
+def test_the_release_plan_names_the_dev_images_of_from(project: Path) -> None:
+    """The release's `Check the version` step planned the dispatched commit's dev images whatever `from` said, so the
+    release-plan artifact named images `make release` (which promotes those of FROM) never read. It plans FROM's."""
+    import os
+    import sys
+
+    [job] = yaml.safe_load((project / RELEASE_PATH).read_text())["jobs"].values()
+    [step] = [s for s in job["steps"] if s.get("name") == "Check the version"]
+    assert step["env"]["FROM"] == "${{ inputs.from }}"
+    script = step["run"].replace(".venv/bin/python", sys.executable)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VERSION": "1.2.0", "FRAMEWORK": "pytorch-cpu", "FROM": "nightly-42"}
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [planned] = json.loads((project / "reports" / "release-plan.json").read_text())["include"]
+    assert planned["dev_image"].endswith("/pytorch-cpu-dev:nightly-42-2.13"), planned["dev_image"]
+
+
+def test_the_release_keeps_the_files_it_writes() -> None:
+    """`make release` writes the release's manifest and notes (docs/releases/<version>.json, .md) and the catalogue
+    (docs/images.md) in the runner's checkout, and the workflow kept only the release plan: the record of the release
+    (and the previous release's SBOM the next one's package changes are read against) was deleted with the checkout.
+    They are uploaded after the release, a missing one failing the job."""
+    [job] = load(RELEASE_PATH)["jobs"].values()
+    names = [s.get("name") or s.get("uses") for s in job["steps"]]
+    uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    kept = [s for s in uploads if "docs/releases/" in s["with"]["path"].split()]
+    assert len(kept) == 1 and kept[0]["with"]["path"].split() == ["docs/releases/", "docs/images.md"]
+    assert kept[0]["with"]["if-no-files-found"] == "error" and "if" not in kept[0]
+    assert names.index(kept[0]["name"]) > names.index("Retag the validated dev images")
+    assert len({s["with"]["name"] for s in uploads}) == len(uploads)   # one artifact name each
+
+
+def test_pull_request_bases_are_the_jobs_own_whatever_the_nightlys_mirror() -> None:
+    """The pull request's image jobs read the repository variable BASE_MIRROR, the nightly's mirror for its GPU runners
+    (upstream=mirror pairs, or a site registry the hosted runner cannot reach): `make bases` refused the pairs and
+    every pull request of the repository (not a fork's, which get no variables) failed. They fill their own registry."""
+    doc = load(PR_PATH)
+    assert doc["jobs"]["cpu-image"]["env"]["BASE_MIRROR"] == "127.0.0.1:5000"
+    assert "vars.BASE_MIRROR" not in render_workflows(matrix())[PR_PATH].decode()
+    assert load(NIGHTLY_PATH)["env"]["BASE_MIRROR"] == "${{ vars.BASE_MIRROR }}"
+
+
+def test_every_action_is_pinned_by_its_full_commit() -> None:
+    """`uses: actions/checkout@v4` ran whatever commit the tag named that day, in jobs that hold the builder and tester
+    keys; a moved tag would run other code there. Every action of every workflow is pinned by a 40-hex commit, and each
+    file's header names the release tag of each commit it uses."""
+    import re
+
+    from buildtool.render.workflows import ACTION_PINS
+
+    for rel, data in render_workflows(real_matrix()).items():
+        doc = yaml.safe_load(data)
+        uses = [s["uses"] for job in doc["jobs"].values() for s in job.get("steps", []) if "uses" in s]
+        assert uses, rel
+        for use in uses:
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", use), (rel, use)
+            repo = "/".join(use.split("@")[0].split("/")[:2])
+            assert use.endswith("@" + ACTION_PINS[repo][0]) and f"{repo} {ACTION_PINS[repo][1]}" in data.decode()

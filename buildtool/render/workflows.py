@@ -22,7 +22,9 @@ from typing import Any
 
 from buildtool.common import yamlout
 from buildtool.contracts import platforms
+from buildtool.contracts.releases import RELEASES_DIR
 from buildtool.matrix.schema import Matrix
+from buildtool.render.catalogue import CATALOGUE_PATH
 
 WORKFLOW_DIR = ".github/workflows"
 PR_PATH = f"{WORKFLOW_DIR}/pull-request.yml"
@@ -41,14 +43,33 @@ NATIVE_GPU_LABELS: dict[str, tuple[str, ...]] = {
 DEFAULT_RELEASE_LABELS = ("self-hosted", "linux", "x64")  # override: variable RELEASE_RUNNER_LABELS
 HOSTED_RUNNER = "ubuntu-24.04"
 PYTHON = "3.11"
-CHECKOUT = "actions/checkout@v4"
-SETUP_PYTHON = "actions/setup-python@v5"
-UPLOAD = "actions/upload-artifact@v4"
-DOWNLOAD = "actions/download-artifact@v4"
-CACHE_RESTORE = "actions/cache/restore@v4"
-CACHE_SAVE = "actions/cache/save@v4"
-PAGES_UPLOAD = "actions/upload-pages-artifact@v3"
-PAGES_DEPLOY = "actions/deploy-pages@v4"
+# Each action pinned by its full commit, with the release tag that commit is (read in the action's repository): a tag
+# can be moved to other code, and that code would run in the jobs that hold the signing keys. Each file's header names
+# the tags of the commits it uses.
+ACTION_PINS: dict[str, tuple[str, str]] = {
+    "actions/checkout": ("11d5960a326750d5838078e36cf38b85af677262", "v4.4.0"),
+    "actions/setup-python": ("a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+    "actions/upload-artifact": ("ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
+    "actions/download-artifact": ("d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
+    "actions/cache": ("0057852bfaa89a56745cba8c7296529d2fc39830", "v4.3.0"),
+    "actions/upload-pages-artifact": ("56afc609e74202658d3ffba0e8f6dda462b719fa", "v3.0.1"),
+    "actions/deploy-pages": ("d6db90164ac5ed86f2b6aed7e0febac5b3c0c03e", "v4.0.5"),
+}
+
+
+def _action(repo: str, path: str = "") -> str:
+    """`uses:` of REPO's action (at PATH inside it) at its pinned commit."""
+    return f"{repo}{path}@{ACTION_PINS[repo][0]}"
+
+
+CHECKOUT = _action("actions/checkout")
+SETUP_PYTHON = _action("actions/setup-python")
+UPLOAD = _action("actions/upload-artifact")
+DOWNLOAD = _action("actions/download-artifact")
+CACHE_RESTORE = _action("actions/cache", "/restore")
+CACHE_SAVE = _action("actions/cache", "/save")
+PAGES_UPLOAD = _action("actions/upload-pages-artifact")
+PAGES_DEPLOY = _action("actions/deploy-pages")
 
 # Every file a workflow writes in the checkout goes under reports/, which .gitignore ignores: an untracked file makes
 # the work tree's revision `<sha>-dirty.<hash>` (matrix.plan.git_revision), and validate, the report and release
@@ -73,7 +94,15 @@ class WorkflowOptions:
 
 
 def dump_workflow(doc: dict[str, Any], cells_note: str) -> bytes:
-    return (HEADER + cells_note + yamlout.dump(doc)).encode()
+    return (HEADER + cells_note + _pins_note(doc) + yamlout.dump(doc)).encode()
+
+
+def _pins_note(doc: dict[str, Any]) -> str:
+    """A comment naming the release tag of each pinned action commit DOC uses."""
+    used = {"/".join(step["uses"].split("@", 1)[0].split("/")[:2])   # owner/repo of owner/repo[/path]@ref
+            for job in doc["jobs"].values() for step in job.get("steps", []) if "uses" in step}
+    pins = [f"{repo} {tag}" for repo, (_, tag) in ACTION_PINS.items() if repo in used]
+    return f"# Actions pinned by commit: {', '.join(pins)}\n" if pins else ""
 
 
 def _labels_expr(options: WorkflowOptions, platform: str = "linux/amd64") -> str:
@@ -198,8 +227,10 @@ def pull_request_workflow(matrix: Matrix) -> tuple[dict[str, Any], list[str]]:
                 "needs": "plan",
                 "runs-on": HOSTED_RUNNER, "timeout-minutes": 60,
                 "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
-                # Bases come from the job's own registry (mmdebstrap Debian), as on a machine without Docker Hub.
-                "env": {"BASE_MIRROR": "${{ vars.BASE_MIRROR || '127.0.0.1:5000' }}"},
+                # Bases come from the job's own registry (mmdebstrap Debian), as on a machine without Docker Hub;
+                # never the variable BASE_MIRROR, the nightly's (the site's mirror, maybe upstream=mirror pairs, which
+                # `make bases` refuses to fill), given to pull requests of this repository but not to forks'.
+                "env": {"BASE_MIRROR": "127.0.0.1:5000"},
                 "steps": [*HOSTED_SETUP,
                           {"name": "Engine and registry", "run": "make setup"},
                           {"name": "Bases", "run": "make bases FRAMEWORK='${{ matrix.cell }}'"},
@@ -383,17 +414,27 @@ def release_workflow(matrix: Matrix) -> dict[str, Any]:
                 # On the site's own runners: they reach the registry the nightly pushed dev images to.
                 "runs-on": _runs_on("RELEASE_RUNNER_LABELS", DEFAULT_RELEASE_LABELS),
                 "timeout-minutes": 30,
-                "steps": [*SELF_HOSTED_SETUP,
+                # Every commit: the gate reads each image's revision in git (an ancestor of the release commit, its
+                # files as committed there); a shallow clone knows the dispatched commit only.
+                "steps": [{"uses": CHECKOUT, "with": {"fetch-depth": 0}}, *SELF_HOSTED_SETUP[1:],
+                          # The plan of the dev images `make release` promotes: those of FROM when it is given.
                           {"name": "Check the version",
                            "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
-                                  f"--release \"$VERSION\" --json > {RELEASE_PLAN_FILE}\n",
-                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}"}},
+                                  '--release "$VERSION" ${FROM:+--revision "$FROM"} '
+                                  f"--json > {RELEASE_PLAN_FILE}\n",
+                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
+                                   "FROM": "${{ inputs.from }}"}},
                           {"name": "Retag the validated dev images",
                            # The inputs in the environment only: make expands a `$(...)` in a command-line setting.
                            "run": "make release\n",
                            "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
                                    "FROM": "${{ inputs.from }}"}},
-                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}}],
+                          {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}},
+                          # What the release wrote in the checkout (its manifest and notes, the catalogue that lists
+                          # it), which the next job's checkout deletes: kept to be committed.
+                          {"name": "Keep the release manifest, notes and catalogue", "uses": UPLOAD,
+                           "with": {"name": "release-files", "path": f"{RELEASES_DIR}/\n{CATALOGUE_PATH}\n",
+                                    "if-no-files-found": "error"}}],
             },
         },
     }
