@@ -109,13 +109,9 @@ def scaling(
         image = image or dev_ref
         docker_flags = tuple(chosen.run.docker_flags())
         unit = "gpus" if chosen.needs_gpu and unit == "processes" else unit
-    here = _local_launcher(launcher, image, python, docker_flags, framework)
-    if here.kind == "docker" and counts == GPU_COUNTS and not any(f.startswith("--gpus") for f in docker_flags):
-        # One process per GPU was asked: a container given none (an --image, or a CPU cell) trained with gloo.
-        here = replace(here, docker_flags=(*here.docker_flags, "--gpus=all"))
-        docker_flags = here.docker_flags
+    here = _local_launcher(launcher, image, python, docker_flags, framework, counts == GPU_COUNTS)
     # One process per GPU where the cell runs on GPUs (or --counts gpus): the counts must fit the runner.
-    on_gpus = counts == GPU_COUNTS or (here.kind == "docker" and any(f.startswith("--gpus") for f in docker_flags))
+    on_gpus = counts == GPU_COUNTS or (here.kind == "docker" and any(f.startswith("--gpus") for f in here.docker_flags))
     wanted = _gpu_counts(counts) if on_gpus else parse_counts(counts)
     unit = "gpus" if on_gpus and unit == "processes" else unit
     if here.kind == "docker" and cell:
@@ -138,11 +134,15 @@ def _dev_ref(project: Project, cell: Cell, revision: str | None) -> str:
 
 
 def _local_launcher(launcher: str, image: str, python: str, docker_flags: tuple[str, ...],
-                    framework: str) -> Launcher:
-    """--launcher docker, host or auto (docker when there is an image), checked before anything runs."""
+                    framework: str, per_gpu: bool) -> Launcher:
+    """--launcher docker, host or auto (docker when there is an image), checked before anything runs. With one
+    process per GPU asked (`per_gpu`), a container nothing gave GPUs (an --image, or a CPU cell) gets them: without,
+    every run trained with gloo on its CPU."""
     from buildtool.launch.scaling import Launcher, host_has_module
 
     kind = launcher if launcher != "auto" else ("docker" if image else "host")
+    if kind == "docker" and per_gpu and not any(f.startswith("--gpus") for f in docker_flags):
+        docker_flags = (*docker_flags, "--gpus=all")
     if kind == "docker" and not image:
         raise UserError("--launcher docker needs --image or --cell")
     module = "jax" if framework == "jax" else "torch"
