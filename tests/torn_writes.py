@@ -1,6 +1,6 @@
 """A write cut short midway (a full disk, a kill): while `torn_writes` is active, every file opened for writing
-takes the first half of what it is given, then the write raises ENOSPC. A file written in place is left cut short;
-one written atomically (common.files.write_atomic) is left as it was."""
+(after the first `after`, written whole) takes the first half of what it is given, then the write raises ENOSPC. A
+file written in place is left cut short; one written atomically (common.files.write_atomic) is left as it was."""
 
 from __future__ import annotations
 
@@ -35,12 +35,16 @@ class _Torn:
 
 
 @contextmanager
-def torn_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def torn_writes(monkeypatch: pytest.MonkeyPatch, after: int = 0) -> Iterator[None]:
     real = io.open
+    whole = [after]
 
     def opened(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
         handle = real(file, mode, *args, **kwargs)
-        return _Torn(handle) if set(mode) & set("wax+") else handle
+        if not set(mode) & set("wax+"):
+            return handle
+        whole[0] -= 1
+        return handle if whole[0] >= 0 else _Torn(handle)
 
     with monkeypatch.context() as patch:
         patch.setattr(io, "open", opened)          # Path.open, Path.write_text, os.fdopen

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from typing import Any
 from buildtool.common import docker_cli
 from buildtool.common.documents import plural
 from buildtool.common.errors import FailedError, UserError
+from buildtool.common.files import write_atomic
 from buildtool.contracts.rendezvous import RDZV_PORT
 
 WORKER = "bench/ddp_epochs.py"
@@ -310,14 +312,16 @@ def with_speedups(runs: list[RunResult]) -> list[RunResult]:
 def write_metrics(result: ScalingResult, folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"json": folder / "scaling.json", "csv": folder / "scaling.csv"}
-    paths["json"].write_text(json.dumps(asdict(result), indent=1) + "\n", encoding="utf-8")
-    with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow([result.unit, "time_per_epoch_s", "speedup", "efficiency", "backend", "samples_per_s",
-                         "peak_memory_mb_max"])
-        for r in result.runs:
-            writer.writerow([r.count, f"{r.time_per_epoch_s:.6f}", f"{r.speedup:.4f}", f"{r.efficiency:.4f}",
-                             r.backend, f"{r.samples_per_s:.1f}", f"{max(r.peak_memory_mb, default=0):.1f}"])
+    # Atomically: the report reads scaling.json, and a file cut short would block it until someone deleted it.
+    write_atomic(paths["json"], json.dumps(asdict(result), indent=1) + "\n")
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow([result.unit, "time_per_epoch_s", "speedup", "efficiency", "backend", "samples_per_s",
+                     "peak_memory_mb_max"])
+    for r in result.runs:
+        writer.writerow([r.count, f"{r.time_per_epoch_s:.6f}", f"{r.speedup:.4f}", f"{r.efficiency:.4f}",
+                         r.backend, f"{r.samples_per_s:.1f}", f"{max(r.peak_memory_mb, default=0):.1f}"])
+    write_atomic(paths["csv"], table.getvalue())
     return paths
 
 

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from buildtool.common.files import write_atomic
 from buildtool.contracts.strategies import Strategy
 from buildtool.launch.scaling import Launcher, RunSettings, ScalingResult, SlurmLauncher, plot_pair, run_scaling
 
@@ -61,9 +62,10 @@ def write_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]
     data = {"unit": unit, "samples": results[0].samples, "epochs": results[0].epochs, "batch": results[0].batch,
             "launcher": results[0].launcher, "strategies": [r.strategy for r in results], "rows": rows,
             "results": [asdict(r) for r in results]}
-    paths["comparison json"].write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    table = render_document("buildtool.launch", "comparison.md.j2", rows=rows, unit=unit)
-    paths["comparison table"].write_text(table, encoding="utf-8")
+    # Atomically: the report reads comparison.json, and a file cut short would block it until someone deleted it.
+    write_atomic(paths["comparison json"], json.dumps(data, indent=1) + "\n")
+    write_atomic(paths["comparison table"], render_document("buildtool.launch", "comparison.md.j2", rows=rows,
+                                                            unit=unit))
     ran = [r for r in results if r.runs]
     if ran:
         paths.update(plot_comparison(ran, out))
