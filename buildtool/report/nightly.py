@@ -326,6 +326,7 @@ def _view(report: Report, title: str) -> dict[str, Any]:
         if shown or found:
             scaling.append({"title": scaling_title(found), "unit": str(found.get("unit", "workers")),
                             "runs": found.get("runs", []), "plots": shown, "reason": found.get("reason", ""),
+                            "failed": found.get("status") == "failed",
                             "flag": scaling_flag(found), "comparison": found.get("rows", [])})
     return {"title": title, "report": report, "counts": report.counts, "marks": _MARK, "md_marks": _MD_MARK,
             "no_trend": NO_TREND,
