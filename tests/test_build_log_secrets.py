@@ -132,6 +132,32 @@ def test_an_index_url_that_does_not_parse_is_still_scrubbed_not_a_traceback(tmp_
     assert log.read_text() == "Looking in indexes: https://u:****@[fd00::1/simple?token=****\n"
 
 
+def test_a_scrub_cut_short_leaves_the_old_log_whole_and_a_clean_log_is_not_rewritten(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scrub_log rewrote the log in place after every build: a rewrite cut short (a full disk, a kill) left it
+    truncated, and a later push's provenance reads that log (it could say the apt step never ran). The log is
+    rewritten atomically now, and only when scrubbing changed it; it stays private (0600)."""
+    from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
+    from tests.torn_writes import torn_writes
+
+    secrets = secret_strings(HostPip(extra_index_urls=(INDEX,)))
+    log = tmp_path / "build.log"
+    clean = "#5 [3/9] RUN apt-get install -y --no-install-recommends curl\n" * 50
+    log.write_text(clean)
+    log.chmod(0o600)
+    with torn_writes(monkeypatch):
+        scrub_log(log, secrets)   # nothing to scrub: not rewritten, so nothing to cut short
+    assert log.read_text() == clean
+    log.write_text(clean + f"Looking in indexes: {INDEX}\n")
+    with torn_writes(monkeypatch), pytest.raises(OSError):
+        scrub_log(log, secrets)
+    assert log.read_text() == clean + f"Looking in indexes: {INDEX}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["build.log"]
+    scrub_log(log, secrets)
+    assert log.read_text() == clean + "Looking in indexes: https://user:****@pkgs.example.invalid/simple\n"
+    assert log.stat().st_mode & 0o777 == 0o600
+
+
 FAKE_CLIENT = """
 import time
 print("#9 1.20 Looking in indexes: {index}", flush=True)

@@ -11,7 +11,7 @@ import pytest
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts.strategies import STRATEGIES, parse_strategies
 from buildtool.launch.scaling import CONTAINER_BENCH, Launcher, RunSettings, run_one, shipped_with
-from buildtool.launch.strategy_runs import run_strategies
+from buildtool.launch.strategy_runs import COMPARISON, run_strategies
 from tests.test_scaling import report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -234,3 +234,41 @@ def test_counts_gpus_in_an_image_gives_its_container_the_gpus(run_cli, tmp_path:
                            "--counts", "gpus", "--metrics-dir", str(tmp_path / "m"))
     assert code == 0, err
     assert seen == [("--shm-size=1g", "--gpus=all")]
+
+
+def test_a_strategy_that_fails_among_several_is_compared_as_failed_and_the_command_fails(
+        fake_python: str, stub_plots: None, run_cli, tmp_path: Path) -> None:
+    """One strategy failing among several stopped the run before comparison.json was written: the report showed
+    none of the strategies that ran (or last night's comparison and the failed one's old figures). Now the others
+    still run, the comparison records the failed one as failed with its reason (its scaling.json too, over the old
+    one), the report shows it failed, and the command still fails (exit 1)."""
+    out = tmp_path / "metrics"
+    _run(fake_python, "ddp,fsdp,deepspeed", out)   # last night's: every strategy ran
+    failing = tmp_path / "failing"
+    failing.write_text(f'#!/bin/sh\ncase "$*" in *fsdp_epochs.py*) echo "fsdp broke" >&2; exit 3;; esac\n'
+                       f'exec {fake_python} "$@"\n')
+    failing.chmod(0o755)
+    code, stdout, err = run_cli("scaling", "--launcher", "host", "--python", str(failing), "--strategy",
+                                "ddp,fsdp,deepspeed", "--counts", "1,2", "--samples", "512", "--out", str(out),
+                                "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines() == [f"failed: the scaling run of fsdp failed (see above); {out / COMPARISON} "
+                                        "records it as failed beside the strategies that ran"], err
+    assert "fsdp: failed: scaling run with 1 process failed (exit 3):\nfsdp broke\n" in stdout
+    assert "ddp   2 processes: 4.000 s/epoch" in stdout and f"{out / 'comparison.json'}" in stdout
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert comparison["strategies"] == ["ddp", "fsdp", "deepspeed"]
+    rows = {row["strategy"]: row for row in comparison["rows"]}
+    assert [rows[name]["status"] for name in ("ddp", "fsdp", "deepspeed")] == ["ran", "failed", "not run"]
+    assert rows["fsdp"]["reason"].startswith("failed: scaling run with 1 process failed (exit 3)")
+    assert "fsdp broke" in rows["fsdp"]["reason"]
+    fsdp = json.loads((out / "fsdp" / "scaling.json").read_text())
+    assert fsdp["status"] == "failed" and fsdp["runs"] == [] and not (out / "fsdp" / "speedup.png").exists()
+    assert "| FSDP (fully_shard) | — | — | — | — | — | — | failed: scaling run with 1 process failed (exit 3)" in (
+        out / "comparison.md").read_text()
+    page, markdown = report(run_cli, tmp_path, out)
+    assert '<tr><td>FSDP (fully_shard)</td><td colspan="7" class="failed">failed: scaling run' in page
+    assert '<h2>FSDP (fully_shard) scaling</h2>\n<p class="failed">failed: scaling run' in page
+    assert "scaling-3/speedup.png" not in page and "scaling-2/speedup.png" in page   # fsdp's old plots are gone
+    assert "| FSDP (fully_shard) | — | — | — | — | — | — | failed: scaling run with 1 process" in markdown
+    assert "### FSDP (fully_shard) scaling\n\nfailed: scaling run with 1 process" in markdown

@@ -211,6 +211,9 @@ def _run(project: Project, launcher: Launcher | SlurmLauncher, counts: list[int]
     for result in results:
         _print_scaling(result)
     out.print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if failed := [r.strategy for r in results if r.status == "failed"]:   # recorded in the comparison, still a failure
+        raise FailedError(f"the scaling run of {', '.join(failed)} failed (see above); {out_dir / 'comparison.json'} "
+                          "records it as failed beside the strategies that ran")
 
 
 def _print_scaling(result: ScalingResult) -> None:

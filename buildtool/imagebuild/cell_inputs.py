@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from buildtool.common.errors import UserError
+from buildtool.common.files import write_atomic
 from buildtool.common.refs import ReferenceError, parse_reference
 from buildtool.contracts.image_labels import ImageLabels, LabelError, RunProfile
 from buildtool.contracts.names import check_full_revision, parse_dev_tag
@@ -121,9 +122,14 @@ def scrub(text: str, secrets: Sequence[str]) -> str:
 
 
 def scrub_log(path: Path, secrets: list[str]) -> None:
+    """The log at `path` with `secrets` scrubbed, rewritten only when they were in it and atomically (its mode
+    kept): a later push's provenance reads this log, so a rewrite cut short must never leave it truncated."""
     if not secrets or not path.is_file():
         return
-    path.write_text(scrub(path.read_text(errors="replace"), secrets))
+    text = path.read_text(errors="replace")
+    scrubbed = scrub(text, secrets)
+    if scrubbed != text:
+        write_atomic(path, scrubbed)
 
 
 def built_for(plan: CellPlan, images: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from typing import Any
 from buildtool.common import docker_cli
 from buildtool.common.documents import plural
 from buildtool.common.errors import FailedError, UserError
+from buildtool.common.files import write_atomic
 from buildtool.contracts.rendezvous import RDZV_PORT
 
 WORKER = "bench/ddp_epochs.py"
@@ -120,11 +122,13 @@ class ScalingResult:
     strategy: str = "ddp"
     title: str = "DDP"
     batch: int = 0
-    status: str = "ran"            # or "not run": `reason` says why (never a pass)
+    status: str = "ran"            # or "not run" or "failed" (strategy_runs): `reason` says why (never a pass)
     reason: str = ""
     min_efficiency: float = 0.0    # the declared fraction of ideal speed-up at the largest count
     flagged: bool = False          # its efficiency at the largest count is below min_efficiency
 
+
+PLOTS = ("time_per_epoch.png", "speedup.png")   # a folder's plots: one strategy's, or the strategies side by side
 
 GPU_COUNTS = "gpus"   # --counts gpus: 1, 2, 4, ... up to the runner's GPU count (and the count itself)
 
@@ -310,14 +314,19 @@ def with_speedups(runs: list[RunResult]) -> list[RunResult]:
 def write_metrics(result: ScalingResult, folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"json": folder / "scaling.json", "csv": folder / "scaling.csv"}
-    paths["json"].write_text(json.dumps(asdict(result), indent=1) + "\n", encoding="utf-8")
-    with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow([result.unit, "time_per_epoch_s", "speedup", "efficiency", "backend", "samples_per_s",
-                         "peak_memory_mb_max"])
-        for r in result.runs:
-            writer.writerow([r.count, f"{r.time_per_epoch_s:.6f}", f"{r.speedup:.4f}", f"{r.efficiency:.4f}",
-                             r.backend, f"{r.samples_per_s:.1f}", f"{max(r.peak_memory_mb, default=0):.1f}"])
+    # Atomically: the report reads scaling.json, and a file cut short would block it until someone deleted it.
+    write_atomic(paths["json"], json.dumps(asdict(result), indent=1) + "\n")
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow([result.unit, "time_per_epoch_s", "speedup", "efficiency", "backend", "samples_per_s",
+                     "peak_memory_mb_max"])
+    for r in result.runs:
+        writer.writerow([r.count, f"{r.time_per_epoch_s:.6f}", f"{r.speedup:.4f}", f"{r.efficiency:.4f}",
+                         r.backend, f"{r.samples_per_s:.1f}", f"{max(r.peak_memory_mb, default=0):.1f}"])
+    write_atomic(paths["csv"], table.getvalue())
+    if not result.runs:   # a result without runs (not run, failed) has no plots: an earlier run's would pass for its
+        for name in PLOTS:
+            (folder / name).unlink(missing_ok=True)
     return paths
 
 
@@ -353,7 +362,7 @@ def plot_pair(lines: list[tuple[str, str, list[RunResult]]], paths: tuple[Path, 
 
 
 def plot(result: ScalingResult, folder: Path) -> dict[str, Path]:
-    paths = {"time": folder / "time_per_epoch.png", "speedup": folder / "speedup.png"}
+    paths = {"time": folder / PLOTS[0], "speedup": folder / PLOTS[1]}
     plot_pair([("measured", "measured", result.runs)], (paths["time"], paths["speedup"]),
               f"{result.unit} ({result.runs[0].backend})",
               (f"{result.title} time per epoch (absolute wall-clock), {result.samples} samples",
@@ -404,6 +413,16 @@ class RunSettings:
     min_efficiency: float = 0.0
 
 
+def launcher_info(launcher: Launcher | SlurmLauncher) -> dict[str, Any]:
+    """What scaling.json records of where the runs ran."""
+    info: dict[str, Any] = {"kind": launcher.kind, "image": launcher.image}
+    if isinstance(launcher, SlurmLauncher):
+        info.update(runtime=launcher.runtime, gpus_per_node=launcher.gpus_per_node, partition=launcher.partition)
+    else:
+        info["python"] = launcher.python if launcher.kind == "host" else ""
+    return info
+
+
 def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: Path, out: Path,
                 settings: RunSettings = RunSettings(), strategy: str = "ddp",
                 title: str = "DDP") -> tuple[ScalingResult, dict[str, Path]]:
@@ -413,13 +432,8 @@ def run_scaling(launcher: Launcher | SlurmLauncher, counts: list[int], worker: P
         raise UserError(f"{worker} not found; run from the project checkout")
     samples, epochs, batch = settings.samples, settings.epochs, settings.batch
     check_subset(launcher, counts, samples, batch)
-    info: dict[str, Any] = {"kind": launcher.kind, "image": launcher.image}
-    if isinstance(launcher, SlurmLauncher):
-        info.update(runtime=launcher.runtime, gpus_per_node=launcher.gpus_per_node, partition=launcher.partition)
-    else:
-        info["python"] = launcher.python if launcher.kind == "host" else ""
-    result = ScalingResult(unit=settings.unit, samples=samples, epochs=epochs, launcher=info, strategy=strategy,
-                           title=title, batch=batch, min_efficiency=settings.min_efficiency)
+    result = ScalingResult(unit=settings.unit, samples=samples, epochs=epochs, launcher=launcher_info(launcher),
+                           strategy=strategy, title=title, batch=batch, min_efficiency=settings.min_efficiency)
     on_gpus = gpus_asked(launcher, settings.unit)
     try:
         runs = [on_gpus_or_fail(run_one(launcher, count, worker, samples, epochs, batch, settings.timeout_s), on_gpus,

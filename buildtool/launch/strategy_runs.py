@@ -7,6 +7,8 @@ METRICS, as the DDP benchmark always has.
 
 A strategy whose speed-up at the largest count is below `min_efficiency` of ideal is flagged (in its scaling.json,
 the table and the report); one that cannot run on this runner is "not run on this runner: <reason>", never a pass.
+One that fails among several is "failed: <reason>" (its scaling.json, the table, the report): the others still run
+and are compared, and the command fails once the comparison is written.
 """
 
 from __future__ import annotations
@@ -17,8 +19,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from buildtool.common.errors import FailedError
+from buildtool.common.files import write_atomic
 from buildtool.contracts.strategies import Strategy
-from buildtool.launch.scaling import Launcher, RunSettings, ScalingResult, SlurmLauncher, plot_pair, run_scaling
+from buildtool.launch.scaling import (
+    PLOTS,
+    Launcher,
+    RunSettings,
+    ScalingResult,
+    SlurmLauncher,
+    launcher_info,
+    plot_pair,
+    run_scaling,
+    write_metrics,
+)
 
 COMPARISON = "comparison.json"
 
@@ -26,11 +40,24 @@ COMPARISON = "comparison.json"
 def run_strategies(launcher_for: Callable[[Strategy], Launcher | SlurmLauncher], strategies: list[Strategy],
                    counts: list[int], root: Path, out: Path,
                    settings: RunSettings) -> tuple[list[ScalingResult], dict[str, Path]]:
+    """Each strategy's runs, then (several) their comparison. One that fails among several is recorded as failed, in
+    its folder and the comparison, and the others still run: the caller fails the command on its status."""
     results, paths = [], {}
     for strategy in strategies:
         folder = out if len(strategies) == 1 else out / strategy.name
-        result, written = run_scaling(launcher_for(strategy), counts, root / strategy.worker, folder, settings,
-                                      strategy=strategy.name, title=strategy.title)
+        launcher = launcher_for(strategy)
+        try:
+            result, written = run_scaling(launcher, counts, root / strategy.worker, folder, settings,
+                                          strategy=strategy.name, title=strategy.title)
+        except FailedError as exc:
+            if len(strategies) == 1:
+                raise
+            # Its scaling.json says so, over whatever an earlier run left in the folder (the report reads it).
+            result = ScalingResult(unit=settings.unit, samples=settings.samples, epochs=settings.epochs,
+                                   launcher=launcher_info(launcher), strategy=strategy.name, title=strategy.title,
+                                   batch=settings.batch, status="failed", reason=f"failed: {exc}",
+                                   min_efficiency=settings.min_efficiency)
+            written = write_metrics(result, folder)
         results.append(result)
         paths.update({f"{strategy.name} {kind}": path for kind, path in written.items()})
     if len(strategies) > 1:
@@ -61,17 +88,21 @@ def write_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]
     data = {"unit": unit, "samples": results[0].samples, "epochs": results[0].epochs, "batch": results[0].batch,
             "launcher": results[0].launcher, "strategies": [r.strategy for r in results], "rows": rows,
             "results": [asdict(r) for r in results]}
-    paths["comparison json"].write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    table = render_document("buildtool.launch", "comparison.md.j2", rows=rows, unit=unit)
-    paths["comparison table"].write_text(table, encoding="utf-8")
+    # Atomically: the report reads comparison.json, and a file cut short would block it until someone deleted it.
+    write_atomic(paths["comparison json"], json.dumps(data, indent=1) + "\n")
+    write_atomic(paths["comparison table"], render_document("buildtool.launch", "comparison.md.j2", rows=rows,
+                                                            unit=unit))
     ran = [r for r in results if r.runs]
     if ran:
         paths.update(plot_comparison(ran, out))
+    else:   # none ran: an earlier comparison's plots would pass for this one's
+        for name in PLOTS:
+            (out / name).unlink(missing_ok=True)
     return paths
 
 
 def plot_comparison(results: list[ScalingResult], out: Path) -> dict[str, Path]:
-    paths = {"comparison time": out / "time_per_epoch.png", "comparison speedup": out / "speedup.png"}
+    paths = {"comparison time": out / PLOTS[0], "comparison speedup": out / PLOTS[1]}
     lines = [(r.title, r.title + (" (flagged)" if r.flagged else ""), r.runs) for r in results]
     plot_pair(lines, (paths["comparison time"], paths["comparison speedup"]), results[0].unit,
               (f"Time per epoch by strategy (absolute wall-clock), {results[0].samples} samples",

@@ -21,6 +21,7 @@ from typing import Any
 
 from buildtool.common.documents import code_span, render_document
 from buildtool.common.errors import UserError
+from buildtool.common.files import write_atomic
 from buildtool.common.units import human_size, short_digest
 from buildtool.contracts import platforms
 from buildtool.contracts.busbw import MAX_FALL as BUSBW_MAX_FALL
@@ -325,6 +326,7 @@ def _view(report: Report, title: str) -> dict[str, Any]:
         if shown or found:
             scaling.append({"title": scaling_title(found), "unit": str(found.get("unit", "workers")),
                             "runs": found.get("runs", []), "plots": shown, "reason": found.get("reason", ""),
+                            "failed": found.get("status") == "failed",
                             "flag": scaling_flag(found), "comparison": found.get("rows", [])})
     return {"title": title, "report": report, "counts": report.counts, "marks": _MARK, "md_marks": _MD_MARK,
             "no_trend": NO_TREND,
@@ -443,6 +445,6 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
         if data or plots:
             report.scaling.append({**data, "plots": plots})
     paths = {"html": out_dir / "report.html", "markdown": out_dir / "report.md"}
-    paths["html"].write_text(render_html(report), encoding="utf-8")
-    paths["markdown"].write_text(render_markdown(report), encoding="utf-8")
+    write_atomic(paths["html"], render_html(report))   # a report cut short leaves the last one whole
+    write_atomic(paths["markdown"], render_markdown(report))
     return paths

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from buildtool.common.errors import UserError
+from buildtool.common.files import write_atomic
 from buildtool.contracts import platforms
 from buildtool.contracts.verdict import (
     ColdStart,
@@ -240,5 +241,5 @@ def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Pat
         named[path] = (data, row)
     folder.mkdir(parents=True, exist_ok=True)
     for path, (data, _) in named.items():
-        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")   # the next night reads it: never half
     return list(named)
