@@ -120,8 +120,12 @@ def write_private(path: Path, key: PrivateKey) -> None:
     """Write a private key readable by its owner only (created 0600, never widened)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key.pem)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(key.pem)
+    except BaseException:   # a full disk: no empty or cut key left, which every later run would refuse
+        path.unlink(missing_ok=True)
+        raise
 
 
 def sign_envelope(key: PrivateKey, payload_type: str, payload: bytes) -> dict[str, Any]:
