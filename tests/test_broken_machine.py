@@ -4,8 +4,12 @@ and never answers); each must end in one line naming what is wrong and what to d
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from buildtool.attest import dsse
 from buildtool.attest.keys import signing_key
 from buildtool.attest.verdict_statement import SIGNING_KEY_ENV, dev_key_path
 from buildtool.common.errors import UserError
+from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
 
 
 def test_a_dev_key_that_cannot_be_made_is_one_line_naming_it(monkeypatch, tmp_path: Path) -> None:
@@ -56,3 +61,39 @@ def test_a_dev_key_cut_short_by_a_full_disk_is_not_left_empty(monkeypatch, tmp_p
     assert not dev_key_path().exists()
     monkeypatch.setattr(dsse.os, "fdopen", real)
     assert signing_key(lambda _: None).dev   # the next run makes the key
+
+
+@pytest.fixture
+def silent_registry() -> Iterator[str]:
+    """A registry that takes every connection and never answers a byte."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    taken: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                taken.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in taken:
+        conn.close()
+    server.close()
+
+
+def test_a_registry_that_never_answers_is_named_with_the_time_waited(silent_registry: str) -> None:
+    """A registry that accepts connections and never answers: validate, verify and release ended in
+    'failed: GET http://...: Timeout after 5 attempts', naming neither how long each waited nor what to do."""
+    client = RegistryClient(silent_registry, retry=RetryPolicy(attempts=2, timeout=0.3), sleep=lambda _: None)
+    with pytest.raises(RegistryError) as caught:
+        client.manifest_digest("pytorch-cpu", "2.13")
+    message = str(caught.value)
+    assert "no answer within 0.3 s, 2 attempts" in message and f"is {silent_registry} answering?" in message
+    assert "REGISTRY" in message and "\n" not in message
