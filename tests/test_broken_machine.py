@@ -97,3 +97,36 @@ def test_a_registry_that_never_answers_is_named_with_the_time_waited(silent_regi
     message = str(caught.value)
     assert "no answer within 0.3 s, 2 attempts" in message and f"is {silent_registry} answering?" in message
     assert "REGISTRY" in message and "\n" not in message
+
+
+def test_fetched_verdicts_a_full_disk_cuts_are_one_line_and_no_cut_file(project: Path, run_cli, monkeypatch,
+                                                                         tmp_path: Path) -> None:
+    """`report --fetch` wrote each fetched verdict in place: a full disk ended the command in an OSError traceback
+    and left an empty <cell>.verdict.json in --verdicts (the folder the next night reads as its previous one).
+    Now one line naming --verdicts, exit 2, and no cut file."""
+    from buildtool.report import fetch
+
+    def fetched(refs: dict, trusted: object = None, platforms: object = None) -> list[dict]:
+        return [{"missing": True, "cell": cell, "image": ref, "reason": "no image"} for cell, ref in refs.items()]
+
+    monkeypatch.setattr(fetch, "fetch_verdicts", fetched)
+    real = os.fdopen
+
+    def full(fd: int, mode: str = "r", *args: object, **kwargs: object) -> object:
+        handle = real(fd, mode, *args, **kwargs)   # type: ignore[call-overload]
+        if "w" in mode:
+            def write(data: object) -> int:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+            handle.write = write
+        return handle
+
+    monkeypatch.setattr(os, "fdopen", full)   # write_atomic's way
+    monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: full(os.open(self, os.O_WRONLY | os.O_CREAT),
+                                                                          "w").write(""))   # write_text's
+    folder = tmp_path / "verdicts"
+    code, _, err = run_cli("report", "--fetch", "--framework", "pytorch-cpu:2.13", "--verdicts", str(folder),
+                           "--out", str(tmp_path / "o"), "--matrix", str(project / "matrix.yaml"))
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith("error: --verdicts '") and ": cannot write there (No space left on device)" in err
+    assert list(folder.iterdir()) == []

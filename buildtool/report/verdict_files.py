@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from buildtool.common.errors import UserError
+from buildtool.common.files import write_atomic
 from buildtool.contracts import platforms
 from buildtool.contracts.verdict import (
     ColdStart,
@@ -240,5 +241,6 @@ def save_verdicts(rows_data: Iterable[dict[str, Any]], folder: Path) -> list[Pat
         named[path] = (data, row)
     folder.mkdir(parents=True, exist_ok=True)
     for path, (data, _) in named.items():
-        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        # Whole or not at all: a file cut by a full disk would be read as a verdict by the next night's trend.
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return list(named)
