@@ -130,3 +130,53 @@ def test_fetched_verdicts_a_full_disk_cuts_are_one_line_and_no_cut_file(project:
     assert code == 2 and "Traceback" not in err, err
     assert err.startswith("error: --verdicts '") and ": cannot write there (No space left on device)" in err
     assert list(folder.iterdir()) == []
+
+
+def test_a_checkout_where_the_release_files_cannot_go_is_refused_before_any_tag(project: Path, run_cli, monkeypatch,
+                                                                                 no_registry_backoff: None) -> None:
+    """A release wrote docs/releases/ after the tags moved: in a checkout where it cannot (read-only, a file in the
+    way) the tags were promoted and the command ended in an OSError traceback. Now it is refused first (the
+    registry here is unreachable: reaching it would be another error); a dry run, which writes nothing, is not."""
+    monkeypatch.setenv("REGISTRY", "127.0.0.1:1")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    (project / "docs").mkdir(exist_ok=True)
+    (project / "docs/releases").write_text("a file in the way\n")
+    args = ("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--matrix", str(project / "matrix.yaml"))
+    code, _, err = run_cli(*args)
+    assert code == 2 and "Traceback" not in err and "unreachable" not in err, err
+    assert f"cannot write the release files into {project / 'docs/releases'}" in err and "nothing was promoted" in err
+    code, _, err = run_cli(*args, "--dry-run")
+    assert code == 2 and "unreachable" in err, err
+
+
+def test_release_files_a_full_disk_stops_are_one_line_saying_the_tags_moved(project: Path, monkeypatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A disk that filled while the notes were written, after the tags moved, was an OSError traceback. Now one
+    line, exit 1, that says the tags are promoted and that the same command writes the files."""
+    from buildtool.cli import release_run
+    from buildtool.cli.console import find_project
+    from buildtool.common import files
+    from buildtool.common.errors import FailedError
+    from buildtool.release import notes
+    from buildtool.release.promote import ReleaseReport
+    from tests.test_release_notes import item
+
+    def full(path: Path, data: object, mode: object = None) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(notes, "write_atomic", full)
+    found = find_project(project / "matrix.yaml")
+    with pytest.raises(FailedError) as caught:
+        release_run._finish(found, found.load(), ReleaseReport("0.2.0", "abc", [item()]), False, False)
+    message = str(caught.value)
+    assert message.startswith("release 0.2.0: the tags are promoted but its files could not be written (")
+    assert "docs/releases/0.2.0.json" in message and "No space left on device" in message
+    assert "run the same command again" in message and "\n" not in message
+    # The release files written, the catalogue not: the same command would find nothing to write; it says what will.
+    monkeypatch.undo()
+    monkeypatch.setattr(files, "write_atomic", full)
+    with pytest.raises(FailedError) as caught:
+        release_run._finish(found, found.load(), ReleaseReport("0.2.0", "abc", [item()]), False, False)
+    assert str(caught.value) == ("release 0.2.0: the tags are promoted and its files written, but docs/images.md "
+                                 "could not be (No space left on device); free space there and run `buildtool "
+                                 "catalogue`")
