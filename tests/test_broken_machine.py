@@ -19,6 +19,7 @@ from buildtool.attest.keys import signing_key
 from buildtool.attest.verdict_statement import SIGNING_KEY_ENV, dev_key_path
 from buildtool.common.errors import UserError
 from buildtool.registry.client import RegistryClient, RegistryError, RetryPolicy
+from buildtool.registry.transport import TransportConnectionError
 
 
 def test_a_dev_key_that_cannot_be_made_is_one_line_naming_it(monkeypatch, tmp_path: Path) -> None:
@@ -180,3 +181,19 @@ def test_release_files_a_full_disk_stops_are_one_line_saying_the_tags_moved(proj
     assert str(caught.value) == ("release 0.2.0: the tags are promoted and its files written, but docs/images.md "
                                  "could not be (No space left on device); free space there and run `buildtool "
                                  "catalogue`")
+
+
+def test_a_base_registry_that_is_down_names_base_mirror_not_registry(monkeypatch, no_registry_backoff: None) -> None:
+    """`make lock` without BASE_MIRROR reads each pip cell's Debian base from docker.io: with docker.io out of reach
+    (no network) it said 'registry docker.io is unreachable; ... or set REGISTRY to a reachable registry', and
+    REGISTRY is not where a base is read from. Now it names the base and BASE_MIRROR."""
+    from buildtool.imagebuild import aptlock
+
+    monkeypatch.setattr("buildtool.registry.client.RegistryClient._send",
+                        lambda *a, **k: (_ for _ in ()).throw(TransportConnectionError("refused")))
+    with pytest.raises(UserError) as caught:
+        aptlock.platform_base("127.0.0.1:1/library/debian:bookworm-slim", "linux/amd64")
+    message = str(caught.value)
+    assert message.startswith("cannot read the base 127.0.0.1:1/library/debian:bookworm-slim: registry 127.0.0.1:1 "
+                              "is unreachable; set BASE_MIRROR to a registry that holds the bases")
+    assert "REGISTRY to" not in message.replace("BASE_MIRROR to", "")
