@@ -84,6 +84,9 @@ def signing_key(log: Callable[[str], None], create_dev: bool = True, role: str =
             _write_private(path, key)
         except FileExistsError:
             pass   # another validate made it at the same moment: use that one
+        except OSError as exc:   # a config home through a file, read-only, or a full disk
+            raise UserError(f"cannot create the local dev signing key {path} ({exc.strerror or exc}): set "
+                            f"XDG_CONFIG_HOME to a folder this user can write, or set ${env} to a key") from None
         else:
             log(f"created the local dev signing key {path} (key {short(key.keyid)}); verdicts it signs are "
                 "trusted by release only with --trust-local-key on a loopback registry. CI signs verdicts "

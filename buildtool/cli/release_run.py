@@ -145,7 +145,7 @@ def run_release(*, version: str, from_sha: str | None, framework: list[str] | No
     normal = check_version(version)
     if normal != version:
         log(f"note: --version {version} is release {normal} (PEP 440 normal form); its tags use {normal}")
-    _check_release_files(project, normal)
+    _check_release_files(project, normal, writes=not dry_run)
     # The image-tests a verdict may have run: as committed at the revision the image's signed provenance names
     # and at the release commit (git archive, hashed as validate hashes them; the release commit's read while the
     # registry answers, each image's revision when its provenance is read): the rule verify applies too.
@@ -176,8 +176,9 @@ def _code_book(root: Path, matrix_name: str, sites: tuple[str, ...]) -> CodeBook
     return book
 
 
-def _check_release_files(project: Project, version: str) -> None:
-    """A version already released under another spelling (docs/releases/1.0.0.json for 1.0) is refused."""
+def _check_release_files(project: Project, version: str, writes: bool = False) -> None:
+    """A version already released under another spelling (docs/releases/1.0.0.json for 1.0) is refused, and (`writes`)
+    a checkout where the release files cannot be written (read-only, a file in the way): before any tag moves."""
     from packaging.version import InvalidVersion, Version
 
     from buildtool.contracts.releases import RELEASES_DIR
@@ -194,6 +195,12 @@ def _check_release_files(project: Project, version: str) -> None:
     from buildtool.contracts.releases import latest_by_cell
 
     latest_by_cell(project.root)   # the catalogue reads every release manifest: one it cannot is refused before any tag
+    folder = project.root / RELEASES_DIR
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if writes and not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+        raise UserError(f"cannot write the release files into {folder} ({existing} is "
+                        f"{'not writable' if existing.is_dir() else 'no folder'}); nothing was promoted: release from "
+                        "a checkout this user can write, or use --dry-run")
 
 
 def _trusted_keys(root: Path, trust_local_key: bool, loopback: bool = False) -> TrustedKeys:
@@ -239,7 +246,7 @@ def _loopback(settings: Settings, trust_local_key: bool) -> bool:
 
 
 def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bool, dry_run: bool) -> None:
-    from buildtool.release.notes import build_manifest, write_release_files
+    from buildtool.release.notes import build_manifest
 
     version = report.version
     manifest = build_manifest(report)
@@ -266,6 +273,21 @@ def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bo
         log("dry run: no tags written, no release files written")
         return
     promoted = any(i.status == "promoted" for i in report.images)
+    try:
+        written = _write_files(project, loaded, manifest, promoted)
+    except OSError as exc:   # a disk that filled: the tags have moved, the files are what is missing
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise FailedError(f"release {version}: the tags are promoted but its files could not be written{where}: "
+                          f"{exc.strerror or exc}; free space there and run the same command again (it moves no tag "
+                          "and writes them)") from None
+    if not written:
+        log(f"release {version} was already complete: nothing written")
+
+
+def _write_files(project: Project, loaded: Matrix, manifest: dict[str, Any], promoted: bool) -> list[Path]:
+    """docs/releases/<version>.{json,md} and the catalogue; the release files written (none: already complete)."""
+    from buildtool.release.notes import write_release_files
+
     written = write_release_files(project.root, manifest, promoted)
     for path in written:
         log(f"wrote {path.relative_to(project.root)}")
@@ -278,7 +300,11 @@ def _finish(project: Project, loaded: Matrix, report: ReleaseReport, as_json: bo
         for rel, data in catalogue_outputs(loaded, project.root).items():
             target = project.root / rel
             if not target.is_file() or target.read_bytes() != data:
-                write_atomic(target, data)
+                try:
+                    write_atomic(target, data)
+                except OSError as exc:   # the release files are written: only the catalogue is missing
+                    raise FailedError(f"release {manifest['version']}: the tags are promoted and its files written, "
+                                      f"but {rel} could not be ({exc.strerror or exc}); free space there and run "
+                                      "`buildtool catalogue`") from None
                 log(f"wrote {rel}")
-    if not written:
-        log(f"release {version} was already complete: nothing written")
+    return written

@@ -75,4 +75,5 @@ def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: 
     # One record per platform of a multi-platform cell: each platform's verdict, or why it has none.
     fetched = fetch_verdicts({p.cell.key: p.dev_ref for p in plans}, trusted,
                              platforms={p.cell.key: p.cell.platforms for p in plans})
-    return save_verdicts(fetched, verdicts)
+    with writing("--verdicts", verdicts):   # a full disk or a folder that cannot be made: one line, not a traceback
+        return save_verdicts(fetched, verdicts)

@@ -280,12 +280,17 @@ def platform_base(base_ref: str, platform: str) -> str:
     of an image index by digest, or the image itself when it is that platform's. FailedError naming the base
     and the platform when the registry has none (a base mirrored for amd64 only)."""
     from buildtool.common.refs import split_repo
-    from buildtool.registry.client import DOCKER_LIST, OCI_INDEX, RegistryClient
+    from buildtool.registry.client import DOCKER_LIST, OCI_INDEX, RegistryClient, RegistryUnreachable
 
     wanted = platforms.get(platform)
     host, repo, ref = split_repo(base_ref)
     client = RegistryClient(host)
-    body, media_type, digest = client.get_manifest(repo, ref)
+    try:
+        body, media_type, digest = client.get_manifest(repo, ref)
+    except RegistryUnreachable:   # its words name REGISTRY, which is not where a base is read from
+        raise UserError(f"cannot read the base {base_ref}: registry {host} is unreachable; set BASE_MIRROR to a "
+                        "registry that holds the bases (`make bases BASE_MIRROR=127.0.0.1:5000` fills the local one), "
+                        f"or start {host}") from None
     document = json.loads(body)
     if media_type in (OCI_INDEX, DOCKER_LIST) or "manifests" in document:
         for entry in document.get("manifests", []):

@@ -257,7 +257,9 @@ class RegistryClient:
         if last == "ConnectionError" and urlsplit(url).netloc.lower() == self.api_host.lower():
             raise RegistryUnreachable(f"registry {self.host} is unreachable; start it (bash scripts/setup.sh starts "
                                       "the local one) or set REGISTRY to a reachable registry")
-        raise RegistryError(f"{method} {self._safe(url)}: {last} after {self.retry.attempts} attempts")
+        said, hint = (f"no answer within {self.retry.timeout:g} s,", f"; is {urlsplit(url).netloc} answering? (restart "
+                      "it, or set REGISTRY to another)") if last == "Timeout" else (f"{last} after", "")
+        raise RegistryError(f"{method} {self._safe(url)}: {said} {self.retry.attempts} attempts{hint}")
 
     def _rate_limited(self, method: str, url: str, response: Any, detail: str) -> RateLimited:
         """429 (or 503) that waiting within this command's bounds did not cure: the host that answered and
