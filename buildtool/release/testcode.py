@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
+from buildtool.common.git_clone import refusal
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
@@ -141,9 +142,10 @@ class CodeBook:
 
 
 def _check_checkout(root: Path) -> None:
-    if _git(root, "rev-parse", "--git-dir").returncode != 0:
-        raise UserError(f"{root} is not a git checkout: release compares the verdict's test code with image-tests "
-                        "as committed, and needs the repository")
+    proc = _git(root, "rev-parse", "--git-dir")
+    if proc.returncode != 0:
+        raise UserError(refusal(root, proc.stderr) or f"{root} is not a git checkout: release compares the verdict's "
+                        "test code with image-tests as committed, and needs the repository")
 
 
 def _workdir() -> Path:

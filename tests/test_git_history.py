@@ -1,0 +1,59 @@
+"""git as CI and other users' machines leave it: a clone owned by another user (git's safe.directory refusal), a
+shallow clone (what CI checkouts fetch by default), a release machine with core.autocrlf. Each answer is one line
+naming what to do, never a misleading cause or a silent wrong answer. Real git in tmp folders."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildtool.common.errors import UserError
+from buildtool.release import ancestry, testcode
+
+DUBIOUS = "GIT_TEST_ASSUME_DIFFERENT_OWNER"    # git's own switch: every repository reads as another user's
+
+
+@pytest.fixture(autouse=True)
+def _own_git_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No machine's own git config (a global safe.directory=*, core.autocrlf) takes part."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.strip()
+
+
+def repository(root: Path, commits: int = 3) -> list[str]:
+    """A repository with image-tests/ and a matrix, `commits` commits; their shas, the oldest first."""
+    root.mkdir()
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "image-tests").mkdir()
+    (root / "image-tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    shas = []
+    for n in range(commits):
+        (root / "matrix.yaml").write_text(f"n: {n}\n")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", f"commit {n}")
+        shas.append(git(root, "rev-parse", "HEAD"))
+    return shas
+
+
+def test_a_clone_git_refuses_as_another_users_is_named_with_safe_directory_not_as_no_checkout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "repo"
+    shas = repository(root)
+    monkeypatch.setenv(DUBIOUS, "1")
+    fix = f"git config --global --add safe.directory {root}"
+    why = ancestry.revision_problem(root, shas[0])
+    assert why == (f"git refuses to read {root}: it is owned by another user (detected dubious ownership); run as "
+                   f"its owner, or trust it: {fix}")
+    with pytest.raises(UserError) as caught:
+        testcode.CodeBook(root)
+    assert str(caught.value) == why
+    assert "\n" not in why
