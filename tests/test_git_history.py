@@ -57,3 +57,21 @@ def test_a_clone_git_refuses_as_another_users_is_named_with_safe_directory_not_a
         testcode.CodeBook(root)
     assert str(caught.value) == why
     assert "\n" not in why
+
+
+def test_a_clone_git_refuses_is_named_by_the_revision_readers_not_taken_for_a_revision_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildtool.matrix.plan import full_revision, git_revision, resolve_revision
+
+    root = tmp_path / "repo"
+    shas = repository(root)
+    branch = git(root, "symbolic-ref", "--short", "HEAD")
+    assert resolve_revision(root, branch, git_revision) == shas[-1][:12]
+    monkeypatch.setenv(DUBIOUS, "1")
+    why = (f"git refuses to read {root}: it is owned by another user (detected dubious ownership); run as its owner, "
+           f"or trust it: git config --global --add safe.directory {root}")
+    for read in (lambda: git_revision(root), lambda: resolve_revision(root, branch, git_revision, option="--from"),
+                 lambda: full_revision(root, shas[0][:12])):
+        with pytest.raises(UserError) as caught:
+            read()
+        assert str(caught.value) == why
