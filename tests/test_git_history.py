@@ -75,3 +75,35 @@ def test_a_clone_git_refuses_is_named_by_the_revision_readers_not_taken_for_a_re
         with pytest.raises(UserError) as caught:
             read()
         assert str(caught.value) == why
+
+
+def shallow_clone(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A clone of the newest commit only (`git clone --depth 1`, what CI checkouts make), and the origin's shas."""
+    shas = repository(tmp_path / "origin")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{tmp_path / 'origin'}", str(clone)], check=True,
+                   capture_output=True, timeout=60)
+    return clone, shas
+
+
+def test_an_older_revision_in_a_shallow_clone_says_fetch_the_history(tmp_path: Path) -> None:
+    clone, shas = shallow_clone(tmp_path)
+    fix = f"({clone} is a shallow clone, which holds only the newest commits; fetch the history: git fetch --unshallow)"
+    assert ancestry.revision_problem(clone, shas[0]) == (
+        f"the provenance's revision {shas[0]} is not a commit git knows in {clone}; fetch it, or release from the "
+        f"clone that holds it {fix}")
+    known = testcode.known_code(clone, [("the image's revision", shas[0])])
+    assert known.looked_at == [f"the image's revision {shas[0]}: not a commit of this clone {fix}"]
+
+
+def test_a_commit_fetched_alone_into_a_shallow_clone_is_not_called_no_ancestor(tmp_path: Path) -> None:
+    """`git fetch --depth 1 origin <sha>` (how CI fetches one revision) makes the commit known, its history not:
+    merge-base --is-ancestor says no, which is no answer there; an ancestor is never called 'neither'."""
+    clone, shas = shallow_clone(tmp_path)
+    git(clone, "fetch", "-q", "--depth", "1", "origin", shas[0])
+    why = ancestry.revision_problem(clone, shas[0])
+    assert why == (f"whether the provenance's revision {shas[0][:12]} is an ancestor of the release commit "
+                   f"{shas[-1][:12]} cannot be told ({clone} is a shallow clone, which holds only the newest "
+                   "commits; fetch the history: git fetch --unshallow)")
+    git(clone, "fetch", "-q", "--unshallow")
+    assert ancestry.revision_problem(clone, shas[0]) == ""

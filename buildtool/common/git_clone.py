@@ -9,6 +9,7 @@ ancestor".
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 _DUBIOUS = re.compile(r"detected dubious ownership in repository at '([^'\n]*)'")
@@ -24,3 +25,15 @@ def refusal(root: Path, stderr: str | bytes) -> str:
     return (f"git refuses to read {where}: it is owned by another user (detected dubious ownership); run as its "
             f"owner, or trust it: git config --global --add safe.directory {where}")
 
+
+def shallow(root: Path) -> str:
+    """A parenthesis naming the fix when `root` is a shallow clone, for a "not a commit" message; "" when not."""
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-shallow-repository"], capture_output=True,
+                              text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if proc.stdout.strip() != "true":
+        return ""
+    return (f" ({root} is a shallow clone, which holds only the newest commits; fetch the history: "
+            "git fetch --unshallow)")

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
-from buildtool.common.git_clone import refusal
+from buildtool.common.git_clone import refusal, shallow
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
@@ -163,7 +163,7 @@ def _read_revision(root: Path, workdir: Path, known: KnownCode, label: str, revi
 
     commit = _commit(root, revision)
     if commit is None:
-        known.looked_at.append(f"{label} {revision}: not a commit of this clone")
+        known.looked_at.append(f"{label} {revision}: not a commit of this clone{shallow(root)}")
         return
     matrix = committed_sha256(root, commit, matrix_name)
     if matrix is not None:
