@@ -107,3 +107,17 @@ def test_a_commit_fetched_alone_into_a_shallow_clone_is_not_called_no_ancestor(t
                    "commits; fetch the history: git fetch --unshallow)")
     git(clone, "fetch", "-q", "--unshallow")
     assert ancestry.revision_problem(clone, shas[0]) == ""
+
+
+def test_the_release_machines_core_autocrlf_does_not_change_the_image_tests_hash(tmp_path: Path) -> None:
+    """validate hashes image-tests as a runner's checkout holds them (LF, as committed); release hashes them from
+    git. A release machine with core.autocrlf=true (git's default on Windows) made `git archive` write CRLF: every
+    verdict's test code was 'neither image-tests at the image's revision nor at the release commit'."""
+    from buildtool.validate.collect import image_tests_hash
+
+    root = tmp_path / "repo"
+    repository(root)
+    ran = image_tests_hash(root / "image-tests")
+    git(root, "config", "core.autocrlf", "true")
+    known = testcode.known_code(root, [("the release commit", "HEAD")])
+    assert list(known.codes) == [ran]

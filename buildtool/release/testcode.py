@@ -55,7 +55,10 @@ class KnownCode:
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
+    # The bytes as committed (what validate hashed in a runner's checkout), never this machine's line-ending
+    # conversion: `git archive` converts as a checkout here would (core.autocrlf=true writes CRLF).
+    return subprocess.run(["git", "-C", str(root), "-c", "core.autocrlf=false", "-c", "core.eol=lf", *args],
+                          capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
 
 
 def _commit(root: Path, revision: str) -> str | None:
