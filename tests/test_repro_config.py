@@ -156,3 +156,15 @@ def test_the_cache_source_is_the_inline_cache_the_signed_provenance_names() -> N
     chosen = cache_sources.choose(client, client.host, REPO, candidates,  # type: ignore[arg-type]
                                   signing.trusted(roles=("builder",)), print)
     assert chosen == [f"{client.host}/{REPO}@{cache}", f"{client.host}/{REPO}@{older}"]
+
+
+def test_a_release_date_no_source_date_epoch_can_come_from_is_refused_naming_it() -> None:
+    """The InRelease Date's Unix time is the base's SOURCE_DATE_EPOCH: a Date an offset takes past year 9999 ended
+    the base build in an OverflowError traceback, and one before 1970 became a negative SOURCE_DATE_EPOCH."""
+    for said, why in ((b"Fri, 31 Dec 9999 23:59:59 -0500", "is past year 9999 in UTC"),
+                      (b"Thu, 01 Jan 1960 00:00:00 UTC", "is before 1970")):
+        with pytest.raises(FailedError) as caught:
+            archive_state.read_release("u", lambda uri, said=said: b"Date: " + said + b"\n")
+        assert str(caught.value) == f"u: not a Debian release file (its Date {said.decode()!r} {why})"
+    [found, date] = archive_state.read_release("u", lambda uri: b"Date: Thu, 01 Jan 1970 00:00:00 UTC\n")
+    assert found.date == "1970-01-01T00:00:00Z" and date.timestamp() == 0

@@ -42,12 +42,13 @@ TestOutcome = Literal["passed", "failed", "skipped"]
 
 def when(value: str) -> dt.datetime | None:
     """A signed `started` time, None when it does not parse as an ISO 8601 time: the one parse every reader that
-    orders verdicts by time uses (release, verify, the report, validate's bus-bandwidth window)."""
+    orders verdicts by time uses (release, verify, the report, validate's bus-bandwidth window). In UTC: a time whose
+    offset takes it past year 9999 or before year 1 (9999-12-31T23:00:00-05:00) places nowhere and is None too."""
     try:
         parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        return parsed.astimezone(dt.UTC) if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    except (ValueError, OverflowError):
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 class _Model(BaseModel):

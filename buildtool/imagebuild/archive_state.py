@@ -54,6 +54,11 @@ def read_release(uri: str, fetch: Fetch | None = None, began: datetime | None = 
         if date.tzinfo is None and not text.endswith("-0000"):   # RFC 5322's -0000 is UTC; no zone is this host's
             raise ValueError(f"its Date {text[:60]!r} names no time zone")
         date = date.replace(tzinfo=date.tzinfo or UTC).astimezone(UTC)
+        if date.year < 1970:   # its Unix time is the base's SOURCE_DATE_EPOCH, never negative
+            raise ValueError(f"its Date {text[:60]!r} is before 1970")
+    except OverflowError:
+        raise FailedError(f"{uri}: not a Debian release file (its Date {text[:60]!r} is past year 9999 in UTC)") \
+            from None
     except (ValueError, TypeError) as exc:
         raise FailedError(f"{uri}: not a Debian release file ({exc})") from None
     return ReleaseFile(uri, hashlib.sha256(data).hexdigest(), date.strftime("%Y-%m-%dT%H:%M:%SZ"),

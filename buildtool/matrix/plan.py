@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
+from buildtool.common.git_clone import refusal
 from buildtool.common.refs import ReferenceError, parse_reference, shown, split_reference
 from buildtool.contracts import names
 from buildtool.contracts.names import DEFAULT_REGISTRY
@@ -114,7 +115,8 @@ def _git_bytes(repo: Path, *args: str) -> bytes:
     try:
         return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, timeout=30).stdout
     except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
-        raise UserError(f"cannot read the git revision of {repo} ({exc}); run inside a git clone "
+        refused = refusal(repo, exc.stderr or b"") if isinstance(exc, subprocess.CalledProcessError) else ""
+        raise UserError(refused or f"cannot read the git revision of {repo} ({exc}); run inside a git clone "
                         "with at least one commit") from None
 
 
@@ -302,4 +304,7 @@ def _git_commit(root: Path, name: str, digits: int = 12) -> str | None:
                                f"{name}^{{commit}}"], capture_output=True, text=True, timeout=30)
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return None
+    refused = refusal(root, proc.stderr)
+    if refused:   # no answer about `name` at all: never "not a commit" (a branch would be taken as a revision name)
+        raise UserError(refused)
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None

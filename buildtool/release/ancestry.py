@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildtool.attest.provenance_model import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
+from buildtool.common.git_clone import refusal, shallow
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import FULL_REVISION_RE, GIT_REVISION_RE
 from buildtool.release.testcode import GIT_TIMEOUT_S, committed_sha256
@@ -38,12 +39,17 @@ def revision_problem(root: Path, revision: str, release: str = "HEAD") -> str:
                 "commit, then build and validate again")
     head = _git(root, "rev-parse", "--verify", "--quiet", f"{release}^{{commit}}")
     if head.returncode != 0:
-        return f"{root} has no release commit {release} to compare the provenance's revision with"
+        return (refusal(root, head.stderr)
+                or f"{root} has no release commit {release} to compare the provenance's revision with")
     known = _git(root, "cat-file", "-e", f"{revision}^{{commit}}")
     if known.returncode != 0:
         return (f"the provenance's revision {revision} is not a commit git knows in {root}; fetch it, or release "
-                "from the clone that holds it")
+                f"from the clone that holds it{shallow(root)}")
     ancestor = _git(root, "merge-base", "--is-ancestor", revision, head.stdout.strip())
+    cut = shallow(root) if ancestor.returncode == 1 else ""
+    if cut:   # the history between the two may be cut off: "not an ancestor" is not known
+        return (f"whether the provenance's revision {revision[:12]} is an ancestor of the release commit "
+                f"{head.stdout.strip()[:12]} cannot be told{cut}")
     if ancestor.returncode == 1:
         return (f"the provenance's revision {revision[:12]} is neither the release commit {head.stdout.strip()[:12]} "
                 "nor an ancestor of it: release from a checkout that contains it")

@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from buildtool.common.errors import UserError
+from buildtool.common.git_clone import refusal, shallow
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell
@@ -54,7 +55,10 @@ class KnownCode:
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
+    # The bytes as committed (what validate hashed in a runner's checkout), never this machine's line-ending
+    # conversion: `git archive` converts as a checkout here would (core.autocrlf=true writes CRLF).
+    return subprocess.run(["git", "-C", str(root), "-c", "core.autocrlf=false", "-c", "core.eol=lf", *args],
+                          capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
 
 
 def _commit(root: Path, revision: str) -> str | None:
@@ -141,9 +145,10 @@ class CodeBook:
 
 
 def _check_checkout(root: Path) -> None:
-    if _git(root, "rev-parse", "--git-dir").returncode != 0:
-        raise UserError(f"{root} is not a git checkout: release compares the verdict's test code with image-tests "
-                        "as committed, and needs the repository")
+    proc = _git(root, "rev-parse", "--git-dir")
+    if proc.returncode != 0:
+        raise UserError(refusal(root, proc.stderr) or f"{root} is not a git checkout: release compares the verdict's "
+                        "test code with image-tests as committed, and needs the repository")
 
 
 def _workdir() -> Path:
@@ -161,7 +166,7 @@ def _read_revision(root: Path, workdir: Path, known: KnownCode, label: str, revi
 
     commit = _commit(root, revision)
     if commit is None:
-        known.looked_at.append(f"{label} {revision}: not a commit of this clone")
+        known.looked_at.append(f"{label} {revision}: not a commit of this clone{shallow(root)}")
         return
     matrix = committed_sha256(root, commit, matrix_name)
     if matrix is not None:
