@@ -237,6 +237,8 @@ nightly-report: ## The nightly report in NIGHTLY_OUT: tonight's verdicts, the tr
 		--out "$$out" || exit 1; \
 	night="$$history/$$(date -u +%Y%m%dT%H%M%SZ)$(if $(NIGHTLY_RUN_ID),-$(NIGHTLY_RUN_ID))"; \
 	base="$$night"; n=1; while [ -e "$$night" ]; do n=$$((n + 1)); night="$$base-$$n"; done; \
+	if [ -n "$$previous" ] && [[ "$${night##*/}" < "$${previous##*/}" ]]; then \
+		echo "nightly: this runner's clock (date -u: $$(date -u +%Y%m%dT%H%M%SZ)) is behind the newest kept night $${previous##*/}: tonight would sort before it (the next trend would compare with the wrong night, pruning would drop the newest); fix the clock. Report in $$out; tonight's verdicts not kept" >&2; exit 1; fi; \
 	mkdir -p "$$history" && mkdir "$$night" && cp -R "$$out/verdicts/." "$$night/" || exit 1; \
 	find "$$history" -mindepth 1 -maxdepth 1 -type d -print0 | sort -z | head -z -n -$(NIGHTLY_KEEP) \
 		| xargs -0 -r rm -rf --; \

@@ -215,3 +215,16 @@ def test_pruning_the_history_under_a_folder_with_a_space_removes_old_nights_and_
     assert (tmp_path / "my" / "keep.txt").read_text() == "not a night"
     kept = sorted(p.name for p in (out / "history").iterdir())
     assert len(kept) == 2 and kept[0] == "20261203T030000Z" and kept[1] > kept[0], kept
+
+
+def test_a_runner_clock_behind_the_newest_night_keeps_nothing_and_says_so(tmp_path) -> None:
+    """Nights are named by the runner's clock and ordered by name: a runner whose clock is behind the newest kept
+    night wrote tonight's folder first in the order, so the next trend compared with the wrong night and pruning
+    could drop the newest. The night is refused naming the clock; the history is left as it was."""
+    out = tmp_path / "nights"
+    write(out / "history" / "29991231T000000Z", last_night())
+    night = run_make("nightly-report", tmp_path, write(tmp_path / "tonight", last_night()), "FRAMEWORK=pytorch-cpu",
+                     f"NIGHTLY_OUT={out}", "NIGHTLY_KEEP=1")
+    assert night.code == 2, night.stderr   # make's status for a recipe that failed (the recipe exits 1)
+    assert "is behind the newest kept night 29991231T000000Z" in night.stderr and "fix the clock" in night.stderr
+    assert sorted(p.name for p in (out / "history").iterdir()) == ["29991231T000000Z"]
