@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from buildtool.imagebuild import engine  # noqa: E402
-from buildtool.imagebuild.pipconfig import pip_secrets  # noqa: E402
+from buildtool.imagebuild.cell_inputs import scrub, secret_strings  # noqa: E402
+from buildtool.imagebuild.pipconfig import HostPip, pip_secrets  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import mirror_base  # noqa: E402
 from buildtool.matrix.schema import Cell, Matrix  # noqa: E402
@@ -62,7 +63,8 @@ def plain_docker_build(dockerfile: Path, tag: str, no_cache: bool, *, base: str 
     build context when the Dockerfile is elsewhere (default: its folder)."""
     base = base or mirror_base(dockerfile.read_text().split("ARG BASE_IMAGE=", 1)[1].split()[0], LOCAL)
     client = engine.resolve_build_client()
-    with pip_secrets() as pip:
+    host = HostPip.from_host()
+    with pip_secrets(host) as pip:
         files = dict(pip.files)
         argv = [*client.argv, "--network", "host", *(["--platform", platform] if platform else []),
                 "-f", str(dockerfile), "-t", tag, "--build-arg", f"BASE_IMAGE={base}", "--progress=plain"]
@@ -75,9 +77,9 @@ def plain_docker_build(dockerfile: Path, tag: str, no_cache: bool, *, base: str 
         run = subprocess.run([*argv, str(context or dockerfile.parent)], capture_output=True, text=True, timeout=7200,
                              env={**os.environ, **dict(client.env)})
         elapsed = time.perf_counter() - started
-    if run.returncode != 0:
+    if run.returncode != 0:   # its tail with the index credentials masked, as the builder masks its logs
         raise SystemExit(f"docker build{f' --platform {platform}' if platform else ''} failed:\n"
-                         f"{run.stdout[-2000:]}")
+                         f"{scrub(run.stdout, secret_strings(host))[-2000:]}")
     return elapsed
 
 

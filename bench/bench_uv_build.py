@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from buildtool.common import docker_cli  # noqa: E402
 from buildtool.contracts.locks import FRAMEWORK_LOCK, TOOLS_LOCK  # noqa: E402
 from buildtool.imagebuild import engine  # noqa: E402
+from buildtool.imagebuild.cell_inputs import secret_strings  # noqa: E402
 from buildtool.imagebuild.lock import Pins, compile_cell, read_locks  # noqa: E402
 from buildtool.imagebuild.pipconfig import HostPip, pip_secrets  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
@@ -90,8 +91,12 @@ def cold_variant(dockerfile: str, cache_id: str) -> str:
 
 
 class Bench:
-    def __init__(self, cell, client: engine.BuildClient, secret_files: dict[str, Path], tmp: Path, tag: str):
+    def __init__(self, cell, client: engine.BuildClient, secret_files: dict[str, Path], tmp: Path, tag: str,
+                 host: HostPip | None = None):
         self.cell, self.client, self.secrets, self.tmp, self.tag = cell, client, secret_files, tmp, tag
+        # The index credentials (of `host`, default this machine's pip settings, as pip_secrets reads them): masked in
+        # the build's log and errors, as the builder masks them.
+        self.log_secrets = secret_strings(host if host is not None else HostPip.from_host())
         self.base = mirror_base(cell.base, LOCAL)
         self.images: list[str] = []
 
@@ -101,7 +106,7 @@ class Bench:
         started = time.perf_counter()
         engine.build(self.client, engine.BuildRequest(
             context, context / "Dockerfile", build_args={"BASE_IMAGE": self.base, "CACHE_EPOCH": epoch}, labels={},
-            secrets=self.secrets, log_path=log, tag=ref))
+            secrets=self.secrets, log_path=log, tag=ref, log_secrets=self.log_secrets))
         elapsed = time.perf_counter() - started
         self.images.append(ref)
         size = int((engine.image_attrs(ref) or {}).get("Size", 0))
@@ -187,7 +192,7 @@ def main() -> int:
     rows: list[dict[str, float | int | bool]] = []
     with tempfile.TemporaryDirectory(prefix="bench-uv-") as tmpdir, pip_secrets(host) as pip:
         tmp = Path(tmpdir)
-        bench = Bench(cell, client, pip.files, tmp, tag)
+        bench = Bench(cell, client, pip.files, tmp, tag, host)
         try:
             for n in range(1, args.rounds + 1):
                 row: dict[str, float | int | bool] = {}

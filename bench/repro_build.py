@@ -44,8 +44,9 @@ from buildtool.common import docker_cli  # noqa: E402
 from buildtool.common.refs import split_repo  # noqa: E402
 from buildtool.imagebuild import engine, push_path, repro_config  # noqa: E402
 from buildtool.imagebuild.bases import fill_bases, push_verified  # noqa: E402
+from buildtool.imagebuild.cell_inputs import secret_strings  # noqa: E402
 from buildtool.imagebuild.contents import probe  # noqa: E402
-from buildtool.imagebuild.pipconfig import pip_secrets  # noqa: E402
+from buildtool.imagebuild.pipconfig import HostPip, pip_secrets  # noqa: E402
 from buildtool.matrix.loader import load_matrix  # noqa: E402
 from buildtool.matrix.plan import git_full_revision, mirror_base  # noqa: E402
 from buildtool.registry.client import RegistryClient, RegistryError  # noqa: E402
@@ -181,6 +182,7 @@ def main() -> int:
         fill_bases([cell], LOCAL, force=False, log=lambda line: print(line, file=sys.stderr), log_dir=Path(logs),
                    templates=ROOT / "templates")
     client = engine.resolve_build_client()
+    log_secrets = secret_strings(HostPip.from_host())   # the index credentials: masked in the builds' logs and errors
     before = set(cache_mounts())
     tag = f"repro-{secrets.token_hex(3)}"
     refs: list[str] = []
@@ -199,7 +201,7 @@ def main() -> int:
                 ref = f"{tag}/{cell.name}:{n}"
                 engine.build(client, engine.BuildRequest(
                     ctx, ctx / "Dockerfile", build_args={"BASE_IMAGE": mirror_base(cell.base, LOCAL)}, labels={},
-                    secrets=pip.files, log_path=tmp / f"{n}.log", tag=ref, no_cache=True))
+                    secrets=pip.files, log_path=tmp / f"{n}.log", tag=ref, no_cache=True, log_secrets=log_secrets))
                 refs.append(ref)
                 print(f"built {ref}", file=sys.stderr)
             probes = [probe(ROOT, ref) for ref in refs]

@@ -4,6 +4,7 @@ without a registry process. Anyone holding it can do what anyone with push acces
 
 from __future__ import annotations
 
+from email.utils import formatdate
 from typing import Any
 
 from buildtool.registry.client import OCI_MANIFEST, NotFound, RegistryError, sha256_digest
@@ -30,7 +31,17 @@ class MemRegistry:
     def ping(self) -> None:
         """It always answers."""
 
-    def request(self, method: str, path: str, **_: Any) -> Any:
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), **_: Any) -> Any:
+        """A manifest GET (the release lock's read), answered as distribution answers it, with its Date; no other
+        call."""
+        repo, manifests, ref = path.rpartition("/manifests/")
+        if method == "GET" and manifests:
+            found = self.manifests.get((repo, ref))
+            date = {"Date": formatdate(usegmt=True)}
+            if found is not None:
+                return _Answer(200, {**date, "Content-Type": found[1]}, found[0])
+            if 404 in ok:
+                return _Answer(404, date, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}')
         raise NotFound(f"{method} {path}: no such API here")
 
     def answer(self, method: str, path: str, **_: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -151,3 +152,24 @@ def test_the_clean_up_reads_every_page_of_the_registry_catalogue(monkeypatch: py
     bench_build.cleanup("bench-1234", [])
     assert deleted == ["bench-1234/plain/manifests/sha256:plain",
                        "bench-1234/pytorch-cpu-dev/manifests/sha256:pytorch-cpu-dev"]
+
+
+def test_a_failed_plain_build_never_shows_the_index_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          bench_build: ModuleType,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A failed plain `docker build` ended the bench with the last 2,000 characters of its output unmasked: pip's or
+    uv's error naming the index URL showed the host's index token. Now it is masked as the builder masks its logs."""
+    from tests import leaky_build
+
+    monkeypatch.setattr("buildtool.imagebuild.pipconfig.HostPip.from_host",
+                        classmethod(lambda cls, python=None: leaky_build.host()))
+    monkeypatch.setattr(bench_build.engine, "resolve_build_client", lambda: leaky_build.client(tmp_path))
+    monkeypatch.setattr("buildtool.imagebuild.pipconfig.answers", lambda url, cert: True)   # the index: no network
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE=debian:bookworm\nFROM ${BASE_IMAGE}\n")
+    with pytest.raises(SystemExit) as caught:
+        bench_build.plain_docker_build(tmp_path / "Dockerfile", "bench-x/y:1", True, base="127.0.0.1:5000/debian@sha")
+    message = str(caught.value)
+    assert message.startswith("docker build failed:") and "ERROR: Could not fetch https://ci:****@" in message
+    assert leaky_build.TOKEN not in message
+    printed = capsys.readouterr()
+    assert leaky_build.TOKEN not in printed.out + printed.err

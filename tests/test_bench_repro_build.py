@@ -10,7 +10,10 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
+from buildtool.imagebuild import engine as _engine
+
 LOCAL = "127.0.0.1:5000"
+REAL_BUILD = _engine.build    # before the stand-ins replace it
 
 
 @pytest.fixture
@@ -107,3 +110,33 @@ def test_keep_leaves_the_pushed_images_to_inspect(monkeypatch: pytest.MonkeyPatc
     [repo] = stand_ins.held
     assert stand_ins.deleted == []
     assert f"kept {LOCAL}/{repo} (--keep): delete its tags when done" in capsys.readouterr().err
+
+
+def test_a_failed_build_never_shows_or_writes_the_index_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                              repro_build: ModuleType, stand_ins: _Registry,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The bench built without the builder's log_secrets: a build whose output held the host's index token (pip's
+    or uv's error naming the URL) wrote it into the log and its BuildFailed message, which ends the bench. Now both
+    are masked."""
+    from buildtool.imagebuild import engine
+    from tests import leaky_build
+
+    monkeypatch.setattr("buildtool.imagebuild.pipconfig.HostPip.from_host",
+                        classmethod(lambda cls, python=None: leaky_build.host()))
+    monkeypatch.setattr(repro_build.engine, "resolve_build_client", lambda: leaky_build.client(tmp_path))
+    logs: list[str] = []
+
+    def build(client: engine.BuildClient, request: engine.BuildRequest) -> str:
+        try:
+            return REAL_BUILD(client, request)
+        finally:
+            logs.append(request.log_path.read_text(errors="replace"))
+
+    monkeypatch.setattr(repro_build.engine, "build", build)
+    monkeypatch.setattr(sys, "argv", ["repro_build.py", "--cell", "pytorch-cpu:2.13"])
+    with pytest.raises(engine.BuildFailed) as caught:
+        repro_build.main()
+    assert "****" in str(caught.value) and leaky_build.TOKEN not in str(caught.value)
+    assert logs and all("****" in log and leaky_build.TOKEN not in log for log in logs)
+    printed = capsys.readouterr()
+    assert leaky_build.TOKEN not in printed.out + printed.err

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -46,3 +46,27 @@ def test_the_build_cache_listing_names_the_cache_mounts(tmp_path: Path, monkeypa
     assert bench_uv_build.cache_mounts() == {"a1": "cached mount /run/uv/cache"}
     _client(tmp_path, monkeypatch, "echo null")
     assert bench_uv_build.cache_mounts() == {}
+
+
+def test_a_failed_build_never_shows_or_writes_the_index_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              bench_uv_build: ModuleType,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The bench built without the builder's log_secrets: a build whose output held the host's index token (pip's
+    or uv's error naming the URL) wrote it into the log and its BuildFailed message. Now both are masked."""
+    from tests import leaky_build
+
+    context, out = tmp_path / "ctx", tmp_path / "out"
+    context.mkdir()
+    out.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\n")
+    monkeypatch.setattr("buildtool.imagebuild.pipconfig.HostPip.from_host",
+                        classmethod(lambda cls, python=None: leaky_build.host()))
+    bench = bench_uv_build.Bench(SimpleNamespace(base="debian:bookworm"), leaky_build.client(tmp_path), {}, out, "t")
+    with pytest.raises(bench_uv_build.engine.BuildFailed) as caught:
+        bench.build(context, "uv", "e1")
+    assert "****" in str(caught.value) and leaky_build.TOKEN not in str(caught.value)
+    written = [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
+    assert any("****" in text for text in written)
+    assert not any(leaky_build.TOKEN in text for text in written)
+    printed = capsys.readouterr()
+    assert leaky_build.TOKEN not in printed.out + printed.err

@@ -541,3 +541,32 @@ def test_an_entry_whose_marker_is_false_for_the_locks_platform_is_refused_as_uv_
     assert str(raised.value) == said
     with pytest.raises(ValueError, match=r"numpy 2.4.6: marker 'python_full_version >> 3' is not a PEP 508 marker"):
         locks.parse_lock(text.replace('name = "numpy"\n', 'name = "numpy"\nmarker = "python_full_version >> 3"\n'))
+
+
+def test_lock_writes_nothing_of_a_cell_whose_base_is_out_of_reach(project: Path, run_cli, monkeypatch,
+                                                                  no_registry_backoff: None) -> None:
+    """`make lock` wrote a cell's new Python locks (pylock.*.toml), then stopped at its apt lock when the base could
+    not be read (exit 2), leaving the Python locks changed and the apt lock and Dockerfile not. Now a cell's locks
+    are all resolved before any file of it is written: on that failure nothing is; with the base there, all are."""
+    from buildtool.imagebuild import aptlock
+    from buildtool.registry.transport import TransportConnectionError
+    from tests.conftest import snapshot
+
+    monkeypatch.delenv("BASE_MIRROR", raising=False)
+    monkeypatch.setattr(lock, "write_uv_lock", lambda *args, **kwargs: None)
+    monkeypatch.setattr(HostPip, "from_host", classmethod(lambda cls, python=None: HostPip()))
+    monkeypatch.setattr(lock, "compile_cell", lambda cell, host, pins, **kwargs: {
+        name: _lock_text(cell, {name.split(".")[1]: "9.9.9"}, name) for name in lock.lock_paths(project, cell)})
+    monkeypatch.setattr("buildtool.registry.client.RegistryClient._send",   # the base's registry: out of reach
+                        lambda *a, **k: (_ for _ in ()).throw(TransportConnectionError("refused")))
+    matrix = str(project / "matrix.yaml")
+    before = snapshot(project)
+    code, _, err = run_cli("lock", "-f", "pytorch-cpu:2.13", "--matrix", matrix)
+    assert code == 2 and "cannot read the base " in err and "set BASE_MIRROR" in err, err
+    assert snapshot(project) == before
+    # The base reachable (its apt lock a stand-in that resolves to what is committed): the Python locks are written.
+    monkeypatch.setattr(aptlock, "lock_texts", lambda *args: {})
+    code, out, err = run_cli("lock", "-f", "pytorch-cpu:2.13", "--matrix", matrix)
+    assert code == 0, err
+    assert "wrote dockerfiles/pytorch/pytorch-cpu/2.13/pylock.tools.toml" in out
+    assert "9.9.9" in (project / "dockerfiles/pytorch/pytorch-cpu/2.13/pylock.tools.toml").read_text()

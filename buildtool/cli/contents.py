@@ -32,6 +32,7 @@ def lock(
     Needs the package index; NGC cells and apt locks also the engine, the base (BASE_MIRROR) and Debian's archive."""
     check_arguments("lock", locals())   # every argument first (issue 37)
     from buildtool.cli.generate import all_outputs
+    from buildtool.common.files import write_changed
     from buildtool.imagebuild import aptlock
     from buildtool.imagebuild.bases import fill_bases, is_loopback_registry
     from buildtool.imagebuild.lock import is_ngc, lock_cells, write_uv_lock
@@ -54,21 +55,23 @@ def lock(
                        templates=project.templates)
 
     bases = {c.key: mirror_base(c.base, settings.base_mirror) for c in cells if is_ngc(c)}
-    fill([c for c in cells if c.key in bases])
-    for result in lock_cells(project.root, cells, bases, packages, log):
-        for rel in result.changed:
-            say(f"wrote {rel}")
-        if not result.changed:
+    apt_keys = {c.key for c in cells if aptlock.has_apt_step(c)} if not packages else set()
+    fill([c for c in cells if c.key in bases or c.key in apt_keys])
+    # All or nothing per cell: its Python and apt locks are all resolved before any file of it is written (a base
+    # out of reach used to stop the apt lock after the Python locks were written, the Dockerfile not re-rendered).
+    for result in lock_cells(project.root, cells, bases, packages, log, write=False):
+        cell = next(c for c in cells if c.key == result.cell)
+        texts = dict(result.texts)
+        if cell.key in apt_keys:
+            texts.update(aptlock.lock_texts(project.root, cell, mirror_base(cell.base, settings.base_mirror), log))
+        written = write_changed(texts)
+        for path in written:
+            say(f"wrote {path.relative_to(project.root)}")
+        if not written:
             log(f"[{result.cell}] lock up to date ({result.packages} packages)")
-    apt_cells = [c for c in cells if aptlock.has_apt_step(c)] if not packages else []
-    if apt_cells:
-        fill(apt_cells)
-        for cell in apt_cells:
-            for path in aptlock.lock_cell(project.root, cell, mirror_base(cell.base, settings.base_mirror), log):
-                say(f"wrote {path.relative_to(project.root)}")
-        # The Dockerfiles pin what the apt locks say.
-        for rel in write_outputs(project.root, all_outputs(project, project.load())):
-            say(f"wrote {rel}")
+        if cell.key in apt_keys:   # the Dockerfiles pin what the apt locks say
+            for rel in write_outputs(project.root, all_outputs(project, project.load())):
+                say(f"wrote {rel}")
     log("run `make render` if you changed templates, then commit the locks with the matrix change")
 
 

@@ -394,20 +394,25 @@ def lock_text(cell: Cell, probe: Probe, resolved_in: str, platform: str | None =
 
 
 def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
-    """Resolve a pip cell's apt lock in its base, on each of its platforms, and write apt.lock, base.dpkg and
-    debs.sha256; returns what changed. On a multi-platform cell `base_ref` must be a registry reference
-    whose index has each platform's image (platform_base). Each is run by the digest the registry holds: the
-    engine may keep an older image under the base's tag (a mirror made again), a base nothing builds on."""
-    changed = []
+    """Resolve a pip cell's apt lock (lock_texts) and write apt.lock, base.dpkg and debs.sha256; returns what
+    changed."""
+    return write_changed(lock_texts(root, cell, base_ref, log))
+
+
+def lock_texts(root: Path, cell: Cell, base_ref: str, log: Log) -> dict[Path, str]:
+    """A pip cell's apt lock resolved in its base, on each of its platforms: apt.lock, base.dpkg and debs.sha256,
+    path -> text, nothing written. On a multi-platform cell `base_ref` must be a registry reference whose index has
+    each platform's image (platform_base). Each is run by the digest the registry holds: the engine may keep an
+    older image under the base's tag (a mirror made again), a base nothing builds on."""
+    texts: dict[Path, str] = {}
     for platform in cell.platforms if cell.multi_platform else (None,):
         ref = platform_base(base_ref, platform or cell.platforms[0])
         log(f"[{cell.key}] resolving its Debian packages in {ref}" + (f" ({platform})" if platform else ""))
-        texts = lock_text(cell, run_probe(ref, named_packages(cell), platform=platform), base_source(ref), platform)
+        resolved = lock_text(cell, run_probe(ref, named_packages(cell), platform=platform), base_source(ref), platform)
         # The base is reproducible (issue 52): `resolved-in` names by digest the base the image is built on, so a
         # lock resolved in another base is written again even where its packages did not move.
-        changed += write_changed(dict(zip((*paths(root, cell, platform), hashes_path(root, cell, platform)), texts,
-                                          strict=True)))
-    return changed
+        texts.update(zip((*paths(root, cell, platform), hashes_path(root, cell, platform)), resolved, strict=True))
+    return texts
 
 
 # -- drift ------------------------------------------------------------------------------------------

@@ -489,6 +489,7 @@ class LockResult:
     cell: str
     changed: list[str]
     packages: int
+    texts: dict[Path, str]     # every lock file of the cell, path -> text (written unless write=False)
 
 
 def _locked_and_known(root: Path, cell: Cell) -> tuple[dict[str, dict[str, LockFile]], set[str]]:
@@ -504,9 +505,10 @@ def _locked_and_known(root: Path, cell: Cell) -> tuple[dict[str, dict[str, LockF
 
 
 def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], packages: tuple[str, ...],
-               log: Log, host: HostPip | None = None) -> list[LockResult]:
+               log: Log, host: HostPip | None = None, write: bool = True) -> list[LockResult]:
     """Refresh the locks of `cells`: every package (no `packages`) or only the named ones.
-    `base_refs` maps NGC cells to the base reference to ask (their mirror or stand-in)."""
+    `base_refs` maps NGC cells to the base reference to ask (their mirror or stand-in). `write=False`: nothing is
+    written (and `changed` is empty); the caller writes each result's `texts`."""
     host = host if host is not None else HostPip.from_host()
     wanted = tuple(normalize(p) for p in packages)
     found = {cell.key: _locked_and_known(root, cell) for cell in cells}
@@ -530,7 +532,7 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
                 + (f" (on {', '.join(cell.platforms)})" if cell.multi_platform else ""))
             bases = platform_bases(cell, ref)
         upgrade = None if not wanted else tuple(p for p in wanted if p in known)
-        changed: list[Path] = []
+        written: dict[Path, str] = {}
         count = 0
         for platform in cell.platforms:
             if cell.multi_platform:
@@ -539,9 +541,10 @@ def lock_cells(root: Path, cells: list[Cell], base_refs: dict[str, str], package
             # this platform's files and then resolved older versions (measured: numpy 2.4.5, not 2.4.6).
             texts = compile_cell(cell, host, Pins(previous[platform], upgrade), base=bases.get(platform),
                                  log=log, platform=platform)
-            changed += write_changed({path: texts[name] for name, path in lock_paths(root, cell, platform).items()})
+            written.update({path: texts[name] for name, path in lock_paths(root, cell, platform).items()})
             count = max(count, sum(len(parse_lock(t).entries) for t in texts.values()))
-        results.append(LockResult(cell.key, [str(p.relative_to(root)) for p in changed], count))
+        changed = write_changed(written) if write else []
+        results.append(LockResult(cell.key, [str(p.relative_to(root)) for p in changed], count, written))
     return results
 
 
