@@ -249,6 +249,23 @@ def split_size(data: Any, where: str) -> tuple[Any, int | None]:
     return data, size
 
 
+def recorded_failure(verdict: Verdict, subject: str = "it") -> str:
+    """Why a verdict that does not say `failed` failed by its own record ("" when it did not, or says so): validate
+    says `failed` whenever a test failed, pytest exited non-zero or the run did not end by itself
+    (contracts.verdict.derive_result, validate.run_plan.make_verdict), so a `passed` that its results contradict is
+    no pass, whoever signed it. `subject`: what the reason calls the verdict."""
+    if verdict.result == "failed":
+        return ""
+    failed = [t.id for t in verdict.tests if t.result == "failed"]
+    if failed:
+        return f"{subject} says {verdict.result}, but {len(failed)} test(s) failed: {', '.join(failed[:3])}"
+    if verdict.pytest_exit != 0:
+        return f"{subject} says {verdict.result}, but pytest exited with {verdict.pytest_exit}"
+    if verdict.problem:
+        return f"{subject} says {verdict.result}, but the run did not end by itself ({verdict.problem[:200]})"
+    return ""
+
+
 def gpu_pass_problem(verdict: Verdict) -> str:
     """Why a `passed` verdict of a GPU cell contradicts what it records of its GPU tests ("" when it does not): a GPU
     cell (validate records whether its containers got GPUs, `runner.gpus_usable`, for a GPU cell only) is `passed`

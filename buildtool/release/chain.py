@@ -23,13 +23,12 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import Reference, parse_reference
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import DEV_SUFFIX, image_of_repo_path, parse_dev_tag
-from buildtool.contracts.verdict import gpu_pass_problem
+from buildtool.contracts.verdict import gpu_pass_problem, recorded_failure
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
 from buildtool.release.gather import unproven_attestations
 from buildtool.release.read import read_child, read_platforms
 from buildtool.sbom.signing import find_sbom_attestation, plain_sbom_problem
-from buildtool.validate.verdict_choice import recorded_failure
 from buildtool.validate.verdicts import find_verdicts
 
 if TYPE_CHECKING:

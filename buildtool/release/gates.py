@@ -19,8 +19,8 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import names_mirror_of
 from buildtool.contracts import label_keys, names, platforms, skips
 from buildtool.contracts.image_labels import ImageLabels, LabelError
-from buildtool.contracts.verdict import TestResult, Verdict
-from buildtool.validate.verdict_choice import gpus_text, inventory_problems, one_gpu_skips, recorded_failure
+from buildtool.contracts.verdict import TestResult, Verdict, recorded_failure
+from buildtool.validate.verdict_choice import gpus_text, inventory_problems, one_gpu_skips
 
 if TYPE_CHECKING:
     from buildtool.matrix.schema import Cell

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from buildtool.attest.keys import SigningKey, TrustedKeys
 from buildtool.contracts import skips
-from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict
+from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict, recorded_failure
 from buildtool.registry.client import RegistryClient
 from buildtool.validate.sbomref import validate_trust
-from buildtool.validate.verdict_choice import recorded_failure, whole_run
+from buildtool.validate.verdict_choice import whole_run
 from buildtool.validate.verdicts import Findings, Found, find_verdicts
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from buildtool.contracts import skips
 from buildtool.contracts.gpu import BUSBW_FIGURE
-from buildtool.contracts.verdict import Verdict, when
+from buildtool.contracts.verdict import Verdict, recorded_failure, when
 
 if TYPE_CHECKING:
     from buildtool.attest.referrers import Referrer
@@ -72,23 +72,6 @@ class Decision:
 def has_failure(verdict: Verdict) -> bool:
     """A failure by its summary or by its own record (recorded_failure): a `passed` over a failed test is one."""
     return verdict.result == "failed" or bool(recorded_failure(verdict))
-
-
-def recorded_failure(verdict: Verdict) -> str:
-    """Why a verdict that does not say `failed` failed by its own record ("" when it did not, or says so): validate
-    says `failed` whenever a test failed, pytest exited non-zero or the run did not end by itself
-    (contracts.verdict.derive_result, validate.run_plan.make_verdict), so a `passed` that its results contradict is
-    no pass, whoever signed it."""
-    if verdict.result == "failed":
-        return ""
-    failed = [t.id for t in verdict.tests if t.result == "failed"]
-    if failed:
-        return f"it says {verdict.result}, but {len(failed)} test(s) failed: {', '.join(failed[:3])}"
-    if verdict.pytest_exit != 0:
-        return f"it says {verdict.result}, but pytest exited with {verdict.pytest_exit}"
-    if verdict.problem:
-        return f"it says {verdict.result}, but the run did not end by itself ({verdict.problem[:200]})"
-    return ""
 
 
 def whole_run(verdict: Verdict) -> bool:
