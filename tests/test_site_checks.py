@@ -8,6 +8,7 @@ import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,15 +197,12 @@ class Boom(Exception):
     """A step of the run that failed."""
 
 
-@pytest.mark.parametrize("step", ["_run", "cell_groups"])
-def test_the_staged_tests_are_removed_however_the_run_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           step: str) -> None:
-    """validate stages image-tests with the site folder (reports/<cell>/<digest12>/tests-<run_id>); a step that
-    raises, after the staging (the run) or while planning on the staged tree, leaves no copy behind (it did)."""
+def _site_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """A project with the site folder site-acme and a local CPU image whose run is stubbed up to staging: (matrix,
+    image) for runner.validate_image."""
     from buildtool.contracts import label_keys
     from buildtool.validate import runner
     from buildtool.validate.containers import Resolved
-    from buildtool.validate.options import Options
     from buildtool.validate.probe import Inventory
 
     site(tmp_path)
@@ -215,6 +213,18 @@ def test_the_staged_tests_are_removed_however_the_run_ends(tmp_path: Path, monke
     monkeypatch.setattr(runner, "resolve", lambda *_a, **_k: image)
     monkeypatch.setattr(runner, "probe_flags", lambda _image, flags, *_a, **_k: (flags, []))
     monkeypatch.setattr("buildtool.validate.sbomref.verdict_sbom", lambda *_a: ("", "no registry"))
+    return matrix, image
+
+
+@pytest.mark.parametrize("step", ["_run", "cell_groups"])
+def test_the_staged_tests_are_removed_however_the_run_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           step: str) -> None:
+    """validate stages image-tests with the site folder (reports/<cell>/<digest12>/tests-<run_id>); a step that
+    raises, after the staging (the run) or while planning on the staged tree, leaves no copy behind (it did)."""
+    from buildtool.validate import runner
+    from buildtool.validate.options import Options
+
+    matrix, image = _site_run(tmp_path, monkeypatch)
     monkeypatch.setattr(runner, "label_checks", lambda *_a: [])
     staged: list[Path] = []
     real_groups = runner.cell_groups
@@ -241,20 +251,10 @@ def test_the_staged_tests_are_removed_however_the_run_ends(tmp_path: Path, monke
 def test_a_staging_that_fails_midway_leaves_no_partial_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Staging copies image-tests, then the site folder: a copy of the site folder that fails (a file it cannot read,
     Ctrl-C) left the half-staged reports/<cell>/<digest12>/tests-<run_id> behind, a new one each run."""
-    from buildtool.contracts import label_keys
     from buildtool.validate import runner
-    from buildtool.validate.containers import Resolved
     from buildtool.validate.options import Options
-    from buildtool.validate.probe import Inventory
 
-    site(tmp_path)
-    matrix = load_matrix(project(tmp_path, "site-acme"), REPO / "templates")
-    image = Resolved(ref="pytorch-cpu-dev:t", run_ref="pytorch-cpu-dev:t", digest="sha256:" + "a" * 64, host=None,
-                     repo=None, labels={label_keys.CELL: CPU.key})
-    monkeypatch.setattr(runner, "gpu_inventory", lambda: Inventory([], problem="nvidia-smi not found"))
-    monkeypatch.setattr(runner, "resolve", lambda *_a, **_k: image)
-    monkeypatch.setattr(runner, "probe_flags", lambda _image, flags, *_a, **_k: (flags, []))
-    monkeypatch.setattr("buildtool.validate.sbomref.verdict_sbom", lambda *_a: ("", "no registry"))
+    matrix, image = _site_run(tmp_path, monkeypatch)
     real_copy = shutil.copytree
 
     def copy(source: Path, into: Path, *args: object, **kwargs: object) -> Path:
