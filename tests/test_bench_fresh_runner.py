@@ -9,6 +9,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.tag_registry import TagRegistry
+
 
 @pytest.fixture
 def bench_fresh_runner(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -18,20 +20,6 @@ def bench_fresh_runner(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
-class _Registry:
-    """The registry's answers for the bench's two repositories; DELETEs recorded."""
-
-    def __init__(self, held: dict[str, dict[str, str]]) -> None:
-        self.held, self.deleted = held, []
-
-    def tags(self, repo: str) -> list[str]:
-        return list(self.held.get(repo, {}))
-
-    def manifest_digest(self, repo: str, tag: str) -> str | None:
-        return self.held.get(repo, {}).get(tag)
-
-    def request(self, method: str, path: str, **_: object) -> None:
-        self.deleted.append(f"{method} {path}")
 
 
 def test_a_run_that_fails_still_untags_what_it_wrote_to_the_registry(monkeypatch: pytest.MonkeyPatch,
@@ -39,7 +27,7 @@ def test_a_run_that_fails_still_untags_what_it_wrote_to_the_registry(monkeypatch
     """The previous image (pushed with its provenance and cache) and every push of the fresh arm stayed in the
     local registry under bench-fresh-runner/, which other work shares, whether the bench passed or failed."""
     dev, pushes = bench_fresh_runner.registry_repos()
-    registry = _Registry({dev: {"2.13-abc": "sha256:" + "a" * 64, "sha256-" + "a" * 64: "sha256:" + "b" * 64},
+    registry = TagRegistry({dev: {"2.13-abc": "sha256:" + "a" * 64, "sha256-" + "a" * 64: "sha256:" + "b" * 64},
                           pushes: {"engine-1": "sha256:" + "c" * 64}})
     for name in ("stop_engine", "remove_bridge", "empty_engine"):
         monkeypatch.setattr(bench_fresh_runner, name, lambda: None)

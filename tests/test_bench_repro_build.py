@@ -11,6 +11,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from buildtool.imagebuild import engine as _engine
+from tests.tag_registry import TagRegistry
 
 LOCAL = "127.0.0.1:5000"
 REAL_BUILD = _engine.build    # before the stand-ins replace it
@@ -46,27 +47,12 @@ def test_a_failed_push_still_removes_the_push_tag(tmp_path: Path, monkeypatch: p
     assert calls == [("tag", "repro-1/x:1", "127.0.0.1:5000/repro-1/x:1"), ("untag", "127.0.0.1:5000/repro-1/x:1")]
 
 
-class _Registry:
-    """The local registry's tags of the run's repository (what push_both wrote); DELETEs recorded."""
-
-    def __init__(self) -> None:
-        self.held: dict[str, dict[str, str]] = {}
-        self.deleted: list[str] = []
-
-    def tags(self, repo: str) -> list[str]:
-        return list(self.held.get(repo, {}))
-
-    def manifest_digest(self, repo: str, tag: str) -> str | None:
-        return self.held.get(repo, {}).get(tag)
-
-    def request(self, method: str, path: str, **_: object) -> None:
-        self.deleted.append(f"{method} {path}")
 
 
 @pytest.fixture
-def stand_ins(monkeypatch: pytest.MonkeyPatch, repro_build: ModuleType) -> _Registry:
+def stand_ins(monkeypatch: pytest.MonkeyPatch, repro_build: ModuleType) -> TagRegistry:
     """Every engine call of main() up to its pushes; the pushes write the first build's tags, then fail."""
-    registry = _Registry()
+    registry = TagRegistry()
     monkeypatch.setattr(repro_build, "fill_bases", lambda *args, **kwargs: None)
     monkeypatch.setattr(repro_build, "cache_mounts", lambda: {})
     monkeypatch.setattr(repro_build.engine, "resolve_build_client", lambda: object())
@@ -91,7 +77,7 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch, repro_build: ModuleType) -> _Regi
 
 def test_the_pushed_images_leave_the_registry_however_the_bench_ends(monkeypatch: pytest.MonkeyPatch,
                                                                       repro_build: ModuleType,
-                                                                      stand_ins: _Registry) -> None:
+                                                                      stand_ins: TagRegistry) -> None:
     """Both pushes (and their cache tags) stayed in the shared local registry's repro-<hex>/<image> after every run,
     passed or failed; nothing read them after the bench, which prints their digests."""
     monkeypatch.setattr(sys, "argv", ["repro_build.py", "--cell", "pytorch-cpu:2.13"])
@@ -103,7 +89,7 @@ def test_the_pushed_images_leave_the_registry_however_the_bench_ends(monkeypatch
 
 
 def test_keep_leaves_the_pushed_images_to_inspect(monkeypatch: pytest.MonkeyPatch, repro_build: ModuleType,
-                                                  stand_ins: _Registry, capsys: pytest.CaptureFixture[str]) -> None:
+                                                  stand_ins: TagRegistry, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(sys, "argv", ["repro_build.py", "--keep"])
     with pytest.raises(SystemExit, match="failed"):
         repro_build.main()
@@ -113,7 +99,7 @@ def test_keep_leaves_the_pushed_images_to_inspect(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_failed_build_never_shows_or_writes_the_index_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                              repro_build: ModuleType, stand_ins: _Registry,
+                                                              repro_build: ModuleType, stand_ins: TagRegistry,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """The bench built without the builder's log_secrets: a build whose output held the host's index token (pip's
     or uv's error naming the URL) wrote it into the log and its BuildFailed message, which ends the bench. Now both
