@@ -74,8 +74,9 @@ def plain_docker_build(dockerfile: Path, tag: str, no_cache: bool, *, base: str 
         for sid, path in sorted(files.items()):
             argv += ["--secret", f"id={sid},src={path}"]
         started = time.perf_counter()
-        run = subprocess.run([*argv, str(context or dockerfile.parent)], capture_output=True, text=True, timeout=7200,
-                             env={**os.environ, **dict(client.env)})
+        # One stream, in order: --progress=plain writes the progress and the failing step's error on stderr.
+        run = subprocess.run([*argv, str(context or dockerfile.parent)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=7200, env={**os.environ, **dict(client.env)})
         elapsed = time.perf_counter() - started
     if run.returncode != 0:   # its tail with the index credentials masked, as the builder masks its logs
         raise SystemExit(f"docker build{f' --platform {platform}' if platform else ''} failed:\n"
@@ -206,7 +207,8 @@ def main() -> None:
     matrix = load_matrix(ROOT / "matrix.yaml", ROOT / "templates")
     cell = next((c for c in matrix.cells if c.key == args.cell), None)
     if cell is None:
-        raise SystemExit(f"unknown cell {args.cell}")
+        parser.exit(2, f"--cell {args.cell}: not a cell of matrix.yaml (cells: "
+                       f"{', '.join(c.key for c in matrix.cells)})\n")
     namespace = f"bench-{secrets.token_hex(4)}"
     env = {"REGISTRY": f"{LOCAL}/{namespace}", "BASE_MIRROR": LOCAL}
     local_tags: list[str] = []

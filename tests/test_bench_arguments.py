@@ -59,6 +59,7 @@ def test_a_run_count_below_one_is_refused_in_one_line(name: str, argv: list[str]
 @pytest.mark.parametrize(("name", "argv", "said"), [
     ("bench_platforms", ["--cell", "nope:1"], "--cell nope:1: not a cell of matrix.yaml; name one built for two "),
     ("bench_platforms", ["--cell", "pytorch-cpu:2.13"], "pytorch-cpu:2.13 is built for linux/amd64 only"),
+    ("bench_build", ["--cell", "nope:1"], "--cell nope:1: not a cell of matrix.yaml (cells: "),
     ("bench_cold_import", ["img:1"], "img:1: give IMAGE=MODULE (the image, and the module to import in it)"),
     ("bench_cold_import", ["img:1=torch", "img:2="], "img:2=: give IMAGE=MODULE"),
     ("bench_cold_import", ["=torch"], "=torch: give IMAGE=MODULE"),
@@ -67,7 +68,8 @@ def test_an_unknown_cell_or_an_image_with_no_module_is_refused_in_one_line(name:
                                                                            monkeypatch: pytest.MonkeyPatch,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """bench_platforms' `[cell] = [...]` ended an unknown --cell in ValueError (and a one-platform cell in exit 1);
-    bench_cold_import unpacked IMAGE without =MODULE as a pair (ValueError), after its first images had run."""
+    bench_cold_import unpacked IMAGE without =MODULE as a pair (ValueError), after its first images had run;
+    bench_build's unknown --cell exited 1 as if a build had failed."""
     assert run_bench(name, argv, monkeypatch) == 2
     err = capsys.readouterr().err
     assert err.startswith(said) and err.count("\n") == 1, err

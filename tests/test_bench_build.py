@@ -173,3 +173,26 @@ def test_a_failed_plain_build_never_shows_the_index_token(monkeypatch: pytest.Mo
     assert leaky_build.TOKEN not in message
     printed = capsys.readouterr()
     assert leaky_build.TOKEN not in printed.out + printed.err
+
+
+def test_a_failed_plain_build_shows_the_tail_of_what_buildkit_wrote(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                     bench_build: ModuleType) -> None:
+    """`docker build --progress=plain` writes its progress and the failing step's error on stderr, nothing on stdout:
+    the bench ended a failed build with the tail of stdout, an empty message. Now both streams, masked."""
+    from buildtool.imagebuild.engine import BuildClient
+    from tests import leaky_build
+
+    script = tmp_path / "plain-build.py"
+    script.write_text("import sys\nprint('#5 ERROR: process \"/bin/sh -c pip install torch\" did not complete "
+                      f"successfully: exit code: 1 ({leaky_build.INDEX})', file=sys.stderr)\nsys.exit(1)\n")
+    monkeypatch.setattr("buildtool.imagebuild.pipconfig.HostPip.from_host",
+                        classmethod(lambda cls, python=None: leaky_build.host()))
+    monkeypatch.setattr(bench_build.engine, "resolve_build_client",
+                        lambda: BuildClient((sys.executable, str(script)), (), "buildx"))
+    monkeypatch.setattr("buildtool.imagebuild.pipconfig.answers", lambda url, cert: True)   # the index: no network
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE=debian:bookworm\nFROM ${BASE_IMAGE}\n")
+    with pytest.raises(SystemExit) as caught:
+        bench_build.plain_docker_build(tmp_path / "Dockerfile", "bench-x/y:1", True, base="127.0.0.1:5000/debian@sha")
+    message = str(caught.value)
+    assert 'did not complete successfully: exit code: 1 (https://ci:****@' in message, message
+    assert leaky_build.TOKEN not in message
