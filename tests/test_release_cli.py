@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.cli.release import print_report
+from buildtool.cli.release_run import print_report
 from buildtool.release.promote import ImageRelease, ReleaseReport
 
 

@@ -98,7 +98,3 @@ def _json_error(args: list[str], message: str, code: int) -> None:
         return
     # The keys a release's document always has, plus why there is no report.
     emit_json({"ok": False, "error": message, "exit_code": code, "release": None, "status": {}})
-
-
-if __name__ == "__main__":
-    main()

@@ -100,7 +100,7 @@ def build(
     cells = loaded.select(framework)
     settings = Settings.from_env()
     revision = project.revision(revision)
-    plans = plan_matrix(loaded, cells, settings, revision)
+    plans = plan_matrix(cells, settings, revision)
     # A --log-dir given is the current folder's, as every path option; left out, the project's build-logs/.
     log_dir = project.root / "build-logs" if log_dir is None else log_dir.absolute()
     named = tuple(dict.fromkeys(p.strip() for item in platform or [] for p in item.split(",") if p.strip()))

@@ -15,7 +15,6 @@ from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
     from buildtool.attest.keys import TrustedKeys
-    from buildtool.matrix.schema import Cell
 
 
 def lock(
@@ -47,16 +46,13 @@ def lock(
         changed = write_uv_lock(project.templates)
         if changed:
             say(f"wrote {changed.relative_to(project.root)}")
-
-    def fill(chosen: list[Cell]) -> None:
-        """As `build` does: the bases (NGC stand-ins, Debian) are made in a local mirror when missing."""
-        if chosen and settings.base_mirror and is_loopback_registry(settings.base_mirror):
-            fill_bases(chosen, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs",
-                       templates=project.templates)
-
     bases = {c.key: mirror_base(c.base, settings.base_mirror) for c in cells if is_ngc(c)}
     apt_keys = {c.key for c in cells if aptlock.has_apt_step(c)} if not packages else set()
-    fill([c for c in cells if c.key in bases or c.key in apt_keys])
+    # As `build` does: the bases (NGC stand-ins, Debian) are made in a local mirror when missing.
+    chosen = [c for c in cells if c.key in bases or c.key in apt_keys]
+    if chosen and settings.base_mirror and is_loopback_registry(settings.base_mirror):
+        fill_bases(chosen, settings.base_mirror, force=False, log=log, log_dir=project.root / "build-logs",
+                   templates=project.templates)
     # All or nothing per cell: its Python and apt locks are all resolved before any file of it is written (a base
     # out of reach used to stop the apt lock after the Python locks were written, the Dockerfile not re-rendered).
     for result in lock_cells(project.root, cells, bases, packages, log, write=False):

@@ -177,10 +177,9 @@ def plan(
     from buildtool.matrix.plan import Settings, plan_matrix
 
     project = find_project(matrix)
-    loaded = project.load()
-    cells = loaded.select(framework)
+    cells = project.load().select(framework)
     settings, revision = Settings.from_env(), project.revision(revision)
-    plans = plan_matrix(loaded, cells, settings, revision, release)
+    plans = plan_matrix(cells, settings, revision, release)
     if release != "{release}":
         from buildtool.common.errors import UserError
         from buildtool.contracts.names import TAG_RE
@@ -201,7 +200,7 @@ def plan(
         if normal != release:
             err.print(f"note: --release {release} is release {normal} (PEP 440 normal form, as `buildtool release` "
                       f"writes it); its tags use {normal}", markup=False, highlight=False)
-            plans = plan_matrix(loaded, cells, settings, revision, normal)
+            plans = plan_matrix(cells, settings, revision, normal)
     if as_json:
         # Straight to the stream: rich's rendering of a big matrix's JSON takes seconds.
         stdout.file.write(json.dumps({"include": [p.to_json() for p in plans]}, indent=2) + "\n")

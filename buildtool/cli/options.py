@@ -20,7 +20,6 @@ __all__ = ["FrameworkOption", "JsonOption", "MatrixOption", "Project", "Revision
            "err", "find_project", "log", "out", "path_of", "say"]
 
 
-
 FrameworkOption = Annotated[
     str | None,
     typer.Option("--framework", "-f", envvar="FRAMEWORK",

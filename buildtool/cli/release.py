@@ -12,7 +12,6 @@ from typing import Annotated, Any
 import typer
 
 from buildtool.cli.console import path_of
-from buildtool.cli.release_run import print_report  # noqa: F401 - the table, for callers of this module
 from buildtool.contracts.arguments import RELEASE_OPTIONS, Option
 
 _TYPES = {"value": str | None, "append": list[str] | None, "flag": bool}

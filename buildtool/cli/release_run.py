@@ -181,21 +181,19 @@ def _check_release_files(project: Project, version: str, writes: bool = False) -
     a checkout where the release files cannot be written (read-only, a file in the way): before any tag moves."""
     from packaging.version import InvalidVersion, Version
 
-    from buildtool.contracts.releases import RELEASES_DIR
+    from buildtool.contracts.releases import RELEASES_DIR, latest_by_cell
     from buildtool.release.gates import spelling_problems
 
+    folder = project.root / RELEASES_DIR
     released = {}
-    for path in (project.root / RELEASES_DIR).glob("*.json"):
+    for path in folder.glob("*.json"):
         try:
             released[Version(path.stem)] = str(path.relative_to(project.root))
         except InvalidVersion:
             continue
     for problem in spelling_problems(version, released, "this project"):
         raise UserError(problem)
-    from buildtool.contracts.releases import latest_by_cell
-
     latest_by_cell(project.root)   # the catalogue reads every release manifest: one it cannot is refused before any tag
-    folder = project.root / RELEASES_DIR
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if writes and not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
         raise UserError(f"cannot write the release files into {folder} ({existing} is "

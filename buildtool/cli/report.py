@@ -63,8 +63,7 @@ def _fetch(verdicts: Path, framework: str | None, revision: str | None, matrix: 
     from buildtool.report.verdict_files import save_verdicts
 
     project = find_project(matrix)
-    loaded = project.load()
-    plans = plan_matrix(loaded, loaded.select(framework), Settings.from_env(), project.revision(revision))
+    plans = plan_matrix(project.load().select(framework), Settings.from_env(), project.revision(revision))
     # The verdicts release would count: signed by a trusted key, or by this machine's dev key where every image is in
     # a loopback registry (a report is a view, not a gate: a local run shows its own verdicts). As validate, verify
     # and release: on a shared registry a dev key is anyone's, and what it signed is no runner's verdict.

@@ -26,7 +26,7 @@ from buildtool.contracts import names
 from buildtool.contracts.names import DEFAULT_REGISTRY
 
 if TYPE_CHECKING:
-    from buildtool.matrix.schema import Cell, Matrix, Run
+    from buildtool.matrix.schema import Cell, Run
 
 
 @dataclass(frozen=True)
@@ -246,9 +246,7 @@ def plan_cell(cell: Cell, settings: Settings, revision: str, release: str = "{re
     )
 
 
-def plan_matrix(matrix: Matrix, cells: list[Cell], settings: Settings, revision: str,
-                release: str = "{release}") -> list[CellPlan]:
-    del matrix  # the cells carry everything; kept for a stable call shape
+def plan_matrix(cells: list[Cell], settings: Settings, revision: str, release: str = "{release}") -> list[CellPlan]:
     return [plan_cell(cell, settings, revision, release) for cell in cells]
 
 

@@ -1,12 +1,8 @@
-"""The version matrix: its schema (the models every value is validated by), the cell, and the loader.
-Expanding the document into cells is buildtool.matrix.cells; turning pydantic's errors into one located line
-is buildtool.matrix.loader.
+"""The version matrix's schema (the models every value is validated by), the cell and the matrix of cells.
 
-`matrix.yaml` declares images; each image has one or more versions, and a cell is one
-image at one version. Values are declared once and inherited: `defaults` < image < version.
-Mappings merge key by key (so a version can change one package pin); lists and scalars
-replace. Every error names file, line and key, and nothing is written before the matrix
-is known to be good.
+`matrix.yaml` declares images; each image has one or more versions, and a cell is one image at one version,
+its values declared once and inherited, `defaults` < image < version (merged by buildtool.matrix.cells; pydantic's
+errors turned into one located line by buildtool.matrix.loader).
 """
 
 from __future__ import annotations
@@ -225,7 +221,6 @@ class ValidateSettings(_Strict):
 
 # field of ValidateSettings -> (lowest, highest, unit)
 _BOUNDS = {"emulation_factor": (1, MAX_EMULATION_FACTOR, ""), "deadline_s": (60, runprofile.MAX_DEADLINE_S, " seconds")}
-# -- end of the validate block ------------------------------------------------------------------
 
 
 class CellFields(_Strict):

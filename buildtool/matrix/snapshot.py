@@ -75,11 +75,10 @@ def cache_dir() -> Path:
     return cache_root() / "matrix"
 
 
-def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Path | None = None) -> str:
+def snapshot_key(matrix_path: Path, templates: Path, display: str) -> str:
     """The snapshot's name; "" (no snapshot) when the matrix is not a readable regular file or a folder
     it depends on cannot be listed, so the real load reports that (a directory, a pipe or /dev/zero is never
-    read here).
-    `tests_dir`: the image-tests folder whose group folders the load checks (default: beside the matrix)."""
+    read here)."""
     digest = hashlib.sha256(f"v{_VERSION}\0{display}\0".encode())
     try:
         if not matrix_path.is_file():
@@ -87,7 +86,7 @@ def snapshot_key(matrix_path: Path, templates: Path, display: str, tests_dir: Pa
         digest.update(matrix_path.read_bytes())
     except OSError:
         return ""
-    tests_dir = tests_dir if tests_dir is not None else matrix_path.parent / "image-tests"
+    tests_dir = matrix_path.parent / "image-tests"   # whose group folders the load checks
     try:   # a folder that cannot be listed: no snapshot, the real load reports it
         names = sorted(str(p.relative_to(templates)) for p in templates.rglob("*") if p.is_file()) \
             if templates.is_dir() else []

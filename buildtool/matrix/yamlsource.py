@@ -347,11 +347,6 @@ _HINTS = (
 _QUOTED = {'"': re.compile(r'"(?:[^"\\]|\\.)*+"'), "'": re.compile(r"'(?:[^']|'')*+'")}
 
 
-def _closing_quote(line: str, start: int) -> int | None:
-    match = _QUOTED[line[start]].match(line, start)
-    return match.end() - 1 if match else None
-
-
 def _quote_problem(text: str, upto: int) -> tuple[int, str] | None:
     """A quote YAML misread, the usual cause of a syntax error lines later: the first line
     before `upto` where a quoted value opens and does not close, or text after a closing
@@ -362,13 +357,13 @@ def _quote_problem(text: str, upto: int) -> tuple[int, str] | None:
             char = line[i]
             starts_value = prev in ("", "[", "{", ",", "?") or (prev in (":", "-") and spaced)
             if char in "\"'" and starts_value:
-                end = _closing_quote(line, i)
-                if end is None:
+                closed = _QUOTED[char].match(line, i)
+                if closed is None:
                     return (number, "unclosed") if number < upto else None
-                rest = line[end + 1:].lstrip()
+                rest = line[closed.end():].lstrip()
                 if number == upto and rest and rest[0] not in ",]}#:":
                     return number, "after"
-                i, prev, spaced = end + 1, "x", False
+                i, prev, spaced = closed.end(), "x", False
                 continue
             if char == "#" and (i == 0 or line[i - 1] in " \t"):
                 break
