@@ -61,3 +61,23 @@ def test_build_log_dir_is_the_current_folders(project: Path, run_cli, monkeypatc
         code, _, err = run_cli("build", "-f", "pytorch-cpu:2.13", "--matrix", str(project / "matrix.yaml"), *args)
         assert code == 0, err
     assert seen == [(project / "docs" / "logs").resolve(), (project / "build-logs").resolve()]
+
+
+def test_a_failed_run_names_the_folder_its_reports_went_to(project: Path, run_cli,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """From docs/ without --reports, the reports went to <root>/reports and the failure said `see reports under
+    reports/`, which from docs/ is a folder that does not exist."""
+    from buildtool.cli import validate
+    from buildtool.validate import runner
+
+    monkeypatch.setattr(runner, "validate_image", lambda ref, loaded, root, options, log, platform: {
+        "image": ref, "result": "failed", "tests": [], "incomplete": []})
+    monkeypatch.setattr(validate, "_ref_platforms", lambda ref, wanted: [None])
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    (project / "docs").mkdir(exist_ok=True)
+    monkeypatch.chdir(project / "docs")
+    for args, folder in (([], project / "reports"), (["--reports", "out"], project / "docs" / "out")):
+        code, out, err = run_cli("validate", "127.0.0.1:5000/foreign:1", "--no-store", "--json",
+                                 "--matrix", str(project / "matrix.yaml"), *args)
+        assert code == 1, err
+        assert f"see reports under {folder.resolve()}/" in " ".join(err.split()), err

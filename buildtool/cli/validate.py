@@ -159,7 +159,7 @@ def validate(
     with using(tsa), _writing_reports(folder):
         verdicts = [validate_image(ref, loaded, project.root, options, log, one)
                     for ref in refs for one in _ref_platforms(ref, wanted)]
-    _report(verdicts, as_json, reports or Path("reports"))
+    _report(verdicts, as_json, folder)
 
 
 @contextmanager
