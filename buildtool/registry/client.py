@@ -42,6 +42,7 @@ from urllib.parse import urljoin, urlsplit
 
 from buildtool.common import refs
 from buildtool.common.errors import FailedError
+from buildtool.common.urls import no_netrc
 from buildtool.registry import answers, tools
 from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
 from buildtool.registry.call_errors import (
@@ -103,11 +104,6 @@ def _hashed(body: bytes, digest: str) -> str:
     return f"{algorithm}:{hashlib.new(algorithm, body).hexdigest()}" if algorithm in ("sha256", "sha512") else ""
 
 
-def _no_netrc(request: Any) -> Any:
-    """requests' auth hook that leaves a request as this client made it (see RegistryClient.session)."""
-    return request
-
-
 @dataclass
 class RetryPolicy:
     attempts: int = 5
@@ -157,7 +153,7 @@ class RegistryClient:
             # An auth of the session's own, which adds nothing: requests otherwise sends ~/.netrc's entry for a host
             # (its `default` entry for any host) in place of the Authorization header this client chose, to the
             # storage a blob redirects to and to token servers too. Proxies and REQUESTS_CA_BUNDLE are still read.
-            self._session.auth = _no_netrc
+            self._session.auth = no_netrc
             self._transient += (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                                 requests.exceptions.ContentDecodingError)
             self._tls_errors = (requests.exceptions.SSLError,)
