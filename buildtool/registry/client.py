@@ -396,11 +396,6 @@ class RegistryClient:
         self._download(repo, digest, buffer)
         return buffer.getvalue()
 
-    def download_blob(self, repo: str, digest: str, path: Path) -> None:
-        """A blob into the file `path` (large blobs never held in memory), checked against its digest."""
-        with path.open("w+b") as out:
-            self._download(repo, digest, out)
-
     def _download(self, repo: str, digest: str, out: io.BytesIO | io.BufferedRandom) -> None:
         """GET a blob into `out` and check it against its digest. A body cut off part way (a connection reset, on
         the registry or on the storage host it redirects to) is asked for again from the first missing byte
@@ -529,7 +524,8 @@ class RegistryClient:
                     return "present"
                 with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
                     copied = Path(folder) / "blob"
-                    self.download_blob(from_repo, digest, copied)
+                    with copied.open("w+b") as out:     # a large blob is never held in memory
+                        self._download(from_repo, digest, out)
                     self._upload(repo, copied, digest, session)
                     unless_uploaded.pop_all()
             except NotFound:

@@ -34,16 +34,8 @@ class Child:
         return dict((self.config.get("config") or {}).get("Labels") or {})
 
 
-def _config_platform(config: dict[str, Any], where: str) -> platforms.Platform:
-    try:
-        return platforms.from_descriptor({"os": config.get("os"), "architecture": config.get("architecture")})
-    except platforms.UnknownPlatform:
-        raise RegistryError(f"{where}: image config says {config.get('os')}/{config.get('architecture')}, "
-                            f"a platform none of {', '.join(platforms.KNOWN)}") from None
-
-
 def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, Any], media_type: str,
-           size: int, where: str) -> tuple[Child, platforms.Platform]:
+           size: int, where: str) -> Child:
     if "config" not in manifest:
         raise RegistryError(f"{where} is not an image manifest (no config)")
     blob = manifest["config"]["digest"]
@@ -56,8 +48,12 @@ def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, A
         # Anyone who may push can write one; Child.labels and the platform check read it as an image config.
         raise RegistryError(f"{where}: its config {blob} is not an image config (a JSON object whose config.Labels, "
                             "where present, is an object)")
-    found = _config_platform(config, where)
-    return Child(found.name, digest, media_type or manifest.get("mediaType", OCI_MANIFEST), size, config), found
+    try:
+        found = platforms.from_descriptor({"os": config.get("os"), "architecture": config.get("architecture")}).name
+    except platforms.UnknownPlatform:
+        raise RegistryError(f"{where}: image config says {config.get('os')}/{config.get('architecture')}, "
+                            f"a platform none of {', '.join(platforms.KNOWN)}") from None
+    return Child(found, digest, media_type or manifest.get("mediaType", OCI_MANIFEST), size, config)
 
 
 def read_children(client: RegistryClient, repo: str, ref: str, *, strict: bool = False) -> dict[str, Child]:
@@ -72,7 +68,7 @@ def read_children(client: RegistryClient, repo: str, ref: str, *, strict: bool =
     manifest = json.loads(body)
     where = f"{repo}:{ref}"
     if not _is_index(manifest, media_type):
-        child, _ = _image(client, repo, digest, manifest, media_type, len(body), where)
+        child = _image(client, repo, digest, manifest, media_type, len(body), where)
         return {child.platform: child}
     return _entries(client, repo, manifest, where, strict)
 
@@ -114,9 +110,9 @@ def _entries(client: RegistryClient, repo: str, manifest: dict[str, Any], where:
         child_manifest = json.loads(child_body)
         if _is_index(child_manifest, child_type):
             raise RegistryError(f"{child_where} is itself an index")
-        child, found = _image(client, repo, child_digest, child_manifest, child_type, len(child_body), child_where)
-        if found != wanted:
-            raise RegistryError(f"{child_where}: index says {wanted.name}, its config says {found.name}")
+        child = _image(client, repo, child_digest, child_manifest, child_type, len(child_body), child_where)
+        if child.platform != wanted.name:
+            raise RegistryError(f"{child_where}: index says {wanted.name}, its config says {child.platform}")
         children[wanted.name] = child
     return children
 
@@ -129,9 +125,9 @@ def platform_manifest(client: RegistryClient, repo: str, ref: str, platform: str
     body, media_type, digest = client.get_manifest(repo, ref)
     manifest = json.loads(body)
     if not _is_index(manifest, media_type):
-        child, found = _image(client, repo, digest, manifest, media_type, len(body), f"{repo}:{ref}")
-        if found.name != wanted:
-            raise PlatformMissing(f"{repo}:{ref} is a single {found.name} image, not {wanted}; make the base for "
+        child = _image(client, repo, digest, manifest, media_type, len(body), f"{repo}:{ref}")
+        if child.platform != wanted:
+            raise PlatformMissing(f"{repo}:{ref} is a single {child.platform} image, not {wanted}; make the base for "
                                 f"{wanted} (`make bases`)")
         return child.digest, child.config
     children = _entries(client, repo, manifest, f"{repo}:{ref}", strict=False)
