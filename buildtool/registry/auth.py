@@ -257,10 +257,7 @@ class HostAuth:
     def _cached(self, needed: frozenset[Triple]) -> Token | None:
         now = self._clock()
         self._tokens = [(t, life) for t, life in self._tokens if t.fresh(now, life)]
-        for token, _life in reversed(self._tokens):
-            if needed <= token.scopes:
-                return token
-        return None
+        return next((token for token, _life in reversed(self._tokens) if needed <= token.scopes), None)
 
     def on_unauthorized(self, response: Response, needed: frozenset[Triple], sent: str | None) -> frozenset[Triple]:
         """A 401: learn the scheme and get what the next try needs (returned: the scopes it asks a token
