@@ -40,13 +40,9 @@ SBOM_PREDICATE = "https://cyclonedx.org/bom"
 ENVELOPE_TITLE = "sbom.intoto.jsonl"
 
 
-def canonical(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
-
-
 def sbom_digest(document: dict[str, Any]) -> str:
     """What a verdict names: sha256 of the document's canonical bytes (see the module)."""
-    return sha256_digest(canonical(document))
+    return sha256_digest(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
 
 
 def envelope_bytes(repository: str, digest: str, document: dict[str, Any], key: PrivateKey) -> bytes:
