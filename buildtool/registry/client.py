@@ -14,14 +14,10 @@ DL_IMAGES_INSECURE_REGISTRIES: buildtool.registry.tools) are spoken to over the 
 (buildtool.registry.transport), https ones through `requests`, imported only then, trusting the
 CA in /etc/docker/certs.d/HOST[:PORT]/ as docker does.
 
-As large registries behave (docs/registries.md): tag lists are read page by page, following
-`Link: <...>; rel="next"` (relative or absolute, same origin, at most LIST_PAGES pages); a blob read
-that a connection reset cuts off on any host (the registry, or the storage it redirects to) is resumed
-with a Range request from the last byte received (restarted when the host ignores Range); a
-cross-repository mount the registry declines (202 and an upload session) is completed by copying the
-blob through this machine; a manifest PUT whose answer carries `OCI-Subject` is remembered, so
-buildtool.attest.referrers writes the fallback index only where the registry did not index the
-subject itself.
+As large registries behave (docs/registries.md, "As hosted registries behave"): tag lists are read page by page
+(`pages`), a blob read cut off part way is resumed with a Range request (`_download`), a declined cross-repository
+mount is completed by copying the blob through this machine (`mount_blob`), and a manifest PUT answered with
+`OCI-Subject` is remembered (`subject_indexed`) for buildtool.attest.referrers.
 """
 
 from __future__ import annotations
