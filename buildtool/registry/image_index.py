@@ -64,13 +64,18 @@ def read_children(client: RegistryClient, repo: str, ref: str, *, strict: bool =
     unknown/unknown attestations) are left out of a base's index: they are not images this project builds
     or runs. `strict` (an index this project made: a dev tag) refuses them instead, but for BuildKit's
     attestation entries: an image there that nobody validates must never pass unseen."""
+    return _read_tag(client, repo, ref, strict)[0]
+
+
+def _read_tag(client: RegistryClient, repo: str, ref: str, strict: bool) -> tuple[dict[str, Child], bool]:
+    """read_children's images, and whether the tag holds an index."""
     body, media_type, digest = client.get_manifest(repo, ref)
     manifest = json.loads(body)
     where = f"{repo}:{ref}"
-    if not _is_index(manifest, media_type):
-        child = _image(client, repo, digest, manifest, media_type, len(body), where)
-        return {child.platform: child}
-    return _entries(client, repo, manifest, where, strict)
+    if _is_index(manifest, media_type):
+        return _entries(client, repo, manifest, where, strict), True
+    child = _image(client, repo, digest, manifest, media_type, len(body), where)
+    return {child.platform: child}, False
 
 
 def read_index(client: RegistryClient, repo: str, ref: str) -> dict[str, Child] | None:
@@ -122,18 +127,11 @@ def platform_manifest(client: RegistryClient, repo: str, ref: str, platform: str
 
     A single image of another platform, or an index without one of `platform`, is an error naming both."""
     wanted = platforms.get(platform).name
-    body, media_type, digest = client.get_manifest(repo, ref)
-    manifest = json.loads(body)
-    if not _is_index(manifest, media_type):
-        child = _image(client, repo, digest, manifest, media_type, len(body), f"{repo}:{ref}")
-        if child.platform != wanted:
-            raise PlatformMissing(f"{repo}:{ref} is a single {child.platform} image, not {wanted}; make the base for "
-                                f"{wanted} (`make bases`)")
-        return child.digest, child.config
-    children = _entries(client, repo, manifest, f"{repo}:{ref}", strict=False)
+    children, is_index = _read_tag(client, repo, ref, strict=False)
     if wanted not in children:
-        raise PlatformMissing(f"{repo}:{ref} is an index of {', '.join(sorted(children)) or 'no known platform'}, "
-                            f"without {wanted}; make the base for {wanted} (`make bases`)")
+        held = ", ".join(sorted(children)) or "no known platform"
+        what = f"an index of {held}, without {wanted}" if is_index else f"a single {held} image, not {wanted}"
+        raise PlatformMissing(f"{repo}:{ref} is {what}; make the base for {wanted} (`make bases`)")
     return children[wanted].digest, children[wanted].config
 
 
