@@ -146,9 +146,8 @@ class RegistryClient:
             import requests
 
             self._session = requests.Session()
-            # An auth of the session's own, which adds nothing: requests otherwise sends ~/.netrc's entry for a host
-            # (its `default` entry for any host) in place of the Authorization header this client chose, to the
-            # storage a blob redirects to and to token servers too. Proxies and REQUESTS_CA_BUNDLE are still read.
+            # No ~/.netrc login (no_netrc) in place of the header this client chose, nor to the storage a blob
+            # redirects to, nor to token servers. Proxies and REQUESTS_CA_BUNDLE are still read.
             self._session.auth = no_netrc
             self._transient += (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                                 requests.exceptions.ContentDecodingError)
@@ -173,7 +172,7 @@ class RegistryClient:
             return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, sink=sink)
         self._prepare_tls(url)
         with data.open("rb") if isinstance(data, Path) else contextlib.nullcontext(data) as body:
-            # Streamed, and read by _streamed: a body cut off after the answer began (a reset, a TLS connection
+            # Streamed, and read by answers.streamed: a body cut off after the answer began (a reset, a TLS connection
             # closed without its close_notify) is then told apart from a handshake that failed.
             response = self.session.request(method, url, headers=headers, data=body, timeout=self.retry.timeout,
                                             allow_redirects=False, stream=True)
