@@ -32,7 +32,6 @@ _PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 # Docker's tag grammar, the only copy (contracts.names builds its tags against it).
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
-_SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # An image ID: distribution's ParseNormalizedNamed refuses it as a name ("cannot specify 64-byte hexadecimal strings").
 _IDENTIFIER_RE = re.compile(r"[a-f0-9]{64}\Z")
 # The algorithms a digest may name and their lengths in hex, as distribution's digest.Parse takes them (go-digest's
@@ -120,8 +119,6 @@ def parse_reference(text: str) -> Reference:
         if not _DIGEST_RE.match(digest):
             raise ReferenceError(f"{shown(text)}: digest {shown(digest)} is not algorithm:hex "
                                  "(e.g. sha256:<64 hex digits>)")
-        if digest.startswith("sha256:") and not _SHA256_RE.match(digest):
-            raise ReferenceError(f"{shown(text)}: a sha256 digest has 64 lower-case hex digits")
         algorithm, _, hexdigits = digest.partition(":")
         if algorithm not in DIGEST_HEX:
             raise ReferenceError(f"{shown(text)}: digest algorithm {shown(algorithm)} is not one of "

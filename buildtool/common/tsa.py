@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from buildtool.common.errors import FailedError, UserError
@@ -107,18 +106,13 @@ def using(url: str | None) -> Iterator[None]:
             os.environ[TSA_URL_ENV] = before
 
 
-def _no_netrc(request: Any) -> Any:
-    """requests' auth hook that leaves a request as it was made (request_timestamp)."""
-    return request
-
-
 def request_timestamp(url: str, data: bytes) -> bytes:
     """The DER TimeStampResp of the authority at `url` over sha256(`data`), checked to be granted, to answer our
     nonce and to stamp our digest; FailedError naming the authority otherwise."""
     import requests
     from rfc3161_client import HashAlgorithm, PKIStatus, TimestampRequestBuilder, decode_timestamp_response
 
-    from buildtool.common.urls import shown_url
+    from buildtool.common.urls import no_netrc, shown_url
 
     named = shown_url(url)   # a token in the URL's query never reaches a message
 
@@ -128,7 +122,7 @@ def request_timestamp(url: str, data: bytes) -> bytes:
         # An auth that adds nothing, and no redirect followed: requests otherwise sends ~/.netrc's login for the
         # authority's host (its `default` entry for any host), and again to wherever a redirect points.
         answer = requests.post(url, data=request.as_bytes(), headers={"Content-Type": QUERY_TYPE}, timeout=TIMEOUT_S,
-                               auth=_no_netrc, allow_redirects=False)
+                               auth=no_netrc, allow_redirects=False)
     except requests.RequestException as exc:
         raise FailedError(f"the timestamp authority {named} cannot be reached ({type(exc).__name__})") from None
     if answer.is_redirect:

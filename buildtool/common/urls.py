@@ -9,6 +9,7 @@ keeps scheme, host, port and path, and drops the rest; a token some index puts i
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -46,3 +47,9 @@ def shown_url(url: str) -> str:
         scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", before)
         url = (scheme.group(0) if scheme else "") + "****@" + after
     return public_url(url) or re.split(r"[?#]", url, maxsplit=1)[0]
+
+
+def no_netrc(request: Any) -> Any:
+    """requests' auth hook that leaves a request as it was made: without it requests sends ~/.netrc's entry for a
+    host (its `default` entry for any host) in place of the Authorization header the caller chose, or none."""
+    return request

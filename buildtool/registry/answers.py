@@ -35,9 +35,8 @@ _DEFAULT_PORTS = {"http": ":80", "https": ":443"}
 def origin(url: str) -> tuple[str, str]:
     """(scheme, host[:port]) of a URL, lower-cased, without the scheme's default port."""
     parts = urlsplit(url)
-    scheme, netloc = parts.scheme.lower(), parts.netloc.lower()
-    default = _DEFAULT_PORTS.get(scheme)
-    return scheme, netloc.removesuffix(default) if default else netloc
+    scheme = parts.scheme.lower()
+    return scheme, parts.netloc.lower().removesuffix(_DEFAULT_PORTS.get(scheme, ""))
 
 
 _TLS_REASON = re.compile(r"\[SSL: [A-Z_]+\] ([^(\'\"]+)|(certificate verify failed[^(\'\"]*)|(hostname [^(\'\"]+)")

@@ -1,21 +1,11 @@
 """Registry authentication: Basic, and the distribution token flow (Bearer), for one registry host.
 
-- `WWW-Authenticate` is parsed as RFC 7235 challenges: a scheme, then `key=value` or `key="quoted"`
-  pairs (a quoted value holds commas: `scope="repository:NAME:pull,push"`), several challenges per header.
-- A token answers a set of scopes. Each request needs some (GET/HEAD: pull; POST/PUT/PATCH: pull and push;
-  DELETE: delete; a cross-repository mount also pull on the source repository); a cached token that covers
-  them and has not run out is reused, else one is asked for. A 401 with `insufficient_scope` (or a token
-  the registry no longer takes) asks again with the union of what the request needs and what the challenge
-  names. Tokens are asked for again before `expires_in` runs out (60 s when the server gives none, as the
-  spec says, or 0 or less, as docker reads it; anything but a finite number is an error: the spec says
-  nothing of it), by the local clock (a margin of a fifth of the life, at most 10 s).
-- The token server: `GET realm?service=S&scope=...` with Basic credentials; with an identity (refresh)
-  token, the OAuth2 `POST realm` (grant_type=refresh_token), falling back to GET with Basic when the server
-  has no OAuth2 endpoint (404/405) and there is a password. `token` or `access_token`; a `refresh_token`
-  in the answer is used for the next tokens. Its own error message ends up in the error.
-- Credentials (buildtool.registry.credentials, resolved for this host only, and only when a challenge asks)
-  go to the registry in answer to its Basic challenge, and to the token realm it names only over HTTPS:
-  never to a plain-HTTP realm (a token is asked for anonymously there, and an error says why).
+docs/registries.md ("Tokens", "Where credentials go") gives the rules: `WWW-Authenticate` parsed as RFC 7235
+challenges (several per header, quoted values holding commas), the scopes each request needs and the union asked
+for after a 401, when a token is asked for again (`expires_in`, Token.fresh, by the local clock), the token server's
+GET with Basic or OAuth2 POST with an identity token (a `refresh_token` it answers serves the next tokens), and
+credentials (buildtool.registry.credentials, resolved for this host only, and only when a challenge asks) sent to a
+token realm only over HTTPS. A token server's own error message ends up in the error.
 """
 
 from __future__ import annotations
@@ -257,10 +247,7 @@ class HostAuth:
     def _cached(self, needed: frozenset[Triple]) -> Token | None:
         now = self._clock()
         self._tokens = [(t, life) for t, life in self._tokens if t.fresh(now, life)]
-        for token, _life in reversed(self._tokens):
-            if needed <= token.scopes:
-                return token
-        return None
+        return next((token for token, _life in reversed(self._tokens) if needed <= token.scopes), None)
 
     def on_unauthorized(self, response: Response, needed: frozenset[Triple], sent: str | None) -> frozenset[Triple]:
         """A 401: learn the scheme and get what the next try needs (returned: the scopes it asks a token

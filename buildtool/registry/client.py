@@ -14,14 +14,10 @@ DL_IMAGES_INSECURE_REGISTRIES: buildtool.registry.tools) are spoken to over the 
 (buildtool.registry.transport), https ones through `requests`, imported only then, trusting the
 CA in /etc/docker/certs.d/HOST[:PORT]/ as docker does.
 
-As large registries behave (docs/registries.md): tag lists are read page by page, following
-`Link: <...>; rel="next"` (relative or absolute, same origin, at most LIST_PAGES pages); a blob read
-that a connection reset cuts off on any host (the registry, or the storage it redirects to) is resumed
-with a Range request from the last byte received (restarted when the host ignores Range); a
-cross-repository mount the registry declines (202 and an upload session) is completed by copying the
-blob through this machine; a manifest PUT whose answer carries `OCI-Subject` is remembered, so
-buildtool.attest.referrers writes the fallback index only where the registry did not index the
-subject itself.
+As large registries behave (docs/registries.md, "As hosted registries behave"): tag lists are read page by page
+(`pages`), a blob read cut off part way is resumed with a Range request (`_download`), a declined cross-repository
+mount is completed by copying the blob through this machine (`mount_blob`), and a manifest PUT answered with
+`OCI-Subject` is remembered (`subject_indexed`) for buildtool.attest.referrers.
 """
 
 from __future__ import annotations
@@ -42,6 +38,7 @@ from urllib.parse import urljoin, urlsplit
 
 from buildtool.common import refs
 from buildtool.common.errors import FailedError
+from buildtool.common.urls import no_netrc
 from buildtool.registry import answers, tools
 from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
 from buildtool.registry.call_errors import (
@@ -103,11 +100,6 @@ def _hashed(body: bytes, digest: str) -> str:
     return f"{algorithm}:{hashlib.new(algorithm, body).hexdigest()}" if algorithm in ("sha256", "sha512") else ""
 
 
-def _no_netrc(request: Any) -> Any:
-    """requests' auth hook that leaves a request as this client made it (see RegistryClient.session)."""
-    return request
-
-
 @dataclass
 class RetryPolicy:
     attempts: int = 5
@@ -154,10 +146,9 @@ class RegistryClient:
             import requests
 
             self._session = requests.Session()
-            # An auth of the session's own, which adds nothing: requests otherwise sends ~/.netrc's entry for a host
-            # (its `default` entry for any host) in place of the Authorization header this client chose, to the
-            # storage a blob redirects to and to token servers too. Proxies and REQUESTS_CA_BUNDLE are still read.
-            self._session.auth = _no_netrc
+            # No ~/.netrc login (no_netrc) in place of the header this client chose, nor to the storage a blob
+            # redirects to, nor to token servers. Proxies and REQUESTS_CA_BUNDLE are still read.
+            self._session.auth = no_netrc
             self._transient += (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                                 requests.exceptions.ContentDecodingError)
             self._tls_errors = (requests.exceptions.SSLError,)
@@ -181,7 +172,7 @@ class RegistryClient:
             return self._loopback.send(method, url, headers=headers, data=data, timeout=self.retry.timeout, sink=sink)
         self._prepare_tls(url)
         with data.open("rb") if isinstance(data, Path) else contextlib.nullcontext(data) as body:
-            # Streamed, and read by _streamed: a body cut off after the answer began (a reset, a TLS connection
+            # Streamed, and read by answers.streamed: a body cut off after the answer began (a reset, a TLS connection
             # closed without its close_notify) is then told apart from a handshake that failed.
             response = self.session.request(method, url, headers=headers, data=body, timeout=self.retry.timeout,
                                             allow_redirects=False, stream=True)
@@ -400,11 +391,6 @@ class RegistryClient:
         self._download(repo, digest, buffer)
         return buffer.getvalue()
 
-    def download_blob(self, repo: str, digest: str, path: Path) -> None:
-        """A blob into the file `path` (large blobs never held in memory), checked against its digest."""
-        with path.open("w+b") as out:
-            self._download(repo, digest, out)
-
     def _download(self, repo: str, digest: str, out: io.BytesIO | io.BufferedRandom) -> None:
         """GET a blob into `out` and check it against its digest. A body cut off part way (a connection reset, on
         the registry or on the storage host it redirects to) is asked for again from the first missing byte
@@ -533,7 +519,8 @@ class RegistryClient:
                     return "present"
                 with tempfile.TemporaryDirectory(prefix="dl-images-blob-") as folder:
                     copied = Path(folder) / "blob"
-                    self.download_blob(from_repo, digest, copied)
+                    with copied.open("w+b") as out:     # a large blob is never held in memory
+                        self._download(from_repo, digest, out)
                     self._upload(repo, copied, digest, session)
                     unless_uploaded.pop_all()
             except NotFound:

@@ -1,33 +1,16 @@
 """Registry credentials, resolved the way docker resolves them, for one host and no other.
 
-Where they come from, first match wins:
+Where they come from, first match wins (docs/registries.md, "Where credentials come from", says more):
 
 1. REGISTRY_USER / REGISTRY_PASSWORD, only when REGISTRY_AUTH_HOST names the host being contacted
-   (`host[:port]`, exactly). Without REGISTRY_AUTH_HOST they are ignored (a warning says so): credentials
-   that name no host would go to every host a command contacts. For a host it names, one of the two empty or
-   unset is a CredentialError naming it (never a fall-through to the files below or to anonymous access).
+   (`host[:port]`, exactly): credentials that name no host would go to every host a command contacts.
 2. REGISTRY_AUTH_FILE (podman's and skopeo's auth.json), then docker's config.json (DOCKER_CONFIG, else
-   ~/.docker), each read the way the docker CLI reads it:
-   - the server address: HOST, or for Docker Hub's hosts (docker.io, index.docker.io, registry-1.docker.io)
-     docker's key `https://index.docker.io/v1/` (docker's ResolveAuthConfig: IndexServer for the official
-     index, else the registry's hostname);
-   - `credHelpers[ADDRESS]`, the key exactly as written (docker's getConfiguredCredentialStore: a key
-     `https://reg.example` does not serve reg.example; one set to "" means no helper for that host, not even
-     `credsStore`), else `credsStore`: `docker-credential-NAME get` with the
-     server address on stdin (a timeout applies); its "credentials not found in native keychain" (that text exactly,
-     as docker reads it: any other failure is an error) falls through to `auths`. A Username of
-     `<token>` means the Secret is an identity (refresh) token.
-   - `auths`: the key equal to ADDRESS, else one whose host part (docker's ConvertToHostname: scheme and path
-     stripped) equals ADDRESS exactly (docker's fileStore.Get; case is not folded); `auth` (base64 of
-     USER:PASSWORD) and `identitytoken`. A user with an empty password and no identity token is an error
-     naming the entry (docker takes the entry and then sends nothing, so a registry's refusal, if any,
-     would blame credentials that were never sent).
+   ~/.docker), each read the way the docker CLI reads it (from_config): the server address is the host, or
+   for Docker Hub's hosts `https://index.docker.io/v1/` (docker's ResolveAuthConfig); `credHelpers[ADDRESS]`,
+   else `credsStore` (run_helper); then `auths` (docker's fileStore.Get).
 
-Why not the Docker SDK's `docker.auth`: it runs helpers with no timeout (every external process here has
-one), decodes every `auths` entry when it loads a file (one malformed entry for another registry breaks
-all of them, and its error names neither the file nor the host), reads no auth.json, and importing it
-costs a loopback command more than the whole command should take. tests/test_credentials.py checks that
-both pick the same entry for the same configuration.
+Why not the Docker SDK's `docker.auth`: docs/registries.md says; tests/test_credentials.py checks that both pick
+the same entry for the same configuration.
 
 Secrets never appear in an exception, a log line or repr(): Credential's repr shows the user and source.
 `authfile()` writes credentials for tools this toolkit runs (skopeo) into a private file, never argv.
@@ -149,8 +132,9 @@ def from_config(config: dict[str, Any], host: str, where: str) -> Credential | N
         raise CredentialError(f"{where}: credHelpers[{address!r}] for {host} is not a helper's name; fix or remove it")
     if not isinstance(store, str | None):
         raise CredentialError(f"{where}: `credsStore` is not a helper's name; fix or remove it")
-    # A credHelpers key present names the host's store even when empty (or null): "" is docker's file store, the
-    # `auths` below, never credsStore (docker's getConfiguredCredentialStore).
+    # The key exactly as written: `https://reg.example` does not serve reg.example. A credHelpers key present names
+    # the host's store even when empty (or null): "" is docker's file store, the `auths` below, never credsStore
+    # (docker's getConfiguredCredentialStore).
     name = helper if address in helpers else store
     if name:
         found = run_helper(name, address, host, where)
@@ -159,6 +143,7 @@ def from_config(config: dict[str, Any], host: str, where: str) -> Credential | N
     auths = config.get("auths") or {}
     if not isinstance(auths, dict):
         raise CredentialError(f"{where}: `auths` is not an object; fix or remove it")
+    # The key equal to ADDRESS, else one whose host part equals it exactly (docker's fileStore.Get: case not folded).
     keys = [k for k in auths if k == address] + [k for k in auths if k != address and _hostname(k) == address]
     for key in keys:
         entry = auths[key]
@@ -178,7 +163,9 @@ def _from_entry(entry: dict[str, Any], key: str, host: str, where: str) -> Crede
         return Credential(user, identity_token=str(entry["identitytoken"]), source=source)
     if not user and entry.get("username"):      # written by some tools; docker reads it too
         user, password = str(entry["username"]), str(entry.get("password") or "")
-    if user and not password:     # a login whose secret was empty (an unset CI variable): nothing to send
+    # A login whose secret was empty (an unset CI variable): docker takes the entry and sends nothing, so a
+    # registry's refusal would blame credentials that were never sent.
+    if user and not password:
         raise CredentialError(f"{where}: auths[{key!r}] for {host} has an empty password; run `docker login {host}` "
                               "again")
     return Credential(user, password, source=source) if user else None
@@ -232,7 +219,7 @@ def run_helper(name: str, server: str, host: str, where: str, timeout: float = H
         raise CredentialError(f"{program} get for {host} printed no credentials JSON") from None
     if not secret:
         return None
-    if user == TOKEN_USERNAME:
+    if user == TOKEN_USERNAME:      # the Secret is an identity (refresh) token
         return Credential(identity_token=secret, source=program)
     return Credential(user, secret, source=program)
 

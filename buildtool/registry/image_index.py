@@ -34,16 +34,8 @@ class Child:
         return dict((self.config.get("config") or {}).get("Labels") or {})
 
 
-def _config_platform(config: dict[str, Any], where: str) -> platforms.Platform:
-    try:
-        return platforms.from_descriptor({"os": config.get("os"), "architecture": config.get("architecture")})
-    except platforms.UnknownPlatform:
-        raise RegistryError(f"{where}: image config says {config.get('os')}/{config.get('architecture')}, "
-                            f"a platform none of {', '.join(platforms.KNOWN)}") from None
-
-
 def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, Any], media_type: str,
-           size: int, where: str) -> tuple[Child, platforms.Platform]:
+           size: int, where: str) -> Child:
     if "config" not in manifest:
         raise RegistryError(f"{where} is not an image manifest (no config)")
     blob = manifest["config"]["digest"]
@@ -56,8 +48,12 @@ def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, A
         # Anyone who may push can write one; Child.labels and the platform check read it as an image config.
         raise RegistryError(f"{where}: its config {blob} is not an image config (a JSON object whose config.Labels, "
                             "where present, is an object)")
-    found = _config_platform(config, where)
-    return Child(found.name, digest, media_type or manifest.get("mediaType", OCI_MANIFEST), size, config), found
+    try:
+        found = platforms.from_descriptor({"os": config.get("os"), "architecture": config.get("architecture")}).name
+    except platforms.UnknownPlatform:
+        raise RegistryError(f"{where}: image config says {config.get('os')}/{config.get('architecture')}, "
+                            f"a platform none of {', '.join(platforms.KNOWN)}") from None
+    return Child(found, digest, media_type or manifest.get("mediaType", OCI_MANIFEST), size, config)
 
 
 def read_children(client: RegistryClient, repo: str, ref: str, *, strict: bool = False) -> dict[str, Child]:
@@ -68,13 +64,18 @@ def read_children(client: RegistryClient, repo: str, ref: str, *, strict: bool =
     unknown/unknown attestations) are left out of a base's index: they are not images this project builds
     or runs. `strict` (an index this project made: a dev tag) refuses them instead, but for BuildKit's
     attestation entries: an image there that nobody validates must never pass unseen."""
+    return _read_tag(client, repo, ref, strict)[0]
+
+
+def _read_tag(client: RegistryClient, repo: str, ref: str, strict: bool) -> tuple[dict[str, Child], bool]:
+    """read_children's images, and whether the tag holds an index."""
     body, media_type, digest = client.get_manifest(repo, ref)
     manifest = json.loads(body)
     where = f"{repo}:{ref}"
-    if not _is_index(manifest, media_type):
-        child, _ = _image(client, repo, digest, manifest, media_type, len(body), where)
-        return {child.platform: child}
-    return _entries(client, repo, manifest, where, strict)
+    if _is_index(manifest, media_type):
+        return _entries(client, repo, manifest, where, strict), True
+    child = _image(client, repo, digest, manifest, media_type, len(body), where)
+    return {child.platform: child}, False
 
 
 def read_index(client: RegistryClient, repo: str, ref: str) -> dict[str, Child] | None:
@@ -114,9 +115,9 @@ def _entries(client: RegistryClient, repo: str, manifest: dict[str, Any], where:
         child_manifest = json.loads(child_body)
         if _is_index(child_manifest, child_type):
             raise RegistryError(f"{child_where} is itself an index")
-        child, found = _image(client, repo, child_digest, child_manifest, child_type, len(child_body), child_where)
-        if found != wanted:
-            raise RegistryError(f"{child_where}: index says {wanted.name}, its config says {found.name}")
+        child = _image(client, repo, child_digest, child_manifest, child_type, len(child_body), child_where)
+        if child.platform != wanted.name:
+            raise RegistryError(f"{child_where}: index says {wanted.name}, its config says {child.platform}")
         children[wanted.name] = child
     return children
 
@@ -126,18 +127,11 @@ def platform_manifest(client: RegistryClient, repo: str, ref: str, platform: str
 
     A single image of another platform, or an index without one of `platform`, is an error naming both."""
     wanted = platforms.get(platform).name
-    body, media_type, digest = client.get_manifest(repo, ref)
-    manifest = json.loads(body)
-    if not _is_index(manifest, media_type):
-        child, found = _image(client, repo, digest, manifest, media_type, len(body), f"{repo}:{ref}")
-        if found.name != wanted:
-            raise PlatformMissing(f"{repo}:{ref} is a single {found.name} image, not {wanted}; make the base for "
-                                f"{wanted} (`make bases`)")
-        return child.digest, child.config
-    children = _entries(client, repo, manifest, f"{repo}:{ref}", strict=False)
+    children, is_index = _read_tag(client, repo, ref, strict=False)
     if wanted not in children:
-        raise PlatformMissing(f"{repo}:{ref} is an index of {', '.join(sorted(children)) or 'no known platform'}, "
-                            f"without {wanted}; make the base for {wanted} (`make bases`)")
+        held = ", ".join(sorted(children)) or "no known platform"
+        what = f"an index of {held}, without {wanted}" if is_index else f"a single {held} image, not {wanted}"
+        raise PlatformMissing(f"{repo}:{ref} is {what}; make the base for {wanted} (`make bases`)")
     return children[wanted].digest, children[wanted].config
 
 

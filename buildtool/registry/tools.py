@@ -43,19 +43,18 @@ def plain_http(host: str) -> bool:
     return is_loopback_host(host) or host.lower() in named
 
 
-def ca_files(netloc: str) -> list[Path]:
-    """The `*.crt` CA files docker would read for `netloc` (`host[:port]`), in a stable order: DL_IMAGES_CERTS_D's
-    roots first."""
-    roots = [*os.environ.get(CERTS_D_ENV, "").split(":"), *CERTS_D_ROOTS]
-    return [path for root in roots if root for path in sorted((Path(root) / netloc).glob("*.crt"))]
-
-
 def host_ca_files(netloc: str) -> list[Path]:
-    """The CA files of registry `netloc` (`host[:port]`), the one lookup RegistryClient and skopeo_access share:
-    certs.d/HOST[:PORT] with the host as written, not lower-cased (docker joins certs.d with the reference's
-    host as it is, containers/image too; a folder for `Registry.Example` is not one for `registry.example`), and
-    for a host without a port also HOST:443 (a folder named for the https port)."""
-    return ca_files(netloc) or (ca_files(f"{netloc}:443") if ":" not in netloc else [])
+    """The `*.crt` CA files docker would read for registry `netloc` (`host[:port]`), in a stable order
+    (DL_IMAGES_CERTS_D's roots first), the one lookup RegistryClient and skopeo_access share: certs.d/HOST[:PORT]
+    with the host as written, not lower-cased (docker joins certs.d with the reference's host as it is,
+    containers/image too; a folder for `Registry.Example` is not one for `registry.example`), and for a host
+    without a port also HOST:443 (a folder named for the https port)."""
+    roots = [root for root in (*os.environ.get(CERTS_D_ENV, "").split(":"), *CERTS_D_ROOTS) if root]
+    for folder in (netloc, f"{netloc}:443") if ":" not in netloc else (netloc,):
+        found = [path for root in roots for path in sorted((Path(root) / folder).glob("*.crt"))]
+        if found:
+            return found
+    return []
 
 
 def ssl_context(netloc: str) -> ssl.SSLContext | None:

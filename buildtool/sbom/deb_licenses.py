@@ -96,11 +96,7 @@ def spdx_of(name: str) -> str | None:
         expression = _join([spdx_of(p) for p in re.split(r"\s+and\s+", text, flags=re.IGNORECASE)], "AND")
     else:
         expression = _simple(text)
-    return expression if expression is not None and _is_spdx(expression) else None
-
-
-def _is_spdx(expression: str) -> bool:
-    return canonical_spdx(expression) is not None
+    return expression if expression is not None and canonical_spdx(expression) is not None else None
 
 
 def canonical_spdx(expression: str) -> str | None:

@@ -83,8 +83,7 @@ def make_sbom(probe: dict[str, Any], *, repository: str, digest: str, facts: dic
     edges: dict[str, set[str]] = {}
     _python_components(probe, locks, identified, indexes, by_ref, edges)
     _deb_components(probe, deb_hashes or {}, by_ref, edges)
-    for component in by_ref.values():
-        bom.components.add(component)
+    bom.components.update(by_ref.values())
     for key, targets in edges.items():
         bom.register_dependency(by_ref[key], [by_ref[t] for t in sorted(targets)])
     bom.register_dependency(root, [by_ref[t] for t in packages.top_level(edges)])

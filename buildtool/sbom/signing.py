@@ -16,7 +16,6 @@ envelope bytes (canonical statement, Ed25519 signatures are deterministic).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,20 +33,16 @@ from buildtool.attest.referrers import Payload, Referrer, attach
 from buildtool.attest.trust import BUILDER, Trusted
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
-from buildtool.registry.client import RegistryClient, RegistryError
+from buildtool.registry.client import RegistryClient, RegistryError, sha256_digest
 from buildtool.sbom.document import load_sbom, shape_problem
 
 SBOM_PREDICATE = "https://cyclonedx.org/bom"
 ENVELOPE_TITLE = "sbom.intoto.jsonl"
 
 
-def canonical(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
-
-
 def sbom_digest(document: dict[str, Any]) -> str:
     """What a verdict names: sha256 of the document's canonical bytes (see the module)."""
-    return "sha256:" + hashlib.sha256(canonical(document)).hexdigest()
+    return sha256_digest(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
 
 
 def envelope_bytes(repository: str, digest: str, document: dict[str, Any], key: PrivateKey) -> bytes:
