@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -36,3 +37,17 @@ def test_an_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path: Path) 
                                                                                               "run.sh"]
     write_atomic(private, "again\n", mode=0o640)
     assert stat.S_IMODE(private.stat().st_mode) == 0o640
+
+
+def test_a_new_file_follows_the_umask_as_open_would(tmp_path: Path) -> None:
+    """A new file was 0644 whatever the umask: a site's umask 077 (reports, verdicts, release files) was widened to
+    world-readable, where open() would have made it 0600."""
+    previous = os.umask(0o077)
+    try:
+        write_atomic(tmp_path / "private.json", "{}\n")
+        os.umask(0o027)
+        write_atomic(tmp_path / "group.json", "{}\n")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "group.json").stat().st_mode) == 0o640

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -21,15 +22,27 @@ def cache_root() -> Path:
     return xdg_home("XDG_CACHE_HOME", ".cache") / "dl-images"
 
 
+def _umask() -> int:
+    """The process's umask, read from /proc without setting it (os.umask changes it for every thread meanwhile);
+    without /proc, set and restored, to 077 meanwhile: a file another thread makes then is private, not wider."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:
     """Write `data` to a temporary file beside `path`, then rename it into place. `mode`: the file's permissions;
     by default those of the file it replaces (a private 0600 file stays private, a script keeps its x bit, as
-    writing it in place would keep them), else 0644."""
+    writing it in place would keep them), else what open() would give a new file under the umask."""
     if mode is None:
         try:
             mode = stat.S_IMODE(path.stat().st_mode)
         except OSError:
-            mode = 0o644
+            mode = 0o666 & ~_umask()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
