@@ -26,13 +26,14 @@ import dataclasses
 import datetime as dt
 import json
 import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import UserError
-from buildtool.common.files import write_atomic
+from buildtool.common.files import sha256_file, write_atomic
 from buildtool.common.refs import has_registry
 from buildtool.contracts import emulation, platforms, sitetests
 from buildtool.contracts.target import write_target
@@ -78,8 +79,6 @@ def matrix_file(matrix: Matrix, root: Path) -> Path:
 
 def matrix_digest(matrix: Matrix, root: Path) -> str:
     """sha256 of the matrix file as read (what the verdict is bound to; the provenance's is the same sum)."""
-    from buildtool.common.files import sha256_file
-
     try:
         return "sha256:" + sha256_file(matrix_file(matrix, root))
     except OSError as exc:
@@ -302,8 +301,6 @@ def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, pl
 def _test_code(cell: Cell, matrix: Matrix, root: Path, options: Options) -> str:
     """The test code a run here would record (Verdict.test_code): the hash of the tree it would run, the cell's
     site checks staged in as one more group (contracts.sitetests) where it has them."""
-    import tempfile
-
     tests_dir = root / "image-tests"
     site = site_folder(cell, matrix, options.extra_tests, tests_dir)
     if site is None:
