@@ -89,12 +89,12 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
             # verdict itself, not a check).
             failed_not_run += [t for t in gone if t.before == "failed" and old.runner is not None]
         for check in row.checks.values():
-            was = old.checks.get(check.id)
-            was_result = was.result if was else None
-            if check.result == "failed" and was_result != "failed":
-                newly.append(Trend(row.cell, check.id, was_result, check.result, row.platform, row.emulated))
-            elif check.result == "passed" and was_result == "failed":
-                fixed.append(Trend(row.cell, check.id, was_result, check.result, row.platform, row.emulated))
+            was = old.checks[check.id].result if check.id in old.checks else None
+            trend = Trend(row.cell, check.id, was, check.result, row.platform, row.emulated)
+            if check.result == "failed" and was != "failed":
+                newly.append(trend)
+            elif check.result == "passed" and was == "failed":
+                fixed.append(trend)
     new_rows = {(t.cell, t.platform) for t in newly}
     new_checks = {t.check for t in newly}
 
@@ -320,14 +320,10 @@ def _view(report: Report, title: str) -> dict[str, Any]:
                                    "figures": [(k, v) for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE]
                                    + ([("cold start", row.cold_start)] if row.cold_start else [])}
                                   for row in report.rows]
-    scaling = []
-    for found in report.scaling or [{}]:
-        shown = found.get("plots", [])
-        if shown or found:
-            scaling.append({"title": scaling_title(found), "unit": str(found.get("unit", "workers")),
-                            "runs": found.get("runs", []), "plots": shown, "reason": found.get("reason", ""),
-                            "failed": found.get("status") == "failed",
-                            "flag": scaling_flag(found), "comparison": found.get("rows", [])})
+    scaling = [{"title": scaling_title(found), "unit": str(found.get("unit", "workers")), "runs": found.get("runs", []),
+                "plots": found.get("plots", []), "reason": found.get("reason", ""),
+                "failed": found.get("status") == "failed", "flag": scaling_flag(found),
+                "comparison": found.get("rows", [])} for found in report.scaling if found]
     return {"title": title, "report": report, "counts": report.counts, "marks": _MARK, "md_marks": _MD_MARK,
             "no_trend": NO_TREND,
             "shows_platform": report.shows_platform,
