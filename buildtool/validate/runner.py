@@ -71,16 +71,12 @@ __all__ = ["Inventory", "Options", "Resolved", "busbw_baseline", "deadline_probl
            "probe_flags", "require_gpus", "resolve", "run_flags", "validate_image"]
 
 
-def matrix_file(matrix: Matrix, root: Path) -> Path:
-    """The matrix's file: its path is shown relative to the project root (absolute when outside it), so read from
-    another folder it named no file (`validate` from docs/ could not read the matrix)."""
-    return root / matrix.path
-
-
 def matrix_digest(matrix: Matrix, root: Path) -> str:
-    """sha256 of the matrix file as read (what the verdict is bound to; the provenance's is the same sum)."""
+    """sha256 of the matrix file as read (what the verdict is bound to; the provenance's is the same sum). Its path
+    is relative to the project root (absolute when outside it): joined to `root`, as from another folder it named
+    no file (`validate` from docs/ could not read the matrix)."""
     try:
-        return "sha256:" + sha256_file(matrix_file(matrix, root))
+        return "sha256:" + sha256_file(root / matrix.path)
     except OSError as exc:
         raise UserError(f"the matrix {matrix.path} cannot be read ({exc.strerror})") from None
 
@@ -89,7 +85,7 @@ def site_folder(cell: Cell, matrix: Matrix, extra_tests: Path | None, tests_dir:
     """The folder of site checks a run of `cell` adds (contracts.sitetests): --extra-tests, else the matrix's
     `validate.extra_tests` (beside the matrix), else none. One that cannot be a site folder is exit 2 naming why."""
     folder = extra_tests if extra_tests is not None else \
-        matrix_file(matrix, tests_dir.parent).parent / cell.extra_tests if cell.extra_tests else None
+        (tests_dir.parent / matrix.path).parent / cell.extra_tests if cell.extra_tests else None
     if folder is None:
         return None
     folder = folder.resolve()
