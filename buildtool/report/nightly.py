@@ -15,7 +15,6 @@ import json
 import shutil
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,9 @@ from buildtool.common.errors import UserError
 from buildtool.common.files import write_atomic
 from buildtool.common.units import human_size, short_digest
 from buildtool.contracts import platforms
-from buildtool.contracts.busbw import MAX_FALL as BUSBW_MAX_FALL
 from buildtool.contracts.gpu import BUSBW_FIGURE, busbw_peak
 from buildtool.contracts.verdict import Runner
-from buildtool.report.rows import UNRECORDED, Check, Report, Row, Trend
+from buildtool.report.rows import UNRECORDED, Busbw, Check, Report, Row, Trend
 
 # What a report without a previous night's verdicts says in place of the trend (a first night: `make nightly`
 # passes --previous only when its history holds a night).
@@ -158,49 +156,6 @@ def _runner(row: Row) -> str:
 
 
 # -- bus bandwidth --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Busbw:
-    """One image's all-reduce bus bandwidth (image-tests' NCCL check), with what it is compared to: the
-    median of the last nights the verdict itself carries (validate's window), else the previous night."""
-
-    cell: str
-    gpus: str
-    peak_GBps: float
-    floor_GBps: float | None
-    previous_GBps: float | None          # the baseline: median of `nights` earlier nights
-    change: float | None
-    sizes: list[dict[str, Any]]
-    nights: int = 0                      # how many earlier nights the baseline is the median of
-    floor_note: str = ""                 # how the floor was set, or why there is none
-    interconnect: str = ""
-    platform: str = UNRECORDED
-    emulated: bool = False
-
-    @property
-    def compared_with(self) -> str:
-        if self.previous_GBps is None:
-            return "no earlier night"
-        return f"median of {self.nights} night{'s' if self.nights != 1 else ''}"
-
-    @property
-    def status(self) -> str:
-        """passed, failed, or skipped where only the floor is missing (shown, never counted as a pass)."""
-        verdict = self.verdict
-        if verdict == "ok":
-            return "passed"
-        return "failed" if verdict.startswith(("below floor", "fell")) else "skipped"
-
-    @property
-    def verdict(self) -> str:
-        if self.floor_GBps is not None and self.peak_GBps < self.floor_GBps:
-            return "below floor"
-        if self.change is not None and self.change < -BUSBW_MAX_FALL:
-            return f"fell {-self.change:.0%} below the {self.compared_with}"
-        if self.floor_GBps is None:
-            return self.floor_note or "no floor for this model"
-        return "ok"
-
 
 def busbw_rows(report: Report) -> list[Busbw]:
     """Each image's busbw figure, compared with the median of earlier nights that validate recorded in it;
