@@ -199,24 +199,13 @@ def _binary(size: Any) -> str:
 
 # -- details shared by both formats ---------------------------------------------------------------
 
-def _newly(report: Report) -> set[tuple[str, str, str]]:
-    """(cell, platform, check) of every newly failing check."""
-    return {(t.cell, t.platform, t.check) for t in report.newly_failing}
-
-
-def failures(report: Report) -> list[tuple[Row, Check, bool]]:
-    """Every failed check as (row, check, newly failing), newly failing first, in row order."""
-    new = _newly(report)
+def failures(report: Report, new: set[tuple[str, str, str]]) -> list[tuple[Row, Check, bool]]:
+    """Every failed check as (row, check, newly failing: its (cell, platform, check) in `new`), newly failing first,
+    in row order."""
     found = [(row, check, (*row.key, cid) in new)
              for row in report.rows for cid in report.columns
              if (check := row.checks.get(cid)) is not None and check.result == "failed"]
     return sorted(found, key=lambda item: not item[2])
-
-
-def image_name(report: Report, row: Row) -> str:
-    """The cell, and the platform where the cell has more than one (or the run was emulated)."""
-    note = report.platform_note(row)
-    return f"{row.cell} on {note}" if note else row.cell
 
 
 def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
@@ -228,7 +217,9 @@ def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
             if check is not None and check.result == "skipped":
                 checks, cells = groups.setdefault(check.skip_reason or "no reason given", ({}, {}))
                 checks[cid] = None
-                cells[image_name(report, row)] = None
+                # The platform named where the cell has more than one (or the run was emulated).
+                note = report.platform_note(row)
+                cells[f"{row.cell} on {note}" if note else row.cell] = None
     return [(reason, list(checks), list(cells)) for reason, (checks, cells) in groups.items()]
 
 
@@ -257,11 +248,11 @@ def code_cell(value: Any) -> str:
 
 def _view(report: Report, title: str) -> dict[str, Any]:
     """Everything both templates show, decided once: order, anchors, what is newly failing."""
-    new = _newly(report)
+    new = {(t.cell, t.platform, t.check) for t in report.newly_failing}
     new_rows = {(t.cell, t.platform) for t in report.newly_failing}
     new_checks = {t.check for t in report.newly_failing}
     failing_checks = {cid for row in report.rows for cid, c in row.checks.items() if c.result == "failed"}
-    failed = failures(report)
+    failed = failures(report, new)
     anchors = {(*row.key, check.id): f"f{i}" for i, (row, check, _) in enumerate(failed, 1)}
     columns = [{"id": cid,
                 "classes": ["check"] + (["has-failed"] if cid in failing_checks else [])
