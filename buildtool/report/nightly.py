@@ -314,9 +314,11 @@ _RUN_NUMBERS = ("count", "time_per_epoch_s", "speedup", "efficiency")
 _ROW_NUMBERS = (*_RUN_NUMBERS, "samples_per_s", "peak_memory_mb", "min_efficiency")
 
 
-def scaling_problem(data: dict[str, Any]) -> str:
-    """What the report cannot show of a scaling.json/comparison.json ('' when nothing): each run, and each row that
-    ran, needs its figures as numbers (the templates format them); each its other fields shown."""
+def scaling_problem(data: Any) -> str:
+    """What the report cannot show of a scaling.json/comparison.json ('' when nothing): it is an object; each run,
+    and each row that ran, needs its figures as numbers (the templates format them); each its other fields shown."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
     for key, numbers in (("runs", _RUN_NUMBERS), ("rows", _ROW_NUMBERS)):
         entries = data.get(key, [])
         if not isinstance(entries, list):
@@ -367,9 +369,6 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
                     data = json.loads((folder / name).read_text(encoding="utf-8"))
                 except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                     raise UserError(f"{folder / name}: cannot read the scaling results ({exc})") from None
-                if not isinstance(data, dict):
-                    raise UserError(f"{folder / name}: cannot read the scaling results (a JSON "
-                                    f"{type(data).__name__}, not an object); run `buildtool scaling` again")
                 if problem := scaling_problem(data):
                     raise UserError(f"{folder / name}: cannot read the scaling results ({problem}); run "
                                     "`buildtool scaling` again")
