@@ -15,7 +15,6 @@ import json
 import shutil
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,9 @@ from buildtool.common.errors import UserError
 from buildtool.common.files import write_atomic
 from buildtool.common.units import human_size, short_digest
 from buildtool.contracts import platforms
-from buildtool.contracts.busbw import MAX_FALL as BUSBW_MAX_FALL
 from buildtool.contracts.gpu import BUSBW_FIGURE, busbw_peak
 from buildtool.contracts.verdict import Runner
-from buildtool.report.rows import UNRECORDED, Check, Report, Row, Trend
+from buildtool.report.rows import UNRECORDED, Busbw, Check, Report, Row, Trend
 
 # What a report without a previous night's verdicts says in place of the trend (a first night: `make nightly`
 # passes --previous only when its history holds a night).
@@ -89,12 +87,12 @@ def build_report(current: list[Row], previous: list[Row] | None = None) -> Repor
             # verdict itself, not a check).
             failed_not_run += [t for t in gone if t.before == "failed" and old.runner is not None]
         for check in row.checks.values():
-            was = old.checks.get(check.id)
-            was_result = was.result if was else None
-            if check.result == "failed" and was_result != "failed":
-                newly.append(Trend(row.cell, check.id, was_result, check.result, row.platform, row.emulated))
-            elif check.result == "passed" and was_result == "failed":
-                fixed.append(Trend(row.cell, check.id, was_result, check.result, row.platform, row.emulated))
+            was = old.checks[check.id].result if check.id in old.checks else None
+            trend = Trend(row.cell, check.id, was, check.result, row.platform, row.emulated)
+            if check.result == "failed" and was != "failed":
+                newly.append(trend)
+            elif check.result == "passed" and was == "failed":
+                fixed.append(trend)
     new_rows = {(t.cell, t.platform) for t in newly}
     new_checks = {t.check for t in newly}
 
@@ -159,49 +157,6 @@ def _runner(row: Row) -> str:
 
 # -- bus bandwidth --------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Busbw:
-    """One image's all-reduce bus bandwidth (image-tests' NCCL check), with what it is compared to: the
-    median of the last nights the verdict itself carries (validate's window), else the previous night."""
-
-    cell: str
-    gpus: str
-    peak_GBps: float
-    floor_GBps: float | None
-    previous_GBps: float | None          # the baseline: median of `nights` earlier nights
-    change: float | None
-    sizes: list[dict[str, Any]]
-    nights: int = 0                      # how many earlier nights the baseline is the median of
-    floor_note: str = ""                 # how the floor was set, or why there is none
-    interconnect: str = ""
-    platform: str = UNRECORDED
-    emulated: bool = False
-
-    @property
-    def compared_with(self) -> str:
-        if self.previous_GBps is None:
-            return "no earlier night"
-        return f"median of {self.nights} night{'s' if self.nights != 1 else ''}"
-
-    @property
-    def status(self) -> str:
-        """passed, failed, or skipped where only the floor is missing (shown, never counted as a pass)."""
-        verdict = self.verdict
-        if verdict == "ok":
-            return "passed"
-        return "failed" if verdict.startswith(("below floor", "fell")) else "skipped"
-
-    @property
-    def verdict(self) -> str:
-        if self.floor_GBps is not None and self.peak_GBps < self.floor_GBps:
-            return "below floor"
-        if self.change is not None and self.change < -BUSBW_MAX_FALL:
-            return f"fell {-self.change:.0%} below the {self.compared_with}"
-        if self.floor_GBps is None:
-            return self.floor_note or "no floor for this model"
-        return "ok"
-
-
 def busbw_rows(report: Report) -> list[Busbw]:
     """Each image's busbw figure, compared with the median of earlier nights that validate recorded in it;
     a verdict without one (older verdicts) is compared with the previous night's figure of the same cell
@@ -244,24 +199,13 @@ def _binary(size: Any) -> str:
 
 # -- details shared by both formats ---------------------------------------------------------------
 
-def _newly(report: Report) -> set[tuple[str, str, str]]:
-    """(cell, platform, check) of every newly failing check."""
-    return {(t.cell, t.platform, t.check) for t in report.newly_failing}
-
-
-def failures(report: Report) -> list[tuple[Row, Check, bool]]:
-    """Every failed check as (row, check, newly failing), newly failing first, in row order."""
-    new = _newly(report)
+def failures(report: Report, new: set[tuple[str, str, str]]) -> list[tuple[Row, Check, bool]]:
+    """Every failed check as (row, check, newly failing: its (cell, platform, check) in `new`), newly failing first,
+    in row order."""
     found = [(row, check, (*row.key, cid) in new)
              for row in report.rows for cid in report.columns
              if (check := row.checks.get(cid)) is not None and check.result == "failed"]
     return sorted(found, key=lambda item: not item[2])
-
-
-def image_name(report: Report, row: Row) -> str:
-    """The cell, and the platform where the cell has more than one (or the run was emulated)."""
-    note = report.platform_note(row)
-    return f"{row.cell} on {note}" if note else row.cell
 
 
 def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
@@ -273,7 +217,9 @@ def skip_reasons(report: Report) -> list[tuple[str, list[str], list[str]]]:
             if check is not None and check.result == "skipped":
                 checks, cells = groups.setdefault(check.skip_reason or "no reason given", ({}, {}))
                 checks[cid] = None
-                cells[image_name(report, row)] = None
+                # The platform named where the cell has more than one (or the run was emulated).
+                note = report.platform_note(row)
+                cells[f"{row.cell} on {note}" if note else row.cell] = None
     return [(reason, list(checks), list(cells)) for reason, (checks, cells) in groups.items()]
 
 
@@ -302,11 +248,11 @@ def code_cell(value: Any) -> str:
 
 def _view(report: Report, title: str) -> dict[str, Any]:
     """Everything both templates show, decided once: order, anchors, what is newly failing."""
-    new = _newly(report)
+    new = {(t.cell, t.platform, t.check) for t in report.newly_failing}
     new_rows = {(t.cell, t.platform) for t in report.newly_failing}
     new_checks = {t.check for t in report.newly_failing}
     failing_checks = {cid for row in report.rows for cid, c in row.checks.items() if c.result == "failed"}
-    failed = failures(report)
+    failed = failures(report, new)
     anchors = {(*row.key, check.id): f"f{i}" for i, (row, check, _) in enumerate(failed, 1)}
     columns = [{"id": cid,
                 "classes": ["check"] + (["has-failed"] if cid in failing_checks else [])
@@ -320,14 +266,10 @@ def _view(report: Report, title: str) -> dict[str, Any]:
                                    "figures": [(k, v) for k, v in sorted(row.figures.items()) if k != BUSBW_FIGURE]
                                    + ([("cold start", row.cold_start)] if row.cold_start else [])}
                                   for row in report.rows]
-    scaling = []
-    for found in report.scaling or [{}]:
-        shown = found.get("plots", [])
-        if shown or found:
-            scaling.append({"title": scaling_title(found), "unit": str(found.get("unit", "workers")),
-                            "runs": found.get("runs", []), "plots": shown, "reason": found.get("reason", ""),
-                            "failed": found.get("status") == "failed",
-                            "flag": scaling_flag(found), "comparison": found.get("rows", [])})
+    scaling = [{"title": scaling_title(found), "unit": str(found.get("unit", "workers")), "runs": found.get("runs", []),
+                "plots": found.get("plots", []), "reason": found.get("reason", ""),
+                "failed": found.get("status") == "failed", "flag": scaling_flag(found),
+                "comparison": found.get("rows", [])} for found in report.scaling if found]
     return {"title": title, "report": report, "counts": report.counts, "marks": _MARK, "md_marks": _MD_MARK,
             "no_trend": NO_TREND,
             "shows_platform": report.shows_platform,
@@ -372,9 +314,11 @@ _RUN_NUMBERS = ("count", "time_per_epoch_s", "speedup", "efficiency")
 _ROW_NUMBERS = (*_RUN_NUMBERS, "samples_per_s", "peak_memory_mb", "min_efficiency")
 
 
-def scaling_problem(data: dict[str, Any]) -> str:
-    """What the report cannot show of a scaling.json/comparison.json ('' when nothing): each run, and each row that
-    ran, needs its figures as numbers (the templates format them); each its other fields shown."""
+def scaling_problem(data: Any) -> str:
+    """What the report cannot show of a scaling.json/comparison.json ('' when nothing): it is an object; each run,
+    and each row that ran, needs its figures as numbers (the templates format them); each its other fields shown."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
     for key, numbers in (("runs", _RUN_NUMBERS), ("rows", _ROW_NUMBERS)):
         entries = data.get(key, [])
         if not isinstance(entries, list):
@@ -425,9 +369,6 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
                     data = json.loads((folder / name).read_text(encoding="utf-8"))
                 except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                     raise UserError(f"{folder / name}: cannot read the scaling results ({exc})") from None
-                if not isinstance(data, dict):
-                    raise UserError(f"{folder / name}: cannot read the scaling results (a JSON "
-                                    f"{type(data).__name__}, not an object); run `buildtool scaling` again")
                 if problem := scaling_problem(data):
                     raise UserError(f"{folder / name}: cannot read the scaling results ({problem}); run "
                                     "`buildtool scaling` again")

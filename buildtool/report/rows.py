@@ -1,26 +1,14 @@
 """The report's model: a row per validated image (one verdict; one per platform of a multi-platform cell), its
-checks, the trend against the previous night, and the report over them all. Data only."""
+checks, the trend against the previous night, each image's bus bandwidth, and the report over them all. Data only."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from buildtool.contracts.busbw import MAX_FALL as BUSBW_MAX_FALL
 from buildtool.contracts.verdict import Runner
-
-
-class Placed(Protocol):
-    """What names a platform beside a cell: a row, a trend, a bus-bandwidth line."""
-
-    @property
-    def cell(self) -> str: ...
-
-    @property
-    def platform(self) -> str: ...
-
-    @property
-    def emulated(self) -> bool: ...
 
 RESULTS = ("passed", "failed", "skipped")
 # A row's platform when its record names none: a schema-4 verdict (written before verdicts recorded one) or a
@@ -91,6 +79,49 @@ class Trend:
     emulated: bool = False
 
 
+@dataclass(frozen=True)
+class Busbw:
+    """One image's all-reduce bus bandwidth (image-tests' NCCL check), with what it is compared to: the
+    median of the last nights the verdict itself carries (validate's window), else the previous night."""
+
+    cell: str
+    gpus: str
+    peak_GBps: float
+    floor_GBps: float | None
+    previous_GBps: float | None          # the baseline: median of `nights` earlier nights
+    change: float | None
+    sizes: list[dict[str, Any]]
+    nights: int = 0                      # how many earlier nights the baseline is the median of
+    floor_note: str = ""                 # how the floor was set, or why there is none
+    interconnect: str = ""
+    platform: str = UNRECORDED
+    emulated: bool = False
+
+    @property
+    def compared_with(self) -> str:
+        if self.previous_GBps is None:
+            return "no earlier night"
+        return f"median of {self.nights} night{'s' if self.nights != 1 else ''}"
+
+    @property
+    def status(self) -> str:
+        """passed, failed, or skipped where only the floor is missing (shown, never counted as a pass)."""
+        verdict = self.verdict
+        if verdict == "ok":
+            return "passed"
+        return "failed" if verdict.startswith(("below floor", "fell")) else "skipped"
+
+    @property
+    def verdict(self) -> str:
+        if self.floor_GBps is not None and self.peak_GBps < self.floor_GBps:
+            return "below floor"
+        if self.change is not None and self.change < -BUSBW_MAX_FALL:
+            return f"fell {-self.change:.0%} below the {self.compared_with}"
+        if self.floor_GBps is None:
+            return self.floor_note or "no floor for this model"
+        return "ok"
+
+
 @dataclass
 class Report:
     rows: list[Row]
@@ -132,7 +163,7 @@ class Report:
         schema-4 verdicts only has none, as before verdicts recorded platforms."""
         return any(row.platform != UNRECORDED or row.emulated for row in self.rows)
 
-    def platform_note(self, item: Placed) -> str:
+    def platform_note(self, item: Row | Trend | Busbw) -> str:
         """The platform to name beside a cell outside the table ('' where the cell has one platform)."""
         if item.cell in self.multi_platform_cells or item.emulated:
             return platform_text(item.platform, item.emulated)

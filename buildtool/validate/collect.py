@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import cache_root, write_atomic
 from buildtool.contracts import frameworks
+from buildtool.contracts.target import Expectations, FrameworkInfo, Target, write_target
 
 if TYPE_CHECKING:
-    from buildtool.contracts.target import FrameworkInfo, Target
     from buildtool.matrix.schema import Cell
 
 COLLECT_TIMEOUT_S = 300
@@ -59,15 +59,11 @@ def cell_groups(cell: Cell, tests_dir: Path, groups: tuple[str, ...] | None = No
 
 def framework_info(framework: frameworks.Framework) -> FrameworkInfo:
     """The framework's facts as the target file tells them to the image tests: its row's FrameworkInfo fields."""
-    from buildtool.contracts.target import FrameworkInfo
-
     return FrameworkInfo.model_validate(framework, from_attributes=True)
 
 
 def _target(cell: Cell) -> Target:
     """A target file good enough to collect with (nothing is run)."""
-    from buildtool.contracts.target import Expectations, Target
-
     info = framework_info(frameworks.get(cell.framework))
     return Target(image="collect-only", ref="collect-only", digest="", cell=cell.key, framework=cell.framework,
                   framework_info=info, accelerator=cell.accelerator, needs_gpu=cell.needs_gpu, run_flags=[],
@@ -83,8 +79,6 @@ def defined_tests(cell: Cell, tests_dir: Path, test_code: str | None = None) -> 
     cached = cache_root() / "defined-tests" / f"{key}.json"
     with contextlib.suppress(OSError, ValueError, AttributeError):
         return {str(k): bool(v) for k, v in json.loads(cached.read_text()).items()}
-    from buildtool.contracts.target import write_target
-
     with tempfile.TemporaryDirectory(prefix="buildtool-collect-") as tmp:
         target, out = Path(tmp) / "target.json", Path(tmp) / "defined.json"
         write_target(target, _target(cell))

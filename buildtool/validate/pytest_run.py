@@ -25,6 +25,11 @@ RESERVE_S = 30
 TEARDOWN_GRACE_S = 60
 
 
+def _kill(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def _stop_group(pgid: int, fired: list[bool] | None = None) -> None:
     """SIGTERM a process group (pytest tears its containers down on it); SIGKILL if it lingers."""
     if fired is not None:
@@ -33,12 +38,7 @@ def _stop_group(pgid: int, fired: list[bool] | None = None) -> None:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return
-
-    def _kill() -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-
-    later = threading.Timer(TEARDOWN_GRACE_S, _kill)
+    later = threading.Timer(TEARDOWN_GRACE_S, _kill, args=(pgid,))
     later.daemon = True
     later.start()
 
@@ -68,8 +68,7 @@ def _run_pytest(argv: list[str], cwd: Path, log_path: Path, timeout: float, log:
             except BaseException:
                 # A second interrupt while pytest tears down (CI's cancel sends SIGINT, then SIGTERM): pytest is
                 # killed, never left running on its own to start containers after validate removed the run's.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                _kill(proc.pid)
                 raise
             raise
         finally:

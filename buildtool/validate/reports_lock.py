@@ -56,10 +56,7 @@ def _take(path: Path, folder: Path) -> int:
             raise UserError(f"{folder} is in use by another validation of this image and cell "
                             f"({holder or 'one that is starting'}); wait for it to end, or give this run another "
                             "--reports folder") from None
-        try:
-            current = os.stat(path)
-        except FileNotFoundError:
-            current = None
-        if current is not None and os.path.samestat(os.fstat(fd), current):
-            return fd
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                return fd
         os.close(fd)   # the run that held it ended and removed it between our open and our flock: take the new one

@@ -19,7 +19,7 @@ from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict, recorded_failure
 from buildtool.registry.client import RegistryClient
 from buildtool.validate.sbomref import validate_trust
 from buildtool.validate.verdict_choice import whole_run
-from buildtool.validate.verdicts import Findings, Found, find_verdicts
+from buildtool.validate.verdicts import Found, find_verdicts
 
 
 def runner_class(gpus: list[Gpu], driver: str, cuda_driver: str) -> str:
@@ -84,9 +84,10 @@ def problem(verdict: Verdict, want: Wanted) -> str:
     return ""
 
 
-def choose(findings: Findings, want: Wanted, trusted: TrustedKeys) -> tuple[Found | None, str]:
-    """(the verdict to reuse, "") or (None, why none is): only the verdict that counts, and only when it passes
-    `problem` and nothing blocks the reading."""
+def find_reusable(client: RegistryClient, repo: str, want: Wanted, trusted: TrustedKeys) -> tuple[Found | None, str]:
+    """(the verdict in the registry that answers for a run bound to `want`, "") or (None, why none is): only the
+    verdict that counts, and only when it passes `problem` and nothing blocks the reading."""
+    findings = find_verdicts(client, repo, want.digest, trusted, want.cell)
     if findings.blocking:
         return None, f"a verdict of {want.digest} cannot be read or typed ({findings.blocking[0]})"
     if findings.overwritten:
@@ -104,8 +105,3 @@ def reuse_trust(root: Path, host: str, key: SigningKey) -> TrustedKeys:
     """Whose verdicts may be reused: the trusted keys file, and this machine's dev key only when it is the key
     this run signs with and the registry is a loopback one."""
     return validate_trust(root, host, key.dev)
-
-
-def find_reusable(client: RegistryClient, repo: str, want: Wanted, trusted: TrustedKeys) -> tuple[Found | None, str]:
-    """The verdict in the registry that answers for a run bound to `want`, or why there is none."""
-    return choose(find_verdicts(client, repo, want.digest, trusted, want.cell), want, trusted)

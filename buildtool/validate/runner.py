@@ -26,13 +26,14 @@ import dataclasses
 import datetime as dt
 import json
 import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from buildtool.common.errors import UserError
-from buildtool.common.files import write_atomic
+from buildtool.common.files import sha256_file, write_atomic
 from buildtool.common.refs import has_registry
 from buildtool.contracts import emulation, platforms, sitetests
 from buildtool.contracts.target import write_target
@@ -70,18 +71,12 @@ __all__ = ["Inventory", "Options", "Resolved", "busbw_baseline", "deadline_probl
            "probe_flags", "require_gpus", "resolve", "run_flags", "validate_image"]
 
 
-def matrix_file(matrix: Matrix, root: Path) -> Path:
-    """The matrix's file: its path is shown relative to the project root (absolute when outside it), so read from
-    another folder it named no file (`validate` from docs/ could not read the matrix)."""
-    return root / matrix.path
-
-
 def matrix_digest(matrix: Matrix, root: Path) -> str:
-    """sha256 of the matrix file as read (what the verdict is bound to; the provenance's is the same sum)."""
-    from buildtool.common.files import sha256_file
-
+    """sha256 of the matrix file as read (what the verdict is bound to; the provenance's is the same sum). Its path
+    is relative to the project root (absolute when outside it): joined to `root`, as from another folder it named
+    no file (`validate` from docs/ could not read the matrix)."""
     try:
-        return "sha256:" + sha256_file(matrix_file(matrix, root))
+        return "sha256:" + sha256_file(root / matrix.path)
     except OSError as exc:
         raise UserError(f"the matrix {matrix.path} cannot be read ({exc.strerror})") from None
 
@@ -90,7 +85,7 @@ def site_folder(cell: Cell, matrix: Matrix, extra_tests: Path | None, tests_dir:
     """The folder of site checks a run of `cell` adds (contracts.sitetests): --extra-tests, else the matrix's
     `validate.extra_tests` (beside the matrix), else none. One that cannot be a site folder is exit 2 naming why."""
     folder = extra_tests if extra_tests is not None else \
-        matrix_file(matrix, tests_dir.parent).parent / cell.extra_tests if cell.extra_tests else None
+        (tests_dir.parent / matrix.path).parent / cell.extra_tests if cell.extra_tests else None
     if folder is None:
         return None
     folder = folder.resolve()
@@ -302,8 +297,6 @@ def _reused(ref: str, matrix: Matrix, root: Path, options: Options, log: Log, pl
 def _test_code(cell: Cell, matrix: Matrix, root: Path, options: Options) -> str:
     """The test code a run here would record (Verdict.test_code): the hash of the tree it would run, the cell's
     site checks staged in as one more group (contracts.sitetests) where it has them."""
-    import tempfile
-
     tests_dir = root / "image-tests"
     site = site_folder(cell, matrix, options.extra_tests, tests_dir)
     if site is None:

@@ -14,6 +14,7 @@ from buildtool.common.errors import UserError
 from buildtool.contracts import busbw, frameworks, label_keys, versions
 from buildtool.contracts.target import Expectations, Target
 from buildtool.matrix.schema import Cell, Matrix
+from buildtool.validate import network
 from buildtool.validate.collect import PLUGIN, framework_info
 from buildtool.validate.labels import image_standin
 from buildtool.validate.run_plan import RunPlan, promised_libraries
@@ -96,8 +97,6 @@ def build_target(plan: RunPlan, baseline: dict[str, Any], probe_budget_s: float,
     """The target file's contents: the image, its cell and claims, the run flags the engine granted,
     the GPUs the tests may use, the budgets, and what the image claims (`expect`: `expectations` and
     what its labels must say)."""
-    from buildtool.validate import network
-
     image, cell, options, usable, inventory = plan.image, plan.cell, plan.options, plan.usable, plan.inventory
     floor = busbw.floor_for(usable[0]["name"], inventory.interconnect, inventory.interconnect_problem,
                             inventory.interconnect_seen, gpus=len(usable)).as_target() if usable else {}
