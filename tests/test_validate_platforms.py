@@ -222,3 +222,46 @@ def test_validate_runs_only_the_platform_named_and_refuses_one_the_index_lacks(
     assert code == 2 and f"--platform linux/arm64: {image} is an index of linux/amd64 only" in err
     code, _, err = run_cli("validate", image, "--platform", "linux/s390x", "--matrix", str(REPO / "matrix.yaml"))
     assert code == 2 and "--platform: unknown platform 'linux/s390x'" in err
+
+
+# -- an image config that is no image config (anyone who may push can write one) ---------------------------------
+
+def _image_with_config(client: Registry, config: bytes) -> str:
+    blob = client.put_blob(REPO, config)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blob,
+                           "size": len(config)}, "layers": []}
+    return client.put_manifest(REPO, TAG, json.dumps(manifest).encode(), OCI_MANIFEST)
+
+
+@pytest.mark.parametrize("config", [b"[]", b'"text"', b'{"config": []}', b'{"config": {"Labels": []}}',
+                                    b'{"config": {"Env": "A=1"}}', b"\xff"])
+def test_a_config_that_is_no_image_config_is_refused_naming_it_not_a_traceback(client: Registry,
+                                                                                config: bytes) -> None:
+    """pin (what reuse looks a verdict up with) read the config with .get: a list or a string was AttributeError."""
+    _image_with_config(client, config)
+    blob = "sha256:" + __import__("hashlib").sha256(config).hexdigest()
+    with pytest.raises(UserError) as info:
+        engine.pin(ref(client))
+    assert str(info.value).startswith(f"image {ref(client)}: its config {blob} is not an image config"), info.value
+
+
+@pytest.mark.parametrize("config", [b"[]", b'{"rootfs": []}', b'{"rootfs": {"diff_ids": "sha256:x"}}'])
+def test_a_config_that_is_no_image_config_is_pulled_not_loaded_over_layers(client: Registry,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           config: bytes) -> None:
+    """resolve's load-over-layers path read rootfs with .get: a list was AttributeError. Now that path is not taken,
+    and the pull (which the engine refuses) says why in one line."""
+    digest = _image_with_config(client, config)
+    monkeypatch.setattr(engine, "inspect_image", lambda ref: None)
+    pulls: list[tuple[str, ...]] = []
+
+    def docker(*args: str, **_: Any) -> Any:
+        pulls.append(args)
+        return type("Proc", (), {"returncode": 1, "stderr": "manifest invalid", "stdout": ""})()
+
+    monkeypatch.setattr(engine.docker_cli, "docker", docker)
+    with pytest.raises(UserError) as info:
+        engine.resolve(ref(client), print)
+    assert pulls == [("pull", ref(client, digest))]
+    assert str(info.value) == f"cannot pull {ref(client, digest)}: manifest invalid"

@@ -123,7 +123,11 @@ def pin(ref: str, platform: str | None = None) -> Resolved:
     config_digest = _config_digest(client, repo, digest)
     if config_digest is None:
         raise UserError(f"image {ref}: the manifest {digest} names no image config")
-    config = json.loads(client.get_blob(repo, config_digest))
+    config = _image_config(client.get_blob(repo, config_digest))
+    if config is None:
+        # Anyone who may push can write one; its labels and env could not be read as the image's.
+        raise UserError(f"image {ref}: its config {config_digest} is not an image config (a JSON object whose "
+                        "config.Labels, where present, maps names to strings and config.Env lists strings)")
     attrs = {"Config": config.get("config") or {}, "Os": config.get("os"), "Architecture": config.get("architecture"),
              "Variant": config.get("variant")}
     return _resolved(ref, f"{host}/{repo}@{digest}", digest, host, repo, attrs, platform)
@@ -167,6 +171,25 @@ def _config_digest(client: RegistryClient, repo: str, digest: str) -> str | None
     return config if isinstance(config, str) else None
 
 
+def _image_config(raw: bytes) -> dict[str, Any] | None:
+    """The image config `raw` holds, None when it is no image config: not a JSON object, or its config's Labels
+    or Env of another shape than the image spec's (a map of strings, a list of strings)."""
+    try:
+        config = json.loads(raw)
+    except ValueError:      # not JSON, not UTF-8
+        return None
+    if not isinstance(config, dict):
+        return None
+    inner = {} if config.get("config") is None else config["config"]      # null: none given
+    if not isinstance(inner, dict):
+        return None
+    labels = {} if inner.get("Labels") is None else inner["Labels"]
+    env = [] if inner.get("Env") is None else inner["Env"]
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        return None
+    return config if isinstance(env, list) and all(isinstance(e, str) for e in env) else None
+
+
 def _held(config: str) -> dict[str, Any] | None:
     """The engine's image whose id is the config digest `config`, None when the engine holds none."""
     attrs = inspect_image(config)
@@ -192,8 +215,10 @@ def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[st
     if config is None or not config.startswith("sha256:"):
         return None
     raw = client.get_blob(repo, config)          # checked against its digest
-    diff_ids = ((json.loads(raw).get("rootfs") or {}).get("diff_ids")) or []
-    if not diff_ids:
+    parsed = _image_config(raw)
+    rootfs = parsed.get("rootfs") if parsed is not None else None
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list) or not diff_ids or not all(isinstance(d, str) for d in diff_ids):
         return None
     name = f"{config.partition(':')[2]}.json"
     index = [{"Config": name, "RepoTags": None, "Layers": [f"{i}/layer.tar" for i in range(len(diff_ids))]}]
