@@ -92,6 +92,25 @@ def test_markdown_report_keeps_a_bus_bandwidth_note_inside_its_row() -> None:
     assert "\n| injected" not in text
 
 
+@pytest.mark.parametrize("nights", ["three", "2", [], -1, True])
+def test_a_busbw_figure_whose_nights_are_no_count_is_refused_naming_the_image(nights: object) -> None:
+    """`int(baseline_nights)` of a hand-edited verdict ended the report in ValueError or TypeError (or counted "2"
+    and True as nights); now one line naming the image and the value."""
+    from buildtool.common.errors import UserError
+    from buildtool.contracts.gpu import BUSBW_FIGURE
+    from buildtool.report.nightly import busbw_rows
+
+    data = _verdict("c", "m")
+    data["figures"] = {BUSBW_FIGURE: {"peak_GBps": 100.0, "baseline_GBps": 90.0, "baseline_nights": nights}}
+    report = build_report([parse_verdict(data, "v")])
+    with pytest.raises(UserError) as info:
+        busbw_rows(report)
+    assert str(info.value) == (f"verdict of reg/c: its busbw figure's baseline_nights {nights!r} is not a count of "
+                               "nights; validate it again (validate writes them)")
+    data["figures"][BUSBW_FIGURE]["baseline_nights"] = 3
+    assert [row.nights for row in busbw_rows(build_report([parse_verdict(data, "v")]))] == [3]
+
+
 @pytest.mark.parametrize("value", ["[x](https://e.invalid)", "![i](https://e.invalid/i.png)", "<img src=x>",
                                    "<script>alert(1)</script>", "[a]: https://e.invalid", "a\\|b [c]"])
 def test_markdown_cell_renders_as_its_text_never_a_link_image_or_html(value: str) -> None:

@@ -169,7 +169,11 @@ def busbw_rows(report: Report) -> list[Busbw]:
             continue
         figure = row.figures[BUSBW_FIGURE]
         base = figure.get("baseline_GBps", figure.get("previous_GBps"))
-        nights = int(figure.get("baseline_nights") or (1 if base is not None else 0))
+        nights = figure.get("baseline_nights")
+        if nights is not None and (type(nights) is not int or nights < 0):    # a bool is no count either
+            raise UserError(f"verdict of {row.image}: its busbw figure's baseline_nights {nights!r} is not a count "
+                            "of nights; validate it again (validate writes them)")
+        nights = nights or (1 if base is not None else 0)
         old = before.get(row.key)
         if base is None and old is not None and gpu_names(old.runner) == gpu_names(row.runner):
             base = (old.figures.get(BUSBW_FIGURE) or {}).get("peak_GBps")
