@@ -290,17 +290,11 @@ def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
         fetch = [ln for ln in lines[:-4] if "Failed to fetch" in ln][:1]
         said = " | ".join(fetch + lines[-4:])
         # uv masks a URL's password, not a token in its query (`?token=...`): each index's secrets are scrubbed.
-        for secret in _index_secrets(argv):
-            said = said.replace(secret, "****")
+        from buildtool.imagebuild.cell_inputs import scrub, secret_strings
+
+        urls = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in UV_INDEX_ENV)
+        said = scrub(said, secret_strings(HostPip(extra_index_urls=urls)))
         raise FailedError("uv pip compile failed: " + said[:600])
-
-
-def _index_secrets(argv: list[str]) -> list[str]:
-    """The credentials in the index URLs of a uv command line (cell_inputs.secret_strings)."""
-    from buildtool.imagebuild.cell_inputs import secret_strings
-
-    urls = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in UV_INDEX_ENV)
-    return secret_strings(HostPip(extra_index_urls=urls))
 
 
 @dataclass(frozen=True)
