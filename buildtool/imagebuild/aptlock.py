@@ -1,23 +1,14 @@
-"""Locked system packages: resolve, write and check each pip cell's `apt.lock` (format: contracts.aptlock).
+"""Locked system packages: resolve, write and check each pip cell's `apt.lock` (format: contracts.aptlock;
+docs/contents.md#locks).
 
-Only cells installed with pip (templates/parts/python.j2) run an apt step; NGC cells add no Debian package
-to their base, so they have no apt lock (and one beside them is an error, as are apt_packages on them).
-
-Resolution happens inside the cell's own base (host network, one throw-away container): `apt-get update`,
-then `apt-get install -s --no-install-recommends` of the named packages, whose `Inst` lines are exactly what
-lands on top of that base, upgrades of base packages included. The same container lists the base's own
-packages (`dpkg-query -W`) into `base.dpkg`, so the lock says which base it sits on.
-
-The drift check re-runs that simulation twice, plain (what `make lock` writes today) and with every locked
-version pinned (apt preferences, priority 1001: the closure of these versions whatever Debian released
-since), and compares entry by entry: a package the pinned closure needs but the lock lacks was deleted, one
-it lists but nothing installs was added, a version other than the plain resolution's was re-versioned, one
-the archive no longer serves is named so; a base whose packages are not base.dpkg's is another base than
-the lock was made on.
-
-A cell built for more than one platform has these three files per platform, in the platform's folder
-(contracts.locks.platform_folder), each resolved inside that platform's image of the base (an emulated one
-runs under QEMU): Debian's package closure and versions can differ per architecture.
+Only pip cells (templates/parts/python.j2) run an apt step; NGC cells add no Debian package to their base, so
+they have no apt lock (one beside them is an error, as are apt_packages on them). `make lock` runs `apt-get
+install -s --no-install-recommends` inside the cell's own base (host network, one throw-away container): its
+`Inst` lines, upgrades of base packages included, are the lock, and `dpkg-query -W` there is `base.dpkg`. The
+drift check runs it again plain and with every locked version pinned (apt preferences, priority 1001: the closure
+of these versions whatever Debian released since) and compares entry by entry (`compare`). A multi-platform cell
+has the files per platform folder, each resolved in that platform's image of the base (under QEMU where
+emulated): Debian's package closure and versions can differ per architecture.
 """
 
 from __future__ import annotations
