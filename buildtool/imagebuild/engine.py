@@ -288,9 +288,7 @@ def untag(ref: str) -> None:
     """Remove one tag (never the image under other tags); quiet when absent."""
     try:
         sdk().api.remove_image(ref, noprune=False)
-    except docker.errors.ImageNotFound:
-        pass
-    except docker.errors.APIError as exc:
+    except docker.errors.APIError as exc:   # ImageNotFound included: the SDK raises it for a 404 only
         if exc.status_code != 404:
             raise
 
