@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.files import write_changed
 from buildtool.common.refs import Reference, ReferenceError, parse_reference
 from buildtool.contracts import platforms
 from buildtool.contracts.apt_lock_format import (
@@ -384,12 +383,6 @@ def lock_text(cell: Cell, probe: Probe, resolved_in: str, platform: str | None =
             deb_hashes_text({**probe.base, **probe.plan}, probe.hashes))
 
 
-def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
-    """Resolve a pip cell's apt lock (lock_texts) and write apt.lock, base.dpkg and debs.sha256; returns what
-    changed."""
-    return write_changed(lock_texts(root, cell, base_ref, log))
-
-
 def lock_texts(root: Path, cell: Cell, base_ref: str, log: Log) -> dict[Path, str]:
     """A pip cell's apt lock resolved in its base, on each of its platforms: apt.lock, base.dpkg and debs.sha256,
     path -> text, nothing written. On a multi-platform cell `base_ref` must be a registry reference whose index has
@@ -446,7 +439,7 @@ def cell_drift(root: Path, cell: Cell, base_ref: str, log: Log) -> list[str]:
         lock = read(root, cell, platform)
         lock_path, dpkg_path = paths(root, cell, platform)
         try:
-            ref = platform_base(base_ref, platform or cell.platforms[0])   # by digest, as lock_cell
+            ref = platform_base(base_ref, platform or cell.platforms[0])   # by digest, as lock_texts
             log(f"[{cell.key}] re-resolving {lock_path.relative_to(root)} in {ref}")
             probe = run_probe(ref, named_packages(cell), preferences(lock.entries), platform=platform)
         except FailedError as exc:
