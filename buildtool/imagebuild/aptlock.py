@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.refs import Reference, ReferenceError, parse_reference
-from buildtool.contracts import platforms
+from buildtool.common.refs import Reference, ReferenceError, parse_reference, split_repo
+from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.apt_lock_format import (
     APT_LOCK,
     BASE_DPKG,
@@ -269,7 +269,6 @@ def platform_base(base_ref: str, platform: str) -> str:
     """The image of `platform` in the base `base_ref` (a registry reference, such as the mirror's): the child
     of an image index by digest, or the image itself when it is that platform's. FailedError naming the base
     and the platform when the registry has none (a base mirrored for amd64 only)."""
-    from buildtool.common.refs import split_repo
     from buildtool.registry.client import DOCKER_LIST, OCI_INDEX, RegistryClient, RegistryUnreachable
 
     wanted = platforms.get(platform)
@@ -309,7 +308,6 @@ def platform_base(base_ref: str, platform: str) -> str:
 
 def base_source(base_ref: str) -> str:
     """How the base was made, from its label (mmdebstrap) or its being a plain pull."""
-    from buildtool.contracts import label_keys
     from buildtool.imagebuild import engine
 
     attrs = engine.image_attrs(base_ref) or {}

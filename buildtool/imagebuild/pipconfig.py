@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from buildtool.common.errors import UserError
+from buildtool.common.urls import public_url
 
 SECRET_CONF = "pip.conf"
 SECRET_UV = "uv.toml"
@@ -147,8 +148,6 @@ def package_indexes(host: HostPip, cell_urls: tuple[str, ...] = ()) -> list[dict
     """Each location the build's pip and uv settings name (the host's index, extra indexes and find-links, then
     the cell's own index URLs), as the provenance records them: without credentials, query or fragment
     (common.urls.public_url; a local folder as its file:// URL), each once, in that order."""
-    from buildtool.common.urls import public_url
-
     found: dict[str, str] = {}
     named = [(host.index_url, "index-url"), *((u, "extra-index-url") for u in host.extra_index_urls),
              *((u, "find-links") for u in host.find_links), *((u, "cell-index-url") for u in cell_urls)]
