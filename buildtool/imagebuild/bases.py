@@ -268,7 +268,6 @@ def _remove(path: Path) -> None:
 
 
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
-    assert cell.standin is not None
     return _render_standin("standin.Dockerfile.j2", cell, debian_ref,
                            framework_version=standin_framework_version(cell))
 
@@ -278,7 +277,6 @@ def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) 
     installed by uv on the build machine (BuildKit's BUILDPLATFORM, the same Debian base and Python) for the
     target's wheel platform, in a venv at the stand-in's path, then copied in; on the target (under QEMU where it
     is another machine's) only apt runs. uv is the one templates/uv.lock pins, by hash."""
-    assert cell.standin is not None
     return _render_standin("standin-index.Dockerfile.j2", cell, debian_ref, uv_requirement=uv_requirement,
                            targets=[platforms.get(p) for p in cell.platforms])
 
