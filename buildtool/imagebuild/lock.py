@@ -1,13 +1,11 @@
 """`buildtool lock`: per-cell locks of everything a cell installs on top of its base (docs/contents.md, Locks).
 
-One `uv pip compile` resolution for the image's Python and platform, written by uv as two PEP 751 files beside the
-Dockerfile (buildtool.contracts.locks): `pylock.framework.toml`, the framework's closure, and `pylock.tools.toml`,
-the rest; a tool bump that leaves the framework's closure alone leaves the framework layer cached. NGC cells have
-no framework lock: what their base has (asked in one throw-away container) constrains the resolution and is left
-out of the lock, so torch and the CUDA stack are never replaced. A multi-platform cell gets one resolution per
-platform, in that platform's folder (contracts.locks.platform_folder). Each file's header fingerprints the matrix
-values it came from, so `buildtool check` finds a stale lock offline. Remote indexes that cannot be reached are
-left out with a note: the hashes decide what may be installed, an index only where it is downloaded from.
+One `uv pip compile` resolution per platform, written by uv as `pylock.framework.toml` and `pylock.tools.toml`
+(PEP 751; buildtool.contracts.locks). NGC cells have no framework lock: what their base has (asked in one
+throw-away container) constrains the resolution and is left out of the lock, so torch and the CUDA stack are never
+replaced. Each file fingerprints the matrix values it came from, so `buildtool check` finds a stale lock offline.
+Unreachable remote indexes are left out with a note: the hashes decide what may be installed, an index only where
+it is downloaded from.
 """
 
 from __future__ import annotations
