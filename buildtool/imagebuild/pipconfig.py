@@ -1,13 +1,13 @@
 """The host's pip settings, handed to a build as BuildKit secrets and never as layers (docs/commands.md, Behind
 a proxy or offline).
 
-The secrets, mounted only while a `RUN` step runs: `pip.conf` (the host's indexes, find-links and trusted hosts,
-`cert = /run/secrets/pip-ca`, few retries so an unreachable extra index costs seconds, not minutes), `pip-ca`
-(the host's CA bundle; uv reads it as SSL_CERT_FILE), `uv.toml` (the same locations: uv does not read pip.conf)
-and `lock-urls` (render_lock_urls: the sed script that maps each served folder's `file://` URLs in a lock to its
-loopback URL; the sha256 in the lock, not the URL, decides what is installed). Local folders cannot be reached
-from a build container, and copying them into the context would put them in a layer: `PipSecrets` serves them
-read-only over a loopback HTTP server for the duration of the build (builds run with `--network host`).
+The secrets, mounted only while a `RUN` step runs: `pip.conf` (the host's indexes, which may carry a token,
+find-links and trusted hosts, `cert = /run/secrets/pip-ca`, few retries so an unreachable extra index costs seconds,
+not minutes), `pip-ca` (the host's CA bundle; uv reads it as SSL_CERT_FILE), `uv.toml` (the same locations: uv does
+not read pip.conf) and `lock-urls` (render_lock_urls: the sed script that maps each served folder's `file://` URLs
+in a lock to its loopback URL; the sha256 in the lock, not the URL, decides what is installed). Local folders cannot
+be reached from a build container, and copying them into the context would put them in a layer: `PipSecrets` serves
+them read-only over a loopback HTTP server for the duration of the build (builds run with `--network host`).
 """
 
 from __future__ import annotations
