@@ -12,6 +12,7 @@ import docker.errors
 import pytest
 import requests
 
+from buildtool.common.files import write_changed
 from buildtool.contracts.apt_lock_format import entries_digest, parse_apt_lock, parse_deb_hashes, parse_simulation
 from buildtool.imagebuild import aptlock
 from buildtool.imagebuild.engine import last_error_line
@@ -406,7 +407,7 @@ def test_a_single_platform_lock_is_resolved_in_the_registrys_image_not_the_engin
     monkeypatch.setattr(aptlock, "run_probe", probe)
     monkeypatch.setattr(aptlock, "base_source", lambda ref: f"{ref} (mmdebstrap, recipe 4)")
     (tmp_path / Path(cell.dockerfile).parent).mkdir(parents=True)
-    aptlock.lock_cell(tmp_path, cell, tag, log=lambda line: None)
+    write_changed(aptlock.lock_texts(tmp_path, cell, tag, log=lambda line: None))
     assert asked == [(tag, "linux/amd64")] and probed == [pinned]
     assert aptlock.read(tmp_path, cell).header["resolved-in"] == f"{pinned} (mmdebstrap, recipe 4)"
     assert aptlock.cell_drift(tmp_path, cell, tag, log=lambda line: None) == []

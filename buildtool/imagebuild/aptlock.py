@@ -1,23 +1,14 @@
-"""Locked system packages: resolve, write and check each pip cell's `apt.lock` (format: contracts.aptlock).
+"""Locked system packages: resolve, write and check each pip cell's `apt.lock` (format: contracts.aptlock;
+docs/contents.md#locks).
 
-Only cells installed with pip (templates/parts/python.j2) run an apt step; NGC cells add no Debian package
-to their base, so they have no apt lock (and one beside them is an error, as are apt_packages on them).
-
-Resolution happens inside the cell's own base (host network, one throw-away container): `apt-get update`,
-then `apt-get install -s --no-install-recommends` of the named packages, whose `Inst` lines are exactly what
-lands on top of that base, upgrades of base packages included. The same container lists the base's own
-packages (`dpkg-query -W`) into `base.dpkg`, so the lock says which base it sits on.
-
-The drift check re-runs that simulation twice, plain (what `make lock` writes today) and with every locked
-version pinned (apt preferences, priority 1001: the closure of these versions whatever Debian released
-since), and compares entry by entry: a package the pinned closure needs but the lock lacks was deleted, one
-it lists but nothing installs was added, a version other than the plain resolution's was re-versioned, one
-the archive no longer serves is named so; a base whose packages are not base.dpkg's is another base than
-the lock was made on.
-
-A cell built for more than one platform has these three files per platform, in the platform's folder
-(contracts.locks.platform_folder), each resolved inside that platform's image of the base (an emulated one
-runs under QEMU): Debian's package closure and versions can differ per architecture.
+Only pip cells (templates/parts/python.j2) run an apt step; NGC cells add no Debian package to their base, so
+they have no apt lock (one beside them is an error, as are apt_packages on them). `make lock` runs `apt-get
+install -s --no-install-recommends` inside the cell's own base (host network, one throw-away container): its
+`Inst` lines, upgrades of base packages included, are the lock, and `dpkg-query -W` there is `base.dpkg`. The
+drift check runs it again plain and with every locked version pinned (apt preferences, priority 1001: the closure
+of these versions whatever Debian released since) and compares entry by entry (`compare`). A multi-platform cell
+has the files per platform folder, each resolved in that platform's image of the base (under QEMU where
+emulated): Debian's package closure and versions can differ per architecture.
 """
 
 from __future__ import annotations
@@ -30,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildtool.common.errors import FailedError, UserError
-from buildtool.common.files import write_changed
-from buildtool.common.refs import Reference, ReferenceError, parse_reference
-from buildtool.contracts import platforms
+from buildtool.common.refs import Reference, ReferenceError, parse_reference, split_repo
+from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.apt_lock_format import (
     APT_LOCK,
     BASE_DPKG,
@@ -279,7 +269,6 @@ def platform_base(base_ref: str, platform: str) -> str:
     """The image of `platform` in the base `base_ref` (a registry reference, such as the mirror's): the child
     of an image index by digest, or the image itself when it is that platform's. FailedError naming the base
     and the platform when the registry has none (a base mirrored for amd64 only)."""
-    from buildtool.common.refs import split_repo
     from buildtool.registry.client import DOCKER_LIST, OCI_INDEX, RegistryClient, RegistryUnreachable
 
     wanted = platforms.get(platform)
@@ -319,7 +308,6 @@ def platform_base(base_ref: str, platform: str) -> str:
 
 def base_source(base_ref: str) -> str:
     """How the base was made, from its label (mmdebstrap) or its being a plain pull."""
-    from buildtool.contracts import label_keys
     from buildtool.imagebuild import engine
 
     attrs = engine.image_attrs(base_ref) or {}
@@ -393,12 +381,6 @@ def lock_text(cell: Cell, probe: Probe, resolved_in: str, platform: str | None =
             deb_hashes_text({**probe.base, **probe.plan}, probe.hashes))
 
 
-def lock_cell(root: Path, cell: Cell, base_ref: str, log: Log) -> list[Path]:
-    """Resolve a pip cell's apt lock (lock_texts) and write apt.lock, base.dpkg and debs.sha256; returns what
-    changed."""
-    return write_changed(lock_texts(root, cell, base_ref, log))
-
-
 def lock_texts(root: Path, cell: Cell, base_ref: str, log: Log) -> dict[Path, str]:
     """A pip cell's apt lock resolved in its base, on each of its platforms: apt.lock, base.dpkg and debs.sha256,
     path -> text, nothing written. On a multi-platform cell `base_ref` must be a registry reference whose index has
@@ -455,7 +437,7 @@ def cell_drift(root: Path, cell: Cell, base_ref: str, log: Log) -> list[str]:
         lock = read(root, cell, platform)
         lock_path, dpkg_path = paths(root, cell, platform)
         try:
-            ref = platform_base(base_ref, platform or cell.platforms[0])   # by digest, as lock_cell
+            ref = platform_base(base_ref, platform or cell.platforms[0])   # by digest, as lock_texts
             log(f"[{cell.key}] re-resolving {lock_path.relative_to(root)} in {ref}")
             probe = run_probe(ref, named_packages(cell), preferences(lock.entries), platform=platform)
         except FailedError as exc:

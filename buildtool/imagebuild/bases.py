@@ -28,10 +28,13 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import is_loopback_host, split_repo
-from buildtool.contracts import frameworks, label_keys, platforms
+from buildtool.common.urls import public_url
+from buildtool.contracts import emulation, frameworks, label_keys, platforms, versions
 from buildtool.contracts.image_labels import archive_label
+from buildtool.contracts.locks import uv_requirement
 from buildtool.contracts.names import DEFAULT_REGISTRY
 from buildtool.imagebuild import aptlock, archive_state, base_index, engine, multiplatform, push_path, rootfs_seal
 from buildtool.imagebuild.cell_inputs import scrub_log, secret_strings
@@ -139,8 +142,6 @@ MADE_HERE = ("debootstrap ", "mmdebstrap ")   # BASE_SOURCE of a base this tool 
 def debian_archive() -> str:
     """DEBIAN_ARCHIVE (the Debian archive the bases are made from), else deb.debian.org's; UserError when it is
     no http(s) URL without credentials."""
-    from buildtool.common.urls import public_url
-
     archive = os.environ.get(ARCHIVE_ENV, "").strip().rstrip("/") or DEFAULT_ARCHIVE
     if not archive.startswith(("http://", "https://")) or public_url(archive) != archive:
         raise UserError(f"{ARCHIVE_ENV}: {public_url(archive) or 'the value'} is not an http(s) URL of a Debian "
@@ -267,7 +268,6 @@ def _remove(path: Path) -> None:
 
 
 def _standin_dockerfile(cell: Cell, debian_ref: str) -> str:
-    assert cell.standin is not None
     return _render_standin("standin.Dockerfile.j2", cell, debian_ref,
                            framework_version=standin_framework_version(cell))
 
@@ -277,7 +277,6 @@ def _standin_index_dockerfile(cell: Cell, debian_ref: str, uv_requirement: str) 
     installed by uv on the build machine (BuildKit's BUILDPLATFORM, the same Debian base and Python) for the
     target's wheel platform, in a venv at the stand-in's path, then copied in; on the target (under QEMU where it
     is another machine's) only apt runs. uv is the one templates/uv.lock pins, by hash."""
-    assert cell.standin is not None
     return _render_standin("standin-index.Dockerfile.j2", cell, debian_ref, uv_requirement=uv_requirement,
                            targets=[platforms.get(p) for p in cell.platforms])
 
@@ -502,9 +501,6 @@ def _measured_framework(cell: Cell, image: str, platform: str, folder: Path) -> 
     """The framework's own `__version__` in a stand-in image of `platform` (under QEMU with the emulated CPU
     sysfs where it is another machine's), checked against the public version the stand-in's requirement
     pins: PyPI's CUDA torch 2.13.0 reports 2.13.0+cu130, and the image tests compare the image with this."""
-    from buildtool.common import docker_cli
-    from buildtool.contracts import emulation, versions
-
     module = frameworks.get(cell.framework).module
     flags = emulation.run_flags(platform, folder / "cpu-sysfs")
     # A name of its own, removed in `finally`: a client killed at its timeout never runs its own `--rm`.
@@ -536,7 +532,6 @@ def _standin_index(cell: Cell, ref: str, mirror: str, *, force: bool, log: Log, 
     leaves the tag as it was). A tag that already holds every platform is kept (a real mirror of the upstream
     too); one that lacks some is made again whole. `only`: just these of the cell's platforms are wanted (a build
     without push): they are made again when the tag lacks one of them, and the tag's other platforms are kept."""
-    from buildtool.contracts.locks import uv_requirement
     from buildtool.registry.image_index import put_index
 
     assert cell.standin is not None

@@ -38,6 +38,7 @@ from buildtool.imagebuild.cell_inputs import (
     build_labels,
     built_for,
     cell_content_key,
+    scrub,
     scrub_log,
     secret_strings,
 )
@@ -573,6 +574,4 @@ class Builder(Publishing):
 
     def _scrub(self, line: str) -> str:
         """A log line with the host's pip secrets (tokens in index URLs) masked."""
-        for secret in secret_strings(self._host_pip) if self._host_pip else ():
-            line = line.replace(secret, "****")
-        return line
+        return scrub(line, secret_strings(self._host_pip)) if self._host_pip else line

@@ -137,16 +137,14 @@ def built_for(plan: CellPlan, images: list[dict[str, Any]]) -> list[dict[str, An
     cell's dev repository with one of its dev tags. An image built FROM a dev image inherits all
     its labels, content key included, so the label alone does not say what an image is."""
     repo = parse_reference(f"{plan.dev_repo}:x").name
-    chosen = []
-    for image in images:
-        for ref in image.get("RepoTags") or []:
-            try:
-                parsed = parse_reference(ref)
-            except ReferenceError:
-                continue
-            if parsed.name == repo and parse_dev_tag(parsed.tag, plan.cell.version):
-                chosen.append(image)
-                break
-    return chosen
+
+    def dev_tag(ref: str) -> bool:
+        try:
+            parsed = parse_reference(ref)
+        except ReferenceError:
+            return False
+        return parsed.name == repo and bool(parse_dev_tag(parsed.tag, plan.cell.version))
+
+    return [image for image in images if any(dev_tag(ref) for ref in image.get("RepoTags") or [])]
 
 

@@ -92,12 +92,10 @@ def sdk() -> docker.DockerClient:
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """One BuildKit build: the context and Dockerfile, its arguments, labels and secrets (by file path), where its
-    log goes, and how it runs. `platform`: os/arch (BuildKit's --platform, which sets TARGETARCH; None: the
-    engine's own). `cache_from`: images to take layers from (buildtool.imagebuild.cache_sources chooses them).
-    `package_indexes`: the locations the secrets' pip/uv settings name, without credentials
-    (pipconfig.package_indexes), for the record. `log_secrets`: strings (index credentials) replaced by `****` in
-    each line of the build's output before it is written to the log, so the log never holds them."""
+    """One BuildKit build (secrets by file path). `platform`: os/arch (--platform, which sets TARGETARCH; None: the
+    engine's own); `cache_from`: images to take layers from (cache_sources chooses them); `package_indexes`: the
+    secrets' pip/uv locations without credentials (pipconfig.package_indexes), for the record; `log_secrets`:
+    index credentials masked as `****` in each output line before it reaches the log, which never holds them."""
 
     context: Path
     dockerfile: Path
@@ -288,9 +286,7 @@ def untag(ref: str) -> None:
     """Remove one tag (never the image under other tags); quiet when absent."""
     try:
         sdk().api.remove_image(ref, noprune=False)
-    except docker.errors.ImageNotFound:
-        pass
-    except docker.errors.APIError as exc:
+    except docker.errors.APIError as exc:   # ImageNotFound included: the SDK raises it for a 404 only
         if exc.status_code != 404:
             raise
 

@@ -1,13 +1,11 @@
 """`buildtool lock`: per-cell locks of everything a cell installs on top of its base (docs/contents.md, Locks).
 
-One `uv pip compile` resolution for the image's Python and platform, written by uv as two PEP 751 files beside the
-Dockerfile (buildtool.contracts.locks): `pylock.framework.toml`, the framework's closure, and `pylock.tools.toml`,
-the rest; a tool bump that leaves the framework's closure alone leaves the framework layer cached. NGC cells have
-no framework lock: what their base has (asked in one throw-away container) constrains the resolution and is left
-out of the lock, so torch and the CUDA stack are never replaced. A multi-platform cell gets one resolution per
-platform, in that platform's folder (contracts.locks.platform_folder). Each file's header fingerprints the matrix
-values it came from, so `buildtool check` finds a stale lock offline. Remote indexes that cannot be reached are
-left out with a note: the hashes decide what may be installed, an index only where it is downloaded from.
+One `uv pip compile` resolution per platform, written by uv as `pylock.framework.toml` and `pylock.tools.toml`
+(PEP 751; buildtool.contracts.locks). NGC cells have no framework lock: what their base has (asked in one
+throw-away container) constrains the resolution and is left out of the lock, so torch and the CUDA stack are never
+replaced. Each file fingerprints the matrix values it came from, so `buildtool check` finds a stale lock offline.
+Unreachable remote indexes are left out with a note: the hashes decide what may be installed, an index only where
+it is downloaded from.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_changed
 from buildtool.contracts import frameworks, platforms
 from buildtool.contracts import versions as version_rules
+from buildtool.contracts.image_labels import LabelError, standin_flag
 from buildtool.contracts.locks import (
     FRAMEWORK_LOCK,
     LOCK_FILES,
@@ -44,7 +43,9 @@ from buildtool.contracts.locks import (
     parse_lock,
     platform_folder,
     preferences,
+    uv_requirement,
 )
+from buildtool.imagebuild.cell_inputs import scrub, secret_strings
 from buildtool.imagebuild.pipconfig import UV_INDEX_ENV, UV_LOCATION_ENV, HostPip, answers, redact, uv_index_env
 from buildtool.matrix.schema import Cell
 
@@ -290,17 +291,9 @@ def _run_uv(argv: list[str], env: dict[str, str], cwd: Path) -> None:
         fetch = [ln for ln in lines[:-4] if "Failed to fetch" in ln][:1]
         said = " | ".join(fetch + lines[-4:])
         # uv masks a URL's password, not a token in its query (`?token=...`): each index's secrets are scrubbed.
-        for secret in _index_secrets(argv):
-            said = said.replace(secret, "****")
+        urls = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in UV_INDEX_ENV)
+        said = scrub(said, secret_strings(HostPip(extra_index_urls=urls)))
         raise FailedError("uv pip compile failed: " + said[:600])
-
-
-def _index_secrets(argv: list[str]) -> list[str]:
-    """The credentials in the index URLs of a uv command line (cell_inputs.secret_strings)."""
-    from buildtool.imagebuild.cell_inputs import secret_strings
-
-    urls = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in UV_INDEX_ENV)
-    return secret_strings(HostPip(extra_index_urls=urls))
 
 
 @dataclass(frozen=True)
@@ -442,7 +435,6 @@ def base_facts(base_ref: str, platform: str | None = None) -> BaseFacts:
     """Ask the base image itself (pulled when missing) what it already has. `platform` (os/arch): its image
     of that platform (`base_ref` a registry reference whose index has it; run under QEMU where that is not
     this machine's); None: the base as it is."""
-    from buildtool.contracts.image_labels import LabelError, standin_flag
     from buildtool.imagebuild import engine
     from buildtool.imagebuild.aptlock import platform_base
 
@@ -580,8 +572,6 @@ def write_uv_lock(templates: Path, host: HostPip | None = None) -> Path | None:
 def uv_pin_problems(root: Path) -> list[str]:
     """templates/uv.lock must pin the uv the toolkit installs (requirements.lock's exact pin, the one
     `lock` resolves with)."""
-    from buildtool.contracts.locks import uv_requirement
-
     try:
         pinned = next((line.split("==", 1)[1].strip() for line in (root / "requirements.lock").read_text().splitlines()
                        if normalize(line.split("==", 1)[0]) == "uv" and "==" in line), None)

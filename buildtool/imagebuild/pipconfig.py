@@ -1,24 +1,13 @@
-"""The host's pip settings, handed to a build as BuildKit secrets and never as layers.
+"""The host's pip settings, handed to a build as BuildKit secrets and never as layers (docs/commands.md, Behind
+a proxy or offline).
 
-A build needs what the host's pip needs: index URL, extra index URLs (which may carry a
-token), find-links folders and the CA bundle of an intercepting proxy. They become two
-secrets, mounted only while a `RUN` step runs:
-
-- `pip.conf`: a generated pip configuration (`cert = /run/secrets/pip-ca`, few retries so
-  an unreachable extra index costs seconds, not minutes);
-- `pip-ca`: the host's CA bundle.
-
-Local folders (`find-links = /opt/wheels`, `file:///opt/pypi/simple`) cannot be reached
-from a build container, and copying them into the context would put them in a layer.
-`PipSecrets` serves them read-only over a loopback HTTP server for the duration of the
-build (builds run with `--network host`), and the pip.conf points there.
-
-uv does not read pip.conf: a third secret, `uv.toml`, carries the same indexes, find-links and
-loopback URLs (for the stand-in bases' installs); the CA bundle reaches uv as
-SSL_CERT_FILE=/run/secrets/pip-ca. A cell's locks (PEP 751) name every file by URL, a local one as
-`file:///opt/wheels/...` on this machine: a fourth secret, `lock-urls`, is the sed script that maps each
-served folder's file URLs to its loopback URL (render_lock_urls), applied to the lock in the build step;
-the sha256 in the lock, not the URL, decides what is installed.
+The secrets, mounted only while a `RUN` step runs: `pip.conf` (the host's indexes, which may carry a token,
+find-links and trusted hosts, `cert = /run/secrets/pip-ca`, few retries so an unreachable extra index costs seconds,
+not minutes), `pip-ca` (the host's CA bundle; uv reads it as SSL_CERT_FILE), `uv.toml` (the same locations: uv does
+not read pip.conf) and `lock-urls` (render_lock_urls: the sed script that maps each served folder's `file://` URLs
+in a lock to its loopback URL; the sha256 in the lock, not the URL, decides what is installed). Local folders cannot
+be reached from a build container, and copying them into the context would put them in a layer: `PipSecrets` serves
+them read-only over a loopback HTTP server for the duration of the build (builds run with `--network host`).
 """
 
 from __future__ import annotations
@@ -41,6 +30,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from buildtool.common.errors import UserError
+from buildtool.common.urls import public_url
 
 SECRET_CONF = "pip.conf"
 SECRET_UV = "uv.toml"
@@ -158,8 +148,6 @@ def package_indexes(host: HostPip, cell_urls: tuple[str, ...] = ()) -> list[dict
     """Each location the build's pip and uv settings name (the host's index, extra indexes and find-links, then
     the cell's own index URLs), as the provenance records them: without credentials, query or fragment
     (common.urls.public_url; a local folder as its file:// URL), each once, in that order."""
-    from buildtool.common.urls import public_url
-
     found: dict[str, str] = {}
     named = [(host.index_url, "index-url"), *((u, "extra-index-url") for u in host.extra_index_urls),
              *((u, "find-links") for u in host.find_links), *((u, "cell-index-url") for u in cell_urls)]

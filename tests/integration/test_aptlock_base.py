@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.common.files import write_changed
 from buildtool.contracts.apt_lock_format import parse_entries
 from buildtool.imagebuild import aptlock, engine
 from buildtool.imagebuild.bases import fill_bases
@@ -42,7 +43,7 @@ def test_resolution_in_the_base_matches_the_committed_lock_and_re_resolves_clean
     # The resolution, written into a copy of the cell's folder: the same packages at the same versions.
     folder = tmp_path / Path(cell.dockerfile).parent
     folder.mkdir(parents=True)
-    aptlock.lock_cell(tmp_path, cell, base, log=lambda line: None)
+    write_changed(aptlock.lock_texts(tmp_path, cell, base, log=lambda line: None))
     fresh = aptlock.read(tmp_path, cell)
     assert fresh.entries == committed.entries and fresh.inputs == committed.inputs
     assert "openssl" in fresh.entries and "python3.11" in fresh.entries
