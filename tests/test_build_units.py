@@ -56,6 +56,18 @@ def test_host_pip_parse_takes_environment_over_files():
 
 
 
+def test_host_pip_reads_the_sections_pip_install_reads_and_no_other():
+    """pip install reads [global], then [install], then PIP_* (pip/_internal/cli/parser.py: override_order is
+    global, the command's name, :env:); the build took [download] too, which only `pip download` reads, so a
+    host's download index replaced the index the host installs from."""
+    listing = ("global.index-url='https://a.example/simple'\n"
+               "download.index-url='https://mirror.example/simple'\ndownload.no-index='yes'\n")
+    host = HostPip.parse(listing)
+    assert (host.index_url, host.no_index) == ("https://a.example/simple", False)
+    assert HostPip.parse(listing + "install.index-url='https://b.example/simple'\n").index_url == \
+        "https://b.example/simple"
+
+
 def test_host_pip_reads_a_value_written_over_several_lines_as_pip_lists_it():
     """pip.conf's several locations one a line (`extra-index-url =` then one URL a line) reach `pip config list` as
     the value's repr, `'\\nhttps://...\\nhttps://...'`: it was read as one location with literal `\\n` in it, so

@@ -37,7 +37,7 @@ SECRET_UV = "uv.toml"
 SECRET_CA = "pip-ca"
 SECRET_LOCK_URLS = "lock-urls"
 CA_IN_BUILD = "/run/secrets/pip-ca"
-_SECTIONS = ("global", "install", "download", ":env:")  # later wins, as in pip
+_SECTIONS = ("global", "install", ":env:")  # later wins: what pip install reads (pip/_internal/cli/parser.py)
 # pip's booleans (pip/_internal/utils/misc.py strtobool, any case); pip refuses any other value of a flag.
 _PIP_TRUE = ("y", "yes", "t", "true", "on", "1")
 _PIP_FALSE = ("n", "no", "f", "false", "off", "0")
