@@ -294,6 +294,22 @@ def test_an_engine_failure_in_the_apt_probe_is_one_line_and_removes_its_containe
     assert container.removed or failing == "create"
 
 
+@pytest.mark.parametrize("error", [requests.exceptions.ConnectionError("Read timed out"),
+                                   requests.exceptions.ReadTimeout("read timeout=120")])
+def test_a_short_command_past_its_timeout_says_so_whichever_way_the_sdk_says_it(monkeypatch, error):
+    """run_output (the image diff's and the SBOM's short commands) took only ReadTimeout for a timeout: the SDK's
+    other way of saying it, a ConnectionError "Read timed out", was "failed in the engine". One rule, the apt
+    probe's, now serves both."""
+    from buildtool.imagebuild import engine
+
+    container = _ProbeContainer("wait", error)
+    monkeypatch.setattr(engine, "sdk", lambda: SimpleNamespace(containers=SimpleNamespace(
+        create=lambda *a, **k: container)))
+    with pytest.raises(RuntimeError, match=r"^dpkg-query in debian:bookworm-slim did not finish within 120s$"):
+        engine.run_output("debian:bookworm-slim", ["dpkg-query", "-W"])
+    assert container.removed
+
+
 # -- the build's one line -------------------------------------------------------------------------------
 
 def test_resolved_in_names_the_digest_of_the_bases_own_repository(monkeypatch):

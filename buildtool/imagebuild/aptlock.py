@@ -220,7 +220,7 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
     import requests
 
     from buildtool.imagebuild import engine
-    from buildtool.imagebuild.engine import sdk_reason
+    from buildtool.imagebuild.engine import sdk_reason, sdk_timed_out
 
     arch = platforms.get(platform).architecture if platform else ARCH
     placed = {"platform": platform} if platform else {}
@@ -240,10 +240,9 @@ def run_probe(base_ref: str, install: list[str], prefs: str = "", platform: str 
         out = container.logs(stdout=True, stderr=False).decode(errors="replace")
         err = container.logs(stdout=False, stderr=True).decode(errors="replace").strip()
     except sdk_errors as exc:
-        # The SDK's wait past its timeout is a ReadTimeout, or a ConnectionError saying "Read timed out".
-        timed_out = isinstance(exc, requests.Timeout) or "timed out" in str(exc).lower()
         raise FailedError(f"the apt probe in {base_ref} " + (
-            f"did not finish within {PROBE_TIMEOUT}s (apt-get update under QEMU or a slow archive)" if timed_out
+            f"did not finish within {PROBE_TIMEOUT}s (apt-get update under QEMU or a slow archive)"
+            if sdk_timed_out(exc)
             else "failed in the engine") + f": {sdk_reason(exc)}") from None
     finally:
         try:

@@ -329,9 +329,9 @@ def run_output(image: str, command: list[str], timeout: int = 120, platform: str
         container.start()
         status = container.wait(timeout=timeout)
         output = container.logs(stdout=True, stderr=False).decode(errors="replace")
-    except requests.exceptions.ReadTimeout:   # container.wait(timeout=) running out
-        raise RuntimeError(f"{command[0]} in {image} did not finish within {timeout}s") from None
     except (docker.errors.DockerException, requests.RequestException) as exc:
+        if sdk_timed_out(exc):    # container.wait(timeout=) running out
+            raise RuntimeError(f"{command[0]} in {image} did not finish within {timeout}s") from None
         raise RuntimeError(f"{command[0]} in {image} failed in the engine: {sdk_reason(exc)}") from None
     finally:
         try:
@@ -342,6 +342,11 @@ def run_output(image: str, command: list[str], timeout: int = 120, platform: str
     if status.get("StatusCode") != 0:
         raise RuntimeError(f"{' '.join(command)} in {image} exited {status.get('StatusCode')}")
     return output
+
+
+def sdk_timed_out(exc: Exception) -> bool:
+    """Whether the SDK's `exc` is a wait past its timeout: a ReadTimeout, or a ConnectionError saying so."""
+    return isinstance(exc, requests.Timeout) or "timed out" in str(exc).lower()
 
 
 def sdk_reason(exc: Exception) -> str:

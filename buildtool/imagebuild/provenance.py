@@ -50,6 +50,7 @@ from buildtool.contracts.image_labels import ImageLabels, LabelError, parse_arch
 from buildtool.contracts.names import check_full_revision
 from buildtool.imagebuild import aptlock, archive_state
 from buildtool.imagebuild.archive_state import Fetch, ReleaseFile
+from buildtool.imagebuild.bases import MADE_HERE
 from buildtool.imagebuild.lock import lock_paths
 from buildtool.matrix.plan import CellPlan
 
@@ -304,7 +305,7 @@ def base_descriptor(labels: ImageLabels, upstream: str, base_hex: str) -> dict[s
     for (by digest too where the base is a copy of it: made elsewhere, a mirror's copy keeps the digest), and for
     a base made here its recipe and the archive state it was made from, which remake it (the same digest)."""
     annotations: dict[str, Any] = {"standin": bool(labels.standin_keys), "upstream": upstream}
-    made = labels.base_source.startswith(("mmdebstrap ", "debootstrap "))
+    made = labels.base_source.startswith(MADE_HERE)
     if labels.base_source:
         annotations["madeBy"] = labels.base_source
     if labels.base_archive:
