@@ -211,11 +211,6 @@ def model_of(gpu_name: str) -> str | None:
     return GPU_MODELS.get(gpu_name.strip())
 
 
-def interconnect(topo: str) -> str:
-    """NVLINK or PCIE from `nvidia-smi topo -m` (`--matrix`); ValueError naming what could not be read."""
-    return read_topology(topo)[0]
-
-
 def read_topology(topo: str) -> tuple[str, str]:
     """(NVLINK or PCIE, what was seen: the pairs joined only through PCIe, with their link) from
     `nvidia-smi topo -m`; ValueError naming what could not be read."""

@@ -187,27 +187,20 @@ class Log:
         return sorted({f for p in self.processes.values() for f in p.families})
 
 
-def _split(line: str) -> list[tuple[re.Match[str], str, bool]]:
-    """The NCCL records on one physical line: (prefix, text, whole?). Every record but the last was cut
-    by the next one's start (glued output of two processes)."""
-    found = list(_PREFIX.finditer(line))
-    return [(m, line[m.end():found[i + 1].start() if i + 1 < len(found) else len(line)], i + 1 == len(found))
-            for i, m in enumerate(found)]
-
-
 def read(text: str, log: Log | None = None) -> Log:
     """NCCL's records in TEXT (one or several processes' output), added to LOG."""
     log = log or Log()
     records: list[tuple[str, str, str, str, bool]] = []   # host, pid, dev, text, glued host?
     hosts: set[str] = set()
     for line in text.splitlines():
-        for index, (match, rest, whole) in enumerate(_split(line)):
+        found = list(_PREFIX.finditer(line))
+        for index, match in enumerate(found):
             if index == 0:      # the line's first record (a launcher's or a timestamp's prefix may come before)
                 hosts.add(match["host"])
-            if not whole:
+            if index + 1 < len(found):   # cut by the next record's start (glued output of two processes)
                 log.cut += 1
                 continue
-            records.append((match["host"], match["pid"], match["dev"] or "", rest, index > 0))
+            records.append((match["host"], match["pid"], match["dev"] or "", line[match.end():], index > 0))
     for host, pid, dev, rest, glued in records:
         if glued:   # `...Using netgpu-a01:4128:...`: the host is the known one its name ends with
             host = max((h for h in hosts if host.endswith(h)), key=len, default=host)

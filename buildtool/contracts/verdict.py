@@ -145,7 +145,7 @@ class Verdict(_Model):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @model_validator(mode="after")
-    def _schema_fields(self) -> Verdict:
+    def _fields(self) -> Verdict:
         if self.schema_ < 5 and (self.platform or self.emulated):
             raise ValueError(f"`platform` and `emulated` are schema-5 fields, not of schema {self.schema_}")
         if self.schema_ >= 5:
@@ -157,10 +157,6 @@ class Verdict(_Model):
             raise ValueError(f"`matrix_digest` and `libraries` are schema-6 fields, not of schema {self.schema_}")
         if self.schema_ >= 6 and not re.fullmatch(SBOM_DIGEST_RE, self.matrix_digest):
             raise ValueError(f"`matrix_digest` {self.matrix_digest[:80]!r} is not a sha256:<64 hex> digest")
-        return self
-
-    @model_validator(mode="after")
-    def _sbom_fields(self) -> Verdict:
         if self.sbom and not re.fullmatch(SBOM_DIGEST_RE, self.sbom):
             raise ValueError(f"`sbom` {self.sbom[:80]!r} is not a sha256:<64 hex> digest")
         if bool(self.sbom) == bool(self.sbom_problem):
@@ -209,7 +205,7 @@ def _cause(error: Any) -> str:
         return f"`{path}` is missing"
     if kind == "extra_forbidden":
         return f"`{path}` is not a field of this schema"
-    if kind == "value_error":     # a check across fields (Verdict._sbom_fields)
+    if kind == "value_error":     # a check across fields (Verdict._fields)
         return str(error["msg"]).removeprefix("Value error, ")
     return f"`{path}`: {error['msg'][0].lower()}{error['msg'][1:]} (got {type(error['input']).__name__} " \
            f"{str(error['input'])[:40]!r})"
