@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 
 IB = "IB"
@@ -286,13 +287,9 @@ def no_log(paths: list[Path], where: str, log: Log | None = None) -> str:
 
 def ranges(numbers: Iterable[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
-    runs: list[list[int]] = []    # [first, last] of each run of consecutive numbers
-    for value in sorted(set(numbers)):
-        if runs and value == runs[-1][1] + 1:
-            runs[-1][1] = value
-        else:
-            runs.append([value, value])
-    return ", ".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
+    # Consecutive numbers keep the same distance from their position in the sorted list: one run per distance.
+    runs = [[n for _, n in run] for _, run in groupby(enumerate(sorted(set(numbers))), lambda pair: pair[1] - pair[0])]
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def summary(log: Log) -> str:
