@@ -32,8 +32,7 @@ from buildtool.common.documents import plural
 from buildtool.contracts import platforms
 
 SCHEMA: Literal[6] = 6
-# The current schema and the two before it (the report reads a history of nights); release takes only the current
-# one, which records what the verdict was bound to (buildtool.release.gates.binding_problems).
+# The report reads a history of nights; release needs SCHEMA's binding (buildtool.release.gates.binding_problems).
 READ_SCHEMAS = (4, 5, 6)
 SBOM_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 Result = Literal["passed", "failed", "incomplete"]
