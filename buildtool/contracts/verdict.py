@@ -190,16 +190,11 @@ class VerdictError(ValueError):
     """A verdict that does not parse; the message names where, the field (or schema number) and why."""
 
 
-def _path(loc: tuple[Any, ...]) -> str:
-    """pydantic's location -> `tests[0].result`."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(the verdict)"
-
-
 def _cause(error: Any) -> str:
-    kind, path = error["type"], _path(tuple(error["loc"]))
+    kind, path = error["type"], ""
+    for part in error["loc"]:     # pydantic's location -> `tests[0].result`
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    path = path or "(the verdict)"
     if kind == "missing":
         return f"`{path}` is missing"
     if kind == "extra_forbidden":
