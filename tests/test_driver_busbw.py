@@ -147,7 +147,7 @@ FLOOR_TABLE = {
 def test_floor_by_exact_model_and_interconnect(fixture):
     model, link, floor = FLOOR_TABLE[fixture]
     names = listed_names(fixture)
-    assert busbw.interconnect(topo(fixture)) == link
+    assert busbw.read_topology(topo(fixture))[0] == link
     found = busbw.floor_for(names[0], link)
     assert (found.model, found.interconnect, found.floor_GBps) == (model, link, floor)
     assert found.expected_GBps is not None and found.floor_GBps == busbw.FLOOR_FRACTION * found.expected_GBps
@@ -185,7 +185,7 @@ def test_an_sxm_part_over_pcie_is_a_fault_not_a_missing_floor():
 ])
 def test_unreadable_topology_is_an_error_naming_it(text, message):
     with pytest.raises(ValueError, match=message):
-        busbw.interconnect(text)
+        busbw.read_topology(text)
 
 
 def test_inventory_reads_the_interconnect_from_a_fake_nvidia_smi(tmp_path, monkeypatch):

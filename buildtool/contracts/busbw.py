@@ -211,11 +211,6 @@ def model_of(gpu_name: str) -> str | None:
     return GPU_MODELS.get(gpu_name.strip())
 
 
-def interconnect(topo: str) -> str:
-    """NVLINK or PCIE from `nvidia-smi topo -m` (`--matrix`); ValueError naming what could not be read."""
-    return read_topology(topo)[0]
-
-
 def read_topology(topo: str) -> tuple[str, str]:
     """(NVLINK or PCIE, what was seen: the pairs joined only through PCIe, with their link) from
     `nvidia-smi topo -m`; ValueError naming what could not be read."""
@@ -320,16 +315,6 @@ def window_baseline(history: list[tuple[dt.datetime, float, str]], window: int =
             "window": window, "peaks": [peak for _, peak, _ in chosen], "sources": [src for _, _, src in chosen]}
 
 
-def baseline_text(baseline: Mapping[str, Any]) -> str:
-    nights = int(baseline.get("nights") or 0)
-    window = int(baseline.get("window") or nights)
-    short = f" (fewer than the window of {window})" if nights < window else ""
-    left_out = list(baseline.get("left_out") or [])
-    unplaced = (f"; {len(left_out)} earlier verdict{'s' if len(left_out) != 1 else ''} left out: {left_out[0]}"
-                + (f" and {len(left_out) - 1} more" if len(left_out) > 1 else "")) if left_out else ""
-    return f"the median of the last {nights} night{'s' if nights != 1 else ''}{short}{unplaced}"
-
-
 def problems(peak: float, floor: float | None, floor_model: str, baseline: Mapping[str, Any],
              fault: str = "") -> list[str]:
     """Why a measured peak fails: a fault of the runner's links (Floor.fault), under the floor, or fallen more
@@ -339,6 +324,12 @@ def problems(peak: float, floor: float | None, floor_model: str, baseline: Mappi
         found.append(f"peak {peak:.1f} GB/s is below the floor {floor:g} GB/s for {floor_model}")
     median = baseline.get("median_GBps")
     if isinstance(median, int | float) and median > 0 and peak < (1 - MAX_FALL) * median:
-        found.append(f"peak {peak:.1f} GB/s fell {1 - peak / median:.0%} below {median:.1f} GB/s, "
-                     f"{baseline_text(baseline)}")
+        nights = int(baseline.get("nights") or 0)
+        window = int(baseline.get("window") or nights)
+        short = f" (fewer than the window of {window})" if nights < window else ""
+        left_out = list(baseline.get("left_out") or [])
+        unplaced = (f"; {len(left_out)} earlier verdict{'s' if len(left_out) != 1 else ''} left out: {left_out[0]}"
+                    + (f" and {len(left_out) - 1} more" if len(left_out) > 1 else "")) if left_out else ""
+        found.append(f"peak {peak:.1f} GB/s fell {1 - peak / median:.0%} below {median:.1f} GB/s, the median of the "
+                     f"last {nights} night{'s' if nights != 1 else ''}{short}{unplaced}")
     return found

@@ -198,8 +198,7 @@ class ImageLabels:
 
     @property
     def standin_keys(self) -> list[str]:
-        """Every stand-in label the image carries, whatever its value (issue 11: `standin=false` beside
-        `standin.for=...` is still a stand-in)."""
+        """label_keys.standin_keys of its labels: every stand-in key, an emptied one too (issue 11)."""
         return label_keys.standin_keys(self.to_dict())
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 
 IB = "IB"
@@ -187,27 +188,20 @@ class Log:
         return sorted({f for p in self.processes.values() for f in p.families})
 
 
-def _split(line: str) -> list[tuple[re.Match[str], str, bool]]:
-    """The NCCL records on one physical line: (prefix, text, whole?). Every record but the last was cut
-    by the next one's start (glued output of two processes)."""
-    found = list(_PREFIX.finditer(line))
-    return [(m, line[m.end():found[i + 1].start() if i + 1 < len(found) else len(line)], i + 1 == len(found))
-            for i, m in enumerate(found)]
-
-
 def read(text: str, log: Log | None = None) -> Log:
     """NCCL's records in TEXT (one or several processes' output), added to LOG."""
     log = log or Log()
     records: list[tuple[str, str, str, str, bool]] = []   # host, pid, dev, text, glued host?
     hosts: set[str] = set()
     for line in text.splitlines():
-        for index, (match, rest, whole) in enumerate(_split(line)):
+        found = list(_PREFIX.finditer(line))
+        for index, match in enumerate(found):
             if index == 0:      # the line's first record (a launcher's or a timestamp's prefix may come before)
                 hosts.add(match["host"])
-            if not whole:
+            if index + 1 < len(found):   # cut by the next record's start (glued output of two processes)
                 log.cut += 1
                 continue
-            records.append((match["host"], match["pid"], match["dev"] or "", rest, index > 0))
+            records.append((match["host"], match["pid"], match["dev"] or "", line[match.end():], index > 0))
     for host, pid, dev, rest, glued in records:
         if glued:   # `...Using netgpu-a01:4128:...`: the host is the known one its name ends with
             host = max((h for h in hosts if host.endswith(h)), key=len, default=host)
@@ -293,13 +287,9 @@ def no_log(paths: list[Path], where: str, log: Log | None = None) -> str:
 
 def ranges(numbers: Iterable[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
-    runs: list[list[int]] = []    # [first, last] of each run of consecutive numbers
-    for value in sorted(set(numbers)):
-        if runs and value == runs[-1][1] + 1:
-            runs[-1][1] = value
-        else:
-            runs.append([value, value])
-    return ", ".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
+    # Consecutive numbers keep the same distance from their position in the sorted list: one run per distance.
+    runs = [[n for _, n in run] for _, run in groupby(enumerate(sorted(set(numbers))), lambda pair: pair[1] - pair[0])]
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def summary(log: Log) -> str:

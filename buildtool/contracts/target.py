@@ -15,8 +15,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class FrameworkClaim(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class FrameworkClaim(_Strict):
     source: str                  # where the claim comes from ("matrix cell ...", "label ...")
     value: str
     note: str = ""
@@ -27,10 +30,9 @@ class FrameworkClaim(BaseModel):
     source_dev: bool = False     # a .devN of the claimed release passes (Expectation.source_dev)
 
 
-class LabelCheck(BaseModel):
+class LabelCheck(_Strict):
     """One label of the image, what the matrix cell says it must be, and what in the image proves it."""
 
-    model_config = ConfigDict(extra="forbid")
     key: str
     value: str | None            # what the image's label says (None: the image lacks it)
     cell_value: str | None = None  # what the matrix cell's rendered Dockerfile says (None: not a template label)
@@ -39,10 +41,9 @@ class LabelCheck(BaseModel):
     note: str = ""
 
 
-class Expectations(BaseModel):
+class Expectations(_Strict):
     """What the image claims to contain: from its matrix cell and its labels."""
 
-    model_config = ConfigDict(extra="forbid")
     packages: dict[str, str] = Field(default_factory=dict)
     standin: bool = False
     framework_claims: list[FrameworkClaim] = Field(default_factory=list)
@@ -56,10 +57,9 @@ class Expectations(BaseModel):
     libraries_source: str = ""
 
 
-class FrameworkInfo(BaseModel):
+class FrameworkInfo(_Strict):
     """The framework table's row, for scripts that run inside the image (no buildtool there)."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str
     module: str
     gpu_count_expr: str
@@ -69,9 +69,7 @@ class FrameworkInfo(BaseModel):
     container_version_env: str = ""
 
 
-class Target(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Target(_Strict):
     image: str                   # what containers start from (repo@digest when in a registry)
     ref: str                     # what the user named
     digest: str

@@ -32,8 +32,7 @@ from buildtool.common.documents import plural
 from buildtool.contracts import platforms
 
 SCHEMA: Literal[6] = 6
-# The current schema and the two before it (the report reads a history of nights); release takes only the current
-# one, which records what the verdict was bound to (buildtool.release.gates.binding_problems).
+# The report reads a history of nights; release needs SCHEMA's binding (buildtool.release.gates.binding_problems).
 READ_SCHEMAS = (4, 5, 6)
 SBOM_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 Result = Literal["passed", "failed", "incomplete"]
@@ -145,7 +144,7 @@ class Verdict(_Model):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @model_validator(mode="after")
-    def _schema_fields(self) -> Verdict:
+    def _fields(self) -> Verdict:
         if self.schema_ < 5 and (self.platform or self.emulated):
             raise ValueError(f"`platform` and `emulated` are schema-5 fields, not of schema {self.schema_}")
         if self.schema_ >= 5:
@@ -157,10 +156,6 @@ class Verdict(_Model):
             raise ValueError(f"`matrix_digest` and `libraries` are schema-6 fields, not of schema {self.schema_}")
         if self.schema_ >= 6 and not re.fullmatch(SBOM_DIGEST_RE, self.matrix_digest):
             raise ValueError(f"`matrix_digest` {self.matrix_digest[:80]!r} is not a sha256:<64 hex> digest")
-        return self
-
-    @model_validator(mode="after")
-    def _sbom_fields(self) -> Verdict:
         if self.sbom and not re.fullmatch(SBOM_DIGEST_RE, self.sbom):
             raise ValueError(f"`sbom` {self.sbom[:80]!r} is not a sha256:<64 hex> digest")
         if bool(self.sbom) == bool(self.sbom_problem):
@@ -195,21 +190,16 @@ class VerdictError(ValueError):
     """A verdict that does not parse; the message names where, the field (or schema number) and why."""
 
 
-def _path(loc: tuple[Any, ...]) -> str:
-    """pydantic's location -> `tests[0].result`."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(the verdict)"
-
-
 def _cause(error: Any) -> str:
-    kind, path = error["type"], _path(tuple(error["loc"]))
+    kind, path = error["type"], ""
+    for part in error["loc"]:     # pydantic's location -> `tests[0].result`
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    path = path or "(the verdict)"
     if kind == "missing":
         return f"`{path}` is missing"
     if kind == "extra_forbidden":
         return f"`{path}` is not a field of this schema"
-    if kind == "value_error":     # a check across fields (Verdict._sbom_fields)
+    if kind == "value_error":     # a check across fields (Verdict._fields)
         return str(error["msg"]).removeprefix("Value error, ")
     return f"`{path}`: {error['msg'][0].lower()}{error['msg'][1:]} (got {type(error['input']).__name__} " \
            f"{str(error['input'])[:40]!r})"
