@@ -60,6 +60,9 @@ def test_waiver_for_names_the_waiver_that_matched() -> None:
                          "GPUs)"),
     (r"^\[no-peer-image\]", "not a skip code (CODE or CODE:SUBJECT"),
     ("no-peer-image:", "not a skip code (CODE or CODE:SUBJECT"),
+    # `$` matched before a final line break: the waiver was accepted and waived the skip it names
+    ("ulimit-not-granted:memlock\n", "not a skip code (CODE or CODE:SUBJECT"),
+    ("no-peer-image\n", "not a skip code (CODE or CODE:SUBJECT"),
 ])
 def test_a_waiver_that_is_not_a_waivable_code_is_refused_naming_why(text: str, why: str) -> None:
     with pytest.raises(ValueError) as raised:

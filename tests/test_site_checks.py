@@ -267,3 +267,15 @@ def test_a_staging_that_fails_midway_leaves_no_partial_copy(tmp_path: Path, monk
     [folder] = (tmp_path / "reports").glob("*/*")
     assert not list(folder.glob("tests-*")), sorted(p.name for p in folder.iterdir())
     assert (tmp_path / "image-tests").is_dir()
+
+
+def test_a_site_folder_whose_name_ends_in_a_line_break_is_refused(tmp_path: Path) -> None:
+    """NAME_RE's `$` matched before a final line break: a folder `site\\n` passed and became a test group whose
+    name (in test ids and the verdict) holds a line break."""
+    folder = tmp_path / "site\n"
+    folder.mkdir()
+    (folder / "test_x.py").write_text("def test_x():\n    pass\n")
+    assert sitetests.problem(folder).startswith("the folder's name 'site\\n' is its test group in the verdict")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "test_x.py").write_text("def test_x():\n    pass\n")
+    assert sitetests.problem(tmp_path / "site") == ""

@@ -490,3 +490,20 @@ def test_immutable_tags(tmp_path, tags: str, expected: str | None) -> None:
         except MatrixError as exc:
             raise ValueError(str(exc)) from None
     check(grammar, tags, expected)
+
+
+# -- a final line break: `$` matches before it, so a grammar must match the whole text ---------------------------
+@pytest.mark.parametrize(("grammar", "value"), [
+    (values.image_name, "pytorch-cpu"), (values.cell_version, "2.13"), (values.python_version, "3.12"),
+    (values.workdir, "/workspace"), (values.apt_package, "curl"), (values.dist_name, "torch"),
+    (values.version, "2.13.0"), (values.requirement, "torch==2.13.0"), (values.spdx_expression, "BSD-3-Clause"),
+    (values.index_url, "https://pypi.org/simple"), (values.source_url, "https://github.com/dl-images/dl-images"),
+    (lambda text: values.template_path(text, None), "pytorch.Dockerfile.j2"),
+], ids=lambda p: getattr(p, "__name__", None) if callable(p) else repr(p))
+def test_a_value_with_a_final_line_break_is_refused(grammar: Callable[[str], Any], value: str) -> None:
+    """`python: "3.12\\n"` (a quoted YAML value) passed `^[0-9]+\\.[0-9]+$` with .match, as did an image name, a
+    workdir, an apt or pip package name and a cell version with a final line break: they reached the rendered
+    Dockerfiles and tags."""
+    grammar(value)
+    with pytest.raises(ValueError):
+        grammar(value + "\n")

@@ -34,8 +34,8 @@ TOOL_PREFIX = "tool:"
 ARCHIVE_PREFIX = "apt-archive:"
 CACHE_PREFIX = "cache:"
 INLINE_CACHE = "buildkit-inline-cache"
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+\Z")
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})\Z")
 
 
 def local_builder_id(keyid: str) -> str:

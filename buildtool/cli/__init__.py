@@ -7,7 +7,8 @@ Each command module (one per command or command group) holds its commands, which
 (buildtool.cli.app) lists; they share options through the leaf module `buildtool.cli.options` (the
 launch commands k8s, slurm, bundle and scaling also through `buildtool.cli.launch_options`) and
 import the stages they call inside each command, so the CLI has no import cycle and `buildtool --help`
-imports no stage's code (only buildtool.validate.options, the leaf module of validate's defaults). No function here runs past 60 lines (tests/test_cli_shape.py).
+imports no stage's code (only buildtool.validate.options, the leaf module of validate's defaults).
+No function here runs past 60 lines (tests/test_cli_shape.py).
 `buildtool release ...` takes a fast path that does not import typer (buildtool.cli.release_run).
 """
 

@@ -27,11 +27,11 @@ DOCKER_HUB_HOSTS = (DOCKER_HUB, LEGACY_DOCKER_HUB, DOCKER_HUB_API)
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 # An IPv6 host as distribution's regexp.go writes it, `\[(?:[a-fA-F0-9:]+)\]`: hex and colons only (IPv4-mapped
 # `[::ffff:1.2.3.4]` and zones are refused there, deliberately).
-_DOMAIN_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
-_PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_DOMAIN_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?\Z")
+_PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*\Z")
 # Docker's tag grammar, the only copy (contracts.names builds its tags against it).
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
-_DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
+_DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}\Z")
 # An image ID: distribution's ParseNormalizedNamed refuses it as a name ("cannot specify 64-byte hexadecimal strings").
 _IDENTIFIER_RE = re.compile(r"[a-f0-9]{64}\Z")
 # The algorithms a digest may name and their lengths in hex, as distribution's digest.Parse takes them (go-digest's

@@ -35,7 +35,7 @@ _NAME = r"[a-z0-9][a-z0-9+.-]+"
 _VERSION = r"(?:[0-9]+:)?[0-9A-Za-z][0-9A-Za-z.+~:-]*"
 _ENTRY = re.compile(rf"^(?P<key>{_NAME})=(?P<value>{_VERSION})$")
 _HEADER = re.compile(r"^# (?P<key>[a-z-]+): (?P<value>\S.*)$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 # `apt-get -s` lines: `Inst libssl3 [3.0.15-1~deb12u1] (3.0.17-1~deb12u2 Debian:12.12/stable [amd64])`; the
 # bracket is the version being replaced (an upgrade of a base package: also on top of the base).
 # A package of another architecture than the system's is named `name:arch` (`Inst libc6:i386 ...`).

@@ -36,7 +36,7 @@ CUDA_MIN_DRIVER: dict[str, str] = {
     "13.0": "580.65.06",
 }
 
-CUDA_RE = re.compile(r"^(?P<major>[0-9]{2})\.(?P<minor>[0-9])$")
+CUDA_RE = re.compile(r"^(?P<major>[0-9]{2})\.(?P<minor>[0-9])\Z")
 
 # Docker's message when the engine has no NVIDIA runtime (the NVIDIA Container Toolkit) for --gpus; Docker 29 asks
 # CDI first and, finding no vendor's spec, says so (the third).

@@ -14,14 +14,14 @@ import shutil
 from pathlib import Path
 
 # The folder's name is its group in test ids and the verdict: a name image-tests could have for a group.
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}\Z")
 
 
 def problem(folder: Path, tests_dir: Path | None = None) -> str:
     """Why `folder` cannot be a site folder beside `tests_dir` ('' when it can)."""
     if not folder.is_dir():
         return f"no folder {folder}"
-    if not NAME_RE.match(folder.name):
+    if not NAME_RE.fullmatch(folder.name):
         return (f"the folder's name {folder.name!r} is its test group in the verdict: lower case letters, digits, "
                 "- and _ (rename the folder)")
     if tests_dir is not None and (tests_dir / folder.name).exists():

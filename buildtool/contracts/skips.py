@@ -116,7 +116,7 @@ CODES: dict[str, SkipCode] = {c.code: c for c in (
 
 # A skip's subject, as a waiver names it (`--accept-skip CODE:SUBJECT`) and a skip message carries it.
 _SUBJECT = r"[A-Za-z0-9_.-]+"
-WAIVER_RE = re.compile(rf"^(?P<code>[a-z0-9-]+)(?::(?P<subject>{_SUBJECT}))?$")
+WAIVER_RE = re.compile(rf"^(?P<code>[a-z0-9-]+)(?::(?P<subject>{_SUBJECT}))?\Z")
 
 
 def parse_waiver(text: str) -> tuple[str, str]:
@@ -124,7 +124,7 @@ def parse_waiver(text: str) -> tuple[str, str]:
     optionally the one subject it waives (`ulimit-not-granted:memlock`). A waiver names a code; it is never
     matched against a skip's prose (a reason that mentions another code waives nothing). ValueError naming
     what is wrong (not a code, unknown, not waivable)."""
-    match = WAIVER_RE.match(text)
+    match = WAIVER_RE.fullmatch(text)
     waivable = ", ".join(c.code for c in CODES.values() if c.waivable)
     if not match:
         raise ValueError(f"not a skip code (CODE or CODE:SUBJECT; waivable codes: {waivable})")

@@ -33,7 +33,7 @@ TORCH = "torch"
 PLAIN = "plain"
 SOURCE = "source"
 
-_NGC_BASE_RE = re.compile(r"^nvcr\.io/nvidia/[^:@]+:(?P<yy>[0-9]{2})\.(?P<mm>[0-9]{2})(?:[-.].*)?$")
+_NGC_BASE_RE = re.compile(r"^nvcr\.io/nvidia/[^:@]+:(?P<yy>[0-9]{2})\.(?P<mm>[0-9]{2})(?:[-.].*)?\Z")
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,7 @@ def _satisfies(req: Requirement, have: str) -> bool:
 
 # CUDA runtime wheels: `nvidia-cuda-runtime` (CUDA 13 on) or `nvidia-cuda-runtime-cu12`; their version starts
 # with the CUDA release they are (13.0.96 is CUDA 13.0).
-_CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu[0-9]+)?$")
+_CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu[0-9]+)?\Z")
 
 
 def build_problems(cell: Cell, versions: dict[str, str]) -> list[str]:

@@ -30,14 +30,14 @@ from buildtool.contracts import names
 from buildtool.contracts.runprofile import MIN_SHM_BYTES, MIN_SHM_SIZE
 
 # PEP 508 distribution names.
-_DIST_NAME_RE = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+_DIST_NAME_RE = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])\Z", re.IGNORECASE)
 # Debian policy 5.6.1 (name), 5.6.12 (version), with an optional `:arch` qualifier.
-_APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[0-9][A-Za-z0-9.+~:-]*)?$")
-_IMAGE_NAME_RE = re.compile(r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$")
-_CELL_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
-_PYTHON_RE = re.compile(r"^[0-9]+\.[0-9]+$")
-_WORKDIR_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
-_TEMPLATE_RE = re.compile(r"^[A-Za-z0-9._/-]+$")
+_APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[0-9][A-Za-z0-9.+~:-]*)?\Z")
+_IMAGE_NAME_RE = re.compile(r"^[a-z0-9]+(?:[-.][a-z0-9]+)*\Z")
+_CELL_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}\Z")
+_PYTHON_RE = re.compile(r"^[0-9]+\.[0-9]+\Z")
+_WORKDIR_RE = re.compile(r"^/[A-Za-z0-9._/-]*\Z")
+_TEMPLATE_RE = re.compile(r"^[A-Za-z0-9._/-]+\Z")
 # What a URL in the matrix may contain: RFC 3986 characters minus everything a shell,
 # a Dockerfile or a YAML reader would treat specially.
 _URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/%+=,@]")

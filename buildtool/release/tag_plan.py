@@ -101,7 +101,7 @@ def apply_tag_plan(item: ImageRelease, plan: CellPlan, version: str, force: bool
         item.previous = state.previous
 
 
-_ECR = re.compile(r"^[0-9]{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?(:443)?$")
+_ECR = re.compile(r"^[0-9]{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?(:443)?\Z")
 
 
 def mount_outlook(plan: CellPlan, size: int) -> str:
