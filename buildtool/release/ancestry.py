@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool.attest.provenance_model import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
+from buildtool.attest.provenance_model import LOCK_PREFIX, Provenance
 from buildtool.common.git_clone import refusal, shallow
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import FULL_REVISION_RE, GIT_REVISION_RE
@@ -124,11 +124,10 @@ def source_problems(root: Path, provenance: Provenance, matrix_name: str = "matr
     for descriptor in (provenance.source, *provenance.tools):
         if descriptor is None or "gitCommit" not in descriptor.digest:
             continue
-        if descriptor.name == SOURCE or descriptor.name.startswith(TOOL_PREFIX):
-            named = descriptor.digest["gitCommit"]
-            if named != revision:
-                problems.append(f"the provenance's {descriptor.name} names gitCommit {named}, not its revision "
-                                f"{revision}: what SLSA verifiers read must be what was built")
+        named = descriptor.digest["gitCommit"]
+        if named != revision:
+            problems.append(f"the provenance's {descriptor.name} names gitCommit {named}, not its revision "
+                            f"{revision}: what SLSA verifiers read must be what was built")
     matrix = provenance.buildDefinition.externalParameters.matrix_digest
     committed = committed_sha256(root, revision, matrix_name)
     if committed is None or matrix != f"sha256:{committed}":
