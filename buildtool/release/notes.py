@@ -36,29 +36,27 @@ def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def _verdict_summary(ev: Evidence | None, item: ImageRelease) -> dict[str, Any]:
-    v = ev.verdict if ev is not None else None
+    ev = ev or Evidence("")     # no platform manifest read: no verdict, no skips, no signer
+    v = ev.verdict
     tests = v.tests if v is not None else []
-    skips = ev.skips if ev is not None else []
     return {
-        "ref": ev.verdict_ref if ev is not None else "",
+        "ref": ev.verdict_ref,
         "result": v.result if v is not None else None,
         "platform": _platform(ev),
         "emulated": _emulated(v),
         "started": v.started if v is not None else None,
         "test_code": v.test_code if v is not None else None,
         "runner": v.runner.hostname if v is not None else None,
-        "signed_by": ev.signer if ev is not None else "",
+        "signed_by": ev.signer,
         **{r: sum(1 for t in tests if t.result == r) for r in ("passed", "failed", "skipped")},
-        "skipped_tests": skips or [{"id": t.id, "reason": t.skip_reason} for t in tests if t.result == "skipped"],
+        "skipped_tests": ev.skips or [{"id": t.id, "reason": t.skip_reason} for t in tests if t.result == "skipped"],
         "ignored_attestations": list(item.ignored),
         "notes": [*item.notes, *(f"{e.platform}: {n}" if e.platform else n for e in item.evidence for n in e.notes)],
     }
 
 
-def _platform(ev: Evidence | None) -> str | None:
+def _platform(ev: Evidence) -> str | None:
     """The platform a verdict was counted for: the index entry's, or the cell's only one for a single manifest."""
-    if ev is None:
-        return None
     if ev.platform:
         return ev.platform
     return ev.verdict.platform if ev.verdict is not None and ev.verdict.schema_ >= 5 else None
@@ -71,11 +69,9 @@ def _emulated(v: Verdict | None) -> bool | None:
 
 def _provenance_summary(item: ImageRelease, ev: Evidence | None) -> dict[str, Any] | None:
     """Who built the image, from what: the signed provenance release checked."""
-    if ev is None:
+    if ev is None or ev.provenance is None or ev.provenance_artifact is None:
         return None
     p, artifact = ev.provenance, ev.provenance_artifact
-    if p is None or artifact is None:
-        return None
     params, base = p.buildDefinition.externalParameters, p.base
     return {
         "ref": f"{item.source.rsplit(':', 1)[0]}@{artifact.digest}",
