@@ -16,7 +16,6 @@ from buildtool.common.documents import render_document
 from buildtool.common.files import write_atomic
 from buildtool.contracts.image_labels import ImageLabels
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
-from buildtool.contracts.verdict import Verdict
 from buildtool.release.model import Evidence, ImageRelease, ReleaseReport
 from buildtool.release.package_changes import NOTES_LIMIT
 
@@ -43,7 +42,7 @@ def _verdict_summary(ev: Evidence | None, item: ImageRelease) -> dict[str, Any]:
         "ref": ev.verdict_ref,
         "result": v.result if v is not None else None,
         "platform": _platform(ev),
-        "emulated": _emulated(v),
+        "emulated": v.emulated if v is not None and v.schema_ >= 5 else None,    # None: schema 4 does not say
         "started": v.started if v is not None else None,
         "test_code": v.test_code if v is not None else None,
         "runner": v.runner.hostname if v is not None else None,
@@ -60,11 +59,6 @@ def _platform(ev: Evidence) -> str | None:
     if ev.platform:
         return ev.platform
     return ev.verdict.platform if ev.verdict is not None and ev.verdict.schema_ >= 5 else None
-
-
-def _emulated(v: Verdict | None) -> bool | None:
-    """Whether the verdict's tests ran under emulation (None: a schema-4 verdict, which does not say)."""
-    return v.emulated if v is not None and v.schema_ >= 5 else None
 
 
 def _provenance_summary(item: ImageRelease, ev: Evidence | None) -> dict[str, Any] | None:
