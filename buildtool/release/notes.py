@@ -38,11 +38,13 @@ def _verdict_summary(ev: Evidence | None, item: ImageRelease) -> dict[str, Any]:
     ev = ev or Evidence("")     # no platform manifest read: no verdict, no skips, no signer
     v = ev.verdict
     tests = v.tests if v is not None else []
+    # The platform the verdict was counted for: the index entry's, else (a single manifest) the one the verdict
+    # records; a schema-4 verdict records neither its platform nor whether it ran emulated (None).
     return {
         "ref": ev.verdict_ref,
         "result": v.result if v is not None else None,
-        "platform": _platform(ev),
-        "emulated": v.emulated if v is not None and v.schema_ >= 5 else None,    # None: schema 4 does not say
+        "platform": ev.platform or (v.platform if v is not None and v.schema_ >= 5 else None),
+        "emulated": v.emulated if v is not None and v.schema_ >= 5 else None,
         "started": v.started if v is not None else None,
         "test_code": v.test_code if v is not None else None,
         "runner": v.runner.hostname if v is not None else None,
@@ -52,13 +54,6 @@ def _verdict_summary(ev: Evidence | None, item: ImageRelease) -> dict[str, Any]:
         "ignored_attestations": list(item.ignored),
         "notes": [*item.notes, *(f"{e.platform}: {n}" if e.platform else n for e in item.evidence for n in e.notes)],
     }
-
-
-def _platform(ev: Evidence) -> str | None:
-    """The platform a verdict was counted for: the index entry's, or the cell's only one for a single manifest."""
-    if ev.platform:
-        return ev.platform
-    return ev.verdict.platform if ev.verdict is not None and ev.verdict.schema_ >= 5 else None
 
 
 def _provenance_summary(item: ImageRelease, ev: Evidence | None) -> dict[str, Any] | None:
