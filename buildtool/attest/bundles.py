@@ -34,9 +34,6 @@ from buildtool.attest.sigstore_bundle import (
 from buildtool.common import strict_json, tsa
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 
-__all__ = ["BundleError", "attach_bundle", "beside", "ensure_bundle", "fetch_envelopes", "is_bundle", "own_first",
-           "read_once", "same_envelope", "signed_referrers", "timestamp_check"]
-
 
 def attach_bundle(client: RegistryClient, repo: str, digest: str, envelope_data: bytes,
                   predicate_type: str) -> Referrer:

@@ -1,27 +1,16 @@
-"""Which key signs attestations here, and which keys release trusts for what.
+"""Which key signs attestations here, and which keys release trusts for what (docs/release-trust.md#keys; the
+format of config/trusted-keys.yaml is in its opening comment).
 
-Two roles sign (ROLES): the builder signs what it built (the provenance and the SBOM attestation, at push), the
-tester what it validated (the verdict), each with the private key in its variable (KEY_ENV: PEM text or a path,
-a CI secret), else with this user's local development key, created on first use so that the README's first
-command works on a fresh machine. What the dev key signs is signed, but by nobody release trusts: release
-accepts it (in both roles) only with `--trust-local-key`, and only for a loopback registry. Where each key lives:
-docs/release-trust.md#keys.
+Two roles sign (ROLES): the builder what it built (the provenance and the SBOM attestation, at push), the tester
+what it validated (the verdict), each with the private key in its variable (KEY_ENV: PEM text or a path, a CI
+secret), else with this user's local development key, created on first use so that the README's first command
+works on a fresh machine. What the dev key signs is signed, but by nobody release trusts: release accepts it (in
+both roles) only with `--trust-local-key`, and only for a loopback registry, never through the trusted keys file.
 
-Trust (release): config/trusted-keys.yaml in the repository, a reviewed list of public keys, each with
-the roles it is trusted in (no default: a key without roles is refused, naming it):
-
-    keys:
-      - name: gpu-runners-2026          # who holds the private key
-        roles: [tester]                 # builder or tester; both only with allow_both_roles: true
-        public_key: |
-          -----BEGIN PUBLIC KEY-----
-          ...
-
-A verdict counts only when signed by a tester key, a provenance or SBOM attestation only when signed by
-a builder key: a build job's key that leaked into a pull request cannot vouch that an image passed. A key
-in both roles lets one party build an image and vouch for its tests: an entry lists both only with
-`allow_both_roles: true` beside them (a reviewer sees that it is meant), and verify says so when one key
-signed both.
+Each key of that file is trusted only in the roles its entry lists (no default: an entry without roles is refused,
+naming it): a build job's key that leaked into a pull request cannot vouch that an image passed. A key in both roles
+lets one party build an image and vouch for its tests: an entry lists both only with `allow_both_roles: true`
+beside them (a reviewer sees that it is meant), and verify says so when one key signed both.
 """
 
 from __future__ import annotations

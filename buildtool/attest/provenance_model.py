@@ -239,17 +239,12 @@ def parse_provenance(data: Any, where: str) -> Provenance:
     assert source is not None
     if not source.uri.startswith("git+") or "gitCommit" not in source.digest:
         raise ProvenanceError(f"{where}: the source {source.uri!r} is not git+<URL>@<ref> with a gitCommit digest")
-    for descriptor in (*provenance.buildDefinition.resolvedDependencies, *provenance.runDetails.byproducts):
-        problem = descriptor_problem(descriptor)
-        if problem:
-            raise ProvenanceError(f"{where}: {problem}")
-    problem = builder_id_problem(provenance.runDetails.builder.id)
-    if problem:
-        raise ProvenanceError(f"{where}: {problem}")
     metadata = provenance.runDetails.metadata
-    problem = time_problem(metadata.startedOn, "startedOn") or time_problem(metadata.finishedOn, "finishedOn")
-    if problem:
-        raise ProvenanceError(f"{where}: {problem}")
+    every = (*provenance.buildDefinition.resolvedDependencies, *provenance.runDetails.byproducts)
+    problems = [*map(descriptor_problem, every), builder_id_problem(provenance.runDetails.builder.id),
+                time_problem(metadata.startedOn, "startedOn"), time_problem(metadata.finishedOn, "finishedOn")]
+    if any(problems):
+        raise ProvenanceError(f"{where}: {next(p for p in problems if p)}")
     if metadata.finished_at() < datetime.fromisoformat(metadata.startedOn):
         raise ProvenanceError(f"{where}: the build finished ({metadata.finishedOn}) before it started "
                               f"({metadata.startedOn})")

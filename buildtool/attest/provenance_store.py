@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from buildtool.attest import intoto
 from buildtool.attest.attested import Outcome, each_signed, open_signed
 from buildtool.attest.bundles import attach_bundle
-from buildtool.attest.dsse import PrivateKey, PublicKey, short, sign_envelope
+from buildtool.attest.dsse import PrivateKey, PublicKey, sign_envelope
+from buildtool.attest.keys import TrustedKeys
 from buildtool.attest.provenance_model import PREDICATE_TYPE, Provenance, ProvenanceError, parse_provenance
 from buildtool.attest.referrers import Payload, Referrer, attach
 from buildtool.attest.trust import BUILDER, Trusted
@@ -34,29 +35,11 @@ ENVELOPE_TITLE = "provenance.intoto.jsonl"
 CLOCK_SKEW_S = 300
 
 
-@dataclass(frozen=True)
-class OnlyKey:
-    """One key trusted as builder (a attest.trust.Trusted, as release's TrustedKeys is): what a push
-    checks an attached provenance against (its own key), so that a provenance signed by anyone else is
-    replaced, never kept."""
-
-    key: PublicKey
-
-    @property
-    def keys(self) -> dict[str, PublicKey]:
-        return {self.key.keyid: self.key}
-
-    def for_role(self, role: str) -> dict[str, PublicKey]:
-        return self.keys if role == BUILDER else {}
-
-    def role_problem(self, keyid: str, role: str) -> str:
-        return "" if keyid == self.key.keyid and role == BUILDER else f"signed by {short(keyid)}, not this key"
-
-    def describe(self, keyid: str) -> str:
-        return f"{short(keyid)} (this builder key)"
-
-    def untrusted_hint(self, keyid: str) -> str:
-        return ""
+def only_key(key: PublicKey) -> TrustedKeys:
+    """`key` alone, trusted as builder: what a push checks an attached provenance against (its own key), so that
+    a provenance signed by anyone else is replaced, never kept."""
+    return TrustedKeys(keys={key.keyid: key}, names={key.keyid: "this builder key"},
+                       roles={key.keyid: frozenset({BUILDER})})
 
 
 def attach_provenance(client: RegistryClient, repo: str, digest: str, provenance: Provenance,

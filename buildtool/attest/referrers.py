@@ -166,14 +166,11 @@ def _artifact_manifest(raw: bytes, digest: str) -> dict[str, Any]:
     return manifest
 
 
-def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer, subject_digest: str,
-         exclusive: bool = False) -> None:
+def copy(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer, subject_digest: str) -> None:
     """Make an artifact of `subject_digest` in src_repo a referrer of the same digest in dst_repo
-    (blobs mounted, manifest bytes unchanged, so its digest and any signature in it still hold).
-    `exclusive`: the caller holds a lock every writer of dst_repo takes (release's repository lock),
-    so the referrers index is written once, without waiting for a concurrent writer to land."""
+    (blobs mounted, manifest bytes unchanged, so its digest and any signature in it still hold)."""
     copy_artifact(client, src_repo, dst_repo, referrer)
-    add_referrers(client, dst_repo, subject_digest, [referrer], exclusive=exclusive)
+    add_referrers(client, dst_repo, subject_digest, [referrer])
 
 
 def copy_artifact(client: RegistryClient, src_repo: str, dst_repo: str, referrer: Referrer) -> None:
@@ -190,7 +187,8 @@ def add_referrers(client: RegistryClient, repo: str, subject_digest: str, found:
                   exclusive: bool = False) -> None:
     """List artifacts already in `repo` as referrers of `subject_digest`: those whose PUT the registry did not
     answer with `OCI-Subject` (it did not index them) go into the fallback index, one write for all of them.
-    See `copy` for `exclusive`."""
+    `exclusive`: the caller holds a lock every writer of `repo` takes (release's repository lock), so the
+    referrers index is written once, without waiting for a concurrent writer to land."""
     unindexed = [r for r in found if f"{repo}@{r.digest}" not in client.subject_indexed]
     if unindexed:
         _add_to_fallback_index(client, repo, subject_digest, unindexed, settle=not exclusive)

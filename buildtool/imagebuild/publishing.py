@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from buildtool.attest.bundles import ensure_bundle
 from buildtool.attest.dsse import EnvelopeError, PrivateKey
 from buildtool.attest.provenance_model import PREDICATE_TYPE as PROVENANCE_PREDICATE
-from buildtool.attest.provenance_store import OnlyKey, attach_provenance, find_provenance
+from buildtool.attest.provenance_store import attach_provenance, find_provenance, only_key
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.refs import split_repo
 from buildtool.contracts.names import push_staging_tag
@@ -136,7 +136,7 @@ class Publishing:
         the cause. Returns the provenance artifact's digest."""
         assert self._key is not None, "run() reads the builder key before a push"
         _, repo, _ = split_repo(ref)
-        found = find_provenance(self.registry, repo, digest, OnlyKey(self._key.public()))
+        found = find_provenance(self.registry, repo, digest, only_key(self._key.public()))
         if found.provenance is not None:
             if found.referrer is not None:   # kept from a push before bundles were published: add its bundle
                 ensure_bundle(self.registry, repo, digest, found.referrer, PROVENANCE_PREDICATE)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool.attest.provenance_model import LOCK_PREFIX, SOURCE, TOOL_PREFIX, Provenance
+from buildtool.attest.provenance_model import LOCK_PREFIX, Provenance
 from buildtool.common.git_clone import refusal, shallow
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import FULL_REVISION_RE, GIT_REVISION_RE
@@ -58,11 +58,6 @@ def revision_problem(root: Path, revision: str, release: str = "HEAD") -> str:
     return ""
 
 
-def _shown(revision: str) -> str:
-    sha, sep, dirty = revision.partition("-dirty.")
-    return sha[:12] + sep + dirty
-
-
 def tag_revision_problem(tag_revision: str, revision: str) -> str:
     """Why the provenance's full `revision` is not the revision the dev tag names (`tag_revision`: a sha, most often
     the 12-digit prefix builds tag with, compared as a prefix then); "" when it is, and when the tag names no commit
@@ -71,14 +66,14 @@ def tag_revision_problem(tag_revision: str, revision: str) -> str:
     if match is None:
         return ""
     sha, dirty = match.group("sha"), match.group("dirty") or ""
-    built, _, built_dirty = revision.partition("-dirty.")
+    built, sep, built_dirty = revision.partition("-dirty.")
     if built.startswith(sha) and len(built) == 40 and built_dirty == dirty:
         return ""
     prefix = f" (the tag holds the first {len(sha)} hex digits of a commit, compared as a prefix)" \
         if len(sha) < 40 else ""
     return (f"the dev tag names revision {tag_revision}, but the signed provenance says the image was built from "
-            f"{_shown(revision)}{prefix}: an image of another commit was put at this dev tag; build and push this "
-            "commit's image, or release the commit it was built from")
+            f"{built[:12]}{sep}{built_dirty}{prefix}: an image of another commit was put at this dev tag; build and "
+            "push this commit's image, or release the commit it was built from")
 
 
 def retag_problem(root: Path, plan: CellPlan, revision: str, labels: Mapping[str, str], platform: str | None) -> str:
@@ -124,11 +119,10 @@ def source_problems(root: Path, provenance: Provenance, matrix_name: str = "matr
     for descriptor in (provenance.source, *provenance.tools):
         if descriptor is None or "gitCommit" not in descriptor.digest:
             continue
-        if descriptor.name == SOURCE or descriptor.name.startswith(TOOL_PREFIX):
-            named = descriptor.digest["gitCommit"]
-            if named != revision:
-                problems.append(f"the provenance's {descriptor.name} names gitCommit {named}, not its revision "
-                                f"{revision}: what SLSA verifiers read must be what was built")
+        named = descriptor.digest["gitCommit"]
+        if named != revision:
+            problems.append(f"the provenance's {descriptor.name} names gitCommit {named}, not its revision "
+                            f"{revision}: what SLSA verifiers read must be what was built")
     matrix = provenance.buildDefinition.externalParameters.matrix_digest
     committed = committed_sha256(root, revision, matrix_name)
     if committed is None or matrix != f"sha256:{committed}":

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from buildtool.attest.keys import TESTER, TrustedKeys
@@ -138,16 +139,10 @@ def manifests(client: RegistryClient, repo: str, ref: str) -> tuple[list[tuple[s
     known = tuple(dict.fromkeys(n for e in entries if (n := known_platform(e.platform)) is not None))
     # No cell here: the platforms the index declares stand in for the cell's (checked against the matrix's
     # cell by release's gate when a checkout is at hand); unknown, missing, doubled and nested entries are not.
-    loose = cast("Cell", _Platforms(key=f"{repo}@{digest}", platforms=known))
+    loose = cast("Cell", SimpleNamespace(key=f"{repo}@{digest}", platforms=known))
     problems = entry_problems(loose, entries) + unproven_attestations(client, repo, manifest)
     return ([(e.digest, name) for e in entries if (name := known_platform(e.platform)) is not None and e.digest],
             problems, digest)
-
-
-@dataclass(frozen=True)
-class _Platforms:
-    key: str
-    platforms: tuple[str, ...]
 
 
 def verify_reference(client: RegistryClient, reference: str, trusted: TrustedKeys,

@@ -88,10 +88,10 @@ def is_gpu_cell(cell: Cell) -> bool:
     return cell.needs_gpu or cell.run.gpus != "none"
 
 
-def _listed(ids: Iterable[str], limit: int = 3) -> str:
-    ids = sorted(ids)
+def _listed(ids: Iterable[str], limit: int = 3, sep: str = ", ", sort: bool = True) -> str:
+    ids = sorted(ids) if sort else list(ids)
     more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
-    return ", ".join(ids[:limit]) + more
+    return sep.join(ids[:limit]) + more
 
 
 def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: tuple[str, ...] = (),
@@ -147,21 +147,20 @@ def verdict_problems(cell: Cell, digest: str, verdict: Verdict | None, accept: t
     misplaced = [why for t in skipped
                  if (why := skips.misplaced(t.skip_code, t.id, marked_gpu(t, local_tests))) is not None]
     if misplaced:
-        problems.append(f"{len(misplaced)} skip code(s) on tests that may not carry them: {'; '.join(misplaced[:3])}"
-                        + (f" and {len(misplaced) - 3} more" if len(misplaced) > 3 else "")
-                        + "; no waiver covers this: validate again with this checkout's image-tests")
+        problems.append(f"{len(misplaced)} skip code(s) on tests that may not carry them: "
+                        f"{_listed(misplaced, sep='; ', sort=False)}; no waiver covers this: validate again with this "
+                        "checkout's image-tests")
     bad_skips = [t for t in skipped if skips.misplaced(t.skip_code, t.id, marked_gpu(t, local_tests)) is None
                  and not skip_allowed(cell, t, local_tests) and waiver_for(cell, t, accept, local_tests) is None
                  and not (is_gpu_cell(cell) and t.skip_code == skips.ONE_GPU_ON_RUNNER.code)]   # said above
     if bad_skips:
-        shown = ", ".join(f"{t.id} ({t.skip_reason or 'no reason'})" for t in bad_skips[:3])
-        more = f" and {len(bad_skips) - 3} more" if len(bad_skips) > 3 else ""
+        shown = _listed([f"{t.id} ({t.skip_reason or 'no reason'})" for t in bad_skips], sort=False)
         # --accept-skip is suggested only where it can help: a code the contract marks waivable (a runner limit).
         waivable = sorted({t.skip_code for t in bad_skips if skip_judgement(cell, t, local_tests) == "waivable"})
         flags = " ".join(f"--accept-skip {code}" for code in waivable)
         hint = (f" (or waive the runner's limit: pass {flags})" if waivable
                 else "; no --accept-skip waives these codes")
-        problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}{more}; "
+        problems.append(f"{len(bad_skips)} test(s) skipped where the matrix expects them to run: {shown}; "
                         f"validate on a runner that can run them{hint}")
     return problems
 

@@ -223,10 +223,6 @@ def _gate_platform(client: RegistryClient, ev: Evidence, plan: CellPlan, dev_rep
     gate_sbom(client, ev, dev_repo, options.trusted_keys())    # the SBOM the counting verdict names
 
 
-def platform_problems(item: ImageRelease) -> list[str]:
-    return [f"{ev.platform}: {p}" if ev.platform else p for ev in item.evidence for p in ev.problems]
-
-
 def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
            standins: StandIns | None = None, image_gate: bool = True) -> ImageRelease:
     """Read-only: resolve the dev tag, verify each platform's verdict, read the configs, apply the gates
@@ -250,7 +246,7 @@ def gather(client: RegistryClient, plan: CellPlan, options: ReleaseOptions,
             job.result()
         item.platforms = platforms.result()
     item.ignored += [f"{ev.platform}: {i}" if ev.platform else i for ev in item.evidence for i in ev.ignored]
-    item.problems += platform_problems(item)
+    item.problems += [f"{ev.platform}: {p}" if ev.platform else p for ev in item.evidence for p in ev.problems]
     expected = {ev.digest: ev.platform or plan.cell.platforms[0] for ev in item.evidence}
     item.problems += config_platform_problems(item.platforms, expected)
     item.status = "refused" if item.problems else "ready"

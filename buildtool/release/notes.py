@@ -16,7 +16,6 @@ from buildtool.common.documents import render_document
 from buildtool.common.files import write_atomic
 from buildtool.contracts.image_labels import ImageLabels
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
-from buildtool.contracts.verdict import Verdict
 from buildtool.release.model import Evidence, ImageRelease, ReleaseReport
 from buildtool.release.package_changes import NOTES_LIMIT
 
@@ -36,46 +35,32 @@ def versions_from_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def _verdict_summary(ev: Evidence | None, item: ImageRelease) -> dict[str, Any]:
-    v = ev.verdict if ev is not None else None
+    ev = ev or Evidence("")     # no platform manifest read: no verdict, no skips, no signer
+    v = ev.verdict
     tests = v.tests if v is not None else []
-    skips = ev.skips if ev is not None else []
+    # The platform the verdict was counted for: the index entry's, else (a single manifest) the one the verdict
+    # records; a schema-4 verdict records neither its platform nor whether it ran emulated (None).
     return {
-        "ref": ev.verdict_ref if ev is not None else "",
+        "ref": ev.verdict_ref,
         "result": v.result if v is not None else None,
-        "platform": _platform(ev),
-        "emulated": _emulated(v),
+        "platform": ev.platform or (v.platform if v is not None and v.schema_ >= 5 else None),
+        "emulated": v.emulated if v is not None and v.schema_ >= 5 else None,
         "started": v.started if v is not None else None,
         "test_code": v.test_code if v is not None else None,
         "runner": v.runner.hostname if v is not None else None,
-        "signed_by": ev.signer if ev is not None else "",
+        "signed_by": ev.signer,
         **{r: sum(1 for t in tests if t.result == r) for r in ("passed", "failed", "skipped")},
-        "skipped_tests": skips or [{"id": t.id, "reason": t.skip_reason} for t in tests if t.result == "skipped"],
+        "skipped_tests": ev.skips or [{"id": t.id, "reason": t.skip_reason} for t in tests if t.result == "skipped"],
         "ignored_attestations": list(item.ignored),
         "notes": [*item.notes, *(f"{e.platform}: {n}" if e.platform else n for e in item.evidence for n in e.notes)],
     }
 
 
-def _platform(ev: Evidence | None) -> str | None:
-    """The platform a verdict was counted for: the index entry's, or the cell's only one for a single manifest."""
-    if ev is None:
-        return None
-    if ev.platform:
-        return ev.platform
-    return ev.verdict.platform if ev.verdict is not None and ev.verdict.schema_ >= 5 else None
-
-
-def _emulated(v: Verdict | None) -> bool | None:
-    """Whether the verdict's tests ran under emulation (None: a schema-4 verdict, which does not say)."""
-    return v.emulated if v is not None and v.schema_ >= 5 else None
-
-
 def _provenance_summary(item: ImageRelease, ev: Evidence | None) -> dict[str, Any] | None:
     """Who built the image, from what: the signed provenance release checked."""
-    if ev is None:
+    if ev is None or ev.provenance is None or ev.provenance_artifact is None:
         return None
     p, artifact = ev.provenance, ev.provenance_artifact
-    if p is None or artifact is None:
-        return None
     params, base = p.buildDefinition.externalParameters, p.base
     return {
         "ref": f"{item.source.rsplit(':', 1)[0]}@{artifact.digest}",

@@ -165,10 +165,7 @@ def read_tag_state(client: RegistryClient, plan: CellPlan, version: str, with_pr
     tags = client.tags(repo)
     current = {t: (client.manifest_digest(repo, t) if t in tags else None)
                for t in (*plan.release_tags, *plan.moving_tags)}
-    state = TagState(current, tags)
-    if with_previous:
-        state.previous = previous_release(client, repo, plan.cell, version, tags)
-    return state
+    return TagState(current, tags, previous_release(client, repo, plan.cell, version, tags) if with_previous else None)
 
 
 def plan_item(client: RegistryClient, item: ImageRelease, plan: CellPlan, version: str, force: bool,

@@ -90,13 +90,11 @@ class RepoLock:
                     "config": empty, "layers": [empty], "annotations": annotations}
         return json.dumps(manifest, sort_keys=True).encode()
 
-    def _tag(self) -> str:
-        return f"{self.client.host}/{self.repo}:{LOCK_TAG}"
-
     def _unreadable(self, what: str) -> LockUnreadable:
-        return LockUnreadable(f"release lock {self._tag()}: {what}; a lock that cannot be read counts as held: once "
-                              f"no release of {self.repo} is running, remove it (skopeo delete docker://{self._tag()}) "
-                              "and release again")
+        tag = f"{self.client.host}/{self.repo}:{LOCK_TAG}"
+        return LockUnreadable(f"release lock {tag}: {what}; a lock that cannot be read counts as held: once no "
+                              f"release of {self.repo} is running, remove it (skopeo delete docker://{tag}) and "
+                              "release again")
 
     def _read(self) -> tuple[tuple[str, dict[str, str]] | None, float]:
         """The record the lock tag names (its digest and annotations; None when there is none) and the registry's

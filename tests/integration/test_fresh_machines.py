@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from buildtool.attest.provenance_store import OnlyKey, find_provenance
+from buildtool.attest.provenance_store import find_provenance, only_key
 from buildtool.common.net import free_port
 from buildtool.contracts import label_keys
 from buildtool.contracts.apt_lock_format import parse_apt_lock
@@ -53,7 +53,7 @@ def _one_machine(name: str, port: int, net: int, commit: str, monkeypatch: pytes
             scoped.setenv("XDG_CONFIG_HOME", machine.env()["XDG_CONFIG_HOME"])
             key = dev_public_key()
         assert key is not None
-        found = find_provenance(RegistryClient(machine.registry), repo, digest, OnlyKey(key))
+        found = find_provenance(RegistryClient(machine.registry), repo, digest, only_key(key))
         assert found.provenance is not None, found.rejected
         lock = parse_apt_lock((checkout / APT_LOCK).read_text())
         return {"base": base, "base_seconds": seconds, "archive": labels[label_keys.BASE_ARCHIVE],
