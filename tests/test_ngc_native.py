@@ -465,3 +465,33 @@ def test_a_stand_in_whose_framework_import_runs_past_its_timeout_leaves_no_conta
     run = next(c.split() for c in calls if c.startswith("run "))
     name = run[run.index("--name") + 1]
     assert f"rm -f -v {name}" in calls, calls
+
+
+@pytest.mark.parametrize("failure", ["missing", "unreachable"])
+def test_a_stand_in_child_the_mirror_cannot_serve_is_a_recorded_problem(failure: str) -> None:
+    """The children of a stand-in index were read outside the guard the index's own read has: a child the mirror
+    lacks (or a mirror gone mid-read) ended release and verify in a bare registry error instead of the problem
+    that names the stand-in (which refuses the release the same way, saying why)."""
+    import json
+
+    from buildtool.matrix.plan import Settings
+    from buildtool.registry.call_errors import NotFound, RegistryUnreachable
+    from buildtool.registry.client import OCI_INDEX
+    from buildtool.release.read import read_standins
+
+    child = "sha256:" + "1" * 64
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"digest": child, "platform": {"os": "linux", "architecture": "amd64"}}]}
+
+    class Mirror:
+        host = "127.0.0.1:5000"
+
+        def get_manifest(self, repo: str, ref: str):  # noqa: ANN201
+            if ref == child:
+                raise NotFound(f"{repo}@{ref}: not found") if failure == "missing" else RegistryUnreachable("gone")
+            return json.dumps(index).encode(), OCI_INDEX, "sha256:" + "9" * 64
+
+    found, problems = read_standins(Mirror(), Settings(base_mirror="127.0.0.1:5000"), [_ngc()])  # type: ignore[arg-type]
+    cause = f"nvidia/pytorch@{child}: not found" if failure == "missing" else "gone"
+    assert problems == [f"cannot read the stand-in 127.0.0.1:5000/nvidia/pytorch:25.10-py3 to check provenance "
+                        f"({cause})"]

@@ -153,10 +153,13 @@ def read_standins(client: RegistryClient, settings: Settings, cells: Sequence[Ce
         manifest = json.loads(raw)
         found.add(ref, digest, [str(layer.get("digest")) for layer in manifest.get("layers", [])])
         if media_type in INDEX_TYPES:
-            for child in manifest.get("manifests", []):
-                child_raw, _, child_digest = reader.get_manifest(repo, child["digest"])
-                layers = [str(layer.get("digest")) for layer in json.loads(child_raw).get("layers", [])]
-                found.add(ref, child_digest, layers)
+            try:
+                for child in manifest.get("manifests", []):
+                    child_raw, _, child_digest = reader.get_manifest(repo, child["digest"])
+                    layers = [str(layer.get("digest")) for layer in json.loads(child_raw).get("layers", [])]
+                    found.add(ref, child_digest, layers)
+            except (RegistryError, RegistryUnreachable) as exc:     # a child the index names is no child: NotFound too
+                problems.append(f"cannot read the stand-in {ref} to check provenance ({exc})")
     return found, problems
 
 
