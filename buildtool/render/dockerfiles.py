@@ -383,12 +383,9 @@ def render_outputs(matrix: Matrix, templates_dir: Path, extras: tuple[Extra, ...
 
 
 def write_outputs(root: Path, outputs: Outputs) -> list[str]:
-    """Write changed files atomically; returns the relative paths that changed.
-
-    All new contents are staged as temporary files beside their targets first; only when
-    every one is staged are they renamed into place, so a failure leaves the tree as it was
-    (the folders made for new cells removed too).
-    """
+    """Write the changed files (their relative paths returned) all or nothing: each is staged beside its target, and
+    only when every one is staged are they renamed into place, so a failure leaves the tree as it was (the folders
+    made for new cells removed too)."""
     changed = [rel for rel, data in sorted(outputs.files.items())
                if not (root / rel).is_file() or (root / rel).read_bytes() != data]
     staged: list[tuple[str, Path]] = []
