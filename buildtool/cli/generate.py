@@ -25,10 +25,10 @@ def all_outputs(project: Project, matrix: Matrix) -> Outputs:
 
     from buildtool.render.catalogue import catalogue_outputs
     from buildtool.render.dockerfiles import render_outputs
-    from buildtool.render.workflows import workflow_outputs
+    from buildtool.render.workflows import render_workflows
 
     catalogue = partial(catalogue_outputs, root=project.root)
-    return render_outputs(matrix, project.templates, extras=(catalogue, workflow_outputs), root=project.root)
+    return render_outputs(matrix, project.templates, extras=(catalogue, render_workflows), root=project.root)
 
 
 def render(

@@ -105,6 +105,7 @@ def k8s(
 ) -> None:
     """Manifests that run the multi-node check of the image's framework on Kubernetes."""
     check_arguments("k8s", locals())   # every argument first (issue 37)
+    from buildtool.common.argcheck import node_selectors
     from buildtool.launch.arch import node_selector as arch_selector
     from buildtool.launch.k8s import PodOptions, default_variant, manifests, to_yaml
     from buildtool.launch.multinode import MultiNodeJob, check_of, read_check_script
@@ -120,7 +121,7 @@ def k8s(
                        rdma=bool(rdma_resource), efa_devices=efa[0][1] if efa else 0, fabric_rate=fabric_rate,
                        fabric_nics=fabric_nics, require_gdr=require_gdr)
     opts = PodOptions(namespace=namespace, cpu=cpu, memory=memory, gpu_resource=gpu_resource,
-                      node_selector=arch_selector(chosen, PodOptions.parse_selector(node_selector or [])),
+                      node_selector=arch_selector(chosen, node_selectors("--node-selector", node_selector or [])),
                       active_deadline_s=deadline,
                       tolerations=PodOptions.parse_tolerations(toleration or []), ipc_lock=ipc_lock,
                       rdma_resources=PodOptions.parse_rdma(rdma_resource or []) + efa)

@@ -30,11 +30,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from buildtool.common import sizes
+from buildtool.common import argcheck, sizes
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import label_keys, platforms
 from buildtool.contracts.image_labels import ImageLabels, LabelError
-from buildtool.launch.multinode import parse_image
 from buildtool.registry.tools import skopeo_access
 
 JOBS_DIR = "jobs"
@@ -258,7 +257,7 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
     all."""
     started = time.monotonic()
     image, platform = request.image, request.platform
-    ref = parse_image(image)
+    ref = argcheck.reference("IMAGE", image)
     if request.shm_size is not None:
         shm_bytes(request.shm_size)
     if request.hosts is not None and not request.hosts.is_file():

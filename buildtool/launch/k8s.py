@@ -136,11 +136,6 @@ class PodOptions:
                        else {"key": key, "operator": "Exists", "effect": effect})
         return tuple(out)
 
-    @staticmethod
-    def parse_selector(items: list[str]) -> dict[str, str]:
-        """`KEY=VALUE` items, each a Kubernetes label key and value (argcheck.node_selectors)."""
-        return argcheck.node_selectors("--node-selector", items)
-
 
 def _object(job: MultiNodeJob, opts: PodOptions, api_version: str, kind: str, name: str = "") -> dict[str, Any]:
     """An object's apiVersion, kind and metadata: NAME (default: the job's), the job's labels, the namespace."""

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildtool.common import argcheck
 from buildtool.common.errors import UserError
-from buildtool.common.refs import Reference, ReferenceError, parse_reference
 from buildtool.common.sizes import parse_size
 from buildtool.contracts import busbw, nccl_log
 from buildtool.contracts.arguments import NCCL_VALUE, NCCL_VALUE_WHAT
@@ -197,7 +197,7 @@ class MultiNodeJob:
         if not self.image or any(c.isspace() for c in self.image):
             raise UserError(f"IMAGE {self.image!r} is not an image reference")
         if not self.image.startswith("/"):   # a path (a .sif, a bundle) is the SLURM runtime's to check
-            parse_image(self.image)
+            argcheck.reference("IMAGE", self.image)
 
     @property
     def launcher(self) -> launchers.Launcher:
@@ -280,13 +280,6 @@ class MultiNodeJob:
         return {**self.launcher.env(self), **self.expect_env}
 
 
-def parse_image(image: str) -> Reference:
-    try:
-        return parse_reference(image)
-    except ReferenceError as exc:
-        raise UserError(f"IMAGE: {exc}") from None
-
-
 def check_of(framework: Framework) -> MultiNodeCheck:
     """The framework's multi-node check; UserError when its folder declares none."""
     if framework.multinode is None:
@@ -338,7 +331,7 @@ def cell_for_image(matrix: Matrix, image: str) -> Cell | None:
     cell's own (`names_cell`). None when the repository is no image of the matrix (a foreign image);
     UserError naming it when the reference does not parse, names no tag, or its tag names no cell
     (never the image's default cell)."""
-    ref = parse_image(image)
+    ref = argcheck.reference("IMAGE", image)
     name = image_of_repo_path(ref.path)
     candidates = [c for c in matrix.cells if c.name == name]
     if not candidates:

@@ -33,6 +33,7 @@ from buildtool.common.documents import plural
 from buildtool.common.errors import FailedError, UserError
 from buildtool.common.files import write_atomic
 from buildtool.contracts.rendezvous import RDZV_PORT
+from buildtool.launch import verify_ddp
 
 WORKER = "bench/ddp_epochs.py"
 RESULT_PREFIX = "SCALING_RESULT "
@@ -202,7 +203,6 @@ class SlurmLauncher:
         from buildtool.launch.multinode import VERIFY_FILES, VERIFY_SCRIPT, MultiNodeJob
         from buildtool.launch.slurm import SlurmOptions, Workload, render
         from buildtool.launch.slurmjobs import run_job
-        from buildtool.launch.verify_ddp import OWN_WORKLOAD_ENV
 
         job = MultiNodeJob(image=self.image, nodes=count, gpus_per_node=self.gpus_per_node,
                            name=f"{self.strategy}-scaling-{count}n", shm_size=self.shm_size,
@@ -216,7 +216,7 @@ class SlurmLauncher:
         command = ["python3", f"$jobdir/{VERIFY_SCRIPT}",
                    *job.launcher.node_command(job, "$endpoint", "$SLURM_JOB_ID", f"$jobdir/{worker.name}")]
         work = Workload(label=f"{self.strategy.upper()} scaling run", command=command,
-                        env={**env, **job.expect_env, OWN_WORKLOAD_ENV: "1"},
+                        env={**env, **job.expect_env, verify_ddp.OWN_WORKLOAD_ENV: "1"},
                         embedded={**shipped_with(worker), **VERIFY_FILES},
                         first_node_hosts=job.launcher.first_node_hosts)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -232,9 +232,7 @@ def _number(value: Any) -> bool:
 
 # What run_one reads from a worker's result: each field's test (None: absent) and its words in a message.
 RESULT_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "backend": (lambda v: isinstance(v, str), "a string"),
-    "world_size": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
-    "identical": (lambda v: isinstance(v, bool), "true or false"),
+    **{name: verify_ddp.RESULT_FIELDS[name] for name in ("backend", "world_size", "identical")},
     # finite: an Infinity (json reads it) made the speed-ups 0 or NaN, and a NaN efficiency is below no threshold
     "epoch_times_s": (lambda v: isinstance(v, list) and bool(v) and all(_number(t) and 0 < t < math.inf for t in v),
                       "a non-empty list of seconds above 0"),

@@ -36,6 +36,7 @@ from buildtool.launch.multinode import (
 
 RUNTIMES = ("apptainer", "pyxis", "oci")
 PASSED_PREFIX = "DDP check passed: "
+RESULT_PREFIX = "DDP_RESULT "       # rank 0's result line (launch/verify_ddp.py)
 # One task per node runs every rank of that node: without a count SLURM gives it one CPU, which the ranks (and
 # their data loaders and NCCL's threads) would share. Sites set their own with --cpus-per-task.
 CPUS_PER_GPU = 4
@@ -225,7 +226,7 @@ class Outcome:
     reason: str                       # the one line that says so
     failed_node: str = ""             # the node srun reported first, or whose /dev/shm is too small
     rendezvous_timeout: bool = False
-    result: dict[str, Any] | None = None   # the last `<marker><json>` line (rank 0's report)
+    result: dict[str, Any] | None = None   # the last `DDP_RESULT <json>` line (rank 0's report)
 
     @property
     def world_size(self) -> int:
@@ -233,34 +234,33 @@ class Outcome:
         return value if isinstance(value, int) and not isinstance(value, bool) else 0   # 0: none reported
 
 
-def parse_output(text: str, label: str = "DDP check", marker: str = "DDP_RESULT ",
-                 passed_prefix: str | None = PASSED_PREFIX) -> Outcome:
-    """What a job said: passed (its `passed_prefix` line, or its result when there is no such line) or why not."""
+def parse_output(text: str) -> Outcome:
+    """What a DDP check's job said: passed (its PASSED_PREFIX line) or why not."""
     lines = text.splitlines()
     result = None
     for line in lines:
-        if line.startswith(marker):
+        if line.startswith(RESULT_PREFIX):
             try:
-                found = json.loads(line[len(marker):])
+                found = json.loads(line[len(RESULT_PREFIX):])
             except ValueError:
                 continue
             if isinstance(found, dict):   # a number or a list is as malformed as broken JSON
                 result = found
-    failed = [line for line in lines if line.startswith(f"{label} failed")]
+    failed = [line for line in lines if line.startswith("DDP check failed")]
     shm = [line for line in lines if line.startswith("error: /dev/shm on ")]
     limit = re.search(r"CANCELLED AT \S+ DUE TO TIME LIMIT", text)
     srun = re.search(r"^srun: error: ([^ :]+): tasks? [0-9]", text, re.MULTILINE)
-    passed = [line for line in lines if passed_prefix and line.startswith(passed_prefix)]
-    if not failed and not shm and not limit and (passed or (passed_prefix is None and result is not None)):
-        return Outcome(passed=True, reason=(passed or [f"{label} reported {marker.strip()}"])[-1], result=result)
+    passed = [line for line in lines if line.startswith(PASSED_PREFIX)]
+    if not failed and not shm and not limit and passed:
+        return Outcome(passed=True, reason=passed[-1], result=result)
     if shm:
         node = re.match(r"error: /dev/shm on (\S+) ", shm[0])
         return Outcome(passed=False, reason=shm[0], failed_node=node.group(1) if node else "", result=result)
     if failed:
         reason = failed[0]  # the first says the cause (the verifier's, or the script's summary of srun's)
     elif limit:
-        reason = f"{label} failed: the job reached its time limit"
+        reason = "DDP check failed: the job reached its time limit"
     else:
-        reason = f"{label} failed: the job ended without a result"
+        reason = "DDP check failed: the job ended without a result"
     return Outcome(passed=False, reason=reason, failed_node=srun.group(1) if srun else "",
                    rendezvous_timeout="rendezvous timed out" in reason, result=result)

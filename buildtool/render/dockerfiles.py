@@ -151,9 +151,7 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
     )
     # Every matrix value on a RUN line goes through `| sh`, every LABEL value through `| label`, every ENV value
     # through `| env_word`.
-    env.filters["sh"] = sh_word
-    env.filters["label"] = label_value
-    env.filters["env_word"] = env_word
+    env.filters.update(sh=sh_word, label=label_value, env_word=env_word)
     return env
 
 
@@ -385,16 +383,14 @@ def render_outputs(matrix: Matrix, templates_dir: Path, extras: tuple[Extra, ...
 
 
 def write_outputs(root: Path, outputs: Outputs) -> list[str]:
-    """Write changed files atomically; returns the relative paths that changed.
-
-    All new contents are staged as temporary files beside their targets first; only when
-    every one is staged are they renamed into place, so a failure leaves the tree as it was
-    (the folders made for new cells removed too).
-    """
+    """Write the changed files (their relative paths returned) all or nothing: each is staged beside its target, and
+    only when every one is staged are they renamed into place, so a failure leaves the tree as it was (the folders
+    made for new cells removed too)."""
     changed = [rel for rel, data in sorted(outputs.files.items())
                if not (root / rel).is_file() or (root / rel).read_bytes() != data]
     staged: list[tuple[str, Path]] = []
     made: list[Path] = []
+    done: list[str] = []   # renamed into place: undone on a failure
     try:
         for rel in changed:
             target = root / rel
@@ -404,13 +400,6 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
                 handle.write(outputs.files[rel])
             os.chmod(name, 0o644)
             staged.append((rel, Path(name)))
-    except BaseException:
-        for _, path in staged:
-            path.unlink(missing_ok=True)
-        _remove_folders(made)
-        raise
-    done: list[str] = []
-    try:
         # Keep the old bytes so a failure half-way through the renames can be undone (inside the try: a failed
         # read removes the staged files too).
         previous = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel, _ in staged}

@@ -394,6 +394,7 @@ def _report_job(labels: str, needs: list[str]) -> dict[str, Any]:
 
 
 def release_workflow(matrix: Matrix) -> dict[str, Any]:
+    inputs = {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}", "FROM": "${{ inputs.from }}"}
     return {
         "name": "release",
         "on": {"workflow_dispatch": {"inputs": {
@@ -422,13 +423,11 @@ def release_workflow(matrix: Matrix) -> dict[str, Any]:
                            "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
                                   '--release "$VERSION" ${FROM:+--revision "$FROM"} '
                                   f"--json > {RELEASE_PLAN_FILE}\n",
-                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
-                                   "FROM": "${{ inputs.from }}"}},
+                           "env": inputs},
                           {"name": "Retag the validated dev images",
                            # The inputs in the environment only: make expands a `$(...)` in a command-line setting.
                            "run": "make release\n",
-                           "env": {"VERSION": "${{ inputs.version }}", "FRAMEWORK": "${{ inputs.framework }}",
-                                   "FROM": "${{ inputs.from }}"}},
+                           "env": inputs},
                           {"uses": UPLOAD, "with": {"name": "release-plan", "path": RELEASE_PLAN_FILE}},
                           # What the release wrote in the checkout (its manifest and notes, the catalogue that lists
                           # it), which the next job's checkout deletes: kept to be committed.
@@ -452,10 +451,6 @@ def render_workflows(matrix: Matrix, options: WorkflowOptions | None = None) -> 
                                     _cells_note("Cells built and validated nightly", cells) + native),
         RELEASE_PATH: dump_workflow(release_workflow(matrix), _cells_note("Cells released", cells)),
     }
-
-
-# The `render`/`check` extra: committed workflows with the default options.
-workflow_outputs = render_workflows
 
 
 def ci_matrix(plan: Any, cells: list[str]) -> dict[str, Any]:
