@@ -327,6 +327,51 @@ def test_a_failure_reading_the_old_files_leaves_no_staged_file(tmp_path: Path, m
     assert snapshot(tmp_path) == before
 
 
+def test_a_failure_writing_a_staged_file_leaves_no_staged_file(tmp_path: Path, monkeypatch):
+    """A staged file was recorded only once written and chmodded: a full disk or a failed chmod left its
+    `.render-*` file in the tree."""
+    outputs = render_module.Outputs(files={"a/one.txt": b"new\n", "a/two.txt": b"new\n"})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one.txt").write_text("old\n")
+    before = snapshot(tmp_path)
+    real_chmod = os.chmod
+    calls = {"n": 0}
+
+    def failing_chmod(path, mode):  # noqa: ANN001, ANN202
+        calls["n"] += 1
+        if calls["n"] == 2:    # the second staged file
+            raise OSError(28, "No space left on device")
+        return real_chmod(path, mode)
+
+    monkeypatch.setattr(os, "chmod", failing_chmod)
+    with pytest.raises(OSError):
+        write_outputs(tmp_path, outputs)
+    monkeypatch.undo()
+    assert calls["n"] == 2
+    assert not list(tmp_path.rglob(".render-*"))
+    assert snapshot(tmp_path) == before
+
+
+def test_a_pipe_among_the_workflows_is_not_opened_as_a_generated_file(tmp_path: Path):
+    """`stale` opened every entry of .github/workflows before asking whether it is a file: a named pipe there made
+    render and check wait for a writer that never comes."""
+    import threading
+
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "pipe.yml")
+    found: list[list[str]] = []
+    worker = threading.Thread(target=lambda: found.append(render_module.Outputs(files={}).stale(tmp_path)),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    if worker.is_alive():     # release the blocked open before failing
+        os.close(os.open(folder / "pipe.yml", os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(timeout=10)
+        pytest.fail("stale() blocked opening a named pipe")
+    assert found == [[]]
+
+
 def test_rendering_needs_no_docker_engine(project: Path, tmp_path: Path):
     """No docker client or socket on PATH/env: render and check still work."""
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "DOCKER_HOST": "unix:///nonexistent",

@@ -68,7 +68,8 @@ _NCCL_LIST = re.compile(r"[A-Za-z0-9_.:,=^-]+")   # interface and HCA lists: `^`
 @dataclass(frozen=True)
 class NcclSettings:
     """NCCL's environment for a GPU job: what the user names, never guessed (the right interface and HCAs
-    are the cluster's to say). NCCL_DEBUG defaults to WARN: NCCL's errors reach the job's log."""
+    are the cluster's to say). NCCL_DEBUG defaults to INFO with NCCL_DEBUG_SUBSYS=INIT,NET: the transport NCCL
+    chose reaches the job's log, where the transport check reads it."""
 
     debug: str = ""                      # "" -> DEFAULT_NCCL_DEBUG
     socket_ifname: str = ""              # NCCL_SOCKET_IFNAME, e.g. eth0 or ^lo,docker

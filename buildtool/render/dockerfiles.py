@@ -360,9 +360,11 @@ class Outputs:
 
 def _marked(path: Path) -> bool:
     """Whether `path` is a file that starts with GENERATED_MARK (one that cannot be read is not known to be)."""
+    if not path.is_file():     # asked first: opening a named pipe waits for a writer
+        return False
     try:
         with path.open("rb") as handle:
-            return path.is_file() and handle.read(len(GENERATED_MARK)) == GENERATED_MARK
+            return handle.read(len(GENERATED_MARK)) == GENERATED_MARK
     except OSError:
         return False
 
@@ -396,10 +398,10 @@ def write_outputs(root: Path, outputs: Outputs) -> list[str]:
             target = root / rel
             _make_folder(target.parent, made)
             fd, name = tempfile.mkstemp(prefix=".render-", dir=target.parent)
+            staged.append((rel, Path(name)))    # before writing: a failed write or chmod removes it too
             with os.fdopen(fd, "wb") as handle:
                 handle.write(outputs.files[rel])
             os.chmod(name, 0o644)
-            staged.append((rel, Path(name)))
         # Keep the old bytes so a failure half-way through the renames can be undone (inside the try: a failed
         # read removes the staged files too).
         previous = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel, _ in staged}
