@@ -59,6 +59,7 @@ def test_a_signed_verdict_of_the_current_schema_and_of_the_one_before_verifies(s
     (7, 7, "unsupported verdict schema 7 (this toolkit reads schemas 4, 5 and 6)"),
     (3, 3, "unsupported verdict schema 3 (this toolkit reads schemas 4, 5 and 6)"),   # no longer read, signed or not
     (2, 2, "unsupported verdict schema 2"),
+    (6.0, 6, "unsupported verdict schema 6.0"),   # a float equal to a schema is no schema number (was read as 6)
     (5, 4, "mismatched: predicateType https://github.com/dl-images/dl-images/attestations/verdict/v4 carries a "
            "schema-5 verdict"),
     (4, 5, "carries a schema-4 verdict"),

@@ -213,7 +213,7 @@ def parse_verdict(data: Any, where: str) -> Verdict:
     schema = data.get("schema")
     if "schema" not in data:
         raise VerdictError(f"{where}: not a verdict (no schema number)")
-    if isinstance(schema, bool) or schema not in READ_SCHEMAS:
+    if type(schema) is not int or schema not in READ_SCHEMAS:    # 6.0 and True equal numbers but are none
         raise VerdictError(f"{where}: unsupported verdict schema {schema!r} (this toolkit reads schemas "
                            f"{', '.join(map(str, READ_SCHEMAS[:-1]))} and {READ_SCHEMAS[-1]})")
     try:
