@@ -478,3 +478,20 @@ def test_every_action_is_pinned_by_its_full_commit() -> None:
             assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", use), (rel, use)
             repo = "/".join(use.split("@")[0].split("/")[:2])
             assert use.endswith("@" + ACTION_PINS[repo][0]) and f"{repo} {ACTION_PINS[repo][1]}" in data.decode()
+
+
+def test_self_hosted_checkouts_leave_no_token_in_the_checkout() -> None:
+    """actions/checkout persists the job's GITHUB_TOKEN in .git/config by default; a self-hosted runner keeps its
+    work folder between jobs, so the token stayed on disk for the next job (and any code it runs) to read. No job
+    pushes to git: every self-hosted checkout sets persist-credentials false."""
+    seen = 0
+    for path in PATHS:
+        for name, job in load(path)["jobs"].items():
+            labels = job.get("runs-on")
+            if "self-hosted" not in json.dumps(labels) and "RUNNER_LABELS" not in json.dumps(labels):
+                continue
+            for step in job.get("steps", []):
+                if step.get("uses", "").startswith("actions/checkout@"):
+                    seen += 1
+                    assert step.get("with", {}).get("persist-credentials") is False, (path, name)
+    assert seen >= 3    # the nightly's build, validate and report jobs, the release

@@ -160,9 +160,11 @@ HOSTED_SETUP = (
     {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
     {"name": "Install the toolkit", "run": "python -m pip install -e '.[dev]'"},
 )
-# Self-hosted runners keep their engine and Python; a venv per job keeps runs apart.
+# Self-hosted runners keep their engine and Python; a venv per job keeps runs apart. They keep their work folder
+# too: the checkout leaves no GITHUB_TOKEN in .git/config for the next job (no job pushes to git).
+SELF_HOSTED_CHECKOUT = {"uses": CHECKOUT, "with": {"persist-credentials": False}}
 SELF_HOSTED_SETUP = (
-    {"uses": CHECKOUT},
+    SELF_HOSTED_CHECKOUT,
     {"name": "Install the toolkit", "run": "python3 -m venv .venv\n.venv/bin/python -m pip install -e '.[dev]'\n"},
 )
 
@@ -417,7 +419,8 @@ def release_workflow(matrix: Matrix) -> dict[str, Any]:
                 "timeout-minutes": 30,
                 # Every commit: the gate reads each image's revision in git (an ancestor of the release commit, its
                 # files as committed there); a shallow clone knows the dispatched commit only.
-                "steps": [{"uses": CHECKOUT, "with": {"fetch-depth": 0}}, *SELF_HOSTED_SETUP[1:],
+                "steps": [{**SELF_HOSTED_CHECKOUT, "with": {"fetch-depth": 0, "persist-credentials": False}},
+                          *SELF_HOSTED_SETUP[1:],
                           # The plan of the dev images `make release` promotes: those of FROM when it is given.
                           {"name": "Check the version",
                            "run": f"mkdir -p {WRITES}\n.venv/bin/python -m buildtool plan --framework \"$FRAMEWORK\" "
