@@ -59,3 +59,5 @@ def test_only_buildkits_attestation_entry_counts_as_not_an_image():
                                      "annotations": {"vnd.docker.reference.type": "attestation-manifest"}})
     assert not platforms.is_attestation({"platform": {"os": "unknown", "architecture": "unknown"}})
     assert not platforms.is_attestation({"annotations": {"vnd.docker.reference.type": "something-else"}})
+    assert not platforms.is_attestation({"platform": {"os": "linux", "architecture": "arm64"},
+                                         "annotations": {"vnd.docker.reference.type": "attestation-manifest"}})

@@ -265,3 +265,19 @@ def test_a_config_that_is_no_image_config_is_pulled_not_loaded_over_layers(clien
         engine.resolve(ref(client), print)
     assert pulls == [("pull", ref(client, digest))]
     assert str(info.value) == f"cannot pull {ref(client, digest)}: manifest invalid"
+
+
+def test_an_image_entry_annotated_as_an_attestation_is_still_validated(client: Registry) -> None:
+    """Before, any entry annotated attestation-manifest was passed over whatever its platform, so an arm64 image
+    so annotated was never validated (BuildKit's attestations are unknown/unknown)."""
+    amd, arm = _image(client, "linux", "amd64"), _image(client, "linux", "arm64")
+    body = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": amd, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}},
+        {"mediaType": OCI_MANIFEST, "digest": arm, "size": 1, "platform": {"os": "linux", "architecture": "arm64"},
+         "annotations": {"vnd.docker.reference.type": "attestation-manifest", "vnd.docker.reference.digest": amd}}]}
+    client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
+    assert engine.index_platforms(ref(client)) == ["linux/amd64", "linux/arm64"]
+    body["manifests"][1]["platform"] = {"os": "linux", "architecture": "riscv64"}    # nor is an unknown one hidden
+    client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
+    with pytest.raises(UserError, match="unknown platform 'linux/riscv64'"):
+        engine.index_platforms(ref(client))

@@ -61,8 +61,9 @@ def from_descriptor(descriptor: dict[str, object] | None) -> Platform:
 
 def is_attestation(entry: dict[str, object]) -> bool:
     """An index entry BuildKit adds for an image's attestations (platform unknown/unknown): not an image."""
-    annotations = entry.get("annotations")
-    return isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type") == "attestation-manifest"
+    annotations, platform = entry.get("annotations"), entry.get("platform")
+    return (isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type") == "attestation-manifest"
+            and platform == {"os": "unknown", "architecture": "unknown"})
 
 
 def host() -> Platform:
