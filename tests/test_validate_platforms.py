@@ -281,3 +281,16 @@ def test_an_image_entry_annotated_as_an_attestation_is_still_validated(client: R
     client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
     with pytest.raises(UserError, match="unknown platform 'linux/riscv64'"):
         engine.index_platforms(ref(client))
+
+
+def test_an_index_with_one_platform_twice_is_refused_by_name(client: Registry) -> None:
+    """Before, two linux/amd64 entries gave validate linux/amd64 twice, both runs on the first digest: the second
+    image (the one a runtime may pull) was never validated."""
+    first = _image(client, "linux", "amd64")
+    config = client.put_blob(REPO, json.dumps({"architecture": "amd64", "os": "linux", "created": "x"}).encode())
+    second = client.put_manifest(REPO, "other", json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
+        "mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2}, "layers": []}).encode(),
+        OCI_MANIFEST)
+    _index(client, [("linux", "amd64", first), ("linux", "amd64", second)])
+    with pytest.raises(UserError, match=f"index lists linux/amd64 twice \\({first}, {second}\\)"):
+        engine.index_platforms(ref(client))

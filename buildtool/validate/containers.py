@@ -79,9 +79,13 @@ def _index_entries(client: RegistryClient, host: str, repo: str, tag_or_digest: 
         if platforms.is_attestation(child):
             continue    # buildx's attestation entry: about the images, not one of them
         try:
-            entries.append((platforms.from_descriptor(child.get("platform")).name, child))
+            name = platforms.from_descriptor(child.get("platform")).name
         except platforms.UnknownPlatform as exc:
             raise UserError(f"image {ref}: entry {child.get('digest')}: {exc}") from None
+        if (twin := next((c for n, c in entries if n == name), None)) is not None:
+            raise UserError(f"image {ref}: index lists {name} twice ({twin.get('digest')}, {child.get('digest')}); "
+                            "push it again with one image per platform")
+        entries.append((name, child))
     return entries
 
 
