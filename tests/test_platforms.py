@@ -30,6 +30,14 @@ def test_an_unknown_descriptor_is_refused_not_taken_for_amd64():
         platforms.from_descriptor(None)
 
 
+@pytest.mark.parametrize("variant", ["v9", "v7", "banana"])
+def test_an_arm64_variant_other_than_v8_is_refused_by_name(variant: str):
+    """Before, any variant of arm64 was taken for linux/arm64 (a v9-only image would be released as arm64, to run
+    on v8 cores); OCI's arm64 variant is v8, the others are other platforms."""
+    with pytest.raises(platforms.UnknownPlatform, match=f"unknown platform 'linux/arm64/{variant}'"):
+        platforms.from_descriptor({"os": "linux", "architecture": "arm64", "variant": variant})
+
+
 def _foreign() -> str:
     return next(name for name, p in platforms.KNOWN.items() if p.machine != platforms.host().machine)
 

@@ -54,7 +54,7 @@ def from_descriptor(descriptor: dict[str, object] | None) -> Platform:
                               f"{', '.join(KNOWN)}")
     descriptor = descriptor or {}
     name = f"{descriptor.get('os', '')}/{descriptor.get('architecture', '')}"
-    if descriptor.get("variant") and name != "linux/arm64":
+    if descriptor.get("variant") and (name, descriptor["variant"]) != ("linux/arm64", "v8"):   # OCI's arm64 is v8
         name += f"/{descriptor['variant']}"
     return get(name)
 
