@@ -264,6 +264,15 @@ def test_buildkit_attestation_manifests_are_no_platform_but_an_unannotated_unkno
                for p in entry_problems(MULTI, [entry]))
 
 
+def test_an_entry_whose_platform_has_a_longer_variant_is_refused_not_read_as_its_prefix() -> None:
+    """Before, known_platform read only the first three parts of linux/arm64/v8/x, so an entry no arm64 runtime
+    selects passed as the cell's linux/arm64 manifest."""
+    amd = {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "amd64"}}
+    odd = {"digest": "sha256:b", "platform": {"os": "linux", "architecture": "arm64", "variant": "v8/x"}}
+    problems = entry_problems(MULTI, index_entries({"manifests": [amd, odd]}))
+    assert any(p.startswith("linux/arm64/v8/x (sha256:b): a platform this toolkit does not know") for p in problems)
+
+
 def test_notes_and_json_list_each_platform_with_its_verdict_and_whether_it_ran_emulated() -> None:
     dev = Dev()
     amd, arm = dev.validated("amd64"), dev.validated("arm64")

@@ -453,7 +453,7 @@ def known_platform(name: str) -> str | None:
     parts = name.split("/")
     try:
         return platforms.from_descriptor({"os": parts[0], "architecture": parts[1] if len(parts) > 1 else "",
-                                          "variant": parts[2] if len(parts) > 2 else ""}).name
+                                          "variant": "/".join(parts[2:])}).name
     except platforms.UnknownPlatform:
         return None
 
