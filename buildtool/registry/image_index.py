@@ -95,7 +95,12 @@ def _is_index(manifest: dict[str, Any], media_type: str) -> bool:
 def _entries(client: RegistryClient, repo: str, manifest: dict[str, Any], where: str,
              strict: bool) -> dict[str, Child]:
     children: dict[str, Child] = {}
-    for entry in manifest.get("manifests") or []:
+    entries = manifest.get("manifests") or []
+    if not isinstance(entries, list):
+        raise RegistryError(f"{where}: its manifests are not a list (not an OCI image index)")
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str):
+            raise RegistryError(f"{where}: index entry {str(entry)[:60]!r} is no descriptor with a digest")
         descriptor = entry.get("platform") or {}
         if not isinstance(descriptor, dict) or not descriptor.get("os") or not descriptor.get("architecture"):
             raise RegistryError(f"{where}: index entry {entry.get('digest')} names no platform os/architecture")
