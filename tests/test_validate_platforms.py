@@ -294,3 +294,14 @@ def test_an_index_with_one_platform_twice_is_refused_by_name(client: Registry) -
     _index(client, [("linux", "amd64", first), ("linux", "amd64", second)])
     with pytest.raises(UserError, match=f"index lists linux/amd64 twice \\({first}, {second}\\)"):
         engine.index_platforms(ref(client))
+
+
+@pytest.mark.parametrize("entry", ["sha256:" + "0" * 64, {"mediaType": OCI_MANIFEST,
+                                   "platform": {"os": "linux", "architecture": "amd64"}}])
+def test_an_index_entry_that_is_no_descriptor_is_refused_not_a_traceback(client: Registry, entry: Any) -> None:
+    """Before, an entry that was no object gave an AttributeError traceback, and one without a digest a KeyError
+    when its platform was pinned."""
+    body = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
+    client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
+    with pytest.raises(UserError, match=r"image .*: index entry .* is no descriptor with a digest"):
+        engine.pin(ref(client), "linux/amd64")

@@ -74,8 +74,10 @@ def _index_entries(client: RegistryClient, host: str, repo: str, tag_or_digest: 
         body = client.get_manifest(repo, tag_or_digest)[0]
     except NotFound:
         raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)") from None
-    entries = []
+    entries: list[tuple[str, dict[str, Any]]] = []
     for child in json.loads(body).get("manifests") or []:
+        if not isinstance(child, dict) or not isinstance(child.get("digest"), str):
+            raise UserError(f"image {ref}: index entry {str(child)[:60]!r} is no descriptor with a digest")
         if platforms.is_attestation(child):
             continue    # buildx's attestation entry: about the images, not one of them
         try:
