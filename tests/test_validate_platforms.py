@@ -305,3 +305,17 @@ def test_an_index_entry_that_is_no_descriptor_is_refused_not_a_traceback(client:
     client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
     with pytest.raises(UserError, match=r"image .*: index entry .* is no descriptor with a digest"):
         engine.pin(ref(client), "linux/amd64")
+
+
+def test_an_entry_that_is_itself_an_index_is_refused(client: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, an arm64 entry naming another index was pulled (the engine picking an image out of it) and its
+    verdict signed for the inner index's digest: an index in an index, which release refuses."""
+    amd, arm = _image(client, "linux", "amd64"), _image(client, "linux", "arm64")
+    inner = _index(client, [("linux", "arm64", arm)], tag="inner")
+    _index(client, [("linux", "amd64", amd), ("linux", "arm64", inner)])
+    _engine_holds(monkeypatch, {ref(client, inner): {"Id": "sha256:" + "a" * 64, "Os": "linux",
+                                                     "Architecture": "arm64", "Config": {}}})
+    with pytest.raises(UserError) as info:
+        engine.resolve(ref(client), print, "linux/arm64")
+    assert str(info.value) == (f"image {ref(client)}: its linux/arm64 entry {inner} is itself an index, not one "
+                               "platform's image; push it again")

@@ -19,7 +19,7 @@ from buildtool.common.docker_cli import inspect_image
 from buildtool.common.errors import UserError
 from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import label_keys, platforms
-from buildtool.registry.client import NotFound, RegistryClient
+from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 
 PULL_TIMEOUT_S = 1800
 
@@ -119,6 +119,10 @@ def _pinned(ref: str, platform: str | None) -> tuple[RegistryClient, str, str, s
         digest = next((str(child["digest"]) for name, child in entries if name == platform), None)
         if digest is None:
             raise UserError(f"image {ref} has no {platform} image")
+        body, media_type, _ = client.get_manifest(repo, digest)
+        if media_type in INDEX_TYPES or "manifests" in json.loads(body):
+            raise UserError(f"image {ref}: its {platform} entry {digest} is itself an index, not one platform's image; "
+                            "push it again")
     return client, host, repo, digest
 
 
