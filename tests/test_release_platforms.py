@@ -335,3 +335,19 @@ def test_promotion_copies_the_index_byte_for_byte_with_each_platforms_artifacts_
         [copied] = referrers(dev.client, rel, ev.digest, ATTESTATION_TYPE)   # type: ignore[arg-type]
         assert ev.attestation is not None and copied.digest == ev.attestation.digest
     assert referrers(dev.client, rel, index, ATTESTATION_TYPE) == []   # type: ignore[arg-type]
+
+
+def test_an_entry_that_serves_an_index_is_refused_as_one() -> None:
+    """Before, an arm64 entry declared an image manifest but named an index: read_platforms passed it over and
+    entry_problems looked only at the declared type, so the refusal named a provenance/label mismatch instead."""
+    dev = Dev()
+    amd, arm = dev.validated("amd64"), dev.validated("arm64")
+    raw = dev.client.get_manifest(dev.repo, arm)[0]
+    inner = dev.client.put_manifest(dev.repo, "inner", json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                    "manifests": [{"mediaType": OCI_MANIFEST, "digest": arm, "size": len(raw),
+                                                   "platform": {"os": "linux", "architecture": "arm64"}}]}).encode(),
+                                    OCI_INDEX)
+    dev.evidence(inner, "linux/arm64", emulated=True)
+    dev.index([(amd, "linux/amd64"), (inner, "linux/arm64")])
+    assert (f"linux/arm64 ({inner}): the registry serves an index for it, not one platform's image manifest; push "
+            "the cell again") in dev.gather().problems
