@@ -69,3 +69,16 @@ def test_only_buildkits_attestation_entry_counts_as_not_an_image():
     assert not platforms.is_attestation({"annotations": {"vnd.docker.reference.type": "something-else"}})
     assert not platforms.is_attestation({"platform": {"os": "linux", "architecture": "arm64"},
                                          "annotations": {"vnd.docker.reference.type": "attestation-manifest"}})
+
+
+def test_a_machine_of_an_unknown_architecture_is_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch,
+                                                                           capfd: pytest.CaptureFixture[str]) -> None:
+    """Before, UnknownPlatform was a bare ValueError: `build` (or validate) on a riscv64 runner ended in a
+    traceback instead of the CLI's one-line error naming the architecture."""
+    from buildtool.cli import main
+
+    monkeypatch.setattr(platforms._host, "machine", lambda: "riscv64")
+    with pytest.raises(SystemExit) as exited:
+        main(["build", "--framework", "pytorch-cpu"])
+    assert exited.value.code == 2
+    assert "error: this machine's architecture 'riscv64' is none of linux/amd64, linux/arm64" in capfd.readouterr().err

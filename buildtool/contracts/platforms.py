@@ -11,6 +11,8 @@ import platform as _host
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildtool.common.errors import UserError
+
 DEFAULT: tuple[str, ...] = ("linux/amd64",)
 
 
@@ -36,8 +38,8 @@ KNOWN: dict[str, Platform] = {
 }
 
 
-class UnknownPlatform(ValueError):
-    pass
+class UnknownPlatform(UserError, ValueError):
+    """A platform name the table does not know: the CLI's one-line error (exit 2) where nothing else catches it."""
 
 
 def get(name: str) -> Platform:
