@@ -355,3 +355,13 @@ def test_an_index_entry_that_is_no_descriptor_is_refused_not_a_traceback(manifes
                                                "manifests": manifests}).encode(), OCI_INDEX)
     with pytest.raises(RegistryError, match=cause):
         base_index.platform_manifest(client, REPO, TAG, "linux/amd64")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("config", ["sha256:0", {"mediaType": "application/vnd.oci.image.config.v1+json"}])
+def test_a_manifest_whose_config_is_no_descriptor_is_refused_not_a_traceback(config):
+    """Before, a manifest whose config was no object, or named no digest, gave a TypeError or KeyError traceback."""
+    client = MemRegistry()
+    client.put_manifest(REPO, TAG, json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config,
+                                               "layers": []}).encode(), OCI_MANIFEST)
+    with pytest.raises(RegistryError, match=f"{REPO}:{TAG} is not an image manifest \\(no config digest\\)"):
+        base_index.platform_manifest(client, REPO, TAG, "linux/amd64")  # type: ignore[arg-type]

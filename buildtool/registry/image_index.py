@@ -38,7 +38,9 @@ def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, A
            size: int, where: str) -> Child:
     if "config" not in manifest:
         raise RegistryError(f"{where} is not an image manifest (no config)")
-    blob = manifest["config"]["digest"]
+    blob = manifest["config"].get("digest") if isinstance(manifest["config"], dict) else None
+    if not isinstance(blob, str):
+        raise RegistryError(f"{where} is not an image manifest (no config digest)")
     try:
         config = json.loads(client.get_blob(repo, blob))
     except ValueError:      # not JSON, not UTF-8
