@@ -339,3 +339,29 @@ def test_a_debian_base_is_made_with_the_hosts_index_secrets_masked_in_its_log(fa
     fill(tmp_path, ["linux/amd64"])
     assert made.steps == ["mmdebstrap linux/amd64"]
     assert seen == [bases.LogFile(tmp_path / "base-debian-bookworm-amd64.log", ["s3cr3tTOKEN"])]
+
+
+@pytest.mark.parametrize(("manifests", "cause"), [
+    (["sha256:" + "0" * 64], "index entry 'sha256:0+' is no descriptor with a digest"),
+    ([{"mediaType": OCI_MANIFEST, "platform": {"os": "linux", "architecture": "amd64"}}],
+     "index entry .{'mediaType'.* is no descriptor with a digest"),
+    ({"linux/amd64": "sha256:0"}, "its manifests are not a list"),
+])
+def test_an_index_entry_that_is_no_descriptor_is_refused_not_a_traceback(manifests, cause):
+    """Before, an entry that was no object, or named no digest, or manifests that were no list, gave an
+    AttributeError or KeyError traceback instead of a RegistryError naming the entry."""
+    client = MemRegistry()
+    client.put_manifest(REPO, TAG, json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                               "manifests": manifests}).encode(), OCI_INDEX)
+    with pytest.raises(RegistryError, match=cause):
+        base_index.platform_manifest(client, REPO, TAG, "linux/amd64")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("config", ["sha256:0", {"mediaType": "application/vnd.oci.image.config.v1+json"}])
+def test_a_manifest_whose_config_is_no_descriptor_is_refused_not_a_traceback(config):
+    """Before, a manifest whose config was no object, or named no digest, gave a TypeError or KeyError traceback."""
+    client = MemRegistry()
+    client.put_manifest(REPO, TAG, json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config,
+                                               "layers": []}).encode(), OCI_MANIFEST)
+    with pytest.raises(RegistryError, match=f"{REPO}:{TAG} is not an image manifest \\(no config digest\\)"):
+        base_index.platform_manifest(client, REPO, TAG, "linux/amd64")  # type: ignore[arg-type]

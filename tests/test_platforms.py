@@ -30,6 +30,14 @@ def test_an_unknown_descriptor_is_refused_not_taken_for_amd64():
         platforms.from_descriptor(None)
 
 
+@pytest.mark.parametrize("variant", ["v9", "v7", "banana"])
+def test_an_arm64_variant_other_than_v8_is_refused_by_name(variant: str):
+    """Before, any variant of arm64 was taken for linux/arm64 (a v9-only image would be released as arm64, to run
+    on v8 cores); OCI's arm64 variant is v8, the others are other platforms."""
+    with pytest.raises(platforms.UnknownPlatform, match=f"unknown platform 'linux/arm64/{variant}'"):
+        platforms.from_descriptor({"os": "linux", "architecture": "arm64", "variant": variant})
+
+
 def _foreign() -> str:
     return next(name for name, p in platforms.KNOWN.items() if p.machine != platforms.host().machine)
 
@@ -59,3 +67,18 @@ def test_only_buildkits_attestation_entry_counts_as_not_an_image():
                                      "annotations": {"vnd.docker.reference.type": "attestation-manifest"}})
     assert not platforms.is_attestation({"platform": {"os": "unknown", "architecture": "unknown"}})
     assert not platforms.is_attestation({"annotations": {"vnd.docker.reference.type": "something-else"}})
+    assert not platforms.is_attestation({"platform": {"os": "linux", "architecture": "arm64"},
+                                         "annotations": {"vnd.docker.reference.type": "attestation-manifest"}})
+
+
+def test_a_machine_of_an_unknown_architecture_is_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch,
+                                                                           capfd: pytest.CaptureFixture[str]) -> None:
+    """Before, UnknownPlatform was a bare ValueError: `build` (or validate) on a riscv64 runner ended in a
+    traceback instead of the CLI's one-line error naming the architecture."""
+    from buildtool.cli import main
+
+    monkeypatch.setattr(platforms._host, "machine", lambda: "riscv64")
+    with pytest.raises(SystemExit) as exited:
+        main(["build", "--framework", "pytorch-cpu"])
+    assert exited.value.code == 2
+    assert "error: this machine's architecture 'riscv64' is none of linux/amd64, linux/arm64" in capfd.readouterr().err

@@ -264,6 +264,15 @@ def test_buildkit_attestation_manifests_are_no_platform_but_an_unannotated_unkno
                for p in entry_problems(MULTI, [entry]))
 
 
+def test_an_entry_whose_platform_has_a_longer_variant_is_refused_not_read_as_its_prefix() -> None:
+    """Before, known_platform read only the first three parts of linux/arm64/v8/x, so an entry no arm64 runtime
+    selects passed as the cell's linux/arm64 manifest."""
+    amd = {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "amd64"}}
+    odd = {"digest": "sha256:b", "platform": {"os": "linux", "architecture": "arm64", "variant": "v8/x"}}
+    problems = entry_problems(MULTI, index_entries({"manifests": [amd, odd]}))
+    assert any(p.startswith("linux/arm64/v8/x (sha256:b): a platform this toolkit does not know") for p in problems)
+
+
 def test_notes_and_json_list_each_platform_with_its_verdict_and_whether_it_ran_emulated() -> None:
     dev = Dev()
     amd, arm = dev.validated("amd64"), dev.validated("arm64")
@@ -326,3 +335,19 @@ def test_promotion_copies_the_index_byte_for_byte_with_each_platforms_artifacts_
         [copied] = referrers(dev.client, rel, ev.digest, ATTESTATION_TYPE)   # type: ignore[arg-type]
         assert ev.attestation is not None and copied.digest == ev.attestation.digest
     assert referrers(dev.client, rel, index, ATTESTATION_TYPE) == []   # type: ignore[arg-type]
+
+
+def test_an_entry_that_serves_an_index_is_refused_as_one() -> None:
+    """Before, an arm64 entry declared an image manifest but named an index: read_platforms passed it over and
+    entry_problems looked only at the declared type, so the refusal named a provenance/label mismatch instead."""
+    dev = Dev()
+    amd, arm = dev.validated("amd64"), dev.validated("arm64")
+    raw = dev.client.get_manifest(dev.repo, arm)[0]
+    inner = dev.client.put_manifest(dev.repo, "inner", json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                    "manifests": [{"mediaType": OCI_MANIFEST, "digest": arm, "size": len(raw),
+                                                   "platform": {"os": "linux", "architecture": "arm64"}}]}).encode(),
+                                    OCI_INDEX)
+    dev.evidence(inner, "linux/arm64", emulated=True)
+    dev.index([(amd, "linux/amd64"), (inner, "linux/arm64")])
+    assert (f"linux/arm64 ({inner}): the registry serves an index for it, not one platform's image manifest; push "
+            "the cell again") in dev.gather().problems

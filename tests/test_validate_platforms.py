@@ -265,3 +265,57 @@ def test_a_config_that_is_no_image_config_is_pulled_not_loaded_over_layers(clien
         engine.resolve(ref(client), print)
     assert pulls == [("pull", ref(client, digest))]
     assert str(info.value) == f"cannot pull {ref(client, digest)}: manifest invalid"
+
+
+def test_an_image_entry_annotated_as_an_attestation_is_still_validated(client: Registry) -> None:
+    """Before, any entry annotated attestation-manifest was passed over whatever its platform, so an arm64 image
+    so annotated was never validated (BuildKit's attestations are unknown/unknown)."""
+    amd, arm = _image(client, "linux", "amd64"), _image(client, "linux", "arm64")
+    body = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": amd, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}},
+        {"mediaType": OCI_MANIFEST, "digest": arm, "size": 1, "platform": {"os": "linux", "architecture": "arm64"},
+         "annotations": {"vnd.docker.reference.type": "attestation-manifest", "vnd.docker.reference.digest": amd}}]}
+    client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
+    assert engine.index_platforms(ref(client)) == ["linux/amd64", "linux/arm64"]
+    body["manifests"][1]["platform"] = {"os": "linux", "architecture": "riscv64"}    # nor is an unknown one hidden
+    client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
+    with pytest.raises(UserError, match="unknown platform 'linux/riscv64'"):
+        engine.index_platforms(ref(client))
+
+
+def test_an_index_with_one_platform_twice_is_refused_by_name(client: Registry) -> None:
+    """Before, two linux/amd64 entries gave validate linux/amd64 twice, both runs on the first digest: the second
+    image (the one a runtime may pull) was never validated."""
+    first = _image(client, "linux", "amd64")
+    config = client.put_blob(REPO, json.dumps({"architecture": "amd64", "os": "linux", "created": "x"}).encode())
+    second = client.put_manifest(REPO, "other", json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
+        "mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2}, "layers": []}).encode(),
+        OCI_MANIFEST)
+    _index(client, [("linux", "amd64", first), ("linux", "amd64", second)])
+    with pytest.raises(UserError, match=f"index lists linux/amd64 twice \\({first}, {second}\\)"):
+        engine.index_platforms(ref(client))
+
+
+@pytest.mark.parametrize("entry", ["sha256:" + "0" * 64, {"mediaType": OCI_MANIFEST,
+                                   "platform": {"os": "linux", "architecture": "amd64"}}])
+def test_an_index_entry_that_is_no_descriptor_is_refused_not_a_traceback(client: Registry, entry: Any) -> None:
+    """Before, an entry that was no object gave an AttributeError traceback, and one without a digest a KeyError
+    when its platform was pinned."""
+    body = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
+    client.put_manifest(REPO, TAG, json.dumps(body).encode(), OCI_INDEX)
+    with pytest.raises(UserError, match=r"image .*: index entry .* is no descriptor with a digest"):
+        engine.pin(ref(client), "linux/amd64")
+
+
+def test_an_entry_that_is_itself_an_index_is_refused(client: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, an arm64 entry naming another index was pulled (the engine picking an image out of it) and its
+    verdict signed for the inner index's digest: an index in an index, which release refuses."""
+    amd, arm = _image(client, "linux", "amd64"), _image(client, "linux", "arm64")
+    inner = _index(client, [("linux", "arm64", arm)], tag="inner")
+    _index(client, [("linux", "amd64", amd), ("linux", "arm64", inner)])
+    _engine_holds(monkeypatch, {ref(client, inner): {"Id": "sha256:" + "a" * 64, "Os": "linux",
+                                                     "Architecture": "arm64", "Config": {}}})
+    with pytest.raises(UserError) as info:
+        engine.resolve(ref(client), print, "linux/arm64")
+    assert str(info.value) == (f"image {ref(client)}: its linux/arm64 entry {inner} is itself an index, not one "
+                               "platform's image; push it again")

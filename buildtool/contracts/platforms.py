@@ -11,6 +11,8 @@ import platform as _host
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildtool.common.errors import UserError
+
 DEFAULT: tuple[str, ...] = ("linux/amd64",)
 
 
@@ -36,8 +38,8 @@ KNOWN: dict[str, Platform] = {
 }
 
 
-class UnknownPlatform(ValueError):
-    pass
+class UnknownPlatform(UserError, ValueError):
+    """A platform name the table does not know: the CLI's one-line error (exit 2) where nothing else catches it."""
 
 
 def get(name: str) -> Platform:
@@ -54,15 +56,16 @@ def from_descriptor(descriptor: dict[str, object] | None) -> Platform:
                               f"{', '.join(KNOWN)}")
     descriptor = descriptor or {}
     name = f"{descriptor.get('os', '')}/{descriptor.get('architecture', '')}"
-    if descriptor.get("variant") and name != "linux/arm64":
+    if descriptor.get("variant") and (name, descriptor["variant"]) != ("linux/arm64", "v8"):   # OCI's arm64 is v8
         name += f"/{descriptor['variant']}"
     return get(name)
 
 
 def is_attestation(entry: dict[str, object]) -> bool:
     """An index entry BuildKit adds for an image's attestations (platform unknown/unknown): not an image."""
-    annotations = entry.get("annotations")
-    return isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type") == "attestation-manifest"
+    annotations, platform = entry.get("annotations"), entry.get("platform")
+    return (isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type") == "attestation-manifest"
+            and platform == {"os": "unknown", "architecture": "unknown"})
 
 
 def host() -> Platform:

@@ -38,7 +38,9 @@ def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, A
            size: int, where: str) -> Child:
     if "config" not in manifest:
         raise RegistryError(f"{where} is not an image manifest (no config)")
-    blob = manifest["config"]["digest"]
+    blob = manifest["config"].get("digest") if isinstance(manifest["config"], dict) else None
+    if not isinstance(blob, str):
+        raise RegistryError(f"{where} is not an image manifest (no config digest)")
     try:
         config = json.loads(client.get_blob(repo, blob))
     except ValueError:      # not JSON, not UTF-8
@@ -95,7 +97,12 @@ def _is_index(manifest: dict[str, Any], media_type: str) -> bool:
 def _entries(client: RegistryClient, repo: str, manifest: dict[str, Any], where: str,
              strict: bool) -> dict[str, Child]:
     children: dict[str, Child] = {}
-    for entry in manifest.get("manifests") or []:
+    entries = manifest.get("manifests") or []
+    if not isinstance(entries, list):
+        raise RegistryError(f"{where}: its manifests are not a list (not an OCI image index)")
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str):
+            raise RegistryError(f"{where}: index entry {str(entry)[:60]!r} is no descriptor with a digest")
         descriptor = entry.get("platform") or {}
         if not isinstance(descriptor, dict) or not descriptor.get("os") or not descriptor.get("architecture"):
             raise RegistryError(f"{where}: index entry {entry.get('digest')} names no platform os/architecture")

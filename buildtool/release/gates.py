@@ -453,7 +453,7 @@ def known_platform(name: str) -> str | None:
     parts = name.split("/")
     try:
         return platforms.from_descriptor({"os": parts[0], "architecture": parts[1] if len(parts) > 1 else "",
-                                          "variant": parts[2] if len(parts) > 2 else ""}).name
+                                          "variant": "/".join(parts[2:])}).name
     except platforms.UnknownPlatform:
         return None
 
@@ -500,10 +500,13 @@ def entry_problems(cell: Cell, entries: list[Entry]) -> list[str]:
 
 def config_platform_problems(found: list[Platform], expected: dict[str, str]) -> list[str]:
     """Each platform image's config must declare the platform it is released as (`expected`: digest ->
-    platform): an index entry saying linux/arm64 over an amd64 image would run nowhere it claims to."""
-    return [f"{want} ({p.digest}): its image config declares {p.config_platform or 'no platform'}, not {want}"
-            for p in found
-            if (want := expected.get(p.digest)) is not None and known_platform(p.config_platform) != want]
+    platform): an index entry saying linux/arm64 over an amd64 image would run nowhere it claims to. One with no
+    image read (read_platforms passes an index over) names an index, whatever mediaType its entry declares."""
+    read = {p.digest for p in found}
+    return [f"{want} ({digest}): the registry serves an index for it, not one platform's image manifest; push the "
+            "cell again" for digest, want in expected.items() if digest not in read] + [
+        f"{want} ({p.digest}): its image config declares {p.config_platform or 'no platform'}, not {want}"
+        for p in found if (want := expected.get(p.digest)) is not None and known_platform(p.config_platform) != want]
 
 
 def recorded_platform_problems(cell: Cell, platform: str, verdict: Verdict, in_index: bool) -> list[str]:

@@ -19,7 +19,7 @@ from buildtool.common.docker_cli import inspect_image
 from buildtool.common.errors import UserError
 from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import label_keys, platforms
-from buildtool.registry.client import NotFound, RegistryClient
+from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
 
 PULL_TIMEOUT_S = 1800
 
@@ -74,14 +74,20 @@ def _index_entries(client: RegistryClient, host: str, repo: str, tag_or_digest: 
         body = client.get_manifest(repo, tag_or_digest)[0]
     except NotFound:
         raise UserError(f"image {ref} not found in registry {host}; build and push it first (make push)") from None
-    entries = []
+    entries: list[tuple[str, dict[str, Any]]] = []
     for child in json.loads(body).get("manifests") or []:
+        if not isinstance(child, dict) or not isinstance(child.get("digest"), str):
+            raise UserError(f"image {ref}: index entry {str(child)[:60]!r} is no descriptor with a digest")
         if platforms.is_attestation(child):
             continue    # buildx's attestation entry: about the images, not one of them
         try:
-            entries.append((platforms.from_descriptor(child.get("platform")).name, child))
+            name = platforms.from_descriptor(child.get("platform")).name
         except platforms.UnknownPlatform as exc:
             raise UserError(f"image {ref}: entry {child.get('digest')}: {exc}") from None
+        if (twin := next((c for n, c in entries if n == name), None)) is not None:
+            raise UserError(f"image {ref}: index lists {name} twice ({twin.get('digest')}, {child.get('digest')}); "
+                            "push it again with one image per platform")
+        entries.append((name, child))
     return entries
 
 
@@ -113,6 +119,10 @@ def _pinned(ref: str, platform: str | None) -> tuple[RegistryClient, str, str, s
         digest = next((str(child["digest"]) for name, child in entries if name == platform), None)
         if digest is None:
             raise UserError(f"image {ref} has no {platform} image")
+        body, media_type, _ = client.get_manifest(repo, digest)
+        if media_type in INDEX_TYPES or "manifests" in json.loads(body):
+            raise UserError(f"image {ref}: its {platform} entry {digest} is itself an index, not one platform's image; "
+                            "push it again")
     return client, host, repo, digest
 
 
