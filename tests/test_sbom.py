@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -430,3 +431,21 @@ def test_a_wheel_built_from_the_locks_sdist_is_not_given_the_hash_of_the_locks_o
     assert _props(built)["hash"] == ("not recorded: pylock.tools.toml admits one wheel and the sdist, and the "
                                      "installed wheel's tags are not the wheel's (uv built it from the sdist)")
     assert werkzeug(["py3-none-any"])["hashes"] == [{"alg": "SHA-256", "content": wheel}]
+
+
+def test_held_packages_are_installed_packages_of_the_probe(tmp_path: Path):
+    """dpkg's status of an installed package on hold (apt-mark hold, as CUDA images hold libcudnn) is `hi `,
+    and the probe kept only `ii` rows: held packages were left out of the SBOM and the image's package list."""
+    fake = tmp_path / "dpkg-query"
+    fake.write_text("#!/bin/sh\ncase \"$3\" in\n"
+                    "*source:Package*) printf 'hi \\tlibcudnn9\\t9.1-1\\tamd64\\tcudnn\\t9.1-1\\t\\t\\t\\n"
+                    "rc \\told\\t1\\tamd64\\told\\t1\\t\\t\\t\\n' ;;\n"
+                    "*) printf 'hi \\tlibcudnn9\\t9.1-1\\nrc \\told\\t1\\n' ;;\nesac\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    run = subprocess.run([sys.executable, str(ROOT / contents.PROBE)], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    assert found["apt_packages"] == {"libcudnn9": "9.1-1"}
+    assert [d["Package"] for d in found["deb_packages"]] == ["libcudnn9"]

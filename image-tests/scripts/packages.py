@@ -41,7 +41,7 @@ def apt_packages() -> dict[str, str]:
     found = {}
     for line in run.stdout.splitlines():
         status, name, version = (line.split("\t") + ["", ""])[:3]
-        if status.startswith("ii"):
+        if status[1:2] == "i":   # installed, whatever is wanted of it (`hi`: on hold)
             found[name] = version
     return dict(sorted(found.items()))
 
@@ -102,7 +102,7 @@ def deb_packages() -> list[dict[str, object]]:
         status, *values = line.split("\t")
         if len(values) != len(_DEB_FIELDS):    # zip(strict=) needs 3.10; images may have an older Python
             raise RuntimeError(f"dpkg-query gave {len(values)} fields, not {len(_DEB_FIELDS)}: {line[:120]!r}")
-        if status.startswith("ii"):
+        if status[1:2] == "i":   # installed, whatever is wanted of it (`hi`: on hold)
             row: dict[str, object] = dict(zip(_DEB_FIELDS, values))  # noqa: B905 - lengths checked above
             row["licenses"] = dep5_licenses(f"/usr/share/doc/{row['Package']}/copyright")
             found.append(row)
