@@ -449,3 +449,17 @@ def test_held_packages_are_installed_packages_of_the_probe(tmp_path: Path):
     found = json.loads(run.stdout)
     assert found["apt_packages"] == {"libcudnn9": "9.1-1"}
     assert [d["Package"] for d in found["deb_packages"]] == ["libcudnn9"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("Version", 5), ("Depends", ["libc6"]), ("Provides", ["x"]),
+                                              ("Architecture", {"a": 1}), ("Pre-Depends", 3)])
+def test_debian_fields_of_another_type_are_a_probe_error_naming_the_package_and_field(field, value):
+    """A deb_packages row whose field is not text: a ProbeError naming the package and the field (was a TypeError,
+    ValueError or AttributeError traceback, and a list of Provides was read as its repr)."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    next(r for r in probe["deb_packages"] if r["Package"] == "dpkg")[field] = value
+    with pytest.raises(ProbeError, match=re.escape(f"Debian package dpkg: the probe gave {field} {value!r}, not "
+                                                   "text")):
+        _doc(probe)

@@ -49,6 +49,10 @@ class Deb:
         return found
 
 
+_DEB_TEXTS = ("Package", "Version", "Architecture", "source:Package", "source:Version", "Pre-Depends", "Depends",
+              "Provides")
+
+
 def debs(probe: Mapping[str, Any]) -> list[Deb]:
     rows = probe.get("deb_packages")
     if rows is None:
@@ -62,6 +66,9 @@ def debs(probe: Mapping[str, Any]) -> list[Deb]:
                    if not row.get(k)]
         if missing:
             raise ProbeError(f"Debian package {name or row!r}: dpkg gave no {', '.join(missing)}")
+        wrong = next((k for k in _DEB_TEXTS if not isinstance(row.get(k, ""), str)), None)
+        if wrong:
+            raise ProbeError(f"Debian package {name}: the probe gave {wrong} {row[wrong]!r}, not text")
         found.append(Deb(name, row["Version"], row["Architecture"], row["source:Package"], row["source:Version"],
                          ", ".join(d for d in (row.get("Pre-Depends"), row.get("Depends")) if d),
                          str(row.get("Provides") or ""), _deb_licenses(name, row.get("licenses"))))
