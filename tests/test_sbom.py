@@ -463,3 +463,19 @@ def test_debian_fields_of_another_type_are_a_probe_error_naming_the_package_and_
     with pytest.raises(ProbeError, match=re.escape(f"Debian package dpkg: the probe gave {field} {value!r}, not "
                                                    "text")):
         _doc(probe)
+
+
+@pytest.mark.parametrize(("key", "value", "cause"), [
+    ("os_release", ["debian"], "the image's /etc/os-release names no ID and VERSION_ID (['debian'])"),
+    ("os_release", {"ID": 5, "VERSION_ID": "12"}, "the image's /etc/os-release names no ID and VERSION_ID"),
+    ("marker_environment", ["linux"], "the probe's output has no marker_environment"),
+])
+def test_os_release_and_marker_environment_of_another_shape_are_a_probe_error(key, value, cause):
+    """An os_release or marker_environment that is not an object of texts: a ProbeError naming it (was an
+    AttributeError, a TypeError or packageurl's ValueError traceback)."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe[key] = value
+    with pytest.raises(ProbeError, match=re.escape(cause)):
+        _doc(probe)

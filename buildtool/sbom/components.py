@@ -89,8 +89,8 @@ def _deb_licenses(name: str, licenses: Any) -> tuple[str, ...] | None:
 def distro(probe: Mapping[str, Any]) -> tuple[str, str]:
     """(purl namespace, distro qualifier) from /etc/os-release: ("debian", "debian-12")."""
     release = probe.get("os_release") or {}
-    os_id, version_id = release.get("ID", ""), release.get("VERSION_ID", "")
-    if not os_id or not version_id:
+    os_id, version_id = (release.get("ID"), release.get("VERSION_ID")) if isinstance(release, dict) else ("", "")
+    if not (os_id and version_id and isinstance(os_id, str) and isinstance(version_id, str)):
         raise ProbeError(f"the image's /etc/os-release names no ID and VERSION_ID ({release!r}); "
                          "the Debian purls need both")
     return os_id, f"{os_id}-{version_id}"
@@ -184,7 +184,7 @@ def python_graph(found: list[Dist], environment: Mapping[str, str]) -> tuple[dic
     from packaging.markers import InvalidMarker, UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
 
-    if not environment:
+    if not environment or not isinstance(environment, Mapping):
         raise ProbeError("the probe's output has no marker_environment to evaluate Requires-Dist markers with")
     parsed: dict[str, list[Requirement]] = {}
     for dist in found:
