@@ -479,3 +479,22 @@ def test_os_release_and_marker_environment_of_another_shape_are_a_probe_error(ke
     probe[key] = value
     with pytest.raises(ProbeError, match=re.escape(cause)):
         _doc(probe)
+
+
+def test_license_classifiers_with_one_level_are_kept_and_categories_left_out(tmp_path: Path, monkeypatch):
+    """Trove's `License :: Other/Proprietary License`, `License :: Public Domain` and `License :: Freeware` name a
+    license with one `::`: the probe kept only classifiers with two, so such a package's SBOM declared none."""
+    spec = importlib.util.spec_from_file_location("packages_probe", ROOT / contents.PROBE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    info = tmp_path / "x-1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: x\nVersion: 1\n"
+                                   "Classifier: License :: Other/Proprietary License\n"
+                                   "Classifier: License :: Public Domain\nClassifier: License :: OSI Approved\n"
+                                   "Classifier: License :: OSI Approved :: MIT License\n"
+                                   "Classifier: License :: DFSG approved\nClassifier: Topic :: Utilities\n")
+    monkeypatch.setattr(module.md, "distributions", lambda: [module.md.PathDistribution(info)])
+    assert module.python_details()["x"]["license_classifiers"] == ["MIT License", "Other/Proprietary License",
+                                                                   "Public Domain"]

@@ -60,8 +60,9 @@ def python_details() -> dict[str, dict[str, object]]:
             "license_expression": (meta.get("License-Expression") or "").strip(),
             # A one-line License field is a name; a longer one is the license's text, left out.
             "license": license_field if "\n" not in license_field and len(license_field) <= 120 else "",
-            "license_classifiers": sorted(c.split("::")[-1].strip() for c in meta.get_all("Classifier") or []
-                                          if c.startswith("License ::") and c.count("::") >= 2),
+            # `License :: Public Domain` names one; `License :: OSI Approved` (alone) and `DFSG approved` none.
+            "license_classifiers": sorted({c.split("::")[-1].strip() for c in meta.get_all("Classifier") or []
+                                           if c.startswith("License ::")} - {"", "OSI Approved", "DFSG approved"}),
             "requires_dist": list(dist.requires or []),
             # Which of the lock's files was installed: the wheel with exactly these tags.
             "wheel_tags": sorted(line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
