@@ -498,3 +498,19 @@ def test_license_classifiers_with_one_level_are_kept_and_categories_left_out(tmp
     monkeypatch.setattr(module.md, "distributions", lambda: [module.md.PathDistribution(info)])
     assert module.python_details()["x"]["license_classifiers"] == ["MIT License", "Other/Proprietary License",
                                                                    "Public Domain"]
+
+
+def test_a_copyright_path_that_is_no_regular_file_or_is_huge_gives_no_licenses(tmp_path: Path):
+    """An image's /usr/share/doc/<package>/copyright that is a FIFO (or a link to /dev/zero) blocked the probe
+    (or read until memory ran out), and a huge one was read whole: now each is read as no DEP-5 file."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge"
+    huge.write_text("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\nLicense: MIT\n"
+                    + " x\n" * (6 << 20))
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('p', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+            "print(m.dep5_licenses(sys.argv[2]), m.dep5_licenses(sys.argv[3]), m.dep5_licenses('/dev/zero'))")
+    run = subprocess.run([sys.executable, "-c", code, str(ROOT / contents.PROBE), str(fifo), str(huge)],
+                         capture_output=True, text=True, timeout=30)
+    assert run.stdout.split() == ["None", "None", "None"], run.stderr

@@ -87,6 +87,7 @@ def marker_environment() -> dict[str, str]:
 
 _DEB_FIELDS = ("Package", "Version", "Architecture", "source:Package", "source:Version", "Depends", "Pre-Depends",
                "Provides")
+_COPYRIGHT_LIMIT = 16 << 20     # characters; Debian's largest copyright files are a few MB
 _DEP5 = re.compile(r"^https?://www\.debian\.org/doc/packaging-manuals/copyright-format/1\.0/?$")
 
 
@@ -112,11 +113,16 @@ def deb_packages() -> list[dict[str, object]]:
 
 def dep5_licenses(path: str) -> list[str] | None:
     """License short names of a machine-readable copyright file (its header and Files paragraphs);
-    None when there is no file or it is not in that format (free text says nothing parseable)."""
+    None when there is no regular file, it is over _COPYRIGHT_LIMIT, or it is not in that format (free text says
+    nothing parseable)."""
+    if not os.path.isfile(path):    # an image's FIFO would block the probe, a link to /dev/zero never end
+        return None
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+            text = handle.read(_COPYRIGHT_LIMIT + 1)
     except OSError:
+        return None
+    if len(text) > _COPYRIGHT_LIMIT:
         return None
     paragraphs = [p for p in re.split(r"\n[ \t]*\n", text.strip()) if p.strip()]
     if not paragraphs:
