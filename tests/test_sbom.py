@@ -514,3 +514,16 @@ def test_a_copyright_path_that_is_no_regular_file_or_is_huge_gives_no_licenses(t
     run = subprocess.run([sys.executable, "-c", code, str(ROOT / contents.PROBE), str(fifo), str(huge)],
                          capture_output=True, text=True, timeout=30)
     assert run.stdout.split() == ["None", "None", "None"], run.stderr
+
+
+def test_a_files_paragraph_without_a_license_name_makes_the_copyright_file_not_machine_readable(tmp_path: Path):
+    """DEP-5 requires a License short name in every Files paragraph: one without (no field, or the name left to a
+    continuation line) was skipped, so the package was said to be under the other paragraphs' licenses alone."""
+    spec = importlib.util.spec_from_file_location("packages_probe", ROOT / contents.PROBE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    head = "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\nFiles: *\nLicense: MIT\n\n"
+    for last in ("Files: lib/*\nCopyright: 2021 B\n", "Files: lib/*\nLicense:\n GPL-2+\n"):
+        (tmp_path / "copyright").write_text(head + last)
+        assert module.dep5_licenses(str(tmp_path / "copyright")) is None

@@ -130,6 +130,8 @@ def dep5_licenses(path: str) -> list[str] | None:
     fields = [_fields(p) for p in paragraphs]
     if not _DEP5.match(fields[0].get("format", "")):
         return None
+    if any("files" in f and not f.get("license") for f in fields[1:]):   # DEP-5 requires one: the file is broken
+        return None
     names = {f["license"] for i, f in enumerate(fields) if f.get("license") and (i == 0 or "files" in f)}
     return sorted(names)
 
