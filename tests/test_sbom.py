@@ -527,3 +527,17 @@ def test_a_files_paragraph_without_a_license_name_makes_the_copyright_file_not_m
     for last in ("Files: lib/*\nCopyright: 2021 B\n", "Files: lib/*\nLicense:\n GPL-2+\n"):
         (tmp_path / "copyright").write_text(head + last)
         assert module.dep5_licenses(str(tmp_path / "copyright")) is None
+
+
+@pytest.mark.parametrize("name", ["libc6:amd64", "a b", "x\n", ""])
+def test_a_python_distribution_name_that_is_no_normalised_name_is_a_probe_error(name):
+    """python_details' names were taken as they came: `libc6:amd64` (a METADATA Name the probe keeps) is a Debian
+    component's key, so that distribution was silently replaced by libc6 and left out of the SBOM."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe["python_details"][name] = sbom_probe.PYTHON["sympy"]
+    probe["python_packages"][name] = sbom_probe.PYTHON["sympy"]["version"]
+    with pytest.raises(ProbeError, match=re.escape(f"Python distribution {name!r}: not a normalised (PEP 503) "
+                                                   "distribution name")):
+        _doc(probe)

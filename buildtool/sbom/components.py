@@ -162,6 +162,8 @@ _LISTS = ("license_classifiers", "requires_dist")
 def _dist(name: str, detail: Any) -> Dist:
     """One distribution of python_details, as packages.py writes it: every field there, of its type (a field
     missing or of another type is a ProbeError naming the package and the field, never a default)."""
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):   # else `libc6:amd64` would be a Debian key
+        raise ProbeError(f"Python distribution {name!r}: not a normalised (PEP 503) distribution name")
     if not isinstance(detail, dict):
         raise ProbeError(f"Python distribution {name}: its python_details entry is {detail!r}, not an object")
     for key in (*_TEXTS, *_LISTS):
