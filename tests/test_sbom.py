@@ -541,3 +541,15 @@ def test_a_python_distribution_name_that_is_no_normalised_name_is_a_probe_error(
     with pytest.raises(ProbeError, match=re.escape(f"Python distribution {name!r}: not a normalised (PEP 503) "
                                                    "distribution name")):
         _doc(probe)
+
+
+def test_a_marker_that_cannot_be_compared_is_a_probe_error_naming_the_requirement():
+    """A Requires-Dist marker packaging cannot compare (`os_name ~= 'posix'`) raised packaging's UndefinedComparison
+    as a traceback; an InvalidMarker or UndefinedEnvironmentName was already a ProbeError."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe["python_details"]["sympy"]["requires_dist"] = ["mpmath; os_name ~= 'posix'"]
+    with pytest.raises(ProbeError, match=re.escape("sympy: marker of 'mpmath; os_name ~= \"posix\"' cannot be "
+                                                   "evaluated: Undefined")):
+        _doc(probe)

@@ -183,7 +183,7 @@ def python_graph(found: list[Dist], environment: Mapping[str, str]) -> tuple[dic
                                                                             dict[str, list[str]]]:
     """(name -> names it requires, name -> requirements not installed). Markers are evaluated with the
     image's environment; extras count where an installed dependent asks for them."""
-    from packaging.markers import InvalidMarker, UndefinedEnvironmentName
+    from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
 
     if not environment or not isinstance(environment, Mapping):
@@ -205,7 +205,7 @@ def python_graph(found: list[Dist], environment: Mapping[str, str]) -> tuple[dic
                 try:
                     wanted = req.marker is None or any(req.marker.evaluate({**environment, "extra": extra})
                                                        for extra in sorted(extras[name]))
-                except (InvalidMarker, UndefinedEnvironmentName) as exc:
+                except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName) as exc:
                     raise ProbeError(f"{name}: marker of {str(req)!r} cannot be evaluated: {exc}") from None
                 if not wanted:
                     continue
