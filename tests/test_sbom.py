@@ -553,3 +553,14 @@ def test_a_marker_that_cannot_be_compared_is_a_probe_error_naming_the_requiremen
     with pytest.raises(ProbeError, match=re.escape("sympy: marker of 'mpmath; os_name ~= \"posix\"' cannot be "
                                                    "evaluated: Undefined")):
         _doc(probe)
+
+
+def test_a_marker_environment_value_that_is_not_text_is_named_as_such():
+    """A marker_environment value of another type (python_version: 3) was blamed on the first marker that read it
+    (`marker of 'mpmath; ...' cannot be evaluated`), not on the probe's environment."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe["marker_environment"]["python_version"] = 3
+    with pytest.raises(ProbeError, match=re.escape("the probe's marker_environment gives python_version 3, not text")):
+        _doc(probe)

@@ -188,6 +188,9 @@ def python_graph(found: list[Dist], environment: Mapping[str, str]) -> tuple[dic
 
     if not environment or not isinstance(environment, Mapping):
         raise ProbeError("the probe's output has no marker_environment to evaluate Requires-Dist markers with")
+    wrong = next((k for k, v in environment.items() if not isinstance(v, str)), None)
+    if wrong is not None:
+        raise ProbeError(f"the probe's marker_environment gives {wrong} {environment[wrong]!r}, not text")
     parsed: dict[str, list[Requirement]] = {}
     for dist in found:
         try:
