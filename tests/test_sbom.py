@@ -564,3 +564,15 @@ def test_a_marker_environment_value_that_is_not_text_is_named_as_such():
     probe["marker_environment"]["python_version"] = 3
     with pytest.raises(ProbeError, match=re.escape("the probe's marker_environment gives python_version 3, not text")):
         _doc(probe)
+
+
+def test_python_details_or_packages_that_are_not_objects_are_a_probe_error():
+    """python_details and python_packages given as the same list passed the name comparison and then failed with an
+    AttributeError traceback (list has no items)."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe["python_details"] = probe["python_packages"] = ["sympy"]
+    with pytest.raises(ProbeError, match=re.escape("the probe's python_details and python_packages are not both "
+                                                   "objects (name -> metadata, name -> version)")):
+        _doc(probe)

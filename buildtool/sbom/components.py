@@ -149,6 +149,9 @@ def dists(probe: Mapping[str, Any]) -> list[Dist]:
     if details is None:
         raise ProbeError("the probe's output has no python_details (made by an older packages.py?)")
     versions = probe.get("python_packages", {})
+    if not (isinstance(details, dict) and isinstance(versions, dict)):
+        raise ProbeError("the probe's python_details and python_packages are not both objects (name -> metadata, "
+                         "name -> version)")
     if set(details) != set(versions):
         raise ProbeError("python_details and python_packages name different distributions: "
                          + ", ".join(sorted(set(details) ^ set(versions))[:5]))
