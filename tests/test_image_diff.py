@@ -285,3 +285,12 @@ def test_an_unreachable_registry_is_exit_2_as_for_sbom_and_verify(run_cli, no_re
         codes[args[0]] = code
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert codes == {"diff": 2, "sbom": 2}, codes
+
+
+def test_the_diff_probe_lists_held_packages_as_installed():
+    """An installed package on hold (dpkg status `hi `, apt-mark hold) was left out of the probed apt list, so a diff
+    against an SBOM (which lists it) showed it removed."""
+    from buildtool.imagebuild.image_probe import parse
+
+    found = parse("x", "sha256:" + "a" * 64, "@@os x\n@@apt\nhi \tlibcudnn9\t9.1-1\nrc \tgone\t1.0\n@@end\n")
+    assert found.apt == {"libcudnn9": "9.1-1"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -430,3 +431,148 @@ def test_a_wheel_built_from_the_locks_sdist_is_not_given_the_hash_of_the_locks_o
     assert _props(built)["hash"] == ("not recorded: pylock.tools.toml admits one wheel and the sdist, and the "
                                      "installed wheel's tags are not the wheel's (uv built it from the sdist)")
     assert werkzeug(["py3-none-any"])["hashes"] == [{"alg": "SHA-256", "content": wheel}]
+
+
+def test_held_packages_are_installed_packages_of_the_probe(tmp_path: Path):
+    """dpkg's status of an installed package on hold (apt-mark hold, as CUDA images hold libcudnn) is `hi `,
+    and the probe kept only `ii` rows: held packages were left out of the SBOM and the image's package list."""
+    fake = tmp_path / "dpkg-query"
+    fake.write_text("#!/bin/sh\ncase \"$3\" in\n"
+                    "*source:Package*) printf 'hi \\tlibcudnn9\\t9.1-1\\tamd64\\tcudnn\\t9.1-1\\t\\t\\t\\n"
+                    "rc \\told\\t1\\tamd64\\told\\t1\\t\\t\\t\\n' ;;\n"
+                    "*) printf 'hi \\tlibcudnn9\\t9.1-1\\nrc \\told\\t1\\n' ;;\nesac\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    run = subprocess.run([sys.executable, str(ROOT / contents.PROBE)], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    assert found["apt_packages"] == {"libcudnn9": "9.1-1"}
+    assert [d["Package"] for d in found["deb_packages"]] == ["libcudnn9"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("Version", 5), ("Depends", ["libc6"]), ("Provides", ["x"]),
+                                              ("Architecture", {"a": 1}), ("Pre-Depends", 3)])
+def test_debian_fields_of_another_type_are_a_probe_error_naming_the_package_and_field(field, value):
+    """A deb_packages row whose field is not text: a ProbeError naming the package and the field (was a TypeError,
+    ValueError or AttributeError traceback, and a list of Provides was read as its repr)."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    next(r for r in probe["deb_packages"] if r["Package"] == "dpkg")[field] = value
+    with pytest.raises(ProbeError, match=re.escape(f"Debian package dpkg: the probe gave {field} {value!r}, not "
+                                                   "text")):
+        _doc(probe)
+
+
+@pytest.mark.parametrize(("key", "value", "cause"), [
+    ("os_release", ["debian"], "the image's /etc/os-release names no ID and VERSION_ID (['debian'])"),
+    ("os_release", {"ID": 5, "VERSION_ID": "12"}, "the image's /etc/os-release names no ID and VERSION_ID"),
+    ("marker_environment", ["linux"], "the probe's output has no marker_environment"),
+])
+def test_os_release_and_marker_environment_of_another_shape_are_a_probe_error(key, value, cause):
+    """An os_release or marker_environment that is not an object of texts: a ProbeError naming it (was an
+    AttributeError, a TypeError or packageurl's ValueError traceback)."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe[key] = value
+    with pytest.raises(ProbeError, match=re.escape(cause)):
+        _doc(probe)
+
+
+def test_license_classifiers_with_one_level_are_kept_and_categories_left_out(tmp_path: Path, monkeypatch):
+    """Trove's `License :: Other/Proprietary License`, `License :: Public Domain` and `License :: Freeware` name a
+    license with one `::`: the probe kept only classifiers with two, so such a package's SBOM declared none."""
+    spec = importlib.util.spec_from_file_location("packages_probe", ROOT / contents.PROBE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    info = tmp_path / "x-1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: x\nVersion: 1\n"
+                                   "Classifier: License :: Other/Proprietary License\n"
+                                   "Classifier: License :: Public Domain\nClassifier: License :: OSI Approved\n"
+                                   "Classifier: License :: OSI Approved :: MIT License\n"
+                                   "Classifier: License :: DFSG approved\nClassifier: Topic :: Utilities\n")
+    monkeypatch.setattr(module.md, "distributions", lambda: [module.md.PathDistribution(info)])
+    assert module.python_details()["x"]["license_classifiers"] == ["MIT License", "Other/Proprietary License",
+                                                                   "Public Domain"]
+
+
+def test_a_copyright_path_that_is_no_regular_file_or_is_huge_gives_no_licenses(tmp_path: Path):
+    """An image's /usr/share/doc/<package>/copyright that is a FIFO (or a link to /dev/zero) blocked the probe
+    (or read until memory ran out), and a huge one was read whole: now each is read as no DEP-5 file."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge"
+    huge.write_text("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\nLicense: MIT\n"
+                    + " x\n" * (6 << 20))
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('p', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+            "print(m.dep5_licenses(sys.argv[2]), m.dep5_licenses(sys.argv[3]), m.dep5_licenses('/dev/zero'))")
+    run = subprocess.run([sys.executable, "-c", code, str(ROOT / contents.PROBE), str(fifo), str(huge)],
+                         capture_output=True, text=True, timeout=30)
+    assert run.stdout.split() == ["None", "None", "None"], run.stderr
+
+
+def test_a_files_paragraph_without_a_license_name_makes_the_copyright_file_not_machine_readable(tmp_path: Path):
+    """DEP-5 requires a License short name in every Files paragraph: one without (no field, or the name left to a
+    continuation line) was skipped, so the package was said to be under the other paragraphs' licenses alone."""
+    spec = importlib.util.spec_from_file_location("packages_probe", ROOT / contents.PROBE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    head = "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\nFiles: *\nLicense: MIT\n\n"
+    for last in ("Files: lib/*\nCopyright: 2021 B\n", "Files: lib/*\nLicense:\n GPL-2+\n"):
+        (tmp_path / "copyright").write_text(head + last)
+        assert module.dep5_licenses(str(tmp_path / "copyright")) is None
+
+
+@pytest.mark.parametrize("name", ["libc6:amd64", "a b", "x\n", ""])
+def test_a_python_distribution_name_that_is_no_normalised_name_is_a_probe_error(name):
+    """python_details' names were taken as they came: `libc6:amd64` (a METADATA Name the probe keeps) is a Debian
+    component's key, so that distribution was silently replaced by libc6 and left out of the SBOM."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe["python_details"][name] = sbom_probe.PYTHON["sympy"]
+    probe["python_packages"][name] = sbom_probe.PYTHON["sympy"]["version"]
+    with pytest.raises(ProbeError, match=re.escape(f"Python distribution {name!r}: not a normalised (PEP 503) "
+                                                   "distribution name")):
+        _doc(probe)
+
+
+def test_a_marker_that_cannot_be_compared_is_a_probe_error_naming_the_requirement():
+    """A Requires-Dist marker packaging cannot compare (`os_name ~= 'posix'`) raised packaging's UndefinedComparison
+    as a traceback; an InvalidMarker or UndefinedEnvironmentName was already a ProbeError."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe["python_details"]["sympy"]["requires_dist"] = ["mpmath; os_name ~= 'posix'"]
+    with pytest.raises(ProbeError, match=re.escape("sympy: marker of 'mpmath; os_name ~= \"posix\"' cannot be "
+                                                   "evaluated: Undefined")):
+        _doc(probe)
+
+
+def test_a_marker_environment_value_that_is_not_text_is_named_as_such():
+    """A marker_environment value of another type (python_version: 3) was blamed on the first marker that read it
+    (`marker of 'mpmath; ...' cannot be evaluated`), not on the probe's environment."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe["marker_environment"]["python_version"] = 3
+    with pytest.raises(ProbeError, match=re.escape("the probe's marker_environment gives python_version 3, not text")):
+        _doc(probe)
+
+
+def test_python_details_or_packages_that_are_not_objects_are_a_probe_error():
+    """python_details and python_packages given as the same list passed the name comparison and then failed with an
+    AttributeError traceback (list has no items)."""
+    from buildtool.sbom.components import ProbeError
+
+    probe = sbom_probe.probe()
+    probe["python_details"] = probe["python_packages"] = ["sympy"]
+    with pytest.raises(ProbeError, match=re.escape("the probe's python_details and python_packages are not both "
+                                                   "objects (name -> metadata, name -> version)")):
+        _doc(probe)

@@ -147,7 +147,7 @@ def parse(ref: str, image_id: str, stdout: str, cuda: str = "") -> Probed:
         if head == "apt":
             for line in lines:
                 status, name, version = (line.split("\t") + ["", ""])[:3]
-                if status.startswith("ii"):
+                if status[1:2] == "i":    # installed, whatever is wanted of it (`hi`: on hold)
                     apt[name] = version
         elif head.startswith("python "):
             environments.append(_environment(ref, head[7:], lines))

@@ -49,6 +49,10 @@ class Deb:
         return found
 
 
+_DEB_TEXTS = ("Package", "Version", "Architecture", "source:Package", "source:Version", "Pre-Depends", "Depends",
+              "Provides")
+
+
 def debs(probe: Mapping[str, Any]) -> list[Deb]:
     rows = probe.get("deb_packages")
     if rows is None:
@@ -62,6 +66,9 @@ def debs(probe: Mapping[str, Any]) -> list[Deb]:
                    if not row.get(k)]
         if missing:
             raise ProbeError(f"Debian package {name or row!r}: dpkg gave no {', '.join(missing)}")
+        wrong = next((k for k in _DEB_TEXTS if not isinstance(row.get(k, ""), str)), None)
+        if wrong:
+            raise ProbeError(f"Debian package {name}: the probe gave {wrong} {row[wrong]!r}, not text")
         found.append(Deb(name, row["Version"], row["Architecture"], row["source:Package"], row["source:Version"],
                          ", ".join(d for d in (row.get("Pre-Depends"), row.get("Depends")) if d),
                          str(row.get("Provides") or ""), _deb_licenses(name, row.get("licenses"))))
@@ -82,8 +89,8 @@ def _deb_licenses(name: str, licenses: Any) -> tuple[str, ...] | None:
 def distro(probe: Mapping[str, Any]) -> tuple[str, str]:
     """(purl namespace, distro qualifier) from /etc/os-release: ("debian", "debian-12")."""
     release = probe.get("os_release") or {}
-    os_id, version_id = release.get("ID", ""), release.get("VERSION_ID", "")
-    if not os_id or not version_id:
+    os_id, version_id = (release.get("ID"), release.get("VERSION_ID")) if isinstance(release, dict) else ("", "")
+    if not (os_id and version_id and isinstance(os_id, str) and isinstance(version_id, str)):
         raise ProbeError(f"the image's /etc/os-release names no ID and VERSION_ID ({release!r}); "
                          "the Debian purls need both")
     return os_id, f"{os_id}-{version_id}"
@@ -142,6 +149,9 @@ def dists(probe: Mapping[str, Any]) -> list[Dist]:
     if details is None:
         raise ProbeError("the probe's output has no python_details (made by an older packages.py?)")
     versions = probe.get("python_packages", {})
+    if not (isinstance(details, dict) and isinstance(versions, dict)):
+        raise ProbeError("the probe's python_details and python_packages are not both objects (name -> metadata, "
+                         "name -> version)")
     if set(details) != set(versions):
         raise ProbeError("python_details and python_packages name different distributions: "
                          + ", ".join(sorted(set(details) ^ set(versions))[:5]))
@@ -155,6 +165,8 @@ _LISTS = ("license_classifiers", "requires_dist")
 def _dist(name: str, detail: Any) -> Dist:
     """One distribution of python_details, as packages.py writes it: every field there, of its type (a field
     missing or of another type is a ProbeError naming the package and the field, never a default)."""
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):   # else `libc6:amd64` would be a Debian key
+        raise ProbeError(f"Python distribution {name!r}: not a normalised (PEP 503) distribution name")
     if not isinstance(detail, dict):
         raise ProbeError(f"Python distribution {name}: its python_details entry is {detail!r}, not an object")
     for key in (*_TEXTS, *_LISTS):
@@ -174,11 +186,14 @@ def python_graph(found: list[Dist], environment: Mapping[str, str]) -> tuple[dic
                                                                             dict[str, list[str]]]:
     """(name -> names it requires, name -> requirements not installed). Markers are evaluated with the
     image's environment; extras count where an installed dependent asks for them."""
-    from packaging.markers import InvalidMarker, UndefinedEnvironmentName
+    from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
 
-    if not environment:
+    if not environment or not isinstance(environment, Mapping):
         raise ProbeError("the probe's output has no marker_environment to evaluate Requires-Dist markers with")
+    wrong = next((k for k, v in environment.items() if not isinstance(v, str)), None)
+    if wrong is not None:
+        raise ProbeError(f"the probe's marker_environment gives {wrong} {environment[wrong]!r}, not text")
     parsed: dict[str, list[Requirement]] = {}
     for dist in found:
         try:
@@ -196,7 +211,7 @@ def python_graph(found: list[Dist], environment: Mapping[str, str]) -> tuple[dic
                 try:
                     wanted = req.marker is None or any(req.marker.evaluate({**environment, "extra": extra})
                                                        for extra in sorted(extras[name]))
-                except (InvalidMarker, UndefinedEnvironmentName) as exc:
+                except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName) as exc:
                     raise ProbeError(f"{name}: marker of {str(req)!r} cannot be evaluated: {exc}") from None
                 if not wanted:
                     continue

@@ -41,7 +41,7 @@ def apt_packages() -> dict[str, str]:
     found = {}
     for line in run.stdout.splitlines():
         status, name, version = (line.split("\t") + ["", ""])[:3]
-        if status.startswith("ii"):
+        if status[1:2] == "i":   # installed, whatever is wanted of it (`hi`: on hold)
             found[name] = version
     return dict(sorted(found.items()))
 
@@ -60,8 +60,9 @@ def python_details() -> dict[str, dict[str, object]]:
             "license_expression": (meta.get("License-Expression") or "").strip(),
             # A one-line License field is a name; a longer one is the license's text, left out.
             "license": license_field if "\n" not in license_field and len(license_field) <= 120 else "",
-            "license_classifiers": sorted(c.split("::")[-1].strip() for c in meta.get_all("Classifier") or []
-                                          if c.startswith("License ::") and c.count("::") >= 2),
+            # `License :: Public Domain` names one; `License :: OSI Approved` (alone) and `DFSG approved` none.
+            "license_classifiers": sorted({c.split("::")[-1].strip() for c in meta.get_all("Classifier") or []
+                                           if c.startswith("License ::")} - {"", "OSI Approved", "DFSG approved"}),
             "requires_dist": list(dist.requires or []),
             # Which of the lock's files was installed: the wheel with exactly these tags.
             "wheel_tags": sorted(line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
@@ -86,6 +87,7 @@ def marker_environment() -> dict[str, str]:
 
 _DEB_FIELDS = ("Package", "Version", "Architecture", "source:Package", "source:Version", "Depends", "Pre-Depends",
                "Provides")
+_COPYRIGHT_LIMIT = 16 << 20     # characters; Debian's largest copyright files are a few MB
 _DEP5 = re.compile(r"^https?://www\.debian\.org/doc/packaging-manuals/copyright-format/1\.0/?$")
 
 
@@ -102,7 +104,7 @@ def deb_packages() -> list[dict[str, object]]:
         status, *values = line.split("\t")
         if len(values) != len(_DEB_FIELDS):    # zip(strict=) needs 3.10; images may have an older Python
             raise RuntimeError(f"dpkg-query gave {len(values)} fields, not {len(_DEB_FIELDS)}: {line[:120]!r}")
-        if status.startswith("ii"):
+        if status[1:2] == "i":   # installed, whatever is wanted of it (`hi`: on hold)
             row: dict[str, object] = dict(zip(_DEB_FIELDS, values))  # noqa: B905 - lengths checked above
             row["licenses"] = dep5_licenses(f"/usr/share/doc/{row['Package']}/copyright")
             found.append(row)
@@ -111,17 +113,24 @@ def deb_packages() -> list[dict[str, object]]:
 
 def dep5_licenses(path: str) -> list[str] | None:
     """License short names of a machine-readable copyright file (its header and Files paragraphs);
-    None when there is no file or it is not in that format (free text says nothing parseable)."""
+    None when there is no regular file, it is over _COPYRIGHT_LIMIT, or it is not in that format (free text says
+    nothing parseable)."""
+    if not os.path.isfile(path):    # an image's FIFO would block the probe, a link to /dev/zero never end
+        return None
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+            text = handle.read(_COPYRIGHT_LIMIT + 1)
     except OSError:
+        return None
+    if len(text) > _COPYRIGHT_LIMIT:
         return None
     paragraphs = [p for p in re.split(r"\n[ \t]*\n", text.strip()) if p.strip()]
     if not paragraphs:
         return None
     fields = [_fields(p) for p in paragraphs]
     if not _DEP5.match(fields[0].get("format", "")):
+        return None
+    if any("files" in f and not f.get("license") for f in fields[1:]):   # DEP-5 requires one: the file is broken
         return None
     names = {f["license"] for i, f in enumerate(fields) if f.get("license") and (i == 0 or "files" in f)}
     return sorted(names)
