@@ -295,6 +295,17 @@ def floor_for(gpu_name: str, link: str, link_problem: str = "", seen: str = "", 
                  note=f"floor {FLOOR_FRACTION:.0%} of {expected:g} GB/s per direction ({model}, {link})")
 
 
+def runner_floor(names: list[str], link: str, link_problem: str = "", seen: str = "") -> Floor:
+    """floor_for the runner's GPUs (nvidia-smi's name of each); GPUs of several models have none: the floors are
+    per model, and the first GPU's would judge (or fault) a ring of others."""
+    models = sorted({name.strip() for name in names})
+    if len(models) > 1:
+        return Floor(", ".join(models), None, link, None, note=f"no floor for these GPUs: they are of {len(models)} "
+                     f"models ({', '.join(m[:60] for m in models[:4])}); floors are per model "
+                     "(buildtool/contracts/busbw.py)")
+    return floor_for(names[0] if names else "", link, link_problem, seen, gpus=len(names))
+
+
 # -- the window of earlier nights ----------------------------------------------------------------
 
 def window_baseline(history: list[tuple[dt.datetime, float, str]], window: int = DEFAULT_WINDOW) -> dict[str, Any]:
