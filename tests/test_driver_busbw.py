@@ -327,3 +327,11 @@ def test_a_driver_version_that_is_not_a_version_is_refused_not_a_traceback(drive
         decision = driver_rules.decide("12.8", driver, reported, ["NVIDIA H100 80GB HBM3"], ngc, "amd64")
         assert not decision.admitted
         assert decision.rule.startswith(f"refused: nvidia-smi reported {named}, not a version, so CUDA 12.8 cannot")
+
+
+@pytest.mark.parametrize("peak", [float("nan"), float("inf"), True])
+def test_a_busbw_peak_that_is_no_finite_figure_is_no_peak(peak):
+    """Before: a verdict's peak_GBps of NaN or Infinity (json reads both) or true was a peak, so one such earlier
+    verdict made the window's median NaN (the fall check then compares nothing) or Infinity; now it is none."""
+    assert gpu.busbw_peak({gpu.BUSBW_FIGURE: {"peak_GBps": peak}}) is None
+    assert gpu.busbw_peak({gpu.BUSBW_FIGURE: {"peak_GBps": 360}}) == 360.0
