@@ -335,3 +335,15 @@ def test_a_busbw_peak_that_is_no_finite_figure_is_no_peak(peak):
     verdict made the window's median NaN (the fall check then compares nothing) or Infinity; now it is none."""
     assert gpu.busbw_peak({gpu.BUSBW_FIGURE: {"peak_GBps": peak}}) is None
     assert gpu.busbw_peak({gpu.BUSBW_FIGURE: {"peak_GBps": 360}}) == 360.0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("\tGPU0\tGPU1\nGPU0\t X \t X \nGPU1\t X \t X \n", "unknown link 'X' between GPU0 and GPU1 in"),
+    ("\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU0\t X \tNV18\n", "`nvidia-smi topo -m` lists the GPU rows GPU0, GPU0 for the "
+                                                        "GPU columns GPU0, GPU1"),
+])
+def test_a_garbled_topology_matrix_is_an_error_not_nvlink(text, message):
+    """Before: X (a GPU's link to itself) between two GPUs, or one GPU's row twice for another's, was read as NVLink
+    between all pairs (a garbled matrix passing for the fast interconnect); now it is an error naming it."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        busbw.read_topology(text)
