@@ -347,3 +347,15 @@ def test_a_garbled_topology_matrix_is_an_error_not_nvlink(text, message):
     between all pairs (a garbled matrix passing for the fast interconnect); now it is an error naming it."""
     with pytest.raises(ValueError, match=re.escape(message)):
         busbw.read_topology(text)
+
+
+def test_the_window_compares_only_nights_on_the_same_gpus_not_the_same_first_gpu(tmp_path):
+    """Before: an earlier night counted when its runner's first GPU and GPU count matched, so nights on 8x H100 were
+    the baseline of 7x H100 and an L40S (a ring as slow as its L40S); now every GPU's model must match."""
+    for day, peak in ((1, 400.0), (2, 380.0)):
+        _night(tmp_path, day, peak)
+    mixed = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(7)] + [Gpu(index="7", name="NVIDIA L40S")],
+                            interconnect=busbw.PCIE)
+    assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", mixed) == {}
+    same = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", same)["nights"] == 2
