@@ -95,9 +95,9 @@ def gpus_on_host() -> tuple[list[dict[str, str]], str, str]:
 
 def busbw_floor(gpus: list[dict[str, str]]) -> floors.Floor:
     """Validate's floor for these GPUs (contracts.busbw.floor_for, from `nvidia-smi topo -m`), or its fault."""
-    name = gpus[0]["name"] if gpus else ""
+    names = [gpu["name"] for gpu in gpus]
     if len(gpus) < 2:
-        return floors.floor_for(name, "", "one GPU: no link between GPUs", gpus=len(gpus))
+        return floors.runner_floor(names, "", "one GPU: no link between GPUs")
     try:
         proc = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:
@@ -105,8 +105,8 @@ def busbw_floor(gpus: list[dict[str, str]]) -> floors.Floor:
             raise ValueError(f"nvidia-smi topo -m failed (exit {proc.returncode}): {said[0] if said else 'no output'}")
         link, seen = floors.read_topology(proc.stdout)
     except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
-        return floors.floor_for(name, "", str(exc), gpus=len(gpus))
-    return floors.floor_for(name, link, "", seen, gpus=len(gpus))
+        return floors.runner_floor(names, "", str(exc))
+    return floors.runner_floor(names, link, "", seen)
 
 
 def judge_busbw(table: dict[str, Any], floor: floors.Floor | None) -> dict[str, Any]:

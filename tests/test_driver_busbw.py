@@ -327,3 +327,35 @@ def test_a_driver_version_that_is_not_a_version_is_refused_not_a_traceback(drive
         decision = driver_rules.decide("12.8", driver, reported, ["NVIDIA H100 80GB HBM3"], ngc, "amd64")
         assert not decision.admitted
         assert decision.rule.startswith(f"refused: nvidia-smi reported {named}, not a version, so CUDA 12.8 cannot")
+
+
+@pytest.mark.parametrize("peak", [float("nan"), float("inf"), True])
+def test_a_busbw_peak_that_is_no_finite_figure_is_no_peak(peak):
+    """Before: a verdict's peak_GBps of NaN or Infinity (json reads both) or true was a peak, so one such earlier
+    verdict made the window's median NaN (the fall check then compares nothing) or Infinity; now it is none."""
+    assert gpu.busbw_peak({gpu.BUSBW_FIGURE: {"peak_GBps": peak}}) is None
+    assert gpu.busbw_peak({gpu.BUSBW_FIGURE: {"peak_GBps": 360}}) == 360.0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("\tGPU0\tGPU1\nGPU0\t X \t X \nGPU1\t X \t X \n", "unknown link 'X' between GPU0 and GPU1 in"),
+    ("\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU0\t X \tNV18\n", "`nvidia-smi topo -m` lists the GPU rows GPU0, GPU0 for the "
+                                                        "GPU columns GPU0, GPU1"),
+])
+def test_a_garbled_topology_matrix_is_an_error_not_nvlink(text, message):
+    """Before: X (a GPU's link to itself) between two GPUs, or one GPU's row twice for another's, was read as NVLink
+    between all pairs (a garbled matrix passing for the fast interconnect); now it is an error naming it."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        busbw.read_topology(text)
+
+
+def test_the_window_compares_only_nights_on_the_same_gpus_not_the_same_first_gpu(tmp_path):
+    """Before: an earlier night counted when its runner's first GPU and GPU count matched, so nights on 8x H100 were
+    the baseline of 7x H100 and an L40S (a ring as slow as its L40S); now every GPU's model must match."""
+    for day, peak in ((1, 400.0), (2, 380.0)):
+        _night(tmp_path, day, peak)
+    mixed = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(7)] + [Gpu(index="7", name="NVIDIA L40S")],
+                            interconnect=busbw.PCIE)
+    assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", mixed) == {}
+    same = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", same)["nights"] == 2

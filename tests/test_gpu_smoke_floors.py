@@ -68,3 +68,15 @@ def test_a_healthy_peak_passes_with_the_floor_recorded(tmp_path, monkeypatch):
 def test_a_broken_or_unreadable_topology_fails_the_smoke(tmp_path, monkeypatch, fixture, why):
     found = smoke_busbw(tmp_path, monkeypatch, (FIXTURES / f"{fixture}.topo.txt").read_text(), 360.0)
     assert found["status"] == "failed" and found["reason"].startswith(why), found
+
+
+def test_gpus_of_two_models_have_no_floor_rather_than_the_first_ones(tmp_path, monkeypatch):
+    """Before: the floor (and its fault) was the first GPU's model alone, so an H100 SXM beside an L40S, joined by
+    PCIe, failed as "NVLink is down" on an SXM baseboard; now GPUs of several models get no floor, saying why."""
+    fake_nvidia_smi(tmp_path / "bin", FakeGpus(count=2, name=H100, driver="580.65.06",
+                                               topo=(FIXTURES / "h100_pcie.topo.txt").read_text()))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    floor = load_smoke().busbw_floor([{"index": "0", "name": H100}, {"index": "1", "name": "NVIDIA L40S"}])
+    assert (floor.fault, floor.floor_GBps, floor.model) == ("", None, None)
+    assert floor.note == ("no floor for these GPUs: they are of 2 models (NVIDIA H100 80GB HBM3, NVIDIA L40S); "
+                          "floors are per model (buildtool/contracts/busbw.py)")

@@ -9,6 +9,7 @@ import pytest
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import label_keys
+from buildtool.contracts.verdict import Gpu
 from buildtool.validate.containers import Resolved
 from buildtool.validate.options import Options
 from buildtool.validate.probe import Inventory
@@ -87,3 +88,15 @@ def test_cell_is_refused_when_the_images_cell_label_names_another_cell() -> None
     assert find_cell(MATRIX, labelled, CPU.key, ref) is CPU and find_cell(MATRIX, labelled, None, ref) is CPU
     assert find_cell(MATRIX, {}, "pytorch-cuda:2.13", ref).key == "pytorch-cuda:2.13"
     assert find_cell(MATRIX, {label_keys.CELL: ""}, CPU.key, ref) is CPU   # an emptied label is no label
+
+
+def test_build_target_gives_gpus_of_two_models_no_floor() -> None:
+    """Before: the target's floor was the first usable GPU's model (H100 SXM over PCIe: a fault naming a broken
+    NVLink) though the second GPU is an L40S; now GPUs of several models get no floor, saying why."""
+    gpus = [Gpu(index="0", name="NVIDIA H100 80GB HBM3"), Gpu(index="1", name="NVIDIA L40S")]
+    usable = [{"index": g.index, "name": g.name} for g in gpus]
+    plan = RunPlan("reg/pytorch-cpu-dev:x", IMAGE, CPU, MATRIX, Options(), Inventory(gpus, interconnect="PCIe"),
+                   flags=[], usable=usable, run_id="r1", deadline_s=90.0)
+    target = build_target(plan, {}, 60.0, {**expectations(CPU, {}), "labels": []})
+    assert (target.busbw_floor_fault, target.busbw_floor_GBps, target.busbw_floor_model) == ("", None, "")
+    assert target.busbw_floor_note.startswith("no floor for these GPUs: they are of 2 models")

@@ -220,22 +220,26 @@ def read_topology(topo: str) -> tuple[str, str]:
         raise ValueError("no GPU0 column header in the `nvidia-smi topo -m` output")
     columns = [i for i, name in enumerate(header) if _GPU_RE.match(name.strip())]
     pcie: dict[tuple[str, ...], str] = {}
-    rows = 0
+    names = []
     for line in lines:
         cells = line.split("\t")
         if not _GPU_RE.match(cells[0].strip()):
             continue
-        rows += 1
+        names.append(cells[0].strip())
         for i in columns:
             link = cells[i].strip() if i < len(cells) else ""
             if link in _PCIE_LINKS:   # the first link seen between the pair (both rows list it)
                 pcie.setdefault(tuple(sorted((cells[0].strip(), header[i].strip()))), link)
-            elif link != "X" and not _NVLINK_RE.match(link):
+            elif (link != "X" or names[-1] != header[i].strip()) and not _NVLINK_RE.match(link):   # X: itself
                 raise ValueError(f"unknown link {link!r} between {cells[0].strip()} and {header[i].strip()} in "
                                  "`nvidia-smi topo -m`")
+    rows = len(names)
     if rows != len(columns) or rows < 2:
         raise ValueError(f"`nvidia-smi topo -m` lists {rows} GPU rows for {len(columns)} GPU columns; "
                          "an interconnect needs two or more GPUs")
+    if sorted(names) != sorted(header[i].strip() for i in columns):
+        raise ValueError(f"`nvidia-smi topo -m` lists the GPU rows {', '.join(names)} for the GPU columns "
+                         f"{', '.join(header[i].strip() for i in columns)}")
     if not pcie:
         return NVLINK, f"NVLink between all {rows * (rows - 1) // 2} pairs of {rows} GPUs"
     shown = ", ".join(f"{a}-{b} {link}" for (a, b), link in list(pcie.items())[:6])
@@ -293,6 +297,17 @@ def floor_for(gpu_name: str, link: str, link_problem: str = "", seen: str = "", 
     expected = bidirectional / 2
     return Floor(gpu_name, model, link, round(FLOOR_FRACTION * expected, 1), expected_GBps=expected, source=source,
                  note=f"floor {FLOOR_FRACTION:.0%} of {expected:g} GB/s per direction ({model}, {link})")
+
+
+def runner_floor(names: list[str], link: str, link_problem: str = "", seen: str = "") -> Floor:
+    """floor_for the runner's GPUs (nvidia-smi's name of each); GPUs of several models have none: the floors are
+    per model, and the first GPU's would judge (or fault) a ring of others."""
+    models = sorted({name.strip() for name in names})
+    if len(models) > 1:
+        return Floor(", ".join(models), None, link, None, note=f"no floor for these GPUs: they are of {len(models)} "
+                     f"models ({', '.join(m[:60] for m in models[:4])}); floors are per model "
+                     "(buildtool/contracts/busbw.py)")
+    return floor_for(names[0] if names else "", link, link_problem, seen, gpus=len(names))
 
 
 # -- the window of earlier nights ----------------------------------------------------------------

@@ -8,6 +8,7 @@ which rule, is contracts.driver_rules; bus-bandwidth floors are contracts.busbw.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -82,8 +83,9 @@ def cuda_tag(cuda: str) -> str:
 
 
 def busbw_peak(figures: Mapping[str, Any]) -> float | None:
-    """The peak bus bandwidth of a verdict's figures (GB/s), or None."""
+    """The peak bus bandwidth of a verdict's figures (GB/s), or None (also for NaN, Infinity or a bool)."""
     figure = figures.get(BUSBW_FIGURE)
-    if isinstance(figure, Mapping) and isinstance(figure.get("peak_GBps"), int | float):
-        return float(figure["peak_GBps"])
+    peak = figure.get("peak_GBps") if isinstance(figure, Mapping) else None
+    if isinstance(peak, int | float) and not isinstance(peak, bool) and math.isfinite(peak):
+        return float(peak)
     return None

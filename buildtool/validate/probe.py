@@ -195,6 +195,7 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
     if not inventory.gpus:
         return {}
     model, count = inventory.gpus[0].name, len(inventory.gpus)
+    names = sorted(g.name for g in inventory.gpus)
     paths: dict[Path, Path] = {}     # each file once (by where it resolves), as first found
     for folder in (f for f in folders if f.is_dir()):
         for path in verdict_paths(folder):
@@ -220,7 +221,7 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
         gpus = earlier.runner.gpus
         peak = gpu.busbw_peak(earlier.figures)
         checked = any(t.gpu and "busbw" in t.id and t.result == "passed" for t in earlier.tests)
-        if peak is None or not checked or len(gpus) != count or gpus[0].name != model:
+        if peak is None or not checked or sorted(g.name for g in gpus) != names:   # the same models, each GPU
             continue
         link = (earlier.figures.get(gpu.BUSBW_FIGURE) or {}).get("interconnect")
         broken = (busbw.model_of(model), inventory.interconnect) in busbw.FAULTS

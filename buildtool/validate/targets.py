@@ -98,8 +98,8 @@ def build_target(plan: RunPlan, baseline: dict[str, Any], probe_budget_s: float,
     the GPUs the tests may use, the budgets, and what the image claims (`expect`: `expectations` and
     what its labels must say)."""
     image, cell, options, usable, inventory = plan.image, plan.cell, plan.options, plan.usable, plan.inventory
-    floor = busbw.floor_for(usable[0]["name"], inventory.interconnect, inventory.interconnect_problem,
-                            inventory.interconnect_seen, gpus=len(usable)).as_target() if usable else {}
+    floor = busbw.runner_floor([g["name"] for g in usable], inventory.interconnect, inventory.interconnect_problem,
+                               inventory.interconnect_seen).as_target() if usable else {}
     framework = frameworks.get(cell.framework)
     return Target(
         image=image.run_ref, ref=plan.ref, digest=image.digest, cell=cell.key,
