@@ -239,10 +239,11 @@ def _index_manifests(response: Any) -> list[dict[str, Any]] | None:
 def _names_unknown(response: Any) -> bool:
     """A 404 whose registry errors say the repository or the manifest is unknown (the subject is not there)."""
     try:
-        errors = response.json().get("errors") or []
+        errors = response.json().get("errors")
     except (ValueError, AttributeError):
         return False
-    return any(isinstance(e, dict) and e.get("code") in ("NAME_UNKNOWN", "MANIFEST_UNKNOWN") for e in errors)
+    unknown = ("NAME_UNKNOWN", "MANIFEST_UNKNOWN")
+    return isinstance(errors, list) and any(isinstance(e, dict) and e.get("code") in unknown for e in errors)
 
 
 def _fallback_index(client: RegistryClient, repo: str, subject_digest: str) -> dict[str, Any]:
