@@ -197,6 +197,16 @@ def test_a_base64_key_that_starts_with_a_slash_is_never_echoed(tmp_path: Path, m
         signing_key(print)
 
 
+def test_a_signing_key_path_under_an_unknown_users_home_is_one_line(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key variable naming ~someone/key.pem for a user this machine does not have ended the command in pathlib's
+    RuntimeError traceback ('Could not determine home directory'), not the refusal of a key that cannot be read."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("DL_IMAGES_SIGNING_KEY", "~no-such-user-dl-images/key.pem")
+    with pytest.raises(UserError, match=r"\$DL_IMAGES_SIGNING_KEY .*\(No such file or directory\); set it to the PEM"):
+        signing_key(print)
+
+
 def test_trusted_keys_file_round_trip_and_bad_input(tmp_path: Path) -> None:
     assert load_trusted(tmp_path).keys == {}                          # no file: nobody is trusted
     (tmp_path / "config").mkdir()

@@ -49,7 +49,10 @@ def signing_key(log: Callable[[str], None], create_dev: bool = True, role: str =
         if value.startswith("-----BEGIN"):
             pem, where = value.encode(), f"${env}"
         else:
-            path = Path(value).expanduser()
+            try:
+                path = Path(value).expanduser()
+            except RuntimeError:     # ~user of a user this machine does not have: a file that cannot be read
+                path = Path(value)
             try:
                 pem = path.read_bytes()
             except OSError as exc:
