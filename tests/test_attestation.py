@@ -121,6 +121,17 @@ def test_open_envelope_rejects_garbage() -> None:
             open_envelope(data, trusted().keys)
 
 
+def test_an_untrusted_key_id_is_shown_without_its_control_characters() -> None:
+    """An envelope anyone may push names its key id: a line break or terminal escape in it went into the one-line
+    refusal as it was, so it broke the line, or rewrote the terminal's (CI log's) line, where verify prints it."""
+    keyid = "\x1b[2K\rok\nverified"
+    data = json.dumps({"payloadType": "x", "payload": "eA==", "signatures": [{"keyid": keyid, "sig": "AA=="}]})
+    with pytest.raises(EnvelopeError) as refused:
+        open_envelope(data.encode(), trusted().keys)
+    said = str(refused.value)
+    assert said.isprintable() and "untrusted key: signed by '\\x1b[2K\\rok\\nverified'" in said, said
+
+
 # -- which verdict counts ------------------------------------------------------------------------
 
 def found(started: str, outcome: str, artifact: str) -> Found:

@@ -200,4 +200,6 @@ def claimed_keyids(data: bytes) -> list[str]:
 
 
 def short(keyid: str) -> str:
-    return keyid[:16]
+    """A key id as messages show it: its first 16 characters, escaped where an envelope anyone may push names one that
+    would break the line or drive the terminal."""
+    return keyid[:16] if keyid[:16].isprintable() else ascii(keyid[:16])
