@@ -249,7 +249,18 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
 
 
 def trusted_entry(name: str, key: PublicKey, roles: tuple[str, ...] = (TESTER,)) -> str:
-    """The YAML lines that add `key` to the trusted keys file, trusted in `roles`."""
+    """The YAML lines that add `key` to the trusted keys file, trusted in `roles`; the name quoted where YAML would
+    read it as no text (2026, null, yes)."""
+    import json
+
+    from buildtool.common.errors import MatrixError
+    from buildtool.matrix.yamlsource import parse_yaml
+
+    try:
+        plain = parse_yaml(f"name: {name}\n", "--name").data == {"name": name}
+    except MatrixError:
+        plain = False
+    name = name if plain else json.dumps(name)
     body = "\n".join(f"      {line}" for line in key.pem.strip().splitlines())
     both = "    allow_both_roles: true\n" if set(roles) >= set(ROLES) else ""
     return (f"  - name: {name}\n    # key id {key.keyid}\n    roles: [{', '.join(roles)}]\n{both}"
