@@ -132,6 +132,28 @@ def test_an_untrusted_key_id_is_shown_without_its_control_characters() -> None:
     assert said.isprintable() and "untrusted key: signed by '\\x1b[2K\\rok\\nverified'" in said, said
 
 
+def test_a_tampered_envelope_that_also_names_a_key_of_another_role_says_it_is_tampered() -> None:
+    """A verdict whose payload was changed after the tester signed it, with a second signature claiming a builder key,
+    was refused (by open_signed and the verdict reader) as "trusted as builder, not as tester": the role of a key
+    whose claim was never checked, not the tester signature that does not verify."""
+    from buildtool.attest.attested import open_signed
+    from buildtool.attest.intoto import DSSE_MEDIA_TYPE
+    from buildtool.attest.verdict_statement import VERDICT_PREDICATE
+
+    builder = generate()
+    keys = trusted(KEY, roles=("tester",))
+    keys.keys[builder.keyid] = builder.public()
+    keys.roles[builder.keyid] = frozenset({"builder"})
+    env = json.loads(envelope("r", D1, verdict(CPU, D1)))
+    env["payload"] = base64.b64encode(base64.b64decode(env["payload"]).replace(b"passed", b"failed")).decode()
+    env["signatures"].append({"keyid": builder.keyid, "sig": "AA=="})
+    payloads = [Payload(DSSE_MEDIA_TYPE, json.dumps(env).encode())]
+    cause = (f"wrongly signed: the signature of trusted key {KEY.keyid[:16]} does not verify (payload tampered with, "
+             "or signed by another key under that id)")
+    assert open_signed(payloads, D1, VERDICT_PREDICATE, keys.for_role("tester"), keys, "tester") == cause
+    assert _verify(payloads, D1, keys, CPU.key) == cause     # the verdict reader release and verify run
+
+
 # -- which verdict counts ------------------------------------------------------------------------
 
 def found(started: str, outcome: str, artifact: str) -> Found:
