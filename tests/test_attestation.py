@@ -154,6 +154,16 @@ def test_a_tampered_envelope_that_also_names_a_key_of_another_role_says_it_is_ta
     assert _verify(payloads, D1, keys, CPU.key) == cause     # the verdict reader release and verify run
 
 
+def test_an_envelope_of_many_untrusted_signatures_is_refused_in_a_short_line() -> None:
+    """An envelope anyone may push listed every untrusted signer in the refusal, each time it was named: ten thousand
+    signatures made one line of some 180 kB in verify's output, release's report and CI's log."""
+    signatures = [{"keyid": f"k{n % 5000}", "sig": "AA=="} for n in range(10000)]
+    data = json.dumps({"payloadType": "x", "payload": "eA==", "signatures": signatures}).encode()
+    with pytest.raises(EnvelopeError) as refused:
+        open_envelope(data, trusted().keys)
+    assert str(refused.value) == "untrusted key: signed by k0, k1, k2 and 4997 more, which is not a trusted key"
+
+
 # -- which verdict counts ------------------------------------------------------------------------
 
 def found(started: str, outcome: str, artifact: str) -> Found:

@@ -184,7 +184,9 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
     if bad:
         raise EnvelopeError(f"wrongly signed: the signature of trusted key {short(bad[0])} does not verify "
                             "(payload tampered with, or signed by another key under that id)")
-    raise EnvelopeError(f"untrusted key: signed by {', '.join(short(k) for k in untrusted)}, "
+    named = list(dict.fromkeys(untrusted))     # each signer once, three shown: anyone may push many signatures
+    more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+    raise EnvelopeError(f"untrusted key: signed by {', '.join(short(k) for k in named[:3])}{more}, "
                         "which is not a trusted key")
 
 
