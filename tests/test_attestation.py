@@ -122,6 +122,49 @@ def test_open_envelope_rejects_garbage() -> None:
             open_envelope(data, trusted().keys)
 
 
+def test_an_untrusted_key_id_is_shown_without_its_control_characters() -> None:
+    """An envelope anyone may push names its key id: a line break or terminal escape in it went into the one-line
+    refusal as it was, so it broke the line, or rewrote the terminal's (CI log's) line, where verify prints it."""
+    keyid = "\x1b[2K\rok\nverified"
+    data = json.dumps({"payloadType": "x", "payload": "eA==", "signatures": [{"keyid": keyid, "sig": "AA=="}]})
+    with pytest.raises(EnvelopeError) as refused:
+        open_envelope(data.encode(), trusted().keys)
+    said = str(refused.value)
+    assert said.isprintable() and "untrusted key: signed by '\\x1b[2K\\rok\\nverified'" in said, said
+
+
+def test_a_tampered_envelope_that_also_names_a_key_of_another_role_says_it_is_tampered() -> None:
+    """A verdict whose payload was changed after the tester signed it, with a second signature claiming a builder key,
+    was refused (by open_signed and the verdict reader) as "trusted as builder, not as tester": the role of a key
+    whose claim was never checked, not the tester signature that does not verify."""
+    from buildtool.attest.attested import open_signed
+    from buildtool.attest.intoto import DSSE_MEDIA_TYPE
+    from buildtool.attest.verdict_statement import VERDICT_PREDICATE
+
+    builder = generate()
+    keys = trusted(KEY, roles=("tester",))
+    keys.keys[builder.keyid] = builder.public()
+    keys.roles[builder.keyid] = frozenset({"builder"})
+    env = json.loads(envelope("r", D1, verdict(CPU, D1)))
+    env["payload"] = base64.b64encode(base64.b64decode(env["payload"]).replace(b"passed", b"failed")).decode()
+    env["signatures"].append({"keyid": builder.keyid, "sig": "AA=="})
+    payloads = [Payload(DSSE_MEDIA_TYPE, json.dumps(env).encode())]
+    cause = (f"wrongly signed: the signature of trusted key {KEY.keyid[:16]} does not verify (payload tampered with, "
+             "or signed by another key under that id)")
+    assert open_signed(payloads, D1, VERDICT_PREDICATE, keys.for_role("tester"), keys, "tester") == cause
+    assert _verify(payloads, D1, keys, CPU.key) == cause     # the verdict reader release and verify run
+
+
+def test_an_envelope_of_many_untrusted_signatures_is_refused_in_a_short_line() -> None:
+    """An envelope anyone may push listed every untrusted signer in the refusal, each time it was named: ten thousand
+    signatures made one line of some 180 kB in verify's output, release's report and CI's log."""
+    signatures = [{"keyid": f"k{n % 5000}", "sig": "AA=="} for n in range(10000)]
+    data = json.dumps({"payloadType": "x", "payload": "eA==", "signatures": signatures}).encode()
+    with pytest.raises(EnvelopeError) as refused:
+        open_envelope(data, trusted().keys)
+    assert str(refused.value) == "untrusted key: signed by k0, k1, k2 and 4997 more, which is not a trusted key"
+
+
 # -- which verdict counts ------------------------------------------------------------------------
 
 def found(started: str, outcome: str, artifact: str) -> Found:
@@ -195,6 +238,16 @@ def test_a_base64_key_that_starts_with_a_slash_is_never_echoed(tmp_path: Path, m
     assert "$DL_IMAGES_SIGNING_KEY is neither PEM text nor a file that can be read" in said and raw[1:20] not in said
     monkeypatch.setenv("DL_IMAGES_SIGNING_KEY", "/missing-key.pem")      # a file name under / is still shown
     with pytest.raises(UserError, match="names /missing-key.pem, which cannot be read"):
+        signing_key(print)
+
+
+def test_a_signing_key_path_under_an_unknown_users_home_is_one_line(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key variable naming ~someone/key.pem for a user this machine does not have ended the command in pathlib's
+    RuntimeError traceback ('Could not determine home directory'), not the refusal of a key that cannot be read."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("DL_IMAGES_SIGNING_KEY", "~no-such-user-dl-images/key.pem")
+    with pytest.raises(UserError, match=r"\$DL_IMAGES_SIGNING_KEY .*\(No such file or directory\); set it to the PEM"):
         signing_key(print)
 
 

@@ -63,3 +63,16 @@ def test_a_fallback_index_that_is_no_index_of_descriptors_is_a_registry_error_na
         referrers(client, "r", digest)   # type: ignore[arg-type]
     with pytest.raises(RegistryError, match=f"r:{referrers_tag(digest)} is not an OCI referrers index"):
         add_referrers(client, "r", digest, [Referrer("sha256:" + "3" * 64, "x", 3)])   # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [{"digest": None}, {"digest": "latest"}, {"digest": ["sha256:" + "1" * 64]},
+                                 {"size": "²"}])
+def test_a_descriptor_with_no_digest_or_a_size_of_no_ascii_digits_is_a_registry_error_naming_it(bad: dict) -> None:
+    """A descriptor without a digest (or naming a tag) was listed as the referrer 'None' or 'latest' and fetched
+    by that tag (then refused as 'missing' or 'mismatched', the wrong cause), and a size of '²' (isdigit, yet
+    no int) ended the read in a ValueError traceback."""
+    client = MemRegistry()
+    digest = client.push_image("r", "t")
+    _listed(client, digest, bad)
+    with pytest.raises(RegistryError, match="the referrers list holds a malformed descriptor"):
+        referrers(client, "r", digest)   # type: ignore[arg-type]

@@ -326,3 +326,21 @@ def test_a_404_naming_the_subject_unknown_is_not_remembered_as_no_api(serve) -> 
     client = RegistryClient(serve(route), retry=QUICK)
     assert listed_referrers(client, "team/a", SUBJECT) == listed_referrers(client, "team/a", SUBJECT) == []
     assert len([p for p in asked if "/referrers/" in p]) == 2 and "team/a" not in client.no_referrers_api
+
+
+@pytest.mark.parametrize("body", [b'{"errors": 5}', b'{"errors": true}', b'{"errors": {"code": "NAME_UNKNOWN"}}'])
+def test_a_404_whose_errors_are_no_list_reads_the_fallback_tag(serve, body: bytes) -> None:  # noqa: ANN001
+    """A referrers 404 whose `errors` was a number or true (a registry answering garbage) ended the read in a
+    TypeError traceback ('int' object is not iterable) instead of being taken as no referrers API."""
+    from buildtool.attest.referrers import listed_referrers
+
+    fallback = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [_descriptor(3)]}
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        if "/referrers/" in handler.path:
+            return 404, {"Content-Type": "application/json"}, body
+        return 200, {"Content-Type": INDEX}, json.dumps(fallback).encode()
+
+    client = RegistryClient(serve(route), retry=QUICK)
+    assert [r.digest for r in listed_referrers(client, "team/a", SUBJECT)] == ["sha256:" + "3" * 64]
+    assert "team/a" in client.no_referrers_api

@@ -253,3 +253,14 @@ def test_a_bundle_with_an_empty_transparency_log_list_still_reads() -> None:
     body = json.loads(sigstore_bundle.bundle(json.dumps(env).encode()))
     body["verificationMaterial"]["tlogEntries"] = []
     assert json.loads(sigstore_bundle.envelope(json.dumps(body).encode())) == env
+
+
+def test_a_bundle_key_hint_is_shown_without_its_control_characters() -> None:
+    """A bundle anyone may push names its key hint: a line break or terminal escape in it went into the one-line
+    refusal as it was, so it broke the line, or rewrote the terminal's (CI log's) line, where verify prints it."""
+    data = json.loads(sigstore_bundle.bundle(signing.envelope(REPO, "sha256:" + "1" * 64, {})))
+    data["verificationMaterial"]["publicKey"]["hint"] = "\x1b[2K\rok\nverified"
+    with pytest.raises(sigstore_bundle.BundleError) as refused:
+        sigstore_bundle.envelope(json.dumps(data).encode())
+    said = str(refused.value)
+    assert said.isprintable() and "key hint '\\x1b[2K\\rok\\nverified' is not" in said, said

@@ -176,3 +176,11 @@ def test_a_relative_xdg_folder_is_ignored_as_the_xdg_spec_says(monkeypatch, tmp_
     monkeypatch.setenv(variable, str(tmp_path / "absolute"))
     found = dev_key_path() if variable == "XDG_CONFIG_HOME" else cache_root()
     assert found.is_relative_to(tmp_path / "absolute")
+
+
+@pytest.mark.parametrize("name", ["2026", "1.0", "null", "yes", "true", "off", "~"])
+def test_an_entry_for_a_name_yaml_reads_as_no_text_loads_under_that_name(tmp_path: Path, name: str) -> None:
+    """`buildtool keys --name 2026` (or null, yes, 1.0) printed `- name: 2026`, which YAML reads as a number (a bool,
+    null): the entry it told the user to paste was refused as having no name."""
+    write(tmp_path, "keys:\n" + trusted_entry(name, CI.public()))
+    assert load_trusted(tmp_path).names == {CI.public().keyid: name}

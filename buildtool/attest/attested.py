@@ -29,7 +29,8 @@ def open_signed(payloads: list[Payload], digest: str, predicate_type: str, keys:
     try:
         opened = open_envelope(data, keys)
     except EnvelopeError as exc:
-        if roles is not None:
+        # A key of this role claimed it: its signature's fault is the cause, not another claimed key's role.
+        if roles is not None and not any(keyid in keys for keyid in claimed_keyids(data)):
             for keyid in claimed_keyids(data):
                 if keyid in roles.keys and (why := roles.role_problem(keyid, role)):
                     return why

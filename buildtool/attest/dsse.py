@@ -184,7 +184,9 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
     if bad:
         raise EnvelopeError(f"wrongly signed: the signature of trusted key {short(bad[0])} does not verify "
                             "(payload tampered with, or signed by another key under that id)")
-    raise EnvelopeError(f"untrusted key: signed by {', '.join(short(k) for k in untrusted)}, "
+    named = list(dict.fromkeys(untrusted))     # each signer once, three shown: anyone may push many signatures
+    more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+    raise EnvelopeError(f"untrusted key: signed by {', '.join(short(k) for k in named[:3])}{more}, "
                         "which is not a trusted key")
 
 
@@ -200,4 +202,6 @@ def claimed_keyids(data: bytes) -> list[str]:
 
 
 def short(keyid: str) -> str:
-    return keyid[:16]
+    """A key id as messages show it: its first 16 characters, escaped where an envelope anyone may push names one that
+    would break the line or drive the terminal."""
+    return keyid[:16] if keyid[:16].isprintable() else ascii(keyid[:16])

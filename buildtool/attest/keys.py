@@ -49,7 +49,10 @@ def signing_key(log: Callable[[str], None], create_dev: bool = True, role: str =
         if value.startswith("-----BEGIN"):
             pem, where = value.encode(), f"${env}"
         else:
-            path = Path(value).expanduser()
+            try:
+                path = Path(value).expanduser()
+            except RuntimeError:     # ~user of a user this machine does not have: a file that cannot be read
+                path = Path(value)
             try:
                 pem = path.read_bytes()
             except OSError as exc:
@@ -246,7 +249,18 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
 
 
 def trusted_entry(name: str, key: PublicKey, roles: tuple[str, ...] = (TESTER,)) -> str:
-    """The YAML lines that add `key` to the trusted keys file, trusted in `roles`."""
+    """The YAML lines that add `key` to the trusted keys file, trusted in `roles`; the name quoted where YAML would
+    read it as no text (2026, null, yes)."""
+    import json
+
+    from buildtool.common.errors import MatrixError
+    from buildtool.matrix.yamlsource import parse_yaml
+
+    try:
+        plain = parse_yaml(f"name: {name}\n", "--name").data == {"name": name}
+    except MatrixError:
+        plain = False
+    name = name if plain else json.dumps(name)
     body = "\n".join(f"      {line}" for line in key.pem.strip().splitlines())
     both = "    allow_both_roles: true\n" if set(roles) >= set(ROLES) else ""
     return (f"  - name: {name}\n    # key id {key.keyid}\n    roles: [{', '.join(roles)}]\n{both}"

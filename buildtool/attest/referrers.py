@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from buildtool.registry.client import (
 )
 
 _INDEX_UPDATE_ATTEMPTS = 5
+_DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")    # OCI's digest grammar
 log = logging.getLogger(__name__)
 
 
@@ -58,13 +60,14 @@ class Referrer:
     @classmethod
     def from_descriptor(cls, d: dict[str, Any]) -> Referrer:
         """A descriptor of a referrers list (the registry's answer, or the fallback index anyone who may push
-        writes); RegistryError naming it when its size or annotations are not what OCI says (a number; strings)."""
-        size, notes = d.get("size") or 0, d.get("annotations") or {}
-        if not isinstance(size, int | str) or isinstance(size, bool) or not str(size).isdigit() \
+        writes); RegistryError naming it when its digest, size or annotations are not what OCI says."""
+        digest, size, notes = d.get("digest"), d.get("size") or 0, d.get("annotations") or {}
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest) or not isinstance(size, int | str) \
+                or isinstance(size, bool) or not re.fullmatch("[0-9]+", str(size)) \
                 or not isinstance(notes, dict) or not all(isinstance(v, str) for v in notes.values()):
-            raise RegistryError(f"the referrers list holds a malformed descriptor (its size must be a number, its "
-                                f"annotations strings): {json.dumps(d, default=str)[:160]}")
-        return cls(digest=str(d.get("digest")), artifact_type=str(d.get("artifactType") or ""),
+            raise RegistryError(f"the referrers list holds a malformed descriptor (its digest must be algorithm:hex, "
+                                f"its size a number, its annotations strings): {json.dumps(d, default=str)[:160]}")
+        return cls(digest=digest, artifact_type=str(d.get("artifactType") or ""),
                    size=int(size), annotations=dict(notes))
 
     def descriptor(self) -> dict[str, Any]:
@@ -236,10 +239,11 @@ def _index_manifests(response: Any) -> list[dict[str, Any]] | None:
 def _names_unknown(response: Any) -> bool:
     """A 404 whose registry errors say the repository or the manifest is unknown (the subject is not there)."""
     try:
-        errors = response.json().get("errors") or []
+        errors = response.json().get("errors")
     except (ValueError, AttributeError):
         return False
-    return any(isinstance(e, dict) and e.get("code") in ("NAME_UNKNOWN", "MANIFEST_UNKNOWN") for e in errors)
+    unknown = ("NAME_UNKNOWN", "MANIFEST_UNKNOWN")
+    return isinstance(errors, list) and any(isinstance(e, dict) and e.get("code") in unknown for e in errors)
 
 
 def _fallback_index(client: RegistryClient, repo: str, subject_digest: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from buildtool.attest.dsse import short
 from buildtool.common import strict_json
 
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -99,8 +100,8 @@ def envelope(data: bytes, check_timestamp: TimestampCheck | None = None) -> byte
         raise BundleError("malformed: the Sigstore bundle's dsseEnvelope.signatures is not a list of {keyid, sig}")
     claimed = [s.get("keyid") for s in signatures]
     if claimed != [hint]:
-        raise BundleError(f"mismatched: the bundle's key hint {hint[:16]} is not the key its one signature names "
-                          f"({', '.join(str(k)[:16] for k in claimed) or 'none'})")
+        raise BundleError(f"mismatched: the bundle's key hint {short(hint)} is not the key its one signature names "
+                          f"({', '.join(short(str(k)) for k in claimed) or 'none'})")
     if check_timestamp is not None:
         signature = _decoded(env["signatures"][0].get("sig"))
         stamps = _get(material, "timestampVerificationData", "rfc3161Timestamps") or []

@@ -294,11 +294,14 @@ def _verify(payloads: list[Payload], digest: str, trusted: TrustedKeys,
     try:
         opened = open_envelope(envelopes[0].data, trusted.for_role(TESTER))
     except EnvelopeError as exc:
-        # A key trusted in another role only (a builder's) is named as such, not as "untrusted".
-        held = [why for k in claimed_keyids(envelopes[0].data) if k in trusted.keys
-                and (why := trusted.role_problem(k, TESTER))]
+        # A key trusted in another role only (a builder's) is named as such, not as "untrusted"; unless a tester key
+        # claimed it too, whose signature's fault is the cause.
+        claimed = claimed_keyids(envelopes[0].data)
+        if any(k in trusted.for_role(TESTER) for k in claimed):
+            return str(exc)
+        held = [why for k in claimed if k in trusted.keys and (why := trusted.role_problem(k, TESTER))]
         # This machine's dev key, where --trust-local-key would trust it, is named with the flag.
-        held += [hint for k in claimed_keyids(envelopes[0].data) if (hint := trusted.untrusted_hint(k))]
+        held += [hint for k in claimed if (hint := trusted.untrusted_hint(k))]
         return held[0] if held else str(exc)
     signer = trusted.describe(opened.keyid)
     if opened.payload_type != PAYLOAD_TYPE:
