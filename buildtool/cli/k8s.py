@@ -49,7 +49,8 @@ VariantOption = Annotated[str, typer.Option(help="pytorchjob (Kubeflow training 
 NameOption = Annotated[str, typer.Option(help="Name of the job and its objects.")]
 NamespaceOption = Annotated[str, typer.Option(help="Namespace (default: the kubectl context's).")]
 ShmSizeOption = Annotated[str | None, typer.Option(help="/dev/shm size (default: the cell's run profile).")]
-BackoffLimitOption = Annotated[int, typer.Option(help="Failed pods retried before the job counts as failed (backoffLimit).")]
+BackoffLimitOption = Annotated[int, typer.Option(
+    help="Failed pods retried before the job counts as failed (backoffLimit).")]
 CpuOption = Annotated[str, typer.Option(help="CPU request per pod, e.g. 16.")]
 MemoryOption = Annotated[str, typer.Option(help="Memory request and limit per pod (include /dev/shm).")]
 NodeSelectorOption = Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")]
