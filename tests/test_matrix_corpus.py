@@ -564,6 +564,11 @@ CASES = [
          "error: --release '0.1/beta' gives the tag '25.10-0.1/beta', which is not a Docker tag; use a version like "
          '0.1.0',
          args=("plan", "--release", "0.1/beta", "--revision", "0123456789ab", "--matrix", "{matrix}")),
+    # Its normal form (1-1 is 1.post1) is longer: the plan gave a tag of 131 characters (none before).
+    Case("release-option-whose-normal-form-is-no-tag",
+         "error: --release '{0}' (as {1}, its PEP 440 normal form) gives the tag '25.10-{1}', which is not a "
+         "Docker tag; use a version like 0.1.0".format("1." * 59 + "1-1", "1." * 59 + "1.post1"),
+         args=("plan", "--release", "1." * 59 + "1-1", "--revision", "0123456789ab", "--matrix", "{matrix}")),
     Case("framework-unknown-suggests",
          "error: unknown FRAMEWORK='pytorch_cpu'; choose one of: all, pytorch, tensorflow, pytorch-ngc, "
          'tensorflow-ngc, pytorch-cpu, pytorch-cuda, tensorflow-cpu; did you mean `pytorch-cpu`?',

@@ -374,3 +374,17 @@ def test_an_image_named_like_a_framework_or_all_is_refused_at_its_name(project: 
     assert code == 2 and out == "", err
     assert err.strip().startswith(f"error: matrix.yaml:{line}: images[{index}].name: {fragment}"), err
     assert snapshot(project) == before
+
+
+def test_a_key_with_control_or_format_characters_is_shown_escaped(tmp_path: Path) -> None:
+    """A key written with YAML escapes ("\\e[2K", "\\u2028", "\\u202e") reached the error verbatim: an ANSI sequence
+    that erased or recoloured the terminal's line, a line break, a reversed key in what must be one plain line."""
+    matrix = tmp_path / "matrix.yaml"
+    text = (REPO / "matrix.yaml").read_text()
+    matrix.write_text(text.replace("schema: 1\n", 'schema: 1\n"a\\e[2K\\u2028\\u202eb": 1\n', 1))
+    line = text[: text.index("schema: 1\n")].count("\n") + 2
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(matrix, REPO / "templates", display="matrix.yaml", tests_dir=REPO / "image-tests")
+    shown = "a\\x1b[2K\\u2028\\u202eb"
+    assert str(caught.value) == (f"matrix.yaml:{line}: {shown}: unknown key `{shown}`; remove it or check its "
+                                 "spelling")

@@ -243,6 +243,18 @@ def test_oci_without_a_bundle_record_needs_shm_size(run_cli, tmp_path: Path) -> 
     assert not (tmp_path / "s.sbatch").exists()
 
 
+def test_a_bundle_record_with_no_size_is_named_not_shm_size_option(run_cli, tmp_path: Path) -> None:
+    """A record whose shm_size is no size was reported as `--shm-size '8 GB' must be ...`: an option not given."""
+    bundle = fake_bundle(tmp_path)
+    (bundle / "dl-images-bundle.json").write_text(json.dumps({"shm_size": "8 GB"}))
+    code, out, err = run_cli("slurm", str(bundle), "--runtime", "oci", "--framework", "pytorch", "--out",
+                             str(tmp_path / "s.sbatch"), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 2 and out == "", err
+    assert err.strip() == (f"error: the bundle record (dl-images-bundle.json) in {bundle} gives shm_size '8 GB', "
+                           "not a size like 8g or 512m; pass --shm-size (the size it was made with)"), err
+    assert not (tmp_path / "s.sbatch").exists()
+
+
 def test_oci_shm_comes_from_the_bundle_record(run_cli, tmp_path: Path) -> None:
     bundle = fake_bundle(tmp_path)
     (bundle / "dl-images-bundle.json").write_text(json.dumps({"shm_size": "2g"}))

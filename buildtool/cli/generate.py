@@ -15,6 +15,7 @@ from buildtool.cli.options import out as stdout
 from buildtool.contracts.arguments import check_arguments
 
 if TYPE_CHECKING:
+    from buildtool.matrix.plan import CellPlan
     from buildtool.matrix.schema import Matrix
     from buildtool.render.dockerfiles import Outputs
 
@@ -182,12 +183,8 @@ def plan(
     plans = plan_matrix(cells, settings, revision, release)
     if release != "{release}":
         from buildtool.common.errors import UserError
-        from buildtool.contracts.names import TAG_RE
 
-        bad = next((t for p in plans for t in (*p.release_tags, *p.moving_tags) if not TAG_RE.match(t)), None)
-        if bad is not None:
-            raise UserError(f"--release {release!r} gives the tag {bad!r}, which is not a Docker tag; use a version "
-                            "like 0.1.0")
+        _check_release_tags(plans, release)
         # The release's tags are what `buildtool release --version` makes of it (the release workflow uploads this
         # plan as its record): the same reader, so `v1.0` is 1.0 here too, and a word that is no version is refused.
         from buildtool.release.gates import check_version
@@ -198,9 +195,10 @@ def plan(
             raise UserError(f"{str(exc).replace('--version', '--release', 1)} (what `buildtool release --version` "
                             "takes)") from None
         if normal != release:
+            plans = plan_matrix(cells, settings, revision, normal)
+            _check_release_tags(plans, release, f" (as {normal}, its PEP 440 normal form)")
             err.print(f"note: --release {release} is release {normal} (PEP 440 normal form, as `buildtool release` "
                       f"writes it); its tags use {normal}", markup=False, highlight=False)
-            plans = plan_matrix(cells, settings, revision, normal)
     if as_json:
         # Straight to the stream: rich's rendering of a big matrix's JSON takes seconds.
         stdout.file.write(json.dumps({"include": [p.to_json() for p in plans]}, indent=2) + "\n")
@@ -212,6 +210,17 @@ def plan(
         tags = "\n".join(f"{p.release_repo}:{t}" for t in (*p.release_tags, *p.moving_tags))
         table.add_row(p.cell.key, p.dev_ref, tags, p.base, ",".join(p.cell.tests), " ".join(p.cell.run.docker_flags()))
     stdout.print(table)
+
+
+def _check_release_tags(plans: list[CellPlan], release: str, spelt: str = "") -> None:
+    """Every tag of the plan a Docker tag (the normal form of --release may be longer than as given)."""
+    from buildtool.common.errors import UserError
+    from buildtool.contracts.names import TAG_RE
+
+    bad = next((t for p in plans for t in (*p.release_tags, *p.moving_tags) if not TAG_RE.match(t)), None)
+    if bad is not None:
+        raise UserError(f"--release {release!r}{spelt} gives the tag {bad!r}, which is not a Docker tag; use a "
+                        "version like 0.1.0")
 
 
 def catalogue(matrix: MatrixOption = None) -> None:

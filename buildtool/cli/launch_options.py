@@ -12,6 +12,7 @@ matrix does not know must have it given, never a default.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -104,6 +105,9 @@ def shm_for(image: str, shm_size: str | None, matrix: Path | None, runtime: str 
         if meta is None or not isinstance(meta.get("shm_size"), str):
             raise UserError(f"no bundle record ({META_FILE}) in {image} on this machine, so the bundle's /dev/shm size "
                             "is unknown; pass --shm-size (the size it was made with)")
+        if not re.fullmatch(r"[0-9]+[kmgKMG]?", meta["shm_size"]):   # not --shm-size's fault (slurm's grammar)
+            raise UserError(f"the bundle record ({META_FILE}) in {image} gives shm_size {meta['shm_size']!r}, not a "
+                            "size like 8g or 512m; pass --shm-size (the size it was made with)")
         return str(meta["shm_size"])
     from buildtool.launch.multinode import cell_for_image
 

@@ -13,8 +13,9 @@ class MatrixError(UserError):
     """A problem in matrix.yaml, located by file, line and key."""
 
     def __init__(self, path: str, line: int | None, key: str, message: str):
-        # One line whatever the input held (a key or value may contain a line break).
-        key, message = (text.replace("\r", "\\r").replace("\n", "\\n") for text in (key, message))
+        # One plain line whatever the input held: a key may hold a line break, an ANSI sequence or U+202E (escaped
+        # as Python writes them, `\x1b`).
+        key, message = ("".join(c if c.isprintable() else ascii(c)[1:-1] for c in text) for text in (key, message))
         self.path, self.line, self.key, self.detail = path, line, key, message
         where = f"{path}:{line}" if line else path
         super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
