@@ -184,3 +184,12 @@ def test_an_entry_for_a_name_yaml_reads_as_no_text_loads_under_that_name(tmp_pat
     null): the entry it told the user to paste was refused as having no name."""
     write(tmp_path, "keys:\n" + trusted_entry(name, CI.public()))
     assert load_trusted(tmp_path).names == {CI.public().keyid: name}
+
+
+@pytest.mark.parametrize("name", ["ci-dev", "dev", "dev.2026"])
+def test_keys_refuses_a_name_the_trusted_keys_file_would_refuse(run_cli, tmp_path: Path, name: str) -> None:
+    """`keys --name ci-dev` made a key pair and printed an entry that the trusted-keys file then refused ("its name
+    says it is a dev key"): the name is refused before any key is made."""
+    code, out, err = run_cli("keys", "--name", name, "--out", str(tmp_path))
+    assert code == 2 and f"--name {name!r}: the name says it is a dev key" in err, err
+    assert list(tmp_path.iterdir()) == []

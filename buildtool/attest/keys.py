@@ -168,6 +168,11 @@ _ENTRY_FIELDS = ("name", "roles", "public_key", "allow_both_roles")
 _DEV_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])dev(?:[^a-z0-9]|$)")
 
 
+def is_dev_name(name: str) -> bool:
+    """Whether a key's name says it is a dev key (`dev`, `ci-dev`): never an entry of the trusted-keys file."""
+    return bool(_DEV_NAME.search(name))
+
+
 def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
     """The repository's trusted keys; a missing file trusts nobody, anything else not exactly a list
     of {name, public_key} is bad input naming its line (read with the matrix's duplicate-refusing,
@@ -225,7 +230,7 @@ def load_trusted(root: Path, path: Path | None = None) -> TrustedKeys:
             raise bad(line, f"keys[{i}] ({name}) is trusted as both {' and '.join(ROLES)}: one key would then build an "
                             "image and vouch for its tests on its own; give each role its own key, or say it is "
                             "meant with `allow_both_roles: true` in this entry")
-        if _DEV_NAME.search(name):
+        if is_dev_name(name):
             raise bad(line, f"keys[{i}] ({name}): its name says it is a dev key; a dev key is never listed here "
                             "(release trusts it only with --trust-local-key on a loopback registry); give a CI key "
                             "its runners' name")

@@ -44,7 +44,7 @@ def keys(
     """Create an Ed25519 key pair for signing verdicts or builds and say where each half must live."""
     check_arguments("keys", locals())   # every argument first (issue 37)
     from buildtool.attest.dsse import generate, write_private
-    from buildtool.attest.keys import TESTER
+    from buildtool.attest.keys import TESTER, is_dev_name
     from buildtool.attest.verdict_statement import config_home
 
     roles = tuple(dict.fromkeys(role or [TESTER]))   # tester, builder or both (check_arguments)
@@ -60,6 +60,9 @@ def keys(
         return
     if not re.fullmatch(r"[a-z0-9._-]+", name):
         raise UserError(f"--name {name!r}: use lower-case letters, digits, '-', '_' and '.'")
+    if is_dev_name(name):   # config/trusted-keys.yaml would refuse the entry printed for it
+        raise UserError(f"--name {name!r}: the name says it is a dev key, which config/trusted-keys.yaml never "
+                        "lists; name the key after its runners (e.g. gpu-runners)")
     folder = (out_dir or config_home() / "dl-images" / "keys").expanduser().resolve()
     private, public = folder / f"{name}.key", folder / f"{name}.pub"
     for path in (private, public):
