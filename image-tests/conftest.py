@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _TARGET.update(_load_target(config))
         harness.set_image_env(_TARGET.get("image_env") or {},
                               [*_TARGET.get("run_flags", []), *_TARGET.get("extra_run_flags", [])])
+        harness.SLOWDOWN = int(_TARGET.get("slowdown") or 1)
         handed = getattr(config, "workerinput", {}).get("image_tests_deadline")
         if handed:   # an xdist worker: the controller's deadline, the same instant (one monotonic clock)
             harness.DEADLINE.total_s, harness.DEADLINE.ends_at = handed

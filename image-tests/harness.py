@@ -99,6 +99,9 @@ class Deadline:
 
 
 DEADLINE = Deadline()
+# How many times slower than native the image runs (the target's slowdown: QEMU); the probes read it as
+# $IMAGETEST_SLOWDOWN and stretch their own fixed bounds by it.
+SLOWDOWN = 1
 
 
 def set_deadline(budget_s: float, total_s: float = 0.0) -> None:
@@ -366,7 +369,7 @@ class Container:
             network = ""  # a fault test's own network setting replaces the default
         args = ["run", "-d", "--init", "--name", self.name, "--label", f"{RUN_LABEL}={run_id}",
                 *(["--network", network] if network else []), "-v", f"{scripts_for(framework)}:{SCRIPTS_IN}:ro",
-                "-v", f"{out_root}:{OUT_IN}", "-e", "PYTHONUNBUFFERED=1"]
+                "-v", f"{out_root}:{OUT_IN}", "-e", "PYTHONUNBUFFERED=1", "-e", f"IMAGETEST_SLOWDOWN={SLOWDOWN}"]
         if shared is not None:
             args += ["-v", f"{shared}:{SHARED_IN}"]
         # The run profile's flags come last so a fault test's override (e.g. --shm-size=64m) wins.

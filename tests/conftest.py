@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 # What the unit tests run against: a frozen matrix with its locks (tests/fixtures/project/).
 FIXTURE_PROJECT = REPO / "tests" / "fixtures" / "project"
 FIXTURE_MATRIX = FIXTURE_PROJECT / "matrix.yaml"
+# The machine's temporary folder, as it is before the session gives each process a folder of its own (below):
+# where the processes of a run meet (a lock).
+SYSTEM_TMP = Path(tempfile.gettempdir())
 
 
 def fixture_frameworks() -> set[str]:
@@ -83,6 +87,10 @@ def _private_config(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["XDG_CONFIG_HOME"] = str(config)
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
     os.environ.pop("DL_IMAGES_SIGNING_KEY", None)
+    # Folders the code under test makes for itself (tempfile.mkdtemp, removed by an exit handler) go under this
+    # session's own folder: xdist kills a worker that is slow to exit (10 s, a loaded machine) before its exit
+    # handlers run, which left them in TMPDIR.
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
 
 
 # What a marker's need is, for the needs the tests themselves can see. A test marked with a need that

@@ -113,6 +113,9 @@ class Target(_Strict):
     network: str = ""
     deadline_s: float = 0.0      # the image's whole validation deadline (matrix validate.deadline_s or --deadline)
     probe_budget_s: float = 0.0  # what is left of it for the tests when pytest starts; every probe is cut to it
+    # How many times slower than native the image's processes run: validate.emulation_factor under QEMU, else 1.
+    # The probes' own fixed bounds (a TensorBoard answering) stretch by it, as the deadline does.
+    slowdown: int = 1
 
 
 def write_target(path: Path, target: Target) -> None:

@@ -117,6 +117,7 @@ def build_target(plan: RunPlan, baseline: dict[str, Any], probe_budget_s: float,
         ddp_master_addr=options.ddp_master_addr, ddp_timeout_s=options.ddp_timeout_s,
         peers=options.peers, run_id=plan.run_id, network=network.name_for(plan.run_id) if plan.run_id else "",
         deadline_s=plan.deadline_s, probe_budget_s=probe_budget_s,
+        slowdown=cell.emulation_factor if image.emulated else 1,
     )
 
 

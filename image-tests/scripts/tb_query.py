@@ -42,7 +42,9 @@ PROFILER = "/data/plugin/pytorch_profiler"
 PROFILE = "/data/plugin/profile"
 TRACE_TOOL = "trace_viewer@"   # the profile plugin's trace viewer (XPlane converted to trace events)
 MAX_NAMES = 2000
-SERVE_S = 60          # `serve`: the longest TensorBoard is left serving for the test's inspection
+# How many times slower than native this image runs (harness.SLOWDOWN: QEMU); every bound below stretches by it.
+SLOWDOWN = int(os.environ.get("IMAGETEST_SLOWDOWN") or 1)
+SERVE_S = 60 * SLOWDOWN  # `serve`: the longest TensorBoard is left serving for the test's inspection
 
 
 def free_port() -> int:
@@ -79,7 +81,7 @@ def shown(value: str) -> str:
 def answers_directly(url: str) -> bool:
     """Whether `url` answers without any proxy (TensorBoard serving, only the proxy in the way)."""
     try:
-        with DIRECT.open(url, timeout=5) as resp:
+        with DIRECT.open(url, timeout=5 * SLOWDOWN) as resp:
             return resp.status < 500
     except urllib.error.HTTPError as exc:
         return exc.code < 500
@@ -91,7 +93,7 @@ class ProxiedAway(Exception):
     """A local URL went to a proxy and failed there, while it answers without the proxy."""
 
 
-def fetch(base: str, path: str, timeout: float = 10) -> tuple[int, bytes, str]:
+def fetch(base: str, path: str, timeout: float = 10 * SLOWDOWN) -> tuple[int, bytes, str]:
     """(status, body, content type); a gzip body (TensorBoard compresses some) comes back unpacked.
     Through the environment's proxies, as the image's own clients go; a local URL that fails through a
     proxy but answers without it raises ProxiedAway naming the proxy."""
@@ -117,7 +119,7 @@ def fetch(base: str, path: str, timeout: float = 10) -> tuple[int, bytes, str]:
     return status, body, headers.get("Content-Type", "") if headers is not None else ""
 
 
-def get(base: str, path: str, timeout: float = 10) -> tuple[int, object]:
+def get(base: str, path: str, timeout: float = 10 * SLOWDOWN) -> tuple[int, object]:
     status, raw, _ = fetch(base, path, timeout)
     body = raw.decode("utf-8", "replace")
     try:
@@ -164,7 +166,7 @@ def frontend(base: str, listing: dict, plugin: str, pages: list) -> dict:
 
     def take(path: str) -> tuple[int, bytes]:
         try:
-            status, body, kind = fetch(base, path, timeout=30)
+            status, body, kind = fetch(base, path, timeout=30 * SLOWDOWN)
         except (OSError, urllib.error.URLError) as exc:
             out[path] = [0, 0, error_line(exc)]
             return 0, b""
@@ -288,6 +290,7 @@ def main() -> int:
     ap.add_argument("--plugin-dist", action="append", default=[])
     ap.add_argument("--profile-run", default="", help="scalars mode: also the profile plugin's trace of this run")
     args = ap.parse_args()
+    args.timeout *= SLOWDOWN
 
     out: dict = {"started": False}
     if args.mkdir:
@@ -429,7 +432,7 @@ def profiler_views(base: str, where: dict, kernels: bool) -> dict:
         out["kernels"] = [code, [r[:2] if isinstance(r, list) else [r.get("name"), r.get("calls")]
                                  for r in names or [] if isinstance(r, (list, dict))][:MAX_NAMES]]
     try:
-        status, raw, _ = fetch(base, f"{PROFILER}/trace?{q(where)}", timeout=60)
+        status, raw, _ = fetch(base, f"{PROFILER}/trace?{q(where)}", timeout=60 * SLOWDOWN)
     except (OSError, urllib.error.URLError) as exc:
         status, raw = 0, f"{base}{PROFILER}/trace failed: {error_line(exc)}".encode()
     out["trace"] = trace_summary(status, raw)

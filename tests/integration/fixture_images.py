@@ -31,6 +31,7 @@ from pathlib import Path
 
 from buildtool.common import docker_cli
 from buildtool.contracts import label_keys
+from tests.conftest import SYSTEM_TMP
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "t-imgtest"
@@ -483,7 +484,7 @@ def ensure(name: str) -> str:
 @contextlib.contextmanager
 def one_builder() -> Iterator[None]:
     """This machine's one image builder at a time (a build that fills the shared mirror's bases takes it too)."""
-    with open(Path(tempfile.gettempdir()) / "dl-images-fixture-images.lock", "a") as lock:
+    with open(SYSTEM_TMP / "dl-images-fixture-images.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         yield
 
