@@ -71,9 +71,11 @@ class MemRegistry:
         self.blobs[digest] = data
         return digest
 
-    def get_blob(self, repo: str, digest: str) -> bytes:
+    def get_blob(self, repo: str, digest: str, limit: int | None = None) -> bytes:
         if digest not in self.blobs:
             raise NotFound(f"blob {digest} not found")
+        if limit is not None and len(self.blobs[digest]) > limit:
+            raise RegistryError(f"blob {digest} of {repo} is over the {limit}-byte limit; not read further")
         return self.blobs[digest]
 
     def has_blob(self, repo: str, digest: str) -> bool:

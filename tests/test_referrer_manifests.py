@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from buildtool.attest.provenance_store import find_provenance
-from buildtool.attest.referrers import Referrer, add_referrers, copy_artifact
+from buildtool.attest.referrers import (
+    MAX_REFERRER_LAYER_BYTES,
+    Payload,
+    Referrer,
+    add_referrers,
+    attach,
+    copy_artifact,
+    fetch,
+)
 from buildtool.contracts.label_keys import ARTIFACT_CREATED
 from buildtool.contracts.names import PROVENANCE_TYPE
 from buildtool.registry.client import OCI_MANIFEST, RegistryError, sha256_digest
@@ -63,3 +71,25 @@ def test_a_malformed_copy_of_a_signed_artifact_is_refused_naming_why_and_the_ori
     # Release copies the artifact it read (stage): a RegistryError naming it, never a KeyError.
     with pytest.raises(RegistryError, match=f"artifact {copied}.*{re.escape(cause)}"):
         copy_artifact(client, REPO, "released", Referrer(copied, PROVENANCE_TYPE, len(raw)))  # type: ignore[arg-type]
+
+
+def test_a_layer_over_the_size_limit_is_refused_before_it_is_fetched_and_the_read_is_bounded(monkeypatch) -> None:
+    """Before, fetch read every layer of an artifact into memory whatever its size: anyone who may push could make
+    release and verify read a multi-GB layer (or a registry lying about the size could)."""
+    client = MemRegistry()
+    digest = client.push_image(REPO, "2.13-dev")
+    small = attach(client, REPO, digest, "application/x-test", [Payload("application/json", b"{}")])  # type: ignore[arg-type]
+    manifest = json.loads(client.get_manifest(REPO, small.digest)[0])
+    layer, big = manifest["layers"][0]["digest"], MAX_REFERRER_LAYER_BYTES + 1
+    manifest["layers"][0]["size"] = big
+    raw = json.dumps(manifest).encode()
+    huge = client.put_manifest(REPO, sha256_digest(raw), raw, OCI_MANIFEST)
+    asked: list[dict[str, Any]] = []
+    monkeypatch.setattr(client, "get_blob", lambda repo, d, **kw: asked.append(kw) or b"{}")
+    with pytest.raises(RegistryError, match=f"artifact {huge}: its layer {layer} is {big} bytes, over the "
+                                            f"{MAX_REFERRER_LAYER_BYTES}-byte limit"):
+        fetch(client, REPO, Referrer(huge, "application/x-test", len(raw)), digest)  # type: ignore[arg-type]
+    assert asked == []
+    # Within the limit, the read itself is bounded too (a registry that says 2 bytes and sends gigabytes).
+    fetch(client, REPO, small, digest)  # type: ignore[arg-type]
+    assert asked == [{"limit": MAX_REFERRER_LAYER_BYTES}]

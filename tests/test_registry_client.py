@@ -249,6 +249,31 @@ def test_a_blob_named_by_its_sha512_digest_is_checked_by_sha512() -> None:
         c.get_blob("a", "md5:" + hashlib.md5(data).hexdigest())
 
 
+def test_a_blob_read_with_a_limit_stops_at_the_limit() -> None:
+    """Before, get_blob read a blob whole into memory however many bytes the registry sent: a registry that lies
+    about a referrer layer's size could make release read gigabytes."""
+    import email.message
+
+    from buildtool.registry.transport import Response
+
+    written: list[int] = []
+
+    def exchange(method: str, url: str, *, sink: object = None, **kw: object) -> Response:
+        write = sink(200, email.message.Message())  # type: ignore[operator]
+        for _ in range(100):
+            write(b"x" * 1000)
+            written.append(1000)
+        return Response(200, email.message.Message(), b"")
+
+    c = RegistryClient("127.0.0.1:1")
+    c._exchange = exchange  # type: ignore[method-assign]
+    digest = "sha256:" + hashlib.sha256(b"x" * 100_000).hexdigest()
+    with pytest.raises(RegistryError, match=f"blob {digest} of a is over the 5000-byte limit; not read further"):
+        c.get_blob("a", digest, limit=5000)
+    assert sum(written) == 5000
+    assert c.get_blob("a", digest) == b"x" * 100_000
+
+
 _D = "sha256:" + "a" * 64
 _CONFIG = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _D, "size": 2}
 

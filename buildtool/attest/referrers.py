@@ -35,6 +35,9 @@ from buildtool.registry.client import (
 )
 
 _INDEX_UPDATE_ATTEMPTS = 5
+# The most a referrer's layer (an SBOM, a signed statement, a Sigstore bundle) may be: a CycloneDX SBOM of a CUDA
+# image (thousands of components) is a few MiB, a signed statement KiB; anything bigger is refused unread.
+MAX_REFERRER_LAYER_BYTES = 64 << 20
 _DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")    # OCI's digest grammar
 log = logging.getLogger(__name__)
 
@@ -141,10 +144,15 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
     if manifest.get("artifactType") != referrer.artifact_type:
         raise RegistryError(f"artifact {referrer.digest} is a {manifest.get('artifactType')}, "
                             f"not a {referrer.artifact_type}")
-    return [Payload(data=client.get_blob(repo, layer["digest"]),    # get_blob checks the digest
+    layers = manifest.get("layers", [])
+    for layer in layers:     # get_manifest checked each size is an integer
+        if layer["size"] > MAX_REFERRER_LAYER_BYTES:
+            raise RegistryError(f"artifact {referrer.digest}: its layer {layer['digest']} is {layer['size']} bytes, "
+                                f"over the {MAX_REFERRER_LAYER_BYTES}-byte limit")
+    return [Payload(data=client.get_blob(repo, layer["digest"], limit=MAX_REFERRER_LAYER_BYTES),  # checks the digest
                     title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),
                     media_type=str(layer.get("mediaType")))
-            for layer in manifest.get("layers", [])]
+            for layer in layers]
 
 
 def _artifact_manifest(raw: bytes, digest: str) -> dict[str, Any]:

@@ -385,13 +385,14 @@ class RegistryClient:
         except NotFound:
             return False
 
-    def get_blob(self, repo: str, digest: str) -> bytes:
-        """A blob, checked against its digest; a read cut off part way is resumed (see _download)."""
+    def get_blob(self, repo: str, digest: str, limit: int | None = None) -> bytes:
+        """A blob, checked against its digest; a read cut off part way is resumed (see _download); over `limit`
+        bytes, a RegistryError with no more read (whatever size the registry said)."""
         buffer = io.BytesIO()
-        self._download(repo, digest, buffer)
+        self._download(repo, digest, buffer, limit)
         return buffer.getvalue()
 
-    def _download(self, repo: str, digest: str, out: io.BytesIO | io.BufferedRandom) -> None:
+    def _download(self, repo: str, digest: str, out: io.BytesIO | io.BufferedRandom, limit: int | None = None) -> None:
         """GET a blob into `out` and check it against its digest. A body cut off part way (a connection reset, on
         the registry or on the storage host it redirects to) is asked for again from the first missing byte
         (`Range`, as the distribution spec's resumable pull does), and taken whole again when the host answers 200
@@ -418,7 +419,12 @@ class RegistryClient:
                 out.truncate()
             except OSError as exc:
                 raise SinkWriteError(str(exc)) from None
-            return out.write
+            return out.write if limit is None else bounded
+
+        def bounded(chunk: bytes) -> object:
+            if out.tell() + len(chunk) > (limit or 0):
+                raise RegistryError(f"blob {digest} of {repo} is over the {limit}-byte limit; not read further")
+            return out.write(chunk)
 
         def unwritten(error: object) -> FailedError:
             return FailedError(f"blob {digest} of {repo} could not be written to {getattr(out, 'name', 'memory')}: "
