@@ -122,6 +122,74 @@ def test_open_envelope_rejects_garbage() -> None:
             open_envelope(data, trusted().keys)
 
 
+def _url_safe(data: bytes, padded: bool) -> bytes:
+    """The envelope with its payload and signatures in URL-safe base64 (padded or not): the same bytes signed."""
+    env = json.loads(data)
+
+    def again(text: str) -> str:
+        out = base64.urlsafe_b64encode(base64.b64decode(text)).decode()
+        return out if padded else out.rstrip("=")
+
+    env["payload"] = again(env["payload"])
+    env["signatures"] = [{**s, "sig": again(s["sig"])} for s in env["signatures"]]
+    return json.dumps(env, sort_keys=True).encode()
+
+
+def _odd_verdict() -> bytes:
+    """A verdict envelope whose payload's standard base64 holds `+`, `/` and padding (its runner's name does that)."""
+    body = verdict(CPU, D1)
+    body["runner"]["hostname"] = "ci??????>>>>>>"
+    data = envelope("r", D1, body)
+    assert {"+", "/", "="} <= set(json.loads(data)["payload"])
+    return data
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_an_envelope_in_url_safe_base64_opens_and_one_in_neither_is_refused_naming_it(padded: bool) -> None:
+    """DSSE (envelope.md v1.0.0) allows standard or URL-safe base64; before, a URL-safe payload was refused as
+    "not base64", so another signer's valid envelope did not count."""
+    honest = _odd_verdict()
+    url_safe = _url_safe(honest, padded)
+    assert url_safe != honest and "-" in json.loads(url_safe)["payload"]
+    assert open_envelope(url_safe, trusted().keys) == open_envelope(honest, trusted().keys)
+    verdict_back, keyid = check(url_safe)
+    assert keyid == KEY.keyid and verdict_back.runner.hostname == "ci??????>>>>>>"
+    # Both alphabets in one string is neither encoding.
+    env = json.loads(url_safe)
+    env["payload"] = env["payload"].replace("-", "+", 1)
+    with pytest.raises(EnvelopeError, match=r"^malformed: the payload is neither standard nor URL-safe base64$"):
+        open_envelope(json.dumps(env).encode(), trusted().keys)
+
+
+def test_one_envelope_in_both_encodings_counts_once() -> None:
+    """An attacker who may push attaches a copy of one signed verdict re-encoded in the other base64 alphabet
+    (unpadded): before, its text differed, so it could count as a second verdict of the same signature."""
+    from buildtool.attest.bundles import same_envelope
+    from buildtool.validate.verdicts import find_verdicts
+    from tests.memregistry import MemRegistry
+    from tests.signing import attach_raw
+
+    honest = _odd_verdict()
+    copies = [_url_safe(honest, padded) for padded in (True, False)]
+    # The one signature repeated in the other encoding, in one envelope: still that envelope.
+    env = json.loads(honest)
+    env["signatures"] += json.loads(copies[1])["signatures"]
+    repeated = json.dumps(env).encode()
+    assert open_envelope(repeated, trusted().keys).keyid == KEY.keyid
+    assert len({same_envelope([Payload(DSSE, data)]) for data in [honest, *copies, repeated]}) == 1
+    client = MemRegistry()
+    digest = client.push_image("pytorch-cpu", "2.13-dev")
+    body = verdict(CPU, digest)
+    body["runner"]["hostname"] = "ci??????>>>>>>"
+    honest = envelope("r", digest, body)
+    env = json.loads(honest)
+    env["signatures"] += json.loads(_url_safe(honest, False))["signatures"]
+    for data in [honest, _url_safe(honest, True), _url_safe(honest, False), json.dumps(env).encode()]:
+        attach_raw(client, "pytorch-cpu", digest, data)  # type: ignore[arg-type]
+    findings = find_verdicts(client, "pytorch-cpu", digest, trusted())  # type: ignore[arg-type]
+    assert len(findings.found) == 1 and not findings.rejected, (findings.found, findings.rejected)
+
+
 def test_an_untrusted_key_id_is_shown_without_its_control_characters() -> None:
     """An envelope anyone may push names its key id: a line break or terminal escape in it went into the one-line
     refusal as it was, so it broke the line, or rewrote the terminal's (CI log's) line, where verify prints it."""

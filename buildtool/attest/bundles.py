@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from buildtool.attest.dsse import canonical
 from buildtool.attest.intoto import DSSE_MEDIA_TYPE
 from buildtool.attest.referrers import Payload, Referrer, attach, fetch, referrers
 from buildtool.attest.sigstore_bundle import (
@@ -90,16 +91,18 @@ def fetch_envelopes(client: RegistryClient, repo: str, ref: Referrer, digest: st
 
 
 def same_envelope(payloads: list[Payload]) -> str | None:
-    """One text per envelope, whichever artifact or bundle carried it and however its JSON was spaced: the
-    same envelope verifies (or is refused) alike wherever it is. None unless there is one envelope that parses."""
+    """One text per envelope, whichever artifact or bundle carried it, however its JSON was spaced and whichever
+    base64 (standard or URL-safe, padded or not) it was written in (dsse.canonical): the same envelope verifies (or
+    is refused) alike wherever it is. None unless there is one envelope that parses."""
     envelopes = [p.data for p in payloads if p.media_type == DSSE_MEDIA_TYPE]
     if len(envelopes) != 1:
         return None
     try:
         # Strict: an envelope with a repeated key is no envelope here, never the same as one without it.
-        return json.dumps(strict_json.loads(envelopes[0]), sort_keys=True, separators=(",", ":"))
+        parsed = strict_json.loads(envelopes[0])
     except ValueError:
         return None
+    return json.dumps(canonical(parsed) if isinstance(parsed, dict) else parsed, sort_keys=True, separators=(",", ":"))
 
 
 def read_once(client: RegistryClient, repo: str, ref: Referrer, digest: str,

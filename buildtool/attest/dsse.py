@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,36 @@ def sign_envelope(key: PrivateKey, payload_type: str, payload: bytes) -> dict[st
             "signatures": [{"keyid": key.keyid, "sig": base64.b64encode(key.sign(payload_type, payload)).decode()}]}
 
 
+# DSSE envelope.md v1.0.0: "Either standard or URL-safe encoding is allowed", padded or not; one alphabet a string.
+_STANDARD, _URL_SAFE = re.compile(r"[A-Za-z0-9+/]*={0,2}"), re.compile(r"[A-Za-z0-9_-]*={0,2}")
+
+
+def b64decode(text: str) -> bytes:
+    """A DSSE payload or signature: standard or URL-safe base64, padded or not; ValueError for anything else (both
+    alphabets in one string, wrong padding)."""
+    alphabet = None if _STANDARD.fullmatch(text) else b"-_" if _URL_SAFE.fullmatch(text) else ""
+    if alphabet == "":
+        raise ValueError("neither standard nor URL-safe base64")
+    return base64.b64decode(text if "=" in text else text + "=" * (-len(text) % 4), altchars=alphabet, validate=True)
+
+
+def canonical(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The envelope with its payload and signatures in padded standard base64 where they decode, each signature
+    once: one signed envelope has one text, whichever encoding (or repetition) carried it."""
+    def standard(value: Any) -> Any:
+        try:
+            return base64.b64encode(b64decode(value)).decode() if isinstance(value, str) else value
+        except ValueError:
+            return value
+
+    out = {**envelope, **({"payload": standard(envelope["payload"])} if "payload" in envelope else {})}
+    if isinstance(signatures := envelope.get("signatures"), list):
+        texts = (json.dumps({**s, "sig": standard(s.get("sig"))} if isinstance(s, dict) else s, sort_keys=True)
+                 for s in signatures)
+        out["signatures"] = [json.loads(text) for text in dict.fromkeys(texts)]
+    return out
+
+
 @dataclass(frozen=True)
 class Opened:
     """What a verified envelope says, and who signed it."""
@@ -162,9 +194,9 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
     if not isinstance(signatures, list) or not signatures:
         raise EnvelopeError("unsigned: the envelope carries no signature")
     try:
-        payload = base64.b64decode(str(envelope["payload"]), validate=True)
+        payload = b64decode(str(envelope["payload"]))
     except ValueError:
-        raise EnvelopeError("malformed: the payload is not base64") from None
+        raise EnvelopeError("malformed: the payload is neither standard nor URL-safe base64") from None
     payload_type = str(envelope["payloadType"])
     untrusted, bad = [], []
     for entry in signatures:
@@ -174,7 +206,7 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
             untrusted.append(keyid or "(no key id)")
             continue
         try:
-            sig = base64.b64decode(str(entry.get("sig") or ""), validate=True)
+            sig = b64decode(str(entry.get("sig") or ""))
         except ValueError:
             bad.append(keyid)
             continue

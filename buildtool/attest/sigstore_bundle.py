@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from buildtool.attest.dsse import short
+from buildtool.attest.dsse import b64decode, short
 from buildtool.common import strict_json
 
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -120,9 +120,9 @@ def envelope(data: bytes, check_timestamp: TimestampCheck | None = None) -> byte
 
 
 def _decoded(value: Any) -> bytes:
-    """Base64 (as protobuf-specs' JSON writes bytes) -> bytes; BundleError for anything else."""
+    """Base64 (protobuf's JSON, as DSSE, reads standard or URL-safe, padded or not) -> bytes; BundleError otherwise."""
     try:
-        decoded = base64.b64decode(value, validate=True) if isinstance(value, str) else b""
+        decoded = b64decode(value) if isinstance(value, str) else b""
     except (binascii.Error, ValueError):
         decoded = b""
     if not decoded:
