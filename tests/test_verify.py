@@ -179,6 +179,30 @@ def test_verify_checks_every_platform_of_an_index(client: MemRegistry, cli) -> N
     assert out.count("result") == 1 and out.splitlines()[-1].startswith(f"result  NOT verified: {arm} has no valid")
 
 
+@pytest.mark.parametrize("declared", [OCI_INDEX, OCI_MANIFEST])
+def test_verify_refuses_an_index_in_an_index_as_release_does(client: MemRegistry, cli, declared: str) -> None:  # noqa: ANN001
+    """Before, verify read an entry that is itself an index through (its children's labels, the inner index's
+    attestations) and refused it for another cause (no provenance of the inner index), or none; release refuses it
+    as an index in an index."""
+    amd = client.push_image(REPO, "amd", b"amd64", labels=LABELS)
+    arm = client.push_image(REPO, "arm", b"arm64", labels=LABELS)
+    chained(client, amd)
+    chained(client, arm)
+    arm_entry = {"mediaType": OCI_MANIFEST, "digest": arm, "size": 1, "platform": {"os": "linux", "architecture":
+                                                                                   "arm64"}}
+    inner = client.put_manifest(REPO, "inner", json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                                           "manifests": [arm_entry]}).encode(), OCI_INDEX)
+    children = [{"mediaType": OCI_MANIFEST, "digest": amd, "size": 1, "platform": {"os": "linux",
+                                                                                   "architecture": "amd64"}},
+                {**arm_entry, "mediaType": declared, "digest": inner}]
+    client.put_manifest(REPO, "2.13", json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                                  "manifests": children}).encode(), OCI_INDEX)
+    code, out, err = cli(f"{client.host}/{REPO}:2.13")
+    assert code == 1 and err.strip() == (f"failed: linux/arm64 ({inner}): the registry serves an index for it, not "
+                                         "one platform's image manifest; push the cell again"), err
+    assert out.count("result") == 1
+
+
 def test_verify_trusts_the_local_key_only_on_a_loopback_registry(cli) -> None:  # noqa: ANN001
     code, _, err = cli("registry.example.com/team/pytorch-cpu:2.13", "--trust-local-key")
     assert code == 2 and "--trust-local-key is only for a loopback registry, not registry.example.com" in err

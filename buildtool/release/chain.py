@@ -26,7 +26,7 @@ from buildtool.contracts import label_keys
 from buildtool.contracts.names import DEV_SUFFIX, image_of_repo_path, parse_dev_tag
 from buildtool.contracts.verdict import gpu_pass_problem, recorded_failure
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
-from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems
+from buildtool.release.gates import entry_problems, index_entries, known_platform, provenance_problems, served_index
 from buildtool.release.gather import unproven_attestations
 from buildtool.release.read import read_child, read_platforms
 from buildtool.sbom.signing import find_sbom_attestation, plain_sbom_problem
@@ -245,6 +245,8 @@ def verify_digest(client: RegistryClient, repo: str, digest: str, trusted: Trust
     chain.lines.append(("image", chain.image))
     raw, media_type, _ = (read_child(client, repo, index, digest, platform) if index
                           else client.get_manifest(repo, digest))
+    if index and media_type in INDEX_TYPES:      # an index in an index: refused as release refuses it, not read through
+        return chain.fail(served_index(platform, digest))
     images = read_platforms(client, repo, raw, media_type)
     labelled = sorted({c for p in images if (c := p.labels.get(label_keys.CELL))})
     prov = find_provenance(client, repo, digest, trusted, now)

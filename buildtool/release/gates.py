@@ -498,13 +498,18 @@ def entry_problems(cell: Cell, entries: list[Entry]) -> list[str]:
     return problems
 
 
+def served_index(platform: str, digest: str) -> str:
+    """Why an index entry whose digest the registry serves as an index is refused (release and verify alike)."""
+    return f"{platform} ({digest}): the registry serves an index for it, not one platform's image manifest; push the " \
+        "cell again"
+
+
 def config_platform_problems(found: list[Platform], expected: dict[str, str]) -> list[str]:
     """Each platform image's config must declare the platform it is released as (`expected`: digest ->
     platform): an index entry saying linux/arm64 over an amd64 image would run nowhere it claims to. One with no
     image read (read_platforms passes an index over) names an index, whatever mediaType its entry declares."""
     read = {p.digest for p in found}
-    return [f"{want} ({digest}): the registry serves an index for it, not one platform's image manifest; push the "
-            "cell again" for digest, want in expected.items() if digest not in read] + [
+    return [served_index(want, digest) for digest, want in expected.items() if digest not in read] + [
         f"{want} ({p.digest}): its image config declares {p.config_platform or 'no platform'}, not {want}"
         for p in found if (want := expected.get(p.digest)) is not None and known_platform(p.config_platform) != want]
 
