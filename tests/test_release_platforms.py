@@ -351,3 +351,25 @@ def test_an_entry_that_serves_an_index_is_refused_as_one() -> None:
     dev.index([(amd, "linux/amd64"), (inner, "linux/arm64")])
     assert (f"linux/arm64 ({inner}): the registry serves an index for it, not one platform's image manifest; push "
             "the cell again") in dev.gather().problems
+
+
+@pytest.mark.parametrize("platform", [{"os": "linux/arm64", "architecture": "v8"},
+                                      {"os": "linux", "architecture": "arm64/v8"},
+                                      {"os": "linux", "architecture": "arm64", "variant": "v8/x"}])
+def test_an_entry_whose_platform_fields_hold_a_slash_is_refused_as_a_broken_index(platform: dict[str, str]) -> None:
+    """Before, release joined os/architecture/variant with "/" and read {"os": "linux/arm64", "architecture": "v8"} as
+    linux/arm64/v8, so it released an index no arm64 runtime selects anything from (they compare the fields)."""
+    dev = Dev()
+    amd, arm = dev.validated("amd64"), dev.validated("arm64")
+    index = json.loads(dev.client.get_manifest(dev.repo, dev.index([(amd, "linux/amd64"), (arm, "linux/arm64")]))[0])
+    index["manifests"][1]["platform"] = platform
+    dev.client.put_manifest(dev.repo, dev.plan.dev_tag, json.dumps(index).encode(), OCI_INDEX)
+    item = dev.gather()
+    cause = (f"index entry {arm} is broken: its platform {json.dumps(platform)} has a '/' in a field (os, architecture "
+             "and variant are one word each), so no runtime selects it; push the cell again")
+    assert item.status != "ready" and item.problems[0] == cause, item.problems
+    # verify reads the index alike: the entry is not checked as linux/arm64, and the refusal names it.
+    from buildtool.release.chain import manifests
+
+    found, problems, _ = manifests(dev.client, dev.repo, dev.plan.dev_tag)  # type: ignore[arg-type]
+    assert found == [(amd, "linux/amd64")] and problems[0] == cause, problems

@@ -136,12 +136,13 @@ def manifests(client: RegistryClient, repo: str, ref: str) -> tuple[list[tuple[s
         return [(digest, "")], [], digest
     manifest = json.loads(raw)
     entries = index_entries(manifest)
-    known = tuple(dict.fromkeys(n for e in entries if (n := known_platform(e.platform)) is not None))
+    known = tuple(dict.fromkeys(n for e in entries if (n := known_platform(e.platform)) is not None and not e.broken))
     # No cell here: the platforms the index declares stand in for the cell's (checked against the matrix's
     # cell by release's gate when a checkout is at hand); unknown, missing, doubled and nested entries are not.
     loose = cast("Cell", SimpleNamespace(key=f"{repo}@{digest}", platforms=known))
     problems = entry_problems(loose, entries) + unproven_attestations(client, repo, manifest)
-    return ([(e.digest, name) for e in entries if (name := known_platform(e.platform)) is not None and e.digest],
+    return ([(e.digest, name) for e in entries
+             if (name := known_platform(e.platform)) is not None and e.digest and not e.broken],
             problems, digest)
 
 

@@ -7,6 +7,7 @@ No waiver covers anything but waivable skips.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -371,6 +372,7 @@ class Entry:
     digest: str
     platform: str                # os/arch[/variant] as the index declares it ("" when it declares none)
     media_type: str = ""
+    broken: str = ""             # why its platform object is no platform at all (a field holding "/"), "" when not
 
 
 def declared_platform(child: dict[str, Any]) -> str:
@@ -398,7 +400,12 @@ def index_entries(manifest: dict[str, Any]) -> list[Entry]:
             continue
         # An OCI descriptor, not a verdict: a subscript, as tests/test_verdict_schema.py reads .get("digest") as one.
         digest = child["digest"] if "digest" in child else ""  # noqa: SIM401
-        found.append(Entry(digest if isinstance(digest, str) else "", name, str(child.get("mediaType", ""))))
+        plat = child.get("platform")
+        plat = plat if isinstance(plat, dict) else {}
+        # Runtimes compare the fields: {"os": "linux/arm64", "architecture": "v8"} joins as linux/arm64/v8, but is none.
+        broken = any("/" in str(plat.get(k) or "") for k in ("os", "architecture", "variant"))
+        found.append(Entry(digest if isinstance(digest, str) else "", name, str(child.get("mediaType", "")),
+                           f"its platform {json.dumps(plat)[:160]} has a '/' in a field" if broken else ""))
     return found
 
 
@@ -473,6 +480,11 @@ def entry_problems(cell: Cell, entries: list[Entry]) -> list[str]:
                             "no runtime can pull it, and nothing can be read for it; push the cell again")
             continue
         name = known_platform(e.platform)
+        if e.broken:
+            problems.append(f"index entry {e.digest} is broken: {e.broken} (os, architecture and variant are one word "
+                            "each), so no runtime selects it; push the cell again")
+            if name is not None:
+                continue    # its fields joined name a known platform, but it is none
         if not e.platform:
             problems.append(f"index entry {e.digest} declares no platform: every manifest of the index must be one "
                             f"platform of {cell.key} ({expected})")

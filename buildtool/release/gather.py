@@ -189,7 +189,7 @@ def _subjects(client: RegistryClient, item: ImageRelease, plan: CellPlan) -> lis
     entries = index_entries(manifest)
     # Only entries of a platform the cell has are gated one by one; any other is refused by entry_problems.
     item.evidence = [Evidence(e.digest, name) for e in entries
-                     if (name := known_platform(e.platform)) in plan.cell.platforms and e.digest]
+                     if (name := known_platform(e.platform)) in plan.cell.platforms and e.digest and not e.broken]
     return entry_problems(plan.cell, entries) + unproven_attestations(client, split_repo_path(plan.dev_repo)[1],
                                                                       manifest)
 
