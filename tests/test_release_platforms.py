@@ -373,3 +373,16 @@ def test_an_entry_whose_platform_fields_hold_a_slash_is_refused_as_a_broken_inde
 
     found, problems, _ = manifests(dev.client, dev.repo, dev.plan.dev_tag)  # type: ignore[arg-type]
     assert found == [(amd, "linux/amd64")] and problems[0] == cause, problems
+
+
+def test_an_image_whose_config_platform_fields_hold_a_slash_is_refused_naming_them() -> None:
+    """Before, release joined the image config's os/architecture/variant with "/": a config of architecture
+    "arm64/v8" read as linux/arm64/v8, so an image no runtime takes for linux/arm64 passed as that platform."""
+    dev = Dev()
+    amd = dev.validated("amd64")
+    odd = dev.image("arm64", config_arch="arm64/v8")
+    dev.evidence(odd, "linux/arm64")
+    dev.index([(amd, "linux/amd64"), (odd, "linux/arm64")])
+    problems = dev.gather().problems
+    assert (f"linux/arm64 ({odd}): its image config declares the broken platform "
+            '{"architecture": "arm64/v8", "os": "linux"} (a \'/\' in a field), not linux/arm64') in problems, problems

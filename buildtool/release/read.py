@@ -53,7 +53,10 @@ def _config(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> tupl
         raise RegistryError(f"{client.host}/{repo}: the config {config['digest']} of an image is not an image config "
                             "(a JSON object whose config.Labels, where present, maps names to strings): its labels "
                             "cannot be read, so the image is neither released nor verified; push the cell again")
-    platform = "/".join(str(body[k]) for k in ("os", "architecture", "variant") if body.get(k))
+    fields = {k: body[k] for k in ("os", "architecture", "variant") if body.get(k)}
+    platform = "/".join(str(v) for v in fields.values())
+    if any("/" in str(v) for v in fields.values()):    # runtimes compare the fields: linux + arm64/v8 is no linux/arm64
+        platform = f"the broken platform {json.dumps(fields, sort_keys=True)[:160]} (a '/' in a field)"
     return dict(labels), platform
 
 
