@@ -48,7 +48,7 @@ class Registry:
         body, media_type = self.manifests[ref]
         return body, media_type, ref
 
-    def get_blob(self, repo: str, digest: str) -> bytes:
+    def get_blob(self, repo: str, digest: str, limit: int | None = None) -> bytes:
         return self.blobs[digest]
 
 

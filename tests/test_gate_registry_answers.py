@@ -153,6 +153,30 @@ def _stops_alike(dev: Dev, cell: object) -> str:
     return line
 
 
+def test_a_config_over_the_size_limit_is_not_read_by_release_or_verify(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, release and verify read an image's config blob whole whatever its size: anyone who may push could
+    make them read gigabytes (a descriptor saying so, or a registry lying about it)."""
+    from buildtool.release import read
+
+    dev = Dev(CPU)
+    manifest = json.loads(dev.client.get_manifest(dev.repo, dev.image("amd64"))[0])
+    blob, big = manifest["config"]["digest"], read.MAX_CONFIG_BYTES + 1
+    manifest["config"]["size"] = big
+    raw = json.dumps(manifest).encode()
+    digest = dev.client.put_manifest(dev.repo, sha256_digest(raw), raw, OCI_MANIFEST)
+    dev.evidence(digest, "linux/amd64")
+    single(dev, digest)
+    assert (f"the config {blob} of an image is {big} bytes, over the {read.MAX_CONFIG_BYTES}-byte limit"
+            in _stops_alike(dev, CPU))
+    # Its descriptor within the limit, the read itself stops there.
+    manifest["config"]["size"] = 2
+    raw = json.dumps(manifest).encode()
+    single(dev, dev.client.put_manifest(dev.repo, sha256_digest(raw), raw, OCI_MANIFEST))
+    monkeypatch.setattr(read, "MAX_CONFIG_BYTES", 16)
+    with pytest.raises(RegistryError, match=f"blob {blob} of {dev.repo} is over the 16-byte limit"):
+        dev.gather()
+
+
 _BASE = "base/img"
 
 

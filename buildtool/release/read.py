@@ -37,12 +37,20 @@ def _or_empty(value: Any) -> Any:
     return {} if value is None else value
 
 
+# The most an image config may be: one is KiB (a few hundred for many layers' history); anyone who may push writes it.
+MAX_CONFIG_BYTES = 4 << 20
+
+
 def _config(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> tuple[dict[str, str], str]:
     config = manifest.get("config", {})
     if not config.get("digest"):
         return {}, ""
+    if int(config.get("size") or 0) > MAX_CONFIG_BYTES:     # an integer: get_manifest checked the descriptor
+        raise RegistryError(f"{client.host}/{repo}: the config {config['digest']} of an image is {config['size']} "
+                            f"bytes, over the {MAX_CONFIG_BYTES}-byte limit: it is not read, so the image is neither "
+                            "released nor verified; push the cell again")
     try:
-        body = json.loads(client.get_blob(repo, config["digest"]))
+        body = json.loads(client.get_blob(repo, config["digest"], limit=MAX_CONFIG_BYTES))
     except ValueError:    # not JSON, not UTF-8
         body = None
     inner = _or_empty(body.get("config")) if isinstance(body, dict) else None
