@@ -576,3 +576,18 @@ def test_python_details_or_packages_that_are_not_objects_are_a_probe_error():
     with pytest.raises(ProbeError, match=re.escape("the probe's python_details and python_packages are not both "
                                                    "objects (name -> metadata, name -> version)")):
         _doc(probe)
+
+
+def _cdx(*purls: str) -> dict:
+    return {"metadata": {"component": {"properties": []}}, "components": [{"purl": p} for p in purls]}
+
+
+def test_multi_arch_debian_packages_are_kept_apart_in_contents_and_diff():
+    """contents keyed Debian packages by name only: libc6:amd64 and libc6:i386 collapsed into one (the last read),
+    so an i386 libc6 update read as no change or as the amd64 one's."""
+    before = sbom.contents(_cdx("pkg:deb/debian/libc6@2.36-9?arch=amd64", "pkg:deb/debian/libc6@2.36-9?arch=i386",
+                                "pkg:deb/debian/bash@5.2?arch=amd64"))
+    after = sbom.contents(_cdx("pkg:deb/debian/libc6@2.36-9?arch=amd64", "pkg:deb/debian/libc6@2.36-10?arch=i386",
+                               "pkg:deb/debian/bash@5.2?arch=amd64"))
+    assert before.apt == {"bash": "5.2", "libc6:amd64": "2.36-9", "libc6:i386": "2.36-9"}
+    assert [c.line() for c in sbom.diff(before, after)] == ["libc6:i386 (apt): 2.36-9 -> 2.36-10"]

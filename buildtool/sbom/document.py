@@ -293,15 +293,28 @@ def contents(document: dict[str, Any]) -> Contents:
     root = (document.get("metadata") or {}).get("component") or {}
     facts = {p["name"].split(":", 1)[1]: p.get("value", "") for p in root.get("properties", [])
              if str(p.get("name", "")).startswith(f"{PROPERTY}:")}
-    found: dict[str, dict[str, str]] = {"pypi": {}, "deb": {}}
+    found: dict[str, dict[str, str]] = {"pypi": {}}
+    debs: dict[tuple[str, str], str] = {}
     for component in document.get("components", []):
         try:
             purl = PackageURL.from_string(component.get("purl", ""))
         except ValueError:
             continue
-        if purl.type in found:
+        if purl.type == "deb":
+            arch = purl.qualifiers.get("arch", "") if isinstance(purl.qualifiers, dict) else ""
+            debs[(purl.name, arch)] = purl.version or ""
+        elif purl.type in found:
             found[purl.type][purl.name] = purl.version or ""
-    return Contents(facts=facts, python=dict(sorted(found["pypi"].items())), apt=dict(sorted(found["deb"].items())))
+    return Contents(facts=facts, python=dict(sorted(found["pypi"].items())), apt=dict(sorted(deb_keys(debs).items())))
+
+
+def deb_keys(debs: dict[tuple[str, str], str]) -> dict[str, str]:
+    """Debian packages by name, as dpkg names them: `name:arch` where the name is installed for more than one
+    architecture (multi-arch pairs such as libc6:amd64 and libc6:i386 are two packages)."""
+    archs: dict[str, int] = {}
+    for name, _ in debs:
+        archs[name] = archs.get(name, 0) + 1
+    return {f"{name}:{arch}" if archs[name] > 1 else name: version for (name, arch), version in debs.items()}
 
 
 @dataclass(frozen=True)
