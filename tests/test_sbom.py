@@ -591,3 +591,12 @@ def test_multi_arch_debian_packages_are_kept_apart_in_contents_and_diff():
                                "pkg:deb/debian/bash@5.2?arch=amd64"))
     assert before.apt == {"bash": "5.2", "libc6:amd64": "2.36-9", "libc6:i386": "2.36-9"}
     assert [c.line() for c in sbom.diff(before, after)] == ["libc6:i386 (apt): 2.36-9 -> 2.36-10"]
+
+
+def test_python_names_of_other_tools_sboms_are_compared_by_their_pep_503_name():
+    """contents took a pypi purl's name as written: another tool's `Typing_Extensions` and ours `typing-extensions`
+    read as one package removed and another added, not as one package at two versions."""
+    before = sbom.contents(_cdx("pkg:pypi/Typing_Extensions@4.15.0", "pkg:pypi/zope.interface@7.0"))
+    after = sbom.contents(_cdx("pkg:pypi/typing-extensions@4.16.0", "pkg:pypi/zope-interface@7.0"))
+    assert before.python == {"typing-extensions": "4.15.0", "zope-interface": "7.0"}
+    assert [c.line() for c in sbom.diff(before, after)] == ["typing-extensions (python): 4.15.0 -> 4.16.0"]

@@ -27,7 +27,7 @@ from typing import Any
 from buildtool.attest import referrers
 from buildtool.common import strict_json
 from buildtool.contracts import label_keys
-from buildtool.contracts.locks import LockFile
+from buildtool.contracts.locks import LockFile, normalize
 from buildtool.contracts.names import SBOM_TYPE
 from buildtool.registry.client import RegistryClient, RegistryError
 from buildtool.sbom import components as packages
@@ -293,7 +293,7 @@ def contents(document: dict[str, Any]) -> Contents:
     root = (document.get("metadata") or {}).get("component") or {}
     facts = {p["name"].split(":", 1)[1]: p.get("value", "") for p in root.get("properties", [])
              if str(p.get("name", "")).startswith(f"{PROPERTY}:")}
-    found: dict[str, dict[str, str]] = {"pypi": {}}
+    python: dict[str, str] = {}
     debs: dict[tuple[str, str], str] = {}
     for component in document.get("components", []):
         try:
@@ -303,9 +303,9 @@ def contents(document: dict[str, Any]) -> Contents:
         if purl.type == "deb":
             arch = purl.qualifiers.get("arch", "") if isinstance(purl.qualifiers, dict) else ""
             debs[(purl.name, arch)] = purl.version or ""
-        elif purl.type in found:
-            found[purl.type][purl.name] = purl.version or ""
-    return Contents(facts=facts, python=dict(sorted(found["pypi"].items())), apt=dict(sorted(deb_keys(debs).items())))
+        elif purl.type == "pypi":   # another tool's purl may keep the name's case, `.` or `_` (PEP 503: one name)
+            python[normalize(purl.name)] = purl.version or ""
+    return Contents(facts=facts, python=dict(sorted(python.items())), apt=dict(sorted(deb_keys(debs).items())))
 
 
 def deb_keys(debs: dict[tuple[str, str], str]) -> dict[str, str]:
