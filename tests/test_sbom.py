@@ -600,3 +600,29 @@ def test_python_names_of_other_tools_sboms_are_compared_by_their_pep_503_name():
     after = sbom.contents(_cdx("pkg:pypi/typing-extensions@4.16.0", "pkg:pypi/zope-interface@7.0"))
     assert before.python == {"typing-extensions": "4.15.0", "zope-interface": "7.0"}
     assert [c.line() for c in sbom.diff(before, after)] == ["typing-extensions (python): 4.15.0 -> 4.16.0"]
+
+
+def test_a_dist_info_without_a_name_is_reported_not_skipped(tmp_path: Path, monkeypatch):
+    """A dist-info whose METADATA had no Name was left out of the probe's lists without a word, so the SBOM listed
+    the image without that installed distribution; the probe now lists its folder and the SBOM step refuses it."""
+    from buildtool.sbom.components import ProbeError
+
+    spec = importlib.util.spec_from_file_location("packages_probe", ROOT / contents.PROBE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    named, unnamed = tmp_path / "x-1.dist-info", tmp_path / "y-2.dist-info"
+    for info, text in ((named, "Metadata-Version: 2.1\nName: x\nVersion: 1\n"), (unnamed, "Metadata-Version: 2.1\n"
+                                                                                 "Version: 2\n")):
+        info.mkdir()
+        (info / "METADATA").write_text(text)
+    monkeypatch.setattr(module.md, "distributions", lambda: [module.md.PathDistribution(p) for p in (named, unnamed)])
+    assert module.python_unnamed() == [str(unnamed)]
+    assert list(module.python_details()) == ["x"]
+    probe = sbom_probe.probe()
+    probe["python_unnamed"] = [str(unnamed)]
+    with pytest.raises(ProbeError, match=re.escape(f"Python distribution metadata {str(unnamed)!r} has no Name")):
+        _doc(probe)
+    del probe["python_unnamed"]
+    with pytest.raises(ProbeError, match="the probe's output has no python_unnamed"):
+        _doc(probe)
