@@ -150,3 +150,19 @@ def test_a_release_file_without_source_commit_is_refused_naming_file_and_field(t
     assert message.startswith(f"{path}: ") and "`source_commit`" in message and "pytorch-cpu:2.13" in message
     assert "\n" not in message
     assert json.loads(path.read_text()) == legacy                           # the earlier record is kept
+
+
+@pytest.mark.parametrize(("text", "why"), [("{not json", "not JSON"), ("[1, 2]", "a JSON list, not an object")])
+def test_an_earlier_release_file_that_cannot_be_read_is_refused_not_overwritten(tmp_path: Path, text: str,
+                                                                                 why: str) -> None:
+    """An earlier part's file that was not JSON was read as {} and overwritten by this part alone (the earlier parts'
+    record lost), and one holding a JSON list raised AttributeError; now both are refused, naming the file."""
+    from buildtool.common.errors import UserError
+
+    path = tmp_path / "docs/releases/0.2.0.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(UserError) as caught:
+        write_release_files(tmp_path, build_manifest(ReleaseReport("0.2.0", "abc", [item()])))
+    assert str(caught.value).startswith(f"{path}: cannot read the earlier release manifest ({why}")
+    assert path.read_text() == text and not (tmp_path / "docs/releases/0.2.0.md").exists()

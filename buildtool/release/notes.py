@@ -178,10 +178,14 @@ def write_release_files(root: Path, manifest: dict[str, Any], promoted: bool = T
     if not promoted and json_path.is_file() and md_path.is_file():
         return []
     if json_path.is_file():
-        try:
+        try:   # never read as {}: this part alone would overwrite the earlier parts' record
             old = json.loads(json_path.read_text())
-        except ValueError:
-            old = {}
+            why = "" if isinstance(old, dict) else f"a JSON {type(old).__name__}, not an object"
+        except ValueError as exc:
+            why = f"not JSON: {str(exc)[:80]}"
+        if why:
+            raise UserError(f"{json_path}: cannot read the earlier release manifest ({why}); restore the file "
+                            "`buildtool release` wrote (git checkout), or remove it")
         if old.get("version") == manifest["version"]:
             manifest = merge_manifests(old, manifest, str(json_path))
     write_atomic(json_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
