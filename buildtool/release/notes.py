@@ -178,16 +178,31 @@ def write_release_files(root: Path, manifest: dict[str, Any], promoted: bool = T
     if not promoted and json_path.is_file() and md_path.is_file():
         return []
     if json_path.is_file():
-        try:   # never read as {}: this part alone would overwrite the earlier parts' record
-            old = json.loads(json_path.read_text())
-            why = "" if isinstance(old, dict) else f"a JSON {type(old).__name__}, not an object"
-        except ValueError as exc:
-            why = f"not JSON: {str(exc)[:80]}"
-        if why:
-            raise UserError(f"{json_path}: cannot read the earlier release manifest ({why}); restore the file "
-                            "`buildtool release` wrote (git checkout), or remove it")
+        old = _earlier(json_path)
         if old.get("version") == manifest["version"]:
             manifest = merge_manifests(old, manifest, str(json_path))
     write_atomic(json_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     write_atomic(md_path, render_notes(manifest))
     return [json_path, md_path]
+
+
+def _earlier(json_path: Path) -> dict[str, Any]:
+    """An earlier part's release manifest; never read as {} (this part alone would overwrite the parts' record)."""
+    try:
+        old = json.loads(json_path.read_text())
+        why = "" if isinstance(old, dict) else f"a JSON {type(old).__name__}, not an object"
+    except ValueError as exc:
+        why = f"not JSON: {str(exc)[:80]}"
+    if why:
+        raise UserError(f"{json_path}: cannot read the earlier release manifest ({why}); restore the file "
+                        "`buildtool release` wrote (git checkout), or remove it")
+    return old
+
+
+def check_mergeable(root: Path, version: str) -> None:
+    """The UserError write_release_files would raise on an earlier part of `version`, raised before any tag moves."""
+    json_path = root / RELEASES_DIR / f"{version}.json"
+    if json_path.is_file():
+        old = _earlier(json_path)
+        if old.get("version") == version:
+            merge_manifests(old, {"images": []}, str(json_path))
