@@ -626,3 +626,11 @@ def test_a_dist_info_without_a_name_is_reported_not_skipped(tmp_path: Path, monk
     del probe["python_unnamed"]
     with pytest.raises(ProbeError, match="the probe's output has no python_unnamed"):
         _doc(probe)
+
+
+def test_a_component_whose_purl_does_not_parse_is_named_not_left_out_of_the_contents():
+    """contents passed over a component whose purl did not parse (`pkg:pypi/@1`), so `buildtool diff` and the
+    release notes showed the image without that package; shape_problem now names it, so its readers refuse it."""
+    document = _cdx("pkg:pypi/torch@2.13.0", "pkg:pypi/@1")
+    assert sbom.shape_problem(document) == "components[1].purl 'pkg:pypi/@1' is not a package URL"
+    assert sbom.shape_problem(_cdx("pkg:pypi/torch@2.13.0", "")) == ""   # no purl: a component of another kind

@@ -283,6 +283,15 @@ def shape_problem(document: Any) -> str:
     if not isinstance(components, list) or not all(isinstance(c, dict) and isinstance(c.get("purl", ""), str)
                                                    for c in components):
         return "components is not a list of objects with a text purl"
+    from packageurl import PackageURL
+
+    for index, component in enumerate(components):   # one left out of `contents` would hide a package
+        purl = component.get("purl", "")
+        try:
+            if purl:
+                PackageURL.from_string(purl)
+        except ValueError:
+            return f"components[{index}].purl {purl[:80]!r} is not a package URL"
     return ""
 
 
