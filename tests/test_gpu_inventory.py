@@ -287,3 +287,13 @@ def test_a_gpu_name_with_a_comma_is_one_gpu(tmp_path: Path, monkeypatch: pytest.
     found = probe.gpu_inventory()
     assert [(g.index, g.name, g.memory_mib) for g in found.gpus] == [("0", "NVIDIA Example, 80GB HBM3", 81559)]
     assert found.problem == ""
+
+
+def test_a_failing_nvidia_smi_that_printed_only_rows_names_no_row_as_its_cause(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi exiting non-zero with no error line (only the rows it read) was named by its first line, a healthy
+    GPU's row ('nvidia-smi failed (exit 15): 0, NVIDIA H100 ...'), as if that row were the cause; now it says that
+    nvidia-smi printed no error message."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559"], rc=15)
+    found = probe.gpu_inventory()
+    assert found.gpus == [] and found.problem == "nvidia-smi failed (exit 15): no error message"

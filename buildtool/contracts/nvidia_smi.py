@@ -38,7 +38,7 @@ def gpus() -> tuple[list[dict[str, str]], str]:
     if proc.returncode != 0:
         said = (proc.stdout + proc.stderr).strip().splitlines()
         # Its error, not the row of a GPU it could read before it (a lost GPU's line comes after the rows before it).
-        why = next((line for line in said if not is_row(line)), said[0] if said else "no output")
+        why = next((line for line in said if not is_row(line)), "no error message" if said else "no output")
         return [], f"nvidia-smi failed (exit {proc.returncode}): {why}"
     found, problem = read_rows(proc.stdout)
     problem = problem or mig_problem(found)
