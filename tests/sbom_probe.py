@@ -77,6 +77,7 @@ PROBE: dict[str, Any] = {
     "apt_packages": {(f"{d['Package']}:amd64" if d["Package"].startswith("lib") else d["Package"]): d["Version"]
                      for d in DEBIAN},
     "python_details": dict(sorted(PYTHON.items())),
+    "python_unnamed": [],
     "marker_environment": ENVIRONMENT,
     "deb_packages": sorted(DEBIAN, key=lambda d: d["Package"]),
 }

@@ -197,3 +197,30 @@ def test_a_base_registry_that_is_down_names_base_mirror_not_registry(monkeypatch
     assert message.startswith("cannot read the base 127.0.0.1:1/library/debian:bookworm-slim: registry 127.0.0.1:1 "
                               "is unreachable; set BASE_MIRROR to a registry that holds the bases")
     assert "REGISTRY to" not in message.replace("BASE_MIRROR to", "")
+
+
+def test_a_release_file_that_cannot_take_this_part_is_refused_before_any_tag(project: Path, run_cli, monkeypatch,
+                                                                              no_registry_backoff: None) -> None:
+    """An earlier part's docs/releases/<version>.json written before `source_commit` existed was found only when the
+    files were written, after the tags moved (then a re-run found the tags in place and wrote nothing). Now it is
+    refused first, dry run or not, naming the file (the registry here is unreachable: reaching it would be another
+    error)."""
+    import json
+
+    from buildtool.release.notes import build_manifest
+    from buildtool.release.promote import ReleaseReport
+    from tests.test_release_notes import item
+
+    monkeypatch.setenv("REGISTRY", "127.0.0.1:1")
+    monkeypatch.delenv("RELEASE_REGISTRY", raising=False)
+    legacy = build_manifest(ReleaseReport("0.1.0", "abc", [item("tensorflow-cpu:2.21")]))
+    del legacy["source_commit"]
+    del legacy["images"][0]["source_commit"]
+    path = project / "docs/releases/0.1.0.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(legacy))
+    args = ("release", "--version", "0.1.0", "-f", "pytorch-cpu", "--matrix", str(project / "matrix.yaml"))
+    for extra in ((), ("--dry-run",)):
+        code, _, err = run_cli(*args, *extra)
+        assert code == 2 and "Traceback" not in err and "unreachable" not in err, err
+        assert err.startswith(f"error: {path}: image(s) tensorflow-cpu:2.21 have no `source_commit`"), err

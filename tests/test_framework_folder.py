@@ -344,3 +344,18 @@ def test_the_real_matrix_without_a_framework_folder_is_refused_at_load(tmp_path:
     assert "images[" in err and f".framework: unknown framework {gone!r}; one of {others} (a new one is a " \
         "folder image-tests/<name>/ with its framework.yaml)" in err, err
     assert not (root / "dockerfiles").exists()
+
+
+def test_a_recursive_alias_in_a_row_is_named_at_its_line(tmp_path: Path) -> None:
+    """An alias inside its own anchored collection (`distributions: &d [fixturefw, *d]`) made a list that contains
+    itself, refused as 'distributions.1: Input should be a valid string' (no line, no word of the alias); now the
+    loader refuses the alias itself, at its line, naming the recursion."""
+    folder = _folder(tmp_path)
+    row = folder / "framework.yaml"
+    text = _edit(row.read_text(), "distributions: [fixturefw]", "distributions: &d [fixturefw, *d]")
+    row.write_text(text)
+    line = text[: text.index("distributions: &d")].count("\n") + 1
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(folder)
+    assert str(caught.value) == (f"{WHERE}:{line}: not valid YAML (alias *d refers to a value that contains it; "
+                                 "a value cannot include itself)")

@@ -257,3 +257,43 @@ def test_a_probe_start_interrupted_while_it_hangs_has_its_container_removed(
     [started] = [line for line in lines if "--gpus=all" in line]
     label = started.split("--label ", 1)[1].split()[0]
     assert lines[-2:] == [f"ps -aq --filter label={label}", "rm -f -v c9"], lines
+
+
+# NVML's message for a GPU whose external power is not attached, as nvidia-smi prints it: one comma, as a MIG row has.
+UNPOWERED = ("Unable to determine the device handle for GPU 0000:01:00.0: Unable to communicate with GPU because it "
+             "is insufficiently powered. This may be because not all required external power cables are attached, "
+             "or the attached cables are not seated properly.")
+
+
+def test_a_failing_mig_query_is_named_by_its_error_even_when_the_error_has_a_comma(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MIG query's error line was picked by counting commas: NVML's insufficient-power message has one, as a
+    row `0, Disabled` has, so the problem named the healthy GPU 0's row as the cause; now rows are told by their
+    shape (an index, then the mode) and the message is the line that says what failed."""
+    rows = [f"{i}, {H100}, 570.86.15, 81559" for i in range(2)]
+    _smi(tmp_path, monkeypatch, rows, modes=["0, Disabled", UNPOWERED])
+    script = tmp_path / "bin" / "nvidia-smi"
+    answer = f'cat {tmp_path / "modes"}'
+    script.write_text(script.read_text().replace(f"{answer} ;;", f"{answer}; exit 15 ;;"))
+    found = probe.gpu_inventory()
+    assert found.gpus == [] and found.problem == (f"nvidia-smi --query-gpu=index,mig.mode.current failed (exit 15): "
+                                                  f"{UNPOWERED}, so whether MIG is on is unknown")
+
+
+def test_a_gpu_name_with_a_comma_is_one_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi's CSV does not quote a value: a name with a comma gave the row five fields, so the GPU was read as
+    a line that is no GPU and the runner had none; the name is now what lies between the index and the last two."""
+    _smi(tmp_path, monkeypatch, ["0, NVIDIA Example, 80GB HBM3, 570.86.15, 81559"], modes=["0, Disabled"])
+    found = probe.gpu_inventory()
+    assert [(g.index, g.name, g.memory_mib) for g in found.gpus] == [("0", "NVIDIA Example, 80GB HBM3", 81559)]
+    assert found.problem == ""
+
+
+def test_a_failing_nvidia_smi_that_printed_only_rows_names_no_row_as_its_cause(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi exiting non-zero with no error line (only the rows it read) was named by its first line, a healthy
+    GPU's row ('nvidia-smi failed (exit 15): 0, NVIDIA H100 ...'), as if that row were the cause; now it says that
+    nvidia-smi printed no error message."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559"], rc=15)
+    found = probe.gpu_inventory()
+    assert found.gpus == [] and found.problem == "nvidia-smi failed (exit 15): no error message"

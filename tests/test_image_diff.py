@@ -294,3 +294,13 @@ def test_the_diff_probe_lists_held_packages_as_installed():
 
     found = parse("x", "sha256:" + "a" * 64, "@@os x\n@@apt\nhi \tlibcudnn9\t9.1-1\nrc \tgone\t1.0\n@@end\n")
     assert found.apt == {"libcudnn9": "9.1-1"}
+
+
+def test_the_diff_probe_keeps_multi_arch_pairs_apart_as_the_sbom_does():
+    """The probe listed dpkg's Package without its architecture: libc6 for amd64 and for i386 became one entry (the
+    last listed), where the SBOM's contents keep them apart as libc6:amd64 and libc6:i386."""
+    from buildtool.imagebuild.image_probe import parse
+
+    found = parse("x", "sha256:" + "a" * 64, "@@os x\n@@apt\nii \tlibc6\t2.36-9\tamd64\nii \tlibc6\t2.36-10\ti386\n"
+                                             "ii \tbash\t5.2\tamd64\n@@end\n")
+    assert found.apt == {"bash": "5.2", "libc6:amd64": "2.36-9", "libc6:i386": "2.36-10"}

@@ -111,3 +111,12 @@ def test_each_platform_takes_layers_only_from_earlier_images_of_its_own_platform
         (older, indexes[older]["linux/arm64"].digest, "o2")]
     amd = multiplatform.platform_candidates(indexes, "linux/amd64", exclude=DEV_TAG)
     assert [c.labels[label_keys.CONTENT_KEY] for c in amd] == ["n1", "o1"]
+
+
+def test_an_index_with_no_children_is_refused_naming_the_tag_and_nothing_is_pushed():
+    """put_index pushed an empty index (`manifests: []`) when given no platform image: the tag then named an image of
+    no platform at all; now it is refused before any request, naming repository and tag."""
+    reg = MemRegistry()
+    with pytest.raises(ValueError, match=f"^no platform image to put in the index {REPO}:{DEV_TAG}; "):
+        put_index(reg, REPO, DEV_TAG, [])
+    assert reg.manifest_digest(REPO, DEV_TAG) is None

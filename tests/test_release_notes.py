@@ -129,3 +129,40 @@ def test_a_release_manifest_the_catalogue_cannot_read_is_one_line_naming_it(tmp_
     path.unlink()
     (tmp_path / "docs/releases/notes.json").write_text("[]")
     assert latest_by_cell(tmp_path)["pytorch-cpu:2.13"]["release"] == "0.0.9"
+
+
+def test_a_release_file_without_source_commit_is_refused_naming_file_and_field(tmp_path: Path) -> None:
+    """A part released into a file written before `source_commit` existed raised TypeError (None against str)."""
+    from buildtool.common.errors import UserError
+
+    first = build_manifest(ReleaseReport("0.2.0", "abc", [item()]))
+    write_release_files(tmp_path, first)
+    path = tmp_path / "docs/releases/0.2.0.json"
+    legacy = json.loads(path.read_text())
+    del legacy["source_commit"]
+    for img in legacy["images"]:
+        del img["source_commit"]
+    path.write_text(json.dumps(legacy))
+    second = build_manifest(ReleaseReport("0.2.0", "def", [item("tensorflow-cpu:2.21", D2)]))
+    with pytest.raises(UserError) as caught:
+        write_release_files(tmp_path, second)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: ") and "`source_commit`" in message and "pytorch-cpu:2.13" in message
+    assert "\n" not in message
+    assert json.loads(path.read_text()) == legacy                           # the earlier record is kept
+
+
+@pytest.mark.parametrize(("text", "why"), [("{not json", "not JSON"), ("[1, 2]", "a JSON list, not an object")])
+def test_an_earlier_release_file_that_cannot_be_read_is_refused_not_overwritten(tmp_path: Path, text: str,
+                                                                                 why: str) -> None:
+    """An earlier part's file that was not JSON was read as {} and overwritten by this part alone (the earlier parts'
+    record lost), and one holding a JSON list raised AttributeError; now both are refused, naming the file."""
+    from buildtool.common.errors import UserError
+
+    path = tmp_path / "docs/releases/0.2.0.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(UserError) as caught:
+        write_release_files(tmp_path, build_manifest(ReleaseReport("0.2.0", "abc", [item()])))
+    assert str(caught.value).startswith(f"{path}: cannot read the earlier release manifest ({why}")
+    assert path.read_text() == text and not (tmp_path / "docs/releases/0.2.0.md").exists()

@@ -576,3 +576,61 @@ def test_python_details_or_packages_that_are_not_objects_are_a_probe_error():
     with pytest.raises(ProbeError, match=re.escape("the probe's python_details and python_packages are not both "
                                                    "objects (name -> metadata, name -> version)")):
         _doc(probe)
+
+
+def _cdx(*purls: str) -> dict:
+    return {"metadata": {"component": {"properties": []}}, "components": [{"purl": p} for p in purls]}
+
+
+def test_multi_arch_debian_packages_are_kept_apart_in_contents_and_diff():
+    """contents keyed Debian packages by name only: libc6:amd64 and libc6:i386 collapsed into one (the last read),
+    so an i386 libc6 update read as no change or as the amd64 one's."""
+    before = sbom.contents(_cdx("pkg:deb/debian/libc6@2.36-9?arch=amd64", "pkg:deb/debian/libc6@2.36-9?arch=i386",
+                                "pkg:deb/debian/bash@5.2?arch=amd64"))
+    after = sbom.contents(_cdx("pkg:deb/debian/libc6@2.36-9?arch=amd64", "pkg:deb/debian/libc6@2.36-10?arch=i386",
+                               "pkg:deb/debian/bash@5.2?arch=amd64"))
+    assert before.apt == {"bash": "5.2", "libc6:amd64": "2.36-9", "libc6:i386": "2.36-9"}
+    assert [c.line() for c in sbom.diff(before, after)] == ["libc6:i386 (apt): 2.36-9 -> 2.36-10"]
+
+
+def test_python_names_of_other_tools_sboms_are_compared_by_their_pep_503_name():
+    """contents took a pypi purl's name as written: another tool's `Typing_Extensions` and ours `typing-extensions`
+    read as one package removed and another added, not as one package at two versions."""
+    before = sbom.contents(_cdx("pkg:pypi/Typing_Extensions@4.15.0", "pkg:pypi/zope.interface@7.0"))
+    after = sbom.contents(_cdx("pkg:pypi/typing-extensions@4.16.0", "pkg:pypi/zope-interface@7.0"))
+    assert before.python == {"typing-extensions": "4.15.0", "zope-interface": "7.0"}
+    assert [c.line() for c in sbom.diff(before, after)] == ["typing-extensions (python): 4.15.0 -> 4.16.0"]
+
+
+def test_a_dist_info_without_a_name_is_reported_not_skipped(tmp_path: Path, monkeypatch):
+    """A dist-info whose METADATA had no Name was left out of the probe's lists without a word, so the SBOM listed
+    the image without that installed distribution; the probe now lists its folder and the SBOM step refuses it."""
+    from buildtool.sbom.components import ProbeError
+
+    spec = importlib.util.spec_from_file_location("packages_probe", ROOT / contents.PROBE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    named, unnamed = tmp_path / "x-1.dist-info", tmp_path / "y-2.dist-info"
+    for info, text in ((named, "Metadata-Version: 2.1\nName: x\nVersion: 1\n"), (unnamed, "Metadata-Version: 2.1\n"
+                                                                                 "Version: 2\n")):
+        info.mkdir()
+        (info / "METADATA").write_text(text)
+    monkeypatch.setattr(module.md, "distributions", lambda: [module.md.PathDistribution(p) for p in (named, unnamed)])
+    assert module.python_unnamed() == [str(unnamed)]
+    assert list(module.python_details()) == ["x"]
+    probe = sbom_probe.probe()
+    probe["python_unnamed"] = [str(unnamed)]
+    with pytest.raises(ProbeError, match=re.escape(f"Python distribution metadata {str(unnamed)!r} has no Name")):
+        _doc(probe)
+    del probe["python_unnamed"]
+    with pytest.raises(ProbeError, match="the probe's output has no python_unnamed"):
+        _doc(probe)
+
+
+def test_a_component_whose_purl_does_not_parse_is_named_not_left_out_of_the_contents():
+    """contents passed over a component whose purl did not parse (`pkg:pypi/@1`), so `buildtool diff` and the
+    release notes showed the image without that package; shape_problem now names it, so its readers refuse it."""
+    document = _cdx("pkg:pypi/torch@2.13.0", "pkg:pypi/@1")
+    assert sbom.shape_problem(document) == "components[1].purl 'pkg:pypi/@1' is not a package URL"
+    assert sbom.shape_problem(_cdx("pkg:pypi/torch@2.13.0", "")) == ""   # no purl: a component of another kind

@@ -183,6 +183,7 @@ def _check_release_files(project: Project, version: str, writes: bool = False) -
 
     from buildtool.contracts.releases import RELEASES_DIR, latest_by_cell
     from buildtool.release.gates import spelling_problems
+    from buildtool.release.notes import check_mergeable
 
     folder = project.root / RELEASES_DIR
     released = {}
@@ -194,6 +195,7 @@ def _check_release_files(project: Project, version: str, writes: bool = False) -
     for problem in spelling_problems(version, released, "this project"):
         raise UserError(problem)
     latest_by_cell(project.root)   # the catalogue reads every release manifest: one it cannot is refused before any tag
+    check_mergeable(project.root, version)   # an earlier part of this release that this one cannot merge into
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if writes and not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
         raise UserError(f"cannot write the release files into {folder} ({existing} is "

@@ -151,7 +151,23 @@ def _no_duplicate_keys(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
 
 
 class _StrictLoader(yaml.SafeLoader):
-    pass
+    """SafeLoader that refuses a duplicate key, and an alias inside the collection its anchor names (SafeLoader
+    builds a value that contains itself, refused later with no word of the alias)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        open_anchors: set[str] = self.__dict__.setdefault("_open_anchors", set())
+        if isinstance(event, yaml.AliasEvent) and event.anchor in open_anchors:
+            why = f"alias *{event.anchor} refers to a value that contains it; a value cannot include itself"
+            raise yaml.composer.ComposerError(None, None, why, event.start_mark)  # type: ignore[arg-type]
+        anchor = None if isinstance(event, yaml.AliasEvent) else event.anchor
+        if anchor is not None:
+            open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            if anchor is not None:
+                open_anchors.discard(anchor)
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)

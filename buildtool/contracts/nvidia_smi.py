@@ -38,7 +38,7 @@ def gpus() -> tuple[list[dict[str, str]], str]:
     if proc.returncode != 0:
         said = (proc.stdout + proc.stderr).strip().splitlines()
         # Its error, not the row of a GPU it could read before it (a lost GPU's line comes after the rows before it).
-        why = next((line for line in said if not is_row(line)), said[0] if said else "no output")
+        why = next((line for line in said if not is_row(line)), "no error message" if said else "no output")
         return [], f"nvidia-smi failed (exit {proc.returncode}): {why}"
     found, problem = read_rows(proc.stdout)
     problem = problem or mig_problem(found)
@@ -53,7 +53,7 @@ def read_rows(text: str) -> tuple[list[dict[str, str]], str]:
             # Not one GPU's fields (a lost GPU's "Unable to determine the device handle ...", a warning): never
             # skipped, or the GPUs listed would pass for all of the runner's.
             return [], f"nvidia-smi --query-gpu printed {line.strip()[:200]!r}, not a GPU's {', '.join(QUERY)}"
-        parts = [p.strip() for p in line.split(",")]
+        parts = _fields(line)
         broken = _broken_field(parts)
         if broken:
             return [], broken
@@ -62,9 +62,23 @@ def read_rows(text: str) -> tuple[list[dict[str, str]], str]:
 
 
 def is_row(line: str) -> bool:
-    """Whether `line` has the shape of one GPU's row of the --query-gpu answer (its values may still be errors)."""
+    """Whether `line` has the shape of one GPU's row of the --query-gpu answer (its values may still be errors).
+    nvidia-smi's CSV quotes nothing: a name with a comma gives the row more fields (_fields)."""
     parts = line.split(",")
-    return len(parts) == len(QUERY) and parts[0].strip().isdigit()
+    return len(parts) >= len(QUERY) and parts[0].strip().isdigit()
+
+
+def _fields(line: str) -> list[str]:
+    """A row's QUERY values: the index first, driver_version and memory.total last, the name all between."""
+    index, rest = line.split(",", 1)
+    return [p.strip() for p in (index, *rest.rsplit(",", 2))]
+
+
+def _is_mig_row(line: str) -> bool:
+    """Whether `line` has the shape of one GPU's row of the MIG_QUERY answer: its index, then its mode (an error's
+    line may hold a comma too: NVML's insufficient-power message)."""
+    parts = line.split(",")
+    return len(parts) == len(MIG_QUERY) and parts[0].strip().isdigit()
 
 
 def _broken_field(parts: list[str]) -> str:
@@ -88,12 +102,12 @@ def mig_problem(found: list[dict[str, str]]) -> str:
         return f"{ask} failed ({exc}), so whether MIG is on is unknown"
     if proc.returncode != 0:
         said = (proc.stdout + proc.stderr).strip().splitlines()
-        why = next((line for line in said if len(line.split(",")) != len(MIG_QUERY)), said[0] if said else "no output")
+        why = next((line for line in said if not _is_mig_row(line)), "no error message" if said else "no output")
         return f"{ask} failed (exit {proc.returncode}): {why}, so whether MIG is on is unknown"
     modes = {}
     for line in proc.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(MIG_QUERY) or not parts[0].isdigit():
+        if not _is_mig_row(line):
             return f"{ask} printed {line.strip()[:200]!r}, not a GPU's {', '.join(MIG_QUERY)}"
         modes[parts[0]] = parts[1]
     names = {gpu["index"]: gpu["name"] for gpu in found}

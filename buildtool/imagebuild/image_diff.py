@@ -88,7 +88,7 @@ def read_side(image: str, root: Path | None, timeout: float = image_probe.PROBE_
     target = f"{ref.name}@{digest}" if digest else image
     probed = image_probe.probe_image(target, listing_source(root), timeout=timeout)
     listing = probed.listing()   # its packages sorted by name
-    # Keyed as an SBOM's purls are: PEP 503 Python names, Debian package names without the architecture.
+    # Keyed as an SBOM's contents are: PEP 503 Python names, Debian names (name:arch for a multi-arch pair).
     contents = sbom.Contents(facts={k: listing[k] for k in PROBE_FACTS if listing[k]},
                              python=listing["python_packages"], apt=listing["apt_packages"])
     return Side(image=image, source="probe", digest=digest, contents=contents, image_id=probed.image_id,

@@ -20,10 +20,11 @@ from typing import Any
 
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError
+from buildtool.sbom.document import deb_keys
 
 PROBE_TIMEOUT_S = 180
 PULL_TIMEOUT_S = 900
-# A listing's line is `status<TAB>package<TAB>version`: never starts with this.
+# A listing's line is `status<TAB>package<TAB>version<TAB>arch`: never starts with this.
 _MARK = "@@"
 # $1 is the listing's source. Sections: apt (or no-dpkg), os, then one per Python environment.
 _SCRIPT = r"""
@@ -31,7 +32,8 @@ src="$1"
 echo "@@os $(sed -n 's/^PRETTY_NAME=//p' /etc/os-release 2>/dev/null | head -n 1)"
 if command -v dpkg-query >/dev/null 2>&1; then
   echo "@@apt"
-  dpkg-query -W -f '${db:Status-Abbrev}\t${Package}\t${Version}\n' || echo "@@fail dpkg-query exited $?"
+  dpkg-query -W -f '${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n' \
+    || echo "@@fail dpkg-query exited $?"
 else
   echo "@@no-dpkg"
 fi
@@ -141,17 +143,17 @@ def parse(ref: str, image_id: str, stdout: str, cuda: str = "") -> Probed:
         raise FailedError(f"cannot list the packages of {ref}: the probe's output is incomplete "
                           f"({stdout.strip()[-160:] or 'no output'})")
     os_name = heads[0][3:].strip().strip('"')
-    apt: dict[str, str] = {}
+    debs: dict[tuple[str, str], str] = {}
     environments: list[Environment] = []
     for head, lines in sections[1:-1]:
         if head == "apt":
             for line in lines:
-                status, name, version = (line.split("\t") + ["", ""])[:3]
+                status, name, version, arch = (line.split("\t") + ["", "", ""])[:4]
                 if status[1:2] == "i":    # installed, whatever is wanted of it (`hi`: on hold)
-                    apt[name] = version
+                    debs[(name, arch)] = version
         elif head.startswith("python "):
             environments.append(_environment(ref, head[7:], lines))
-    return Probed(image_id=image_id, os=os_name, apt=apt, environments=tuple(environments), cuda=cuda)
+    return Probed(image_id=image_id, os=os_name, apt=deb_keys(debs), environments=tuple(environments), cuda=cuda)
 
 
 def _environment(ref: str, python: str, lines: list[str]) -> Environment:

@@ -15,7 +15,16 @@ from buildtool.common.errors import MatrixError, UserError
 from buildtool.contracts import frameworks
 from buildtool.matrix import values
 from buildtool.matrix.cells import expand
-from buildtool.matrix.schema import Matrix, MatrixFile, OciLabels, PackageIndex, ReleaseTags, RunProfile, UlimitName
+from buildtool.matrix.schema import (
+    EMPTY_IN_LAYER,
+    Matrix,
+    MatrixFile,
+    OciLabels,
+    PackageIndex,
+    ReleaseTags,
+    RunProfile,
+    UlimitName,
+)
 from buildtool.matrix.yamlsource import Loc, Located, load_yaml, paused_gc
 
 
@@ -141,7 +150,7 @@ def _message(doc: Located, error: Any, loc: Loc, on_key: bool) -> str:
     if given is None:
         if isinstance(loc[-1] if loc else None, int):
             return "is an empty entry; remove it or give it a value"
-        if name in allowed and allowed != _ULIMIT_KEYS:
+        if name in allowed and allowed != _ULIMIT_KEYS and kind != EMPTY_IN_LAYER:
             return "is empty; give it a value"
         return "is empty; give it a value or remove the line"
     if kind == "string_type":

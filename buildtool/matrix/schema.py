@@ -24,6 +24,7 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from buildtool.common.errors import UserError
 from buildtool.common.sizes import size_bytes
@@ -105,7 +106,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class RunProfile(_Strict):
+EMPTY_IN_LAYER = "empty_in_layer"   # the error type of a null in a layer (loader's message names the fix)
+
+
+class _Layer(_Strict):
+    """A mapping a layer sets key by key: an empty value (YAML null) is refused, as an empty package or ulimit
+    is; it has no meaning (leaving the key out takes the layer above's)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        if value is None:
+            raise PydanticCustomError(EMPTY_IN_LAYER, "is empty; give it a value or remove the line")
+        return value
+
+
+class RunProfile(_Layer):
     """How the image must be run: the flags users pass to `docker run` and the tests use."""
 
     shm_size: ShmSize | None = None
@@ -114,21 +130,21 @@ class RunProfile(_Strict):
     gpus: Literal["none", "all"] | None = None
 
 
-class PackageIndex(_Strict):
+class PackageIndex(_Layer):
     """Public package index settings a cell needs. Host secrets (CA, tokens) never go here."""
 
     url: IndexUrl | None = None
     extra_urls: list[IndexUrl] | None = None
 
 
-class ReleaseTags(_Strict):
+class ReleaseTags(_Layer):
     """Tag templates for `<name>:<tag>`; `{version}` is the cell version, `{release}` the release."""
 
     tags: list[TagTemplate] | None = None
     moving: list[TagTemplate] | None = None
 
 
-class OciLabels(_Strict):
+class OciLabels(_Layer):
     """OCI labels every image of a layer carries (label_keys.OCI_FROM_MATRIX); a mapping, so an image or a
     version overrides one key and keeps the rest."""
 
@@ -167,7 +183,7 @@ class StandIn(_Strict):
         return list(self.platform_requirements.get(platform, self.requirements))
 
 
-class StandInFields(_Strict):
+class StandInFields(_Layer):
     """A layer's part of a stand-in (defaults, image or version): merged key by key, then checked whole
     as a StandIn, so a version can add one platform's requirements."""
 
@@ -181,7 +197,7 @@ class StandInFields(_Strict):
 MAX_EMULATION_FACTOR = 20
 
 
-class ValidateSettings(_Strict):
+class ValidateSettings(_Layer):
     """How `buildtool validate` runs this cell's image tests."""
 
     # The whole image's budget: every probe is cut to what is left of it, a hang fails the step
@@ -223,7 +239,7 @@ class ValidateSettings(_Strict):
 _BOUNDS = {"emulation_factor": (1, MAX_EMULATION_FACTOR, ""), "deadline_s": (60, runprofile.MAX_DEADLINE_S, " seconds")}
 
 
-class CellFields(_Strict):
+class CellFields(_Layer):
     """Fields a cell may take; every one may be set in defaults, image or version."""
 
     framework: FrameworkName | None = None

@@ -153,6 +153,9 @@ def index_body(children: list[Child]) -> bytes:
 
 
 def put_index(client: RegistryClient, repo: str, tag: str, children: list[Child]) -> str:
+    if not children:   # an empty index would be a tag of no platform at all
+        raise ValueError(f"no platform image to put in the index {repo}:{tag}; an index lists at least one "
+                         "(push its platform images first)")
     if len({c.platform for c in children}) != len(children):
         raise ValueError(f"one image per platform in an index, got {[c.platform for c in children]}")
     return client.put_manifest(repo, tag, index_body(children), OCI_INDEX)

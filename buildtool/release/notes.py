@@ -13,6 +13,7 @@ from typing import Any
 
 from buildtool.attest.provenance_model import pinned_reference
 from buildtool.common.documents import render_document
+from buildtool.common.errors import UserError
 from buildtool.common.files import write_atomic
 from buildtool.contracts.image_labels import ImageLabels
 from buildtool.contracts.releases import MANIFEST_SCHEMA, RELEASES_DIR
@@ -147,11 +148,19 @@ def render_notes(manifest: dict[str, Any]) -> str:
     return render_document("buildtool.release", "notes.md.j2", filters={"mb": _mb}, limit=NOTES_LIMIT, **manifest)
 
 
-def merge_manifests(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def merge_manifests(old: dict[str, Any], new: dict[str, Any], source: str = "the earlier release manifest"
+                    ) -> dict[str, Any]:
     """A release made in parts (`--framework a`, then `--framework b`) keeps every part;
-    an image released again replaces its own entry."""
+    an image released again replaces its own entry. An earlier image without its own `source_commit` has the
+    file's; one with neither (a file written before the field existed) is a UserError naming `source`."""
     by_cell = {img["cell"]: img for img in old.get("images", [])}
     by_cell.update({img["cell"]: img for img in new["images"]})
+    without = [cell for cell, img in by_cell.items()
+               if not isinstance(img.get("source_commit", old.get("source_commit")), str)]
+    if without:
+        raise UserError(f"{source}: image(s) {', '.join(without)} have no `source_commit` (written before it "
+                        "existed): add the commit they were released from as `source_commit`, or release under "
+                        "a new version")
     commits = sorted({img.get("source_commit", old.get("source_commit")) for img in by_cell.values()})
     merged = dict(new, images=list(by_cell.values()))
     merged["source_commit"] = commits[0] if len(commits) == 1 else ", ".join(commits)
@@ -169,12 +178,31 @@ def write_release_files(root: Path, manifest: dict[str, Any], promoted: bool = T
     if not promoted and json_path.is_file() and md_path.is_file():
         return []
     if json_path.is_file():
-        try:
-            old = json.loads(json_path.read_text())
-        except ValueError:
-            old = {}
+        old = _earlier(json_path)
         if old.get("version") == manifest["version"]:
-            manifest = merge_manifests(old, manifest)
+            manifest = merge_manifests(old, manifest, str(json_path))
     write_atomic(json_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     write_atomic(md_path, render_notes(manifest))
     return [json_path, md_path]
+
+
+def _earlier(json_path: Path) -> dict[str, Any]:
+    """An earlier part's release manifest; never read as {} (this part alone would overwrite the parts' record)."""
+    try:
+        old = json.loads(json_path.read_text())
+        why = "" if isinstance(old, dict) else f"a JSON {type(old).__name__}, not an object"
+    except ValueError as exc:
+        why = f"not JSON: {str(exc)[:80]}"
+    if why:
+        raise UserError(f"{json_path}: cannot read the earlier release manifest ({why}); restore the file "
+                        "`buildtool release` wrote (git checkout), or remove it")
+    return old
+
+
+def check_mergeable(root: Path, version: str) -> None:
+    """The UserError write_release_files would raise on an earlier part of `version`, raised before any tag moves."""
+    json_path = root / RELEASES_DIR / f"{version}.json"
+    if json_path.is_file():
+        old = _earlier(json_path)
+        if old.get("version") == version:
+            merge_manifests(old, {"images": []}, str(json_path))

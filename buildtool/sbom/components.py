@@ -152,6 +152,13 @@ def dists(probe: Mapping[str, Any]) -> list[Dist]:
     if not (isinstance(details, dict) and isinstance(versions, dict)):
         raise ProbeError("the probe's python_details and python_packages are not both objects (name -> metadata, "
                          "name -> version)")
+    unnamed = probe.get("python_unnamed")
+    if not (isinstance(unnamed, list) and all(isinstance(u, str) for u in unnamed)):
+        raise ProbeError("the probe's output has no python_unnamed (a list of text; made by an older packages.py?)")
+    if unnamed:
+        raise ProbeError(f"Python distribution metadata {unnamed[0]!r} has no Name"
+                         f"{f' (and {len(unnamed) - 1} more)' if len(unnamed) > 1 else ''}: the SBOM cannot list it; "
+                         "reinstall or remove that distribution in the image")
     if set(details) != set(versions):
         raise ProbeError("python_details and python_packages name different distributions: "
                          + ", ".join(sorted(set(details) ^ set(versions))[:5]))

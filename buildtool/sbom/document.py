@@ -27,7 +27,7 @@ from typing import Any
 from buildtool.attest import referrers
 from buildtool.common import strict_json
 from buildtool.contracts import label_keys
-from buildtool.contracts.locks import LockFile
+from buildtool.contracts.locks import LockFile, normalize
 from buildtool.contracts.names import SBOM_TYPE
 from buildtool.registry.client import RegistryClient, RegistryError
 from buildtool.sbom import components as packages
@@ -283,6 +283,15 @@ def shape_problem(document: Any) -> str:
     if not isinstance(components, list) or not all(isinstance(c, dict) and isinstance(c.get("purl", ""), str)
                                                    for c in components):
         return "components is not a list of objects with a text purl"
+    from packageurl import PackageURL
+
+    for index, component in enumerate(components):   # one left out of `contents` would hide a package
+        purl = component.get("purl", "")
+        try:
+            if purl:
+                PackageURL.from_string(purl)
+        except ValueError:
+            return f"components[{index}].purl {purl[:80]!r} is not a package URL"
     return ""
 
 
@@ -293,15 +302,28 @@ def contents(document: dict[str, Any]) -> Contents:
     root = (document.get("metadata") or {}).get("component") or {}
     facts = {p["name"].split(":", 1)[1]: p.get("value", "") for p in root.get("properties", [])
              if str(p.get("name", "")).startswith(f"{PROPERTY}:")}
-    found: dict[str, dict[str, str]] = {"pypi": {}, "deb": {}}
+    python: dict[str, str] = {}
+    debs: dict[tuple[str, str], str] = {}
     for component in document.get("components", []):
         try:
             purl = PackageURL.from_string(component.get("purl", ""))
         except ValueError:
             continue
-        if purl.type in found:
-            found[purl.type][purl.name] = purl.version or ""
-    return Contents(facts=facts, python=dict(sorted(found["pypi"].items())), apt=dict(sorted(found["deb"].items())))
+        if purl.type == "deb":
+            arch = purl.qualifiers.get("arch", "") if isinstance(purl.qualifiers, dict) else ""
+            debs[(purl.name, arch)] = purl.version or ""
+        elif purl.type == "pypi":   # another tool's purl may keep the name's case, `.` or `_` (PEP 503: one name)
+            python[normalize(purl.name)] = purl.version or ""
+    return Contents(facts=facts, python=dict(sorted(python.items())), apt=dict(sorted(deb_keys(debs).items())))
+
+
+def deb_keys(debs: dict[tuple[str, str], str]) -> dict[str, str]:
+    """Debian packages by name, as dpkg names them: `name:arch` where the name is installed for more than one
+    architecture (multi-arch pairs such as libc6:amd64 and libc6:i386 are two packages)."""
+    archs: dict[str, int] = {}
+    for name, _ in debs:
+        archs[name] = archs.get(name, 0) + 1
+    return {f"{name}:{arch}" if archs[name] > 1 else name: version for (name, arch), version in debs.items()}
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,12 @@ def python_details() -> dict[str, dict[str, object]]:
     return dict(sorted(found.items()))
 
 
+def python_unnamed() -> list[str]:
+    """The metadata folders of distributions whose METADATA names none (the lists above cannot hold them)."""
+    return sorted(str(getattr(dist, "_path", "") or dist.locate_file("")) for dist in md.distributions()
+                  if not dist.metadata["Name"])
+
+
 def marker_environment() -> dict[str, str]:
     """PEP 508's marker variables as this interpreter sees them (packaging's default_environment)."""
     impl = sys.implementation.version
@@ -172,6 +178,7 @@ def main() -> int:
         "python_packages": python_packages(),
         "apt_packages": apt_packages(),
         "python_details": python_details(),
+        "python_unnamed": python_unnamed(),
         "marker_environment": marker_environment(),
         "deb_packages": deb_packages(),
     }
