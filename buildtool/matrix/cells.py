@@ -62,20 +62,13 @@ def _check_layer(doc: Located, base: Loc, fields: CellFields) -> None:
 _CELL_KEYS = frozenset(f.alias or name for name, f in CellFields.model_fields.items())
 
 
-def _unset_nulls(value: Any) -> Any:
-    """A null anywhere in a mapping means "not set here"."""
-    if isinstance(value, dict):
-        return {k: _unset_nulls(v) for k, v in value.items() if v is not None}
-    return value
-
-
 def _layer(data: Any) -> dict[str, Any]:
-    """A layer's cell fields as written (already validated)."""
-    return {k: v for k, v in _unset_nulls(data).items() if k in _CELL_KEYS} if isinstance(data, dict) else {}
+    """A layer's cell fields as written (already validated: a null is refused there)."""
+    return {k: v for k, v in data.items() if k in _CELL_KEYS} if isinstance(data, dict) else {}
 
 
 def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
-    """Later layer wins; mappings merge key by key, everything else replaces (a layer holds no null: `_layer`).
+    """Later layer wins; mappings merge key by key, everything else replaces (a layer holds no null: the schema refuses it).
     New dicts only: the layers (shared by YAML aliases, or by every version of an image) are never changed."""
     out = dict(base)
     for key, value in layer.items():
