@@ -87,10 +87,6 @@ def _private_config(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["XDG_CONFIG_HOME"] = str(config)
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
     os.environ.pop("DL_IMAGES_SIGNING_KEY", None)
-    # Folders the code under test makes for itself (tempfile.mkdtemp, removed by an exit handler) go under this
-    # session's own folder: xdist kills a worker that is slow to exit (10 s, a loaded machine) before its exit
-    # handlers run, which left them in TMPDIR.
-    tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
 
 
 # What a marker's need is, for the needs the tests themselves can see. A test marked with a need that
@@ -223,7 +219,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(module))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin has set up the session's folders
 def pytest_configure(config: pytest.Config) -> None:
+    # Folders the code under test makes for itself (tempfile.mkdtemp, removed by an exit handler), at collection
+    # too, go under this session's own folder: xdist kills a worker that is slow to exit (10 s on a loaded
+    # machine) before its exit handlers run, which left them in TMPDIR. pytest keeps no public handle on the
+    # session's TempPathFactory before the first fixture; `_tmp_path_factory` is the one its plugin sets.
+    tempfile.tempdir = str(config._tmp_path_factory.mktemp("tmp"))  # type: ignore[attr-defined]
     # image-tests' own markers (image-tests/pytest.ini): unit tests import their modules, whose
     # `pytestmark` would otherwise warn here. They mark nothing this suite collects.
     for line in ("shared: image-tests: may run beside other shared tests",
