@@ -68,7 +68,8 @@ def _layer(data: Any) -> dict[str, Any]:
 
 
 def _merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
-    """Later layer wins; mappings merge key by key, everything else replaces (a layer holds no null: the schema refuses it).
+    """Later layer wins; mappings merge key by key, everything else replaces (a layer holds no null: the schema
+    refuses it).
     New dicts only: the layers (shared by YAML aliases, or by every version of an image) are never changed."""
     out = dict(base)
     for key, value in layer.items():
