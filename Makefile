@@ -68,9 +68,11 @@ lint: ## ruff on the code, mypy on buildtool/, hadolint on every rendered Docker
 # again (a fifth of test-fast's CPU here; docs/testing.md).
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 
+# make test runs test-fast's tests once, not twice: inside tests/test_fresh_clone_fast.py (marked `index`), which runs
+# `make test-fast` in a fresh copy of the checkout with only `.[dev]`; the run here selects the marked tests.
 .PHONY: test
-test: ## The toolkit's own tests (unit and integration), on TEST_JOBS xdist workers; the 30 slowest named (CI's budget)
-	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30
+test: ## Every test: the marked ones here on TEST_JOBS xdist workers (30 slowest named), test-fast's in a fresh copy
+	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30 -m "$(FAST_EXCLUDE)"
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
 FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools or sigstore_js

@@ -204,6 +204,17 @@ def run_cli(capsys: pytest.CaptureFixture[str]):
     return _run
 
 
+# tests/test_fresh_clone_fast.py runs test-fast's tests (in a fresh copy) for `make test`, and leaves the run's
+# summary line in this file under the basetemp of the process it ran in (an xdist worker's, under the session's).
+SUMMARY_FILE = "make-test-fast-summary.txt"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    for found in sorted([*base.glob(SUMMARY_FILE), *base.glob(f"*/{SUMMARY_FILE}")]):
+        terminalreporter.write_line(found.read_text().strip())
+
+
 # `make test` runs on several xdist workers with --dist loadgroup. An integration module's tests stay
 # on one worker: they share what their module and session fixtures made (a four-cell build and push,
 # a SLURM cluster, a tiny project), which a second worker would make again beside the first. These

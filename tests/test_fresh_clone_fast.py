@@ -1,24 +1,26 @@
-"""`make test-fast` is hermetic: in a fresh clone of this checkout's HEAD, with a virtual environment holding
-only the toolkit and its `dev` extra (no torch), it passes, and it leaves nothing behind: no new file in the
-clone (pytest's and Python's caches aside), nothing in HOME, nothing in TMPDIR outside pytest's own folder.
+"""`make test-fast` is hermetic: in a fresh clone of this checkout (HEAD, with the work tree's uncommitted changes
+and new files committed on top), with a virtual environment holding only the toolkit and its `dev` extra (no
+torch), it passes, and it leaves nothing behind: no new file in the clone (pytest's and Python's caches aside),
+nothing in HOME, nothing in TMPDIR outside pytest's own folder.
 
 It needs the package index (the venv install, with `-c requirements.lock`, through this host's pip settings and
-pip's own cache), so it is marked `index`: `make test` runs it, `make test-fast` does not. It takes about as long
-as `make test-fast` plus a minute for the install (with pip's cache warm).
-
-A fresh clone has what is committed only: uncommitted work is not in it, as it is not in CI's."""
+pip's own cache), so it is marked `index`: `make test-fast` does not run it. `make test` runs test-fast's tests
+only here (its own pytest selects the marked tests), so CI runs each test once, and the summary of this run is
+printed at the end of `make test` (tests/conftest.py). It takes about as long as `make test-fast` plus a minute for
+the install (with pip's cache warm)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SUMMARY_FILE
 
 pytestmark = pytest.mark.index
 
@@ -46,13 +48,32 @@ def _git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=120).stdout
 
 
-def test_make_test_fast_passes_in_a_fresh_clone_and_writes_nothing_outside_its_temp(tmp_path: Path) -> None:
+def _commit_work_tree(clone: Path) -> None:
+    """The checkout's uncommitted work (tracked changes, new files git does not ignore), committed in the clone:
+    `make test` runs test-fast's tests only here, so they must see what is on disk, not only HEAD."""
+    patch = subprocess.run(["git", "diff", "--binary", "HEAD"], cwd=REPO, capture_output=True, check=True,
+                           timeout=120).stdout
+    if patch:
+        subprocess.run(["git", "apply", "--whitespace=nowarn"], input=patch, cwd=clone, capture_output=True,
+                       check=True, timeout=120)
+    for name in filter(None, _git("ls-files", "-z", "--others", "--exclude-standard", cwd=REPO).split("\0")):
+        if (REPO / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    if _git("status", "--porcelain", cwd=clone):
+        _git("add", "-A", cwd=clone)
+        _git("-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm", "uncommitted work", cwd=clone)
+
+
+def test_make_test_fast_passes_in_a_fresh_clone_and_writes_nothing_outside_its_temp(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     clone, venv, home, tmp = tmp_path / "clone", tmp_path / "venv", tmp_path / "home", tmp_path / "tmp"
     home.mkdir()
     tmp.mkdir()
     head = _git("rev-parse", "HEAD", cwd=REPO).strip()
     _git("clone", "-q", "--no-checkout", str(REPO), str(clone), cwd=tmp_path)
     _git("checkout", "-q", head, cwd=clone)
+    _commit_work_tree(clone)
     before = _git("status", "--porcelain", "--ignored", cwd=clone)
     assert before == "", before
 
@@ -74,6 +95,8 @@ def test_make_test_fast_passes_in_a_fresh_clone_and_writes_nothing_outside_its_t
     passed = re.search(r"\b(\d+) passed\b", summary)
     assert passed and int(passed.group(1)) > 0, summary
     assert not re.search(r"\b\d+ (failed|errors?)\b", summary), summary
+    # The run's own figures, for tests/conftest.py to print at the end of `make test` (its tests ran only here).
+    (tmp_path_factory.getbasetemp() / SUMMARY_FILE).write_text(f"make test-fast in a fresh copy: {summary}\n")
 
     left = _git("status", "--porcelain", "--ignored", cwd=clone).splitlines()
     written = [line for line in left if not (line.startswith("!! ") and _CACHES.match(line[3:]))]
