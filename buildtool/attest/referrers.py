@@ -38,6 +38,10 @@ _INDEX_UPDATE_ATTEMPTS = 5
 # The most a referrer's layer (an SBOM, a signed statement, a Sigstore bundle) may be: a CycloneDX SBOM of a CUDA
 # image (thousands of components) is a few MiB, a signed statement KiB; anything bigger is refused unread.
 MAX_REFERRER_LAYER_BYTES = 64 << 20
+# The most referrers one subject may have (its referrers API pages are bounded by client.LIST_PAGES): this toolkit
+# attaches a provenance, an SBOM and a verdict a night, each in two layouts, so a digest validated every night for ten
+# years has some 7,300. More is refused, never read in part: a list cut short could hide a signature or pick another.
+MAX_REFERRERS = 10_000
 _DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")    # OCI's digest grammar
 log = logging.getLogger(__name__)
 
@@ -129,7 +133,16 @@ def listed_referrers(client: RegistryClient, repo: str, subject_digest: str) -> 
     found = _api_referrers(client, repo, subject_digest)
     if found is not None:
         return found
-    return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
+    listed = _fallback_index(client, repo, subject_digest)["manifests"]
+    return [Referrer.from_descriptor(d) for d in _at_most(listed, repo, subject_digest)]
+
+
+def _at_most(listed: list[Any], repo: str, subject_digest: str) -> list[Any]:
+    """`listed`, unless it holds more than MAX_REFERRERS: then a RegistryError naming the subject and the limit."""
+    if len(listed) > MAX_REFERRERS:
+        raise RegistryError(f"{repo}@{subject_digest} has more than {MAX_REFERRERS} referrers; refused, not read "
+                            "further (a list read in part could hide a signature or choose another)")
+    return listed
 
 
 def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest: str) -> list[Payload]:
@@ -222,12 +235,13 @@ def _api_referrers(client: RegistryClient, repo: str, subject_digest: str) -> li
         log.info("registry %s: %s answered HTTP %s %s, not an image index: reading the %s tag instead", client.host,
                  path, response.status_code, response.headers.get("Content-Type", ""), referrers_tag(subject_digest))
         return None
-    found = [Referrer.from_descriptor(d) for d in manifests]
+    found = [Referrer.from_descriptor(d) for d in _at_most(manifests, repo, subject_digest)]
     for page in itertools.islice(client.pages(path, repo, response, headers={"Accept": OCI_INDEX}), 1, None):
         more = _index_manifests(page)
         if more is None:
             raise RegistryError(f"{client.host}: a later page of {path} is not an OCI image index")
-        found += [Referrer.from_descriptor(d) for d in more]
+        found += [Referrer.from_descriptor(d) for d in _at_most(more, repo, subject_digest)]
+        _at_most(found, repo, subject_digest)
     return found
 
 
