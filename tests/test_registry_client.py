@@ -416,3 +416,25 @@ def test_a_manifest_over_the_size_limit_is_refused_and_not_read_past_it(length: 
     assert re.fullmatch(f"{re.escape(host)}/r:t: the manifest is {size}, over the 100000-byte limit on a manifest; "
                         "not read further", str(refused.value))
     assert sum(sent) < len(body)
+
+
+def test_an_image_config_over_the_size_limit_is_not_read_past_it_by_the_index_readers(monkeypatch) -> None:
+    """Before, read_children, read_index and platform_manifest read an image's config whole whatever its size (anyone
+    who may push writes it); release and verify read it to MAX_CONFIG_BYTES only. Now the same limit here."""
+    from buildtool.registry import image_index
+    from buildtool.registry.client import DOCKER_MANIFEST
+    from tests.memregistry import MemRegistry
+
+    monkeypatch.setattr(image_index, "MAX_CONFIG_BYTES", 64, raising=False)
+    c: Any = MemRegistry()
+    config = json.dumps({"os": "linux", "architecture": "amd64", "config": {"Env": ["A=" + "x" * 100]}}).encode()
+    blob = c.put_blob("r", config)
+    body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "layers": [],
+                       "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": blob,
+                                  "size": len(config)}}).encode()
+    c.put_manifest("r", "single", body, DOCKER_MANIFEST)
+    for reader in (lambda: image_index.read_children(c, "r", "single"),
+                   lambda: image_index.platform_manifest(c, "r", "single", "linux/amd64")):
+        with pytest.raises(RegistryError) as refused:
+            reader()
+        assert str(refused.value) == f"blob {blob} of r is over the 64-byte limit; not read further"
