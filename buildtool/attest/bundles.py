@@ -33,6 +33,7 @@ from buildtool.attest.sigstore_bundle import (
     signature_bytes,
 )
 from buildtool.common import strict_json, tsa
+from buildtool.registry.call_errors import TooLarge
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 
 
@@ -114,6 +115,8 @@ def read_once(client: RegistryClient, repo: str, ref: Referrer, digest: str,
         payloads = fetch_envelopes(client, repo, ref, digest)
     except NotFound:
         return "missing: listed, but the artifact is not in the registry"
+    except TooLarge as exc:
+        return f"too large: {exc}"
     except RegistryError as exc:
         return f"mismatched: {exc}"
     except BundleError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 
 from buildtool.contracts.label_keys import ARTIFACT_CREATED, ARTIFACT_TITLE
 from buildtool.contracts.names import referrers_tag
+from buildtool.registry.call_errors import TooLarge
 from buildtool.registry.client import (
     EMPTY_JSON,
     EMPTY_JSON_TYPE,
@@ -160,7 +161,7 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
     layers = manifest.get("layers", [])
     for layer in layers:     # get_manifest checked each size is an integer
         if layer["size"] > MAX_REFERRER_LAYER_BYTES:
-            raise RegistryError(f"artifact {referrer.digest}: its layer {layer['digest']} is {layer['size']} bytes, "
+            raise TooLarge(f"artifact {referrer.digest}: its layer {layer['digest']} is {layer['size']} bytes, "
                                 f"over the {MAX_REFERRER_LAYER_BYTES}-byte limit")
     return [Payload(data=client.get_blob(repo, layer["digest"], limit=MAX_REFERRER_LAYER_BYTES),  # checks the digest
                     title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),

@@ -47,6 +47,7 @@ from buildtool.registry.call_errors import (
     RegistryError,
     RegistryTLSError,
     RegistryUnreachable,
+    TooLarge,
 )
 from buildtool.registry.transport import (
     BodyInterrupted,
@@ -321,7 +322,7 @@ class RegistryClient:
         bytes must have that digest (the spec's client check: a registry or proxy serving others is refused), and
         whatever it is asked by, a JSON object of the shape OCI gives a manifest (answers.manifest_problem), of at most
         MAX_MANIFEST_BYTES (not read further)."""
-        whole = answers.WholeBody(MAX_MANIFEST_BYTES, lambda size: RegistryError(
+        whole = answers.WholeBody(MAX_MANIFEST_BYTES, lambda size: TooLarge(
             f"{self.host}/{repo}{'@' if ':' in ref else ':'}{ref}: the manifest is {size}, over the "
             f"{MAX_MANIFEST_BYTES}-byte limit on a manifest; not read further"))
         response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS, sink=whole)
@@ -418,7 +419,7 @@ class RegistryClient:
 
         def bounded(chunk: bytes) -> object:
             if out.tell() + len(chunk) > (limit or 0):
-                raise RegistryError(f"blob {digest} of {repo} is over the {limit}-byte limit; not read further")
+                raise TooLarge(f"blob {digest} of {repo} is over the {limit}-byte limit; not read further")
             return out.write(chunk)
 
         def unwritten(error: object) -> FailedError:
