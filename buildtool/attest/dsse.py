@@ -153,8 +153,10 @@ def b64decode(text: str) -> bytes:
 
 
 def canonical(envelope: dict[str, Any]) -> dict[str, Any]:
-    """The envelope with its payload and signatures in padded standard base64 where they decode, each signature
-    once: one signed envelope has one text, whichever encoding (or repetition) carried it."""
+    """The envelope with its payload and signatures in padded standard base64 where they decode, each signature entry
+    as open_envelope reads it (its key id, "" where missing or null; its sig; nothing else) and once: one signed
+    envelope has one text, whichever encoding (or repetition) carried it. An entry is its key id and sig together,
+    never its sig alone: entries that verify alike are one, and no two texts that verify differently."""
     def standard(value: Any) -> Any:
         try:
             return base64.b64encode(b64decode(value)).decode() if isinstance(value, str) else value
@@ -163,8 +165,8 @@ def canonical(envelope: dict[str, Any]) -> dict[str, Any]:
 
     out = {**envelope, **({"payload": standard(envelope["payload"])} if "payload" in envelope else {})}
     if isinstance(signatures := envelope.get("signatures"), list):
-        texts = (json.dumps({**s, "sig": standard(s.get("sig"))} if isinstance(s, dict) else s, sort_keys=True)
-                 for s in signatures)
+        texts = (json.dumps({"keyid": str(s.get("keyid") or ""), "sig": standard(str(s.get("sig") or ""))}
+                            if isinstance(s, dict) else s, sort_keys=True) for s in signatures)
         out["signatures"] = [json.loads(text) for text in dict.fromkeys(texts)]
     return out
 

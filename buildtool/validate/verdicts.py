@@ -141,6 +141,7 @@ class _Reading:
     now: dt.datetime
     findings: Findings = field(default_factory=Findings)
     counted: set[str] = field(default_factory=set)
+    verified: set[str | None] = field(default_factory=set)   # what each verdict that verified signs (same_envelope)
 
 
 def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys,
@@ -240,6 +241,9 @@ def _read_one(reading: _Reading, ref: Referrer) -> None:
         findings.rejected.append(Rejected(ref.digest, outcome))
         return
     verdict, keyid = outcome
+    if (signed := same_envelope(payloads, signed=True)) in reading.verified:
+        return   # that signed verdict again, with other signatures beside its own: the same verdict
+    reading.verified.add(signed)
     found = Found(ref.digest, verdict, keyid, ref)
     why = unplaceable(verdict.started, reading.now)
     if not why:
