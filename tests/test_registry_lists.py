@@ -390,3 +390,36 @@ def test_an_endless_chain_of_referrers_pages_stops_at_the_page_bound(serve, monk
     client = RegistryClient(serve(route), retry=QUICK)
     with pytest.raises(RegistryError, match=f"/v2/team/a/referrers/{SUBJECT} runs past 3 pages; not read further"):
         listed_referrers(client, "team/a", SUBJECT)
+
+
+def test_an_answer_read_into_memory_stops_at_its_bound(serve, monkeypatch) -> None:  # noqa: ANN001
+    """Before, every answer read without a sink (a page of tags or referrers, an error page, a token) was read whole
+    into memory whatever its size: a registry answering garbage, or one page listing millions of tags, could take the
+    machine's memory. Now more than MAX_ANSWER_BYTES is one error naming the call, on both transports."""
+    from buildtool.registry import transport
+
+    monkeypatch.setattr(transport, "MAX_ANSWER_BYTES", 1000, raising=False)
+    host = serve(lambda h: _tags([f"t{n}" for n in range(1000)]) if "tags" in h.path else (
+        404, {"Content-Type": "text/html"}, b"<html>" + b"x" * 5000 + b"</html>"))
+    client = RegistryClient(host, retry=QUICK)
+    with pytest.raises(RegistryError) as refused:
+        client.tags("team/a")
+    assert str(refused.value) == (f"GET http://{host}/v2/team/a/tags/list: the answer is over 1000 bytes; not read "
+                                  "further")
+    with pytest.raises(RegistryError, match=r"^GET http://.*/v2/team/a/referrers/sha256:5+: the answer is over 1000 "):
+        client.request("GET", f"team/a/referrers/{SUBJECT}", repo="team/a")
+
+    class Raw:
+        def read1(self, amount: int, decode_content: bool) -> bytes:
+            return b"x" * 600
+
+    class Answer:
+        status_code, headers, raw, closed = 500, {}, Raw(), False
+
+        def close(self) -> None:
+            self.closed = True
+
+    answer = Answer()
+    with pytest.raises(transport.AnswerTooLarge):
+        streamed(answer, None)
+    assert answer.closed

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink, write_to_sink
+from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink, in_memory, write_to_sink
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -84,7 +84,7 @@ def streamed(response: Any, sink: Sink | None) -> Response:
     got = 0
     # Closed whatever ends the read, the sink refusing the answer too: a half-read answer closes its connection.
     with contextlib.closing(response):
-        write = (sink(response.status_code, response.headers) if sink is not None else None) or chunks.append
+        write = (sink(response.status_code, response.headers) if sink is not None else None) or in_memory(chunks)
         try:
             # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
             # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.

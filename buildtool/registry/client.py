@@ -50,6 +50,7 @@ from buildtool.registry.call_errors import (
     TooLarge,
 )
 from buildtool.registry.transport import (
+    AnswerTooLarge,
     BodyInterrupted,
     LoopbackTransport,
     Response,
@@ -219,6 +220,8 @@ class RegistryClient:
                 raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; put the registry's CA "
                                        f"certificate in /etc/docker/certs.d/{netloc}/ca.crt (docker, skopeo and "
                                        "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE") from None
+            except AnswerTooLarge as exc:
+                raise TooLarge(f"{method} {self._safe(url)}: the answer is {exc}; not read further") from None
             except self._transient as exc:     # BodyInterrupted too: a TransportConnectionError
                 if sink is not None and isinstance(exc, BodyInterrupted) and not getattr(sink, "restarts", False):
                     raise
