@@ -119,3 +119,23 @@ def test_a_layer_refused_for_its_size_is_reported_as_too_large_not_mismatched(li
              if lies else f"artifact {huge}: its layer {layer} is {MAX_REFERRER_LAYER_BYTES + 1} bytes, over the "
              f"{MAX_REFERRER_LAYER_BYTES}-byte limit")
     assert said == f"too large: {cause}"
+
+
+def test_an_artifact_whose_layers_together_are_over_the_limit_is_refused_before_any_is_fetched(monkeypatch) -> None:
+    """Before, only each layer was held to MAX_REFERRER_LAYER_BYTES: an artifact of thousands of layers, each under
+    the limit, made release and verify read them all into memory (the toolkit's artifacts have one layer each)."""
+    client = MemRegistry()
+    digest = client.push_image(REPO, "2.13-dev")
+    small = attach(client, REPO, digest, "application/x-test", [Payload("application/json", b"{}")])  # type: ignore[arg-type]
+    manifest = json.loads(client.get_manifest(REPO, small.digest)[0])
+    half = MAX_REFERRER_LAYER_BYTES // 2
+    manifest["layers"] = [{**manifest["layers"][0], "size": half} for _ in range(3)]
+    raw = json.dumps(manifest).encode()
+    many = client.put_manifest(REPO, sha256_digest(raw), raw, OCI_MANIFEST)
+    asked: list[dict[str, Any]] = []
+    monkeypatch.setattr(client, "get_blob", lambda repo, d, **kw: asked.append(kw) or b"{}")
+    with pytest.raises(RegistryError) as refused:
+        fetch(client, REPO, Referrer(many, "application/x-test", len(raw)), digest)  # type: ignore[arg-type]
+    assert str(refused.value) == (f"artifact {many}: its 3 layers are {3 * half} bytes together, over the "
+                                  f"{MAX_REFERRER_LAYER_BYTES}-byte limit")
+    assert asked == []

@@ -162,11 +162,18 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
     for layer in layers:     # get_manifest checked each size is an integer
         if layer["size"] > MAX_REFERRER_LAYER_BYTES:
             raise TooLarge(f"artifact {referrer.digest}: its layer {layer['digest']} is {layer['size']} bytes, "
-                                f"over the {MAX_REFERRER_LAYER_BYTES}-byte limit")
-    return [Payload(data=client.get_blob(repo, layer["digest"], limit=MAX_REFERRER_LAYER_BYTES),  # checks the digest
-                    title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),
-                    media_type=str(layer.get("mediaType")))
-            for layer in layers]
+                           f"over the {MAX_REFERRER_LAYER_BYTES}-byte limit")
+    # The layers together too (the toolkit's artifacts have one): thousands, each under the limit, are never read.
+    if (total := sum(layer["size"] for layer in layers)) > MAX_REFERRER_LAYER_BYTES:
+        raise TooLarge(f"artifact {referrer.digest}: its {len(layers)} layers are {total} bytes together, over the "
+                       f"{MAX_REFERRER_LAYER_BYTES}-byte limit")
+    payloads, left = [], MAX_REFERRER_LAYER_BYTES
+    for layer in layers:     # each read bounded by what is left: a registry may send more than a size says
+        data = client.get_blob(repo, layer["digest"], limit=left)    # checks the digest
+        left -= len(data)
+        payloads.append(Payload(data=data, title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),
+                                media_type=str(layer.get("mediaType"))))
+    return payloads
 
 
 def _artifact_manifest(raw: bytes, digest: str) -> dict[str, Any]:
