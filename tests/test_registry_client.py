@@ -438,3 +438,19 @@ def test_an_image_config_over_the_size_limit_is_not_read_past_it_by_the_index_re
         with pytest.raises(RegistryError) as refused:
             reader()
         assert str(refused.value) == f"blob {blob} of r is over the 64-byte limit; not read further"
+
+
+def test_every_blob_read_into_memory_names_its_limit() -> None:
+    """Before, the build's reads of image configs (the base's platform, its BASE_SOURCE label, the provenance's labels,
+    the config normalised after a push) called get_blob with no limit: whatever the registry sent was read into
+    memory. Every get_blob call in buildtool/ now names one (MAX_CONFIG_BYTES for a config)."""
+    import ast
+    from pathlib import Path
+
+    unbounded = []
+    for path in sorted((Path(__file__).resolve().parent.parent / "buildtool").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_blob" \
+                    and not any(k.arg == "limit" for k in node.keywords):
+                unbounded.append(f"{path.name}:{node.lineno}")
+    assert unbounded == []
