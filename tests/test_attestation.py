@@ -429,3 +429,21 @@ def test_signature_entries_that_read_alike_are_one_in_the_canonical_envelope() -
     assert len(texts) == 1, texts
     assert same_envelope([Payload(DSSE, json.dumps(nameless).encode())]) == same_envelope(
         [Payload(DSSE, json.dumps({**nameless, "signatures": [{"keyid": None, "sig": entry["sig"]}]}).encode())])
+
+
+def test_an_envelope_with_more_signatures_than_the_bound_is_refused_before_any_is_verified() -> None:
+    """Before, open_envelope verified every signature a trusted key id claimed, however many: a copy of a verdict
+    carrying 400,000 junk signatures under the trusted key's id (a 64 MiB layer) cost a reader minutes of CPU each.
+    Untrusted key ids cost no verification and stay unbounded (an existing test reads 10,000 of them)."""
+    from buildtool.attest import dsse
+
+    bound = getattr(dsse, "MAX_SIGNATURES", 16)
+    honest = json.loads(envelope("r", D1, verdict(CPU, D1)))
+    junk = {"keyid": KEY.keyid, "sig": base64.b64encode(b"junk" * 16).decode()}
+    many = {**honest, "signatures": [junk] * bound + honest["signatures"]}
+    with pytest.raises(EnvelopeError) as refused:
+        open_envelope(json.dumps(many).encode(), trusted().keys)
+    assert str(refused.value) == (f"malformed: the envelope carries {bound + 1} signatures under trusted key ids, "
+                                  f"more than the {bound} a DSSE envelope of this toolkit's signers may carry")
+    few = {**honest, "signatures": [junk] * (bound - 1) + honest["signatures"]}
+    assert open_envelope(json.dumps(few).encode(), trusted().keys).keyid == KEY.keyid

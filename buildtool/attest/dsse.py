@@ -139,6 +139,9 @@ def sign_envelope(key: PrivateKey, payload_type: str, payload: bytes) -> dict[st
             "signatures": [{"keyid": key.keyid, "sig": base64.b64encode(key.sign(payload_type, payload)).decode()}]}
 
 
+# The most signatures under trusted key ids an envelope may carry: this toolkit's signers and Sigstore bundles write
+# one; each costs a verification, so thousands of junk ones under a trusted key's id would cost a reader minutes.
+MAX_SIGNATURES = 16
 # DSSE envelope.md v1.0.0: "Either standard or URL-safe encoding is allowed", padded or not; one alphabet a string.
 _STANDARD, _URL_SAFE = re.compile(r"[A-Za-z0-9+/]*={0,2}"), re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
@@ -195,6 +198,10 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
     signatures = envelope.get("signatures")
     if not isinstance(signatures, list) or not signatures:
         raise EnvelopeError("unsigned: the envelope carries no signature")
+    claimed = sum(isinstance(e, dict) and str(e.get("keyid") or "") in trusted for e in signatures)
+    if claimed > MAX_SIGNATURES:     # each costs a verification; an untrusted key id's costs nothing
+        raise EnvelopeError(f"malformed: the envelope carries {claimed} signatures under trusted key ids, more than "
+                            f"the {MAX_SIGNATURES} a DSSE envelope of this toolkit's signers may carry")
     try:
         payload = b64decode(str(envelope["payload"]))
     except ValueError:
